@@ -1,0 +1,123 @@
+"""Tensor data on the wire: JSON numbers and nested lists, or base64 (little-endian, C order).
+
+JSON has no NaN or infinities, so they travel as the strings "NaN", "Infinity" and "-Infinity" in both
+directions; those three strings are therefore numbers wherever they appear in op arguments, and cannot be
+tensor names. Nothing is rounded: float32 values are written in their shortest round-tripping form.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from typing import Any, Literal
+
+import numpy as np
+
+from app.errors import InvalidInput, LimitExceeded
+
+Encoding = Literal["json", "base64"]
+
+NONFINITE_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_NONFINITE_MARKERS = (b'"NaN"', b'Infinity"')
+
+WIRE_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int64": np.dtype("<i8"),
+               "bool": np.dtype("?")}
+PAYLOAD_KEYS = frozenset({"dtype", "shape", "encoding", "data"})
+
+
+# ----- requests ---------------------------------------------------------------------------------------
+def may_hold_nonfinite(body: bytes) -> bool:
+    """A byte scan that lets the common all-finite request skip the walk over its numbers."""
+    return any(marker in body for marker in _NONFINITE_MARKERS)
+
+
+def decode_payload(obj: dict, max_elements: int) -> np.ndarray:
+    """``{"dtype", "shape", "encoding": "base64", "data"}`` -> a read-only ndarray (the engine copies)."""
+    if set(obj) != PAYLOAD_KEYS or obj.get("encoding") != "base64":
+        raise InvalidInput(f"a tensor payload object needs exactly the keys dtype, shape, encoding "
+                           f"(\"base64\") and data; got {sorted(obj)}", code="invalid_tensor_payload")
+    dtype = WIRE_DTYPES.get(obj["dtype"]) if isinstance(obj["dtype"], str) else None
+    if dtype is None:
+        raise InvalidInput(f"unsupported payload dtype {obj['dtype']!r}; expected one of "
+                           f"{', '.join(WIRE_DTYPES)}", code="invalid_tensor_payload")
+    shape = obj["shape"]
+    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+        raise InvalidInput(f"payload shape must be a list of non-negative integers, got {shape!r}",
+                           code="invalid_tensor_payload")
+    numel = math.prod(shape)
+    if numel > max_elements:
+        raise LimitExceeded(f"tensor of {numel} elements exceeds the limit of {max_elements} "
+                            f"(GRADSERVE_MAX_ELEMENTS_PER_TENSOR)")
+    if not isinstance(obj["data"], str):
+        raise InvalidInput("payload data must be a base64 string", code="invalid_tensor_payload")
+    try:
+        raw = base64.b64decode(obj["data"], validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidInput(f"payload data is not valid base64: {exc}",
+                           code="invalid_tensor_payload") from None
+    expected = numel * dtype.itemsize
+    if len(raw) != expected:
+        raise InvalidInput(f"payload data has {len(raw)} bytes but dtype {obj['dtype']} and shape {shape} "
+                           f"need {expected}", code="invalid_tensor_payload")
+    arr = np.frombuffer(raw, dtype=dtype).reshape(shape)
+    if dtype == np.dtype("?") and raw.translate(None, b"\x00\x01"):
+        raise InvalidInput("bool payload bytes must be 0 or 1", code="invalid_tensor_payload")
+    return arr.astype(dtype.newbyteorder("="), copy=False)
+
+
+def decode_value(value: Any, max_elements: int, nonfinite: bool) -> Any:
+    """Replace payload objects by arrays and (when ``nonfinite``) the non-finite strings by floats.
+
+    A list whose first item is a number is taken to be numbers throughout, so the common case costs
+    nothing per element; ``nonfinite`` requests walk everything.
+    """
+    if isinstance(value, dict):
+        if "encoding" in value:
+            return decode_payload(value, max_elements)
+        return {k: decode_value(v, max_elements, nonfinite) for k, v in value.items()}
+    if isinstance(value, list):
+        if not value:
+            return value
+        if not nonfinite and isinstance(value[0], (int, float)):
+            return value
+        return [decode_value(v, max_elements, nonfinite) for v in value]
+    if nonfinite and isinstance(value, str):
+        return NONFINITE_STRINGS.get(value, value)
+    return value
+
+
+# ----- responses --------------------------------------------------------------------------------------
+def _json_with_nonfinite(arr: np.ndarray) -> Any:
+    """Nested lists with "NaN"/"Infinity"/"-Infinity" strings; finite floats keep their shortest form."""
+    if arr.dtype == np.float32:
+        # shortest float32 text read back as a double: orjson then writes the same short digits
+        values = arr.astype(str).astype(np.float64)
+    else:
+        values = arr
+    out = values.astype(object)
+    out[np.isnan(arr)] = "NaN"
+    out[np.isposinf(arr)] = "Infinity"
+    out[np.isneginf(arr)] = "-Infinity"
+    return out.tolist()
+
+
+def encode_json(arr: np.ndarray) -> Any:
+    """A value orjson serialises (with OPT_SERIALIZE_NUMPY) as the tensor's nested lists or number."""
+    if arr.dtype.kind == "f" and arr.size and not np.isfinite(arr).all():
+        return _json_with_nonfinite(arr)
+    if arr.ndim == 0:
+        return arr[()]  # a numpy scalar: orjson writes float32 in its shortest form
+    if arr.size == 0:
+        return arr.tolist()
+    return np.ascontiguousarray(arr)
+
+
+def encode_base64(arr: np.ndarray) -> dict:
+    data = np.ascontiguousarray(arr, dtype=WIRE_DTYPES[arr.dtype.name]).tobytes()
+    return {"dtype": arr.dtype.name, "shape": list(arr.shape), "encoding": "base64",
+            "data": base64.b64encode(data).decode("ascii")}
+
+
+def encode(arr: np.ndarray, encoding: Encoding) -> Any:
+    return encode_base64(arr) if encoding == "base64" else encode_json(arr)

@@ -1,0 +1,33 @@
+"""Service settings, read from the environment with the prefix ``GRADSERVE_``."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Limits and session policy. Defaults are safe for a laptop."""
+
+    model_config = SettingsConfigDict(env_prefix="GRADSERVE_", frozen=True)
+
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1,
+                                description="Largest accepted request body (413 above).")
+    max_elements_per_tensor: int = Field(4_000_000, ge=1, description="Largest tensor (elements) a request "
+                                         "may send or create.")
+    max_ops_per_request: int = Field(10_000, ge=1, description="Most ops in one op list.")
+    max_repeat: int = Field(1000, ge=1, description="Largest `repeat` of an op list.")
+    max_nodes_per_session: int = Field(100_000, ge=1, description="Most autograd nodes alive in one session.")
+    max_bytes_per_session: int = Field(256 * 1024 * 1024, ge=1, description="Most tensor bytes held by one "
+                                       "session.")
+    max_sessions: int = Field(1000, ge=1, description="Most live sessions (429 above).")
+    session_ttl_seconds: float = Field(3600.0, gt=0, description="Idle time after which a session expires "
+                                       "(sliding: every access renews it).")
+    sweep_interval_seconds: float = Field(60.0, gt=0, description="How often expired sessions are freed.")
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,37 @@
+"""Dependencies: settings, the store and the session service, from the app that serves the request."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import Depends, Query, Request
+
+from app.config import Settings
+from app.service import SessionService
+from app.store import SessionStore
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_store(request: Request) -> SessionStore:
+    return request.app.state.store
+
+
+def get_service(request: Request) -> SessionService:
+    return request.app.state.service
+
+
+async def get_body(request: Request) -> bytes:
+    """The raw body, read on the event loop; parsing happens in the route's thread."""
+    return await request.body()
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+StoreDep = Annotated[SessionStore, Depends(get_store)]
+ServiceDep = Annotated[SessionService, Depends(get_service)]
+RawBody = Annotated[bytes, Depends(get_body)]
+EncodingQuery = Annotated[Literal["json", "base64"], Query(
+    description="How tensor data is written in the response: JSON numbers/lists (NaN and infinities as "
+                "the strings \"NaN\", \"Infinity\", \"-Infinity\") or base64 objects.")]

@@ -1,0 +1,169 @@
+"""Problem details (RFC 9457) for every error, from one place.
+
+Engine errors carry torch's exception type and message; app errors carry their own. Both become an
+``application/problem+json`` body with ``type``, ``title``, ``status``, ``detail`` and a stable ``code``;
+op errors add ``op_index``, ``op`` and ``exception``. Routes raise, they never build error bodies.
+
+Status policy (also in the README): unknown session or tensor name -> 404; a request the engine cannot run
+as written (bad argument, shape, dtype, unknown op, limits) -> 422; a request that is fine but conflicts
+with the session's current state (graph already freed, tensor modified in place since it was saved, in-place
+on a leaf that requires grad) -> 409; too many sessions -> 429; body too large -> 413.
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from engine.errors import EngineError
+
+log = logging.getLogger("gradserve")
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+#: Engine codes whose status is not 422. Unknown codes fall back to 422.
+ENGINE_STATUS = {
+    "unknown_tensor": 404,
+    "graph_freed": 409,
+    "version_mismatch": 409,
+    "leaf_inplace": 409,
+}
+
+TITLES = {
+    "unknown_tensor": "Unknown tensor",
+    "unknown_op": "Unknown op",
+    "graph_freed": "Graph already freed",
+    "version_mismatch": "Tensor modified in place",
+    "leaf_inplace": "In-place operation on a leaf that requires grad",
+    "shape_mismatch": "Shape mismatch",
+    "invalid_argument": "Invalid argument",
+    "limit_exceeded": "Limit exceeded",
+    "session_not_found": "Session not found",
+    "grad_not_set": "Gradient not set",
+    "invalid_name": "Invalid tensor name",
+    "too_many_sessions": "Too many sessions",
+    "body_too_large": "Request body too large",
+    "validation_error": "Invalid request",
+    "invalid_json": "Malformed JSON",
+    "invalid_tensor_payload": "Invalid tensor payload",
+    "unsupported_media_type": "Unsupported media type",
+    "graphviz_failed": "Graph rendering failed",
+    "not_found": "Not found",
+    "method_not_allowed": "Method not allowed",
+    "internal_error": "Internal server error",
+}
+
+
+def problem_type(code: str) -> str:
+    """A stable URI per code; a URN so that no host is implied."""
+    return f"urn:gradserve:problem:{code}"
+
+
+def problem_body(status: int, code: str, detail: str, **extra) -> dict:
+    title = TITLES.get(code) or TITLES.get(code.removesuffix("_error")) or HTTPStatus(status).phrase
+    body = {"type": problem_type(code), "title": title, "status": status, "detail": detail, "code": code}
+    body.update({k: v for k, v in extra.items() if v is not None})
+    return body
+
+
+def problem_response(status: int, code: str, detail: str, headers: dict | None = None, **extra) -> Response:
+    return Response(orjson.dumps(problem_body(status, code, detail, **extra)), status_code=status,
+                    media_type=PROBLEM_MEDIA_TYPE, headers=headers)
+
+
+class AppError(Exception):
+    """An error the service itself raises (not the engine)."""
+
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, detail: str, *, code: str | None = None, status: int | None = None, **extra):
+        super().__init__(detail)
+        self.detail = detail
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        self.extra = extra
+
+
+class SessionNotFound(AppError):
+    status = 404
+    code = "session_not_found"
+
+    def __init__(self, session_id: str):
+        super().__init__(f"no session {session_id!r} (it may have expired)")
+
+
+class GradNotSet(AppError):
+    status = 404
+    code = "grad_not_set"
+
+    def __init__(self, name: str):
+        base = name.removesuffix(".grad")
+        super().__init__(f"{base}.grad is None: no backward pass has reached {base} since its gradient was "
+                         f"last cleared (a non-leaf keeps one only after retain_grad())")
+
+
+class TooManySessions(AppError):
+    status = 429
+    code = "too_many_sessions"
+
+
+class InvalidInput(AppError):
+    status = 422
+    code = "validation_error"
+
+
+class LimitExceeded(AppError):
+    status = 422
+    code = "limit_exceeded"
+
+
+def engine_status(code: str) -> int:
+    return ENGINE_STATUS.get(code, 422)
+
+
+def _engine_error(request: Request, exc: EngineError) -> Response:
+    return problem_response(engine_status(exc.code), exc.code, exc.message, op_index=exc.op_index,
+                            op=exc.op, exception=exc.exception)
+
+
+def _app_error(request: Request, exc: AppError) -> Response:
+    headers = {"Retry-After": "60"} if exc.status == 429 else None
+    return problem_response(exc.status, exc.code, exc.detail, headers=headers, **exc.extra)
+
+
+def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+    errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+              for e in exc.errors()]
+    first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+    detail = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}" if first["loc"] else first["msg"]
+    return problem_response(422, "validation_error", detail, errors=errors)
+
+
+def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
+    code = codes.get(exc.status_code, "http_error")
+    detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    return problem_response(exc.status_code, code, detail, headers=getattr(exc, "headers", None))
+
+
+def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem_response(500, "internal_error", f"{type(exc).__name__}: {exc}")
+
+
+def install(app: FastAPI) -> None:
+    """Register the one set of exception handlers."""
+    app.add_exception_handler(EngineError, _engine_error)
+    app.add_exception_handler(AppError, _app_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

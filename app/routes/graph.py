@@ -1,0 +1,42 @@
+"""The autograd graph of a session, as data or drawn."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+from starlette.responses import Response
+
+from app.deps import ServiceDep
+from app.routes import TensorJSON
+from app.routes.sessions import SessionId
+from app.schemas.graph import GraphView
+from app.schemas.problems import problem_responses
+
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["graph"])
+
+MEDIA_TYPES = {"dot": "text/vnd.graphviz", "mermaid": "text/plain; charset=utf-8", "svg": "image/svg+xml"}
+
+GRAPH_CONTENT = {
+    "text/vnd.graphviz": {"schema": {"type": "string"}, "example": "digraph { ... }"},
+    "text/plain": {"schema": {"type": "string"}, "example": "flowchart BT ..."},
+    "image/svg+xml": {"schema": {"type": "string"}},
+}
+
+
+@router.get("/graph", response_model=GraphView,
+            responses={200: {"content": GRAPH_CONTENT, "description": "The graph as JSON (default), DOT, "
+                             "Mermaid or SVG."}, **problem_responses(404, 422)},
+            summary="The autograd graph")
+def get_graph(session_id: SessionId, service: ServiceDep,
+              root: Annotated[str | None, Query(description="Only the graph behind this tensor; the whole "
+                                                "session's graph when omitted.")] = None,
+              format: Annotated[Literal["json", "dot", "svg", "mermaid"], Query(
+                  description="`svg` uses Graphviz `dot` when installed, else a built-in layered layout."
+              )] = "json") -> Response:
+    """grad_fn nodes with torch's names, AccumulateGrad nodes for leaves, next_functions edges (None
+    edges included) and saved tensors (shape, dtype, freed)."""
+    rendered = service.graph(session_id, root, format)
+    if format == "json":
+        return TensorJSON(rendered)
+    return Response(rendered, media_type=MEDIA_TYPES[format])

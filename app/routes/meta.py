@@ -1,0 +1,45 @@
+"""The op catalog, health, readiness, and the offline API docs."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from starlette.responses import HTMLResponse
+
+from app.deps import ServiceDep
+from app.routes import TensorJSON
+from app.schemas.meta import Health, OpCatalog, Readiness
+
+router = APIRouter(tags=["meta"])
+
+
+@router.get("/v1/ops", response_model=OpCatalog, summary="The op catalog")
+def op_catalog(service: ServiceDep) -> TensorJSON:
+    """Every op the engine knows, from its one table: argument names, grad_fn names, whether it is
+    differentiable or in-place, and a docstring."""
+    return TensorJSON(service.op_catalog())
+
+
+@router.get("/healthz", response_model=Health, summary="Liveness")
+async def healthz() -> dict:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", response_model=Readiness, summary="Readiness")
+def readyz(service: ServiceDep) -> dict:
+    return service.readiness()
+
+
+@router.get("/docs", include_in_schema=False)
+async def swagger_ui(request: Request) -> HTMLResponse:
+    return get_swagger_ui_html(openapi_url=request.app.openapi_url, title=f"{request.app.title} - Swagger UI",
+                               swagger_js_url="/static/swagger-ui-bundle.js",
+                               swagger_css_url="/static/swagger-ui.css",
+                               swagger_favicon_url="/static/favicon-32x32.png")
+
+
+@router.get("/redoc", include_in_schema=False)
+async def redoc(request: Request) -> HTMLResponse:
+    return get_redoc_html(openapi_url=request.app.openapi_url, title=f"{request.app.title} - ReDoc",
+                          redoc_js_url="/static/redoc.standalone.js",
+                          redoc_favicon_url="/static/favicon-32x32.png", with_google_fonts=False)

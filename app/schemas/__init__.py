@@ -1,0 +1,1 @@
+"""Pydantic models of the HTTP API: requests, tensor views, graph views and problems."""

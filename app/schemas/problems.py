@@ -1,0 +1,43 @@
+"""RFC 9457 problem details, as every error response carries them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class ValidationIssue(BaseModel):
+    loc: list[str | int] = Field(description="Where in the request the problem is.")
+    msg: str
+    type: str
+
+
+class Problem(BaseModel):
+    """An error, as ``application/problem+json``."""
+
+    type: str = Field(description="A URI naming the problem type: `urn:gradserve:problem:<code>`.")
+    title: str = Field(description="A short summary of the problem type.")
+    status: int = Field(description="The HTTP status code.")
+    detail: str = Field(description="What went wrong; PyTorch's own message where PyTorch has one.")
+    code: str = Field(description="A stable snake_case error code (see the README's error model).")
+    op_index: int | None = Field(None, description="For op errors: the index of the failing op in the list.")
+    op: str | None = Field(None, description="For op errors: the failing op's name.")
+    exception: str | None = Field(None, description="For op errors: the Python exception type PyTorch "
+                                  "raises for the same program (RuntimeError, ValueError, TypeError, ...).")
+    errors: list[ValidationIssue] | None = Field(None, description="For validation errors: every issue.")
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The ``responses=`` entry documenting problem bodies for the given statuses."""
+    descriptions = {
+        404: "Unknown session or tensor name.",
+        409: "The request conflicts with the session's state (graph freed, tensor modified in place, "
+             "in-place op on a leaf that requires grad).",
+        413: "Request body too large.",
+        422: "Invalid input: malformed JSON, schema violation, an op PyTorch would reject, or a limit.",
+        429: "Too many sessions.",
+    }
+    return {s: {"model": Problem, "description": descriptions[s],
+                "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+            for s in statuses}
