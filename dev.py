@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Developer entry point, standard library only.
+
+    python3 dev.py serve [uvicorn args...]   create .venv, install pinned deps, serve on 127.0.0.1:8000
+    python3 dev.py test [pytest args...]     create .venv, install .[test] pinned, run ruff and pytest
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+CONSTRAINTS = ROOT / "constraints.txt"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
+
+
+def run(*args: str | Path) -> None:
+    print("+", " ".join(str(a) for a in args), flush=True)
+    subprocess.run([str(a) for a in args], cwd=ROOT, check=True)
+
+
+def ensure_env(extra: str | None) -> None:
+    """Create .venv and install the project (editable) with pinned dependencies, once per change."""
+    if sys.version_info < (3, 11):
+        sys.exit(f"gradserve needs Python 3.11 or newer, this is {sys.version.split()[0]}")
+    if not PYTHON.exists():
+        print(f"creating {VENV}", flush=True)
+        venv.create(VENV, with_pip=True)
+    target = f".[{extra}]" if extra else "."
+    digest = hashlib.sha256()
+    for path in (ROOT / "pyproject.toml", CONSTRAINTS):
+        digest.update(path.read_bytes())
+    digest.update(target.encode())
+    stamp = VENV / f".installed-{extra or 'base'}"
+    if stamp.exists() and stamp.read_text() == digest.hexdigest():
+        return
+    run(PYTHON, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    run(PYTHON, "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, "-e", target)
+    stamp.write_text(digest.hexdigest())
+
+
+def serve(args: list[str]) -> int:
+    ensure_env(None)
+    cmd = [str(PYTHON), "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", "8000", *args]
+    print("+", " ".join(cmd), flush=True)
+    os.chdir(ROOT)
+    if os.name == "nt":
+        return subprocess.call(cmd)
+    os.execv(cmd[0], cmd)
+    return 0  # not reached
+
+
+def test(args: list[str]) -> int:
+    ensure_env("test")
+    try:
+        run(PYTHON, "-m", "ruff", "check", ".")
+        run(PYTHON, "-m", "pytest", *args)
+    except subprocess.CalledProcessError as exc:
+        return exc.returncode
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    commands = {"serve": serve, "test": test}
+    if not argv or argv[0] not in commands:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return commands[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
