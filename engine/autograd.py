@@ -1,0 +1,316 @@
+"""Reverse mode: ``backward()`` and ``grad()`` with torch's semantics.
+
+1. Root edges and gradient arguments are validated (torch's messages).
+2. The graph reachable from the roots is ordered topologically; when ``inputs`` are given, only the nodes
+   that lead to them run (torch's exec_info pruning), so an unrelated freed branch does not fail.
+3. Each node's VJP runs with grad mode equal to ``create_graph``: one code path gives first- and
+   higher-order gradients. Gradients are un-broadcast to each input's shape (``sum_to``) and cast to its
+   dtype here, once, not in every rule.
+4. Only when every VJP has succeeded are ``.grad`` fields written and saved tensors freed. PyTorch may
+   leave a failed backward half-applied; the engine deliberately does not (all or nothing).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .errors import (CREATE_GRAPH_WARNING, NoGradFnError, RequiresGradError, TorchRuntimeError,
+                     TorchTypeError, TorchValueError)
+from .grad_mode import set_grad_enabled
+from .node import Ctx, Node
+from .registry import PRIMS, edge
+from .tensor import Tensor
+
+
+def _size(shape) -> str:
+    return "torch.Size([" + ", ".join(str(s) for s in shape) + "])"
+
+
+def _as_tuple(value, n: int) -> tuple:
+    """torch's _tensor_or_tensors_to_tuple: None -> (None,)*n, a Tensor -> (t,), else tuple(value)."""
+    if value is None:
+        return (None,) * n
+    if isinstance(value, Tensor):
+        return (value,)
+    try:
+        return tuple(value)
+    except TypeError:
+        raise TorchTypeError(f"'{type(value).__name__}' object is not iterable", code="invalid_gradient") from None
+
+
+def _make_grads(outputs: tuple, grads: tuple) -> list:
+    out = []
+    for i, (o, g) in enumerate(zip(outputs, grads)):
+        if g is None:
+            if o.requires_grad:
+                if o.data.size != 1:
+                    raise TorchRuntimeError("grad can be implicitly created only for scalar outputs",
+                                            code="implicit_grad_nonscalar")
+                out.append(Tensor(np.ones(o.data.shape, o.data.dtype)))
+            else:
+                out.append(None)
+        elif isinstance(g, Tensor):
+            if g.data.shape != o.data.shape:
+                raise TorchRuntimeError(
+                    f"Mismatch in shape: grad_output[{i}] has a shape of {_size(g.data.shape)} and output[{i}] "
+                    f"has a shape of {_size(o.data.shape)}.", code="grad_shape_mismatch")
+            if g.data.dtype != o.data.dtype:
+                from .ops.shape import to
+                g = to(g, o.dtype)
+            out.append(g)
+        else:
+            raise TorchTypeError(f"gradients can be either Tensors or None, but got {type(g).__name__}",
+                                 code="invalid_gradient")
+    return out
+
+
+def _roots(tensors) -> tuple:
+    if isinstance(tensors, Tensor):
+        return (tensors,)
+    tensors = tuple(tensors)
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise TorchTypeError(f"expected Tensor as element 0 in argument 0, but got {type(t).__name__}",
+                                 code="invalid_argument")
+    return tensors
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool = False, inputs=None):
+    """``torch.autograd.backward``. Returns ``{tensor: contribution}`` for every tensor whose ``.grad`` this
+    pass wrote (leaves, retained non-leaves, non-leaf ``inputs``)."""
+    tensors = _roots(tensors)
+    if inputs is not None:
+        inputs = _roots(inputs)
+        if len(inputs) == 0:
+            raise TorchRuntimeError("`inputs` argument to `backward()` cannot be empty.", code="empty_inputs")
+    grads = _make_grads(tensors, _as_tuple(grad_tensors, len(tensors)))
+    if retain_graph is None:
+        retain_graph = create_graph
+    if create_graph:
+        warnings.warn(CREATE_GRAPH_WARNING, UserWarning, stacklevel=2)
+    return _run(tensors, grads, bool(retain_graph), bool(create_graph), inputs, accumulate=True)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bool = False,
+         allow_unused=None, materialize_grads: bool = False) -> tuple:
+    """``torch.autograd.grad``: returns a tuple (one entry per input) and never writes ``.grad``."""
+    if materialize_grads and allow_unused is False:
+        raise TorchValueError("Expected allow_unused to be True or not passed when materialize_grads=True, "
+                              "but got: allow_unused=False.", code="invalid_argument")
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    outputs = _roots(outputs)
+    inputs = _roots(inputs)
+    grads = _make_grads(outputs, _as_tuple(grad_outputs, len(outputs)))
+    if retain_graph is None:
+        retain_graph = create_graph
+    captured = _run(outputs, grads, bool(retain_graph), bool(create_graph), inputs, accumulate=False)
+    result = []
+    for i, (inp, g) in enumerate(zip(inputs, captured)):
+        if g is None:
+            if materialize_grads:
+                g = Tensor(np.zeros(inp.data.shape, inp.data.dtype))
+            elif not allow_unused:
+                raise TorchRuntimeError(
+                    f"The differentiated Tensor at index {i} appears to not have been used in the graph. "
+                    f"Set allow_unused=True if this is the desired behavior.", code="unused_input")
+        elif not create_graph and g.requires_grad:
+            g = Tensor(g.data)
+        result.append(g)
+    return tuple(result)
+
+
+def _topological(roots: list[Node]) -> list[Node]:
+    """Parents before children (Kahn's algorithm over the reachable graph)."""
+    deps: dict[Node, int] = {}
+    stack = list(roots)
+    seen = set(roots)
+    while stack:
+        n = stack.pop()
+        for c, _ in n.next_functions:
+            if c is None:
+                continue
+            deps[c] = deps.get(c, 0) + 1
+            if c not in seen:
+                seen.add(c)
+                stack.append(c)
+    order = []
+    ready = [r for r in dict.fromkeys(roots) if deps.get(r, 0) == 0]
+    while ready:
+        n = ready.pop()
+        order.append(n)
+        for c, _ in n.next_functions:
+            if c is None:
+                continue
+            d = deps[c] - 1
+            deps[c] = d
+            if d == 0:
+                ready.append(c)
+    return order
+
+
+def _apply(node: Node, grads: list) -> list:
+    """Run a node's VJP; un-broadcast and cast each result to its input's shape and dtype."""
+    prim = PRIMS[node.prim]
+    g = grads[0] if prim.n_outputs == 1 else grads
+    outs = prim.vjp(Ctx(node), g)
+    res = []
+    for (child, _), meta, o in zip(node.next_functions, node.input_meta, outs):
+        if child is None or o is None:
+            res.append(None)
+            continue
+        shape, dt = meta
+        if o.data.shape != shape:
+            from .ops.reduction import sum_to
+            o = sum_to(o, shape)
+        if o.data.dtype != dt:
+            from .ops.shape import to
+            o = to(o, dt)
+        res.append(o)
+    return res
+
+
+def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inputs, accumulate: bool):
+    root_edges = []
+    for i, t in enumerate(roots):
+        if not t.requires_grad:
+            raise NoGradFnError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+        root_edges.append(edge(t))
+    input_edges = None
+    if inputs is not None:
+        for t in inputs:
+            if not isinstance(t, Tensor):
+                raise TorchTypeError(f"expected Tensor in inputs, but got {type(t).__name__}",
+                                     code="invalid_argument")
+            if not t.requires_grad:
+                raise RequiresGradError("One of the differentiated Tensors does not require grad")
+        input_edges = [edge(t) for t in inputs]
+
+    root_nodes = [n for n, _ in root_edges]
+    order = _topological(root_nodes)
+
+    # which nodes run (needed) and which receive gradients (relevant)
+    if input_edges is None:
+        needed = set(order)
+        relevant = needed
+        captures: dict[Node, list] = {}
+    else:
+        targets = {n for n, _ in input_edges if n.prim == "AccumulateGrad"}
+        captures = {}
+        for idx, (n, nr) in enumerate(input_edges):
+            if n.prim != "AccumulateGrad":
+                captures.setdefault(n, []).append((idx, nr))
+        needed = set()
+        for n in reversed(order):
+            if n in targets or any(c in needed for c, _ in n.next_functions if c is not None):
+                needed.add(n)
+        relevant = needed | set(captures)
+
+    buffers: dict[Node, list] = {}
+    for (node, nr), g in zip(root_edges, grads):
+        buf = buffers.setdefault(node, [None] * node.n_outputs)
+        buf[nr] = g if buf[nr] is None else _add(buf[nr], g)
+
+    captured = [None] * (len(inputs) if inputs is not None else 0)
+    leaf_grads: list[tuple[Tensor, Tensor]] = []
+    retained: list[tuple[Tensor, Tensor]] = []
+    executed: list[Node] = []
+    with set_grad_enabled(create_graph):
+        for node in order:
+            if node not in relevant:
+                continue
+            buf = buffers.pop(node, None)
+            if buf is None:
+                continue
+            if node in captures:
+                for idx, nr in captures[node]:
+                    captured[idx] = buf[nr]
+                    if accumulate and buf[nr] is not None:
+                        retained.append((inputs[idx], buf[nr]))
+            if node.retained:
+                for nr, t in node.retained.items():
+                    if buf[nr] is not None and (inputs is None or t not in inputs):
+                        retained.append((t, buf[nr]))
+            if node.prim == "AccumulateGrad":
+                if buf[0] is None:
+                    continue
+                if accumulate:
+                    leaf_grads.append((node.variable, buf[0]))
+                else:
+                    for idx, (n, _) in enumerate(input_edges):
+                        if n is node:
+                            captured[idx] = buf[0]
+                continue
+            if node not in needed:
+                continue
+            outs = _apply(node, buf)
+            executed.append(node)
+            for (child, nr), g in zip(node.next_functions, outs):
+                if g is None or child not in relevant:
+                    continue
+                b = buffers.get(child)
+                if b is None:
+                    b = buffers[child] = [None] * child.n_outputs
+                b[nr] = g if b[nr] is None else _add(b[nr], g)
+
+    # commit: nothing above changed any tensor's state
+    contributions = {}
+    foreign = {id(g.data) for g in grads if g is not None}
+    claimed: set[int] = set()
+
+    def owned(g: Tensor) -> np.ndarray:
+        a = g.data
+        if id(a) in claimed or id(a) in foreign or not a.flags.owndata or not a.flags.writeable:
+            a = a.copy()
+        claimed.add(id(a))
+        return a
+
+    if accumulate:
+        for leaf, g in leaf_grads:
+            if g.data.dtype != leaf.data.dtype:
+                g = Tensor(g.data.astype(leaf.data.dtype), g.requires_grad, g.grad_fn, g.output_nr)
+            contributions[leaf] = g
+            _accumulate_leaf(leaf, g, create_graph, owned)
+        for t, g in retained:
+            contributions[t] = g
+            with set_grad_enabled(create_graph):
+                from .ops.shape import clone
+                t._grad = clone(g) if t._grad is None else _add(t._grad, g)
+            t.grad_accumulations += 1
+    if not retain_graph:
+        for node in executed:
+            node.release()
+    if accumulate:
+        return contributions
+    return captured
+
+
+def _add(a: Tensor, b: Tensor) -> Tensor:
+    from .ops.elementwise import add
+    return add(a, b)
+
+
+def _accumulate_leaf(leaf: Tensor, g: Tensor, create_graph: bool, owned) -> None:
+    """torch's AccumulateGrad: in place into the same ``.grad`` tensor, except under create_graph where
+    the first gradient is a CopyBackwards copy and later ones are ``old + new`` (a new tensor)."""
+    old = leaf._grad
+    if not create_graph:
+        if old is None:
+            leaf._grad = Tensor(owned(g))
+        else:
+            np.add(old.data, g.data, out=old.data, casting="unsafe")
+            old._vc[0] += 1
+    else:
+        if old is None:
+            new = Tensor(g.data.copy())
+            if g.requires_grad:
+                new.requires_grad = True
+                new.grad_fn = Node("CopyBackwards", "CopyBackwards", ((None, 0), edge(g)), None,
+                                   (None, (g.data.shape, g.data.dtype)))
+            leaf._grad = new
+        else:
+            with set_grad_enabled(True):
+                leaf._grad = _add(old, g)
+    leaf.grad_accumulations += 1

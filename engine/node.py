@@ -1,0 +1,118 @@
+"""Graph nodes (torch's ``grad_fn`` objects) and saved-value slots.
+
+A node is plain data: the torch class name (``MulBackward0``), the primitive whose VJP it runs, its
+``next_functions`` edges, the values it saved (tensor slots and plain attributes, named as torch names
+them without the ``_saved_`` prefix) and the shape/dtype of each input. No closures: the VJP is looked up
+in the primitive table by name, so a graph can be serialised and restored.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import GraphFreedError, VersionMismatchError, VERSION_HINT
+from .dtypes import LEGACY_NAMES
+
+_BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
+
+
+class SavedTensor:
+    """A tensor slot of a node: the tensor object, the version it had when saved, and whether it is the
+    node's own output. ``tensor is None`` once freed by a backward without ``retain_graph``."""
+
+    __slots__ = ("tensor", "version", "is_output", "shape", "dtype")
+
+    def __init__(self, tensor, is_output: bool = False):
+        self.tensor = tensor
+        self.version = tensor._vc[0]
+        self.is_output = is_output
+        self.shape = tensor.data.shape
+        self.dtype = tensor.dtype
+
+    @property
+    def freed(self) -> bool:
+        return self.tensor is None
+
+    def unpack(self, node: Node):
+        t = self.tensor
+        if t is None:
+            raise GraphFreedError()
+        if t._vc[0] != self.version:
+            raise VersionMismatchError(_version_message(t, self, node))
+        return t
+
+
+def _version_message(t, saved: SavedTensor, node: Node) -> str:
+    shape = "[" + ", ".join(str(s) for s in t.data.shape) + "]"
+    where = ""
+    producer = node if saved.is_output else t.grad_fn
+    if producer is not None:
+        where = f", which is output {t.output_nr} of {_BACKWARD_SUFFIX.sub('', producer.name)},"
+    return (f"one of the variables needed for gradient computation has been modified by an inplace "
+            f"operation: [torch.{LEGACY_NAMES[t.dtype]} {shape}]{where} is at version {t._vc[0]}; "
+            f"expected version {saved.version} instead. {VERSION_HINT}")
+
+
+class Node:
+    """A backward function. ``saved`` maps torch slot names (``self``, ``other``, ``result``, ``dim``) to
+    ``SavedTensor`` objects, ``None`` (slot not saved) or plain values."""
+
+    __slots__ = ("name", "prim", "next_functions", "saved", "input_meta", "n_outputs", "retained",
+                 "variable", "__weakref__")
+
+    def __init__(self, name: str, prim: str, next_functions: tuple, saved: dict | None = None,
+                 input_meta: tuple = (), n_outputs: int = 1):
+        self.name = name
+        self.prim = prim
+        self.next_functions = next_functions
+        self.saved = saved if saved is not None else {}
+        self.input_meta = input_meta      # per edge: (shape, dtype) of the input, or None
+        self.n_outputs = n_outputs
+        self.retained = None              # {output_nr: Tensor} for retain_grad() on this node's outputs
+        self.variable = None              # AccumulateGrad only: the leaf
+
+    def __repr__(self) -> str:
+        return f"<{self.name} object>"
+
+    # torch's grad_fn.name()
+    def name_(self) -> str:
+        return "torch::autograd::AccumulateGrad" if self.name == "AccumulateGrad" else self.name
+
+    def saved_tensor_slots(self) -> list[str]:
+        return [k for k, v in self.saved.items() if isinstance(v, SavedTensor)]
+
+    def holds_saved_tensors(self) -> bool:
+        return any(isinstance(v, SavedTensor) and v.tensor is not None for v in self.saved.values())
+
+    def release(self) -> None:
+        """Free saved tensors, as torch does after a backward without retain_graph."""
+        for v in self.saved.values():
+            if isinstance(v, SavedTensor):
+                v.tensor = None
+
+    def get_saved(self, slot: str):
+        """Read ``grad_fn._saved_<slot>`` as torch does: freed tensors raise the freed-graph error."""
+        v = self.saved[slot]
+        if isinstance(v, SavedTensor):
+            return v.unpack(self)
+        return v
+
+
+class Ctx:
+    """What a VJP sees: saved values by attribute (``ctx.self``) and which inputs need a gradient."""
+
+    __slots__ = ("node", "needs")
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.needs = tuple(e[0] is not None for e in node.next_functions)
+
+    def __getattr__(self, slot: str):
+        node = object.__getattribute__(self, "node")
+        try:
+            v = node.saved[slot]
+        except KeyError:
+            raise AttributeError(slot) from None
+        if isinstance(v, SavedTensor):
+            return v.unpack(node)
+        return v

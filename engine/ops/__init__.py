@@ -1,0 +1,20 @@
+"""Op families. Importing this package registers every op and primitive and binds Tensor methods."""
+
+from __future__ import annotations
+
+from ..registry import OPS
+from ..tensor import Tensor
+from . import creation, elementwise, inplace, linalg, nn, reduction, shape  # noqa: F401
+
+_NOT_METHODS = {"tensor"}
+
+
+def _bind_methods() -> None:
+    for name, spec in OPS.items():
+        if not spec.method or name in _NOT_METHODS:
+            continue
+        if name.startswith("__") or not hasattr(Tensor, name):
+            setattr(Tensor, name, spec.fn)
+
+
+_bind_methods()

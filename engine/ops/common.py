@@ -1,0 +1,135 @@
+"""Argument handling shared by the op families: dims, broadcasting, operand conversion."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import dtypes as D
+from ..errors import InvalidArgumentError, ShapeError, dim_out_of_range
+from ..grad_mode import check_numel
+from ..tensor import Tensor, wrapped_number
+
+NP = D.NP_DTYPES
+_F32 = NP[D.FLOAT32]
+
+
+def is_number(v) -> bool:
+    return isinstance(v, numbers.Number) and not isinstance(v, Tensor)
+
+
+def require_tensor(v, name: str = "self", op: str = "") -> Tensor:
+    if isinstance(v, Tensor):
+        return v
+    where = f"{op}(): " if op else ""
+    raise InvalidArgumentError(f"{where}argument '{name}' must be Tensor, not {type(v).__name__}")
+
+
+def wrap_dim(dim, ndim: int) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+        raise InvalidArgumentError(f"dim must be an int, not {type(dim).__name__}")
+    n = ndim if ndim > 0 else 1
+    if dim < -n or dim >= n:
+        raise dim_out_of_range(dim, ndim)
+    return int(dim) % n
+
+
+def wrap_dims(dims, ndim: int) -> tuple:
+    if isinstance(dims, (int, np.integer)):
+        dims = (dims,)
+    out = tuple(wrap_dim(d, ndim) for d in dims)
+    if len(set(out)) != len(out):
+        d = next(d for d in out if out.count(d) > 1)
+        raise ShapeError(f"dim {d} appears multiple times in the list of dims")
+    return out
+
+
+def broadcast_shapes(a: tuple, b: tuple) -> tuple:
+    """torch's infer_size with its message; the result size is checked against the element limit."""
+    if a == b:
+        return a
+    na, nb = len(a), len(b)
+    n = max(na, nb)
+    out = [0] * n
+    for i in range(n - 1, -1, -1):
+        off = n - 1 - i
+        da = a[na - 1 - off] if off < na else 1
+        db = b[nb - 1 - off] if off < nb else 1
+        if da != db and da != 1 and db != 1:
+            raise ShapeError(f"The size of tensor a ({da}) must match the size of tensor b ({db}) at "
+                             f"non-singleton dimension {i}")
+        out[i] = db if da == 1 else da
+    out = tuple(out)
+    check_numel(out)
+    return out
+
+
+def broadcast_all(*shapes) -> tuple:
+    out = ()
+    for s in shapes:
+        out = broadcast_shapes(out, s)
+    return out
+
+
+def binary_operands(a, b, dtype: str | None = None):
+    """Result dtype and numpy operands of a binary op over Tensors and Python numbers.
+
+    Follows torch.result_type; Python numbers are converted to the result dtype, as torch's
+    TensorIterator does with wrapped scalars (so ``f32 * 0.1`` multiplies by float32(0.1))."""
+    ta = isinstance(a, Tensor)
+    tb = isinstance(b, Tensor)
+    if ta and tb:
+        if dtype is None:
+            dtype = D.of_array(a.data) if a.data.dtype == b.data.dtype else D.result_type(a, b)
+        if a.data.shape != b.data.shape:
+            broadcast_shapes(a.data.shape, b.data.shape)
+    elif dtype is None:
+        if ta:
+            if not is_number(b):
+                raise InvalidArgumentError(f"expected a Tensor or a number, got {type(b).__name__}")
+        elif tb:
+            if not is_number(a):
+                raise InvalidArgumentError(f"expected a Tensor or a number, got {type(a).__name__}")
+        dtype = D.result_type(a, b)
+    npdt = NP[dtype]
+    if ta:
+        A = a.data if a.data.dtype == npdt else a.data.astype(npdt)
+    else:
+        A = npdt.type(a)
+    if tb:
+        B = b.data if b.data.dtype == npdt else b.data.astype(npdt)
+    else:
+        B = npdt.type(b)
+    return dtype, A, B
+
+
+def as_operand(v, dtype: str | None = None) -> Tensor:
+    """A Tensor for v: the tensor itself, or a Python number wrapped as torch wraps it."""
+    if isinstance(v, Tensor):
+        return v
+    if not is_number(v):
+        raise InvalidArgumentError(f"expected a Tensor or a number, got {type(v).__name__}")
+    return wrapped_number(v, dtype)
+
+
+def float_dtype(t: Tensor) -> str:
+    """Integer/bool inputs of ops such as exp and sqrt compute in the default float dtype."""
+    return D.of_array(t.data) if t.data.dtype.kind == "f" else D.DEFAULT_FLOAT
+
+
+def float_data(t: Tensor) -> np.ndarray:
+    return t.data if t.data.dtype.kind == "f" else t.data.astype(_F32)
+
+
+def shape_arg(size) -> tuple:
+    """Accept torch's size forms: f(2, 3), f((2, 3)), f([2, 3])."""
+    if len(size) == 1 and isinstance(size[0], (list, tuple)):
+        size = tuple(size[0])
+    out = []
+    for s in size:
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
+            raise InvalidArgumentError(f"size must be a sequence of ints, got {type(s).__name__}",
+                                       code="invalid_shape")
+        out.append(int(s))
+    return tuple(out)

@@ -1,0 +1,969 @@
+"""Elementwise ops: arithmetic, pow, unary math, activations, clamp/where/masked_fill/lerp, comparisons.
+
+Forward in numpy, VJP beside it in engine ops (so it is differentiable again). The VJP formulas follow
+PyTorch's derivatives.yaml / FunctionsManual.cpp, including the order of operations, so float32 results
+match torch's bit for bit where numpy's kernels do.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes as D
+from ..errors import InvalidArgumentError, TorchRuntimeError
+from ..registry import op, record, vjp
+from ..tensor import Tensor
+from .common import (NP, as_operand, binary_operands, broadcast_all, float_data, is_number, require_tensor)
+
+# ----- arithmetic ---------------------------------------------------------------------------------------
+
+
+def _alpha_ok(alpha, dtype: str):
+    if isinstance(alpha, float) and not D.is_floating(dtype):
+        raise TorchRuntimeError("For integral input tensors, argument alpha must not be a floating point number.",
+                                code="invalid_argument")
+
+
+@op("add", tensors=("self", "other"), grad_fns=("AddBackward0",), aliases=("__add__", "__radd__"))
+def add(self, other, alpha=1):
+    """torch.add(input, other, alpha=1): input + alpha * other."""
+    if not isinstance(self, Tensor):
+        self, other = other, self
+        if not isinstance(self, Tensor):
+            raise InvalidArgumentError("add(): expected at least one Tensor argument")
+    dtype, a, b = binary_operands(self, other)
+    if alpha != 1:
+        _alpha_ok(alpha, dtype)
+        out = a + NP[dtype].type(alpha) * b
+    else:
+        out = a + b
+    o = other if isinstance(other, Tensor) else None
+    return record("AddBackward0", out, (self, o), {"alpha": alpha})
+
+
+@vjp("AddBackward0", inputs=("self", "other"), saves=("alpha",))
+def _(ctx, grad):
+    alpha = ctx.alpha
+    return grad, (grad if alpha == 1 else grad * alpha)
+
+
+@op("sub", tensors=("self", "other"), grad_fns=("SubBackward0",), aliases=("subtract", "__sub__"))
+def sub(self, other, alpha=1):
+    """torch.sub(input, other, alpha=1): input - alpha * other."""
+    if not isinstance(self, Tensor):
+        return rsub(require_tensor(other, "other", "sub"), self, alpha)
+    dtype, a, b = binary_operands(self, other)
+    if dtype == D.BOOL:
+        raise TorchRuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                                "Use the `^` or `logical_xor()` operator instead.", code="invalid_dtype")
+    if alpha != 1:
+        _alpha_ok(alpha, dtype)
+        out = a - NP[dtype].type(alpha) * b
+    else:
+        out = a - b
+    o = other if isinstance(other, Tensor) else None
+    return record("SubBackward0", out, (self, o), {"alpha": alpha})
+
+
+@vjp("SubBackward0", inputs=("self", "other"), saves=("alpha",))
+def _(ctx, grad):
+    alpha = ctx.alpha
+    return grad, (-grad if alpha == 1 else -grad * alpha)
+
+
+@op("rsub", tensors=("self", "other"), grad_fns=("RsubBackward0", "RsubBackward1"), aliases=("__rsub__",))
+def rsub(self, other, alpha=1):
+    """torch.rsub(input, other, alpha=1): other - alpha * input (``2 - x``)."""
+    self = require_tensor(self, "self", "rsub")
+    dtype, a, b = binary_operands(self, other)
+    out = b - (NP[dtype].type(alpha) * a if alpha != 1 else a)
+    if isinstance(other, Tensor):
+        return record("RsubBackward0", out, (self, other), {"alpha": alpha})
+    return record("RsubBackward1", out, (self,), {"alpha": alpha})
+
+
+@vjp("RsubBackward0", inputs=("self", "other"), saves=("alpha",))
+def _(ctx, grad):
+    alpha = ctx.alpha
+    return (-grad if alpha == 1 else -grad * alpha), grad
+
+
+@vjp("RsubBackward1", inputs=("self",), saves=("alpha",))
+def _(ctx, grad):
+    alpha = ctx.alpha
+    return (-grad if alpha == 1 else -grad * alpha),
+
+
+@op("mul", tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("multiply", "__mul__", "__rmul__"))
+def mul(self, other):
+    """torch.mul(input, other). A Python number is saved as a wrapped 0-d tensor, as torch does."""
+    if not isinstance(self, Tensor):
+        self, other = other, self
+        if not isinstance(self, Tensor):
+            raise InvalidArgumentError("mul(): expected at least one Tensor argument")
+    dtype, a, b = binary_operands(self, other)
+    out = a * b if dtype != D.BOOL else np.logical_and(a, b)
+    if isinstance(other, Tensor):
+        return record("MulBackward0", out, (self, other), {"self": self, "other": other})
+    if not self.requires_grad:
+        return Tensor(out)
+    return record("MulBackward0", out, (self, None), {"self": self, "other": as_operand(other)})
+
+
+@vjp("MulBackward0", inputs=("self", "other"), saves={"self": ("other",), "other": ("self",)})
+def _(ctx, grad):
+    n = ctx.needs
+    return (grad * ctx.other if n[0] else None), (grad * ctx.self if n[1] else None)
+
+
+_ROUNDING = (None, "trunc", "floor")
+
+
+@op("div", tensors=("self", "other"), grad_fns=("DivBackward0", "DivBackward2", "MulBackward0"),
+    aliases=("divide", "true_divide", "__truediv__"))
+def div(self, other, rounding_mode=None):
+    """torch.div(input, other, rounding_mode=None); ``2 / p`` is reciprocal(p) * 2 as in torch."""
+    if rounding_mode not in _ROUNDING:
+        raise TorchRuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                                f"'{rounding_mode}'", code="invalid_argument")
+    if not isinstance(self, Tensor):
+        other = require_tensor(other, "other", "div")
+        if rounding_mode is None:
+            return mul(reciprocal(other), self)
+        self = as_operand(self)
+    dtype = D.result_type(self, other)
+    if rounding_mode is None and not D.is_floating(dtype):
+        dtype = D.DEFAULT_FLOAT
+    dtype, a, b = binary_operands(self, other, dtype)
+    if rounding_mode is None:
+        out = a / b
+    elif D.is_floating(dtype):
+        out = np.floor(a / b) if rounding_mode == "floor" else np.trunc(a / b)
+        out = out.astype(NP[dtype], copy=False)
+    else:
+        if np.any(np.asarray(b) == 0):
+            raise TorchRuntimeError("ZeroDivisionError", code="zero_division")
+        out = np.floor_divide(a, b) if rounding_mode == "floor" else np.trunc(np.true_divide(a, b)).astype(NP[dtype])
+    o = other if isinstance(other, Tensor) else as_operand(other)
+    edge_other = other if isinstance(other, Tensor) else None
+    if rounding_mode is None:
+        return record("DivBackward0", np.asarray(out), (self, edge_other), {"self": self, "other": o})
+    return record("DivBackward2", np.asarray(out), (self, edge_other),
+                  {"self": None, "other": o, "rounding_mode": rounding_mode})
+
+
+@vjp("DivBackward0", inputs=("self", "other"), saves={"self": ("other",), "other": ("self", "other")})
+def _(ctx, grad):
+    n = ctx.needs
+    other = ctx.other
+    g_self = grad / other if n[0] else None
+    g_other = -grad * ((ctx.self / other) / other) if n[1] else None
+    return g_self, g_other
+
+
+@vjp("DivBackward2", inputs=("self", "other"), saves=("self", "other", "rounding_mode"))
+def _(ctx, grad):
+    n = ctx.needs
+    z = zeros_like(grad)
+    return (z if n[0] else None), (z if n[1] else None)
+
+
+@op("floor_divide", tensors=("self", "other"), grad_fns=("DivBackward2",), aliases=("__floordiv__",))
+def floor_divide(self, other):
+    """torch.floor_divide(input, other) (``a // b``)."""
+    return div(self, other, rounding_mode="floor")
+
+
+@op("rtruediv", tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("__rtruediv__",), method=False)
+def rtruediv(self, other):
+    """``other / self`` for a number other: reciprocal(self) * other."""
+    return mul(reciprocal(self), other)
+
+
+def _pow_dtype_check(dtype, exponent):
+    if not D.is_floating(dtype) and is_number(exponent) and exponent < 0:
+        raise TorchRuntimeError("Integers to negative integer powers are not allowed.", code="invalid_argument")
+
+
+@op("pow", tensors=("self", "exponent"), grad_fns=("PowBackward0", "PowBackward1", "PowBackward2"),
+    aliases=("__pow__", "float_power_"))
+def pow(self, exponent):
+    """torch.pow(input, exponent): tensor**number (PowBackward0), tensor**tensor (PowBackward1),
+    number**tensor (PowBackward2)."""
+    if isinstance(self, Tensor) and not isinstance(exponent, Tensor):
+        if not is_number(exponent):
+            raise InvalidArgumentError(f"pow(): exponent must be a Tensor or a number, got {type(exponent).__name__}")
+        dtype, a, b = binary_operands(self, exponent)
+        _pow_dtype_check(dtype, exponent)
+        out = np.power(a, b)
+        return record("PowBackward0", out, (self,), {"self": self, "exponent": exponent})
+    if isinstance(self, Tensor):
+        dtype, a, b = binary_operands(self, exponent)
+        out = np.power(a, b)
+        return record("PowBackward1", out, (self, exponent),
+                      {"self": self, "exponent": exponent, "result": "result"})
+    exponent = require_tensor(exponent, "exponent", "pow")
+    if not is_number(self):
+        raise InvalidArgumentError(f"pow(): base must be a Tensor or a number, got {type(self).__name__}")
+    dtype, a, b = binary_operands(self, exponent)
+    out = np.power(a, b)
+    return record("PowBackward2", np.asarray(out), (exponent,),
+                  {"self": self, "exponent": exponent, "result": "result"})
+
+
+@op("rpow", tensors=("self", "other"), grad_fns=("PowBackward2",), aliases=("__rpow__",), method=False)
+def rpow(self, other):
+    """``other ** self`` for a number other."""
+    return pow(other, self)
+
+
+@vjp("PowBackward0", inputs=("self",), saves=("self", "exponent"))
+def _(ctx, grad):
+    exponent = ctx.exponent
+    if exponent == 0:
+        return zeros_like(ctx.self),
+    e = float(exponent)
+    return grad * (e * pow(ctx.self, e - 1)),
+
+
+@vjp("PowBackward1", inputs=("self", "exponent"), saves=("self", "exponent", "result"))
+def _(ctx, grad):
+    n = ctx.needs
+    self, exponent = ctx.self, ctx.exponent
+    g_self = g_exp = None
+    if n[0]:
+        g_self = where(eq(exponent, 0.0), 0.0, grad * (exponent * pow(self, exponent - 1)))
+    if n[1]:
+        cond = logical_and(eq(self, 0), ge(exponent, 0))
+        g_exp = grad * where(cond, 0.0, ctx.result * log(self))
+    return g_self, g_exp
+
+
+@vjp("PowBackward2", inputs=("exponent",), saves=("self", "exponent", "result"))
+def _(ctx, grad):
+    base = ctx.self
+    if base == 0:
+        return grad * where(ge(ctx.exponent, 0), 0.0, ctx.result * _scalar_log(base)),
+    return grad * (ctx.result * _scalar_log(base)),
+
+
+def _scalar_log(v):
+    return math.log(v) if v > 0 else (-math.inf if v == 0 else math.nan)
+
+
+@op("square", tensors=("self",), grad_fns=("PowBackward0",))
+def square(self):
+    """torch.square(input): input ** 2 (PowBackward0)."""
+    return pow(self, 2)
+
+
+# ----- unary math -----------------------------------------------------------------------------------
+
+
+def _unary(prim: str, fn, self: Tensor, save: str | None, **extra):
+    self = require_tensor(self)
+    out = fn(float_data(self))
+    saved = dict(extra)
+    if save == "self":
+        saved["self"] = self
+    elif save == "result":
+        saved["result"] = "result"
+    return record(prim, out, (self,), saved)
+
+
+@op("neg", tensors=("self",), grad_fns=("NegBackward0",), aliases=("negative", "__neg__"))
+def neg(self):
+    """torch.neg(input)."""
+    self = require_tensor(self)
+    if self.data.dtype == np.bool_:
+        raise TorchRuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+                                "to invert a mask, use the `~` or `logical_not()` operator instead.",
+                                code="invalid_dtype")
+    return record("NegBackward0", np.negative(self.data), (self,))
+
+
+@vjp("NegBackward0", inputs=("self",))
+def _(ctx, grad):
+    return neg(grad),
+
+
+@op("reciprocal", tensors=("self",), grad_fns=("ReciprocalBackward0",))
+def reciprocal(self):
+    """torch.reciprocal(input); saves its result."""
+    return _unary("ReciprocalBackward0", np.reciprocal, self, "result")
+
+
+@vjp("ReciprocalBackward0", inputs=("self",), saves=("result",))
+def _(ctx, grad):
+    r = ctx.result
+    return -grad * (r * r),
+
+
+@op("exp", tensors=("self",), grad_fns=("ExpBackward0",))
+def exp(self):
+    """torch.exp(input); saves its result."""
+    return _unary("ExpBackward0", np.exp, self, "result")
+
+
+@vjp("ExpBackward0", inputs=("self",), saves=("result",))
+def _(ctx, grad):
+    return grad * ctx.result,
+
+
+@op("expm1", tensors=("self",), grad_fns=("Expm1Backward0",))
+def expm1(self):
+    """torch.expm1(input); saves its result."""
+    return _unary("Expm1Backward0", np.expm1, self, "result")
+
+
+@vjp("Expm1Backward0", inputs=("self",), saves=("result",))
+def _(ctx, grad):
+    return grad * (ctx.result + 1),
+
+
+@op("log", tensors=("self",), grad_fns=("LogBackward0",))
+def log(self):
+    """torch.log(input); saves its input."""
+    return _unary("LogBackward0", np.log, self, "self")
+
+
+@vjp("LogBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    return grad / ctx.self,
+
+
+@op("log1p", tensors=("self",), grad_fns=("Log1PBackward0",))
+def log1p(self):
+    """torch.log1p(input); saves its input."""
+    return _unary("Log1PBackward0", np.log1p, self, "self")
+
+
+@vjp("Log1PBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    return grad / (ctx.self + 1),
+
+
+@op("sqrt", tensors=("self",), grad_fns=("SqrtBackward0",))
+def sqrt(self):
+    """torch.sqrt(input); saves its result."""
+    return _unary("SqrtBackward0", np.sqrt, self, "result")
+
+
+@vjp("SqrtBackward0", inputs=("self",), saves=("result",))
+def _(ctx, grad):
+    return grad / (2 * ctx.result),
+
+
+def _np_rsqrt(x):
+    return np.reciprocal(np.sqrt(x))
+
+
+@op("rsqrt", tensors=("self",), grad_fns=("RsqrtBackward0",))
+def rsqrt(self):
+    """torch.rsqrt(input); saves its result."""
+    return _unary("RsqrtBackward0", _np_rsqrt, self, "result")
+
+
+@vjp("RsqrtBackward0", inputs=("self",), saves=("result",))
+def _(ctx, grad):
+    return -0.5 * grad * pow(ctx.result, 3),
+
+
+@op("abs", tensors=("self",), grad_fns=("AbsBackward0",), aliases=("absolute", "__abs__"))
+def abs(self):
+    """torch.abs(input); abs'(0) = 0."""
+    self = require_tensor(self)
+    return record("AbsBackward0", np.abs(self.data), (self,), {"self": self})
+
+
+@vjp("AbsBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    return grad * sign(ctx.self),
+
+
+@op("sign", tensors=("self",), grad_fns=("SignBackward0",))
+def sign(self):
+    """torch.sign(input); zero gradient."""
+    self = require_tensor(self)
+    return record("SignBackward0", np.sign(self.data), (self,))
+
+
+@vjp("SignBackward0", inputs=("self",))
+def _(ctx, grad):
+    return zeros_like(grad),
+
+
+@op("sin", tensors=("self",), grad_fns=("SinBackward0",))
+def sin(self):
+    """torch.sin(input); saves its input."""
+    return _unary("SinBackward0", np.sin, self, "self")
+
+
+@vjp("SinBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    return grad * cos(ctx.self),
+
+
+@op("cos", tensors=("self",), grad_fns=("CosBackward0",))
+def cos(self):
+    """torch.cos(input); saves its input."""
+    return _unary("CosBackward0", np.cos, self, "self")
+
+
+@vjp("CosBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    return grad * -sin(ctx.self),
+
+
+@op("tan", tensors=("self",), grad_fns=("TanBackward0",))
+def tan(self):
+    """torch.tan(input); saves its result."""
+    return _unary("TanBackward0", np.tan, self, "result")
+
+
+@vjp("TanBackward0", inputs=("self",), saves=("result",))
+def _(ctx, grad):
+    return grad * (1 + pow(ctx.result, 2)),
+
+
+@op("tanh", tensors=("self",), grad_fns=("TanhBackward0",))
+def tanh(self):
+    """torch.tanh(input); saves its result."""
+    return _unary("TanhBackward0", np.tanh, self, "result")
+
+
+@vjp("TanhBackward0", inputs=("self",), saves=("result",))
+def _(ctx, grad):
+    r = ctx.result
+    return grad * (1 - r * r),
+
+
+def _np_sigmoid(x):
+    # numerically stable for large |x|; float32 in, float32 out
+    with np.errstate(over="ignore"):
+        return np.reciprocal(1 + np.exp(-x))
+
+
+@op("sigmoid", tensors=("self",), grad_fns=("SigmoidBackward0",))
+def sigmoid(self):
+    """torch.sigmoid(input); saves its result."""
+    return _unary("SigmoidBackward0", _np_sigmoid, self, "result")
+
+
+@vjp("SigmoidBackward0", inputs=("self",), saves=("result",))
+def _(ctx, grad):
+    r = ctx.result
+    return grad * (1 - r) * r,
+
+
+@op("relu", tensors=("self",), grad_fns=("ReluBackward0",))
+def relu(self):
+    """torch.relu(input); saves its result; relu'(0) = 0."""
+    self = require_tensor(self)
+    return record("ReluBackward0", np.maximum(self.data, self.data.dtype.type(0)), (self,),
+                  {"result": "result"})
+
+
+@vjp("ReluBackward0", inputs=("self",), saves=("result",))
+def _(ctx, grad):
+    return where(le(ctx.result, 0), 0.0, grad),
+
+
+@op("leaky_relu", tensors=("self",), grad_fns=("LeakyReluBackward0",))
+def leaky_relu(self, negative_slope=0.01):
+    """F.leaky_relu(input, negative_slope=0.01); leaky_relu'(0) = negative_slope."""
+    self = require_tensor(self)
+    x = float_data(self)
+    out = np.where(x > 0, x, x * x.dtype.type(negative_slope))
+    return record("LeakyReluBackward0", out, (self,), {"negative_slope": negative_slope, "self": self})
+
+
+@vjp("LeakyReluBackward0", inputs=("self",), saves=("negative_slope", "self"))
+def _(ctx, grad):
+    return where(gt(ctx.self, 0), grad, grad * ctx.negative_slope),
+
+
+@op("elu", tensors=("self",), grad_fns=("EluBackward0",))
+def elu(self, alpha=1.0):
+    """F.elu(input, alpha=1.0)."""
+    self = require_tensor(self)
+    x = float_data(self)
+    a = x.dtype.type(alpha)
+    with np.errstate(over="ignore"):
+        out = np.where(x > 0, x, a * np.expm1(x))
+    return record("EluBackward0", out, (self,),
+                  {"alpha": alpha, "scale": 1, "input_scale": 1, "self": self})
+
+
+@vjp("EluBackward0", inputs=("self",), saves=("alpha", "scale", "input_scale", "self"))
+def _(ctx, grad):
+    x = ctx.self
+    return where(le(x, 0), grad * (ctx.alpha * exp(x)), grad),
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    try:
+        from scipy.special import erf  # noqa: PLC0415  (optional, more accurate)
+        return erf(x).astype(x.dtype, copy=False)
+    except ImportError:
+        return _erf_np(x)
+
+
+def _erf_np(x: np.ndarray) -> np.ndarray:
+    # vectorised math.erf: exact to double precision, fine for float32 results
+    return np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64)).astype(x.dtype, copy=False)
+
+
+@op("erf", tensors=("self",), grad_fns=("ErfBackward0",))
+def erf(self):
+    """torch.erf(input)."""
+    return _unary("ErfBackward0", _erf, self, "self")
+
+
+@vjp("ErfBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    x = ctx.self
+    return grad * (2.0 / math.sqrt(math.pi) * exp(-(x * x))),
+
+
+@op("gelu", tensors=("self",), grad_fns=("GeluBackward0",))
+def gelu(self, approximate="none"):
+    """F.gelu(input, approximate='none'|'tanh')."""
+    self = require_tensor(self)
+    if approximate not in ("none", "tanh"):
+        raise TorchRuntimeError(f"approximate argument must be either none or tanh.", code="invalid_argument")
+    x = float_data(self)
+    t = x.dtype.type
+    if approximate == "tanh":
+        inner = t(_SQRT_2_OVER_PI) * (x + t(0.044715) * x * x * x)
+        out = t(0.5) * x * (t(1) + np.tanh(inner))
+    else:
+        out = x * t(0.5) * (t(1) + _erf(x * t(_INV_SQRT_2)))
+    return record("GeluBackward0", out.astype(x.dtype, copy=False), (self,),
+                  {"approximate": approximate, "self": self})
+
+
+@vjp("GeluBackward0", inputs=("self",), saves=("approximate", "self"))
+def _(ctx, grad):
+    x = ctx.self
+    if ctx.approximate == "tanh":
+        x_sq = x * x
+        x_cube = x_sq * x
+        inner = _SQRT_2_OVER_PI * (x + 0.044715 * x_cube)
+        tanh_inner = tanh(inner)
+        left = 0.5 * x
+        right = 1 + tanh_inner
+        left_derivative = 0.5 * right
+        right_derivative = left * (1 - tanh_inner * tanh_inner) * (_SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x_sq))
+        return grad * (left_derivative + right_derivative),
+    cdf = 0.5 * (1 + erf(x * _INV_SQRT_2))
+    pdf = exp(-0.5 * x * x) * _INV_SQRT_2PI
+    return grad * (cdf + x * pdf),
+
+
+@op("silu", tensors=("self",), grad_fns=("SiluBackward0",))
+def silu(self):
+    """F.silu(input) = input * sigmoid(input)."""
+    self = require_tensor(self)
+    x = float_data(self)
+    return record("SiluBackward0", x * _np_sigmoid(x), (self,), {"self": self})
+
+
+@vjp("SiluBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    x = ctx.self
+    s = sigmoid(x)
+    return grad * (s * (1 + x * (1 - s))),
+
+
+@op("softplus", tensors=("self",), grad_fns=("SoftplusBackward0",))
+def softplus(self, beta=1, threshold=20):
+    """F.softplus(input, beta=1, threshold=20)."""
+    self = require_tensor(self)
+    x = float_data(self)
+    t = x.dtype.type
+    bx = x * t(beta)
+    with np.errstate(over="ignore"):
+        out = np.where(bx > t(threshold), x, np.log1p(np.exp(bx)) / t(beta))
+    return record("SoftplusBackward0", out.astype(x.dtype, copy=False), (self,),
+                  {"beta": beta, "self": self, "threshold": threshold})
+
+
+@vjp("SoftplusBackward0", inputs=("self",), saves=("beta", "self", "threshold"))
+def _(ctx, grad):
+    x = ctx.self
+    bx = x * ctx.beta
+    z = exp(bx)
+    return where(gt(bx, ctx.threshold), grad, grad * z / (z + 1)),
+
+
+@op("hardtanh", tensors=("self",), grad_fns=("HardtanhBackward0",))
+def hardtanh(self, min_val=-1.0, max_val=1.0):
+    """F.hardtanh(input, min_val=-1.0, max_val=1.0)."""
+    self = require_tensor(self)
+    x = float_data(self)
+    out = np.clip(x, x.dtype.type(min_val), x.dtype.type(max_val))
+    return record("HardtanhBackward0", out, (self,), {"max_val": max_val, "min_val": min_val, "self": self})
+
+
+@vjp("HardtanhBackward0", inputs=("self",), saves=("max_val", "min_val", "self"))
+def _(ctx, grad):
+    x = ctx.self
+    return where(logical_or(le(x, ctx.min_val), ge(x, ctx.max_val)), 0.0, grad),
+
+
+@op("logsigmoid", tensors=("self",), grad_fns=("LogSigmoidBackward0",))
+def logsigmoid(self):
+    """F.logsigmoid(input); saves input and a buffer like torch's CPU kernel."""
+    self = require_tensor(self)
+    x = float_data(self)
+    t = x.dtype.type
+    # torch: min(x, 0) - log1p(exp(-|x|)); buffer = exp(-|x|)
+    buf = np.exp(-np.abs(x))
+    out = np.minimum(x, t(0)) - np.log1p(buf)
+    return record("LogSigmoidBackward0", out.astype(x.dtype, copy=False), (self,),
+                  {"buffer": Tensor(buf.astype(x.dtype, copy=False)), "self": self})
+
+
+@vjp("LogSigmoidBackward0", inputs=("self",), saves=("buffer", "self"))
+def _(ctx, grad):
+    x = ctx.self
+    # d/dx logsigmoid(x) = 1 - sigmoid(x) = sigmoid(-x)
+    return grad * sigmoid(-x),
+
+
+# ----- clamp, maximum, where, masked_fill, lerp --------------------------------------------------------
+
+
+@op("clamp", tensors=("self", "min", "max"), grad_fns=("ClampBackward1", "ClampBackward0"), aliases=("clip",))
+def clamp(self, min=None, max=None):
+    """torch.clamp(input, min=None, max=None): number bounds -> ClampBackward1, tensor bounds ->
+    ClampBackward0. The boundary counts as inside (gradient passes)."""
+    self = require_tensor(self)
+    if min is None and max is None:
+        raise TorchRuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None",
+                                code="invalid_argument")
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
+        lo = as_operand(min) if min is not None else None
+        hi = as_operand(max) if max is not None else None
+        dtype = D.result_type(self, lo, hi)
+        x = self.data.astype(NP[dtype], copy=False)
+        out = x
+        if lo is not None:
+            broadcast_all(self.shape, lo.shape)
+            out = np.maximum(out, lo.data.astype(NP[dtype], copy=False))
+        if hi is not None:
+            broadcast_all(self.shape, hi.shape)
+            out = np.minimum(out, hi.data.astype(NP[dtype], copy=False))
+        out = np.array(out, copy=True) if out is x else out
+        return record("ClampBackward0", out, (self, min if isinstance(min, Tensor) else None,
+                                              max if isinstance(max, Tensor) else None),
+                      {"max": max if isinstance(max, Tensor) else None,
+                       "min": min if isinstance(min, Tensor) else None, "self": self})
+    dtype = D.result_type(self, *(v for v in (min, max) if v is not None))
+    x = self.data.astype(NP[dtype], copy=False)
+    t = NP[dtype].type
+    out = np.clip(x, t(min) if min is not None else None, t(max) if max is not None else None)
+    return record("ClampBackward1", out, (self,), {"max": max, "min": min, "self": self})
+
+
+@vjp("ClampBackward1", inputs=("self",), saves=("max", "min", "self"))
+def _(ctx, grad):
+    x = ctx.self
+    lo, hi = ctx.min, ctx.max
+    if lo is not None and hi is not None:
+        mask = logical_and(ge(x, lo), le(x, hi))
+    elif lo is not None:
+        mask = ge(x, lo)
+    else:
+        mask = le(x, hi)
+    return where(mask, grad, 0.0),
+
+
+@vjp("ClampBackward0", inputs=("self", "min", "max"), saves=("max", "min", "self"))
+def _(ctx, grad):
+    n = ctx.needs
+    x, lo, hi = ctx.self, ctx.min, ctx.max
+    mask_lo = ge(x, lo) if lo is not None else None
+    mask_hi = le(x, hi) if hi is not None else None
+    if mask_lo is not None and mask_hi is not None:
+        inside = logical_and(mask_lo, mask_hi)
+    else:
+        inside = mask_lo if mask_lo is not None else mask_hi
+    g_self = where(inside, grad, 0.0) if n[0] else None
+    g_min = where(logical_not(mask_lo), grad, 0.0) if n[1] and lo is not None else None
+    g_max = None
+    if n[2] and hi is not None:
+        above = logical_not(mask_hi)
+        if mask_lo is not None:
+            above = logical_and(above, mask_lo)
+        g_max = where(above, grad, 0.0)
+    return g_self, g_min, g_max
+
+
+@op("clamp_min", tensors=("self",), grad_fns=("ClampMinBackward0",))
+def clamp_min(self, min):
+    """torch.clamp_min(input, min) with a number bound."""
+    self = require_tensor(self)
+    if isinstance(min, Tensor):
+        return clamp(self, min=min)
+    dtype = D.result_type(self, min)
+    x = self.data.astype(NP[dtype], copy=False)
+    return record("ClampMinBackward0", np.maximum(x, NP[dtype].type(min)), (self,), {"min": min, "self": self})
+
+
+@vjp("ClampMinBackward0", inputs=("self",), saves=("min", "self"))
+def _(ctx, grad):
+    return where(ge(ctx.self, ctx.min), grad, 0.0),
+
+
+@op("clamp_max", tensors=("self",), grad_fns=("ClampMaxBackward0",))
+def clamp_max(self, max):
+    """torch.clamp_max(input, max) with a number bound."""
+    self = require_tensor(self)
+    if isinstance(max, Tensor):
+        return clamp(self, max=max)
+    dtype = D.result_type(self, max)
+    x = self.data.astype(NP[dtype], copy=False)
+    return record("ClampMaxBackward0", np.minimum(x, NP[dtype].type(max)), (self,), {"max": max, "self": self})
+
+
+@vjp("ClampMaxBackward0", inputs=("self",), saves=("max", "self"))
+def _(ctx, grad):
+    return where(le(ctx.self, ctx.max), grad, 0.0),
+
+
+def _binary_tensors(name, self, other):
+    self = require_tensor(self, "self", name)
+    other = require_tensor(other, "other", name)
+    return self, other
+
+
+@op("maximum", tensors=("self", "other"), grad_fns=("MaximumBackward0",))
+def maximum(self, other):
+    """torch.maximum(input, other); ties split the gradient 0.5/0.5."""
+    self, other = _binary_tensors("maximum", self, other)
+    dtype, a, b = binary_operands(self, other)
+    return record("MaximumBackward0", np.maximum(a, b), (self, other), {"other": other, "self": self})
+
+
+@vjp("MaximumBackward0", inputs=("self", "other"), saves=("other", "self"))
+def _(ctx, grad):
+    n = ctx.needs
+    s, o = ctx.self, ctx.other
+    half = where(eq(s, o), grad / 2, grad)
+    return (masked_fill(half, lt(s, o), 0) if n[0] else None), (masked_fill(half, gt(s, o), 0) if n[1] else None)
+
+
+@op("minimum", tensors=("self", "other"), grad_fns=("MinimumBackward0",))
+def minimum(self, other):
+    """torch.minimum(input, other); ties split the gradient 0.5/0.5."""
+    self, other = _binary_tensors("minimum", self, other)
+    dtype, a, b = binary_operands(self, other)
+    return record("MinimumBackward0", np.minimum(a, b), (self, other), {"other": other, "self": self})
+
+
+@vjp("MinimumBackward0", inputs=("self", "other"), saves=("other", "self"))
+def _(ctx, grad):
+    n = ctx.needs
+    s, o = ctx.self, ctx.other
+    half = where(eq(s, o), grad / 2, grad)
+    return (masked_fill(half, gt(s, o), 0) if n[0] else None), (masked_fill(half, lt(s, o), 0) if n[1] else None)
+
+
+@op("where", tensors=("condition", "self", "other"), grad_fns=("WhereBackward0",))
+def where(condition, self, other):
+    """torch.where(condition, input, other); numbers allowed for input/other."""
+    condition = require_tensor(condition, "condition", "where")
+    if condition.data.dtype != np.bool_:
+        raise TorchRuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
+                                f"{D.SCALAR_TYPE_NAMES[condition.dtype]}", code="invalid_dtype")
+    if not isinstance(self, Tensor) and not isinstance(other, Tensor):
+        raise InvalidArgumentError("where(): expected at least one of input and other to be a Tensor")
+    a = self if isinstance(self, Tensor) else None
+    b = other if isinstance(other, Tensor) else None
+    dtype = D.result_type(self, other)
+    shapes = [condition.shape] + [t.shape for t in (a, b) if t is not None]
+    broadcast_all(*shapes)
+    npdt = NP[dtype]
+    A = a.data.astype(npdt, copy=False) if a is not None else npdt.type(self)
+    B = b.data.astype(npdt, copy=False) if b is not None else npdt.type(other)
+    out = np.where(condition.data, A, B)
+    return record("WhereBackward0", np.asarray(out, dtype=npdt), (a, b), {"condition": condition})
+
+
+@vjp("WhereBackward0", inputs=("self", "other"), saves=("condition",))
+def _(ctx, grad):
+    n = ctx.needs
+    c = ctx.condition
+    return (where(c, grad, 0.0) if n[0] else None), (where(c, 0.0, grad) if n[1] else None)
+
+
+@op("masked_fill", tensors=("self", "mask"), grad_fns=("MaskedFillBackward0",))
+def masked_fill(self, mask, value):
+    """Tensor.masked_fill(mask, value) with a number value."""
+    self = require_tensor(self)
+    mask = require_tensor(mask, "mask", "masked_fill")
+    if mask.data.dtype != np.bool_:
+        raise TorchRuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
+                                f"{D.C_NAMES[mask.dtype]}", code="invalid_dtype")
+    if isinstance(value, Tensor):
+        if value.data.ndim != 0:
+            raise TorchRuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor "
+                                    f"with {value.data.ndim} dimension(s).", code="invalid_argument")
+        value = value.item()
+    if not is_number(value):
+        raise InvalidArgumentError(f"masked_fill(): value must be a number, got {type(value).__name__}")
+    if D.scalar_dtype(value) == D.FLOAT32 and not D.is_floating(self.dtype):
+        raise TorchRuntimeError(f"value cannot be converted to type {D.C_NAMES[self.dtype]} without overflow",
+                                code="invalid_argument")
+    shape = broadcast_all(self.shape, mask.shape)
+    if shape != self.shape:
+        raise TorchRuntimeError(f"masked_fill: the shape of the mask {list(mask.shape)} must be broadcastable "
+                                f"to the shape of self {list(self.shape)}", code="shape_mismatch")
+    out = np.where(mask.data, self.data.dtype.type(value), self.data)
+    return record("MaskedFillBackward0", out, (self,), {"mask": mask})
+
+
+@vjp("MaskedFillBackward0", inputs=("self",), saves=("mask",))
+def _(ctx, grad):
+    return masked_fill(grad, ctx.mask, 0),
+
+
+@op("lerp", tensors=("self", "end", "weight"), grad_fns=("LerpBackward0", "LerpBackward1"))
+def lerp(self, end, weight):
+    """torch.lerp(input, end, weight): input + weight * (end - input)."""
+    self = require_tensor(self)
+    end = require_tensor(end, "end", "lerp")
+    dtype, a, b = binary_operands(self, end)
+    if isinstance(weight, Tensor):
+        w = weight.data.astype(NP[dtype], copy=False)
+        broadcast_all(self.shape, end.shape, weight.shape)
+        out = a + w * (b - a)
+        return record("LerpBackward1", out, (self, end, weight), {"end": end, "self": self, "weight": weight})
+    w = NP[dtype].type(weight)
+    # torch's CPU kernel: weight < 0.5 ? self + weight * diff : end - diff * (1 - weight)
+    diff = b - a
+    out = a + w * diff if abs(float(weight)) < 0.5 else b - diff * (NP[dtype].type(1) - w)
+    return record("LerpBackward0", np.asarray(out), (self, end), {"weight": weight})
+
+
+@vjp("LerpBackward0", inputs=("self", "end"), saves=("weight",))
+def _(ctx, grad):
+    w = ctx.weight
+    n = ctx.needs
+    return (grad * (1 - w) if n[0] else None), (grad * w if n[1] else None)
+
+
+@vjp("LerpBackward1", inputs=("self", "end", "weight"), saves=("end", "self", "weight"))
+def _(ctx, grad):
+    n = ctx.needs
+    w = ctx.weight
+    return ((grad * (1 - w)) if n[0] else None, (grad * w) if n[1] else None,
+            (grad * (ctx.end - ctx.self)) if n[2] else None)
+
+
+@op("floor", tensors=("self",), grad_fns=("FloorBackward0",))
+def floor(self):
+    """torch.floor(input); zero gradient."""
+    self = require_tensor(self)
+    return record("FloorBackward0", np.floor(self.data), (self,))
+
+
+@vjp("FloorBackward0", inputs=("self",))
+def _(ctx, grad):
+    return zeros_like(grad),
+
+
+@op("ceil", tensors=("self",), grad_fns=("CeilBackward0",))
+def ceil(self):
+    """torch.ceil(input); zero gradient."""
+    self = require_tensor(self)
+    return record("CeilBackward0", np.ceil(self.data), (self,))
+
+
+@vjp("CeilBackward0", inputs=("self",))
+def _(ctx, grad):
+    return zeros_like(grad),
+
+
+@op("round", tensors=("self",), grad_fns=("RoundBackward0", "RoundBackward1"))
+def round(self, decimals=0):
+    """torch.round(input, decimals=0): half to even, zero gradient."""
+    self = require_tensor(self)
+    if decimals:
+        return record("RoundBackward1", np.round(self.data, decimals), (self,), {"decimals": decimals})
+    return record("RoundBackward0", np.round(self.data), (self,))
+
+
+@vjp("RoundBackward0", inputs=("self",))
+def _(ctx, grad):
+    return zeros_like(grad),
+
+
+@vjp("RoundBackward1", inputs=("self",), saves=("decimals",))
+def _(ctx, grad):
+    return zeros_like(grad),
+
+
+# ----- comparisons and logical ops (no gradient) ---------------------------------------------------
+
+
+def _compare(name, npfn):
+    def fn(self, other):
+        if not isinstance(self, Tensor):
+            other = require_tensor(other, "other", name)
+        dtype, a, b = binary_operands(self, other)
+        return Tensor(np.asarray(npfn(a, b)))
+
+    fn.__name__ = name
+    fn.__doc__ = f"torch.{name}(input, other): elementwise comparison, a bool tensor without grad."
+    return fn
+
+
+eq = op("eq", tensors=("self", "other"), differentiable=False, aliases=("__eq__",))(_compare("eq", np.equal))
+ne = op("ne", tensors=("self", "other"), differentiable=False, aliases=("__ne__", "not_equal"))(
+    _compare("ne", np.not_equal))
+gt = op("gt", tensors=("self", "other"), differentiable=False, aliases=("__gt__", "greater"))(
+    _compare("gt", np.greater))
+ge = op("ge", tensors=("self", "other"), differentiable=False, aliases=("__ge__", "greater_equal"))(
+    _compare("ge", np.greater_equal))
+lt = op("lt", tensors=("self", "other"), differentiable=False, aliases=("__lt__", "less"))(_compare("lt", np.less))
+le = op("le", tensors=("self", "other"), differentiable=False, aliases=("__le__", "less_equal"))(
+    _compare("le", np.less_equal))
+logical_and = op("logical_and", tensors=("self", "other"), differentiable=False, aliases=("__and__",))(
+    _compare("logical_and", np.logical_and))
+logical_or = op("logical_or", tensors=("self", "other"), differentiable=False, aliases=("__or__",))(
+    _compare("logical_or", np.logical_or))
+logical_xor = op("logical_xor", tensors=("self", "other"), differentiable=False, aliases=("__xor__",))(
+    _compare("logical_xor", np.logical_xor))
+
+
+@op("logical_not", tensors=("self",), differentiable=False, aliases=("__invert__",))
+def logical_not(self):
+    """torch.logical_not(input) (``~mask`` on bool tensors)."""
+    self = require_tensor(self)
+    return Tensor(np.logical_not(self.data))
+
+
+@op("isnan", tensors=("self",), differentiable=False)
+def isnan(self):
+    """torch.isnan(input)."""
+    return Tensor(np.isnan(require_tensor(self).data))
+
+
+@op("isfinite", tensors=("self",), differentiable=False)
+def isfinite(self):
+    """torch.isfinite(input)."""
+    return Tensor(np.isfinite(require_tensor(self).data))
+
+
+def zeros_like(t: Tensor) -> Tensor:
+    return Tensor(np.zeros(t.data.shape, t.data.dtype))

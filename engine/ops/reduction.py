@@ -1,0 +1,568 @@
+"""Reductions: sum, mean, prod, max/min, amax/amin, argmax/argmin, logsumexp, var, std, norm, cumsum,
+sort, and ``sum_to`` (the engine's single un-broadcasting step)."""
+
+from __future__ import annotations
+
+import warnings
+from collections import namedtuple
+
+import numpy as np
+
+from .. import dtypes as D
+from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
+from ..registry import op, record, vjp
+from ..tensor import Tensor
+from .common import NP, float_dtype, require_tensor, wrap_dim, wrap_dims
+from .elementwise import abs as abs_
+from .elementwise import eq, exp, masked_fill, ne, sign, sqrt, where
+from .shape import expand, reshape, unsqueeze
+
+
+def _dims(dim, ndim: int):
+    """None -> all dims; an int or a list/tuple -> wrapped dims (torch: an empty list means all)."""
+    if dim is None:
+        return None
+    if isinstance(dim, (list, tuple)):
+        if len(dim) == 0:
+            return None
+        return wrap_dims(dim, ndim)
+    return (wrap_dim(dim, ndim),)
+
+
+def _axis(dims, ndim):
+    if ndim == 0:
+        return None
+    return dims
+
+
+def _restore(grad: Tensor, dims, ndim: int, keepdim: bool) -> Tensor:
+    """Unsqueeze reduced dims back (torch's restore_reduced_dims / unsqueeze_multiple)."""
+    if keepdim or ndim == 0:
+        return grad
+    if dims is None:
+        return reshape(grad, (1,) * ndim)
+    out = grad
+    for d in sorted(dims):
+        out = unsqueeze(out, d)
+    return out
+
+
+def _acc_dtype(t: Tensor, dtype) -> str:
+    if dtype is not None:
+        return D.canonical(dtype)
+    return D.INT64 if t.data.dtype.kind in "iub" else t.dtype
+
+
+@op("sum", tensors=("self",), grad_fns=("SumBackward0", "SumBackward1"))
+def sum(self, dim=None, keepdim=False, dtype=None):
+    """torch.sum(input, dim=None, keepdim=False, dtype=None): SumBackward0 without dim, SumBackward1 with."""
+    self = require_tensor(self)
+    nd = self.data.ndim
+    out_dt = NP[_acc_dtype(self, dtype)]
+    dims = _dims(dim, nd)
+    if dim is None:
+        out = np.sum(self.data, dtype=out_dt)
+        return record("SumBackward0", np.asarray(out, dtype=out_dt), (self,), {"self_sym_sizes": self.data.shape})
+    out = np.sum(self.data, axis=_axis(dims, nd), keepdims=keepdim, dtype=out_dt)
+    return record("SumBackward1", np.asarray(out, dtype=out_dt), (self,),
+                  {"dim": list(dims) if dims is not None else [], "keepdim": keepdim,
+                   "self_sym_sizes": self.data.shape})
+
+
+@vjp("SumBackward0", inputs=("self",), saves=("self_sym_sizes",))
+def _(ctx, grad):
+    return expand(grad, ctx.self_sym_sizes),
+
+
+@vjp("SumBackward1", inputs=("self",), saves=("dim", "keepdim", "self_sym_sizes"))
+def _(ctx, grad):
+    shp = ctx.self_sym_sizes
+    dims = tuple(ctx.dim) if ctx.dim else None
+    return expand(_restore(grad, dims, len(shp), ctx.keepdim), shp),
+
+
+def sum_to(t: Tensor, shape: tuple) -> Tensor:
+    """Sum a broadcast gradient back to an operand's shape (torch's at::sum_to)."""
+    shape = tuple(shape)
+    if t.data.shape == shape:
+        return t
+    lead = t.data.ndim - len(shape)
+    dims = tuple(range(lead)) + tuple(i + lead for i, s in enumerate(shape)
+                                      if s == 1 and t.data.shape[i + lead] != 1)
+    r = sum(t, list(dims), keepdim=True) if dims else t
+    if r.data.shape != shape:
+        r = reshape(r, shape)
+    return r
+
+
+@op("mean", tensors=("self",), grad_fns=("MeanBackward0", "MeanBackward1"))
+def mean(self, dim=None, keepdim=False, dtype=None):
+    """torch.mean(input, dim=None, keepdim=False); integer inputs are refused as in torch."""
+    self = require_tensor(self)
+    out_dtype = D.canonical(dtype) if dtype is not None else self.dtype
+    if not D.is_floating(out_dtype):
+        raise TorchRuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating point "
+                                f"or complex dtype. Got: {D.SCALAR_TYPE_NAMES[self.dtype]}", code="invalid_dtype")
+    nd = self.data.ndim
+    dims = _dims(dim, nd)
+    x = self.data.astype(NP[out_dtype], copy=False)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if dim is None:
+            out = np.asarray(np.mean(x), dtype=x.dtype) if x.size else np.asarray(np.nan, dtype=x.dtype)
+            return record("MeanBackward0", out, (self,),
+                          {"self_sym_numel": int(x.size), "self_sym_sizes": self.data.shape})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            out = np.mean(x, axis=_axis(dims, nd), keepdims=keepdim)
+    return record("MeanBackward1", np.asarray(out, dtype=x.dtype), (self,),
+                  {"dim": list(dims) if dims is not None else [], "keepdim": keepdim,
+                   "self_sym_numel": int(x.size), "self_sym_sizes": self.data.shape})
+
+
+@vjp("MeanBackward0", inputs=("self",), saves=("self_sym_numel", "self_sym_sizes"))
+def _(ctx, grad):
+    return expand(grad, ctx.self_sym_sizes) / ctx.self_sym_numel,
+
+
+@vjp("MeanBackward1", inputs=("self",), saves=("dim", "keepdim", "self_sym_numel", "self_sym_sizes"))
+def _(ctx, grad):
+    shp = ctx.self_sym_sizes
+    dims = tuple(ctx.dim) if ctx.dim else None
+    n = 1
+    for d in (dims if dims is not None else range(len(shp))):
+        n *= shp[d]
+    return expand(_restore(grad, dims, len(shp), ctx.keepdim), shp) / n,
+
+
+@op("prod", tensors=("self",), grad_fns=("ProdBackward0", "ProdBackward1"))
+def prod(self, dim=None, keepdim=False, dtype=None):
+    """torch.prod(input, dim=None, keepdim=False)."""
+    self = require_tensor(self)
+    out_dt = NP[_acc_dtype(self, dtype)]
+    if dim is None:
+        out = np.asarray(np.prod(self.data, dtype=out_dt), dtype=out_dt)
+        return record("ProdBackward0", out, (self,), {"result": "result", "self": self})
+    d = wrap_dim(dim, self.data.ndim)
+    out = np.asarray(np.prod(self.data, axis=d if self.data.ndim else None, keepdims=keepdim, dtype=out_dt))
+    return record("ProdBackward1", out, (self,), {"dim": d, "keepdim": keepdim, "result": "result", "self": self})
+
+
+def _prod_others(x: np.ndarray, axis) -> np.ndarray:
+    """Product of all other elements along axis (exact when zeros are present)."""
+    if axis is None:
+        flat = x.reshape(-1)
+        left = np.concatenate([[1], np.cumprod(flat[:-1])]).astype(x.dtype)
+        right = np.concatenate([np.cumprod(flat[::-1][:-1])[::-1], [1]]).astype(x.dtype)
+        return (left * right).reshape(x.shape)
+    n = x.shape[axis]
+    ones = np.ones_like(np.take(x, [0], axis=axis))
+    left = np.concatenate([ones, np.cumprod(np.take(x, range(n - 1), axis=axis), axis=axis)], axis=axis)
+    rev = np.flip(x, axis=axis)
+    right = np.flip(np.concatenate([ones, np.cumprod(np.take(rev, range(n - 1), axis=axis), axis=axis)], axis=axis),
+                    axis=axis)
+    return left * right
+
+
+@vjp("ProdBackward0", inputs=("self",), saves=("result", "self"))
+def _(ctx, grad):
+    x = ctx.self
+    if not np.any(x.data == 0):
+        return grad * (ctx.result / x),
+    return grad * Tensor(_prod_others(x.data, None)),
+
+
+@vjp("ProdBackward1", inputs=("self",), saves=("dim", "keepdim", "result", "self"))
+def _(ctx, grad):
+    x = ctx.self
+    nd = x.data.ndim
+    g = _restore(grad, (ctx.dim,), nd, ctx.keepdim)
+    if not np.any(x.data == 0):
+        return g * (_restore(ctx.result, (ctx.dim,), nd, ctx.keepdim) / x),
+    return g * Tensor(_prod_others(x.data, ctx.dim if nd else None)),
+
+
+ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
+
+
+def _max_min(self, dim, keepdim, other, is_max: bool):
+    name = "max" if is_max else "min"
+    self = require_tensor(self)
+    if isinstance(dim, Tensor) and other is None:
+        dim, other = None, dim
+    if other is not None:
+        from .elementwise import maximum, minimum
+        return maximum(self, other) if is_max else minimum(self, other)
+    if dim is None:
+        if self.data.size == 0:
+            raise TorchRuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                                    f"Specify the reduction dim with the 'dim' argument.", code="empty_reduction")
+        out = np.asarray(np.max(self.data) if is_max else np.min(self.data))
+        if self.data.dtype.kind == "f" and np.isnan(self.data).any():
+            out = np.asarray(np.nan, self.data.dtype)
+        return record("MaxBackward1" if is_max else "MinBackward1", out, (self,), {"result": "result", "self": self})
+    nd = self.data.ndim
+    d = wrap_dim(dim, nd)
+    if nd and self.data.shape[d] == 0:
+        raise TorchIndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.", code="empty_reduction")
+    ax = d if nd else None
+    idx = np.argmax(self.data, axis=ax, keepdims=keepdim) if is_max else np.argmin(self.data, axis=ax, keepdims=keepdim)
+    idx = np.asarray(idx, dtype=np.int64)
+    vals = np.take_along_axis(self.data, idx if keepdim or not nd else np.expand_dims(idx, d), axis=d) if nd \
+        else self.data.copy()
+    if nd and not keepdim:
+        vals = np.squeeze(vals, axis=d)
+    indices = Tensor(idx)
+    values = record("MaxBackward0" if is_max else "MinBackward0", np.asarray(vals), (self,),
+                    {"dim": d, "indices": indices, "keepdim": keepdim, "self_sym_sizes": self.data.shape})
+    return ValuesIndices(values, indices)
+
+
+@op("max", tensors=("self", "other"), grad_fns=("MaxBackward1", "MaxBackward0", "MaximumBackward0"))
+def max(self, dim=None, keepdim=False, other=None):
+    """torch.max(input) (MaxBackward1, ties split evenly), torch.max(input, dim, keepdim) -> (values, indices)
+    (MaxBackward0), torch.max(input, other) -> maximum."""
+    return _max_min(self, dim, keepdim, other, True)
+
+
+@op("min", tensors=("self", "other"), grad_fns=("MinBackward1", "MinBackward0", "MinimumBackward0"))
+def min(self, dim=None, keepdim=False, other=None):
+    """torch.min: see max."""
+    return _max_min(self, dim, keepdim, other, False)
+
+
+def _evenly(ctx, grad):
+    x, r = ctx.self, ctx.result
+    mask = eq(x, r) if not np.isnan(r.data).any() else Tensor(np.isnan(x.data))
+    count = mask.data.sum()
+    return grad * Tensor((mask.data / x.data.dtype.type(count)).astype(x.data.dtype)),
+
+
+vjp("MaxBackward1", inputs=("self",), saves=("result", "self"))(_evenly)
+vjp("MinBackward1", inputs=("self",), saves=("result", "self"))(_evenly)
+
+
+def _value_selecting(ctx, grad):
+    shp = ctx.self_sym_sizes
+    d = ctx.dim
+    idx = ctx.indices.data
+    nd = len(shp)
+    if nd == 0:
+        return grad,
+    if not ctx.keepdim:
+        idx = np.expand_dims(idx, d)
+        grad = unsqueeze(grad, d)
+    return _scatter_into_zeros(grad, shp, d, idx),
+
+
+def _scatter_into_zeros(src: Tensor, shape: tuple, dim: int, index: np.ndarray) -> Tensor:
+    from .shape import _index_put_zeros
+    grids = list(np.indices(index.shape, sparse=True))
+    grids[dim] = index
+    return _index_put_zeros(src, shape, [Tensor(np.asarray(g)) for g in grids])
+
+
+vjp("MaxBackward0", inputs=("self",), saves=("dim", "indices", "keepdim", "self_sym_sizes"))(_value_selecting)
+vjp("MinBackward0", inputs=("self",), saves=("dim", "indices", "keepdim", "self_sym_sizes"))(_value_selecting)
+
+
+def _amax_amin(self, dim, keepdim, is_max):
+    self = require_tensor(self)
+    nd = self.data.ndim
+    dims = _dims(dim, nd) if dim != () else None
+    fn = np.max if is_max else np.min
+    out = np.asarray(fn(self.data, axis=_axis(dims, nd), keepdims=keepdim))
+    return record("AmaxBackward0" if is_max else "AminBackward0", out, (self,),
+                  {"dim": list(dims) if dims is not None else [], "keepdim": keepdim, "result": "result",
+                   "self": self})
+
+
+@op("amax", tensors=("self",), grad_fns=("AmaxBackward0",))
+def amax(self, dim=(), keepdim=False):
+    """torch.amax(input, dim=(), keepdim=False); ties split evenly."""
+    return _amax_amin(self, dim, keepdim, True)
+
+
+@op("amin", tensors=("self",), grad_fns=("AminBackward0",))
+def amin(self, dim=(), keepdim=False):
+    """torch.amin(input, dim=(), keepdim=False); ties split evenly."""
+    return _amax_amin(self, dim, keepdim, False)
+
+
+def _amax_backward(ctx, grad):
+    x = ctx.self
+    nd = x.data.ndim
+    dims = tuple(ctx.dim) if ctx.dim else None
+    r = _restore(ctx.result, dims, nd, ctx.keepdim)
+    g = _restore(grad, dims, nd, ctx.keepdim)
+    mask = eq(r, x)
+    count = sum(mask.long() if False else _to_float(mask, x.dtype), list(dims) if dims else None, keepdim=True) \
+        if dims else sum(_to_float(mask, x.dtype))
+    return (g / count) * _to_float(mask, x.dtype),
+
+
+def _to_float(mask: Tensor, dtype: str) -> Tensor:
+    return Tensor(mask.data.astype(NP[dtype]))
+
+
+vjp("AmaxBackward0", inputs=("self",), saves=("dim", "keepdim", "result", "self"))(_amax_backward)
+vjp("AminBackward0", inputs=("self",), saves=("dim", "keepdim", "result", "self"))(_amax_backward)
+
+
+def _arg(self, dim, keepdim, is_max):
+    self = require_tensor(self)
+    fn = np.argmax if is_max else np.argmin
+    if self.data.size == 0:
+        raise TorchRuntimeError(f"{'argmax' if is_max else 'argmin'}(): Expected reduction dim to be specified for "
+                                f"input.numel() == 0.", code="empty_reduction")
+    if dim is None:
+        out = np.asarray(fn(self.data), dtype=np.int64)
+        if keepdim:
+            out = out.reshape((1,) * self.data.ndim)
+        return Tensor(out)
+    d = wrap_dim(dim, self.data.ndim)
+    return Tensor(np.asarray(fn(self.data, axis=d if self.data.ndim else None, keepdims=keepdim), dtype=np.int64))
+
+
+@op("argmax", tensors=("self",), differentiable=False)
+def argmax(self, dim=None, keepdim=False):
+    """torch.argmax(input, dim=None, keepdim=False): int64, no grad."""
+    return _arg(self, dim, keepdim, True)
+
+
+@op("argmin", tensors=("self",), differentiable=False)
+def argmin(self, dim=None, keepdim=False):
+    """torch.argmin(input, dim=None, keepdim=False): int64, no grad."""
+    return _arg(self, dim, keepdim, False)
+
+
+@op("logsumexp", tensors=("self",), grad_fns=("LogsumexpBackward0",))
+def logsumexp(self, dim, keepdim=False):
+    """torch.logsumexp(input, dim, keepdim=False)."""
+    self = require_tensor(self)
+    nd = self.data.ndim
+    dims = _dims(dim, nd)
+    x = self.data.astype(NP[float_dtype(self)], copy=False)
+    ax = _axis(dims, nd)
+    m = np.max(x, axis=ax, keepdims=True) if x.size else np.zeros((1,) * nd, x.dtype)
+    m = np.where(np.isfinite(m), m, x.dtype.type(0))
+    with np.errstate(divide="ignore"):
+        out = np.log(np.sum(np.exp(x - m), axis=ax, keepdims=True)) + m
+    if not keepdim:
+        out = np.squeeze(out, axis=ax) if nd else out.reshape(())
+    return record("LogsumexpBackward0", np.asarray(out, x.dtype), (self,),
+                  {"dim": list(dims) if dims is not None else list(range(nd)), "keepdim": keepdim,
+                   "result": "result", "self": self})
+
+
+@vjp("LogsumexpBackward0", inputs=("self",), saves=("dim", "keepdim", "result", "self"))
+def _(ctx, grad):
+    x = ctx.self
+    nd = x.data.ndim
+    dims = tuple(ctx.dim) if ctx.dim else None
+    g = _restore(grad, dims, nd, ctx.keepdim)
+    r = _restore(ctx.result, dims, nd, ctx.keepdim)
+    return g * exp(x - r),
+
+
+def _correction(unbiased, correction) -> tuple:
+    """Returns (numeric correction, value saved as _saved_correction)."""
+    if correction is not None:
+        return correction, correction
+    if unbiased is None:
+        return 1, None
+    return (1 if unbiased else 0), (1 if unbiased else 0)
+
+
+def _var_forward(self: Tensor, dim, correction, keepdim):
+    nd = self.data.ndim
+    dims = _dims(dim, nd)
+    x = self.data
+    if not D.is_floating(self.dtype):
+        raise TorchRuntimeError(f"std and var only support floating point and complex dtypes", code="invalid_dtype")
+    ax = _axis(dims, nd)
+    n = x.size if dims is None else int(np.prod([x.shape[d] for d in dims]))
+    dof = n - correction
+    if dof <= 0:
+        warnings.warn("var(): degrees of freedom is <= 0. Correction should be strictly less than the reduction "
+                      "factor (input numel divided by output numel).", UserWarning, stacklevel=3)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mu = np.mean(x, axis=ax, keepdims=True) if x.size else np.zeros((1,) * nd, x.dtype)
+        dev = x - mu
+        ssq = np.sum(dev * dev, axis=ax, keepdims=keepdim)
+        out = ssq / x.dtype.type(dof) if dof > 0 else np.full_like(ssq, np.nan)
+    return dims, np.asarray(out, x.dtype)
+
+
+def _var_backward(grad: Tensor, x: Tensor, dims, correction, keepdim) -> Tensor:
+    from .reduction import mean as mean_
+    nd = x.data.ndim
+    n = x.data.size if dims is None else int(np.prod([x.data.shape[d] for d in dims]))
+    dof = n - correction
+    g = _restore(grad, dims, nd, keepdim)
+    mu = mean_(x, list(dims) if dims else None, keepdim=True) if dims else mean_(x)
+    return (2.0 / dof) * g * (x - mu)
+
+
+@op("var", tensors=("self",), grad_fns=("VarBackward0",))
+def var(self, dim=None, unbiased=None, keepdim=False, correction=None):
+    """torch.var(input, dim=None, unbiased=True, keepdim=False, correction=None): unbiased by default."""
+    self = require_tensor(self)
+    corr, saved_corr = _correction(unbiased, correction)
+    dims, out = _var_forward(self, dim, corr, keepdim)
+    return record("VarBackward0", out, (self,),
+                  {"correction": saved_corr, "dim": list(dims) if dims is not None else None, "keepdim": keepdim,
+                   "self": self})
+
+
+@vjp("VarBackward0", inputs=("self",), saves=("correction", "dim", "keepdim", "self"))
+def _(ctx, grad):
+    corr = 1 if ctx.correction is None else ctx.correction
+    dims = tuple(ctx.dim) if ctx.dim else None
+    return _var_backward(grad, ctx.self, dims, corr, ctx.keepdim),
+
+
+@op("std", tensors=("self",), grad_fns=("StdBackward0",))
+def std(self, dim=None, unbiased=None, keepdim=False, correction=None):
+    """torch.std(input, dim=None, unbiased=True, keepdim=False, correction=None)."""
+    self = require_tensor(self)
+    corr, saved_corr = _correction(unbiased, correction)
+    dims, out = _var_forward(self, dim, corr, keepdim)
+    return record("StdBackward0", np.sqrt(out), (self,),
+                  {"correction": saved_corr, "dim": list(dims) if dims is not None else None, "keepdim": keepdim,
+                   "result": "result", "self": self})
+
+
+@vjp("StdBackward0", inputs=("self",), saves=("correction", "dim", "keepdim", "result", "self"))
+def _(ctx, grad):
+    corr = 1 if ctx.correction is None else ctx.correction
+    dims = tuple(ctx.dim) if ctx.dim else None
+    r = ctx.result
+    g = _var_backward(grad / (r * 2), ctx.self, dims, corr, ctx.keepdim)
+    nd = ctx.self.data.ndim
+    return masked_fill(g, eq(_restore(r, dims, nd, ctx.keepdim), 0), 0),
+
+
+@op("norm", tensors=("self",), grad_fns=("LinalgVectorNormBackward0",), aliases=("vector_norm",))
+def norm(self, p=2, dim=None, keepdim=False):
+    """torch.norm / torch.linalg.vector_norm(input, ord=2, dim=None, keepdim=False)."""
+    self = require_tensor(self)
+    if not D.is_floating(self.dtype):
+        raise TorchRuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
+                                f"{D.SCALAR_TYPE_NAMES[self.dtype]}", code="invalid_dtype")
+    if p == "fro":
+        p = 2
+    if isinstance(p, str):
+        p = {"inf": np.inf, "-inf": -np.inf}.get(p, p)
+    if not isinstance(p, (int, float)):
+        raise InvalidArgumentError(f"norm(): p must be a number, got {p!r}")
+    nd = self.data.ndim
+    dims = _dims(dim, nd)
+    ax = _axis(dims, nd)
+    a = np.abs(self.data)
+    if p == 2:
+        out = np.sqrt(np.sum(a * a, axis=ax, keepdims=keepdim))
+    elif p == 1:
+        out = np.sum(a, axis=ax, keepdims=keepdim)
+    elif p == np.inf:
+        out = np.max(a, axis=ax, keepdims=keepdim)
+    elif p == -np.inf:
+        out = np.min(a, axis=ax, keepdims=keepdim)
+    elif p == 0:
+        out = np.sum(a != 0, axis=ax, keepdims=keepdim).astype(a.dtype)
+    else:
+        out = np.power(np.sum(np.power(a, a.dtype.type(p)), axis=ax, keepdims=keepdim), a.dtype.type(1.0 / p))
+    return record("LinalgVectorNormBackward0", np.asarray(out, a.dtype), (self,),
+                  {"dim": list(dims) if dims is not None else None, "keepdim": keepdim, "ord": p,
+                   "result": "result", "self": self})
+
+
+@vjp("LinalgVectorNormBackward0", inputs=("self",), saves=("dim", "keepdim", "ord", "result", "self"))
+def _(ctx, grad):
+    x = ctx.self
+    nd = x.data.ndim
+    dims = tuple(ctx.dim) if ctx.dim else None
+    p = ctx.ord
+    g = _restore(grad, dims, nd, ctx.keepdim)
+    r = _restore(ctx.result, dims, nd, ctx.keepdim)
+    if p == 0:
+        return x * 0,
+    if p == 1:
+        return sign(x) * g,
+    if p == 2:
+        return masked_fill(x * (g / r), eq(r, 0), 0),
+    if p in (np.inf, -np.inf):
+        mask = _to_float(eq(abs_(x), r), x.dtype)
+        count = sum(mask, list(dims), keepdim=True) if dims else sum(mask)
+        return sign(x) * ((g / count) * mask),
+    ax = abs_(x)
+    return masked_fill(x * pow_(ax, p - 2) * g / pow_(r, p - 1), eq(r, 0), 0),
+
+
+def pow_(a, b):
+    from .elementwise import pow as p
+    return p(a, b)
+
+
+@op("cumsum", tensors=("self",), grad_fns=("CumsumBackward0",))
+def cumsum(self, dim, dtype=None):
+    """torch.cumsum(input, dim)."""
+    self = require_tensor(self)
+    nd = self.data.ndim
+    d = wrap_dim(dim, nd)
+    out_dt = NP[_acc_dtype(self, dtype)]
+    out = np.cumsum(self.data, axis=d, dtype=out_dt) if nd else self.data.astype(out_dt).copy()
+    return record("CumsumBackward0", out, (self,), {"dim": d})
+
+
+@vjp("CumsumBackward0", inputs=("self",), saves=("dim",))
+def _(ctx, grad):
+    if grad.data.ndim == 0:
+        return grad,
+    d = ctx.dim
+    return flip(cumsum(flip(grad, [d]), d), [d]),
+
+
+@op("flip", tensors=("self",), grad_fns=("FlipBackward0",))
+def flip(self, dims):
+    """torch.flip(input, dims)."""
+    self = require_tensor(self)
+    w = wrap_dims(dims, self.data.ndim)
+    out = np.flip(self.data, axis=w).copy() if self.data.ndim else self.data.copy()
+    return record("FlipBackward0", out, (self,), {"dims": list(w)})
+
+
+@vjp("FlipBackward0", inputs=("self",), saves=("dims",))
+def _(ctx, grad):
+    return flip(grad, ctx.dims),
+
+
+@op("sort", tensors=("self",), grad_fns=("SortBackward0",))
+def sort(self, dim=-1, descending=False, stable=False):
+    """torch.sort(input, dim=-1, descending=False) -> (values, indices)."""
+    self = require_tensor(self)
+    nd = self.data.ndim
+    d = wrap_dim(dim, nd)
+    if nd == 0:
+        idx = np.zeros((), np.int64)
+        vals = self.data.copy()
+    else:
+        key = -self.data if descending and self.data.dtype != np.bool_ else self.data
+        idx = np.argsort(key, axis=d, kind="stable").astype(np.int64)
+        if descending and self.data.dtype == np.bool_:
+            idx = np.flip(np.argsort(self.data, axis=d, kind="stable"), axis=d).astype(np.int64)
+        vals = np.take_along_axis(self.data, idx, axis=d)
+    indices = Tensor(idx)
+    values = record("SortBackward0", vals, (self,),
+                    {"dim": dim, "indices": indices, "self_sym_sizes": self.data.shape})
+    return ValuesIndices(values, indices)
+
+
+@vjp("SortBackward0", inputs=("self",), saves=("dim", "indices", "self_sym_sizes"))
+def _(ctx, grad):
+    shp = ctx.self_sym_sizes
+    if not shp:
+        return grad,
+    return _scatter_into_zeros(grad, shp, wrap_dim(ctx.dim, len(shp)), ctx.indices.data),
+
+
+_unused = (ne, sqrt, where)

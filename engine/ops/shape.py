@@ -1,0 +1,868 @@
+"""Shape ops and views: reshape/view, squeeze/unsqueeze, expand, repeat, t/transpose/permute, cat/stack,
+split/chunk/narrow, indexing, index_select, gather, clone, detach, dtype conversion.
+
+Views share the numpy buffer and the version counter with their base, as torch's views do, so an in-place
+change through a view is seen (and counted) by the base.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as D
+from ..errors import (InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError)
+from ..grad_mode import check_numel
+from ..registry import op, record, vjp
+from ..tensor import Tensor
+from .common import NP, require_tensor, shape_arg, wrap_dim, wrap_dims
+
+INT64_MAX = 9223372036854775807
+
+
+def _as_view(out: Tensor, base: Tensor) -> Tensor:
+    out._vc = base._vc
+    out._base = base._base if base._base is not None else base
+    return out
+
+
+# ----- dtype conversion, clone, detach ----------------------------------------------------------------
+
+
+@op("to", tensors=("self",), grad_fns=("ToCopyBackward0",))
+def to(self, dtype=None, copy=False):
+    """Tensor.to(dtype): returns self when the dtype already matches (as torch does)."""
+    self = require_tensor(self)
+    dtype = D.canonical(dtype) if dtype is not None else self.dtype
+    if dtype == self.dtype and not copy:
+        return self
+    return record("ToCopyBackward0", self.data.astype(NP[dtype]), (self,))
+
+
+@vjp("ToCopyBackward0", inputs=("self",))
+def _(ctx, grad):
+    return grad,  # the engine casts to the input's dtype
+
+
+@op("float", tensors=("self",), grad_fns=("ToCopyBackward0",))
+def float_(self):
+    """Tensor.float(): to(float32)."""
+    return to(self, D.FLOAT32)
+
+
+@op("double", tensors=("self",), grad_fns=("ToCopyBackward0",))
+def double(self):
+    """Tensor.double(): to(float64)."""
+    return to(self, D.FLOAT64)
+
+
+@op("long", tensors=("self",), grad_fns=("ToCopyBackward0",))
+def long(self):
+    """Tensor.long(): to(int64)."""
+    return to(self, D.INT64)
+
+
+@op("bool", tensors=("self",), differentiable=False)
+def bool_(self):
+    """Tensor.bool(): to(bool)."""
+    return to(self, D.BOOL)
+
+
+@op("clone", tensors=("self",), grad_fns=("CloneBackward0",))
+def clone(self):
+    """torch.clone(input)."""
+    self = require_tensor(self)
+    return record("CloneBackward0", np.array(self.data, copy=True, order="K"), (self,))
+
+
+@vjp("CloneBackward0", inputs=("self",))
+def _(ctx, grad):
+    return grad,
+
+
+@op("contiguous", tensors=("self",), grad_fns=("CloneBackward0",))
+def contiguous(self):
+    """Tensor.contiguous(): self when already contiguous, else a copy."""
+    self = require_tensor(self)
+    if self.data.flags.c_contiguous:
+        return self
+    return record("CloneBackward0", np.ascontiguousarray(self.data), (self,))
+
+
+@op("detach", tensors=("self",), differentiable=False)
+def detach(self):
+    """Tensor.detach(): a new leaf sharing storage and version counter with self."""
+    self = require_tensor(self)
+    out = Tensor(self.data, vc=self._vc)
+    out._base = self._base if self._base is not None else self
+    return out
+
+
+# ----- reshape family ----------------------------------------------------------------------------------
+
+
+def _infer_shape(shape: tuple, numel: int) -> tuple:
+    neg = [i for i, s in enumerate(shape) if s == -1]
+    if len(neg) > 1:
+        raise TorchRuntimeError("only one dimension can be inferred", code="invalid_shape")
+    for s in shape:
+        if s < -1:
+            raise TorchRuntimeError(f"invalid shape dimension {s}", code="invalid_shape")
+    known = 1
+    for s in shape:
+        if s != -1:
+            known *= s
+    bad = f"shape '[{', '.join(str(s) for s in shape)}]' is invalid for input of size {numel}"
+    if neg:
+        if known == 0 or numel % known:
+            raise ShapeError(bad)
+        shape = tuple(numel // known if s == -1 else s for s in shape)
+    elif known != numel:
+        raise ShapeError(bad)
+    return shape
+
+
+def _try_view(arr: np.ndarray, shape: tuple):
+    try:
+        return np.reshape(arr, shape, copy=False)
+    except ValueError:
+        return None
+
+
+@op("view", tensors=("self",), grad_fns=("ViewBackward0",))
+def view(self, *shape):
+    """Tensor.view(*shape): fails on a non-viewable layout with torch's message."""
+    self = require_tensor(self)
+    if len(shape) == 1 and isinstance(shape[0], str):
+        return to(self, shape[0])
+    shape = _infer_shape(shape_arg(shape), self.data.size)
+    out = _try_view(self.data, shape)
+    if out is None:
+        raise ShapeError("view size is not compatible with input tensor's size and stride (at least one dimension "
+                         "spans across two contiguous subspaces). Use .reshape(...) instead.")
+    return _as_view(record("ViewBackward0", out, (self,), {"self_sym_sizes": self.data.shape}), self)
+
+
+@vjp("ViewBackward0", inputs=("self",), saves=("self_sym_sizes",))
+def _(ctx, grad):
+    return reshape(grad, ctx.self_sym_sizes),
+
+
+@op("reshape", tensors=("self",), grad_fns=("ViewBackward0", "UnsafeViewBackward0"))
+def reshape(self, *shape):
+    """torch.reshape(input, shape): a view when the layout allows (ViewBackward0), otherwise a copy
+    (UnsafeViewBackward0 over CloneBackward0)."""
+    self = require_tensor(self)
+    shape = _infer_shape(shape_arg(shape), self.data.size)
+    if shape == self.data.shape and False:
+        return self
+    out = _try_view(self.data, shape)
+    if out is not None:
+        return _as_view(record("ViewBackward0", out, (self,), {"self_sym_sizes": self.data.shape}), self)
+    c = clone(self)
+    return _unsafe_view(c, shape)
+
+
+def _unsafe_view(self: Tensor, shape: tuple) -> Tensor:
+    return record("UnsafeViewBackward0", np.reshape(self.data, shape), (self,),
+                  {"self_sym_sizes": self.data.shape})
+
+
+@vjp("UnsafeViewBackward0", inputs=("self",), saves=("self_sym_sizes",))
+def _(ctx, grad):
+    return reshape(grad, ctx.self_sym_sizes),
+
+
+@op("flatten", tensors=("self",), grad_fns=("ViewBackward0", "UnsafeViewBackward0"))
+def flatten(self, start_dim=0, end_dim=-1):
+    """torch.flatten(input, start_dim=0, end_dim=-1); returns self for a 1-D input."""
+    self = require_tensor(self)
+    nd = self.data.ndim
+    if nd == 0:
+        return reshape(self, (1,))
+    s = wrap_dim(start_dim, nd)
+    e = wrap_dim(end_dim, nd)
+    if s > e:
+        raise TorchRuntimeError("flatten() has invalid args: start_dim cannot come after end_dim",
+                                code="invalid_argument")
+    if s == e:
+        return self
+    shp = self.data.shape
+    n = 1
+    for d in shp[s:e + 1]:
+        n *= d
+    return reshape(self, shp[:s] + (n,) + shp[e + 1:])
+
+
+@op("squeeze", tensors=("self",), grad_fns=("SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2"))
+def squeeze(self, dim=None):
+    """torch.squeeze(input, dim=None): SqueezeBackward0 (all), 1 (an int dim), 2 (a tuple of dims)."""
+    self = require_tensor(self)
+    shp = self.data.shape
+    if dim is None:
+        out = np.reshape(self.data, tuple(s for s in shp if s != 1))
+        return _as_view(record("SqueezeBackward0", out, (self,), {"self_sym_sizes": shp}), self)
+    if isinstance(dim, (list, tuple)):
+        dims = wrap_dims(dim, self.data.ndim)
+        keep = tuple(s for i, s in enumerate(shp) if not (i in dims and s == 1))
+        out = np.reshape(self.data, keep)
+        return _as_view(record("SqueezeBackward2", out, (self,), {"dim": list(dims), "self_sym_sizes": shp}), self)
+    d = wrap_dim(dim, self.data.ndim)
+    keep = tuple(s for i, s in enumerate(shp) if not (i == d and s == 1))
+    out = np.reshape(self.data, keep)
+    return _as_view(record("SqueezeBackward1", out, (self,), {"dim": d, "self_sym_sizes": shp}), self)
+
+
+def _squeeze_dim(self: Tensor, d: int) -> Tensor:
+    """squeeze(dim) as used inside matmul: SqueezeBackward4 (torch's squeeze.dim on a fresh result)."""
+    shp = self.data.shape
+    out = np.reshape(self.data, shp[:d] + shp[d + 1:])
+    return record("SqueezeBackward4", out, (self,), {"dim": d, "self_sym_sizes": shp})
+
+
+@vjp("SqueezeBackward0", inputs=("self",), saves=("self_sym_sizes",))
+def _(ctx, grad):
+    return reshape(grad, ctx.self_sym_sizes),
+
+
+@vjp("SqueezeBackward1", inputs=("self",), saves=("dim", "self_sym_sizes"))
+def _(ctx, grad):
+    return reshape(grad, ctx.self_sym_sizes),
+
+
+@vjp("SqueezeBackward2", inputs=("self",), saves=("dim", "self_sym_sizes"))
+def _(ctx, grad):
+    return reshape(grad, ctx.self_sym_sizes),
+
+
+@vjp("SqueezeBackward4", inputs=("self",), saves=("dim", "self_sym_sizes"))
+def _(ctx, grad):
+    return reshape(grad, ctx.self_sym_sizes),
+
+
+@op("unsqueeze", tensors=("self",), grad_fns=("UnsqueezeBackward0",))
+def unsqueeze(self, dim):
+    """torch.unsqueeze(input, dim)."""
+    self = require_tensor(self)
+    d = wrap_dim(dim, self.data.ndim + 1)
+    out = np.expand_dims(self.data, d)
+    return _as_view(record("UnsqueezeBackward0", out, (self,), {"dim": d}), self)
+
+
+@vjp("UnsqueezeBackward0", inputs=("self",), saves=("dim",))
+def _(ctx, grad):
+    return squeeze(grad, ctx.dim),
+
+
+@op("expand", tensors=("self",), grad_fns=("ExpandBackward0",))
+def expand(self, *sizes):
+    """Tensor.expand(*sizes); -1 keeps a dimension."""
+    self = require_tensor(self)
+    sizes = shape_arg(sizes)
+    shp = self.data.shape
+    if len(sizes) < len(shp):
+        raise TorchRuntimeError(f"expand(torch.FloatTensor{{[{', '.join(map(str, shp))}]}}, size=[{', '.join(map(str, sizes))}]): "
+                                f"the number of sizes provided ({len(sizes)}) must be greater or equal to the number "
+                                f"of dimensions in the tensor ({len(shp)})", code="shape_mismatch")
+    lead = len(sizes) - len(shp)
+    target = []
+    for i, s in enumerate(sizes):
+        if i < lead:
+            if s < 0:
+                raise TorchRuntimeError(f"The expanded size of the tensor ({s}) isn't allowed in a leading, "
+                                        f"non-existing dimension {i}", code="shape_mismatch")
+            target.append(s)
+            continue
+        cur = shp[i - lead]
+        if s == -1:
+            target.append(cur)
+        elif cur == 1 or cur == s:
+            target.append(s)
+        else:
+            raise ShapeError(f"The expanded size of the tensor ({s}) must match the existing size ({cur}) at "
+                             f"non-singleton dimension {i}.  Target sizes: [{', '.join(map(str, sizes))}].  "
+                             f"Tensor sizes: [{', '.join(map(str, shp))}]")
+    target = tuple(target)
+    check_numel(target)
+    out = np.broadcast_to(self.data, target)
+    return _as_view(record("ExpandBackward0", out, (self,), {"self_sym_sizes": shp}), self)
+
+
+@vjp("ExpandBackward0", inputs=("self",), saves=("self_sym_sizes",))
+def _(ctx, grad):
+    from .reduction import sum_to
+    return sum_to(grad, ctx.self_sym_sizes),
+
+
+@op("expand_as", tensors=("self", "other"), grad_fns=("ExpandBackward0",))
+def expand_as(self, other):
+    """Tensor.expand_as(other)."""
+    return expand(self, require_tensor(other, "other").shape)
+
+
+@op("repeat", tensors=("self",), grad_fns=("RepeatBackward0",))
+def repeat(self, *repeats):
+    """Tensor.repeat(*repeats)."""
+    self = require_tensor(self)
+    reps = shape_arg(repeats)
+    shp = self.data.shape
+    if len(reps) < len(shp):
+        raise TorchRuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions "
+                                "of tensor", code="shape_mismatch")
+    padded = (1,) * (len(reps) - len(shp)) + shp
+    check_numel(tuple(a * b for a, b in zip(padded, reps)))
+    out = np.tile(self.data.reshape(padded), reps)
+    return record("RepeatBackward0", out, (self,), {"repeats": list(reps), "self_sym_sizes": shp})
+
+
+@vjp("RepeatBackward0", inputs=("self",), saves=("repeats", "self_sym_sizes"))
+def _(ctx, grad):
+    from .reduction import sum as sum_
+    reps = ctx.repeats
+    shp = ctx.self_sym_sizes
+    padded = (1,) * (len(reps) - len(shp)) + tuple(shp)
+    inter = []
+    for r, s in zip(reps, padded):
+        inter += [r, s]
+    g = reshape(grad, tuple(inter))
+    g = sum_(g, tuple(range(0, 2 * len(reps), 2)))
+    return reshape(g, shp),
+
+
+@op("t", tensors=("self",), grad_fns=("TBackward0",))
+def t(self):
+    """Tensor.t(): transpose of a <= 2-D tensor."""
+    self = require_tensor(self)
+    if self.data.ndim > 2:
+        raise TorchRuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.data.ndim}D",
+                                code="shape_mismatch")
+    return _as_view(record("TBackward0", self.data.T, (self,)), self)
+
+
+@vjp("TBackward0", inputs=("self",))
+def _(ctx, grad):
+    return t(grad),
+
+
+@op("transpose", tensors=("self",), grad_fns=("TransposeBackward0",), aliases=("swapaxes", "swapdims"))
+def transpose(self, dim0, dim1):
+    """torch.transpose(input, dim0, dim1)."""
+    self = require_tensor(self)
+    nd = self.data.ndim
+    d0, d1 = wrap_dim(dim0, nd), wrap_dim(dim1, nd)
+    out = np.swapaxes(self.data, d0, d1) if nd else self.data.view()
+    return _as_view(record("TransposeBackward0", out, (self,), {"dim0": d0, "dim1": d1}), self)
+
+
+@vjp("TransposeBackward0", inputs=("self",), saves=("dim0", "dim1"))
+def _(ctx, grad):
+    return transpose(grad, ctx.dim0, ctx.dim1),
+
+
+@op("permute", tensors=("self",), grad_fns=("PermuteBackward0",))
+def permute(self, *dims):
+    """torch.permute(input, dims)."""
+    self = require_tensor(self)
+    dims = shape_arg(dims) if dims else ()
+    nd = self.data.ndim
+    if len(dims) != nd:
+        raise TorchRuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match the "
+                                f"length of the desired ordering of dimensions i.e. input.dim() = {nd} is not equal "
+                                f"to len(dims) = {len(dims)}".replace("(sparse_coo)", ""), code="shape_mismatch")
+    w = wrap_dims(dims, nd)
+    return _as_view(record("PermuteBackward0", np.transpose(self.data, w), (self,), {"dims": list(w)}), self)
+
+
+@vjp("PermuteBackward0", inputs=("self",), saves=("dims",))
+def _(ctx, grad):
+    inv = [0] * len(ctx.dims)
+    for i, d in enumerate(ctx.dims):
+        inv[d] = i
+    return permute(grad, inv),
+
+
+# ----- joining and splitting -----------------------------------------------------------------------------
+
+
+def _tensor_list(tensors, name: str) -> list:
+    if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
+        raise InvalidArgumentError(f"{name}(): argument 'tensors' must be tuple of Tensors, not "
+                                   f"{type(tensors).__name__}")
+    if not tensors:
+        raise TorchRuntimeError(f"{name}(): expected a non-empty list of Tensors", code="invalid_argument")
+    for i, x in enumerate(tensors):
+        if not isinstance(x, Tensor):
+            raise InvalidArgumentError(f"expected Tensor as element {i} in argument 0, but got {type(x).__name__}")
+    return list(tensors)
+
+
+@op("cat", tensor_lists=("tensors",), grad_fns=("CatBackward0",), method=False, aliases=("concat", "concatenate"))
+def cat(tensors, dim=0):
+    """torch.cat(tensors, dim=0)."""
+    ts = _tensor_list(tensors, "cat")
+    ref = next((x for x in ts if x.data.ndim > 0 or x.data.size), ts[0])
+    if ref.data.ndim == 0:
+        raise TorchRuntimeError("zero-dimensional tensor (at position 0) cannot be concatenated",
+                                code="shape_mismatch")
+    d = wrap_dim(dim, ref.data.ndim)
+    for i, x in enumerate(ts):
+        if x.data.ndim == 1 and x.data.size == 0:
+            continue  # legacy: empty 1-D tensors are skipped
+        if x.data.ndim != ref.data.ndim:
+            raise ShapeError(f"Tensors must have same number of dimensions: got {ref.data.ndim} and {x.data.ndim}")
+        for k in range(ref.data.ndim):
+            if k != d and x.data.shape[k] != ref.data.shape[k]:
+                raise ShapeError(f"Sizes of tensors must match except in dimension {d}. Expected size "
+                                 f"{ref.data.shape[k]} but got size {x.data.shape[k]} for tensor number {i} in the "
+                                 f"list.")
+    dtype = D.result_type(*ts) if len({x.data.dtype for x in ts}) > 1 else ts[0].dtype
+    out_shape = list(ref.data.shape)
+    out_shape[d] = sum(x.data.shape[d] for x in ts if not (x.data.ndim == 1 and x.data.size == 0))
+    check_numel(tuple(out_shape))
+    arrs = [x.data.astype(NP[dtype], copy=False) for x in ts if not (x.data.ndim == 1 and x.data.size == 0)]
+    out = np.concatenate(arrs, axis=d) if arrs else np.zeros(0, NP[dtype])
+    sizes = [x.data.shape if x.data.ndim else () for x in ts]
+    return record("CatBackward0", out, tuple(ts), {"dim": d, "sizes": sizes})
+
+
+@vjp("CatBackward0", inputs=(), saves=("dim",))
+def _(ctx, grad):
+    d = ctx.dim
+    res = []
+    offset = 0
+    for need, shp in zip(ctx.needs, ctx.sizes):
+        if len(shp) == 1 and shp[0] == 0 and grad.data.ndim != 1:
+            res.append(None)
+            continue
+        n = shp[d]
+        res.append(narrow(grad, d, offset, n) if need else None)
+        offset += n
+    return tuple(res)
+
+
+@op("stack", tensor_lists=("tensors",), grad_fns=("StackBackward0",), method=False)
+def stack(tensors, dim=0):
+    """torch.stack(tensors, dim=0)."""
+    ts = _tensor_list(tensors, "stack")
+    shp = ts[0].data.shape
+    for i, x in enumerate(ts):
+        if x.data.shape != shp:
+            raise ShapeError(f"stack expects each tensor to be equal size, but got [{', '.join(map(str, shp))}] at "
+                             f"entry 0 and [{', '.join(map(str, x.data.shape))}] at entry {i}")
+    d = wrap_dim(dim, len(shp) + 1)
+    check_numel((len(ts),) + shp)
+    dtype = D.result_type(*ts) if len({x.data.dtype for x in ts}) > 1 else ts[0].dtype
+    out = np.stack([x.data.astype(NP[dtype], copy=False) for x in ts], axis=d)
+    return record("StackBackward0", out, tuple(ts), {"dim": d})
+
+
+@vjp("StackBackward0", inputs=(), saves=("dim",))
+def _(ctx, grad):
+    d = ctx.dim
+    return tuple(select(grad, d, i) if need else None for i, need in enumerate(ctx.needs))
+
+
+def _split_sizes(n: int, split_size: int) -> list:
+    if split_size <= 0:
+        if n == 0 and split_size == 0:
+            return [0]
+        raise TorchRuntimeError(f"split_size can only be 0 if dimension size is 0, but got dimension size of {n}",
+                                code="invalid_argument")
+    sizes = [split_size] * (n // split_size)
+    if n % split_size:
+        sizes.append(n % split_size)
+    return sizes or [0]
+
+
+def _split(self: Tensor, sizes: list, d: int, prim: str, saved: dict) -> tuple:
+    offs = np.cumsum([0] + sizes)
+    arrs = tuple(np.take(self.data, np.arange(offs[i], offs[i + 1]), axis=d) if False else
+                 self.data[(slice(None),) * d + (slice(int(offs[i]), int(offs[i + 1])),)]
+                 for i in range(len(sizes)))
+    outs = record(prim, arrs, (self,), saved)
+    return tuple(_as_view(o, self) for o in outs)
+
+
+@op("split", tensors=("self",), grad_fns=("SplitBackward0", "SplitWithSizesBackward0"))
+def split(self, split_size_or_sections, dim=0):
+    """torch.split(tensor, split_size_or_sections, dim=0): a tuple of views."""
+    self = require_tensor(self)
+    d = wrap_dim(dim, self.data.ndim)
+    n = self.data.shape[d]
+    if isinstance(split_size_or_sections, (list, tuple)):
+        sizes = [int(s) for s in split_size_or_sections]
+        if sum(sizes) != n or any(s < 0 for s in sizes):
+            raise TorchRuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size "
+                                    f"at dimension {d}), but got split_sizes={sizes}", code="invalid_argument")
+        return _split(self, sizes, d, "SplitWithSizesBackward0",
+                      {"dim": d, "self_sym_sizes": self.data.shape, "split_sizes": sizes})
+    size = int(split_size_or_sections)
+    sizes = _split_sizes(n, size)
+    return _split(self, sizes, d, "SplitBackward0",
+                  {"dim": d, "self_sym_sizes": self.data.shape, "split_size": size})
+
+
+def _split_backward(ctx, grads, sizes):
+    d = ctx.dim
+    shp = ctx.self_sym_sizes
+    parts = []
+    for g, s in zip(grads, sizes):
+        if g is None:
+            zs = list(shp)
+            zs[d] = s
+            g = Tensor(np.zeros(zs, NP[_grad_dtype(grads)]))
+        parts.append(g)
+    return cat(parts, d),
+
+
+def _grad_dtype(grads) -> str:
+    for g in grads:
+        if g is not None:
+            return g.dtype
+    return D.FLOAT32
+
+
+@vjp("SplitBackward0", inputs=("self",), saves=("dim", "self_sym_sizes", "split_size"), n_outputs=-1)
+def _(ctx, grads):
+    return _split_backward(ctx, grads, _split_sizes(ctx.self_sym_sizes[ctx.dim], ctx.split_size))
+
+
+@vjp("SplitWithSizesBackward0", inputs=("self",), saves=("dim", "self_sym_sizes", "split_sizes"), n_outputs=-1)
+def _(ctx, grads):
+    return _split_backward(ctx, grads, ctx.split_sizes)
+
+
+@op("chunk", tensors=("self",), grad_fns=("SplitBackward0",))
+def chunk(self, chunks, dim=0):
+    """torch.chunk(input, chunks, dim=0)."""
+    self = require_tensor(self)
+    if chunks <= 0:
+        raise TorchRuntimeError("chunk expects `chunks` to be greater than 0, got: " + str(chunks),
+                                code="invalid_argument")
+    d = wrap_dim(dim, self.data.ndim)
+    n = self.data.shape[d]
+    size = -(-n // chunks) if n else 0
+    if size == 0:
+        return split(self, [0] * 0 or [n], d) if n == 0 else split(self, 1, d)
+    return split(self, size, d)
+
+
+@op("unbind", tensors=("self",), grad_fns=("UnbindBackward0",))
+def unbind(self, dim=0):
+    """torch.unbind(input, dim=0)."""
+    self = require_tensor(self)
+    d = wrap_dim(dim, self.data.ndim)
+    arrs = tuple(np.take(self.data, i, axis=d) for i in range(self.data.shape[d]))
+    outs = record("UnbindBackward0", arrs, (self,), {"dim": d})
+    return tuple(_as_view(o, self) for o in outs)
+
+
+@vjp("UnbindBackward0", inputs=("self",), saves=("dim",), n_outputs=-1)
+def _(ctx, grads):
+    dt = _grad_dtype(grads)
+    ref = next(g for g in grads if g is not None)
+    parts = [g if g is not None else Tensor(np.zeros(ref.shape, NP[dt])) for g in grads]
+    return stack(parts, ctx.dim),
+
+
+@op("narrow", tensors=("self",), grad_fns=("SliceBackward0",))
+def narrow(self, dim, start, length):
+    """torch.narrow(input, dim, start, length)."""
+    self = require_tensor(self)
+    d = wrap_dim(dim, self.data.ndim)
+    n = self.data.shape[d]
+    if start < 0:
+        start += n
+    if start < 0 or start > n or length < 0 or start + length > n:
+        raise TorchIndexError(f"start ({start}) + length ({length}) exceeds dimension size ({n}).",
+                              code="index_out_of_range") if start + length > n else \
+            TorchIndexError(f"start out of range (expected to be in range of [{-n}, {n}], but got {start})",
+                            code="index_out_of_range")
+    return _slice(self, d, start, start + length, 1)
+
+
+def _slice(self: Tensor, d: int, start: int, end: int, step: int) -> Tensor:
+    idx = (slice(None),) * d + (slice(start, end, step),)
+    return _as_view(record("SliceBackward0", self.data[idx], (self,),
+                           {"dim": d, "end": end, "self_sym_sizes": self.data.shape, "start": start,
+                            "step": step}), self)
+
+
+@vjp("SliceBackward0", inputs=("self",), saves=("dim", "end", "self_sym_sizes", "start", "step"))
+def _(ctx, grad):
+    return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (slice(ctx.start, ctx.end, ctx.step),)),
+
+
+def select(self, dim, index):
+    self = require_tensor(self)
+    nd = self.data.ndim
+    if nd == 0:
+        raise TorchIndexError("select() cannot be applied to a 0-dim tensor.", code="index_out_of_range")
+    d = wrap_dim(dim, nd)
+    n = self.data.shape[d]
+    if index < -n or index >= n:
+        raise TorchIndexError(f"index {index} is out of bounds for dimension {d} with size {n}",
+                              code="index_out_of_range")
+    i = index % n
+    out = self.data[(slice(None),) * d + (i,)]
+    return _as_view(record("SelectBackward0", np.asarray(out) if out.ndim == 0 and not isinstance(out, np.ndarray)
+                           else out, (self,), {"dim": d, "index": index, "self_sym_sizes": self.data.shape}), self)
+
+
+op("select", tensors=("self",), grad_fns=("SelectBackward0",))(select)
+
+
+@vjp("SelectBackward0", inputs=("self",), saves=("dim", "index", "self_sym_sizes"))
+def _(ctx, grad):
+    n = ctx.self_sym_sizes[ctx.dim]
+    return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (ctx.index % n,)),
+
+
+def _embed(grad: Tensor, shape: tuple, index: tuple) -> Tensor:
+    """Zeros of ``shape`` with ``grad`` written at a basic index (the VJP of select/slice)."""
+    out = np.zeros(shape, grad.data.dtype)
+    out[index] = grad.data
+    return record("EmbedBackward", out, (grad,), {"index": _index_to_data(index)})
+
+
+def _index_to_data(index: tuple) -> list:
+    out = []
+    for it in index:
+        if isinstance(it, slice):
+            out.append({"slice": [it.start, it.stop, it.step]})
+        else:
+            out.append(int(it))
+    return out
+
+
+def _index_from_data(data: list) -> tuple:
+    return tuple(slice(*it["slice"]) if isinstance(it, dict) else it for it in data)
+
+
+@vjp("EmbedBackward", inputs=("grad",), saves=("index",))
+def _(ctx, grad):
+    idx = _index_from_data(ctx.index)
+    return _basic_index(grad, idx),
+
+
+def _basic_index(self: Tensor, idx: tuple) -> Tensor:
+    """Apply a tuple of ints/slices (each addressing the next remaining dim) with select/slice ops."""
+    out = self
+    d = 0
+    for it in idx:
+        if isinstance(it, slice):
+            start, stop, step = it.indices(out.data.shape[d])
+            if (start, stop, step) != (0, out.data.shape[d], 1):
+                out = _slice(out, d, start, stop, step)
+            d += 1
+        else:
+            out = select(out, d, it)
+    return out
+
+
+# ----- indexing ------------------------------------------------------------------------------------------
+
+
+def _normalize_index(index) -> tuple:
+    if not isinstance(index, tuple):
+        index = (index,)
+    return index
+
+
+def _is_advanced(it) -> bool:
+    return isinstance(it, (list, Tensor, np.ndarray)) and not isinstance(it, bool)
+
+
+@op("getitem", tensors=("self", "index"), grad_fns=("SelectBackward0", "SliceBackward0", "IndexBackward0",
+                                                   "UnsqueezeBackward0"), aliases=("__getitem__",))
+def getitem(self, index):
+    """``input[index]``: ints select, slices slice, None adds a dim, Ellipsis, int lists / int or bool
+    tensors index (IndexBackward0)."""
+    self = require_tensor(self)
+    index = _normalize_index(index)
+    # expand Ellipsis
+    n_ell = sum(1 for it in index if it is Ellipsis)
+    if n_ell > 1:
+        raise TorchIndexError("an index can only have a single ellipsis ('...')", code="invalid_index")
+    consumed = 0
+    for it in index:
+        if it is None or it is Ellipsis:
+            continue
+        if isinstance(it, Tensor) and it.data.dtype == np.bool_:
+            consumed += max(it.data.ndim, 1)
+        else:
+            consumed += 1
+    nd = self.data.ndim
+    if consumed > nd:
+        raise TorchIndexError(f"too many indices for tensor of dimension {nd}", code="invalid_index")
+    if n_ell:
+        pos = next(i for i, it in enumerate(index) if it is Ellipsis)
+        index = index[:pos] + (slice(None),) * (nd - consumed) + index[pos + 1:]
+    out = self
+    d = 0
+    advanced = []  # (dim in `out`, index array)
+    for it in index:
+        if it is None:
+            out = unsqueeze(out, d)
+            d += 1
+        elif isinstance(it, slice):
+            for v in (it.start, it.stop, it.step):
+                if v is not None and not isinstance(v, (int, np.integer)):
+                    raise TorchIndexError("slice indices must be integers or None", code="invalid_index")
+            if it.step is not None and it.step <= 0:
+                raise TorchRuntimeError("step must be greater than zero", code="invalid_index")
+            start, stop, step = it.indices(out.data.shape[d])
+            stop = max(stop, start)
+            if (start, stop, step) != (0, out.data.shape[d], 1):
+                out = _slice(out, d, start, stop, step)
+            d += 1
+        elif isinstance(it, bool):
+            raise TorchIndexError("boolean scalar indices are not supported", code="invalid_index")
+        elif isinstance(it, (int, np.integer)):
+            if advanced:
+                advanced.append((d, np.asarray(it)))
+                d += 1
+            else:
+                out = select(out, d, int(it))
+        elif _is_advanced(it):
+            arr = it.data if isinstance(it, Tensor) else np.asarray(it)
+            if arr.dtype == np.bool_:
+                if arr.shape != out.data.shape[d:d + arr.ndim]:
+                    raise TorchIndexError(f"The shape of the mask {list(arr.shape)} at index 0 does not match the "
+                                          f"shape of the indexed tensor {list(out.data.shape)} at index {d}",
+                                          code="invalid_index")
+                for k, sub in enumerate(np.nonzero(arr)):
+                    advanced.append((d + k, sub))
+                d += max(arr.ndim, 1)
+            else:
+                if arr.size == 0:
+                    arr = arr.astype(np.int64)
+                if arr.dtype.kind not in "iu":
+                    raise TorchIndexError("tensors used as indices must be long, int, byte or bool tensors",
+                                          code="invalid_index")
+                n = out.data.shape[d]
+                if arr.size and (arr.max() >= n or arr.min() < -n):
+                    bad = int(arr.max()) if arr.max() >= n else int(arr.min())
+                    raise TorchIndexError(f"index {bad} is out of bounds for dimension {d} with size {n}",
+                                          code="index_out_of_range")
+                advanced.append((d, arr.astype(np.int64)))
+                d += 1
+        else:
+            raise TorchIndexError(f"only integers, slices, None, Ellipsis, lists and tensors are valid indices "
+                                  f"(got {type(it).__name__})", code="invalid_index")
+    if advanced:
+        out = _index(out, advanced)
+    if out is self:
+        out = _as_view(record("AliasBackward0", self.data.view(), (self,)), self)
+    return out
+
+
+@vjp("AliasBackward0", inputs=("self",))
+def _(ctx, grad):
+    return grad,
+
+
+def _index(self: Tensor, advanced: list) -> Tensor:
+    idx = [slice(None)] * self.data.ndim
+    for d, arr in advanced:
+        idx[d] = arr
+    idx = tuple(idx)
+    try:
+        out = self.data[idx]
+    except IndexError as e:
+        raise TorchIndexError(str(e), code="invalid_index") from None
+    check_numel(out.shape)
+    indices = [Tensor(np.asarray(i)) if not isinstance(i, slice) else None for i in idx]
+    return record("IndexBackward0", np.array(out, copy=True), (self,),
+                  {"indices": indices, "self_sym_sizes": self.data.shape})
+
+
+@vjp("IndexBackward0", inputs=("self",), saves=("indices", "self_sym_sizes"))
+def _(ctx, grad):
+    return _index_put_zeros(grad, ctx.self_sym_sizes, ctx.indices),
+
+
+def _indices_tuple(indices) -> tuple:
+    return tuple(slice(None) if i is None else i.data for i in indices)
+
+
+def _index_put_zeros(values: Tensor, shape: tuple, indices: list) -> Tensor:
+    out = np.zeros(shape, values.data.dtype)
+    np.add.at(out, _indices_tuple(indices), values.data)
+    return record("IndexPutAccBackward", out, (values,), {"indices": indices})
+
+
+@vjp("IndexPutAccBackward", inputs=("values",), saves=("indices",))
+def _(ctx, grad):
+    idx = _indices_tuple(ctx.indices)
+    return record("IndexBackward0", np.array(grad.data[idx], copy=True), (grad,),
+                  {"indices": ctx.indices, "self_sym_sizes": grad.data.shape}),
+
+
+@op("index_select", tensors=("self", "index"), grad_fns=("IndexSelectBackward0",))
+def index_select(self, dim, index):
+    """torch.index_select(input, dim, index)."""
+    self = require_tensor(self)
+    index = require_tensor(index, "index", "index_select")
+    if index.data.dtype.kind not in "iu":
+        raise TorchRuntimeError("index_select(): Expected dtype int32/int64 for index", code="invalid_dtype")
+    if index.data.ndim > 1:
+        raise TorchIndexError("index_select(): Index is supposed to be a vector", code="invalid_index")
+    d = wrap_dim(dim, self.data.ndim)
+    n = self.data.shape[d] if self.data.ndim else 1
+    ix = index.data.reshape(-1)
+    if ix.size and (ix.max() >= n or ix.min() < -n):
+        raise TorchIndexError("index out of range in self", code="index_out_of_range")
+    out = np.take(self.data, ix, axis=d) if self.data.ndim else self.data.reshape(1)[ix].reshape(())
+    return record("IndexSelectBackward0", out, (self,),
+                  {"dim": d, "index": index, "self_sym_sizes": self.data.shape})
+
+
+@vjp("IndexSelectBackward0", inputs=("self",), saves=("dim", "index", "self_sym_sizes"))
+def _(ctx, grad):
+    d = ctx.dim
+    shp = ctx.self_sym_sizes
+    idx = [None] * len(shp)
+    idx[d] = Tensor(ctx.index.data.reshape(-1))
+    # broadcast the index along dim: index_add as an index_put with accumulation
+    full = [Tensor(np.arange(s).reshape([-1 if k == j else 1 for k in range(len(shp))])) if j != d else None
+            for j, s in enumerate(shp)]
+    ix = ctx.index.data.reshape(-1)
+    ix_b = Tensor(ix.reshape([-1 if k == d else 1 for k in range(len(shp))]))
+    full[d] = ix_b
+    return _index_put_zeros(grad, shp, full),
+
+
+@op("gather", tensors=("self", "index"), grad_fns=("GatherBackward0",))
+def gather(self, dim, index, sparse_grad=False):
+    """torch.gather(input, dim, index)."""
+    self = require_tensor(self)
+    index = require_tensor(index, "index", "gather")
+    if index.data.dtype != np.int64:
+        raise TorchRuntimeError("gather(): Expected dtype int64 for index", code="invalid_dtype")
+    d = wrap_dim(dim, self.data.ndim)
+    if index.data.ndim != self.data.ndim:
+        raise TorchRuntimeError("Index tensor must have the same number of dimensions as input tensor",
+                                code="shape_mismatch")
+    for k in range(self.data.ndim):
+        if k != d and index.data.shape[k] > self.data.shape[k]:
+            raise TorchRuntimeError(f"Size does not match at dimension {k} expected index "
+                                    f"{list(index.data.shape)} to be smaller than self {list(self.data.shape)} "
+                                    f"apart from dimension {d}", code="shape_mismatch")
+    n = self.data.shape[d] if self.data.ndim else 1
+    if index.data.size and (index.data.max() >= n or index.data.min() < -n):
+        raise TorchRuntimeError(f"index {int(index.data.max())} is out of bounds for dimension {d} with size {n}",
+                                code="index_out_of_range")
+    src = self.data[tuple(slice(0, s) if k != d else slice(None) for k, s in enumerate(index.data.shape))]
+    out = np.take_along_axis(src, index.data, axis=d)
+    return record("GatherBackward0", out, (self,),
+                  {"dim": d, "index": index, "self": self, "sparse_grad": sparse_grad})
+
+
+@vjp("GatherBackward0", inputs=("self",), saves=("dim", "index", "self", "sparse_grad"))
+def _(ctx, grad):
+    shp = ctx.self.data.shape
+    d = ctx.dim
+    ix = ctx.index.data
+    grids = list(np.indices(ix.shape, sparse=True))
+    grids[d] = ix
+    return _index_put_zeros(grad, shp, [Tensor(np.asarray(g)) for g in grids]),
