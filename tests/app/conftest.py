@@ -1,0 +1,52 @@
+"""The real app over HTTP (TestClient), with the real engine."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.config import Settings
+from app.main import create_app
+
+
+def make_client(**overrides) -> TestClient:
+    return TestClient(create_app(Settings(**overrides)))
+
+
+@pytest.fixture
+def client():
+    with make_client() as c:
+        yield c
+
+
+@pytest.fixture
+def session(client) -> str:
+    return client.post("/v1/sessions").json()["id"]
+
+
+def tensor(name: str, value, requires_grad: bool = True) -> dict:
+    return {"op": "tensor", "out": name, "args": [value],
+            "kwargs": {"requires_grad": True} if requires_grad else {}}
+
+
+def run(client: TestClient, session: str, ops: list[dict], **body):
+    return client.post(f"/v1/sessions/{session}/ops", json={"ops": ops, **body})
+
+
+def ok(response) -> dict:
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def assert_problem(response, status: int, code: str | None = None, detail: str | None = None) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body = response.json()
+    assert body["status"] == status
+    assert body["type"] == f"urn:gradserve:problem:{body['code']}"
+    assert body["title"] and body["detail"]
+    if code is not None:
+        assert body["code"] == code
+    if detail is not None:
+        assert body["detail"] == detail
+    return body

@@ -1,0 +1,77 @@
+"""Op catalog, health, offline docs and the committed OpenAPI document."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from app.openapi_dump import TARGET, render
+from tests.app.conftest import assert_problem, ok
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_op_catalog_lists_engine_ops_with_grad_fns(client):
+    ops = {op["name"]: op for op in ok(client.get("/v1/ops"))["ops"]}
+    assert {"tensor", "mul", "add", "backward", "grad", "zero_grad", "sub_"} <= set(ops)
+    assert "MulBackward0" in ops["mul"]["grad_fns"] and ops["mul"]["differentiable"] is True
+    assert ops["sub_"]["inplace"] is True
+
+
+def test_healthz_and_readyz(client, session):
+    assert ok(client.get("/healthz")) == {"status": "ok"}
+    assert ok(client.get("/readyz")) == {"status": "ready", "sessions": 1, "max_sessions": 1000}
+
+
+def test_unknown_route_and_wrong_method_are_problems(client):
+    assert_problem(client.get("/v2/nothing"), 404, "not_found")
+    assert_problem(client.put("/healthz"), 405, "method_not_allowed")
+
+
+def _external_urls(text: str) -> list[str]:
+    return [u for u in re.findall(r"""(?:src|href)\s*=\s*["']([^"']+)["']|url:\s*['"]([^'"]+)['"]""", text)
+            for u in u if u.startswith(("http:", "https:", "//"))]
+
+
+def test_docs_pages_reference_no_external_host(client):
+    for path in ("/docs", "/redoc"):
+        page = client.get(path)
+        assert page.status_code == 200
+        assert "/static/" in page.text
+        assert _external_urls(page.text) == [], path
+        assert not re.search(r"https?://(?!127\.0\.0\.1|localhost)", page.text.replace(
+            "http://www.w3.org", "")), path
+
+
+def test_docs_assets_are_served_locally(client):
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js", "favicon-32x32.png"):
+        r = client.get(f"/static/{asset}")
+        assert r.status_code == 200 and len(r.content) > 100, asset
+
+
+def test_committed_openapi_document_matches_the_app():
+    assert TARGET.read_text() == render(), "openapi/openapi.json is stale: run `python -m app.openapi_dump`"
+
+
+def test_every_endpoint_documents_a_response_model_and_problems():
+    doc = json.loads(render())
+    for path, methods in doc["paths"].items():
+        for method, operation in methods.items():
+            responses = operation["responses"]
+            success = next(r for code, r in responses.items() if code.startswith("2"))
+            if method != "delete":
+                assert "schema" in success.get("content", {}).get("application/json", {}), (method, path)
+            if "{session_id}" in path:
+                assert "404" in responses, (method, path)
+                problem = responses["404"]["content"]["application/problem+json"]["schema"]
+                assert problem == {"$ref": "#/components/schemas/Problem"}
+
+
+def test_example_bodies_are_selectable_in_the_documentation():
+    doc = json.loads(render())
+    examples = doc["paths"]["/v1/sessions/{session_id}/ops"]["post"]["requestBody"]["content"][
+        "application/json"]["examples"]
+    assert {"linear", "sgd_train", "create_graph_second_derivative"} <= set(examples)
+    assert "expect" not in examples["linear"]
+    assert "OpsRequest" in doc["components"]["schemas"] and "Op" in doc["components"]["schemas"]

@@ -1,0 +1,215 @@
+"""Op lists in a session (POST /ops), one-shot eval (POST /v1/eval), tensor payloads and request limits."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import orjson
+
+from tests.app.conftest import assert_problem, make_client, ok, run, tensor
+
+LINEAR = [tensor("x", 2.0), tensor("w", 3.0), tensor("b", 1.0),
+          {"op": "mul", "out": "wx", "args": ["w", "x"]}, {"op": "add", "out": "y", "args": ["wx", "b"]}]
+
+
+def b64(arr: np.ndarray) -> dict:
+    return {"dtype": str(arr.dtype), "shape": list(arr.shape), "encoding": "base64",
+            "data": base64.b64encode(arr.astype(arr.dtype.newbyteorder("<")).tobytes()).decode()}
+
+
+def test_op_list_reports_bound_names_changed_tensors_and_gradients(client, session):
+    body = ok(run(client, session, [*LINEAR, {"op": "backward", "args": ["y"]}]))
+    assert [o["bound"] for o in body["ops"]] == [["x"], ["w"], ["b"], ["wx"], ["y"], []]
+    assert [o["index"] for o in body["ops"]] == list(range(6))
+    assert body["tensors"]["y"]["data"] == 7.0 and body["tensors"]["y"]["grad_fn"] == "AddBackward0"
+    assert body["tensors"]["x"]["grad"] == 3.0
+    (record,) = body["autograd"]
+    assert record["op_index"] == 5 and record["op"] == "backward"
+    entries = {e["name"]: e for e in record["entries"]}
+    assert entries["w"] == {"name": "w", "contribution": 2.0, "grad": 2.0, "grad_accumulations": 1}
+    assert body["warnings"] == [] and "records" not in body
+
+
+def test_failing_op_list_changes_nothing(client, session):
+    ok(run(client, session, [tensor("x", [1.0, 2.0]), {"op": "sum", "out": "s", "args": ["x"]},
+                             {"op": "backward", "args": ["s"]}]))
+    before = ok(client.get(f"/v1/sessions/{session}"))
+    r = run(client, session, [{"op": "mul", "out": "z", "args": ["x", 2]}, {"op": "backward", "args": ["s"]},
+                              {"op": "no_such_op", "args": []}])
+    body = assert_problem(r, 422, "unknown_op")
+    assert body["op_index"] == 2 and body["op"] == "no_such_op"
+    after = ok(client.get(f"/v1/sessions/{session}"))
+    assert after["tensors"] == before["tensors"] and after["backward_passes"] == before["backward_passes"]
+    assert ok(client.get(f"/v1/sessions/{session}/tensors/x"))["grad"] == [1.0, 1.0]
+
+
+def test_op_error_carries_torch_exception_message_and_position(client, session):
+    r = run(client, session, [tensor("a", [1.0, 1.0, 1.0]), tensor("b", [1.0, 1.0]),
+                              {"op": "add", "out": "c", "args": ["a", "b"]}])
+    body = assert_problem(r, 422, detail="The size of tensor a (3) must match the size of tensor b (2) at "
+                                         "non-singleton dimension 0")
+    assert body["op_index"] == 2 and body["op"] == "add" and body["exception"] == "RuntimeError"
+
+
+def test_unknown_tensor_in_op_list_is_404(client, session):
+    body = assert_problem(run(client, session, [{"op": "mul", "out": "y", "args": ["ghost", 2]}]), 404,
+                          "unknown_tensor")
+    assert body["op_index"] == 0
+
+
+def test_int_list_cannot_require_grad_as_torch(client, session):
+    body = assert_problem(run(client, session, [tensor("x", [1, 2])]), 422,
+                          detail="Only Tensors of floating point and complex dtype can require gradients")
+    assert body["exception"] == "RuntimeError"
+
+
+def test_malformed_json_is_422_invalid_json(client, session):
+    r = client.post(f"/v1/sessions/{session}/ops", content=b'{"ops": [', headers={"content-type":
+                                                                               "application/json"})
+    assert_problem(r, 422, "invalid_json")
+    assert_problem(client.post(f"/v1/sessions/{session}/ops"), 422, "invalid_json")
+
+
+def test_schema_violations_are_422_problems_listing_every_issue(client, session):
+    r = client.post(f"/v1/sessions/{session}/ops", json={"ops": [{"args": []}, {"op": "x", "bogus": 1}],
+                                                          "repeat": 0})
+    body = assert_problem(r, 422, "validation_error")
+    locs = {tuple(e["loc"]) for e in body["errors"]}
+    assert ("body", "ops", 0, "op") in locs and ("body", "ops", 1, "bogus") in locs
+    assert ("body", "repeat") in locs
+
+
+def test_reserved_names_are_refused(client, session):
+    for name in ("NaN", "Infinity", "x.grad"):
+        assert_problem(run(client, session, [tensor(name, 1.0)]), 422, "invalid_name")
+
+
+def test_too_many_ops_is_422_limit_exceeded():
+    with make_client(max_ops_per_request=3) as c:
+        sid = c.post("/v1/sessions").json()["id"]
+        body = assert_problem(run(c, sid, [tensor(f"t{i}", 1.0) for i in range(4)]), 422, "limit_exceeded")
+        assert "GRADSERVE_MAX_OPS_PER_REQUEST" in body["detail"]
+
+
+def test_repeat_above_limit_is_422_limit_exceeded():
+    with make_client(max_repeat=5) as c:
+        sid = c.post("/v1/sessions").json()["id"]
+        assert_problem(run(c, sid, [tensor("x", 1.0)], repeat=6), 422, "limit_exceeded")
+
+
+def test_tensor_above_element_limit_is_refused_before_allocating():
+    with make_client(max_elements_per_tensor=10) as c:
+        sid = c.post("/v1/sessions").json()["id"]
+        assert_problem(run(c, sid, [tensor("x", [0.0] * 11)]), 422, "limit_exceeded")
+        big = b64(np.zeros(11, np.float32))
+        assert_problem(run(c, sid, [tensor("x", big)]), 422, "limit_exceeded")
+        assert_problem(run(c, sid, [{"op": "zeros", "out": "z", "args": [11]}]), 422, "limit_exceeded")
+
+
+def test_base64_tensor_payload_is_decoded_exactly(client, session):
+    values = np.array([[0.1, -2.0, 3.5], [1e-8, 7.0, -0.0]], dtype=np.float32)
+    body = ok(run(client, session, [tensor("x", b64(values))]))
+    view = body["tensors"]["x"]
+    assert view["shape"] == [2, 3] and view["dtype"] == "float32"
+    got = ok(client.get(f"/v1/sessions/{session}/tensors/x", params={"encoding": "base64"}))["data"]
+    np.testing.assert_array_equal(np.frombuffer(base64.b64decode(got["data"]), "<f4").reshape(2, 3), values)
+
+
+def test_base64_payload_dtypes_float64_int64_bool(client, session):
+    ops = [tensor("d", b64(np.array([1.5, 2.5])), False),
+           tensor("i", b64(np.array([1, -2], np.int64)), False),
+           tensor("q", b64(np.array([True, False])), False)]
+    body = ok(run(client, session, ops))
+    assert body["tensors"]["d"]["dtype"] == "float64" and body["tensors"]["d"]["data"] == [1.5, 2.5]
+    assert body["tensors"]["i"]["data"] == [1, -2] and body["tensors"]["q"]["data"] == [True, False]
+
+
+def test_base64_payload_with_wrong_length_is_422(client, session):
+    bad = b64(np.zeros(3, np.float32))
+    bad["shape"] = [4]
+    body = assert_problem(run(client, session, [tensor("x", bad)]), 422, "invalid_tensor_payload")
+    assert body["detail"] == "payload data has 12 bytes but dtype float32 and shape [4] need 16"
+
+
+def test_base64_payload_with_bad_base64_or_dtype_is_422(client, session):
+    bad = b64(np.zeros(1, np.float32))
+    for broken in ({**bad, "data": "!!!"}, {**bad, "dtype": "int8"}, {**bad, "extra": 1}):
+        assert_problem(run(client, session, [tensor("x", broken)]), 422, "invalid_tensor_payload")
+
+
+def test_nonfinite_strings_are_numbers_in_op_arguments(client, session):
+    body = ok(run(client, session, [tensor("x", [1.0, 2.0]),
+                                    {"op": "mul", "out": "y", "args": ["x", "Infinity"]},
+                                    {"op": "mul", "out": "z", "args": ["x", "NaN"]}]))
+    assert body["tensors"]["y"]["data"] == ["Infinity", "Infinity"]
+    assert body["tensors"]["z"]["data"] == ["NaN", "NaN"]
+
+
+def test_base64_response_encoding_applies_to_data_grads_and_contributions(client, session):
+    body = ok(client.post(f"/v1/sessions/{session}/ops", params={"encoding": "base64"},
+                          json={"ops": [*LINEAR, {"op": "backward", "args": ["y"]}]}))
+    grad = body["tensors"]["x"]["grad"]
+    assert grad["encoding"] == "base64" and np.frombuffer(base64.b64decode(grad["data"]), "<f4")[0] == 3.0
+    contribution = body["autograd"][0]["entries"][0]["contribution"]
+    assert contribution["encoding"] == "base64"
+
+
+def test_repeat_and_record_return_each_iteration(client, session):
+    ok(run(client, session, [tensor("c", 1.0, requires_grad=False)]))
+    body = ok(run(client, session, [{"op": "add_", "args": ["c", 1.0]}], repeat=3, record=["c"]))
+    assert body["records"] == {"c": [2.0, 3.0, 4.0]}
+    assert body["tensors"]["c"]["version"] == 3
+
+
+def test_body_too_large_by_content_length_is_413():
+    with make_client(max_body_bytes=100) as c:
+        sid = c.post("/v1/sessions").json()["id"]
+        r = c.post(f"/v1/sessions/{sid}/ops", content=b"{" + b" " * 200 + b"}",
+                   headers={"content-type": "application/json"})
+        body = assert_problem(r, 413, "body_too_large")
+        assert "GRADSERVE_MAX_BODY_BYTES" in body["detail"]
+
+
+def test_body_too_large_by_streamed_bytes_is_413():
+    def chunks():
+        for _ in range(5):
+            yield b" " * 50
+
+    with make_client(max_body_bytes=100) as c:
+        sid = c.post("/v1/sessions").json()["id"]
+        r = c.post(f"/v1/sessions/{sid}/ops", content=chunks(), headers={"content-type": "application/json"})
+        assert "content-length" not in r.request.headers
+        assert_problem(r, 413, "body_too_large")
+        r = c.post(f"/v1/sessions/{sid}/backward", content=chunks(), headers={"content-type":
+                                                                               "application/json"})
+        assert_problem(r, 413, "body_too_large")
+
+
+def test_eval_returns_requested_tensors_and_gradients_without_a_session(client):
+    body = ok(client.post("/v1/eval", json={"ops": [*LINEAR, {"op": "backward", "args": ["y"]}],
+                                            "return": ["y", "x.grad", "b.grad"]}))
+    assert set(body["tensors"]) == {"y", "x.grad", "b.grad"}
+    assert body["tensors"]["y"]["data"] == 7.0 and body["tensors"]["x.grad"]["data"] == 3.0
+    assert ok(client.get("/v1/sessions"))["sessions"] == []
+
+
+def test_eval_returns_null_for_an_unset_grad_and_all_tensors_without_return(client):
+    body = ok(client.post("/v1/eval", json={"ops": [tensor("x", 1.0)], "return": ["x.grad"]}))
+    assert body["tensors"] == {"x.grad": None}
+    body = ok(client.post("/v1/eval", json={"ops": LINEAR}))
+    assert set(body["tensors"]) == {"x", "w", "b", "wx", "y"}
+
+
+def test_eval_errors_are_problems(client):
+    assert_problem(client.post("/v1/eval", json={"ops": [{"op": "nope"}]}), 422, "unknown_op")
+    assert_problem(client.post("/v1/eval", json={"ops": [tensor("x", 1.0)], "return": ["q"]}), 404,
+                   "unknown_tensor")
+
+
+def test_large_tensor_round_trip_through_json(client, session):
+    values = np.random.default_rng(0).standard_normal(100_000).astype(np.float32)
+    body = orjson.dumps({"ops": [tensor("x", values.tolist(), False)]})
+    ok(client.post(f"/v1/sessions/{session}/ops", content=body))
+    got = np.array(ok(client.get(f"/v1/sessions/{session}/tensors/x"))["data"], dtype=np.float32)
+    np.testing.assert_array_equal(got, values)
