@@ -82,13 +82,16 @@ class Node:
         return [k for k, v in self.saved.items() if isinstance(v, SavedTensor)]
 
     def holds_saved_tensors(self) -> bool:
-        return any(isinstance(v, SavedTensor) and v.tensor is not None for v in self.saved.values())
+        return any((isinstance(v, SavedTensor) and v.tensor is not None)
+                   or (isinstance(v, Node) and v.holds_saved_tensors()) for v in self.saved.values())
 
     def release(self) -> None:
         """Free saved tensors, as torch does after a backward without retain_graph."""
         for v in self.saved.values():
             if isinstance(v, SavedTensor):
                 v.tensor = None
+            elif isinstance(v, Node):  # CopySlices keeps the in-place op's node
+                v.release()
 
     def get_saved(self, slot: str):
         """Read ``grad_fn._saved_<slot>`` as torch does: freed tensors raise the freed-graph error."""

@@ -147,6 +147,12 @@ class Tensor:
             node.retained = {}
         node.retained[self.output_nr] = self
 
+    # ----- autograd -------------------------------------------------------------------------------
+    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None):
+        """Tensor.backward(gradient=None, retain_graph=None, create_graph=False, inputs=None)."""
+        from .autograd import backward
+        backward(self, gradient, retain_graph, create_graph, inputs)
+
     # ----- conversion -----------------------------------------------------------------------------
     def item(self):
         if self.data.size != 1:

@@ -92,9 +92,7 @@ def contiguous(self):
 def detach(self):
     """Tensor.detach(): a new leaf sharing storage and version counter with self."""
     self = require_tensor(self)
-    out = Tensor(self.data, vc=self._vc)
-    out._base = self._base if self._base is not None else self
-    return out
+    return Tensor(self.data, vc=self._vc)
 
 
 # ----- reshape family ----------------------------------------------------------------------------------
@@ -603,9 +601,9 @@ def select(self, dim, index):
         raise TorchIndexError(f"index {index} is out of bounds for dimension {d} with size {n}",
                               code="index_out_of_range")
     i = index % n
-    out = self.data[(slice(None),) * d + (i,)]
-    return _as_view(record("SelectBackward0", np.asarray(out) if out.ndim == 0 and not isinstance(out, np.ndarray)
-                           else out, (self,), {"dim": d, "index": index, "self_sym_sizes": self.data.shape}), self)
+    out = self.data[(slice(None),) * d + (i, Ellipsis)]  # Ellipsis keeps a 0-d result a view
+    return _as_view(record("SelectBackward0", out, (self,),
+                           {"dim": d, "index": index, "self_sym_sizes": self.data.shape}), self)
 
 
 op("select", tensors=("self",), grad_fns=("SelectBackward0",))(select)
