@@ -12,13 +12,12 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from .errors import (CREATE_GRAPH_WARNING, NoGradFnError, RequiresGradError, TorchRuntimeError,
                      TorchTypeError, TorchValueError)
-from .grad_mode import set_grad_enabled
+from .grad_mode import emit_warning, set_grad_enabled
+from .journal import array_, setattr_, setitem_
 from .node import Ctx, Node
 from .registry import PRIMS, edge
 from .tensor import Tensor
@@ -89,7 +88,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
     if retain_graph is None:
         retain_graph = create_graph
     if create_graph:
-        warnings.warn(CREATE_GRAPH_WARNING, UserWarning, stacklevel=2)
+        emit_warning(CREATE_GRAPH_WARNING, once_key="create_graph_backward")
     return _run(tensors, grads, bool(retain_graph), bool(create_graph), inputs, accumulate=True)
 
 
@@ -277,8 +276,8 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
             contributions[t] = g
             with set_grad_enabled(create_graph):
                 from .ops.shape import clone
-                t._grad = clone(g) if t._grad is None else _add(t._grad, g)
-            t.grad_accumulations += 1
+                setattr_(t, "_grad", clone(g) if t._grad is None else _add(t._grad, g))
+            setattr_(t, "grad_accumulations", t.grad_accumulations + 1)
     if not retain_graph:
         for node in executed:
             node.release()
@@ -298,10 +297,11 @@ def _accumulate_leaf(leaf: Tensor, g: Tensor, create_graph: bool, owned) -> None
     old = leaf._grad
     if not create_graph:
         if old is None:
-            leaf._grad = Tensor(owned(g))
+            setattr_(leaf, "_grad", Tensor(owned(g)))
         else:
+            array_(old.data)
             np.add(old.data, g.data, out=old.data, casting="unsafe")
-            old._vc[0] += 1
+            setitem_(old._vc, 0, old._vc[0] + 1)
     else:
         if old is None:
             new = Tensor(g.data.copy())
@@ -309,8 +309,8 @@ def _accumulate_leaf(leaf: Tensor, g: Tensor, create_graph: bool, owned) -> None
                 new.requires_grad = True
                 new.grad_fn = Node("CopyBackwards", "CopyBackwards", ((None, 0), edge(g)), None,
                                    (None, (g.data.shape, g.data.dtype)))
-            leaf._grad = new
+            setattr_(leaf, "_grad", new)
         else:
             with set_grad_enabled(True):
-                leaf._grad = _add(old, g)
-    leaf.grad_accumulations += 1
+                setattr_(leaf, "_grad", _add(old, g))
+    setattr_(leaf, "grad_accumulations", leaf.grad_accumulations + 1)

@@ -14,6 +14,43 @@ _grad_enabled: contextvars.ContextVar[bool] = contextvars.ContextVar("gradserve_
 _limits: contextvars.ContextVar[Limits | None] = contextvars.ContextVar("gradserve_limits", default=None)
 
 
+_warning_sink: contextvars.ContextVar[WarningSink | None] = contextvars.ContextVar("gradserve_warnings",
+                                                                                  default=None)
+
+
+class WarningSink:
+    """Collects torch's warning texts for one program (thread- and task-safe, unlike
+    warnings.catch_warnings). ``seen`` holds the keys of warn-once warnings already given."""
+
+    def __init__(self, seen: set | None = None):
+        self.messages: list[str] = []
+        self.seen = seen if seen is not None else set()
+        self._token = None
+
+    def __enter__(self):
+        self._token = _warning_sink.set(self)
+        return self
+
+    def __exit__(self, *exc):
+        _warning_sink.reset(self._token)
+        return False
+
+
+def emit_warning(message: str, once_key: str | None = None) -> None:
+    """Give a UserWarning the way torch does: into the active sink, else through ``warnings``.
+    ``once_key`` marks torch's TORCH_WARN_ONCE warnings (once per sink history)."""
+    sink = _warning_sink.get()
+    if sink is None:
+        import warnings
+        warnings.warn(message, UserWarning, stacklevel=3)
+        return
+    if once_key is not None:
+        if once_key in sink.seen:
+            return
+        sink.seen.add(once_key)
+    sink.messages.append(message)
+
+
 def is_grad_enabled() -> bool:
     return _grad_enabled.get()
 

@@ -87,9 +87,11 @@ class Node:
 
     def release(self) -> None:
         """Free saved tensors, as torch does after a backward without retain_graph."""
+        from .journal import setattr_
         for v in self.saved.values():
             if isinstance(v, SavedTensor):
-                v.tensor = None
+                if v.tensor is not None:
+                    setattr_(v, "tensor", None)
             elif isinstance(v, Node):  # CopySlices keeps the in-place op's node
                 v.release()
 

@@ -9,14 +9,14 @@ read warns), ``is_leaf`` is ``grad_fn is None``, ``version`` is torch's ``_versi
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
 from . import dtypes as D
 from .errors import (NONLEAF_GRAD_WARNING, RequiresGradError, TorchAttributeError, TorchRuntimeError,
                      TorchValueError, InvalidArgumentError)
-from .grad_mode import check_numel
+from .grad_mode import check_numel, emit_warning
+from .journal import setattr_, setitem_
 from .node import Node
 
 
@@ -26,6 +26,8 @@ class Tensor:
 
     def __init__(self, data: np.ndarray, requires_grad: bool = False, grad_fn: Node | None = None,
                  output_nr: int = 0, vc: list | None = None, base: Tensor | None = None):
+        if data.__class__ is not np.ndarray:  # numpy returns scalars for 0-d results
+            data = np.asarray(data)
         self.data = data
         self.requires_grad = requires_grad
         self.grad_fn = grad_fn
@@ -86,14 +88,14 @@ class Tensor:
     @property
     def grad(self):
         if self.grad_fn is not None and not self.retains_grad:
-            warnings.warn(NONLEAF_GRAD_WARNING, UserWarning, stacklevel=2)
+            emit_warning(NONLEAF_GRAD_WARNING)
         return self._grad
 
     @grad.setter
     def grad(self, value):
         if value is None:
-            self._grad = None
-            self.grad_accumulations = 0
+            setattr_(self, "_grad", None)
+            setattr_(self, "grad_accumulations", 0)
             return
         if not isinstance(value, Tensor):
             raise TorchTypeErrorLike(f"assigned grad expected to be a Tensor or None but got grad of type "
@@ -111,7 +113,8 @@ class Tensor:
                 f"with a specific dtype, or None to allow any dtype. Set grad_dtype with caution. Diverging the "
                 f"dtypes of a tensor and its gradient may break downstream systems that assume they match.",
                 code="grad_dtype_mismatch")
-        self._grad = value
+        setattr_(self, "_grad", value)
+        setattr_(self, "grad_accumulations", 0)
 
     # ----- requires_grad ----------------------------------------------------------------------------
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
@@ -123,7 +126,7 @@ class Tensor:
             return self
         if requires_grad and self.data.dtype.kind != "f":
             raise RequiresGradError("only Tensors of floating point dtype can require gradients")
-        self.requires_grad = bool(requires_grad)
+        setattr_(self, "requires_grad", bool(requires_grad))
         return self
 
     def set_requires_grad(self, value: bool) -> None:
@@ -133,7 +136,7 @@ class Tensor:
         if value and self.data.dtype.kind != "f":
             raise RequiresGradError("only Tensors of floating point and complex dtype can require gradients")
         if self.grad_fn is None:
-            self.requires_grad = bool(value)
+            setattr_(self, "requires_grad", bool(value))
 
     def retain_grad(self) -> None:
         if not self.requires_grad:
@@ -141,11 +144,11 @@ class Tensor:
                                     code="retain_grad_without_requires_grad")
         if self.grad_fn is None or self.retains_grad:
             return
-        self.retains_grad = True
+        setattr_(self, "retains_grad", True)
         node = self.grad_fn
         if node.retained is None:
-            node.retained = {}
-        node.retained[self.output_nr] = self
+            setattr_(node, "retained", {})
+        setitem_(node.retained, self.output_nr, self)
 
     # ----- autograd -------------------------------------------------------------------------------
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None):

@@ -18,6 +18,7 @@ import numpy as np
 from .. import dtypes as D
 from ..errors import LeafInplaceError, TorchRuntimeError
 from ..grad_mode import _grad_enabled
+from ..journal import array_, setattr_, setitem_
 from ..node import Node, SavedTensor
 from ..registry import edge, op, record, vjp
 from ..tensor import Tensor
@@ -64,8 +65,9 @@ def apply_inplace(self: Tensor, fn, *args, **kwargs) -> Tensor:
                 shadow.data = shadow.data.copy()
                 shadow._vc = [v.version]
     if result.data is not self.data:
+        array_(self.data)
         np.copyto(self.data, result.data, casting="unsafe")
-    self._vc[0] += 1
+    setitem_(self._vc, 0, self._vc[0] + 1)
     if node is None:
         return self
     for v in node.saved.values():
@@ -81,13 +83,13 @@ def apply_inplace(self: Tensor, fn, *args, **kwargs) -> Tensor:
 
 
 def _rebase(self: Tensor, node: Node) -> None:
-    old = self.grad_fn
-    self.grad_fn = node
-    self.output_nr = 0
-    self.requires_grad = True
+    old, old_nr = self.grad_fn, self.output_nr
+    setattr_(self, "grad_fn", node)
+    setattr_(self, "output_nr", 0)
+    setattr_(self, "requires_grad", True)
     if self.retains_grad:
         if old is not None and old.retained:
-            old.retained.pop(self.output_nr, None)
+            setattr_(old, "retained", {k: v for k, v in old.retained.items() if k != old_nr})
         node.retained = {0: self}
 
 
@@ -117,14 +119,14 @@ def _copy_slices(base: Tensor, view: Tensor, node: Node) -> None:
     cs = Node("CopySlices", "CopySlices", (old_base_edge,) + node.next_functions[1:],
               {"fn": node, "positions": positions, "base_sizes": base.data.shape},
               ((base.data.shape, base.data.dtype),) + node.input_meta[1:])
-    base.grad_fn = cs
-    base.output_nr = 0
-    base.requires_grad = True
-    view.grad_fn = Node("AsStridedBackward0", "AsStridedBackward0", ((cs, 0),),
+    setattr_(base, "grad_fn", cs)
+    setattr_(base, "output_nr", 0)
+    setattr_(base, "requires_grad", True)
+    setattr_(view, "grad_fn", Node("AsStridedBackward0", "AsStridedBackward0", ((cs, 0),),
                         {"positions": positions, "base_sizes": base.data.shape},
-                        ((base.data.shape, base.data.dtype),))
-    view.output_nr = 0
-    view.requires_grad = True
+                        ((base.data.shape, base.data.dtype),)))
+    setattr_(view, "output_nr", 0)
+    setattr_(view, "requires_grad", True)
 
 
 @vjp("CopySlices", inputs=("self",), saves=("fn", "positions", "base_sizes"))

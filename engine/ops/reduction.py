@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
+from ..grad_mode import emit_warning
 from ..registry import op, record, vjp
 from ..tensor import Tensor
 from .common import NP, float_dtype, require_tensor, wrap_dim, wrap_dims
@@ -383,8 +384,8 @@ def _var_forward(self: Tensor, dim, correction, keepdim):
     n = x.size if dims is None else int(np.prod([x.shape[d] for d in dims]))
     dof = n - correction
     if dof <= 0:
-        warnings.warn("var(): degrees of freedom is <= 0. Correction should be strictly less than the reduction "
-                      "factor (input numel divided by output numel).", UserWarning, stacklevel=3)
+        emit_warning("var(): degrees of freedom is <= 0. Correction should be strictly less than the reduction "
+                     "factor (input numel divided by output numel).")
     with np.errstate(divide="ignore", invalid="ignore"):
         mu = np.mean(x, axis=ax, keepdims=True) if x.size else np.zeros((1,) * nd, x.dtype)
         dev = x - mu

@@ -1,0 +1,508 @@
+"""Run a JSON-shaped op list against a namespace of named tensors, atomically.
+
+An op is ``{"op": name, "args": [...], "kwargs": {...}, "out": name | [names] | None, "no_grad": bool}``.
+``op`` is a torch function or method name from the op table (``add``, ``pow``, ``sum``, ``add_``...) or
+an autograd action (``backward``, ``grad``, ``retain_grad``, ``requires_grad_``, ``zero_grad``,
+``set_grad``). The op's signature says which arguments are tensors: there a string names a tensor (or
+``"w.grad"`` its gradient) and a number is a scalar operand; elsewhere values pass through as given.
+Names are rebound like Python variables.
+
+All or nothing: the ops run under an undo journal and on a copy of the namespace; if any op fails, every
+mutation is undone, no name is bound, and the error carries the op's index.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import autograd
+from .errors import (EngineError, InvalidArgumentError, LimitExceededError, TorchIndexError, TorchRuntimeError,
+                     TorchTypeError, TorchValueError, UnknownOpError, UnknownTensorError)
+from .grad_mode import Limits, WarningSink, limits as limits_ctx, set_grad_enabled, _grad_enabled
+from .journal import Journal
+from .node import Node, SavedTensor
+from .registry import OPS
+from .tensor import Tensor
+
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_SLICE_RE = re.compile(r"^\s*(-?\d+)?\s*:\s*(-?\d+)?\s*(?::\s*(-?\d+)?\s*)?$")
+
+
+class State:
+    """A session's namespace: named tensors plus what persists between programs."""
+
+    def __init__(self):
+        self.tensors: dict[str, Tensor] = {}
+        self.backward_passes = 0
+        self.warned: set[str] = set()   # warn-once keys already emitted in this session
+        self.counter = 0                # for fresh names
+
+    def resolve(self, ref: str):
+        """``"x"`` -> the tensor, ``"x.grad"`` -> its gradient (None before a backward reaches it)."""
+        return _lookup(self.tensors, ref)
+
+    def stats(self) -> tuple[int, int]:
+        """(graph nodes, bytes of distinct arrays) reachable from the named tensors."""
+        return graph_stats(self.tensors.values())
+
+    def node_count(self) -> int:
+        return self.stats()[0]
+
+    def nbytes(self) -> int:
+        return self.stats()[1]
+
+
+def _lookup(ns: dict, ref):
+    if not isinstance(ref, str):
+        raise InvalidArgumentError(f"expected a tensor name, got {type(ref).__name__}")
+    base, dot, attr = ref.partition(".")
+    if dot and attr != "grad":
+        raise UnknownTensorError(f"unknown tensor reference {ref!r}: only NAME and NAME.grad are addressable")
+    t = ns.get(base)
+    if t is None:
+        raise UnknownTensorError(f"name {base!r} is not defined")
+    if dot:
+        return t.grad
+    return t
+
+
+def graph_stats(roots) -> tuple[int, int]:
+    seen_nodes: set[int] = set()
+    seen_arrays: dict[int, int] = {}
+    stack_t = list(roots)
+    stack_n: list[Node] = []
+    seen_t: set[int] = set()
+
+    def add_tensor(t):
+        if t is not None and id(t) not in seen_t:
+            seen_t.add(id(t))
+            stack_t.append(t)
+
+    while stack_t or stack_n:
+        while stack_t:
+            t = stack_t.pop()
+            seen_t.add(id(t))
+            a = t.data
+            base = a.base if a.base is not None else a
+            seen_arrays[id(base)] = base.nbytes
+            if t._grad is not None and id(t._grad) not in seen_t:
+                stack_t.append(t._grad)
+            if t.grad_fn is not None and id(t.grad_fn) not in seen_nodes:
+                seen_nodes.add(id(t.grad_fn))
+                stack_n.append(t.grad_fn)
+        while stack_n:
+            n = stack_n.pop()
+            for c, _ in n.next_functions:
+                if c is not None and id(c) not in seen_nodes:
+                    seen_nodes.add(id(c))
+                    stack_n.append(c)
+            for v in n.saved.values():
+                if isinstance(v, SavedTensor) and v.tensor is not None:
+                    add_tensor(v.tensor)
+                elif isinstance(v, Node) and id(v) not in seen_nodes:
+                    seen_nodes.add(id(v))
+                    stack_n.append(v)
+            if n.variable is not None:
+                add_tensor(n.variable)
+    return len(seen_nodes), sum(seen_arrays.values())
+
+
+@dataclass
+class OpOutcome:
+    index: int
+    op: str
+    bound: list[str]
+
+
+@dataclass
+class GradEntry:
+    name: str
+    contribution: Tensor
+    grad: Tensor | None
+    grad_accumulations: int
+
+
+@dataclass
+class AutogradRecord:
+    op_index: int
+    op: str
+    entries: list[GradEntry]
+
+
+@dataclass
+class ProgramResult:
+    ops: list[OpOutcome] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    autograd: list[AutogradRecord] = field(default_factory=list)
+    records: dict[str, list] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    returned: dict[str, object] = field(default_factory=dict)
+
+
+def _snapshot(t: Tensor | None) -> Tensor | None:
+    """A frozen copy for reporting (later in-place ops must not change what a response shows)."""
+    if t is None:
+        return None
+    c = Tensor(np.array(t.data, copy=True), t.requires_grad, t.grad_fn, t.output_nr)
+    return c
+
+
+def _fingerprint(t: Tensor) -> tuple:
+    g = t._grad
+    return (id(t), t._vc[0], id(t.grad_fn), t.requires_grad, t.retains_grad, id(g),
+            g._vc[0] if g is not None else None, t.grad_accumulations)
+
+
+class _Runner:
+    def __init__(self, state: State, ns: dict, sink: WarningSink, result: ProgramResult):
+        self.state = state
+        self.ns = ns
+        self.sink = sink
+        self.result = result
+        self.counter = state.counter
+        self.backward_passes = 0
+
+    # ----- argument resolution -------------------------------------------------------------------------
+    def tensor_arg(self, v):
+        if isinstance(v, str):
+            return _lookup(self.ns, v)
+        return v
+
+    def tensor_list(self, v):
+        if isinstance(v, str):
+            return _lookup(self.ns, v)
+        if isinstance(v, (list, tuple)):
+            return [self.tensor_arg(x) for x in v]
+        return v
+
+    def index_arg(self, v):
+        """JSON index: int, null (None), "..." (Ellipsis), "a:b:c" slices, {"slice": [a, b, c]}, a tensor name,
+        a nested list of ints (an int-list index); a list at the top level is a tuple of per-dim items."""
+        def item(x):
+            if x is None or isinstance(x, (bool, int)):
+                return x
+            if isinstance(x, float):
+                raise TorchIndexError("only integers, slices (`:`), ellipsis (`...`), None and long or byte "
+                                      "Variables are valid indices (got float)", code="invalid_index")
+            if isinstance(x, str):
+                if x == "...":
+                    return Ellipsis
+                m = _SLICE_RE.match(x)
+                if m:
+                    return slice(*(int(g) if g is not None else None for g in m.groups()))
+                return _lookup(self.ns, x)
+            if isinstance(x, dict) and "slice" in x and isinstance(x["slice"], list) and len(x["slice"]) <= 3:
+                return slice(*x["slice"])
+            if isinstance(x, list):
+                return x
+            raise TorchIndexError(f"invalid index item {x!r}", code="invalid_index")
+
+        if isinstance(v, list):
+            return tuple(item(x) for x in v)
+        return item(v)
+
+    def bind_args(self, spec, args: list, kwargs: dict):
+        params = spec.params
+        args = list(args)
+        out_args, out_kwargs = [], {}
+        pos = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        varargs = next((p for p in params if p.kind == p.VAR_POSITIONAL), None)
+        names = {p.name for p in params}
+
+        def convert(name, value):
+            if name in ("index",) and spec.name in ("getitem", "setitem"):
+                return self.index_arg(value)
+            if name in spec.tensor_lists:
+                return self.tensor_list(value)
+            if name in spec.tensors:
+                return self.tensor_arg(value)
+            return value
+
+        for i, a in enumerate(args):
+            if i < len(pos):
+                out_args.append(convert(pos[i].name, a))
+            elif varargs is not None:
+                out_args.append(a)
+            else:
+                raise TorchTypeError(f"{spec.name}() takes {len(pos)} positional arguments but {len(args)} were given",
+                                     code="invalid_argument")
+        for k, v in kwargs.items():
+            if k not in names or (varargs is not None and k == varargs.name):
+                raise TorchTypeError(f"{spec.name}() got an unexpected keyword argument '{k}'",
+                                     code="invalid_argument")
+            out_kwargs[k] = convert(k, v)
+        return out_args, out_kwargs
+
+    # ----- binding results --------------------------------------------------------------------------------
+    def fresh(self) -> str:
+        while True:
+            self.counter += 1
+            name = f"t{self.counter}"
+            if name not in self.ns:
+                return name
+
+    def bind(self, out, value) -> list[str]:
+        if value is None:
+            return []
+        if isinstance(value, Tensor):
+            if out is None:
+                if any(t is value for t in self.ns.values()):
+                    return []
+                out = self.fresh()
+            if isinstance(out, list):
+                if len(out) != 1:
+                    raise InvalidArgumentError(f"the op returned 1 tensor but out names {len(out)}",
+                                               code="invalid_out")
+                out = out[0]
+            self.ns[out] = value
+            return [out]
+        if isinstance(value, tuple):
+            items = list(value)
+            if isinstance(out, list):
+                if len(out) > len(items):
+                    raise InvalidArgumentError(f"the op returned {len(items)} values but out names {len(out)}",
+                                               code="invalid_out")
+                names = out
+            else:
+                stem = out if out is not None else self.fresh()
+                names = [f"{stem}_{i}" for i in range(len(items))]
+            bound = []
+            for n, v in zip(names, items):
+                if isinstance(v, Tensor):
+                    self.ns[n] = v
+                    bound.append(n)
+            return bound
+        if isinstance(value, (bool, int, float)):
+            return []
+        return []
+
+    def names_of(self, t: Tensor) -> str | None:
+        for n, v in self.ns.items():
+            if v is t:
+                return n
+        return None
+
+    # ----- autograd actions -------------------------------------------------------------------------------
+    def do_backward(self, index, args, kwargs):
+        kw = dict(kwargs)
+        tensors = args[0] if args else kw.pop("tensors", None)
+        if len(args) > 1:
+            kw.setdefault("gradient", args[1])
+        gradient = kw.pop("gradient", kw.pop("grad_tensors", None))
+        retain_graph = kw.pop("retain_graph", None)
+        create_graph = kw.pop("create_graph", False)
+        inputs = kw.pop("inputs", None)
+        if kw:
+            raise TorchTypeError(f"backward() got an unexpected keyword argument '{next(iter(kw))}'",
+                                 code="invalid_argument")
+        tensors = self.tensor_list(tensors)
+        if isinstance(gradient, list):
+            gradient = [self.tensor_arg(g) for g in gradient]
+        else:
+            gradient = self.tensor_arg(gradient)
+        if inputs is not None:
+            inputs = self.tensor_list(inputs)
+        contrib = autograd.backward(tensors, gradient, retain_graph, bool(create_graph), inputs)
+        self.backward_passes += 1
+        self.report(index, "backward", contrib)
+
+    def report(self, index, op, contrib: dict):
+        entries = []
+        for t, g in contrib.items():
+            name = self.names_of(t)
+            if name is None:
+                continue
+            entries.append(GradEntry(name, _snapshot(g), _snapshot(t._grad), t.grad_accumulations))
+        self.result.autograd.append(AutogradRecord(index, op, entries))
+
+    def do_grad(self, index, out, args, kwargs):
+        kw = dict(kwargs)
+        names = ["outputs", "inputs", "grad_outputs", "retain_graph", "create_graph", "allow_unused",
+                 "materialize_grads"]
+        for i, a in enumerate(args):
+            if i >= len(names):
+                raise TorchTypeError("grad() takes at most 7 positional arguments", code="invalid_argument")
+            kw.setdefault(names[i], a)
+        unknown = set(kw) - set(names)
+        if unknown:
+            raise TorchTypeError(f"grad() got an unexpected keyword argument '{sorted(unknown)[0]}'",
+                                 code="invalid_argument")
+        if "outputs" not in kw or "inputs" not in kw:
+            raise TorchTypeError("grad() missing required argument: 'outputs' and 'inputs'",
+                                 code="invalid_argument")
+        outputs = self.tensor_list(kw["outputs"])
+        inputs = self.tensor_list(kw["inputs"])
+        go = kw.get("grad_outputs")
+        go = [self.tensor_arg(g) for g in go] if isinstance(go, list) else self.tensor_arg(go)
+        res = autograd.grad(outputs, inputs, go, kw.get("retain_graph"), bool(kw.get("create_graph", False)),
+                            kw.get("allow_unused"), bool(kw.get("materialize_grads", False)))
+        in_list = inputs if isinstance(inputs, list) else [inputs]
+        contrib = {}
+        for t, g in zip(in_list, res):
+            if g is not None:
+                contrib[t] = g
+        self.report(index, "grad", contrib)
+        return res
+
+    def do_zero_grad(self, args, kwargs):
+        kw = dict(kwargs)
+        tensors = args[0] if args else kw.pop("tensors", None)
+        set_to_none = kw.pop("set_to_none", True)
+        if len(args) > 1:
+            set_to_none = args[1]
+        if kw:
+            raise TorchTypeError(f"zero_grad() got an unexpected keyword argument '{next(iter(kw))}'",
+                                 code="invalid_argument")
+        if tensors is None:
+            targets = [t for t in self.ns.values() if t.grad_fn is None and t.requires_grad]
+        else:
+            targets = self.tensor_list(tensors if isinstance(tensors, list) else [tensors])
+        from .journal import setattr_
+        from .ops.inplace import zero_
+        for t in dict.fromkeys(targets):
+            if not isinstance(t, Tensor):
+                raise InvalidArgumentError("zero_grad(): tensors must name tensors")
+            if t._grad is None:
+                continue
+            if set_to_none:
+                t.grad = None
+            else:
+                with set_grad_enabled(False):
+                    g = t._grad
+                    if g.grad_fn is not None:
+                        setattr_(g, "grad_fn", None)
+                    setattr_(g, "requires_grad", False)
+                    zero_(g)
+                setattr_(t, "grad_accumulations", 0)
+
+    def run_op(self, index: int, spec_op: dict, no_grad_all: bool):
+        if not isinstance(spec_op, dict):
+            raise InvalidArgumentError("each op must be an object with an 'op' field")
+        name = spec_op.get("op")
+        args = spec_op.get("args") or []
+        kwargs = spec_op.get("kwargs") or {}
+        out = spec_op.get("out")
+        if not isinstance(name, str):
+            raise InvalidArgumentError("op must be a string")
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise InvalidArgumentError("args must be a list and kwargs an object")
+        _check_out(out)
+        grad_on = not (no_grad_all or spec_op.get("no_grad", False))
+        with set_grad_enabled(grad_on if _grad_enabled.get() or not grad_on else grad_on):
+            if name == "backward":
+                self.do_backward(index, args, kwargs)
+                return []
+            if name == "grad":
+                return self.bind(out, self.do_grad(index, out, args, kwargs))
+            if name == "zero_grad":
+                self.do_zero_grad(args, kwargs)
+                return []
+            if name == "set_grad":
+                if len(args) != 2 or kwargs:
+                    raise InvalidArgumentError("set_grad takes [tensor, grad or null]")
+                t = self.tensor_arg(args[0])
+                g = self.tensor_arg(args[1]) if args[1] is not None else None
+                t.grad = g
+                return []
+            if name == "retain_grad":
+                t = self.tensor_arg(args[0] if args else kwargs.get("self"))
+                if not isinstance(t, Tensor):
+                    raise InvalidArgumentError("retain_grad expects a tensor name")
+                t.retain_grad()
+                return []
+            spec = OPS.get(name)
+            if spec is None:
+                raise UnknownOpError(f"unknown op {name!r}; GET /v1/ops lists the available ops")
+            a, k = self.bind_args(spec, args, kwargs)
+            value = spec.fn(*a, **k)
+            return self.bind(out, value)
+
+
+def _check_out(out) -> None:
+    if out is None:
+        return
+    names = out if isinstance(out, list) else [out]
+    if not names:
+        raise InvalidArgumentError("out must be a name or a non-empty list of names", code="invalid_name")
+    for n in names:
+        if not isinstance(n, str) or not NAME_RE.match(n):
+            raise InvalidArgumentError(f"invalid tensor name {n!r}: names are 1-64 characters of letters, digits "
+                                       f"and underscores, not starting with a digit (NAME.grad is reserved)",
+                                       code="invalid_name")
+
+
+def _translate(exc: Exception) -> EngineError:
+    """Turn an unexpected Python exception raised by an op into a typed engine error."""
+    if isinstance(exc, EngineError):
+        return exc
+    msg = str(exc)
+    if isinstance(exc, TypeError):
+        return InvalidArgumentError(msg, code="invalid_argument", exception="TypeError")
+    if isinstance(exc, IndexError):
+        return TorchIndexError(msg, code="invalid_index")
+    if isinstance(exc, ValueError):
+        return TorchValueError(msg, code="invalid_argument")
+    if isinstance(exc, (MemoryError, OverflowError)):
+        return LimitExceededError(f"the op could not be computed within memory limits: {msg}")
+    if isinstance(exc, RecursionError):
+        return LimitExceededError("the op is nested too deeply")
+    return TorchRuntimeError(f"{type(exc).__name__}: {msg}", code="internal_error")
+
+
+def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int = 1, record=(),
+                limits: Limits | None = None, returns=()) -> ProgramResult:
+    """Execute ``ops`` (``repeat`` times) against ``state``; all or nothing."""
+    if not isinstance(ops, list):
+        raise InvalidArgumentError("ops must be a list")
+    if not isinstance(repeat, int) or repeat < 1:
+        raise InvalidArgumentError("repeat must be a positive integer")
+    record = list(record or ())
+    result = ProgramResult(records={n: [] for n in record})
+    ns = dict(state.tensors)
+    before = {n: _fingerprint(t) for n, t in ns.items()}
+    sink = WarningSink(set(state.warned))
+    runner = _Runner(state, ns, sink, result)
+    journal = Journal()
+    index, op_name = None, None
+    try:
+        with journal, sink, limits_ctx(limits), np.errstate(all="ignore"):
+            for _ in range(repeat):
+                for index, spec_op in enumerate(ops):
+                    op_name = spec_op.get("op") if isinstance(spec_op, dict) else None
+                    bound = runner.run_op(index, spec_op, no_grad)
+                    if _ == repeat - 1 or repeat == 1:
+                        result.ops.append(OpOutcome(index, op_name, bound))
+                for n in record:
+                    result.records[n].append(_snapshot(_lookup(ns, n)))
+                if repeat > 1 and _ < repeat - 1:
+                    result.autograd.clear()
+            index, op_name = None, None
+            for n in returns:
+                result.returned[n] = _lookup(ns, n)
+            if limits is not None:
+                nodes, nbytes = graph_stats(ns.values())
+                if nodes > limits.max_nodes:
+                    raise LimitExceededError(f"the session would hold {nodes} graph nodes; the limit is "
+                                             f"{limits.max_nodes}")
+                if nbytes > limits.max_bytes:
+                    raise LimitExceededError(f"the session would hold {nbytes} bytes of tensors; the limit is "
+                                             f"{limits.max_bytes}")
+    except Exception as exc:  # noqa: BLE001 - every failure is typed and rolled back
+        journal.rollback()
+        err = _translate(exc)
+        if index is not None:
+            err.at(index, op_name)
+        if err is exc:
+            raise
+        raise err from exc
+    # commit
+    state.tensors = ns
+    state.counter = runner.counter
+    state.backward_passes += runner.backward_passes
+    state.warned = sink.seen
+    result.warnings = sink.messages
+    result.changed = [n for n, t in ns.items() if before.get(n) != _fingerprint(t)]
+    return result
