@@ -12,6 +12,17 @@ from .errors import EngineError
 from .grad_mode import Limits, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .registry import OPS, PRIMS, op_catalog
 from .tensor import Tensor, tensor
+from .program import ProgramResult, State, run_program
+from .graph import export_graph as _export_graph, to_dot, to_mermaid
+from .serialize import dumps, loads
+
+
+def export_graph(state_or_tensors, root: str | None = None) -> dict:
+    """The backward graph of ``root`` (a name or ``name.grad``), or of every named tensor."""
+    tensors = state_or_tensors.tensors if isinstance(state_or_tensors, State) else state_or_tensors
+    return _export_graph(tensors, root)
+
 
 __all__ = ["Tensor", "tensor", "backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
-           "is_grad_enabled", "EngineError", "Limits", "OPS", "PRIMS", "op_catalog"]
+           "is_grad_enabled", "EngineError", "Limits", "OPS", "PRIMS", "op_catalog", "State", "run_program",
+           "ProgramResult", "export_graph", "to_dot", "to_mermaid", "dumps", "loads"]

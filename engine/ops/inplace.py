@@ -110,7 +110,7 @@ def view_positions(base: np.ndarray, view: np.ndarray) -> np.ndarray:
     base_addr = addresses(base, 0).reshape(-1)
     inv = np.full(int(base_addr.max()) + 1 if base_addr.size else 1, -1, dtype=np.int64)
     inv[base_addr] = np.arange(base_addr.size, dtype=np.int64)
-    return inv[addresses(view, (v0 - b0) // item)]
+    return np.asarray(inv[addresses(view, (v0 - b0) // item)])
 
 
 def _copy_slices(base: Tensor, view: Tensor, node: Node) -> None:
