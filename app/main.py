@@ -65,6 +65,16 @@ def _schema_with_components(app: FastAPI) -> dict[str, Any]:
         for name, definition in extra.pop("$defs", {}).items():
             components.setdefault(name, definition)
         components.setdefault(extra.get("title", model.__name__), extra)
+    # FastAPI documents its own 422 body; ours is a Problem (errors.install converts validation errors)
+    problem_422 = {"description": "Invalid input.", "content": {"application/problem+json": {
+        "schema": {"$ref": "#/components/schemas/Problem"}}}}
+    for methods in schema.get("paths", {}).values():
+        for operation in methods.values():
+            responses = operation.get("responses", {})
+            if "HTTPValidationError" in str(responses.get("422", "")):
+                responses["422"] = problem_422
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
     app.openapi_schema = schema
     return schema
 

@@ -14,6 +14,8 @@ from typing_extensions import TypedDict
 from app.schemas.tensors import TensorData, TensorView
 
 Name = Annotated[str, Field(min_length=1, max_length=200)]
+#: Names a request binds: identifiers, so that `x.grad` and `-Infinity` are never names
+OutName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=200)]
 
 
 @with_config(ConfigDict(extra="forbid"))
@@ -27,8 +29,9 @@ class Op(TypedDict):
                     "\"Infinity\" and \"-Infinity\" which are numbers; numbers are scalars; data positions "
                     "take nested lists or a Base64Tensor object.")]]
     kwargs: NotRequired[Annotated[dict[str, Any], Field(description="Keyword arguments, torch's names.")]]
-    out: NotRequired[Annotated[Name | list[Name] | None, Field(
-        description="Name(s) to bind the result(s) to.")]]
+    out: NotRequired[Annotated[OutName | list[OutName] | None, Field(
+        description="Name(s) to bind the result(s) to: identifiers (letters, digits, `_`), not `NaN` or "
+                    "`Infinity`.")]]
     no_grad: NotRequired[Annotated[bool, Field(description="Run this op under `torch.no_grad()`.")]]
 
 
@@ -121,7 +124,7 @@ class GradRequest(BaseModel):
     create_graph: bool = False
     allow_unused: bool | None = None
     materialize_grads: bool = False
-    out: Name | list[Name] | None = Field(None, description="Names for the gradients, one per input.")
+    out: OutName | list[OutName] | None = Field(None, description="Names for the gradients, one per input.")
 
 
 class ZeroGradRequest(BaseModel):

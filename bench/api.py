@@ -1,0 +1,216 @@
+"""API benchmark: HTTP throughput under wrk, and tensor transfer/parse costs against their floors.
+
+    python bench/api.py [--duration 5] [--connections 16] [--size 1000000]
+
+Starts uvicorn (one worker, uvloop + httptools) on 127.0.0.1 serving the app plus a trivial FastAPI
+endpoint with a pydantic model (the framework ceiling), drives each endpoint with Debian's `wrk`
+(`apt-get install wrk`) and a Lua script for the POST body, and prints one table. Targets: eval >= 0.6x
+and session op list + backward >= 0.4x the trivial endpoint's requests/s; JSON tensors within 1.5x of
+orjson, base64 within 1.5x of raw base64, a 10,000-op list parsed and validated within 3x of orjson.loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+LINEAR = [
+    {"op": "tensor", "out": "x", "args": [2.0], "kwargs": {"requires_grad": True}},
+    {"op": "tensor", "out": "w", "args": [3.0], "kwargs": {"requires_grad": True}},
+    {"op": "tensor", "out": "b", "args": [1.0], "kwargs": {"requires_grad": True}},
+    {"op": "mul", "out": "wx", "args": ["w", "x"]},
+    {"op": "add", "out": "y", "args": ["wx", "b"]},
+    {"op": "backward", "args": ["y"]},
+]
+
+
+def bench_app():
+    """The app plus the framework-ceiling endpoint (uvicorn factory: bench.api:bench_app)."""
+    from pydantic import BaseModel
+
+    from app.main import create_app
+
+    class Echo(BaseModel):
+        a: float
+        b: float
+
+    app = create_app()
+
+    @app.post("/bench/trivial")
+    def trivial(body: Echo) -> Echo:
+        return Echo(a=body.b, b=body.a)
+
+    return app
+
+
+# ----- transfer and parse costs (in process) ------------------------------------------------------------
+def best_of(fn, repeat: int = 7) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def transfer_rows(size: int) -> list[tuple[str, float, float, float]]:
+    from app import views
+    from app.config import Settings
+    from app.service import SessionService
+    from app.store.memory import MemoryStore
+
+    settings = Settings(max_body_bytes=1 << 30, max_elements_per_tensor=max(size, 4_000_000))
+    service = SessionService(MemoryStore(max_sessions=1, ttl_seconds=60), settings)
+    arr = np.random.default_rng(0).standard_normal(size).astype(np.float32)
+    values = arr.tolist()
+
+    class View:  # a tensor as views.tensor_view reads it
+        shape, dtype, data, requires_grad, grad_fn = arr.shape, "float32", arr, False, None
+        retains_grad, version, grad_accumulations, grad = False, 0, 0, None
+
+    rows = []
+    json_body = orjson.dumps({"ops": [{"op": "tensor", "out": "x", "args": [values]}]})
+    rows.append((f"JSON in ({size:,} float32)", best_of(lambda: orjson.loads(json_body)),
+                 best_of(lambda: service.parse_ops(json_body)), 1.5))
+    rows.append((f"JSON out ({size:,} float32)", best_of(lambda: orjson.dumps(values)),
+                 best_of(lambda: views.dump(views.tensor_view("x", View, "json"))), 1.5))
+    raw = arr.astype("<f4").tobytes()
+    encoded = base64.b64encode(raw)
+    payload = {"dtype": "float32", "shape": [size], "encoding": "base64", "data": encoded.decode()}
+    b64_body = orjson.dumps({"ops": [{"op": "tensor", "out": "x", "args": [payload]}]})
+    rows.append((f"base64 in ({size:,} float32)", best_of(lambda: base64.b64decode(encoded)),
+                 best_of(lambda: service.parse_ops(b64_body)), 1.5))
+    rows.append((f"base64 out ({size:,} float32)", best_of(lambda: base64.b64encode(raw)),
+                 best_of(lambda: views.dump(views.tensor_view("x", View, "base64"))), 1.5))
+    ops = [{"op": "mul", "out": f"t{i}", "args": [f"t{i - 1}" if i else "x", 2.0]} for i in range(10_000)]
+    ops_body = orjson.dumps({"ops": ops})
+    rows.append(("10,000-op list parse+validate", best_of(lambda: orjson.loads(ops_body)),
+                 best_of(lambda: service.parse_ops(ops_body)), 3.0))
+    return rows
+
+
+# ----- HTTP load --------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def request(url: str, body: bytes | None = None) -> bytes:
+    req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET",
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return resp.read()
+
+
+def wait_until_up(url: str, timeout: float = 30.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            request(url)
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"server did not come up at {url}")
+
+
+LUA = """wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = [==[{body}]==]
+"""
+
+
+def wrk(url: str, body: bytes, duration: int, connections: int, tmp: Path) -> dict:
+    script = tmp / f"body{abs(hash(url))}.lua"
+    script.write_text(LUA.format(body=body.decode()))
+    out = subprocess.run(["wrk", "-t", "2", "-c", str(connections), "-d", f"{duration}s", "--latency",
+                          "-s", str(script), url], capture_output=True, text=True, check=True).stdout
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if non2xx:
+        raise RuntimeError(f"{url}: {non2xx.group(1)} failed requests\n{out}")
+
+    def ms(label: str) -> float:
+        value, unit = re.search(rf"^\s+{label}\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups()
+        return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+
+    return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), "p50": ms("50%"),
+            "p99": ms("99%")}
+
+
+def http_rows(duration: int, connections: int) -> list[tuple[str, dict, float | None]]:
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed: apt-get install -y wrk")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRADSERVE_MAX_NODES_PER_SESSION": "1000000"}
+    cmd = [sys.executable, "-m", "uvicorn", "bench.api:bench_app", "--factory", "--host", "127.0.0.1",
+           "--port", str(port), "--workers", "1", "--loop", "uvloop", "--http", "httptools",
+           "--no-access-log", "--log-level", "warning"]
+    server = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    try:
+        wait_until_up(f"{base}/healthz")
+        sid = orjson.loads(request(f"{base}/v1/sessions", b""))["id"]
+        eval_body = orjson.dumps({"ops": LINEAR, "return": ["y", "x.grad", "w.grad", "b.grad"]})
+        ops_body = orjson.dumps({"ops": LINEAR})
+        request(f"{base}/v1/eval", eval_body)
+        request(f"{base}/v1/sessions/{sid}/ops", ops_body)
+        with tempfile.TemporaryDirectory() as tmp:
+            trivial = wrk(f"{base}/bench/trivial", b'{"a": 1.0, "b": 2.0}', duration, connections, Path(tmp))
+            evaluated = wrk(f"{base}/v1/eval", eval_body, duration, connections, Path(tmp))
+            session = wrk(f"{base}/v1/sessions/{sid}/ops", ops_body, duration, connections, Path(tmp))
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    return [("trivial FastAPI + pydantic (ceiling)", trivial, None),
+            ("POST /v1/eval  y = w*x + b, 3 grads", evaluated, 0.6),
+            ("POST /ops  y = w*x + b + backward", session, 0.4)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--size", type=int, default=1_000_000, help="elements of the transfer tensors")
+    parser.add_argument("--skip-http", action="store_true")
+    args = parser.parse_args()
+
+    failed = False
+    print(f"{'transfer / parse':40} {'floor s':>9} {'app s':>9} {'ratio':>7} {'target':>7}")
+    for label, floor, app_time, target in transfer_rows(args.size):
+        ratio = app_time / floor
+        failed |= ratio > target
+        print(f"{label:40} {floor:9.4f} {app_time:9.4f} {ratio:6.2f}x {'<=' + str(target) + 'x':>7}"
+              f"{'' if ratio <= target else '  MISSED'}")
+    if not args.skip_http:
+        rows = http_rows(args.duration, args.connections)
+        ceiling = rows[0][1]["rps"]
+        print(f"\n{'HTTP (wrk, ' + str(args.connections) + ' connections, ' + str(args.duration) + ' s)':40} "
+              f"{'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'ratio':>7} {'target':>7}")
+        for label, r, target in rows:
+            ratio = r["rps"] / ceiling
+            miss = target is not None and ratio < target
+            failed |= miss
+            print(f"{label:40} {r['rps']:9.0f} {r['p50']:8.2f} {r['p99']:8.2f} {ratio:6.2f}x "
+                  f"{'>=' + str(target) + 'x' if target else '':>7}{'  MISSED' if miss else ''}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
