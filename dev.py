@@ -28,7 +28,7 @@ def run(*args: str | Path) -> None:
 
 def ensure_env(extra: str | None) -> None:
     """Create .venv and install the project (editable) with pinned dependencies, once per change."""
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - dev.py may be started by an older python3
         sys.exit(f"gradserve needs Python 3.11 or newer, this is {sys.version.split()[0]}")
     if not PYTHON.exists():
         print(f"creating {VENV}", flush=True)
