@@ -1,1 +1,334 @@
-"""placeholder"""
+"""Matrix products: matmul (dispatching on rank exactly as torch's ``_matmul_impl``), mm, bmm, mv, dot,
+outer and addmm.
+
+The primitives (MmBackward0, BmmBackward0, MvBackward0, DotBackward0, AddmmBackward0) save what torch
+saves, conditionally: ``self`` of ``mm`` is kept only when ``mat2`` needs a gradient. ``matmul`` is
+composite, so its graph shows the same Unsqueeze/Squeeze/View/Expand/UnsafeView nodes torch records.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as D
+from ..errors import ShapeError, TorchRuntimeError
+from ..grad_mode import check_numel, no_grad
+from ..registry import op, record, vjp
+from ..tensor import Tensor
+from .common import broadcast_shapes, require_tensor
+from .elementwise import mul
+from .shape import _squeeze_dim, _unsafe_view, contiguous, expand, reshape, squeeze, t, transpose, unsqueeze
+
+
+def _strides(a: np.ndarray) -> tuple:
+    """Element strides, as torch reports ``sym_strides``."""
+    return tuple(s // a.itemsize for s in a.strides) if a.itemsize else tuple(0 for _ in a.strides)
+
+
+def _dims_str(shape: tuple) -> str:
+    return "x".join(str(s) for s in shape)
+
+
+def _same_dtype(a: Tensor, b: Tensor) -> None:
+    if a.dtype != b.dtype:
+        raise TorchRuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
+                                f"{D.C_NAMES[a.dtype]} != {D.C_NAMES[b.dtype]}", code="dtype_mismatch")
+
+
+def _no_bool(a: Tensor, kernel: str = "addmm_impl_cpu_") -> None:
+    if a.data.dtype == np.bool_:
+        raise TorchRuntimeError(f"\"{kernel}\" not implemented for 'Bool'", code="invalid_dtype",
+                                exception="NotImplementedError")
+
+
+def _matmul_np(a: np.ndarray, b: np.ndarray, shape: tuple) -> np.ndarray:
+    check_numel(shape)
+    out = np.matmul(a, b)
+    return np.ascontiguousarray(out).reshape(shape)
+
+
+# ----- mm ---------------------------------------------------------------------------------------------
+
+
+def _check_mm(a: Tensor, b: Tensor, first: str, second: str, with_dims: bool) -> None:
+    for name, m in ((first, a), (second, b)):
+        if m.data.ndim != 2:
+            tail = f", got {m.data.ndim}-D tensor" if with_dims else ""
+            raise ShapeError(f"{name} must be a matrix{tail}")
+    if a.shape[1] != b.shape[0]:
+        raise ShapeError(f"mat1 and mat2 shapes cannot be multiplied ({_dims_str(a.shape)} and "
+                         f"{_dims_str(b.shape)})")
+    _same_dtype(a, b)
+    _no_bool(a)
+
+
+@op("mm", tensors=("self", "mat2"), grad_fns=("MmBackward0",))
+def mm(self, mat2):
+    """torch.mm(input, mat2): 2-D @ 2-D; saves self (if mat2 needs grad), mat2 (if self needs grad)
+    and their sizes and strides."""
+    self = require_tensor(self, "self", "mm")
+    mat2 = require_tensor(mat2, "mat2", "mm")
+    _check_mm(self, mat2, "self", "mat2", False)
+    out = _matmul_np(self.data, mat2.data, (self.shape[0], mat2.shape[1]))
+    return record("MmBackward0", out, (self, mat2),
+                  {"mat2": mat2, "mat2_sym_sizes": mat2.shape, "mat2_sym_strides": _strides(mat2.data),
+                   "self": self, "self_sym_sizes": self.shape, "self_sym_strides": _strides(self.data)})
+
+
+@vjp("MmBackward0", inputs=("self", "mat2"),
+     saves={"mat2": ("self",), "mat2_sym_sizes": (), "mat2_sym_strides": (), "self": ("mat2",),
+            "self_sym_sizes": (), "self_sym_strides": ()})
+def _(ctx, grad):
+    n = ctx.needs
+    return (mm(grad, t(ctx.mat2)) if n[0] else None), (mm(t(ctx.self), grad) if n[1] else None)
+
+
+# ----- bmm --------------------------------------------------------------------------------------------
+
+
+@op("bmm", tensors=("self", "mat2"), grad_fns=("BmmBackward0",))
+def bmm(self, mat2):
+    """torch.bmm(input, mat2): (b, n, m) @ (b, m, p)."""
+    self = require_tensor(self, "self", "bmm")
+    mat2 = require_tensor(mat2, "mat2", "bmm")
+    if self.data.ndim != 3:
+        raise ShapeError("batch1 must be a 3D tensor")
+    if mat2.data.ndim != 3:
+        raise ShapeError("batch2 must be a 3D tensor")
+    bs, n, m = self.shape
+    if mat2.shape[0] != bs or mat2.shape[1] != m:
+        raise ShapeError(f"Expected size for first two dimensions of batch2 tensor to be: [{bs}, {m}] "
+                         f"but got: [{mat2.shape[0]}, {mat2.shape[1]}].")
+    _same_dtype(self, mat2)
+    _no_bool(self, "bmm")
+    out = _matmul_np(self.data, mat2.data, (bs, n, mat2.shape[2]))
+    return record("BmmBackward0", out, (self, mat2), {"mat2": mat2, "self": self})
+
+
+@vjp("BmmBackward0", inputs=("self", "mat2"), saves={"mat2": ("self",), "self": ("mat2",)})
+def _(ctx, grad):
+    n = ctx.needs
+    return ((bmm(grad, transpose(ctx.mat2, 1, 2)) if n[0] else None),
+            (bmm(transpose(ctx.self, 1, 2), grad) if n[1] else None))
+
+
+# ----- mv, dot, outer ---------------------------------------------------------------------------------
+
+
+@op("mv", tensors=("self", "vec"), grad_fns=("MvBackward0",))
+def mv(self, vec):
+    """torch.mv(input, vec): matrix @ vector."""
+    self = require_tensor(self, "self", "mv")
+    vec = require_tensor(vec, "vec", "mv")
+    if self.data.ndim != 2 or vec.data.ndim != 1:
+        raise ShapeError(f"vector + matrix @ vector expected, got 1, {self.data.ndim}, {vec.data.ndim}")
+    if self.shape[1] != vec.shape[0]:
+        raise ShapeError(f"size mismatch, got input ({self.shape[0]}), mat ({_dims_str(self.shape)}), "
+                         f"vec ({vec.shape[0]})")
+    _same_dtype(self, vec)
+    _no_bool(self)
+    out = _matmul_np(self.data, vec.data, (self.shape[0],))
+    return record("MvBackward0", out, (self, vec), {"self": self, "vec": vec})
+
+
+@vjp("MvBackward0", inputs=("self", "vec"), saves={"self": ("vec",), "vec": ("self",)})
+def _(ctx, grad):
+    n = ctx.needs
+    return (outer(grad, ctx.vec) if n[0] else None), (mv(t(ctx.self), grad) if n[1] else None)
+
+
+@op("dot", tensors=("self", "tensor"), grad_fns=("DotBackward0",), aliases=("inner_1d",))
+def dot(self, tensor):
+    """torch.dot(input, tensor): 1-D . 1-D, a 0-d result."""
+    self = require_tensor(self, "self", "dot")
+    tensor = require_tensor(tensor, "tensor", "dot")
+    if self.data.ndim != 1 or tensor.data.ndim != 1:
+        raise ShapeError(f"1D tensors expected, but got {self.data.ndim}D and {tensor.data.ndim}D tensors")
+    if self.shape[0] != tensor.shape[0]:
+        n1, n2 = self.shape[0], tensor.shape[0]
+        raise ShapeError(f"inconsistent tensor size, expected tensor [{n1}] and src [{n2}] to have the same "
+                         f"number of elements, but got {n1} and {n2} elements respectively")
+    if self.dtype != tensor.dtype:
+        raise TorchRuntimeError(f"dot : expected both vectors to have same dtype, but found "
+                                f"{D.SCALAR_TYPE_NAMES[self.dtype]} and {D.SCALAR_TYPE_NAMES[tensor.dtype]}",
+                                code="dtype_mismatch")
+    _no_bool(self, "dot")
+    out = np.asarray(np.dot(self.data, tensor.data), dtype=self.data.dtype)
+    return record("DotBackward0", out, (self, tensor), {"self": self, "tensor": tensor})
+
+
+@vjp("DotBackward0", inputs=("self", "tensor"), saves={"self": ("tensor",), "tensor": ("self",)})
+def _(ctx, grad):
+    n = ctx.needs
+    return (grad * ctx.tensor if n[0] else None), (grad * ctx.self if n[1] else None)
+
+
+@op("outer", tensors=("self", "vec2"), grad_fns=("MulBackward0",), aliases=("ger",))
+def outer(self, vec2):
+    """torch.outer(input, vec2): composite ``input.reshape(n, 1) * vec2`` (MulBackward0 over
+    ViewBackward0)."""
+    self = require_tensor(self, "self", "outer")
+    vec2 = require_tensor(vec2, "vec2", "outer")
+    for name, v in (("self", self), ("vec2", vec2)):
+        if v.data.ndim != 1:
+            raise ShapeError(f"outer: Expected 1-D argument {name}, but got {v.data.ndim}-D")
+    check_numel((self.shape[0], vec2.shape[0]))
+    return mul(reshape(self, (self.shape[0], 1)), vec2)
+
+
+# ----- addmm ------------------------------------------------------------------------------------------
+
+
+@op("addmm", tensors=("self", "mat1", "mat2"), grad_fns=("AddmmBackward0",))
+def addmm(self, mat1, mat2, beta=1, alpha=1):
+    """torch.addmm(input, mat1, mat2, beta=1, alpha=1): beta * input + alpha * (mat1 @ mat2); input
+    broadcasts to the result (torch's expand message on failure)."""
+    self = require_tensor(self, "self", "addmm")
+    mat1 = require_tensor(mat1, "mat1", "addmm")
+    mat2 = require_tensor(mat2, "mat2", "addmm")
+    _check_mm(mat1, mat2, "mat1", "mat2", True)
+    shape = (mat1.shape[0], mat2.shape[1])
+    _check_expand(self, shape)
+    _same_dtype(self, mat1)
+    prod = _matmul_np(mat1.data, mat2.data, shape)
+    tp = prod.dtype.type
+    if alpha != 1:
+        prod = tp(alpha) * prod
+    if beta == 0:  # torch ignores input (even NaN) when beta is 0
+        out = np.array(np.broadcast_to(prod, shape))
+    else:
+        out = prod + (self.data if beta == 1 else tp(beta) * self.data)
+    return record("AddmmBackward0", np.asarray(out, dtype=prod.dtype), (self, mat1, mat2),
+                  {"alpha": alpha, "beta": beta,
+                   "mat1": mat1, "mat1_sym_sizes": mat1.shape, "mat1_sym_strides": _strides(mat1.data),
+                   "mat2": mat2, "mat2_sym_sizes": mat2.shape, "mat2_sym_strides": _strides(mat2.data)})
+
+
+def _check_expand(self: Tensor, target: tuple) -> None:
+    """torch's expand message when addmm's input does not broadcast to the product's shape."""
+    with no_grad():
+        expand(self, target)
+
+
+@vjp("AddmmBackward0", inputs=("self", "mat1", "mat2"),
+     saves={"alpha": (), "beta": (), "mat1": ("mat2",), "mat1_sym_sizes": (), "mat1_sym_strides": (),
+            "mat2": ("mat1",), "mat2_sym_sizes": (), "mat2_sym_strides": ()})
+def _(ctx, grad):
+    n = ctx.needs
+    alpha, beta = ctx.alpha, ctx.beta
+    g_self = (grad if beta == 1 else grad * beta) if n[0] else None
+    g1 = g2 = None
+    if n[1]:
+        g1 = mm(grad, t(ctx.mat2))
+        g1 = g1 if alpha == 1 else g1 * alpha
+    if n[2]:
+        g2 = mm(t(ctx.mat1), grad)
+        g2 = g2 if alpha == 1 else g2 * alpha
+    return g_self, g1, g2
+
+
+# ----- matmul -----------------------------------------------------------------------------------------
+
+
+def _should_fold(a: Tensor, b: Tensor) -> bool:
+    """torch's should_fold: fold the batch of the larger operand into mm/mv rows when the smaller one
+    requires grad, or when that needs no copy."""
+    a_larger = a.data.ndim >= b.data.ndim
+    big, small = (a, b) if a_larger else (b, a)
+    if not (big.data.ndim >= 3 and small.data.ndim <= 2):
+        return False
+    if small.requires_grad:
+        return True
+    if a.data.ndim == 2:
+        return False
+    if big.data.size == 0:
+        return True
+    arr = big.data if a_larger else np.swapaxes(big.data, -1, -2)
+    shp, st = arr.shape, _strides(arr)
+    return all(st[i] == st[i + 1] * shp[i + 1] for i in range(arr.ndim - 2))
+
+
+def _mT(x: Tensor) -> Tensor:
+    return transpose(x, -2, -1)
+
+
+def _prod(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+@op("matmul", tensors=("self", "other"), aliases=("__matmul__",),
+    grad_fns=("MmBackward0", "DotBackward0", "MvBackward0", "SqueezeBackward4", "UnsafeViewBackward0",
+              "CloneBackward0"))
+def matmul(self, other):
+    """torch.matmul(input, other), dispatching on rank as torch's _matmul_impl: 1-D.1-D -> dot, 2-D@1-D -> mv,
+    1-D@2-D -> unsqueeze/mm/squeeze, 2-D@2-D -> mm, folding into mm/mv when one side is >= 3-D and
+    the other <= 2-D, otherwise broadcast batches through bmm."""
+    self = require_tensor(self, "self", "matmul")
+    other = require_tensor(other, "other", "matmul")
+    d1, d2 = self.data.ndim, other.data.ndim
+    if d1 == 0 or d2 == 0:
+        raise ShapeError(f"both arguments to matmul need to be at least 1D, but they are {d1}D and {d2}D")
+    if d1 == 1 and d2 == 1:
+        return dot(self, other)
+    if d1 == 2 and d2 == 1:
+        return mv(self, other)
+    if d1 == 1 and d2 == 2:
+        return _squeeze_dim(mm(unsqueeze(self, 0), other), 0)
+    if d1 == 2 and d2 == 2:
+        return mm(self, other)
+    if _should_fold(self, other):
+        trans = d2 > d1
+        t1 = _mT(other) if trans else self
+        t2 = other if not trans else (t(self) if d1 == 2 else self)
+        sizes1 = t1.shape
+        out_shape = tuple(sizes1[:-1])
+        folded = _prod(out_shape)
+        t2_matrix = t2.data.ndim == 2
+        if t2_matrix:
+            out_shape = out_shape + (t2.shape[1],)
+        t1f = reshape(t1, (folded, sizes1[-1]))
+        if t2_matrix:
+            out = _unsafe_view(mm(t1f, t2), out_shape)
+            return contiguous(_mT(out)) if trans else out
+        return _unsafe_view(mv(t1f, t2), out_shape)
+    # batched: broadcast the batch dims and go through bmm
+    n = self.shape[-2] if d1 > 1 else 1
+    m1 = self.shape[-1]
+    batch1 = self.shape[:max(d1 - 2, 0)]
+    m2 = other.shape[-2] if d2 > 1 else other.shape[0]
+    p = other.shape[-1] if d2 > 1 else 1
+    batch2 = other.shape[:max(d2 - 2, 0)]
+    if d1 == 3 and d2 == 3 and batch1[0] != batch2[0]:
+        if batch1[0] == 1 and self.requires_grad:
+            return matmul(squeeze(self, 0), other)
+        if batch2[0] == 1 and other.requires_grad:
+            return matmul(self, squeeze(other, 0))
+    out_shape = broadcast_shapes(tuple(batch1), tuple(batch2))
+    nb = _prod(out_shape)
+    e1 = reshape(expand(self, out_shape + (n, m1)), (nb, n, m1))
+    vector_rhs = d2 == 1
+    if vector_rhs:
+        e2 = unsqueeze(reshape(expand(other, out_shape + (m2,)), (nb, m2)), 2)
+    else:
+        e2 = reshape(expand(other, out_shape + (m2, p)), (nb, m2, p))
+    if d1 > 1:
+        out_shape = out_shape + (n,)
+    if d2 > 1:
+        out_shape = out_shape + (p,)
+    res = bmm(e1, e2)
+    if vector_rhs:
+        res = squeeze(res, -1)
+    return _unsafe_view(res, out_shape)
+
+
+@op("rmatmul", tensors=("self", "other"), aliases=("__rmatmul__",), method=False,
+    grad_fns=("MmBackward0", "DotBackward0", "MvBackward0", "SqueezeBackward4", "UnsafeViewBackward0"))
+def rmatmul(self, other):
+    """``other @ self`` (torch's Tensor.__rmatmul__ is matmul(other, self))."""
+    if not isinstance(other, Tensor):
+        from ..tensor import tensor as make_tensor
+        other = make_tensor(other)
+    return matmul(other, self)
