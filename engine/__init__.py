@@ -10,11 +10,12 @@ from . import ops  # noqa: F401  (registers ops, binds Tensor methods)
 from .autograd import backward, grad
 from .errors import EngineError
 from .grad_mode import Limits, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from .registry import OPS, PRIMS, op_catalog
-from .tensor import Tensor, tensor
+from .graph import export_graph as _export_graph
+from .graph import to_dot, to_mermaid
 from .program import ProgramResult, State, run_program
-from .graph import export_graph as _export_graph, to_dot, to_mermaid
+from .registry import OPS, PRIMS, op_catalog
 from .serialize import dumps, loads
+from .tensor import Tensor, tensor
 
 
 def export_graph(state_or_tensors, root: str | None = None) -> dict:

@@ -14,8 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import (CREATE_GRAPH_WARNING, NoGradFnError, RequiresGradError, TorchRuntimeError,
-                     TorchTypeError, TorchValueError)
+from .errors import (
+    CREATE_GRAPH_WARNING,
+    NoGradFnError,
+    RequiresGradError,
+    TorchRuntimeError,
+    TorchTypeError,
+    TorchValueError,
+)
 from .grad_mode import emit_warning, set_grad_enabled
 from .journal import array_, setattr_, setitem_
 from .node import Ctx, Node

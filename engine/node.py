@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from .errors import GraphFreedError, VersionMismatchError, VERSION_HINT
 from .dtypes import LEGACY_NAMES
+from .errors import VERSION_HINT, GraphFreedError, VersionMismatchError
 
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
 

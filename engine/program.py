@@ -19,9 +19,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import autograd
-from .errors import (EngineError, InvalidArgumentError, LimitExceededError, TorchIndexError, TorchRuntimeError,
-                     TorchTypeError, TorchValueError, UnknownOpError, UnknownTensorError)
-from .grad_mode import Limits, WarningSink, limits as limits_ctx, set_grad_enabled, _grad_enabled
+from .errors import (
+    EngineError,
+    InvalidArgumentError,
+    LimitExceededError,
+    TorchIndexError,
+    TorchRuntimeError,
+    TorchTypeError,
+    TorchValueError,
+    UnknownOpError,
+    UnknownTensorError,
+)
+from .grad_mode import Limits, WarningSink, _grad_enabled, set_grad_enabled
+from .grad_mode import limits as limits_ctx
 from .journal import Journal
 from .node import Node, SavedTensor
 from .registry import OPS

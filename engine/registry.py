@@ -17,8 +17,8 @@ The op catalog, program argument resolution and the op tests are generated from 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .grad_mode import _grad_enabled
 from .node import Node, SavedTensor
@@ -164,7 +164,7 @@ def op_catalog() -> list[dict]:
     """The op catalog served by ``GET /v1/ops``: one entry per op name (aliases listed with it)."""
     out = []
     seen = set()
-    for name, spec in sorted(OPS.items()):
+    for _name, spec in sorted(OPS.items()):
         if id(spec) in seen:
             continue
         seen.add(id(spec))

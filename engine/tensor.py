@@ -13,8 +13,13 @@ import math
 import numpy as np
 
 from . import dtypes as D
-from .errors import (NONLEAF_GRAD_WARNING, RequiresGradError, TorchAttributeError, TorchRuntimeError,
-                     TorchValueError, InvalidArgumentError)
+from .errors import (
+    NONLEAF_GRAD_WARNING,
+    InvalidArgumentError,
+    RequiresGradError,
+    TorchRuntimeError,
+    TorchValueError,
+)
 from .grad_mode import check_numel, emit_warning
 from .journal import setattr_, setitem_
 from .node import Node
@@ -180,7 +185,7 @@ class Tensor:
 
     def __bool__(self) -> bool:
         if self.data.size != 1:
-            raise TorchRuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+            raise TorchRuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return bool(self.data.reshape(()).item())
 
     def __float__(self) -> float:

@@ -15,7 +15,7 @@ from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchRuntimeError
 from ..registry import op, record, vjp
 from ..tensor import Tensor
-from .common import (NP, as_operand, binary_operands, broadcast_all, float_data, is_number, require_tensor)
+from .common import NP, as_operand, binary_operands, broadcast_all, float_data, is_number, require_tensor
 
 # ----- arithmetic ---------------------------------------------------------------------------------------
 
@@ -538,7 +538,7 @@ def gelu(self, approximate="none"):
     """F.gelu(input, approximate='none'|'tanh')."""
     self = require_tensor(self)
     if approximate not in ("none", "tanh"):
-        raise TorchRuntimeError(f"approximate argument must be either none or tanh.", code="invalid_argument")
+        raise TorchRuntimeError("approximate argument must be either none or tanh.", code="invalid_argument")
     x = float_data(self)
     t = x.dtype.type
     if approximate == "tanh":

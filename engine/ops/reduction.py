@@ -379,7 +379,7 @@ def _var_forward(self: Tensor, dim, correction, keepdim):
     dims = _dims(dim, nd)
     x = self.data
     if not D.is_floating(self.dtype):
-        raise TorchRuntimeError(f"std and var only support floating point and complex dtypes", code="invalid_dtype")
+        raise TorchRuntimeError("std and var only support floating point and complex dtypes", code="invalid_dtype")
     ax = _axis(dims, nd)
     n = x.size if dims is None else int(np.prod([x.shape[d] for d in dims]))
     dof = n - correction

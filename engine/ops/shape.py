@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as D
-from ..errors import (InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError)
+from ..errors import InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import check_numel
 from ..registry import op, record, vjp
 from ..tensor import Tensor
@@ -258,7 +258,8 @@ def expand(self, *sizes):
     sizes = shape_arg(sizes)
     shp = self.data.shape
     if len(sizes) < len(shp):
-        raise TorchRuntimeError(f"expand(torch.FloatTensor{{[{', '.join(map(str, shp))}]}}, size=[{', '.join(map(str, sizes))}]): "
+        raise TorchRuntimeError(f"expand(torch.{D.LEGACY_NAMES[self.dtype]}{{[{', '.join(map(str, shp))}]}}, "
+                                f"size=[{', '.join(map(str, sizes))}]): "
                                 f"the number of sizes provided ({len(sizes)}) must be greater or equal to the number "
                                 f"of dimensions in the tensor ({len(shp)})", code="shape_mismatch")
     lead = len(sizes) - len(shp)
