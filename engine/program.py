@@ -417,6 +417,13 @@ class _Runner:
                 g = self.tensor_arg(args[1]) if args[1] is not None else None
                 t.grad = g
                 return []
+            if name == "requires_grad_":
+                t = self.tensor_arg(args[0] if args else kwargs.get("self"))
+                flag = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
+                if not isinstance(t, Tensor) or not isinstance(flag, bool):
+                    raise InvalidArgumentError("requires_grad_ takes [tensor, requires_grad=true]")
+                t.requires_grad_(flag)
+                return []
             if name == "retain_grad":
                 t = self.tensor_arg(args[0] if args else kwargs.get("self"))
                 if not isinstance(t, Tensor):
@@ -429,6 +436,23 @@ class _Runner:
             a, k = self.bind_args(spec, args, kwargs)
             value = spec.fn(*a, **k)
             return self.bind(out, value)
+
+
+ACTIONS = [
+    {"name": "backward", "doc": "torch.autograd.backward / Tensor.backward: accumulate gradients into leaves' .grad.",
+     "arguments": ["tensors", "gradient", "retain_graph", "create_graph", "inputs"]},
+    {"name": "grad", "doc": "torch.autograd.grad: return gradients (bound to out) without touching .grad.",
+     "arguments": ["outputs", "inputs", "grad_outputs", "retain_graph", "create_graph", "allow_unused",
+                   "materialize_grads"]},
+    {"name": "zero_grad", "doc": "optimizer.zero_grad(): set .grad to None (set_to_none=true, the default) or zero it.",
+     "arguments": ["tensors", "set_to_none"]},
+    {"name": "retain_grad", "doc": "Tensor.retain_grad(): populate .grad of a non-leaf during backward.",
+     "arguments": ["self"]},
+    {"name": "requires_grad_", "doc": "Tensor.requires_grad_(requires_grad=True) on a leaf.",
+     "arguments": ["self", "requires_grad"]},
+    {"name": "set_grad", "doc": "x.grad = value (a tensor of x's shape and dtype) or null.",
+     "arguments": ["self", "grad"]},
+]
 
 
 def _check_out(out) -> None:

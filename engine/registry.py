@@ -183,4 +183,11 @@ def op_catalog() -> list[dict]:
         out.append({"name": spec.name, "aliases": list(spec.aliases), "family": spec.family, "arguments": args,
                     "grad_fns": list(spec.grad_fns), "differentiable": spec.differentiable,
                     "inplace": spec.inplace, "method": spec.method, "doc": spec.doc})
+    from .program import ACTIONS
+    for a in ACTIONS:
+        out.append({"name": a["name"], "aliases": [], "family": "autograd",
+                    "arguments": [{"name": n, "tensor": n in ("tensors", "outputs", "inputs", "self", "gradient",
+                                                              "grad_outputs", "grad"),
+                                   "tensor_list": False, "required": n in ("self",)} for n in a["arguments"]],
+                    "grad_fns": [], "differentiable": False, "inplace": False, "method": False, "doc": a["doc"]})
     return out
