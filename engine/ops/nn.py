@@ -1,1 +1,612 @@
-"""placeholder"""
+"""Neural-network functions (``torch.nn.functional``): softmax, log_softmax, linear, the losses and dropout.
+
+Primitives follow torch's derivatives.yaml (SoftmaxBackward0 saves its result, MseLossBackward0 saves
+self and target and the reduction as an int: 0 none, 1 mean, 2 sum). Composite functions are written
+with the ops torch's C++ composes them from, so their graphs show the same last primitive:
+cross_entropy is NllLossBackward0 over LogSoftmaxBackward0, l1_loss is MeanBackward0 over
+AbsBackward0, linear is AddmmBackward0 / MmBackward0, training-mode dropout is MulBackward0.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from .. import dtypes as D
+from ..errors import InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError, TorchValueError
+from ..registry import PRIMS, op, record, vjp
+from ..tensor import Tensor
+from .common import NP, binary_operands, broadcast_shapes, require_tensor, wrap_dim
+from .elementwise import abs as abs_
+from .elementwise import add, clamp_min, eq, exp, ge, le, log, logsigmoid, masked_fill, mul, neg, sigmoid, where
+from .linalg import addmm, matmul
+from .reduction import mean, sum
+from .shape import expand, reshape, t, to, unsqueeze, view
+
+_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+_UINT64 = 1 << 64
+
+
+def _reduction(reduction) -> int:
+    """torch's _Reduction.get_enum."""
+    try:
+        return _REDUCTIONS[reduction]
+    except (KeyError, TypeError):
+        raise TorchValueError(f"{reduction} is not a valid value for reduction", code="invalid_argument") from None
+
+
+def _size(shape) -> str:
+    return "torch.Size([" + ", ".join(str(s) for s in shape) + "])"
+
+
+def _reduce_np(loss: np.ndarray, red: int) -> np.ndarray:
+    if red == 0:
+        return loss
+    if red == 1:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.asarray(np.mean(loss) if loss.size else np.nan, loss.dtype)
+    return np.asarray(np.sum(loss), loss.dtype)
+
+
+def _norm(red: int, numel: int) -> float:
+    """The 1/numel factor of a mean-reduced loss's gradient (1 otherwise)."""
+    return 1.0 / numel if red == 1 else 1.0
+
+
+# ----- softmax ----------------------------------------------------------------------------------------
+
+
+def _softmax_input(self, dim, dtype, name: str):
+    self = require_tensor(self, "input", name)
+    d = wrap_dim(dim, self.data.ndim)
+    if dtype is not None:
+        self = to(self, D.canonical(dtype))
+    if self.data.dtype.kind != "f":
+        last = d == max(self.data.ndim - 1, 0)
+        kernel = f"{name}_lastdim_kernel_impl" if last else f"{name}_kernel_impl"
+        raise TorchRuntimeError(f"\"{kernel}\" not implemented for '{D.SCALAR_TYPE_NAMES[self.dtype]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
+    x = self.data if self.data.ndim else self.data.reshape(1)
+    return self, d, x
+
+
+@op("softmax", tensors=("self",), grad_fns=("SoftmaxBackward0",))
+def softmax(self, dim, dtype=None):
+    """F.softmax(input, dim, dtype=None): numerically stable; saves its result and dim. ``dtype`` casts the
+    input first (ToCopyBackward0), as torch does."""
+    self, d, x = _softmax_input(self, dim, dtype, "softmax")
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(x - np.max(x, axis=d, keepdims=True)) if x.size else x.copy()
+        s = np.sum(e, axis=d, keepdims=True)
+        # torch's last-dim kernel multiplies by the reciprocal of the sum, the strided one divides
+        out = e * (x.dtype.type(1) / s) if d == x.ndim - 1 else e / s
+    return record("SoftmaxBackward0", out.reshape(self.shape).astype(x.dtype, copy=False), (self,),
+                  {"dim": d, "result": "result"})
+
+
+@vjp("SoftmaxBackward0", inputs=("self",), saves=("dim", "result"))
+def _(ctx, grad):
+    r = ctx.result
+    if r.data.ndim == 0:
+        return grad * 0.0,
+    return r * (grad - sum(grad * r, ctx.dim, keepdim=True)),
+
+
+@op("log_softmax", tensors=("self",), grad_fns=("LogSoftmaxBackward0",))
+def log_softmax(self, dim, dtype=None):
+    """F.log_softmax(input, dim, dtype=None): x - max - log(sum(exp(x - max))); saves its result and dim."""
+    self, d, x = _softmax_input(self, dim, dtype, "log_softmax")
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if x.size:
+            shifted = x - np.max(x, axis=d, keepdims=True)
+            out = shifted - np.log(np.sum(np.exp(shifted), axis=d, keepdims=True))
+        else:
+            out = x.copy()
+    return record("LogSoftmaxBackward0", out.reshape(self.shape).astype(x.dtype, copy=False), (self,),
+                  {"dim": d, "result": "result"})
+
+
+@vjp("LogSoftmaxBackward0", inputs=("self",), saves=("dim", "result"))
+def _(ctx, grad):
+    r = ctx.result
+    if r.data.ndim == 0:
+        return grad * 0.0,
+    return grad - exp(r) * sum(grad, ctx.dim, keepdim=True),
+
+
+# ----- linear -----------------------------------------------------------------------------------------
+
+
+@op("linear", tensors=("input", "weight", "bias"), method=False,
+    grad_fns=("AddmmBackward0", "ViewBackward0", "MmBackward0", "SqueezeBackward4", "UnsafeViewBackward0",
+              "AddBackward0"))
+def linear(input, weight, bias=None):
+    """F.linear(input, weight, bias=None) = input @ weight.t() + bias, composed as torch's at::linear:
+    2-D input with bias -> addmm(bias, input, weight.t()); contiguous 1-D/3-D/N-D input with a 1-D bias ->
+    addmm on the flattened input, then view; otherwise matmul (+ add)."""
+    input = require_tensor(input, "input", "linear")
+    weight = require_tensor(weight, "weight", "linear")
+    if bias is not None:
+        bias = require_tensor(bias, "bias", "linear")
+    nd = input.data.ndim
+    if nd == 2 and bias is not None:
+        return addmm(bias, input, t(weight))
+    if bias is not None and nd >= 1 and input.data.flags.c_contiguous and (nd == 3 or bias.data.ndim == 1):
+        sizes = input.shape
+        flat = 1
+        for s in sizes[:-1]:
+            flat *= s
+        res = addmm(bias, reshape(input, (flat, sizes[-1])), t(weight))
+        return view(res, tuple(sizes[:-1]) + (res.shape[1],))
+    out = matmul(input, t(weight))
+    if bias is not None:
+        out = add(out, bias)
+    return out
+
+
+# ----- regression losses ------------------------------------------------------------------------------
+
+
+def _loss_pair(input, target, name: str, warn: bool = True):
+    """F.*_loss's broadcast_tensors step: a UserWarning when the sizes differ, then both expanded."""
+    input = require_tensor(input, "input", name)
+    target = require_tensor(target, "target", name)
+    if input.shape != target.shape:
+        if warn:
+            warnings.warn(f"Using a target size ({_size(target.shape)}) that is different to the input size "
+                          f"({_size(input.shape)}). This will likely lead to incorrect results due to "
+                          f"broadcasting. Please ensure they have the same size.", UserWarning, stacklevel=3)
+        shape = broadcast_shapes(input.shape, target.shape)
+        if input.shape != shape:
+            input = expand(input, shape)
+        if target.shape != shape:
+            target = expand(target, shape)
+    return input, target
+
+
+@op("mse_loss", tensors=("input", "target"), grad_fns=("MseLossBackward0",), method=False)
+def mse_loss(input, target, reduction="mean"):
+    """F.mse_loss(input, target, reduction='mean'); saves self, target and the reduction enum."""
+    red = _reduction(reduction)
+    input, target = _loss_pair(input, target, "mse_loss")
+    _, a, b = binary_operands(input, target)
+    diff = a - b
+    out = _reduce_np(diff * diff, red)
+    return record("MseLossBackward0", out, (input, target), {"reduction": red, "self": input, "target": target})
+
+
+@vjp("MseLossBackward0", inputs=("self", "target"), saves=("reduction", "self", "target"))
+def _(ctx, grad):
+    n = ctx.needs
+    s, tg = ctx.self, ctx.target
+    norm = 2.0 * _norm(ctx.reduction, s.numel())
+    return ((norm * (s - tg)) * grad if n[0] else None), ((norm * (tg - s)) * grad if n[1] else None)
+
+
+def _apply_reduction(loss: Tensor, red: int) -> Tensor:
+    """torch's apply_loss_reduction for composite losses."""
+    if red == 1:
+        return mean(loss)
+    if red == 2:
+        return sum(loss)
+    return loss
+
+
+@op("l1_loss", tensors=("input", "target"), grad_fns=("MeanBackward0", "SumBackward0", "AbsBackward0"),
+    method=False)
+def l1_loss(input, target, reduction="mean"):
+    """F.l1_loss(input, target, reduction='mean'): composite (input - target).abs() then the reduction."""
+    red = _reduction(reduction)
+    input, target = _loss_pair(input, target, "l1_loss")
+    return _apply_reduction(abs_(input - target), red)
+
+
+def _piecewise_forward(input, target, threshold: float, small, large):
+    _, a, b = binary_operands(input, target)
+    z = np.abs(a - b)
+    tp = z.dtype.type
+    return np.where(z < tp(threshold), small(z, tp), large(z, tp)).astype(z.dtype, copy=False)
+
+
+@op("smooth_l1_loss", tensors=("input", "target"), grad_fns=("SmoothL1LossBackward0",), method=False)
+def smooth_l1_loss(input, target, reduction="mean", beta=1.0):
+    """F.smooth_l1_loss(input, target, reduction='mean', beta=1.0); beta == 0 is l1_loss, as in torch."""
+    red = _reduction(reduction)
+    if beta == 0.0:
+        input, target = _loss_pair(input, target, "smooth_l1_loss")
+        return _apply_reduction(abs_(input - target), red)
+    if beta < 0:
+        raise TorchRuntimeError("smooth_l1_loss does not support negative values for beta.",
+                                code="invalid_argument")
+    input, target = _loss_pair(input, target, "smooth_l1_loss")
+    loss = _piecewise_forward(input, target, beta, lambda z, tp: tp(0.5) * z * z / tp(beta),
+                              lambda z, tp: z - tp(0.5) * tp(beta))
+    return record("SmoothL1LossBackward0", _reduce_np(loss, red), (input, target),
+                  {"beta": float(beta), "reduction": red, "self": input, "target": target})
+
+
+def _piecewise_backward(x: Tensor, grad: Tensor, norm: float, threshold: float, outer_scale, inner):
+    """-norm*grad*scale below -threshold, norm*grad*scale above threshold, inner(norm * x * grad) between."""
+    g = grad * norm
+    out = g * outer_scale if outer_scale != 1 else g
+    return where(le(x, -threshold), -out, where(ge(x, threshold), out, inner(x * norm * grad)))
+
+
+@vjp("SmoothL1LossBackward0", inputs=("self", "target"), saves=("beta", "reduction", "self", "target"))
+def _(ctx, grad):
+    n = ctx.needs
+    beta = ctx.beta
+    x = ctx.self - ctx.target
+    g = _piecewise_backward(x, grad, _norm(ctx.reduction, x.numel()), beta, 1, lambda v: v / beta)
+    return (g if n[0] else None), (-g if n[1] else None)
+
+
+@op("huber_loss", tensors=("input", "target"), grad_fns=("HuberLossBackward0",), method=False)
+def huber_loss(input, target, reduction="mean", delta=1.0):
+    """F.huber_loss(input, target, reduction='mean', delta=1.0)."""
+    red = _reduction(reduction)
+    if delta <= 0:
+        raise TorchRuntimeError("huber_loss does not support non-positive values for delta.",
+                                code="invalid_argument")
+    input, target = _loss_pair(input, target, "huber_loss")
+    loss = _piecewise_forward(input, target, delta, lambda z, tp: tp(0.5) * z * z,
+                              lambda z, tp: tp(delta) * (z - tp(0.5) * tp(delta)))
+    return record("HuberLossBackward0", _reduce_np(loss, red), (input, target),
+                  {"delta": float(delta), "reduction": red, "self": input, "target": target})
+
+
+@vjp("HuberLossBackward0", inputs=("self", "target"), saves=("delta", "reduction", "self", "target"))
+def _(ctx, grad):
+    n = ctx.needs
+    delta = ctx.delta
+    x = ctx.self - ctx.target
+    g = _piecewise_backward(x, grad, _norm(ctx.reduction, x.numel()), delta, delta, lambda v: v)
+    return (g if n[0] else None), (-g if n[1] else None)
+
+
+# ----- binary cross entropy ---------------------------------------------------------------------------
+
+_BCE_EPS = 1e-12
+
+
+@op("binary_cross_entropy", tensors=("input", "target", "weight"), grad_fns=("BinaryCrossEntropyBackward0",),
+    method=False)
+def binary_cross_entropy(input, target, weight=None, reduction="mean"):
+    """F.binary_cross_entropy(input, target, weight=None, reduction='mean'); logs are clamped at -100."""
+    input = require_tensor(input, "input", "binary_cross_entropy")
+    target = require_tensor(target, "target", "binary_cross_entropy")
+    red = _reduction(reduction)
+    if target.shape != input.shape:
+        raise TorchValueError(f"Using a target size ({_size(target.shape)}) that is different to the input size "
+                              f"({_size(input.shape)}) is deprecated. Please ensure they have the same size.",
+                              code="shape_mismatch")
+    if weight is not None:
+        weight = require_tensor(weight, "weight", "binary_cross_entropy")
+        new = broadcast_shapes(target.shape, weight.shape)
+        if weight.shape != new:
+            weight = expand(weight, new)
+    _, x, y = binary_operands(input, target)
+    if x.dtype.kind != "f":
+        raise TorchRuntimeError(f"\"binary_cross_entropy\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
+    if not np.all((x >= 0) & (x <= 1)):
+        raise TorchRuntimeError("all elements of input should be between 0 and 1", code="invalid_argument")
+    if not np.all((y >= 0) & (y <= 1)):
+        raise TorchRuntimeError("all elements of target should be between 0 and 1", code="invalid_argument")
+    tp = x.dtype.type
+    with np.errstate(divide="ignore"):
+        loss = (y - tp(1)) * np.maximum(np.log1p(-x), tp(-100)) - y * np.maximum(np.log(x), tp(-100))
+    if weight is not None:
+        loss = loss * weight.data.astype(x.dtype, copy=False)
+    return record("BinaryCrossEntropyBackward0", _reduce_np(loss.astype(x.dtype, copy=False), red),
+                  (input, target), {"reduction": red, "self": input, "target": target, "weight": weight})
+
+
+@vjp("BinaryCrossEntropyBackward0", inputs=("self", "target"),
+     saves={"reduction": (), "self": (), "target": ("self",), "weight": ()})
+def _(ctx, grad):
+    n = ctx.needs
+    x, w, red = ctx.self, ctx.weight, ctx.reduction
+    g_self = g_target = None
+    if n[0]:
+        g_self = grad * (x - ctx.target) / clamp_min((1 - x) * x, _BCE_EPS)
+        if w is not None:
+            g_self = g_self * w
+        if red == 1:
+            g_self = g_self / x.numel()
+    if n[1]:
+        g_target = neg(log(x / (1 - x))) * grad
+        if w is not None:
+            g_target = g_target * w
+        if red == 1:
+            g_target = g_target / x.numel()
+    return g_self, g_target
+
+
+@op("binary_cross_entropy_with_logits", tensors=("input", "target", "weight", "pos_weight"),
+    grad_fns=("BinaryCrossEntropyWithLogitsBackward0",), method=False)
+def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None, reduction="mean"):
+    """F.binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None, reduction='mean'):
+    (1 - target) * input - log_sigmoid(input) * log_weight, with log_weight = (pos_weight - 1) * target + 1."""
+    input = require_tensor(input, "input", "binary_cross_entropy_with_logits")
+    target = require_tensor(target, "target", "binary_cross_entropy_with_logits")
+    red = _reduction(reduction)
+    if target.shape != input.shape:
+        raise TorchValueError(f"Target size ({_size(target.shape)}) must be the same as input size "
+                              f"({_size(input.shape)})", code="shape_mismatch")
+    if weight is not None:
+        weight = require_tensor(weight, "weight", "binary_cross_entropy_with_logits")
+        broadcast_shapes(input.shape, weight.shape)
+    if pos_weight is not None:
+        pos_weight = require_tensor(pos_weight, "pos_weight", "binary_cross_entropy_with_logits")
+        broadcast_shapes(input.shape, pos_weight.shape)
+    _, x, y = binary_operands(input, target)
+    tp = x.dtype.type
+    lsi = np.minimum(x, tp(0)) - np.log1p(np.exp(-np.abs(x)))
+    if pos_weight is not None:
+        lsi = lsi * ((pos_weight.data.astype(x.dtype) - tp(1)) * y + tp(1))
+    loss = (tp(1) - y) * x - lsi
+    if weight is not None:
+        loss = loss * weight.data.astype(x.dtype)
+    loss = _reduce_np(np.asarray(loss, x.dtype), red)
+    return record("BinaryCrossEntropyWithLogitsBackward0", np.asarray(loss, x.dtype), (input, target),
+                  {"pos_weight": pos_weight, "reduction": red, "self": input, "target": target,
+                   "weight": weight})
+
+
+@vjp("BinaryCrossEntropyWithLogitsBackward0", inputs=("self", "target"),
+     saves={"pos_weight": (), "reduction": (), "self": (), "target": ("self",), "weight": ()})
+def _(ctx, grad):
+    n = ctx.needs
+    x, pw, w, red = ctx.self, ctx.pos_weight, ctx.weight, ctx.reduction
+    g_self = g_target = None
+    if n[0]:
+        tg = ctx.target
+        if pw is not None:
+            pt = pw * tg
+            g_self = (pt + 1 - tg) * sigmoid(x) - pt
+        else:
+            g_self = sigmoid(x) - tg
+        g_self = g_self * grad
+        if w is not None:
+            g_self = g_self * w
+        if red == 1:
+            g_self = g_self / x.numel()
+    if n[1]:
+        g_target = (logsigmoid(-x) - logsigmoid(x) * pw) if pw is not None else -x
+        g_target = g_target * grad
+        if w is not None:
+            g_target = g_target * w
+        if red == 1:
+            g_target = g_target / x.numel()
+    return g_self, g_target
+
+
+# ----- nll_loss and cross_entropy ---------------------------------------------------------------------
+
+
+def _dims_list(shape) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def _nll_check(input: Tensor, target: Tensor, weight: Tensor | None) -> None:
+    nd = input.data.ndim
+    if nd < 1:
+        raise TorchValueError(f"Expected 1 or more dimensions (got {nd})", code="shape_mismatch")
+    if nd != 1 and input.shape[0] != (target.shape[0] if target.data.ndim else None):
+        raise TorchValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
+                              f"({target.shape[0] if target.data.ndim else 1}).", code="shape_mismatch")
+    if nd > 2:
+        raise TorchRuntimeError(f"nll_loss: gradserve supports (C,) and (N, C) inputs only, got {nd}-D input",
+                                code="unsupported")
+    if target.data.ndim > 1:
+        raise ShapeError("0D or 1D target tensor expected, multi-target not supported")
+    if nd == 1 and target.data.ndim == 1 and target.shape[0] != 1:
+        raise ShapeError(f"size mismatch (got input: {_dims_list(input.shape)}, target: "
+                         f"{_dims_list(target.shape)})")
+    n_classes = input.shape[-1]
+    if weight is not None and (weight.data.ndim != 1 or weight.numel() != n_classes):
+        raise ShapeError(f"weight tensor should be defined either for all {n_classes} classes or no classes but "
+                         f"got weight tensor of shape: {_dims_list(weight.shape)}")
+    if target.data.dtype != np.int64:
+        raise TorchRuntimeError(f"expected target dtype to be Long or Byte, but got "
+                                f"{D.SCALAR_TYPE_NAMES[target.dtype]}", code="invalid_dtype")
+    if input.data.dtype.kind != "f":
+        raise TorchRuntimeError(f"\"nll_loss_out_frame\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
+
+
+def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, ignore_index: int, dtype):
+    """Per-sample class weight (0 where the target is ignored), the clipped targets; bounds checked."""
+    tg = target.reshape(-1)
+    valid = tg != ignore_index
+    bad = valid & ((tg < 0) | (tg >= n_classes))
+    if bad.any():
+        raise TorchIndexError(f"Target {int(tg[bad][0])} is out of bounds.", code="index_out_of_range")
+    safe = np.where(valid, tg, 0)
+    w = weight.astype(dtype, copy=False) if weight is not None else np.ones(n_classes, dtype)
+    return np.where(valid, w[safe], dtype.type(0)).astype(dtype, copy=False), safe
+
+
+@op("nll_loss", tensors=("input", "target", "weight"), grad_fns=("NllLossBackward0",), method=False)
+def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
+    """F.nll_loss(input, target, weight=None, ignore_index=-100, reduction='mean') for (C,) or (N, C) input
+    with class-index targets; saves self, target, total_weight (a 0-d tensor), weight, reduction and
+    ignore_index (read back as torch shows it: -100 is 18446744073709551516)."""
+    input = require_tensor(input, "input", "nll_loss")
+    target = require_tensor(target, "target", "nll_loss")
+    if weight is not None:
+        weight = require_tensor(weight, "weight", "nll_loss")
+    red = _reduction(reduction)
+    _nll_check(input, target, weight)
+    x = input.data
+    dt = x.dtype
+    wt, safe = _nll_weights(input.shape[-1], target.data, None if weight is None else weight.data, ignore_index, dt)
+    picked = x.reshape(-1, input.shape[-1])[np.arange(safe.size), safe]
+    losses = picked * wt
+    if red == 0 and x.ndim == 2:
+        out = np.where(wt != 0, -losses, dt.type(0)).astype(dt)
+        total = dt.type(0)
+    else:
+        total = np.sum(wt, dtype=dt)
+        s = np.sum(losses, dtype=dt)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = np.asarray(-(s / total) if red == 1 else -s, dt)
+    return record("NllLossBackward0", out, (input,),
+                  {"ignore_index": int(ignore_index) % _UINT64, "reduction": red, "self": input, "target": target,
+                   "total_weight": Tensor(np.asarray(total, dt)), "weight": weight})
+
+
+@vjp("NllLossBackward0", inputs=("self",),
+     saves=("ignore_index", "reduction", "self", "target", "total_weight", "weight"))
+def _(ctx, grad):
+    x, red = ctx.self, ctx.reduction
+    ii = ctx.ignore_index
+    ii = ii - _UINT64 if ii >= _UINT64 // 2 else ii
+    w = ctx.weight
+    dt = x.data.dtype
+    wt, safe = _nll_weights(x.shape[-1], ctx.target.data, None if w is None else w.data, ii, dt)
+    coef = np.zeros((safe.size, x.shape[-1]), dt)
+    coef[np.arange(safe.size), safe] = wt
+    coef = Tensor(coef.reshape(x.shape))
+    if red == 1:
+        g = -(grad / ctx.total_weight)
+    else:
+        g = -grad
+    if red == 0 and x.data.ndim == 2:
+        g = unsqueeze(g, 1)
+    return coef * g,
+
+
+def _div_number(t: Tensor, n) -> Tensor:
+    """``tensor / number`` as torch records it inside C++ composites (div.Scalar -> DivBackward1)."""
+    dtype = D.result_type(t, n)
+    a = t.data.astype(NP[dtype], copy=False)
+    return record("DivBackward1", np.asarray(a / NP[dtype].type(n), NP[dtype]), (t,), {"other": n})
+
+
+# DivBackward1 belongs with div in elementwise.py; registered here only while that module lacks it.
+if "DivBackward1" not in PRIMS:
+    @vjp("DivBackward1", inputs=("self",), saves=("other",))
+    def _(ctx, grad):
+        return grad / ctx.other,
+
+
+@op("cross_entropy", tensors=("input", "target", "weight"), method=False,
+    grad_fns=("NllLossBackward0", "DivBackward1", "SumBackward0", "NegBackward0", "SumBackward1", "AddBackward0"))
+def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """F.cross_entropy(input, target, weight=None, ignore_index=-100, reduction='mean', label_smoothing=0.0):
+    class indices -> nll_loss(log_softmax(input, class_dim)); a target of the input's shape is class
+    probabilities (-(log_softmax * target).sum() / batch); label smoothing as torch composes it."""
+    input = require_tensor(input, "input", "cross_entropy")
+    target = require_tensor(target, "target", "cross_entropy")
+    if weight is not None:
+        weight = require_tensor(weight, "weight", "cross_entropy")
+    red = _reduction(reduction)
+    if not isinstance(label_smoothing, (int, float)) or isinstance(label_smoothing, bool):
+        raise InvalidArgumentError("cross_entropy(): label_smoothing must be a float")
+    class_dim = 0 if input.data.ndim == 1 else 1
+    if input.shape == target.shape:
+        if target.data.dtype.kind != "f":
+            raise TorchRuntimeError(f"Expected floating point type for target with class probabilities, got "
+                                    f"{D.SCALAR_TYPE_NAMES[target.dtype]}", code="invalid_dtype")
+        if ignore_index >= 0:
+            raise TorchRuntimeError("ignore_index is not supported for floating point target",
+                                    code="invalid_argument")
+        return _cross_entropy_probs(input, target, weight, red, label_smoothing, class_dim)
+    if input.data.ndim < 1:
+        raise TorchValueError(f"Expected 1 or more dimensions (got {input.data.ndim})", code="shape_mismatch")
+    if label_smoothing > 0.0:
+        if label_smoothing > 1.0:
+            raise TorchRuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}",
+                                    code="invalid_argument")
+        return _cross_entropy_smoothing(input, target, weight, red, ignore_index, label_smoothing, class_dim)
+    _nll_check(input, target, weight)
+    return nll_loss(log_softmax(input, class_dim), target, weight, ignore_index, reduction)
+
+
+def _weight_view(weight: Tensor, ndim: int, class_dim: int) -> Tensor:
+    if ndim <= 1:
+        return weight
+    shape = [1] * ndim
+    shape[class_dim] = weight.shape[0]
+    return view(weight, tuple(shape))
+
+
+def _cross_entropy_probs(input, target, weight, red, label_smoothing, class_dim):
+    n_classes = input.shape[class_dim]
+    if weight is not None and (weight.data.ndim != 1 or weight.numel() != n_classes):
+        raise ShapeError(f"cross_entropy: weight tensor should be defined either for all {n_classes} classes or "
+                         f"no classes but got weight tensor of shape: {_dims_list(weight.shape)}")
+    logp = log_softmax(input, class_dim)
+    if label_smoothing > 0.0:
+        if label_smoothing > 1.0:
+            raise TorchRuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}",
+                                    code="invalid_argument")
+        target = target * (1 - label_smoothing) + (label_smoothing / n_classes)
+    prod = logp * target
+    if weight is not None:
+        prod = prod * _weight_view(weight, logp.data.ndim, class_dim)
+    if red == 0:
+        return neg(sum(prod, class_dim))
+    total = neg(sum(prod))
+    if red == 2:
+        return total
+    if input.numel() == 0:
+        return _div_number(total, math.nan)
+    return _div_number(total, input.numel() // n_classes)
+
+
+def _cross_entropy_smoothing(input, target, weight, red, ignore_index, label_smoothing, class_dim):
+    n_classes = input.shape[class_dim]
+    _nll_check(input, target, weight)
+    logp = log_softmax(input, class_dim)
+    nll = nll_loss(logp, target, weight, ignore_index, ("none", "mean", "sum")[red])
+    ignore_mask = eq(target, ignore_index)
+    if weight is not None:
+        smooth = neg(sum(logp * _weight_view(weight, logp.data.ndim, class_dim), class_dim))
+    else:
+        smooth = neg(sum(logp, class_dim))
+    smooth = masked_fill(smooth, ignore_mask, 0.0)
+    if red == 1:
+        if weight is not None:
+            kept = target.data[~ignore_mask.data].reshape(-1)
+            denom = Tensor(np.asarray(np.sum(weight.data[kept]), weight.data.dtype))
+        else:
+            denom = sum(Tensor(~ignore_mask.data))
+        ret = sum(smooth) / denom
+    elif red == 2:
+        ret = sum(smooth)
+    else:
+        ret = smooth
+    return mul(nll, 1 - label_smoothing) + mul(ret, label_smoothing / n_classes)
+
+
+# ----- dropout ----------------------------------------------------------------------------------------
+
+
+@op("dropout", tensors=("input",), grad_fns=("MulBackward0",), method=False)
+def dropout(input, p=0.5, training=True, seed=None):
+    """F.dropout(input, p=0.5, training=True): input * mask, the mask holding 1/(1-p) where kept (drawn from
+    numpy's default_rng(seed)); p == 0, training=False or an empty input return the input object itself,
+    p == 1 multiplies by a 0-d zero."""
+    input = require_tensor(input, "input", "dropout")
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise InvalidArgumentError(f"dropout(): argument 'p' must be float, not {type(p).__name__}")
+    if p < 0.0 or p > 1.0:
+        raise TorchValueError(f"dropout probability has to be between 0 and 1, but got {p}",
+                              code="invalid_argument")
+    if p == 0 or not training or input.numel() == 0:
+        return input
+    dt = input.data.dtype
+    if dt.kind != "f":
+        raise TorchRuntimeError(f"result type Float can't be cast to the desired output type "
+                                f"{D.SCALAR_TYPE_NAMES[input.dtype]}", code="invalid_dtype")
+    if p == 1:
+        return mul(input, Tensor(np.zeros((), dt)))
+    rng = np.random.default_rng(seed)
+    keep = rng.random(input.shape) < (1.0 - p)
+    mask = np.where(keep, dt.type(1) / dt.type(1.0 - p), dt.type(0)).astype(dt, copy=False)
+    return mul(input, Tensor(mask))
