@@ -1,0 +1,286 @@
+"""Sample inputs per op, in the spirit of PyTorch's OpInfo: op name -> list of sample calls.
+
+Inputs are float64 tensors that require grad (the ones gradcheck differentiates), with 0-d, broadcast and
+batched shapes, drawn away from kinks and discontinuities (no ties for max/sort, no zeros for abs/sign,
+positive where log/sqrt need it). Other arguments (dims, index tensors, masks, numbers) are passed through.
+In-place ops are called on a clone of their first argument (a leaf cannot be modified in place) and
+the clone is the output. Adding a differentiable op means adding its samples here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine import OPS
+from engine.tensor import Tensor
+
+_rng = np.random.default_rng(1234)
+
+
+def T(*shape, low=-1.0, high=1.0, requires_grad=True) -> Tensor:
+    """A float64 tensor with values uniform in [low, high), spread so that no two values tie."""
+    n = int(np.prod(shape)) if shape else 1
+    vals = _rng.permutation(np.linspace(low, high, n + 2)[1:-1]) if n > 1 else \
+        np.array([_rng.uniform(low, high)])
+    vals = vals + _rng.uniform(-0.1, 0.1, n) * (high - low) / (n + 2)
+    return Tensor(vals.reshape(shape).astype(np.float64), requires_grad=requires_grad)
+
+
+def P(*shape, low=0.5, high=2.0) -> Tensor:
+    """Positive values (log, sqrt, pow with a real exponent, division)."""
+    return T(*shape, low=low, high=high)
+
+
+def away(*shape, gap=0.3, high=2.0) -> Tensor:
+    """Values with |v| in [gap, high]: no sign change under perturbation (abs, relu, sign, clamp bounds)."""
+    t = T(*shape, low=gap, high=high, requires_grad=False)
+    signs = np.where(_rng.random(t.data.shape) < 0.5, -1.0, 1.0)
+    return Tensor(t.data * signs, requires_grad=True)
+
+
+def ints(*values) -> Tensor:
+    return Tensor(np.array(values, dtype=np.int64))
+
+
+def mask(*rows) -> Tensor:
+    return Tensor(np.array(rows, dtype=bool))
+
+
+@dataclass
+class Sample:
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    gradgrad: bool = True          # torch supports double backward here and the engine must too
+    note: str = ""
+    tol: dict = field(default_factory=dict)  # gradcheck eps/atol/rtol when the op leaves float64
+
+    def __repr__(self) -> str:
+        def show(v):
+            if isinstance(v, Tensor):
+                return f"{v.dtype}{list(v.data.shape)}"
+            if isinstance(v, (list, tuple)):
+                return "[" + ", ".join(show(x) for x in v) + "]"
+            return repr(v)
+        parts = [show(a) for a in self.args] + [f"{k}={show(v)}" for k, v in self.kwargs.items()]
+        return "(" + ", ".join(parts) + ")" + (f" {self.note}" if self.note else "")
+
+
+def S(*args, gradgrad=True, note="", tol=None, **kwargs) -> Sample:
+    return Sample(args, kwargs, gradgrad, note, tol or {})
+
+
+# float32 outputs: central differences need a larger step to rise above float32 rounding
+F32_TOL = {"eps": 1e-2, "atol": 1e-4, "rtol": 1e-3}
+
+
+def _unary(make=lambda *s: T(*s)):
+    return [S(make()), S(make(3)), S(make(2, 3))]
+
+
+SAMPLES: dict[str, list[Sample]] = {
+    # ----- arithmetic
+    "add": [S(T(3), T(3)), S(T(2, 3), T(3)), S(T(), T(2, 1)), S(T(3), 2.5), S(T(2, 3), T(2, 3), alpha=2)],
+    "sub": [S(T(3), T(3)), S(T(2, 3), T(2, 1)), S(T(3), 1.5), S(T(3), T(3), alpha=0.5)],
+    "rsub": [S(T(3), 2.0), S(T(2, 3), T(3)), S(T(3), T(3), alpha=2)],
+    "mul": [S(T(3), T(3)), S(T(2, 3), T(3)), S(T(), T(2, 2)), S(T(3), 2.5)],
+    "div": [S(T(3), P(3)), S(T(2, 3), P(2, 1)), S(T(3), 4.0), S(P(), P(3))],
+    "floor_divide": [S(P(3, low=0.1, high=0.9), 2.0, note="zero gradient")],
+    "rtruediv": [S(P(3), 2.0), S(P(2, 2), -1.5)],
+    "pow": [S(T(3), 2), S(P(2, 3), 0.5), S(P(3), -1.5), S(P(3), T(3)), S(P(2, 3), T(3)), S(2.0, T(3)),
+            S(P(), 3)],
+    "rpow": [S(T(3), 2.0), S(T(2, 2), 0.5)],
+    "square": _unary(),
+    "neg": _unary(),
+    "reciprocal": _unary(lambda *s: P(*s)),
+    "exp": _unary(),
+    "expm1": _unary(),
+    "log": _unary(lambda *s: P(*s)),
+    "log1p": _unary(lambda *s: P(*s)),
+    "sqrt": _unary(lambda *s: P(*s)),
+    "rsqrt": _unary(lambda *s: P(*s)),
+    "abs": _unary(away),
+    "sign": [S(away(3), note="zero gradient")],
+    "sin": _unary(),
+    "cos": _unary(),
+    "tan": _unary(),
+    "tanh": _unary(),
+    "sigmoid": _unary(),
+    "erf": _unary(),
+    "relu": _unary(away),
+    "leaky_relu": [S(away(3)), S(away(2, 3), 0.2)],
+    "elu": [S(away(3)), S(away(2, 3), alpha=0.5)],
+    "gelu": [S(T(3)), S(T(2, 3), approximate="tanh")],
+    "silu": _unary(),
+    "softplus": [S(T(3)), S(T(2, 3), beta=2, threshold=5)],
+    "hardtanh": [S(away(3, gap=0.2, high=0.8)), S(away(4, gap=1.3, high=3)),
+                 S(away(3, gap=0.1, high=0.4), min_val=-0.5, max_val=0.5)],
+    "logsigmoid": _unary(),
+    "floor": [S(T(3), note="zero gradient")],
+    "ceil": [S(T(3), note="zero gradient")],
+    "round": [S(T(3), note="zero gradient"), S(T(3), decimals=1)],
+    # ----- clamp, maximum, where, masked_fill, lerp
+    "clamp": [S(away(4, gap=0.6, high=2.0), -0.5, 0.5), S(away(3, gap=0.6), min=0.3), S(away(3, gap=0.6), max=0.3),
+              S(T(3), min=T(3, low=-3, high=-2)), S(T(2, 3), max=T(3, low=2, high=3))],
+    "clamp_min": [S(away(3, gap=0.2), 0.0)],
+    "clamp_max": [S(away(3, gap=0.2), 0.0)],
+    "maximum": [S(T(3), T(3)), S(T(2, 3), T(3))],
+    "minimum": [S(T(3), T(3)), S(T(2, 3), T(3))],
+    "where": [S(mask(True, False, True), T(3), T(3)), S(mask([True], [False]), T(2, 3), T(3)),
+              S(mask(True, False), T(2), 0.5)],
+    "masked_fill": [S(T(3), mask(True, False, True), 0.5), S(T(2, 3), mask(False, True, False), -1.0)],
+    "lerp": [S(T(3), T(3), 0.3), S(T(3), T(3), 0.7), S(T(2, 3), T(3), T(2, 3, low=0.1, high=0.9))],
+    # ----- reductions
+    "sum": [S(T()), S(T(3)), S(T(2, 3), 1), S(T(2, 3), (0, 1)), S(T(2, 3, 2), 1, keepdim=True)],
+    "mean": [S(T()), S(T(3)), S(T(2, 3), 0), S(T(2, 3, 2), (0, 2), keepdim=True)],
+    "prod": [S(P(3)), S(T(2, 3), 1), S(P(2, 3), 0, keepdim=True)],
+    "max": [S(T(4)), S(T(2, 3), 1), S(T(2, 3), 0, keepdim=True), S(T(3), T(3))],
+    "min": [S(T(4)), S(T(2, 3), 1), S(T(3), T(3))],
+    "amax": [S(T(4)), S(T(2, 3), 1), S(T(2, 3, 2), (0, 2), keepdim=True)],
+    "amin": [S(T(4)), S(T(2, 3), 0)],
+    "logsumexp": [S(T(3), 0), S(T(2, 3), 1), S(T(2, 3), (0, 1), keepdim=True)],
+    "var": [S(T(4)), S(T(2, 3), 1), S(T(4), unbiased=False), S(T(2, 3), 0, keepdim=True, correction=0)],
+    "std": [S(T(4)), S(T(2, 3), 1), S(T(2, 3), correction=0)],
+    "norm": [S(away(3)), S(away(3), 1), S(away(2, 3), dim=1), S(away(2, 3), 3, dim=0, keepdim=True)],
+    "cumsum": [S(T(3), 0), S(T(2, 3), 1)],
+    "flip": [S(T(3), (0,)), S(T(2, 3), (0, 1))],
+    "sort": [S(T(4)), S(T(2, 3), 0, descending=True)],
+    # ----- shape, views, indexing
+    "to": [S(T(3), "float64", note="same dtype"), S(T(3), "float32", note="float64 -> float32", tol=F32_TOL)],
+    "float": [S(T(3), tol=F32_TOL)],
+    "double": [S(T(3))],
+    "long": [S(T(3, low=0.1, high=0.9), note="int64 result: no gradient")],
+    "clone": _unary(),
+    "contiguous": [S(T(2, 3))],
+    "view": [S(T(2, 3), 6), S(T(2, 3), 3, 2), S(T(6), -1, 2)],
+    "reshape": [S(T(2, 3), 6), S(T(2, 3), (3, -1)), S(T(), (1, 1))],
+    "flatten": [S(T(2, 3)), S(T(2, 3, 2), 1)],
+    "squeeze": [S(T(1, 3, 1)), S(T(1, 3), 0), S(T(1, 3, 1), (0, 2))],
+    "unsqueeze": [S(T(3), 0), S(T(2, 3), -1), S(T(), 0)],
+    "expand": [S(T(3), 2, 3), S(T(2, 1), 2, 4), S(T(), 3)],
+    "expand_as": [S(T(3), T(2, 3, requires_grad=False))],
+    "repeat": [S(T(3), 2), S(T(2, 3), 2, 1)],
+    "t": [S(T(2, 3)), S(T(3))],
+    "transpose": [S(T(2, 3), 0, 1), S(T(2, 3, 2), 0, 2)],
+    "permute": [S(T(2, 3, 2), 2, 0, 1), S(T(2, 3), (1, 0))],
+    "cat": [S([T(2, 3), T(1, 3)]), S([T(2, 3), T(2, 2)], 1)],
+    "stack": [S([T(3), T(3)]), S([T(2, 3), T(2, 3)], 1)],
+    "split": [S(T(5), 2), S(T(2, 4), [1, 3], 1)],
+    "chunk": [S(T(5), 2), S(T(2, 4), 2, 1)],
+    "unbind": [S(T(2, 3)), S(T(2, 3), 1)],
+    "narrow": [S(T(5), 0, 1, 3), S(T(2, 4), 1, 2, 2)],
+    "select": [S(T(3), 0, 1), S(T(2, 3), 1, -1)],
+    "getitem": [S(T(3), 1), S(T(2, 3), (slice(None), 1)), S(T(5), slice(1, 4, 2)), S(T(4), [0, 2, 2]),
+                S(T(3), mask(True, False, True)), S(T(2, 3), (0, 1))],
+    "index_select": [S(T(4), 0, ints(0, 2, 2)), S(T(2, 3), 1, ints(2, 0))],
+    "gather": [S(T(2, 3), 1, ints([0, 2], [1, 1])), S(T(3), 0, ints(2, 0))],
+    # ----- linalg
+    "matmul": [S(T(2, 3), T(3, 4)), S(T(3), T(3)), S(T(2, 3), T(3)), S(T(3), T(3, 2)), S(T(2, 2, 3), T(2, 3, 2)),
+               S(T(2, 2, 3), T(3, 2)), S(T(2, 1, 2, 3), T(3, 3, 2))],
+    "rmatmul": [S(T(3, 2), T(2, 3))],
+    "mm": [S(T(2, 3), T(3, 4))],
+    "bmm": [S(T(2, 2, 3), T(2, 3, 2))],
+    "mv": [S(T(2, 3), T(3))],
+    "dot": [S(T(3), T(3))],
+    "outer": [S(T(3), T(2))],
+    "addmm": [S(T(2, 4), T(2, 3), T(3, 4)), S(T(4), T(2, 3), T(3, 4), beta=0.5, alpha=2)],
+    # ----- nn
+    "softmax": [S(T(3), 0), S(T(2, 3), 1), S(T(2, 3, 2), 0)],
+    "log_softmax": [S(T(3), 0), S(T(2, 3), 1)],
+    "linear": [S(T(2, 3), T(4, 3), T(4)), S(T(3), T(2, 3)), S(T(3), T(2, 3), T(2)), S(T(2, 2, 3), T(4, 3), T(4))],
+    "dropout": [S(T(4), 0.5, seed=3, note="fixed mask"), S(T(2, 3), 0.5, training=False)],
+    "mse_loss": [S(T(3), T(3)), S(T(2, 3), T(2, 3), reduction="sum"), S(T(3), T(3), reduction="none")],
+    "l1_loss": [S(T(3, low=1, high=2), T(3, low=-1, high=0.5)),
+                S(T(2, 2, low=1, high=2), T(2, 2, low=-1, high=0.5), reduction="none")],
+    "smooth_l1_loss": [S(T(3, low=0.1, high=0.5), T(3, low=-0.3, high=0.0), note="|d| < beta"),
+                       S(T(3, low=2, high=3), T(3, low=-0.5, high=0.0), reduction="sum", note="|d| > beta"),
+                       S(T(3, low=0.1, high=0.5), T(3, low=-0.3, high=0.0), beta=2.0)],
+    "huber_loss": [S(T(3, low=0.1, high=0.5), T(3, low=-0.3, high=0.0), note="|d| < delta"),
+                   S(T(3, low=2, high=3), T(3, low=-0.5, high=0.0), reduction="none", note="|d| > delta"),
+                   S(T(3, low=1.0, high=1.5), T(3, low=-0.3, high=0.0), delta=0.5)],
+    "binary_cross_entropy": [S(T(3, low=0.2, high=0.8), Tensor(np.array([1.0, 0.0, 1.0]))),
+                             S(T(2, 2, low=0.2, high=0.8), Tensor(np.array([[1.0, 0.0], [0.0, 1.0]])),
+                               weight=Tensor(np.array([0.5, 2.0])), reduction="sum")],
+    "binary_cross_entropy_with_logits": [S(T(3), T(3, low=0.1, high=0.9)),
+                                         S(T(2, 3), T(2, 3, low=0.1, high=0.9),
+                                           pos_weight=Tensor(np.array([1.0, 2.0, 0.5])), reduction="sum")],
+    "cross_entropy": [S(T(2, 3), ints(0, 2)), S(T(3, 4), ints(1, 0, 3), reduction="sum"),
+                      S(T(2, 3), ints(2, 1), label_smoothing=0.1),
+                      S(T(2, 3), ints(0, 1), weight=Tensor(np.array([0.5, 1.0, 2.0])))],
+    "nll_loss": [S(T(2, 3), ints(1, 0)), S(T(3, 4), ints(3, 3, 0), reduction="none")],
+    # ----- in-place (applied to a clone of the first argument)
+    "add_": [S(T(3), T(3)), S(T(2, 3), T(3), alpha=2), S(T(3), 1.5)],
+    "sub_": [S(T(3), T(3)), S(T(3), 2.0)],
+    "mul_": [S(T(3), T(3)), S(T(2, 3), 2.0)],
+    "div_": [S(T(3), P(3)), S(T(3), 2.0)],
+    "pow_": [S(P(3), 2), S(P(3), T(3))],
+    "abs_": [S(away(3))],
+    "neg_": [S(T(3))],
+    "exp_": [S(T(3))],
+    "log_": [S(P(3))],
+    "sqrt_": [S(P(3))],
+    "sigmoid_": [S(T(3))],
+    "tanh_": [S(T(3))],
+    "relu_": [S(away(3))],
+    "clamp_": [S(away(4, gap=0.6), -0.5, 0.5)],
+    "clamp_min_": [S(away(3, gap=0.2), 0.0)],
+    "clamp_max_": [S(away(3, gap=0.2), 0.0)],
+    "masked_fill_": [S(T(3), mask(True, False, True), 0.5)],
+    "zero_": [S(T(3), note="zero gradient")],
+    "fill_": [S(T(3), 2.0, note="zero gradient"), S(T(3), T(), note="tensor value")],
+    "copy_": [S(T(3), T(3)), S(T(2, 3), T(3))],
+    "setitem": [S(T(3), 1, T()), S(T(2, 3), (slice(None), 0), T(2)), S(T(4), [0, 2], T(2)), S(T(3), 0, 2.0)],
+}
+
+
+def differentiable_ops() -> list[str]:
+    """Every differentiable op of the table, by its primary name (aliases share the entry)."""
+    seen, names = set(), []
+    for spec in OPS.values():
+        if spec.differentiable and id(spec) not in seen:
+            seen.add(id(spec))
+            names.append(spec.name)
+    return sorted(names)
+
+
+def _call(name: str, args: tuple, kwargs: dict):
+    spec = OPS[name]
+    if spec.inplace:
+        first = OPS["clone"].fn(args[0])
+        spec.fn(first, *args[1:], **kwargs)
+        return first
+    out = spec.fn(*args, **kwargs)
+    if isinstance(out, tuple) and hasattr(out, "_fields"):  # (values, indices)
+        return tuple(out)
+    return out
+
+
+def as_function(name: str, sample: Sample):
+    """(inputs, fn) for gradcheck: fn(*inputs) calls op ``name``. Tensor lists (cat, stack) and tensor
+    keyword arguments become separate inputs so that each is differentiated."""
+    inputs, layout = [], []
+    for a in sample.args:
+        if isinstance(a, list) and a and all(isinstance(t, Tensor) for t in a):
+            layout.append(len(a))
+            inputs.extend(a)
+        else:
+            layout.append(None)
+            inputs.append(a)
+    kw_names = [k for k, v in sample.kwargs.items() if isinstance(v, Tensor)]
+    inputs.extend(sample.kwargs[k] for k in kw_names)
+
+    def fn(*flat):
+        args, i = [], 0
+        for n in layout:
+            if n is None:
+                args.append(flat[i])
+                i += 1
+            else:
+                args.append(list(flat[i:i + n]))
+                i += n
+        kwargs = dict(sample.kwargs)
+        kwargs.update(zip(kw_names, flat[i:]))
+        return _call(name, tuple(args), kwargs)
+
+    return inputs, fn
