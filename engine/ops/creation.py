@@ -1,1 +1,268 @@
-"""placeholder"""
+"""Tensor creation: tensor, zeros/ones/full, arange, linspace, eye, the ``*_like`` variants, rand/randn.
+
+Results are leaves. Sizes are validated and the element count is checked against the active limits
+before anything is allocated; ``requires_grad=True`` on a non-float dtype fails with torch's message.
+Random ops draw from ``numpy.random.default_rng(seed)``: reproducible per seed, not torch's stream.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .. import dtypes as D
+from ..errors import InvalidArgumentError, RequiresGradError, TorchRuntimeError, TorchValueError
+from ..grad_mode import check_numel
+from ..registry import op
+from ..tensor import Tensor
+from ..tensor import tensor as _make_tensor
+from .common import NP, is_number, require_tensor
+
+
+def _leaf(arr: np.ndarray, requires_grad: bool) -> Tensor:
+    if requires_grad and arr.dtype.kind != "f":
+        raise RequiresGradError("Only Tensors of floating point and complex dtype can require gradients")
+    return Tensor(arr, requires_grad=bool(requires_grad))
+
+
+def _check_requires_grad(dtype: str, requires_grad: bool) -> None:
+    """Refuse before allocating (the leaf check again guards the result)."""
+    if requires_grad and not D.is_floating(dtype):
+        raise RequiresGradError("Only Tensors of floating point and complex dtype can require gradients")
+
+
+def _size(size, name: str, negative_message: str | None = None) -> tuple:
+    """torch's size forms f(2, 3), f((2, 3)), f([2, 3]); negative sizes and the element limit are checked
+    before allocation."""
+    if len(size) == 1 and isinstance(size[0], (list, tuple)):
+        size = tuple(size[0])
+    out = []
+    for s in size:
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
+            raise InvalidArgumentError(f"{name}(): argument 'size' (position 1) must be tuple of ints, not "
+                                       f"{type(s).__name__}", code="invalid_shape")
+        out.append(int(s))
+    shape = tuple(out)
+    if any(s < 0 for s in shape):
+        neg = next(s for s in shape if s < 0)
+        raise TorchRuntimeError(negative_message or
+                                f"Trying to create tensor with negative dimension {neg}: {list(shape)}",
+                                code="invalid_shape")
+    check_numel(shape)
+    return shape
+
+
+def _dtype(dtype, default: str = D.DEFAULT_FLOAT) -> str:
+    return D.canonical(dtype) if dtype is not None else default
+
+
+@op("tensor", method=False)
+def tensor(data, dtype=None, requires_grad=False):
+    """torch.tensor(data, dtype=None, requires_grad=False): floats -> float32, ints -> int64, bools -> bool."""
+    return _make_tensor(data, dtype=dtype, requires_grad=requires_grad)
+
+
+def _filled(name: str, size, value, dtype, requires_grad, negative_message=None) -> Tensor:
+    d = _dtype(dtype)
+    shape = _size(size, name, negative_message)
+    _check_requires_grad(d, requires_grad)
+    return _leaf(np.full(shape, value, dtype=NP[d]), requires_grad)
+
+
+@op("zeros", method=False)
+def zeros(*size, dtype=None, requires_grad=False):
+    """torch.zeros(*size, dtype=None, requires_grad=False)."""
+    return _filled("zeros", size, 0, dtype, requires_grad, "zeros: Dimension size must be non-negative.")
+
+
+@op("ones", method=False)
+def ones(*size, dtype=None, requires_grad=False):
+    """torch.ones(*size, dtype=None, requires_grad=False)."""
+    return _filled("ones", size, 1, dtype, requires_grad)
+
+
+def _fill_dtype(fill_value) -> str:
+    """torch.full's inference: bool -> bool, int -> int64, float -> the default float dtype."""
+    if isinstance(fill_value, (bool, np.bool_)):
+        return D.BOOL
+    if isinstance(fill_value, numbers.Integral):
+        return D.INT64
+    return D.DEFAULT_FLOAT
+
+
+def _fill_number(fill_value, name: str):
+    if isinstance(fill_value, Tensor):
+        if fill_value.data.ndim != 0:
+            raise TorchRuntimeError(f"{name}(): fill_value must be a number or a 0-d tensor, got a "
+                                    f"{fill_value.data.ndim}-d tensor", code="invalid_argument")
+        return fill_value.item()
+    if not is_number(fill_value):
+        raise InvalidArgumentError(f"{name}(): argument 'fill_value' must be Number, not "
+                                   f"{type(fill_value).__name__}")
+    return fill_value
+
+
+@op("full", method=False)
+def full(size, fill_value, dtype=None, requires_grad=False):
+    """torch.full(size, fill_value, dtype=None, requires_grad=False); the dtype follows fill_value."""
+    if not isinstance(size, (list, tuple)):
+        raise InvalidArgumentError(f"full(): argument 'size' (position 1) must be tuple of ints, not "
+                                   f"{type(size).__name__}", code="invalid_shape")
+    fill_value = _fill_number(fill_value, "full")
+    return _filled("full", (tuple(size),), fill_value, _dtype(dtype, _fill_dtype(fill_value)), requires_grad)
+
+
+def _real(v, name: str) -> float | int:
+    if isinstance(v, Tensor):
+        v = v.item()
+    if isinstance(v, bool) or not is_number(v):
+        raise InvalidArgumentError(f"{name}: expected a number, got {type(v).__name__}")
+    return v
+
+
+@op("arange", method=False)
+def arange(start, end=None, step=1, dtype=None, requires_grad=False):
+    """torch.arange(start, end=None, step=1, dtype=None): int64 when start, end and step are all ints,
+    else float32; values are start + i * step computed in double, as torch's CPU kernel does."""
+    if end is None:
+        start, end = 0, start
+    start, end, step = _real(start, "arange"), _real(end, "arange"), _real(step, "arange")
+    all_int = all(isinstance(v, numbers.Integral) for v in (start, end, step))
+    d = _dtype(dtype, D.INT64 if all_int else D.DEFAULT_FLOAT)
+    if step == 0:
+        raise TorchRuntimeError("step must be nonzero", code="invalid_argument")
+    for v in (start, end):
+        if not math.isfinite(v):
+            raise TorchRuntimeError(f"unsupported range: {_fmt(start)} -> {_fmt(end)}", code="invalid_argument")
+    if not D.is_floating(d):
+        start, end, step = int(start), int(end), int(step)
+        if step == 0:
+            raise TorchValueError("step must be nonzero", code="invalid_argument")
+        n = -((start - end) // step) if (end - start) * step > 0 else 0
+    else:
+        n = math.ceil((end - start) / step)
+    if (step > 0 and start > end) or (step < 0 and start < end):
+        raise TorchRuntimeError("upper bound and lower bound inconsistent with step sign", code="invalid_argument")
+    n = max(int(n), 0)
+    check_numel((n,))
+    _check_requires_grad(d, requires_grad)
+    if D.is_floating(d):
+        arr = (start + step * np.arange(n, dtype=np.float64)).astype(NP[d])
+    else:
+        arr = (start + step * np.arange(n, dtype=np.int64)).astype(NP[d])
+    return _leaf(arr, requires_grad)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float) and math.isfinite(v) and v == int(v):
+        return str(int(v)) if abs(v) < 1e16 else repr(v)
+    return str(v)
+
+
+@op("linspace", method=False)
+def linspace(start, end, steps, dtype=None, requires_grad=False):
+    """torch.linspace(start, end, steps, dtype=None): evenly spaced, the first half counted up from start and
+    the second half down from end, as torch's CPU kernel does (in float32 for float32 results)."""
+    start, end = _real(start, "linspace"), _real(end, "linspace")
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
+        raise InvalidArgumentError(f"linspace(): argument 'steps' must be int, not {type(steps).__name__}")
+    if steps < 0:
+        raise TorchRuntimeError("number of steps must be non-negative", code="invalid_argument")
+    d = _dtype(dtype)
+    check_numel((int(steps),))
+    _check_requires_grad(d, requires_grad)
+    npdt = NP[d]
+    if steps == 0:
+        return _leaf(np.zeros(0, npdt), requires_grad)
+    if steps == 1:
+        return _leaf(np.full(1, start, npdt), requires_grad)
+    idx = np.arange(steps)
+    half = steps // 2
+    if D.is_floating(d):
+        t = npdt.type
+        s, e = t(start), t(end)
+        step = (e - s) / t(steps - 1)
+        up = s + step * idx.astype(npdt)
+        down = e - step * (steps - idx - 1).astype(npdt)
+    else:
+        s, e = float(int(start)), float(int(end))
+        step = (e - s) / (steps - 1)
+        up = s + step * idx
+        down = e - step * (steps - idx - 1)
+    return _leaf(np.where(idx < half, up, down).astype(npdt), requires_grad)
+
+
+@op("eye", method=False)
+def eye(n, m=None, dtype=None, requires_grad=False):
+    """torch.eye(n, m=None, dtype=None, requires_grad=False)."""
+    if m is None:
+        m = n
+    for name, v in (("n", n), ("m", m)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise InvalidArgumentError(f"eye(): argument '{name}' must be int, not {type(v).__name__}")
+        if v < 0:
+            raise TorchRuntimeError(f"{name} must be greater or equal to 0, got {v}", code="invalid_shape")
+    d = _dtype(dtype)
+    check_numel((n, m))
+    _check_requires_grad(d, requires_grad)
+    return _leaf(np.eye(n, m, dtype=NP[d]), requires_grad)
+
+
+# ----- *_like -----------------------------------------------------------------------------------------
+
+
+def _like(name: str, input, value, dtype, requires_grad) -> Tensor:
+    input = require_tensor(input, "input", name)
+    d = _dtype(dtype, input.dtype)
+    check_numel(input.shape)
+    _check_requires_grad(d, requires_grad)
+    return _leaf(np.full(input.shape, value, dtype=NP[d]), requires_grad)
+
+
+@op("zeros_like", tensors=("input",))
+def zeros_like(input, dtype=None, requires_grad=False):
+    """torch.zeros_like(input, dtype=None, requires_grad=False): a new leaf (never tracks input)."""
+    return _like("zeros_like", input, 0, dtype, requires_grad)
+
+
+@op("ones_like", tensors=("input",))
+def ones_like(input, dtype=None, requires_grad=False):
+    """torch.ones_like(input, dtype=None, requires_grad=False)."""
+    return _like("ones_like", input, 1, dtype, requires_grad)
+
+
+@op("full_like", tensors=("input",))
+def full_like(input, fill_value, dtype=None, requires_grad=False):
+    """torch.full_like(input, fill_value, dtype=None, requires_grad=False): input's dtype unless given."""
+    return _like("full_like", input, _fill_number(fill_value, "full_like"), dtype, requires_grad)
+
+
+# ----- random -----------------------------------------------------------------------------------------
+
+
+def _random(name: str, kernel: str, size, seed, dtype, requires_grad, draw) -> Tensor:
+    d = _dtype(dtype)
+    shape = _size(size, name)
+    if not D.is_floating(d):
+        raise TorchRuntimeError(f"\"{kernel}\" not implemented for '{D.SCALAR_TYPE_NAMES[d]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
+    _check_requires_grad(d, requires_grad)
+    rng = np.random.default_rng(seed)
+    return _leaf(np.asarray(draw(rng, shape, NP[d]), dtype=NP[d]), requires_grad)
+
+
+@op("rand", method=False)
+def rand(*size, seed=None, dtype=None, requires_grad=False):
+    """torch.rand(*size): uniform on [0, 1) from numpy's default_rng(seed) (reproducible per seed; the values
+    are not torch's)."""
+    return _random("rand", "check_uniform_bounds", size, seed, dtype, requires_grad,
+                   lambda rng, shape, dt: rng.random(shape, dtype=dt))
+
+
+@op("randn", method=False)
+def randn(*size, seed=None, dtype=None, requires_grad=False):
+    """torch.randn(*size): standard normal from numpy's default_rng(seed) (not torch's values)."""
+    return _random("randn", "normal_kernel_cpu", size, seed, dtype, requires_grad,
+                   lambda rng, shape, dt: rng.standard_normal(shape, dtype=dt))
