@@ -209,6 +209,10 @@ SAMPLES: dict[str, list[Sample]] = {
                       S(T(2, 3), ints(2, 1), label_smoothing=0.1),
                       S(T(2, 3), ints(0, 1), weight=Tensor(np.array([0.5, 1.0, 2.0])))],
     "nll_loss": [S(T(2, 3), ints(1, 0)), S(T(3, 4), ints(3, 3, 0), reduction="none")],
+    # ----- creation from a tensor (no gradient reaches the input)
+    "ones_like": [S(T(3), note="no gradient")],
+    "zeros_like": [S(T(2, 3), note="no gradient")],
+    "full_like": [S(T(3), 2.5, note="no gradient")],
     # ----- in-place (applied to a clone of the first argument)
     "add_": [S(T(3), T(3)), S(T(2, 3), T(3), alpha=2), S(T(3), 1.5)],
     "sub_": [S(T(3), T(3)), S(T(3), 2.0)],
@@ -235,10 +239,11 @@ SAMPLES: dict[str, list[Sample]] = {
 
 
 def differentiable_ops() -> list[str]:
-    """Every differentiable op of the table, by its primary name (aliases share the entry)."""
+    """Every differentiable op of the table that takes a tensor, by its primary name (aliases share the
+    entry). Creation ops (``ones``, ``arange``) take no tensor, so there is nothing to differentiate."""
     seen, names = set(), []
     for spec in OPS.values():
-        if spec.differentiable and id(spec) not in seen:
+        if spec.differentiable and (spec.tensors or spec.tensor_lists) and id(spec) not in seen:
             seen.add(id(spec))
             names.append(spec.name)
     return sorted(names)
