@@ -276,7 +276,9 @@ def matmul(self, other):
     if d1 == 2 and d2 == 1:
         return mv(self, other)
     if d1 == 1 and d2 == 2:
-        return _squeeze_dim(mm(unsqueeze(self, 0), other), 0)
+        out = _squeeze_dim(mm(unsqueeze(self, 0), other), 0)
+        out._bump()  # torch squeezes the mm result in place (squeeze_), so the result is at version 1
+        return out
     if d1 == 2 and d2 == 2:
         return mm(self, other)
     if _should_fold(self, other):
