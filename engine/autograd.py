@@ -159,6 +159,7 @@ def _topological(roots: list[Node]) -> list[Node]:
 def _apply(node: Node, grads: list) -> list:
     """Run a node's VJP; un-broadcast and cast each result to its input's shape and dtype."""
     prim = PRIMS[node.prim]
+    node.unpack_all()
     g = grads[0] if prim.n_outputs == 1 else grads
     outs = prim.vjp(Ctx(node), g)
     res = []
@@ -207,11 +208,17 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         for idx, (n, nr) in enumerate(input_edges):
             if n.prim != "AccumulateGrad":
                 captures.setdefault(n, []).append((idx, nr))
+        # reach: nodes from which a target or a captured non-leaf input is reachable (themselves included);
+        # needed: the function nodes among them that must run to get gradients there
+        reach = set()
         needed = set()
         for n in reversed(order):
-            if n in targets or any(c in needed for c, _ in n.next_functions if c is not None):
+            if any(c in reach for c, _ in n.next_functions if c is not None):
+                reach.add(n)
                 needed.add(n)
-        relevant = needed | set(captures)
+            elif n in targets or n in captures:
+                reach.add(n)
+        relevant = reach
 
     buffers: dict[Node, list] = {}
     for (node, nr), g in zip(root_edges, grads):
@@ -222,7 +229,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
     leaf_grads: list[tuple[Tensor, Tensor]] = []
     retained: list[tuple[Tensor, Tensor]] = []
     executed: list[Node] = []
-    with set_grad_enabled(create_graph):
+    with set_grad_enabled(create_graph), np.errstate(all="ignore"):
         for node in order:
             if node not in relevant:
                 continue

@@ -127,9 +127,6 @@ def current_limits() -> Limits | None:
 
 def check_numel(shape, what: str = "tensor") -> None:
     """Refuse, before allocating, a result whose element count exceeds the active limit."""
-    lim = _limits.get()
-    if lim is None:
-        return
     n = 1
     for s in shape:
         if s < 0:
@@ -137,6 +134,9 @@ def check_numel(shape, what: str = "tensor") -> None:
             raise TorchRuntimeError(f"Trying to create tensor with negative dimension {s}: {list(shape)}",
                                     code="invalid_shape")
         n *= s
+    lim = _limits.get()
+    if lim is None:
+        return
     if n > lim.max_elements_per_tensor:
         from .errors import LimitExceededError
         raise LimitExceededError(

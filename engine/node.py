@@ -13,6 +13,7 @@ import re
 from .dtypes import LEGACY_NAMES
 from .errors import VERSION_HINT, GraphFreedError, VersionMismatchError
 
+_CPP_NODES = {"AccumulateGrad", "CopySlices", "CopyBackwards"}
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
 
 
@@ -74,16 +75,34 @@ class Node:
     def __repr__(self) -> str:
         return f"<{self.name} object>"
 
-    # torch's grad_fn.name()
+    # torch's grad_fn.name(): C++-defined nodes carry their namespace
     def name_(self) -> str:
-        return "torch::autograd::AccumulateGrad" if self.name == "AccumulateGrad" else self.name
+        return f"torch::autograd::{self.name}" if self.name in _CPP_NODES else self.name
 
     def saved_tensor_slots(self) -> list[str]:
-        return [k for k, v in self.saved.items() if isinstance(v, SavedTensor)]
+        return [k for k, v in self.saved.items() if isinstance(v, SavedTensor)
+                or (isinstance(v, list) and any(isinstance(x, SavedTensor) for x in v))]
 
     def holds_saved_tensors(self) -> bool:
-        return any((isinstance(v, SavedTensor) and v.tensor is not None)
-                   or (isinstance(v, Node) and v.holds_saved_tensors()) for v in self.saved.values())
+        for v in self.saved.values():
+            if isinstance(v, SavedTensor) and v.tensor is not None:
+                return True
+            if isinstance(v, list) and any(isinstance(x, SavedTensor) and x.tensor is not None for x in v):
+                return True
+            if isinstance(v, Node) and v.holds_saved_tensors():
+                return True
+        return False
+
+    def unpack_all(self) -> None:
+        """Check every saved tensor before running the VJP, as torch unpacks all saved variables: a freed
+        or modified slot fails even if this VJP would not read it."""
+        for v in self.saved.values():
+            if isinstance(v, SavedTensor):
+                v.unpack(self)
+            elif isinstance(v, list):
+                for x in v:
+                    if isinstance(x, SavedTensor):
+                        x.unpack(self)
 
     def release(self) -> None:
         """Free saved tensors, as torch does after a backward without retain_graph."""
@@ -92,6 +111,10 @@ class Node:
             if isinstance(v, SavedTensor):
                 if v.tensor is not None:
                     setattr_(v, "tensor", None)
+            elif isinstance(v, list):
+                for x in v:
+                    if isinstance(x, SavedTensor) and x.tensor is not None:
+                        setattr_(x, "tensor", None)
             elif isinstance(v, Node):  # CopySlices keeps the in-place op's node
                 v.release()
 
@@ -120,4 +143,6 @@ class Ctx:
             raise AttributeError(slot) from None
         if isinstance(v, SavedTensor):
             return v.unpack(node)
+        if isinstance(v, list):
+            return [x.unpack(node) if isinstance(x, SavedTensor) else x for x in v]
         return v

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .grad_mode import _grad_enabled
+from .journal import setattr_
 from .node import Node, SavedTensor
 from .tensor import Tensor
 
@@ -103,7 +104,7 @@ def accumulator(t: Tensor) -> Node:
     if node is None:
         node = Node("AccumulateGrad", "AccumulateGrad", ())
         node.variable = t
-        t._accumulator = node
+        setattr_(t, "_accumulator", node)
     return node
 
 
@@ -130,7 +131,8 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
     Multi-output primitives take a tuple of arrays and return a tuple of Tensors.
     """
     multi = isinstance(data, tuple)
-    if not needs_grad(*inputs):
+    if not needs_grad(*inputs) or (not multi and data.dtype.kind != "f"):
+        # integer and bool results never require grad
         if multi:
             return tuple(Tensor(d) for d in data)
         return Tensor(data)
@@ -155,6 +157,8 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
                 s[slot] = SavedTensor(outs[0] if multi else outs, is_output=True)
             elif isinstance(value, Tensor):
                 s[slot] = SavedTensor(value, is_output=value.grad_fn is node)
+            elif isinstance(value, list) and any(isinstance(x, Tensor) for x in value):
+                s[slot] = [SavedTensor(x) if isinstance(x, Tensor) else x for x in value]  # e.g. indices
             else:
                 s[slot] = value
     return outs

@@ -11,7 +11,7 @@ _NOT_METHODS = {"tensor"}
 
 def _bind_methods() -> None:
     for name, spec in OPS.items():
-        if not spec.method or name in _NOT_METHODS:
+        if name in _NOT_METHODS or (not spec.method and not name.startswith("__")):
             continue
         if name.startswith("__") or not hasattr(Tensor, name):
             setattr(Tensor, name, spec.fn)

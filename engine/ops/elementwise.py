@@ -851,7 +851,7 @@ def lerp(self, end, weight):
     w = NP[dtype].type(weight)
     # torch's CPU kernel: weight < 0.5 ? self + weight * diff : end - diff * (1 - weight)
     diff = b - a
-    out = a + w * diff if abs(float(weight)) < 0.5 else b - diff * (NP[dtype].type(1) - w)
+    out = a + w * diff if math.fabs(float(weight)) < 0.5 else b - diff * (NP[dtype].type(1) - w)
     return record("LerpBackward0", np.asarray(out), (self, end), {"weight": weight})
 
 

@@ -13,6 +13,8 @@ the tensor's own buffer, as torch does:
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 from .. import dtypes as D
@@ -212,6 +214,7 @@ def _make(name: str, fn, grad_fns: tuple, tensors=("self",), aliases=(), doc="")
         return apply_inplace(self, fn, *args, **kwargs)
 
     inplace.__name__ = name
+    inplace.__signature__ = inspect.signature(fn)  # the program resolves tensor arguments by these names
     inplace.__doc__ = doc or f"Tensor.{name}: in-place {name[:-1]}; bumps the version counter."
     return op(name, tensors=tensors, grad_fns=grad_fns, inplace=True, aliases=aliases)(inplace)
 

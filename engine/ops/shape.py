@@ -729,8 +729,7 @@ def getitem(self, index):
                     raise TorchIndexError(f"The shape of the mask {list(arr.shape)} at index 0 does not match the "
                                           f"shape of the indexed tensor {list(out.data.shape)} at index {d}",
                                           code="invalid_index")
-                for k, sub in enumerate(np.nonzero(arr)):
-                    advanced.append((d + k, sub))
+                advanced.append((d, arr))  # torch saves the mask itself (_saved_indices: bool)
                 d += max(arr.ndim, 1)
             else:
                 if arr.size == 0:
@@ -761,9 +760,18 @@ def _(ctx, grad):
 
 
 def _index(self: Tensor, advanced: list) -> Tensor:
-    idx = [slice(None)] * self.data.ndim
-    for d, arr in advanced:
-        idx[d] = arr
+    """Advanced indexing: ``advanced`` lists (dim, index array); a k-dim bool mask covers k dims."""
+    at = dict(advanced)
+    idx = []
+    d = 0
+    while d < self.data.ndim:
+        if d in at:
+            arr = at[d]
+            idx.append(arr)
+            d += max(arr.ndim, 1) if arr.dtype == np.bool_ else 1
+        else:
+            idx.append(slice(None))
+            d += 1
     idx = tuple(idx)
     try:
         out = self.data[idx]

@@ -14,16 +14,7 @@ from .samples import SAMPLES, as_function, differentiable_ops
 
 # Ops or samples the engine does not pass yet, "<op>" or "<op>[<i>]" (sample index) or "<op>[<i>]::gradgrad",
 # with a reason each. strict: a fixed gap fails the run until it is removed from this list.
-_LERP = ("engine bug: lerp with a number weight calls abs() on it, which in engine/ops/elementwise.py is the "
-         "engine's abs op shadowing the builtin: InvalidArgumentError \"argument 'self' must be Tensor, not float\"")
 KNOWN_GAPS: dict[str, str] = {
-    "lerp[0]": _LERP,
-    "lerp[1]": _LERP,
-    "lerp[0]::gradgrad": _LERP,
-    "lerp[1]::gradgrad": _LERP,
-    "long[0]::gradgrad": ("engine bug: x.long() of a tensor requiring grad records ToCopyBackward0 and requires grad "
-                          "(torch: int64 results never require grad), so a gradient flows through an int64 "
-                          "output and is truncated to int64"),
 }
 
 

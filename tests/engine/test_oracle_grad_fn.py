@@ -33,13 +33,7 @@ LEAVES = ("x", "y", "p", "s", "A", "B", "W", "b", "C", "D")
 ASPECTS = ("forward", "graph", "backward", "second_backward")
 
 # Cases that fail in every aspect (the expression itself raises): case id -> why.
-BROKEN_CASES = {
-    "pow_scalar_base": ("engine bug: `2 ** x` raises TypeError: the rpow op (alias __rpow__) is registered with "
-                        "method=False, so ops/__init__._bind_methods never binds Tensor.__rpow__"),
-    "rdiv_scalar": ("engine bug: `2 / p` raises TypeError: the rtruediv op (alias __rtruediv__) is registered with "
-                    "method=False, so Tensor.__rtruediv__ is never bound"),
-    "lerp": ("engine bug: x.lerp(y, 0.5) raises InvalidArgumentError \"argument 'self' must be Tensor, not float\": "
-             "lerp calls abs(float(weight)) and abs in engine/ops/elementwise.py is the engine op, not the builtin"),
+BROKEN_CASES: dict[str, str] = {
 }
 
 _SAVED_INDICES = ("engine bug: IndexBackward0 keeps `indices` as plain data, not saved tensors: torch lists "
@@ -54,16 +48,6 @@ _COPYSLICES_NAME = ("engine bug: grad_fn.name() of CopySlices is 'torch::autogra
 # run until it is removed from this list.
 KNOWN_GAPS: dict[str, str] = {
     **{f"{case}::{aspect}": reason for case, reason in BROKEN_CASES.items() for aspect in ASPECTS},
-    "index_list::graph": _SAVED_INDICES,
-    "index_mask::graph": _SAVED_INDICES,
-    "index_list::second_backward": _NOT_UNPACKED.format("IndexBackward0 (_saved_indices)"),
-    "index_mask::second_backward": _NOT_UNPACKED.format("IndexBackward0 (_saved_indices)"),
-    "div_floor::second_backward": _NOT_UNPACKED.format("DivBackward2 (_saved_other, whose VJP never reads it)"),
-    "inplace_on_view_of_nonleaf::forward": _COPYSLICES_NAME,
-    "inplace_setitem_nonleaf::forward": _COPYSLICES_NAME,
-    "cat::forward": ("engine printing: repr does not wrap at torch's line width 80: expected "
-                     "'tensor([ 1.0000, -2.0000,  3.0000,  0.5000,  1.5000, -1.0000],\\n       "
-                     "grad_fn=<CatBackward0>)', got it on one line"),
 }
 
 

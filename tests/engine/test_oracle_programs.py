@@ -35,11 +35,6 @@ _FP_WARNINGS = ("engine bug: numpy's floating-point RuntimeWarnings escape to th
                 "encountered in divide/power/log', 'invalid value encountered in multiply/power'); torch warns "
                 "nothing: the kernels should run under np.errstate(all='ignore')")
 KNOWN_GAPS: dict[str, str] = {
-    "autograd_grad_nonleaf_input": (
-        "engine bug: torch.autograd.grad(z, h) for a non-leaf h (h = x * 2; z = (h ** 2).sum()) raises 'The "
-        "differentiated Tensor at index 0 appears to not have been used in the graph'; torch returns "
-        "(tensor([4., 8.]),). autograd._run marks as needed only nodes leading to AccumulateGrad targets, so the "
-        "nodes between the root and h's grad_fn (PowBackward0) are skipped"),
     "nondifferentiable_points": _FP_WARNINGS,
     "pow_edge_cases": _FP_WARNINGS,
 }

@@ -1,0 +1,273 @@
+"""run_program: names, tensor references, autograd actions, atomicity, warnings, limits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine as E
+from engine.errors import FREED_GRAPH, NONLEAF_GRAD_WARNING
+from engine.program import State, run_program
+
+
+def T(name, data, **kw):
+    return {"op": "tensor", "out": name, "args": [data], "kwargs": kw}
+
+
+def build(state, ops, **kw):
+    return run_program(state, ops, **kw)
+
+
+def snapshot(state: State) -> bytes:
+    return E.dumps(state)
+
+
+LINEAR = [T("x", 2.0, requires_grad=True), T("w", 3.0, requires_grad=True), T("b", 1.0, requires_grad=True),
+          {"op": "mul", "out": "wx", "args": ["w", "x"]}, {"op": "add", "out": "y", "args": ["wx", "b"]}]
+
+
+def test_linear_example_gives_three_gradients_and_names_what_it_bound():
+    s = State()
+    r = build(s, LINEAR + [{"op": "backward", "args": ["y"]}])
+    assert [o.bound for o in r.ops] == [["x"], ["w"], ["b"], ["wx"], ["y"], []]
+    grads = {n: float(s.resolve(n + ".grad").data) for n in "xwb"}
+    assert grads == {"x": 3.0, "w": 2.0, "b": 1.0}
+    entries = {e.name: e for e in r.autograd[0].entries}
+    assert {n: float(entries[n].contribution.data) for n in "xwb"} == grads
+    assert all(entries[n].grad_accumulations == 1 for n in "xwb")
+    assert s.backward_passes == 1
+    assert set(r.changed) == {"x", "w", "b", "wx", "y"}
+
+
+def test_two_backward_calls_accumulate_and_count_passes():
+    s = State()
+    build(s, LINEAR + [{"op": "backward", "args": ["y"], "kwargs": {"retain_graph": True}}])
+    r = build(s, [{"op": "backward", "args": ["y"]}])
+    e = {x.name: x for x in r.autograd[0].entries}["w"]
+    assert float(e.contribution.data) == 2.0 and float(e.grad.data) == 4.0 and e.grad_accumulations == 2
+    build(s, [{"op": "zero_grad"}])
+    assert s.resolve("w.grad") is None and s.tensors["w"].grad_accumulations == 0
+
+
+def test_zero_grad_set_to_none_false_keeps_zeros_and_resets_count():
+    s = State()
+    build(s, LINEAR + [{"op": "backward", "args": ["y"]}])
+    g = s.tensors["w"].grad
+    build(s, [{"op": "zero_grad", "kwargs": {"tensors": ["w"], "set_to_none": False}}])
+    assert s.tensors["w"].grad is g and float(g.data) == 0.0 and s.tensors["w"].grad_accumulations == 0
+    assert float(s.resolve("x.grad").data) == 3.0
+
+
+def test_second_backward_without_retain_graph_fails_and_changes_nothing():
+    s = State()
+    build(s, [T("x", [1.0, 2.0], requires_grad=True), {"op": "mul", "out": "h", "args": ["x", 2]},
+              {"op": "sum", "out": "z", "args": ["h"]}, {"op": "backward", "args": ["z"]}])
+    before = snapshot(s)
+    with pytest.raises(E.EngineError) as ei:
+        build(s, [T("u", 1.0), {"op": "backward", "args": ["z"]}])
+    err = ei.value
+    assert (err.code, err.exception, err.message, err.op_index, err.op) == \
+        ("graph_freed", "RuntimeError", FREED_GRAPH, 1, "backward")
+    assert snapshot(s) == before and "u" not in s.tensors
+
+
+def test_failing_op_rolls_back_inplace_updates_grads_and_versions():
+    s = State()
+    build(s, LINEAR + [{"op": "backward", "args": ["y"], "kwargs": {"retain_graph": True}}])
+    before = snapshot(s)
+    ops = [{"op": "backward", "args": ["y"], "kwargs": {"retain_graph": True}},
+           {"op": "sub_", "args": ["w", 0.5], "no_grad": True},
+           {"op": "mul_", "args": ["x", 2]}]  # a leaf requiring grad: refused
+    with pytest.raises(E.EngineError) as ei:
+        build(s, ops)
+    assert ei.value.code == "leaf_inplace" and ei.value.op_index == 2
+    assert ei.value.message == "a leaf Variable that requires grad is being used in an in-place operation."
+    assert snapshot(s) == before
+    assert float(s.tensors["w"].data) == 3.0 and s.tensors["w"].version == 0
+
+
+def test_manual_sgd_training_loop_with_repeat_and_record_matches_torch():
+    s = State()
+    setup = [T("w", [0.5], requires_grad=True), T("b", [0.1], requires_grad=True),
+             T("x", [1.0, 2.0, 3.0]), T("y_true", [2.0, 4.0, 6.0])]
+    build(s, setup)
+    step = [{"op": "mul", "out": "p", "args": ["w", "x"]}, {"op": "add", "out": "y_pred", "args": ["p", "b"]},
+            {"op": "sub", "out": "d", "args": ["y_pred", "y_true"]}, {"op": "pow", "out": "sq", "args": ["d", 2]},
+            {"op": "mean", "out": "loss", "args": ["sq"]}, {"op": "backward", "args": ["loss"]},
+            {"op": "mul", "out": "uw", "args": ["w.grad", 0.01], "no_grad": True},
+            {"op": "sub_", "args": ["w", "uw"], "no_grad": True},
+            {"op": "mul", "out": "ub", "args": ["b.grad", 0.01], "no_grad": True},
+            {"op": "sub_", "args": ["b", "ub"], "no_grad": True},
+            {"op": "zero_grad", "kwargs": {"set_to_none": False}}]
+    r = build(s, step, repeat=3, record=["loss"])
+    losses = [float(t.data) for t in r.records["loss"]]
+    assert losses == pytest.approx([9.91, 7.8452, 6.2131], abs=1e-4)
+    assert float(s.tensors["w"].data[0]) == pytest.approx(0.8646253347396851, rel=1e-6)
+    assert float(s.tensors["b"].data[0]) == pytest.approx(0.25493255257606506, rel=1e-6)
+    assert s.tensors["w"].is_leaf and s.tensors["w"].version == 3
+    assert s.backward_passes == 3
+
+
+def test_nonleaf_grad_reference_warns_with_torch_text():
+    s = State()
+    build(s, LINEAR)
+    r = build(s, [{"op": "add", "out": "k", "args": ["y", 1.0]}, {"op": "detach", "out": "d", "args": ["k"]}])
+    assert r.warnings == []
+    with pytest.raises(E.EngineError):
+        build(s, [{"op": "mul", "args": ["y", "wx.grad"]}])
+    r = build(s, [{"op": "retain_grad", "args": ["wx"]}, {"op": "backward", "args": ["y"]},
+                  {"op": "mul", "out": "m", "args": ["y", "wx.grad"]}])
+    assert r.warnings == [] and float(s.tensors["m"].data) == 7.0
+
+
+def test_reading_nonleaf_grad_collects_warning():
+    s = State()
+    build(s, LINEAR)
+    r = build(s, [{"op": "set_grad", "args": ["x", None]}, {"op": "mul", "out": "m", "args": ["y", 2.0]}])
+    assert r.warnings == []
+    from engine.grad_mode import WarningSink
+    with WarningSink() as sink:
+        assert s.tensors["y"].grad is None
+    assert sink.messages == [NONLEAF_GRAD_WARNING]
+
+
+def test_create_graph_warning_is_given_once_per_session():
+    s = State()
+    build(s, [T("x", 2.0, requires_grad=True), {"op": "pow", "out": "y", "args": ["x", 3]}])
+    r1 = build(s, [{"op": "backward", "args": ["y"], "kwargs": {"create_graph": True}}])
+    r2 = build(s, [{"op": "backward", "args": ["y"], "kwargs": {"create_graph": True}}])
+    assert len(r1.warnings) == 1 and r1.warnings[0].startswith("Using backward() with create_graph=True")
+    assert r2.warnings == []
+    assert s.tensors["x"].grad.grad_fn.name == "AddBackward0" and float(s.tensors["x"].grad.data) == 24.0
+
+
+def test_grad_action_binds_results_and_second_derivative():
+    s = State()
+    build(s, [T("x", 2.0, requires_grad=True), {"op": "pow", "out": "y", "args": ["x", 3]}])
+    r = build(s, [{"op": "grad", "out": ["g"], "kwargs": {"outputs": "y", "inputs": ["x"], "create_graph": True}},
+                  {"op": "grad", "out": ["g2"], "kwargs": {"outputs": "g", "inputs": ["x"]}}])
+    assert float(s.tensors["g"].data) == 12.0 and s.tensors["g"].grad_fn.name == "MulBackward0"
+    assert float(s.tensors["g2"].data) == 12.0 and s.resolve("x.grad") is None
+    assert [o.bound for o in r.ops] == [["g"], ["g2"]]
+
+
+def test_multi_output_ops_bind_a_list_of_names():
+    s = State()
+    build(s, [T("A", [[1.0, 5.0, 3.0], [4.0, 2.0, 6.0]], requires_grad=True),
+              {"op": "max", "out": ["vals", "idx"], "args": ["A"], "kwargs": {"dim": 1}},
+              {"op": "split", "out": "parts", "args": ["A", 1], "kwargs": {"dim": 1}}])
+    assert s.tensors["vals"].grad_fn.name == "MaxBackward0" and s.tensors["idx"].data.tolist() == [1, 2]
+    assert [k for k in s.tensors if k.startswith("parts_")] == ["parts_0", "parts_1", "parts_2"]
+
+
+def test_indexing_program_syntax():
+    s = State()
+    build(s, [T("A", [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True),
+              {"op": "getitem", "out": "col", "args": ["A", [":", 1]]},
+              {"op": "getitem", "out": "rows", "args": ["A", "1:"]},
+              {"op": "getitem", "out": "pick", "args": ["A", [[0, 1], [2, 0]]]},
+              {"op": "gt", "out": "mask", "args": ["A", 2.5]},
+              {"op": "getitem", "out": "masked", "args": ["A", "mask"]}])
+    t = s.tensors
+    assert t["col"].data.tolist() == [2.0, 5.0] and t["col"].grad_fn.name == "SelectBackward0"
+    assert t["rows"].grad_fn.name == "SliceBackward0"
+    assert t["pick"].data.tolist() == [3.0, 4.0] and t["pick"].grad_fn.name == "IndexBackward0"
+    assert t["masked"].data.tolist() == [3.0, 4.0, 5.0, 6.0]
+
+
+@pytest.mark.parametrize("ops,code", [
+    ([{"op": "no_such_op", "args": []}], "unknown_op"),
+    ([{"op": "add", "args": ["nope", 1]}], "unknown_tensor"),
+    ([{"op": "add", "args": ["x", 1], "out": "bad name"}], "invalid_name"),
+    ([{"op": "add", "args": ["x", 1], "out": "x.grad"}], "invalid_name"),
+    ([{"op": "add", "args": ["x", 1], "kwargs": {"bogus": 1}}], "invalid_argument"),
+    ([{"op": "sum", "args": ["x", 5]}], "dim_out_of_range"),
+    (["not an object"], "invalid_argument"),
+])
+def test_invalid_programs_are_typed_errors_and_change_nothing(ops, code):
+    s = State()
+    build(s, [T("x", [1.0, 2.0], requires_grad=True)])
+    before = snapshot(s)
+    with pytest.raises(E.EngineError) as ei:
+        build(s, ops)
+    assert ei.value.code == code and ei.value.op_index == 0
+    assert snapshot(s) == before
+
+
+def test_limits_refuse_large_tensors_before_allocating():
+    s = State()
+    lim = E.Limits(max_elements_per_tensor=100, max_nodes=1000, max_bytes=1 << 20)
+    with pytest.raises(E.EngineError) as ei:
+        build(s, [{"op": "zeros", "out": "z", "args": [1000, 1000]}], limits=lim)
+    assert ei.value.code == "limit_exceeded"
+    build(s, [T("a", [1.0] * 10), T("b", [[1.0]] * 10)], limits=lim)
+    build(s, [{"op": "add", "args": ["a", "b"]}], limits=lim)  # broadcast to 10x10: 100 elements, at the limit
+    with pytest.raises(E.EngineError) as ei:
+        build(s, [T("c", [[1.0]] * 20), {"op": "add", "args": ["a", "c"]}], limits=lim)
+    assert ei.value.code == "limit_exceeded"
+    assert "c" not in s.tensors
+
+
+def test_inplace_on_view_of_nonleaf_through_program_matches_torch():
+    s = State()
+    build(s, [T("x", [1.0, 2.0], requires_grad=True), {"op": "mul", "out": "h", "args": ["x", 2]},
+              {"op": "getitem", "out": "v", "args": ["h", 0]}, {"op": "mul_", "args": ["v", 10]},
+              {"op": "sum", "out": "z", "args": ["h"]}, {"op": "backward", "args": ["z"]}])
+    t = s.tensors
+    assert t["h"].grad_fn.name == "CopySlices" and t["v"].grad_fn.name == "AsStridedBackward0"
+    assert t["h"].data.tolist() == [20.0, 4.0] and t["x"].grad.data.tolist() == [20.0, 2.0]
+    assert t["h"].version == 1 and t["v"].version == 1
+
+
+def test_setitem_on_leaf_is_refused_with_view_message():
+    s = State()
+    build(s, [T("x", [1.0, 2.0], requires_grad=True)])
+    with pytest.raises(E.EngineError) as ei:
+        build(s, [{"op": "setitem", "args": ["x", 0, 5.0]}])
+    assert ei.value.message == "a view of a leaf Variable that requires grad is being used in an in-place operation."
+    r = build(s, [{"op": "setitem", "args": ["x", 0, 5.0], "no_grad": True}])
+    assert s.tensors["x"].data.tolist() == [5.0, 2.0] and s.tensors["x"].version == 1 and r.changed == ["x"]
+
+
+def test_no_grad_request_flag_makes_results_leaves():
+    s = State()
+    build(s, [T("x", [3.0], requires_grad=True)])
+    build(s, [{"op": "pow", "out": "r", "args": ["x", 2]}], no_grad=True)
+    r = s.tensors["r"]
+    assert not r.requires_grad and r.is_leaf and r.grad_fn is None
+
+
+def test_state_round_trip_continues_exactly():
+    s = State()
+    build(s, LINEAR + [{"op": "backward", "args": ["y"], "kwargs": {"retain_graph": True}},
+                       {"op": "exp", "out": "e", "args": ["y"]}, {"op": "detach", "out": "ed", "args": ["e"]}])
+    s2 = E.loads(E.dumps(s))
+    assert E.dumps(s2) == E.dumps(s)
+    for st in (s, s2):
+        build(st, [{"op": "backward", "args": ["y"]}])
+        assert float(st.resolve("w.grad").data) == 4.0 and st.tensors["w"].grad_accumulations == 2
+        with pytest.raises(E.EngineError) as ei:
+            build(st, [{"op": "backward", "args": ["y"]}])
+        assert ei.value.code == "graph_freed"
+        build(st, [{"op": "zero_", "args": ["ed"]}])  # shares storage and version with e
+        with pytest.raises(E.EngineError) as ei:
+            build(st, [{"op": "backward", "args": ["e"]}])
+        assert ei.value.code == "version_mismatch" and "output 0 of Exp" in ei.value.message
+    assert np.array_equal(s.tensors["e"].data, s2.tensors["e"].data)
+
+
+def test_graph_export_lists_torch_names_edges_and_freed_saved_tensors():
+    s = State()
+    build(s, [T("x", [1.0, 2.0], requires_grad=True), {"op": "mul", "out": "h", "args": ["x", "x"]},
+              {"op": "sum", "out": "z", "args": ["h"]}])
+    g = E.export_graph(s, "z")
+    names = [n["name"] for n in g["nodes"]]
+    assert names == ["SumBackward0", "MulBackward0", "AccumulateGrad"]
+    mul = g["nodes"][1]
+    assert mul["tensor"] == "h" and mul["next_functions"] == [["n2", 0], ["n2", 0]]
+    assert {x["name"]: x["freed"] for x in mul["saved"] if x["kind"] == "tensor"} == \
+        {"_saved_self": False, "_saved_other": False}
+    build(s, [{"op": "backward", "args": ["z"]}])
+    g = E.export_graph(s, "z")
+    assert all(x["freed"] for x in g["nodes"][1]["saved"] if x["kind"] == "tensor")
+    assert "digraph" in E.to_dot(g) and E.to_mermaid(g).startswith("flowchart")
