@@ -65,10 +65,12 @@ OPS_EXAMPLES: dict[str, dict] = {
     ),
     "vector_backward_with_gradient": _example(
         "backward on a vector output with a gradient",
-        "y = 2*x for x = [1, 2, 3]; `backward(y, gradient=[1, 0.1, 0.01])` computes the vector-Jacobian "
-        "product: x.grad = [2, 0.2, 0.02].",
-        {"ops": [_t("x", [1.0, 2.0, 3.0]), {"op": "mul", "out": "y", "args": ["x", 2]},
-                 {"op": "backward", "args": ["y"], "kwargs": {"gradient": [1.0, 0.1, 0.01]}}]},
+        "y = 2*x for x = [1, 2, 3]; with v = [1, 0.1, 0.01], `y.backward(gradient=v)` computes the "
+        "vector-Jacobian product: x.grad = [2, 0.2, 0.02]. As in torch, the gradient is a tensor (here the "
+        "name of one); a bare list is refused with torch's TypeError.",
+        {"ops": [_t("x", [1.0, 2.0, 3.0]), _t("v", [1.0, 0.1, 0.01], requires_grad=False),
+                 {"op": "mul", "out": "y", "args": ["x", 2]},
+                 {"op": "backward", "args": ["y"], "kwargs": {"gradient": "v"}}]},
         {"status": 200, "tensors": {"x": {"grad": [2.0, 0.2, 0.02]}}},
     ),
     "vector_backward_without_gradient": _example(

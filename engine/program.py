@@ -271,6 +271,8 @@ class _Runner:
             return [out]
         if isinstance(value, tuple):
             items = list(value)
+            if len(items) == 1 and isinstance(out, str):
+                return self.bind(out, items[0])  # (g,) = torch.autograd.grad(y, x): one name, one tensor
             if isinstance(out, list):
                 if len(out) > len(items):
                     raise InvalidArgumentError(f"the op returned {len(items)} values but out names {len(out)}",

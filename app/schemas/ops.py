@@ -104,8 +104,9 @@ class BackwardRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tensor: Name = Field(description="The root: a tensor name.")
-    gradient: TensorData | Name | None = Field(None, description="Required for non-scalar roots: data or a "
-                                               "tensor name.")
+    gradient: Name | None = Field(None, description="Required for non-scalar roots: the name of a tensor of the "
+                                  "root's shape (torch's `gradient` argument is a tensor: create it with a "
+                                  "`tensor` op first).")
     retain_graph: bool | None = None
     create_graph: bool = False
     inputs: list[Name] | None = Field(None, description="Accumulate only into these tensors.")
@@ -119,7 +120,8 @@ class GradRequest(BaseModel):
 
     outputs: Name | list[Name]
     inputs: Name | list[Name]
-    grad_outputs: list[TensorData | Name | None] | TensorData | Name | None = None
+    grad_outputs: list[Name | None] | Name | None = Field(None, description="Tensor names, one per output "
+                                                          "(required for non-scalar outputs).")
     retain_graph: bool | None = None
     create_graph: bool = False
     allow_unused: bool | None = None

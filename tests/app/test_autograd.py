@@ -23,10 +23,19 @@ def test_backward_endpoint_equals_a_one_op_list(client, session):
 
 def test_backward_with_gradient_and_inputs(client, session):
     ok(run(client, session, [tensor("x", [1.0, 2.0]), tensor("u", [1.0, 1.0]),
+                             tensor("g", [10.0, 20.0], requires_grad=False),
                              {"op": "mul", "out": "y", "args": ["x", "u"]}]))
-    body = ok(backward(client, session, tensor="y", gradient=[10.0, 20.0], inputs=["x"]))
+    body = ok(backward(client, session, tensor="y", gradient="g", inputs=["x"]))
     assert body["tensors"]["x"]["grad"] == [10.0, 20.0]
     assert ok(client.get(f"/v1/sessions/{session}/tensors/u"))["grad"] is None
+
+
+def test_backward_with_a_list_gradient_is_torchs_type_error(client, session):
+    ok(run(client, session, [tensor("x", [1.0, 2.0]), {"op": "mul", "out": "y", "args": ["x", 2]}]))
+    body = assert_problem(run(client, session, [{"op": "backward", "args": ["y"],
+                                                 "kwargs": {"gradient": [1.0, 1.0]}}]), 422,
+                          detail="gradients can be either Tensors or None, but got float")
+    assert body["exception"] == "TypeError" and body["op_index"] == 0
 
 
 def test_backward_on_vector_without_gradient_is_refused_as_torch(client, session):
