@@ -10,12 +10,12 @@ AbsBackward0, linear is AddmmBackward0 / MmBackward0, training-mode dropout is M
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError, TorchValueError
+from ..grad_mode import emit_warning
 from ..registry import PRIMS, op, record, vjp
 from ..tensor import Tensor
 from .common import NP, binary_operands, broadcast_shapes, require_tensor, wrap_dim
@@ -155,9 +155,9 @@ def _loss_pair(input, target, name: str, warn: bool = True):
     target = require_tensor(target, "target", name)
     if input.shape != target.shape:
         if warn:
-            warnings.warn(f"Using a target size ({_size(target.shape)}) that is different to the input size "
-                          f"({_size(input.shape)}). This will likely lead to incorrect results due to "
-                          f"broadcasting. Please ensure they have the same size.", UserWarning, stacklevel=3)
+            emit_warning(f"Using a target size ({_size(target.shape)}) that is different to the input size "
+                         f"({_size(input.shape)}). This will likely lead to incorrect results due to "
+                         f"broadcasting. Please ensure they have the same size.")
         shape = broadcast_shapes(input.shape, target.shape)
         if input.shape != shape:
             input = expand(input, shape)
