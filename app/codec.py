@@ -61,20 +61,25 @@ def decode_payload(obj: dict, max_elements: int) -> np.ndarray:
     return arr.astype(dtype.newbyteorder("="), copy=False)
 
 
-def decode_value(value: Any, max_elements: int) -> Any:
+MAX_NESTING = 64  # deeper data cannot be a tensor (numpy and torch stop at 64 dimensions)
+
+
+def decode_value(value: Any, max_elements: int, depth: int = 0) -> Any:
     """Replace payload objects by arrays and the non-finite strings by floats.
 
     A list whose first item is a number is tensor data: it is left whole for the engine, which reads the
     non-finite strings inside data itself, so a large list costs nothing here.
     """
+    if depth > MAX_NESTING:
+        raise InvalidInput(f"argument nested more than {MAX_NESTING} levels deep", code="too_deep")
     if isinstance(value, dict):
         if "encoding" in value:
             return decode_payload(value, max_elements)
-        return {k: decode_value(v, max_elements) for k, v in value.items()}
+        return {k: decode_value(v, max_elements, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
         if not value or isinstance(value[0], (int, float)):
             return value
-        return [decode_value(v, max_elements) for v in value]
+        return [decode_value(v, max_elements, depth + 1) for v in value]
     if isinstance(value, str):
         return NONFINITE_STRINGS.get(value, value)
     return value
