@@ -24,7 +24,7 @@ from .errors import (
 )
 from .grad_mode import emit_warning, set_grad_enabled
 from .journal import array_, setattr_, setitem_
-from .node import Ctx, Node
+from .node import Ctx, Node, release_all
 from .registry import PRIMS, edge
 from .tensor import Tensor
 
@@ -137,12 +137,15 @@ def _topological(roots: list[Node]) -> list[Node]:
         for c, _ in n.next_functions:
             if c is None:
                 continue
-            deps[c] = deps.get(c, 0) + 1
-            if c not in seen:
-                seen.add(c)
-                stack.append(c)
+            if c in deps:
+                deps[c] += 1
+            else:
+                deps[c] = 1
+                if c not in seen:
+                    seen.add(c)
+                    stack.append(c)
     order = []
-    ready = [r for r in dict.fromkeys(roots) if deps.get(r, 0) == 0]
+    ready = [r for r in dict.fromkeys(roots) if r not in deps]
     while ready:
         n = ready.pop()
         order.append(n)
@@ -159,19 +162,20 @@ def _topological(roots: list[Node]) -> list[Node]:
 def _apply(node: Node, grads: list) -> list:
     """Run a node's VJP; un-broadcast and cast each result to its input's shape and dtype."""
     prim = PRIMS[node.prim]
-    node.unpack_all()
-    g = grads[0] if prim.n_outputs == 1 else grads
-    outs = prim.vjp(Ctx(node), g)
+    ctx = Ctx(node)  # unpacks (checks) every saved tensor first
+    outs = prim.vjp(ctx, grads[0] if prim.n_outputs == 1 else grads)
     res = []
     for (child, _), meta, o in zip(node.next_functions, node.input_meta, outs):
         if child is None or o is None:
             res.append(None)
             continue
         shape, dt = meta
-        if o.data.shape != shape:
+        d = o.data
+        if d.shape != shape:
             from .ops.reduction import sum_to
             o = sum_to(o, shape)
-        if o.data.dtype != dt:
+            d = o.data
+        if d.dtype != dt:
             from .ops.shape import to
             o = to(o, dt)
         res.append(o)
@@ -199,8 +203,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
 
     # which nodes run (needed) and which receive gradients (relevant)
     if input_edges is None:
-        needed = set(order)
-        relevant = needed
+        needed = relevant = None  # every node in order runs
         captures: dict[Node, list] = {}
     else:
         targets = {n for n, _ in input_edges if n.prim == "AccumulateGrad"}
@@ -229,14 +232,15 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
     leaf_grads: list[tuple[Tensor, Tensor]] = []
     retained: list[tuple[Tensor, Tensor]] = []
     executed: list[Node] = []
+    pruned = input_edges is not None
     with set_grad_enabled(create_graph), np.errstate(all="ignore"):
         for node in order:
-            if node not in relevant:
+            if pruned and node not in relevant:
                 continue
             buf = buffers.pop(node, None)
             if buf is None:
                 continue
-            if node in captures:
+            if pruned and node in captures:
                 for idx, nr in captures[node]:
                     captured[idx] = buf[nr]
                     if accumulate and buf[nr] is not None:
@@ -255,15 +259,18 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                         if n is node:
                             captured[idx] = buf[0]
                 continue
-            if node not in needed:
+            if pruned and node not in needed:
                 continue
             outs = _apply(node, buf)
             executed.append(node)
             for (child, nr), g in zip(node.next_functions, outs):
-                if g is None or child not in relevant:
+                if g is None or (pruned and child not in relevant):
                     continue
                 b = buffers.get(child)
                 if b is None:
+                    if child.n_outputs == 1:
+                        buffers[child] = [g]
+                        continue
                     b = buffers[child] = [None] * child.n_outputs
                 b[nr] = g if b[nr] is None else _add(b[nr], g)
 
@@ -292,8 +299,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                 setattr_(t, "_grad", clone(g) if t._grad is None else _add(t._grad, g))
             setattr_(t, "grad_accumulations", t.grad_accumulations + 1)
     if not retain_graph:
-        for node in executed:
-            node.release()
+        release_all(executed)
     if accumulate:
         return contributions
     return captured

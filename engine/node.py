@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 
-from .dtypes import LEGACY_NAMES
+from .dtypes import _FROM_NP, LEGACY_NAMES
 from .errors import VERSION_HINT, GraphFreedError, VersionMismatchError
+from .journal import _journal
 
 _CPP_NODES = {"AccumulateGrad", "CopySlices", "CopyBackwards"}
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
@@ -27,8 +28,9 @@ class SavedTensor:
         self.tensor = tensor
         self.version = tensor._vc[0]
         self.is_output = is_output
-        self.shape = tensor.data.shape
-        self.dtype = tensor.dtype
+        data = tensor.data
+        self.shape = data.shape
+        self.dtype = _FROM_NP[data.dtype]
 
     @property
     def freed(self) -> bool:
@@ -106,17 +108,7 @@ class Node:
 
     def release(self) -> None:
         """Free saved tensors, as torch does after a backward without retain_graph."""
-        from .journal import setattr_
-        for v in self.saved.values():
-            if isinstance(v, SavedTensor):
-                if v.tensor is not None:
-                    setattr_(v, "tensor", None)
-            elif isinstance(v, list):
-                for x in v:
-                    if isinstance(x, SavedTensor) and x.tensor is not None:
-                        setattr_(x, "tensor", None)
-            elif isinstance(v, Node):  # CopySlices keeps the in-place op's node
-                v.release()
+        release_all((self,))
 
     def get_saved(self, slot: str):
         """Read ``grad_fn._saved_<slot>`` as torch does: freed tensors raise the freed-graph error."""
@@ -126,23 +118,39 @@ class Node:
         return v
 
 
-class Ctx:
-    """What a VJP sees: saved values by attribute (``ctx.self``) and which inputs need a gradient."""
+def release_all(nodes) -> None:
+    """``release()`` of each node; the journal sees every freed slot."""
+    j = _journal.get()
+    for node in nodes:
+        for v in node.saved.values():
+            if v.__class__ is SavedTensor:
+                if v.tensor is not None:
+                    if j is not None:
+                        j.append((0, v, "tensor", v.tensor))
+                    v.tensor = None
+            elif isinstance(v, list):
+                for x in v:
+                    if isinstance(x, SavedTensor) and x.tensor is not None:
+                        if j is not None:
+                            j.append((0, x, "tensor", x.tensor))
+                        x.tensor = None
+            elif isinstance(v, Node):  # CopySlices keeps the in-place op's node
+                v.release()
 
-    __slots__ = ("node", "needs")
+
+class Ctx:
+    """What a VJP sees: saved values by attribute (``ctx.self``) and which inputs need a gradient.
+
+    Every saved tensor is unpacked when the context is made, as torch unpacks all saved variables before
+    running a backward function: a freed or modified slot fails even if this VJP would not read it."""
 
     def __init__(self, node: Node):
+        d = self.__dict__
+        for slot, v in node.saved.items():
+            if v.__class__ is SavedTensor:
+                v = v.unpack(node)
+            elif isinstance(v, list):
+                v = [x.unpack(node) if isinstance(x, SavedTensor) else x for x in v]
+            d[slot] = v
         self.node = node
         self.needs = tuple(e[0] is not None for e in node.next_functions)
-
-    def __getattr__(self, slot: str):
-        node = object.__getattribute__(self, "node")
-        try:
-            v = node.saved[slot]
-        except KeyError:
-            raise AttributeError(slot) from None
-        if isinstance(v, SavedTensor):
-            return v.unpack(node)
-        if isinstance(v, list):
-            return [x.unpack(node) if isinstance(x, SavedTensor) else x for x in v]
-        return v

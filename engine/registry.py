@@ -33,6 +33,8 @@ class Prim:
     vjp: Callable
     needed_by: dict          # saved slot -> tuple of input names whose gradient needs it (empty: always)
     n_outputs: int = 1
+    # needed_by with input positions (edge indices) instead of names, for record's conditional saving
+    needed_idx: dict = field(default_factory=dict, compare=False)
 
 
 @dataclass
@@ -63,7 +65,8 @@ def vjp(name: str, inputs: tuple[str, ...], saves: dict | tuple = (), n_outputs:
     def deco(fn):
         if name in PRIMS:
             raise RuntimeError(f"duplicate primitive {name}")
-        PRIMS[name] = Prim(name, tuple(inputs), fn, needed_by, n_outputs)
+        idx = {slot: tuple(inputs.index(u) for u in users) for slot, users in needed_by.items() if users}
+        PRIMS[name] = Prim(name, tuple(inputs), fn, needed_by, n_outputs, idx)
         return fn
 
     return deco
@@ -130,31 +133,47 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
     for the (first) output. Slots whose gradient consumers need no grad are not saved (stored as None).
     Multi-output primitives take a tuple of arrays and return a tuple of Tensors.
     """
-    multi = isinstance(data, tuple)
-    if not needs_grad(*inputs) or (not multi and data.dtype.kind != "f"):
-        # integer and bool results never require grad
+    multi = data.__class__ is tuple
+    grad = False
+    if _grad_enabled.get() and (multi or data.dtype.kind == "f"):  # int and bool results never require grad
+        for t in inputs:
+            if t is not None and t.requires_grad:
+                grad = True
+                break
+    if not grad:
         if multi:
             return tuple(Tensor(d) for d in data)
         return Tensor(data)
-    p = PRIMS[prim_name]
-    nexts = tuple(_edge(t) for t in inputs)
-    meta = tuple((t.data.shape, t.data.dtype) if (t is not None and t.requires_grad) else None
-                 for t in inputs)
-    node = Node(prim_name, prim_name, nexts, None, meta, len(data) if multi else 1)
+    nexts = []
+    meta = []
+    for t in inputs:
+        if t is None or not t.requires_grad:
+            nexts.append((None, 0))
+            meta.append(None)
+        else:
+            fn = t.grad_fn
+            nexts.append((fn, t.output_nr) if fn is not None else (accumulator(t), 0))
+            d = t.data
+            meta.append((d.shape, d.dtype))
+    node = Node(prim_name, prim_name, tuple(nexts), None, tuple(meta), len(data) if multi else 1)
     if multi:
         outs = tuple(Tensor(d, True, node, i) for i, d in enumerate(data))
     else:
         outs = Tensor(data, True, node, 0)
     if saved:
-        needed = p.needed_by
+        needed = PRIMS[prim_name].needed_idx
         s = node.saved
         for slot, value in saved.items():
-            users = needed.get(slot, ())
-            if users and not any(nexts[p.inputs.index(u)][0] is not None for u in users):
-                s[slot] = None
-                continue
-            if isinstance(value, str) and value == "result":
-                s[slot] = SavedTensor(outs[0] if multi else outs, is_output=True)
+            users = needed.get(slot)
+            if users is not None:
+                for i in users:
+                    if nexts[i][0] is not None:
+                        break
+                else:
+                    s[slot] = None
+                    continue
+            if isinstance(value, str):
+                s[slot] = SavedTensor(outs[0] if multi else outs, is_output=True) if value == "result" else value
             elif isinstance(value, Tensor):
                 s[slot] = SavedTensor(value, is_output=value.grad_fn is node)
             elif isinstance(value, list) and any(isinstance(x, Tensor) for x in value):

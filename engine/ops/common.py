@@ -13,6 +13,7 @@ from ..tensor import Tensor, wrapped_number
 
 NP = D.NP_DTYPES
 _F32 = NP[D.FLOAT32]
+_FROM_NP = D._FROM_NP
 
 
 def is_number(v) -> bool:
@@ -77,6 +78,17 @@ def binary_operands(a, b, dtype: str | None = None):
 
     Follows torch.result_type; Python numbers are converted to the result dtype, as torch's
     TensorIterator does with wrapped scalars (so ``f32 * 0.1`` multiplies by float32(0.1))."""
+    if dtype is None and a.__class__ is Tensor:
+        ad = a.data
+        if b.__class__ is Tensor:
+            bd = b.data
+            if ad.dtype == bd.dtype:  # the common case: one dtype, no promotion, no cast
+                if ad.shape != bd.shape:
+                    broadcast_shapes(ad.shape, bd.shape)
+                return _FROM_NP[ad.dtype], ad, bd
+        elif (b.__class__ is float or b.__class__ is int) and ad.dtype.kind == "f" and not a._wrapped:
+            # a float tensor with a Python number keeps the tensor's dtype (torch.result_type)
+            return _FROM_NP[ad.dtype], ad, ad.dtype.type(b)
     ta = isinstance(a, Tensor)
     tb = isinstance(b, Tensor)
     if ta and tb:

@@ -43,7 +43,11 @@ def _no_bool(a: Tensor, kernel: str = "addmm_impl_cpu_") -> None:
 
 def _matmul_np(a: np.ndarray, b: np.ndarray, shape: tuple) -> np.ndarray:
     check_numel(shape)
-    out = np.matmul(a, b)
+    out = np.matmul(a, b)  # a fresh C-contiguous array
+    # reshape only when needed: a reshaped view does not own its data, so it would be copied again when
+    # it becomes a leaf's .grad
+    if out.shape == shape and out.flags.c_contiguous:
+        return out
     return np.ascontiguousarray(out).reshape(shape)
 
 
