@@ -589,6 +589,11 @@ def softplus(self, beta=1, threshold=20):
     self = require_tensor(self)
     x = float_data(self)
     t = x.dtype.type
+    if beta == 1:  # x * 1 and y / 1 are exact: skip them
+        with np.errstate(over="ignore"):
+            out = np.where(x > t(threshold), x, np.log1p(np.exp(x)))
+        return record("SoftplusBackward0", out.astype(x.dtype, copy=False), (self,),
+                      {"beta": beta, "self": self, "threshold": threshold})
     bx = x * t(beta)
     with np.errstate(over="ignore"):
         out = np.where(bx > t(threshold), x, np.log1p(np.exp(bx)) / t(beta))
@@ -599,7 +604,8 @@ def softplus(self, beta=1, threshold=20):
 @vjp("SoftplusBackward0", inputs=("self",), saves=("beta", "self", "threshold"))
 def _(ctx, grad):
     x = ctx.self
-    bx = x * ctx.beta
+    beta = ctx.beta
+    bx = x if beta == 1 else x * beta  # x * 1 is exact
     z = exp(bx)
     return where(gt(bx, ctx.threshold), grad, grad * z / (z + 1)),
 
@@ -789,6 +795,10 @@ def where(condition, self, other):
         raise InvalidArgumentError("where(): expected at least one of input and other to be a Tensor")
     a = self if isinstance(self, Tensor) else None
     b = other if isinstance(other, Tensor) else None
+    cd = condition.data
+    fast = _where_fast(cd, self, other, a, b)
+    if fast is not None:
+        return record("WhereBackward0", fast, (a, b), {"condition": condition})
     dtype = D.result_type(self, other)
     shapes = [condition.shape] + [t.shape for t in (a, b) if t is not None]
     broadcast_all(*shapes)
@@ -797,6 +807,28 @@ def where(condition, self, other):
     B = b.data.astype(npdt, copy=False) if b is not None else npdt.type(other)
     out = np.where(condition.data, A, B)
     return record("WhereBackward0", np.asarray(out, dtype=npdt), (a, b), {"condition": condition})
+
+
+def _where_fast(cd: np.ndarray, self, other, a: Tensor | None, b: Tensor | None):
+    """np.where for the forms the VJPs use (tensor/tensor of one dtype, float tensor/Python float), each
+    branch of the condition's shape; None when promotion or broadcasting needs the general path."""
+    if a is not None:
+        ad = a.data
+        if ad.shape != cd.shape or a._wrapped:
+            return None
+        if b is not None:
+            bd = b.data
+            if bd.shape != cd.shape or bd.dtype != ad.dtype or b._wrapped:
+                return None
+            return np.where(cd, ad, bd)
+        if other.__class__ is float and ad.dtype.kind == "f":
+            return np.where(cd, ad, ad.dtype.type(other))
+        return None
+    if b is not None and self.__class__ is float:
+        bd = b.data
+        if bd.shape == cd.shape and bd.dtype.kind == "f" and not b._wrapped:
+            return np.where(cd, bd.dtype.type(self), bd)
+    return None
 
 
 @vjp("WhereBackward0", inputs=("self", "other"), saves=("condition",))

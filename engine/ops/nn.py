@@ -26,6 +26,8 @@ from .reduction import mean, sum
 from .shape import expand, reshape, t, to, unsqueeze, view
 
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+_MAX = np.maximum.reduce
+_SUM = np.add.reduce
 _UINT64 = 1 << 64
 
 
@@ -78,8 +80,9 @@ def softmax(self, dim, dtype=None):
     input first (ToCopyBackward0), as torch does."""
     self, d, x = _softmax_input(self, dim, dtype, "softmax")
     with np.errstate(invalid="ignore", over="ignore"):
-        e = np.exp(x - np.max(x, axis=d, keepdims=True)) if x.size else x.copy()
-        s = np.sum(e, axis=d, keepdims=True)
+        # the ufuncs' reduce directly: np.max/np.sum add a Python dispatch layer per call
+        e = np.exp(x - _MAX(x, axis=d, keepdims=True)) if x.size else x.copy()
+        s = _SUM(e, axis=d, keepdims=True)
         # torch's last-dim kernel multiplies by the reciprocal of the sum, the strided one divides
         out = e * (x.dtype.type(1) / s) if d == x.ndim - 1 else e / s
     return record("SoftmaxBackward0", out.reshape(self.shape).astype(x.dtype, copy=False), (self,),
@@ -100,8 +103,8 @@ def log_softmax(self, dim, dtype=None):
     self, d, x = _softmax_input(self, dim, dtype, "log_softmax")
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if x.size:
-            shifted = x - np.max(x, axis=d, keepdims=True)
-            out = shifted - np.log(np.sum(np.exp(shifted), axis=d, keepdims=True))
+            shifted = x - _MAX(x, axis=d, keepdims=True)
+            out = shifted - np.log(_SUM(np.exp(shifted), axis=d, keepdims=True))
         else:
             out = x.copy()
     return record("LogSoftmaxBackward0", out.reshape(self.shape).astype(x.dtype, copy=False), (self,),

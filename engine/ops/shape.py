@@ -449,8 +449,14 @@ def stack(tensors, dim=0):
                              f"entry 0 and [{', '.join(map(str, x.data.shape))}] at entry {i}")
     d = wrap_dim(dim, len(shp) + 1)
     check_numel((len(ts),) + shp)
-    dtype = D.result_type(*ts) if len({x.data.dtype for x in ts}) > 1 else ts[0].dtype
-    out = np.stack([x.data.astype(NP[dtype], copy=False) for x in ts], axis=d)
+    arrs = [x.data for x in ts]
+    dt0 = arrs[0].dtype
+    if all(a.dtype == dt0 for a in arrs):
+        # one dtype: along dim 0, np.array of equal-shape arrays is np.stack without its Python layer
+        out = np.array(arrs) if d == 0 else np.stack(arrs, axis=d)
+    else:
+        npdt = NP[D.result_type(*ts)]
+        out = np.stack([a.astype(npdt, copy=False) for a in arrs], axis=d)
     return record("StackBackward0", out, tuple(ts), {"dim": d})
 
 
