@@ -6,17 +6,27 @@ same computation (the practical floor) and to torch eager when torch is importab
 
 Targets (issue #2): scalar <= 0.7x torch; MLP <= 1.15x numpy; 10k scalar ops <= 1.0x torch;
 20-op elementwise chain over 1M values <= 1.15x numpy; Hessian-vector product <= 1.0x torch.
+
+All three run single-threaded: torch is pinned to one thread, and OpenBLAS's worker threads (numpy's and so
+the engine's matmuls) make timings erratic on small machines and penalise whoever calls BLAS less densely
+(the threads go to sleep between calls). Set OPENBLAS_NUM_THREADS to override. Objects alive after set-up
+(torch's and numpy's modules, the workloads' inputs) are moved out of the garbage collector's reach
+(gc.freeze), so the engine's collections do not pay for traversing torch's heap.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads OpenBLAS
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -328,6 +338,8 @@ def main() -> None:
     ]
     for name, make, vs, target, measure in specs:
         eng, npy, tor = make()
+        gc.collect()
+        gc.freeze()
         te = measure(eng)
         tn = measure(npy)
         tt = measure(tor) if tor is not None else None
