@@ -1,0 +1,92 @@
+"""The engine's fast paths (same-dtype operands, float tensor with a Python number, where without
+promotion, stack of one dtype, softplus with beta=1, matmul results) give what the general paths give."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine import backward
+from engine.ops import elementwise as EW
+from engine.ops import linalg as L
+from engine.ops import shape as S
+from engine.ops.common import binary_operands
+from engine.tensor import Tensor, tensor, wrapped_number
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("number", [0.1, 2, -3.5])
+def test_float_tensor_with_python_number_keeps_the_tensor_dtype(dtype, number):
+    for shape in ((), (3,)):
+        t = Tensor(np.ones(shape, dtype))
+        name, a, b = binary_operands(t, number)
+        assert a.dtype == dtype and np.asarray(b).dtype == dtype and name == np.dtype(dtype).name
+        assert b == dtype(number)
+
+
+def test_wrapped_number_with_python_number_promotes_as_torch_does():
+    w = wrapped_number(2.5)  # float64 0-d, but a wrapped scalar: float32 with another Python float
+    name, a, b = binary_operands(w, 0.5)
+    assert name == "float32" and a.dtype == np.float32
+
+
+def test_int_tensor_with_python_float_still_promotes():
+    name, _, _ = binary_operands(tensor([1, 2]), 0.5)
+    assert name == "float32"
+
+
+@pytest.mark.parametrize("other", [0.0, 1.5])
+def test_where_fast_path_matches_numpy_and_keeps_nan_out_of_masked_positions(other):
+    cond = tensor([True, False, True])
+    x = Tensor(np.array([np.nan, 2.0, np.inf], np.float32))
+    out = EW.where(cond, other, x)
+    np.testing.assert_array_equal(out.data, np.where(cond.data, np.float32(other), x.data))
+    assert out.data.dtype == np.float32
+    out = EW.where(cond, x, other)
+    np.testing.assert_array_equal(out.data, np.where(cond.data, x.data, np.float32(other)))
+
+
+def test_where_with_mixed_dtypes_or_broadcast_takes_the_general_path():
+    cond = tensor([True, False])
+    a = Tensor(np.array([1.0, 2.0], np.float32))
+    b = Tensor(np.array([3.0, 4.0], np.float64))
+    assert EW.where(cond, a, b).data.dtype == np.float64
+    assert EW.where(tensor([[True], [False]]), a, 0.0).shape == (2, 2)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_stack_of_one_dtype_matches_np_stack(dim):
+    ts = [Tensor(np.arange(6, dtype=np.float32).reshape(2, 3) + i) for i in range(3)]
+    out = S.stack(ts, dim)
+    np.testing.assert_array_equal(out.data, np.stack([t.data for t in ts], axis=dim))
+    assert out.data.flags.c_contiguous
+
+
+def test_stack_of_scalars_has_the_torch_graph_and_gradients():
+    xs = [tensor(float(i), requires_grad=True) for i in range(4)]
+    s = S.stack(xs)
+    assert s.grad_fn.name == "StackBackward0" and s.shape == (4,)
+    backward((s * tensor([1.0, 2.0, 3.0, 4.0])).sum())
+    assert [x.grad.item() for x in xs] == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_softplus_beta_one_equals_the_general_formula():
+    x = Tensor(np.array([-30.0, -1.0, 0.0, 1e-3, 5.0, 19.9, 20.0, 25.0, 100.0, np.nan], np.float32),
+               requires_grad=True)
+    out = EW.softplus(x)
+    with np.errstate(over="ignore"):
+        ref = np.where(x.data > 20, x.data, np.log1p(np.exp(x.data * np.float32(1))) / np.float32(1))
+    np.testing.assert_array_equal(out.data, ref.astype(np.float32))
+    backward(out.sum())
+    sig = 1 / (1 + np.exp(-x.data.astype(np.float64)))
+    np.testing.assert_allclose(x.grad.data[:-1], np.where(x.data > 20, 1.0, sig)[:-1], rtol=1e-6)
+
+
+def test_mm_result_owns_its_data_so_a_leaf_grad_is_not_copied():
+    a = tensor(np.ones((2, 3), np.float32), requires_grad=True)
+    b = tensor(np.ones((3, 4), np.float32), requires_grad=True)
+    out = L.mm(a, b)
+    assert out.data.flags.owndata and out.data.flags.c_contiguous
+    backward(out.sum())
+    assert b.grad.data.flags.owndata
+    np.testing.assert_array_equal(b.grad.data, np.full((3, 4), 2.0, np.float32))
