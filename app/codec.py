@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import secrets
 from typing import Any, Literal
 
 import numpy as np
@@ -25,10 +26,73 @@ WIRE_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int64": 
                "bool": np.dtype("?")}
 PAYLOAD_KEYS = frozenset({"dtype", "shape", "encoding", "data"})
 
+#: Strings of ``"data"`` members at least this long are lifted out of large bodies (see ``lift_blobs``)
+BLOB_MIN_BYTES = 4096
+_WHITESPACE = frozenset(b" \t\r\n")
+
+
+# ----- large base64 strings ---------------------------------------------------------------------------
+def lift_blobs(body: bytes) -> tuple[bytes, dict[str, memoryview]]:
+    """Replace the long ``"data": "..."`` strings of a body by short unique tokens, before orjson reads it.
+
+    orjson would copy each base64 string into a Python str (checking it as UTF-8) and ``b64decode`` would
+    copy it back to bytes; decoding the body's own bytes (a memoryview) skips both, which is most of what a
+    base64 upload costs above ``b64decode`` itself. Only strings with no backslash are lifted (their bytes
+    are then exactly their value), and a token is a string that does not occur in the body, so the parsed
+    document is the original one with those string values replaced. A token that is not then found as the
+    ``data`` of a payload object (say the ``"data"`` we found was inside another string) is left over, and
+    ``blobs_left`` tells the caller to parse the original body instead.
+    """
+    # memchr first: without a "c" byte there is no "encoding" key (a large JSON-data body has none)
+    if len(body) < BLOB_MIN_BYTES or b"c" not in body or b'"encoding"' not in body:
+        return body, {}
+    prefix = f"gradserve-blob-{secrets.token_hex(8)}-"
+    if prefix.encode() in body:
+        return body, {}
+    view = memoryview(body)
+    pieces: list = []
+    blobs: dict[str, memoryview] = {}
+    copied = 0  # body[:copied] is in pieces
+    size = len(body)
+    i = body.find(b'"data"')
+    while i != -1:
+        j = i + 6
+        while j < size and body[j] in _WHITESPACE:
+            j += 1
+        if j < size and body[j] == 0x3A:  # ':'
+            j += 1
+            while j < size and body[j] in _WHITESPACE:
+                j += 1
+            if j < size and body[j] == 0x22:  # '"'
+                end = body.find(b'"', j + 1)
+                if end - j > BLOB_MIN_BYTES and body.find(b"\\", j + 1, end) == -1:
+                    token = f"{prefix}{len(blobs)}"
+                    blobs[token] = view[j + 1:end]
+                    pieces += (view[copied:j + 1], token.encode())
+                    copied = end
+                    i = body.find(b'"data"', end + 1)
+                    continue
+        i = body.find(b'"data"', i + 6)
+    if not blobs:
+        return body, {}
+    pieces.append(view[copied:])
+    return b"".join(pieces), blobs
+
+
+class BlobsLeft(Exception):
+    """A lifted string was not the data of a payload object: parse the original body."""
+
+
+def blobs_left(blobs: dict[str, memoryview]) -> None:
+    if blobs:
+        raise BlobsLeft(sorted(blobs))
+
 
 # ----- requests ---------------------------------------------------------------------------------------
-def decode_payload(obj: dict, max_elements: int) -> np.ndarray:
-    """``{"dtype", "shape", "encoding": "base64", "data"}`` -> a read-only ndarray (the engine copies)."""
+def decode_payload(obj: dict, max_elements: int, blobs: dict[str, memoryview] | None = None) -> np.ndarray:
+    """``{"dtype", "shape", "encoding": "base64", "data"}`` -> a read-only ndarray (the engine copies).
+
+    ``data`` may be a token of ``lift_blobs``: its bytes are then taken (and removed) from ``blobs``."""
     if set(obj) != PAYLOAD_KEYS or obj.get("encoding") != "base64":
         raise InvalidInput(f"a tensor payload object needs exactly the keys dtype, shape, encoding "
                            f"(\"base64\") and data; got {sorted(obj)}", code="invalid_tensor_payload")
@@ -44,10 +108,14 @@ def decode_payload(obj: dict, max_elements: int) -> np.ndarray:
     if numel > max_elements:
         raise LimitExceeded(f"tensor of {numel} elements exceeds the limit of {max_elements} "
                             f"(GRADSERVE_MAX_ELEMENTS_PER_TENSOR)")
-    if not isinstance(obj["data"], str):
+    data = obj["data"]
+    if not isinstance(data, str):
         raise InvalidInput("payload data must be a base64 string", code="invalid_tensor_payload")
+    if blobs:
+        data = blobs.pop(data, data)
     try:
-        raw = base64.b64decode(obj["data"], validate=True)
+        raw = binascii.a2b_base64(data, strict_mode=True) if isinstance(data, memoryview) else \
+            base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise InvalidInput(f"payload data is not valid base64: {exc}",
                            code="invalid_tensor_payload") from None
@@ -64,22 +132,23 @@ def decode_payload(obj: dict, max_elements: int) -> np.ndarray:
 MAX_NESTING = 64  # deeper data cannot be a tensor (numpy and torch stop at 64 dimensions)
 
 
-def decode_value(value: Any, max_elements: int, depth: int = 0) -> Any:
+def decode_value(value: Any, max_elements: int, depth: int = 0, *,
+                 blobs: dict[str, memoryview] | None = None) -> Any:
     """Replace payload objects by arrays and the non-finite strings by floats.
 
     A list whose first item is a number is tensor data: it is left whole for the engine, which reads the
-    non-finite strings inside data itself, so a large list costs nothing here.
+    non-finite strings inside data itself, so a large list costs nothing here. ``blobs``: see ``lift_blobs``.
     """
     if depth > MAX_NESTING:
         raise InvalidInput(f"argument nested more than {MAX_NESTING} levels deep", code="too_deep")
     if isinstance(value, dict):
         if "encoding" in value:
-            return decode_payload(value, max_elements)
-        return {k: decode_value(v, max_elements, depth + 1) for k, v in value.items()}
+            return decode_payload(value, max_elements, blobs)
+        return {k: decode_value(v, max_elements, depth + 1, blobs=blobs) for k, v in value.items()}
     if isinstance(value, list):
         if not value or isinstance(value[0], (int, float)):
             return value
-        return [decode_value(v, max_elements, depth + 1) for v in value]
+        return [decode_value(v, max_elements, depth + 1, blobs=blobs) for v in value]
     if isinstance(value, str):
         return NONFINITE_STRINGS.get(value, value)
     return value
@@ -102,6 +171,11 @@ def _json_with_nonfinite(arr: np.ndarray) -> Any:
 
 def encode_json(arr: np.ndarray) -> Any:
     """A value orjson serialises (with OPT_SERIALIZE_NUMPY) as the tensor's nested lists or number."""
+    if arr.ndim == 0:  # the common scalar, without array-wide checks
+        value = arr[()]
+        if arr.dtype.kind == "f" and not math.isfinite(value):
+            return _json_with_nonfinite(arr)
+        return value  # a numpy scalar: orjson writes float32 in its shortest form
     if arr.dtype.kind == "f" and arr.size and not np.isfinite(arr).all():
         return _json_with_nonfinite(arr)
     if arr.ndim == 0:

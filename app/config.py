@@ -25,6 +25,10 @@ class Settings(BaseSettings):
     max_sessions: int = Field(1000, ge=1, description="Most live sessions (429 above).")
     session_ttl_seconds: float = Field(3600.0, gt=0, description="Idle time after which a session expires "
                                        "(sliding: every access renews it).")
+    inline_max_body_bytes: int = Field(2048, ge=0, description="Op lists with bodies up to this size (and "
+                                       "at most `inline_max_ops` ops of bounded cost) run on the event loop "
+                                       "instead of the thread pool; 0 never does.")
+    inline_max_ops: int = Field(16, ge=0, description="Most ops in an op list run on the event loop.")
     sweep_interval_seconds: float = Field(60.0, gt=0, description="How often expired sessions are freed.")
 
 

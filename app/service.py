@@ -4,11 +4,22 @@ Each request on a session holds the session's lock from load to the serialised r
 requests on one session run one after the other (N concurrent backward calls accumulate N times) and a
 response never shows a later request's changes. The engine is atomic (a failing op list leaves the state
 as it was) and the store is only saved after success, so a failing request changes nothing.
+
+Small op lists run on the event loop (``inline_ok``, ``run_ops(..., inline=True)``): handing a request of
+a few hundred microseconds to the thread pool costs about as much again. What may run there is bounded
+up front: a body of at most ``GRADSERVE_INLINE_MAX_BODY_BYTES``, at most ``GRADSERVE_INLINE_MAX_OPS`` ops,
+no ``repeat``, only ops whose cost follows the size of their inputs (no creation from sizes, no
+expand/repeat, no matmul family), and, for a session, a session held in this process (the memory store),
+free right now (its lock is never waited for on the loop), whose last run was quick and left only small
+named tensors. Everything else runs in the thread pool, as before.
 """
 
 from __future__ import annotations
 
 import shutil
+import time
+import weakref
+from itertools import chain, repeat
 from typing import Any
 
 import orjson
@@ -16,14 +27,62 @@ from pydantic import ValidationError
 
 import engine
 from app import views
-from app.codec import Encoding, decode_value
+from app.codec import BlobsLeft, Encoding, blobs_left, decode_value, lift_blobs
 from app.config import Settings
-from app.errors import GradNotSet, InvalidInput, LimitExceeded
+from app.errors import AppError, GradNotSet, InvalidInput, LimitExceeded
+from app.schemas.fast import eval_request_ok, ops_request_ok
 from app.schemas.ops import EvalRequestAdapter, OpsRequestAdapter
-from app.store import SessionStore
+from app.store import Session, SessionStore
+from app.store.memory import MemoryStore
 from app.svg import render_svg
 
 RESERVED_NAMES = frozenset({"NaN", "Infinity", "-Infinity"})
+
+#: Op families whose cost follows their inputs' sizes, and the exceptions among them
+INLINE_FAMILIES = frozenset({"elementwise", "reduction", "shape", "inplace", "nn", "autograd", "creation"})
+NOT_INLINE = frozenset({"expand", "expand_as", "repeat", "linear", "arange", "eye", "full", "linspace", "ones",
+                        "rand", "randn", "zeros"})
+#: A session may run small requests inline while its last run took less than this...
+INLINE_MAX_RUN_SECONDS = 0.002
+#: ... and its named tensors (and their gradients) have at most this many elements, and there are at most
+INLINE_MAX_ELEMENTS = 65536
+INLINE_MAX_NAMES = 256  # of them
+
+
+def inline_op_names() -> frozenset[str]:
+    names = set()
+    for entry in engine.op_catalog():
+        if entry["family"] in INLINE_FAMILIES and entry["name"] not in NOT_INLINE:
+            names.add(entry["name"])
+            names.update(entry.get("aliases", ()))
+    return frozenset(names)
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def flat_arguments(ops: list[dict]) -> bool:
+    """No op has a list or an object among its args or kwargs values: in whole-list passes."""
+    n = len(ops)
+    args = chain.from_iterable(map(dict.get, ops, repeat("args", n), repeat((), n)))
+    if not _SCALARS.issuperset(map(type, args)):
+        return False
+    kwargs = chain.from_iterable(map(dict.values, map(dict.get, ops, repeat("kwargs", n), repeat({}, n))))
+    return _SCALARS.issuperset(map(type, kwargs))
+
+
+def light_state(state) -> bool:
+    """Few, small named tensors: a cheap bound on what the next small request can touch."""
+    tensors = state.tensors
+    if len(tensors) > INLINE_MAX_NAMES:
+        return False
+    for t in tensors.values():
+        if t.data.size > INLINE_MAX_ELEMENTS:
+            return False
+        grad = views.readable_grad(t)
+        if grad is not None and grad.data.size > INLINE_MAX_ELEMENTS:
+            return False
+    return True
 
 
 def load_json(body: bytes) -> Any:
@@ -49,31 +108,59 @@ class SessionService:
     def __init__(self, store: SessionStore, settings: Settings):
         self.store = store
         self.settings = settings
+        self.inline_ops = inline_op_names()
+        #: sessions whose last run was slow or left large named tensors: never run on the event loop
+        self._heavy: weakref.WeakKeyDictionary[Session, bool] = weakref.WeakKeyDictionary()
 
     # ----- parsing ------------------------------------------------------------------------------------
     def parse_ops(self, body: bytes) -> dict:
         """Bytes -> a validated ``OpsRequest`` whose data is decoded (payload objects -> arrays)."""
-        request = validate(OpsRequestAdapter, load_json(body))
-        self._prepare_ops(request["ops"], body)
-        return request
+        return self._parse(body, OpsRequestAdapter, ops_request_ok)
 
     def parse_eval(self, body: bytes) -> dict:
-        request = validate(EvalRequestAdapter, load_json(body))
+        return self._parse(body, EvalRequestAdapter, eval_request_ok)
+
+    def _parse(self, body: bytes, adapter, exact) -> dict:
+        lifted, blobs = lift_blobs(body)
+        if blobs:
+            # the fast way for large base64 uploads; any doubt (or error) and the original body is parsed,
+            # so that what is accepted and every error message are the same either way
+            try:
+                request = self._validated(lifted, adapter, exact)
+                self._prepare_ops(request["ops"], lifted, blobs)
+                blobs_left(blobs)
+                return request
+            except (AppError, BlobsLeft):
+                pass
+        request = self._validated(body, adapter, exact)
         self._prepare_ops(request["ops"], body)
         return request
 
-    def _prepare_ops(self, ops: list[dict], body: bytes) -> None:
+    @staticmethod
+    def _validated(body: bytes, adapter, exact) -> dict:
+        """The TypeAdapter decides; ``exact`` only recognises, in bulk, bodies it would return unchanged."""
+        data = load_json(body)
+        return data if exact(data) else validate(adapter, data)
+
+    def _prepare_ops(self, ops: list[dict], body: bytes, blobs: dict | None = None) -> None:
         """Check names and decode data, in place. Byte scans of the body let the common request (no
-        payload objects, no non-finite strings, no suspicious names) skip the per-op walk entirely."""
+        payload objects, no non-finite strings, no escapes) skip the per-op walk entirely."""
         limit = self.settings.max_ops_per_request
         if len(ops) > limit:
             raise LimitExceeded(f"{len(ops)} ops exceed the limit of {limit} per request "
                                 "(GRADSERVE_MAX_OPS_PER_REQUEST)")
-        # A walk costs per op, a byte scan per byte: short lists are walked; long ones only when memchr-speed
-        # scans find a possible non-finite string ("NaN", "Infinity") or payload object ("encoding").
-        nonfinite = b"N" in body or b"I" in body
-        if len(ops) > 64 and not nonfinite and b'"encoding"' not in body:
-            return
+        # A short list is walked: that costs less than scanning a large body. A long one is walked only when
+        # scans say it may need it: single-byte ones (memchr) first, for bodies of megabytes. A non-finite
+        # string or such a name needs an "N" or an "I" byte, or a backslash (a \u escape can spell a letter);
+        # a payload object an "encoding" key (and so a "c" byte); and only arguments that are not all
+        # scalars can have depth to check.
+        if len(ops) <= 64:
+            nonfinite = True
+        else:
+            nonfinite = b"\\" in body or b"N" in body or b"I" in body
+            payloads = b"c" in body and b'"encoding"' in body
+            if not nonfinite and not payloads and flat_arguments(ops):
+                return
         max_elements = self.settings.max_elements_per_tensor
         for op in ops:
             out = op.get("out")
@@ -82,9 +169,20 @@ class SessionService:
                 raise InvalidInput(f"{sorted(reserved)[0]!r} cannot be a tensor name: it is a number",
                                    code="invalid_name")
             if "args" in op:
-                op["args"] = [decode_value(a, max_elements) for a in op["args"]]
+                op["args"] = [decode_value(a, max_elements, blobs=blobs) for a in op["args"]]
             if "kwargs" in op:
-                op["kwargs"] = {k: decode_value(v, max_elements) for k, v in op["kwargs"].items()}
+                op["kwargs"] = {k: decode_value(v, max_elements, blobs=blobs) for k, v in op["kwargs"].items()}
+
+    # ----- where a request runs -----------------------------------------------------------------------
+    def small_body(self, body: bytes) -> bool:
+        """Whether parsing the body (and perhaps running it) may happen on the event loop."""
+        return len(body) <= self.settings.inline_max_body_bytes
+
+    def inline_ok(self, request: dict) -> bool:
+        """A parsed small body whose ops are few, not repeated, and of bounded cost (see the module doc)."""
+        ops = request["ops"]
+        return (len(ops) <= self.settings.inline_max_ops and request.get("repeat", 1) == 1
+                and self.inline_ops.issuperset([op["op"] for op in ops]))
 
     def _limits(self) -> engine.Limits:
         s = self.settings
@@ -122,18 +220,46 @@ class SessionService:
         self.store.delete(session_id)
 
     # ----- running ops --------------------------------------------------------------------------------
-    def run_ops(self, session_id: str, request: dict, encoding: Encoding) -> bytes:
+    def run_ops(self, session_id: str, request: dict, encoding: Encoding, *,
+                inline: bool = False) -> bytes | None:
+        """Run and serialise while holding the session. ``inline=True`` (on the event loop, for a request
+        ``inline_ok`` accepted) never waits: it returns None unless the session is in this process, free
+        right now and light, and the caller then runs the request in the thread pool."""
         repeat = request.get("repeat", 1)
         if repeat > self.settings.max_repeat:
             raise LimitExceeded(f"repeat={repeat} exceeds the limit of {self.settings.max_repeat} "
                                 "(GRADSERVE_MAX_REPEAT)")
-        record = request.get("record", [])
+        if inline:
+            return self._run_inline(session_id, request, encoding)
         session = self.store.get(session_id)
         with session.lock:
+            return self._run_held(session, request, encoding)
+
+    def _run_inline(self, session_id: str, request: dict, encoding: Encoding) -> bytes | None:
+        if not isinstance(self.store, MemoryStore):  # other stores do I/O: never on the event loop
+            return None
+        session = self.store.get(session_id)
+        if session in self._heavy or not session.lock.acquire(blocking=False):
+            return None
+        try:
+            return self._run_held(session, request, encoding)
+        finally:
+            session.lock.release()
+
+    def _run_held(self, session: Session, request: dict, encoding: Encoding) -> bytes:
+        record = request.get("record", [])
+        started = time.perf_counter()
+        try:
             res = engine.run_program(session.state, request["ops"], no_grad=request.get("no_grad", False),
-                                     repeat=repeat, record=tuple(record), limits=self._limits())
-            self.store.save(session)
-            return views.dump(views.run_view(session.state, res, encoding, with_records=bool(record)))
+                                     repeat=request.get("repeat", 1), record=tuple(record),
+                                     limits=self._limits())
+        finally:
+            if time.perf_counter() - started < INLINE_MAX_RUN_SECONDS and light_state(session.state):
+                self._heavy.pop(session, None)
+            else:
+                self._heavy[session] = True
+        self.store.save(session)
+        return views.dump(views.run_view(session.state, res, encoding, with_records=bool(record)))
 
     def run_one(self, session_id: str, op: dict, encoding: Encoding) -> bytes:
         """The convenience endpoints: a one-op list."""

@@ -1,10 +1,17 @@
-"""Op lists: run them in a session, or one-shot in a throw-away session (eval)."""
+"""Op lists: run them in a session, or one-shot in a throw-away session (eval).
+
+These two routes are ``async``: they read the body and, for small bounded op lists, parse and run them on
+the event loop (``SessionService.inline_ok``); everything else goes to the thread pool, like the other
+routes' work. The service comes from ``request.app.state`` rather than a dependency: on a request of a few
+hundred microseconds, FastAPI's dependency resolution is a measurable share.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
 
-from app.deps import EncodingQuery, RawBody, ServiceDep
+from app.deps import EncodingQuery
 from app.examples import EVAL_EXAMPLES, OPS_EXAMPLES, openapi_examples
 from app.routes import TensorJSON, json_body
 from app.routes.sessions import SessionId
@@ -18,21 +25,42 @@ router = APIRouter(prefix="/v1", tags=["ops"])
              responses=problem_responses(404, 409, 413, 422),
              openapi_extra=json_body("OpsRequest", openapi_examples(OPS_EXAMPLES)),
              summary="Run an op list in a session (atomically)")
-def run_ops(session_id: SessionId, body: RawBody, service: ServiceDep,
-            encoding: EncodingQuery = "json") -> TensorJSON:
+async def run_ops(session_id: SessionId, request: Request, encoding: EncodingQuery = "json") -> TensorJSON:
     """Runs the ops in order. On success: the names each op bound, a view of every tensor created or
     changed, each backward/grad pass's per-tensor contribution and accumulated `.grad`, torch's warnings,
     and `records` when `record` is given. On failure: a problem naming the failing op, and the session is
     exactly as it was before the request."""
-    request = service.parse_ops(body)
-    return TensorJSON(service.run_ops(session_id, request, encoding))
+    service = request.app.state.service
+    body = await request.body()
+    if service.small_body(body):  # see app.service: small, bounded requests run on the event loop
+        parsed = service.parse_ops(body)
+        if service.inline_ok(parsed):
+            result = service.run_ops(session_id, parsed, encoding, inline=True)
+            if result is not None:
+                return TensorJSON(result)
+        return TensorJSON(await run_in_threadpool(service.run_ops, session_id, parsed, encoding))
+
+    def parse_and_run() -> bytes:
+        return service.run_ops(session_id, service.parse_ops(body), encoding)
+
+    return TensorJSON(await run_in_threadpool(parse_and_run))
 
 
 @router.post("/eval", response_model=EvalResponse, responses=problem_responses(404, 409, 413, 422),
              openapi_extra=json_body("EvalRequest", openapi_examples(EVAL_EXAMPLES)),
              summary="Run an op list one-shot, without a session")
-def eval_ops(body: RawBody, service: ServiceDep, encoding: EncodingQuery = "json") -> TensorJSON:
+async def eval_ops(request: Request, encoding: EncodingQuery = "json") -> TensorJSON:
     """Runs the ops in a fresh namespace and returns the tensors named in `return` (gradients as
     `x.grad`); nothing is kept."""
-    request = service.parse_eval(body)
-    return TensorJSON(service.eval(request, encoding))
+    service = request.app.state.service
+    body = await request.body()
+    if service.small_body(body):
+        parsed = service.parse_eval(body)
+        if service.inline_ok(parsed):
+            return TensorJSON(service.eval(parsed, encoding))
+        return TensorJSON(await run_in_threadpool(service.eval, parsed, encoding))
+
+    def parse_and_eval() -> bytes:
+        return service.eval(service.parse_eval(body), encoding)
+
+    return TensorJSON(await run_in_threadpool(parse_and_eval))
