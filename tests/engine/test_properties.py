@@ -43,7 +43,9 @@ def _apply_unary(name, t, a):
 def _apply_reduce(name, t, a, dim, keepdim):
     if dim is None:
         return OPS[name].fn(t), REDUCE[name](a)
-    return OPS[name].fn(t, dim, keepdim=keepdim), REDUCE[name](a, axis=dim, keepdims=keepdim)
+    # torch accepts dim 0 / -1 on a 0-d tensor (the reduction is the identity); numpy has no axis there
+    axis = None if a.ndim == 0 else dim
+    return OPS[name].fn(t, dim, keepdim=keepdim), REDUCE[name](a, axis=axis, keepdims=keepdim)
 
 
 steps = st.one_of(
