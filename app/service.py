@@ -1,9 +1,10 @@
 """The session service: load the session, run the engine, save. The only thing routes call.
 
-Each request on a session holds the session's lock from load to the serialised response, so concurrent
-requests on one session run one after the other (N concurrent backward calls accumulate N times) and a
-response never shows a later request's changes. The engine is atomic (a failing op list leaves the state
-as it was) and the store is only saved after success, so a failing request changes nothing.
+Each request on a session uses it inside ``store.open`` from load to the serialised response; writers hold
+it exclusively (across processes with the Redis store), so concurrent requests on one session run one after
+the other (N concurrent backward calls accumulate N times) and a response never shows a later request's
+changes. The engine is atomic (a failing op list leaves the state as it was) and the store is only saved
+after success, so a failing request changes nothing.
 
 Small op lists run on the event loop (``inline_ok``, ``run_ops(..., inline=True)``): handing a request of
 a few hundred microseconds to the thread pool costs about as much again. What may run there is bounded
@@ -201,12 +202,11 @@ class SessionService:
     def list_sessions(self) -> dict:
         out = []
         for s in self.store.list():
-            out.append({**views.session_times(s, self.store_ttl), "tensor_count": len(s.state.tensors)})
+            out.append({**views.session_times(s, self.store_ttl), "tensor_count": s.tensor_count})
         return {"sessions": out}
 
     def summary(self, session_id: str) -> dict:
-        session = self.store.get(session_id)
-        with session.lock:
+        with self.store.open(session_id, write=False) as session:
             state = session.state
             return {
                 **views.session_times(session, self.store_ttl),
@@ -231,8 +231,7 @@ class SessionService:
                                 "(GRADSERVE_MAX_REPEAT)")
         if inline:
             return self._run_inline(session_id, request, encoding)
-        session = self.store.get(session_id)
-        with session.lock:
+        with self.store.open(session_id, write=True) as session:
             return self._run_held(session, request, encoding)
 
     def _run_inline(self, session_id: str, request: dict, encoding: Encoding) -> bytes | None:
@@ -285,22 +284,19 @@ class SessionService:
 
     # ----- reading ------------------------------------------------------------------------------------
     def tensors(self, session_id: str, encoding: Encoding) -> bytes:
-        session = self.store.get(session_id)
-        with session.lock:
+        with self.store.open(session_id, write=False) as session:
             return views.dump({"tensors": {name: views.tensor_view(name, t, encoding)
                                            for name, t in session.state.tensors.items()}})
 
     def tensor(self, session_id: str, name: str, encoding: Encoding) -> bytes:
-        session = self.store.get(session_id)
-        with session.lock:
+        with self.store.open(session_id, write=False) as session:
             t = session.state.resolve(name)
             if t is None:
                 raise GradNotSet(name)
             return views.dump(views.tensor_view(name, t, encoding))
 
     def graph(self, session_id: str, root: str | None, fmt: str) -> Any:
-        session = self.store.get(session_id)
-        with session.lock:
+        with self.store.open(session_id, write=False) as session:
             graph = engine.export_graph(session.state, root)
         if fmt == "json":
             return views.dump(graph)

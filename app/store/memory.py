@@ -5,6 +5,8 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from app.errors import SessionNotFound, TooManySessions
@@ -45,6 +47,13 @@ class MemoryStore:
                 raise SessionNotFound(session_id)
             session.last_used_at = now
             return session
+
+    @contextmanager
+    def open(self, session_id: str, *, write: bool = False) -> Iterator[Session]:
+        """Readers take the session's lock too: they read the very arrays writers change."""
+        session = self.get(session_id)
+        with session.lock:
+            yield session
 
     def save(self, session: Session) -> None:
         session.last_used_at = self._clock()  # the state object itself is already the stored one
