@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..registry import OPS
 from ..tensor import Tensor
-from . import creation, elementwise, inplace, linalg, nn, reduction, shape  # noqa: F401
+from . import backward, creation, elementwise, inplace, linalg, nn, reduction, shape  # noqa: F401
 
 _NOT_METHODS = {"tensor"}
 

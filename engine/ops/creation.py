@@ -58,7 +58,7 @@ def _dtype(dtype, default: str = D.DEFAULT_FLOAT) -> str:
     return D.canonical(dtype) if dtype is not None else default
 
 
-@op("tensor", method=False)
+@op("tensor", method=False, differentiable=False)
 def tensor(data, dtype=None, requires_grad=False):
     """torch.tensor(data, dtype=None, requires_grad=False): floats -> float32, ints -> int64, bools -> bool."""
     return _make_tensor(data, dtype=dtype, requires_grad=requires_grad)
@@ -71,13 +71,13 @@ def _filled(name: str, size, value, dtype, requires_grad, negative_message=None)
     return _leaf(np.full(shape, value, dtype=NP[d]), requires_grad)
 
 
-@op("zeros", method=False)
+@op("zeros", method=False, differentiable=False)
 def zeros(*size, dtype=None, requires_grad=False):
     """torch.zeros(*size, dtype=None, requires_grad=False)."""
     return _filled("zeros", size, 0, dtype, requires_grad, "zeros: Dimension size must be non-negative.")
 
 
-@op("ones", method=False)
+@op("ones", method=False, differentiable=False)
 def ones(*size, dtype=None, requires_grad=False):
     """torch.ones(*size, dtype=None, requires_grad=False)."""
     return _filled("ones", size, 1, dtype, requires_grad)
@@ -104,7 +104,7 @@ def _fill_number(fill_value, name: str):
     return fill_value
 
 
-@op("full", method=False)
+@op("full", method=False, differentiable=False)
 def full(size, fill_value, dtype=None, requires_grad=False):
     """torch.full(size, fill_value, dtype=None, requires_grad=False); the dtype follows fill_value."""
     if not isinstance(size, (list, tuple)):
@@ -122,7 +122,7 @@ def _real(v, name: str) -> float | int:
     return v
 
 
-@op("arange", method=False)
+@op("arange", method=False, differentiable=False)
 def arange(start, end=None, step=1, dtype=None, requires_grad=False):
     """torch.arange(start, end=None, step=1, dtype=None): int64 when start, end and step are all ints,
     else float32; values are start + i * step computed in double, as torch's CPU kernel does."""
@@ -161,7 +161,7 @@ def _fmt(v) -> str:
     return str(v)
 
 
-@op("linspace", method=False)
+@op("linspace", method=False, differentiable=False)
 def linspace(start, end, steps, dtype=None, requires_grad=False):
     """torch.linspace(start, end, steps, dtype=None): evenly spaced, the first half counted up from start and
     the second half down from end, as torch's CPU kernel does (in float32 for float32 results)."""
@@ -194,7 +194,7 @@ def linspace(start, end, steps, dtype=None, requires_grad=False):
     return _leaf(np.where(idx < half, up, down).astype(npdt), requires_grad)
 
 
-@op("eye", method=False)
+@op("eye", method=False, differentiable=False)
 def eye(n, m=None, dtype=None, requires_grad=False):
     """torch.eye(n, m=None, dtype=None, requires_grad=False)."""
     if m is None:
@@ -221,19 +221,19 @@ def _like(name: str, input, value, dtype, requires_grad) -> Tensor:
     return _leaf(np.full(input.shape, value, dtype=NP[d]), requires_grad)
 
 
-@op("zeros_like", tensors=("input",))
+@op("zeros_like", tensors=("input",), differentiable=False)
 def zeros_like(input, dtype=None, requires_grad=False):
     """torch.zeros_like(input, dtype=None, requires_grad=False): a new leaf (never tracks input)."""
     return _like("zeros_like", input, 0, dtype, requires_grad)
 
 
-@op("ones_like", tensors=("input",))
+@op("ones_like", tensors=("input",), differentiable=False)
 def ones_like(input, dtype=None, requires_grad=False):
     """torch.ones_like(input, dtype=None, requires_grad=False)."""
     return _like("ones_like", input, 1, dtype, requires_grad)
 
 
-@op("full_like", tensors=("input",))
+@op("full_like", tensors=("input",), differentiable=False)
 def full_like(input, fill_value, dtype=None, requires_grad=False):
     """torch.full_like(input, fill_value, dtype=None, requires_grad=False): input's dtype unless given."""
     return _like("full_like", input, _fill_number(fill_value, "full_like"), dtype, requires_grad)
@@ -253,7 +253,7 @@ def _random(name: str, kernel: str, size, seed, dtype, requires_grad, draw) -> T
     return _leaf(np.asarray(draw(rng, shape, NP[d]), dtype=NP[d]), requires_grad)
 
 
-@op("rand", method=False)
+@op("rand", method=False, differentiable=False)
 def rand(*size, seed=None, dtype=None, requires_grad=False):
     """torch.rand(*size): uniform on [0, 1) from numpy's default_rng(seed) (reproducible per seed; the values
     are not torch's)."""
@@ -261,7 +261,7 @@ def rand(*size, seed=None, dtype=None, requires_grad=False):
                    lambda rng, shape, dt: rng.random(shape, dtype=dt))
 
 
-@op("randn", method=False)
+@op("randn", method=False, differentiable=False)
 def randn(*size, seed=None, dtype=None, requires_grad=False):
     """torch.randn(*size): standard normal from numpy's default_rng(seed) (not torch's values)."""
     return _random("randn", "normal_kernel_cpu", size, seed, dtype, requires_grad,

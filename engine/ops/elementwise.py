@@ -436,8 +436,8 @@ def tanh(self):
 
 @vjp("TanhBackward0", inputs=("self",), saves=("result",))
 def _(ctx, grad):
-    r = ctx.result
-    return grad * (1 - r * r),
+    from .backward import tanh_backward
+    return tanh_backward(grad, ctx.result),
 
 
 def _np_sigmoid(x):
@@ -454,8 +454,8 @@ def sigmoid(self):
 
 @vjp("SigmoidBackward0", inputs=("self",), saves=("result",))
 def _(ctx, grad):
-    r = ctx.result
-    return grad * (1 - r) * r,
+    from .backward import sigmoid_backward
+    return sigmoid_backward(grad, ctx.result),
 
 
 @op("relu", tensors=("self",), grad_fns=("ReluBackward0",))
@@ -468,7 +468,8 @@ def relu(self):
 
 @vjp("ReluBackward0", inputs=("self",), saves=("result",))
 def _(ctx, grad):
-    return where(le(ctx.result, 0), 0.0, grad),
+    from .backward import threshold_backward
+    return threshold_backward(grad, ctx.result, 0),
 
 
 @op("leaky_relu", tensors=("self",), grad_fns=("LeakyReluBackward0",))
@@ -603,11 +604,8 @@ def softplus(self, beta=1, threshold=20):
 
 @vjp("SoftplusBackward0", inputs=("self",), saves=("beta", "self", "threshold"))
 def _(ctx, grad):
-    x = ctx.self
-    beta = ctx.beta
-    bx = x if beta == 1 else x * beta  # x * 1 is exact
-    z = exp(bx)
-    return where(gt(bx, ctx.threshold), grad, grad * z / (z + 1)),
+    from .backward import softplus_backward
+    return softplus_backward(grad, ctx.self, ctx.beta, ctx.threshold),
 
 
 @op("hardtanh", tensors=("self",), grad_fns=("HardtanhBackward0",))

@@ -20,7 +20,7 @@ from ..registry import PRIMS, op, record, vjp
 from ..tensor import Tensor
 from .common import NP, binary_operands, broadcast_shapes, require_tensor, wrap_dim
 from .elementwise import abs as abs_
-from .elementwise import add, clamp_min, eq, exp, ge, le, log, logsigmoid, masked_fill, mul, neg, sigmoid, where
+from .elementwise import add, clamp_min, eq, ge, le, log, logsigmoid, masked_fill, mul, neg, sigmoid, where
 from .linalg import addmm, matmul
 from .reduction import mean, sum
 from .shape import expand, reshape, t, to, unsqueeze, view
@@ -94,7 +94,8 @@ def _(ctx, grad):
     r = ctx.result
     if r.data.ndim == 0:
         return grad * 0.0,
-    return r * (grad - sum(grad * r, ctx.dim, keepdim=True)),
+    from .backward import softmax_backward_data
+    return softmax_backward_data(grad, r, ctx.dim),
 
 
 @op("log_softmax", tensors=("self",), grad_fns=("LogSoftmaxBackward0",))
@@ -116,7 +117,8 @@ def _(ctx, grad):
     r = ctx.result
     if r.data.ndim == 0:
         return grad * 0.0,
-    return grad - exp(r) * sum(grad, ctx.dim, keepdim=True),
+    from .backward import log_softmax_backward_data
+    return log_softmax_backward_data(grad, r, ctx.dim),
 
 
 # ----- linear -----------------------------------------------------------------------------------------

@@ -130,8 +130,9 @@ def _(ctx, grad):
     shp = ctx.self_sym_sizes
     dims = tuple(ctx.dim) if ctx.dim else None
     n = 1
-    for d in (dims if dims is not None else range(len(shp))):
-        n *= shp[d]
+    if shp:  # a 0-d input reduced over dim 0 is its own mean
+        for d in (dims if dims is not None else range(len(shp))):
+            n *= shp[d]
     return expand(_restore(grad, dims, len(shp), ctx.keepdim), shp) / n,
 
 

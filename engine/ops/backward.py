@@ -1,0 +1,128 @@
+"""Fused backward functions, as ATen has them (``threshold_backward``, ``tanh_backward``,
+``sigmoid_backward``, ``softplus_backward``, ``_softmax_backward_data``, ``_log_softmax_backward_data``).
+
+A first-order backward through relu, tanh, sigmoid, softplus or softmax costs one numpy pass instead of a
+chain of engine ops; each is itself differentiable (its VJP is written in engine ops), so create_graph and
+higher orders work, and the recorded double-backward nodes carry torch's names
+(``TanhBackwardBackward0``...). The arithmetic follows torch's CPU kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import record, vjp
+from ..tensor import Tensor
+
+_SUM = np.add.reduce
+
+
+def threshold_backward(grad: Tensor, self: Tensor, threshold) -> Tensor:
+    g = grad.data
+    out = np.where(self.data <= threshold, g.dtype.type(0), g)
+    return record("ThresholdBackwardBackward0", out, (grad, self), {"self": self, "threshold": threshold})
+
+
+@vjp("ThresholdBackwardBackward0", inputs=("grad_output", "self"), saves=("self", "threshold"))
+def _(ctx, gg):
+    from .elementwise import zeros_like
+    n = ctx.needs
+    return (threshold_backward(gg, ctx.self, ctx.threshold) if n[0] else None), \
+        (zeros_like(gg) if n[1] else None)
+
+
+def tanh_backward(grad: Tensor, output: Tensor) -> Tensor:
+    y = output.data
+    return record("TanhBackwardBackward0", grad.data * (y.dtype.type(1) - y * y), (grad, output),
+                  {"grad_output": grad, "output": output})
+
+
+@vjp("TanhBackwardBackward0", inputs=("grad_output", "output"),
+     saves={"grad_output": ("output",), "output": ("grad_output", "output")})
+def _(ctx, gg):
+    n = ctx.needs
+    y = ctx.output
+    return (tanh_backward(gg, y) if n[0] else None), \
+        ((ctx.grad_output * (-2 * y * gg)) if n[1] else None)
+
+
+def sigmoid_backward(grad: Tensor, output: Tensor) -> Tensor:
+    y = output.data
+    return record("SigmoidBackwardBackward0", grad.data * (y.dtype.type(1) - y) * y, (grad, output),
+                  {"grad_output": grad, "output": output})
+
+
+@vjp("SigmoidBackwardBackward0", inputs=("grad_output", "output"),
+     saves={"grad_output": ("output",), "output": ("grad_output", "output")})
+def _(ctx, gg):
+    n = ctx.needs
+    y = ctx.output
+    return (sigmoid_backward(gg, y) if n[0] else None), \
+        ((gg * ctx.grad_output * (1 - 2 * y)) if n[1] else None)
+
+
+def softplus_backward(grad: Tensor, self: Tensor, beta, threshold) -> Tensor:
+    x = self.data
+    t = x.dtype.type
+    bx = x if beta == 1 else x * t(beta)
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = np.exp(bx)
+        out = np.where(bx > t(threshold), grad.data, grad.data * z / (z + t(1)))
+    return record("SoftplusBackwardBackward0", out.astype(x.dtype, copy=False), (grad, self),
+                  {"beta": beta, "grad_output": grad, "self": self, "threshold": threshold})
+
+
+@vjp("SoftplusBackwardBackward0", inputs=("grad_output", "self"),
+     saves={"beta": (), "grad_output": ("self",), "self": ("grad_output", "self"), "threshold": ()})
+def _(ctx, gg):
+    from .elementwise import gt, sigmoid, where
+    n = ctx.needs
+    x, beta, threshold = ctx.self, ctx.beta, ctx.threshold
+    g_grad = softplus_backward(gg, x, beta, threshold) if n[0] else None
+    g_self = None
+    if n[1]:
+        bx = x if beta == 1 else x * beta
+        s = sigmoid(bx)
+        g_self = where(gt(bx, threshold), 0.0, gg * ctx.grad_output * (beta * s * (1 - s)))
+    return g_grad, g_self
+
+
+def softmax_backward_data(grad: Tensor, output: Tensor, dim: int) -> Tensor:
+    y = output.data
+    gy = grad.data * y
+    out = y * (grad.data - _SUM(gy, axis=dim, keepdims=True))
+    return record("SoftmaxBackwardDataBackward0", out, (grad, output),
+                  {"dim": dim, "grad_output": grad, "output": output})
+
+
+@vjp("SoftmaxBackwardDataBackward0", inputs=("grad_output", "output"),
+     saves={"dim": (), "grad_output": ("output",), "output": ("grad_output", "output")})
+def _(ctx, gg):
+    from .reduction import sum as sum_
+    n = ctx.needs
+    y, d = ctx.output, ctx.dim
+    g_grad = softmax_backward_data(gg, y, d) if n[0] else None
+    g_out = None
+    if n[1]:
+        g = ctx.grad_output
+        g_out = gg * (g - sum_(g * y, d, keepdim=True)) - g * sum_(gg * y, d, keepdim=True)
+    return g_grad, g_out
+
+
+def log_softmax_backward_data(grad: Tensor, output: Tensor, dim: int) -> Tensor:
+    out = grad.data - np.exp(output.data) * _SUM(grad.data, axis=dim, keepdims=True)
+    return record("LogSoftmaxBackwardDataBackward0", out, (grad, output),
+                  {"dim": dim, "grad_output": grad, "output": output})
+
+
+@vjp("LogSoftmaxBackwardDataBackward0", inputs=("grad_output", "output"),
+     saves={"dim": (), "grad_output": ("output",), "output": ("grad_output", "output")})
+def _(ctx, gg):
+    from .elementwise import exp
+    from .reduction import sum as sum_
+    n = ctx.needs
+    y, d = ctx.output, ctx.dim
+    p = exp(y)
+    g_grad = (gg - sum_(gg * p, d, keepdim=True)) if n[0] else None
+    g_out = (-(gg * p) * sum_(ctx.grad_output, d, keepdim=True)) if n[1] else None
+    return g_grad, g_out
