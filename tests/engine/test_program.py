@@ -275,6 +275,7 @@ def test_graph_export_lists_torch_names_edges_and_freed_saved_tensors():
 
 def test_mean_over_dim_0_of_a_0d_tensor_backpropagates_like_torch():
     s = State()
-    build(s, [T("x", 3.0, requires_grad=True), {"op": "mean", "out": "m", "args": ["x", 0], "kwargs": {"keepdim": True}},
+    build(s, [T("x", 3.0, requires_grad=True),
+              {"op": "mean", "out": "m", "args": ["x", 0], "kwargs": {"keepdim": True}},
               {"op": "backward", "args": ["m"]}])
     assert s.tensors["m"].shape == () and float(s.tensors["x"].grad.data) == 1.0
