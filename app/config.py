@@ -31,6 +31,24 @@ class Settings(BaseSettings):
     inline_max_ops: int = Field(16, ge=0, description="Most ops in an op list run on the event loop.")
     sweep_interval_seconds: float = Field(60.0, gt=0, description="How often expired sessions are freed.")
 
+    # ----- deployment: where sessions live -----
+    store_url: str = Field("memory://", description="`memory://` (sessions in this process; one worker only) "
+                           "or `redis://[user:password@]host:port/db` (`rediss://` for TLS): sessions shared "
+                           "by every worker and replica.")
+    workers: int = Field(1, ge=1, description="Worker processes serving this app, declared for the memory "
+                         "store's start-up check (WEB_CONCURRENCY and uvicorn's --workers are checked too).")
+    lock_ttl_seconds: float = Field(10.0, gt=0, description="Redis store: how long a request's lock on a "
+                                    "session lives without renewal; renewed every third of it while held, so "
+                                    "it only matters when a process dies holding it.")
+    lock_wait_seconds: float = Field(5.0, ge=0, description="Redis store: how long a request waits for a "
+                                     "session another request holds (409 session_busy with Retry-After "
+                                     "after).")
+    redis_key_prefix: str = Field("gradserve:", description="Redis store: prefix of every key, so that "
+                                  "several deployments can share one Redis database.")
+    redis_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, description="Redis store: per-process cache of "
+                                   "deserialised session states, reused while the stored version is "
+                                   "unchanged (0 disables it).")
+
 
 @lru_cache
 def get_settings() -> Settings:

@@ -7,7 +7,8 @@ op errors add ``op_index``, ``op`` and ``exception``. Routes raise, they never b
 Status policy (also in the README): unknown session or tensor name -> 404; a request the engine cannot run
 as written (bad argument, shape, dtype, unknown op, limits) -> 422; a request that is fine but conflicts
 with the session's current state (graph already freed, tensor modified in place since it was saved, in-place
-on a leaf that requires grad) -> 409; too many sessions -> 429; body too large -> 413.
+on a leaf that requires grad) -> 409, and so is a session another request holds too long (``session_busy``);
+too many sessions -> 429; body too large -> 413; session store unreachable -> 503.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ TITLES = {
     "grad_not_set": "Gradient not set",
     "invalid_name": "Invalid tensor name",
     "too_many_sessions": "Too many sessions",
+    "session_busy": "Session busy",
+    "store_unavailable": "Session store unavailable",
     "body_too_large": "Request body too large",
     "validation_error": "Invalid request",
     "invalid_json": "Malformed JSON",
@@ -82,6 +85,7 @@ class AppError(Exception):
 
     status = 400
     code = "bad_request"
+    retry_after: int | None = None  # seconds, sent as Retry-After
 
     def __init__(self, detail: str, *, code: str | None = None, status: int | None = None, **extra):
         super().__init__(detail)
@@ -114,6 +118,22 @@ class GradNotSet(AppError):
 class TooManySessions(AppError):
     status = 429
     code = "too_many_sessions"
+    retry_after = 60
+
+
+class SessionBusy(AppError):
+    """Another request holds the session (in any process) longer than GRADSERVE_LOCK_WAIT_SECONDS, or held
+    it so long that its lock expired and a newer state was saved; nothing was applied, retry."""
+
+    status = 409
+    code = "session_busy"
+    retry_after = 1
+
+
+class StoreUnavailable(AppError):
+    status = 503
+    code = "store_unavailable"
+    retry_after = 5
 
 
 class InvalidInput(AppError):
@@ -136,7 +156,7 @@ def _engine_error(request: Request, exc: EngineError) -> Response:
 
 
 def _app_error(request: Request, exc: AppError) -> Response:
-    headers = {"Retry-After": "60"} if exc.status == 429 else None
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
     return problem_response(exc.status, exc.code, exc.detail, headers=headers, **exc.extra)
 
 

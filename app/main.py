@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from app.schemas.ops import EvalRequest, OpsRequest
 from app.schemas.problems import Problem
 from app.schemas.tensors import Base64Tensor
 from app.service import SessionService
-from app.store.memory import MemoryStore
+from app.store import SeveralWorkersError, make_store
 
 STATIC_DIR = Path(__file__).parent / "static"
 
@@ -37,7 +38,8 @@ Create a session, send op lists written the way torch spells them (`tensor`, `mu
 async def _sweep_periodically(store, interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
-        store.sweep()
+        with contextlib.suppress(Exception):  # a store that is briefly unreachable is swept next time
+            await asyncio.to_thread(store.sweep)
 
 
 @contextlib.asynccontextmanager
@@ -84,8 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="gradserve", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
                   docs_url=None, redoc_url=None)
     app.state.settings = settings
-    app.state.store = MemoryStore(max_sessions=settings.max_sessions,
-                                  ttl_seconds=settings.session_ttl_seconds)
+    app.state.store = make_store(settings)
     app.state.service = SessionService(app.state.store, settings)
 
     errors.install(app)
@@ -97,4 +98,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-app = create_app()
+def _app_for_server() -> FastAPI:
+    """``create_app()`` for ``uvicorn app.main:app``. A worker that raises at import is restarted by uvicorn's
+    supervisor forever; exit status 3 (uvicorn's startup failure) makes it stop the whole server instead."""
+    try:
+        return create_app()
+    except SeveralWorkersError as exc:
+        print(f"gradserve: refusing to start: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(3) from exc
+
+
+app = _app_for_server()

@@ -1,0 +1,413 @@
+"""The Redis session store: every worker and replica serves the same sessions.
+
+Keys (``GRADSERVE_REDIS_KEY_PREFIX``, default ``gradserve:``):
+
+- ``{prefix}s:{id}``: a hash with ``state`` (``engine.dumps``: JSON metadata and raw array buffers, loaded
+  without executing anything), ``version`` (1 at creation, +1 per save), ``created_at``, ``last_used_at``
+  and ``tensor_count``. Redis expires it after ``GRADSERVE_SESSION_TTL_SECONDS`` idle; every access renews it.
+- ``{prefix}lock:{id}``: the owner token of the request writing the session (``SET NX PX``). The owner
+  renews it every third of ``GRADSERVE_LOCK_TTL_SECONDS`` while it works, so it only lapses when the owner
+  dies (or stalls); releasing deletes it only if the token is still ours.
+- ``{prefix}index``: a sorted set of session ids scored by expiry time (ms), for listing, counting and the
+  session limit across processes.
+
+A writer takes the lock, loads the state, runs, and saves with a compare-and-set: the save applies only if
+the stored version is still the one it loaded and no other request holds the lock. So a writer whose lock
+lapsed cannot overwrite a newer state: its request fails with 409 ``session_busy`` (nothing applied) rather
+than losing someone else's update. A writer that cannot get the lock within ``GRADSERVE_LOCK_WAIT_SECONDS``
+gets the same 409 with ``Retry-After``. Readers take no lock: they read one stored version, atomically.
+
+Each process keeps the states it last loaded or saved (up to ``GRADSERVE_REDIS_CACHE_BYTES``) and reuses
+one when the stored version is unchanged, which spares the download and the deserialisation when a client
+keeps talking to the same process. Scripts touch a session key and the index together, so a Redis Cluster
+would need both in one hash slot: use a single Redis (with replicas and persistence if wanted).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+import engine
+from app.errors import SessionBusy, SessionNotFound, StoreUnavailable, TooManySessions
+from app.store import Session
+
+log = logging.getLogger("gradserve.store")
+
+# KEYS: session, index. ARGV: id, now (s), expiry score (ms), ttl (ms), max sessions, state, tensor count
+_CREATE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2] * 1000)
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+redis.call('HSET', KEYS[1], 'state', ARGV[6], 'version', 1, 'created_at', ARGV[2], 'last_used_at', ARGV[2],
+           'tensor_count', ARGV[7])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+return 1
+"""
+
+# Renew and read. KEYS: session, index. ARGV: id, now, expiry score, ttl, the version the caller has cached.
+# Returns false when gone, else {version, created_at, state or '' when the cached version is current}.
+_TOUCH = """
+local v = redis.call('HGET', KEYS[1], 'version')
+if not v then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return false
+end
+redis.call('HSET', KEYS[1], 'last_used_at', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+local state = ''
+if v ~= ARGV[5] then state = redis.call('HGET', KEYS[1], 'state') end
+return {v, redis.call('HGET', KEYS[1], 'created_at'), state}
+"""
+
+# Compare-and-set. KEYS: session, lock, index. ARGV: id, now, expiry score, ttl, expected version, token,
+# state, tensor count. Returns the new version, 0 when superseded or the lock is someone else's, -1 when gone.
+_SAVE = """
+local v = redis.call('HGET', KEYS[1], 'version')
+if not v then return -1 end
+if v ~= ARGV[5] then return 0 end
+local owner = redis.call('GET', KEYS[2])
+if owner and owner ~= ARGV[6] then return 0 end
+local new = tonumber(v) + 1
+redis.call('HSET', KEYS[1], 'state', ARGV[7], 'version', new, 'last_used_at', ARGV[2], 'tensor_count', ARGV[8])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+return new
+"""
+
+# KEYS: lock. ARGV: token.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+# KEYS: locks. ARGV: ttl (ms), tokens (one per key). Returns how many were still ours.
+_EXTEND = """
+local n = 0
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i + 1] then
+    redis.call('PEXPIRE', key, ARGV[1])
+    n = n + 1
+  end
+end
+return n
+"""
+
+
+@dataclass(eq=False)
+class _Cached:
+    """A state as of a stored version. Its lock is held by whoever uses the state in this process."""
+
+    version: int
+    state: Any
+    nbytes: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    valid: bool = True
+
+
+@dataclass(eq=False)
+class _Lease:
+    lock_key: str
+    token: str
+    entry: _Cached
+    saved: bool = False
+
+
+class RedisStore:
+    def __init__(self, client: redis.Redis, *, max_sessions: int, ttl_seconds: float, lock_ttl_seconds: float,
+                 lock_wait_seconds: float, key_prefix: str = "gradserve:", cache_bytes: int = 64 << 20):
+        self.redis = client
+        self.max_sessions = max_sessions
+        self.ttl_seconds = ttl_seconds
+        self.lock_ttl_seconds = lock_ttl_seconds
+        self.lock_wait_seconds = lock_wait_seconds
+        self.prefix = key_prefix
+        self.cache_bytes = cache_bytes
+        self._index = f"{key_prefix}index"
+        self._create = client.register_script(_CREATE)
+        self._touch = client.register_script(_TOUCH)
+        self._save = client.register_script(_SAVE)
+        self._release = client.register_script(_RELEASE)
+        self._extend = client.register_script(_EXTEND)
+        self._cache: OrderedDict[str, _Cached] = OrderedDict()
+        self._cache_used = 0
+        self._cache_lock = threading.Lock()
+        self._held: dict[str, str] = {}  # lock key -> token, renewed by the renewer thread
+        self._held_lock = threading.Lock()
+        self._renewer: threading.Thread | None = None
+        self._closing = threading.Event()
+
+    @classmethod
+    def from_settings(cls, settings) -> RedisStore:
+        client = redis.Redis.from_url(settings.store_url, socket_timeout=10, socket_connect_timeout=5,
+                                      health_check_interval=30)
+        return cls(client, max_sessions=settings.max_sessions, ttl_seconds=settings.session_ttl_seconds,
+                   lock_ttl_seconds=settings.lock_ttl_seconds, lock_wait_seconds=settings.lock_wait_seconds,
+                   key_prefix=settings.redis_key_prefix, cache_bytes=settings.redis_cache_bytes)
+
+    # ----- keys and times -----------------------------------------------------------------------------
+    def _key(self, session_id: str) -> str:
+        return f"{self.prefix}s:{session_id}"
+
+    def _lock_key(self, session_id: str) -> str:
+        return f"{self.prefix}lock:{session_id}"
+
+    def _times(self) -> tuple[float, int, int]:
+        """now (s), the expiry score of a session touched now (ms), the TTL (ms)."""
+        now = time.time()
+        ttl_ms = max(1, int(self.ttl_seconds * 1000))
+        return now, int(now * 1000) + ttl_ms, ttl_ms
+
+    # ----- the protocol -------------------------------------------------------------------------------
+    def create(self, state: Any) -> Session:
+        blob = engine.dumps(state)
+        now, score, ttl_ms = self._times()
+        for _ in range(3):
+            session_id = secrets.token_urlsafe(24)
+            with _unavailable_as_503():
+                created = self._create(keys=[self._key(session_id), self._index],
+                                       args=[session_id, repr(now), score, ttl_ms, self.max_sessions, blob,
+                                             len(state.tensors)])
+            if created == 0:
+                raise TooManySessions(f"the service holds its maximum of {self.max_sessions} sessions "
+                                      "(GRADSERVE_MAX_SESSIONS); delete one or retry after some expire")
+            if created == 1:
+                self._remember(session_id, _Cached(1, state, len(blob)))  # nobody else has it yet
+                return Session(id=session_id, state=state, created_at=now, last_used_at=now, version=1)
+        raise RuntimeError("could not draw an unused session id")  # 2**192 ids: not reached
+
+    @contextmanager
+    def open(self, session_id: str, *, write: bool = False) -> Iterator[Session]:
+        if not write:
+            with self._read(session_id) as session:
+                yield session
+            return
+        lock_key = self._lock_key(session_id)
+        token = self._acquire(session_id, lock_key)
+        lease = None
+        try:
+            session, entry = self._load(session_id, blocking=True)
+            lease = _Lease(lock_key, token, entry)
+            session.lease = lease
+            try:
+                yield session
+            finally:
+                if not lease.saved:  # failed or abandoned: the state may hold unsaved changes
+                    self._forget(session_id, entry)
+                entry.lock.release()
+        finally:
+            self._unhold(lock_key)
+            with _unavailable_as_503():
+                self._release(keys=[lock_key], args=[token])
+
+    def save(self, session: Session) -> None:
+        lease: _Lease = session.lease
+        blob = engine.dumps(session.state)
+        now, score, ttl_ms = self._times()
+        with _unavailable_as_503():
+            new = self._save(keys=[self._key(session.id), lease.lock_key, self._index],
+                             args=[session.id, repr(now), score, ttl_ms, session.version, lease.token, blob,
+                                   len(session.state.tensors)])
+        if new == -1:
+            raise SessionNotFound(session.id)
+        if new == 0:
+            raise SessionBusy(f"session {session.id!r} was changed by another request after this one's lock "
+                              f"expired (it held the session longer than GRADSERVE_LOCK_TTL_SECONDS without "
+                              f"renewing); nothing was applied, retry")
+        lease.saved = True
+        session.version = lease.entry.version = int(new)
+        session.last_used_at = now
+        self._remember(session.id, lease.entry, nbytes=len(blob))
+
+    def delete(self, session_id: str) -> None:
+        with _unavailable_as_503():
+            pipe = self.redis.pipeline()
+            pipe.delete(self._key(session_id))
+            pipe.zrem(self._index, session_id)
+            deleted, _ = pipe.execute()
+        self._forget(session_id)
+        if not deleted:
+            raise SessionNotFound(session_id)
+
+    def list(self) -> list[Session]:
+        with _unavailable_as_503():
+            ids = self._live_ids()
+            pipe = self.redis.pipeline(transaction=False)
+            for session_id in ids:
+                pipe.hmget(self._key(session_id), "created_at", "last_used_at", "tensor_count")
+            rows = pipe.execute()
+        return [Session(id=session_id, state=None, created_at=float(created), last_used_at=float(used),
+                        listed_tensor_count=int(count))
+                for session_id, (created, used, count) in zip(ids, rows) if created is not None]
+
+    def count(self) -> int:
+        with _unavailable_as_503():
+            pipe = self.redis.pipeline()
+            pipe.zremrangebyscore(self._index, "-inf", int(time.time() * 1000))
+            pipe.zcard(self._index)
+            return int(pipe.execute()[1])
+
+    def sweep(self) -> int:
+        """Redis expires the sessions themselves; this drops their ids from the index."""
+        with _unavailable_as_503():
+            return int(self.redis.zremrangebyscore(self._index, "-inf", int(time.time() * 1000)))
+
+    def ping(self) -> bool:
+        with _unavailable_as_503():
+            return bool(self.redis.ping())
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._renewer is not None:
+            self._renewer.join(timeout=5)
+        with self._cache_lock:
+            self._cache.clear()
+            self._cache_used = 0
+        self.redis.close()
+
+    # ----- reading and loading ------------------------------------------------------------------------
+    def _live_ids(self) -> list[str]:
+        pipe = self.redis.pipeline()
+        now_ms = int(time.time() * 1000)
+        pipe.zremrangebyscore(self._index, "-inf", now_ms)
+        pipe.zrangebyscore(self._index, now_ms, "+inf")
+        return [i.decode() for i in pipe.execute()[1]]
+
+    @contextmanager
+    def _read(self, session_id: str) -> Iterator[Session]:
+        session, entry = self._load(session_id, blocking=False)
+        try:
+            yield session
+        finally:
+            entry.lock.release()
+
+    def _load(self, session_id: str, *, blocking: bool) -> tuple[Session, _Cached]:
+        """The session, renewed, with its cache entry locked by the caller (release ``entry.lock``). A reader
+        (``blocking=False``) does not wait for a writer of this process to finish with the cached state: it
+        downloads the stored version instead."""
+        with self._cache_lock:
+            cached = self._cache.get(session_id)
+        now, score, ttl_ms = self._times()
+        with _unavailable_as_503():
+            found = self._touch(keys=[self._key(session_id), self._index],
+                                args=[session_id, repr(now), score, ttl_ms, cached.version if cached else ""])
+        if not found:
+            self._forget(session_id)
+            raise SessionNotFound(session_id)
+        version, created_at, blob = int(found[0]), float(found[1]), found[2]
+        if cached is not None and not blob:
+            if cached.lock.acquire(blocking=blocking):
+                if cached.valid and cached.version == version:
+                    return self._session(session_id, cached.state, version, created_at, now), cached
+                cached.lock.release()
+            with _unavailable_as_503():  # a local writer has it, changed it or dropped it: read what is stored
+                blob, stored = self.redis.hmget(self._key(session_id), "state", "version")
+            if blob is None:
+                raise SessionNotFound(session_id)
+            version = int(stored)
+        entry = _Cached(version, engine.loads(blob), len(blob))
+        entry.lock.acquire()
+        self._remember(session_id, entry)
+        return self._session(session_id, entry.state, version, created_at, now), entry
+
+    @staticmethod
+    def _session(session_id: str, state: Any, version: int, created_at: float, now: float) -> Session:
+        return Session(id=session_id, state=state, created_at=created_at, last_used_at=now, version=version)
+
+    # ----- the per-process cache ----------------------------------------------------------------------
+    def _remember(self, session_id: str, entry: _Cached, nbytes: int | None = None) -> None:
+        """Make ``entry`` the session's cached state (the newest this process knows of)."""
+        with self._cache_lock:
+            old = self._cache.pop(session_id, None)
+            if old is not None:
+                self._cache_used -= old.nbytes
+                old.valid = old is entry
+            if nbytes is not None:
+                entry.nbytes = nbytes
+            if entry.nbytes > self.cache_bytes:
+                entry.valid = False
+                return
+            entry.valid = True
+            self._cache[session_id] = entry
+            self._cache_used += entry.nbytes
+            while self._cache_used > self.cache_bytes:
+                _, evicted = self._cache.popitem(last=False)
+                self._cache_used -= evicted.nbytes
+                evicted.valid = False
+
+    def _forget(self, session_id: str, entry: _Cached | None = None) -> None:
+        with self._cache_lock:
+            current = self._cache.get(session_id)
+            if current is not None and (entry is None or current is entry):
+                del self._cache[session_id]
+                self._cache_used -= current.nbytes
+            if entry is not None:
+                entry.valid = False
+            elif current is not None:
+                current.valid = False
+
+    # ----- the lock -----------------------------------------------------------------------------------
+    def _acquire(self, session_id: str, lock_key: str) -> str:
+        token = secrets.token_hex(16)
+        ttl_ms = max(1, int(self.lock_ttl_seconds * 1000))
+        deadline = time.monotonic() + self.lock_wait_seconds
+        delay = 0.0005
+        while True:
+            with _unavailable_as_503():
+                if self.redis.set(lock_key, token, nx=True, px=ttl_ms):
+                    break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SessionBusy(f"session {session_id!r} is busy with another request; it was not free "
+                                  f"within {self.lock_wait_seconds:g} s (GRADSERVE_LOCK_WAIT_SECONDS)")
+            time.sleep(min(left, delay * random.uniform(0.5, 1.5)))
+            delay = min(delay * 2, 0.02)
+        with self._held_lock:
+            self._held[lock_key] = token
+            if self._renewer is None:
+                self._renewer = threading.Thread(target=self._renew_forever, name="gradserve-lock-renewer",
+                                                 daemon=True)
+                self._renewer.start()
+        return token
+
+    def _unhold(self, lock_key: str) -> None:
+        with self._held_lock:
+            self._held.pop(lock_key, None)
+
+    def _renew_forever(self) -> None:
+        """Extend every lock this process holds, every third of the lock TTL."""
+        while not self._closing.wait(self.lock_ttl_seconds / 3):
+            with self._held_lock:
+                held = list(self._held.items())
+            if not held:
+                continue
+            try:
+                kept = self._extend(keys=[k for k, _ in held],
+                                    args=[max(1, int(self.lock_ttl_seconds * 1000)), *[t for _, t in held]])
+                if kept < len(held):
+                    log.warning("%d session lock(s) lapsed before renewal; their saves will be refused",
+                                len(held) - kept)
+            except redis.RedisError as exc:
+                log.warning("renewing session locks failed: %s", exc)
+
+
+@contextmanager
+def _unavailable_as_503() -> Iterator[None]:
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError) as exc:
+        raise StoreUnavailable(f"the session store (Redis) is unreachable: {exc}") from exc
