@@ -11,11 +11,12 @@ Keys (``GRADSERVE_REDIS_KEY_PREFIX``, default ``gradserve:``):
 - ``{prefix}index``: a sorted set of session ids scored by expiry time (ms), for listing, counting and the
   session limit across processes.
 
-A writer takes the lock, loads the state, runs, and saves with a compare-and-set: the save applies only if
-the stored version is still the one it loaded and no other request holds the lock. So a writer whose lock
-lapsed cannot overwrite a newer state: its request fails with 409 ``session_busy`` (nothing applied) rather
-than losing someone else's update. A writer that cannot get the lock within ``GRADSERVE_LOCK_WAIT_SECONDS``
-gets the same 409 with ``Retry-After``. Readers take no lock: they read one stored version, atomically.
+A writer takes the lock and reads the state (one script), runs, and saves with a compare-and-set that also
+releases the lock (one script): the save applies only if the stored version is still the one it loaded and
+no other request holds the lock. So a writer whose lock lapsed cannot overwrite a newer state: its request
+fails with 409 ``session_busy`` (nothing applied) rather than losing someone else's update. A writer that
+cannot get the lock within ``GRADSERVE_LOCK_WAIT_SECONDS`` gets the same 409 with ``Retry-After``. Readers
+take no lock: they read one stored version, atomically (one script). Two round trips per write, one per read.
 
 Each process keeps the states it last loaded or saved (up to ``GRADSERVE_REDIS_CACHE_BYTES``) and reuses
 one when the stored version is unchanged, which spares the download and the deserialisation when a client
@@ -25,6 +26,7 @@ would need both in one hash slot: use a single Redis (with replicas and persiste
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import secrets
@@ -74,8 +76,28 @@ if v ~= ARGV[5] then state = redis.call('HGET', KEYS[1], 'state') end
 return {v, redis.call('HGET', KEYS[1], 'created_at'), state}
 """
 
-# Compare-and-set. KEYS: session, lock, index. ARGV: id, now, expiry score, ttl, expected version, token,
-# state, tensor count. Returns the new version, 0 when superseded or the lock is someone else's, -1 when gone.
+# Take the lock and read, in one round trip. KEYS: lock, session, index. ARGV: token, lock ttl (ms), then
+# _TOUCH's ARGV. Returns 0 when someone else holds the lock, -1 when the session is gone (lock not kept),
+# else what _TOUCH returns.
+_ACQUIRE = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+local v = redis.call('HGET', KEYS[2], 'version')
+if not v then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  return -1
+end
+redis.call('HSET', KEYS[2], 'last_used_at', ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[3])
+local state = ''
+if v ~= ARGV[7] then state = redis.call('HGET', KEYS[2], 'state') end
+return {v, redis.call('HGET', KEYS[2], 'created_at'), state}
+"""
+
+# Compare-and-set, then release the lock. KEYS: session, lock, index. ARGV: id, now, expiry score, ttl,
+# expected version, token, state, tensor count. Returns the new version, 0 when superseded or the lock is
+# someone else's (nothing written, the lock left as it is), -1 when the session is gone.
 _SAVE = """
 local v = redis.call('HGET', KEYS[1], 'version')
 if not v then return -1 end
@@ -86,6 +108,7 @@ local new = tonumber(v) + 1
 redis.call('HSET', KEYS[1], 'state', ARGV[7], 'version', new, 'last_used_at', ARGV[2], 'tensor_count', ARGV[8])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+if owner then redis.call('DEL', KEYS[2]) end
 return new
 """
 
@@ -95,16 +118,17 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-# KEYS: locks. ARGV: ttl (ms), tokens (one per key). Returns how many were still ours.
+# KEYS: locks. ARGV: ttl (ms), tokens (one per key). Returns the keys that were no longer ours.
 _EXTEND = """
-local n = 0
+local lost = {}
 for i, key in ipairs(KEYS) do
   if redis.call('GET', key) == ARGV[i + 1] then
     redis.call('PEXPIRE', key, ARGV[1])
-    n = n + 1
+  else
+    table.insert(lost, key)
   end
 end
-return n
+return lost
 """
 
 
@@ -124,7 +148,7 @@ class _Lease:
     lock_key: str
     token: str
     entry: _Cached
-    saved: bool = False
+    saved: bool = False  # saving also releases the lock
 
 
 class RedisStore:
@@ -140,6 +164,7 @@ class RedisStore:
         self._index = f"{key_prefix}index"
         self._create = client.register_script(_CREATE)
         self._touch = client.register_script(_TOUCH)
+        self._acquire_script = client.register_script(_ACQUIRE)
         self._save = client.register_script(_SAVE)
         self._release = client.register_script(_RELEASE)
         self._extend = client.register_script(_EXTEND)
@@ -197,27 +222,25 @@ class RedisStore:
                 yield session
             return
         lock_key = self._lock_key(session_id)
-        token = self._acquire(session_id, lock_key)
-        lease = None
+        token = secrets.token_hex(16)
+        session, entry = self._acquire(session_id, lock_key, token)
+        lease = session.lease = _Lease(lock_key, token, entry)
         try:
-            session, entry = self._load(session_id, blocking=True)
-            lease = _Lease(lock_key, token, entry)
-            session.lease = lease
-            try:
-                yield session
-            finally:
-                if not lease.saved:  # failed or abandoned: the state may hold unsaved changes
-                    self._forget(session_id, entry)
-                entry.lock.release()
+            yield session
         finally:
             self._unhold(lock_key)
-            with _unavailable_as_503():
-                self._release(keys=[lock_key], args=[token])
+            if not lease.saved:  # failed or abandoned: the state may hold unsaved changes, and the lock is ours
+                self._forget(session_id, entry)
+            entry.lock.release()
+            if not lease.saved:
+                with _unavailable_as_503():
+                    self._release(keys=[lock_key], args=[token])
 
     def save(self, session: Session) -> None:
         lease: _Lease = session.lease
         blob = engine.dumps(session.state)
         now, score, ttl_ms = self._times()
+        self._unhold(lease.lock_key)  # no renewal while the script releases it (nor after a refusal)
         with _unavailable_as_503():
             new = self._save(keys=[self._key(session.id), lease.lock_key, self._index],
                              args=[session.id, repr(now), score, ttl_ms, session.version, lease.token, blob,
@@ -289,16 +312,14 @@ class RedisStore:
 
     @contextmanager
     def _read(self, session_id: str) -> Iterator[Session]:
-        session, entry = self._load(session_id, blocking=False)
+        session, entry = self._load(session_id)
         try:
             yield session
         finally:
             entry.lock.release()
 
-    def _load(self, session_id: str, *, blocking: bool) -> tuple[Session, _Cached]:
-        """The session, renewed, with its cache entry locked by the caller (release ``entry.lock``). A reader
-        (``blocking=False``) does not wait for a writer of this process to finish with the cached state: it
-        downloads the stored version instead."""
+    def _load(self, session_id: str) -> tuple[Session, _Cached]:
+        """A reader's session, renewed, its cache entry locked by the caller (release ``entry.lock``)."""
         with self._cache_lock:
             cached = self._cache.get(session_id)
         now, score, ttl_ms = self._times()
@@ -308,6 +329,13 @@ class RedisStore:
         if not found:
             self._forget(session_id)
             raise SessionNotFound(session_id)
+        return self._materialize(session_id, found, cached, now, blocking=False)
+
+    def _materialize(self, session_id: str, found: list, cached: _Cached | None, now: float, *,
+                     blocking: bool) -> tuple[Session, _Cached]:
+        """The state of what _TOUCH/_ACQUIRE returned: the cached one when still current, else the stored
+        one, deserialised. A reader (``blocking=False``) does not wait for a writer of this process to
+        finish with the cached state: it downloads the stored version instead."""
         version, created_at, blob = int(found[0]), float(found[1]), found[2]
         if cached is not None and not blob:
             if cached.lock.acquire(blocking=blocking):
@@ -361,28 +389,47 @@ class RedisStore:
                 current.valid = False
 
     # ----- the lock -----------------------------------------------------------------------------------
-    def _acquire(self, session_id: str, lock_key: str) -> str:
-        token = secrets.token_hex(16)
-        ttl_ms = max(1, int(self.lock_ttl_seconds * 1000))
+    def _acquire(self, session_id: str, lock_key: str, token: str) -> tuple[Session, _Cached]:
+        """Take the session's lock (waiting up to GRADSERVE_LOCK_WAIT_SECONDS) and load the session, with
+        one script call per attempt."""
+        lock_ms = max(1, int(self.lock_ttl_seconds * 1000))
         deadline = time.monotonic() + self.lock_wait_seconds
         delay = 0.0005
         while True:
+            with self._cache_lock:
+                cached = self._cache.get(session_id)
+            now, score, ttl_ms = self._times()
             with _unavailable_as_503():
-                if self.redis.set(lock_key, token, nx=True, px=ttl_ms):
-                    break
+                found = self._acquire_script(keys=[lock_key, self._key(session_id), self._index],
+                                             args=[token, lock_ms, session_id, repr(now), score, ttl_ms,
+                                                   cached.version if cached else ""])
+            if found == -1:
+                self._forget(session_id)
+                raise SessionNotFound(session_id)
+            if found != 0:
+                break
             left = deadline - time.monotonic()
             if left <= 0:
                 raise SessionBusy(f"session {session_id!r} is busy with another request; it was not free "
                                   f"within {self.lock_wait_seconds:g} s (GRADSERVE_LOCK_WAIT_SECONDS)")
             time.sleep(min(left, delay * random.uniform(0.5, 1.5)))
             delay = min(delay * 2, 0.02)
+        self._hold(lock_key, token)
+        try:
+            return self._materialize(session_id, found, cached, now, blocking=True)
+        except BaseException:
+            self._unhold(lock_key)
+            with contextlib.suppress(redis.RedisError):
+                self._release(keys=[lock_key], args=[token])
+            raise
+
+    def _hold(self, lock_key: str, token: str) -> None:
         with self._held_lock:
             self._held[lock_key] = token
             if self._renewer is None:
                 self._renewer = threading.Thread(target=self._renew_forever, name="gradserve-lock-renewer",
                                                  daemon=True)
                 self._renewer.start()
-        return token
 
     def _unhold(self, lock_key: str) -> None:
         with self._held_lock:
@@ -396,11 +443,13 @@ class RedisStore:
             if not held:
                 continue
             try:
-                kept = self._extend(keys=[k for k, _ in held],
+                lost = self._extend(keys=[k for k, _ in held],
                                     args=[max(1, int(self.lock_ttl_seconds * 1000)), *[t for _, t in held]])
-                if kept < len(held):
+                with self._held_lock:  # a lock released since the snapshot was not lost
+                    lapsed = [k for k, t in held if k.encode() in lost and self._held.get(k) == t]
+                if lapsed:
                     log.warning("%d session lock(s) lapsed before renewal; their saves will be refused",
-                                len(held) - kept)
+                                len(lapsed))
             except redis.RedisError as exc:
                 log.warning("renewing session locks failed: %s", exc)
 
