@@ -145,10 +145,10 @@ wrk.body = [==[{body}]==]
 """
 
 
-def wrk(url: str, body: bytes, duration: int, connections: int, tmp: Path) -> dict:
+def wrk(url: str, body: bytes, duration: int, connections: int, tmp: Path, lua: str = "") -> dict:
     """One bounded wrk run (one thread: the machine has two cores, shared by wrk and the server)."""
     script = tmp / "post.lua"
-    script.write_text(LUA.format(body=body.decode()))
+    script.write_text(LUA.format(body=body.decode()) + lua)
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--timeout", "5s", "--latency", "-s", str(script),
            url]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=duration + 30).stdout
@@ -224,7 +224,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="wrk runs per endpoint (the median is shown)")
     parser.add_argument("--size", type=int, default=1_000_000, help="elements of the transfer tensors")
     parser.add_argument("--skip-http", action="store_true")
+    parser.add_argument("--store", choices=["redis"], help="instead: the Redis store against the memory store "
+                        "(see 'Store mode' at the end of this file)")
+    parser.add_argument("--redis-url", help="with --store redis: an existing Redis (default: start redis-server)")
     args = parser.parse_args()
+    if args.store == "redis":
+        return store_main(args)
 
     failed = False
     print(f"{'transfer / parse (best of >= 7)':40} {'floor s':>9} {'app s':>9} {'ratio':>7} {'target':>7}  result")
@@ -246,6 +251,124 @@ def main() -> int:
                   f"{'>=' + str(target) + 'x' if target else '':>7}  {verdict(met) if target else ''}")
         print(f"\nwrk and the server share this machine's {os.cpu_count()} cores (one wrk thread, one uvicorn "
               "worker); ratios are to the ceiling measured in the same run.")
+    print("all targets met" if not failed else "some targets MISSED")
+    return 1 if failed else 0
+
+
+# ===== Store mode (--store redis) ======================================================================
+# Session op list + backward (y = w * x, s = y.sum(), s.backward(): x.grad and w.grad accumulate) with the
+# memory store and with the Redis store, for sessions of a few bytes up to about 1 MiB of tensors (x, w,
+# their grads and y; data as base64 both ways). One uvicorn worker per store, both up at once, runs
+# interleaved. Each wrk connection works on its own session (the request path rotates over `connections`
+# sessions), so the figures are the per-request cost of each store, not queueing on one session's lock.
+# Target: the Redis store's latency (p50 and p99) at most 1.5x the memory store's.
+STORE_TARGET = 1.5
+STORE_SIZES = {"scalar": 1, "64 KiB": 64 * 1024 // 20, "1 MiB": 1024 * 1024 // 20}  # 5 tensors of n float32
+
+ROTATE_LUA = """
+paths = {{{paths}}}
+counter = 0
+request = function()
+  counter = counter + 1
+  return wrk.format(nil, paths[(counter % #paths) + 1])
+end
+"""
+
+STEP = [{"op": "mul", "out": "y", "args": ["w", "x"]}, {"op": "sum", "out": "s", "args": ["y"]},
+        {"op": "backward", "args": ["s"]}]
+
+
+def start_redis(tmp: Path) -> tuple[subprocess.Popen, str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        sys.exit("redis-server is not installed (apt-get install -y redis-server), or pass --redis-url")
+    port = free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                             "no", "--dir", str(tmp)], stdout=subprocess.DEVNULL)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), 0.5) as conn:
+                conn.sendall(b"PING\r\n")
+                if conn.recv(16).startswith(b"+PONG"):
+                    return proc, f"redis://127.0.0.1:{port}/0"
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("redis-server did not start")
+
+
+def start_store_server(store_url: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRADSERVE_STORE_URL": store_url,
+           "GRADSERVE_REDIS_KEY_PREFIX": f"bench-{os.getpid()}:", "GRADSERVE_MAX_NODES_PER_SESSION": "1000000"}
+    cmd = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
+           "--workers", "1", "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"]
+    server = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    wait_until_up(f"{base}/healthz")
+    return server, base
+
+
+def sized_sessions(base: str, n: int, count: int) -> tuple[list[str], int]:
+    """``count`` sessions holding x and w of ``n`` float32 each, one step run; their paths and bytes held."""
+    data = base64.b64encode(np.linspace(-1, 1, n, dtype=np.float32).tobytes()).decode()
+    payload = {"dtype": "float32", "shape": [n], "encoding": "base64", "data": data}
+    paths = []
+    for _ in range(count):
+        sid = orjson.loads(request(f"{base}/v1/sessions", b""))["id"]
+        request(f"{base}/v1/sessions/{sid}/ops", orjson.dumps({"ops": [
+            {"op": "tensor", "out": "x", "args": [payload], "kwargs": {"requires_grad": True}},
+            {"op": "tensor", "out": "w", "args": [payload], "kwargs": {"requires_grad": True}}, *STEP]}))
+        paths.append(f"/v1/sessions/{sid}/ops?encoding=base64")
+    nbytes = orjson.loads(urllib.request.urlopen(f"{base}/v1/sessions/{sid}", timeout=10).read())["memory_bytes"]
+    return paths, nbytes
+
+
+def store_main(args) -> int:
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed: apt-get update && apt-get install -y wrk")
+    body = orjson.dumps({"ops": STEP})
+    results: dict[tuple[str, str], list[dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        redis_proc, redis_url = (None, args.redis_url) if args.redis_url else start_redis(tmp)
+        servers = {}
+        try:
+            for store, url in (("memory", "memory://"), ("redis", redis_url)):
+                servers[store] = start_store_server(url)
+            plans, held = {}, {}
+            for size, n in STORE_SIZES.items():
+                for store, (_, base) in servers.items():
+                    paths, held[size] = sized_sessions(base, n, args.connections)
+                    lua = ROTATE_LUA.format(paths=", ".join(f'"{p}"' for p in paths))
+                    plans[(size, store)] = (f"{base}{paths[0]}", lua)
+                    wrk(f"{base}{paths[0]}", body, 1, args.connections, tmp, lua)  # warm-up
+            for _ in range(args.rounds):  # interleaved, so that drift hits both stores alike
+                for key, (url, lua) in plans.items():
+                    results.setdefault(key, []).append(wrk(url, body, args.duration, args.connections, tmp, lua))
+        finally:
+            for server, _ in servers.values():
+                server.terminate()
+                server.wait(timeout=10)
+            if redis_proc is not None:
+                redis_proc.kill()
+                redis_proc.wait(timeout=10)
+
+    failed = False
+    print(f"session op list + backward, ?encoding=base64 (wrk -t1 -c{args.connections}, {args.duration} s, "
+          f"median of {args.rounds}; one session per connection)")
+    print(f"{'session tensors':>20} | {'memory req/s':>12} {'p50 ms':>7} {'p99 ms':>7} | {'redis req/s':>11} "
+          f"{'p50 ms':>7} {'p99 ms':>7} | {'p50 x':>6} {'p99 x':>6}  target <={STORE_TARGET}x")
+    for size in STORE_SIZES:
+        m, r = median_run(results[(size, "memory")]), median_run(results[(size, "redis")])
+        p50, p99 = r["p50"] / m["p50"], r["p99"] / m["p99"]
+        met = p50 <= STORE_TARGET and p99 <= STORE_TARGET
+        failed |= not met
+        label = f"{size} ({held[size]:,} B)"
+        print(f"{label:>20} | {m['rps']:12.0f} {m['p50']:7.2f} {m['p99']:7.2f} | {r['rps']:11.0f} {r['p50']:7.2f} "
+              f"{r['p99']:7.2f} | {p50:5.2f}x {p99:5.2f}x  {verdict(met)}")
+    print(f"\nwrk, uvicorn and redis-server share this machine's {os.cpu_count()} cores.")
     print("all targets met" if not failed else "some targets MISSED")
     return 1 if failed else 0
 
