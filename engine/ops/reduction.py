@@ -296,10 +296,9 @@ def _amax_backward(ctx, grad):
     dims = tuple(ctx.dim) if ctx.dim else None
     r = _restore(ctx.result, dims, nd, ctx.keepdim)
     g = _restore(grad, dims, nd, ctx.keepdim)
-    mask = eq(r, x)
-    count = sum(mask.long() if False else _to_float(mask, x.dtype), list(dims) if dims else None, keepdim=True) \
-        if dims else sum(_to_float(mask, x.dtype))
-    return (g / count) * _to_float(mask, x.dtype),
+    mask = _to_float(eq(r, x), x.dtype)
+    count = sum(mask, list(dims), keepdim=True) if dims else sum(mask)
+    return (g / count) * mask,
 
 
 def _to_float(mask: Tensor, dtype: str) -> Tensor:

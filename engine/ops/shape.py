@@ -151,8 +151,6 @@ def reshape(self, *shape):
     (UnsafeViewBackward0 over CloneBackward0)."""
     self = require_tensor(self)
     shape = _infer_shape(shape_arg(shape), self.data.size)
-    if shape == self.data.shape and False:
-        return self
     out = _try_view(self.data, shape)
     if out is not None:
         return _as_view(record("ViewBackward0", out, (self,), {"self_sym_sizes": self.data.shape}), self)
@@ -480,8 +478,7 @@ def _split_sizes(n: int, split_size: int) -> list:
 
 def _split(self: Tensor, sizes: list, d: int, prim: str, saved: dict) -> tuple:
     offs = np.cumsum([0] + sizes)
-    arrs = tuple(np.take(self.data, np.arange(offs[i], offs[i + 1]), axis=d) if False else
-                 self.data[(slice(None),) * d + (slice(int(offs[i]), int(offs[i + 1])),)]
+    arrs = tuple(self.data[(slice(None),) * d + (slice(int(offs[i]), int(offs[i + 1])),)]
                  for i in range(len(sizes)))
     outs = record(prim, arrs, (self,), saved)
     return tuple(_as_view(o, self) for o in outs)
@@ -545,10 +542,9 @@ def chunk(self, chunks, dim=0):
                                 code="invalid_argument")
     d = wrap_dim(dim, self.data.ndim)
     n = self.data.shape[d]
-    size = -(-n // chunks) if n else 0
-    if size == 0:
-        return split(self, [0] * 0 or [n], d) if n == 0 else split(self, 1, d)
-    return split(self, size, d)
+    if n == 0:
+        return split(self, [0], d)
+    return split(self, -(-n // chunks), d)  # ceil(n / chunks) per chunk, as torch
 
 
 @op("unbind", tensors=("self",), grad_fns=("UnbindBackward0",))
