@@ -25,7 +25,7 @@ from ..node import Node, SavedTensor
 from ..registry import edge, op, record, vjp
 from ..tensor import Tensor
 from . import elementwise as E
-from .common import NP, require_tensor
+from .common import require_tensor
 
 _LEAF = "a leaf Variable that requires grad is being used in an in-place operation."
 _VIEW_OF_LEAF = "a view of a leaf Variable that requires grad is being used in an in-place operation."
@@ -288,5 +288,3 @@ def _(ctx, grad):
         g_val = reshape(_index(reshape(grad, (-1,)), [(0, pos)]), ctx.probe_shape)
     return g_self, g_val
 
-
-_ = (NP,)

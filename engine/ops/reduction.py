@@ -15,7 +15,7 @@ from ..registry import op, record, vjp
 from ..tensor import Tensor
 from .common import NP, float_dtype, require_tensor, wrap_dim, wrap_dims
 from .elementwise import abs as abs_
-from .elementwise import eq, exp, masked_fill, ne, sign, sqrt, where
+from .elementwise import eq, exp, masked_fill, sign
 from .shape import expand, reshape, unsqueeze
 
 
@@ -565,5 +565,3 @@ def _(ctx, grad):
         return grad,
     return _scatter_into_zeros(grad, shp, wrap_dim(ctx.dim, len(shp)), ctx.indices.data),
 
-
-_unused = (ne, sqrt, where)
