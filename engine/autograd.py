@@ -127,14 +127,13 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
     return tuple(result)
 
 
-def _topological(roots: list[Node]) -> list[Node]:
-    """Parents before children (Kahn's algorithm over the reachable graph)."""
+def _dependencies(roots: list[Node]) -> dict:
+    """For every node reachable from the roots, how many edges point at it from reachable nodes."""
     deps: dict[Node, int] = {}
     stack = list(roots)
     seen = set(roots)
     while stack:
-        n = stack.pop()
-        for c, _ in n.next_functions:
+        for c, _ in stack.pop().next_functions:
             if c is None:
                 continue
             if c in deps:
@@ -144,6 +143,12 @@ def _topological(roots: list[Node]) -> list[Node]:
                 if c not in seen:
                     seen.add(c)
                     stack.append(c)
+    return deps
+
+
+def _topological(roots: list[Node]) -> list[Node]:
+    """Parents before children (Kahn's algorithm over the reachable graph)."""
+    deps = _dependencies(roots)
     order = []
     ready = [r for r in dict.fromkeys(roots) if r not in deps]
     while ready:
@@ -199,13 +204,14 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         input_edges = [edge(t) for t in inputs]
 
     root_nodes = [n for n, _ in root_edges]
-    order = _topological(root_nodes)
 
     # which nodes run (needed) and which receive gradients (relevant)
     if input_edges is None:
         needed = relevant = None  # every node in order runs
         captures: dict[Node, list] = {}
+        order = _topological(root_nodes)
     else:
+        order = _topological(root_nodes)
         targets = {n for n, _ in input_edges if n.prim == "AccumulateGrad"}
         captures = {}
         for idx, (n, nr) in enumerate(input_edges):
@@ -233,7 +239,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
     retained: list[tuple[Tensor, Tensor]] = []
     executed: list[Node] = []
     pruned = input_edges is not None
-    with set_grad_enabled(create_graph), np.errstate(all="ignore"):
+    with set_grad_enabled(create_graph):
         for node in order:
             if pruned and node not in relevant:
                 continue
@@ -276,22 +282,15 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
 
     # commit: nothing above changed any tensor's state
     contributions = {}
-    foreign = {id(g.data) for g in grads if g is not None}
-    claimed: set[int] = set()
-
-    def owned(g: Tensor) -> np.ndarray:
-        a = g.data
-        if id(a) in claimed or id(a) in foreign or not a.flags.owndata or not a.flags.writeable:
-            a = a.copy()
-        claimed.add(id(a))
-        return a
-
     if accumulate:
+        # a gradient array may be shared (a pass-through VJP, the caller's own gradient, a view): a leaf's new
+        # .grad gets its own copy unless the array is provably private to it
+        claimed = {id(g.data) for g in grads if g is not None}
         for leaf, g in leaf_grads:
             if g.data.dtype != leaf.data.dtype:
                 g = Tensor(g.data.astype(leaf.data.dtype), g.requires_grad, g.grad_fn, g.output_nr)
             contributions[leaf] = g
-            _accumulate_leaf(leaf, g, create_graph, owned)
+            _accumulate_leaf(leaf, g, create_graph, claimed)
         for t, g in retained:
             contributions[t] = g
             with set_grad_enabled(create_graph):
@@ -310,13 +309,17 @@ def _add(a: Tensor, b: Tensor) -> Tensor:
     return add(a, b)
 
 
-def _accumulate_leaf(leaf: Tensor, g: Tensor, create_graph: bool, owned) -> None:
+def _accumulate_leaf(leaf: Tensor, g: Tensor, create_graph: bool, claimed: set) -> None:
     """torch's AccumulateGrad: in place into the same ``.grad`` tensor, except under create_graph where
     the first gradient is a CopyBackwards copy and later ones are ``old + new`` (a new tensor)."""
     old = leaf._grad
     if not create_graph:
         if old is None:
-            setattr_(leaf, "_grad", Tensor(owned(g)))
+            a = g.data
+            if id(a) in claimed or not a.flags.owndata or not a.flags.writeable:
+                a = a.copy()
+            claimed.add(id(a))
+            setattr_(leaf, "_grad", Tensor(a))
         else:
             array_(old.data)
             np.add(old.data, g.data, out=old.data, casting="unsafe")
