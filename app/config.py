@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -19,6 +19,8 @@ class Settings(BaseSettings):
                                          "may send or create.")
     max_ops_per_request: int = Field(10_000, ge=1, description="Most ops in one op list.")
     max_repeat: int = Field(1000, ge=1, description="Largest `repeat` of an op list.")
+    max_op_executions: int = Field(100_000, ge=1, description="Most op executions one request may ask for "
+                                   "(ops x repeat), checked before anything runs.")
     max_nodes_per_session: int = Field(100_000, ge=1, description="Most autograd nodes alive in one session.")
     max_bytes_per_session: int = Field(256 * 1024 * 1024, ge=1, description="Most tensor bytes held by one "
                                        "session.")
@@ -30,6 +32,27 @@ class Settings(BaseSettings):
                                        "instead of the thread pool; 0 never does.")
     inline_max_ops: int = Field(16, ge=0, description="Most ops in an op list run on the event loop.")
     sweep_interval_seconds: float = Field(60.0, gt=0, description="How often expired sessions are freed.")
+
+    # ----- security: keys, ownership, rate limits, CORS -----
+    api_keys: SecretStr = Field(SecretStr(""), description="Comma-separated API keys (or `sha256:<hex>` "
+                                "digests of keys). Empty: the server is open. Only their SHA-256 digests are "
+                                "kept in memory.")
+    max_sessions_per_key: int = Field(100, ge=1, description="Most live sessions one API key may own (429 "
+                                      "above); with keys only.")
+    rate_limit_per_second: float = Field(50.0, ge=0, description="Requests per second one API key may make "
+                                         "(a token bucket per key and per process); 0 disables it.")
+    rate_limit_burst: int = Field(100, ge=1, description="The token bucket's size: requests one key may make "
+                                  "at once after a pause.")
+    metrics_require_key: bool = Field(False, description="Whether `/metrics` needs an API key too (it holds no "
+                                      "tensor data, keys or session ids).")
+    cors_allow_origins: str = Field("", description="Comma-separated origins allowed by CORS (`*` for any); "
+                                    "empty: no CORS headers at all.")
+
+    # ----- observability -----
+    log_level: str = Field("INFO", description="Level of the JSON log lines on stderr.")
+    access_log: bool = Field(True, description="One JSON line per request.")
+    shutdown_grace_seconds: float = Field(30.0, ge=0, description="At shut-down, how long to wait for requests "
+                                          "still running before the session store is closed.")
 
     # ----- deployment: where sessions live -----
     store_url: str = Field("memory://", description="`memory://` (sessions in this process; one worker only) "

@@ -1,4 +1,5 @@
-"""Dependencies: settings, the store and the session service, from the app that serves the request."""
+"""Dependencies: settings, the store, the session service and the requester (owner), from the app and the
+request being served."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ def get_service(request: Request) -> SessionService:
     return request.app.state.service
 
 
+def get_owner(request: Request) -> str:
+    """The digest of the request's API key, set by ``app.auth.Auth`` (``""`` on an open server)."""
+    return request.state.owner
+
+
 async def get_body(request: Request) -> bytes:
     """The raw body, read on the event loop; parsing happens in the route's thread."""
     return await request.body()
@@ -31,6 +37,7 @@ async def get_body(request: Request) -> bytes:
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[SessionStore, Depends(get_store)]
 ServiceDep = Annotated[SessionService, Depends(get_service)]
+OwnerDep = Annotated[str, Depends(get_owner)]
 RawBody = Annotated[bytes, Depends(get_body)]
 EncodingQuery = Annotated[Literal["json", "base64"], Query(
     description="How tensor data is written in the response: JSON numbers/lists (NaN and infinities as "

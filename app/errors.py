@@ -8,13 +8,17 @@ Status policy (also in the README): unknown session or tensor name -> 404; a req
 as written (bad argument, shape, dtype, unknown op, limits) -> 422; a request that is fine but conflicts
 with the session's current state (graph already freed, tensor modified in place since it was saved, in-place
 on a leaf that requires grad) -> 409, and so is a session another request holds too long (``session_busy``);
-too many sessions -> 429; body too large -> 413; session store unreachable -> 503.
+too many sessions, a key's session quota or rate -> 429; missing or invalid API key -> 401; body too large
+-> 413; session store unreachable -> 503. Every problem carries the request's id (``request_id``, also in the
+``X-Request-ID`` header).
 """
 
 from __future__ import annotations
 
 import logging
+from contextvars import ContextVar
 from http import HTTPStatus
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
@@ -27,6 +31,11 @@ from engine.errors import EngineError
 log = logging.getLogger("gradserve")
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+#: The request being served: {"request_id": ..., "code": ...}, set by app.observability's middleware. A dict
+#: shared with the thread-pool copies of the context, so that the code of a problem raised there is seen
+#: by the access log.
+REQUEST: ContextVar[dict[str, Any] | None] = ContextVar("gradserve_request", default=None)
 
 #: Engine codes whose status is not 422. Unknown codes fall back to 422.
 ENGINE_STATUS = {
@@ -50,6 +59,9 @@ TITLES = {
     "invalid_name": "Invalid tensor name",
     "too_many_sessions": "Too many sessions",
     "session_busy": "Session busy",
+    "session_quota_exceeded": "Session quota exceeded",
+    "unauthorized": "Missing or invalid API key",
+    "rate_limited": "Rate limit exceeded",
     "store_unavailable": "Session store unavailable",
     "body_too_large": "Request body too large",
     "validation_error": "Invalid request",
@@ -72,6 +84,10 @@ def problem_body(status: int, code: str, detail: str, **extra) -> dict:
     title = TITLES.get(code) or TITLES.get(code.removesuffix("_error")) or HTTPStatus(status).phrase
     body = {"type": problem_type(code), "title": title, "status": status, "detail": detail, "code": code}
     body.update({k: v for k, v in extra.items() if v is not None})
+    request = REQUEST.get()
+    if request is not None:
+        body["request_id"] = request["request_id"]
+        request["code"] = code
     return body
 
 
@@ -121,6 +137,12 @@ class TooManySessions(AppError):
     retry_after = 60
 
 
+class SessionQuotaExceeded(AppError):
+    status = 429
+    code = "session_quota_exceeded"
+    retry_after = 60
+
+
 class SessionBusy(AppError):
     """Another request holds the session (in any process) longer than GRADSERVE_LOCK_WAIT_SECONDS, or held
     it so long that its lock expired and a newer state was saved; nothing was applied, retry."""
@@ -151,6 +173,9 @@ def engine_status(code: str) -> int:
 
 
 def _engine_error(request: Request, exc: EngineError) -> Response:
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is not None:
+        metrics.op_error(exc.code)
     return problem_response(engine_status(exc.code), exc.code, exc.message, op_index=exc.op_index,
                             op=exc.op, exception=exc.exception)
 
@@ -175,9 +200,15 @@ def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
     return problem_response(exc.status_code, code, detail, headers=getattr(exc, "headers", None))
 
 
+def unexpected_problem(exc: BaseException) -> Response:
+    """A 500 that says what kind of failure it was but not its message (which may quote request data)."""
+    log.error("unhandled %s", type(exc).__name__, exc_info=exc)
+    return problem_response(500, "internal_error", f"the server failed on this request ({type(exc).__name__}); "
+                            "it is logged under this request's id")
+
+
 def _unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return problem_response(500, "internal_error", f"{type(exc).__name__}: {exc}")
+    return unexpected_problem(exc)
 
 
 def install(app: FastAPI) -> None:

@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from fastapi.staticfiles import StaticFiles
 from pydantic import TypeAdapter
 
 from app import errors
+from app.auth import METRICS_PATH, OPEN_PATHS, Auth, KeyRing, RateLimiter
 from app.config import Settings, get_settings
 from app.middleware import BodySizeLimit
+from app.observability import InFlight, Metrics, Observe, RouteTemplates, configure_logging
 from app.routes import autograd, graph, meta, ops, sessions
 from app.schemas.ops import EvalRequest, OpsRequest
-from app.schemas.problems import Problem
+from app.schemas.problems import Problem, problem_responses
 from app.schemas.tensors import Base64Tensor
 from app.service import SessionService
 from app.store import SeveralWorkersError, make_store
@@ -32,7 +36,20 @@ PyTorch's autograd semantics over HTTP, computed by a numpy engine.
 Create a session, send op lists written the way torch spells them (`tensor`, `mul`, `backward`, `grad`,
 `zero_grad`, ...), and read back values, gradients, grad_fn names and the graph. Errors are
 `application/problem+json` with PyTorch's own messages.
+
+**Authentication.** When the server is configured with API keys (`GRADSERVE_API_KEYS`), every operation but
+health, readiness, metrics and these docs needs one, as `Authorization: Bearer <key>` or `X-API-Key: <key>`
+(the Authorize button). A session belongs to the key that created it; other keys get 404 for it. Without
+keys the server is open and keys are ignored. Every response carries an `X-Request-ID` header (a sane
+incoming one is kept), also given as `request_id` in problem bodies.
 """
+
+log = logging.getLogger("gradserve")
+
+SECURITY_SCHEMES = {
+    "bearerAuth": {"type": "http", "scheme": "bearer", "description": "An API key as a bearer token."},
+    "apiKeyHeader": {"type": "apiKey", "in": "header", "name": "X-API-Key", "description": "An API key."},
+}
 
 
 async def _sweep_periodically(store, interval: float) -> None:
@@ -45,10 +62,24 @@ async def _sweep_periodically(store, interval: float) -> None:
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
+    keys: KeyRing = app.state.keys
+    if keys.enabled:
+        log.info("API keys required: %d key(s) configured (GRADSERVE_API_KEYS); sessions belong to their key",
+                 len(keys.digests))
+        if keys.short_keys:
+            log.warning("%d API key(s) are shorter than 16 characters: use long random keys", keys.short_keys)
+    else:
+        log.warning("no API keys configured (GRADSERVE_API_KEYS): the server is OPEN, anyone who can reach it "
+                    "can create, read and delete any session")
     sweeper = asyncio.create_task(_sweep_periodically(app.state.store, settings.sweep_interval_seconds))
     try:
         yield
     finally:
+        # the server stops taking requests before this runs; wait for those still running (thread-pool work
+        # included) before the store goes away under them
+        if not await app.state.inflight.wait_idle(settings.shutdown_grace_seconds):
+            log.warning("shutting down with %d request(s) still running after %g s",
+                        app.state.inflight.count, settings.shutdown_grace_seconds)
         sweeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sweeper
@@ -77,20 +108,82 @@ def _schema_with_components(app: FastAPI) -> dict[str, Any]:
                 responses["422"] = problem_422
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
+    _document_security(app, schema)
+    _document_links(schema)
     app.openapi_schema = schema
     return schema
+
+
+def _document_security(app: FastAPI, schema: dict[str, Any]) -> None:
+    """Security schemes, and on every operation that needs a key (when keys are configured) the schemes,
+    401 and 429. Without keys the requirement is optional (`{}`), as the server then ignores keys."""
+    keys: KeyRing = app.state.keys
+    schema["components"]["securitySchemes"] = SECURITY_SCHEMES
+    required = [{"bearerAuth": []}, {"apiKeyHeader": []}]
+    open_paths = set(OPEN_PATHS)
+    if not app.state.settings.metrics_require_key:
+        open_paths.add(METRICS_PATH)
+    extra = problem_responses(401, 429)
+    for name, response in extra.items():
+        response.pop("model", None)
+        if name == 429:
+            response["headers"] = {"Retry-After": {"description": "Seconds to wait before retrying.",
+                                                   "schema": {"type": "integer"}}}
+    for path, methods in schema.get("paths", {}).items():
+        for operation in methods.values():
+            if path in open_paths:
+                operation["security"] = []
+                continue
+            operation["security"] = required if keys.enabled else [{}, *required]
+            responses = operation.setdefault("responses", {})
+            for status, response in extra.items():
+                responses.setdefault(str(status), response)
+
+
+def _document_links(schema: dict[str, Any]) -> None:
+    """OpenAPI links from a created session to every operation on it (stateful fuzzing follows them)."""
+    paths = schema.get("paths", {})
+    created = paths.get("/v1/sessions", {}).get("post", {}).get("responses", {}).get("201")
+    if created is None:
+        return
+    links = {}
+    for path, methods in paths.items():
+        if "{session_id}" not in path:
+            continue
+        for method, operation in methods.items():
+            name = "".join(part.title() for part in operation["operationId"].split("_v1_")[0].split("_"))
+            links[name] = {"operationId": operation["operationId"],
+                           "parameters": {"session_id": "$response.body#/id"},
+                           "description": f"`{method.upper()} {path}` on the created session."}
+    created["links"] = links
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     app = FastAPI(title="gradserve", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
                   docs_url=None, redoc_url=None)
+    configure_logging(settings.log_level)
     app.state.settings = settings
+    app.state.keys = KeyRing(settings.api_keys.get_secret_value())
     app.state.store = make_store(settings)
-    app.state.service = SessionService(app.state.store, settings)
+    app.state.metrics = Metrics(app.state.store)
+    app.state.inflight = InFlight()
+    app.state.service = SessionService(app.state.store, settings, app.state.metrics)
 
     errors.install(app)
+    # innermost first: the body limit, then keys and rate limits, CORS (preflights need no key), and
+    # outermost the request id, metrics and access log, which see every response
     app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(Auth, keys=app.state.keys,
+                       limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
+                       metrics_open=not settings.metrics_require_key)
+    origins = [o.strip() for o in settings.cors_allow_origins.split(",") if o.strip()]
+    if origins:
+        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST", "DELETE"],
+                           allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID"],
+                           expose_headers=["X-Request-ID", "Retry-After", "Location", "WWW-Authenticate"])
+    app.add_middleware(Observe, metrics=app.state.metrics, inflight=app.state.inflight,
+                       templates=RouteTemplates(lambda: list(app.openapi()["paths"])), access=settings.access_log)
     for module in (sessions, ops, autograd, graph, meta):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -13,6 +13,9 @@ no ``repeat``, only ops whose cost follows the size of their inputs (no creation
 expand/repeat, no matmul family), and, for a session, a session held in this process (the memory store),
 free right now (its lock is never waited for on the loop), whose last run was quick and left only small
 named tensors. Everything else runs in the thread pool, as before.
+
+Every session call takes the requester's ``owner`` (the digest of its API key, ``""`` on an open server):
+the store answers another owner's session as unknown.
 """
 
 from __future__ import annotations
@@ -106,9 +109,10 @@ def validate(adapter, data: Any) -> Any:
 
 
 class SessionService:
-    def __init__(self, store: SessionStore, settings: Settings):
+    def __init__(self, store: SessionStore, settings: Settings, metrics=None):
         self.store = store
         self.settings = settings
+        self.metrics = metrics  # app.observability.Metrics: backward passes run
         self.inline_ops = inline_op_names()
         #: sessions whose last run was slow or left large named tensors: never run on the event loop
         self._heavy: weakref.WeakKeyDictionary[Session, bool] = weakref.WeakKeyDictionary()
@@ -179,6 +183,18 @@ class SessionService:
         """Whether parsing the body (and perhaps running it) may happen on the event loop."""
         return len(body) <= self.settings.inline_max_body_bytes
 
+    def check_executions(self, request: dict) -> None:
+        """ops x repeat, before anything runs: 10,000 ops repeated 1,000 times would be 10M op calls."""
+        repeat = request.get("repeat", 1)
+        if repeat > self.settings.max_repeat:
+            raise LimitExceeded(f"repeat={repeat} exceeds the limit of {self.settings.max_repeat} "
+                                "(GRADSERVE_MAX_REPEAT)")
+        executions = len(request["ops"]) * repeat
+        if executions > self.settings.max_op_executions:
+            raise LimitExceeded(f"{len(request['ops'])} ops x repeat {repeat} = {executions} op executions "
+                                f"exceed the limit of {self.settings.max_op_executions} per request "
+                                "(GRADSERVE_MAX_OP_EXECUTIONS)")
+
     def inline_ok(self, request: dict) -> bool:
         """A parsed small body whose ops are few, not repeated, and of bounded cost (see the module doc)."""
         ops = request["ops"]
@@ -191,22 +207,22 @@ class SessionService:
                              max_nodes=s.max_nodes_per_session, max_bytes=s.max_bytes_per_session)
 
     # ----- sessions -----------------------------------------------------------------------------------
-    def create_session(self) -> dict:
-        session = self.store.create(engine.State())
+    def create_session(self, owner: str = "") -> dict:
+        session = self.store.create(engine.State(), owner)
         return {**views.session_times(session, self.store_ttl), "ttl_seconds": self.store_ttl}
 
     @property
     def store_ttl(self) -> float:
         return self.settings.session_ttl_seconds
 
-    def list_sessions(self) -> dict:
+    def list_sessions(self, owner: str = "") -> dict:
         out = []
-        for s in self.store.list():
+        for s in self.store.list(owner):
             out.append({**views.session_times(s, self.store_ttl), "tensor_count": s.tensor_count})
         return {"sessions": out}
 
-    def summary(self, session_id: str) -> dict:
-        with self.store.open(session_id, write=False) as session:
+    def summary(self, session_id: str, owner: str = "") -> dict:
+        with self.store.open(session_id, write=False, owner=owner) as session:
             state = session.state
             return {
                 **views.session_times(session, self.store_ttl),
@@ -216,28 +232,25 @@ class SessionService:
                 "memory_bytes": int(state.nbytes()),
             }
 
-    def delete_session(self, session_id: str) -> None:
-        self.store.delete(session_id)
+    def delete_session(self, session_id: str, owner: str = "") -> None:
+        self.store.delete(session_id, owner)
 
     # ----- running ops --------------------------------------------------------------------------------
-    def run_ops(self, session_id: str, request: dict, encoding: Encoding, *,
+    def run_ops(self, session_id: str, request: dict, encoding: Encoding, *, owner: str = "",
                 inline: bool = False) -> bytes | None:
         """Run and serialise while holding the session. ``inline=True`` (on the event loop, for a request
         ``inline_ok`` accepted) never waits: it returns None unless the session is in this process, free
         right now and light, and the caller then runs the request in the thread pool."""
-        repeat = request.get("repeat", 1)
-        if repeat > self.settings.max_repeat:
-            raise LimitExceeded(f"repeat={repeat} exceeds the limit of {self.settings.max_repeat} "
-                                "(GRADSERVE_MAX_REPEAT)")
+        self.check_executions(request)
         if inline:
-            return self._run_inline(session_id, request, encoding)
-        with self.store.open(session_id, write=True) as session:
+            return self._run_inline(session_id, request, encoding, owner)
+        with self.store.open(session_id, write=True, owner=owner) as session:
             return self._run_held(session, request, encoding)
 
-    def _run_inline(self, session_id: str, request: dict, encoding: Encoding) -> bytes | None:
+    def _run_inline(self, session_id: str, request: dict, encoding: Encoding, owner: str) -> bytes | None:
         if not isinstance(self.store, MemoryStore):  # other stores do I/O: never on the event loop
             return None
-        session = self.store.get(session_id)
+        session = self.store.get(session_id, owner)
         if session in self._heavy or not session.lock.acquire(blocking=False):
             return None
         try:
@@ -248,6 +261,7 @@ class SessionService:
     def _run_held(self, session: Session, request: dict, encoding: Encoding) -> bytes:
         record = request.get("record", [])
         started = time.perf_counter()
+        passes = session.state.backward_passes
         try:
             res = engine.run_program(session.state, request["ops"], no_grad=request.get("no_grad", False),
                                      repeat=request.get("repeat", 1), record=tuple(record),
@@ -258,20 +272,27 @@ class SessionService:
             else:
                 self._heavy[session] = True
         self.store.save(session)
+        self._count_backward(session.state.backward_passes - passes)
         return views.dump(views.run_view(session.state, res, encoding, with_records=bool(record)))
 
-    def run_one(self, session_id: str, op: dict, encoding: Encoding) -> bytes:
+    def _count_backward(self, passes: int) -> None:
+        if self.metrics is not None:
+            self.metrics.backward(passes)
+
+    def run_one(self, session_id: str, op: dict, encoding: Encoding, owner: str = "") -> bytes:
         """The convenience endpoints: a one-op list."""
         op = {"args": [], "kwargs": {}, "out": None, "no_grad": False, **op}
         max_elements = self.settings.max_elements_per_tensor
         op["args"] = [decode_value(a, max_elements) for a in op["args"]]
         op["kwargs"] = {k: decode_value(v, max_elements) for k, v in op["kwargs"].items()}
-        return self.run_ops(session_id, {"ops": [op]}, encoding)
+        return self.run_ops(session_id, {"ops": [op]}, encoding, owner=owner)
 
     def eval(self, request: dict, encoding: Encoding) -> bytes:
+        self.check_executions(request)
         state = engine.State()
         res = engine.run_program(state, request["ops"], no_grad=request.get("no_grad", False),
                                  limits=self._limits())
+        self._count_backward(state.backward_passes)
         names = request.get("return")
         if names is None:
             names = list(state.tensors)
@@ -283,20 +304,20 @@ class SessionService:
                            "warnings": list(res.warnings)})
 
     # ----- reading ------------------------------------------------------------------------------------
-    def tensors(self, session_id: str, encoding: Encoding) -> bytes:
-        with self.store.open(session_id, write=False) as session:
+    def tensors(self, session_id: str, encoding: Encoding, owner: str = "") -> bytes:
+        with self.store.open(session_id, write=False, owner=owner) as session:
             return views.dump({"tensors": {name: views.tensor_view(name, t, encoding)
                                            for name, t in session.state.tensors.items()}})
 
-    def tensor(self, session_id: str, name: str, encoding: Encoding) -> bytes:
-        with self.store.open(session_id, write=False) as session:
+    def tensor(self, session_id: str, name: str, encoding: Encoding, owner: str = "") -> bytes:
+        with self.store.open(session_id, write=False, owner=owner) as session:
             t = session.state.resolve(name)
             if t is None:
                 raise GradNotSet(name)
             return views.dump(views.tensor_view(name, t, encoding))
 
-    def graph(self, session_id: str, root: str | None, fmt: str) -> Any:
-        with self.store.open(session_id, write=False) as session:
+    def graph(self, session_id: str, root: str | None, fmt: str, owner: str = "") -> Any:
+        with self.store.open(session_id, write=False, owner=owner) as session:
             graph = engine.export_graph(session.state, root)
         if fmt == "json":
             return views.dump(graph)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body
 
-from app.deps import EncodingQuery, ServiceDep
+from app.deps import EncodingQuery, OwnerDep, ServiceDep
 from app.examples import BACKWARD_EXAMPLES, GRAD_EXAMPLES, ZERO_GRAD_EXAMPLES, openapi_examples
 from app.routes import TensorJSON
 from app.routes.sessions import SessionId
@@ -19,32 +19,32 @@ ERRORS = problem_responses(404, 409, 413, 422)
 
 
 @router.post("/backward", response_model=OpsResponse, responses=ERRORS, summary="tensor.backward()")
-def backward(session_id: SessionId, service: ServiceDep,
+def backward(session_id: SessionId, service: ServiceDep, owner: OwnerDep,
              request: Annotated[BackwardRequest, Body(openapi_examples=openapi_examples(BACKWARD_EXAMPLES))],
              encoding: EncodingQuery = "json") -> TensorJSON:
     """Equivalent to `{"ops": [{"op": "backward", "args": [tensor], "kwargs": {...}}]}`."""
     kwargs = request.model_dump(exclude={"tensor"}, exclude_unset=True)
     op = {"op": "backward", "args": [request.tensor], "kwargs": kwargs}
-    return TensorJSON(service.run_one(session_id, op, encoding))
+    return TensorJSON(service.run_one(session_id, op, encoding, owner))
 
 
 @router.post("/grad", response_model=OpsResponse, responses=ERRORS, summary="torch.autograd.grad()")
-def grad(session_id: SessionId, service: ServiceDep,
+def grad(session_id: SessionId, service: ServiceDep, owner: OwnerDep,
          request: Annotated[GradRequest, Body(openapi_examples=openapi_examples(GRAD_EXAMPLES))],
          encoding: EncodingQuery = "json") -> TensorJSON:
     """Equivalent to `{"ops": [{"op": "grad", "args": [outputs, inputs], "kwargs": {...}, "out": out}]}`;
     never writes `.grad`."""
     kwargs = request.model_dump(exclude={"outputs", "inputs", "out"}, exclude_unset=True)
     op = {"op": "grad", "args": [request.outputs, request.inputs], "kwargs": kwargs, "out": request.out}
-    return TensorJSON(service.run_one(session_id, op, encoding))
+    return TensorJSON(service.run_one(session_id, op, encoding, owner))
 
 
 @router.post("/zero_grad", response_model=OpsResponse, responses=ERRORS,
              summary="optimizer.zero_grad(set_to_none=True)")
-def zero_grad(session_id: SessionId, service: ServiceDep,
+def zero_grad(session_id: SessionId, service: ServiceDep, owner: OwnerDep,
               request: Annotated[ZeroGradRequest,
                                  Body(openapi_examples=openapi_examples(ZERO_GRAD_EXAMPLES))],
               encoding: EncodingQuery = "json") -> TensorJSON:
     """Equivalent to `{"ops": [{"op": "zero_grad", "kwargs": {"tensors": ..., "set_to_none": ...}}]}`."""
     op = {"op": "zero_grad", "kwargs": request.model_dump(exclude_unset=True)}
-    return TensorJSON(service.run_one(session_id, op, encoding))
+    return TensorJSON(service.run_one(session_id, op, encoding, owner))

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 
-from app.deps import ServiceDep
+from app.deps import OwnerDep, ServiceDep
 from app.routes import TensorJSON
 from app.routes.sessions import SessionId
 from app.schemas.graph import GraphView
@@ -28,7 +28,7 @@ GRAPH_CONTENT = {
             responses={200: {"content": GRAPH_CONTENT, "description": "The graph as JSON (default), DOT, "
                              "Mermaid or SVG."}, **problem_responses(404, 422)},
             summary="The autograd graph")
-def get_graph(session_id: SessionId, service: ServiceDep,
+def get_graph(session_id: SessionId, service: ServiceDep, owner: OwnerDep,
               root: Annotated[str | None, Query(description="Only the graph behind this tensor; the whole "
                                                 "session's graph when omitted.")] = None,
               format: Annotated[Literal["json", "dot", "svg", "mermaid"], Query(
@@ -36,7 +36,7 @@ def get_graph(session_id: SessionId, service: ServiceDep,
               )] = "json") -> Response:
     """grad_fn nodes with torch's names, AccumulateGrad nodes for leaves, next_functions edges (None
     edges included) and saved tensors (shape, dtype, freed)."""
-    rendered = service.graph(session_id, root, format)
+    rendered = service.graph(session_id, root, format, owner)
     if format == "json":
         return TensorJSON(rendered)
     return Response(rendered, media_type=MEDIA_TYPES[format])

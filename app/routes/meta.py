@@ -1,10 +1,11 @@
-"""The op catalog, health, readiness, and the offline API docs."""
+"""The op catalog, health, readiness, metrics, and the offline API docs."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from starlette.responses import HTMLResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import HTMLResponse, Response
 
 from app.deps import ServiceDep
 from app.routes import TensorJSON
@@ -28,6 +29,16 @@ async def healthz() -> dict:
 @router.get("/readyz", response_model=Readiness, summary="Readiness")
 def readyz(service: ServiceDep) -> dict:
     return service.readiness()
+
+
+@router.get("/metrics", response_class=Response, summary="Prometheus metrics",
+            responses={200: {"description": "The Prometheus text exposition format.",
+                             "content": {"text/plain": {"schema": {"type": "string"}}}}})
+def metrics(request: Request) -> Response:
+    """Requests and latency by route template and status, problems by code, live sessions, sessions
+    created, deleted, expired and evicted, op errors by code and backward passes. Holds no tensor data,
+    session ids or keys; open unless `GRADSERVE_METRICS_REQUIRE_KEY`."""
+    return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/docs", include_in_schema=False)

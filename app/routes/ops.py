@@ -31,17 +31,18 @@ async def run_ops(session_id: SessionId, request: Request, encoding: EncodingQue
     and `records` when `record` is given. On failure: a problem naming the failing op, and the session is
     exactly as it was before the request."""
     service = request.app.state.service
+    owner = request.state.owner
     body = await request.body()
     if service.small_body(body):  # see app.service: small, bounded requests run on the event loop
         parsed = service.parse_ops(body)
         if service.inline_ok(parsed):
-            result = service.run_ops(session_id, parsed, encoding, inline=True)
+            result = service.run_ops(session_id, parsed, encoding, owner=owner, inline=True)
             if result is not None:
                 return TensorJSON(result)
-        return TensorJSON(await run_in_threadpool(service.run_ops, session_id, parsed, encoding))
+        return TensorJSON(await run_in_threadpool(service.run_ops, session_id, parsed, encoding, owner=owner))
 
     def parse_and_run() -> bytes:
-        return service.run_ops(session_id, service.parse_ops(body), encoding)
+        return service.run_ops(session_id, service.parse_ops(body), encoding, owner=owner)
 
     return TensorJSON(await run_in_threadpool(parse_and_run))
 

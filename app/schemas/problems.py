@@ -26,6 +26,8 @@ class Problem(BaseModel):
     exception: str | None = Field(None, description="For op errors: the Python exception type PyTorch "
                                   "raises for the same program (RuntimeError, ValueError, TypeError, ...).")
     errors: list[ValidationIssue] | None = Field(None, description="For validation errors: every issue.")
+    request_id: str | None = Field(None, description="The request's id, as in the `X-Request-ID` response "
+                                   "header and the logs.")
 
 
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -36,7 +38,8 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
              "in-place op on a leaf that requires grad).",
         413: "Request body too large.",
         422: "Invalid input: malformed JSON, schema violation, an op PyTorch would reject, or a limit.",
-        429: "Too many sessions.",
+        401: "Missing or invalid API key (when the server has keys).",
+        429: "Too many sessions, the key's session quota, or the key's rate limit (see `Retry-After`).",
     }
     return {s: {"model": Problem, "description": descriptions[s],
                 "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}

@@ -9,6 +9,10 @@ A request uses a session inside ``with store.open(session_id, write=...) as sess
 the session exclusively for the whole block (across processes, for Redis) and calls ``store.save`` after
 its change succeeded; a reader sees one consistent state. Leaving the block without a save discards any
 change, which is what keeps a failing request from changing anything.
+
+Every session has an *owner*: the SHA-256 digest of the API key that created it (``""`` when the server runs
+without keys). ``open``, ``delete`` and ``list`` take the requester's owner, and a session of another owner
+is answered exactly as a session that does not exist (``SessionNotFound``), without renewing it.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class Session:
     version: int = 0  # the stored version this state was loaded at (Redis store)
     listed_tensor_count: int = 0  # for listings without a state
     lease: Any = field(default=None, repr=False)  # the store's own bookkeeping for an open session
+    owner: str = ""  # the digest of the creating API key ("" without keys); never the key
 
     def expires_at(self, ttl_seconds: float) -> float:
         return self.last_used_at + ttl_seconds
@@ -42,22 +47,36 @@ class Session:
         return self.listed_tensor_count if self.state is None else len(self.state.tensors)
 
 
-class SessionStore(Protocol):
-    def create(self, state: Any) -> Session:
-        """Store a new session; raises TooManySessions when full."""
+@dataclass
+class StoreStats:
+    """What this process's store did, for /metrics (plain ints: one writer each, read when scraped)."""
 
-    def open(self, session_id: str, *, write: bool) -> AbstractContextManager[Session]:
+    created: int = 0
+    deleted: int = 0
+    expired: int = 0
+    evicted: int = 0
+
+
+class SessionStore(Protocol):
+    stats: StoreStats
+
+    def create(self, state: Any, owner: str = "") -> Session:
+        """Store a new session; raises TooManySessions when full and SessionQuotaExceeded when ``owner``
+        holds its maximum."""
+
+    def open(self, session_id: str, *, write: bool, owner: str = "") -> AbstractContextManager[Session]:
         """The live session (its TTL renewed) for the duration of a with-block; raises SessionNotFound for
-        unknown or expired ids and SessionBusy when a writer cannot have it in time."""
+        unknown, expired or others' ids and SessionBusy when a writer cannot have it in time."""
 
     def save(self, session: Session) -> None:
         """Persist the session after a successful change, inside ``open(..., write=True)``."""
 
-    def delete(self, session_id: str) -> None:
-        """Remove the session; raises SessionNotFound."""
+    def delete(self, session_id: str, owner: str = "") -> None:
+        """Remove the session; raises SessionNotFound (also for another owner's session)."""
 
-    def list(self) -> list[Session]:
-        """Every live session (``state`` may be None: use ``tensor_count``)."""
+    def list(self, owner: str | None = None) -> list[Session]:
+        """Every live session of ``owner`` (of everyone when None; ``state`` may be None: use
+        ``tensor_count``)."""
 
     def count(self) -> int: ...
 
@@ -108,4 +127,5 @@ def make_store(settings) -> SessionStore:
                            f"random 404s. Set GRADSERVE_STORE_URL=redis://host:6379/0 or run one worker.")
     from app.store.memory import MemoryStore
 
-    return MemoryStore(max_sessions=settings.max_sessions, ttl_seconds=settings.session_ttl_seconds)
+    return MemoryStore(max_sessions=settings.max_sessions, ttl_seconds=settings.session_ttl_seconds,
+                       max_sessions_per_owner=settings.max_sessions_per_key)

@@ -5,69 +5,95 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from app.errors import SessionNotFound, TooManySessions
-from app.store import Session
+from app.errors import SessionNotFound, SessionQuotaExceeded, TooManySessions
+from app.store import Session, StoreStats
 
 
 class MemoryStore:
-    def __init__(self, *, max_sessions: int, ttl_seconds: float, clock=time.time):
+    def __init__(self, *, max_sessions: int, ttl_seconds: float, max_sessions_per_owner: int | None = None,
+                 clock=time.time):
         self.max_sessions = max_sessions
+        self.max_sessions_per_owner = max_sessions_per_owner  # for owners that are keys (not "")
         self.ttl_seconds = ttl_seconds
         self._clock = clock
         self._sessions: dict[str, Session] = {}
+        self._owned: Counter[str] = Counter()  # owner -> sessions held
         self._lock = threading.Lock()  # guards the map; each session has its own lock for its state
+        self.stats = StoreStats()
 
     def _expired(self, session: Session, now: float) -> bool:
         return now >= session.expires_at(self.ttl_seconds)
 
-    def create(self, state: Any) -> Session:
+    def _quota_full(self, owner: str) -> bool:
+        return bool(owner) and self.max_sessions_per_owner is not None and \
+            self._owned[owner] >= self.max_sessions_per_owner
+
+    def create(self, state: Any, owner: str = "") -> Session:
         now = self._clock()
         with self._lock:
-            if len(self._sessions) >= self.max_sessions:
+            if len(self._sessions) >= self.max_sessions or self._quota_full(owner):
                 self._sweep_locked(now)
             if len(self._sessions) >= self.max_sessions:
                 raise TooManySessions(f"the service holds its maximum of {self.max_sessions} sessions "
                                       "(GRADSERVE_MAX_SESSIONS); delete one or retry after some expire")
-            session = Session(id=secrets.token_urlsafe(24), state=state, created_at=now, last_used_at=now)
+            if self._quota_full(owner):
+                raise SessionQuotaExceeded(f"this API key holds its maximum of {self.max_sessions_per_owner} "
+                                           "sessions (GRADSERVE_MAX_SESSIONS_PER_KEY); delete one or retry "
+                                           "after some expire")
+            session = Session(id=secrets.token_urlsafe(24), state=state, created_at=now, last_used_at=now,
+                              owner=owner)
             self._sessions[session.id] = session
+            self._owned[owner] += 1
+            self.stats.created += 1
             return session
 
-    def get(self, session_id: str) -> Session:
+    def get(self, session_id: str, owner: str = "") -> Session:
         now = self._clock()
         with self._lock:
             session = self._sessions.get(session_id)
-            if session is None:
+            if session is None or session.owner != owner:
                 raise SessionNotFound(session_id)
             if self._expired(session, now):
-                del self._sessions[session_id]
+                self._remove_locked(session)
+                self.stats.expired += 1
                 raise SessionNotFound(session_id)
             session.last_used_at = now
             return session
 
+    def _remove_locked(self, session: Session) -> None:
+        del self._sessions[session.id]
+        self._owned[session.owner] -= 1
+        if not self._owned[session.owner]:
+            del self._owned[session.owner]
+
     @contextmanager
-    def open(self, session_id: str, *, write: bool = False) -> Iterator[Session]:
+    def open(self, session_id: str, *, write: bool = False, owner: str = "") -> Iterator[Session]:
         """Readers take the session's lock too: they read the very arrays writers change."""
-        session = self.get(session_id)
+        session = self.get(session_id, owner)
         with session.lock:
             yield session
 
     def save(self, session: Session) -> None:
         session.last_used_at = self._clock()  # the state object itself is already the stored one
 
-    def delete(self, session_id: str) -> None:
+    def delete(self, session_id: str, owner: str = "") -> None:
         with self._lock:
-            if self._sessions.pop(session_id, None) is None:
+            session = self._sessions.get(session_id)
+            if session is None or session.owner != owner:
                 raise SessionNotFound(session_id)
+            self._remove_locked(session)
+            self.stats.deleted += 1
 
-    def list(self) -> list[Session]:
+    def list(self, owner: str | None = None) -> list[Session]:
         now = self._clock()
         with self._lock:
             self._sweep_locked(now)
-            return list(self._sessions.values())
+            return [s for s in self._sessions.values() if owner is None or s.owner == owner]
 
     def count(self) -> int:
         with self._lock:
@@ -78,11 +104,13 @@ class MemoryStore:
             return self._sweep_locked(self._clock())
 
     def _sweep_locked(self, now: float) -> int:
-        expired = [sid for sid, s in self._sessions.items() if self._expired(s, now)]
-        for sid in expired:
-            del self._sessions[sid]
+        expired = [s for s in self._sessions.values() if self._expired(s, now)]
+        for session in expired:
+            self._remove_locked(session)
+        self.stats.expired += len(expired)
         return len(expired)
 
     def close(self) -> None:
         with self._lock:
             self._sessions.clear()
+            self._owned.clear()

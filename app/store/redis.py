@@ -3,13 +3,18 @@
 Keys (``GRADSERVE_REDIS_KEY_PREFIX``, default ``gradserve:``):
 
 - ``{prefix}s:{id}``: a hash with ``state`` (``engine.dumps``: JSON metadata and raw array buffers, loaded
-  without executing anything), ``version`` (1 at creation, +1 per save), ``created_at``, ``last_used_at``
-  and ``tensor_count``. Redis expires it after ``GRADSERVE_SESSION_TTL_SECONDS`` idle; every access renews it.
+  without executing anything), ``version`` (1 at creation, +1 per save), ``created_at``, ``last_used_at``,
+  ``tensor_count`` and ``owner`` (the SHA-256 digest of the creating API key, empty without keys; never the
+  key). Redis expires it after ``GRADSERVE_SESSION_TTL_SECONDS`` idle; every access renews it.
 - ``{prefix}lock:{id}``: the owner token of the request writing the session (``SET NX PX``). The owner
   renews it every third of ``GRADSERVE_LOCK_TTL_SECONDS`` while it works, so it only lapses when the owner
   dies (or stalls); releasing deletes it only if the token is still ours.
 - ``{prefix}index``: a sorted set of session ids scored by expiry time (ms), for listing, counting and the
   session limit across processes.
+- ``{prefix}owner:{digest}``: the same for one owner's sessions, for listing them and the per-key quota.
+
+Every script that reads or writes a session checks its owner first: another owner's session is reported as
+gone (and is neither renewed nor locked).
 
 A writer takes the lock and reads the state (one script), runs, and saves with a compare-and-set that also
 releases the lock (one script): the save applies only if the stored version is still the one it loaded and
@@ -43,60 +48,71 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import engine
-from app.errors import SessionBusy, SessionNotFound, StoreUnavailable, TooManySessions
-from app.store import Session
+from app.errors import SessionBusy, SessionNotFound, SessionQuotaExceeded, StoreUnavailable, TooManySessions
+from app.store import Session, StoreStats
 
 log = logging.getLogger("gradserve.store")
 
-# KEYS: session, index. ARGV: id, now (s), expiry score (ms), ttl (ms), max sessions, state, tensor count
+# KEYS: session, index, owner index. ARGV: id, now (s), expiry score (ms), ttl (ms), max sessions, state,
+# tensor count, owner, max sessions of the owner (0: none). Returns 1, 0 when full, -2 over the owner's quota,
+# -1 when the id is taken.
 _CREATE = """
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2] * 1000)
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return 0 end
+if tonumber(ARGV[9]) > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[2] * 1000)
+  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[9]) then return -2 end
+end
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 redis.call('HSET', KEYS[1], 'state', ARGV[6], 'version', 1, 'created_at', ARGV[2], 'last_used_at', ARGV[2],
-           'tensor_count', ARGV[7])
+           'tensor_count', ARGV[7], 'owner', ARGV[8])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 return 1
 """
 
-# Renew and read. KEYS: session, index. ARGV: id, now, expiry score, ttl, the version the caller has cached.
-# Returns false when gone, else {version, created_at, state or '' when the cached version is current}.
+# Renew and read. KEYS: session, index, owner index. ARGV: id, now, expiry score, ttl, the version the caller
+# has cached, owner. Returns false when gone, 0 when another owner's, else {version, created_at, state or ''
+# when the cached version is current}.
 _TOUCH = """
 local v = redis.call('HGET', KEYS[1], 'version')
 if not v then
   redis.call('ZREM', KEYS[2], ARGV[1])
   return false
 end
+if (redis.call('HGET', KEYS[1], 'owner') or '') ~= ARGV[6] then return 0 end
 redis.call('HSET', KEYS[1], 'last_used_at', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 local state = ''
 if v ~= ARGV[5] then state = redis.call('HGET', KEYS[1], 'state') end
 return {v, redis.call('HGET', KEYS[1], 'created_at'), state}
 """
 
-# Take the lock and read, in one round trip. KEYS: lock, session, index. ARGV: token, lock ttl (ms), then
-# _TOUCH's ARGV. Returns 0 when someone else holds the lock, -1 when the session is gone (lock not kept),
-# else what _TOUCH returns.
+# Take the lock and read, in one round trip. KEYS: lock, session, index, owner index. ARGV: token, lock ttl
+# (ms), then _TOUCH's ARGV. Returns 0 when someone else holds the lock, -1 when the session is gone, -2 when
+# it is another owner's (no lock taken either way), else what _TOUCH returns.
 _ACQUIRE = """
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
 local v = redis.call('HGET', KEYS[2], 'version')
 if not v then
-  redis.call('DEL', KEYS[1])
   redis.call('ZREM', KEYS[3], ARGV[3])
   return -1
 end
+if (redis.call('HGET', KEYS[2], 'owner') or '') ~= ARGV[8] then return -2 end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
 redis.call('HSET', KEYS[2], 'last_used_at', ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[6])
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[3])
+redis.call('ZADD', KEYS[4], ARGV[5], ARGV[3])
 local state = ''
 if v ~= ARGV[7] then state = redis.call('HGET', KEYS[2], 'state') end
 return {v, redis.call('HGET', KEYS[2], 'created_at'), state}
 """
 
-# Compare-and-set, then release the lock. KEYS: session, lock, index. ARGV: id, now, expiry score, ttl,
-# expected version, token, state, tensor count. Returns the new version, 0 when superseded or the lock is
+# Compare-and-set, then release the lock. KEYS: session, lock, index, owner index. ARGV: id, now, expiry
+# score, ttl, expected version, token, state, tensor count. Returns the new version, 0 when superseded or the lock is
 # someone else's (nothing written, the lock left as it is), -1 when the session is gone.
 _SAVE = """
 local v = redis.call('HGET', KEYS[1], 'version')
@@ -108,8 +124,20 @@ local new = tonumber(v) + 1
 redis.call('HSET', KEYS[1], 'state', ARGV[7], 'version', new, 'last_used_at', ARGV[2], 'tensor_count', ARGV[8])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
 if owner then redis.call('DEL', KEYS[2]) end
 return new
+"""
+
+# KEYS: session, index, owner index. ARGV: id, owner. Returns 1 when deleted, 0 when gone or another owner's.
+_DELETE = """
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if not redis.call('HGET', KEYS[1], 'version') then return 0 end
+if (owner or '') ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return 1
 """
 
 # KEYS: lock. ARGV: token.
@@ -153,9 +181,12 @@ class _Lease:
 
 class RedisStore:
     def __init__(self, client: redis.Redis, *, max_sessions: int, ttl_seconds: float, lock_ttl_seconds: float,
-                 lock_wait_seconds: float, key_prefix: str = "gradserve:", cache_bytes: int = 64 << 20):
+                 lock_wait_seconds: float, key_prefix: str = "gradserve:", cache_bytes: int = 64 << 20,
+                 max_sessions_per_owner: int | None = None):
         self.redis = client
         self.max_sessions = max_sessions
+        self.max_sessions_per_owner = max_sessions_per_owner  # for owners that are keys (not "")
+        self.stats = StoreStats()
         self.ttl_seconds = ttl_seconds
         self.lock_ttl_seconds = lock_ttl_seconds
         self.lock_wait_seconds = lock_wait_seconds
@@ -167,6 +198,7 @@ class RedisStore:
         self._acquire_script = client.register_script(_ACQUIRE)
         self._save = client.register_script(_SAVE)
         self._release = client.register_script(_RELEASE)
+        self._delete = client.register_script(_DELETE)
         self._extend = client.register_script(_EXTEND)
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._cache_used = 0
@@ -182,7 +214,8 @@ class RedisStore:
                                       health_check_interval=30)
         return cls(client, max_sessions=settings.max_sessions, ttl_seconds=settings.session_ttl_seconds,
                    lock_ttl_seconds=settings.lock_ttl_seconds, lock_wait_seconds=settings.lock_wait_seconds,
-                   key_prefix=settings.redis_key_prefix, cache_bytes=settings.redis_cache_bytes)
+                   key_prefix=settings.redis_key_prefix, cache_bytes=settings.redis_cache_bytes,
+                   max_sessions_per_owner=settings.max_sessions_per_key)
 
     # ----- keys and times -----------------------------------------------------------------------------
     def _key(self, session_id: str) -> str:
@@ -191,6 +224,9 @@ class RedisStore:
     def _lock_key(self, session_id: str) -> str:
         return f"{self.prefix}lock:{session_id}"
 
+    def _owner_index(self, owner: str) -> str:
+        return f"{self.prefix}owner:{owner}"
+
     def _times(self) -> tuple[float, int, int]:
         """now (s), the expiry score of a session touched now (ms), the TTL (ms)."""
         now = time.time()
@@ -198,32 +234,39 @@ class RedisStore:
         return now, int(now * 1000) + ttl_ms, ttl_ms
 
     # ----- the protocol -------------------------------------------------------------------------------
-    def create(self, state: Any) -> Session:
+    def create(self, state: Any, owner: str = "") -> Session:
         blob = engine.dumps(state)
         now, score, ttl_ms = self._times()
+        quota = self.max_sessions_per_owner if owner and self.max_sessions_per_owner else 0
         for _ in range(3):
             session_id = secrets.token_urlsafe(24)
             with _unavailable_as_503():
-                created = self._create(keys=[self._key(session_id), self._index],
+                created = self._create(keys=[self._key(session_id), self._index, self._owner_index(owner)],
                                        args=[session_id, repr(now), score, ttl_ms, self.max_sessions, blob,
-                                             len(state.tensors)])
+                                             len(state.tensors), owner, quota])
             if created == 0:
                 raise TooManySessions(f"the service holds its maximum of {self.max_sessions} sessions "
                                       "(GRADSERVE_MAX_SESSIONS); delete one or retry after some expire")
+            if created == -2:
+                raise SessionQuotaExceeded(f"this API key holds its maximum of {quota} sessions "
+                                           "(GRADSERVE_MAX_SESSIONS_PER_KEY); delete one or retry after some "
+                                           "expire")
             if created == 1:
                 self._remember(session_id, _Cached(1, state, len(blob)))  # nobody else has it yet
-                return Session(id=session_id, state=state, created_at=now, last_used_at=now, version=1)
+                self.stats.created += 1
+                return Session(id=session_id, state=state, created_at=now, last_used_at=now, version=1,
+                               owner=owner)
         raise RuntimeError("could not draw an unused session id")  # 2**192 ids: not reached
 
     @contextmanager
-    def open(self, session_id: str, *, write: bool = False) -> Iterator[Session]:
+    def open(self, session_id: str, *, write: bool = False, owner: str = "") -> Iterator[Session]:
         if not write:
-            with self._read(session_id) as session:
+            with self._read(session_id, owner) as session:
                 yield session
             return
         lock_key = self._lock_key(session_id)
         token = secrets.token_hex(16)
-        session, entry = self._acquire(session_id, lock_key, token)
+        session, entry = self._acquire(session_id, lock_key, token, owner)
         lease = session.lease = _Lease(lock_key, token, entry)
         try:
             yield session
@@ -242,7 +285,8 @@ class RedisStore:
         now, score, ttl_ms = self._times()
         self._unhold(lease.lock_key)  # no renewal while the script releases it (nor after a refusal)
         with _unavailable_as_503():
-            new = self._save(keys=[self._key(session.id), lease.lock_key, self._index],
+            new = self._save(keys=[self._key(session.id), lease.lock_key, self._index,
+                                   self._owner_index(session.owner)],
                              args=[session.id, repr(now), score, ttl_ms, session.version, lease.token, blob,
                                    len(session.state.tensors)])
         if new == -1:
@@ -256,19 +300,18 @@ class RedisStore:
         session.last_used_at = now
         self._remember(session.id, lease.entry, nbytes=len(blob))
 
-    def delete(self, session_id: str) -> None:
+    def delete(self, session_id: str, owner: str = "") -> None:
         with _unavailable_as_503():
-            pipe = self.redis.pipeline()
-            pipe.delete(self._key(session_id))
-            pipe.zrem(self._index, session_id)
-            deleted, _ = pipe.execute()
-        self._forget(session_id)
+            deleted = self._delete(keys=[self._key(session_id), self._index, self._owner_index(owner)],
+                                   args=[session_id, owner])
         if not deleted:
             raise SessionNotFound(session_id)
+        self._forget(session_id)
+        self.stats.deleted += 1
 
-    def list(self) -> list[Session]:
+    def list(self, owner: str | None = None) -> list[Session]:
         with _unavailable_as_503():
-            ids = self._live_ids()
+            ids = self._live_ids(self._index if owner is None else self._owner_index(owner))
             pipe = self.redis.pipeline(transaction=False)
             for session_id in ids:
                 pipe.hmget(self._key(session_id), "created_at", "last_used_at", "tensor_count")
@@ -287,7 +330,9 @@ class RedisStore:
     def sweep(self) -> int:
         """Redis expires the sessions themselves; this drops their ids from the index."""
         with _unavailable_as_503():
-            return int(self.redis.zremrangebyscore(self._index, "-inf", int(time.time() * 1000)))
+            expired = int(self.redis.zremrangebyscore(self._index, "-inf", int(time.time() * 1000)))
+        self.stats.expired += expired
+        return expired
 
     def ping(self) -> bool:
         with _unavailable_as_503():
@@ -303,33 +348,37 @@ class RedisStore:
         self.redis.close()
 
     # ----- reading and loading ------------------------------------------------------------------------
-    def _live_ids(self) -> list[str]:
+    def _live_ids(self, index: str) -> list[str]:
         pipe = self.redis.pipeline()
         now_ms = int(time.time() * 1000)
-        pipe.zremrangebyscore(self._index, "-inf", now_ms)
-        pipe.zrangebyscore(self._index, now_ms, "+inf")
+        pipe.zremrangebyscore(index, "-inf", now_ms)
+        pipe.zrangebyscore(index, now_ms, "+inf")
         return [i.decode() for i in pipe.execute()[1]]
 
     @contextmanager
-    def _read(self, session_id: str) -> Iterator[Session]:
-        session, entry = self._load(session_id)
+    def _read(self, session_id: str, owner: str) -> Iterator[Session]:
+        session, entry = self._load(session_id, owner)
         try:
             yield session
         finally:
             entry.lock.release()
 
-    def _load(self, session_id: str) -> tuple[Session, _Cached]:
+    def _load(self, session_id: str, owner: str) -> tuple[Session, _Cached]:
         """A reader's session, renewed, its cache entry locked by the caller (release ``entry.lock``)."""
         with self._cache_lock:
             cached = self._cache.get(session_id)
         now, score, ttl_ms = self._times()
         with _unavailable_as_503():
-            found = self._touch(keys=[self._key(session_id), self._index],
-                                args=[session_id, repr(now), score, ttl_ms, cached.version if cached else ""])
+            found = self._touch(keys=[self._key(session_id), self._index, self._owner_index(owner)],
+                                args=[session_id, repr(now), score, ttl_ms, cached.version if cached else "",
+                                      owner])
         if not found:
-            self._forget(session_id)
+            if found is None:  # gone; when another owner's, the cache entry (if any) is theirs and still good
+                self._forget(session_id)
             raise SessionNotFound(session_id)
-        return self._materialize(session_id, found, cached, now, blocking=False)
+        session, entry = self._materialize(session_id, found, cached, now, blocking=False)
+        session.owner = owner
+        return session, entry
 
     def _materialize(self, session_id: str, found: list, cached: _Cached | None, now: float, *,
                      blocking: bool) -> tuple[Session, _Cached]:
@@ -376,6 +425,7 @@ class RedisStore:
                 _, evicted = self._cache.popitem(last=False)
                 self._cache_used -= evicted.nbytes
                 evicted.valid = False
+                self.stats.evicted += 1
 
     def _forget(self, session_id: str, entry: _Cached | None = None) -> None:
         with self._cache_lock:
@@ -389,7 +439,7 @@ class RedisStore:
                 current.valid = False
 
     # ----- the lock -----------------------------------------------------------------------------------
-    def _acquire(self, session_id: str, lock_key: str, token: str) -> tuple[Session, _Cached]:
+    def _acquire(self, session_id: str, lock_key: str, token: str, owner: str) -> tuple[Session, _Cached]:
         """Take the session's lock (waiting up to GRADSERVE_LOCK_WAIT_SECONDS) and load the session, with
         one script call per attempt."""
         lock_ms = max(1, int(self.lock_ttl_seconds * 1000))
@@ -400,11 +450,13 @@ class RedisStore:
                 cached = self._cache.get(session_id)
             now, score, ttl_ms = self._times()
             with _unavailable_as_503():
-                found = self._acquire_script(keys=[lock_key, self._key(session_id), self._index],
+                found = self._acquire_script(keys=[lock_key, self._key(session_id), self._index,
+                                                   self._owner_index(owner)],
                                              args=[token, lock_ms, session_id, repr(now), score, ttl_ms,
-                                                   cached.version if cached else ""])
-            if found == -1:
-                self._forget(session_id)
+                                                   cached.version if cached else "", owner])
+            if found in (-1, -2):
+                if found == -1:
+                    self._forget(session_id)
                 raise SessionNotFound(session_id)
             if found != 0:
                 break
@@ -416,7 +468,9 @@ class RedisStore:
             delay = min(delay * 2, 0.02)
         self._hold(lock_key, token)
         try:
-            return self._materialize(session_id, found, cached, now, blocking=True)
+            session, entry = self._materialize(session_id, found, cached, now, blocking=True)
+            session.owner = owner
+            return session, entry
         except BaseException:
             self._unhold(lock_key)
             with contextlib.suppress(redis.RedisError):

@@ -3,6 +3,7 @@ check, listing and limits across store instances (each instance stands for a pro
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 import threading
@@ -11,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import SecretStr
 
 import engine
 from app.config import Settings
@@ -295,3 +297,34 @@ def test_the_session_limit_is_checked_atomically_across_stores(settings):
 
     with ThreadPoolExecutor(8) as pool:
         assert sum(pool.map(create, range(20))) == 5
+
+
+# ----- keys and ownership ------------------------------------------------------------------------------------
+
+ALICE, BOB = "alice-key-0123456789abcdef", "bob-key-0123456789abcdef"
+
+
+def test_sessions_belong_to_their_key_across_processes_and_keys_are_never_stored(settings, redis_client,
+                                                                                   key_prefix):
+    keyed = settings.model_copy(update={"api_keys": SecretStr(f"{ALICE},{BOB}"), "max_sessions_per_key": 2})
+    a_headers, b_headers = {"Authorization": f"Bearer {ALICE}"}, {"X-API-Key": BOB}
+    with TestClient(create_app(keyed)) as a, TestClient(create_app(keyed)) as b:
+        sid = a.post("/v1/sessions", headers=a_headers).json()["id"]
+        ok(a.post(f"/v1/sessions/{sid}/ops", json={"ops": LINEAR}, headers=a_headers))
+        for client in (a, b):  # the other key gets 404 from either process, for reads, writes and deletes
+            assert_problem(client.get(f"/v1/sessions/{sid}/tensors", headers=b_headers), 404, "session_not_found")
+            assert_problem(client.post(f"/v1/sessions/{sid}/backward", json={"tensor": "s"}, headers=b_headers),
+                           404, "session_not_found")
+            assert_problem(client.delete(f"/v1/sessions/{sid}", headers=b_headers), 404, "session_not_found")
+            assert client.get("/v1/sessions", headers=b_headers).json()["sessions"] == []
+        ok(b.post(f"/v1/sessions/{sid}/backward", json={"tensor": "s"}, headers=a_headers))
+        assert [s["id"] for s in b.get("/v1/sessions", headers=a_headers).json()["sessions"]] == [sid]
+        a.post("/v1/sessions", headers=a_headers)
+        assert_problem(b.post("/v1/sessions", headers=a_headers), 429, "session_quota_exceeded")
+        b.post("/v1/sessions", headers=b_headers)
+        dump = b"".join(redis_client.dump(k) or b"" for k in redis_client.keys(f"{key_prefix}*"))
+        assert ALICE.encode() not in dump and BOB.encode() not in dump
+        assert redis_client.hget(f"{key_prefix}s:{sid}", "owner").decode() == \
+            hashlib.sha256(ALICE.encode()).hexdigest()
+        assert b.delete(f"/v1/sessions/{sid}", headers=a_headers).status_code == 204
+        a.post("/v1/sessions", headers=a_headers)  # the quota counts live sessions only

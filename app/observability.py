@@ -1,0 +1,249 @@
+"""Request ids, JSON logs and Prometheus metrics, from one outermost ASGI middleware.
+
+Every request gets an id: the client's ``X-Request-ID`` when it is a sane token (1 to 128 of
+``A-Za-z0-9._:-``), else a fresh one. It is echoed in the ``X-Request-ID`` response header, in every problem
+body (``request_id``) and in every log line written while the request runs. One JSON line per request
+(``gradserve.access``) says what was asked and how it ended; tensor data, request bodies and API keys are
+never logged (an owner shows as the first 12 hex digits of its key's SHA-256, ``key_id``).
+
+Metrics are counted here for every request, whichever path served it (the event loop's inline fast path or
+the thread pool), under the route's template (``/v1/sessions/{session_id}/ops``), never its raw path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from starlette.routing import compile_path
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.errors import REQUEST, unexpected_problem
+
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+#: Fields a log line may carry besides time, level, logger and message
+LOG_FIELDS = ("request_id", "method", "path", "route", "status", "duration_ms", "session_id", "code", "key_id",
+              "client")
+
+access_log = logging.getLogger("gradserve.access")
+
+disable_created_metrics()  # no *_created series: they double the exposition and nobody here reads them
+
+
+# ----- logs -------------------------------------------------------------------------------------------------
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time (UTC, ISO 8601), level, logger, message, the request's fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
+                    .replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        request = REQUEST.get()
+        if request is not None:
+            line["request_id"] = request["request_id"]
+        for name in LOG_FIELDS:
+            value = record.__dict__.get(name)
+            if value is not None:
+                line[name] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(line).decode()
+
+
+_HANDLER_MARK = "_gradserve_json"
+
+
+def configure_logging(level: str) -> None:
+    """JSON lines on stderr for the ``gradserve`` loggers (once per process; the level follows the latest
+    app). Other loggers (uvicorn's) are left as their owner configured them."""
+    logger = logging.getLogger("gradserve")
+    logger.setLevel(level.upper())
+    if not any(getattr(h, _HANDLER_MARK, False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonFormatter())
+        setattr(handler, _HANDLER_MARK, True)
+        logger.addHandler(handler)
+
+
+# ----- metrics ----------------------------------------------------------------------------------------------
+class _StoreCollector:
+    """Session gauges and counters read from the store when scraped."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def collect(self):
+        live = GaugeMetricFamily("gradserve_sessions_live", "Sessions alive now (across processes with Redis).")
+        try:
+            live.add_metric([], float(self.store.count()))
+        except Exception:  # noqa: BLE001 - an unreachable store must not break the scrape
+            live.add_metric([], float("nan"))
+        yield live
+        stats = self.store.stats
+        for name, help_text in (("created", "Sessions created by this process."),
+                                ("deleted", "Sessions deleted by request in this process."),
+                                ("expired", "Sessions this process found or swept expired (idle past their TTL)."),
+                                ("evicted", "Session states dropped from this process's cache to make room "
+                                            "(Redis store; the session itself stays in Redis).")):
+            counter = CounterMetricFamily(f"gradserve_sessions_{name}", help_text)
+            counter.add_metric([], float(getattr(stats, name)))
+            yield counter
+
+
+class Metrics:
+    """The app's Prometheus registry (one per app, so several apps in one process do not collide)."""
+
+    def __init__(self, store):
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("gradserve_requests", "HTTP requests by route template and status.",
+                                ["method", "route", "status"], registry=self.registry)
+        self.latency = Histogram("gradserve_request_duration_seconds", "Request latency by route and status.",
+                                 ["method", "route", "status"], registry=self.registry,
+                                 buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
+        self.problems = Counter("gradserve_problems", "Problem responses by code.", ["code"],
+                                registry=self.registry)
+        self.op_errors = Counter("gradserve_op_errors", "Op lists refused by the engine, by error code.",
+                                 ["code"], registry=self.registry)
+        self.backward_passes = Counter("gradserve_backward_passes", "backward/grad passes run (repeats "
+                                       "included).", registry=self.registry)
+        self.registry.register(_StoreCollector(store))
+
+    def op_error(self, code: str) -> None:
+        self.op_errors.labels(code).inc()
+
+    def backward(self, passes: int) -> None:
+        if passes > 0:
+            self.backward_passes.inc(passes)
+
+    def request(self, method: str, route: str, status: int, seconds: float, code: str | None) -> None:
+        labels = (method, route, str(status))
+        self.requests.labels(*labels).inc()
+        self.latency.labels(*labels).observe(seconds)
+        if code is not None:
+            self.problems.labels(code).inc()
+
+
+# ----- the middleware ---------------------------------------------------------------------------------------
+class InFlight:
+    """Requests being served, for a shut-down that waits for them."""
+
+    def __init__(self):
+        self.count = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def enter(self) -> None:
+        self.count += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self._idle.set()
+
+    async def wait_idle(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+
+
+class RouteTemplates:
+    """The template of the route that served (or would have served) a request; never its raw path."""
+
+    def __init__(self, paths):
+        self._paths = paths  # a callable returning the documented path templates, read on first need
+        self._compiled: list[tuple[re.Pattern, str]] | None = None
+
+    def __call__(self, scope: Scope) -> str:
+        route = scope.get("route")
+        if route is not None:
+            return getattr(route, "path", None) or "unmatched"
+        # refused before routing (401, 429, 413 by Content-Length): find what it was aimed at
+        if self._compiled is None:
+            self._compiled = [(compile_path(path)[0], path) for path in self._paths()]
+        for regex, path in self._compiled:
+            if regex.match(scope["path"]):
+                return path
+        return "unmatched"
+
+
+class Observe:
+    """Outermost middleware: request id, access log, metrics, in-flight count, and a problem+json 500 for
+    anything unhandled."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, inflight: InFlight, templates: RouteTemplates,
+                 access: bool = True):
+        self.app = app
+        self.metrics = metrics
+        self.inflight = inflight
+        self.templates = templates
+        self.access = access
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        incoming = None
+        for name, value in scope.get("headers", ()):
+            if name == b"x-request-id":
+                incoming = value.decode("latin-1")
+                break
+        request_id = incoming if incoming and REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
+        context = {"request_id": request_id, "code": None}
+        token = REQUEST.set(context)
+        header = (b"x-request-id", request_id.encode())
+        status = 500
+        response_started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status, response_started
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                response_started = True
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        self.inflight.enter()
+        try:
+            try:
+                await self.app(scope, receive, send_with_id)
+            except Exception as exc:  # noqa: BLE001 - every failure becomes a problem, logged with the id
+                if response_started:
+                    raise
+                await unexpected_problem(exc)(scope, receive, send_with_id)
+        finally:
+            self.inflight.leave()
+            elapsed = time.perf_counter() - started
+            route = self.templates(scope)
+            self.metrics.request(scope["method"], route, status, elapsed, context["code"])
+            if self.access:
+                self._log(scope, route, status, elapsed, context)
+            REQUEST.reset(token)
+
+    @staticmethod
+    def _log(scope: Scope, route: str, status: int, elapsed: float, context: dict) -> None:
+        state = scope.get("state") or {}
+        path_params = scope.get("path_params") or {}
+        client = scope.get("client")
+        level = logging.ERROR if status >= 500 else logging.INFO
+        access_log.log(level, "%s %s %d", scope["method"], scope["path"], status, extra={
+            "method": scope["method"], "path": scope["path"], "route": route, "status": status,
+            "duration_ms": round(elapsed * 1000, 3), "session_id": path_params.get("session_id"),
+            "code": context["code"], "key_id": state.get("key_id"),
+            "client": client[0] if client else None})

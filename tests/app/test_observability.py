@@ -1,0 +1,148 @@
+"""Request ids, JSON logs and /metrics."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+import pytest
+
+from app.observability import JsonFormatter
+from tests.app.conftest import assert_problem, make_client, ok, run, tensor
+
+KEY = "observability-key-0123456789"
+
+
+class Lines(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.setFormatter(JsonFormatter())
+        self.lines: list[dict] = []
+
+    def emit(self, record):
+        self.lines.append(json.loads(self.format(record)))
+
+
+@pytest.fixture
+def log_lines():
+    handler = Lines()
+    logger = logging.getLogger("gradserve")
+    logger.addHandler(handler)
+    yield handler.lines
+    logger.removeHandler(handler)
+
+
+def metric(text: str, name: str, **labels) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', line.split(" ")[0]))
+        if all(got.get(k) == str(v) for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_request_id_is_generated_or_kept_and_echoed_in_problems(client):
+    r = client.get("/healthz")
+    assert re.fullmatch(r"[0-9a-f]{32}", r.headers["x-request-id"])
+    r = client.get("/v1/sessions/nope", headers={"X-Request-ID": "trace-42.a:b"})
+    assert r.headers["x-request-id"] == "trace-42.a:b"
+    assert assert_problem(r, 404, "session_not_found")["request_id"] == "trace-42.a:b"
+    for insane in ("has space", "x" * 129, "semi;colon", ""):
+        r = client.get("/healthz", headers={"X-Request-ID": insane})
+        assert r.headers["x-request-id"] != insane and re.fullmatch(r"[0-9a-f]{32}", r.headers["x-request-id"])
+
+
+def test_problems_from_every_layer_carry_the_request_id():
+    with make_client(api_keys=KEY, max_body_bytes=10) as c:
+        assert assert_problem(c.get("/v1/sessions"), 401)["request_id"]  # auth middleware
+        headers = {"X-API-Key": KEY}
+        assert assert_problem(c.post("/v1/eval", content=b"x" * 11, headers=headers), 413)["request_id"]
+        assert assert_problem(c.put("/healthz"), 405)["request_id"]
+
+
+def test_access_log_is_one_json_line_with_the_request_fields_and_no_data_or_key(log_lines):
+    with make_client(api_keys=KEY) as c:
+        headers = {"Authorization": f"Bearer {KEY}", "X-Request-ID": "req-1"}
+        sid = c.post("/v1/sessions", headers=headers).json()["id"]
+        log_lines.clear()
+        r = c.post(f"/v1/sessions/{sid}/ops", headers=headers,
+                   json={"ops": [tensor("x", [123.456, 789.5]), {"op": "exp", "args": ["nope"]}]})
+        assert r.status_code == 404
+    access = [line for line in log_lines if line["logger"] == "gradserve.access"]
+    assert len(access) == 1
+    line = access[0]
+    assert {"time", "level", "request_id", "method", "path", "status", "duration_ms", "session_id",
+            "code"} <= set(line)
+    assert line["request_id"] == "req-1" and line["session_id"] == sid and line["status"] == 404
+    assert line["code"] == "unknown_tensor" and line["route"] == "/v1/sessions/{session_id}/ops"
+    assert line["key_id"] == __import__("hashlib").sha256(KEY.encode()).hexdigest()[:12]
+    text = json.dumps(log_lines)
+    assert "123.456" not in text and KEY not in text
+
+
+def test_unhandled_errors_are_logged_with_the_request_id_and_answered_as_problems(log_lines):
+    with make_client() as c:
+        def boom():
+            raise RuntimeError("secret tensor data 1.2345")
+        c.app.state.service.op_catalog = boom
+        r = c.get("/v1/ops", headers={"X-Request-ID": "req-500"})
+    body = assert_problem(r, 500, "internal_error")
+    assert body["request_id"] == "req-500" and "1.2345" not in body["detail"]
+    errors = [line for line in log_lines if line["level"] == "error" and line["logger"] == "gradserve"]
+    assert errors and errors[0]["request_id"] == "req-500" and "RuntimeError" in errors[0]["exception"]
+
+
+def test_metrics_count_requests_by_route_and_status_on_both_execution_paths():
+    with make_client() as c:
+        sid = c.post("/v1/sessions").json()["id"]
+        inline = [tensor("x", [1.0, 2.0]), {"op": "mul", "out": "y", "args": ["x", "x"]},
+                  {"op": "sum", "out": "s", "args": ["y"]}, {"op": "backward", "args": ["s"]}]
+        ok(run(c, sid, inline))  # small: on the event loop
+        ok(run(c, sid, inline, repeat=3))  # repeat: in the thread pool
+        ok(c.post("/v1/eval", json={"ops": inline}))
+        assert_problem(run(c, sid, [{"op": "exp", "args": ["nope"]}]), 404, "unknown_tensor")
+        assert_problem(run(c, sid, [{"op": "sum", "args": ["x", 5]}], repeat=2), 422, "dim_out_of_range")
+        c.get(f"/v1/sessions/{sid}/tensors/nope")
+        c.get("/definitely/not/a/route")
+        text = c.get("/metrics").text
+    route = "/v1/sessions/{session_id}/ops"
+    assert metric(text, "gradserve_requests_total", route=route, status=200) == 2
+    assert metric(text, "gradserve_requests_total", route=route, status=404) == 1
+    assert metric(text, "gradserve_requests_total", route=route, status=422) == 1
+    assert metric(text, "gradserve_requests_total", route="/v1/eval", status=200) == 1
+    assert metric(text, "gradserve_requests_total", route="unmatched", status=404) == 1
+    assert metric(text, "gradserve_request_duration_seconds_count", route=route) == 4
+    assert metric(text, "gradserve_backward_passes_total") == 1 + 3 + 1
+    assert metric(text, "gradserve_op_errors_total", code="unknown_tensor") == 2
+    assert metric(text, "gradserve_op_errors_total", code="dim_out_of_range") == 1
+    assert metric(text, "gradserve_problems_total", code="not_found") == 1
+    assert metric(text, "gradserve_sessions_live") == 1
+    assert metric(text, "gradserve_sessions_created_total") == 1
+    assert sid not in text
+
+
+def test_metrics_count_expiries_and_deletions():
+    with make_client(session_ttl_seconds=0.05) as c:
+        c.post("/v1/sessions")
+        gone = c.post("/v1/sessions").json()["id"]
+        kept = c.post("/v1/sessions").json()["id"]
+        c.delete(f"/v1/sessions/{kept}")
+        import time
+        time.sleep(0.1)
+        c.get(f"/v1/sessions/{gone}")  # found expired
+        c.app.state.store.sweep()  # and the other swept
+        text = c.get("/metrics").text
+    assert metric(text, "gradserve_sessions_expired_total") == 2
+    assert metric(text, "gradserve_sessions_deleted_total") == 1
+    assert metric(text, "gradserve_sessions_live") == 0
+
+
+def test_rejected_requests_are_counted_under_their_route():
+    with make_client(api_keys=KEY) as c:
+        c.get("/v1/sessions/abc/tensors")
+        text = c.get("/metrics").text
+    assert metric(text, "gradserve_requests_total", route="/v1/sessions/{session_id}/tensors", status=401) == 1
+    assert metric(text, "gradserve_problems_total", code="unauthorized") == 1
