@@ -194,10 +194,22 @@ def _validation_error(request: Request, exc: RequestValidationError) -> Response
 
 
 def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    if exc.status_code == 400:
+        # FastAPI's only 400: a body it cannot decode (not UTF-8, not JSON); the op-list routes say 422
+        # invalid_json for the same body, and so do these
+        return problem_response(422, "invalid_json", f"malformed JSON body: {exc.detail}")
     codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
     code = codes.get(exc.status_code, "http_error")
     detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
-    return problem_response(exc.status_code, code, detail, headers=getattr(exc, "headers", None))
+    headers = getattr(exc, "headers", None)
+    templates = getattr(request.app.state, "templates", None)
+    if exc.status_code == 405 and templates is not None:
+        # Starlette names the methods of the first route with this path only; a path has several routes
+        found = templates.match(request.url.path)
+        if found is not None:
+            headers = {**(headers or {}), "Allow": ", ".join(found[1])}
+            detail = f"{request.method} is not allowed here; allowed: {', '.join(found[1])}"
+    return problem_response(exc.status_code, code, detail, headers=headers)
 
 
 def unexpected_problem(exc: BaseException) -> Response:

@@ -182,8 +182,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID"],
                            expose_headers=["X-Request-ID", "Retry-After", "Location", "WWW-Authenticate"])
+    app.state.templates = RouteTemplates(lambda: app.openapi()["paths"])
     app.add_middleware(Observe, metrics=app.state.metrics, inflight=app.state.inflight,
-                       templates=RouteTemplates(lambda: list(app.openapi()["paths"])), access=settings.access_log)
+                       templates=app.state.templates, access=settings.access_log)
     for module in (sessions, ops, autograd, graph, meta):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

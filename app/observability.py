@@ -163,23 +163,29 @@ class InFlight:
 
 
 class RouteTemplates:
-    """The template of the route that served (or would have served) a request; never its raw path."""
+    """The documented path templates: which one a request was aimed at, and the methods it allows."""
 
     def __init__(self, paths):
-        self._paths = paths  # a callable returning the documented path templates, read on first need
-        self._compiled: list[tuple[re.Pattern, str]] | None = None
+        self._paths = paths  # a callable returning the OpenAPI document's paths, read on first need
+        self._compiled: list[tuple[re.Pattern, str, list[str]]] | None = None
+
+    def match(self, path: str) -> tuple[str, list[str]] | None:
+        if self._compiled is None:
+            self._compiled = [(compile_path(template)[0], template, sorted(m.upper() for m in methods))
+                              for template, methods in self._paths().items()]
+        for regex, template, methods in self._compiled:
+            if regex.match(path):
+                return template, methods
+        return None
 
     def __call__(self, scope: Scope) -> str:
+        """The template of the route that served (or would have served) the request; never its raw path."""
         route = scope.get("route")
         if route is not None:
             return getattr(route, "path", None) or "unmatched"
         # refused before routing (401, 429, 413 by Content-Length): find what it was aimed at
-        if self._compiled is None:
-            self._compiled = [(compile_path(path)[0], path) for path in self._paths()]
-        for regex, path in self._compiled:
-            if regex.match(scope["path"]):
-                return path
-        return "unmatched"
+        found = self.match(scope["path"])
+        return found[0] if found else "unmatched"
 
 
 class Observe:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -50,3 +52,13 @@ def assert_problem(response, status: int, code: str | None = None, detail: str |
     if detail is not None:
         assert body["detail"] == detail
     return body
+
+
+#: generated cases of the OpenAPI fuzzing (tests/app/test_fuzz_openapi.py), reported in the terminal summary
+FUZZ_CASES: Counter[str] = Counter()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if FUZZ_CASES:
+        parts = ", ".join(f"{n} {kind}" for kind, n in FUZZ_CASES.items())
+        terminalreporter.write_line(f"schemathesis: {sum(FUZZ_CASES.values())} generated cases ({parts})")
