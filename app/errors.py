@@ -190,7 +190,9 @@ def _validation_error(request: Request, exc: RequestValidationError) -> Response
               for e in exc.errors()]
     first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
     detail = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}" if first["loc"] else first["msg"]
-    return problem_response(422, "validation_error", detail, errors=errors)
+    # a body that is not JSON at all is the same problem on every route (the op-list routes parse their own)
+    code = "invalid_json" if any(e["type"] == "json_invalid" for e in errors) else "validation_error"
+    return problem_response(422, code, detail, errors=errors)
 
 
 def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

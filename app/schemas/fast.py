@@ -22,7 +22,8 @@ from typing import Any
 OP_KEYS = frozenset({"op", "args", "kwargs", "out", "no_grad"})
 OPS_REQUEST_KEYS = frozenset({"ops", "no_grad", "repeat", "record"})
 EVAL_REQUEST_KEYS = frozenset({"ops", "no_grad", "return"})
-MAX_NAME_LENGTH = 200  # Name and OutName in app.schemas.ops
+MAX_NAME_LENGTH = 200  # Name in app.schemas.ops
+MAX_OUT_NAME_LENGTH = 64  # OutName in app.schemas.ops (the engine's limit on names it binds)
 
 _get = dict.get
 _op_name = itemgetter("op")
@@ -48,8 +49,8 @@ def _out_names_ok(names: list) -> bool:
     joined = _strings(names)
     if joined is None or not joined.isascii():
         return False
-    return all(map(str.isidentifier, names)) and (len(joined) <= MAX_NAME_LENGTH
-                                                   or max(map(len, names), default=0) <= MAX_NAME_LENGTH)
+    return all(map(str.isidentifier, names)) and (len(joined) <= MAX_OUT_NAME_LENGTH
+                                                   or max(map(len, names), default=0) <= MAX_OUT_NAME_LENGTH)
 
 
 def _name_list_ok(value: Any) -> bool:

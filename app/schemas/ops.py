@@ -14,8 +14,9 @@ from typing_extensions import TypedDict
 from app.schemas.tensors import TensorData, TensorView
 
 Name = Annotated[str, Field(min_length=1, max_length=200)]
-#: Names a request binds: identifiers, so that `x.grad` and `-Infinity` are never names
-OutName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=200)]
+#: Names a request binds: identifiers, so that `x.grad` and `-Infinity` are never names; 64 characters at
+#: most, the engine's limit
+OutName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)]
 
 
 @with_config(ConfigDict(extra="forbid"))
