@@ -20,6 +20,9 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from .errors import TorchRuntimeError
 from .grad_mode import _grad_enabled
 from .journal import setattr_
 from .node import Node, SavedTensor
@@ -54,6 +57,7 @@ class OpSpec:
 
 
 PRIMS: dict[str, Prim] = {}
+_SUPPORTED = frozenset(np.dtype(t) for t in ("float32", "float64", "int64", "bool"))
 OPS: dict[str, OpSpec] = {}
 
 
@@ -134,6 +138,9 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
     Multi-output primitives take a tuple of arrays and return a tuple of Tensors.
     """
     multi = data.__class__ is tuple
+    if not multi and data.dtype not in _SUPPORTED:  # a numpy promotion the engine does not model
+        raise TorchRuntimeError(f"result dtype {data.dtype} is not supported (float32, float64, int64, bool)",
+                                code="invalid_dtype")
     grad = False
     if _grad_enabled.get() and (multi or data.dtype.kind == "f"):  # int and bool results never require grad
         for t in inputs:

@@ -262,6 +262,15 @@ def square(self):
 # ----- unary math -----------------------------------------------------------------------------------
 
 
+def _not_bool(self, kernel: str) -> Tensor:
+    """torch has no bool kernel for these ops: NotImplementedError '"floor_vml_cpu" not implemented for 'Bool''."""
+    self = require_tensor(self)
+    if self.data.dtype == np.bool_:
+        raise TorchRuntimeError(f"\"{kernel}\" not implemented for 'Bool'", code="invalid_dtype",
+                                exception="NotImplementedError")
+    return self
+
+
 def _unary(prim: str, fn, self: Tensor, save: str | None, **extra):
     self = require_tensor(self)
     out = fn(float_data(self))
@@ -374,7 +383,7 @@ def _(ctx, grad):
 @op("abs", tensors=("self",), grad_fns=("AbsBackward0",), aliases=("absolute", "__abs__"))
 def abs(self):
     """torch.abs(input); abs'(0) = 0."""
-    self = require_tensor(self)
+    self = _not_bool(self, "abs_cpu")
     return record("AbsBackward0", np.abs(self.data), (self,), {"self": self})
 
 
@@ -385,8 +394,10 @@ def _(ctx, grad):
 
 @op("sign", tensors=("self",), grad_fns=("SignBackward0",))
 def sign(self):
-    """torch.sign(input); zero gradient."""
+    """torch.sign(input); zero gradient (of a bool tensor: a copy)."""
     self = require_tensor(self)
+    if self.data.dtype == np.bool_:
+        return Tensor(self.data.copy())
     return record("SignBackward0", np.sign(self.data), (self,))
 
 
@@ -462,6 +473,8 @@ def _(ctx, grad):
 def relu(self):
     """torch.relu(input); saves its result; relu'(0) = 0."""
     self = require_tensor(self)
+    if self.data.dtype == np.bool_:
+        raise TorchRuntimeError("Boolean inputs not supported for relu", code="invalid_dtype")
     return record("ReluBackward0", np.maximum(self.data, self.data.dtype.type(0)), (self,),
                   {"result": "result"})
 
@@ -903,7 +916,7 @@ def _(ctx, grad):
 @op("floor", tensors=("self",), grad_fns=("FloorBackward0",))
 def floor(self):
     """torch.floor(input); zero gradient."""
-    self = require_tensor(self)
+    self = _not_bool(self, "floor_vml_cpu")
     return record("FloorBackward0", np.floor(self.data), (self,))
 
 
@@ -915,7 +928,7 @@ def _(ctx, grad):
 @op("ceil", tensors=("self",), grad_fns=("CeilBackward0",))
 def ceil(self):
     """torch.ceil(input); zero gradient."""
-    self = require_tensor(self)
+    self = _not_bool(self, "ceil_vml_cpu")
     return record("CeilBackward0", np.ceil(self.data), (self,))
 
 
@@ -927,7 +940,7 @@ def _(ctx, grad):
 @op("round", tensors=("self",), grad_fns=("RoundBackward0", "RoundBackward1"))
 def round(self, decimals=0):
     """torch.round(input, decimals=0): half to even, zero gradient."""
-    self = require_tensor(self)
+    self = _not_bool(self, "round_vml_cpu")
     if decimals:
         return record("RoundBackward1", np.round(self.data, decimals), (self,), {"decimals": decimals})
     return record("RoundBackward0", np.round(self.data), (self,))

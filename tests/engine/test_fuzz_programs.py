@@ -5,7 +5,6 @@ the session exactly as it was (its serialised form unchanged)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -110,10 +109,6 @@ def test_the_strategy_reaches_successes_and_failures():
     assert outcomes["ok"] >= 10 and outcomes["error"] >= 10, outcomes
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError, reason="engine bug: round() of a bool tensor makes a float16 "
-                   "tensor (numpy's np.round on bool), a dtype the engine does not support: reading or "
-                   "serialising it raises KeyError (a 500 over HTTP, and the session keeps the tensor); torch "
-                   "refuses round() on Bool")
 def test_round_of_a_bool_tensor_is_refused_or_gives_a_supported_dtype():
     state = State()
     try:
