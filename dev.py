@@ -3,7 +3,7 @@
 
     python3 dev.py serve [uvicorn args...]   create .venv, install pinned deps, serve on 127.0.0.1:8000
     python3 dev.py test [pytest args...]     create .venv, install .[test] pinned, run ruff and pytest
-                                             (installs redis-server first when missing, as root with apt-get)
+                                             (installs redis-server and graphviz first when missing, as root)
 """
 
 from __future__ import annotations
@@ -59,30 +59,35 @@ def serve(args: list[str]) -> int:
     return 0  # not reached
 
 
-def ensure_redis_server() -> None:
-    """The Redis store's tests run a real redis-server (Debian's package). Install it when missing and we can
-    (root, apt-get); otherwise say so: those tests then skip with the reason."""
-    if shutil.which("redis-server"):
+# Debian packages some tests use: the Redis store's tests run a real redis-server, and the SVG graph test
+# renders with Graphviz's dot. Missing ones are installed when we can (root, apt-get); otherwise those tests
+# skip, saying why.
+SYSTEM_TOOLS = {"redis-server": "redis-server", "dot": "graphviz"}
+
+
+def ensure_system_tools() -> None:
+    missing = {cmd: pkg for cmd, pkg in SYSTEM_TOOLS.items() if not shutil.which(cmd)}
+    if not missing:
         return
+    names = ", ".join(sorted(missing))
     can_install = shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0
     if not can_install:
-        print("redis-server is not on PATH and cannot be installed here (needs root and apt-get): "
-              "the Redis store tests will be skipped", flush=True)
+        print(f"{names} not on PATH and cannot be installed here (needs root and apt-get): the tests that use "
+              "them will be skipped", flush=True)
         return
-    print("redis-server is not on PATH: installing Debian's redis-server package for the Redis store tests",
-          flush=True)
+    print(f"{names} not on PATH: installing Debian's {', '.join(sorted(set(missing.values())))}", flush=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends",
-                                               "redis-server"]):
+    for cmd in (["apt-get", "update", "-qq"],
+                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *sorted(set(missing.values()))]):
         print("+", " ".join(cmd), flush=True)
         if subprocess.run(cmd, env=env).returncode != 0:
-            print("installing redis-server failed: the Redis store tests will be skipped", flush=True)
+            print(f"installing {names} failed: the tests that use them will be skipped", flush=True)
             return
 
 
 def test(args: list[str]) -> int:
     ensure_env("test")
-    ensure_redis_server()
+    ensure_system_tools()
     try:
         run(PYTHON, "-m", "ruff", "check", ".")
         run(PYTHON, "-m", "pytest", *args)
