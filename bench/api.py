@@ -43,6 +43,10 @@ LINEAR = [
 ]
 
 
+# the servers' JSON access logs (one line per request, on stderr) go here, not into the bench's table
+SERVER_LOG = tempfile.NamedTemporaryFile(prefix="gradserve-bench-", suffix=".log", delete=False)
+
+
 class Echo(BaseModel):
     """The ceiling endpoint's body. At module level: with postponed annotations a class local to
     ``bench_app`` cannot be resolved, and FastAPI would read ``body`` as a query parameter (every request
@@ -53,16 +57,29 @@ class Echo(BaseModel):
 
 
 def bench_app():
-    """The app plus the framework-ceiling endpoint (uvicorn factory: bench.api:bench_app)."""
+    """The app plus the framework-ceiling endpoint on the same server (uvicorn factory: bench.api:bench_app).
+
+    The ceiling is a bare FastAPI app with one pydantic endpoint, dispatched by path in front of gradserve's
+    app: it measures the framework alone, so gradserve's own middleware (body limit, request ids, access
+    logs, metrics, keys) counts against gradserve, not against the ceiling."""
+    from fastapi import FastAPI
+
     from app.main import create_app
 
     app = create_app()
+    bare = FastAPI()
 
-    @app.post("/bench/trivial")
+    @bare.post("/bench/trivial")
     def trivial(body: Echo) -> Echo:
         return Echo(a=body.b, b=body.a)
 
-    return app
+    async def dispatch(scope, receive, send):
+        if scope["type"] == "http" and scope["path"] == "/bench/trivial":
+            await bare(scope, receive, send)
+        else:
+            await app(scope, receive, send)  # lifespan and everything else: gradserve's app
+
+    return dispatch
 
 
 # ----- transfer and parse costs (in process) ------------------------------------------------------------
@@ -186,7 +203,7 @@ def http_rows(duration: int, connections: int, rounds: int) -> list[tuple[str, d
     cmd = [sys.executable, "-m", "uvicorn", "bench.api:bench_app", "--factory", "--host", "127.0.0.1",
            "--port", str(port), "--workers", "1", "--loop", "uvloop", "--http", "httptools",
            "--no-access-log", "--log-level", "warning"]
-    server = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    server = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=SERVER_LOG)  # the JSON access log (stderr)
     try:
         wait_until_up(f"{base}/healthz")
         sid = orjson.loads(request(f"{base}/v1/sessions", b""))["id"]
@@ -304,7 +321,7 @@ def start_store_server(store_url: str) -> tuple[subprocess.Popen, str]:
            "GRADSERVE_REDIS_KEY_PREFIX": f"bench-{os.getpid()}:", "GRADSERVE_MAX_NODES_PER_SESSION": "1000000"}
     cmd = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
            "--workers", "1", "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"]
-    server = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    server = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=SERVER_LOG)  # the JSON access log (stderr)
     base = f"http://127.0.0.1:{port}"
     wait_until_up(f"{base}/healthz")
     return server, base
