@@ -83,6 +83,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         sweeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sweeper
+        aclose = getattr(app.state.store, "aclose", None)  # the Redis store's asyncio client
+        if aclose is not None:
+            await aclose()
         app.state.store.close()
 
 

@@ -12,7 +12,10 @@ up front: a body of at most ``GRADSERVE_INLINE_MAX_BODY_BYTES``, at most ``GRADS
 no ``repeat``, only ops whose cost follows the size of their inputs (no creation from sizes, no
 expand/repeat, no matmul family), and, for a session, a session held in this process (the memory store),
 free right now (its lock is never waited for on the loop), whose last run was quick and left only small
-named tensors. Everything else runs in the thread pool, as before.
+named tensors. With the Redis store (``run_ops_async``), a session this process has cached, small, whose
+last run here was quick and light: its lock is taken and its state saved with ``await`` on an asyncio Redis
+client (the same scripts as the blocking path), and the engine runs on the loop in between. Everything else
+runs in the thread pool, as before.
 
 Every session call takes the requester's ``owner`` (the digest of its API key, ``""`` on an open server):
 the store answers another owner's session as unknown.
@@ -116,6 +119,8 @@ class SessionService:
         self.inline_ops = inline_op_names()
         #: sessions whose last run was slow or left large named tensors: never run on the event loop
         self._heavy: weakref.WeakKeyDictionary[Session, bool] = weakref.WeakKeyDictionary()
+        #: the Redis store when it can run small requests on the event loop (``run_ops_async``)
+        self._async_store = store if getattr(store, "async_url", None) else None
 
     # ----- parsing ------------------------------------------------------------------------------------
     def parse_ops(self, body: bytes) -> dict:
@@ -247,6 +252,24 @@ class SessionService:
         with self.store.open(session_id, write=True, owner=owner) as session:
             return self._run_held(session, request, encoding)
 
+    async def run_ops_async(self, session_id: str, request: dict, encoding: Encoding, *,
+                            owner: str = "") -> bytes | None:
+        """A request ``inline_ok`` accepted, on the event loop; None: run it in the thread pool instead.
+        The memory store: ``run_ops(..., inline=True)``. The Redis store, for a session this process holds
+        light (``RedisStore.light``): its asyncio client takes the lock and saves (``open_async``,
+        ``save_async``: the same scripts, checks and renewal as the blocking path) and the engine runs on the
+        loop in between; waiting for a busy session is an ``asyncio.sleep``."""
+        if self._async_store is None:
+            return self.run_ops(session_id, request, encoding, owner=owner, inline=True)
+        store = self._async_store
+        if not store.light(session_id):
+            return None
+        self.check_executions(request)
+        async with store.open_async(session_id, owner) as session:
+            res, passes = self._run_program(session, request)
+            await store.save_async(session)
+            return self._finish(session, request, res, passes, encoding)
+
     def _run_inline(self, session_id: str, request: dict, encoding: Encoding, owner: str) -> bytes | None:
         if not isinstance(self.store, MemoryStore):  # other stores do I/O: never on the event loop
             return None
@@ -259,21 +282,32 @@ class SessionService:
             session.lock.release()
 
     def _run_held(self, session: Session, request: dict, encoding: Encoding) -> bytes:
-        record = request.get("record", [])
+        res, passes = self._run_program(session, request)
+        self.store.save(session)
+        return self._finish(session, request, res, passes, encoding)
+
+    def _run_program(self, session: Session, request: dict) -> tuple[Any, int]:
+        """Run on the held session; note whether its next small request may run on the event loop."""
         started = time.perf_counter()
         passes = session.state.backward_passes
         try:
             res = engine.run_program(session.state, request["ops"], no_grad=request.get("no_grad", False),
-                                     repeat=request.get("repeat", 1), record=tuple(record),
+                                     repeat=request.get("repeat", 1), record=tuple(request.get("record", ())),
                                      limits=self._limits())
         finally:
-            if time.perf_counter() - started < INLINE_MAX_RUN_SECONDS and light_state(session.state):
+            light = time.perf_counter() - started < INLINE_MAX_RUN_SECONDS and light_state(session.state)
+            if self._async_store is not None:
+                self._async_store.note_light(session, light)
+            elif light:
                 self._heavy.pop(session, None)
             else:
                 self._heavy[session] = True
-        self.store.save(session)
+        return res, passes
+
+    def _finish(self, session: Session, request: dict, res: Any, passes: int, encoding: Encoding) -> bytes:
+        """After the save: count the backward passes and serialise."""
         self._count_backward(session.state.backward_passes - passes)
-        return views.dump(views.run_view(session.state, res, encoding, with_records=bool(record)))
+        return views.dump(views.run_view(session.state, res, encoding, with_records=bool(request.get("record"))))
 
     def _count_backward(self, passes: int) -> None:
         if self.metrics is not None:

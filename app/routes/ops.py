@@ -36,7 +36,7 @@ async def run_ops(session_id: SessionId, request: Request, encoding: EncodingQue
     if service.small_body(body):  # see app.service: small, bounded requests run on the event loop
         parsed = service.parse_ops(body)
         if service.inline_ok(parsed):
-            result = service.run_ops(session_id, parsed, encoding, owner=owner, inline=True)
+            result = await service.run_ops_async(session_id, parsed, encoding, owner=owner)
             if result is not None:
                 return TensorJSON(result)
         return TensorJSON(await run_in_threadpool(service.run_ops, session_id, parsed, encoding, owner=owner))

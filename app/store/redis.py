@@ -22,6 +22,12 @@ no other request holds the lock. So a writer whose lock lapsed cannot overwrite 
 fails with 409 ``session_busy`` (nothing applied) rather than losing someone else's update. A writer that
 cannot get the lock within ``GRADSERVE_LOCK_WAIT_SECONDS`` gets the same 409 with ``Retry-After``. Readers
 take no lock: they read one stored version, atomically (one script). Two round trips per write, one per read.
+A process's own writers of one session queue on a local lock first (``_turn``), so that the one finishing
+hands the session on at once rather than the next polling Redis.
+
+Small requests on sessions this process holds light run on the event loop (``open_async``/``save_async``,
+see ``app.service``): the same scripts, awaited on ``redis.asyncio`` connections; their locks are renewed by
+the same renewer thread.
 
 Each process keeps the states it last loaded or saved (up to ``GRADSERVE_REDIS_CACHE_BYTES``) and reuses
 one when the stored version is unchanged, which spares the download and the deserialisation when a client
@@ -31,20 +37,24 @@ would need both in one hash slot: use a single Redis (with replicas and persiste
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
 import logging
 import random
 import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import engine
@@ -169,6 +179,7 @@ class _Cached:
     nbytes: int
     lock: threading.Lock = field(default_factory=threading.Lock)
     valid: bool = True
+    light: bool = False  # the last run on it was quick and left small tensors (set by the service)
 
 
 @dataclass(eq=False)
@@ -179,11 +190,17 @@ class _Lease:
     saved: bool = False  # saving also releases the lock
 
 
+#: The event-loop path serves sessions stored in at most this many bytes, and deserialises no larger state
+#: on the loop (it does that in the thread pool)
+ASYNC_LOAD_BYTES = 256 * 1024
+
+
 class RedisStore:
     def __init__(self, client: redis.Redis, *, max_sessions: int, ttl_seconds: float, lock_ttl_seconds: float,
                  lock_wait_seconds: float, key_prefix: str = "gradserve:", cache_bytes: int = 64 << 20,
-                 max_sessions_per_owner: int | None = None):
+                 max_sessions_per_owner: int | None = None, async_url: str | None = None):
         self.redis = client
+        self.async_url = async_url  # for the event-loop path (open_async); None: no such path
         self.max_sessions = max_sessions
         self.max_sessions_per_owner = max_sessions_per_owner  # for owners that are keys (not "")
         self.stats = StoreStats()
@@ -205,8 +222,14 @@ class RedisStore:
         self._cache_lock = threading.Lock()
         self._held: dict[str, str] = {}  # lock key -> token, renewed by the renewer thread
         self._held_lock = threading.Lock()
+        self._turns: dict[str, list] = {}  # session id -> [local lock, writers using it] (``_turn``)
+        self._turns_lock = threading.Lock()
         self._renewer: threading.Thread | None = None
         self._closing = threading.Event()
+        self._lock_ms = max(1, int(lock_ttl_seconds * 1000))
+        self._ttl_ms = max(1, int(ttl_seconds * 1000))
+        self._aclient: redis.asyncio.Redis | None = None  # bound to the event loop that made it
+        self._aclient_loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     def from_settings(cls, settings) -> RedisStore:
@@ -215,7 +238,7 @@ class RedisStore:
         return cls(client, max_sessions=settings.max_sessions, ttl_seconds=settings.session_ttl_seconds,
                    lock_ttl_seconds=settings.lock_ttl_seconds, lock_wait_seconds=settings.lock_wait_seconds,
                    key_prefix=settings.redis_key_prefix, cache_bytes=settings.redis_cache_bytes,
-                   max_sessions_per_owner=settings.max_sessions_per_key)
+                   max_sessions_per_owner=settings.max_sessions_per_key, async_url=settings.store_url)
 
     # ----- keys and times -----------------------------------------------------------------------------
     def _key(self, session_id: str) -> str:
@@ -230,8 +253,7 @@ class RedisStore:
     def _times(self) -> tuple[float, int, int]:
         """now (s), the expiry score of a session touched now (ms), the TTL (ms)."""
         now = time.time()
-        ttl_ms = max(1, int(self.ttl_seconds * 1000))
-        return now, int(now * 1000) + ttl_ms, ttl_ms
+        return now, int(now * 1000) + self._ttl_ms, self._ttl_ms
 
     # ----- the protocol -------------------------------------------------------------------------------
     def create(self, state: Any, owner: str = "") -> Session:
@@ -252,7 +274,7 @@ class RedisStore:
                                            "(GRADSERVE_MAX_SESSIONS_PER_KEY); delete one or retry after some "
                                            "expire")
             if created == 1:
-                self._remember(session_id, _Cached(1, state, len(blob)))  # nobody else has it yet
+                self._remember(session_id, _Cached(1, state, len(blob), light=len(blob) <= ASYNC_LOAD_BYTES))
                 self.stats.created += 1
                 return Session(id=session_id, state=state, created_at=now, last_used_at=now, version=1,
                                owner=owner)
@@ -266,18 +288,20 @@ class RedisStore:
             return
         lock_key = self._lock_key(session_id)
         token = secrets.token_hex(16)
-        session, entry = self._acquire(session_id, lock_key, token, owner)
-        lease = session.lease = _Lease(lock_key, token, entry)
-        try:
-            yield session
-        finally:
-            self._unhold(lock_key)
-            if not lease.saved:  # failed or abandoned: the state may hold unsaved changes, and the lock is ours
-                self._forget(session_id, entry)
-            entry.lock.release()
-            if not lease.saved:
-                with _unavailable_as_503():
-                    self._release(keys=[lock_key], args=[token])
+        deadline = time.monotonic() + self.lock_wait_seconds
+        with self._turn(session_id, deadline):
+            session, entry = self._acquire(session_id, lock_key, token, owner, deadline)
+            lease = session.lease = _Lease(lock_key, token, entry)
+            try:
+                yield session
+            finally:
+                self._unhold(lock_key)
+                if not lease.saved:  # failed or abandoned: the state may hold unsaved changes; the lock is ours
+                    self._forget(session_id, entry)
+                entry.lock.release()
+                if not lease.saved:
+                    with _unavailable_as_503():
+                        self._release(keys=[lock_key], args=[token])
 
     def save(self, session: Session) -> None:
         lease: _Lease = session.lease
@@ -289,6 +313,10 @@ class RedisStore:
                                    self._owner_index(session.owner)],
                              args=[session.id, repr(now), score, ttl_ms, session.version, lease.token, blob,
                                    len(session.state.tensors)])
+        self._saved(session, lease, new, now, len(blob))
+
+    def _saved(self, session: Session, lease: _Lease, new: int, now: float, nbytes: int) -> None:
+        """What _SAVE answered: the new version, or the refusal."""
         if new == -1:
             raise SessionNotFound(session.id)
         if new == 0:
@@ -298,7 +326,7 @@ class RedisStore:
         lease.saved = True
         session.version = lease.entry.version = int(new)
         session.last_used_at = now
-        self._remember(session.id, lease.entry, nbytes=len(blob))
+        self._remember(session.id, lease.entry, nbytes=nbytes)
 
     def delete(self, session_id: str, owner: str = "") -> None:
         with _unavailable_as_503():
@@ -346,6 +374,136 @@ class RedisStore:
             self._cache.clear()
             self._cache_used = 0
         self.redis.close()
+
+    # ----- the event-loop path (small requests on light sessions) -------------------------------------
+    def light(self, session_id: str) -> bool:
+        """Whether this process holds the session's state, stored in at most ``ASYNC_LOAD_BYTES``, and its
+        last run here was quick and left small tensors (``note_light``): what ``open_async`` is for. A guess
+        (another process may have changed the session since), so ``open_async`` still bounds what it
+        deserialises on the loop. Larger states go through the thread pool, where serialising and moving
+        their bytes overlaps with the event loop's other work."""
+        if self.async_url is None:
+            return False
+        entry = self._cache.get(session_id)  # a dict read: atomic under the GIL, and a guess anyway
+        return entry is not None and entry.light and entry.valid and entry.nbytes <= ASYNC_LOAD_BYTES
+
+    def note_light(self, session: Session, light: bool) -> None:
+        """After a run on ``session`` (held for writing): may its next small request run on the loop?"""
+        lease = session.lease
+        if lease is not None:
+            lease.entry.light = light
+
+    def _async_client(self) -> _AsyncScripts:
+        """The asyncio client (its scripts), for the running loop: a client's connections belong to the loop
+        that opened them, so a new loop (as under some test clients) gets its own."""
+        loop = asyncio.get_running_loop()
+        if self._aclient is None or self._aclient_loop is not loop:
+            self._aclient = _AsyncScripts(self.async_url, timeout=10)
+            self._aclient_loop = loop
+        return self._aclient
+
+    async def aclose(self) -> None:
+        """Close the asyncio client, from the loop it belongs to (the lifespan's)."""
+        client, self._aclient = self._aclient, None
+        if client is not None and self._aclient_loop is asyncio.get_running_loop():
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+    @asynccontextmanager
+    async def open_async(self, session_id: str, owner: str = "") -> AsyncIterator[Session]:
+        """``open(..., write=True)`` with ``await``: the same lock (token, renewal by the renewer thread, the
+        same scripts and checks) and the same wait (``asyncio.sleep`` between attempts, then SessionBusy),
+        without a thread. Save with ``save_async``. A state that has to be deserialised and is larger than
+        ``ASYNC_LOAD_BYTES``, or whose cached copy a reader of this process is using, is loaded in the
+        thread pool instead."""
+        deadline = time.monotonic() + self.lock_wait_seconds
+        scripts = self._async_client()
+        async with scripts.turn(session_id, deadline, self._busy):
+            async with self._open_async(scripts, session_id, owner, deadline) as session:
+                yield session
+
+    @asynccontextmanager
+    async def _open_async(self, scripts: _AsyncScripts, session_id: str, owner: str,
+                          deadline: float) -> AsyncIterator[Session]:
+        lock_key = self._lock_key(session_id)
+        token = secrets.token_hex(16)
+        keys = [lock_key, self._key(session_id), self._index, self._owner_index(owner)]
+        delay = 0.0005
+        while True:
+            cached = self._cache.get(session_id)
+            now, score, ttl_ms = self._times()
+            with _unavailable_as_503():
+                found = await scripts(_ACQUIRE, keys, [token, self._lock_ms, session_id, repr(now),
+                                                                  score, ttl_ms, cached.version if cached else "",
+                                                                  owner])
+            if found in (-1, -2):
+                if found == -1:
+                    self._forget(session_id)
+                raise SessionNotFound(session_id)
+            if found != 0:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._busy(session_id)
+            await asyncio.sleep(min(left, delay * random.uniform(0.5, 1.5)))
+            delay = min(delay * 2, 0.02)
+        self._hold(lock_key, token)
+        try:
+            held = self._materialize_now(session_id, found, cached, now)
+            if held is None:
+                from starlette.concurrency import run_in_threadpool
+
+                held = await run_in_threadpool(self._materialize, session_id, found, cached, now, blocking=True)
+            session, entry = held
+            session.owner = owner
+        except BaseException:
+            self._unhold(lock_key)
+            with contextlib.suppress(redis.RedisError):
+                await scripts(_RELEASE, [lock_key], [token])
+            raise
+        lease = session.lease = _Lease(lock_key, token, entry)
+        try:
+            yield session
+        finally:
+            self._unhold(lock_key)
+            if not lease.saved:
+                self._forget(session_id, entry)
+            entry.lock.release()
+            if not lease.saved:
+                with _unavailable_as_503():
+                    await scripts(_RELEASE, [lock_key], [token])
+
+    def _materialize_now(self, session_id: str, found: list, cached: _Cached | None,
+                         now: float) -> tuple[Session, _Cached] | None:
+        """``_materialize`` when it needs neither a wait nor a large deserialisation; else None."""
+        version, created_at, blob = int(found[0]), float(found[1]), found[2]
+        if not blob:
+            if cached is None or not cached.lock.acquire(blocking=False):
+                return None
+            if cached.valid and cached.version == version:
+                return self._session(session_id, cached.state, version, created_at, now), cached
+            cached.lock.release()
+            return None
+        if len(blob) > ASYNC_LOAD_BYTES:
+            return None
+        entry = _Cached(version, engine.loads(blob), len(blob), light=True)
+        entry.lock.acquire()
+        self._remember(session_id, entry)
+        return self._session(session_id, entry.state, version, created_at, now), entry
+
+    async def save_async(self, session: Session) -> None:
+        """``save`` with ``await`` (inside ``open_async``)."""
+        lease: _Lease = session.lease
+        blob = engine.dumps(session.state)
+        now, score, ttl_ms = self._times()
+        self._unhold(lease.lock_key)
+        scripts = self._async_client()
+        with _unavailable_as_503():
+            new = await scripts(_SAVE, [self._key(session.id), lease.lock_key, self._index,
+                                        self._owner_index(session.owner)],
+                                [session.id, repr(now), score, ttl_ms, session.version, lease.token, blob,
+                                 len(session.state.tensors)])
+        self._saved(session, lease, new, now, len(blob))
 
     # ----- reading and loading ------------------------------------------------------------------------
     def _live_ids(self, index: str) -> list[str]:
@@ -439,11 +597,39 @@ class RedisStore:
                 current.valid = False
 
     # ----- the lock -----------------------------------------------------------------------------------
-    def _acquire(self, session_id: str, lock_key: str, token: str, owner: str) -> tuple[Session, _Cached]:
-        """Take the session's lock (waiting up to GRADSERVE_LOCK_WAIT_SECONDS) and load the session, with
-        one script call per attempt."""
-        lock_ms = max(1, int(self.lock_ttl_seconds * 1000))
-        deadline = time.monotonic() + self.lock_wait_seconds
+    def _busy(self, session_id: str) -> SessionBusy:
+        return SessionBusy(f"session {session_id!r} is busy with another request; it was not free within "
+                           f"{self.lock_wait_seconds:g} s (GRADSERVE_LOCK_WAIT_SECONDS)")
+
+    @contextmanager
+    def _turn(self, session_id: str, deadline: float) -> Iterator[None]:
+        """This process's blocking writers of one session queue on a local lock before they try Redis's: the
+        one that releases the session hands it on at once, where polling Redis would sleep between tries
+        (up to 20 ms). Writers in other processes (and this process's event-loop writers, which queue the
+        same way on their loop: ``_AsyncScripts.turn``) still meet at Redis's lock."""
+        with self._turns_lock:
+            turn = self._turns.get(session_id)
+            if turn is None:
+                turn = self._turns[session_id] = [threading.Lock(), 0]
+            turn[1] += 1
+        try:
+            if not turn[0].acquire(timeout=max(0.0, deadline - time.monotonic())):
+                raise self._busy(session_id)
+            try:
+                yield
+            finally:
+                turn[0].release()
+        finally:
+            with self._turns_lock:
+                turn[1] -= 1
+                if not turn[1]:
+                    del self._turns[session_id]
+
+    def _acquire(self, session_id: str, lock_key: str, token: str, owner: str,
+                 deadline: float) -> tuple[Session, _Cached]:
+        """Take the session's lock (waiting until ``deadline``) and load the session, with one script call
+        per attempt."""
+        lock_ms = self._lock_ms
         delay = 0.0005
         while True:
             with self._cache_lock:
@@ -462,8 +648,7 @@ class RedisStore:
                 break
             left = deadline - time.monotonic()
             if left <= 0:
-                raise SessionBusy(f"session {session_id!r} is busy with another request; it was not free "
-                                  f"within {self.lock_wait_seconds:g} s (GRADSERVE_LOCK_WAIT_SECONDS)")
+                raise self._busy(session_id)
             time.sleep(min(left, delay * random.uniform(0.5, 1.5)))
             delay = min(delay * 2, 0.02)
         self._hold(lock_key, token)
@@ -506,6 +691,85 @@ class RedisStore:
                                 len(lapsed))
             except redis.RedisError as exc:
                 log.warning("renewing session locks failed: %s", exc)
+
+
+class _AsyncScripts:
+    """Scripts over ``redis.asyncio`` connections, driven with the connection's own send and read: on a
+    round trip of ~100 us, the client's per-command layers (a task for the write timeout, retries, events,
+    the pool's lock and bookkeeping) were a third of it. The timeout covers the write and the read together;
+    a connection that fails or is interrupted mid-command is disconnected, never reused half-read; idle
+    connections wait in a free list (the pool's health check still runs on each before a command)."""
+
+    def __init__(self, url: str, *, timeout: float):
+        self.client = redis.asyncio.Redis.from_url(url, socket_timeout=None, socket_connect_timeout=5,
+                                                   health_check_interval=30)
+        self.pool = self.client.connection_pool
+        self.timeout = timeout
+        self._free: list = []
+        self._sha: dict[str, str] = {}
+        self._turns: dict[str, list] = {}  # session id -> [asyncio.Lock, writers using it]
+
+    @asynccontextmanager
+    async def turn(self, session_id: str, deadline: float, busy) -> AsyncIterator[None]:
+        """``RedisStore._turn`` for this loop's writers: they queue here, and the one leaving hands the session
+        on at once instead of the next polling Redis for it."""
+        turn = self._turns.get(session_id)
+        if turn is None:
+            turn = self._turns[session_id] = [asyncio.Lock(), 0]
+        turn[1] += 1
+        try:
+            lock = turn[0]
+            if lock.locked():
+                try:
+                    async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                        await lock.acquire()
+                except TimeoutError:
+                    raise busy(session_id) from None
+            else:
+                await lock.acquire()
+            try:
+                yield
+            finally:
+                lock.release()
+        finally:
+            turn[1] -= 1
+            if not turn[1]:
+                del self._turns[session_id]
+
+    async def __call__(self, script: str, keys: list, args: list) -> Any:
+        sha = self._sha.get(script)
+        if sha is None:
+            sha = self._sha[script] = hashlib.sha1(script.encode()).hexdigest()
+        conn = self._free.pop() if self._free else await self.pool.get_connection()
+        try:
+            async with asyncio.timeout(self.timeout):
+                command = conn.pack_command("EVALSHA", sha, len(keys), *keys, *args)
+                await conn.send_packed_command(command)
+                try:
+                    reply = await conn.read_response()
+                except NoScriptError:  # a restarted or flushed Redis: load it, once per connection that sees it
+                    await conn.send_packed_command(conn.pack_command("SCRIPT", "LOAD", script))
+                    await conn.read_response()
+                    await conn.send_packed_command(command)
+                    reply = await conn.read_response()
+        except ResponseError:  # a whole error reply was read: the connection is fine
+            self._free.append(conn)
+            raise
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                await conn.disconnect(nowait=True)
+            await self.pool.release(conn)
+            if isinstance(exc, TimeoutError):  # asyncio's (the builtin): the store's
+                raise RedisTimeoutError(f"no reply within {self.timeout:g} s") from None
+            raise
+        self._free.append(conn)
+        return reply
+
+    async def aclose(self) -> None:
+        free, self._free = self._free, []
+        for conn in free:
+            await self.pool.release(conn)
+        await self.client.aclose()
 
 
 @contextmanager

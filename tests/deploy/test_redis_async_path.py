@@ -1,0 +1,281 @@
+"""The Redis store's event-loop path (``open_async``/``save_async``, used by ``SessionService.run_ops_async``
+for small op lists on sessions this process holds light): the same lock, version check, ownership and
+renewal as the blocking path, against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+
+import engine
+from app.config import Settings
+from app.errors import SessionBusy, SessionNotFound
+from app.main import create_app
+from app.store import make_store
+from app.store.redis import RedisStore
+from tests.app.conftest import assert_problem, ok, run, tensor
+
+STEP = [{"op": "mul", "out": "y", "args": ["x", 2.0]}, {"op": "sum", "out": "s", "args": ["y"]},
+        {"op": "backward", "args": ["s"]}]
+
+
+@pytest.fixture
+def settings(redis_url, key_prefix) -> Settings:
+    return Settings(store_url=redis_url, redis_key_prefix=key_prefix, lock_ttl_seconds=2, lock_wait_seconds=5)
+
+
+def store(settings: Settings, **overrides) -> RedisStore:
+    return make_store(settings.model_copy(update=overrides))
+
+
+def count_async_opens(monkeypatch) -> list[int]:
+    """How many times any RedisStore took the event-loop path."""
+    calls = [0]
+    original = RedisStore.open_async
+
+    def counted(self, *args, **kwargs):
+        calls[0] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(RedisStore, "open_async", counted)
+    return calls
+
+
+def test_small_op_lists_on_a_light_session_take_the_event_loop_path(settings, monkeypatch):
+    calls = count_async_opens(monkeypatch)
+    with TestClient(create_app(settings)) as client:
+        sid = client.post("/v1/sessions").json()["id"]
+        ok(run(client, sid, [tensor("x", [1.0, 2.0])]))
+        ok(run(client, sid, STEP))
+        assert calls[0] == 2
+        ok(client.post(f"/v1/sessions/{sid}/ops", json={"ops": STEP, "repeat": 2}))  # repeat: thread pool
+        assert calls[0] == 2
+        assert client.get(f"/v1/sessions/{sid}/tensors/x.grad").json()["data"] == [6.0, 6.0]
+
+
+def test_concurrent_requests_on_one_session_accumulate_exactly_across_both_paths_and_processes(settings,
+                                                                                                monkeypatch):
+    calls = count_async_opens(monkeypatch)
+    with TestClient(create_app(settings)) as a, TestClient(create_app(settings)) as b:
+        sid = a.post("/v1/sessions").json()["id"]
+        ok(run(a, sid, [tensor("x", [1.0, 2.0])]))
+        ok(run(b, sid, STEP))  # b loads it in the thread pool and holds it light from then on
+
+        def backward(i: int) -> None:
+            client = (a, b)[i % 2]
+            if i % 5 == 4:  # repeated: the blocking path, on the same session at the same time
+                ok(client.post(f"/v1/sessions/{sid}/ops", json={"ops": STEP, "repeat": 2}))
+            else:
+                ok(run(client, sid, STEP))
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(backward, range(40)))
+        assert calls[0] >= 20
+        passes = 1 + 32 + 2 * 8
+        assert a.get(f"/v1/sessions/{sid}").json()["backward_passes"] == passes
+        assert b.get(f"/v1/sessions/{sid}/tensors/x.grad").json()["data"] == [2.0 * passes] * 2
+
+
+def test_concurrent_event_loop_writers_on_one_session_run_one_at_a_time(settings):
+    """Many coroutines on one loop and a second store's threads: every step lands, none is lost."""
+    s1, s2 = store(settings), store(settings)
+    session = s1.create(engine.State())
+    with s1.open(session.id, write=True) as s:
+        engine.run_program(s.state, [tensor("x", [1.0, 2.0])])
+        s1.save(s)
+
+    async def step() -> None:
+        async with s1.open_async(session.id) as s:
+            engine.run_program(s.state, STEP)
+            await asyncio.sleep(0)  # give the others a chance to collide
+            await s1.save_async(s)
+
+    def blocking_step(_: int) -> None:
+        with s2.open(session.id, write=True) as s:
+            engine.run_program(s.state, STEP)
+            s2.save(s)
+
+    async def main() -> None:
+        with ThreadPoolExecutor(4) as pool:
+            threads = asyncio.get_running_loop().run_in_executor(None, lambda: list(pool.map(blocking_step,
+                                                                                           range(12))))
+            await asyncio.gather(*(step() for _ in range(24)), threads)
+        await s1.aclose()
+
+    asyncio.run(main())
+    with s2.open(session.id, write=False) as s:
+        x = s.state.tensors["x"]
+        assert x.grad_accumulations == 36
+        assert x.grad.data.tolist() == [72.0, 72.0]
+    s1.close()
+    s2.close()
+
+
+def test_an_event_loop_writer_whose_lock_lapsed_cannot_overwrite_a_newer_state(settings, redis_client,
+                                                                                 key_prefix):
+    first, second = store(settings), store(settings)
+    session = first.create(engine.State())
+
+    async def main() -> None:
+        async with first.open_async(session.id) as slow:
+            engine.run_program(slow.state, [tensor("x", 1.0)])
+            redis_client.delete(f"{key_prefix}lock:{session.id}")  # its lock lapsed (a long pause, say)
+            with second.open(session.id, write=True) as fast:
+                engine.run_program(fast.state, [tensor("z", 5.0)])
+                second.save(fast)
+            with pytest.raises(SessionBusy, match="changed by another request"):
+                await first.save_async(slow)
+        # and one whose lock another writer holds now
+        async with first.open_async(session.id) as slow:
+            engine.run_program(slow.state, [tensor("w", 1.0)])
+            redis_client.set(f"{key_prefix}lock:{session.id}", "another-owner")
+            with pytest.raises(SessionBusy):
+                await first.save_async(slow)
+        redis_client.delete(f"{key_prefix}lock:{session.id}")
+        await first.aclose()
+
+    asyncio.run(main())
+    for s in (first, second):
+        with s.open(session.id, write=False) as now:
+            assert list(now.state.tensors) == ["z"]
+
+
+def test_an_event_loop_writer_waits_for_a_held_session_then_gives_409(settings, redis_client, key_prefix):
+    s = store(settings, lock_wait_seconds=0.2)
+    session = s.create(engine.State())
+    redis_client.set(f"{key_prefix}lock:{session.id}", "someone-else", px=10_000)
+
+    async def main() -> None:
+        started = time.monotonic()
+        with pytest.raises(SessionBusy, match="GRADSERVE_LOCK_WAIT_SECONDS"):
+            async with s.open_async(session.id):
+                pass
+        assert time.monotonic() - started >= 0.2
+        redis_client.delete(f"{key_prefix}lock:{session.id}")
+        async with s.open_async(session.id) as now:  # free again
+            await s.save_async(now)
+        await s.aclose()
+
+    asyncio.run(main())
+    assert redis_client.get(f"{key_prefix}lock:{session.id}") is None
+
+
+def test_event_loop_holders_locks_are_renewed(settings):
+    first = store(settings, lock_ttl_seconds=0.3)
+    second = store(settings, lock_ttl_seconds=0.3, lock_wait_seconds=0.1)
+    session = first.create(engine.State())
+
+    async def main() -> None:
+        async with first.open_async(session.id) as slow:
+            await asyncio.sleep(1.0)  # three lock TTLs
+            with pytest.raises(SessionBusy):
+                with second.open(session.id, write=True):
+                    pass
+            engine.run_program(slow.state, [tensor("x", 1.0)])
+            await first.save_async(slow)
+        await first.aclose()
+
+    asyncio.run(main())
+    with second.open(session.id, write=True) as now:
+        assert list(now.state.tensors) == ["x"]
+    first.close()
+    second.close()
+
+
+def test_a_failing_op_list_on_the_event_loop_path_changes_nothing_and_frees_the_session(settings, redis_client,
+                                                                                         key_prefix):
+    with TestClient(create_app(settings)) as a, TestClient(create_app(settings)) as b:
+        sid = a.post("/v1/sessions").json()["id"]
+        ok(run(a, sid, [tensor("x", [1.0, 2.0])]))
+        assert_problem(run(a, sid, [{"op": "mul", "out": "y", "args": ["x", 2.0]}, {"op": "sum", "args": ["q"]}]),
+                       404, "unknown_tensor")
+        assert redis_client.get(f"{key_prefix}lock:{sid}") is None
+        for client in (a, b):
+            assert list(client.get(f"/v1/sessions/{sid}").json()["tensors"]) == ["x"]
+        ok(run(a, sid, STEP))
+
+
+def test_another_keys_request_on_the_event_loop_path_is_404_and_changes_nothing(settings, redis_client,
+                                                                                 key_prefix, monkeypatch):
+    calls = count_async_opens(monkeypatch)
+    alice, bob = "alice-key-0123456789abcdef", "bob-key-0123456789abcdef"
+    keyed = settings.model_copy(update={"api_keys": SecretStr(f"{alice},{bob}")})
+    a_headers, b_headers = {"Authorization": f"Bearer {alice}"}, {"Authorization": f"Bearer {bob}"}
+    with TestClient(create_app(keyed)) as client:
+        sid = client.post("/v1/sessions", headers=a_headers).json()["id"]
+        ok(client.post(f"/v1/sessions/{sid}/ops", json={"ops": [tensor("x", [1.0, 2.0])]}, headers=a_headers))
+        before = calls[0]
+        assert_problem(client.post(f"/v1/sessions/{sid}/ops", json={"ops": STEP}, headers=b_headers), 404,
+                       "session_not_found")
+        assert calls[0] == before + 1  # refused by the script, on the event loop path
+        assert redis_client.get(f"{key_prefix}lock:{sid}") is None
+        # the owner's cached state is still good, and still on the fast path
+        ok(client.post(f"/v1/sessions/{sid}/ops", json={"ops": STEP}, headers=a_headers))
+        assert calls[0] == before + 2
+        assert client.get(f"/v1/sessions/{sid}/tensors/x.grad", headers=a_headers).json()["data"] == [2.0, 2.0]
+
+
+def test_a_session_changed_by_another_process_is_reloaded_on_the_event_loop_path(settings):
+    with TestClient(create_app(settings)) as a, TestClient(create_app(settings)) as b:
+        sid = a.post("/v1/sessions").json()["id"]
+        ok(run(a, sid, [tensor("x", [1.0, 2.0])]))
+        ok(run(b, sid, [tensor("z", [3.0])]))  # a's cached state is now one version behind
+        ok(run(a, sid, STEP))
+        assert sorted(b.get(f"/v1/sessions/{sid}").json()["tensors"]) == ["s", "x", "y", "z"]
+
+
+def test_a_deleted_session_is_404_on_the_event_loop_path(settings):
+    with TestClient(create_app(settings)) as a, TestClient(create_app(settings)) as b:
+        sid = a.post("/v1/sessions").json()["id"]
+        ok(run(a, sid, [tensor("x", [1.0, 2.0])]))
+        assert b.delete(f"/v1/sessions/{sid}").status_code == 204
+        assert_problem(run(a, sid, STEP), 404, "session_not_found")
+        with pytest.raises(SessionNotFound):
+            a.app.state.store.delete(sid)
+
+
+def test_writers_of_one_process_queue_locally_and_time_out_like_remote_ones(settings):
+    s = store(settings, lock_wait_seconds=0.2)
+    session = s.create(engine.State())
+    errors: list[BaseException] = []
+
+    def blocked_writer() -> None:
+        try:
+            with s.open(session.id, write=True):
+                pass
+        except SessionBusy as exc:
+            errors.append(exc)
+
+    async def blocked_loop_writer() -> None:
+        with pytest.raises(SessionBusy, match="GRADSERVE_LOCK_WAIT_SECONDS"):
+            async with s.open_async(session.id):
+                pass
+        await s.aclose()
+
+    with s.open(session.id, write=True) as held:
+        started = time.monotonic()
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda _: blocked_writer(), range(2)))
+        asyncio.run(blocked_loop_writer())
+        assert time.monotonic() - started >= 0.4
+        assert len(errors) == 2
+        engine.run_program(held.state, [tensor("x", 1.0)])
+        s.save(held)
+    assert s._turns == {}  # no queue outlives its writers
+
+    def writer(_: int) -> None:
+        with s.open(session.id, write=True) as w:
+            time.sleep(0.02)  # 4 x 20 ms, queued one after the other: within the 0.2 s wait of each
+            engine.run_program(w.state, STEP)
+            s.save(w)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(writer, range(4)))
+    with s.open(session.id, write=False) as now:
+        assert now.state.tensors["x"].grad_accumulations == 4
+    s.close()
