@@ -22,8 +22,6 @@ no other request holds the lock. So a writer whose lock lapsed cannot overwrite 
 fails with 409 ``session_busy`` (nothing applied) rather than losing someone else's update. A writer that
 cannot get the lock within ``GRADSERVE_LOCK_WAIT_SECONDS`` gets the same 409 with ``Retry-After``. Readers
 take no lock: they read one stored version, atomically (one script). Two round trips per write, one per read.
-A process's own writers of one session queue on a local lock first (``_turn``), so that the one finishing
-hands the session on at once rather than the next polling Redis.
 
 Small requests on sessions this process holds light run on the event loop (``open_async``/``save_async``,
 see ``app.service``): the same scripts, awaited on ``redis.asyncio`` connections; their locks are renewed by
@@ -222,8 +220,6 @@ class RedisStore:
         self._cache_lock = threading.Lock()
         self._held: dict[str, str] = {}  # lock key -> token, renewed by the renewer thread
         self._held_lock = threading.Lock()
-        self._turns: dict[str, list] = {}  # session id -> [local lock, writers using it] (``_turn``)
-        self._turns_lock = threading.Lock()
         self._renewer: threading.Thread | None = None
         self._closing = threading.Event()
         self._lock_ms = max(1, int(lock_ttl_seconds * 1000))
@@ -289,19 +285,18 @@ class RedisStore:
         lock_key = self._lock_key(session_id)
         token = secrets.token_hex(16)
         deadline = time.monotonic() + self.lock_wait_seconds
-        with self._turn(session_id, deadline):
-            session, entry = self._acquire(session_id, lock_key, token, owner, deadline)
-            lease = session.lease = _Lease(lock_key, token, entry)
-            try:
-                yield session
-            finally:
-                self._unhold(lock_key)
-                if not lease.saved:  # failed or abandoned: the state may hold unsaved changes; the lock is ours
-                    self._forget(session_id, entry)
-                entry.lock.release()
-                if not lease.saved:
-                    with _unavailable_as_503():
-                        self._release(keys=[lock_key], args=[token])
+        session, entry = self._acquire(session_id, lock_key, token, owner, deadline)
+        lease = session.lease = _Lease(lock_key, token, entry)
+        try:
+            yield session
+        finally:
+            self._unhold(lock_key)
+            if not lease.saved:  # failed or abandoned: the state may hold unsaved changes, and the lock is ours
+                self._forget(session_id, entry)
+            entry.lock.release()
+            if not lease.saved:
+                with _unavailable_as_503():
+                    self._release(keys=[lock_key], args=[token])
 
     def save(self, session: Session) -> None:
         lease: _Lease = session.lease
@@ -418,13 +413,6 @@ class RedisStore:
         thread pool instead."""
         deadline = time.monotonic() + self.lock_wait_seconds
         scripts = self._async_client()
-        async with scripts.turn(session_id, deadline, self._busy):
-            async with self._open_async(scripts, session_id, owner, deadline) as session:
-                yield session
-
-    @asynccontextmanager
-    async def _open_async(self, scripts: _AsyncScripts, session_id: str, owner: str,
-                          deadline: float) -> AsyncIterator[Session]:
         lock_key = self._lock_key(session_id)
         token = secrets.token_hex(16)
         keys = [lock_key, self._key(session_id), self._index, self._owner_index(owner)]
@@ -433,9 +421,8 @@ class RedisStore:
             cached = self._cache.get(session_id)
             now, score, ttl_ms = self._times()
             with _unavailable_as_503():
-                found = await scripts(_ACQUIRE, keys, [token, self._lock_ms, session_id, repr(now),
-                                                                  score, ttl_ms, cached.version if cached else "",
-                                                                  owner])
+                found = await scripts(_ACQUIRE, keys, [token, self._lock_ms, session_id, repr(now), score, ttl_ms,
+                                                       cached.version if cached else "", owner])
             if found in (-1, -2):
                 if found == -1:
                     self._forget(session_id)
@@ -601,30 +588,6 @@ class RedisStore:
         return SessionBusy(f"session {session_id!r} is busy with another request; it was not free within "
                            f"{self.lock_wait_seconds:g} s (GRADSERVE_LOCK_WAIT_SECONDS)")
 
-    @contextmanager
-    def _turn(self, session_id: str, deadline: float) -> Iterator[None]:
-        """This process's blocking writers of one session queue on a local lock before they try Redis's: the
-        one that releases the session hands it on at once, where polling Redis would sleep between tries
-        (up to 20 ms). Writers in other processes (and this process's event-loop writers, which queue the
-        same way on their loop: ``_AsyncScripts.turn``) still meet at Redis's lock."""
-        with self._turns_lock:
-            turn = self._turns.get(session_id)
-            if turn is None:
-                turn = self._turns[session_id] = [threading.Lock(), 0]
-            turn[1] += 1
-        try:
-            if not turn[0].acquire(timeout=max(0.0, deadline - time.monotonic())):
-                raise self._busy(session_id)
-            try:
-                yield
-            finally:
-                turn[0].release()
-        finally:
-            with self._turns_lock:
-                turn[1] -= 1
-                if not turn[1]:
-                    del self._turns[session_id]
-
     def _acquire(self, session_id: str, lock_key: str, token: str, owner: str,
                  deadline: float) -> tuple[Session, _Cached]:
         """Take the session's lock (waiting until ``deadline``) and load the session, with one script call
@@ -707,34 +670,6 @@ class _AsyncScripts:
         self.timeout = timeout
         self._free: list = []
         self._sha: dict[str, str] = {}
-        self._turns: dict[str, list] = {}  # session id -> [asyncio.Lock, writers using it]
-
-    @asynccontextmanager
-    async def turn(self, session_id: str, deadline: float, busy) -> AsyncIterator[None]:
-        """``RedisStore._turn`` for this loop's writers: they queue here, and the one leaving hands the session
-        on at once instead of the next polling Redis for it."""
-        turn = self._turns.get(session_id)
-        if turn is None:
-            turn = self._turns[session_id] = [asyncio.Lock(), 0]
-        turn[1] += 1
-        try:
-            lock = turn[0]
-            if lock.locked():
-                try:
-                    async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                        await lock.acquire()
-                except TimeoutError:
-                    raise busy(session_id) from None
-            else:
-                await lock.acquire()
-            try:
-                yield
-            finally:
-                lock.release()
-        finally:
-            turn[1] -= 1
-            if not turn[1]:
-                del self._turns[session_id]
 
     async def __call__(self, script: str, keys: list, args: list) -> Any:
         sha = self._sha.get(script)
