@@ -50,7 +50,8 @@ def ensure_env(extra: str | None) -> None:
 
 def serve(args: list[str]) -> int:
     ensure_env(None)
-    cmd = [str(PYTHON), "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", "8000", "--no-access-log", *args]
+    cmd = [str(PYTHON), "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", "8000",
+           "--no-access-log", *args]
     print("+", " ".join(cmd), flush=True)
     os.chdir(ROOT)
     if os.name == "nt":
