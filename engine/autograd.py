@@ -205,13 +205,12 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
 
     root_nodes = [n for n, _ in root_edges]
 
+    order = _topological(root_nodes)
     # which nodes run (needed) and which receive gradients (relevant)
     if input_edges is None:
         needed = relevant = None  # every node in order runs
         captures: dict[Node, list] = {}
-        order = _topological(root_nodes)
     else:
-        order = _topological(root_nodes)
         targets = {n for n, _ in input_edges if n.prim == "AccumulateGrad"}
         captures = {}
         for idx, (n, nr) in enumerate(input_edges):
