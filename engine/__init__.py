@@ -14,7 +14,7 @@ from .graph import export_graph as _export_graph
 from .graph import to_dot, to_mermaid
 from .program import ProgramResult, State, run_program
 from .registry import OPS, PRIMS, op_catalog
-from .serialize import dumps, loads
+from .serialize import dump_parts, dumps, loads
 from .tensor import Tensor, tensor
 
 
@@ -26,4 +26,4 @@ def export_graph(state_or_tensors, root: str | None = None) -> dict:
 
 __all__ = ["Tensor", "tensor", "backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
            "is_grad_enabled", "EngineError", "Limits", "OPS", "PRIMS", "op_catalog", "State", "run_program",
-           "ProgramResult", "export_graph", "to_dot", "to_mermaid", "dumps", "loads"]
+           "ProgramResult", "export_graph", "to_dot", "to_mermaid", "dumps", "dump_parts", "loads"]

@@ -4,6 +4,11 @@ Format: ``b"GSV1"``, an 8-byte little-endian header length, a JSON header, then 
 distinct array buffer. The header lists tensors, graph nodes (op name, input references, saved slots),
 shared version counters and names. Views are restored as views of the same buffer, so storage sharing
 (views, ``detach()``) survives the round trip. Loading executes no code: only JSON and numpy buffers.
+
+The writer emits the header's JSON text directly (fixed key order, compact separators, ASCII), byte for
+byte what ``json.dumps(header, separators=(",", ":"))`` of the equivalent dicts gives: this is on every
+write request's path (the Redis store serialises after each one), and building the dicts and encoding
+them took most of the time. ``dump_parts`` hands the array buffers out as zero-copy views.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from json.encoder import encode_basestring_ascii as _q
 
 import numpy as np
 
@@ -21,6 +27,23 @@ from .program import State
 from .tensor import Tensor
 
 MAGIC = b"GSV1"
+_VERSION = 1
+_LEN = struct.Struct("<Q")
+
+# np.dtype -> its engine name as a JSON string
+_DTYPE_JSON = {dt: _q(name) for name, dt in D.NP_DTYPES.items()}
+_BOOL_JSON = {True: "true", False: "false"}
+
+_ARRAY = '{"buf":%d,"dtype":%s,"shape":%s,"strides":%s,"offset":%d,"writeable":%s}'
+_ARRAY0 = '{"buf":%d,"dtype":%s,"shape":[],"strides":[],"offset":%d,"writeable":%s}'
+_TENSOR = ('{"id":%s,"array":%s,"requires_grad":%s,"output_nr":%d,"vc":%s,"retains_grad":%s,'
+           '"grad_accumulations":%d,"wrapped":%s,"grad":%s,"base":%s,"grad_fn":%s,"accumulator":%s}')
+_NODE = ('{"id":%s,"name":%s,"prim":%s,"n_outputs":%d,"input_meta":%s,"next":%s,"saved":%s,"retained":%s,'
+         '"variable":%s}')
+_SAVED = '{"saved":%s,"version":%d,"is_output":%s,"shape":%s,"dtype":%s}'
+_BUFFER = '{"offset":%d,"nbytes":%d,"dtype":%s}'
+_HEADER = ('{"version":%d,"names":{%s},"backward_passes":%d,"warned":[%s],"counter":%d,"counters":[%s],'
+           '"tensors":[%s],"nodes":[%s],"buffers":[%s]}')
 
 
 class CorruptStateError(EngineError):
@@ -28,103 +51,152 @@ class CorruptStateError(EngineError):
     exception = "ValueError"
 
 
-def _owner(a: np.ndarray) -> np.ndarray:
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return a
+def _ints(t) -> str:
+    """A tuple of ints as a JSON list."""
+    return "[" + ",".join(map(str, t)) + "]" if t else "[]"
+
+
+_META_CACHE: dict = {}
+
+
+def _dtype_json(dt) -> str:
+    return _DTYPE_JSON.get(dt) or _q(np.dtype(dt).name)
+
+
+def _input_meta(meta: tuple) -> str:
+    """A node's ``input_meta`` (per edge ``(shape, dtype)`` or None) as JSON; memoised, as a few shapes and
+    dtypes recur in every node."""
+    s = _META_CACHE.get(meta)
+    if s is None:
+        s = "[" + ",".join("null" if m is None else f"[{_ints(m[0])},{_dtype_json(m[1])}]" for m in meta) + "]"
+        if len(_META_CACHE) >= 4096:
+            _META_CACHE.clear()
+        _META_CACHE[meta] = s
+    return s
 
 
 class _Writer:
+    """One walk over the objects reachable from the named tensors. Ids are handed out in discovery order
+    (depth first, an object before what it refers to); each entry's JSON text is stored at its id."""
+
     def __init__(self):
-        self.tensors: dict[int, dict] = {}
-        self.tensor_objs: list[Tensor] = []
-        self.nodes: dict[int, dict] = {}
+        self.tensor_ids: dict[int, str] = {}
+        self.tensors: list[str | None] = []
+        self.tensor_objs: list[Tensor] = []   # keeps ids stable while walking
+        self.node_ids: dict[int, str] = {}
+        self.nodes: list[str | None] = []
         self.node_objs: list[Node] = []
-        self.counters: dict[int, int] = {}
+        self.counter_ids: dict[int, str] = {}
         self.counter_objs: list[list] = []
-        self.buffers: dict[int, int] = {}
+        self.buffer_ids: dict[int, int] = {}
         self.buffer_objs: list[np.ndarray] = []
 
-    def array(self, a: np.ndarray) -> dict:
-        own = _owner(a)
-        if own.base is not None or not (own.flags.c_contiguous or own.flags.f_contiguous
-                                        or _dense(own)):
-            own = a = np.array(a, copy=True)
-        key = id(own)
-        if key not in self.buffers:
-            self.buffers[key] = len(self.buffer_objs)
+    def array(self, a: np.ndarray) -> str:
+        own = a
+        while isinstance(own.base, np.ndarray):
+            own = own.base
+        idx = self.buffer_ids.get(id(own))
+        if idx is None:
+            f = own.flags
+            if own.base is not None or not (f.c_contiguous or f.f_contiguous or _dense(own)):
+                own = a = np.array(a, copy=True)  # memory numpy does not own, or with gaps: write a copy
+            idx = self.buffer_ids[id(own)] = len(self.buffer_objs)
             self.buffer_objs.append(own)
-        lo = own.__array_interface__["data"][0]
-        off = a.__array_interface__["data"][0] - lo if a.size else 0
-        return {"buf": self.buffers[key], "dtype": D.of_array(a), "shape": list(a.shape),
-                "strides": list(a.strides), "offset": off, "writeable": bool(a.flags.writeable)}
+        if a is own or not a.size:
+            off = 0  # an owner starts its buffer; only a real view has an offset
+        else:
+            off = a.__array_interface__["data"][0] - own.__array_interface__["data"][0]
+        shape = a.shape
+        if shape:
+            return _ARRAY % (idx, _DTYPE_JSON[a.dtype], _ints(shape), _ints(a.strides), off,
+                             "true" if a.flags.writeable else "false")
+        return _ARRAY0 % (idx, _DTYPE_JSON[a.dtype], off, "true" if a.flags.writeable else "false")
 
-    def counter(self, vc: list) -> int:
-        key = id(vc)
-        if key not in self.counters:
-            self.counters[key] = len(self.counter_objs)
+    def counter(self, vc: list) -> str:
+        s = self.counter_ids.get(id(vc))
+        if s is None:
+            s = self.counter_ids[id(vc)] = str(len(self.counter_objs))
             self.counter_objs.append(vc)
-        return self.counters[key]
+        return s
 
-    def tensor(self, t: Tensor | None):
+    def tensor(self, t: Tensor | None) -> str:
         if t is None:
-            return None
-        key = id(t)
-        if key in self.tensors:
-            return self.tensors[key]["id"]
-        entry = {"id": len(self.tensor_objs)}
-        self.tensors[key] = entry
+            return "null"
+        s = self.tensor_ids.get(id(t))
+        if s is not None:
+            return s
+        idx = len(self.tensors)
+        s = self.tensor_ids[id(t)] = str(idx)
+        self.tensors.append(None)
         self.tensor_objs.append(t)
-        entry.update(array=self.array(t.data), requires_grad=t.requires_grad, output_nr=t.output_nr,
-                     vc=self.counter(t._vc), retains_grad=t.retains_grad, grad_accumulations=t.grad_accumulations,
-                     wrapped=t._wrapped)
-        entry["grad"] = self.tensor(t._grad)
-        entry["base"] = self.tensor(t._base)
-        entry["grad_fn"] = self.node(t.grad_fn)
-        entry["accumulator"] = self.node(t._accumulator)
-        return entry["id"]
+        # evaluated left to right: buffers, counters and the referenced objects get their ids in this order
+        # (None checks inline: most references are empty)
+        g, b, fn, acc = t._grad, t._base, t.grad_fn, t._accumulator
+        self.tensors[idx] = _TENSOR % (
+            s, self.array(t.data), _BOOL_JSON[t.requires_grad], t.output_nr, self.counter(t._vc),
+            _BOOL_JSON[t.retains_grad], t.grad_accumulations, _BOOL_JSON[t._wrapped],
+            "null" if g is None else self.tensor(g), "null" if b is None else self.tensor(b),
+            "null" if fn is None else self.node(fn), "null" if acc is None else self.node(acc))
+        return s
 
-    def node(self, n: Node | None):
+    def node(self, n: Node | None) -> str:
         if n is None:
-            return None
-        key = id(n)
-        if key in self.nodes:
-            return self.nodes[key]["id"]
-        entry = {"id": len(self.node_objs)}
-        self.nodes[key] = entry
+            return "null"
+        s = self.node_ids.get(id(n))
+        if s is not None:
+            return s
+        idx = len(self.nodes)
+        s = self.node_ids[id(n)] = str(idx)
+        self.nodes.append(None)
         self.node_objs.append(n)
-        entry.update(name=n.name, prim=n.prim, n_outputs=n.n_outputs,
-                     input_meta=[None if m is None else [list(m[0]), np.dtype(m[1]).name] for m in n.input_meta])
-        entry["next"] = [None if c is None else [self.node(c), nr] for c, nr in n.next_functions]
-        entry["saved"] = {k: self.value(v) for k, v in n.saved.items()}
-        entry["retained"] = {str(k): self.tensor(v) for k, v in (n.retained or {}).items()} \
-            if n.retained is not None else None
-        entry["variable"] = self.tensor(n.variable)
-        return entry["id"]
+        meta = _input_meta(n.input_meta)
+        parts = []
+        for c, nr in n.next_functions:
+            parts.append("null" if c is None else f"[{self.node(c)},{nr:d}]")
+        nexts = "[" + ",".join(parts) + "]"
+        parts = []
+        for k, v in n.saved.items():
+            parts.append(_q(k) + ":" + self.value(v))
+        saved = "{" + ",".join(parts) + "}"
+        if n.retained is None:
+            retained = "null"
+        else:
+            parts = []
+            for k, v in n.retained.items():
+                parts.append(_q(str(k)) + ":" + self.tensor(v))
+            retained = "{" + ",".join(parts) + "}"
+        var = n.variable
+        self.nodes[idx] = _NODE % (s, _q(n.name), _q(n.prim), n.n_outputs, meta, nexts, saved, retained,
+                                   "null" if var is None else self.tensor(var))
+        return s
 
-    def value(self, v):
-        if v is None or isinstance(v, (bool, str)):
-            return v
+    def value(self, v) -> str:
+        if v.__class__ is SavedTensor:
+            return _SAVED % (self.tensor(v.tensor), v.version, _BOOL_JSON[v.is_output], _ints(v.shape),
+                             _q(v.dtype))
+        if v is None:
+            return "null"
+        if v is True or v is False:
+            return _BOOL_JSON[v]
+        if isinstance(v, str):
+            return _q(v)
         if isinstance(v, (int, np.integer)):
-            return int(v)
+            return int.__repr__(int(v))
         if isinstance(v, (float, np.floating)):
             v = float(v)
-            return v if math.isfinite(v) else {"float": repr(v)}
-        if isinstance(v, SavedTensor):
-            return {"saved": self.tensor(v.tensor), "version": v.version, "is_output": v.is_output,
-                    "shape": list(v.shape), "dtype": v.dtype}
+            return float.__repr__(v) if math.isfinite(v) else f'{{"float":{_q(repr(v))}}}'
         if isinstance(v, Tensor):
-            return {"tensor": self.tensor(v)}
+            return f'{{"tensor":{self.tensor(v)}}}'
         if isinstance(v, Node):
-            return {"node": self.node(v)}
+            return f'{{"node":{self.node(v)}}}'
         if isinstance(v, np.ndarray):
-            return {"array": self.array(v)}
+            return f'{{"array":{self.array(v)}}}'
         if isinstance(v, tuple):
-            return {"tuple": [self.value(x) for x in v]}
+            return '{"tuple":[' + ",".join([self.value(x) for x in v]) + "]}"
         if isinstance(v, list):
-            return [self.value(x) for x in v]
+            return "[" + ",".join([self.value(x) for x in v]) + "]"
         if isinstance(v, np.dtype):
-            return {"np_dtype": v.name}
+            return f'{{"np_dtype":{_q(v.name)}}}'
         raise TypeError(f"cannot serialise a value of type {type(v).__name__}")
 
 
@@ -138,29 +210,45 @@ def _span(a: np.ndarray) -> int:
     return sum((n - 1) * abs(s) for n, s in zip(a.shape, a.strides)) + a.itemsize
 
 
-def dumps(state: State) -> bytes:
+def _raw(own: np.ndarray) -> memoryview:
+    """The bytes of a dense array in memory order, without copying (the old writer's
+    ``np.ravel(own, order="K").tobytes()``, minus the copy)."""
+    if not own.flags.c_contiguous:
+        own = np.ravel(own, order="K")  # Fortran order or permuted axes: a view, in memory order
+    return memoryview(own).cast("B")
+
+
+def dump_parts(state: State) -> list[bytes | memoryview]:
+    """The serialised state as pieces whose concatenation is exactly ``dumps(state)``: first the magic, the
+    header length and the header (``bytes``), then each non-empty array buffer as a byte-format
+    ``memoryview`` of the array's own memory (no copy; arrays whose memory numpy does not own or that have
+    gaps are copied first, as ``dumps`` always did).
+
+    The views alias the state's live arrays: write them out (or join them) before anything modifies the
+    state again, or the stored bytes may mix two versions. Send them with a vectored write or
+    ``b"".join`` them."""
     w = _Writer()
-    names = {name: w.tensor(t) for name, t in state.tensors.items()}
-    header = {
-        "version": 1,
-        "names": names,
-        "backward_passes": state.backward_passes,
-        "warned": sorted(state.warned),
-        "counter": state.counter,
-        "counters": [vc[0] for vc in w.counter_objs],
-        "tensors": [w.tensors[id(t)] for t in w.tensor_objs],
-        "nodes": [w.nodes[id(n)] for n in w.node_objs],
-        "buffers": [],
-    }
-    chunks = []
+    tensor = w.tensor
+    names = ",".join([_q(name) + ":" + tensor(t) for name, t in state.tensors.items()])
+    parts: list[bytes | memoryview] = [b""]
+    buffers = []
     pos = 0
     for own in w.buffer_objs:
-        raw = np.ravel(own, order="K").tobytes() if own.size else b""
-        header["buffers"].append({"offset": pos, "nbytes": len(raw), "dtype": D.of_array(own)})
-        chunks.append(raw)
-        pos += len(raw)
-    head = json.dumps(header, separators=(",", ":")).encode()
-    return MAGIC + struct.pack("<Q", len(head)) + head + b"".join(chunks)
+        n = own.nbytes
+        buffers.append(_BUFFER % (pos, n, _DTYPE_JSON[own.dtype]))
+        if n:
+            parts.append(_raw(own))
+            pos += n
+    head = (_HEADER % (_VERSION, names, state.backward_passes, ",".join(map(_q, sorted(state.warned))),
+                       state.counter, ",".join([str(vc[0]) for vc in w.counter_objs]), ",".join(w.tensors),
+                       ",".join(w.nodes), ",".join(buffers))).encode("ascii")
+    parts[0] = MAGIC + _LEN.pack(len(head)) + head
+    return parts
+
+
+def dumps(state: State) -> bytes:
+    """The serialised state as one ``bytes`` object (``b"".join(dump_parts(state))``)."""
+    return b"".join(dump_parts(state))
 
 
 def loads(blob: bytes) -> State:
