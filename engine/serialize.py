@@ -24,6 +24,7 @@ from . import dtypes as D
 from .errors import EngineError
 from .node import Node, SavedTensor
 from .program import State
+from .registry import PRIMS
 from .tensor import Tensor
 
 MAGIC = b"GSV1"
@@ -252,6 +253,8 @@ def dumps(state: State) -> bytes:
 
 
 def loads(blob: bytes) -> State:
+    """Read a state written by ``dumps`` (this release's or the previous one's: the format is unchanged).
+    Anything malformed raises ``CorruptStateError``; nothing in the blob is executed."""
     try:
         return _loads(blob)
     except CorruptStateError:
@@ -260,46 +263,92 @@ def loads(blob: bytes) -> State:
         raise CorruptStateError(f"cannot read the stored session state: {exc}") from exc
 
 
+def _bad(what: str, v=None):
+    raise CorruptStateError(f"bad {what} in the stored session state: {v!r}")
+
+
+_decode = json.JSONDecoder().decode
+
+
 def _loads(blob: bytes) -> State:
+    # Every reference is checked to be a non-negative int (an index past the end raises IndexError, reported
+    # as corrupt state), scalars to have their type, buffers to tile the data exactly, backward functions to
+    # exist. Lookups of missing keys and wrong container types raise and are reported the same way.
     if blob[:4] != MAGIC:
         raise CorruptStateError("not a gradserve state (bad magic)")
-    (hlen,) = struct.unpack("<Q", blob[4:12])
-    header = json.loads(blob[12:12 + hlen])
+    if len(blob) < 12:
+        raise CorruptStateError("truncated state (no header length)")
+    (hlen,) = _LEN.unpack(blob[4:12])
+    if 12 + hlen > len(blob):
+        raise CorruptStateError("truncated state (header)")
+    header = _decode(bytes(blob[12:12 + hlen]).decode("utf-8"))
+    if header.__class__ is not dict or header.get("version") != _VERSION:
+        raise CorruptStateError("not a version 1 state header")
     data = memoryview(blob)[12 + hlen:]
+    NP = D.NP_DTYPES
     buffers = []
+    pos = 0
     for b in header["buffers"]:
-        raw = data[b["offset"]:b["offset"] + b["nbytes"]]
-        buffers.append(np.frombuffer(raw, dtype=D.NP_DTYPES[b["dtype"]]).copy())
-    counters = [[v] for v in header["counters"]]
+        dt = NP[b["dtype"]]
+        nbytes = b["nbytes"]
+        if b["offset"] != pos or nbytes.__class__ is not int or nbytes < 0 or pos + nbytes > len(data) \
+                or nbytes % dt.itemsize:
+            _bad("buffer extent", b)
+        buffers.append(np.frombuffer(data, dt, nbytes // dt.itemsize, pos).copy() if nbytes else np.empty(0, dt))
+        pos += nbytes
+    if pos != len(data):
+        raise CorruptStateError("the stored session state has bytes after its buffers")
+    counters = []
+    for v in header["counters"]:
+        if v.__class__ is not int:
+            _bad("version counter", v)
+        counters.append([v])
+    entries_t = header["tensors"]
+    entries_n = header["nodes"]
+    tensors = [Tensor.__new__(Tensor) for _ in entries_t]
+    nodes = [Node.__new__(Node) for _ in entries_n]
 
-    def array(ref):
-        buf = buffers[ref["buf"]]
-        dt = D.NP_DTYPES[ref["dtype"]]
-        shape = tuple(ref["shape"])
-        if not buf.size or 0 in shape:
+    def tensor(i):
+        if i is None:
+            return None
+        if i.__class__ is not int or i < 0:
+            _bad("tensor reference", i)
+        return tensors[i]
+
+    def node(i):
+        if i is None:
+            return None
+        if i.__class__ is not int or i < 0:
+            _bad("node reference", i)
+        return nodes[i]
+
+    def array(r):
+        i = r["buf"]
+        if i.__class__ is not int or i < 0:
+            _bad("buffer reference", i)
+        buf = buffers[i]
+        dt = NP[r["dtype"]]
+        shape = tuple(r["shape"])
+        if 0 in shape:
             return np.zeros(shape, dt)
-        a = np.ndarray(shape, dt, buffer=buf, offset=ref["offset"], strides=tuple(ref["strides"]))
-        if not ref["writeable"]:
+        off, writeable = r["offset"], r["writeable"]
+        if off.__class__ is not int or writeable.__class__ is not bool:
+            _bad("array", r)
+        a = np.ndarray(shape, dt, buffer=buf, offset=off, strides=tuple(r["strides"]))
+        if not writeable:
             a.flags.writeable = False
         return a
 
-    tensors = [Tensor.__new__(Tensor) for _ in header["tensors"]]
-    nodes = [Node.__new__(Node) for _ in header["nodes"]]
-
-    def tensor(i):
-        return None if i is None else tensors[i]
-
-    def node(i):
-        return None if i is None else nodes[i]
-
     def value(v):
-        if isinstance(v, list):
+        if v.__class__ is list:
             return [value(x) for x in v]
-        if isinstance(v, dict):
+        if v.__class__ is dict:
             if "saved" in v:
                 s = SavedTensor.__new__(SavedTensor)
                 s.tensor, s.version, s.is_output = tensor(v["saved"]), v["version"], v["is_output"]
                 s.shape, s.dtype = tuple(v["shape"]), v["dtype"]
+                if s.version.__class__ is not int or s.is_output.__class__ is not bool or s.dtype not in NP:
+                    _bad("saved tensor", v)
                 return s
             if "tensor" in v:
                 return tensor(v["tensor"])
@@ -312,32 +361,47 @@ def _loads(blob: bytes) -> State:
             if "float" in v:
                 return float(v["float"])
             if "np_dtype" in v:
-                return np.dtype(v["np_dtype"])
+                return NP[v["np_dtype"]]
             raise CorruptStateError(f"unknown value encoding {sorted(v)}")
         return v
 
-    for t, e in zip(tensors, header["tensors"]):
+    for t, e in zip(tensors, entries_t):
         t.data = array(e["array"])
-        t.requires_grad = e["requires_grad"]
-        t.output_nr = e["output_nr"]
-        t._vc = counters[e["vc"]]
-        t.retains_grad = e["retains_grad"]
-        t.grad_accumulations = e["grad_accumulations"]
-        t._wrapped = e["wrapped"]
+        t.requires_grad, t.retains_grad, t._wrapped = e["requires_grad"], e["retains_grad"], e["wrapped"]
+        t.output_nr, t.grad_accumulations, vc = e["output_nr"], e["grad_accumulations"], e["vc"]
+        if t.requires_grad.__class__ is not bool or t.retains_grad.__class__ is not bool \
+                or t._wrapped.__class__ is not bool or t.output_nr.__class__ is not int \
+                or t.grad_accumulations.__class__ is not int or vc.__class__ is not int or vc < 0:
+            _bad("tensor", e)
+        t._vc = counters[vc]
         t._grad = tensor(e["grad"])
         t._base = tensor(e["base"])
         t.grad_fn = node(e["grad_fn"])
         t._accumulator = node(e["accumulator"])
-    for n, e in zip(nodes, header["nodes"]):
+    for n, e in zip(nodes, entries_n):
         n.name, n.prim, n.n_outputs = e["name"], e["prim"], e["n_outputs"]
-        n.input_meta = tuple(None if m is None else (tuple(m[0]), np.dtype(m[1])) for m in e["input_meta"])
-        n.next_functions = tuple((None, 0) if x is None else (node(x[0]), x[1]) for x in e["next"])
+        if n.name.__class__ is not str or n.n_outputs.__class__ is not int \
+                or (n.prim not in PRIMS and n.prim != "AccumulateGrad"):
+            _bad("backward function", e)
+        n.input_meta = tuple(None if m is None else (tuple(m[0]), NP[m[1]]) for m in e["input_meta"])
+        nexts = []
+        for x in e["next"]:
+            if x is None:
+                nexts.append((None, 0))
+            elif x[1].__class__ is not int:
+                _bad("edge", x)
+            else:
+                nexts.append((node(x[0]), x[1]))
+        n.next_functions = tuple(nexts)
         n.saved = {k: value(v) for k, v in e["saved"].items()}
-        n.retained = None if e["retained"] is None else {int(k): tensor(v) for k, v in e["retained"].items()}
+        retained = e["retained"]
+        n.retained = None if retained is None else {int(k): tensor(v) for k, v in retained.items()}
         n.variable = tensor(e["variable"])
     state = State()
-    state.tensors = {name: tensors[i] for name, i in header["names"].items()}
-    state.backward_passes = header["backward_passes"]
+    state.tensors = {name: tensor(i) for name, i in header["names"].items()}
+    state.backward_passes, state.counter = header["backward_passes"], header["counter"]
     state.warned = set(header["warned"])
-    state.counter = header["counter"]
+    if state.backward_passes.__class__ is not int or state.counter.__class__ is not int \
+            or any(w.__class__ is not str for w in state.warned):
+        _bad("session counters", header)
     return state

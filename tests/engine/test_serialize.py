@@ -4,7 +4,7 @@ The writer emits the GSV1 header's JSON text directly; ``reference_dumps`` below
 writer (dicts and ``json.dumps``), kept as the definition of the format: the new writer must produce the same
 bytes, so blobs stored by either release load in the other. ``test_program.py`` already checks a round trip
 of a linear graph continuing exactly; these tests cover the other tensor kinds, views and version counters,
-zero-copy buffers and a hand-written GSV1 blob.
+zero-copy buffers and malformed blobs.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from engine import dtypes as D
 from engine.errors import FREED_GRAPH, EngineError
 from engine.node import Node, SavedTensor
 from engine.program import State, run_program
-from engine.serialize import dump_parts
+from engine.serialize import CorruptStateError, dump_parts
 from engine.tensor import Tensor
 
 from .test_properties import SETUP as PROPERTY_SETUP
@@ -397,3 +397,79 @@ def test_a_hand_written_gsv1_blob_loads():
     run(s, [{"op": "mul", "out": "h", "args": ["x", "x"]}, {"op": "sum", "out": "z", "args": ["h"]},
             {"op": "backward", "args": ["z"]}])
     assert x.grad.data.tolist() == [5.0, 8.0] and x.grad_accumulations == 2
+
+
+# ----- malformed blobs -------------------------------------------------------------------------------------
+
+def test_every_truncation_is_corrupt_state():
+    blob = E.dumps(tiny())
+    for n in range(len(blob)):
+        with pytest.raises(CorruptStateError):
+            E.loads(blob[:n])
+    with pytest.raises(CorruptStateError):
+        E.loads(blob + b"\0")  # trailing bytes
+
+
+@pytest.mark.parametrize("blob", [b"", b"GSV", b"GSV2" + bytes(8), b"\x80\x04\x95" + bytes(20), "GSV1", None,
+                                  b"GSV1" + struct.pack("<Q", 2) + b"{]", b"GSV1" + struct.pack("<Q", 4) + b"null",
+                                  b"GSV1" + struct.pack("<Q", 2) + b"[]", b"GSV1" + struct.pack("<Q", 1 << 63)],
+                         ids=["empty", "short", "magic", "pickle", "str", "none", "json", "null", "list", "hlen"])
+def test_bad_magic_lengths_and_json_are_corrupt_state(blob):
+    with pytest.raises(CorruptStateError):
+        E.loads(blob)
+
+
+def _edit(edit):
+    blob = _gsv1_leaf()
+    (hlen,) = struct.unpack("<Q", blob[4:12])
+    header = json.loads(blob[12:12 + hlen])
+    data = blob[12 + hlen:]
+    data = edit(header) or data
+    return _blob(header, data)
+
+
+BAD = {
+    "version": lambda h: h.update(version=2),
+    "buffer_ref_negative": lambda h: h["tensors"][1]["array"].update(buf=-1),
+    "buffer_ref_past_end": lambda h: h["tensors"][1]["array"].update(buf=3),
+    "buffer_ref_bool": lambda h: h["tensors"][1]["array"].update(buf=True),
+    "tensor_ref_negative": lambda h: h["names"].update(x=-1),
+    "tensor_ref_past_end": lambda h: h["tensors"][0].update(grad=4),
+    "tensor_ref_string": lambda h: h["tensors"][0].update(grad="1"),
+    "node_ref_negative": lambda h: h["tensors"][0].update(accumulator=-1),
+    "node_ref_past_end": lambda h: h["tensors"][0].update(grad_fn=1),
+    "counter_ref": lambda h: h["tensors"][0].update(vc=3),
+    "counter_value": lambda h: h["counters"].__setitem__(0, "2"),
+    "buffer_overlap": lambda h: h["buffers"][1].update(offset=4),
+    "buffer_past_data": lambda h: h["buffers"][2].update(nbytes=16),
+    "buffer_partial_element": lambda h: h["buffers"][2].update(nbytes=7),
+    "buffer_dtype": lambda h: h["buffers"][0].update(dtype="object"),
+    "array_dtype": lambda h: h["tensors"][1]["array"].update(dtype="complex64"),
+    "array_offset": lambda h: h["tensors"][2]["array"].update(offset=8),
+    "array_strides": lambda h: h["tensors"][1]["array"].update(strides=[400]),
+    "array_shape": lambda h: h["tensors"][1]["array"].update(shape=[3]),
+    "array_negative_shape": lambda h: h["tensors"][1]["array"].update(shape=[-2]),
+    "requires_grad": lambda h: h["tensors"][0].update(requires_grad="yes"),
+    "prim": lambda h: h["nodes"][0].update(prim="os.system"),
+    "np_dtype": lambda h: h["nodes"][0]["saved"].update(d={"np_dtype": "object"}),
+    "value_encoding": lambda h: h["nodes"][0]["saved"].update(d={"pickle": "gASV"}),
+    "saved_tensor": lambda h: h["nodes"][0]["saved"].update(
+        s={"saved": 0, "version": 0, "is_output": False, "shape": [2], "dtype": "complex128"}),
+    "missing_key": lambda h: h["tensors"][0].pop("wrapped"),
+    "names_not_a_dict": lambda h: h.update(names=[["x", 0]]),
+    "trailing_data": lambda h: b"\0" * 25,
+    "short_data": lambda h: b"\0" * 23,
+}
+
+
+@pytest.mark.parametrize("edit", BAD.values(), ids=BAD.keys())
+def test_malformed_headers_are_corrupt_state(edit):
+    E.loads(_edit(lambda h: None))  # the unedited blob loads
+    with pytest.raises(CorruptStateError):
+        E.loads(_edit(edit))
+
+
+def test_corrupt_state_is_an_engine_error_with_a_stable_code():
+    with pytest.raises(E.EngineError) as ei:
+        E.loads(b"nope")
+    assert ei.value.code == "corrupt_state" and ei.value.exception == "ValueError"
