@@ -13,9 +13,9 @@ no ``repeat``, only ops whose cost follows the size of their inputs (no creation
 expand/repeat, no matmul family), and, for a session, a session held in this process (the memory store),
 free right now (its lock is never waited for on the loop), whose last run was quick and left only small
 named tensors. With the Redis store (``run_ops_async``), a session this process has cached, small, whose
-last run here was quick and light: its lock is taken and its state saved with ``await`` on an asyncio Redis
-client (the same scripts as the blocking path), and the engine runs on the loop in between. Everything else
-runs in the thread pool, as before.
+last run here was quick and light: ``RedisStore.write_async`` runs the engine on the loop and saves with
+``await`` on an asyncio Redis client (optimistically, with one compare-and-set, when the cached state is
+current; under the session's lock otherwise). Everything else runs in the thread pool, as before.
 
 Every session call takes the requester's ``owner`` (the digest of its API key, ``""`` on an open server):
 the store answers another owner's session as unknown.
@@ -256,19 +256,18 @@ class SessionService:
                             owner: str = "") -> bytes | None:
         """A request ``inline_ok`` accepted, on the event loop; None: run it in the thread pool instead.
         The memory store: ``run_ops(..., inline=True)``. The Redis store, for a session this process holds
-        light (``RedisStore.light``): its asyncio client takes the lock and saves (``open_async``,
-        ``save_async``: the same scripts, checks and renewal as the blocking path) and the engine runs on the
-        loop in between; waiting for a busy session is an ``asyncio.sleep``."""
+        light (``RedisStore.light``): ``RedisStore.write_async`` runs it on the loop and saves it with
+        ``await`` (optimistically when its cached state is current, else under the lock, with the same
+        checks as the blocking path)."""
         if self._async_store is None:
             return self.run_ops(session_id, request, encoding, owner=owner, inline=True)
         store = self._async_store
         if not store.light(session_id):
             return None
         self.check_executions(request)
-        async with store.open_async(session_id, owner) as session:
-            res, passes = self._run_program(session, request)
-            await store.save_async(session)
-            return self._finish(session, request, res, passes, encoding)
+        return await store.write_async(
+            session_id, owner, lambda session: self._run_program(session, request),
+            lambda session, ran: self._finish(session, request, *ran, encoding))
 
     def _run_inline(self, session_id: str, request: dict, encoding: Encoding, owner: str) -> bytes | None:
         if not isinstance(self.store, MemoryStore):  # other stores do I/O: never on the event loop

@@ -2,10 +2,15 @@
 
 Keys (``GRADSERVE_REDIS_KEY_PREFIX``, default ``gradserve:``):
 
-- ``{prefix}s:{id}``: a hash with ``state`` (``engine.dumps``: JSON metadata and raw array buffers, loaded
-  without executing anything), ``version`` (1 at creation, +1 per save), ``created_at``, ``last_used_at``,
-  ``tensor_count`` and ``owner`` (the SHA-256 digest of the creating API key, empty without keys; never the
-  key). Redis expires it after ``GRADSERVE_SESSION_TTL_SECONDS`` idle; every access renews it.
+- ``{prefix}s:{id}``: a hash with ``version`` (1 at creation, +1 per save), ``created_at``,
+  ``last_used_at``, ``tensor_count`` and ``owner`` (the SHA-256 digest of the creating API key, empty
+  without keys; never the key). Redis expires it after ``GRADSERVE_SESSION_TTL_SECONDS`` idle; every access
+  renews it.
+- ``{prefix}state:{id}``: the session's whole state, ``engine.dumps`` (JSON metadata and raw array buffers,
+  loaded without executing anything); it expires with the hash (both renewed in the same scripts).
+- ``{prefix}stage:{id}:{tag}``: a state on its way in. A writer SETs it (with a short expiry) in the same
+  round trip as its script, which RENAMEs it onto ``state`` when the write applies and deletes it when not:
+  states of megabytes never pass through Lua (copying them into Lua strings costs ~1.4 ms per MB in Redis).
 - ``{prefix}lock:{id}``: the owner token of the request writing the session (``SET NX PX``). The owner
   renews it every third of ``GRADSERVE_LOCK_TTL_SECONDS`` while it works, so it only lapses when the owner
   dies (or stalls); releasing deletes it only if the token is still ours.
@@ -16,21 +21,26 @@ Keys (``GRADSERVE_REDIS_KEY_PREFIX``, default ``gradserve:``):
 Every script that reads or writes a session checks its owner first: another owner's session is reported as
 gone (and is neither renewed nor locked).
 
-A writer takes the lock and reads the state (one script), runs, and saves with a compare-and-set that also
-releases the lock (one script): the save applies only if the stored version is still the one it loaded and
-no other request holds the lock. So a writer whose lock lapsed cannot overwrite a newer state: its request
-fails with 409 ``session_busy`` (nothing applied) rather than losing someone else's update. A writer that
-cannot get the lock within ``GRADSERVE_LOCK_WAIT_SECONDS`` gets the same 409 with ``Retry-After``. Readers
-take no lock: they read one stored version, atomically (one script). Two round trips per write, one per read.
+Writes are serialised per session across processes, two ways, both ending in the same compare-and-set
+(``_SAVE``: it applies only if the stored version is still the one the writer started from and no other
+request holds the lock, and releases the writer's lock):
 
-Small requests on sessions this process holds light run on the event loop (``open_async``/``save_async``,
-see ``app.service``): the same scripts, awaited on ``redis.asyncio`` connections; their locks are renewed by
-the same renewer thread.
+- Under the lock: a writer takes the lock and learns the stored version (one script; the state itself only
+  when its cached copy is stale), runs, and saves. A writer whose lock lapsed cannot overwrite a newer state:
+  its request fails with 409 ``session_busy`` (nothing applied) rather than losing someone else's update. A
+  writer that cannot get the lock within ``GRADSERVE_LOCK_WAIT_SECONDS`` gets the same 409 with
+  ``Retry-After``.
+- Optimistically (``write_async``, small requests on the event loop): a writer whose cached state is the
+  current one runs first and saves after, in one round trip; the compare-and-set refuses it if anyone wrote
+  or holds the lock meanwhile, and then it runs again under the lock. It never overrides a lock holder.
+
+Readers take no lock: they read one stored version (one script, plus a transaction fetching the state when
+their cached copy is stale).
 
 Each process keeps the states it last loaded or saved (up to ``GRADSERVE_REDIS_CACHE_BYTES``) and reuses
 one when the stored version is unchanged, which spares the download and the deserialisation when a client
-keeps talking to the same process. Scripts touch a session key and the index together, so a Redis Cluster
-would need both in one hash slot: use a single Redis (with replicas and persistence if wanted).
+keeps talking to the same process. Scripts touch a session's keys and the index together, so a Redis Cluster
+would need them in one hash slot: use a single Redis (with replicas and persistence if wanted).
 """
 
 from __future__ import annotations
@@ -38,13 +48,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import logging
 import random
 import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,88 +72,95 @@ from app.store import Session, StoreStats
 
 log = logging.getLogger("gradserve.store")
 
-# KEYS: session, index, owner index. ARGV: id, now (s), expiry score (ms), ttl (ms), max sessions, state,
-# tensor count, owner, max sessions of the owner (0: none). Returns 1, 0 when full, -2 over the owner's quota,
-# -1 when the id is taken.
-_CREATE = """
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2] * 1000)
-if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return 0 end
-if tonumber(ARGV[9]) > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[2] * 1000)
-  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[9]) then return -2 end
+# Every script on a session takes KEYS: session, index, owner index, state (and the lock fifth, the staged
+# state sixth), and ARGV: id, now (s), expiry score (ms), ttl (ms), owner, then its own. They are built from
+# these pieces. States never pass through Lua (a Lua string copy costs ~1.4 ms per MB inside Redis): a writer
+# sends its state with a plain SET to a staging key of its own, pipelined before the script, and the script
+# RENAMEs it into place (O(1)) or deletes it.
+
+# The session's version and creation time; -1 when gone (its index entry dropped), -2 when another owner's
+# (the staged state, if any, dropped either way).
+_CHECK = """
+local found = redis.call('HMGET', KEYS[1], 'version', 'owner', 'created_at')
+local v = found[1]
+if not v or (found[2] or '') ~= ARGV[5] then
+  if KEYS[6] then redis.call('DEL', KEYS[6]) end
+  if not v then
+    redis.call('ZREM', KEYS[2], ARGV[1])
+    return -1
+  end
+  return -2
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
-redis.call('HSET', KEYS[1], 'state', ARGV[6], 'version', 1, 'created_at', ARGV[2], 'last_used_at', ARGV[2],
-           'tensor_count', ARGV[7], 'owner', ARGV[8])
+"""
+
+# Sliding expiry: the session, its state and both index entries.
+_RENEW = """
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('PEXPIRE', KEYS[4], ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+"""
+
+# Renew and answer {version, created_at, 1 when ARGV[6] (the caller's cached version) is not current}.
+_READ = """
+redis.call('HSET', KEYS[1], 'last_used_at', ARGV[2])
+""" + _RENEW + """
+return {v, found[3], v ~= ARGV[6] and 1 or 0}
+"""
+
+# ARGV (own): max sessions, max sessions of the owner (0: none), tensor count. Returns 1, 0 when the service
+# is full, -2 over the owner's quota, -1 when the id is taken.
+_CREATE = """
+local refused = nil
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2] * 1000)
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[6]) then refused = 0
+elseif tonumber(ARGV[7]) > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[2] * 1000)
+  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[7]) then refused = -2 end
+end
+if not refused and redis.call('EXISTS', KEYS[1]) == 1 then refused = -1 end
+if refused then
+  redis.call('DEL', KEYS[6])
+  return refused
+end
+redis.call('RENAME', KEYS[6], KEYS[4])
+redis.call('HSET', KEYS[1], 'version', 1, 'created_at', ARGV[2], 'last_used_at', ARGV[2], 'tensor_count',
+           ARGV[8], 'owner', ARGV[5])
+""" + _RENEW + """
 return 1
 """
 
-# Renew and read. KEYS: session, index, owner index. ARGV: id, now, expiry score, ttl, the version the caller
-# has cached, owner. Returns false when gone, 0 when another owner's, else {version, created_at, state or ''
-# when the cached version is current}.
-_TOUCH = """
-local v = redis.call('HGET', KEYS[1], 'version')
-if not v then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  return false
-end
-if (redis.call('HGET', KEYS[1], 'owner') or '') ~= ARGV[6] then return 0 end
-redis.call('HSET', KEYS[1], 'last_used_at', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
-local state = ''
-if v ~= ARGV[5] then state = redis.call('HGET', KEYS[1], 'state') end
-return {v, redis.call('HGET', KEYS[1], 'created_at'), state}
-"""
+# A reader. ARGV (own): the cached version. Returns -1/-2 (_CHECK) or what _READ returns.
+_TOUCH = _CHECK + _READ
 
-# Take the lock and read, in one round trip. KEYS: lock, session, index, owner index. ARGV: token, lock ttl
-# (ms), then _TOUCH's ARGV. Returns 0 when someone else holds the lock, -1 when the session is gone, -2 when
-# it is another owner's (no lock taken either way), else what _TOUCH returns.
-_ACQUIRE = """
-local v = redis.call('HGET', KEYS[2], 'version')
-if not v then
-  redis.call('ZREM', KEYS[3], ARGV[3])
-  return -1
-end
-if (redis.call('HGET', KEYS[2], 'owner') or '') ~= ARGV[8] then return -2 end
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
-redis.call('HSET', KEYS[2], 'last_used_at', ARGV[4])
-redis.call('PEXPIRE', KEYS[2], ARGV[6])
-redis.call('ZADD', KEYS[3], ARGV[5], ARGV[3])
-redis.call('ZADD', KEYS[4], ARGV[5], ARGV[3])
-local state = ''
-if v ~= ARGV[7] then state = redis.call('HGET', KEYS[2], 'state') end
-return {v, redis.call('HGET', KEYS[2], 'created_at'), state}
-"""
+# A writer takes the lock and reads, in one round trip. ARGV (own): the cached version, token, lock ttl (ms).
+# Returns 0 when someone else holds the lock, -1/-2 (_CHECK; no lock taken), or what _READ returns.
+_ACQUIRE = _CHECK + """
+if not redis.call('SET', KEYS[5], ARGV[7], 'NX', 'PX', ARGV[8]) then return 0 end
+""" + _READ
 
-# Compare-and-set, then release the lock. KEYS: session, lock, index, owner index. ARGV: id, now, expiry
-# score, ttl, expected version, token, state, tensor count. Returns the new version, 0 when superseded or the lock is
-# someone else's (nothing written, the lock left as it is), -1 when the session is gone.
-_SAVE = """
-local v = redis.call('HGET', KEYS[1], 'version')
-if not v then return -1 end
-if v ~= ARGV[5] then return 0 end
-local owner = redis.call('GET', KEYS[2])
-if owner and owner ~= ARGV[6] then return 0 end
+# Compare-and-set of the staged state. ARGV (own): the version the writer loaded, its lock token ('' for a
+# writer that holds no lock), tensor count. Applies only if the stored version is still the loaded one and
+# the lock is the writer's or free (a writer without a lock: free), and then releases the lock. Returns the
+# new version, 0 when superseded or the lock is someone else's (nothing written, the lock left as it is), or
+# -1/-2.
+_SAVE = _CHECK + """
+local holder = redis.call('GET', KEYS[5])
+if v ~= ARGV[6] or (holder and holder ~= ARGV[7]) then
+  redis.call('DEL', KEYS[6])
+  return 0
+end
+redis.call('RENAME', KEYS[6], KEYS[4])
 local new = tonumber(v) + 1
-redis.call('HSET', KEYS[1], 'state', ARGV[7], 'version', new, 'last_used_at', ARGV[2], 'tensor_count', ARGV[8])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
-redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
-if owner then redis.call('DEL', KEYS[2]) end
+redis.call('HSET', KEYS[1], 'version', new, 'last_used_at', ARGV[2], 'tensor_count', ARGV[8])
+""" + _RENEW + """
+if holder then redis.call('DEL', KEYS[5]) end
 return new
 """
 
-# KEYS: session, index, owner index. ARGV: id, owner. Returns 1 when deleted, 0 when gone or another owner's.
-_DELETE = """
-local owner = redis.call('HGET', KEYS[1], 'owner')
-if not redis.call('HGET', KEYS[1], 'version') then return 0 end
-if (owner or '') ~= ARGV[2] then return 0 end
-redis.call('DEL', KEYS[1])
+# Returns 1 when deleted, or -1/-2.
+_DELETE = _CHECK + """
+redis.call('DEL', KEYS[1], KEYS[4])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 return 1
@@ -175,6 +193,8 @@ class _Cached:
     version: int
     state: Any
     nbytes: int
+    created_at: float = 0.0
+    owner: str = ""  # the session's owner, as the store last confirmed it
     lock: threading.Lock = field(default_factory=threading.Lock)
     valid: bool = True
     light: bool = False  # the last run on it was quick and left small tensors (set by the service)
@@ -183,14 +203,28 @@ class _Cached:
 @dataclass(eq=False)
 class _Lease:
     lock_key: str
-    token: str
+    token: str  # "" for an optimistic writer, which holds no lock
     entry: _Cached
     saved: bool = False  # saving also releases the lock
 
 
-#: The event-loop path serves sessions stored in at most this many bytes, and deserialises no larger state
-#: on the loop (it does that in the thread pool)
+#: The event-loop path deserialises no larger state on the loop (it does that in the thread pool)...
 ASYNC_LOAD_BYTES = 256 * 1024
+#: ... and serves sessions stored in at most this many bytes (saving sends the arrays' own memory)
+ASYNC_SAVE_BYTES = 4 * 1024 * 1024
+#: After an optimistic save was refused (another writer got there first), writes to that session take the
+#: lock first for this long: under contention, running first and checking after wastes the run
+CONTENDED_SECONDS = 5.0
+
+@dataclass(eq=False)
+class _Gate:
+    """The event-loop writers of one session in this process, admitted one at a time."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0  # holding or waiting; the gate is dropped when none are left
+
+
+_RETRY = object()  # an optimistic attempt that did not apply: take the lock and run again
 
 
 class RedisStore:
@@ -198,7 +232,7 @@ class RedisStore:
                  lock_wait_seconds: float, key_prefix: str = "gradserve:", cache_bytes: int = 64 << 20,
                  max_sessions_per_owner: int | None = None, async_url: str | None = None):
         self.redis = client
-        self.async_url = async_url  # for the event-loop path (open_async); None: no such path
+        self.async_url = async_url  # for the event-loop path (write_async); None: no such path
         self.max_sessions = max_sessions
         self.max_sessions_per_owner = max_sessions_per_owner  # for owners that are keys (not "")
         self.stats = StoreStats()
@@ -208,23 +242,21 @@ class RedisStore:
         self.prefix = key_prefix
         self.cache_bytes = cache_bytes
         self._index = f"{key_prefix}index"
-        self._create = client.register_script(_CREATE)
-        self._touch = client.register_script(_TOUCH)
-        self._acquire_script = client.register_script(_ACQUIRE)
-        self._save = client.register_script(_SAVE)
-        self._release = client.register_script(_RELEASE)
-        self._delete = client.register_script(_DELETE)
-        self._extend = client.register_script(_EXTEND)
+        self._stage_tag = secrets.token_hex(8)  # staging keys: this store's tag and a counter
+        self._stage_counter = itertools.count()
+        self._scripts = _SyncScripts(client)
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._cache_used = 0
         self._cache_lock = threading.Lock()
+        self._gates: dict[str, _Gate] = {}  # session id -> its event-loop writers (write_async)
+        self._contended: dict[str, float] = {}  # session id -> when an optimistic save of it was refused
         self._held: dict[str, str] = {}  # lock key -> token, renewed by the renewer thread
         self._held_lock = threading.Lock()
         self._renewer: threading.Thread | None = None
         self._closing = threading.Event()
         self._lock_ms = max(1, int(lock_ttl_seconds * 1000))
         self._ttl_ms = max(1, int(ttl_seconds * 1000))
-        self._aclient: redis.asyncio.Redis | None = None  # bound to the event loop that made it
+        self._aclient: _AsyncScripts | None = None  # bound to the event loop that made it
         self._aclient_loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
@@ -236,7 +268,7 @@ class RedisStore:
                    key_prefix=settings.redis_key_prefix, cache_bytes=settings.redis_cache_bytes,
                    max_sessions_per_owner=settings.max_sessions_per_key, async_url=settings.store_url)
 
-    # ----- keys and times -----------------------------------------------------------------------------
+    # ----- keys, times and script arguments -----------------------------------------------------------
     def _key(self, session_id: str) -> str:
         return f"{self.prefix}s:{session_id}"
 
@@ -246,22 +278,34 @@ class RedisStore:
     def _owner_index(self, owner: str) -> str:
         return f"{self.prefix}owner:{owner}"
 
-    def _times(self) -> tuple[float, int, int]:
-        """now (s), the expiry score of a session touched now (ms), the TTL (ms)."""
+    def _state_key(self, session_id: str) -> str:
+        return f"{self.prefix}state:{session_id}"
+
+    def _keys(self, session_id: str, owner: str, *, staged: bool = False) -> list[str]:
+        """A session script's KEYS: session, index, owner index, state, lock, and with ``staged`` a staging
+        key of this call's own for the state it writes (scripts ignore the keys they do not use)."""
+        keys = [self._key(session_id), self._index, self._owner_index(owner), self._state_key(session_id),
+                self._lock_key(session_id)]
+        if staged:
+            keys.append(f"{self.prefix}stage:{session_id}:{self._stage_tag}{next(self._stage_counter)}")
+        return keys
+
+    def _args(self, session_id: str, owner: str) -> tuple[float, list]:
+        """now (s), and the ARGV every session script starts with: id, now, the expiry score of a session
+        touched now (ms), the TTL (ms), owner."""
         now = time.time()
-        return now, int(now * 1000) + self._ttl_ms, self._ttl_ms
+        return now, [session_id, repr(now), int(now * 1000) + self._ttl_ms, self._ttl_ms, owner]
 
     # ----- the protocol -------------------------------------------------------------------------------
     def create(self, state: Any, owner: str = "") -> Session:
-        blob = engine.dumps(state)
-        now, score, ttl_ms = self._times()
+        parts = engine.dump_parts(state)
         quota = self.max_sessions_per_owner if owner and self.max_sessions_per_owner else 0
         for _ in range(3):
             session_id = secrets.token_urlsafe(24)
+            now, args = self._args(session_id, owner)
             with _unavailable_as_503():
-                created = self._create(keys=[self._key(session_id), self._index, self._owner_index(owner)],
-                                       args=[session_id, repr(now), score, ttl_ms, self.max_sessions, blob,
-                                             len(state.tensors), owner, quota])
+                created = self._scripts(_CREATE, self._keys(session_id, owner, staged=True),
+                                        [*args, self.max_sessions, quota, len(state.tensors)], staged=parts)
             if created == 0:
                 raise TooManySessions(f"the service holds its maximum of {self.max_sessions} sessions "
                                       "(GRADSERVE_MAX_SESSIONS); delete one or retry after some expire")
@@ -270,7 +314,8 @@ class RedisStore:
                                            "(GRADSERVE_MAX_SESSIONS_PER_KEY); delete one or retry after some "
                                            "expire")
             if created == 1:
-                self._remember(session_id, _Cached(1, state, len(blob), light=len(blob) <= ASYNC_LOAD_BYTES))
+                nbytes = _nbytes(parts)
+                self._remember(session_id, _Cached(1, state, nbytes, now, owner, light=nbytes <= ASYNC_LOAD_BYTES))
                 self.stats.created += 1
                 return Session(id=session_id, state=state, created_at=now, last_used_at=now, version=1,
                                owner=owner)
@@ -282,10 +327,10 @@ class RedisStore:
             with self._read(session_id, owner) as session:
                 yield session
             return
-        lock_key = self._lock_key(session_id)
         token = secrets.token_hex(16)
         deadline = time.monotonic() + self.lock_wait_seconds
-        session, entry = self._acquire(session_id, lock_key, token, owner, deadline)
+        session, entry = self._acquire(session_id, token, owner, deadline)
+        lock_key = self._lock_key(session_id)
         lease = session.lease = _Lease(lock_key, token, entry)
         try:
             yield session
@@ -296,23 +341,24 @@ class RedisStore:
             entry.lock.release()
             if not lease.saved:
                 with _unavailable_as_503():
-                    self._release(keys=[lock_key], args=[token])
+                    self._scripts(_RELEASE, [lock_key], [token])
 
     def save(self, session: Session) -> None:
         lease: _Lease = session.lease
-        blob = engine.dumps(session.state)
-        now, score, ttl_ms = self._times()
+        parts = engine.dump_parts(session.state)
         self._unhold(lease.lock_key)  # no renewal while the script releases it (nor after a refusal)
+        now, args = self._save_args(session, lease)
         with _unavailable_as_503():
-            new = self._save(keys=[self._key(session.id), lease.lock_key, self._index,
-                                   self._owner_index(session.owner)],
-                             args=[session.id, repr(now), score, ttl_ms, session.version, lease.token, blob,
-                                   len(session.state.tensors)])
-        self._saved(session, lease, new, now, len(blob))
+            new = self._scripts(_SAVE, self._keys(session.id, session.owner, staged=True), args, staged=parts)
+        self._saved(session, lease, new, now, _nbytes(parts))
+
+    def _save_args(self, session: Session, lease: _Lease) -> tuple[float, list]:
+        now, args = self._args(session.id, session.owner)
+        return now, [*args, lease.entry.version, lease.token, len(session.state.tensors)]
 
     def _saved(self, session: Session, lease: _Lease, new: int, now: float, nbytes: int) -> None:
         """What _SAVE answered: the new version, or the refusal."""
-        if new == -1:
+        if new < 0:
             raise SessionNotFound(session.id)
         if new == 0:
             raise SessionBusy(f"session {session.id!r} was changed by another request after this one's lock "
@@ -324,10 +370,10 @@ class RedisStore:
         self._remember(session.id, lease.entry, nbytes=nbytes)
 
     def delete(self, session_id: str, owner: str = "") -> None:
+        _, args = self._args(session_id, owner)
         with _unavailable_as_503():
-            deleted = self._delete(keys=[self._key(session_id), self._index, self._owner_index(owner)],
-                                   args=[session_id, owner])
-        if not deleted:
+            deleted = self._scripts(_DELETE, self._keys(session_id, owner)[:4], args)
+        if deleted != 1:
             raise SessionNotFound(session_id)
         self._forget(session_id)
         self.stats.deleted += 1
@@ -355,6 +401,10 @@ class RedisStore:
         with _unavailable_as_503():
             expired = int(self.redis.zremrangebyscore(self._index, "-inf", int(time.time() * 1000)))
         self.stats.expired += expired
+        cutoff = time.monotonic() - CONTENDED_SECONDS
+        for session_id, when in list(self._contended.items()):
+            if when < cutoff:
+                self._contended.pop(session_id, None)
         return expired
 
     def ping(self) -> bool:
@@ -372,15 +422,14 @@ class RedisStore:
 
     # ----- the event-loop path (small requests on light sessions) -------------------------------------
     def light(self, session_id: str) -> bool:
-        """Whether this process holds the session's state, stored in at most ``ASYNC_LOAD_BYTES``, and its
-        last run here was quick and left small tensors (``note_light``): what ``open_async`` is for. A guess
-        (another process may have changed the session since), so ``open_async`` still bounds what it
-        deserialises on the loop. Larger states go through the thread pool, where serialising and moving
-        their bytes overlaps with the event loop's other work."""
+        """Whether this process holds the session's state, stored in at most ``ASYNC_SAVE_BYTES``, and its
+        last run here was quick and left small tensors (``note_light``): what ``write_async`` is for. A guess
+        (another process may have changed the session since), so ``write_async`` still bounds what it
+        deserialises on the loop. Larger states go through the thread pool."""
         if self.async_url is None:
             return False
         entry = self._cache.get(session_id)  # a dict read: atomic under the GIL, and a guess anyway
-        return entry is not None and entry.light and entry.valid and entry.nbytes <= ASYNC_LOAD_BYTES
+        return entry is not None and entry.light and entry.valid and entry.nbytes <= ASYNC_SAVE_BYTES
 
     def note_light(self, session: Session, light: bool) -> None:
         """After a run on ``session`` (held for writing): may its next small request run on the loop?"""
@@ -404,6 +453,89 @@ class RedisStore:
             with contextlib.suppress(Exception):
                 await client.aclose()
 
+    async def write_async(self, session_id: str, owner: str, work: Callable[[Session], Any],
+                          finish: Callable[[Session, Any], Any]) -> Any:
+        """``work(session)``, saved, then ``finish(session, its result)``, on the event loop, all while
+        holding the session; returns what ``finish`` returns. ``work`` must be an engine run: atomic (an
+        ``engine.EngineError`` leaves the state as it was) and free to run again.
+
+        When this process holds the session's current state it runs first and saves after (optimistic): one
+        round trip, the save's compare-and-set, which applies only if nobody changed the session since and
+        no writer holds its lock (a script is atomic in Redis: the lock taken and released in one step). If
+        it does not apply, or the cached state turns out to have been stale, the run is thrown away and done
+        again under the lock (``open_async``), as any writer that cannot run first.
+
+        Writers of one session on this event loop go one at a time (a local gate, before anything is sent):
+        a second request arriving while the first awaits its save would otherwise find the state in use,
+        take the Redis lock, and so refuse the first one's optimistic save."""
+        gate = self._gates.get(session_id)
+        if gate is None:
+            gate = self._gates[session_id] = _Gate()
+        gate.users += 1
+        try:
+            async with gate.lock:
+                return await self._write_async(session_id, owner, work, finish)
+        finally:
+            gate.users -= 1
+            if not gate.users:
+                del self._gates[session_id]
+
+    async def _write_async(self, session_id: str, owner: str, work, finish) -> Any:
+        entry = self._cache.get(session_id)
+        if (entry is not None and entry.valid and entry.owner == owner
+                and time.monotonic() - self._contended.get(session_id, -CONTENDED_SECONDS) >= CONTENDED_SECONDS
+                and entry.lock.acquire(blocking=False)):
+            try:
+                done = await self._write_first(session_id, owner, entry, work, finish)
+            finally:
+                entry.lock.release()
+            if done is not _RETRY:
+                return done
+        async with self.open_async(session_id, owner) as session:
+            result = work(session)
+            await self.save_async(session)
+            return finish(session, result)
+
+    async def _write_first(self, session_id: str, owner: str, entry: _Cached, work, finish) -> Any:
+        """The optimistic attempt of ``write_async`` (``entry.lock`` held); _RETRY when it did not apply."""
+        if not entry.valid:
+            return _RETRY
+        scripts = self._async_client()
+        now, args = self._args(session_id, owner)
+        session = self._session(session_id, entry.state, entry.version, entry.created_at, now)
+        session.owner = owner
+        lease = session.lease = _Lease("", "", entry)
+        try:
+            result = work(session)
+        except engine.EngineError:
+            # nothing changed; the error stands if the state it ran on was the stored one (and renews it)
+            with _unavailable_as_503():
+                found = await scripts(_TOUCH, self._keys(session_id, owner)[:4], [*args, entry.version])
+            if found == -1:
+                self._forget(session_id, entry)
+            if found in (-1, -2):
+                raise SessionNotFound(session_id) from None
+            if found[2]:  # stale
+                return _RETRY
+            raise
+        except BaseException:
+            self._forget(session_id, entry)
+            raise
+        parts = engine.dump_parts(session.state)
+        try:
+            with _unavailable_as_503():
+                new = await scripts(_SAVE, self._keys(session_id, owner, staged=True),
+                                    [*args, entry.version, "", len(session.state.tensors)], staged=parts)
+        except BaseException:
+            self._forget(session_id, entry)
+            raise
+        if new == 0:  # someone else's change came first: this one's state is not the stored one any more
+            self._forget(session_id, entry)
+            self._contended[session_id] = time.monotonic()
+            return _RETRY
+        self._saved(session, lease, new, now, _nbytes(parts))  # (-1/-2 raise SessionNotFound)
+        return finish(session, result)
+
     @asynccontextmanager
     async def open_async(self, session_id: str, owner: str = "") -> AsyncIterator[Session]:
         """``open(..., write=True)`` with ``await``: the same lock (token, renewal by the renewer thread, the
@@ -415,18 +547,14 @@ class RedisStore:
         scripts = self._async_client()
         lock_key = self._lock_key(session_id)
         token = secrets.token_hex(16)
-        keys = [lock_key, self._key(session_id), self._index, self._owner_index(owner)]
+        keys = self._keys(session_id, owner)
         delay = 0.0005
         while True:
             cached = self._cache.get(session_id)
-            now, score, ttl_ms = self._times()
+            now, args = self._args(session_id, owner)
             with _unavailable_as_503():
-                found = await scripts(_ACQUIRE, keys, [token, self._lock_ms, session_id, repr(now), score, ttl_ms,
-                                                       cached.version if cached else "", owner])
-            if found in (-1, -2):
-                if found == -1:
-                    self._forget(session_id)
-                raise SessionNotFound(session_id)
+                found = await scripts(_ACQUIRE, keys, [*args, cached.version if cached else "", token,
+                                                       self._lock_ms])
             if found != 0:
                 break
             left = deadline - time.monotonic()
@@ -434,15 +562,10 @@ class RedisStore:
                 raise self._busy(session_id)
             await asyncio.sleep(min(left, delay * random.uniform(0.5, 1.5)))
             delay = min(delay * 2, 0.02)
+        self._found(session_id, found)
         self._hold(lock_key, token)
         try:
-            held = self._materialize_now(session_id, found, cached, now)
-            if held is None:
-                from starlette.concurrency import run_in_threadpool
-
-                held = await run_in_threadpool(self._materialize, session_id, found, cached, now, blocking=True)
-            session, entry = held
-            session.owner = owner
+            session, entry = await self._materialize_async(session_id, found, cached, now, owner)
         except BaseException:
             self._unhold(lock_key)
             with contextlib.suppress(redis.RedisError):
@@ -460,37 +583,41 @@ class RedisStore:
                 with _unavailable_as_503():
                     await scripts(_RELEASE, [lock_key], [token])
 
-    def _materialize_now(self, session_id: str, found: list, cached: _Cached | None,
-                         now: float) -> tuple[Session, _Cached] | None:
-        """``_materialize`` when it needs neither a wait nor a large deserialisation; else None."""
-        version, created_at, blob = int(found[0]), float(found[1]), found[2]
-        if not blob:
-            if cached is None or not cached.lock.acquire(blocking=False):
-                return None
+    async def _materialize_async(self, session_id: str, found: list, cached: _Cached | None, now: float,
+                                 owner: str) -> tuple[Session, _Cached]:
+        """``_materialize`` for a writer on the event loop (its lock taken): a state larger than
+        ``ASYNC_LOAD_BYTES`` is deserialised in the thread pool; a cached state a reader of this process is
+        using right now is not waited for (the stored one is downloaded instead)."""
+        version, created_at, stale = int(found[0]), float(found[1]), found[2]
+        if not stale and cached is not None and cached.lock.acquire(blocking=False):
             if cached.valid and cached.version == version:
-                return self._session(session_id, cached.state, version, created_at, now), cached
+                return self._session(session_id, cached.state, version, created_at, now, owner), cached
             cached.lock.release()
-            return None
-        if len(blob) > ASYNC_LOAD_BYTES:
-            return None
-        entry = _Cached(version, engine.loads(blob), len(blob), light=True)
+        with _unavailable_as_503():
+            blob = await self._async_client().command("GET", self._state_key(session_id))  # ours: `version`
+        if blob is None:
+            raise SessionNotFound(session_id)
+        if len(blob) <= ASYNC_LOAD_BYTES:
+            state = engine.loads(blob)
+        else:
+            from starlette.concurrency import run_in_threadpool
+
+            state = await run_in_threadpool(engine.loads, blob)
+        entry = _Cached(version, state, len(blob), created_at, owner, light=True)
         entry.lock.acquire()
         self._remember(session_id, entry)
-        return self._session(session_id, entry.state, version, created_at, now), entry
+        return self._session(session_id, entry.state, version, created_at, now, owner), entry
 
     async def save_async(self, session: Session) -> None:
         """``save`` with ``await`` (inside ``open_async``)."""
         lease: _Lease = session.lease
-        blob = engine.dumps(session.state)
-        now, score, ttl_ms = self._times()
+        parts = engine.dump_parts(session.state)
         self._unhold(lease.lock_key)
-        scripts = self._async_client()
+        now, args = self._save_args(session, lease)
         with _unavailable_as_503():
-            new = await scripts(_SAVE, [self._key(session.id), lease.lock_key, self._index,
-                                        self._owner_index(session.owner)],
-                                [session.id, repr(now), score, ttl_ms, session.version, lease.token, blob,
-                                 len(session.state.tensors)])
-        self._saved(session, lease, new, now, len(blob))
+            new = await self._async_client()(_SAVE, self._keys(session.id, session.owner, staged=True), args,
+                                             staged=parts)
+        self._saved(session, lease, new, now, _nbytes(parts))
 
     # ----- reading and loading ------------------------------------------------------------------------
     def _live_ids(self, index: str) -> list[str]:
@@ -512,43 +639,54 @@ class RedisStore:
         """A reader's session, renewed, its cache entry locked by the caller (release ``entry.lock``)."""
         with self._cache_lock:
             cached = self._cache.get(session_id)
-        now, score, ttl_ms = self._times()
+        now, args = self._args(session_id, owner)
         with _unavailable_as_503():
-            found = self._touch(keys=[self._key(session_id), self._index, self._owner_index(owner)],
-                                args=[session_id, repr(now), score, ttl_ms, cached.version if cached else "",
-                                      owner])
-        if not found:
-            if found is None:  # gone; when another owner's, the cache entry (if any) is theirs and still good
-                self._forget(session_id)
-            raise SessionNotFound(session_id)
-        session, entry = self._materialize(session_id, found, cached, now, blocking=False)
-        session.owner = owner
-        return session, entry
+            found = self._scripts(_TOUCH, self._keys(session_id, owner)[:4],
+                                  [*args, cached.version if cached else ""])
+        self._found(session_id, found)
+        return self._materialize(session_id, found, cached, now, owner, writer=False)
 
-    def _materialize(self, session_id: str, found: list, cached: _Cached | None, now: float, *,
-                     blocking: bool) -> tuple[Session, _Cached]:
+    def _found(self, session_id: str, found: Any) -> None:
+        """Raise SessionNotFound for a script's -1 (gone: forgotten here too) or -2 (another owner's: the
+        cache entry, if any, is theirs and still good)."""
+        if found == -1:
+            self._forget(session_id)
+        if found in (-1, -2):
+            raise SessionNotFound(session_id)
+
+    def _materialize(self, session_id: str, found: list, cached: _Cached | None, now: float, owner: str, *,
+                     writer: bool) -> tuple[Session, _Cached]:
         """The state of what _TOUCH/_ACQUIRE returned: the cached one when still current, else the stored
-        one, deserialised. A reader (``blocking=False``) does not wait for a writer of this process to
-        finish with the cached state: it downloads the stored version instead."""
-        version, created_at, blob = int(found[0]), float(found[1]), found[2]
-        if cached is not None and not blob:
-            if cached.lock.acquire(blocking=blocking):
+        one, deserialised. A reader does not wait for a writer of this process to finish with the cached
+        state: it downloads the stored version instead (with its version number, in one transaction: no
+        lock keeps it still); a writer holds the lock, so the stored state is the version it was told."""
+        version, created_at, stale = int(found[0]), float(found[1]), found[2]
+        if not stale and cached is not None:
+            if cached.lock.acquire(blocking=writer):
                 if cached.valid and cached.version == version:
-                    return self._session(session_id, cached.state, version, created_at, now), cached
+                    return self._session(session_id, cached.state, version, created_at, now, owner), cached
                 cached.lock.release()
-            with _unavailable_as_503():  # a local writer has it, changed it or dropped it: read what is stored
-                blob, stored = self.redis.hmget(self._key(session_id), "state", "version")
-            if blob is None:
-                raise SessionNotFound(session_id)
-            version = int(stored)
-        entry = _Cached(version, engine.loads(blob), len(blob))
+        with _unavailable_as_503():
+            if writer:
+                blob = self.redis.get(self._state_key(session_id))
+            else:
+                pipe = self.redis.pipeline(transaction=True)
+                pipe.hget(self._key(session_id), "version")
+                pipe.get(self._state_key(session_id))
+                stored, blob = pipe.execute()
+                version = int(stored) if stored is not None else version
+        if blob is None:
+            raise SessionNotFound(session_id)
+        entry = _Cached(version, engine.loads(blob), len(blob), created_at, owner)
         entry.lock.acquire()
         self._remember(session_id, entry)
-        return self._session(session_id, entry.state, version, created_at, now), entry
+        return self._session(session_id, entry.state, version, created_at, now, owner), entry
 
     @staticmethod
-    def _session(session_id: str, state: Any, version: int, created_at: float, now: float) -> Session:
-        return Session(id=session_id, state=state, created_at=created_at, last_used_at=now, version=version)
+    def _session(session_id: str, state: Any, version: int, created_at: float, now: float,
+                 owner: str = "") -> Session:
+        return Session(id=session_id, state=state, created_at=created_at, last_used_at=now, version=version,
+                       owner=owner)
 
     # ----- the per-process cache ----------------------------------------------------------------------
     def _remember(self, session_id: str, entry: _Cached, nbytes: int | None = None) -> None:
@@ -588,25 +726,18 @@ class RedisStore:
         return SessionBusy(f"session {session_id!r} is busy with another request; it was not free within "
                            f"{self.lock_wait_seconds:g} s (GRADSERVE_LOCK_WAIT_SECONDS)")
 
-    def _acquire(self, session_id: str, lock_key: str, token: str, owner: str,
-                 deadline: float) -> tuple[Session, _Cached]:
+    def _acquire(self, session_id: str, token: str, owner: str, deadline: float) -> tuple[Session, _Cached]:
         """Take the session's lock (waiting until ``deadline``) and load the session, with one script call
         per attempt."""
-        lock_ms = self._lock_ms
+        keys = self._keys(session_id, owner)
         delay = 0.0005
         while True:
             with self._cache_lock:
                 cached = self._cache.get(session_id)
-            now, score, ttl_ms = self._times()
+            now, args = self._args(session_id, owner)
             with _unavailable_as_503():
-                found = self._acquire_script(keys=[lock_key, self._key(session_id), self._index,
-                                                   self._owner_index(owner)],
-                                             args=[token, lock_ms, session_id, repr(now), score, ttl_ms,
-                                                   cached.version if cached else "", owner])
-            if found in (-1, -2):
-                if found == -1:
-                    self._forget(session_id)
-                raise SessionNotFound(session_id)
+                found = self._scripts(_ACQUIRE, keys, [*args, cached.version if cached else "", token,
+                                                       self._lock_ms])
             if found != 0:
                 break
             left = deadline - time.monotonic()
@@ -614,15 +745,15 @@ class RedisStore:
                 raise self._busy(session_id)
             time.sleep(min(left, delay * random.uniform(0.5, 1.5)))
             delay = min(delay * 2, 0.02)
+        self._found(session_id, found)
+        lock_key = keys[4]
         self._hold(lock_key, token)
         try:
-            session, entry = self._materialize(session_id, found, cached, now, blocking=True)
-            session.owner = owner
-            return session, entry
+            return self._materialize(session_id, found, cached, now, owner, writer=True)
         except BaseException:
             self._unhold(lock_key)
             with contextlib.suppress(redis.RedisError):
-                self._release(keys=[lock_key], args=[token])
+                self._scripts(_RELEASE, [lock_key], [token])
             raise
 
     def _hold(self, lock_key: str, token: str) -> None:
@@ -645,8 +776,7 @@ class RedisStore:
             if not held:
                 continue
             try:
-                lost = self._extend(keys=[k for k, _ in held],
-                                    args=[max(1, int(self.lock_ttl_seconds * 1000)), *[t for _, t in held]])
+                lost = self._scripts(_EXTEND, [k for k, _ in held], [self._lock_ms, *[t for _, t in held]])
                 with self._held_lock:  # a lock released since the snapshot was not lost
                     lapsed = [k for k, t in held if k.encode() in lost and self._held.get(k) == t]
                 if lapsed:
@@ -656,11 +786,112 @@ class RedisStore:
                 log.warning("renewing session locks failed: %s", exc)
 
 
+# ----- sending scripts ------------------------------------------------------------------------------------
+# Scripts go out as EVALSHA commands packed here, on connections of redis-py's pools, blocking (thread pool)
+# or on the event loop. A state to write (``staged``, from ``engine.dump_parts``) goes first, in the same
+# round trip, as a SET of the call's staging key (the script's KEYS[6], expiring by itself should the script
+# never run): its pieces (the header and the arrays' own memory) are sent as one bulk string without being
+# joined into one copy first.
+
+#: A staged state the script never got to (the connection dropped in between) is gone after this long
+STAGE_TTL_MS = 60_000
+
+
+def _nbytes(parts: list) -> int:
+    return sum(memoryview(p).nbytes for p in parts)
+
+
+def _resp(*args: Any) -> list:
+    """The command in RESP (Redis's wire format), as a list of chunks; a list argument is one bulk string
+    made of its pieces."""
+    chunks: list = []
+    buf = bytearray(b"*%d\r\n" % len(args))
+    for arg in args:
+        if isinstance(arg, list):
+            buf += b"$%d\r\n" % _nbytes(arg)
+            chunks.append(bytes(buf))
+            chunks.extend(arg)
+            buf = bytearray(b"\r\n")
+            continue
+        if isinstance(arg, str):
+            arg = arg.encode()
+        elif not isinstance(arg, bytes):
+            arg = str(arg).encode()
+        buf += b"$%d\r\n%s\r\n" % (len(arg), arg)
+    chunks.append(bytes(buf))
+    return chunks
+
+
+_SHA: dict[str, str] = {}  # script -> its SHA-1 (a cache of a pure function)
+
+
+def _exchange(script: str, keys: list, args: list, staged: list | None) -> Generator[tuple[list, int], list, Any]:
+    """One script call as a conversation, without I/O: yields (chunks to send, how many replies to read),
+    is sent those replies (an error reply as its exception), and returns the script's reply or raises its
+    error. A Redis that does not know the script (restarted, flushed) is sent it with SCRIPT LOAD and asked
+    again, once."""
+    sha = _SHA.get(script)
+    if sha is None:
+        sha = _SHA[script] = hashlib.sha1(script.encode()).hexdigest()
+    command = _resp("EVALSHA", sha, len(keys), *keys, *args)
+    first = command if staged is None else _resp("SET", keys[5], staged, "PX", STAGE_TTL_MS) + command
+    replies = yield first, 1 if staged is None else 2
+    if isinstance(replies[-1], NoScriptError) and not any(isinstance(r, ResponseError) for r in replies[:-1]):
+        replies = yield _resp("SCRIPT", "LOAD", script) + command, 2
+    for reply in replies:
+        if isinstance(reply, ResponseError):
+            raise reply
+    return replies[-1]
+
+
+def _plain(*args: Any) -> Generator[tuple[list, int], list, Any]:
+    """A plain command, as an ``_exchange``."""
+    (reply,) = yield _resp(*args), 1
+    if isinstance(reply, ResponseError):
+        raise reply
+    return reply
+
+
+class _SyncScripts:
+    """Exchanges over the blocking client's pool (its socket timeout bounds each read and write). A
+    connection that fails mid-exchange is disconnected, never reused half-read."""
+
+    def __init__(self, client: redis.Redis):
+        self.pool = client.connection_pool
+
+    def __call__(self, script: str, keys: list, args: list, staged: list | None = None) -> Any:
+        return self.run(_exchange(script, keys, args, staged))
+
+    def run(self, exchange: Generator) -> Any:
+        conn = self.pool.get_connection()
+        try:
+            chunks, n = next(exchange)
+            while True:
+                conn.send_packed_command(chunks)
+                replies = []
+                for _ in range(n):
+                    try:
+                        replies.append(conn.read_response())
+                    except ResponseError as exc:  # a whole error reply was read: the connection is fine
+                        replies.append(exc)
+                try:
+                    chunks, n = exchange.send(replies)
+                except StopIteration as done:
+                    return done.value
+        except ResponseError:
+            raise
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            self.pool.release(conn)
+
+
 class _AsyncScripts:
-    """Scripts over ``redis.asyncio`` connections, driven with the connection's own send and read: on a
+    """Exchanges over ``redis.asyncio`` connections, driven with the connection's own send and read: on a
     round trip of ~100 us, the client's per-command layers (a task for the write timeout, retries, events,
-    the pool's lock and bookkeeping) were a third of it. The timeout covers the write and the read together;
-    a connection that fails or is interrupted mid-command is disconnected, never reused half-read; idle
+    the pool's lock and bookkeeping) were a third of it. The timeout covers the whole exchange; a
+    connection that fails or is interrupted mid-exchange is disconnected, never reused half-read; idle
     connections wait in a free list (the pool's health check still runs on each before a command)."""
 
     def __init__(self, url: str, *, timeout: float):
@@ -669,25 +900,32 @@ class _AsyncScripts:
         self.pool = self.client.connection_pool
         self.timeout = timeout
         self._free: list = []
-        self._sha: dict[str, str] = {}
 
-    async def __call__(self, script: str, keys: list, args: list) -> Any:
-        sha = self._sha.get(script)
-        if sha is None:
-            sha = self._sha[script] = hashlib.sha1(script.encode()).hexdigest()
+    async def __call__(self, script: str, keys: list, args: list, staged: list | None = None) -> Any:
+        return await self.run(_exchange(script, keys, args, staged))
+
+    async def command(self, *args: Any) -> Any:
+        return await self.run(_plain(*args))
+
+    async def run(self, exchange: Generator) -> Any:
         conn = self._free.pop() if self._free else await self.pool.get_connection()
         try:
             async with asyncio.timeout(self.timeout):
-                command = conn.pack_command("EVALSHA", sha, len(keys), *keys, *args)
-                await conn.send_packed_command(command)
-                try:
-                    reply = await conn.read_response()
-                except NoScriptError:  # a restarted or flushed Redis: load it, once per connection that sees it
-                    await conn.send_packed_command(conn.pack_command("SCRIPT", "LOAD", script))
-                    await conn.read_response()
-                    await conn.send_packed_command(command)
-                    reply = await conn.read_response()
-        except ResponseError:  # a whole error reply was read: the connection is fine
+                chunks, n = next(exchange)
+                while True:
+                    await conn.send_packed_command(chunks)
+                    replies = []
+                    for _ in range(n):
+                        try:
+                            replies.append(await conn.read_response())
+                        except ResponseError as exc:
+                            replies.append(exc)
+                    try:
+                        chunks, n = exchange.send(replies)
+                    except StopIteration as done:
+                        reply = done.value
+                        break
+        except ResponseError:  # raised by the exchange after whole replies were read: the connection is fine
             self._free.append(conn)
             raise
         except BaseException as exc:

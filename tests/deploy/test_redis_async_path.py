@@ -1,6 +1,7 @@
-"""The Redis store's event-loop path (``open_async``/``save_async``, used by ``SessionService.run_ops_async``
-for small op lists on sessions this process holds light): the same lock, version check, ownership and
-renewal as the blocking path, against a real redis-server."""
+"""The Redis store's event-loop path (``write_async``, used by ``SessionService.run_ops_async`` for small op
+lists on sessions this process holds light): optimistic writes (run, then one compare-and-set) when the
+cached state is current, and otherwise ``open_async``/``save_async``: the same lock, version check,
+ownership and renewal as the blocking path; against a real redis-server."""
 
 from __future__ import annotations
 
@@ -12,16 +13,25 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
+import app.service
 import engine
 from app.config import Settings
 from app.errors import SessionBusy, SessionNotFound
 from app.main import create_app
 from app.store import make_store
+from app.store import redis as redis_store
 from app.store.redis import RedisStore
 from tests.app.conftest import assert_problem, ok, run, tensor
 
 STEP = [{"op": "mul", "out": "y", "args": ["x", 2.0]}, {"op": "sum", "out": "s", "args": ["y"]},
         {"op": "backward", "args": ["s"]}]
+
+
+@pytest.fixture(autouse=True)
+def no_slow_runs(monkeypatch):
+    """Which path a request takes depends on how long the session's last run took (2 ms at most, else the
+    thread pool); on a loaded test machine that is not a given, and these tests are about the paths."""
+    monkeypatch.setattr(app.service, "INLINE_MAX_RUN_SECONDS", 10.0)
 
 
 @pytest.fixture
@@ -36,14 +46,28 @@ def store(settings: Settings, **overrides) -> RedisStore:
 def count_async_opens(monkeypatch) -> list[int]:
     """How many times any RedisStore took the event-loop path."""
     calls = [0]
-    original = RedisStore.open_async
+    original = RedisStore.write_async
 
     def counted(self, *args, **kwargs):
         calls[0] += 1
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(RedisStore, "open_async", counted)
+    monkeypatch.setattr(RedisStore, "write_async", counted)
     return calls
+
+
+def record_scripts(monkeypatch) -> list[str]:
+    """The scripts the event-loop path sends, by name (``_SAVE``, ``_ACQUIRE``, ...), in order."""
+    names = {getattr(redis_store, n): n for n in ("_ACQUIRE", "_TOUCH", "_SAVE", "_RELEASE")}
+    sent: list[str] = []
+    original = redis_store._AsyncScripts.__call__
+
+    async def recorded(self, script, keys, args, staged=None):
+        sent.append(names.get(script, "?"))
+        return await original(self, script, keys, args, staged)
+
+    monkeypatch.setattr(redis_store._AsyncScripts, "__call__", recorded)
+    return sent
 
 
 def test_small_op_lists_on_a_light_session_take_the_event_loop_path(settings, monkeypatch):
@@ -238,3 +262,92 @@ def test_a_deleted_session_is_404_on_the_event_loop_path(settings):
         with pytest.raises(SessionNotFound):
             a.app.state.store.delete(sid)
 
+
+
+def test_a_write_on_a_current_cached_state_is_one_round_trip_without_a_lock(settings, redis_client, key_prefix,
+                                                                              monkeypatch):
+    sent = record_scripts(monkeypatch)
+    with TestClient(create_app(settings)) as client:
+        sid = client.post("/v1/sessions").json()["id"]
+        ok(run(client, sid, [tensor("x", [1.0, 2.0])]))
+        version = int(redis_client.hget(f"{key_prefix}s:{sid}", "version"))
+        sent.clear()
+        for _ in range(3):
+            ok(run(client, sid, STEP))
+        assert sent == ["_SAVE"] * 3
+        assert int(redis_client.hget(f"{key_prefix}s:{sid}", "version")) == version + 3
+        assert redis_client.get(f"{key_prefix}lock:{sid}") is None
+        assert client.get(f"/v1/sessions/{sid}/tensors/x.grad").json()["data"] == [6.0, 6.0]
+
+
+def test_an_optimistic_write_never_overrides_a_lock_holder(settings, redis_client, key_prefix, monkeypatch):
+    """Another process holds the lock (it is mid-request): the optimistic save is refused, the request waits
+    for the lock like any writer (409 when it is not free in time), and nothing is applied twice."""
+    sent = record_scripts(monkeypatch)
+    quick = settings.model_copy(update={"lock_wait_seconds": 0.2})
+    with TestClient(create_app(quick)) as client:
+        sid = client.post("/v1/sessions").json()["id"]
+        ok(run(client, sid, [tensor("x", [1.0, 2.0])]))
+        redis_client.set(f"{key_prefix}lock:{sid}", "another-process", px=10_000)
+        sent.clear()
+        response = run(client, sid, STEP)
+        assert_problem(response, 409, "session_busy")
+        assert response.headers["retry-after"] == "1"
+        assert sent[:2] == ["_SAVE", "_ACQUIRE"] and set(sent[2:]) == {"_ACQUIRE"}
+        redis_client.delete(f"{key_prefix}lock:{sid}")
+        ok(run(client, sid, STEP))  # the refused run's state was dropped: reloaded (in the thread pool)
+        # after a refusal the session's writes take the lock first for a while (no wasted runs)
+        sent.clear()
+        ok(run(client, sid, STEP))
+        assert sent == ["_ACQUIRE", "_SAVE"]
+        summary = client.get(f"/v1/sessions/{sid}").json()
+        assert summary["backward_passes"] == 2
+        assert client.get(f"/v1/sessions/{sid}/tensors/x.grad").json()["data"] == [4.0, 4.0]
+
+
+def test_an_op_list_that_fails_on_a_stale_cached_state_is_run_again_on_the_stored_one(settings, monkeypatch):
+    """The cached state lacks a tensor another process made: the optimistic run's error is not reported
+    (the state it ran on was stale); the request runs again under the lock on the stored state."""
+    sent = record_scripts(monkeypatch)
+    with TestClient(create_app(settings)) as a, TestClient(create_app(settings)) as b:
+        sid = a.post("/v1/sessions").json()["id"]
+        ok(run(a, sid, [tensor("x", [1.0, 2.0])]))
+        ok(run(b, sid, [tensor("z", [3.0, 4.0])]))
+        sent.clear()
+        body = ok(run(a, sid, [{"op": "mul", "out": "y", "args": ["x", "z"]}]))
+        assert body["tensors"]["y"]["data"] == [3.0, 8.0]
+        assert sent == ["_TOUCH", "_ACQUIRE", "_SAVE"]
+
+
+def test_an_op_list_that_fails_on_a_current_cached_state_reports_its_error_after_one_check(settings,
+                                                                                          redis_client,
+                                                                                          key_prefix,
+                                                                                          monkeypatch):
+    sent = record_scripts(monkeypatch)
+    with TestClient(create_app(settings)) as client:
+        sid = client.post("/v1/sessions").json()["id"]
+        ok(run(client, sid, [tensor("x", [1.0, 2.0])]))
+        version = redis_client.hget(f"{key_prefix}s:{sid}", "version")
+        redis_client.pexpire(f"{key_prefix}s:{sid}", 5_000)
+        sent.clear()
+        assert_problem(run(client, sid, [{"op": "mul", "out": "y", "args": ["x", "q"]}]), 404, "unknown_tensor")
+        assert sent == ["_TOUCH"]
+        assert redis_client.hget(f"{key_prefix}s:{sid}", "version") == version
+        assert redis_client.pttl(f"{key_prefix}s:{sid}") > 5_000  # the failed request renewed it
+        assert list(client.get(f"/v1/sessions/{sid}").json()["tensors"]) == ["x"]
+
+
+def test_writes_survive_a_redis_that_forgot_the_scripts(settings, redis_client, key_prefix):
+    """A restarted or flushed Redis answers NOSCRIPT: the script is loaded and the call made again, with
+    the state staged before it still in place (both paths: the event loop's and the thread pool's)."""
+    with TestClient(create_app(settings)) as client:
+        sid = client.post("/v1/sessions").json()["id"]
+        ok(run(client, sid, [tensor("x", [1.0, 2.0])]))
+        redis_client.script_flush()
+        ok(run(client, sid, STEP))  # event loop, optimistic
+        redis_client.script_flush()
+        ok(client.post(f"/v1/sessions/{sid}/ops", json={"ops": STEP, "repeat": 2}))  # thread pool, locked
+        redis_client.script_flush()
+        assert client.get(f"/v1/sessions/{sid}/tensors/x.grad").json()["data"] == [6.0, 6.0]
+        assert client.get(f"/v1/sessions/{sid}").json()["backward_passes"] == 3
+    assert redis_client.keys(f"{key_prefix}stage:*") == []

@@ -89,27 +89,36 @@ def test_the_stored_state_is_the_engines_serialisation_json_and_raw_buffers(sett
     with s.open(session.id, write=True) as opened:
         program(opened.state, LINEAR)
         s.save(opened)
-    blob = redis_client.hget(f"{key_prefix}s:{session.id}", "state")
+    blob = redis_client.get(f"{key_prefix}state:{session.id}")
+    assert blob == engine.dumps(opened.state)
     assert blob[:4] == b"GSV1"
     (hlen,) = struct.unpack("<Q", blob[4:12])
     header = json.loads(blob[12:12 + hlen])
     assert set(header["names"]) == {"x", "w", "y", "s"}
-    assert redis_client.hget(f"{key_prefix}s:{session.id}", "version") == b"2"
+    meta = redis_client.hgetall(f"{key_prefix}s:{session.id}")
+    assert meta[b"version"] == b"2" and meta[b"tensor_count"] == b"4" and b"state" not in meta
+    # the state's key expires with the session's; the staged copy was renamed into place, not left behind
+    assert abs(redis_client.pttl(f"{key_prefix}state:{session.id}")
+               - redis_client.pttl(f"{key_prefix}s:{session.id}")) < 1000
+    assert redis_client.keys(f"{key_prefix}stage:*") == []
 
 
 def test_sessions_expire_with_redis_and_every_access_renews_them(clients, settings, redis_client, key_prefix):
     a, b = clients
     sid = a.post("/v1/sessions").json()["id"]
-    key = f"{key_prefix}s:{sid}"
+    keys = [f"{key_prefix}s:{sid}", f"{key_prefix}state:{sid}"]
     ttl_ms = settings.session_ttl_seconds * 1000
-    assert ttl_ms - 5000 < redis_client.pttl(key) <= ttl_ms
-    redis_client.pexpire(key, 5000)
+    for key in keys:
+        assert ttl_ms - 5000 < redis_client.pttl(key) <= ttl_ms
+        redis_client.pexpire(key, 5000)
     ok(b.get(f"/v1/sessions/{sid}"))  # a read renews
-    assert redis_client.pttl(key) > ttl_ms - 5000
-    redis_client.pexpire(key, 5000)
+    for key in keys:
+        assert redis_client.pttl(key) > ttl_ms - 5000
+        redis_client.pexpire(key, 5000)
     ok(run(a, sid, [tensor("x", 1.0)]))  # and so does a write
-    assert redis_client.pttl(key) > ttl_ms - 5000
-    redis_client.pexpire(key, 1)
+    for key in keys:
+        assert redis_client.pttl(key) > ttl_ms - 5000
+        redis_client.pexpire(key, 1)
     time.sleep(0.05)
     assert_problem(b.get(f"/v1/sessions/{sid}"), 404, "session_not_found")
     assert sid not in [s["id"] for s in a.get("/v1/sessions").json()["sessions"]]
@@ -169,6 +178,7 @@ def test_a_writer_whose_lock_expired_cannot_overwrite_a_newer_state(settings, re
     for s in (first, second):
         with s.open(session.id, write=False) as now:
             assert list(now.state.tensors) == ["z"]
+    assert redis_client.keys(f"{key_prefix}stage:*") == []  # the refused save's staged state was dropped
 
 
 def test_a_lapsed_lock_taken_by_another_writer_refuses_the_first_writers_save(settings, redis_client, key_prefix):
