@@ -75,3 +75,19 @@ def test_example_bodies_are_selectable_in_the_documentation():
     assert {"linear", "sgd_train", "create_graph_second_derivative"} <= set(examples)
     assert "expect" not in examples["linear"]
     assert "OpsRequest" in doc["components"]["schemas"] and "Op" in doc["components"]["schemas"]
+
+
+def test_the_server_freezes_its_startup_objects_and_collects_young_objects_less_often_while_it_runs():
+    import gc
+
+    from fastapi.testclient import TestClient
+
+    from app.main import YOUNG_GC_THRESHOLD, create_app
+
+    before = gc.get_threshold()
+    with TestClient(create_app()) as client:
+        assert gc.get_threshold() == (YOUNG_GC_THRESHOLD, *before[1:])
+        assert gc.get_freeze_count() > 10_000  # the framework, the schemas, the engine's tables
+        ok(client.get("/healthz"))
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
