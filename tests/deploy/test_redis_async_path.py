@@ -351,3 +351,23 @@ def test_writes_survive_a_redis_that_forgot_the_scripts(settings, redis_client, 
         assert client.get(f"/v1/sessions/{sid}/tensors/x.grad").json()["data"] == [6.0, 6.0]
         assert client.get(f"/v1/sessions/{sid}").json()["backward_passes"] == 3
     assert redis_client.keys(f"{key_prefix}stage:*") == []
+
+
+def test_an_event_loop_exchange_that_gets_no_reply_times_out_and_its_connection_is_dropped(redis_url,
+                                                                                            redis_client):
+    async def main() -> None:
+        scripts = redis_store._AsyncScripts(redis_url, timeout=0.3)
+        assert await scripts.command("PING") == b"PONG"
+        redis_client.execute_command("CLIENT", "PAUSE", 1500, "ALL")
+        try:
+            started = time.monotonic()
+            with pytest.raises(redis_store.RedisTimeoutError, match="no reply within 0.3 s"):
+                await scripts.command("PING")
+            assert 0.3 <= time.monotonic() - started < 1.2
+            assert scripts._free == []  # the connection cut off mid-exchange is not reused
+        finally:
+            redis_client.execute_command("CLIENT", "UNPAUSE")
+        assert await scripts.command("PING") == b"PONG"  # a fresh connection
+        await scripts.aclose()
+
+    asyncio.run(main())
