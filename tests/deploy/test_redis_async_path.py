@@ -371,3 +371,29 @@ def test_an_event_loop_exchange_that_gets_no_reply_times_out_and_its_connection_
         await scripts.aclose()
 
     asyncio.run(main())
+
+
+def test_at_most_a_few_optimistic_writes_are_under_way_on_one_event_loop(settings):
+    """Twelve concurrent writes to twelve sessions: at most LOOP_OPTIMISTIC_WRITERS between their runs and
+    their replies at any time; all twelve land."""
+    s = store(settings)
+    sessions = [s.create(engine.State()) for _ in range(12)]
+    under_way, most = [0], [0]
+
+    def work(session):
+        under_way[0] += 1
+        most[0] = max(most[0], under_way[0])
+        return engine.run_program(session.state, [tensor("x", 1.0)])
+
+    def finish(session, result):
+        under_way[0] -= 1
+        return session.version
+
+    async def main() -> list[int]:
+        versions = await asyncio.gather(*(s.write_async(x.id, "", work, finish) for x in sessions))
+        await s.aclose()
+        return versions
+
+    assert asyncio.run(main()) == [2] * 12
+    assert most[0] == redis_store.LOOP_OPTIMISTIC_WRITERS
+    s.close()
