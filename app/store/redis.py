@@ -63,7 +63,14 @@ from typing import Any
 import redis
 import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import (
+    MasterDownError,
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import engine
@@ -990,3 +997,7 @@ def _unavailable_as_503() -> Iterator[None]:
         yield
     except (RedisConnectionError, RedisTimeoutError) as exc:
         raise StoreUnavailable(f"the session store (Redis) is unreachable: {exc}") from exc
+    except (OutOfMemoryError, ReadOnlyError, MasterDownError, TryAgainError) as exc:
+        # full (maxmemory with noeviction), a replica after a failover, a master that is down: nothing was
+        # written (a script's writes come after its checks, and a refused SET leaves its RENAME failing)
+        raise StoreUnavailable(f"the session store (Redis) refused the request: {exc}") from exc

@@ -295,6 +295,31 @@ def test_an_unreachable_redis_is_503_store_unavailable():
         make_store(settings).count()
 
 
+def test_a_full_redis_is_503_store_unavailable_and_nothing_is_half_written(clients, redis_client, key_prefix):
+    """maxmemory reached (noeviction): writes and renewals are refused by Redis; the client gets 503, and the
+    session is as it was once Redis has room again."""
+    a, b = clients
+    sid = a.post("/v1/sessions").json()["id"]
+    ok(run(a, sid, [tensor("x", [1.0, 2.0])]))
+    before = redis_client.get(f"{key_prefix}state:{sid}")
+    policy = redis_client.config_get("maxmemory-policy")["maxmemory-policy"]
+    redis_client.config_set("maxmemory-policy", "noeviction")
+    redis_client.config_set("maxmemory", 1)
+    try:
+        for client in (a, b):  # a: the event-loop path (cached), b: the thread pool (not cached)
+            response = run(client, sid, [tensor("z", [3.0])])
+            body = assert_problem(response, 503, "store_unavailable")
+            assert "maxmemory" in body["detail"] and response.headers["Retry-After"]
+    finally:
+        redis_client.config_set("maxmemory", 0)
+        redis_client.config_set("maxmemory-policy", policy)
+    assert redis_client.get(f"{key_prefix}state:{sid}") == before
+    for client in (a, b):
+        assert list(client.get(f"/v1/sessions/{sid}").json()["tensors"]) == ["x"]
+    ok(run(b, sid, [tensor("z", [3.0])]))
+    assert sorted(a.get(f"/v1/sessions/{sid}").json()["tensors"]) == ["x", "z"]
+
+
 def test_the_session_limit_is_checked_atomically_across_stores(settings):
     stores = [store(settings, max_sessions=5) for _ in range(4)]
 
