@@ -15,7 +15,7 @@ from app.schemas.problems import problem_responses
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["autograd"])
 
-ERRORS = problem_responses(404, 409, 413, 422)
+ERRORS = problem_responses(404, 409, 413, 422, 503)
 
 
 @router.post("/backward", response_model=OpsResponse, responses=ERRORS, summary="tensor.backward()")

@@ -26,7 +26,7 @@ GRAPH_CONTENT = {
 
 @router.get("/graph", response_model=GraphView,
             responses={200: {"content": GRAPH_CONTENT, "description": "The graph as JSON (default), DOT, "
-                             "Mermaid or SVG."}, **problem_responses(404, 422)},
+                             "Mermaid or SVG."}, **problem_responses(404, 422, 503)},
             summary="The autograd graph")
 def get_graph(session_id: SessionId, service: ServiceDep, owner: OwnerDep,
               root: Annotated[str | None, Query(description="Only the graph behind this tensor; the whole "

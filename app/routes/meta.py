@@ -10,6 +10,7 @@ from starlette.responses import HTMLResponse, Response
 from app.deps import ServiceDep
 from app.routes import TensorJSON
 from app.schemas.meta import Health, OpCatalog, Readiness
+from app.schemas.problems import problem_responses
 
 router = APIRouter(tags=["meta"])
 
@@ -26,7 +27,7 @@ async def healthz() -> dict:
     return {"status": "ok"}
 
 
-@router.get("/readyz", response_model=Readiness, summary="Readiness")
+@router.get("/readyz", response_model=Readiness, responses=problem_responses(503), summary="Readiness")
 def readyz(service: ServiceDep) -> dict:
     return service.readiness()
 

@@ -22,7 +22,7 @@ router = APIRouter(prefix="/v1", tags=["ops"])
 
 
 @router.post("/sessions/{session_id}/ops", response_model=OpsResponse,
-             responses=problem_responses(404, 409, 413, 422),
+             responses=problem_responses(404, 409, 413, 422, 503),
              openapi_extra=json_body("OpsRequest", openapi_examples(OPS_EXAMPLES)),
              summary="Run an op list in a session (atomically)")
 async def run_ops(session_id: SessionId, request: Request, encoding: EncodingQuery = "json") -> TensorJSON:

@@ -40,7 +40,14 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         422: "Invalid input: malformed JSON, schema violation, an op PyTorch would reject, or a limit.",
         401: "Missing or invalid API key (when the server has keys).",
         429: "Too many sessions, the key's session quota, or the key's rate limit (see `Retry-After`).",
+        503: "The session store (Redis) is unreachable, full or read-only; nothing was applied (see "
+             "`Retry-After`).",
     }
-    return {s: {"model": Problem, "description": descriptions[s],
-                "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
-            for s in statuses}
+    responses: dict[int | str, dict[str, Any]] = {
+        s: {"model": Problem, "description": descriptions[s],
+            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+        for s in statuses}
+    if 503 in responses:
+        responses[503]["headers"] = {"Retry-After": {"description": "Seconds to wait before retrying.",
+                                                     "schema": {"type": "integer"}}}
+    return responses
