@@ -545,11 +545,13 @@ class RedisStore:
         except BaseException:
             self._forget(session_id, entry)
             raise
-        if new == 0:  # someone else's change came first: this one's state is not the stored one any more
+        if new <= 0:  # not applied: the cached state holds this run's changes, which are not the stored state
             self._forget(session_id, entry)
-            self._contended[session_id] = time.monotonic()
+            if new < 0:
+                raise SessionNotFound(session_id)  # deleted (or expired) meanwhile
+            self._contended[session_id] = time.monotonic()  # someone else's change came first
             return _RETRY
-        self._saved(session, lease, new, now, _nbytes(parts))  # (-1/-2 raise SessionNotFound)
+        self._saved(session, lease, new, now, _nbytes(parts))
         return finish(session, result)
 
     @asynccontextmanager

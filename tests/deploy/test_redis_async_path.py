@@ -259,6 +259,7 @@ def test_a_deleted_session_is_404_on_the_event_loop_path(settings):
         ok(run(a, sid, [tensor("x", [1.0, 2.0])]))
         assert b.delete(f"/v1/sessions/{sid}").status_code == 204
         assert_problem(run(a, sid, STEP), 404, "session_not_found")
+        assert sid not in a.app.state.store._cache  # the refused run's changes are not kept
         with pytest.raises(SessionNotFound):
             a.app.state.store.delete(sid)
 
