@@ -54,7 +54,7 @@ import random
 import secrets
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -223,12 +223,47 @@ ASYNC_SAVE_BYTES = 4 * 1024 * 1024
 #: lock first for this long: under contention, running first and checking after wastes the run
 CONTENDED_SECONDS = 5.0
 
-@dataclass(eq=False)
-class _Gate:
-    """The event-loop writers of one session in this process, admitted one at a time."""
 
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    users: int = 0  # holding or waiting; the gate is dropped when none are left
+class _Turnstile:
+    """At most ``capacity`` holders at once on one event loop, the others admitted in the order they came.
+    ``asyncio.Semaphore`` does the same, but this one costs nothing until someone has to wait (no lock or
+    future is made on the way in), which matters on a path taken once per small request."""
+
+    __slots__ = ("capacity", "active", "waiters")
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.active = 0
+        self.waiters: deque[asyncio.Future] | None = None
+
+    @property
+    def idle(self) -> bool:
+        return not self.active and not self.waiters
+
+    async def enter(self) -> None:
+        if self.active < self.capacity and not self.waiters:
+            self.active += 1
+            return
+        if self.waiters is None:
+            self.waiters = deque()
+        turn = asyncio.get_running_loop().create_future()
+        self.waiters.append(turn)
+        try:
+            await turn  # the holder leaving hands its place over (``active`` unchanged)
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.leave()  # handed over just as it was cancelled: pass it on
+            else:
+                self.waiters.remove(turn)
+            raise
+
+    def leave(self) -> None:
+        while self.waiters:
+            turn = self.waiters.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self.active -= 1
 
 
 #: Optimistic writes under way at once on one event loop (see ``RedisStore.write_async``)
@@ -258,7 +293,7 @@ class RedisStore:
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._cache_used = 0
         self._cache_lock = threading.Lock()
-        self._gates: dict[str, _Gate] = {}  # session id -> its event-loop writers (write_async)
+        self._gates: dict[str, _Turnstile] = {}  # session id -> its event-loop writers (write_async), one at a time
         self._contended: dict[str, float] = {}  # session id -> when an optimistic save of it was refused
         self._held: dict[str, str] = {}  # lock key -> token, renewed by the renewer thread
         self._held_lock = threading.Lock()
@@ -485,14 +520,13 @@ class RedisStore:
         overlap other requests' work, and requests finish in the order they came (p99 1.1x)."""
         gate = self._gates.get(session_id)
         if gate is None:
-            gate = self._gates[session_id] = _Gate()
-        gate.users += 1
+            gate = self._gates[session_id] = _Turnstile(1)
+        await gate.enter()
         try:
-            async with gate.lock:
-                return await self._write_async(session_id, owner, work, finish)
+            return await self._write_async(session_id, owner, work, finish)
         finally:
-            gate.users -= 1
-            if not gate.users:
+            gate.leave()
+            if gate.idle:
                 del self._gates[session_id]
 
     async def _write_async(self, session_id: str, owner: str, work, finish) -> Any:
@@ -500,9 +534,13 @@ class RedisStore:
         if (entry is not None and entry.valid and entry.owner == owner
                 and time.monotonic() - self._contended.get(session_id, -CONTENDED_SECONDS) >= CONTENDED_SECONDS
                 and entry.lock.acquire(blocking=False)):
+            admission = self._async_client().admission
             try:
-                async with self._async_client().admission:
+                await admission.enter()
+                try:
                     done = await self._write_first(session_id, owner, entry, work, finish)
+                finally:
+                    admission.leave()
             finally:
                 entry.lock.release()
             if done is not _RETRY:
@@ -819,18 +857,25 @@ def _nbytes(parts: list) -> int:
     return sum(memoryview(p).nbytes for p in parts)
 
 
+#: A state of at most this many bytes is joined into one piece before sending (cheaper than many small ones)
+JOIN_BELOW_BYTES = 64 * 1024
+
+
 def _resp(*args: Any) -> list:
     """The command in RESP (Redis's wire format), as a list of chunks; a list argument is one bulk string
-    made of its pieces."""
+    made of its pieces (sent as they are when large)."""
     chunks: list = []
     buf = bytearray(b"*%d\r\n" % len(args))
     for arg in args:
         if isinstance(arg, list):
-            buf += b"$%d\r\n" % _nbytes(arg)
-            chunks.append(bytes(buf))
-            chunks.extend(arg)
-            buf = bytearray(b"\r\n")
-            continue
+            size = _nbytes(arg)
+            if size > JOIN_BELOW_BYTES:
+                buf += b"$%d\r\n" % size
+                chunks.append(bytes(buf))
+                chunks.extend(arg)
+                buf = bytearray(b"\r\n")
+                continue
+            arg = b"".join(arg)
         if isinstance(arg, str):
             arg = arg.encode()
         elif not isinstance(arg, bytes):
@@ -923,7 +968,7 @@ class _AsyncScripts:
         self.timeout = timeout
         self._free: list = []
         #: the loop's optimistic writers (``RedisStore.write_async``): a client is made per event loop
-        self.admission = asyncio.Semaphore(LOOP_OPTIMISTIC_WRITERS)
+        self.admission = _Turnstile(LOOP_OPTIMISTIC_WRITERS)
         self._deadlines: dict[Any, float] = {}  # connection -> when its exchange has run too long
         self._expired: set = set()  # connections the watchdog cut off
         self._watchdog: asyncio.Task | None = None

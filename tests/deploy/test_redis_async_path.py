@@ -398,3 +398,31 @@ def test_at_most_a_few_optimistic_writes_are_under_way_on_one_event_loop(setting
     assert asyncio.run(main()) == [2] * 12
     assert most[0] == redis_store.LOOP_OPTIMISTIC_WRITERS
     s.close()
+
+
+def test_the_turnstile_admits_in_order_and_a_cancelled_waiter_neither_holds_nor_loses_a_place():
+    async def main() -> list[str]:
+        gate, order = redis_store._Turnstile(1), []
+        await gate.enter()  # held
+
+        async def visitor(name: str) -> None:
+            await gate.enter()
+            order.append(name)
+            await asyncio.sleep(0)
+            gate.leave()
+
+        first, cancelled, last = (asyncio.create_task(visitor(n)) for n in ("first", "cancelled", "last"))
+        await asyncio.sleep(0)
+        cancelled.cancel()  # while waiting
+        gate.leave()
+        await asyncio.gather(first, last, return_exceptions=True)
+        handed = asyncio.create_task(visitor("handed-then-cancelled"))
+        await gate.enter()
+        await asyncio.sleep(0)  # handed is waiting
+        gate.leave()  # hands the place to `handed`...
+        handed.cancel()  # ...which is cancelled before it runs: the place passes on, here
+        await asyncio.gather(handed, return_exceptions=True)
+        assert gate.idle
+        return order
+
+    assert asyncio.run(main()) == ["first", "last"]
