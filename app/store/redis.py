@@ -603,22 +603,18 @@ class RedisStore:
         scripts = self._async_client()
         lock_key = self._lock_key(session_id)
         token = secrets.token_hex(16)
-        keys = self._keys(session_id, owner)
-        delay = 0.0005
+        steps, reply = self._acquiring(session_id, token, owner, deadline), None
         while True:
-            cached = self._cache.get(session_id)
-            now, args = self._args(session_id, owner)
-            with _unavailable_as_503():
-                found = await scripts(_ACQUIRE, keys, [*args, cached.version if cached else "", token,
-                                                       self._lock_ms])
-            if found != 0:
+            try:
+                keys, args, pause = steps.send(reply)
+            except StopIteration as done:
+                found, cached, now = done.value
                 break
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise self._busy(session_id)
-            await asyncio.sleep(min(left, delay * random.uniform(0.5, 1.5)))
-            delay = min(delay * 2, 0.02)
-        self._found(session_id, found)
+            if pause:
+                await asyncio.sleep(pause)
+                continue
+            with _unavailable_as_503():
+                reply = await scripts(_ACQUIRE, keys, args)
         self._hold(lock_key, token)
         try:
             session, entry = await self._materialize_async(session_id, found, cached, now, owner)
@@ -785,24 +781,19 @@ class RedisStore:
     def _acquire(self, session_id: str, token: str, owner: str, deadline: float) -> tuple[Session, _Cached]:
         """Take the session's lock (waiting until ``deadline``) and load the session, with one script call
         per attempt."""
-        keys = self._keys(session_id, owner)
-        delay = 0.0005
+        steps, reply = self._acquiring(session_id, token, owner, deadline), None
         while True:
-            with self._cache_lock:
-                cached = self._cache.get(session_id)
-            now, args = self._args(session_id, owner)
-            with _unavailable_as_503():
-                found = self._scripts(_ACQUIRE, keys, [*args, cached.version if cached else "", token,
-                                                       self._lock_ms])
-            if found != 0:
+            try:
+                keys, args, pause = steps.send(reply)
+            except StopIteration as done:
+                found, cached, now = done.value
                 break
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise self._busy(session_id)
-            time.sleep(min(left, delay * random.uniform(0.5, 1.5)))
-            delay = min(delay * 2, 0.02)
-        self._found(session_id, found)
-        lock_key = keys[4]
+            if pause:
+                time.sleep(pause)
+                continue
+            with _unavailable_as_503():
+                reply = self._scripts(_ACQUIRE, keys, args)
+        lock_key = self._lock_key(session_id)
         self._hold(lock_key, token)
         try:
             return self._materialize(session_id, found, cached, now, owner, writer=True)
@@ -811,6 +802,29 @@ class RedisStore:
             with contextlib.suppress(redis.RedisError):
                 self._scripts(_RELEASE, [lock_key], [token])
             raise
+
+    def _acquiring(self, session_id: str, token: str, owner: str,
+                   deadline: float) -> Generator[tuple[list, list, float], Any, tuple[Any, _Cached | None, float]]:
+        """The lock-taking loop of ``_acquire`` and ``open_async``, without I/O: yields (KEYS, ARGV, 0) for an
+        ``_ACQUIRE`` call and is sent its reply, or (_, _, seconds) to pause before the next attempt (what it
+        is sent then is ignored), backing off from 0.5 to 20 ms with jitter. Returns the reply that took the
+        lock (with the cache entry and the time it was made with); raises SessionNotFound, or SessionBusy
+        after ``deadline``."""
+        keys = self._keys(session_id, owner)
+        delay = 0.0005
+        while True:
+            with self._cache_lock:
+                cached = self._cache.get(session_id)
+            now, args = self._args(session_id, owner)
+            found = yield keys, [*args, cached.version if cached else "", token, self._lock_ms], 0.0
+            if found != 0:
+                self._found(session_id, found)
+                return found, cached, now
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._busy(session_id)
+            yield keys, [], min(left, delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, 0.02)
 
     def _hold(self, lock_key: str, token: str) -> None:
         with self._held_lock:
