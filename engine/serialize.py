@@ -13,6 +13,7 @@ them took most of the time. ``dump_parts`` hands the array buffers out as zero-c
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import struct
@@ -57,23 +58,15 @@ def _ints(t) -> str:
     return "[" + ",".join(map(str, t)) + "]" if t else "[]"
 
 
-_META_CACHE: dict = {}
-
-
 def _dtype_json(dt) -> str:
     return _DTYPE_JSON.get(dt) or _q(np.dtype(dt).name)
 
 
+@functools.lru_cache(maxsize=4096)
 def _input_meta(meta: tuple) -> str:
-    """A node's ``input_meta`` (per edge ``(shape, dtype)`` or None) as JSON; memoised, as a few shapes and
-    dtypes recur in every node."""
-    s = _META_CACHE.get(meta)
-    if s is None:
-        s = "[" + ",".join("null" if m is None else f"[{_ints(m[0])},{_dtype_json(m[1])}]" for m in meta) + "]"
-        if len(_META_CACHE) >= 4096:
-            _META_CACHE.clear()
-        _META_CACHE[meta] = s
-    return s
+    """A node's ``input_meta`` (per edge ``(shape, dtype)`` or None) as JSON; memoised (a pure function of
+    its argument), as a few shapes and dtypes recur in every node."""
+    return "[" + ",".join("null" if m is None else f"[{_ints(m[0])},{_dtype_json(m[1])}]" for m in meta) + "]"
 
 
 class _Writer:
