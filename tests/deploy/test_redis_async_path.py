@@ -426,3 +426,51 @@ def test_the_turnstile_admits_in_order_and_a_cancelled_waiter_neither_holds_nor_
         return order
 
     assert asyncio.run(main()) == ["first", "last"]
+
+
+def test_sessions_stored_in_more_than_the_event_loop_bound_are_written_in_the_thread_pool(settings, monkeypatch):
+    calls = count_async_opens(monkeypatch)
+    with TestClient(create_app(settings)) as client:
+        sid = client.post("/v1/sessions").json()["id"]
+        ok(run(client, sid, [tensor("x", [1.0, 2.0])]))
+        ok(run(client, sid, STEP))
+        assert calls[0] == 2
+        stored = client.app.state.store._cache[sid].nbytes
+        monkeypatch.setattr(redis_store, "ASYNC_SAVE_BYTES", stored - 1)
+        ok(run(client, sid, STEP))  # the same small request, now in the thread pool
+        assert calls[0] == 2
+        monkeypatch.setattr(redis_store, "ASYNC_SAVE_BYTES", stored + 1_000)
+        ok(run(client, sid, STEP))
+        assert calls[0] == 3
+        assert client.get(f"/v1/sessions/{sid}/tensors/x.grad").json()["data"] == [6.0, 6.0]
+
+
+def test_an_optimistic_write_cancelled_while_its_save_is_in_flight_leaves_no_cached_guess(settings, redis_client):
+    """Whether a save cut off in flight was applied is Redis's to say: the process drops its cached state
+    and reads the stored one next time."""
+    s = store(settings)
+    session = s.create(engine.State())
+
+    async def main() -> None:
+        await s.write_async(session.id, "", lambda x: engine.run_program(x.state, [tensor("x", [1.0])]),
+                            lambda x, r: None)
+        redis_client.execute_command("CLIENT", "PAUSE", 300, "WRITE")
+        try:
+            task = asyncio.create_task(s.write_async(
+                session.id, "", lambda x: engine.run_program(x.state, [tensor("y", [2.0])]), lambda x, r: None))
+            await asyncio.sleep(0.1)  # its save is sent, and held by the pause
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert session.id not in s._cache
+        finally:
+            redis_client.execute_command("CLIENT", "UNPAUSE")
+        names = await s.write_async(session.id, "", lambda x: engine.run_program(x.state, [tensor("z", [3.0])]),
+                                    lambda x, r: sorted(x.state.tensors))
+        assert names in (["x", "y", "z"], ["x", "z"])
+        await s.aclose()
+
+    asyncio.run(main())
+    with s.open(session.id, write=False) as now:
+        assert "z" in now.state.tensors
+    s.close()
