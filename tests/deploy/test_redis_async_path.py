@@ -70,13 +70,19 @@ def record_scripts(monkeypatch) -> list[str]:
     return sent
 
 
+def light_session(client, calls: list[int]) -> str:
+    """A session made, given x and stepped once through ``client``: both requests on the event-loop path."""
+    sid = client.post("/v1/sessions").json()["id"]
+    ok(run(client, sid, [tensor("x", [1.0, 2.0])]))
+    ok(run(client, sid, STEP))
+    assert calls[0] == 2
+    return sid
+
+
 def test_small_op_lists_on_a_light_session_take_the_event_loop_path(settings, monkeypatch):
     calls = count_async_opens(monkeypatch)
     with TestClient(create_app(settings)) as client:
-        sid = client.post("/v1/sessions").json()["id"]
-        ok(run(client, sid, [tensor("x", [1.0, 2.0])]))
-        ok(run(client, sid, STEP))
-        assert calls[0] == 2
+        sid = light_session(client, calls)
         ok(client.post(f"/v1/sessions/{sid}/ops", json={"ops": STEP, "repeat": 2}))  # repeat: thread pool
         assert calls[0] == 2
         assert client.get(f"/v1/sessions/{sid}/tensors/x.grad").json()["data"] == [6.0, 6.0]
@@ -431,10 +437,7 @@ def test_the_turnstile_admits_in_order_and_a_cancelled_waiter_neither_holds_nor_
 def test_sessions_stored_in_more_than_the_event_loop_bound_are_written_in_the_thread_pool(settings, monkeypatch):
     calls = count_async_opens(monkeypatch)
     with TestClient(create_app(settings)) as client:
-        sid = client.post("/v1/sessions").json()["id"]
-        ok(run(client, sid, [tensor("x", [1.0, 2.0])]))
-        ok(run(client, sid, STEP))
-        assert calls[0] == 2
+        sid = light_session(client, calls)
         stored = client.app.state.store._cache[sid].nbytes
         monkeypatch.setattr(redis_store, "ASYNC_SAVE_BYTES", stored - 1)
         ok(run(client, sid, STEP))  # the same small request, now in the thread pool
