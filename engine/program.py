@@ -81,12 +81,15 @@ def _lookup(ns: dict, ref):
 
 
 def resolve_quietly(ns: dict, ref: str):
-    """Like ``_lookup``, but reading ``x.grad`` of a non-leaf does not give torch's warning: for reports
-    (a program reading ``x.grad`` warns, as torch does; a client asking to see it does not)."""
+    """For reports: ``ref``'s tensor, or None when ``ref`` is not bound (or is an unset ``x.grad``); reading
+    ``x.grad`` of a non-leaf here does not give torch's warning (a program reading it warns, as torch does)."""
     base, dot, attr = ref.partition(".")
-    if dot and attr == "grad":
-        return _lookup(ns, base)._grad
-    return _lookup(ns, ref)
+    t = ns.get(base)
+    if t is None or not dot:
+        return t
+    if attr != "grad":
+        raise UnknownTensorError(f"unknown tensor reference {ref!r}: only NAME and NAME.grad are addressable")
+    return t._grad
 
 
 def graph_stats(roots) -> tuple[int, int]:

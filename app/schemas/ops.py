@@ -50,7 +50,7 @@ OpsRequest = TypedDict("OpsRequest", {
                                                       "each repetition (returned in `records`).")]],
     "return": NotRequired[Annotated[list[Name] | dict[Name, ViewLevel], Field(
         description="Pay only for what you read: the response's `tensors` holds exactly these names (or "
-                    "`name.grad`, null while unset) instead of every tensor the list created or changed, and "
+                    "`name.grad`; null for a name not bound and an unset gradient) instead of every tensor the list created or changed, and "
                     "`autograd` is left empty. A list asks for full views; an object maps each name to a view "
                     "level: `full`, `meta` (no `data`, no `grad`) or `auto` (`full` up to 64 elements, else "
                     "`meta`). Reading `x.grad` here never gives torch's non-leaf warning (a `bind` op does).")]],
@@ -97,7 +97,7 @@ class OpsResponse(BaseModel):
     ops: list[OpResult]
     tensors: dict[str, TensorView | TensorMeta | None] = Field(
         description="Every tensor the request created or changed; with `return`, exactly the names asked for, "
-                    "at the level asked for (null for an unset `x.grad`).")
+                    "at the level asked for (null for a name not bound and an unset `x.grad`).")
     autograd: list[AutogradRecord] = Field(description="For each backward/grad op: what it reached (empty "
                                            "with `return`).")
     warnings: list[str] = Field(description="PyTorch's warning texts, in order (e.g. the non-leaf `.grad` "

@@ -249,10 +249,11 @@ def test_return_of_a_non_leaf_grad_is_quiet_but_a_bind_of_it_warns_as_torch_does
     assert body["ops"][0]["bound"] == []
 
 
-def test_return_of_an_unknown_name_is_404_and_changes_nothing(client, session):
-    r = run(client, session, [tensor("x", 2.0)], **{"return": ["ghost"]})
-    assert_problem(r, 404, "unknown_tensor")
-    assert ok(client.get(f"/v1/sessions/{session}"))["tensors"] == {}
+def test_return_of_a_name_that_is_not_bound_is_null(client, session):
+    body = ok(run(client, session, [tensor("x", 2.0)], **{"return": ["ghost", "ghost.grad", "x"]}))
+    assert body["tensors"]["ghost"] is None and body["tensors"]["ghost.grad"] is None
+    assert body["tensors"]["x"]["data"] == 2.0
+    assert_problem(run(client, session, [], **{"return": ["x.data"]}), 404, "unknown_tensor")
 
 
 def test_bind_names_the_gradient_itself_and_del_unbinds_names(client, session):
