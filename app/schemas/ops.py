@@ -50,10 +50,11 @@ OpsRequest = TypedDict("OpsRequest", {
                                                       "each repetition (returned in `records`).")]],
     "return": NotRequired[Annotated[list[Name] | dict[Name, ViewLevel], Field(
         description="Pay only for what you read: the response's `tensors` holds exactly these names (or "
-                    "`name.grad`; null for a name not bound and an unset gradient) instead of every tensor the list created or changed, and "
-                    "`autograd` is left empty. A list asks for full views; an object maps each name to a view "
-                    "level: `full`, `meta` (no `data`, no `grad`) or `auto` (`full` up to 64 elements, else "
-                    "`meta`). Reading `x.grad` here never gives torch's non-leaf warning (a `bind` op does).")]],
+                    "`name.grad`; null for a name not bound and an unset gradient) instead of every tensor the "
+                    "list created or changed, and `autograd` is left empty. A list asks for full views; an "
+                    "object maps each name to a view level: `full`, `meta` (no `data`, no `grad`) or `auto` "
+                    "(`full` up to 64 elements, else `meta`). Reading `x.grad` here never gives torch's "
+                    "non-leaf warning (a `bind` op does).")]],
 })
 OpsRequest.__doc__ = "An op list, run atomically: either every op takes effect or none does."
 OpsRequest.__pydantic_config__ = ConfigDict(extra="forbid")

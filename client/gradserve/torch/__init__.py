@@ -13,6 +13,8 @@ says so); see the README's "Python client" section for sync points, errors and n
 
 from __future__ import annotations
 
+import importlib as _importlib
+
 import numpy as _np
 
 from gradserve.torch import _namespace
@@ -47,6 +49,9 @@ def from_numpy(a) -> Tensor:
 
 __all__ = ["Tensor", "Size", "dtype", "float32", "float64", "int64", "bool", "float", "double", "long", "no_grad",
            "enable_grad", "set_grad_enabled", "is_grad_enabled", "inference_mode", "session", "sync", "is_tensor",
-           "manual_seed", "from_numpy", "autograd", "linalg", "nn", "optim", "special"]
+           "manual_seed", "from_numpy"]
 
-from gradserve.torch import autograd, linalg, nn, optim, special  # noqa: E402 - torch.nn etc. as attributes, as torch
+# torch.nn, torch.optim... as attributes, as torch has them (import_module: a `from . import nn` would ask the
+# module's __getattr__ first, i.e. the server's catalog)
+for _sub in ("autograd", "linalg", "nn", "optim", "special"):
+    _importlib.import_module(f"{__name__}.{_sub}")

@@ -43,8 +43,8 @@ def user_frame():
 
 
 def user_stacklevel() -> int:
-    """``warnings.warn``'s stacklevel that points at the user's line, from the caller of this function."""
-    f, level = sys._getframe(2), 1
+    """``warnings.warn``'s stacklevel that points at the user's line, for a warning given by the caller."""
+    f, level = sys._getframe(1), 1
     while f is not None and f.f_globals.get("__name__", "").startswith(_PACKAGE):
         f, level = f.f_back, level + 1
     return level
@@ -198,8 +198,8 @@ class Context:
                 self.client.run_ops(self.session(), pending[:i], returns={}, encoding="base64")
             except ProblemError as again:  # e.g. the session expired meanwhile
                 self._lost(pending[:i], made[:i], f"re-sending it failed: {again.detail}", error)
-        error.add_note(f"gradserve: op {i} of {len(pending)} sent together failed ({pending[i]['op']}); the "
-                       f"{i} before it were applied, the {len(pending) - i - 1} after it were not")
+        error.add_note(f"gradserve: op {i} of the {len(pending)} sent together failed ({pending[i]['op']}): the {i} "
+                       f"before it are applied, it and the {len(pending) - i - 1} after it are not")
         site = sites[i]
         tb = types.TracebackType(None, site[0], site[1], site[2]) if site is not None else None
         raise error.with_traceback(tb) from None
