@@ -11,22 +11,8 @@ from __future__ import annotations
 
 from gradserve.errors import ProblemError
 from gradserve.http import Client
+from gradserve.torch._context import session, sync
 
 __version__ = "0.1.0"
-
-
-def session(url: str | None = None, api_key: str | None = None, client: Client | None = None):
-    """``with gradserve.session(...)``: torch ops inside are recorded into a new server session."""
-    from gradserve.torch._context import session as _session
-
-    return _session(url, api_key, client)
-
-
-def sync() -> None:
-    """Send the ops the current session has recorded."""
-    from gradserve.torch._context import sync as _sync
-
-    _sync()
-
 
 __all__ = ["Client", "ProblemError", "session", "sync", "__version__"]

@@ -8,6 +8,7 @@ with a ``namespaces`` list (e.g. ``["torch.autograd.functional"]``) goes exactly
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import namedtuple
 
@@ -44,6 +45,7 @@ def catalog() -> dict[str, dict]:
     return _CATALOG
 
 
+@functools.cache
 def names_in(namespace: str) -> dict[str, str]:
     """Public name -> op name of the catalog's ops in ``namespace`` (``torch``, ``torch.nn.functional``...)."""
     out: dict[str, str] = {}
@@ -62,6 +64,7 @@ def names_in(namespace: str) -> dict[str, str]:
     return out
 
 
+@functools.cache
 def methods() -> dict[str, str]:
     return {name: entry["name"] for name, entry in catalog().items()
             if entry["method"] and not name.startswith("__")}

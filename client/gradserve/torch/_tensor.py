@@ -58,7 +58,7 @@ class Tensor:
         self._view_stamp = self._stamp()
         self._shape = Size(view["shape"])
         self._dtype = view["dtype"]
-        self._array = _decode(view["data"]) if "data" in view else None
+        self._array = view.get("data")  # decoded when read (_data)
         if view["is_leaf"] and view["requires_grad"]:
             self._param = True
 
@@ -94,6 +94,8 @@ class Tensor:
     def _data(self) -> np.ndarray:
         if self._view_stamp != self._stamp() or self._array is None:
             self._fetch("full")
+        if isinstance(self._array, dict):
+            self._array = _decode(self._array)
         return self._array
 
     def _grad_known(self) -> bool:
