@@ -71,16 +71,21 @@ def methods() -> dict[str, str]:
 
 
 # ----- arguments ----------------------------------------------------------------------------------------
-def pack_sizes(entry: dict, args: tuple) -> tuple:
+def pack_sizes(op: str, args: tuple) -> tuple:
     """``x.view(2, 3)`` -> ``x.view([2, 3])``: trailing ints for a size parameter become one list."""
-    params = [a["name"] for a in entry["arguments"] if a.get("kind") not in ("varargs", "kwargs")]
-    for i, p in enumerate(params):
-        if p in SIZE_PARAMS:
-            tail = args[i:]
-            if tail and all(isinstance(a, int) and not isinstance(a, bool) for a in tail):
-                return (*args[:i], list(tail))
-            break
+    i = _size_param(op)
+    if i is not None:
+        tail = args[i:]
+        if tail and all(isinstance(a, int) and not isinstance(a, bool) for a in tail):
+            return (*args[:i], list(tail))
     return args
+
+
+@functools.cache
+def _size_param(op: str) -> int | None:
+    """The position of ``op``'s size (or dims) parameter, if it has one."""
+    params = [a["name"] for a in catalog()[op]["arguments"] if a.get("kind") not in ("varargs", "kwargs")]
+    return next((i for i, p in enumerate(params) if p in SIZE_PARAMS), None)
 
 
 def encode(value, ctx):

@@ -281,8 +281,8 @@ class Tensor:
         return self
 
     def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
+        if name.startswith("_"):  # not a catalog method (an unset slot, a protocol probe): no catalog fetch
+            raise AttributeError(f"'Tensor' object has no attribute '{name}'")
         op = _catalog.methods().get(name)
         if op is None:
             raise AttributeError(f"'Tensor' object has no attribute '{name}'")
@@ -306,6 +306,17 @@ for _dunder, _op in {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__r
     setattr(Tensor, _dunder, lambda self, other, _op=_op: call_op(_op, (self, other), {}))
 for _dunder, _op in {"__neg__": "neg", "__abs__": "abs", "__invert__": "logical_not"}.items():
     setattr(Tensor, _dunder, lambda self, _op=_op: call_op(_op, (self,), {}))
+
+
+def _compare_with_none(op: str, when_none: bool):
+    """torch: ``t == None`` is False and ``t != None`` True (no op)."""
+    def compare(self, other):
+        return when_none if other is None else call_op(op, (self, other), {})
+    return compare
+
+
+Tensor.__eq__ = _compare_with_none("eq", False)
+Tensor.__ne__ = _compare_with_none("ne", True)
 
 
 class _Index:
@@ -377,7 +388,7 @@ def call_op(name: str, args: tuple, kwargs: dict):
     target itself for in-place ops. Only ops whose number of outputs depends on the data send at once."""
     entry = _catalog.catalog()[name]
     ctx = context_of((*args, *kwargs.values()))
-    args = _catalog.pack_sizes(entry, args)
+    args = _catalog.pack_sizes(name, args)
     op = {"op": entry["name"], "args": [_arg(a, ctx) for a in args]}
     if kwargs:
         op["kwargs"] = {k: _arg(v, ctx) for k, v in kwargs.items()}
