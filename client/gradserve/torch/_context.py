@@ -26,7 +26,6 @@ import traceback
 import types
 import warnings
 import weakref
-from typing import Any
 
 from gradserve.errors import ProblemError, torch_error
 from gradserve.http import Client
@@ -61,6 +60,20 @@ class Storage:
         self.is_grad = is_grad
 
 
+class HandleRef(weakref.ref):
+    """A weak reference to a handle that knows the handle's name: its callback releases the name."""
+
+    __slots__ = ("name",)
+
+    def __new__(cls, handle, callback, name: str):
+        ref = super().__new__(cls, handle, callback)
+        ref.name = name
+        return ref
+
+    def __init__(self, handle, callback, name: str):
+        super().__init__(handle, callback)
+
+
 class Context:
     """One server session and its recorder. Created lazily by the first op; ``close()`` sends what is
     pending and deletes the session."""
@@ -72,7 +85,7 @@ class Context:
         self.sites: list[tuple | None] = []        # per pending op: (frame, lasti, lineno) of the user's line
         self.made: list[tuple] = []                # per pending op: weakrefs of the handles it makes
         self.released: list[str] = []              # names of dropped handles, to `del` with the next request
-        self.handles: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+        self.refs: dict[str, HandleRef] = {}      # name -> weak reference to its live handle
         self.grad_epoch = 0                        # +1 when any .grad may have changed (backward, ...)
         self.failures = 0                          # +1 per failed request: every cached view is stale
         self.closed = False
@@ -85,8 +98,17 @@ class Context:
 
     def adopt(self, handle) -> None:
         """Track a new handle: its name is released when it is dropped."""
-        self.handles[handle._name] = handle
-        weakref.finalize(handle, self.released.append, handle._name).atexit = False
+        self.refs[handle._name] = HandleRef(handle, self._dropped, handle._name)
+
+    def _dropped(self, ref: HandleRef) -> None:
+        if self.refs.get(ref.name) is ref:
+            del self.refs[ref.name]
+        self.released.append(ref.name)
+
+    def handle(self, name: str):
+        """The live handle named ``name``, or None."""
+        ref = self.refs.get(name)
+        return ref() if ref is not None else None
 
     def session(self) -> str:
         if self.closed:
@@ -103,7 +125,7 @@ class Context:
         f = user_frame()
         self.pending.append(op)
         self.sites.append((f, f.f_lasti, f.f_lineno) if f is not None else None)
-        self.made.append(tuple(weakref.ref(h) for h in made))
+        self.made.append(tuple(self.refs[h._name] for h in made))
         return len(self.pending) - 1
 
     # ----- sending ------------------------------------------------------------------------------------
@@ -129,7 +151,7 @@ class Context:
             raise
         self._check_bound(response["ops"], pending, made)
         for name, view in response["tensors"].items():
-            handle = self.handles.get(name)
+            handle = self.handle(name)
             if handle is not None and view is not None:
                 handle._set_view(view)
         for owner, grad in prefetched:
@@ -154,8 +176,9 @@ class Context:
                 if handle is not None and handle._view_stamp != handle._stamp():
                     returns.setdefault(handle._name, "auto")
         prefetched = []
-        for handle in list(self.handles.values()):
-            if handle._param and handle._error is None and not handle._grad_known():
+        for ref in list(self.refs.values()):
+            handle = ref()
+            if handle is not None and handle._param and handle._error is None and not handle._grad_known():
                 prefetched.append((handle, Tensor._bound_grad(self, handle)))
                 returns.setdefault(f"{handle._name}.grad", "auto")
         return prefetched

@@ -368,7 +368,7 @@ class GradFn:
         """For an AccumulateGrad node: the leaf it accumulates into (when its handle is alive)."""
         self._load()
         name = self._node.get("variable")
-        return self._tensor._ctx.handles.get(name) if name and self._tensor is not None else None
+        return self._tensor._ctx.handle(name) if name and self._tensor is not None else None
 
 
 # ----- recording calls ----------------------------------------------------------------------------------------
