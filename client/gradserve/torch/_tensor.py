@@ -229,7 +229,10 @@ class Tensor:
             if self._grad_known():
                 return self._known_grad[1]
         g = Tensor._bound_grad(ctx, self)  # a bind, so that a non-leaf gives torch's warning from the server
-        view = ctx.flush({f"{self._name}.grad": "auto"})["tensors"][f"{self._name}.grad"]
+        returns = {f"{self._name}.grad": "auto"}
+        if self._view_stamp != self._stamp():
+            returns[self._name] = "meta"  # is it a leaf?
+        view = ctx.flush(returns)["tensors"][f"{self._name}.grad"]
         if view is not None:
             g._set_view(view)
         result = g if view is not None else None
