@@ -12,8 +12,9 @@ Two workloads, each run three ways: through ``gradserve.torch`` (torch code, one
   three gradients; once per iteration, with fresh tensors.
 
 Reports requests per iteration and wall time per iteration (median over ``--rounds`` interleaved rounds),
-and the client's ratio to the raw loop (target <= 1.2x) and to local torch. Without ``--url`` it starts
-its own server (uvicorn, one worker, rate limiting off) on a free port.
+the client's ratio to the raw loop (target <= 1.2x) and to local torch, and the CPU time the benchmark's
+own process spends per iteration both ways (the client's cost, which the machine's load inflates less).
+Without ``--url`` it starts its own server (uvicorn, one worker, rate limiting off) on a free port.
 """
 
 from __future__ import annotations
@@ -104,10 +105,11 @@ def wxb_raw(client: gradserve.Client, session: str, iterations: int) -> tuple:
 
 
 # ----- running -----------------------------------------------------------------------------------------------------
-def timed(fn, *args) -> tuple[float, object]:
-    started = time.perf_counter()
+def timed(fn, *args) -> tuple[float, float, object]:
+    """Wall time, this process's CPU time (the client's own cost, whatever the machine's load), result."""
+    started, cpu = time.perf_counter(), time.process_time()
     result = fn(*args)
-    return time.perf_counter() - started, result
+    return time.perf_counter() - started, time.process_time() - cpu, result
 
 
 def run(url: str, rounds: int, epochs: int) -> list[tuple]:
@@ -120,33 +122,35 @@ def run(url: str, rounds: int, epochs: int) -> list[tuple]:
     workloads = {"train": (train_torch_code, train_raw, epochs), "wx+b": (wxb_torch_code, wxb_raw, epochs)}
     rows = []
     for label, (torch_code, raw, n) in workloads.items():
-        times: dict[str, list[float]] = {"client": [], "raw": [], "torch": []}
+        times: dict[str, list[float]] = {"client": [], "raw": [], "torch": [], "client_cpu": [], "raw_cpu": []}
         requests: dict[str, int] = {}
         results = {}
         for r in range(rounds + 1):  # round 0 warms up (catalog, connections, server caches)
             with gradserve.session(client=gradserve.Client(url)) as ctx:
                 gtorch.sync()
                 before = ctx.client.requests
-                seconds, results["client"] = timed(torch_code, gtorch, n)
+                seconds, cpu, results["client"] = timed(torch_code, gtorch, n)
                 requests["client"] = ctx.client.requests - before
             with gradserve.Client(url) as client:
                 session = client.create_session()["id"]
                 before = client.requests
-                seconds_raw, results["raw"] = timed(raw, client, session, n)
+                seconds_raw, cpu_raw, results["raw"] = timed(raw, client, session, n)
                 requests["raw"] = client.requests - before
                 client.delete_session(session)
             if torch is not None:
-                seconds_torch, results["torch"] = timed(torch_code, torch, n)
+                seconds_torch, _, results["torch"] = timed(torch_code, torch, n)
             if r:
                 times["client"].append(seconds / n)
                 times["raw"].append(seconds_raw / n)
+                times["client_cpu"].append(cpu / n)
+                times["raw_cpu"].append(cpu_raw / n)
                 if torch is not None:
                     times["torch"].append(seconds_torch / n)
         check(label, results)
         med = {k: statistics.median(v) for k, v in times.items() if v}
         rows.append((label, n, requests["client"] / n, requests["raw"] / n, med["client"], med["raw"],
                      med.get("torch"), med["client"] / med["raw"],
-                     med["client"] / med["torch"] if "torch" in med else None))
+                     med["client"] / med["torch"] if "torch" in med else None, med["client_cpu"], med["raw_cpu"]))
     return rows
 
 
@@ -162,12 +166,12 @@ def check(label: str, results: dict) -> None:
 
 def table(rows: list[tuple]) -> str:
     head = ("| workload | iterations | requests/iter (client) | requests/iter (raw) | ms/iter client | ms/iter raw "
-            "| ms/iter torch | client / raw | client / torch |")
-    lines = [head, "|" + "---|" * 9]
-    for label, n, rc, rr, c, r, t, ratio, tratio in rows:
+            "| ms/iter torch | client / raw | client / torch | client-process CPU ms/iter: client, raw |")
+    lines = [head, "|" + "---|" * 10]
+    for label, n, rc, rr, c, r, t, ratio, tratio, ccpu, rcpu in rows:
         lines.append(f"| {label} | {n} | {rc:.2f} | {rr:.2f} | {c * 1e3:.3f} | {r * 1e3:.3f} | "
                      f"{'n/a' if t is None else f'{t * 1e3:.4f}'} | {ratio:.2f}x | "
-                     f"{'n/a' if tratio is None else f'{tratio:.0f}x'} |")
+                     f"{'n/a' if tratio is None else f'{tratio:.0f}x'} | {ccpu * 1e3:.3f}, {rcpu * 1e3:.3f} |")
     return "\n".join(lines)
 
 
