@@ -390,6 +390,8 @@ def test_nn_linear_trains_and_registers_its_parameters(ctx):
     opt = optim.Adam(model.parameters(), lr=0.05)
     loss_fn = nn.MSELoss()
     losses = []
+    torch.sync()
+    before = sent(ctx)
     for _ in range(60):
         opt.zero_grad()
         loss = loss_fn(model(x), y)
@@ -397,6 +399,7 @@ def test_nn_linear_trains_and_registers_its_parameters(ctx):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.2 * losses[0]
+    assert sent(ctx) - before == 60  # one request per iteration: the backward's
 
 
 def test_cross_entropy_loss_matches_torch(ctx):
