@@ -424,3 +424,9 @@ def test_reprs_match_real_torch(ctx):
                 "torch.tensor([True, False])", "torch.tensor(3.25, requires_grad=True)"]
     for src in programs:
         assert repr(eval(src, {"torch": torch})) == repr(eval(src, {"torch": real})), src
+
+
+def test_transpose_property_and_iteration(ctx):
+    m = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    assert m.T.tolist() == [[1.0, 3.0, 5.0], [2.0, 4.0, 6.0]]
+    assert [row.tolist() for row in m] == [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]

@@ -272,6 +272,11 @@ class Tensor:
     def data(self) -> Tensor:
         return self.detach()
 
+    @property
+    def T(self) -> Tensor:  # noqa: N802 - torch's name
+        """``x.T``: the dimensions reversed."""
+        return call_op("permute", (self, list(range(self.dim() - 1, -1, -1))), {})
+
     def to(self, *args, **kwargs) -> Tensor:
         """``x.to(dtype)``; devices (``"cpu"``) are accepted and ignored: the server has one."""
         args = tuple(a for a in args if not isinstance(a, str))
