@@ -115,3 +115,14 @@ def test_api_key_from_the_environment(monkeypatch):
                                                        or httpx.Response(200, json={"sessions": []})))
     c.list_sessions()
     assert seen == ["Bearer k1"]
+
+
+def test_the_client_imports_neither_the_server_nor_the_engine():
+    import subprocess
+    import sys
+
+    code = ("import sys, gradserve, gradserve.torch, gradserve.torch.nn, gradserve.torch.optim;"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('engine', 'app', 'fastapi', 'pydantic'));"
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
