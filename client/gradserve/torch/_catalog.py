@@ -81,11 +81,22 @@ def pack_sizes(op: str, args: tuple) -> tuple:
     return args
 
 
-@functools.cache
 def _size_param(op: str) -> int | None:
     """The position of ``op``'s size (or dims) parameter, if it has one."""
+    return next((i for p, i in positions(op).items() if p in SIZE_PARAMS), None)
+
+
+@functools.cache
+def positions(op: str) -> dict[str, int]:
+    """``op``'s parameters that may be passed positionally -> their positions."""
     params = [a["name"] for a in catalog()[op]["arguments"] if a.get("kind") not in ("varargs", "kwargs")]
-    return next((i for i, p in enumerate(params) if p in SIZE_PARAMS), None)
+    return {p: i for i, p in enumerate(params)}
+
+
+def argument(op: str, name: str, args: tuple, kwargs: dict, default=None):
+    """The value a call gives ``op``'s parameter ``name``, positionally or by keyword."""
+    i = positions(op).get(name)
+    return args[i] if i is not None and i < len(args) else kwargs.get(name, default)
 
 
 def encode(value, ctx):

@@ -16,7 +16,8 @@ import numpy as np
 
 from gradserve.torch import _catalog, _context
 from gradserve.torch._context import Context, Storage
-from gradserve.torch._dtypes import DTYPES, Size, by_name
+from gradserve.torch._dtypes import Size, by_name
+from gradserve.torch._dtypes import dtype as DType
 from gradserve.torch._grad_mode import is_grad_enabled
 from gradserve.torch._printing import format_tensor
 
@@ -423,12 +424,13 @@ def call_op(name: str, args: tuple, kwargs: dict):
     out = Tensor._new(ctx, storage)
     op["out"] = out._name
     ctx.record(op, (out,))
-    if entry["family"] == "creation" and len(args) <= 1 + (base in ("full", "full_like")):
-        requires_grad = builtins.bool(kwargs.get("requires_grad", False))
+    if entry["family"] == "creation":  # a new leaf
+        requires_grad = builtins.bool(_catalog.argument(base, "requires_grad", args, kwargs, False))
         out._know(is_leaf=True, requires_grad=requires_grad, grad_fn=None, retains_grad=False, version=0)
         out._known_grad = (ctx.grad_epoch, None)
-        if isinstance(kwargs.get("dtype"), str | type(DTYPES["float32"])):
-            out._dtype = getattr(kwargs["dtype"], "name", kwargs["dtype"])
+        dtype = _catalog.argument(base, "dtype", args, kwargs)
+        if isinstance(dtype, DType):
+            out._dtype = dtype.name
     elif base == "detach":
         out._know(is_leaf=True, requires_grad=False, grad_fn=None)
         out._shape, out._dtype = first._shape, first._dtype
