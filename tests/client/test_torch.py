@@ -421,7 +421,16 @@ def test_reprs_match_real_torch(ctx):
                 "torch.tensor([1.0, 2.0], requires_grad=True).pow(2).sum()",
                 "torch.tensor([1e-6, 1e3])", "torch.arange(12).reshape(3, 4)",
                 "torch.tensor([0.1, 0.2], dtype=torch.float64)", "torch.tensor([1.0, 2.0]).exp()",
-                "torch.tensor([True, False])", "torch.tensor(3.25, requires_grad=True)"]
+                "torch.tensor([True, False])", "torch.tensor(3.25, requires_grad=True)",
+                "torch.tensor([[1.0, -2.0, 3.0], [0.5, 0.25, -1.0]], requires_grad=True).softmax(dim=1)",
+                "torch.nn.functional.cross_entropy(torch.tensor([[1.0, -2.0, 3.0]], requires_grad=True), "
+                "torch.tensor([2]))",
+                "torch.where(torch.tensor([1.0, -2.0]) > 0, torch.tensor([1.0, -2.0], requires_grad=True), "
+                "torch.zeros(2))",
+                "torch.stack([torch.tensor([1.0, 2.0], requires_grad=True)] * 2, dim=1)",
+                "torch.tensor([[1.0, 2.0, 3.0]], requires_grad=True)[0, 1:]",
+                "torch.tensor([3.0, 4.0], requires_grad=True).norm()", "torch.linspace(0, 1, 5)",
+                "torch.tensor([[1.0, 5.0], [7.0, 2.0]]).argmax(dim=1)", "torch.ones(2, 3).unsqueeze(0).shape"]
     for src in programs:
         assert repr(eval(src, {"torch": torch})) == repr(eval(src, {"torch": real})), src
 
