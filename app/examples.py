@@ -107,7 +107,7 @@ OPS_EXAMPLES: dict[str, dict] = {
     ),
     "second_backward_with_retain_graph": _example(
         "A second backward works after retain_graph=True",
-        "s = (x**2).sum() for x = [1, 2]; `backward(s, retain_graph=True)` then `backward(s)`: "
+        "`s = (x**2).sum()` for x = [1, 2]; `backward(s, retain_graph=True)` then `backward(s)`: "
         "x.grad = [4, 8] (2 accumulations).",
         {"ops": [_t("x", [1.0, 2.0]), {"op": "pow", "out": "sq", "args": ["x", 2]},
                  {"op": "sum", "out": "s", "args": ["sq"]},
@@ -129,7 +129,7 @@ OPS_EXAMPLES: dict[str, dict] = {
     ),
     "create_graph_second_derivative": _example(
         "create_graph and a second derivative",
-        "y = x**3 at x=2: `grad(y, x, create_graph=True)` gives dy = 12 (itself differentiable, "
+        "`y = x**3` at x=2: `grad(y, x, create_graph=True)` gives dy = 12 (itself differentiable, "
         "`MulBackward0`), and `grad(dy, x)` gives the second derivative 6x = 12.",
         {"ops": [_t("x", 2.0), {"op": "pow", "out": "y", "args": ["x", 3]},
                  {"op": "grad", "out": "dy", "args": ["y", "x"], "kwargs": {"create_graph": True}},
@@ -197,7 +197,7 @@ EVAL_EXAMPLES: dict[str, dict] = {
     ),
     "second_derivative": _example(
         "A second derivative with create_graph, returning only the two derivatives",
-        "y = x**3 at x=2: `grad(y, x, create_graph=True)` bound to `dy` = 3x**2 = 12, then `grad(dy, x)` "
+        "`y = x**3` at x=2: `grad(y, x, create_graph=True)` bound to `dy` = `3*x**2` = 12, then `grad(dy, x)` "
         "bound to `d2y` = 6x = 12. Only `dy` and `d2y` are returned; the report's contributions are those "
         "names.",
         {"ops": [_t("x", 2.0), {"op": "pow", "out": "y", "args": ["x", 3]},
