@@ -95,6 +95,15 @@ def _grad_op_outs(op: dict) -> dict[str, str]:
     return {i: o for i, o in zip(_as_list(inputs), _as_list(out)) if isinstance(i, str) and o is not None}
 
 
+def _current(state, ref: str):
+    """The tensor ``ref`` (``x`` or ``x.grad``) names at the end of a run, or None; never warns or raises."""
+    base, _, attr = ref.partition(".")
+    t = state.tensors.get(base)
+    if t is None or attr not in ("", "grad"):
+        return None
+    return readable_grad(t) if attr else t
+
+
 def _same_value(a, b) -> bool:
     return b is not None and a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a.data, b.data))
 
@@ -110,7 +119,7 @@ def eval_autograd_views(state, ops: list[dict], records) -> list[dict]:
         entries = []
         for e in rec.entries:
             ref = outs.get(e.name) if rec.op == "grad" else f"{e.name}.grad"
-            if ref is not None and not _same_value(e.contribution, state.resolve(ref)):
+            if ref is not None and not _same_value(e.contribution, _current(state, ref)):
                 ref = None
             entries.append({"name": e.name, "contribution": ref, "grad_accumulations": int(e.grad_accumulations)})
         out.append({"op_index": rec.op_index, "op": rec.op, "entries": entries})
