@@ -157,6 +157,17 @@ OPS_EXAMPLES: dict[str, dict] = {
         {"status": 409, "code": "leaf_inplace", "op_index": 1,
          "detail": "a leaf Variable that requires grad is being used in an in-place operation."},
     ),
+    "integer_data_refused": _example(
+        "Integer data cannot require grad (what JSON's 2 means, and the fix)",
+        "`[1, 2]` is JSON integers: an int64 tensor, as `torch.tensor([1, 2])` is, and torch refuses "
+        "`requires_grad` on it: 422 `requires_grad`, RuntimeError \"Only Tensors of floating point and complex "
+        "dtype can require gradients\", op_index 0. The problem's `hint` gives the fixes: write floats "
+        "(`1.0`; a browser may still write `1`) or pass `\"dtype\": \"float32\"`, as every other example does.",
+        {"ops": [{"op": "tensor", "out": "x", "args": [[1, 2]], "kwargs": {"requires_grad": True}}]},
+        {"status": 422, "code": "requires_grad", "op_index": 0, "exception": "RuntimeError",
+         "detail": "Only Tensors of floating point and complex dtype can require gradients",
+         "hint_contains": ['"dtype": "float32"', "int64"]},
+    ),
     "linear_forward": _example(
         "y = w*x + b, forward only (run it before the /backward and /grad examples)",
         "x=2, w=3, b=1: y = 7 with grad_fn `AddBackward0`; no backward yet, so every `.grad` is null and y's "

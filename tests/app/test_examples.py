@@ -81,6 +81,8 @@ def check_outcome(client, session, example, r, where):
         for field in ("code", "detail", "op_index", "exception"):
             if field in expect:
                 assert body[field] == expect[field], field
+        for part in expect.get("hint_contains", []):
+            assert part in body["hint"], part
         if "detail_startswith" in expect:
             assert body["detail"].startswith(expect["detail_startswith"])
         before = client.get(f"/v1/sessions/{session}").json()
@@ -98,7 +100,11 @@ def check_outcome(client, session, example, r, where):
         assert close(body["records"][name], values), (name, body["records"][name])
 
 
-@pytest.mark.parametrize(("endpoint", "key"), CASES, ids=[f"{e}-{k}" for e, k in CASES])
+#: every example but the one that shows the refusal of integer data
+TYPED = [(e, k) for e, k in CASES if dict(ENDPOINTS)[e][k]["expect"].get("code") != "requires_grad"]
+
+
+@pytest.mark.parametrize(("endpoint", "key"), TYPED, ids=[f"{e}-{k}" for e, k in TYPED])
 def test_every_tensor_op_of_an_example_says_its_dtype(endpoint, key):
     """What JSON cannot carry (2.0 vs 2) is said explicitly: every tensor op names its dtype or has data
     that is not integral."""
@@ -107,6 +113,13 @@ def test_every_tensor_op_of_an_example_says_its_dtype(endpoint, key):
         if op["op"] == "tensor":
             data = as_javascript_writes_it(op["args"][0])
             assert "dtype" in op.get("kwargs", {}) or "." in json.dumps(data), op
+
+
+def test_one_example_shows_the_refusal_of_integer_data():
+    (refused,) = [k for e, k in CASES if (e, k) not in TYPED]
+    op = OPS_EXAMPLES[refused]["value"]["ops"][0]
+    assert "dtype" not in op["kwargs"] and op["kwargs"]["requires_grad"] is True
+    assert as_javascript_writes_it(op["args"][0]) == op["args"][0]  # integral already: no writer changes it
 
 
 def test_integer_data_with_requires_grad_says_why_and_how_to_fix(client, session):

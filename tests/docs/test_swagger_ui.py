@@ -43,6 +43,8 @@ def assert_documented(example: dict, status: int, text: str, where: str) -> None
         for field in ("code", "detail", "op_index", "exception"):
             if field in expect:
                 assert body[field] == expect[field], f"{where}: {field}"
+        for part in expect.get("hint_contains", []):
+            assert part in body["hint"], part
         if "detail_startswith" in expect:
             assert body["detail"].startswith(expect["detail_startswith"]), where
         return
