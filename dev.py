@@ -63,10 +63,12 @@ def serve(args: list[str]) -> int:
     return 0  # not reached
 
 
-# Debian packages some tests use: the Redis store's tests run a real redis-server, and the SVG graph test
-# renders with Graphviz's dot. Missing ones are installed when we can (root, apt-get); otherwise those tests
+# Debian packages some tests use: the Redis store's tests run a real redis-server, the SVG graph test
+# renders with Graphviz's dot, and the documentation tests drive Swagger UI in a headless Chromium through
+# chromedriver (Selenium). Missing ones are installed when we can (root, apt-get); otherwise those tests
 # skip, saying why.
-SYSTEM_TOOLS = {"redis-server": "redis-server", "dot": "graphviz"}
+SYSTEM_TOOLS = {"redis-server": "redis-server", "dot": "graphviz", "chromium": "chromium",
+                "chromedriver": "chromium-driver"}
 
 
 def ensure_system_tools() -> None:

@@ -172,12 +172,27 @@ def engine_status(code: str) -> int:
     return ENGINE_STATUS.get(code, 422)
 
 
+#: What JSON makes of a number torch's message cannot know about: the ``hint`` beside torch's ``detail``
+INTEGER_DATA_HINT = (
+    "The tensor's dtype is not floating point. JSON integers (2, [1, 2]) make int64 tensors, as "
+    "torch.tensor(2) does, and some JSON writers (browsers, JavaScript's JSON.stringify) write 2.0 as 2. "
+    "Write the data as floats (2.0) if your JSON writer keeps them, or pass the dtype in the op's kwargs: "
+    '{"op": "tensor", "args": [2], "kwargs": {"dtype": "float32", "requires_grad": true}}.')
+
+
+def engine_hint(exc: EngineError) -> str | None:
+    """A hint for errors whose cause is how JSON carries numbers (torch's own message stays the detail)."""
+    if exc.code == "requires_grad" and "floating point" in exc.message:
+        return INTEGER_DATA_HINT
+    return None
+
+
 def _engine_error(request: Request, exc: EngineError) -> Response:
     metrics = getattr(request.app.state, "metrics", None)
     if metrics is not None:
         metrics.op_error(exc.code)
     return problem_response(engine_status(exc.code), exc.code, exc.message, op_index=exc.op_index,
-                            op=exc.op, exception=exc.exception)
+                            op=exc.op, exception=exc.exception, hint=engine_hint(exc))
 
 
 def _app_error(request: Request, exc: AppError) -> Response:

@@ -1,7 +1,14 @@
 """The tutorial examples, selectable in Swagger UI, each with the outcome it documents.
 
 ``expect`` is what tests/app/test_examples.py checks against the running app; ``description`` says the
-same thing in words. Examples that read a session's tensors name the example that sets them up (``setup``).
+same thing in words.
+
+Every example survives a JSON client that cannot tell ``2.0`` from ``2`` (a browser re-serialises
+``2.0`` as ``2``, and JSON integers make int64 tensors, as ``torch.tensor(2)`` does): each ``tensor`` op
+says ``"dtype": "float32"``. Every ``/ops`` and ``/eval`` example builds everything it uses, so it gives
+its documented outcome on a fresh session, pressed once or twice. The convenience endpoints
+(``/backward``, ``/grad``, ``/zero_grad``) only name tensors: their examples say which ``/ops`` example
+to run first in the same session (``setup``).
 """
 
 from __future__ import annotations
@@ -10,7 +17,8 @@ from typing import Any
 
 
 def _t(name: str, value: Any, requires_grad: bool = True) -> dict:
-    kwargs = {"requires_grad": True} if requires_grad else {}
+    """A float32 tensor op whatever the JSON writer does with ``2.0``."""
+    kwargs = {"dtype": "float32", "requires_grad": True} if requires_grad else {"dtype": "float32"}
     return {"op": "tensor", "out": name, "args": [value], "kwargs": kwargs}
 
 
@@ -20,19 +28,23 @@ LINEAR_FORWARD = [_t("x", 2.0), _t("w", 3.0), _t("b", 1.0),
 
 SGD_SETUP = [_t("w", 0.5), _t("b", 0.1), _t("x", [1.0, 2.0, 3.0], False), _t("y", [2.0, 4.0, 6.0], False)]
 
-SGD_EPOCH = [
-    {"op": "mul", "out": "wx", "args": ["w", "x"]},
-    {"op": "add", "out": "pred", "args": ["wx", "b"]},
-    {"op": "sub", "out": "err", "args": ["pred", "y"]},
-    {"op": "pow", "out": "sq", "args": ["err", 2]},
-    {"op": "mean", "out": "loss", "args": ["sq"]},
-    {"op": "backward", "args": ["loss"]},
-    {"op": "mul", "out": "w_step", "args": ["w.grad", 0.01], "no_grad": True},
-    {"op": "sub_", "args": ["w", "w_step"], "no_grad": True},
-    {"op": "mul", "out": "b_step", "args": ["b.grad", 0.01], "no_grad": True},
-    {"op": "sub_", "args": ["b", "b_step"], "no_grad": True},
-    {"op": "zero_grad", "kwargs": {"tensors": ["w", "b"]}},
-]
+
+def sgd_epoch(i: int) -> list[dict]:
+    """One epoch of manual SGD (lr 0.01) on mse loss; the loss is kept as ``loss_<i>``."""
+    return [
+        {"op": "mul", "out": "wx", "args": ["w", "x"]},
+        {"op": "add", "out": "pred", "args": ["wx", "b"]},
+        {"op": "sub", "out": "err", "args": ["pred", "y"]},
+        {"op": "pow", "out": "sq", "args": ["err", 2]},
+        {"op": "mean", "out": "loss", "args": ["sq"]},
+        {"op": "detach", "out": f"loss_{i}", "args": ["loss"]},
+        {"op": "backward", "args": ["loss"]},
+        {"op": "mul", "out": "w_step", "args": ["w.grad", 0.01], "no_grad": True},
+        {"op": "sub_", "args": ["w", "w_step"], "no_grad": True},
+        {"op": "mul", "out": "b_step", "args": ["b.grad", 0.01], "no_grad": True},
+        {"op": "sub_", "args": ["b", "b_step"], "no_grad": True},
+        {"op": "zero_grad", "kwargs": {"tensors": ["w", "b"]}},
+    ]
 
 
 def _example(summary: str, description: str, value: dict, expect: dict, setup: str | None = None) -> dict:
@@ -95,7 +107,7 @@ OPS_EXAMPLES: dict[str, dict] = {
     ),
     "second_backward_with_retain_graph": _example(
         "A second backward works after retain_graph=True",
-        "s = (x**2).sum() for x = [1, 2]; `backward(s, retain_graph=True)` then `backward(s)`: "
+        "`s = (x**2).sum()` for x = [1, 2]; `backward(s, retain_graph=True)` then `backward(s)`: "
         "x.grad = [4, 8] (2 accumulations).",
         {"ops": [_t("x", [1.0, 2.0]), {"op": "pow", "out": "sq", "args": ["x", 2]},
                  {"op": "sum", "out": "s", "args": ["sq"]},
@@ -117,7 +129,7 @@ OPS_EXAMPLES: dict[str, dict] = {
     ),
     "create_graph_second_derivative": _example(
         "create_graph and a second derivative",
-        "y = x**3 at x=2: `grad(y, x, create_graph=True)` gives dy = 12 (itself differentiable, "
+        "`y = x**3` at x=2: `grad(y, x, create_graph=True)` gives dy = 12 (itself differentiable, "
         "`MulBackward0`), and `grad(dy, x)` gives the second derivative 6x = 12.",
         {"ops": [_t("x", 2.0), {"op": "pow", "out": "y", "args": ["x", 3]},
                  {"op": "grad", "out": "dy", "args": ["y", "x"], "kwargs": {"create_graph": True}},
@@ -145,48 +157,83 @@ OPS_EXAMPLES: dict[str, dict] = {
         {"status": 409, "code": "leaf_inplace", "op_index": 1,
          "detail": "a leaf Variable that requires grad is being used in an in-place operation."},
     ),
-    "sgd_setup": _example(
-        "Manual SGD, step 1: parameters and data",
-        "w = 0.5, b = 0.1 (requiring grad), x = [1, 2, 3], y = [2, 4, 6]. Run `sgd_train` next in the same "
-        "session.",
-        {"ops": SGD_SETUP},
-        {"status": 200, "tensors": {"w": {"data": 0.5}, "b": {"data": 0.1}}},
+    "integer_data_refused": _example(
+        "Integer data cannot require grad (what JSON's 2 means, and the fix)",
+        "`[1, 2]` is JSON integers: an int64 tensor, as `torch.tensor([1, 2])` is, and torch refuses "
+        "`requires_grad` on it: 422 `requires_grad`, RuntimeError \"Only Tensors of floating point and complex "
+        "dtype can require gradients\", op_index 0. The problem's `hint` gives the fixes: write floats "
+        "(`1.0`; a browser may still write `1`) or pass `\"dtype\": \"float32\"`, as every other example does.",
+        {"ops": [{"op": "tensor", "out": "x", "args": [[1, 2]], "kwargs": {"requires_grad": True}}]},
+        {"status": 422, "code": "requires_grad", "op_index": 0, "exception": "RuntimeError",
+         "detail": "Only Tensors of floating point and complex dtype can require gradients",
+         "hint_contains": ['"dtype": "float32"', "int64"]},
     ),
-    "sgd_train": _example(
-        "Manual SGD, step 2: three epochs with repeat",
-        "Forward, mse loss, backward, then under no_grad `w -= 0.01 * w.grad` with the in-place `sub_`, and "
-        "`zero_grad`; `repeat: 3` runs three epochs. Records: loss 9.91, 7.8452, 6.2131; afterwards "
-        "w = 0.8646253 and b = 0.2549326, still leaves (grad_fn null) at version 3. Needs `sgd_setup` first.",
-        {"ops": SGD_EPOCH, "repeat": 3, "record": ["loss", "w"]},
+    "linear_forward": _example(
+        "y = w*x + b, forward only (run it before the /backward and /grad examples)",
+        "x=2, w=3, b=1: y = 7 with grad_fn `AddBackward0`; no backward yet, so every `.grad` is null and y's "
+        "graph is alive: `POST /backward` with `{\"tensor\": \"y\"}` or `POST /grad` can use it once "
+        "(a second backward through it needs `retain_graph`).",
+        {"ops": LINEAR_FORWARD},
+        {"status": 200, "tensors": {"y": {"data": 7.0, "grad_fn": "AddBackward0", "is_leaf": False},
+                                    "x": {"grad": None}, "w": {"grad": None}, "b": {"grad": None}}},
+    ),
+    "sgd": _example(
+        "Manual SGD: three epochs of a linear fit",
+        "w = 0.5, b = 0.1 (requiring grad), x = [1, 2, 3], y = [2, 4, 6]. Each epoch: forward, mse loss, "
+        "backward, then under no_grad `w -= 0.01 * w.grad` with the in-place `sub_`, and `zero_grad`; each "
+        "epoch's loss is kept (detached) as `loss_1`, `loss_2`, `loss_3`: 9.91, 7.8452, 6.2131. Afterwards "
+        "w = 0.8646253 and b = 0.2549326, still leaves (grad_fn null) at version 3 (three in-place updates). "
+        "A request can also run one epoch's ops several times with `repeat` and `record` (for parameters "
+        "an earlier request created).",
+        {"ops": [*SGD_SETUP, *sgd_epoch(1), *sgd_epoch(2), *sgd_epoch(3)]},
         {"status": 200,
-         "records": {"loss": [9.91, 7.8452, 6.2131]},
-         "tensors": {"w": {"data": 0.8646253347396851, "is_leaf": True, "grad_fn": None, "version": 3},
+         "tensors": {"loss_1": {"data": 9.91}, "loss_2": {"data": 7.8452}, "loss_3": {"data": 6.2131},
+                     "w": {"data": 0.8646253347396851, "is_leaf": True, "grad_fn": None, "version": 3},
                      "b": {"data": 0.25493255257606506, "version": 3}}},
-        setup="sgd_setup",
     ),
 }
 
 EVAL_EXAMPLES: dict[str, dict] = {
     "linear": _example(
         "y = w*x + b, returning y and the gradients",
-        "A throw-away session: y = 7, x.grad = 3, w.grad = 2, b.grad = 1.",
+        "A throw-away session: y = 7, x.grad = 3, w.grad = 2, b.grad = 1. Each value comes once, in "
+        "`tensors`; the `autograd` report names where each gradient is (`contribution: \"x.grad\"`) "
+        "instead of repeating it.",
         {"ops": [*LINEAR_FORWARD, {"op": "backward", "args": ["y"]}],
          "return": ["y", "x.grad", "w.grad", "b.grad"]},
         {"status": 200, "tensors": {"y": {"data": 7.0}, "x.grad": {"data": 3.0}, "w.grad": {"data": 2.0},
-                                    "b.grad": {"data": 1.0}}},
+                                    "b.grad": {"data": 1.0}},
+         "autograd": [{"x": {"contribution": "x.grad", "grad_accumulations": 1},
+                       "w": {"contribution": "w.grad", "grad_accumulations": 1}}]},
+    ),
+    "second_derivative": _example(
+        "A second derivative with create_graph, returning only the two derivatives",
+        "`y = x**3` at x=2: `grad(y, x, create_graph=True)` bound to `dy` = `3*x**2` = 12, then `grad(dy, x)` "
+        "bound to `d2y` = 6x = 12. Only `dy` and `d2y` are returned; the report's contributions are those "
+        "names.",
+        {"ops": [_t("x", 2.0), {"op": "pow", "out": "y", "args": ["x", 3]},
+                 {"op": "grad", "out": "dy", "args": ["y", "x"], "kwargs": {"create_graph": True}},
+                 {"op": "grad", "out": "d2y", "args": ["dy", "x"]}],
+         "return": ["dy", "d2y"]},
+        {"status": 200, "tensors": {"dy": {"data": 12.0, "grad_fn": "MulBackward0"},
+                                    "d2y": {"data": 12.0, "requires_grad": False}},
+         "autograd": [{"x": {"contribution": "dy"}}, {"x": {"contribution": "d2y"}}]},
     ),
 }
 
-# The convenience endpoints act on a session holding the forward pass of y = w*x + b.
+# The convenience endpoints act on a session holding the forward pass of y = w*x + b (the /ops example
+# `linear_forward`) or, for zero_grad, its gradients (the /ops example `linear`).
 BACKWARD_EXAMPLES: dict[str, dict] = {
     "scalar": _example(
-        "backward(y)", "On `linear_forward`: x.grad = 3, w.grad = 2, b.grad = 1.",
+        "backward(y)", "Run the `/ops` example `linear_forward` first in this session (y = w*x + b, not yet "
+        "backpropagated): x.grad = 3, w.grad = 2, b.grad = 1. y's graph is then freed: another backward "
+        "through it needs `linear_forward` again (or `retain_graph: true` the first time).",
         {"tensor": "y"},
         {"status": 200, "tensors": {"x": {"grad": 3.0}, "w": {"grad": 2.0}, "b": {"grad": 1.0}}},
         setup="linear_forward"),
     "inputs": _example(
         "backward(y, inputs=[w]) accumulates only into w",
-        "On `linear_forward`: w.grad = 2; x and b keep grad null.",
+        "Run the `/ops` example `linear_forward` first in this session: w.grad = 2; x and b keep grad null.",
         {"tensor": "y", "inputs": ["w"]},
         {"status": 200, "tensors": {"w": {"grad": 2.0}}, "absent": ["x", "b"]},
         setup="linear_forward"),
@@ -195,7 +242,8 @@ BACKWARD_EXAMPLES: dict[str, dict] = {
 GRAD_EXAMPLES: dict[str, dict] = {
     "dy_dw": _example(
         "grad(y, [w, b]) without touching .grad",
-        "On `linear_forward`: dw = 2 and db = 1 are bound to `dw`, `db`; w.grad stays null.",
+        "Run the `/ops` example `linear_forward` first in this session: dw = 2 and db = 1 are bound to `dw`, "
+        "`db`; w.grad stays null.",
         {"outputs": "y", "inputs": ["w", "b"], "out": ["dw", "db"]},
         {"status": 200, "tensors": {"dw": {"data": 2.0}, "db": {"data": 1.0}}},
         setup="linear_forward"),
@@ -204,21 +252,19 @@ GRAD_EXAMPLES: dict[str, dict] = {
 ZERO_GRAD_EXAMPLES: dict[str, dict] = {
     "set_to_none": _example(
         "zero_grad() (set_to_none=True, torch's default)",
-        "After `linear` (w.grad = 2): w.grad becomes null.",
+        "Run the `/ops` example `linear` first in this session (w.grad = 2): w.grad becomes null.",
         {"tensors": ["w"]},
         {"status": 200, "tensors": {"w": {"grad": None}}}, setup="linear"),
     "zeros": _example(
         "zero_grad(set_to_none=False)",
-        "After `linear`: w.grad becomes 0 (kept, zeroed).",
+        "Run the `/ops` example `linear` first in this session (w.grad = 2): w.grad becomes 0 (kept, "
+        "zeroed).",
         {"tensors": ["w"], "set_to_none": False},
         {"status": 200, "tensors": {"w": {"grad": 0.0}}}, setup="linear"),
 }
 
-SETUPS = {
-    "linear_forward": {"ops": LINEAR_FORWARD},
-    "linear": OPS_EXAMPLES["linear"]["value"],
-    "sgd_setup": OPS_EXAMPLES["sgd_setup"]["value"],
-}
+#: the /ops examples the convenience endpoints' examples name as their set-up
+SETUPS = {key: OPS_EXAMPLES[key]["value"] for key in ("linear_forward", "linear")}
 
 
 def openapi_examples(examples: dict[str, dict]) -> dict[str, dict]:

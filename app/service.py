@@ -322,6 +322,8 @@ class SessionService:
         return self.run_ops(session_id, {"ops": [op]}, encoding, owner=owner)
 
     def eval(self, request: dict, encoding: Encoding) -> bytes:
+        """Each value once: the tensors ``return`` names (all named ones without it), and an autograd report
+        that names where each pass's gradient is (``views.eval_autograd_views``) instead of repeating it."""
         self.check_executions(request)
         state = engine.State()
         res = engine.run_program(state, request["ops"], no_grad=request.get("no_grad", False),
@@ -334,7 +336,8 @@ class SessionService:
         for name in names:
             t = state.resolve(name)
             tensors[name] = None if t is None else views.tensor_view(name, t, encoding)
-        return views.dump({"tensors": tensors, "autograd": views.autograd_views(res.autograd, encoding),
+        return views.dump({"tensors": tensors,
+                           "autograd": views.eval_autograd_views(state, request["ops"], res.autograd),
                            "warnings": list(res.warnings)})
 
     # ----- reading ------------------------------------------------------------------------------------

@@ -1,5 +1,9 @@
 """SVG of the autograd graph: Graphviz ``dot`` when installed, else a layered layout in pure Python.
 
+Either way each node shows torch's name and, under it, what ``engine.graph.node_lines`` says about it (the
+tensor's name, shape and small values, a leaf's ``.grad`` and accumulation count, a retained grad, saved
+values and whether they were freed); a graph without nodes is a picture of the message saying why.
+
 The fallback is deliberately plain: nodes in layers by longest path from the roots (outputs at the top,
 leaves' AccumulateGrad nodes below), ordered within a layer by the mean position of their parents, and
 straight edges with arrowheads, from each node to its next_functions, as torchviz draws them.
@@ -12,6 +16,7 @@ from html import escape
 from typing import Any
 
 from app.errors import AppError
+from engine.graph import node_lines
 
 BOX_H, GAP_X, GAP_Y, CHAR_W, PAD = 34, 28, 56, 7.2, 12
 
@@ -23,10 +28,7 @@ def graph_edges(graph: dict[str, Any]) -> tuple[dict[str, str], list[tuple[str, 
     edges: list[tuple[str, str]] = []
     for node in graph.get("nodes", []):
         nid = str(node["id"])
-        label = node.get("name", nid)
-        if node.get("tensor"):
-            label = f"{label}\n{node['tensor']}"
-        labels[nid] = label
+        labels[nid] = "\n".join(node_lines(node))
         for edge in node.get("next_functions", []):
             if isinstance(edge, dict):
                 target = edge.get("node")
@@ -100,9 +102,30 @@ def layered_svg(labels: dict[str, str], edges: list[tuple[str, str]]) -> str:
         out.append(f'<g class="node"><rect x="{x:.1f}" y="{y0:.1f}" width="{w:.1f}" height="{h:.1f}" rx="4" '
                    f'fill="{fill}" stroke="#333"/>')
         for i, line in enumerate(labels[n].split("\n")):
-            out.append(f'<text x="{x + w / 2:.1f}" y="{y0 + 21 + 14 * i:.1f}" text-anchor="middle">'
+            weight = ' font-weight="bold"' if i == 0 else ""
+            out.append(f'<text x="{x + w / 2:.1f}" y="{y0 + 21 + 14 * i:.1f}" text-anchor="middle"{weight}>'
                        f'{escape(line)}</text>')
         out.append("</g>")
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def message_svg(message: str) -> str:
+    """A picture of a sentence (wrapped at about 80 characters), for a graph with nothing to draw."""
+    lines: list[str] = []
+    for word in message.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= 80:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    w = max(len(line) for line in lines) * CHAR_W + 2 * PAD
+    h = 14 * len(lines) + 2 * PAD + 8
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w:.0f}" height="{h:.0f}" viewBox="0 0 {w:.0f} {h:.0f}" '
+           'font-family="monospace" font-size="12">',
+           f'<rect class="message" x="0.5" y="0.5" width="{w - 1:.0f}" height="{h - 1:.0f}" rx="4" fill="#fff8e1" '
+           'stroke="#b08800"/>']
+    for i, line in enumerate(lines):
+        out.append(f'<text x="{PAD}" y="{PAD + 12 + 14 * i}">{escape(line)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -115,4 +138,6 @@ def render_svg(graph: dict[str, Any], dot_source: str, dot_binary: str | None) -
         except (subprocess.SubprocessError, OSError) as exc:
             raise AppError(f"Graphviz dot failed: {exc}", code="graphviz_failed", status=500) from None
         return done.stdout
+    if not graph.get("nodes"):
+        return message_svg(graph.get("message") or "No autograd graph")
     return layered_svg(*graph_edges(graph))

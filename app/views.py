@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import orjson
 
 from app.codec import Encoding, encode
@@ -81,6 +82,51 @@ def autograd_views(records, encoding: Encoding) -> list[dict]:
         }
         for rec in records
     ]
+
+
+def _as_list(v) -> list:
+    return v if isinstance(v, list) else [v]
+
+
+def _grad_op_outs(op: dict) -> dict[str, str]:
+    """A ``grad`` op's inputs by name -> the names its results were bound to (``out``), in order."""
+    args, kwargs = op.get("args") or [], op.get("kwargs") or {}
+    inputs = kwargs.get("inputs", args[1] if len(args) > 1 else None)
+    out = op.get("out")
+    if inputs is None or out is None:
+        return {}
+    return {i: o for i, o in zip(_as_list(inputs), _as_list(out)) if isinstance(i, str) and o is not None}
+
+
+def _current(state, ref: str):
+    """The tensor ``ref`` (``x`` or ``x.grad``) names at the end of a run, or None; never warns or raises."""
+    base, _, attr = ref.partition(".")
+    t = state.tensors.get(base)
+    if t is None or attr not in ("", "grad"):
+        return None
+    return readable_grad(t) if attr else t
+
+
+def _same_value(a, b) -> bool:
+    return b is not None and a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a.data, b.data))
+
+
+def eval_autograd_views(state, ops: list[dict], records) -> list[dict]:
+    """Each backward/grad pass of a one-shot run, without its data: the tensors it reached, their
+    accumulation counts, and the name that holds the pass's gradient at the end of the run (``x.grad`` for
+    a backward, the ``out`` name for a ``grad`` op) when that name's value is still exactly it, else null.
+    The values themselves are returned once, in ``tensors``, for the names ``return`` asks for."""
+    out = []
+    for rec in records:
+        outs = _grad_op_outs(ops[rec.op_index]) if rec.op == "grad" else {}
+        entries = []
+        for e in rec.entries:
+            ref = outs.get(e.name) if rec.op == "grad" else f"{e.name}.grad"
+            if ref is not None and not _same_value(e.contribution, _current(state, ref)):
+                ref = None
+            entries.append({"name": e.name, "contribution": ref, "grad_accumulations": int(e.grad_accumulations)})
+        out.append({"op_index": rec.op_index, "op": rec.op, "entries": entries})
+    return out
 
 
 #: ``auto`` view level: tensors (with their gradient) of at most this many elements are shown in full

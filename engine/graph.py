@@ -3,6 +3,11 @@
 Function nodes carry torch's class names, each leaf that requires grad appears once as an AccumulateGrad
 node, ``next_functions`` edges keep their ``None`` entries, saved values show shape, dtype and whether
 they were freed, and each node names the session tensor it produced (when one is bound to a name).
+
+Beside torch's names, each node also describes its tensor the way a learner inspects it (``tensor_info``):
+name, shape, dtype, the values of small tensors, and its gradient: a leaf's ``.grad`` with the number of
+backward passes accumulated into it, a non-leaf's retained grad. The drawings (DOT, Mermaid, SVG) print
+these lines under the node's name, and a graph without nodes says why instead of being blank.
 """
 
 from __future__ import annotations
@@ -30,6 +35,29 @@ def _plain(v):
     if isinstance(v, np.ndarray):
         return {"kind": "array", "shape": list(v.shape)}
     return repr(v)
+
+
+#: tensors of at most this many elements show their values in the graph
+SMALL = 6
+
+
+def _values(arr) -> object:
+    """The values of a small array as plain data (numbers, nested lists), else None."""
+    arr = np.asarray(arr)
+    if arr.size > SMALL:
+        return None
+    return _plain(arr.tolist())
+
+
+def tensor_info(name: str, t: Tensor) -> dict:
+    """What a learner looks for in a tensor of the graph: name, shape, dtype, small values, gradient."""
+    grad = t._grad if (t.grad_fn is None or t.retains_grad) else None
+    info = {"name": name, "shape": list(t.data.shape), "dtype": t.dtype, "value": _values(t.data),
+            "is_leaf": t.grad_fn is None, "retains_grad": bool(t.retains_grad),
+            "grad": None if grad is None else {"shape": list(grad.data.shape), "dtype": grad.dtype,
+                                               "value": _values(grad.data)},
+            "grad_accumulations": int(t.grad_accumulations)}
+    return info
 
 
 def export_graph(tensors: dict, root: str | None = None) -> dict:
@@ -81,9 +109,11 @@ def export_graph(tensors: dict, root: str | None = None) -> dict:
             node_id(fn)
 
     producers: dict[int, str] = {}
+    produced: dict[int, Tensor] = {}
     for n, t in tensors.items():
-        if t.grad_fn is not None and id(t.grad_fn) in ids and t.output_nr == 0:
-            producers.setdefault(id(t.grad_fn), n)
+        if t.grad_fn is not None and id(t.grad_fn) in ids and t.output_nr == 0 and id(t.grad_fn) not in producers:
+            producers[id(t.grad_fn)] = n
+            produced[id(t.grad_fn)] = t
 
     nodes = []
     for n in order:
@@ -93,8 +123,13 @@ def export_graph(tensors: dict, root: str | None = None) -> dict:
         if n.name == "AccumulateGrad":
             entry["variable"] = names_by_id.get(id(n.variable))
             entry["tensor"] = entry["variable"]
+            variable = n.variable
+            entry["tensor_info"] = tensor_info(entry["variable"] or "?", variable) if variable is not None \
+                else None
         else:
             entry["tensor"] = producers.get(id(n))
+            t = produced.get(id(n))
+            entry["tensor_info"] = None if t is None else tensor_info(entry["tensor"], t)
         saved = []
         for slot, v in n.saved.items():
             item = {"name": f"_saved_{slot}"}
@@ -110,25 +145,83 @@ def export_graph(tensors: dict, root: str | None = None) -> dict:
             saved.append(item)
         entry["saved"] = saved
         nodes.append(entry)
-    return {"root": root, "roots": root_ids, "nodes": nodes}
+    out = {"root": root, "roots": root_ids, "nodes": nodes}
+    if not nodes:
+        out["message"] = empty_message(root, tensors)
+    return out
 
 
-def _label(node: dict) -> str:
-    if node["kind"] == "accumulate_grad":
-        return f"AccumulateGrad\\n{node.get('variable') or '?'}"
+def empty_message(root: str | None, tensors: dict) -> str:
+    """Why a graph has no nodes, and what would give it some."""
+    if root is not None:
+        return (f"{root} has no autograd graph: it does not require grad (made without requires_grad=True, "
+                "under no_grad, or by detach)")
+    if not tensors:
+        return "No autograd graph: this session holds no tensors yet"
+    return ("No autograd graph: no tensor in this session requires grad (create one with requires_grad=True "
+            "and a float dtype, then compute with it)")
+
+
+def _number(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _show(value) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return _number(value)
+
+
+def _shape(shape: list) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
+def _tensor_lines(info: dict) -> list[str]:
+    head = f"{info['name']}: {info['dtype']}{_shape(info['shape'])}"
+    if info["value"] is not None:
+        head += f" = {_show(info['value'])}"
+    lines = [head]
+    grad = info["grad"]
+    if grad is None:
+        shown = f"{info['name']}.grad = None"
+    elif grad["value"] is not None:
+        shown = f"{info['name']}.grad = {_show(grad['value'])}"
+    else:
+        shown = f"{info['name']}.grad: {grad['dtype']}{_shape(grad['shape'])}"
+    if info["is_leaf"]:
+        n = info["grad_accumulations"]
+        lines.append(shown + (f" ({n} accumulation{'s' if n != 1 else ''})" if grad is not None else ""))
+    elif info["retains_grad"]:
+        lines.append(f"{shown} (retained)")
+    return lines
+
+
+def node_lines(node: dict) -> list[str]:
+    """A node's label: torch's name, then its tensor (name, shape, small values, grad) and saved values."""
     lines = [node["name"]]
-    if node.get("tensor"):
+    info = node.get("tensor_info")
+    if info is not None:
+        lines.extend(_tensor_lines(info))
+    elif node["kind"] == "accumulate_grad":
+        lines.append(node.get("variable") or "?")
+    elif node.get("tensor"):
         lines.append(f"-> {node['tensor']}")
     for s in node["saved"]:
         if s["kind"] == "tensor":
-            shape = "[" + ", ".join(map(str, s["shape"])) + "]"
-            lines.append(f"{s['name']}: {s['dtype']}{shape}{' (freed)' if s['freed'] else ''}")
-    return "\\n".join(lines)
+            lines.append(f"{s['name']}: {s['dtype']}{_shape(s['shape'])}{' (freed)' if s['freed'] else ''}")
+    return lines
+
+
+def _label(node: dict) -> str:
+    return "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"') for line in node_lines(node))
 
 
 def to_dot(graph: dict) -> str:
     """Graphviz DOT text (edges point from a node to its next_functions, as gradients flow)."""
     out = ["digraph backward {", '  rankdir=TB;', '  node [fontname="Helvetica", fontsize=10];']
+    if not graph["nodes"]:
+        out.append(f'  "empty" [shape=note, style=filled, fillcolor="#fff8e1", '
+                   f'label="{graph.get("message", "No autograd graph")}"];')
     for name, nid in graph["roots"].items():
         out.append(f'  "root_{name}" [label="{name}", shape=oval, style=filled, fillcolor="#d6eaf8"];')
         out.append(f'  "root_{name}" -> "{nid}";')
@@ -146,6 +239,8 @@ def to_dot(graph: dict) -> str:
 def to_mermaid(graph: dict) -> str:
     """Mermaid flowchart text."""
     out = ["flowchart TB"]
+    if not graph["nodes"]:
+        out.append(f'  empty["{graph.get("message", "No autograd graph")}"]')
     for name, nid in graph["roots"].items():
         out.append(f'  root_{name}(["{name}"]) --> {nid}')
     for n in graph["nodes"]:

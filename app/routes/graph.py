@@ -35,7 +35,10 @@ def get_graph(session_id: SessionId, service: ServiceDep, owner: OwnerDep,
                   description="`svg` uses Graphviz `dot` when installed, else a built-in layered layout."
               )] = "json") -> Response:
     """grad_fn nodes with torch's names, AccumulateGrad nodes for leaves, next_functions edges (None
-    edges included) and saved tensors (shape, dtype, freed)."""
+    edges included) and saved tensors (shape, dtype, freed). Beside torch's names, every format shows each
+    node's tensor: name, shape and dtype, the values of small tensors, a leaf's `.grad` with its accumulation
+    count, a retained grad, and saved values that a backward freed. A graph without nodes is drawn as a
+    message saying why."""
     rendered = service.graph(session_id, root, format, owner)
     if format == "json":
         return TensorJSON(rendered)

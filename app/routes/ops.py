@@ -52,7 +52,9 @@ async def run_ops(session_id: SessionId, request: Request, encoding: EncodingQue
              summary="Run an op list one-shot, without a session")
 async def eval_ops(request: Request, encoding: EncodingQuery = "json") -> TensorJSON:
     """Runs the ops in a fresh namespace and returns the tensors named in `return` (gradients as
-    `x.grad`); nothing is kept."""
+    `x.grad`); nothing is kept. Each value comes once: data only in `tensors`; the `autograd` report
+    names where each pass's gradient is (`contribution`: `x.grad`, or a `grad` op's `out` name) instead of
+    repeating it."""
     service = request.app.state.service
     body = await request.body()
     if service.small_body(body):

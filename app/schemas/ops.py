@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, with_config
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, with_config
 from typing_extensions import TypedDict
 
 from app.schemas.tensors import TensorData, TensorMeta, TensorView
@@ -63,9 +63,11 @@ OpsRequest.__pydantic_config__ = ConfigDict(extra="forbid")
 # `return` is a Python keyword, hence the functional TypedDict form
 EvalRequest = TypedDict("EvalRequest", {
     "ops": Annotated[list[Op], Field(description="The ops, in order.")],
-    "no_grad": NotRequired[bool],
+    "no_grad": NotRequired[Annotated[StrictBool, Field(
+        description="Run the whole list under `torch.no_grad()`.")]],
     "return": NotRequired[Annotated[list[Name], Field(
-        description="Names (or `name.grad`) to return; every named tensor when omitted.")]],
+        description="Names (or `name.grad`) to return; every named tensor when omitted. Only these carry "
+                    "data in the response (pay only for what you read).")]],
 })
 EvalRequest.__doc__ = "A one-shot op list in a fresh, throw-away session."
 EvalRequest.__pydantic_config__ = ConfigDict(extra="forbid")
@@ -107,10 +109,32 @@ class OpsResponse(BaseModel):
         None, description="With `record`: each named tensor's value after each repetition.")
 
 
+class EvalGradEntry(BaseModel):
+    name: str = Field(description="The tensor whose gradient this pass reached.")
+    contribution: str | None = Field(description="Where this pass's gradient is, by name, instead of its "
+                                     "data: `x.grad` for a backward pass, the `out` name for a `grad` op, when "
+                                     "that name holds exactly this pass's gradient at the end of the run; null "
+                                     "when no name does (a later pass added to `x.grad`, `zero_grad` cleared "
+                                     "it, or the `grad` op had no `out`). Put the name in `return` to read it.")
+    grad_accumulations: int = Field(description="Backward passes summed into `.grad` so far.")
+
+
+class EvalAutogradRecord(BaseModel):
+    op_index: int
+    op: str = Field(description="`backward` or `grad`.")
+    entries: list[EvalGradEntry]
+
+
 class EvalResponse(BaseModel):
-    tensors: dict[str, TensorView | None] = Field(description="The requested tensors (`return`), by name; "
-                                                  "`x.grad` is null while x has no gradient.")
-    autograd: list[AutogradRecord]
+    """Each value once: tensor data and gradients only in `tensors`, for the names `return` asks for; the
+    autograd report refers to them by name."""
+
+    tensors: dict[str, TensorView | None] = Field(description="The requested tensors (`return`), by name, or "
+                                                  "every named tensor without `return`; `x.grad` is null while "
+                                                  "x has no gradient. A tensor's view carries its `.grad` too.")
+    autograd: list[EvalAutogradRecord] = Field(description="For each backward/grad op: the tensors it reached "
+                                               "and the name holding each gradient (no data: read it "
+                                               "through `return`).")
     warnings: list[str]
 
 

@@ -25,6 +25,10 @@ class Problem(BaseModel):
     op: str | None = Field(None, description="For op errors: the failing op's name.")
     exception: str | None = Field(None, description="For op errors: the Python exception type PyTorch "
                                   "raises for the same program (RuntimeError, ValueError, TypeError, ...).")
+    hint: str | None = Field(None, description="How to fix a problem whose cause torch's message cannot "
+                             "name. For `requires_grad` on integer data: JSON integers (`2`, `[1, 2]`) make int64 "
+                             "tensors, as `torch.tensor(2)` does, and browsers and JavaScript write `2.0` as `2`; "
+                             "write floats or pass `\"dtype\": \"float32\"` in the op's kwargs.")
     errors: list[ValidationIssue] | None = Field(None, description="For validation errors: every issue.")
     request_id: str | None = Field(None, description="The request's id, as in the `X-Request-ID` response "
                                    "header and the logs.")

@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from app.svg import graph_edges, layered_svg, render_svg
+from engine import to_dot
 from tests.app.conftest import assert_problem, ok, run, tensor
 
 LINEAR = [tensor("x", 2.0), tensor("w", 3.0), tensor("b", 1.0),
@@ -78,3 +79,83 @@ def test_graph_of_unknown_root_is_404(client, linear):
 def test_graph_unknown_format_is_422(client, linear):
     r = client.get(f"/v1/sessions/{linear}/graph", params={"format": "png"})
     assert_problem(r, 422, "validation_error")
+
+
+LEARNER = [tensor("x", [1.0, 2.0, 3.0]), tensor("w", 0.5),
+           {"op": "randn", "out": "big", "args": [10], "kwargs": {"requires_grad": True}},
+           {"op": "mul", "out": "y", "args": ["x", "w"]}, {"op": "retain_grad", "args": ["y"]},
+           {"op": "sum", "out": "z1", "args": ["y"]}, {"op": "sum", "out": "z2", "args": ["big"]},
+           {"op": "add", "out": "z", "args": ["z1", "z2"]}, {"op": "backward", "args": ["z"]}]
+
+#: what each drawing must show beside torch's names (the label lines of engine.graph.node_lines)
+LEARNER_LINES = ["y: float32[3] = [0.5, 1, 1.5]", "y.grad = [1, 1, 1] (retained)",
+                 "_saved_self: float32[3] (freed)", "x: float32[3] = [1, 2, 3]",
+                 "x.grad = [0.5, 0.5, 0.5] (1 accumulation)", "w: float32[] = 0.5", "w.grad = 6 (1 accumulation)",
+                 "big: float32[10]", "big.grad: float32[10] (1 accumulation)", "z1: float32[] = 3"]
+
+
+@pytest.fixture
+def learner(client, session):
+    ok(run(client, session, LEARNER))
+    return session
+
+
+def svg_texts(svg: str) -> list[str]:
+    return [t.text or "" for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
+
+
+def test_graph_json_describes_each_tensor_as_a_learner_inspects_it(client, learner):
+    graph = ok(client.get(f"/v1/sessions/{learner}/graph", params={"root": "z"}))
+    info = {n["tensor_info"]["name"]: n["tensor_info"] for n in graph["nodes"]}
+    assert info["x"] == {"name": "x", "shape": [3], "dtype": "float32", "value": [1.0, 2.0, 3.0], "is_leaf": True,
+                         "retains_grad": False, "grad": {"shape": [3], "dtype": "float32", "value": [0.5] * 3},
+                         "grad_accumulations": 1}
+    assert info["y"]["retains_grad"] and info["y"]["grad"]["value"] == [1.0, 1.0, 1.0]
+    assert info["big"]["value"] is None and info["big"]["grad"] == {"shape": [10], "dtype": "float32",
+                                                                     "value": None}
+    assert info["z"]["grad"] is None and not info["z"]["is_leaf"]
+
+
+@pytest.mark.parametrize("fmt", ["dot", "mermaid"])
+def test_text_formats_show_names_shapes_values_grads_and_freed_buffers(client, learner, fmt):
+    text = client.get(f"/v1/sessions/{learner}/graph", params={"root": "z", "format": fmt}).text
+    for line in LEARNER_LINES:
+        assert line in text, line
+
+
+def test_builtin_svg_shows_what_a_learner_looks_for(client, learner):
+    graph = ok(client.get(f"/v1/sessions/{learner}/graph", params={"root": "z"}))
+    texts = svg_texts(render_svg(graph, "", None))
+    for line in LEARNER_LINES:
+        assert line in texts, line
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot is not installed")
+def test_graphviz_svg_shows_what_a_learner_looks_for(client, learner):
+    svg = client.get(f"/v1/sessions/{learner}/graph", params={"root": "z", "format": "svg"}).text
+    texts = svg_texts(svg)
+    for line in LEARNER_LINES:
+        assert line in texts, line
+
+
+EMPTY = {"No autograd graph: this session holds no tensors yet": ([], None),
+         "No autograd graph: no tensor in this session requires grad": ([tensor("c", 1.0, False)], None),
+         "c has no autograd graph: it does not require grad": ([tensor("c", 1.0, False)], "c")}
+
+
+@pytest.mark.parametrize("message", list(EMPTY))
+@pytest.mark.parametrize("graphviz", [False, True], ids=["builtin", "graphviz"])
+def test_a_graph_without_nodes_is_a_picture_of_why(client, session, message, graphviz):
+    if graphviz and shutil.which("dot") is None:
+        pytest.skip("Graphviz dot is not installed")
+    ops, root = EMPTY[message]
+    if ops:
+        ok(run(client, session, ops))
+    params = {"root": root} if root else {}
+    graph = ok(client.get(f"/v1/sessions/{session}/graph", params=params))
+    assert graph["nodes"] == [] and graph["message"].startswith(message)
+    svg = render_svg(graph, to_dot(graph), shutil.which("dot") if graphviz else None)
+    shown = " ".join(svg_texts(svg))
+    assert " ".join(message.split()[:6]) in shown
+    assert message.split()[-1] in shown
+    assert message in client.get(f"/v1/sessions/{session}/graph", params={**params, "format": "mermaid"}).text

@@ -204,6 +204,43 @@ def test_eval_returns_null_for_an_unset_grad_and_all_tensors_without_return(clie
     assert set(body["tensors"]) == {"x", "w", "b", "wx", "y"}
 
 
+def test_eval_returns_each_gradient_once_and_names_where_it_is(client):
+    """A large gradient is in the response once (in `tensors`, as asked); the report names it."""
+    values = np.arange(50_000, dtype=np.float32) / 7
+    ops = [{"op": "tensor", "out": "x", "args": [values.tolist()], "kwargs": {"requires_grad": True}},
+           {"op": "mul", "out": "y", "args": ["x", 3]}, {"op": "sum", "out": "s", "args": ["y"]},
+           {"op": "backward", "args": ["s"]}]
+    r = client.post("/v1/eval", json={"ops": ops, "return": ["x.grad"]})
+    body = ok(r)
+    assert body["tensors"]["x.grad"]["data"] == [3.0] * 50_000
+    assert len(r.content) < 50_000 * 4 + 2_000  # "3.0," per element, once
+    (record,) = body["autograd"]
+    assert record["entries"] == [{"name": "x", "contribution": "x.grad", "grad_accumulations": 1}]
+    body = ok(client.post("/v1/eval", json={"ops": ops, "return": ["s"]}))
+    assert body["autograd"][0]["entries"][0]["contribution"] == "x.grad"  # where it is, not its data
+    assert set(body["tensors"]) == {"s"}
+
+
+def test_eval_contribution_is_null_when_no_name_holds_it(client):
+    # two passes: neither pass's gradient is x.grad's value at the end (that is their sum)
+    body = ok(client.post("/v1/eval", json={"ops": [
+        tensor("x", 2.0), {"op": "mul", "out": "y", "args": ["x", "x"]},
+        {"op": "backward", "args": ["y"], "kwargs": {"retain_graph": True}},
+        {"op": "backward", "args": ["y"]}], "return": ["x.grad"]}))
+    assert body["tensors"]["x.grad"]["data"] == 8.0
+    assert [r["entries"] for r in body["autograd"]] == [
+        [{"name": "x", "contribution": None, "grad_accumulations": 1}],
+        [{"name": "x", "contribution": None, "grad_accumulations": 2}]]
+    # a grad op without out binds nothing; with out, the name it was bound to
+    body = ok(client.post("/v1/eval", json={"ops": [
+        tensor("x", 2.0), tensor("w", 3.0), {"op": "mul", "out": "y", "args": ["x", "w"]},
+        {"op": "grad", "args": ["y", ["x"]], "kwargs": {"retain_graph": True}},
+        {"op": "grad", "out": ["dx", "dw"], "args": ["y", ["x", "w"]]}], "return": ["dx", "dw"]}))
+    assert body["autograd"][0]["entries"] == [{"name": "x", "contribution": None, "grad_accumulations": 0}]
+    assert {e["name"]: e["contribution"] for e in body["autograd"][1]["entries"]} == {"x": "dx", "w": "dw"}
+    assert body["tensors"]["dx"]["data"] == 3.0 and body["tensors"]["dw"]["data"] == 2.0
+
+
 def test_eval_errors_are_problems(client):
     assert_problem(client.post("/v1/eval", json={"ops": [{"op": "nope"}]}), 422, "unknown_op")
     assert_problem(client.post("/v1/eval", json={"ops": [tensor("x", 1.0)], "return": ["q"]}), 404,

@@ -1,0 +1,102 @@
+"""The README's curl walk-through, run command by command against a live server, with every `# →` claim
+checked against what the command printed (tests/docs/walkthrough.py reads them)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+
+import pytest
+
+from tests.docs.walkthrough import check_claims, walkthrough
+
+#: curl writes the status to stderr after the body, so that stdout stays what the reader sees
+CURL = "curl() { command curl -w '%{stderr}\\n@@status %{http_code}\\n' \"$@\"; }\n"
+
+
+def run_walkthrough(base_url: str, workdir) -> list[tuple[int, int]]:
+    """Run every command in one shell state (variables carry over); return (claims checked, line)."""
+    state = workdir / "state.sh"
+    state.write_text("")
+    done = []
+    for step in walkthrough():
+        command = step.command.replace("localhost:8000", base_url.removeprefix("http://"))
+        assigned = re.findall(r"^([A-Za-z_]\w*)=", command, flags=re.M)
+        save = "".join(f"declare -p {name} >> {shlex.quote(str(state))}\n" for name in assigned)
+        script = f"{CURL}. {shlex.quote(str(state))}\nset -o pipefail\n{command}\n{save}"
+        ran = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], capture_output=True, text=True,
+                             timeout=60, cwd=workdir)
+        where = f"README.md:{step.line}: {step.command.splitlines()[0]}"
+        assert ran.returncode == 0, f"{where}\nexit {ran.returncode}: {ran.stderr}"
+        statuses = re.findall(r"@@status (\d{3})", ran.stderr)
+        assert statuses, f"{where}: curl reported no status: {ran.stderr}"
+        if assigned:
+            for name in assigned:
+                assert re.search(rf"declare -\S* {name}=\"[^\"]+\"", state.read_text()), f"{where}: {name} is empty"
+        else:
+            assert step.claims, f"{where}: a command without a '# →' line saying what it answers"
+        try:
+            checked = check_claims(step.claims, int(statuses[-1]), ran.stdout)
+        except AssertionError as exc:
+            raise AssertionError(f"{where}\n{exc}") from None
+        done.append((checked, step.line))
+    return done
+
+
+@pytest.mark.skipif(shutil.which("curl") is None or shutil.which("bash") is None,
+                    reason="the walk-through needs curl and bash on PATH")
+def test_readme_walkthrough_runs_in_order_and_every_claim_is_true(server, tmp_path):
+    done = run_walkthrough(server.url, tmp_path)
+    assert len(done) >= 14
+    assert sum(checked for checked, _ in done) >= 40
+
+
+def test_the_walkthrough_reader_finds_every_command_and_claim():
+    steps = walkthrough()
+    assert steps[0].command.startswith("S=$(curl")
+    assert all(s.command.startswith(("S=", "curl ")) for s in steps)
+    multi = [s for s in steps if "\n" in s.command]
+    assert multi and all(s.command.count("'") % 2 == 0 for s in multi)
+    assert steps[-1].claims == ["404 session_not_found"]
+
+
+OPS_BODY = ('{"ops": [], "tensors": {"x": {"name": "x", "data": 2.0, "grad": 3.0, "grad_fn": null, '
+            '"grad_accumulations": 1}, "dw": {"name": "dw", "data": [2.0, 4.0], "grad": null}}}')
+
+
+@pytest.mark.parametrize("claim", ["201", "x = 2.5", "x.grad = 4", "x.grad = null", "x.grad_fn = MulBackward0",
+                                   "dw = [2, 5]", "dw = [2]", "x.grad_accumulations = 2", "q = 1", "x.nope = 1",
+                                   'contains "AddBackward0"', "x.grad is 3", "200 not_found"])
+def test_the_checker_rejects_a_claim_the_response_contradicts(claim):
+    with pytest.raises(AssertionError):
+        check_claims([claim], 200, OPS_BODY)
+
+
+def test_the_checker_accepts_true_claims():
+    claims = ["200; x = 2; x.grad = 3 (three); x.grad_fn = null; x.grad_accumulations = 1",
+              'dw = [2, 4]; contains "dw"']
+    assert check_claims(claims, 200, OPS_BODY) == 7
+    problem = '{"status": 409, "code": "graph_freed", "op_index": 3, "detail": "Trying to backward"}'
+    assert check_claims(['409 graph_freed; op_index = 3; contains "Trying"'], 409, problem) == 3
+
+
+def test_the_walkthroughs_warning_is_true_backward_through_a_spent_graph_is_409():
+    """The comment before the convenience endpoints: /backward on the y every earlier backward spent."""
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+
+    t = {"dtype": "float32", "requires_grad": True}
+    with TestClient(create_app()) as client:
+        sid = client.post("/v1/sessions").json()["id"]
+        r = client.post(f"/v1/sessions/{sid}/ops", json={"ops": [
+            {"op": "tensor", "out": "x", "args": [2.0], "kwargs": t},
+            {"op": "tensor", "out": "w", "args": [3.0], "kwargs": t},
+            {"op": "tensor", "out": "b", "args": [1.0], "kwargs": t},
+            {"op": "mul", "out": "wx", "args": ["w", "x"]}, {"op": "add", "out": "y", "args": ["wx", "b"]},
+            {"op": "backward", "args": ["y"]}]})
+        assert r.status_code == 200
+        r = client.post(f"/v1/sessions/{sid}/backward", json={"tensor": "y"})
+        assert r.status_code == 409 and r.json()["code"] == "graph_freed"
