@@ -267,10 +267,23 @@ class _OpNamespace:
         spec = _OPS.get(attr)
         if spec is None or attr.startswith("__"):
             raise AttributeError(f"module '{self.__name__}' has no attribute '{attr}'")
-        return _forward(spec.fn)
+        return _forward(_checked(attr, spec))
 
     def __repr__(self) -> str:
         return f"<module '{self.__name__}' (gradserve torch_compat)>"
+
+
+def _checked(name: str, spec):
+    """``torch.<name>``: torch's argument checks for the function form, then the op."""
+    from engine.signature import check_call
+
+    def call(*args, **kwargs):
+        check_call(spec, name, args, kwargs, method=False)
+        return spec.fn(*args, **kwargs)
+
+    call.__name__ = name
+    call.__doc__ = spec.fn.__doc__
+    return call
 
 
 def _op(name: str):
