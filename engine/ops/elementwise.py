@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchRuntimeError
+from ..grad_mode import set_grad_enabled
 from ..registry import op, record, vjp
 from ..tensor import Tensor
 from .common import NP, as_operand, binary_operands, broadcast_all, float_data, is_number, require_tensor
@@ -140,7 +141,7 @@ def div(self, other, rounding_mode=None):
     if rounding_mode is None:
         out = a / b
     elif D.is_floating(dtype):
-        out = np.floor(a / b) if rounding_mode == "floor" else np.trunc(a / b)
+        out = _div_floor_floating(a, b) if rounding_mode == "floor" else np.trunc(a / b)
         out = out.astype(NP[dtype], copy=False)
     else:
         if np.any(np.asarray(b) == 0):
@@ -152,6 +153,18 @@ def div(self, other, rounding_mode=None):
         return record("DivBackward0", np.asarray(out), (self, edge_other), {"self": self, "other": o})
     return record("DivBackward2", np.asarray(out), (self, edge_other),
                   {"self": None, "other": o, "rounding_mode": rounding_mode})
+
+
+def _div_floor_floating(a, b):
+    """torch's div_floor_floating (Python's float //): from fmod, so -1.62 // 0.02 is -82, not
+    floor(-1.62 / 0.02) = -81; division by zero gives the IEEE quotient."""
+    mod = np.fmod(a, b)
+    div = (a - mod) / b
+    div = np.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floordiv = np.floor(div)
+    floordiv = np.where(div - floordiv > 0.5, floordiv + 1, floordiv)
+    floordiv = np.where(div != 0, floordiv, np.copysign(np.zeros_like(div), a / b))
+    return np.where(b == 0, a / b, floordiv)
 
 
 @vjp("DivBackward0", inputs=("self", "other"), saves={"self": ("other",), "other": ("self", "other")})
@@ -170,10 +183,20 @@ def _(ctx, grad):
     return (z if n[0] else None), (z if n[1] else None)
 
 
-@op("floor_divide", tensors=("self", "other"), grad_fns=("DivBackward2",), aliases=("__floordiv__",))
+@op("floor_divide", tensors=("self", "other"), grad_fns=("NotImplemented",), differentiable=False,
+    aliases=("__floordiv__",))
 def floor_divide(self, other):
-    """torch.floor_divide(input, other) (``a // b``)."""
-    return div(self, other, rounding_mode="floor")
+    """torch.floor_divide(input, other) (``a // b``): no derivative in torch, so a float result that needs
+    grad gets the ``NotImplemented`` node, whose backward raises torch's error."""
+    with set_grad_enabled(False):
+        out = div(self, other, rounding_mode="floor")
+    inputs = (self if isinstance(self, Tensor) else None, other if isinstance(other, Tensor) else None)
+    return record("NotImplemented", out.data, inputs)
+
+
+@vjp("NotImplemented", inputs=("self", "other"))
+def _(ctx, grad):
+    raise TorchRuntimeError("derivative for aten::floor_divide is not implemented", code="not_differentiable")
 
 
 @op("rtruediv", tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("__rtruediv__",), method=False)
@@ -197,7 +220,10 @@ def pow(self, exponent):
             raise InvalidArgumentError(f"pow(): exponent must be a Tensor or a number, got {type(exponent).__name__}")
         dtype, a, b = binary_operands(self, exponent)
         _pow_dtype_check(dtype, exponent)
-        out = np.power(a, b)
+        if exponent == -0.5 and D.is_floating(dtype):
+            out = np.reciprocal(np.sqrt(a))  # torch's kernel: rsqrt, so (-0.0)**-0.5 = -inf, (-inf)**-0.5 = nan
+        else:
+            out = np.power(a, b)
         return record("PowBackward0", out, (self,), {"self": self, "exponent": exponent})
     if isinstance(self, Tensor):
         dtype, a, b = binary_operands(self, exponent)
@@ -398,7 +424,10 @@ def sign(self):
     self = require_tensor(self)
     if self.data.dtype == np.bool_:
         return Tensor(self.data.copy())
-    return record("SignBackward0", np.sign(self.data), (self,))
+    out = np.sign(self.data)
+    if out.dtype.kind == "f":
+        out = np.where(np.isnan(out), out.dtype.type(0), out)  # torch: sign(nan) = 0 (so abs'(nan) = 0)
+    return record("SignBackward0", out, (self,))
 
 
 @vjp("SignBackward0", inputs=("self",))
