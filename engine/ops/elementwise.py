@@ -831,8 +831,9 @@ def where(condition, self, other):
     if condition.data.dtype != np.bool_:
         raise TorchRuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
                                 f"{D.SCALAR_TYPE_NAMES[condition.dtype]}", code="invalid_dtype")
-    if not isinstance(self, Tensor) and not isinstance(other, Tensor):
-        raise InvalidArgumentError("where(): expected at least one of input and other to be a Tensor")
+    for v in (self, other):
+        if not isinstance(v, Tensor) and not is_number(v):
+            raise InvalidArgumentError(f"where(): expected a Tensor or a number, got {type(v).__name__}")
     a = self if isinstance(self, Tensor) else None
     b = other if isinstance(other, Tensor) else None
     cd = condition.data

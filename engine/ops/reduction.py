@@ -3,6 +3,7 @@ sort, and ``sum_to`` (the engine's single un-broadcasting step)."""
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import namedtuple
 
@@ -381,7 +382,7 @@ def _var_forward(self: Tensor, dim, correction, keepdim):
     if not D.is_floating(self.dtype):
         raise TorchRuntimeError("std and var only support floating point and complex dtypes", code="invalid_dtype")
     ax = _axis(dims, nd)
-    n = x.size if dims is None else int(np.prod([x.shape[d] for d in dims]))
+    n = x.size if dims is None or nd == 0 else int(np.prod([x.shape[d] for d in dims]))
     dof = n - correction
     if dof <= 0:
         emit_warning("var(): degrees of freedom is <= 0. Correction should be strictly less than the reduction "
@@ -390,18 +391,24 @@ def _var_forward(self: Tensor, dim, correction, keepdim):
         mu = np.mean(x, axis=ax, keepdims=True) if x.size else np.zeros((1,) * nd, x.dtype)
         dev = x - mu
         ssq = np.sum(dev * dev, axis=ax, keepdims=keepdim)
-        out = ssq / x.dtype.type(dof) if dof > 0 else np.full_like(ssq, np.nan)
+        out = ssq / x.dtype.type(dof if dof > 0 else 0)  # torch: n <= correction divides by 0 (inf, or nan for 0/0)
     return dims, np.asarray(out, x.dtype)
 
 
 def _var_backward(grad: Tensor, x: Tensor, dims, correction, keepdim) -> Tensor:
     from .reduction import mean as mean_
     nd = x.data.ndim
-    n = x.data.size if dims is None else int(np.prod([x.data.shape[d] for d in dims]))
-    dof = n - correction
     g = _restore(grad, dims, nd, keepdim)
-    mu = mean_(x, list(dims) if dims else None, keepdim=True) if dims else mean_(x)
-    return (2.0 / dof) * g * (x - mu)
+    if dims is None or nd == 0:  # torch's var_backward: no dof <= 0 division, inf (or nan where x == mean)
+        dof = x.data.size - correction
+        if dof <= 0:
+            from .elementwise import where
+            mu = mean_(x)
+            return g * where(eq(x, mu), math.nan, math.inf)
+        return (2.0 / dof) * g * (x - mean_(x))
+    dof = int(np.prod([x.data.shape[d] for d in dims])) - correction
+    scale = 2.0 / dof if dof != 0 else math.inf
+    return scale * g * (x - mean_(x, list(dims), keepdim=True))
 
 
 @op("var", tensors=("self",), grad_fns=("VarBackward0",))
