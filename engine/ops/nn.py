@@ -432,7 +432,7 @@ def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, 
         raise TorchIndexError(f"Target {int(tg[bad][0])} is out of bounds.", code="index_out_of_range")
     safe = np.where(valid, tg, 0)
     w = weight.astype(dtype, copy=False) if weight is not None else np.ones(n_classes, dtype)
-    return np.where(valid, w[safe], dtype.type(0)).astype(dtype, copy=False), safe
+    return np.where(valid, w[safe], dtype.type(0)).astype(dtype, copy=False), safe, valid
 
 
 @op("nll_loss", tensors=("input", "target", "weight"), grad_fns=("NllLossBackward0",), method=False)
@@ -448,17 +448,18 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     _nll_check(input, target, weight)
     x = input.data
     dt = x.dtype
-    wt, safe = _nll_weights(input.shape[-1], target.data, None if weight is None else weight.data, ignore_index, dt)
+    wt, safe, valid = _nll_weights(input.shape[-1], target.data, None if weight is None else weight.data,
+                                   ignore_index, dt)
     picked = x.reshape(-1, input.shape[-1])[np.arange(safe.size), safe]
-    losses = picked * wt
+    losses = np.where(valid, picked * wt, dt.type(0))  # ignored rows are skipped: a NaN there does not count
     if red == 0 and x.ndim == 2:
-        out = np.where(wt != 0, -losses, dt.type(0)).astype(dt)
+        out = np.where(valid, -losses, dt.type(0)).astype(dt)
         total = dt.type(0)
     else:
         total = np.sum(wt, dtype=dt)
-        s = np.sum(losses, dtype=dt)
+        s = dt.type(0) - np.sum(losses, dtype=dt)  # torch accumulates from +0.0
         with np.errstate(invalid="ignore", divide="ignore"):
-            out = np.asarray(-(s / total) if red == 1 else -s, dt)
+            out = np.asarray(s / total if red == 1 else s, dt)
     return record("NllLossBackward0", out, (input,),
                   {"ignore_index": int(ignore_index) % _UINT64, "reduction": red, "self": input, "target": target,
                    "total_weight": Tensor(np.asarray(total, dt)), "weight": weight})
@@ -472,9 +473,11 @@ def _(ctx, grad):
     ii = ii - _UINT64 if ii >= _UINT64 // 2 else ii
     w = ctx.weight
     dt = x.data.dtype
-    wt, safe = _nll_weights(x.shape[-1], ctx.target.data, None if w is None else w.data, ii, dt)
+    wt, safe, valid = _nll_weights(x.shape[-1], ctx.target.data, None if w is None else w.data, ii, dt)
     coef = np.zeros((safe.size, x.shape[-1]), dt)
     coef[np.arange(safe.size), safe] = wt
+    untouched = np.ones((safe.size, x.shape[-1]), bool)
+    untouched[np.arange(safe.size)[valid], safe[valid]] = False
     coef = Tensor(coef.reshape(x.shape))
     if red == 1:
         g = -(grad / ctx.total_weight)
@@ -482,7 +485,9 @@ def _(ctx, grad):
         g = -grad
     if red == 0 and x.data.ndim == 2:
         g = unsqueeze(g, 1)
-    return coef * g,
+    # torch writes only the (row, target) entries of valid rows: the rest stay +0 (even when all rows are
+    # ignored and grad / total_weight is nan)
+    return masked_fill(coef * g, Tensor(untouched.reshape(x.shape)), 0),
 
 
 def _div_number(t: Tensor, n) -> Tensor:

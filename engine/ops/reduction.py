@@ -554,8 +554,13 @@ def sort(self, dim=-1, descending=False, stable=False):
         idx = np.zeros((), np.int64)
         vals = self.data.copy()
     else:
-        key = -self.data if descending and self.data.dtype != np.bool_ else self.data
-        idx = np.argsort(key, axis=d, kind="stable").astype(np.int64)
+        x = self.data
+        if descending and x.dtype.kind == "f":  # torch orders NaN above everything: first when descending
+            nan = np.isnan(x)
+            idx = np.lexsort((np.where(nan, 0, -x), ~nan), axis=d).astype(np.int64)
+        else:
+            key = -x if descending and x.dtype != np.bool_ else x
+            idx = np.argsort(key, axis=d, kind="stable").astype(np.int64)
         if descending and self.data.dtype == np.bool_:
             idx = np.flip(np.argsort(self.data, axis=d, kind="stable"), axis=d).astype(np.int64)
         vals = np.take_along_axis(self.data, idx, axis=d)
