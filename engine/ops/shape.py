@@ -488,6 +488,7 @@ def _split(self: Tensor, sizes: list, d: int, prim: str, saved: dict) -> tuple:
 def split(self, split_size_or_sections, dim=0):
     """torch.split(tensor, split_size_or_sections, dim=0): a tuple of views."""
     self = require_tensor(self)
+    _at_least_1d(self, "split expects at least a 1-dimensional tensor")
     d = wrap_dim(dim, self.data.ndim)
     n = self.data.shape[d]
     if isinstance(split_size_or_sections, (list, tuple)):
@@ -501,6 +502,12 @@ def split(self, split_size_or_sections, dim=0):
     sizes = _split_sizes(n, size)
     return _split(self, sizes, d, "SplitBackward0",
                   {"dim": d, "self_sym_sizes": self.data.shape, "split_size": size})
+
+
+def _at_least_1d(self: Tensor, message: str) -> None:
+    """torch's 0-dim checks of split/chunk/narrow (before any argument is looked at)."""
+    if self.data.ndim == 0:
+        raise TorchRuntimeError(message, code="invalid_argument")
 
 
 def _split_backward(ctx, grads, sizes):
@@ -537,6 +544,7 @@ def _(ctx, grads):
 def chunk(self, chunks, dim=0):
     """torch.chunk(input, chunks, dim=0)."""
     self = require_tensor(self)
+    _at_least_1d(self, "chunk expects at least a 1-dimensional tensor")
     if chunks <= 0:
         raise TorchRuntimeError("chunk expects `chunks` to be greater than 0, got: " + str(chunks),
                                 code="invalid_argument")
@@ -552,6 +560,8 @@ def unbind(self, dim=0):
     """torch.unbind(input, dim=0)."""
     self = require_tensor(self)
     d = wrap_dim(dim, self.data.ndim)
+    if self.data.ndim == 0:
+        raise TorchIndexError("Dimension specified as 0 but tensor has no dimensions", code="dim_out_of_range")
     arrs = tuple(np.take(self.data, i, axis=d) for i in range(self.data.shape[d]))
     outs = record("UnbindBackward0", arrs, (self,), {"dim": d})
     return tuple(_as_view(o, self) for o in outs)
@@ -569,6 +579,7 @@ def _(ctx, grads):
 def narrow(self, dim, start, length):
     """torch.narrow(input, dim, start, length)."""
     self = require_tensor(self)
+    _at_least_1d(self, "narrow() cannot be applied to a 0-dim tensor.")
     d = wrap_dim(dim, self.data.ndim)
     n = self.data.shape[d]
     if start < 0:
@@ -819,6 +830,9 @@ def index_select(self, dim, index):
     d = wrap_dim(dim, self.data.ndim)
     n = self.data.shape[d] if self.data.ndim else 1
     ix = index.data.reshape(-1)
+    if self.data.ndim == 0 and ix.size != 1:
+        raise TorchRuntimeError(f"index_select(): Index to scalar can have only 1 value, got {ix.size} value(s)",
+                                code="invalid_index")
     if ix.size and (ix.max() >= n or ix.min() < -n):
         raise TorchIndexError("index out of range in self", code="index_out_of_range")
     out = np.take(self.data, ix, axis=d) if self.data.ndim else self.data.reshape(1)[ix].reshape(())
@@ -830,6 +844,8 @@ def index_select(self, dim, index):
 def _(ctx, grad):
     d = ctx.dim
     shp = ctx.self_sym_sizes
+    if not shp:  # a 0-d input: the one selected element
+        return reshape(grad, ()),
     idx = [None] * len(shp)
     idx[d] = Tensor(ctx.index.data.reshape(-1))
     # broadcast the index along dim: index_add as an index_put with accumulation
@@ -849,6 +865,16 @@ def gather(self, dim, index, sparse_grad=False):
     if index.data.dtype != np.int64:
         raise TorchRuntimeError("gather(): Expected dtype int64 for index", code="invalid_dtype")
     d = wrap_dim(dim, self.data.ndim)
+    if self.data.ndim <= 1 and index.data.ndim <= 1 and 0 in (self.data.ndim, index.data.ndim):
+        # torch compares max(ndim, 1): a 0-d input or index gathers as a 1-element vector
+        n = self.data.size
+        ix = index.data.reshape(-1)
+        if ix.size and (ix.max() >= n or ix.min() < -n):
+            raise TorchRuntimeError(f"index {int(ix.max())} is out of bounds for dimension {d} with size {n}",
+                                    code="index_out_of_range")
+        out = self.data.reshape(-1)[ix].reshape(index.data.shape)
+        return record("GatherBackward0", out, (self,),
+                      {"dim": d, "index": index, "self": self, "sparse_grad": sparse_grad})
     if index.data.ndim != self.data.ndim:
         raise TorchRuntimeError("Index tensor must have the same number of dimensions as input tensor",
                                 code="shape_mismatch")
@@ -872,6 +898,9 @@ def _(ctx, grad):
     shp = ctx.self.data.shape
     d = ctx.dim
     ix = ctx.index.data
+    if len(shp) == 0 or ix.ndim == 0:  # the 0-d forms: scatter into the flat input
+        flat = _index_put_zeros(reshape(grad, (-1,)), (int(np.prod(shp)),), [Tensor(ix.reshape(-1))])
+        return reshape(flat, shp),
     grids = list(np.indices(ix.shape, sparse=True))
     grids[d] = ix
     return _index_put_zeros(grad, shp, [Tensor(np.asarray(g)) for g in grids]),
