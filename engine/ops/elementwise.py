@@ -297,6 +297,16 @@ def _not_bool(self, kernel: str) -> Tensor:
     return self
 
 
+def _float_only(self, kernel: str) -> Tensor:
+    """torch's activation kernels exist for floating dtypes only:
+    NotImplementedError '"silu_cpu" not implemented for 'Long''."""
+    self = require_tensor(self)
+    if self.data.dtype.kind != "f":
+        raise TorchRuntimeError(f"\"{kernel}\" not implemented for '{D.SCALAR_TYPE_NAMES[self.dtype]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
+    return self
+
+
 def _unary(prim: str, fn, self: Tensor, save: str | None, **extra):
     self = require_tensor(self)
     out = fn(float_data(self))
@@ -517,7 +527,7 @@ def _(ctx, grad):
 @op("leaky_relu", tensors=("self",), grad_fns=("LeakyReluBackward0",))
 def leaky_relu(self, negative_slope=0.01):
     """F.leaky_relu(input, negative_slope=0.01); leaky_relu'(0) = negative_slope."""
-    self = require_tensor(self)
+    self = _float_only(self, "leaky_relu_cpu")
     x = float_data(self)
     out = np.where(x > 0, x, x * x.dtype.type(negative_slope))
     return record("LeakyReluBackward0", out, (self,), {"negative_slope": negative_slope, "self": self})
@@ -531,7 +541,7 @@ def _(ctx, grad):
 @op("elu", tensors=("self",), grad_fns=("EluBackward0",))
 def elu(self, alpha=1.0):
     """F.elu(input, alpha=1.0)."""
-    self = require_tensor(self)
+    self = _float_only(self, "elu_cpu")
     x = float_data(self)
     a = x.dtype.type(alpha)
     with np.errstate(over="ignore"):
@@ -579,7 +589,7 @@ def _(ctx, grad):
 @op("gelu", tensors=("self",), grad_fns=("GeluBackward0",))
 def gelu(self, approximate="none"):
     """F.gelu(input, approximate='none'|'tanh')."""
-    self = require_tensor(self)
+    self = _float_only(self, "GeluKernelImpl")
     if approximate not in ("none", "tanh"):
         raise TorchRuntimeError("approximate argument must be either none or tanh.", code="invalid_argument")
     x = float_data(self)
@@ -614,7 +624,7 @@ def _(ctx, grad):
 @op("silu", tensors=("self",), grad_fns=("SiluBackward0",))
 def silu(self):
     """F.silu(input) = input * sigmoid(input)."""
-    self = require_tensor(self)
+    self = _float_only(self, "silu_cpu")
     x = float_data(self)
     return record("SiluBackward0", x * _np_sigmoid(x), (self,), {"self": self})
 
@@ -629,7 +639,7 @@ def _(ctx, grad):
 @op("softplus", tensors=("self",), grad_fns=("SoftplusBackward0",))
 def softplus(self, beta=1, threshold=20):
     """F.softplus(input, beta=1, threshold=20)."""
-    self = require_tensor(self)
+    self = _float_only(self, "softplus_cpu")
     x = float_data(self)
     t = x.dtype.type
     if beta == 1:  # x * 1 and y / 1 are exact: skip them
@@ -654,7 +664,12 @@ def _(ctx, grad):
 def hardtanh(self, min_val=-1.0, max_val=1.0):
     """F.hardtanh(input, min_val=-1.0, max_val=1.0)."""
     self = require_tensor(self)
-    x = float_data(self)
+    if self.data.dtype == np.bool_:
+        raise TorchRuntimeError("Bool inputs not supported for hardtanh", code="invalid_dtype")
+    x = self.data
+    if x.dtype.kind != "f":  # an integer input keeps its dtype (torch clamps into it)
+        out = np.clip(x.astype(np.float64), min_val, max_val).astype(x.dtype)
+        return Tensor(out)
     out = np.clip(x, x.dtype.type(min_val), x.dtype.type(max_val))
     return record("HardtanhBackward0", out, (self,), {"max_val": max_val, "min_val": min_val, "self": self})
 
@@ -668,7 +683,7 @@ def _(ctx, grad):
 @op("logsigmoid", tensors=("self",), grad_fns=("LogSigmoidBackward0",))
 def logsigmoid(self):
     """F.logsigmoid(input); saves input and a buffer like torch's CPU kernel."""
-    self = require_tensor(self)
+    self = _float_only(self, "log_sigmoid_cpu")
     x = float_data(self)
     t = x.dtype.type
     # torch: min(x, 0) - log1p(exp(-|x|)); buffer = exp(-|x|)

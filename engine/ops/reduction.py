@@ -328,12 +328,18 @@ def _arg(self, dim, keepdim, is_max):
 @op("argmax", tensors=("self",), differentiable=False)
 def argmax(self, dim=None, keepdim=False):
     """torch.argmax(input, dim=None, keepdim=False): int64, no grad."""
+    self = require_tensor(self)
+    if self.data.dtype == np.bool_:
+        raise TorchRuntimeError("argmax(): does not support bool input", code="invalid_dtype")
     return _arg(self, dim, keepdim, True)
 
 
 @op("argmin", tensors=("self",), differentiable=False)
 def argmin(self, dim=None, keepdim=False):
     """torch.argmin(input, dim=None, keepdim=False): int64, no grad."""
+    self = require_tensor(self)
+    if self.data.dtype == np.bool_:
+        raise TorchRuntimeError("argmin(): does not support bool input", code="invalid_dtype")
     return _arg(self, dim, keepdim, False)
 
 
