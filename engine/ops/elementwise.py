@@ -55,10 +55,8 @@ def sub(self, other, alpha=1):
     """torch.sub(input, other, alpha=1): input - alpha * other."""
     if not isinstance(self, Tensor):
         return rsub(require_tensor(other, "other", "sub"), self, alpha)
+    _sub_check(self, other)
     dtype, a, b = binary_operands(self, other)
-    if dtype == D.BOOL:
-        raise TorchRuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
-                                "Use the `^` or `logical_xor()` operator instead.", code="invalid_dtype")
     if alpha != 1:
         _alpha_ok(alpha, dtype)
         out = a - NP[dtype].type(alpha) * b
@@ -66,6 +64,19 @@ def sub(self, other, alpha=1):
         out = a - b
     o = other if isinstance(other, Tensor) else None
     return record("SubBackward0", out, (self, o), {"alpha": alpha})
+
+
+def _sub_check(self, other) -> None:
+    """torch's sub_check: no bool operand at all (a Python bool counts as a bool tensor)."""
+    a = self.data.dtype == np.bool_ if isinstance(self, Tensor) else isinstance(self, bool)
+    b = other.data.dtype == np.bool_ if isinstance(other, Tensor) else isinstance(other, bool)
+    if a and b:
+        raise TorchRuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                                "Use the `^` or `logical_xor()` operator instead.", code="invalid_dtype")
+    if a or b:
+        raise TorchRuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
+                                "If you are trying to invert a mask, use the `~` or `logical_not()` operator "
+                                "instead.", code="invalid_dtype")
 
 
 @vjp("SubBackward0", inputs=("self", "other"), saves=("alpha",))
@@ -78,6 +89,7 @@ def _(ctx, grad):
 def rsub(self, other, alpha=1):
     """torch.rsub(input, other, alpha=1): other - alpha * input (``2 - x``)."""
     self = require_tensor(self, "self", "rsub")
+    _sub_check(self, other)
     dtype, a, b = binary_operands(self, other)
     out = b - (NP[dtype].type(alpha) * a if alpha != 1 else a)
     if isinstance(other, Tensor):
@@ -909,15 +921,31 @@ def masked_fill(self, mask, value):
         value = value.item()
     if not is_number(value):
         raise InvalidArgumentError(f"masked_fill(): value must be a number, got {type(value).__name__}")
-    if D.scalar_dtype(value) == D.FLOAT32 and not D.is_floating(self.dtype):
-        raise TorchRuntimeError(f"value cannot be converted to type {D.C_NAMES[self.dtype]} without overflow",
-                                code="invalid_argument")
-    shape = broadcast_all(self.shape, mask.shape)
-    if shape != self.shape:
-        raise TorchRuntimeError(f"masked_fill: the shape of the mask {list(mask.shape)} must be broadcastable "
-                                f"to the shape of self {list(self.shape)}", code="shape_mismatch")
-    out = np.where(mask.data, self.data.dtype.type(value), self.data)
+    fill = checked_scalar(value, self.dtype)
+    broadcast_all(mask.shape, self.shape)  # self broadcasts to a larger mask, as torch's out-of-place form does
+    out = np.where(mask.data, fill, self.data)
     return record("MaskedFillBackward0", out, (self,), {"mask": mask})
+
+
+_OVERFLOW_NAMES = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "int64_t", D.BOOL: "bool"}
+
+
+def checked_scalar(value, dtype: str):
+    """A Python number converted to ``dtype`` as c10's checked_convert does: a float truncates into an
+    integer dtype, anything converts to bool, and a value out of the target's range is torch's error."""
+    npdt = NP[dtype]
+    if dtype == D.BOOL:
+        return npdt.type(bool(value))
+    bad = False
+    if dtype == D.INT64:
+        v = float(value) if isinstance(value, float) else int(value)
+        bad = (isinstance(v, float) and not math.isfinite(v)) or not (-2**63 <= v < 2**63)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
+        bad = math.fabs(float(value)) > float(np.finfo(npdt).max)
+    if bad:
+        raise TorchRuntimeError(f"value cannot be converted to type {_OVERFLOW_NAMES[dtype]} without overflow",
+                                code="invalid_argument")
+    return npdt.type(int(value) if dtype == D.INT64 else value)
 
 
 @vjp("MaskedFillBackward0", inputs=("self",), saves=("mask",))
@@ -925,11 +953,22 @@ def _(ctx, grad):
     return masked_fill(grad, ctx.mask, 0),
 
 
+_TYPEMETA = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "long int", D.BOOL: "bool"}
+
+
 @op("lerp", tensors=("self", "end", "weight"), grad_fns=("LerpBackward0", "LerpBackward1"))
 def lerp(self, end, weight):
     """torch.lerp(input, end, weight): input + weight * (end - input)."""
     self = require_tensor(self)
     end = require_tensor(end, "end", "lerp")
+    kernel = "lerp_kernel_tensor" if isinstance(weight, Tensor) else "lerp_kernel_scalar"
+    if end.dtype != self.dtype:
+        raise TorchRuntimeError(f"expected dtype {_TYPEMETA[self.dtype]} for `end` but got dtype "
+                                f"{_TYPEMETA[end.dtype]}", code="invalid_dtype")
+    if isinstance(weight, Tensor) and weight.data.ndim > 0 and weight.dtype != self.dtype:
+        raise TorchRuntimeError(f"expected dtype {_TYPEMETA[self.dtype]} for `weight` but got dtype "
+                                f"{_TYPEMETA[weight.dtype]}", code="invalid_dtype")
+    _float_only(self, kernel)
     dtype, a, b = binary_operands(self, end)
     if isinstance(weight, Tensor):
         w = weight.data.astype(NP[dtype], copy=False)
