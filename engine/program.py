@@ -494,7 +494,11 @@ def _translate(exc: Exception) -> EngineError:
         return TorchIndexError(msg, code="invalid_index")
     if isinstance(exc, ValueError):
         return TorchValueError(msg, code="invalid_argument")
-    if isinstance(exc, (MemoryError, OverflowError)):
+    if isinstance(exc, OverflowError):  # a Python int beyond int64 reached an op: torch's OverflowError
+        if "too large to convert" in msg or "too big to convert" in msg:
+            msg = "int too big to convert"
+        return TorchRuntimeError(msg, code="overflow", exception="OverflowError")
+    if isinstance(exc, MemoryError):
         return LimitExceededError(f"the op could not be computed within memory limits: {msg}")
     if isinstance(exc, RecursionError):
         return LimitExceededError("the op is nested too deeply")

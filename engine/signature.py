@@ -26,6 +26,8 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 
+import numpy as np
+
 from .errors import TorchTypeError
 
 # torch's allow_numbers_as_tensors list: a Python number passes where these ops want a Tensor
@@ -39,6 +41,17 @@ MESSAGE_NAMES = {"logsigmoid": "log_sigmoid"}
 # torch name of a varargs size parameter, and whether torch requires it
 _VARARGS = {"zeros": "size", "ones": "size", "rand": "size", "randn": "size", "view": "size", "reshape": "shape",
             "expand": "size", "repeat": "repeats", "permute": "dims"}
+
+# torch's types of non-tensor parameters of ops bound with one signature (checked like a Tensor parameter:
+# ``unsqueeze(): argument 'dim' (position 1) must be int, not float``); other parameters are the op's to check
+PARAM_TYPES: dict[str, dict[str, str]] = {
+    "unsqueeze": {"dim": "int"}, "transpose": {"dim0": "int", "dim1": "int"}, "select": {"dim": "int", "index": "int"},
+    "index_select": {"dim": "int"}, "gather": {"dim": "int"}, "cumsum": {"dim": "int"},
+    "chunk": {"chunks": "int", "dim": "int"}, "unbind": {"dim": "int"},
+    "flatten": {"start_dim": "int", "end_dim": "int"}, "amax": {"dim": "tuple of ints", "keepdim": "bool"},
+    "amin": {"dim": "tuple of ints", "keepdim": "bool"}, "logsumexp": {"dim": "tuple of ints", "keepdim": "bool"},
+    "argmax": {"dim": "int", "keepdim": "bool"}, "argmin": {"dim": "int", "keepdim": "bool"},
+}
 
 # ops only bound as Tensor methods in torch: a program calls them as methods
 METHOD_ONLY = frozenset({"view", "expand", "expand_as", "repeat", "contiguous", "float", "double", "long", "bool",
@@ -177,7 +190,8 @@ def _matches(type_: str, v, numbers_ok: bool = False) -> bool:
     if type_ == "Number":
         return _is_number(v) or (_is_tensor(v) and v.data.ndim == 0 and not v.requires_grad)
     if type_ == "int":
-        return isinstance(v, int) and not isinstance(v, bool)
+        return (isinstance(v, (int, np.integer)) and not isinstance(v, bool)) or (
+            _is_tensor(v) and v.data.ndim == 0 and v.data.dtype.kind in "iu")
     if type_ == "bool":
         return isinstance(v, bool)
     if type_ == "float":
@@ -185,9 +199,9 @@ def _matches(type_: str, v, numbers_ok: bool = False) -> bool:
     if type_ == "str":
         return isinstance(v, str)
     if type_ == "tuple of ints":
-        if isinstance(v, int) and not isinstance(v, bool):
+        if _matches("int", v):
             return True
-        return isinstance(v, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+        return isinstance(v, (list, tuple)) and all(_matches("int", x) for x in v)
     if type_ == "tuple of Tensors":
         return isinstance(v, (list, tuple))
     if type_ == "torch.dtype":
@@ -233,7 +247,7 @@ def derived_signature(spec, name: str, method: bool) -> Signature:
         elif p.name in spec.tensor_lists:
             type_ = "tuple of Tensors"
         else:
-            type_ = ""
+            type_ = PARAM_TYPES.get(spec.name, {}).get(p.name, "")
         optional = p.default is not p.empty
         params.append(Param(shown, p.name, type_, optional, optional and p.default is None, kw_only, numbers_ok))
     return Signature(name, tuple(params), varargs)

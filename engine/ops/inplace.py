@@ -174,6 +174,7 @@ def _fill(self: Tensor, value) -> Tensor:
                                     f"{value.data.ndim} dimensions.", code="invalid_argument")
         out = np.full(self.data.shape, value.data, dtype=self.data.dtype)
         return record("FillBackward1", out, (self, value))
+    value = E.checked_scalar(value, self.dtype) if isinstance(value, (int, float)) else value
     return record("FillBackward0", np.full(self.data.shape, value, dtype=self.data.dtype), (self,))
 
 

@@ -608,6 +608,9 @@ def dropout(input, p=0.5, training=True, seed=None):
     if p < 0.0 or p > 1.0:
         raise TorchValueError(f"dropout probability has to be between 0 and 1, but got {p}",
                               code="invalid_argument")
+    if math.isnan(p):  # passes F.dropout's Python range check; ATen's own check refuses it
+        raise TorchRuntimeError("dropout probability has to be between 0 and 1, but got nan",
+                                code="invalid_argument")
     if p == 0 or not training or input.numel() == 0:
         return input
     dt = input.data.dtype
