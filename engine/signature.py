@@ -330,7 +330,7 @@ def _parse(sig: Signature, args: list, kwargs: dict, raise_: bool) -> bool:
     return True
 
 
-def _option_args(text: str) -> list[tuple[str, str, bool, bool]]:
+def _option_args(text: str) -> list[tuple[str, str, bool, bool, bool]]:
     """(name, type, keyword_only, nullable) per comma-separated token; torch counts ``*`` (and ``()``'s empty
     token) as an argument when it compares argument counts."""
     inner = text.strip()[1:-1]
@@ -338,12 +338,21 @@ def _option_args(text: str) -> list[tuple[str, str, bool, bool]]:
     for tok in inner.split(", "):
         if tok == "*":
             kw = True
-            out.append(("*", "", True, False))
+            out.append(("*", "", True, False, False))
             continue
-        decl, _, default = tok.partition(" = ")
+        decl, eq, default = tok.partition(" = ")
         type_, _, name = decl.rpartition(" ")
-        out.append((name, type_, kw, default == "None"))
+        out.append((name, type_, kw, default == "None", bool(eq)))
     return out
+
+
+def _desc_match(arg, v) -> bool:
+    """torch's invalid_arguments type check: only plain Tensor/int/bool/float/str arguments without a default
+    ever match ('Number' and defaulted arguments are always marked)."""
+    name, type_, _kw, _nullable, has_default = arg
+    if not name or has_default or type_ not in ("Tensor", "int", "bool", "float", "str"):
+        return False
+    return _matches(type_, v)
 
 
 def _arg_desc(option, args: list, kwargs: dict) -> str:
@@ -353,13 +362,13 @@ def _arg_desc(option, args: list, kwargs: dict) -> str:
     for i, v in enumerate(args):
         ok = True
         if option is not None:
-            ok = i < len(positional) and (_matches(positional[i][1], v) or (v is None and positional[i][3]))
+            ok = i < len(positional) and _desc_match(positional[i], v)
         parts.append(_tname(v) if ok else f"!{_tname(v)}!")
     for k, v in kwargs.items():
         ok = True
         if option is not None:
             match = [a for a in option if a[0] == k]
-            ok = bool(match) and (_matches(match[0][1], v) or (v is None and match[0][3]))
+            ok = bool(match) and _desc_match(match[0], v)
         parts.append(f"{k}={_tname(v)}" if ok else f"!{k}={_tname(v)}!")
     s = "".join(p + ", " for p in parts)
     if args:

@@ -315,7 +315,7 @@ def _creation(name: str, fill):
     def create(*size, dtype=None, requires_grad=False, device=None):
         spec = _OPS.get(name)
         if spec is not None:
-            return _call(spec.fn, size, {"dtype": dtype, "requires_grad": requires_grad})
+            return _call(_checked(name, spec), size, {"dtype": dtype, "requires_grad": requires_grad})
         shape = _size_args(size)
         arr = np.full(shape, fill, dtype=np.float32 if dtype is None else _engine_dtype(dtype))
         return wrap(_engine.tensor(arr, dtype=dtype, requires_grad=requires_grad))
