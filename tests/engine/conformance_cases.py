@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (a table of code strings: one case per entry reads better than wrapped strings)
 """Op-level conformance cases with torch 2.13: each is torch code that binds ``r`` (or raises), and
 optionally the same call as a JSON program (the API's form) that binds ``r`` (or names its result with
 ``result``, e.g. ``x.grad``).
