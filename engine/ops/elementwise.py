@@ -21,6 +21,15 @@ from .common import NP, as_operand, binary_operands, broadcast_all, float_data, 
 # ----- arithmetic ---------------------------------------------------------------------------------------
 
 
+def _number_tensor(v) -> Tensor:
+    """torch's numbers-as-tensors for a call with no tensor at all (``torch.add(2.5, 1.5)``): the number
+    becomes a tensor as ``torch.tensor`` makes it (float32, int64 or bool)."""
+    from ..tensor import tensor
+    if not is_number(v):
+        raise InvalidArgumentError(f"expected a Tensor or a number, got {type(v).__name__}")
+    return tensor(v)
+
+
 def _alpha_ok(alpha, dtype: str):
     if isinstance(alpha, float) and not D.is_floating(dtype):
         raise TorchRuntimeError("For integral input tensors, argument alpha must not be a floating point number.",
@@ -30,10 +39,8 @@ def _alpha_ok(alpha, dtype: str):
 @op("add", tensors=("self", "other"), grad_fns=("AddBackward0",), aliases=("__add__", "__radd__"))
 def add(self, other, alpha=1):
     """torch.add(input, other, alpha=1): input + alpha * other."""
-    if not isinstance(self, Tensor):
-        self, other = other, self
-        if not isinstance(self, Tensor):
-            raise InvalidArgumentError("add(): expected at least one Tensor argument")
+    if not isinstance(self, Tensor):  # torch.add(2, x): the number is a wrapped 0-d input
+        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
     dtype, a, b = binary_operands(self, other)
     if alpha != 1:
         _alpha_ok(alpha, dtype)
@@ -52,9 +59,10 @@ def _(ctx, grad):
 
 @op("sub", tensors=("self", "other"), grad_fns=("SubBackward0",), aliases=("subtract", "__sub__"))
 def sub(self, other, alpha=1):
-    """torch.sub(input, other, alpha=1): input - alpha * other."""
+    """torch.sub(input, other, alpha=1): input - alpha * other; a number input is wrapped as a 0-d tensor
+    (SubBackward0, as torch.sub(2, x) records; ``2 - x`` is rsub)."""
     if not isinstance(self, Tensor):
-        return rsub(require_tensor(other, "other", "sub"), self, alpha)
+        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
     _sub_check(self, other)
     dtype, a, b = binary_operands(self, other)
     if alpha != 1:
@@ -112,10 +120,8 @@ def _(ctx, grad):
 @op("mul", tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("multiply", "__mul__", "__rmul__"))
 def mul(self, other):
     """torch.mul(input, other). A Python number is saved as a wrapped 0-d tensor, as torch does."""
-    if not isinstance(self, Tensor):
-        self, other = other, self
-        if not isinstance(self, Tensor):
-            raise InvalidArgumentError("mul(): expected at least one Tensor argument")
+    if not isinstance(self, Tensor):  # torch.mul(2, x): the number is a wrapped 0-d input
+        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
     dtype, a, b = binary_operands(self, other)
     out = a * b if dtype != D.BOOL else np.logical_and(a, b)
     if isinstance(other, Tensor):
@@ -141,11 +147,8 @@ def div(self, other, rounding_mode=None):
     if rounding_mode not in _ROUNDING:
         raise TorchRuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
                                 f"'{rounding_mode}'", code="invalid_argument")
-    if not isinstance(self, Tensor):
-        other = require_tensor(other, "other", "div")
-        if rounding_mode is None:
-            return mul(reciprocal(other), self)
-        self = as_operand(self)
+    if not isinstance(self, Tensor):  # torch.div(2, x): the number is wrapped as a 0-d tensor
+        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
     dtype = D.result_type(self, other)
     if rounding_mode is None and not D.is_floating(dtype):
         dtype = D.DEFAULT_FLOAT
@@ -973,7 +976,8 @@ def lerp(self, end, weight):
     if isinstance(weight, Tensor):
         w = weight.data.astype(NP[dtype], copy=False)
         broadcast_all(self.shape, end.shape, weight.shape)
-        out = a + w * (b - a)
+        diff = b - a  # torch's kernel: |weight| < 0.5 ? self + weight * diff : end - diff * (1 - weight)
+        out = np.where(np.abs(w) < 0.5, a + w * diff, b - diff * (NP[dtype].type(1) - w))
         return record("LerpBackward1", out, (self, end, weight), {"end": end, "self": self, "weight": weight})
     w = NP[dtype].type(weight)
     # torch's CPU kernel: weight < 0.5 ? self + weight * diff : end - diff * (1 - weight)

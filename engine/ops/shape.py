@@ -551,7 +551,7 @@ def chunk(self, chunks, dim=0):
     d = wrap_dim(dim, self.data.ndim)
     n = self.data.shape[d]
     if n == 0:
-        return split(self, [0], d)
+        return split(self, [0] * chunks, d)  # torch: `chunks` empty pieces
     return split(self, -(-n // chunks), d)  # ceil(n / chunks) per chunk, as torch
 
 
