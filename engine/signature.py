@@ -36,7 +36,7 @@ NUMBERS_AS_TENSORS = frozenset({
     "subtract", "subtract_", "true_divide", "true_divide_", "to", "copy_", "floor_divide", "floor_divide_"})
 
 # the name torch's messages use when it differs from the op's name
-MESSAGE_NAMES = {"logsigmoid": "log_sigmoid"}
+MESSAGE_NAMES = {"logsigmoid": "log_sigmoid", "nll_loss": "nll_loss_nd", "cross_entropy": "cross_entropy_loss"}
 
 # torch name of a varargs size parameter, and whether torch requires it
 _VARARGS = {"zeros": "size", "ones": "size", "rand": "size", "randn": "size", "view": "size", "reshape": "shape",
@@ -138,6 +138,41 @@ OVERLOADS: dict[str, dict[str, tuple[str, ...]]] = {
             "method": ("(*, torch.dtype dtype = None)",
                        "(tuple of ints dim, bool keepdim = False, *, torch.dtype dtype = None)")},
 }
+OVERLOADS.update({
+    "mean": {"function": ("(Tensor input, *, torch.dtype dtype = None, Tensor out = None)",
+                          "(Tensor input, tuple of ints dim, bool keepdim = False, *, torch.dtype dtype = None, "
+                          "Tensor out = None)"),
+             "method": ("(*, torch.dtype dtype = None)",
+                        "(tuple of ints dim, bool keepdim = False, *, torch.dtype dtype = None)")},
+    "prod": {"function": ("(Tensor input, *, torch.dtype dtype = None)",
+                          "(Tensor input, int dim, bool keepdim = False, *, torch.dtype dtype = None, "
+                          "Tensor out = None)"),
+             "method": ("(*, torch.dtype dtype = None)",
+                        "(int dim, bool keepdim = False, *, torch.dtype dtype = None)")},
+    "sort": {"function": ("(Tensor input, *, bool stable, int dim = -1, bool descending = False, "
+                          "tuple of Tensors out = None)",
+                          "(Tensor input, int dim = -1, bool descending = False, *, tuple of Tensors out = None)"),
+             "method": ("(*, bool stable, int dim = -1, bool descending = False)",
+                        "(int dim = -1, bool descending = False)")},
+    "squeeze": {"function": ("(Tensor input)", "(Tensor input, int dim)", "(Tensor input, tuple of ints dim)"),
+                "method": ("()", "(int dim)", "(tuple of ints dim)")},
+    "round": {"function": ("(Tensor input, *, Tensor out = None)",
+                           "(Tensor input, *, int decimals, Tensor out = None)"),
+              "method": ("()", "(*, int decimals)")},
+    "narrow": {"function": ("(Tensor input, int dim, Tensor start, int length)",
+                            "(Tensor input, int dim, int start, int length)"),
+               "method": ("(int dim, Tensor start, int length)", "(int dim, int start, int length)")},
+})
+for _red in ("std", "var"):
+    OVERLOADS[_red] = {
+        "function": ("(Tensor input, tuple of ints dim, bool unbiased = True, bool keepdim = False, *, "
+                     "Tensor out = None)",
+                     "(Tensor input, tuple of ints dim = None, *, Number correction = None, bool keepdim = False, "
+                     "Tensor out = None)",
+                     "(Tensor input, bool unbiased = True)"),
+        "method": ("(tuple of ints dim, bool unbiased = True, bool keepdim = False)",
+                   "(tuple of ints dim = None, *, Number correction = None, bool keepdim = False)",
+                   "(bool unbiased = True)")}
 for _cmp in ("eq", "ne", "gt", "ge", "lt", "le"):
     OVERLOADS[_cmp] = {"function": ("(Tensor input, Tensor other, *, Tensor out = None)",
                                     "(Tensor input, Number other, *, Tensor out = None)"),
@@ -385,8 +420,7 @@ def _invalid_combination(name: str, options: tuple[str, ...], args: list, kwargs
     for text in options:
         msg += f" * {text}\n"
         option = _option_args(text)
-        expected = len(option) - (1 if any(a[0] == "out" for a in option) and "out" not in kwargs else 0)
-        if len(args) + len(kwargs) == expected:
+        if len(args) + len(kwargs) == len(option):  # torch counts every token, '*' and 'out' included
             msg += "      didn't match because some of the arguments have invalid types: "
             msg += _arg_desc(option, args, kwargs) + "\n"
     return TorchTypeError(msg, code="invalid_argument")

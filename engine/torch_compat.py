@@ -345,7 +345,7 @@ def _like(name: str, fill):
     def create(t, dtype=None, requires_grad=False):
         spec = _OPS.get(name)
         if spec is not None:
-            return _call(spec.fn, (t,), {"dtype": dtype, "requires_grad": requires_grad})
+            return _call(_checked(name, spec), (t,), {"dtype": dtype, "requires_grad": requires_grad})
         e = unwrap(t)
         arr = np.full(e.data.shape, fill, dtype=e.data.dtype if dtype is None else _engine_dtype(dtype))
         return wrap(_engine.tensor(arr, requires_grad=requires_grad))

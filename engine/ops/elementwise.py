@@ -98,6 +98,8 @@ def rsub(self, other, alpha=1):
     """torch.rsub(input, other, alpha=1): other - alpha * input (``2 - x``)."""
     self = require_tensor(self, "self", "rsub")
     _sub_check(self, other)
+    if isinstance(other, Tensor) and other.data.shape != self.data.shape:
+        broadcast_all(other.shape, self.shape)  # torch computes other - self: other is tensor a
     dtype, a, b = binary_operands(self, other)
     out = b - (NP[dtype].type(alpha) * a if alpha != 1 else a)
     if isinstance(other, Tensor):
@@ -1028,6 +1030,8 @@ def _(ctx, grad):
 @op("round", tensors=("self",), grad_fns=("RoundBackward0", "RoundBackward1"))
 def round(self, decimals=0):
     """torch.round(input, decimals=0): half to even, zero gradient."""
+    if decimals:
+        self = _float_only(self, "round_cpu")  # torch's decimals kernel is float-only
     self = _not_bool(self, "round_vml_cpu")
     if decimals:
         return record("RoundBackward1", np.round(self.data, decimals), (self,), {"decimals": decimals})

@@ -106,10 +106,10 @@ def bmm(self, mat2):
     if mat2.shape[0] != bs or mat2.shape[1] != m:
         raise ShapeError(f"Expected size for first two dimensions of batch2 tensor to be: [{bs}, {m}] "
                          f"but got: [{mat2.shape[0]}, {mat2.shape[1]}].")
+    _no_bool(self, "bmm")  # torch: no bool kernel, before the dtype check
     if self.dtype != mat2.dtype:
         raise TorchRuntimeError(f"expected scalar type {D.SCALAR_TYPE_NAMES[self.dtype]} but found "
                                 f"{D.SCALAR_TYPE_NAMES[mat2.dtype]}", code="dtype_mismatch")
-    _no_bool(self, "bmm")
     out = _matmul_np(self.data, mat2.data, (bs, n, mat2.shape[2]))
     return record("BmmBackward0", out, (self, mat2), {"mat2": mat2, "self": self})
 

@@ -272,6 +272,15 @@ def _amax_amin(self, dim, keepdim, is_max):
     self = require_tensor(self)
     nd = self.data.ndim
     dims = _dims(dim, nd) if dim != () else None
+    name = "amax" if is_max else "amin"
+    if self.data.size == 0:  # torch's empty-reduction checks, before numpy's ValueError
+        if dims is None:
+            raise TorchRuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                                    f"Specify the reduction dim with the 'dim' argument.", code="empty_reduction")
+        for d in dims:
+            if nd and self.data.shape[d] == 0:
+                raise TorchIndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.",
+                                      code="empty_reduction")
     fn = np.max if is_max else np.min
     out = np.asarray(fn(self.data, axis=_axis(dims, nd), keepdims=keepdim))
     return record("AmaxBackward0" if is_max else "AminBackward0", out, (self,),
@@ -314,8 +323,8 @@ def _arg(self, dim, keepdim, is_max):
     self = require_tensor(self)
     fn = np.argmax if is_max else np.argmin
     if self.data.size == 0:
-        raise TorchRuntimeError(f"{'argmax' if is_max else 'argmin'}(): Expected reduction dim to be specified for "
-                                f"input.numel() == 0.", code="empty_reduction")
+        raise TorchIndexError(f"{'argmax' if is_max else 'argmin'}(): Expected reduction dim to be specified for "
+                              f"input.numel() == 0.", code="empty_reduction")
     if dim is None:
         out = np.asarray(fn(self.data), dtype=np.int64)
         if keepdim:

@@ -582,13 +582,17 @@ def narrow(self, dim, start, length):
     _at_least_1d(self, "narrow() cannot be applied to a 0-dim tensor.")
     d = wrap_dim(dim, self.data.ndim)
     n = self.data.shape[d]
+    # torch's order: length, then start's range, then start + length
+    if length < 0:
+        raise TorchRuntimeError("narrow(): length must be non-negative.", code="index_out_of_range")
+    if not -n <= start <= n:
+        raise TorchIndexError(f"start out of range (expected to be in range of [{-n}, {n}], but got {start})",
+                              code="index_out_of_range")
     if start < 0:
         start += n
-    if start < 0 or start > n or length < 0 or start + length > n:
-        raise TorchIndexError(f"start ({start}) + length ({length}) exceeds dimension size ({n}).",
-                              code="index_out_of_range") if start + length > n else \
-            TorchIndexError(f"start out of range (expected to be in range of [{-n}, {n}], but got {start})",
-                            code="index_out_of_range")
+    if start > n - length:
+        raise TorchRuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({n}).",
+                                code="index_out_of_range")
     return _slice(self, d, start, start + length, 1)
 
 
@@ -620,7 +624,20 @@ def select(self, dim, index):
                            {"dim": d, "index": index, "self_sym_sizes": self.data.shape}), self)
 
 
-op("select", tensors=("self",), grad_fns=("SelectBackward0",))(select)
+def _select_op(self, dim, index):
+    """torch.select(input, dim, index); its bounds message differs from indexing's (``x[5]``)."""
+    self = require_tensor(self)
+    if self.data.ndim and isinstance(index, int):
+        d = wrap_dim(dim, self.data.ndim)
+        n = self.data.shape[d]
+        if index < -n or index >= n:
+            raise TorchIndexError(f"select(): index {index} out of range for tensor of size "
+                                  f"{list(self.data.shape)} at dimension {d}", code="index_out_of_range")
+    return select(self, dim, index)
+
+
+_select_op.__name__ = "select"
+op("select", tensors=("self",), grad_fns=("SelectBackward0",))(_select_op)
 
 
 @vjp("SelectBackward0", inputs=("self",), saves=("dim", "index", "self_sym_sizes"))
@@ -881,7 +898,7 @@ def gather(self, dim, index, sparse_grad=False):
     for k in range(self.data.ndim):
         if k != d and index.data.shape[k] > self.data.shape[k]:
             raise TorchRuntimeError(f"Size does not match at dimension {k} expected index "
-                                    f"{list(index.data.shape)} to be smaller than self {list(self.data.shape)} "
+                                    f"{list(index.data.shape)} to be no larger than self {list(self.data.shape)} "
                                     f"apart from dimension {d}", code="shape_mismatch")
     n = self.data.shape[d] if self.data.ndim else 1
     if index.data.size and (index.data.max() >= n or index.data.min() < -n):
