@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import TorchTypeError
+from .errors import TorchAttributeError, TorchTypeError
 
 # torch's allow_numbers_as_tensors list: a Python number passes where these ops want a Tensor
 NUMBERS_AS_TENSORS = frozenset({
@@ -52,6 +52,14 @@ PARAM_TYPES: dict[str, dict[str, str]] = {
     "amin": {"dim": "tuple of ints", "keepdim": "bool"}, "logsumexp": {"dim": "tuple of ints", "keepdim": "bool"},
     "argmax": {"dim": "int", "keepdim": "bool"}, "argmin": {"dim": "int", "keepdim": "bool"},
 }
+
+# torch functions written in Python (torch.nn.functional, torch.functional): a non-tensor argument fails on
+# its first attribute access, an AttributeError ('NoneType' object has no attribute 'size'); parameters in the
+# order the Python code touches them
+PYTHON_ATTRIBUTE = {op: ("size", ("target", "input")) for op in (
+    "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits")}
+PYTHON_ATTRIBUTE.update({"softmax": ("softmax", ("self",)), "log_softmax": ("log_softmax", ("self",)),
+                         "split": ("split", ("self",)), "norm": ("layout", ("self",))})
 
 # ops only bound as Tensor methods in torch: a program calls them as methods
 METHOD_ONLY = frozenset({"view", "expand", "expand_as", "repeat", "contiguous", "float", "double", "long", "bool",
@@ -434,6 +442,8 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool) -> None:
     shown = MESSAGE_NAMES.get(name, name)
     args = list(args)
     derived = derived_signature(spec, shown, method)
+    if not method and spec.name in PYTHON_ATTRIBUTE:
+        _python_attribute(spec, derived, args, kwargs)
     form = "method" if method else "function"
     options = OVERLOADS.get(spec.name, {}).get(form)
     if options is None:
@@ -450,6 +460,16 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool) -> None:
     if len(plausible) == 1:
         _parse(plausible[0], args, kwargs, True)
     raise _invalid_combination(shown, options, args, kwargs)
+
+
+def _python_attribute(spec, sig: Signature, args: list, kwargs: dict) -> None:
+    attr, order = PYTHON_ATTRIBUTE[spec.name]
+    bound = {p.key: a for p, a in zip([p for p in sig.params if not p.keyword_only], args)}
+    bound.update(kwargs)
+    for key in order:
+        if key in bound and not _is_tensor(bound[key]):
+            raise TorchAttributeError(f"'{_tname(bound[key])}' object has no attribute '{attr}'",
+                                      code="invalid_argument")
 
 
 def call_form(name: str, spec) -> bool:

@@ -236,7 +236,15 @@ relu_ = _make("relu_", E.relu, ("ReluBackward0",))
 clamp_ = _make("clamp_", E.clamp, ("ClampBackward1", "ClampBackward0"), ("self", "min", "max"), ("clip_",))
 clamp_min_ = _make("clamp_min_", E.clamp_min, ("ClampMinBackward0",))
 clamp_max_ = _make("clamp_max_", E.clamp_max, ("ClampMaxBackward0",))
-masked_fill_ = _make("masked_fill_", E.masked_fill, ("MaskedFillBackward0",), ("self", "mask"))
+def _masked_fill_inplace(self: Tensor, mask, value) -> Tensor:
+    """masked_fill_ broadcasts the mask to self (self is tensor a in torch's message)."""
+    if isinstance(mask, Tensor) and mask.data.shape != self.data.shape:
+        from .common import broadcast_shapes
+        broadcast_shapes(self.data.shape, mask.data.shape)
+    return E.masked_fill(self, mask, value)
+
+
+masked_fill_ = _make("masked_fill_", _masked_fill_inplace, ("MaskedFillBackward0",), ("self", "mask"))
 zero_ = _make("zero_", _zero, ("ZeroBackward0",), doc="Tensor.zero_(): fill with zeros in place.")
 fill_ = _make("fill_", _fill, ("FillBackward0",), ("self", "value"), doc="Tensor.fill_(value): in place.")
 copy_ = _make("copy_", _copy, ("CopyBackwards",), ("self", "src"),
