@@ -27,7 +27,7 @@ CASES: dict[str, dict] = {
     "add_inplace_none": {"code": "x = torch.zeros(2)\nr = x.add_(None)",
                          "program": [{"op": "zeros", "out": "x", "args": [2]}, {"op": "add_", "args": ["x", None]}]},
     "mul_list": {"code": X + "r = torch.mul(x, [1, 2])", "program": [T, {"op": "mul", "args": ["x", [1, 2]]}]},
-    "add_number_first": {"code": X + "r = torch.add(2, x)", "program": [T, {"op": "add", "args": [2, "x"]}]},
+    "add_number_first": {"code": X + "r = torch.add(2, x)", "program": [T, {"op": "add", "out": "r", "args": [2, "x"]}]},
     "logical_and_number": {"code": X + "r = torch.logical_and(x, 0.05)",
                            "program": [T, {"op": "logical_and", "args": ["x", 0.05]}]},
     "logical_and_number_method": {"code": X + "r = x.logical_and(0.05)"},
