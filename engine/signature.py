@@ -242,7 +242,7 @@ def _matches(type_: str, v, numbers_ok: bool = False) -> bool:
     if type_ == "str":
         return isinstance(v, str)
     if type_ == "tuple of ints":
-        if _matches("int", v):
+        if v is None or _matches("int", v):  # torch's int[]? prints as 'tuple of ints' too
             return True
         return isinstance(v, (list, tuple)) and all(_matches("int", x) for x in v)
     if type_ == "tuple of Tensors":
@@ -398,21 +398,32 @@ def _desc_match(arg, v) -> bool:
     return _matches(type_, v)
 
 
+def _seq_name(v) -> str:
+    """torch's description of a list or tuple argument: ``list of [int, float]``, ``tuple of (int, int)``."""
+    if isinstance(v, list):
+        return "list of [" + ", ".join(_tname(x) for x in v) + "]"
+    if isinstance(v, tuple):
+        return "tuple of (" + ", ".join(_tname(x) for x in v) + ")"
+    return _tname(v)
+
+
 def _arg_desc(option, args: list, kwargs: dict) -> str:
     """torch's _formattedArgDesc: each argument's type, ``!marked!`` where this option does not take it."""
     positional = [a for a in option if not a[2]] if option is not None else []
     parts = []
     for i, v in enumerate(args):
         ok = True
+        name = _tname(v) if option is None else _seq_name(v)
         if option is not None:
             ok = i < len(positional) and _desc_match(positional[i], v)
-        parts.append(_tname(v) if ok else f"!{_tname(v)}!")
+        parts.append(name if ok else f"!{name}!")
     for k, v in kwargs.items():
         ok = True
+        name = _tname(v) if option is None else _seq_name(v)
         if option is not None:
             match = [a for a in option if a[0] == k]
             ok = bool(match) and _desc_match(match[0], v)
-        parts.append(f"{k}={_tname(v)}" if ok else f"!{k}={_tname(v)}!")
+        parts.append(f"{k}={name}" if ok else f"!{k}={name}!")
     s = "".join(p + ", " for p in parts)
     if args:
         s = s[:-2]
@@ -429,8 +440,13 @@ def _invalid_combination(name: str, options: tuple[str, ...], args: list, kwargs
         msg += f" * {text}\n"
         option = _option_args(text)
         if len(args) + len(kwargs) == len(option):  # torch counts every token, '*' and 'out' included
-            msg += "      didn't match because some of the arguments have invalid types: "
-            msg += _arg_desc(option, args, kwargs) + "\n"
+            keyword_only = {a[0] for a in option if a[2]}
+            wrong = [k for k in kwargs if k not in keyword_only]
+            if wrong:
+                msg += f"      didn't match because some of the keywords were incorrect: {', '.join(wrong)}\n"
+            else:
+                msg += "      didn't match because some of the arguments have invalid types: "
+                msg += _arg_desc(option, args, kwargs) + "\n"
     return TorchTypeError(msg, code="invalid_argument")
 
 

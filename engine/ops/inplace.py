@@ -233,9 +233,26 @@ abs_ = _make("abs_", E.abs, ("AbsBackward0",))
 sigmoid_ = _make("sigmoid_", E.sigmoid, ("SigmoidBackward0",))
 tanh_ = _make("tanh_", E.tanh, ("TanhBackward0",))
 relu_ = _make("relu_", E.relu, ("ReluBackward0",))
-clamp_ = _make("clamp_", E.clamp, ("ClampBackward1", "ClampBackward0"), ("self", "min", "max"), ("clip_",))
-clamp_min_ = _make("clamp_min_", E.clamp_min, ("ClampMinBackward0",))
-clamp_max_ = _make("clamp_max_", E.clamp_max, ("ClampMaxBackward0",))
+def _clamp_cast_checked(fn):
+    """clamp_'s out= check words the dtype the C++ way ('long int', 'bool'), unlike the other in-place ops."""
+    def clamp(self, *bounds, **kw):
+        for b in list(bounds) + list(kw.values()):
+            if isinstance(b, Tensor) or b is None or isinstance(b, str):  # number bounds only (the Scalar overload)
+                continue
+            res = D.result_type(self, b)
+            if not D.can_cast(res, self.dtype):
+                raise TorchRuntimeError(f"result type {D.SCALAR_TYPE_NAMES[res]} can't be cast to the desired output "
+                                        f"type {E._TYPEMETA[self.dtype]}", code="invalid_dtype")
+        return fn(self, *bounds, **kw)
+
+    clamp.__signature__ = inspect.signature(fn)
+    return clamp
+
+
+clamp_ = _make("clamp_", _clamp_cast_checked(E.clamp), ("ClampBackward1", "ClampBackward0"), ("self", "min", "max"),
+               ("clip_",))
+clamp_min_ = _make("clamp_min_", _clamp_cast_checked(E.clamp_min), ("ClampMinBackward0",))
+clamp_max_ = _make("clamp_max_", _clamp_cast_checked(E.clamp_max), ("ClampMaxBackward0",))
 def _masked_fill_inplace(self: Tensor, mask, value) -> Tensor:
     """masked_fill_ broadcasts the mask to self (self is tensor a in torch's message)."""
     if isinstance(mask, Tensor) and mask.data.shape != self.data.shape:

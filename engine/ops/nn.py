@@ -14,7 +14,14 @@ import math
 import numpy as np
 
 from .. import dtypes as D
-from ..errors import InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError, TorchValueError
+from ..errors import (
+    InvalidArgumentError,
+    ShapeError,
+    TorchIndexError,
+    TorchRuntimeError,
+    TorchValueError,
+    dim_out_of_range,
+)
 from ..grad_mode import emit_warning
 from ..registry import PRIMS, op, record, vjp
 from ..tensor import Tensor
@@ -136,6 +143,9 @@ def linear(input, weight, bias=None):
     if bias is not None:
         bias = require_tensor(bias, "bias", "linear")
     nd = input.data.ndim
+    if nd == 0 or weight.data.ndim == 0:
+        raise ShapeError(f"both arguments to linear need to be at least 1D, but they are {nd}D and "
+                         f"{weight.data.ndim}D")
     if nd == 2 and bias is not None:
         return addmm(bias, input, t(weight))
     if bias is not None and nd >= 1 and input.data.flags.c_contiguous and (nd == 3 or bias.data.ndim == 1):
@@ -287,6 +297,9 @@ def binary_cross_entropy(input, target, weight=None, reduction="mean"):
         raise TorchValueError(f"Using a target size ({_size(target.shape)}) that is different to the input size "
                               f"({_size(input.shape)}) is deprecated. Please ensure they have the same size.",
                               code="shape_mismatch")
+    if target.dtype != input.dtype:
+        raise TorchRuntimeError(f"Found dtype {D.SCALAR_TYPE_NAMES[target.dtype]} but expected "
+                                f"{D.SCALAR_TYPE_NAMES[input.dtype]}", code="invalid_dtype")
     if weight is not None:
         weight = require_tensor(weight, "weight", "binary_cross_entropy")
         new = broadcast_shapes(target.shape, weight.shape)
@@ -526,8 +539,12 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
             raise TorchRuntimeError("ignore_index is not supported for floating point target",
                                     code="invalid_argument")
         return _cross_entropy_probs(input, target, weight, red, label_smoothing, class_dim)
-    if input.data.ndim < 1:
-        raise TorchValueError(f"Expected 1 or more dimensions (got {input.data.ndim})", code="shape_mismatch")
+    if input.data.ndim < 1:  # torch takes the class dim 1 of a 0-d input
+        raise dim_out_of_range(1, 0)
+    if input.data.dtype.kind != "f":  # torch's log_softmax runs first
+        raise TorchRuntimeError(f"\"log_softmax_lastdim_kernel_impl\" not implemented for "
+                                f"'{D.SCALAR_TYPE_NAMES[input.dtype]}'", code="invalid_dtype",
+                                exception="NotImplementedError")
     if label_smoothing > 0.0:
         if label_smoothing > 1.0:
             raise TorchRuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}",

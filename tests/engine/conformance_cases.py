@@ -90,6 +90,15 @@ CASES: dict[str, dict] = {
     "chunk_empty": {"code": "r = torch.ones(0).chunk(2)"},
     "lerp_tensor_weight_inf": {"code": "inf = float('inf')\n"
                                        "r = torch.lerp(torch.tensor([1.0, 2.0]), torch.tensor([inf, 3.0]), torch.tensor([0.7, 0.2]))"},
+    "var_dim_none_method": {"code": "r = torch.ones(3).var(None, unbiased=False)"},
+    "var_keyword_incorrect": {"code": "r = torch.var(None, unbiased=False)"},
+    "max_keyword_incorrect": {"code": "r = torch.max(None, 0, keepdim=True)"},
+    "squeeze_list_description": {"code": "r = torch.squeeze(None, [0, 2])"},
+    "where_list_description": {"code": "r = torch.where(torch.tensor([True]), [1, 2], torch.ones(1))"},
+    "clamp_inplace_int_number": {"code": "r = torch.ones(2, dtype=torch.int64).clamp_(0.5)"},
+    "cross_entropy_int_input": {"code": "r = F.cross_entropy(torch.ones(2, 3, dtype=torch.int64), torch.tensor([0, 1]))"},
+    "linear_0d_input": {"code": "r = F.linear(torch.tensor(1.0), torch.ones(2, 3))"},
+    "bce_target_dtype": {"code": "r = F.binary_cross_entropy(torch.ones(3) * 0.5, torch.ones(3, dtype=torch.int64))"},
     # ----- floor_divide has no derivative ------------------------------------------------------------------
     "floor_divide_grad_fn": {"code": X + "y = torch.floor_divide(x, 0.3)\nr = [y, y.grad_fn.name()]"},
     "floor_divide_backward": {"code": X + "y = x // 0.3\ny.sum().backward()\nr = x.grad",
