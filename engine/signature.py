@@ -417,7 +417,7 @@ def _arg_desc(option, args: list, kwargs: dict) -> str:
         if option is not None:
             ok = i < len(positional) and _desc_match(positional[i], v)
         parts.append(name if ok else f"!{name}!")
-    for k, v in kwargs.items():
+    for k, v in reversed(kwargs.items()):  # torch's unordered_map of keywords gives them back in reverse
         ok = True
         name = _tname(v) if option is None else _seq_name(v)
         if option is not None:

@@ -351,6 +351,9 @@ def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None
     input = require_tensor(input, "input", "binary_cross_entropy_with_logits")
     target = require_tensor(target, "target", "binary_cross_entropy_with_logits")
     red = _reduction(reduction)
+    if input.data.dtype.kind != "f":  # torch's log_sigmoid kernel is float-only
+        raise TorchRuntimeError(f"\"log_sigmoid_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
     if target.shape != input.shape:
         raise TorchValueError(f"Target size ({_size(target.shape)}) must be the same as input size "
                               f"({_size(input.shape)})", code="shape_mismatch")

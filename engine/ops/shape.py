@@ -174,6 +174,7 @@ def flatten(self, start_dim=0, end_dim=-1):
     self = require_tensor(self)
     nd = self.data.ndim
     if nd == 0:
+        wrap_dim(start_dim, nd), wrap_dim(end_dim, nd)  # a 0-d input takes dims in [-1, 0]
         return reshape(self, (1,))
     s = wrap_dim(start_dim, nd)
     e = wrap_dim(end_dim, nd)

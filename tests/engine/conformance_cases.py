@@ -99,6 +99,9 @@ CASES: dict[str, dict] = {
     "cross_entropy_int_input": {"code": "r = F.cross_entropy(torch.ones(2, 3, dtype=torch.int64), torch.tensor([0, 1]))"},
     "linear_0d_input": {"code": "r = F.linear(torch.tensor(1.0), torch.ones(2, 3))"},
     "bce_target_dtype": {"code": "r = F.binary_cross_entropy(torch.ones(3) * 0.5, torch.ones(3, dtype=torch.int64))"},
+    "var_keywords_reversed": {"code": "r = torch.var(None, dim=0, keepdim=True, correction=0)"},
+    "bce_logits_int_input": {"code": "r = F.binary_cross_entropy_with_logits(torch.ones(2, dtype=torch.int64), torch.ones(2))"},
+    "flatten_0d_dim": {"code": "r = torch.tensor(1.0).flatten(1)"},
     # ----- floor_divide has no derivative ------------------------------------------------------------------
     "floor_divide_grad_fn": {"code": X + "y = torch.floor_divide(x, 0.3)\nr = [y, y.grad_fn.name()]"},
     "floor_divide_backward": {"code": X + "y = x // 0.3\ny.sum().backward()\nr = x.grad",
