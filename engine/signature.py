@@ -340,6 +340,11 @@ def _parse(sig: Signature, args: list, kwargs: dict, raise_: bool) -> bool:
             is_kwd = True
         if (not present and p.optional) or (present and obj is None and p.allow_none):
             pass
+        elif present and obj is None and sig.varargs_intlist and i == 0:  # view(None): a size is not optional
+            if raise_:
+                raise TorchTypeError(f"{sig.name}(): argument '{p.name}' (position {pos + 1}) must be {p.type}, "
+                                     f"not NoneType", code="invalid_argument")
+            return False
         elif not present:
             if raise_:
                 raise _missing(sig, i)

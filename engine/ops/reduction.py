@@ -62,7 +62,7 @@ def sum(self, dim=None, keepdim=False, dtype=None):
     nd = self.data.ndim
     out_dt = NP[_acc_dtype(self, dtype)]
     dims = _dims(dim, nd)
-    if dim is None:
+    if dim is None and not keepdim:  # sum(x, None, keepdim=True) is the dim overload over every dim
         out = np.add.reduce(self.data, axis=None, dtype=out_dt)  # np.sum without its dispatch layer
         return record("SumBackward0", np.asarray(out, dtype=out_dt), (self,), {"self_sym_sizes": self.data.shape})
     out = np.add.reduce(self.data, axis=_axis(dims, nd), keepdims=keepdim, dtype=out_dt)
@@ -109,7 +109,7 @@ def mean(self, dim=None, keepdim=False, dtype=None):
     dims = _dims(dim, nd)
     x = self.data.astype(NP[out_dtype], copy=False)
     with np.errstate(invalid="ignore", divide="ignore"):
-        if dim is None:
+        if dim is None and not keepdim:  # mean(x, None, keepdim=True): the dim overload over every dim
             out = np.asarray(np.mean(x), dtype=x.dtype) if x.size else np.asarray(np.nan, dtype=x.dtype)
             return record("MeanBackward0", out, (self,),
                           {"self_sym_numel": int(x.size), "self_sym_sizes": self.data.shape})

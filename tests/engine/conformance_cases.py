@@ -102,6 +102,9 @@ CASES: dict[str, dict] = {
     "var_keywords_reversed": {"code": "r = torch.var(None, dim=0, keepdim=True, correction=0)"},
     "bce_logits_int_input": {"code": "r = F.binary_cross_entropy_with_logits(torch.ones(2, dtype=torch.int64), torch.ones(2))"},
     "flatten_0d_dim": {"code": "r = torch.tensor(1.0).flatten(1)"},
+    "sum_none_keepdim": {"code": "x = torch.ones(2, 3, requires_grad=True)\ny = x.sum(None, True)\ny.sum().backward()\nr = [y, x.grad]"},
+    "mean_none_keepdim": {"code": "r = torch.ones(2, 3).mean(dim=None, keepdim=True)"},
+    "view_none": {"code": "r = torch.ones(2).view(None)"},
     # ----- floor_divide has no derivative ------------------------------------------------------------------
     "floor_divide_grad_fn": {"code": X + "y = torch.floor_divide(x, 0.3)\nr = [y, y.grad_fn.name()]"},
     "floor_divide_backward": {"code": X + "y = x // 0.3\ny.sum().backward()\nr = x.grad",
