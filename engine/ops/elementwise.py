@@ -911,7 +911,7 @@ def _(ctx, grad):
     return (where(c, grad, 0.0) if n[0] else None), (where(c, 0.0, grad) if n[1] else None)
 
 
-@op("masked_fill", tensors=("self", "mask"), grad_fns=("MaskedFillBackward0",))
+@op("masked_fill", tensors=("self", "mask"), grad_fns=("MaskedFillBackward0", "MaskedFillBackward1"))
 def masked_fill(self, mask, value):
     """Tensor.masked_fill(mask, value) with a number value."""
     self = require_tensor(self)
@@ -923,12 +923,16 @@ def masked_fill(self, mask, value):
         if value.data.ndim != 0:
             raise TorchRuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor "
                                     f"with {value.data.ndim} dimension(s).", code="invalid_argument")
-        value = value.item()
+        value_tensor, value = value, value.item()
+    else:
+        value_tensor = None
     if not is_number(value):
         raise InvalidArgumentError(f"masked_fill(): value must be a number, got {type(value).__name__}")
     fill = checked_scalar(value, self.dtype)
     broadcast_all(mask.shape, self.shape)  # self broadcasts to a larger mask, as torch's out-of-place form does
     out = np.where(mask.data, fill, self.data)
+    if value_tensor is not None:  # the Tensor-value overload (torch's MaskedFillBackward1, value's gradient)
+        return record("MaskedFillBackward1", out, (self, value_tensor), {"mask": mask})
     return record("MaskedFillBackward0", out, (self,), {"mask": mask})
 
 
@@ -956,6 +960,15 @@ def checked_scalar(value, dtype: str):
 @vjp("MaskedFillBackward0", inputs=("self",), saves=("mask",))
 def _(ctx, grad):
     return masked_fill(grad, ctx.mask, 0),
+
+
+@vjp("MaskedFillBackward1", inputs=("self", "value"), saves=("mask",))
+def _(ctx, grad):
+    from .reduction import sum as sum_
+    n = ctx.needs
+    g_self = masked_fill(grad, ctx.mask, 0) if n[0] else None
+    g_value = sum_(where(ctx.mask, grad, 0.0)) if n[1] else None
+    return g_self, g_value
 
 
 _TYPEMETA = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "long int", D.BOOL: "bool"}

@@ -105,6 +105,11 @@ CASES: dict[str, dict] = {
     "sum_none_keepdim": {"code": "x = torch.ones(2, 3, requires_grad=True)\ny = x.sum(None, True)\ny.sum().backward()\nr = [y, x.grad]"},
     "mean_none_keepdim": {"code": "r = torch.ones(2, 3).mean(dim=None, keepdim=True)"},
     "view_none": {"code": "r = torch.ones(2).view(None)"},
+    "masked_fill_value_grad": {"code": X + "v = torch.tensor(2.0, requires_grad=True)\n"
+                                           "y = x.masked_fill(torch.tensor([True, False]), v)\ny.sum().backward()\nr = [y, v.grad, x.grad]"},
+    "masked_fill_value_broadcast_grad": {"code": "v = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)\n"
+                                                 "y = torch.ones(2).masked_fill(torch.ones(3, 2, dtype=torch.bool), v)\n"
+                                                 "(y * 3).sum().backward()\nr = [y, v.grad]"},
     # ----- floor_divide has no derivative ------------------------------------------------------------------
     "floor_divide_grad_fn": {"code": X + "y = torch.floor_divide(x, 0.3)\nr = [y, y.grad_fn.name()]"},
     "floor_divide_backward": {"code": X + "y = x // 0.3\ny.sum().backward()\nr = x.grad",

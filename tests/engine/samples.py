@@ -128,7 +128,8 @@ SAMPLES: dict[str, list[Sample]] = {
     "minimum": [S(T(3), T(3)), S(T(2, 3), T(3))],
     "where": [S(mask(True, False, True), T(3), T(3)), S(mask([True], [False]), T(2, 3), T(3)),
               S(mask(True, False), T(2), 0.5)],
-    "masked_fill": [S(T(3), mask(True, False, True), 0.5), S(T(2, 3), mask(False, True, False), -1.0)],
+    "masked_fill": [S(T(3), mask(True, False, True), 0.5), S(T(2, 3), mask(False, True, False), -1.0),
+                    S(T(3), mask(True, False, True), T(), note="tensor value (MaskedFillBackward1)")],
     "lerp": [S(T(3), T(3), 0.3), S(T(3), T(3), 0.7), S(T(2, 3), T(3), T(2, 3, low=0.1, high=0.9))],
     # ----- reductions
     "sum": [S(T()), S(T(3)), S(T(2, 3), 1), S(T(2, 3), (0, 1)), S(T(2, 3, 2), 1, keepdim=True)],
