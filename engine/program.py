@@ -36,6 +36,7 @@ from .grad_mode import limits as limits_ctx
 from .journal import Journal
 from .node import Node, SavedTensor
 from .registry import OPS
+from .signature import call_form, check_call
 from .tensor import Tensor
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -227,7 +228,22 @@ class _Runner:
             return tuple(item(x) for x in v)
         return item(v)
 
-    def bind_args(self, spec, args: list, kwargs: dict):
+    def bind_args(self, spec, args: list, kwargs: dict, name: str | None = None):
+        out_args, out_kwargs = self._convert_args(spec, args, kwargs)
+        name = name or spec.name
+        if call_form(name, spec):  # p.sub_(p.grad): a Tensor method, self not counted in positions
+            if not out_args:
+                raise TorchTypeError(f"unbound method TensorBase.{name}() needs an argument", code="invalid_argument")
+            if not isinstance(out_args[0], Tensor):
+                got = type(out_args[0]).__name__
+                raise TorchTypeError(f"descriptor '{name}' for 'torch._C.TensorBase' objects doesn't apply to a "
+                                     f"'{got}' object", code="invalid_argument")
+            check_call(spec, name, out_args[1:], out_kwargs, method=True)
+        else:
+            check_call(spec, name, out_args, out_kwargs, method=False)
+        return out_args, out_kwargs
+
+    def _convert_args(self, spec, args: list, kwargs: dict):
         params = spec.params
         args = list(args)
         out_args, out_kwargs = [], {}
@@ -247,15 +263,12 @@ class _Runner:
         for i, a in enumerate(args):
             if i < len(pos):
                 out_args.append(convert(pos[i].name, a))
-            elif varargs is not None:
+            else:  # varargs, or one too many: the signature check names it the torch way
                 out_args.append(a)
-            else:
-                raise TorchTypeError(f"{spec.name}() takes {len(pos)} positional arguments but {len(args)} were given",
-                                     code="invalid_argument")
         for k, v in kwargs.items():
             if k not in names or (varargs is not None and k == varargs.name):
-                raise TorchTypeError(f"{spec.name}() got an unexpected keyword argument '{k}'",
-                                     code="invalid_argument")
+                out_kwargs[k] = v  # refused by the signature check with torch's message
+                continue
             out_kwargs[k] = convert(k, v)
         return out_args, out_kwargs
 
@@ -473,7 +486,7 @@ class _Runner:
             spec = OPS.get(name)
             if spec is None:
                 raise UnknownOpError(f"unknown op {name!r}; GET /v1/ops lists the available ops")
-            a, k = self.bind_args(spec, args, kwargs)
+            a, k = self.bind_args(spec, args, kwargs, name)
             value = spec.fn(*a, **k)
             return self.bind(out, value)
 
@@ -525,7 +538,11 @@ def _translate(exc: Exception) -> EngineError:
         return TorchIndexError(msg, code="invalid_index")
     if isinstance(exc, ValueError):
         return TorchValueError(msg, code="invalid_argument")
-    if isinstance(exc, (MemoryError, OverflowError)):
+    if isinstance(exc, OverflowError):  # a Python int beyond int64 reached an op: torch's OverflowError
+        if "too large to convert" in msg or "too big to convert" in msg:
+            msg = "int too big to convert"
+        return TorchRuntimeError(msg, code="overflow", exception="OverflowError")
+    if isinstance(exc, MemoryError):
         return LimitExceededError(f"the op could not be computed within memory limits: {msg}")
     if isinstance(exc, RecursionError):
         return LimitExceededError("the op is nested too deeply")

@@ -272,6 +272,45 @@ def _replace_nonfinite(data):
     return data
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _scan_numbers(data) -> tuple[bool, bool]:
+    """(has a float, has an int outside int64) over nested Python data."""
+    has_float = big = False
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, float):
+            has_float = True
+        elif isinstance(x, int) and not isinstance(x, bool) and not _INT64_MIN <= x <= _INT64_MAX:
+            big = True
+    return has_float, big
+
+
+def _out_of_int64(data, arr: np.ndarray, dtype: str | None) -> np.ndarray:
+    """Integers outside int64 in tensor data: torch infers int64 for all-integer data and refuses them
+    (ValueError 'Overflow when unpacking long long'), never wraps; with a float anywhere, or an explicit float
+    or bool dtype, they are just large numbers. numpy would have made uint64, float64 or object arrays."""
+    kind = arr.dtype.kind
+    if kind not in "uO":
+        if kind != "f" or not arr.size:
+            return arr
+        with np.errstate(invalid="ignore"):
+            if not (np.abs(arr) >= 2.0**63).any():
+                return arr
+    has_float, big = _scan_numbers(data)
+    if not big and kind != "u":
+        return arr
+    if not has_float and (dtype is None or dtype == D.INT64):
+        raise TorchValueError("Overflow when unpacking long long", code="invalid_tensor_data")
+    if dtype == D.BOOL:
+        return np.asarray(np.asarray(data, dtype=object) != 0, dtype=bool)
+    return np.asarray(np.asarray(data, dtype=object).astype(np.float64))
+
+
 def as_array(data, dtype: str | None = None) -> np.ndarray:
     """Turn Python data (numbers, nested lists, numpy arrays, Tensors) into an array with torch's dtype
     inference: floats -> float32, ints -> int64, bools -> bool."""
@@ -289,14 +328,22 @@ def as_array(data, dtype: str | None = None) -> np.ndarray:
         except ValueError:
             raise TorchValueError(_ragged_message(data), code="ragged_tensor_data") from None
         except OverflowError:
-            raise TorchRuntimeError("Overflow when unpacking long", code="invalid_tensor_data") from None
+            raise TorchValueError("Overflow when unpacking long long", code="invalid_tensor_data") from None
+        if arr.dtype.kind in "US":
+            data = _replace_nonfinite(data)
+            arr = np.asarray(data)
+        arr = _out_of_int64(data, arr, dtype)
         if arr.dtype.kind in "USO":
-            arr = np.asarray(_replace_nonfinite(data if not isinstance(data, str) else data))
-            if arr.dtype.kind in "USO":
-                raise InvalidArgumentError("tensor data must be numbers, booleans or nested lists of them",
-                                           code="invalid_tensor_data")
+            raise InvalidArgumentError("tensor data must be numbers, booleans or nested lists of them",
+                                       code="invalid_tensor_data")
         if arr.dtype.kind == "f" and dtype is None:
             arr = arr.astype(np.float32)
+        if arr.dtype.kind == "f" and dtype == D.INT64 and arr.size:
+            with np.errstate(invalid="ignore"):
+                ok = np.isfinite(arr).all() and (np.abs(arr) < 2.0**63).all()
+            if not ok:
+                raise TorchRuntimeError("value cannot be converted to type int64 without overflow",
+                                        code="invalid_tensor_data")
     if arr.dtype.kind not in "fiub":
         raise InvalidArgumentError(f"unsupported tensor data of dtype {arr.dtype}", code="invalid_tensor_data")
     if arr.dtype.kind in "iu" and arr.dtype != np.int64:

@@ -267,10 +267,23 @@ class _OpNamespace:
         spec = _OPS.get(attr)
         if spec is None or attr.startswith("__"):
             raise AttributeError(f"module '{self.__name__}' has no attribute '{attr}'")
-        return _forward(spec.fn)
+        return _forward(_checked(attr, spec))
 
     def __repr__(self) -> str:
         return f"<module '{self.__name__}' (gradserve torch_compat)>"
+
+
+def _checked(name: str, spec):
+    """``torch.<name>``: torch's argument checks for the function form, then the op."""
+    from engine.signature import check_call
+
+    def call(*args, **kwargs):
+        check_call(spec, name, args, kwargs, method=False)
+        return spec.fn(*args, **kwargs)
+
+    call.__name__ = name
+    call.__doc__ = spec.fn.__doc__
+    return call
 
 
 def _op(name: str):
@@ -302,7 +315,7 @@ def _creation(name: str, fill):
     def create(*size, dtype=None, requires_grad=False, device=None):
         spec = _OPS.get(name)
         if spec is not None:
-            return _call(spec.fn, size, {"dtype": dtype, "requires_grad": requires_grad})
+            return _call(_checked(name, spec), size, {"dtype": dtype, "requires_grad": requires_grad})
         shape = _size_args(size)
         arr = np.full(shape, fill, dtype=np.float32 if dtype is None else _engine_dtype(dtype))
         return wrap(_engine.tensor(arr, dtype=dtype, requires_grad=requires_grad))
@@ -332,7 +345,7 @@ def _like(name: str, fill):
     def create(t, dtype=None, requires_grad=False):
         spec = _OPS.get(name)
         if spec is not None:
-            return _call(spec.fn, (t,), {"dtype": dtype, "requires_grad": requires_grad})
+            return _call(_checked(name, spec), (t,), {"dtype": dtype, "requires_grad": requires_grad})
         e = unwrap(t)
         arr = np.full(e.data.shape, fill, dtype=e.data.dtype if dtype is None else _engine_dtype(dtype))
         return wrap(_engine.tensor(arr, requires_grad=requires_grad))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..registry import OPS
+from ..signature import check_call
 from ..tensor import Tensor
 from . import backward, creation, elementwise, inplace, linalg, nn, reduction, shape  # noqa: F401
 
@@ -13,8 +14,24 @@ def _bind_methods() -> None:
     for name, spec in OPS.items():
         if name in _NOT_METHODS or (not spec.method and not name.startswith("__")):
             continue
-        if name.startswith("__") or not hasattr(Tensor, name):
+        if name.startswith("__"):
             setattr(Tensor, name, spec.fn)
+        elif not hasattr(Tensor, name):
+            setattr(Tensor, name, _method(name, spec))
+
+
+def _method(name: str, spec):
+    """``Tensor.<name>``: torch's argument checks for the method form (self not counted), then the op."""
+    fn = spec.fn
+
+    def method(self, *args, **kwargs):
+        check_call(spec, name, args, kwargs, method=True)
+        return fn(self, *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = fn.__doc__
+    method.__wrapped__ = fn
+    return method
 
 
 _bind_methods()

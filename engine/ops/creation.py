@@ -111,7 +111,9 @@ def full(size, fill_value, dtype=None, requires_grad=False):
         raise InvalidArgumentError(f"full(): argument 'size' (position 1) must be tuple of ints, not "
                                    f"{type(size).__name__}", code="invalid_shape")
     fill_value = _fill_number(fill_value, "full")
-    return _filled("full", (tuple(size),), fill_value, _dtype(dtype, _fill_dtype(fill_value)), requires_grad)
+    d = _dtype(dtype, _fill_dtype(fill_value))
+    from .elementwise import checked_scalar
+    return _filled("full", (tuple(size),), checked_scalar(fill_value, d), d, requires_grad)
 
 
 def _real(v, name: str) -> float | int:

@@ -13,11 +13,21 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchRuntimeError
+from ..grad_mode import set_grad_enabled
 from ..registry import op, record, vjp
 from ..tensor import Tensor
 from .common import NP, as_operand, binary_operands, broadcast_all, float_data, is_number, require_tensor
 
 # ----- arithmetic ---------------------------------------------------------------------------------------
+
+
+def _number_tensor(v) -> Tensor:
+    """torch's numbers-as-tensors for a call with no tensor at all (``torch.add(2.5, 1.5)``): the number
+    becomes a tensor as ``torch.tensor`` makes it (float32, int64 or bool)."""
+    from ..tensor import tensor
+    if not is_number(v):
+        raise InvalidArgumentError(f"expected a Tensor or a number, got {type(v).__name__}")
+    return tensor(v)
 
 
 def _alpha_ok(alpha, dtype: str):
@@ -29,10 +39,8 @@ def _alpha_ok(alpha, dtype: str):
 @op("add", tensors=("self", "other"), grad_fns=("AddBackward0",), aliases=("__add__", "__radd__"))
 def add(self, other, alpha=1):
     """torch.add(input, other, alpha=1): input + alpha * other."""
-    if not isinstance(self, Tensor):
-        self, other = other, self
-        if not isinstance(self, Tensor):
-            raise InvalidArgumentError("add(): expected at least one Tensor argument")
+    if not isinstance(self, Tensor):  # torch.add(2, x): the number is a wrapped 0-d input
+        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
     dtype, a, b = binary_operands(self, other)
     if alpha != 1:
         _alpha_ok(alpha, dtype)
@@ -51,13 +59,12 @@ def _(ctx, grad):
 
 @op("sub", tensors=("self", "other"), grad_fns=("SubBackward0",), aliases=("subtract", "__sub__"))
 def sub(self, other, alpha=1):
-    """torch.sub(input, other, alpha=1): input - alpha * other."""
+    """torch.sub(input, other, alpha=1): input - alpha * other; a number input is wrapped as a 0-d tensor
+    (SubBackward0, as torch.sub(2, x) records; ``2 - x`` is rsub)."""
     if not isinstance(self, Tensor):
-        return rsub(require_tensor(other, "other", "sub"), self, alpha)
+        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
+    _sub_check(self, other)
     dtype, a, b = binary_operands(self, other)
-    if dtype == D.BOOL:
-        raise TorchRuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
-                                "Use the `^` or `logical_xor()` operator instead.", code="invalid_dtype")
     if alpha != 1:
         _alpha_ok(alpha, dtype)
         out = a - NP[dtype].type(alpha) * b
@@ -65,6 +72,19 @@ def sub(self, other, alpha=1):
         out = a - b
     o = other if isinstance(other, Tensor) else None
     return record("SubBackward0", out, (self, o), {"alpha": alpha})
+
+
+def _sub_check(self, other) -> None:
+    """torch's sub_check: no bool operand at all (a Python bool counts as a bool tensor)."""
+    a = self.data.dtype == np.bool_ if isinstance(self, Tensor) else isinstance(self, bool)
+    b = other.data.dtype == np.bool_ if isinstance(other, Tensor) else isinstance(other, bool)
+    if a and b:
+        raise TorchRuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                                "Use the `^` or `logical_xor()` operator instead.", code="invalid_dtype")
+    if a or b:
+        raise TorchRuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
+                                "If you are trying to invert a mask, use the `~` or `logical_not()` operator "
+                                "instead.", code="invalid_dtype")
 
 
 @vjp("SubBackward0", inputs=("self", "other"), saves=("alpha",))
@@ -77,6 +97,9 @@ def _(ctx, grad):
 def rsub(self, other, alpha=1):
     """torch.rsub(input, other, alpha=1): other - alpha * input (``2 - x``)."""
     self = require_tensor(self, "self", "rsub")
+    _sub_check(self, other)
+    if isinstance(other, Tensor) and other.data.shape != self.data.shape:
+        broadcast_all(other.shape, self.shape)  # torch computes other - self: other is tensor a
     dtype, a, b = binary_operands(self, other)
     out = b - (NP[dtype].type(alpha) * a if alpha != 1 else a)
     if isinstance(other, Tensor):
@@ -99,10 +122,8 @@ def _(ctx, grad):
 @op("mul", tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("multiply", "__mul__", "__rmul__"))
 def mul(self, other):
     """torch.mul(input, other). A Python number is saved as a wrapped 0-d tensor, as torch does."""
-    if not isinstance(self, Tensor):
-        self, other = other, self
-        if not isinstance(self, Tensor):
-            raise InvalidArgumentError("mul(): expected at least one Tensor argument")
+    if not isinstance(self, Tensor):  # torch.mul(2, x): the number is a wrapped 0-d input
+        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
     dtype, a, b = binary_operands(self, other)
     out = a * b if dtype != D.BOOL else np.logical_and(a, b)
     if isinstance(other, Tensor):
@@ -128,11 +149,8 @@ def div(self, other, rounding_mode=None):
     if rounding_mode not in _ROUNDING:
         raise TorchRuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
                                 f"'{rounding_mode}'", code="invalid_argument")
-    if not isinstance(self, Tensor):
-        other = require_tensor(other, "other", "div")
-        if rounding_mode is None:
-            return mul(reciprocal(other), self)
-        self = as_operand(self)
+    if not isinstance(self, Tensor):  # torch.div(2, x): the number is wrapped as a 0-d tensor
+        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
     dtype = D.result_type(self, other)
     if rounding_mode is None and not D.is_floating(dtype):
         dtype = D.DEFAULT_FLOAT
@@ -140,7 +158,7 @@ def div(self, other, rounding_mode=None):
     if rounding_mode is None:
         out = a / b
     elif D.is_floating(dtype):
-        out = np.floor(a / b) if rounding_mode == "floor" else np.trunc(a / b)
+        out = _div_floor_floating(a, b) if rounding_mode == "floor" else np.trunc(a / b)
         out = out.astype(NP[dtype], copy=False)
     else:
         if np.any(np.asarray(b) == 0):
@@ -152,6 +170,18 @@ def div(self, other, rounding_mode=None):
         return record("DivBackward0", np.asarray(out), (self, edge_other), {"self": self, "other": o})
     return record("DivBackward2", np.asarray(out), (self, edge_other),
                   {"self": None, "other": o, "rounding_mode": rounding_mode})
+
+
+def _div_floor_floating(a, b):
+    """torch's div_floor_floating (Python's float //): from fmod, so -1.62 // 0.02 is -82, not
+    floor(-1.62 / 0.02) = -81; division by zero gives the IEEE quotient."""
+    mod = np.fmod(a, b)
+    div = (a - mod) / b
+    div = np.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floordiv = np.floor(div)
+    floordiv = np.where(div - floordiv > 0.5, floordiv + 1, floordiv)
+    floordiv = np.where(div != 0, floordiv, np.copysign(np.zeros_like(div), a / b))
+    return np.where(b == 0, a / b, floordiv)
 
 
 @vjp("DivBackward0", inputs=("self", "other"), saves={"self": ("other",), "other": ("self", "other")})
@@ -170,10 +200,20 @@ def _(ctx, grad):
     return (z if n[0] else None), (z if n[1] else None)
 
 
-@op("floor_divide", tensors=("self", "other"), grad_fns=("DivBackward2",), aliases=("__floordiv__",))
+@op("floor_divide", tensors=("self", "other"), grad_fns=("NotImplemented",), differentiable=False,
+    aliases=("__floordiv__",))
 def floor_divide(self, other):
-    """torch.floor_divide(input, other) (``a // b``)."""
-    return div(self, other, rounding_mode="floor")
+    """torch.floor_divide(input, other) (``a // b``): no derivative in torch, so a float result that needs
+    grad gets the ``NotImplemented`` node, whose backward raises torch's error."""
+    with set_grad_enabled(False):
+        out = div(self, other, rounding_mode="floor")
+    inputs = (self if isinstance(self, Tensor) else None, other if isinstance(other, Tensor) else None)
+    return record("NotImplemented", out.data, inputs)
+
+
+@vjp("NotImplemented", inputs=("self", "other"))
+def _(ctx, grad):
+    raise TorchRuntimeError("derivative for aten::floor_divide is not implemented", code="not_differentiable")
 
 
 @op("rtruediv", tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("__rtruediv__",), method=False)
@@ -197,7 +237,10 @@ def pow(self, exponent):
             raise InvalidArgumentError(f"pow(): exponent must be a Tensor or a number, got {type(exponent).__name__}")
         dtype, a, b = binary_operands(self, exponent)
         _pow_dtype_check(dtype, exponent)
-        out = np.power(a, b)
+        if exponent == -0.5 and D.is_floating(dtype):
+            out = np.reciprocal(np.sqrt(a))  # torch's kernel: rsqrt, so (-0.0)**-0.5 = -inf, (-inf)**-0.5 = nan
+        else:
+            out = np.power(a, b)
         return record("PowBackward0", out, (self,), {"self": self, "exponent": exponent})
     if isinstance(self, Tensor):
         dtype, a, b = binary_operands(self, exponent)
@@ -268,6 +311,16 @@ def _not_bool(self, kernel: str) -> Tensor:
     if self.data.dtype == np.bool_:
         raise TorchRuntimeError(f"\"{kernel}\" not implemented for 'Bool'", code="invalid_dtype",
                                 exception="NotImplementedError")
+    return self
+
+
+def _float_only(self, kernel: str) -> Tensor:
+    """torch's activation kernels exist for floating dtypes only:
+    NotImplementedError '"silu_cpu" not implemented for 'Long''."""
+    self = require_tensor(self)
+    if self.data.dtype.kind != "f":
+        raise TorchRuntimeError(f"\"{kernel}\" not implemented for '{D.SCALAR_TYPE_NAMES[self.dtype]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
     return self
 
 
@@ -398,7 +451,10 @@ def sign(self):
     self = require_tensor(self)
     if self.data.dtype == np.bool_:
         return Tensor(self.data.copy())
-    return record("SignBackward0", np.sign(self.data), (self,))
+    out = np.sign(self.data)
+    if out.dtype.kind == "f":
+        out = np.where(np.isnan(out), out.dtype.type(0), out)  # torch: sign(nan) = 0 (so abs'(nan) = 0)
+    return record("SignBackward0", out, (self,))
 
 
 @vjp("SignBackward0", inputs=("self",))
@@ -488,7 +544,7 @@ def _(ctx, grad):
 @op("leaky_relu", tensors=("self",), grad_fns=("LeakyReluBackward0",))
 def leaky_relu(self, negative_slope=0.01):
     """F.leaky_relu(input, negative_slope=0.01); leaky_relu'(0) = negative_slope."""
-    self = require_tensor(self)
+    self = _float_only(self, "leaky_relu_cpu")
     x = float_data(self)
     out = np.where(x > 0, x, x * x.dtype.type(negative_slope))
     return record("LeakyReluBackward0", out, (self,), {"negative_slope": negative_slope, "self": self})
@@ -502,7 +558,7 @@ def _(ctx, grad):
 @op("elu", tensors=("self",), grad_fns=("EluBackward0",))
 def elu(self, alpha=1.0):
     """F.elu(input, alpha=1.0)."""
-    self = require_tensor(self)
+    self = _float_only(self, "elu_cpu")
     x = float_data(self)
     a = x.dtype.type(alpha)
     with np.errstate(over="ignore"):
@@ -550,7 +606,7 @@ def _(ctx, grad):
 @op("gelu", tensors=("self",), grad_fns=("GeluBackward0",))
 def gelu(self, approximate="none"):
     """F.gelu(input, approximate='none'|'tanh')."""
-    self = require_tensor(self)
+    self = _float_only(self, "GeluKernelImpl")
     if approximate not in ("none", "tanh"):
         raise TorchRuntimeError("approximate argument must be either none or tanh.", code="invalid_argument")
     x = float_data(self)
@@ -585,7 +641,7 @@ def _(ctx, grad):
 @op("silu", tensors=("self",), grad_fns=("SiluBackward0",))
 def silu(self):
     """F.silu(input) = input * sigmoid(input)."""
-    self = require_tensor(self)
+    self = _float_only(self, "silu_cpu")
     x = float_data(self)
     return record("SiluBackward0", x * _np_sigmoid(x), (self,), {"self": self})
 
@@ -600,7 +656,7 @@ def _(ctx, grad):
 @op("softplus", tensors=("self",), grad_fns=("SoftplusBackward0",))
 def softplus(self, beta=1, threshold=20):
     """F.softplus(input, beta=1, threshold=20)."""
-    self = require_tensor(self)
+    self = _float_only(self, "softplus_cpu")
     x = float_data(self)
     t = x.dtype.type
     if beta == 1:  # x * 1 and y / 1 are exact: skip them
@@ -625,7 +681,12 @@ def _(ctx, grad):
 def hardtanh(self, min_val=-1.0, max_val=1.0):
     """F.hardtanh(input, min_val=-1.0, max_val=1.0)."""
     self = require_tensor(self)
-    x = float_data(self)
+    if self.data.dtype == np.bool_:
+        raise TorchRuntimeError("Bool inputs not supported for hardtanh", code="invalid_dtype")
+    x = self.data
+    if x.dtype.kind != "f":  # an integer input keeps its dtype (torch clamps into it)
+        out = np.clip(x.astype(np.float64), min_val, max_val).astype(x.dtype)
+        return Tensor(out)
     out = np.clip(x, x.dtype.type(min_val), x.dtype.type(max_val))
     return record("HardtanhBackward0", out, (self,), {"max_val": max_val, "min_val": min_val, "self": self})
 
@@ -639,7 +700,7 @@ def _(ctx, grad):
 @op("logsigmoid", tensors=("self",), grad_fns=("LogSigmoidBackward0",))
 def logsigmoid(self):
     """F.logsigmoid(input); saves input and a buffer like torch's CPU kernel."""
-    self = require_tensor(self)
+    self = _float_only(self, "log_sigmoid_cpu")
     x = float_data(self)
     t = x.dtype.type
     # torch: min(x, 0) - log1p(exp(-|x|)); buffer = exp(-|x|)
@@ -802,8 +863,9 @@ def where(condition, self, other):
     if condition.data.dtype != np.bool_:
         raise TorchRuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
                                 f"{D.SCALAR_TYPE_NAMES[condition.dtype]}", code="invalid_dtype")
-    if not isinstance(self, Tensor) and not isinstance(other, Tensor):
-        raise InvalidArgumentError("where(): expected at least one of input and other to be a Tensor")
+    for v in (self, other):
+        if not isinstance(v, Tensor) and not is_number(v):
+            raise InvalidArgumentError(f"where(): expected a Tensor or a number, got {type(v).__name__}")
     a = self if isinstance(self, Tensor) else None
     b = other if isinstance(other, Tensor) else None
     cd = condition.data
@@ -849,7 +911,7 @@ def _(ctx, grad):
     return (where(c, grad, 0.0) if n[0] else None), (where(c, 0.0, grad) if n[1] else None)
 
 
-@op("masked_fill", tensors=("self", "mask"), grad_fns=("MaskedFillBackward0",))
+@op("masked_fill", tensors=("self", "mask"), grad_fns=("MaskedFillBackward0", "MaskedFillBackward1"))
 def masked_fill(self, mask, value):
     """Tensor.masked_fill(mask, value) with a number value."""
     self = require_tensor(self)
@@ -861,18 +923,38 @@ def masked_fill(self, mask, value):
         if value.data.ndim != 0:
             raise TorchRuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor "
                                     f"with {value.data.ndim} dimension(s).", code="invalid_argument")
-        value = value.item()
+        value_tensor, value = value, value.item()
+    else:
+        value_tensor = None
     if not is_number(value):
         raise InvalidArgumentError(f"masked_fill(): value must be a number, got {type(value).__name__}")
-    if D.scalar_dtype(value) == D.FLOAT32 and not D.is_floating(self.dtype):
-        raise TorchRuntimeError(f"value cannot be converted to type {D.C_NAMES[self.dtype]} without overflow",
-                                code="invalid_argument")
-    shape = broadcast_all(self.shape, mask.shape)
-    if shape != self.shape:
-        raise TorchRuntimeError(f"masked_fill: the shape of the mask {list(mask.shape)} must be broadcastable "
-                                f"to the shape of self {list(self.shape)}", code="shape_mismatch")
-    out = np.where(mask.data, self.data.dtype.type(value), self.data)
+    fill = checked_scalar(value, self.dtype)
+    broadcast_all(mask.shape, self.shape)  # self broadcasts to a larger mask, as torch's out-of-place form does
+    out = np.where(mask.data, fill, self.data)
+    if value_tensor is not None:  # the Tensor-value overload (torch's MaskedFillBackward1, value's gradient)
+        return record("MaskedFillBackward1", out, (self, value_tensor), {"mask": mask})
     return record("MaskedFillBackward0", out, (self,), {"mask": mask})
+
+
+_OVERFLOW_NAMES = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "int64_t", D.BOOL: "bool"}
+
+
+def checked_scalar(value, dtype: str):
+    """A Python number converted to ``dtype`` as c10's checked_convert does: a float truncates into an
+    integer dtype, anything converts to bool, and a value out of the target's range is torch's error."""
+    npdt = NP[dtype]
+    if dtype == D.BOOL:
+        return npdt.type(bool(value))
+    bad = False
+    if dtype == D.INT64:
+        v = float(value) if isinstance(value, float) else int(value)
+        bad = (isinstance(v, float) and not math.isfinite(v)) or not (-2**63 <= v < 2**63)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
+        bad = math.fabs(float(value)) > float(np.finfo(npdt).max)
+    if bad:
+        raise TorchRuntimeError(f"value cannot be converted to type {_OVERFLOW_NAMES[dtype]} without overflow",
+                                code="invalid_argument")
+    return npdt.type(int(value) if dtype == D.INT64 else value)
 
 
 @vjp("MaskedFillBackward0", inputs=("self",), saves=("mask",))
@@ -880,16 +962,37 @@ def _(ctx, grad):
     return masked_fill(grad, ctx.mask, 0),
 
 
+@vjp("MaskedFillBackward1", inputs=("self", "value"), saves=("mask",))
+def _(ctx, grad):
+    from .reduction import sum as sum_
+    n = ctx.needs
+    g_self = masked_fill(grad, ctx.mask, 0) if n[0] else None
+    g_value = sum_(where(ctx.mask, grad, 0.0)) if n[1] else None
+    return g_self, g_value
+
+
+_TYPEMETA = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "long int", D.BOOL: "bool"}
+
+
 @op("lerp", tensors=("self", "end", "weight"), grad_fns=("LerpBackward0", "LerpBackward1"))
 def lerp(self, end, weight):
     """torch.lerp(input, end, weight): input + weight * (end - input)."""
     self = require_tensor(self)
     end = require_tensor(end, "end", "lerp")
+    kernel = "lerp_kernel_tensor" if isinstance(weight, Tensor) else "lerp_kernel_scalar"
+    if end.dtype != self.dtype:
+        raise TorchRuntimeError(f"expected dtype {_TYPEMETA[self.dtype]} for `end` but got dtype "
+                                f"{_TYPEMETA[end.dtype]}", code="invalid_dtype")
+    if isinstance(weight, Tensor) and weight.data.ndim > 0 and weight.dtype != self.dtype:
+        raise TorchRuntimeError(f"expected dtype {_TYPEMETA[self.dtype]} for `weight` but got dtype "
+                                f"{_TYPEMETA[weight.dtype]}", code="invalid_dtype")
+    _float_only(self, kernel)
     dtype, a, b = binary_operands(self, end)
     if isinstance(weight, Tensor):
         w = weight.data.astype(NP[dtype], copy=False)
         broadcast_all(self.shape, end.shape, weight.shape)
-        out = a + w * (b - a)
+        diff = b - a  # torch's kernel: |weight| < 0.5 ? self + weight * diff : end - diff * (1 - weight)
+        out = np.where(np.abs(w) < 0.5, a + w * diff, b - diff * (NP[dtype].type(1) - w))
         return record("LerpBackward1", out, (self, end, weight), {"end": end, "self": self, "weight": weight})
     w = NP[dtype].type(weight)
     # torch's CPU kernel: weight < 0.5 ? self + weight * diff : end - diff * (1 - weight)
@@ -940,6 +1043,8 @@ def _(ctx, grad):
 @op("round", tensors=("self",), grad_fns=("RoundBackward0", "RoundBackward1"))
 def round(self, decimals=0):
     """torch.round(input, decimals=0): half to even, zero gradient."""
+    if decimals:
+        self = _float_only(self, "round_cpu")  # torch's decimals kernel is float-only
     self = _not_bool(self, "round_vml_cpu")
     if decimals:
         return record("RoundBackward1", np.round(self.data, decimals), (self,), {"decimals": decimals})

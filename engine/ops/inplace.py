@@ -174,6 +174,7 @@ def _fill(self: Tensor, value) -> Tensor:
                                     f"{value.data.ndim} dimensions.", code="invalid_argument")
         out = np.full(self.data.shape, value.data, dtype=self.data.dtype)
         return record("FillBackward1", out, (self, value))
+    value = E.checked_scalar(value, self.dtype) if isinstance(value, (int, float)) else value
     return record("FillBackward0", np.full(self.data.shape, value, dtype=self.data.dtype), (self,))
 
 
@@ -232,10 +233,35 @@ abs_ = _make("abs_", E.abs, ("AbsBackward0",))
 sigmoid_ = _make("sigmoid_", E.sigmoid, ("SigmoidBackward0",))
 tanh_ = _make("tanh_", E.tanh, ("TanhBackward0",))
 relu_ = _make("relu_", E.relu, ("ReluBackward0",))
-clamp_ = _make("clamp_", E.clamp, ("ClampBackward1", "ClampBackward0"), ("self", "min", "max"), ("clip_",))
-clamp_min_ = _make("clamp_min_", E.clamp_min, ("ClampMinBackward0",))
-clamp_max_ = _make("clamp_max_", E.clamp_max, ("ClampMaxBackward0",))
-masked_fill_ = _make("masked_fill_", E.masked_fill, ("MaskedFillBackward0",), ("self", "mask"))
+def _clamp_cast_checked(fn):
+    """clamp_'s out= check words the dtype the C++ way ('long int', 'bool'), unlike the other in-place ops."""
+    def clamp(self, *bounds, **kw):
+        for b in list(bounds) + list(kw.values()):
+            if isinstance(b, Tensor) or b is None or isinstance(b, str):  # number bounds only (the Scalar overload)
+                continue
+            res = D.result_type(self, b)
+            if not D.can_cast(res, self.dtype):
+                raise TorchRuntimeError(f"result type {D.SCALAR_TYPE_NAMES[res]} can't be cast to the desired output "
+                                        f"type {E._TYPEMETA[self.dtype]}", code="invalid_dtype")
+        return fn(self, *bounds, **kw)
+
+    clamp.__signature__ = inspect.signature(fn)
+    return clamp
+
+
+clamp_ = _make("clamp_", _clamp_cast_checked(E.clamp), ("ClampBackward1", "ClampBackward0"), ("self", "min", "max"),
+               ("clip_",))
+clamp_min_ = _make("clamp_min_", _clamp_cast_checked(E.clamp_min), ("ClampMinBackward0",))
+clamp_max_ = _make("clamp_max_", _clamp_cast_checked(E.clamp_max), ("ClampMaxBackward0",))
+def _masked_fill_inplace(self: Tensor, mask, value) -> Tensor:
+    """masked_fill_ broadcasts the mask to self (self is tensor a in torch's message)."""
+    if isinstance(mask, Tensor) and mask.data.shape != self.data.shape:
+        from .common import broadcast_shapes
+        broadcast_shapes(self.data.shape, mask.data.shape)
+    return E.masked_fill(self, mask, value)
+
+
+masked_fill_ = _make("masked_fill_", _masked_fill_inplace, ("MaskedFillBackward0",), ("self", "mask"))
 zero_ = _make("zero_", _zero, ("ZeroBackward0",), doc="Tensor.zero_(): fill with zeros in place.")
 fill_ = _make("fill_", _fill, ("FillBackward0",), ("self", "value"), doc="Tensor.fill_(value): in place.")
 copy_ = _make("copy_", _copy, ("CopyBackwards",), ("self", "src"),

@@ -32,7 +32,10 @@ def _dims_str(shape: tuple) -> str:
 def _same_dtype(a: Tensor, b: Tensor) -> None:
     if a.dtype != b.dtype:
         raise TorchRuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
-                                f"{D.C_NAMES[a.dtype]} != {D.C_NAMES[b.dtype]}", code="dtype_mismatch")
+                                f"{TYPEMETA[a.dtype]} != {TYPEMETA[b.dtype]}", code="dtype_mismatch")
+
+
+TYPEMETA = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "long int", D.BOOL: "bool"}
 
 
 def _no_bool(a: Tensor, kernel: str = "addmm_impl_cpu_") -> None:
@@ -103,8 +106,10 @@ def bmm(self, mat2):
     if mat2.shape[0] != bs or mat2.shape[1] != m:
         raise ShapeError(f"Expected size for first two dimensions of batch2 tensor to be: [{bs}, {m}] "
                          f"but got: [{mat2.shape[0]}, {mat2.shape[1]}].")
-    _same_dtype(self, mat2)
-    _no_bool(self, "bmm")
+    _no_bool(self, "bmm")  # torch: no bool kernel, before the dtype check
+    if self.dtype != mat2.dtype:
+        raise TorchRuntimeError(f"expected scalar type {D.SCALAR_TYPE_NAMES[self.dtype]} but found "
+                                f"{D.SCALAR_TYPE_NAMES[mat2.dtype]}", code="dtype_mismatch")
     out = _matmul_np(self.data, mat2.data, (bs, n, mat2.shape[2]))
     return record("BmmBackward0", out, (self, mat2), {"mat2": mat2, "self": self})
 
@@ -129,7 +134,10 @@ def mv(self, vec):
     if self.shape[1] != vec.shape[0]:
         raise ShapeError(f"size mismatch, got input ({self.shape[0]}), mat ({_dims_str(self.shape)}), "
                          f"vec ({vec.shape[0]})")
-    _same_dtype(self, vec)
+    if self.dtype != vec.dtype:  # torch's addmv, whose result takes vec's dtype
+        v, m = D.SCALAR_TYPE_NAMES[vec.dtype], D.SCALAR_TYPE_NAMES[self.dtype]
+        raise TorchRuntimeError(f"addmv input tensors must have the same dtype, but got {v}, {m}, and {v}",
+                                code="dtype_mismatch")
     _no_bool(self)
     out = _matmul_np(self.data, vec.data, (self.shape[0],))
     return record("MvBackward0", out, (self, vec), {"self": self, "vec": vec})
@@ -148,14 +156,14 @@ def dot(self, tensor):
     tensor = require_tensor(tensor, "tensor", "dot")
     if self.data.ndim != 1 or tensor.data.ndim != 1:
         raise ShapeError(f"1D tensors expected, but got {self.data.ndim}D and {tensor.data.ndim}D tensors")
+    if self.dtype != tensor.dtype:  # torch checks the dtypes before the sizes
+        raise TorchRuntimeError(f"dot : expected both vectors to have same dtype, but found "
+                                f"{D.SCALAR_TYPE_NAMES[self.dtype]} and {D.SCALAR_TYPE_NAMES[tensor.dtype]}",
+                                code="dtype_mismatch")
     if self.shape[0] != tensor.shape[0]:
         n1, n2 = self.shape[0], tensor.shape[0]
         raise ShapeError(f"inconsistent tensor size, expected tensor [{n1}] and src [{n2}] to have the same "
                          f"number of elements, but got {n1} and {n2} elements respectively")
-    if self.dtype != tensor.dtype:
-        raise TorchRuntimeError(f"dot : expected both vectors to have same dtype, but found "
-                                f"{D.SCALAR_TYPE_NAMES[self.dtype]} and {D.SCALAR_TYPE_NAMES[tensor.dtype]}",
-                                code="dtype_mismatch")
     _no_bool(self, "dot")
     out = np.asarray(np.dot(self.data, tensor.data), dtype=self.data.dtype)
     return record("DotBackward0", out, (self, tensor), {"self": self, "tensor": tensor})
@@ -190,10 +198,18 @@ def addmm(self, mat1, mat2, beta=1, alpha=1):
     self = require_tensor(self, "self", "addmm")
     mat1 = require_tensor(mat1, "mat1", "addmm")
     mat2 = require_tensor(mat2, "mat2", "addmm")
+    for name, m in (("mat1", mat1), ("mat2", mat2)):
+        if m.data.ndim != 2:
+            raise ShapeError(f"{name} must be a matrix, got {m.data.ndim}-D tensor")
+    # torch checks the dtypes before the shapes: self against mat2, then mat1 against mat2
+    for name, a in (("self", self), ("mat1", mat1)):
+        if a.dtype != mat2.dtype:
+            raise TorchRuntimeError(f"{name} and mat2 must have the same dtype, but got "
+                                    f"{D.SCALAR_TYPE_NAMES[a.dtype]} and {D.SCALAR_TYPE_NAMES[mat2.dtype]}",
+                                    code="dtype_mismatch")
     _check_mm(mat1, mat2, "mat1", "mat2", True)
     shape = (mat1.shape[0], mat2.shape[1])
     _check_expand(self, shape)
-    _same_dtype(self, mat1)
     prod = _matmul_np(mat1.data, mat2.data, shape)
     tp = prod.dtype.type
     if alpha != 1:

@@ -14,7 +14,14 @@ import math
 import numpy as np
 
 from .. import dtypes as D
-from ..errors import InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError, TorchValueError
+from ..errors import (
+    InvalidArgumentError,
+    ShapeError,
+    TorchIndexError,
+    TorchRuntimeError,
+    TorchValueError,
+    dim_out_of_range,
+)
 from ..grad_mode import emit_warning
 from ..registry import PRIMS, op, record, vjp
 from ..tensor import Tensor
@@ -136,6 +143,9 @@ def linear(input, weight, bias=None):
     if bias is not None:
         bias = require_tensor(bias, "bias", "linear")
     nd = input.data.ndim
+    if nd == 0 or weight.data.ndim == 0:
+        raise ShapeError(f"both arguments to linear need to be at least 1D, but they are {nd}D and "
+                         f"{weight.data.ndim}D")
     if nd == 2 and bias is not None:
         return addmm(bias, input, t(weight))
     if bias is not None and nd >= 1 and input.data.flags.c_contiguous and (nd == 3 or bias.data.ndim == 1):
@@ -287,6 +297,9 @@ def binary_cross_entropy(input, target, weight=None, reduction="mean"):
         raise TorchValueError(f"Using a target size ({_size(target.shape)}) that is different to the input size "
                               f"({_size(input.shape)}) is deprecated. Please ensure they have the same size.",
                               code="shape_mismatch")
+    if target.dtype != input.dtype:
+        raise TorchRuntimeError(f"Found dtype {D.SCALAR_TYPE_NAMES[target.dtype]} but expected "
+                                f"{D.SCALAR_TYPE_NAMES[input.dtype]}", code="invalid_dtype")
     if weight is not None:
         weight = require_tensor(weight, "weight", "binary_cross_entropy")
         new = broadcast_shapes(target.shape, weight.shape)
@@ -338,6 +351,9 @@ def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None
     input = require_tensor(input, "input", "binary_cross_entropy_with_logits")
     target = require_tensor(target, "target", "binary_cross_entropy_with_logits")
     red = _reduction(reduction)
+    if input.data.dtype.kind != "f":  # torch's log_sigmoid kernel is float-only
+        raise TorchRuntimeError(f"\"log_sigmoid_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
     if target.shape != input.shape:
         raise TorchValueError(f"Target size ({_size(target.shape)}) must be the same as input size "
                               f"({_size(input.shape)})", code="shape_mismatch")
@@ -432,7 +448,7 @@ def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, 
         raise TorchIndexError(f"Target {int(tg[bad][0])} is out of bounds.", code="index_out_of_range")
     safe = np.where(valid, tg, 0)
     w = weight.astype(dtype, copy=False) if weight is not None else np.ones(n_classes, dtype)
-    return np.where(valid, w[safe], dtype.type(0)).astype(dtype, copy=False), safe
+    return np.where(valid, w[safe], dtype.type(0)).astype(dtype, copy=False), safe, valid
 
 
 @op("nll_loss", tensors=("input", "target", "weight"), grad_fns=("NllLossBackward0",), method=False)
@@ -448,17 +464,18 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     _nll_check(input, target, weight)
     x = input.data
     dt = x.dtype
-    wt, safe = _nll_weights(input.shape[-1], target.data, None if weight is None else weight.data, ignore_index, dt)
+    wt, safe, valid = _nll_weights(input.shape[-1], target.data, None if weight is None else weight.data,
+                                   ignore_index, dt)
     picked = x.reshape(-1, input.shape[-1])[np.arange(safe.size), safe]
-    losses = picked * wt
+    losses = np.where(valid, picked * wt, dt.type(0))  # ignored rows are skipped: a NaN there does not count
     if red == 0 and x.ndim == 2:
-        out = np.where(wt != 0, -losses, dt.type(0)).astype(dt)
+        out = np.where(valid, -losses, dt.type(0)).astype(dt)
         total = dt.type(0)
     else:
         total = np.sum(wt, dtype=dt)
-        s = np.sum(losses, dtype=dt)
+        s = dt.type(0) - np.sum(losses, dtype=dt)  # torch accumulates from +0.0
         with np.errstate(invalid="ignore", divide="ignore"):
-            out = np.asarray(-(s / total) if red == 1 else -s, dt)
+            out = np.asarray(s / total if red == 1 else s, dt)
     return record("NllLossBackward0", out, (input,),
                   {"ignore_index": int(ignore_index) % _UINT64, "reduction": red, "self": input, "target": target,
                    "total_weight": Tensor(np.asarray(total, dt)), "weight": weight})
@@ -472,9 +489,11 @@ def _(ctx, grad):
     ii = ii - _UINT64 if ii >= _UINT64 // 2 else ii
     w = ctx.weight
     dt = x.data.dtype
-    wt, safe = _nll_weights(x.shape[-1], ctx.target.data, None if w is None else w.data, ii, dt)
+    wt, safe, valid = _nll_weights(x.shape[-1], ctx.target.data, None if w is None else w.data, ii, dt)
     coef = np.zeros((safe.size, x.shape[-1]), dt)
     coef[np.arange(safe.size), safe] = wt
+    untouched = np.ones((safe.size, x.shape[-1]), bool)
+    untouched[np.arange(safe.size)[valid], safe[valid]] = False
     coef = Tensor(coef.reshape(x.shape))
     if red == 1:
         g = -(grad / ctx.total_weight)
@@ -482,7 +501,9 @@ def _(ctx, grad):
         g = -grad
     if red == 0 and x.data.ndim == 2:
         g = unsqueeze(g, 1)
-    return coef * g,
+    # torch writes only the (row, target) entries of valid rows: the rest stay +0 (even when all rows are
+    # ignored and grad / total_weight is nan)
+    return masked_fill(coef * g, Tensor(untouched.reshape(x.shape)), 0),
 
 
 def _div_number(t: Tensor, n) -> Tensor:
@@ -521,8 +542,12 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
             raise TorchRuntimeError("ignore_index is not supported for floating point target",
                                     code="invalid_argument")
         return _cross_entropy_probs(input, target, weight, red, label_smoothing, class_dim)
-    if input.data.ndim < 1:
-        raise TorchValueError(f"Expected 1 or more dimensions (got {input.data.ndim})", code="shape_mismatch")
+    if input.data.ndim < 1:  # torch takes the class dim 1 of a 0-d input
+        raise dim_out_of_range(1, 0)
+    if input.data.dtype.kind != "f":  # torch's log_softmax runs first
+        raise TorchRuntimeError(f"\"log_softmax_lastdim_kernel_impl\" not implemented for "
+                                f"'{D.SCALAR_TYPE_NAMES[input.dtype]}'", code="invalid_dtype",
+                                exception="NotImplementedError")
     if label_smoothing > 0.0:
         if label_smoothing > 1.0:
             raise TorchRuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}",
@@ -603,6 +628,9 @@ def dropout(input, p=0.5, training=True, seed=None):
     if p < 0.0 or p > 1.0:
         raise TorchValueError(f"dropout probability has to be between 0 and 1, but got {p}",
                               code="invalid_argument")
+    if math.isnan(p):  # passes F.dropout's Python range check; ATen's own check refuses it
+        raise TorchRuntimeError("dropout probability has to be between 0 and 1, but got nan",
+                                code="invalid_argument")
     if p == 0 or not training or input.numel() == 0:
         return input
     dt = input.data.dtype

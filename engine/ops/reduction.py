@@ -3,6 +3,7 @@ sort, and ``sum_to`` (the engine's single un-broadcasting step)."""
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import namedtuple
 
@@ -61,7 +62,7 @@ def sum(self, dim=None, keepdim=False, dtype=None):
     nd = self.data.ndim
     out_dt = NP[_acc_dtype(self, dtype)]
     dims = _dims(dim, nd)
-    if dim is None:
+    if dim is None and not keepdim:  # sum(x, None, keepdim=True) is the dim overload over every dim
         out = np.add.reduce(self.data, axis=None, dtype=out_dt)  # np.sum without its dispatch layer
         return record("SumBackward0", np.asarray(out, dtype=out_dt), (self,), {"self_sym_sizes": self.data.shape})
     out = np.add.reduce(self.data, axis=_axis(dims, nd), keepdims=keepdim, dtype=out_dt)
@@ -108,7 +109,7 @@ def mean(self, dim=None, keepdim=False, dtype=None):
     dims = _dims(dim, nd)
     x = self.data.astype(NP[out_dtype], copy=False)
     with np.errstate(invalid="ignore", divide="ignore"):
-        if dim is None:
+        if dim is None and not keepdim:  # mean(x, None, keepdim=True): the dim overload over every dim
             out = np.asarray(np.mean(x), dtype=x.dtype) if x.size else np.asarray(np.nan, dtype=x.dtype)
             return record("MeanBackward0", out, (self,),
                           {"self_sym_numel": int(x.size), "self_sym_sizes": self.data.shape})
@@ -271,6 +272,15 @@ def _amax_amin(self, dim, keepdim, is_max):
     self = require_tensor(self)
     nd = self.data.ndim
     dims = _dims(dim, nd) if dim != () else None
+    name = "amax" if is_max else "amin"
+    if self.data.size == 0:  # torch's empty-reduction checks, before numpy's ValueError
+        if dims is None:
+            raise TorchRuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                                    f"Specify the reduction dim with the 'dim' argument.", code="empty_reduction")
+        for d in dims:
+            if nd and self.data.shape[d] == 0:
+                raise TorchIndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.",
+                                      code="empty_reduction")
     fn = np.max if is_max else np.min
     out = np.asarray(fn(self.data, axis=_axis(dims, nd), keepdims=keepdim))
     return record("AmaxBackward0" if is_max else "AminBackward0", out, (self,),
@@ -313,8 +323,8 @@ def _arg(self, dim, keepdim, is_max):
     self = require_tensor(self)
     fn = np.argmax if is_max else np.argmin
     if self.data.size == 0:
-        raise TorchRuntimeError(f"{'argmax' if is_max else 'argmin'}(): Expected reduction dim to be specified for "
-                                f"input.numel() == 0.", code="empty_reduction")
+        raise TorchIndexError(f"{'argmax' if is_max else 'argmin'}(): Expected reduction dim to be specified for "
+                              f"input.numel() == 0.", code="empty_reduction")
     if dim is None:
         out = np.asarray(fn(self.data), dtype=np.int64)
         if keepdim:
@@ -327,12 +337,18 @@ def _arg(self, dim, keepdim, is_max):
 @op("argmax", tensors=("self",), differentiable=False)
 def argmax(self, dim=None, keepdim=False):
     """torch.argmax(input, dim=None, keepdim=False): int64, no grad."""
+    self = require_tensor(self)
+    if self.data.dtype == np.bool_:
+        raise TorchRuntimeError("argmax(): does not support bool input", code="invalid_dtype")
     return _arg(self, dim, keepdim, True)
 
 
 @op("argmin", tensors=("self",), differentiable=False)
 def argmin(self, dim=None, keepdim=False):
     """torch.argmin(input, dim=None, keepdim=False): int64, no grad."""
+    self = require_tensor(self)
+    if self.data.dtype == np.bool_:
+        raise TorchRuntimeError("argmin(): does not support bool input", code="invalid_dtype")
     return _arg(self, dim, keepdim, False)
 
 
@@ -381,7 +397,7 @@ def _var_forward(self: Tensor, dim, correction, keepdim):
     if not D.is_floating(self.dtype):
         raise TorchRuntimeError("std and var only support floating point and complex dtypes", code="invalid_dtype")
     ax = _axis(dims, nd)
-    n = x.size if dims is None else int(np.prod([x.shape[d] for d in dims]))
+    n = x.size if dims is None or nd == 0 else int(np.prod([x.shape[d] for d in dims]))
     dof = n - correction
     if dof <= 0:
         emit_warning("var(): degrees of freedom is <= 0. Correction should be strictly less than the reduction "
@@ -390,18 +406,24 @@ def _var_forward(self: Tensor, dim, correction, keepdim):
         mu = np.mean(x, axis=ax, keepdims=True) if x.size else np.zeros((1,) * nd, x.dtype)
         dev = x - mu
         ssq = np.sum(dev * dev, axis=ax, keepdims=keepdim)
-        out = ssq / x.dtype.type(dof) if dof > 0 else np.full_like(ssq, np.nan)
+        out = ssq / x.dtype.type(dof if dof > 0 else 0)  # torch: n <= correction divides by 0 (inf, or nan for 0/0)
     return dims, np.asarray(out, x.dtype)
 
 
 def _var_backward(grad: Tensor, x: Tensor, dims, correction, keepdim) -> Tensor:
     from .reduction import mean as mean_
     nd = x.data.ndim
-    n = x.data.size if dims is None else int(np.prod([x.data.shape[d] for d in dims]))
-    dof = n - correction
     g = _restore(grad, dims, nd, keepdim)
-    mu = mean_(x, list(dims) if dims else None, keepdim=True) if dims else mean_(x)
-    return (2.0 / dof) * g * (x - mu)
+    if dims is None or nd == 0:  # torch's var_backward: no dof <= 0 division, inf (or nan where x == mean)
+        dof = x.data.size - correction
+        if dof <= 0:
+            from .elementwise import where
+            mu = mean_(x)
+            return g * where(eq(x, mu), math.nan, math.inf)
+        return (2.0 / dof) * g * (x - mean_(x))
+    dof = int(np.prod([x.data.shape[d] for d in dims])) - correction
+    scale = 2.0 / dof if dof != 0 else math.inf
+    return scale * g * (x - mean_(x, list(dims), keepdim=True))
 
 
 @op("var", tensors=("self",), grad_fns=("VarBackward0",))
@@ -547,8 +569,13 @@ def sort(self, dim=-1, descending=False, stable=False):
         idx = np.zeros((), np.int64)
         vals = self.data.copy()
     else:
-        key = -self.data if descending and self.data.dtype != np.bool_ else self.data
-        idx = np.argsort(key, axis=d, kind="stable").astype(np.int64)
+        x = self.data
+        if descending and x.dtype.kind == "f":  # torch orders NaN above everything: first when descending
+            nan = np.isnan(x)
+            idx = np.lexsort((np.where(nan, 0, -x), ~nan), axis=d).astype(np.int64)
+        else:
+            key = -x if descending and x.dtype != np.bool_ else x
+            idx = np.argsort(key, axis=d, kind="stable").astype(np.int64)
         if descending and self.data.dtype == np.bool_:
             idx = np.flip(np.argsort(self.data, axis=d, kind="stable"), axis=d).astype(np.int64)
         vals = np.take_along_axis(self.data, idx, axis=d)

@@ -174,6 +174,7 @@ def flatten(self, start_dim=0, end_dim=-1):
     self = require_tensor(self)
     nd = self.data.ndim
     if nd == 0:
+        wrap_dim(start_dim, nd), wrap_dim(end_dim, nd)  # a 0-d input takes dims in [-1, 0]
         return reshape(self, (1,))
     s = wrap_dim(start_dim, nd)
     e = wrap_dim(end_dim, nd)
@@ -488,6 +489,7 @@ def _split(self: Tensor, sizes: list, d: int, prim: str, saved: dict) -> tuple:
 def split(self, split_size_or_sections, dim=0):
     """torch.split(tensor, split_size_or_sections, dim=0): a tuple of views."""
     self = require_tensor(self)
+    _at_least_1d(self, "split expects at least a 1-dimensional tensor")
     d = wrap_dim(dim, self.data.ndim)
     n = self.data.shape[d]
     if isinstance(split_size_or_sections, (list, tuple)):
@@ -501,6 +503,12 @@ def split(self, split_size_or_sections, dim=0):
     sizes = _split_sizes(n, size)
     return _split(self, sizes, d, "SplitBackward0",
                   {"dim": d, "self_sym_sizes": self.data.shape, "split_size": size})
+
+
+def _at_least_1d(self: Tensor, message: str) -> None:
+    """torch's 0-dim checks of split/chunk/narrow (before any argument is looked at)."""
+    if self.data.ndim == 0:
+        raise TorchRuntimeError(message, code="invalid_argument")
 
 
 def _split_backward(ctx, grads, sizes):
@@ -537,13 +545,14 @@ def _(ctx, grads):
 def chunk(self, chunks, dim=0):
     """torch.chunk(input, chunks, dim=0)."""
     self = require_tensor(self)
+    _at_least_1d(self, "chunk expects at least a 1-dimensional tensor")
     if chunks <= 0:
         raise TorchRuntimeError("chunk expects `chunks` to be greater than 0, got: " + str(chunks),
                                 code="invalid_argument")
     d = wrap_dim(dim, self.data.ndim)
     n = self.data.shape[d]
     if n == 0:
-        return split(self, [0], d)
+        return split(self, [0] * chunks, d)  # torch: `chunks` empty pieces
     return split(self, -(-n // chunks), d)  # ceil(n / chunks) per chunk, as torch
 
 
@@ -552,6 +561,8 @@ def unbind(self, dim=0):
     """torch.unbind(input, dim=0)."""
     self = require_tensor(self)
     d = wrap_dim(dim, self.data.ndim)
+    if self.data.ndim == 0:
+        raise TorchIndexError("Dimension specified as 0 but tensor has no dimensions", code="dim_out_of_range")
     arrs = tuple(np.take(self.data, i, axis=d) for i in range(self.data.shape[d]))
     outs = record("UnbindBackward0", arrs, (self,), {"dim": d})
     return tuple(_as_view(o, self) for o in outs)
@@ -569,15 +580,20 @@ def _(ctx, grads):
 def narrow(self, dim, start, length):
     """torch.narrow(input, dim, start, length)."""
     self = require_tensor(self)
+    _at_least_1d(self, "narrow() cannot be applied to a 0-dim tensor.")
     d = wrap_dim(dim, self.data.ndim)
     n = self.data.shape[d]
+    # torch's order: length, then start's range, then start + length
+    if length < 0:
+        raise TorchRuntimeError("narrow(): length must be non-negative.", code="index_out_of_range")
+    if not -n <= start <= n:
+        raise TorchIndexError(f"start out of range (expected to be in range of [{-n}, {n}], but got {start})",
+                              code="index_out_of_range")
     if start < 0:
         start += n
-    if start < 0 or start > n or length < 0 or start + length > n:
-        raise TorchIndexError(f"start ({start}) + length ({length}) exceeds dimension size ({n}).",
-                              code="index_out_of_range") if start + length > n else \
-            TorchIndexError(f"start out of range (expected to be in range of [{-n}, {n}], but got {start})",
-                            code="index_out_of_range")
+    if start > n - length:
+        raise TorchRuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({n}).",
+                                code="index_out_of_range")
     return _slice(self, d, start, start + length, 1)
 
 
@@ -609,7 +625,20 @@ def select(self, dim, index):
                            {"dim": d, "index": index, "self_sym_sizes": self.data.shape}), self)
 
 
-op("select", tensors=("self",), grad_fns=("SelectBackward0",))(select)
+def _select_op(self, dim, index):
+    """torch.select(input, dim, index); its bounds message differs from indexing's (``x[5]``)."""
+    self = require_tensor(self)
+    if self.data.ndim and isinstance(index, int):
+        d = wrap_dim(dim, self.data.ndim)
+        n = self.data.shape[d]
+        if index < -n or index >= n:
+            raise TorchIndexError(f"select(): index {index} out of range for tensor of size "
+                                  f"{list(self.data.shape)} at dimension {d}", code="index_out_of_range")
+    return select(self, dim, index)
+
+
+_select_op.__name__ = "select"
+op("select", tensors=("self",), grad_fns=("SelectBackward0",))(_select_op)
 
 
 @vjp("SelectBackward0", inputs=("self",), saves=("dim", "index", "self_sym_sizes"))
@@ -819,6 +848,9 @@ def index_select(self, dim, index):
     d = wrap_dim(dim, self.data.ndim)
     n = self.data.shape[d] if self.data.ndim else 1
     ix = index.data.reshape(-1)
+    if self.data.ndim == 0 and ix.size != 1:
+        raise TorchRuntimeError(f"index_select(): Index to scalar can have only 1 value, got {ix.size} value(s)",
+                                code="invalid_index")
     if ix.size and (ix.max() >= n or ix.min() < -n):
         raise TorchIndexError("index out of range in self", code="index_out_of_range")
     out = np.take(self.data, ix, axis=d) if self.data.ndim else self.data.reshape(1)[ix].reshape(())
@@ -830,6 +862,8 @@ def index_select(self, dim, index):
 def _(ctx, grad):
     d = ctx.dim
     shp = ctx.self_sym_sizes
+    if not shp:  # a 0-d input: the one selected element
+        return reshape(grad, ()),
     idx = [None] * len(shp)
     idx[d] = Tensor(ctx.index.data.reshape(-1))
     # broadcast the index along dim: index_add as an index_put with accumulation
@@ -849,13 +883,23 @@ def gather(self, dim, index, sparse_grad=False):
     if index.data.dtype != np.int64:
         raise TorchRuntimeError("gather(): Expected dtype int64 for index", code="invalid_dtype")
     d = wrap_dim(dim, self.data.ndim)
+    if self.data.ndim <= 1 and index.data.ndim <= 1 and 0 in (self.data.ndim, index.data.ndim):
+        # torch compares max(ndim, 1): a 0-d input or index gathers as a 1-element vector
+        n = self.data.size
+        ix = index.data.reshape(-1)
+        if ix.size and (ix.max() >= n or ix.min() < -n):
+            raise TorchRuntimeError(f"index {int(ix.max())} is out of bounds for dimension {d} with size {n}",
+                                    code="index_out_of_range")
+        out = self.data.reshape(-1)[ix].reshape(index.data.shape)
+        return record("GatherBackward0", out, (self,),
+                      {"dim": d, "index": index, "self": self, "sparse_grad": sparse_grad})
     if index.data.ndim != self.data.ndim:
         raise TorchRuntimeError("Index tensor must have the same number of dimensions as input tensor",
                                 code="shape_mismatch")
     for k in range(self.data.ndim):
         if k != d and index.data.shape[k] > self.data.shape[k]:
             raise TorchRuntimeError(f"Size does not match at dimension {k} expected index "
-                                    f"{list(index.data.shape)} to be smaller than self {list(self.data.shape)} "
+                                    f"{list(index.data.shape)} to be no larger than self {list(self.data.shape)} "
                                     f"apart from dimension {d}", code="shape_mismatch")
     n = self.data.shape[d] if self.data.ndim else 1
     if index.data.size and (index.data.max() >= n or index.data.min() < -n):
@@ -872,6 +916,9 @@ def _(ctx, grad):
     shp = ctx.self.data.shape
     d = ctx.dim
     ix = ctx.index.data
+    if len(shp) == 0 or ix.ndim == 0:  # the 0-d forms: scatter into the flat input
+        flat = _index_put_zeros(reshape(grad, (-1,)), (int(np.prod(shp)),), [Tensor(ix.reshape(-1))])
+        return reshape(flat, shp),
     grids = list(np.indices(ix.shape, sparse=True))
     grids[d] = ix
     return _index_put_zeros(grad, shp, [Tensor(np.asarray(g)) for g in grids]),

@@ -86,7 +86,6 @@ SAMPLES: dict[str, list[Sample]] = {
     "rsub": [S(T(3), 2.0), S(T(2, 3), T(3)), S(T(3), T(3), alpha=2)],
     "mul": [S(T(3), T(3)), S(T(2, 3), T(3)), S(T(), T(2, 2)), S(T(3), 2.5)],
     "div": [S(T(3), P(3)), S(T(2, 3), P(2, 1)), S(T(3), 4.0), S(P(), P(3))],
-    "floor_divide": [S(P(3, low=0.1, high=0.9), 2.0, note="zero gradient")],
     "rtruediv": [S(P(3), 2.0), S(P(2, 2), -1.5)],
     "pow": [S(T(3), 2), S(P(2, 3), 0.5), S(P(3), -1.5), S(P(3), T(3)), S(P(2, 3), T(3)), S(2.0, T(3)),
             S(P(), 3)],
@@ -129,7 +128,8 @@ SAMPLES: dict[str, list[Sample]] = {
     "minimum": [S(T(3), T(3)), S(T(2, 3), T(3))],
     "where": [S(mask(True, False, True), T(3), T(3)), S(mask([True], [False]), T(2, 3), T(3)),
               S(mask(True, False), T(2), 0.5)],
-    "masked_fill": [S(T(3), mask(True, False, True), 0.5), S(T(2, 3), mask(False, True, False), -1.0)],
+    "masked_fill": [S(T(3), mask(True, False, True), 0.5), S(T(2, 3), mask(False, True, False), -1.0),
+                    S(T(3), mask(True, False, True), T(), note="tensor value (MaskedFillBackward1)")],
     "lerp": [S(T(3), T(3), 0.3), S(T(3), T(3), 0.7), S(T(2, 3), T(3), T(2, 3, low=0.1, high=0.9))],
     # ----- reductions
     "sum": [S(T()), S(T(3)), S(T(2, 3), 1), S(T(2, 3), (0, 1)), S(T(2, 3, 2), 1, keepdim=True)],
