@@ -101,6 +101,47 @@ def jvp(name: str):
     return deco
 
 
+def elementwise_jvp(ctx, *tangents):
+    """The JVP of an elementwise primitive from its own VJP: each input's VJP is ``grad * df/dx_i``
+    (broadcasting, no reduction), so the JVP is the sum over inputs of that VJP applied to the input's
+    tangent. ``jvp("ExpBackward0")(elementwise_jvp)`` keeps such entries one line."""
+    vjp_fn = PRIMS[ctx._prim].vjp
+    n = len(tangents)
+    out = None
+    for i, t in enumerate(tangents):
+        if t is None:
+            continue
+        ctx.needs = tuple(j == i for j in range(n))
+        r = vjp_fn(ctx, t)[i]
+        if r is not None:
+            out = r if out is None else out + r
+    return out
+
+
+def zero_jvp(ctx, *tangents):
+    """A primitive with a zero derivative (floor, sign, round...): the output's tangent is zeros."""
+    return None
+
+
+def weighted_tangent(ctx, *tangents):
+    """For primitives where each input element feeds one output element (reductions, losses): the VJP with
+    an all-ones gradient gives each element's derivative, so ``sum_i t_i * vjp_i(ones)`` summed over the
+    reduced dimensions (by the caller) is the JVP."""
+    vjp_fn = PRIMS[ctx._prim].vjp
+    n = len(tangents)
+    r = ctx.result
+    ones = Tensor(np.ones(r.data.shape, r.data.dtype))
+    out = None
+    for i, t in enumerate(tangents):
+        if t is None:
+            continue
+        ctx.needs = tuple(j == i for j in range(n))
+        w = vjp_fn(ctx, ones)[i]
+        if w is not None:
+            out = t * w if out is None else out + t * w
+    return out
+
+
 def no_jvp(name: str, aten: str) -> None:
     """Mark a primitive torch has no forward formula for; forward AD through it raises torch's
     NotImplementedError naming ``aten``."""
@@ -241,6 +282,7 @@ class JvpCtx:
             for k, v in saved.items():
                 d[k] = outs if v.__class__ is str and v == "result" else v
         d["result"] = outs
+        d["_prim"] = prim.name if prim is not None else None
 
 
 _NO_FW = ("Trying to use forward AD with {} that does not support it because it has not been implemented yet.\n"
