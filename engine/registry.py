@@ -332,26 +332,19 @@ def _forward(prim_name: str, outs, inputs: tuple, saved: dict | None) -> None:
 
 
 def _fit(r, out: Tensor, ref: Tensor, tangents: list):
-    """The formula's tangent as the output's: zeros for None, broadcast to its shape, never an input's
-    tangent object itself, at least the output's precision."""
+    """The formula's tangent as the output's: zeros (of the input tangent's dtype) for None, broadcast to the
+    output's shape, never an input's tangent object itself. Its dtype is the formula's, as in torch (a float32
+    tangent of a float64 primal stays float32 through ``neg``, becomes float64 through ``exp``)."""
     od = out.data
     if r is None:
-        return Tensor(np.zeros(od.shape, np.promote_types(od.dtype, ref.data.dtype)))
-    rd = r.data
-    if rd.shape != od.shape:
+        return Tensor(np.zeros(od.shape, ref.data.dtype))
+    if r.data.shape != od.shape:
         from .ops.shape import contiguous, expand
-        r = contiguous(expand(r, od.shape))
-    else:
-        for t in tangents:
-            if t is r:
-                from .ops.shape import clone
-                r = clone(r)
-                break
-    if r.data.dtype != od.dtype:
-        dt = np.promote_types(r.data.dtype, od.dtype)
-        if dt != r.data.dtype:
-            from .ops.shape import to
-            r = to(r, dt.name)
+        return contiguous(expand(r, od.shape))
+    for t in tangents:
+        if t is r:
+            from .ops.shape import clone
+            return clone(r)
     return r
 
 

@@ -165,7 +165,13 @@ def _(ctx, grad):
 
 @jvp("MulBackward0")
 def _(ctx, self_t, other_t):
-    return add_t(mul_t(self_t, ctx.other), mul_t(other_t, ctx.self))
+    # torch: other_t * self_p + self_t * other_p, a missing tangent being zeros of its input's dtype (which
+    # can widen a mixed-precision tangent: a float32 tangent of a float64 x times 2.0 is float64)
+    if other_t is None and self_t.data.dtype != ctx.other.data.dtype:
+        other_t = Tensor(np.zeros(ctx.other.data.shape, ctx.other.data.dtype))
+    elif self_t is None and other_t.data.dtype != ctx.self.data.dtype:
+        self_t = Tensor(np.zeros(ctx.self.data.shape, ctx.self.data.dtype))
+    return add_t(mul_t(other_t, ctx.self), mul_t(self_t, ctx.other))
 
 
 _ROUNDING = (None, "trunc", "floor")
