@@ -368,14 +368,19 @@ def op_catalog() -> list[dict]:
                 entry["default"] = p.default if isinstance(p.default, (int, float, str, bool, type(None))) \
                     else repr(p.default)
             args.append(entry)
+        missing = [g for g in spec.grad_fns if g not in JVPS]
         out.append({"name": spec.name, "aliases": list(spec.aliases), "family": spec.family, "arguments": args,
                     "grad_fns": list(spec.grad_fns), "differentiable": spec.differentiable,
+                    "forward_ad": spec.differentiable and bool(spec.grad_fns) and not missing,
+                    "grad_fns_without_forward_ad": missing,
                     "inplace": spec.inplace, "method": spec.method, "doc": spec.doc})
     from .program import ACTIONS
     for a in ACTIONS:
         out.append({"name": a["name"], "aliases": [], "family": "autograd",
                     "arguments": [{"name": n, "tensor": n in ("tensors", "outputs", "inputs", "self", "gradient",
-                                                              "grad_outputs", "grad"),
-                                   "tensor_list": False, "required": n in ("self",)} for n in a["arguments"]],
-                    "grad_fns": [], "differentiable": False, "inplace": False, "method": False, "doc": a["doc"]})
+                                                              "grad_outputs", "grad", "tensor", "tangent"),
+                                   "tensor_list": False, "required": n in ("self", "tensor", "tangent")}
+                                  for n in a["arguments"]],
+                    "grad_fns": [], "differentiable": False, "forward_ad": False, "grad_fns_without_forward_ad": [],
+                    "inplace": False, "method": False, "doc": a["doc"]})
     return out
