@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import TorchRuntimeError
 from .forward_ad import _level as _fw_level
-from .forward_ad import tangent_of
+from .forward_ad import tangent_of, with_layout
 from .grad_mode import _grad_enabled
 from .journal import setattr_
 from .node import Node, SavedTensor
@@ -326,7 +326,7 @@ def _forward(prim_name: str, outs, inputs: tuple, saved: dict | None) -> None:
         for o, r in zip(targets, res):
             if o.data.dtype.kind != "f":
                 continue
-            o._fw_grad = _fit(r, o, ref, tangents)
+            o._fw_grad = with_layout(_fit(r, o, ref, tangents), o.data)
             level.tensors.append(o)
     finally:
         _fw_level.reset(token)
