@@ -7,6 +7,10 @@ Two kinds of entries, in the spirit of PyTorch's ``derivatives.yaml``:
   that it is differentiable again, the names of its differentiable inputs (the ``next_functions`` order)
   and which saved slot is needed by which input's gradient (torch saves ``self`` of ``x * c`` only when
   ``c`` requires grad).
+* **forward formulas** (``@jvp("MulBackward0")``, right after the VJP): the JVP of the same primitive, also
+  in engine ops (so a tangent is differentiable again); ``record`` runs it inside a dual level when an input
+  has a tangent. ``elementwise_jvp`` (derived from an elementwise VJP), ``weighted_tangent`` (reductions,
+  losses) and ``zero_jvp`` keep most entries one line; ``no_jvp`` marks a primitive torch has no formula for.
 * **public ops** (``@op("mul", tensors=("self", "other"))``): the torch function or method a program
   calls. It computes the forward with numpy, picks the primitive for the argument form
   (``x ** 2`` -> PowBackward0, ``x ** t`` -> PowBackward1) and calls ``record``.
@@ -147,10 +151,6 @@ def no_jvp(name: str, aten: str) -> None:
     """Mark a primitive torch has no forward formula for; forward AD through it raises torch's
     NotImplementedError naming ``aten``."""
     NO_JVP[name] = aten
-
-
-def has_jvp(name: str) -> bool:
-    return name in JVPS
 
 
 def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...] = (),
