@@ -105,19 +105,6 @@ class program_dual_scope:
         return False
 
 
-def _check_level(level, what: str) -> DualLevel | None:
-    cur = _level.get()
-    if level is None:
-        return cur
-    if isinstance(level, bool) or not isinstance(level, int):
-        raise InvalidArgumentError(f"{what}(): level must be an int, not {type(level).__name__}")
-    if cur is None or level != cur.index:
-        if level < 0:
-            return None
-        raise TorchRuntimeError(f"Invalid level given to _{what}", code="invalid_dual_level")
-    return cur
-
-
 def _require(v, name: str, what: str):
     from .tensor import Tensor
     if not isinstance(v, Tensor):
@@ -130,7 +117,10 @@ def make_dual(tensor, tangent, *, level: int | None = None):
     tangent is ``tangent`` (the same tensor object)."""
     tensor = _require(tensor, "tensor", "make_dual")
     tangent = _require(tangent, "tangent", "make_dual")
-    if _level.get() is None and (level is None or level < 0):
+    cur = _level.get()
+    if isinstance(level, bool) or not isinstance(level, (int, type(None))):
+        raise InvalidArgumentError(f"make_dual(): level must be an int, not {type(level).__name__}")
+    if (level if level is not None else (cur.index if cur is not None else -1)) < 0:
         raise TorchRuntimeError("Trying to create a dual Tensor for forward AD but no level exists, make sure to "
                                 "enter_dual_level() first.", code="no_dual_level")
     if tensor.data.dtype.kind != "f":
@@ -139,9 +129,12 @@ def make_dual(tensor, tangent, *, level: int | None = None):
     if tangent.data.dtype.kind != "f":
         raise TorchValueError(f"Expected tangent to be floating point or complex, but got: torch.{tangent.dtype}",
                               code="invalid_dtype")
-    lvl = _check_level(level, "make_dual")
-    if lvl is None:
+    if cur is None:
+        raise TorchRuntimeError("Trying to access a forward AD level with an invalid index. This index was either "
+                                "not created or is already deleted.", code="invalid_dual_level")
+    if level is not None and level != cur.index:
         raise TorchRuntimeError("Invalid level given to _make_dual", code="invalid_dual_level")
+    lvl = cur
     if tangent_of(tensor) is not None:
         raise TorchRuntimeError(f"Making a dual Tensor based on a Tensor that already has a forward gradient at "
                                 f"the same level {lvl.index} is not supported.", code="invalid_dual")

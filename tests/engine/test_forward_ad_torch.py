@@ -81,6 +81,7 @@ def _error(fn):
 
 ERRORS = {
     "make_dual outside a level": lambda m, fw: fw.make_dual(m.ones(2), m.ones(2)),
+    "make_dual at level 0 outside a level": lambda m, fw: fw.make_dual(m.ones(2), m.ones(2), level=0),
     "exit without a level": lambda m, fw: fw.exit_dual_level(),
 }
 IN_LEVEL_ERRORS = {
@@ -93,6 +94,7 @@ IN_LEVEL_ERRORS = {
     "dual of a dual": lambda m, fw: fw.make_dual(fw.make_dual(m.ones(2), m.ones(2)), m.ones(2)),
     "dual tangent": lambda m, fw: fw.make_dual(m.ones(2), fw.make_dual(m.ones(2), m.ones(2))),
     "make_dual at another level": lambda m, fw: fw.make_dual(m.ones(2), m.ones(2), level=3),
+    "make_dual at a negative level": lambda m, fw: fw.make_dual(m.ones(2), m.ones(2), level=-1),
     "unpack_dual at another level": lambda m, fw: fw.unpack_dual(fw.make_dual(m.ones(2), m.ones(2)), level=3),
     "in-place on a dual whose tangent is a leaf that requires grad": lambda m, fw: fw.make_dual(
         m.ones(2), m.ones(2, requires_grad=True)).mul_(2),
