@@ -127,6 +127,24 @@ OPS_EXAMPLES: dict[str, dict] = {
         {"status": 409, "code": "graph_freed", "op_index": 4, "exception": "RuntimeError",
          "detail_startswith": "Trying to backward through the graph a second time"},
     ),
+    "forward_mode": _example(
+        "Forward mode: a JVP, and a Hessian-vector product by forward-over-reverse",
+        "`torch.autograd.forward_ad` in one op list (a dual level cannot outlive it): y = sum(x**3) at "
+        "x = [1, 2] along v = [1, 0.5] gives the JVP 3*1*1 + 3*4*0.5 = 9; the gradient g = 3x**2 = [3, 12] "
+        "computed inside the level carries the tangent H v = 6 x v = [6, 6]. Outside the level nothing keeps a "
+        "tangent.",
+        {"ops": [_t("x", [1.0, 2.0]), _t("v", [1.0, 0.5], requires_grad=False),
+                 {"op": "enter_dual_level"},
+                 {"op": "make_dual", "out": "d", "args": ["x", "v"]},
+                 {"op": "pow", "out": "cube", "args": ["d", 3]},
+                 {"op": "sum", "out": "y", "args": ["cube"]},
+                 {"op": "grad", "out": "g", "args": ["y", "x"], "kwargs": {"create_graph": True}},
+                 {"op": "unpack_dual", "out": ["y_primal", "jvp"], "args": ["y"]},
+                 {"op": "unpack_dual", "out": ["g_primal", "hvp"], "args": ["g"]},
+                 {"op": "exit_dual_level"}]},
+        {"status": 200, "tensors": {"jvp": {"data": 9.0}, "g_primal": {"data": [3.0, 12.0]},
+                                    "hvp": {"data": [6.0, 6.0]}}},
+    ),
     "create_graph_second_derivative": _example(
         "create_graph and a second derivative",
         "`y = x**3` at x=2: `grad(y, x, create_graph=True)` gives dy = 12 (itself differentiable, "

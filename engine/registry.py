@@ -7,6 +7,10 @@ Two kinds of entries, in the spirit of PyTorch's ``derivatives.yaml``:
   that it is differentiable again, the names of its differentiable inputs (the ``next_functions`` order)
   and which saved slot is needed by which input's gradient (torch saves ``self`` of ``x * c`` only when
   ``c`` requires grad).
+* **forward formulas** (``@jvp("MulBackward0")``, right after the VJP): the JVP of the same primitive, also
+  in engine ops (so a tangent is differentiable again); ``record`` runs it inside a dual level when an input
+  has a tangent. ``elementwise_jvp`` (derived from an elementwise VJP), ``weighted_tangent`` (reductions,
+  losses) and ``zero_jvp`` keep most entries one line; ``no_jvp`` marks a primitive torch has no formula for.
 * **public ops** (``@op("mul", tensors=("self", "other"))``): the torch function or method a program
   calls. It computes the forward with numpy, picks the primitive for the argument form
   (``x ** 2`` -> PowBackward0, ``x ** t`` -> PowBackward1) and calls ``record``.
@@ -23,6 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import TorchRuntimeError
+from .forward_ad import _level as _fw_level
+from .forward_ad import tangent_of, with_layout
 from .grad_mode import _grad_enabled
 from .journal import setattr_
 from .node import Node, SavedTensor
@@ -56,7 +62,12 @@ class OpSpec:
     aliases: tuple[str, ...] = ()
 
 
+_fw_active = _fw_level.get  # bound once: record() asks on every call (a non-None level: forward mode is on)
 PRIMS: dict[str, Prim] = {}
+#: forward (JVP) formulas by primitive name, declared next to the VJP with ``@jvp(name)``
+JVPS: dict[str, Callable] = {}
+#: primitives torch has no forward formula for: name -> the ATen op named in torch's NotImplementedError
+NO_JVP: dict[str, str] = {}
 _SUPPORTED = frozenset(np.dtype(t) for t in ("float32", "float64", "int64", "bool"))
 OPS: dict[str, OpSpec] = {}
 
@@ -74,6 +85,72 @@ def vjp(name: str, inputs: tuple[str, ...], saves: dict | tuple = (), n_outputs:
         return fn
 
     return deco
+
+
+def jvp(name: str):
+    """Register the forward (JVP) formula of a backward primitive, right after its VJP:
+
+    ``fn(ctx, *tangents)`` gets one tangent per entry of the primitive's ``inputs`` (None: a zero tangent) and
+    returns the output's tangent (a tuple for multi-output primitives; None: zero). ``ctx`` holds every value
+    given to ``record()``'s ``saved`` (``"result"`` resolved), the primal inputs by their names where no saved
+    slot shadows them (``ctx.inputs``: all of them) and ``ctx.result``. Written in engine ops, it runs with
+    forward AD off and grad mode as it is, so a tangent is differentiable again. The engine makes the tangent
+    the output's shape (broadcast), a fresh tensor, and zeros when the formula says None."""
+
+    def deco(fn):
+        if name in JVPS or name in NO_JVP:
+            raise RuntimeError(f"duplicate forward formula for {name}")
+        JVPS[name] = fn
+        return fn
+
+    return deco
+
+
+def elementwise_jvp(ctx, *tangents):
+    """The JVP of an elementwise primitive from its own VJP: each input's VJP is ``grad * df/dx_i``
+    (broadcasting, no reduction), so the JVP is the sum over inputs of that VJP applied to the input's
+    tangent. ``jvp("ExpBackward0")(elementwise_jvp)`` keeps such entries one line."""
+    vjp_fn = PRIMS[ctx._prim].vjp
+    n = len(tangents)
+    out = None
+    for i, t in enumerate(tangents):
+        if t is None:
+            continue
+        ctx.needs = tuple(j == i for j in range(n))
+        r = vjp_fn(ctx, t)[i]
+        if r is not None:
+            out = r if out is None else out + r
+    return out
+
+
+def zero_jvp(ctx, *tangents):
+    """A primitive with a zero derivative (floor, sign, round...): the output's tangent is zeros."""
+    return None
+
+
+def weighted_tangent(ctx, *tangents):
+    """For primitives where each input element feeds one output element (reductions, losses): the VJP with
+    an all-ones gradient gives each element's derivative, so ``sum_i t_i * vjp_i(ones)`` summed over the
+    reduced dimensions (by the caller) is the JVP."""
+    vjp_fn = PRIMS[ctx._prim].vjp
+    n = len(tangents)
+    r = ctx.result
+    ones = Tensor(np.ones(r.data.shape, r.data.dtype))
+    out = None
+    for i, t in enumerate(tangents):
+        if t is None:
+            continue
+        ctx.needs = tuple(j == i for j in range(n))
+        w = vjp_fn(ctx, ones)[i]
+        if w is not None:
+            out = t * w if out is None else out + t * w
+    return out
+
+
+def no_jvp(name: str, aten: str) -> None:
+    """Mark a primitive torch has no forward formula for; forward AD through it raises torch's
+    NotImplementedError naming ``aten``."""
+    NO_JVP[name] = aten
 
 
 def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...] = (),
@@ -148,9 +225,10 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
                 grad = True
                 break
     if not grad:
-        if multi:
-            return tuple(Tensor(d) for d in data)
-        return Tensor(data)
+        outs = tuple(Tensor(d) for d in data) if multi else Tensor(data)
+        if _fw_active() is not None:
+            _forward(prim_name, outs, inputs, saved)
+        return outs
     nexts = []
     meta = []
     for t in inputs:
@@ -187,7 +265,88 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
                 s[slot] = [SavedTensor(x) if isinstance(x, Tensor) else x for x in value]  # e.g. indices
             else:
                 s[slot] = value
+    if _fw_active() is not None:
+        _forward(prim_name, outs, inputs, saved)
     return outs
+
+
+class JvpCtx:
+    """What a JVP sees: primal inputs by name, every saved value, ``result``."""
+
+    def __init__(self, prim: Prim | None, inputs: tuple, saved: dict | None, outs):
+        d = self.__dict__
+        if prim is not None:
+            for n, t in zip(prim.inputs, inputs):
+                d[n] = t
+        d["inputs"] = inputs
+        if saved:
+            for k, v in saved.items():
+                d[k] = outs if v.__class__ is str and v == "result" else v
+        d["result"] = outs
+        d["_prim"] = prim.name if prim is not None else None
+
+
+_NO_FW = ("Trying to use forward AD with {} that does not support it because it has not been implemented yet.\n"
+          "Please file an issue to PyTorch at https://github.com/pytorch/pytorch/issues/new?template=feature-request"
+          ".yml so that we can prioritize its implementation or submit a PR adding the implementation to "
+          "derivatives.yaml")
+
+
+def _forward(prim_name: str, outs, inputs: tuple, saved: dict | None) -> None:
+    """Forward mode: give the output(s) their tangent when some input has one (a dual level is active)."""
+    tangents = []
+    found = False
+    for t in inputs:
+        fw = None
+        if t is not None:
+            fw = t._fw_grad
+            if fw is None and t._base is not None:
+                fw = tangent_of(t)
+            if fw is not None:
+                found = True
+        tangents.append(fw)
+    if not found:
+        return
+    targets = outs if outs.__class__ is tuple else (outs,)
+    if not any(o.data.dtype.kind == "f" for o in targets):
+        return
+    fn = JVPS.get(prim_name)
+    if fn is None:
+        raise TorchRuntimeError(_NO_FW.format(NO_JVP.get(prim_name, prim_name)), code="forward_ad_not_implemented",
+                                exception="NotImplementedError")
+    level = _fw_level.get()
+    token = _fw_level.set(None)
+    try:
+        res = fn(JvpCtx(PRIMS.get(prim_name), inputs, saved, outs), *tangents)
+        if outs.__class__ is not tuple:
+            res = (res,)
+        elif res is None:
+            res = (None,) * len(outs)
+        ref = next(t for t in tangents if t is not None)
+        for o, r in zip(targets, res):
+            if o.data.dtype.kind != "f":
+                continue
+            o._fw_grad = with_layout(_fit(r, o, ref, tangents), o.data)
+            level.tensors.append(o)
+    finally:
+        _fw_level.reset(token)
+
+
+def _fit(r, out: Tensor, ref: Tensor, tangents: list):
+    """The formula's tangent as the output's: zeros (of the input tangent's dtype) for None, broadcast to the
+    output's shape, never an input's tangent object itself. Its dtype is the formula's, as in torch (a float32
+    tangent of a float64 primal stays float32 through ``neg``, becomes float64 through ``exp``)."""
+    od = out.data
+    if r is None:
+        return Tensor(np.zeros(od.shape, ref.data.dtype))
+    if r.data.shape != od.shape:
+        from .ops.shape import contiguous, expand
+        return contiguous(expand(r, od.shape))
+    for t in tangents:
+        if t is r:
+            from .ops.shape import clone
+            return clone(r)
+    return r
 
 
 def op_catalog() -> list[dict]:
@@ -210,14 +369,19 @@ def op_catalog() -> list[dict]:
                 entry["default"] = p.default if isinstance(p.default, (int, float, str, bool, type(None))) \
                     else repr(p.default)
             args.append(entry)
+        missing = [g for g in spec.grad_fns if g not in JVPS]
         out.append({"name": spec.name, "aliases": list(spec.aliases), "family": spec.family, "arguments": args,
                     "grad_fns": list(spec.grad_fns), "differentiable": spec.differentiable,
+                    "forward_ad": spec.differentiable and bool(spec.grad_fns) and not missing,
+                    "grad_fns_without_forward_ad": missing,
                     "inplace": spec.inplace, "method": spec.method, "doc": spec.doc})
     from .program import ACTIONS
     for a in ACTIONS:
         out.append({"name": a["name"], "aliases": [], "family": "autograd",
                     "arguments": [{"name": n, "tensor": n in ("tensors", "outputs", "inputs", "self", "gradient",
-                                                              "grad_outputs", "grad"),
-                                   "tensor_list": False, "required": n in ("self",)} for n in a["arguments"]],
-                    "grad_fns": [], "differentiable": False, "inplace": False, "method": False, "doc": a["doc"]})
+                                                              "grad_outputs", "grad", "tensor", "tangent"),
+                                   "tensor_list": False, "required": n in ("self", "tensor", "tangent")}
+                                  for n in a["arguments"]],
+                    "grad_fns": [], "differentiable": False, "forward_ad": False, "grad_fns_without_forward_ad": [],
+                    "inplace": False, "method": False, "doc": a["doc"]})
     return out

@@ -13,10 +13,41 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchRuntimeError
+from ..forward_ad import _level as _fw_level
 from ..grad_mode import set_grad_enabled
-from ..registry import op, record, vjp
+from ..registry import elementwise_jvp, jvp, no_jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
 from .common import NP, as_operand, binary_operands, broadcast_all, float_data, is_number, require_tensor
+
+# ----- tangent helpers for the JVPs: None is a zero tangent -----------------------------------------------
+
+
+def add_t(a, b):
+    """a + b over tangents, None being zero."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return add(a, b)
+
+
+def sub_t(a, b):
+    if b is None:
+        return a
+    return neg(b) if a is None else sub(a, b)
+
+
+def mul_t(t, factor):
+    """t * factor for a tangent t (None stays None)."""
+    return None if t is None else mul(t, factor)
+
+
+def scale_t(t, k):
+    """t * k for a number k, skipping k == 1."""
+    if t is None or k == 1:
+        return t
+    return mul(t, k)
+
 
 # ----- arithmetic ---------------------------------------------------------------------------------------
 
@@ -57,6 +88,11 @@ def _(ctx, grad):
     return grad, (grad if alpha == 1 else grad * alpha)
 
 
+@jvp("AddBackward0")
+def _(ctx, self_t, other_t):
+    return add_t(self_t, scale_t(other_t, ctx.alpha))
+
+
 @op("sub", tensors=("self", "other"), grad_fns=("SubBackward0",), aliases=("subtract", "__sub__"))
 def sub(self, other, alpha=1):
     """torch.sub(input, other, alpha=1): input - alpha * other; a number input is wrapped as a 0-d tensor
@@ -93,6 +129,9 @@ def _(ctx, grad):
     return grad, (-grad if alpha == 1 else -grad * alpha)
 
 
+jvp("SubBackward0")(elementwise_jvp)
+
+
 @op("rsub", tensors=("self", "other"), grad_fns=("RsubBackward0", "RsubBackward1"), aliases=("__rsub__",))
 def rsub(self, other, alpha=1):
     """torch.rsub(input, other, alpha=1): other - alpha * input (``2 - x``)."""
@@ -113,10 +152,16 @@ def _(ctx, grad):
     return (-grad if alpha == 1 else -grad * alpha), grad
 
 
+jvp("RsubBackward0")(elementwise_jvp)
+
+
 @vjp("RsubBackward1", inputs=("self",), saves=("alpha",))
 def _(ctx, grad):
     alpha = ctx.alpha
     return (-grad if alpha == 1 else -grad * alpha),
+
+
+jvp("RsubBackward1")(elementwise_jvp)
 
 
 @op("mul", tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("multiply", "__mul__", "__rmul__"))
@@ -128,7 +173,7 @@ def mul(self, other):
     out = a * b if dtype != D.BOOL else np.logical_and(a, b)
     if isinstance(other, Tensor):
         return record("MulBackward0", out, (self, other), {"self": self, "other": other})
-    if not self.requires_grad:
+    if not self.requires_grad and _fw_level.get() is None:
         return Tensor(out)
     return record("MulBackward0", out, (self, None), {"self": self, "other": as_operand(other)})
 
@@ -137,6 +182,17 @@ def mul(self, other):
 def _(ctx, grad):
     n = ctx.needs
     return (grad * ctx.other if n[0] else None), (grad * ctx.self if n[1] else None)
+
+
+@jvp("MulBackward0")
+def _(ctx, self_t, other_t):
+    # torch: other_t * self_p + self_t * other_p, a missing tangent being zeros of its input's dtype (which
+    # can widen a mixed-precision tangent: a float32 tangent of a float64 x times 2.0 is float64)
+    if other_t is None and self_t.data.dtype != ctx.other.data.dtype:
+        other_t = Tensor(np.zeros(ctx.other.data.shape, ctx.other.data.dtype))
+    elif self_t is None and other_t.data.dtype != ctx.self.data.dtype:
+        self_t = Tensor(np.zeros(ctx.self.data.shape, ctx.self.data.dtype))
+    return add_t(mul_t(other_t, ctx.self), mul_t(self_t, ctx.other))
 
 
 _ROUNDING = (None, "trunc", "floor")
@@ -193,11 +249,17 @@ def _(ctx, grad):
     return g_self, g_other
 
 
+jvp("DivBackward0")(elementwise_jvp)
+
+
 @vjp("DivBackward2", inputs=("self", "other"), saves=("self", "other", "rounding_mode"))
 def _(ctx, grad):
     n = ctx.needs
     z = zeros_like(grad)
     return (z if n[0] else None), (z if n[1] else None)
+
+
+jvp("DivBackward2")(zero_jvp)
 
 
 @op("floor_divide", tensors=("self", "other"), grad_fns=("NotImplemented",), differentiable=False,
@@ -271,6 +333,9 @@ def _(ctx, grad):
     return grad * (e * pow(ctx.self, e - 1)),
 
 
+jvp("PowBackward0")(elementwise_jvp)
+
+
 @vjp("PowBackward1", inputs=("self", "exponent"), saves=("self", "exponent", "result"))
 def _(ctx, grad):
     n = ctx.needs
@@ -284,12 +349,18 @@ def _(ctx, grad):
     return g_self, g_exp
 
 
+jvp("PowBackward1")(elementwise_jvp)
+
+
 @vjp("PowBackward2", inputs=("exponent",), saves=("self", "exponent", "result"))
 def _(ctx, grad):
     base = ctx.self
     if base == 0:
         return grad * where(ge(ctx.exponent, 0), 0.0, ctx.result * _scalar_log(base)),
     return grad * (ctx.result * _scalar_log(base)),
+
+
+jvp("PowBackward2")(elementwise_jvp)
 
 
 def _scalar_log(v):
@@ -351,6 +422,9 @@ def _(ctx, grad):
     return neg(grad),
 
 
+jvp("NegBackward0")(elementwise_jvp)
+
+
 @op("reciprocal", tensors=("self",), grad_fns=("ReciprocalBackward0",))
 def reciprocal(self):
     """torch.reciprocal(input); saves its result."""
@@ -361,6 +435,9 @@ def reciprocal(self):
 def _(ctx, grad):
     r = ctx.result
     return -grad * (r * r),
+
+
+jvp("ReciprocalBackward0")(elementwise_jvp)
 
 
 @op("exp", tensors=("self",), grad_fns=("ExpBackward0",))
@@ -374,6 +451,9 @@ def _(ctx, grad):
     return grad * ctx.result,
 
 
+jvp("ExpBackward0")(elementwise_jvp)
+
+
 @op("expm1", tensors=("self",), grad_fns=("Expm1Backward0",))
 def expm1(self):
     """torch.expm1(input); saves its result."""
@@ -383,6 +463,9 @@ def expm1(self):
 @vjp("Expm1Backward0", inputs=("self",), saves=("result",))
 def _(ctx, grad):
     return grad * (ctx.result + 1),
+
+
+jvp("Expm1Backward0")(elementwise_jvp)
 
 
 @op("log", tensors=("self",), grad_fns=("LogBackward0",))
@@ -396,6 +479,9 @@ def _(ctx, grad):
     return grad / ctx.self,
 
 
+jvp("LogBackward0")(elementwise_jvp)
+
+
 @op("log1p", tensors=("self",), grad_fns=("Log1PBackward0",))
 def log1p(self):
     """torch.log1p(input); saves its input."""
@@ -407,6 +493,9 @@ def _(ctx, grad):
     return grad / (ctx.self + 1),
 
 
+jvp("Log1PBackward0")(elementwise_jvp)
+
+
 @op("sqrt", tensors=("self",), grad_fns=("SqrtBackward0",))
 def sqrt(self):
     """torch.sqrt(input); saves its result."""
@@ -416,6 +505,9 @@ def sqrt(self):
 @vjp("SqrtBackward0", inputs=("self",), saves=("result",))
 def _(ctx, grad):
     return grad / (2 * ctx.result),
+
+
+jvp("SqrtBackward0")(elementwise_jvp)
 
 
 def _np_rsqrt(x):
@@ -433,6 +525,9 @@ def _(ctx, grad):
     return -0.5 * grad * pow(ctx.result, 3),
 
 
+jvp("RsqrtBackward0")(elementwise_jvp)
+
+
 @op("abs", tensors=("self",), grad_fns=("AbsBackward0",), aliases=("absolute", "__abs__"))
 def abs(self):
     """torch.abs(input); abs'(0) = 0."""
@@ -443,6 +538,9 @@ def abs(self):
 @vjp("AbsBackward0", inputs=("self",), saves=("self",))
 def _(ctx, grad):
     return grad * sign(ctx.self),
+
+
+jvp("AbsBackward0")(elementwise_jvp)
 
 
 @op("sign", tensors=("self",), grad_fns=("SignBackward0",))
@@ -462,6 +560,9 @@ def _(ctx, grad):
     return zeros_like(grad),
 
 
+jvp("SignBackward0")(zero_jvp)
+
+
 @op("sin", tensors=("self",), grad_fns=("SinBackward0",))
 def sin(self):
     """torch.sin(input); saves its input."""
@@ -471,6 +572,11 @@ def sin(self):
 @vjp("SinBackward0", inputs=("self",), saves=("self",))
 def _(ctx, grad):
     return grad * cos(ctx.self),
+
+
+@jvp("SinBackward0")
+def _(ctx, self_t):
+    return self_t * cos(ctx.self)
 
 
 @op("cos", tensors=("self",), grad_fns=("CosBackward0",))
@@ -484,6 +590,9 @@ def _(ctx, grad):
     return grad * -sin(ctx.self),
 
 
+jvp("CosBackward0")(elementwise_jvp)
+
+
 @op("tan", tensors=("self",), grad_fns=("TanBackward0",))
 def tan(self):
     """torch.tan(input); saves its result."""
@@ -493,6 +602,9 @@ def tan(self):
 @vjp("TanBackward0", inputs=("self",), saves=("result",))
 def _(ctx, grad):
     return grad * (1 + pow(ctx.result, 2)),
+
+
+jvp("TanBackward0")(elementwise_jvp)
 
 
 @op("tanh", tensors=("self",), grad_fns=("TanhBackward0",))
@@ -505,6 +617,9 @@ def tanh(self):
 def _(ctx, grad):
     from .backward import tanh_backward
     return tanh_backward(grad, ctx.result),
+
+
+jvp("TanhBackward0")(elementwise_jvp)
 
 
 def _np_sigmoid(x):
@@ -525,6 +640,9 @@ def _(ctx, grad):
     return sigmoid_backward(grad, ctx.result),
 
 
+jvp("SigmoidBackward0")(elementwise_jvp)
+
+
 @op("relu", tensors=("self",), grad_fns=("ReluBackward0",))
 def relu(self):
     """torch.relu(input); saves its result; relu'(0) = 0."""
@@ -541,6 +659,9 @@ def _(ctx, grad):
     return threshold_backward(grad, ctx.result, 0),
 
 
+jvp("ReluBackward0")(elementwise_jvp)
+
+
 @op("leaky_relu", tensors=("self",), grad_fns=("LeakyReluBackward0",))
 def leaky_relu(self, negative_slope=0.01):
     """F.leaky_relu(input, negative_slope=0.01); leaky_relu'(0) = negative_slope."""
@@ -553,6 +674,9 @@ def leaky_relu(self, negative_slope=0.01):
 @vjp("LeakyReluBackward0", inputs=("self",), saves=("negative_slope", "self"))
 def _(ctx, grad):
     return where(gt(ctx.self, 0), grad, grad * ctx.negative_slope),
+
+
+jvp("LeakyReluBackward0")(elementwise_jvp)
 
 
 @op("elu", tensors=("self",), grad_fns=("EluBackward0",))
@@ -571,6 +695,9 @@ def elu(self, alpha=1.0):
 def _(ctx, grad):
     x = ctx.self
     return where(le(x, 0), grad * (ctx.alpha * exp(x)), grad),
+
+
+jvp("EluBackward0")(elementwise_jvp)
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -601,6 +728,9 @@ def erf(self):
 def _(ctx, grad):
     x = ctx.self
     return grad * (2.0 / math.sqrt(math.pi) * exp(-(x * x))),
+
+
+jvp("ErfBackward0")(elementwise_jvp)
 
 
 @op("gelu", tensors=("self",), grad_fns=("GeluBackward0",))
@@ -638,6 +768,9 @@ def _(ctx, grad):
     return grad * (cdf + x * pdf),
 
 
+jvp("GeluBackward0")(elementwise_jvp)
+
+
 @op("silu", tensors=("self",), grad_fns=("SiluBackward0",))
 def silu(self):
     """F.silu(input) = input * sigmoid(input)."""
@@ -651,6 +784,9 @@ def _(ctx, grad):
     x = ctx.self
     s = sigmoid(x)
     return grad * (s * (1 + x * (1 - s))),
+
+
+jvp("SiluBackward0")(elementwise_jvp)
 
 
 @op("softplus", tensors=("self",), grad_fns=("SoftplusBackward0",))
@@ -677,6 +813,9 @@ def _(ctx, grad):
     return softplus_backward(grad, ctx.self, ctx.beta, ctx.threshold),
 
 
+jvp("SoftplusBackward0")(elementwise_jvp)
+
+
 @op("hardtanh", tensors=("self",), grad_fns=("HardtanhBackward0",))
 def hardtanh(self, min_val=-1.0, max_val=1.0):
     """F.hardtanh(input, min_val=-1.0, max_val=1.0)."""
@@ -697,6 +836,9 @@ def _(ctx, grad):
     return where(logical_or(le(x, ctx.min_val), ge(x, ctx.max_val)), 0.0, grad),
 
 
+jvp("HardtanhBackward0")(elementwise_jvp)
+
+
 @op("logsigmoid", tensors=("self",), grad_fns=("LogSigmoidBackward0",))
 def logsigmoid(self):
     """F.logsigmoid(input); saves input and a buffer like torch's CPU kernel."""
@@ -715,6 +857,9 @@ def _(ctx, grad):
     x = ctx.self
     # d/dx logsigmoid(x) = 1 - sigmoid(x) = sigmoid(-x)
     return grad * sigmoid(-x),
+
+
+jvp("LogSigmoidBackward0")(elementwise_jvp)
 
 
 # ----- clamp, maximum, where, masked_fill, lerp --------------------------------------------------------
@@ -765,6 +910,9 @@ def _(ctx, grad):
     return where(mask, grad, 0.0),
 
 
+jvp("ClampBackward1")(elementwise_jvp)
+
+
 @vjp("ClampBackward0", inputs=("self", "min", "max"), saves=("max", "min", "self"))
 def _(ctx, grad):
     n = ctx.needs
@@ -786,6 +934,9 @@ def _(ctx, grad):
     return g_self, g_min, g_max
 
 
+jvp("ClampBackward0")(elementwise_jvp)
+
+
 @op("clamp_min", tensors=("self",), grad_fns=("ClampMinBackward0",))
 def clamp_min(self, min):
     """torch.clamp_min(input, min) with a number bound."""
@@ -802,6 +953,9 @@ def _(ctx, grad):
     return where(ge(ctx.self, ctx.min), grad, 0.0),
 
 
+jvp("ClampMinBackward0")(elementwise_jvp)
+
+
 @op("clamp_max", tensors=("self",), grad_fns=("ClampMaxBackward0",))
 def clamp_max(self, max):
     """torch.clamp_max(input, max) with a number bound."""
@@ -816,6 +970,9 @@ def clamp_max(self, max):
 @vjp("ClampMaxBackward0", inputs=("self",), saves=("max", "self"))
 def _(ctx, grad):
     return where(le(ctx.self, ctx.max), grad, 0.0),
+
+
+jvp("ClampMaxBackward0")(elementwise_jvp)
 
 
 def _binary_tensors(name, self, other):
@@ -840,6 +997,9 @@ def _(ctx, grad):
     return (masked_fill(half, lt(s, o), 0) if n[0] else None), (masked_fill(half, gt(s, o), 0) if n[1] else None)
 
 
+jvp("MaximumBackward0")(elementwise_jvp)
+
+
 @op("minimum", tensors=("self", "other"), grad_fns=("MinimumBackward0",))
 def minimum(self, other):
     """torch.minimum(input, other); ties split the gradient 0.5/0.5."""
@@ -854,6 +1014,9 @@ def _(ctx, grad):
     s, o = ctx.self, ctx.other
     half = where(eq(s, o), grad / 2, grad)
     return (masked_fill(half, gt(s, o), 0) if n[0] else None), (masked_fill(half, lt(s, o), 0) if n[1] else None)
+
+
+jvp("MinimumBackward0")(elementwise_jvp)
 
 
 @op("where", tensors=("condition", "self", "other"), grad_fns=("WhereBackward0",))
@@ -909,6 +1072,9 @@ def _(ctx, grad):
     n = ctx.needs
     c = ctx.condition
     return (where(c, grad, 0.0) if n[0] else None), (where(c, 0.0, grad) if n[1] else None)
+
+
+jvp("WhereBackward0")(elementwise_jvp)
 
 
 @op("masked_fill", tensors=("self", "mask"), grad_fns=("MaskedFillBackward0", "MaskedFillBackward1"))
@@ -971,6 +1137,20 @@ def _(ctx, grad):
     return g_self, g_value
 
 
+@jvp("MaskedFillBackward1")
+def _(ctx, self_t, value_t):
+    # torch: self_t.masked_fill(mask, value_t); a missing tangent is zeros of the output's shape
+    if self_t is None:
+        self_t = zeros_like(ctx.result) if value_t is not None else None
+    if self_t is None:
+        return None
+    return masked_fill(self_t, ctx.mask, value_t) if value_t is not None else masked_fill(self_t, ctx.mask, 0)
+
+
+jvp("MaskedFillBackward0")(elementwise_jvp)
+no_jvp("NotImplemented", "aten::floor_divide")
+
+
 _TYPEMETA = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "long int", D.BOOL: "bool"}
 
 
@@ -1008,12 +1188,18 @@ def _(ctx, grad):
     return (grad * (1 - w) if n[0] else None), (grad * w if n[1] else None)
 
 
+jvp("LerpBackward0")(elementwise_jvp)
+
+
 @vjp("LerpBackward1", inputs=("self", "end", "weight"), saves=("end", "self", "weight"))
 def _(ctx, grad):
     n = ctx.needs
     w = ctx.weight
     return ((grad * (1 - w)) if n[0] else None, (grad * w) if n[1] else None,
             (grad * (ctx.end - ctx.self)) if n[2] else None)
+
+
+jvp("LerpBackward1")(elementwise_jvp)
 
 
 @op("floor", tensors=("self",), grad_fns=("FloorBackward0",))
@@ -1028,6 +1214,9 @@ def _(ctx, grad):
     return zeros_like(grad),
 
 
+jvp("FloorBackward0")(zero_jvp)
+
+
 @op("ceil", tensors=("self",), grad_fns=("CeilBackward0",))
 def ceil(self):
     """torch.ceil(input); zero gradient."""
@@ -1038,6 +1227,9 @@ def ceil(self):
 @vjp("CeilBackward0", inputs=("self",))
 def _(ctx, grad):
     return zeros_like(grad),
+
+
+jvp("CeilBackward0")(zero_jvp)
 
 
 @op("round", tensors=("self",), grad_fns=("RoundBackward0", "RoundBackward1"))
@@ -1056,9 +1248,15 @@ def _(ctx, grad):
     return zeros_like(grad),
 
 
+jvp("RoundBackward0")(zero_jvp)
+
+
 @vjp("RoundBackward1", inputs=("self",), saves=("decimals",))
 def _(ctx, grad):
     return zeros_like(grad),
+
+
+jvp("RoundBackward1")(zero_jvp)
 
 
 # ----- comparisons and logical ops (no gradient) ---------------------------------------------------

@@ -85,7 +85,7 @@ SAMPLES: dict[str, list[Sample]] = {
     "sub": [S(T(3), T(3)), S(T(2, 3), T(2, 1)), S(T(3), 1.5), S(T(3), T(3), alpha=0.5)],
     "rsub": [S(T(3), 2.0), S(T(2, 3), T(3)), S(T(3), T(3), alpha=2)],
     "mul": [S(T(3), T(3)), S(T(2, 3), T(3)), S(T(), T(2, 2)), S(T(3), 2.5)],
-    "div": [S(T(3), P(3)), S(T(2, 3), P(2, 1)), S(T(3), 4.0), S(P(), P(3))],
+    "div": [S(T(3), P(3)), S(T(2, 3), P(2, 1)), S(T(3), 4.0), S(P(), P(3)), S(T(3), P(3), rounding_mode="floor")],
     "rtruediv": [S(P(3), 2.0), S(P(2, 2), -1.5)],
     "pow": [S(T(3), 2), S(P(2, 3), 0.5), S(P(3), -1.5), S(P(3), T(3)), S(P(2, 3), T(3)), S(2.0, T(3)),
             S(P(), 3)],
@@ -172,7 +172,7 @@ SAMPLES: dict[str, list[Sample]] = {
     "narrow": [S(T(5), 0, 1, 3), S(T(2, 4), 1, 2, 2)],
     "select": [S(T(3), 0, 1), S(T(2, 3), 1, -1)],
     "getitem": [S(T(3), 1), S(T(2, 3), (slice(None), 1)), S(T(5), slice(1, 4, 2)), S(T(4), [0, 2, 2]),
-                S(T(3), mask(True, False, True)), S(T(2, 3), (0, 1))],
+                S(T(3), mask(True, False, True)), S(T(2, 3), (0, 1)), S(T(3), Ellipsis, note="an alias")],
     "index_select": [S(T(4), 0, ints(0, 2, 2)), S(T(2, 3), 1, ints(2, 0))],
     "gather": [S(T(2, 3), 1, ints([0, 2], [1, 1])), S(T(3), 0, ints(2, 0))],
     # ----- linalg
@@ -207,7 +207,8 @@ SAMPLES: dict[str, list[Sample]] = {
                                            pos_weight=Tensor(np.array([1.0, 2.0, 0.5])), reduction="sum")],
     "cross_entropy": [S(T(2, 3), ints(0, 2)), S(T(3, 4), ints(1, 0, 3), reduction="sum"),
                       S(T(2, 3), ints(2, 1), label_smoothing=0.1),
-                      S(T(2, 3), ints(0, 1), weight=Tensor(np.array([0.5, 1.0, 2.0])))],
+                      S(T(2, 3), ints(0, 1), weight=Tensor(np.array([0.5, 1.0, 2.0]))),
+                      S(T(2, 3), T(2, 3, low=0.1, high=0.9, requires_grad=False), note="class probabilities")],
     "nll_loss": [S(T(2, 3), ints(1, 0)), S(T(3, 4), ints(3, 3, 0), reduction="none")],
     # ----- creation from a tensor (no gradient reaches the input)
     "ones_like": [S(T(3), note="no gradient")],
