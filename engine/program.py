@@ -235,7 +235,11 @@ class _Runner:
             if i < len(pos):
                 out_args.append(convert(pos[i].name, a))
             elif varargs is not None:
-                out_args.append(a)
+                # tensor varargs (einsum's operands): each a name, or one list of names
+                if varargs.name in spec.tensors:
+                    out_args.append(self.tensor_list(a) if isinstance(a, list) else self.tensor_arg(a))
+                else:
+                    out_args.append(a)
             else:
                 raise TorchTypeError(f"{spec.name}() takes {len(pos)} positional arguments but {len(args)} were given",
                                      code="invalid_argument")
