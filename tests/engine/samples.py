@@ -276,6 +276,10 @@ SAMPLES: dict[str, list[Sample]] = {
     "cumprod": [S(T(4), 0), S(away(2, 3), 1), S(Tensor(np.array([0.5, 0.0, 2.0, -1.5]), requires_grad=True), 0,
                                                 note="with a zero")],
     "logcumsumexp": [S(T(4), 0), S(T(2, 3), 1)],
+    "einsum": [S("ij,jk->ik", T(2, 3), T(3, 4)), S("ii->i", T(3, 3)), S("ii", T(3, 3)), S("i,j->ij", T(3), T(2)),
+               S("bij,bjk->bik", T(2, 2, 3), T(2, 3, 2)), S("...ij,...jk->...ik", T(2, 2, 3), T(3, 2)),
+               S("ij,kj->ik", T(2, 3), T(4, 3)), S("ij,jk,kl->il", T(2, 3), T(3, 3), T(3, 2)), S("ij->", T(2, 3)),
+               S("ij,ij->i", T(2, 3), T(2, 3))],
     # ----- creation from a tensor (no gradient reaches the input)
     "ones_like": [S(T(3), note="no gradient")],
     "zeros_like": [S(T(2, 3), note="no gradient")],
