@@ -280,6 +280,18 @@ SAMPLES: dict[str, list[Sample]] = {
                S("bij,bjk->bik", T(2, 2, 3), T(2, 3, 2)), S("...ij,...jk->...ik", T(2, 2, 3), T(3, 2)),
                S("ij,kj->ik", T(2, 3), T(4, 3)), S("ij,jk,kl->il", T(2, 3), T(3, 3), T(3, 2)), S("ij->", T(2, 3)),
                S("ij,ij->i", T(2, 3), T(2, 3))],
+    # ----- issue 12: nn.functional
+    "normalize": [S(away(2, 3)), S(away(3, 2), 1.0, 0)],
+    "cosine_similarity": [S(T(2, 3), T(2, 3)), S(T(2, 3), T(1, 3), dim=1), S(T(3, 2), T(3, 2), 0)],
+    "pairwise_distance": [S(T(2, 3), T(2, 3, low=2, high=3)), S(T(3), T(3, low=2, high=3), p=3.0, keepdim=True)],
+    "softmin": [S(T(3), 0), S(T(2, 3), 1)],
+    "glu": [S(T(2, 4)), S(T(4, 3), 0)],
+    "layer_norm": [S(T(2, 3), (3,)), S(T(2, 2, 3), (2, 3), T(2, 3), T(2, 3)), S(T(3, 4), [4], weight=T(4))],
+    # padding_idx and scale_grad_by_freq change the gradient on purpose (no finite-difference check):
+    # tests/engine/test_new_ops_torch.py compares them with torch
+    "embedding": [S(ints([0, 2], [1, 1]), T(4, 3)), S(ints(0, 3, 3), T(4, 2))],
+    "pad": [S(T(2, 3), (1, 2)), S(T(2, 3), (1, 0, -1, 1), value=0.5), S(T(1, 2, 4), (2, 1), mode="reflect"),
+            S(T(1, 3, 3), (1, 1, 2, 0), mode="replicate")],
     # ----- creation from a tensor (no gradient reaches the input)
     "ones_like": [S(T(3), note="no gradient")],
     "zeros_like": [S(T(2, 3), note="no gradient")],
