@@ -292,6 +292,11 @@ SAMPLES: dict[str, list[Sample]] = {
     "embedding": [S(ints([0, 2], [1, 1]), T(4, 3)), S(ints(0, 3, 3), T(4, 2))],
     "pad": [S(T(2, 3), (1, 2)), S(T(2, 3), (1, 0, -1, 1), value=0.5), S(T(1, 2, 4), (2, 1), mode="reflect"),
             S(T(1, 3, 3), (1, 1, 2, 0), mode="replicate")],
+    "conv1d": [S(T(2, 2, 5), T(3, 2, 3), T(3)), S(T(1, 4, 7), T(2, 2, 2), stride=2, padding=1, groups=2),
+               S(T(2, 6), T(2, 2, 3), dilation=2, note="unbatched")],
+    "conv2d": [S(T(1, 2, 4, 4), T(3, 2, 2, 2), T(3)), S(T(2, 2, 5, 4), T(2, 1, 3, 2), stride=2, padding=1, groups=2),
+               S(T(1, 4, 4), T(2, 1, 2, 2), padding="same", note="unbatched"),
+               S(T(1, 1, 5, 5), T(1, 1, 3, 3), dilation=2, padding=(1, 0))],
     # ----- creation from a tensor (no gradient reaches the input)
     "ones_like": [S(T(3), note="no gradient")],
     "zeros_like": [S(T(2, 3), note="no gradient")],
