@@ -14,7 +14,7 @@ from .dtypes import _FROM_NP, LEGACY_NAMES
 from .errors import VERSION_HINT, GraphFreedError, VersionMismatchError
 from .journal import _journal
 
-_CPP_NODES = {"AccumulateGrad", "CopySlices", "CopyBackwards"}
+_CPP_NODES = {"AccumulateGrad", "CopySlices", "CopyBackwards", "Identity"}
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
 
 

@@ -30,6 +30,7 @@ from .errors import (
     UnknownOpError,
     UnknownTensorError,
 )
+from .forward_ad import program_dual_scope
 from .grad_mode import Limits, WarningSink, _grad_enabled, set_grad_enabled
 from .grad_mode import limits as limits_ctx
 from .journal import Journal
@@ -394,6 +395,39 @@ class _Runner:
                     zero_(g)
                 setattr_(t, "grad_accumulations", 0)
 
+    def do_forward_ad(self, index, name, args, kwargs):
+        """torch.autograd.forward_ad: enter_dual_level / exit_dual_level (balanced within the program),
+        make_dual(tensor, tangent) and unpack_dual(tensor) -> [primal, tangent]."""
+        from . import forward_ad as fw
+        params = _FORWARD_AD[name]
+        kw = dict(kwargs)
+        level = kw.pop("level", None)
+        if len(args) > len(params):
+            raise TorchTypeError(f"{name}() takes {len(params)} positional arguments but {len(args)} were given",
+                                 code="invalid_argument")
+        for p, a in zip(params, args):
+            if p in kw:
+                raise TorchTypeError(f"{name}() got multiple values for argument '{p}'", code="invalid_argument")
+            kw[p] = a
+        unknown = set(kw) - set(params)
+        if unknown:
+            raise TorchTypeError(f"{name}() got an unexpected keyword argument '{sorted(unknown)[0]}'",
+                                 code="invalid_argument")
+        missing = [p for p in params if p not in kw]
+        if missing:
+            raise TorchTypeError(f"{name}() missing required argument: '{missing[0]}'", code="invalid_argument")
+        if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
+            raise InvalidArgumentError(f"{name}(): level must be an int, not {type(level).__name__}")
+        if name == "enter_dual_level":
+            fw.enter_dual_level(index)
+            return None
+        if name == "exit_dual_level":
+            fw.exit_dual_level(level=level)
+            return None
+        if name == "make_dual":
+            return fw.make_dual(self.tensor_arg(kw["tensor"]), self.tensor_arg(kw["tangent"]), level=level)
+        return tuple(fw.unpack_dual(self.tensor_arg(kw["tensor"]), level=level))
+
     def run_op(self, index: int, spec_op: dict, no_grad_all: bool):
         if not isinstance(spec_op, dict):
             raise InvalidArgumentError("each op must be an object with an 'op' field")
@@ -416,6 +450,8 @@ class _Runner:
             if name == "zero_grad":
                 self.do_zero_grad(args, kwargs)
                 return []
+            if name in _FORWARD_AD:
+                return self.bind(out, self.do_forward_ad(index, name, args, kwargs))
             if name == "set_grad":
                 if len(args) != 2 or kwargs:
                     raise InvalidArgumentError("set_grad takes [tensor, grad or null]")
@@ -458,7 +494,19 @@ ACTIONS = [
      "arguments": ["self", "requires_grad"]},
     {"name": "set_grad", "doc": "x.grad = value (a tensor of x's shape and dtype) or null.",
      "arguments": ["self", "grad"]},
+    {"name": "enter_dual_level", "doc": "torch.autograd.forward_ad.enter_dual_level(): start forward mode "
+     "(one level at a time); the same op list must exit it.", "arguments": []},
+    {"name": "exit_dual_level", "doc": "torch.autograd.forward_ad.exit_dual_level(level=None): end forward mode; "
+     "every tangent of the level is dropped.", "arguments": ["level"]},
+    {"name": "make_dual", "doc": "torch.autograd.forward_ad.make_dual(tensor, tangent, level=None): a view of "
+     "tensor carrying tangent (inside a dual level).", "arguments": ["tensor", "tangent", "level"]},
+    {"name": "unpack_dual", "doc": "torch.autograd.forward_ad.unpack_dual(tensor, level=None) -> [primal, tangent] "
+     "(a tangent of None binds no name).", "arguments": ["tensor", "level"]},
 ]
+
+#: forward-mode actions and their positional parameters (``level`` is keyword-only, as in torch)
+_FORWARD_AD = {"enter_dual_level": (), "exit_dual_level": (), "make_dual": ("tensor", "tangent"),
+               "unpack_dual": ("tensor",)}
 
 
 def _check_out(out) -> None:
@@ -508,7 +556,7 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
     journal = Journal()
     index, op_name = None, None
     try:
-        with journal, sink, limits_ctx(limits), np.errstate(all="ignore"):
+        with journal, sink, limits_ctx(limits), program_dual_scope(), np.errstate(all="ignore"):
             for _ in range(repeat):
                 for index, spec_op in enumerate(ops):
                     op_name = spec_op.get("op") if isinstance(spec_op, dict) else None

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import TorchRuntimeError
+from .forward_ad import _level as _fw_level
+from .forward_ad import tangent_of
 from .grad_mode import _grad_enabled
 from .journal import setattr_
 from .node import Node, SavedTensor
@@ -57,6 +59,10 @@ class OpSpec:
 
 
 PRIMS: dict[str, Prim] = {}
+#: forward (JVP) formulas by primitive name, declared next to the VJP with ``@jvp(name)``
+JVPS: dict[str, Callable] = {}
+#: primitives torch has no forward formula for: name -> the ATen op named in torch's NotImplementedError
+NO_JVP: dict[str, str] = {}
 _SUPPORTED = frozenset(np.dtype(t) for t in ("float32", "float64", "int64", "bool"))
 OPS: dict[str, OpSpec] = {}
 
@@ -74,6 +80,35 @@ def vjp(name: str, inputs: tuple[str, ...], saves: dict | tuple = (), n_outputs:
         return fn
 
     return deco
+
+
+def jvp(name: str):
+    """Register the forward (JVP) formula of a backward primitive, right after its VJP:
+
+    ``fn(ctx, *tangents)`` gets one tangent per entry of the primitive's ``inputs`` (None: a zero tangent) and
+    returns the output's tangent (a tuple for multi-output primitives; None: zero). ``ctx`` holds every value
+    given to ``record()``'s ``saved`` (``"result"`` resolved), the primal inputs by their names where no saved
+    slot shadows them (``ctx.inputs``: all of them) and ``ctx.result``. Written in engine ops, it runs with
+    forward AD off and grad mode as it is, so a tangent is differentiable again. The engine makes the tangent
+    the output's shape (broadcast), a fresh tensor, and zeros when the formula says None."""
+
+    def deco(fn):
+        if name in JVPS or name in NO_JVP:
+            raise RuntimeError(f"duplicate forward formula for {name}")
+        JVPS[name] = fn
+        return fn
+
+    return deco
+
+
+def no_jvp(name: str, aten: str) -> None:
+    """Mark a primitive torch has no forward formula for; forward AD through it raises torch's
+    NotImplementedError naming ``aten``."""
+    NO_JVP[name] = aten
+
+
+def has_jvp(name: str) -> bool:
+    return name in JVPS
 
 
 def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...] = (),
@@ -148,9 +183,10 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
                 grad = True
                 break
     if not grad:
-        if multi:
-            return tuple(Tensor(d) for d in data)
-        return Tensor(data)
+        outs = tuple(Tensor(d) for d in data) if multi else Tensor(data)
+        if _fw_level.get() is not None:
+            _forward(prim_name, outs, inputs, saved)
+        return outs
     nexts = []
     meta = []
     for t in inputs:
@@ -187,7 +223,94 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
                 s[slot] = [SavedTensor(x) if isinstance(x, Tensor) else x for x in value]  # e.g. indices
             else:
                 s[slot] = value
+    if _fw_level.get() is not None:
+        _forward(prim_name, outs, inputs, saved)
     return outs
+
+
+class JvpCtx:
+    """What a JVP sees: primal inputs by name, every saved value, ``result``."""
+
+    def __init__(self, prim: Prim | None, inputs: tuple, saved: dict | None, outs):
+        d = self.__dict__
+        if prim is not None:
+            for n, t in zip(prim.inputs, inputs):
+                d[n] = t
+        d["inputs"] = inputs
+        if saved:
+            for k, v in saved.items():
+                d[k] = outs if v.__class__ is str and v == "result" else v
+        d["result"] = outs
+
+
+_NO_FW = ("Trying to use forward AD with {} that does not support it because it has not been implemented yet.\n"
+          "Please file an issue to PyTorch at https://github.com/pytorch/pytorch/issues/new?template=feature-request"
+          ".yml so that we can prioritize its implementation or submit a PR adding the implementation to "
+          "derivatives.yaml")
+
+
+def _forward(prim_name: str, outs, inputs: tuple, saved: dict | None) -> None:
+    """Forward mode: give the output(s) their tangent when some input has one (a dual level is active)."""
+    tangents = []
+    found = False
+    for t in inputs:
+        fw = None
+        if t is not None:
+            fw = t._fw_grad
+            if fw is None and t._base is not None:
+                fw = tangent_of(t)
+            if fw is not None:
+                found = True
+        tangents.append(fw)
+    if not found:
+        return
+    targets = outs if outs.__class__ is tuple else (outs,)
+    if not any(o.data.dtype.kind == "f" for o in targets):
+        return
+    fn = JVPS.get(prim_name)
+    if fn is None:
+        raise TorchRuntimeError(_NO_FW.format(NO_JVP.get(prim_name, prim_name)), code="forward_ad_not_implemented",
+                                exception="NotImplementedError")
+    level = _fw_level.get()
+    token = _fw_level.set(None)
+    try:
+        res = fn(JvpCtx(PRIMS.get(prim_name), inputs, saved, outs), *tangents)
+        if outs.__class__ is not tuple:
+            res = (res,)
+        elif res is None:
+            res = (None,) * len(outs)
+        ref = next(t for t in tangents if t is not None)
+        for o, r in zip(targets, res):
+            if o.data.dtype.kind != "f":
+                continue
+            o._fw_grad = _fit(r, o, ref, tangents)
+            level.tensors.append(o)
+    finally:
+        _fw_level.reset(token)
+
+
+def _fit(r, out: Tensor, ref: Tensor, tangents: list):
+    """The formula's tangent as the output's: zeros for None, broadcast to its shape, never an input's
+    tangent object itself, at least the output's precision."""
+    od = out.data
+    if r is None:
+        return Tensor(np.zeros(od.shape, np.promote_types(od.dtype, ref.data.dtype)))
+    rd = r.data
+    if rd.shape != od.shape:
+        from .ops.shape import contiguous, expand
+        r = contiguous(expand(r, od.shape))
+    else:
+        for t in tangents:
+            if t is r:
+                from .ops.shape import clone
+                r = clone(r)
+                break
+    if r.data.dtype != od.dtype:
+        dt = np.promote_types(r.data.dtype, od.dtype)
+        if dt != r.data.dtype:
+            from .ops.shape import to
+            r = to(r, dt.name)
+    return r
 
 
 def op_catalog() -> list[dict]:

@@ -27,7 +27,7 @@ from .node import Node
 
 class Tensor:
     __slots__ = ("data", "requires_grad", "grad_fn", "output_nr", "_grad", "_vc", "retains_grad",
-                 "grad_accumulations", "_base", "_accumulator", "_wrapped", "__weakref__")
+                 "grad_accumulations", "_base", "_accumulator", "_wrapped", "_fw_grad", "__weakref__")
 
     def __init__(self, data: np.ndarray, requires_grad: bool = False, grad_fn: Node | None = None,
                  output_nr: int = 0, vc: list | None = None, base: Tensor | None = None):
@@ -44,6 +44,7 @@ class Tensor:
         self._base = base
         self._accumulator = None
         self._wrapped = False
+        self._fw_grad = None  # the tangent while a dual level is active (engine/forward_ad.py)
 
     # ----- metadata -------------------------------------------------------------------------------
     @property

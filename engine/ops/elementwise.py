@@ -13,9 +13,40 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchRuntimeError
-from ..registry import op, record, vjp
+from ..forward_ad import _level as _fw_level
+from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import NP, as_operand, binary_operands, broadcast_all, float_data, is_number, require_tensor
+
+# ----- tangent helpers for the JVPs: None is a zero tangent -----------------------------------------------
+
+
+def add_t(a, b):
+    """a + b over tangents, None being zero."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return add(a, b)
+
+
+def sub_t(a, b):
+    if b is None:
+        return a
+    return neg(b) if a is None else sub(a, b)
+
+
+def mul_t(t, factor):
+    """t * factor for a tangent t (None stays None)."""
+    return None if t is None else mul(t, factor)
+
+
+def scale_t(t, k):
+    """t * k for a number k, skipping k == 1."""
+    if t is None or k == 1:
+        return t
+    return mul(t, k)
+
 
 # ----- arithmetic ---------------------------------------------------------------------------------------
 
@@ -47,6 +78,11 @@ def add(self, other, alpha=1):
 def _(ctx, grad):
     alpha = ctx.alpha
     return grad, (grad if alpha == 1 else grad * alpha)
+
+
+@jvp("AddBackward0")
+def _(ctx, self_t, other_t):
+    return add_t(self_t, scale_t(other_t, ctx.alpha))
 
 
 @op("sub", tensors=("self", "other"), grad_fns=("SubBackward0",), aliases=("subtract", "__sub__"))
@@ -107,7 +143,7 @@ def mul(self, other):
     out = a * b if dtype != D.BOOL else np.logical_and(a, b)
     if isinstance(other, Tensor):
         return record("MulBackward0", out, (self, other), {"self": self, "other": other})
-    if not self.requires_grad:
+    if not self.requires_grad and _fw_level.get() is None:
         return Tensor(out)
     return record("MulBackward0", out, (self, None), {"self": self, "other": as_operand(other)})
 
@@ -116,6 +152,11 @@ def mul(self, other):
 def _(ctx, grad):
     n = ctx.needs
     return (grad * ctx.other if n[0] else None), (grad * ctx.self if n[1] else None)
+
+
+@jvp("MulBackward0")
+def _(ctx, self_t, other_t):
+    return add_t(mul_t(self_t, ctx.other), mul_t(other_t, ctx.self))
 
 
 _ROUNDING = (None, "trunc", "floor")
@@ -415,6 +456,11 @@ def sin(self):
 @vjp("SinBackward0", inputs=("self",), saves=("self",))
 def _(ctx, grad):
     return grad * cos(ctx.self),
+
+
+@jvp("SinBackward0")
+def _(ctx, self_t):
+    return self_t * cos(ctx.self)
 
 
 @op("cos", tensors=("self",), grad_fns=("CosBackward0",))

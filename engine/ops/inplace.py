@@ -19,6 +19,8 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import LeafInplaceError, TorchRuntimeError
+from ..forward_ad import _level as _fw_level
+from ..forward_ad import inplace_update, tangent_of
 from ..grad_mode import _grad_enabled
 from ..journal import array_, setattr_, setitem_
 from ..node import Node, SavedTensor
@@ -51,6 +53,9 @@ def apply_inplace(self: Tensor, fn, *args, **kwargs) -> Tensor:
                                 code="invalid_inplace")
     shadow = Tensor(self.data, self.requires_grad, self.grad_fn, self.output_nr, vc=self._vc)
     shadow._accumulator = self._accumulator
+    fw_level = _fw_level.get()
+    if fw_level is not None:
+        shadow._fw_grad = tangent_of(self)
     result = fn(shadow, *args, **kwargs)
     if not D.can_cast(result.dtype, self.dtype):
         raise TorchRuntimeError(f"result type {D.SCALAR_TYPE_NAMES[result.dtype]} can't be cast to the desired "
@@ -59,6 +64,8 @@ def apply_inplace(self: Tensor, fn, *args, **kwargs) -> Tensor:
         raise TorchRuntimeError(f"output with shape [{', '.join(map(str, self.data.shape))}] doesn't match the "
                                 f"broadcast shape [{', '.join(map(str, result.data.shape))}]",
                                 code="shape_mismatch")
+    if fw_level is not None and result._fw_grad is not None and result is not shadow:
+        inplace_update(self, result._fw_grad)  # before the primal changes: a refused tangent update changes nothing
     node = result.grad_fn if result.requires_grad and result is not shadow else None
     if node is not None:
         for v in node.saved.values():

@@ -12,7 +12,7 @@ import numpy as np
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import check_numel
-from ..registry import op, record, vjp
+from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import NP, require_tensor, shape_arg, wrap_dim, wrap_dims
 
@@ -766,6 +766,26 @@ def getitem(self, index):
 @vjp("AliasBackward0", inputs=("self",))
 def _(ctx, grad):
     return grad,
+
+
+@jvp("AliasBackward0")
+def _(ctx, self_t):
+    return alias_view(self_t)
+
+
+def alias_view(t: Tensor) -> Tensor:
+    return _as_view(record("AliasBackward0", t.data.view(), (t,)), t)
+
+
+# the primal of forward_ad.unpack_dual: a view without the tangent (torch's C++ node torch::autograd::Identity)
+@vjp("Identity", inputs=("self",))
+def _(ctx, grad):
+    return grad,
+
+
+@jvp("Identity")
+def _(ctx, self_t):
+    return alias_view(self_t)
 
 
 def _index(self: Tensor, advanced: list) -> Tensor:

@@ -1,0 +1,274 @@
+"""Forward mode: ``torch.autograd.forward_ad`` (``dual_level``, ``make_dual``, ``unpack_dual``).
+
+A tensor's tangent lives in its ``_fw_grad`` slot while a dual level is active. ``record()`` (the one place
+every differentiable primitive goes through) computes the output's tangent with the primitive's JVP, declared
+next to its VJP (``@jvp("MulBackward0")``), when a level is active and some input has a tangent; the JVP is
+written in engine ops, so a tangent is itself differentiable in reverse mode (reverse-over-forward) and a
+VJP run inside a level propagates tangents (forward-over-reverse).
+
+As in torch 2.13: one level at a time (``Nested forward mode AD is not supported at the moment``), numbered
+0; grad mode (``no_grad``) does not disable forward AD; an output gets a tangent (zeros where the formula is
+zero) whenever an input has one and the output is floating point; a view of a dual tensor carries the same
+view of its tangent; an in-place op updates the tangent in place. Leaving the level drops every tangent made
+in it, so no tangent outlives its level: a program (one HTTP request) must exit every level it enters, and
+a stored session never holds a tangent.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections import namedtuple
+
+import numpy as np
+
+from .errors import InvalidArgumentError, TorchRuntimeError, TorchValueError
+from .journal import setattr_
+
+UnpackedDualTensor = namedtuple("UnpackedDualTensor", ["primal", "tangent"])
+
+
+class DualLevel:
+    """The active level: its number and the tensors that got a tangent in it (cleared on exit)."""
+
+    __slots__ = ("index", "tensors", "op_index")
+
+    def __init__(self, index: int = 0, op_index: int | None = None):
+        self.index = index
+        self.tensors: list = []
+        self.op_index = op_index  # the program op that entered it (for the unbalanced-level error)
+
+
+_level: contextvars.ContextVar[DualLevel | None] = contextvars.ContextVar("gradserve_dual_level", default=None)
+
+
+def current_level() -> DualLevel | None:
+    return _level.get()
+
+
+def enter_dual_level(op_index: int | None = None) -> int:
+    """``torch.autograd.forward_ad.enter_dual_level()``: returns the new level (0)."""
+    if _level.get() is not None:
+        raise TorchRuntimeError("Nested forward mode AD is not supported at the moment", code="nested_dual_level")
+    _level.set(DualLevel(0, op_index))
+    return 0
+
+
+def exit_dual_level(*, level: int | None = None) -> None:
+    """``torch.autograd.forward_ad.exit_dual_level(level=None)``: drops every tangent of the level."""
+    cur = _level.get()
+    current = cur.index if cur is not None else -1
+    if level is None:
+        level = current
+    if level != current:
+        raise TorchRuntimeError("Trying to exit a forward AD level that was not the last one that was created. "
+                                "This is not supported.", code="invalid_dual_level")
+    if cur is None:
+        raise TorchRuntimeError("Dual level must be a positive number.", code="invalid_dual_level")
+    for t in cur.tensors:
+        if t._fw_grad is not None:
+            setattr_(t, "_fw_grad", None)
+    cur.tensors.clear()
+    _level.set(None)
+
+
+class dual_level:
+    """``with dual_level():`` -- enter a level, exit it at the end of the block (also on error)."""
+
+    def __enter__(self):
+        return enter_dual_level()
+
+    def __exit__(self, *exc):
+        exit_dual_level()
+        return False
+
+
+class program_dual_scope:
+    """A program's dual levels: a level still open when the op list ends is an error (the program is
+    refused, as a ``with dual_level():`` block cannot span two requests); on any error the level is dropped
+    (the program's undo journal restores every tangent it set on existing tensors)."""
+
+    def __enter__(self):
+        self._token = _level.set(None)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        cur = _level.get()
+        _level.reset(self._token)
+        if cur is not None and exc_type is None:
+            where = f"by op {cur.op_index} " if cur.op_index is not None else ""
+            err = TorchRuntimeError(f"the dual level entered {where}was not exited: a forward AD level cannot "
+                                    f"outlive its op list; end it with exit_dual_level in the same op list",
+                                    code="unbalanced_dual_level")
+            if cur.op_index is not None:
+                err.at(cur.op_index, "enter_dual_level")
+            raise err
+        return False
+
+
+def _check_level(level, what: str) -> DualLevel | None:
+    cur = _level.get()
+    if level is None:
+        return cur
+    if isinstance(level, bool) or not isinstance(level, int):
+        raise InvalidArgumentError(f"{what}(): level must be an int, not {type(level).__name__}")
+    if cur is None or level != cur.index:
+        if level < 0:
+            return None
+        raise TorchRuntimeError(f"Invalid level given to _{what}", code="invalid_dual_level")
+    return cur
+
+
+def _require(v, name: str, what: str):
+    from .tensor import Tensor
+    if not isinstance(v, Tensor):
+        raise InvalidArgumentError(f"{what}(): argument '{name}' must be Tensor, not {type(v).__name__}")
+    return v
+
+
+def make_dual(tensor, tangent, *, level: int | None = None):
+    """``torch.autograd.forward_ad.make_dual(tensor, tangent, level=None)``: a view of ``tensor`` whose
+    tangent is ``tangent`` (the same tensor object)."""
+    tensor = _require(tensor, "tensor", "make_dual")
+    tangent = _require(tangent, "tangent", "make_dual")
+    if _level.get() is None and (level is None or level < 0):
+        raise TorchRuntimeError("Trying to create a dual Tensor for forward AD but no level exists, make sure to "
+                                "enter_dual_level() first.", code="no_dual_level")
+    if tensor.data.dtype.kind != "f":
+        raise TorchValueError(f"Expected primal to be floating point or complex, but got: torch.{tensor.dtype}",
+                              code="invalid_dtype")
+    if tangent.data.dtype.kind != "f":
+        raise TorchValueError(f"Expected tangent to be floating point or complex, but got: torch.{tangent.dtype}",
+                              code="invalid_dtype")
+    lvl = _check_level(level, "make_dual")
+    if lvl is None:
+        raise TorchRuntimeError("Invalid level given to _make_dual", code="invalid_dual_level")
+    if tangent_of(tensor) is not None:
+        raise TorchRuntimeError(f"Making a dual Tensor based on a Tensor that already has a forward gradient at "
+                                f"the same level {lvl.index} is not supported.", code="invalid_dual")
+    if tangent.data.shape != tensor.data.shape:
+        raise TorchRuntimeError(
+            f"Trying to set a forward gradient that has a different size than that of the original Tensor, this "
+            f"is not supported. Tensor is of size {list(tensor.data.shape)} while the given forward gradient is "
+            f"of size {list(tangent.data.shape)}.", code="tangent_shape_mismatch")
+    if tangent_of(tangent) is not None:
+        raise TorchRuntimeError(f"Setting a forward grad that itself has a forward gradient at the same "
+                                f"level{lvl.index} is not supported.", code="invalid_dual")
+    from .ops.shape import _as_view
+    from .registry import record
+    token = _level.set(None)
+    try:
+        out = _as_view(record("ViewBackward0", tensor.data.view(), (tensor,),
+                              {"self_sym_sizes": tensor.data.shape}), tensor)
+    finally:
+        _level.reset(token)
+    out._fw_grad = tangent
+    lvl.tensors.append(out)
+    return out
+
+
+def unpack_dual(tensor, *, level: int | None = None) -> UnpackedDualTensor:
+    """``torch.autograd.forward_ad.unpack_dual(tensor, level=None)`` -> (primal, tangent). Inside a level the
+    primal is a view of ``tensor`` without its tangent (grad_fn ``Identity`` when it requires grad); outside,
+    ``(tensor, None)``."""
+    tensor = _require(tensor, "tensor", "unpack_dual")
+    cur = _level.get()
+    if level is None:
+        level = cur.index if cur is not None else -1
+    if level < 0:
+        return UnpackedDualTensor(tensor, None)
+    if cur is None or level != cur.index:
+        return UnpackedDualTensor(tensor, None)
+    from .ops.shape import _as_view
+    from .registry import record
+    token = _level.set(None)
+    try:
+        primal = _as_view(record("Identity", tensor.data.view(), (tensor,)), tensor)
+    finally:
+        _level.reset(token)
+    return UnpackedDualTensor(primal, tangent_of(tensor))
+
+
+# ----- tangents of views and in-place updates -------------------------------------------------------------
+
+
+def tangent_of(t):
+    """The tangent of ``t`` at the active level: its own, or for a view of a dual base the same view of the
+    base's tangent (torch derives it lazily too)."""
+    fw = t._fw_grad
+    if fw is None:
+        base = t._base
+        if base is not None and base._fw_grad is not None:
+            fw = _view_of(base._fw_grad, base.data, t.data)
+            if fw is not None:
+                setattr_(t, "_fw_grad", fw)
+                lvl = _level.get()
+                if lvl is not None:
+                    lvl.tensors.append(t)
+    return fw
+
+
+def _elem_strides(a: np.ndarray) -> tuple:
+    return tuple(s // a.itemsize for s in a.strides)
+
+
+def _view_of(base_tangent, base: np.ndarray, view: np.ndarray):
+    """A tensor viewing ``base_tangent`` as ``view`` views ``base`` (same element offset and strides), or None
+    when the tangent's layout differs from the base's."""
+    from .tensor import Tensor
+    bt = base_tangent.data
+    if bt.shape != base.shape or _elem_strides(bt) != _elem_strides(base):
+        return None
+    off = (view.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // base.itemsize
+    return Tensor(np.asarray(_Strided(bt, off, view.shape, _elem_strides(view))))
+
+
+class _Strided:
+    """An ``__array_interface__`` over ``owner``'s memory (kept alive by this object, the array's base)."""
+
+    def __init__(self, owner: np.ndarray, offset: int, shape: tuple, strides: tuple):
+        self.owner = owner
+        self.__array_interface__ = {
+            "shape": tuple(shape), "typestr": owner.dtype.str, "version": 3,
+            "data": (owner.__array_interface__["data"][0] + offset * owner.itemsize, False),
+            "strides": tuple(s * owner.itemsize for s in strides)}
+
+
+def _with_layout(tangent, like: np.ndarray):
+    """``tangent`` with the element strides of ``like`` (a copy recorded as CloneBackward0 when they differ), so
+    that views of the tensor can view its tangent."""
+    d = tangent.data
+    if d.shape == like.shape and _elem_strides(d) == _elem_strides(like):
+        return tangent
+    arr = np.empty_like(like, dtype=d.dtype)
+    np.copyto(arr, d)
+    from .registry import record
+    return record("CloneBackward0", arr, (tangent,))
+
+
+def inplace_update(self, new_tangent) -> None:
+    """After an in-place op on ``self``: make ``self``'s tangent ``new_tangent``, in place when it has one
+    (so views share the update), else by giving it one (through its base when it is a view)."""
+    from .ops.inplace import copy_
+    lvl = _level.get()
+    token = _level.set(None)
+    try:
+        old = tangent_of(self)
+        if old is None and self._base is not None:
+            base = self._base
+            if base._fw_grad is None:
+                setattr_(base, "_fw_grad", _zeros_like(base.data, new_tangent.data.dtype))
+                lvl.tensors.append(base)
+            old = tangent_of(self)
+        if old is not None:
+            copy_(old, new_tangent)
+            return
+        setattr_(self, "_fw_grad", _with_layout(new_tangent, self.data))
+        lvl.tensors.append(self)
+    finally:
+        _level.reset(token)
+
+
+def _zeros_like(a: np.ndarray, dtype):
+    from .tensor import Tensor
+    return Tensor(np.zeros_like(a, dtype=dtype))
+
