@@ -14,7 +14,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchRuntimeError
-from ..registry import op, record, vjp
+from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import require_tensor
 from .linalg import matmul
@@ -81,9 +81,20 @@ def _(ctx, grad):
     return col2im(grad, shape, tuple(ctx.kernel_size), tuple(ctx.dilation), tuple(ctx.padding), tuple(ctx.stride)),
 
 
+@jvp("Im2ColBackward0")
+def _(ctx, self_t):
+    return im2col(self_t, tuple(ctx.kernel_size), tuple(ctx.dilation), tuple(ctx.padding), tuple(ctx.stride))
+
+
 @vjp("Col2ImBackward0", inputs=("self",), saves=("dilation", "kernel_size", "padding", "stride"))
 def _(ctx, grad):
     return im2col(grad, tuple(ctx.kernel_size), tuple(ctx.dilation), tuple(ctx.padding), tuple(ctx.stride)),
+
+
+@jvp("Col2ImBackward0")
+def _(ctx, self_t):
+    return col2im(self_t, ctx.result.shape, tuple(ctx.kernel_size), tuple(ctx.dilation), tuple(ctx.padding),
+                  tuple(ctx.stride))
 
 
 # ----- the convolution primitive ----------------------------------------------------------------------
@@ -229,6 +240,22 @@ def _(ctx, grad):
     if need_b:
         g_b = sum_(grad, [0] + list(range(2, grad.data.ndim)))
     return g_in, g_w, g_b
+
+
+@jvp("ConvolutionBackward0")
+def _(ctx, input_t, weight_t, bias_t):
+    # bilinear in (input, weight): conv(dx, w) + conv(x, dw) + db
+    from .elementwise import add_t
+    nd = len(ctx.stride)
+    geo = (ctx.stride, ctx.padding, ctx.dilation, ctx.groups, nd)
+    out = None
+    if input_t is not None:
+        out = _conv_nd(input_t, ctx.weight, None, *geo)
+    if weight_t is not None:
+        out = add_t(out, _conv_nd(ctx.input, weight_t, None, *geo))
+    if bias_t is not None:
+        out = add_t(out, reshape(bias_t, (1, -1) + (1,) * nd))
+    return out
 
 
 @op("conv1d", tensors=("input", "weight", "bias"), grad_fns=("ConvolutionBackward0",), method=False, family="conv")

@@ -17,14 +17,14 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, ShapeError, TorchRuntimeError
-from ..registry import op, record, vjp
+from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, wrap_dim
-from .elementwise import eq, where
+from .elementwise import add_t, eq, where
 from .linalg import matmul
 from .reduction import amax, amin
 from .reduction import norm as _vector_norm
-from .shape import transpose, unsqueeze
+from .shape import squeeze, transpose, unsqueeze
 
 SignLogabsdet = namedtuple("SignLogabsdet", ["sign", "logabsdet"])
 
@@ -107,6 +107,14 @@ def _(ctx, grad):
     return scale * _mT(linalg_inv(ctx.A)),
 
 
+@jvp("LinalgDetBackward0")
+def _(ctx, A_t):
+    # d det = det * tr(A^{-1} dA)
+    from .matrix import diagonal
+    from .reduction import sum as sum_
+    return ctx.result * sum_(diagonal(linalg_solve(ctx.A, A_t), 0, -2, -1), -1)
+
+
 def _slogdet(A: Tensor, name: str):
     A = _square_float(A, name)
     lu, piv, _ = _lu(A.data)
@@ -135,6 +143,13 @@ def _(ctx, grads):
     if g is None:
         return None,
     return unsqueeze(unsqueeze(g, -1), -1) * _mT(linalg_inv(ctx.A)),
+
+
+@jvp("LinalgSlogdetBackward0")
+def _(ctx, A_t):
+    from .matrix import diagonal
+    from .reduction import sum as sum_
+    return None, sum_(diagonal(linalg_solve(ctx.A, A_t), 0, -2, -1), -1)
 
 
 @op("logdet", tensors=("self",), grad_fns=("WhereBackward0",))
@@ -180,6 +195,12 @@ def inverse(self):
 def _(ctx, grad):
     inv_t = _mT(ctx.inverse)
     return -matmul(inv_t, matmul(grad, inv_t)),
+
+
+@jvp("LinalgInvExBackward0")
+def _(ctx, A_t):
+    inv = ctx.inverse
+    return -matmul(matmul(inv, A_t), inv)
 
 
 def _vector_rhs(A: Tensor, B: Tensor) -> bool:
@@ -234,6 +255,22 @@ def _(ctx, grad):
     return gA, (gB if n[1] else None)
 
 
+@jvp("LinalgSolveExBackward0")
+def _(ctx, A_t, B_t):
+    # left: A X = B -> A dX = dB - dA X; right: X A = B -> dX A = dB - X dA
+    A, X, left = ctx.A, ctx.result, ctx.left
+    vec = X.data.ndim == 1 or X.data.ndim == A.data.ndim - 1
+    rhs = B_t
+    if A_t is not None:
+        if left:
+            dAX = matmul(A_t, unsqueeze(X, -1)) if vec else matmul(A_t, X)
+            dAX = squeeze(dAX, -1) if vec else dAX
+        else:
+            dAX = matmul(X, A_t)
+        rhs = -dAX if rhs is None else rhs - dAX
+    return linalg_solve(A, rhs, left=left)
+
+
 @op("linalg.cholesky", tensors=("A",), grad_fns=("LinalgCholeskyExBackward0",), method=False)
 def linalg_cholesky(A, upper=False):
     """torch.linalg.cholesky(A, *, upper=False): L with A = L L^H (or U = L^H); saves L and upper."""
@@ -274,6 +311,19 @@ def _(ctx, grad):
     phi = phi - diagonal_backward(diag_(phi, 0, -2, -1) * 0.5, phi.shape, 0, phi.data.ndim - 2, phi.data.ndim - 1)
     g = matmul(matmul(_mT(L_inv), phi), L_inv)
     return (g + _mT(g)) * 0.5,
+
+
+@jvp("LinalgCholeskyExBackward0")
+def _(ctx, A_t):
+    # FunctionsManual cholesky_jvp: dL = L phi(L^{-1} dA L^{-H}), phi = tril with a halved diagonal
+    from .matrix import diagonal as diag_
+    from .matrix import diagonal_backward, tril
+    L = _mT(ctx.L) if ctx.upper else ctx.L
+    L_inv = linalg_inv(L)
+    phi = tril(matmul(matmul(L_inv, A_t), _mT(L_inv)))
+    phi = phi - diagonal_backward(diag_(phi, 0, -2, -1) * 0.5, phi.shape, 0, phi.data.ndim - 2, phi.data.ndim - 1)
+    dL = matmul(L, phi)
+    return _mT(dL) if ctx.upper else dL
 
 
 # ----- norms ------------------------------------------------------------------------------------------
@@ -403,3 +453,11 @@ def _(ctx, grad):
     d = ctx.dim
     return ((linalg_cross(ctx.other, grad, dim=d) if n[0] else None),
             (linalg_cross(grad, ctx.self, dim=d) if n[1] else None))
+
+
+@jvp("LinalgCrossBackward0")
+def _(ctx, self_t, other_t):
+    d = ctx.dim
+    a = linalg_cross(self_t, ctx.other, dim=d) if self_t is not None else None
+    b = linalg_cross(ctx.self, other_t, dim=d) if other_t is not None else None
+    return add_t(a, b)

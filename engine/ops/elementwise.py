@@ -511,6 +511,11 @@ def _(ctx, grad):
     return grad * cosh(ctx.self),
 
 
+@jvp("SinhBackward0")
+def _(ctx, self_t):
+    return self_t * cosh(ctx.self)
+
+
 @op("cosh", tensors=("self",), grad_fns=("CoshBackward0",))
 def cosh(self):
     """torch.cosh(input); saves its input."""
@@ -520,6 +525,11 @@ def cosh(self):
 @vjp("CoshBackward0", inputs=("self",), saves=("self",))
 def _(ctx, grad):
     return grad * sinh(ctx.self),
+
+
+@jvp("CoshBackward0")
+def _(ctx, self_t):
+    return self_t * sinh(ctx.self)
 
 
 @op("asinh", tensors=("self",), grad_fns=("AsinhBackward0",), aliases=("arcsinh",))
@@ -532,6 +542,12 @@ def asinh(self):
 def _(ctx, grad):
     x = ctx.self
     return grad * rsqrt(x * x + 1),
+
+
+@jvp("AsinhBackward0")
+def _(ctx, self_t):
+    x = ctx.self
+    return self_t * rsqrt(x * x + 1)
 
 
 @op("acosh", tensors=("self",), grad_fns=("AcoshBackward0",), aliases=("arccosh",))
@@ -547,6 +563,12 @@ def _(ctx, grad):
     return grad * rsqrt(x * x - 1),
 
 
+@jvp("AcoshBackward0")
+def _(ctx, self_t):
+    x = ctx.self
+    return self_t * rsqrt(x * x - 1)
+
+
 @op("atanh", tensors=("self",), grad_fns=("AtanhBackward0",), aliases=("arctanh",))
 def atanh(self):
     """torch.atanh(input) (±inf at ±1, nan beyond); saves its input."""
@@ -558,6 +580,12 @@ def atanh(self):
 def _(ctx, grad):
     x = ctx.self
     return grad * reciprocal(1 - x * x),
+
+
+@jvp("AtanhBackward0")
+def _(ctx, self_t):
+    x = ctx.self
+    return self_t * reciprocal(1 - x * x)
 
 
 @op("asin", tensors=("self",), grad_fns=("AsinBackward0",), aliases=("arcsin",))
@@ -573,6 +601,12 @@ def _(ctx, grad):
     return grad * rsqrt(-x * x + 1),
 
 
+@jvp("AsinBackward0")
+def _(ctx, self_t):
+    x = ctx.self
+    return self_t * rsqrt(-x * x + 1)
+
+
 @op("acos", tensors=("self",), grad_fns=("AcosBackward0",), aliases=("arccos",))
 def acos(self):
     """torch.acos(input) (nan outside [-1, 1]); saves its input."""
@@ -586,6 +620,12 @@ def _(ctx, grad):
     return grad * -rsqrt(-x * x + 1),
 
 
+@jvp("AcosBackward0")
+def _(ctx, self_t):
+    x = ctx.self
+    return self_t * -rsqrt(-x * x + 1)
+
+
 @op("atan", tensors=("self",), grad_fns=("AtanBackward0",), aliases=("arctan",))
 def atan(self):
     """torch.atan(input); saves its input."""
@@ -596,6 +636,12 @@ def atan(self):
 def _(ctx, grad):
     x = ctx.self
     return grad / (x * x + 1),
+
+
+@jvp("AtanBackward0")
+def _(ctx, self_t):
+    x = ctx.self
+    return self_t / (x * x + 1)
 
 
 _LN2 = math.log(2.0)
@@ -614,6 +660,11 @@ def _(ctx, grad):
     return grad / (ctx.self * _LN2),
 
 
+@jvp("Log2Backward0")
+def _(ctx, self_t):
+    return self_t / (ctx.self * _LN2)
+
+
 @op("log10", tensors=("self",), grad_fns=("Log10Backward0",))
 def log10(self):
     """torch.log10(input); saves its input."""
@@ -624,6 +675,11 @@ def log10(self):
 @vjp("Log10Backward0", inputs=("self",), saves=("self",))
 def _(ctx, grad):
     return grad / (ctx.self * _LN10),
+
+
+@jvp("Log10Backward0")
+def _(ctx, self_t):
+    return self_t / (ctx.self * _LN10)
 
 
 def _float_binary(name: str, self, other):
@@ -655,6 +711,13 @@ def _(ctx, grad):
     return (grad * (o * recip) if n[0] else None), (grad * (-s * recip) if n[1] else None)
 
 
+@jvp("Atan2Backward0")
+def _(ctx, self_t, other_t):
+    s, o = ctx.self, ctx.other
+    recip = reciprocal(s * s + o * o)
+    return add_t(mul_t(self_t, o * recip), mul_t(other_t, -s * recip))
+
+
 @op("hypot", tensors=("self", "other"), grad_fns=("HypotBackward0",))
 def hypot(self, other):
     """torch.hypot(input, other) = sqrt(input**2 + other**2); saves both and the result."""
@@ -672,6 +735,12 @@ def _(ctx, grad):
     n = ctx.needs
     r = ctx.result
     return (grad * (ctx.self / r) if n[0] else None), (grad * (ctx.other / r) if n[1] else None)
+
+
+@jvp("HypotBackward0")
+def _(ctx, self_t, other_t):
+    r = ctx.result
+    return add_t(mul_t(self_t, ctx.self / r), mul_t(other_t, ctx.other / r))
 
 
 def _np_sigmoid(x):

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
-from ..registry import op, record, vjp
+from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, is_number, require_tensor, wrap_dim
 from .reduction import ValuesIndices, _scatter_into_zeros, _value_selecting
@@ -100,9 +100,21 @@ def _(ctx, grad):
             (_gather_src(grad, ctx.dim, ctx.index, src_shape) if n[1] else None))
 
 
+@jvp("ScatterBackward0")
+def _(ctx, self_t, src_t):
+    base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, ctx.result.data.dtype))
+    src = src_t if src_t is not None else Tensor(np.zeros(ctx.src.shape, ctx.result.data.dtype))
+    return scatter(base, ctx.dim, ctx.index, src)
+
+
 @vjp("ScatterBackward1", inputs=("self",), saves=("dim", "index"))
 def _(ctx, grad):
     return scatter(grad, ctx.dim, ctx.index, value=0.0),
+
+
+@jvp("ScatterBackward1")
+def _(ctx, self_t):
+    return scatter(self_t, ctx.dim, ctx.index, value=0.0)
 
 
 @op("scatter_add", tensors=("self", "index", "src"), grad_fns=("ScatterAddBackward0",))
@@ -125,6 +137,14 @@ def _(ctx, grad):
     n = ctx.needs
     src_shape = ctx.node.input_meta[1][0] if n[1] else None
     return (grad if n[0] else None), (_gather_src(grad, ctx.dim, ctx.index, src_shape) if n[1] else None)
+
+
+@jvp("ScatterAddBackward0")
+def _(ctx, self_t, src_t):
+    if src_t is None:
+        return self_t
+    base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, ctx.result.data.dtype))
+    return scatter_add(base, ctx.dim, ctx.index, src_t)
 
 
 def _check_index_source(name: str, self: Tensor, d: int, index: Tensor, source: Tensor) -> np.ndarray:
@@ -188,6 +208,14 @@ def _(ctx, grad):
     return (grad if n[0] else None), g_src
 
 
+@jvp("IndexAddBackward0")
+def _(ctx, self_t, source_t):
+    if source_t is None:
+        return self_t
+    base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, ctx.result.data.dtype))
+    return index_add(base, ctx.dim, ctx.index, source_t, alpha=ctx.alpha)
+
+
 @op("index_copy", tensors=("self", "index", "source"), grad_fns=("IndexCopyBackward0",))
 def index_copy(self, dim, index, source):
     """torch.index_copy(input, dim, index, source): out[index[i]] = source[i] along dim."""
@@ -222,6 +250,14 @@ def _(ctx, grad):
     return g_self, g_src
 
 
+@jvp("IndexCopyBackward0")
+def _(ctx, self_t, source_t):
+    dt = ctx.result.data.dtype
+    base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, dt))
+    src = source_t if source_t is not None else Tensor(np.zeros(ctx.source.shape, dt))
+    return index_copy(base, ctx.dim, ctx.index, src)
+
+
 @op("masked_select", tensors=("self", "mask"), grad_fns=("MaskedSelectBackward0",))
 def masked_select(self, mask):
     """torch.masked_select(input, mask): the elements where the (broadcast) mask is true, as a 1-D tensor."""
@@ -239,6 +275,11 @@ def _(ctx, grad):
     shape = broadcast_shapes(ctx.self.shape, ctx.mask.shape)
     where_true = np.nonzero(np.broadcast_to(ctx.mask.data, shape))
     return _index_put_zeros(grad, shape, [Tensor(np.asarray(w, np.int64)) for w in where_true]),
+
+
+@jvp("MaskedSelectBackward0")
+def _(ctx, self_t):
+    return masked_select(self_t, ctx.mask)
 
 
 @op("topk", tensors=("self",), grad_fns=("TopkBackward0",))
@@ -271,6 +312,13 @@ def _(ctx, grad):
     return _scatter_into_zeros(grad, shp, ctx.dim, ctx.indices.data),
 
 
+@jvp("TopkBackward0")
+def _(ctx, self_t):
+    if self_t.data.ndim == 0:
+        return self_t
+    return gather(self_t, ctx.dim, ctx.indices)
+
+
 @op("kthvalue", tensors=("self",), grad_fns=("KthvalueBackward0",))
 def kthvalue(self, k, dim=-1, keepdim=False):
     """torch.kthvalue(input, k, dim=-1, keepdim=False) -> (values, indices): the k-th smallest (1-based)."""
@@ -298,6 +346,16 @@ def kthvalue(self, k, dim=-1, keepdim=False):
 vjp("KthvalueBackward0", inputs=("self",), saves=("dim", "indices", "keepdim", "self_sym_sizes"))(_value_selecting)
 
 
+@jvp("KthvalueBackward0")
+def _(ctx, self_t):
+    from .shape import squeeze, unsqueeze
+    if self_t.data.ndim == 0:
+        return self_t
+    idx = ctx.indices if ctx.keepdim else unsqueeze(ctx.indices, ctx.dim)
+    out = gather(self_t, ctx.dim, idx)
+    return out if ctx.keepdim else squeeze(out, ctx.dim)
+
+
 @op("roll", tensors=("self",), grad_fns=("RollBackward0",))
 def roll(self, shifts, dims=None):
     """torch.roll(input, shifts, dims=None): without dims the flattened input is rolled."""
@@ -322,3 +380,8 @@ def roll(self, shifts, dims=None):
 def _(ctx, grad):
     neg = [-s for s in ctx.shifts]
     return roll(grad, neg, ctx.dims if ctx.dims else None),
+
+
+@jvp("RollBackward0")
+def _(ctx, self_t):
+    return roll(self_t, ctx.shifts, ctx.dims if ctx.dims else None)

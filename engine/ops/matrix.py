@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError, TorchRuntimeError
-from ..registry import op, record, vjp
+from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import require_tensor, wrap_dim
 from .shape import _as_view
@@ -57,6 +57,16 @@ def _diagonal_vjp(ctx, grad):
 
 
 vjp("DiagonalBackward0", inputs=("self",), saves=("dim1", "dim2", "offset", "self_sym_sizes"))(_diagonal_vjp)
+
+
+@jvp("DiagonalBackward0")
+def _(ctx, self_t):
+    return diagonal(self_t, ctx.offset, ctx.dim1, ctx.dim2)
+
+
+@jvp("DiagonalBackward0_copy")
+def _(ctx, self_t):
+    return diagonal(self_t, ctx.offset, ctx.dim1, ctx.dim2).clone()
 vjp("DiagonalBackward0_copy", inputs=("self",), saves=("dim1", "dim2", "offset", "self_sym_sizes"))(_diagonal_vjp)
 
 
@@ -70,6 +80,11 @@ def diagonal_backward(grad: Tensor, sizes: tuple, offset: int, dim1: int, dim2: 
 @vjp("DiagonalBackwardBackward0", inputs=("grad_output",), saves=("dim1", "dim2", "offset"))
 def _(ctx, grad):
     return diagonal(grad, ctx.offset, ctx.dim1, ctx.dim2),
+
+
+@jvp("DiagonalBackwardBackward0")
+def _(ctx, grad_output_t):
+    return diagonal_backward(grad_output_t, ctx.result.shape, ctx.offset, ctx.dim1, ctx.dim2)
 
 
 @op("diag_embed", tensors=("self",), grad_fns=("DiagEmbedBackward0",))
@@ -93,6 +108,11 @@ def diag_embed(self, offset=0, dim1=-2, dim2=-1):
 @vjp("DiagEmbedBackward0", inputs=("self",), saves=("dim1", "dim2", "offset"))
 def _(ctx, grad):
     return diagonal(grad, ctx.offset, ctx.dim1, ctx.dim2),
+
+
+@jvp("DiagEmbedBackward0")
+def _(ctx, self_t):
+    return diag_embed(self_t, ctx.offset, ctx.dim1, ctx.dim2)
 
 
 @op("diag", tensors=("self",), grad_fns=("DiagEmbedBackward0", "DiagonalBackward0_copy"))
@@ -130,6 +150,11 @@ def _(ctx, grad):
     return grad * Tensor(np.eye(n, m, dtype=grad.data.dtype)),
 
 
+@jvp("TraceBackward0")
+def _(ctx, self_t):
+    return trace(self_t)
+
+
 def _tri(self, diagonal: int, name: str, prim: str, npfn) -> Tensor:
     self = require_tensor(self, "input", name)
     if self.data.ndim < 2:
@@ -148,6 +173,11 @@ def _(ctx, grad):
     return tril(grad, ctx.diagonal),
 
 
+@jvp("TrilBackward0")
+def _(ctx, self_t):
+    return tril(self_t, ctx.diagonal)
+
+
 @op("triu", tensors=("self",), grad_fns=("TriuBackward0",))
 def triu(self, diagonal=0):
     """torch.triu(input, diagonal=0): zero below the diagonal."""
@@ -157,3 +187,8 @@ def triu(self, diagonal=0):
 @vjp("TriuBackward0", inputs=("self",), saves=("diagonal",))
 def _(ctx, grad):
     return triu(grad, ctx.diagonal),
+
+
+@jvp("TriuBackward0")
+def _(ctx, self_t):
+    return triu(self_t, ctx.diagonal)

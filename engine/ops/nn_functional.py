@@ -18,7 +18,7 @@ import numpy as np
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import no_grad
-from ..registry import PRIMS, op, record, vjp
+from ..registry import PRIMS, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, wrap_dim
 from .elementwise import clamp_min, div, neg, sigmoid
@@ -76,6 +76,10 @@ if "AddBackward1" not in PRIMS:
     def _(ctx, grad):
         return grad,
 
+    @jvp("AddBackward1")
+    def _(ctx, self_t):
+        return self_t
+
 
 def _norm_p(self: Tensor, p: float, dim: int, keepdim: bool) -> Tensor:
     """at::norm(self, p, dim, keepdim) (NormBackward1), the C++ norm pairwise_distance calls."""
@@ -90,6 +94,26 @@ def _(ctx, grad):
     shim = types.SimpleNamespace(self=ctx.self, result=ctx.result, dim=ctx.dim, keepdim=ctx.keepdim, ord=ctx.p,
                                  needs=ctx.needs, node=ctx.node)
     return PRIMS["LinalgVectorNormBackward0"].vjp(shim, grad)
+
+
+@jvp("NormBackward1")
+def _(ctx, self_t):
+    # norm_jvp: sum(|x|^(p-1) sgn(x) dx) / r^(p-1) along dim (p = 2: sum(x dx) / r), 0 where r == 0
+    from .elementwise import abs as abs_
+    from .elementwise import eq, masked_fill, sign
+    from .elementwise import pow as pow_
+    from .shape import unsqueeze
+    x, r, p, d = ctx.self, ctx.result, ctx.p, ctx.dim[0]
+    rk = r if ctx.keepdim else unsqueeze(r, d)
+    if p == 2:
+        num = sum_(x * self_t, d, True)
+        out = masked_fill(num / rk, eq(rk, 0), 0)
+    elif p == 1:
+        out = sum_(sign(x) * self_t, d, True)
+    else:
+        num = sum_(pow_(abs_(x), p - 1) * sign(x) * self_t, d, True)
+        out = masked_fill(num / pow_(rk, p - 1), eq(rk, 0), 0)
+    return out if ctx.keepdim else out.squeeze(d)
 
 
 @op("pairwise_distance", tensors=("x1", "x2"), grad_fns=("NormBackward1",), method=False, family="nn")
@@ -138,6 +162,15 @@ def _(ctx, grad):
     a, b = chunk(x, 2, d)
     s = sigmoid(b)
     return cat([grad * s, grad * a * s * (1 - s)], d),
+
+
+@jvp("GluBackward0")
+def _(ctx, self_t):
+    d = ctx.dim - _UINT64 if ctx.dim >= _UINT64 // 2 else ctx.dim
+    a, b = chunk(ctx.self, 2, d)
+    a_t, b_t = chunk(self_t, 2, d)
+    s = sigmoid(b)
+    return a_t * s + a * s * (1 - s) * b_t
 
 
 # ----- layer_norm -------------------------------------------------------------------------------------
@@ -213,6 +246,23 @@ def _(ctx, grad):
     return g_in, g_w, g_b
 
 
+@jvp("NativeLayerNormBackward0")
+def _(ctx, input_t, weight_t, bias_t):
+    from .elementwise import add_t, mul_t, rsqrt
+    x, w = ctx.input, ctx.weight
+    k = len(ctx.normalized_shape)
+    dims = list(range(x.data.ndim - k, x.data.ndim))
+    mu = mean(x, dims, True)
+    xc = x - mu
+    rstd = rsqrt(mean(xc * xc, dims, True) + ctx.eps)
+    xhat = xc * rstd
+    out = None
+    if input_t is not None:
+        xhat_t = rstd * (input_t - mean(input_t, dims, True) - xhat * mean(xhat * input_t, dims, True))
+        out = xhat_t * w if w is not None else xhat_t
+    return add_t(add_t(out, mul_t(weight_t, xhat)), bias_t)
+
+
 # ----- embedding, one_hot -----------------------------------------------------------------------------
 
 
@@ -270,6 +320,11 @@ def _(ctx, grad):
     flat = (grad * f).reshape(-1, grad.shape[-1])
     return _index_put_zeros(flat, (ctx.weight_sym_argsize_0, grad.shape[-1]),
                             [Tensor(ix.reshape(-1).astype(np.int64))]),
+
+
+@jvp("EmbeddingBackward0")
+def _(ctx, weight_t):
+    return embedding(ctx.indices, weight_t)
 
 
 @op("one_hot", tensors=("tensor",), differentiable=False, method=False, family="nn")
@@ -330,6 +385,11 @@ def _(ctx, grad):
     return constant_pad_nd(grad, [-p for p in ctx.pad]),
 
 
+@jvp("ConstantPadNdBackward0")
+def _(ctx, self_t):
+    return constant_pad_nd(self_t, ctx.pad, 0.0)
+
+
 def _edge_index(n: int, lo: int, hi: int, mode: str) -> np.ndarray:
     """Source index along one dim for reflect/replicate padding."""
     j = np.arange(-lo, n + hi)
@@ -382,8 +442,15 @@ def _index_pad_vjp(ctx, grad):
     return _index_put_zeros(grad, ctx.self.shape, full),
 
 
-for _name in _PAD_PRIM.values():
+def _index_pad_jvp_for(mode: str):
+    def fn(ctx, self_t):
+        return _index_pad(self_t, ctx.padding, mode)
+    return fn
+
+
+for (_mode, _k), _name in _PAD_PRIM.items():
     vjp(_name, inputs=("self",), saves=("padding", "self"))(_index_pad_vjp)
+    jvp(_name)(_index_pad_jvp_for(_mode))
 
 
 @op("pad", tensors=("input",), grad_fns=("ConstantPadNdBackward0",) + tuple(_PAD_PRIM.values()), method=False,

@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import TorchRuntimeError
-from ..registry import op, record, vjp
+from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import NP, require_tensor, wrap_dim
 from .elementwise import abs as abs_
@@ -49,6 +49,23 @@ def _(ctx, grad):
     return transpose(g, d, last),
 
 
+@jvp("CumprodBackward0")
+def _(ctx, self_t):
+    x, d = ctx.self, ctx.dim
+    if x.data.ndim == 0:
+        return self_t
+    if not np.any(x.data == 0):
+        return cumsum(self_t / x, d) * ctx.result
+    # with zeros: dr_j = sum_{k <= j} t_k prod_{i <= j, i != k} x_i
+    last = x.data.ndim - 1
+    xt, tt = transpose(x, d, last), transpose(self_t, d, last)
+    n = x.shape[d]
+    table = where(Tensor(np.eye(n, dtype=bool)), 1.0, unsqueeze(xt, -2))       # [..., k, j]
+    upper = Tensor(np.triu(np.ones((n, n), x.data.dtype)))                      # j >= k
+    out = sum_(cumprod(table, -1) * upper * unsqueeze(tt, -1), -2)
+    return transpose(out, d, last)
+
+
 @op("logcumsumexp", tensors=("self",), grad_fns=("LogcumsumexpBackward0",))
 def logcumsumexp(self, dim):
     """torch.logcumsumexp(input, dim): log(cumsum(exp(input))) computed stably; saves dim, self, result."""
@@ -82,3 +99,13 @@ def _(ctx, grad):
         return flip(logcumsumexp(flip(v, [d]), d), [d])
 
     return exp(rev_lcse(pos - r) + x) - exp(rev_lcse(neg - r) + x),
+
+
+@jvp("LogcumsumexpBackward0")
+def _(ctx, self_t):
+    # dr_j = sum_{k <= j} exp(x_k - r_j) t_k, shifted by the (constant) max for range
+    x, r, d = ctx.self, ctx.result, ctx.dim
+    if x.data.ndim == 0:
+        return self_t
+    m = float(np.max(x.data)) if x.data.size and np.isfinite(np.max(x.data)) else 0.0
+    return cumsum(self_t * exp(x - m), d) * exp(m - r)

@@ -165,6 +165,11 @@ def _(ctx, grad):
     return reshape(grad, ctx.self_sym_sizes),
 
 
+@jvp("ReshapeAliasBackward0")
+def _(ctx, self_t):
+    return reshape(self_t, ctx.result.shape)
+
+
 def _unsafe_view(self: Tensor, shape: tuple) -> Tensor:
     return record("UnsafeViewBackward0", np.reshape(self.data, shape), (self,),
                   {"self_sym_sizes": self.data.shape})

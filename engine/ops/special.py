@@ -15,10 +15,10 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchRuntimeError
-from ..registry import op, record, vjp
+from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import NP, binary_operands, float_data, is_number, require_tensor
-from .elementwise import eq, exp, le, logical_and, masked_fill
+from .elementwise import add_t, eq, exp, le, logical_and, masked_fill, mul_t
 
 # Bernoulli numbers B_2k / (2k) for the digamma asymptotic series, and B_2k / (2k)! for Euler-Maclaurin
 _B2K = (1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66, -691.0 / 2730, 7.0 / 6, -3617.0 / 510)
@@ -113,6 +113,11 @@ def _(ctx, grad):
     return grad * digamma(ctx.self),
 
 
+@jvp("LgammaBackward0")
+def _(ctx, self_t):
+    return self_t * digamma(ctx.self)
+
+
 @op("digamma", tensors=("self",), grad_fns=("DigammaBackward0",), aliases=("special.digamma", "special.psi"))
 def digamma(self):
     """torch.digamma(input): -inf at 0, nan at negative integers; saves its input."""
@@ -123,6 +128,11 @@ def digamma(self):
 @vjp("DigammaBackward0", inputs=("self",), saves=("self",))
 def _(ctx, grad):
     return grad * polygamma(1, ctx.self),
+
+
+@jvp("DigammaBackward0")
+def _(ctx, self_t):
+    return self_t * polygamma(1, ctx.self)
 
 
 @op("polygamma", tensors=("self",), grad_fns=("PolygammaBackward0", "DigammaBackward0"), method=False,
@@ -143,6 +153,11 @@ def polygamma(n, self):
 @vjp("PolygammaBackward0", inputs=("self",), saves=("n", "self"))
 def _(ctx, grad):
     return grad * polygamma(ctx.n + 1, ctx.self),
+
+
+@jvp("PolygammaBackward0")
+def _(ctx, self_t):
+    return self_t * polygamma(ctx.n + 1, ctx.self)
 
 
 @op("special.multigammaln", tensors=("self",), grad_fns=("MvlgammaBackward0",), aliases=("mvlgamma",),
@@ -169,6 +184,15 @@ def _(ctx, grad):
     p, x = ctx.p, ctx.self
     offsets = Tensor(np.arange(-p * 0.5 + 0.5, 0.5, 0.5).astype(x.data.dtype))
     return grad * sum_(digamma(unsqueeze(x, -1) + offsets), -1),
+
+
+@jvp("MvlgammaBackward0")
+def _(ctx, self_t):
+    from .reduction import sum as sum_
+    from .shape import unsqueeze
+    p, x = ctx.p, ctx.self
+    offsets = Tensor(np.arange(-p * 0.5 + 0.5, 0.5, 0.5).astype(x.data.dtype))
+    return self_t * sum_(digamma(unsqueeze(x, -1) + offsets), -1)
 
 
 # ----- xlogy, logaddexp -------------------------------------------------------------------------------
@@ -206,15 +230,33 @@ def _(ctx, grad):
     return g_self, (grad * s / o if n[1] else None)
 
 
+@jvp("XlogyBackward0")
+def _(ctx, self_t, other_t):
+    s, o = ctx.self, ctx.other
+    t_self = masked_fill(xlogy(self_t, o), logical_and(eq(s, 0.0), le(o, 0.0)), 0.0) if self_t is not None else None
+    return add_t(t_self, mul_t(other_t, s / o))
+
+
 @vjp("XlogyBackward1", inputs=("other",), saves=("other", "self"))
 def _(ctx, grad):
     return grad * ctx.self / ctx.other,
+
+
+@jvp("XlogyBackward1")
+def _(ctx, other_t):
+    return other_t * ctx.self / ctx.other
 
 
 @vjp("XlogyBackward2", inputs=("self",), saves=("other", "self"))
 def _(ctx, grad):
     g = xlogy(grad, ctx.other)
     return (g if ctx.other > 0 else masked_fill(g, eq(ctx.self, 0.0), 0.0)),
+
+
+@jvp("XlogyBackward2")
+def _(ctx, self_t):
+    t = xlogy(self_t, ctx.other)
+    return t if ctx.other > 0 else masked_fill(t, eq(ctx.self, 0.0), 0.0)
 
 
 @op("logaddexp", tensors=("self", "other"), grad_fns=("LogaddexpBackward0",))
@@ -234,3 +276,10 @@ def _(ctx, grad):
     n = ctx.needs
     s, o = ctx.self, ctx.other
     return (grad / (exp(o - s) + 1) if n[0] else None), (grad / (exp(s - o) + 1) if n[1] else None)
+
+
+@jvp("LogaddexpBackward0")
+def _(ctx, self_t, other_t):
+    s, o = ctx.self, ctx.other
+    return add_t(None if self_t is None else self_t / (exp(o - s) + 1),
+                 None if other_t is None else other_t / (exp(s - o) + 1))
