@@ -170,7 +170,7 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
     o = weight.shape[0]
     if o % groups:
         raise TorchRuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, "
-                                f"but got weight of size {_sizes(weight.shape)} instead", code="shape_mismatch")
+                                f"but got weight of size [{_sizes(weight.shape)}] instead", code="shape_mismatch")
     if weight.shape[1] * groups != c:
         raise TorchRuntimeError(f"Given groups={groups}, weight of size {_sizes(weight.shape)}, expected "
                                 f"input{_sizes(input.shape)} to have {weight.shape[1] * groups} channels, but got {c} "

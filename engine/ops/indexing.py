@@ -24,7 +24,7 @@ def _dims_list(shape) -> str:
 
 def _check_index(name: str, self: Tensor, dim: int, index: Tensor, src: Tensor | None) -> None:
     if index.data.dtype != np.int64:
-        raise TorchRuntimeError(f"{name}(): Expected dtype int64 for index", code="invalid_dtype")
+        raise TorchRuntimeError(f"{name}(): Expected dtype int32/int64 for index", code="invalid_dtype")
     if src is not None and src.dtype != self.dtype:
         raise TorchRuntimeError(f"{name}(): Expected self.dtype to be equal to src.dtype", code="dtype_mismatch")
     nd = max(self.data.ndim, 1)
@@ -45,7 +45,7 @@ def _check_index(name: str, self: Tensor, dim: int, index: Tensor, src: Tensor |
     n = sshape[dim]
     ix = index.data
     if ix.size and (ix.max() >= n or ix.min() < 0):
-        bad = int(ix.max()) if ix.max() >= n else int(ix.min())
+        bad = int(ix[(ix >= n) | (ix < 0)].flat[0])  # the first one in order, as torch's kernel reports it
         raise TorchRuntimeError(f"index {bad} is out of bounds for dimension {dim} with size {n}",
                                 code="index_out_of_range")
 

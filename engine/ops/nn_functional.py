@@ -193,6 +193,9 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
         raise TorchRuntimeError("Expected normalized_shape to be at least 1-dimensional, i.e., containing at "
                                 "least one element, but got normalized_shape = []", code="shape_mismatch")
     for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and require_tensor(t, name, "layer_norm").dtype != input.dtype:
+            raise TorchRuntimeError("mixed dtype (CPU): all inputs must share same datatype.", code="dtype_mismatch")
+    for name, t in (("weight", weight), ("bias", bias)):
         if t is not None:
             t = require_tensor(t, name, "layer_norm")
             if tuple(t.shape) != ns:
