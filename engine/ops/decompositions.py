@@ -88,13 +88,13 @@ def _det(A: Tensor, name: str) -> Tensor:
                   {"A": A, "LU": Tensor(lu), "pivots": Tensor(piv), "result": "result"})
 
 
-@op("linalg.det", tensors=("A",), grad_fns=("LinalgDetBackward0",), method=False)
+@op("linalg.det", tensors=("A",), grad_fns=("LinalgDetBackward0",), method=False, family="linalg")
 def linalg_det(A):
     """torch.linalg.det(A): determinant of (batches of) square matrices; saves A, LU, pivots, result."""
     return _det(A, "linalg.det")
 
 
-@op("det", tensors=("self",), grad_fns=("LinalgDetBackward0",))
+@op("det", tensors=("self",), grad_fns=("LinalgDetBackward0",), family="linalg")
 def det(self):
     """torch.det(input): an alias of torch.linalg.det."""
     return _det(require_tensor(self, "input", "det"), "linalg.det")
@@ -125,13 +125,13 @@ def _slogdet(A: Tensor, name: str):
     return SignLogabsdet(sign_t, lad_t)
 
 
-@op("linalg.slogdet", tensors=("A",), grad_fns=("LinalgSlogdetBackward0",), method=False)
+@op("linalg.slogdet", tensors=("A",), grad_fns=("LinalgSlogdetBackward0",), method=False, family="linalg")
 def linalg_slogdet(A):
     """torch.linalg.slogdet(A) -> (sign, logabsdet); only logabsdet carries a gradient."""
     return _slogdet(A, "linalg.slogdet")
 
 
-@op("slogdet", tensors=("self",), grad_fns=("LinalgSlogdetBackward0",))
+@op("slogdet", tensors=("self",), grad_fns=("LinalgSlogdetBackward0",), family="linalg")
 def slogdet(self):
     """torch.slogdet(input): torch.linalg.slogdet."""
     return _slogdet(require_tensor(self, "input", "slogdet"), "linalg.slogdet")
@@ -152,7 +152,7 @@ def _(ctx, A_t):
     return None, sum_(diagonal(linalg_solve(ctx.A, A_t), 0, -2, -1), -1)
 
 
-@op("logdet", tensors=("self",), grad_fns=("WhereBackward0",))
+@op("logdet", tensors=("self",), grad_fns=("WhereBackward0",), family="linalg")
 def logdet(self):
     """torch.logdet(input): composite ``where(sign == -1, nan, logabsdet)`` over linalg_slogdet."""
     A = _square_float(require_tensor(self, "input", "logdet"), "logdet")
@@ -176,7 +176,7 @@ def _check_invertible(A: Tensor, name: str, what: str) -> None:
                                 code="singular_matrix", exception="torch.linalg.LinAlgError")
 
 
-@op("linalg.inv", tensors=("A",), grad_fns=("LinalgInvExBackward0",), method=False)
+@op("linalg.inv", tensors=("A",), grad_fns=("LinalgInvExBackward0",), method=False, family="linalg")
 def linalg_inv(A):
     """torch.linalg.inv(A) (linalg_inv_ex under the hood); saves the inverse."""
     A = _square_float(A, "linalg.inv")
@@ -185,7 +185,7 @@ def linalg_inv(A):
                   {"inverse": "result"})
 
 
-@op("inverse", tensors=("self",), grad_fns=("LinalgInvExBackward0",))
+@op("inverse", tensors=("self",), grad_fns=("LinalgInvExBackward0",), family="linalg")
 def inverse(self):
     """torch.inverse(input): torch.linalg.inv."""
     return linalg_inv(require_tensor(self, "input", "inverse"))
@@ -208,7 +208,7 @@ def _vector_rhs(A: Tensor, B: Tensor) -> bool:
     return B.data.ndim == 1 or (B.data.ndim == A.data.ndim - 1 and B.shape == A.shape[:-1])
 
 
-@op("linalg.solve", tensors=("A", "B"), grad_fns=("LinalgSolveExBackward0",), method=False)
+@op("linalg.solve", tensors=("A", "B"), grad_fns=("LinalgSolveExBackward0",), method=False, family="linalg")
 def linalg_solve(A, B, left=True):
     """torch.linalg.solve(A, B, *, left=True): X with A X = B (left) or X A = B; B may be a vector."""
     A = _square_float(A, "linalg.solve")
@@ -271,7 +271,7 @@ def _(ctx, A_t, B_t):
     return linalg_solve(A, rhs, left=left)
 
 
-@op("linalg.cholesky", tensors=("A",), grad_fns=("LinalgCholeskyExBackward0",), method=False)
+@op("linalg.cholesky", tensors=("A",), grad_fns=("LinalgCholeskyExBackward0",), method=False, family="linalg")
 def linalg_cholesky(A, upper=False):
     """torch.linalg.cholesky(A, *, upper=False): L with A = L L^H (or U = L^H); saves L and upper."""
     A = _square_float(A, "linalg.cholesky")
@@ -335,7 +335,7 @@ def _ord_value(ord):
     return ord
 
 
-@op("linalg.vector_norm", tensors=("x",), grad_fns=("LinalgVectorNormBackward0",), method=False)
+@op("linalg.vector_norm", tensors=("x",), grad_fns=("LinalgVectorNormBackward0",), method=False, family="linalg")
 def linalg_vector_norm(x, ord=2, dim=None, keepdim=False):
     """torch.linalg.vector_norm(x, ord=2, dim=None, keepdim=False) (``ord`` may be "inf"/"-inf" in JSON)."""
     x = require_tensor(x, "x", "linalg.vector_norm")
@@ -368,7 +368,7 @@ def _matrix_norm(A: Tensor, ord, dim, keepdim: bool) -> Tensor:
 
 
 @op("linalg.norm", tensors=("A",), grad_fns=("LinalgVectorNormBackward0", "AmaxBackward0", "AminBackward0"),
-    method=False)
+    method=False, family="linalg")
 def linalg_norm(A, ord=None, dim=None, keepdim=False):
     """torch.linalg.norm(A, ord=None, dim=None, keepdim=False): a vector norm over one dim (or the flattened
     input when ord and dim are None), a matrix norm ('fro', 1, -1, inf, -inf) over two."""
@@ -409,7 +409,7 @@ def _cross(self: Tensor, other: Tensor, d: int, shape: tuple) -> Tensor:
                   {"dim": d, "other": other, "self": self})
 
 
-@op("linalg.cross", tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), method=False)
+@op("linalg.cross", tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), method=False, family="linalg")
 def linalg_cross(self, other, dim=-1):
     """torch.linalg.cross(input, other, *, dim=-1): batched 3-vector cross products (batches broadcast)."""
     self = require_tensor(self, "input", "linalg.cross")
@@ -426,7 +426,7 @@ def linalg_cross(self, other, dim=-1):
     return _cross(self, other, d, broadcast_shapes(self.shape, other.shape))
 
 
-@op("cross", tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",))
+@op("cross", tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), family="linalg")
 def cross(self, other, dim=None):
     """torch.cross(input, other, dim=None): no broadcasting; dim=None picks the first dim of size 3 (torch
     warns that this default is deprecated)."""

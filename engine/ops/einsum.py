@@ -113,7 +113,7 @@ def _parse_lhs(lhs: str, num_ops: int) -> list:
 
 
 @op("einsum", tensors=("operands",), grad_fns=("ViewBackward0", "PermuteBackward0", "SumBackward1",
-                                               "MulBackward0"), method=False)
+                                               "MulBackward0"), method=False, family="linalg")
 def einsum(equation, *operands):
     """torch.einsum(equation, *operands) (operands may also be one list); explicit ('->') or implicit output,
     ellipsis broadcasting, repeated labels (diagonals); contracted left to right as torch does without
