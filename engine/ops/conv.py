@@ -200,7 +200,7 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
     if bias is not None:
         out = out + bias.data.reshape((1, o) + (1,) * nd)
     return record("ConvolutionBackward0", np.ascontiguousarray(out, input.data.dtype), (input, weight, bias),
-                  {"bias_sym_sizes_opt": list(bias.shape) if bias is not None else None,
+                  {"bias_sym_sizes_opt": list(bias.shape) if bias is not None else [0],
                    "dilation": list(dilation), "groups": int(groups), "input": input,
                    "output_padding": [0] * nd, "padding": list(padding), "stride": list(stride),
                    "transposed": False, "weight": weight})

@@ -19,7 +19,7 @@ from .. import dtypes as D
 from ..errors import InvalidArgumentError, ShapeError, TorchRuntimeError
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
-from .common import broadcast_shapes, require_tensor, wrap_dim
+from .common import broadcast_shapes, require_tensor, saved_int, signed_int, wrap_dim
 from .elementwise import add_t, eq, where
 from .linalg import matmul
 from .reduction import amax, amin
@@ -71,6 +71,13 @@ def _lu(a: np.ndarray):
     return lu, piv, info
 
 
+def _det_lu(a: np.ndarray):
+    """The LU torch's det/slogdet save: LAPACK works column-major, so a row-major A is factored as A^T (same
+    determinant, no copy); a column-major one as itself."""
+    t = a.ndim and a.shape[-1] > 1 and a.flags.c_contiguous
+    return _lu(np.swapaxes(a, -1, -2) if t else a)
+
+
 def _batch_prefix(info: np.ndarray, i: int) -> str:
     if info.ndim == 0:
         return ""
@@ -82,7 +89,7 @@ def _batch_prefix(info: np.ndarray, i: int) -> str:
 
 def _det(A: Tensor, name: str) -> Tensor:
     A = _square_float(A, name)
-    lu, piv, _ = _lu(A.data)
+    lu, piv, _ = _det_lu(A.data)
     out = np.asarray(np.linalg.det(A.data), A.data.dtype)
     return record("LinalgDetBackward0", out, (A,),
                   {"A": A, "LU": Tensor(lu), "pivots": Tensor(piv), "result": "result"})
@@ -117,7 +124,7 @@ def _(ctx, A_t):
 
 def _slogdet(A: Tensor, name: str):
     A = _square_float(A, name)
-    lu, piv, _ = _lu(A.data)
+    lu, piv, _ = _det_lu(A.data)
     sign, lad = np.linalg.slogdet(A.data)
     dt = A.data.dtype
     sign_t, lad_t = record("LinalgSlogdetBackward0", (np.asarray(sign, dt), np.asarray(lad, dt)), (A,),
@@ -401,12 +408,12 @@ def linalg_norm(A, ord=None, dim=None, keepdim=False):
 # ----- cross ------------------------------------------------------------------------------------------
 
 
-def _cross(self: Tensor, other: Tensor, d: int, shape: tuple) -> Tensor:
+def _cross(self: Tensor, other: Tensor, d: int, shape: tuple, dim: int) -> Tensor:
     a = np.broadcast_to(self.data, shape)
     b = np.broadcast_to(other.data, shape)
     out = np.cross(a, b, axis=d)
     return record("LinalgCrossBackward0", np.ascontiguousarray(out, a.dtype), (self, other),
-                  {"dim": d, "other": other, "self": self})
+                  {"dim": saved_int(dim), "other": other, "self": self})
 
 
 @op("linalg.cross", tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), method=False, family="linalg")
@@ -423,7 +430,7 @@ def linalg_cross(self, other, dim=-1):
     if self.dtype != other.dtype:
         raise TorchRuntimeError(f"expected scalar type {D.SCALAR_TYPE_NAMES[self.dtype]} but found "
                                 f"{D.SCALAR_TYPE_NAMES[other.dtype]}", code="dtype_mismatch")
-    return _cross(self, other, d, broadcast_shapes(self.shape, other.shape))
+    return _cross(self, other, d, broadcast_shapes(self.shape, other.shape), dim)
 
 
 @op("cross", tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), family="linalg")
@@ -450,14 +457,14 @@ def cross(self, other, dim=None):
 @vjp("LinalgCrossBackward0", inputs=("self", "other"), saves=("dim", "other", "self"))
 def _(ctx, grad):
     n = ctx.needs
-    d = ctx.dim
+    d = signed_int(ctx.dim)
     return ((linalg_cross(ctx.other, grad, dim=d) if n[0] else None),
             (linalg_cross(grad, ctx.self, dim=d) if n[1] else None))
 
 
 @jvp("LinalgCrossBackward0")
 def _(ctx, self_t, other_t):
-    d = ctx.dim
+    d = signed_int(ctx.dim)
     a = linalg_cross(self_t, ctx.other, dim=d) if self_t is not None else None
     b = linalg_cross(ctx.self, other_t, dim=d) if other_t is not None else None
     return add_t(a, b)

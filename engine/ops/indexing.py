@@ -7,13 +7,15 @@ its ``src`` the gathered gradient; topk/kthvalue put the gradient back where the
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
-from .common import broadcast_shapes, is_number, require_tensor, wrap_dim
+from .common import broadcast_shapes, is_number, require_tensor, saved_int, signed_int, wrap_dim
 from .reduction import ValuesIndices, _scatter_into_zeros, _value_selecting
 from .shape import _embed, _index_put_zeros, gather, index_select
 
@@ -80,9 +82,9 @@ def scatter(self, dim, index, src=None, value=None):
     if src is not None:
         s = src.data.reshape(src.data.shape or (1,))
         view[_grids(ix, d)] = _src_block(s, ix)
-        return record("ScatterBackward0", out, (self, src), {"dim": d, "index": index})
+        return record("ScatterBackward0", out, (self, src), {"dim": saved_int(dim), "index": index})
     view[_grids(ix, d)] = out.dtype.type(value)
-    return record("ScatterBackward1", out, (self,), {"dim": d, "index": index})
+    return record("ScatterBackward1", out, (self,), {"dim": saved_int(dim), "index": index})
 
 
 def _gather_src(grad: Tensor, dim: int, index: Tensor, src_shape: tuple) -> Tensor:
@@ -96,25 +98,25 @@ def _gather_src(grad: Tensor, dim: int, index: Tensor, src_shape: tuple) -> Tens
 def _(ctx, grad):
     n = ctx.needs
     src_shape = ctx.node.input_meta[1][0] if n[1] else None
-    return ((scatter(grad, ctx.dim, ctx.index, value=0.0) if n[0] else None),
-            (_gather_src(grad, ctx.dim, ctx.index, src_shape) if n[1] else None))
+    return ((scatter(grad, signed_int(ctx.dim), ctx.index, value=0.0) if n[0] else None),
+            (_gather_src(grad, signed_int(ctx.dim), ctx.index, src_shape) if n[1] else None))
 
 
 @jvp("ScatterBackward0")
 def _(ctx, self_t, src_t):
     base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, ctx.result.data.dtype))
     src = src_t if src_t is not None else Tensor(np.zeros(ctx.src.shape, ctx.result.data.dtype))
-    return scatter(base, ctx.dim, ctx.index, src)
+    return scatter(base, signed_int(ctx.dim), ctx.index, src)
 
 
 @vjp("ScatterBackward1", inputs=("self",), saves=("dim", "index"))
 def _(ctx, grad):
-    return scatter(grad, ctx.dim, ctx.index, value=0.0),
+    return scatter(grad, signed_int(ctx.dim), ctx.index, value=0.0),
 
 
 @jvp("ScatterBackward1")
 def _(ctx, self_t):
-    return scatter(self_t, ctx.dim, ctx.index, value=0.0)
+    return scatter(self_t, signed_int(ctx.dim), ctx.index, value=0.0)
 
 
 @op("scatter_add", tensors=("self", "index", "src"), grad_fns=("ScatterAddBackward0",))
@@ -129,14 +131,15 @@ def scatter_add(self, dim, index, src):
     view = out.reshape(out.shape or (1,))
     ix = index.data.reshape(index.data.shape or (1,))
     np.add.at(view, _grids(ix, d), _src_block(src.data.reshape(src.data.shape or (1,)), ix))
-    return record("ScatterAddBackward0", out, (self, src), {"dim": d, "index": index})
+    return record("ScatterAddBackward0", out, (self, src), {"dim": saved_int(dim), "index": index})
 
 
 @vjp("ScatterAddBackward0", inputs=("self", "src"), saves=("dim", "index"))
 def _(ctx, grad):
     n = ctx.needs
     src_shape = ctx.node.input_meta[1][0] if n[1] else None
-    return (grad if n[0] else None), (_gather_src(grad, ctx.dim, ctx.index, src_shape) if n[1] else None)
+    g_src = _gather_src(grad, signed_int(ctx.dim), ctx.index, src_shape) if n[1] else None
+    return (grad if n[0] else None), g_src
 
 
 @jvp("ScatterAddBackward0")
@@ -144,7 +147,7 @@ def _(ctx, self_t, src_t):
     if src_t is None:
         return self_t
     base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, ctx.result.data.dtype))
-    return scatter_add(base, ctx.dim, ctx.index, src_t)
+    return scatter_add(base, signed_int(ctx.dim), ctx.index, src_t)
 
 
 def _check_index_source(name: str, self: Tensor, d: int, index: Tensor, source: Tensor) -> np.ndarray:
@@ -193,7 +196,8 @@ def index_add(self, dim, index, source, alpha=1):
     else:
         out = out + src.reshape(())
     return record("IndexAddBackward0", np.asarray(out, self.data.dtype), (self, source),
-                  {"alpha": alpha, "dim": d, "index": index, "source": source, "source_dim": source.data.ndim})
+                  {"alpha": alpha, "dim": saved_int(dim), "index": index, "source": source,
+                   "source_dim": source.data.ndim})
 
 
 @vjp("IndexAddBackward0", inputs=("self", "source"),
@@ -202,7 +206,7 @@ def _(ctx, grad):
     n = ctx.needs
     g_src = None
     if n[1]:
-        g_src = index_select(grad, ctx.dim, ctx.index) if grad.data.ndim else grad
+        g_src = index_select(grad, signed_int(ctx.dim), ctx.index) if grad.data.ndim else grad
         if ctx.alpha != 1:
             g_src = g_src * ctx.alpha
     return (grad if n[0] else None), g_src
@@ -213,7 +217,7 @@ def _(ctx, self_t, source_t):
     if source_t is None:
         return self_t
     base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, ctx.result.data.dtype))
-    return index_add(base, ctx.dim, ctx.index, source_t, alpha=ctx.alpha)
+    return index_add(base, signed_int(ctx.dim), ctx.index, source_t, alpha=ctx.alpha)
 
 
 @op("index_copy", tensors=("self", "index", "source"), grad_fns=("IndexCopyBackward0",))
@@ -230,7 +234,7 @@ def index_copy(self, dim, index, source):
     else:
         out = source.data.reshape(()).copy()
     return record("IndexCopyBackward0", np.asarray(out, self.data.dtype), (self, source),
-                  {"dim": d, "index": index, "source": source, "source_dim": source.data.ndim})
+                  {"dim": saved_int(dim), "index": index, "source": source, "source_dim": source.data.ndim})
 
 
 @vjp("IndexCopyBackward0", inputs=("self", "source"),
@@ -241,12 +245,12 @@ def _(ctx, grad):
     if n[0]:  # grad.index_fill(dim, index, 0)
         keep = np.ones(grad.data.shape, grad.data.dtype)
         if keep.ndim:
-            keep[_along(ctx.dim, keep.ndim, ctx.index.data.reshape(-1))] = 0
+            keep[_along(wrap_dim(signed_int(ctx.dim), keep.ndim), keep.ndim, ctx.index.data.reshape(-1))] = 0
         else:
             keep[...] = 0
         g_self = grad * Tensor(keep)
     if n[1]:
-        g_src = index_select(grad, ctx.dim, ctx.index) if grad.data.ndim else grad
+        g_src = index_select(grad, signed_int(ctx.dim), ctx.index) if grad.data.ndim else grad
     return g_self, g_src
 
 
@@ -255,7 +259,7 @@ def _(ctx, self_t, source_t):
     dt = ctx.result.data.dtype
     base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, dt))
     src = source_t if source_t is not None else Tensor(np.zeros(ctx.source.shape, dt))
-    return index_copy(base, ctx.dim, ctx.index, src)
+    return index_copy(base, signed_int(ctx.dim), ctx.index, src)
 
 
 @op("masked_select", tensors=("self", "mask"), grad_fns=("MaskedSelectBackward0",))
@@ -300,7 +304,7 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
         idx, vals = idx.reshape(()), vals.reshape(())
     indices = Tensor(idx)
     values = record("TopkBackward0", np.array(vals, copy=True), (self,),
-                    {"dim": d, "indices": indices, "self_sym_sizes": self.data.shape})
+                    {"dim": saved_int(dim), "indices": indices, "self_sym_sizes": self.data.shape})
     return ValuesIndices(values, indices)
 
 
@@ -309,14 +313,14 @@ def _(ctx, grad):
     shp = ctx.self_sym_sizes
     if not shp:
         return grad,
-    return _scatter_into_zeros(grad, shp, ctx.dim, ctx.indices.data),
+    return _scatter_into_zeros(grad, shp, wrap_dim(signed_int(ctx.dim), len(shp)), ctx.indices.data),
 
 
 @jvp("TopkBackward0")
 def _(ctx, self_t):
     if self_t.data.ndim == 0:
         return self_t
-    return gather(self_t, ctx.dim, ctx.indices)
+    return gather(self_t, signed_int(ctx.dim), ctx.indices)
 
 
 @op("kthvalue", tensors=("self",), grad_fns=("KthvalueBackward0",))
@@ -339,11 +343,16 @@ def kthvalue(self, k, dim=-1, keepdim=False):
             idx, vals = idx.reshape(()), vals.reshape(())
     indices = Tensor(np.array(idx, copy=True))
     values = record("KthvalueBackward0", np.array(vals, copy=True), (self,),
-                    {"dim": d, "indices": indices, "keepdim": keepdim, "self_sym_sizes": self.data.shape})
+                    {"dim": saved_int(dim), "indices": indices, "keepdim": keepdim, "self_sym_sizes": self.data.shape})
     return ValuesIndices(values, indices)
 
 
-vjp("KthvalueBackward0", inputs=("self",), saves=("dim", "indices", "keepdim", "self_sym_sizes"))(_value_selecting)
+@vjp("KthvalueBackward0", inputs=("self",), saves=("dim", "indices", "keepdim", "self_sym_sizes"))
+def _(ctx, grad):
+    shp = ctx.self_sym_sizes
+    wrapped = types.SimpleNamespace(dim=wrap_dim(signed_int(ctx.dim), len(shp)), indices=ctx.indices,
+                                    keepdim=ctx.keepdim, self_sym_sizes=shp)
+    return _value_selecting(wrapped, grad)
 
 
 @jvp("KthvalueBackward0")
@@ -351,9 +360,10 @@ def _(ctx, self_t):
     from .shape import squeeze, unsqueeze
     if self_t.data.ndim == 0:
         return self_t
-    idx = ctx.indices if ctx.keepdim else unsqueeze(ctx.indices, ctx.dim)
-    out = gather(self_t, ctx.dim, idx)
-    return out if ctx.keepdim else squeeze(out, ctx.dim)
+    d = signed_int(ctx.dim)
+    idx = ctx.indices if ctx.keepdim else unsqueeze(ctx.indices, d)
+    out = gather(self_t, d, idx)
+    return out if ctx.keepdim else squeeze(out, d)
 
 
 @op("roll", tensors=("self",), grad_fns=("RollBackward0",))
@@ -366,22 +376,22 @@ def roll(self, shifts, dims=None):
             raise TorchRuntimeError(f"shifts and dimensions must align. shifts: {len(sh)}, dims:0",
                                     code="invalid_argument")
         out = np.roll(self.data.reshape(-1), sh[0]).reshape(self.data.shape)
-        return record("RollBackward0", out, (self,), {"dims": [], "shifts": sh})
+        return record("RollBackward0", out, (self,), {"dims": [], "shifts": saved_int(sh)})
     dl = [dims] if isinstance(dims, (int, np.integer)) else list(dims)
     if len(sh) != len(dl):
         raise TorchRuntimeError(f"shifts and dimensions must align. shifts: {len(sh)}, dims:{len(dl)}",
                                 code="invalid_argument")
     w = [wrap_dim(x, self.data.ndim) for x in dl]
     out = np.roll(self.data, sh, axis=w) if self.data.ndim else self.data.copy()
-    return record("RollBackward0", out, (self,), {"dims": w, "shifts": sh})
+    return record("RollBackward0", out, (self,), {"dims": saved_int(dl), "shifts": saved_int(sh)})
 
 
 @vjp("RollBackward0", inputs=("self",), saves=("dims", "shifts"))
 def _(ctx, grad):
-    neg = [-s for s in ctx.shifts]
-    return roll(grad, neg, ctx.dims if ctx.dims else None),
+    neg = [-s for s in signed_int(ctx.shifts)]
+    return roll(grad, neg, signed_int(ctx.dims) if ctx.dims else None),
 
 
 @jvp("RollBackward0")
 def _(ctx, self_t):
-    return roll(self_t, ctx.shifts, ctx.dims if ctx.dims else None)
+    return roll(self_t, signed_int(ctx.shifts), signed_int(ctx.dims) if ctx.dims else None)

@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import ShapeError, TorchRuntimeError
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
-from .common import require_tensor, wrap_dim
+from .common import require_tensor, saved_int, signed_int, wrap_dim
 from .shape import _as_view
 
 
@@ -43,7 +43,8 @@ def diagonal(self, offset=0, dim1=0, dim2=1):
     d1, d2 = _dims_of_diagonal(self, dim1, dim2)
     out = _diagonal_view(self.data, offset, d1, d2)
     return _as_view(record("DiagonalBackward0", out, (self,),
-                           {"dim1": d1, "dim2": d2, "offset": offset, "self_sym_sizes": self.data.shape}), self)
+                           {"dim1": saved_int(dim1), "dim2": saved_int(dim2), "offset": saved_int(offset),
+                            "self_sym_sizes": self.data.shape}), self)
 
 
 @op("linalg.diagonal", tensors=("A",), grad_fns=("DiagonalBackward0",), method=False)
@@ -53,7 +54,9 @@ def linalg_diagonal(A, offset=0, dim1=-2, dim2=-1):
 
 
 def _diagonal_vjp(ctx, grad):
-    return diagonal_backward(grad, ctx.self_sym_sizes, ctx.offset, ctx.dim1, ctx.dim2),
+    nd = len(ctx.self_sym_sizes)
+    d1, d2 = wrap_dim(signed_int(ctx.dim1), nd), wrap_dim(signed_int(ctx.dim2), nd)
+    return diagonal_backward(grad, ctx.self_sym_sizes, signed_int(ctx.offset), d1, d2),
 
 
 vjp("DiagonalBackward0", inputs=("self",), saves=("dim1", "dim2", "offset", "self_sym_sizes"))(_diagonal_vjp)
@@ -61,12 +64,12 @@ vjp("DiagonalBackward0", inputs=("self",), saves=("dim1", "dim2", "offset", "sel
 
 @jvp("DiagonalBackward0")
 def _(ctx, self_t):
-    return diagonal(self_t, ctx.offset, ctx.dim1, ctx.dim2)
+    return diagonal(self_t, signed_int(ctx.offset), signed_int(ctx.dim1), signed_int(ctx.dim2))
 
 
 @jvp("DiagonalBackward0_copy")
 def _(ctx, self_t):
-    return diagonal(self_t, ctx.offset, ctx.dim1, ctx.dim2).clone()
+    return diagonal(self_t, signed_int(ctx.offset), signed_int(ctx.dim1), signed_int(ctx.dim2)).clone()
 vjp("DiagonalBackward0_copy", inputs=("self",), saves=("dim1", "dim2", "offset", "self_sym_sizes"))(_diagonal_vjp)
 
 
@@ -102,17 +105,18 @@ def diag_embed(self, offset=0, dim1=-2, dim2=-1):
         shape.append(n if k in (d1, d2) else rest.pop(0))
     out = np.zeros(shape, self.data.dtype)
     _diagonal_view(out, offset, d1, d2)[...] = self.data
-    return record("DiagEmbedBackward0", out, (self,), {"dim1": d1, "dim2": d2, "offset": offset})
+    return record("DiagEmbedBackward0", out, (self,),
+                  {"dim1": saved_int(dim1), "dim2": saved_int(dim2), "offset": saved_int(offset)})
 
 
 @vjp("DiagEmbedBackward0", inputs=("self",), saves=("dim1", "dim2", "offset"))
 def _(ctx, grad):
-    return diagonal(grad, ctx.offset, ctx.dim1, ctx.dim2),
+    return diagonal(grad, signed_int(ctx.offset), signed_int(ctx.dim1), signed_int(ctx.dim2)),
 
 
 @jvp("DiagEmbedBackward0")
 def _(ctx, self_t):
-    return diag_embed(self_t, ctx.offset, ctx.dim1, ctx.dim2)
+    return diag_embed(self_t, signed_int(ctx.offset), signed_int(ctx.dim1), signed_int(ctx.dim2))
 
 
 @op("diag", tensors=("self",), grad_fns=("DiagEmbedBackward0", "DiagonalBackward0_copy"))
@@ -127,7 +131,7 @@ def diag(self, diagonal=0):
         return diag_embed(self, diagonal)
     d = _diagonal_view(self.data, diagonal, 0, 1).copy()
     return record("DiagonalBackward0_copy", d, (self,),
-                  {"dim1": 0, "dim2": 1, "offset": diagonal, "self_sym_sizes": self.data.shape})
+                  {"dim1": 0, "dim2": 1, "offset": saved_int(diagonal), "self_sym_sizes": self.data.shape})
 
 
 @op("trace", tensors=("self",), grad_fns=("TraceBackward0",))
@@ -159,7 +163,7 @@ def _tri(self, diagonal: int, name: str, prim: str, npfn) -> Tensor:
     self = require_tensor(self, "input", name)
     if self.data.ndim < 2:
         raise TorchRuntimeError(f"{name}: input tensor must have at least 2 dimensions", code="shape_mismatch")
-    return record(prim, npfn(self.data, diagonal), (self,), {"diagonal": diagonal})
+    return record(prim, npfn(self.data, diagonal), (self,), {"diagonal": saved_int(diagonal)})
 
 
 @op("tril", tensors=("self",), grad_fns=("TrilBackward0",))
@@ -170,12 +174,12 @@ def tril(self, diagonal=0):
 
 @vjp("TrilBackward0", inputs=("self",), saves=("diagonal",))
 def _(ctx, grad):
-    return tril(grad, ctx.diagonal),
+    return tril(grad, signed_int(ctx.diagonal)),
 
 
 @jvp("TrilBackward0")
 def _(ctx, self_t):
-    return tril(self_t, ctx.diagonal)
+    return tril(self_t, signed_int(ctx.diagonal))
 
 
 @op("triu", tensors=("self",), grad_fns=("TriuBackward0",))
@@ -186,9 +190,9 @@ def triu(self, diagonal=0):
 
 @vjp("TriuBackward0", inputs=("self",), saves=("diagonal",))
 def _(ctx, grad):
-    return triu(grad, ctx.diagonal),
+    return triu(grad, signed_int(ctx.diagonal)),
 
 
 @jvp("TriuBackward0")
 def _(ctx, self_t):
-    return triu(self_t, ctx.diagonal)
+    return triu(self_t, signed_int(ctx.diagonal))

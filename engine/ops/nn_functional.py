@@ -20,7 +20,7 @@ from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import no_grad
 from ..registry import PRIMS, jvp, op, record, vjp
 from ..tensor import Tensor
-from .common import broadcast_shapes, require_tensor, wrap_dim
+from .common import broadcast_shapes, require_tensor, saved_int, signed_int, wrap_dim
 from .elementwise import clamp_min, div, neg, sigmoid
 from .nn import softmax
 from .reduction import mean, norm
@@ -380,17 +380,17 @@ def constant_pad_nd(self: Tensor, pad: list, value=0.0) -> Tensor:
         widths = [(0, 0)] * nd
         widths[d] = (max(lo, 0), max(hi, 0))
         out = np.pad(out, widths, constant_values=out.dtype.type(value) if out.dtype != np.bool_ else bool(value))
-    return record("ConstantPadNdBackward0", np.array(out, copy=True), (self,), {"pad": list(pad)})
+    return record("ConstantPadNdBackward0", np.array(out, copy=True), (self,), {"pad": saved_int(list(pad))})
 
 
 @vjp("ConstantPadNdBackward0", inputs=("self",), saves=("pad",))
 def _(ctx, grad):
-    return constant_pad_nd(grad, [-p for p in ctx.pad]),
+    return constant_pad_nd(grad, [-p for p in signed_int(ctx.pad)]),
 
 
 @jvp("ConstantPadNdBackward0")
 def _(ctx, self_t):
-    return constant_pad_nd(self_t, ctx.pad, 0.0)
+    return constant_pad_nd(self_t, signed_int(ctx.pad), 0.0)
 
 
 def _edge_index(n: int, lo: int, hi: int, mode: str) -> np.ndarray:

@@ -8,7 +8,7 @@ from .. import dtypes as D
 from ..errors import TorchRuntimeError
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
-from .common import NP, require_tensor, wrap_dim
+from .common import NP, require_tensor, saved_int, signed_int, wrap_dim
 from .elementwise import abs as abs_
 from .elementwise import exp, gt, log, lt, where
 from .reduction import _acc_dtype, cumsum, flip
@@ -24,7 +24,7 @@ def cumprod(self, dim, dtype=None):
     d = wrap_dim(dim, nd)
     out_dt = NP[_acc_dtype(self, dtype)]
     out = np.cumprod(self.data, axis=d, dtype=out_dt) if nd else self.data.astype(out_dt).copy()
-    return record("CumprodBackward0", out, (self,), {"dim": d, "result": "result", "self": self})
+    return record("CumprodBackward0", out, (self,), {"dim": saved_int(dim), "result": "result", "self": self})
 
 
 def _rev_cumsum(x: Tensor, d: int) -> Tensor:
@@ -33,7 +33,7 @@ def _rev_cumsum(x: Tensor, d: int) -> Tensor:
 
 @vjp("CumprodBackward0", inputs=("self",), saves=("dim", "result", "self"))
 def _(ctx, grad):
-    x, d = ctx.self, ctx.dim
+    x, d = ctx.self, signed_int(ctx.dim)
     if x.data.ndim == 0:
         return grad,
     if not np.any(x.data == 0):
@@ -51,7 +51,7 @@ def _(ctx, grad):
 
 @jvp("CumprodBackward0")
 def _(ctx, self_t):
-    x, d = ctx.self, ctx.dim
+    x, d = ctx.self, signed_int(ctx.dim)
     if x.data.ndim == 0:
         return self_t
     if not np.any(x.data == 0):
@@ -81,12 +81,12 @@ def logcumsumexp(self, dim):
     else:
         out = x.copy()
     return record("LogcumsumexpBackward0", np.asarray(out, x.dtype), (self,),
-                  {"dim": d, "result": "result", "self": self})
+                  {"dim": saved_int(dim), "result": "result", "self": self})
 
 
 @vjp("LogcumsumexpBackward0", inputs=("self",), saves=("dim", "result", "self"))
 def _(ctx, grad):
-    x, r, d = ctx.self, ctx.result, ctx.dim
+    x, r, d = ctx.self, ctx.result, signed_int(ctx.dim)
     if x.data.ndim == 0:
         return grad,
     # FunctionsManual logcumsumexp_backward: positive and negative parts of grad in log space
@@ -104,7 +104,7 @@ def _(ctx, grad):
 @jvp("LogcumsumexpBackward0")
 def _(ctx, self_t):
     # dr_j = sum_{k <= j} exp(x_k - r_j) t_k, shifted by the (constant) max for range
-    x, r, d = ctx.self, ctx.result, ctx.dim
+    x, r, d = ctx.self, ctx.result, signed_int(ctx.dim)
     if x.data.ndim == 0:
         return self_t
     m = float(np.max(x.data)) if x.data.size and np.isfinite(np.max(x.data)) else 0.0

@@ -78,8 +78,9 @@ def test_conv2d_forward_and_gradients_over_http(client, session):
 
 def test_singular_inverse_is_a_problem_with_torchs_message(client, session):
     r = run(client, session, [tensor("m", [[1.0, 2.0], [2.0, 4.0]]), {"op": "linalg.inv", "args": ["m"], "out": "i"}])
-    body = assert_problem(r, 422, "singular_matrix", detail="linalg.inv: The diagonal element 2 is zero, the inversion "
-                                                           "could not be completed because the input matrix is singular.")
+    message = ("linalg.inv: The diagonal element 2 is zero, the inversion could not be completed because the input "
+               "matrix is singular.")
+    body = assert_problem(r, 422, "singular_matrix", detail=message)
     assert body["op_index"] == 1 and body["op"] == "linalg.inv"
 
 

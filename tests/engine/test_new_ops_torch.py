@@ -22,7 +22,8 @@ EXPRESSIONS = [
     "torch.hypot(a, b)", "torch.arcsinh(a)",
     # special functions
     "p.lgamma()", "torch.lgamma(a)", "p.digamma()", "torch.digamma(a)", "torch.polygamma(1, p)",
-    "torch.polygamma(2, p)", "torch.polygamma(3, a)", "torch.special.multigammaln(p + 2, 3)", "torch.mvlgamma(p + 1, 2)",
+    "torch.polygamma(2, p)", "torch.polygamma(3, a)", "torch.special.multigammaln(p + 2, 3)",
+    "torch.mvlgamma(p + 1, 2)",
     "torch.special.gammaln(p)", "torch.special.digamma(p)", "torch.xlogy(a, p)", "torch.xlogy(2.0, p)",
     "torch.xlogy(a, 3.0)", "torch.special.xlogy(a.relu(), p)", "torch.logaddexp(a, b)",
     # matrix structure
@@ -32,23 +33,32 @@ EXPRESSIONS = [
     # linalg
     "torch.linalg.det(m)", "torch.det(m)", "torch.linalg.det(m3)", "torch.linalg.slogdet(m).logabsdet",
     "torch.linalg.slogdet(m)[0]", "torch.slogdet(m3)[1]", "torch.logdet(spd)", "torch.linalg.inv(m)",
-    "torch.inverse(m3)", "torch.linalg.solve(m, v)", "torch.linalg.solve(m, a)", "torch.linalg.solve(m, a.t(), left=False)",
+    "torch.inverse(m3)", "torch.linalg.solve(m, v)", "torch.linalg.solve(m, a)",
+    "torch.linalg.solve(m, a.t(), left=False)",
     "torch.linalg.solve(m3, a)", "torch.linalg.cholesky(spd)", "torch.linalg.cholesky(spd, upper=True)",
-    "torch.linalg.norm(a)", "torch.linalg.norm(a, 'fro')", "torch.linalg.norm(a, 1)", "torch.linalg.norm(a, float('inf'))",
-    "torch.linalg.norm(a, -1)", "torch.linalg.norm(v, 3)", "torch.linalg.norm(a, dim=1)", "torch.linalg.norm(c3, dim=(0, 2))",
+    "torch.linalg.norm(a)", "torch.linalg.norm(a, 'fro')", "torch.linalg.norm(a, 1)",
+    "torch.linalg.norm(a, float('inf'))",
+    "torch.linalg.norm(a, -1)", "torch.linalg.norm(v, 3)", "torch.linalg.norm(a, dim=1)",
+    "torch.linalg.norm(c3, dim=(0, 2))",
     "torch.linalg.vector_norm(a, 3)", "torch.linalg.vector_norm(a, float('inf'), dim=0)",
     "torch.linalg.vector_norm(a, 1, dim=1, keepdim=True)", "torch.linalg.cross(u3, w3)", "torch.cross(u3, w3, dim=1)",
     "torch.linalg.cross(u3, w3[:1])",
     # einsum
-    "torch.einsum('ij,jk->ik', a, n)", "torch.einsum('ij,kj->ik', a, b)", "torch.einsum('ii->i', m)", "torch.einsum('ii', m)",
-    "torch.einsum('i,j->ij', v, v)", "torch.einsum('bij,bjk->bik', c3, d3)", "torch.einsum('...ij,...jk->...ik', c3, n)",
-    "torch.einsum('ij,jk,kl->il', m, m, a)", "torch.einsum('ij->', a)", "torch.einsum('ij->j', a)", "torch.einsum('ij', a)",
-    "torch.einsum('ji', a)", "torch.einsum('ij,ij->i', a, b)", "torch.einsum('bii->bi', m3)", "torch.einsum('i,i->', v, v)",
+    "torch.einsum('ij,jk->ik', a, n)", "torch.einsum('ij,kj->ik', a, b)", "torch.einsum('ii->i', m)",
+    "torch.einsum('ii', m)",
+    "torch.einsum('i,j->ij', v, v)", "torch.einsum('bij,bjk->bik', c3, d3)",
+    "torch.einsum('...ij,...jk->...ik', c3, n)",
+    "torch.einsum('ij,jk,kl->il', m, m, a)", "torch.einsum('ij->', a)", "torch.einsum('ij->j', a)",
+    "torch.einsum('ij', a)",
+    "torch.einsum('ji', a)", "torch.einsum('ij,ij->i', a, b)", "torch.einsum('bii->bi', m3)",
+    "torch.einsum('i,i->', v, v)",
     "torch.einsum('ij,j->i', m, v)", "torch.einsum('bij,jk->bki', c3, n)", "torch.einsum('ij,ij->ij', a, b)",
     "torch.einsum('ij,jk->ik', [a, n])",
     # scatter, index writes, selections, scans, clamp with tensor bounds
-    "a.scatter(0, sidx, c)", "a.scatter(1, sidx2, 1.5)", "a.scatter_add(0, sidx, c)", "torch.scatter_add(a, 0, ridx, c)",
-    "a.index_add(0, iidx, c)", "a.index_add(1, iidx, e, alpha=2.0)", "a.index_copy(0, iidx, c)", "a.masked_select(a > 0)",
+    "a.scatter(0, sidx, c)", "a.scatter(1, sidx2, 1.5)", "a.scatter_add(0, sidx, c)",
+    "torch.scatter_add(a, 0, ridx, c)",
+    "a.index_add(0, iidx, c)", "a.index_add(1, iidx, e, alpha=2.0)", "a.index_copy(0, iidx, c)",
+    "a.masked_select(a > 0)",
     "a.masked_select(mrow)", "a.topk(2).values", "a.topk(2, dim=0, largest=False)[0]", "a.kthvalue(2).values",
     "a.kthvalue(2, 0, True)[0]", "a.roll(1, 0)", "a.roll((1, -1), (0, 1))", "a.roll(2)", "a.cumprod(1)", "a.cumprod(0)",
     "z.cumprod(0)", "a.logcumsumexp(1)", "torch.clamp(a, min=b)", "a.clamp(min=b - 0.5, max=b + 0.5)",
@@ -59,12 +69,14 @@ EXPRESSIONS = [
     "F.softmin(a, 1)", "F.glu(a)", "F.glu(a.t(), 0)", "F.layer_norm(a, (4,))", "F.layer_norm(a, (4,), w4, b4)",
     "F.layer_norm(c3, (3, 4), eps=1e-3)", "F.embedding(eidx, emb)", "F.embedding(eidx, emb, padding_idx=1)",
     "F.embedding(eidx, emb, scale_grad_by_freq=True)", "F.one_hot(cls, 5)", "F.one_hot(cls)", "F.pad(a, (1, 2))",
-    "F.pad(a, (1, 0, -1, 1), value=0.5)", "F.pad(c3, (2, 1), mode='reflect')", "F.pad(c3, (1, 1, 2, 0), mode='replicate')",
+    "F.pad(a, (1, 0, -1, 1), value=0.5)", "F.pad(c3, (2, 1), mode='reflect')",
+    "F.pad(c3, (1, 1, 2, 0), mode='replicate')",
     "F.pad(x2, (1, 1, 1, 1), mode='reflect')", "F.conv1d(x1, w1, b1)", "F.conv1d(x1, w1, stride=2, padding=1)",
     "F.conv1d(x1[0], w1, b1, dilation=2)", "F.conv2d(x2, w2, b2)", "F.conv2d(x2, w2, b2, stride=2, padding=1)",
     "F.conv2d(x2g, w2g, groups=2, padding='same')", "F.conv2d(x2, w2e, padding='same')",
     # compositions
-    "torch.linalg.det(a @ a.t() + m)", "(F.conv2d(x2, w2, b2).relu() ** 2).sum()", "torch.einsum('ij,kj->ik', a, a).logdet()",
+    "torch.linalg.det(a @ a.t() + m)", "(F.conv2d(x2, w2, b2).relu() ** 2).sum()",
+    "torch.einsum('ij,kj->ik', a, a).logdet()",
 ]
 
 LEAVES = ("a", "b", "p", "v", "m", "m3", "spd", "n", "c3", "d3", "u3", "w3", "c", "e", "v4", "w4", "b4", "emb",
@@ -86,7 +98,8 @@ def _inputs(seed: int) -> tuple[dict, dict]:
             "b2": f(4), "x2g": f(1, 4, 5, 5), "w2g": f(6, 2, 3, 3), "w2e": f(2, 3, 2, 2),
             "z": np.array([0.5, 0.0, 2.0, -1.5])}
     ints = {"sidx": np.array([[0, 1, 2, 0], [2, 0, 1, 1]]), "sidx2": np.array([[3], [0], [1]]),
-            "ridx": np.array([[0, 0, 2, 2], [0, 1, 2, 0]]), "iidx": np.array([2, 0]), "eidx": np.array([[0, 1], [1, 4]]),
+            "ridx": np.array([[0, 0, 2, 2], [0, 1, 2, 0]]), "iidx": np.array([2, 0]),
+            "eidx": np.array([[0, 1], [1, 4]]),
             "cls": np.array([0, 3, 1])}
     return data, ints
 
@@ -149,8 +162,10 @@ def test_new_op_matches_torch(expr):
 
 
 SECOND_ORDER = [
-    ("a", "torch.atan2(a, b)"), ("a", "torch.hypot(a, b)"), ("p", "p.lgamma()"), ("p", "torch.special.multigammaln(p + 2, 3)"),
-    ("a", "torch.xlogy(a, p)"), ("p", "torch.xlogy(a, p)"), ("a", "torch.logaddexp(a, b)"), ("m", "torch.linalg.det(m)"),
+    ("a", "torch.atan2(a, b)"), ("a", "torch.hypot(a, b)"), ("p", "p.lgamma()"), ("p",
+    "torch.special.multigammaln(p + 2, 3)"),
+    ("a", "torch.xlogy(a, p)"), ("p", "torch.xlogy(a, p)"), ("a", "torch.logaddexp(a, b)"), ("m",
+    "torch.linalg.det(m)"),
     ("m", "torch.linalg.slogdet(m).logabsdet"), ("m", "torch.linalg.inv(m)"), ("m", "torch.linalg.solve(m, a)"),
     ("a", "torch.linalg.solve(m, a)"), ("spd", "torch.linalg.cholesky(spd)"), ("a", "torch.einsum('ij,jk->ik', a, n)"),
     ("a", "a.cumprod(1)"), ("a", "a.logcumsumexp(1)"), ("a", "a.scatter(0, sidx, c) ** 2"), ("a", "F.glu(a)"),
@@ -218,3 +233,46 @@ def test_new_op_errors_match_torch(expr):
     got = _error(ns_e, expr)
     assert ref is not None
     assert got == ref
+
+
+def _saved_value(v):
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (tuple, list)):
+        return [_saved_value(x) for x in v]
+    if hasattr(v, "tolist") and hasattr(v, "dtype"):
+        return ("tensor", np.asarray(v.detach().tolist(), dtype=np.float64))
+    return repr(v)
+
+
+def _saved(out) -> dict:
+    node = out.grad_fn
+    names = [a for a in dir(node) if a.startswith("_saved_")] if not hasattr(node, "_node") else \
+        [f"_saved_{s}" for s in node._node.saved]
+    return {a: _saved_value(getattr(node, a)) for a in names}
+
+
+# saved slots gradserve keeps beyond torch's (its VJP recomputes mean/rstd from them) or in another dtype
+SAVED_EXTRA = {"NativeLayerNormBackward0": {"_saved_eps"}}
+
+
+@pytest.mark.parametrize("expr", [e for e in EXPRESSIONS if not e.startswith(("F.one_hot", "torch.einsum"))])
+def test_new_op_saves_what_torch_saves(expr):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = eval(expr, _namespace(torch, TF, 0))  # noqa: S307
+        got = eval(expr, _namespace(etorch, EF, 0))  # noqa: S307
+    if ref.grad_fn is None:
+        return
+    r, g = _saved(ref), _saved(got)
+    for extra in SAVED_EXTRA.get(type(ref.grad_fn).__name__, ()):
+        g.pop(extra, None)
+    assert sorted(g) == sorted(r)
+    for k, rv in r.items():
+        gv = g[k]
+        if isinstance(rv, tuple) and rv[0] == "tensor":
+            assert isinstance(gv, tuple) and gv[0] == "tensor", k
+            np.testing.assert_allclose(gv[1], rv[1], rtol=1e-9, atol=1e-10, err_msg=k)
+        else:
+            assert gv == rv, k
