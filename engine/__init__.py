@@ -1,6 +1,7 @@
 """gradserve's engine: PyTorch autograd semantics on numpy.
 
 Public surface: ``Tensor``, ``tensor()``, ``no_grad()``, ``backward()``, ``grad()``, ``run_program()``,
+forward mode (``dual_level()``, ``make_dual()``, ``unpack_dual()``),
 the op table (``OPS``), graph export and state serialisation.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 from . import ops  # noqa: F401  (registers ops, binds Tensor methods)
 from .autograd import backward, grad
 from .errors import EngineError
+from .forward_ad import dual_level, enter_dual_level, exit_dual_level, make_dual, unpack_dual
 from .grad_mode import Limits, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .graph import export_graph as _export_graph
 from .graph import to_dot, to_mermaid
@@ -26,4 +28,5 @@ def export_graph(state_or_tensors, root: str | None = None) -> dict:
 
 __all__ = ["Tensor", "tensor", "backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
            "is_grad_enabled", "EngineError", "Limits", "OPS", "PRIMS", "op_catalog", "State", "run_program",
-           "ProgramResult", "export_graph", "to_dot", "to_mermaid", "dumps", "dump_parts", "loads"]
+           "ProgramResult", "export_graph", "to_dot", "to_mermaid", "dumps", "dump_parts", "loads",
+           "dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual"]

@@ -176,8 +176,9 @@ def unpack_dual(tensor, *, level: int | None = None) -> UnpackedDualTensor:
         level = cur.index if cur is not None else -1
     if level < 0:
         return UnpackedDualTensor(tensor, None)
-    if cur is None or level != cur.index:
-        return UnpackedDualTensor(tensor, None)
+    tangent = tangent_of(tensor) if cur is not None else None
+    if tangent is not None and level != cur.index:
+        raise TorchRuntimeError("Invalid level given to _fw_primal", code="invalid_dual_level")
     from .ops.shape import _as_view
     from .registry import record
     token = _level.set(None)
@@ -185,7 +186,7 @@ def unpack_dual(tensor, *, level: int | None = None) -> UnpackedDualTensor:
         primal = _as_view(record("Identity", tensor.data.view(), (tensor,)), tensor)
     finally:
         _level.reset(token)
-    return UnpackedDualTensor(primal, tangent_of(tensor))
+    return UnpackedDualTensor(primal, tangent)
 
 
 # ----- tangents of views and in-place updates -------------------------------------------------------------

@@ -101,6 +101,47 @@ def jvp(name: str):
     return deco
 
 
+def elementwise_jvp(ctx, *tangents):
+    """The JVP of an elementwise primitive from its own VJP: each input's VJP is ``grad * df/dx_i``
+    (broadcasting, no reduction), so the JVP is the sum over inputs of that VJP applied to the input's
+    tangent. ``jvp("ExpBackward0")(elementwise_jvp)`` keeps such entries one line."""
+    vjp_fn = PRIMS[ctx._prim].vjp
+    n = len(tangents)
+    out = None
+    for i, t in enumerate(tangents):
+        if t is None:
+            continue
+        ctx.needs = tuple(j == i for j in range(n))
+        r = vjp_fn(ctx, t)[i]
+        if r is not None:
+            out = r if out is None else out + r
+    return out
+
+
+def zero_jvp(ctx, *tangents):
+    """A primitive with a zero derivative (floor, sign, round...): the output's tangent is zeros."""
+    return None
+
+
+def weighted_tangent(ctx, *tangents):
+    """For primitives where each input element feeds one output element (reductions, losses): the VJP with
+    an all-ones gradient gives each element's derivative, so ``sum_i t_i * vjp_i(ones)`` summed over the
+    reduced dimensions (by the caller) is the JVP."""
+    vjp_fn = PRIMS[ctx._prim].vjp
+    n = len(tangents)
+    r = ctx.result
+    ones = Tensor(np.ones(r.data.shape, r.data.dtype))
+    out = None
+    for i, t in enumerate(tangents):
+        if t is None:
+            continue
+        ctx.needs = tuple(j == i for j in range(n))
+        w = vjp_fn(ctx, ones)[i]
+        if w is not None:
+            out = t * w if out is None else out + t * w
+    return out
+
+
 def no_jvp(name: str, aten: str) -> None:
     """Mark a primitive torch has no forward formula for; forward AD through it raises torch's
     NotImplementedError naming ``aten``."""
@@ -241,6 +282,7 @@ class JvpCtx:
             for k, v in saved.items():
                 d[k] = outs if v.__class__ is str and v == "result" else v
         d["result"] = outs
+        d["_prim"] = prim.name if prim is not None else None
 
 
 _NO_FW = ("Trying to use forward AD with {} that does not support it because it has not been implemented yet.\n"
@@ -290,26 +332,19 @@ def _forward(prim_name: str, outs, inputs: tuple, saved: dict | None) -> None:
 
 
 def _fit(r, out: Tensor, ref: Tensor, tangents: list):
-    """The formula's tangent as the output's: zeros for None, broadcast to its shape, never an input's
-    tangent object itself, at least the output's precision."""
+    """The formula's tangent as the output's: zeros (of the input tangent's dtype) for None, broadcast to the
+    output's shape, never an input's tangent object itself. Its dtype is the formula's, as in torch (a float32
+    tangent of a float64 primal stays float32 through ``neg``, becomes float64 through ``exp``)."""
     od = out.data
     if r is None:
-        return Tensor(np.zeros(od.shape, np.promote_types(od.dtype, ref.data.dtype)))
-    rd = r.data
-    if rd.shape != od.shape:
+        return Tensor(np.zeros(od.shape, ref.data.dtype))
+    if r.data.shape != od.shape:
         from .ops.shape import contiguous, expand
-        r = contiguous(expand(r, od.shape))
-    else:
-        for t in tangents:
-            if t is r:
-                from .ops.shape import clone
-                r = clone(r)
-                break
-    if r.data.dtype != od.dtype:
-        dt = np.promote_types(r.data.dtype, od.dtype)
-        if dt != r.data.dtype:
-            from .ops.shape import to
-            r = to(r, dt.name)
+        return contiguous(expand(r, od.shape))
+    for t in tangents:
+        if t is r:
+            from .ops.shape import clone
+            return clone(r)
     return r
 
 
@@ -333,14 +368,19 @@ def op_catalog() -> list[dict]:
                 entry["default"] = p.default if isinstance(p.default, (int, float, str, bool, type(None))) \
                     else repr(p.default)
             args.append(entry)
+        missing = [g for g in spec.grad_fns if g not in JVPS]
         out.append({"name": spec.name, "aliases": list(spec.aliases), "family": spec.family, "arguments": args,
                     "grad_fns": list(spec.grad_fns), "differentiable": spec.differentiable,
+                    "forward_ad": spec.differentiable and bool(spec.grad_fns) and not missing,
+                    "grad_fns_without_forward_ad": missing,
                     "inplace": spec.inplace, "method": spec.method, "doc": spec.doc})
     from .program import ACTIONS
     for a in ACTIONS:
         out.append({"name": a["name"], "aliases": [], "family": "autograd",
                     "arguments": [{"name": n, "tensor": n in ("tensors", "outputs", "inputs", "self", "gradient",
-                                                              "grad_outputs", "grad"),
-                                   "tensor_list": False, "required": n in ("self",)} for n in a["arguments"]],
-                    "grad_fns": [], "differentiable": False, "inplace": False, "method": False, "doc": a["doc"]})
+                                                              "grad_outputs", "grad", "tensor", "tangent"),
+                                   "tensor_list": False, "required": n in ("self", "tensor", "tangent")}
+                                  for n in a["arguments"]],
+                    "grad_fns": [], "differentiable": False, "forward_ad": False, "grad_fns_without_forward_ad": [],
+                    "inplace": False, "method": False, "doc": a["doc"]})
     return out

@@ -27,6 +27,7 @@ import numpy as np
 
 import engine as _engine
 from engine import OPS as _OPS
+from engine import forward_ad as _fw
 from engine.node import Node as _Node
 from engine.tensor import Tensor as _ETensor
 
@@ -449,7 +450,11 @@ F = _OpNamespace("torch.nn.functional")
 
 _nn = _OpNamespace("torch.nn", functional=F, Parameter=Parameter, Module=Module, Linear=Linear, Dropout=Dropout)
 _optim = _OpNamespace("torch.optim", SGD=SGD)
-_autograd = _OpNamespace("torch.autograd", grad=_grad, backward=_backward)
+_forward_ad = _OpNamespace(
+    "torch.autograd.forward_ad", dual_level=_fw.dual_level, enter_dual_level=_fw.enter_dual_level,
+    exit_dual_level=_fw.exit_dual_level, make_dual=_forward(_fw.make_dual), unpack_dual=_forward(_fw.unpack_dual),
+    UnpackedDualTensor=_fw.UnpackedDualTensor)
+_autograd = _OpNamespace("torch.autograd", grad=_grad, backward=_backward, forward_ad=_forward_ad)
 _linalg = _OpNamespace("torch.linalg", prefix="linalg.")
 _special = _OpNamespace("torch.special", prefix="special.")
 

@@ -13,6 +13,11 @@ class OpInfo(BaseModel):
     name: str
     grad_fns: list[str] = Field(description="torch grad_fn class names this op can produce.")
     differentiable: bool
+    forward_ad: bool = Field(description="Every grad_fn of this op has a forward (JVP) formula: it works inside a "
+                             "dual level (enter_dual_level / make_dual / unpack_dual).")
+    grad_fns_without_forward_ad: list[str] = Field(
+        default_factory=list, description="grad_fns of this op that have no forward formula (torch has none "
+        "either): forward AD through them raises torch's NotImplementedError.")
     inplace: bool
     doc: str
 

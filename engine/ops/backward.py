@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import record, vjp
+from ..registry import elementwise_jvp, jvp, record, vjp
 from ..tensor import Tensor
 
 _SUM = np.add.reduce
@@ -35,6 +35,11 @@ def _(ctx, gg):
         (zeros_like(gg) if n[1] else None)
 
 
+@jvp("ThresholdBackwardBackward0")
+def _(ctx, grad_output_t, self_t):
+    return None if grad_output_t is None else threshold_backward(grad_output_t, ctx.self, ctx.threshold)
+
+
 def tanh_backward(grad: Tensor, output: Tensor) -> Tensor:
     y = output.data
     return record("TanhBackwardBackward0", grad.data * (y.dtype.type(1) - y * y), (grad, output),
@@ -50,6 +55,9 @@ def _(ctx, gg):
         ((ctx.grad_output * (-2 * y * gg)) if n[1] else None)
 
 
+jvp("TanhBackwardBackward0")(elementwise_jvp)
+
+
 def sigmoid_backward(grad: Tensor, output: Tensor) -> Tensor:
     y = output.data
     return record("SigmoidBackwardBackward0", grad.data * (y.dtype.type(1) - y) * y, (grad, output),
@@ -63,6 +71,9 @@ def _(ctx, gg):
     y = ctx.output
     return (sigmoid_backward(gg, y) if n[0] else None), \
         ((gg * ctx.grad_output * (1 - 2 * y)) if n[1] else None)
+
+
+jvp("SigmoidBackwardBackward0")(elementwise_jvp)
 
 
 def softplus_backward(grad: Tensor, self: Tensor, beta, threshold) -> Tensor:
@@ -91,6 +102,9 @@ def _(ctx, gg):
     return g_grad, g_self
 
 
+jvp("SoftplusBackwardBackward0")(elementwise_jvp)
+
+
 def softmax_backward_data(grad: Tensor, output: Tensor, dim: int) -> Tensor:
     y = output.data
     gy = grad.data * y
@@ -113,6 +127,17 @@ def _(ctx, gg):
     return g_grad, g_out
 
 
+@jvp("SoftmaxBackwardDataBackward0")
+def _(ctx, grad_output_t, output_t):
+    from .elementwise import add_t
+    from .reduction import sum as sum_
+    g, y, d = ctx.grad_output, ctx.output, ctx.dim
+    out = softmax_backward_data(grad_output_t, y, d) if grad_output_t is not None else None
+    if output_t is not None:
+        out = add_t(out, output_t * (g - sum_(g * y, d, keepdim=True)) - y * sum_(g * output_t, d, keepdim=True))
+    return out
+
+
 def log_softmax_backward_data(grad: Tensor, output: Tensor, dim: int) -> Tensor:
     out = grad.data - np.exp(output.data) * _SUM(grad.data, axis=dim, keepdims=True)
     return record("LogSoftmaxBackwardDataBackward0", out, (grad, output),
@@ -130,3 +155,15 @@ def _(ctx, gg):
     g_grad = (gg - sum_(gg * p, d, keepdim=True)) if n[0] else None
     g_out = (-(gg * p) * sum_(ctx.grad_output, d, keepdim=True)) if n[1] else None
     return g_grad, g_out
+
+
+@jvp("LogSoftmaxBackwardDataBackward0")
+def _(ctx, grad_output_t, output_t):
+    from .elementwise import add_t, exp
+    from .reduction import sum as sum_
+    g, y, d = ctx.grad_output, ctx.output, ctx.dim
+    out = log_softmax_backward_data(grad_output_t, y, d) if grad_output_t is not None else None
+    if output_t is not None:
+        out = add_t(out, -(exp(y) * output_t) * sum_(g, d, keepdim=True))
+    return out
+

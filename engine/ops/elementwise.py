@@ -14,7 +14,7 @@ import numpy as np
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchRuntimeError
 from ..forward_ad import _level as _fw_level
-from ..registry import jvp, op, record, vjp
+from ..registry import elementwise_jvp, jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
 from .common import NP, as_operand, binary_operands, broadcast_all, float_data, is_number, require_tensor
 
@@ -109,6 +109,9 @@ def _(ctx, grad):
     return grad, (-grad if alpha == 1 else -grad * alpha)
 
 
+jvp("SubBackward0")(elementwise_jvp)
+
+
 @op("rsub", tensors=("self", "other"), grad_fns=("RsubBackward0", "RsubBackward1"), aliases=("__rsub__",))
 def rsub(self, other, alpha=1):
     """torch.rsub(input, other, alpha=1): other - alpha * input (``2 - x``)."""
@@ -126,10 +129,16 @@ def _(ctx, grad):
     return (-grad if alpha == 1 else -grad * alpha), grad
 
 
+jvp("RsubBackward0")(elementwise_jvp)
+
+
 @vjp("RsubBackward1", inputs=("self",), saves=("alpha",))
 def _(ctx, grad):
     alpha = ctx.alpha
     return (-grad if alpha == 1 else -grad * alpha),
+
+
+jvp("RsubBackward1")(elementwise_jvp)
 
 
 @op("mul", tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("multiply", "__mul__", "__rmul__"))
@@ -156,7 +165,13 @@ def _(ctx, grad):
 
 @jvp("MulBackward0")
 def _(ctx, self_t, other_t):
-    return add_t(mul_t(self_t, ctx.other), mul_t(other_t, ctx.self))
+    # torch: other_t * self_p + self_t * other_p, a missing tangent being zeros of its input's dtype (which
+    # can widen a mixed-precision tangent: a float32 tangent of a float64 x times 2.0 is float64)
+    if other_t is None and self_t.data.dtype != ctx.other.data.dtype:
+        other_t = Tensor(np.zeros(ctx.other.data.shape, ctx.other.data.dtype))
+    elif self_t is None and other_t.data.dtype != ctx.self.data.dtype:
+        self_t = Tensor(np.zeros(ctx.self.data.shape, ctx.self.data.dtype))
+    return add_t(mul_t(other_t, ctx.self), mul_t(self_t, ctx.other))
 
 
 _ROUNDING = (None, "trunc", "floor")
@@ -204,11 +219,17 @@ def _(ctx, grad):
     return g_self, g_other
 
 
+jvp("DivBackward0")(elementwise_jvp)
+
+
 @vjp("DivBackward2", inputs=("self", "other"), saves=("self", "other", "rounding_mode"))
 def _(ctx, grad):
     n = ctx.needs
     z = zeros_like(grad)
     return (z if n[0] else None), (z if n[1] else None)
+
+
+jvp("DivBackward2")(zero_jvp)
 
 
 @op("floor_divide", tensors=("self", "other"), grad_fns=("DivBackward2",), aliases=("__floordiv__",))
@@ -269,6 +290,9 @@ def _(ctx, grad):
     return grad * (e * pow(ctx.self, e - 1)),
 
 
+jvp("PowBackward0")(elementwise_jvp)
+
+
 @vjp("PowBackward1", inputs=("self", "exponent"), saves=("self", "exponent", "result"))
 def _(ctx, grad):
     n = ctx.needs
@@ -282,12 +306,18 @@ def _(ctx, grad):
     return g_self, g_exp
 
 
+jvp("PowBackward1")(elementwise_jvp)
+
+
 @vjp("PowBackward2", inputs=("exponent",), saves=("self", "exponent", "result"))
 def _(ctx, grad):
     base = ctx.self
     if base == 0:
         return grad * where(ge(ctx.exponent, 0), 0.0, ctx.result * _scalar_log(base)),
     return grad * (ctx.result * _scalar_log(base)),
+
+
+jvp("PowBackward2")(elementwise_jvp)
 
 
 def _scalar_log(v):
@@ -339,6 +369,9 @@ def _(ctx, grad):
     return neg(grad),
 
 
+jvp("NegBackward0")(elementwise_jvp)
+
+
 @op("reciprocal", tensors=("self",), grad_fns=("ReciprocalBackward0",))
 def reciprocal(self):
     """torch.reciprocal(input); saves its result."""
@@ -349,6 +382,9 @@ def reciprocal(self):
 def _(ctx, grad):
     r = ctx.result
     return -grad * (r * r),
+
+
+jvp("ReciprocalBackward0")(elementwise_jvp)
 
 
 @op("exp", tensors=("self",), grad_fns=("ExpBackward0",))
@@ -362,6 +398,9 @@ def _(ctx, grad):
     return grad * ctx.result,
 
 
+jvp("ExpBackward0")(elementwise_jvp)
+
+
 @op("expm1", tensors=("self",), grad_fns=("Expm1Backward0",))
 def expm1(self):
     """torch.expm1(input); saves its result."""
@@ -371,6 +410,9 @@ def expm1(self):
 @vjp("Expm1Backward0", inputs=("self",), saves=("result",))
 def _(ctx, grad):
     return grad * (ctx.result + 1),
+
+
+jvp("Expm1Backward0")(elementwise_jvp)
 
 
 @op("log", tensors=("self",), grad_fns=("LogBackward0",))
@@ -384,6 +426,9 @@ def _(ctx, grad):
     return grad / ctx.self,
 
 
+jvp("LogBackward0")(elementwise_jvp)
+
+
 @op("log1p", tensors=("self",), grad_fns=("Log1PBackward0",))
 def log1p(self):
     """torch.log1p(input); saves its input."""
@@ -395,6 +440,9 @@ def _(ctx, grad):
     return grad / (ctx.self + 1),
 
 
+jvp("Log1PBackward0")(elementwise_jvp)
+
+
 @op("sqrt", tensors=("self",), grad_fns=("SqrtBackward0",))
 def sqrt(self):
     """torch.sqrt(input); saves its result."""
@@ -404,6 +452,9 @@ def sqrt(self):
 @vjp("SqrtBackward0", inputs=("self",), saves=("result",))
 def _(ctx, grad):
     return grad / (2 * ctx.result),
+
+
+jvp("SqrtBackward0")(elementwise_jvp)
 
 
 def _np_rsqrt(x):
@@ -421,6 +472,9 @@ def _(ctx, grad):
     return -0.5 * grad * pow(ctx.result, 3),
 
 
+jvp("RsqrtBackward0")(elementwise_jvp)
+
+
 @op("abs", tensors=("self",), grad_fns=("AbsBackward0",), aliases=("absolute", "__abs__"))
 def abs(self):
     """torch.abs(input); abs'(0) = 0."""
@@ -431,6 +485,9 @@ def abs(self):
 @vjp("AbsBackward0", inputs=("self",), saves=("self",))
 def _(ctx, grad):
     return grad * sign(ctx.self),
+
+
+jvp("AbsBackward0")(elementwise_jvp)
 
 
 @op("sign", tensors=("self",), grad_fns=("SignBackward0",))
@@ -445,6 +502,9 @@ def sign(self):
 @vjp("SignBackward0", inputs=("self",))
 def _(ctx, grad):
     return zeros_like(grad),
+
+
+jvp("SignBackward0")(zero_jvp)
 
 
 @op("sin", tensors=("self",), grad_fns=("SinBackward0",))
@@ -474,6 +534,9 @@ def _(ctx, grad):
     return grad * -sin(ctx.self),
 
 
+jvp("CosBackward0")(elementwise_jvp)
+
+
 @op("tan", tensors=("self",), grad_fns=("TanBackward0",))
 def tan(self):
     """torch.tan(input); saves its result."""
@@ -483,6 +546,9 @@ def tan(self):
 @vjp("TanBackward0", inputs=("self",), saves=("result",))
 def _(ctx, grad):
     return grad * (1 + pow(ctx.result, 2)),
+
+
+jvp("TanBackward0")(elementwise_jvp)
 
 
 @op("tanh", tensors=("self",), grad_fns=("TanhBackward0",))
@@ -495,6 +561,9 @@ def tanh(self):
 def _(ctx, grad):
     from .backward import tanh_backward
     return tanh_backward(grad, ctx.result),
+
+
+jvp("TanhBackward0")(elementwise_jvp)
 
 
 # ----- hyperbolic and inverse trigonometric functions, log2/log10, atan2/hypot -------------------------
@@ -761,6 +830,9 @@ def _(ctx, grad):
     return sigmoid_backward(grad, ctx.result),
 
 
+jvp("SigmoidBackward0")(elementwise_jvp)
+
+
 @op("relu", tensors=("self",), grad_fns=("ReluBackward0",))
 def relu(self):
     """torch.relu(input); saves its result; relu'(0) = 0."""
@@ -777,6 +849,9 @@ def _(ctx, grad):
     return threshold_backward(grad, ctx.result, 0),
 
 
+jvp("ReluBackward0")(elementwise_jvp)
+
+
 @op("leaky_relu", tensors=("self",), grad_fns=("LeakyReluBackward0",))
 def leaky_relu(self, negative_slope=0.01):
     """F.leaky_relu(input, negative_slope=0.01); leaky_relu'(0) = negative_slope."""
@@ -789,6 +864,9 @@ def leaky_relu(self, negative_slope=0.01):
 @vjp("LeakyReluBackward0", inputs=("self",), saves=("negative_slope", "self"))
 def _(ctx, grad):
     return where(gt(ctx.self, 0), grad, grad * ctx.negative_slope),
+
+
+jvp("LeakyReluBackward0")(elementwise_jvp)
 
 
 @op("elu", tensors=("self",), grad_fns=("EluBackward0",))
@@ -807,6 +885,9 @@ def elu(self, alpha=1.0):
 def _(ctx, grad):
     x = ctx.self
     return where(le(x, 0), grad * (ctx.alpha * exp(x)), grad),
+
+
+jvp("EluBackward0")(elementwise_jvp)
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -837,6 +918,9 @@ def erf(self):
 def _(ctx, grad):
     x = ctx.self
     return grad * (2.0 / math.sqrt(math.pi) * exp(-(x * x))),
+
+
+jvp("ErfBackward0")(elementwise_jvp)
 
 
 @op("gelu", tensors=("self",), grad_fns=("GeluBackward0",))
@@ -874,6 +958,9 @@ def _(ctx, grad):
     return grad * (cdf + x * pdf),
 
 
+jvp("GeluBackward0")(elementwise_jvp)
+
+
 @op("silu", tensors=("self",), grad_fns=("SiluBackward0",))
 def silu(self):
     """F.silu(input) = input * sigmoid(input)."""
@@ -887,6 +974,9 @@ def _(ctx, grad):
     x = ctx.self
     s = sigmoid(x)
     return grad * (s * (1 + x * (1 - s))),
+
+
+jvp("SiluBackward0")(elementwise_jvp)
 
 
 @op("softplus", tensors=("self",), grad_fns=("SoftplusBackward0",))
@@ -913,6 +1003,9 @@ def _(ctx, grad):
     return softplus_backward(grad, ctx.self, ctx.beta, ctx.threshold),
 
 
+jvp("SoftplusBackward0")(elementwise_jvp)
+
+
 @op("hardtanh", tensors=("self",), grad_fns=("HardtanhBackward0",))
 def hardtanh(self, min_val=-1.0, max_val=1.0):
     """F.hardtanh(input, min_val=-1.0, max_val=1.0)."""
@@ -926,6 +1019,9 @@ def hardtanh(self, min_val=-1.0, max_val=1.0):
 def _(ctx, grad):
     x = ctx.self
     return where(logical_or(le(x, ctx.min_val), ge(x, ctx.max_val)), 0.0, grad),
+
+
+jvp("HardtanhBackward0")(elementwise_jvp)
 
 
 @op("logsigmoid", tensors=("self",), grad_fns=("LogSigmoidBackward0",))
@@ -946,6 +1042,9 @@ def _(ctx, grad):
     x = ctx.self
     # d/dx logsigmoid(x) = 1 - sigmoid(x) = sigmoid(-x)
     return grad * sigmoid(-x),
+
+
+jvp("LogSigmoidBackward0")(elementwise_jvp)
 
 
 # ----- clamp, maximum, where, masked_fill, lerp --------------------------------------------------------
@@ -996,6 +1095,9 @@ def _(ctx, grad):
     return where(mask, grad, 0.0),
 
 
+jvp("ClampBackward1")(elementwise_jvp)
+
+
 @vjp("ClampBackward0", inputs=("self", "min", "max"), saves=("max", "min", "self"))
 def _(ctx, grad):
     n = ctx.needs
@@ -1017,6 +1119,9 @@ def _(ctx, grad):
     return g_self, g_min, g_max
 
 
+jvp("ClampBackward0")(elementwise_jvp)
+
+
 @op("clamp_min", tensors=("self",), grad_fns=("ClampMinBackward0",))
 def clamp_min(self, min):
     """torch.clamp_min(input, min) with a number bound."""
@@ -1033,6 +1138,9 @@ def _(ctx, grad):
     return where(ge(ctx.self, ctx.min), grad, 0.0),
 
 
+jvp("ClampMinBackward0")(elementwise_jvp)
+
+
 @op("clamp_max", tensors=("self",), grad_fns=("ClampMaxBackward0",))
 def clamp_max(self, max):
     """torch.clamp_max(input, max) with a number bound."""
@@ -1047,6 +1155,9 @@ def clamp_max(self, max):
 @vjp("ClampMaxBackward0", inputs=("self",), saves=("max", "self"))
 def _(ctx, grad):
     return where(le(ctx.self, ctx.max), grad, 0.0),
+
+
+jvp("ClampMaxBackward0")(elementwise_jvp)
 
 
 def _binary_tensors(name, self, other):
@@ -1071,6 +1182,9 @@ def _(ctx, grad):
     return (masked_fill(half, lt(s, o), 0) if n[0] else None), (masked_fill(half, gt(s, o), 0) if n[1] else None)
 
 
+jvp("MaximumBackward0")(elementwise_jvp)
+
+
 @op("minimum", tensors=("self", "other"), grad_fns=("MinimumBackward0",))
 def minimum(self, other):
     """torch.minimum(input, other); ties split the gradient 0.5/0.5."""
@@ -1085,6 +1199,9 @@ def _(ctx, grad):
     s, o = ctx.self, ctx.other
     half = where(eq(s, o), grad / 2, grad)
     return (masked_fill(half, gt(s, o), 0) if n[0] else None), (masked_fill(half, lt(s, o), 0) if n[1] else None)
+
+
+jvp("MinimumBackward0")(elementwise_jvp)
 
 
 @op("where", tensors=("condition", "self", "other"), grad_fns=("WhereBackward0",))
@@ -1141,6 +1258,9 @@ def _(ctx, grad):
     return (where(c, grad, 0.0) if n[0] else None), (where(c, 0.0, grad) if n[1] else None)
 
 
+jvp("WhereBackward0")(elementwise_jvp)
+
+
 @op("masked_fill", tensors=("self", "mask"), grad_fns=("MaskedFillBackward0",))
 def masked_fill(self, mask, value):
     """Tensor.masked_fill(mask, value) with a number value."""
@@ -1172,6 +1292,9 @@ def _(ctx, grad):
     return masked_fill(grad, ctx.mask, 0),
 
 
+jvp("MaskedFillBackward0")(elementwise_jvp)
+
+
 @op("lerp", tensors=("self", "end", "weight"), grad_fns=("LerpBackward0", "LerpBackward1"))
 def lerp(self, end, weight):
     """torch.lerp(input, end, weight): input + weight * (end - input)."""
@@ -1197,12 +1320,18 @@ def _(ctx, grad):
     return (grad * (1 - w) if n[0] else None), (grad * w if n[1] else None)
 
 
+jvp("LerpBackward0")(elementwise_jvp)
+
+
 @vjp("LerpBackward1", inputs=("self", "end", "weight"), saves=("end", "self", "weight"))
 def _(ctx, grad):
     n = ctx.needs
     w = ctx.weight
     return ((grad * (1 - w)) if n[0] else None, (grad * w) if n[1] else None,
             (grad * (ctx.end - ctx.self)) if n[2] else None)
+
+
+jvp("LerpBackward1")(elementwise_jvp)
 
 
 @op("floor", tensors=("self",), grad_fns=("FloorBackward0",))
@@ -1217,6 +1346,9 @@ def _(ctx, grad):
     return zeros_like(grad),
 
 
+jvp("FloorBackward0")(zero_jvp)
+
+
 @op("ceil", tensors=("self",), grad_fns=("CeilBackward0",))
 def ceil(self):
     """torch.ceil(input); zero gradient."""
@@ -1227,6 +1359,9 @@ def ceil(self):
 @vjp("CeilBackward0", inputs=("self",))
 def _(ctx, grad):
     return zeros_like(grad),
+
+
+jvp("CeilBackward0")(zero_jvp)
 
 
 @op("round", tensors=("self",), grad_fns=("RoundBackward0", "RoundBackward1"))
@@ -1243,9 +1378,15 @@ def _(ctx, grad):
     return zeros_like(grad),
 
 
+jvp("RoundBackward0")(zero_jvp)
+
+
 @vjp("RoundBackward1", inputs=("self",), saves=("decimals",))
 def _(ctx, grad):
     return zeros_like(grad),
+
+
+jvp("RoundBackward1")(zero_jvp)
 
 
 # ----- comparisons and logical ops (no gradient) ---------------------------------------------------

@@ -24,7 +24,7 @@ from ..forward_ad import inplace_update, tangent_of
 from ..grad_mode import _grad_enabled
 from ..journal import array_, setattr_, setitem_
 from ..node import Node, SavedTensor
-from ..registry import edge, op, record, vjp
+from ..registry import edge, jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
 from . import elementwise as E
 from .common import require_tensor
@@ -65,6 +65,9 @@ def apply_inplace(self: Tensor, fn, *args, **kwargs) -> Tensor:
                                 f"broadcast shape [{', '.join(map(str, result.data.shape))}]",
                                 code="shape_mismatch")
     if fw_level is not None and result._fw_grad is not None and result is not shadow:
+        if shadow._fw_grad is not None:  # the op may have saved the old value: it keeps the old tangent
+            from .shape import clone
+            shadow._fw_grad = clone(shadow._fw_grad)
         inplace_update(self, result._fw_grad)  # before the primal changes: a refused tangent update changes nothing
     node = result.grad_fn if result.requires_grad and result is not shadow else None
     if node is not None:
@@ -155,11 +158,23 @@ def _(ctx, grad):
     return (g_base,) + tuple(res[1:])
 
 
+@jvp("CopySlices")
+def _(ctx, *tangents):
+    # never recorded through record(): an in-place op on a view updates the tangents in place instead
+    # (forward_ad.inplace_update), so forward AD through CopySlices is the in-place op's own JVP
+    raise TorchRuntimeError("CopySlices is not recorded through record()", code="internal_error")
+
+
 @vjp("AsStridedBackward0", inputs=("self",), saves=("positions", "base_sizes"))
 def _(ctx, grad):
     from .shape import _index_put_zeros, reshape
     size = int(np.prod(ctx.base_sizes))
     return reshape(_index_put_zeros(grad, (size,), [Tensor(ctx.positions)]), ctx.base_sizes),
+
+
+@jvp("AsStridedBackward0")
+def _(ctx, *tangents):
+    raise TorchRuntimeError("AsStridedBackward0 is not recorded through record()", code="internal_error")
 
 
 # ----- the out-of-place forms that only exist for in-place ops ------------------------------------------
@@ -172,6 +187,9 @@ def _zero(self: Tensor) -> Tensor:
 @vjp("ZeroBackward0", inputs=("self",))
 def _(ctx, grad):
     return E.zeros_like(grad),
+
+
+jvp("ZeroBackward0")(zero_jvp)
 
 
 def _fill(self: Tensor, value) -> Tensor:
@@ -189,11 +207,19 @@ def _(ctx, grad):
     return E.zeros_like(grad),
 
 
+jvp("FillBackward0")(zero_jvp)
+
+
 @vjp("FillBackward1", inputs=("self", "value"))
 def _(ctx, grad):
     from .reduction import sum as sum_
     n = ctx.needs
     return (E.zeros_like(grad) if n[0] else None), (sum_(grad) if n[1] else None)
+
+
+@jvp("FillBackward1")
+def _(ctx, self_t, value_t):
+    return value_t  # broadcast to the output by the engine
 
 
 def _copy(self: Tensor, src) -> Tensor:
@@ -211,6 +237,11 @@ def _copy(self: Tensor, src) -> Tensor:
 def _(ctx, grad):
     n = ctx.needs
     return (E.zeros_like(grad) if n[0] else None), (grad if n[1] else None)
+
+
+@jvp("CopyBackwards")
+def _(ctx, self_t, src_t):
+    return src_t
 
 
 # ----- the in-place op table ------------------------------------------------------------------------------
@@ -294,4 +325,21 @@ def _(ctx, grad):
     if n[1]:
         g_val = reshape(_index(reshape(grad, (-1,)), [(0, pos)]), ctx.probe_shape)
     return g_self, g_val
+
+
+@jvp("IndexPutBackward0")
+def _(ctx, self_t, values_t):
+    from .shape import _index_put_zeros, expand, reshape
+    shape = ctx.result.data.shape
+    out = None
+    if self_t is not None:
+        mask = np.zeros(self_t.data.size, dtype=bool)
+        mask[ctx.positions] = True
+        out = E.masked_fill(self_t, Tensor(mask.reshape(shape)), 0)
+    if values_t is not None:
+        flat = reshape(expand(values_t, ctx.probe_shape), (-1,))
+        put = reshape(_index_put_zeros(flat, (int(np.prod(shape)),), [Tensor(ctx.positions)]), shape)
+        out = put if out is None else out + put
+    return out
+
 

@@ -13,10 +13,10 @@ import numpy as np
 from .. import dtypes as D
 from ..errors import ShapeError, TorchRuntimeError
 from ..grad_mode import check_numel, no_grad
-from ..registry import op, record, vjp
+from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor
-from .elementwise import mul
+from .elementwise import add_t, mul, scale_t
 from .shape import _squeeze_dim, _unsafe_view, contiguous, expand, reshape, squeeze, t, transpose, unsqueeze
 
 
@@ -87,6 +87,11 @@ def _(ctx, grad):
     return (mm(grad, t(ctx.mat2)) if n[0] else None), (mm(t(ctx.self), grad) if n[1] else None)
 
 
+@jvp("MmBackward0")
+def _(ctx, self_t, mat2_t):
+    return add_t(None if self_t is None else mm(self_t, ctx.mat2), None if mat2_t is None else mm(ctx.self, mat2_t))
+
+
 # ----- bmm --------------------------------------------------------------------------------------------
 
 
@@ -116,6 +121,11 @@ def _(ctx, grad):
             (bmm(transpose(ctx.self, 1, 2), grad) if n[1] else None))
 
 
+@jvp("BmmBackward0")
+def _(ctx, self_t, mat2_t):
+    return add_t(None if self_t is None else bmm(self_t, ctx.mat2), None if mat2_t is None else bmm(ctx.self, mat2_t))
+
+
 # ----- mv, dot, outer ---------------------------------------------------------------------------------
 
 
@@ -139,6 +149,11 @@ def mv(self, vec):
 def _(ctx, grad):
     n = ctx.needs
     return (outer(grad, ctx.vec) if n[0] else None), (mv(t(ctx.self), grad) if n[1] else None)
+
+
+@jvp("MvBackward0")
+def _(ctx, self_t, vec_t):
+    return add_t(None if self_t is None else mv(self_t, ctx.vec), None if vec_t is None else mv(ctx.self, vec_t))
 
 
 @op("dot", tensors=("self", "tensor"), grad_fns=("DotBackward0",), aliases=("inner_1d",))
@@ -165,6 +180,12 @@ def dot(self, tensor):
 def _(ctx, grad):
     n = ctx.needs
     return (grad * ctx.tensor if n[0] else None), (grad * ctx.self if n[1] else None)
+
+
+@jvp("DotBackward0")
+def _(ctx, self_t, tensor_t):
+    return add_t(None if self_t is None else dot(self_t, ctx.tensor),
+                 None if tensor_t is None else dot(ctx.self, tensor_t))
 
 
 @op("outer", tensors=("self", "vec2"), grad_fns=("MulBackward0",), aliases=("ger",))
@@ -229,6 +250,12 @@ def _(ctx, grad):
         g2 = mm(t(ctx.mat1), grad)
         g2 = g2 if alpha == 1 else g2 * alpha
     return g_self, g1, g2
+
+
+@jvp("AddmmBackward0")
+def _(ctx, self_t, mat1_t, mat2_t):
+    prod = add_t(None if mat1_t is None else mm(mat1_t, ctx.mat2), None if mat2_t is None else mm(ctx.mat1, mat2_t))
+    return add_t(scale_t(self_t, ctx.beta), scale_t(prod, ctx.alpha))
 
 
 # ----- matmul -----------------------------------------------------------------------------------------

@@ -16,11 +16,11 @@ import numpy as np
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError, TorchValueError
 from ..grad_mode import emit_warning
-from ..registry import PRIMS, op, record, vjp
+from ..registry import PRIMS, jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
 from .common import NP, binary_operands, broadcast_shapes, require_tensor, wrap_dim
 from .elementwise import abs as abs_
-from .elementwise import add, clamp_min, eq, ge, le, log, logsigmoid, masked_fill, mul, neg, sigmoid, where
+from .elementwise import add, clamp_min, eq, exp, ge, le, log, logsigmoid, masked_fill, mul, neg, sigmoid, where
 from .linalg import addmm, matmul
 from .reduction import mean, sum
 from .shape import expand, reshape, t, to, unsqueeze, view
@@ -98,6 +98,14 @@ def _(ctx, grad):
     return softmax_backward_data(grad, r, ctx.dim),
 
 
+@jvp("SoftmaxBackward0")
+def _(ctx, self_t):
+    r = ctx.result
+    if r.data.ndim == 0:
+        return None
+    return r * (self_t - sum(r * self_t, ctx.dim, keepdim=True))
+
+
 @op("log_softmax", tensors=("self",), grad_fns=("LogSoftmaxBackward0",))
 def log_softmax(self, dim, dtype=None):
     """F.log_softmax(input, dim, dtype=None): x - max - log(sum(exp(x - max))); saves its result and dim."""
@@ -119,6 +127,14 @@ def _(ctx, grad):
         return grad * 0.0,
     from .backward import log_softmax_backward_data
     return log_softmax_backward_data(grad, r, ctx.dim),
+
+
+@jvp("LogSoftmaxBackward0")
+def _(ctx, self_t):
+    r = ctx.result
+    if r.data.ndim == 0:
+        return None
+    return self_t - sum(exp(r) * self_t, ctx.dim, keepdim=True)
 
 
 # ----- linear -----------------------------------------------------------------------------------------
@@ -149,6 +165,13 @@ def linear(input, weight, bias=None):
     if bias is not None:
         out = add(out, bias)
     return out
+
+
+def _loss_jvp(ctx, self_t, target_t):
+    """An elementwise loss then its reduction: the tangents weighted by the VJP's all-ones gradient (which
+    carries the 1/numel of a mean), summed unless the reduction is 'none'."""
+    w = weighted_tangent(ctx, self_t, target_t)
+    return w if ctx.reduction == 0 or w is None else sum(w)
 
 
 # ----- regression losses ------------------------------------------------------------------------------
@@ -188,6 +211,9 @@ def _(ctx, grad):
     s, tg = ctx.self, ctx.target
     norm = 2.0 * _norm(ctx.reduction, s.numel())
     return ((norm * (s - tg)) * grad if n[0] else None), ((norm * (tg - s)) * grad if n[1] else None)
+
+
+jvp("MseLossBackward0")(_loss_jvp)
 
 
 def _apply_reduction(loss: Tensor, red: int) -> Tensor:
@@ -248,6 +274,9 @@ def _(ctx, grad):
     return (g if n[0] else None), (-g if n[1] else None)
 
 
+jvp("SmoothL1LossBackward0")(_loss_jvp)
+
+
 @op("huber_loss", tensors=("input", "target"), grad_fns=("HuberLossBackward0",), method=False)
 def huber_loss(input, target, reduction="mean", delta=1.0):
     """F.huber_loss(input, target, reduction='mean', delta=1.0)."""
@@ -269,6 +298,9 @@ def _(ctx, grad):
     x = ctx.self - ctx.target
     g = _piecewise_backward(x, grad, _norm(ctx.reduction, x.numel()), delta, delta, lambda v: v)
     return (g if n[0] else None), (-g if n[1] else None)
+
+
+jvp("HuberLossBackward0")(_loss_jvp)
 
 
 # ----- binary cross entropy ---------------------------------------------------------------------------
@@ -330,6 +362,9 @@ def _(ctx, grad):
     return g_self, g_target
 
 
+jvp("BinaryCrossEntropyBackward0")(_loss_jvp)
+
+
 @op("binary_cross_entropy_with_logits", tensors=("input", "target", "weight", "pos_weight"),
     grad_fns=("BinaryCrossEntropyWithLogitsBackward0",), method=False)
 def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None, reduction="mean"):
@@ -387,6 +422,9 @@ def _(ctx, grad):
         if red == 1:
             g_target = g_target / x.numel()
     return g_self, g_target
+
+
+jvp("BinaryCrossEntropyWithLogitsBackward0")(_loss_jvp)
 
 
 # ----- nll_loss and cross_entropy ---------------------------------------------------------------------
@@ -485,6 +523,12 @@ def _(ctx, grad):
     return coef * g,
 
 
+@jvp("NllLossBackward0")
+def _(ctx, self_t):
+    w = weighted_tangent(ctx, self_t)
+    return sum(w, 1) if ctx.reduction == 0 and self_t.data.ndim == 2 else sum(w)
+
+
 def _div_number(t: Tensor, n) -> Tensor:
     """``tensor / number`` as torch records it inside C++ composites (div.Scalar -> DivBackward1)."""
     dtype = D.result_type(t, n)
@@ -497,6 +541,10 @@ if "DivBackward1" not in PRIMS:
     @vjp("DivBackward1", inputs=("self",), saves=("other",))
     def _(ctx, grad):
         return grad / ctx.other,
+
+    @jvp("DivBackward1")
+    def _(ctx, self_t):
+        return self_t / ctx.other
 
 
 @op("cross_entropy", tensors=("input", "target", "weight"), method=False,

@@ -11,7 +11,7 @@ import numpy as np
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import emit_warning
-from ..registry import op, record, vjp
+from ..registry import jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
 from .common import NP, float_dtype, require_tensor, wrap_dim, wrap_dims
 from .elementwise import abs as abs_
@@ -75,11 +75,21 @@ def _(ctx, grad):
     return expand(grad, ctx.self_sym_sizes),
 
 
+@jvp("SumBackward0")
+def _(ctx, self_t):
+    return sum(self_t)
+
+
 @vjp("SumBackward1", inputs=("self",), saves=("dim", "keepdim", "self_sym_sizes"))
 def _(ctx, grad):
     shp = ctx.self_sym_sizes
     dims = tuple(ctx.dim) if ctx.dim else None
     return expand(_restore(grad, dims, len(shp), ctx.keepdim), shp),
+
+
+@jvp("SumBackward1")
+def _(ctx, self_t):
+    return sum(self_t, ctx.dim or None, keepdim=ctx.keepdim)
 
 
 def sum_to(t: Tensor, shape: tuple) -> Tensor:
@@ -125,6 +135,11 @@ def _(ctx, grad):
     return expand(grad, ctx.self_sym_sizes) / ctx.self_sym_numel,
 
 
+@jvp("MeanBackward0")
+def _(ctx, self_t):
+    return mean(self_t)
+
+
 @vjp("MeanBackward1", inputs=("self",), saves=("dim", "keepdim", "self_sym_numel", "self_sym_sizes"))
 def _(ctx, grad):
     shp = ctx.self_sym_sizes
@@ -134,6 +149,11 @@ def _(ctx, grad):
         for d in (dims if dims is not None else range(len(shp))):
             n *= shp[d]
     return expand(_restore(grad, dims, len(shp), ctx.keepdim), shp) / n,
+
+
+@jvp("MeanBackward1")
+def _(ctx, self_t):
+    return mean(self_t, ctx.dim or None, keepdim=ctx.keepdim)
 
 
 @op("prod", tensors=("self",), grad_fns=("ProdBackward0", "ProdBackward1"))
@@ -173,6 +193,11 @@ def _(ctx, grad):
     return grad * Tensor(_prod_others(x.data, None)),
 
 
+@jvp("ProdBackward0")
+def _(ctx, self_t):
+    return sum(weighted_tangent(ctx, self_t))
+
+
 @vjp("ProdBackward1", inputs=("self",), saves=("dim", "keepdim", "result", "self"))
 def _(ctx, grad):
     x = ctx.self
@@ -181,6 +206,11 @@ def _(ctx, grad):
     if not np.any(x.data == 0):
         return g * (_restore(ctx.result, (ctx.dim,), nd, ctx.keepdim) / x),
     return g * Tensor(_prod_others(x.data, ctx.dim if nd else None)),
+
+
+@jvp("ProdBackward1")
+def _(ctx, self_t):
+    return _sum_dims(weighted_tangent(ctx, self_t), (ctx.dim,), ctx.keepdim)
 
 
 ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
@@ -232,6 +262,35 @@ def min(self, dim=None, keepdim=False, other=None):
     return _max_min(self, dim, keepdim, other, False)
 
 
+def _sum_dims(t: Tensor, dims, keepdim: bool) -> Tensor:
+    """Sum over ``dims`` (None: all) -- how a reduction's JVP brings weighted tangents to its output."""
+    if t.data.ndim == 0:
+        return t
+    return sum(t, list(dims) if dims else None, keepdim=keepdim) if dims else sum(t)
+
+
+def _reduce_jvp(ctx, self_t):
+    """amax/amin, logsumexp, var, std, vector_norm: the VJP's all-ones weights times the tangent, summed
+    over the reduced dims."""
+    dims = tuple(ctx.dim) if ctx.dim else None
+    return _sum_dims(weighted_tangent(ctx, self_t), dims, ctx.keepdim)
+
+
+def _evenly_jvp(ctx, self_t):
+    return sum(weighted_tangent(ctx, self_t))
+
+
+def _value_selecting_jvp(ctx, self_t):
+    """max/min(dim): the tangent at the selected indices (torch's gather_with_keepdimed_indices)."""
+    from .shape import gather
+    if self_t.data.ndim == 0:
+        return self_t
+    d = ctx.dim
+    idx = ctx.indices if ctx.keepdim else unsqueeze(ctx.indices, d)
+    out = gather(self_t, d, idx)
+    return out if ctx.keepdim else out.squeeze(d)
+
+
 def _evenly(ctx, grad):
     x, r = ctx.self, ctx.result
     mask = eq(x, r) if not np.isnan(r.data).any() else Tensor(np.isnan(x.data))
@@ -240,7 +299,9 @@ def _evenly(ctx, grad):
 
 
 vjp("MaxBackward1", inputs=("self",), saves=("result", "self"))(_evenly)
+jvp("MaxBackward1")(_evenly_jvp)
 vjp("MinBackward1", inputs=("self",), saves=("result", "self"))(_evenly)
+jvp("MinBackward1")(_evenly_jvp)
 
 
 def _value_selecting(ctx, grad):
@@ -264,7 +325,9 @@ def _scatter_into_zeros(src: Tensor, shape: tuple, dim: int, index: np.ndarray) 
 
 
 vjp("MaxBackward0", inputs=("self",), saves=("dim", "indices", "keepdim", "self_sym_sizes"))(_value_selecting)
+jvp("MaxBackward0")(_value_selecting_jvp)
 vjp("MinBackward0", inputs=("self",), saves=("dim", "indices", "keepdim", "self_sym_sizes"))(_value_selecting)
+jvp("MinBackward0")(_value_selecting_jvp)
 
 
 def _amax_amin(self, dim, keepdim, is_max):
@@ -306,7 +369,9 @@ def _to_float(mask: Tensor, dtype: str) -> Tensor:
 
 
 vjp("AmaxBackward0", inputs=("self",), saves=("dim", "keepdim", "result", "self"))(_amax_backward)
+jvp("AmaxBackward0")(_reduce_jvp)
 vjp("AminBackward0", inputs=("self",), saves=("dim", "keepdim", "result", "self"))(_amax_backward)
+jvp("AminBackward0")(_reduce_jvp)
 
 
 def _arg(self, dim, keepdim, is_max):
@@ -363,6 +428,9 @@ def _(ctx, grad):
     g = _restore(grad, dims, nd, ctx.keepdim)
     r = _restore(ctx.result, dims, nd, ctx.keepdim)
     return g * exp(x - r),
+
+
+jvp("LogsumexpBackward0")(_reduce_jvp)
 
 
 def _correction(unbiased, correction) -> tuple:
@@ -422,6 +490,9 @@ def _(ctx, grad):
     return _var_backward(grad, ctx.self, dims, corr, ctx.keepdim),
 
 
+jvp("VarBackward0")(_reduce_jvp)
+
+
 @op("std", tensors=("self",), grad_fns=("StdBackward0",))
 def std(self, dim=None, unbiased=None, keepdim=False, correction=None):
     """torch.std(input, dim=None, unbiased=True, keepdim=False, correction=None)."""
@@ -441,6 +512,9 @@ def _(ctx, grad):
     g = _var_backward(grad / (r * 2), ctx.self, dims, corr, ctx.keepdim)
     nd = ctx.self.data.ndim
     return masked_fill(g, eq(_restore(r, dims, nd, ctx.keepdim), 0), 0),
+
+
+jvp("StdBackward0")(_reduce_jvp)
 
 
 @op("norm", tensors=("self",), grad_fns=("LinalgVectorNormBackward0",), aliases=("vector_norm",))
@@ -499,6 +573,9 @@ def _(ctx, grad):
     return masked_fill(x * pow_(ax, p - 2) * g / pow_(r, p - 1), eq(r, 0), 0),
 
 
+jvp("LinalgVectorNormBackward0")(_reduce_jvp)
+
+
 def pow_(a, b):
     from .elementwise import pow as p
     return p(a, b)
@@ -523,6 +600,11 @@ def _(ctx, grad):
     return flip(cumsum(flip(grad, [d]), d), [d]),
 
 
+@jvp("CumsumBackward0")
+def _(ctx, self_t):
+    return cumsum(self_t, ctx.dim) if self_t.data.ndim else self_t
+
+
 @op("flip", tensors=("self",), grad_fns=("FlipBackward0",))
 def flip(self, dims):
     """torch.flip(input, dims)."""
@@ -535,6 +617,11 @@ def flip(self, dims):
 @vjp("FlipBackward0", inputs=("self",), saves=("dims",))
 def _(ctx, grad):
     return flip(grad, ctx.dims),
+
+
+@jvp("FlipBackward0")
+def _(ctx, self_t):
+    return flip(self_t, ctx.dims)
 
 
 @op("sort", tensors=("self",), grad_fns=("SortBackward0",))
@@ -564,4 +651,13 @@ def _(ctx, grad):
     if not shp:
         return grad,
     return _scatter_into_zeros(grad, shp, wrap_dim(ctx.dim, len(shp)), ctx.indices.data),
+
+
+@jvp("SortBackward0")
+def _(ctx, self_t):
+    if not self_t.data.ndim:
+        return self_t
+    from .shape import gather
+    return gather(self_t, wrap_dim(ctx.dim, self_t.data.ndim), ctx.indices)
+
 

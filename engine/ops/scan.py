@@ -103,9 +103,15 @@ def _(ctx, grad):
 
 @jvp("LogcumsumexpBackward0")
 def _(ctx, self_t):
-    # dr_j = sum_{k <= j} exp(x_k - r_j) t_k, shifted by the (constant) max for range
-    x, r, d = ctx.self, ctx.result, signed_int(ctx.dim)
+    # FunctionsManual logcumsumexp_jvp: cumsum(e t) / cumsum(e), e = exp(x - max along dim), 0 where the
+    # running sum is below 1e-13 (a run of -inf inputs)
+    x, d = ctx.self, signed_int(ctx.dim)
     if x.data.ndim == 0:
         return self_t
-    m = float(np.max(x.data)) if x.data.size and np.isfinite(np.max(x.data)) else 0.0
-    return cumsum(self_t * exp(x - m), d) * exp(m - r)
+    with np.errstate(invalid="ignore"):
+        shift = np.max(x.data, axis=d, keepdims=True) if x.data.size else np.zeros_like(x.data)
+    shift = Tensor(np.where(np.isfinite(shift), shift, 0).astype(x.data.dtype))
+    e = exp(x - shift)
+    c = cumsum(e, d)
+    small = lt(c, 1e-13)
+    return where(small, 0.0, cumsum(e * self_t, d) / where(small, 1.0, c))

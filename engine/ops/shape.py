@@ -43,6 +43,11 @@ def _(ctx, grad):
     return grad,  # the engine casts to the input's dtype
 
 
+@jvp("ToCopyBackward0")
+def _(ctx, self_t):
+    return to(self_t, ctx.result.dtype, copy=True)
+
+
 @op("float", tensors=("self",), grad_fns=("ToCopyBackward0",))
 def float_(self):
     """Tensor.float(): to(float32)."""
@@ -77,6 +82,11 @@ def clone(self):
 @vjp("CloneBackward0", inputs=("self",))
 def _(ctx, grad):
     return grad,
+
+
+@jvp("CloneBackward0")
+def _(ctx, self_t):
+    return clone(self_t)
 
 
 @op("contiguous", tensors=("self",), grad_fns=("CloneBackward0",))
@@ -145,6 +155,11 @@ def _(ctx, grad):
     return reshape(grad, ctx.self_sym_sizes),
 
 
+@jvp("ViewBackward0")
+def _(ctx, self_t):
+    return reshape(self_t, ctx.result.data.shape)
+
+
 @op("reshape", tensors=("self",), grad_fns=("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0"))
 def reshape(self, *shape):
     """torch.reshape(input, shape): a view when the layout allows (ViewBackward0), otherwise a copy
@@ -178,6 +193,11 @@ def _unsafe_view(self: Tensor, shape: tuple) -> Tensor:
 @vjp("UnsafeViewBackward0", inputs=("self",), saves=("self_sym_sizes",))
 def _(ctx, grad):
     return reshape(grad, ctx.self_sym_sizes),
+
+
+@jvp("UnsafeViewBackward0")
+def _(ctx, self_t):
+    return reshape(self_t, ctx.result.data.shape)
 
 
 @op("flatten", tensors=("self",), grad_fns=("ViewBackward0", "UnsafeViewBackward0"))
@@ -232,9 +252,19 @@ def _(ctx, grad):
     return reshape(grad, ctx.self_sym_sizes),
 
 
+@jvp("SqueezeBackward0")
+def _(ctx, self_t):
+    return reshape(self_t, ctx.result.data.shape)
+
+
 @vjp("SqueezeBackward1", inputs=("self",), saves=("dim", "self_sym_sizes"))
 def _(ctx, grad):
     return reshape(grad, ctx.self_sym_sizes),
+
+
+@jvp("SqueezeBackward1")
+def _(ctx, self_t):
+    return reshape(self_t, ctx.result.data.shape)
 
 
 @vjp("SqueezeBackward2", inputs=("self",), saves=("dim", "self_sym_sizes"))
@@ -242,9 +272,19 @@ def _(ctx, grad):
     return reshape(grad, ctx.self_sym_sizes),
 
 
+@jvp("SqueezeBackward2")
+def _(ctx, self_t):
+    return reshape(self_t, ctx.result.data.shape)
+
+
 @vjp("SqueezeBackward4", inputs=("self",), saves=("dim", "self_sym_sizes"))
 def _(ctx, grad):
     return reshape(grad, ctx.self_sym_sizes),
+
+
+@jvp("SqueezeBackward4")
+def _(ctx, self_t):
+    return reshape(self_t, ctx.result.data.shape)
 
 
 @op("unsqueeze", tensors=("self",), grad_fns=("UnsqueezeBackward0",))
@@ -259,6 +299,11 @@ def unsqueeze(self, dim):
 @vjp("UnsqueezeBackward0", inputs=("self",), saves=("dim",))
 def _(ctx, grad):
     return squeeze(grad, ctx.dim),
+
+
+@jvp("UnsqueezeBackward0")
+def _(ctx, self_t):
+    return unsqueeze(self_t, ctx.dim)
 
 
 @op("expand", tensors=("self",), grad_fns=("ExpandBackward0",))
@@ -302,6 +347,11 @@ def _(ctx, grad):
     return sum_to(grad, ctx.self_sym_sizes),
 
 
+@jvp("ExpandBackward0")
+def _(ctx, self_t):
+    return expand(self_t, ctx.result.data.shape)
+
+
 @op("expand_as", tensors=("self", "other"), grad_fns=("ExpandBackward0",))
 def expand_as(self, other):
     """Tensor.expand_as(other)."""
@@ -337,6 +387,11 @@ def _(ctx, grad):
     return reshape(g, shp),
 
 
+@jvp("RepeatBackward0")
+def _(ctx, self_t):
+    return repeat(self_t, ctx.repeats)
+
+
 @op("t", tensors=("self",), grad_fns=("TBackward0",))
 def t(self):
     """Tensor.t(): transpose of a <= 2-D tensor."""
@@ -352,6 +407,11 @@ def _(ctx, grad):
     return t(grad),
 
 
+@jvp("TBackward0")
+def _(ctx, self_t):
+    return t(self_t)
+
+
 @op("transpose", tensors=("self",), grad_fns=("TransposeBackward0",), aliases=("swapaxes", "swapdims"))
 def transpose(self, dim0, dim1):
     """torch.transpose(input, dim0, dim1)."""
@@ -365,6 +425,11 @@ def transpose(self, dim0, dim1):
 @vjp("TransposeBackward0", inputs=("self",), saves=("dim0", "dim1"))
 def _(ctx, grad):
     return transpose(grad, ctx.dim0, ctx.dim1),
+
+
+@jvp("TransposeBackward0")
+def _(ctx, self_t):
+    return transpose(self_t, ctx.dim0, ctx.dim1)
 
 
 @op("permute", tensors=("self",), grad_fns=("PermuteBackward0",))
@@ -387,6 +452,11 @@ def _(ctx, grad):
     for i, d in enumerate(ctx.dims):
         inv[d] = i
     return permute(grad, inv),
+
+
+@jvp("PermuteBackward0")
+def _(ctx, self_t):
+    return permute(self_t, ctx.dims)
 
 
 # ----- joining and splitting -----------------------------------------------------------------------------
@@ -448,6 +518,11 @@ def _(ctx, grad):
     return tuple(res)
 
 
+@jvp("CatBackward0")
+def _(ctx, *tangents):
+    return cat(_zeros_for_missing(ctx.inputs, tangents), ctx.dim)
+
+
 @op("stack", tensor_lists=("tensors",), grad_fns=("StackBackward0",), method=False)
 def stack(tensors, dim=0):
     """torch.stack(tensors, dim=0)."""
@@ -474,6 +549,18 @@ def stack(tensors, dim=0):
 def _(ctx, grad):
     d = ctx.dim
     return tuple(select(grad, d, i) if need else None for i, need in enumerate(ctx.needs))
+
+
+@jvp("StackBackward0")
+def _(ctx, *tangents):
+    return stack(_zeros_for_missing(ctx.inputs, tangents), ctx.dim)
+
+
+def _zeros_for_missing(inputs, tangents) -> list:
+    """cat/stack JVPs: each input's tangent, zeros (of the tangents' dtype) where an input has none."""
+    ref = next(t for t in tangents if t is not None)
+    return [t if t is not None else Tensor(np.zeros(x.data.shape, np.promote_types(ref.data.dtype, x.data.dtype)))
+            for x, t in zip(inputs, tangents)]
 
 
 def _split_sizes(n: int, split_size: int) -> list:
@@ -540,9 +627,19 @@ def _(ctx, grads):
     return _split_backward(ctx, grads, _split_sizes(ctx.self_sym_sizes[ctx.dim], ctx.split_size))
 
 
+@jvp("SplitBackward0")
+def _(ctx, self_t):
+    return split(self_t, ctx.split_size, ctx.dim)
+
+
 @vjp("SplitWithSizesBackward0", inputs=("self",), saves=("dim", "self_sym_sizes", "split_sizes"), n_outputs=-1)
 def _(ctx, grads):
     return _split_backward(ctx, grads, ctx.split_sizes)
+
+
+@jvp("SplitWithSizesBackward0")
+def _(ctx, self_t):
+    return split(self_t, ctx.split_sizes, ctx.dim)
 
 
 @op("chunk", tensors=("self",), grad_fns=("SplitBackward0",))
@@ -577,6 +674,11 @@ def _(ctx, grads):
     return stack(parts, ctx.dim),
 
 
+@jvp("UnbindBackward0")
+def _(ctx, self_t):
+    return unbind(self_t, ctx.dim)
+
+
 @op("narrow", tensors=("self",), grad_fns=("SliceBackward0",))
 def narrow(self, dim, start, length):
     """torch.narrow(input, dim, start, length)."""
@@ -605,6 +707,11 @@ def _(ctx, grad):
     return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (slice(ctx.start, ctx.end, ctx.step),)),
 
 
+@jvp("SliceBackward0")
+def _(ctx, self_t):
+    return _slice(self_t, ctx.dim, ctx.start, ctx.end, ctx.step)
+
+
 def select(self, dim, index):
     self = require_tensor(self)
     nd = self.data.ndim
@@ -628,6 +735,11 @@ op("select", tensors=("self",), grad_fns=("SelectBackward0",))(select)
 def _(ctx, grad):
     n = ctx.self_sym_sizes[ctx.dim]
     return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (ctx.index % n,)),
+
+
+@jvp("SelectBackward0")
+def _(ctx, self_t):
+    return select(self_t, ctx.dim, ctx.index)
 
 
 def _embed(grad: Tensor, shape: tuple, index: tuple) -> Tensor:
@@ -655,6 +767,11 @@ def _index_from_data(data: list) -> tuple:
 def _(ctx, grad):
     idx = _index_from_data(ctx.index)
     return _basic_index(grad, idx),
+
+
+@jvp("EmbedBackward")
+def _(ctx, grad_t):
+    return _embed(grad_t, ctx.result.data.shape, _index_from_data(ctx.index))
 
 
 def _basic_index(self: Tensor, idx: tuple) -> Tensor:
@@ -822,6 +939,11 @@ def _(ctx, grad):
     return _index_put_zeros(grad, ctx.self_sym_sizes, ctx.indices),
 
 
+@jvp("IndexBackward0")
+def _(ctx, self_t):
+    return _index_by(self_t, ctx.indices)
+
+
 def _indices_tuple(indices) -> tuple:
     return tuple(slice(None) if i is None else i.data for i in indices)
 
@@ -834,9 +956,18 @@ def _index_put_zeros(values: Tensor, shape: tuple, indices: list) -> Tensor:
 
 @vjp("IndexPutAccBackward", inputs=("values",), saves=("indices",))
 def _(ctx, grad):
-    idx = _indices_tuple(ctx.indices)
-    return record("IndexBackward0", np.array(grad.data[idx], copy=True), (grad,),
-                  {"indices": ctx.indices, "self_sym_sizes": grad.data.shape}),
+    return _index_by(grad, ctx.indices),
+
+
+def _index_by(t: Tensor, indices: list) -> Tensor:
+    """``t[indices]`` for saved advanced indices (IndexBackward0)."""
+    return record("IndexBackward0", np.array(t.data[_indices_tuple(indices)], copy=True), (t,),
+                  {"indices": indices, "self_sym_sizes": t.data.shape})
+
+
+@jvp("IndexPutAccBackward")
+def _(ctx, values_t):
+    return _index_put_zeros(values_t, ctx.result.data.shape, ctx.indices)
 
 
 @op("index_select", tensors=("self", "index"), grad_fns=("IndexSelectBackward0",))
@@ -873,6 +1004,11 @@ def _(ctx, grad):
     return _index_put_zeros(grad, shp, full),
 
 
+@jvp("IndexSelectBackward0")
+def _(ctx, self_t):
+    return index_select(self_t, ctx.dim, ctx.index)
+
+
 @op("gather", tensors=("self", "index"), grad_fns=("GatherBackward0",))
 def gather(self, dim, index, sparse_grad=False):
     """torch.gather(input, dim, index)."""
@@ -907,3 +1043,9 @@ def _(ctx, grad):
     grids = list(np.indices(ix.shape, sparse=True))
     grids[d] = ix
     return _index_put_zeros(grad, shp, [Tensor(np.asarray(g)) for g in grids]),
+
+
+@jvp("GatherBackward0")
+def _(ctx, self_t):
+    return gather(self_t, ctx.dim, ctx.index)
+

@@ -179,7 +179,7 @@ SAMPLES: dict[str, list[Sample]] = {
     "narrow": [S(T(5), 0, 1, 3), S(T(2, 4), 1, 2, 2)],
     "select": [S(T(3), 0, 1), S(T(2, 3), 1, -1)],
     "getitem": [S(T(3), 1), S(T(2, 3), (slice(None), 1)), S(T(5), slice(1, 4, 2)), S(T(4), [0, 2, 2]),
-                S(T(3), mask(True, False, True)), S(T(2, 3), (0, 1))],
+                S(T(3), mask(True, False, True)), S(T(2, 3), (0, 1)), S(T(3), Ellipsis, note="an alias")],
     "index_select": [S(T(4), 0, ints(0, 2, 2)), S(T(2, 3), 1, ints(2, 0))],
     "gather": [S(T(2, 3), 1, ints([0, 2], [1, 1])), S(T(3), 0, ints(2, 0))],
     # ----- linalg
@@ -214,7 +214,8 @@ SAMPLES: dict[str, list[Sample]] = {
                                            pos_weight=Tensor(np.array([1.0, 2.0, 0.5])), reduction="sum")],
     "cross_entropy": [S(T(2, 3), ints(0, 2)), S(T(3, 4), ints(1, 0, 3), reduction="sum"),
                       S(T(2, 3), ints(2, 1), label_smoothing=0.1),
-                      S(T(2, 3), ints(0, 1), weight=Tensor(np.array([0.5, 1.0, 2.0])))],
+                      S(T(2, 3), ints(0, 1), weight=Tensor(np.array([0.5, 1.0, 2.0]))),
+                      S(T(2, 3), T(2, 3, low=0.1, high=0.9, requires_grad=False), note="class probabilities")],
     "nll_loss": [S(T(2, 3), ints(1, 0)), S(T(3, 4), ints(3, 3, 0), reduction="none")],
     # ----- issue 12: hyperbolic/inverse trig, log2/log10, atan2/hypot
     "sinh": _unary(),
@@ -291,7 +292,9 @@ SAMPLES: dict[str, list[Sample]] = {
     # tests/engine/test_new_ops_torch.py compares them with torch
     "embedding": [S(ints([0, 2], [1, 1]), T(4, 3)), S(ints(0, 3, 3), T(4, 2))],
     "pad": [S(T(2, 3), (1, 2)), S(T(2, 3), (1, 0, -1, 1), value=0.5), S(T(1, 2, 4), (2, 1), mode="reflect"),
-            S(T(1, 3, 3), (1, 1, 2, 0), mode="replicate")],
+            S(T(1, 3, 3), (1, 1, 2, 0), mode="replicate"), S(T(1, 3, 4), (1, 2, 2, 1), mode="reflect"),
+            S(T(2, 3, 3, 2), (1, 1, 0, 1, 1, 0), mode="reflect"), S(T(2, 3), (0, 2), mode="replicate"),
+            S(T(1, 2, 2, 2), (1, 0, 0, 1, 1, 1), mode="replicate")],
     "conv1d": [S(T(2, 2, 5), T(3, 2, 3), T(3)), S(T(1, 4, 7), T(2, 2, 2), stride=2, padding=1, groups=2),
                S(T(2, 6), T(2, 2, 3), dilation=2, note="unbatched")],
     "conv2d": [S(T(1, 2, 4, 4), T(3, 2, 2, 2), T(3)), S(T(2, 2, 5, 4), T(2, 1, 3, 2), stride=2, padding=1, groups=2),

@@ -85,3 +85,37 @@ def test_program_actions_balance_and_bind():
     with pytest.raises(EngineError, match="was not exited") as e:
         run_program(st, [{"op": "enter_dual_level"}, {"op": "make_dual", "args": ["x", "v"], "out": "d2"}])
     assert e.value.op_index == 0 and "d2" not in st.tensors
+
+
+def test_a_state_after_a_dual_program_holds_no_tangent_and_serialises():
+    from engine import dumps, loads
+    st = State()
+    run_program(st, [{"op": "tensor", "args": [[1.0, 2.0]], "kwargs": {"dtype": "float64", "requires_grad": True},
+                      "out": "x"},
+                     {"op": "tensor", "args": [[0.0, 0.0]], "kwargs": {"dtype": "float64"}, "out": "z"},
+                     {"op": "enter_dual_level"},
+                     {"op": "make_dual", "args": ["x", "x"], "out": "d"},
+                     {"op": "exp", "args": ["d"], "out": "y"},
+                     {"op": "add_", "args": ["z", "d"]},
+                     {"op": "exit_dual_level"}])
+    assert all(t._fw_grad is None for t in st.tensors.values())
+    back = loads(dumps(st))
+    np.testing.assert_allclose(back.tensors["y"].data, np.exp([1.0, 2.0]))
+    assert back.tensors["y"].grad_fn.name == "ExpBackward0"
+
+
+def test_an_unsupported_primitive_raises_torchs_not_implemented_error():
+    from engine.registry import JVPS, NO_JVP
+    saved = JVPS.pop("ExpBackward0")
+    NO_JVP["ExpBackward0"] = "exp"
+    try:
+        with dual_level():
+            d = make_dual(_t(1.0), _t(1.0))
+            with pytest.raises(EngineError) as e:
+                d.exp()
+        assert e.value.exception == "NotImplementedError"
+        assert e.value.message.startswith("Trying to use forward AD with exp that does not support it because it "
+                                          "has not been implemented yet.\nPlease file an issue to PyTorch")
+    finally:
+        JVPS["ExpBackward0"] = saved
+        NO_JVP.pop("ExpBackward0")
