@@ -96,6 +96,7 @@ def test_catalog_lists_the_new_ops_with_torch_namespaces(client):
     ops = {e["name"]: e for e in ok(client.get("/v1/ops"))["ops"]}
     det = ops["linalg.det"]
     assert det["family"] == "linalg" and det["grad_fns"] == ["LinalgDetBackward0"] and det["method"] is False
+    assert det["forward_ad"] is True and ops["conv2d"]["forward_ad"] is True and ops["einsum"]["forward_ad"] is True
     assert det["arguments"][0]["name"] == "A" and det["arguments"][0]["tensor"] is True
     assert ops["special.multigammaln"]["aliases"] == ["mvlgamma"]
     assert ops["conv2d"]["family"] == "conv" and ops["layer_norm"]["family"] == "nn"
@@ -107,3 +108,20 @@ def test_catalog_lists_the_new_ops_with_torch_namespaces(client):
                  "pairwise_distance", "softmin", "glu", "embedding", "one_hot", "pad", "conv1d",
                  "linalg.inv", "linalg.solve", "linalg.cholesky", "linalg.norm", "linalg.vector_norm", "linalg.cross"):
         assert name in ops, name
+
+
+def test_forward_mode_through_det_and_einsum_in_one_request(client, session):
+    v = [[0.1, 0.0, 0.2], [0.0, -0.3, 0.0], [0.5, 0.0, 0.1]]
+    body = ok(run(client, session, [
+        tensor("m", M), tensor("v", v, requires_grad=False), {"op": "enter_dual_level"},
+        {"op": "make_dual", "args": ["m", "v"], "out": "d"},
+        {"op": "linalg.det", "args": ["d"], "out": "det"},
+        {"op": "einsum", "args": ["ij,jk->ik", "d", "d"], "out": "sq"},
+        {"op": "unpack_dual", "args": ["det"], "out": ["det_p", "det_t"]},
+        {"op": "unpack_dual", "args": ["sq"], "out": ["sq_p", "sq_t"]},
+        {"op": "exit_dual_level"}]))
+    a, t = np.array(M), np.array(v)
+    # d det = det(A) tr(A^{-1} dA); d (A A) = dA A + A dA
+    np.testing.assert_allclose(body["tensors"]["det_t"]["data"], np.linalg.det(a) * np.trace(np.linalg.solve(a, t)),
+                               rtol=1e-5)
+    np.testing.assert_allclose(body["tensors"]["sq_t"]["data"], t @ a + a @ t, rtol=1e-5, atol=1e-6)
