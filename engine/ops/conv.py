@@ -14,6 +14,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchRuntimeError
+from ..grad_mode import check_numel
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import require_tensor
@@ -186,6 +187,9 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
         raise TorchRuntimeError(f"Calculated padded input size per channel: ({' x '.join(map(str, padded))}). Kernel "
                                 f"size: ({' x '.join(map(str, eff))}). Kernel size can't be greater than actual input "
                                 f"size", code="shape_mismatch")
+    out_spatial = tuple(_out_len(s, k, st, p, d) for s, k, st, p, d in zip(spatial, ksize, stride, padding, dilation))
+    check_numel((n, o) + out_spatial)
+    check_numel((n, c * int(np.prod(ksize)), int(np.prod(out_spatial))), "im2col buffer")  # the unfolded input
     x4, w4 = input.data, weight.data
     if nd == 1:
         x4, w4 = x4[:, :, None, :], w4[:, :, None, :]
@@ -195,8 +199,7 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
     L = cols.shape[-1]
     cols = cols.reshape(n, groups, -1, L)
     wm = w4.reshape(groups, o // groups, -1)
-    out = np.matmul(wm[None], cols).reshape((n, o) + tuple(_out_len(s, k, st, p, d) for s, k, st, p, d in
-                                                             zip(spatial, ksize, stride, padding, dilation)))
+    out = np.matmul(wm[None], cols).reshape((n, o) + out_spatial)
     if bias is not None:
         out = out + bias.data.reshape((1, o) + (1,) * nd)
     return record("ConvolutionBackward0", np.ascontiguousarray(out, input.data.dtype), (input, weight, bias),

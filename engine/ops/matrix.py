@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError, TorchRuntimeError
+from ..grad_mode import check_numel
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import require_tensor, saved_int, signed_int, wrap_dim
@@ -103,6 +104,7 @@ def diag_embed(self, offset=0, dim1=-2, dim2=-1):
     shape = []
     for k in range(nd):
         shape.append(n if k in (d1, d2) else rest.pop(0))
+    check_numel(shape)
     out = np.zeros(shape, self.data.dtype)
     _diagonal_view(out, offset, d1, d2)[...] = self.data
     return record("DiagEmbedBackward0", out, (self,),

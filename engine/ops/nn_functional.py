@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
-from ..grad_mode import no_grad
+from ..grad_mode import check_numel, no_grad
 from ..registry import PRIMS, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, saved_int, signed_int, wrap_dim
@@ -347,6 +347,7 @@ def one_hot(tensor, num_classes=-1):
         num_classes = int(x.max()) + 1
     elif x.size and x.max() >= num_classes:
         raise TorchRuntimeError("Class values must be smaller than num_classes.", code="invalid_argument")
+    check_numel(x.shape + (num_classes,))
     return Tensor((x[..., None] == np.arange(num_classes)).astype(np.int64))
 
 
@@ -368,6 +369,10 @@ def _pad_pairs(pad, nd: int) -> list:
 def constant_pad_nd(self: Tensor, pad: list, value=0.0) -> Tensor:
     nd = self.data.ndim
     pairs = _pad_pairs(pad, nd)
+    shape = list(self.shape)
+    for i, (lo, hi) in enumerate(pairs):
+        shape[nd - 1 - i] = max(shape[nd - 1 - i] + lo + hi, 0)
+    check_numel(shape)
     out = self.data
     for i, (lo, hi) in enumerate(pairs):
         d = nd - 1 - i
@@ -430,6 +435,7 @@ def _pad_index(shape: tuple, pad: list, mode: str) -> tuple:
 
 def _index_pad(self: Tensor, pad: list, mode: str) -> Tensor:
     idx = _pad_index(self.shape, pad, mode)
+    check_numel(np.broadcast_shapes(*(i.shape for i in idx)))
     return record(_PAD_PRIM[(mode, len(pad) // 2)], np.array(self.data[idx], copy=True), (self,),
                   {"padding": list(pad), "self": self})
 

@@ -125,3 +125,15 @@ def test_forward_mode_through_det_and_einsum_in_one_request(client, session):
     np.testing.assert_allclose(body["tensors"]["det_t"]["data"], np.linalg.det(a) * np.trace(np.linalg.solve(a, t)),
                                rtol=1e-5)
     np.testing.assert_allclose(body["tensors"]["sq_t"]["data"], t @ a + a @ t, rtol=1e-5, atol=1e-6)
+
+
+def test_huge_results_of_new_ops_are_refused_before_allocation(client, session):
+    cases = [
+        [tensor("i", [1, 2], requires_grad=False), {"op": "one_hot", "args": ["i", 10**9], "out": "o"}],
+        [tensor("x", [1.0, 2.0]), {"op": "pad", "args": ["x", [0, 10**9]], "out": "o"}],
+        [tensor("x", [[[[1.0] * 8] * 8]]), tensor("w", [[[[1.0]]]]),
+         {"op": "conv2d", "args": ["x", "w"], "kwargs": {"padding": 20000}, "out": "o"}],
+        [tensor("x", [1.0, 2.0]), {"op": "diag_embed", "args": ["x", 10**6], "out": "o"}],
+    ]
+    for ops in cases:
+        assert_problem(run(client, session, ops), 422, "limit_exceeded")
