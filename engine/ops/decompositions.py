@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, ShapeError, TorchRuntimeError
-from ..registry import jvp, op, record, vjp
+from ..registry import jvp, needs_grad, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, saved_int, signed_int, wrap_dim
 from .elementwise import add_t, eq, where
@@ -78,6 +78,14 @@ def _det_lu(a: np.ndarray):
     return _lu(np.swapaxes(a, -1, -2) if t else a)
 
 
+def _lu_slots(a: np.ndarray, factor, *tensors) -> dict:
+    """The LU and pivots slots, factored only when a node will keep them (a gradient is needed)."""
+    if not needs_grad(*tensors):
+        return {"LU": None, "pivots": None}
+    lu, piv, _ = factor(a)
+    return {"LU": Tensor(lu), "pivots": Tensor(piv)}
+
+
 def _batch_prefix(info: np.ndarray, i: int) -> str:
     if info.ndim == 0:
         return ""
@@ -89,10 +97,8 @@ def _batch_prefix(info: np.ndarray, i: int) -> str:
 
 def _det(A: Tensor, name: str) -> Tensor:
     A = _square_float(A, name)
-    lu, piv, _ = _det_lu(A.data)
     out = np.asarray(np.linalg.det(A.data), A.data.dtype)
-    return record("LinalgDetBackward0", out, (A,),
-                  {"A": A, "LU": Tensor(lu), "pivots": Tensor(piv), "result": "result"})
+    return record("LinalgDetBackward0", out, (A,), {"A": A, **_lu_slots(A.data, _det_lu, A), "result": "result"})
 
 
 @op("linalg.det", tensors=("A",), grad_fns=("LinalgDetBackward0",), method=False, family="linalg")
@@ -124,11 +130,10 @@ def _(ctx, A_t):
 
 def _slogdet(A: Tensor, name: str):
     A = _square_float(A, name)
-    lu, piv, _ = _det_lu(A.data)
     sign, lad = np.linalg.slogdet(A.data)
     dt = A.data.dtype
     sign_t, lad_t = record("LinalgSlogdetBackward0", (np.asarray(sign, dt), np.asarray(lad, dt)), (A,),
-                           {"A": A, "LU": Tensor(lu), "pivots": Tensor(piv), "sign": "result"})
+                           {"A": A, **_lu_slots(A.data, _det_lu, A), "sign": "result"})
     return SignLogabsdet(sign_t, lad_t)
 
 
@@ -170,26 +175,28 @@ def logdet(self):
 # ----- inv, solve, cholesky ---------------------------------------------------------------------------
 
 
-def _check_invertible(A: Tensor, name: str, what: str) -> None:
+def _singular(A: Tensor, name: str, what: str) -> TorchRuntimeError:
+    """torch's error for a singular input (LAPACK found an exactly zero pivot), naming the first one."""
     _, _, info = _lu(A.data)
-    if np.any(info > 0) and what == "solve":
-        raise TorchRuntimeError("torch.linalg.solve: The solver failed because the input matrix is singular.",
-                                code="singular_matrix", exception="torch.linalg.LinAlgError")
-    if np.any(info > 0):
-        i = int(np.argmax(info.reshape(-1) > 0))
-        k = int(info.reshape(-1)[i])
-        raise TorchRuntimeError(f"{name}: {_batch_prefix(info, i)}The diagonal element {k} is zero, the "
-                                f"{what} could not be completed because the input matrix is singular.",
-                                code="singular_matrix", exception="torch.linalg.LinAlgError")
+    if what == "solve" or not np.any(info > 0):
+        return TorchRuntimeError("torch.linalg.solve: The solver failed because the input matrix is singular.",
+                                 code="singular_matrix", exception="torch.linalg.LinAlgError")
+    i = int(np.argmax(info.reshape(-1) > 0))
+    k = int(info.reshape(-1)[i])
+    return TorchRuntimeError(f"{name}: {_batch_prefix(info, i)}The diagonal element {k} is zero, the "
+                             f"{what} could not be completed because the input matrix is singular.",
+                             code="singular_matrix", exception="torch.linalg.LinAlgError")
 
 
 @op("linalg.inv", tensors=("A",), grad_fns=("LinalgInvExBackward0",), method=False, family="linalg")
 def linalg_inv(A):
     """torch.linalg.inv(A) (linalg_inv_ex under the hood); saves the inverse."""
     A = _square_float(A, "linalg.inv")
-    _check_invertible(A, "linalg.inv", "inversion")
-    return record("LinalgInvExBackward0", np.linalg.inv(A.data).astype(A.data.dtype, copy=False), (A,),
-                  {"inverse": "result"})
+    try:
+        inv = np.linalg.inv(A.data)
+    except np.linalg.LinAlgError:
+        raise _singular(A, "linalg.inv", "inversion") from None
+    return record("LinalgInvExBackward0", inv.astype(A.data.dtype, copy=False), (A,), {"inverse": "result"})
 
 
 @op("inverse", tensors=("self",), grad_fns=("LinalgInvExBackward0",), family="linalg")
@@ -236,17 +243,18 @@ def linalg_solve(A, B, left=True):
                          f"{'AX = B' if left else 'XA = B'} ({A.shape[-2]}x{A.shape[-1]} and "
                          f"{b.shape[-2]}x{b.shape[-1]})")
     batch = broadcast_shapes(A.shape[:-2], b.shape[:-2])
-    _check_invertible(A, "torch.linalg.solve", "solve")
     a = np.broadcast_to(A.data, batch + (n, n))
-    if left:
-        x = np.linalg.solve(a, np.broadcast_to(b, batch + b.shape[-2:]))
-    else:
-        x = np.swapaxes(np.linalg.solve(np.swapaxes(a, -1, -2),
-                                        np.swapaxes(np.broadcast_to(b, batch + b.shape[-2:]), -1, -2)), -1, -2)
+    rhs = np.broadcast_to(b, batch + b.shape[-2:])
+    try:
+        if left:
+            x = np.linalg.solve(a, rhs)
+        else:
+            x = np.swapaxes(np.linalg.solve(np.swapaxes(a, -1, -2), np.swapaxes(rhs, -1, -2)), -1, -2)
+    except np.linalg.LinAlgError:
+        raise _singular(A, "torch.linalg.solve", "solve") from None
     x = x[..., 0] if vec else x
-    lu, piv, _ = _lu(A.data)
     return record("LinalgSolveExBackward0", np.ascontiguousarray(x, A.data.dtype), (A, B),
-                  {"A": A, "LU": Tensor(lu), "left": left, "pivots": Tensor(piv), "result": "result"})
+                  {"A": A, **_lu_slots(A.data, _lu, A, B), "left": left, "result": "result"})
 
 
 @vjp("LinalgSolveExBackward0", inputs=("A", "B"), saves=("A", "LU", "left", "pivots", "result"))
