@@ -130,8 +130,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
 def _dependencies(roots: list[Node]) -> dict:
     """For every node reachable from the roots, how many edges point at it from reachable nodes."""
     deps: dict[Node, int] = {}
-    stack = list(dict.fromkeys(roots))  # two outputs of one node are one root (their edges count once)
-    seen = set(stack)
+    stack = list(dict.fromkeys(roots))  # two roots on one node (outputs of a split) count its edges once
+    seen = set(roots)
     while stack:
         for c, _ in stack.pop().next_functions:
             if c is None:
