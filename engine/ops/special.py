@@ -171,8 +171,7 @@ def _(ctx, self_t):
     return self_t * polygamma(ctx.n + 1, ctx.self)
 
 
-@op("special.multigammaln", tensors=("self",), grad_fns=("MvlgammaBackward0",), aliases=("mvlgamma",),
-    method=False)
+@op("special.multigammaln", tensors=("self",), grad_fns=("MvlgammaBackward0",), method=False)
 def multigammaln(self, p):
     """torch.special.multigammaln(input, p) (= torch.mvlgamma): sum_i lgamma(input - i/2) + p(p-1)/4 log(pi)."""
     self = require_tensor(self, "input", "multigammaln")
@@ -186,6 +185,12 @@ def multigammaln(self, p):
     args = np.arange(-p * 0.5 + 0.5, 0.5, 0.5).astype(x.dtype) + x[..., None]
     out = _lgamma_np(args).sum(-1) + x.dtype.type(p * (p - 1) * math.log(math.pi) / 4)
     return record("MvlgammaBackward0", np.asarray(out, x.dtype), (self,), {"p": int(p), "self": self})
+
+
+@op("mvlgamma", tensors=("self",), grad_fns=("MvlgammaBackward0",))
+def mvlgamma(self, p):
+    """torch.mvlgamma(input, p) / Tensor.mvlgamma(p): torch.special.multigammaln."""
+    return multigammaln(self, p)
 
 
 @vjp("MvlgammaBackward0", inputs=("self",), saves=("p", "self"))

@@ -98,7 +98,8 @@ def test_catalog_lists_the_new_ops_with_torch_namespaces(client):
     assert det["family"] == "linalg" and det["grad_fns"] == ["LinalgDetBackward0"] and det["method"] is False
     assert det["forward_ad"] is True and ops["conv2d"]["forward_ad"] is True and ops["einsum"]["forward_ad"] is True
     assert det["arguments"][0]["name"] == "A" and det["arguments"][0]["tensor"] is True
-    assert ops["special.multigammaln"]["aliases"] == ["mvlgamma"]
+    assert ops["xlogy"]["aliases"] == ["special.xlogy"]
+    assert ops["special.multigammaln"]["method"] is False and ops["mvlgamma"]["method"] is True
     assert ops["conv2d"]["family"] == "conv" and ops["layer_norm"]["family"] == "nn"
     assert ops["einsum"]["arguments"][1] == {"name": "operands", "kind": "varargs", "tensor": True, "required": False}
     for name in ("det", "slogdet", "logdet", "inverse", "cross", "trace", "diag", "diagonal", "tril", "triu", "cumprod",

@@ -235,6 +235,7 @@ SAMPLES: dict[str, list[Sample]] = {
     "digamma": [S(P(3)), S(T(3, low=-1.8, high=-1.2)), S(P(2, 2, low=6.0, high=15.0))],
     "polygamma": [S(1, P(3)), S(2, P(2, 2)), S(3, T(3, low=-0.8, high=-0.2)), S(0, P(3))],
     "special.multigammaln": [S(P(3, low=2.0, high=4.0), 1), S(P(2, 2, low=2.0, high=4.0), 3)],
+    "mvlgamma": [S(P(3, low=2.0, high=4.0), 2)],
     "xlogy": [S(T(3), P(3)), S(T(2, 3), P(3)), S(2.5, P(3)), S(T(3), 3.0), S(T(3), 0.5)],
     "logaddexp": [S(T(3), T(3)), S(T(2, 3), T(3))],
     # ----- issue 12: matrix structure

@@ -22,7 +22,7 @@ EXPRESSIONS = [
     "torch.hypot(a, b)", "torch.arcsinh(a)",
     # special functions
     "p.lgamma()", "torch.lgamma(a)", "p.digamma()", "torch.digamma(a)", "torch.polygamma(1, p)",
-    "torch.polygamma(2, p)", "torch.polygamma(3, a)", "torch.special.multigammaln(p + 2, 3)",
+    "torch.polygamma(2, p)", "torch.polygamma(3, a)", "torch.special.multigammaln(p + 2, 3)", "(p + 1).mvlgamma(2)",
     "torch.mvlgamma(p + 1, 2)",
     "torch.special.gammaln(p)", "torch.special.digamma(p)", "torch.xlogy(a, p)", "torch.xlogy(2.0, p)",
     "torch.xlogy(a, 3.0)", "torch.special.xlogy(a.relu(), p)", "torch.logaddexp(a, b)",
