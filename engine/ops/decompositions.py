@@ -443,20 +443,19 @@ def linalg_cross(self, other, dim=-1):
 
 @op("cross", tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), family="linalg")
 def cross(self, other, dim=None):
-    """torch.cross(input, other, dim=None): no broadcasting; dim=None picks the first dim of size 3 (torch
-    warns that this default is deprecated)."""
+    """torch.cross(input, other, dim=None): dim=None picks the first dim of size 3 of the broadcast shape
+    (torch warns that this default is deprecated)."""
     self = require_tensor(self, "input", "cross")
     other = require_tensor(other, "other", "cross")
-    if self.shape != other.shape and dim is None:
-        raise ShapeError("linalg.cross: inputs must have the same number of dimensions.") \
-            if self.data.ndim != other.data.ndim else \
-            ShapeError(f"The size of tensor a ({self.shape}) must match the size of tensor b ({other.shape})")
     if dim is None:
+        if self.data.ndim != other.data.ndim:
+            raise ShapeError("linalg.cross: inputs must have the same number of dimensions.")
+        shape = broadcast_shapes(self.shape, other.shape)
         from ..grad_mode import emit_warning
         emit_warning("Using torch.cross without specifying the dim arg is deprecated.\nPlease either pass the dim "
                      "explicitly or simply use torch.linalg.cross.\nThe default value of dim will change to agree "
                      "with that of linalg.cross in a future release.")
-        dim = next((k for k, s in enumerate(self.shape) if s == 3), None)
+        dim = next((k for k, s in enumerate(shape) if s == 3), None)
         if dim is None:
             raise ShapeError("no dimension of size 3 in input")
     return linalg_cross(self, other, dim=dim)
