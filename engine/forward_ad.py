@@ -161,7 +161,8 @@ def make_dual(tensor, tangent, *, level: int | None = None):
                               {"self_sym_sizes": tensor.data.shape}), tensor)
     finally:
         _level.reset(token)
-    out._fw_grad = tangent
+    # the tangent object itself, unless its layout differs from the primal's (then a copy, as torch makes)
+    out._fw_grad = with_layout(tangent, out.data)
     lvl.tensors.append(out)
     return out
 
@@ -200,11 +201,13 @@ def tangent_of(t):
         base = t._base
         if base is not None and base._fw_grad is not None:
             fw = _view_of(base._fw_grad, base.data, t.data)
-            if fw is not None:
-                setattr_(t, "_fw_grad", fw)
-                lvl = _level.get()
-                if lvl is not None:
-                    lvl.tensors.append(t)
+            if fw is None:  # every tangent a tensor owns has its data's layout (record, make_dual, in-place)
+                raise TorchRuntimeError("forward AD: the base's tangent cannot be viewed like the view",
+                                        code="internal_error")
+            setattr_(t, "_fw_grad", fw)
+            lvl = _level.get()
+            if lvl is not None:
+                lvl.tensors.append(t)
     return fw
 
 
@@ -234,7 +237,7 @@ class _Strided:
             "strides": tuple(s * owner.itemsize for s in strides)}
 
 
-def _with_layout(tangent, like: np.ndarray):
+def with_layout(tangent, like: np.ndarray):
     """``tangent`` with the element strides of ``like`` (a copy recorded as CloneBackward0 when they differ), so
     that views of the tensor can view its tangent."""
     d = tangent.data
@@ -243,7 +246,11 @@ def _with_layout(tangent, like: np.ndarray):
     arr = np.empty_like(like, dtype=d.dtype)
     np.copyto(arr, d)
     from .registry import record
-    return record("CloneBackward0", arr, (tangent,))
+    token = _level.set(None)
+    try:
+        return record("CloneBackward0", arr, (tangent,))
+    finally:
+        _level.reset(token)
 
 
 def inplace_update(self, new_tangent) -> None:
@@ -263,7 +270,7 @@ def inplace_update(self, new_tangent) -> None:
         if old is not None:
             copy_(old, new_tangent)
             return
-        setattr_(self, "_fw_grad", _with_layout(new_tangent, self.data))
+        setattr_(self, "_fw_grad", with_layout(new_tangent, self.data))
         lvl.tensors.append(self)
     finally:
         _level.reset(token)

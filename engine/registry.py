@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import TorchRuntimeError
 from .forward_ad import _level as _fw_level
-from .forward_ad import tangent_of
+from .forward_ad import tangent_of, with_layout
 from .grad_mode import _grad_enabled
 from .journal import setattr_
 from .node import Node, SavedTensor
@@ -58,6 +58,7 @@ class OpSpec:
     aliases: tuple[str, ...] = ()
 
 
+_fw_active = _fw_level.get  # bound once: record() asks on every call (a non-None level: forward mode is on)
 PRIMS: dict[str, Prim] = {}
 #: forward (JVP) formulas by primitive name, declared next to the VJP with ``@jvp(name)``
 JVPS: dict[str, Callable] = {}
@@ -225,7 +226,7 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
                 break
     if not grad:
         outs = tuple(Tensor(d) for d in data) if multi else Tensor(data)
-        if _fw_level.get() is not None:
+        if _fw_active() is not None:
             _forward(prim_name, outs, inputs, saved)
         return outs
     nexts = []
@@ -264,7 +265,7 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
                 s[slot] = [SavedTensor(x) if isinstance(x, Tensor) else x for x in value]  # e.g. indices
             else:
                 s[slot] = value
-    if _fw_level.get() is not None:
+    if _fw_active() is not None:
         _forward(prim_name, outs, inputs, saved)
     return outs
 
@@ -325,7 +326,7 @@ def _forward(prim_name: str, outs, inputs: tuple, saved: dict | None) -> None:
         for o, r in zip(targets, res):
             if o.data.dtype.kind != "f":
                 continue
-            o._fw_grad = _fit(r, o, ref, tangents)
+            o._fw_grad = with_layout(_fit(r, o, ref, tangents), o.data)
             level.tensors.append(o)
     finally:
         _fw_level.reset(token)

@@ -161,3 +161,31 @@ def test_reverse_over_forward_matches_torch():
 
     for g, r in zip(run(etorch, EF), run(torch, TF)):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
+
+
+def test_inplace_through_views_and_index_put_match_torch():
+    """setitem through a view of a non-leaf (CopySlices), index_put with a dual value, an in-place op on a
+    column view, and forward-over-reverse through all of it."""
+    def run(mod):
+        fw = mod.autograd.forward_ad
+        out = []
+        with fw.dual_level():
+            x = mod.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+            y = x * 1
+            d = fw.make_dual(mod.tensor([5.0, 6.0]), mod.tensor([1.0, -1.0]))
+            y[0] = d
+            out.append(fw.unpack_dual(y).tangent)
+            z = mod.zeros(3)
+            z[mod.tensor([0, 2])] = fw.make_dual(mod.tensor([1.0, 2.0]), mod.tensor([3.0, 4.0]))
+            out.append(fw.unpack_dual(z).tangent)
+            w = x * 2
+            w[:, 1].mul_(d)
+            out.append(fw.unpack_dual(w).tangent)
+            s = (w * w).sum()
+            out.append(fw.unpack_dual(s).tangent)
+            (g,) = mod.autograd.grad(s, x, create_graph=True)
+            out.append(fw.unpack_dual(g).tangent)
+        return [_array(o) for o in out]
+
+    for g, r in zip(run(etorch), run(torch)):
+        np.testing.assert_allclose(g, r)
