@@ -211,7 +211,8 @@ ERRORS = [
     "F.one_hot(a)", "F.one_hot(cls, 3)", "F.one_hot(cls - 1)", "F.glu(torch.randn(3, 3))", "F.glu(a, 2)",
     "F.layer_norm(a, (3,))", "F.layer_norm(a, (4,), torch.ones(3))", "F.embedding(cls + 5, emb)",
     "F.embedding(a, emb)", "F.normalize(cls)", "F.cosine_similarity(a, c)", "F.pairwise_distance(a, c)",
-    "F.cosine_similarity(cls, cls)", "F.softmin(cls, 0)", "F.layer_norm(cls, (3,))", "F.pad(v, (1, 2, 3))", "F.pad(v, (1, 2, 3, 4))", "F.pad(v, (-2, -2))",
+    "F.cosine_similarity(cls, cls)", "F.softmin(cls, 0)", "F.layer_norm(cls, (3,))", "F.pad(v, (1, 2, 3))",
+    "F.pad(v, (1, 2, 3, 4))", "F.pad(v, (-2, -2))",
     "F.pad(a, (1, 1), mode='foo')", "F.conv2d(a, w2)", "F.conv2d(x2, w2[:, :2])", "F.conv2d(x2, w2g, groups=5)",
     "F.conv2d(x2, torch.ones(4, 3, 9, 9, dtype=torch.float64))", "F.conv2d(x2, w2, stride=2, padding='same')",
 ]
