@@ -264,7 +264,10 @@ class _Runner:
         for i, a in enumerate(args):
             if i < len(pos):
                 out_args.append(convert(pos[i].name, a))
-            else:  # varargs, or one too many: the signature check names it the torch way
+            elif varargs is not None and varargs.name in spec.tensors:
+                # tensor varargs (einsum's operands): each a name, or one list of names
+                out_args.append(self.tensor_list(a) if isinstance(a, list) else self.tensor_arg(a))
+            else:  # other varargs, or one too many: the signature check names it the torch way
                 out_args.append(a)
         for k, v in kwargs.items():
             if k not in names or (varargs is not None and k == varargs.name):

@@ -171,6 +171,19 @@ OVERLOADS.update({
                             "(Tensor input, int dim, int start, int length)"),
                "method": ("(int dim, Tensor start, int length)", "(int dim, int start, int length)")},
 })
+OVERLOADS.update({
+    "xlogy": {"function": ("(Tensor input, Tensor other, *, Tensor out = None)",
+                           "(Number self, Tensor other, *, Tensor out = None)",
+                           "(Tensor input, Number other, *, Tensor out = None)"),
+              "method": ("(Tensor other)", "(Number other)")},
+    "scatter": {"function": ("(Tensor input, int dim, Tensor index, Tensor src, *, Tensor out = None)",
+                             "(Tensor input, int dim, Tensor index, Tensor src, *, str reduce, Tensor out = None)",
+                             "(Tensor input, int dim, Tensor index, Number value, *, Tensor out = None)",
+                             "(Tensor input, int dim, Tensor index, Number value, *, str reduce, Tensor out = None)"),
+                "method": ("(int dim, Tensor index, Tensor src)", "(int dim, Tensor index, Tensor src, *, str reduce)",
+                           "(int dim, Tensor index, Number value)",
+                           "(int dim, Tensor index, Number value, *, str reduce)")},
+})
 for _red in ("std", "var"):
     OVERLOADS[_red] = {
         "function": ("(Tensor input, tuple of ints dim, bool unbiased = True, bool keepdim = False, *, "

@@ -260,12 +260,13 @@ _install_dunders()
 class _OpNamespace:
     """Attribute lookup falls back to the engine's op table (``torch.maximum`` -> ``OPS["maximum"]``)."""
 
-    def __init__(self, name: str, **members):
+    def __init__(self, name: str, prefix: str = "", **members):
         self.__name__ = name
+        self._prefix = prefix  # a torch submodule's ops are cataloged as "linalg.det", "special.xlogy"
         self.__dict__.update(members)
 
     def __getattr__(self, attr: str):
-        spec = _OPS.get(attr)
+        spec = _OPS.get(self._prefix + attr)
         if spec is None or attr.startswith("__"):
             raise AttributeError(f"module '{self.__name__}' has no attribute '{attr}'")
         return _forward(_checked(attr, spec))
@@ -467,7 +468,8 @@ _forward_ad = _OpNamespace(
     exit_dual_level=_fw.exit_dual_level, make_dual=_forward(_fw.make_dual), unpack_dual=_forward(_fw.unpack_dual),
     UnpackedDualTensor=_fw.UnpackedDualTensor)
 _autograd = _OpNamespace("torch.autograd", grad=_grad, backward=_backward, forward_ad=_forward_ad)
-_linalg = _OpNamespace("torch.linalg", vector_norm=_op("vector_norm"), norm=_op("norm"))
+_linalg = _OpNamespace("torch.linalg", prefix="linalg.")
+_special = _OpNamespace("torch.special", prefix="special.")
 
 torch = _OpNamespace(
     "torch",
@@ -479,5 +481,5 @@ torch = _OpNamespace(
     no_grad=_engine.no_grad, enable_grad=_engine.enable_grad, set_grad_enabled=_engine.set_grad_enabled,
     is_grad_enabled=_engine.is_grad_enabled, get_default_dtype=lambda: "float32",
     is_tensor=lambda v: isinstance(v, Tensor),
-    autograd=_autograd, nn=_nn, optim=_optim, linalg=_linalg,
+    autograd=_autograd, nn=_nn, optim=_optim, linalg=_linalg, special=_special,
 )

@@ -5,14 +5,32 @@ from __future__ import annotations
 from ..registry import OPS
 from ..signature import check_call
 from ..tensor import Tensor
-from . import backward, creation, elementwise, inplace, linalg, nn, reduction, shape  # noqa: F401
+from . import (  # noqa: F401
+    backward,
+    conv,
+    creation,
+    decompositions,
+    einsum,
+    elementwise,
+    indexing,
+    inplace,
+    linalg,
+    matrix,
+    nn,
+    nn_functional,
+    reduction,
+    scan,
+    shape,
+    special,
+)
 
 _NOT_METHODS = {"tensor"}
 
 
 def _bind_methods() -> None:
     for name, spec in OPS.items():
-        if name in _NOT_METHODS or (not spec.method and not name.startswith("__")):
+        # dotted names (linalg.det, special.xlogy) live in torch's submodules, never on Tensor
+        if name in _NOT_METHODS or "." in name or (not spec.method and not name.startswith("__")):
             continue
         if name.startswith("__"):
             setattr(Tensor, name, spec.fn)

@@ -145,3 +145,21 @@ def shape_arg(size) -> tuple:
                                        code="invalid_shape")
         out.append(int(s))
     return tuple(out)
+
+
+_UINT64 = 1 << 64
+
+
+def saved_int(v):
+    """An int argument as torch keeps it on a node: as given (not wrapped), a negative one reading back as its
+    uint64 wrap-around (torch shows linalg.cross's dim=-1 as 18446744073709551615)."""
+    if isinstance(v, (list, tuple)):
+        return [saved_int(x) for x in v]
+    return None if v is None else int(v) % _UINT64
+
+
+def signed_int(v):
+    """The inverse of saved_int."""
+    if isinstance(v, (list, tuple)):
+        return [signed_int(x) for x in v]
+    return None if v is None else (v - _UINT64 if v >= _UINT64 // 2 else v)

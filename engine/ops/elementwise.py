@@ -622,6 +622,252 @@ def _(ctx, grad):
 jvp("TanhBackward0")(elementwise_jvp)
 
 
+# ----- hyperbolic and inverse trigonometric functions, log2/log10, atan2/hypot -------------------------
+
+
+@op("sinh", tensors=("self",), grad_fns=("SinhBackward0",))
+def sinh(self):
+    """torch.sinh(input); saves its input."""
+    return _unary("SinhBackward0", np.sinh, self, "self")
+
+
+@vjp("SinhBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    return grad * cosh(ctx.self),
+
+
+@jvp("SinhBackward0")
+def _(ctx, self_t):
+    return self_t * cosh(ctx.self)
+
+
+@op("cosh", tensors=("self",), grad_fns=("CoshBackward0",))
+def cosh(self):
+    """torch.cosh(input); saves its input."""
+    return _unary("CoshBackward0", np.cosh, self, "self")
+
+
+@vjp("CoshBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    return grad * sinh(ctx.self),
+
+
+@jvp("CoshBackward0")
+def _(ctx, self_t):
+    return self_t * sinh(ctx.self)
+
+
+@op("asinh", tensors=("self",), grad_fns=("AsinhBackward0",), aliases=("arcsinh",))
+def asinh(self):
+    """torch.asinh(input); saves its input."""
+    return _unary("AsinhBackward0", np.arcsinh, self, "self")
+
+
+@vjp("AsinhBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    x = ctx.self
+    return grad * rsqrt(x * x + 1),
+
+
+@jvp("AsinhBackward0")
+def _(ctx, self_t):
+    x = ctx.self
+    return self_t * rsqrt(x * x + 1)
+
+
+@op("acosh", tensors=("self",), grad_fns=("AcoshBackward0",), aliases=("arccosh",))
+def acosh(self):
+    """torch.acosh(input) (nan below 1); saves its input."""
+    with np.errstate(invalid="ignore"):
+        return _unary("AcoshBackward0", np.arccosh, self, "self")
+
+
+@vjp("AcoshBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    x = ctx.self
+    return grad * rsqrt(x * x - 1),
+
+
+@jvp("AcoshBackward0")
+def _(ctx, self_t):
+    x = ctx.self
+    return self_t * rsqrt(x * x - 1)
+
+
+@op("atanh", tensors=("self",), grad_fns=("AtanhBackward0",), aliases=("arctanh",))
+def atanh(self):
+    """torch.atanh(input) (±inf at ±1, nan beyond); saves its input."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return _unary("AtanhBackward0", np.arctanh, self, "self")
+
+
+@vjp("AtanhBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    x = ctx.self
+    return grad * reciprocal(1 - x * x),
+
+
+@jvp("AtanhBackward0")
+def _(ctx, self_t):
+    x = ctx.self
+    return self_t * reciprocal(1 - x * x)
+
+
+@op("asin", tensors=("self",), grad_fns=("AsinBackward0",), aliases=("arcsin",))
+def asin(self):
+    """torch.asin(input) (nan outside [-1, 1]); saves its input."""
+    with np.errstate(invalid="ignore"):
+        return _unary("AsinBackward0", np.arcsin, self, "self")
+
+
+@vjp("AsinBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    x = ctx.self
+    return grad * rsqrt(-x * x + 1),
+
+
+@jvp("AsinBackward0")
+def _(ctx, self_t):
+    x = ctx.self
+    return self_t * rsqrt(-x * x + 1)
+
+
+@op("acos", tensors=("self",), grad_fns=("AcosBackward0",), aliases=("arccos",))
+def acos(self):
+    """torch.acos(input) (nan outside [-1, 1]); saves its input."""
+    with np.errstate(invalid="ignore"):
+        return _unary("AcosBackward0", np.arccos, self, "self")
+
+
+@vjp("AcosBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    x = ctx.self
+    return grad * -rsqrt(-x * x + 1),
+
+
+@jvp("AcosBackward0")
+def _(ctx, self_t):
+    x = ctx.self
+    return self_t * -rsqrt(-x * x + 1)
+
+
+@op("atan", tensors=("self",), grad_fns=("AtanBackward0",), aliases=("arctan",))
+def atan(self):
+    """torch.atan(input); saves its input."""
+    return _unary("AtanBackward0", np.arctan, self, "self")
+
+
+@vjp("AtanBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    x = ctx.self
+    return grad / (x * x + 1),
+
+
+@jvp("AtanBackward0")
+def _(ctx, self_t):
+    x = ctx.self
+    return self_t / (x * x + 1)
+
+
+_LN2 = math.log(2.0)
+_LN10 = math.log(10.0)
+
+
+@op("log2", tensors=("self",), grad_fns=("Log2Backward0",))
+def log2(self):
+    """torch.log2(input); saves its input."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return _unary("Log2Backward0", np.log2, self, "self")
+
+
+@vjp("Log2Backward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    return grad / (ctx.self * _LN2),
+
+
+@jvp("Log2Backward0")
+def _(ctx, self_t):
+    return self_t / (ctx.self * _LN2)
+
+
+@op("log10", tensors=("self",), grad_fns=("Log10Backward0",))
+def log10(self):
+    """torch.log10(input); saves its input."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return _unary("Log10Backward0", np.log10, self, "self")
+
+
+@vjp("Log10Backward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    return grad / (ctx.self * _LN10),
+
+
+@jvp("Log10Backward0")
+def _(ctx, self_t):
+    return self_t / (ctx.self * _LN10)
+
+
+def _float_binary(name: str, self, other):
+    """Operands of atan2/hypot: tensors (or numbers) promoted as torch does, integers computing in float32."""
+    if not isinstance(self, Tensor):
+        raise InvalidArgumentError(f"{name}(): argument 'input' (position 1) must be Tensor, not "
+                                   f"{type(self).__name__}")
+    if not isinstance(other, Tensor):
+        raise InvalidArgumentError(f"{name}(): argument 'other' (position 2) must be Tensor, not "
+                                   f"{type(other).__name__}")
+    dtype = D.result_type(self, other)
+    if not D.is_floating(dtype):
+        dtype = D.DEFAULT_FLOAT
+    return binary_operands(self, other, dtype)
+
+
+@op("atan2", tensors=("self", "other"), grad_fns=("Atan2Backward0",), aliases=("arctan2",))
+def atan2(self, other):
+    """torch.atan2(input, other): the angle of (other, input); saves both."""
+    _, a, b = _float_binary("atan2", self, other)
+    return record("Atan2Backward0", np.asarray(np.arctan2(a, b)), (self, other), {"other": other, "self": self})
+
+
+@vjp("Atan2Backward0", inputs=("self", "other"), saves=("other", "self"))
+def _(ctx, grad):
+    n = ctx.needs
+    s, o = ctx.self, ctx.other
+    recip = reciprocal(s * s + o * o)
+    return (grad * (o * recip) if n[0] else None), (grad * (-s * recip) if n[1] else None)
+
+
+@jvp("Atan2Backward0")
+def _(ctx, self_t, other_t):
+    s, o = ctx.self, ctx.other
+    recip = reciprocal(s * s + o * o)
+    return add_t(mul_t(self_t, o * recip), mul_t(other_t, -s * recip))
+
+
+@op("hypot", tensors=("self", "other"), grad_fns=("HypotBackward0",))
+def hypot(self, other):
+    """torch.hypot(input, other) = sqrt(input**2 + other**2); saves both and the result."""
+    dtype, a, b = _float_binary("hypot", self, other)
+    given = D.result_type(self, other)
+    if not D.is_floating(given):
+        raise TorchRuntimeError(f"\"hypot_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[given]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
+    return record("HypotBackward0", np.asarray(np.hypot(a, b)), (self, other),
+                  {"other": other, "result": "result", "self": self})
+
+
+@vjp("HypotBackward0", inputs=("self", "other"), saves=("other", "result", "self"))
+def _(ctx, grad):
+    n = ctx.needs
+    r = ctx.result
+    return (grad * (ctx.self / r) if n[0] else None), (grad * (ctx.other / r) if n[1] else None)
+
+
+@jvp("HypotBackward0")
+def _(ctx, self_t, other_t):
+    r = ctx.result
+    return add_t(mul_t(self_t, ctx.self / r), mul_t(other_t, ctx.other / r))
+
+
 def _np_sigmoid(x):
     # numerically stable for large |x|; float32 in, float32 out
     with np.errstate(over="ignore"):

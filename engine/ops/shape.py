@@ -160,7 +160,7 @@ def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
 
-@op("reshape", tensors=("self",), grad_fns=("ViewBackward0", "UnsafeViewBackward0"))
+@op("reshape", tensors=("self",), grad_fns=("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0"))
 def reshape(self, *shape):
     """torch.reshape(input, shape): a view when the layout allows (ViewBackward0), otherwise a copy
     (UnsafeViewBackward0 over CloneBackward0)."""
@@ -168,9 +168,21 @@ def reshape(self, *shape):
     shape = _infer_shape(shape_arg(shape), self.data.size)
     out = _try_view(self.data, shape)
     if out is not None:
-        return _as_view(record("ViewBackward0", out, (self,), {"self_sym_sizes": self.data.shape}), self)
+        # torch's reshape of a non-contiguous tensor that still allows a view is _reshape_alias
+        prim = "ViewBackward0" if self.data.flags.c_contiguous else "ReshapeAliasBackward0"
+        return _as_view(record(prim, out, (self,), {"self_sym_sizes": self.data.shape}), self)
     c = clone(self)
     return _unsafe_view(c, shape)
+
+
+@vjp("ReshapeAliasBackward0", inputs=("self",), saves=("self_sym_sizes",))
+def _(ctx, grad):
+    return reshape(grad, ctx.self_sym_sizes),
+
+
+@jvp("ReshapeAliasBackward0")
+def _(ctx, self_t):
+    return reshape(self_t, ctx.result.shape)
 
 
 def _unsafe_view(self: Tensor, shape: tuple) -> Tensor:

@@ -9,6 +9,7 @@ the clone is the output. Adding a differentiable op means adding its samples her
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,6 +56,7 @@ class Sample:
     gradgrad: bool = True          # torch supports double backward here and the engine must too
     note: str = ""
     tol: dict = field(default_factory=dict)  # gradcheck eps/atol/rtol when the op leaves float64
+    prep: Callable | None = None   # applied to the first input inside the checked function (symmetrize)
 
     def __repr__(self) -> str:
         def show(v):
@@ -67,8 +69,13 @@ class Sample:
         return "(" + ", ".join(parts) + ")" + (f" {self.note}" if self.note else "")
 
 
-def S(*args, gradgrad=True, note="", tol=None, **kwargs) -> Sample:
-    return Sample(args, kwargs, gradgrad, note, tol or {})
+def S(*args, gradgrad=True, note="", tol=None, prep=None, **kwargs) -> Sample:
+    return Sample(args, kwargs, gradgrad, note, tol or {}, prep)
+
+
+def sym(a):
+    """(A + A^T) / 2: linalg.cholesky reads one triangle, so its gradient is checked on symmetric inputs."""
+    return (a + OPS["transpose"].fn(a, -2, -1)) * 0.5
 
 
 # float32 outputs: central differences need a larger step to rise above float32 rounding
@@ -210,6 +217,90 @@ SAMPLES: dict[str, list[Sample]] = {
                       S(T(2, 3), ints(0, 1), weight=Tensor(np.array([0.5, 1.0, 2.0]))),
                       S(T(2, 3), T(2, 3, low=0.1, high=0.9, requires_grad=False), note="class probabilities")],
     "nll_loss": [S(T(2, 3), ints(1, 0)), S(T(3, 4), ints(3, 3, 0), reduction="none")],
+    # ----- issue 12: hyperbolic/inverse trig, log2/log10, atan2/hypot
+    "sinh": _unary(),
+    "cosh": _unary(),
+    "asinh": _unary(),
+    "acosh": _unary(lambda *s: P(*s, low=1.2, high=3.0)),
+    "atanh": _unary(lambda *s: T(*s, low=-0.8, high=0.8)),
+    "asin": _unary(lambda *s: T(*s, low=-0.8, high=0.8)),
+    "acos": _unary(lambda *s: T(*s, low=-0.8, high=0.8)),
+    "atan": _unary(),
+    "log2": _unary(lambda *s: P(*s)),
+    "log10": _unary(lambda *s: P(*s)),
+    "atan2": [S(T(3), away(3)), S(T(2, 3), away(3))],
+    "hypot": [S(away(3), away(3)), S(away(2, 3), away(3))],
+    # ----- issue 12: special functions
+    "lgamma": [S(P(3)), S(T(2, 3, low=-2.7, high=-2.2)), S(P(2, 2, low=3.0, high=12.0))],
+    "digamma": [S(P(3)), S(T(3, low=-1.8, high=-1.2)), S(P(2, 2, low=6.0, high=15.0))],
+    "polygamma": [S(1, P(3)), S(2, P(2, 2)), S(3, T(3, low=-0.8, high=-0.2)), S(0, P(3))],
+    "special.multigammaln": [S(P(3, low=2.0, high=4.0), 1), S(P(2, 2, low=2.0, high=4.0), 3)],
+    "mvlgamma": [S(P(3, low=2.0, high=4.0), 2)],
+    "xlogy": [S(T(3), P(3)), S(T(2, 3), P(3)), S(2.5, P(3)), S(T(3), 3.0), S(T(3), 0.5)],
+    "logaddexp": [S(T(3), T(3)), S(T(2, 3), T(3))],
+    # ----- issue 12: matrix structure
+    "trace": [S(T(3, 3)), S(T(2, 4))],
+    "diag": [S(T(3)), S(T(3), 1), S(T(3, 3)), S(T(3, 4), -1)],
+    "diagonal": [S(T(3, 3)), S(T(2, 3, 4), 1, 1, 2), S(T(3, 4), -1)],
+    "linalg.diagonal": [S(T(2, 3, 3)), S(T(3, 4), offset=1)],
+    "diag_embed": [S(T(3)), S(T(2, 3), 1), S(T(2, 3), 0, 0, 2)],
+    "tril": [S(T(3, 3)), S(T(2, 3, 4), -1)],
+    "triu": [S(T(3, 3)), S(T(2, 3, 4), 1)],
+    # ----- issue 12: linalg
+    "linalg.det": [S(T(3, 3)), S(T(2, 2, 2))],
+    "det": [S(T(3, 3))],
+    "linalg.slogdet": [S(T(3, 3)), S(T(2, 2, 2))],
+    "slogdet": [S(T(3, 3))],
+    "logdet": [S(Tensor(np.array([[2.0, 0.5, 0.1], [0.3, 1.5, 0.2], [0.1, 0.4, 1.2]]), requires_grad=True))],
+    "linalg.inv": [S(T(3, 3)), S(T(2, 2, 2))],
+    "inverse": [S(T(3, 3))],
+    "linalg.solve": [S(T(3, 3), T(3)), S(T(3, 3), T(3, 2)), S(T(2, 3, 3), T(3, 2)), S(T(3, 3), T(2, 3), left=False)],
+    "linalg.cholesky": [S(Tensor(np.array([[2.0, 0.5, 0.1], [0.5, 1.5, 0.2], [0.1, 0.2, 1.2]]), requires_grad=True),
+                          prep=sym),
+                        S(Tensor(np.array([[[2.0, 0.3], [0.3, 1.0]], [[1.5, -0.2], [-0.2, 0.8]]]), requires_grad=True),
+                          upper=True, prep=sym)],
+    "linalg.vector_norm": [S(away(3)), S(away(2, 3), 1, 1), S(away(2, 3), 3, (0, 1), keepdim=True),
+                           S(away(4), "inf")],
+    "linalg.norm": [S(away(3)), S(away(2, 3)), S(away(2, 3), "fro"), S(away(3, 3), 1), S(away(3, 3), "-inf"),
+                    S(away(2, 3), 3, 1), S(away(2, 3, 2), None, (0, 2))],
+    "linalg.cross": [S(T(3), T(3)), S(T(2, 3), T(1, 3)), S(T(3, 2), T(3, 2), dim=0)],
+    "cross": [S(T(2, 3), T(2, 3), dim=1)],
+    # ----- issue 12: scatter/index writes, selections, scans
+    "scatter": [S(T(3, 4), 0, ints([0, 1, 2, 0], [2, 0, 1, 1]), T(2, 4), note="distinct targets per column"),
+                S(T(3, 4), 1, ints([3], [0], [1]), 1.5), S(T(2, 3), -1, ints([2, 0], [1, 2]), T(2, 2))],
+    "scatter_add": [S(T(3, 4), 0, ints([0, 1, 2, 0], [0, 0, 1, 1]), T(2, 4)), S(T(4), 0, ints(1, 1, 3), T(3))],
+    "index_add": [S(T(3, 2), 0, ints(0, 2, 0), T(3, 2)), S(T(2, 3), 1, ints(2, 1), T(2, 2), alpha=2.0)],
+    "index_copy": [S(T(3, 2), 0, ints(2, 0), T(2, 2)), S(T(2, 3), -1, ints(1,), T(2, 1))],
+    "masked_select": [S(T(2, 3), mask([True, False, True], [False, True, True])), S(T(3), mask([True], [False]))],
+    "topk": [S(T(5), 2), S(T(4, 2), 3, 0, largest=False), S(T(3, 4), 2, 1, sorted=False)],
+    "kthvalue": [S(T(5), 2), S(T(3, 4), 3, 1, keepdim=True)],
+    "roll": [S(T(5), 2), S(T(2, 3), (1, -1), (0, 1)), S(T(2, 3), 4)],
+    "cumprod": [S(T(4), 0), S(away(2, 3), 1), S(Tensor(np.array([0.5, 0.0, 2.0, -1.5]), requires_grad=True), 0,
+                                                note="with a zero"), S(away(2, 3), -1)],
+    "logcumsumexp": [S(T(4), 0), S(T(2, 3), 1), S(T(2, 3), -2)],
+    "einsum": [S("ij,jk->ik", T(2, 3), T(3, 4)), S("ii->i", T(3, 3)), S("ii", T(3, 3)), S("i,j->ij", T(3), T(2)),
+               S("bij,bjk->bik", T(2, 2, 3), T(2, 3, 2)), S("...ij,...jk->...ik", T(2, 2, 3), T(3, 2)),
+               S("ij,kj->ik", T(2, 3), T(4, 3)), S("ij,jk,kl->il", T(2, 3), T(3, 3), T(3, 2)), S("ij->", T(2, 3)),
+               S("ij,ij->i", T(2, 3), T(2, 3))],
+    # ----- issue 12: nn.functional
+    "normalize": [S(away(2, 3)), S(away(3, 2), 1.0, 0)],
+    "cosine_similarity": [S(T(2, 3), T(2, 3)), S(T(2, 3), T(1, 3), dim=1), S(T(3, 2), T(3, 2), 0)],
+    "pairwise_distance": [S(T(2, 3), T(2, 3, low=2, high=3)), S(T(3), T(3, low=2, high=3), p=3.0, keepdim=True)],
+    "softmin": [S(T(3), 0), S(T(2, 3), 1)],
+    "glu": [S(T(2, 4)), S(T(4, 3), 0)],
+    "layer_norm": [S(T(2, 3), (3,)), S(T(2, 2, 3), (2, 3), T(2, 3), T(2, 3)), S(T(3, 4), [4], weight=T(4))],
+    # padding_idx and scale_grad_by_freq change the gradient on purpose (no finite-difference check):
+    # tests/engine/test_new_ops_torch.py compares them with torch
+    "embedding": [S(ints([0, 2], [1, 1]), T(4, 3)), S(ints(0, 3, 3), T(4, 2))],
+    "pad": [S(T(2, 3), (1, 2)), S(T(2, 3), (1, 0, -1, 1), value=0.5), S(T(1, 2, 4), (2, 1), mode="reflect"),
+            S(T(1, 3, 3), (1, 1, 2, 0), mode="replicate"), S(T(1, 3, 4), (1, 2, 2, 1), mode="reflect"),
+            S(T(2, 3, 3, 2), (1, 1, 0, 1, 1, 0), mode="reflect"), S(T(2, 3), (0, 2), mode="replicate"),
+            S(T(1, 2, 2, 2), (1, 0, 0, 1, 1, 1), mode="replicate")],
+    "conv1d": [S(T(2, 2, 5), T(3, 2, 3), T(3)), S(T(1, 4, 7), T(2, 2, 2), stride=2, padding=1, groups=2),
+               S(T(2, 6), T(2, 2, 3), dilation=2, note="unbatched")],
+    "conv2d": [S(T(1, 2, 4, 4), T(3, 2, 2, 2), T(3)), S(T(2, 2, 5, 4), T(2, 1, 3, 2), stride=2, padding=1, groups=2),
+               S(T(1, 4, 4), T(2, 1, 2, 2), padding="same", note="unbatched"),
+               S(T(1, 1, 5, 5), T(1, 1, 3, 3), dilation=2, padding=(1, 0))],
     # ----- creation from a tensor (no gradient reaches the input)
     "ones_like": [S(T(3), note="no gradient")],
     "zeros_like": [S(T(2, 3), note="no gradient")],
@@ -287,6 +378,8 @@ def as_function(name: str, sample: Sample):
                 i += n
         kwargs = dict(sample.kwargs)
         kwargs.update(zip(kw_names, flat[i:]))
+        if sample.prep is not None:
+            args[0] = sample.prep(args[0])
         return _call(name, tuple(args), kwargs)
 
     return inputs, fn

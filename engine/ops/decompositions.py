@@ -1,0 +1,477 @@
+"""``torch.linalg``: det, slogdet, logdet, inv, solve, cholesky, norm, vector_norm and cross.
+
+Catalog names carry torch's submodule (``linalg.det`` is ``torch.linalg.det``); top-level torch functions
+that are the same primitive are separate thin ops (``det``, ``slogdet``, ``inverse``, ``cross``) because
+their argument names and defaults differ. Forwards use numpy's LAPACK wrappers; the LU factors and
+pivots torch saves on LinalgDetBackward0 / LinalgSlogdetBackward0 / LinalgSolveExBackward0 come from a
+partial-pivoting LU here (LAPACK's getrf layout, 1-based pivots). The VJPs are FunctionsManual.cpp's
+formulas for invertible inputs, written with inv/solve/matmul so that they are differentiable again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+
+import numpy as np
+
+from .. import dtypes as D
+from ..errors import InvalidArgumentError, ShapeError, TorchRuntimeError
+from ..registry import jvp, needs_grad, op, record, vjp
+from ..tensor import Tensor
+from .common import broadcast_shapes, require_tensor, saved_int, signed_int, wrap_dim
+from .elementwise import add_t, eq, where
+from .linalg import matmul
+from .reduction import amax, amin
+from .reduction import norm as _vector_norm
+from .shape import squeeze, transpose, unsqueeze
+
+SignLogabsdet = namedtuple("SignLogabsdet", ["sign", "logabsdet"])
+
+
+def _mT(x: Tensor) -> Tensor:
+    return transpose(x, -2, -1)
+
+
+def _square_float(A: Tensor, name: str, arg: str = "A") -> Tensor:
+    A = require_tensor(A, arg, name)
+    if A.data.ndim < 2:
+        raise ShapeError(f"{name}: The input tensor {arg} must have at least 2 dimensions.")
+    if A.shape[-1] != A.shape[-2]:
+        raise ShapeError(f"{name}: {arg} must be batches of square matrices, but they are {A.shape[-2]} by "
+                         f"{A.shape[-1]} matrices")
+    if A.data.dtype.kind != "f":
+        raise TorchRuntimeError(f"{name}: Expected a floating point or complex tensor as input. Got "
+                                f"{D.SCALAR_TYPE_NAMES[A.dtype]}", code="invalid_dtype")
+    return A
+
+
+def _lu(a: np.ndarray):
+    """Partial-pivoting LU of a batch of square matrices: (LU, 1-based int64 pivots, first zero pivot index
+    per matrix or 0)."""
+    lu = np.array(a, copy=True)
+    n = a.shape[-1]
+    batch = a.shape[:-2]
+    piv = np.zeros(batch + (n,), np.int64)
+    info = np.zeros(batch, np.int64)
+    flat = lu.reshape((-1, n, n))
+    fp, fi = piv.reshape((-1, n)), info.reshape(-1)
+    rows = np.arange(flat.shape[0])
+    for k in range(n):
+        p = k + np.argmax(np.abs(flat[:, k:, k]), axis=1)
+        fp[:, k] = p + 1
+        rk, rp = flat[rows, k].copy(), flat[rows, p].copy()
+        flat[rows, k], flat[rows, p] = rp, rk
+        d = flat[:, k, k]
+        zero = d == 0
+        fi[(fi == 0) & zero] = k + 1
+        safe = np.where(zero, 1, d)
+        flat[:, k + 1:, k] /= safe[:, None]
+        flat[:, k + 1:, k + 1:] -= flat[:, k + 1:, k:k + 1] * flat[:, k:k + 1, k + 1:]
+    return lu, piv, info
+
+
+def _det_lu(a: np.ndarray):
+    """The LU torch's det/slogdet save: LAPACK works column-major, so a row-major A is factored as A^T (same
+    determinant, no copy); a column-major one as itself."""
+    t = a.ndim and a.shape[-1] > 1 and a.flags.c_contiguous
+    return _lu(np.swapaxes(a, -1, -2) if t else a)
+
+
+def _lu_slots(a: np.ndarray, factor, *tensors) -> dict:
+    """The LU and pivots slots, factored only when a node will keep them (a gradient is needed)."""
+    if not needs_grad(*tensors):
+        return {"LU": None, "pivots": None}
+    lu, piv, _ = factor(a)
+    return {"LU": Tensor(lu), "pivots": Tensor(piv)}
+
+
+def _batch_prefix(info: np.ndarray, i: int) -> str:
+    if info.ndim == 0:
+        return ""
+    return f"(Batch element {i}): "
+
+
+# ----- det, slogdet, logdet ---------------------------------------------------------------------------
+
+
+def _det(A: Tensor, name: str) -> Tensor:
+    A = _square_float(A, name)
+    out = np.asarray(np.linalg.det(A.data), A.data.dtype)
+    return record("LinalgDetBackward0", out, (A,), {"A": A, **_lu_slots(A.data, _det_lu, A), "result": "result"})
+
+
+@op("linalg.det", tensors=("A",), grad_fns=("LinalgDetBackward0",), method=False, family="linalg")
+def linalg_det(A):
+    """torch.linalg.det(A): determinant of (batches of) square matrices; saves A, LU, pivots, result."""
+    return _det(A, "linalg.det")
+
+
+@op("det", tensors=("self",), grad_fns=("LinalgDetBackward0",), family="linalg")
+def det(self):
+    """torch.det(input): an alias of torch.linalg.det."""
+    return _det(require_tensor(self, "input", "det"), "linalg.det")
+
+
+@vjp("LinalgDetBackward0", inputs=("A",), saves=("A", "LU", "pivots", "result"))
+def _(ctx, grad):
+    # d det / dA = det * A^{-T} (invertible A)
+    scale = unsqueeze(unsqueeze(grad * ctx.result, -1), -1)
+    return scale * _mT(linalg_inv(ctx.A)),
+
+
+@jvp("LinalgDetBackward0")
+def _(ctx, A_t):
+    # d det = det * tr(A^{-1} dA)
+    from .matrix import diagonal
+    from .reduction import sum as sum_
+    return ctx.result * sum_(diagonal(linalg_solve(ctx.A, A_t), 0, -2, -1), -1)
+
+
+def _slogdet(A: Tensor, name: str):
+    A = _square_float(A, name)
+    sign, lad = np.linalg.slogdet(A.data)
+    dt = A.data.dtype
+    sign_t, lad_t = record("LinalgSlogdetBackward0", (np.asarray(sign, dt), np.asarray(lad, dt)), (A,),
+                           {"A": A, **_lu_slots(A.data, _det_lu, A), "sign": "result"})
+    return SignLogabsdet(sign_t, lad_t)
+
+
+@op("linalg.slogdet", tensors=("A",), grad_fns=("LinalgSlogdetBackward0",), method=False, family="linalg")
+def linalg_slogdet(A):
+    """torch.linalg.slogdet(A) -> (sign, logabsdet); only logabsdet carries a gradient."""
+    return _slogdet(A, "linalg.slogdet")
+
+
+@op("slogdet", tensors=("self",), grad_fns=("LinalgSlogdetBackward0",), family="linalg")
+def slogdet(self):
+    """torch.slogdet(input): torch.linalg.slogdet."""
+    return _slogdet(require_tensor(self, "input", "slogdet"), "linalg.slogdet")
+
+
+@vjp("LinalgSlogdetBackward0", inputs=("A",), saves=("A", "LU", "pivots", "sign"), n_outputs=2)
+def _(ctx, grads):
+    g = grads[1]
+    if g is None:
+        return None,
+    return unsqueeze(unsqueeze(g, -1), -1) * _mT(linalg_inv(ctx.A)),
+
+
+@jvp("LinalgSlogdetBackward0")
+def _(ctx, A_t):
+    from .matrix import diagonal
+    from .reduction import sum as sum_
+    return None, sum_(diagonal(linalg_solve(ctx.A, A_t), 0, -2, -1), -1)
+
+
+@op("logdet", tensors=("self",), grad_fns=("WhereBackward0",), family="linalg")
+def logdet(self):
+    """torch.logdet(input): composite ``where(sign == -1, nan, logabsdet)`` over linalg_slogdet."""
+    A = _square_float(require_tensor(self, "input", "logdet"), "logdet")
+    sign, lad = _slogdet(A, "linalg.slogdet")
+    return where(eq(sign, -1.0), math.nan, lad)
+
+
+# ----- inv, solve, cholesky ---------------------------------------------------------------------------
+
+
+def _singular(A: Tensor, name: str, what: str) -> TorchRuntimeError:
+    """torch's error for a singular input (LAPACK found an exactly zero pivot), naming the first one."""
+    _, _, info = _lu(A.data)
+    if what == "solve" or not np.any(info > 0):
+        return TorchRuntimeError("torch.linalg.solve: The solver failed because the input matrix is singular.",
+                                 code="singular_matrix", exception="torch.linalg.LinAlgError")
+    i = int(np.argmax(info.reshape(-1) > 0))
+    k = int(info.reshape(-1)[i])
+    return TorchRuntimeError(f"{name}: {_batch_prefix(info, i)}The diagonal element {k} is zero, the "
+                             f"{what} could not be completed because the input matrix is singular.",
+                             code="singular_matrix", exception="torch.linalg.LinAlgError")
+
+
+@op("linalg.inv", tensors=("A",), grad_fns=("LinalgInvExBackward0",), method=False, family="linalg")
+def linalg_inv(A):
+    """torch.linalg.inv(A) (linalg_inv_ex under the hood); saves the inverse."""
+    A = _square_float(A, "linalg.inv")
+    try:
+        inv = np.linalg.inv(A.data)
+    except np.linalg.LinAlgError:
+        raise _singular(A, "linalg.inv", "inversion") from None
+    return record("LinalgInvExBackward0", inv.astype(A.data.dtype, copy=False), (A,), {"inverse": "result"})
+
+
+@op("inverse", tensors=("self",), grad_fns=("LinalgInvExBackward0",), family="linalg")
+def inverse(self):
+    """torch.inverse(input): torch.linalg.inv."""
+    return linalg_inv(require_tensor(self, "input", "inverse"))
+
+
+@vjp("LinalgInvExBackward0", inputs=("A",), saves=("inverse",))
+def _(ctx, grad):
+    inv_t = _mT(ctx.inverse)
+    return -matmul(inv_t, matmul(grad, inv_t)),
+
+
+@jvp("LinalgInvExBackward0")
+def _(ctx, A_t):
+    inv = ctx.inverse
+    return -matmul(matmul(inv, A_t), inv)
+
+
+def _vector_rhs(A: Tensor, B: Tensor) -> bool:
+    """torch's linalg_solve_is_vector_rhs: B is a (batch of) vector(s)."""
+    return B.data.ndim == 1 or (B.data.ndim == A.data.ndim - 1 and B.shape == A.shape[:-1])
+
+
+@op("linalg.solve", tensors=("A", "B"), grad_fns=("LinalgSolveExBackward0",), method=False, family="linalg")
+def linalg_solve(A, B, left=True):
+    """torch.linalg.solve(A, B, *, left=True): X with A X = B (left) or X A = B; B may be a vector."""
+    A = _square_float(A, "linalg.solve")
+    B = require_tensor(B, "B", "linalg.solve")
+    if A.dtype != B.dtype:
+        raise TorchRuntimeError(f"linalg.solve: Expected A and B to have the same dtype, but found "
+                                f"A of type {D.SCALAR_TYPE_NAMES[A.dtype]} and B of type "
+                                f"{D.SCALAR_TYPE_NAMES[B.dtype]} instead", code="dtype_mismatch")
+    vec = _vector_rhs(A, B)
+    n = A.shape[-1]
+    b = B.data[..., None] if vec else B.data
+    if vec and not left:
+        raise ShapeError("linalg.solve: Vector broadcasting of the left hand side is not supported for "
+                         "left=False. In this case linalg.solve is equivalent to B / A.squeeze(-1)")
+    k = b.shape[-2] if left else b.shape[-1]
+    if b.ndim < 2 or k != n:
+        raise ShapeError(f"linalg.solve: Incompatible shapes of A and B for the equation "
+                         f"{'AX = B' if left else 'XA = B'} ({A.shape[-2]}x{A.shape[-1]} and "
+                         f"{b.shape[-2]}x{b.shape[-1]})")
+    batch = broadcast_shapes(A.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(A.data, batch + (n, n))
+    rhs = np.broadcast_to(b, batch + b.shape[-2:])
+    try:
+        if left:
+            x = np.linalg.solve(a, rhs)
+        else:
+            x = np.swapaxes(np.linalg.solve(np.swapaxes(a, -1, -2), np.swapaxes(rhs, -1, -2)), -1, -2)
+    except np.linalg.LinAlgError:
+        raise _singular(A, "torch.linalg.solve", "solve") from None
+    x = x[..., 0] if vec else x
+    return record("LinalgSolveExBackward0", np.ascontiguousarray(x, A.data.dtype), (A, B),
+                  {"A": A, **_lu_slots(A.data, _lu, A, B), "left": left, "result": "result"})
+
+
+@vjp("LinalgSolveExBackward0", inputs=("A", "B"), saves=("A", "LU", "left", "pivots", "result"))
+def _(ctx, grad):
+    n = ctx.needs
+    A, X, left = ctx.A, ctx.result, ctx.left
+    vec = X.data.ndim == A.data.ndim - 1 or X.data.ndim == 1
+    gB = linalg_solve(_mT(A), grad, left=left)
+    gA = None
+    if n[0]:
+        gBm, Xm = (unsqueeze(gB, -1), unsqueeze(X, -1)) if vec else (gB, X)
+        gA = -matmul(gBm, _mT(Xm)) if left else -matmul(_mT(Xm), gBm)
+    return gA, (gB if n[1] else None)
+
+
+@jvp("LinalgSolveExBackward0")
+def _(ctx, A_t, B_t):
+    # left: A X = B -> A dX = dB - dA X; right: X A = B -> dX A = dB - X dA
+    A, X, left = ctx.A, ctx.result, ctx.left
+    vec = X.data.ndim == 1 or X.data.ndim == A.data.ndim - 1
+    rhs = B_t
+    if A_t is not None:
+        if left:
+            dAX = matmul(A_t, unsqueeze(X, -1)) if vec else matmul(A_t, X)
+            dAX = squeeze(dAX, -1) if vec else dAX
+        else:
+            dAX = matmul(X, A_t)
+        rhs = -dAX if rhs is None else rhs - dAX
+    return linalg_solve(A, rhs, left=left)
+
+
+@op("linalg.cholesky", tensors=("A",), grad_fns=("LinalgCholeskyExBackward0",), method=False, family="linalg")
+def linalg_cholesky(A, upper=False):
+    """torch.linalg.cholesky(A, *, upper=False): L with A = L L^H (or U = L^H); saves L and upper."""
+    A = _square_float(A, "linalg.cholesky")
+    a = A.data
+    flat = a.reshape((-1,) + a.shape[-2:])
+    for i, m in enumerate(flat):
+        try:
+            np.linalg.cholesky(m)
+        except np.linalg.LinAlgError:
+            order = next(k for k in range(1, m.shape[0] + 1) if not _is_pd(m[:k, :k]))
+            where_ = f"(Batch element {i}): " if a.ndim > 2 else ""
+            raise TorchRuntimeError(f"linalg.cholesky: {where_}The factorization could not be completed because "
+                                    f"the input is not positive-definite (the leading minor of order {order} is "
+                                    f"not positive-definite).", code="not_positive_definite",
+                                    exception="torch.linalg.LinAlgError") from None
+    L = np.linalg.cholesky(np.tril(a) + np.swapaxes(np.tril(a, -1), -1, -2))  # LAPACK reads the lower half
+    out = np.ascontiguousarray(np.swapaxes(L, -1, -2) if upper else L).astype(a.dtype, copy=False)
+    return record("LinalgCholeskyExBackward0", out, (A,), {"L": "result", "upper": upper})
+
+
+def _is_pd(m: np.ndarray) -> bool:
+    try:
+        np.linalg.cholesky(m)
+        return True
+    except np.linalg.LinAlgError:
+        return False
+
+
+@vjp("LinalgCholeskyExBackward0", inputs=("A",), saves=("L", "upper"))
+def _(ctx, grad):
+    from .matrix import diagonal as diag_
+    from .matrix import diagonal_backward, tril
+    L, gL = (_mT(ctx.L), _mT(grad)) if ctx.upper else (ctx.L, grad)
+    # FunctionsManual cholesky_backward: gA = L^{-H} phi(L^H gL) L^{-1}, phi = tril with a halved diagonal
+    L_inv = linalg_inv(L)
+    phi = tril(matmul(_mT(L), gL))
+    phi = phi - diagonal_backward(diag_(phi, 0, -2, -1) * 0.5, phi.shape, 0, phi.data.ndim - 2, phi.data.ndim - 1)
+    g = matmul(matmul(_mT(L_inv), phi), L_inv)
+    return (g + _mT(g)) * 0.5,
+
+
+@jvp("LinalgCholeskyExBackward0")
+def _(ctx, A_t):
+    # FunctionsManual cholesky_jvp: dL = L phi(L^{-1} dA L^{-H}), phi = tril with a halved diagonal
+    from .matrix import diagonal as diag_
+    from .matrix import diagonal_backward, tril
+    L = _mT(ctx.L) if ctx.upper else ctx.L
+    L_inv = linalg_inv(L)
+    phi = tril(matmul(matmul(L_inv, A_t), _mT(L_inv)))
+    phi = phi - diagonal_backward(diag_(phi, 0, -2, -1) * 0.5, phi.shape, 0, phi.data.ndim - 2, phi.data.ndim - 1)
+    dL = matmul(L, phi)
+    return _mT(dL) if ctx.upper else dL
+
+
+# ----- norms ------------------------------------------------------------------------------------------
+
+
+def _ord_value(ord):
+    if isinstance(ord, str) and ord in ("inf", "-inf"):
+        return math.inf if ord == "inf" else -math.inf
+    return ord
+
+
+@op("linalg.vector_norm", tensors=("x",), grad_fns=("LinalgVectorNormBackward0",), method=False, family="linalg")
+def linalg_vector_norm(x, ord=2, dim=None, keepdim=False):
+    """torch.linalg.vector_norm(x, ord=2, dim=None, keepdim=False) (``ord`` may be "inf"/"-inf" in JSON)."""
+    x = require_tensor(x, "x", "linalg.vector_norm")
+    ord = _ord_value(ord)
+    if isinstance(ord, str) or isinstance(ord, bool) or not isinstance(ord, (int, float)):
+        raise InvalidArgumentError(f"linalg.vector_norm(): argument 'ord' must be Number, not {type(ord).__name__}")
+    return _vector_norm(x, ord, dim, keepdim)
+
+
+def _matrix_norm(A: Tensor, ord, dim, keepdim: bool) -> Tensor:
+    nd = A.data.ndim
+    if nd < 2:
+        raise ShapeError("linalg.matrix_norm: The input tensor A must have at least 2 dimensions.")
+    d0, d1 = (wrap_dim(d, nd) for d in dim)
+    if d0 == d1:
+        raise ShapeError(f"linalg.matrix_norm: dims must be different. Got ({dim[0]}, {dim[1]})")
+    if ord == "fro":
+        return _vector_norm(A, 2, [d0, d1], keepdim)
+    if ord in ("nuc", 2, -2):
+        raise TorchRuntimeError(f"linalg.norm: ord={ord!r} needs the singular values (linalg.svdvals), which "
+                                f"gradserve does not implement yet", code="unsupported")
+    if ord not in (1, -1, math.inf, -math.inf):
+        raise TorchRuntimeError(f"linalg.matrix_norm: Order {ord} not supported.", code="invalid_argument")
+    if abs(ord) == math.inf:
+        d0, d1 = d1, d0
+    if not keepdim and d0 < d1:
+        d1 -= 1
+    inner = _vector_norm(A, 1, [d0], keepdim)
+    return amax(inner, d1, keepdim) if ord > 0 else amin(inner, d1, keepdim)
+
+
+@op("linalg.norm", tensors=("A",), grad_fns=("LinalgVectorNormBackward0", "AmaxBackward0", "AminBackward0"),
+    method=False, family="linalg")
+def linalg_norm(A, ord=None, dim=None, keepdim=False):
+    """torch.linalg.norm(A, ord=None, dim=None, keepdim=False): a vector norm over one dim (or the flattened
+    input when ord and dim are None), a matrix norm ('fro', 1, -1, inf, -inf) over two."""
+    A = require_tensor(A, "A", "linalg.norm")
+    if A.data.dtype.kind != "f":
+        raise TorchRuntimeError(f"linalg.norm: Expected a floating point or complex tensor as input. Got "
+                                f"{D.SCALAR_TYPE_NAMES[A.dtype]}", code="invalid_dtype")
+    ord = _ord_value(ord)
+    if isinstance(dim, int):
+        dim = [dim]
+    if dim is not None:
+        dim = list(dim)
+        if len(dim) not in (1, 2):
+            raise TorchRuntimeError(f"linalg.norm: If dim is specified, it must be of length 1 or 2. Got {dim}",
+                                    code="invalid_argument")
+    elif ord is not None and A.data.ndim not in (1, 2):
+        raise TorchRuntimeError(f"linalg.norm: If dim is not specified but ord is, the input must be 1D or 2D. "
+                                f"Got {A.data.ndim}D.", code="invalid_argument")
+    if ord is None:
+        if dim is not None and len(dim) == 2:
+            return _matrix_norm(A, "fro", dim, keepdim)
+        return _vector_norm(A, 2, dim, keepdim)
+    if (dim is not None and len(dim) == 2) or (dim is None and A.data.ndim == 2):
+        return _matrix_norm(A, ord, dim if dim is not None else [-2, -1], keepdim)
+    if isinstance(ord, str):
+        raise TorchRuntimeError(f"linalg.vector_norm: ord must be a number, got {ord!r}", code="invalid_argument")
+    return _vector_norm(A, ord, dim, keepdim)
+
+
+# ----- cross ------------------------------------------------------------------------------------------
+
+
+def _cross(self: Tensor, other: Tensor, d: int, shape: tuple, dim: int) -> Tensor:
+    a = np.broadcast_to(self.data, shape)
+    b = np.broadcast_to(other.data, shape)
+    out = np.cross(a, b, axis=d)
+    return record("LinalgCrossBackward0", np.ascontiguousarray(out, a.dtype), (self, other),
+                  {"dim": saved_int(dim), "other": other, "self": self})
+
+
+@op("linalg.cross", tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), method=False, family="linalg")
+def linalg_cross(self, other, dim=-1):
+    """torch.linalg.cross(input, other, *, dim=-1): batched 3-vector cross products (batches broadcast)."""
+    self = require_tensor(self, "input", "linalg.cross")
+    other = require_tensor(other, "other", "linalg.cross")
+    if self.data.ndim != other.data.ndim:
+        raise ShapeError("linalg.cross: inputs must have the same number of dimensions.")
+    d = wrap_dim(dim, self.data.ndim)
+    if self.shape[d] != 3 or other.shape[d] != 3:
+        raise ShapeError(f"linalg.cross: inputs dimension {dim} must have length 3. Got {self.shape[d]} and "
+                         f"{other.shape[d]}")
+    if self.dtype != other.dtype:
+        raise TorchRuntimeError(f"expected scalar type {D.SCALAR_TYPE_NAMES[self.dtype]} but found "
+                                f"{D.SCALAR_TYPE_NAMES[other.dtype]}", code="dtype_mismatch")
+    return _cross(self, other, d, broadcast_shapes(self.shape, other.shape), dim)
+
+
+@op("cross", tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), family="linalg")
+def cross(self, other, dim=None):
+    """torch.cross(input, other, dim=None): dim=None picks the first dim of size 3 of the broadcast shape
+    (torch warns that this default is deprecated)."""
+    self = require_tensor(self, "input", "cross")
+    other = require_tensor(other, "other", "cross")
+    if dim is None:
+        if self.data.ndim != other.data.ndim:
+            raise ShapeError("linalg.cross: inputs must have the same number of dimensions.")
+        shape = broadcast_shapes(self.shape, other.shape)
+        from ..grad_mode import emit_warning
+        emit_warning("Using torch.cross without specifying the dim arg is deprecated.\nPlease either pass the dim "
+                     "explicitly or simply use torch.linalg.cross.\nThe default value of dim will change to agree "
+                     "with that of linalg.cross in a future release.")
+        dim = next((k for k, s in enumerate(shape) if s == 3), None)
+        if dim is None:
+            raise ShapeError("no dimension of size 3 in input")
+    return linalg_cross(self, other, dim=dim)
+
+
+@vjp("LinalgCrossBackward0", inputs=("self", "other"), saves=("dim", "other", "self"))
+def _(ctx, grad):
+    n = ctx.needs
+    d = signed_int(ctx.dim)
+    return ((linalg_cross(ctx.other, grad, dim=d) if n[0] else None),
+            (linalg_cross(grad, ctx.self, dim=d) if n[1] else None))
+
+
+@jvp("LinalgCrossBackward0")
+def _(ctx, self_t, other_t):
+    d = signed_int(ctx.dim)
+    a = linalg_cross(self_t, ctx.other, dim=d) if self_t is not None else None
+    b = linalg_cross(ctx.self, other_t, dim=d) if other_t is not None else None
+    return add_t(a, b)

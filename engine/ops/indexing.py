@@ -1,0 +1,397 @@
+"""Scatter/index writes and selections: scatter (tensor and value forms), scatter_add, index_add,
+index_copy, masked_select, topk, kthvalue and roll.
+
+The VJPs are derivatives.yaml's: scatter's ``self`` gets the gradient with the written places zeroed and
+its ``src`` the gathered gradient; topk/kthvalue put the gradient back where the selected values were.
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+
+from .. import dtypes as D
+from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
+from ..registry import jvp, op, record, vjp
+from ..tensor import Tensor
+from .common import broadcast_shapes, is_number, require_tensor, saved_int, signed_int, wrap_dim
+from .reduction import ValuesIndices, _scatter_into_zeros, _value_selecting
+from .shape import _embed, _index_put_zeros, gather, index_select
+
+
+def _dims_list(shape) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def _check_index(name: str, self: Tensor, dim: int, index: Tensor, src: Tensor | None) -> None:
+    if index.data.dtype != np.int64:
+        raise TorchRuntimeError(f"{name}(): Expected dtype int32/int64 for index", code="invalid_dtype")
+    if src is not None and src.dtype != self.dtype:
+        raise TorchRuntimeError(f"{name}(): Expected self.dtype to be equal to src.dtype", code="dtype_mismatch")
+    nd = max(self.data.ndim, 1)
+    if max(index.data.ndim, 1) != nd:
+        raise TorchRuntimeError("Index tensor must have the same number of dimensions as self tensor",
+                                code="shape_mismatch")
+    if src is not None and max(src.data.ndim, 1) != nd:
+        raise TorchRuntimeError("Index tensor must have the same number of dimensions as src tensor",
+                                code="shape_mismatch")
+    ishape = index.data.shape or (1,)
+    sshape = self.data.shape or (1,)
+    for k in range(nd):
+        if (k != dim and ishape[k] > sshape[k]) or (src is not None and ishape[k] > (src.data.shape or (1,))[k]):
+            tail = f" and to be no larger size than src {_dims_list(src.data.shape)}" if src is not None else ""
+            raise TorchRuntimeError(f"Expected index {_dims_list(index.data.shape)} to be no larger than self "
+                                    f"{_dims_list(self.data.shape)} apart from dimension {dim}{tail}",
+                                    code="shape_mismatch")
+    n = sshape[dim]
+    ix = index.data
+    if ix.size and (ix.max() >= n or ix.min() < 0):
+        bad = int(ix[(ix >= n) | (ix < 0)].flat[0])  # the first one in order, as torch's kernel reports it
+        raise TorchRuntimeError(f"index {bad} is out of bounds for dimension {dim} with size {n}",
+                                code="index_out_of_range")
+
+
+def _grids(index: np.ndarray, dim: int) -> tuple:
+    grids = list(np.indices(index.shape, sparse=True))
+    grids[dim] = index
+    return tuple(grids)
+
+
+def _src_block(src: np.ndarray, index: np.ndarray) -> np.ndarray:
+    return src[tuple(slice(0, s) for s in index.shape)]
+
+
+@op("scatter", tensors=("self", "index", "src"), grad_fns=("ScatterBackward0", "ScatterBackward1"))
+def scatter(self, dim, index, src=None, value=None):
+    """torch.scatter(input, dim, index, src) (ScatterBackward0) or (input, dim, index, value) with a number
+    (ScatterBackward1): out[index[i][j]][j] = src[i][j] for dim 0."""
+    self = require_tensor(self, "input", "scatter")
+    index = require_tensor(index, "index", "scatter")
+    if src is not None and not isinstance(src, Tensor):
+        if not is_number(src):
+            raise InvalidArgumentError(f"scatter(): argument 'src' must be Tensor or Number, not {type(src).__name__}")
+        src, value = None, src
+    if src is None and value is None:
+        raise InvalidArgumentError("scatter(): expected a 'src' tensor or a 'value' number")
+    d = wrap_dim(dim, self.data.ndim)
+    _check_index("scatter", self, d, index, src)
+    out = self.data.copy()
+    view = out.reshape(out.shape or (1,))
+    ix = index.data.reshape(index.data.shape or (1,))
+    if src is not None:
+        s = src.data.reshape(src.data.shape or (1,))
+        view[_grids(ix, d)] = _src_block(s, ix)
+        return record("ScatterBackward0", out, (self, src), {"dim": saved_int(dim), "index": index})
+    view[_grids(ix, d)] = out.dtype.type(value)
+    return record("ScatterBackward1", out, (self,), {"dim": saved_int(dim), "index": index})
+
+
+def _gather_src(grad: Tensor, dim: int, index: Tensor, src_shape: tuple) -> Tensor:
+    g = gather(grad, dim, index)
+    if g.shape != tuple(src_shape):  # src larger than index: zeros where nothing was read
+        g = _embed(g, tuple(src_shape), tuple(slice(0, s) for s in index.shape))
+    return g
+
+
+@vjp("ScatterBackward0", inputs=("self", "src"), saves=("dim", "index"))
+def _(ctx, grad):
+    n = ctx.needs
+    src_shape = ctx.node.input_meta[1][0] if n[1] else None
+    return ((scatter(grad, signed_int(ctx.dim), ctx.index, value=0.0) if n[0] else None),
+            (_gather_src(grad, signed_int(ctx.dim), ctx.index, src_shape) if n[1] else None))
+
+
+@jvp("ScatterBackward0")
+def _(ctx, self_t, src_t):
+    base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, ctx.result.data.dtype))
+    src = src_t if src_t is not None else Tensor(np.zeros(ctx.src.shape, ctx.result.data.dtype))
+    return scatter(base, signed_int(ctx.dim), ctx.index, src)
+
+
+@vjp("ScatterBackward1", inputs=("self",), saves=("dim", "index"))
+def _(ctx, grad):
+    return scatter(grad, signed_int(ctx.dim), ctx.index, value=0.0),
+
+
+@jvp("ScatterBackward1")
+def _(ctx, self_t):
+    return scatter(self_t, signed_int(ctx.dim), ctx.index, value=0.0)
+
+
+@op("scatter_add", tensors=("self", "index", "src"), grad_fns=("ScatterAddBackward0",))
+def scatter_add(self, dim, index, src):
+    """torch.scatter_add(input, dim, index, src): out[index[i][j]][j] += src[i][j] for dim 0."""
+    self = require_tensor(self, "input", "scatter_add")
+    index = require_tensor(index, "index", "scatter_add")
+    src = require_tensor(src, "src", "scatter_add")
+    d = wrap_dim(dim, self.data.ndim)
+    _check_index("scatter_add", self, d, index, src)
+    out = self.data.copy()
+    view = out.reshape(out.shape or (1,))
+    ix = index.data.reshape(index.data.shape or (1,))
+    np.add.at(view, _grids(ix, d), _src_block(src.data.reshape(src.data.shape or (1,)), ix))
+    return record("ScatterAddBackward0", out, (self, src), {"dim": saved_int(dim), "index": index})
+
+
+@vjp("ScatterAddBackward0", inputs=("self", "src"), saves=("dim", "index"))
+def _(ctx, grad):
+    n = ctx.needs
+    src_shape = ctx.node.input_meta[1][0] if n[1] else None
+    g_src = _gather_src(grad, signed_int(ctx.dim), ctx.index, src_shape) if n[1] else None
+    return (grad if n[0] else None), g_src
+
+
+@jvp("ScatterAddBackward0")
+def _(ctx, self_t, src_t):
+    if src_t is None:
+        return self_t
+    base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, ctx.result.data.dtype))
+    return scatter_add(base, signed_int(ctx.dim), ctx.index, src_t)
+
+
+def _check_index_source(name: str, self: Tensor, d: int, index: Tensor, source: Tensor) -> np.ndarray:
+    if index.data.dtype.kind not in "iu":
+        raise TorchIndexError(f"{name}(): Expected dtype int32/int64 for index", code="invalid_dtype")
+    if index.data.ndim > 1:
+        raise TorchIndexError(f"{name}(): Index is supposed to be a vector", code="invalid_index")
+    if source.dtype != self.dtype:
+        raise TorchRuntimeError(f"{name}(): self ({D.SCALAR_TYPE_NAMES[self.dtype]}) and source "
+                                f"({D.SCALAR_TYPE_NAMES[source.dtype]}) must have the same scalar type",
+                                code="dtype_mismatch")
+    ix = index.data.reshape(-1)
+    src_n = source.data.shape[d] if source.data.ndim else 1
+    if ix.size != src_n:
+        raise TorchIndexError(f"{name}(): Number of indices ({ix.size}) should be equal to source.size(dim) "
+                              f"({src_n})", code="shape_mismatch")
+    exp = list(self.data.shape)
+    if exp:
+        exp[d] = ix.size
+    if source.data.ndim and list(source.data.shape) != exp:
+        raise TorchRuntimeError(f"{name}(): Source/destination tensor must have same slice shapes. Destination "
+                                f"slice shape: {_dims_list(self.data.shape)} at dimension {d} and source slice "
+                                f"shape: {_dims_list(source.data.shape)} at dimension {d}.", code="shape_mismatch")
+    n = self.data.shape[d] if self.data.ndim else 1
+    if ix.size and (ix.max() >= n or ix.min() < -n):
+        raise TorchIndexError("index out of range in self", code="index_out_of_range")
+    return ix % max(n, 1)
+
+
+def _along(d: int, nd: int, ix: np.ndarray) -> tuple:
+    return (slice(None),) * d + (ix,)
+
+
+@op("index_add", tensors=("self", "index", "source"), grad_fns=("IndexAddBackward0",))
+def index_add(self, dim, index, source, alpha=1):
+    """torch.index_add(input, dim, index, source, alpha=1): out[index[i]] += alpha * source[i] along dim."""
+    self = require_tensor(self, "input", "index_add")
+    index = require_tensor(index, "index", "index_add")
+    source = require_tensor(source, "source", "index_add")
+    d = wrap_dim(dim, self.data.ndim)
+    ix = _check_index_source("index_add", self, d, index, source)
+    out = self.data.copy()
+    src = source.data if alpha == 1 else source.data * out.dtype.type(alpha)
+    if out.ndim:
+        np.add.at(out, _along(d, out.ndim, ix), src)
+    else:
+        out = out + src.reshape(())
+    return record("IndexAddBackward0", np.asarray(out, self.data.dtype), (self, source),
+                  {"alpha": alpha, "dim": saved_int(dim), "index": index, "source": source,
+                   "source_dim": source.data.ndim})
+
+
+@vjp("IndexAddBackward0", inputs=("self", "source"),
+     saves={"alpha": (), "dim": (), "index": (), "source": ("source",), "source_dim": ()})
+def _(ctx, grad):
+    n = ctx.needs
+    g_src = None
+    if n[1]:
+        g_src = index_select(grad, signed_int(ctx.dim), ctx.index) if grad.data.ndim else grad
+        if ctx.alpha != 1:
+            g_src = g_src * ctx.alpha
+    return (grad if n[0] else None), g_src
+
+
+@jvp("IndexAddBackward0")
+def _(ctx, self_t, source_t):
+    if source_t is None:
+        return self_t
+    base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, ctx.result.data.dtype))
+    return index_add(base, signed_int(ctx.dim), ctx.index, source_t, alpha=ctx.alpha)
+
+
+@op("index_copy", tensors=("self", "index", "source"), grad_fns=("IndexCopyBackward0",))
+def index_copy(self, dim, index, source):
+    """torch.index_copy(input, dim, index, source): out[index[i]] = source[i] along dim."""
+    self = require_tensor(self, "input", "index_copy")
+    index = require_tensor(index, "index", "index_copy")
+    source = require_tensor(source, "source", "index_copy")
+    d = wrap_dim(dim, self.data.ndim)
+    ix = _check_index_source("index_copy", self, d, index, source)
+    out = self.data.copy()
+    if out.ndim:
+        out[_along(d, out.ndim, ix)] = source.data
+    else:
+        out = source.data.reshape(()).copy()
+    return record("IndexCopyBackward0", np.asarray(out, self.data.dtype), (self, source),
+                  {"dim": saved_int(dim), "index": index, "source": source, "source_dim": source.data.ndim})
+
+
+@vjp("IndexCopyBackward0", inputs=("self", "source"),
+     saves={"dim": (), "index": (), "source": ("source",), "source_dim": ()})
+def _(ctx, grad):
+    n = ctx.needs
+    g_self = g_src = None
+    if n[0]:  # grad.index_fill(dim, index, 0)
+        keep = np.ones(grad.data.shape, grad.data.dtype)
+        if keep.ndim:
+            keep[_along(wrap_dim(signed_int(ctx.dim), keep.ndim), keep.ndim, ctx.index.data.reshape(-1))] = 0
+        else:
+            keep[...] = 0
+        g_self = grad * Tensor(keep)
+    if n[1]:
+        g_src = index_select(grad, signed_int(ctx.dim), ctx.index) if grad.data.ndim else grad
+    return g_self, g_src
+
+
+@jvp("IndexCopyBackward0")
+def _(ctx, self_t, source_t):
+    dt = ctx.result.data.dtype
+    base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, dt))
+    src = source_t if source_t is not None else Tensor(np.zeros(ctx.source.shape, dt))
+    return index_copy(base, signed_int(ctx.dim), ctx.index, src)
+
+
+@op("masked_select", tensors=("self", "mask"), grad_fns=("MaskedSelectBackward0",))
+def masked_select(self, mask):
+    """torch.masked_select(input, mask): the elements where the (broadcast) mask is true, as a 1-D tensor."""
+    self = require_tensor(self, "input", "masked_select")
+    mask = require_tensor(mask, "mask", "masked_select")
+    if mask.data.dtype != np.bool_:
+        raise TorchRuntimeError("masked_select: expected BoolTensor for mask", code="invalid_dtype")
+    shape = broadcast_shapes(self.shape, mask.shape)
+    out = np.broadcast_to(self.data, shape)[np.broadcast_to(mask.data, shape)]
+    return record("MaskedSelectBackward0", np.ascontiguousarray(out), (self,), {"mask": mask, "self": self})
+
+
+@vjp("MaskedSelectBackward0", inputs=("self",), saves=("mask", "self"))
+def _(ctx, grad):
+    shape = broadcast_shapes(ctx.self.shape, ctx.mask.shape)
+    where_true = np.nonzero(np.broadcast_to(ctx.mask.data, shape))
+    return _index_put_zeros(grad, shape, [Tensor(np.asarray(w, np.int64)) for w in where_true]),
+
+
+@jvp("MaskedSelectBackward0")
+def _(ctx, self_t):
+    return masked_select(self_t, ctx.mask)
+
+
+@op("topk", tensors=("self",), grad_fns=("TopkBackward0",))
+def topk(self, k, dim=-1, largest=True, sorted=True):
+    """torch.topk(input, k, dim=-1, largest=True, sorted=True) -> (values, indices)."""
+    self = require_tensor(self, "input", "topk")
+    nd = self.data.ndim
+    d = wrap_dim(dim, nd)
+    n = self.data.shape[d] if nd else 1
+    if k < 0 or k > n:
+        raise TorchRuntimeError("selected index k out of range", code="index_out_of_range")
+    x = self.data if nd else self.data.reshape(1)
+    key = -x if largest else x
+    idx = np.argsort(key, axis=d if nd else 0, kind="stable")
+    idx = np.take(idx, np.arange(k), axis=d if nd else 0).astype(np.int64)
+    vals = np.take_along_axis(x, idx, axis=d if nd else 0)
+    if not nd:
+        idx, vals = idx.reshape(()), vals.reshape(())
+    indices = Tensor(idx)
+    values = record("TopkBackward0", np.array(vals, copy=True), (self,),
+                    {"dim": saved_int(dim), "indices": indices, "self_sym_sizes": self.data.shape})
+    return ValuesIndices(values, indices)
+
+
+@vjp("TopkBackward0", inputs=("self",), saves=("dim", "indices", "self_sym_sizes"))
+def _(ctx, grad):
+    shp = ctx.self_sym_sizes
+    if not shp:
+        return grad,
+    return _scatter_into_zeros(grad, shp, wrap_dim(signed_int(ctx.dim), len(shp)), ctx.indices.data),
+
+
+@jvp("TopkBackward0")
+def _(ctx, self_t):
+    if self_t.data.ndim == 0:
+        return self_t
+    return gather(self_t, signed_int(ctx.dim), ctx.indices)
+
+
+@op("kthvalue", tensors=("self",), grad_fns=("KthvalueBackward0",))
+def kthvalue(self, k, dim=-1, keepdim=False):
+    """torch.kthvalue(input, k, dim=-1, keepdim=False) -> (values, indices): the k-th smallest (1-based)."""
+    self = require_tensor(self, "input", "kthvalue")
+    nd = self.data.ndim
+    d = wrap_dim(dim, nd)
+    n = self.data.shape[d] if nd else 1
+    if k < 1 or k > n:
+        raise TorchIndexError(f"kthvalue(): selected number k out of range for dimension {d}",
+                              code="index_out_of_range")
+    x = self.data if nd else self.data.reshape(1)
+    ax = d if nd else 0
+    idx = np.take(np.argsort(x, axis=ax, kind="stable"), [k - 1], axis=ax).astype(np.int64)
+    vals = np.take_along_axis(x, idx, axis=ax)
+    if not keepdim or not nd:
+        idx, vals = np.squeeze(idx, ax), np.squeeze(vals, ax)
+        if not nd:
+            idx, vals = idx.reshape(()), vals.reshape(())
+    indices = Tensor(np.array(idx, copy=True))
+    values = record("KthvalueBackward0", np.array(vals, copy=True), (self,),
+                    {"dim": saved_int(dim), "indices": indices, "keepdim": keepdim, "self_sym_sizes": self.data.shape})
+    return ValuesIndices(values, indices)
+
+
+@vjp("KthvalueBackward0", inputs=("self",), saves=("dim", "indices", "keepdim", "self_sym_sizes"))
+def _(ctx, grad):
+    shp = ctx.self_sym_sizes
+    wrapped = types.SimpleNamespace(dim=wrap_dim(signed_int(ctx.dim), len(shp)), indices=ctx.indices,
+                                    keepdim=ctx.keepdim, self_sym_sizes=shp)
+    return _value_selecting(wrapped, grad)
+
+
+@jvp("KthvalueBackward0")
+def _(ctx, self_t):
+    from .shape import squeeze, unsqueeze
+    if self_t.data.ndim == 0:
+        return self_t
+    d = signed_int(ctx.dim)
+    idx = ctx.indices if ctx.keepdim else unsqueeze(ctx.indices, d)
+    out = gather(self_t, d, idx)
+    return out if ctx.keepdim else squeeze(out, d)
+
+
+@op("roll", tensors=("self",), grad_fns=("RollBackward0",))
+def roll(self, shifts, dims=None):
+    """torch.roll(input, shifts, dims=None): without dims the flattened input is rolled."""
+    self = require_tensor(self, "input", "roll")
+    sh = [shifts] if isinstance(shifts, (int, np.integer)) else list(shifts)
+    if dims is None:
+        if len(sh) != 1:
+            raise TorchRuntimeError(f"shifts and dimensions must align. shifts: {len(sh)}, dims:0",
+                                    code="invalid_argument")
+        out = np.roll(self.data.reshape(-1), sh[0]).reshape(self.data.shape)
+        return record("RollBackward0", out, (self,), {"dims": [], "shifts": saved_int(sh)})
+    dl = [dims] if isinstance(dims, (int, np.integer)) else list(dims)
+    if len(sh) != len(dl):
+        raise TorchRuntimeError(f"shifts and dimensions must align. shifts: {len(sh)}, dims:{len(dl)}",
+                                code="invalid_argument")
+    w = [wrap_dim(x, self.data.ndim) for x in dl]
+    out = np.roll(self.data, sh, axis=w) if self.data.ndim else self.data.copy()
+    return record("RollBackward0", out, (self,), {"dims": saved_int(dl), "shifts": saved_int(sh)})
+
+
+@vjp("RollBackward0", inputs=("self",), saves=("dims", "shifts"))
+def _(ctx, grad):
+    neg = [-s for s in signed_int(ctx.shifts)]
+    return roll(grad, neg, signed_int(ctx.dims) if ctx.dims else None),
+
+
+@jvp("RollBackward0")
+def _(ctx, self_t):
+    return roll(self_t, signed_int(ctx.shifts), signed_int(ctx.dims) if ctx.dims else None)

@@ -1,0 +1,301 @@
+"""Special functions: lgamma, digamma, polygamma, mvlgamma (``torch.special.multigammaln``), xlogy and
+logaddexp.
+
+numpy has no gamma-family kernels and SciPy is not a dependency, so the forwards are computed here in
+float64 and cast to the input's dtype: lgamma by Lanczos' approximation, digamma and polygamma by the
+recurrence up to x >= 10 and then the asymptotic series, reflection for negative x. The VJPs follow
+derivatives.yaml: lgamma' = digamma, digamma' = polygamma(1, .), polygamma(n, .)' = polygamma(n + 1, .),
+so every order of derivative stays within these ops.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes as D
+from ..errors import InvalidArgumentError, TorchRuntimeError
+from ..registry import jvp, op, record, vjp
+from ..tensor import Tensor
+from .common import NP, binary_operands, float_data, is_number, require_tensor
+from .elementwise import add_t, eq, exp, le, logical_and, masked_fill, mul_t
+
+# Bernoulli numbers B_2k / (2k) for the digamma asymptotic series, and B_2k / (2k)! for Euler-Maclaurin
+_B2K = (1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66, -691.0 / 2730, 7.0 / 6, -3617.0 / 510)
+_SHIFT = 10.0
+
+
+# Lanczos (g = 7, n = 9): lgamma to ~1e-14 for x >= 1/2; reflection below
+_LANCZOS = (0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313, -176.61502916214059,
+            12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6, 1.5056327351493116e-7)
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def _lgamma_np(x: np.ndarray) -> np.ndarray:
+    """log|Gamma(x)| (inf at the poles 0, -1, -2 ...) in float64, cast back to x's dtype."""
+    x64 = x.astype(np.float64, copy=False)
+    pole = (x64 <= 0) & (x64 == np.floor(x64))
+    refl = x64 < 0.5
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        z = np.where(refl, 1.0 - x64, x64) - 1.0
+        a = np.full_like(z, _LANCZOS[0])
+        for i, c in enumerate(_LANCZOS[1:], start=1):
+            a += c / (z + i)
+        t = z + 7.5
+        lg = _HALF_LOG_2PI + (z + 0.5) * np.log(t) - t + np.log(a)
+        r = x64 - np.round(x64)  # exact: sin(pi r) keeps its precision next to the poles
+        out = np.where(refl, math.log(math.pi) - np.log(np.abs(np.sin(np.pi * r))) - lg, lg)
+    out = np.where(pole | np.isinf(x64), np.inf, out)
+    return out.astype(x.dtype, copy=False)
+
+
+def _digamma64(x: np.ndarray) -> np.ndarray:
+    x = np.array(x, dtype=np.float64, copy=True)
+    out = np.zeros_like(x)
+    neg = x < 0
+    pole = (x <= 0) & (x == np.floor(x))
+    if neg.any():  # reflection: psi(x) = psi(1 - x) - pi / tan(pi x)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.where(neg, -np.pi / np.tan(np.pi * x), 0.0)
+        x = np.where(neg, 1.0 - x, x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        while True:
+            small = (x < _SHIFT) & np.isfinite(x) & (x > 0)
+            if not small.any():
+                break
+            out = out - np.where(small, 1.0 / np.where(small, x, 1.0), 0.0)
+            x = np.where(small, x + 1.0, x)
+        inv2 = 1.0 / (x * x)
+        series = np.zeros_like(x)
+        p = inv2.copy()
+        for k, b in enumerate(_B2K[:6], start=1):
+            series = series + b / (2 * k) * p
+            p = p * inv2
+        out = out + np.log(x) - 0.5 / x - series
+    out = np.where(pole & (x == 0), -np.inf, out)  # digamma(0) = -inf (torch >= 1.8)
+    return np.where(pole & ~(x == 0), np.nan, out)
+
+
+def _polygamma64(n: int, x: np.ndarray) -> np.ndarray:
+    """psi^(n)(x) = (-1)^(n+1) n! sum_k (x + k)^-(n+1) for n >= 1: direct terms until x + k >= 10, then
+    Euler-Maclaurin for the tail."""
+    x = np.array(x, dtype=np.float64, copy=True)
+    s = n + 1
+    acc = np.zeros_like(x)
+    pole = (x <= 0) & (x == np.floor(x))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        while True:
+            small = (x < _SHIFT) & np.isfinite(x) & ~pole
+            if not small.any():
+                break
+            acc = acc + np.where(small, np.where(small, x, 1.0) ** -s, 0.0)
+            x = np.where(small, x + 1.0, x)
+        tail = x ** (1 - s) / (s - 1) + 0.5 * x ** -s
+        fact, rise = 1.0, float(s)  # (2k)! and s (s+1) ... (s+2k-2)
+        for k in range(1, 8):
+            fact *= (2 * k - 1) * (2 * k)
+            b = _B2K[k - 1]
+            tail = tail + b / fact * rise * x ** (-s - 2 * k + 1)
+            rise *= (s + 2 * k - 1) * (s + 2 * k)
+        total = acc + tail
+    sign = 1.0 if n % 2 == 1 else -1.0
+    out = sign * math.factorial(n) * total
+    return np.where(pole, np.nan if n % 2 == 0 else np.inf, out)
+
+
+def _float_unary(self, name: str):
+    self = require_tensor(self, "input", name)
+    return self, float_data(self)
+
+
+# ----- lgamma, digamma, polygamma ---------------------------------------------------------------------
+
+
+@op("lgamma", tensors=("self",), grad_fns=("LgammaBackward0",), aliases=("special.gammaln",))
+def lgamma(self):
+    """torch.lgamma(input): log|Gamma(input)| (inf at the poles); saves its input."""
+    self, x = _float_unary(self, "lgamma")
+    return record("LgammaBackward0", _lgamma_np(x), (self,), {"self": self})
+
+
+@vjp("LgammaBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    return grad * digamma(ctx.self),
+
+
+@jvp("LgammaBackward0")
+def _(ctx, self_t):
+    return self_t * digamma(ctx.self)
+
+
+@op("digamma", tensors=("self",), grad_fns=("DigammaBackward0",), aliases=("special.digamma", "special.psi"))
+def digamma(self):
+    """torch.digamma(input): -inf at 0, nan at negative integers; saves its input."""
+    self, x = _float_unary(self, "digamma")
+    return record("DigammaBackward0", _digamma64(x).astype(x.dtype), (self,), {"self": self})
+
+
+@vjp("DigammaBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    return grad * polygamma(1, ctx.self),
+
+
+@jvp("DigammaBackward0")
+def _(ctx, self_t):
+    return self_t * polygamma(1, ctx.self)
+
+
+@op("polygamma", tensors=("self",), grad_fns=("PolygammaBackward0", "DigammaBackward0"), method=False,
+    aliases=("special.polygamma",))
+def polygamma(n, self):
+    """torch.polygamma(n, input): the n-th derivative of digamma; n == 0 is digamma."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise InvalidArgumentError(f"polygamma(): argument 'n' (position 1) must be int, not {type(n).__name__}")
+    if n < 0:
+        raise TorchRuntimeError("polygamma(n, x) does not support negative n.", code="invalid_argument")
+    if n == 0:
+        return digamma(self)
+    self, x = _float_unary(self, "polygamma")
+    return record("PolygammaBackward0", _polygamma64(int(n), x).astype(x.dtype), (self,),
+                  {"n": int(n), "self": self})
+
+
+@vjp("PolygammaBackward0", inputs=("self",), saves=("n", "self"))
+def _(ctx, grad):
+    return grad * polygamma(ctx.n + 1, ctx.self),
+
+
+@jvp("PolygammaBackward0")
+def _(ctx, self_t):
+    return self_t * polygamma(ctx.n + 1, ctx.self)
+
+
+@op("special.multigammaln", tensors=("self",), grad_fns=("MvlgammaBackward0",), method=False)
+def multigammaln(self, p):
+    """torch.special.multigammaln(input, p) (= torch.mvlgamma): sum_i lgamma(input - i/2) + p(p-1)/4 log(pi)."""
+    self = require_tensor(self, "input", "multigammaln")
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
+        raise InvalidArgumentError(f"multigammaln(): argument 'p' (position 2) must be int, not {type(p).__name__}")
+    if p < 1:
+        raise TorchRuntimeError("p has to be greater than or equal to 1", code="invalid_argument")
+    x = float_data(self)
+    if not np.all(x > (p - 1) / 2):
+        raise TorchRuntimeError("All elements must be greater than (p-1)/2", code="invalid_argument")
+    args = np.arange(-p * 0.5 + 0.5, 0.5, 0.5).astype(x.dtype) + x[..., None]
+    out = _lgamma_np(args).sum(-1) + x.dtype.type(p * (p - 1) * math.log(math.pi) / 4)
+    return record("MvlgammaBackward0", np.asarray(out, x.dtype), (self,), {"p": int(p), "self": self})
+
+
+@op("mvlgamma", tensors=("self",), grad_fns=("MvlgammaBackward0",))
+def mvlgamma(self, p):
+    """torch.mvlgamma(input, p) / Tensor.mvlgamma(p): torch.special.multigammaln."""
+    return multigammaln(self, p)
+
+
+@vjp("MvlgammaBackward0", inputs=("self",), saves=("p", "self"))
+def _(ctx, grad):
+    from .reduction import sum as sum_
+    from .shape import unsqueeze
+    p, x = ctx.p, ctx.self
+    offsets = Tensor(np.arange(-p * 0.5 + 0.5, 0.5, 0.5).astype(x.data.dtype))
+    return grad * sum_(digamma(unsqueeze(x, -1) + offsets), -1),
+
+
+@jvp("MvlgammaBackward0")
+def _(ctx, self_t):
+    from .reduction import sum as sum_
+    from .shape import unsqueeze
+    p, x = ctx.p, ctx.self
+    offsets = Tensor(np.arange(-p * 0.5 + 0.5, 0.5, 0.5).astype(x.data.dtype))
+    return self_t * sum_(digamma(unsqueeze(x, -1) + offsets), -1)
+
+
+# ----- xlogy, logaddexp -------------------------------------------------------------------------------
+
+
+@op("xlogy", tensors=("self", "other"), grad_fns=("XlogyBackward0", "XlogyBackward1", "XlogyBackward2"),
+    aliases=("special.xlogy",))
+def xlogy(self, other):
+    """torch.xlogy(input, other) = input * log(other), 0 where input == 0 (unless other is nan); either side
+    may be a number (XlogyBackward1: number input, XlogyBackward2: number other)."""
+    if not isinstance(self, Tensor) and not isinstance(other, Tensor):
+        raise InvalidArgumentError("xlogy(): expected at least one Tensor argument")
+    for name, v in (("self", self), ("other", other)):
+        if not isinstance(v, Tensor) and not is_number(v):
+            raise InvalidArgumentError(f"xlogy(): argument '{name}' must be Tensor or Number, not {type(v).__name__}")
+    dtype = D.result_type(self, other)
+    if not D.is_floating(dtype):
+        dtype = D.DEFAULT_FLOAT
+    dtype, a, b = binary_operands(self, other, dtype)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where((a == 0) & ~np.isnan(b), NP[dtype].type(0), a * np.log(b))
+    out = np.asarray(out, NP[dtype])
+    if isinstance(self, Tensor) and isinstance(other, Tensor):
+        return record("XlogyBackward0", out, (self, other), {"other": other, "self": self})
+    if isinstance(other, Tensor):
+        return record("XlogyBackward1", out, (other,), {"other": other, "self": self})
+    return record("XlogyBackward2", out, (self,), {"other": other, "self": self})
+
+
+@vjp("XlogyBackward0", inputs=("self", "other"), saves=("other", "self"))
+def _(ctx, grad):
+    n = ctx.needs
+    s, o = ctx.self, ctx.other
+    g_self = masked_fill(xlogy(grad, o), logical_and(eq(s, 0.0), le(o, 0.0)), 0.0) if n[0] else None
+    return g_self, (grad * s / o if n[1] else None)
+
+
+@jvp("XlogyBackward0")
+def _(ctx, self_t, other_t):
+    s, o = ctx.self, ctx.other
+    t_self = masked_fill(xlogy(self_t, o), logical_and(eq(s, 0.0), le(o, 0.0)), 0.0) if self_t is not None else None
+    return add_t(t_self, mul_t(other_t, s / o))
+
+
+@vjp("XlogyBackward1", inputs=("other",), saves=("other", "self"))
+def _(ctx, grad):
+    return grad * ctx.self / ctx.other,
+
+
+@jvp("XlogyBackward1")
+def _(ctx, other_t):
+    return other_t * ctx.self / ctx.other
+
+
+@vjp("XlogyBackward2", inputs=("self",), saves=("other", "self"))
+def _(ctx, grad):
+    g = xlogy(grad, ctx.other)
+    return (g if ctx.other > 0 else masked_fill(g, eq(ctx.self, 0.0), 0.0)),
+
+
+@jvp("XlogyBackward2")
+def _(ctx, self_t):
+    t = xlogy(self_t, ctx.other)
+    return t if ctx.other > 0 else masked_fill(t, eq(ctx.self, 0.0), 0.0)
+
+
+@op("logaddexp", tensors=("self", "other"), grad_fns=("LogaddexpBackward0",))
+def logaddexp(self, other):
+    """torch.logaddexp(input, other) = log(exp(input) + exp(other)), computed stably; saves both."""
+    self = require_tensor(self, "input", "logaddexp")
+    other = require_tensor(other, "other", "logaddexp")
+    dtype, a, b = binary_operands(self, other)
+    if not D.is_floating(dtype):
+        raise TorchRuntimeError(f"\"logaddexp_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[dtype]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
+    return record("LogaddexpBackward0", np.asarray(np.logaddexp(a, b)), (self, other), {"other": other, "self": self})
+
+
+@vjp("LogaddexpBackward0", inputs=("self", "other"), saves=("other", "self"))
+def _(ctx, grad):
+    n = ctx.needs
+    s, o = ctx.self, ctx.other
+    return (grad / (exp(o - s) + 1) if n[0] else None), (grad / (exp(s - o) + 1) if n[1] else None)
+
+
+@jvp("LogaddexpBackward0")
+def _(ctx, self_t, other_t):
+    s, o = ctx.self, ctx.other
+    return add_t(None if self_t is None else self_t / (exp(o - s) + 1),
+                 None if other_t is None else other_t / (exp(s - o) + 1))
