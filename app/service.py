@@ -414,7 +414,7 @@ class SessionService:
             return engine.to_mermaid(graph)
         timeout = self.settings.graph_render_timeout_seconds
         if control is not None and control.deadline is not None:
-            timeout = max(0.1, min(timeout, control.deadline - time.monotonic()))
+            timeout = min(timeout, max(0.001, control.deadline - time.monotonic()))
         return render_svg(graph, engine.to_dot(graph), shutil.which("dot"), timeout=timeout)
 
     def op_catalog(self) -> bytes:

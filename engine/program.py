@@ -556,6 +556,7 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
                     result.records[n].append(_snapshot(t))
                 if repeat > 1 and _ < repeat - 1:
                     result.autograd.clear()
+            index, op_name = None, None
             if check is not None:
                 check()
             for n in returns:
