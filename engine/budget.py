@@ -95,7 +95,9 @@ class Budget:
         self.max_response = limits.max_response_bytes
         self.held = held        # bytes not followed: what the session held, then what a measurement found
         self.live = 0           # followed arrays, alive now
-        self.small = 0          # arrays under TRACK_MIN_BYTES since the last measurement
+        # max_bytes - held - live - (arrays under TRACK_MIN_BYTES since the last measurement): one number to
+        # update and test per array
+        self.room = self.max_bytes - held
         self.response = 0       # the response's bytes so far (records)
         self.measurements = 0
         self.control = control
@@ -115,14 +117,15 @@ class Budget:
 
     # ----- bytes ------------------------------------------------------------------------------------
     def total(self) -> int:
-        return self.held + self.live + self.small
+        return self.max_bytes - self.room
 
     def track(self, a: np.ndarray) -> None:
         """A new array of the run (after numpy made it)."""
         n = a.nbytes
         if n < TRACK_MIN_BYTES:
-            self.small += n
-            if self.held + self.live + self.small > self.max_bytes:
+            room = self.room - n
+            self.room = room
+            if room < 0:
                 self._settle(0, None)
             return
         base = a.base
@@ -134,7 +137,8 @@ class Budget:
         nb = base.nbytes
         self._refs[key] = weakref.KeyedRef(base, self._released, (key, nb))
         self.live += nb
-        if self.held + self.live + self.small > self.max_bytes:
+        self.room -= nb
+        if self.room < 0:
             self._settle(0, None)
 
     def _released(self, ref) -> None:
@@ -142,10 +146,11 @@ class Budget:
         if self._refs.get(key) is ref:
             del self._refs[key]
             self.live -= nb
+            self.room += nb
 
     def reserve(self, nbytes: int, what: str | None = None) -> None:
         """Before numpy allocates ``nbytes``: refuse if they cannot fit."""
-        if self.held + self.live + self.small + nbytes > self.max_bytes:
+        if nbytes > self.room:
             self._settle(nbytes, what)
 
     def _settle(self, incoming: int, what: str | None) -> None:
@@ -156,8 +161,8 @@ class Budget:
                 reach = self.measure()
                 refs = self._refs
                 self.held = sum(nb for key, nb in reach.items() if key not in refs)
-                self.small = 0
-            total = self.held + self.live + self.small + incoming
+                self.room = self.max_bytes - self.held - self.live  # small arrays: measured, or gone
+            total = self.max_bytes - self.room + incoming
             if total <= self.max_bytes:
                 return
             if attempt == 0:

@@ -570,8 +570,9 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
                 if nbytes > limits.max_bytes:
                     raise LimitExceededError(f"the session would hold {nbytes} bytes of tensors; the limit is "
                                              f"{limits.max_bytes}{limits.setting('max_bytes')}")
-                _count_response(budget, result, ns, changed if respond == "changed" else
-                                list(ns) if respond == "all" else respond)
+                if limits.max_response_bytes is not None:
+                    _count_response(budget, result, ns, changed if respond == "changed" else
+                                    list(ns) if respond == "all" else respond)
     except Exception as exc:  # noqa: BLE001 - every failure is typed and rolled back
         journal.rollback()
         err = _translate(exc)
