@@ -89,9 +89,8 @@ class Settings(BaseSettings):
     lock_ttl_seconds: float = Field(10.0, gt=0, description="Redis store: how long a request's lock on a "
                                     "session lives without renewal; renewed every third of it while held, so "
                                     "it only matters when a process dies holding it.")
-    lock_wait_seconds: float = Field(5.0, ge=0, description="Redis store: how long a request waits for a "
-                                     "session another request holds (409 session_busy with Retry-After "
-                                     "after).")
+    lock_wait_seconds: float = Field(5.0, ge=0, description="How long a request waits for a session another "
+                                     "request holds (409 session_busy with Retry-After after).")
     redis_key_prefix: str = Field("gradserve:", description="Redis store: prefix of every key, so that "
                                   "several deployments can share one Redis database.")
     redis_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, description="Redis store: per-process cache of "

@@ -112,8 +112,10 @@ def test_abandoned_heavy_request_stops_and_frees_the_session(uvicorns, store_env
 def test_light_requests_answer_while_heavy_ones_run_and_a_full_queue_is_503(uvicorns):
     """One heavy slot, one queue place: both taken, /healthz, /readyz, a tensor read and a small op list
     still answer quickly; /readyz says saturated; one more heavy request is 503 server_busy with
-    Retry-After at once. Hanging up frees the slots."""
-    server = uvicorns({**SERVER_ENV, "GRADSERVE_MAX_HEAVY_REQUESTS": "1", "GRADSERVE_MAX_HEAVY_QUEUE": "1"})
+    Retry-After at once; a read of the busy session is 409 after the lock wait. Hanging up frees the
+    slots."""
+    server = uvicorns({**SERVER_ENV, "GRADSERVE_MAX_HEAVY_REQUESTS": "1", "GRADSERVE_MAX_HEAVY_QUEUE": "1",
+                       "GRADSERVE_LOCK_WAIT_SECONDS": "0.5"})
     with httpx.Client(base_url=server.url, timeout=30) as c:
         sid = c.post("/v1/sessions").json()["id"]
         x = {"op": "tensor", "args": [[1.0, 2.0]], "out": "x", "kwargs": {"requires_grad": True}}
@@ -148,6 +150,11 @@ def test_light_requests_answer_while_heavy_ones_run_and_a_full_queue_is_503(uvic
             assert busy.status_code == 503 and busy.json()["code"] == "server_busy", busy.text
             assert int(busy.headers["Retry-After"]) >= 1
             assert "GRADSERVE_MAX_HEAVY_QUEUE" in busy.json()["detail"]
+            # a read of the session the running request holds waits GRADSERVE_LOCK_WAIT_SECONDS, not its deadline
+            t0 = time.monotonic()
+            held = c.get(f"/v1/sessions/{heavy[0]}/tensors/a")
+            assert held.status_code == 409 and held.json()["code"] == "session_busy", held.text
+            assert time.monotonic() - t0 < 2.0
         finally:
             running.close()
             queued.close()
