@@ -37,6 +37,9 @@ from .errors import CancelledError, DeadlineExceededError, LimitExceededError
 #: Arrays at least this large are followed to their release; smaller ones are only summed
 TRACK_MIN_BYTES = 4096
 
+#: Arrays of at most this many elements are counted in the response at 25 bytes each plus 64
+SMALL_RESPONSE_ELEMENTS = 256
+
 _budget: contextvars.ContextVar[Budget | None] = contextvars.ContextVar("gradserve_budget", default=None)
 
 
@@ -181,7 +184,11 @@ class Budget:
         """Count an array the response will carry (before it is copied or encoded)."""
         if arr is None or self.max_response is None:
             return
-        size = self.response_size(arr) if self.response_size is not None else arr.nbytes
+        n = arr.size
+        if n <= SMALL_RESPONSE_ELEMENTS:
+            size = 25 * n + 64  # enough for any encoding of a small array, without asking
+        else:
+            size = self.response_size(arr) if self.response_size is not None else arr.nbytes
         self.response += size
         if self.response > self.max_response:
             raise LimitExceededError(f"{what} would carry about {self.response} bytes of tensor data; the limit "
