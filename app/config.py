@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 from pydantic import Field, SecretStr
@@ -22,8 +23,33 @@ class Settings(BaseSettings):
     max_op_executions: int = Field(100_000, ge=1, description="Most op executions one request may ask for "
                                    "(ops x repeat), checked before anything runs.")
     max_nodes_per_session: int = Field(100_000, ge=1, description="Most autograd nodes alive in one session.")
-    max_bytes_per_session: int = Field(256 * 1024 * 1024, ge=1, description="Most tensor bytes held by one "
-                                       "session.")
+    max_bytes_per_session: int = Field(256 * 1024 * 1024, ge=1, description="Most bytes of arrays one "
+                                       "session holds at any point of a request (its tensors, graphs and "
+                                       "gradients, and the request's intermediates, saved tensors and undo "
+                                       "copies), counted as they are allocated: 422 `limit_exceeded` before "
+                                       "the allocation that would pass it where its size is known, nothing "
+                                       "applied. `/eval` runs in a session of its own.")
+    max_response_bytes: int = Field(128 * 1024 * 1024, ge=1, description="Most bytes of tensor data one "
+                                    "response may carry (records x repeat, changed and returned tensors, "
+                                    "autograd reports, tensor reads), estimated before it is built from element "
+                                    "counts and the encoding (an upper bound: JSON 6-25 bytes per element, "
+                                    "base64 4/3 of the raw bytes); 422 above, nothing applied.")
+    request_deadline_seconds: float = Field(30.0, gt=0, description="Compute deadline of one request, checked "
+                                            "between ops, in `repeat` and between the nodes of a backward pass "
+                                            "(504 `deadline_exceeded` after it, nothing applied).")
+    max_heavy_requests: int = Field(default_factory=lambda: max(2, os.cpu_count() or 2), ge=1,
+                                    description="Requests computing in the thread pool at once (op lists not "
+                                    "run on the event loop, the autograd endpoints, SVG graphs); default: "
+                                    "the number of CPUs, at least 2. Light requests (health, reads, small op "
+                                    "lists) do not wait for them.")
+    max_heavy_queue: int = Field(16, ge=0, description="Heavy requests waiting for a slot; beyond it 503 "
+                                 "`server_busy` with Retry-After, and `/readyz` answers 503.")
+    heavy_queue_wait_seconds: float = Field(10.0, gt=0, description="Longest wait for a heavy slot (503 "
+                                            "`server_busy` after it).")
+    max_graph_render_nodes: int = Field(1000, ge=1, description="Most graph nodes drawn as SVG, DOT or Mermaid "
+                                        "(422 `limit_exceeded` above; `format=json` has no such limit).")
+    graph_render_timeout_seconds: float = Field(5.0, gt=0, description="Longest Graphviz `dot` run for an SVG; "
+                                                "after it (or if dot fails) the built-in layout is drawn.")
     max_sessions: int = Field(1000, ge=1, description="Most live sessions (429 above).")
     session_ttl_seconds: float = Field(3600.0, gt=0, description="Idle time after which a session expires "
                                        "(sliding: every access renews it).")
@@ -63,9 +89,8 @@ class Settings(BaseSettings):
     lock_ttl_seconds: float = Field(10.0, gt=0, description="Redis store: how long a request's lock on a "
                                     "session lives without renewal; renewed every third of it while held, so "
                                     "it only matters when a process dies holding it.")
-    lock_wait_seconds: float = Field(5.0, ge=0, description="Redis store: how long a request waits for a "
-                                     "session another request holds (409 session_busy with Retry-After "
-                                     "after).")
+    lock_wait_seconds: float = Field(5.0, ge=0, description="How long a request waits for a session another "
+                                     "request holds (409 session_busy with Retry-After after).")
     redis_key_prefix: str = Field("gradserve:", description="Redis store: prefix of every key, so that "
                                   "several deployments can share one Redis database.")
     redis_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, description="Redis store: per-process cache of "

@@ -9,7 +9,10 @@ as written (bad argument, shape, dtype, unknown op, limits) -> 422; a request th
 with the session's current state (graph already freed, tensor modified in place since it was saved, in-place
 on a leaf that requires grad) -> 409, and so is a session another request holds too long (``session_busy``);
 too many sessions, a key's session quota or rate -> 429; missing or invalid API key -> 401; body too large
--> 413; session store unreachable -> 503. Every problem carries the request's id (``request_id``, also in the
+-> 413; session store unreachable, or every heavy slot taken and the queue full -> 503 (with Retry-After);
+a request past its compute deadline (``GRADSERVE_REQUEST_DEADLINE_SECONDS``) -> 504 ``deadline_exceeded``;
+a request whose client went away -> 499 ``cancelled`` (nobody reads it; it is for logs and metrics). Every
+problem carries the request's id (``request_id``, also in the
 ``X-Request-ID`` header).
 """
 
@@ -43,6 +46,8 @@ ENGINE_STATUS = {
     "graph_freed": 409,
     "version_mismatch": 409,
     "leaf_inplace": 409,
+    "deadline_exceeded": 504,
+    "cancelled": 499,
 }
 
 TITLES = {
@@ -54,6 +59,9 @@ TITLES = {
     "shape_mismatch": "Shape mismatch",
     "invalid_argument": "Invalid argument",
     "limit_exceeded": "Limit exceeded",
+    "deadline_exceeded": "Deadline exceeded",
+    "cancelled": "Request cancelled",
+    "server_busy": "Server busy",
     "session_not_found": "Session not found",
     "grad_not_set": "Gradient not set",
     "invalid_name": "Invalid tensor name",
@@ -150,6 +158,14 @@ class SessionBusy(AppError):
     status = 409
     code = "session_busy"
     retry_after = 1
+
+
+class ServerBusy(AppError):
+    """Every heavy slot is taken and the queue for them is full (or the wait for one too long)."""
+
+    status = 503
+    code = "server_busy"
+    retry_after = 2
 
 
 class StoreUnavailable(AppError):

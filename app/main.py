@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import TypeAdapter
 
 from app import errors
+from app.admission import HeavyWork
 from app.auth import METRICS_PATH, OPEN_PATHS, Auth, KeyRing, RateLimiter
 from app.config import Settings, get_settings
 from app.middleware import BodySizeLimit
@@ -189,6 +190,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = Metrics(app.state.store)
     app.state.inflight = InFlight()
     app.state.service = SessionService(app.state.store, settings, app.state.metrics)
+    app.state.heavy = HeavyWork(settings.max_heavy_requests, settings.max_heavy_queue,
+                                settings.heavy_queue_wait_seconds, settings.request_deadline_seconds)
 
     errors.install(app)
     # innermost first: the body limit, then keys and rate limits, CORS (preflights need no key), and

@@ -23,6 +23,7 @@ the store answers another owner's session as unknown.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import time
 import weakref
@@ -34,7 +35,7 @@ from pydantic import ValidationError
 
 import engine
 from app import views
-from app.codec import BlobsLeft, Encoding, blobs_left, decode_value, lift_blobs
+from app.codec import BlobsLeft, Encoding, blobs_left, decode_value, encoded_size, lift_blobs
 from app.config import Settings
 from app.errors import AppError, GradNotSet, InvalidInput, LimitExceeded
 from app.schemas.fast import eval_request_ok, ops_request_ok
@@ -44,6 +45,11 @@ from app.store.memory import MemoryStore
 from app.svg import render_svg
 
 RESERVED_NAMES = frozenset({"NaN", "Infinity", "-Infinity"})
+
+#: The settings behind the engine's limits, named in its messages
+SETTING_NAMES = (("max_elements_per_tensor", "GRADSERVE_MAX_ELEMENTS_PER_TENSOR"),
+                 ("max_nodes", "GRADSERVE_MAX_NODES_PER_SESSION"), ("max_bytes", "GRADSERVE_MAX_BYTES_PER_SESSION"),
+                 ("max_response_bytes", "GRADSERVE_MAX_RESPONSE_BYTES"))
 
 #: Op families whose cost follows their inputs' sizes, and the exceptions among them
 INLINE_FAMILIES = frozenset({"elementwise", "reduction", "shape", "inplace", "nn", "autograd", "creation"})
@@ -90,6 +96,20 @@ def light_state(state) -> bool:
         if grad is not None and grad.data.size > INLINE_MAX_ELEMENTS:
             return False
     return True
+
+
+#: The response budget's estimate of an array's encoded size, by encoding
+RESPONSE_SIZE = {"json": functools.partial(encoded_size, encoding="json"),
+                 "base64": functools.partial(encoded_size, encoding="base64")}
+
+
+def _arrays(tensors):
+    """The arrays a view of these tensors shows: data, and a gradient where one is readable."""
+    for t in tensors:
+        yield t.data
+        grad = views.readable_grad(t)
+        if grad is not None:
+            yield grad.data
 
 
 def load_json(body: bytes) -> Any:
@@ -209,7 +229,23 @@ class SessionService:
     def _limits(self) -> engine.Limits:
         s = self.settings
         return engine.Limits(max_elements_per_tensor=s.max_elements_per_tensor,
-                             max_nodes=s.max_nodes_per_session, max_bytes=s.max_bytes_per_session)
+                             max_nodes=s.max_nodes_per_session, max_bytes=s.max_bytes_per_session,
+                             max_response_bytes=s.max_response_bytes, names=SETTING_NAMES)
+
+    def control(self) -> engine.Control:
+        """The deadline of a request that did not come through ``app.admission`` (run on the event loop)."""
+        return engine.Control(self.settings.request_deadline_seconds, setting="GRADSERVE_REQUEST_DEADLINE_SECONDS")
+
+    def check_response(self, arrays, encoding: Encoding) -> None:
+        """Reads: the tensors' encoded size, estimated before anything is encoded."""
+        limit = self.settings.max_response_bytes
+        total = 0
+        for arr in arrays:
+            total += encoded_size(arr, encoding)
+            if total > limit:
+                hint = " (base64 is 3-5x smaller than JSON)" if encoding == "json" else ""
+                raise LimitExceeded(f"the response would carry more than {limit} bytes of tensor data "
+                                    f"(GRADSERVE_MAX_RESPONSE_BYTES){hint}; read fewer tensors at a time")
 
     # ----- sessions -----------------------------------------------------------------------------------
     def create_session(self, owner: str = "") -> dict:
@@ -242,15 +278,16 @@ class SessionService:
 
     # ----- running ops --------------------------------------------------------------------------------
     def run_ops(self, session_id: str, request: dict, encoding: Encoding, *, owner: str = "",
-                inline: bool = False) -> bytes | None:
+                inline: bool = False, control: engine.Control | None = None) -> bytes | None:
         """Run and serialise while holding the session. ``inline=True`` (on the event loop, for a request
         ``inline_ok`` accepted) never waits: it returns None unless the session is in this process, free
         right now and light, and the caller then runs the request in the thread pool."""
         self.check_executions(request)
+        control = control or self.control()
         if inline:
-            return self._run_inline(session_id, request, encoding, owner)
+            return self._run_inline(session_id, request, encoding, owner, control)
         with self.store.open(session_id, write=True, owner=owner) as session:
-            return self._run_held(session, request, encoding)
+            return self._run_held(session, request, encoding, control)
 
     async def run_ops_async(self, session_id: str, request: dict, encoding: Encoding, *,
                             owner: str = "") -> bytes | None:
@@ -265,34 +302,40 @@ class SessionService:
         if not store.light(session_id):
             return None
         self.check_executions(request)
+        control = self.control()
         return await store.write_async(
-            session_id, owner, lambda session: self._run_program(session, request),
+            session_id, owner, lambda session: self._run_program(session, request, control, encoding),
             lambda session, ran: self._finish(session, request, *ran, encoding))
 
-    def _run_inline(self, session_id: str, request: dict, encoding: Encoding, owner: str) -> bytes | None:
+    def _run_inline(self, session_id: str, request: dict, encoding: Encoding, owner: str,
+                    control: engine.Control) -> bytes | None:
         if not isinstance(self.store, MemoryStore):  # other stores do I/O: never on the event loop
             return None
         session = self.store.get(session_id, owner)
         if session in self._heavy or not session.lock.acquire(blocking=False):
             return None
         try:
-            return self._run_held(session, request, encoding)
+            return self._run_held(session, request, encoding, control)
         finally:
             session.lock.release()
 
-    def _run_held(self, session: Session, request: dict, encoding: Encoding) -> bytes:
-        res, passes = self._run_program(session, request)
+    def _run_held(self, session: Session, request: dict, encoding: Encoding, control: engine.Control) -> bytes:
+        res, passes = self._run_program(session, request, control, encoding)
         self.store.save(session)
         return self._finish(session, request, res, passes, encoding)
 
-    def _run_program(self, session: Session, request: dict) -> tuple[Any, int]:
+    def _run_program(self, session: Session, request: dict, control: engine.Control,
+                     encoding: Encoding) -> tuple[Any, int]:
         """Run on the held session; note whether its next small request may run on the event loop."""
         started = time.perf_counter()
         passes = session.state.backward_passes
         try:
             res = engine.run_program(session.state, request["ops"], no_grad=request.get("no_grad", False),
                                      repeat=request.get("repeat", 1), record=tuple(request.get("record", ())),
-                                     limits=self._limits(), returns=tuple(request.get("return", ())))
+                                     limits=self._limits(), returns=tuple(request.get("return", ())),
+                                     control=control, response_size=RESPONSE_SIZE[encoding],
+                                     respond="changed" if request.get("return") is None
+                                     else list(request["return"]))
         finally:
             light = time.perf_counter() - started < INLINE_MAX_RUN_SECONDS and light_state(session.state)
             if self._async_store is not None:
@@ -313,23 +356,25 @@ class SessionService:
         if self.metrics is not None:
             self.metrics.backward(passes)
 
-    def run_one(self, session_id: str, op: dict, encoding: Encoding, owner: str = "") -> bytes:
+    def run_one(self, session_id: str, op: dict, encoding: Encoding, owner: str = "",
+                control: engine.Control | None = None) -> bytes:
         """The convenience endpoints: a one-op list."""
         op = {"args": [], "kwargs": {}, "out": None, "no_grad": False, **op}
         max_elements = self.settings.max_elements_per_tensor
         op["args"] = [decode_value(a, max_elements) for a in op["args"]]
         op["kwargs"] = {k: decode_value(v, max_elements) for k, v in op["kwargs"].items()}
-        return self.run_ops(session_id, {"ops": [op]}, encoding, owner=owner)
+        return self.run_ops(session_id, {"ops": [op]}, encoding, owner=owner, control=control)
 
-    def eval(self, request: dict, encoding: Encoding) -> bytes:
+    def eval(self, request: dict, encoding: Encoding, control: engine.Control | None = None) -> bytes:
         """Each value once: the tensors ``return`` names (all named ones without it), and an autograd report
         that names where each pass's gradient is (``views.eval_autograd_views``) instead of repeating it."""
         self.check_executions(request)
         state = engine.State()
-        res = engine.run_program(state, request["ops"], no_grad=request.get("no_grad", False),
-                                 limits=self._limits())
-        self._count_backward(state.backward_passes)
         names = request.get("return")
+        res = engine.run_program(state, request["ops"], no_grad=request.get("no_grad", False),
+                                 limits=self._limits(), control=control or self.control(),
+                                 respond="all" if names is None else names, response_size=RESPONSE_SIZE[encoding])
+        self._count_backward(state.backward_passes)
         if names is None:
             names = list(state.tensors)
         tensors = {}
@@ -343,6 +388,7 @@ class SessionService:
     # ----- reading ------------------------------------------------------------------------------------
     def tensors(self, session_id: str, encoding: Encoding, owner: str = "") -> bytes:
         with self.store.open(session_id, write=False, owner=owner) as session:
+            self.check_response(_arrays(session.state.tensors.values()), encoding)
             return views.dump({"tensors": {name: views.tensor_view(name, t, encoding)
                                            for name, t in session.state.tensors.items()}})
 
@@ -351,18 +397,31 @@ class SessionService:
             t = session.state.resolve(name)
             if t is None:
                 raise GradNotSet(name)
+            self.check_response(_arrays([t]), encoding)
             return views.dump(views.tensor_view(name, t, encoding))
 
-    def graph(self, session_id: str, root: str | None, fmt: str, owner: str = "") -> Any:
+    def graph(self, session_id: str, root: str | None, fmt: str, owner: str = "",
+              control: engine.Control | None = None) -> Any:
+        """JSON, or drawn (DOT, Mermaid, SVG) up to ``GRADSERVE_MAX_GRAPH_RENDER_NODES`` nodes; Graphviz runs
+        at most ``GRADSERVE_GRAPH_RENDER_TIMEOUT_SECONDS`` (then the built-in layout is drawn)."""
         with self.store.open(session_id, write=False, owner=owner) as session:
             graph = engine.export_graph(session.state, root)
         if fmt == "json":
             return views.dump(graph)
+        nodes = len(graph.get("nodes", ()))
+        limit = self.settings.max_graph_render_nodes
+        if nodes > limit:
+            raise LimitExceeded(f"the graph has {nodes} nodes; at most {limit} are drawn "
+                                f"(GRADSERVE_MAX_GRAPH_RENDER_NODES): ask for format=json, or for the graph "
+                                f"behind one tensor (root=NAME)")
         if fmt == "dot":
             return engine.to_dot(graph)
         if fmt == "mermaid":
             return engine.to_mermaid(graph)
-        return render_svg(graph, engine.to_dot(graph), shutil.which("dot"))
+        timeout = self.settings.graph_render_timeout_seconds
+        if control is not None and control.deadline is not None:
+            timeout = min(timeout, max(0.001, control.deadline - time.monotonic()))
+        return render_svg(graph, engine.to_dot(graph), shutil.which("dot"), timeout=timeout)
 
     def op_catalog(self) -> bytes:
         return views.dump({"ops": engine.op_catalog()})

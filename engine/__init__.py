@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import ops  # noqa: F401  (registers ops, binds Tensor methods)
 from .autograd import backward, grad
+from .budget import Control
 from .errors import EngineError
 from .forward_ad import dual_level, enter_dual_level, exit_dual_level, make_dual, unpack_dual
 from .grad_mode import Limits, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
@@ -27,6 +28,6 @@ def export_graph(state_or_tensors, root: str | None = None) -> dict:
 
 
 __all__ = ["Tensor", "tensor", "backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
-           "is_grad_enabled", "EngineError", "Limits", "OPS", "PRIMS", "op_catalog", "State", "run_program",
-           "ProgramResult", "export_graph", "to_dot", "to_mermaid", "dumps", "dump_parts", "loads",
+           "is_grad_enabled", "EngineError", "Limits", "Control", "OPS", "PRIMS", "op_catalog", "State",
+           "run_program", "ProgramResult", "export_graph", "to_dot", "to_mermaid", "dumps", "dump_parts", "loads",
            "dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual"]

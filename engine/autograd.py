@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .budget import current_control
 from .errors import (
     CREATE_GRAPH_WARNING,
     NoGradFnError,
@@ -238,8 +239,11 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
     retained: list[tuple[Tensor, Tensor]] = []
     executed: list[Node] = []
     pruned = input_edges is not None
+    control = current_control()
     with set_grad_enabled(create_graph):
         for node in order:
+            if control is not None:
+                control.check()  # a deadline or a cancellation stops a long pass between nodes
             if pruned and node not in relevant:
                 continue
             buf = buffers.pop(node, None)

@@ -135,6 +135,20 @@ class LimitExceededError(EngineError):
     exception = "RuntimeError"
 
 
+class DeadlineExceededError(EngineError):
+    """The run passed its deadline (checked between ops and between backward nodes); nothing applied."""
+
+    code = "deadline_exceeded"
+    exception = "RuntimeError"
+
+
+class CancelledError(EngineError):
+    """The run was cancelled from outside (its client went away); nothing applied."""
+
+    code = "cancelled"
+    exception = "RuntimeError"
+
+
 class DimensionError(TorchIndexError):
     code = "dim_out_of_range"
 

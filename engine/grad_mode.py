@@ -10,8 +10,9 @@ import contextvars
 import functools
 from dataclasses import dataclass
 
+from .budget import Budget, _budget
+
 _grad_enabled: contextvars.ContextVar[bool] = contextvars.ContextVar("gradserve_grad_enabled", default=True)
-_limits: contextvars.ContextVar[Limits | None] = contextvars.ContextVar("gradserve_limits", default=None)
 
 
 _warning_sink: contextvars.ContextVar[WarningSink | None] = contextvars.ContextVar("gradserve_warnings",
@@ -98,35 +99,52 @@ class enable_grad(set_grad_enabled):
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits checked before allocation (elements per tensor, graph nodes, bytes)."""
+    """Resource limits, checked before allocation where the size is known (see ``engine.budget``).
+
+    ``max_bytes``: bytes of arrays a session may hold at any point of a run (its named tensors, their graphs
+    and gradients, and what the run holds meanwhile). ``max_response_bytes``: bytes of tensor data a run's
+    records and reported tensors may take (None: unbounded). ``names`` maps a field to the name under which
+    the caller configures it, quoted in the messages (``{"max_bytes": "GRADSERVE_MAX_BYTES_PER_SESSION"}``).
+    """
 
     max_elements_per_tensor: int = 16_777_216
     max_nodes: int = 1_000_000
     max_bytes: int = 1 << 34
+    max_response_bytes: int | None = None
+    names: tuple[tuple[str, str], ...] = ()
+
+    def setting(self, field: str) -> str:
+        """`` (NAME)`` of the field's setting, or ``""``."""
+        name = dict(self.names).get(field)
+        return f" ({name})" if name else ""
 
 
 class limits:
-    """Context manager installing ``Limits`` for the ops run inside it."""
+    """Context manager installing ``Limits`` (as a ``Budget`` with nothing held) for the ops run inside it."""
 
     def __init__(self, value: Limits | None):
         self.value = value
-        self._token = None
+        self._budget = None
 
     def __enter__(self):
-        self._token = _limits.set(self.value)
+        if self.value is not None:
+            self._budget = Budget(self.value).__enter__()
         return self.value
 
     def __exit__(self, *exc):
-        _limits.reset(self._token)
+        if self._budget is not None:
+            self._budget.__exit__(*exc)
         return False
 
 
 def current_limits() -> Limits | None:
-    return _limits.get()
+    b = _budget.get()
+    return None if b is None else b.limits
 
 
-def check_numel(shape, what: str = "tensor") -> None:
-    """Refuse, before allocating, a result whose element count exceeds the active limit."""
+def check_numel(shape, what: str = "tensor", itemsize: int | None = None) -> None:
+    """Refuse, before allocating, a result whose element count exceeds the active limit, or (given the
+    element size) whose bytes do not fit in the run's budget."""
     n = 1
     for s in shape:
         if s < 0:
@@ -134,11 +152,13 @@ def check_numel(shape, what: str = "tensor") -> None:
             raise TorchRuntimeError(f"Trying to create tensor with negative dimension {s}: {list(shape)}",
                                     code="invalid_shape")
         n *= s
-    lim = _limits.get()
-    if lim is None:
+    b = _budget.get()
+    if b is None:
         return
-    if n > lim.max_elements_per_tensor:
+    if n > b.max_elements:
         from .errors import LimitExceededError
         raise LimitExceededError(
             f"{what} of shape {list(shape)} would have {n} elements; the limit is "
-            f"{lim.max_elements_per_tensor} elements per tensor")
+            f"{b.max_elements} elements per tensor{b.limits.setting('max_elements_per_tensor')}")
+    if itemsize is not None:
+        b.reserve(n * itemsize, f"a {what} of shape {list(shape)}")

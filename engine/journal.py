@@ -18,33 +18,60 @@ _journal: contextvars.ContextVar[list | None] = contextvars.ContextVar("gradserv
 def setattr_(obj, name: str, value) -> None:
     j = _journal.get()
     if j is not None:
-        j.append((0, obj, name, getattr(obj, name)))
+        key = (0, id(obj), name)
+        if key not in j.seen:  # undoing needs only the value before the first change (see array_)
+            j.seen.add(key)
+            j.append((0, obj, name, getattr(obj, name)))
     setattr(obj, name, value)
 
 
 def setitem_(container, key, value) -> None:
     j = _journal.get()
     if j is not None:
-        j.append((1, container, key, container.get(key, _MISSING) if isinstance(container, dict)
-                  else container[key]))
+        seen = (1, id(container), key)
+        if seen not in j.seen:
+            j.seen.add(seen)
+            j.append((1, container, key, container.get(key, _MISSING) if isinstance(container, dict)
+                      else container[key]))
     container[key] = value
 
 
 def array_(arr: np.ndarray) -> None:
     """Call before writing into ``arr`` in place."""
     j = _journal.get()
-    if j is not None:
-        j.append((2, arr, None, arr.copy()))
+    if j is not None and id(arr) not in j.seen:
+        from .budget import _budget
+        budget = _budget.get()
+        if budget is not None:
+            budget.reserve(arr.nbytes, "the undo copy of a tensor changed in place")
+        copy = arr.copy()
+        if budget is not None:
+            budget.track(copy)
+        j.seen.add(id(arr))
+        j.append((2, arr, None, copy))
 
 
 _MISSING = object()
+
+
+class _Entries(list):
+    """The journal's entries, and what they already cover: undoing replays them backwards, so only the first
+    change of an attribute, a slot or an array's contents in a program needs an entry (a loop of in-place
+    updates or of ``zero_grad`` keeps one copy, not one per iteration). An entry keeps its object alive, so
+    the ids in ``seen`` are not reused while the program runs."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self):
+        super().__init__()
+        self.seen: set = set()
 
 
 class Journal:
     """Context manager: collect mutations; ``rollback()`` undoes them."""
 
     def __init__(self):
-        self.entries: list = []
+        self.entries = _Entries()
         self._token = None
 
     def __enter__(self):
@@ -67,3 +94,4 @@ class Journal:
             else:
                 np.copyto(obj, old)
         self.entries.clear()
+        self.entries.seen.clear()

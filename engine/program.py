@@ -14,12 +14,14 @@ mutation is undone, no name is bound, and the error carries the op's index.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import autograd
+from .budget import Budget, Control
 from .errors import (
     EngineError,
     InvalidArgumentError,
@@ -33,7 +35,6 @@ from .errors import (
 )
 from .forward_ad import program_dual_scope
 from .grad_mode import Limits, WarningSink, _grad_enabled, set_grad_enabled
-from .grad_mode import limits as limits_ctx
 from .journal import Journal
 from .node import Node, SavedTensor
 from .registry import OPS
@@ -52,6 +53,7 @@ class State:
         self.backward_passes = 0
         self.warned: set[str] = set()   # warn-once keys already emitted in this session
         self.counter = 0                # for fresh names
+        self.held_bytes: int | None = None  # bytes of arrays after the last run (None: not measured yet)
 
     def resolve(self, ref: str):
         """``"x"`` -> the tensor, ``"x.grad"`` -> its gradient (None before a backward reaches it)."""
@@ -95,6 +97,14 @@ def resolve_quietly(ns: dict, ref: str):
 
 
 def graph_stats(roots) -> tuple[int, int]:
+    """(graph nodes, bytes of distinct arrays) reachable from the tensors ``roots``."""
+    nodes, arrays = reachable(roots)
+    return nodes, sum(arrays.values())
+
+
+def reachable(roots) -> tuple[int, dict[int, int]]:
+    """(graph nodes, {id(array owning memory): nbytes}) reachable from the tensors ``roots``: their data,
+    gradients, graphs and saved tensors."""
     seen_nodes: set[int] = set()
     seen_arrays: dict[int, int] = {}
     stack_t = list(roots)
@@ -111,7 +121,9 @@ def graph_stats(roots) -> tuple[int, int]:
             t = stack_t.pop()
             seen_t.add(id(t))
             a = t.data
-            base = a.base if a.base is not None else a
+            base = a.base
+            if base is None or base.__class__ is not np.ndarray:
+                base = a
             seen_arrays[id(base)] = base.nbytes
             if t._grad is not None and id(t._grad) not in seen_t:
                 stack_t.append(t._grad)
@@ -132,7 +144,7 @@ def graph_stats(roots) -> tuple[int, int]:
                     stack_n.append(v)
             if n.variable is not None:
                 add_tensor(n.variable)
-    return len(seen_nodes), sum(seen_arrays.values())
+    return len(seen_nodes), seen_arrays
 
 
 @dataclass
@@ -601,8 +613,15 @@ def _translate(exc: Exception) -> EngineError:
 
 
 def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int = 1, record=(),
-                limits: Limits | None = None, returns=()) -> ProgramResult:
-    """Execute ``ops`` (``repeat`` times) against ``state``; all or nothing."""
+                limits: Limits | None = None, returns=(), control: Control | None = None,
+                respond="changed", response_size=None) -> ProgramResult:
+    """Execute ``ops`` (``repeat`` times) against ``state``; all or nothing.
+
+    With ``limits``, the run's bytes are counted against ``limits.max_bytes`` as they are taken (see
+    ``engine.budget``), together with what the session held before; the records and the tensors the response
+    will report (``respond``: ``"changed"``, ``"all"`` or a list of names) against
+    ``limits.max_response_bytes``, as ``response_size(array)`` estimates them (default: their bytes).
+    ``control`` (a deadline and a cancel flag) is checked before every op and between backward nodes."""
     if not isinstance(ops, list):
         raise InvalidArgumentError("ops must be a list")
     if not isinstance(repeat, int) or repeat < 1:
@@ -615,29 +634,57 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
     runner = _Runner(state, ns, sink, result)
     journal = Journal()
     index, op_name = None, None
+    budget = None
+    if limits is not None:
+        held = state.held_bytes
+        if held is None:
+            held = graph_stats(state.tensors.values())[1]
+
+        def measure() -> dict[int, int]:
+            roots = [*state.tensors.values(), *ns.values()]
+            roots += [e[3] for e in journal.entries if isinstance(e[3], Tensor)]
+            return reachable(roots)[1]
+
+        budget = Budget(limits, held=held, control=control, measure=measure, response_size=response_size)
+    elif control is not None:
+        budget = Budget(Limits(), control=control)
+    guard = budget if budget is not None else contextlib.nullcontext()
+    check = control.check if control is not None else None
     try:
-        with journal, sink, limits_ctx(limits), program_dual_scope(), np.errstate(all="ignore"):
+        with journal, sink, guard, program_dual_scope(), np.errstate(all="ignore"):
             for _ in range(repeat):
                 for index, spec_op in enumerate(ops):
                     op_name = spec_op.get("op") if isinstance(spec_op, dict) else None
+                    if check is not None:
+                        check()
                     bound = runner.run_op(index, spec_op, no_grad)
                     if _ == repeat - 1 or repeat == 1:
                         result.ops.append(OpOutcome(index, op_name, bound))
                 for n in record:
-                    result.records[n].append(_snapshot(_lookup(ns, n)))
+                    t = _lookup(ns, n)
+                    if budget is not None and t is not None:
+                        budget.respond(t.data, f"record {n!r} x repeat {repeat}")
+                        budget.reserve(t.data.nbytes, f"the record of {n!r}")
+                    result.records[n].append(_snapshot(t))
                 if repeat > 1 and _ < repeat - 1:
                     result.autograd.clear()
             index, op_name = None, None
+            if check is not None:
+                check()
             for n in returns:
                 result.returned[n] = resolve_quietly(ns, n)
+            changed = [n for n, t in ns.items() if before.get(n) != _fingerprint(t)]
             if limits is not None:
                 nodes, nbytes = graph_stats(ns.values())
                 if nodes > limits.max_nodes:
                     raise LimitExceededError(f"the session would hold {nodes} graph nodes; the limit is "
-                                             f"{limits.max_nodes}")
+                                             f"{limits.max_nodes}{limits.setting('max_nodes')}")
                 if nbytes > limits.max_bytes:
                     raise LimitExceededError(f"the session would hold {nbytes} bytes of tensors; the limit is "
-                                             f"{limits.max_bytes}")
+                                             f"{limits.max_bytes}{limits.setting('max_bytes')}")
+                if limits.max_response_bytes is not None:
+                    _count_response(budget, result, ns, changed if respond == "changed" else
+                                    list(ns) if respond == "all" else respond)
     except Exception as exc:  # noqa: BLE001 - every failure is typed and rolled back
         journal.rollback()
         err = _translate(exc)
@@ -651,6 +698,23 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
     state.counter = runner.counter
     state.backward_passes += runner.backward_passes
     state.warned = sink.seen
+    state.held_bytes = nbytes if limits is not None else None
     result.warnings = sink.messages
-    result.changed = [n for n, t in ns.items() if before.get(n) != _fingerprint(t)]
+    result.changed = changed
     return result
+
+
+def _count_response(budget: Budget, result: ProgramResult, ns: dict, names) -> None:
+    """The tensors the response will show (data and gradient) and the autograd reports, before any view of
+    them is built (records were counted as they were taken)."""
+    for name in names:
+        t = resolve_quietly(ns, name) if isinstance(name, str) else None
+        if t is not None:
+            budget.respond(t.data, "the tensors in the response")
+            if t._grad is not None:
+                budget.respond(t._grad.data, "the tensors in the response")
+    for rec in result.autograd:
+        for e in rec.entries:
+            budget.respond(e.contribution.data, "the autograd report")
+            if e.grad is not None:
+                budget.respond(e.grad.data, "the autograd report")

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from . import dtypes as D
+from .budget import _budget
 from .errors import (
     NONLEAF_GRAD_WARNING,
     InvalidArgumentError,
@@ -33,6 +34,9 @@ class Tensor:
                  output_nr: int = 0, vc: list | None = None, base: Tensor | None = None):
         if data.__class__ is not np.ndarray:  # numpy returns scalars for 0-d results
             data = np.asarray(data)
+        budget = _budget.get()
+        if budget is not None:  # inside a run: its bytes count (engine.budget)
+            budget.track(data)
         self.data = data
         self.requires_grad = requires_grad
         self.grad_fn = grad_fn
@@ -349,7 +353,7 @@ def as_array(data, dtype: str | None = None) -> np.ndarray:
         raise InvalidArgumentError(f"unsupported tensor data of dtype {arr.dtype}", code="invalid_tensor_data")
     if arr.dtype.kind in "iu" and arr.dtype != np.int64:
         arr = arr.astype(np.int64)
-    check_numel(arr.shape)
+    check_numel(arr.shape, itemsize=D.NP_DTYPES[dtype].itemsize if dtype is not None else arr.itemsize)
     if dtype is not None:
         target = D.NP_DTYPES[dtype]
         if arr.dtype != target:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import HTMLResponse, Response
 
 from app.deps import ServiceDep
+from app.errors import ServerBusy, problem_response
 from app.routes import TensorJSON
 from app.schemas.meta import Health, OpCatalog, Readiness
 from app.schemas.problems import problem_responses
@@ -28,8 +31,18 @@ async def healthz() -> dict:
 
 
 @router.get("/readyz", response_model=Readiness, responses=problem_responses(503), summary="Readiness")
-def readyz(service: ServiceDep) -> dict:
-    return service.readiness()
+def readyz(request: Request, service: ServiceDep) -> Any:
+    """Ready, with the live sessions and the heavy requests running and queued; 503 `server_busy` (with the
+    same counts as `heavy`) while every heavy slot is taken and the queue is full, and `store_unavailable`
+    while the session store is unreachable."""
+    heavy = request.app.state.heavy
+    body = service.readiness()
+    body["heavy"] = heavy.stats()
+    if heavy.saturated:
+        return problem_response(503, "server_busy", "every heavy slot is taken and the queue for them is full "
+                                "(GRADSERVE_MAX_HEAVY_REQUESTS, GRADSERVE_MAX_HEAVY_QUEUE)",
+                                headers={"Retry-After": str(ServerBusy.retry_after)}, heavy=body["heavy"])
+    return body
 
 
 @router.get("/metrics", response_class=Response, summary="Prometheus metrics",

@@ -30,7 +30,17 @@ class Health(BaseModel):
     status: str = Field(examples=["ok"])
 
 
+class HeavyStats(BaseModel):
+    """Heavy requests (op lists run in the thread pool, autograd endpoints, SVG graphs)."""
+
+    running: int = Field(description="Computing now.")
+    queued: int = Field(description="Waiting for a slot.")
+    slots: int = Field(description="GRADSERVE_MAX_HEAVY_REQUESTS.")
+    queue: int = Field(description="GRADSERVE_MAX_HEAVY_QUEUE.")
+
+
 class Readiness(BaseModel):
     status: str = Field(examples=["ready"])
     sessions: int
     max_sessions: int
+    heavy: HeavyStats

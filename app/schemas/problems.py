@@ -41,11 +41,18 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         409: "The request conflicts with the session's state (graph freed, tensor modified in place, "
              "in-place op on a leaf that requires grad).",
         413: "Request body too large.",
-        422: "Invalid input: malformed JSON, schema violation, an op PyTorch would reject, or a limit.",
+        422: "Invalid input: malformed JSON, schema violation, an op PyTorch would reject, or a limit "
+             "(`limit_exceeded`: elements per tensor, bytes per session counted as they are allocated, graph "
+             "nodes, ops x repeat, response bytes; the detail names the setting and its value); nothing was "
+             "applied.",
         401: "Missing or invalid API key (when the server has keys).",
         429: "Too many sessions, the key's session quota, or the key's rate limit (see `Retry-After`).",
-        503: "The session store (Redis) is unreachable, full or read-only; nothing was applied (see "
+        503: "`store_unavailable`: the session store (Redis) is unreachable, full or read-only; or "
+             "`server_busy`: every heavy slot is taken and the queue for them is full "
+             "(`GRADSERVE_MAX_HEAVY_REQUESTS`, `GRADSERVE_MAX_HEAVY_QUEUE`); nothing was applied (see "
              "`Retry-After`).",
+        504: "`deadline_exceeded`: the request computed longer than `GRADSERVE_REQUEST_DEADLINE_SECONDS`; "
+             "nothing was applied.",
     }
     responses: dict[int | str, dict[str, Any]] = {
         s: {"model": Problem, "description": descriptions[s],

@@ -128,4 +128,5 @@ def make_store(settings) -> SessionStore:
     from app.store.memory import MemoryStore
 
     return MemoryStore(max_sessions=settings.max_sessions, ttl_seconds=settings.session_ttl_seconds,
-                       max_sessions_per_owner=settings.max_sessions_per_key)
+                       max_sessions_per_owner=settings.max_sessions_per_key,
+                       lock_wait_seconds=settings.lock_wait_seconds)

@@ -10,16 +10,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from app.errors import SessionNotFound, SessionQuotaExceeded, TooManySessions
+from app.errors import SessionBusy, SessionNotFound, SessionQuotaExceeded, TooManySessions
 from app.store import Session, StoreStats
 
 
 class MemoryStore:
     def __init__(self, *, max_sessions: int, ttl_seconds: float, max_sessions_per_owner: int | None = None,
-                 clock=time.time):
+                 clock=time.time, lock_wait_seconds: float | None = None):
         self.max_sessions = max_sessions
         self.max_sessions_per_owner = max_sessions_per_owner  # for owners that are keys (not "")
         self.ttl_seconds = ttl_seconds
+        self.lock_wait_seconds = lock_wait_seconds  # None: wait as long as it takes
         self._clock = clock
         self._sessions: dict[str, Session] = {}
         self._owned: Counter[str] = Counter()  # owner -> sessions held
@@ -73,10 +74,19 @@ class MemoryStore:
 
     @contextmanager
     def open(self, session_id: str, *, write: bool = False, owner: str = "") -> Iterator[Session]:
-        """Readers take the session's lock too: they read the very arrays writers change."""
+        """Readers take the session's lock too: they read the very arrays writers change. A request waits at
+        most ``lock_wait_seconds`` for it (409 session_busy after), so that requests for a session a heavy
+        request holds do not each keep a thread of the pool for that request's whole deadline."""
         session = self.get(session_id, owner)
-        with session.lock:
+        timeout = -1 if self.lock_wait_seconds is None else self.lock_wait_seconds
+        if not session.lock.acquire(timeout=timeout):
+            raise SessionBusy(f"another request has been using session {session_id!r} for more than "
+                              f"{self.lock_wait_seconds:g} s (GRADSERVE_LOCK_WAIT_SECONDS); nothing was applied, "
+                              "retry")
+        try:
             yield session
+        finally:
+            session.lock.release()
 
     def save(self, session: Session) -> None:
         session.last_used_at = self._clock()  # the state object itself is already the stored one

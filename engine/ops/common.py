@@ -46,8 +46,9 @@ def wrap_dims(dims, ndim: int) -> tuple:
     return out
 
 
-def broadcast_shapes(a: tuple, b: tuple) -> tuple:
-    """torch's infer_size with its message; the result size is checked against the element limit."""
+def broadcast_shapes(a: tuple, b: tuple, itemsize: int | None = None) -> tuple:
+    """torch's infer_size with its message; the result size is checked against the element limit (and,
+    given the result's element size, the run's byte budget) before anything is allocated."""
     if a == b:
         return a
     na, nb = len(a), len(b)
@@ -62,7 +63,7 @@ def broadcast_shapes(a: tuple, b: tuple) -> tuple:
                              f"non-singleton dimension {i}")
         out[i] = db if da == 1 else da
     out = tuple(out)
-    check_numel(out)
+    check_numel(out, itemsize=itemsize)
     return out
 
 
@@ -84,7 +85,7 @@ def binary_operands(a, b, dtype: str | None = None):
             bd = b.data
             if ad.dtype == bd.dtype:  # the common case: one dtype, no promotion, no cast
                 if ad.shape != bd.shape:
-                    broadcast_shapes(ad.shape, bd.shape)
+                    broadcast_shapes(ad.shape, bd.shape, ad.itemsize)
                 return _FROM_NP[ad.dtype], ad, bd
         elif (b.__class__ is float or b.__class__ is int) and ad.dtype.kind == "f" and not a._wrapped:
             # a float tensor with a Python number keeps the tensor's dtype (torch.result_type)
@@ -95,7 +96,7 @@ def binary_operands(a, b, dtype: str | None = None):
         if dtype is None:
             dtype = D.of_array(a.data) if a.data.dtype == b.data.dtype else D.result_type(a, b)
         if a.data.shape != b.data.shape:
-            broadcast_shapes(a.data.shape, b.data.shape)
+            broadcast_shapes(a.data.shape, b.data.shape, NP[dtype].itemsize)
     elif dtype is None:
         if ta:
             if not is_number(b):

@@ -33,9 +33,9 @@ def _check_requires_grad(dtype: str, requires_grad: bool) -> None:
         raise RequiresGradError("Only Tensors of floating point and complex dtype can require gradients")
 
 
-def _size(size, name: str, negative_message: str | None = None) -> tuple:
-    """torch's size forms f(2, 3), f((2, 3)), f([2, 3]); negative sizes and the element limit are checked
-    before allocation."""
+def _size(size, name: str, negative_message: str | None = None, itemsize: int | None = None) -> tuple:
+    """torch's size forms f(2, 3), f((2, 3)), f([2, 3]); negative sizes, the element limit and (given the
+    element size) the run's byte budget are checked before allocation."""
     if len(size) == 1 and isinstance(size[0], (list, tuple)):
         size = tuple(size[0])
     out = []
@@ -50,7 +50,7 @@ def _size(size, name: str, negative_message: str | None = None) -> tuple:
         raise TorchRuntimeError(negative_message or
                                 f"Trying to create tensor with negative dimension {neg}: {list(shape)}",
                                 code="invalid_shape")
-    check_numel(shape)
+    check_numel(shape, itemsize=itemsize)
     return shape
 
 
@@ -66,7 +66,7 @@ def tensor(data, dtype=None, requires_grad=False):
 
 def _filled(name: str, size, value, dtype, requires_grad, negative_message=None) -> Tensor:
     d = _dtype(dtype)
-    shape = _size(size, name, negative_message)
+    shape = _size(size, name, negative_message, NP[d].itemsize)
     _check_requires_grad(d, requires_grad)
     return _leaf(np.full(shape, value, dtype=NP[d]), requires_grad)
 
@@ -148,7 +148,7 @@ def arange(start, end=None, step=1, dtype=None, requires_grad=False):
     if (step > 0 and start > end) or (step < 0 and start < end):
         raise TorchRuntimeError("upper bound and lower bound inconsistent with step sign", code="invalid_argument")
     n = max(int(n), 0)
-    check_numel((n,))
+    check_numel((n,), itemsize=8)  # computed in double or int64, then cast
     _check_requires_grad(d, requires_grad)
     if D.is_floating(d):
         arr = (start + step * np.arange(n, dtype=np.float64)).astype(NP[d])
@@ -173,7 +173,7 @@ def linspace(start, end, steps, dtype=None, requires_grad=False):
     if steps < 0:
         raise TorchRuntimeError("number of steps must be non-negative", code="invalid_argument")
     d = _dtype(dtype)
-    check_numel((int(steps),))
+    check_numel((int(steps),), itemsize=8)
     _check_requires_grad(d, requires_grad)
     npdt = NP[d]
     if steps == 0:
@@ -207,7 +207,7 @@ def eye(n, m=None, dtype=None, requires_grad=False):
         if v < 0:
             raise TorchRuntimeError(f"{name} must be greater or equal to 0, got {v}", code="invalid_shape")
     d = _dtype(dtype)
-    check_numel((n, m))
+    check_numel((n, m), itemsize=NP[d].itemsize)
     _check_requires_grad(d, requires_grad)
     return _leaf(np.eye(n, m, dtype=NP[d]), requires_grad)
 
@@ -218,7 +218,7 @@ def eye(n, m=None, dtype=None, requires_grad=False):
 def _like(name: str, input, value, dtype, requires_grad) -> Tensor:
     input = require_tensor(input, "input", name)
     d = _dtype(dtype, input.dtype)
-    check_numel(input.shape)
+    check_numel(input.shape, itemsize=NP[d].itemsize)
     _check_requires_grad(d, requires_grad)
     return _leaf(np.full(input.shape, value, dtype=NP[d]), requires_grad)
 
@@ -246,7 +246,7 @@ def full_like(input, fill_value, dtype=None, requires_grad=False):
 
 def _random(name: str, kernel: str, size, seed, dtype, requires_grad, draw) -> Tensor:
     d = _dtype(dtype)
-    shape = _size(size, name)
+    shape = _size(size, name, itemsize=8)  # drawn in double
     if not D.is_floating(d):
         raise TorchRuntimeError(f"\"{kernel}\" not implemented for '{D.SCALAR_TYPE_NAMES[d]}'",
                                 code="invalid_dtype", exception="NotImplementedError")

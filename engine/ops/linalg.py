@@ -45,7 +45,7 @@ def _no_bool(a: Tensor, kernel: str = "addmm_impl_cpu_") -> None:
 
 
 def _matmul_np(a: np.ndarray, b: np.ndarray, shape: tuple) -> np.ndarray:
-    check_numel(shape)
+    check_numel(shape, itemsize=max(a.itemsize, b.itemsize))
     out = np.matmul(a, b)  # a fresh C-contiguous array
     # reshape only when needed: a reshaped view does not own its data, so it would be copied again when
     # it becomes a leaf's .grad
@@ -205,7 +205,7 @@ def outer(self, vec2):
     for name, v in (("self", self), ("vec2", vec2)):
         if v.data.ndim != 1:
             raise ShapeError(f"outer: Expected 1-D argument {name}, but got {v.data.ndim}-D")
-    check_numel((self.shape[0], vec2.shape[0]))
+    check_numel((self.shape[0], vec2.shape[0]), itemsize=max(self.data.itemsize, vec2.data.itemsize))
     return mul(reshape(self, (self.shape[0], 1)), vec2)
 
 

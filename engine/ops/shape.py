@@ -369,7 +369,7 @@ def repeat(self, *repeats):
         raise TorchRuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions "
                                 "of tensor", code="shape_mismatch")
     padded = (1,) * (len(reps) - len(shp)) + shp
-    check_numel(tuple(a * b for a, b in zip(padded, reps)))
+    check_numel(tuple(a * b for a, b in zip(padded, reps)), itemsize=self.data.itemsize)
     out = np.tile(self.data.reshape(padded), reps)
     return record("RepeatBackward0", out, (self,), {"repeats": list(reps), "self_sym_sizes": shp})
 
@@ -497,7 +497,7 @@ def cat(tensors, dim=0):
     dtype = D.result_type(*ts) if len({x.data.dtype for x in ts}) > 1 else ts[0].dtype
     out_shape = list(ref.data.shape)
     out_shape[d] = sum(x.data.shape[d] for x in ts if not (x.data.ndim == 1 and x.data.size == 0))
-    check_numel(tuple(out_shape))
+    check_numel(tuple(out_shape), itemsize=NP[dtype].itemsize)
     arrs = [x.data.astype(NP[dtype], copy=False) for x in ts if not (x.data.ndim == 1 and x.data.size == 0)]
     out = np.concatenate(arrs, axis=d) if arrs else np.zeros(0, NP[dtype])
     sizes = [x.data.shape if x.data.ndim else () for x in ts]
@@ -534,7 +534,7 @@ def stack(tensors, dim=0):
             raise ShapeError(f"stack expects each tensor to be equal size, but got [{', '.join(map(str, shp))}] at "
                              f"entry 0 and [{', '.join(map(str, x.data.shape))}] at entry {i}")
     d = wrap_dim(dim, len(shp) + 1)
-    check_numel((len(ts),) + shp)
+    check_numel((len(ts),) + shp, itemsize=max(x.data.itemsize for x in ts))
     arrs = [x.data for x in ts]
     dt0 = arrs[0].dtype
     if all(a.dtype == dt0 for a in arrs):
@@ -957,7 +957,7 @@ def _index(self: Tensor, advanced: list) -> Tensor:
         out = self.data[idx]
     except IndexError as e:
         raise TorchIndexError(str(e), code="invalid_index") from None
-    check_numel(out.shape)
+    check_numel(out.shape, itemsize=out.itemsize)
     indices = [Tensor(np.asarray(i)) if not isinstance(i, slice) else None for i in idx]
     return record("IndexBackward0", np.array(out, copy=True), (self,),
                   {"indices": indices, "self_sym_sizes": self.data.shape})

@@ -21,7 +21,9 @@ def test_op_catalog_lists_engine_ops_with_grad_fns(client):
 
 def test_healthz_and_readyz(client, session):
     assert ok(client.get("/healthz")) == {"status": "ok"}
-    assert ok(client.get("/readyz")) == {"status": "ready", "sessions": 1, "max_sessions": 1000}
+    settings = client.app.state.settings
+    assert ok(client.get("/readyz")) == {"status": "ready", "sessions": 1, "max_sessions": 1000, "heavy": {
+        "running": 0, "queued": 0, "slots": settings.max_heavy_requests, "queue": settings.max_heavy_queue}}
 
 
 def test_unknown_route_and_wrong_method_are_problems(client):
