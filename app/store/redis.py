@@ -115,8 +115,11 @@ redis.call('HSET', KEYS[1], 'last_used_at', ARGV[2])
 return {v, found[3], v ~= ARGV[6] and 1 or 0}
 """
 
-# ARGV (own): max sessions, max sessions of the owner (0: none), tensor count. Returns 1, 0 when the service
-# is full, -2 over the owner's quota, -1 when the id is taken.
+# ARGV (own): max sessions, max sessions of the owner (0: none), tensor count, max sessions of the creating
+# client address (0: none), the prefix of session keys; KEYS[7]: that address's index (the ids it created,
+# checked against the sessions still existing: it is not renewed on access, only bounded by the quota).
+# Returns 1, 0 when the service is full, -2 over the owner's quota, -3 over the address's, -1 when the id is
+# taken.
 _CREATE = """
 local refused = nil
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2] * 1000)
@@ -124,6 +127,11 @@ if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[6]) then refused = 0
 elseif tonumber(ARGV[7]) > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[2] * 1000)
   if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[7]) then refused = -2 end
+elseif tonumber(ARGV[9]) > 0 then
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[7], 0, -1)) do
+    if redis.call('EXISTS', ARGV[10] .. id) == 0 then redis.call('ZREM', KEYS[7], id) end
+  end
+  if redis.call('ZCARD', KEYS[7]) >= tonumber(ARGV[9]) then refused = -3 end
 end
 if not refused and redis.call('EXISTS', KEYS[1]) == 1 then refused = -1 end
 if refused then
@@ -133,6 +141,10 @@ end
 redis.call('RENAME', KEYS[6], KEYS[4])
 redis.call('HSET', KEYS[1], 'version', 1, 'created_at', ARGV[2], 'last_used_at', ARGV[2], 'tensor_count',
            ARGV[8], 'owner', ARGV[5])
+if tonumber(ARGV[9]) > 0 then
+  redis.call('ZADD', KEYS[7], ARGV[2], ARGV[1])
+  redis.call('PEXPIRE', KEYS[7], ARGV[4])
+end
 """ + _RENEW + """
 return 1
 """
@@ -275,8 +287,10 @@ _RETRY = object()  # an optimistic attempt that did not apply: take the lock and
 class RedisStore:
     def __init__(self, client: redis.Redis, *, max_sessions: int, ttl_seconds: float, lock_ttl_seconds: float,
                  lock_wait_seconds: float, key_prefix: str = "gradserve:", cache_bytes: int = 64 << 20,
-                 max_sessions_per_owner: int | None = None, async_url: str | None = None):
+                 max_sessions_per_owner: int | None = None, async_url: str | None = None,
+                 max_sessions_per_client: int | None = None):
         self.redis = client
+        self.max_sessions_per_client = max_sessions_per_client  # per creating address, for owner ""
         self.async_url = async_url  # for the event-loop path (write_async); None: no such path
         self.max_sessions = max_sessions
         self.max_sessions_per_owner = max_sessions_per_owner  # for owners that are keys (not "")
@@ -311,7 +325,8 @@ class RedisStore:
         return cls(client, max_sessions=settings.max_sessions, ttl_seconds=settings.session_ttl_seconds,
                    lock_ttl_seconds=settings.lock_ttl_seconds, lock_wait_seconds=settings.lock_wait_seconds,
                    key_prefix=settings.redis_key_prefix, cache_bytes=settings.redis_cache_bytes,
-                   max_sessions_per_owner=settings.max_sessions_per_key, async_url=settings.store_url)
+                   max_sessions_per_owner=settings.max_sessions_per_key, async_url=settings.store_url,
+                   max_sessions_per_client=settings.max_sessions_per_client)
 
     # ----- keys, times and script arguments -----------------------------------------------------------
     def _key(self, session_id: str) -> str:
@@ -342,21 +357,27 @@ class RedisStore:
         return now, [session_id, repr(now), int(now * 1000) + self._ttl_ms, self._ttl_ms, owner]
 
     # ----- the protocol -------------------------------------------------------------------------------
-    def create(self, state: Any, owner: str = "") -> Session:
+    def create(self, state: Any, owner: str = "", client: str = "") -> Session:
         parts = engine.dump_parts(state)
         quota = self.max_sessions_per_owner if owner and self.max_sessions_per_owner else 0
+        client_quota = self.max_sessions_per_client if not owner and client and self.max_sessions_per_client else 0
         for _ in range(3):
             session_id = secrets.token_urlsafe(24)
             now, args = self._args(session_id, owner)
+            keys = [*self._keys(session_id, owner, staged=True), f"{self.prefix}client:{client}"]
             with _unavailable_as_503():
-                created = self._scripts(_CREATE, self._keys(session_id, owner, staged=True),
-                                        [*args, self.max_sessions, quota, len(state.tensors)], staged=parts)
+                created = self._scripts(_CREATE, keys, [*args, self.max_sessions, quota, len(state.tensors),
+                                                        client_quota, f"{self.prefix}s:"], staged=parts)
             if created == 0:
                 raise TooManySessions(f"the service holds its maximum of {self.max_sessions} sessions "
                                       "(GRADSERVE_MAX_SESSIONS); delete one or retry after some expire")
             if created == -2:
                 raise SessionQuotaExceeded(f"this API key holds its maximum of {quota} sessions "
                                            "(GRADSERVE_MAX_SESSIONS_PER_KEY); delete one or retry after some "
+                                           "expire")
+            if created == -3:
+                raise SessionQuotaExceeded(f"this client address holds its maximum of {client_quota} sessions "
+                                           "(GRADSERVE_MAX_SESSIONS_PER_CLIENT); delete one or retry after some "
                                            "expire")
             if created == 1:
                 nbytes = _nbytes(parts)
