@@ -20,6 +20,7 @@ from pydantic import TypeAdapter
 from app import errors
 from app.auth import METRICS_PATH, OPEN_PATHS, Auth, KeyRing, RateLimiter
 from app.config import Settings, get_settings
+from app.memory import MemoryTrimmer
 from app.middleware import RequestBody, security_headers
 from app.observability import InFlight, Metrics, Observe, RouteTemplates, configure_logging
 from app.routes import autograd, graph, meta, ops, sessions
@@ -76,6 +77,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.warning("no API keys configured (GRADSERVE_API_KEYS): the server is OPEN, anyone who can reach it "
                     "can create, read and delete any session")
     sweeper = asyncio.create_task(_sweep_periodically(app.state.store, settings.sweep_interval_seconds))
+    trimmer = asyncio.create_task(app.state.trimmer.run())
     # What is loaded by now (the framework, the schemas, the engine's tables: ~90k objects) lives as long as
     # the server; frozen, it is left out of the cyclic collector's full passes, which otherwise take tens of
     # ms each, often enough under load to show in p99. And the youngest generation is collected after 5,000
@@ -97,9 +99,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if not await app.state.inflight.wait_idle(settings.shutdown_grace_seconds):
             log.warning("shutting down with %d request(s) still running after %g s",
                         app.state.inflight.count, settings.shutdown_grace_seconds)
-        sweeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sweeper
+        for task in (sweeper, trimmer):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         aclose = getattr(app.state.store, "aclose", None)  # the Redis store's asyncio client
         if aclose is not None:
             await aclose()
@@ -191,7 +194,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings.log_level)
     app.state.settings = settings
     app.state.keys = KeyRing(settings.api_keys.get_secret_value())
+    app.state.trimmer = MemoryTrimmer(settings.memory_trim_interval_seconds)
     app.state.store = make_store(settings)
+    if hasattr(app.state.store, "on_release"):  # the memory store says when sessions end
+        app.state.store.on_release = app.state.trimmer.released
     app.state.metrics = Metrics(app.state.store)
     app.state.inflight = InFlight()
     app.state.service = SessionService(app.state.store, settings, app.state.metrics)

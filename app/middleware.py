@@ -124,7 +124,7 @@ NO_STORE = (b"cache-control", b"no-store")
 #: opened directly in a browser is a document that could carry script)
 API_CSP = (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'; base-uri 'none'")
 #: Paths that answer session data (tensors, gradients, graphs, op results): never cached by browsers or proxies
-NO_STORE_PREFIXES = ("/v1/sessions", "/eval")
+NO_STORE_PREFIXES = ("/v1/sessions", "/v1/eval")
 #: Pages that set their own policy (the docs: app.routes.meta)
 OWN_CSP_PATHS = frozenset({"/docs", "/redoc"})
 
