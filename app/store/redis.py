@@ -278,6 +278,9 @@ class _Turnstile:
         self.active -= 1
 
 
+#: How soon a lock that could not be released (Redis down) is tried again (doubling up to 0.5 s)
+ORPHAN_RETRY_SECONDS = 0.05
+
 #: Optimistic writes under way at once on one event loop (see ``RedisStore.write_async``)
 LOOP_OPTIMISTIC_WRITERS = 4
 
@@ -312,6 +315,8 @@ class RedisStore:
         self._held: dict[str, str] = {}  # lock key -> token, renewed by the renewer thread
         self._held_lock = threading.Lock()
         self._renewer: threading.Thread | None = None
+        self._orphans: dict[str, str] = {}  # lock key -> token: ours, not released yet (Redis was unreachable)
+        self._releaser: threading.Thread | None = None
         self._closing = threading.Event()
         self._lock_ms = max(1, int(lock_ttl_seconds * 1000))
         self._ttl_ms = max(1, int(ttl_seconds * 1000))
@@ -406,8 +411,7 @@ class RedisStore:
                 self._forget(session_id, entry)
             entry.lock.release()
             if not lease.saved:
-                with _unavailable_as_503():
-                    self._scripts(_RELEASE, [lock_key], [token])
+                self._release(lock_key, token)
 
     def save(self, session: Session) -> None:
         lease: _Lease = session.lease
@@ -634,15 +638,21 @@ class RedisStore:
             if pause:
                 await asyncio.sleep(pause)
                 continue
-            with _unavailable_as_503():
-                reply = await scripts(_ACQUIRE, keys, args)
+            try:
+                with _unavailable_as_503():
+                    reply = await scripts(_ACQUIRE, keys, args)
+            except StoreUnavailable:
+                self._orphan(lock_key, token)  # the lock may have been taken, the reply lost
+                raise
         self._hold(lock_key, token)
         try:
             session, entry = await self._materialize_async(session_id, found, cached, now, owner)
         except BaseException:
             self._unhold(lock_key)
-            with contextlib.suppress(redis.RedisError):
+            try:
                 await scripts(_RELEASE, [lock_key], [token])
+            except redis.RedisError:
+                self._orphan(lock_key, token)
             raise
         lease = session.lease = _Lease(lock_key, token, entry)
         try:
@@ -653,8 +663,11 @@ class RedisStore:
                 self._forget(session_id, entry)
             entry.lock.release()
             if not lease.saved:
-                with _unavailable_as_503():
+                try:
                     await scripts(_RELEASE, [lock_key], [token])
+                except (RedisConnectionError, RedisTimeoutError) as exc:
+                    self._orphan(lock_key, token)
+                    raise StoreUnavailable(f"the session store (Redis) is unreachable: {exc}") from exc
 
     async def _materialize_async(self, session_id: str, found: list, cached: _Cached | None, now: float,
                                  owner: str) -> tuple[Session, _Cached]:
@@ -812,17 +825,60 @@ class RedisStore:
             if pause:
                 time.sleep(pause)
                 continue
-            with _unavailable_as_503():
-                reply = self._scripts(_ACQUIRE, keys, args)
+            try:
+                with _unavailable_as_503():
+                    reply = self._scripts(_ACQUIRE, keys, args)
+            except StoreUnavailable:
+                self._orphan(self._lock_key(session_id), token)  # the lock may have been taken, the reply lost
+                raise
         lock_key = self._lock_key(session_id)
         self._hold(lock_key, token)
         try:
             return self._materialize(session_id, found, cached, now, owner, writer=True)
         except BaseException:
             self._unhold(lock_key)
-            with contextlib.suppress(redis.RedisError):
-                self._scripts(_RELEASE, [lock_key], [token])
+            with contextlib.suppress(StoreUnavailable):
+                self._release(lock_key, token)
             raise
+
+    def _release(self, lock_key: str, token: str) -> None:
+        """Release our lock; if Redis cannot be reached, have it released as soon as it can (``_orphan``) and
+        raise StoreUnavailable."""
+        try:
+            self._scripts(_RELEASE, [lock_key], [token])
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            self._orphan(lock_key, token)
+            raise StoreUnavailable(f"the session store (Redis) is unreachable: {exc}") from exc
+
+    def _orphan(self, lock_key: str, token: str) -> None:
+        """A lock of ours that could not be released (Redis was down or restarting). An append-only Redis
+        restores it on restart, and then nobody would own it: every writer of that session would wait for it
+        to lapse (GRADSERVE_LOCK_TTL_SECONDS). A thread releases such locks as soon as Redis answers again."""
+        with self._held_lock:
+            self._orphans[lock_key] = token
+            if self._releaser is None or not self._releaser.is_alive():
+                self._releaser = threading.Thread(target=self._release_orphans, name="gradserve-lock-releaser",
+                                                  daemon=True)
+                self._releaser.start()
+
+    def _release_orphans(self) -> None:
+        delay = ORPHAN_RETRY_SECONDS
+        while not self._closing.is_set():
+            with self._held_lock:
+                orphans = list(self._orphans.items())
+                if not orphans:
+                    self._releaser = None
+                    return
+            try:
+                for lock_key, token in orphans:
+                    self._scripts(_RELEASE, [lock_key], [token])
+                    with self._held_lock:
+                        if self._orphans.get(lock_key) == token:
+                            del self._orphans[lock_key]
+                delay = ORPHAN_RETRY_SECONDS
+            except redis.RedisError:
+                self._closing.wait(delay)
+                delay = min(delay * 2, 0.5)
 
     def _acquiring(self, session_id: str, token: str, owner: str,
                    deadline: float) -> Generator[tuple[list, list, float], Any, tuple[Any, _Cached | None, float]]:
