@@ -8,7 +8,9 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shutil
 import socket
+import subprocess
 import time
 
 import httpx
@@ -222,8 +224,13 @@ def client_from(address: str, url: str, **kwargs) -> httpx.Client:
     return httpx.Client(base_url=url, transport=httpx.HTTPTransport(local_address=address), **kwargs)
 
 
-def test_on_an_open_server_each_client_address_has_its_own_session_quota(uvicorns):
-    server = uvicorns({"GRADSERVE_MAX_SESSIONS_PER_CLIENT": "3"})
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_on_an_open_server_each_client_address_has_its_own_session_quota(uvicorns, store, request):
+    env = {"GRADSERVE_MAX_SESSIONS_PER_CLIENT": "3"}
+    if store == "redis":
+        env.update(GRADSERVE_STORE_URL=request.getfixturevalue("redis_url"),
+                   GRADSERVE_REDIS_KEY_PREFIX=request.getfixturevalue("key_prefix"))
+    server = uvicorns(env)
     with client_from("127.0.0.1", server.url) as one, client_from(OTHER_ADDRESS, server.url) as other:
         made = [one.post("/v1/sessions") for _ in range(3)]
         assert all(r.status_code == 201 for r in made)
@@ -302,3 +309,18 @@ def test_memory_comes_back_after_300_sessions_come_and_go(uvicorns):
         time.sleep(2)  # the trim after the last deletion (at most one a second)
         after = rss_mib(server.proc.pid)
     assert after - before < 40, f"RSS {before:.0f} -> {after:.0f} MiB over 300 sessions"
+
+
+# ----- the docs pages under their Content-Security-Policy, in a real browser ---------------------------------
+@pytest.mark.parametrize(("page", "rendered"), [("docs", "opblock-tag"), ("redoc", "operation/")])
+def test_the_docs_pages_render_in_a_browser_under_their_csp(server, page, rendered, tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        pytest.skip("no chromium on PATH: the docs pages' CSP is checked in a real browser")
+    result = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+                             f"--user-data-dir={tmp_path}", "--virtual-time-budget=15000", "--dump-dom",
+                             f"{server.url}/{page}"], capture_output=True, text=True, timeout=120)
+    assert result.stdout.count(rendered) >= 5, result.stderr[-2000:]  # the operations are on the page
+    # nothing of this server's was refused; only ReDoc's logo from its CDN is (no other origin is allowed)
+    refused = [line for line in result.stderr.splitlines() if "Content Security Policy" in line]
+    assert all("https://cdn.redoc.ly/" in line for line in refused), refused
