@@ -93,6 +93,9 @@ class Settings(BaseSettings):
     memory_trim_interval_seconds: float = Field(30.0, ge=0, description="How often freed heap memory is given "
                                                 "back to the system (glibc `malloc_trim`), besides after every "
                                                 "session deleted or expired; 0: only then.")
+    malloc_arenas: int = Field(2, ge=0, description="Most glibc malloc arenas (`M_ARENA_MAX`), set when the "
+                               "app starts: fewer arenas keep memory freed by thread-pool threads from staying "
+                               "fragmented across them; 0 keeps glibc's default (8 per core).")
 
 @lru_cache
 def get_settings() -> Settings:

@@ -20,7 +20,7 @@ from pydantic import TypeAdapter
 from app import errors
 from app.auth import METRICS_PATH, OPEN_PATHS, Auth, KeyRing, RateLimiter
 from app.config import Settings, get_settings
-from app.memory import MemoryTrimmer
+from app.memory import MemoryTrimmer, limit_malloc_arenas
 from app.middleware import RequestBody, security_headers
 from app.observability import InFlight, Metrics, Observe, RouteTemplates, configure_logging
 from app.routes import autograd, graph, meta, ops, sessions
@@ -194,6 +194,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings.log_level)
     app.state.settings = settings
     app.state.keys = KeyRing(settings.api_keys.get_secret_value())
+    limit_malloc_arenas(settings.malloc_arenas)
     app.state.trimmer = MemoryTrimmer(settings.memory_trim_interval_seconds)
     app.state.store = make_store(settings)
     if hasattr(app.state.store, "on_release"):  # the memory store says when sessions end

@@ -6,6 +6,10 @@ collector frees, and the server raises its youngest generation's threshold and f
 (``app.main``), so that collection comes late; and glibc's malloc keeps freed heap pages (of the main arena
 and of each thread's arena: every thread-pool thread gets one) for reuse rather than returning them.
 
+``limit_malloc_arenas`` caps glibc's arenas (``GRADSERVE_MALLOC_ARENAS``, 2) when the app is made, before
+the thread pool's threads exist: with one arena per contending thread, memory freed under a multi-threaded
+load stayed fragmented across them and was not returned (measured in the README).
+
 ``MemoryTrimmer`` is told (``released()``, from any thread, a plain flag) whenever sessions were deleted or
 expired, and a task on the event loop then, at most every ``MIN_GAP`` seconds, collects garbage and calls
 glibc's ``malloc_trim(0)`` in a worker thread; it also does so every ``interval`` seconds regardless
@@ -30,12 +34,36 @@ MIN_GAP = 1.0
 POLL = 0.25
 
 
+#: mallopt's parameter number for the most malloc arenas (glibc's malloc.h: M_ARENA_MAX)
+M_ARENA_MAX = -8
+
+
+def _libc():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+def limit_malloc_arenas(count: int) -> bool:
+    """At most ``count`` glibc malloc arenas (``mallopt(M_ARENA_MAX)``; glibc's default is 8 per core, and
+    each thread-pool thread that meets contention gets its own, whose freed memory fragments and stays). For
+    the threads that start from now on; 0 leaves the default. False where there is no glibc."""
+    if count <= 0:
+        return False
+    libc = _libc()
+    mallopt = getattr(libc, "mallopt", None) if libc is not None else None
+    if mallopt is None:
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(M_ARENA_MAX, count))
+
+
 def _malloc_trim():
     """glibc's ``malloc_trim``, or None (musl, macOS: nothing to call)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is None:
         return None
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int

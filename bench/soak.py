@@ -77,8 +77,9 @@ def matrix(rng: np.random.Generator, n: int) -> dict:
 
 
 class Soak:
-    def __init__(self, url: str, port: int, seconds: float, light: int, heavy: int, abandon_every: float):
-        self.url, self.port, self.seconds = url, port, seconds
+    def __init__(self, url: str, port: int, seconds: float, light: int, heavy: int, abandon_every: float,
+                 settle: float = 0.0):
+        self.url, self.port, self.seconds, self.settle = url, port, seconds, settle
         self.light_threads, self.heavy_threads, self.abandon_every = light, heavy, abandon_every
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -89,6 +90,8 @@ class Soak:
         self.heavy_inflight = 0
         self.abandoned = Counter()
         self.private: set[str] = set()
+        self.abandoned_session = ""
+        self.drain_seconds = 0.0
 
     def record(self, status: int | str) -> None:
         with self.lock:
@@ -164,7 +167,7 @@ class Soak:
     def abandoner(self) -> None:
         rng = np.random.default_rng(99)
         with httpx.Client(base_url=self.url, timeout=60) as c:
-            sid = c.post("/v1/sessions").json()["id"]
+            sid = self.abandoned_session = c.post("/v1/sessions").json()["id"]
             self.private.add(sid)
         k = 0
         while not self.stop.wait(self.abandon_every):
@@ -182,13 +185,33 @@ class Soak:
                     self.abandoned["mid-compute"] += 1
             k += 1
 
+    def warm_up(self, shared: str) -> None:
+        """One heavy and a few light requests at the clients' concurrency, their sessions deleted: what
+        stays is the server's working set (imports, the thread pool's threads and their allocator arenas,
+        BLAS buffers), not what the soak leaves behind."""
+        def one(i: int) -> None:
+            rng = np.random.default_rng(1000 + i)
+            with httpx.Client(base_url=self.url, timeout=120) as c:
+                sid = c.post("/v1/sessions").json()["id"]
+                c.post(f"/v1/sessions/{sid}/ops", params={"encoding": "base64"}, json=self.heavy_body(rng, 1))
+                c.post(f"/v1/sessions/{shared}/ops", json={"ops": [{"op": "add_", "args": ["count", 0]}]})
+                c.delete(f"/v1/sessions/{sid}")
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(self.light_threads + self.heavy_threads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+
     def run(self, server_pid: int) -> dict:
         with httpx.Client(base_url=self.url, timeout=60) as c:
             shared = c.post("/v1/sessions").json()["id"]
             c.post(f"/v1/sessions/{shared}/ops", json={"ops": [
                 {"op": "zeros", "args": [1], "kwargs": {"dtype": "int64"}, "out": "count"}]})
-        time.sleep(1)
-        rss = {"start": rss_mib(server_pid)}
+        rss = {"cold": rss_mib(server_pid)}
+        self.warm_up(shared)
+        time.sleep(2)
+        rss["start"] = rss_mib(server_pid)
         peak = [rss["start"]]
 
         def monitor() -> None:
@@ -206,14 +229,22 @@ class Soak:
         for t in threads:
             t.join(180)
         elapsed = time.monotonic() - started
-        with httpx.Client(base_url=self.url, timeout=60) as c:
+        with httpx.Client(base_url=self.url, timeout=600) as c:
+            # work abandoned mid-compute runs on (queued on its session's lock) until done: a read of that
+            # session waits for it, so that the end RSS is measured on a quiet server
+            drained = time.monotonic()
+            c.get(f"/v1/sessions/{self.abandoned_session}")
+            self.drain_seconds = time.monotonic() - drained
             for sid in list(self.private):
                 c.delete(f"/v1/sessions/{sid}")
             c.delete(f"/v1/sessions/{shared}")
-            time.sleep(5)  # work abandoned mid-compute may still be finishing; then the trim after deletions
+            time.sleep(3)  # the trim after the deletions
             rss["peak"] = max(peak)
             rss["end"] = rss_mib(server_pid)
             metrics = c.get("/metrics").text
+            if self.settle:
+                time.sleep(self.settle)  # past the periodic trim (GRADSERVE_MEMORY_TRIM_INTERVAL_SECONDS)
+                rss["settled"] = rss_mib(server_pid)
         by_status = Counter()
         for line in metrics.splitlines():
             m = re.match(r'gradserve_requests_total\{.*status="(\d+)"\} (\S+)', line)
@@ -235,11 +266,14 @@ def main() -> None:
     parser.add_argument("--heavy", type=int, default=2, help="heavy client threads (default 2)")
     parser.add_argument("--abandon-every", type=float, default=2.0, help="seconds between abandoned requests")
     parser.add_argument("--store", default="memory://", help="GRADSERVE_STORE_URL (default memory://)")
+    parser.add_argument("--settle", type=float, default=35.0, help="idle seconds before a last RSS reading "
+                        "(past the periodic trim; default 35, 0 skips it)")
     args = parser.parse_args()
     port = free_port()
     server = start_server(args.store, port)
     try:
-        soak = Soak(f"http://127.0.0.1:{port}", port, args.seconds, args.light, args.heavy, args.abandon_every)
+        soak = Soak(f"http://127.0.0.1:{port}", port, args.seconds, args.light, args.heavy, args.abandon_every,
+                    args.settle)
         result = soak.run(server.pid)
     finally:
         server.terminate()
@@ -258,9 +292,12 @@ def main() -> None:
         ("heavy requests, p50 / p99", f"{len(soak.heavy_ms)}, {pct(soak.heavy_ms, 50):.0f} / "
                                       f"{pct(soak.heavy_ms, 99):.0f} ms"),
         ("abandoned (mid-body / mid-compute)", f"{soak.abandoned['mid-body']} / {soak.abandoned['mid-compute']}"),
+        ("abandoned work still running after the clients stopped", f"{soak.drain_seconds:.1f} s"),
         ("statuses (server)", ", ".join(f"{k}: {v:.0f}" for k, v in sorted(statuses.items()))),
         ("5xx", f"{sum(v for k, v in statuses.items() if k.startswith('5')):.0f}"),
-        ("RSS start / peak / end", f"{rss['start']:.0f} / {rss['peak']:.0f} / {rss['end']:.0f} MiB"),
+        ("RSS cold / after warm-up (start) / peak / end", f"{rss['cold']:.0f} / {rss['start']:.0f} / "
+                                                         f"{rss['peak']:.0f} / {rss['end']:.0f} MiB"),
+        *([("RSS after idling", f"{rss['settled']:.0f} MiB ({args.settle:g} s more)")] if "settled" in rss else []),
     ]
     for name, value in rows:
         print(f"| {name} | {value} |")
