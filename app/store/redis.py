@@ -280,6 +280,8 @@ class _Turnstile:
 
 #: How soon a lock that could not be released (Redis down) is tried again (doubling up to 0.5 s)
 ORPHAN_RETRY_SECONDS = 0.05
+#: Tokens remembered per lock key for release (see ``RedisStore._orphan``)
+ORPHANS_PER_LOCK = 16
 
 #: Optimistic writes under way at once on one event loop (see ``RedisStore.write_async``)
 LOOP_OPTIMISTIC_WRITERS = 4
@@ -315,7 +317,7 @@ class RedisStore:
         self._held: dict[str, str] = {}  # lock key -> token, renewed by the renewer thread
         self._held_lock = threading.Lock()
         self._renewer: threading.Thread | None = None
-        self._orphans: dict[str, str] = {}  # lock key -> token: ours, not released yet (Redis was unreachable)
+        self._orphans: dict[str, list[str]] = {}  # lock key -> tokens perhaps ours, not released (Redis was away)
         self._releaser: threading.Thread | None = None
         self._closing = threading.Event()
         self._lock_ms = max(1, int(lock_ttl_seconds * 1000))
@@ -855,7 +857,11 @@ class RedisStore:
         restores it on restart, and then nobody would own it: every writer of that session would wait for it
         to lapse (GRADSERVE_LOCK_TTL_SECONDS). A thread releases such locks as soon as Redis answers again."""
         with self._held_lock:
-            self._orphans[lock_key] = token
+            tokens = self._orphans.setdefault(lock_key, [])
+            # the first ones are the requests that were under way when Redis went; attempts made while it was
+            # away (each with its own token) never reached it
+            if token not in tokens and len(tokens) < ORPHANS_PER_LOCK:
+                tokens.append(token)
             if self._releaser is None or not self._releaser.is_alive():
                 self._releaser = threading.Thread(target=self._release_orphans, name="gradserve-lock-releaser",
                                                   daemon=True)
@@ -865,7 +871,7 @@ class RedisStore:
         delay = ORPHAN_RETRY_SECONDS
         while not self._closing.is_set():
             with self._held_lock:
-                orphans = list(self._orphans.items())
+                orphans = [(key, token) for key, tokens in self._orphans.items() for token in tokens]
                 if not orphans:
                     self._releaser = None
                     return
@@ -873,10 +879,13 @@ class RedisStore:
                 for lock_key, token in orphans:
                     self._scripts(_RELEASE, [lock_key], [token])
                     with self._held_lock:
-                        if self._orphans.get(lock_key) == token:
-                            del self._orphans[lock_key]
+                        tokens = self._orphans.get(lock_key, [])
+                        if token in tokens:
+                            tokens.remove(token)
+                        if not tokens:
+                            self._orphans.pop(lock_key, None)
                 delay = ORPHAN_RETRY_SECONDS
-            except redis.RedisError:
+            except Exception:  # noqa: BLE001 - Redis still away (or anything else): try again
                 self._closing.wait(delay)
                 delay = min(delay * 2, 0.5)
 

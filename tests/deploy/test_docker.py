@@ -223,6 +223,9 @@ def test_metrics_are_not_published_through_the_load_balancer():
 
 
 def test_the_images_start_command_has_no_server_banner_and_answers_malformed_http_with_a_problem(tmp_path):
+    command = image_command(final_stage(DOCKER / "Dockerfile"), "CMD")
+    assert "--no-server-header" in command and command[command.index("--http") + 1] == "app.protocol:HTTPProtocol"
+    assert float(command[command.index("--timeout-keep-alive") + 1]) <= 15  # idle connections are closed
     server = run_image({}, tmp_path / "image.log")
     try:
         server.start()

@@ -35,6 +35,7 @@ def test_service_resumes_within_2_s_after_an_append_only_redis_restarts_and_lose
                 {"op": "randn", "args": [64, 64], "out": "w"}]})
             assert setup.status_code == 200, setup.text
         acked = dict.fromkeys(sids, 0)
+        unknown = dict.fromkeys(sids, 0)  # updates answered 503 or not at all: applied or not
         served: dict[str, list[float]] = {sid: [] for sid in sids}  # when each 200 came back
         stop = threading.Event()
         unexpected: list[str] = []
@@ -49,6 +50,7 @@ def test_service_resumes_within_2_s_after_an_append_only_redis_restarts_and_lose
                     try:
                         response = c.post(f"/v1/sessions/{sid}/ops", json=body)
                     except httpx.HTTPError:
+                        unknown[sid] += 2
                         continue
                     if response.status_code == 200:
                         acked[sid] += 2
@@ -56,6 +58,9 @@ def test_service_resumes_within_2_s_after_an_append_only_redis_restarts_and_lose
                     else:
                         if response.status_code not in (409, 503):
                             unexpected.append(response.text)
+                        if response.status_code == 503:
+                            # a write whose reply Redis never sent (killed after applying it) may be applied
+                            unknown[sid] += 2
                         time.sleep(0.01)
 
         threads = [threading.Thread(target=worker, args=(sid,)) for sid in sids]
@@ -75,7 +80,8 @@ def test_service_resumes_within_2_s_after_an_append_only_redis_restarts_and_lose
         assert all(delay < 2.0 for delay in resumed.values()), resumed
         for sid in sids:
             stored = client.get(f"/v1/sessions/{sid}/tensors/n").json()["data"][0]
-            assert stored == acked[sid], (sid, stored, acked[sid])  # no acknowledged update lost (nor extra)
+            # every acknowledged update is there; beyond them, only updates whose answer said nothing sure
+            assert acked[sid] <= stored <= acked[sid] + unknown[sid], (sid, stored, acked[sid], unknown[sid])
         client.close()
     finally:
         server.kill()
