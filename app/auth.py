@@ -11,6 +11,12 @@ not exist (404). Without keys the server is open and every request's owner is ``
 
 The rate limit is a token bucket per key, in this process: with several workers or replicas each has its
 own buckets, so a key may make up to (workers x replicas) times the rate overall.
+
+Without keys, the same kind of bucket is kept per client address (``GRADSERVE_CLIENT_RATE_LIMIT_*``), and the
+request's address is passed on (``scope["state"]["client"]``) for the per-address session quota. With keys,
+wrong keys are counted per address: past ``GRADSERVE_AUTH_FAILURES_*`` an address's requests presenting a key
+are refused with 429 before the key is checked, so that guessing keys is slow. The address is the peer's,
+or the one a trusted proxy forwarded (uvicorn's ``--proxy-headers`` with ``FORWARDED_ALLOW_IPS``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import math
 import threading
 import time
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import problem_response
@@ -96,6 +103,9 @@ class RateLimiter:
         self._buckets: dict[str, tuple[float, float]] = {}  # owner -> (tokens, when)
         self._lock = threading.Lock()
 
+    #: Buckets kept before those that have refilled completely (the same as new ones) are dropped
+    PRUNE_ABOVE = 10_000
+
     def take(self, owner: str) -> float:
         """0 when the request may go ahead, else the seconds until it may."""
         if self.rate <= 0:
@@ -106,20 +116,53 @@ class RateLimiter:
             tokens = min(float(self.burst), tokens + (now - then) * self.rate)
             if tokens >= 1:
                 self._buckets[owner] = (tokens - 1, now)
+                if len(self._buckets) > self.PRUNE_ABOVE:
+                    self._prune(now)
                 return 0.0
             self._buckets[owner] = (tokens, now)
             return (1 - tokens) / self.rate
 
+    def wait(self, owner: str) -> float:
+        """The seconds until ``owner`` has a token again (0: it has one), without taking it."""
+        if self.rate <= 0:
+            return 0.0
+        now = self._clock()
+        with self._lock:
+            tokens, then = self._buckets.get(owner, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - then) * self.rate)
+        return 0.0 if tokens >= 1 else (1 - tokens) / self.rate
+
+    def _prune(self, now: float) -> None:
+        """Drop the buckets that are full again (keyed by client address, they are as many as clients)."""
+        full = [k for k, (tokens, then) in self._buckets.items() if tokens + (now - then) * self.rate >= self.burst]
+        for key in full:
+            del self._buckets[key]
+
+
+def client_address(scope: Scope) -> str:
+    client = scope.get("client")
+    return client[0] if client else ""
+
+
+def too_many(wait: float, detail: str) -> Response:
+    retry = max(1, math.ceil(wait))
+    return problem_response(429, "rate_limited", f"{detail}; retry after {retry} s",
+                            headers={"Retry-After": str(retry)})
+
 
 class Auth:
-    """Pure ASGI middleware: the owner of every request (``scope["state"]["owner"]``), 401 without a valid
-    key on protected paths, 429 over the key's rate."""
+    """Pure ASGI middleware: the owner of every request (``scope["state"]["owner"]``) and its client address
+    (``scope["state"]["client"]``), 401 without a valid key on protected paths, 429 over the key's (or without
+    keys, the address's) rate, and 429 for an address that presented too many wrong keys."""
 
-    def __init__(self, app: ASGIApp, keys: KeyRing, limiter: RateLimiter, metrics_open: bool = True):
+    def __init__(self, app: ASGIApp, keys: KeyRing, limiter: RateLimiter, metrics_open: bool = True,
+                 client_limiter: RateLimiter | None = None, failures: RateLimiter | None = None):
         self.app = app
         self.keys = keys
         self.limiter = limiter
         self.metrics_open = metrics_open
+        self.client_limiter = client_limiter or RateLimiter(0, 1)  # per address, without keys
+        self.failures = failures or RateLimiter(0, 1)  # wrong keys per address, with keys
 
     def is_open(self, path: str) -> bool:
         return (path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
@@ -130,17 +173,32 @@ class Auth:
             await self.app(scope, receive, send)
             return
         state = scope.setdefault("state", {})
-        if not self.keys.enabled:
-            state["owner"] = ""
+        address = state["client"] = client_address(scope)
+        if self.is_open(scope["path"]):
+            state["owner"] = "" if not self.keys.enabled else None  # with keys: nobody; open paths touch no session
             await self.app(scope, receive, send)
             return
-        if self.is_open(scope["path"]):
-            state["owner"] = None  # nobody: open paths touch no session
+        if not self.keys.enabled:
+            state["owner"] = ""
+            wait = self.client_limiter.take(address)
+            if wait > 0:
+                await too_many(wait, f"this client address exceeds its rate of {self.client_limiter.rate:g} "
+                               f"requests/s (burst {self.client_limiter.burst}; "
+                               "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND)")(scope, receive, send)
+                return
             await self.app(scope, receive, send)
             return
         key = presented_key(scope.get("headers", []))
+        if key is not None:
+            wait = self.failures.wait(address)
+            if wait > 0:  # refused before the key is checked: a guesser learns nothing, however fast it asks
+                await too_many(wait, "too many wrong API keys from this client address (GRADSERVE_AUTH_FAILURES_"
+                               "PER_MINUTE)")(scope, receive, send)
+                return
         owner = None if key is None else self.keys.owner(key)
         if owner is None:
+            if key is not None:
+                self.failures.take(address)
             detail = ("this server needs an API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`"
                       if key is None else "the API key is not valid")
             await problem_response(401, "unauthorized", detail,
@@ -150,10 +208,7 @@ class Auth:
         state["key_id"] = short_id(owner)
         wait = self.limiter.take(owner)
         if wait > 0:
-            retry = max(1, math.ceil(wait))
-            await problem_response(429, "rate_limited", f"this API key exceeds its rate of "
-                                   f"{self.limiter.rate:g} requests/s (burst {self.limiter.burst}; "
-                                   f"GRADSERVE_RATE_LIMIT_PER_SECOND); retry after {retry} s",
-                                   headers={"Retry-After": str(retry)})(scope, receive, send)
+            await too_many(wait, f"this API key exceeds its rate of {self.limiter.rate:g} requests/s (burst "
+                           f"{self.limiter.burst}; GRADSERVE_RATE_LIMIT_PER_SECOND)")(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -97,6 +97,30 @@ class Settings(BaseSettings):
                                    "deserialised session states, reused while the stored version is "
                                    "unchanged (0 disables it).")
 
+    # ----- fairness on an open server, slow clients, memory (issue 10) -----
+    max_sessions_per_client: int = Field(100, ge=1, description="Without API keys: most live sessions created "
+                                         "from one client address (429 session_quota_exceeded above). With keys "
+                                         "the quota is per key (`max_sessions_per_key`).")
+    client_rate_limit_per_second: float = Field(200.0, ge=0, description="Without API keys: requests per "
+                                                "second one client address may make (a token bucket per address "
+                                                "and per process; 429 with Retry-After above); 0 disables it.")
+    client_rate_limit_burst: int = Field(400, ge=1, description="Without API keys: the per-address token "
+                                         "bucket's size.")
+    auth_failures_per_minute: float = Field(10.0, ge=0, description="With API keys: wrong keys one client "
+                                            "address may present per minute (after a burst of "
+                                            "`auth_failures_burst`); past that its requests presenting a key "
+                                            "get 429 before the key is even checked. 0 disables it.")
+    auth_failures_burst: int = Field(10, ge=1, description="With API keys: wrong keys one address may present "
+                                     "at once before the per-minute rate applies.")
+    body_read_timeout_seconds: float = Field(30.0, gt=0, description="How long a request body may take to "
+                                             "arrive in full (408 body_timeout after, and the connection is "
+                                             "closed).")
+    memory_trim_interval_seconds: float = Field(30.0, ge=0, description="How often freed heap memory is given "
+                                                "back to the system (glibc `malloc_trim`), besides after every "
+                                                "session deleted or expired; 0: only then.")
+    malloc_arenas: int = Field(2, ge=0, description="Most glibc malloc arenas (`M_ARENA_MAX`), set when the "
+                               "app starts: fewer arenas keep memory freed by thread-pool threads from staying "
+                               "fragmented across them; 0 keeps glibc's default (8 per core).")
 
 @lru_cache
 def get_settings() -> Settings:

@@ -29,6 +29,11 @@ def get_owner(request: Request) -> str:
     return request.state.owner
 
 
+def get_client(request: Request) -> str:
+    """The request's client address, set by ``app.auth.Auth`` (for the per-address session quota)."""
+    return request.state.client
+
+
 async def get_body(request: Request) -> bytes:
     """The raw body, read on the event loop; parsing happens in the route's thread."""
     return await request.body()
@@ -38,6 +43,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[SessionStore, Depends(get_store)]
 ServiceDep = Annotated[SessionService, Depends(get_service)]
 OwnerDep = Annotated[str, Depends(get_owner)]
+ClientDep = Annotated[str, Depends(get_client)]
 RawBody = Annotated[bytes, Depends(get_body)]
 EncodingQuery = Annotated[Literal["json", "base64"], Query(
     description="How tensor data is written in the response: JSON numbers/lists (NaN and infinities as "

@@ -8,12 +8,12 @@ Status policy (also in the README): unknown session or tensor name -> 404; a req
 as written (bad argument, shape, dtype, unknown op, limits) -> 422; a request that is fine but conflicts
 with the session's current state (graph already freed, tensor modified in place since it was saved, in-place
 on a leaf that requires grad) -> 409, and so is a session another request holds too long (``session_busy``);
-too many sessions, a key's session quota or rate -> 429; missing or invalid API key -> 401; body too large
--> 413; session store unreachable, or every heavy slot taken and the queue full -> 503 (with Retry-After);
-a request past its compute deadline (``GRADSERVE_REQUEST_DEADLINE_SECONDS``) -> 504 ``deadline_exceeded``;
-a request whose client went away -> 499 ``cancelled`` (nobody reads it; it is for logs and metrics). Every
-problem carries the request's id (``request_id``, also in the
-``X-Request-ID`` header).
+too many sessions, a key's or an address's session quota or rate -> 429; missing or invalid API key -> 401;
+body too large -> 413; body not JSON -> 415; body too slow to arrive -> 408; session store unreachable, or
+every heavy slot taken and the queue full -> 503 (with Retry-After); a request past its compute deadline
+(``GRADSERVE_REQUEST_DEADLINE_SECONDS``) -> 504 ``deadline_exceeded``; a request whose client went away ->
+499 ``cancelled`` (nobody reads it; it is for logs and metrics). Every problem carries the request's id
+(``request_id``, also in the ``X-Request-ID`` header).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from engine.errors import EngineError
@@ -76,6 +77,10 @@ TITLES = {
     "invalid_json": "Malformed JSON",
     "invalid_tensor_payload": "Invalid tensor payload",
     "unsupported_media_type": "Unsupported media type",
+    "duplicate_key": "Duplicate JSON key",
+    "body_timeout": "Request body too slow",
+    "bad_http_request": "Malformed HTTP request",
+    "client_disconnected": "Client disconnected",
     "graphviz_failed": "Graph rendering failed",
     "not_found": "Not found",
     "method_not_allowed": "Method not allowed",
@@ -231,7 +236,8 @@ def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         # FastAPI's only 400: a body it cannot decode (not UTF-8, not JSON); the op-list routes say 422
         # invalid_json for the same body, and so do these
         return problem_response(422, "invalid_json", f"malformed JSON body: {exc.detail}")
-    codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
+    codes = {404: "not_found", 405: "method_not_allowed", 408: "body_timeout", 413: "body_too_large",
+             415: "unsupported_media_type"}
     code = codes.get(exc.status_code, "http_error")
     detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
     headers = getattr(exc, "headers", None)
@@ -252,6 +258,15 @@ def unexpected_problem(exc: BaseException) -> Response:
                             "it is logged under this request's id")
 
 
+def _client_disconnect(request: Request, exc: ClientDisconnect) -> Response:
+    """The client hung up while its body was read: nobody to answer. Observed as 499, logged at info (never
+    the 500 and traceback of an unexpected failure)."""
+    context = REQUEST.get()
+    if context is not None:
+        context["disconnected"] = True
+    return Response(status_code=499)
+
+
 def _unexpected(request: Request, exc: Exception) -> Response:
     return unexpected_problem(exc)
 
@@ -262,4 +277,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(AppError, _app_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(ClientDisconnect, _client_disconnect)
     app.add_exception_handler(Exception, _unexpected)

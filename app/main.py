@@ -21,7 +21,8 @@ from app import errors
 from app.admission import HeavyWork
 from app.auth import METRICS_PATH, OPEN_PATHS, Auth, KeyRing, RateLimiter
 from app.config import Settings, get_settings
-from app.middleware import BodySizeLimit
+from app.memory import MemoryTrimmer, limit_malloc_arenas
+from app.middleware import RequestBody, security_headers
 from app.observability import InFlight, Metrics, Observe, RouteTemplates, configure_logging
 from app.routes import autograd, graph, meta, ops, sessions
 from app.schemas.ops import EvalRequest, OpsRequest
@@ -77,6 +78,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.warning("no API keys configured (GRADSERVE_API_KEYS): the server is OPEN, anyone who can reach it "
                     "can create, read and delete any session")
     sweeper = asyncio.create_task(_sweep_periodically(app.state.store, settings.sweep_interval_seconds))
+    trimmer = asyncio.create_task(app.state.trimmer.run())
     # What is loaded by now (the framework, the schemas, the engine's tables: ~90k objects) lives as long as
     # the server; frozen, it is left out of the cyclic collector's full passes, which otherwise take tens of
     # ms each, often enough under load to show in p99. And the youngest generation is collected after 5,000
@@ -98,9 +100,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if not await app.state.inflight.wait_idle(settings.shutdown_grace_seconds):
             log.warning("shutting down with %d request(s) still running after %g s",
                         app.state.inflight.count, settings.shutdown_grace_seconds)
-        sweeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sweeper
+        for task in (sweeper, trimmer):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         aclose = getattr(app.state.store, "aclose", None)  # the Redis store's asyncio client
         if aclose is not None:
             await aclose()
@@ -122,11 +125,17 @@ def _schema_with_components(app: FastAPI) -> dict[str, Any]:
     # FastAPI documents its own 422 body; ours is a Problem (errors.install converts validation errors)
     problem_422 = {"description": "Invalid input.", "content": {"application/problem+json": {
         "schema": {"$ref": "#/components/schemas/Problem"}}}}
+    body_problems = problem_responses(408, 415)  # app.middleware.RequestBody, on every route taking a body
+    for response in body_problems.values():
+        response.pop("model", None)
     for methods in schema.get("paths", {}).values():
         for operation in methods.values():
             responses = operation.get("responses", {})
             if "HTTPValidationError" in str(responses.get("422", "")):
                 responses["422"] = problem_422
+            if "requestBody" in operation:
+                for status, response in body_problems.items():
+                    responses.setdefault(str(status), response)
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
     _document_security(app, schema)
@@ -186,7 +195,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings.log_level)
     app.state.settings = settings
     app.state.keys = KeyRing(settings.api_keys.get_secret_value())
+    limit_malloc_arenas(settings.malloc_arenas)
+    app.state.trimmer = MemoryTrimmer(settings.memory_trim_interval_seconds)
     app.state.store = make_store(settings)
+    if hasattr(app.state.store, "on_release"):  # the memory store says when sessions end
+        app.state.store.on_release = app.state.trimmer.released
     app.state.metrics = Metrics(app.state.store)
     app.state.inflight = InFlight()
     app.state.service = SessionService(app.state.store, settings, app.state.metrics)
@@ -194,12 +207,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                 settings.heavy_queue_wait_seconds, settings.request_deadline_seconds)
 
     errors.install(app)
-    # innermost first: the body limit, then keys and rate limits, CORS (preflights need no key), and
-    # outermost the request id, metrics and access log, which see every response
-    app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
+    # innermost first: the body's type, size and read time, then keys and rate limits, CORS (preflights need
+    # no key), and outermost the request id, security headers, metrics and access log, which see every response
+    app.add_middleware(RequestBody, max_body_bytes=settings.max_body_bytes,
+                       read_timeout=settings.body_read_timeout_seconds)
     app.add_middleware(Auth, keys=app.state.keys,
                        limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
-                       metrics_open=not settings.metrics_require_key)
+                       metrics_open=not settings.metrics_require_key,
+                       client_limiter=RateLimiter(settings.client_rate_limit_per_second,
+                                                  settings.client_rate_limit_burst),
+                       failures=RateLimiter(settings.auth_failures_per_minute / 60, settings.auth_failures_burst))
     origins = [o.strip() for o in settings.cors_allow_origins.split(",") if o.strip()]
     if origins:
         app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST", "DELETE"],
@@ -207,7 +224,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                            expose_headers=["X-Request-ID", "Retry-After", "Location", "WWW-Authenticate"])
     app.state.templates = RouteTemplates(lambda: app.openapi()["paths"])
     app.add_middleware(Observe, metrics=app.state.metrics, inflight=app.state.inflight,
-                       templates=app.state.templates, access=settings.access_log)
+                       templates=app.state.templates, access=settings.access_log, headers=security_headers)
     for module in (sessions, ops, autograd, graph, meta):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -18,6 +18,7 @@ import re
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -188,17 +189,25 @@ class RouteTemplates:
         return found[0] if found else "unmatched"
 
 
+#: The status a request is counted and logged under when its client hung up before its body was complete
+#: (nginx's "client closed request"): nobody received an answer, and it was not the server's failure
+CLIENT_CLOSED = 499
+
+
 class Observe:
-    """Outermost middleware: request id, access log, metrics, in-flight count, and a problem+json 500 for
-    anything unhandled."""
+    """Outermost middleware: request id, security headers, access log, metrics, in-flight count, and a
+    problem+json 500 for anything unhandled. A request whose client hung up mid-body
+    (``app.middleware.RequestBody`` notes it) is logged at info and counted as 499, whatever the app made of
+    its truncated body."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, inflight: InFlight, templates: RouteTemplates,
-                 access: bool = True):
+                 access: bool = True, headers: Callable[[str], list[tuple[bytes, bytes]]] | None = None):
         self.app = app
         self.metrics = metrics
         self.inflight = inflight
         self.templates = templates
         self.access = access
+        self.headers = headers  # the path's extra response headers (app.middleware.security_headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -213,7 +222,9 @@ class Observe:
         request_id = incoming if incoming and REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
         context = {"request_id": request_id, "code": None}
         token = REQUEST.set(context)
-        header = (b"x-request-id", request_id.encode())
+        extra = [(b"x-request-id", request_id.encode())]
+        if self.headers is not None:
+            extra += self.headers(scope["path"])
         status = 500
         response_started = False
 
@@ -222,7 +233,7 @@ class Observe:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 response_started = True
-                message["headers"] = [*message.get("headers", ()), header]
+                message["headers"] = [*message.get("headers", ()), *extra]
             await send(message)
 
         self.inflight.enter()
@@ -230,12 +241,18 @@ class Observe:
             try:
                 await self.app(scope, receive, send_with_id)
             except Exception as exc:  # noqa: BLE001 - every failure becomes a problem, logged with the id
-                if response_started:
+                if context.get("disconnected"):
+                    pass  # nobody to answer, and the failure is the truncated body's
+                elif response_started:
                     raise
-                await unexpected_problem(exc)(scope, receive, send_with_id)
+                else:
+                    await unexpected_problem(exc)(scope, receive, send_with_id)
         finally:
             self.inflight.leave()
             elapsed = time.perf_counter() - started
+            if context.get("disconnected"):
+                status = CLIENT_CLOSED
+                context["code"] = "client_disconnected"
             route = self.templates(scope)
             self.metrics.request(scope["method"], route, status, elapsed, context["code"])
             if self.access:
@@ -248,7 +265,9 @@ class Observe:
         path_params = scope.get("path_params") or {}
         client = scope.get("client")
         level = logging.ERROR if status >= 500 else logging.INFO
-        access_log.log(level, "%s %s %d", scope["method"], scope["path"], status, extra={
+        message = "%s %s %d" if status != CLIENT_CLOSED else "%s %s %d: the client disconnected before its body " \
+            "was complete"
+        access_log.log(level, message, scope["method"], scope["path"], status, extra={
             "method": scope["method"], "path": scope["path"], "route": route, "status": status,
             "duration_ms": round(elapsed * 1000, 3), "session_id": path_params.get("session_id"),
             "code": context["code"], "key_id": state.get("key_id"),

@@ -34,7 +34,7 @@ import orjson
 from pydantic import ValidationError
 
 import engine
-from app import views
+from app import jsonbody, views
 from app.codec import BlobsLeft, Encoding, blobs_left, decode_value, encoded_size, lift_blobs
 from app.config import Settings
 from app.errors import AppError, GradNotSet, InvalidInput, LimitExceeded
@@ -116,7 +116,7 @@ def load_json(body: bytes) -> Any:
     if not body:
         raise InvalidInput("the request needs a JSON body", code="invalid_json")
     try:
-        return orjson.loads(body)
+        return jsonbody.loads(body)  # orjson, refusing repeated keys (422 duplicate_key)
     except orjson.JSONDecodeError as exc:
         raise InvalidInput(f"malformed JSON: {exc}", code="invalid_json") from None
 
@@ -248,8 +248,8 @@ class SessionService:
                                     f"(GRADSERVE_MAX_RESPONSE_BYTES){hint}; read fewer tensors at a time")
 
     # ----- sessions -----------------------------------------------------------------------------------
-    def create_session(self, owner: str = "") -> dict:
-        session = self.store.create(engine.State(), owner)
+    def create_session(self, owner: str = "", client: str = "") -> dict:
+        session = self.store.create(engine.State(), owner, client)
         return {**views.session_times(session, self.store_ttl), "ttl_seconds": self.store_ttl}
 
     @property

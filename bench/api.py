@@ -199,7 +199,8 @@ def http_rows(duration: int, connections: int, rounds: int) -> list[tuple[str, d
         sys.exit("wrk is not installed: apt-get update && apt-get install -y wrk")
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRADSERVE_MAX_NODES_PER_SESSION": "1000000"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRADSERVE_MAX_NODES_PER_SESSION": "1000000",
+           "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"}  # one load generator: no per-address rate
     cmd = [sys.executable, "-m", "uvicorn", "bench.api:bench_app", "--factory", "--host", "127.0.0.1",
            "--port", str(port), "--workers", "1", "--loop", "uvloop", "--http", "httptools",
            "--no-access-log", "--log-level", "warning"]
@@ -322,7 +323,8 @@ def start_redis(tmp: Path) -> tuple[subprocess.Popen, str]:
 def start_store_server(store_url: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GRADSERVE_STORE_URL": store_url,
-           "GRADSERVE_REDIS_KEY_PREFIX": f"bench-{os.getpid()}:", "GRADSERVE_MAX_NODES_PER_SESSION": "1000000"}
+           "GRADSERVE_REDIS_KEY_PREFIX": f"bench-{os.getpid()}:", "GRADSERVE_MAX_NODES_PER_SESSION": "1000000",
+           "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"}
     cmd = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
            "--workers", "1", "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"]
     server = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=SERVER_LOG)  # the JSON access log (stderr)

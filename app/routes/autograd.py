@@ -9,12 +9,13 @@ from fastapi import APIRouter, Body, Request
 
 from app.deps import EncodingQuery
 from app.examples import BACKWARD_EXAMPLES, GRAD_EXAMPLES, ZERO_GRAD_EXAMPLES, openapi_examples
+from app.jsonbody import StrictJSONRoute
 from app.routes import TensorJSON
 from app.routes.sessions import SessionId
 from app.schemas.ops import BackwardRequest, GradRequest, OpsResponse, ZeroGradRequest
 from app.schemas.problems import problem_responses
 
-router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["autograd"])
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["autograd"], route_class=StrictJSONRoute)
 
 ERRORS = problem_responses(404, 409, 413, 422, 503, 504)
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
 
-from app.deps import EncodingQuery, OwnerDep, ServiceDep
+from app.deps import ClientDep, EncodingQuery, OwnerDep, ServiceDep
 from app.routes import TensorJSON
 from app.schemas.problems import problem_responses
 from app.schemas.sessions import SessionCreated, SessionList, SessionSummary
@@ -20,9 +20,9 @@ TensorName = Annotated[str, Path(description="A tensor name, or `name.grad` for 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=SessionCreated,
              responses=problem_responses(429, 503), summary="Create a session")
-def create_session(service: ServiceDep, owner: OwnerDep, response: Response) -> dict:
+def create_session(service: ServiceDep, owner: OwnerDep, client: ClientDep, response: Response) -> dict:
     """A new, empty namespace of tensors. It expires after `GRADSERVE_SESSION_TTL_SECONDS` without use."""
-    created = service.create_session(owner)
+    created = service.create_session(owner, client)
     response.headers["Location"] = f"/v1/sessions/{created['id']}"
     return created
 

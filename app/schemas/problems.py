@@ -40,13 +40,16 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         404: "Unknown session or tensor name.",
         409: "The request conflicts with the session's state (graph freed, tensor modified in place, "
              "in-place op on a leaf that requires grad).",
+        408: "The request body did not arrive in full within `GRADSERVE_BODY_READ_TIMEOUT_SECONDS`.",
         413: "Request body too large.",
+        415: "The request body is not JSON (send `Content-Type: application/json`).",
         422: "Invalid input: malformed JSON, schema violation, an op PyTorch would reject, or a limit "
              "(`limit_exceeded`: elements per tensor, bytes per session counted as they are allocated, graph "
              "nodes, ops x repeat, response bytes; the detail names the setting and its value); nothing was "
              "applied.",
         401: "Missing or invalid API key (when the server has keys).",
-        429: "Too many sessions, the key's session quota, or the key's rate limit (see `Retry-After`).",
+        429: "Too many sessions, the key's (or without keys, the client address's) session quota or rate limit, "
+             "or too many wrong keys from the address (see `Retry-After`).",
         503: "`store_unavailable`: the session store (Redis) is unreachable, full or read-only; or "
              "`server_busy`: every heavy slot is taken and the queue for them is full "
              "(`GRADSERVE_MAX_HEAVY_REQUESTS`, `GRADSERVE_MAX_HEAVY_QUEUE`); nothing was applied (see "

@@ -38,6 +38,7 @@ class Session:
     listed_tensor_count: int = 0  # for listings without a state
     lease: Any = field(default=None, repr=False)  # the store's own bookkeeping for an open session
     owner: str = ""  # the digest of the creating API key ("" without keys); never the key
+    client: str = ""  # without keys: the address that created it, for the per-address quota ("" with keys)
 
     def expires_at(self, ttl_seconds: float) -> float:
         return self.last_used_at + ttl_seconds
@@ -60,9 +61,10 @@ class StoreStats:
 class SessionStore(Protocol):
     stats: StoreStats
 
-    def create(self, state: Any, owner: str = "") -> Session:
+    def create(self, state: Any, owner: str = "", client: str = "") -> Session:
         """Store a new session; raises TooManySessions when full and SessionQuotaExceeded when ``owner``
-        holds its maximum."""
+        holds its maximum, or on an open server (``owner`` ""), when the sessions ``client`` (its address)
+        created do."""
 
     def open(self, session_id: str, *, write: bool, owner: str = "") -> AbstractContextManager[Session]:
         """The live session (its TTL renewed) for the duration of a with-block; raises SessionNotFound for
@@ -129,4 +131,5 @@ def make_store(settings) -> SessionStore:
 
     return MemoryStore(max_sessions=settings.max_sessions, ttl_seconds=settings.session_ttl_seconds,
                        max_sessions_per_owner=settings.max_sessions_per_key,
-                       lock_wait_seconds=settings.lock_wait_seconds)
+                       lock_wait_seconds=settings.lock_wait_seconds,
+                       max_sessions_per_client=settings.max_sessions_per_client)

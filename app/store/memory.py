@@ -16,9 +16,13 @@ from app.store import Session, StoreStats
 
 class MemoryStore:
     def __init__(self, *, max_sessions: int, ttl_seconds: float, max_sessions_per_owner: int | None = None,
-                 clock=time.time, lock_wait_seconds: float | None = None):
+                 max_sessions_per_client: int | None = None, clock=time.time, on_release=None,
+                 lock_wait_seconds: float | None = None):
         self.max_sessions = max_sessions
         self.max_sessions_per_owner = max_sessions_per_owner  # for owners that are keys (not "")
+        self.max_sessions_per_client = max_sessions_per_client  # per creating address, for owner ""
+        self._clients: Counter[str] = Counter()  # address -> sessions it created (owner "" only)
+        self.on_release = on_release  # called (no arguments) after sessions were deleted or expired
         self.ttl_seconds = ttl_seconds
         self.lock_wait_seconds = lock_wait_seconds  # None: wait as long as it takes
         self._clock = clock
@@ -34,10 +38,16 @@ class MemoryStore:
         return bool(owner) and self.max_sessions_per_owner is not None and \
             self._owned[owner] >= self.max_sessions_per_owner
 
-    def create(self, state: Any, owner: str = "") -> Session:
+    def _client_full(self, owner: str, client: str) -> bool:
+        return not owner and bool(client) and self.max_sessions_per_client is not None and \
+            self._clients[client] >= self.max_sessions_per_client
+
+    def create(self, state: Any, owner: str = "", client: str = "") -> Session:
         now = self._clock()
+        client = "" if owner else client
         with self._lock:
-            if len(self._sessions) >= self.max_sessions or self._quota_full(owner):
+            if (len(self._sessions) >= self.max_sessions or self._quota_full(owner)
+                    or self._client_full(owner, client)):
                 self._sweep_locked(now)
             if len(self._sessions) >= self.max_sessions:
                 raise TooManySessions(f"the service holds its maximum of {self.max_sessions} sessions "
@@ -46,10 +56,17 @@ class MemoryStore:
                 raise SessionQuotaExceeded(f"this API key holds its maximum of {self.max_sessions_per_owner} "
                                            "sessions (GRADSERVE_MAX_SESSIONS_PER_KEY); delete one or retry "
                                            "after some expire")
+            if self._client_full(owner, client):
+                raise SessionQuotaExceeded(f"this client address holds its maximum of "
+                                           f"{self.max_sessions_per_client} sessions "
+                                           "(GRADSERVE_MAX_SESSIONS_PER_CLIENT); delete one or retry after some "
+                                           "expire")
             session = Session(id=secrets.token_urlsafe(24), state=state, created_at=now, last_used_at=now,
-                              owner=owner)
+                              owner=owner, client=client)
             self._sessions[session.id] = session
             self._owned[owner] += 1
+            if client:
+                self._clients[client] += 1
             self.stats.created += 1
             return session
 
@@ -59,18 +76,30 @@ class MemoryStore:
             session = self._sessions.get(session_id)
             if session is None or session.owner != owner:
                 raise SessionNotFound(session_id)
-            if self._expired(session, now):
+            expired = self._expired(session, now)
+            if expired:
                 self._remove_locked(session)
                 self.stats.expired += 1
-                raise SessionNotFound(session_id)
-            session.last_used_at = now
-            return session
+            else:
+                session.last_used_at = now
+        if expired:
+            self._released()
+            raise SessionNotFound(session_id)
+        return session
+
+    def _released(self) -> None:
+        if self.on_release is not None:
+            self.on_release()
 
     def _remove_locked(self, session: Session) -> None:
         del self._sessions[session.id]
         self._owned[session.owner] -= 1
         if not self._owned[session.owner]:
             del self._owned[session.owner]
+        if session.client:
+            self._clients[session.client] -= 1
+            if not self._clients[session.client]:
+                del self._clients[session.client]
 
     @contextmanager
     def open(self, session_id: str, *, write: bool = False, owner: str = "") -> Iterator[Session]:
@@ -98,6 +127,7 @@ class MemoryStore:
                 raise SessionNotFound(session_id)
             self._remove_locked(session)
             self.stats.deleted += 1
+        self._released()
 
     def list(self, owner: str | None = None) -> list[Session]:
         now = self._clock()
@@ -111,7 +141,10 @@ class MemoryStore:
 
     def sweep(self) -> int:
         with self._lock:
-            return self._sweep_locked(self._clock())
+            swept = self._sweep_locked(self._clock())
+        if swept:
+            self._released()
+        return swept
 
     def _sweep_locked(self, now: float) -> int:
         expired = [s for s in self._sessions.values() if self._expired(s, now)]
@@ -124,3 +157,4 @@ class MemoryStore:
         with self._lock:
             self._sessions.clear()
             self._owned.clear()
+            self._clients.clear()

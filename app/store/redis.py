@@ -115,8 +115,11 @@ redis.call('HSET', KEYS[1], 'last_used_at', ARGV[2])
 return {v, found[3], v ~= ARGV[6] and 1 or 0}
 """
 
-# ARGV (own): max sessions, max sessions of the owner (0: none), tensor count. Returns 1, 0 when the service
-# is full, -2 over the owner's quota, -1 when the id is taken.
+# ARGV (own): max sessions, max sessions of the owner (0: none), tensor count, max sessions of the creating
+# client address (0: none), the prefix of session keys; KEYS[7]: that address's index (the ids it created,
+# checked against the sessions still existing: it is not renewed on access, only bounded by the quota).
+# Returns 1, 0 when the service is full, -2 over the owner's quota, -3 over the address's, -1 when the id is
+# taken.
 _CREATE = """
 local refused = nil
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2] * 1000)
@@ -124,6 +127,11 @@ if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[6]) then refused = 0
 elseif tonumber(ARGV[7]) > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[2] * 1000)
   if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[7]) then refused = -2 end
+elseif tonumber(ARGV[9]) > 0 then
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[7], 0, -1)) do
+    if redis.call('EXISTS', ARGV[10] .. id) == 0 then redis.call('ZREM', KEYS[7], id) end
+  end
+  if redis.call('ZCARD', KEYS[7]) >= tonumber(ARGV[9]) then refused = -3 end
 end
 if not refused and redis.call('EXISTS', KEYS[1]) == 1 then refused = -1 end
 if refused then
@@ -133,6 +141,10 @@ end
 redis.call('RENAME', KEYS[6], KEYS[4])
 redis.call('HSET', KEYS[1], 'version', 1, 'created_at', ARGV[2], 'last_used_at', ARGV[2], 'tensor_count',
            ARGV[8], 'owner', ARGV[5])
+if tonumber(ARGV[9]) > 0 then
+  redis.call('ZADD', KEYS[7], ARGV[2], ARGV[1])
+  redis.call('PEXPIRE', KEYS[7], ARGV[4])
+end
 """ + _RENEW + """
 return 1
 """
@@ -266,6 +278,11 @@ class _Turnstile:
         self.active -= 1
 
 
+#: How soon a lock that could not be released (Redis down) is tried again (doubling up to 0.5 s)
+ORPHAN_RETRY_SECONDS = 0.05
+#: Tokens remembered per lock key for release (see ``RedisStore._orphan``)
+ORPHANS_PER_LOCK = 16
+
 #: Optimistic writes under way at once on one event loop (see ``RedisStore.write_async``)
 LOOP_OPTIMISTIC_WRITERS = 4
 
@@ -275,8 +292,10 @@ _RETRY = object()  # an optimistic attempt that did not apply: take the lock and
 class RedisStore:
     def __init__(self, client: redis.Redis, *, max_sessions: int, ttl_seconds: float, lock_ttl_seconds: float,
                  lock_wait_seconds: float, key_prefix: str = "gradserve:", cache_bytes: int = 64 << 20,
-                 max_sessions_per_owner: int | None = None, async_url: str | None = None):
+                 max_sessions_per_owner: int | None = None, async_url: str | None = None,
+                 max_sessions_per_client: int | None = None):
         self.redis = client
+        self.max_sessions_per_client = max_sessions_per_client  # per creating address, for owner ""
         self.async_url = async_url  # for the event-loop path (write_async); None: no such path
         self.max_sessions = max_sessions
         self.max_sessions_per_owner = max_sessions_per_owner  # for owners that are keys (not "")
@@ -298,6 +317,8 @@ class RedisStore:
         self._held: dict[str, str] = {}  # lock key -> token, renewed by the renewer thread
         self._held_lock = threading.Lock()
         self._renewer: threading.Thread | None = None
+        self._orphans: dict[str, list[str]] = {}  # lock key -> tokens perhaps ours, not released (Redis was away)
+        self._releaser: threading.Thread | None = None
         self._closing = threading.Event()
         self._lock_ms = max(1, int(lock_ttl_seconds * 1000))
         self._ttl_ms = max(1, int(ttl_seconds * 1000))
@@ -311,7 +332,8 @@ class RedisStore:
         return cls(client, max_sessions=settings.max_sessions, ttl_seconds=settings.session_ttl_seconds,
                    lock_ttl_seconds=settings.lock_ttl_seconds, lock_wait_seconds=settings.lock_wait_seconds,
                    key_prefix=settings.redis_key_prefix, cache_bytes=settings.redis_cache_bytes,
-                   max_sessions_per_owner=settings.max_sessions_per_key, async_url=settings.store_url)
+                   max_sessions_per_owner=settings.max_sessions_per_key, async_url=settings.store_url,
+                   max_sessions_per_client=settings.max_sessions_per_client)
 
     # ----- keys, times and script arguments -----------------------------------------------------------
     def _key(self, session_id: str) -> str:
@@ -342,21 +364,27 @@ class RedisStore:
         return now, [session_id, repr(now), int(now * 1000) + self._ttl_ms, self._ttl_ms, owner]
 
     # ----- the protocol -------------------------------------------------------------------------------
-    def create(self, state: Any, owner: str = "") -> Session:
+    def create(self, state: Any, owner: str = "", client: str = "") -> Session:
         parts = engine.dump_parts(state)
         quota = self.max_sessions_per_owner if owner and self.max_sessions_per_owner else 0
+        client_quota = self.max_sessions_per_client if not owner and client and self.max_sessions_per_client else 0
         for _ in range(3):
             session_id = secrets.token_urlsafe(24)
             now, args = self._args(session_id, owner)
+            keys = [*self._keys(session_id, owner, staged=True), f"{self.prefix}client:{client}"]
             with _unavailable_as_503():
-                created = self._scripts(_CREATE, self._keys(session_id, owner, staged=True),
-                                        [*args, self.max_sessions, quota, len(state.tensors)], staged=parts)
+                created = self._scripts(_CREATE, keys, [*args, self.max_sessions, quota, len(state.tensors),
+                                                        client_quota, f"{self.prefix}s:"], staged=parts)
             if created == 0:
                 raise TooManySessions(f"the service holds its maximum of {self.max_sessions} sessions "
                                       "(GRADSERVE_MAX_SESSIONS); delete one or retry after some expire")
             if created == -2:
                 raise SessionQuotaExceeded(f"this API key holds its maximum of {quota} sessions "
                                            "(GRADSERVE_MAX_SESSIONS_PER_KEY); delete one or retry after some "
+                                           "expire")
+            if created == -3:
+                raise SessionQuotaExceeded(f"this client address holds its maximum of {client_quota} sessions "
+                                           "(GRADSERVE_MAX_SESSIONS_PER_CLIENT); delete one or retry after some "
                                            "expire")
             if created == 1:
                 nbytes = _nbytes(parts)
@@ -385,8 +413,7 @@ class RedisStore:
                 self._forget(session_id, entry)
             entry.lock.release()
             if not lease.saved:
-                with _unavailable_as_503():
-                    self._scripts(_RELEASE, [lock_key], [token])
+                self._release(lock_key, token)
 
     def save(self, session: Session) -> None:
         lease: _Lease = session.lease
@@ -613,15 +640,21 @@ class RedisStore:
             if pause:
                 await asyncio.sleep(pause)
                 continue
-            with _unavailable_as_503():
-                reply = await scripts(_ACQUIRE, keys, args)
+            try:
+                with _unavailable_as_503():
+                    reply = await scripts(_ACQUIRE, keys, args)
+            except StoreUnavailable:
+                self._orphan(lock_key, token)  # the lock may have been taken, the reply lost
+                raise
         self._hold(lock_key, token)
         try:
             session, entry = await self._materialize_async(session_id, found, cached, now, owner)
         except BaseException:
             self._unhold(lock_key)
-            with contextlib.suppress(redis.RedisError):
+            try:
                 await scripts(_RELEASE, [lock_key], [token])
+            except redis.RedisError:
+                self._orphan(lock_key, token)
             raise
         lease = session.lease = _Lease(lock_key, token, entry)
         try:
@@ -632,8 +665,11 @@ class RedisStore:
                 self._forget(session_id, entry)
             entry.lock.release()
             if not lease.saved:
-                with _unavailable_as_503():
+                try:
                     await scripts(_RELEASE, [lock_key], [token])
+                except (RedisConnectionError, RedisTimeoutError) as exc:
+                    self._orphan(lock_key, token)
+                    raise StoreUnavailable(f"the session store (Redis) is unreachable: {exc}") from exc
 
     async def _materialize_async(self, session_id: str, found: list, cached: _Cached | None, now: float,
                                  owner: str) -> tuple[Session, _Cached]:
@@ -791,17 +827,67 @@ class RedisStore:
             if pause:
                 time.sleep(pause)
                 continue
-            with _unavailable_as_503():
-                reply = self._scripts(_ACQUIRE, keys, args)
+            try:
+                with _unavailable_as_503():
+                    reply = self._scripts(_ACQUIRE, keys, args)
+            except StoreUnavailable:
+                self._orphan(self._lock_key(session_id), token)  # the lock may have been taken, the reply lost
+                raise
         lock_key = self._lock_key(session_id)
         self._hold(lock_key, token)
         try:
             return self._materialize(session_id, found, cached, now, owner, writer=True)
         except BaseException:
             self._unhold(lock_key)
-            with contextlib.suppress(redis.RedisError):
-                self._scripts(_RELEASE, [lock_key], [token])
+            with contextlib.suppress(StoreUnavailable):
+                self._release(lock_key, token)
             raise
+
+    def _release(self, lock_key: str, token: str) -> None:
+        """Release our lock; if Redis cannot be reached, have it released as soon as it can (``_orphan``) and
+        raise StoreUnavailable."""
+        try:
+            self._scripts(_RELEASE, [lock_key], [token])
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            self._orphan(lock_key, token)
+            raise StoreUnavailable(f"the session store (Redis) is unreachable: {exc}") from exc
+
+    def _orphan(self, lock_key: str, token: str) -> None:
+        """A lock of ours that could not be released (Redis was down or restarting). An append-only Redis
+        restores it on restart, and then nobody would own it: every writer of that session would wait for it
+        to lapse (GRADSERVE_LOCK_TTL_SECONDS). A thread releases such locks as soon as Redis answers again."""
+        with self._held_lock:
+            tokens = self._orphans.setdefault(lock_key, [])
+            # the first ones are the requests that were under way when Redis went; attempts made while it was
+            # away (each with its own token) never reached it
+            if token not in tokens and len(tokens) < ORPHANS_PER_LOCK:
+                tokens.append(token)
+            if self._releaser is None or not self._releaser.is_alive():
+                self._releaser = threading.Thread(target=self._release_orphans, name="gradserve-lock-releaser",
+                                                  daemon=True)
+                self._releaser.start()
+
+    def _release_orphans(self) -> None:
+        delay = ORPHAN_RETRY_SECONDS
+        while not self._closing.is_set():
+            with self._held_lock:
+                orphans = [(key, token) for key, tokens in self._orphans.items() for token in tokens]
+                if not orphans:
+                    self._releaser = None
+                    return
+            try:
+                for lock_key, token in orphans:
+                    self._scripts(_RELEASE, [lock_key], [token])
+                    with self._held_lock:
+                        tokens = self._orphans.get(lock_key, [])
+                        if token in tokens:
+                            tokens.remove(token)
+                        if not tokens:
+                            self._orphans.pop(lock_key, None)
+                delay = ORPHAN_RETRY_SECONDS
+            except Exception:  # noqa: BLE001 - Redis still away (or anything else): try again
+                self._closing.wait(delay)
+                delay = min(delay * 2, 0.5)
 
     def _acquiring(self, session_id: str, token: str, owner: str,
                    deadline: float) -> Generator[tuple[list, list, float], Any, tuple[Any, _Cached | None, float]]:

@@ -43,6 +43,8 @@ bodies = st.one_of(values, st.dictionaries(top_keys, values, max_size=4),
                                                                  "record": st.lists(values, max_size=3),
                                                                  "return": st.lists(values, max_size=3)}))
 
+JSON = {"content-type": "application/json"}
+
 
 def adapter_result(adapter, data):
     try:
@@ -93,7 +95,7 @@ BIG = np.arange(5000, dtype=np.float32) / 7
 def test_a_large_base64_tensor_is_read_exactly(client, session):
     body = orjson.dumps({"ops": [{"op": "tensor", "out": "x", "args": [payload(BIG)]}]})
     assert lift_blobs(body)[1]  # it takes the fast way
-    ok(client.post(f"/v1/sessions/{session}/ops", content=body))
+    ok(client.post(f"/v1/sessions/{session}/ops", content=body, headers=JSON))
     got = ok(client.get(f"/v1/sessions/{session}/tensors/x", params={"encoding": "base64"}))["data"]
     np.testing.assert_array_equal(np.frombuffer(base64.b64decode(got["data"]), "<f4"), BIG)
 
@@ -104,14 +106,14 @@ def test_a_data_string_that_is_not_a_payload_is_parsed_as_written(client, sessio
     body = orjson.dumps({"ops": [{"op": "tensor", "out": "x", "args": [payload(BIG)]},
                                  {"op": "mul", "out": "y", "args": ["x", 2.0], "kwargs": {"data": text}}]})
     assert len(lift_blobs(body)[1]) == 2
-    problem = assert_problem(client.post(f"/v1/sessions/{session}/ops", content=body), 422)
+    problem = assert_problem(client.post(f"/v1/sessions/{session}/ops", content=body, headers=JSON), 422)
     assert "gradserve-blob" not in problem["detail"]  # the original body was parsed: no token reached the engine
 
 
 def test_escaped_or_invalid_large_payloads_behave_as_before(client, session):
     escaped = orjson.dumps({"ops": [{"op": "tensor", "out": "x", "args": [payload(BIG)]}]}).replace(b"/", b"\\/")
     assert b"\\/" in escaped
-    ok(client.post(f"/v1/sessions/{session}/ops", content=escaped))
+    ok(client.post(f"/v1/sessions/{session}/ops", content=escaped, headers=JSON))
     bad = payload(BIG)
     bad["data"] = bad["data"][:-8] + "!!!!!!!!"
     small = payload(BIG[:4])
@@ -130,11 +132,12 @@ def test_long_lists_still_read_escaped_nonfinite_strings_and_refuse_deep_argumen
     body = orjson.dumps({"ops": [*filler, {"op": "mul", "out": "y", "args": ["x", "NaN"]}]})
     body = body.replace(b'"NaN"', b'"\\u004e\\u0061\\u004e"')
     assert b"NaN" not in body
-    assert ok(client.post(f"/v1/sessions/{session}/ops", content=body))["tensors"]["y"]["data"] == ["NaN", "NaN"]
+    answer = ok(client.post(f"/v1/sessions/{session}/ops", content=body, headers=JSON))
+    assert answer["tensors"]["y"]["data"] == ["NaN", "NaN"]
     deep = [*filler, {"op": "tensor", "args": [orjson.loads("[" * 70 + "1.0" + "]" * 70)], "out": "z"}]
     assert_problem(run(client, session, deep), 422, "too_deep")
     named = orjson.dumps({"ops": [*filler, {"op": "mul", "out": "NaN", "args": ["x", 1.0]}]})
-    assert_problem(client.post(f"/v1/sessions/{session}/ops", content=named), 422, "invalid_name")
+    assert_problem(client.post(f"/v1/sessions/{session}/ops", content=named, headers=JSON), 422, "invalid_name")
 
 
 # ----- event loop or thread pool -------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from tests.app.conftest import FUZZ_CASES
 KEY = "fuzz-key-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
-APP = create_app(Settings(api_keys=KEY, rate_limit_per_second=0, max_sessions=100_000,
+APP = create_app(Settings(api_keys=KEY, rate_limit_per_second=0, auth_failures_per_minute=0, max_sessions=100_000,
                           max_sessions_per_key=100_000, access_log=False))
 
 CONFIG = SchemathesisConfig.from_dict({

@@ -71,8 +71,10 @@ def test_reads_and_eval_answers_are_bounded_too():
 def test_deadline_is_504_with_nothing_applied():
     with make_client(request_deadline_seconds=0.3) as c:
         sid = c.post("/v1/sessions").json()["id"]
-        ok(run(c, sid, [{"op": "randn", "args": [200, 200], "out": "a"}]))
-        r = run(c, sid, [{"op": "matmul", "args": ["a", "a"], "out": "a"}], repeat=1000)
+        ok(run(c, sid, [{"op": "randn", "args": [300, 300], "out": "a"}]))
+        # tanh keeps the values finite, so every iteration is a real 300x300 matmul (seconds in all)
+        r = run(c, sid, [{"op": "matmul", "args": ["a", "a"], "out": "b"}, {"op": "tanh", "args": ["b"], "out": "a"}],
+                repeat=1000)
         body = assert_problem(r, 504, "deadline_exceeded")
         assert "GRADSERVE_REQUEST_DEADLINE_SECONDS" in body["detail"] and "0.3 s" in body["detail"]
         assert ok(c.get(f"/v1/sessions/{sid}/tensors/a"))["version"] == 0

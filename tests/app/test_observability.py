@@ -58,7 +58,7 @@ def test_request_id_is_generated_or_kept_and_echoed_in_problems(client):
 def test_problems_from_every_layer_carry_the_request_id():
     with make_client(api_keys=KEY, max_body_bytes=10) as c:
         assert assert_problem(c.get("/v1/sessions"), 401)["request_id"]  # auth middleware
-        headers = {"X-API-Key": KEY}
+        headers = {"X-API-Key": KEY, "content-type": "application/json"}
         assert assert_problem(c.post("/v1/eval", content=b"x" * 11, headers=headers), 413)["request_id"]
         assert assert_problem(c.put("/healthz"), 405)["request_id"]
 

@@ -12,6 +12,8 @@ from tests.app.conftest import assert_problem, make_client, ok, run, tensor
 LINEAR = [tensor("x", 2.0), tensor("w", 3.0), tensor("b", 1.0),
           {"op": "mul", "out": "wx", "args": ["w", "x"]}, {"op": "add", "out": "y", "args": ["wx", "b"]}]
 
+JSON = {"content-type": "application/json"}
+
 
 def b64(arr: np.ndarray) -> dict:
     return {"dtype": str(arr.dtype), "shape": list(arr.shape), "encoding": "base64",
@@ -250,7 +252,7 @@ def test_eval_errors_are_problems(client):
 def test_large_tensor_round_trip_through_json(client, session):
     values = np.random.default_rng(0).standard_normal(100_000).astype(np.float32)
     body = orjson.dumps({"ops": [tensor("x", values.tolist(), False)]})
-    ok(client.post(f"/v1/sessions/{session}/ops", content=body))
+    ok(client.post(f"/v1/sessions/{session}/ops", content=body, headers=JSON))
     got = np.array(ok(client.get(f"/v1/sessions/{session}/tensors/x"))["data"], dtype=np.float32)
     np.testing.assert_array_equal(got, values)
 

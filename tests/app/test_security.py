@@ -106,11 +106,28 @@ def test_each_key_has_a_session_quota():
         session_of(c, A)
 
 
-def test_open_server_has_no_quota_but_the_global_limit():
+def test_open_server_has_no_key_quota_but_the_global_limit_and_a_quota_per_address():
     with make_client(max_sessions_per_key=1, max_sessions=3) as c:
         for _ in range(3):
             session_of(c, {})
         assert_problem(c.post("/v1/sessions"), 429, "too_many_sessions")
+    with make_client(max_sessions_per_client=2) as c:  # TestClient's requests all come from one address
+        session_of(c, {})
+        session_of(c, {})
+        body = assert_problem(c.post("/v1/sessions"), 429, "session_quota_exceeded")
+        assert "GRADSERVE_MAX_SESSIONS_PER_CLIENT" in body["detail"]
+
+
+def test_rate_buckets_of_many_addresses_are_pruned_once_full_again():
+    now = [0.0]
+    bucket = RateLimiter(rate=1, burst=2, clock=lambda: now[0])
+    bucket.PRUNE_ABOVE = 10
+    for i in range(10):
+        bucket.take(f"addr-{i}")
+    now[0] = 5.0  # every bucket has refilled
+    bucket.take("one-more")
+    assert len(bucket._buckets) <= 2
+    assert bucket.wait("fresh") == 0 and bucket.take("fresh") == 0
 
 
 def test_rate_limit_is_per_key_with_retry_after():

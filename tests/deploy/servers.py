@@ -29,10 +29,12 @@ def redis_server_binary() -> str | None:
 
 
 class RedisServer:
-    """``redis-server`` without persistence, in ``workdir``."""
+    """``redis-server`` in ``workdir``, without persistence or (``appendonly``) with an append-only file
+    written at every command, as a restarted Redis finds it."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, appendonly: bool = False):
         self.workdir = workdir
+        self.appendonly = appendonly
         self.port = 0
         self.proc: subprocess.Popen | None = None
 
@@ -40,18 +42,28 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    def _spawn(self) -> None:
+        persistence = ["--appendonly", "yes", "--appendfsync", "always"] if self.appendonly else ["--appendonly", "no"]
+        self.proc = subprocess.Popen(
+            [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *persistence,
+             "--dir", str(self.workdir), "--protected-mode", "yes"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
     def start(self) -> RedisServer:
-        binary = redis_server_binary()
         for _ in range(3):  # another process may take the free port between probe and bind
             self.port = free_port()
-            self.proc = subprocess.Popen(
-                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                 "--dir", str(self.workdir), "--protected-mode", "yes"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self._spawn()
             if self._wait_ready(10):
                 return self
             self.stop()
         raise RuntimeError("redis-server did not start")
+
+    def restart(self) -> RedisServer:
+        """Start again on the same port and directory (after ``stop``): with ``appendonly``, with the data."""
+        self._spawn()
+        if not self._wait_ready(20):
+            raise RuntimeError("redis-server did not restart")
+        return self
 
     def _wait_ready(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

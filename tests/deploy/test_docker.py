@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -168,6 +169,8 @@ def test_the_images_start_command_with_the_compose_settings_runs_several_workers
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
     env = {}
     for key, value in compose["services"]["api"]["environment"].items():
+        if value is None:  # passed through from the shell or .env: unset here, the app's default applies
+            continue
         value = str(value)
         env[key] = value.split(":-", 1)[1].rstrip("}") if value.startswith("${") else value
     assert int(env["WEB_CONCURRENCY"]) > 1
@@ -177,5 +180,65 @@ def test_the_images_start_command_with_the_compose_settings_runs_several_workers
         server.start()
         full_backward(server.url)
         assert healthcheck(server.env) == 0
+    finally:
+        server.kill()
+
+
+# ----- compose as a safe default (issue 10) -----------------------------------------------------------------
+def test_every_setting_reaches_the_api_containers():
+    from app.config import Settings
+
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    api = compose["services"]["api"]
+    assert {"path": ".env", "required": False} in api["env_file"]
+    given = set(api["environment"])
+    settings = {f"GRADSERVE_{name.upper()}" for name in Settings.model_fields}
+    assert settings <= given, f"not passed to the API containers: {sorted(settings - given)}"
+    assert given - settings <= {"WEB_CONCURRENCY", "FORWARDED_ALLOW_IPS"}, sorted(given - settings)
+
+
+def test_redis_has_maxmemory_without_eviction_and_every_service_a_memory_limit():
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    services = compose["services"]
+    command = services["redis"]["command"]
+    assert command[command.index("--maxmemory-policy") + 1] == "noeviction"
+    assert command[command.index("--maxmemory") + 1]
+    for name, service in services.items():
+        assert service["deploy"]["resources"]["limits"]["memory"], name
+
+
+def test_forwarded_headers_are_trusted_from_the_load_balancer_only():
+    stage = final_stage(DOCKER / "Dockerfile")
+    assert image_env(stage)["FORWARDED_ALLOW_IPS"] not in ("*", "")
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    lb_address = compose["services"]["lb"]["networks"]["backend"]["ipv4_address"]
+    assert compose["services"]["api"]["environment"]["FORWARDED_ALLOW_IPS"] == lb_address
+
+
+def test_metrics_are_not_published_through_the_load_balancer():
+    conf = (DOCKER / "nginx.conf").read_text()
+    block = conf.split("location = /metrics", 1)[1].split("}", 1)[0]
+    assert "return 404" in block and "proxy_pass" not in block
+    assert "server_tokens off;" in conf and "client_body_timeout" in conf
+
+
+def test_the_images_start_command_has_no_server_banner_and_answers_malformed_http_with_a_problem(tmp_path):
+    command = image_command(final_stage(DOCKER / "Dockerfile"), "CMD")
+    assert "--no-server-header" in command and command[command.index("--http") + 1] == "app.protocol:HTTPProtocol"
+    assert float(command[command.index("--timeout-keep-alive") + 1]) <= 15  # idle connections are closed
+    server = run_image({}, tmp_path / "image.log")
+    try:
+        server.start()
+        response = httpx.get(f"{server.url}/healthz")
+        assert "server" not in response.headers and response.headers["x-content-type-options"] == "nosniff"
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n")
+            reply = b""
+            while chunk := sock.recv(4096):
+                reply += chunk
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400") and b"content-type: application/problem+json" in head.lower()
+        assert b"server:" not in head.lower()
+        assert json.loads(body)["code"] == "bad_http_request"
     finally:
         server.kill()
