@@ -1,0 +1,187 @@
+"""Replay a program in the engine (one ``run_program`` call per op, or one HTTP request per op) and compare
+each step's outcome with torch's recorded outcome.
+
+Outcomes are plain data (see ``torch_exec.snapshot_tensor``), so torch's side can be recorded once and
+committed (``regressions.json``) and replayed without torch.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from engine import State, run_program
+from engine.errors import EngineError, UnknownTensorError
+
+from .allow import allowed
+
+# ops whose outcome is a property of the op (value, argument checking, messages): conf-ops' area
+AUTOGRAD_ACTIONS = {"backward", "grad", "retain_grad", "set_grad", "requires_grad_", "zero_grad"}
+VIEW_OPS = {"view", "reshape", "t", "transpose", "permute", "expand", "expand_as", "squeeze", "unsqueeze",
+            "select", "narrow", "getitem", "split", "chunk", "unbind", "flatten", "detach", "setitem"}
+AUTOGRAD_FIELDS = {"requires_grad", "is_leaf", "grad_fn", "retains_grad", "grad", "grad.requires_grad",
+                   "grad.dtype", "version"}
+
+TOL = {"float32": (1e-4, 1e-5), "float64": (1e-9, 1e-12)}
+
+
+def plain_array(a: np.ndarray):
+    def conv(v):
+        if isinstance(v, list):
+            return [conv(x) for x in v]
+        if isinstance(v, float):
+            if math.isnan(v):
+                return "NaN"
+            if math.isinf(v):
+                return "Infinity" if v > 0 else "-Infinity"
+        return v
+    return conv(a.tolist())
+
+
+def snapshot_engine_tensor(t) -> dict:
+    g = t._grad
+    return {"dtype": t.dtype, "shape": list(t.data.shape), "value": plain_array(t.data),
+            "requires_grad": t.requires_grad, "is_leaf": t.is_leaf,
+            "grad_fn": t.grad_fn.name if t.grad_fn is not None else None,
+            "retains_grad": t.retains_grad, "version": t._vc[0],
+            "grad": None if g is None else {"dtype": g.dtype, "value": plain_array(g.data),
+                                             "requires_grad": g.requires_grad}}
+
+
+class EngineRunner:
+    """The engine directly: a State, one ``run_program`` call per op."""
+
+    def __init__(self):
+        self.state = State()
+
+    def step(self, op: dict) -> dict:
+        err = None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                run_program(self.state, [op])
+        except UnknownTensorError as exc:
+            err = ["UnknownTensor", exc.message]
+        except EngineError as exc:
+            err = [exc.exception, exc.message]
+        return {"error": err, "tensors": {n: snapshot_engine_tensor(t) for n, t in self.state.tensors.items()}}
+
+
+class HttpRunner:
+    """The app over HTTP (in-process TestClient): one POST /ops per op, then GET /tensors."""
+
+    def __init__(self, client):
+        self.client = client
+        self.sid = client.post("/v1/sessions").json()["id"]
+
+    def step(self, op: dict) -> dict:
+        r = self.client.post(f"/v1/sessions/{self.sid}/ops", json={"ops": [op]})
+        err = None
+        if r.status_code != 200:
+            body = r.json()
+            exc = body.get("exception") or ("UnknownTensor" if body.get("code") == "unknown_tensor" else "Error")
+            err = [exc, body.get("detail")]
+        views = self.client.get(f"/v1/sessions/{self.sid}/tensors").json()["tensors"]
+        tensors = {}
+        for n, v in views.items():
+            tensors[n] = {"dtype": v["dtype"], "shape": v["shape"], "value": v["data"],
+                          "requires_grad": v["requires_grad"], "is_leaf": v["is_leaf"], "grad_fn": v["grad_fn"],
+                          "retains_grad": v["retains_grad"], "version": v["version"],
+                          "grad": None if v["grad"] is None else {"value": v["grad"]}}
+        return {"error": err, "tensors": tensors}
+
+
+# ----- comparison ---------------------------------------------------------------------------------------
+
+
+def _num(v):
+    if isinstance(v, list):
+        return [_num(x) for x in v]
+    if isinstance(v, str):
+        return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[v]
+    return v
+
+
+def values_match(a, b, dtype: str) -> bool:
+    x = np.asarray(_num(a), dtype=np.float64)
+    y = np.asarray(_num(b), dtype=np.float64)
+    if x.shape != y.shape:
+        return False
+    if dtype in TOL:
+        rtol, atol = TOL[dtype]
+        return bool(np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True))
+    return bool(np.array_equal(x, y, equal_nan=True))
+
+
+def compare_tensor(ref: dict, got: dict) -> list[tuple[str, object, object]]:
+    """The fields where ``got`` differs from ``ref``: (field, torch's, engine's)."""
+    out = []
+    for f in ("dtype", "shape", "requires_grad", "is_leaf", "grad_fn", "retains_grad", "version"):
+        if f in got and ref[f] != got[f]:
+            out.append((f, ref[f], got[f]))
+    if ref["dtype"] == got["dtype"] and ref["shape"] == got["shape"] and \
+            not values_match(ref["value"], got["value"], ref["dtype"]):
+        out.append(("value", ref["value"], got["value"]))
+    rg, gg = ref["grad"], got["grad"]
+    if (rg is None) != (gg is None):
+        out.append(("grad", None if rg is None else "set", None if gg is None else "set"))
+    elif rg is not None:
+        for f in ("dtype", "requires_grad"):
+            if f in gg and rg[f] != gg[f]:
+                out.append((f"grad.{f}", rg[f], gg[f]))
+        if not values_match(rg["value"], gg["value"], rg["dtype"]):
+            out.append(("grad", rg["value"], gg["value"]))
+    return out
+
+
+def compare_step(op: dict, ref: dict, got: dict) -> list[dict]:
+    """Mismatches of one step: each ``{"class", "area", "detail"}``; allowed deviations are left out."""
+    name = op["op"]
+    found = []
+
+    def add(field, detail, tensor=None):
+        cls = f"{field}:{name}"
+        if allowed(cls, op, ref, got, tensor):
+            return
+        area = "autograd" if (name in AUTOGRAD_ACTIONS or name in VIEW_OPS or name.endswith("_")
+                              or field in AUTOGRAD_FIELDS or op.get("no_grad")) else "ops"
+        found.append({"class": cls, "area": area, "detail": detail})
+
+    re_, ge = ref["error"], got["error"]
+    if re_ is None and ge is not None:
+        add("error-spurious", f"engine raised {ge[0]}: {ge[1]}")
+    elif re_ is not None and ge is None:
+        add("error-missing", f"torch raised {re_[0]}: {re_[1]}")
+    elif re_ is not None:
+        if re_[0] != ge[0]:
+            add("error-type", f"torch {re_[0]}: {re_[1]} / engine {ge[0]}: {ge[1]}")
+        elif re_[1] != ge[1]:
+            add("error-message", f"torch: {re_[1]} / engine: {ge[1]}")
+    if re_ is not None or ge is not None:
+        return found  # after an error the engine's state is the one before (atomic); torch's may be half-applied
+    rt, gt = ref["tensors"], got["tensors"]
+    if set(rt) != set(gt):
+        add("names", f"torch {sorted(rt)} / engine {sorted(gt)}")
+    for n in rt:
+        if n not in gt:
+            continue
+        for field, a, b in compare_tensor(rt[n], gt[n]):
+            add(field, f"{n}: torch {a!r} / engine {b!r}", n)
+    return found
+
+
+def replay(program: list[dict], expected: list[dict], runner) -> tuple[int, list[dict]]:
+    """Run ``program`` in ``runner`` against torch's ``expected`` outcomes; stop at the first step with a
+    mismatch or an error. Returns (steps run, mismatches of the first failing step)."""
+    for i, (op, ref) in enumerate(zip(program, expected)):
+        got = runner.step(op)
+        bad = compare_step(op, ref, got)
+        if bad:
+            for b in bad:
+                b["step"] = i
+            return i + 1, bad
+        if ref["error"] is not None or got["error"] is not None:
+            return i + 1, []
+    return len(expected), []
