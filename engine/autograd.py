@@ -115,15 +115,13 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
     result = []
     for i, (inp, g) in enumerate(zip(inputs, captured)):
         if g is None:
-            if materialize_grads:
-                g = Tensor(np.zeros(inp.data.shape, inp.data.dtype))
+            if materialize_grads:  # torch: zeros_like(input, requires_grad=create_graph)
+                g = Tensor(np.zeros(inp.data.shape, inp.data.dtype), requires_grad=bool(create_graph))
             elif not allow_unused:
                 raise TorchRuntimeError(
                     f"The differentiated Tensor at index {i} appears to not have been used in the graph. "
                     f"Set allow_unused=True if this is the desired behavior.", code="unused_input")
-        elif not create_graph and g.requires_grad:
-            g = Tensor(g.data)
-        result.append(g)
+        result.append(g)  # a gradient passed through untouched is the caller's tensor itself, as in torch
     return tuple(result)
 
 
@@ -203,7 +201,15 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                 raise RequiresGradError("One of the differentiated Tensors does not require grad")
         input_edges = [edge(t) for t in inputs]
 
+    if accumulate and inputs is not None:
+        # torch: backward(inputs=[t]) on a non-leaf t retains its grad from then on
+        for t in inputs:
+            if t.grad_fn is not None and not t.retains_grad:
+                t.retain_grad()
     root_nodes = [n for n, _ in root_edges]
+    # torch runs a single root's node directly (no GraphRoot): its retain_grad hooks fire even when the
+    # node is not needed to reach ``inputs``
+    hooked_root = root_nodes[0] if len(root_nodes) == 1 else None
 
     order = _topological(root_nodes)
     # which nodes run (needed) and which receive gradients (relevant)
@@ -240,7 +246,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
     pruned = input_edges is not None
     with set_grad_enabled(create_graph):
         for node in order:
-            if pruned and node not in relevant:
+            if pruned and node not in relevant and node is not hooked_root:
                 continue
             buf = buffers.pop(node, None)
             if buf is None:
@@ -251,12 +257,16 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                     if accumulate and buf[nr] is not None:
                         retained.append((inputs[idx], buf[nr]))
             if node.retained:
+                # retain_grad hooks fire in backward and grad alike (a backward input is written once)
                 for nr, t in node.retained.items():
-                    if buf[nr] is not None and (inputs is None or t not in inputs):
+                    if buf[nr] is not None and not (accumulate and inputs is not None
+                                                    and any(t is i for i in inputs)):
                         retained.append((t, buf[nr]))
+            if pruned and node not in relevant:
+                continue
             if node.prim == "AccumulateGrad":
-                if buf[0] is None:
-                    continue
+                if buf[0] is None or (accumulate and not node.variable.requires_grad):
+                    continue  # torch's AccumulateGrad skips a leaf that no longer requires grad
                 if accumulate:
                     leaf_grads.append((node.variable, buf[0]))
                 else:
@@ -290,12 +300,13 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                 g = Tensor(g.data.astype(leaf.data.dtype), g.requires_grad, g.grad_fn, g.output_nr)
             contributions[leaf] = g
             _accumulate_leaf(leaf, g, create_graph, claimed)
-        for t, g in retained:
+    for t, g in retained:
+        if accumulate:
             contributions[t] = g
-            with set_grad_enabled(create_graph):
-                from .ops.shape import clone
-                setattr_(t, "_grad", clone(g) if t._grad is None else _add(t._grad, g))
-            setattr_(t, "grad_accumulations", t.grad_accumulations + 1)
+        with set_grad_enabled(create_graph):
+            from .ops.shape import clone
+            setattr_(t, "_grad", clone(g) if t._grad is None else _add(t._grad, g))
+        setattr_(t, "grad_accumulations", t.grad_accumulations + 1)
     if not retain_graph:
         release_all(executed)
     if accumulate:

@@ -25,9 +25,16 @@ from .journal import setattr_, setitem_
 from .node import Node
 
 
+#: how a view was made (torch's CreationMeta): in grad mode by a single-output view op, by a function that
+#: returns several views (split, chunk, unbind), or in no_grad mode. Only "default" views may be modified in
+#: place while autograd records.
+VIEW_DEFAULT, VIEW_MULTI, VIEW_NO_GRAD = "default", "multi", "no_grad"
+
+
 class Tensor:
-    __slots__ = ("data", "requires_grad", "grad_fn", "output_nr", "_grad", "_vc", "retains_grad",
-                 "grad_accumulations", "_base", "_accumulator", "_wrapped", "__weakref__")
+    __slots__ = ("data", "requires_grad", "_grad_fn", "output_nr", "_grad", "_vc", "retains_grad",
+                 "grad_accumulations", "_base", "_accumulator", "_wrapped", "_creation", "_attr_version",
+                 "__weakref__")
 
     def __init__(self, data: np.ndarray, requires_grad: bool = False, grad_fn: Node | None = None,
                  output_nr: int = 0, vc: list | None = None, base: Tensor | None = None):
@@ -35,7 +42,7 @@ class Tensor:
             data = np.asarray(data)
         self.data = data
         self.requires_grad = requires_grad
-        self.grad_fn = grad_fn
+        self._grad_fn = grad_fn
         self.output_nr = output_nr
         self._grad = None
         self._vc = vc if vc is not None else [0]
@@ -44,6 +51,33 @@ class Tensor:
         self._base = base
         self._accumulator = None
         self._wrapped = False
+        self._creation = None     # views only: VIEW_DEFAULT, VIEW_MULTI or VIEW_NO_GRAD
+        self._attr_version = 0    # views only: the version at which grad_fn was last set
+
+    # ----- grad_fn (views regenerate theirs after an in-place change of their base) ----------------
+    @property
+    def grad_fn(self):
+        """torch's ``grad_fn``. A view whose base (or another view of it) was modified in place since its
+        grad_fn was set gets ``AsStridedBackward0`` over the base's current history, as torch regenerates
+        it on access; a view that may not be rebased (see ``view_error``) keeps its old one here."""
+        fn = self._grad_fn
+        if self._base is None or self._vc[0] == self._attr_version:
+            return fn
+        from .views import refresh_view
+        return refresh_view(self)
+
+    @grad_fn.setter
+    def grad_fn(self, node) -> None:
+        self._grad_fn = node
+        if self._base is not None:
+            self._attr_version = self._vc[0]
+
+    def view_error(self, indirect: bool = True) -> str | None:
+        """torch's refusal to use a view whose history cannot be rebased (None when it can be used)."""
+        if self._base is None:
+            return None
+        from .views import rebase_error
+        return rebase_error(self, indirect)
 
     # ----- metadata -------------------------------------------------------------------------------
     @property
@@ -92,7 +126,7 @@ class Tensor:
     # ----- .grad ----------------------------------------------------------------------------------
     @property
     def grad(self):
-        if self.grad_fn is not None and not self.retains_grad:
+        if self._grad is None and self.grad_fn is not None and not self.retains_grad:
             emit_warning(NONLEAF_GRAD_WARNING)
         return self._grad
 
@@ -105,11 +139,6 @@ class Tensor:
         if not isinstance(value, Tensor):
             raise TorchTypeErrorLike(f"assigned grad expected to be a Tensor or None but got grad of type "
                                      f"{type(value).__name__}")
-        if value.data.shape != self.data.shape:
-            raise TorchRuntimeError(
-                f"attempting to assign a gradient of size '{list(value.data.shape)}' to a tensor of size "
-                f"'{list(self.data.shape)}'. Please ensure that the gradient and the tensor are the same size",
-                code="grad_shape_mismatch")
         if value.dtype != self.dtype:
             raise TorchRuntimeError(
                 f"attempting to assign a gradient with dtype '{D.C_NAMES[value.dtype]}' to a tensor with "
@@ -118,6 +147,11 @@ class Tensor:
                 f"with a specific dtype, or None to allow any dtype. Set grad_dtype with caution. Diverging the "
                 f"dtypes of a tensor and its gradient may break downstream systems that assume they match.",
                 code="grad_dtype_mismatch")
+        if value.data.shape != self.data.shape:
+            raise TorchRuntimeError(
+                f"attempting to assign a gradient of size '{list(value.data.shape)}' to a tensor of size "
+                f"'{list(self.data.shape)}'. Please ensure that the gradient and the tensor are the same size",
+                code="grad_shape_mismatch")
         setattr_(self, "_grad", value)
         setattr_(self, "grad_accumulations", 0)
 

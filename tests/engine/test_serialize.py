@@ -73,8 +73,9 @@ class _RefWriter:
                      wrapped=t._wrapped)
         entry["grad"] = self.tensor(t._grad)
         entry["base"] = self.tensor(t._base)
-        entry["grad_fn"] = self.node(t.grad_fn)
+        entry["grad_fn"] = self.node(t._grad_fn)
         entry["accumulator"] = self.node(t._accumulator)
+        entry["view"] = None if t._base is None else [t._creation or "default", t._attr_version]
         return entry["id"]
 
     def node(self, n):

@@ -21,8 +21,6 @@ from .allow import allowed
 AUTOGRAD_ACTIONS = {"backward", "grad", "retain_grad", "set_grad", "requires_grad_", "zero_grad"}
 VIEW_OPS = {"view", "reshape", "t", "transpose", "permute", "expand", "expand_as", "squeeze", "unsqueeze",
             "select", "narrow", "getitem", "split", "chunk", "unbind", "flatten", "detach", "setitem"}
-AUTOGRAD_FIELDS = {"requires_grad", "is_leaf", "grad_fn", "retains_grad", "grad", "grad.requires_grad",
-                   "grad.dtype", "version"}
 
 TOL = {"float32": (1e-4, 1e-5), "float64": (1e-9, 1e-12)}
 
@@ -42,9 +40,14 @@ def plain_array(a: np.ndarray):
 
 def snapshot_engine_tensor(t) -> dict:
     g = t._grad
+    err = t.view_error()
+    if err is not None:  # torch raises on reading grad_fn (and is_leaf) of such a view
+        grad_fn = is_leaf = f"error: {err}"
+    else:
+        grad_fn = t.grad_fn.name if t.grad_fn is not None else None
+        is_leaf = t.is_leaf
     return {"dtype": t.dtype, "shape": list(t.data.shape), "value": plain_array(t.data),
-            "requires_grad": t.requires_grad, "is_leaf": t.is_leaf,
-            "grad_fn": t.grad_fn.name if t.grad_fn is not None else None,
+            "requires_grad": t.requires_grad, "is_leaf": is_leaf, "grad_fn": grad_fn,
             "retains_grad": t.retains_grad, "version": t._vc[0],
             "grad": None if g is None else {"dtype": g.dtype, "value": plain_array(g.data),
                                              "requires_grad": g.requires_grad}}
@@ -136,6 +139,23 @@ def compare_tensor(ref: dict, got: dict) -> list[tuple[str, object, object]]:
     return out
 
 
+_AUTOGRAD_WORDS = ("view", "leaf", "inplace", "in-place", "grad", "memory location", "version", "backward",
+                   "graph", "Trying to")
+
+
+def area_of(field: str, name: str, detail: str) -> str:
+    """Who owns a mismatch: ``autograd`` (autograd state, views, in-place: this branch) or ``ops`` (an op's
+    values, argument checking and messages)."""
+    if name in AUTOGRAD_ACTIONS or field in ("requires_grad", "is_leaf", "retains_grad", "grad", "version",
+                                              "grad.requires_grad", "grad.dtype", "names"):
+        return "autograd"
+    if field.startswith("error"):
+        return "autograd" if any(w in detail for w in _AUTOGRAD_WORDS) and "argument '" not in detail else "ops"
+    if name in VIEW_OPS or name.endswith("_"):
+        return "autograd"
+    return "ops"
+
+
 def compare_step(op: dict, ref: dict, got: dict) -> list[dict]:
     """Mismatches of one step: each ``{"class", "area", "detail"}``; allowed deviations are left out."""
     name = op["op"]
@@ -145,9 +165,7 @@ def compare_step(op: dict, ref: dict, got: dict) -> list[dict]:
         cls = f"{field}:{name}"
         if allowed(cls, op, ref, got, tensor):
             return
-        area = "autograd" if (name in AUTOGRAD_ACTIONS or name in VIEW_OPS or name.endswith("_")
-                              or field in AUTOGRAD_FIELDS or op.get("no_grad")) else "ops"
-        found.append({"class": cls, "area": area, "detail": detail})
+        found.append({"class": cls, "area": area_of(field, name, detail), "detail": detail})
 
     re_, ge = ref["error"], got["error"]
     if re_ is None and ge is not None:
