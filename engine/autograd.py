@@ -188,9 +188,10 @@ def _apply(node: Node, grads: list) -> list:
 def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inputs, accumulate: bool):
     root_edges = []
     for i, t in enumerate(roots):
-        if not t.requires_grad:
+        e = edge(t) if t.requires_grad else (None, 0)
+        if e[0] is None:  # a view made under no_grad requires grad but has no history of its own
             raise NoGradFnError(f"element {i} of tensors does not require grad and does not have a grad_fn")
-        root_edges.append(edge(t))
+        root_edges.append(e)
     input_edges = None
     if inputs is not None:
         for t in inputs:
@@ -217,10 +218,10 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         needed = relevant = None  # every node in order runs
         captures: dict[Node, list] = {}
     else:
-        targets = {n for n, _ in input_edges if n.prim == "AccumulateGrad"}
+        targets = {n for n, _ in input_edges if n is not None and n.prim == "AccumulateGrad"}
         captures = {}
         for idx, (n, nr) in enumerate(input_edges):
-            if n.prim != "AccumulateGrad":
+            if n is not None and n.prim != "AccumulateGrad":
                 captures.setdefault(n, []).append((idx, nr))
         # reach: nodes from which a target or a captured non-leaf input is reachable (themselves included);
         # needed: the function nodes among them that must run to get gradients there

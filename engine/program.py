@@ -386,7 +386,7 @@ class _Runner:
                     g = t._grad
                     if g.grad_fn is not None:
                         setattr_(g, "grad_fn", None)
-                    setattr_(g, "requires_grad", False)
+                    setattr_(g, "_requires_grad", False)
                     zero_(g)
                 setattr_(t, "grad_accumulations", 0)
 

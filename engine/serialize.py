@@ -128,7 +128,7 @@ class _Writer:
         # the stored grad_fn as it is (a stale view regenerates it on its next use, after loading too)
         g, b, fn, acc = t._grad, t._base, t._grad_fn, t._accumulator
         self.tensors[idx] = _TENSOR % (
-            s, self.array(t.data), _BOOL_JSON[t.requires_grad], t.output_nr, self.counter(t._vc),
+            s, self.array(t.data), _BOOL_JSON[t._requires_grad], t.output_nr, self.counter(t._vc),
             _BOOL_JSON[t.retains_grad], t.grad_accumulations, _BOOL_JSON[t._wrapped],
             "null" if g is None else self.tensor(g), "null" if b is None else self.tensor(b),
             "null" if fn is None else self.node(fn), "null" if acc is None else self.node(acc),
@@ -365,9 +365,9 @@ def _loads(blob: bytes) -> State:
 
     for t, e in zip(tensors, entries_t):
         t.data = array(e["array"])
-        t.requires_grad, t.retains_grad, t._wrapped = e["requires_grad"], e["retains_grad"], e["wrapped"]
+        t._requires_grad, t.retains_grad, t._wrapped = e["requires_grad"], e["retains_grad"], e["wrapped"]
         t.output_nr, t.grad_accumulations, vc = e["output_nr"], e["grad_accumulations"], e["vc"]
-        if t.requires_grad.__class__ is not bool or t.retains_grad.__class__ is not bool \
+        if t._requires_grad.__class__ is not bool or t.retains_grad.__class__ is not bool \
                 or t._wrapped.__class__ is not bool or t.output_nr.__class__ is not int \
                 or t.grad_accumulations.__class__ is not int or vc.__class__ is not int or vc < 0:
             _bad("tensor", e)

@@ -32,7 +32,7 @@ VIEW_DEFAULT, VIEW_MULTI, VIEW_NO_GRAD = "default", "multi", "no_grad"
 
 
 class Tensor:
-    __slots__ = ("data", "requires_grad", "_grad_fn", "output_nr", "_grad", "_vc", "retains_grad",
+    __slots__ = ("data", "_requires_grad", "_grad_fn", "output_nr", "_grad", "_vc", "retains_grad",
                  "grad_accumulations", "_base", "_accumulator", "_wrapped", "_creation", "_attr_version",
                  "__weakref__")
 
@@ -41,7 +41,7 @@ class Tensor:
         if data.__class__ is not np.ndarray:  # numpy returns scalars for 0-d results
             data = np.asarray(data)
         self.data = data
-        self.requires_grad = requires_grad
+        self._requires_grad = requires_grad
         self._grad_fn = grad_fn
         self.output_nr = output_nr
         self._grad = None
@@ -53,6 +53,19 @@ class Tensor:
         self._wrapped = False
         self._creation = None     # views only: VIEW_DEFAULT, VIEW_MULTI or VIEW_NO_GRAD
         self._attr_version = 0    # views only: the version at which grad_fn was last set
+
+    @property
+    def requires_grad(self) -> bool:
+        """torch's requires_grad(): the tensor's own flag, or (a view) a history or a base that requires
+        grad, so a view made before its base was set to require grad requires grad too."""
+        if self._requires_grad:
+            return True
+        base = self._base
+        return base is not None and (self._grad_fn is not None or base._requires_grad)
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self._requires_grad = value
 
     # ----- grad_fn (views regenerate theirs after an in-place change of their base) ----------------
     @property
@@ -165,7 +178,7 @@ class Tensor:
             return self
         if requires_grad and self.data.dtype.kind != "f":
             raise RequiresGradError("only Tensors of floating point dtype can require gradients")
-        setattr_(self, "requires_grad", bool(requires_grad))
+        setattr_(self, "_requires_grad", bool(requires_grad))
         return self
 
     def set_requires_grad(self, value: bool) -> None:
@@ -175,7 +188,7 @@ class Tensor:
         if value and self.data.dtype.kind != "f":
             raise RequiresGradError("only Tensors of floating point and complex dtype can require gradients")
         if self.grad_fn is None:
-            setattr_(self, "requires_grad", bool(value))
+            setattr_(self, "_requires_grad", bool(value))
 
     def retain_grad(self) -> None:
         if not self.requires_grad:

@@ -13,16 +13,13 @@ autograd records is refused the same way.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from .grad_mode import _grad_enabled
 from .journal import setattr_, setitem_
-from .node import Node
+from .node import Node, short_name
 from .tensor import VIEW_DEFAULT, VIEW_MULTI, VIEW_NO_GRAD, Tensor
 
-_BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
 _MULTI = (" This view is the output of a function that returns multiple views. Such functions do not allow the "
           "output views to be modified inplace. You should replace the inplace operation by an out-of-place one.")
 _NO_GRAD = (" Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by "
@@ -43,18 +40,17 @@ def as_view(out: Tensor, base: Tensor, multi: bool = False) -> Tensor:
         creation = base._creation if base._creation in (VIEW_MULTI, VIEW_NO_GRAD) else VIEW_DEFAULT
     out._creation = creation
     out._attr_version = out._vc[0]
-    if out._grad_fn is None and base.requires_grad and out.data.dtype.kind == "f":
-        out.requires_grad = True  # torch: a view of a base that requires grad requires grad
     return out
 
 
 def is_grad_leaf_view(t: Tensor) -> bool:
-    """A view whose requires_grad comes from its base only (made under no_grad): no AccumulateGrad."""
-    return t._base is not None and t._grad_fn is None and t._creation == VIEW_NO_GRAD
+    """A view without history whose requires_grad comes from its base only (made under no_grad, or
+    before the base was set to require grad): torch gives it no AccumulateGrad, gradients stop there."""
+    return t._base is not None and t._grad_fn is None and not t._requires_grad
 
 
 def _short(node: Node) -> str:
-    return _BACKWARD_SUFFIX.sub("", node.name)
+    return short_name(node.name)
 
 
 def rebase_error(t: Tensor, indirect: bool) -> str | None:
@@ -115,8 +111,8 @@ def refresh_view(t: Tensor):
                 {"positions": positions, "base_sizes": root.data.shape},
                 ((root.data.shape, root.data.dtype),))
     set_history(t, node, 0)
-    if not t.requires_grad:
-        setattr_(t, "requires_grad", True)
+    if not t._requires_grad:
+        setattr_(t, "_requires_grad", True)
     return node
 
 

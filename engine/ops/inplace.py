@@ -124,8 +124,8 @@ def apply_inplace(self: Tensor, fn, *args, **kwargs) -> Tensor:
         _copy_slices(self._base, self, node)  # torch's rebase_history of a view: CopySlices on the base
     else:
         set_history(self, node, 0)
-        if not self.requires_grad:
-            setattr_(self, "requires_grad", True)
+        if not self._requires_grad:
+            setattr_(self, "_requires_grad", True)
     return self
 
 
@@ -135,13 +135,13 @@ def _copy_slices(base: Tensor, view: Tensor, node: Node) -> None:
               {"fn": node, "positions": positions, "base_sizes": base.data.shape},
               ((base.data.shape, base.data.dtype),) + node.input_meta[1:])
     set_history(base, cs, 0)
-    if not base.requires_grad:
-        setattr_(base, "requires_grad", True)
+    if not base._requires_grad:
+        setattr_(base, "_requires_grad", True)
     set_history(view, Node("AsStridedBackward0", "AsStridedBackward0", ((cs, 0),),
                            {"positions": positions, "base_sizes": base.data.shape},
                            ((base.data.shape, base.data.dtype),)), 0)
-    if not view.requires_grad:
-        setattr_(view, "requires_grad", True)
+    if not view._requires_grad:
+        setattr_(view, "_requires_grad", True)
 
 
 @vjp("CopySlices", inputs=("self",), saves=("fn", "positions", "base_sizes"))

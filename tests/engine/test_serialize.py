@@ -68,7 +68,7 @@ class _RefWriter:
             return self.tensors[id(t)]["id"]
         entry = self.tensors[id(t)] = {"id": len(self.tensor_objs)}
         self.tensor_objs.append(t)
-        entry.update(array=self.array(t.data), requires_grad=t.requires_grad, output_nr=t.output_nr,
+        entry.update(array=self.array(t.data), requires_grad=t._requires_grad, output_nr=t.output_nr,
                      vc=self.counter(t._vc), retains_grad=t.retains_grad, grad_accumulations=t.grad_accumulations,
                      wrapped=t._wrapped)
         entry["grad"] = self.tensor(t._grad)

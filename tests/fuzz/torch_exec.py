@@ -185,7 +185,7 @@ class TorchRunner:
             tensors = args[0] if args else kwargs.get("tensors")
             set_to_none = kwargs.get("set_to_none", True)
             targets = self.tensor_list(tensors if isinstance(tensors, list) else [tensors]) if tensors is not None \
-                else [t for t in self.ns.values() if t.is_leaf and t.requires_grad]
+                else [t for t in self.ns.values() if _is_leaf(t) and t.requires_grad]
             # optimizer.zero_grad()
             for t in {id(t): t for t in targets}.values():
                 if t.grad is None:
@@ -226,6 +226,13 @@ class TorchRunner:
         a = [conv(pos[i], v) if i < len(pos) else v for i, v in enumerate(args)]
         k = {n: conv(n, v) for n, v in kwargs.items()}
         self.bind(out, _call(spec, a, k))
+
+
+def _is_leaf(t) -> bool:
+    try:
+        return t.is_leaf
+    except RuntimeError:  # a multi-output view whose base changed: not a parameter
+        return False
 
 
 def _first_line(msg: str) -> str:
