@@ -255,7 +255,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
             if pruned and node in captures:
                 for idx, nr in captures[node]:
                     captured[idx] = buf[nr]
-                    if accumulate and buf[nr] is not None:
+                    if accumulate and buf[nr] is not None and not any(inputs[i] is inputs[idx] for i in range(idx)):
                         retained.append((inputs[idx], buf[nr]))
             if node.retained:
                 # retain_grad hooks fire in backward and grad alike (a backward input is written once)

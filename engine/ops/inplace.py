@@ -296,15 +296,16 @@ def _index_put(self: Tensor, idx: tuple, value) -> Tensor:
     broadcast_shapes(probe.data.shape, v.shape)
     out[positions] = np.broadcast_to(v, probe.data.shape).reshape(-1).astype(self.data.dtype)
     src = value if isinstance(value, Tensor) else None
+    # the flat positions are saved as a tensor (torch saves ``indices``): freed by a backward like any
     return record("IndexPutBackward0", out.reshape(self.data.shape), (self, src),
-                  {"positions": positions, "probe_shape": probe.data.shape})
+                  {"positions": Tensor(positions), "probe_shape": probe.data.shape})
 
 
 @vjp("IndexPutBackward0", inputs=("self", "values"), saves=("positions", "probe_shape"))
 def _(ctx, grad):
     from .shape import _index, reshape
     n = ctx.needs
-    pos = ctx.positions
+    pos = ctx.positions.data if isinstance(ctx.positions, Tensor) else ctx.positions  # older sessions: an array
     g_self = g_val = None
     if n[0]:
         mask = np.zeros(grad.data.size, dtype=bool)

@@ -144,15 +144,16 @@ def _(ctx, grad):
     return reshape(grad, ctx.self_sym_sizes),
 
 
-@op("reshape", tensors=("self",), grad_fns=("ViewBackward0", "UnsafeViewBackward0"))
+@op("reshape", tensors=("self",), grad_fns=("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0"))
 def reshape(self, *shape):
-    """torch.reshape(input, shape): a view when the layout allows (ViewBackward0), otherwise a copy
-    (UnsafeViewBackward0 over CloneBackward0)."""
+    """torch.reshape(input, shape): a view when the layout allows (ViewBackward0 from a contiguous input,
+    ReshapeAliasBackward0 from a strided one), otherwise a copy (UnsafeViewBackward0 over CloneBackward0)."""
     self = require_tensor(self)
     shape = _infer_shape(shape_arg(shape), self.data.size)
     out = _try_view(self.data, shape)
     if out is not None:
-        return _as_view(record("ViewBackward0", out, (self,), {"self_sym_sizes": self.data.shape}), self)
+        prim = "ViewBackward0" if self.data.flags.c_contiguous else "ReshapeAliasBackward0"
+        return _as_view(record(prim, out, (self,), {"self_sym_sizes": self.data.shape}), self)
     c = clone(self)
     return _unsafe_view(c, shape)
 
@@ -160,6 +161,11 @@ def reshape(self, *shape):
 def _unsafe_view(self: Tensor, shape: tuple) -> Tensor:
     return record("UnsafeViewBackward0", np.reshape(self.data, shape), (self,),
                   {"self_sym_sizes": self.data.shape})
+
+
+@vjp("ReshapeAliasBackward0", inputs=("self",), saves=("self_sym_sizes",))
+def _(ctx, grad):
+    return reshape(grad, ctx.self_sym_sizes),
 
 
 @vjp("UnsafeViewBackward0", inputs=("self",), saves=("self_sym_sizes",))

@@ -260,6 +260,8 @@ def _call(spec, a: list, k: dict):
         return getattr(a[0], _REFLECTED[name])(*a[1:], **k)
     if name in ("max", "min") and "other" in k:
         return getattr(torch, name)(a[0], k["other"])
+    if name == "where":
+        return torch.where(*a, **k)
     if name == "dropout":
         return F.dropout(*a, **k)
     if spec.inplace:
