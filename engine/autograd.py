@@ -233,6 +233,8 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                 needed.add(n)
             elif n in targets or n in captures:
                 reach.add(n)
+        if accumulate:
+            needed |= set(captures)  # torch: backward(inputs=[t]) runs t's own grad_fn (and frees it)
         relevant = reach
 
     buffers: dict[Node, list] = {}

@@ -82,10 +82,16 @@ def _writeable(a: np.ndarray) -> np.ndarray:
 
 
 def apply_inplace(self: Tensor, fn, *args, **kwargs) -> Tensor:
+    return _apply_inplace(self, fn, args, kwargs, True)
+
+
+def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check: bool) -> Tensor:
+    """``overlap_check``: refuse a target whose elements overlap (an expanded tensor), as torch's
+    TensorIterator does; fill_, zero_ and masked_fill_ write there (torch turns the check off)."""
     self = require_tensor(self)
     others = _tensor_args(args, kwargs)
     check_inplace(self, others)
-    if has_internal_overlap(self.data):
+    if overlap_check and has_internal_overlap(self.data):
         raise TorchRuntimeError(_INTERNAL_OVERLAP, code="invalid_inplace")
     for o in others:
         if partial_overlap(self.data, o.data):
@@ -228,9 +234,9 @@ def _(ctx, grad):
 # ----- the in-place op table ------------------------------------------------------------------------------
 
 
-def _make(name: str, fn, grad_fns: tuple, tensors=("self",), aliases=(), doc=""):
+def _make(name: str, fn, grad_fns: tuple, tensors=("self",), aliases=(), doc="", overlap_check=True):
     def inplace(self, *args, **kwargs):
-        return apply_inplace(self, fn, *args, **kwargs)
+        return _apply_inplace(self, fn, args, kwargs, overlap_check)
 
     inplace.__name__ = name
     inplace.__signature__ = inspect.signature(fn)  # the program resolves tensor arguments by these names
@@ -254,9 +260,10 @@ relu_ = _make("relu_", E.relu, ("ReluBackward0",))
 clamp_ = _make("clamp_", E.clamp, ("ClampBackward1", "ClampBackward0"), ("self", "min", "max"), ("clip_",))
 clamp_min_ = _make("clamp_min_", E.clamp_min, ("ClampMinBackward0",))
 clamp_max_ = _make("clamp_max_", E.clamp_max, ("ClampMaxBackward0",))
-masked_fill_ = _make("masked_fill_", E.masked_fill, ("MaskedFillBackward0",), ("self", "mask"))
-zero_ = _make("zero_", _zero, ("ZeroBackward0",), doc="Tensor.zero_(): fill with zeros in place.")
-fill_ = _make("fill_", _fill, ("FillBackward2", "FillBackward3"), ("self", "value"), doc="Tensor.fill_(value): in place.")
+masked_fill_ = _make("masked_fill_", E.masked_fill, ("MaskedFillBackward0",), ("self", "mask"), overlap_check=False)
+zero_ = _make("zero_", _zero, ("ZeroBackward0",), doc="Tensor.zero_(): fill with zeros in place.", overlap_check=False)
+fill_ = _make("fill_", _fill, ("FillBackward2", "FillBackward3"), ("self", "value"),
+              doc="Tensor.fill_(value): in place.", overlap_check=False)
 copy_ = _make("copy_", _copy, ("CopyBackwards",), ("self", "src"),
               doc="Tensor.copy_(src): copy src (broadcast, cast) into self in place.")
 

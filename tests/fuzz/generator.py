@@ -66,6 +66,7 @@ class Generator:
         self.expected: list[dict] = []
         self.k = 0
         self.length = self.rng.randint(min_steps, max_steps)
+        self.gradients: list = []   # tensors passed as gradient / grad_outputs
 
     # ----- plumbing ------------------------------------------------------------------------------------
     def emit(self, op: dict) -> None:
@@ -241,10 +242,18 @@ class Generator:
         self.emit({"op": op, "out": out, "args": args})
 
     def inplace_target(self):
-        prefer = self.tensors(lambda t: t.dtype.is_floating_point and (not t.is_leaf or not t.requires_grad))
+        # never a tensor given as a gradient (or a view of one): torch's AccumulateGrad may have kept it as a
+        # leaf's .grad, which the engine copies (README: deviations)
+        prefer = self.tensors(lambda t: t.dtype.is_floating_point and (not t.is_leaf or not t.requires_grad)
+                              and not self.is_gradient(t))
         if prefer and self.rng.random() < 0.85:
             return self.pick(prefer)
-        return self.pick(self.floats()) or self.create()
+        return self.pick(self.floats(lambda t: not self.is_gradient(t))) or self.create()
+
+    def is_gradient(self, t) -> bool:
+        """``t`` shares memory with a tensor passed as a gradient."""
+        ptr = t.untyped_storage().data_ptr()
+        return any(g.untyped_storage().data_ptr() == ptr for g in self.gradients)
 
     def operand(self, shape):
         r = self.rng.random()
@@ -322,8 +331,10 @@ class Generator:
             return None
         if self.rng.random() < 0.05:
             return None
-        return self.create(list(t.shape), dtype=str(t.dtype).replace("torch.", "") if t.dtype.is_floating_point
-                           else "float32", rg=self.rng.random() < 0.1)
+        g = self.create(list(t.shape), dtype=str(t.dtype).replace("torch.", "") if t.dtype.is_floating_point
+                        else "float32", rg=self.rng.random() < 0.1)
+        self.gradients.append(self.torch.ns[g])
+        return g
 
     def some_inputs(self):
         cands = self.grad_tensors()

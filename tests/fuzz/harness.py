@@ -118,12 +118,14 @@ def values_match(a, b, dtype: str) -> bool:
     return bool(np.array_equal(x, y, equal_nan=True))
 
 
-def compare_tensor(ref: dict, got: dict, mixed: bool = False) -> list[tuple[str, object, object]]:
+def compare_tensor(ref: dict, got: dict, mixed: bool = False, version_offset: int | None = 0) -> list:
     """The fields where ``got`` differs from ``ref``: (field, torch's, engine's)."""
     out = []
-    for f in ("dtype", "shape", "requires_grad", "is_leaf", "grad_fn", "retains_grad", "version"):
+    for f in ("dtype", "shape", "requires_grad", "is_leaf", "grad_fn", "retains_grad"):
         if f in got and ref[f] != got[f]:
             out.append((f, ref[f], got[f]))
+    if version_offset is not None and ref["version"] - got["version"] != version_offset:
+        out.append(("version", ref["version"], got["version"]))
     if ref["dtype"] == got["dtype"] and ref["shape"] == got["shape"] and \
             not values_match(ref["value"], got["value"], "float32" if mixed and ref["dtype"] == "float64"
                              else ref["dtype"]):
@@ -158,12 +160,15 @@ def area_of(field: str, name: str, detail: str) -> str:
     return "ops"
 
 
-def compare_step(op: dict, ref: dict, got: dict, skip: dict | None = None) -> list[dict]:
+def compare_step(op: dict, ref: dict, got: dict, skip: dict | None = None, versions: dict | None = None) -> list:
     """Mismatches of one step: each ``{"class", "area", "detail"}``; allowed deviations are left out.
-    ``skip`` maps a tensor name to fields not compared for it (see ``replay``)."""
+    ``skip`` maps a tensor name to fields not compared for it (see ``replay``). Versions are compared as
+    changes: ``versions`` keeps, per name, torch's version minus the engine's when first seen (a tensor
+    returned by a backward formula starts at the count of torch's internal in-place steps)."""
     name = op["op"]
     found = []
     skip = skip or {}
+    versions = {} if versions is None else versions
 
     def add(field, detail, tensor=None):
         cls = f"{field}:{name}"
@@ -191,7 +196,9 @@ def compare_step(op: dict, ref: dict, got: dict, skip: dict | None = None) -> li
     for n in rt:
         if n not in gt:
             continue
-        for field, a, b in compare_tensor(rt[n], gt[n], mixed):
+        if n not in versions and "version" in gt[n]:
+            versions[n] = rt[n]["version"] - gt[n]["version"]
+        for field, a, b in compare_tensor(rt[n], gt[n], mixed, versions.get(n)):
             if field not in skip.get(n, ()):
                 add(field, f"{n}: torch {a!r} / engine {b!r}", n)
     return found
@@ -203,7 +210,6 @@ def _unstable(op: dict, skip: dict) -> None:
     * a tensor passed as ``gradient``/``grad_outputs``: torch's AccumulateGrad may keep (a view of) it as a
       leaf's ``.grad`` and later accumulate into it in place, changing its values and version; the engine
       gives every ``.grad`` its own buffer;
-    * a tensor returned by ``grad()``: its version counts in-place steps inside torch's backward kernels.
     """
     kw = op.get("kwargs") or {}
     args = op.get("args") or []
@@ -211,10 +217,6 @@ def _unstable(op: dict, skip: dict) -> None:
         g = kw.get("gradient", args[1] if len(args) > 1 else None)
     elif op["op"] == "grad":
         g = kw.get("grad_outputs", args[2] if len(args) > 2 else None)
-        out = op.get("out")
-        for n in (out if isinstance(out, list) else [out] if out else []):
-            for m in (n, *(f"{n}_{i}" for i in range(8))):
-                skip.setdefault(m, set()).add("version")
     else:
         return
     for n in (g if isinstance(g, list) else [g]):
@@ -226,10 +228,11 @@ def replay(program: list[dict], expected: list[dict], runner) -> tuple[int, list
     """Run ``program`` in ``runner`` against torch's ``expected`` outcomes; stop at the first step with a
     mismatch or an error. Returns (steps run, mismatches of the first failing step)."""
     skip: dict[str, set] = {}
+    versions: dict[str, int] = {}
     for i, (op, ref) in enumerate(zip(program, expected)):
         got = runner.step(op)
         _unstable(op, skip)
-        bad = compare_step(op, ref, got, skip)
+        bad = compare_step(op, ref, got, skip, versions)
         if bad:
             for b in bad:
                 b["step"] = i
