@@ -22,10 +22,10 @@ from .errors import (
     TorchTypeError,
     TorchValueError,
 )
-from .grad_mode import emit_warning, set_grad_enabled
+from .grad_mode import _grad_enabled, emit_warning, set_grad_enabled
 from .journal import array_, setattr_, setitem_
-from .node import Ctx, Node, release_all
-from .registry import PRIMS, edge
+from .node import Ctx, Node, SavedTensor, release_all
+from .registry import PRIMS, edge, vjp
 from .tensor import Tensor
 
 
@@ -162,11 +162,86 @@ def _topological(roots: list[Node]) -> list[Node]:
     return order
 
 
+#: backward formulas torch computes with one ATen function (derivatives.yaml: ``gelu_backward``...): under
+#: create_graph each gradient they give is one node of that function's name, whose inputs are the incoming
+#: gradient and the node's saved tensors (so it requires grad when any of them does). The engine's VJP is
+#: written in engine ops; ``_fused`` records it privately and shows it as that one node.
+FUSED_BACKWARD = {
+    "LeakyReluBackward0": "LeakyReluBackwardBackward0",
+    "EluBackward0": "EluBackwardBackward0",
+    "GeluBackward0": "GeluBackwardBackward0",
+    "HardtanhBackward0": "HardtanhBackwardBackward0",
+    "LogSigmoidBackward0": "LogSigmoidBackwardBackward0",
+    "MseLossBackward0": "MseLossBackwardBackward0",
+    "SmoothL1LossBackward0": "SmoothL1LossBackwardBackward0",
+    "HuberLossBackward0": "HuberLossBackwardBackward0",
+    "BinaryCrossEntropyBackward0": "BinaryCrossEntropyBackwardBackward0",
+    "NllLossBackward0": "NllLossBackwardBackward0",
+}
+
+
+def _tensor_slots(ctx) -> list[str]:
+    return [k for k, v in ctx.__dict__.items() if isinstance(v, Tensor) and v.data.dtype.kind == "f"]
+
+
+def _fused(node: Node, prim, ctx: Ctx, grad: Tensor, name: str) -> tuple:
+    """The VJP of ``node`` under create_graph, each non-None gradient as one ``name`` node that keeps the
+    formula's inputs (the incoming gradient and the saved tensors) and recomputes it when differentiated."""
+    outs = prim.vjp(ctx, grad)
+    originals = [grad] + [getattr(ctx, k) for k in _tensor_slots(ctx)]
+    edges = tuple(edge(t) for t in originals)
+    if all(e[0] is None for e in edges):
+        return outs
+    meta = tuple((t.data.shape, t.data.dtype) for t in originals)
+    wrapped = []
+    for i, o in enumerate(outs):
+        if o is None:
+            wrapped.append(None)
+            continue
+        saved = {"fn": node, "index": i, "inputs": [SavedTensor(t) for t in originals]}
+        wrapped.append(Tensor(o.data, True, Node(name, "FusedBackward", edges, saved, meta)))
+    return tuple(wrapped)
+
+
+@vjp("FusedBackward", inputs=(), saves=("fn", "index", "inputs"))
+def _fused_vjp(ctx, gg):
+    """Recompute the formula on its inputs with recording on, and differentiate it with respect to them.
+    Each input enters through a proxy node of its own, so the formula is differentiated with respect to each
+    input separately (a saved tensor that is a function of another input is held fixed)."""
+    fn, inputs = ctx.fn, ctx.inputs
+    proxies = [Tensor(t.data, True, Node("AliasBackward0", "AliasBackward0", (edge(t),), None,
+                                         ((t.data.shape, t.data.dtype),))) if t.requires_grad else t
+               for t in inputs]
+    formula = Ctx.__new__(Ctx)
+    slots = [k for k, v in fn.saved.items() if isinstance(v, SavedTensor) and v.dtype in ("float32", "float64")]
+    for k, v in fn.saved.items():
+        if isinstance(v, SavedTensor):  # non-float saved tensors (targets, indices) are not inputs of the node
+            formula.__dict__[k] = proxies[1 + slots.index(k)] if k in slots else v.unpack(fn)
+        elif not isinstance(v, list):
+            formula.__dict__[k] = v
+    formula.node = fn
+    formula.needs = tuple(e[0] is not None for e in fn.next_functions)
+    with set_grad_enabled(True):
+        out = PRIMS[fn.prim].vjp(formula, proxies[0])[ctx.index]
+    wrt = [i for i, t in enumerate(inputs) if t.requires_grad]
+    if out is None or not out.requires_grad or not wrt:
+        return tuple(None for _ in inputs)
+    got = _run((out,), [gg], True, _grad_enabled.get(), [proxies[i] for i in wrt], accumulate=False, hooks=False)
+    res = [None] * len(inputs)
+    for i, g in zip(wrt, got):
+        res[i] = g
+    return tuple(res)
+
+
 def _apply(node: Node, grads: list) -> list:
     """Run a node's VJP; un-broadcast and cast each result to its input's shape and dtype."""
     prim = PRIMS[node.prim]
     ctx = Ctx(node)  # unpacks (checks) every saved tensor first
-    outs = prim.vjp(ctx, grads[0] if prim.n_outputs == 1 else grads)
+    fused = FUSED_BACKWARD.get(node.prim)
+    if fused is not None and grads[0] is not None and _grad_enabled.get():
+        outs = _fused(node, prim, ctx, grads[0], fused)
+    else:
+        outs = prim.vjp(ctx, grads[0] if prim.n_outputs == 1 else grads)
     res = []
     for (child, _), meta, o in zip(node.next_functions, node.input_meta, outs):
         if child is None or o is None:
@@ -185,7 +260,9 @@ def _apply(node: Node, grads: list) -> list:
     return res
 
 
-def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inputs, accumulate: bool):
+def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inputs, accumulate: bool,
+         hooks: bool = True):
+    """``hooks=False``: a backward inside a node's own formula, where retain_grad hooks must not fire."""
     root_edges = []
     for i, t in enumerate(roots):
         e = edge(t) if t.requires_grad else (None, 0)
@@ -259,7 +336,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                     captured[idx] = buf[nr]
                     if accumulate and buf[nr] is not None and not any(inputs[i] is inputs[idx] for i in range(idx)):
                         retained.append((inputs[idx], buf[nr]))
-            if node.retained:
+            if node.retained and hooks:
                 # retain_grad hooks fire in backward and grad alike (a backward input is written once)
                 for nr, t in node.retained.items():
                     if buf[nr] is not None and not (accumulate and inputs is not None

@@ -86,14 +86,15 @@ def apply_inplace(self: Tensor, fn, *args, **kwargs) -> Tensor:
 
 
 def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check: bool) -> Tensor:
-    """``overlap_check``: refuse a target whose elements overlap (an expanded tensor), as torch's
-    TensorIterator does; fill_, zero_ and masked_fill_ write there (torch turns the check off)."""
+    """``overlap_check``: refuse a target whose elements overlap (an expanded tensor) or that partly
+    overlaps an input, as torch's TensorIterator does; fill_, zero_ and masked_fill_ turn it off (only
+    fill_ with a tensor value checks the target, in ``_fill``)."""
     self = require_tensor(self)
     others = _tensor_args(args, kwargs)
     check_inplace(self, others)
     if overlap_check and has_internal_overlap(self.data):
         raise TorchRuntimeError(_INTERNAL_OVERLAP, code="invalid_inplace")
-    for o in others:
+    for o in others if overlap_check else ():
         if partial_overlap(self.data, o.data):
             raise TorchRuntimeError(_PARTIAL_OVERLAP, code="invalid_inplace")
     target = _writeable(self.data)
@@ -192,6 +193,8 @@ def _fill(self: Tensor, value) -> Tensor:
         if value.data.ndim != 0:
             raise TorchRuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
                                     f"{value.data.ndim} dimensions.", code="invalid_argument")
+        if has_internal_overlap(self.data):  # fill_(Tensor) checks its target, fill_(Scalar) does not
+            raise TorchRuntimeError(_INTERNAL_OVERLAP, code="invalid_inplace")
         out = np.full(self.data.shape, value.data, dtype=self.data.dtype)
         return record("FillBackward3", out, (self, value))
     return record("FillBackward2", np.full(self.data.shape, value, dtype=self.data.dtype), (self,))
