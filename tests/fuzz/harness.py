@@ -93,7 +93,7 @@ class HttpRunner:
                           "requires_grad": v["requires_grad"], "is_leaf": v["is_leaf"], "grad_fn": v["grad_fn"],
                           "retains_grad": v["retains_grad"], "version": v["version"],
                           "grad": None if v["grad"] is None else {"value": v["grad"]}}
-        return {"error": err, "tensors": tensors}
+        return {"error": err, "tensors": tensors, "http": True}
 
 
 # ----- comparison ---------------------------------------------------------------------------------------
