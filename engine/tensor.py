@@ -24,7 +24,6 @@ from .grad_mode import check_numel, emit_warning
 from .journal import setattr_, setitem_
 from .node import Node
 
-
 #: how a view was made (torch's CreationMeta): in grad mode by a single-output view op, by a function that
 #: returns several views (split, chunk, unbind), or in no_grad mode. Only "default" views may be modified in
 #: place while autograd records.

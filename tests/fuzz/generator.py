@@ -19,7 +19,7 @@ import numpy as np
 
 from engine.registry import OPS
 from engine.tensor import Tensor
-from tests.engine.samples import SAMPLES, S, T, ints, mask
+from tests.engine.samples import SAMPLES, S, T, mask
 
 from .torch_exec import TorchRunner
 
