@@ -162,7 +162,7 @@ def _snapshot(t: Tensor | None) -> Tensor | None:
 
 def _fingerprint(t: Tensor) -> tuple:
     g = t._grad
-    return (id(t), t._vc[0], id(t.grad_fn), t.requires_grad, t.retains_grad, id(g),
+    return (id(t), t._vc[0], id(t._grad_fn), t.requires_grad, t.retains_grad, id(g),
             g._vc[0] if g is not None else None, t.grad_accumulations)
 
 
