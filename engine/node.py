@@ -124,7 +124,7 @@ def release_all(nodes) -> None:
     """``release()`` of each node; the journal sees every freed slot."""
     j = _journal.get()
     for node in nodes:
-        for v in node.saved.values():
+        for k, v in list(node.saved.items()):
             if v.__class__ is SavedTensor:
                 if v.tensor is not None:
                     if j is not None:
@@ -136,8 +136,11 @@ def release_all(nodes) -> None:
                         if j is not None:
                             j.append((0, x, "tensor", x.tensor))
                         x.tensor = None
-            elif isinstance(v, Node):  # CopySlices keeps the in-place op's node
+            elif isinstance(v, Node):  # CopySlices keeps the in-place op's node and drops it (torch: fn_ = nullptr)
                 v.release()
+                if j is not None:
+                    j.append((1, node.saved, k, v))
+                node.saved[k] = None
 
 
 class Ctx:

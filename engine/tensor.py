@@ -193,6 +193,9 @@ class Tensor:
         if not self.requires_grad:
             raise TorchRuntimeError("can't retain_grad on Tensor that has requires_grad=False",
                                     code="retain_grad_without_requires_grad")
+        err = self.view_error()
+        if err is not None:  # torch reads grad_fn here, which refuses such a view
+            raise TorchRuntimeError(err, code="invalid_inplace")
         if self.grad_fn is None or self.retains_grad:
             return
         setattr_(self, "retains_grad", True)

@@ -156,6 +156,9 @@ def _(ctx, grad):
     from ..autograd import _apply
     from .shape import _index, _index_put_zeros, reshape
     fn = ctx.fn
+    if fn is None:  # released by an earlier backward
+        from ..errors import GraphFreedError
+        raise GraphFreedError()
     pos = ctx.positions
     flat = reshape(grad, (-1,))
     g_view = reshape(_index(flat, [(0, pos.reshape(-1))]), pos.shape)
@@ -292,6 +295,14 @@ def setitem(self, index, value):
     elif value.data.ndim == 0:
         fill_(dst, value)
     else:
+        # torch expands the value (leading 1s dropped) to the indexed shape before writing: its error first
+        from ..grad_mode import no_grad
+        from .shape import expand, reshape
+        shape = value.data.shape
+        while shape and shape[0] == 1:
+            shape = shape[1:]
+        with no_grad():
+            expand(reshape(value, shape), dst.data.shape)
         copy_(dst, value)
     return self
 

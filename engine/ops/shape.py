@@ -285,7 +285,7 @@ def expand(self, *sizes):
                              f"Tensor sizes: [{', '.join(map(str, shp))}]")
     target = tuple(target)
     check_numel(target)
-    if all(t == s or t <= 1 for t, s in zip(target[lead:], shp)) and all(t <= 1 for t in target[:lead]):
+    if target[lead:] == shp and all(t == 1 for t in target[:lead]):
         out = np.reshape(self.data, target)  # nothing repeated: a writeable view (torch: no internal overlap)
     else:
         out = np.broadcast_to(self.data, target)

@@ -373,7 +373,10 @@ class Generator:
             kw["allow_unused"] = True
         if self.rng.random() < 0.15:
             kw["materialize_grads"] = True
-        self.emit({"op": "grad", "out": self.name(), "args": [[root], ins], "kwargs": kw})
+        out = self.name()
+        self.emit({"op": "grad", "out": out, "args": [[root], ins], "kwargs": kw})
+        # torch's results may alias each other and grad_outputs (expanded views): not modified in place
+        self.gradients.extend(t for n, t in self.torch.ns.items() if n == out or n.startswith(out + "_"))
 
     def k_set_grad(self) -> None:
         n = self.pick(self.floats())

@@ -213,6 +213,15 @@ def _unstable(op: dict, skip: dict) -> None:
     """
     kw = op.get("kwargs") or {}
     args = op.get("args") or []
+    # what is computed from such a tensor (a split of it, a sum) inherits the difference
+    refs = []
+    for a in (*args, *kw.values()):
+        refs.extend(x for x in (a if isinstance(a, list) else [a]) if isinstance(x, str))
+    if op["op"] not in ("backward", "grad") and any("value" in skip.get(r.split(".")[0], ()) for r in refs):
+        out = op.get("out")
+        for n in (out if isinstance(out, list) else [out] if out else []):
+            for m in (n, *(f"{n}_{i}" for i in range(16))):
+                skip.setdefault(m, set()).update(("value", "version"))
     if op["op"] == "backward":
         g = kw.get("gradient", args[1] if len(args) > 1 else None)
     elif op["op"] == "grad":

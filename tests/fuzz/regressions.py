@@ -79,7 +79,23 @@ PROGRAMS = {
     "no_grad_view_as_grad_input_is_unused": [
         T("x", -0.514), O("square", "x", out="y"), O("getitem", "x", [], out="v", no_grad=True),
         O("backward", "y", retain_graph=True, inputs=["v", "x", "y"])],
+    "retain_grad_on_refused_view": [
+        T("x", [[-1.17, -1.49], [1.92, -0.31]]), O("getitem", "x", "0:", out="v"), O("unbind", "v", 1, out="u"),
+        O("detach", "u_1", out="d"), O("relu_", "d"), O("retain_grad", "u_1")],
+    "copy_slices_freed_after_backward": [
+        T("v", [[-0.16, -1.51], [0.04, -1.05], [0.71, 0.97]], rg=False), T("w", [[1.15, 1.11], [1.96, -0.51]]),
+        O("setitem", "v", "1:", "w"), T("g", [[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]], rg=False),
+        O("backward", "v", gradient="g"), O("backward", "v", gradient="g", retain_graph=True)],
+    "retained_reshape_then_grad_with_create_graph": [
+        T("x", [[2.0, 0.57], [-0.19, -1.23], [-1.64, -1.92]]), O("reshape", "x", -1, out="v"),
+        T("u", [-1.66, 0.07]), O("retain_grad", "v"), T("g", [0.81, 1.37, -1.21, 0.11, -1.71, 0.03]),
+        O("grad", ["v"], ["x", "u"], out="r", grad_outputs="g", create_graph=True, allow_unused=True)],
     # ----- views and in-place
+    "setitem_checks_the_value_shape_before_autograd": [
+        T("x", [[0.0, -1.04, 1.22]]), T("v", []), O("setitem", "x", "1:", "v")],
+    "expand_to_an_empty_leading_dimension": [
+        T("x", [0.03, 0.51, -0.46], rg=False), O("expand", "x", 0, 3, out="e"), O("expand", "x", 1, 3, out="f"),
+        O("mul_", "f", 2.0)],
     "unbind_outputs_are_views": [
         T("x", [[1.0, 2.0], [3.0, 4.0]], rg=False), O("unbind", "x", out="u"), O("mul_", "x", 2.0)],
     "inplace_on_split_output_refused": [
