@@ -48,7 +48,7 @@ def client():
         yield c
 
 
-@pytest.mark.parametrize("case", REGRESSIONS[::3], ids=[r["name"] for r in REGRESSIONS[::3]])
+@pytest.mark.parametrize("case", REGRESSIONS, ids=[r["name"] for r in REGRESSIONS])
 def test_regression_program_over_http_matches_torch(client, case):
     _, bad = replay(case["program"], case["expected"], HttpRunner(client))
     assert not bad, bad
