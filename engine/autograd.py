@@ -224,12 +224,14 @@ def _fused_vjp(ctx, gg):
     with set_grad_enabled(True):
         out = PRIMS[fn.prim].vjp(formula, proxies[0])[ctx.index]
     wrt = [i for i, t in enumerate(inputs) if t.requires_grad]
-    if out is None or not out.requires_grad or not wrt:
-        return tuple(None for _ in inputs)
-    got = _run((out,), [gg], True, _grad_enabled.get(), [proxies[i] for i in wrt], accumulate=False, hooks=False)
+    got = [None] * len(wrt)
+    if out is not None and out.requires_grad and wrt:
+        got = _run((out,), [gg], True, _grad_enabled.get(), [proxies[i] for i in wrt], accumulate=False,
+                   hooks=False)
     res = [None] * len(inputs)
     for i, g in zip(wrt, got):
-        res[i] = g
+        # an input the formula does not depend on gets zeros, as torch's formulas give (``self: zeros_like``)
+        res[i] = g if g is not None else Tensor(np.zeros(inputs[i].data.shape, inputs[i].data.dtype))
     return tuple(res)
 
 

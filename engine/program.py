@@ -369,7 +369,8 @@ class _Runner:
             raise TorchTypeError(f"zero_grad() got an unexpected keyword argument '{next(iter(kw))}'",
                                  code="invalid_argument")
         if tensors is None:
-            targets = [t for t in self.ns.values() if t.grad_fn is None and t.requires_grad]
+            # the session's parameters: leaves that require grad (a view torch refuses to read is none)
+            targets = [t for t in self.ns.values() if t.requires_grad and t.view_error() is None and t.grad_fn is None]
         else:
             targets = self.tensor_list(tensors if isinstance(tensors, list) else [tensors])
         from .journal import setattr_

@@ -119,7 +119,12 @@ def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check: bool) -> Tenso
                 shadow._vc = [v.version]
     if result.data is not self.data:
         array_(target)
-        np.copyto(target, result.data, casting="unsafe")
+        if has_internal_overlap(target):
+            # elements written more than once (an expanded target): an unchanged one must not undo another's
+            # write, as torch's masked_fill_ only writes where the mask is set
+            np.copyto(target, result.data, casting="unsafe", where=result.data != self.data)
+        else:
+            np.copyto(target, result.data, casting="unsafe")
     setitem_(self._vc, 0, self._vc[0] + 1)
     if node is None:
         return self

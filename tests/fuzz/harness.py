@@ -150,11 +150,14 @@ _AUTOGRAD_WORDS = ("view", "leaf", "inplace", "in-place", "grad", "memory locati
 def area_of(field: str, name: str, detail: str) -> str:
     """Who owns a mismatch: ``autograd`` (autograd state, views, in-place: this branch) or ``ops`` (an op's
     values, argument checking and messages)."""
+    if field.startswith("error") and "Found dtype" in detail:
+        return "ops"
     if name in AUTOGRAD_ACTIONS or field in ("requires_grad", "is_leaf", "retains_grad", "grad", "version",
                                               "grad.requires_grad", "grad.dtype", "names"):
         return "autograd"
     if field.startswith("error"):
-        return "autograd" if any(w in detail for w in _AUTOGRAD_WORDS) and "argument '" not in detail else "ops"
+        op_level = "argument '" in detail or "Found dtype" in detail  # argument parsing, mixed-dtype kernels
+        return "autograd" if any(w in detail for w in _AUTOGRAD_WORDS) and not op_level else "ops"
     if name in VIEW_OPS or name.endswith("_"):
         return "autograd"
     return "ops"

@@ -90,7 +90,19 @@ PROGRAMS = {
         T("x", [[2.0, 0.57], [-0.19, -1.23], [-1.64, -1.92]]), O("reshape", "x", -1, out="v"),
         T("u", [-1.66, 0.07]), O("retain_grad", "v"), T("g", [0.81, 1.37, -1.21, 0.11, -1.71, 0.03]),
         O("grad", ["v"], ["x", "u"], out="r", grad_outputs="g", create_graph=True, allow_unused=True)],
+    "fused_double_backward_gives_zeros_for_an_input_it_ignores": [
+        T("x", [-0.32, 0.25, 0.18]), O("hardtanh", "x", out="h", min_val=-0.5, max_val=0.5),
+        T("g", [0.24, -0.11, -1.33], rg=False),
+        O("grad", ["h"], ["x", "h"], out="d", grad_outputs="g", create_graph=True),
+        T("g2", [-1.81, 0.3, 1.55], rg=False), O("backward", "d_0", gradient="g2", retain_graph=True)],
+    "zero_grad_leaves_out_a_refused_view": [
+        T("x", [[1.1, 0.12], [1.09, 0.05]], dtype="float64"), O("silu", "x", out="y"),
+        O("squeeze", "y", out="v", no_grad=True), T("g", [[-1.28, -1.82], [-1.13, 0.0]], rg=False, dtype="float64"),
+        O("set_grad", "v", "g"), O("mul_", "y", 0.45), O("zero_grad", set_to_none=True)],
     # ----- views and in-place
+    "masked_fill_into_expanded_writes_masked_elements_only": [
+        T("x", [0.015, -0.526, 0.491], rg=False), O("expand", "x", 2, 3, out="e"),
+        T("m", [[False, True, True], [True, True, False]], rg=False, dtype="bool"), O("masked_fill_", "e", "m", -1.09)],
     "setitem_checks_the_value_shape_before_autograd": [
         T("x", [[0.0, -1.04, 1.22]]), T("v", []), O("setitem", "x", "1:", "v")],
     "expand_to_an_empty_leading_dimension": [
