@@ -437,6 +437,8 @@ class _Runner:
             if spec is None:
                 raise UnknownOpError(f"unknown op {name!r}; GET /v1/ops lists the available ops")
             a, k = self.bind_args(spec, args, kwargs)
+            if not spec.inplace and _grad_enabled.get():
+                _check_views(a, k)
             value = spec.fn(*a, **k)
             return self.bind(out, value)
 
@@ -456,6 +458,17 @@ ACTIONS = [
     {"name": "set_grad", "doc": "x.grad = value (a tensor of x's shape and dtype) or null.",
      "arguments": ["self", "grad"]},
 ]
+
+
+def _check_views(args, kwargs) -> None:
+    """torch collects an op's gradient edges before running it: a view that may not be rebased (see
+    engine/views.py) is refused before the op's own argument checks."""
+    for v in (*args, *kwargs.values()):
+        for t in (v if isinstance(v, (list, tuple)) else (v,)):
+            if isinstance(t, Tensor) and t._base is not None and t.requires_grad:
+                msg = t.view_error()
+                if msg is not None:
+                    raise TorchRuntimeError(msg, code="invalid_inplace")
 
 
 def _check_out(out) -> None:

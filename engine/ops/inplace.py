@@ -92,8 +92,8 @@ def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check: bool) -> Tenso
     self = require_tensor(self)
     others = _tensor_args(args, kwargs)
     check_inplace(self, others)
-    if overlap_check and has_internal_overlap(self.data):
-        raise TorchRuntimeError(_INTERNAL_OVERLAP, code="invalid_inplace")
+    if overlap_check and has_internal_overlap(self.data) and not (fn is _copy and args and args[0] is self):
+        raise TorchRuntimeError(_INTERNAL_OVERLAP, code="invalid_inplace")  # (x.copy_(x) is a no-op in torch)
     for o in others if overlap_check else ():
         if partial_overlap(self.data, o.data):
             raise TorchRuntimeError(_PARTIAL_OVERLAP, code="invalid_inplace")

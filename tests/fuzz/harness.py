@@ -152,8 +152,10 @@ def area_of(field: str, name: str, detail: str) -> str:
     values, argument checking and messages)."""
     if field.startswith("error") and "Found dtype" in detail:
         return "ops"
+    if field == "names":  # how many outputs an op gives
+        return "autograd" if name in AUTOGRAD_ACTIONS else "ops"
     if name in AUTOGRAD_ACTIONS or field in ("requires_grad", "is_leaf", "retains_grad", "grad", "version",
-                                              "grad.requires_grad", "grad.dtype", "names"):
+                                              "grad.requires_grad", "grad.dtype"):
         return "autograd"
     if field.startswith("error"):
         op_level = "argument '" in detail or "Found dtype" in detail  # argument parsing, mixed-dtype kernels

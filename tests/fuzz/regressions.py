@@ -100,6 +100,11 @@ PROGRAMS = {
         O("squeeze", "y", out="v", no_grad=True), T("g", [[-1.28, -1.82], [-1.13, 0.0]], rg=False, dtype="float64"),
         O("set_grad", "v", "g"), O("mul_", "y", 0.45), O("zero_grad", set_to_none=True)],
     # ----- views and in-place
+    "refused_view_is_refused_before_the_ops_own_checks": [
+        T("x", [[0.13, -0.1, 0.31, -0.33], [-0.54, -0.78, 0.77, 0.57]]), O("chunk", "x", 2, 1, out="c"),
+        O("sigmoid_", "c_1", no_grad=True), O("view", "c_1", -1, out="v")],
+    "copy_of_an_expanded_tensor_into_itself": [
+        T("x", [0.5], rg=False), O("expand", "x", 2, 2, out="e"), O("copy_", "e", "e")],
     "masked_fill_into_expanded_writes_masked_elements_only": [
         T("x", [0.015, -0.526, 0.491], rg=False), O("expand", "x", 2, 3, out="e"),
         T("m", [[False, True, True], [True, True, False]], rg=False, dtype="bool"), O("masked_fill_", "e", "m", -1.09)],

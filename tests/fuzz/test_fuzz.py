@@ -21,7 +21,7 @@ PENDING_OPS = {
     "error-missing:binary_cross_entropy", "error-missing:binary_cross_entropy_with_logits",
     "error-missing:cross_entropy", "error-message:binary_cross_entropy", "dtype:binary_cross_entropy_with_logits",
     "dtype:huber_loss", "error-missing:backward", "grad_fn:linear", "value:sub", "error-missing:where",
-    "value:binary_cross_entropy_with_logits", "grad_fn:grad",
+    "value:binary_cross_entropy_with_logits", "grad_fn:grad", "names:chunk", "value:sign",
 }
 
 
