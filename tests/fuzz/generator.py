@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import torch
 
 from engine.registry import OPS
 from engine.tensor import Tensor
@@ -297,7 +298,8 @@ class Generator:
                 idx = self.rng.choice([0, -1, ":1", "1:", [0], ["...", 0] if len(shp) > 1 else ":"])
             else:
                 idx = []
-            sub = self.torch.ns[tgt][self.torch.index(idx)] if not isinstance(idx, list) or idx else None
+            with torch.no_grad():  # only the shape is wanted (a refused view raises in grad mode)
+                sub = self.torch.ns[tgt][self.torch.index(idx)] if not isinstance(idx, list) or idx else None
             sub_shape = list(sub.shape) if sub is not None else []
             v = self.value() if self.rng.random() < 0.4 else self.operand(sub_shape)
             op = {"op": which, "args": [tgt, idx, v]}
