@@ -4,6 +4,10 @@
     python3 dev.py serve [uvicorn args...]   create .venv, install pinned deps, serve on 127.0.0.1:8000
     python3 dev.py test [pytest args...]     create .venv, install .[test] and ./client pinned, run ruff and pytest
                                              (installs redis-server and graphviz first when missing, as root)
+    python3 dev.py fuzz [--programs N] [--seed S] [--http K] [--json FILE]
+                                             the differential fuzzer against torch (needs torch in .venv:
+                                             .venv/bin/pip install torch==2.13.0); prints programs, steps,
+                                             ops covered and mismatches by class
 """
 
 from __future__ import annotations
@@ -102,8 +106,16 @@ def test(args: list[str]) -> int:
     return 0
 
 
+def fuzz(args: list[str]) -> int:
+    ensure_env("test")
+    if subprocess.call([str(PYTHON), "-c", "import torch"], cwd=ROOT, stderr=subprocess.DEVNULL):
+        print("the fuzzer compares with torch: .venv/bin/pip install torch==2.13.0", file=sys.stderr)
+        return 2
+    return subprocess.call([str(PYTHON), "-W", "ignore", "-m", "tests.fuzz.run", *args], cwd=ROOT)
+
+
 def main(argv: list[str]) -> int:
-    commands = {"serve": serve, "test": test}
+    commands = {"serve": serve, "test": test, "fuzz": fuzz}
     if not argv or argv[0] not in commands:
         print(__doc__, file=sys.stderr)
         return 2

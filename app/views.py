@@ -27,10 +27,9 @@ def timestamp(epoch: float) -> str:
 
 
 def readable_grad(t) -> Any:
-    """``t.grad`` without tripping torch's non-leaf warning: a non-leaf that does not retain grad has none."""
-    if t.grad_fn is not None and not t.retains_grad:
-        return None
-    return t.grad
+    """``t.grad`` without tripping torch's non-leaf warning: a non-leaf that does not retain grad has none,
+    unless one was assigned (``set_grad``) or written by ``backward(inputs=[t])``, as in torch."""
+    return t._grad
 
 
 def tensor_view(name: str, t, encoding: Encoding, data: bool = True) -> dict:

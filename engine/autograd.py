@@ -23,10 +23,11 @@ from .errors import (
     TorchTypeError,
     TorchValueError,
 )
-from .grad_mode import emit_warning, set_grad_enabled
+from .forward_ad import current_level
+from .grad_mode import _grad_enabled, emit_warning, set_grad_enabled
 from .journal import array_, setattr_, setitem_
-from .node import Ctx, Node, release_all
-from .registry import PRIMS, edge
+from .node import Ctx, Node, SavedTensor, release_all
+from .registry import PRIMS, edge, jvp, vjp
 from .tensor import Tensor
 
 
@@ -116,15 +117,13 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
     result = []
     for i, (inp, g) in enumerate(zip(inputs, captured)):
         if g is None:
-            if materialize_grads:
-                g = Tensor(np.zeros(inp.data.shape, inp.data.dtype))
+            if materialize_grads:  # torch: zeros_like(input, requires_grad=create_graph)
+                g = Tensor(np.zeros(inp.data.shape, inp.data.dtype), requires_grad=bool(create_graph))
             elif not allow_unused:
                 raise TorchRuntimeError(
                     f"The differentiated Tensor at index {i} appears to not have been used in the graph. "
                     f"Set allow_unused=True if this is the desired behavior.", code="unused_input")
-        elif not create_graph and g.requires_grad:
-            g = Tensor(g.data)
-        result.append(g)
+        result.append(g)  # a gradient passed through untouched is the caller's tensor itself, as in torch
     return tuple(result)
 
 
@@ -165,11 +164,100 @@ def _topological(roots: list[Node]) -> list[Node]:
     return order
 
 
+#: backward formulas torch computes with one ATen function (derivatives.yaml: ``gelu_backward``...): under
+#: create_graph each gradient they give is one node of that function's name, whose inputs are the incoming
+#: gradient and the node's saved tensors (so it requires grad when any of them does). The engine's VJP is
+#: written in engine ops; ``_fused`` records it privately and shows it as that one node.
+FUSED_BACKWARD = {
+    "LeakyReluBackward0": "LeakyReluBackwardBackward0",
+    "EluBackward0": "EluBackwardBackward0",
+    "GeluBackward0": "GeluBackwardBackward0",
+    "HardtanhBackward0": "HardtanhBackwardBackward0",
+    "LogSigmoidBackward0": "LogSigmoidBackwardBackward0",
+    "MseLossBackward0": "MseLossBackwardBackward0",
+    "SmoothL1LossBackward0": "SmoothL1LossBackwardBackward0",
+    "HuberLossBackward0": "HuberLossBackwardBackward0",
+    "BinaryCrossEntropyBackward0": "BinaryCrossEntropyBackwardBackward0",
+    "NllLossBackward0": "NllLossBackwardBackward0",
+}
+
+
+def _tensor_slots(ctx) -> list[str]:
+    return [k for k, v in ctx.__dict__.items() if isinstance(v, Tensor) and v.data.dtype.kind == "f"]
+
+
+def _fused(node: Node, prim, ctx: Ctx, grad: Tensor, name: str) -> tuple:
+    """The VJP of ``node`` under create_graph, each non-None gradient as one ``name`` node that keeps the
+    formula's inputs (the incoming gradient and the saved tensors) and recomputes it when differentiated."""
+    outs = prim.vjp(ctx, grad)
+    originals = [grad] + [getattr(ctx, k) for k in _tensor_slots(ctx)]
+    edges = tuple(edge(t) for t in originals)
+    if all(e[0] is None for e in edges):
+        return outs
+    meta = tuple((t.data.shape, t.data.dtype) for t in originals)
+    wrapped = []
+    for i, o in enumerate(outs):
+        if o is None:
+            wrapped.append(None)
+            continue
+        saved = {"fn": node, "index": i, "inputs": [SavedTensor(t) for t in originals]}
+        w = Tensor(o.data, True, Node(name, "FusedBackward", edges, saved, meta))
+        if o._fw_grad is not None:  # forward over reverse: the formula's ops gave the tangent
+            w._fw_grad = o._fw_grad
+            current_level().tensors.append(w)
+        wrapped.append(w)
+    return tuple(wrapped)
+
+
+@vjp("FusedBackward", inputs=(), saves=("fn", "index", "inputs"))
+def _fused_vjp(ctx, gg):
+    """Recompute the formula on its inputs with recording on, and differentiate it with respect to them.
+    Each input enters through a proxy node of its own, so the formula is differentiated with respect to each
+    input separately (a saved tensor that is a function of another input is held fixed)."""
+    fn, inputs = ctx.fn, ctx.inputs
+    proxies = [Tensor(t.data, True, Node("AliasBackward0", "AliasBackward0", (edge(t),), None,
+                                         ((t.data.shape, t.data.dtype),))) if t.requires_grad else t
+               for t in inputs]
+    formula = Ctx.__new__(Ctx)
+    slots = [k for k, v in fn.saved.items() if isinstance(v, SavedTensor) and v.dtype in ("float32", "float64")]
+    for k, v in fn.saved.items():
+        if isinstance(v, SavedTensor):  # non-float saved tensors (targets, indices) are not inputs of the node
+            formula.__dict__[k] = proxies[1 + slots.index(k)] if k in slots else v.unpack(fn)
+        elif not isinstance(v, list):
+            formula.__dict__[k] = v
+    formula.node = fn
+    formula.needs = tuple(e[0] is not None for e in fn.next_functions)
+    with set_grad_enabled(True):
+        out = PRIMS[fn.prim].vjp(formula, proxies[0])[ctx.index]
+    wrt = [i for i, t in enumerate(inputs) if t.requires_grad]
+    got = [None] * len(wrt)
+    if out is not None and out.requires_grad and wrt:
+        got = _run((out,), [gg], True, _grad_enabled.get(), [proxies[i] for i in wrt], accumulate=False,
+                   hooks=False)
+    res = [None] * len(inputs)
+    for i, g in zip(wrt, got):
+        # an input the formula does not depend on gets zeros, as torch's formulas give (``self: zeros_like``)
+        res[i] = g if g is not None else Tensor(np.zeros(inputs[i].data.shape, inputs[i].data.dtype))
+    return tuple(res)
+
+
+@jvp("FusedBackward")
+def _fused_jvp(ctx, *tangents):
+    """Not reached through ``record``: ``_fused`` gives each fused gradient the tangent its formula's ops
+    computed (forward over reverse), and ``_fused_vjp`` records ordinary ops."""
+    raise TorchRuntimeError("FusedBackward nodes are made by the backward pass, not recorded",
+                            code="internal_error")
+
+
 def _apply(node: Node, grads: list) -> list:
     """Run a node's VJP; un-broadcast and cast each result to its input's shape and dtype."""
     prim = PRIMS[node.prim]
     ctx = Ctx(node)  # unpacks (checks) every saved tensor first
-    outs = prim.vjp(ctx, grads[0] if prim.n_outputs == 1 else grads)
+    fused = FUSED_BACKWARD.get(node.prim)
+    if fused is not None and grads[0] is not None and _grad_enabled.get():
+        outs = _fused(node, prim, ctx, grads[0], fused)
+    else:
+        outs = prim.vjp(ctx, grads[0] if prim.n_outputs == 1 else grads)
     res = []
     for (child, _), meta, o in zip(node.next_functions, node.input_meta, outs):
         if child is None or o is None:
@@ -188,12 +276,15 @@ def _apply(node: Node, grads: list) -> list:
     return res
 
 
-def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inputs, accumulate: bool):
+def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inputs, accumulate: bool,
+         hooks: bool = True):
+    """``hooks=False``: a backward inside a node's own formula, where retain_grad hooks must not fire."""
     root_edges = []
     for i, t in enumerate(roots):
-        if not t.requires_grad:
+        e = edge(t) if t.requires_grad else (None, 0)
+        if e[0] is None:  # a view made under no_grad requires grad but has no history of its own
             raise NoGradFnError(f"element {i} of tensors does not require grad and does not have a grad_fn")
-        root_edges.append(edge(t))
+        root_edges.append(e)
     input_edges = None
     if inputs is not None:
         for t in inputs:
@@ -204,7 +295,15 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                 raise RequiresGradError("One of the differentiated Tensors does not require grad")
         input_edges = [edge(t) for t in inputs]
 
+    if accumulate and inputs is not None:
+        # torch: backward(inputs=[t]) on a non-leaf t retains its grad from then on
+        for t in inputs:
+            if t.grad_fn is not None and not t.retains_grad:
+                t.retain_grad()
     root_nodes = [n for n, _ in root_edges]
+    # torch runs a single root's node directly (no GraphRoot): its retain_grad hooks fire even when the
+    # node is not needed to reach ``inputs``
+    hooked_root = root_nodes[0] if len(root_nodes) == 1 else None
 
     order = _topological(root_nodes)
     # which nodes run (needed) and which receive gradients (relevant)
@@ -212,10 +311,10 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         needed = relevant = None  # every node in order runs
         captures: dict[Node, list] = {}
     else:
-        targets = {n for n, _ in input_edges if n.prim == "AccumulateGrad"}
+        targets = {n for n, _ in input_edges if n is not None and n.prim == "AccumulateGrad"}
         captures = {}
         for idx, (n, nr) in enumerate(input_edges):
-            if n.prim != "AccumulateGrad":
+            if n is not None and n.prim != "AccumulateGrad":
                 captures.setdefault(n, []).append((idx, nr))
         # reach: nodes from which a target or a captured non-leaf input is reachable (themselves included);
         # needed: the function nodes among them that must run to get gradients there
@@ -227,6 +326,8 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                 needed.add(n)
             elif n in targets or n in captures:
                 reach.add(n)
+        if accumulate:
+            needed |= set(captures)  # torch: backward(inputs=[t]) runs t's own grad_fn (and frees it)
         relevant = reach
 
     buffers: dict[Node, list] = {}
@@ -244,7 +345,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         for node in order:
             if control is not None:
                 control.check()  # a deadline or a cancellation stops a long pass between nodes
-            if pruned and node not in relevant:
+            if pruned and node not in relevant and node is not hooked_root:
                 continue
             buf = buffers.pop(node, None)
             if buf is None:
@@ -252,15 +353,19 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
             if pruned and node in captures:
                 for idx, nr in captures[node]:
                     captured[idx] = buf[nr]
-                    if accumulate and buf[nr] is not None:
+                    if accumulate and buf[nr] is not None and not any(inputs[i] is inputs[idx] for i in range(idx)):
                         retained.append((inputs[idx], buf[nr]))
-            if node.retained:
+            if node.retained and hooks:
+                # retain_grad hooks fire in backward and grad alike (a backward input is written once)
                 for nr, t in node.retained.items():
-                    if buf[nr] is not None and (inputs is None or t not in inputs):
+                    if buf[nr] is not None and not (accumulate and inputs is not None
+                                                    and any(t is i for i in inputs)):
                         retained.append((t, buf[nr]))
+            if pruned and node not in relevant:
+                continue
             if node.prim == "AccumulateGrad":
-                if buf[0] is None:
-                    continue
+                if buf[0] is None or (accumulate and not node.variable.requires_grad):
+                    continue  # torch's AccumulateGrad skips a leaf that no longer requires grad
                 if accumulate:
                     leaf_grads.append((node.variable, buf[0]))
                 else:
@@ -294,12 +399,13 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                 g = Tensor(g.data.astype(leaf.data.dtype), g.requires_grad, g.grad_fn, g.output_nr)
             contributions[leaf] = g
             _accumulate_leaf(leaf, g, create_graph, claimed)
-        for t, g in retained:
+    for t, g in retained:
+        if accumulate:
             contributions[t] = g
-            with set_grad_enabled(create_graph):
-                from .ops.shape import clone
-                setattr_(t, "_grad", clone(g) if t._grad is None else _add(t._grad, g))
-            setattr_(t, "grad_accumulations", t.grad_accumulations + 1)
+        with set_grad_enabled(create_graph):
+            from .ops.shape import clone
+            setattr_(t, "_grad", clone(g) if t._grad is None else _add(t._grad, g))
+        setattr_(t, "grad_accumulations", t.grad_accumulations + 1)
     if not retain_graph:
         release_all(executed)
     if accumulate:

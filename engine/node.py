@@ -8,14 +8,11 @@ in the primitive table by name, so a graph can be serialised and restored.
 
 from __future__ import annotations
 
-import re
-
 from .dtypes import _FROM_NP, LEGACY_NAMES
 from .errors import VERSION_HINT, GraphFreedError, VersionMismatchError
 from .journal import _journal
 
 _CPP_NODES = {"AccumulateGrad", "CopySlices", "CopyBackwards", "NotImplemented", "Identity"}
-_BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
 
 
 class SavedTensor:
@@ -45,12 +42,17 @@ class SavedTensor:
         return t
 
 
+def short_name(name: str) -> str:
+    """How torch's messages name a backward node: ``PowBackward0`` -> ``Pow``, ``PowBackward1`` -> ``Pow1``."""
+    return name[:-9] if name.endswith("Backward0") else name.replace("Backward", "")
+
+
 def _version_message(t, saved: SavedTensor, node: Node) -> str:
     shape = "[" + ", ".join(str(s) for s in t.data.shape) + "]"
     where = ""
     producer = node if saved.is_output else t.grad_fn
     if producer is not None:
-        where = f", which is output {t.output_nr} of {_BACKWARD_SUFFIX.sub('', producer.name)},"
+        where = f", which is output {t.output_nr} of {short_name(producer.name)},"
     return (f"one of the variables needed for gradient computation has been modified by an inplace "
             f"operation: [torch.{LEGACY_NAMES[t.dtype]} {shape}]{where} is at version {t._vc[0]}; "
             f"expected version {saved.version} instead. {VERSION_HINT}")
@@ -122,7 +124,7 @@ def release_all(nodes) -> None:
     """``release()`` of each node; the journal sees every freed slot."""
     j = _journal.get()
     for node in nodes:
-        for v in node.saved.values():
+        for k, v in list(node.saved.items()):
             if v.__class__ is SavedTensor:
                 if v.tensor is not None:
                     if j is not None:
@@ -134,8 +136,11 @@ def release_all(nodes) -> None:
                         if j is not None:
                             j.append((0, x, "tensor", x.tensor))
                         x.tensor = None
-            elif isinstance(v, Node):  # CopySlices keeps the in-place op's node
+            elif isinstance(v, Node):  # CopySlices keeps the in-place op's node and drops it (torch: fn_ = nullptr)
                 v.release()
+                if j is not None:
+                    j.append((1, node.saved, k, v))
+                node.saved[k] = None
 
 
 class Ctx:

@@ -189,7 +189,7 @@ def _snapshot(t: Tensor | None) -> Tensor | None:
 
 def _fingerprint(t: Tensor) -> tuple:
     g = t._grad
-    return (id(t), t._vc[0], id(t.grad_fn), t.requires_grad, t.retains_grad, id(g),
+    return (id(t), t._vc[0], id(t._grad_fn), t.requires_grad, t.retains_grad, id(g),
             g._vc[0] if g is not None else None, t.grad_accumulations)
 
 
@@ -411,7 +411,8 @@ class _Runner:
             raise TorchTypeError(f"zero_grad() got an unexpected keyword argument '{next(iter(kw))}'",
                                  code="invalid_argument")
         if tensors is None:
-            targets = [t for t in self.ns.values() if t.grad_fn is None and t.requires_grad]
+            # the session's parameters: leaves that require grad (a view torch refuses to read is none)
+            targets = [t for t in self.ns.values() if t.requires_grad and t.view_error() is None and t.grad_fn is None]
         else:
             targets = self.tensor_list(tensors if isinstance(tensors, list) else [tensors])
         from .journal import setattr_
@@ -428,7 +429,7 @@ class _Runner:
                     g = t._grad
                     if g.grad_fn is not None:
                         setattr_(g, "grad_fn", None)
-                    setattr_(g, "requires_grad", False)
+                    setattr_(g, "_requires_grad", False)
                     zero_(g)
                 setattr_(t, "grad_accumulations", 0)
 
@@ -538,6 +539,8 @@ class _Runner:
             if spec is None:
                 raise UnknownOpError(f"unknown op {name!r}; GET /v1/ops lists the available ops")
             a, k = self.bind_args(spec, args, kwargs, name)
+            if not spec.inplace and _grad_enabled.get():
+                _check_views(a, k)
             value = spec.fn(*a, **k)
             return self.bind(out, value)
 
@@ -575,6 +578,17 @@ ACTIONS = [
 #: forward-mode actions and their positional parameters (``level`` is keyword-only, as in torch)
 _FORWARD_AD = {"enter_dual_level": (), "exit_dual_level": (), "make_dual": ("tensor", "tangent"),
                "unpack_dual": ("tensor",)}
+
+
+def _check_views(args, kwargs) -> None:
+    """torch collects an op's gradient edges before running it: a view that may not be rebased (see
+    engine/views.py) is refused before the op's own argument checks."""
+    for v in (*args, *kwargs.values()):
+        for t in (v if isinstance(v, (list, tuple)) else (v,)):
+            if isinstance(t, Tensor) and t._base is not None and t.requires_grad:
+                msg = t.view_error()
+                if msg is not None:
+                    raise TorchRuntimeError(msg, code="invalid_inplace")
 
 
 def _check_out(out) -> None:

@@ -33,6 +33,7 @@ from .grad_mode import _grad_enabled
 from .journal import setattr_
 from .node import Node, SavedTensor
 from .tensor import Tensor
+from .views import is_grad_leaf_view, view_grad_fn
 
 
 @dataclass(frozen=True)
@@ -177,15 +178,19 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
 def _edge(t: Tensor | None):
     if t is None or not t.requires_grad:
         return (None, 0)
-    if t.grad_fn is not None:
-        return (t.grad_fn, t.output_nr)
+    fn = t.grad_fn if t._base is None else view_grad_fn(t)
+    if fn is not None:
+        return (fn, t.output_nr)
     return (accumulator(t), 0)
 
 
-def accumulator(t: Tensor) -> Node:
-    """The leaf's AccumulateGrad node: one shared node per leaf, as in torch."""
+def accumulator(t: Tensor) -> Node | None:
+    """The leaf's AccumulateGrad node: one shared node per leaf, as in torch. None for a view made under
+    no_grad, whose requires_grad comes from its base (torch: no gradient accumulator)."""
     node = t._accumulator
     if node is None:
+        if t._base is not None and is_grad_leaf_view(t):
+            return None
         node = Node("AccumulateGrad", "AccumulateGrad", ())
         node.variable = t
         setattr_(t, "_accumulator", node)
@@ -236,7 +241,7 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
             nexts.append((None, 0))
             meta.append(None)
         else:
-            fn = t.grad_fn
+            fn = t.grad_fn if t._base is None else view_grad_fn(t)
             nexts.append((fn, t.output_nr) if fn is not None else (accumulator(t), 0))
             d = t.data
             meta.append((d.shape, d.dtype))

@@ -26,7 +26,7 @@ from .errors import EngineError
 from .node import Node, SavedTensor
 from .program import State
 from .registry import PRIMS
-from .tensor import Tensor
+from .tensor import VIEW_DEFAULT, VIEW_MULTI, VIEW_NO_GRAD, Tensor
 
 MAGIC = b"GSV1"
 _VERSION = 1
@@ -39,7 +39,7 @@ _BOOL_JSON = {True: "true", False: "false"}
 _ARRAY = '{"buf":%d,"dtype":%s,"shape":%s,"strides":%s,"offset":%d,"writeable":%s}'
 _ARRAY0 = '{"buf":%d,"dtype":%s,"shape":[],"strides":[],"offset":%d,"writeable":%s}'
 _TENSOR = ('{"id":%s,"array":%s,"requires_grad":%s,"output_nr":%d,"vc":%s,"retains_grad":%s,'
-           '"grad_accumulations":%d,"wrapped":%s,"grad":%s,"base":%s,"grad_fn":%s,"accumulator":%s}')
+           '"grad_accumulations":%d,"wrapped":%s,"grad":%s,"base":%s,"grad_fn":%s,"accumulator":%s,"view":%s}')
 _NODE = ('{"id":%s,"name":%s,"prim":%s,"n_outputs":%d,"input_meta":%s,"next":%s,"saved":%s,"retained":%s,'
          '"variable":%s}')
 _SAVED = '{"saved":%s,"version":%d,"is_output":%s,"shape":%s,"dtype":%s}'
@@ -125,12 +125,14 @@ class _Writer:
         self.tensor_objs.append(t)
         # evaluated left to right: buffers, counters and the referenced objects get their ids in this order
         # (None checks inline: most references are empty)
-        g, b, fn, acc = t._grad, t._base, t.grad_fn, t._accumulator
+        # the stored grad_fn as it is (a stale view regenerates it on its next use, after loading too)
+        g, b, fn, acc = t._grad, t._base, t._grad_fn, t._accumulator
         self.tensors[idx] = _TENSOR % (
-            s, self.array(t.data), _BOOL_JSON[t.requires_grad], t.output_nr, self.counter(t._vc),
+            s, self.array(t.data), _BOOL_JSON[t._requires_grad], t.output_nr, self.counter(t._vc),
             _BOOL_JSON[t.retains_grad], t.grad_accumulations, _BOOL_JSON[t._wrapped],
             "null" if g is None else self.tensor(g), "null" if b is None else self.tensor(b),
-            "null" if fn is None else self.node(fn), "null" if acc is None else self.node(acc))
+            "null" if fn is None else self.node(fn), "null" if acc is None else self.node(acc),
+            "null" if b is None else f'[{_q(t._creation or "default")},{t._attr_version:d}]')
         return s
 
     def node(self, n: Node | None) -> str:
@@ -256,6 +258,9 @@ def loads(blob: bytes) -> State:
         raise CorruptStateError(f"cannot read the stored session state: {exc}") from exc
 
 
+_CREATIONS = (VIEW_DEFAULT, VIEW_MULTI, VIEW_NO_GRAD)
+
+
 def _bad(what: str, v=None):
     raise CorruptStateError(f"bad {what} in the stored session state: {v!r}")
 
@@ -360,16 +365,24 @@ def _loads(blob: bytes) -> State:
 
     for t, e in zip(tensors, entries_t):
         t.data = array(e["array"])
-        t.requires_grad, t.retains_grad, t._wrapped = e["requires_grad"], e["retains_grad"], e["wrapped"]
+        t._requires_grad, t.retains_grad, t._wrapped = e["requires_grad"], e["retains_grad"], e["wrapped"]
         t.output_nr, t.grad_accumulations, vc = e["output_nr"], e["grad_accumulations"], e["vc"]
-        if t.requires_grad.__class__ is not bool or t.retains_grad.__class__ is not bool \
+        if t._requires_grad.__class__ is not bool or t.retains_grad.__class__ is not bool \
                 or t._wrapped.__class__ is not bool or t.output_nr.__class__ is not int \
                 or t.grad_accumulations.__class__ is not int or vc.__class__ is not int or vc < 0:
             _bad("tensor", e)
         t._vc = counters[vc]
         t._grad = tensor(e["grad"])
         t._base = tensor(e["base"])
-        t.grad_fn = node(e["grad_fn"])
+        t._grad_fn = node(e["grad_fn"])
+        view = e.get("view")  # absent in states saved before views recorded how they were made
+        if view is None:
+            t._creation, t._attr_version = (None, 0) if t._base is None else (VIEW_DEFAULT, t._vc[0])
+        elif view.__class__ is not list or len(view) != 2 or view[0] not in _CREATIONS \
+                or view[1].__class__ is not int:
+            _bad("view", view)
+        else:
+            t._creation, t._attr_version = view
         t._accumulator = node(e["accumulator"])
     for n, e in zip(nodes, entries_n):
         n.name, n.prim, n.n_outputs = e["name"], e["prim"], e["n_outputs"]

@@ -25,10 +25,16 @@ from .grad_mode import check_numel, emit_warning
 from .journal import setattr_, setitem_
 from .node import Node
 
+#: how a view was made (torch's CreationMeta): in grad mode by a single-output view op, by a function that
+#: returns several views (split, chunk, unbind), or in no_grad mode. Only "default" views may be modified in
+#: place while autograd records.
+VIEW_DEFAULT, VIEW_MULTI, VIEW_NO_GRAD = "default", "multi", "no_grad"
+
 
 class Tensor:
-    __slots__ = ("data", "requires_grad", "grad_fn", "output_nr", "_grad", "_vc", "retains_grad",
-                 "grad_accumulations", "_base", "_accumulator", "_wrapped", "_fw_grad", "__weakref__")
+    __slots__ = ("data", "_requires_grad", "_grad_fn", "output_nr", "_grad", "_vc", "retains_grad",
+                 "grad_accumulations", "_base", "_accumulator", "_wrapped", "_fw_grad", "_creation",
+                 "_attr_version", "__weakref__")
 
     def __init__(self, data: np.ndarray, requires_grad: bool = False, grad_fn: Node | None = None,
                  output_nr: int = 0, vc: list | None = None, base: Tensor | None = None):
@@ -38,8 +44,8 @@ class Tensor:
         if budget is not None:  # inside a run: its bytes count (engine.budget)
             budget.track(data)
         self.data = data
-        self.requires_grad = requires_grad
-        self.grad_fn = grad_fn
+        self._requires_grad = requires_grad
+        self._grad_fn = grad_fn
         self.output_nr = output_nr
         self._grad = None
         self._vc = vc if vc is not None else [0]
@@ -49,6 +55,46 @@ class Tensor:
         self._accumulator = None
         self._wrapped = False
         self._fw_grad = None  # the tangent while a dual level is active (engine/forward_ad.py)
+        self._creation = None     # views only: VIEW_DEFAULT, VIEW_MULTI or VIEW_NO_GRAD
+        self._attr_version = 0    # views only: the version at which grad_fn was last set
+
+    @property
+    def requires_grad(self) -> bool:
+        """torch's requires_grad(): the tensor's own flag, or (a view) a history or a base that requires
+        grad, so a view made before its base was set to require grad requires grad too."""
+        if self._requires_grad:
+            return True
+        base = self._base
+        return base is not None and (self._grad_fn is not None or base._requires_grad)
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self._requires_grad = value
+
+    # ----- grad_fn (views regenerate theirs after an in-place change of their base) ----------------
+    @property
+    def grad_fn(self):
+        """torch's ``grad_fn``. A view whose base (or another view of it) was modified in place since its
+        grad_fn was set gets ``AsStridedBackward0`` over the base's current history, as torch regenerates
+        it on access; a view that may not be rebased (see ``view_error``) keeps its old one here."""
+        fn = self._grad_fn
+        if self._base is None or self._vc[0] == self._attr_version:
+            return fn
+        from .views import refresh_view
+        return refresh_view(self)
+
+    @grad_fn.setter
+    def grad_fn(self, node) -> None:
+        self._grad_fn = node
+        if self._base is not None:
+            self._attr_version = self._vc[0]
+
+    def view_error(self, indirect: bool = True) -> str | None:
+        """torch's refusal to use a view whose history cannot be rebased (None when it can be used)."""
+        if self._base is None:
+            return None
+        from .views import rebase_error
+        return rebase_error(self, indirect)
 
     # ----- metadata -------------------------------------------------------------------------------
     @property
@@ -97,7 +143,7 @@ class Tensor:
     # ----- .grad ----------------------------------------------------------------------------------
     @property
     def grad(self):
-        if self.grad_fn is not None and not self.retains_grad:
+        if self._grad is None and self.grad_fn is not None and not self.retains_grad:
             emit_warning(NONLEAF_GRAD_WARNING)
         return self._grad
 
@@ -110,11 +156,6 @@ class Tensor:
         if not isinstance(value, Tensor):
             raise TorchTypeErrorLike(f"assigned grad expected to be a Tensor or None but got grad of type "
                                      f"{type(value).__name__}")
-        if value.data.shape != self.data.shape:
-            raise TorchRuntimeError(
-                f"attempting to assign a gradient of size '{list(value.data.shape)}' to a tensor of size "
-                f"'{list(self.data.shape)}'. Please ensure that the gradient and the tensor are the same size",
-                code="grad_shape_mismatch")
         if value.dtype != self.dtype:
             raise TorchRuntimeError(
                 f"attempting to assign a gradient with dtype '{D.C_NAMES[value.dtype]}' to a tensor with "
@@ -123,6 +164,11 @@ class Tensor:
                 f"with a specific dtype, or None to allow any dtype. Set grad_dtype with caution. Diverging the "
                 f"dtypes of a tensor and its gradient may break downstream systems that assume they match.",
                 code="grad_dtype_mismatch")
+        if value.data.shape != self.data.shape:
+            raise TorchRuntimeError(
+                f"attempting to assign a gradient of size '{list(value.data.shape)}' to a tensor of size "
+                f"'{list(self.data.shape)}'. Please ensure that the gradient and the tensor are the same size",
+                code="grad_shape_mismatch")
         setattr_(self, "_grad", value)
         setattr_(self, "grad_accumulations", 0)
 
@@ -136,7 +182,7 @@ class Tensor:
             return self
         if requires_grad and self.data.dtype.kind != "f":
             raise RequiresGradError("only Tensors of floating point dtype can require gradients")
-        setattr_(self, "requires_grad", bool(requires_grad))
+        setattr_(self, "_requires_grad", bool(requires_grad))
         return self
 
     def set_requires_grad(self, value: bool) -> None:
@@ -146,12 +192,15 @@ class Tensor:
         if value and self.data.dtype.kind != "f":
             raise RequiresGradError("only Tensors of floating point and complex dtype can require gradients")
         if self.grad_fn is None:
-            setattr_(self, "requires_grad", bool(value))
+            setattr_(self, "_requires_grad", bool(value))
 
     def retain_grad(self) -> None:
         if not self.requires_grad:
             raise TorchRuntimeError("can't retain_grad on Tensor that has requires_grad=False",
                                     code="retain_grad_without_requires_grad")
+        err = self.view_error()
+        if err is not None:  # torch reads grad_fn here, which refuses such a view
+            raise TorchRuntimeError(err, code="invalid_inplace")
         if self.grad_fn is None or self.retains_grad:
             return
         setattr_(self, "retains_grad", True)

@@ -26,6 +26,7 @@ from ..journal import array_, setattr_, setitem_
 from ..node import Node, SavedTensor
 from ..registry import edge, jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
+from ..views import has_internal_overlap, partial_overlap, rebase_error, set_history, view_positions
 from . import elementwise as E
 from .common import require_tensor
 
@@ -33,24 +34,74 @@ _LEAF = "a leaf Variable that requires grad is being used in an in-place operati
 _VIEW_OF_LEAF = "a view of a leaf Variable that requires grad is being used in an in-place operation."
 
 
-def check_inplace(self: Tensor) -> None:
-    """torch's check_inplace: refuse in-place on (a view of) a leaf that requires grad in grad mode."""
+def check_inplace(self: Tensor, others=()) -> None:
+    """torch's check_inplace, when autograd records (grad mode on and some input requires grad): a view
+    that may not be rebased (an output of split/unbind/chunk, or made under no_grad) is refused, then (a
+    view of) a leaf that requires grad."""
     if not _grad_enabled.get():
         return
+    if not self.requires_grad and not any(o.__class__ is Tensor and o.requires_grad for o in others):
+        return
     base = self._base
-    if base is not None and self.requires_grad and base.requires_grad and base.grad_fn is None:
-        raise LeafInplaceError(_VIEW_OF_LEAF)
+    if base is not None:
+        msg = rebase_error(self, indirect=False)
+        if msg is not None:
+            raise TorchRuntimeError(msg, code="invalid_inplace")
+        if self.requires_grad and base.grad_fn is None:
+            raise LeafInplaceError(_VIEW_OF_LEAF)
     if self.requires_grad and self.grad_fn is None:
         raise LeafInplaceError(_LEAF)
 
 
+_INTERNAL_OVERLAP = ("unsupported operation: more than one element of the written-to tensor refers to a single "
+                     "memory location. Please clone() the tensor before performing the operation.")
+_PARTIAL_OVERLAP = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+                    "single memory location. Please clone() the tensor before performing the operation.")
+
+
+def _tensor_args(args, kwargs) -> list:
+    out = []
+    for a in (*args, *kwargs.values()):
+        if a.__class__ is Tensor:
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(x for x in a if x.__class__ is Tensor)
+    return out
+
+
+def _writeable(a: np.ndarray) -> np.ndarray:
+    """``a`` itself, or a writeable alias of the same elements when numpy marked a view read-only (a slice
+    of an expanded array whose own elements do not overlap: torch writes there)."""
+    if a.flags.writeable:
+        return a
+    own = a
+    while isinstance(own.base, np.ndarray):
+        own = own.base
+    if not own.flags.writeable:
+        return a
+    off = a.__array_interface__["data"][0] - own.__array_interface__["data"][0]
+    return np.ndarray(a.shape, a.dtype, buffer=own, offset=off, strides=a.strides)
+
+
 def apply_inplace(self: Tensor, fn, *args, **kwargs) -> Tensor:
+    return _apply_inplace(self, fn, args, kwargs, True)
+
+
+def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check: bool) -> Tensor:
+    """``overlap_check``: refuse a target whose elements overlap (an expanded tensor) or that partly
+    overlaps an input, as torch's TensorIterator does; fill_, zero_ and masked_fill_ turn it off (only
+    fill_ with a tensor value checks the target, in ``_fill``)."""
     self = require_tensor(self)
-    check_inplace(self)
-    if not self.data.flags.writeable:
-        raise TorchRuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
-                                "single memory location. Please clone() the tensor before performing the operation.",
-                                code="invalid_inplace")
+    others = _tensor_args(args, kwargs)
+    check_inplace(self, others)
+    if overlap_check and has_internal_overlap(self.data) and not (fn is _copy and args and args[0] is self):
+        raise TorchRuntimeError(_INTERNAL_OVERLAP, code="invalid_inplace")  # (x.copy_(x) is a no-op in torch)
+    for o in others if overlap_check else ():
+        if partial_overlap(self.data, o.data):
+            raise TorchRuntimeError(_PARTIAL_OVERLAP, code="invalid_inplace")
+    target = _writeable(self.data)
+    if not target.flags.writeable:
+        raise TorchRuntimeError(_INTERNAL_OVERLAP, code="invalid_inplace")
     shadow = Tensor(self.data, self.requires_grad, self.grad_fn, self.output_nr, vc=self._vc)
     shadow._accumulator = self._accumulator
     fw_level = _fw_level.get()
@@ -77,8 +128,13 @@ def apply_inplace(self: Tensor, fn, *args, **kwargs) -> Tensor:
                 shadow.data = shadow.data.copy()
                 shadow._vc = [v.version]
     if result.data is not self.data:
-        array_(self.data)
-        np.copyto(self.data, result.data, casting="unsafe")
+        array_(target)
+        if has_internal_overlap(target):
+            # elements written more than once (an expanded target): an unchanged one must not undo another's
+            # write, as torch's masked_fill_ only writes where the mask is set
+            np.copyto(target, result.data, casting="unsafe", where=result.data != self.data)
+        else:
+            np.copyto(target, result.data, casting="unsafe")
     setitem_(self._vc, 0, self._vc[0] + 1)
     if node is None:
         return self
@@ -86,59 +142,28 @@ def apply_inplace(self: Tensor, fn, *args, **kwargs) -> Tensor:
         if isinstance(v, SavedTensor) and v.tensor is result:
             v.tensor = self
             v.version = self._vc[0]
-    base = self._base
-    if base is not None and (self.grad_fn is not None or base.requires_grad):
-        _copy_slices(base, self, node)
+    if self._base is not None:
+        _copy_slices(self._base, self, node)  # torch's rebase_history of a view: CopySlices on the base
     else:
-        _rebase(self, node)
+        set_history(self, node, 0)
+        if not self._requires_grad:
+            setattr_(self, "_requires_grad", True)
     return self
-
-
-def _rebase(self: Tensor, node: Node) -> None:
-    old, old_nr = self.grad_fn, self.output_nr
-    setattr_(self, "grad_fn", node)
-    setattr_(self, "output_nr", 0)
-    setattr_(self, "requires_grad", True)
-    if self.retains_grad:
-        if old is not None and old.retained:
-            setattr_(old, "retained", {k: v for k, v in old.retained.items() if k != old_nr})
-        node.retained = {0: self}
-
-
-def view_positions(base: np.ndarray, view: np.ndarray) -> np.ndarray:
-    """For each element of ``view`` (a numpy view into ``base``), its flat index in ``base``."""
-    item = base.itemsize
-    b0 = base.__array_interface__["data"][0]
-    v0 = view.__array_interface__["data"][0]
-
-    def addresses(arr, start):
-        a = np.full(arr.shape, start, dtype=np.int64)
-        for d, (n, st) in enumerate(zip(arr.shape, arr.strides)):
-            shape = [1] * arr.ndim
-            shape[d] = n
-            a = a + (np.arange(n, dtype=np.int64) * (st // item)).reshape(shape)
-        return a
-
-    base_addr = addresses(base, 0).reshape(-1)
-    inv = np.full(int(base_addr.max()) + 1 if base_addr.size else 1, -1, dtype=np.int64)
-    inv[base_addr] = np.arange(base_addr.size, dtype=np.int64)
-    return np.asarray(inv[addresses(view, (v0 - b0) // item)])
 
 
 def _copy_slices(base: Tensor, view: Tensor, node: Node) -> None:
     positions = view_positions(base.data, view.data)
-    old_base_edge = edge(base)
-    cs = Node("CopySlices", "CopySlices", (old_base_edge,) + node.next_functions[1:],
+    cs = Node("CopySlices", "CopySlices", (edge(base),) + node.next_functions[1:],
               {"fn": node, "positions": positions, "base_sizes": base.data.shape},
               ((base.data.shape, base.data.dtype),) + node.input_meta[1:])
-    setattr_(base, "grad_fn", cs)
-    setattr_(base, "output_nr", 0)
-    setattr_(base, "requires_grad", True)
-    setattr_(view, "grad_fn", Node("AsStridedBackward0", "AsStridedBackward0", ((cs, 0),),
-                        {"positions": positions, "base_sizes": base.data.shape},
-                        ((base.data.shape, base.data.dtype),)))
-    setattr_(view, "output_nr", 0)
-    setattr_(view, "requires_grad", True)
+    set_history(base, cs, 0)
+    if not base._requires_grad:
+        setattr_(base, "_requires_grad", True)
+    set_history(view, Node("AsStridedBackward0", "AsStridedBackward0", ((cs, 0),),
+                           {"positions": positions, "base_sizes": base.data.shape},
+                           ((base.data.shape, base.data.dtype),)), 0)
+    if not view._requires_grad:
+        setattr_(view, "_requires_grad", True)
 
 
 @vjp("CopySlices", inputs=("self",), saves=("fn", "positions", "base_sizes"))
@@ -146,6 +171,9 @@ def _(ctx, grad):
     from ..autograd import _apply
     from .shape import _index, _index_put_zeros, reshape
     fn = ctx.fn
+    if fn is None:  # released by an earlier backward
+        from ..errors import GraphFreedError
+        raise GraphFreedError()
     pos = ctx.positions
     flat = reshape(grad, (-1,))
     g_view = reshape(_index(flat, [(0, pos.reshape(-1))]), pos.shape)
@@ -193,34 +221,42 @@ jvp("ZeroBackward0")(zero_jvp)
 
 
 def _fill(self: Tensor, value) -> Tensor:
+    """fill_(Scalar) is FillBackward2, fill_(Tensor) FillBackward3 (torch 2.x's overload numbering)."""
     if isinstance(value, Tensor):
         if value.data.ndim != 0:
             raise TorchRuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
                                     f"{value.data.ndim} dimensions.", code="invalid_argument")
+        if has_internal_overlap(self.data):  # fill_(Tensor) checks its target, fill_(Scalar) does not
+            raise TorchRuntimeError(_INTERNAL_OVERLAP, code="invalid_inplace")
         out = np.full(self.data.shape, value.data, dtype=self.data.dtype)
-        return record("FillBackward1", out, (self, value))
+        return record("FillBackward3", out, (self, value))
     value = E.checked_scalar(value, self.dtype) if isinstance(value, (int, float)) else value
-    return record("FillBackward0", np.full(self.data.shape, value, dtype=self.data.dtype), (self,))
+    return record("FillBackward2", np.full(self.data.shape, value, dtype=self.data.dtype), (self,))
 
 
-@vjp("FillBackward0", inputs=("self",))
-def _(ctx, grad):
+def _fill_scalar_vjp(ctx, grad):
     return E.zeros_like(grad),
 
 
-jvp("FillBackward0")(zero_jvp)
-
-
-@vjp("FillBackward1", inputs=("self", "value"))
-def _(ctx, grad):
+def _fill_tensor_vjp(ctx, grad):
     from .reduction import sum as sum_
     n = ctx.needs
     return (E.zeros_like(grad) if n[0] else None), (sum_(grad) if n[1] else None)
 
 
-@jvp("FillBackward1")
-def _(ctx, self_t, value_t):
+def _fill_tensor_jvp(ctx, self_t, value_t):
     return value_t  # broadcast to the output by the engine
+
+
+vjp("FillBackward2", inputs=("self",))(_fill_scalar_vjp)
+vjp("FillBackward3", inputs=("self", "value"))(_fill_tensor_vjp)
+jvp("FillBackward2")(zero_jvp)
+jvp("FillBackward3")(_fill_tensor_jvp)
+# the names sessions saved before torch 2.x's numbering was followed still load
+vjp("FillBackward0", inputs=("self",))(_fill_scalar_vjp)
+vjp("FillBackward1", inputs=("self", "value"))(_fill_tensor_vjp)
+jvp("FillBackward0")(zero_jvp)
+jvp("FillBackward1")(_fill_tensor_jvp)
 
 
 def _copy(self: Tensor, src) -> Tensor:
@@ -248,9 +284,9 @@ def _(ctx, self_t, src_t):
 # ----- the in-place op table ------------------------------------------------------------------------------
 
 
-def _make(name: str, fn, grad_fns: tuple, tensors=("self",), aliases=(), doc=""):
+def _make(name: str, fn, grad_fns: tuple, tensors=("self",), aliases=(), doc="", overlap_check=True):
     def inplace(self, *args, **kwargs):
-        return apply_inplace(self, fn, *args, **kwargs)
+        return _apply_inplace(self, fn, args, kwargs, overlap_check)
 
     inplace.__name__ = name
     inplace.__signature__ = inspect.signature(fn)  # the program resolves tensor arguments by these names
@@ -291,6 +327,8 @@ clamp_ = _make("clamp_", _clamp_cast_checked(E.clamp), ("ClampBackward1", "Clamp
                ("clip_",))
 clamp_min_ = _make("clamp_min_", _clamp_cast_checked(E.clamp_min), ("ClampMinBackward0",))
 clamp_max_ = _make("clamp_max_", _clamp_cast_checked(E.clamp_max), ("ClampMaxBackward0",))
+
+
 def _masked_fill_inplace(self: Tensor, mask, value) -> Tensor:
     """masked_fill_ broadcasts the mask to self (self is tensor a in torch's message)."""
     if isinstance(mask, Tensor) and mask.data.shape != self.data.shape:
@@ -299,29 +337,46 @@ def _masked_fill_inplace(self: Tensor, mask, value) -> Tensor:
     return E.masked_fill(self, mask, value)
 
 
-masked_fill_ = _make("masked_fill_", _masked_fill_inplace, ("MaskedFillBackward0",), ("self", "mask"))
-zero_ = _make("zero_", _zero, ("ZeroBackward0",), doc="Tensor.zero_(): fill with zeros in place.")
-fill_ = _make("fill_", _fill, ("FillBackward0",), ("self", "value"), doc="Tensor.fill_(value): in place.")
+masked_fill_ = _make("masked_fill_", _masked_fill_inplace, ("MaskedFillBackward0",), ("self", "mask"),
+                     overlap_check=False)
+zero_ = _make("zero_", _zero, ("ZeroBackward0",), doc="Tensor.zero_(): fill with zeros in place.", overlap_check=False)
+fill_ = _make("fill_", _fill, ("FillBackward2", "FillBackward3"), ("self", "value"),
+              doc="Tensor.fill_(value): in place.", overlap_check=False)
 copy_ = _make("copy_", _copy, ("CopyBackwards",), ("self", "src"),
               doc="Tensor.copy_(src): copy src (broadcast, cast) into self in place.")
 
 
-@op("setitem", tensors=("self", "index", "value"), grad_fns=("CopySlices",), inplace=True,
-    aliases=("__setitem__",))
+@op("setitem", tensors=("self", "index", "value"), grad_fns=("CopySlices", "CopyBackwards", "FillBackward3"),
+    inplace=True, aliases=("__setitem__",))
 def setitem(self, index, value):
-    """``self[index] = value``: a basic index writes through a view (CopySlices on a non-leaf); an advanced
-    index (int lists, masks) is ``index_put_``."""
-    from .shape import _normalize_index, getitem
+    """``self[index] = value``: a basic index writes through a view (CopySlices), an index that selects
+    nothing (``...``, ``()``, ``[:, :]``) writes into self; an advanced index (int lists, masks) is
+    ``index_put_``. As torch's copy_to: same shape -> copy_, a 0-d value -> fill_, else copy_ of the
+    value expanded."""
+    from .shape import _normalize_index, basic_getitem
     self = require_tensor(self)
     idx = _normalize_index(index)
     advanced = any(isinstance(it, (list, Tensor, np.ndarray)) and not isinstance(it, bool) for it in idx)
-    if not advanced:
-        view = getitem(self, index)
-        if view is self or view._base is None:
-            return copy_(self, value)
-        copy_(view, value)
-        return self
-    return apply_inplace(self, _index_put, idx, value)
+    if advanced:
+        return apply_inplace(self, _index_put, idx, value)
+    dst = basic_getitem(self, index)
+    if not isinstance(value, Tensor):
+        value = Tensor(np.asarray(value, dtype=self.data.dtype))
+    if dst.data.shape == value.data.shape:
+        copy_(dst, value)
+    elif value.data.ndim == 0:
+        fill_(dst, value)
+    else:
+        # torch expands the value (leading 1s dropped) to the indexed shape before writing: its error first
+        from ..grad_mode import no_grad
+        from .shape import expand, reshape
+        shape = value.data.shape
+        while shape and shape[0] == 1:
+            shape = shape[1:]
+        with no_grad():
+            expand(reshape(value, shape), dst.data.shape)
+        copy_(dst, value)
+    return self
 
 
 def _index_put(self: Tensor, idx: tuple, value) -> Tensor:
@@ -334,15 +389,16 @@ def _index_put(self: Tensor, idx: tuple, value) -> Tensor:
     broadcast_shapes(probe.data.shape, v.shape)
     out[positions] = np.broadcast_to(v, probe.data.shape).reshape(-1).astype(self.data.dtype)
     src = value if isinstance(value, Tensor) else None
+    # the flat positions are saved as a tensor (torch saves ``indices``): freed by a backward like any
     return record("IndexPutBackward0", out.reshape(self.data.shape), (self, src),
-                  {"positions": positions, "probe_shape": probe.data.shape})
+                  {"positions": Tensor(positions), "probe_shape": probe.data.shape})
 
 
 @vjp("IndexPutBackward0", inputs=("self", "values"), saves=("positions", "probe_shape"))
 def _(ctx, grad):
     from .shape import _index, reshape
     n = ctx.needs
-    pos = ctx.positions
+    pos = ctx.positions.data if isinstance(ctx.positions, Tensor) else ctx.positions  # older sessions: an array
     g_self = g_val = None
     if n[0]:
         mask = np.zeros(grad.data.size, dtype=bool)
@@ -357,14 +413,15 @@ def _(ctx, grad):
 def _(ctx, self_t, values_t):
     from .shape import _index_put_zeros, expand, reshape
     shape = ctx.result.data.shape
+    pos = ctx.positions.data if isinstance(ctx.positions, Tensor) else ctx.positions
     out = None
     if self_t is not None:
         mask = np.zeros(self_t.data.size, dtype=bool)
-        mask[ctx.positions] = True
+        mask[pos] = True
         out = E.masked_fill(self_t, Tensor(mask.reshape(shape)), 0)
     if values_t is not None:
         flat = reshape(expand(values_t, ctx.probe_shape), (-1,))
-        put = reshape(_index_put_zeros(flat, (int(np.prod(shape)),), [Tensor(ctx.positions)]), shape)
+        put = reshape(_index_put_zeros(flat, (int(np.prod(shape)),), [Tensor(pos)]), shape)
         out = put if out is None else out + put
     return out
 

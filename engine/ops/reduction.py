@@ -98,6 +98,8 @@ def sum_to(t: Tensor, shape: tuple) -> Tensor:
     shape = tuple(shape)
     if t.data.shape == shape:
         return t
+    if not shape:
+        return sum(t)  # torch's sum_to: a full sum (SumBackward0) for a 0-d operand
     lead = t.data.ndim - len(shape)
     dims = tuple(range(lead)) + tuple(i + lead for i, s in enumerate(shape)
                                       if s == 1 and t.data.shape[i + lead] != 1)

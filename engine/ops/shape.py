@@ -14,15 +14,14 @@ from ..errors import InvalidArgumentError, ShapeError, TorchIndexError, TorchRun
 from ..grad_mode import check_numel
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
+from ..views import as_view
 from .common import NP, require_tensor, shape_arg, wrap_dim, wrap_dims
 
 INT64_MAX = 9223372036854775807
 
 
-def _as_view(out: Tensor, base: Tensor) -> Tensor:
-    out._vc = base._vc
-    out._base = base._base if base._base is not None else base
-    return out
+def _as_view(out: Tensor, base: Tensor, multi: bool = False) -> Tensor:
+    return as_view(out, base, multi)
 
 
 # ----- dtype conversion, clone, detach ----------------------------------------------------------------
@@ -162,8 +161,8 @@ def _(ctx, self_t):
 
 @op("reshape", tensors=("self",), grad_fns=("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0"))
 def reshape(self, *shape):
-    """torch.reshape(input, shape): a view when the layout allows (ViewBackward0), otherwise a copy
-    (UnsafeViewBackward0 over CloneBackward0)."""
+    """torch.reshape(input, shape): a view when the layout allows (ViewBackward0 from a contiguous input,
+    ReshapeAliasBackward0 from a strided one), otherwise a copy (UnsafeViewBackward0 over CloneBackward0)."""
     self = require_tensor(self)
     shape = _infer_shape(shape_arg(shape), self.data.size)
     out = _try_view(self.data, shape)
@@ -338,7 +337,10 @@ def expand(self, *sizes):
                              f"Tensor sizes: [{', '.join(map(str, shp))}]")
     target = tuple(target)
     check_numel(target)
-    out = np.broadcast_to(self.data, target)
+    if target[lead:] == shp and all(t == 1 for t in target[:lead]):
+        out = np.reshape(self.data, target)  # nothing repeated: a writeable view (torch: no internal overlap)
+    else:
+        out = np.broadcast_to(self.data, target)
     return _as_view(record("ExpandBackward0", out, (self,), {"self_sym_sizes": shp}), self)
 
 
@@ -581,7 +583,7 @@ def _split(self: Tensor, sizes: list, d: int, prim: str, saved: dict) -> tuple:
     arrs = tuple(self.data[(slice(None),) * d + (slice(int(offs[i]), int(offs[i + 1])),)]
                  for i in range(len(sizes)))
     outs = record(prim, arrs, (self,), saved)
-    return tuple(_as_view(o, self) for o in outs)
+    return tuple(_as_view(o, self, multi=True) for o in outs)
 
 
 @op("split", tensors=("self",), grad_fns=("SplitBackward0", "SplitWithSizesBackward0"))
@@ -672,9 +674,10 @@ def unbind(self, dim=0):
     d = wrap_dim(dim, self.data.ndim)
     if self.data.ndim == 0:
         raise TorchIndexError("Dimension specified as 0 but tensor has no dimensions", code="dim_out_of_range")
-    arrs = tuple(np.take(self.data, i, axis=d) for i in range(self.data.shape[d]))
+    # basic indexing: real views of self's buffer (np.take would copy)
+    arrs = tuple(self.data[(slice(None),) * d + (i, Ellipsis)] for i in range(self.data.shape[d]))
     outs = record("UnbindBackward0", arrs, (self,), {"dim": d})
-    return tuple(_as_view(o, self) for o in outs)
+    return tuple(_as_view(o, self, multi=True) for o in outs)
 
 
 @vjp("UnbindBackward0", inputs=("self",), saves=("dim",), n_outputs=-1)
@@ -836,7 +839,13 @@ def _is_advanced(it) -> bool:
 def getitem(self, index):
     """``input[index]``: ints select, slices slice, None adds a dim, Ellipsis, int lists / int or bool
     tensors index (IndexBackward0)."""
+    return _getitem(self, index, alias=True)
+
+
+def _getitem(self, index, alias: bool):
     self = require_tensor(self)
+    # torch's getitem records x[:] as a slice; x[:, :] and setitem's indexing skip full slices
+    single_slice = alias and isinstance(index, slice)
     index = _normalize_index(index)
     # expand Ellipsis
     n_ell = sum(1 for it in index if it is Ellipsis)
@@ -871,7 +880,7 @@ def getitem(self, index):
                 raise TorchRuntimeError("step must be greater than zero", code="invalid_index")
             start, stop, step = it.indices(out.data.shape[d])
             stop = max(stop, start)
-            if (start, stop, step) != (0, out.data.shape[d], 1):
+            if (start, stop, step) != (0, out.data.shape[d], 1) or single_slice:
                 out = _slice(out, d, start, stop, step)
             d += 1
         elif isinstance(it, bool):
@@ -909,9 +918,14 @@ def getitem(self, index):
                                   f"(got {type(it).__name__})", code="invalid_index")
     if advanced:
         out = _index(out, advanced)
-    if out is self:
+    if out is self and alias:
         out = _as_view(record("AliasBackward0", self.data.view(), (self,)), self)
     return out
+
+
+def basic_getitem(self: Tensor, index) -> Tensor:
+    """``self[index]`` for setitem: ``self`` itself when the index selects nothing (no AliasBackward0)."""
+    return _getitem(self, index, alias=False)
 
 
 @vjp("AliasBackward0", inputs=("self",))

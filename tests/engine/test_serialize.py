@@ -68,13 +68,14 @@ class _RefWriter:
             return self.tensors[id(t)]["id"]
         entry = self.tensors[id(t)] = {"id": len(self.tensor_objs)}
         self.tensor_objs.append(t)
-        entry.update(array=self.array(t.data), requires_grad=t.requires_grad, output_nr=t.output_nr,
+        entry.update(array=self.array(t.data), requires_grad=t._requires_grad, output_nr=t.output_nr,
                      vc=self.counter(t._vc), retains_grad=t.retains_grad, grad_accumulations=t.grad_accumulations,
                      wrapped=t._wrapped)
         entry["grad"] = self.tensor(t._grad)
         entry["base"] = self.tensor(t._base)
-        entry["grad_fn"] = self.node(t.grad_fn)
+        entry["grad_fn"] = self.node(t._grad_fn)
         entry["accumulator"] = self.node(t._accumulator)
+        entry["view"] = None if t._base is None else [t._creation or "default", t._attr_version]
         return entry["id"]
 
     def node(self, n):
@@ -195,7 +196,40 @@ def layouts() -> State:
     return s
 
 
-STATES = {"empty": State, "tiny": tiny, "kinds": kinds, "big": big, "layouts": layouts}
+def views() -> State:
+    """How views were made (split/unbind outputs, a no_grad view), a view made stale by an in-place change
+    of its base, a CopySlices base, and a fused double-backward node."""
+    return run(State(), [
+        T("x", [[1.0, 2.0], [3.0, 4.0]], requires_grad=True), {"op": "mul", "out": "y", "args": ["x", 2.0]},
+        {"op": "unbind", "out": "u", "args": ["y"]}, {"op": "split", "out": "p", "args": ["y", 1]},
+        {"op": "getitem", "out": "ng", "args": ["x", 0], "no_grad": True},
+        {"op": "select", "out": "s", "args": ["y", 1, 0]}, {"op": "mul_", "args": ["y", 3.0]},
+        T("c", [0.0, 0.0, 0.0]), T("w", 5.0, requires_grad=True), {"op": "setitem", "args": ["c", 1, "w"]},
+        {"op": "gelu", "out": "g", "args": ["x"]}, {"op": "sum", "out": "gs", "args": ["g"]},
+        {"op": "grad", "out": "dg", "args": [["gs"], ["x"]], "kwargs": {"create_graph": True}},
+    ])
+
+
+STATES = {"empty": State, "tiny": tiny, "kinds": kinds, "big": big, "layouts": layouts, "views": views}
+
+
+def test_views_keep_how_they_were_made_and_stay_stale_across_a_round_trip():
+    s = views()
+    t = E.loads(E.dumps(s)).tensors
+    assert [t[n]._creation for n in ("u_0", "p_1", "ng", "s")] == ["multi", "multi", "no_grad", "default"]
+    assert t["ng"].requires_grad and t["ng"].is_leaf
+    assert t["c"].grad_fn.name == "CopySlices" and t["dg"].grad_fn.name == "GeluBackwardBackward0"
+    # the base changed after s was made: s regenerates its history on use, after loading as before
+    assert t["s"]._vc[0] != t["s"]._attr_version
+    assert t["s"].grad_fn.name == s.tensors["s"].grad_fn.name == "AsStridedBackward0"
+    # an unbind output whose base changed is refused, with torch's message
+    with pytest.raises(EngineError, match="Output 0 of Unbind is a view and its base or another view"):
+        run_program(E.loads(E.dumps(s)), [{"op": "mul", "out": "z", "args": ["u_0", 2.0]}])
+    ops = [{"op": "sum", "out": "q", "args": ["dg"]}, {"op": "backward", "args": ["q"]},
+           {"op": "sum", "out": "cs", "args": ["c"]}, {"op": "backward", "args": ["cs"]}]
+    a, b = run(views(), ops), run(E.loads(E.dumps(views())), ops)
+    assert a.tensors["x"].grad.data.tolist() == b.tensors["x"].grad.data.tolist()
+    assert b.tensors["w"].grad.data.tolist() == 1.0
 
 
 @pytest.mark.parametrize("make", STATES.values(), ids=STATES.keys())
@@ -391,6 +425,7 @@ def test_a_hand_written_gsv1_blob_loads():
     x, y, k = s.tensors["x"], s.tensors["y"], s.tensors["k"]
     assert x.data.tolist() == [1.0, 2.0] and x.grad.data.tolist() == [3.0, 4.0] and x.requires_grad
     assert x.version == 2 and y.version == 2 and y._vc is x._vc and y._base is x
+    assert y._creation == "default" and y._attr_version == 2  # saved before views recorded how they were made
     assert y.data.tolist() == [2.0] and np.shares_memory(x.data, y.data) and not y.data.flags.writeable
     assert k.data.dtype == np.int64 and k.data.shape == () and int(k.data) == 9
     assert x._accumulator.variable is x

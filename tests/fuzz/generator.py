@@ -1,0 +1,429 @@
+"""A seeded generator of random autograd programs, guided by real torch.
+
+Each step is chosen from the current torch namespace (shapes, dtypes, requires_grad, leaves) and run in
+torch at once, so the program and torch's outcome of every step come out together. A program ends after
+5-30 steps or at the first step torch refuses (the engine's failed op lists change nothing while torch
+may have half-applied, so nothing after an error is comparable).
+
+Step kinds: tensor creation, any op of the catalog (arguments shaped by the per-op samples of
+tests/engine/samples.py), views (including multi-output split/chunk/unbind), in-place ops on tensors
+and views (under no_grad too), retain_grad, backward and grad with every argument, set_grad,
+requires_grad_, zero_grad.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+from engine.registry import OPS
+from engine.tensor import Tensor
+from tests.engine.samples import SAMPLES, S, T, mask
+
+from .torch_exec import TorchRunner
+
+# ops of the catalog without gradcheck samples (not differentiable, or creation)
+EXTRA_SAMPLES = {
+    "eq": [S(T(3), T(3)), S(T(2, 3), 0.5)], "ne": [S(T(3), T(3))], "lt": [S(T(2, 3), T(3))],
+    "le": [S(T(3), 0.0)], "gt": [S(T(3), T(3))], "ge": [S(T(3), 0.1)],
+    "logical_and": [S(mask(True, False, True), mask(True, True, False))],
+    "logical_or": [S(mask(True, False, True), mask(False, False, True))],
+    "logical_xor": [S(mask(True, False), mask(True, True))], "logical_not": [S(mask(True, False, True))],
+    "isnan": [S(T(3))], "isfinite": [S(T(2, 3))], "argmax": [S(T(4)), S(T(2, 3), 1)],
+    "argmin": [S(T(2, 3), 0, keepdim=True)], "bool": [S(T(3))], "detach": [S(T(2, 3))],
+}
+CREATION = ("tensor", "zeros", "ones", "full", "arange", "linspace", "eye")
+# RNG ops draw from the engine's own generator: values cannot agree with torch (README: deviations)
+SKIPPED = {"rand", "randn", "dropout"}
+INPLACE_UNARY = ("exp_", "log_", "neg_", "sqrt_", "abs_", "sigmoid_", "tanh_", "relu_", "zero_")
+INPLACE_BINARY = ("add_", "sub_", "mul_", "div_")
+KINDS = (("create", 8), ("op", 30), ("view", 14), ("inplace", 16), ("retain_grad", 5), ("backward", 9),
+         ("grad", 8), ("set_grad", 3), ("requires_grad_", 3), ("zero_grad", 2), ("sgd", 2))
+
+
+def catalog_ops() -> list[str]:
+    """Every op of the catalog the generator can call out of place (primary names)."""
+    names = sorted({s.name for s in OPS.values()})
+    return [n for n in names if n not in SKIPPED and not OPS[n].inplace and n not in CREATION
+            and (n in SAMPLES or n in EXTRA_SAMPLES)]
+
+
+def inplace_ops() -> list[str]:
+    return sorted({s.name for s in OPS.values() if s.inplace})
+
+
+class Stop(Exception):
+    """Torch refused a step: the program ends there."""
+
+
+class Generator:
+    def __init__(self, seed: int, min_steps: int = 5, max_steps: int = 30):
+        self.rng = random.Random(seed)
+        self.nprng = np.random.default_rng(seed)
+        self.torch = TorchRunner()
+        self.program: list[dict] = []
+        self.expected: list[dict] = []
+        self.k = 0
+        self.length = self.rng.randint(min_steps, max_steps)
+        self.gradients: list = []   # tensors passed as gradient / grad_outputs
+
+    # ----- plumbing ------------------------------------------------------------------------------------
+    def emit(self, op: dict) -> None:
+        if len(self.program) >= self.length:
+            raise Stop
+        if self.rng.random() < 0.12 and op["op"] not in ("tensor", "retain_grad", "set_grad"):
+            op["no_grad"] = True
+        out = self.torch.step(op)
+        self.program.append(op)
+        self.expected.append(out)
+        if out["error"] is not None:
+            raise Stop
+
+    def name(self) -> str:
+        self.k += 1
+        return f"v{self.k}"
+
+    def tensors(self, pred=lambda t: True) -> list[str]:
+        out = []
+        for n, t in self.torch.ns.items():
+            try:
+                if pred(t):
+                    out.append(n)
+            except RuntimeError:  # a multi-output view whose base was modified: its grad_fn raises
+                if self.rng.random() < 0.3:
+                    out.append(n)
+        return out
+
+    def pick(self, names):
+        return self.rng.choice(names) if names else None
+
+    def value(self):
+        r = self.rng.random()
+        if r < 0.03:
+            return 0.0
+        return round(self.rng.uniform(-2, 2), 2)
+
+    def data(self, shape, ints_=False):
+        if not shape:
+            return self.rng.randint(0, 3) if ints_ else self.value()
+        return [self.data(shape[1:], ints_) for _ in range(shape[0])]
+
+    def shape(self):
+        return self.rng.choice([(), (3,), (2, 3), (3, 2), (1, 3), (2, 1, 3), (4,), (2, 2)])
+
+    def create(self, shape=None, dtype=None, rg=None, data=None) -> str:
+        shape = self.shape() if shape is None else tuple(shape)
+        dtype = dtype or ("float32" if self.rng.random() < 0.8 else "float64")
+        rg = (self.rng.random() < 0.7) if rg is None else rg
+        kw = {"dtype": dtype}
+        if rg and dtype.startswith("float"):
+            kw["requires_grad"] = True
+        n = self.name()
+        if data is None:
+            data = self.data(shape, dtype in ("int64",))
+            if dtype == "bool":
+                data = (np.asarray(data) > 0).tolist()
+        op = {"op": "tensor", "out": n, "args": [data], "kwargs": kw}
+        op_ = dict(op)
+        self.emit(op_)
+        return n
+
+    def floats(self, pred=lambda t: True):
+        return self.tensors(lambda t: t.dtype.is_floating_point and pred(t))
+
+    def same_shape(self, shape, float_=True):
+        return self.floats(lambda t: tuple(t.shape) == tuple(shape)) if float_ else \
+            self.tensors(lambda t: tuple(t.shape) == tuple(shape))
+
+    # ----- step kinds ----------------------------------------------------------------------------------
+    def step(self) -> None:
+        kinds, weights = zip(*KINDS)
+        kind = self.rng.choices(kinds, weights)[0]
+        if not self.torch.ns and kind != "create":
+            kind = "create"
+        getattr(self, "k_" + kind)()
+
+    def k_create(self) -> None:
+        r = self.rng.random()
+        if r < 0.75:
+            self.create()
+            return
+        n = self.name()
+        which = self.rng.choice(CREATION[1:])
+        dt = self.rng.choice([None, "float64", "float32"])
+        kw = {"dtype": dt} if dt else {}
+        if self.rng.random() < 0.4 and which != "arange":
+            kw["requires_grad"] = True
+        args = {"zeros": [[2, 3]], "ones": [[3]], "full": [[2, 2], 1.5], "arange": [0.0, 3.0, 0.5],
+                "linspace": [0.0, 1.0, 4], "eye": [3]}[which]
+        self.emit({"op": which, "out": n, "args": args, "kwargs": kw})
+
+    def tensor_for(self, sample_arg: Tensor) -> str:
+        """An existing tensor shaped like the sample's argument, or a new one with its values."""
+        shape = sample_arg.data.shape
+        kind = sample_arg.data.dtype.kind
+        if kind == "f":
+            cands = self.same_shape(shape)
+            if cands and self.rng.random() < 0.6:
+                return self.pick(cands)
+            data = np.round(sample_arg.data, 3).tolist()
+            return self.create(shape, rg=sample_arg.requires_grad and self.rng.random() < 0.8, data=data)
+        dtype = "bool" if kind == "b" else "int64"
+        cands = self.tensors(lambda t: tuple(t.shape) == shape and str(t.dtype) == "torch." + dtype)
+        if cands and self.rng.random() < 0.5:
+            return self.pick(cands)
+        return self.create(shape, dtype=dtype, rg=False, data=sample_arg.data.tolist())
+
+    def convert(self, v, index=False):
+        if isinstance(v, Tensor):
+            return self.tensor_for(v)
+        if isinstance(v, list) and v and all(isinstance(x, Tensor) for x in v):
+            return [self.tensor_for(x) for x in v]
+        if isinstance(v, slice):
+            return f"{'' if v.start is None else v.start}:{'' if v.stop is None else v.stop}" + \
+                ("" if v.step is None else f":{v.step}")
+        if isinstance(v, tuple):
+            return [self.convert(x) for x in v]
+        if isinstance(v, list) and index:
+            return [v]  # an int list index (a top-level list is a tuple of per-dim items)
+        return v
+
+    def k_op(self) -> None:
+        name = self.rng.choice(catalog_ops())
+        samples = SAMPLES.get(name) or EXTRA_SAMPLES[name]
+        sample = self.rng.choice(samples)
+        spec = OPS[name]
+        pos = [p.name for p in spec.params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        for i, a in enumerate(sample.args):
+            if isinstance(a, Tensor) and (i >= len(pos) or pos[i] not in spec.tensors):
+                if name in ("max", "min") and i == 1:
+                    continue
+                return  # a varargs or non-tensor position: not expressible in the program format
+        args, kwargs = [], {}
+        for i, a in enumerate(sample.args):
+            if name in ("max", "min") and i == 1 and isinstance(a, Tensor):
+                kwargs["other"] = self.convert(a)
+                continue
+            args.append(self.convert(a, index=name == "getitem" and i == 1))
+        for k, v in sample.kwargs.items():
+            kwargs[k] = self.convert(v)
+        op = {"op": name, "out": self.name(), "args": args}
+        if kwargs:
+            op["kwargs"] = kwargs
+        self.emit(op)
+
+    def k_view(self) -> None:
+        src = self.pick(self.tensors())
+        t = self.torch.ns[src]
+        nd = t.dim()
+        shp = list(t.shape)
+        opts = [("detach", []), ("unsqueeze", [0]), ("view", [-1]), ("reshape", [-1]), ("flatten", []),
+                ("expand", [2] + shp), ("squeeze", []), ("getitem", ["..."])]
+        if nd >= 1:
+            n0 = shp[0]
+            opts += [("getitem", [self.rng.randrange(-n0, n0) if n0 else 0]), ("getitem", [":"]),
+                     ("getitem", [f"{self.rng.randint(0, max(n0 - 1, 0))}:"]), ("getitem", [f":{n0}"]),
+                     ("select", [0, self.rng.randrange(n0) if n0 else 0]), ("narrow", [0, 0, max(n0 - 1, 0)]),
+                     ("split", [1]), ("split", [2]), ("chunk", [2]), ("unbind", []), ("transpose", [0, -1]),
+                     ("permute", list(range(nd))[::-1]), ("t", []) if nd <= 2 else ("t", []),
+                     ("unbind", [nd - 1])]
+            others = self.tensors(lambda o: o.dim() >= nd and list(o.shape[o.dim() - nd:]) == shp)
+            if others:
+                opts.append(("expand_as", [self.pick(others)]))
+        else:
+            opts += [("getitem", [[]]), ("t", []), ("view", [1])]
+        op, extra = self.rng.choice(opts)
+        if op == "getitem":
+            args = [src, extra[0]]
+        else:
+            args = [src, *extra]
+        out = self.name()
+        self.emit({"op": op, "out": out, "args": args})
+
+    def inplace_target(self):
+        # never a tensor given as a gradient (or a view of one): torch's AccumulateGrad may have kept it as a
+        # leaf's .grad, which the engine copies (README: deviations)
+        prefer = self.tensors(lambda t: t.dtype.is_floating_point and (not t.is_leaf or not t.requires_grad)
+                              and not self.is_gradient(t))
+        if prefer and self.rng.random() < 0.85:
+            return self.pick(prefer)
+        return self.pick(self.floats(lambda t: not self.is_gradient(t))) or self.create()
+
+    def is_gradient(self, t) -> bool:
+        """``t`` shares memory with a tensor passed as a gradient."""
+        ptr = t.untyped_storage().data_ptr()
+        return any(g.untyped_storage().data_ptr() == ptr for g in self.gradients)
+
+    def operand(self, shape):
+        r = self.rng.random()
+        if r < 0.4:
+            return self.value()
+        if r < 0.55:
+            return self.pick(self.floats(lambda t: t.dim() == 0)) or self.create(())
+        cands = self.same_shape(shape)
+        if cands and r < 0.85:
+            return self.pick(cands)
+        return self.create(shape)
+
+    def k_inplace(self) -> None:
+        tgt = self.inplace_target()
+        t = self.torch.ns[tgt]
+        shp = list(t.shape)
+        which = self.rng.choice(inplace_ops())
+        if which in INPLACE_UNARY:
+            op = {"op": which, "args": [tgt]}
+        elif which in INPLACE_BINARY:
+            op = {"op": which, "args": [tgt, self.operand(shp)]}
+        elif which == "pow_":
+            op = {"op": which, "args": [tgt, self.rng.choice([2, 0.5, self.operand(shp)])]}
+        elif which == "clamp_":
+            op = {"op": which, "args": [tgt, -0.5, 0.5]}
+        elif which in ("clamp_min_", "clamp_max_"):
+            op = {"op": which, "args": [tgt, 0.1]}
+        elif which == "fill_":
+            v = self.value() if self.rng.random() < 0.5 else (self.pick(self.floats(lambda o: o.dim() == 0))
+                                                               or self.create(()))
+            op = {"op": which, "args": [tgt, v]}
+        elif which == "copy_":
+            op = {"op": which, "args": [tgt, self.operand(shp) if self.rng.random() < 0.8 else self.create(shp)]}
+            if not isinstance(op["args"][1], str):
+                op["args"][1] = self.create(())
+        elif which == "masked_fill_":
+            m = self.create(shp, dtype="bool", rg=False)
+            op = {"op": which, "args": [tgt, m, self.value()]}
+        elif which == "setitem":
+            if shp:
+                idx = self.rng.choice([0, -1, ":1", "1:", [0], ["...", 0] if len(shp) > 1 else ":"])
+            else:
+                idx = []
+            with torch.no_grad():  # only the shape is wanted (a refused view raises in grad mode)
+                sub = self.torch.ns[tgt][self.torch.index(idx)] if not isinstance(idx, list) or idx else None
+            sub_shape = list(sub.shape) if sub is not None else []
+            v = self.value() if self.rng.random() < 0.4 else self.operand(sub_shape)
+            op = {"op": which, "args": [tgt, idx, v]}
+        else:
+            return
+        self.emit(op)
+
+    def grad_tensors(self):
+        return self.tensors(lambda t: t.requires_grad)
+
+    def k_retain_grad(self) -> None:
+        cands = self.tensors(lambda t: t.requires_grad and not t.is_leaf)
+        n = self.pick(cands) if cands and self.rng.random() < 0.9 else self.pick(self.tensors())
+        self.emit({"op": "retain_grad", "args": [n]})
+
+    def root(self):
+        cands = self.tensors(lambda t: t.requires_grad and not t.is_leaf)
+        if not cands or self.rng.random() < 0.05:
+            cands = self.tensors()
+        n = self.pick(cands)
+        t = self.torch.ns[n]
+        if t.numel() != 1 and t.requires_grad and self.rng.random() < 0.4:
+            s = self.name()
+            self.emit({"op": "sum", "out": s, "args": [n]})
+            return s
+        return n
+
+    def gradient_for(self, n):
+        t = self.torch.ns[n]
+        if t.numel() == 1 and self.rng.random() < 0.7:
+            return None
+        if self.rng.random() < 0.05:
+            return None
+        g = self.create(list(t.shape), dtype=str(t.dtype).replace("torch.", "") if t.dtype.is_floating_point
+                        else "float32", rg=self.rng.random() < 0.1)
+        self.gradients.append(self.torch.ns[g])
+        return g
+
+    def some_inputs(self):
+        cands = self.grad_tensors()
+        if not cands:
+            return None
+        return self.rng.sample(cands, min(len(cands), self.rng.randint(1, 3)))
+
+    def k_backward(self) -> None:
+        root = self.root()
+        g = self.gradient_for(root)
+        kw = {}
+        if g is not None:
+            kw["gradient"] = g
+        if self.rng.random() < 0.5:
+            kw["retain_graph"] = True
+        if self.rng.random() < 0.1:
+            kw["create_graph"] = True
+        if self.rng.random() < 0.3:
+            ins = self.some_inputs()
+            if ins:
+                kw["inputs"] = ins
+        self.emit({"op": "backward", "args": [root], "kwargs": kw})
+
+    def k_grad(self) -> None:
+        root = self.root()
+        ins = self.some_inputs() or [root]
+        g = self.gradient_for(root)
+        kw = {}
+        if g is not None:
+            kw["grad_outputs"] = g
+        if self.rng.random() < 0.5:
+            kw["retain_graph"] = True
+        if self.rng.random() < 0.2:
+            kw["create_graph"] = True
+        if self.rng.random() < 0.35:
+            kw["allow_unused"] = True
+        if self.rng.random() < 0.15:
+            kw["materialize_grads"] = True
+        out = self.name()
+        self.emit({"op": "grad", "out": out, "args": [[root], ins], "kwargs": kw})
+        # torch's results may alias each other and grad_outputs (expanded views): not modified in place
+        self.gradients.extend(t for n, t in self.torch.ns.items() if n == out or n.startswith(out + "_"))
+
+    def k_set_grad(self) -> None:
+        n = self.pick(self.floats())
+        if n is None:
+            return
+        t = self.torch.ns[n]
+        r = self.rng.random()
+        if r < 0.3:
+            g = None
+        elif r < 0.9:
+            g = self.create(list(t.shape), dtype=str(t.dtype).replace("torch.", ""), rg=False)
+        else:
+            g = self.create([5], rg=False)
+        self.emit({"op": "set_grad", "args": [n, g]})
+
+    def k_requires_grad_(self) -> None:
+        cands = self.tensors(lambda t: t.is_leaf)
+        n = self.pick(cands) if cands and self.rng.random() < 0.9 else self.pick(self.tensors())
+        self.emit({"op": "requires_grad_", "args": [n, self.rng.random() < 0.6]})
+
+    def k_zero_grad(self) -> None:
+        kw = {"set_to_none": self.rng.random() < 0.5}
+        args = []
+        if self.rng.random() < 0.5:
+            ins = self.some_inputs()
+            if ins:
+                args = [ins]
+        self.emit({"op": "zero_grad", "args": args, "kwargs": kw})
+
+    def k_sgd(self) -> None:
+        """``with no_grad(): p.sub_(p.grad)`` (p.grad may be None: torch's argument message)."""
+        p = self.pick(self.tensors(lambda t: t.is_leaf and t.requires_grad))
+        if p is None:
+            return
+        self.emit({"op": "sub_", "args": [p, f"{p}.grad"], "no_grad": True})
+
+    def run(self) -> tuple[list[dict], list[dict]]:
+        try:
+            while len(self.program) < self.length:
+                self.step()
+        except Stop:
+            pass
+        return self.program, self.expected
+
+
+def generate(seed: int, min_steps: int = 5, max_steps: int = 30) -> tuple[list[dict], list[dict]]:
+    """(program, torch's outcome of each step) for ``seed``."""
+    return Generator(seed, min_steps, max_steps).run()

@@ -1,0 +1,191 @@
+"""Minimised programs the fuzzer (or the issue) found, kept as regression tests.
+
+``python -m tests.fuzz.regressions`` runs each in torch once and writes ``regressions.json`` (program +
+torch's outcome of every step); ``test_fuzz.py`` replays that file in the engine without torch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+FILE = Path(__file__).with_name("regressions.json")
+
+
+def T(name, data, rg=True, dtype="float32"):
+    kw = {"dtype": dtype}
+    if rg:
+        kw["requires_grad"] = True
+    return {"op": "tensor", "out": name, "args": [data], "kwargs": kw}
+
+
+def O(op, *args, out=None, no_grad=False, **kwargs):  # noqa: E743 - an op of the program
+    d = {"op": op, "args": list(args)}
+    if out:
+        d["out"] = out
+    if kwargs:
+        d["kwargs"] = kwargs
+    if no_grad:
+        d["no_grad"] = True
+    return d
+
+
+PROGRAMS = {
+    # ----- autograd state
+    "backward_inputs_nonleaf_retains_grad": [
+        O("zeros", [2, 3], out="x", dtype="float64", requires_grad=True), O("select", "x", 0, 1, out="v"),
+        O("sum", "v", out="s"), O("backward", "s", retain_graph=True, inputs=["s", "x", "v"])],
+    "retain_grad_hook_fires_in_grad": [
+        T("a", [1.32, -0.57]), T("b", [0.49, -0.52]), O("ceil", "b", out="c"), O("retain_grad", "c"),
+        T("g", [-1.4, 1.5], rg=False),
+        O("grad", ["c"], ["a"], out="r", grad_outputs="g", allow_unused=True, materialize_grads=True)],
+    "retain_grad_hook_fires_for_unrelated_backward_inputs": [
+        T("x", [1.0, 2.0]), T("w", 3.0), O("mul", "x", 2.0, out="v"), O("retain_grad", "v"),
+        T("g", [0.5, -1.0], rg=False), O("backward", "v", gradient="g", inputs=["w"])],
+    "retain_grad_follows_inplace_setitem": [
+        T("x", [1.0, 2.0, 3.0]), O("mul", "x", 2.0, out="v"), O("retain_grad", "v"),
+        O("setitem", "v", 0, 1.91), O("sum", "v", out="s"), O("backward", "s")],
+    "retained_input_listed_twice_counts_once": [
+        T("x", [-0.5, 0.0, 0.5]), O("silu", "x", out="y"), O("float", "y", out="y2"),
+        T("g", [0.12, 1.42, 1.85], rg=False),
+        O("backward", "y", gradient="g", create_graph=True, inputs=["y", "y2"])],
+    "backward_inputs_identity_not_equality": [
+        T("x", [-0.66, -0.49, -0.35]), O("hardtanh", "x", out="h"), O("retain_grad", "h"), T("a", [[0.1, 0.2]]),
+        O("sum", "h", out="s"), O("backward", "s", retain_graph=True, inputs=["a", "x", "h"])],
+    "grad_passthrough_returns_callers_tensor": [
+        T("x", [0.69, -1.99]), T("g", [0.86, -0.27]), O("grad", ["x"], ["x"], out="r", grad_outputs="g")],
+    "materialized_zeros_require_grad_under_create_graph": [
+        T("x", [1.0, 2.0]), T("u", [3.0]), O("sum", "x", out="s"),
+        O("grad", ["s"], ["x", "u"], out="r", create_graph=True, materialize_grads=True)],
+    "requires_grad_false_after_recording_skips_accumulation": [
+        T("x", [[1.01, -1.08]], rg=False), T("w", [[0.17, 0.0]]), O("sub_", "x", "w"),
+        O("requires_grad_", "w", False, no_grad=True), O("sum", "x", out="s"), O("backward", "s")],
+    "set_grad_on_nonleaf": [
+        T("x", [1.0, 2.0]), O("mul", "x", 2.0, out="y"), T("g", [5.0, 6.0], rg=False), O("set_grad", "y", "g")],
+    "set_grad_dtype_checked_before_shape": [
+        T("x", [[-0.99, 0.85], [-1.73, -0.84]]), T("g", [1.0, 2.0, 3.0], rg=False, dtype="float64"),
+        O("set_grad", "x", "g")],
+    "backward_inputs_runs_the_inputs_grad_fn_and_frees_it": [
+        T("x", [0.006, 0.499, -0.482], dtype="float64"), O("expm1", "x", out="y"),
+        T("g", [1.42, 0.96, -1.81], rg=False, dtype="float64"), O("backward", "y", gradient="g", inputs=["y"]),
+        O("log_", "y"), O("backward", "y", gradient="g")],
+    "index_put_buffers_freed_across_roots": [
+        T("v", [[0.89, -0.09], [-0.03, -0.25]], rg=False), T("w", [0.33, 1.58]), O("setitem", "v", [[0]], "w"),
+        O("sum", "v", out="s"), O("backward", "s"), T("g", [[1.0, 1.0], [1.0, 1.0]], rg=False),
+        O("grad", ["v"], ["w"], out="r", grad_outputs="g")],
+    "no_grad_view_root_has_no_grad_fn": [
+        T("x", [[0.09, 0.89], [-1.22, -1.12]]), O("permute", "x", [1, 0], out="p", no_grad=True),
+        O("sum", "p", out="s"), O("grad", ["p"], ["x"], out="r", grad_outputs="x", allow_unused=True)],
+    "no_grad_view_as_grad_input_is_unused": [
+        T("x", -0.514), O("square", "x", out="y"), O("getitem", "x", [], out="v", no_grad=True),
+        O("backward", "y", retain_graph=True, inputs=["v", "x", "y"])],
+    "retain_grad_on_refused_view": [
+        T("x", [[-1.17, -1.49], [1.92, -0.31]]), O("getitem", "x", "0:", out="v"), O("unbind", "v", 1, out="u"),
+        O("detach", "u_1", out="d"), O("relu_", "d"), O("retain_grad", "u_1")],
+    "copy_slices_freed_after_backward": [
+        T("v", [[-0.16, -1.51], [0.04, -1.05], [0.71, 0.97]], rg=False), T("w", [[1.15, 1.11], [1.96, -0.51]]),
+        O("setitem", "v", "1:", "w"), T("g", [[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]], rg=False),
+        O("backward", "v", gradient="g"), O("backward", "v", gradient="g", retain_graph=True)],
+    "retained_reshape_then_grad_with_create_graph": [
+        T("x", [[2.0, 0.57], [-0.19, -1.23], [-1.64, -1.92]]), O("reshape", "x", -1, out="v"),
+        T("u", [-1.66, 0.07]), O("retain_grad", "v"), T("g", [0.81, 1.37, -1.21, 0.11, -1.71, 0.03]),
+        O("grad", ["v"], ["x", "u"], out="r", grad_outputs="g", create_graph=True, allow_unused=True)],
+    "fused_double_backward_gives_zeros_for_an_input_it_ignores": [
+        T("x", [-0.32, 0.25, 0.18]), O("hardtanh", "x", out="h", min_val=-0.5, max_val=0.5),
+        T("g", [0.24, -0.11, -1.33], rg=False),
+        O("grad", ["h"], ["x", "h"], out="d", grad_outputs="g", create_graph=True),
+        T("g2", [-1.81, 0.3, 1.55], rg=False), O("backward", "d_0", gradient="g2", retain_graph=True)],
+    "zero_grad_leaves_out_a_refused_view": [
+        T("x", [[1.1, 0.12], [1.09, 0.05]], dtype="float64"), O("silu", "x", out="y"),
+        O("squeeze", "y", out="v", no_grad=True), T("g", [[-1.28, -1.82], [-1.13, 0.0]], rg=False, dtype="float64"),
+        O("set_grad", "v", "g"), O("mul_", "y", 0.45), O("zero_grad", set_to_none=True)],
+    # ----- views and in-place
+    "refused_view_is_refused_before_the_ops_own_checks": [
+        T("x", [[0.13, -0.1, 0.31, -0.33], [-0.54, -0.78, 0.77, 0.57]]), O("chunk", "x", 2, 1, out="c"),
+        O("sigmoid_", "c_1", no_grad=True), O("view", "c_1", -1, out="v")],
+    "copy_of_an_expanded_tensor_into_itself": [
+        T("x", [0.5], rg=False), O("expand", "x", 2, 2, out="e"), O("copy_", "e", "e")],
+    "masked_fill_into_expanded_writes_masked_elements_only": [
+        T("x", [0.015, -0.526, 0.491], rg=False), O("expand", "x", 2, 3, out="e"),
+        T("m", [[False, True, True], [True, True, False]], rg=False, dtype="bool"), O("masked_fill_", "e", "m", -1.09)],
+    "setitem_checks_the_value_shape_before_autograd": [
+        T("x", [[0.0, -1.04, 1.22]]), T("v", []), O("setitem", "x", "1:", "v")],
+    "expand_to_an_empty_leading_dimension": [
+        T("x", [0.03, 0.51, -0.46], rg=False), O("expand", "x", 0, 3, out="e"), O("expand", "x", 1, 3, out="f"),
+        O("mul_", "f", 2.0)],
+    "unbind_outputs_are_views": [
+        T("x", [[1.0, 2.0], [3.0, 4.0]], rg=False), O("unbind", "x", out="u"), O("mul_", "x", 2.0)],
+    "inplace_on_split_output_refused": [
+        T("x", [-0.64, 0.64, -0.34, -0.01, 0.35]), O("mul", "x", 1.0, out="y"), O("split", "y", 2, out="p"),
+        O("setitem", "p_2", ":1", -1.2)],
+    "inplace_on_unbind_output_refused": [
+        T("x", [[1.0, 2.0], [3.0, 4.0]]), O("mul", "x", 1.0, out="y"), O("unbind", "y", out="u"),
+        O("mul_", "u_1", 2.0)],
+    "chunk_output_of_non_rg_base_refused_with_rg_operand": [
+        T("x", [[0.11, 1.62, -0.72]], rg=False), O("chunk", "x", 2, out="c"), T("w", [[1.41, -1.63, -1.99]]),
+        O("copy_", "c", "w")],
+    "multi_output_view_refused_after_base_changes": [
+        T("x", [-1.69, -1.05, 0.0, -0.75]), O("mul", "x", 1.0, out="y"), O("split", "y", 1, out="p"),
+        O("exp_", "p_1", no_grad=True), O("mul", "p_0", 2.0, out="z")],
+    "no_grad_view_requires_grad_and_is_leaf": [
+        T("x", [1.0, 2.0, 3.0]), O("expand", "x", 2, 3, out="e", no_grad=True), O("t", "e", out="t", no_grad=True),
+        O("select", "x", 0, 1, out="s", no_grad=True), O("split", "x", 2, out="p", no_grad=True)],
+    "no_grad_view_inplace_refused_in_grad_mode": [
+        T("x", [1.0, 2.0, 3.0]), O("mul", "x", 1.0, out="y"), O("getitem", "y", "1:", out="v", no_grad=True),
+        O("mul_", "v", 2.0)],
+    "view_requires_grad_follows_base": [
+        T("x", [[-0.6, 1.22, -1.72]], rg=False, dtype="float64"), O("split", "x", 2, out="p"),
+        O("requires_grad_", "x", True)],
+    "view_of_leaf_inplace_message": [
+        O("zeros", [2, 3], out="x"), O("getitem", "x", 1, out="v"), O("requires_grad_", "v", True, no_grad=True),
+        O("neg_", "v")],
+    "base_change_gives_views_as_strided": [
+        T("x", [[1.0, 2.0], [3.0, 4.0]]), O("mul", "x", 2.0, out="y"), O("select", "y", 0, 1, out="s"),
+        O("t", "y", out="t"), O("view", "y", -1, out="v"), O("expand", "y", 2, 2, 2, out="e"), O("mul_", "y", 3.0),
+        O("sum", "s", out="z"), O("backward", "z")],
+    "setitem_rg_value_into_non_rg_view_keeps_gradient": [
+        T("v", [1.0, 2.0, 3.0], rg=False), T("w", 2.0), O("setitem", "v", 1, "w"), O("sum", "v", out="s"),
+        O("backward", "s")],
+    "fill_rg_value_through_view_keeps_gradient": [
+        T("v", [1.0, 2.0, 3.0], rg=False), T("w", 2.0), O("select", "v", 0, 1, out="s"), O("fill_", "s", "w"),
+        O("sum", "v", out="t"), O("backward", "t")],
+    "expand_as_self_inplace_allowed": [
+        T("x", [1.0, 2.0, 3.0]), O("mul", "x", 1.0, out="y"), O("expand_as", "y", "y", out="e"), O("mul_", "e", 2.0)],
+    "expanded_inplace_refused": [
+        T("x", [1.0, 2.0, 3.0]), O("mul", "x", 1.0, out="y"), O("expand", "y", 2, 3, out="e"), O("mul_", "e", 2.0)],
+    "partial_overlap_refused": [
+        O("arange", 0.0, 6.0, out="a"), O("getitem", "a", "1:4", out="p"), O("getitem", "a", "0:3", out="q"),
+        O("add_", "p", "q")],
+    "same_elements_overlap_allowed": [
+        O("arange", 0.0, 6.0, out="a"), O("detach", "a", out="d"), O("add_", "a", "d")],
+    "fill_scalar_into_expanded_allowed_tensor_refused": [
+        T("x", -0.2, rg=False), O("expand", "x", 2, out="e"), O("fill_", "e", 1.5), T("v", 2.0, rg=False),
+        O("fill_", "e", "v")],
+    "fill_tensor_value_aliasing_target_allowed": [
+        T("x", 0.45, rg=False), O("view", "x", 1, out="v"), O("fill_", "v", "x", no_grad=True)],
+    "grad_fn_names_slice_fill_copy": [
+        T("x", [[1.0, 2.0], [3.0, 4.0]]), O("getitem", "x", ":2", out="a"), O("getitem", "x", [":", ":"], out="b"),
+        O("mul", "x", 1.0, out="y"), O("fill_", "y", 2.0), O("mul", "x", 1.0, out="z"), T("v", 3.0, rg=False),
+        O("fill_", "z", "v"), O("sum", "x", out="s"), O("setitem", "s", [], 5.0), O("mul", "x", 1.0, out="w"),
+        O("setitem", "w", ":", 1.0)],
+    "reshape_of_strided_view_is_reshape_alias": [
+        T("x", [[-0.43, 0.45, 0.12], [0.72, -0.72, -0.16]]), O("unbind", "x", 1, out="u"),
+        O("reshape", "u_0", -1, out="r"), O("t", "x", out="t"), O("reshape", "t", 3, 2, out="r2")],
+    "double_backward_node_names": [
+        T("x", [-0.51, 0.46, 0.01]), O("gelu", "x", out="g"), O("sum", "g", out="s"),
+        O("grad", ["s"], ["x"], out="r", create_graph=True), O("hardtanh", "x", out="h"),
+        T("u", [0.1, 0.2, 0.3], dtype="float64"), O("maximum", "h", "u", out="m"),
+        T("go", [0.8, 1.05, -1.21], rg=False, dtype="float64"),
+        O("grad", ["m"], ["x", "h"], out="q", grad_outputs="go", retain_graph=True, create_graph=True),
+        O("sum", "r", out="rs"), O("backward", "rs")],
+}
+
+
+def record() -> None:
+    from .run import outcomes
+    data = [{"name": n, "program": p, "expected": outcomes(p)} for n, p in PROGRAMS.items()]
+    FILE.write_text(json.dumps(data, indent=None, separators=(",", ":")) + "\n")
+
+
+if __name__ == "__main__":
+    record()

@@ -1,0 +1,88 @@
+"""The differential fuzzer in CI: the committed regression programs (torch's outcome recorded as data, no
+torch needed) in the engine and over HTTP, and a fixed small number of random programs against real torch
+(skipped without torch). ``python3 dev.py fuzz --programs 10000`` runs it long."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.fuzz.harness import EngineRunner, HttpRunner, compare_step, replay
+from tests.fuzz.regressions import FILE, PROGRAMS
+
+REGRESSIONS = json.loads(FILE.read_text())
+
+#: op-level mismatch classes handed over to the op-conformance branch (conf-ops: argument checking, message
+#: texts, floor_divide, mixed dtypes); a class not listed here fails the random-program test
+PENDING_OPS = {
+    "error-message:sub_", "error-type:sub_", "grad_fn:floor_divide", "error-message:mv", "error-message:bmm",
+    "error-message:linear", "error-message:addmm", "error-message:matmul", "error-missing:lerp",
+    "error-missing:binary_cross_entropy", "error-missing:binary_cross_entropy_with_logits",
+    "error-missing:cross_entropy", "error-message:binary_cross_entropy", "dtype:binary_cross_entropy_with_logits",
+    "dtype:huber_loss", "error-missing:backward", "grad_fn:linear", "value:sub", "error-missing:where",
+    "value:binary_cross_entropy_with_logits", "grad_fn:grad", "names:chunk", "value:sign",
+}
+
+
+def test_regression_file_matches_the_program_table():
+    assert [r["name"] for r in REGRESSIONS] == list(PROGRAMS)
+    assert all(r["program"] == PROGRAMS[r["name"]] for r in REGRESSIONS), \
+        "regressions.json is stale: python -m tests.fuzz.regressions"
+
+
+@pytest.mark.parametrize("case", REGRESSIONS, ids=[r["name"] for r in REGRESSIONS])
+def test_regression_program_matches_torch_step_by_step(case):
+    steps, bad = replay(case["program"], case["expected"], EngineRunner())
+    assert not bad, bad
+    assert steps == len(case["expected"])
+
+
+@pytest.fixture(scope="module")
+def client():
+    from fastapi.testclient import TestClient
+
+    from app.config import Settings
+    from app.main import create_app
+    with TestClient(create_app(Settings(access_log=False))) as c:
+        yield c
+
+
+@pytest.mark.parametrize("case", REGRESSIONS, ids=[r["name"] for r in REGRESSIONS])
+def test_regression_program_over_http_matches_torch(client, case):
+    _, bad = replay(case["program"], case["expected"], HttpRunner(client))
+    assert not bad, bad
+
+
+def test_comparison_catches_a_wrong_grad_fn_a_lost_gradient_and_a_missing_error():
+    """The harness is not vacuous: doctored engine outcomes are reported, each in its class."""
+    case = next(r for r in REGRESSIONS if r["name"] == "setitem_rg_value_into_non_rg_view_keeps_gradient")
+    program, expected = case["program"], case["expected"]
+    got = json.loads(json.dumps(expected[2]))
+    got["tensors"]["v"]["grad_fn"] = None
+    got["tensors"]["v"]["requires_grad"] = False
+    classes = {m["class"] for m in compare_step(program[2], expected[2], got)}
+    assert classes == {"grad_fn:setitem", "requires_grad:setitem"}
+    got = json.loads(json.dumps(expected[4]))
+    got["tensors"]["w"]["grad"] = None
+    assert [m["class"] for m in compare_step(program[4], expected[4], got)] == ["grad:backward"]
+    refused = next(r for r in REGRESSIONS if r["name"] == "inplace_on_unbind_output_refused")
+    ok = dict(refused["expected"][-1], error=None)
+    assert [m["class"] for m in compare_step(refused["program"][-1], refused["expected"][-1], ok)] == \
+        ["error-missing:mul_"]
+
+
+def test_random_programs_match_torch():
+    pytest.importorskip("torch")
+    from tests.fuzz.run import fuzz
+    stats = fuzz(programs=120, seed=0, http=0, minimise_each=False)
+    assert stats["steps"] > 600 and len(stats["ops"]) > 80
+    unexpected = {c: stats["examples"][c] for c in stats["mismatches"] if c not in PENDING_OPS}
+    assert not unexpected, unexpected
+
+
+def test_generator_is_deterministic_per_seed():
+    pytest.importorskip("torch")
+    from tests.fuzz.generator import generate
+    assert generate(11)[0] == generate(11)[0]
+    assert generate(11)[0] != generate(12)[0]
