@@ -2,7 +2,7 @@
 """Developer entry point, standard library only.
 
     python3 dev.py serve [uvicorn args...]   create .venv, install pinned deps, serve on 127.0.0.1:8000
-    python3 dev.py test [pytest args...]     create .venv, install .[test] pinned, run ruff and pytest
+    python3 dev.py test [pytest args...]     create .venv, install .[test] and ./client pinned, run ruff and pytest
                                              (installs redis-server and graphviz first when missing, as root)
 """
 
@@ -19,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 CONSTRAINTS = ROOT / "constraints.txt"
+CLIENT = ROOT / "client"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 
@@ -29,7 +30,8 @@ def run(*args: str | Path) -> None:
 
 
 def ensure_env(extra: str | None) -> None:
-    """Create .venv and install the project (editable) with pinned dependencies, once per change."""
+    """Create .venv and install the project and its Python client (both editable) with pinned dependencies,
+    once per change."""
     if sys.version_info < (3, 11):  # noqa: UP036 - dev.py may be started by an older python3
         sys.exit(f"gradserve needs Python 3.11 or newer, this is {sys.version.split()[0]}")
     if not PYTHON.exists():
@@ -37,14 +39,15 @@ def ensure_env(extra: str | None) -> None:
         venv.create(VENV, with_pip=True)
     target = f".[{extra}]" if extra else "."
     digest = hashlib.sha256()
-    for path in (ROOT / "pyproject.toml", CONSTRAINTS):
+    for path in (ROOT / "pyproject.toml", CLIENT / "pyproject.toml", CONSTRAINTS):
         digest.update(path.read_bytes())
     digest.update(target.encode())
     stamp = VENV / f".installed-{extra or 'base'}"
     if stamp.exists() and stamp.read_text() == digest.hexdigest():
         return
     run(PYTHON, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
-    run(PYTHON, "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, "-e", target)
+    # the Python client (client/, the gradserve-client distribution) is installed beside the server
+    run(PYTHON, "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, "-e", target, "-e", "./client")
     stamp.write_text(digest.hexdigest())
 
 

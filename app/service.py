@@ -292,7 +292,7 @@ class SessionService:
         try:
             res = engine.run_program(session.state, request["ops"], no_grad=request.get("no_grad", False),
                                      repeat=request.get("repeat", 1), record=tuple(request.get("record", ())),
-                                     limits=self._limits())
+                                     limits=self._limits(), returns=tuple(request.get("return", ())))
         finally:
             light = time.perf_counter() - started < INLINE_MAX_RUN_SECONDS and light_state(session.state)
             if self._async_store is not None:
@@ -306,7 +306,8 @@ class SessionService:
     def _finish(self, session: Session, request: dict, res: Any, passes: int, encoding: Encoding) -> bytes:
         """After the save: count the backward passes and serialise."""
         self._count_backward(session.state.backward_passes - passes)
-        return views.dump(views.run_view(session.state, res, encoding, with_records=bool(request.get("record"))))
+        return views.dump(views.run_view(session.state, res, encoding, with_records=bool(request.get("record")),
+                                         returns=request.get("return")))
 
     def _count_backward(self, passes: int) -> None:
         if self.metrics is not None:

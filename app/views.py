@@ -32,21 +32,24 @@ def readable_grad(t) -> Any:
     return t.grad
 
 
-def tensor_view(name: str, t, encoding: Encoding) -> dict:
-    grad = readable_grad(t)
-    return {
+def tensor_view(name: str, t, encoding: Encoding, data: bool = True) -> dict:
+    """torch's view of a tensor; ``data=False``: without ``data`` and ``grad`` (the ``meta`` view level)."""
+    view = {
         "name": name,
         "shape": list(t.shape),
         "dtype": t.dtype,
-        "data": encode(t.data, encoding),
         "requires_grad": bool(t.requires_grad),
         "is_leaf": t.grad_fn is None,
         "grad_fn": t.grad_fn.name if t.grad_fn is not None else None,
-        "grad": None if grad is None else encode(grad.data, encoding),
         "retains_grad": bool(t.retains_grad),
         "version": int(t.version),
         "grad_accumulations": int(t.grad_accumulations),
     }
+    if data:
+        grad = readable_grad(t)
+        view["data"] = encode(t.data, encoding)
+        view["grad"] = None if grad is None else encode(grad.data, encoding)
+    return view
 
 
 def tensor_summary(t) -> dict:
@@ -80,13 +83,34 @@ def autograd_views(records, encoding: Encoding) -> list[dict]:
     ]
 
 
-def run_view(state, res, encoding: Encoding, with_records: bool) -> dict:
-    """The response to an op list: bound names per op, changed tensors, autograd reports, warnings."""
+#: ``auto`` view level: tensors (with their gradient) of at most this many elements are shown in full
+AUTO_FULL_ELEMENTS = 64
+
+
+def returned_view(name: str, t, level: str, encoding: Encoding) -> dict | None:
+    """A tensor asked for with ``return``: ``full`` (tensor_view), ``meta`` (no data, no grad) or ``auto``."""
+    if t is None:
+        return None
+    if level == "auto":
+        grad = readable_grad(t)
+        size = t.data.size + (grad.data.size if grad is not None else 0)
+        level = "full" if size <= AUTO_FULL_ELEMENTS else "meta"
+    return tensor_view(name, t, encoding, data=level == "full")
+
+
+def run_view(state, res, encoding: Encoding, with_records: bool, returns=None) -> dict:
+    """The response to an op list: bound names per op, changed tensors (or those asked for in ``returns``,
+    a list of names or a {name: view level} object), autograd reports (none with ``returns``), warnings."""
+    if returns is None:
+        tensors = {name: tensor_view(name, state.resolve(name), encoding)
+                   for name in res.changed if name in state.tensors}
+    else:
+        levels = returns if isinstance(returns, dict) else dict.fromkeys(returns, "full")
+        tensors = {name: returned_view(name, res.returned[name], level, encoding) for name, level in levels.items()}
     body = {
         "ops": [{"index": o.index, "op": o.op, "bound": list(o.bound)} for o in res.ops],
-        "tensors": {name: tensor_view(name, state.resolve(name), encoding)
-                    for name in res.changed if name in state.tensors},
-        "autograd": autograd_views(res.autograd, encoding),
+        "tensors": tensors,
+        "autograd": autograd_views(res.autograd, encoding) if returns is None else [],
         "warnings": list(res.warnings),
     }
     if with_records:

@@ -1,4 +1,8 @@
-"""``repr(tensor)`` as torch prints it (a port of torch/_tensor_str.py's formatter for our dtypes)."""
+"""``repr(tensor)`` as torch prints it (a port of torch/_tensor_str.py's formatter for gradserve's dtypes).
+
+This file is both ``engine/printing.py`` and the client's ``gradserve/torch/_printing.py`` (the client never
+imports the engine, the engine never imports the client): tests/client/test_printing.py fails when the two
+copies differ. Edit one, copy it to the other."""
 
 from __future__ import annotations
 
@@ -95,8 +99,12 @@ def _str(a: np.ndarray, indent: int, fmt: _Formatter, summarize: bool) -> str:
 
 
 def tensor_repr(t) -> str:
-    a = t.data
-    dtype = t.dtype
+    """An engine Tensor's repr."""
+    return format_tensor(t.data, t.dtype, t.grad_fn.name if t.grad_fn is not None else None, t.requires_grad)
+
+
+def format_tensor(a: np.ndarray, dtype: str, grad_fn: str | None, requires_grad: bool) -> str:
+    """torch's ``repr`` of a tensor holding ``a``, with its ``grad_fn`` name and ``requires_grad``."""
     prefix = "tensor("
     indent = len(prefix)
     suffixes = []
@@ -111,9 +119,9 @@ def tensor_repr(t) -> str:
         body = _str(a, indent, fmt, summarize)
     if dtype not in ("float32", "int64", "bool"):
         suffixes.append(f"dtype=torch.{dtype}")
-    if t.grad_fn is not None:
-        suffixes.append(f"grad_fn=<{t.grad_fn.name}>")
-    elif t.requires_grad:
+    if grad_fn is not None:
+        suffixes.append(f"grad_fn=<{grad_fn}>")
+    elif requires_grad:
         suffixes.append("requires_grad=True")
     return _add_suffixes(prefix + body, suffixes, indent)
 

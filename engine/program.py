@@ -3,8 +3,9 @@
 An op is ``{"op": name, "args": [...], "kwargs": {...}, "out": name | [names] | None, "no_grad": bool}``.
 ``op`` is a torch function or method name from the op table (``add``, ``pow``, ``sum``, ``add_``...) or
 an autograd action (``backward``, ``grad``, ``retain_grad``, ``requires_grad_``, ``zero_grad``,
-``set_grad``). The op's signature says which arguments are tensors: there a string names a tensor (or
-``"w.grad"`` its gradient) and a number is a scalar operand; elsewhere values pass through as given.
+``set_grad``) or a name action (``bind``: ``g = x.grad``; ``del``: ``del a, b``). The op's signature
+says which arguments are tensors: there a string names a tensor (or ``"w.grad"`` its gradient) and a
+number is a scalar operand; elsewhere values pass through as given.
 Names are rebound like Python variables.
 
 All or nothing: the ops run under an undo journal and on a copy of the namespace; if any op fails, every
@@ -78,6 +79,18 @@ def _lookup(ns: dict, ref):
     if dot:
         return t.grad
     return t
+
+
+def resolve_quietly(ns: dict, ref: str):
+    """For reports: ``ref``'s tensor, or None when ``ref`` is not bound (or is an unset ``x.grad``); reading
+    ``x.grad`` of a non-leaf here does not give torch's warning (a program reading it warns, as torch does)."""
+    base, dot, attr = ref.partition(".")
+    t = ns.get(base)
+    if t is None or not dot:
+        return t
+    if attr != "grad":
+        raise UnknownTensorError(f"unknown tensor reference {ref!r}: only NAME and NAME.grad are addressable")
+    return t._grad
 
 
 def graph_stats(roots) -> tuple[int, int]:
@@ -428,6 +441,24 @@ class _Runner:
             return fw.make_dual(self.tensor_arg(kw["tensor"]), self.tensor_arg(kw["tangent"]), level=level)
         return tuple(fw.unpack_dual(self.tensor_arg(kw["tensor"]), level=level))
 
+    def do_del(self, args, kwargs):
+        """``del a, b``: unbind names (the tensors live on while a graph or another name holds them). Names
+        that are not bound are ignored, so that a client may release a name whose op never ran."""
+        if kwargs or not all(isinstance(n, str) for n in args):
+            raise InvalidArgumentError("del takes tensor names as args")
+        for n in args:
+            self.ns.pop(n, None)
+
+    def bind_existing(self, out: str, value) -> list[str]:
+        """``g = x.grad``: ``out`` names the very tensor (no copy, no graph node); None unbinds ``out``."""
+        if value is None:
+            self.ns.pop(out, None)
+            return []
+        if not isinstance(value, Tensor):
+            raise InvalidArgumentError("bind takes a tensor reference")
+        self.ns[out] = value
+        return [out]
+
     def run_op(self, index: int, spec_op: dict, no_grad_all: bool):
         if not isinstance(spec_op, dict):
             raise InvalidArgumentError("each op must be an object with an 'op' field")
@@ -466,6 +497,13 @@ class _Runner:
                     raise InvalidArgumentError("requires_grad_ takes [tensor, requires_grad=true]")
                 t.requires_grad_(flag)
                 return []
+            if name == "del":
+                self.do_del(args, kwargs)
+                return []
+            if name == "bind":
+                if len(args) != 1 or kwargs or not isinstance(out, str):
+                    raise InvalidArgumentError("bind takes [a tensor reference] and one out name")
+                return self.bind_existing(out, self.tensor_arg(args[0]))
             if name == "retain_grad":
                 t = self.tensor_arg(args[0] if args else kwargs.get("self"))
                 if not isinstance(t, Tensor):
@@ -502,6 +540,12 @@ ACTIONS = [
      "tensor carrying tangent (inside a dual level).", "arguments": ["tensor", "tangent", "level"]},
     {"name": "unpack_dual", "doc": "torch.autograd.forward_ad.unpack_dual(tensor, level=None) -> [primal, tangent] "
      "(a tangent of None binds no name).", "arguments": ["tensor", "level"]},
+    {"name": "bind", "doc": "g = x.grad: bind out to the tensor a reference names (no copy, no graph node); a "
+                            "reference to a None gradient unbinds out.",
+     "arguments": ["self"]},
+    {"name": "del", "doc": "del a, b: unbind the names given as args (unbound names are ignored); the tensors "
+                           "live on while a graph or another name holds them.",
+     "arguments": ["names"]},
 ]
 
 #: forward-mode actions and their positional parameters (``level`` is keyword-only, as in torch)
@@ -569,7 +613,7 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
                     result.autograd.clear()
             index, op_name = None, None
             for n in returns:
-                result.returned[n] = _lookup(ns, n)
+                result.returned[n] = resolve_quietly(ns, n)
             if limits is not None:
                 nodes, nbytes = graph_stats(ns.values())
                 if nodes > limits.max_nodes:

@@ -20,7 +20,8 @@ from operator import itemgetter
 from typing import Any
 
 OP_KEYS = frozenset({"op", "args", "kwargs", "out", "no_grad"})
-OPS_REQUEST_KEYS = frozenset({"ops", "no_grad", "repeat", "record"})
+OPS_REQUEST_KEYS = frozenset({"ops", "no_grad", "repeat", "record", "return"})
+VIEW_LEVELS = frozenset({"full", "meta", "auto"})  # ViewLevel in app.schemas.ops
 EVAL_REQUEST_KEYS = frozenset({"ops", "no_grad", "return"})
 MAX_NAME_LENGTH = 200  # Name in app.schemas.ops
 MAX_OUT_NAME_LENGTH = 64  # OutName in app.schemas.ops (the engine's limit on names it binds)
@@ -109,7 +110,17 @@ def ops_request_ok(data: Any) -> bool:
         return False
     if "record" in data and not _name_list_ok(data["record"]):
         return False
+    if "return" in data and not _return_ok(data["return"]):
+        return False
     return ops_ok(data["ops"])
+
+
+def _return_ok(value: Any) -> bool:
+    """``list[Name] | dict[Name, ViewLevel]``."""
+    if type(value) is dict:
+        return (_name_list_ok(list(value)) and _strings(value.values()) is not None
+                and VIEW_LEVELS.issuperset(value.values()))
+    return _name_list_ok(value)
 
 
 def eval_request_ok(data: Any) -> bool:

@@ -6,12 +6,12 @@ validates in about twice the time orjson takes to parse it, where pydantic model
 
 from __future__ import annotations
 
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, with_config
 from typing_extensions import TypedDict
 
-from app.schemas.tensors import TensorData, TensorView
+from app.schemas.tensors import TensorData, TensorMeta, TensorView
 
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 #: Names a request binds: identifiers, so that `x.grad` and `-Infinity` are never names; 64 characters at
@@ -36,16 +36,28 @@ class Op(TypedDict):
     no_grad: NotRequired[Annotated[bool, Field(description="Run this op under `torch.no_grad()`.")]]
 
 
-@with_config(ConfigDict(extra="forbid"))
-class OpsRequest(TypedDict):
-    """An op list, run atomically: either every op takes effect or none does."""
+#: How much of a returned tensor a response shows: `full` (the TensorView), `meta` (everything but `data`
+#: and `grad`), `auto` (`full` for tensors of at most 64 elements, gradient included, else `meta`)
+ViewLevel = Literal["full", "meta", "auto"]
 
-    ops: Annotated[list[Op], Field(description="The ops, in order.")]
-    no_grad: NotRequired[Annotated[bool, Field(description="Run the whole list under `torch.no_grad()`.")]]
-    repeat: NotRequired[Annotated[int, Field(ge=1, description="Run the list this many times (a training "
-                                             "loop); `GRADSERVE_MAX_REPEAT` bounds it.")]]
-    record: NotRequired[Annotated[list[Name], Field(description="Tensor names whose value is recorded after "
-                                                    "each repetition (returned in `records`).")]]
+# `return` is a Python keyword, hence the functional TypedDict form
+OpsRequest = TypedDict("OpsRequest", {
+    "ops": Annotated[list[Op], Field(description="The ops, in order.")],
+    "no_grad": NotRequired[Annotated[bool, Field(description="Run the whole list under `torch.no_grad()`.")]],
+    "repeat": NotRequired[Annotated[int, Field(ge=1, description="Run the list this many times (a training "
+                                               "loop); `GRADSERVE_MAX_REPEAT` bounds it.")]],
+    "record": NotRequired[Annotated[list[Name], Field(description="Tensor names whose value is recorded after "
+                                                      "each repetition (returned in `records`).")]],
+    "return": NotRequired[Annotated[list[Name] | dict[Name, ViewLevel], Field(
+        description="Pay only for what you read: the response's `tensors` holds exactly these names (or "
+                    "`name.grad`; null for a name not bound and an unset gradient) instead of every tensor the "
+                    "list created or changed, and `autograd` is left empty. A list asks for full views; an "
+                    "object maps each name to a view level: `full`, `meta` (no `data`, no `grad`) or `auto` "
+                    "(`full` up to 64 elements, else `meta`). Reading `x.grad` here never gives torch's "
+                    "non-leaf warning (a `bind` op does).")]],
+})
+OpsRequest.__doc__ = "An op list, run atomically: either every op takes effect or none does."
+OpsRequest.__pydantic_config__ = ConfigDict(extra="forbid")
 
 
 # `return` is a Python keyword, hence the functional TypedDict form
@@ -84,8 +96,11 @@ class AutogradRecord(BaseModel):
 
 class OpsResponse(BaseModel):
     ops: list[OpResult]
-    tensors: dict[str, TensorView] = Field(description="Every tensor the request created or changed.")
-    autograd: list[AutogradRecord] = Field(description="For each backward/grad op: what it reached.")
+    tensors: dict[str, TensorView | TensorMeta | None] = Field(
+        description="Every tensor the request created or changed; with `return`, exactly the names asked for, "
+                    "at the level asked for (null for a name not bound and an unset `x.grad`).")
+    autograd: list[AutogradRecord] = Field(description="For each backward/grad op: what it reached (empty "
+                                           "with `return`).")
     warnings: list[str] = Field(description="PyTorch's warning texts, in order (e.g. the non-leaf `.grad` "
                                 "access warning).")
     records: dict[str, list[TensorData]] | None = Field(

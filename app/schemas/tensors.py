@@ -63,5 +63,19 @@ class TensorView(BaseModel):
                                     "zeroed or set to None.")
 
 
+class TensorMeta(BaseModel):
+    """A TensorView without `data` and `grad`: what `"return": {"x": "meta"}` answers."""
+
+    name: str
+    shape: list[int]
+    dtype: Literal["float32", "float64", "int64", "bool"]
+    requires_grad: bool
+    is_leaf: bool
+    grad_fn: str | None
+    retains_grad: bool
+    version: int
+    grad_accumulations: int
+
+
 class TensorList(BaseModel):
     tensors: dict[str, TensorView]

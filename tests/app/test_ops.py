@@ -216,3 +216,53 @@ def test_large_tensor_round_trip_through_json(client, session):
     ok(client.post(f"/v1/sessions/{session}/ops", content=body))
     got = np.array(ok(client.get(f"/v1/sessions/{session}/tensors/x"))["data"], dtype=np.float32)
     np.testing.assert_array_equal(got, values)
+
+
+# ----- "return": pay only for what you read; the name actions bind and del ---------------------------------
+
+def test_return_list_answers_exactly_the_names_asked_for_and_no_autograd_report(client, session):
+    body = ok(run(client, session, [*LINEAR, {"op": "backward", "args": ["y"]}], **{"return": ["y", "w.grad"]}))
+    assert set(body["tensors"]) == {"y", "w.grad"}
+    assert body["tensors"]["y"]["data"] == 7.0 and body["tensors"]["y"]["grad_fn"] == "AddBackward0"
+    assert body["tensors"]["w.grad"]["data"] == 2.0 and body["autograd"] == []
+    assert [o["bound"] for o in body["ops"]][:2] == [["x"], ["w"]]
+
+
+def test_return_levels_full_meta_auto_and_null_for_an_unset_grad(client, session):
+    ops = [tensor("big", [1.0] * 65), tensor("small", [1.0] * 64)]
+    body = ok(run(client, session, ops, **{"return": {"big": "auto", "small": "auto", "small.grad": "full"}}))
+    big, small = body["tensors"]["big"], body["tensors"]["small"]
+    assert "data" not in big and "grad" not in big and big["shape"] == [65] and big["requires_grad"] is True
+    assert small["data"] == [1.0] * 64 and small["grad"] is None
+    assert body["tensors"]["small.grad"] is None
+    meta = ok(run(client, session, [], **{"return": {"small": "meta"}}))["tensors"]["small"]
+    assert set(meta) == {"name", "shape", "dtype", "requires_grad", "is_leaf", "grad_fn", "retains_grad", "version",
+                         "grad_accumulations"}
+
+
+def test_return_of_a_non_leaf_grad_is_quiet_but_a_bind_of_it_warns_as_torch_does(client, session):
+    ops = [tensor("x", 2.0), {"op": "mul", "out": "y", "args": ["x", 3.0]}]
+    body = ok(run(client, session, ops, **{"return": ["y.grad"]}))
+    assert body["tensors"] == {"y.grad": None} and body["warnings"] == []
+    body = ok(run(client, session, [{"op": "bind", "args": ["y.grad"], "out": "g"}], **{"return": ["y.grad"]}))
+    assert body["warnings"][0].startswith("The .grad attribute of a Tensor that is not a leaf Tensor")
+    assert body["ops"][0]["bound"] == []
+
+
+def test_return_of_a_name_that_is_not_bound_is_null(client, session):
+    body = ok(run(client, session, [tensor("x", 2.0)], **{"return": ["ghost", "ghost.grad", "x"]}))
+    assert body["tensors"]["ghost"] is None and body["tensors"]["ghost.grad"] is None
+    assert body["tensors"]["x"]["data"] == 2.0
+    assert_problem(run(client, session, [], **{"return": ["x.data"]}), 404, "unknown_tensor")
+
+
+def test_bind_names_the_gradient_itself_and_del_unbinds_names(client, session):
+    ok(run(client, session, [*LINEAR, {"op": "backward", "args": ["y"]},
+                             {"op": "bind", "args": ["x.grad"], "out": "g"},
+                             {"op": "set_grad", "args": ["x", None]}, {"op": "mul_", "args": ["g", 10.0]}]))
+    assert ok(client.get(f"/v1/sessions/{session}/tensors/g"))["data"] == 30.0
+    body = ok(run(client, session, [{"op": "del", "args": ["wx", "y", "never_bound"]}], **{"return": []}))
+    assert body["tensors"] == {}
+    names = set(ok(client.get(f"/v1/sessions/{session}"))["tensors"])
+    assert names == {"x", "w", "b", "g"}
+    assert_problem(run(client, session, [{"op": "del", "args": [["x"]]}]), 422, "invalid_argument")

@@ -279,3 +279,24 @@ def test_mean_over_dim_0_of_a_0d_tensor_backpropagates_like_torch():
               {"op": "mean", "out": "m", "args": ["x", 0], "kwargs": {"keepdim": True}},
               {"op": "backward", "args": ["m"]}])
     assert s.tensors["m"].shape == () and float(s.tensors["x"].grad.data) == 1.0
+
+
+def test_del_and_bind_are_part_of_the_atomic_list():
+    s = State()
+    build(s, LINEAR)
+    build(s, [{"op": "backward", "args": ["y"]}])
+    with pytest.raises(E.EngineError):
+        build(s, [{"op": "bind", "args": ["x.grad"], "out": "g"}, {"op": "del", "args": ["wx", "y"]},
+                  {"op": "no_such_op"}])
+    assert {"wx", "y"} <= set(s.tensors) and "g" not in s.tensors
+    build(s, [{"op": "bind", "args": ["x.grad"], "out": "g"}, {"op": "del", "args": ["wx", "y", "ghost"]}])
+    assert s.tensors["g"] is s.tensors["x"].grad and "wx" not in s.tensors and "y" not in s.tensors
+
+
+def test_bind_of_a_none_gradient_unbinds_and_returns_are_quiet():
+    s = State()
+    build(s, [T("x", 2.0, requires_grad=True), {"op": "mul", "out": "y", "args": ["x", 3.0]},
+              {"op": "tensor", "out": "g", "args": [1.0]}])
+    r = build(s, [{"op": "bind", "args": ["x.grad"], "out": "g"}], returns=("y.grad", "x.grad", "ghost"))
+    assert "g" not in s.tensors and r.returned == {"y.grad": None, "x.grad": None, "ghost": None}
+    assert r.warnings == []

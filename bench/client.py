@@ -1,0 +1,200 @@
+"""Client benchmark: gradserve.torch against hand-batched /ops requests and against local torch.
+
+    python bench/client.py [--url http://127.0.0.1:8000] [--rounds 5] [--epochs 100]
+
+Two workloads, each run three ways: through ``gradserve.torch`` (torch code, one changed import), as raw
+``POST /ops`` requests batched by hand (the least a program can send: one request per iteration, with
+``return`` naming what it reads), and in local torch when it is importable.
+
+- ``train``: the tutorial's linear regression (``y = w*x + b``, MSE, manual SGD under ``no_grad``, gradients
+  zeroed in place), ``--epochs`` epochs, the loss read every epoch.
+- ``wx+b``: the 10-op program: make ``x``, ``w``, ``b``, ``w*x``, ``+ b``, ``backward``, read ``y`` and the
+  three gradients; once per iteration, with fresh tensors.
+
+Reports requests per iteration and wall time per iteration (median over ``--rounds`` interleaved rounds),
+the client's ratio to the raw loop (target <= 1.2x) and to local torch, and the CPU time the benchmark's
+own process spends per iteration both ways (the client's cost, which the machine's load inflates less).
+Without ``--url`` it starts its own server (uvicorn, one worker, rate limiting off) on a free port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import gradserve  # noqa: E402
+
+X = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+Y = [2.0 * v + 1.0 for v in X]
+LR = 0.01
+
+
+# ----- train: the tutorial's loop --------------------------------------------------------------------------------
+def train_torch_code(torch, epochs: int) -> float:
+    """The same code for gradserve.torch and torch."""
+    w = torch.tensor([0.5], requires_grad=True)
+    b = torch.tensor([0.1], requires_grad=True)
+    x, y = torch.tensor(X), torch.tensor(Y)
+    loss_value = None
+    for _ in range(epochs):
+        loss = ((w * x + b - y) ** 2).mean()
+        loss.backward()
+        with torch.no_grad():
+            w -= LR * w.grad
+            b -= LR * b.grad
+        w.grad.zero_()
+        b.grad.zero_()
+        loss_value = loss.item()
+    return loss_value
+
+
+def train_raw(client: gradserve.Client, session: str, epochs: int) -> float:
+    client.run_ops(session, [
+        {"op": "tensor", "out": "w", "args": [[0.5]], "kwargs": {"requires_grad": True}},
+        {"op": "tensor", "out": "b", "args": [[0.1]], "kwargs": {"requires_grad": True}},
+        {"op": "tensor", "out": "x", "args": [X]}, {"op": "tensor", "out": "y", "args": [Y]}], returns=[])
+    epoch = [
+        {"op": "mul", "out": "wx", "args": ["w", "x"]}, {"op": "add", "out": "p", "args": ["wx", "b"]},
+        {"op": "sub", "out": "d", "args": ["p", "y"]}, {"op": "pow", "out": "d2", "args": ["d", 2]},
+        {"op": "mean", "out": "loss", "args": ["d2"]}, {"op": "backward", "args": ["loss"]},
+        {"op": "mul", "out": "sw", "args": ["w.grad", LR], "no_grad": True},
+        {"op": "sub_", "args": ["w", "sw"], "no_grad": True},
+        {"op": "mul", "out": "sb", "args": ["b.grad", LR], "no_grad": True},
+        {"op": "sub_", "args": ["b", "sb"], "no_grad": True},
+        {"op": "zero_", "args": ["w.grad"]}, {"op": "zero_", "args": ["b.grad"]}]
+    loss_value = None
+    for _ in range(epochs):
+        loss_value = client.run_ops(session, epoch, returns=["loss"])["tensors"]["loss"]["data"]
+    return loss_value
+
+
+# ----- wx+b: the 10-op program ------------------------------------------------------------------------------------
+def wxb_torch_code(torch, iterations: int) -> tuple:
+    out = None
+    for _ in range(iterations):
+        x = torch.tensor(2.0, requires_grad=True)
+        w = torch.tensor(3.0, requires_grad=True)
+        b = torch.tensor(1.0, requires_grad=True)
+        wx = w * x
+        y = wx + b
+        y.backward()
+        out = (y.item(), x.grad.item(), w.grad.item(), b.grad.item())
+    return out
+
+
+WXB = [{"op": "tensor", "out": "x", "args": [2.0], "kwargs": {"requires_grad": True}},
+       {"op": "tensor", "out": "w", "args": [3.0], "kwargs": {"requires_grad": True}},
+       {"op": "tensor", "out": "b", "args": [1.0], "kwargs": {"requires_grad": True}},
+       {"op": "mul", "out": "wx", "args": ["w", "x"]}, {"op": "add", "out": "y", "args": ["wx", "b"]},
+       {"op": "backward", "args": ["y"]}]
+
+
+def wxb_raw(client: gradserve.Client, session: str, iterations: int) -> tuple:
+    out = None
+    for _ in range(iterations):
+        t = client.run_ops(session, WXB, returns=["y", "x.grad", "w.grad", "b.grad"])["tensors"]
+        out = tuple(t[n]["data"] for n in ("y", "x.grad", "w.grad", "b.grad"))
+    return out
+
+
+# ----- running -----------------------------------------------------------------------------------------------------
+def timed(fn, *args) -> tuple[float, float, object]:
+    """Wall time, this process's CPU time (the client's own cost, whatever the machine's load), result."""
+    started, cpu = time.perf_counter(), time.process_time()
+    result = fn(*args)
+    return time.perf_counter() - started, time.process_time() - cpu, result
+
+
+def run(url: str, rounds: int, epochs: int) -> list[tuple]:
+    import gradserve.torch as gtorch
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    workloads = {"train": (train_torch_code, train_raw, epochs), "wx+b": (wxb_torch_code, wxb_raw, epochs)}
+    rows = []
+    for label, (torch_code, raw, n) in workloads.items():
+        times: dict[str, list[float]] = {"client": [], "raw": [], "torch": [], "client_cpu": [], "raw_cpu": []}
+        requests: dict[str, int] = {}
+        results = {}
+        for r in range(rounds + 1):  # round 0 warms up (catalog, connections, server caches)
+            with gradserve.session(client=gradserve.Client(url)) as ctx:
+                gtorch.sync()
+                before = ctx.client.requests
+                seconds, cpu, results["client"] = timed(torch_code, gtorch, n)
+                requests["client"] = ctx.client.requests - before
+            with gradserve.Client(url) as client:
+                session = client.create_session()["id"]
+                before = client.requests
+                seconds_raw, cpu_raw, results["raw"] = timed(raw, client, session, n)
+                requests["raw"] = client.requests - before
+                client.delete_session(session)
+            if torch is not None:
+                seconds_torch, _, results["torch"] = timed(torch_code, torch, n)
+            if r:
+                times["client"].append(seconds / n)
+                times["raw"].append(seconds_raw / n)
+                times["client_cpu"].append(cpu / n)
+                times["raw_cpu"].append(cpu_raw / n)
+                if torch is not None:
+                    times["torch"].append(seconds_torch / n)
+        check(label, results)
+        med = {k: statistics.median(v) for k, v in times.items() if v}
+        rows.append((label, n, requests["client"] / n, requests["raw"] / n, med["client"], med["raw"],
+                     med.get("torch"), med["client"] / med["raw"],
+                     med["client"] / med["torch"] if "torch" in med else None, med["client_cpu"], med["raw_cpu"]))
+    return rows
+
+
+def check(label: str, results: dict) -> None:
+    """The three ways compute the same thing (float32 on both sides)."""
+    want = results.get("torch") or results["raw"]
+    for way, got in results.items():
+        a = got if isinstance(got, tuple) else (got,)
+        b = want if isinstance(want, tuple) else (want,)
+        if any(abs(float(p) - float(q)) > 1e-4 * max(1.0, abs(float(q))) for p, q in zip(a, b)):
+            raise SystemExit(f"{label}: {way} computed {got}, expected {want}")
+
+
+def table(rows: list[tuple]) -> str:
+    head = ("| workload | iterations | requests/iter (client) | requests/iter (raw) | ms/iter client | ms/iter raw "
+            "| ms/iter torch | client / raw | client / torch | client-process CPU ms/iter: client, raw |")
+    lines = [head, "|" + "---|" * 10]
+    for label, n, rc, rr, c, r, t, ratio, tratio, ccpu, rcpu in rows:
+        lines.append(f"| {label} | {n} | {rc:.2f} | {rr:.2f} | {c * 1e3:.3f} | {r * 1e3:.3f} | "
+                     f"{'n/a' if t is None else f'{t * 1e3:.4f}'} | {ratio:.2f}x | "
+                     f"{'n/a' if tratio is None else f'{tratio:.0f}x'} | {ccpu * 1e3:.3f}, {rcpu * 1e3:.3f} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--url", help="a running server (default: start one)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--epochs", type=int, default=100)
+    a = ap.parse_args()
+    server = None
+    if a.url is None:
+        from tests.deploy.servers import Uvicorn
+
+        log = Path(tempfile.mkdtemp(prefix="gradserve-bench-")) / "uvicorn.log"
+        server = Uvicorn.for_app({"GRADSERVE_RATE_LIMIT_PER_SECOND": "0"}, log).start()
+        a.url = server.url
+    try:
+        print(table(run(a.url, a.rounds, a.epochs)))
+    finally:
+        if server is not None:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""``gradserve.torch``: torch's API over a gradserve server, to use with one changed line.
+
+    import gradserve.torch as torch      # server from GRADSERVE_URL (default http://127.0.0.1:8000)
+    x = torch.tensor([2.0, 3.0], requires_grad=True)
+    y = x.pow(2).sum()
+    y.backward()
+    print(x.grad)                        # tensor([4., 6.])
+
+Tensors are handles to named tensors of a server session; ops are recorded and sent as one op list when a
+value is needed. Every op of the server's catalog is a function here (and a Tensor method where the catalog
+says so); see the README's "Python client" section for sync points, errors and name release.
+"""
+
+from __future__ import annotations
+
+import importlib as _importlib
+
+import numpy as _np
+
+from gradserve.torch import _namespace
+from gradserve.torch._context import session, sync
+from gradserve.torch._dtypes import Size, dtype, float32, float64, int64
+from gradserve.torch._dtypes import bool as bool  # noqa: PLC0414 - torch.bool
+from gradserve.torch._grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from gradserve.torch._tensor import Tensor
+
+float = float32  # noqa: A001 - torch.float
+double = float64
+long = int64
+
+__getattr__, __dir__ = _namespace.install(globals(), "torch")
+
+
+def is_tensor(obj) -> bool:
+    return isinstance(obj, Tensor)
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds the client's generator (``nn.Linear``'s initial values); server ops take their own ``seed``."""
+    _RNG[0] = _np.random.default_rng(seed)
+
+
+_RNG = [_np.random.default_rng()]
+
+
+def from_numpy(a) -> Tensor:
+    return __getattr__("tensor")(_np.asarray(a))
+
+
+__all__ = ["Tensor", "Size", "dtype", "float32", "float64", "int64", "bool", "float", "double", "long", "no_grad",
+           "enable_grad", "set_grad_enabled", "is_grad_enabled", "inference_mode", "session", "sync", "is_tensor",
+           "manual_seed", "from_numpy"]
+
+# torch.nn, torch.optim... as attributes, as torch has them (import_module: a `from . import nn` would ask the
+# module's __getattr__ first, i.e. the server's catalog)
+for _sub in ("autograd", "linalg", "nn", "optim", "special"):
+    _importlib.import_module(f"{__name__}.{_sub}")

@@ -1,0 +1,153 @@
+"""The op catalog (``GET /v1/ops``), fetched once per process, and how a call becomes an op object.
+
+Which namespace an op appears in follows the catalog: every op is a ``gradserve.torch`` function and,
+where its entry says ``method``, a Tensor method; ``torch.nn.functional`` has the ``nn`` family and torch's
+activation functions; ``torch.linalg`` and ``torch.special`` have the names torch gives them there. An entry
+with a ``namespaces`` list (e.g. ``["torch.autograd.functional"]``) goes exactly there.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import namedtuple
+
+import numpy as np
+
+from gradserve.torch import _context
+from gradserve.torch._dtypes import Size, dtype
+
+_CATALOG: dict[str, dict] = {}
+
+#: torch.nn.functional's functions that the catalog files under other families
+FUNCTIONAL_EXTRA = frozenset({
+    "relu", "relu_", "gelu", "silu", "elu", "leaky_relu", "hardtanh", "softplus", "logsigmoid", "sigmoid", "tanh",
+    "softmax", "log_softmax", "dropout", "linear"})
+#: torch.linalg.NAME -> catalog op
+LINALG = {"vector_norm": "norm", "norm": "norm", "matmul": "matmul", "vecdot": "dot"}
+#: torch.special.NAME -> catalog op
+SPECIAL = {"erf": "erf", "expm1": "expm1", "log1p": "log1p", "logsumexp": "logsumexp", "expit": "sigmoid",
+           "softmax": "softmax", "log_softmax": "log_softmax", "round": "round"}
+#: parameters that take a size or a list of dims, which torch also takes as trailing ints (x.view(2, 3))
+SIZE_PARAMS = frozenset({"size", "shape", "sizes", "dims", "repeats"})
+#: ops that return a (values, indices) pair, and those whose number of outputs depends on the data
+PAIRS = {"sort": "sort", "max": "max", "min": "min"}
+VARIABLE_OUTPUTS = frozenset({"split", "chunk", "unbind"})
+return_types = {name: namedtuple(name, ["values", "indices"]) for name in PAIRS}
+
+
+def catalog() -> dict[str, dict]:
+    """Op name (and alias) -> catalog entry, from ``GET /v1/ops`` of the current context's server."""
+    if not _CATALOG:
+        for entry in _context.current().client.ops_catalog():
+            for name in (entry["name"], *entry.get("aliases", ())):
+                _CATALOG.setdefault(name, entry)
+    return _CATALOG
+
+
+@functools.cache
+def names_in(namespace: str) -> dict[str, str]:
+    """Public name -> op name of the catalog's ops in ``namespace`` (``torch``, ``torch.nn.functional``...)."""
+    out: dict[str, str] = {}
+    for name, entry in catalog().items():
+        if name.startswith("_") or entry["family"] == "autograd" and "namespaces" not in entry:
+            continue
+        if "namespaces" in entry:
+            if namespace in entry["namespaces"]:
+                out[name] = entry["name"]
+        elif namespace == "torch":
+            out[name] = entry["name"]
+        elif namespace == "torch.nn.functional" and (entry["family"] == "nn" or name in FUNCTIONAL_EXTRA):
+            out[name] = entry["name"]
+    table = {"torch.linalg": LINALG, "torch.special": SPECIAL}.get(namespace, {})
+    out.update({public: op for public, op in table.items() if op in catalog()})
+    return out
+
+
+@functools.cache
+def methods() -> dict[str, str]:
+    return {name: entry["name"] for name, entry in catalog().items()
+            if entry["method"] and not name.startswith("__")}
+
+
+# ----- arguments ----------------------------------------------------------------------------------------
+def pack_sizes(op: str, args: tuple) -> tuple:
+    """``x.view(2, 3)`` -> ``x.view([2, 3])``: trailing ints for a size parameter become one list."""
+    i = _size_param(op)
+    if i is not None:
+        tail = args[i:]
+        if tail and all(isinstance(a, int) and not isinstance(a, bool) for a in tail):
+            return (*args[:i], list(tail))
+    return args
+
+
+def _size_param(op: str) -> int | None:
+    """The position of ``op``'s size (or dims) parameter, if it has one."""
+    return next((i for p, i in positions(op).items() if p in SIZE_PARAMS), None)
+
+
+@functools.cache
+def positions(op: str) -> dict[str, int]:
+    """``op``'s parameters that may be passed positionally -> their positions."""
+    params = [a["name"] for a in catalog()[op]["arguments"] if a.get("kind") not in ("varargs", "kwargs")]
+    return {p: i for i, p in enumerate(params)}
+
+
+def argument(op: str, name: str, args: tuple, kwargs: dict, default=None):
+    """The value a call gives ``op``'s parameter ``name``, positionally or by keyword."""
+    i = positions(op).get(name)
+    return args[i] if i is not None and i < len(args) else kwargs.get(name, default)
+
+
+def encode(value, ctx):
+    """A Python argument -> its JSON form: a tensor handle is its name, a dtype its name, numbers stay
+    numbers (NaN and the infinities as the HTTP API's strings), arrays become base64 payloads."""
+    from gradserve.torch._tensor import Tensor
+
+    if isinstance(value, Tensor):
+        return value._ref(ctx)
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else ("NaN" if math.isnan(value) else
+                                                   ("Infinity" if value > 0 else "-Infinity"))
+    if isinstance(value, dtype):
+        return value.name
+    if isinstance(value, (list, tuple, Size)):
+        return [encode(v, ctx) for v in value]
+    if isinstance(value, np.ndarray):
+        return payload(value)
+    if isinstance(value, np.generic):
+        return encode(value.item(), ctx)
+    raise TypeError(f"gradserve.torch cannot send a {type(value).__name__} to the server")
+
+
+def payload(a: np.ndarray) -> dict:
+    import base64
+
+    if a.dtype.kind in "iu":
+        a = a.astype(np.int64)
+    if a.dtype.name not in ("float32", "float64", "int64", "bool"):
+        raise TypeError(f"gradserve.torch: unsupported numpy dtype {a.dtype}")
+    data = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
+    return {"dtype": a.dtype.name, "shape": list(a.shape), "encoding": "base64",
+            "data": base64.b64encode(data.tobytes()).decode("ascii")}
+
+
+def encode_index(key, ctx):
+    """``x[key]`` -> the HTTP API's index: a tuple is a JSON list of per-dimension items."""
+    if isinstance(key, tuple):
+        return [_index_item(k, ctx) for k in key]
+    if isinstance(key, list):
+        return [_index_item(key, ctx)]
+    return _index_item(key, ctx)
+
+
+def _index_item(k, ctx):
+    if k is Ellipsis:
+        return "..."
+    if isinstance(k, slice):
+        return {"slice": [k.start, k.stop, k.step]}
+    if isinstance(k, list):
+        return [_index_item(v, ctx) for v in k]
+    return encode(k, ctx)

@@ -1,0 +1,314 @@
+"""The recorder: one server session, the ops recorded and not yet sent, and the one request that sends them.
+
+Ops are recorded as the HTTP API's own op objects (``{"op", "args", "kwargs", "out", "no_grad"}``) and sent
+as ONE ``POST /v1/sessions/{id}/ops`` when a value is needed (``flush``). The request names what it wants
+back in ``return``: the tensors asked for, plus what is cheap and likely to be read next (see
+``_prefetch``): the gradients of leaves that require grad (bound to names with ``bind``, so that a handle
+is the gradient tensor itself) and the small tensors this request made whose handles are still alive.
+
+Names of handles the program dropped are released with a ``del`` op at the end of the next request.
+
+Op lists are atomic: when op ``i`` of a request fails, nothing of it was applied. The recorder then sends
+ops ``0..i-1`` again, so that the session holds what eager torch would hold when the failing line raised;
+ops from ``i`` on are dropped and the handles they would have made are marked as never computed. The
+exception raised is the torch class with torch's message, and its traceback ends at the user's line that
+recorded op ``i``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextvars
+import itertools
+import os
+import sys
+import traceback
+import types
+import warnings
+import weakref
+
+from gradserve.errors import ProblemError, torch_error
+from gradserve.http import Client
+
+_PACKAGE = __name__.split(".")[0] + "."
+
+
+def user_frame():
+    """The innermost frame outside this package: the user's line."""
+    f = sys._getframe(1)
+    while f is not None and f.f_globals.get("__name__", "").startswith(_PACKAGE):
+        f = f.f_back
+    return f
+
+
+def user_stacklevel() -> int:
+    """``warnings.warn``'s stacklevel that points at the user's line, for a warning given by the caller."""
+    f, level = sys._getframe(1), 1
+    while f is not None and f.f_globals.get("__name__", "").startswith(_PACKAGE):
+        f, level = f.f_back, level + 1
+    return level
+
+
+class Storage:
+    """What handles that may share memory on the server share: in-place changes bump ``version``, which
+    invalidates every cached view of them. ``is_grad``: a gradient, changed in place by backward too."""
+
+    __slots__ = ("version", "is_grad")
+
+    def __init__(self, is_grad: bool = False):
+        self.version = 0
+        self.is_grad = is_grad
+
+
+class HandleRef(weakref.ref):
+    """A weak reference to a handle that knows the handle's name: its callback releases the name."""
+
+    __slots__ = ("name",)
+
+    def __new__(cls, handle, callback, name: str):
+        ref = super().__new__(cls, handle, callback)
+        ref.name = name
+        return ref
+
+    def __init__(self, handle, callback, name: str):
+        super().__init__(handle, callback)
+
+
+class Context:
+    """One server session and its recorder. Created lazily by the first op; ``close()`` sends what is
+    pending and deletes the session."""
+
+    def __init__(self, url: str | None = None, api_key: str | None = None, client: Client | None = None):
+        self.client = client or Client(url, api_key)
+        self.session_id: str | None = None
+        self.pending: list[dict] = []
+        self.sites: list[tuple | None] = []        # per pending op: (frame, lasti, lineno) of the user's line
+        self.made: list[tuple] = []                # per pending op: weakrefs of the handles it makes
+        self.released: list[str] = []              # names of dropped handles, to `del` with the next request
+        self.refs: dict[str, HandleRef] = {}      # name -> weak reference to its live handle
+        self.grad_epoch = 0                        # +1 when any .grad may have changed (backward, ...)
+        self.failures = 0                          # +1 per failed request: every cached view is stale
+        self.closed = False
+        self._names = itertools.count(1)
+        _LIVE.add(self)  # closed at exit: what is pending is sent (its errors raised), the session deleted
+
+    # ----- names and handles --------------------------------------------------------------------------
+    def fresh_name(self) -> str:
+        return f"_t{next(self._names)}"
+
+    def adopt(self, handle) -> None:
+        """Track a new handle: its name is released when it is dropped."""
+        self.refs[handle._name] = HandleRef(handle, self._dropped, handle._name)
+
+    def _dropped(self, ref: HandleRef) -> None:
+        if self.refs.get(ref.name) is ref:
+            del self.refs[ref.name]
+        self.released.append(ref.name)
+
+    def handle(self, name: str):
+        """The live handle named ``name``, or None."""
+        ref = self.refs.get(name)
+        return ref() if ref is not None else None
+
+    def session(self) -> str:
+        if self.closed:
+            raise RuntimeError("gradserve: this session is closed")
+        if self.session_id is None:
+            self.session_id = self.client.create_session()["id"]
+        return self.session_id
+
+    # ----- recording ----------------------------------------------------------------------------------
+    def record(self, op: dict, made: tuple = ()) -> int:
+        """Append an op; ``made``: the handles it binds. Returns its index in the pending list."""
+        if self.closed:
+            raise RuntimeError("gradserve: this session is closed")
+        f = user_frame()
+        self.pending.append(op)
+        self.sites.append((f, f.f_lasti, f.f_lineno) if f is not None else None)
+        self.made.append(tuple(self.refs[h._name] for h in made))
+        return len(self.pending) - 1
+
+    # ----- sending ------------------------------------------------------------------------------------
+    def flush(self, returns: dict[str, str] | None = None) -> dict:
+        """Send the pending ops (and ``del`` of released names) as one request; ``returns`` maps names to
+        view levels. Returns the response (``{}`` when there was nothing to send or ask)."""
+        returns = dict(returns or {})
+        prefetched = self._prefetch(returns)
+        pending, sites, made = self.pending, self.sites, self.made
+        self.pending, self.sites, self.made = [], [], []
+        released, self.released[:] = list(self.released), []
+        ops = pending + ([{"op": "del", "args": released}] if released else [])
+        if not ops and not returns:
+            return {}
+        try:
+            response = self.client.run_ops(self.session(), ops, returns=returns, encoding="base64")
+        except ProblemError as exc:
+            self.released.extend(released)
+            self._failed(exc, pending, sites, made)
+        except BaseException:
+            self.released.extend(released)
+            self._lost(pending, made, "the request that carried it did not complete")
+            raise
+        self._check_bound(response["ops"], pending, made)
+        for name, view in response["tensors"].items():
+            handle = self.handle(name)
+            if handle is not None and view is not None:
+                handle._set_view(view)
+        for owner, grad in prefetched:
+            view = response["tensors"].get(f"{owner._name}.grad")
+            if view is not None:
+                grad._set_view(view)
+            owner._known_grad = (self.grad_epoch, grad if view is not None else None)
+        level = user_stacklevel()
+        for message in response["warnings"]:
+            warnings.warn(message, UserWarning, stacklevel=level)
+        return response
+
+    def _prefetch(self, returns: dict[str, str]) -> list[tuple]:
+        """Add what a request should bring back besides ``returns``: the ``.grad`` of every live leaf that
+        requires grad whose gradient is not known (bound to a new handle), and, at the ``auto`` level (data
+        only for small tensors), live handles made by the pending ops whose view is not known."""
+        from gradserve.torch._tensor import Tensor
+
+        for refs in self.made:
+            for ref in refs:
+                handle = ref()
+                if handle is not None and handle._view_stamp != handle._stamp():
+                    returns.setdefault(handle._name, "auto")
+        prefetched = []
+        for ref in list(self.refs.values()):
+            handle = ref()
+            if handle is not None and handle._param and handle._error is None and not handle._grad_known():
+                prefetched.append((handle, Tensor._bound_grad(self, handle)))
+                returns.setdefault(f"{handle._name}.grad", "auto")
+        return prefetched
+
+    def _check_bound(self, outcomes: list[dict], pending: list[dict], made: list[tuple]) -> None:
+        """A handle whose op bound other names (an op the client took for one-output returned several)."""
+        for outcome, op, refs in zip(outcomes, pending, made):
+            out = op.get("out")
+            if isinstance(out, str) and op["op"] != "bind" and outcome["bound"] != [out]:
+                for ref in refs:
+                    handle = ref()
+                    if handle is not None:
+                        handle._error = RuntimeError(
+                            f"gradserve: {op['op']} bound {outcome['bound']} where one tensor was expected; "
+                            f"call it through gradserve.Client to get every output")
+
+    def _lost(self, ops: list[dict], made: list[tuple], why: str, cause: BaseException | None = None) -> None:
+        self.failures += 1
+        self.grad_epoch += 1
+        for op, refs in zip(ops, made):
+            for ref in refs:
+                handle = ref()
+                if handle is not None:
+                    error = RuntimeError(f"gradserve: this tensor was never computed: its op ({op['op']}) was not "
+                                         f"applied ({why})")
+                    error.__cause__ = cause
+                    handle._error = error
+
+    def _failed(self, exc: ProblemError, pending: list[dict], sites: list, made: list[tuple]):
+        """Raise ``exc`` as torch would have, at the line that recorded the failing op, after re-sending
+        the ops before it (see the module docstring)."""
+        error = torch_error(exc.problem)
+        i = exc.op_index if exc.op_index is not None and exc.op_index < len(pending) else None
+        if i is None:
+            self._lost(pending, made, f"the request failed: {exc.detail}", error)
+            raise error from None
+        self._lost(pending[i:], made[i:], f"an op before it in the same request failed: {exc.detail}", error)
+        if i > 0:
+            try:
+                self.client.run_ops(self.session(), pending[:i], returns={}, encoding="base64")
+            except ProblemError as again:  # e.g. the session expired meanwhile
+                self._lost(pending[:i], made[:i], f"re-sending it failed: {again.detail}", error)
+        error.add_note(f"gradserve: op {i} of the {len(pending)} sent together failed ({pending[i]['op']}): the {i} "
+                       f"before it are applied, it and the {len(pending) - i - 1} after it are not")
+        site = sites[i]
+        tb = types.TracebackType(None, site[0], site[1], site[2]) if site is not None else None
+        raise error.with_traceback(tb) from None
+
+    # ----- closing ------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Send what is pending, then delete the session."""
+        if self.closed:
+            return
+        try:
+            self.flush()
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Delete the session without sending what is pending."""
+        if self.closed:
+            return
+        self.closed = True
+        self.pending, self.sites, self.made = [], [], []
+        _LIVE.discard(self)
+        if self.session_id is not None:
+            try:
+                self.client.delete_session(self.session_id)
+            except Exception:  # noqa: BLE001 - best effort (at exit, the server may be gone)
+                pass
+        self.client.close()
+
+
+_LIVE: set[Context] = set()
+_current: contextvars.ContextVar[Context | None] = contextvars.ContextVar("gradserve_context", default=None)
+_default: list[Context] = []
+
+
+def current() -> Context:
+    """The context ops are recorded into: the innermost ``gradserve.session(...)``, else the process's
+    default one (server from GRADSERVE_URL, key from GRADSERVE_API_KEY)."""
+    ctx = _current.get()
+    if ctx is not None:
+        return ctx
+    if not _default or _default[0].closed:
+        _default[:] = [Context()]
+    return _default[0]
+
+
+class session:
+    """``with gradserve.session(url=None, api_key=None) as ctx:``: ops inside are recorded into a new server
+    session, which is deleted (after sending what is pending) on exit."""
+
+    def __init__(self, url: str | None = None, api_key: str | None = None, client: Client | None = None):
+        self.context = Context(url, api_key, client)
+        self._token = None
+
+    def __enter__(self) -> Context:
+        self._token = _current.set(self.context)
+        return self.context
+
+    def __exit__(self, exc_type, *exc) -> bool:
+        _current.reset(self._token)
+        if exc_type is None:
+            self.context.close()
+        else:
+            self.context.discard()
+        return False
+
+
+def sync() -> None:
+    """Send what the current context has recorded (``gradserve.sync()``)."""
+    current().flush()
+
+
+@atexit.register
+def _at_exit() -> None:
+    """Send what is pending and delete every live session. A failure is reported as an uncaught torch
+    error would be (traceback, exit status 1), unless the program is already dying of one."""
+    dying = hasattr(sys, "last_value") or hasattr(sys, "last_exc")
+    for ctx in list(_LIVE):
+        if dying:
+            ctx.discard()
+            continue
+        try:
+            ctx.close()
+        except Exception as exc:  # noqa: BLE001
+            traceback.print_exception(exc)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for other in list(_LIVE):
+                other.discard()
+            os._exit(1)

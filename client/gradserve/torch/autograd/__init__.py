@@ -1,0 +1,11 @@
+"""``gradserve.torch.autograd``: ``backward`` and ``grad`` (torch's signatures), and grad-mode helpers."""
+
+from __future__ import annotations
+
+from gradserve.torch import _namespace
+from gradserve.torch._grad_mode import enable_grad, no_grad, set_grad_enabled
+from gradserve.torch._tensor import backward, grad
+
+__getattr__, __dir__ = _namespace.install(globals(), "torch.autograd")
+
+__all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled"]

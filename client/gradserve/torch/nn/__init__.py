@@ -1,0 +1,186 @@
+"""``gradserve.torch.nn``: a small ``torch.nn``: ``Module`` (parameter and submodule registration),
+``Parameter``, ``Linear`` (torch's initial distribution), ``Sequential``, ``ReLU``, ``Tanh``, ``Sigmoid``,
+``MSELoss`` and ``CrossEntropyLoss``. Layers call ``nn.functional``: their ops are recorded like any other.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+import gradserve.torch as torch
+from gradserve.torch import _context
+from gradserve.torch._tensor import Tensor
+from gradserve.torch.nn import functional as F
+
+
+class Parameter(Tensor):
+    """``nn.Parameter(data, requires_grad=True)``: a leaf (a detached alias of ``data``) that a Module
+    registers; prints as ``Parameter containing:``."""
+
+    __slots__ = ()
+
+    def __new__(cls, data: Tensor | None = None, requires_grad: bool = True):
+        ctx = data._ctx if data is not None else _context.current()
+        if data is None:
+            data = torch.tensor([])
+        p = cls._new(ctx, data._storage)
+        ctx.record({"op": "detach", "args": [data._ref(ctx)], "out": p._name}, (p,))
+        if requires_grad:
+            ctx.record({"op": "requires_grad_", "args": [p._name, True]})
+        p._know(is_leaf=True, requires_grad=requires_grad, grad_fn=None, retains_grad=False)
+        p._shape, p._dtype, p._known_grad = data._shape, data._dtype, (ctx.grad_epoch, None)
+        return p
+
+    def __repr__(self) -> str:
+        return "Parameter containing:\n" + super().__repr__()
+
+
+class Module:
+    """``torch.nn.Module``: attributes that are Parameters or Modules are registered in assignment order."""
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", {})
+        object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "training", True)
+
+    def __setattr__(self, name: str, value) -> None:
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("cannot assign before Module.__init__() call")
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
+        if isinstance(value, Parameter):
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._modules[name] = value
+        object.__setattr__(self, name, value)
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        setattr(self, name, param)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Parameter]]:
+        seen: set[int] = set()
+        for name, module in self.named_modules(prefix) if recurse else [(prefix, self)]:
+            for pname, p in module._parameters.items():
+                if p is not None and id(p) not in seen:
+                    seen.add(id(p))
+                    yield (f"{name}.{pname}" if name else pname), p
+
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+        yield prefix, self
+        for name, m in self._modules.items():
+            yield from m.named_modules(f"{prefix}.{name}" if prefix else name)
+
+    def children(self) -> Iterator[Module]:
+        yield from self._modules.values()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        torch.optim.Optimizer.zero_grad_of(list(self.parameters()), set_to_none)
+
+    def train(self, mode: bool = True) -> Module:
+        for _, m in self.named_modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self) -> Module:
+        return self.train(False)
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = [f"  ({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()]
+        if not lines:
+            return f"{type(self).__name__}({self.extra_repr()})"
+        return f"{type(self).__name__}(\n" + "\n".join(lines) + "\n)"
+
+
+def _uniform(shape: tuple, bound: float) -> Tensor:
+    rng = torch._RNG[0]
+    return torch.tensor(rng.uniform(-bound, bound, size=shape).astype(np.float32))
+
+
+class Linear(Module):
+    """``nn.Linear(in_features, out_features, bias=True)``: weight and bias uniform in
+    ±1/sqrt(in_features), torch's default initialisation (kaiming_uniform with a=sqrt(5)); the values come
+    from the client's generator (``torch.manual_seed``), not torch's."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1 / math.sqrt(in_features) if in_features > 0 else 0.0
+        self.weight = Parameter(_uniform((out_features, in_features), bound))
+        self.bias = Parameter(_uniform((out_features,), bound)) if bias else None
+        if dtype is not None:
+            raise NotImplementedError("gradserve.torch.nn.Linear: dtype is not supported (float32 only)")
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.linear(input, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Sequential(Module):
+    def __init__(self, *modules: Module):
+        super().__init__()
+        for i, m in enumerate(modules):
+            setattr(self, str(i), m)
+
+    def forward(self, input):
+        for m in self._modules.values():
+            input = m(input)
+        return input
+
+
+def _activation(name: str):
+    class Activation(Module):
+        def forward(self, input: Tensor) -> Tensor:
+            return getattr(F, name)(input)
+
+    Activation.__name__ = Activation.__qualname__ = {"relu": "ReLU", "tanh": "Tanh", "sigmoid": "Sigmoid"}[name]
+    return Activation
+
+
+ReLU, Tanh, Sigmoid = _activation("relu"), _activation("tanh"), _activation("sigmoid")
+
+
+class MSELoss(Module):
+    def __init__(self, reduction: str = "mean"):
+        super().__init__()
+        self.reduction = reduction
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.mse_loss(input, target, reduction=self.reduction)
+
+
+class CrossEntropyLoss(Module):
+    def __init__(self, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
+                 label_smoothing: float = 0.0):
+        super().__init__()
+        self.weight, self.ignore_index = weight, ignore_index
+        self.reduction, self.label_smoothing = reduction, label_smoothing
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        kwargs = {"ignore_index": self.ignore_index, "reduction": self.reduction}
+        if self.weight is not None:
+            kwargs["weight"] = self.weight
+        if self.label_smoothing:
+            kwargs["label_smoothing"] = self.label_smoothing
+        return F.cross_entropy(input, target, **kwargs)
+
+
+__all__ = ["Module", "Parameter", "Linear", "Sequential", "ReLU", "Tanh", "Sigmoid", "MSELoss", "CrossEntropyLoss",
+           "functional"]
