@@ -351,10 +351,10 @@ class _Runner:
     def do_grad(self, index, out, args, kwargs):
         kw = dict(kwargs)
         names = ["outputs", "inputs", "grad_outputs", "retain_graph", "create_graph", "allow_unused",
-                 "materialize_grads"]
+                 "materialize_grads", "is_grads_batched"]
         for i, a in enumerate(args):
             if i >= len(names):
-                raise TorchTypeError("grad() takes at most 7 positional arguments", code="invalid_argument")
+                raise TorchTypeError("grad() takes at most 8 positional arguments", code="invalid_argument")
             kw.setdefault(names[i], a)
         unknown = set(kw) - set(names)
         if unknown:
@@ -368,7 +368,8 @@ class _Runner:
         go = kw.get("grad_outputs")
         go = [self.tensor_arg(g) for g in go] if isinstance(go, list) else self.tensor_arg(go)
         res = autograd.grad(outputs, inputs, go, kw.get("retain_graph"), bool(kw.get("create_graph", False)),
-                            kw.get("allow_unused"), bool(kw.get("materialize_grads", False)))
+                            kw.get("allow_unused"), bool(kw.get("is_grads_batched", False)),
+                            bool(kw.get("materialize_grads", False)))
         in_list = inputs if isinstance(inputs, list) else [inputs]
         contrib = {}
         for t, g in zip(in_list, res):
@@ -523,7 +524,7 @@ ACTIONS = [
      "arguments": ["tensors", "gradient", "retain_graph", "create_graph", "inputs"]},
     {"name": "grad", "doc": "torch.autograd.grad: return gradients (bound to out) without touching .grad.",
      "arguments": ["outputs", "inputs", "grad_outputs", "retain_graph", "create_graph", "allow_unused",
-                   "materialize_grads"]},
+                   "materialize_grads", "is_grads_batched"]},
     {"name": "zero_grad", "doc": "optimizer.zero_grad(): set .grad to None (set_to_none=true, the default) or zero it.",
      "arguments": ["tensors", "set_to_none"]},
     {"name": "retain_grad", "doc": "Tensor.retain_grad(): populate .grad of a non-leaf during backward.",

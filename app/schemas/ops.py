@@ -130,7 +130,7 @@ class BackwardRequest(BaseModel):
 
 class GradRequest(BaseModel):
     """`torch.autograd.grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
-    allow_unused=None, materialize_grads=False)`; results are bound to `out`."""
+    allow_unused=None, is_grads_batched=False, materialize_grads=False)`; results are bound to `out`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -141,6 +141,8 @@ class GradRequest(BaseModel):
     retain_graph: bool | None = None
     create_graph: bool = False
     allow_unused: bool | None = None
+    is_grads_batched: bool = Field(False, description="The first dimension of every grad_output is a batch: "
+                                   "one gradient per batch entry, stacked.")
     materialize_grads: bool = False
     out: OutName | list[OutName] | None = Field(None, description="Names for the gradients, one per input.")
 
