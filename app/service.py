@@ -292,7 +292,8 @@ class SessionService:
         try:
             res = engine.run_program(session.state, request["ops"], no_grad=request.get("no_grad", False),
                                      repeat=request.get("repeat", 1), record=tuple(request.get("record", ())),
-                                     limits=self._limits(), returns=tuple(request.get("return", ())))
+                                     limits=self._limits(), returns=tuple(request.get("return", ())),
+                                     until=request.get("until"))
         finally:
             light = time.perf_counter() - started < INLINE_MAX_RUN_SECONDS and light_state(session.state)
             if self._async_store is not None:
@@ -307,7 +308,7 @@ class SessionService:
         """After the save: count the backward passes and serialise."""
         self._count_backward(session.state.backward_passes - passes)
         return views.dump(views.run_view(session.state, res, encoding, with_records=bool(request.get("record")),
-                                         returns=request.get("return")))
+                                         returns=request.get("return"), until=request.get("until")))
 
     def _count_backward(self, passes: int) -> None:
         if self.metrics is not None:

@@ -48,6 +48,11 @@ OpsRequest = TypedDict("OpsRequest", {
                                                "loop); `GRADSERVE_MAX_REPEAT` bounds it.")]],
     "record": NotRequired[Annotated[list[Name], Field(description="Tensor names whose value is recorded after "
                                                       "each repetition (returned in `records`).")]],
+    "until": NotRequired[Annotated[OutName, Field(
+        description="A loop that stops: the name of a bool tensor with one element, read after each repetition; "
+                    "the loop ends once it is true (`repeat` is then the most repetitions; the response's "
+                    "`iterations` says how many ran). An error if the name is unbound or not a bool scalar, and "
+                    "as ever nothing is applied then.")]],
     "return": NotRequired[Annotated[list[Name] | dict[Name, ViewLevel], Field(
         description="Pay only for what you read: the response's `tensors` holds exactly these names (or "
                     "`name.grad`; null for a name not bound and an unset gradient) instead of every tensor the "
@@ -105,6 +110,7 @@ class OpsResponse(BaseModel):
                                 "access warning).")
     records: dict[str, list[TensorData]] | None = Field(
         None, description="With `record`: each named tensor's value after each repetition.")
+    iterations: int | None = Field(None, description="With `until`: how many repetitions ran.")
 
 
 class EvalResponse(BaseModel):
