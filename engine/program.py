@@ -684,10 +684,10 @@ def function_def(spec) -> FunctionDef:
 
 def _flatten(value):
     """A transform's nested tuples, depth first, as one tuple (bound to out's names in order)."""
-    if isinstance(value, tuple):
+    if isinstance(value, (tuple, list)):  # torch's forward-mode jacobian gives lists
         flat = []
         for v in value:
-            flat.extend(_flatten(v) if isinstance(v, tuple) else (v,))
+            flat.extend(_flatten(v) if isinstance(v, (tuple, list)) else (v,))
         return tuple(flat)
     return value
 
