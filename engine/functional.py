@@ -26,7 +26,7 @@ from .tensor import Tensor
 __all__ = ["FunctionDef", "vjp", "jvp", "jacobian", "hessian", "vhp", "hvp", "TRANSFORMS"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FunctionDef:
     """A named sub-program: plain data (its parameter names, its op list, its output names). ``outputs`` is
     a str when the function returns one tensor, a tuple of names when it returns a tuple."""
@@ -36,9 +36,69 @@ class FunctionDef:
     ops: list
 
     def to_json(self) -> dict:
+        """JSON-ready plain data (arrays the HTTP layer decoded from payloads as tagged base64 objects)."""
         return {"inputs": list(self.inputs),
                 "outputs": self.outputs if isinstance(self.outputs, str) else list(self.outputs),
-                "ops": self.ops}
+                "ops": _to_json(self.ops)}
+
+
+_ARRAY_TAG = "__ndarray__"
+
+
+def plain_copy(value, depth: int = 0):
+    """A deep copy of an op list's JSON-shaped data (dicts with str keys, lists, scalars, None, numpy arrays
+    as the HTTP layer decodes payloads); anything else is refused."""
+    if depth > 64:
+        raise InvalidArgumentError("function: ops nested too deeply")
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise InvalidArgumentError("function: op objects must have string keys")
+        if _ARRAY_TAG in value:
+            raise InvalidArgumentError(f"function: {_ARRAY_TAG!r} is a reserved key")
+        return {k: plain_copy(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_copy(v, depth + 1) for v in value]
+    if isinstance(value, np.ndarray):
+        a = np.array(value, copy=True)
+        a.flags.writeable = False
+        return a
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise InvalidArgumentError(f"function: ops must be plain JSON data, not {type(value).__name__}")
+
+
+def _to_json(value):
+    if isinstance(value, dict):
+        return {k: _to_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_json(v) for v in value]
+    if isinstance(value, np.ndarray):
+        import base64
+        a = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+        return {_ARRAY_TAG: {"dtype": value.dtype.name, "shape": list(value.shape),
+                             "data": base64.b64encode(a.tobytes()).decode("ascii")}}
+    return value
+
+
+def from_json(value, depth: int = 0):
+    """Inverse of ``to_json``'s op encoding (for a stored state): tagged objects back to arrays."""
+    if depth > 64:
+        raise InvalidArgumentError("function: ops nested too deeply")
+    if isinstance(value, dict):
+        if set(value) == {_ARRAY_TAG}:
+            import base64
+            spec = value[_ARRAY_TAG]
+            dt = np.dtype(spec["dtype"])
+            if dt.kind not in "biuf":
+                raise InvalidArgumentError("function: bad array dtype")
+            raw = base64.b64decode(spec["data"], validate=True)
+            a = np.frombuffer(raw, dt.newbyteorder("<")).astype(dt).reshape([int(n) for n in spec["shape"]])
+            a.flags.writeable = False
+            return a
+        return {k: from_json(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_json(v, depth + 1) for v in value]
+    return value
 
 
 def _type_name(x) -> str:

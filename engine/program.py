@@ -14,7 +14,6 @@ mutation is undone, no name is bound, and the error carries the op's index.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 
@@ -33,7 +32,7 @@ from .errors import (
     UnknownTensorError,
 )
 from .forward_ad import program_dual_scope
-from .functional import TRANSFORMS, FunctionDef
+from .functional import TRANSFORMS, FunctionDef, plain_copy
 from .grad_mode import Limits, WarningSink, _grad_enabled, set_grad_enabled
 from .grad_mode import limits as limits_ctx
 from .journal import Journal
@@ -679,7 +678,7 @@ def function_def(spec) -> FunctionDef:
         raise InvalidArgumentError("function: outputs must be a name or a non-empty list of names")
     if not isinstance(ops, list) or not all(isinstance(op, dict) and isinstance(op.get("op"), str) for op in ops):
         raise InvalidArgumentError("function: ops must be a list of ops (objects with an 'op' field)")
-    return FunctionDef(tuple(inputs), outputs, json.loads(json.dumps(ops)))
+    return FunctionDef(tuple(inputs), outputs, plain_copy(ops))
 
 
 def _flatten(value):

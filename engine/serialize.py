@@ -24,6 +24,7 @@ import numpy as np
 from . import dtypes as D
 from .errors import EngineError
 from .node import Node, SavedTensor
+from .functional import from_json
 from .program import State, function_def
 from .registry import PRIMS
 from .tensor import Tensor
@@ -403,7 +404,9 @@ def _loads(blob: bytes) -> State:
         _bad("functions", functions)
     for name, f in functions.items():
         try:
-            state.functions[name] = function_def(f)
+            if f.__class__ is not dict:
+                _bad("function", name)
+            state.functions[name] = function_def({**f, "ops": from_json(f.get("ops"))})
         except EngineError:
             _bad("function", name)
     if state.backward_passes.__class__ is not int or state.counter.__class__ is not int \

@@ -237,7 +237,7 @@ def test_functions_in_the_serialised_state():
     st = engine.State()
     engine.run_program(st, SETUP)
     again = engine.loads(engine.dumps(st))
-    assert again.functions == st.functions
+    assert {n: f.to_json() for n, f in again.functions.items()} == {n: f.to_json() for n, f in st.functions.items()}
     r = engine.run_program(again, [{"op": "jacobian", "args": ["f", "x0"], "out": "J"}])
     assert r.changed == ["J"]
     np.testing.assert_allclose(again.tensors["J"].data, jac_f(X0), rtol=1e-10)
@@ -342,3 +342,25 @@ def test_repeat_until_with_a_function_in_the_loop():
         body = ok(run(client, sid, step, repeat=50, until="done"))
         assert body["iterations"] < 10
         assert body["tensors"]["x"]["data"] == pytest.approx([2 ** 0.5], rel=1e-14)
+
+
+def test_a_function_with_a_base64_constant_survives_storage(client, session):
+    """Payloads inside a function's ops are decoded like any op's; the stored state keeps them exactly."""
+    import base64
+
+    import engine
+    c = np.array([0.1, 1e-300, -2.5])
+    payload = {"dtype": "float64", "shape": [3], "encoding": "base64", "data": base64.b64encode(c.tobytes()).decode()}
+    ops = [lit("x", [1.0, 2.0, 3.0]),
+           {"op": "function", "out": "scale", "kwargs": {"inputs": ["u"], "outputs": "y", "ops": [
+               {"op": "tensor", "args": [payload], "out": "k"}, {"op": "mul", "args": ["u", "k"], "out": "y"}]}},
+           {"op": "jacobian", "args": ["scale", "x"], "out": "J"}]
+    body = ok(run(client, session, ops))
+    np.testing.assert_array_equal(data(body, "J"), np.diag(c))
+    st = engine.State()
+    from app.codec import decode_value
+    engine.run_program(st, [decode_value(op, 10 ** 6) for op in ops])
+    again = engine.loads(engine.dumps(st))
+    r = engine.run_program(again, [{"op": "jacobian", "args": ["scale", "x"], "out": "J2"}])
+    assert r.changed == ["J2"]
+    np.testing.assert_array_equal(again.tensors["J2"].data, np.diag(c))
