@@ -23,8 +23,8 @@ import numpy as np
 
 from . import dtypes as D
 from .errors import EngineError
-from .node import Node, SavedTensor
 from .functional import from_json
+from .node import Node, SavedTensor
 from .program import State, function_def
 from .registry import PRIMS
 from .tensor import Tensor
