@@ -127,7 +127,7 @@ def main() -> None:
     print(f"{'workload':<50} {'engine ms':>10} {'torch ms':>10} {'ratio':>7}")
     for name, op in WORKLOADS.items():
         ops = [op]
-        t_eng = timeit(lambda: E.run_program(st, ops), repeat)
+        t_eng = timeit(lambda ops=ops: E.run_program(st, ops), repeat)
         if name in tw:
             t_tor = timeit(tw[name], repeat)
             print(f"{name:<50} {t_eng * 1e3:>10.3f} {t_tor * 1e3:>10.3f} {t_eng / t_tor:>6.2f}x")

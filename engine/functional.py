@@ -334,19 +334,20 @@ def _jacfwd(func, inputs, strict=False, vectorize=False):
             for out in outs:
                 primal, tangent = fw.unpack_dual(out)
                 prim.append(primal)
-                jv.append(tangent.data if tangent is not None else np.zeros(primal.data.shape, primal.data.dtype))
+                jv.append(tangent if tangent is not None else _zeros_like(primal))
         if columns is None:
             columns = [[] for _ in jv]
             primals = prim
         for acc, t in zip(columns, jv):
-            acc.append(np.array(t, copy=True))
+            acc.append(t)
+    # torch: the vmapped tangents (batch first) permuted to put the batch last, then split per input; the
+    # tangents keep whatever graph they have (a forward-over-reverse hessian's do), as torch's do
+    from .ops.shape import stack
     result = []
     for cols, out in zip(columns, primals):
-        jac = np.stack(cols, axis=-1)  # out.shape + (total,)
-        row, start = [], 0
-        for inp, n in zip(inputs, numels):
-            row.append(Tensor(np.ascontiguousarray(jac[..., start:start + n]).reshape(*out.shape, *inp.shape)))
-            start += n
+        jac = stack(cols, 0)  # (total, *out.shape)
+        jac = jac.permute(*range(1, jac.ndim), 0)
+        row = [piece.reshape((*out.shape, *inp.shape)) for piece, inp in zip(jac.split(list(numels), -1), inputs)]
         result.append(row)
     return _tuple_postprocess(result, (is_outputs_tuple, is_inputs_tuple))
 
