@@ -485,7 +485,7 @@ class _Runner:
                                      f"were given", code="invalid_argument")
             ns = dict(self.ns)
             ns.update(zip(fdef.inputs, args))
-            child = _Runner(self.state, ns, self.sink, ProgramResult(), self.functions)
+            child = _Runner(self.state, ns, self.sink, ProgramResult(), dict(self.functions))
             for i, op in enumerate(fdef.ops):
                 child.run_op(i, op, False)
             if isinstance(fdef.outputs, str):

@@ -134,3 +134,19 @@ def test_repeat_until_is_atomic_and_counts():
     with pytest.raises(EngineError, match="must be a bool tensor"):
         engine.run_program(st, loop + [{"op": "tensor", "args": [1.0], "out": "small"}], repeat=3, until="small")
     assert st.tensors["w"].item() == 0.0625 and st.tensors["small"].dtype == "bool"
+
+
+def test_nothing_a_function_body_binds_outlives_the_call():
+    st = engine.State()
+    engine.run_program(st, [
+        {"op": "tensor", "args": [[1.0, 2.0]], "out": "x"},
+        {"op": "function", "out": "f", "kwargs": {"inputs": ["u"], "outputs": "y", "ops": [
+            {"op": "function", "out": "inner", "kwargs": {"inputs": ["a"], "outputs": "a", "ops": []}},
+            {"op": "mul", "args": ["u", "u"], "out": "y"}, {"op": "del", "args": ["x"]}]}},
+        {"op": "jacobian", "args": ["f", "x"], "out": "J"}])
+    assert set(st.functions) == {"f"} and set(st.tensors) == {"x", "J"}
+    np.testing.assert_array_equal(st.tensors["J"].data, np.diag([2.0, 4.0]))
+    with pytest.raises(EngineError) as err:  # a function that transforms itself: refused, not a crash
+        engine.run_program(st, [{"op": "function", "out": "g", "kwargs": {"inputs": ["u"], "outputs": "y", "ops": [
+            {"op": "jacobian", "args": ["g", "u"], "out": "y"}]}}, {"op": "jacobian", "args": ["g", "x"]}])
+    assert err.value.code == "limit_exceeded" and "g" not in st.functions
