@@ -69,7 +69,7 @@ def test_against_torch(ctx):
             for a, b in zip(ours, theirs):
                 check(a, b)
         else:
-            np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-10, atol=1e-12)
 
     check(AF.jacobian(g, (xs, ys), vectorize=True), TF.jacobian(g, (xt, yt), vectorize=True))
     check(AF.hessian(g, (xs, ys)), TF.hessian(g, (xt, yt)))
