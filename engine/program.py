@@ -631,17 +631,20 @@ ACTIONS = [
     {"name": "function", "doc": "Define a function: a named sub-program (kwargs inputs: parameter names, outputs: a "
      "name, or a list of names for a tuple result, ops: its op list), bound to out. Its ops run when a transform "
      "calls it, on the session's names shadowed by the parameters; nothing it binds outlives the call.",
-     "arguments": ["inputs", "outputs", "ops"]},
+     "arguments": ["inputs", "outputs", "ops"], "tensors": ()},
     {"name": "vjp", "doc": "torch.autograd.functional.vjp(func, inputs, v=None, create_graph=False, strict=False) "
      "-> func's outputs, then the vjp (nested results flattened, depth first, onto out's names); func names a "
      "function, inputs (and v) a tensor name or a list of names (torch's tuple).",
-     "arguments": ["func", "inputs", "v", "create_graph", "strict"]},
+     "arguments": ["func", "inputs", "v", "create_graph", "strict"], "tensors": ("inputs", "v")},
     {"name": "jvp", "doc": "torch.autograd.functional.jvp(func, inputs, v=None, create_graph=False, strict=False) "
-     "-> func's outputs, then the jvp.", "arguments": ["func", "inputs", "v", "create_graph", "strict"]},
+     "-> func's outputs, then the jvp.", "arguments": ["func", "inputs", "v", "create_graph", "strict"],
+     "tensors": ("inputs", "v")},
     {"name": "vhp", "doc": "torch.autograd.functional.vhp(func, inputs, v=None, create_graph=False, strict=False) "
-     "-> func's output, then the vhp.", "arguments": ["func", "inputs", "v", "create_graph", "strict"]},
+     "-> func's output, then the vhp.", "arguments": ["func", "inputs", "v", "create_graph", "strict"],
+     "tensors": ("inputs", "v")},
     {"name": "hvp", "doc": "torch.autograd.functional.hvp(func, inputs, v=None, create_graph=False, strict=False) "
-     "-> func's output, then the hvp.", "arguments": ["func", "inputs", "v", "create_graph", "strict"]},
+     "-> func's output, then the hvp.", "arguments": ["func", "inputs", "v", "create_graph", "strict"],
+     "tensors": ("inputs", "v")},
     {"name": "jacobian", "doc": "torch.autograd.functional.jacobian(func, inputs, create_graph=False, strict=False, "
      "vectorize=False, strategy='reverse-mode'): a tensor, or the blocks (output i, input j) flattened row by row "
      "onto out's names.", "arguments": ["func", "inputs", "create_graph", "strict", "vectorize", "strategy"]},
