@@ -335,7 +335,7 @@ class SessionService:
                                      limits=self._limits(), returns=tuple(request.get("return", ())),
                                      control=control, response_size=RESPONSE_SIZE[encoding],
                                      respond="changed" if request.get("return") is None
-                                     else list(request["return"]))
+                                     else list(request["return"]), until=request.get("until"))
         finally:
             light = time.perf_counter() - started < INLINE_MAX_RUN_SECONDS and light_state(session.state)
             if self._async_store is not None:
@@ -350,7 +350,7 @@ class SessionService:
         """After the save: count the backward passes and serialise."""
         self._count_backward(session.state.backward_passes - passes)
         return views.dump(views.run_view(session.state, res, encoding, with_records=bool(request.get("record")),
-                                         returns=request.get("return")))
+                                         returns=request.get("return"), until=request.get("until")))
 
     def _count_backward(self, passes: int) -> None:
         if self.metrics is not None:

@@ -143,7 +143,7 @@ def returned_view(name: str, t, level: str, encoding: Encoding) -> dict | None:
     return tensor_view(name, t, encoding, data=level == "full")
 
 
-def run_view(state, res, encoding: Encoding, with_records: bool, returns=None) -> dict:
+def run_view(state, res, encoding: Encoding, with_records: bool, returns=None, until=None) -> dict:
     """The response to an op list: bound names per op, changed tensors (or those asked for in ``returns``,
     a list of names or a {name: view level} object), autograd reports (none with ``returns``), warnings."""
     if returns is None:
@@ -158,6 +158,8 @@ def run_view(state, res, encoding: Encoding, with_records: bool, returns=None) -
         "autograd": autograd_views(res.autograd, encoding) if returns is None else [],
         "warnings": list(res.warnings),
     }
+    if until is not None:
+        body["iterations"] = res.iterations
     if with_records:
         body["records"] = {name: [encode(t.data, encoding) for t in values]
                            for name, values in res.records.items()}

@@ -101,8 +101,11 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bool = False,
-         allow_unused=None, materialize_grads: bool = False) -> tuple:
-    """``torch.autograd.grad``: returns a tuple (one entry per input) and never writes ``.grad``."""
+         allow_unused=None, is_grads_batched: bool = False, materialize_grads: bool = False) -> tuple:
+    """``torch.autograd.grad``: returns a tuple (one entry per input) and never writes ``.grad``.
+
+    ``is_grads_batched``: the first dimension of every grad_output is a batch; the result is the stack of
+    one reverse pass per batch entry (torch vmaps the pass; here it is a loop over the same graph)."""
     if materialize_grads and allow_unused is False:
         raise TorchValueError("Expected allow_unused to be True or not passed when materialize_grads=True, "
                               "but got: allow_unused=False.", code="invalid_argument")
@@ -110,10 +113,80 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
         allow_unused = materialize_grads
     outputs = _roots(outputs)
     inputs = _roots(inputs)
-    grads = _make_grads(outputs, _as_tuple(grad_outputs, len(outputs)))
     if retain_graph is None:
         retain_graph = create_graph
+    if is_grads_batched:
+        return _grad_batched(outputs, inputs, _as_tuple(grad_outputs, len(outputs)), bool(retain_graph),
+                             bool(create_graph), allow_unused, materialize_grads)
+    grads = _make_grads(outputs, _as_tuple(grad_outputs, len(outputs)))
     captured = _run(outputs, grads, bool(retain_graph), bool(create_graph), inputs, accumulate=False)
+    return _finish_grad(inputs, captured, create_graph, allow_unused, materialize_grads)
+
+
+def _grad_batched(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused, materialize_grads):
+    """torch.autograd.grad(..., is_grads_batched=True): torch's shape checks (on grad_output[0]) and
+    vmap's errors, then one pass per batch entry, the graph retained for all but the last."""
+    sizes = []
+    for i, (o, g) in enumerate(zip(outputs, grad_outputs)):
+        if not isinstance(g, Tensor):
+            continue
+        if g.data.ndim == 0:
+            raise TorchValueError(
+                "vmap(vjp, in_dims=0, ...)(<inputs>): Got in_dim=0 for some input, but that input is a Tensor "
+                "of dimensionality 0 so expected in_dim to satisfy 0 <= in_dim < 0.", code="invalid_gradient")
+        if g.data.shape[0] == 0:
+            from .errors import TorchIndexError
+            raise TorchIndexError("index 0 is out of bounds for dimension 0 with size 0", code="invalid_gradient")
+        if g.data.shape[1:] != o.data.shape:
+            # torch words the grad's shape from grad_output[0] without its first dimension
+            raise TorchRuntimeError(
+                "If `is_grads_batched=True`, we interpret the first dimension of each grad_output as the batch "
+                "dimension. The sizes of the remaining dimensions are expected to match the shape of "
+                f"corresponding output, but a mismatch was detected: grad_output[{i}] has a shape of "
+                f"{_size(g.data.shape[2:])} and output[{i}] has a shape of {_size(o.data.shape)}. If you only "
+                "want some tensors in `grad_output` to be considered batched, consider using vmap.",
+                code="grad_shape_mismatch")
+        sizes.append(g.data.shape[0])
+    # an implicit (None) grad_output of a scalar output is not batched: vmap refuses it
+    _make_grads(outputs, tuple(g[0] if isinstance(g, Tensor) else g for g in grad_outputs))
+    if any(g is None and o.requires_grad for o, g in zip(outputs, grad_outputs)):
+        raise TorchValueError(
+            "vmap(vjp, in_dims=0, ...)(<inputs>): Got in_dim=0 for some input, but that input is a Tensor of "
+            "dimensionality 0 so expected in_dim to satisfy 0 <= in_dim < 0.", code="invalid_gradient")
+    if len(set(sizes)) > 1:
+        raise TorchValueError(
+            "vmap: Expected all tensors to have the same size in the mapped dimension, got sizes "
+            f"[{', '.join(map(str, sizes))}] for the mapped dimension", code="invalid_gradient")
+    batch = sizes[0] if sizes else 1
+    from .ops.shape import stack
+    per_input: list[list] = [[] for _ in inputs]
+    for b in range(batch):
+        grads = _make_grads(outputs, tuple(g[b] if isinstance(g, Tensor) else g for g in grad_outputs))
+        keep = retain_graph or b < batch - 1
+        captured = _run(outputs, grads, keep, create_graph, inputs, accumulate=False)
+        for acc, g in zip(per_input, _finish_grad(inputs, captured, create_graph, True, False)):
+            acc.append(g)
+    result = []
+    for i, (inp, gs) in enumerate(zip(inputs, per_input)):
+        if all(g is None for g in gs):
+            if materialize_grads:
+                result.append(Tensor(np.zeros((batch, *inp.data.shape), inp.data.dtype)))
+                continue
+            if not allow_unused:
+                raise TorchRuntimeError(
+                    f"The differentiated Tensor at index {i} appears to not have been used in the graph. "
+                    f"Set allow_unused=True if this is the desired behavior.", code="unused_input")
+            result.append(None)
+            continue
+        gs = [g if g is not None else Tensor(np.zeros(inp.data.shape, inp.data.dtype)) for g in gs]
+        if create_graph:
+            result.append(stack(gs, 0))
+        else:
+            result.append(Tensor(np.stack([g.data for g in gs])))
+    return tuple(result)
+
+
+def _finish_grad(inputs, captured, create_graph, allow_unused, materialize_grads) -> tuple:
     result = []
     for i, (inp, g) in enumerate(zip(inputs, captured)):
         if g is None:

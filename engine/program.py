@@ -34,6 +34,7 @@ from .errors import (
     UnknownTensorError,
 )
 from .forward_ad import program_dual_scope
+from .functional import TRANSFORMS, FunctionDef, plain_copy
 from .grad_mode import Limits, WarningSink, _grad_enabled, set_grad_enabled
 from .journal import Journal
 from .node import Node, SavedTensor
@@ -50,6 +51,7 @@ class State:
 
     def __init__(self):
         self.tensors: dict[str, Tensor] = {}
+        self.functions: dict[str, FunctionDef] = {}  # named sub-programs (``function`` op), plain data
         self.backward_passes = 0
         self.warned: set[str] = set()   # warn-once keys already emitted in this session
         self.counter = 0                # for fresh names
@@ -177,6 +179,7 @@ class ProgramResult:
     records: dict[str, list] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     returned: dict[str, object] = field(default_factory=dict)
+    iterations: int = 1   # how many times the list ran (fewer than repeat when `until` stopped it)
 
 
 def _snapshot(t: Tensor | None) -> Tensor | None:
@@ -194,9 +197,11 @@ def _fingerprint(t: Tensor) -> tuple:
 
 
 class _Runner:
-    def __init__(self, state: State, ns: dict, sink: WarningSink, result: ProgramResult):
+    def __init__(self, state: State, ns: dict, sink: WarningSink, result: ProgramResult,
+                 functions: dict | None = None):
         self.state = state
         self.ns = ns
+        self.functions = dict(state.functions) if functions is None else functions
         self.sink = sink
         self.result = result
         self.counter = state.counter
@@ -310,6 +315,7 @@ class _Runner:
                                                code="invalid_out")
                 out = out[0]
             self.ns[out] = value
+            self.functions.pop(out, None)
             return [out]
         if isinstance(value, tuple):
             items = list(value)
@@ -327,6 +333,7 @@ class _Runner:
             for n, v in zip(names, items):
                 if isinstance(v, Tensor):
                     self.ns[n] = v
+                    self.functions.pop(n, None)
                     bound.append(n)
             return bound
         if isinstance(value, (bool, int, float)):
@@ -375,10 +382,10 @@ class _Runner:
     def do_grad(self, index, out, args, kwargs):
         kw = dict(kwargs)
         names = ["outputs", "inputs", "grad_outputs", "retain_graph", "create_graph", "allow_unused",
-                 "materialize_grads"]
+                 "materialize_grads", "is_grads_batched"]
         for i, a in enumerate(args):
             if i >= len(names):
-                raise TorchTypeError("grad() takes at most 7 positional arguments", code="invalid_argument")
+                raise TorchTypeError("grad() takes at most 8 positional arguments", code="invalid_argument")
             kw.setdefault(names[i], a)
         unknown = set(kw) - set(names)
         if unknown:
@@ -392,7 +399,8 @@ class _Runner:
         go = kw.get("grad_outputs")
         go = [self.tensor_arg(g) for g in go] if isinstance(go, list) else self.tensor_arg(go)
         res = autograd.grad(outputs, inputs, go, kw.get("retain_graph"), bool(kw.get("create_graph", False)),
-                            kw.get("allow_unused"), bool(kw.get("materialize_grads", False)))
+                            kw.get("allow_unused"), bool(kw.get("is_grads_batched", False)),
+                            bool(kw.get("materialize_grads", False)))
         in_list = inputs if isinstance(inputs, list) else [inputs]
         contrib = {}
         for t, g in zip(in_list, res):
@@ -433,24 +441,6 @@ class _Runner:
                     zero_(g)
                 setattr_(t, "grad_accumulations", 0)
 
-    def do_del(self, args, kwargs):
-        """``del a, b``: unbind names (the tensors live on while a graph or another name holds them). Names
-        that are not bound are ignored, so that a client may release a name whose op never ran."""
-        if kwargs or not all(isinstance(n, str) for n in args):
-            raise InvalidArgumentError("del takes tensor names as args")
-        for n in args:
-            self.ns.pop(n, None)
-
-    def bind_existing(self, out: str, value) -> list[str]:
-        """``g = x.grad``: ``out`` names the very tensor (no copy, no graph node); None unbinds ``out``."""
-        if value is None:
-            self.ns.pop(out, None)
-            return []
-        if not isinstance(value, Tensor):
-            raise InvalidArgumentError("bind takes a tensor reference")
-        self.ns[out] = value
-        return [out]
-
     def do_forward_ad(self, index, name, args, kwargs):
         """torch.autograd.forward_ad: enter_dual_level / exit_dual_level (balanced within the program),
         make_dual(tensor, tangent) and unpack_dual(tensor) -> [primal, tangent]."""
@@ -483,6 +473,97 @@ class _Runner:
         if name == "make_dual":
             return fw.make_dual(self.tensor_arg(kw["tensor"]), self.tensor_arg(kw["tangent"]), level=level)
         return tuple(fw.unpack_dual(self.tensor_arg(kw["tensor"]), level=level))
+
+    def do_del(self, args, kwargs):
+        """``del a, b``: unbind names (the tensors live on while a graph or another name holds them). Names
+        that are not bound are ignored, so that a client may release a name whose op never ran."""
+        if kwargs or not all(isinstance(n, str) for n in args):
+            raise InvalidArgumentError("del takes tensor names as args")
+        for n in args:
+            self.ns.pop(n, None)
+            self.functions.pop(n, None)
+
+    # ----- functions and their transforms ----------------------------------------------------------------
+    def define_function(self, out, args, kwargs) -> list[str]:
+        """``{"op": "function", "out": "f", "kwargs": {"inputs": [...], "outputs": "y" | [...], "ops": [...]}}``:
+        bind ``f`` to a named sub-program (plain data; its ops run only when a transform calls it)."""
+        if args or not isinstance(out, str):
+            raise InvalidArgumentError("function takes kwargs inputs, outputs and ops, and one out name")
+        self.functions[out] = function_def(kwargs)
+        self.ns.pop(out, None)
+        return [out]
+
+    def callable_of(self, fname):
+        """The Python callable a transform calls: runs the function's ops on a child namespace (the
+        session's names, shadowed by the parameters), inside this program's journal; returns its outputs."""
+        if not isinstance(fname, str):
+            raise TorchTypeError(f"'{type(fname).__name__}' object is not callable", code="invalid_argument")
+        fdef = self.functions.get(fname)
+        if fdef is None:
+            if fname in self.ns:
+                raise TorchTypeError("'Tensor' object is not callable", code="invalid_argument")
+            raise UnknownTensorError(f"function {fname!r} is not defined")
+
+        def call(*args):
+            if len(args) != len(fdef.inputs):
+                raise TorchTypeError(f"{fname}() takes {len(fdef.inputs)} positional arguments but {len(args)} "
+                                     f"were given", code="invalid_argument")
+            ns = dict(self.ns)
+            ns.update(zip(fdef.inputs, args))
+            child = _Runner(self.state, ns, self.sink, ProgramResult(), dict(self.functions))
+            for i, op in enumerate(fdef.ops):
+                child.run_op(i, op, False)
+            if isinstance(fdef.outputs, str):
+                return _lookup(ns, fdef.outputs)
+            return tuple(_lookup(ns, n) for n in fdef.outputs)
+
+        return call
+
+    def do_transform(self, name, args, kwargs):
+        """torch.autograd.functional.<name>(func, inputs, ...): func names a function; inputs (and v) a
+        tensor or a list of tensors (a list is torch's tuple)."""
+        fn, params = TRANSFORMS[name]
+        all_params = ("func", "inputs") + params
+        kw = dict(kwargs)
+        if len(args) > len(all_params):
+            raise TorchTypeError(f"{name}() takes from 2 to {len(all_params)} positional arguments but {len(args)} "
+                                 f"were given", code="invalid_argument")
+        for p, a in zip(all_params, args):
+            if p in kw:
+                raise TorchTypeError(f"{name}() got multiple values for argument '{p}'", code="invalid_argument")
+            kw[p] = a
+        unknown = set(kw) - set(all_params)
+        if unknown:
+            raise TorchTypeError(f"{name}() got an unexpected keyword argument '{sorted(unknown)[0]}'",
+                                 code="invalid_argument")
+        for p in ("func", "inputs"):
+            if p not in kw:
+                raise TorchTypeError(f"{name}() missing 1 required positional argument: '{p}'",
+                                     code="invalid_argument")
+        for p in ("create_graph", "strict", "vectorize"):
+            if p in kw and not isinstance(kw[p], bool):
+                raise InvalidArgumentError(f"{name}(): argument '{p}' must be bool, not {type(kw[p]).__name__}")
+        func = self.callable_of(kw.pop("func"))
+        inputs = self.tensor_tuple(kw.pop("inputs"))
+        if kw.get("v") is not None:
+            kw["v"] = self.tensor_tuple(kw["v"])
+        return fn(func, inputs, **kw)
+
+    def tensor_tuple(self, v):
+        """A name -> its tensor; a list of names -> a tuple of tensors (torch's tuple inputs)."""
+        if isinstance(v, list):
+            return tuple(self.tensor_arg(x) for x in v)
+        return self.tensor_arg(v)
+
+    def bind_existing(self, out: str, value) -> list[str]:
+        """``g = x.grad``: ``out`` names the very tensor (no copy, no graph node); None unbinds ``out``."""
+        if value is None:
+            self.ns.pop(out, None)
+            return []
+        if not isinstance(value, Tensor):
+            raise InvalidArgumentError("bind takes a tensor reference")
+        self.ns[out] = value
+        return [out]
 
     def run_op(self, index: int, spec_op: dict, no_grad_all: bool):
         if not isinstance(spec_op, dict):
@@ -522,6 +603,10 @@ class _Runner:
                     raise InvalidArgumentError("requires_grad_ takes [tensor, requires_grad=true]")
                 t.requires_grad_(flag)
                 return []
+            if name == "function":
+                return self.define_function(out, args, kwargs)
+            if name in TRANSFORMS:
+                return self.bind(out, _flatten(self.do_transform(name, args, kwargs)))
             if name == "del":
                 self.do_del(args, kwargs)
                 return []
@@ -550,7 +635,7 @@ ACTIONS = [
      "arguments": ["tensors", "gradient", "retain_graph", "create_graph", "inputs"]},
     {"name": "grad", "doc": "torch.autograd.grad: return gradients (bound to out) without touching .grad.",
      "arguments": ["outputs", "inputs", "grad_outputs", "retain_graph", "create_graph", "allow_unused",
-                   "materialize_grads"]},
+                   "materialize_grads", "is_grads_batched"]},
     {"name": "zero_grad", "doc": "optimizer.zero_grad(): set .grad to None (set_to_none=true, the default) or zero it.",
      "arguments": ["tensors", "set_to_none"]},
     {"name": "retain_grad", "doc": "Tensor.retain_grad(): populate .grad of a non-leaf during backward.",
@@ -559,12 +644,6 @@ ACTIONS = [
      "arguments": ["self", "requires_grad"]},
     {"name": "set_grad", "doc": "x.grad = value (a tensor of x's shape and dtype) or null.",
      "arguments": ["self", "grad"]},
-    {"name": "bind", "doc": "g = x.grad: bind out to the tensor a reference names (no copy, no graph node); a "
-                            "reference to a None gradient unbinds out.",
-     "arguments": ["self"]},
-    {"name": "del", "doc": "del a, b: unbind the names given as args (unbound names are ignored); the tensors "
-                           "live on while a graph or another name holds them.",
-     "arguments": ["names"]},
     {"name": "enter_dual_level", "doc": "torch.autograd.forward_ad.enter_dual_level(): start forward mode "
      "(one level at a time); the same op list must exit it.", "arguments": []},
     {"name": "exit_dual_level", "doc": "torch.autograd.forward_ad.exit_dual_level(level=None): end forward mode; "
@@ -573,6 +652,35 @@ ACTIONS = [
      "tensor carrying tangent (inside a dual level).", "arguments": ["tensor", "tangent", "level"]},
     {"name": "unpack_dual", "doc": "torch.autograd.forward_ad.unpack_dual(tensor, level=None) -> [primal, tangent] "
      "(a tangent of None binds no name).", "arguments": ["tensor", "level"]},
+    {"name": "bind", "doc": "g = x.grad: bind out to the tensor a reference names (no copy, no graph node); a "
+                            "reference to a None gradient unbinds out.",
+     "arguments": ["self"]},
+    {"name": "function", "doc": "Define a function: a named sub-program (kwargs inputs: parameter names, outputs: a "
+     "name, or a list of names for a tuple result, ops: its op list), bound to out. Its ops run when a transform "
+     "calls it, on the session's names shadowed by the parameters; nothing it binds outlives the call.",
+     "arguments": ["inputs", "outputs", "ops"], "tensors": ()},
+    {"name": "vjp", "doc": "torch.autograd.functional.vjp(func, inputs, v=None, create_graph=False, strict=False) "
+     "-> func's outputs, then the vjp (nested results flattened, depth first, onto out's names); func names a "
+     "function, inputs (and v) a tensor name or a list of names (torch's tuple).",
+     "arguments": ["func", "inputs", "v", "create_graph", "strict"], "tensors": ("inputs", "v")},
+    {"name": "jvp", "doc": "torch.autograd.functional.jvp(func, inputs, v=None, create_graph=False, strict=False) "
+     "-> func's outputs, then the jvp.", "arguments": ["func", "inputs", "v", "create_graph", "strict"],
+     "tensors": ("inputs", "v")},
+    {"name": "vhp", "doc": "torch.autograd.functional.vhp(func, inputs, v=None, create_graph=False, strict=False) "
+     "-> func's output, then the vhp.", "arguments": ["func", "inputs", "v", "create_graph", "strict"],
+     "tensors": ("inputs", "v")},
+    {"name": "hvp", "doc": "torch.autograd.functional.hvp(func, inputs, v=None, create_graph=False, strict=False) "
+     "-> func's output, then the hvp.", "arguments": ["func", "inputs", "v", "create_graph", "strict"],
+     "tensors": ("inputs", "v")},
+    {"name": "jacobian", "doc": "torch.autograd.functional.jacobian(func, inputs, create_graph=False, strict=False, "
+     "vectorize=False, strategy='reverse-mode'): a tensor, or the blocks (output i, input j) flattened row by row "
+     "onto out's names.", "arguments": ["func", "inputs", "create_graph", "strict", "vectorize", "strategy"]},
+    {"name": "hessian", "doc": "torch.autograd.functional.hessian(func, inputs, create_graph=False, strict=False, "
+     "vectorize=False, outer_jacobian_strategy='reverse-mode'): a tensor, or the blocks (i, j) flattened.",
+     "arguments": ["func", "inputs", "create_graph", "strict", "vectorize", "outer_jacobian_strategy"]},
+    {"name": "del", "doc": "del a, b: unbind the names given as args (unbound names are ignored); the tensors "
+                           "live on while a graph or another name holds them.",
+     "arguments": ["names"]},
 ]
 
 #: forward-mode actions and their positional parameters (``level`` is keyword-only, as in torch)
@@ -589,6 +697,50 @@ def _check_views(args, kwargs) -> None:
                 msg = t.view_error()
                 if msg is not None:
                     raise TorchRuntimeError(msg, code="invalid_inplace")
+
+
+def function_def(spec) -> FunctionDef:
+    """Validate a function definition (``{"inputs": [names], "outputs": name | [names], "ops": [ops]}``)."""
+    if not isinstance(spec, dict) or set(spec) - {"inputs", "outputs", "ops"}:
+        raise InvalidArgumentError("function takes kwargs inputs (a list of names), outputs (a name or a list of "
+                                   "names) and ops (an op list)")
+    inputs, outputs, ops = spec.get("inputs"), spec.get("outputs"), spec.get("ops")
+    if not isinstance(inputs, list) or len(set(map(str, inputs))) != len(inputs):
+        raise InvalidArgumentError("function: inputs must be a list of distinct names")
+    _check_out(inputs or None)
+    if isinstance(outputs, list):
+        if not outputs:
+            raise InvalidArgumentError("function: outputs must be a name or a non-empty list of names")
+        _check_out(outputs)
+        outputs = tuple(outputs)
+    elif isinstance(outputs, str):
+        _check_out(outputs)
+    else:
+        raise InvalidArgumentError("function: outputs must be a name or a non-empty list of names")
+    if not isinstance(ops, list) or not all(isinstance(op, dict) and isinstance(op.get("op"), str) for op in ops):
+        raise InvalidArgumentError("function: ops must be a list of ops (objects with an 'op' field)")
+    return FunctionDef(tuple(inputs), outputs, plain_copy(ops))
+
+
+def _flatten(value):
+    """A transform's nested tuples, depth first, as one tuple (bound to out's names in order)."""
+    if isinstance(value, (tuple, list)):  # torch's forward-mode jacobian gives lists
+        flat = []
+        for v in value:
+            flat.extend(_flatten(v) if isinstance(v, (tuple, list)) else (v,))
+        return tuple(flat)
+    return value
+
+
+def _until_reached(ns: dict, name: str) -> bool:
+    """The stopping condition of a repeat loop: ``name`` must be bound to a bool tensor of one element."""
+    t = ns.get(name)
+    if t is None:
+        raise UnknownTensorError(f"until: name {name!r} is not defined after the iteration")
+    if t.data.dtype != np.bool_ or t.data.size != 1:
+        raise TorchRuntimeError(f"until: {name!r} must be a bool tensor with one element, got a {t.dtype} tensor "
+                                f"of shape {list(t.data.shape)}", code="invalid_until")
+    return bool(t.data.reshape(()))
 
 
 def _check_out(out) -> None:
@@ -628,18 +780,22 @@ def _translate(exc: Exception) -> EngineError:
 
 def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int = 1, record=(),
                 limits: Limits | None = None, returns=(), control: Control | None = None,
-                respond="changed", response_size=None) -> ProgramResult:
+                respond="changed", response_size=None, until: str | None = None) -> ProgramResult:
     """Execute ``ops`` (``repeat`` times) against ``state``; all or nothing.
 
     With ``limits``, the run's bytes are counted against ``limits.max_bytes`` as they are taken (see
     ``engine.budget``), together with what the session held before; the records and the tensors the response
     will report (``respond``: ``"changed"``, ``"all"`` or a list of names) against
     ``limits.max_response_bytes``, as ``response_size(array)`` estimates them (default: their bytes).
-    ``control`` (a deadline and a cancel flag) is checked before every op and between backward nodes."""
+    ``control`` (a deadline and a cancel flag) is checked before every op and between backward nodes.
+    ``until`` names a bool scalar tensor read after each iteration: the loop stops once it is true (``repeat``
+    is then the most iterations); ``result.iterations`` says how many ran."""
     if not isinstance(ops, list):
         raise InvalidArgumentError("ops must be a list")
     if not isinstance(repeat, int) or repeat < 1:
         raise InvalidArgumentError("repeat must be a positive integer")
+    if until is not None and (not isinstance(until, str) or not NAME_RE.match(until)):
+        raise InvalidArgumentError(f"until must name a tensor, got {until!r}", code="invalid_name")
     record = list(record or ())
     result = ProgramResult(records={n: [] for n in record})
     ns = dict(state.tensors)
@@ -672,8 +828,10 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
                     if check is not None:
                         check()
                     bound = runner.run_op(index, spec_op, no_grad)
-                    if _ == repeat - 1 or repeat == 1:
+                    if _ == repeat - 1 or repeat == 1 or until is not None:
                         result.ops.append(OpOutcome(index, op_name, bound))
+                index, op_name = None, None
+                stop, result.iterations = until is not None and _until_reached(ns, until), _ + 1
                 for n in record:
                     t = _lookup(ns, n)
                     if budget is not None and t is not None:
@@ -681,7 +839,10 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
                         budget.reserve(t.data.nbytes, f"the record of {n!r}")
                     result.records[n].append(_snapshot(t))
                 if repeat > 1 and _ < repeat - 1:
+                    if stop:
+                        break
                     result.autograd.clear()
+                    result.ops.clear()
             index, op_name = None, None
             if check is not None:
                 check()
@@ -709,6 +870,7 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
         raise err from exc
     # commit
     state.tensors = ns
+    state.functions = runner.functions
     state.counter = runner.counter
     state.backward_passes += runner.backward_passes
     state.warned = sink.seen

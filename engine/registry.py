@@ -383,8 +383,9 @@ def op_catalog() -> list[dict]:
     from .program import ACTIONS
     for a in ACTIONS:
         out.append({"name": a["name"], "aliases": [], "family": "autograd",
-                    "arguments": [{"name": n, "tensor": n in ("tensors", "outputs", "inputs", "self", "gradient",
-                                                              "grad_outputs", "grad", "tensor", "tangent"),
+                    "arguments": [{"name": n, "tensor": n in a.get("tensors", (
+                                       "tensors", "outputs", "inputs", "self", "gradient", "grad_outputs", "grad",
+                                       "tensor", "tangent")),
                                    "tensor_list": False, "required": n in ("self", "tensor", "tangent")}
                                   for n in a["arguments"]],
                     "grad_fns": [], "differentiable": False, "forward_ad": False, "grad_fns_without_forward_ad": [],

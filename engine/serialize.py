@@ -23,8 +23,9 @@ import numpy as np
 
 from . import dtypes as D
 from .errors import EngineError
+from .functional import from_json
 from .node import Node, SavedTensor
-from .program import State
+from .program import State, function_def
 from .registry import PRIMS
 from .tensor import VIEW_DEFAULT, VIEW_MULTI, VIEW_NO_GRAD, Tensor
 
@@ -237,7 +238,11 @@ def dump_parts(state: State) -> list[bytes | memoryview]:
             pos += n
     head = (_HEADER % (_VERSION, names, state.backward_passes, ",".join(map(_q, sorted(state.warned))),
                        state.counter, ",".join([str(vc[0]) for vc in w.counter_objs]), ",".join(w.tensors),
-                       ",".join(w.nodes), ",".join(buffers))).encode("ascii")
+                       ",".join(w.nodes), ",".join(buffers)))
+    if state.functions:  # plain data (names and an op list); absent when there are none (the format is unchanged)
+        head = head[:-1] + ',"functions":' + json.dumps({n: f.to_json() for n, f in state.functions.items()},
+                                                        separators=(",", ":")) + "}"
+    head = head.encode("ascii")
     parts[0] = MAGIC + _LEN.pack(len(head)) + head
     return parts
 
@@ -407,6 +412,16 @@ def _loads(blob: bytes) -> State:
     state.tensors = {name: tensor(i) for name, i in header["names"].items()}
     state.backward_passes, state.counter = header["backward_passes"], header["counter"]
     state.warned = set(header["warned"])
+    functions = header.get("functions", {})
+    if functions.__class__ is not dict:
+        _bad("functions", functions)
+    for name, f in functions.items():
+        try:
+            if f.__class__ is not dict:
+                _bad("function", name)
+            state.functions[name] = function_def({**f, "ops": from_json(f.get("ops"))})
+        except EngineError:
+            _bad("function", name)
     if state.backward_passes.__class__ is not int or state.counter.__class__ is not int \
             or any(w.__class__ is not str for w in state.warned):
         _bad("session counters", header)

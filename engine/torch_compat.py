@@ -356,10 +356,10 @@ def _like(name: str, fill):
     return create
 
 
-def _grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=None,
-          materialize_grads=False):
+def _grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
+          allow_unused=None, is_grads_batched=False, materialize_grads=False):
     return wrap(_engine.grad(unwrap(outputs), unwrap(inputs), unwrap(grad_outputs), retain_graph, create_graph,
-                             allow_unused, materialize_grads))
+                             allow_unused, is_grads_batched, materialize_grads))
 
 
 def _backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):

@@ -20,7 +20,7 @@ from operator import itemgetter
 from typing import Any
 
 OP_KEYS = frozenset({"op", "args", "kwargs", "out", "no_grad"})
-OPS_REQUEST_KEYS = frozenset({"ops", "no_grad", "repeat", "record", "return"})
+OPS_REQUEST_KEYS = frozenset({"ops", "no_grad", "repeat", "record", "return", "until"})
 VIEW_LEVELS = frozenset({"full", "meta", "auto"})  # ViewLevel in app.schemas.ops
 EVAL_REQUEST_KEYS = frozenset({"ops", "no_grad", "return"})
 MAX_NAME_LENGTH = 200  # Name in app.schemas.ops
@@ -107,6 +107,8 @@ def ops_request_ok(data: Any) -> bool:
     if "no_grad" in data and type(data["no_grad"]) is not bool:
         return False
     if "repeat" in data and (type(data["repeat"]) is not int or data["repeat"] < 1):
+        return False
+    if "until" in data and not _out_names_ok([data["until"]]):
         return False
     if "record" in data and not _name_list_ok(data["record"]):
         return False

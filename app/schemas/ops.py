@@ -48,6 +48,11 @@ OpsRequest = TypedDict("OpsRequest", {
                                                "loop); `GRADSERVE_MAX_REPEAT` bounds it.")]],
     "record": NotRequired[Annotated[list[Name], Field(description="Tensor names whose value is recorded after "
                                                       "each repetition (returned in `records`).")]],
+    "until": NotRequired[Annotated[OutName, Field(
+        description="A loop that stops: the name of a bool tensor with one element, read after each repetition; "
+                    "the loop ends once it is true (`repeat` is then the most repetitions; the response's "
+                    "`iterations` says how many ran). An error if the name is unbound or not a bool scalar, and "
+                    "as ever nothing is applied then.")]],
     "return": NotRequired[Annotated[list[Name] | dict[Name, ViewLevel], Field(
         description="Pay only for what you read: the response's `tensors` holds exactly these names (or "
                     "`name.grad`; null for a name not bound and an unset gradient) instead of every tensor the "
@@ -107,6 +112,7 @@ class OpsResponse(BaseModel):
                                 "access warning).")
     records: dict[str, list[TensorData]] | None = Field(
         None, description="With `record`: each named tensor's value after each repetition.")
+    iterations: int | None = Field(None, description="With `until`: how many repetitions ran.")
 
 
 class EvalGradEntry(BaseModel):
@@ -154,7 +160,7 @@ class BackwardRequest(BaseModel):
 
 class GradRequest(BaseModel):
     """`torch.autograd.grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
-    allow_unused=None, materialize_grads=False)`; results are bound to `out`."""
+    allow_unused=None, is_grads_batched=False, materialize_grads=False)`; results are bound to `out`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -165,6 +171,8 @@ class GradRequest(BaseModel):
     retain_graph: bool | None = None
     create_graph: bool = False
     allow_unused: bool | None = None
+    is_grads_batched: bool = Field(False, description="The first dimension of every grad_output is a batch: "
+                                   "one gradient per batch entry, stacked.")
     materialize_grads: bool = False
     out: OutName | list[OutName] | None = Field(None, description="Names for the gradients, one per input.")
 

@@ -52,22 +52,29 @@ def names_in(namespace: str) -> dict[str, str]:
     for name, entry in catalog().items():
         if name.startswith("_") or entry["family"] == "autograd" and "namespaces" not in entry:
             continue
+        prefix, dot, rest = name.rpartition(".")
+        if dot:  # a torch submodule's function: "linalg.det" is torch.linalg.det, "special.gammaln" ...
+            if namespace == f"torch.{prefix}":
+                out[rest] = entry["name"]
+            continue
         if "namespaces" in entry:
             if namespace in entry["namespaces"]:
                 out[name] = entry["name"]
         elif namespace == "torch":
             out[name] = entry["name"]
-        elif namespace == "torch.nn.functional" and (entry["family"] == "nn" or name in FUNCTIONAL_EXTRA):
+        elif namespace == "torch.nn.functional" and (entry["family"] in ("nn", "conv") or name in FUNCTIONAL_EXTRA):
             out[name] = entry["name"]
     table = {"torch.linalg": LINALG, "torch.special": SPECIAL}.get(namespace, {})
-    out.update({public: op for public, op in table.items() if op in catalog()})
+    for public, op in table.items():  # the catalog's own submodule entries (linalg.norm...) come first
+        if op in catalog():
+            out.setdefault(public, op)
     return out
 
 
 @functools.cache
 def methods() -> dict[str, str]:
     return {name: entry["name"] for name, entry in catalog().items()
-            if entry["method"] and not name.startswith("__")}
+            if entry["method"] and not name.startswith("__") and "." not in name}
 
 
 # ----- arguments ----------------------------------------------------------------------------------------

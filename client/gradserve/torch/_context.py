@@ -89,6 +89,8 @@ class Context:
         self.grad_epoch = 0                        # +1 when any .grad may have changed (backward, ...)
         self.failures = 0                          # +1 per failed request: every cached view is stale
         self.closed = False
+        self.tracing = 0                           # >0 while a function for autograd.functional is traced
+        self.dual_depth = 0                        # >0 inside `with forward_ad.dual_level():` (buffered)
         self._names = itertools.count(1)
         _LIVE.add(self)  # closed at exit: what is pending is sent (its errors raised), the session deleted
 
@@ -129,9 +131,22 @@ class Context:
         return len(self.pending) - 1
 
     # ----- sending ------------------------------------------------------------------------------------
-    def flush(self, returns: dict[str, str] | None = None) -> dict:
+    def flush(self, returns: dict[str, str] | None = None, deferrable: bool = False) -> dict:
         """Send the pending ops (and ``del`` of released names) as one request; ``returns`` maps names to
-        view levels. Returns the response (``{}`` when there was nothing to send or ask)."""
+        view levels. Returns the response (``{}`` when there was nothing to send or ask).
+
+        While a function is traced nothing can be sent; inside a dual level a ``deferrable`` send (one made
+        only to raise errors early, as ``backward``'s) waits for the level's exit, and any other raises."""
+        if self.tracing:
+            raise RuntimeError("gradserve: a function given to torch.autograd.functional is traced into one op list: "
+                               "it cannot read tensor values or metadata the client does not know yet, nor call "
+                               "backward (use torch.autograd.grad)")
+        if self.dual_depth:
+            if deferrable:
+                return {}
+            raise RuntimeError("gradserve: inside `with forward_ad.dual_level():` ops are buffered and sent as one op "
+                               "list when the block exits (a dual level lives within one op list on the server): "
+                               "read values after the block")
         returns = dict(returns or {})
         prefetched = self._prefetch(returns)
         pending, sites, made = self.pending, self.sites, self.made

@@ -476,15 +476,13 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         op["kwargs"] = kwargs
     ctx.record(op)
     ctx.grad_epoch += 1
-    ctx.flush()
+    ctx.flush(deferrable=True)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=None,
          is_grads_batched=False, materialize_grads=False) -> tuple:
     """``torch.autograd.grad``: recorded (sent at once only with ``allow_unused``, where None results
     depend on the graph)."""
-    if is_grads_batched:
-        raise NotImplementedError("gradserve.torch.autograd.grad: is_grads_batched is not supported")
     ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     ctx = context_of(ins + outs)
@@ -493,7 +491,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         kwargs["grad_outputs"] = _arg([grad_outputs] if isinstance(grad_outputs, Tensor) else list(grad_outputs),
                                       ctx)
     for key, value, default in (("retain_graph", retain_graph, None), ("create_graph", create_graph, False),
-                                ("allow_unused", allow_unused, None),
+                                ("allow_unused", allow_unused, None), ("is_grads_batched", is_grads_batched, False),
                                 ("materialize_grads", materialize_grads, False)):
         if value != default:
             kwargs[key] = value

@@ -1,0 +1,139 @@
+"""torch.autograd.functional benchmark: the transform actions run through the engine (``run_program`` on a
+state that holds the function definition) against torch eager when importable; median time and ratio.
+
+    python bench/functional.py            # full run
+    python bench/functional.py --quick    # fewer repeats
+
+Workloads (issue 12): the Jacobian of a 100->100 tanh layer by ``vectorize=True`` with the reverse and the
+forward strategy, the Hessian of a 50-parameter function, and a Hessian-vector product. Target: each at most
+1.5x torch eager. Single-threaded, as bench/engine.py (torch pinned to one thread, OpenBLAS to one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads OpenBLAS
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import engine as E  # noqa: E402
+
+try:
+    import torch
+    torch.set_num_threads(1)
+except ImportError:  # torch is not a dependency
+    torch = None
+
+
+def timeit(fn, repeat: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+RNG = np.random.default_rng(0)
+W = RNG.standard_normal((100, 100)) / 10
+B = RNG.standard_normal(100)
+X = RNG.standard_normal(100)
+P = RNG.standard_normal(50)
+A = RNG.standard_normal((50, 50)) / 7
+V = RNG.standard_normal(50)
+
+
+def _lit(name, a):
+    return {"op": "tensor", "args": [a], "kwargs": {"dtype": "float64"}, "out": name}
+
+
+def engine_state() -> E.State:
+    """layer(x) = tanh(W x + b); energy(p) = sum(log(cosh(A p))) + sum(p^4) / 4 (a 50-parameter scalar)."""
+    st = E.State()
+    E.run_program(st, [
+        _lit("W", W), _lit("b", B), _lit("x", X), _lit("A", A), _lit("p", P), _lit("v", V),
+        {"op": "function", "out": "layer", "kwargs": {"inputs": ["u"], "outputs": "y", "ops": [
+            {"op": "matmul", "args": ["W", "u"], "out": "h"}, {"op": "add", "args": ["h", "b"], "out": "h2"},
+            {"op": "tanh", "args": ["h2"], "out": "y"}]}},
+        {"op": "function", "out": "energy", "kwargs": {"inputs": ["q"], "outputs": "e", "ops": [
+            {"op": "matmul", "args": ["A", "q"], "out": "aq"}, {"op": "cosh", "args": ["aq"], "out": "c"},
+            {"op": "log", "args": ["c"], "out": "lc"}, {"op": "sum", "args": ["lc"], "out": "s1"},
+            {"op": "pow", "args": ["q", 4], "out": "q4"}, {"op": "sum", "args": ["q4"], "out": "s2"},
+            {"op": "div", "args": ["s2", 4.0], "out": "s3"}, {"op": "add", "args": ["s1", "s3"], "out": "e"}]}},
+    ])
+    return st
+
+
+WORKLOADS = {
+    "jacobian 100->100 tanh, vectorize, reverse-mode":
+        {"op": "jacobian", "args": ["layer", "x"], "kwargs": {"vectorize": True}, "out": "J"},
+    "jacobian 100->100 tanh, vectorize, forward-mode":
+        {"op": "jacobian", "args": ["layer", "x"], "kwargs": {"vectorize": True, "strategy": "forward-mode"},
+         "out": "J"},
+    "hessian, 50 parameters (vectorize)":
+        {"op": "hessian", "args": ["energy", "p"], "kwargs": {"vectorize": True}, "out": "H"},
+    "hvp, 50 parameters":
+        {"op": "hvp", "args": ["energy", "p", "v"], "out": ["e", "Hv"]},
+}
+
+
+def torch_workloads():
+    Wt, Bt, Xt, At, Pt, Vt = (torch.tensor(a) for a in (W, B, X, A, P, V))
+    F = torch.autograd.functional
+
+    def layer(u):
+        return torch.tanh(Wt @ u + Bt)
+
+    def energy(q):
+        return torch.log(torch.cosh(At @ q)).sum() + (q ** 4).sum() / 4
+
+    return {
+        "jacobian 100->100 tanh, vectorize, reverse-mode": lambda: F.jacobian(layer, Xt, vectorize=True),
+        "jacobian 100->100 tanh, vectorize, forward-mode":
+            lambda: F.jacobian(layer, Xt, vectorize=True, strategy="forward-mode"),
+        "hessian, 50 parameters (vectorize)": lambda: F.hessian(energy, Pt, vectorize=True),
+        "hvp, 50 parameters": lambda: F.hvp(energy, Pt, Vt),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    repeat = 7 if args.quick else 31
+    st = engine_state()
+    tw = torch_workloads() if torch is not None else {}
+    # check the values agree before timing
+    for name, op in WORKLOADS.items():
+        E.run_program(st, [op])
+        if name in tw:
+            ours = st.tensors[op["out"] if isinstance(op["out"], str) else op["out"][1]].data
+            theirs = tw[name]()
+            theirs = (theirs[1] if isinstance(theirs, tuple) else theirs).detach().numpy()
+            np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
+    gc.collect()
+    gc.freeze()
+    print(f"{'workload':<50} {'engine ms':>10} {'torch ms':>10} {'ratio':>7}")
+    for name, op in WORKLOADS.items():
+        ops = [op]
+        t_eng = timeit(lambda ops=ops: E.run_program(st, ops), repeat)
+        if name in tw:
+            t_tor = timeit(tw[name], repeat)
+            print(f"{name:<50} {t_eng * 1e3:>10.3f} {t_tor * 1e3:>10.3f} {t_eng / t_tor:>6.2f}x")
+        else:
+            print(f"{name:<50} {t_eng * 1e3:>10.3f} {'-':>10} {'-':>7}")
+
+
+if __name__ == "__main__":
+    main()

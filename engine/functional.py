@@ -1,0 +1,532 @@
+"""``torch.autograd.functional``: vjp, jvp, jacobian, hessian, vhp, hvp over engine tensors.
+
+A port of torch 2.13's ``torch/autograd/functional.py``: each transform is a composition of ``grad`` (and,
+for ``strategy="forward-mode"``, of forward-mode ``make_dual``/``unpack_dual``) on the function's value,
+with torch's argument checks, strict-mode messages and return structures (a tuple where the inputs or the
+outputs were a tuple, a tensor otherwise). ``func`` is any callable over engine tensors; the op-list
+``function`` definitions (``FunctionDef``) are called through ``program`` as such a callable.
+
+Where torch vmaps (``vectorize=True``), the engine batches instead: reverse mode is one
+``grad(..., is_grads_batched=True)`` over the standard basis of the outputs, forward mode one dual pass of
+the function per basis tangent of the inputs. The values match torch's to float tolerance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import autograd
+from . import forward_ad as fw
+from .errors import InvalidArgumentError, TorchRuntimeError, TorchTypeError
+from .grad_mode import _grad_enabled, set_grad_enabled
+from .tensor import Tensor
+
+__all__ = ["FunctionDef", "vjp", "jvp", "jacobian", "hessian", "vhp", "hvp", "TRANSFORMS"]
+
+
+@dataclass(frozen=True, eq=False)
+class FunctionDef:
+    """A named sub-program: plain data (its parameter names, its op list, its output names). ``outputs`` is
+    a str when the function returns one tensor, a tuple of names when it returns a tuple."""
+
+    inputs: tuple
+    outputs: str | tuple
+    ops: list
+
+    def to_json(self) -> dict:
+        """JSON-ready plain data (arrays the HTTP layer decoded from payloads as tagged base64 objects)."""
+        return {"inputs": list(self.inputs),
+                "outputs": self.outputs if isinstance(self.outputs, str) else list(self.outputs),
+                "ops": _to_json(self.ops)}
+
+
+_ARRAY_TAG = "__ndarray__"
+
+
+def plain_copy(value, depth: int = 0):
+    """A deep copy of an op list's JSON-shaped data (dicts with str keys, lists, scalars, None, numpy arrays
+    as the HTTP layer decodes payloads); anything else is refused."""
+    if depth > 64:
+        raise InvalidArgumentError("function: ops nested too deeply")
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise InvalidArgumentError("function: op objects must have string keys")
+        if _ARRAY_TAG in value:
+            raise InvalidArgumentError(f"function: {_ARRAY_TAG!r} is a reserved key")
+        return {k: plain_copy(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_copy(v, depth + 1) for v in value]
+    if isinstance(value, np.ndarray):
+        a = np.array(value, copy=True)
+        a.flags.writeable = False
+        return a
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise InvalidArgumentError(f"function: ops must be plain JSON data, not {type(value).__name__}")
+
+
+def _to_json(value):
+    if isinstance(value, dict):
+        return {k: _to_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_json(v) for v in value]
+    if isinstance(value, np.ndarray):
+        import base64
+        a = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+        return {_ARRAY_TAG: {"dtype": value.dtype.name, "shape": list(value.shape),
+                             "data": base64.b64encode(a.tobytes()).decode("ascii")}}
+    return value
+
+
+def from_json(value, depth: int = 0):
+    """Inverse of ``to_json``'s op encoding (for a stored state): tagged objects back to arrays."""
+    if depth > 64:
+        raise InvalidArgumentError("function: ops nested too deeply")
+    if isinstance(value, dict):
+        if set(value) == {_ARRAY_TAG}:
+            import base64
+            spec = value[_ARRAY_TAG]
+            dt = np.dtype(spec["dtype"])
+            if dt.kind not in "biuf":
+                raise InvalidArgumentError("function: bad array dtype")
+            raw = base64.b64decode(spec["data"], validate=True)
+            a = np.frombuffer(raw, dt.newbyteorder("<")).astype(dt).reshape([int(n) for n in spec["shape"]])
+            a.flags.writeable = False
+            return a
+        return {k: from_json(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_json(v, depth + 1) for v in value]
+    return value
+
+
+def _type_name(x) -> str:
+    return "<class 'torch.Tensor'>" if isinstance(x, Tensor) else f"<class '{type(x).__name__}'>"
+
+
+def _as_tuple(inp, arg_name=None, fn_name=None):
+    if arg_name is None and fn_name is None:
+        return inp if isinstance(inp, tuple) else tuple(inp) if isinstance(inp, list) else (inp,)
+    is_tuple = True
+    if not isinstance(inp, tuple):
+        inp = (inp,)
+        is_tuple = False
+    for i, el in enumerate(inp):
+        if not isinstance(el, Tensor):
+            where = f"the value at index {i}" if is_tuple else f"the given {arg_name}"
+            raise TorchTypeError(f"The {arg_name} given to {fn_name} must be either a Tensor or a tuple of Tensors "
+                                 f"but {where} has type {_type_name(el)}.", code="invalid_argument")
+    return is_tuple, inp
+
+
+def _tuple_postprocess(res, to_unpack):
+    if isinstance(to_unpack, tuple):
+        if not to_unpack[1]:
+            res = tuple(el[0] for el in res)
+        if not to_unpack[0]:
+            res = res[0]
+    elif not to_unpack:
+        res = res[0]
+    return res
+
+
+def _grad_preprocess(inputs, create_graph, need_graph):
+    res = []
+    for inp in inputs:
+        if create_graph and inp.requires_grad:
+            res.append(inp.view(inp.shape))  # torch: inp.view_as(inp)
+        else:
+            res.append(inp.detach().requires_grad_(need_graph))
+    return tuple(res)
+
+
+def _grad_postprocess(inputs, create_graph):
+    if isinstance(inputs[0], Tensor):
+        return inputs if create_graph else tuple(inp.detach() for inp in inputs)
+    return tuple(_grad_postprocess(inp, create_graph) for inp in inputs)
+
+
+def _size(shape) -> str:
+    return "torch.Size([" + ", ".join(str(s) for s in shape) + "])"
+
+
+def _validate_v(v, other, is_other_tuple):
+    if len(other) != len(v):
+        if is_other_tuple:
+            raise TorchRuntimeError(f"v is a tuple of invalid length: should be {len(other)} but got {len(v)}.",
+                                    code="invalid_argument")
+        raise TorchRuntimeError("The given v should contain a single Tensor.", code="invalid_argument")
+    for idx, (el_v, el_other) in enumerate(zip(v, other)):
+        if el_v.shape != el_other.shape:
+            prepend = f"Entry {idx} in " if is_other_tuple else ""
+            raise TorchRuntimeError(f"{prepend}v has invalid size: should be {_size(el_other.shape)} but got "
+                                    f"{_size(el_v.shape)}.", code="invalid_argument")
+
+
+def _strict_error(msg: str):
+    return TorchRuntimeError(msg, code="strict_mode")
+
+
+def _check_requires_grad(inputs, input_type, strict):
+    if not strict:
+        return
+    for i, inp in enumerate(inputs):
+        if inp is None:
+            raise _strict_error(f"The output of the user-provided function is independent of input {i}. This is "
+                                "not allowed in strict mode.")
+        if not inp.requires_grad:
+            if input_type == "hessian":
+                raise _strict_error(
+                    f"The hessian of the user-provided function with respect to input {i} is independent of the "
+                    "input. This is not allowed in strict mode. You should ensure that your function is thrice "
+                    "differentiable and that the hessian depends on the inputs.")
+            if input_type == "jacobian":
+                raise _strict_error(
+                    "While computing the hessian, found that the jacobian of the user-provided function with "
+                    f"respect to input {i} is independent of the input. This is not allowed in strict mode. You "
+                    "should ensure that your function is twice differentiable and that the jacobian depends on the "
+                    "inputs (this would be violated by a linear function for example).")
+            if input_type == "grad_inputs":
+                raise _strict_error(f"The gradient with respect to input {i} is independent of the inputs of the "
+                                    "user-provided function. This is not allowed in strict mode.")
+            raise _strict_error(f"Output {i} of the user-provided function does not require gradients. The outputs "
+                                "must be computed in a differentiable manner from the input when running in strict "
+                                "mode.")
+
+
+def _autograd_grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=None,
+                   is_grads_batched=False):
+    if grad_outputs is None:
+        grad_outputs = (None,) * len(outputs)
+    new_outputs, new_grad_outputs = [], []
+    for out, grad_out in zip(outputs, grad_outputs):
+        if out is not None and out.requires_grad:
+            new_outputs.append(out)
+            new_grad_outputs.append(grad_out)
+    if not new_outputs:
+        return (None,) * len(inputs)
+    return autograd.grad(new_outputs, list(inputs), new_grad_outputs, retain_graph, create_graph,
+                         allow_unused=True, is_grads_batched=is_grads_batched)
+
+
+_ZERO_STAGE_MESSAGES = {
+    "back": "The output of the user-provided function is independent of input {i}. This is not allowed in strict "
+            "mode.",
+    "back_trick": "The gradient with respect to the input is independent of entry {i} in the grad_outputs when "
+                  "using the double backward trick to compute forward mode gradients. This is not allowed in strict "
+                  "mode.",
+    "double_back": "The jacobian of the user-provided function is independent of input {i}. This is not allowed in "
+                   "strict mode.",
+    "double_back_trick": "The hessian of the user-provided function is independent of entry {i} in the "
+                         "grad_jacobian. This is not allowed in strict mode as it prevents from using the double "
+                         "backward trick to replace forward mode AD.",
+}
+
+
+def _zeros_like(t: Tensor, requires_grad: bool = False) -> Tensor:
+    return Tensor(np.zeros(t.data.shape, t.data.dtype), requires_grad=requires_grad)
+
+
+def _fill_in_zeros(grads, refs, strict, create_graph, stage):
+    res = []
+    for i, grads_i in enumerate(grads):
+        if grads_i is None:
+            if strict:
+                raise _strict_error(_ZERO_STAGE_MESSAGES[stage].format(i=i))
+            grads_i = _zeros_like(refs[i])
+        elif strict and create_graph and not grads_i.requires_grad:
+            what = "hessian" if "double" in stage else "jacobian"
+            raise _strict_error(f"The {what} of the user-provided function is independent of input {i}. This is not "
+                                "allowed in strict mode when create_graph=True.")
+        res.append(grads_i)
+    return tuple(res)
+
+
+def _check_v_none(inputs, what="input to"):
+    if len(inputs) != 1 or inputs[0].numel() != 1:
+        raise TorchRuntimeError(f"The vector v can only be None if the {what} the user-provided function "
+                                f"{'is' if what == 'input to' else 'returns'} a single Tensor with a single "
+                                "element.", code="invalid_argument")
+
+
+def vjp(func, inputs, v=None, create_graph=False, strict=False):
+    """torch.autograd.functional.vjp -> (func_output, vjp)."""
+    with set_grad_enabled(True):
+        is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "vjp")
+        inputs = _grad_preprocess(inputs, create_graph=create_graph, need_graph=True)
+        outputs = func(*inputs)
+        is_outputs_tuple, outputs = _as_tuple(outputs, "outputs of the user-provided function", "vjp")
+        _check_requires_grad(outputs, "outputs", strict=strict)
+        if v is not None:
+            _, v = _as_tuple(v, "v", "vjp")
+            v = _grad_preprocess(v, create_graph=create_graph, need_graph=False)
+            _validate_v(v, outputs, is_outputs_tuple)
+        elif len(outputs) != 1 or outputs[0].numel() != 1:
+            raise TorchRuntimeError("The vector v can only be None if the user-provided function returns a single "
+                                    "Tensor with a single element.", code="invalid_argument")
+    with set_grad_enabled(True if create_graph else _grad_enabled.get()):
+        grad_res = _autograd_grad(outputs, inputs, v, create_graph=create_graph)
+        res = _fill_in_zeros(grad_res, inputs, strict, create_graph, "back")
+    outputs = _grad_postprocess(outputs, create_graph)
+    res = _grad_postprocess(res, create_graph)
+    return _tuple_postprocess(outputs, is_outputs_tuple), _tuple_postprocess(res, is_inputs_tuple)
+
+
+def jvp(func, inputs, v=None, create_graph=False, strict=False):
+    """torch.autograd.functional.jvp -> (func_output, jvp), by the double-backward trick as torch does."""
+    with set_grad_enabled(True):
+        is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "jvp")
+        inputs = _grad_preprocess(inputs, create_graph=create_graph, need_graph=True)
+        if v is not None:
+            _, v = _as_tuple(v, "v", "jvp")
+            v = _grad_preprocess(v, create_graph=create_graph, need_graph=False)
+            _validate_v(v, inputs, is_inputs_tuple)
+        else:
+            _check_v_none(inputs)
+        outputs = func(*inputs)
+        is_outputs_tuple, outputs = _as_tuple(outputs, "outputs of the user-provided function", "jvp")
+        _check_requires_grad(outputs, "outputs", strict=strict)
+        grad_outputs = tuple(_zeros_like(out, requires_grad=True) for out in outputs)
+        grad_inputs = _autograd_grad(outputs, inputs, grad_outputs, create_graph=True)
+        _check_requires_grad(grad_inputs, "grad_inputs", strict=strict)
+    with set_grad_enabled(True if create_graph else _grad_enabled.get()):
+        grad_res = _autograd_grad(grad_inputs, grad_outputs, v, create_graph=create_graph)
+        res = _fill_in_zeros(grad_res, outputs, strict, create_graph, "back_trick")
+    outputs = _grad_postprocess(outputs, create_graph)
+    res = _grad_postprocess(res, create_graph)
+    return _tuple_postprocess(outputs, is_outputs_tuple), _tuple_postprocess(res, is_outputs_tuple)
+
+
+def _standard_basis(tensors, numels) -> tuple:
+    """torch's _construct_standard_basis_for: one (total, numel_i) chunk per tensor, the identity split."""
+    total = sum(numels)
+    chunks, start = [], 0
+    for t, n in zip(tensors, numels):
+        a = np.zeros((total, n), t.data.dtype)
+        a[np.arange(start, start + n), np.arange(n)] = 1
+        chunks.append(Tensor(a))
+        start += n
+    return tuple(chunks)
+
+
+def _jacfwd(func, inputs, strict=False, vectorize=False):
+    if strict:
+        raise TorchRuntimeError('torch.autograd.functional.jacobian: `strict=True` and `strategy="forward-mode"` '
+                                'are not supported together (yet). Please either set `strict=False` or '
+                                '`strategy="reverse-mode"`.', code="invalid_argument")
+    is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "jacobian")
+    if not vectorize:
+        raise TorchRuntimeError("Computing Jacobian using forward-AD or forward-over-reverse Hessian isonly "
+                                "implemented for `vectorize=True`.", code="not_implemented",
+                                exception="NotImplementedError")
+    numels = tuple(inp.numel() for inp in inputs)
+    basis = _standard_basis(inputs, numels)
+    total = sum(numels)
+    columns = None  # per output: list of tangents (one per basis vector)
+    is_outputs_tuple, primals = False, None
+    for k in range(total):
+        with fw.dual_level():
+            duals = tuple(fw.make_dual(inp, Tensor(np.ascontiguousarray(b.data[k].reshape(inp.shape))))
+                          for inp, b in zip(inputs, basis))
+            is_outputs_tuple, outs = _as_tuple(func(*duals), "outputs")
+            jv, prim = [], []
+            for out in outs:
+                primal, tangent = fw.unpack_dual(out)
+                prim.append(primal)
+                jv.append(tangent if tangent is not None else _zeros_like(primal))
+        if columns is None:
+            columns = [[] for _ in jv]
+            primals = prim
+        for acc, t in zip(columns, jv):
+            acc.append(t)
+    # torch: the vmapped tangents (batch first) permuted to put the batch last, then split per input; the
+    # tangents keep whatever graph they have (a forward-over-reverse hessian's do), as torch's do
+    from .ops.shape import stack
+    result = []
+    for cols, out in zip(columns, primals):
+        if not any(t.requires_grad for t in cols):  # no graph to keep: the same values, assembled in numpy
+            jac = np.stack([t.data for t in cols], axis=-1)
+            bounds = np.cumsum((0, *numels))
+            result.append([Tensor(np.ascontiguousarray(jac[..., a:b]).reshape(*out.shape, *inp.shape))
+                           for a, b, inp in zip(bounds[:-1], bounds[1:], inputs)])
+            continue
+        jac = stack(cols, 0)  # (total, *out.shape)
+        jac = jac.permute(*range(1, jac.ndim), 0)
+        row = [piece.reshape((*out.shape, *inp.shape)) for piece, inp in zip(jac.split(list(numels), -1), inputs)]
+        result.append(row)
+    return _tuple_postprocess(result, (is_outputs_tuple, is_inputs_tuple))
+
+
+def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, strategy="reverse-mode"):
+    """torch.autograd.functional.jacobian."""
+    if strategy not in ("forward-mode", "reverse-mode"):
+        raise TorchRuntimeError('Expected strategy to be either "forward-mode" or "reverse-mode". Hint: If your '
+                                'function has more outputs than inputs, "forward-mode" tends to be more performant. '
+                                'Otherwise, prefer to use "reverse-mode".', code="invalid_argument",
+                                exception="AssertionError")
+    if strategy == "forward-mode":
+        if create_graph:
+            raise TorchRuntimeError('torch.autograd.functional.jacobian: `create_graph=True` and `strategy="forward-'
+                                    'mode"` are not supported together (yet). Please either set `create_graph=False` '
+                                    'or `strategy="reverse-mode"`.', code="not_implemented",
+                                    exception="NotImplementedError")
+        return _jacfwd(func, inputs, strict, vectorize)
+    with set_grad_enabled(True):
+        is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "jacobian")
+        inputs = _grad_preprocess(inputs, create_graph=create_graph, need_graph=True)
+        outputs = func(*inputs)
+        is_outputs_tuple, outputs = _as_tuple(outputs, "outputs of the user-provided function", "jacobian")
+        _check_requires_grad(outputs, "outputs", strict=strict)
+        if vectorize:
+            if strict:
+                raise TorchRuntimeError("torch.autograd.functional.jacobian: `strict=True` and `vectorized=True` are "
+                                        "not supported together. Please either set `strict=False` or "
+                                        "`vectorize=False`.", code="invalid_argument")
+            numels = tuple(out.numel() for out in outputs)
+            total = sum(numels)
+            grad_outputs = _standard_basis(outputs, numels)
+            flat_outputs = tuple(out.reshape(-1) for out in outputs)
+            vj = list(_autograd_grad(flat_outputs, inputs, grad_outputs, create_graph=create_graph,
+                                     is_grads_batched=True))
+            for i, el in enumerate(vj):
+                if el is None:
+                    vj[i] = _zeros_like(inputs[i]).expand((total,) + inputs[i].shape)
+            jac_in_out = []
+            for jac_i, inp in zip(vj, inputs):
+                row = [jac.reshape(out.shape + inp.shape) for jac, out in zip(jac_i.split(list(numels), 0), outputs)]
+                jac_in_out.append(row)
+            jac_out_in = tuple(zip(*jac_in_out))
+            jac_out_in = _grad_postprocess(jac_out_in, create_graph)
+            return _tuple_postprocess(jac_out_in, (is_outputs_tuple, is_inputs_tuple))
+        from .ops.shape import stack
+        jac = []
+        for i, out in enumerate(outputs):
+            jac_i = tuple([] for _ in inputs)
+            flat = out.reshape(-1)
+            for j in range(out.numel()):
+                vj = _autograd_grad((flat[j],), inputs, retain_graph=True, create_graph=create_graph)
+                for el_idx, (acc, vj_el, inp) in enumerate(zip(jac_i, vj, inputs)):
+                    if vj_el is not None:
+                        if strict and create_graph and not vj_el.requires_grad:
+                            raise _strict_error(f"The jacobian of the user-provided function is independent of input "
+                                                f"{i}. This is not allowed in strict mode when create_graph=True.")
+                        acc.append(vj_el)
+                    else:
+                        if strict:
+                            raise _strict_error(f"Output {i} of the user-provided function is independent of input "
+                                                f"{el_idx}. This is not allowed in strict mode.")
+                        acc.append(_zeros_like(inp))
+            jac.append(tuple(stack(acc, 0).view(*out.shape, *inputs[k].shape) if acc else
+                             Tensor(np.zeros((*out.shape, *inputs[k].shape), inputs[k].data.dtype))
+                             for k, acc in enumerate(jac_i)))
+        jac = _grad_postprocess(tuple(jac), create_graph)
+        return _tuple_postprocess(jac, (is_outputs_tuple, is_inputs_tuple))
+
+
+def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, outer_jacobian_strategy="reverse-mode"):
+    """torch.autograd.functional.hessian: the jacobian of the (reverse-mode, create_graph) jacobian."""
+    is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "hessian")
+    if outer_jacobian_strategy not in ("forward-mode", "reverse-mode"):
+        raise TorchRuntimeError('Expected strategy to be either "forward-mode" or "reverse-mode".',
+                                code="invalid_argument", exception="AssertionError")
+
+    def ensure_single_output_function(*inp):
+        out = func(*inp)
+        is_out_tuple, t_out = _as_tuple(out, "outputs of the user-provided function", "hessian")
+        _check_requires_grad(t_out, "outputs", strict=strict)
+        if is_out_tuple or not isinstance(out, Tensor):
+            raise TorchRuntimeError("The function given to hessian should return a single Tensor",
+                                    code="invalid_argument")
+        if out.numel() != 1:
+            raise TorchRuntimeError("The Tensor returned by the function given to hessian should contain a single "
+                                    "element", code="invalid_argument")
+        return out.squeeze()
+
+    def jac_func(*inp):
+        if outer_jacobian_strategy == "forward-mode":
+            inp = tuple(t.requires_grad_(True) for t in inp)
+        jac = jacobian(ensure_single_output_function, inp, create_graph=True)
+        _check_requires_grad(jac, "jacobian", strict=strict)
+        return jac
+
+    res = jacobian(jac_func, inputs, create_graph=create_graph, strict=strict, vectorize=vectorize,
+                   strategy=outer_jacobian_strategy)
+    return _tuple_postprocess(res, (is_inputs_tuple, is_inputs_tuple))
+
+
+def _single_output(outputs, is_outputs_tuple, name):
+    if is_outputs_tuple or not isinstance(outputs[0], Tensor):
+        raise TorchRuntimeError(f"The function given to {name} should return a single Tensor", code="invalid_argument")
+    if outputs[0].numel() != 1:
+        raise TorchRuntimeError(f"The Tensor returned by the function given to {name} should contain a single "
+                                "element", code="invalid_argument")
+
+
+def vhp(func, inputs, v=None, create_graph=False, strict=False):
+    """torch.autograd.functional.vhp -> (func_output, vhp)."""
+    with set_grad_enabled(True):
+        is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "vhp")
+        inputs = _grad_preprocess(inputs, create_graph=create_graph, need_graph=True)
+        if v is not None:
+            _, v = _as_tuple(v, "v", "vhp")
+            v = _grad_preprocess(v, create_graph=create_graph, need_graph=False)
+            _validate_v(v, inputs, is_inputs_tuple)
+        else:
+            _check_v_none(inputs)
+        outputs = func(*inputs)
+        is_outputs_tuple, outputs = _as_tuple(outputs, "outputs of the user-provided function", "vhp")
+        _check_requires_grad(outputs, "outputs", strict=strict)
+        _single_output(outputs, is_outputs_tuple, "vhp")
+        jac = _autograd_grad(outputs, inputs, create_graph=True)
+        _check_requires_grad(jac, "jacobian", strict=strict)
+    with set_grad_enabled(True if create_graph else _grad_enabled.get()):
+        grad_res = _autograd_grad(jac, inputs, v, create_graph=create_graph)
+        res = _fill_in_zeros(grad_res, inputs, strict, create_graph, "double_back")
+    outputs = _grad_postprocess(outputs, create_graph)
+    res = _grad_postprocess(res, create_graph)
+    return _tuple_postprocess(outputs, is_outputs_tuple), _tuple_postprocess(res, is_inputs_tuple)
+
+
+def hvp(func, inputs, v=None, create_graph=False, strict=False):
+    """torch.autograd.functional.hvp -> (func_output, hvp), by the double-backward trick as torch does."""
+    with set_grad_enabled(True):
+        is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "hvp")
+        inputs = _grad_preprocess(inputs, create_graph=create_graph, need_graph=True)
+        if v is not None:
+            _, v = _as_tuple(v, "v", "hvp")
+            v = _grad_preprocess(v, create_graph=create_graph, need_graph=False)
+            _validate_v(v, inputs, is_inputs_tuple)
+        else:
+            _check_v_none(inputs)
+        outputs = func(*inputs)
+        is_outputs_tuple, outputs = _as_tuple(outputs, "outputs of the user-provided function", "hvp")
+        _check_requires_grad(outputs, "outputs", strict=strict)
+        _single_output(outputs, is_outputs_tuple, "hvp")
+        jac = _autograd_grad(outputs, inputs, create_graph=True)
+        _check_requires_grad(jac, "jacobian", strict=strict)
+        grad_jac = tuple(_zeros_like(inp, requires_grad=True) for inp in inputs)
+        double_back = _autograd_grad(jac, inputs, grad_jac, create_graph=True)
+        _check_requires_grad(jac, "hessian", strict=strict)
+    with set_grad_enabled(True if create_graph else _grad_enabled.get()):
+        grad_res = _autograd_grad(double_back, grad_jac, v, create_graph=create_graph)
+        res = _fill_in_zeros(grad_res, inputs, strict, create_graph, "double_back_trick")
+    outputs = _grad_postprocess(outputs, create_graph)
+    res = _grad_postprocess(res, create_graph)
+    return _tuple_postprocess(outputs, is_outputs_tuple), _tuple_postprocess(res, is_inputs_tuple)
+
+
+#: transform name -> (function, parameters after func and inputs, in torch's positional order)
+TRANSFORMS = {
+    "vjp": (vjp, ("v", "create_graph", "strict")),
+    "jvp": (jvp, ("v", "create_graph", "strict")),
+    "vhp": (vhp, ("v", "create_graph", "strict")),
+    "hvp": (hvp, ("v", "create_graph", "strict")),
+    "jacobian": (jacobian, ("create_graph", "strict", "vectorize", "strategy")),
+    "hessian": (hessian, ("create_graph", "strict", "vectorize", "outer_jacobian_strategy")),
+}
+
+
+def check_flag(name: str, value, fn: str) -> None:
+    if name in ("create_graph", "strict", "vectorize") and not isinstance(value, bool):
+        raise InvalidArgumentError(f"{fn}(): argument '{name}' must be bool, not {type(value).__name__}")
