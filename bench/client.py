@@ -186,7 +186,8 @@ def main() -> int:
         from tests.deploy.servers import Uvicorn
 
         log = Path(tempfile.mkdtemp(prefix="gradserve-bench-")) / "uvicorn.log"
-        server = Uvicorn.for_app({"GRADSERVE_RATE_LIMIT_PER_SECOND": "0"}, log).start()
+        no_rate = {"GRADSERVE_RATE_LIMIT_PER_SECOND": "0", "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"}
+        server = Uvicorn.for_app(no_rate, log).start()  # one load generator, one address
         a.url = server.url
     try:
         print(table(run(a.url, a.rounds, a.epochs)))
