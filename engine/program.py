@@ -137,8 +137,16 @@ def reachable(roots) -> tuple[int, dict[int, int]]:
                     seen_nodes.add(id(c))
                     stack_n.append(c)
             for v in n.saved.values():
-                if isinstance(v, SavedTensor) and v.tensor is not None:
-                    add_tensor(v.tensor)
+                if isinstance(v, SavedTensor) and not v.freed:
+                    live = v.live()
+                    if live is not None:
+                        add_tensor(live)
+                    else:  # a node's output nothing else holds: its saved data (SavedTensor)
+                        a = v._data
+                        base = a.base
+                        if base is None or base.__class__ is not np.ndarray:
+                            base = a
+                        seen_arrays[id(base)] = base.nbytes
                 elif isinstance(v, Node) and id(v) not in seen_nodes:
                     seen_nodes.add(id(v))
                     stack_n.append(v)

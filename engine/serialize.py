@@ -343,7 +343,8 @@ def _loads(blob: bytes) -> State:
         if v.__class__ is dict:
             if "saved" in v:
                 s = SavedTensor.__new__(SavedTensor)
-                s.tensor, s.version, s.is_output = tensor(v["saved"]), v["version"], v["is_output"]
+                s.is_output, s.version = v["is_output"], v["version"]
+                s.tensor = tensor(v["saved"])  # after is_output: a node's own output is held weakly
                 s.shape, s.dtype = tuple(v["shape"]), v["dtype"]
                 if s.version.__class__ is not int or s.is_output.__class__ is not bool or s.dtype not in NP:
                     _bad("saved tensor", v)
