@@ -121,7 +121,7 @@ class Node:
     ``SavedTensor`` objects, ``None`` (slot not saved) or plain values."""
 
     __slots__ = ("name", "prim", "next_functions", "saved", "input_meta", "n_outputs", "retained",
-                 "variable", "__weakref__")
+                 "variable", "_needs", "__weakref__")
 
     def __init__(self, name: str, prim: str, next_functions: tuple, saved: dict | None = None,
                  input_meta: tuple = (), n_outputs: int = 1):
@@ -133,6 +133,15 @@ class Node:
         self.n_outputs = n_outputs
         self.retained = None              # {output_nr: Tensor} for retain_grad() on this node's outputs
         self.variable = None              # AccumulateGrad only: the leaf
+        self._needs = None                # which inputs need a gradient (record() sets it; else on first use)
+
+    @property
+    def needs(self) -> tuple:
+        """Per input edge: does it need a gradient (an edge to a function or an accumulator)."""
+        n = self._needs
+        if n is None:
+            n = self._needs = tuple(e[0] is not None for e in self.next_functions)
+        return n
 
     def __repr__(self) -> str:
         return f"<{self.name} object>"
@@ -216,4 +225,4 @@ class Ctx:
                 v = [x.unpack(node) if isinstance(x, SavedTensor) else x for x in v]
             d[slot] = v
         self.node = node
-        self.needs = tuple(e[0] is not None for e in node.next_functions)
+        self.needs = node.needs

@@ -400,6 +400,7 @@ def _loads(blob: bytes) -> State:
             else:
                 nexts.append((node(x[0]), x[1]))
         n.next_functions = tuple(nexts)
+        n._needs = None  # computed from next_functions on first use
         n.saved = {k: value(v) for k, v in e["saved"].items()}
         retained = e["retained"]
         n.retained = None if retained is None else {int(k): tensor(v) for k, v in retained.items()}
