@@ -548,7 +548,7 @@ class _Runner:
             if spec is None:
                 raise UnknownOpError(f"unknown op {name!r}; GET /v1/ops lists the available ops")
             a, k = self.bind_args(spec, args, kwargs, name)
-            if not spec.inplace and _grad_enabled.get():
+            if not spec.inplace and spec.differentiable and _grad_enabled.get():
                 _check_views(a, k)
             value = spec.fn(*a, **k)
             return self.bind(out, value)

@@ -198,6 +198,8 @@ class Tensor:
         if not self.requires_grad:
             raise TorchRuntimeError("can't retain_grad on Tensor that has requires_grad=False",
                                     code="retain_grad_without_requires_grad")
+        if self._grad_fn is None and (self._base is None or self.grad_fn is None):
+            return  # a leaf (torch: a view made under no_grad is one, even after its base changed)
         err = self.view_error()
         if err is not None:  # torch reads grad_fn here, which refuses such a view
             raise TorchRuntimeError(err, code="invalid_inplace")

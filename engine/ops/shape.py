@@ -247,9 +247,17 @@ def _squeeze_dim(self: Tensor, d: int) -> Tensor:
     return record("SqueezeBackward4", out, (self,), {"dim": d, "self_sym_sizes": shp})
 
 
+def _unsqueeze_to(grad: Tensor, dims, sizes: tuple) -> Tensor:
+    """torch's unsqueeze_to: put back each squeezed size-1 dimension (one UnsqueezeBackward0 per dim)."""
+    for d in dims:
+        if sizes[d] == 1:
+            grad = unsqueeze(grad, d)
+    return grad
+
+
 @vjp("SqueezeBackward0", inputs=("self",), saves=("self_sym_sizes",))
 def _(ctx, grad):
-    return reshape(grad, ctx.self_sym_sizes),
+    return _unsqueeze_to(grad, range(len(ctx.self_sym_sizes)), ctx.self_sym_sizes),
 
 
 @jvp("SqueezeBackward0")
@@ -259,7 +267,9 @@ def _(ctx, self_t):
 
 @vjp("SqueezeBackward1", inputs=("self",), saves=("dim", "self_sym_sizes"))
 def _(ctx, grad):
-    return reshape(grad, ctx.self_sym_sizes),
+    if not ctx.self_sym_sizes:  # squeeze of a 0-d tensor
+        return reshape(grad, ctx.self_sym_sizes),
+    return _unsqueeze_to(grad, (ctx.dim,), ctx.self_sym_sizes),
 
 
 @jvp("SqueezeBackward1")
@@ -269,7 +279,7 @@ def _(ctx, self_t):
 
 @vjp("SqueezeBackward2", inputs=("self",), saves=("dim", "self_sym_sizes"))
 def _(ctx, grad):
-    return reshape(grad, ctx.self_sym_sizes),
+    return _unsqueeze_to(grad, sorted(ctx.dim), ctx.self_sym_sizes),
 
 
 @jvp("SqueezeBackward2")

@@ -22,7 +22,9 @@ AUTOGRAD_ACTIONS = {"backward", "grad", "retain_grad", "set_grad", "requires_gra
 VIEW_OPS = {"view", "reshape", "t", "transpose", "permute", "expand", "expand_as", "squeeze", "unsqueeze",
             "select", "narrow", "getitem", "split", "chunk", "unbind", "flatten", "detach", "setitem"}
 
-TOL = {"float32": (1e-4, 1e-5), "float64": (1e-9, 1e-12)}
+# float32 absolute tolerance: gradients that are zero in exact arithmetic (a softmax's sum) come out as
+# rounding noise of order 1e-5 whose value depends on summation order
+TOL = {"float32": (1e-4, 5e-5), "float64": (1e-9, 1e-12)}
 
 
 def plain_array(a: np.ndarray):

@@ -99,7 +99,17 @@ PROGRAMS = {
         T("x", [[1.1, 0.12], [1.09, 0.05]], dtype="float64"), O("silu", "x", out="y"),
         O("squeeze", "y", out="v", no_grad=True), T("g", [[-1.28, -1.82], [-1.13, 0.0]], rg=False, dtype="float64"),
         O("set_grad", "v", "g"), O("mul_", "y", 0.45), O("zero_grad", set_to_none=True)],
+    "retain_grad_on_a_no_grad_view_after_its_base_changed_is_a_no_op": [
+        T("x", [[1.9, 1.78], [-1.8, 1.62]]), O("sum", "x", out="s"), O("unsqueeze", "s", 0, out="u"),
+        O("unbind", "u", out="v", no_grad=True), O("relu_", "s"), O("retain_grad", "v")],
+    "squeeze_double_backward_is_unsqueeze": [
+        T("x", [[[0.47], [0.03], [-0.5]]], dtype="float64"), O("squeeze", "x", out="a"), O("squeeze", "x", 0, out="b"),
+        O("squeeze", "x", [0, 2], out="c"), T("g", [[1.0], [2.0], [3.0]], dtype="float64"),
+        O("grad", ["b"], ["x"], out="gb", grad_outputs="g", create_graph=True)],
     # ----- views and in-place
+    "a_refused_view_may_still_be_compared": [
+        O("zeros", [2, 3], out="z", no_grad=True), O("getitem", "z", "...", out="v", no_grad=True),
+        O("squeeze", "v", out="q"), T("w", 1.28), O("add_", "z", "w"), O("eq", "q", 0.5, out="e")],
     "refused_view_is_refused_before_the_ops_own_checks": [
         T("x", [[0.13, -0.1, 0.31, -0.33], [-0.54, -0.78, 0.77, 0.57]]), O("chunk", "x", 2, 1, out="c"),
         O("sigmoid_", "c_1", no_grad=True), O("view", "c_1", -1, out="v")],
