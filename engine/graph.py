@@ -134,10 +134,11 @@ def export_graph(tensors: dict, root: str | None = None) -> dict:
         for slot, v in n.saved.items():
             item = {"name": f"_saved_{slot}"}
             if isinstance(v, SavedTensor):
-                item.update(kind="tensor", shape=list(v.shape), dtype=v.dtype, freed=v.tensor is None,
+                item.update(kind="tensor", shape=list(v.shape), dtype=v.dtype, freed=v.freed,
                             is_output=v.is_output)
-                if v.tensor is not None and id(v.tensor) in names_by_id:
-                    item["is"] = names_by_id[id(v.tensor)]
+                live = v.live()
+                if live is not None and id(live) in names_by_id:
+                    item["is"] = names_by_id[id(live)]
             elif isinstance(v, Node):
                 item.update(kind="node", node=ids.get(id(v)))
             else:

@@ -8,6 +8,8 @@ in the primitive table by name, so a graph can be serialised and restored.
 
 from __future__ import annotations
 
+from weakref import ref as _weakref
+
 from .dtypes import _FROM_NP, LEGACY_NAMES
 from .errors import VERSION_HINT, GraphFreedError, VersionMismatchError
 from .journal import _journal
@@ -16,27 +18,83 @@ _CPP_NODES = {"AccumulateGrad", "CopySlices", "CopyBackwards", "NotImplemented",
 
 
 class SavedTensor:
-    """A tensor slot of a node: the tensor object, the version it had when saved, and whether it is the
-    node's own output. ``tensor is None`` once freed by a backward without ``retain_graph``."""
+    """A tensor slot of a node: the tensor, the version it had when saved, and whether it is the node's own
+    output. ``tensor is None`` once freed by a backward without ``retain_graph``.
 
-    __slots__ = ("tensor", "version", "is_output", "shape", "dtype")
+    A node's own output (``exp``'s result...) is held as torch's SavedVariable holds it: its data, version
+    counter and output number, plus a weak reference to the tensor object. Holding the tensor itself would
+    make a cycle (tensor -> grad_fn -> saved -> tensor), so a dropped graph would wait for the cycle
+    collector. While the tensor lives, ``tensor`` and ``unpack`` give that very object; afterwards an
+    equivalent tensor over the same data and version counter, whose grad_fn is the unpacking node."""
+
+    __slots__ = ("_tensor", "version", "is_output", "shape", "dtype", "_ref", "_data", "_vc", "_nr", "_rg")
 
     def __init__(self, tensor, is_output: bool = False):
-        self.tensor = tensor
+        data = tensor.data
         self.version = tensor._vc[0]
         self.is_output = is_output
-        data = tensor.data
         self.shape = data.shape
         self.dtype = _FROM_NP[data.dtype]
+        if is_output:
+            self._tensor = None
+            self._ref = _weakref(tensor)
+            self._data = data
+            self._vc = tensor._vc
+            self._nr = tensor.output_nr
+            self._rg = tensor._requires_grad
+        else:
+            self._tensor = tensor
+            self._data = None
+
+    @property
+    def tensor(self):
+        if not self.is_output:
+            return self._tensor
+        if self._data is None:
+            return None
+        t = self._ref()
+        return t if t is not None else self._rebuild(None)
+
+    @tensor.setter
+    def tensor(self, t) -> None:
+        if t is None:
+            self._tensor = self._data = None
+        elif getattr(self, "is_output", False):
+            self._tensor = None
+            self._ref = _weakref(t)
+            self._data = t.data
+            self._vc = t._vc
+            self._nr = t.output_nr
+            self._rg = t._requires_grad
+        else:
+            self._tensor = t
+            self._data = None
+
+    def live(self):
+        """The saved tensor object itself while it exists (no rebuilt stand-in), else None."""
+        if not self.is_output:
+            return self._tensor
+        return None if self._data is None else self._ref()
 
     @property
     def freed(self) -> bool:
-        return self.tensor is None
+        return (self._data if self.is_output else self._tensor) is None
+
+    def _rebuild(self, node):
+        from .tensor import Tensor
+        return Tensor(self._data, self._rg, node, self._nr, self._vc)
 
     def unpack(self, node: Node):
-        t = self.tensor
-        if t is None:
-            raise GraphFreedError()
+        if self.is_output:
+            if self._data is None:
+                raise GraphFreedError()
+            t = self._ref()
+            if t is None:
+                t = self._rebuild(node)
+        else:
+            t = self._tensor
+            if t is None:
+                raise GraphFreedError()
         if t._vc[0] != self.version:
             raise VersionMismatchError(_version_message(t, self, node))
         return t
@@ -63,7 +121,7 @@ class Node:
     ``SavedTensor`` objects, ``None`` (slot not saved) or plain values."""
 
     __slots__ = ("name", "prim", "next_functions", "saved", "input_meta", "n_outputs", "retained",
-                 "variable", "__weakref__")
+                 "variable", "_needs", "__weakref__")
 
     def __init__(self, name: str, prim: str, next_functions: tuple, saved: dict | None = None,
                  input_meta: tuple = (), n_outputs: int = 1):
@@ -75,6 +133,15 @@ class Node:
         self.n_outputs = n_outputs
         self.retained = None              # {output_nr: Tensor} for retain_grad() on this node's outputs
         self.variable = None              # AccumulateGrad only: the leaf
+        self._needs = None                # which inputs need a gradient (record() sets it; else on first use)
+
+    @property
+    def needs(self) -> tuple:
+        """Per input edge: does it need a gradient (an edge to a function or an accumulator)."""
+        n = self._needs
+        if n is None:
+            n = self._needs = tuple(e[0] is not None for e in self.next_functions)
+        return n
 
     def __repr__(self) -> str:
         return f"<{self.name} object>"
@@ -89,9 +156,9 @@ class Node:
 
     def holds_saved_tensors(self) -> bool:
         for v in self.saved.values():
-            if isinstance(v, SavedTensor) and v.tensor is not None:
+            if isinstance(v, SavedTensor) and not v.freed:
                 return True
-            if isinstance(v, list) and any(isinstance(x, SavedTensor) and x.tensor is not None for x in v):
+            if isinstance(v, list) and any(isinstance(x, SavedTensor) and not x.freed for x in v):
                 return True
             if isinstance(v, Node) and v.holds_saved_tensors():
                 return True
@@ -126,13 +193,13 @@ def release_all(nodes) -> None:
     for node in nodes:
         for k, v in list(node.saved.items()):
             if v.__class__ is SavedTensor:
-                if v.tensor is not None:
+                if not v.freed:
                     if j is not None:
                         j.append((0, v, "tensor", v.tensor))
                     v.tensor = None
             elif isinstance(v, list):
                 for x in v:
-                    if isinstance(x, SavedTensor) and x.tensor is not None:
+                    if isinstance(x, SavedTensor) and not x.freed:
                         if j is not None:
                             j.append((0, x, "tensor", x.tensor))
                         x.tensor = None
@@ -158,4 +225,4 @@ class Ctx:
                 v = [x.unpack(node) if isinstance(x, SavedTensor) else x for x in v]
             d[slot] = v
         self.node = node
-        self.needs = tuple(e[0] is not None for e in node.next_functions)
+        self.needs = node.needs

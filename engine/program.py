@@ -139,8 +139,16 @@ def reachable(roots) -> tuple[int, dict[int, int]]:
                     seen_nodes.add(id(c))
                     stack_n.append(c)
             for v in n.saved.values():
-                if isinstance(v, SavedTensor) and v.tensor is not None:
-                    add_tensor(v.tensor)
+                if isinstance(v, SavedTensor) and not v.freed:
+                    live = v.live()
+                    if live is not None:
+                        add_tensor(live)
+                    else:  # a node's output nothing else holds: its saved data (SavedTensor)
+                        a = v._data
+                        base = a.base
+                        if base is None or base.__class__ is not np.ndarray:
+                            base = a
+                        seen_arrays[id(base)] = base.nbytes
                 elif isinstance(v, Node) and id(v) not in seen_nodes:
                     seen_nodes.add(id(v))
                     stack_n.append(v)
@@ -262,12 +270,8 @@ class _Runner:
         return out_args, out_kwargs
 
     def _convert_args(self, spec, args: list, kwargs: dict):
-        params = spec.params
-        args = list(args)
         out_args, out_kwargs = [], {}
-        pos = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        varargs = next((p for p in params if p.kind == p.VAR_POSITIONAL), None)
-        names = {p.name for p in params}
+        pos, varargs, names = _param_layout(spec)
 
         def convert(name, value):
             if name in ("index",) and spec.name in ("getitem", "setitem"):
@@ -278,9 +282,10 @@ class _Runner:
                 return self.tensor_arg(value)
             return value
 
+        npos = len(pos)
         for i, a in enumerate(args):
-            if i < len(pos):
-                out_args.append(convert(pos[i].name, a))
+            if i < npos:
+                out_args.append(convert(pos[i], a))
             elif varargs is not None and varargs.name in spec.tensors:
                 # tensor varargs (einsum's operands): each a name, or one list of names
                 out_args.append(self.tensor_list(a) if isinstance(a, list) else self.tensor_arg(a))
@@ -372,8 +377,12 @@ class _Runner:
 
     def report(self, index, op, contrib: dict):
         entries = []
+        names = {}  # id(tensor) -> its first name (names_of's answer), built once: a pass may write thousands
+        if len(contrib) > 4:
+            for n, v in self.ns.items():
+                names.setdefault(id(v), n)
         for t, g in contrib.items():
-            name = self.names_of(t)
+            name = names.get(id(t)) if names else self.names_of(t)
             if name is None:
                 continue
             entries.append(GradEntry(name, _snapshot(g), _snapshot(t._grad), t.grad_accumulations))
@@ -686,6 +695,20 @@ ACTIONS = [
 #: forward-mode actions and their positional parameters (``level`` is keyword-only, as in torch)
 _FORWARD_AD = {"enter_dual_level": (), "exit_dual_level": (), "make_dual": ("tensor", "tangent"),
                "unpack_dual": ("tensor",)}
+
+
+_LAYOUTS: dict[int, tuple] = {}
+
+
+def _param_layout(spec) -> tuple:
+    """(positional parameter names, the *args parameter or None, every parameter name) of an op, once."""
+    layout = _LAYOUTS.get(id(spec))
+    if layout is None:
+        params = spec.params
+        pos = tuple(p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+        varargs = next((p for p in params if p.kind == p.VAR_POSITIONAL), None)
+        layout = _LAYOUTS[id(spec)] = (pos, varargs, frozenset(p.name for p in params))
+    return layout
 
 
 def _check_views(args, kwargs) -> None:

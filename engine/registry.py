@@ -211,6 +211,9 @@ def needs_grad(*inputs) -> bool:
     return False
 
 
+_NO_EDGE = (None, 0)
+
+
 def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
     """Wrap forward output(s) in Tensor(s); when grad is needed, create the node.
 
@@ -226,7 +229,8 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
     grad = False
     if _grad_enabled.get() and (multi or data.dtype.kind == "f"):  # int and bool results never require grad
         for t in inputs:
-            if t is not None and t.requires_grad:
+            # t._requires_grad first: the property (a view's base may require grad) only when it is False
+            if t is not None and (t._requires_grad or (t._base is not None and t.requires_grad)):
                 grad = True
                 break
     if not grad:
@@ -236,16 +240,20 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
         return outs
     nexts = []
     meta = []
+    needs = []
     for t in inputs:
-        if t is None or not t.requires_grad:
-            nexts.append((None, 0))
+        if t is None or not (t._requires_grad or (t._base is not None and t.requires_grad)):
+            nexts.append(_NO_EDGE)
             meta.append(None)
+            needs.append(False)
         else:
-            fn = t.grad_fn if t._base is None else view_grad_fn(t)
+            fn = t._grad_fn if t._base is None else view_grad_fn(t)
             nexts.append((fn, t.output_nr) if fn is not None else (accumulator(t), 0))
             d = t.data
             meta.append((d.shape, d.dtype))
+            needs.append(True)
     node = Node(prim_name, prim_name, tuple(nexts), None, tuple(meta), len(data) if multi else 1)
+    node._needs = tuple(needs)
     if multi:
         outs = tuple(Tensor(d, True, node, i) for i, d in enumerate(data))
     else:
@@ -257,7 +265,7 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
             users = needed.get(slot)
             if users is not None:
                 for i in users:
-                    if nexts[i][0] is not None:
+                    if needs[i]:
                         break
                 else:
                     s[slot] = None

@@ -348,7 +348,8 @@ def _loads(blob: bytes) -> State:
         if v.__class__ is dict:
             if "saved" in v:
                 s = SavedTensor.__new__(SavedTensor)
-                s.tensor, s.version, s.is_output = tensor(v["saved"]), v["version"], v["is_output"]
+                s.is_output, s.version = v["is_output"], v["version"]
+                s.tensor = tensor(v["saved"])  # after is_output: a node's own output is held weakly
                 s.shape, s.dtype = tuple(v["shape"]), v["dtype"]
                 if s.version.__class__ is not int or s.is_output.__class__ is not bool or s.dtype not in NP:
                     _bad("saved tensor", v)
@@ -404,6 +405,7 @@ def _loads(blob: bytes) -> State:
             else:
                 nexts.append((node(x[0]), x[1]))
         n.next_functions = tuple(nexts)
+        n._needs = None  # computed from next_functions on first use
         n.saved = {k: value(v) for k, v in e["saved"].items()}
         retained = e["retained"]
         n.retained = None if retained is None else {int(k): tensor(v) for k, v in retained.items()}

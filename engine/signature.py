@@ -231,8 +231,18 @@ def _tname(v) -> str:
 
 
 def _is_tensor(v) -> bool:
-    from .tensor import Tensor
-    return isinstance(v, Tensor)
+    return isinstance(v, _tensor_class())
+
+
+def _tensor_class():
+    global _TENSOR
+    if _TENSOR is None:
+        from .tensor import Tensor  # engine.tensor imports this module's users: bound on first use
+        _TENSOR = Tensor
+    return _TENSOR
+
+
+_TENSOR = None
 
 
 def _is_number(v) -> bool:
@@ -280,9 +290,30 @@ def parse_signature(name: str, text: str, numbers: bool = False) -> Signature:
     return Signature(name, tuple(params), varargs)
 
 
+#: derived_signature's and parse_signature's results (pure functions of the static op tables)
+_DERIVED: dict[tuple, Signature] = {}
+_PARSED: dict[tuple, Signature] = {}
+
+
 def derived_signature(spec, name: str, method: bool) -> Signature:
     """The single signature torch would print for an op bound with one overload, from the op's Python
     signature: tensor parameters typed ``Tensor`` (``input`` for the function form's first), others unchecked."""
+    key = (id(spec), name, method)
+    sig = _DERIVED.get(key)
+    if sig is None:
+        sig = _DERIVED[key] = _derive(spec, name, method)
+    return sig
+
+
+def _parsed(name: str, text: str, numbers: bool) -> Signature:
+    key = (name, text, numbers)
+    sig = _PARSED.get(key)
+    if sig is None:
+        sig = _PARSED[key] = parse_signature(name, text, numbers)
+    return sig
+
+
+def _derive(spec, name: str, method: bool) -> Signature:
     params = []
     numbers_ok = name in NUMBERS_AS_TENSORS
     kw_only = varargs = False
@@ -484,7 +515,7 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool) -> None:
         _parse(derived, args, kwargs, True)
         return
     numbers_ok = name in NUMBERS_AS_TENSORS
-    sigs = [parse_signature(shown, o, numbers_ok) for o in options]
+    sigs = [_parsed(shown, o, numbers_ok) for o in options]
     if any(_parse(s, args, kwargs, False) for s in sigs):
         return  # one of torch's overloads takes it: the op checks the rest
     n = len(args) + len(kwargs)

@@ -123,7 +123,7 @@ def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check: bool) -> Tenso
     node = result.grad_fn if result.requires_grad and result is not shadow else None
     if node is not None:
         for v in node.saved.values():
-            if isinstance(v, SavedTensor) and v.tensor is shadow:
+            if isinstance(v, SavedTensor) and v.live() is shadow:
                 # the op saved the old value: keep a private copy with its own version counter
                 shadow.data = shadow.data.copy()
                 shadow._vc = [v.version]
@@ -139,7 +139,7 @@ def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check: bool) -> Tenso
     if node is None:
         return self
     for v in node.saved.values():
-        if isinstance(v, SavedTensor) and v.tensor is result:
+        if isinstance(v, SavedTensor) and v.live() is result:
             v.tensor = self
             v.version = self._vc[0]
     if self._base is not None:
