@@ -457,20 +457,7 @@ class _Runner:
         params = _FORWARD_AD[name]
         kw = dict(kwargs)
         level = kw.pop("level", None)
-        if len(args) > len(params):
-            raise TorchTypeError(f"{name}() takes {len(params)} positional arguments but {len(args)} were given",
-                                 code="invalid_argument")
-        for p, a in zip(params, args):
-            if p in kw:
-                raise TorchTypeError(f"{name}() got multiple values for argument '{p}'", code="invalid_argument")
-            kw[p] = a
-        unknown = set(kw) - set(params)
-        if unknown:
-            raise TorchTypeError(f"{name}() got an unexpected keyword argument '{sorted(unknown)[0]}'",
-                                 code="invalid_argument")
-        missing = [p for p in params if p not in kw]
-        if missing:
-            raise TorchTypeError(f"{name}() missing required argument: '{missing[0]}'", code="invalid_argument")
+        kw = _python_call(name, params, len(params), args, kw)
         if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
             raise InvalidArgumentError(f"{name}(): level must be an int, not {type(level).__name__}")
         if name == "enter_dual_level":
@@ -532,23 +519,7 @@ class _Runner:
         """torch.autograd.functional.<name>(func, inputs, ...): func names a function; inputs (and v) a
         tensor or a list of tensors (a list is torch's tuple)."""
         fn, params = TRANSFORMS[name]
-        all_params = ("func", "inputs") + params
-        kw = dict(kwargs)
-        if len(args) > len(all_params):
-            raise TorchTypeError(f"{name}() takes from 2 to {len(all_params)} positional arguments but {len(args)} "
-                                 f"were given", code="invalid_argument")
-        for p, a in zip(all_params, args):
-            if p in kw:
-                raise TorchTypeError(f"{name}() got multiple values for argument '{p}'", code="invalid_argument")
-            kw[p] = a
-        unknown = set(kw) - set(all_params)
-        if unknown:
-            raise TorchTypeError(f"{name}() got an unexpected keyword argument '{sorted(unknown)[0]}'",
-                                 code="invalid_argument")
-        for p in ("func", "inputs"):
-            if p not in kw:
-                raise TorchTypeError(f"{name}() missing 1 required positional argument: '{p}'",
-                                     code="invalid_argument")
+        kw = _python_call(name, ("func", "inputs") + params, 2, args, dict(kwargs))
         for p in ("create_graph", "strict", "vectorize"):
             if p in kw and not isinstance(kw[p], bool):
                 raise InvalidArgumentError(f"{name}(): argument '{p}' must be bool, not {type(kw[p]).__name__}")
@@ -764,6 +735,28 @@ def _until_reached(ns: dict, name: str) -> bool:
         raise TorchRuntimeError(f"until: {name!r} must be a bool tensor with one element, got a {t.dtype} tensor "
                                 f"of shape {list(t.data.shape)}", code="invalid_until")
     return bool(t.data.reshape(()))
+
+
+def _python_call(name: str, params: tuple, required: int, args: list, kw: dict) -> dict:
+    """Bind ``args``/``kw`` to ``params`` (the first ``required`` of them required) as Python binds a call
+    to a function written in Python (torch.autograd.forward_ad and .functional are): Python's messages."""
+    if len(args) > len(params):
+        takes = len(params) if required == len(params) else f"from {required} to {len(params)}"
+        raise TorchTypeError(f"{name}() takes {takes} positional arguments but {len(args)} were given",
+                             code="invalid_argument")
+    for p, a in zip(params, args):
+        if p in kw:
+            raise TorchTypeError(f"{name}() got multiple values for argument '{p}'", code="invalid_argument")
+        kw[p] = a
+    unknown = set(kw) - set(params)
+    if unknown:
+        raise TorchTypeError(f"{name}() got an unexpected keyword argument '{sorted(unknown)[0]}'",
+                             code="invalid_argument")
+    missing = [p for p in params[:required] if p not in kw]
+    if missing:
+        raise TorchTypeError(f"{name}() missing 1 required positional argument: '{missing[0]}'",
+                             code="invalid_argument")
+    return kw
 
 
 def _check_out(out) -> None:
