@@ -188,6 +188,19 @@ PROGRAMS = {
         T("go", [0.8, 1.05, -1.21], rg=False, dtype="float64"),
         O("grad", ["m"], ["x", "h"], out="q", grad_outputs="go", retain_graph=True, create_graph=True),
         O("sum", "r", out="rs"), O("backward", "rs")],
+    # ----- op-level checks (merged main)
+    "conv2d_mkldnn_weight_dtype_message": [
+        T("a", [[[[0.43, 0.63], [0.33, -0.83]], [[0.98, -0.85], [0.61, 0.51]]]]),
+        T("w", [[[[-0.53]]], [[[0.68]]]], dtype="float64"), O("conv2d", "a", "w", out="o", groups=2)],
+    "conv2d_slow_path_weight_dtype_message": [
+        T("a", [[[[0.43, 0.63], [0.33, -0.83]], [[0.98, -0.85], [0.61, 0.51]]]]),
+        T("w", [[[[-0.53]], [[0.2]]]], dtype="float64"), O("conv2d", "a", "w", out="o")],
+    "conv1d_weight_dtype_message": [
+        T("a", [[0.43, 0.63, 0.1], [0.33, -0.83, 0.2]]), T("w", [[[-0.53], [0.68]]], dtype="float64"),
+        O("conv1d", "a", "w", out="o")],
+    "conv_bias_dtype_checked_before_the_weight_and_the_rank": [
+        T("a", [0.43, 0.63]), T("w", [[[[-0.53]]], [[[0.68]]]], dtype="float64"),
+        T("b", [0.1, 0.2], dtype="float64"), O("conv2d", "a", "w", "b", out="o")],
 }
 
 
