@@ -201,6 +201,18 @@ PROGRAMS = {
     "conv_bias_dtype_checked_before_the_weight_and_the_rank": [
         T("a", [0.43, 0.63]), T("w", [[[[-0.53]]], [[[0.68]]]], dtype="float64"),
         T("b", [0.1, 0.2], dtype="float64"), O("conv2d", "a", "w", "b", out="o")],
+    "index_copy_source_dtype_message": [
+        T("s", [[1.0, 2.0], [3.0, 4.0]], dtype="float64"), T("i", [0, 1], rg=False, dtype="int64"),
+        T("src", [[1.0, 2.0]]), O("index_copy", "s", 0, "i", "src", out="o")],
+    "index_copy_number_of_indices_is_an_index_error": [
+        T("s", [[1.0, 2.0], [3.0, 4.0]]), T("i", [0, 1], rg=False, dtype="int64"), T("src", [[1.0, 2.0]]),
+        O("index_copy", "s", 0, "i", "src", out="o")],
+    "index_add_number_of_indices_message": [
+        T("s", [[1.0, 2.0], [3.0, 4.0]]), T("i", [0, 1], rg=False, dtype="int64"), T("src", [[1.0, 2.0]]),
+        O("index_add", "s", 0, "i", "src", out="o")],
+    "scatter_add_src_dtype_message_names_scatter": [
+        T("s", [[1.0, 2.0], [3.0, 4.0]]), T("i", [[0, 1]], rg=False, dtype="int64"),
+        T("src", [[1.0, 2.0]], dtype="float64"), O("scatter_add", "s", 0, "i", "src", out="o")],
 }
 
 
