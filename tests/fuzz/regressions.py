@@ -213,6 +213,10 @@ PROGRAMS = {
     "scatter_add_src_dtype_message_names_scatter": [
         T("s", [[1.0, 2.0], [3.0, 4.0]]), T("i", [[0, 1]], rg=False, dtype="int64"),
         T("src", [[1.0, 2.0]], dtype="float64"), O("scatter_add", "s", 0, "i", "src", out="o")],
+    "multigammaln_outside_the_old_domain_is_lgamma": [
+        T("x", [-1.34, -0.93, -1.45, 0.0, -2.0, 3.5]), O("special.multigammaln", "x", 1, out="y"),
+        T("z", [0.007, 0.467, -0.462, 0.5, 1.0], dtype="float64"), O("mvlgamma", "z", 2, out="w"),
+        O("sum", "y", out="s"), O("backward", "s")],
 }
 
 
