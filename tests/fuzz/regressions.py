@@ -217,6 +217,10 @@ PROGRAMS = {
         T("x", [-1.34, -0.93, -1.45, 0.0, -2.0, 3.5]), O("special.multigammaln", "x", 1, out="y"),
         T("z", [0.007, 0.467, -0.462, 0.5, 1.0], dtype="float64"), O("mvlgamma", "z", 2, out="w"),
         O("sum", "y", out="s"), O("backward", "s")],
+    "matrix_norm_infinite_orders_spelled_as_strings": [
+        T("A", [[0.8, 0.6, 0.9], [-1.3, 1.8, 0.4], [-1.5, -1.6, -1.1]], dtype="float64"),
+        O("linalg.norm", "A", "-inf", out="n"), O("linalg.norm", "A", ord="inf", out="m"),
+        O("add", "n", "m", out="s"), O("backward", "s")],
 }
 
 

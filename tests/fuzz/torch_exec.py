@@ -221,6 +221,8 @@ class TorchRunner:
                 return self.lookup(v)
             if pname == "dtype" and isinstance(v, str):
                 return DTYPES[v]
+            if pname == "ord" and v in ("inf", "-inf"):  # the program format's spelling of an infinite order
+                return float(v)
             return v
 
         a = [conv(pos[i], v) if i < len(pos) else v for i, v in enumerate(args)]
