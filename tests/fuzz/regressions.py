@@ -106,6 +106,14 @@ PROGRAMS = {
         T("x", [[[0.47], [0.03], [-0.5]]], dtype="float64"), O("squeeze", "x", out="a"), O("squeeze", "x", 0, out="b"),
         O("squeeze", "x", [0, 2], out="c"), T("g", [[1.0], [2.0], [3.0]], dtype="float64"),
         O("grad", ["b"], ["x"], out="gb", grad_outputs="g", create_graph=True)],
+    "pad_backward_is_one_node_that_keeps_self": [
+        T("x", [[0.65, 0.56, 1.56], [-0.9, -1.54, -1.21]]), O("pad", "x", [0, 2], out="y", mode="replicate"),
+        T("g", [[1.47, -0.04, -0.84, 1.57, 0.8], [1.75, -0.26, -0.15, -0.55, 1.17]], rg=False),
+        O("grad", ["y"], ["y", "x"], out="r", grad_outputs="g", retain_graph=True, create_graph=True,
+          allow_unused=True, materialize_grads=True),
+        O("pad", "x", [1, 1], out="z", mode="reflect"), O("sum", "z", out="s0"),
+        O("grad", ["s0"], ["x"], out="q", create_graph=True), O("mul", "r_1", "q", out="m"), O("sum", "m", out="s"),
+        O("backward", "s")],
     # ----- views and in-place
     "a_refused_view_may_still_be_compared": [
         O("zeros", [2, 3], out="z", no_grad=True), O("getitem", "z", "...", out="v", no_grad=True),
