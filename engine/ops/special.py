@@ -154,10 +154,9 @@ def polygamma(n, self):
         raise InvalidArgumentError(f"polygamma(): argument 'n' (position 1) must be int, not {type(n).__name__}")
     if n < 0:
         raise TorchRuntimeError("polygamma(n, x) does not support negative n.", code="invalid_argument")
-    if n == 0:
-        return digamma(self)
     self, x = _float_unary(self, "polygamma")
-    return record("PolygammaBackward0", _polygamma64(int(n), x).astype(x.dtype), (self,),
+    out = _digamma64(x) if n == 0 else _polygamma64(int(n), x)  # n == 0: digamma's values, torch's node name
+    return record("PolygammaBackward0", out.astype(x.dtype), (self,),
                   {"n": int(n), "self": self})
 
 

@@ -229,6 +229,9 @@ PROGRAMS = {
         T("A", [[0.8, 0.6, 0.9], [-1.3, 1.8, 0.4], [-1.5, -1.6, -1.1]], dtype="float64"),
         O("linalg.norm", "A", "-inf", out="n"), O("linalg.norm", "A", ord="inf", out="m"),
         O("add", "n", "m", out="s"), O("backward", "s")],
+    "polygamma_of_order_zero_is_its_own_node": [
+        T("x", [1.256, 1.636, 0.894, -0.5]), O("polygamma", 0, "x", out="y"), O("special.psi", "x", out="z"),
+        O("add", "y", "z", out="w"), O("sum", "w", out="s"), O("grad", ["s"], ["x"], out="r", create_graph=True)],
 }
 
 
