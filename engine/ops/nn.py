@@ -406,8 +406,10 @@ def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None
     loss = (tp(1) - y) * x - lsi
     if weight is not None:
         loss = loss * weight.data.astype(x.dtype)
-    loss = _reduce_np(np.asarray(loss, x.dtype), red)
-    return record("BinaryCrossEntropyWithLogitsBackward0", np.asarray(loss, x.dtype), (input, target),
+    # torch computes (1 - target).mul_(input).sub_(...) in place: the loss has the target's (float) dtype
+    out_dt = target.data.dtype if target.data.dtype.kind == "f" else x.dtype
+    loss = _reduce_np(np.asarray(loss, out_dt), red)
+    return record("BinaryCrossEntropyWithLogitsBackward0", np.asarray(loss, out_dt), (input, target),
                   {"pos_weight": pos_weight, "reduction": red, "self": input, "target": target,
                    "weight": weight})
 

@@ -232,6 +232,12 @@ PROGRAMS = {
     "polygamma_of_order_zero_is_its_own_node": [
         T("x", [1.256, 1.636, 0.894, -0.5]), O("polygamma", 0, "x", out="y"), O("special.psi", "x", out="z"),
         O("add", "y", "z", out="w"), O("sum", "w", out="s"), O("grad", ["s"], ["x"], out="r", create_graph=True)],
+    "bce_with_logits_has_the_targets_dtype": [
+        O("ones", [3], out="x", dtype="float64", requires_grad=True), T("t", [0.302, 0.71, 0.484]),
+        T("w", [0.5, 1.0, 2.0], rg=False, dtype="float64"),
+        O("binary_cross_entropy_with_logits", "x", "t", out="l1", weight="w", pos_weight="w"),
+        O("binary_cross_entropy_with_logits", "t", "x", out="l2", reduction="none"), O("sum", "l2", out="s2"),
+        O("add", "l1", "s2", out="s"), O("backward", "s")],
 }
 
 
