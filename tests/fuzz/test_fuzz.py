@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.fuzz.harness import EngineRunner, HttpRunner, compare_step, replay
+from tests.fuzz.harness import HTTP_RIG, EngineRunner, HttpRunner, compare_step, replay
 from tests.fuzz.regressions import FILE, PROGRAMS
 
 REGRESSIONS = json.loads(FILE.read_text())
@@ -44,7 +44,7 @@ def client():
 
     from app.config import Settings
     from app.main import create_app
-    with TestClient(create_app(Settings(access_log=False))) as c:
+    with TestClient(create_app(Settings(access_log=False, **HTTP_RIG))) as c:
         yield c
 
 
