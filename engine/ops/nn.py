@@ -297,6 +297,8 @@ def huber_loss(input, target, reduction="mean", delta=1.0):
     input, target = _loss_pair(input, target, "huber_loss")
     loss = _piecewise_forward(input, target, delta, lambda z, tp: tp(0.5) * z * z,
                               lambda z, tp: tp(delta) * (z - tp(0.5) * tp(delta)))
+    if input.data.dtype.kind == "f":  # torch's kernel writes into a loss like the input (no promotion)
+        loss = loss.astype(input.data.dtype, copy=False)
     return record("HuberLossBackward0", _reduce_np(loss, red), (input, target),
                   {"delta": float(delta), "reduction": red, "self": input, "target": target})
 
@@ -305,6 +307,9 @@ def huber_loss(input, target, reduction="mean", delta=1.0):
 def _(ctx, grad):
     n = ctx.needs
     delta = ctx.delta
+    if ctx.target.dtype != ctx.self.dtype:  # huber_loss_backward's kernel wants one dtype (the loss's = self's)
+        raise TorchRuntimeError(f"Found dtype {D.SCALAR_TYPE_NAMES[ctx.target.dtype]} but expected "
+                                f"{D.SCALAR_TYPE_NAMES[ctx.self.dtype]}", code="dtype_mismatch")
     x = ctx.self - ctx.target
     g = _piecewise_backward(x, grad, _norm(ctx.reduction, x.numel()), delta, delta, lambda v: v)
     return (g if n[0] else None), (-g if n[1] else None)

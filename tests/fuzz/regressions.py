@@ -238,6 +238,12 @@ PROGRAMS = {
         O("binary_cross_entropy_with_logits", "x", "t", out="l1", weight="w", pos_weight="w"),
         O("binary_cross_entropy_with_logits", "t", "x", out="l2", reduction="none"), O("sum", "l2", out="s2"),
         O("add", "l1", "s2", out="s"), O("backward", "s")],
+    "huber_loss_has_the_inputs_dtype": [
+        T("x", [0.294, 0.206, 2.394]), T("y", [-0.081, -0.147, -0.226], dtype="float64"),
+        O("huber_loss", "x", "y", out="l", reduction="none"), O("huber_loss", "y", "x", out="m")],
+    "huber_loss_mixed_dtype_backward_refused": [
+        T("x", [0.294, 0.206, 0.394], dtype="float64"), T("y", [-0.081, -0.147, -0.226]),
+        O("huber_loss", "x", "y", out="l"), O("backward", "l", retain_graph=True)],
 }
 
 
