@@ -482,6 +482,9 @@ def _nll_check(input: Tensor, target: Tensor, weight: Tensor | None) -> None:
     if input.data.dtype.kind != "f":
         raise TorchRuntimeError(f"\"nll_loss_out_frame\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
+    if weight is not None and weight.dtype != input.dtype:  # the kernel reads weight as the input's scalar type
+        raise TorchRuntimeError(f"expected scalar type {D.SCALAR_TYPE_NAMES[input.dtype]} but found "
+                                f"{D.SCALAR_TYPE_NAMES[weight.dtype]}", code="dtype_mismatch")
 
 
 def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, ignore_index: int, dtype):

@@ -244,6 +244,17 @@ PROGRAMS = {
     "huber_loss_mixed_dtype_backward_refused": [
         T("x", [0.294, 0.206, 0.394], dtype="float64"), T("y", [-0.081, -0.147, -0.226]),
         O("huber_loss", "x", "y", out="l"), O("backward", "l", retain_graph=True)],
+    "argument_errors_before_the_overlap_check": [
+        T("x", [1.0], rg=False), O("expand", "x", 2, 2, out="e"), O("sub_", "e", None)],
+    "argument_errors_before_the_partial_overlap_check": [
+        O("arange", 0.0, 6.0, out="a"), O("getitem", "a", "1:4", out="p"), O("add_", "p", None)],
+    "cross_entropy_weight_of_another_dtype_refused": [
+        T("x", [[-0.128, -0.424, 0.716], [-0.697, 0.129, 0.449]], dtype="float64"),
+        T("t", [0, 1], rg=False, dtype="int64"), T("w", [0.89, -0.72, -0.48], rg=False),
+        O("cross_entropy", "x", "t", out="l", weight="w")],
+    "nll_loss_weight_of_another_dtype_refused": [
+        T("x", [[-0.128, -0.424, 0.716], [-0.697, 0.129, 0.449]]), T("t", [0, 1], rg=False, dtype="int64"),
+        T("w", [0.89, -0.72, -0.48], rg=False, dtype="float64"), O("nll_loss", "x", "t", out="l", weight="w")],
 }
 
 
