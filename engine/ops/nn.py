@@ -25,7 +25,7 @@ from ..errors import (
 from ..grad_mode import emit_warning
 from ..registry import PRIMS, jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
-from .common import NP, binary_operands, broadcast_shapes, require_tensor, wrap_dim
+from .common import NP, binary_operands, broadcast_shapes, check_no_requires_grad, require_tensor, wrap_dim
 from .elementwise import abs as abs_
 from .elementwise import add, clamp_min, eq, exp, ge, le, log, logsigmoid, masked_fill, mul, neg, sigmoid, where
 from .linalg import addmm, matmul
@@ -391,17 +391,21 @@ def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None
     input = require_tensor(input, "input", "binary_cross_entropy_with_logits")
     target = require_tensor(target, "target", "binary_cross_entropy_with_logits")
     red = _reduction(reduction)
-    if input.data.dtype.kind != "f":  # torch's log_sigmoid kernel is float-only
-        raise TorchRuntimeError(f"\"log_sigmoid_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
-                                code="invalid_dtype", exception="NotImplementedError")
     if target.shape != input.shape:
         raise TorchValueError(f"Target size ({_size(target.shape)}) must be the same as input size "
                               f"({_size(input.shape)})", code="shape_mismatch")
     if weight is not None:
         weight = require_tensor(weight, "weight", "binary_cross_entropy_with_logits")
-        broadcast_shapes(input.shape, weight.shape)
     if pos_weight is not None:
         pos_weight = require_tensor(pos_weight, "pos_weight", "binary_cross_entropy_with_logits")
+    check_no_requires_grad(weight, "weight", "binary_cross_entropy_with_logits")
+    check_no_requires_grad(pos_weight, "pos_weight", "binary_cross_entropy_with_logits")
+    if input.data.dtype.kind != "f":  # torch's log_sigmoid kernel is float-only
+        raise TorchRuntimeError(f"\"log_sigmoid_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
+    if weight is not None:
+        broadcast_shapes(input.shape, weight.shape)
+    if pos_weight is not None:
         broadcast_shapes(input.shape, pos_weight.shape)
     _, x, y = binary_operands(input, target)
     tp = x.dtype.type

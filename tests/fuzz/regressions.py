@@ -255,6 +255,11 @@ PROGRAMS = {
     "nll_loss_weight_of_another_dtype_refused": [
         T("x", [[-0.128, -0.424, 0.716], [-0.697, 0.129, 0.449]]), T("t", [0, 1], rg=False, dtype="int64"),
         T("w", [0.89, -0.72, -0.48], rg=False, dtype="float64"), O("nll_loss", "x", "t", out="l", weight="w")],
+    "bce_with_logits_weights_may_not_require_grad": [
+        T("x", [[0.711, -0.426, -0.127], [0.444, 0.152, -0.705]], dtype="float64"),
+        T("y", [[0.438, 0.782, 0.326], [0.673, 0.223, 0.558]], dtype="float64"), T("p", [0.02, 0.27, 1.28]),
+        O("binary_cross_entropy_with_logits", "x", "y", "p", out="a", pos_weight="p", no_grad=True),
+        O("binary_cross_entropy_with_logits", "x", "y", out="l", pos_weight="p", reduction="sum")],
 }
 
 
