@@ -260,6 +260,9 @@ PROGRAMS = {
         T("y", [[0.438, 0.782, 0.326], [0.673, 0.223, 0.558]], dtype="float64"), T("p", [0.02, 0.27, 1.28]),
         O("binary_cross_entropy_with_logits", "x", "y", "p", out="a", pos_weight="p", no_grad=True),
         O("binary_cross_entropy_with_logits", "x", "y", out="l", pos_weight="p", reduction="sum")],
+    "cholesky_of_a_non_positive_definite_matrix": [
+        T("a", [[-0.201, 0.795, 0.203], [-0.601, 0.589, -0.817], [0.402, -0.406, -0.001]]),
+        O("linalg.cholesky", "a", out="l")],
 }
 
 
