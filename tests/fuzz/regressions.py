@@ -263,6 +263,12 @@ PROGRAMS = {
     "cholesky_of_a_non_positive_definite_matrix": [
         T("a", [[-0.201, 0.795, 0.203], [-0.601, 0.589, -0.817], [0.402, -0.406, -0.001]]),
         O("linalg.cholesky", "a", out="l")],
+    "layer_norm_mixed_parameter_dtype_message": [
+        T("x", [[0.3, -0.1, 0.5], [0.6, 0.5, -0.8]], dtype="float64"), T("w", [1.0, 0.5, 2.0]),
+        T("b", [0.1, 0.2, 0.3], dtype="float64"), O("layer_norm", "x", [3], "w", "b", out="y")],
+    "layer_norm_parameters_of_the_inputs_dtype_checked_by_the_kernel": [
+        T("x", [[0.3, -0.1, 0.5], [0.6, 0.5, -0.8]]), T("w", [1.0, 0.5, 2.0]),
+        T("b", [0.1, 0.2, 0.3], dtype="float64"), O("layer_norm", "x", [3], "w", "b", out="y")],
 }
 
 
