@@ -468,6 +468,7 @@ def _nll_check(input: Tensor, target: Tensor, weight: Tensor | None) -> None:
     if nd != 1 and input.shape[0] != (target.shape[0] if target.data.ndim else None):
         raise TorchValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
                               f"({target.shape[0] if target.data.ndim else 1}).", code="shape_mismatch")
+    check_no_requires_grad(weight, "weight", "nll_loss_forward")  # nll_loss_nd's checks came first
     if nd > 2:
         raise TorchRuntimeError(f"nll_loss: gradserve supports (C,) and (N, C) inputs only, got {nd}-D input",
                                 code="unsupported")

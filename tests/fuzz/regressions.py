@@ -269,6 +269,10 @@ PROGRAMS = {
     "layer_norm_parameters_of_the_inputs_dtype_checked_by_the_kernel": [
         T("x", [[0.3, -0.1, 0.5], [0.6, 0.5, -0.8]]), T("w", [1.0, 0.5, 2.0]),
         T("b", [0.1, 0.2, 0.3], dtype="float64"), O("layer_norm", "x", [3], "w", "b", out="y")],
+    "nll_loss_weight_may_not_require_grad": [
+        T("x", [[-0.32, -1.44, 1.71], [-1.12, 0.85, 1.47]]), T("t", [0, 2], rg=False, dtype="int64"),
+        T("w", [0.467, 0.027, 0.476]), O("cross_entropy", "x", "t", out="a", weight="w", no_grad=True),
+        O("cross_entropy", "x", "t", out="l", weight="w", label_smoothing=0.1)],
 }
 
 
