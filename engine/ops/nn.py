@@ -334,14 +334,15 @@ def binary_cross_entropy(input, target, weight=None, reduction="mean"):
         raise TorchValueError(f"Using a target size ({_size(target.shape)}) that is different to the input size "
                               f"({_size(input.shape)}) is deprecated. Please ensure they have the same size.",
                               code="shape_mismatch")
-    if target.dtype != input.dtype:
-        raise TorchRuntimeError(f"Found dtype {D.SCALAR_TYPE_NAMES[target.dtype]} but expected "
-                                f"{D.SCALAR_TYPE_NAMES[input.dtype]}", code="invalid_dtype")
-    if weight is not None:
+    if weight is not None:  # F.binary_cross_entropy expands weight before the ATen op's checks
         weight = require_tensor(weight, "weight", "binary_cross_entropy")
         new = broadcast_shapes(target.shape, weight.shape)
         if weight.shape != new:
             weight = expand(weight, new)
+    check_no_requires_grad(weight, "weight", "binary_cross_entropy")
+    if target.dtype != input.dtype:
+        raise TorchRuntimeError(f"Found dtype {D.SCALAR_TYPE_NAMES[target.dtype]} but expected "
+                                f"{D.SCALAR_TYPE_NAMES[input.dtype]}", code="invalid_dtype")
     _, x, y = binary_operands(input, target)
     if x.dtype.kind != "f":
         raise TorchRuntimeError(f"\"binary_cross_entropy\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",

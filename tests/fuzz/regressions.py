@@ -273,6 +273,9 @@ PROGRAMS = {
         T("x", [[-0.32, -1.44, 1.71], [-1.12, 0.85, 1.47]]), T("t", [0, 2], rg=False, dtype="int64"),
         T("w", [0.467, 0.027, 0.476]), O("cross_entropy", "x", "t", out="a", weight="w", no_grad=True),
         O("cross_entropy", "x", "t", out="l", weight="w", label_smoothing=0.1)],
+    "binary_cross_entropy_weight_may_not_require_grad": [
+        T("x", [0.32, 0.44, 0.71]), T("t", [0.0, 1.0, 0.5], dtype="float64"), T("w", [0.467]),
+        O("binary_cross_entropy", "x", "t", "w", out="l")],
 }
 
 
