@@ -252,6 +252,8 @@ FUSED_BACKWARD = {
     "HuberLossBackward0": "HuberLossBackwardBackward0",
     "BinaryCrossEntropyBackward0": "BinaryCrossEntropyBackwardBackward0",
     "NllLossBackward0": "NllLossBackwardBackward0",
+    **{f"{kind}Pad{k}DBackward0": f"{kind}Pad{k}DBackwardBackward0"
+       for kind in ("Reflection", "Replication") for k in (1, 2, 3)},
 }
 
 
@@ -296,8 +298,8 @@ def _fused_vjp(ctx, gg):
     for k, v in fn.saved.items():
         if isinstance(v, SavedTensor):  # non-float saved tensors (targets, indices) are not inputs of the node
             formula.__dict__[k] = proxies[1 + slots.index(k)] if k in slots else v.unpack(fn)
-        elif not isinstance(v, list):
-            formula.__dict__[k] = v
+        elif not (isinstance(v, list) and any(isinstance(x, SavedTensor) for x in v)):
+            formula.__dict__[k] = v  # ints, lists of ints (padding), strings
     formula.node = fn
     formula.needs = tuple(e[0] is not None for e in fn.next_functions)
     with set_grad_enabled(True):

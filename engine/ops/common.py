@@ -7,7 +7,7 @@ import numbers
 import numpy as np
 
 from .. import dtypes as D
-from ..errors import InvalidArgumentError, ShapeError, dim_out_of_range
+from ..errors import InvalidArgumentError, ShapeError, TorchRuntimeError, dim_out_of_range
 from ..grad_mode import check_numel
 from ..tensor import Tensor, wrapped_number
 
@@ -164,3 +164,12 @@ def signed_int(v):
     if isinstance(v, (list, tuple)):
         return [signed_int(x) for x in v]
     return None if v is None else (v - _UINT64 if v >= _UINT64 // 2 else v)
+
+
+def check_no_requires_grad(t, arg: str, fn: str) -> None:
+    """torch's ``check_no_requires_grad`` (VariableType): an argument the op's formula does not differentiate
+    (derivatives.yaml has no entry for it) may not require grad while grad mode is on."""
+    from ..grad_mode import is_grad_enabled
+    if t is not None and t.requires_grad and is_grad_enabled():
+        raise TorchRuntimeError(f"The function '{fn}' is not differentiable with respect to argument '{arg}'. "
+                                f"This input cannot have requires_grad True.", code="not_differentiable")

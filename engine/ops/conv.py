@@ -115,12 +115,34 @@ def _sizes(shape) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
+def _check_weight_type(input: Tensor, weight: Tensor, groups: int, nd: int) -> None:
+    """torch checks the weight's dtype in the backend it selects, after the shape checks: the MKLDNN backend
+    (float32 input, and per ConvParams::use_mkldnn: groups > 1, a kernel larger than 3x3, a batch of more than
+    one, or more than 20480 input elements in the first four dimensions, a 1-d convolution seen as 2-d; its
+    thread-count condition is taken as met, as on any multi-core CPU) and the slow one word it differently."""
+    if weight.dtype == input.dtype:
+        return
+    shape = input.shape if nd > 1 else input.shape[:2] + (1,) + input.shape[2:]
+    ksize = weight.shape[2:] if nd > 1 else (1,) + weight.shape[2:]
+    mkldnn = input.dtype == D.FLOAT32 and (
+        groups > 1 or (ksize[-1] > 3 and ksize[-2] > 3) or shape[0] > 1 or int(np.prod(shape[:4])) > 20480)
+    if mkldnn:
+        raise TorchRuntimeError(f"Input type (torch.{D.LEGACY_NAMES[input.dtype]}) and weight type (torch."
+                                f"{D.LEGACY_NAMES[weight.dtype]}) should be the same or input should be a MKLDNN "
+                                f"tensor and weight is a dense tensor", code="dtype_mismatch")
+    raise TorchRuntimeError(f"expected scalar type {D.SCALAR_TYPE_NAMES[input.dtype]} but found "
+                            f"{D.SCALAR_TYPE_NAMES[weight.dtype]}", code="dtype_mismatch")
+
+
 def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
     name = f"conv{nd}d"
     input = require_tensor(input, "input", name)
     weight = require_tensor(weight, "weight", name)
     if bias is not None:
         bias = require_tensor(bias, "bias", name)
+        if bias.dtype != input.dtype:  # torch's conv{1,2,3}d check this first, before the input's rank
+            raise TorchRuntimeError(f"Input type ({D.C_NAMES[input.dtype]}) and bias type ({D.C_NAMES[bias.dtype]}) "
+                                    f"should be the same", code="dtype_mismatch")
     if input.data.ndim not in (nd + 1, nd + 2):
         raise TorchRuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {name}, but got "
                                 f"input of size: {_sizes(input.shape)}", code="shape_mismatch")
@@ -133,13 +155,6 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
             TorchRuntimeError(f"Expected {weight.data.ndim}-dimensional input for {weight.data.ndim}-dimensional "
                               f"weight {_sizes(weight.shape)}, but got {input.data.ndim}-dimensional input of size "
                               f"{_sizes(input.shape)} instead", code="shape_mismatch")
-    for t, what in ((weight, "weight"), (bias, "bias")):
-        if t is not None and t.dtype != input.dtype:
-            raise TorchRuntimeError(f"Input type ({D.C_NAMES[input.dtype]}) and {what} type ({D.C_NAMES[t.dtype]}) "
-                                    f"should be the same", code="dtype_mismatch")
-    if input.data.dtype.kind != "f":
-        raise TorchRuntimeError(f"\"slow_conv2d_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
-                                code="invalid_dtype", exception="NotImplementedError")
     stride = _tuple(stride, nd, "stride")
     dilation = _tuple(dilation, nd, "dilation")
     if not isinstance(groups, (int, np.integer)) or groups < 1:
@@ -187,6 +202,10 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
         raise TorchRuntimeError(f"Calculated padded input size per channel: ({' x '.join(map(str, padded))}). Kernel "
                                 f"size: ({' x '.join(map(str, eff))}). Kernel size can't be greater than actual input "
                                 f"size", code="shape_mismatch")
+    _check_weight_type(input, weight, groups, nd)
+    if input.data.dtype.kind != "f":
+        raise TorchRuntimeError(f"\"slow_conv2d_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
     out_spatial = tuple(_out_len(s, k, st, p, d) for s, k, st, p, d in zip(spatial, ksize, stride, padding, dilation))
     check_numel((n, o) + out_spatial)
     check_numel((n, c * int(np.prod(ksize)), int(np.prod(out_spatial))), "im2col buffer")  # the unfolded input

@@ -28,7 +28,8 @@ def _check_index(name: str, self: Tensor, dim: int, index: Tensor, src: Tensor |
     if index.data.dtype != np.int64:
         raise TorchRuntimeError(f"{name}(): Expected dtype int32/int64 for index", code="invalid_dtype")
     if src is not None and src.dtype != self.dtype:
-        raise TorchRuntimeError(f"{name}(): Expected self.dtype to be equal to src.dtype", code="dtype_mismatch")
+        # scatter_add and scatter_reduce share scatter's check and its name
+        raise TorchRuntimeError("scatter(): Expected self.dtype to be equal to src.dtype", code="dtype_mismatch")
     nd = max(self.data.ndim, 1)
     if max(index.data.ndim, 1) != nd:
         raise TorchRuntimeError("Index tensor must have the same number of dimensions as self tensor",
@@ -151,26 +152,59 @@ def _(ctx, self_t, src_t):
 
 
 def _check_index_source(name: str, self: Tensor, d: int, index: Tensor, source: Tensor) -> np.ndarray:
-    if index.data.dtype.kind not in "iu":
-        raise TorchIndexError(f"{name}(): Expected dtype int32/int64 for index", code="invalid_dtype")
-    if index.data.ndim > 1:
-        raise TorchIndexError(f"{name}(): Index is supposed to be a vector", code="invalid_index")
-    if source.dtype != self.dtype:
-        raise TorchRuntimeError(f"{name}(): self ({D.SCALAR_TYPE_NAMES[self.dtype]}) and source "
-                                f"({D.SCALAR_TYPE_NAMES[source.dtype]}) must have the same scalar type",
-                                code="dtype_mismatch")
+    """torch's checks of index_add_ / index_copy_ (named with the in-place kernel's name, as torch does), each
+    kernel in its own order and words."""
+    k = name + "_"
+    itype = D.SCALAR_TYPE_NAMES.get(index.dtype, index.dtype)
+    stype, srctype = D.SCALAR_TYPE_NAMES[self.dtype], D.SCALAR_TYPE_NAMES[source.dtype]
     ix = index.data.reshape(-1)
-    src_n = source.data.shape[d] if source.data.ndim else 1
-    if ix.size != src_n:
-        raise TorchIndexError(f"{name}(): Number of indices ({ix.size}) should be equal to source.size(dim) "
-                              f"({src_n})", code="shape_mismatch")
-    exp = list(self.data.shape)
-    if exp:
-        exp[d] = ix.size
-    if source.data.ndim and list(source.data.shape) != exp:
-        raise TorchRuntimeError(f"{name}(): Source/destination tensor must have same slice shapes. Destination "
-                                f"slice shape: {_dims_list(self.data.shape)} at dimension {d} and source slice "
-                                f"shape: {_dims_list(source.data.shape)} at dimension {d}.", code="shape_mismatch")
+    sdim, srcdim = self.data.ndim, source.data.ndim
+    if name == "index_copy":
+        if index.data.ndim > 1:
+            raise TorchIndexError(f"{k}(): Index should have dimension 1 or 0 (got {index.data.ndim})",
+                                  code="invalid_index")
+        if srcdim == 0 and ix.size != 1:
+            raise TorchIndexError(f"{k}(): When source is scalar, index should have one element (got {ix.size})",
+                                  code="shape_mismatch")
+        if srcdim != sdim and srcdim and sdim:
+            raise TorchIndexError(f"{k}(): When source and destination are not scalars, their dimensionality must "
+                                  f"match. Source dimensionality ({srcdim}), destination dimensionality ({sdim})",
+                                  code="shape_mismatch")
+        if index.data.dtype != np.int64:
+            raise TorchRuntimeError(f"{k}(): Expected a long tensor for index, but got {itype}", code="invalid_dtype")
+        if source.dtype != self.dtype:
+            raise TorchRuntimeError(f"{k}(): self and source expected to have the same dtype, but got (self) {stype} "
+                                    f"and (source) {srctype}", code="dtype_mismatch")
+        ss = [n for i, n in enumerate(self.data.shape) if i != d]
+        rs = [n for i, n in enumerate(source.data.shape) if i != d]
+        if ss != rs:
+            raise TorchRuntimeError(f"{k}(): Source/destination tensor must have same slice shapes. Destination "
+                                    f"slice shape: {' '.join(map(str, ss))} at dimension {d} and source slice shape: "
+                                    f"{' '.join(map(str, rs))} at dimension 0.", code="shape_mismatch")
+        if srcdim and ix.size != source.data.shape[d]:
+            raise TorchIndexError(f"{k}(): Number of indices ({ix.size}) should be equal to source.size(dim) "
+                                  f"({source.data.shape[d]})", code="shape_mismatch")
+    else:
+        if index.data.ndim > 1:
+            raise TorchIndexError(f"{k}(): Index is supposed to be a vector, but got dim: {index.data.ndim} with type: "
+                                  f"{itype} and size: {_dims_list(index.data.shape)}", code="invalid_index")
+        if index.data.dtype.kind not in "iu":
+            raise TorchRuntimeError(f"{k}(): Expected dtype int32/int64 for index but got: {itype}",
+                                    code="invalid_dtype")
+        if source.dtype != self.dtype:
+            raise TorchRuntimeError(f"{k}(): self ({stype}) and source ({srctype}) must have the same scalar type",
+                                    code="dtype_mismatch")
+        src_n = source.data.shape[d] if srcdim else 1
+        if ix.size != src_n:
+            raise TorchRuntimeError(f"{k}(): Number of indices ({ix.size}) should be equal to source.size(dim): "
+                                    f"({src_n}), for dim: {d}", code="shape_mismatch")
+        ss, rs = list(self.data.shape), list(source.data.shape)
+        if sdim and srcdim:
+            del ss[d], rs[d]
+        if ss != rs:
+            raise TorchRuntimeError(f"source tensor shape must match self tensor shape, excluding the specified "
+                                    f"dimension. Got self.shape = {_dims_list(self.data.shape)} source.shape = "
+                                    f"{_dims_list(source.data.shape)}", code="shape_mismatch")
     n = self.data.shape[d] if self.data.ndim else 1
     if ix.size and (ix.max() >= n or ix.min() < -n):
         raise TorchIndexError("index out of range in self", code="index_out_of_range")

@@ -25,7 +25,7 @@ from ..errors import (
 from ..grad_mode import emit_warning
 from ..registry import PRIMS, jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
-from .common import NP, binary_operands, broadcast_shapes, require_tensor, wrap_dim
+from .common import NP, binary_operands, broadcast_shapes, check_no_requires_grad, require_tensor, wrap_dim
 from .elementwise import abs as abs_
 from .elementwise import add, clamp_min, eq, exp, ge, le, log, logsigmoid, masked_fill, mul, neg, sigmoid, where
 from .linalg import addmm, matmul
@@ -297,6 +297,8 @@ def huber_loss(input, target, reduction="mean", delta=1.0):
     input, target = _loss_pair(input, target, "huber_loss")
     loss = _piecewise_forward(input, target, delta, lambda z, tp: tp(0.5) * z * z,
                               lambda z, tp: tp(delta) * (z - tp(0.5) * tp(delta)))
+    if input.data.dtype.kind == "f":  # torch's kernel writes into a loss like the input (no promotion)
+        loss = loss.astype(input.data.dtype, copy=False)
     return record("HuberLossBackward0", _reduce_np(loss, red), (input, target),
                   {"delta": float(delta), "reduction": red, "self": input, "target": target})
 
@@ -305,6 +307,9 @@ def huber_loss(input, target, reduction="mean", delta=1.0):
 def _(ctx, grad):
     n = ctx.needs
     delta = ctx.delta
+    if ctx.target.dtype != ctx.self.dtype:  # huber_loss_backward's kernel wants one dtype (the loss's = self's)
+        raise TorchRuntimeError(f"Found dtype {D.SCALAR_TYPE_NAMES[ctx.target.dtype]} but expected "
+                                f"{D.SCALAR_TYPE_NAMES[ctx.self.dtype]}", code="dtype_mismatch")
     x = ctx.self - ctx.target
     g = _piecewise_backward(x, grad, _norm(ctx.reduction, x.numel()), delta, delta, lambda v: v)
     return (g if n[0] else None), (-g if n[1] else None)
@@ -329,14 +334,15 @@ def binary_cross_entropy(input, target, weight=None, reduction="mean"):
         raise TorchValueError(f"Using a target size ({_size(target.shape)}) that is different to the input size "
                               f"({_size(input.shape)}) is deprecated. Please ensure they have the same size.",
                               code="shape_mismatch")
-    if target.dtype != input.dtype:
-        raise TorchRuntimeError(f"Found dtype {D.SCALAR_TYPE_NAMES[target.dtype]} but expected "
-                                f"{D.SCALAR_TYPE_NAMES[input.dtype]}", code="invalid_dtype")
-    if weight is not None:
+    if weight is not None:  # F.binary_cross_entropy expands weight before the ATen op's checks
         weight = require_tensor(weight, "weight", "binary_cross_entropy")
         new = broadcast_shapes(target.shape, weight.shape)
         if weight.shape != new:
             weight = expand(weight, new)
+    check_no_requires_grad(weight, "weight", "binary_cross_entropy")
+    if target.dtype != input.dtype:
+        raise TorchRuntimeError(f"Found dtype {D.SCALAR_TYPE_NAMES[target.dtype]} but expected "
+                                f"{D.SCALAR_TYPE_NAMES[input.dtype]}", code="invalid_dtype")
     _, x, y = binary_operands(input, target)
     if x.dtype.kind != "f":
         raise TorchRuntimeError(f"\"binary_cross_entropy\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
@@ -386,17 +392,21 @@ def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None
     input = require_tensor(input, "input", "binary_cross_entropy_with_logits")
     target = require_tensor(target, "target", "binary_cross_entropy_with_logits")
     red = _reduction(reduction)
-    if input.data.dtype.kind != "f":  # torch's log_sigmoid kernel is float-only
-        raise TorchRuntimeError(f"\"log_sigmoid_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
-                                code="invalid_dtype", exception="NotImplementedError")
     if target.shape != input.shape:
         raise TorchValueError(f"Target size ({_size(target.shape)}) must be the same as input size "
                               f"({_size(input.shape)})", code="shape_mismatch")
     if weight is not None:
         weight = require_tensor(weight, "weight", "binary_cross_entropy_with_logits")
-        broadcast_shapes(input.shape, weight.shape)
     if pos_weight is not None:
         pos_weight = require_tensor(pos_weight, "pos_weight", "binary_cross_entropy_with_logits")
+    check_no_requires_grad(weight, "weight", "binary_cross_entropy_with_logits")
+    check_no_requires_grad(pos_weight, "pos_weight", "binary_cross_entropy_with_logits")
+    if input.data.dtype.kind != "f":  # torch's log_sigmoid kernel is float-only
+        raise TorchRuntimeError(f"\"log_sigmoid_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
+    if weight is not None:
+        broadcast_shapes(input.shape, weight.shape)
+    if pos_weight is not None:
         broadcast_shapes(input.shape, pos_weight.shape)
     _, x, y = binary_operands(input, target)
     tp = x.dtype.type
@@ -406,8 +416,10 @@ def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None
     loss = (tp(1) - y) * x - lsi
     if weight is not None:
         loss = loss * weight.data.astype(x.dtype)
-    loss = _reduce_np(np.asarray(loss, x.dtype), red)
-    return record("BinaryCrossEntropyWithLogitsBackward0", np.asarray(loss, x.dtype), (input, target),
+    # torch computes (1 - target).mul_(input).sub_(...) in place: the loss has the target's (float) dtype
+    out_dt = target.data.dtype if target.data.dtype.kind == "f" else x.dtype
+    loss = _reduce_np(np.asarray(loss, out_dt), red)
+    return record("BinaryCrossEntropyWithLogitsBackward0", np.asarray(loss, out_dt), (input, target),
                   {"pos_weight": pos_weight, "reduction": red, "self": input, "target": target,
                    "weight": weight})
 
@@ -457,6 +469,7 @@ def _nll_check(input: Tensor, target: Tensor, weight: Tensor | None) -> None:
     if nd != 1 and input.shape[0] != (target.shape[0] if target.data.ndim else None):
         raise TorchValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
                               f"({target.shape[0] if target.data.ndim else 1}).", code="shape_mismatch")
+    check_no_requires_grad(weight, "weight", "nll_loss_forward")  # nll_loss_nd's checks came first
     if nd > 2:
         raise TorchRuntimeError(f"nll_loss: gradserve supports (C,) and (N, C) inputs only, got {nd}-D input",
                                 code="unsupported")
@@ -475,6 +488,9 @@ def _nll_check(input: Tensor, target: Tensor, weight: Tensor | None) -> None:
     if input.data.dtype.kind != "f":
         raise TorchRuntimeError(f"\"nll_loss_out_frame\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
+    if weight is not None and weight.dtype != input.dtype:  # the kernel reads weight as the input's scalar type
+        raise TorchRuntimeError(f"expected scalar type {D.SCALAR_TYPE_NAMES[input.dtype]} but found "
+                                f"{D.SCALAR_TYPE_NAMES[weight.dtype]}", code="dtype_mismatch")
 
 
 def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, ignore_index: int, dtype):

@@ -180,6 +180,25 @@ def _shape_str(shape) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
+def _check_mixed_type(input: Tensor, params: list) -> None:
+    """torch's is_mixed_type / check_mixed_data_type (CPU norms): when the first given parameter's dtype is
+    not the input's, every parameter must be float32 and so must the input; parameters of the input's dtype
+    go on to the kernel, which wants every parameter in that dtype."""
+    given = [t for t in params if t is not None]
+    if not given:
+        return
+    if given[0].dtype != input.dtype:
+        for t in given:
+            if t.dtype != D.FLOAT32:
+                raise TorchRuntimeError("mixed dtype (CPU): expect parameter to have scalar type of Float",
+                                        code="dtype_mismatch")
+        raise TorchRuntimeError("mixed dtype (CPU): all inputs must share same datatype.", code="dtype_mismatch")
+    for t in given:
+        if t.dtype != input.dtype:
+            raise TorchRuntimeError(f"expected scalar type {D.SCALAR_TYPE_NAMES[input.dtype]} but found "
+                                    f"{D.SCALAR_TYPE_NAMES[t.dtype]}", code="dtype_mismatch")
+
+
 @op("layer_norm", tensors=("input", "weight", "bias"), grad_fns=("NativeLayerNormBackward0",), method=False,
     family="nn")
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -192,9 +211,9 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if k == 0:
         raise TorchRuntimeError("Expected normalized_shape to be at least 1-dimensional, i.e., containing at "
                                 "least one element, but got normalized_shape = []", code="shape_mismatch")
-    for name, t in (("weight", weight), ("bias", bias)):
-        if t is not None and require_tensor(t, name, "layer_norm").dtype != input.dtype:
-            raise TorchRuntimeError("mixed dtype (CPU): all inputs must share same datatype.", code="dtype_mismatch")
+    params = [None if t is None else require_tensor(t, name, "layer_norm")
+              for name, t in (("weight", weight), ("bias", bias))]
+    _check_mixed_type(input, params)
     for name, t in (("weight", weight), ("bias", bias)):
         if t is not None:
             t = require_tensor(t, name, "layer_norm")

@@ -154,10 +154,9 @@ def polygamma(n, self):
         raise InvalidArgumentError(f"polygamma(): argument 'n' (position 1) must be int, not {type(n).__name__}")
     if n < 0:
         raise TorchRuntimeError("polygamma(n, x) does not support negative n.", code="invalid_argument")
-    if n == 0:
-        return digamma(self)
     self, x = _float_unary(self, "polygamma")
-    return record("PolygammaBackward0", _polygamma64(int(n), x).astype(x.dtype), (self,),
+    out = _digamma64(x) if n == 0 else _polygamma64(int(n), x)  # n == 0: digamma's values, torch's node name
+    return record("PolygammaBackward0", out.astype(x.dtype), (self,),
                   {"n": int(n), "self": self})
 
 
@@ -179,9 +178,7 @@ def multigammaln(self, p):
         raise InvalidArgumentError(f"multigammaln(): argument 'p' (position 2) must be int, not {type(p).__name__}")
     if p < 1:
         raise TorchRuntimeError("p has to be greater than or equal to 1", code="invalid_argument")
-    x = float_data(self)
-    if not np.all(x > (p - 1) / 2):
-        raise TorchRuntimeError("All elements must be greater than (p-1)/2", code="invalid_argument")
+    x = float_data(self)  # torch 2.13 no longer checks the domain (x > (p-1)/2): lgamma's values outside it
     args = np.arange(-p * 0.5 + 0.5, 0.5, 0.5).astype(x.dtype) + x[..., None]
     out = _lgamma_np(args).sum(-1) + x.dtype.type(p * (p - 1) * math.log(math.pi) / 4)
     return record("MvlgammaBackward0", np.asarray(out, x.dtype), (self,), {"p": int(p), "self": self})

@@ -184,6 +184,8 @@ class Generator:
         if isinstance(v, slice):
             return f"{'' if v.start is None else v.start}:{'' if v.stop is None else v.stop}" + \
                 ("" if v.step is None else f":{v.step}")
+        if v is Ellipsis:
+            return "..."  # the program format's spelling of an Ellipsis index
         if isinstance(v, tuple):
             return [self.convert(x) for x in v]
         if isinstance(v, list) and index:

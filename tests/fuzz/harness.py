@@ -74,6 +74,11 @@ class EngineRunner:
         return {"error": err, "tensors": {n: snapshot_engine_tensor(t) for n, t in self.state.tensors.items()}}
 
 
+#: the fuzzer is one client address opening a session per program: the per-address fairness limits of an
+#: open server (sessions per client, requests per second) are lifted for it
+HTTP_RIG = {"max_sessions_per_client": 100_000, "client_rate_limit_per_second": 0.0}
+
+
 class HttpRunner:
     """The app over HTTP (in-process TestClient): one POST /ops per op, then GET /tensors."""
 

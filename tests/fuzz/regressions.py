@@ -106,6 +106,14 @@ PROGRAMS = {
         T("x", [[[0.47], [0.03], [-0.5]]], dtype="float64"), O("squeeze", "x", out="a"), O("squeeze", "x", 0, out="b"),
         O("squeeze", "x", [0, 2], out="c"), T("g", [[1.0], [2.0], [3.0]], dtype="float64"),
         O("grad", ["b"], ["x"], out="gb", grad_outputs="g", create_graph=True)],
+    "pad_backward_is_one_node_that_keeps_self": [
+        T("x", [[0.65, 0.56, 1.56], [-0.9, -1.54, -1.21]]), O("pad", "x", [0, 2], out="y", mode="replicate"),
+        T("g", [[1.47, -0.04, -0.84, 1.57, 0.8], [1.75, -0.26, -0.15, -0.55, 1.17]], rg=False),
+        O("grad", ["y"], ["y", "x"], out="r", grad_outputs="g", retain_graph=True, create_graph=True,
+          allow_unused=True, materialize_grads=True),
+        O("pad", "x", [1, 1], out="z", mode="reflect"), O("sum", "z", out="s0"),
+        O("grad", ["s0"], ["x"], out="q", create_graph=True), O("mul", "r_1", "q", out="m"), O("sum", "m", out="s"),
+        O("backward", "s")],
     # ----- views and in-place
     "a_refused_view_may_still_be_compared": [
         O("zeros", [2, 3], out="z", no_grad=True), O("getitem", "z", "...", out="v", no_grad=True),
@@ -188,6 +196,86 @@ PROGRAMS = {
         T("go", [0.8, 1.05, -1.21], rg=False, dtype="float64"),
         O("grad", ["m"], ["x", "h"], out="q", grad_outputs="go", retain_graph=True, create_graph=True),
         O("sum", "r", out="rs"), O("backward", "rs")],
+    # ----- op-level checks (merged main)
+    "conv2d_mkldnn_weight_dtype_message": [
+        T("a", [[[[0.43, 0.63], [0.33, -0.83]], [[0.98, -0.85], [0.61, 0.51]]]]),
+        T("w", [[[[-0.53]]], [[[0.68]]]], dtype="float64"), O("conv2d", "a", "w", out="o", groups=2)],
+    "conv2d_slow_path_weight_dtype_message": [
+        T("a", [[[[0.43, 0.63], [0.33, -0.83]], [[0.98, -0.85], [0.61, 0.51]]]]),
+        T("w", [[[[-0.53]], [[0.2]]]], dtype="float64"), O("conv2d", "a", "w", out="o")],
+    "conv1d_weight_dtype_message": [
+        T("a", [[0.43, 0.63, 0.1], [0.33, -0.83, 0.2]]), T("w", [[[-0.53], [0.68]]], dtype="float64"),
+        O("conv1d", "a", "w", out="o")],
+    "conv_bias_dtype_checked_before_the_weight_and_the_rank": [
+        T("a", [0.43, 0.63]), T("w", [[[[-0.53]]], [[[0.68]]]], dtype="float64"),
+        T("b", [0.1, 0.2], dtype="float64"), O("conv2d", "a", "w", "b", out="o")],
+    "index_copy_source_dtype_message": [
+        T("s", [[1.0, 2.0], [3.0, 4.0]], dtype="float64"), T("i", [0, 1], rg=False, dtype="int64"),
+        T("src", [[1.0, 2.0]]), O("index_copy", "s", 0, "i", "src", out="o")],
+    "index_copy_number_of_indices_is_an_index_error": [
+        T("s", [[1.0, 2.0], [3.0, 4.0]]), T("i", [0, 1], rg=False, dtype="int64"), T("src", [[1.0, 2.0]]),
+        O("index_copy", "s", 0, "i", "src", out="o")],
+    "index_add_number_of_indices_message": [
+        T("s", [[1.0, 2.0], [3.0, 4.0]]), T("i", [0, 1], rg=False, dtype="int64"), T("src", [[1.0, 2.0]]),
+        O("index_add", "s", 0, "i", "src", out="o")],
+    "scatter_add_src_dtype_message_names_scatter": [
+        T("s", [[1.0, 2.0], [3.0, 4.0]]), T("i", [[0, 1]], rg=False, dtype="int64"),
+        T("src", [[1.0, 2.0]], dtype="float64"), O("scatter_add", "s", 0, "i", "src", out="o")],
+    "multigammaln_outside_the_old_domain_is_lgamma": [
+        T("x", [-1.34, -0.93, -1.45, 0.0, -2.0, 3.5]), O("special.multigammaln", "x", 1, out="y"),
+        T("z", [0.007, 0.467, -0.462, 0.5, 1.0], dtype="float64"), O("mvlgamma", "z", 2, out="w"),
+        O("sum", "y", out="s"), O("backward", "s")],
+    "matrix_norm_infinite_orders_spelled_as_strings": [
+        T("A", [[0.8, 0.6, 0.9], [-1.3, 1.8, 0.4], [-1.5, -1.6, -1.1]], dtype="float64"),
+        O("linalg.norm", "A", "-inf", out="n"), O("linalg.norm", "A", ord="inf", out="m"),
+        O("add", "n", "m", out="s"), O("backward", "s")],
+    "polygamma_of_order_zero_is_its_own_node": [
+        T("x", [1.256, 1.636, 0.894, -0.5]), O("polygamma", 0, "x", out="y"), O("special.psi", "x", out="z"),
+        O("add", "y", "z", out="w"), O("sum", "w", out="s"), O("grad", ["s"], ["x"], out="r", create_graph=True)],
+    "bce_with_logits_has_the_targets_dtype": [
+        O("ones", [3], out="x", dtype="float64", requires_grad=True), T("t", [0.302, 0.71, 0.484]),
+        T("w", [0.5, 1.0, 2.0], rg=False, dtype="float64"),
+        O("binary_cross_entropy_with_logits", "x", "t", out="l1", weight="w", pos_weight="w"),
+        O("binary_cross_entropy_with_logits", "t", "x", out="l2", reduction="none"), O("sum", "l2", out="s2"),
+        O("add", "l1", "s2", out="s"), O("backward", "s")],
+    "huber_loss_has_the_inputs_dtype": [
+        T("x", [0.294, 0.206, 2.394]), T("y", [-0.081, -0.147, -0.226], dtype="float64"),
+        O("huber_loss", "x", "y", out="l", reduction="none"), O("huber_loss", "y", "x", out="m")],
+    "huber_loss_mixed_dtype_backward_refused": [
+        T("x", [0.294, 0.206, 0.394], dtype="float64"), T("y", [-0.081, -0.147, -0.226]),
+        O("huber_loss", "x", "y", out="l"), O("backward", "l", retain_graph=True)],
+    "argument_errors_before_the_overlap_check": [
+        T("x", [1.0], rg=False), O("expand", "x", 2, 2, out="e"), O("sub_", "e", None)],
+    "argument_errors_before_the_partial_overlap_check": [
+        O("arange", 0.0, 6.0, out="a"), O("getitem", "a", "1:4", out="p"), O("add_", "p", None)],
+    "cross_entropy_weight_of_another_dtype_refused": [
+        T("x", [[-0.128, -0.424, 0.716], [-0.697, 0.129, 0.449]], dtype="float64"),
+        T("t", [0, 1], rg=False, dtype="int64"), T("w", [0.89, -0.72, -0.48], rg=False),
+        O("cross_entropy", "x", "t", out="l", weight="w")],
+    "nll_loss_weight_of_another_dtype_refused": [
+        T("x", [[-0.128, -0.424, 0.716], [-0.697, 0.129, 0.449]]), T("t", [0, 1], rg=False, dtype="int64"),
+        T("w", [0.89, -0.72, -0.48], rg=False, dtype="float64"), O("nll_loss", "x", "t", out="l", weight="w")],
+    "bce_with_logits_weights_may_not_require_grad": [
+        T("x", [[0.711, -0.426, -0.127], [0.444, 0.152, -0.705]], dtype="float64"),
+        T("y", [[0.438, 0.782, 0.326], [0.673, 0.223, 0.558]], dtype="float64"), T("p", [0.02, 0.27, 1.28]),
+        O("binary_cross_entropy_with_logits", "x", "y", "p", out="a", pos_weight="p", no_grad=True),
+        O("binary_cross_entropy_with_logits", "x", "y", out="l", pos_weight="p", reduction="sum")],
+    "cholesky_of_a_non_positive_definite_matrix": [
+        T("a", [[-0.201, 0.795, 0.203], [-0.601, 0.589, -0.817], [0.402, -0.406, -0.001]]),
+        O("linalg.cholesky", "a", out="l")],
+    "layer_norm_mixed_parameter_dtype_message": [
+        T("x", [[0.3, -0.1, 0.5], [0.6, 0.5, -0.8]], dtype="float64"), T("w", [1.0, 0.5, 2.0]),
+        T("b", [0.1, 0.2, 0.3], dtype="float64"), O("layer_norm", "x", [3], "w", "b", out="y")],
+    "layer_norm_parameters_of_the_inputs_dtype_checked_by_the_kernel": [
+        T("x", [[0.3, -0.1, 0.5], [0.6, 0.5, -0.8]]), T("w", [1.0, 0.5, 2.0]),
+        T("b", [0.1, 0.2, 0.3], dtype="float64"), O("layer_norm", "x", [3], "w", "b", out="y")],
+    "nll_loss_weight_may_not_require_grad": [
+        T("x", [[-0.32, -1.44, 1.71], [-1.12, 0.85, 1.47]]), T("t", [0, 2], rg=False, dtype="int64"),
+        T("w", [0.467, 0.027, 0.476]), O("cross_entropy", "x", "t", out="a", weight="w", no_grad=True),
+        O("cross_entropy", "x", "t", out="l", weight="w", label_smoothing=0.1)],
+    "binary_cross_entropy_weight_may_not_require_grad": [
+        T("x", [0.32, 0.44, 0.71]), T("t", [0.0, 1.0, 0.5], dtype="float64"), T("w", [0.467]),
+        O("binary_cross_entropy", "x", "t", "w", out="l")],
 }
 
 

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 
 from .generator import catalog_ops, generate, inplace_ops
-from .harness import EngineRunner, HttpRunner, replay
+from .harness import HTTP_RIG, EngineRunner, HttpRunner, replay
 from .torch_exec import TorchRunner
 
 
@@ -59,7 +59,7 @@ def fuzz(programs: int, seed: int = 0, http: int = 0, minimise_each: bool = True
 
         from app.config import Settings
         from app.main import create_app
-        client = TestClient(create_app(Settings(access_log=False, log_level="WARNING")))
+        client = TestClient(create_app(Settings(access_log=False, log_level="WARNING", **HTTP_RIG)))
     t0 = time.time()
     for s in range(seed, seed + programs):
         program, expected = generate(s)

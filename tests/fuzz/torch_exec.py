@@ -150,7 +150,9 @@ class TorchRunner:
         except UnknownName as exc:
             err = ["UnknownTensor", str(exc)]
         except Exception as exc:  # noqa: BLE001 - torch's own exception is the expected outcome
-            err = [type(exc).__name__, _first_line(str(exc))]
+            # torch.linalg.LinAlgError is torch._C._LinAlgError: the public name, as the engine reports it
+            kind = "torch.linalg.LinAlgError" if isinstance(exc, torch.linalg.LinAlgError) else type(exc).__name__
+            err = [kind, _first_line(str(exc))]
         return {"error": err, "tensors": self.snapshot()}
 
     def snapshot(self) -> dict:
@@ -221,6 +223,8 @@ class TorchRunner:
                 return self.lookup(v)
             if pname == "dtype" and isinstance(v, str):
                 return DTYPES[v]
+            if pname == "ord" and v in ("inf", "-inf"):  # the program format's spelling of an infinite order
+                return float(v)
             return v
 
         a = [conv(pos[i], v) if i < len(pos) else v for i, v in enumerate(args)]
