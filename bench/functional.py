@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads OpenBLAS
@@ -26,24 +24,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import engine as E  # noqa: E402
-
-try:
-    import torch
-    torch.set_num_threads(1)
-except ImportError:  # torch is not a dependency
-    torch = None
-
-
-def timeit(fn, repeat: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
+from bench.engine import timeit, torch  # noqa: E402  (the same timer; torch pinned to one thread, or None)
 
 RNG = np.random.default_rng(0)
 W = RNG.standard_normal((100, 100)) / 10
