@@ -112,8 +112,7 @@ class RateLimiter:
             return 0.0
         now = self._clock()
         with self._lock:
-            tokens, then = self._buckets.get(owner, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - then) * self.rate)
+            tokens = self._tokens(owner, now)
             if tokens >= 1:
                 self._buckets[owner] = (tokens - 1, now)
                 if len(self._buckets) > self.PRUNE_ABOVE:
@@ -126,11 +125,14 @@ class RateLimiter:
         """The seconds until ``owner`` has a token again (0: it has one), without taking it."""
         if self.rate <= 0:
             return 0.0
-        now = self._clock()
         with self._lock:
-            tokens, then = self._buckets.get(owner, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - then) * self.rate)
+            tokens = self._tokens(owner, self._clock())
         return 0.0 if tokens >= 1 else (1 - tokens) / self.rate
+
+    def _tokens(self, owner: str, now: float) -> float:
+        """``owner``'s bucket refilled up to ``now`` (a new owner's is full); the caller holds the lock."""
+        tokens, then = self._buckets.get(owner, (float(self.burst), now))
+        return min(float(self.burst), tokens + (now - then) * self.rate)
 
     def _prune(self, now: float) -> None:
         """Drop the buckets that are full again (keyed by client address, they are as many as clients)."""
