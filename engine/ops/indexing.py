@@ -103,9 +103,14 @@ def _(ctx, grad):
             (_gather_src(grad, signed_int(ctx.dim), ctx.index, src_shape) if n[1] else None))
 
 
+def _self_tangent(ctx, self_t):
+    """The tangent of ``self`` for a JVP that writes into it: zeros of the result's dtype when self has none."""
+    return self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, ctx.result.data.dtype))
+
+
 @jvp("ScatterBackward0")
 def _(ctx, self_t, src_t):
-    base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, ctx.result.data.dtype))
+    base = _self_tangent(ctx, self_t)
     src = src_t if src_t is not None else Tensor(np.zeros(ctx.src.shape, ctx.result.data.dtype))
     return scatter(base, signed_int(ctx.dim), ctx.index, src)
 
@@ -147,7 +152,7 @@ def _(ctx, grad):
 def _(ctx, self_t, src_t):
     if src_t is None:
         return self_t
-    base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, ctx.result.data.dtype))
+    base = _self_tangent(ctx, self_t)
     return scatter_add(base, signed_int(ctx.dim), ctx.index, src_t)
 
 
@@ -250,7 +255,7 @@ def _(ctx, grad):
 def _(ctx, self_t, source_t):
     if source_t is None:
         return self_t
-    base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, ctx.result.data.dtype))
+    base = _self_tangent(ctx, self_t)
     return index_add(base, signed_int(ctx.dim), ctx.index, source_t, alpha=ctx.alpha)
 
 
