@@ -61,6 +61,7 @@ class OpSpec:
     doc: str = ""
     params: tuple = field(default_factory=tuple)
     aliases: tuple[str, ...] = ()
+    returns: tuple[str, ...] = ()          # field names of a named-tuple result (torch.return_types), else ()
 
 
 _fw_active = _fw_level.get  # bound once: record() asks on every call (a non-None level: forward mode is on)
@@ -156,8 +157,9 @@ def no_jvp(name: str, aten: str) -> None:
 
 def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...] = (),
        grad_fns: tuple[str, ...] = (), differentiable: bool = True, inplace: bool = False,
-       method: bool = True, aliases: tuple[str, ...] = (), family: str = ""):
-    """Register a public op (torch function/method) under its torch name."""
+       method: bool = True, aliases: tuple[str, ...] = (), family: str = "", returns: tuple[str, ...] = ()):
+    """Register a public op (torch function/method) under its torch name. ``returns``: the field names of the
+    named tuple it returns (``("U", "S", "Vh")``), listed in the catalog so that a client builds the same."""
 
     def deco(fn):
         sig = inspect.signature(fn)
@@ -165,7 +167,7 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
         spec = OpSpec(name=name, fn=fn, tensors=tuple(tensors), tensor_lists=tuple(tensor_lists),
                       grad_fns=tuple(grad_fns), differentiable=differentiable, inplace=inplace, method=method,
                       family=family or fn.__module__.rsplit(".", 1)[-1], doc=doc[0] if doc else "",
-                      params=tuple(sig.parameters.values()), aliases=tuple(aliases))
+                      params=tuple(sig.parameters.values()), aliases=tuple(aliases), returns=tuple(returns))
         for n in (name, *aliases):
             if n in OPS:
                 raise RuntimeError(f"duplicate op {n}")
@@ -219,7 +221,8 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
 
     ``inputs`` are the primitive's differentiable inputs in edge order (Tensor or None for a number).
     ``saved`` maps slot -> value; a Tensor value becomes a SavedTensor, the string ``"result"`` stands
-    for the (first) output. Slots whose gradient consumers need no grad are not saved (stored as None).
+    for the (first) output and ``"result<i>"`` for output ``i`` of a multi-output primitive (svd's U, S, Vh).
+    Slots whose gradient consumers need no grad are not saved (stored as None).
     Multi-output primitives take a tuple of arrays and return a tuple of Tensors.
     """
     multi = data.__class__ is tuple
@@ -271,7 +274,8 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
                     s[slot] = None
                     continue
             if isinstance(value, str):
-                s[slot] = SavedTensor(outs[0] if multi else outs, is_output=True) if value == "result" else value
+                i = _output_ref(value)
+                s[slot] = value if i is None else SavedTensor(outs[i] if multi else outs, is_output=True)
             elif isinstance(value, Tensor):
                 s[slot] = SavedTensor(value, is_output=value.grad_fn is node)
             elif isinstance(value, list) and any(isinstance(x, Tensor) for x in value):
@@ -281,6 +285,15 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
     if _fw_active() is not None:
         _forward(prim_name, outs, inputs, saved)
     return outs
+
+
+def _output_ref(value: str) -> int | None:
+    """``"result"`` -> 0, ``"result2"`` -> 2 (a saved slot that is an output of the node); other strings None."""
+    if value == "result":
+        return 0
+    if value.startswith("result") and value[6:].isdigit():
+        return int(value[6:])
+    return None
 
 
 class JvpCtx:
@@ -294,7 +307,8 @@ class JvpCtx:
         d["inputs"] = inputs
         if saved:
             for k, v in saved.items():
-                d[k] = outs if v.__class__ is str and v == "result" else v
+                i = _output_ref(v) if v.__class__ is str else None
+                d[k] = v if i is None else (outs if v == "result" or outs.__class__ is not tuple else outs[i])
         d["result"] = outs
         d["_prim"] = prim.name if prim is not None else None
 
@@ -387,7 +401,7 @@ def op_catalog() -> list[dict]:
                     "grad_fns": list(spec.grad_fns), "differentiable": spec.differentiable,
                     "forward_ad": spec.differentiable and bool(spec.grad_fns) and not missing,
                     "grad_fns_without_forward_ad": missing,
-                    "inplace": spec.inplace, "method": spec.method, "doc": spec.doc})
+                    "inplace": spec.inplace, "method": spec.method, "doc": spec.doc, "returns": list(spec.returns)})
     from .program import ACTIONS
     for a in ACTIONS:
         out.append({"name": a["name"], "aliases": [], "family": "autograd",
@@ -397,5 +411,5 @@ def op_catalog() -> list[dict]:
                                    "tensor_list": False, "required": n in ("self", "tensor", "tangent")}
                                   for n in a["arguments"]],
                     "grad_fns": [], "differentiable": False, "forward_ad": False, "grad_fns_without_forward_ad": [],
-                    "inplace": False, "method": False, "doc": a["doc"]})
+                    "inplace": False, "method": False, "doc": a["doc"], "returns": []})
     return out

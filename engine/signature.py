@@ -65,7 +65,8 @@ PYTHON_ATTRIBUTE.update({"softmax": ("softmax", ("self",)), "log_softmax": ("log
 METHOD_ONLY = frozenset({"view", "expand", "expand_as", "repeat", "contiguous", "float", "double", "long", "bool",
                          "to", "copy_", "fill_", "add_", "sub_", "mul_", "div_", "pow_", "masked_fill_",
                          "clamp_min_", "clamp_max_", "clamp_", "zero_", "abs_", "neg_", "exp_", "log_", "sqrt_",
-                         "sigmoid_", "tanh_", "relu_"})
+                         "sigmoid_", "tanh_", "relu_", "scatter_", "scatter_add_", "index_add_", "index_copy_",
+                         "index_fill_"})
 
 # indexing and the reflected operators are not torch functions: no parsing beyond the op's own
 _EXEMPT = frozenset({"getitem", "setitem", "rpow", "rtruediv", "rmatmul", "tensor"})
@@ -184,6 +185,11 @@ OVERLOADS.update({
                            "(int dim, Tensor index, Number value)",
                            "(int dim, Tensor index, Number value, *, str reduce)")},
 })
+OVERLOADS["scatter_"] = {"method": OVERLOADS["scatter"]["method"]}
+OVERLOADS["index_fill"] = {"function": ("(Tensor input, int dim, Tensor index, Tensor value)",
+                                        "(Tensor input, int dim, Tensor index, Number value)"),
+                           "method": ("(int dim, Tensor index, Tensor value)", "(int dim, Tensor index, Number value)")}
+OVERLOADS["index_fill_"] = {"method": OVERLOADS["index_fill"]["method"]}
 for _red in ("std", "var"):
     OVERLOADS[_red] = {
         "function": ("(Tensor input, tuple of ints dim, bool unbiased = True, bool keepdim = False, *, "

@@ -20,6 +20,9 @@ class OpInfo(BaseModel):
         "either): forward AD through them raises torch's NotImplementedError.")
     inplace: bool
     doc: str
+    returns: list[str] = Field(default_factory=list, description="The field names of the named tuple the op "
+                               "returns (torch.return_types: ['U', 'S', 'Vh'] for linalg.svd), bound in order to "
+                               "an op's list of out names; empty for a single tensor or a data-dependent result.")
 
 
 class OpCatalog(BaseModel):

@@ -1,4 +1,5 @@
-"""``torch.linalg``: det, slogdet, logdet, inv, solve, cholesky, norm, vector_norm and cross.
+"""``torch.linalg``: det, slogdet, logdet, inv, solve, cholesky, svd, svdvals, norm, matrix_norm, vector_norm
+and cross.
 
 Catalog names carry torch's submodule (``linalg.det`` is ``torch.linalg.det``); top-level torch functions
 that are the same primitive are separate thin ops (``det``, ``slogdet``, ``inverse``, ``cross``) because
@@ -6,6 +7,11 @@ their argument names and defaults differ. Forwards use numpy's LAPACK wrappers; 
 pivots torch saves on LinalgDetBackward0 / LinalgSlogdetBackward0 / LinalgSolveExBackward0 come from a
 partial-pivoting LU here (LAPACK's getrf layout, 1-based pivots). The VJPs are FunctionsManual.cpp's
 formulas for invertible inputs, written with inv/solve/matmul so that they are differentiable again.
+
+The SVD is LAPACK's gesdd through numpy, as torch's CPU kernel; U and Vh come back column-major per matrix
+as torch's do. Singular vectors are defined up to a sign per pair (U[:, j], Vh[j]); numpy's LAPACK and the
+MKL torch's wheels ship may pick different signs, so only sign-invariant results are compared with torch.
+Its VJP and JVP are FunctionsManual.cpp's svd_backward / linalg_svd_jvp (real case), written in engine ops.
 """
 
 from __future__ import annotations
@@ -22,11 +28,15 @@ from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, saved_int, signed_int, wrap_dim
 from .elementwise import add_t, eq, where
 from .linalg import matmul
+from .matrix import diag_embed, diagonal
 from .reduction import amax, amin
 from .reduction import norm as _vector_norm
-from .shape import squeeze, transpose, unsqueeze
+from .reduction import sum as _sum
+from .shape import cat, narrow, permute, squeeze, transpose, unsqueeze
 
 SignLogabsdet = namedtuple("SignLogabsdet", ["sign", "logabsdet"])
+SVD = namedtuple("SVD", ["U", "S", "Vh"])          # torch.return_types.linalg_svd
+SVDOld = namedtuple("SVDOld", ["U", "S", "V"])     # torch.return_types.svd
 
 
 def _mT(x: Tensor) -> Tensor:
@@ -137,13 +147,15 @@ def _slogdet(A: Tensor, name: str):
     return SignLogabsdet(sign_t, lad_t)
 
 
-@op("linalg.slogdet", tensors=("A",), grad_fns=("LinalgSlogdetBackward0",), method=False, family="linalg")
+@op("linalg.slogdet", tensors=("A",), grad_fns=("LinalgSlogdetBackward0",), method=False, family="linalg",
+    returns=SignLogabsdet._fields)
 def linalg_slogdet(A):
     """torch.linalg.slogdet(A) -> (sign, logabsdet); only logabsdet carries a gradient."""
     return _slogdet(A, "linalg.slogdet")
 
 
-@op("slogdet", tensors=("self",), grad_fns=("LinalgSlogdetBackward0",), family="linalg")
+@op("slogdet", tensors=("self",), grad_fns=("LinalgSlogdetBackward0",), family="linalg",
+    returns=SignLogabsdet._fields)
 def slogdet(self):
     """torch.slogdet(input): torch.linalg.slogdet."""
     return _slogdet(require_tensor(self, "input", "slogdet"), "linalg.slogdet")
@@ -341,6 +353,208 @@ def _(ctx, A_t):
     return _mT(dL) if ctx.upper else dL
 
 
+# ----- svd, svdvals -----------------------------------------------------------------------------------
+
+
+def _col_major(a: np.ndarray) -> np.ndarray:
+    """Each matrix column-major (batches outermost), the layout LAPACK hands torch's U and Vh back in."""
+    return np.swapaxes(np.ascontiguousarray(np.swapaxes(a, -1, -2)), -1, -2)
+
+
+def _svd_input(A, name: str = "linalg.svd") -> Tensor:
+    A = require_tensor(A, "A", name)
+    if A.data.ndim < 2:
+        raise ShapeError("linalg.svd: The input tensor A must have at least 2 dimensions.")
+    if A.data.dtype.kind != "f":
+        raise TorchRuntimeError(f"linalg.svd: Expected a floating point or complex tensor as input. Got "
+                                f"{D.SCALAR_TYPE_NAMES[A.dtype]}", code="invalid_dtype")
+    return A
+
+
+def _svd_np(a: np.ndarray, full_matrices: bool, compute_uv: bool):
+    """(U, S, Vh) as torch's _linalg_svd gives them (U, Vh None without compute_uv)."""
+    nan = np.isnan(a)
+    if nan.any():
+        flat = nan.reshape((-1,) + a.shape[-2:]).any(axis=(-1, -2))
+        where_ = f"(Batch element {int(np.argmax(flat))}): " if a.ndim > 2 else ""
+        raise TorchRuntimeError(f"linalg.svd: {where_}The algorithm failed to converge because the input matrix "
+                                f"contained non-finite values.", code="svd_not_converged",
+                                exception="torch.linalg.LinAlgError")
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    batch = a.shape[:-2]
+    dt = a.dtype
+    if k == 0:  # LAPACK is not called: identity bases for the full matrices, empty ones otherwise
+        s = np.zeros(batch + (0,), dt)
+        if not compute_uv:
+            return None, s, None
+        mu, nv = (m, n) if full_matrices else (0, 0)
+        u = np.broadcast_to(np.eye(m, mu, dtype=dt), batch + (m, mu)).copy()
+        vh = np.broadcast_to(np.eye(nv, n, dtype=dt), batch + (nv, n)).copy()
+        return _col_major(u), s, _col_major(vh)
+    with np.errstate(all="ignore"):
+        if not compute_uv:
+            return None, np.linalg.svd(a, compute_uv=False).astype(dt, copy=False), None
+        u, s, vh = np.linalg.svd(a, full_matrices=full_matrices)
+    return _col_major(u.astype(dt, copy=False)), s.astype(dt, copy=False), _col_major(vh.astype(dt, copy=False))
+
+
+def _needs_uv(A: Tensor) -> bool:
+    """torch's _may_require_fw_or_bw_grad: svdvals computes U and Vh when a gradient or a tangent may need them."""
+    from ..forward_ad import _level, tangent_of
+    return needs_grad(A) or (_level.get() is not None and tangent_of(A) is not None)
+
+
+def _svd(A: Tensor, full_matrices: bool):
+    u, s, vh = _svd_np(A.data, full_matrices, True)
+    return record("LinalgSvdBackward0", (u, s, vh), (A,),
+                  {"S": "result1", "S_sym_argsize_minus_1": s.shape[-1], "U": "result0", "Vh": "result2",
+                   "full_matrices": full_matrices})
+
+
+def _check_bool(fn: str, name: str, value) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidArgumentError(f"{fn}(): argument '{name}' must be bool, not {type(value).__name__}")
+
+
+@op("linalg.svd", tensors=("A",), grad_fns=("LinalgSvdBackward0",), method=False, family="linalg",
+    returns=SVD._fields)
+def linalg_svd(A, full_matrices=True, driver=None):
+    """torch.linalg.svd(A, full_matrices=True, *, driver=None) -> (U, S, Vh): S descending; U and Vh
+    column-major; with full_matrices U is (m, m) and Vh (n, n), else (m, k) and (k, n), k = min(m, n)."""
+    _check_bool("linalg_svd", "full_matrices", full_matrices)
+    A = _svd_input(A)
+    if driver is not None:
+        raise TorchRuntimeError("torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with "
+                                "cuSOLVER backend.", code="invalid_argument")
+    return SVD(*_svd(A, bool(full_matrices)))
+
+
+@op("svd", tensors=("self",), grad_fns=("LinalgSvdBackward0", "TransposeBackward0"), family="linalg",
+    returns=SVDOld._fields)
+def svd(self, some=True, compute_uv=True):
+    """torch.svd(input, some=True, compute_uv=True) -> (U, S, V): linalg.svd(input, full_matrices=not some) with
+    V = Vh.mH (a transposed view); without compute_uv, S = linalg.svdvals(input) and U, V zeros."""
+    self = require_tensor(self, "input", "svd")
+    if self.data.ndim < 2:
+        raise ShapeError(f"linalg.svd: input should have at least 2 dimensions, but has {self.data.ndim} dimensions "
+                         f"instead")
+    A = _svd_input(self)
+    if compute_uv:
+        U, S, Vh = _svd(A, not some)
+        return SVDOld(U, S, _mT(Vh))
+    S = linalg_svdvals(A)
+    m, n = A.shape[-2:]
+    batch = A.shape[:-2]
+    dt = A.data.dtype
+    return SVDOld(Tensor(np.zeros(batch + (m, m), dt)), S, _mT(Tensor(np.zeros(batch + (n, n), dt))))
+
+
+@op("linalg.svdvals", tensors=("A",), grad_fns=("LinalgSvdBackward0",), method=False, family="linalg")
+def linalg_svdvals(A, driver=None):
+    """torch.linalg.svdvals(A, *, driver=None): the singular values, descending (output 1 of the SVD node,
+    U and Vh computed and saved only when a gradient or tangent may need them)."""
+    A = _svd_input(A)
+    if driver is not None:
+        raise TorchRuntimeError("torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with "
+                                "cuSOLVER backend.", code="invalid_argument")
+    if not _needs_uv(A):
+        return Tensor(_svd_np(A.data, False, False)[1])
+    return _svd(A, False)[1]
+
+
+def _svd_E(S: Tensor) -> Tensor:
+    """E_jk = S_k^2 - S_j^2 off the diagonal, 1 on it (its diagonal is exactly 0 before: adding I is torch's fill_)."""
+    S2 = S * S
+    k = S.shape[-1]
+    return (unsqueeze(S2, -2) - unsqueeze(S2, -1)) + Tensor(np.eye(k, dtype=S.data.dtype))
+
+
+def svd_backward(gU, gS, gVh, U: Tensor, S: Tensor, Vh: Tensor):
+    """FunctionsManual.cpp svd_backward, real case (U, Vh reduced: (m, k) and (k, n))."""
+    if gS is None and gU is None and gVh is None:
+        return None
+    m, n = U.shape[-2], Vh.shape[-1]
+    if gU is None and gVh is None:  # svdvals: U diag(gS) Vh
+        return matmul(U, unsqueeze(gS, -1) * Vh) if m >= n else matmul(U * unsqueeze(gS, -2), Vh)
+    UhgU = VhgV = None
+    if gU is not None:
+        X = matmul(_mT(U), gU)
+        UhgU = X - _mT(X)
+    if gVh is not None:
+        X = matmul(Vh, _mT(gVh))
+        VhgV = X - _mT(X)
+    E = _svd_E(S)
+    if gU is not None:
+        ret = (UhgU * unsqueeze(S, -2) + unsqueeze(S, -1) * VhgV) / E if gVh is not None else \
+            (UhgU / E) * unsqueeze(S, -2)
+    else:
+        ret = unsqueeze(S, -1) * (VhgV / E)
+    if gS is not None:
+        ret = ret + diag_embed(gS)
+    if m > n and gU is not None:
+        gA = matmul(U, ret)
+        gUSinv = gU / unsqueeze(S, -2)
+        gA = gA + gUSinv - matmul(U, matmul(_mT(U), gUSinv))
+        return matmul(gA, Vh)
+    if m < n and gVh is not None:
+        gA = matmul(ret, Vh)
+        SinvgVh = gVh / unsqueeze(S, -1)
+        gA = gA + SinvgVh - matmul(matmul(SinvgVh, _mT(Vh)), Vh)
+        return matmul(U, gA)
+    return matmul(U, matmul(ret, Vh)) if m >= n else matmul(matmul(U, ret), Vh)
+
+
+def _reduced(ctx):
+    """The saved U and Vh narrowed to k = min(m, n) columns / rows (derivatives.yaml's full_matrices case)."""
+    U, Vh = ctx.U, ctx.Vh
+    if ctx.full_matrices:
+        k = ctx.S.shape[-1]
+        U, Vh = narrow(U, -1, 0, k), narrow(Vh, -2, 0, k)
+    return U, Vh
+
+
+@vjp("LinalgSvdBackward0", inputs=("A",), saves=("S", "S_sym_argsize_minus_1", "U", "Vh", "full_matrices"),
+     n_outputs=3)
+def _(ctx, grads):
+    gU, gS, gVh = grads
+    k = ctx.S.shape[-1]
+    if ctx.full_matrices:
+        gU = None if gU is None else narrow(gU, -1, 0, k)
+        gVh = None if gVh is None else narrow(gVh, -2, 0, k)
+    U, Vh = _reduced(ctx)
+    return svd_backward(gU, gS, gVh, U, ctx.S, Vh),
+
+
+@jvp("LinalgSvdBackward0")
+def _(ctx, A_t):
+    # FunctionsManual.cpp linalg_svd_jvp, real case
+    S = ctx.S
+    U, Vh = _reduced(ctx)
+    m, n = A_t.shape[-2:]
+    V = _mT(Vh)
+    dP = matmul(_mT(U), matmul(A_t, V)) if m < n else matmul(matmul(_mT(U), A_t), V)
+    dS = diagonal(dP, 0, -2, -1)
+    dP = dP - diag_embed(dS)
+    E = _svd_E(S)
+    X = dP * unsqueeze(S, -2)
+    dU = matmul(U, (X + _mT(X)) / E)
+    dt = S.data.dtype
+    if m > n:
+        dAVSinv = matmul(A_t, V / unsqueeze(S, -2))
+        dU = dU + dAVSinv - matmul(U, matmul(_mT(U), dAVSinv))
+        if ctx.full_matrices:
+            dU = cat([dU, Tensor(np.zeros(dU.shape[:-1] + (m - n,), dt))], -1)
+    Y = dP * unsqueeze(-S, -1)
+    dVh = matmul((Y + _mT(Y)) / E, Vh)
+    if m < n:
+        UHdASinv = matmul(_mT(U) / unsqueeze(S, -1), A_t)
+        dVh = dVh + UHdASinv - matmul(matmul(UHdASinv, V), Vh)
+        if ctx.full_matrices:
+            dVh = cat([dVh, Tensor(np.zeros(dVh.shape[:-2] + (n - m, n), dt))], -2)
+    return dU, dS, dVh
+
+
 # ----- norms ------------------------------------------------------------------------------------------
 
 
@@ -361,19 +575,40 @@ def linalg_vector_norm(x, ord=2, dim=None, keepdim=False):
 
 
 def _matrix_norm(A: Tensor, ord, dim, keepdim: bool) -> Tensor:
+    """at::linalg_matrix_norm: the order first, then A (a matrix of floats), then dim; 'fro' is a vector norm,
+    2/-2/'nuc' the max/min/sum of the singular values of A with dim moved last (PermuteBackward0 under the SVD
+    node, as torch), 1/-1/inf/-inf max/min of absolute row or column sums."""
+    if isinstance(ord, str):
+        if ord not in ("fro", "nuc"):
+            raise TorchRuntimeError(f"linalg.matrix_norm: Order {ord} not supported.", code="invalid_argument")
+    elif isinstance(ord, bool) or not isinstance(ord, (int, float)) or abs(ord) not in (1, 2, math.inf):
+        shown = ord if not isinstance(ord, float) or not ord.is_integer() else int(ord)
+        raise TorchRuntimeError(f"linalg.matrix_norm: Order {shown} not supported.", code="invalid_argument")
     nd = A.data.ndim
     if nd < 2:
         raise ShapeError("linalg.matrix_norm: The input tensor A must have at least 2 dimensions.")
+    if A.data.dtype.kind != "f":
+        raise TorchRuntimeError(f"linalg.matrix_norm: Expected a floating point or complex tensor as input. Got "
+                                f"{D.SCALAR_TYPE_NAMES[A.dtype]}", code="invalid_dtype")
+    dim = [dim] if isinstance(dim, int) else list(dim)
+    if len(dim) != 2:
+        raise TorchRuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {' '.join(map(str, dim))}",
+                                code="invalid_argument")
     d0, d1 = (wrap_dim(d, nd) for d in dim)
     if d0 == d1:
-        raise ShapeError(f"linalg.matrix_norm: dims must be different. Got ({dim[0]}, {dim[1]})")
+        raise ShapeError(f"linalg.matrix_norm: dims must be different. Got ({d0}, {d1})")
     if ord == "fro":
         return _vector_norm(A, 2, [d0, d1], keepdim)
     if ord in ("nuc", 2, -2):
-        raise TorchRuntimeError(f"linalg.norm: ord={ord!r} needs the singular values (linalg.svdvals), which "
-                                f"gradserve does not implement yet", code="unsupported")
-    if ord not in (1, -1, math.inf, -math.inf):
-        raise TorchRuntimeError(f"linalg.matrix_norm: Order {ord} not supported.", code="invalid_argument")
+        perm = [d for d in range(nd) if d not in (d0, d1)] + [d0, d1]
+        S = linalg_svdvals(permute(A, perm))
+        out = _sum(S, -1, keepdim) if ord == "nuc" else (amax if ord > 0 else amin)(S, -1, keepdim)
+        if keepdim:
+            inv = [0] * nd
+            for i, d in enumerate(perm):
+                inv[d] = i
+            out = permute(unsqueeze(out, -1), inv)
+        return out
     if abs(ord) == math.inf:
         d0, d1 = d1, d0
     if not keepdim and d0 < d1:
@@ -382,15 +617,22 @@ def _matrix_norm(A: Tensor, ord, dim, keepdim: bool) -> Tensor:
     return amax(inner, d1, keepdim) if ord > 0 else amin(inner, d1, keepdim)
 
 
-@op("linalg.norm", tensors=("A",), grad_fns=("LinalgVectorNormBackward0", "AmaxBackward0", "AminBackward0"),
-    method=False, family="linalg")
+_MATRIX_NORM_FNS = ("LinalgVectorNormBackward0", "AmaxBackward0", "AminBackward0", "SumBackward1", "PermuteBackward0")
+
+
+@op("linalg.matrix_norm", tensors=("A",), grad_fns=_MATRIX_NORM_FNS, method=False, family="linalg")
+def linalg_matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False):
+    """torch.linalg.matrix_norm(A, ord='fro', dim=(-2, -1), keepdim=False): 'fro', 'nuc', 2, -2, 1, -1, inf,
+    -inf ("inf"/"-inf" in JSON) over the two dims."""
+    A = require_tensor(A, "A", "linalg.matrix_norm")
+    return _matrix_norm(A, _ord_value(ord), dim, keepdim)
+
+
+@op("linalg.norm", tensors=("A",), grad_fns=_MATRIX_NORM_FNS, method=False, family="linalg")
 def linalg_norm(A, ord=None, dim=None, keepdim=False):
     """torch.linalg.norm(A, ord=None, dim=None, keepdim=False): a vector norm over one dim (or the flattened
-    input when ord and dim are None), a matrix norm ('fro', 1, -1, inf, -inf) over two."""
+    input when ord and dim are None), a matrix norm ('fro', 'nuc', 2, -2, 1, -1, inf, -inf) over two."""
     A = require_tensor(A, "A", "linalg.norm")
-    if A.data.dtype.kind != "f":
-        raise TorchRuntimeError(f"linalg.norm: Expected a floating point or complex tensor as input. Got "
-                                f"{D.SCALAR_TYPE_NAMES[A.dtype]}", code="invalid_dtype")
     ord = _ord_value(ord)
     if isinstance(dim, int):
         dim = [dim]
@@ -402,15 +644,14 @@ def linalg_norm(A, ord=None, dim=None, keepdim=False):
     elif ord is not None and A.data.ndim not in (1, 2):
         raise TorchRuntimeError(f"linalg.norm: If dim is not specified but ord is, the input must be 1D or 2D. "
                                 f"Got {A.data.ndim}D.", code="invalid_argument")
-    if ord is None:
-        if dim is not None and len(dim) == 2:
-            return _matrix_norm(A, "fro", dim, keepdim)
-        return _vector_norm(A, 2, dim, keepdim)
-    if (dim is not None and len(dim) == 2) or (dim is None and A.data.ndim == 2):
-        return _matrix_norm(A, ord, dim if dim is not None else [-2, -1], keepdim)
-    if isinstance(ord, str):
-        raise TorchRuntimeError(f"linalg.vector_norm: ord must be a number, got {ord!r}", code="invalid_argument")
-    return _vector_norm(A, ord, dim, keepdim)
+    if isinstance(ord, str):  # torch's string overload: always a matrix norm, over (0, 1) by default
+        return _matrix_norm(A, ord, dim if dim is not None else [0, 1], keepdim)
+    if ord is not None and ((dim is not None and len(dim) == 2) or (dim is None and A.data.ndim == 2)):
+        return _matrix_norm(A, ord, dim if dim is not None else [0, 1], keepdim)
+    if A.data.dtype.kind != "f":
+        raise TorchRuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
+                                f"{D.SCALAR_TYPE_NAMES[A.dtype]}", code="invalid_dtype")
+    return _vector_norm(A, 2 if ord is None else ord, dim, keepdim)
 
 
 # ----- cross ------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Scatter/index writes and selections: scatter (tensor and value forms), scatter_add, index_add,
-index_copy, masked_select, topk, kthvalue and roll.
+index_copy, index_fill, masked_select, topk, kthvalue and roll (their in-place forms are in ``inplace``).
 
 The VJPs are derivatives.yaml's: scatter's ``self`` gets the gradient with the written places zeroed and
 its ``src`` the gathered gradient; topk/kthvalue put the gradient back where the selected values were.
@@ -301,6 +301,76 @@ def _(ctx, self_t, source_t):
     return index_copy(base, signed_int(ctx.dim), ctx.index, src)
 
 
+@op("index_fill", tensors=("self", "index", "value"), grad_fns=("IndexFillBackward0", "IndexFillBackward1"))
+def index_fill(self, dim, index, value):
+    """torch.index_fill(input, dim, index, value): out[index[i]] = value along dim; a number value is
+    IndexFillBackward0, a 0-d tensor value IndexFillBackward1 (its gradient: the sum over the distinct
+    indices)."""
+    self = require_tensor(self, "input", "index_fill")
+    index = require_tensor(index, "index", "index_fill")
+    nd = self.data.ndim
+    d = wrap_dim(dim, nd)
+    if index.data.dtype != np.int64:
+        raise TorchIndexError("index_fill_(): Expected dtype int64 for index.", code="invalid_dtype")
+    if index.data.ndim > 1:
+        raise TorchRuntimeError("Index has to be a vector/scalar", code="invalid_index")
+    if isinstance(value, Tensor):
+        if value.data.ndim != 0:
+            raise TorchRuntimeError(f"index_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+                                    f"{value.data.ndim} dimension(s).", code="invalid_argument")
+        fill = value.data
+    elif is_number(value):
+        fill = value
+    else:
+        raise InvalidArgumentError(f"index_fill(): argument 'value' must be Tensor or Number, not "
+                                   f"{type(value).__name__}")
+    n = self.data.shape[d] if nd else 1
+    ix = index.data.reshape(-1)
+    bad = ix[(ix >= n) | (ix < -n)]
+    if bad.size:
+        raise TorchIndexError(f"index {int(bad[0])} is out of bounds for dimension {d} with size {n}",
+                              code="index_out_of_range")
+    out = self.data.copy()
+    with np.errstate(all="ignore"):
+        fill = np.asarray(fill).astype(out.dtype)  # a float into an int tensor truncates, as torch's fill
+    if nd:
+        out[_along(d, nd, ix % n)] = fill
+    elif ix.size:
+        out[...] = fill
+    if isinstance(value, Tensor):
+        return record("IndexFillBackward1", out, (self, value), {"dim": saved_int(dim), "index": index})
+    return record("IndexFillBackward0", out, (self,), {"dim": saved_int(dim), "index": index})
+
+
+@vjp("IndexFillBackward0", inputs=("self",), saves=("dim", "index"))
+def _(ctx, grad):
+    return index_fill(grad, signed_int(ctx.dim), ctx.index, 0.0),
+
+
+@jvp("IndexFillBackward0")
+def _(ctx, self_t):
+    return index_fill(self_t, signed_int(ctx.dim), ctx.index, 0.0)
+
+
+@vjp("IndexFillBackward1", inputs=("self", "value"), saves=("dim", "index"))
+def _(ctx, grad):
+    from .reduction import sum as sum_
+    n = ctx.needs
+    dim = signed_int(ctx.dim)
+    g_value = None
+    if n[1]:  # grad.index_select(dim, unique(index)).sum()
+        uniq = Tensor(np.unique(ctx.index.data.reshape(-1) % max(grad.data.shape[dim] if grad.data.ndim else 1, 1)))
+        g_value = sum_(index_select(grad, dim, uniq)) if grad.data.ndim else \
+            (sum_(grad) if uniq.data.size else sum_(grad * 0.0))
+    return (index_fill(grad, dim, ctx.index, 0.0) if n[0] else None), g_value
+
+
+@jvp("IndexFillBackward1")
+def _(ctx, self_t, value_t):
+    base = _self_tangent(ctx, self_t)
+    return index_fill(base, signed_int(ctx.dim), ctx.index, value_t if value_t is not None else 0.0)
+
+
 @op("masked_select", tensors=("self", "mask"), grad_fns=("MaskedSelectBackward0",))
 def masked_select(self, mask):
     """torch.masked_select(input, mask): the elements where the (broadcast) mask is true, as a 1-D tensor."""
@@ -325,7 +395,7 @@ def _(ctx, self_t):
     return masked_select(self_t, ctx.mask)
 
 
-@op("topk", tensors=("self",), grad_fns=("TopkBackward0",))
+@op("topk", tensors=("self",), grad_fns=("TopkBackward0",), returns=ValuesIndices._fields)
 def topk(self, k, dim=-1, largest=True, sorted=True):
     """torch.topk(input, k, dim=-1, largest=True, sorted=True) -> (values, indices)."""
     self = require_tensor(self, "input", "topk")
@@ -362,7 +432,7 @@ def _(ctx, self_t):
     return gather(self_t, signed_int(ctx.dim), ctx.indices)
 
 
-@op("kthvalue", tensors=("self",), grad_fns=("KthvalueBackward0",))
+@op("kthvalue", tensors=("self",), grad_fns=("KthvalueBackward0",), returns=ValuesIndices._fields)
 def kthvalue(self, k, dim=-1, keepdim=False):
     """torch.kthvalue(input, k, dim=-1, keepdim=False) -> (values, indices): the k-th smallest (1-based)."""
     self = require_tensor(self, "input", "kthvalue")

@@ -1,5 +1,5 @@
-"""In-place ops: ``add_``, ``mul_``, ... ``zero_``, ``fill_``, ``copy_``, ``setitem`` and the augmented
-assignments.
+"""In-place ops: ``add_``, ``mul_``, ... ``zero_``, ``fill_``, ``copy_``, the index writes ``scatter_``,
+``scatter_add_``, ``index_add_``, ``index_copy_``, ``index_fill_``, ``setitem`` and the augmented assignments.
 
 Each is the out-of-place op applied to a "shadow" of the tensor's old value, whose result is written into
 the tensor's own buffer, as torch does:
@@ -29,6 +29,7 @@ from ..tensor import Tensor
 from ..views import has_internal_overlap, partial_overlap, rebase_error, set_history, view_positions
 from . import elementwise as E
 from .common import require_tensor
+from .indexing import index_add, index_copy, index_fill, scatter, scatter_add
 
 _LEAF = "a leaf Variable that requires grad is being used in an in-place operation."
 _VIEW_OF_LEAF = "a view of a leaf Variable that requires grad is being used in an in-place operation."
@@ -339,6 +340,27 @@ def _masked_fill_inplace(self: Tensor, mask, value) -> Tensor:
 
 masked_fill_ = _make("masked_fill_", _masked_fill_inplace, ("MaskedFillBackward0",), ("self", "mask"),
                      overlap_check=False)
+scatter_ = _make("scatter_", scatter, ("ScatterBackward0", "ScatterBackward1"), ("self", "index", "src"),
+                 doc="Tensor.scatter_(dim, index, src | value): in-place scatter; bumps the version counter.")
+scatter_add_ = _make("scatter_add_", scatter_add, ("ScatterAddBackward0",), ("self", "index", "src"))
+index_add_ = _make("index_add_", index_add, ("IndexAddBackward0",), ("self", "index", "source"))
+index_copy_ = _make("index_copy_", index_copy, ("IndexCopyBackward0",), ("self", "index", "source"))
+
+
+def _index_fill_expanded(self: Tensor, dim, index, value) -> Tensor:
+    """index_fill_ writes into an expanded tensor (each distinct element once) with torch's deprecation warning."""
+    if has_internal_overlap(self.data):
+        from ..grad_mode import emit_warning
+        emit_warning("Use of index_fill_ on expanded tensors is deprecated. Please clone() the tensor before "
+                     "performing this operation. This also applies to advanced indexing e.g. tensor[mask] = scalar "
+                     "(Triggered internally at /__w/pytorch/pytorch/aten/src/ATen/native/TensorAdvancedIndexing.cpp:"
+                     "1913.)", once_key="index_fill_expanded")
+    return index_fill(self, dim, index, value)
+
+
+index_fill_ = _make("index_fill_", _index_fill_expanded, ("IndexFillBackward0", "IndexFillBackward1"),
+                    ("self", "index", "value"), overlap_check=False,
+                    doc="Tensor.index_fill_(dim, index, value): in place; bumps the version counter.")
 zero_ = _make("zero_", _zero, ("ZeroBackward0",), doc="Tensor.zero_(): fill with zeros in place.", overlap_check=False)
 fill_ = _make("fill_", _fill, ("FillBackward2", "FillBackward3"), ("self", "value"),
               doc="Tensor.fill_(value): in place.", overlap_check=False)

@@ -11,6 +11,7 @@ embedding and constant/reflect/replicate pad are primitives with torch's grad_fn
 
 from __future__ import annotations
 
+import math
 import types
 
 import numpy as np
@@ -291,20 +292,26 @@ def _(ctx, input_t, weight_t, bias_t):
 @op("embedding", tensors=("input", "weight"), grad_fns=("EmbeddingBackward0",), method=False, family="nn")
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
               sparse=False):
-    """F.embedding(input, weight, padding_idx=None, ...): rows of weight picked by the int64 input; the
-    padding_idx row gets no gradient, scale_grad_by_freq divides by how often each index occurs."""
+    """F.embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, ...): rows of weight picked by
+    the int64 input; the padding_idx row gets no gradient, scale_grad_by_freq divides by how often each index
+    occurs; with max_norm the looked-up rows are first renormalised in place (no_grad, a version bump)."""
     input = require_tensor(input, "input", "embedding")
     weight = require_tensor(weight, "weight", "embedding")
+    if max_norm is not None and input.data.dtype.kind not in "iu":  # embedding_renorm_ runs first
+        raise TorchRuntimeError(f"Expected tensor for argument #2 'indices' to have one of the following scalar "
+                                f"types: Long, Int; but got torch.{D.SCALAR_TYPE_NAMES[input.dtype]}Tensor instead "
+                                f"(while checking arguments for embedding_renorm_)", code="invalid_dtype")
     if input.data.dtype.kind not in "iu":
         raise TorchRuntimeError(f"Expected tensor for argument #1 'indices' to have one of the following scalar "
                                 f"types: Long, Int; but got torch.{D.SCALAR_TYPE_NAMES[input.dtype]}Tensor instead "
                                 f"(while checking arguments for embedding)", code="invalid_dtype")
     if weight.data.ndim != 2:
         raise TorchRuntimeError("'weight' must be 2-D", code="shape_mismatch")
-    if max_norm is not None or sparse:
-        raise TorchRuntimeError("embedding: max_norm and sparse are not supported by gradserve",
-                                code="unsupported")
+    if sparse:
+        raise TorchRuntimeError("embedding: sparse gradients are not supported by gradserve", code="unsupported")
     n = weight.shape[0]
+    if max_norm is not None:
+        _embedding_renorm(weight, input, float(max_norm), float(norm_type))
     if padding_idx is not None:
         if not -n <= padding_idx < n:
             raise TorchRuntimeError("Padding_idx must be within num_embeddings", code="invalid_argument")
@@ -316,6 +323,48 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     return record("EmbeddingBackward0", np.array(out, copy=True), (weight,),
                   {"indices": input, "padding_idx": (-1 if padding_idx is None else padding_idx) % _UINT64,
                    "scale_grad_by_freq": scale_grad_by_freq, "sparse": sparse, "weight_sym_argsize_0": n})
+
+
+def _embedding_renorm(weight: Tensor, input: Tensor, max_norm: float, norm_type: float) -> None:
+    """torch.embedding_renorm_ under no_grad, as F.embedding does before the lookup: each distinct looked-up row
+    whose norm_type-norm exceeds max_norm is scaled in place by max_norm / (norm + 1e-7) (computed in the
+    weight's dtype, as torch's ``row *= scale``); weight's version counter goes up by one, changed or not.
+    Bad indices are refused before any row changes (torch renormalises the rows before the first bad one)."""
+    from ..journal import array_, setitem_
+    from .inplace import _writeable
+    if weight.data.dtype.kind != "f":
+        raise TorchRuntimeError(f"norm(): input dtype should be either floating point or complex. Got "
+                                f"{D.SCALAR_TYPE_NAMES[weight.dtype]} instead.", code="invalid_dtype")
+    n = weight.shape[0]
+    rows = np.unique(input.data)  # sorted, as torch visits them
+    bad = rows[(rows >= n) | (rows < -n)]
+    if bad.size:
+        raise TorchIndexError(f"select(): index {int(bad[0])} out of range for tensor of size "
+                              f"{_shape_str(weight.shape)} at dimension 0", code="index_out_of_range")
+    if rows.size and rows.min() < 0:
+        raise TorchIndexError("index out of range in self", code="index_out_of_range")
+    w = weight.data
+    a = np.abs(w[rows])
+    with np.errstate(all="ignore"):
+        if norm_type == math.inf:
+            norms = a.max(axis=1)
+        elif norm_type == -math.inf:
+            norms = a.min(axis=1)
+        elif norm_type == 0:
+            norms = np.count_nonzero(a, axis=1).astype(w.dtype)
+        else:
+            norms = (a ** w.dtype.type(norm_type)).sum(axis=1) ** w.dtype.type(1 / norm_type)
+    over = norms.astype(np.float64) > max_norm
+    target = _writeable(w)
+    if over.any():
+        if not target.flags.writeable:
+            raise TorchRuntimeError("unsupported operation: more than one element of the written-to tensor refers "
+                                    "to a single memory location. Please clone() the tensor before performing the "
+                                    "operation.", code="invalid_inplace")
+        scale = (max_norm / (norms[over].astype(np.float64) + 1e-7)).astype(w.dtype)
+        array_(target)
+        target[rows[over]] *= scale[:, None]
+    setitem_(weight._vc, 0, weight._vc[0] + 1)
 
 
 def _row_scale(indices: np.ndarray, padding_idx: int, scale: bool, dtype) -> np.ndarray:
@@ -435,11 +484,7 @@ _PAD_PRIM = {("reflect", 1): "ReflectionPad1DBackward0", ("reflect", 2): "Reflec
 def _pad_index(shape: tuple, pad: list, mode: str) -> tuple:
     """The gather index of reflect/replicate padding: per dim, the source position of each output position."""
     nd = len(shape)
-    pairs = _pad_pairs(pad, nd)
-    k = len(pairs)
-    if nd not in (k + 1, k + 2):
-        raise NotImplementedError_(f"Only {k + 1}D, {k + 2}D tensors with {2 * k}-element padding are supported "
-                                   f"for mode {mode!r}")
+    pairs = _nonconstant_pairs(pad, nd)
     idx = [np.arange(s).reshape([-1 if j == d else 1 for j in range(nd)]) for d, s in enumerate(shape)]
     for i, (lo, hi) in enumerate(pairs):
         d = nd - 1 - i
@@ -450,6 +495,61 @@ def _pad_index(shape: tuple, pad: list, mode: str) -> tuple:
                                     f"{_shape_str(shape)}", code="invalid_argument")
         idx[d] = _edge_index(n, lo, hi, mode).reshape([-1 if j == d else 1 for j in range(nd)])
     return tuple(idx)
+
+
+def _nonconstant_pairs(pad, nd: int) -> list:
+    """at::pad's check for reflect/replicate/circular: 1-3 padded dims, with one or two dims before them."""
+    pairs = _pad_pairs(pad, nd)
+    k = len(pairs)
+    if k > 3 or nd not in (k + 1, k + 2):
+        raise NotImplementedError_(
+            f"Padding size {2 * k} is not supported for {nd}D input tensor.\nSupported combinations for non-constant "
+            f"padding:\n  - 2D or 3D input: padding size = 2 (pads last dimension)\n  - 3D or 4D input: padding size "
+            f"= 4 (pads last 2 dimensions)\n  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)")
+    return pairs
+
+
+def _pad_circular(self: Tensor, pad: list) -> Tensor:
+    """at::_pad_circular as torch composes it: a new tensor, the input copied into its middle, then per padded
+    dim the left and right borders copied from the other end (copy_ into slices: CopySlices over SliceBackward0).
+    torch's new tensor is uninitialised; here it is zeros (only visible where negative padding leaves nothing
+    to wrap from)."""
+    from .inplace import copy_
+    nd = self.data.ndim
+    pairs = _nonconstant_pairs(pad, nd)
+    first = nd - len(pairs)
+    shape = list(self.shape)
+    for i in range(first, nd):
+        lo, hi = pairs[nd - 1 - i]
+        if lo > shape[i] or hi > shape[i]:
+            raise TorchRuntimeError("Padding value causes wrapping around more than once.", code="invalid_argument")
+        shape[i] += lo + hi
+        if shape[i] < 0:
+            raise TorchRuntimeError("Negative padding value is resulting in an empty dimension",
+                                    code="invalid_argument")
+    check_numel(tuple(shape), itemsize=self.data.itemsize)
+    out = Tensor(np.zeros(shape, self.data.dtype))
+    out_slice, in_slice = out, self
+    for i in range(first, nd):
+        lo, hi = pairs[nd - 1 - i]
+        out_slice = _slice(out_slice, i, max(lo, 0), shape[i] - max(hi, 0))
+        in_slice = _slice(in_slice, i, max(-lo, 0), self.shape[i] - max(-hi, 0))
+    copy_(out_slice, in_slice)
+    for i in range(first, nd):
+        lo, hi = pairs[nd - 1 - i]
+        if lo > 0:
+            copy_(_slice(out, i, 0, lo), _slice(out, i, shape[i] - lo - max(hi, 0), shape[i] - max(hi, 0)))
+        if hi > 0:
+            copy_(_slice(out, i, shape[i] - hi, shape[i]), _slice(out, i, max(lo, 0), max(lo, 0) + hi))
+    return out
+
+
+def _slice(t: Tensor, dim: int, start: int, end: int) -> Tensor:
+    """t[..., start:end] along dim, clamped to the size as torch's slice (SliceBackward0)."""
+    from .shape import narrow
+    n = t.shape[dim]
+    start = min(max(start, 0), n)
+    return narrow(t, dim, start, max(min(end, n) - start, 0))
 
 
 def _index_pad(self: Tensor, pad: list, mode: str) -> Tensor:
@@ -481,18 +581,19 @@ for (_mode, _k), _name in _PAD_PRIM.items():
     jvp(_name)(_index_pad_jvp_for(_mode))
 
 
-@op("pad", tensors=("input",), grad_fns=("ConstantPadNdBackward0",) + tuple(_PAD_PRIM.values()), method=False,
+@op("pad", tensors=("input",), grad_fns=("ConstantPadNdBackward0", "CopySlices") + tuple(_PAD_PRIM.values()),
+    method=False,
     family="nn")
 def pad(input, pad, mode="constant", value=None):
     """F.pad(input, pad, mode='constant', value=None): pad is (left, right) pairs from the last dim backwards;
-    negative constant padding crops; modes 'reflect' and 'replicate' pad the last 1-3 dims."""
+    negative constant padding crops; modes 'reflect', 'replicate' and 'circular' pad the last 1-3 dims."""
     input = require_tensor(input, "input", "pad")
     if mode == "constant":
         return constant_pad_nd(input, list(pad), 0.0 if value is None else value)
     if value is not None and value != 0:
-        raise TorchRuntimeError(f"Padding mode \"{mode}\" doesn't take in value argument.", code="invalid_argument")
+        raise TorchRuntimeError(f"Padding mode \"{mode}\" doesn't take in value argument", code="invalid_argument")
     if mode in ("reflect", "replicate"):
         return _index_pad(input, list(pad), mode)
     if mode == "circular":
-        raise TorchRuntimeError("pad: mode 'circular' is not supported by gradserve", code="unsupported")
+        return _pad_circular(input, list(pad))
     raise NotImplementedError_(f"Unrecognised padding mode {mode}")

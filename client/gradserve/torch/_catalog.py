@@ -36,6 +36,14 @@ VARIABLE_OUTPUTS = frozenset({"split", "chunk", "unbind"})
 return_types = {name: namedtuple(name, ["values", "indices"]) for name in PAIRS}
 
 
+@functools.cache
+def return_type(op: str):
+    """The named tuple type of an op whose catalog entry lists ``returns`` (torch.return_types.linalg_svd...),
+    or None."""
+    fields = catalog()[op].get("returns")
+    return namedtuple(op.replace(".", "_"), fields) if fields else None
+
+
 def catalog() -> dict[str, dict]:
     """Op name (and alias) -> catalog entry, from ``GET /v1/ops`` of the current context's server."""
     if not _CATALOG:

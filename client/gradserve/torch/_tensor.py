@@ -416,6 +416,12 @@ def call_op(name: str, args: tuple, kwargs: dict):
         index = ctx.record(op)
         bound = ctx.flush()["ops"][index]["bound"]
         return tuple(Tensor._new(ctx, storage, name) for name in bound)
+    rtype = _catalog.return_type(base)
+    if rtype is not None:  # a named tuple of tensors (linalg.svd's U, S, Vh): one handle per field
+        outs = tuple(Tensor._new(ctx, storage) for _ in rtype._fields)
+        op["out"] = [t._name for t in outs]
+        ctx.record(op, outs)
+        return rtype(*outs)
     if base in _catalog.PAIRS and (base == "sort" or _has_dim(args, kwargs)):
         values, indices = Tensor._new(ctx, storage), Tensor._new(ctx)
         op["out"] = [values._name, indices._name]
