@@ -258,8 +258,9 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
+        from .forward_ad import _level, tangent_of
         from .printing import tensor_repr
-        return tensor_repr(self)
+        return tensor_repr(self, tangent_of(self) if _level.get() is not None else None)
 
     def __format__(self, spec: str) -> str:
         if self.data.ndim == 0:

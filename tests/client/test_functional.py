@@ -103,9 +103,7 @@ def test_forward_ad_block_is_one_request(ctx):
         y = (d * d).sin()
         p, t = fwAD.unpack_dual(y)
         unpacked = fwAD.unpack_dual(y)
-        with pytest.raises(RuntimeError, match="read values after the block"):
-            t.tolist()
-    assert sent(ctx) == before + 1
+    assert sent(ctx) == before + 1  # nothing read inside: the block is one request
     np.testing.assert_allclose(t.numpy(), np.cos(X0 ** 2) * 2 * X0 * Y0, rtol=1e-10)
     np.testing.assert_allclose(p.numpy(), np.sin(X0 ** 2), rtol=1e-10)
     assert unpacked.primal is not None and unpacked.tangent is not None

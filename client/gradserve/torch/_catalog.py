@@ -33,6 +33,9 @@ SIZE_PARAMS = frozenset({"size", "shape", "sizes", "dims", "repeats"})
 #: ops that return a (values, indices) pair, and those whose number of outputs depends on the data
 PAIRS = {"sort": "sort", "max": "max", "min": "min"}
 VARIABLE_OUTPUTS = frozenset({"split", "chunk", "unbind"})
+#: out-of-place ops that change an argument in place when another is given: op -> (changed, given); F.embedding
+#: renormalises weight's rows (torch.embedding_renorm_ under no_grad) when max_norm is given
+CHANGES_ARGUMENT = {"embedding": ("weight", "max_norm")}
 return_types = {name: namedtuple(name, ["values", "indices"]) for name in PAIRS}
 
 

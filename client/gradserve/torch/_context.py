@@ -90,7 +90,8 @@ class Context:
         self.failures = 0                          # +1 per failed request: every cached view is stale
         self.closed = False
         self.tracing = 0                           # >0 while a function for autograd.functional is traced
-        self.dual_depth = 0                        # >0 inside `with forward_ad.dual_level():` (buffered)
+        self.dual_depth = 0                        # >0 inside `with forward_ad.dual_level():`
+        self.maybe_unbound: set[str] = set()       # names an op may leave unbound (unpack_dual's tangent)
         self._names = itertools.count(1)
         _LIVE.add(self)  # closed at exit: what is pending is sent (its errors raised), the session deleted
 
@@ -144,10 +145,48 @@ class Context:
         if self.dual_depth:
             if deferrable:
                 return {}
-            raise RuntimeError("gradserve: inside `with forward_ad.dual_level():` ops are buffered and sent as one op "
-                               "list when the block exits (a dual level lives within one op list on the server): "
-                               "read values after the block")
-        returns = dict(returns or {})
+            return self._flush_in_dual_level(dict(returns or {}))
+        return self._send(dict(returns or {}))
+
+    def _flush_in_dual_level(self, returns: dict[str, str]) -> dict:
+        """A read inside ``with dual_level():``. A dual level lives within one op list on the server, so the level
+        is closed at the end of this request and opened again at the start of the next: before the exit every live
+        handle's tangent is unpacked into a name of its own (only the server knows which tensors have one), and
+        the next request re-enters the level and makes each of those tensors dual again with its tangent (the
+        name rebound to the dual tensor). The tangents of the handles read come back too, for ``repr``."""
+        probes = []
+        for name, ref in list(self.refs.items()):
+            handle = ref()
+            if handle is None or handle._error is not None or name in self.maybe_unbound:
+                continue
+            primal, tangent = self.fresh_name(), self.fresh_name()
+            self.pending.append({"op": "unpack_dual", "args": [name], "out": [primal, tangent]})
+            self.sites.append(None)
+            self.made.append(())
+            probes.append((len(self.pending) - 1, name, primal, tangent))
+        self.pending.append({"op": "exit_dual_level"})
+        self.sites.append(None)
+        self.made.append(())
+        for _, name, _, tangent in probes:
+            if name in returns:
+                returns[tangent] = "full"
+        response = self._send(returns)
+        self.record({"op": "enter_dual_level"})
+        outcomes = response.get("ops", [])
+        unbind = [p for _, _, p, _ in probes]
+        for index, name, _, tangent in probes:
+            bound = outcomes[index]["bound"] if index < len(outcomes) else []
+            handle = self.handle(name)
+            if tangent in bound:  # (the handle keeps the view it has: the same values)
+                self.record({"op": "make_dual", "args": [name, tangent], "out": name})
+            if handle is not None and name in returns:
+                handle._dual_tangent = (self.failures, response["tensors"].get(tangent) if tangent in bound else None)
+            unbind.append(tangent)
+        self.released.extend(unbind)
+        return response
+
+    def _send(self, returns: dict[str, str]) -> dict:
+        """Send the pending ops with ``returns`` (see ``flush``)."""
         prefetched = self._prefetch(returns)
         pending, sites, made = self.pending, self.sites, self.made
         self.pending, self.sites, self.made = [], [], []
@@ -165,6 +204,9 @@ class Context:
             self._lost(pending, made, "the request that carried it did not complete")
             raise
         self._check_bound(response["ops"], pending, made)
+        if self.maybe_unbound:
+            bound = {n for outcome in response["ops"] for n in outcome["bound"]}
+            self.maybe_unbound -= bound
         for name, view in response["tensors"].items():
             handle = self.handle(name)
             if handle is not None and view is not None:

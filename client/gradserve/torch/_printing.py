@@ -98,13 +98,26 @@ def _str(a: np.ndarray, indent: int, fmt: _Formatter, summarize: bool) -> str:
     return "[" + ("," + "\n" * (a.ndim - 1) + " " * (indent + 1)).join(slices) + "]"
 
 
-def tensor_repr(t) -> str:
-    """An engine Tensor's repr."""
-    return format_tensor(t.data, t.dtype, t.grad_fn.name if t.grad_fn is not None else None, t.requires_grad)
+def tensor_repr(t, tangent=None) -> str:
+    """An engine Tensor's repr; ``tangent``: its tangent (a Tensor) inside a dual level."""
+    tan = None
+    if tangent is not None:
+        tan = tangent_str(tangent.data, tangent.dtype, tangent.grad_fn.name if tangent.grad_fn is not None else None,
+                          tangent.requires_grad)
+    return format_tensor(t.data, t.dtype, t.grad_fn.name if t.grad_fn is not None else None, t.requires_grad, tan)
 
 
-def format_tensor(a: np.ndarray, dtype: str, grad_fn: str | None, requires_grad: bool) -> str:
-    """torch's ``repr`` of a tensor holding ``a``, with its ``grad_fn`` name and ``requires_grad``."""
+def tangent_str(a: np.ndarray, dtype: str, grad_fn: str | None, requires_grad: bool) -> str:
+    """A tangent as torch's ``f"tangent={tangent}"`` shows it: its repr, a 0-d one as its item (Tensor.__format__)."""
+    if a.ndim == 0:
+        return str(a.item())
+    return format_tensor(a, dtype, grad_fn, requires_grad)
+
+
+def format_tensor(a: np.ndarray, dtype: str, grad_fn: str | None, requires_grad: bool,
+                  tangent: str | None = None) -> str:
+    """torch's ``repr`` of a tensor holding ``a``, with its ``grad_fn`` name and ``requires_grad``; ``tangent``
+    (from ``tangent_str``) for a dual tensor, as the last suffix."""
     prefix = "tensor("
     indent = len(prefix)
     suffixes = []
@@ -123,6 +136,8 @@ def format_tensor(a: np.ndarray, dtype: str, grad_fn: str | None, requires_grad:
         suffixes.append(f"grad_fn=<{grad_fn}>")
     elif requires_grad:
         suffixes.append("requires_grad=True")
+    if tangent is not None:
+        suffixes.append(f"tangent={tangent}")
     return _add_suffixes(prefix + body, suffixes, indent)
 
 

@@ -19,14 +19,14 @@ from gradserve.torch._context import Context, Storage
 from gradserve.torch._dtypes import Size, by_name
 from gradserve.torch._dtypes import dtype as DType
 from gradserve.torch._grad_mode import is_grad_enabled
-from gradserve.torch._printing import format_tensor
+from gradserve.torch._printing import format_tensor, tangent_str
 
 
 class Tensor:
     """A handle to a tensor held by the server; behaves as ``torch.Tensor``."""
 
     __slots__ = ("_ctx", "_name", "_storage", "_shape", "_dtype", "_view", "_array", "_view_stamp", "_param",
-                 "_known_grad", "_error", "__weakref__")
+                 "_known_grad", "_error", "_dual_tangent", "__weakref__")
 
     # ----- making handles -----------------------------------------------------------------------------
     @classmethod
@@ -36,6 +36,7 @@ class Tensor:
         t._name = name or ctx.fresh_name()
         t._storage = storage or Storage()
         t._shape = t._dtype = t._view = t._array = t._view_stamp = t._known_grad = t._error = None
+        t._dual_tangent = None  # (ctx.failures, the tangent's view or None) read inside a dual level
         t._param = False
         ctx.adopt(t)
         return t
@@ -199,8 +200,17 @@ class Tensor:
         return int(self.item())
 
     def __repr__(self) -> str:
+        tangent = None
+        if self._ctx.dual_depth:  # torch shows a dual tensor's tangent: asked for with the value
+            self._fetch("full")
+            known = self._dual_tangent
+            view = known[1] if known is not None and known[0] == self._ctx.failures else None
+            if view is not None:
+                data = view.get("data")
+                tangent = tangent_str(_decode(data) if isinstance(data, dict) else np.asarray(data), view["dtype"],
+                                      view["grad_fn"], view["requires_grad"])
         a = self._data()
-        return format_tensor(a, self._dtype, self._view["grad_fn"], self._view["requires_grad"])
+        return format_tensor(a, self._dtype, self._view["grad_fn"], self._view["requires_grad"], tangent)
 
     def __format__(self, spec: str) -> str:
         # torch: a 0-d Tensor (not a subclass) formats as its item, even with an empty spec
@@ -430,6 +440,11 @@ def call_op(name: str, args: tuple, kwargs: dict):
     out = Tensor._new(ctx, storage)
     op["out"] = out._name
     ctx.record(op, (out,))
+    if base in _catalog.CHANGES_ARGUMENT:
+        changed, given = _catalog.CHANGES_ARGUMENT[base]
+        target = _catalog.argument(base, changed, args, kwargs)
+        if isinstance(target, Tensor) and _catalog.argument(base, given, args, kwargs) is not None:
+            target._mutated()
     if entry["family"] == "creation":  # a new leaf
         requires_grad = builtins.bool(_catalog.argument(base, "requires_grad", args, kwargs, False))
         out._know(is_leaf=True, requires_grad=requires_grad, grad_fn=None, retains_grad=False, version=0)

@@ -1,13 +1,14 @@
 """``gradserve.torch.autograd.forward_ad``: ``dual_level``, ``enter_dual_level``, ``exit_dual_level``,
 ``make_dual``, ``unpack_dual`` (a namedtuple with ``.primal`` and ``.tangent``).
 
-On the server a dual level lives within one op list. So the client buffers: from ``enter_dual_level`` (or
-``with dual_level():``) to ``exit_dual_level`` every op is recorded and nothing is sent; the exit sends the
-whole block as one request (its errors are raised there). Reading a value inside the block raises (read it
-after the block: tangents obtained with ``unpack_dual`` are ordinary tensors once the level is gone, as in
-torch); ``backward`` inside the block is sent with it. Whether a tensor has a tangent is known on the server
-only: ``unpack_dual(t).tangent`` is a handle that, if ``t`` had no tangent at the level, raises when used
-after the block (torch gives ``None``).
+On the server a dual level lives within one op list. Ops inside ``with dual_level():`` are recorded as
+everywhere; the exit sends what is pending (its errors are raised there). Reading a value inside the block
+(``print``, ``item``, ``tolist``...) sends what is pending too: that request ends the level after unpacking
+every live tensor's tangent into a name of its own, and the next one enters it again and makes those tensors
+dual again (each name rebound to a dual view of its tensor), so the block goes on as in torch; ``repr`` shows
+``tangent=`` as torch does. ``backward`` inside the block is sent with the next request. Whether a tensor has a
+tangent is known on the server only: ``unpack_dual(t).tangent`` is a handle that, if ``t`` had no tangent at
+the level, raises when used (torch gives ``None``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ UnpackedDualTensor = namedtuple("UnpackedDualTensor", ["primal", "tangent"])
 
 
 def enter_dual_level() -> int:
-    """Start buffering a dual level (torch allows one at a time: a second one fails when the block is sent)."""
+    """Start a dual level (torch allows one at a time: a second one fails when it is sent)."""
     ctx = _context.current()
     ctx.record({"op": "enter_dual_level"})
     ctx.dual_depth += 1
@@ -33,7 +34,7 @@ def enter_dual_level() -> int:
 
 
 def exit_dual_level(*, level: int | None = None) -> None:
-    """End the level: the buffered block is sent as one op list now."""
+    """End the level: what is pending is sent now."""
     ctx = _context.current()
     op = {"op": "exit_dual_level"}
     if level is not None:
@@ -46,7 +47,7 @@ def exit_dual_level(*, level: int | None = None) -> None:
 
 
 class dual_level:
-    """``with dual_level():`` -- the block is sent as one op list at its exit."""
+    """``with dual_level():`` -- what is pending is sent at its exit."""
 
     def __enter__(self) -> int:
         return enter_dual_level()
@@ -82,4 +83,5 @@ def unpack_dual(tensor, *, level: int | None = None) -> UnpackedDualTensor:
     if level is not None:
         op["kwargs"] = {"level": level}
     ctx.record(op, (primal, tangent))
+    ctx.maybe_unbound.add(tangent._name)
     return UnpackedDualTensor(primal, tangent)
