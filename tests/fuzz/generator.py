@@ -37,6 +37,9 @@ EXTRA_SAMPLES = {
 CREATION = ("tensor", "zeros", "ones", "full", "arange", "linspace", "eye")
 # RNG ops draw from the engine's own generator: values cannot agree with torch (README: deviations)
 SKIPPED = {"rand", "randn", "dropout"}
+# singular vectors are defined up to a sign per (U column, Vh row) pair, and numpy's LAPACK and torch's MKL pick
+# differently about a third of the time (README: deviations); svdvals and the norms through it are drawn
+SKIPPED |= {"linalg.svd", "svd"}
 INPLACE_UNARY = ("exp_", "log_", "neg_", "sqrt_", "abs_", "sigmoid_", "tanh_", "relu_", "zero_")
 INPLACE_BINARY = ("add_", "sub_", "mul_", "div_")
 KINDS = (("create", 8), ("op", 30), ("view", 14), ("inplace", 16), ("retain_grad", 5), ("backward", 9),
