@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .batching import BatchingUnsupported, sum_to_batched, vjp_rule
 from .budget import current_control
 from .errors import (
     CREATE_GRAPH_WARNING,
@@ -158,6 +159,9 @@ def _grad_batched(outputs, inputs, grad_outputs, retain_graph, create_graph, all
             "vmap: Expected all tensors to have the same size in the mapped dimension, got sizes "
             f"[{', '.join(map(str, sizes))}] for the mapped dimension", code="invalid_gradient")
     batch = sizes[0] if sizes else 1
+    batched = _grad_batched_pass(outputs, inputs, grad_outputs, batch, retain_graph, create_graph)
+    if batched is not None:
+        return _finish_batched(inputs, batched, batch, create_graph, allow_unused, materialize_grads)
     from .ops.shape import stack
     per_input: list[list] = [[] for _ in inputs]
     for b in range(batch):
@@ -183,6 +187,35 @@ def _grad_batched(outputs, inputs, grad_outputs, retain_graph, create_graph, all
             result.append(stack(gs, 0))
         else:
             result.append(Tensor(np.stack([g.data for g in gs])))
+    return tuple(result)
+
+
+def _grad_batched_pass(outputs, inputs, grad_outputs, batch, retain_graph, create_graph):
+    """One reverse pass over the whole batch, or None when some node on the way has no batching rule."""
+    grads = []
+    for o, g in zip(outputs, grad_outputs):
+        if isinstance(g, Tensor) and g.data.dtype != o.data.dtype:
+            from .ops.shape import to
+            g = to(g, o.dtype)
+        grads.append(g if isinstance(g, Tensor) else None)
+    try:
+        return _run(outputs, grads, retain_graph, create_graph, inputs, accumulate=False, batch=batch)
+    except BatchingUnsupported:
+        return None
+
+
+def _finish_batched(inputs, captured, batch, create_graph, allow_unused, materialize_grads) -> tuple:
+    result = []
+    for i, (inp, g) in enumerate(zip(inputs, captured)):
+        if g is None:
+            if materialize_grads:
+                result.append(Tensor(np.zeros((batch, *inp.data.shape), inp.data.dtype)))
+                continue
+            if not allow_unused:
+                raise TorchRuntimeError(
+                    f"The differentiated Tensor at index {i} appears to not have been used in the graph. "
+                    f"Set allow_unused=True if this is the desired behavior.", code="unused_input")
+        result.append(g)
     return tuple(result)
 
 
@@ -324,6 +357,28 @@ def _fused_jvp(ctx, *tangents):
                             code="internal_error")
 
 
+def _apply_batched(node: Node, grads: list, batch: int) -> list:
+    """A node's batched VJP (``batching.vjp_rule``) over gradients ``(batch, *shape)``."""
+    prim = PRIMS[node.prim]
+    if prim.n_outputs != 1:
+        raise BatchingUnsupported(node.prim)
+    rule = vjp_rule(node.prim)
+    outs = rule(Ctx(node), grads[0], batch)
+    res = []
+    for (child, _), meta, o in zip(node.next_functions, node.input_meta, outs):
+        if child is None or o is None:
+            res.append(None)
+            continue
+        shape, dt = meta
+        if o.data.shape[1:] != shape:
+            o = sum_to_batched(o, shape)
+        if o.data.dtype != dt:
+            from .ops.shape import to
+            o = to(o, dt)
+        res.append(o)
+    return res
+
+
 def _apply(node: Node, grads: list) -> list:
     """Run a node's VJP; un-broadcast and cast each result to its input's shape and dtype."""
     prim = PRIMS[node.prim]
@@ -352,8 +407,10 @@ def _apply(node: Node, grads: list) -> list:
 
 
 def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inputs, accumulate: bool,
-         hooks: bool = True):
-    """``hooks=False``: a backward inside a node's own formula, where retain_grad hooks must not fire."""
+         hooks: bool = True, batch: int | None = None):
+    """``hooks=False``: a backward inside a node's own formula, where retain_grad hooks must not fire.
+    ``batch``: every gradient has a leading batch dimension of that size (``is_grads_batched``); a node
+    without a batching rule raises BatchingUnsupported before anything is written or freed."""
     root_edges = []
     for i, t in enumerate(roots):
         e = edge(t) if t.requires_grad else (None, 0)
@@ -431,6 +488,8 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                     if accumulate and buf[nr] is not None and not any(inputs[i] is inputs[idx] for i in range(idx)):
                         retained.append((inputs[idx], buf[nr]))
             if node.retained and hooks:
+                if batch is not None:  # a retained gradient is per entry: the caller's loop writes it
+                    raise BatchingUnsupported("retain_grad")
                 # retain_grad hooks fire in backward and grad alike (a backward input is written once)
                 for nr, t in node.retained.items():
                     if buf[nr] is not None and not (accumulate and inputs is not None
@@ -450,7 +509,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                 continue
             if pruned and node not in needed:
                 continue
-            outs = _apply(node, buf)
+            outs = _apply(node, buf) if batch is None else _apply_batched(node, buf, batch)
             executed.append(node)
             for (child, nr), g in zip(node.next_functions, outs):
                 if g is None or (pruned and child not in relevant):

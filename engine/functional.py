@@ -19,6 +19,7 @@ import numpy as np
 
 from . import autograd
 from . import forward_ad as fw
+from .batching import BatchingUnsupported
 from .errors import InvalidArgumentError, TorchRuntimeError, TorchTypeError
 from .grad_mode import _grad_enabled, set_grad_enabled
 from .tensor import Tensor
@@ -310,6 +311,38 @@ def _standard_basis(tensors, numels) -> tuple:
     return tuple(chunks)
 
 
+def _jvp_batched(func, inputs, basis, total):
+    """torch's vmap of the jvp: one dual pass of ``func`` whose tangents carry the whole basis (a batched
+    level, ``batching``); None when an op on the way has no batching rule (the caller loops instead)."""
+    try:
+        with fw.dual_level():
+            fw.current_level().batch = total
+            duals = tuple(fw.batched_dual(inp, Tensor(np.ascontiguousarray(b.data.reshape(total, *inp.shape))))
+                          for inp, b in zip(inputs, basis))
+            is_outputs_tuple, outs = _as_tuple(func(*duals), "outputs")
+            primals, tangents = [], []
+            for out in outs:
+                primal, tangent = fw.batched_unpack(out)
+                primals.append(primal)
+                tangents.append(tangent if tangent is not None else
+                                Tensor(np.zeros((total, *primal.shape), primal.data.dtype)))
+    except BatchingUnsupported:
+        return None
+    return is_outputs_tuple, primals, tangents
+
+
+def _jacobian_row(tangent, out, inputs, numels) -> list:
+    """The batched tangents ``(total, *out.shape)`` as one Jacobian block per input, ``(*out.shape, *inp.shape)``
+    (torch: the batch moved last, then split per input); a tangent's graph is kept (forward-over-reverse)."""
+    if not tangent.requires_grad:
+        jac = np.moveaxis(tangent.data, 0, -1)
+        bounds = np.cumsum((0, *numels))
+        return [Tensor(np.ascontiguousarray(jac[..., a:b]).reshape(*out.shape, *inp.shape))
+                for a, b, inp in zip(bounds[:-1], bounds[1:], inputs)]
+    jac = tangent.permute(*range(1, tangent.ndim), 0)
+    return [piece.reshape((*out.shape, *inp.shape)) for piece, inp in zip(jac.split(list(numels), -1), inputs)]
+
+
 def _jacfwd(func, inputs, strict=False, vectorize=False):
     if strict:
         raise TorchRuntimeError('torch.autograd.functional.jacobian: `strict=True` and `strategy="forward-mode"` '
@@ -323,6 +356,11 @@ def _jacfwd(func, inputs, strict=False, vectorize=False):
     numels = tuple(inp.numel() for inp in inputs)
     basis = _standard_basis(inputs, numels)
     total = sum(numels)
+    batched = _jvp_batched(func, inputs, basis, total)
+    if batched is not None:
+        is_outputs_tuple, primals, tangents = batched
+        result = [_jacobian_row(tan, out, inputs, numels) for tan, out in zip(tangents, primals)]
+        return _tuple_postprocess(result, (is_outputs_tuple, is_inputs_tuple))
     columns = None  # per output: list of tangents (one per basis vector)
     is_outputs_tuple, primals = False, None
     for k in range(total):
@@ -403,9 +441,14 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
         jac = []
         for i, out in enumerate(outputs):
             jac_i = tuple([] for _ in inputs)
-            flat = out.reshape(-1)
+            # one element: its row is the gradient of ``out`` itself (torch selects ``out.reshape(-1)[0]``; the
+            # same values, without a view and a select on the graph a hessian differentiates again)
+            single = out.numel() == 1
+            flat = None if single else out.reshape(-1)
             for j in range(out.numel()):
-                vj = _autograd_grad((flat[j],), inputs, retain_graph=True, create_graph=create_graph)
+                vj = _autograd_grad((out,), inputs, (Tensor(np.ones(out.data.shape, out.data.dtype)),),
+                                    retain_graph=True, create_graph=create_graph) if single else \
+                    _autograd_grad((flat[j],), inputs, retain_graph=True, create_graph=create_graph)
                 for el_idx, (acc, vj_el, inp) in enumerate(zip(jac_i, vj, inputs)):
                     if vj_el is not None:
                         if strict and create_graph and not vj_el.requires_grad:

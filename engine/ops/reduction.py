@@ -10,6 +10,7 @@ from collections import namedtuple
 import numpy as np
 
 from .. import dtypes as D
+from ..batching import batching
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import emit_warning
 from ..registry import jvp, op, record, vjp, weighted_tangent
@@ -91,6 +92,27 @@ def _(ctx, grad):
 @jvp("SumBackward1")
 def _(ctx, self_t):
     return sum(self_t, ctx.dim or None, keepdim=ctx.keepdim)
+
+
+def _restore_batched(grad: Tensor, ctx, batch: int) -> Tensor:
+    """The reduced dims of every entry of a batched gradient put back, expanded to the input's sizes."""
+    shp = ctx.self_sym_sizes
+    dims = ctx.__dict__.get("dim") or range(len(shp))
+    if not ctx.__dict__.get("keepdim") and shp:
+        grad = reshape(grad, (batch, *(1 if d in dims else n for d, n in enumerate(shp))))
+    return expand(grad, (batch, *shp))
+
+
+def _reduced_dims(ctx, t: Tensor) -> list:
+    """The dims a reduction took, moved past the batch of tangent ``t``."""
+    dims = ctx.__dict__.get("dim") or range(t.data.ndim - 1)
+    return [d + 1 if d >= 0 else d for d in dims]
+
+
+batching("SumBackward0", vjp=lambda ctx, grad, batch: (_restore_batched(grad, ctx, batch),),
+         jvp=lambda ctx, batch, t: sum(t, _reduced_dims(ctx, t)) if t.data.ndim > 1 else t)
+batching("SumBackward1", vjp=lambda ctx, grad, batch: (_restore_batched(grad, ctx, batch),),
+         jvp=lambda ctx, batch, t: sum(t, _reduced_dims(ctx, t), keepdim=ctx.keepdim) if t.data.ndim > 1 else t)
 
 
 def sum_to(t: Tensor, shape: tuple) -> Tensor:
