@@ -173,8 +173,8 @@ def _grad_batched(outputs, inputs, grad_outputs, retain_graph, create_graph, all
     result = []
     for i, (inp, gs) in enumerate(zip(inputs, per_input)):
         if all(g is None for g in gs):
-            if materialize_grads:
-                result.append(Tensor(np.zeros((batch, *inp.data.shape), inp.data.dtype)))
+            if materialize_grads:  # torch: zeros_like(input), not batched
+                result.append(Tensor(np.zeros(inp.data.shape, inp.data.dtype), requires_grad=bool(create_graph)))
                 continue
             if not allow_unused:
                 raise TorchRuntimeError(
@@ -208,8 +208,8 @@ def _finish_batched(inputs, captured, batch, create_graph, allow_unused, materia
     result = []
     for i, (inp, g) in enumerate(zip(inputs, captured)):
         if g is None:
-            if materialize_grads:
-                result.append(Tensor(np.zeros((batch, *inp.data.shape), inp.data.dtype)))
+            if materialize_grads:  # torch: zeros_like(input), not batched
+                result.append(Tensor(np.zeros(inp.data.shape, inp.data.dtype), requires_grad=bool(create_graph)))
                 continue
             if not allow_unused:
                 raise TorchRuntimeError(
