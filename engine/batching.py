@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .registry import JVPS, PRIMS, elementwise_jvp, zero_jvp
 from .tensor import Tensor
 
 __all__ = ["BatchingUnsupported", "batching", "SAME", "shifted", "vjp_rule", "jvp_rule", "sum_to_batched",
@@ -50,7 +51,6 @@ def batching(name: str, vjp=None, jvp=None) -> None:
 
 
 def _family_same(name: str) -> bool:
-    from .registry import JVPS, elementwise_jvp, zero_jvp
     return JVPS.get(name) in (elementwise_jvp, zero_jvp)
 
 
@@ -61,10 +61,7 @@ def vjp_rule(name: str):
         rule = SAME
     if rule is None:
         raise BatchingUnsupported(name)
-    if rule is SAME:
-        from .registry import PRIMS
-        return _same_vjp(PRIMS[name].vjp)
-    return rule
+    return _same_vjp(PRIMS[name].vjp) if rule is SAME else rule
 
 
 def _same_vjp(fn):
@@ -84,17 +81,14 @@ def _every_entry(t: Tensor, batch: int, nd: int) -> Tensor:
 
 
 def jvp_rule(name: str):
-    """The batched JVP of primitive ``name``: ``rule(ctx, batch, *tangents)`` with tangents rank-aligned
-    (``(B, 1.., *shape)`` to the output's rank + 1); raises BatchingUnsupported."""
+    """The batched JVP of primitive ``name``: ``rule(ctx, batch, *tangents)``; raises BatchingUnsupported.
+    A ``SAME`` formula gets its tangents rank-aligned (``(B, 1.., *shape)`` to the output's rank + 1)."""
     rule = BATCH_JVP.get(name)
     if rule is None and _family_same(name):
         rule = SAME
     if rule is None:
         raise BatchingUnsupported(name)
-    if rule is SAME:
-        from .registry import JVPS
-        return _same_jvp(JVPS[name])
-    return rule
+    return _same_jvp(JVPS[name]) if rule is SAME else rule
 
 
 def _same_jvp(fn):
@@ -126,19 +120,13 @@ class _Shifted:
 
 def shifted(sizes=("self_sym_sizes",), dims=()):
     """A pair (vjp, jvp) of rules for a formula that reads only saved sizes, saved dims and the result's shape."""
-    from .registry import JVPS, PRIMS
-
-    def vjp(ctx, grad, batch, _n=None):
+    def vjp(ctx, grad, batch):
         return PRIMS[ctx.node.prim].vjp(_Shifted(ctx, batch, sizes, dims), grad)
 
     def jvp(ctx, batch, *tangents):
         return JVPS[ctx._prim](_Shifted(ctx, batch, sizes, dims), *tangents)
 
     return {"vjp": vjp, "jvp": jvp}
-
-
-def unbatched_dims(t: Tensor) -> int:
-    return t.data.ndim - 1
 
 
 def align(t: Tensor | None, nd: int) -> Tensor | None:
@@ -182,7 +170,7 @@ def expand_batched(t: Tensor, batch: int, shape: tuple) -> Tensor:
 
 def forward(prim_name: str, outs, inputs: tuple, saved, tangents: list, level) -> None:
     """Forward mode in a batched dual level: every tangent is ``(B, *shape)``; give the outputs theirs."""
-    from .registry import PRIMS, JvpCtx
+    from .registry import JvpCtx
     rule = jvp_rule(prim_name)
     batch = level.batch
     targets = outs if outs.__class__ is tuple else (outs,)

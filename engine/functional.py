@@ -424,7 +424,7 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
             numels = tuple(out.numel() for out in outputs)
             total = sum(numels)
             grad_outputs = _standard_basis(outputs, numels)
-            flat_outputs = tuple(out.reshape(-1) for out in outputs)
+            flat_outputs = tuple(out if out.data.ndim == 1 else out.reshape(-1) for out in outputs)
             vj = list(_autograd_grad(flat_outputs, inputs, grad_outputs, create_graph=create_graph,
                                      is_grads_batched=True))
             for i, el in enumerate(vj):
@@ -467,6 +467,19 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
         return _tuple_postprocess(jac, (is_outputs_tuple, is_inputs_tuple))
 
 
+def _gradient_rows(func, inputs: tuple) -> tuple:
+    """hessian's inner ``jacobian(func, inputs, create_graph=True)`` (not strict, as torch calls it) of a function
+    that returns one 0-d tensor: the gradient itself, zeros for an input it does not depend on. torch's general
+    loop also records a view of each input, a select of the one element and a stack of the one row; the values
+    and their dependence on the inputs are the same without them, and the outer jacobian has four fewer nodes
+    to differentiate."""
+    with set_grad_enabled(True):
+        out = func(*inputs)
+        grads = _autograd_grad((out,), inputs, (Tensor(np.ones((), out.data.dtype)),), retain_graph=True,
+                               create_graph=True)
+    return tuple(_zeros_like(inp) if g is None else g for g, inp in zip(grads, inputs))
+
+
 def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, outer_jacobian_strategy="reverse-mode"):
     """torch.autograd.functional.hessian: the jacobian of the (reverse-mode, create_graph) jacobian."""
     is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "hessian")
@@ -484,12 +497,12 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, out
         if out.numel() != 1:
             raise TorchRuntimeError("The Tensor returned by the function given to hessian should contain a single "
                                     "element", code="invalid_argument")
-        return out.squeeze()
+        return out if out.data.ndim == 0 else out.squeeze()
 
     def jac_func(*inp):
         if outer_jacobian_strategy == "forward-mode":
             inp = tuple(t.requires_grad_(True) for t in inp)
-        jac = jacobian(ensure_single_output_function, inp, create_graph=True)
+        jac = _gradient_rows(ensure_single_output_function, inp)
         _check_requires_grad(jac, "jacobian", strict=strict)
         return jac
 
