@@ -18,6 +18,7 @@ from .batching import BatchingUnsupported, sum_to_batched, vjp_rule
 from .budget import current_control
 from .errors import (
     CREATE_GRAPH_WARNING,
+    LimitExceededError,
     NoGradFnError,
     RequiresGradError,
     TorchRuntimeError,
@@ -200,7 +201,7 @@ def _grad_batched_pass(outputs, inputs, grad_outputs, batch, retain_graph, creat
         grads.append(g if isinstance(g, Tensor) else None)
     try:
         return _run(outputs, grads, retain_graph, create_graph, inputs, accumulate=False, batch=batch)
-    except BatchingUnsupported:
+    except (BatchingUnsupported, LimitExceededError):  # a batch too big for the limits may fit one at a time
         return None
 
 

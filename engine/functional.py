@@ -20,7 +20,7 @@ import numpy as np
 from . import autograd
 from . import forward_ad as fw
 from .batching import BatchingUnsupported
-from .errors import InvalidArgumentError, TorchRuntimeError, TorchTypeError
+from .errors import InvalidArgumentError, LimitExceededError, TorchRuntimeError, TorchTypeError
 from .grad_mode import _grad_enabled, set_grad_enabled
 from .tensor import Tensor
 
@@ -326,7 +326,7 @@ def _jvp_batched(func, inputs, basis, total):
                 primals.append(primal)
                 tangents.append(tangent if tangent is not None else
                                 Tensor(np.zeros((total, *primal.shape), primal.data.dtype)))
-    except BatchingUnsupported:
+    except (BatchingUnsupported, LimitExceededError):  # a batch too big for the limits may fit one at a time
         return None
     return is_outputs_tuple, primals, tangents
 

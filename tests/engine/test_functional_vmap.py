@@ -54,7 +54,8 @@ def check(ours, theirs):
         return
     assert ours.shape == tuple(theirs.shape)
     assert ours.requires_grad == theirs.requires_grad
-    np.testing.assert_allclose(ours.data, theirs.detach().numpy(), rtol=1e-10, atol=1e-12)
+    want = theirs.detach().numpy() if isinstance(theirs, torch.Tensor) else theirs.data
+    np.testing.assert_allclose(ours.data, want, rtol=1e-10, atol=1e-12)
 
 
 @pytest.fixture
@@ -171,3 +172,19 @@ def test_a_function_that_unpacks_its_own_duals_falls_back(passes):
     ours = EF.jacobian(f, E(X), vectorize=True, strategy="forward-mode")
     np.testing.assert_allclose(ours.data, np.diag(X), rtol=1e-12)
     assert passes == ["loop"]
+
+
+@pytest.mark.parametrize("strategy", ["reverse-mode", "forward-mode"])
+def test_a_batch_over_the_element_limit_falls_back_to_one_entry_at_a_time(passes, strategy):
+    """The batched pass holds (batch, 20, 4) intermediates, over a limit of 100 elements per tensor that each
+    entry's (20, 4) fits: the transform loops instead of failing."""
+    from engine.grad_mode import Limits, limits
+    c = RNG.standard_normal((20, 4))
+
+    def f(mod):
+        return lambda x: (x.unsqueeze(0) * mod.tensor(c)).tanh().sum(0)
+    with limits(Limits(max_elements_per_tensor=100)):
+        ours = EF.jacobian(f(EN), E(X), vectorize=True, strategy=strategy)
+    check(ours, TF.jacobian(f(torch), T(X), vectorize=True, strategy=strategy))
+    check(EF.jacobian(f(EN), E(X), vectorize=True, strategy=strategy), ours)  # unlimited: one batched pass
+    assert passes == ["loop", "batched"]
