@@ -106,8 +106,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
          allow_unused=None, is_grads_batched: bool = False, materialize_grads: bool = False) -> tuple:
     """``torch.autograd.grad``: returns a tuple (one entry per input) and never writes ``.grad``.
 
-    ``is_grads_batched``: the first dimension of every grad_output is a batch; the result is the stack of
-    one reverse pass per batch entry (torch vmaps the pass; here it is a loop over the same graph)."""
+    ``is_grads_batched``: the first dimension of every grad_output is a batch; torch vmaps the pass, the engine
+    runs one pass with each node's batching rule (``engine.batching``), or, when a node on the way has none,
+    one pass per batch entry (the same values)."""
     if materialize_grads and allow_unused is False:
         raise TorchValueError("Expected allow_unused to be True or not passed when materialize_grads=True, "
                               "but got: allow_unused=False.", code="invalid_argument")

@@ -6,9 +6,10 @@ with torch's argument checks, strict-mode messages and return structures (a tupl
 outputs were a tuple, a tensor otherwise). ``func`` is any callable over engine tensors; the op-list
 ``function`` definitions (``FunctionDef``) are called through ``program`` as such a callable.
 
-Where torch vmaps (``vectorize=True``), the engine batches instead: reverse mode is one
+Where torch vmaps (``vectorize=True``), the engine batches (``engine.batching``): reverse mode is one
 ``grad(..., is_grads_batched=True)`` over the standard basis of the outputs, forward mode one dual pass of
-the function per basis tangent of the inputs. The values match torch's to float tolerance.
+the function whose tangents carry the whole basis of the inputs. When an op on the way has no batching rule,
+the transform runs one pass per basis vector instead (the same values, to float tolerance).
 """
 
 from __future__ import annotations

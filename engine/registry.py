@@ -324,8 +324,8 @@ def _forward(prim_name: str, outs, inputs: tuple, saved: dict | None) -> None:
     if not any(o.data.dtype.kind == "f" for o in targets):
         return
     level = _fw_level.get()
-    if level.batch is not None:  # functional.jacobian(strategy="forward-mode", vectorize=True): no batching
-        from .batching import forward  # rule, no batched pass (the transform falls back to its loop)
+    if level.batch is not None:  # functional.jacobian(strategy="forward-mode", vectorize=True): batched
+        from .batching import forward  # tangents, through the primitive's batching rule
         token = _fw_level.set(None)
         try:
             return forward(prim_name, outs, inputs, saved, tangents, level)
