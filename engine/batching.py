@@ -121,9 +121,13 @@ class _Shifted:
 def shifted(sizes=("self_sym_sizes",), dims=()):
     """A pair (vjp, jvp) of rules for a formula that reads only saved sizes, saved dims and the result's shape."""
     def vjp(ctx, grad, batch):
+        if dims and any(m is not None and not m[0] for m in ctx.node.input_meta):
+            raise BatchingUnsupported("0-d")  # a dim of a 0-d input (0 or -1) names no dimension to move
         return PRIMS[ctx.node.prim].vjp(_Shifted(ctx, batch, sizes, dims), grad)
 
     def jvp(ctx, batch, *tangents):
+        if dims and any(isinstance(t, Tensor) and not t.data.ndim for t in ctx.inputs):
+            raise BatchingUnsupported("0-d")
         return JVPS[ctx._prim](_Shifted(ctx, batch, sizes, dims), *tangents)
 
     return {"vjp": vjp, "jvp": jvp}

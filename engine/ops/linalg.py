@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as D
-from ..batching import batching
+from ..batching import align, batching
 from ..errors import ShapeError, TorchRuntimeError
 from ..grad_mode import check_numel, no_grad
 from ..registry import jvp, op, record, vjp
@@ -318,6 +318,23 @@ def _(ctx, grad):
 def _(ctx, self_t, mat1_t, mat2_t):
     prod = add_t(None if mat1_t is None else mm(mat1_t, ctx.mat2), None if mat2_t is None else mm(ctx.mat1, mat2_t))
     return add_t(scale_t(self_t, ctx.beta), scale_t(prod, ctx.alpha))
+
+
+def _addmm_batched_vjp(ctx, grad, batch):
+    n = ctx.needs
+    alpha, beta = ctx.alpha, ctx.beta
+    g1 = scale_t(matmul(grad, t(ctx.mat2)), alpha) if n[1] else None
+    g2 = scale_t(matmul(t(ctx.mat1), grad), alpha) if n[2] else None
+    return ((grad if beta == 1 else grad * beta) if n[0] else None), g1, g2
+
+
+def _addmm_batched_jvp(ctx, batch, self_t, mat1_t, mat2_t):
+    prod = add_t(None if mat1_t is None else matmul(mat1_t, ctx.mat2),
+                 None if mat2_t is None else matmul(ctx.mat1, mat2_t))
+    return add_t(scale_t(align(self_t, 2), ctx.beta), scale_t(prod, ctx.alpha))
+
+
+batching("AddmmBackward0", vjp=_addmm_batched_vjp, jvp=_addmm_batched_jvp)
 
 
 # ----- matmul -----------------------------------------------------------------------------------------

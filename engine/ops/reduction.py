@@ -10,7 +10,7 @@ from collections import namedtuple
 import numpy as np
 
 from .. import dtypes as D
-from ..batching import batching
+from ..batching import batching, shifted
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import emit_warning
 from ..registry import jvp, op, record, vjp, weighted_tangent
@@ -179,6 +179,19 @@ def _(ctx, grad):
 @jvp("MeanBackward1")
 def _(ctx, self_t):
     return mean(self_t, ctx.dim or None, keepdim=ctx.keepdim)
+
+
+def _mean_batched_vjp(ctx, grad, batch):
+    n = 1
+    for s in (ctx.self_sym_sizes[d] for d in ctx.__dict__.get("dim") or range(len(ctx.self_sym_sizes))):
+        n *= s
+    return _restore_batched(grad, ctx, batch) / n,
+
+
+batching("MeanBackward0", vjp=_mean_batched_vjp,
+         jvp=lambda ctx, batch, t: mean(t, _reduced_dims(ctx, t)) if t.data.ndim > 1 else t)
+batching("MeanBackward1", vjp=_mean_batched_vjp,
+         jvp=lambda ctx, batch, t: mean(t, _reduced_dims(ctx, t), keepdim=ctx.keepdim) if t.data.ndim > 1 else t)
 
 
 @op("prod", tensors=("self",), grad_fns=("ProdBackward0", "ProdBackward1"))
@@ -651,6 +664,9 @@ def _(ctx, self_t):
     return cumsum(self_t, ctx.dim) if self_t.data.ndim else self_t
 
 
+batching("CumsumBackward0", **shifted(sizes=(), dims=("dim",)))
+
+
 @op("flip", tensors=("self",), grad_fns=("FlipBackward0",))
 def flip(self, dims):
     """torch.flip(input, dims)."""
@@ -668,6 +684,9 @@ def _(ctx, grad):
 @jvp("FlipBackward0")
 def _(ctx, self_t):
     return flip(self_t, ctx.dims)
+
+
+batching("FlipBackward0", **shifted(sizes=(), dims=("dims",)))
 
 
 @op("sort", tensors=("self",), grad_fns=("SortBackward0",))

@@ -161,5 +161,5 @@ def test_every_rule_is_exercised():
     # Identity is unpack_dual's primal (no op records it); test_functional_vmap.py runs it
     assert sorted(set(BATCH_VJP) - _RAN_VJP - {"Identity"}) == []
     assert sorted(set(BATCH_JVP) - _RAN_JVP - {"Identity"}) == []
-    assert _BATCHED_SAMPLES["vjp"] >= 240 and _BATCHED_SAMPLES["double"] >= 130 and _BATCHED_SAMPLES["jvp"] >= 210, \
+    assert _BATCHED_SAMPLES["vjp"] >= 300 and _BATCHED_SAMPLES["double"] >= 170 and _BATCHED_SAMPLES["jvp"] >= 275, \
         _BATCHED_SAMPLES
