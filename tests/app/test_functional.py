@@ -368,7 +368,7 @@ def test_a_function_with_a_base64_constant_survives_storage(client, session):
 
 def test_vectorized_transforms_match_torch_with_and_without_batching_rules(client, fs, monkeypatch):
     """vectorize=True runs one batched pass where every op has a batching rule (f, g) and falls back to the
-    per-row loop where one has none (cumsum in fc): the values are torch's either way."""
+    per-row loop where one has none (cumprod in fc): the values are torch's either way."""
     torch = pytest.importorskip("torch")
     from engine import autograd
     from engine import functional as EF
@@ -386,10 +386,10 @@ def test_vectorized_transforms_match_torch_with_and_without_batching_rules(clien
     F = torch.autograd.functional
     wt, bt = torch.tensor(W), torch.tensor(B)
     ops = [{"op": "function", "out": "fc", "kwargs": {"inputs": ["x"], "outputs": "y", "ops": [
-               {"op": "matmul", "args": ["W", "x"], "out": "h"}, {"op": "cumsum", "args": ["h", 0], "out": "c"},
+               {"op": "matmul", "args": ["W", "x"], "out": "h"}, {"op": "cumprod", "args": ["h", 0], "out": "c"},
                {"op": "sin", "args": ["c"], "out": "y"}]}},
            {"op": "function", "out": "gc", "kwargs": {"inputs": ["x"], "outputs": "s", "ops": [
-               {"op": "cumsum", "args": ["x", 0], "out": "c"}, {"op": "pow", "args": ["c", 3], "out": "p"},
+               {"op": "cumprod", "args": ["x", 0], "out": "c"}, {"op": "pow", "args": ["c", 3], "out": "p"},
                {"op": "sum", "args": ["p"], "out": "s"}]}}]
     for strategy in ("reverse-mode", "forward-mode"):
         kw = {"vectorize": True, "strategy": strategy}
@@ -404,7 +404,7 @@ def test_vectorized_transforms_match_torch_with_and_without_batching_rules(clien
         return torch.tanh(wt @ x + bt)
 
     def fc(x):
-        return torch.sin(torch.cumsum(wt @ x, 0))
+        return torch.sin(torch.cumprod(wt @ x, 0))
 
     x0, y0 = torch.tensor(X0), torch.tensor(Y0)
     for strategy in ("reverse-mode", "forward-mode"):
@@ -413,5 +413,5 @@ def test_vectorized_transforms_match_torch_with_and_without_batching_rules(clien
             np.testing.assert_allclose(data(body, f"{name}_{strategy[0]}"), want, rtol=1e-10, atol=1e-12)
     want = F.hessian(lambda x: (x * y0).sin().sum() + (x ** 3).sum(), x0, vectorize=True).numpy()
     np.testing.assert_allclose(data(body, "Hg"), want, rtol=1e-10, atol=1e-12)
-    want = F.hessian(lambda x: (torch.cumsum(x, 0) ** 3).sum(), x0, vectorize=True).numpy()
+    want = F.hessian(lambda x: (torch.cumprod(x, 0) ** 3).sum(), x0, vectorize=True).numpy()
     np.testing.assert_allclose(data(body, "Hc"), want, rtol=1e-10, atol=1e-12)

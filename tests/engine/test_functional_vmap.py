@@ -40,9 +40,9 @@ def batched(mod):
 
 
 def fallback(mod):
-    """cumsum has no batching rule (its VJP flips and sums along a dim)."""
+    """cumprod has no batching rule (its VJP reads the input's shape along the dim)."""
     def f(x, y):
-        return ((mod.tensor(W) @ x).cumsum(0) * x.sum(), (x.unsqueeze(1) * y).cumsum(1))
+        return ((mod.tensor(W) @ x).cumprod(0) * x.sum(), (x.unsqueeze(1) * y).cumprod(1))
     return f
 
 
@@ -142,7 +142,7 @@ def test_is_grads_batched_matches_torch(passes, create_graph):
 def test_is_grads_batched_falls_back_with_the_loops_values(passes):
     g = RNG.standard_normal((3, 5))
     x, xt = E(X).requires_grad_(), T(X).requires_grad_()
-    y, yt = (E(W) @ x).cumsum(0), (T(W) @ xt).cumsum(0)
+    y, yt = (E(W) @ x).cumprod(0), (T(W) @ xt).cumprod(0)
     check(engine.grad(y, x, E(g), is_grads_batched=True), torch.autograd.grad(yt, xt, T(g), is_grads_batched=True))
     assert passes == ["loop"]
 
