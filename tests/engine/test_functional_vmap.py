@@ -40,7 +40,7 @@ def batched(mod):
 
 
 def fallback(mod):
-    """cumprod has no batching rule (its VJP reads the input's shape along the dim)."""
+    """cumprod has no batching rule: the transforms loop."""
     def f(x, y):
         return ((mod.tensor(W) @ x).cumprod(0) * x.sum(), (x.unsqueeze(1) * y).cumprod(1))
     return f
