@@ -18,7 +18,9 @@ from .batching import BatchingUnsupported, sum_to_batched, vjp_rule
 from .budget import current_control
 from .errors import (
     CREATE_GRAPH_WARNING,
-    LimitExceededError,
+    CancelledError,
+    DeadlineExceededError,
+    EngineError,
     NoGradFnError,
     RequiresGradError,
     TorchRuntimeError,
@@ -202,7 +204,11 @@ def _grad_batched_pass(outputs, inputs, grad_outputs, batch, retain_graph, creat
         grads.append(g if isinstance(g, Tensor) else None)
     try:
         return _run(outputs, grads, retain_graph, create_graph, inputs, accumulate=False, batch=batch)
-    except (BatchingUnsupported, LimitExceededError):  # a batch too big for the limits may fit one at a time
+    except (DeadlineExceededError, CancelledError):
+        raise
+    except (BatchingUnsupported, EngineError):
+        # no rule; or a batch over the limits (one entry may fit), or any other error: the loop then gives
+        # the per-entry error torch gives, if there is one (the batched pass wrote and freed nothing)
         return None
 
 

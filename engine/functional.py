@@ -21,7 +21,14 @@ import numpy as np
 from . import autograd
 from . import forward_ad as fw
 from .batching import BatchingUnsupported
-from .errors import InvalidArgumentError, LimitExceededError, TorchRuntimeError, TorchTypeError
+from .errors import (
+    CancelledError,
+    DeadlineExceededError,
+    EngineError,
+    InvalidArgumentError,
+    TorchRuntimeError,
+    TorchTypeError,
+)
 from .grad_mode import _grad_enabled, set_grad_enabled
 from .tensor import Tensor
 
@@ -327,7 +334,9 @@ def _jvp_batched(func, inputs, basis, total):
                 primals.append(primal)
                 tangents.append(tangent if tangent is not None else
                                 Tensor(np.zeros((total, *primal.shape), primal.data.dtype)))
-    except (BatchingUnsupported, LimitExceededError):  # a batch too big for the limits may fit one at a time
+    except (DeadlineExceededError, CancelledError):
+        raise
+    except (BatchingUnsupported, EngineError):  # as autograd._grad_batched_pass: the loop decides
         return None
     return is_outputs_tuple, primals, tangents
 

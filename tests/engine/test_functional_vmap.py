@@ -188,3 +188,22 @@ def test_a_batch_over_the_element_limit_falls_back_to_one_entry_at_a_time(passes
     check(ours, TF.jacobian(f(torch), T(X), vectorize=True, strategy=strategy))
     check(EF.jacobian(f(EN), E(X), vectorize=True, strategy=strategy), ours)  # unlimited: one batched pass
     assert passes == ["loop", "batched"]
+
+
+def test_an_error_in_the_batched_pass_leaves_the_answer_to_the_loop(passes, monkeypatch):
+    """Whatever fails in a batched pass (here a rule that raises), the loop answers, or raises the per-entry
+    error torch would."""
+    from engine.batching import BATCH_JVP, BATCH_VJP
+    from engine.errors import ShapeError
+
+    def broken(*a):
+        raise ShapeError("a rule that fails")
+    monkeypatch.setitem(BATCH_VJP, "TanhBackward0", broken)
+    monkeypatch.setitem(BATCH_JVP, "TanhBackward0", broken)
+
+    def f(mod):
+        return lambda x: (mod.tensor(W) @ x).tanh()
+    for strategy in ("reverse-mode", "forward-mode"):
+        check(EF.jacobian(f(EN), E(X), vectorize=True, strategy=strategy),
+              TF.jacobian(f(torch), T(X), vectorize=True, strategy=strategy))
+    assert passes == ["loop", "loop"]
