@@ -164,8 +164,13 @@ def _grad_batched(outputs, inputs, grad_outputs, retain_graph, create_graph, all
             f"[{', '.join(map(str, sizes))}] for the mapped dimension", code="invalid_gradient")
     batch = sizes[0] if sizes else 1
     batched = _grad_batched_pass(outputs, inputs, grad_outputs, batch, retain_graph, create_graph)
-    if batched is not None:
-        return _finish_batched(inputs, batched, batch, create_graph, allow_unused, materialize_grads)
+    if batched is None:
+        batched = _grad_loop(outputs, inputs, grad_outputs, batch, retain_graph, create_graph)
+    return _finish_batched(inputs, batched, create_graph, allow_unused, materialize_grads)
+
+
+def _grad_loop(outputs, inputs, grad_outputs, batch, retain_graph, create_graph) -> list:
+    """One reverse pass per batch entry (the graph retained for all but the last), stacked per input."""
     from .ops.shape import stack
     per_input: list[list] = [[] for _ in inputs]
     for b in range(batch):
@@ -175,27 +180,17 @@ def _grad_batched(outputs, inputs, grad_outputs, retain_graph, create_graph, all
         for acc, g in zip(per_input, _finish_grad(inputs, captured, create_graph, True, False)):
             acc.append(g)
     result = []
-    for i, (inp, gs) in enumerate(zip(inputs, per_input)):
+    for inp, gs in zip(inputs, per_input):
         if all(g is None for g in gs):
-            if materialize_grads:  # torch: zeros_like(input), not batched
-                result.append(Tensor(np.zeros(inp.data.shape, inp.data.dtype), requires_grad=bool(create_graph)))
-                continue
-            if not allow_unused:
-                raise TorchRuntimeError(
-                    f"The differentiated Tensor at index {i} appears to not have been used in the graph. "
-                    f"Set allow_unused=True if this is the desired behavior.", code="unused_input")
             result.append(None)
             continue
         gs = [g if g is not None else Tensor(np.zeros(inp.data.shape, inp.data.dtype)) for g in gs]
-        if create_graph:
-            result.append(stack(gs, 0))
-        else:
-            result.append(Tensor(np.stack([g.data for g in gs])))
-    return tuple(result)
+        result.append(stack(gs, 0) if create_graph else Tensor(np.stack([g.data for g in gs])))
+    return result
 
 
 def _grad_batched_pass(outputs, inputs, grad_outputs, batch, retain_graph, create_graph):
-    """One reverse pass over the whole batch, or None when some node on the way has no batching rule."""
+    """One reverse pass over the whole batch (``batching``), or None: then the caller loops."""
     grads = []
     for o, g in zip(outputs, grad_outputs):
         if isinstance(g, Tensor) and g.data.dtype != o.data.dtype:
@@ -212,11 +207,12 @@ def _grad_batched_pass(outputs, inputs, grad_outputs, batch, retain_graph, creat
         return None
 
 
-def _finish_batched(inputs, captured, batch, create_graph, allow_unused, materialize_grads) -> tuple:
+def _finish_batched(inputs, captured, create_graph, allow_unused, materialize_grads) -> tuple:
+    """An input no gradient reached: torch's zeros_like(input) (not batched) or its unused-input error."""
     result = []
     for i, (inp, g) in enumerate(zip(inputs, captured)):
         if g is None:
-            if materialize_grads:  # torch: zeros_like(input), not batched
+            if materialize_grads:
                 result.append(Tensor(np.zeros(inp.data.shape, inp.data.dtype), requires_grad=bool(create_graph)))
                 continue
             if not allow_unused:
