@@ -1163,6 +1163,9 @@ def _(ctx, self_t):
     return index_select(self_t, ctx.dim, ctx.index)
 
 
+batching("IndexSelectBackward0", **shifted(dims=("dim",)))
+
+
 @op("gather", tensors=("self", "index"), grad_fns=("GatherBackward0",))
 def gather(self, dim, index, sparse_grad=False):
     """torch.gather(input, dim, index)."""
