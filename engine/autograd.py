@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .batching import BatchingUnsupported, sum_to_batched, vjp_rule
 from .budget import current_control
 from .errors import (
     CREATE_GRAPH_WARNING,
+    CancelledError,
+    DeadlineExceededError,
+    EngineError,
     NoGradFnError,
     RequiresGradError,
     TorchRuntimeError,
@@ -104,8 +108,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
          allow_unused=None, is_grads_batched: bool = False, materialize_grads: bool = False) -> tuple:
     """``torch.autograd.grad``: returns a tuple (one entry per input) and never writes ``.grad``.
 
-    ``is_grads_batched``: the first dimension of every grad_output is a batch; the result is the stack of
-    one reverse pass per batch entry (torch vmaps the pass; here it is a loop over the same graph)."""
+    ``is_grads_batched``: the first dimension of every grad_output is a batch; torch vmaps the pass, the engine
+    runs one pass with each node's batching rule (``engine.batching``), or, when a node on the way has none,
+    one pass per batch entry (the same values)."""
     if materialize_grads and allow_unused is False:
         raise TorchValueError("Expected allow_unused to be True or not passed when materialize_grads=True, "
                               "but got: allow_unused=False.", code="invalid_argument")
@@ -158,6 +163,14 @@ def _grad_batched(outputs, inputs, grad_outputs, retain_graph, create_graph, all
             "vmap: Expected all tensors to have the same size in the mapped dimension, got sizes "
             f"[{', '.join(map(str, sizes))}] for the mapped dimension", code="invalid_gradient")
     batch = sizes[0] if sizes else 1
+    batched = _grad_batched_pass(outputs, inputs, grad_outputs, batch, retain_graph, create_graph)
+    if batched is None:
+        batched = _grad_loop(outputs, inputs, grad_outputs, batch, retain_graph, create_graph)
+    return _finish_batched(inputs, batched, create_graph, allow_unused, materialize_grads)
+
+
+def _grad_loop(outputs, inputs, grad_outputs, batch, retain_graph, create_graph) -> list:
+    """One reverse pass per batch entry (the graph retained for all but the last), stacked per input."""
     from .ops.shape import stack
     per_input: list[list] = [[] for _ in inputs]
     for b in range(batch):
@@ -167,22 +180,46 @@ def _grad_batched(outputs, inputs, grad_outputs, retain_graph, create_graph, all
         for acc, g in zip(per_input, _finish_grad(inputs, captured, create_graph, True, False)):
             acc.append(g)
     result = []
-    for i, (inp, gs) in enumerate(zip(inputs, per_input)):
+    for inp, gs in zip(inputs, per_input):
         if all(g is None for g in gs):
+            result.append(None)
+            continue
+        gs = [g if g is not None else Tensor(np.zeros(inp.data.shape, inp.data.dtype)) for g in gs]
+        result.append(stack(gs, 0) if create_graph else Tensor(np.stack([g.data for g in gs])))
+    return result
+
+
+def _grad_batched_pass(outputs, inputs, grad_outputs, batch, retain_graph, create_graph):
+    """One reverse pass over the whole batch (``batching``), or None: then the caller loops."""
+    grads = []
+    for o, g in zip(outputs, grad_outputs):
+        if isinstance(g, Tensor) and g.data.dtype != o.data.dtype:
+            from .ops.shape import to
+            g = to(g, o.dtype)
+        grads.append(g if isinstance(g, Tensor) else None)
+    try:
+        return _run(outputs, grads, retain_graph, create_graph, inputs, accumulate=False, batch=batch)
+    except (DeadlineExceededError, CancelledError):
+        raise
+    except (BatchingUnsupported, EngineError):
+        # no rule; or a batch over the limits (one entry may fit), or any other error: the loop then gives
+        # the per-entry error torch gives, if there is one (the batched pass wrote and freed nothing)
+        return None
+
+
+def _finish_batched(inputs, captured, create_graph, allow_unused, materialize_grads) -> tuple:
+    """An input no gradient reached: torch's zeros_like(input) (not batched) or its unused-input error."""
+    result = []
+    for i, (inp, g) in enumerate(zip(inputs, captured)):
+        if g is None:
             if materialize_grads:
-                result.append(Tensor(np.zeros((batch, *inp.data.shape), inp.data.dtype)))
+                result.append(Tensor(np.zeros(inp.data.shape, inp.data.dtype), requires_grad=bool(create_graph)))
                 continue
             if not allow_unused:
                 raise TorchRuntimeError(
                     f"The differentiated Tensor at index {i} appears to not have been used in the graph. "
                     f"Set allow_unused=True if this is the desired behavior.", code="unused_input")
-            result.append(None)
-            continue
-        gs = [g if g is not None else Tensor(np.zeros(inp.data.shape, inp.data.dtype)) for g in gs]
-        if create_graph:
-            result.append(stack(gs, 0))
-        else:
-            result.append(Tensor(np.stack([g.data for g in gs])))
+        result.append(g)
     return tuple(result)
 
 
@@ -324,6 +361,28 @@ def _fused_jvp(ctx, *tangents):
                             code="internal_error")
 
 
+def _apply_batched(node: Node, grads: list, batch: int) -> list:
+    """A node's batched VJP (``batching.vjp_rule``) over gradients ``(batch, *shape)``."""
+    prim = PRIMS[node.prim]
+    if prim.n_outputs != 1:
+        raise BatchingUnsupported(node.prim)
+    rule = vjp_rule(node.prim)
+    outs = rule(Ctx(node), grads[0], batch)
+    res = []
+    for (child, _), meta, o in zip(node.next_functions, node.input_meta, outs):
+        if child is None or o is None:
+            res.append(None)
+            continue
+        shape, dt = meta
+        if o.data.shape[1:] != shape:
+            o = sum_to_batched(o, shape)
+        if o.data.dtype != dt:
+            from .ops.shape import to
+            o = to(o, dt)
+        res.append(o)
+    return res
+
+
 def _apply(node: Node, grads: list) -> list:
     """Run a node's VJP; un-broadcast and cast each result to its input's shape and dtype."""
     prim = PRIMS[node.prim]
@@ -352,8 +411,10 @@ def _apply(node: Node, grads: list) -> list:
 
 
 def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inputs, accumulate: bool,
-         hooks: bool = True):
-    """``hooks=False``: a backward inside a node's own formula, where retain_grad hooks must not fire."""
+         hooks: bool = True, batch: int | None = None):
+    """``hooks=False``: a backward inside a node's own formula, where retain_grad hooks must not fire.
+    ``batch``: every gradient has a leading batch dimension of that size (``is_grads_batched``); a node
+    without a batching rule raises BatchingUnsupported before anything is written or freed."""
     root_edges = []
     for i, t in enumerate(roots):
         e = edge(t) if t.requires_grad else (None, 0)
@@ -431,6 +492,8 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                     if accumulate and buf[nr] is not None and not any(inputs[i] is inputs[idx] for i in range(idx)):
                         retained.append((inputs[idx], buf[nr]))
             if node.retained and hooks:
+                if batch is not None:  # a retained gradient is per entry: the caller's loop writes it
+                    raise BatchingUnsupported("retain_grad")
                 # retain_grad hooks fire in backward and grad alike (a backward input is written once)
                 for nr, t in node.retained.items():
                     if buf[nr] is not None and not (accumulate and inputs is not None
@@ -450,7 +513,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                 continue
             if pruned and node not in needed:
                 continue
-            outs = _apply(node, buf)
+            outs = _apply(node, buf) if batch is None else _apply_batched(node, buf, batch)
             executed.append(node)
             for (child, nr), g in zip(node.next_functions, outs):
                 if g is None or (pruned and child not in relevant):

@@ -30,12 +30,13 @@ UnpackedDualTensor = namedtuple("UnpackedDualTensor", ["primal", "tangent"])
 class DualLevel:
     """The active level: its number and the tensors that got a tangent in it (cleared on exit)."""
 
-    __slots__ = ("index", "tensors", "op_index")
+    __slots__ = ("index", "tensors", "op_index", "batch")
 
     def __init__(self, index: int = 0, op_index: int | None = None):
         self.index = index
         self.tensors: list = []
         self.op_index = op_index  # the program op that entered it (for the unbalanced-level error)
+        self.batch = None  # a batched level (functional.jacobian's forward mode): every tangent is (batch, ...)
 
 
 _level: contextvars.ContextVar[DualLevel | None] = contextvars.ContextVar("gradserve_dual_level", default=None)
@@ -166,6 +167,13 @@ def unpack_dual(tensor, *, level: int | None = None) -> UnpackedDualTensor:
     ``(tensor, None)``."""
     tensor = _require(tensor, "tensor", "unpack_dual")
     cur = _level.get()
+    if cur is not None and cur.batch is not None:  # a function that unpacks its own duals: no batching rule
+        from .batching import BatchingUnsupported
+        raise BatchingUnsupported("unpack_dual")
+    return _unpack(tensor, level, cur)
+
+
+def _unpack(tensor, level, cur) -> UnpackedDualTensor:
     if level is None:
         level = cur.index if cur is not None else -1
     if level < 0:
@@ -183,6 +191,27 @@ def unpack_dual(tensor, *, level: int | None = None) -> UnpackedDualTensor:
     return UnpackedDualTensor(primal, tangent)
 
 
+def batched_dual(tensor, tangent):
+    """In a batched level: ``make_dual`` with a tangent of shape ``(batch, *tensor.shape)``."""
+    from .ops.shape import _as_view
+    from .registry import record
+    cur = _level.get()
+    token = _level.set(None)
+    try:
+        out = _as_view(record("ViewBackward0", tensor.data.view(), (tensor,),
+                              {"self_sym_sizes": tensor.data.shape}), tensor)
+    finally:
+        _level.reset(token)
+    out._fw_grad = tangent
+    cur.tensors.append(out)
+    return out
+
+
+def batched_unpack(tensor) -> UnpackedDualTensor:
+    """``unpack_dual`` in a batched level (the tangent is batched)."""
+    return _unpack(tensor, None, _level.get())
+
+
 # ----- tangents of views and in-place updates -------------------------------------------------------------
 
 
@@ -193,7 +222,12 @@ def tangent_of(t):
     if fw is None:
         base = t._base
         if base is not None and base._fw_grad is not None:
-            fw = _view_of(base._fw_grad, base.data, t.data)
+            lvl = _level.get()
+            if lvl is not None and lvl.batch is not None:
+                from .batching import view_tangent
+                fw = view_tangent(base._fw_grad, base.data, t.data)
+            else:
+                fw = _view_of(base._fw_grad, base.data, t.data)
             if fw is None:  # every tangent a tensor owns has its data's layout (record, make_dual, in-place)
                 raise TorchRuntimeError("forward AD: the base's tangent cannot be viewed like the view",
                                         code="internal_error")
@@ -251,6 +285,9 @@ def inplace_update(self, new_tangent) -> None:
     (so views share the update), else by giving it one (through its base when it is a view)."""
     from .ops.inplace import copy_
     lvl = _level.get()
+    if lvl.batch is not None:
+        from .batching import BatchingUnsupported
+        raise BatchingUnsupported("in-place")
     token = _level.set(None)
     try:
         old = tangent_of(self)

@@ -6,9 +6,10 @@ with torch's argument checks, strict-mode messages and return structures (a tupl
 outputs were a tuple, a tensor otherwise). ``func`` is any callable over engine tensors; the op-list
 ``function`` definitions (``FunctionDef``) are called through ``program`` as such a callable.
 
-Where torch vmaps (``vectorize=True``), the engine batches instead: reverse mode is one
+Where torch vmaps (``vectorize=True``), the engine batches (``engine.batching``): reverse mode is one
 ``grad(..., is_grads_batched=True)`` over the standard basis of the outputs, forward mode one dual pass of
-the function per basis tangent of the inputs. The values match torch's to float tolerance.
+the function whose tangents carry the whole basis of the inputs. When an op on the way has no batching rule,
+the transform runs one pass per basis vector instead (the same values, to float tolerance).
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ import numpy as np
 
 from . import autograd
 from . import forward_ad as fw
-from .errors import InvalidArgumentError, TorchRuntimeError, TorchTypeError
+from .batching import BatchingUnsupported
+from .errors import (
+    CancelledError,
+    DeadlineExceededError,
+    EngineError,
+    InvalidArgumentError,
+    TorchRuntimeError,
+    TorchTypeError,
+)
 from .grad_mode import _grad_enabled, set_grad_enabled
 from .tensor import Tensor
 
@@ -310,6 +319,40 @@ def _standard_basis(tensors, numels) -> tuple:
     return tuple(chunks)
 
 
+def _jvp_batched(func, inputs, basis, total):
+    """torch's vmap of the jvp: one dual pass of ``func`` whose tangents carry the whole basis (a batched
+    level, ``batching``); None when an op on the way has no batching rule (the caller loops instead)."""
+    try:
+        with fw.dual_level():
+            fw.current_level().batch = total
+            duals = tuple(fw.batched_dual(inp, Tensor(np.ascontiguousarray(b.data.reshape(total, *inp.shape))))
+                          for inp, b in zip(inputs, basis))
+            is_outputs_tuple, outs = _as_tuple(func(*duals), "outputs")
+            primals, tangents = [], []
+            for out in outs:
+                primal, tangent = fw.batched_unpack(out)
+                primals.append(primal)
+                tangents.append(tangent if tangent is not None else
+                                Tensor(np.zeros((total, *primal.shape), primal.data.dtype)))
+    except (DeadlineExceededError, CancelledError):
+        raise
+    except (BatchingUnsupported, EngineError):  # as autograd._grad_batched_pass: the loop decides
+        return None
+    return is_outputs_tuple, primals, tangents
+
+
+def _jacobian_row(tangent, out, inputs, numels) -> list:
+    """The batched tangents ``(total, *out.shape)`` as one Jacobian block per input, ``(*out.shape, *inp.shape)``
+    (torch: the batch moved last, then split per input); a tangent's graph is kept (forward-over-reverse)."""
+    if not tangent.requires_grad:
+        jac = np.moveaxis(tangent.data, 0, -1)
+        bounds = np.cumsum((0, *numels))
+        return [Tensor(np.ascontiguousarray(jac[..., a:b]).reshape(*out.shape, *inp.shape))
+                for a, b, inp in zip(bounds[:-1], bounds[1:], inputs)]
+    jac = tangent.permute(*range(1, tangent.ndim), 0)
+    return [piece.reshape((*out.shape, *inp.shape)) for piece, inp in zip(jac.split(list(numels), -1), inputs)]
+
+
 def _jacfwd(func, inputs, strict=False, vectorize=False):
     if strict:
         raise TorchRuntimeError('torch.autograd.functional.jacobian: `strict=True` and `strategy="forward-mode"` '
@@ -323,6 +366,11 @@ def _jacfwd(func, inputs, strict=False, vectorize=False):
     numels = tuple(inp.numel() for inp in inputs)
     basis = _standard_basis(inputs, numels)
     total = sum(numels)
+    batched = _jvp_batched(func, inputs, basis, total)
+    if batched is not None:
+        is_outputs_tuple, primals, tangents = batched
+        result = [_jacobian_row(tan, out, inputs, numels) for tan, out in zip(tangents, primals)]
+        return _tuple_postprocess(result, (is_outputs_tuple, is_inputs_tuple))
     columns = None  # per output: list of tangents (one per basis vector)
     is_outputs_tuple, primals = False, None
     for k in range(total):
@@ -386,7 +434,7 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
             numels = tuple(out.numel() for out in outputs)
             total = sum(numels)
             grad_outputs = _standard_basis(outputs, numels)
-            flat_outputs = tuple(out.reshape(-1) for out in outputs)
+            flat_outputs = tuple(out if out.data.ndim == 1 else out.reshape(-1) for out in outputs)
             vj = list(_autograd_grad(flat_outputs, inputs, grad_outputs, create_graph=create_graph,
                                      is_grads_batched=True))
             for i, el in enumerate(vj):
@@ -403,9 +451,14 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
         jac = []
         for i, out in enumerate(outputs):
             jac_i = tuple([] for _ in inputs)
-            flat = out.reshape(-1)
+            # one element: its row is the gradient of ``out`` itself (torch selects ``out.reshape(-1)[0]``; the
+            # same values, without a view and a select on the graph a hessian differentiates again)
+            single = out.numel() == 1
+            flat = None if single else out.reshape(-1)
             for j in range(out.numel()):
-                vj = _autograd_grad((flat[j],), inputs, retain_graph=True, create_graph=create_graph)
+                vj = _autograd_grad((out,), inputs, (Tensor(np.ones(out.data.shape, out.data.dtype)),),
+                                    retain_graph=True, create_graph=create_graph) if single else \
+                    _autograd_grad((flat[j],), inputs, retain_graph=True, create_graph=create_graph)
                 for el_idx, (acc, vj_el, inp) in enumerate(zip(jac_i, vj, inputs)):
                     if vj_el is not None:
                         if strict and create_graph and not vj_el.requires_grad:
@@ -422,6 +475,19 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
                              for k, acc in enumerate(jac_i)))
         jac = _grad_postprocess(tuple(jac), create_graph)
         return _tuple_postprocess(jac, (is_outputs_tuple, is_inputs_tuple))
+
+
+def _gradient_rows(func, inputs: tuple) -> tuple:
+    """hessian's inner ``jacobian(func, inputs, create_graph=True)`` (not strict, as torch calls it) of a function
+    that returns one 0-d tensor: the gradient itself, zeros for an input it does not depend on. torch's general
+    loop also records a view of each input, a select of the one element and a stack of the one row; the values
+    and their dependence on the inputs are the same without them, and the outer jacobian has four fewer nodes
+    to differentiate."""
+    with set_grad_enabled(True):
+        out = func(*inputs)
+        grads = _autograd_grad((out,), inputs, (Tensor(np.ones((), out.data.dtype)),), retain_graph=True,
+                               create_graph=True)
+    return tuple(_zeros_like(inp) if g is None else g for g, inp in zip(grads, inputs))
 
 
 def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, outer_jacobian_strategy="reverse-mode"):
@@ -441,12 +507,12 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, out
         if out.numel() != 1:
             raise TorchRuntimeError("The Tensor returned by the function given to hessian should contain a single "
                                     "element", code="invalid_argument")
-        return out.squeeze()
+        return out if out.data.ndim == 0 else out.squeeze()
 
     def jac_func(*inp):
         if outer_jacobian_strategy == "forward-mode":
             inp = tuple(t.requires_grad_(True) for t in inp)
-        jac = jacobian(ensure_single_output_function, inp, create_graph=True)
+        jac = _gradient_rows(ensure_single_output_function, inp)
         _check_requires_grad(jac, "jacobian", strict=strict)
         return jac
 

@@ -337,11 +337,18 @@ def _forward(prim_name: str, outs, inputs: tuple, saved: dict | None) -> None:
     targets = outs if outs.__class__ is tuple else (outs,)
     if not any(o.data.dtype.kind == "f" for o in targets):
         return
+    level = _fw_level.get()
+    if level.batch is not None:  # functional.jacobian(strategy="forward-mode", vectorize=True): batched
+        from .batching import forward  # tangents, through the primitive's batching rule
+        token = _fw_level.set(None)
+        try:
+            return forward(prim_name, outs, inputs, saved, tangents, level)
+        finally:
+            _fw_level.reset(token)
     fn = JVPS.get(prim_name)
     if fn is None:
         raise TorchRuntimeError(_NO_FW.format(NO_JVP.get(prim_name, prim_name)), code="forward_ad_not_implemented",
                                 exception="NotImplementedError")
-    level = _fw_level.get()
     token = _fw_level.set(None)
     try:
         res = fn(JvpCtx(PRIMS.get(prim_name), inputs, saved, outs), *tangents)

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from .. import dtypes as D
+from ..batching import SAME, batching
 from ..errors import InvalidArgumentError, TorchRuntimeError
 from ..forward_ad import _level as _fw_level
 from ..grad_mode import set_grad_enabled
@@ -91,6 +92,9 @@ def _(ctx, grad):
 @jvp("AddBackward0")
 def _(ctx, self_t, other_t):
     return add_t(self_t, scale_t(other_t, ctx.alpha))
+
+
+batching("AddBackward0", vjp=SAME, jvp=SAME)
 
 
 @op("sub", tensors=("self", "other"), grad_fns=("SubBackward0",), aliases=("subtract", "__sub__"))
@@ -193,6 +197,9 @@ def _(ctx, self_t, other_t):
     elif self_t is None and other_t.data.dtype != ctx.self.data.dtype:
         self_t = Tensor(np.zeros(ctx.self.data.shape, ctx.self.data.dtype))
     return add_t(mul_t(other_t, ctx.self), mul_t(self_t, ctx.other))
+
+
+batching("MulBackward0", vjp=SAME, jvp=SAME)
 
 
 _ROUNDING = (None, "trunc", "floor")
@@ -579,6 +586,9 @@ def _(ctx, self_t):
     return self_t * cos(ctx.self)
 
 
+batching("SinBackward0", vjp=SAME, jvp=SAME)
+
+
 @op("cos", tensors=("self",), grad_fns=("CosBackward0",))
 def cos(self):
     """torch.cos(input); saves its input."""
@@ -641,6 +651,9 @@ def _(ctx, self_t):
     return self_t * cosh(ctx.self)
 
 
+batching("SinhBackward0", vjp=SAME, jvp=SAME)
+
+
 @op("cosh", tensors=("self",), grad_fns=("CoshBackward0",))
 def cosh(self):
     """torch.cosh(input); saves its input."""
@@ -655,6 +668,9 @@ def _(ctx, grad):
 @jvp("CoshBackward0")
 def _(ctx, self_t):
     return self_t * sinh(ctx.self)
+
+
+batching("CoshBackward0", vjp=SAME, jvp=SAME)
 
 
 @op("asinh", tensors=("self",), grad_fns=("AsinhBackward0",), aliases=("arcsinh",))
@@ -673,6 +689,9 @@ def _(ctx, grad):
 def _(ctx, self_t):
     x = ctx.self
     return self_t * rsqrt(x * x + 1)
+
+
+batching("AsinhBackward0", vjp=SAME, jvp=SAME)
 
 
 @op("acosh", tensors=("self",), grad_fns=("AcoshBackward0",), aliases=("arccosh",))
@@ -694,6 +713,9 @@ def _(ctx, self_t):
     return self_t * rsqrt(x * x - 1)
 
 
+batching("AcoshBackward0", vjp=SAME, jvp=SAME)
+
+
 @op("atanh", tensors=("self",), grad_fns=("AtanhBackward0",), aliases=("arctanh",))
 def atanh(self):
     """torch.atanh(input) (±inf at ±1, nan beyond); saves its input."""
@@ -711,6 +733,9 @@ def _(ctx, grad):
 def _(ctx, self_t):
     x = ctx.self
     return self_t * reciprocal(1 - x * x)
+
+
+batching("AtanhBackward0", vjp=SAME, jvp=SAME)
 
 
 @op("asin", tensors=("self",), grad_fns=("AsinBackward0",), aliases=("arcsin",))
@@ -732,6 +757,9 @@ def _(ctx, self_t):
     return self_t * rsqrt(-x * x + 1)
 
 
+batching("AsinBackward0", vjp=SAME, jvp=SAME)
+
+
 @op("acos", tensors=("self",), grad_fns=("AcosBackward0",), aliases=("arccos",))
 def acos(self):
     """torch.acos(input) (nan outside [-1, 1]); saves its input."""
@@ -751,6 +779,9 @@ def _(ctx, self_t):
     return self_t * -rsqrt(-x * x + 1)
 
 
+batching("AcosBackward0", vjp=SAME, jvp=SAME)
+
+
 @op("atan", tensors=("self",), grad_fns=("AtanBackward0",), aliases=("arctan",))
 def atan(self):
     """torch.atan(input); saves its input."""
@@ -767,6 +798,9 @@ def _(ctx, grad):
 def _(ctx, self_t):
     x = ctx.self
     return self_t / (x * x + 1)
+
+
+batching("AtanBackward0", vjp=SAME, jvp=SAME)
 
 
 _LN2 = math.log(2.0)
@@ -790,6 +824,9 @@ def _(ctx, self_t):
     return self_t / (ctx.self * _LN2)
 
 
+batching("Log2Backward0", vjp=SAME, jvp=SAME)
+
+
 @op("log10", tensors=("self",), grad_fns=("Log10Backward0",))
 def log10(self):
     """torch.log10(input); saves its input."""
@@ -805,6 +842,9 @@ def _(ctx, grad):
 @jvp("Log10Backward0")
 def _(ctx, self_t):
     return self_t / (ctx.self * _LN10)
+
+
+batching("Log10Backward0", vjp=SAME, jvp=SAME)
 
 
 def _float_binary(name: str, self, other):
@@ -843,6 +883,9 @@ def _(ctx, self_t, other_t):
     return add_t(mul_t(self_t, o * recip), mul_t(other_t, -s * recip))
 
 
+batching("Atan2Backward0", vjp=SAME, jvp=SAME)
+
+
 @op("hypot", tensors=("self", "other"), grad_fns=("HypotBackward0",))
 def hypot(self, other):
     """torch.hypot(input, other) = sqrt(input**2 + other**2); saves both and the result."""
@@ -866,6 +909,9 @@ def _(ctx, grad):
 def _(ctx, self_t, other_t):
     r = ctx.result
     return add_t(mul_t(self_t, ctx.self / r), mul_t(other_t, ctx.other / r))
+
+
+batching("HypotBackward0", vjp=SAME, jvp=SAME)
 
 
 def _np_sigmoid(x):
@@ -1391,6 +1437,7 @@ def _(ctx, self_t, value_t):
     if self_t is None:
         return None
     return masked_fill(self_t, ctx.mask, value_t) if value_t is not None else masked_fill(self_t, ctx.mask, 0)
+
 
 
 jvp("MaskedFillBackward0")(elementwise_jvp)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as D
+from ..batching import align, batching
 from ..errors import ShapeError, TorchRuntimeError
 from ..grad_mode import check_numel, no_grad
 from ..registry import jvp, op, record, vjp
@@ -95,6 +96,21 @@ def _(ctx, self_t, mat2_t):
     return add_t(None if self_t is None else mm(self_t, ctx.mat2), None if mat2_t is None else mm(ctx.self, mat2_t))
 
 
+def _mm_batched_jvp(ctx, batch, self_t, mat2_t):
+    """mm/bmm over a leading batch of tangents: matmul broadcasts (and folds) the batch."""
+    return add_t(None if self_t is None else matmul(self_t, ctx.mat2),
+                 None if mat2_t is None else matmul(ctx.self, mat2_t))
+
+
+def _mm_batched_vjp(ctx, grad, batch):
+    n = ctx.needs
+    return ((matmul(grad, transpose(ctx.mat2, -1, -2)) if n[0] else None),
+            (matmul(transpose(ctx.self, -1, -2), grad) if n[1] else None))
+
+
+batching("MmBackward0", vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
+
+
 # ----- bmm --------------------------------------------------------------------------------------------
 
 
@@ -131,6 +147,9 @@ def _(ctx, self_t, mat2_t):
     return add_t(None if self_t is None else bmm(self_t, ctx.mat2), None if mat2_t is None else bmm(ctx.self, mat2_t))
 
 
+batching("BmmBackward0", vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
+
+
 # ----- mv, dot, outer ---------------------------------------------------------------------------------
 
 
@@ -164,6 +183,19 @@ def _(ctx, self_t, vec_t):
     return add_t(None if self_t is None else mv(self_t, ctx.vec), None if vec_t is None else mv(ctx.self, vec_t))
 
 
+def _mv_batched_vjp(ctx, grad, batch):
+    n = ctx.needs  # grad (B, m): outer products per entry, and the batch folded into one matrix product
+    return (mul(unsqueeze(grad, 2), ctx.vec) if n[0] else None), (matmul(grad, ctx.self) if n[1] else None)
+
+
+def _mv_batched_jvp(ctx, batch, self_t, vec_t):
+    return add_t(None if self_t is None else matmul(self_t, ctx.vec),
+                 None if vec_t is None else matmul(vec_t, t(ctx.self)))
+
+
+batching("MvBackward0", vjp=_mv_batched_vjp, jvp=_mv_batched_jvp)
+
+
 @op("dot", tensors=("self", "tensor"), grad_fns=("DotBackward0",), aliases=("inner_1d",))
 def dot(self, tensor):
     """torch.dot(input, tensor): 1-D . 1-D, a 0-d result."""
@@ -194,6 +226,20 @@ def _(ctx, grad):
 def _(ctx, self_t, tensor_t):
     return add_t(None if self_t is None else dot(self_t, ctx.tensor),
                  None if tensor_t is None else dot(ctx.self, tensor_t))
+
+
+def _dot_batched_vjp(ctx, grad, batch):
+    n = ctx.needs
+    g = unsqueeze(grad, 1)
+    return (g * ctx.tensor if n[0] else None), (g * ctx.self if n[1] else None)
+
+
+def _dot_batched_jvp(ctx, batch, self_t, tensor_t):
+    return add_t(None if self_t is None else matmul(self_t, ctx.tensor),
+                 None if tensor_t is None else matmul(tensor_t, ctx.self))
+
+
+batching("DotBackward0", vjp=_dot_batched_vjp, jvp=_dot_batched_jvp)
 
 
 @op("outer", tensors=("self", "vec2"), grad_fns=("MulBackward0",), aliases=("ger",))
@@ -272,6 +318,23 @@ def _(ctx, grad):
 def _(ctx, self_t, mat1_t, mat2_t):
     prod = add_t(None if mat1_t is None else mm(mat1_t, ctx.mat2), None if mat2_t is None else mm(ctx.mat1, mat2_t))
     return add_t(scale_t(self_t, ctx.beta), scale_t(prod, ctx.alpha))
+
+
+def _addmm_batched_vjp(ctx, grad, batch):
+    n = ctx.needs
+    alpha, beta = ctx.alpha, ctx.beta
+    g1 = scale_t(matmul(grad, t(ctx.mat2)), alpha) if n[1] else None
+    g2 = scale_t(matmul(t(ctx.mat1), grad), alpha) if n[2] else None
+    return ((grad if beta == 1 else grad * beta) if n[0] else None), g1, g2
+
+
+def _addmm_batched_jvp(ctx, batch, self_t, mat1_t, mat2_t):
+    prod = add_t(None if mat1_t is None else matmul(mat1_t, ctx.mat2),
+                 None if mat2_t is None else matmul(ctx.mat1, mat2_t))
+    return add_t(scale_t(align(self_t, 2), ctx.beta), scale_t(prod, ctx.alpha))
+
+
+batching("AddmmBackward0", vjp=_addmm_batched_vjp, jvp=_addmm_batched_jvp)
 
 
 # ----- matmul -----------------------------------------------------------------------------------------

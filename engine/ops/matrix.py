@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..batching import SAME, batching
 from ..errors import ShapeError, TorchRuntimeError
 from ..grad_mode import check_numel
 from ..registry import jvp, op, record, vjp
@@ -184,6 +185,9 @@ def _(ctx, self_t):
     return tril(self_t, signed_int(ctx.diagonal))
 
 
+batching("TrilBackward0", vjp=SAME, jvp=SAME)
+
+
 @op("triu", tensors=("self",), grad_fns=("TriuBackward0",))
 def triu(self, diagonal=0):
     """torch.triu(input, diagonal=0): zero below the diagonal."""
@@ -198,3 +202,6 @@ def _(ctx, grad):
 @jvp("TriuBackward0")
 def _(ctx, self_t):
     return triu(self_t, signed_int(ctx.diagonal))
+
+
+batching("TriuBackward0", vjp=SAME, jvp=SAME)

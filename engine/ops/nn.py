@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from .. import dtypes as D
+from ..batching import batching, shifted
 from ..errors import (
     InvalidArgumentError,
     ShapeError,
@@ -113,6 +114,9 @@ def _(ctx, self_t):
     return r * (self_t - sum(r * self_t, ctx.dim, keepdim=True))
 
 
+batching("SoftmaxBackward0", **shifted(sizes=(), dims=("dim",)))
+
+
 @op("log_softmax", tensors=("self",), grad_fns=("LogSoftmaxBackward0",))
 def log_softmax(self, dim, dtype=None):
     """F.log_softmax(input, dim, dtype=None): x - max - log(sum(exp(x - max))); saves its result and dim."""
@@ -142,6 +146,9 @@ def _(ctx, self_t):
     if r.data.ndim == 0:
         return None
     return self_t - sum(exp(r) * self_t, ctx.dim, keepdim=True)
+
+
+batching("LogSoftmaxBackward0", **shifted(sizes=(), dims=("dim",)))
 
 
 # ----- linear -----------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from collections import namedtuple
 import numpy as np
 
 from .. import dtypes as D
+from ..batching import batching, shifted
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import emit_warning
 from ..registry import jvp, op, record, vjp, weighted_tangent
@@ -93,6 +94,27 @@ def _(ctx, self_t):
     return sum(self_t, ctx.dim or None, keepdim=ctx.keepdim)
 
 
+def _restore_batched(grad: Tensor, ctx, batch: int) -> Tensor:
+    """The reduced dims of every entry of a batched gradient put back, expanded to the input's sizes."""
+    shp = ctx.self_sym_sizes
+    dims = ctx.__dict__.get("dim") or range(len(shp))
+    if not ctx.__dict__.get("keepdim") and shp:
+        grad = reshape(grad, (batch, *(1 if d in dims else n for d, n in enumerate(shp))))
+    return expand(grad, (batch, *shp))
+
+
+def _reduced_dims(ctx, t: Tensor) -> list:
+    """The dims a reduction took, moved past the batch of tangent ``t``."""
+    dims = ctx.__dict__.get("dim") or range(t.data.ndim - 1)
+    return [d + 1 if d >= 0 else d for d in dims]
+
+
+batching("SumBackward0", vjp=lambda ctx, grad, batch: (_restore_batched(grad, ctx, batch),),
+         jvp=lambda ctx, batch, t: sum(t, _reduced_dims(ctx, t)) if t.data.ndim > 1 else t)
+batching("SumBackward1", vjp=lambda ctx, grad, batch: (_restore_batched(grad, ctx, batch),),
+         jvp=lambda ctx, batch, t: sum(t, _reduced_dims(ctx, t), keepdim=ctx.keepdim) if t.data.ndim > 1 else t)
+
+
 def sum_to(t: Tensor, shape: tuple) -> Tensor:
     """Sum a broadcast gradient back to an operand's shape (torch's at::sum_to)."""
     shape = tuple(shape)
@@ -157,6 +179,19 @@ def _(ctx, grad):
 @jvp("MeanBackward1")
 def _(ctx, self_t):
     return mean(self_t, ctx.dim or None, keepdim=ctx.keepdim)
+
+
+def _mean_batched_vjp(ctx, grad, batch):
+    n = 1
+    for s in (ctx.self_sym_sizes[d] for d in ctx.__dict__.get("dim") or range(len(ctx.self_sym_sizes))):
+        n *= s
+    return _restore_batched(grad, ctx, batch) / n,
+
+
+batching("MeanBackward0", vjp=_mean_batched_vjp,
+         jvp=lambda ctx, batch, t: mean(t, _reduced_dims(ctx, t)) if t.data.ndim > 1 else t)
+batching("MeanBackward1", vjp=_mean_batched_vjp,
+         jvp=lambda ctx, batch, t: mean(t, _reduced_dims(ctx, t), keepdim=ctx.keepdim) if t.data.ndim > 1 else t)
 
 
 @op("prod", tensors=("self",), grad_fns=("ProdBackward0", "ProdBackward1"))
@@ -629,6 +664,9 @@ def _(ctx, self_t):
     return cumsum(self_t, ctx.dim) if self_t.data.ndim else self_t
 
 
+batching("CumsumBackward0", **shifted(sizes=(), dims=("dim",)))
+
+
 @op("flip", tensors=("self",), grad_fns=("FlipBackward0",))
 def flip(self, dims):
     """torch.flip(input, dims)."""
@@ -646,6 +684,9 @@ def _(ctx, grad):
 @jvp("FlipBackward0")
 def _(ctx, self_t):
     return flip(self_t, ctx.dims)
+
+
+batching("FlipBackward0", **shifted(sizes=(), dims=("dims",)))
 
 
 @op("sort", tensors=("self",), grad_fns=("SortBackward0",))

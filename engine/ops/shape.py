@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as D
+from ..batching import SAME, batching, shifted, sum_to_batched
 from ..errors import InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import check_numel
 from ..registry import jvp, op, record, vjp
@@ -45,6 +46,9 @@ def _(ctx, grad):
 @jvp("ToCopyBackward0")
 def _(ctx, self_t):
     return to(self_t, ctx.result.dtype, copy=True)
+
+
+batching("ToCopyBackward0", vjp=SAME, jvp=SAME)
 
 
 @op("float", tensors=("self",), grad_fns=("ToCopyBackward0",))
@@ -86,6 +90,9 @@ def _(ctx, grad):
 @jvp("CloneBackward0")
 def _(ctx, self_t):
     return clone(self_t)
+
+
+batching("CloneBackward0", vjp=SAME, jvp=SAME)
 
 
 @op("contiguous", tensors=("self",), grad_fns=("CloneBackward0",))
@@ -159,6 +166,12 @@ def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
 
+#: the batching rules of every reshaping primitive (view, reshape, squeeze): reshape each entry
+RESHAPE_BATCHED = {"vjp": lambda ctx, grad, batch: (reshape(grad, (batch, *ctx.self_sym_sizes)),),
+                   "jvp": lambda ctx, batch, t: reshape(t, (batch, *ctx.result.data.shape))}
+batching("ViewBackward0", **RESHAPE_BATCHED)
+
+
 @op("reshape", tensors=("self",), grad_fns=("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0"))
 def reshape(self, *shape):
     """torch.reshape(input, shape): a view when the layout allows (ViewBackward0 from a contiguous input,
@@ -184,6 +197,9 @@ def _(ctx, self_t):
     return reshape(self_t, ctx.result.shape)
 
 
+batching("ReshapeAliasBackward0", **RESHAPE_BATCHED)
+
+
 def _unsafe_view(self: Tensor, shape: tuple) -> Tensor:
     return record("UnsafeViewBackward0", np.reshape(self.data, shape), (self,),
                   {"self_sym_sizes": self.data.shape})
@@ -197,6 +213,9 @@ def _(ctx, grad):
 @jvp("UnsafeViewBackward0")
 def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
+
+
+batching("UnsafeViewBackward0", **RESHAPE_BATCHED)
 
 
 @op("flatten", tensors=("self",), grad_fns=("ViewBackward0", "UnsafeViewBackward0"))
@@ -297,6 +316,10 @@ def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
 
+for _name in ("SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2", "SqueezeBackward4"):
+    batching(_name, **RESHAPE_BATCHED)
+
+
 @op("unsqueeze", tensors=("self",), grad_fns=("UnsqueezeBackward0",))
 def unsqueeze(self, dim):
     """torch.unsqueeze(input, dim)."""
@@ -314,6 +337,9 @@ def _(ctx, grad):
 @jvp("UnsqueezeBackward0")
 def _(ctx, self_t):
     return unsqueeze(self_t, ctx.dim)
+
+
+batching("UnsqueezeBackward0", **shifted(sizes=(), dims=("dim",)))
 
 
 @op("expand", tensors=("self",), grad_fns=("ExpandBackward0",))
@@ -363,6 +389,16 @@ def _(ctx, grad):
 @jvp("ExpandBackward0")
 def _(ctx, self_t):
     return expand(self_t, ctx.result.data.shape)
+
+
+def _expand_batched_jvp(ctx, batch, self_t):
+    shape = ctx.result.data.shape
+    s = self_t.data.shape  # each entry's leading new dims put in after the batch
+    return expand(reshape(self_t, (batch, *(1,) * (len(shape) + 1 - len(s)), *s[1:])), (batch, *shape))
+
+
+batching("ExpandBackward0", vjp=lambda ctx, grad, batch: (sum_to_batched(grad, ctx.self_sym_sizes),),
+         jvp=_expand_batched_jvp)
 
 
 @op("expand_as", tensors=("self", "other"), grad_fns=("ExpandBackward0",))
@@ -425,6 +461,13 @@ def _(ctx, self_t):
     return t(self_t)
 
 
+def _t_batched(x: Tensor) -> Tensor:
+    return transpose(x, 1, 2) if x.data.ndim == 3 else x
+
+
+batching("TBackward0", vjp=lambda ctx, grad, batch: (_t_batched(grad),), jvp=lambda ctx, batch, x: _t_batched(x))
+
+
 @op("transpose", tensors=("self",), grad_fns=("TransposeBackward0",), aliases=("swapaxes", "swapdims"))
 def transpose(self, dim0, dim1):
     """torch.transpose(input, dim0, dim1)."""
@@ -443,6 +486,9 @@ def _(ctx, grad):
 @jvp("TransposeBackward0")
 def _(ctx, self_t):
     return transpose(self_t, ctx.dim0, ctx.dim1)
+
+
+batching("TransposeBackward0", **shifted(sizes=(), dims=("dim0", "dim1")))
 
 
 @op("permute", tensors=("self",), grad_fns=("PermuteBackward0",))
@@ -470,6 +516,17 @@ def _(ctx, grad):
 @jvp("PermuteBackward0")
 def _(ctx, self_t):
     return permute(self_t, ctx.dims)
+
+
+def _permute_batched_vjp(ctx, grad, batch):
+    inv = [0] * len(ctx.dims)
+    for i, d in enumerate(ctx.dims):
+        inv[d] = i
+    return permute(grad, [0, *(i + 1 for i in inv)]),
+
+
+batching("PermuteBackward0", vjp=_permute_batched_vjp,
+         jvp=lambda ctx, batch, x: permute(x, [0, *(d + 1 for d in ctx.dims)]))
 
 
 # ----- joining and splitting -----------------------------------------------------------------------------
@@ -567,6 +624,33 @@ def _(ctx, grad):
 @jvp("StackBackward0")
 def _(ctx, *tangents):
     return stack(_zeros_for_missing(ctx.inputs, tangents), ctx.dim)
+
+
+def _cat_batched_vjp(ctx, grad, batch):
+    d = ctx.dim
+    res = []
+    offset = 0
+    for need, shp in zip(ctx.needs, ctx.sizes):
+        if len(shp) == 1 and shp[0] == 0 and grad.data.ndim != 2:
+            res.append(None)
+            continue
+        n = shp[d]
+        res.append(narrow(grad, d + 1, offset, n) if need else None)
+        offset += n
+    return tuple(res)
+
+
+def _zeros_for_missing_batched(inputs, tangents, batch) -> list:
+    ref = next(t for t in tangents if t is not None)
+    return [t if t is not None else
+            Tensor(np.zeros((batch, *x.data.shape), np.promote_types(ref.data.dtype, x.data.dtype)))
+            for x, t in zip(inputs, tangents)]
+
+
+batching("CatBackward0", vjp=_cat_batched_vjp,
+         jvp=lambda ctx, batch, *ts: cat(_zeros_for_missing_batched(ctx.inputs, ts, batch), ctx.dim + 1))
+batching("StackBackward0", vjp=shifted(sizes=(), dims=("dim",))["vjp"],
+         jvp=lambda ctx, batch, *ts: stack(_zeros_for_missing_batched(ctx.inputs, ts, batch), ctx.dim + 1))
 
 
 def _zeros_for_missing(inputs, tangents) -> list:
@@ -741,6 +825,9 @@ def _(ctx, self_t):
     return _slice(self_t, ctx.dim, ctx.start, ctx.end, ctx.step)
 
 
+batching("SliceBackward0", **shifted(dims=("dim",)))
+
+
 def select(self, dim, index):
     self = require_tensor(self)
     nd = self.data.ndim
@@ -782,6 +869,9 @@ def _(ctx, grad):
 @jvp("SelectBackward0")
 def _(ctx, self_t):
     return select(self_t, ctx.dim, ctx.index)
+
+
+batching("SelectBackward0", **shifted(dims=("dim",)))
 
 
 def _embed(grad: Tensor, shape: tuple, index: tuple) -> Tensor:
@@ -948,6 +1038,9 @@ def _(ctx, self_t):
     return alias_view(self_t)
 
 
+batching("AliasBackward0", vjp=SAME, jvp=SAME)
+
+
 def alias_view(t: Tensor) -> Tensor:
     return _as_view(record("AliasBackward0", t.data.view(), (t,)), t)
 
@@ -961,6 +1054,9 @@ def _(ctx, grad):
 @jvp("Identity")
 def _(ctx, self_t):
     return alias_view(self_t)
+
+
+batching("Identity", vjp=SAME, jvp=SAME)
 
 
 def _index(self: Tensor, advanced: list) -> Tensor:
@@ -1065,6 +1161,9 @@ def _(ctx, grad):
 @jvp("IndexSelectBackward0")
 def _(ctx, self_t):
     return index_select(self_t, ctx.dim, ctx.index)
+
+
+batching("IndexSelectBackward0", **shifted(dims=("dim",)))
 
 
 @op("gather", tensors=("self", "index"), grad_fns=("GatherBackward0",))

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from .. import dtypes as D
+from ..batching import SAME, batching
 from ..errors import InvalidArgumentError, TorchRuntimeError
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
@@ -129,6 +130,9 @@ def _(ctx, self_t):
     return self_t * digamma(ctx.self)
 
 
+batching("LgammaBackward0", vjp=SAME, jvp=SAME)
+
+
 @op("digamma", tensors=("self",), grad_fns=("DigammaBackward0",), aliases=("special.digamma", "special.psi"))
 def digamma(self):
     """torch.digamma(input): -inf at 0, nan at negative integers; saves its input."""
@@ -144,6 +148,9 @@ def _(ctx, grad):
 @jvp("DigammaBackward0")
 def _(ctx, self_t):
     return self_t * polygamma(1, ctx.self)
+
+
+batching("DigammaBackward0", vjp=SAME, jvp=SAME)
 
 
 @op("polygamma", tensors=("self",), grad_fns=("PolygammaBackward0", "DigammaBackward0"), method=False,
@@ -168,6 +175,9 @@ def _(ctx, grad):
 @jvp("PolygammaBackward0")
 def _(ctx, self_t):
     return self_t * polygamma(ctx.n + 1, ctx.self)
+
+
+batching("PolygammaBackward0", vjp=SAME, jvp=SAME)
 
 
 @op("special.multigammaln", tensors=("self",), grad_fns=("MvlgammaBackward0",), method=False)
@@ -206,6 +216,9 @@ def _(ctx, self_t):
     p, x = ctx.p, ctx.self
     offsets = Tensor(np.arange(-p * 0.5 + 0.5, 0.5, 0.5).astype(x.data.dtype))
     return self_t * sum_(digamma(unsqueeze(x, -1) + offsets), -1)
+
+
+batching("MvlgammaBackward0", vjp=SAME, jvp=SAME)
 
 
 # ----- xlogy, logaddexp -------------------------------------------------------------------------------
@@ -250,6 +263,9 @@ def _(ctx, self_t, other_t):
     return add_t(t_self, mul_t(other_t, s / o))
 
 
+batching("XlogyBackward0", vjp=SAME, jvp=SAME)
+
+
 @vjp("XlogyBackward1", inputs=("other",), saves=("other", "self"))
 def _(ctx, grad):
     return grad * ctx.self / ctx.other,
@@ -258,6 +274,9 @@ def _(ctx, grad):
 @jvp("XlogyBackward1")
 def _(ctx, other_t):
     return other_t * ctx.self / ctx.other
+
+
+batching("XlogyBackward1", vjp=SAME, jvp=SAME)
 
 
 @vjp("XlogyBackward2", inputs=("self",), saves=("other", "self"))
@@ -270,6 +289,9 @@ def _(ctx, grad):
 def _(ctx, self_t):
     t = xlogy(self_t, ctx.other)
     return t if ctx.other > 0 else masked_fill(t, eq(ctx.self, 0.0), 0.0)
+
+
+batching("XlogyBackward2", vjp=SAME, jvp=SAME)
 
 
 @op("logaddexp", tensors=("self", "other"), grad_fns=("LogaddexpBackward0",))
@@ -296,3 +318,6 @@ def _(ctx, self_t, other_t):
     s, o = ctx.self, ctx.other
     return add_t(None if self_t is None else self_t / (exp(o - s) + 1),
                  None if other_t is None else other_t / (exp(s - o) + 1))
+
+
+batching("LogaddexpBackward0", vjp=SAME, jvp=SAME)

@@ -364,3 +364,54 @@ def test_a_function_with_a_base64_constant_survives_storage(client, session):
     r = engine.run_program(again, [{"op": "jacobian", "args": ["scale", "x"], "out": "J2"}])
     assert r.changed == ["J2"]
     np.testing.assert_array_equal(again.tensors["J2"].data, np.diag(c))
+
+
+def test_vectorized_transforms_match_torch_with_and_without_batching_rules(client, fs, monkeypatch):
+    """vectorize=True runs one batched pass where every op has a batching rule (f, g) and falls back to the
+    per-row loop where one has none (cumprod in fc): the values are torch's either way."""
+    torch = pytest.importorskip("torch")
+    from engine import autograd
+    from engine import functional as EF
+    paths = []
+
+    def spy(real):
+        def wrapper(*a):
+            r = real(*a)
+            paths.append("loop" if r is None else "batched")
+            return r
+        return wrapper
+
+    monkeypatch.setattr(autograd, "_grad_batched_pass", spy(autograd._grad_batched_pass))
+    monkeypatch.setattr(EF, "_jvp_batched", spy(EF._jvp_batched))
+    F = torch.autograd.functional
+    wt, bt = torch.tensor(W), torch.tensor(B)
+    ops = [{"op": "function", "out": "fc", "kwargs": {"inputs": ["x"], "outputs": "y", "ops": [
+               {"op": "matmul", "args": ["W", "x"], "out": "h"}, {"op": "cumprod", "args": ["h", 0], "out": "c"},
+               {"op": "sin", "args": ["c"], "out": "y"}]}},
+           {"op": "function", "out": "gc", "kwargs": {"inputs": ["x"], "outputs": "s", "ops": [
+               {"op": "cumprod", "args": ["x", 0], "out": "c"}, {"op": "pow", "args": ["c", 3], "out": "p"},
+               {"op": "sum", "args": ["p"], "out": "s"}]}}]
+    for strategy in ("reverse-mode", "forward-mode"):
+        kw = {"vectorize": True, "strategy": strategy}
+        ops += [{"op": "jacobian", "args": ["f", "x0"], "kwargs": kw, "out": f"Jf_{strategy[0]}"},
+                {"op": "jacobian", "args": ["fc", "x0"], "kwargs": kw, "out": f"Jc_{strategy[0]}"}]
+    ops += [{"op": "hessian", "args": ["g1", "x0"], "kwargs": {"vectorize": True}, "out": "Hg"},
+            {"op": "hessian", "args": ["gc", "x0"], "kwargs": {"vectorize": True}, "out": "Hc"}]
+    body = ok(run(client, fs, ops))
+    assert paths == ["batched", "loop", "batched", "loop", "batched", "loop"]
+
+    def f(x):
+        return torch.tanh(wt @ x + bt)
+
+    def fc(x):
+        return torch.sin(torch.cumprod(wt @ x, 0))
+
+    x0, y0 = torch.tensor(X0), torch.tensor(Y0)
+    for strategy in ("reverse-mode", "forward-mode"):
+        for name, fn in (("Jf", f), ("Jc", fc)):
+            want = F.jacobian(fn, x0, vectorize=True, strategy=strategy).numpy()
+            np.testing.assert_allclose(data(body, f"{name}_{strategy[0]}"), want, rtol=1e-10, atol=1e-12)
+    want = F.hessian(lambda x: (x * y0).sin().sum() + (x ** 3).sum(), x0, vectorize=True).numpy()
+    np.testing.assert_allclose(data(body, "Hg"), want, rtol=1e-10, atol=1e-12)
+    want = F.hessian(lambda x: (torch.cumprod(x, 0) ** 3).sum(), x0, vectorize=True).numpy()
+    np.testing.assert_allclose(data(body, "Hc"), want, rtol=1e-10, atol=1e-12)
