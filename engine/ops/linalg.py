@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernel import kcall
 from .. import dtypes as D
 from ..errors import ShapeError, TorchRuntimeError
 from ..grad_mode import check_numel, no_grad
@@ -46,6 +47,10 @@ def _no_bool(a: Tensor, kernel: str = "addmm_impl_cpu_") -> None:
 
 def _matmul_np(a: np.ndarray, b: np.ndarray, shape: tuple) -> np.ndarray:
     check_numel(shape, itemsize=max(a.itemsize, b.itemsize))
+    return kcall(_matmul_kernel, a, b, shape)
+
+
+def _matmul_kernel(a: np.ndarray, b: np.ndarray, shape: tuple) -> np.ndarray:
     out = np.matmul(a, b)  # a fresh C-contiguous array
     # reshape only when needed: a reshaped view does not own its data, so it would be copied again when
     # it becomes a leaf's .grad
@@ -69,7 +74,7 @@ def _check_mm(a: Tensor, b: Tensor, first: str, second: str, with_dims: bool) ->
     _no_bool(a)
 
 
-@op("mm", tensors=("self", "mat2"), grad_fns=("MmBackward0",))
+@op("mm", tensors=("self", "mat2"), grad_fns=("MmBackward0",), plannable=True)
 def mm(self, mat2):
     """torch.mm(input, mat2): 2-D @ 2-D; saves self (if mat2 needs grad), mat2 (if self needs grad)
     and their sizes and strides."""
@@ -98,7 +103,7 @@ def _(ctx, self_t, mat2_t):
 # ----- bmm --------------------------------------------------------------------------------------------
 
 
-@op("bmm", tensors=("self", "mat2"), grad_fns=("BmmBackward0",))
+@op("bmm", tensors=("self", "mat2"), grad_fns=("BmmBackward0",), plannable=True)
 def bmm(self, mat2):
     """torch.bmm(input, mat2): (b, n, m) @ (b, m, p)."""
     self = require_tensor(self, "self", "bmm")
@@ -134,7 +139,7 @@ def _(ctx, self_t, mat2_t):
 # ----- mv, dot, outer ---------------------------------------------------------------------------------
 
 
-@op("mv", tensors=("self", "vec"), grad_fns=("MvBackward0",))
+@op("mv", tensors=("self", "vec"), grad_fns=("MvBackward0",), plannable=True)
 def mv(self, vec):
     """torch.mv(input, vec): matrix @ vector."""
     self = require_tensor(self, "self", "mv")
@@ -164,7 +169,11 @@ def _(ctx, self_t, vec_t):
     return add_t(None if self_t is None else mv(self_t, ctx.vec), None if vec_t is None else mv(ctx.self, vec_t))
 
 
-@op("dot", tensors=("self", "tensor"), grad_fns=("DotBackward0",), aliases=("inner_1d",))
+def _dot_kernel(a, b):
+    return np.asarray(np.dot(a, b), dtype=a.dtype)
+
+
+@op("dot", tensors=("self", "tensor"), grad_fns=("DotBackward0",), aliases=("inner_1d",), plannable=True)
 def dot(self, tensor):
     """torch.dot(input, tensor): 1-D . 1-D, a 0-d result."""
     self = require_tensor(self, "self", "dot")
@@ -180,7 +189,7 @@ def dot(self, tensor):
         raise ShapeError(f"inconsistent tensor size, expected tensor [{n1}] and src [{n2}] to have the same "
                          f"number of elements, but got {n1} and {n2} elements respectively")
     _no_bool(self, "dot")
-    out = np.asarray(np.dot(self.data, tensor.data), dtype=self.data.dtype)
+    out = kcall(_dot_kernel, self.data, tensor.data)
     return record("DotBackward0", out, (self, tensor), {"self": self, "tensor": tensor})
 
 
@@ -196,7 +205,7 @@ def _(ctx, self_t, tensor_t):
                  None if tensor_t is None else dot(ctx.self, tensor_t))
 
 
-@op("outer", tensors=("self", "vec2"), grad_fns=("MulBackward0",), aliases=("ger",))
+@op("outer", tensors=("self", "vec2"), grad_fns=("MulBackward0",), aliases=("ger",), plannable=True)
 def outer(self, vec2):
     """torch.outer(input, vec2): composite ``input.reshape(n, 1) * vec2`` (MulBackward0 over
     ViewBackward0)."""
@@ -212,7 +221,7 @@ def outer(self, vec2):
 # ----- addmm ------------------------------------------------------------------------------------------
 
 
-@op("addmm", tensors=("self", "mat1", "mat2"), grad_fns=("AddmmBackward0",))
+@op("addmm", tensors=("self", "mat1", "mat2"), grad_fns=("AddmmBackward0",), plannable=True)
 def addmm(self, mat1, mat2, beta=1, alpha=1):
     """torch.addmm(input, mat1, mat2, beta=1, alpha=1): beta * input + alpha * (mat1 @ mat2); input
     broadcasts to the result (torch's expand message on failure)."""
@@ -232,17 +241,22 @@ def addmm(self, mat1, mat2, beta=1, alpha=1):
     shape = (mat1.shape[0], mat2.shape[1])
     _check_expand(self, shape)
     prod = _matmul_np(mat1.data, mat2.data, shape)
+    out = kcall(_addmm_kernel, self.data, prod, shape, alpha, beta)
+    return record("AddmmBackward0", out, (self, mat1, mat2),
+                  {"alpha": alpha, "beta": beta,
+                   "mat1": mat1, "mat1_sym_sizes": mat1.shape, "mat1_sym_strides": _strides(mat1.data),
+                   "mat2": mat2, "mat2_sym_sizes": mat2.shape, "mat2_sym_strides": _strides(mat2.data)})
+
+
+def _addmm_kernel(x, prod, shape, alpha, beta):
     tp = prod.dtype.type
     if alpha != 1:
         prod = tp(alpha) * prod
     if beta == 0:  # torch ignores input (even NaN) when beta is 0
         out = np.array(np.broadcast_to(prod, shape))
     else:
-        out = prod + (self.data if beta == 1 else tp(beta) * self.data)
-    return record("AddmmBackward0", np.asarray(out, dtype=prod.dtype), (self, mat1, mat2),
-                  {"alpha": alpha, "beta": beta,
-                   "mat1": mat1, "mat1_sym_sizes": mat1.shape, "mat1_sym_strides": _strides(mat1.data),
-                   "mat2": mat2, "mat2_sym_sizes": mat2.shape, "mat2_sym_strides": _strides(mat2.data)})
+        out = prod + (x if beta == 1 else tp(beta) * x)
+    return np.asarray(out, dtype=prod.dtype)
 
 
 def _check_expand(self: Tensor, target: tuple) -> None:
@@ -308,7 +322,7 @@ def _prod(shape) -> int:
 
 @op("matmul", tensors=("self", "other"), aliases=("__matmul__",),
     grad_fns=("MmBackward0", "DotBackward0", "MvBackward0", "SqueezeBackward4", "UnsafeViewBackward0",
-              "CloneBackward0"))
+              "CloneBackward0"), plannable=True)
 def matmul(self, other):
     """torch.matmul(input, other), dispatching on rank as torch's _matmul_impl: 1-D.1-D -> dot, 2-D@1-D -> mv,
     1-D@2-D -> unsqueeze/mm/squeeze, 2-D@2-D -> mm, folding into mm/mv when one side is >= 3-D and
