@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernel as K
-from .kernel import kcall, kinplace
 from .budget import current_control
 from .errors import (
     CREATE_GRAPH_WARNING,
@@ -28,6 +27,7 @@ from .errors import (
 from .forward_ad import current_level
 from .grad_mode import _grad_enabled, emit_warning, set_grad_enabled
 from .journal import array_, setattr_, setitem_
+from .kernel import kcall, kinplace
 from .node import Ctx, Node, SavedTensor, release_all
 from .registry import PRIMS, edge, jvp, vjp
 from .tensor import Tensor

@@ -43,6 +43,7 @@ INPUT_OPS = frozenset({"tensor"})
 PLANNABLE_ACTIONS = frozenset({"backward", "grad", "del", "bind", "retain_grad"})
 _STEP_BYTES = 160      # an estimate of a tape step's size (the bytes bound counts tapes, not arrays)
 _CHECK_EVERY = 256     # replay checks the deadline every this many kernel calls
+_CHUNK = 2000          # kernel calls per compiled function of a plan
 
 
 class _Name:
@@ -56,7 +57,9 @@ class _Name:
 
 @dataclass
 class Plan:
-    steps: list
+    code: tuple              # compiled functions of the tape (``_compile``)
+    kernels: list
+    consts: list
     n_slots: int
     input_slots: tuple
     namespace: list          # (name, descriptor; None: the preset input tensor) in the namespace's order
@@ -266,42 +269,72 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
             frees[i].append(s)
     steps = [(fn, tmpl, where, out, multi, tuple(frees[i]))
              for i, (fn, tmpl, where, out, multi) in enumerate(rec.steps)]
-    return Plan(steps, rec.n, tuple(rec.inputs), namespace, pre, list(res.ops), list(res.changed), autograd,
-                state.backward_passes, nbytes=_STEP_BYTES * (len(steps) + len(namespace)) + 256)
+    # nothing writes in place and every array dies with the response: copies need not be made
+    alias = not preset and not any(step[4] == 2 for step in steps)
+    code, kernels, consts = _compile(steps, alias)
+    return Plan(code, kernels, consts, rec.n, tuple(rec.inputs), namespace, pre, list(res.ops), list(res.changed),
+                autograd, state.backward_passes, nbytes=_STEP_BYTES * (len(steps) + len(namespace)) + 256)
 
 
 # ----- replay ----------------------------------------------------------------------------------------------
+#: copies a plan may replace by the array itself when nothing in it writes in place and no array of it
+#: outlives the response (a one-shot run of its own): the report's snapshots, a leaf's private .grad copy
+_COPIES = frozenset({K.snapshot, K.copy})
+
+
+def _compile(steps: list, alias_copies: bool = False) -> tuple:
+    """The tape as Python functions of straight-line code, one per ``_CHUNK`` kernel calls: each step one line
+    (``b[5] = k[0](b[1], c[2])``: slots, kernels and constants by index), so a replay pays one call per kernel
+    and nothing to interpret. Same kernels, same arguments, same order as the tape."""
+    kernels: list = []
+    kidx: dict = {}
+    consts: list = []
+    chunks = []
+    for lo in range(0, len(steps), _CHUNK):
+        lines = ["def run(b, k, c, chk, N, A):"]
+        for j, (fn, template, where, out, multi, free) in enumerate(steps[lo:lo + _CHUNK]):
+            ki = kidx.get(id(fn))
+            if ki is None:
+                ki = kidx[id(fn)] = len(kernels)
+                kernels.append(fn)
+            args = []
+            slots = dict(where)
+            for i, v in enumerate(template):
+                if i in slots:
+                    args.append(f"b[{slots[i]}]")
+                else:
+                    args.append(f"c[{len(consts)}]")
+                    consts.append(v)
+            call = f"k[{ki}]({', '.join(args)})"
+            if alias_copies and fn in _COPIES and not multi:
+                lines.append(f" b[{out}] = b[{slots[0]}]")
+            elif multi is True:
+                lines.append(f" {', '.join(f'b[{o}]' for o in out)}, = {call}")
+            elif multi:  # in place: the target is the first argument
+                lines.append(f" {call}")
+                lines.append(f" b[{out}] = b[{slots[0]}]")
+            else:
+                lines.append(f" x = {call}")
+                lines.append(f" b[{out}] = x if x.__class__ is N else A(x)")
+            for f in free:
+                lines.append(f" b[{f}] = None")
+            if j % _CHECK_EVERY == _CHECK_EVERY - 1:
+                lines.append(" if chk is not None: chk()")
+        namespace: dict = {}
+        exec(compile("\n".join(lines), "<gradserve plan>", "exec"), namespace)  # noqa: S102 - our own code
+        chunks.append(namespace["run"])
+    return tuple(chunks), kernels, consts
+
+
 def _replay(plan: Plan, inputs: list, control) -> list:
     buf = [None] * plan.n_slots
     for s, a in zip(plan.input_slots, inputs):
         buf[s] = a
-    ndarray = np.ndarray
-    check = control.check if control is not None else None
-    n = 0
+    chk = control.check if control is not None else None
+    k, c = plan.kernels, plan.consts
     with np.errstate(all="ignore"):
-        for fn, template, where, out, multi, free in plan.steps:
-            if where:
-                args = list(template)
-                for i, s in where:
-                    args[i] = buf[s]
-            else:
-                args = template
-            if multi is True:
-                for s, o in zip(out, fn(*args)):
-                    buf[s] = o
-            elif multi:  # in place: the target is the first argument
-                fn(*args)
-                buf[out] = args[0]
-            else:
-                r = fn(*args)
-                buf[out] = r if r.__class__ is ndarray else np.asarray(r)
-            for s in free:
-                buf[s] = None
-            if check is not None:
-                n += 1
-                if n == _CHECK_EVERY:
-                    n = 0
-                    check()
+        for run in plan.code:
+            run(buf, k, c, chk, np.ndarray, np.asarray)
     return buf
 
 
@@ -343,7 +376,7 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
         return run_program(state, ops, **kwargs)
     lim = kwargs.get("limits")
     respond = kwargs.get("respond", "changed")
-    made = _key(state, ops, (bool(kwargs.get("no_grad", False)), repr(lim), extra,
+    made = _key(state, ops, (bool(kwargs.get("no_grad", False)), lim, extra,
                              respond if isinstance(respond, str) else tuple(respond)))
     if made is None:
         cache.count("unplannable")

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernel import kcall
 from .. import dtypes as D
 from ..errors import ShapeError, TorchRuntimeError
 from ..grad_mode import check_numel, no_grad
+from ..kernel import kcall
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor

@@ -13,7 +13,6 @@ import math
 
 import numpy as np
 
-from ..kernel import kcall
 from .. import dtypes as D
 from ..errors import (
     InvalidArgumentError,
@@ -24,6 +23,7 @@ from ..errors import (
     dim_out_of_range,
 )
 from ..grad_mode import emit_warning
+from ..kernel import kcall
 from ..registry import PRIMS, jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
 from .common import NP, binary_operands, broadcast_shapes, check_no_requires_grad, require_tensor, wrap_dim
@@ -570,7 +570,6 @@ def _(ctx, grad):
     ii = ctx.ignore_index
     ii = ii - _UINT64 if ii >= _UINT64 // 2 else ii
     w = ctx.weight
-    dt = x.data.dtype
     if w is None:
         coef, untouched = kcall(_nll_coef, x.data, ctx.target.data, ii)
     else:
@@ -616,7 +615,8 @@ if "DivBackward1" not in PRIMS:
 
 
 @op("cross_entropy", tensors=("input", "target", "weight"), method=False,
-    grad_fns=("NllLossBackward0", "DivBackward1", "SumBackward0", "NegBackward0", "SumBackward1", "AddBackward0"), plannable=True)
+    grad_fns=("NllLossBackward0", "DivBackward1", "SumBackward0", "NegBackward0", "SumBackward1", "AddBackward0"),
+    plannable=True)
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
     """F.cross_entropy(input, target, weight=None, ignore_index=-100, reduction='mean', label_smoothing=0.0):
     class indices -> nll_loss(log_softmax(input, class_dim)); a target of the input's shape is class

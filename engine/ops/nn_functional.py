@@ -15,10 +15,10 @@ import types
 
 import numpy as np
 
-from ..kernel import kcall
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import check_numel, no_grad
+from ..kernel import kcall
 from ..registry import PRIMS, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, saved_int, signed_int, wrap_dim

@@ -9,10 +9,10 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..kernel import kcall
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import emit_warning
+from ..kernel import kcall
 from ..registry import jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
 from .common import NP, float_dtype, require_tensor, wrap_dim, wrap_dims

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import kernel as K
-from ..kernel import kcall
 from .. import dtypes as D
+from .. import kernel as K
 from ..errors import InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import check_numel
+from ..kernel import kcall
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from ..views import as_view
@@ -195,7 +195,8 @@ def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
 
-@op("reshape", tensors=("self",), grad_fns=("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0"), plannable=True)
+@op("reshape", tensors=("self",), grad_fns=("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0"),
+    plannable=True)
 def reshape(self, *shape):
     """torch.reshape(input, shape): a view when the layout allows (ViewBackward0 from a contiguous input,
     ReshapeAliasBackward0 from a strided one), otherwise a copy (UnsafeViewBackward0 over CloneBackward0)."""
@@ -523,7 +524,8 @@ def _tensor_list(tensors, name: str) -> list:
     return list(tensors)
 
 
-@op("cat", tensor_lists=("tensors",), grad_fns=("CatBackward0",), method=False, aliases=("concat", "concatenate"), plannable=True)
+@op("cat", tensor_lists=("tensors",), grad_fns=("CatBackward0",), method=False, aliases=("concat", "concatenate"),
+    plannable=True)
 def cat(tensors, dim=0):
     """torch.cat(tensors, dim=0)."""
     ts = _tensor_list(tensors, "cat")
