@@ -91,13 +91,13 @@ def program(inputs: dict, ops: list, params=()):
         return E.run_program(state, ops, limits=limits, control=E.Control(3600.0))
 
     cache = PlanCache()
+    # the /v1/eval form: the inputs are tensor ops (their data decoded, as the app hands it to the engine)
+    eval_ops = [{"op": "tensor", "args": [t.data], "kwargs": {"requires_grad": bool(t.requires_grad)}, "out": n}
+                for n, t in inputs.items()] + ops
 
     def replayed():
-        for p in params:
-            p.grad = None
-        state = E.State()
-        state.tensors = dict(inputs)
-        return run_planned(cache, state, ops, limits=limits, control=E.Control(3600.0))
+        return run_planned(cache, E.State(), eval_ops, limits=limits, control=E.Control(3600.0), respond="all",
+                           extra=("json",))
     run.replayed = replayed
     run.cache = cache
     return run

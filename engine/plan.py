@@ -155,31 +155,32 @@ def _key(state: State, ops: list, extra: tuple):
     if state.functions:
         return None
     stripped = []
-    runner = None
-    made = []
-    for op in ops:
+    made = []  # (index, op) of the input ops
+    for i, op in enumerate(ops):
         if not isinstance(op, dict):
             return None
-        name = op.get("op")
-        if name in INPUT_OPS:
+        if op.get("op") in INPUT_OPS:
             if not op.get("args"):
                 return None
-            if runner is None:
-                runner = _Runner(State(), {}, WarningSink(set()), ProgramResult())
-            spec = OPS[name]
-            try:  # (grad mode does not matter to a tensor op)
-                with runner.sink, np.errstate(all="ignore"):
-                    a, k = runner.bind_args(spec, op["args"], op.get("kwargs") or {}, name)
-                    t = spec.fn(*a, **k)
-            except Exception:  # noqa: BLE001 - the cold run reports it, with its op index
-                return None
-            if runner.sink.messages or not _fresh_leaf(t):
-                return None
-            inputs.append(t.data)
-            made.append(t)
-            metas.append((t.data.shape, t.data.dtype.str, t._requires_grad))
+            made.append((i, op))
             op = {**op, "args": [None, *op["args"][1:]]}
         stripped.append(op)
+    if made:
+        runner = _Runner(State(), {}, WarningSink(set()), ProgramResult())
+        try:  # (grad mode does not matter to a tensor op)
+            with runner.sink, np.errstate(all="ignore"):
+                for _, op in made:
+                    spec = OPS[op["op"]]
+                    a, k = runner.bind_args(spec, op["args"], op.get("kwargs") or {}, op["op"])
+                    t = spec.fn(*a, **k)
+                    if not _fresh_leaf(t):
+                        return None
+                    inputs.append(t.data)
+                    metas.append((t.data.shape, t.data.dtype.str, t._requires_grad))
+        except Exception:  # noqa: BLE001 - the cold run reports it, with its op index
+            return None
+        if runner.sink.messages:
+            return None
     try:
         text = orjson.dumps(stripped, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
     except TypeError:

@@ -159,7 +159,7 @@ def _(ctx, self_t):
 
 @op("linear", tensors=("input", "weight", "bias"), method=False,
     grad_fns=("AddmmBackward0", "ViewBackward0", "MmBackward0", "SqueezeBackward4", "UnsafeViewBackward0",
-              "AddBackward0"))
+              "AddBackward0"), plannable=True)
 def linear(input, weight, bias=None):
     """F.linear(input, weight, bias=None) = input @ weight.t() + bias, composed as torch's at::linear:
     2-D input with bias -> addmm(bias, input, weight.t()); contiguous 1-D/3-D/N-D input with a 1-D bias ->
@@ -214,14 +214,18 @@ def _loss_pair(input, target, name: str, warn: bool = True):
     return input, target
 
 
-@op("mse_loss", tensors=("input", "target"), grad_fns=("MseLossBackward0",), method=False)
+def _mse_kernel(a, b, red):
+    diff = a - b
+    return _reduce_np(diff * diff, red)
+
+
+@op("mse_loss", tensors=("input", "target"), grad_fns=("MseLossBackward0",), method=False, plannable=True)
 def mse_loss(input, target, reduction="mean"):
     """F.mse_loss(input, target, reduction='mean'); saves self, target and the reduction enum."""
     red = _reduction(reduction)
     input, target = _loss_pair(input, target, "mse_loss")
     _, a, b = binary_operands(input, target)
-    diff = a - b
-    out = _reduce_np(diff * diff, red)
+    out = kcall(_mse_kernel, a, b, red)
     return record("MseLossBackward0", out, (input, target), {"reduction": red, "self": input, "target": target})
 
 

@@ -12,9 +12,10 @@ import pytest
 
 import engine as E
 from engine.errors import EngineError
-from engine.plan import Plan, PlanCache, Unplannable, run_planned
+from engine.plan import Plan, PlanCache, Unplannable, _plannable_op, run_planned
 from engine.program import State, run_program
 from engine.tensor import Tensor
+from tests.fuzz.generator import generate
 
 from .samples import SAMPLES, _call
 
@@ -155,7 +156,10 @@ def test_every_op_sample_runs_the_same_cold_and_replayed(name, sample):
 
 PLANNED_OPS = ["add", "sub", "mul", "pow", "neg", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu", "softplus",
                "sum", "mean", "matmul", "mm", "addmm", "reshape", "view", "t", "transpose", "expand", "cat", "stack",
-               "narrow", "select", "chunk", "log_softmax", "softmax"]
+               "narrow", "select", "chunk", "log_softmax", "softmax", "linear", "mse_loss", "embedding",
+               "cross_entropy",
+               "nll_loss", "dot", "mv", "bmm", "squeeze", "unsqueeze", "split", "to", "clone", "contiguous", "getitem",
+               "sqrt", "expm1", "log1p", "reciprocal", "tan", "sinh", "cosh", "outer"]
 
 
 @pytest.mark.parametrize("name", PLANNED_OPS)
@@ -343,3 +347,28 @@ def test_preset_inputs_get_their_gradients_on_a_replay():
     state.tensors = {"w": w, "x": x}
     run_program(state, ops, limits=LIMITS)
     assert cache.hits == 2 and all(g.tobytes() == w.grad.data.tobytes() for g in grads)
+
+
+def _perturb_literal(v, rng):
+    if isinstance(v, list):
+        return [_perturb_literal(x, rng) for x in v]
+    if isinstance(v, float):
+        return v * (1 + 0.01 * rng.standard_normal())
+    return v
+
+
+def test_fuzz_programs_of_plannable_ops_replay_as_they_run_cold():
+    """The differential fuzzer's programs (tests/fuzz/generator.py), their plannable ops kept: recorded, then
+    replayed on the same and on perturbed tensor data, each compared with a cold run."""
+    rng = np.random.default_rng(5)
+    replays = 0
+    for seed in range(150):
+        program = [o for o in generate(seed)[0] if _plannable_op(o)]
+        cache = PlanCache()
+        for ops in (program, program, [
+                {**o, "args": [_perturb_literal(o["args"][0], rng), *o["args"][1:]]} if o["op"] == "tensor" else o
+                for o in program]):
+            c, p, _ = both_ways(ops, cache)
+            assert p == c, seed
+        replays += cache.hits
+    assert replays >= 40
