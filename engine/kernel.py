@@ -60,6 +60,10 @@ def add_into(target: np.ndarray, a: np.ndarray) -> None:
     np.add(target, a, out=target, casting="unsafe")
 
 
+#: kernels whose errors depend on shapes and strides alone (registered by their modules)
+STRUCTURAL: set = set()
+
+
 def kcall(fn, *args):
     """Run ``fn(*args)`` (a kernel); while recording, note the call on the tape."""
     rec = _get()
@@ -139,13 +143,20 @@ class Recorder:
                 template[i] = None
             elif not _static_ok(a):
                 self.bad(f"{getattr(fn, '__name__', fn)} got a non-static argument {type(a).__name__}")
-        if inplace:
-            fn(*args)
-            out = args[0]
-        else:
-            out = fn(*args)
-            if out.__class__ is not _ndarray and out.__class__ is not tuple:
-                out = np.asarray(out)
+        try:
+            if inplace:
+                fn(*args)
+                out = args[0]
+            else:
+                out = fn(*args)
+                if out.__class__ is not _ndarray and out.__class__ is not tuple:
+                    out = np.asarray(out)
+        except Exception:
+            # the op may catch it and go another way, which a replay on other values would not follow; only
+            # kernels whose failure depends on shapes alone (STRUCTURAL) may fail in a plannable run
+            if fn not in STRUCTURAL:
+                self.bad(f"{getattr(fn, '__name__', fn)} raised")
+            raise
         if out.__class__ is tuple:
             outs = []
             for o in out:

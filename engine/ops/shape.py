@@ -143,6 +143,9 @@ def _view(arr, shape):
     return np.reshape(arr, shape, copy=False)
 
 
+K.STRUCTURAL.add(_view)
+
+
 def _clone(a):
     return np.array(a, copy=True, order="K")
 
