@@ -208,10 +208,12 @@ def _desc(rec: K.Recorder, t, depth: int = 0):
             int(t.grad_accumulations), gd)
 
 
-def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, journal_ok: bool):
+def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, journal_ok: bool, max_bytes: int):
     """The plan of a recorded run, or the reason it cannot be one."""
     if rec.reason is not None:
         return rec.reason
+    if _STEP_BYTES * (len(rec.steps) + len(state.tensors)) + 256 > max_bytes:
+        return "the plan would exceed the cache's bytes"  # (known before compiling it)
     if not journal_ok:
         return "an array was changed in place outside a kernel"
     if res.warnings:
@@ -403,7 +405,7 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
         for t in preset.values():
             rec.add_input(t.data)
         res = run_program(state, ops, **kwargs)
-    plan = _build(rec, state, preset, res, not rec.unknown_writes())
+    plan = _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
     if isinstance(plan, str):
         cache.put(key, Unplannable(plan))
     else:
