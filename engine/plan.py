@@ -44,6 +44,7 @@ PLANNABLE_ACTIONS = frozenset({"backward", "grad", "del", "bind", "retain_grad"}
 _STEP_BYTES = 160      # an estimate of a tape step's size (the bytes bound counts tapes, not arrays)
 _CHECK_EVERY = 256     # replay checks the deadline every this many kernel calls
 _CHUNK = 2000          # kernel calls per compiled function of a plan
+_COMPILE_MAX_STEPS = 20_000  # longer tapes are interpreted (compiling them would cost more than it saves)
 
 
 class _Name:
@@ -57,9 +58,10 @@ class _Name:
 
 @dataclass
 class Plan:
-    code: tuple              # compiled functions of the tape (``_compile``)
+    code: tuple              # compiled functions of the tape (``_compile``); empty: ``steps`` are interpreted
     kernels: list
     consts: list
+    steps: list
     n_slots: int
     input_slots: tuple
     namespace: list          # (name, descriptor; None: the preset input tensor) in the namespace's order
@@ -274,9 +276,17 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
              for i, (fn, tmpl, where, out, multi) in enumerate(rec.steps)]
     # nothing writes in place and every array dies with the response: copies need not be made
     alias = not preset and not any(step[4] == 2 for step in steps)
-    code, kernels, consts = _compile(steps, alias)
-    return Plan(code, kernels, consts, rec.n, tuple(rec.inputs), namespace, pre, list(res.ops), list(res.changed),
-                autograd, state.backward_passes, nbytes=_STEP_BYTES * (len(steps) + len(namespace)) + 256)
+    nbytes = _STEP_BYTES * (len(steps) + len(namespace)) + 256
+    if len(steps) <= _COMPILE_MAX_STEPS:
+        code, kernels, consts = _compile(steps, alias)
+        steps = []
+    else:  # compiling costs more than it saves once: a long tape is interpreted
+        code, kernels, consts = (), [], []
+        if alias:
+            steps = [(_alias, t, w, o, m, f) if fn in _COPIES and not m else (fn, t, w, o, m, f)
+                     for fn, t, w, o, m, f in steps]
+    return Plan(code, kernels, consts, steps, rec.n, tuple(rec.inputs), namespace, pre, list(res.ops),
+                list(res.changed), autograd, state.backward_passes, nbytes=nbytes)
 
 
 # ----- replay ----------------------------------------------------------------------------------------------
@@ -329,15 +339,46 @@ def _compile(steps: list, alias_copies: bool = False) -> tuple:
     return tuple(chunks), kernels, consts
 
 
+def _alias(a):
+    return a
+
+
 def _replay(plan: Plan, inputs: list, control) -> list:
     buf = [None] * plan.n_slots
     for s, a in zip(plan.input_slots, inputs):
         buf[s] = a
     chk = control.check if control is not None else None
-    k, c = plan.kernels, plan.consts
     with np.errstate(all="ignore"):
-        for run in plan.code:
-            run(buf, k, c, chk, np.ndarray, np.asarray)
+        if plan.code:
+            k, c = plan.kernels, plan.consts
+            for run in plan.code:
+                run(buf, k, c, chk, np.ndarray, np.asarray)
+            return buf
+        ndarray, asarray = np.ndarray, np.asarray
+        n = 0
+        for fn, template, where, out, multi, free in plan.steps:
+            if where:
+                args = list(template)
+                for i, s in where:
+                    args[i] = buf[s]
+            else:
+                args = template
+            if multi is True:
+                for s, o in zip(out, fn(*args)):
+                    buf[s] = o
+            elif multi:  # in place: the target is the first argument
+                fn(*args)
+                buf[out] = args[0]
+            else:
+                r = fn(*args)
+                buf[out] = r if r.__class__ is ndarray else asarray(r)
+            for s in free:
+                buf[s] = None
+            if chk is not None:
+                n += 1
+                if n == _CHECK_EVERY:
+                    n = 0
+                    chk()
     return buf
 
 

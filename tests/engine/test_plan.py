@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import engine as E
+import engine.plan as plan_module
 from engine.errors import EngineError
 from engine.plan import Plan, PlanCache, Unplannable, _plannable_op, run_planned
 from engine.program import State, run_program
@@ -139,8 +140,16 @@ def _cases():
     return out
 
 
+@pytest.fixture(params=["compiled", "interpreted"])
+def tape_mode(request, monkeypatch):
+    """Plans run as compiled code, or (long tapes) interpreted step by step."""
+    if request.param == "interpreted":
+        monkeypatch.setattr(plan_module, "_COMPILE_MAX_STEPS", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("name,sample", _cases())
-def test_every_op_sample_runs_the_same_cold_and_replayed(name, sample):
+def test_every_op_sample_runs_the_same_cold_and_replayed(name, sample, tape_mode):
     ops = _program(name, sample, _same)
     cache = PlanCache()
     a_cold, a_rec, _ = both_ways(ops, cache)
@@ -223,7 +232,7 @@ PROGRAMS = {
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_programs_replay_bit_for_bit_on_new_values(name):
+def test_programs_replay_bit_for_bit_on_new_values(name, tape_mode):
     rng = np.random.default_rng(7)
 
     def r():
@@ -236,7 +245,7 @@ def test_programs_replay_bit_for_bit_on_new_values(name):
     assert cache.misses == 1 and cache.hits == 3, cache.stats()
 
 
-def test_an_index_out_of_bounds_on_a_replay_gives_the_cold_error_with_its_op_index():
+def test_an_index_out_of_bounds_on_a_replay_gives_the_cold_error_with_its_op_index(tape_mode):
     cache = PlanCache()
     good = PROGRAMS["embedding"](lambda: 0.5)
     c, p, _ = both_ways(good, cache)
@@ -363,7 +372,7 @@ def _perturb_literal(v, rng):
     return v
 
 
-def test_fuzz_programs_of_plannable_ops_replay_as_they_run_cold():
+def test_fuzz_programs_of_plannable_ops_replay_as_they_run_cold(tape_mode):
     """The differential fuzzer's programs (tests/fuzz/generator.py), their plannable ops kept: recorded, then
     replayed on the same and on perturbed tensor data, each compared with a cold run."""
     rng = np.random.default_rng(5)
