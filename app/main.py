@@ -203,6 +203,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = Metrics(app.state.store)
     app.state.inflight = InFlight()
     app.state.service = SessionService(app.state.store, settings, app.state.metrics)
+    app.state.metrics.watch_plans(app.state.service.plans)
     app.state.heavy = HeavyWork(settings.max_heavy_requests, settings.max_heavy_queue,
                                 settings.heavy_queue_wait_seconds, settings.request_deadline_seconds)
 

@@ -104,6 +104,33 @@ class _StoreCollector:
             yield counter
 
 
+class _PlanCollector:
+    """The /eval plan cache of this process (engine.plan), read when scraped."""
+
+    _COUNTERS = (("hits", "One-shot runs replayed from a compiled plan."),
+                 ("misses", "One-shot runs recorded (run cold) because no plan of their structure was cached."),
+                 ("unplannable", "One-shot runs that cannot be planned (an op without kernels, an in-place op, a "
+                                 "warning...) and ran cold."),
+                 ("fallbacks", "Replays that met a value-dependent check (an index out of range...) and ran the "
+                               "op list cold instead."),
+                 ("evictions", "Plans dropped to stay within GRADSERVE_PLAN_CACHE_ENTRIES / _BYTES."))
+
+    def __init__(self, cache):
+        self.cache = cache
+
+    def collect(self):
+        stats = self.cache.stats()
+        for name, help_text in self._COUNTERS:
+            counter = CounterMetricFamily(f"gradserve_plan_{name}", help_text)
+            counter.add_metric([], float(stats[name]))
+            yield counter
+        for name, help_text in (("entries", "Plans (and unplannable markers) cached in this process."),
+                                ("bytes", "Estimated bytes of the plans cached in this process.")):
+            gauge = GaugeMetricFamily(f"gradserve_plan_cache_{name}", help_text)
+            gauge.add_metric([], float(stats[name]))
+            yield gauge
+
+
 class Metrics:
     """The app's Prometheus registry (one per app, so several apps in one process do not collide)."""
 
@@ -121,6 +148,12 @@ class Metrics:
         self.backward_passes = Counter("gradserve_backward_passes", "backward/grad passes run (repeats "
                                        "included).", registry=self.registry)
         self.registry.register(_StoreCollector(store))
+        self.plans = None  # the service's engine.plan.PlanCache, read when scraped
+
+    def watch_plans(self, cache) -> None:
+        if cache is not None and self.plans is None:
+            self.plans = cache
+            self.registry.register(_PlanCollector(cache))
 
     def op_error(self, code: str) -> None:
         self.op_errors.labels(code).inc()

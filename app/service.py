@@ -43,6 +43,7 @@ from app.schemas.ops import EvalRequestAdapter, OpsRequestAdapter
 from app.store import Session, SessionStore
 from app.store.memory import MemoryStore
 from app.svg import render_svg
+from engine.plan import PlanCache, run_planned
 
 RESERVED_NAMES = frozenset({"NaN", "Infinity", "-Infinity"})
 
@@ -136,6 +137,9 @@ class SessionService:
         self.store = store
         self.settings = settings
         self.metrics = metrics  # app.observability.Metrics: backward passes run
+        #: compiled plans of /eval op lists (engine.plan): per process, bounded, counted in /metrics
+        self.plans = PlanCache(settings.plan_cache_entries, settings.plan_cache_bytes) \
+            if settings.plan_cache_entries > 0 else None
         self.inline_ops = inline_op_names()
         #: sessions whose last run was slow or left large named tensors: never run on the event loop
         self._heavy: weakref.WeakKeyDictionary[Session, bool] = weakref.WeakKeyDictionary()
@@ -371,9 +375,10 @@ class SessionService:
         self.check_executions(request)
         state = engine.State()
         names = request.get("return")
-        res = engine.run_program(state, request["ops"], no_grad=request.get("no_grad", False),
-                                 limits=self._limits(), control=control or self.control(),
-                                 respond="all" if names is None else names, response_size=RESPONSE_SIZE[encoding])
+        res = run_planned(self.plans, state, request["ops"], no_grad=request.get("no_grad", False),
+                          limits=self._limits(), control=control or self.control(),
+                          respond="all" if names is None else names, response_size=RESPONSE_SIZE[encoding],
+                          extra=(encoding,))
         self._count_backward(state.backward_passes)
         if names is None:
             names = list(state.tensors)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernel as K
 from .batching import BatchingUnsupported, sum_to_batched, vjp_rule
 from .budget import current_control
 from .errors import (
@@ -30,6 +31,7 @@ from .errors import (
 from .forward_ad import current_level
 from .grad_mode import _grad_enabled, emit_warning, set_grad_enabled
 from .journal import array_, setattr_, setitem_
+from .kernel import kcall, kinplace
 from .node import Ctx, Node, SavedTensor, release_all
 from .registry import PRIMS, edge, jvp, vjp
 from .tensor import Tensor
@@ -59,7 +61,7 @@ def _make_grads(outputs: tuple, grads: tuple) -> list:
                 if o.data.size != 1:
                     raise TorchRuntimeError("grad can be implicitly created only for scalar outputs",
                                             code="implicit_grad_nonscalar")
-                out.append(Tensor(np.ones(o.data.shape, o.data.dtype)))
+                out.append(Tensor(kcall(K.ones, o.data.shape, o.data.dtype)))
             else:
                 out.append(None)
         elif isinstance(g, Tensor):
@@ -534,7 +536,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         claimed = {id(g.data) for g in grads if g is not None}
         for leaf, g in leaf_grads:
             if g.data.dtype != leaf.data.dtype:
-                g = Tensor(g.data.astype(leaf.data.dtype), g.requires_grad, g.grad_fn, g.output_nr)
+                g = Tensor(kcall(K.astype, g.data, leaf.data.dtype), g.requires_grad, g.grad_fn, g.output_nr)
             contributions[leaf] = g
             _accumulate_leaf(leaf, g, create_graph, claimed)
     for t, g in retained:
@@ -564,16 +566,16 @@ def _accumulate_leaf(leaf: Tensor, g: Tensor, create_graph: bool, claimed: set) 
         if old is None:
             a = g.data
             if id(a) in claimed or not a.flags.owndata or not a.flags.writeable:
-                a = a.copy()
+                a = kcall(K.copy, a)
             claimed.add(id(a))
             setattr_(leaf, "_grad", Tensor(a))
         else:
             array_(old.data)
-            np.add(old.data, g.data, out=old.data, casting="unsafe")
+            kinplace(K.add_into, old.data, g.data)
             setitem_(old._vc, 0, old._vc[0] + 1)
     else:
         if old is None:
-            new = Tensor(g.data.copy())
+            new = Tensor(kcall(K.copy, g.data))
             if g.requires_grad:
                 new.requires_grad = True
                 new.grad_fn = Node("CopyBackwards", "CopyBackwards", ((None, 0), edge(g)), None,

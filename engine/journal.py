@@ -12,6 +12,8 @@ import contextvars
 
 import numpy as np
 
+from .kernel import _recorder
+
 _journal: contextvars.ContextVar[list | None] = contextvars.ContextVar("gradserve_journal", default=None)
 
 
@@ -38,6 +40,9 @@ def setitem_(container, key, value) -> None:
 
 def array_(arr: np.ndarray) -> None:
     """Call before writing into ``arr`` in place."""
+    rec = _recorder.get()
+    if rec is not None:  # a plan being recorded: the write must be a kernel's (engine.kernel.kinplace)
+        rec.writes.add(id(arr))
     j = _journal.get()
     if j is not None and id(arr) not in j.seen:
         from .budget import _budget

@@ -37,6 +37,8 @@ from .forward_ad import program_dual_scope
 from .functional import TRANSFORMS, FunctionDef, plain_copy
 from .grad_mode import Limits, WarningSink, _grad_enabled, set_grad_enabled
 from .journal import Journal
+from .kernel import active as plan_recorder
+from .kernel import kcall, snapshot
 from .node import Node, SavedTensor
 from .registry import OPS
 from .signature import call_form, check_call
@@ -194,7 +196,7 @@ def _snapshot(t: Tensor | None) -> Tensor | None:
     """A frozen copy for reporting (later in-place ops must not change what a response shows)."""
     if t is None:
         return None
-    c = Tensor(np.array(t.data, copy=True), t.requires_grad, t.grad_fn, t.output_nr)
+    c = Tensor(kcall(snapshot, t.data), t.requires_grad, t.grad_fn, t.output_nr)
     return c
 
 
@@ -607,6 +609,10 @@ class _Runner:
             if not spec.inplace and spec.differentiable and _grad_enabled.get():
                 _check_views(a, k)
             value = spec.fn(*a, **k)
+            if name == "tensor":
+                rec = plan_recorder()
+                if rec is not None:  # a plan being recorded (engine.plan): the tensor is a program input
+                    rec.add_input(value.data)
             return self.bind(out, value)
 
 

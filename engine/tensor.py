@@ -23,6 +23,7 @@ from .errors import (
 )
 from .grad_mode import check_numel, emit_warning
 from .journal import setattr_, setitem_
+from .kernel import kcall, literal
 from .node import Node
 
 #: how a view was made (torch's CreationMeta): in grad mode by a single-output view op, by a function that
@@ -427,12 +428,12 @@ def tensor(data, dtype=None, requires_grad: bool = False) -> Tensor:
 def wrapped_number(value, dtype: str | None = None) -> Tensor:
     """A Python number as torch wraps it for an op: a 0-d tensor flagged as a wrapped number."""
     if dtype is None and value.__class__ is float:
-        t = Tensor(np.array(value))  # float64 0-d
+        t = Tensor(kcall(literal, value, None))  # float64 0-d
         t._wrapped = True
         return t
     d = dtype or D.scalar_dtype(value)
     if d == D.FLOAT32 and dtype is None:
         d = D.FLOAT64  # torch wraps Python floats as double 0-d tensors (x * 2.5 saves float64[] 2.5)
-    t = Tensor(np.asarray(value, dtype=D.NP_DTYPES[d]))
+    t = Tensor(kcall(literal, value, D.NP_DTYPES[d]))
     t._wrapped = True
     return t

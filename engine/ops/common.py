@@ -7,8 +7,10 @@ import numbers
 import numpy as np
 
 from .. import dtypes as D
+from .. import kernel as K
 from ..errors import InvalidArgumentError, ShapeError, TorchRuntimeError, dim_out_of_range
 from ..grad_mode import check_numel
+from ..kernel import kcall
 from ..tensor import Tensor, wrapped_number
 
 NP = D.NP_DTYPES
@@ -107,11 +109,11 @@ def binary_operands(a, b, dtype: str | None = None):
         dtype = D.result_type(a, b)
     npdt = NP[dtype]
     if ta:
-        A = a.data if a.data.dtype == npdt else a.data.astype(npdt)
+        A = a.data if a.data.dtype == npdt else kcall(K.astype, a.data, npdt)
     else:
         A = npdt.type(a)
     if tb:
-        B = b.data if b.data.dtype == npdt else b.data.astype(npdt)
+        B = b.data if b.data.dtype == npdt else kcall(K.astype, b.data, npdt)
     else:
         B = npdt.type(b)
     return dtype, A, B

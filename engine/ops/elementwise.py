@@ -16,9 +16,10 @@ from ..batching import SAME, batching
 from ..errors import InvalidArgumentError, TorchRuntimeError
 from ..forward_ad import _level as _fw_level
 from ..grad_mode import set_grad_enabled
+from ..kernel import kcall
 from ..registry import elementwise_jvp, jvp, no_jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
-from .common import NP, as_operand, binary_operands, broadcast_all, float_data, is_number, require_tensor
+from .common import _F32, NP, as_operand, binary_operands, broadcast_all, float_data, is_number, require_tensor
 
 # ----- tangent helpers for the JVPs: None is a zero tangent -----------------------------------------------
 
@@ -68,7 +69,31 @@ def _alpha_ok(alpha, dtype: str):
                                 code="invalid_argument")
 
 
-@op("add", tensors=("self", "other"), grad_fns=("AddBackward0",), aliases=("__add__", "__radd__"))
+def _add(a, b):
+    return a + b
+
+
+def _add_alpha(a, b, alpha):
+    return a + alpha * b
+
+
+def _sub(a, b):
+    return a - b
+
+
+def _sub_alpha(a, b, alpha):
+    return a - alpha * b
+
+
+def _mul(a, b):
+    return a * b
+
+
+def _truediv(a, b):
+    return a / b
+
+
+@op("add", tensors=("self", "other"), grad_fns=("AddBackward0",), aliases=("__add__", "__radd__"), plannable=True)
 def add(self, other, alpha=1):
     """torch.add(input, other, alpha=1): input + alpha * other."""
     if not isinstance(self, Tensor):  # torch.add(2, x): the number is a wrapped 0-d input
@@ -76,9 +101,9 @@ def add(self, other, alpha=1):
     dtype, a, b = binary_operands(self, other)
     if alpha != 1:
         _alpha_ok(alpha, dtype)
-        out = a + NP[dtype].type(alpha) * b
+        out = kcall(_add_alpha, a, b, NP[dtype].type(alpha))
     else:
-        out = a + b
+        out = kcall(_add, a, b)
     o = other if isinstance(other, Tensor) else None
     return record("AddBackward0", out, (self, o), {"alpha": alpha})
 
@@ -97,7 +122,7 @@ def _(ctx, self_t, other_t):
 batching("AddBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("sub", tensors=("self", "other"), grad_fns=("SubBackward0",), aliases=("subtract", "__sub__"))
+@op("sub", tensors=("self", "other"), grad_fns=("SubBackward0",), aliases=("subtract", "__sub__"), plannable=True)
 def sub(self, other, alpha=1):
     """torch.sub(input, other, alpha=1): input - alpha * other; a number input is wrapped as a 0-d tensor
     (SubBackward0, as torch.sub(2, x) records; ``2 - x`` is rsub)."""
@@ -107,9 +132,9 @@ def sub(self, other, alpha=1):
     dtype, a, b = binary_operands(self, other)
     if alpha != 1:
         _alpha_ok(alpha, dtype)
-        out = a - NP[dtype].type(alpha) * b
+        out = kcall(_sub_alpha, a, b, NP[dtype].type(alpha))
     else:
-        out = a - b
+        out = kcall(_sub, a, b)
     o = other if isinstance(other, Tensor) else None
     return record("SubBackward0", out, (self, o), {"alpha": alpha})
 
@@ -168,13 +193,14 @@ def _(ctx, grad):
 jvp("RsubBackward1")(elementwise_jvp)
 
 
-@op("mul", tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("multiply", "__mul__", "__rmul__"))
+@op("mul", tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("multiply", "__mul__", "__rmul__"),
+    plannable=True)
 def mul(self, other):
     """torch.mul(input, other). A Python number is saved as a wrapped 0-d tensor, as torch does."""
     if not isinstance(self, Tensor):  # torch.mul(2, x): the number is a wrapped 0-d input
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
     dtype, a, b = binary_operands(self, other)
-    out = a * b if dtype != D.BOOL else np.logical_and(a, b)
+    out = kcall(_mul, a, b) if dtype != D.BOOL else kcall(np.logical_and, a, b)
     if isinstance(other, Tensor):
         return record("MulBackward0", out, (self, other), {"self": self, "other": other})
     if not self.requires_grad and _fw_level.get() is None:
@@ -219,7 +245,7 @@ def div(self, other, rounding_mode=None):
         dtype = D.DEFAULT_FLOAT
     dtype, a, b = binary_operands(self, other, dtype)
     if rounding_mode is None:
-        out = a / b
+        out = kcall(_truediv, a, b)
     elif D.is_floating(dtype):
         out = _div_floor_floating(a, b) if rounding_mode == "floor" else np.trunc(a / b)
         out = out.astype(NP[dtype], copy=False)
@@ -291,13 +317,17 @@ def rtruediv(self, other):
     return mul(reciprocal(self), other)
 
 
+def _rsqrt_pow(a):
+    return np.reciprocal(np.sqrt(a))
+
+
 def _pow_dtype_check(dtype, exponent):
     if not D.is_floating(dtype) and is_number(exponent) and exponent < 0:
         raise TorchRuntimeError("Integers to negative integer powers are not allowed.", code="invalid_argument")
 
 
 @op("pow", tensors=("self", "exponent"), grad_fns=("PowBackward0", "PowBackward1", "PowBackward2"),
-    aliases=("__pow__", "float_power_"))
+    aliases=("__pow__", "float_power_"), plannable=True)
 def pow(self, exponent):
     """torch.pow(input, exponent): tensor**number (PowBackward0), tensor**tensor (PowBackward1),
     number**tensor (PowBackward2)."""
@@ -307,13 +337,13 @@ def pow(self, exponent):
         dtype, a, b = binary_operands(self, exponent)
         _pow_dtype_check(dtype, exponent)
         if exponent == -0.5 and D.is_floating(dtype):
-            out = np.reciprocal(np.sqrt(a))  # torch's kernel: rsqrt, so (-0.0)**-0.5 = -inf, (-inf)**-0.5 = nan
+            out = kcall(_rsqrt_pow, a)  # torch's kernel: rsqrt, so (-0.0)**-0.5 = -inf, (-inf)**-0.5 = nan
         else:
-            out = np.power(a, b)
+            out = kcall(np.power, a, b)
         return record("PowBackward0", out, (self,), {"self": self, "exponent": exponent})
     if isinstance(self, Tensor):
         dtype, a, b = binary_operands(self, exponent)
-        out = np.power(a, b)
+        out = kcall(np.power, a, b)
         return record("PowBackward1", out, (self, exponent),
                       {"self": self, "exponent": exponent, "result": "result"})
     exponent = require_tensor(exponent, "exponent", "pow")
@@ -402,9 +432,14 @@ def _float_only(self, kernel: str) -> Tensor:
     return self
 
 
+def _apply_float(x, fn):
+    """The kernel of the unary math ops: ``fn`` of x (ints and bools computed in the default float dtype)."""
+    return fn(x if x.dtype.kind == "f" else x.astype(_F32))
+
+
 def _unary(prim: str, fn, self: Tensor, save: str | None, **extra):
     self = require_tensor(self)
-    out = fn(float_data(self))
+    out = kcall(_apply_float, self.data, fn)
     saved = dict(extra)
     if save == "self":
         saved["self"] = self
@@ -413,7 +448,7 @@ def _unary(prim: str, fn, self: Tensor, save: str | None, **extra):
     return record(prim, out, (self,), saved)
 
 
-@op("neg", tensors=("self",), grad_fns=("NegBackward0",), aliases=("negative", "__neg__"))
+@op("neg", tensors=("self",), grad_fns=("NegBackward0",), aliases=("negative", "__neg__"), plannable=True)
 def neg(self):
     """torch.neg(input)."""
     self = require_tensor(self)
@@ -421,7 +456,7 @@ def neg(self):
         raise TorchRuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
                                 "to invert a mask, use the `~` or `logical_not()` operator instead.",
                                 code="invalid_dtype")
-    return record("NegBackward0", np.negative(self.data), (self,))
+    return record("NegBackward0", kcall(np.negative, self.data), (self,))
 
 
 @vjp("NegBackward0", inputs=("self",))
@@ -432,7 +467,7 @@ def _(ctx, grad):
 jvp("NegBackward0")(elementwise_jvp)
 
 
-@op("reciprocal", tensors=("self",), grad_fns=("ReciprocalBackward0",))
+@op("reciprocal", tensors=("self",), grad_fns=("ReciprocalBackward0",), plannable=True)
 def reciprocal(self):
     """torch.reciprocal(input); saves its result."""
     return _unary("ReciprocalBackward0", np.reciprocal, self, "result")
@@ -447,7 +482,7 @@ def _(ctx, grad):
 jvp("ReciprocalBackward0")(elementwise_jvp)
 
 
-@op("exp", tensors=("self",), grad_fns=("ExpBackward0",))
+@op("exp", tensors=("self",), grad_fns=("ExpBackward0",), plannable=True)
 def exp(self):
     """torch.exp(input); saves its result."""
     return _unary("ExpBackward0", np.exp, self, "result")
@@ -461,7 +496,7 @@ def _(ctx, grad):
 jvp("ExpBackward0")(elementwise_jvp)
 
 
-@op("expm1", tensors=("self",), grad_fns=("Expm1Backward0",))
+@op("expm1", tensors=("self",), grad_fns=("Expm1Backward0",), plannable=True)
 def expm1(self):
     """torch.expm1(input); saves its result."""
     return _unary("Expm1Backward0", np.expm1, self, "result")
@@ -475,7 +510,7 @@ def _(ctx, grad):
 jvp("Expm1Backward0")(elementwise_jvp)
 
 
-@op("log", tensors=("self",), grad_fns=("LogBackward0",))
+@op("log", tensors=("self",), grad_fns=("LogBackward0",), plannable=True)
 def log(self):
     """torch.log(input); saves its input."""
     return _unary("LogBackward0", np.log, self, "self")
@@ -489,7 +524,7 @@ def _(ctx, grad):
 jvp("LogBackward0")(elementwise_jvp)
 
 
-@op("log1p", tensors=("self",), grad_fns=("Log1PBackward0",))
+@op("log1p", tensors=("self",), grad_fns=("Log1PBackward0",), plannable=True)
 def log1p(self):
     """torch.log1p(input); saves its input."""
     return _unary("Log1PBackward0", np.log1p, self, "self")
@@ -503,7 +538,7 @@ def _(ctx, grad):
 jvp("Log1PBackward0")(elementwise_jvp)
 
 
-@op("sqrt", tensors=("self",), grad_fns=("SqrtBackward0",))
+@op("sqrt", tensors=("self",), grad_fns=("SqrtBackward0",), plannable=True)
 def sqrt(self):
     """torch.sqrt(input); saves its result."""
     return _unary("SqrtBackward0", np.sqrt, self, "result")
@@ -570,7 +605,7 @@ def _(ctx, grad):
 jvp("SignBackward0")(zero_jvp)
 
 
-@op("sin", tensors=("self",), grad_fns=("SinBackward0",))
+@op("sin", tensors=("self",), grad_fns=("SinBackward0",), plannable=True)
 def sin(self):
     """torch.sin(input); saves its input."""
     return _unary("SinBackward0", np.sin, self, "self")
@@ -589,7 +624,7 @@ def _(ctx, self_t):
 batching("SinBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("cos", tensors=("self",), grad_fns=("CosBackward0",))
+@op("cos", tensors=("self",), grad_fns=("CosBackward0",), plannable=True)
 def cos(self):
     """torch.cos(input); saves its input."""
     return _unary("CosBackward0", np.cos, self, "self")
@@ -603,7 +638,7 @@ def _(ctx, grad):
 jvp("CosBackward0")(elementwise_jvp)
 
 
-@op("tan", tensors=("self",), grad_fns=("TanBackward0",))
+@op("tan", tensors=("self",), grad_fns=("TanBackward0",), plannable=True)
 def tan(self):
     """torch.tan(input); saves its result."""
     return _unary("TanBackward0", np.tan, self, "result")
@@ -617,7 +652,7 @@ def _(ctx, grad):
 jvp("TanBackward0")(elementwise_jvp)
 
 
-@op("tanh", tensors=("self",), grad_fns=("TanhBackward0",))
+@op("tanh", tensors=("self",), grad_fns=("TanhBackward0",), plannable=True)
 def tanh(self):
     """torch.tanh(input); saves its result."""
     return _unary("TanhBackward0", np.tanh, self, "result")
@@ -635,7 +670,7 @@ jvp("TanhBackward0")(elementwise_jvp)
 # ----- hyperbolic and inverse trigonometric functions, log2/log10, atan2/hypot -------------------------
 
 
-@op("sinh", tensors=("self",), grad_fns=("SinhBackward0",))
+@op("sinh", tensors=("self",), grad_fns=("SinhBackward0",), plannable=True)
 def sinh(self):
     """torch.sinh(input); saves its input."""
     return _unary("SinhBackward0", np.sinh, self, "self")
@@ -654,7 +689,7 @@ def _(ctx, self_t):
 batching("SinhBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("cosh", tensors=("self",), grad_fns=("CoshBackward0",))
+@op("cosh", tensors=("self",), grad_fns=("CoshBackward0",), plannable=True)
 def cosh(self):
     """torch.cosh(input); saves its input."""
     return _unary("CoshBackward0", np.cosh, self, "self")
@@ -920,7 +955,7 @@ def _np_sigmoid(x):
         return np.reciprocal(1 + np.exp(-x))
 
 
-@op("sigmoid", tensors=("self",), grad_fns=("SigmoidBackward0",))
+@op("sigmoid", tensors=("self",), grad_fns=("SigmoidBackward0",), plannable=True)
 def sigmoid(self):
     """torch.sigmoid(input); saves its result."""
     return _unary("SigmoidBackward0", _np_sigmoid, self, "result")
@@ -935,13 +970,17 @@ def _(ctx, grad):
 jvp("SigmoidBackward0")(elementwise_jvp)
 
 
-@op("relu", tensors=("self",), grad_fns=("ReluBackward0",))
+def _relu(x):
+    return np.maximum(x, x.dtype.type(0))
+
+
+@op("relu", tensors=("self",), grad_fns=("ReluBackward0",), plannable=True)
 def relu(self):
     """torch.relu(input); saves its result; relu'(0) = 0."""
     self = require_tensor(self)
     if self.data.dtype == np.bool_:
         raise TorchRuntimeError("Boolean inputs not supported for relu", code="invalid_dtype")
-    return record("ReluBackward0", np.maximum(self.data, self.data.dtype.type(0)), (self,),
+    return record("ReluBackward0", kcall(_relu, self.data), (self,),
                   {"result": "result"})
 
 
@@ -1081,22 +1120,24 @@ def _(ctx, grad):
 jvp("SiluBackward0")(elementwise_jvp)
 
 
-@op("softplus", tensors=("self",), grad_fns=("SoftplusBackward0",))
+@op("softplus", tensors=("self",), grad_fns=("SoftplusBackward0",), plannable=True)
 def softplus(self, beta=1, threshold=20):
     """F.softplus(input, beta=1, threshold=20)."""
     self = _float_only(self, "softplus_cpu")
-    x = float_data(self)
+    return record("SoftplusBackward0", kcall(_softplus, self.data, beta, threshold), (self,),
+                  {"beta": beta, "self": self, "threshold": threshold})
+
+
+def _softplus(x, beta, threshold):
     t = x.dtype.type
     if beta == 1:  # x * 1 and y / 1 are exact: skip them
         with np.errstate(over="ignore"):
             out = np.where(x > t(threshold), x, np.log1p(np.exp(x)))
-        return record("SoftplusBackward0", out.astype(x.dtype, copy=False), (self,),
-                      {"beta": beta, "self": self, "threshold": threshold})
+        return out.astype(x.dtype, copy=False)
     bx = x * t(beta)
     with np.errstate(over="ignore"):
         out = np.where(bx > t(threshold), x, np.log1p(np.exp(bx)) / t(beta))
-    return record("SoftplusBackward0", out.astype(x.dtype, copy=False), (self,),
-                  {"beta": beta, "self": self, "threshold": threshold})
+    return out.astype(x.dtype, copy=False)
 
 
 @vjp("SoftplusBackward0", inputs=("self",), saves=("beta", "self", "threshold"))
@@ -1388,9 +1429,11 @@ def masked_fill(self, mask, value):
         raise InvalidArgumentError(f"masked_fill(): value must be a number, got {type(value).__name__}")
     fill = checked_scalar(value, self.dtype)
     broadcast_all(mask.shape, self.shape)  # self broadcasts to a larger mask, as torch's out-of-place form does
-    out = np.where(mask.data, fill, self.data)
     if value_tensor is not None:  # the Tensor-value overload (torch's MaskedFillBackward1, value's gradient)
-        return record("MaskedFillBackward1", out, (self, value_tensor), {"mask": mask})
+        # (value.item() is a value: no kernel here, so a plan never freezes it)
+        return record("MaskedFillBackward1", np.where(mask.data, fill, self.data), (self, value_tensor),
+                      {"mask": mask})
+    out = kcall(np.where, mask.data, fill, self.data)
     return record("MaskedFillBackward0", out, (self,), {"mask": mask})
 
 

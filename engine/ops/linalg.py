@@ -14,6 +14,7 @@ from .. import dtypes as D
 from ..batching import align, batching
 from ..errors import ShapeError, TorchRuntimeError
 from ..grad_mode import check_numel, no_grad
+from ..kernel import kcall
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor
@@ -47,6 +48,10 @@ def _no_bool(a: Tensor, kernel: str = "addmm_impl_cpu_") -> None:
 
 def _matmul_np(a: np.ndarray, b: np.ndarray, shape: tuple) -> np.ndarray:
     check_numel(shape, itemsize=max(a.itemsize, b.itemsize))
+    return kcall(_matmul_kernel, a, b, shape)
+
+
+def _matmul_kernel(a: np.ndarray, b: np.ndarray, shape: tuple) -> np.ndarray:
     out = np.matmul(a, b)  # a fresh C-contiguous array
     # reshape only when needed: a reshaped view does not own its data, so it would be copied again when
     # it becomes a leaf's .grad
@@ -70,7 +75,7 @@ def _check_mm(a: Tensor, b: Tensor, first: str, second: str, with_dims: bool) ->
     _no_bool(a)
 
 
-@op("mm", tensors=("self", "mat2"), grad_fns=("MmBackward0",))
+@op("mm", tensors=("self", "mat2"), grad_fns=("MmBackward0",), plannable=True)
 def mm(self, mat2):
     """torch.mm(input, mat2): 2-D @ 2-D; saves self (if mat2 needs grad), mat2 (if self needs grad)
     and their sizes and strides."""
@@ -114,7 +119,7 @@ batching("MmBackward0", vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
 # ----- bmm --------------------------------------------------------------------------------------------
 
 
-@op("bmm", tensors=("self", "mat2"), grad_fns=("BmmBackward0",))
+@op("bmm", tensors=("self", "mat2"), grad_fns=("BmmBackward0",), plannable=True)
 def bmm(self, mat2):
     """torch.bmm(input, mat2): (b, n, m) @ (b, m, p)."""
     self = require_tensor(self, "self", "bmm")
@@ -153,7 +158,7 @@ batching("BmmBackward0", vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
 # ----- mv, dot, outer ---------------------------------------------------------------------------------
 
 
-@op("mv", tensors=("self", "vec"), grad_fns=("MvBackward0",))
+@op("mv", tensors=("self", "vec"), grad_fns=("MvBackward0",), plannable=True)
 def mv(self, vec):
     """torch.mv(input, vec): matrix @ vector."""
     self = require_tensor(self, "self", "mv")
@@ -196,7 +201,11 @@ def _mv_batched_jvp(ctx, batch, self_t, vec_t):
 batching("MvBackward0", vjp=_mv_batched_vjp, jvp=_mv_batched_jvp)
 
 
-@op("dot", tensors=("self", "tensor"), grad_fns=("DotBackward0",), aliases=("inner_1d",))
+def _dot_kernel(a, b):
+    return np.asarray(np.dot(a, b), dtype=a.dtype)
+
+
+@op("dot", tensors=("self", "tensor"), grad_fns=("DotBackward0",), aliases=("inner_1d",), plannable=True)
 def dot(self, tensor):
     """torch.dot(input, tensor): 1-D . 1-D, a 0-d result."""
     self = require_tensor(self, "self", "dot")
@@ -212,7 +221,7 @@ def dot(self, tensor):
         raise ShapeError(f"inconsistent tensor size, expected tensor [{n1}] and src [{n2}] to have the same "
                          f"number of elements, but got {n1} and {n2} elements respectively")
     _no_bool(self, "dot")
-    out = np.asarray(np.dot(self.data, tensor.data), dtype=self.data.dtype)
+    out = kcall(_dot_kernel, self.data, tensor.data)
     return record("DotBackward0", out, (self, tensor), {"self": self, "tensor": tensor})
 
 
@@ -242,7 +251,7 @@ def _dot_batched_jvp(ctx, batch, self_t, tensor_t):
 batching("DotBackward0", vjp=_dot_batched_vjp, jvp=_dot_batched_jvp)
 
 
-@op("outer", tensors=("self", "vec2"), grad_fns=("MulBackward0",), aliases=("ger",))
+@op("outer", tensors=("self", "vec2"), grad_fns=("MulBackward0",), aliases=("ger",), plannable=True)
 def outer(self, vec2):
     """torch.outer(input, vec2): composite ``input.reshape(n, 1) * vec2`` (MulBackward0 over
     ViewBackward0)."""
@@ -258,7 +267,7 @@ def outer(self, vec2):
 # ----- addmm ------------------------------------------------------------------------------------------
 
 
-@op("addmm", tensors=("self", "mat1", "mat2"), grad_fns=("AddmmBackward0",))
+@op("addmm", tensors=("self", "mat1", "mat2"), grad_fns=("AddmmBackward0",), plannable=True)
 def addmm(self, mat1, mat2, beta=1, alpha=1):
     """torch.addmm(input, mat1, mat2, beta=1, alpha=1): beta * input + alpha * (mat1 @ mat2); input
     broadcasts to the result (torch's expand message on failure)."""
@@ -278,17 +287,22 @@ def addmm(self, mat1, mat2, beta=1, alpha=1):
     shape = (mat1.shape[0], mat2.shape[1])
     _check_expand(self, shape)
     prod = _matmul_np(mat1.data, mat2.data, shape)
+    out = kcall(_addmm_kernel, self.data, prod, shape, alpha, beta)
+    return record("AddmmBackward0", out, (self, mat1, mat2),
+                  {"alpha": alpha, "beta": beta,
+                   "mat1": mat1, "mat1_sym_sizes": mat1.shape, "mat1_sym_strides": _strides(mat1.data),
+                   "mat2": mat2, "mat2_sym_sizes": mat2.shape, "mat2_sym_strides": _strides(mat2.data)})
+
+
+def _addmm_kernel(x, prod, shape, alpha, beta):
     tp = prod.dtype.type
     if alpha != 1:
         prod = tp(alpha) * prod
     if beta == 0:  # torch ignores input (even NaN) when beta is 0
         out = np.array(np.broadcast_to(prod, shape))
     else:
-        out = prod + (self.data if beta == 1 else tp(beta) * self.data)
-    return record("AddmmBackward0", np.asarray(out, dtype=prod.dtype), (self, mat1, mat2),
-                  {"alpha": alpha, "beta": beta,
-                   "mat1": mat1, "mat1_sym_sizes": mat1.shape, "mat1_sym_strides": _strides(mat1.data),
-                   "mat2": mat2, "mat2_sym_sizes": mat2.shape, "mat2_sym_strides": _strides(mat2.data)})
+        out = prod + (x if beta == 1 else tp(beta) * x)
+    return np.asarray(out, dtype=prod.dtype)
 
 
 def _check_expand(self: Tensor, target: tuple) -> None:
@@ -371,7 +385,7 @@ def _prod(shape) -> int:
 
 @op("matmul", tensors=("self", "other"), aliases=("__matmul__",),
     grad_fns=("MmBackward0", "DotBackward0", "MvBackward0", "SqueezeBackward4", "UnsafeViewBackward0",
-              "CloneBackward0"))
+              "CloneBackward0"), plannable=True)
 def matmul(self, other):
     """torch.matmul(input, other), dispatching on rank as torch's _matmul_impl: 1-D.1-D -> dot, 2-D@1-D -> mv,
     1-D@2-D -> unsqueeze/mm/squeeze, 2-D@2-D -> mm, folding into mm/mv when one side is >= 3-D and

@@ -24,6 +24,7 @@ from ..errors import (
     dim_out_of_range,
 )
 from ..grad_mode import emit_warning
+from ..kernel import kcall
 from ..registry import PRIMS, jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
 from .common import NP, binary_operands, broadcast_shapes, check_no_requires_grad, require_tensor, wrap_dim
@@ -82,18 +83,12 @@ def _softmax_input(self, dim, dtype, name: str):
     return self, d, x
 
 
-@op("softmax", tensors=("self",), grad_fns=("SoftmaxBackward0",))
+@op("softmax", tensors=("self",), grad_fns=("SoftmaxBackward0",), plannable=True)
 def softmax(self, dim, dtype=None):
     """F.softmax(input, dim, dtype=None): numerically stable; saves its result and dim. ``dtype`` casts the
     input first (ToCopyBackward0), as torch does."""
     self, d, x = _softmax_input(self, dim, dtype, "softmax")
-    with np.errstate(invalid="ignore", over="ignore"):
-        # the ufuncs' reduce directly: np.max/np.sum add a Python dispatch layer per call
-        e = np.exp(x - _MAX(x, axis=d, keepdims=True)) if x.size else x.copy()
-        s = _SUM(e, axis=d, keepdims=True)
-        # torch's last-dim kernel multiplies by the reciprocal of the sum, the strided one divides
-        out = e * (x.dtype.type(1) / s) if d == x.ndim - 1 else e / s
-    return record("SoftmaxBackward0", out.reshape(self.shape).astype(x.dtype, copy=False), (self,),
+    return record("SoftmaxBackward0", kcall(_softmax_kernel, x, d, self.shape), (self,),
                   {"dim": d, "result": "result"})
 
 
@@ -117,17 +112,32 @@ def _(ctx, self_t):
 batching("SoftmaxBackward0", **shifted(sizes=(), dims=("dim",)))
 
 
-@op("log_softmax", tensors=("self",), grad_fns=("LogSoftmaxBackward0",))
-def log_softmax(self, dim, dtype=None):
-    """F.log_softmax(input, dim, dtype=None): x - max - log(sum(exp(x - max))); saves its result and dim."""
-    self, d, x = _softmax_input(self, dim, dtype, "log_softmax")
+def _softmax_kernel(x, d, shape):
+    with np.errstate(invalid="ignore", over="ignore"):
+        # the ufuncs' reduce directly: np.max/np.sum add a Python dispatch layer per call
+        e = np.exp(x - _MAX(x, axis=d, keepdims=True)) if x.size else x.copy()
+        s = _SUM(e, axis=d, keepdims=True)
+        # torch's last-dim kernel multiplies by the reciprocal of the sum, the strided one divides
+        out = e * (x.dtype.type(1) / s) if d == x.ndim - 1 else e / s
+    return out.reshape(shape).astype(x.dtype, copy=False)
+
+
+def _log_softmax_kernel(x, d, shape):
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if x.size:
             shifted = x - _MAX(x, axis=d, keepdims=True)
             out = shifted - np.log(_SUM(np.exp(shifted), axis=d, keepdims=True))
         else:
             out = x.copy()
-    return record("LogSoftmaxBackward0", out.reshape(self.shape).astype(x.dtype, copy=False), (self,),
+    return out.reshape(shape).astype(x.dtype, copy=False)
+
+
+@op("log_softmax", tensors=("self",), grad_fns=("LogSoftmaxBackward0",), plannable=True)
+def log_softmax(self, dim, dtype=None):
+    """F.log_softmax(input, dim, dtype=None): x - max - log(sum(exp(x - max))); saves its result and dim."""
+    self, d, x = _softmax_input(self, dim, dtype, "log_softmax")
+    out = kcall(_log_softmax_kernel, x, d, self.shape)
+    return record("LogSoftmaxBackward0", out, (self,),
                   {"dim": d, "result": "result"})
 
 
@@ -156,7 +166,7 @@ batching("LogSoftmaxBackward0", **shifted(sizes=(), dims=("dim",)))
 
 @op("linear", tensors=("input", "weight", "bias"), method=False,
     grad_fns=("AddmmBackward0", "ViewBackward0", "MmBackward0", "SqueezeBackward4", "UnsafeViewBackward0",
-              "AddBackward0"))
+              "AddBackward0"), plannable=True)
 def linear(input, weight, bias=None):
     """F.linear(input, weight, bias=None) = input @ weight.t() + bias, composed as torch's at::linear:
     2-D input with bias -> addmm(bias, input, weight.t()); contiguous 1-D/3-D/N-D input with a 1-D bias ->
@@ -211,14 +221,18 @@ def _loss_pair(input, target, name: str, warn: bool = True):
     return input, target
 
 
-@op("mse_loss", tensors=("input", "target"), grad_fns=("MseLossBackward0",), method=False)
+def _mse_kernel(a, b, red):
+    diff = a - b
+    return _reduce_np(diff * diff, red)
+
+
+@op("mse_loss", tensors=("input", "target"), grad_fns=("MseLossBackward0",), method=False, plannable=True)
 def mse_loss(input, target, reduction="mean"):
     """F.mse_loss(input, target, reduction='mean'); saves self, target and the reduction enum."""
     red = _reduction(reduction)
     input, target = _loss_pair(input, target, "mse_loss")
     _, a, b = binary_operands(input, target)
-    diff = a - b
-    out = _reduce_np(diff * diff, red)
+    out = kcall(_mse_kernel, a, b, red)
     return record("MseLossBackward0", out, (input, target), {"reduction": red, "self": input, "target": target})
 
 
@@ -512,7 +526,7 @@ def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, 
     return np.where(valid, w[safe], dtype.type(0)).astype(dtype, copy=False), safe, valid
 
 
-@op("nll_loss", tensors=("input", "target", "weight"), grad_fns=("NllLossBackward0",), method=False)
+@op("nll_loss", tensors=("input", "target", "weight"), grad_fns=("NllLossBackward0",), method=False, plannable=True)
 def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     """F.nll_loss(input, target, weight=None, ignore_index=-100, reduction='mean') for (C,) or (N, C) input
     with class-index targets; saves self, target, total_weight (a 0-d tensor), weight, reduction and
@@ -523,11 +537,20 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
         weight = require_tensor(weight, "weight", "nll_loss")
     red = _reduction(reduction)
     _nll_check(input, target, weight)
-    x = input.data
+    if weight is None:
+        out, total = kcall(_nll_kernel, input.data, target.data, ignore_index, red)
+    else:
+        out, total = kcall(_nll_kernel, input.data, target.data, ignore_index, red, weight.data)
+    return record("NllLossBackward0", out, (input,),
+                  {"ignore_index": int(ignore_index) % _UINT64, "reduction": red, "self": input, "target": target,
+                   "total_weight": Tensor(total), "weight": weight})
+
+
+def _nll_kernel(x, target, ignore_index, red, weight=None):
+    """(loss, total weight); the target bounds check is value-dependent, so it is here (a plan's guard)."""
     dt = x.dtype
-    wt, safe, valid = _nll_weights(input.shape[-1], target.data, None if weight is None else weight.data,
-                                   ignore_index, dt)
-    picked = x.reshape(-1, input.shape[-1])[np.arange(safe.size), safe]
+    wt, safe, valid = _nll_weights(x.shape[-1], target, weight, ignore_index, dt)
+    picked = x.reshape(-1, x.shape[-1])[np.arange(safe.size), safe]
     losses = np.where(valid, picked * wt, dt.type(0))  # ignored rows are skipped: a NaN there does not count
     if red == 0 and x.ndim == 2:
         out = np.where(valid, -losses, dt.type(0)).astype(dt)
@@ -537,9 +560,18 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
         s = dt.type(0) - np.sum(losses, dtype=dt)  # torch accumulates from +0.0
         with np.errstate(invalid="ignore", divide="ignore"):
             out = np.asarray(s / total if red == 1 else s, dt)
-    return record("NllLossBackward0", out, (input,),
-                  {"ignore_index": int(ignore_index) % _UINT64, "reduction": red, "self": input, "target": target,
-                   "total_weight": Tensor(np.asarray(total, dt)), "weight": weight})
+    return np.asarray(out), np.asarray(total, dt)
+
+
+def _nll_coef(x, target, ignore_index, weight=None):
+    dt = x.dtype
+    n = x.shape[-1]
+    wt, safe, valid = _nll_weights(n, target, weight, ignore_index, dt)
+    coef = np.zeros((safe.size, n), dt)
+    coef[np.arange(safe.size), safe] = wt
+    untouched = np.ones((safe.size, n), bool)
+    untouched[np.arange(safe.size)[valid], safe[valid]] = False
+    return coef.reshape(x.shape), untouched.reshape(x.shape)
 
 
 @vjp("NllLossBackward0", inputs=("self",),
@@ -549,13 +581,11 @@ def _(ctx, grad):
     ii = ctx.ignore_index
     ii = ii - _UINT64 if ii >= _UINT64 // 2 else ii
     w = ctx.weight
-    dt = x.data.dtype
-    wt, safe, valid = _nll_weights(x.shape[-1], ctx.target.data, None if w is None else w.data, ii, dt)
-    coef = np.zeros((safe.size, x.shape[-1]), dt)
-    coef[np.arange(safe.size), safe] = wt
-    untouched = np.ones((safe.size, x.shape[-1]), bool)
-    untouched[np.arange(safe.size)[valid], safe[valid]] = False
-    coef = Tensor(coef.reshape(x.shape))
+    if w is None:
+        coef, untouched = kcall(_nll_coef, x.data, ctx.target.data, ii)
+    else:
+        coef, untouched = kcall(_nll_coef, x.data, ctx.target.data, ii, w.data)
+    coef = Tensor(coef)
     if red == 1:
         g = -(grad / ctx.total_weight)
     else:
@@ -564,7 +594,7 @@ def _(ctx, grad):
         g = unsqueeze(g, 1)
     # torch writes only the (row, target) entries of valid rows: the rest stay +0 (even when all rows are
     # ignored and grad / total_weight is nan)
-    return masked_fill(coef * g, Tensor(untouched.reshape(x.shape)), 0),
+    return masked_fill(coef * g, Tensor(untouched), 0),
 
 
 @jvp("NllLossBackward0")
@@ -576,8 +606,12 @@ def _(ctx, self_t):
 def _div_number(t: Tensor, n) -> Tensor:
     """``tensor / number`` as torch records it inside C++ composites (div.Scalar -> DivBackward1)."""
     dtype = D.result_type(t, n)
-    a = t.data.astype(NP[dtype], copy=False)
-    return record("DivBackward1", np.asarray(a / NP[dtype].type(n), NP[dtype]), (t,), {"other": n})
+    return record("DivBackward1", kcall(_div_number_kernel, t.data, NP[dtype], n), (t,), {"other": n})
+
+
+def _div_number_kernel(x, npdt, n):
+    a = x.astype(npdt, copy=False)
+    return np.asarray(a / npdt.type(n), npdt)
 
 
 # DivBackward1 belongs with div in elementwise.py; registered here only while that module lacks it.
@@ -592,7 +626,8 @@ if "DivBackward1" not in PRIMS:
 
 
 @op("cross_entropy", tensors=("input", "target", "weight"), method=False,
-    grad_fns=("NllLossBackward0", "DivBackward1", "SumBackward0", "NegBackward0", "SumBackward1", "AddBackward0"))
+    grad_fns=("NllLossBackward0", "DivBackward1", "SumBackward0", "NegBackward0", "SumBackward1", "AddBackward0"),
+    plannable=True)
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
     """F.cross_entropy(input, target, weight=None, ignore_index=-100, reduction='mean', label_smoothing=0.0):
     class indices -> nll_loss(log_softmax(input, class_dim)); a target of the input's shape is class

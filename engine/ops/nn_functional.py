@@ -19,6 +19,7 @@ import numpy as np
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import check_numel, no_grad
+from ..kernel import kcall
 from ..registry import PRIMS, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, saved_int, signed_int, wrap_dim
@@ -289,7 +290,8 @@ def _(ctx, input_t, weight_t, bias_t):
 # ----- embedding, one_hot -----------------------------------------------------------------------------
 
 
-@op("embedding", tensors=("input", "weight"), grad_fns=("EmbeddingBackward0",), method=False, family="nn")
+@op("embedding", tensors=("input", "weight"), grad_fns=("EmbeddingBackward0",), method=False, family="nn",
+    plannable=True)
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
               sparse=False):
     """F.embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, ...): rows of weight picked by
@@ -316,11 +318,8 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         if not -n <= padding_idx < n:
             raise TorchRuntimeError("Padding_idx must be within num_embeddings", code="invalid_argument")
         padding_idx = padding_idx % n
-    ix = input.data
-    if ix.size and (ix.max() >= n or ix.min() < 0):
-        raise TorchIndexError("index out of range in self", code="index_out_of_range")
-    out = weight.data[ix]
-    return record("EmbeddingBackward0", np.array(out, copy=True), (weight,),
+    out = kcall(_embedding_kernel, weight.data, input.data)
+    return record("EmbeddingBackward0", out, (weight,),
                   {"indices": input, "padding_idx": (-1 if padding_idx is None else padding_idx) % _UINT64,
                    "scale_grad_by_freq": scale_grad_by_freq, "sparse": sparse, "weight_sym_argsize_0": n})
 
@@ -367,6 +366,14 @@ def _embedding_renorm(weight: Tensor, input: Tensor, max_norm: float, norm_type:
     setitem_(weight._vc, 0, weight._vc[0] + 1)
 
 
+def _embedding_kernel(w, ix):
+    """Rows of ``w`` picked by ``ix``; the bounds check is value-dependent, so it is here (a plan's guard)."""
+    n = w.shape[0]
+    if ix.size and (ix.max() >= n or ix.min() < 0):
+        raise TorchIndexError("index out of range in self", code="index_out_of_range")
+    return np.array(w[ix], copy=True)
+
+
 def _row_scale(indices: np.ndarray, padding_idx: int, scale: bool, dtype) -> np.ndarray:
     """Per looked-up row: 0 at padding_idx, 1/count(index) when scale_grad_by_freq, else 1."""
     f = np.ones(indices.shape, dtype)
@@ -387,10 +394,18 @@ def _padding(ctx) -> int:
      saves=("indices", "padding_idx", "scale_grad_by_freq", "sparse", "weight_sym_argsize_0"))
 def _(ctx, grad):
     ix = ctx.indices.data
-    f = Tensor(_row_scale(ix, _padding(ctx), ctx.scale_grad_by_freq, grad.data.dtype)[..., None])
+    f = Tensor(kcall(_row_scale_kernel, ix, _padding(ctx), ctx.scale_grad_by_freq, grad.data.dtype))
     flat = (grad * f).reshape(-1, grad.shape[-1])
     return _index_put_zeros(flat, (ctx.weight_sym_argsize_0, grad.shape[-1]),
-                            [Tensor(ix.reshape(-1).astype(np.int64))]),
+                            [Tensor(kcall(_flat_indices, ix))]),
+
+
+def _row_scale_kernel(ix, padding_idx, scale, dtype):
+    return _row_scale(ix, padding_idx, scale, dtype)[..., None]
+
+
+def _flat_indices(ix):
+    return ix.reshape(-1).astype(np.int64)
 
 
 @jvp("EmbeddingBackward0")

@@ -13,6 +13,7 @@ from .. import dtypes as D
 from ..batching import batching, shifted
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import emit_warning
+from ..kernel import kcall
 from ..registry import jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
 from .common import NP, float_dtype, require_tensor, wrap_dim, wrap_dims
@@ -56,7 +57,11 @@ def _acc_dtype(t: Tensor, dtype) -> str:
     return D.INT64 if t.data.dtype.kind in "iub" else t.dtype
 
 
-@op("sum", tensors=("self",), grad_fns=("SumBackward0", "SumBackward1"))
+def _sum_kernel(x, axis, keepdim, dtype):
+    return np.asarray(np.add.reduce(x, axis=axis, keepdims=keepdim, dtype=dtype), dtype=dtype)  # np.sum, undispatched
+
+
+@op("sum", tensors=("self",), grad_fns=("SumBackward0", "SumBackward1"), plannable=True)
 def sum(self, dim=None, keepdim=False, dtype=None):
     """torch.sum(input, dim=None, keepdim=False, dtype=None): SumBackward0 without dim, SumBackward1 with."""
     self = require_tensor(self)
@@ -64,10 +69,10 @@ def sum(self, dim=None, keepdim=False, dtype=None):
     out_dt = NP[_acc_dtype(self, dtype)]
     dims = _dims(dim, nd)
     if dim is None and not keepdim:  # sum(x, None, keepdim=True) is the dim overload over every dim
-        out = np.add.reduce(self.data, axis=None, dtype=out_dt)  # np.sum without its dispatch layer
-        return record("SumBackward0", np.asarray(out, dtype=out_dt), (self,), {"self_sym_sizes": self.data.shape})
-    out = np.add.reduce(self.data, axis=_axis(dims, nd), keepdims=keepdim, dtype=out_dt)
-    return record("SumBackward1", np.asarray(out, dtype=out_dt), (self,),
+        out = kcall(_sum_kernel, self.data, None, False, out_dt)
+        return record("SumBackward0", out, (self,), {"self_sym_sizes": self.data.shape})
+    out = kcall(_sum_kernel, self.data, _axis(dims, nd), keepdim, out_dt)
+    return record("SumBackward1", out, (self,),
                   {"dim": list(dims) if dims is not None else [], "keepdim": keepdim,
                    "self_sym_sizes": self.data.shape})
 
@@ -131,7 +136,7 @@ def sum_to(t: Tensor, shape: tuple) -> Tensor:
     return r
 
 
-@op("mean", tensors=("self",), grad_fns=("MeanBackward0", "MeanBackward1"))
+@op("mean", tensors=("self",), grad_fns=("MeanBackward0", "MeanBackward1"), plannable=True)
 def mean(self, dim=None, keepdim=False, dtype=None):
     """torch.mean(input, dim=None, keepdim=False); integer inputs are refused as in torch."""
     self = require_tensor(self)
@@ -141,18 +146,27 @@ def mean(self, dim=None, keepdim=False, dtype=None):
                                 f"or complex dtype. Got: {D.SCALAR_TYPE_NAMES[self.dtype]}", code="invalid_dtype")
     nd = self.data.ndim
     dims = _dims(dim, nd)
-    x = self.data.astype(NP[out_dtype], copy=False)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        if dim is None and not keepdim:  # mean(x, None, keepdim=True): the dim overload over every dim
-            out = np.asarray(np.mean(x), dtype=x.dtype) if x.size else np.asarray(np.nan, dtype=x.dtype)
-            return record("MeanBackward0", out, (self,),
-                          {"self_sym_numel": int(x.size), "self_sym_sizes": self.data.shape})
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            out = np.mean(x, axis=_axis(dims, nd), keepdims=keepdim)
-    return record("MeanBackward1", np.asarray(out, dtype=x.dtype), (self,),
+    if dim is None and not keepdim:  # mean(x, None, keepdim=True): the dim overload over every dim
+        out = kcall(_mean_all, self.data, NP[out_dtype])
+        return record("MeanBackward0", out, (self,),
+                      {"self_sym_numel": int(self.data.size), "self_sym_sizes": self.data.shape})
+    out = kcall(_mean_dims, self.data, NP[out_dtype], _axis(dims, nd), keepdim)
+    return record("MeanBackward1", out, (self,),
                   {"dim": list(dims) if dims is not None else [], "keepdim": keepdim,
-                   "self_sym_numel": int(x.size), "self_sym_sizes": self.data.shape})
+                   "self_sym_numel": int(self.data.size), "self_sym_sizes": self.data.shape})
+
+
+def _mean_all(x, dtype):
+    x = x.astype(dtype, copy=False)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(np.mean(x), dtype=x.dtype) if x.size else np.asarray(np.nan, dtype=x.dtype)
+
+
+def _mean_dims(x, dtype, axis, keepdim):
+    x = x.astype(dtype, copy=False)
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.asarray(np.mean(x, axis=axis, keepdims=keepdim), dtype=x.dtype)
 
 
 @vjp("MeanBackward0", inputs=("self",), saves=("self_sym_numel", "self_sym_sizes"))

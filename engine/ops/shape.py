@@ -10,9 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as D
+from .. import kernel as K
 from ..batching import SAME, batching, shifted, sum_to_batched
 from ..errors import InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import check_numel
+from ..kernel import kcall
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from ..views import as_view
@@ -28,14 +30,14 @@ def _as_view(out: Tensor, base: Tensor, multi: bool = False) -> Tensor:
 # ----- dtype conversion, clone, detach ----------------------------------------------------------------
 
 
-@op("to", tensors=("self",), grad_fns=("ToCopyBackward0",))
+@op("to", tensors=("self",), grad_fns=("ToCopyBackward0",), plannable=True)
 def to(self, dtype=None, copy=False):
     """Tensor.to(dtype): returns self when the dtype already matches (as torch does)."""
     self = require_tensor(self)
     dtype = D.canonical(dtype) if dtype is not None else self.dtype
     if dtype == self.dtype and not copy:
         return self
-    return record("ToCopyBackward0", self.data.astype(NP[dtype]), (self,))
+    return record("ToCopyBackward0", kcall(K.astype, self.data, NP[dtype]), (self,))
 
 
 @vjp("ToCopyBackward0", inputs=("self",))
@@ -75,11 +77,11 @@ def bool_(self):
     return to(self, D.BOOL)
 
 
-@op("clone", tensors=("self",), grad_fns=("CloneBackward0",))
+@op("clone", tensors=("self",), grad_fns=("CloneBackward0",), plannable=True)
 def clone(self):
     """torch.clone(input)."""
     self = require_tensor(self)
-    return record("CloneBackward0", np.array(self.data, copy=True, order="K"), (self,))
+    return record("CloneBackward0", kcall(_clone, self.data), (self,))
 
 
 @vjp("CloneBackward0", inputs=("self",))
@@ -95,13 +97,13 @@ def _(ctx, self_t):
 batching("CloneBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("contiguous", tensors=("self",), grad_fns=("CloneBackward0",))
+@op("contiguous", tensors=("self",), grad_fns=("CloneBackward0",), plannable=True)
 def contiguous(self):
     """Tensor.contiguous(): self when already contiguous, else a copy."""
     self = require_tensor(self)
     if self.data.flags.c_contiguous:
         return self
-    return record("CloneBackward0", np.ascontiguousarray(self.data), (self,))
+    return record("CloneBackward0", kcall(np.ascontiguousarray, self.data), (self,))
 
 
 @op("detach", tensors=("self",), differentiable=False)
@@ -137,12 +139,49 @@ def _infer_shape(shape: tuple, numel: int) -> tuple:
 
 def _try_view(arr: np.ndarray, shape: tuple):
     try:
-        return np.reshape(arr, shape, copy=False)
+        return kcall(_view, arr, shape)
     except ValueError:
         return None
 
 
-@op("view", tensors=("self",), grad_fns=("ViewBackward0",))
+def _view(arr, shape):
+    """A view of ``arr`` with ``shape``; ValueError when the layout allows none (whether it does depends on
+    the shapes and strides alone, so a plan never meets the error its cold run did not)."""
+    return np.reshape(arr, shape, copy=False)
+
+
+K.STRUCTURAL.add(_view)
+
+
+def _clone(a):
+    return np.array(a, copy=True, order="K")
+
+
+def _basic_take(a, index):
+    """``a[index]`` for a basic index (ints and slices: static)."""
+    return a[index]
+
+
+def _embed_kernel(g, shape, index):
+    out = np.zeros(shape, g.dtype)
+    out[index] = g
+    return out
+
+
+def _concat(axis, *arrs):
+    return np.concatenate(arrs, axis=axis)
+
+
+def _stack_arrays(d, *arrs):
+    # one dtype: along dim 0, np.array of equal-shape arrays is np.stack without its Python layer
+    return np.array(arrs) if d == 0 else np.stack(arrs, axis=d)
+
+
+def _split_kernel(a, d, offsets):
+    return tuple(a[(slice(None),) * d + (slice(offsets[i], offsets[i + 1]),)] for i in range(len(offsets) - 1))
+
+
+@op("view", tensors=("self",), grad_fns=("ViewBackward0",), plannable=True)
 def view(self, *shape):
     """Tensor.view(*shape): fails on a non-viewable layout with torch's message."""
     self = require_tensor(self)
@@ -172,7 +211,8 @@ RESHAPE_BATCHED = {"vjp": lambda ctx, grad, batch: (reshape(grad, (batch, *ctx.s
 batching("ViewBackward0", **RESHAPE_BATCHED)
 
 
-@op("reshape", tensors=("self",), grad_fns=("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0"))
+@op("reshape", tensors=("self",), grad_fns=("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0"),
+    plannable=True)
 def reshape(self, *shape):
     """torch.reshape(input, shape): a view when the layout allows (ViewBackward0 from a contiguous input,
     ReshapeAliasBackward0 from a strided one), otherwise a copy (UnsafeViewBackward0 over CloneBackward0)."""
@@ -201,7 +241,7 @@ batching("ReshapeAliasBackward0", **RESHAPE_BATCHED)
 
 
 def _unsafe_view(self: Tensor, shape: tuple) -> Tensor:
-    return record("UnsafeViewBackward0", np.reshape(self.data, shape), (self,),
+    return record("UnsafeViewBackward0", kcall(np.reshape, self.data, shape), (self,),
                   {"self_sym_sizes": self.data.shape})
 
 
@@ -240,29 +280,29 @@ def flatten(self, start_dim=0, end_dim=-1):
     return reshape(self, shp[:s] + (n,) + shp[e + 1:])
 
 
-@op("squeeze", tensors=("self",), grad_fns=("SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2"))
+@op("squeeze", tensors=("self",), grad_fns=("SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2"), plannable=True)
 def squeeze(self, dim=None):
     """torch.squeeze(input, dim=None): SqueezeBackward0 (all), 1 (an int dim), 2 (a tuple of dims)."""
     self = require_tensor(self)
     shp = self.data.shape
     if dim is None:
-        out = np.reshape(self.data, tuple(s for s in shp if s != 1))
+        out = kcall(np.reshape, self.data, tuple(s for s in shp if s != 1))
         return _as_view(record("SqueezeBackward0", out, (self,), {"self_sym_sizes": shp}), self)
     if isinstance(dim, (list, tuple)):
         dims = wrap_dims(dim, self.data.ndim)
         keep = tuple(s for i, s in enumerate(shp) if not (i in dims and s == 1))
-        out = np.reshape(self.data, keep)
+        out = kcall(np.reshape, self.data, keep)
         return _as_view(record("SqueezeBackward2", out, (self,), {"dim": list(dims), "self_sym_sizes": shp}), self)
     d = wrap_dim(dim, self.data.ndim)
     keep = tuple(s for i, s in enumerate(shp) if not (i == d and s == 1))
-    out = np.reshape(self.data, keep)
+    out = kcall(np.reshape, self.data, keep)
     return _as_view(record("SqueezeBackward1", out, (self,), {"dim": d, "self_sym_sizes": shp}), self)
 
 
 def _squeeze_dim(self: Tensor, d: int) -> Tensor:
     """squeeze(dim) as used inside matmul: SqueezeBackward4 (torch's squeeze.dim on a fresh result)."""
     shp = self.data.shape
-    out = np.reshape(self.data, shp[:d] + shp[d + 1:])
+    out = kcall(np.reshape, self.data, shp[:d] + shp[d + 1:])
     return record("SqueezeBackward4", out, (self,), {"dim": d, "self_sym_sizes": shp})
 
 
@@ -320,12 +360,12 @@ for _name in ("SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2", "Squee
     batching(_name, **RESHAPE_BATCHED)
 
 
-@op("unsqueeze", tensors=("self",), grad_fns=("UnsqueezeBackward0",))
+@op("unsqueeze", tensors=("self",), grad_fns=("UnsqueezeBackward0",), plannable=True)
 def unsqueeze(self, dim):
     """torch.unsqueeze(input, dim)."""
     self = require_tensor(self)
     d = wrap_dim(dim, self.data.ndim + 1)
-    out = np.expand_dims(self.data, d)
+    out = kcall(np.expand_dims, self.data, d)
     return _as_view(record("UnsqueezeBackward0", out, (self,), {"dim": d}), self)
 
 
@@ -342,7 +382,7 @@ def _(ctx, self_t):
 batching("UnsqueezeBackward0", **shifted(sizes=(), dims=("dim",)))
 
 
-@op("expand", tensors=("self",), grad_fns=("ExpandBackward0",))
+@op("expand", tensors=("self",), grad_fns=("ExpandBackward0",), plannable=True)
 def expand(self, *sizes):
     """Tensor.expand(*sizes); -1 keeps a dimension."""
     self = require_tensor(self)
@@ -374,9 +414,9 @@ def expand(self, *sizes):
     target = tuple(target)
     check_numel(target)
     if target[lead:] == shp and all(t == 1 for t in target[:lead]):
-        out = np.reshape(self.data, target)  # nothing repeated: a writeable view (torch: no internal overlap)
+        out = kcall(np.reshape, self.data, target)  # nothing repeated: a writeable view (no internal overlap)
     else:
-        out = np.broadcast_to(self.data, target)
+        out = kcall(np.broadcast_to, self.data, target)
     return _as_view(record("ExpandBackward0", out, (self,), {"self_sym_sizes": shp}), self)
 
 
@@ -441,14 +481,14 @@ def _(ctx, self_t):
     return repeat(self_t, ctx.repeats)
 
 
-@op("t", tensors=("self",), grad_fns=("TBackward0",))
+@op("t", tensors=("self",), grad_fns=("TBackward0",), plannable=True)
 def t(self):
     """Tensor.t(): transpose of a <= 2-D tensor."""
     self = require_tensor(self)
     if self.data.ndim > 2:
         raise TorchRuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.data.ndim}D",
                                 code="shape_mismatch")
-    return _as_view(record("TBackward0", self.data.T, (self,)), self)
+    return _as_view(record("TBackward0", kcall(np.transpose, self.data), (self,)), self)
 
 
 @vjp("TBackward0", inputs=("self",))
@@ -468,13 +508,13 @@ def _t_batched(x: Tensor) -> Tensor:
 batching("TBackward0", vjp=lambda ctx, grad, batch: (_t_batched(grad),), jvp=lambda ctx, batch, x: _t_batched(x))
 
 
-@op("transpose", tensors=("self",), grad_fns=("TransposeBackward0",), aliases=("swapaxes", "swapdims"))
+@op("transpose", tensors=("self",), grad_fns=("TransposeBackward0",), aliases=("swapaxes", "swapdims"), plannable=True)
 def transpose(self, dim0, dim1):
     """torch.transpose(input, dim0, dim1)."""
     self = require_tensor(self)
     nd = self.data.ndim
     d0, d1 = wrap_dim(dim0, nd), wrap_dim(dim1, nd)
-    out = np.swapaxes(self.data, d0, d1) if nd else self.data.view()
+    out = kcall(np.swapaxes, self.data, d0, d1) if nd else kcall(np.reshape, self.data, ())
     return _as_view(record("TransposeBackward0", out, (self,), {"dim0": d0, "dim1": d1}), self)
 
 
@@ -544,7 +584,8 @@ def _tensor_list(tensors, name: str) -> list:
     return list(tensors)
 
 
-@op("cat", tensor_lists=("tensors",), grad_fns=("CatBackward0",), method=False, aliases=("concat", "concatenate"))
+@op("cat", tensor_lists=("tensors",), grad_fns=("CatBackward0",), method=False, aliases=("concat", "concatenate"),
+    plannable=True)
 def cat(tensors, dim=0):
     """torch.cat(tensors, dim=0)."""
     ts = _tensor_list(tensors, "cat")
@@ -567,8 +608,9 @@ def cat(tensors, dim=0):
     out_shape = list(ref.data.shape)
     out_shape[d] = sum(x.data.shape[d] for x in ts if not (x.data.ndim == 1 and x.data.size == 0))
     check_numel(tuple(out_shape), itemsize=NP[dtype].itemsize)
-    arrs = [x.data.astype(NP[dtype], copy=False) for x in ts if not (x.data.ndim == 1 and x.data.size == 0)]
-    out = np.concatenate(arrs, axis=d) if arrs else np.zeros(0, NP[dtype])
+    arrs = [x.data if x.data.dtype == NP[dtype] else kcall(K.astype, x.data, NP[dtype])
+            for x in ts if not (x.data.ndim == 1 and x.data.size == 0)]
+    out = kcall(_concat, d, *arrs) if arrs else kcall(K.zeros, (0,), NP[dtype])
     sizes = [x.data.shape if x.data.ndim else () for x in ts]
     return record("CatBackward0", out, tuple(ts), {"dim": d, "sizes": sizes})
 
@@ -593,7 +635,7 @@ def _(ctx, *tangents):
     return cat(_zeros_for_missing(ctx.inputs, tangents), ctx.dim)
 
 
-@op("stack", tensor_lists=("tensors",), grad_fns=("StackBackward0",), method=False)
+@op("stack", tensor_lists=("tensors",), grad_fns=("StackBackward0",), method=False, plannable=True)
 def stack(tensors, dim=0):
     """torch.stack(tensors, dim=0)."""
     ts = _tensor_list(tensors, "stack")
@@ -608,10 +650,10 @@ def stack(tensors, dim=0):
     dt0 = arrs[0].dtype
     if all(a.dtype == dt0 for a in arrs):
         # one dtype: along dim 0, np.array of equal-shape arrays is np.stack without its Python layer
-        out = np.array(arrs) if d == 0 else np.stack(arrs, axis=d)
+        out = kcall(_stack_arrays, d, *arrs)
     else:
         npdt = NP[D.result_type(*ts)]
-        out = np.stack([a.astype(npdt, copy=False) for a in arrs], axis=d)
+        out = kcall(_stack_arrays, d, *(a if a.dtype == npdt else kcall(K.astype, a, npdt) for a in arrs))
     return record("StackBackward0", out, tuple(ts), {"dim": d})
 
 
@@ -673,14 +715,15 @@ def _split_sizes(n: int, split_size: int) -> list:
 
 
 def _split(self: Tensor, sizes: list, d: int, prim: str, saved: dict) -> tuple:
-    offs = np.cumsum([0] + sizes)
-    arrs = tuple(self.data[(slice(None),) * d + (slice(int(offs[i]), int(offs[i + 1])),)]
-                 for i in range(len(sizes)))
+    offs = [0]
+    for n in sizes:
+        offs.append(offs[-1] + n)
+    arrs = kcall(_split_kernel, self.data, d, tuple(offs))
     outs = record(prim, arrs, (self,), saved)
     return tuple(_as_view(o, self, multi=True) for o in outs)
 
 
-@op("split", tensors=("self",), grad_fns=("SplitBackward0", "SplitWithSizesBackward0"))
+@op("split", tensors=("self",), grad_fns=("SplitBackward0", "SplitWithSizesBackward0"), plannable=True)
 def split(self, split_size_or_sections, dim=0):
     """torch.split(tensor, split_size_or_sections, dim=0): a tuple of views."""
     self = require_tensor(self)
@@ -714,7 +757,7 @@ def _split_backward(ctx, grads, sizes):
         if g is None:
             zs = list(shp)
             zs[d] = s
-            g = Tensor(np.zeros(zs, NP[_grad_dtype(grads)]))
+            g = Tensor(kcall(K.zeros, tuple(zs), NP[_grad_dtype(grads)]))
         parts.append(g)
     return cat(parts, d),
 
@@ -746,7 +789,7 @@ def _(ctx, self_t):
     return split(self_t, ctx.split_sizes, ctx.dim)
 
 
-@op("chunk", tensors=("self",), grad_fns=("SplitBackward0",))
+@op("chunk", tensors=("self",), grad_fns=("SplitBackward0",), plannable=True)
 def chunk(self, chunks, dim=0):
     """torch.chunk(input, chunks, dim=0)."""
     self = require_tensor(self)
@@ -787,7 +830,7 @@ def _(ctx, self_t):
     return unbind(self_t, ctx.dim)
 
 
-@op("narrow", tensors=("self",), grad_fns=("SliceBackward0",))
+@op("narrow", tensors=("self",), grad_fns=("SliceBackward0",), plannable=True)
 def narrow(self, dim, start, length):
     """torch.narrow(input, dim, start, length)."""
     self = require_tensor(self)
@@ -810,7 +853,7 @@ def narrow(self, dim, start, length):
 
 def _slice(self: Tensor, d: int, start: int, end: int, step: int) -> Tensor:
     idx = (slice(None),) * d + (slice(start, end, step),)
-    return _as_view(record("SliceBackward0", self.data[idx], (self,),
+    return _as_view(record("SliceBackward0", kcall(_basic_take, self.data, idx), (self,),
                            {"dim": d, "end": end, "self_sym_sizes": self.data.shape, "start": start,
                             "step": step}), self)
 
@@ -839,7 +882,7 @@ def select(self, dim, index):
         raise TorchIndexError(f"index {index} is out of bounds for dimension {d} with size {n}",
                               code="index_out_of_range")
     i = index % n
-    out = self.data[(slice(None),) * d + (i, Ellipsis)]  # Ellipsis keeps a 0-d result a view
+    out = kcall(_basic_take, self.data, (slice(None),) * d + (i, Ellipsis))  # Ellipsis keeps a 0-d result a view
     return _as_view(record("SelectBackward0", out, (self,),
                            {"dim": d, "index": index, "self_sym_sizes": self.data.shape}), self)
 
@@ -857,7 +900,7 @@ def _select_op(self, dim, index):
 
 
 _select_op.__name__ = "select"
-op("select", tensors=("self",), grad_fns=("SelectBackward0",))(_select_op)
+op("select", tensors=("self",), grad_fns=("SelectBackward0",), plannable=True)(_select_op)
 
 
 @vjp("SelectBackward0", inputs=("self",), saves=("dim", "index", "self_sym_sizes"))
@@ -876,8 +919,7 @@ batching("SelectBackward0", **shifted(dims=("dim",)))
 
 def _embed(grad: Tensor, shape: tuple, index: tuple) -> Tensor:
     """Zeros of ``shape`` with ``grad`` written at a basic index (the VJP of select/slice)."""
-    out = np.zeros(shape, grad.data.dtype)
-    out[index] = grad.data
+    out = kcall(_embed_kernel, grad.data, tuple(shape), index)
     return record("EmbedBackward", out, (grad,), {"index": _index_to_data(index)})
 
 
@@ -935,7 +977,7 @@ def _is_advanced(it) -> bool:
 
 
 @op("getitem", tensors=("self", "index"), grad_fns=("SelectBackward0", "SliceBackward0", "IndexBackward0",
-                                                   "UnsqueezeBackward0"), aliases=("__getitem__",))
+                                                   "UnsqueezeBackward0"), aliases=("__getitem__",), plannable=True)
 def getitem(self, index):
     """``input[index]``: ints select, slices slice, None adds a dim, Ellipsis, int lists / int or bool
     tensors index (IndexBackward0)."""
@@ -1093,14 +1135,23 @@ def _(ctx, self_t):
     return _index_by(self_t, ctx.indices)
 
 
+def _take_kernel(a, *index):
+    return np.array(a[index], copy=True)
+
+
 def _indices_tuple(indices) -> tuple:
     return tuple(slice(None) if i is None else i.data for i in indices)
 
 
 def _index_put_zeros(values: Tensor, shape: tuple, indices: list) -> Tensor:
-    out = np.zeros(shape, values.data.dtype)
-    np.add.at(out, _indices_tuple(indices), values.data)
+    out = kcall(_put_zeros_kernel, values.data, tuple(shape), *_indices_tuple(indices))
     return record("IndexPutAccBackward", out, (values,), {"indices": indices})
+
+
+def _put_zeros_kernel(values, shape, *index):
+    out = np.zeros(shape, values.dtype)
+    np.add.at(out, index, values)
+    return out
 
 
 @vjp("IndexPutAccBackward", inputs=("values",), saves=("indices",))
@@ -1110,7 +1161,7 @@ def _(ctx, grad):
 
 def _index_by(t: Tensor, indices: list) -> Tensor:
     """``t[indices]`` for saved advanced indices (IndexBackward0)."""
-    return record("IndexBackward0", np.array(t.data[_indices_tuple(indices)], copy=True), (t,),
+    return record("IndexBackward0", kcall(_take_kernel, t.data, *_indices_tuple(indices)), (t,),
                   {"indices": indices, "self_sym_sizes": t.data.shape})
 
 

@@ -1,0 +1,190 @@
+"""Kernels: the pure numpy functions plannable ops compute with, and the recorder that turns a cold run into a
+plan's tape (see ``engine.plan``).
+
+An op declared ``plannable`` in the op table computes every array it makes through ``kcall(kernel, *args)``:
+``kernel`` is a module-level function of numpy arrays and static parameters (numbers, shapes, dtypes) that
+returns an array (or a tuple of arrays) and raises for any value-dependent error (an index out of range), so
+that the same call can run again on other values. The cold path calls the kernel itself: one place, so a
+replayed plan computes bit for bit what the cold run does.
+
+While a plan is being recorded (``recording()``), ``kcall`` notes each call: the kernel, which earlier
+arrays (slots) it read and its static arguments. Provenance: an array reaching a kernel or the result must
+be a program input, a kernel's output or a shape-only constant made by a kernel; anything else makes the
+program unplannable (``Recorder.bad``), so a value computed outside a kernel is never frozen into a plan.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import types
+
+import numpy as np
+
+_recorder: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("gradserve_plan_recorder",
+                                                                             default=None)
+_get = _recorder.get
+_ndarray = np.ndarray
+#: static arguments: literals, dtypes and the kernels' own helpers (functions are code, never values)
+_STATIC = (int, float, bool, str, type(None), np.generic, np.dtype, slice, type, np.ufunc, types.FunctionType,
+           types.BuiltinFunctionType, type(Ellipsis))
+
+
+def ones(shape: tuple, dtype) -> np.ndarray:
+    """A shape-only constant (a seed gradient)."""
+    return np.ones(shape, dtype)
+
+
+def zeros(shape: tuple, dtype) -> np.ndarray:
+    return np.zeros(shape, dtype)
+
+
+def copy(a: np.ndarray) -> np.ndarray:
+    return a.copy()
+
+
+def literal(value, dtype) -> np.ndarray:
+    """A program literal (a Python number) as a 0-d array: a constant of the plan (the number is in its key)."""
+    return np.array(value) if dtype is None else np.asarray(value, dtype=dtype)
+
+
+def snapshot(a: np.ndarray) -> np.ndarray:
+    return np.array(a, copy=True)
+
+
+def astype(a: np.ndarray, dtype) -> np.ndarray:
+    return a.astype(dtype)
+
+
+def add_into(target: np.ndarray, a: np.ndarray) -> None:
+    """``target += a`` (a gradient accumulated in place, cast to target's dtype)."""
+    np.add(target, a, out=target, casting="unsafe")
+
+
+#: kernels whose errors depend on shapes and strides alone (registered by their modules)
+STRUCTURAL: set = set()
+
+
+def kcall(fn, *args):
+    """Run ``fn(*args)`` (a kernel); while recording, note the call on the tape."""
+    rec = _get()
+    if rec is None:
+        out = fn(*args)
+        return out if out.__class__ is _ndarray or out.__class__ is tuple else np.asarray(out)
+    return rec.call(fn, args)
+
+
+def kinplace(fn, target: np.ndarray, *args):
+    """A kernel that writes into ``target`` (an accumulation): recorded like ``kcall``; the recorder also
+    notes that ``target``'s contents changed through a kernel (other in-place writes make a run unplannable)."""
+    rec = _get()
+    if rec is None:
+        fn(target, *args)
+        return target
+    rec.mutated.add(id(target))
+    return rec.call(fn, (target, *args), inplace=True)
+
+
+def _static_ok(v) -> bool:
+    if isinstance(v, _STATIC):
+        return True
+    if v.__class__ is tuple:
+        return all(_static_ok(x) for x in v)
+    return False
+
+
+class Recorder:
+    """The tape of one cold run: ``steps`` of (kernel, argument template, slot positions, output slots)."""
+
+    def __init__(self):
+        self.slots: dict[int, int] = {}     # id(array) -> slot
+        self.keep: list = []                # every array seen (keeps ids unique while recording)
+        self.n = 0
+        self.inputs: list[int] = []         # the input slots, in the order the inputs were made
+        self.writes: set[int] = set()       # ids of arrays written in place (engine.journal.array_)
+        self.steps: list = []
+        self.mutated: set[int] = set()
+        self.reason: str | None = None      # why the run cannot be planned (None: it can)
+
+    def bad(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+    def _new_slot(self, arr: np.ndarray) -> int:
+        s = self.n
+        self.n += 1
+        self.slots[id(arr)] = s
+        self.keep.append(arr)
+        return s
+
+    def add_input(self, arr: np.ndarray) -> None:
+        """A program input (a preset name, a tensor op's result): the next input slot."""
+        if arr.__class__ is not _ndarray:
+            self.bad("an input that is not an array")
+            return
+        self.inputs.append(self._new_slot(arr))
+
+    def unknown_writes(self) -> bool:
+        """Whether an array was written in place outside a kernel."""
+        return bool(self.writes - self.mutated)
+
+    def slot_of(self, arr) -> int | None:
+        return self.slots.get(id(arr)) if arr.__class__ is _ndarray else None
+
+    def call(self, fn, args: tuple, inplace: bool = False):
+        template = list(args)
+        where = []
+        for i, a in enumerate(args):
+            if a.__class__ is _ndarray:
+                s = self.slots.get(id(a))
+                if s is None:
+                    self.bad(f"{getattr(fn, '__name__', fn)} read an array made outside a kernel")
+                    s = -1
+                where.append((i, s))
+                template[i] = None
+            elif not _static_ok(a):
+                self.bad(f"{getattr(fn, '__name__', fn)} got a non-static argument {type(a).__name__}")
+        try:
+            if inplace:
+                fn(*args)
+                out = args[0]
+            else:
+                out = fn(*args)
+                if out.__class__ is not _ndarray and out.__class__ is not tuple:
+                    out = np.asarray(out)
+        except Exception:
+            # the op may catch it and go another way, which a replay on other values would not follow; only
+            # kernels whose failure depends on shapes alone (STRUCTURAL) may fail in a plannable run
+            if fn not in STRUCTURAL:
+                self.bad(f"{getattr(fn, '__name__', fn)} raised")
+            raise
+        if out.__class__ is tuple:
+            outs = []
+            for o in out:
+                if o.__class__ is not _ndarray:
+                    self.bad(f"{getattr(fn, '__name__', fn)} returned a non-array")
+                    return out
+                outs.append(self._new_slot(o))
+            self.steps.append((fn, tuple(template), tuple(where), tuple(outs), True))
+        else:
+            self.steps.append((fn, tuple(template), tuple(where), self._new_slot(out), 2 if inplace else False))
+        return out
+
+
+class recording:
+    """Context manager: record the kernel calls of the code run inside it into ``self.recorder``."""
+
+    def __init__(self):
+        self.recorder = Recorder()
+        self._token = None
+
+    def __enter__(self) -> Recorder:
+        self._token = _recorder.set(self.recorder)
+        return self.recorder
+
+    def __exit__(self, *exc):
+        _recorder.reset(self._token)
+        return False
+
+
+def active() -> Recorder | None:
+    return _get()

@@ -1,0 +1,454 @@
+"""Plans: an op list that ran once compiles into a tape of kernel calls that later runs replay.
+
+Where a plan applies nothing can observe the difference: a one-shot run (``/v1/eval``: a fresh namespace,
+thrown away after the response), whose response is values, gradients and structural metadata (grad_fn names,
+requires_grad, versions...), the same for every run of the same op list over inputs of the same shapes.
+
+* **Record.** The first run of an op list is an ordinary cold ``run_program`` with a ``Recorder`` active
+  (``engine.kernel``): every kernel call of the forward and of the backward (VJPs are engine ops, so a
+  backward, and a double backward under create_graph, is itself a sequence of kernel calls) goes on a tape,
+  its inputs as slots (program inputs, earlier outputs) and its static parameters as given. Provenance: an
+  array that reaches a kernel or the response without coming from an input or a kernel, an op not declared
+  ``plannable`` in the op table, an in-place write outside a kernel, a warning, or forward mode make the op
+  list unplannable: it is cached as such and runs cold from then on. Only successful cold runs are cached.
+* **Key.** The op list with the data of its ``tensor`` ops left out (names, literals, flags stay), and the
+  inputs' shapes, dtypes and requires_grad flags, the grad mode, the limits and the response encoding.
+* **Replay.** A flat loop over (kernel, argument slots), freeing each slot after its last use; the final
+  namespace and autograd report are rebuilt from the recorded structure and the replayed arrays. A kernel
+  that raises (a value-dependent check: an index out of range, a target out of bounds) falls back to a
+  cold run of the whole list, so the error, its op index and atomicity are exactly the cold path's.
+
+``PlanCache`` bounds the plans of a process (entries and estimated bytes, least recently used out) and
+counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+
+from . import kernel as K
+from .grad_mode import WarningSink
+from .program import AutogradRecord, GradEntry, OpOutcome, ProgramResult, State, _Runner, run_program
+from .registry import OPS
+from .tensor import Tensor
+
+#: ops whose results are program inputs: their data is not part of the key, they run cold on every request
+INPUT_OPS = frozenset({"tensor"})
+#: autograd and name actions a plan may contain (structural: no arrays of their own)
+PLANNABLE_ACTIONS = frozenset({"backward", "grad", "del", "bind", "retain_grad"})
+_STEP_BYTES = 160      # an estimate of a tape step's size (the bytes bound counts tapes, not arrays)
+_CHECK_EVERY = 256     # replay checks the deadline every this many kernel calls
+_CHUNK = 2000          # kernel calls per compiled function of a plan
+_COMPILE_MAX_STEPS = 20_000  # longer tapes are interpreted (compiling them would cost more than it saves)
+
+
+class _Name:
+    """A replayed tensor's grad_fn: only its name is observable in a one-shot response."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+@dataclass
+class Plan:
+    code: tuple              # compiled functions of the tape (``_compile``); empty: ``steps`` are interpreted
+    kernels: list
+    consts: list
+    steps: list
+    n_slots: int
+    input_slots: tuple
+    namespace: list          # (name, descriptor; None: the preset input tensor) in the namespace's order
+    preset: list             # (name, grad descriptor or None, grad_accumulations) of preset input tensors
+    ops: list
+    changed: list
+    autograd: list           # (op_index, op, [(name, contribution slot, grad descriptor, accumulations)])
+    backward_passes: int
+    nbytes: int = 0
+
+
+class Unplannable:
+    __slots__ = ("reason", "nbytes")
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        self.nbytes = 64
+
+
+class PlanCache:
+    """The plans of a process: at most ``max_entries`` entries and ``max_bytes`` estimated bytes (least
+    recently used out). Thread-safe (one-shot runs happen on worker threads)."""
+
+    def __init__(self, max_entries: int = 256, max_bytes: int = 64 << 20):
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+        self.bytes = 0
+        self.hits = self.misses = self.unplannable = self.fallbacks = self.evictions = 0
+
+    def get(self, key):
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key, entry) -> None:
+        size = entry.nbytes + len(key[0])
+        if self.max_entries <= 0 or size > self.max_bytes:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.bytes -= old.nbytes + len(key[0])
+            self._entries[key] = entry
+            self.bytes += size
+            while len(self._entries) > self.max_entries or self.bytes > self.max_bytes:
+                k, e = self._entries.popitem(last=False)
+                self.bytes -= e.nbytes + len(k[0])
+                self.evictions += 1
+
+    def count(self, what: str) -> None:
+        with self._lock:
+            setattr(self, what, getattr(self, what) + 1)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"entries": len(self._entries), "bytes": self.bytes, "hits": self.hits, "misses": self.misses,
+                    "unplannable": self.unplannable, "fallbacks": self.fallbacks, "evictions": self.evictions}
+
+
+# ----- the key ---------------------------------------------------------------------------------------------
+def _fresh_leaf(t) -> bool:
+    return (isinstance(t, Tensor) and t._grad_fn is None and t._base is None and t._grad is None
+            and t._vc[0] == 0 and not t.retains_grad and t._fw_grad is None and t.grad_accumulations == 0
+            and t.data.__class__ is np.ndarray)
+
+
+def _plannable_op(op) -> bool:
+    if not isinstance(op, dict):
+        return False
+    name = op.get("op")
+    if name in PLANNABLE_ACTIONS or name in INPUT_OPS:
+        return True
+    spec = OPS.get(name) if isinstance(name, str) else None
+    return spec is not None and spec.plannable and not spec.inplace
+
+
+def _key(state: State, ops: list, extra: tuple):
+    """(key, input arrays, input tensors) or None when the run cannot be planned at all; input ops run here
+    (cold, exactly as the program runs them): their results' structure goes into the key."""
+    inputs, metas = [], []
+    for name, t in state.tensors.items():
+        if not _fresh_leaf(t):
+            return None
+        inputs.append(t.data)
+        metas.append((name, t.data.shape, t.data.dtype.str, t._requires_grad))
+    if state.functions:
+        return None
+    stripped = []
+    made = []  # (index, op) of the input ops
+    for i, op in enumerate(ops):
+        if not isinstance(op, dict):
+            return None
+        if op.get("op") in INPUT_OPS:
+            if not op.get("args"):
+                return None
+            made.append((i, op))
+            op = {**op, "args": [None, *op["args"][1:]]}
+        stripped.append(op)
+    if made:
+        runner = _Runner(State(), {}, WarningSink(set()), ProgramResult())
+        try:  # (grad mode does not matter to a tensor op)
+            with runner.sink, np.errstate(all="ignore"):
+                for _, op in made:
+                    spec = OPS[op["op"]]
+                    a, k = runner.bind_args(spec, op["args"], op.get("kwargs") or {}, op["op"])
+                    t = spec.fn(*a, **k)
+                    if not _fresh_leaf(t):
+                        return None
+                    inputs.append(t.data)
+                    metas.append((t.data.shape, t.data.dtype.str, t._requires_grad))
+        except Exception:  # noqa: BLE001 - the cold run reports it, with its op index
+            return None
+        if runner.sink.messages:
+            return None
+    try:
+        text = orjson.dumps(stripped, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return None
+    return (text, tuple(metas), extra), inputs
+
+
+# ----- recording -------------------------------------------------------------------------------------------
+def _desc(rec: K.Recorder, t, depth: int = 0):
+    """A tensor's observable state as (data slot, requires_grad, grad_fn name, retains_grad, version,
+    grad_accumulations, grad descriptor); None when its data does not come from the tape."""
+    s = rec.slot_of(t.data)
+    if s is None:
+        return None
+    fn = t.grad_fn
+    g = t._grad
+    gd = None
+    if g is not None:
+        if depth > 1:
+            return None
+        gd = _desc(rec, g, depth + 1)
+        if gd is None:
+            return None
+    return (s, bool(t.requires_grad), None if fn is None else fn.name, bool(t.retains_grad), int(t._vc[0]),
+            int(t.grad_accumulations), gd)
+
+
+def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, journal_ok: bool, max_bytes: int):
+    """The plan of a recorded run, or the reason it cannot be one."""
+    if rec.reason is not None:
+        return rec.reason
+    if _STEP_BYTES * (len(rec.steps) + len(state.tensors)) + 256 > max_bytes:
+        return "the plan would exceed the cache's bytes"  # (known before compiling it)
+    if not journal_ok:
+        return "an array was changed in place outside a kernel"
+    if res.warnings:
+        return "the run warned"
+    namespace = []
+    for name, t in state.tensors.items():
+        if name in preset and preset[name] is t:
+            namespace.append((name, None))
+            continue
+        d = _desc(rec, t)
+        if d is None:
+            return f"{name!r} holds an array made outside a kernel"
+        namespace.append((name, d))
+    pre = []
+    for name, t in preset.items():
+        g = None
+        if t._grad is not None:
+            g = _desc(rec, t._grad, 1)
+            if g is None:
+                return f"the gradient of {name!r} was made outside a kernel"
+        pre.append((name, g, int(t.grad_accumulations)))
+    autograd = []
+    for r in res.autograd:
+        entries = []
+        for e in r.entries:
+            c = rec.slot_of(e.contribution.data)
+            g = None if e.grad is None else _desc(rec, e.grad, 1)
+            if c is None or (e.grad is not None and g is None):
+                return "a gradient was made outside a kernel"
+            entries.append((e.name, c, g, e.grad_accumulations))
+        autograd.append((r.op_index, r.op, entries))
+    keep = {d[0] for _, d in namespace if d is not None} | {c for _, _, es in autograd for _, c, _, _ in es}
+
+    def grads(d):
+        while d is not None:
+            keep.add(d[0])
+            d = d[6]
+    for _, d in namespace:
+        if d is not None:
+            grads(d[6])
+    for _, g, _ in pre:
+        grads(g)
+    for _, _, es in autograd:
+        for e in es:
+            grads(e[2])
+    # last use of each slot: freed right after it, unless the result shows it
+    last = {}
+    for i, (_, _, where, out, _) in enumerate(rec.steps):
+        for _, s in where:
+            last[s] = i
+        for s in (out if isinstance(out, tuple) else (out,)):
+            last.setdefault(s, i)
+    frees = [[] for _ in rec.steps]
+    for s, i in last.items():
+        if s not in keep:
+            frees[i].append(s)
+    steps = [(fn, tmpl, where, out, multi, tuple(frees[i]))
+             for i, (fn, tmpl, where, out, multi) in enumerate(rec.steps)]
+    # nothing writes in place and every array dies with the response: copies need not be made
+    alias = not preset and not any(step[4] == 2 for step in steps)
+    nbytes = _STEP_BYTES * (len(steps) + len(namespace)) + 256
+    if len(steps) <= _COMPILE_MAX_STEPS:
+        code, kernels, consts = _compile(steps, alias)
+        steps = []
+    else:  # compiling costs more than it saves once: a long tape is interpreted
+        code, kernels, consts = (), [], []
+        if alias:
+            steps = [(_alias, t, w, o, m, f) if fn in _COPIES and not m else (fn, t, w, o, m, f)
+                     for fn, t, w, o, m, f in steps]
+    return Plan(code, kernels, consts, steps, rec.n, tuple(rec.inputs), namespace, pre, list(res.ops),
+                list(res.changed), autograd, state.backward_passes, nbytes=nbytes)
+
+
+# ----- replay ----------------------------------------------------------------------------------------------
+#: copies a plan may replace by the array itself when nothing in it writes in place and no array of it
+#: outlives the response (a one-shot run of its own): the report's snapshots, a leaf's private .grad copy
+_COPIES = frozenset({K.snapshot, K.copy})
+
+
+def _compile(steps: list, alias_copies: bool = False) -> tuple:
+    """The tape as Python functions of straight-line code, one per ``_CHUNK`` kernel calls: each step one line
+    (``b[5] = k[0](b[1], c[2])``: slots, kernels and constants by index), so a replay pays one call per kernel
+    and nothing to interpret. Same kernels, same arguments, same order as the tape."""
+    kernels: list = []
+    kidx: dict = {}
+    consts: list = []
+    chunks = []
+    for lo in range(0, len(steps), _CHUNK):
+        lines = ["def run(b, k, c, chk, N, A):"]
+        for j, (fn, template, where, out, multi, free) in enumerate(steps[lo:lo + _CHUNK]):
+            ki = kidx.get(id(fn))
+            if ki is None:
+                ki = kidx[id(fn)] = len(kernels)
+                kernels.append(fn)
+            args = []
+            slots = dict(where)
+            for i, v in enumerate(template):
+                if i in slots:
+                    args.append(f"b[{slots[i]}]")
+                else:
+                    args.append(f"c[{len(consts)}]")
+                    consts.append(v)
+            call = f"k[{ki}]({', '.join(args)})"
+            if alias_copies and fn in _COPIES and not multi:
+                lines.append(f" b[{out}] = b[{slots[0]}]")
+            elif multi is True:
+                lines.append(f" {', '.join(f'b[{o}]' for o in out)}, = {call}")
+            elif multi:  # in place: the target is the first argument
+                lines.append(f" {call}")
+                lines.append(f" b[{out}] = b[{slots[0]}]")
+            else:
+                lines.append(f" x = {call}")
+                lines.append(f" b[{out}] = x if x.__class__ is N else A(x)")
+            for f in free:
+                lines.append(f" b[{f}] = None")
+            if j % _CHECK_EVERY == _CHECK_EVERY - 1:
+                lines.append(" if chk is not None: chk()")
+        namespace: dict = {}
+        exec(compile("\n".join(lines), "<gradserve plan>", "exec"), namespace)  # noqa: S102 - our own code
+        chunks.append(namespace["run"])
+    return tuple(chunks), kernels, consts
+
+
+def _alias(a):
+    return a
+
+
+def _replay(plan: Plan, inputs: list, control) -> list:
+    buf = [None] * plan.n_slots
+    for s, a in zip(plan.input_slots, inputs):
+        buf[s] = a
+    chk = control.check if control is not None else None
+    with np.errstate(all="ignore"):
+        if plan.code:
+            k, c = plan.kernels, plan.consts
+            for run in plan.code:
+                run(buf, k, c, chk, np.ndarray, np.asarray)
+            return buf
+        ndarray, asarray = np.ndarray, np.asarray
+        n = 0
+        for fn, template, where, out, multi, free in plan.steps:
+            if where:
+                args = list(template)
+                for i, s in where:
+                    args[i] = buf[s]
+            else:
+                args = template
+            if multi is True:
+                for s, o in zip(out, fn(*args)):
+                    buf[s] = o
+            elif multi:  # in place: the target is the first argument
+                fn(*args)
+                buf[out] = args[0]
+            else:
+                r = fn(*args)
+                buf[out] = r if r.__class__ is ndarray else asarray(r)
+            for s in free:
+                buf[s] = None
+            if chk is not None:
+                n += 1
+                if n == _CHECK_EVERY:
+                    n = 0
+                    chk()
+    return buf
+
+
+def _tensor(buf, d) -> Tensor:
+    s, rg, fn, retains, version, accs, g = d
+    t = Tensor(buf[s], rg, None if fn is None else _Name(fn))
+    t._vc = [version]
+    t.retains_grad = retains
+    t.grad_accumulations = accs
+    if g is not None:
+        t._grad = _tensor(buf, g)
+    return t
+
+
+def _finish(plan: Plan, buf: list, state: State, preset: dict) -> ProgramResult:
+    for name, g, accs in plan.preset:
+        t = preset[name]
+        t._grad = None if g is None else _tensor(buf, g)
+        t.grad_accumulations = accs
+    state.tensors = {name: preset[name] if d is None else _tensor(buf, d) for name, d in plan.namespace}
+    state.backward_passes += plan.backward_passes
+    res = ProgramResult(ops=[OpOutcome(o.index, o.op, list(o.bound)) for o in plan.ops], changed=list(plan.changed))
+    for index, op, entries in plan.autograd:
+        res.autograd.append(AutogradRecord(index, op, [
+            GradEntry(name, Tensor(buf[c]), None if g is None else _tensor(buf, g), accs)
+            for name, c, g, accs in entries]))
+    return res
+
+
+def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (), **kwargs) -> ProgramResult:
+    """``run_program(state, ops, **kwargs)`` for a one-shot run (``state`` fresh, or holding only fresh leaf
+    tensors that are the run's inputs), through ``cache``: a replayed plan when there is one, else a cold run
+    that records one. What the caller can observe is the cold run's, bit for bit."""
+    if cache is None or kwargs.get("repeat", 1) != 1 or kwargs.get("record") or kwargs.get("until") is not None \
+            or kwargs.get("returns"):
+        return run_program(state, ops, **kwargs)
+    if not isinstance(ops, list) or not all(_plannable_op(op) for op in ops):
+        cache.count("unplannable")
+        return run_program(state, ops, **kwargs)
+    lim = kwargs.get("limits")
+    respond = kwargs.get("respond", "changed")
+    made = _key(state, ops, (bool(kwargs.get("no_grad", False)), lim, extra,
+                             respond if isinstance(respond, str) else tuple(respond)))
+    if made is None:
+        cache.count("unplannable")
+        return run_program(state, ops, **kwargs)
+    key, inputs = made
+    entry = cache.get(key)
+    if isinstance(entry, Plan):
+        preset = dict(state.tensors)
+        try:
+            buf = _replay(entry, inputs, kwargs.get("control"))
+        except Exception:  # noqa: BLE001 - a guard: the cold run gives the error (or the result)
+            cache.count("fallbacks")
+            return run_program(state, ops, **kwargs)
+        cache.count("hits")
+        return _finish(entry, buf, state, preset)
+    if isinstance(entry, Unplannable):
+        cache.count("unplannable")
+        return run_program(state, ops, **kwargs)
+    cache.count("misses")
+    preset = dict(state.tensors)
+    ctx = K.recording()
+    with ctx as rec:
+        for t in preset.values():
+            rec.add_input(t.data)
+        res = run_program(state, ops, **kwargs)
+    plan = _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
+    if isinstance(plan, str):
+        cache.put(key, Unplannable(plan))
+    else:
+        cache.put(key, plan)
+    return res

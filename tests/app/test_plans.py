@@ -1,0 +1,90 @@
+"""/v1/eval through compiled plans (engine/plan.py): a repeated op list is replayed, and the response is the
+cold run's byte for byte (with plans turned off as the reference); guards, unplannable lists and the cache's
+counters in /metrics, all through the HTTP API."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .conftest import assert_problem, make_client, ok
+
+
+def T(name, data, **kw):
+    return {"op": "tensor", "out": name, "args": [data], "kwargs": kw}
+
+
+def op(name, *args, out=None, **kwargs):
+    return {"op": name, "args": list(args), "kwargs": kwargs, "out": out}
+
+
+def mlp(rng, target=(1, 0)):
+    def m(*shape):
+        return np.round(rng.standard_normal(shape), 3).tolist()
+    return [T("x", m(2, 3)), T("w", m(3, 4), requires_grad=True), T("b", m(4), requires_grad=True),
+            T("y", list(target)), op("matmul", "x", "w", out="z"), op("add", "z", "b", out="a"),
+            op("tanh", "a", out="h"), op("cross_entropy", "h", "y", out="loss"), op("backward", "loss"),
+            op("mul", "loss", 2.0, out="l2")]
+
+
+def metric(text: str, name: str) -> float:
+    m = re.search(rf"^{name}(?:_total)? ([0-9.e+-]+)$", text, re.M)
+    assert m, name
+    return float(m.group(1))
+
+
+def test_a_repeated_eval_is_replayed_and_answers_byte_for_byte_what_the_cold_engine_does():
+    rng = np.random.default_rng(0)
+    bodies = [{"ops": mlp(rng)} for _ in range(4)]
+    bodies.append({"ops": bodies[0]["ops"], "return": ["loss", "w.grad", "h"]})
+    bodies.append({"ops": bodies[1]["ops"], "return": ["loss", "w.grad", "h"]})
+    with make_client() as planned, make_client(plan_cache_entries=0) as cold:
+        for body in bodies:
+            for encoding in ("json", "base64"):
+                a = planned.post(f"/v1/eval?encoding={encoding}", json=body)
+                b = cold.post(f"/v1/eval?encoding={encoding}", json=body)
+                assert a.status_code == b.status_code == 200
+                assert a.content == b.content
+        text = planned.get("/metrics").text
+        # one recording per (structure, return, encoding): 4 keys; every other request replayed
+        assert metric(text, "gradserve_plan_misses") == 4
+        assert metric(text, "gradserve_plan_hits") == 8
+        assert metric(text, "gradserve_plan_fallbacks") == 0
+        assert metric(text, "gradserve_plan_cache_entries") == 4
+        assert metric(text, "gradserve_plan_cache_bytes") > 0
+        assert "gradserve_plan" not in cold.get("/metrics").text
+
+
+def test_a_guard_on_a_replay_gives_the_cold_problem_with_its_op_index_and_counts_a_fallback():
+    rng = np.random.default_rng(1)
+    with make_client() as c:
+        ok(c.post("/v1/eval", json={"ops": mlp(rng)}))
+        ok(c.post("/v1/eval", json={"ops": mlp(rng)}))
+        body = assert_problem(c.post("/v1/eval", json={"ops": mlp(rng, target=(1, 9))}), 422)
+        assert body["detail"] == "Target 9 is out of bounds." and body["op_index"] == 7
+        text = c.get("/metrics").text
+        assert metric(text, "gradserve_plan_hits") == 1 and metric(text, "gradserve_plan_fallbacks") == 1
+        # the plan stays: the next good request is replayed again
+        ok(c.post("/v1/eval", json={"ops": mlp(rng)}))
+        assert metric(c.get("/metrics").text, "gradserve_plan_hits") == 2
+
+
+def test_an_unplannable_eval_stays_correct_and_is_counted():
+    ops = [T("x", [[1.0, -2.0], [3.0, 4.0]], requires_grad=True), op("abs", "x", out="a"),
+           op("clone", "a", out="c"), op("mul_", "c", 2.0), op("sum", "c", out="s"), op("backward", "s")]
+    with make_client() as c, make_client(plan_cache_entries=0) as cold:
+        for _ in range(3):
+            a, b = c.post("/v1/eval", json={"ops": ops}), cold.post("/v1/eval", json={"ops": ops})
+            assert a.status_code == 200 and a.content == b.content
+        text = c.get("/metrics").text
+        assert metric(text, "gradserve_plan_unplannable") == 3 and metric(text, "gradserve_plan_hits") == 0
+
+
+def test_the_plan_cache_is_bounded_by_its_settings():
+    with make_client(plan_cache_entries=2) as c:
+        for n in range(1, 5):
+            ok(c.post("/v1/eval", json={"ops": [T("x", [1.0] * n, requires_grad=True), op("sum", "x", out="s"),
+                                                op("backward", "s")]}))
+        text = c.get("/metrics").text
+        assert metric(text, "gradserve_plan_cache_entries") == 2 and metric(text, "gradserve_plan_evictions") == 2

@@ -1,0 +1,389 @@
+"""Plans (engine/plan.py): every program runs cold and through the plan cache (recorded, then replayed on the
+same and on other input values), and everything a client can observe must be the same bit for bit: values,
+gradients, grad_fn names, flags, versions, accumulation counts, the autograd report, warnings, errors and
+their op index. The op suite is the per-op samples (tests/engine/samples.py), each made into an op list;
+then guards (a value-dependent error on a replay falls back to the cold run), unplannable programs, and the
+cache's bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine as E
+import engine.plan as plan_module
+from engine.errors import EngineError
+from engine.plan import Plan, PlanCache, Unplannable, _plannable_op, run_planned
+from engine.program import State, run_program
+from engine.tensor import Tensor
+from tests.fuzz.generator import generate
+
+from .samples import SAMPLES, _call
+
+LIMITS = E.Limits()
+
+
+def _tensor_view(t):
+    if t is None:
+        return None
+    g = t._grad
+    return (t.data.dtype.str, t.data.shape, t.data.tobytes(), bool(t.requires_grad), t.grad_fn is None,
+            None if t.grad_fn is None else t.grad_fn.name, bool(t.retains_grad), int(t.version),
+            int(t.grad_accumulations), _tensor_view(g))
+
+
+def observe(run, ops):
+    """Everything a one-shot run shows (the namespace, the report, warnings) or its error."""
+    state = State()
+    try:
+        res = run(state, ops)
+    except EngineError as e:
+        return ("error", type(e).__name__, e.code, e.message, e.op_index, e.op)
+    return ("ok", [(n, _tensor_view(t)) for n, t in state.tensors.items()],
+            [(o.index, o.op, o.bound) for o in res.ops], sorted(res.changed),
+            [(r.op_index, r.op, [(e.name, _tensor_view(e.contribution)[:3], _tensor_view(e.grad),
+                                  e.grad_accumulations) for e in r.entries]) for r in res.autograd],
+            list(res.warnings), state.backward_passes)
+
+
+def cold(state, ops):
+    return run_program(state, ops, limits=LIMITS, respond="all")
+
+
+def planned(cache):
+    def run(state, ops):
+        return run_planned(cache, state, ops, limits=LIMITS, respond="all", extra=("json",))
+    return run
+
+
+def both_ways(ops, cache=None):
+    """Cold and planned observations of ``ops``; the cache is returned for its counters."""
+    cache = cache if cache is not None else PlanCache()
+    return observe(cold, ops), observe(planned(cache), ops), cache
+
+
+# ----- the op suite as op lists -------------------------------------------------------------------------
+def _lit(v):
+    return v.tolist() if isinstance(v, np.ndarray) else v
+
+
+def _program(name, sample, values):
+    """``name`` called on the sample's inputs as a one-shot op list: inputs as tensor ops (their data from
+    ``values``), the op, then a backward of the sum of its first float output (and, for samples torch
+    differentiates twice, a create_graph grad and a backward through it)."""
+    ops, k = [], [0]
+
+    def tensor(t):
+        n = f"t{k[0]}"
+        k[0] += 1
+        ops.append({"op": "tensor", "out": n, "args": [_lit(values(t))],
+                    "kwargs": {"dtype": t.dtype, "requires_grad": bool(t.requires_grad)}})
+        return n
+
+    def arg(v):
+        if isinstance(v, Tensor):
+            return tensor(v)
+        if isinstance(v, list) and v and all(isinstance(x, Tensor) for x in v):
+            return [tensor(x) for x in v]
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        if isinstance(v, (list, tuple)) and all(isinstance(x, (int, float, bool)) for x in v):
+            return list(v)
+        raise TypeError
+    try:
+        args = [arg(a) for a in sample.args]
+        kwargs = {kk: arg(v) for kk, v in sample.kwargs.items()}
+    except TypeError:
+        return None
+    try:
+        result = _call(name, sample.args, sample.kwargs)
+    except Exception:  # noqa: BLE001 - the program shows the error (both ways)
+        result = None
+    if isinstance(result, tuple):
+        outs = [f"y{i}" for i in range(len(result))]
+        first = next((o for o, r in zip(outs, result) if isinstance(r, Tensor) and r.data.dtype.kind == "f"), outs[0])
+        ops.append({"op": name, "args": args, "kwargs": kwargs, "out": outs})
+    else:
+        first = "y"
+        ops.append({"op": name, "args": args, "kwargs": kwargs, "out": "y"})
+    ops.append({"op": "sum", "args": [first], "out": "s"})
+    leaves = [o["out"] for o in ops if o["op"] == "tensor" and o["kwargs"]["requires_grad"]]
+    if sample.gradgrad and leaves:
+        ops.append({"op": "grad", "args": ["s", leaves], "kwargs": {"create_graph": True, "allow_unused": True,
+                                                                    "retain_graph": True},
+                    "out": [f"g{i}" for i in range(len(leaves))]})
+    ops.append({"op": "backward", "args": ["s"]})
+    return ops
+
+
+def _same(t):
+    return t.data
+
+
+def _perturbed(t):
+    d = t.data
+    if d.dtype.kind != "f":
+        return d
+    rng = np.random.default_rng(d.size)
+    return d * (1 + 0.01 * rng.standard_normal(d.shape)).astype(d.dtype)
+
+
+def _cases():
+    out = []
+    for name, samples in SAMPLES.items():
+        spec = E.OPS.get(name)
+        if spec is None or spec.inplace:
+            continue
+        for i, s in enumerate(samples):
+            if _program(name, s, _same) is not None:  # (a few samples pass slices or tuples: no JSON form)
+                out.append(pytest.param(name, s, id=f"{name}-{i}"))
+    return out
+
+
+@pytest.fixture(params=["compiled", "interpreted"])
+def tape_mode(request, monkeypatch):
+    """Plans run as compiled code, or (long tapes) interpreted step by step."""
+    if request.param == "interpreted":
+        monkeypatch.setattr(plan_module, "_COMPILE_MAX_STEPS", 0)
+    return request.param
+
+
+@pytest.mark.parametrize("name,sample", _cases())
+def test_every_op_sample_runs_the_same_cold_and_replayed(name, sample, tape_mode):
+    ops = _program(name, sample, _same)
+    cache = PlanCache()
+    a_cold, a_rec, _ = both_ways(ops, cache)
+    assert a_rec == a_cold  # the recording run is the cold run
+    other = _program(name, sample, _perturbed)
+    b_cold, b_play, _ = both_ways(other, cache)
+    assert b_play == b_cold  # replayed on other values
+    assert observe(planned(cache), ops) == a_cold  # and again on the first ones
+    entry = next(iter(cache._entries.values()), None)
+    if a_cold[0] == "ok" and isinstance(entry, Plan):
+        assert cache.hits >= 1
+
+
+PLANNED_OPS = ["add", "sub", "mul", "pow", "neg", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu", "softplus",
+               "sum", "mean", "matmul", "mm", "addmm", "reshape", "view", "t", "transpose", "expand", "cat", "stack",
+               "narrow", "select", "chunk", "log_softmax", "softmax", "linear", "mse_loss", "embedding",
+               "cross_entropy",
+               "nll_loss", "dot", "mv", "bmm", "squeeze", "unsqueeze", "split", "to", "clone", "contiguous", "getitem",
+               "sqrt", "expm1", "log1p", "reciprocal", "tan", "sinh", "cosh", "outer"]
+
+
+@pytest.mark.parametrize("name", PLANNED_OPS)
+def test_the_benchmark_ops_are_replayed_not_just_run_cold(name):
+    """The ops the benchmarks need compile into plans (a sample of each is replayed, not run cold)."""
+    replayed = 0
+    for sample in SAMPLES[name]:
+        ops = _program(name, sample, _same)
+        if ops is None:
+            continue
+        cache = PlanCache()
+        observe(planned(cache), ops)
+        observe(planned(cache), _program(name, sample, _perturbed))
+        replayed += cache.hits
+    assert replayed >= 1
+
+
+# ----- programs ----------------------------------------------------------------------------------------
+def T(name, data, **kw):
+    return {"op": "tensor", "out": name, "args": [data], "kwargs": kw}
+
+
+def op(name, *args, out=None, **kwargs):
+    return {"op": name, "args": list(args), "kwargs": kwargs, "out": out}
+
+
+def mlp(x, w, b, target):
+    return [T("x", x), T("w", w, requires_grad=True), T("b", b, requires_grad=True), T("y", target),
+            op("matmul", "x", "w", out="z"), op("add", "z", "b", out="a"), op("relu", "a", out="h"),
+            op("cross_entropy", "h", "y", out="loss"), op("backward", "loss")]
+
+
+PROGRAMS = {
+    "scalar": lambda r: [T("w", r(), requires_grad=True), T("x", r(), requires_grad=True),
+                         T("b", r(), requires_grad=True), op("mul", "w", "x", out="t"), op("add", "t", "b", out="y"),
+                         op("backward", "y")],
+    "mlp": lambda r: mlp([[r(), r(), r()], [r(), r(), r()]], [[r(), r()], [r(), r()], [r(), r()]], [r(), r()],
+                         [1, 0]),
+    "hvp": lambda r: [T("x", [[r(), r()], [r(), r()]]), T("w", [[r()], [r()]], requires_grad=True),
+                      op("matmul", "x", "w", out="a"), op("tanh", "a", out="h"), op("pow", "h", 2, out="h2"),
+                      op("mean", "h2", out="loss"), op("grad", "loss", ["w"], create_graph=True, out=["g"]),
+                      T("v", [[1.0], [0.5]]), op("mul", "g", "v", out="p"), op("sum", "p", out="s"),
+                      op("grad", "s", ["w"], out=["hv"])],
+    "accumulate": lambda r: [T("x", [r(), r()], requires_grad=True), op("exp", "x", out="e"),
+                             op("sum", "e", out="s"), op("backward", "s", retain_graph=True), op("backward", "s"),
+                             op("bind", "x.grad", out="gx")],
+    "retain_and_views": lambda r: [T("x", [[r(), r(), r()], [r(), r(), r()]], requires_grad=True),
+                                   op("t", "x", out="xt"), op("retain_grad", "xt"),
+                                   op("reshape", "xt", -1, out="f"), op("chunk", "f", 2, 0, out=["c0", "c1"]),
+                                   op("mul", "c0", "c1", out="m"), op("sigmoid", "m", out="s"),
+                                   op("sum", "s", out="tot"), op("backward", "tot"), op("del", "f")],
+    "mixed_dtypes": lambda r: [T("x", [r(), r()], dtype="float64", requires_grad=True), T("k", [2, 3]),
+                               op("mul", "x", "k", out="y"), op("add", "y", 0.5, out="z"),
+                               op("sum", "z", out="s"), op("backward", "s")],
+    "no_grad_flag": lambda r: [T("x", [r(), r()], requires_grad=True),
+                               {"op": "mul", "args": ["x", 2.0], "out": "y", "no_grad": True},
+                               op("sum", "y", out="s")],
+    "embedding": lambda r: [T("w", [[r(), r()], [r(), r()], [r(), r()]], requires_grad=True), T("i", [2, 0, 2]),
+                            op("embedding", "i", "w", out="e"), op("sum", "e", out="s"), op("backward", "s")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_programs_replay_bit_for_bit_on_new_values(name, tape_mode):
+    rng = np.random.default_rng(7)
+
+    def r():
+        return float(np.float32(rng.uniform(-2, 2)))
+    cache = PlanCache()
+    for _ in range(4):
+        ops = PROGRAMS[name](r)
+        c, p, _ = both_ways(ops, cache)
+        assert p == c and c[0] == "ok"
+    assert cache.misses == 1 and cache.hits == 3, cache.stats()
+
+
+def test_an_index_out_of_bounds_on_a_replay_gives_the_cold_error_with_its_op_index(tape_mode):
+    cache = PlanCache()
+    good = PROGRAMS["embedding"](lambda: 0.5)
+    c, p, _ = both_ways(good, cache)
+    assert c == p and cache.misses == 1
+    bad = [dict(o) for o in good]
+    bad[1] = T("i", [2, 7, 0])  # same shapes and dtypes: the plan's key matches, the kernel's guard fires
+    c, p, _ = both_ways(bad, cache)
+    assert c[0] == "error" and c[1:] == p[1:]
+    assert c[3] == "index out of range in self" and c[4] == 2
+    assert cache.fallbacks == 1 and cache.hits == 0
+
+
+def test_a_target_out_of_range_on_a_replay_falls_back_to_the_cold_error():
+    cache = PlanCache()
+    w = [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]
+    good = mlp([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]], w, [0.0, 0.0], [1, 0])
+    assert both_ways(good, cache)[:2] == both_ways(good, PlanCache())[:2]
+    bad = mlp([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]], w, [0.0, 0.0], [1, 5])
+    c, p, _ = both_ways(bad, cache)
+    assert c == p and c[0] == "error" and c[3] == "Target 5 is out of bounds." and c[4] == 7
+    assert cache.fallbacks == 1
+
+
+def test_programs_with_unplannable_ops_stay_cold_and_correct():
+    rng = np.random.default_rng(3)
+    for ops in ([T("x", [1.0, 2.0], requires_grad=True), op("clone", "x", out="y"), op("add_", "y", 1.0),
+                 op("sum", "y", out="s"), op("backward", "s")],                       # in place: not plannable
+                [T("x", [1.0, -2.0], requires_grad=True), op("abs", "x", out="y"),   # no kernel (yet)
+                 op("sum", "y", out="s"), op("backward", "s")],
+                [T("x", [[1.0, 2.0], [3.0, 4.0]], requires_grad=True), T("i", [1, 0]),
+                 op("getitem", "x", "i", out="y"), op("sum", "y", out="s"), op("backward", "s")]):
+        cache = PlanCache()
+        for _ in range(3):
+            c, p, _ = both_ways(ops, cache)
+            assert c == p and c[0] == "ok"
+        assert cache.hits == 0 and cache.unplannable >= 2, cache.stats()
+        ops = [dict(o) for o in ops]
+        ops[0] = T("x", (np.array(ops[0]["args"][0]) + rng.standard_normal()).tolist(), requires_grad=True)
+
+
+def test_a_warning_makes_a_program_unplannable():
+    ops = [T("x", [1.0, 2.0], requires_grad=True), op("mul", "x", 2.0, out="y"), op("sum", "y", out="s"),
+           op("backward", "s"), op("bind", "y.grad", out="g")]  # reading a non-leaf's .grad warns
+    cache = PlanCache()
+    for _ in range(2):
+        c, p, _ = both_ways(ops, cache)
+        assert c == p and c[-2]
+    assert cache.hits == 0
+    assert isinstance(next(iter(cache._entries.values())), Unplannable)
+
+
+def test_errors_are_never_cached_and_stay_exact():
+    ops = [T("x", [1.0, 2.0], requires_grad=True), op("mul", "x", "nope", out="y")]
+    cache = PlanCache()
+    for _ in range(2):
+        c, p, _ = both_ways(ops, cache)
+        assert c == p and c[0] == "error" and c[4] == 1
+    assert len(cache) == 0
+
+
+def test_a_different_structure_is_a_different_plan():
+    cache = PlanCache()
+    for shape_ops in ([T("x", [1.0, 2.0], requires_grad=True)], [T("x", [[1.0, 2.0]], requires_grad=True)],
+                      [T("x", [1.0, 2.0])], [T("x", [1, 2])], [T("x", [1.0, 2.0], dtype="float64")]):
+        ops = shape_ops + [op("mul", "x", 3, out="y"), op("sum", "y", out="s")]
+        c, p, _ = both_ways(ops, cache)
+        assert c == p
+    assert cache.misses == 5 and cache.hits == 0 and len(cache) == 5
+
+
+def test_the_cache_is_bounded_in_entries_and_bytes():
+    cache = PlanCache(max_entries=3)
+    for k in range(5):
+        both_ways([T("x", [1.0] * (k + 1), requires_grad=True), op("sum", "x", out="s"), op("backward", "s")],
+                  cache)
+    assert len(cache) == 3 and cache.evictions == 2
+    # the oldest went first: the first program is recorded again, the last is replayed
+    both_ways([T("x", [1.0] * 5, requires_grad=True), op("sum", "x", out="s"), op("backward", "s")], cache)
+    assert cache.hits == 1
+    both_ways([T("x", [1.0], requires_grad=True), op("sum", "x", out="s"), op("backward", "s")], cache)
+    assert cache.misses == 6
+    small = PlanCache(max_bytes=5000)
+    for k in range(4):
+        both_ways([T("x", [1.0] * (k + 1), requires_grad=True), op("exp", "x", out="e"), op("sum", "e", out="s"),
+                   op("backward", "s")], small)
+    assert 0 < small.bytes <= 5000 and small.evictions >= 1 and len(small) < 4
+    tiny = PlanCache(max_bytes=1000)  # a plan that cannot fit is not compiled; the list is marked to run cold
+    for _ in range(2):
+        both_ways([T("x", [1.0, 2.0], requires_grad=True), op("exp", "x", out="e"), op("sum", "e", out="s"),
+                   op("backward", "s")], tiny)
+    assert tiny.hits == 0 and tiny.misses == 1 and tiny.unplannable == 1
+    assert isinstance(next(iter(tiny._entries.values())), Unplannable)
+    off = PlanCache(max_entries=0)
+    both_ways(PROGRAMS["scalar"](lambda: 1.0), off)
+    assert len(off) == 0
+
+
+def test_preset_inputs_get_their_gradients_on_a_replay():
+    """The benchmark's form (engine API): named leaf tensors given in the state are the plan's inputs."""
+    w = E.tensor([[0.5, -1.0], [2.0, 0.25]], requires_grad=True)
+    x = E.tensor([[1.0, 2.0]])
+    ops = [op("matmul", "x", "w", out="y"), op("tanh", "y", out="h"), op("sum", "h", out="s"), op("backward", "s")]
+    cache = PlanCache()
+    grads = []
+    for _ in range(3):
+        w.grad = None
+        state = State()
+        state.tensors = {"w": w, "x": x}
+        run_planned(cache, state, ops, limits=LIMITS)
+        grads.append(w.grad.data.copy())
+        assert state.tensors["w"] is w and state.tensors["h"].grad_fn.name == "TanhBackward0"
+    w.grad = None
+    state = State()
+    state.tensors = {"w": w, "x": x}
+    run_program(state, ops, limits=LIMITS)
+    assert cache.hits == 2 and all(g.tobytes() == w.grad.data.tobytes() for g in grads)
+
+
+def _perturb_literal(v, rng):
+    if isinstance(v, list):
+        return [_perturb_literal(x, rng) for x in v]
+    if isinstance(v, float):
+        return v * (1 + 0.01 * rng.standard_normal())
+    return v
+
+
+def test_fuzz_programs_of_plannable_ops_replay_as_they_run_cold(tape_mode):
+    """The differential fuzzer's programs (tests/fuzz/generator.py), their plannable ops kept: recorded, then
+    replayed on the same and on perturbed tensor data, each compared with a cold run."""
+    rng = np.random.default_rng(5)
+    replays = 0
+    for seed in range(150):
+        program = [o for o in generate(seed)[0] if _plannable_op(o)]
+        cache = PlanCache()
+        for ops in (program, program, [
+                {**o, "args": [_perturb_literal(o["args"][0], rng), *o["args"][1:]]} if o["op"] == "tensor" else o
+                for o in program]):
+            c, p, _ = both_ways(ops, cache)
+            assert p == c, seed
+        replays += cache.hits
+    assert replays >= 40
