@@ -910,7 +910,8 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
                 check()
             for n in returns:
                 result.returned[n] = resolve_quietly(ns, n)
-            changed = [n for n, t in ns.items() if before.get(n) != _fingerprint(t)]
+            # a name the session did not have is changed: no fingerprint to take
+            changed = [n for n, t in ns.items() if n not in before or before[n] != _fingerprint(t)]
             if limits is not None:
                 nodes, nbytes = graph_stats(ns.values())
                 if nodes > limits.max_nodes:
