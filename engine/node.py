@@ -191,12 +191,16 @@ def release_all(nodes) -> None:
     """``release()`` of each node; the journal sees every freed slot."""
     j = _journal.get()
     for node in nodes:
-        for k, v in list(node.saved.items()):
+        saved = node.saved
+        if not saved:
+            continue
+        for k, v in list(saved.items()):
             if v.__class__ is SavedTensor:
-                if not v.freed:
+                # not freed: an output slot holds its data, another slot its tensor (the other field is None)
+                if v._data is not None or v._tensor is not None:
                     if j is not None:
                         j.append((0, v, "tensor", v.tensor))
-                    v.tensor = None
+                    v._tensor = v._data = None
             elif isinstance(v, list):
                 for x in v:
                     if isinstance(x, SavedTensor) and not x.freed:

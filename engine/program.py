@@ -109,53 +109,58 @@ def graph_stats(roots) -> tuple[int, int]:
 def reachable(roots) -> tuple[int, dict[int, int]]:
     """(graph nodes, {id(array owning memory): nbytes}) reachable from the tensors ``roots``: their data,
     gradients, graphs and saved tensors."""
-    seen_nodes: set[int] = set()
+    # sets of the objects themselves (Tensor and Node hash by identity), no id() call per visit
+    seen_nodes: set = set()
     seen_arrays: dict[int, int] = {}
+    seen_t: set = set()
     stack_t = list(roots)
     stack_n: list[Node] = []
-    seen_t: set[int] = set()
-
-    def add_tensor(t):
-        if t is not None and id(t) not in seen_t:
-            seen_t.add(id(t))
-            stack_t.append(t)
+    ndarray = np.ndarray
 
     while stack_t or stack_n:
         while stack_t:
             t = stack_t.pop()
-            seen_t.add(id(t))
+            seen_t.add(t)
             a = t.data
             base = a.base
-            if base is None or base.__class__ is not np.ndarray:
+            if base is None or base.__class__ is not ndarray:
                 base = a
             seen_arrays[id(base)] = base.nbytes
-            if t._grad is not None and id(t._grad) not in seen_t:
-                stack_t.append(t._grad)
-            if t.grad_fn is not None and id(t.grad_fn) not in seen_nodes:
-                seen_nodes.add(id(t.grad_fn))
-                stack_n.append(t.grad_fn)
+            g = t._grad
+            if g is not None and g not in seen_t:
+                stack_t.append(g)
+            fn = t._grad_fn if t._base is None else t.grad_fn
+            if fn is not None and fn not in seen_nodes:
+                seen_nodes.add(fn)
+                stack_n.append(fn)
         while stack_n:
             n = stack_n.pop()
             for c, _ in n.next_functions:
-                if c is not None and id(c) not in seen_nodes:
-                    seen_nodes.add(id(c))
+                if c is not None and c not in seen_nodes:
+                    seen_nodes.add(c)
                     stack_n.append(c)
             for v in n.saved.values():
-                if isinstance(v, SavedTensor) and not v.freed:
+                if v.__class__ is SavedTensor:
+                    if v.freed:
+                        continue
                     live = v.live()
                     if live is not None:
-                        add_tensor(live)
+                        if live not in seen_t:
+                            seen_t.add(live)
+                            stack_t.append(live)
                     else:  # a node's output nothing else holds: its saved data (SavedTensor)
                         a = v._data
                         base = a.base
-                        if base is None or base.__class__ is not np.ndarray:
+                        if base is None or base.__class__ is not ndarray:
                             base = a
                         seen_arrays[id(base)] = base.nbytes
-                elif isinstance(v, Node) and id(v) not in seen_nodes:
-                    seen_nodes.add(id(v))
+                elif isinstance(v, Node) and v not in seen_nodes:
+                    seen_nodes.add(v)
                     stack_n.append(v)
-            if n.variable is not None:
-                add_tensor(n.variable)
+            t = n.variable
+            if t is not None and t not in seen_t:
+                seen_t.add(t)
+                stack_t.append(t)
     return len(seen_nodes), seen_arrays
 
 
@@ -272,33 +277,44 @@ class _Runner:
         return out_args, out_kwargs
 
     def _convert_args(self, spec, args: list, kwargs: dict):
-        out_args, out_kwargs = [], {}
-        pos, varargs, names = _param_layout(spec)
-
-        def convert(name, value):
-            if name in ("index",) and spec.name in ("getitem", "setitem"):
-                return self.index_arg(value)
-            if name in spec.tensor_lists:
-                return self.tensor_list(value)
-            if name in spec.tensors:
-                return self.tensor_arg(value)
-            return value
-
-        npos = len(pos)
+        """Names to tensors where the signature takes a tensor (the per-parameter kinds are computed once per
+        op, see ``_param_layout``); other values pass through for the signature check."""
+        pos_kinds, varargs_tensor, kinds, vname = _param_layout(spec)
+        ns = self.ns
+        out_args = []
+        npos = len(pos_kinds)
         for i, a in enumerate(args):
             if i < npos:
-                out_args.append(convert(pos[i], a))
-            elif varargs is not None and varargs.name in spec.tensors:
+                k = pos_kinds[i]
+                if k == _PLAIN:
+                    out_args.append(a)
+                elif k == _TENSOR and a.__class__ is str:
+                    t = ns.get(a)  # a bound name (names have no '.'); anything else the full lookup
+                    out_args.append(t if t is not None else _lookup(ns, a))
+                else:
+                    out_args.append(self._convert(k, a))
+            elif varargs_tensor:
                 # tensor varargs (einsum's operands): each a name, or one list of names
                 out_args.append(self.tensor_list(a) if isinstance(a, list) else self.tensor_arg(a))
             else:  # other varargs, or one too many: the signature check names it the torch way
                 out_args.append(a)
+        if not kwargs:
+            return out_args, {}
+        out_kwargs = {}
         for k, v in kwargs.items():
-            if k not in names or (varargs is not None and k == varargs.name):
+            kind = kinds.get(k)
+            if kind is None or k == vname:
                 out_kwargs[k] = v  # refused by the signature check with torch's message
                 continue
-            out_kwargs[k] = convert(k, v)
+            out_kwargs[k] = v if kind == _PLAIN else self._convert(kind, v)
         return out_args, out_kwargs
+
+    def _convert(self, kind: int, value):
+        if kind == _TENSOR:
+            return self.tensor_arg(value)
+        if kind == _TENSOR_LIST:
+            return self.tensor_list(value)
+        return self.index_arg(value)
 
     # ----- binding results --------------------------------------------------------------------------------
     def fresh(self) -> str:
@@ -560,60 +576,73 @@ class _Runner:
             raise InvalidArgumentError("args must be a list and kwargs an object")
         _check_out(out)
         grad_on = not (no_grad_all or spec_op.get("no_grad", False))
-        with set_grad_enabled(grad_on if _grad_enabled.get() or not grad_on else grad_on):
-            if name == "backward":
-                self.do_backward(index, args, kwargs)
-                return []
-            if name == "grad":
-                return self.bind(out, self.do_grad(index, out, args, kwargs))
-            if name == "zero_grad":
-                self.do_zero_grad(args, kwargs)
-                return []
-            if name in _FORWARD_AD:
-                return self.bind(out, self.do_forward_ad(index, name, args, kwargs))
-            if name == "set_grad":
-                if len(args) != 2 or kwargs:
-                    raise InvalidArgumentError("set_grad takes [tensor, grad or null]")
-                t = self.tensor_arg(args[0])
-                g = self.tensor_arg(args[1]) if args[1] is not None else None
-                t.grad = g
-                return []
-            if name == "requires_grad_":
-                t = self.tensor_arg(args[0] if args else kwargs.get("self"))
-                flag = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
-                if not isinstance(t, Tensor) or not isinstance(flag, bool):
-                    raise InvalidArgumentError("requires_grad_ takes [tensor, requires_grad=true]")
-                t.requires_grad_(flag)
-                return []
-            if name == "function":
-                return self.define_function(out, args, kwargs)
-            if name in TRANSFORMS:
-                return self.bind(out, _flatten(self.do_transform(name, args, kwargs)))
-            if name == "del":
-                self.do_del(args, kwargs)
-                return []
-            if name == "bind":
-                if len(args) != 1 or kwargs or not isinstance(out, str):
-                    raise InvalidArgumentError("bind takes [a tensor reference] and one out name")
-                return self.bind_existing(out, self.tensor_arg(args[0]))
-            if name == "retain_grad":
-                t = self.tensor_arg(args[0] if args else kwargs.get("self"))
-                if not isinstance(t, Tensor):
-                    raise InvalidArgumentError("retain_grad expects a tensor name")
-                t.retain_grad()
-                return []
-            spec = OPS.get(name)
-            if spec is None:
-                raise UnknownOpError(f"unknown op {name!r}; GET /v1/ops lists the available ops")
-            a, k = self.bind_args(spec, args, kwargs, name)
-            if not spec.inplace and spec.differentiable and _grad_enabled.get():
-                _check_views(a, k)
-            value = spec.fn(*a, **k)
-            if name == "tensor":
-                rec = plan_recorder()
-                if rec is not None:  # a plan being recorded (engine.plan): the tensor is a program input
-                    rec.add_input(value.data)
-            return self.bind(out, value)
+        if _grad_enabled.get() == grad_on:  # the common case: no context switch per op
+            return self._dispatch(index, name, args, kwargs, out)
+        token = _grad_enabled.set(grad_on)
+        try:
+            return self._dispatch(index, name, args, kwargs, out)
+        finally:
+            _grad_enabled.reset(token)
+
+    def _dispatch(self, index: int, name: str, args: list, kwargs: dict, out):
+        if name in _ACTION_NAMES:
+            return self._action(index, name, args, kwargs, out)
+        spec = OPS.get(name)
+        if spec is None:
+            raise UnknownOpError(f"unknown op {name!r}; GET /v1/ops lists the available ops")
+        a, k = self.bind_args(spec, args, kwargs, name)
+        if not spec.inplace and spec.differentiable and _grad_enabled.get():
+            _check_views(a, k)
+        value = spec.fn(*a, **k)
+        if name == "tensor":
+            rec = plan_recorder()
+            if rec is not None:  # a plan being recorded (engine.plan): the tensor is a program input
+                rec.add_input(value.data)
+        return self.bind(out, value)
+
+    def _action(self, index: int, name: str, args: list, kwargs: dict, out):
+        if name == "backward":
+            self.do_backward(index, args, kwargs)
+            return []
+        if name == "grad":
+            return self.bind(out, self.do_grad(index, out, args, kwargs))
+        if name == "zero_grad":
+            self.do_zero_grad(args, kwargs)
+            return []
+        if name in _FORWARD_AD:
+            return self.bind(out, self.do_forward_ad(index, name, args, kwargs))
+        if name == "set_grad":
+            if len(args) != 2 or kwargs:
+                raise InvalidArgumentError("set_grad takes [tensor, grad or null]")
+            t = self.tensor_arg(args[0])
+            g = self.tensor_arg(args[1]) if args[1] is not None else None
+            t.grad = g
+            return []
+        if name == "requires_grad_":
+            t = self.tensor_arg(args[0] if args else kwargs.get("self"))
+            flag = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
+            if not isinstance(t, Tensor) or not isinstance(flag, bool):
+                raise InvalidArgumentError("requires_grad_ takes [tensor, requires_grad=true]")
+            t.requires_grad_(flag)
+            return []
+        if name == "function":
+            return self.define_function(out, args, kwargs)
+        if name in TRANSFORMS:
+            return self.bind(out, _flatten(self.do_transform(name, args, kwargs)))
+        if name == "del":
+            self.do_del(args, kwargs)
+            return []
+        if name == "bind":
+            if len(args) != 1 or kwargs or not isinstance(out, str):
+                raise InvalidArgumentError("bind takes [a tensor reference] and one out name")
+            return self.bind_existing(out, self.tensor_arg(args[0]))
+        if name == "retain_grad":
+            t = self.tensor_arg(args[0] if args else kwargs.get("self"))
+            if not isinstance(t, Tensor):
+                raise InvalidArgumentError("retain_grad expects a tensor name")
+            t.retain_grad()
+            return []
+        raise AssertionError(name)  # every name of _ACTION_NAMES is handled above
 
 
 ACTIONS = [
@@ -673,18 +702,36 @@ ACTIONS = [
 _FORWARD_AD = {"enter_dual_level": (), "exit_dual_level": (), "make_dual": ("tensor", "tangent"),
                "unpack_dual": ("tensor",)}
 
+#: the op names run_op handles itself (before the op table)
+_ACTION_NAMES = frozenset({"backward", "grad", "zero_grad", "set_grad", "requires_grad_", "function", "del", "bind",
+                           "retain_grad", *_FORWARD_AD, *TRANSFORMS})
+
 
 _LAYOUTS: dict[int, tuple] = {}
 
+#: how a program's value for a parameter is converted: passed through, a tensor name, a list of names, an index
+_PLAIN, _TENSOR, _TENSOR_LIST, _INDEX = 0, 1, 2, 3
+
 
 def _param_layout(spec) -> tuple:
-    """(positional parameter names, the *args parameter or None, every parameter name) of an op, once."""
+    """(the kind of each positional parameter, whether *args takes tensors, {parameter name: kind}, the *args
+    parameter's name or None) of an op, computed once per op."""
     layout = _LAYOUTS.get(id(spec))
     if layout is None:
+        def kind(name):
+            if name == "index" and spec.name in ("getitem", "setitem"):
+                return _INDEX
+            if name in spec.tensor_lists:
+                return _TENSOR_LIST
+            if name in spec.tensors:
+                return _TENSOR
+            return _PLAIN
         params = spec.params
-        pos = tuple(p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+        pos = tuple(kind(p.name) for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
         varargs = next((p for p in params if p.kind == p.VAR_POSITIONAL), None)
-        layout = _LAYOUTS[id(spec)] = (pos, varargs, frozenset(p.name for p in params))
+        layout = _LAYOUTS[id(spec)] = (pos, varargs is not None and varargs.name in spec.tensors,
+                                       {p.name: kind(p.name) for p in params},
+                                       varargs.name if varargs is not None else None)
     return layout
 
 
@@ -870,7 +917,8 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
                 check()
             for n in returns:
                 result.returned[n] = resolve_quietly(ns, n)
-            changed = [n for n, t in ns.items() if before.get(n) != _fingerprint(t)]
+            # a name the session did not have is changed: no fingerprint to take
+            changed = [n for n, t in ns.items() if n not in before or before[n] != _fingerprint(t)]
             if limits is not None:
                 nodes, nbytes = graph_stats(ns.values())
                 if nodes > limits.max_nodes:

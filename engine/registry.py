@@ -235,51 +235,56 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
     if not multi and data.dtype not in _SUPPORTED:  # a numpy promotion the engine does not model
         raise TorchRuntimeError(f"result dtype {data.dtype} is not supported (float32, float64, int64, bool)",
                                 code="invalid_dtype")
-    grad = False
     if _grad_enabled.get() and (multi or data.dtype.kind == "f"):  # int and bool results never require grad
+        # one pass: each input's edge, metadata and need (no node when none requires grad)
+        nexts = []
+        meta = []
+        needs = []
+        grad = False
         for t in inputs:
             # t._requires_grad first: the property (a view's base may require grad) only when it is False
-            if t is not None and (t._requires_grad or (t._base is not None and t.requires_grad)):
+            if t is None or not (t._requires_grad or (t._base is not None and t.requires_grad)):
+                nexts.append(_NO_EDGE)
+                meta.append(None)
+                needs.append(False)
+            else:
+                fn = t._grad_fn if t._base is None else view_grad_fn(t)
+                nexts.append((fn, t.output_nr) if fn is not None else (accumulator(t), 0))
+                d = t.data
+                meta.append((d.shape, d.dtype))
+                needs.append(True)
                 grad = True
-                break
+    else:
+        grad = False
     if not grad:
-        outs = tuple(Tensor(d) for d in data) if multi else Tensor(data)
+        outs = tuple([Tensor(d) for d in data]) if multi else Tensor(data)
         if _fw_active() is not None:
             _forward(prim_name, outs, inputs, saved)
         return outs
-    nexts = []
-    meta = []
-    needs = []
-    for t in inputs:
-        if t is None or not (t._requires_grad or (t._base is not None and t.requires_grad)):
-            nexts.append(_NO_EDGE)
-            meta.append(None)
-            needs.append(False)
-        else:
-            fn = t._grad_fn if t._base is None else view_grad_fn(t)
-            nexts.append((fn, t.output_nr) if fn is not None else (accumulator(t), 0))
-            d = t.data
-            meta.append((d.shape, d.dtype))
-            needs.append(True)
     node = Node(prim_name, prim_name, tuple(nexts), None, tuple(meta), len(data) if multi else 1)
     node._needs = tuple(needs)
     if multi:
-        outs = tuple(Tensor(d, True, node, i) for i, d in enumerate(data))
+        outs = tuple([Tensor(d, True, node, i) for i, d in enumerate(data)])
     else:
         outs = Tensor(data, True, node, 0)
     if saved:
         needed = PRIMS[prim_name].needed_idx
         s = node.saved
         for slot, value in saved.items():
-            users = needed.get(slot)
-            if users is not None:
-                for i in users:
-                    if needs[i]:
-                        break
-                else:
-                    s[slot] = None
-                    continue
-            if isinstance(value, str):
+            if needed:
+                users = needed.get(slot)
+                if users is not None:
+                    for i in users:
+                        if needs[i]:
+                            break
+                    else:
+                        s[slot] = None
+                        continue
+            if value.__class__ is Tensor:
+                # the node's own output (an in-place op's self): saved as an output, without a cycle
+                fn = value._grad_fn if value._base is None else value.grad_fn
+                s[slot] = SavedTensor(value, is_output=fn is node)
+            elif isinstance(value, str):
                 i = _output_ref(value)
                 s[slot] = value if i is None else SavedTensor(outs[i] if multi else outs, is_output=True)
             elif isinstance(value, Tensor):

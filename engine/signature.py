@@ -23,6 +23,7 @@ in-place ops ``sub_``, ``add_`` ... and ``view``, ``expand`` ...); ``Tensor.<op>
 
 from __future__ import annotations
 
+import functools
 import numbers
 from dataclasses import dataclass
 
@@ -223,13 +224,22 @@ class Signature:
     params: tuple[Param, ...]
     varargs_intlist: bool = False
 
-    @property
+    @functools.cached_property
     def max_pos(self) -> int:
         return sum(1 for p in self.params if not p.keyword_only)
 
-    @property
+    @functools.cached_property
     def min_args(self) -> int:
         return sum(1 for p in self.params if not p.optional)
+
+    @functools.cached_property
+    def by_class(self) -> bool:
+        """Whether the arguments' classes alone decide ``_parse`` (no parameter whose check reads a value)."""
+        return not self.varargs_intlist and not any(p.type in _VALUE_TYPES for p in self.params)
+
+
+#: parameter types whose check looks at the value, not only its class (a 0-d tensor passes for a Number)
+_VALUE_TYPES = frozenset({"Number", "int", "tuple of ints"})
 
 
 def _tname(v) -> str:
@@ -505,25 +515,72 @@ def _invalid_combination(name: str, options: tuple[str, ...], args: list, kwargs
     return TorchTypeError(msg, code="invalid_argument")
 
 
+#: check_call's per-(op, name, form) facts, pure functions of the static op tables
+_CALLS: dict[tuple, tuple] = {}
+
+#: calls ``_parse`` accepted, by signature (one of the cached ones, so its id is stable) and argument classes,
+#: for signatures where the classes alone decide (``Signature.by_class``); bounded
+_ACCEPTED: set = set()
+_ACCEPTED_MAX = 65536
+
+
+def _call_key(sig: Signature, args: list, kwargs: dict):
+    if not sig.by_class:
+        return None
+    if kwargs:
+        return id(sig), tuple([a.__class__ for a in args]), tuple([(k, v.__class__) for k, v in kwargs.items()])
+    return id(sig), tuple([a.__class__ for a in args])
+
+
+def _accepted(sig: Signature, args: list, kwargs: dict) -> bool:
+    """True when a call with arguments of the same classes was accepted by ``_parse(sig, ...)`` before."""
+    key = _call_key(sig, args, kwargs)
+    return key is not None and key in _ACCEPTED
+
+
+def _accept(sig: Signature, args: list, kwargs: dict) -> None:
+    key = _call_key(sig, args, kwargs)
+    if key is not None and len(_ACCEPTED) < _ACCEPTED_MAX:
+        _ACCEPTED.add(key)
+
+
+def _call_facts(spec, name: str, method: bool) -> tuple:
+    """(exempt, shown name, derived signature, torch's overload texts or None, their parsed signatures)."""
+    key = (id(spec), name, method)
+    facts = _CALLS.get(key)
+    if facts is None:
+        if name in _EXEMPT or spec.name in _EXEMPT or name.startswith("__"):
+            facts = (True, None, None, None, None)
+        else:
+            shown = MESSAGE_NAMES.get(name, name)
+            options = OVERLOADS.get(spec.name, {}).get("method" if method else "function")
+            numbers_ok = name in NUMBERS_AS_TENSORS
+            sigs = None if options is None else tuple(_parsed(shown, o, numbers_ok) for o in options)
+            facts = (False, shown, derived_signature(spec, shown, method), options, sigs)
+        facts = _CALLS[key] = facts
+    return facts
+
+
 def check_call(spec, name: str, args, kwargs: dict, method: bool) -> None:
     """Refuse a call the way torch's argument parser does, before the op runs. ``args`` excludes ``self``
     for a method call. Only tensor-typed parameters, arity and keywords decide; the op checks the rest."""
-    if name in _EXEMPT or spec.name in _EXEMPT or name.startswith("__"):
+    exempt, shown, derived, options, sigs = _call_facts(spec, name, method)
+    if exempt:
         return
-    shown = MESSAGE_NAMES.get(name, name)
     args = list(args)
-    derived = derived_signature(spec, shown, method)
     if not method and spec.name in PYTHON_ATTRIBUTE:
         _python_attribute(spec, derived, args, kwargs)
-    form = "method" if method else "function"
-    options = OVERLOADS.get(spec.name, {}).get(form)
     if options is None:
-        _parse(derived, args, kwargs, True)
+        if not _accepted(derived, args, kwargs):
+            _parse(derived, args, kwargs, True)
+            _accept(derived, args, kwargs)
         return
-    numbers_ok = name in NUMBERS_AS_TENSORS
-    sigs = [_parsed(shown, o, numbers_ok) for o in options]
-    if any(_parse(s, args, kwargs, False) for s in sigs):
-        return  # one of torch's overloads takes it: the op checks the rest
+    for s in sigs:
+        if _accepted(s, args, kwargs):
+            return
+        if _parse(s, args, kwargs, False):
+            _accept(s, args, kwargs)
+            return  # one of torch's overloads takes it: the op checks the rest
     n = len(args) + len(kwargs)
     if len(sigs) == 1 and spec.name not in _HIDDEN:
         _parse(sigs[0], args, kwargs, True)

@@ -90,3 +90,51 @@ def test_mm_result_owns_its_data_so_a_leaf_grad_is_not_copied():
     backward(out.sum())
     assert b.grad.data.flags.owndata
     np.testing.assert_array_equal(b.grad.data, np.full((3, 4), 2.0, np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("number", [2.5, 3, True])
+@pytest.mark.parametrize("shape", [(), (3,), (2, 1)])
+def test_float_tensor_with_wrapped_number_matches_the_general_result_type(dtype, number, shape):
+    from engine import dtypes as D
+    t = Tensor(np.full(shape, 1.5, dtype))
+    w = wrapped_number(number)
+    name, a, b = binary_operands(t, w)
+    assert name == D.result_type(t, w) == np.dtype(dtype).name
+    assert a is t.data and b.dtype == dtype and b == np.asarray(w.data).astype(dtype)
+
+
+def test_signature_memo_accepts_by_argument_classes_only():
+    """A call accepted once does not let a call of other argument classes through: torch's message still."""
+    from engine.errors import TorchTypeError
+    from engine.program import State, run_program
+    st = State()
+    st.tensors = {"x": tensor([1.0, 2.0], requires_grad=True)}
+    for _ in range(2):  # the second time from the remembered classes
+        run_program(st, [{"op": "mul", "args": ["x", 2.0], "out": "y"}, {"op": "exp", "args": ["x"]},
+                         {"op": "add", "args": ["x", "x"], "kwargs": {"alpha": 2}}])
+    refused = [([{"op": "mul", "args": ["x", [2.0]]}], "mul(): argument 'other' (position 2) must be Tensor, not list"),
+               ([{"op": "add", "args": ["x", "x"], "kwargs": {"beta": 2}}],
+                "add() got an unexpected keyword argument 'beta'"),
+               ([{"op": "exp", "args": ["x", "x"]}], "exp() takes 1 positional argument but 2 were given"),
+               ([{"op": "exp", "args": [2.0]}], "exp(): argument 'input' (position 1) must be Tensor, not float")]
+    names = dict(st.tensors)
+    for ops, message in refused:
+        with pytest.raises(TorchTypeError) as err:
+            run_program(st, ops)
+        assert str(err.value).startswith(message)
+    assert st.tensors == names  # nothing bound by a refused program
+
+
+def test_program_ops_keep_grad_mode_per_op():
+    """no_grad ops (per op and for the whole list) and grad ops in one list, in either order."""
+    from engine.program import State, run_program
+    st = State()
+    st.tensors = {"x": tensor([1.0, 2.0], requires_grad=True)}
+    run_program(st, [{"op": "mul", "args": ["x", 2.0], "out": "a", "no_grad": True},
+                     {"op": "mul", "args": ["x", 2.0], "out": "b"},
+                     {"op": "exp", "args": ["x"], "out": "c", "no_grad": True}])
+    assert not st.tensors["a"].requires_grad and st.tensors["b"].grad_fn.name == "MulBackward0"
+    assert not st.tensors["c"].requires_grad
+    run_program(st, [{"op": "mul", "args": ["x", 2.0], "out": "d"}], no_grad=True)
+    assert not st.tensors["d"].requires_grad
