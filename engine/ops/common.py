@@ -94,7 +94,7 @@ def binary_operands(a, b, dtype: str | None = None):
                 # torch.result_type gives whatever the number's kind
                 if ad.shape != bd.shape:
                     broadcast_shapes(ad.shape, bd.shape, ad.itemsize)
-                return _FROM_NP[ad.dtype], ad, bd.astype(ad.dtype)
+                return _FROM_NP[ad.dtype], ad, kcall(K.astype, bd, ad.dtype)
         elif (b.__class__ is float or b.__class__ is int) and ad.dtype.kind == "f" and not a._wrapped:
             # a float tensor with a Python number keeps the tensor's dtype (torch.result_type)
             return _FROM_NP[ad.dtype], ad, ad.dtype.type(b)
