@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, ShapeError, TorchRuntimeError
+from ..grad_mode import _grad_enabled
 from ..registry import jvp, needs_grad, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, saved_int, signed_int, wrap_dim
@@ -24,7 +25,7 @@ from .elementwise import add_t, eq, where
 from .linalg import matmul
 from .reduction import amax, amin
 from .reduction import norm as _vector_norm
-from .shape import squeeze, transpose, unsqueeze
+from .shape import expand, squeeze, transpose, unsqueeze
 
 SignLogabsdet = namedtuple("SignLogabsdet", ["sign", "logabsdet"])
 
@@ -113,11 +114,41 @@ def det(self):
     return _det(require_tensor(self, "input", "det"), "linalg.det")
 
 
+def _diag_of(g: Tensor, n: int) -> Tensor:
+    """FunctionsManual's right-hand side g * I, transposed (F-ordered for the LU solve):
+    ``diag_embed(g.unsqueeze(-1).expand(..., n)).mT()``."""
+    from .matrix import diag_embed
+    return _mT(diag_embed(expand(unsqueeze(g, -1), g.shape + (n,))))
+
+
+def _singular_det_grad(A: Tensor, g: Tensor) -> Tensor:
+    """The gradient of det at singular matrices (torch: through the SVD, A = U S Vh, d det = det(U) det(Vh)
+    * U diag(prod_{j != i} S_j) Vh): the value only, as a constant (the SVD has no backward here)."""
+    u, sv, vh = np.linalg.svd(A.data.astype(np.float64))
+    k = sv.shape[-1]
+    others = np.stack([np.prod(np.delete(sv, i, -1), -1) for i in range(k)], -1)
+    alpha = np.linalg.det(u) * np.linalg.det(vh) * g.data
+    out = (u * (alpha[..., None] * others)[..., None, :]) @ vh
+    return Tensor(out.astype(A.data.dtype))
+
+
 @vjp("LinalgDetBackward0", inputs=("A",), saves=("A", "LU", "pivots", "result"))
 def _(ctx, grad):
-    # d det / dA = det * A^{-T} (invertible A)
-    scale = unsqueeze(unsqueeze(grad * ctx.result, -1), -1)
-    return scale * _mT(linalg_inv(ctx.A)),
+    # FunctionsManual linalg_det_backward: solve(A^H, diag(grad * det)) (invertible A; a LinalgSolveExBackward0
+    # under create_graph), through the SVD when A is singular; a 1x1 A's gradient is grad itself
+    A = ctx.A
+    n = A.shape[-1]
+    if n == 1:
+        return expand(unsqueeze(unsqueeze(grad, -1), -1), A.shape),
+    if np.all(ctx.result.data != 0):
+        try:
+            return linalg_solve(_mT(A), _diag_of(grad * ctx.result, n)),
+        except TorchRuntimeError:
+            pass
+    # a zero determinant: torch gives zeros, or under create_graph the SVD formula's value
+    if not _grad_enabled.get():
+        return Tensor(np.zeros(A.data.shape, A.data.dtype)),
+    return _singular_det_grad(A, grad),
 
 
 @jvp("LinalgDetBackward0")
@@ -154,7 +185,8 @@ def _(ctx, grads):
     g = grads[1]
     if g is None:
         return None,
-    return unsqueeze(unsqueeze(g, -1), -1) * _mT(linalg_inv(ctx.A)),
+    # FunctionsManual slogdet_backward: solve(A^H, diag(g)) (singular A: linalg.solve's error, as torch)
+    return linalg_solve(_mT(ctx.A), _diag_of(g, ctx.A.shape[-1])),
 
 
 @jvp("LinalgSlogdetBackward0")

@@ -184,6 +184,22 @@ def _(ctx, grad):
     return (grad * ctx.other if n[0] else None), (grad * ctx.self if n[1] else None)
 
 
+def mul_number(t: Tensor, n) -> Tensor:
+    """``tensor * number`` as torch records it inside C++ formulas (mul.Scalar -> MulBackward1)."""
+    dtype, a, _ = binary_operands(t, n)
+    return record("MulBackward1", np.asarray(a * NP[dtype].type(n), NP[dtype]), (t,), {"other": n})
+
+
+@vjp("MulBackward1", inputs=("self",), saves=("other",))
+def _(ctx, grad):
+    return mul_number(grad, ctx.other),
+
+
+@jvp("MulBackward1")
+def _(ctx, self_t):
+    return mul_number(self_t, ctx.other)
+
+
 @jvp("MulBackward0")
 def _(ctx, self_t, other_t):
     # torch: other_t * self_p + self_t * other_p, a missing tangent being zeros of its input's dtype (which
@@ -225,7 +241,7 @@ def div(self, other, rounding_mode=None):
     if rounding_mode is None:
         return record("DivBackward0", np.asarray(out), (self, edge_other), {"self": self, "other": o})
     return record("DivBackward2", np.asarray(out), (self, edge_other),
-                  {"self": None, "other": o, "rounding_mode": rounding_mode})
+                  {"self": self, "other": o, "rounding_mode": rounding_mode})
 
 
 def _div_floor_floating(a, b):
@@ -252,7 +268,8 @@ def _(ctx, grad):
 jvp("DivBackward0")(elementwise_jvp)
 
 
-@vjp("DivBackward2", inputs=("self", "other"), saves=("self", "other", "rounding_mode"))
+@vjp("DivBackward2", inputs=("self", "other"),
+     saves={"self": ("other",), "other": ("self", "other"), "rounding_mode": ()})
 def _(ctx, grad):
     n = ctx.needs
     z = zeros_like(grad)
@@ -704,7 +721,7 @@ def atanh(self):
 @vjp("AtanhBackward0", inputs=("self",), saves=("self",))
 def _(ctx, grad):
     x = ctx.self
-    return grad * reciprocal(1 - x * x),
+    return grad / (1 - x * x),  # derivatives.yaml: grad * 1 / (1 - self.pow(2)), a DivBackward0 on top
 
 
 @jvp("AtanhBackward0")
@@ -859,7 +876,8 @@ def hypot(self, other):
 def _(ctx, grad):
     n = ctx.needs
     r = ctx.result
-    return (grad * (ctx.self / r) if n[0] else None), (grad * (ctx.other / r) if n[1] else None)
+    # derivatives.yaml: grad * self / result (a DivBackward0 on top)
+    return (grad * ctx.self / r if n[0] else None), (grad * ctx.other / r if n[1] else None)
 
 
 @jvp("HypotBackward0")

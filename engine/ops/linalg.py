@@ -16,7 +16,7 @@ from ..grad_mode import check_numel, no_grad
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor
-from .elementwise import add_t, mul, scale_t
+from .elementwise import add_t, mul, mul_number, scale_t
 from .shape import _squeeze_dim, _unsafe_view, contiguous, expand, reshape, squeeze, t, transpose, unsqueeze
 
 
@@ -257,14 +257,15 @@ def _check_expand(self: Tensor, target: tuple) -> None:
 def _(ctx, grad):
     n = ctx.needs
     alpha, beta = ctx.alpha, ctx.beta
-    g_self = (grad if beta == 1 else grad * beta) if n[0] else None
+    # derivatives.yaml: maybe_multiply(..., beta / alpha): a MulBackward1 unless the factor is 1
+    g_self = (grad if beta == 1 else mul_number(grad, beta)) if n[0] else None
     g1 = g2 = None
     if n[1]:
         g1 = mm(grad, t(ctx.mat2))
-        g1 = g1 if alpha == 1 else g1 * alpha
+        g1 = g1 if alpha == 1 else mul_number(g1, alpha)
     if n[2]:
         g2 = mm(t(ctx.mat1), grad)
-        g2 = g2 if alpha == 1 else g2 * alpha
+        g2 = g2 if alpha == 1 else mul_number(g2, alpha)
     return g_self, g1, g2
 
 

@@ -307,9 +307,12 @@ def huber_loss(input, target, reduction="mean", delta=1.0):
 def _(ctx, grad):
     n = ctx.needs
     delta = ctx.delta
-    if ctx.target.dtype != ctx.self.dtype:  # huber_loss_backward's kernel wants one dtype (the loss's = self's)
-        raise TorchRuntimeError(f"Found dtype {D.SCALAR_TYPE_NAMES[ctx.target.dtype]} but expected "
-                                f"{D.SCALAR_TYPE_NAMES[ctx.self.dtype]}", code="dtype_mismatch")
+    if ctx.target.dtype != ctx.self.dtype:
+        # huber_loss_backward(grad, x, y) wants y in x's dtype; torch runs it as (grad, self, target) for self's
+        # gradient and as (grad, target, self) for target's, the first needed one failing
+        want, got = (ctx.self, ctx.target) if n[0] else (ctx.target, ctx.self)
+        raise TorchRuntimeError(f"Found dtype {D.SCALAR_TYPE_NAMES[got.dtype]} but expected "
+                                f"{D.SCALAR_TYPE_NAMES[want.dtype]}", code="dtype_mismatch")
     x = ctx.self - ctx.target
     g = _piecewise_backward(x, grad, _norm(ctx.reduction, x.numel()), delta, delta, lambda v: v)
     return (g if n[0] else None), (-g if n[1] else None)
@@ -370,14 +373,14 @@ def _(ctx, grad):
         g_self = grad * (x - ctx.target) / clamp_min((1 - x) * x, _BCE_EPS)
         if w is not None:
             g_self = g_self * w
-        if red == 1:
-            g_self = g_self / x.numel()
+        if red == 1:  # grad_input.div_(numel): a DivBackward1
+            g_self = _div_number(g_self, x.numel())
     if n[1]:
         g_target = neg(log(x / (1 - x))) * grad
         if w is not None:
             g_target = g_target * w
         if red == 1:
-            g_target = g_target / x.numel()
+            g_target = _div_number(g_target, x.numel())
     return g_self, g_target
 
 
@@ -441,14 +444,14 @@ def _(ctx, grad):
         if w is not None:
             g_self = g_self * w
         if red == 1:
-            g_self = g_self / x.numel()
+            g_self = _div_number(g_self, x.numel())  # grad_input.div_(numel): a DivBackward1
     if n[1]:
         g_target = (logsigmoid(-x) - logsigmoid(x) * pw) if pw is not None else -x
         g_target = g_target * grad
         if w is not None:
             g_target = g_target * w
         if red == 1:
-            g_target = g_target / x.numel()
+            g_target = _div_number(g_target, x.numel())
     return g_self, g_target
 
 

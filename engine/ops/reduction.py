@@ -533,9 +533,8 @@ def _(ctx, grad):
     corr = 1 if ctx.correction is None else ctx.correction
     dims = tuple(ctx.dim) if ctx.dim else None
     r = ctx.result
-    g = _var_backward(grad / (r * 2), ctx.self, dims, corr, ctx.keepdim)
-    nd = ctx.self.data.ndim
-    return masked_fill(g, eq(_restore(r, dims, nd, ctx.keepdim), 0), 0),
+    # FunctionsManual std_backward: var_backward of (grad / (2 * result)).masked_fill_(result == 0, 0)
+    return _var_backward(masked_fill(grad / (r * 2), eq(r, 0), 0), ctx.self, dims, corr, ctx.keepdim),
 
 
 jvp("StdBackward0")(_reduce_jvp)
@@ -583,18 +582,23 @@ def _(ctx, grad):
     p = ctx.ord
     g = _restore(grad, dims, nd, ctx.keepdim)
     r = _restore(ctx.result, dims, nd, ctx.keepdim)
+    # FunctionsManual norm_backward, expression by expression (its nodes are the double backward's)
     if p == 0:
-        return x * 0,
+        return None,
     if p == 1:
         return sign(x) * g,
     if p == 2:
-        return masked_fill(x * (g / r), eq(r, 0), 0),
+        return g * masked_fill(x / r, eq(r, 0), 0),
     if p in (np.inf, -np.inf):
-        mask = _to_float(eq(abs_(x), r), x.dtype)
+        from .elementwise import isnan, logical_or
+        ax = abs_(x)
+        mask = _to_float(logical_or(eq(ax, r), isnan(ax)), x.dtype)
         count = sum(mask, list(dims), keepdim=True) if dims else sum(mask)
         return sign(x) * ((g / count) * mask),
-    ax = abs_(x)
-    return masked_fill(x * pow_(ax, p - 2) * g / pow_(r, p - 1), eq(r, 0), 0),
+    if p < 1:
+        return sign(x) * masked_fill(pow_(abs_(x), p - 1), eq(x, 0), 0) * g * pow_(r, 1 - p),
+    scaled = sign(x) * pow_(abs_(x), p - 1) if p < 2 else x * pow_(abs_(x), p - 2)
+    return scaled * masked_fill(g / pow_(r, p - 1), eq(r, 0), 0),
 
 
 jvp("LinalgVectorNormBackward0")(_reduce_jvp)
