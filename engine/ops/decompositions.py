@@ -87,6 +87,15 @@ def _lu_slots(a: np.ndarray, factor, *tensors) -> dict:
     return {"LU": Tensor(lu), "pivots": Tensor(piv)}
 
 
+def _lapack_layout(x: np.ndarray, dtype) -> np.ndarray:
+    """x laid out as torch's LAPACK-backed results are (inv, solve, cholesky, solve_triangular): each matrix of
+    the last two dims column-major, batches outermost, so ``.view`` fails and ``reshape`` copies as in torch."""
+    x = np.asarray(x, dtype)
+    if x.ndim < 2:
+        return np.ascontiguousarray(x)
+    return np.swapaxes(np.ascontiguousarray(np.swapaxes(x, -1, -2)), -1, -2)
+
+
 def _batch_prefix(info: np.ndarray, i: int) -> str:
     if info.ndim == 0:
         return ""
@@ -96,9 +105,26 @@ def _batch_prefix(info: np.ndarray, i: int) -> str:
 # ----- det, slogdet, logdet ---------------------------------------------------------------------------
 
 
+def _nonfinite_slogdet(a: np.ndarray):
+    """(sign, logabsdet) from torch's own LU when A has inf or NaN entries: the elimination makes NaNs
+    (0 * inf) that LAPACK's det carries through, where numpy's det/slogdet give 0 / -inf."""
+    lu, piv, _ = _det_lu(a)
+    d = np.diagonal(lu, 0, -2, -1)
+    swaps = np.sum(piv != np.arange(1, a.shape[-1] + 1), -1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sign = np.sign(np.prod(np.sign(d), -1)) * np.where(swaps % 2, -1, 1)
+        sign = np.where(np.isnan(sign), 0, sign)
+        return sign, np.sum(np.log(np.abs(d)), -1)
+
+
 def _det(A: Tensor, name: str) -> Tensor:
     A = _square_float(A, name)
-    out = np.asarray(np.linalg.det(A.data), A.data.dtype)
+    if np.all(np.isfinite(A.data)):
+        out = np.asarray(np.linalg.det(A.data), A.data.dtype)
+    else:
+        sign, lad = _nonfinite_slogdet(A.data)
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = np.asarray(sign * np.exp(lad), A.data.dtype)
     return record("LinalgDetBackward0", out, (A,), {"A": A, **_lu_slots(A.data, _det_lu, A), "result": "result"})
 
 
@@ -161,7 +187,7 @@ def _(ctx, A_t):
 
 def _slogdet(A: Tensor, name: str):
     A = _square_float(A, name)
-    sign, lad = np.linalg.slogdet(A.data)
+    sign, lad = np.linalg.slogdet(A.data) if np.all(np.isfinite(A.data)) else _nonfinite_slogdet(A.data)
     dt = A.data.dtype
     sign_t, lad_t = record("LinalgSlogdetBackward0", (np.asarray(sign, dt), np.asarray(lad, dt)), (A,),
                            {"A": A, **_lu_slots(A.data, _det_lu, A), "sign": "result"})
@@ -228,7 +254,7 @@ def linalg_inv(A):
         inv = np.linalg.inv(A.data)
     except np.linalg.LinAlgError:
         raise _singular(A, "linalg.inv", "inversion") from None
-    return record("LinalgInvExBackward0", inv.astype(A.data.dtype, copy=False), (A,), {"inverse": "result"})
+    return record("LinalgInvExBackward0", _lapack_layout(inv, A.data.dtype), (A,), {"inverse": "result"})
 
 
 @op("inverse", tensors=("self",), grad_fns=("LinalgInvExBackward0",), family="linalg")
@@ -285,7 +311,9 @@ def linalg_solve(A, B, left=True):
     except np.linalg.LinAlgError:
         raise _singular(A, "torch.linalg.solve", "solve") from None
     x = x[..., 0] if vec else x
-    return record("LinalgSolveExBackward0", np.ascontiguousarray(x, A.data.dtype), (A, B),
+    # LAPACK's X is column-major (a vector case's batch of vectors too); X A = B is solved transposed: row-major
+    x = _lapack_layout(x, A.data.dtype) if left else np.ascontiguousarray(x, A.data.dtype)
+    return record("LinalgSolveExBackward0", x, (A, B),
                   {"A": A, **_lu_slots(A.data, _lu, A, B), "left": left, "result": "result"})
 
 
@@ -294,12 +322,13 @@ def _(ctx, grad):
     n = ctx.needs
     A, X, left = ctx.A, ctx.result, ctx.left
     vec = X.data.ndim == A.data.ndim - 1 or X.data.ndim == 1
-    gB = linalg_solve(_mT(A), grad, left=left)
+    # FunctionsManual linalg_solve_backward: the vector case solves a matrix right-hand side and squeezes
+    gBm = linalg_solve(_mT(A), unsqueeze(grad, -1) if vec else grad, left=left)
     gA = None
     if n[0]:
-        gBm, Xm = (unsqueeze(gB, -1), unsqueeze(X, -1)) if vec else (gB, X)
+        Xm = unsqueeze(X, -1) if vec else X
         gA = -matmul(gBm, _mT(Xm)) if left else -matmul(_mT(Xm), gBm)
-    return gA, (gB if n[1] else None)
+    return gA, ((squeeze(gBm, -1) if vec else gBm) if n[1] else None)
 
 
 @jvp("LinalgSolveExBackward0")
@@ -335,7 +364,7 @@ def linalg_cholesky(A, upper=False):
                                     f"not positive-definite).", code="not_positive_definite",
                                     exception="torch.linalg.LinAlgError") from None
     L = np.linalg.cholesky(np.tril(a) + np.swapaxes(np.tril(a, -1), -1, -2))  # LAPACK reads the lower half
-    out = np.ascontiguousarray(np.swapaxes(L, -1, -2) if upper else L).astype(a.dtype, copy=False)
+    out = _lapack_layout(np.swapaxes(L, -1, -2) if upper else L, a.dtype)
     return record("LinalgCholeskyExBackward0", out, (A,), {"L": "result", "upper": upper})
 
 
@@ -349,15 +378,57 @@ def _is_pd(m: np.ndarray) -> bool:
 
 @vjp("LinalgCholeskyExBackward0", inputs=("A",), saves=("L", "upper"))
 def _(ctx, grad):
-    from .matrix import diagonal as diag_
-    from .matrix import diagonal_backward, tril
+    from .elementwise import mul_number
+    from .matrix import tril
     L, gL = (_mT(ctx.L), _mT(grad)) if ctx.upper else (ctx.L, grad)
-    # FunctionsManual cholesky_backward: gA = L^{-H} phi(L^H gL) L^{-1}, phi = tril with a halved diagonal
-    L_inv = linalg_inv(L)
-    phi = tril(matmul(_mT(L), gL))
-    phi = phi - diagonal_backward(diag_(phi, 0, -2, -1) * 0.5, phi.shape, 0, phi.data.ndim - 2, phi.data.ndim - 1)
-    g = matmul(matmul(_mT(L_inv), phi), L_inv)
-    return (g + _mT(g)) * 0.5,
+    # FunctionsManual cholesky_backward: gA = L^{-H} pi*(tril(L^H gL)) L^{-1}, pi*(X) = (X + X^H - diag X) / 2,
+    # the inverses as two triangular solves
+    gA = tril(matmul(_mT(L), gL))
+    gA = mul_number(gA + _mT(tril(gA, -1)), 0.5)
+    gA = _solve_triangular(_mT(L), gA, upper=True, left=True)
+    return _solve_triangular(L, gA, upper=False, left=False),
+
+
+def _solve_triangular(A: Tensor, B: Tensor, upper: bool, left: bool = True) -> Tensor:
+    """torch.linalg.solve_triangular(A, B, upper=, left=) for the formulas that use it (not in the op table):
+    X with A X = B (or X A = B), reading only A's upper or lower triangle."""
+    a = np.triu(A.data) if upper else np.tril(A.data)
+    b = B.data
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.linalg.solve(a, b) if left else np.swapaxes(np.linalg.solve(np.swapaxes(a, -1, -2),
+                                                                           np.swapaxes(b, -1, -2)), -1, -2)
+    dt = np.result_type(A.data.dtype, B.data.dtype)
+    return record("LinalgSolveTriangularBackward0", _lapack_layout(x, dt), (A, B),
+                  {"self": A, "result": "result", "upper": upper, "left": left, "unitriangular": False})
+
+
+@vjp("LinalgSolveTriangularBackward0", inputs=("self", "B"),
+     saves={"left": (), "result": ("self",), "self": ("self", "B"), "unitriangular": (), "upper": ()})
+def _(ctx, grad):
+    from .matrix import tril, triu
+    n = ctx.needs
+    A, X, upper, left = ctx.self, ctx.result, ctx.upper, ctx.left
+    gB = _solve_triangular(_mT(A), grad, not upper, left)
+    gA = None
+    if n[0]:
+        gA = -matmul(gB, _mT(X)) if left else -matmul(_mT(X), gB)
+        gA = triu(gA) if upper else tril(gA)
+    return gA, (gB if n[1] else None)
+
+
+@jvp("LinalgSolveTriangularBackward0")
+def _(ctx, A_t, B_t):
+    from .matrix import tril, triu
+    A, X, upper, left = ctx.self, ctx.result, ctx.upper, ctx.left
+    rhs = B_t
+    if A_t is not None:
+        pA = triu(A_t) if upper else tril(A_t)
+        d = matmul(pA, X) if left else matmul(X, pA)
+        rhs = -d if rhs is None else rhs - d
+    return _solve_triangular(A, rhs, upper, left)
 
 
 @jvp("LinalgCholeskyExBackward0")

@@ -105,7 +105,8 @@ def sum_to(t: Tensor, shape: tuple) -> Tensor:
                                       if s == 1 and t.data.shape[i + lead] != 1)
     r = sum(t, list(dims), keepdim=True) if dims else t
     if r.data.shape != shape:
-        r = reshape(r, shape)
+        from .shape import view
+        r = view(r, shape)  # torch's sum_to: tensor.view(shape) (drops the kept leading dims)
     return r
 
 
