@@ -66,7 +66,7 @@ def sum(self, dim=None, keepdim=False, dtype=None):
         out = np.add.reduce(self.data, axis=None, dtype=out_dt)  # np.sum without its dispatch layer
         return record("SumBackward0", np.asarray(out, dtype=out_dt), (self,), {"self_sym_sizes": self.data.shape})
     out = np.add.reduce(self.data, axis=_axis(dims, nd), keepdims=keepdim, dtype=out_dt)
-    return record("SumBackward1", np.asarray(out, dtype=out_dt), (self,),
+    return record("SumBackward1", _c(np.asarray(out, dtype=out_dt)), (self,),
                   {"dim": list(dims) if dims is not None else [], "keepdim": keepdim,
                    "self_sym_sizes": self.data.shape})
 
@@ -91,6 +91,11 @@ def _(ctx, grad):
 @jvp("SumBackward1")
 def _(ctx, self_t):
     return sum(self_t, ctx.dim or None, keepdim=ctx.keepdim)
+
+
+def _c(a: np.ndarray) -> np.ndarray:
+    """A reduction's result as torch allocates it: contiguous (numpy's reductions keep the input's layout)."""
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
 def sum_to(t: Tensor, shape: tuple) -> Tensor:
@@ -129,7 +134,7 @@ def mean(self, dim=None, keepdim=False, dtype=None):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             out = np.mean(x, axis=_axis(dims, nd), keepdims=keepdim)
-    return record("MeanBackward1", np.asarray(out, dtype=x.dtype), (self,),
+    return record("MeanBackward1", _c(np.asarray(out, dtype=x.dtype)), (self,),
                   {"dim": list(dims) if dims is not None else [], "keepdim": keepdim,
                    "self_sym_numel": int(x.size), "self_sym_sizes": self.data.shape})
 
@@ -170,7 +175,7 @@ def prod(self, dim=None, keepdim=False, dtype=None):
         return record("ProdBackward0", out, (self,), {"result": "result", "self": self})
     d = wrap_dim(dim, self.data.ndim)
     out = np.asarray(np.prod(self.data, axis=d if self.data.ndim else None, keepdims=keepdim, dtype=out_dt))
-    return record("ProdBackward1", out, (self,), {"dim": d, "keepdim": keepdim, "result": "result", "self": self})
+    return record("ProdBackward1", _c(out), (self,), {"dim": d, "keepdim": keepdim, "result": "result", "self": self})
 
 
 def _prod_others(x: np.ndarray, axis) -> np.ndarray:
@@ -247,8 +252,8 @@ def _max_min(self, dim, keepdim, other, is_max: bool):
         else self.data.copy()
     if nd and not keepdim:
         vals = np.squeeze(vals, axis=d)
-    indices = Tensor(idx)
-    values = record("MaxBackward0" if is_max else "MinBackward0", np.asarray(vals), (self,),
+    indices = Tensor(_c(idx))
+    values = record("MaxBackward0" if is_max else "MinBackward0", _c(np.asarray(vals)), (self,),
                     {"dim": d, "indices": indices, "keepdim": keepdim, "self_sym_sizes": self.data.shape})
     return ValuesIndices(values, indices)
 
@@ -349,7 +354,7 @@ def _amax_amin(self, dim, keepdim, is_max):
                                       code="empty_reduction")
     fn = np.max if is_max else np.min
     out = np.asarray(fn(self.data, axis=_axis(dims, nd), keepdims=keepdim))
-    return record("AmaxBackward0" if is_max else "AminBackward0", out, (self,),
+    return record("AmaxBackward0" if is_max else "AminBackward0", _c(out), (self,),
                   {"dim": list(dims) if dims is not None else [], "keepdim": keepdim, "result": "result",
                    "self": self})
 
@@ -434,7 +439,7 @@ def logsumexp(self, dim, keepdim=False):
         out = np.log(np.sum(np.exp(x - m), axis=ax, keepdims=True)) + m
     if not keepdim:
         out = np.squeeze(out, axis=ax) if nd else out.reshape(())
-    return record("LogsumexpBackward0", np.asarray(out, x.dtype), (self,),
+    return record("LogsumexpBackward0", _c(np.asarray(out, x.dtype)), (self,),
                   {"dim": list(dims) if dims is not None else list(range(nd)), "keepdim": keepdim,
                    "result": "result", "self": self})
 
@@ -503,7 +508,7 @@ def var(self, dim=None, unbiased=None, keepdim=False, correction=None):
     self = require_tensor(self)
     corr, saved_corr = _correction(unbiased, correction)
     dims, out = _var_forward(self, dim, corr, keepdim)
-    return record("VarBackward0", out, (self,),
+    return record("VarBackward0", _c(out), (self,),
                   {"correction": saved_corr, "dim": list(dims) if dims is not None else None, "keepdim": keepdim,
                    "self": self})
 
@@ -524,7 +529,7 @@ def std(self, dim=None, unbiased=None, keepdim=False, correction=None):
     self = require_tensor(self)
     corr, saved_corr = _correction(unbiased, correction)
     dims, out = _var_forward(self, dim, corr, keepdim)
-    return record("StdBackward0", np.sqrt(out), (self,),
+    return record("StdBackward0", _c(np.sqrt(out)), (self,),
                   {"correction": saved_corr, "dim": list(dims) if dims is not None else None, "keepdim": keepdim,
                    "result": "result", "self": self})
 
@@ -570,7 +575,7 @@ def norm(self, p=2, dim=None, keepdim=False):
         out = np.sum(a != 0, axis=ax, keepdims=keepdim).astype(a.dtype)
     else:
         out = np.power(np.sum(np.power(a, a.dtype.type(p)), axis=ax, keepdims=keepdim), a.dtype.type(1.0 / p))
-    return record("LinalgVectorNormBackward0", np.asarray(out, a.dtype), (self,),
+    return record("LinalgVectorNormBackward0", _c(np.asarray(out, a.dtype)), (self,),
                   {"dim": list(dims) if dims is not None else None, "keepdim": keepdim, "ord": p,
                    "result": "result", "self": self})
 
