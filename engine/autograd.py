@@ -355,6 +355,13 @@ def _fused_jvp(ctx, *tangents):
                             code="internal_error")
 
 
+def _expandable(shape: tuple, to: tuple) -> bool:
+    """``shape`` broadcasts to ``to`` (torch's is_expandable_to)."""
+    if len(shape) > len(to):
+        return False
+    return all(s == t or s == 1 for s, t in zip(reversed(shape), reversed(to)))
+
+
 def _apply(node: Node, grads: list) -> list:
     """Run a node's VJP; un-broadcast and cast each result to its input's shape and dtype."""
     prim = PRIMS[node.prim]
@@ -365,13 +372,17 @@ def _apply(node: Node, grads: list) -> list:
     else:
         outs = prim.vjp(ctx, grads[0] if prim.n_outputs == 1 else grads)
     res = []
-    for (child, _), meta, o in zip(node.next_functions, node.input_meta, outs):
+    for i, ((child, _), meta, o) in enumerate(zip(node.next_functions, node.input_meta, outs)):
         if child is None or o is None:
             res.append(None)
             continue
         shape, dt = meta
         d = o.data
         if d.shape != shape:
+            if not _expandable(shape, d.shape):  # torch's validate_outputs
+                raise TorchRuntimeError(f"Function {node.name} returned an invalid gradient at index {i} - got "
+                                        f"{list(d.shape)} but expected shape compatible with {list(shape)}",
+                                        code="invalid_gradient")
             from .ops.reduction import sum_to
             o = sum_to(o, shape)
             d = o.data

@@ -229,8 +229,8 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
 
 
 @vjp("ConvolutionBackward0", inputs=("input", "weight", "bias"),
-     saves={"bias_sym_sizes_opt": (), "dilation": (), "groups": (), "input": ("weight",), "output_padding": (),
-            "padding": (), "stride": (), "transposed": (), "weight": ("input",)})
+     saves={"bias_sym_sizes_opt": (), "dilation": (), "groups": (), "input": (), "output_padding": (),
+            "padding": (), "stride": (), "transposed": (), "weight": ()})
 def _(ctx, grad):
     need_in, need_w, need_b = ctx.needs
     x, w, groups = ctx.input, ctx.weight, ctx.groups

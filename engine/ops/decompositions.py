@@ -211,8 +211,38 @@ def _(ctx, grads):
     g = grads[1]
     if g is None:
         return None,
-    # FunctionsManual slogdet_backward: solve(A^H, diag(g)) (singular A: linalg.solve's error, as torch)
-    return linalg_solve(_mT(ctx.A), _diag_of(g, ctx.A.shape[-1])),
+    # FunctionsManual slogdet_backward: under create_graph solve(A^H, diag(g)) (a singular A: linalg.solve's
+    # error); otherwise LAPACK's getrs on the saved LU of A^T, which checks nothing (inf/nan at a singular A)
+    if _grad_enabled.get():
+        return linalg_solve(_mT(ctx.A), _diag_of(g, ctx.A.shape[-1])),
+    n = ctx.A.shape[-1]
+    b = np.broadcast_to(np.eye(n, dtype=g.data.dtype), g.shape + (n, n)) * g.data[..., None, None]
+    a_t = np.swapaxes(ctx.A.data, -1, -2)
+    try:
+        return Tensor(np.linalg.solve(a_t, b).astype(b.dtype, copy=False)),
+    except np.linalg.LinAlgError:
+        return Tensor(_getrs(ctx.LU.data, ctx.pivots.data, b)),
+
+
+def _getrs(lu: np.ndarray, piv: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """LAPACK getrs ('N'): X with (P L U) X = B from a getrf factorization (1-based pivots), without any
+    singularity check: a zero pivot divides (inf, and nan from 0 * inf), as torch's lu_solve does."""
+    x = np.array(np.broadcast_to(b, lu.shape[:-2] + b.shape[-2:]), dtype=lu.dtype)
+    n = lu.shape[-1]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for i in range(n):  # row interchanges
+            j = piv[..., i] - 1
+            xi = np.take_along_axis(x, np.broadcast_to(np.full(j.shape, i)[..., None, None], x.shape[:-2] + (1,) +
+                                                       x.shape[-1:]), -2).copy()
+            xj = np.take_along_axis(x, np.broadcast_to(j[..., None, None], x.shape[:-2] + (1,) + x.shape[-1:]), -2)
+            np.put_along_axis(x, np.broadcast_to(np.full(j.shape, i)[..., None, None], xi.shape), xj, -2)
+            np.put_along_axis(x, np.broadcast_to(j[..., None, None], xi.shape), xi, -2)
+        for k in range(n):  # L (unit lower), column by column
+            x[..., k + 1:, :] -= lu[..., k + 1:, k, None] * x[..., k, None, :]
+        for k in range(n - 1, -1, -1):  # U, from the last row up
+            x[..., k, :] /= lu[..., k, k, None]
+            x[..., :k, :] -= lu[..., :k, k, None] * x[..., k, None, :]
+    return x
 
 
 @jvp("LinalgSlogdetBackward0")
@@ -519,10 +549,36 @@ def linalg_norm(A, ord=None, dim=None, keepdim=False):
 # ----- cross ------------------------------------------------------------------------------------------
 
 
+def _fma(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """x * y + z rounded once (C's fma). float32 through float64 (its products are exact there); float64 by
+    Dekker's exact product and an error-compensated sum (correct to the last bit but in rare ties)."""
+    if x.dtype != np.float64:
+        return (x.astype(np.float64) * y.astype(np.float64) + z.astype(np.float64)).astype(x.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = x * y
+        split = 134217729.0  # 2^27 + 1
+
+        def halves(v):
+            t = split * v
+            hi = t - (t - v)
+            return hi, v - hi
+        xh, xl = halves(x)
+        yh, yl = halves(y)
+        e = ((xh * yh - p) + xh * yl + xl * yh) + xl * yl
+        s = p + z
+        bb = s - p
+        t = (p - (s - bb)) + (z - bb)
+        out = s + (t + e)
+        return np.where(np.isfinite(out), out, p + z)
+
+
 def _cross(self: Tensor, other: Tensor, d: int, shape: tuple, dim: int) -> Tensor:
-    a = np.broadcast_to(self.data, shape)
-    b = np.broadcast_to(other.data, shape)
-    out = np.cross(a, b, axis=d)
+    a = np.moveaxis(np.broadcast_to(self.data, shape), d, 0)
+    b = np.moveaxis(np.broadcast_to(other.data, shape), d, 0)
+    # torch's CPU kernel: out_i = a_j * b_k - a_k * b_j compiled to fma(a_j, b_k, -(a_k * b_j)), so a x a
+    # is the rounding error of a product, not 0
+    out = np.stack([_fma(a[j], b[k], -(a[k] * b[j])) for j, k in ((1, 2), (2, 0), (0, 1))])
+    out = np.moveaxis(out, 0, d)
     return record("LinalgCrossBackward0", np.ascontiguousarray(out, a.dtype), (self, other),
                   {"dim": saved_int(dim), "other": other, "self": self})
 
@@ -564,7 +620,7 @@ def cross(self, other, dim=None):
     return linalg_cross(self, other, dim=dim)
 
 
-@vjp("LinalgCrossBackward0", inputs=("self", "other"), saves=("dim", "other", "self"))
+@vjp("LinalgCrossBackward0", inputs=("self", "other"), saves={"dim": (), "other": ("self",), "self": ("other",)})
 def _(ctx, grad):
     n = ctx.needs
     d = signed_int(ctx.dim)

@@ -872,7 +872,7 @@ def hypot(self, other):
                   {"other": other, "result": "result", "self": self})
 
 
-@vjp("HypotBackward0", inputs=("self", "other"), saves=("other", "result", "self"))
+@vjp("HypotBackward0", inputs=("self", "other"), saves={"other": ("other",), "result": (), "self": ("self",)})
 def _(ctx, grad):
     n = ctx.needs
     r = ctx.result
@@ -1455,7 +1455,8 @@ def _(ctx, grad):
 jvp("LerpBackward0")(elementwise_jvp)
 
 
-@vjp("LerpBackward1", inputs=("self", "end", "weight"), saves=("end", "self", "weight"))
+@vjp("LerpBackward1", inputs=("self", "end", "weight"),
+     saves={"end": ("weight",), "self": ("weight",), "weight": ()})
 def _(ctx, grad):
     n = ctx.needs
     w = ctx.weight

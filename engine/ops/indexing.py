@@ -17,7 +17,7 @@ from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, is_number, require_tensor, saved_int, signed_int, wrap_dim
 from .reduction import ValuesIndices, _scatter_into_zeros, _value_selecting
-from .shape import _embed, _index_put_zeros, gather, index_select
+from .shape import _index_put_zeros, gather, index_select
 
 
 def _dims_list(shape) -> str:
@@ -89,10 +89,8 @@ def scatter(self, dim, index, src=None, value=None):
 
 
 def _gather_src(grad: Tensor, dim: int, index: Tensor, src_shape: tuple) -> Tensor:
-    g = gather(grad, dim, index)
-    if g.shape != tuple(src_shape):  # src larger than index: zeros where nothing was read
-        g = _embed(g, tuple(src_shape), tuple(slice(0, s) for s in index.shape))
-    return g
+    # src larger than index: an index-shaped gradient, which the backward pass refuses as torch's does
+    return gather(grad, dim, index)
 
 
 @vjp("ScatterBackward0", inputs=("self", "src"), saves=("dim", "index"))
@@ -140,7 +138,7 @@ def scatter_add(self, dim, index, src):
     return record("ScatterAddBackward0", out, (self, src), {"dim": saved_int(dim), "index": index})
 
 
-@vjp("ScatterAddBackward0", inputs=("self", "src"), saves=("dim", "index"))
+@vjp("ScatterAddBackward0", inputs=("self", "src"), saves={"dim": (), "index": ("src",)})
 def _(ctx, grad):
     n = ctx.needs
     src_shape = ctx.node.input_meta[1][0] if n[1] else None
@@ -240,7 +238,7 @@ def index_add(self, dim, index, source, alpha=1):
 
 
 @vjp("IndexAddBackward0", inputs=("self", "source"),
-     saves={"alpha": (), "dim": (), "index": (), "source": ("source",), "source_dim": ()})
+     saves={"alpha": (), "dim": (), "index": ("source",), "source": ("source",), "source_dim": ()})
 def _(ctx, grad):
     n = ctx.needs
     g_src = None

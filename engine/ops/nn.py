@@ -364,7 +364,7 @@ def binary_cross_entropy(input, target, weight=None, reduction="mean"):
 
 
 @vjp("BinaryCrossEntropyBackward0", inputs=("self", "target"),
-     saves={"reduction": (), "self": (), "target": ("self",), "weight": ()})
+     saves={"reduction": (), "self": (), "target": (), "weight": ()})
 def _(ctx, grad):
     n = ctx.needs
     x, w, red = ctx.self, ctx.weight, ctx.reduction
@@ -428,7 +428,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None
 
 
 @vjp("BinaryCrossEntropyWithLogitsBackward0", inputs=("self", "target"),
-     saves={"pos_weight": (), "reduction": (), "self": (), "target": ("self",), "weight": ()})
+     saves={"pos_weight": (), "reduction": (), "self": (), "target": (), "weight": ()})
 def _(ctx, grad):
     n = ctx.needs
     x, pw, w, red = ctx.self, ctx.pos_weight, ctx.weight, ctx.reduction

@@ -733,7 +733,8 @@ def _slice(self: Tensor, d: int, start: int, end: int, step: int) -> Tensor:
 
 @vjp("SliceBackward0", inputs=("self",), saves=("dim", "end", "self_sym_sizes", "start", "step"))
 def _(ctx, grad):
-    return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (slice(ctx.start, ctx.end, ctx.step),)),
+    return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (slice(ctx.start, ctx.end, ctx.step),),
+                  "SliceBackwardBackward0"),
 
 
 @jvp("SliceBackward0")
@@ -776,7 +777,7 @@ op("select", tensors=("self",), grad_fns=("SelectBackward0",))(_select_op)
 @vjp("SelectBackward0", inputs=("self",), saves=("dim", "index", "self_sym_sizes"))
 def _(ctx, grad):
     n = ctx.self_sym_sizes[ctx.dim]
-    return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (ctx.index % n,)),
+    return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (ctx.index % n,), "SelectBackwardBackward0"),
 
 
 @jvp("SelectBackward0")
@@ -784,11 +785,12 @@ def _(ctx, self_t):
     return select(self_t, ctx.dim, ctx.index)
 
 
-def _embed(grad: Tensor, shape: tuple, index: tuple) -> Tensor:
-    """Zeros of ``shape`` with ``grad`` written at a basic index (the VJP of select/slice)."""
+def _embed(grad: Tensor, shape: tuple, index: tuple, name: str) -> Tensor:
+    """Zeros of ``shape`` with ``grad`` written at a basic index (the VJP of select/slice: torch's
+    select_backward / slice_backward, whose nodes under create_graph are ``name``)."""
     out = np.zeros(shape, grad.data.dtype)
     out[index] = grad.data
-    return record("EmbedBackward", out, (grad,), {"index": _index_to_data(index)})
+    return record(name, out, (grad,), {"index": _index_to_data(index)})
 
 
 def _index_to_data(index: tuple) -> list:
@@ -805,15 +807,17 @@ def _index_from_data(data: list) -> tuple:
     return tuple(slice(*it["slice"]) if isinstance(it, dict) else it for it in data)
 
 
-@vjp("EmbedBackward", inputs=("grad",), saves=("index",))
-def _(ctx, grad):
+@vjp("SelectBackwardBackward0", inputs=("grad",), saves=("index",))
+@vjp("SliceBackwardBackward0", inputs=("grad",), saves=("index",))
+def _embed_vjp(ctx, grad):
     idx = _index_from_data(ctx.index)
     return _basic_index(grad, idx),
 
 
-@jvp("EmbedBackward")
-def _(ctx, grad_t):
-    return _embed(grad_t, ctx.result.data.shape, _index_from_data(ctx.index))
+@jvp("SelectBackwardBackward0")
+@jvp("SliceBackwardBackward0")
+def _embed_jvp(ctx, grad_t):
+    return _embed(grad_t, ctx.result.data.shape, _index_from_data(ctx.index), ctx._prim)
 
 
 def _basic_index(self: Tensor, idx: tuple) -> Tensor:

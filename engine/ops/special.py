@@ -32,22 +32,21 @@ _LANCZOS = (0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.323
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
+def _lgamma1(v: float) -> float:
+    try:
+        return math.lgamma(v)
+    except ValueError:  # the poles 0, -1, -2 ...
+        return math.inf
+
+
+_lgamma_vec = np.frompyfunc(_lgamma1, 1, 1)
+
+
 def _lgamma_np(x: np.ndarray) -> np.ndarray:
-    """log|Gamma(x)| (inf at the poles 0, -1, -2 ...) in float64, cast back to x's dtype."""
-    x64 = x.astype(np.float64, copy=False)
-    pole = (x64 <= 0) & (x64 == np.floor(x64))
-    refl = x64 < 0.5
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        z = np.where(refl, 1.0 - x64, x64) - 1.0
-        a = np.full_like(z, _LANCZOS[0])
-        for i, c in enumerate(_LANCZOS[1:], start=1):
-            a += c / (z + i)
-        t = z + 7.5
-        lg = _HALF_LOG_2PI + (z + 0.5) * np.log(t) - t + np.log(a)
-        r = x64 - np.round(x64)  # exact: sin(pi r) keeps its precision next to the poles
-        out = np.where(refl, math.log(math.pi) - np.log(np.abs(np.sin(np.pi * r))) - lg, lg)
-    out = np.where(pole | np.isinf(x64), np.inf, out)
-    return out.astype(x.dtype, copy=False)
+    """log|Gamma(x)| by the C library's lgamma, as torch's CPU kernel (std::lgamma): exact zeros at 1 and 2,
+    inf at the poles 0, -1, -2 ..., cast back to x's dtype."""
+    out = _lgamma_vec(x.astype(np.float64, copy=False))
+    return np.asarray(out, dtype=np.float64).astype(x.dtype, copy=False)
 
 
 def _digamma64(x: np.ndarray) -> np.ndarray:
