@@ -85,7 +85,7 @@ def add(self, other, alpha=1):
 @vjp("AddBackward0", inputs=("self", "other"), saves=("alpha",))
 def _(ctx, grad):
     alpha = ctx.alpha
-    return grad, (grad if alpha == 1 else grad * alpha)
+    return grad, (grad if alpha == 1 else mul_number(grad, alpha))  # maybe_multiply(grad, alpha)
 
 
 @jvp("AddBackward0")
@@ -126,7 +126,7 @@ def _sub_check(self, other) -> None:
 @vjp("SubBackward0", inputs=("self", "other"), saves=("alpha",))
 def _(ctx, grad):
     alpha = ctx.alpha
-    return grad, (-grad if alpha == 1 else -grad * alpha)
+    return grad, (-grad if alpha == 1 else mul_number(-grad, alpha))
 
 
 jvp("SubBackward0")(elementwise_jvp)
@@ -149,7 +149,7 @@ def rsub(self, other, alpha=1):
 @vjp("RsubBackward0", inputs=("self", "other"), saves=("alpha",))
 def _(ctx, grad):
     alpha = ctx.alpha
-    return (-grad if alpha == 1 else -grad * alpha), grad
+    return (-grad if alpha == 1 else mul_number(-grad, alpha)), grad
 
 
 jvp("RsubBackward0")(elementwise_jvp)
@@ -158,7 +158,7 @@ jvp("RsubBackward0")(elementwise_jvp)
 @vjp("RsubBackward1", inputs=("self",), saves=("alpha",))
 def _(ctx, grad):
     alpha = ctx.alpha
-    return (-grad if alpha == 1 else -grad * alpha),
+    return (-grad if alpha == 1 else mul_number(-grad, alpha)),
 
 
 jvp("RsubBackward1")(elementwise_jvp)
@@ -188,6 +188,22 @@ def mul_number(t: Tensor, n) -> Tensor:
     """``tensor * number`` as torch records it inside C++ formulas (mul.Scalar -> MulBackward1)."""
     dtype, a, _ = binary_operands(t, n)
     return record("MulBackward1", np.asarray(a * NP[dtype].type(n), NP[dtype]), (t,), {"other": n})
+
+
+def div_number(t: Tensor, n) -> Tensor:
+    """``tensor / number`` as torch records it inside C++ formulas (div.Scalar -> DivBackward1)."""
+    dtype, a, _ = binary_operands(t, n)
+    return record("DivBackward1", np.asarray(a / NP[dtype].type(n), NP[dtype]), (t,), {"other": n})
+
+
+@vjp("DivBackward1", inputs=("self",), saves=("other",))
+def _(ctx, grad):
+    return div_number(grad, ctx.other),
+
+
+@jvp("DivBackward1")
+def _(ctx, self_t):
+    return div_number(self_t, ctx.other)
 
 
 @vjp("MulBackward1", inputs=("self",), saves=("other",))
@@ -849,8 +865,10 @@ def atan2(self, other):
 def _(ctx, grad):
     n = ctx.needs
     s, o = ctx.self, ctx.other
-    recip = reciprocal(s * s + o * o)
-    return (grad * (o * recip) if n[0] else None), (grad * (-s * recip) if n[1] else None)
+    # FunctionsManual atan2_backward: recip = (self^2 + other^2).reciprocal().masked_fill_(denominator == 0, 0)
+    denom = s * s + o * o
+    recip = masked_fill(reciprocal(denom), eq(denom, 0), 0)
+    return (grad * o * recip if n[0] else None), (grad * -s * recip if n[1] else None)
 
 
 @jvp("Atan2Backward0")
@@ -1449,7 +1467,8 @@ def lerp(self, end, weight):
 def _(ctx, grad):
     w = ctx.weight
     n = ctx.needs
-    return (grad * (1 - w) if n[0] else None), (grad * w if n[1] else None)
+    # derivatives.yaml: grad * (1 - weight.toDouble()), grad * weight: scalar products (MulBackward1)
+    return (mul_number(grad, 1 - w) if n[0] else None), (mul_number(grad, w) if n[1] else None)
 
 
 jvp("LerpBackward0")(elementwise_jvp)

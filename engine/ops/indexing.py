@@ -16,8 +16,9 @@ from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, is_number, require_tensor, saved_int, signed_int, wrap_dim
+from .elementwise import mul_number
 from .reduction import ValuesIndices, _scatter_into_zeros, _value_selecting
-from .shape import _index_put_zeros, gather, index_select
+from .shape import _index_put_zeros, expand, gather, index_select
 
 
 def _dims_list(shape) -> str:
@@ -243,9 +244,11 @@ def _(ctx, grad):
     n = ctx.needs
     g_src = None
     if n[1]:
+        # derivatives.yaml: maybe_multiply(grad.index_select(dim, index).expand_as(source), alpha)
         g_src = index_select(grad, signed_int(ctx.dim), ctx.index) if grad.data.ndim else grad
+        g_src = expand(g_src, ctx.node.input_meta[1][0]) if grad.data.ndim else g_src
         if ctx.alpha != 1:
-            g_src = g_src * ctx.alpha
+            g_src = mul_number(g_src, ctx.alpha)
     return (grad if n[0] else None), g_src
 
 
@@ -315,7 +318,8 @@ def masked_select(self, mask):
 def _(ctx, grad):
     shape = broadcast_shapes(ctx.self.shape, ctx.mask.shape)
     where_true = np.nonzero(np.broadcast_to(ctx.mask.data, shape))
-    return _index_put_zeros(grad, shape, [Tensor(np.asarray(w, np.int64)) for w in where_true]),
+    return _index_put_zeros(grad, shape, [Tensor(np.asarray(w, np.int64)) for w in where_true],
+                            "MaskedScatterBackward0"),
 
 
 @jvp("MaskedSelectBackward0")

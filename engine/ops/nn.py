@@ -23,11 +23,26 @@ from ..errors import (
     dim_out_of_range,
 )
 from ..grad_mode import emit_warning
-from ..registry import PRIMS, jvp, op, record, vjp, weighted_tangent
+from ..registry import jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
-from .common import NP, binary_operands, broadcast_shapes, check_no_requires_grad, require_tensor, wrap_dim
+from .common import binary_operands, broadcast_shapes, check_no_requires_grad, require_tensor, wrap_dim
 from .elementwise import abs as abs_
-from .elementwise import add, clamp_min, eq, exp, ge, le, log, logsigmoid, masked_fill, mul, neg, sigmoid, where
+from .elementwise import (
+    add,
+    clamp_min,
+    div_number,
+    eq,
+    exp,
+    ge,
+    le,
+    log,
+    logsigmoid,
+    masked_fill,
+    mul,
+    neg,
+    sigmoid,
+    where,
+)
 from .linalg import addmm, matmul
 from .reduction import mean, sum
 from .shape import expand, reshape, t, to, unsqueeze, view
@@ -374,13 +389,13 @@ def _(ctx, grad):
         if w is not None:
             g_self = g_self * w
         if red == 1:  # grad_input.div_(numel): a DivBackward1
-            g_self = _div_number(g_self, x.numel())
+            g_self = div_number(g_self, x.numel())
     if n[1]:
         g_target = neg(log(x / (1 - x))) * grad
         if w is not None:
             g_target = g_target * w
         if red == 1:
-            g_target = _div_number(g_target, x.numel())
+            g_target = div_number(g_target, x.numel())
     return g_self, g_target
 
 
@@ -444,14 +459,14 @@ def _(ctx, grad):
         if w is not None:
             g_self = g_self * w
         if red == 1:
-            g_self = _div_number(g_self, x.numel())  # grad_input.div_(numel): a DivBackward1
+            g_self = div_number(g_self, x.numel())  # grad_input.div_(numel): a DivBackward1
     if n[1]:
         g_target = (logsigmoid(-x) - logsigmoid(x) * pw) if pw is not None else -x
         g_target = g_target * grad
         if w is not None:
             g_target = g_target * w
         if red == 1:
-            g_target = _div_number(g_target, x.numel())
+            g_target = div_number(g_target, x.numel())
     return g_self, g_target
 
 
@@ -569,24 +584,6 @@ def _(ctx, self_t):
     return sum(w, 1) if ctx.reduction == 0 and self_t.data.ndim == 2 else sum(w)
 
 
-def _div_number(t: Tensor, n) -> Tensor:
-    """``tensor / number`` as torch records it inside C++ composites (div.Scalar -> DivBackward1)."""
-    dtype = D.result_type(t, n)
-    a = t.data.astype(NP[dtype], copy=False)
-    return record("DivBackward1", np.asarray(a / NP[dtype].type(n), NP[dtype]), (t,), {"other": n})
-
-
-# DivBackward1 belongs with div in elementwise.py; registered here only while that module lacks it.
-if "DivBackward1" not in PRIMS:
-    @vjp("DivBackward1", inputs=("self",), saves=("other",))
-    def _(ctx, grad):
-        return grad / ctx.other,
-
-    @jvp("DivBackward1")
-    def _(ctx, self_t):
-        return self_t / ctx.other
-
-
 @op("cross_entropy", tensors=("input", "target", "weight"), method=False,
     grad_fns=("NllLossBackward0", "DivBackward1", "SumBackward0", "NegBackward0", "SumBackward1", "AddBackward0"))
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -652,8 +649,8 @@ def _cross_entropy_probs(input, target, weight, red, label_smoothing, class_dim)
     if red == 2:
         return total
     if input.numel() == 0:
-        return _div_number(total, math.nan)
-    return _div_number(total, input.numel() // n_classes)
+        return div_number(total, math.nan)
+    return div_number(total, input.numel() // n_classes)
 
 
 def _cross_entropy_smoothing(input, target, weight, red, ignore_index, label_smoothing, class_dim):

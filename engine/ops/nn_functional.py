@@ -341,7 +341,7 @@ def _(ctx, grad):
     f = Tensor(_row_scale(ix, _padding(ctx), ctx.scale_grad_by_freq, grad.data.dtype)[..., None])
     flat = (grad * f).reshape(-1, grad.shape[-1])
     return _index_put_zeros(flat, (ctx.weight_sym_argsize_0, grad.shape[-1]),
-                            [Tensor(ix.reshape(-1).astype(np.int64))]),
+                            [Tensor(ix.reshape(-1).astype(np.int64))], "EmbeddingDenseBackwardBackward0"),
 
 
 @jvp("EmbeddingBackward0")

@@ -16,7 +16,7 @@ from ..registry import jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
 from .common import NP, float_dtype, require_tensor, wrap_dim, wrap_dims
 from .elementwise import abs as abs_
-from .elementwise import eq, exp, masked_fill, sign
+from .elementwise import div_number, eq, exp, masked_fill, sign
 from .shape import expand, reshape, unsqueeze
 
 
@@ -141,7 +141,7 @@ def mean(self, dim=None, keepdim=False, dtype=None):
 
 @vjp("MeanBackward0", inputs=("self",), saves=("self_sym_numel", "self_sym_sizes"))
 def _(ctx, grad):
-    return expand(grad, ctx.self_sym_sizes) / ctx.self_sym_numel,
+    return div_number(expand(grad, ctx.self_sym_sizes), ctx.self_sym_numel),  # grad.expand(sizes) / numel
 
 
 @jvp("MeanBackward0")
@@ -157,7 +157,7 @@ def _(ctx, grad):
     if shp:  # a 0-d input reduced over dim 0 is its own mean
         for d in (dims if dims is not None else range(len(shp))):
             n *= shp[d]
-    return expand(_restore(grad, dims, len(shp), ctx.keepdim), shp) / n,
+    return div_number(expand(_restore(grad, dims, len(shp), ctx.keepdim), shp), n),  # sum_backward(...) / n
 
 
 @jvp("MeanBackward1")
@@ -330,7 +330,7 @@ def _scatter_into_zeros(src: Tensor, shape: tuple, dim: int, index: np.ndarray) 
     from .shape import _index_put_zeros
     grids = list(np.indices(index.shape, sparse=True))
     grids[dim] = index
-    return _index_put_zeros(src, shape, [Tensor(np.asarray(g)) for g in grids])
+    return _index_put_zeros(src, shape, [Tensor(np.asarray(g)) for g in grids], "ScatterBackward0")
 
 
 vjp("MaxBackward0", inputs=("self",), saves=("dim", "indices", "keepdim", "self_sym_sizes"))(_value_selecting)

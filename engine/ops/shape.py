@@ -993,7 +993,7 @@ def _index(self: Tensor, advanced: list) -> Tensor:
 
 @vjp("IndexBackward0", inputs=("self",), saves=("indices", "self_sym_sizes"))
 def _(ctx, grad):
-    return _index_put_zeros(grad, ctx.self_sym_sizes, ctx.indices),
+    return _index_put_zeros(grad, ctx.self_sym_sizes, ctx.indices, "IndexPutImplBackward0"),
 
 
 @jvp("IndexBackward0")
@@ -1005,10 +1005,17 @@ def _indices_tuple(indices) -> tuple:
     return tuple(slice(None) if i is None else i.data for i in indices)
 
 
-def _index_put_zeros(values: Tensor, shape: tuple, indices: list) -> Tensor:
+def _index_put_zeros(values: Tensor, shape: tuple, indices: list, name: str | None = None) -> Tensor:
+    """Zeros of ``shape`` with ``values`` added at ``indices``: the backward formulas of the index-reading ops.
+    ``name``: the node as torch's formula shows it under create_graph (``ScatterBackward0`` for sort's
+    ``zeros.scatter(dim, indices, grad)``, ``IndexAddBackward0`` for index_select's ...); its backward is
+    the same gather of the incoming gradient."""
     out = np.zeros(shape, values.data.dtype)
     np.add.at(out, _indices_tuple(indices), values.data)
-    return record("IndexPutAccBackward", out, (values,), {"indices": indices})
+    res = record("IndexPutAccBackward", out, (values,), {"indices": indices})
+    if name is not None and res.grad_fn is not None:
+        res.grad_fn.name = name
+    return res
 
 
 @vjp("IndexPutAccBackward", inputs=("values",), saves=("indices",))
@@ -1063,7 +1070,7 @@ def _(ctx, grad):
     ix = ctx.index.data.reshape(-1)
     ix_b = Tensor(ix.reshape([-1 if k == d else 1 for k in range(len(shp))]))
     full[d] = ix_b
-    return _index_put_zeros(grad, shp, full),
+    return _index_put_zeros(grad, shp, full, "IndexAddBackward0"),
 
 
 @jvp("IndexSelectBackward0")
@@ -1117,7 +1124,7 @@ def _(ctx, grad):
         return reshape(flat, shp),
     grids = list(np.indices(ix.shape, sparse=True))
     grids[d] = ix
-    return _index_put_zeros(grad, shp, [Tensor(np.asarray(g)) for g in grids]),
+    return _index_put_zeros(grad, shp, [Tensor(np.asarray(g)) for g in grids], "ScatterAddBackward0"),
 
 
 @jvp("GatherBackward0")

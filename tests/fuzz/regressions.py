@@ -407,6 +407,26 @@ PROGRAMS = {
     "lgamma_is_exactly_zero_at_one_and_two": [
         O("ones", [3], out="o"), O("lgamma", "o", out="l"), O("log_", "l", no_grad=True),
         T("t", [2.0, 1.0], rg=False, dtype="float64"), O("lgamma", "t", out="m"), O("log", "m", out="lm")],
+    "atan2_gradient_at_the_origin_is_zero": [
+        T("x", [1.67, 0.0, 1.42], dtype="float64"), O("round", "x", out="r"), O("lerp", "r", "x", 0.7, out="l"),
+        O("atan2", "x", "l", out="a"), T("g", [0.16, -1.08, 0.8], rg=False, dtype="float64"),
+        O("backward", "a", gradient="g", no_grad=True)],
+    "mean_backward_divides_by_a_number": [
+        T("x", [[[0.544, -0.073], [0.693, -0.222]], [[0.399, 0.221], [-0.527, 0.083]]]),
+        O("mean", "x", [0, 2], out="m", keepdim=True), O("sum", "m", out="s"), O("sqrt_", "s"),
+        O("grad", ["s"], ["x"], out="g", create_graph=True)],
+    "index_reading_ops_double_backward_nodes": [
+        T("x", [[0.3, -0.5, 0.9], [0.1, 0.7, -0.2]]), O("sort", "x", 1, out="o"), O("mul", "o_0", "o_0", out="q"),
+        O("sum", "q", out="s"), O("grad", ["s"], ["x"], out="g", create_graph=True),
+        T("i", [[0, 2], [1, 0]], rg=False, dtype="int64"), O("gather", "x", 1, "i", out="h"),
+        O("mul", "h", "h", out="hq"), O("sum", "hq", out="hs"), O("grad", ["hs"], ["x"], out="gh", create_graph=True),
+        T("j", [2, 0], rg=False, dtype="int64"), O("index_select", "x", 1, "j", out="k"), O("mul", "k", "k", out="kq"),
+        O("sum", "kq", out="ks"), O("grad", ["ks"], ["x"], out="gk", create_graph=True)],
+    "alpha_and_scalar_weights_are_scalar_products": [
+        T("a", [0.3, -0.5, 0.9]), T("b", [0.1, 0.7, -0.2]), O("add", "a", "b", out="c", alpha=2.0),
+        O("mul", "c", "c", out="cc"), O("sum", "cc", out="s"), O("grad", ["s"], ["a", "b"], out="g", create_graph=True),
+        O("lerp", "a", "b", 0.3, out="l"), O("mul", "l", "l", out="ll"), O("sum", "ll", out="ls"),
+        O("grad", ["ls"], ["a", "b"], out="gl", create_graph=True)],
     "reshape_of_a_0d_integer_tensor": [
         T("x", [0.1, 0.5, -0.3], rg=False), O("argmax", "x", out="i"), O("reshape", "i", -1, out="r")],
 }
