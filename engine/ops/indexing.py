@@ -210,9 +210,17 @@ def _check_index_source(name: str, self: Tensor, d: int, index: Tensor, source: 
                                     f"dimension. Got self.shape = {_dims_list(self.data.shape)} source.shape = "
                                     f"{_dims_list(source.data.shape)}", code="shape_mismatch")
     n = self.data.shape[d] if self.data.ndim else 1
-    if ix.size and (ix.max() >= n or ix.min() < -n):
+    bad = (ix >= n) | (ix < 0)  # torch's index_add/index_copy kernels take no negative indices
+    if bad.any():
+        first = int(ix[bad][0])
+        if name == "index_copy":
+            raise TorchIndexError(f"index_copy_(): index {first} is out of bounds for dimension {d} with size {n}",
+                                  code="index_out_of_range")
+        if name == "index_add" and d == 0 and self.data.ndim > 1:  # the CPU kernel's dim-0 loop
+            raise TorchRuntimeError(f"index {first} is out of bounds for dimension {d} with size {n}",
+                                    code="index_out_of_range")
         raise TorchIndexError("index out of range in self", code="index_out_of_range")
-    return ix % max(n, 1)
+    return ix
 
 
 def _along(d: int, nd: int, ix: np.ndarray) -> tuple:
@@ -289,8 +297,11 @@ def _(ctx, grad):
         else:
             keep[...] = 0
         g_self = grad * Tensor(keep)
-    if n[1]:
+        if g_self.grad_fn is not None:  # torch's node for grad.index_fill(dim, index, 0): the same product
+            g_self.grad_fn.name = "IndexFillBackward0"
+    if n[1]:  # grad.index_select(dim, index).expand_as(source)
         g_src = index_select(grad, signed_int(ctx.dim), ctx.index) if grad.data.ndim else grad
+        g_src = expand(g_src, ctx.node.input_meta[1][0]) if grad.data.ndim else g_src
     return g_self, g_src
 
 

@@ -179,7 +179,8 @@ def linear(input, weight, bias=None):
                          f"{weight.data.ndim}D")
     if nd == 2 and bias is not None:
         return addmm(bias, input, t(weight))
-    if bias is not None and nd >= 1 and input.data.flags.c_contiguous and (nd == 3 or bias.data.ndim == 1):
+    if bias is not None and nd >= 1 and input.data.flags.c_contiguous and bias.data.flags.c_contiguous \
+            and (nd == 3 or bias.data.ndim == 1):  # (torch's fused path takes a contiguous bias only)
         sizes = input.shape
         flat = 1
         for s in sizes[:-1]:
@@ -365,10 +366,11 @@ def binary_cross_entropy(input, target, weight=None, reduction="mean"):
     if x.dtype.kind != "f":
         raise TorchRuntimeError(f"\"binary_cross_entropy\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
-    if not np.all((x >= 0) & (x <= 1)):
-        raise TorchRuntimeError("all elements of input should be between 0 and 1", code="invalid_argument")
-    if not np.all((y >= 0) & (y <= 1)):
-        raise TorchRuntimeError("all elements of target should be between 0 and 1", code="invalid_argument")
+    bad_x, bad_y = ~((x >= 0) & (x <= 1)), ~((y >= 0) & (y <= 1))
+    if bad_x.any() or bad_y.any():  # torch's kernel checks input then target, element by element
+        first = int(np.argmax((bad_x | bad_y).reshape(-1)))
+        which = "input" if bad_x.reshape(-1)[first] else "target"
+        raise TorchRuntimeError(f"all elements of {which} should be between 0 and 1", code="invalid_argument")
     tp = x.dtype.type
     with np.errstate(divide="ignore"):
         loss = (y - tp(1)) * np.maximum(np.log1p(-x), tp(-100)) - y * np.maximum(np.log(x), tp(-100))

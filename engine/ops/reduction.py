@@ -303,8 +303,10 @@ def _value_selecting_jvp(ctx, self_t):
 def _evenly(ctx, grad):
     x, r = ctx.self, ctx.result
     mask = eq(x, r) if not np.isnan(r.data).any() else Tensor(np.isnan(x.data))
-    count = mask.data.sum()
-    return grad * Tensor((mask.data / x.data.dtype.type(count)).astype(x.data.dtype)),
+    count = int(mask.data.sum())
+    # FunctionsManual evenly_distribute_backward: grad.new_zeros(sizes).masked_fill_(mask, grad / mask.sum())
+    zeros = Tensor(np.zeros(x.data.shape, grad.data.dtype))
+    return masked_fill(zeros, mask, div_number(grad, count)),
 
 
 vjp("MaxBackward1", inputs=("self",), saves=("result", "self"))(_evenly)

@@ -389,15 +389,25 @@ def repeat(self, *repeats):
 @vjp("RepeatBackward0", inputs=("self",), saves=("repeats", "self_sym_sizes"))
 def _(ctx, grad):
     from .reduction import sum as sum_
-    reps = ctx.repeats
-    shp = ctx.self_sym_sizes
-    padded = (1,) * (len(reps) - len(shp)) + tuple(shp)
-    inter = []
-    for r, s in zip(reps, padded):
-        inter += [r, s]
-    g = reshape(grad, tuple(inter))
-    g = sum_(g, tuple(range(0, 2 * len(reps), 2)))
-    return reshape(g, shp),
+    reps = tuple(ctx.repeats)
+    shp = tuple(ctx.self_sym_sizes)
+    # FunctionsManual repeat_backward: the leading new dims summed away one by one, then one reshape that
+    # splits each repeated dim into (repeat, size) and one sum over the repeat dims
+    if 0 in reps:
+        return Tensor(np.zeros(shp, grad.data.dtype)),
+    g = grad
+    lead = len(reps) - len(shp)
+    for _ in range(lead):
+        g = sum_(g, 0)
+    size, dims = [], []
+    for r, s in zip(reps[lead:], shp):
+        if r != 1:
+            size.append(r)
+            dims.append(len(size) - 1)
+        size.append(s)
+    if dims:
+        g = sum_(reshape(g, tuple(size)), tuple(dims))
+    return g,
 
 
 @jvp("RepeatBackward0")

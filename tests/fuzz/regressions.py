@@ -427,6 +427,24 @@ PROGRAMS = {
         O("mul", "c", "c", out="cc"), O("sum", "cc", out="s"), O("grad", ["s"], ["a", "b"], out="g", create_graph=True),
         O("lerp", "a", "b", 0.3, out="l"), O("mul", "l", "l", out="ll"), O("sum", "ll", out="ls"),
         O("grad", ["ls"], ["a", "b"], out="gl", create_graph=True)],
+    "linear_with_a_non_contiguous_bias_goes_through_matmul": [
+        T("v", [[0.919, 1.366, 1.777], [1.146, 0.731, 1.576]], dtype="float64"), O("unbind", "v", 1, out="b"),
+        T("x", [0.02, 0.53, -0.489], dtype="float64"), T("w", [[0.445, -0.437, -0.15], [0.694, 0.156, -0.691]]),
+        O("linear", "x", "w", "b_0", out="y")],
+    "binary_cross_entropy_range_checked_element_by_element": [
+        T("x", [0.65, -0.671, 0.356]), T("t", [1.34, 0.02, 1.05]), O("binary_cross_entropy", "x", "t", out="l")],
+    "index_add_and_index_copy_bounds_messages": [
+        T("x", [[-0.699, -0.156], [-0.449, 0.434], [0.705, 0.148]]), T("i", [0, 3, 3], rg=False, dtype="int64"),
+        T("s", [[0.692, -0.723], [-0.426, 0.429], [0.156, -0.145]]), O("index_add", "x", 0, "i", "s", out="y")],
+    "index_copy_takes_no_negative_index": [
+        T("x", [0.3, 0.1, 0.7]), T("i", [0, -1, 1], rg=False, dtype="int64"), T("s", [1.0, 2.0, 3.0]),
+        O("index_copy", "x", 0, "i", "s", out="y")],
+    "max_repeat_trace_double_backward_nodes": [
+        T("x", [[0.3, -0.5, 0.9], [0.9, 0.7, -0.2]]), O("max", "x", out="m"), O("mul", "m", "m", out="q"),
+        O("grad", ["q"], ["x"], out="g", create_graph=True), O("repeat", "x", 2, 1, out="r"),
+        O("mul", "r", "r", out="rr"), O("sum", "rr", out="rs"), O("grad", ["rs"], ["x"], out="gr", create_graph=True),
+        T("a", [[0.5, 0.1], [0.2, 0.4]]), O("trace", "a", out="t"), O("mul", "t", "t", out="tt"),
+        O("grad", ["tt"], ["a"], out="gt", create_graph=True)],
     "reshape_of_a_0d_integer_tensor": [
         T("x", [0.1, 0.5, -0.3], rg=False), O("argmax", "x", out="i"), O("reshape", "i", -1, out="r")],
 }
