@@ -107,7 +107,10 @@ class SavedTensor:
 
 
 def short_name(name: str) -> str:
-    """How torch's messages name a backward node: ``PowBackward0`` -> ``Pow``, ``PowBackward1`` -> ``Pow1``."""
+    """How torch's messages name a backward node: ``PowBackward0`` -> ``Pow``, ``PowBackward1`` -> ``Pow1``; a
+    node written in C++ by its qualified class name (``torch::autograd::CopyBackwards``)."""
+    if name in _CPP_NODES:
+        return "torch::autograd::" + name
     return name[:-9] if name.endswith("Backward0") else name.replace("Backward", "")
 
 
@@ -217,7 +220,8 @@ def release_all(nodes) -> None:
                             j.append((0, x, "tensor", x.tensor))
                         x.tensor = None
             elif isinstance(v, Node):  # CopySlices keeps the in-place op's node and drops it (torch: fn_ = nullptr)
-                v.release()
+                if node.prim == "CopySlices":  # a fused double-backward node only refers to its formula's node
+                    v.release()
                 if j is not None:
                     j.append((1, node.saved, k, v))
                 node.saved[k] = None

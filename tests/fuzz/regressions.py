@@ -445,6 +445,17 @@ PROGRAMS = {
         O("mul", "r", "r", out="rr"), O("sum", "rr", out="rs"), O("grad", ["rs"], ["x"], out="gr", create_graph=True),
         T("a", [[0.5, 0.1], [0.2, 0.4]]), O("trace", "a", out="t"), O("mul", "t", "t", out="tt"),
         O("grad", ["tt"], ["a"], out="gt", create_graph=True)],
+    "releasing_a_fused_double_backward_node_keeps_its_formulas_graph": [
+        T("x", [-0.502, 0.018, 0.51], dtype="float64"), O("logsigmoid", "x", out="y"),
+        T("g", [1.21, 1.03, 0.82], dtype="float64", rg=False),
+        O("grad", ["y"], ["x"], out="d", grad_outputs="g", retain_graph=True, create_graph=True),
+        O("sum", "d", out="s"), O("backward", "s", inputs=["x"]), O("backward", "y", gradient="g")],
+    "version_error_names_a_cpp_node_by_its_qualified_name": [
+        O("linspace", 0.0, 1.0, 3, out="b", dtype="float32", requires_grad=True),
+        T("m", [[-0.156, 0.728, 0.424], [-0.436, -0.736, 0.145]], rg=False),
+        T("w", [[0.846, -0.851, 0.074], [0.682, 0.529, -0.693], [-0.077, 0.235, -0.37]]),
+        O("addmm", "b", "m", "w", out="y", beta=0.5, alpha=2), T("n", [[-0.85, 0.85, 1.2], [0.87, 0.24, -1.22]]),
+        O("copy_", "m", "n"), O("sum", "y", out="s"), O("backward", "s", inputs=["n", "w"])],
     "reshape_of_a_0d_integer_tensor": [
         T("x", [0.1, 0.5, -0.3], rg=False), O("argmax", "x", out="i"), O("reshape", "i", -1, out="r")],
 }
