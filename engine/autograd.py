@@ -32,7 +32,7 @@ from .forward_ad import current_level
 from .grad_mode import _grad_enabled, emit_warning, set_grad_enabled
 from .journal import array_, setattr_, setitem_
 from .kernel import kcall, kinplace
-from .node import Ctx, Node, SavedTensor, release_all
+from .node import Ctx, Node, SavedTensor, _freeing, release_all
 from .registry import PRIMS, edge, jvp, vjp
 from .tensor import Tensor
 
@@ -103,7 +103,11 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
         retain_graph = create_graph
     if create_graph:
         emit_warning(CREATE_GRAPH_WARNING, once_key="create_graph_backward")
-    return _run(tensors, grads, bool(retain_graph), bool(create_graph), inputs, accumulate=True)
+    token = _freeing.set(not retain_graph)
+    try:
+        return _run(tensors, grads, bool(retain_graph), bool(create_graph), inputs, accumulate=True)
+    finally:
+        _freeing.reset(token)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bool = False,
@@ -126,7 +130,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
         return _grad_batched(outputs, inputs, _as_tuple(grad_outputs, len(outputs)), bool(retain_graph),
                              bool(create_graph), allow_unused, materialize_grads)
     grads = _make_grads(outputs, _as_tuple(grad_outputs, len(outputs)))
-    captured = _run(outputs, grads, bool(retain_graph), bool(create_graph), inputs, accumulate=False)
+    token = _freeing.set(not retain_graph)
+    try:
+        captured = _run(outputs, grads, bool(retain_graph), bool(create_graph), inputs, accumulate=False)
+    finally:
+        _freeing.reset(token)
     return _finish_grad(inputs, captured, create_graph, allow_unused, materialize_grads)
 
 
@@ -291,9 +299,16 @@ FUSED_BACKWARD = {
     "HuberLossBackward0": "HuberLossBackwardBackward0",
     "BinaryCrossEntropyBackward0": "BinaryCrossEntropyBackwardBackward0",
     "NllLossBackward0": "NllLossBackwardBackward0",
+    "GluBackward0": "GluBackwardBackward0",
+    "ConvolutionBackward0": "ConvolutionBackwardBackward0",
+    "NativeLayerNormBackward0": "NativeLayerNormBackwardBackward0",
     **{f"{kind}Pad{k}DBackward0": f"{kind}Pad{k}DBackwardBackward0"
        for kind in ("Reflection", "Replication") for k in (1, 2, 3)},
 }
+
+#: fused backwards whose double backward leaves an input it does not depend on without a gradient (torch's
+#: _convolution_double_backward, layer_norm_double_backward, glu_double_backward: undefined, not zeros)
+FUSED_NO_ZEROS = {"ConvolutionBackward0", "NativeLayerNormBackward0", "GluBackward0"}
 
 
 def _tensor_slots(ctx) -> list[str]:
@@ -315,6 +330,15 @@ def _fused(node: Node, prim, ctx: Ctx, grad: Tensor, name: str) -> tuple:
             wrapped.append(None)
             continue
         saved = {"fn": node, "index": i, "inputs": [SavedTensor(t) for t in originals]}
+        # torch's backward function writes a gradient shaped and typed like the input it is for (a
+        # layer_norm weight, mixed-dtype losses): no SumBackward0/ToCopyBackward0 over it
+        shape, dt = node.input_meta[i]
+        if o.data.shape != shape:
+            from .ops.reduction import sum_to
+            o = sum_to(o, shape)
+        if o.data.dtype != dt:
+            from .ops.shape import to
+            o = to(o, dt)
         w = Tensor(o.data, True, Node(name, "FusedBackward", edges, saved, meta))
         if o._fw_grad is not None:  # forward over reverse: the formula's ops gave the tangent
             w._fw_grad = o._fw_grad
@@ -343,15 +367,22 @@ def _fused_vjp(ctx, gg):
     formula.needs = tuple(e[0] is not None for e in fn.next_functions)
     with set_grad_enabled(True):
         out = PRIMS[fn.prim].vjp(formula, proxies[0])[ctx.index]
+    if out is not None and gg.data.shape != out.data.shape:  # the fused gradient was summed to its input's shape
+        from .ops.shape import expand
+        gg = expand(gg, out.shape)
+    if out is not None and gg.data.dtype != out.data.dtype:  # and cast to its input's dtype
+        from .ops.shape import to
+        gg = to(gg, out.dtype)
     wrt = [i for i, t in enumerate(inputs) if t.requires_grad]
     got = [None] * len(wrt)
     if out is not None and out.requires_grad and wrt:
         got = _run((out,), [gg], True, _grad_enabled.get(), [proxies[i] for i in wrt], accumulate=False,
                    hooks=False)
     res = [None] * len(inputs)
+    zeros = fn.prim not in FUSED_NO_ZEROS
     for i, g in zip(wrt, got):
         # an input the formula does not depend on gets zeros, as torch's formulas give (``self: zeros_like``)
-        res[i] = g if g is not None else Tensor(np.zeros(inputs[i].data.shape, inputs[i].data.dtype))
+        res[i] = g if g is not None or not zeros else Tensor(np.zeros(inputs[i].data.shape, inputs[i].data.dtype))
     return tuple(res)
 
 
@@ -385,6 +416,13 @@ def _apply_batched(node: Node, grads: list, batch: int) -> list:
     return res
 
 
+def _expandable(shape: tuple, to: tuple) -> bool:
+    """``shape`` broadcasts to ``to`` (torch's is_expandable_to)."""
+    if len(shape) > len(to):
+        return False
+    return all(s == t or s == 1 for s, t in zip(reversed(shape), reversed(to)))
+
+
 def _apply(node: Node, grads: list) -> list:
     """Run a node's VJP; un-broadcast and cast each result to its input's shape and dtype."""
     prim = PRIMS[node.prim]
@@ -395,13 +433,17 @@ def _apply(node: Node, grads: list) -> list:
     else:
         outs = prim.vjp(ctx, grads[0] if prim.n_outputs == 1 else grads)
     res = []
-    for (child, _), meta, o in zip(node.next_functions, node.input_meta, outs):
+    for i, ((child, _), meta, o) in enumerate(zip(node.next_functions, node.input_meta, outs)):
         if child is None or o is None:
             res.append(None)
             continue
         shape, dt = meta
         d = o.data
         if d.shape != shape:
+            if not _expandable(shape, d.shape):  # torch's validate_outputs
+                raise TorchRuntimeError(f"Function {node.name} returned an invalid gradient at index {i} - got "
+                                        f"{list(d.shape)} but expected shape compatible with {list(shape)}",
+                                        code="invalid_gradient")
             from .ops.reduction import sum_to
             o = sum_to(o, shape)
             d = o.data

@@ -8,11 +8,16 @@ in the primitive table by name, so a graph can be serialised and restored.
 
 from __future__ import annotations
 
+import contextvars
 from weakref import ref as _weakref
 
 from .dtypes import _FROM_NP, LEGACY_NAMES
 from .errors import VERSION_HINT, GraphFreedError, VersionMismatchError
 from .journal import _journal
+
+#: whether the running backward frees the graph as it goes (no retain_graph): torch releases each node
+#: after running it, the engine only at the end (a failed pass changes nothing); version errors read it
+_freeing: contextvars.ContextVar[bool] = contextvars.ContextVar("gradserve_freeing", default=False)
 
 _CPP_NODES = {"AccumulateGrad", "CopySlices", "CopyBackwards", "NotImplemented", "Identity"}
 
@@ -27,7 +32,8 @@ class SavedTensor:
     collector. While the tensor lives, ``tensor`` and ``unpack`` give that very object; afterwards an
     equivalent tensor over the same data and version counter, whose grad_fn is the unpacking node."""
 
-    __slots__ = ("_tensor", "version", "is_output", "shape", "dtype", "_ref", "_data", "_vc", "_nr", "_rg")
+    __slots__ = ("_tensor", "version", "is_output", "shape", "dtype", "_ref", "_data", "_vc", "_nr", "_rg",
+                 "view_fn")
 
     def __init__(self, tensor, is_output: bool = False):
         data = tensor.data
@@ -101,7 +107,10 @@ class SavedTensor:
 
 
 def short_name(name: str) -> str:
-    """How torch's messages name a backward node: ``PowBackward0`` -> ``Pow``, ``PowBackward1`` -> ``Pow1``."""
+    """How torch's messages name a backward node: ``PowBackward0`` -> ``Pow``, ``PowBackward1`` -> ``Pow1``; a
+    node written in C++ by its qualified class name (``torch::autograd::CopyBackwards``)."""
+    if name in _CPP_NODES:
+        return "torch::autograd::" + name
     return name[:-9] if name.endswith("Backward0") else name.replace("Backward", "")
 
 
@@ -109,6 +118,13 @@ def _version_message(t, saved: SavedTensor, node: Node) -> str:
     shape = "[" + ", ".join(str(s) for s in t.data.shape) + "]"
     where = ""
     producer = node if saved.is_output else t.grad_fn
+    view_fn = getattr(saved, "view_fn", None)
+    view_fn = view_fn() if view_fn is not None else None
+    if view_fn is not None and (t._grad_fn is view_fn or not _freeing.get()):
+        # torch's SavedVariable of an in-place op's output on a view names the view's grad_fn at save time
+        # (AsStridedBackward0) while that node lives: held by the view, or by a later in-place op's node on
+        # it, which a backward without retain_graph has released by the time it reaches this one
+        producer = view_fn
     if producer is not None:
         where = f", which is output {t.output_nr} of {short_name(producer.name)},"
     return (f"one of the variables needed for gradient computation has been modified by an inplace "
@@ -208,7 +224,8 @@ def release_all(nodes) -> None:
                             j.append((0, x, "tensor", x.tensor))
                         x.tensor = None
             elif isinstance(v, Node):  # CopySlices keeps the in-place op's node and drops it (torch: fn_ = nullptr)
-                v.release()
+                if node.prim == "CopySlices":  # a fused double-backward node only refers to its formula's node
+                    v.release()
                 if j is not None:
                     j.append((1, node.saved, k, v))
                 node.saved[k] = None

@@ -591,9 +591,20 @@ class _Runner:
         if spec is None:
             raise UnknownOpError(f"unknown op {name!r}; GET /v1/ops lists the available ops")
         a, k = self.bind_args(spec, args, kwargs, name)
+        refused = None
         if not spec.inplace and spec.differentiable and _grad_enabled.get():
-            _check_views(a, k)
-        value = spec.fn(*a, **k)
+            refused = _refused_view(a, k)
+        if refused is None:
+            value = spec.fn(*a, **k)
+        else:
+            # an op that hands back its input itself (flatten of a 1-D tensor, contiguous of a contiguous
+            # one, to() the same dtype) never reaches autograd in torch, which reads no grad_fn then
+            try:
+                value = spec.fn(*a, **k)
+            except (TorchRuntimeError, TorchValueError, TorchTypeError, TorchIndexError):
+                raise refused from None
+            if not any(value is t for t in (*a, *k.values())):
+                raise refused
         if name == "tensor":
             rec = plan_recorder()
             if rec is not None:  # a plan being recorded (engine.plan): the tensor is a program input
@@ -735,15 +746,16 @@ def _param_layout(spec) -> tuple:
     return layout
 
 
-def _check_views(args, kwargs) -> None:
+def _refused_view(args, kwargs) -> TorchRuntimeError | None:
     """torch collects an op's gradient edges before running it: a view that may not be rebased (see
-    engine/views.py) is refused before the op's own argument checks."""
+    engine/views.py) is refused before the op's own argument checks. The error to raise, or None."""
     for v in (*args, *kwargs.values()):
         for t in (v if isinstance(v, (list, tuple)) else (v,)):
             if isinstance(t, Tensor) and t._base is not None and t.requires_grad:
                 msg = t.view_error()
                 if msg is not None:
-                    raise TorchRuntimeError(msg, code="invalid_inplace")
+                    return TorchRuntimeError(msg, code="invalid_inplace")
+    return None
 
 
 def function_def(spec) -> FunctionDef:

@@ -385,7 +385,8 @@ def _parse(sig: Signature, args: list, kwargs: dict, raise_: bool) -> bool:
     pos = 0
     for i, p in enumerate(sig.params):
         is_kwd = False
-        if sig.varargs_intlist and pos == 0 and i == 0 and nargs > 1 and all(_matches("int", a) for a in args):
+        if sig.varargs_intlist and pos == 0 and i == 0 and p.type != "Tensor" and nargs > 1 \
+                and all(_matches("int", a) for a in args):
             pos = nargs  # permute(1, 0) is permute((1, 0))
             continue
         if pos < nargs:

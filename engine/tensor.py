@@ -201,6 +201,8 @@ class Tensor:
                                     code="retain_grad_without_requires_grad")
         if self._grad_fn is None and (self._base is None or self.grad_fn is None):
             return  # a leaf (torch: a view made under no_grad is one, even after its base changed)
+        if self.retains_grad:
+            return  # torch returns before reading grad_fn (a refused view that already retains stays quiet)
         err = self.view_error()
         if err is not None:  # torch reads grad_fn here, which refuses such a view
             raise TorchRuntimeError(err, code="invalid_inplace")

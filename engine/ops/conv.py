@@ -202,10 +202,10 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
         raise TorchRuntimeError(f"Calculated padded input size per channel: ({' x '.join(map(str, padded))}). Kernel "
                                 f"size: ({' x '.join(map(str, eff))}). Kernel size can't be greater than actual input "
                                 f"size", code="shape_mismatch")
-    _check_weight_type(input, weight, groups, nd)
-    if input.data.dtype.kind != "f":
+    if input.dtype == D.BOOL:  # the slow kernel's dispatch refuses bool before the weight's type is looked at
         raise TorchRuntimeError(f"\"slow_conv2d_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
+    _check_weight_type(input, weight, groups, nd)  # integer convolutions run (torch's CPU kernel has them)
     out_spatial = tuple(_out_len(s, k, st, p, d) for s, k, st, p, d in zip(spatial, ksize, stride, padding, dilation))
     check_numel((n, o) + out_spatial)
     check_numel((n, c * int(np.prod(ksize)), int(np.prod(out_spatial))), "im2col buffer")  # the unfolded input
@@ -229,8 +229,8 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
 
 
 @vjp("ConvolutionBackward0", inputs=("input", "weight", "bias"),
-     saves={"bias_sym_sizes_opt": (), "dilation": (), "groups": (), "input": ("weight",), "output_padding": (),
-            "padding": (), "stride": (), "transposed": (), "weight": ("input",)})
+     saves={"bias_sym_sizes_opt": (), "dilation": (), "groups": (), "input": (), "output_padding": (),
+            "padding": (), "stride": (), "transposed": (), "weight": ()})
 def _(ctx, grad):
     need_in, need_w, need_b = ctx.needs
     x, w, groups = ctx.input, ctx.weight, ctx.groups

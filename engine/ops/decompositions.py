@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, ShapeError, TorchRuntimeError
+from ..grad_mode import _grad_enabled
 from ..registry import jvp, needs_grad, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, saved_int, signed_int, wrap_dim
@@ -32,7 +33,7 @@ from .matrix import diag_embed, diagonal
 from .reduction import amax, amin
 from .reduction import norm as _vector_norm
 from .reduction import sum as _sum
-from .shape import cat, narrow, permute, squeeze, transpose, unsqueeze
+from .shape import cat, expand, narrow, permute, squeeze, transpose, unsqueeze
 
 SignLogabsdet = namedtuple("SignLogabsdet", ["sign", "logabsdet"])
 SVD = namedtuple("SVD", ["U", "S", "Vh"])          # torch.return_types.linalg_svd
@@ -96,6 +97,15 @@ def _lu_slots(a: np.ndarray, factor, *tensors) -> dict:
     return {"LU": Tensor(lu), "pivots": Tensor(piv)}
 
 
+def _lapack_layout(x: np.ndarray, dtype) -> np.ndarray:
+    """x laid out as torch's LAPACK-backed results are (inv, solve, cholesky, solve_triangular): each matrix of
+    the last two dims column-major, batches outermost, so ``.view`` fails and ``reshape`` copies as in torch."""
+    x = np.asarray(x, dtype)
+    if x.ndim < 2:
+        return np.ascontiguousarray(x)
+    return np.swapaxes(np.ascontiguousarray(np.swapaxes(x, -1, -2)), -1, -2)
+
+
 def _batch_prefix(info: np.ndarray, i: int) -> str:
     if info.ndim == 0:
         return ""
@@ -105,9 +115,26 @@ def _batch_prefix(info: np.ndarray, i: int) -> str:
 # ----- det, slogdet, logdet ---------------------------------------------------------------------------
 
 
+def _nonfinite_slogdet(a: np.ndarray):
+    """(sign, logabsdet) from torch's own LU when A has inf or NaN entries: the elimination makes NaNs
+    (0 * inf) that LAPACK's det carries through, where numpy's det/slogdet give 0 / -inf."""
+    lu, piv, _ = _det_lu(a)
+    d = np.diagonal(lu, 0, -2, -1)
+    swaps = np.sum(piv != np.arange(1, a.shape[-1] + 1), -1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sign = np.sign(np.prod(np.sign(d), -1)) * np.where(swaps % 2, -1, 1)
+        sign = np.where(np.isnan(sign), 0, sign)
+        return sign, np.sum(np.log(np.abs(d)), -1)
+
+
 def _det(A: Tensor, name: str) -> Tensor:
     A = _square_float(A, name)
-    out = np.asarray(np.linalg.det(A.data), A.data.dtype)
+    if np.all(np.isfinite(A.data)):
+        out = np.asarray(np.linalg.det(A.data), A.data.dtype)
+    else:
+        sign, lad = _nonfinite_slogdet(A.data)
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = np.asarray(sign * np.exp(lad), A.data.dtype)
     return record("LinalgDetBackward0", out, (A,), {"A": A, **_lu_slots(A.data, _det_lu, A), "result": "result"})
 
 
@@ -123,11 +150,41 @@ def det(self):
     return _det(require_tensor(self, "input", "det"), "linalg.det")
 
 
+def _diag_of(g: Tensor, n: int) -> Tensor:
+    """FunctionsManual's right-hand side g * I, transposed (F-ordered for the LU solve):
+    ``diag_embed(g.unsqueeze(-1).expand(..., n)).mT()``."""
+    from .matrix import diag_embed
+    return _mT(diag_embed(expand(unsqueeze(g, -1), g.shape + (n,))))
+
+
+def _singular_det_grad(A: Tensor, g: Tensor) -> Tensor:
+    """The gradient of det at singular matrices (torch: through the SVD, A = U S Vh, d det = det(U) det(Vh)
+    * U diag(prod_{j != i} S_j) Vh): the value only, as a constant (the SVD has no backward here)."""
+    u, sv, vh = np.linalg.svd(A.data.astype(np.float64))
+    k = sv.shape[-1]
+    others = np.stack([np.prod(np.delete(sv, i, -1), -1) for i in range(k)], -1)
+    alpha = np.linalg.det(u) * np.linalg.det(vh) * g.data
+    out = (u * (alpha[..., None] * others)[..., None, :]) @ vh
+    return Tensor(out.astype(A.data.dtype))
+
+
 @vjp("LinalgDetBackward0", inputs=("A",), saves=("A", "LU", "pivots", "result"))
 def _(ctx, grad):
-    # d det / dA = det * A^{-T} (invertible A)
-    scale = unsqueeze(unsqueeze(grad * ctx.result, -1), -1)
-    return scale * _mT(linalg_inv(ctx.A)),
+    # FunctionsManual linalg_det_backward: solve(A^H, diag(grad * det)) (invertible A; a LinalgSolveExBackward0
+    # under create_graph), through the SVD when A is singular; a 1x1 A's gradient is grad itself
+    A = ctx.A
+    n = A.shape[-1]
+    if n == 1:
+        return expand(unsqueeze(unsqueeze(grad, -1), -1), A.shape),
+    if np.all(ctx.result.data != 0):
+        try:
+            return linalg_solve(_mT(A), _diag_of(grad * ctx.result, n)),
+        except TorchRuntimeError:
+            pass
+    # a zero determinant: torch gives zeros, or under create_graph the SVD formula's value
+    if not _grad_enabled.get():
+        return Tensor(np.zeros(A.data.shape, A.data.dtype)),
+    return _singular_det_grad(A, grad),
 
 
 @jvp("LinalgDetBackward0")
@@ -140,7 +197,7 @@ def _(ctx, A_t):
 
 def _slogdet(A: Tensor, name: str):
     A = _square_float(A, name)
-    sign, lad = np.linalg.slogdet(A.data)
+    sign, lad = np.linalg.slogdet(A.data) if np.all(np.isfinite(A.data)) else _nonfinite_slogdet(A.data)
     dt = A.data.dtype
     sign_t, lad_t = record("LinalgSlogdetBackward0", (np.asarray(sign, dt), np.asarray(lad, dt)), (A,),
                            {"A": A, **_lu_slots(A.data, _det_lu, A), "sign": "result"})
@@ -166,7 +223,38 @@ def _(ctx, grads):
     g = grads[1]
     if g is None:
         return None,
-    return unsqueeze(unsqueeze(g, -1), -1) * _mT(linalg_inv(ctx.A)),
+    # FunctionsManual slogdet_backward: under create_graph solve(A^H, diag(g)) (a singular A: linalg.solve's
+    # error); otherwise LAPACK's getrs on the saved LU of A^T, which checks nothing (inf/nan at a singular A)
+    if _grad_enabled.get():
+        return linalg_solve(_mT(ctx.A), _diag_of(g, ctx.A.shape[-1])),
+    n = ctx.A.shape[-1]
+    b = np.broadcast_to(np.eye(n, dtype=g.data.dtype), g.shape + (n, n)) * g.data[..., None, None]
+    a_t = np.swapaxes(ctx.A.data, -1, -2)
+    try:
+        return Tensor(np.linalg.solve(a_t, b).astype(b.dtype, copy=False)),
+    except np.linalg.LinAlgError:
+        return Tensor(_getrs(ctx.LU.data, ctx.pivots.data, b)),
+
+
+def _getrs(lu: np.ndarray, piv: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """LAPACK getrs ('N'): X with (P L U) X = B from a getrf factorization (1-based pivots), without any
+    singularity check: a zero pivot divides (inf, and nan from 0 * inf), as torch's lu_solve does."""
+    x = np.array(np.broadcast_to(b, lu.shape[:-2] + b.shape[-2:]), dtype=lu.dtype)
+    n = lu.shape[-1]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for i in range(n):  # row interchanges
+            j = piv[..., i] - 1
+            xi = np.take_along_axis(x, np.broadcast_to(np.full(j.shape, i)[..., None, None], x.shape[:-2] + (1,) +
+                                                       x.shape[-1:]), -2).copy()
+            xj = np.take_along_axis(x, np.broadcast_to(j[..., None, None], x.shape[:-2] + (1,) + x.shape[-1:]), -2)
+            np.put_along_axis(x, np.broadcast_to(np.full(j.shape, i)[..., None, None], xi.shape), xj, -2)
+            np.put_along_axis(x, np.broadcast_to(j[..., None, None], xi.shape), xi, -2)
+        for k in range(n):  # L (unit lower), column by column
+            x[..., k + 1:, :] -= lu[..., k + 1:, k, None] * x[..., k, None, :]
+        for k in range(n - 1, -1, -1):  # U, from the last row up
+            x[..., k, :] /= lu[..., k, k, None]
+            x[..., :k, :] -= lu[..., :k, k, None] * x[..., k, None, :]
+    return x
 
 
 @jvp("LinalgSlogdetBackward0")
@@ -208,7 +296,7 @@ def linalg_inv(A):
         inv = np.linalg.inv(A.data)
     except np.linalg.LinAlgError:
         raise _singular(A, "linalg.inv", "inversion") from None
-    return record("LinalgInvExBackward0", inv.astype(A.data.dtype, copy=False), (A,), {"inverse": "result"})
+    return record("LinalgInvExBackward0", _lapack_layout(inv, A.data.dtype), (A,), {"inverse": "result"})
 
 
 @op("inverse", tensors=("self",), grad_fns=("LinalgInvExBackward0",), family="linalg")
@@ -265,7 +353,9 @@ def linalg_solve(A, B, left=True):
     except np.linalg.LinAlgError:
         raise _singular(A, "torch.linalg.solve", "solve") from None
     x = x[..., 0] if vec else x
-    return record("LinalgSolveExBackward0", np.ascontiguousarray(x, A.data.dtype), (A, B),
+    # LAPACK's X is column-major (a vector case's batch of vectors too); X A = B is solved transposed: row-major
+    x = _lapack_layout(x, A.data.dtype) if left else np.ascontiguousarray(x, A.data.dtype)
+    return record("LinalgSolveExBackward0", x, (A, B),
                   {"A": A, **_lu_slots(A.data, _lu, A, B), "left": left, "result": "result"})
 
 
@@ -274,12 +364,13 @@ def _(ctx, grad):
     n = ctx.needs
     A, X, left = ctx.A, ctx.result, ctx.left
     vec = X.data.ndim == A.data.ndim - 1 or X.data.ndim == 1
-    gB = linalg_solve(_mT(A), grad, left=left)
+    # FunctionsManual linalg_solve_backward: the vector case solves a matrix right-hand side and squeezes
+    gBm = linalg_solve(_mT(A), unsqueeze(grad, -1) if vec else grad, left=left)
     gA = None
     if n[0]:
-        gBm, Xm = (unsqueeze(gB, -1), unsqueeze(X, -1)) if vec else (gB, X)
+        Xm = unsqueeze(X, -1) if vec else X
         gA = -matmul(gBm, _mT(Xm)) if left else -matmul(_mT(Xm), gBm)
-    return gA, (gB if n[1] else None)
+    return gA, ((squeeze(gBm, -1) if vec else gBm) if n[1] else None)
 
 
 @jvp("LinalgSolveExBackward0")
@@ -315,7 +406,7 @@ def linalg_cholesky(A, upper=False):
                                     f"not positive-definite).", code="not_positive_definite",
                                     exception="torch.linalg.LinAlgError") from None
     L = np.linalg.cholesky(np.tril(a) + np.swapaxes(np.tril(a, -1), -1, -2))  # LAPACK reads the lower half
-    out = np.ascontiguousarray(np.swapaxes(L, -1, -2) if upper else L).astype(a.dtype, copy=False)
+    out = _lapack_layout(np.swapaxes(L, -1, -2) if upper else L, a.dtype)
     return record("LinalgCholeskyExBackward0", out, (A,), {"L": "result", "upper": upper})
 
 
@@ -329,15 +420,57 @@ def _is_pd(m: np.ndarray) -> bool:
 
 @vjp("LinalgCholeskyExBackward0", inputs=("A",), saves=("L", "upper"))
 def _(ctx, grad):
-    from .matrix import diagonal as diag_
-    from .matrix import diagonal_backward, tril
+    from .elementwise import mul_number
+    from .matrix import tril
     L, gL = (_mT(ctx.L), _mT(grad)) if ctx.upper else (ctx.L, grad)
-    # FunctionsManual cholesky_backward: gA = L^{-H} phi(L^H gL) L^{-1}, phi = tril with a halved diagonal
-    L_inv = linalg_inv(L)
-    phi = tril(matmul(_mT(L), gL))
-    phi = phi - diagonal_backward(diag_(phi, 0, -2, -1) * 0.5, phi.shape, 0, phi.data.ndim - 2, phi.data.ndim - 1)
-    g = matmul(matmul(_mT(L_inv), phi), L_inv)
-    return (g + _mT(g)) * 0.5,
+    # FunctionsManual cholesky_backward: gA = L^{-H} pi*(tril(L^H gL)) L^{-1}, pi*(X) = (X + X^H - diag X) / 2,
+    # the inverses as two triangular solves
+    gA = tril(matmul(_mT(L), gL))
+    gA = mul_number(gA + _mT(tril(gA, -1)), 0.5)
+    gA = _solve_triangular(_mT(L), gA, upper=True, left=True)
+    return _solve_triangular(L, gA, upper=False, left=False),
+
+
+def _solve_triangular(A: Tensor, B: Tensor, upper: bool, left: bool = True) -> Tensor:
+    """torch.linalg.solve_triangular(A, B, upper=, left=) for the formulas that use it (not in the op table):
+    X with A X = B (or X A = B), reading only A's upper or lower triangle."""
+    a = np.triu(A.data) if upper else np.tril(A.data)
+    b = B.data
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.linalg.solve(a, b) if left else np.swapaxes(np.linalg.solve(np.swapaxes(a, -1, -2),
+                                                                           np.swapaxes(b, -1, -2)), -1, -2)
+    dt = np.result_type(A.data.dtype, B.data.dtype)
+    return record("LinalgSolveTriangularBackward0", _lapack_layout(x, dt), (A, B),
+                  {"self": A, "result": "result", "upper": upper, "left": left, "unitriangular": False})
+
+
+@vjp("LinalgSolveTriangularBackward0", inputs=("self", "B"),
+     saves={"left": (), "result": ("self",), "self": ("self", "B"), "unitriangular": (), "upper": ()})
+def _(ctx, grad):
+    from .matrix import tril, triu
+    n = ctx.needs
+    A, X, upper, left = ctx.self, ctx.result, ctx.upper, ctx.left
+    gB = _solve_triangular(_mT(A), grad, not upper, left)
+    gA = None
+    if n[0]:
+        gA = -matmul(gB, _mT(X)) if left else -matmul(_mT(X), gB)
+        gA = triu(gA) if upper else tril(gA)
+    return gA, (gB if n[1] else None)
+
+
+@jvp("LinalgSolveTriangularBackward0")
+def _(ctx, A_t, B_t):
+    from .matrix import tril, triu
+    A, X, upper, left = ctx.self, ctx.result, ctx.upper, ctx.left
+    rhs = B_t
+    if A_t is not None:
+        pA = triu(A_t) if upper else tril(A_t)
+        d = matmul(pA, X) if left else matmul(X, pA)
+        rhs = -d if rhs is None else rhs - d
+    return _solve_triangular(A, rhs, upper, left)
 
 
 @jvp("LinalgCholeskyExBackward0")
@@ -657,10 +790,36 @@ def linalg_norm(A, ord=None, dim=None, keepdim=False):
 # ----- cross ------------------------------------------------------------------------------------------
 
 
+def _fma(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """x * y + z rounded once (C's fma). float32 through float64 (its products are exact there); float64 by
+    Dekker's exact product and an error-compensated sum (correct to the last bit but in rare ties)."""
+    if x.dtype != np.float64:
+        return (x.astype(np.float64) * y.astype(np.float64) + z.astype(np.float64)).astype(x.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = x * y
+        split = 134217729.0  # 2^27 + 1
+
+        def halves(v):
+            t = split * v
+            hi = t - (t - v)
+            return hi, v - hi
+        xh, xl = halves(x)
+        yh, yl = halves(y)
+        e = ((xh * yh - p) + xh * yl + xl * yh) + xl * yl
+        s = p + z
+        bb = s - p
+        t = (p - (s - bb)) + (z - bb)
+        out = s + (t + e)
+        return np.where(np.isfinite(out), out, p + z)
+
+
 def _cross(self: Tensor, other: Tensor, d: int, shape: tuple, dim: int) -> Tensor:
-    a = np.broadcast_to(self.data, shape)
-    b = np.broadcast_to(other.data, shape)
-    out = np.cross(a, b, axis=d)
+    a = np.moveaxis(np.broadcast_to(self.data, shape), d, 0)
+    b = np.moveaxis(np.broadcast_to(other.data, shape), d, 0)
+    # torch's CPU kernel: out_i = a_j * b_k - a_k * b_j compiled to fma(a_j, b_k, -(a_k * b_j)), so a x a
+    # is the rounding error of a product, not 0
+    out = np.stack([_fma(a[j], b[k], -(a[k] * b[j])) for j, k in ((1, 2), (2, 0), (0, 1))])
+    out = np.moveaxis(out, 0, d)
     return record("LinalgCrossBackward0", np.ascontiguousarray(out, a.dtype), (self, other),
                   {"dim": saved_int(dim), "other": other, "self": self})
 
@@ -702,7 +861,7 @@ def cross(self, other, dim=None):
     return linalg_cross(self, other, dim=dim)
 
 
-@vjp("LinalgCrossBackward0", inputs=("self", "other"), saves=("dim", "other", "self"))
+@vjp("LinalgCrossBackward0", inputs=("self", "other"), saves={"dim": (), "other": ("self",), "self": ("other",)})
 def _(ctx, grad):
     n = ctx.needs
     d = signed_int(ctx.dim)

@@ -111,7 +111,7 @@ def add(self, other, alpha=1):
 @vjp("AddBackward0", inputs=("self", "other"), saves=("alpha",))
 def _(ctx, grad):
     alpha = ctx.alpha
-    return grad, (grad if alpha == 1 else grad * alpha)
+    return grad, (grad if alpha == 1 else mul_number(grad, alpha))  # maybe_multiply(grad, alpha)
 
 
 @jvp("AddBackward0")
@@ -155,7 +155,7 @@ def _sub_check(self, other) -> None:
 @vjp("SubBackward0", inputs=("self", "other"), saves=("alpha",))
 def _(ctx, grad):
     alpha = ctx.alpha
-    return grad, (-grad if alpha == 1 else -grad * alpha)
+    return grad, (-grad if alpha == 1 else mul_number(-grad, alpha))
 
 
 jvp("SubBackward0")(elementwise_jvp)
@@ -178,7 +178,7 @@ def rsub(self, other, alpha=1):
 @vjp("RsubBackward0", inputs=("self", "other"), saves=("alpha",))
 def _(ctx, grad):
     alpha = ctx.alpha
-    return (-grad if alpha == 1 else -grad * alpha), grad
+    return (-grad if alpha == 1 else mul_number(-grad, alpha)), grad
 
 
 jvp("RsubBackward0")(elementwise_jvp)
@@ -187,7 +187,7 @@ jvp("RsubBackward0")(elementwise_jvp)
 @vjp("RsubBackward1", inputs=("self",), saves=("alpha",))
 def _(ctx, grad):
     alpha = ctx.alpha
-    return (-grad if alpha == 1 else -grad * alpha),
+    return (-grad if alpha == 1 else mul_number(-grad, alpha)),
 
 
 jvp("RsubBackward1")(elementwise_jvp)
@@ -212,6 +212,46 @@ def mul(self, other):
 def _(ctx, grad):
     n = ctx.needs
     return (grad * ctx.other if n[0] else None), (grad * ctx.self if n[1] else None)
+
+
+def mul_number(t: Tensor, n) -> Tensor:
+    """``tensor * number`` as torch records it inside C++ formulas (mul.Scalar -> MulBackward1)."""
+    dtype, a, _ = binary_operands(t, n)
+    return record("MulBackward1", kcall(_mul_number_kernel, a, NP[dtype], n), (t,), {"other": n})
+
+
+def _mul_number_kernel(a, npdt, n):
+    return np.asarray(a * npdt.type(n), npdt)
+
+
+def div_number(t: Tensor, n) -> Tensor:
+    """``tensor / number`` as torch records it inside C++ formulas (div.Scalar -> DivBackward1)."""
+    dtype, a, _ = binary_operands(t, n)
+    return record("DivBackward1", kcall(_div_number_kernel, a, NP[dtype], n), (t,), {"other": n})
+
+
+def _div_number_kernel(a, npdt, n):
+    return np.asarray(a / npdt.type(n), npdt)
+
+
+@vjp("DivBackward1", inputs=("self",), saves=("other",))
+def _(ctx, grad):
+    return div_number(grad, ctx.other),
+
+
+@jvp("DivBackward1")
+def _(ctx, self_t):
+    return div_number(self_t, ctx.other)
+
+
+@vjp("MulBackward1", inputs=("self",), saves=("other",))
+def _(ctx, grad):
+    return mul_number(grad, ctx.other),
+
+
+@jvp("MulBackward1")
+def _(ctx, self_t):
+    return mul_number(self_t, ctx.other)
 
 
 @jvp("MulBackward0")
@@ -258,7 +298,7 @@ def div(self, other, rounding_mode=None):
     if rounding_mode is None:
         return record("DivBackward0", np.asarray(out), (self, edge_other), {"self": self, "other": o})
     return record("DivBackward2", np.asarray(out), (self, edge_other),
-                  {"self": None, "other": o, "rounding_mode": rounding_mode})
+                  {"self": self, "other": o, "rounding_mode": rounding_mode})
 
 
 def _div_floor_floating(a, b):
@@ -285,7 +325,8 @@ def _(ctx, grad):
 jvp("DivBackward0")(elementwise_jvp)
 
 
-@vjp("DivBackward2", inputs=("self", "other"), saves=("self", "other", "rounding_mode"))
+@vjp("DivBackward2", inputs=("self", "other"),
+     saves={"self": ("other",), "other": ("self", "other"), "rounding_mode": ()})
 def _(ctx, grad):
     n = ctx.needs
     z = zeros_like(grad)
@@ -761,7 +802,7 @@ def atanh(self):
 @vjp("AtanhBackward0", inputs=("self",), saves=("self",))
 def _(ctx, grad):
     x = ctx.self
-    return grad * reciprocal(1 - x * x),
+    return grad / (1 - x * x),  # derivatives.yaml: grad * 1 / (1 - self.pow(2)), a DivBackward0 on top
 
 
 @jvp("AtanhBackward0")
@@ -907,8 +948,10 @@ def atan2(self, other):
 def _(ctx, grad):
     n = ctx.needs
     s, o = ctx.self, ctx.other
-    recip = reciprocal(s * s + o * o)
-    return (grad * (o * recip) if n[0] else None), (grad * (-s * recip) if n[1] else None)
+    # FunctionsManual atan2_backward: recip = (self^2 + other^2).reciprocal().masked_fill_(denominator == 0, 0)
+    denom = s * s + o * o
+    recip = masked_fill(reciprocal(denom), eq(denom, 0), 0)
+    return (grad * o * recip if n[0] else None), (grad * -s * recip if n[1] else None)
 
 
 @jvp("Atan2Backward0")
@@ -933,11 +976,12 @@ def hypot(self, other):
                   {"other": other, "result": "result", "self": self})
 
 
-@vjp("HypotBackward0", inputs=("self", "other"), saves=("other", "result", "self"))
+@vjp("HypotBackward0", inputs=("self", "other"), saves={"other": ("other",), "result": (), "self": ("self",)})
 def _(ctx, grad):
     n = ctx.needs
     r = ctx.result
-    return (grad * (ctx.self / r) if n[0] else None), (grad * (ctx.other / r) if n[1] else None)
+    # derivatives.yaml: grad * self / result (a DivBackward0 on top)
+    return (grad * ctx.self / r if n[0] else None), (grad * ctx.other / r if n[1] else None)
 
 
 @jvp("HypotBackward0")
@@ -1521,13 +1565,15 @@ def lerp(self, end, weight):
 def _(ctx, grad):
     w = ctx.weight
     n = ctx.needs
-    return (grad * (1 - w) if n[0] else None), (grad * w if n[1] else None)
+    # derivatives.yaml: grad * (1 - weight.toDouble()), grad * weight: scalar products (MulBackward1)
+    return (mul_number(grad, 1 - w) if n[0] else None), (mul_number(grad, w) if n[1] else None)
 
 
 jvp("LerpBackward0")(elementwise_jvp)
 
 
-@vjp("LerpBackward1", inputs=("self", "end", "weight"), saves=("end", "self", "weight"))
+@vjp("LerpBackward1", inputs=("self", "end", "weight"),
+     saves={"end": ("weight",), "self": ("weight",), "weight": ()})
 def _(ctx, grad):
     n = ctx.needs
     w = ctx.weight

@@ -16,8 +16,9 @@ from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, is_number, require_tensor, saved_int, signed_int, wrap_dim
+from .elementwise import mul_number
 from .reduction import ValuesIndices, _scatter_into_zeros, _value_selecting
-from .shape import _embed, _index_put_zeros, gather, index_select
+from .shape import _index_put_zeros, expand, gather, index_select
 
 
 def _dims_list(shape) -> str:
@@ -89,10 +90,8 @@ def scatter(self, dim, index, src=None, value=None):
 
 
 def _gather_src(grad: Tensor, dim: int, index: Tensor, src_shape: tuple) -> Tensor:
-    g = gather(grad, dim, index)
-    if g.shape != tuple(src_shape):  # src larger than index: zeros where nothing was read
-        g = _embed(g, tuple(src_shape), tuple(slice(0, s) for s in index.shape))
-    return g
+    # src larger than index: an index-shaped gradient, which the backward pass refuses as torch's does
+    return gather(grad, dim, index)
 
 
 @vjp("ScatterBackward0", inputs=("self", "src"), saves=("dim", "index"))
@@ -140,7 +139,7 @@ def scatter_add(self, dim, index, src):
     return record("ScatterAddBackward0", out, (self, src), {"dim": saved_int(dim), "index": index})
 
 
-@vjp("ScatterAddBackward0", inputs=("self", "src"), saves=("dim", "index"))
+@vjp("ScatterAddBackward0", inputs=("self", "src"), saves={"dim": (), "index": ("src",)})
 def _(ctx, grad):
     n = ctx.needs
     src_shape = ctx.node.input_meta[1][0] if n[1] else None
@@ -211,9 +210,17 @@ def _check_index_source(name: str, self: Tensor, d: int, index: Tensor, source: 
                                     f"dimension. Got self.shape = {_dims_list(self.data.shape)} source.shape = "
                                     f"{_dims_list(source.data.shape)}", code="shape_mismatch")
     n = self.data.shape[d] if self.data.ndim else 1
-    if ix.size and (ix.max() >= n or ix.min() < -n):
+    bad = (ix >= n) | (ix < 0)  # torch's index_add/index_copy kernels take no negative indices
+    if bad.any():
+        first = int(ix[bad][0])
+        if name == "index_copy":
+            raise TorchIndexError(f"index_copy_(): index {first} is out of bounds for dimension {d} with size {n}",
+                                  code="index_out_of_range")
+        if name == "index_add" and d == 0 and self.data.ndim > 1:  # the CPU kernel's dim-0 loop
+            raise TorchRuntimeError(f"index {first} is out of bounds for dimension {d} with size {n}",
+                                    code="index_out_of_range")
         raise TorchIndexError("index out of range in self", code="index_out_of_range")
-    return ix % max(n, 1)
+    return ix
 
 
 def _along(d: int, nd: int, ix: np.ndarray) -> tuple:
@@ -240,14 +247,16 @@ def index_add(self, dim, index, source, alpha=1):
 
 
 @vjp("IndexAddBackward0", inputs=("self", "source"),
-     saves={"alpha": (), "dim": (), "index": (), "source": ("source",), "source_dim": ()})
+     saves={"alpha": (), "dim": (), "index": ("source",), "source": ("source",), "source_dim": ()})
 def _(ctx, grad):
     n = ctx.needs
     g_src = None
     if n[1]:
+        # derivatives.yaml: maybe_multiply(grad.index_select(dim, index).expand_as(source), alpha)
         g_src = index_select(grad, signed_int(ctx.dim), ctx.index) if grad.data.ndim else grad
+        g_src = expand(g_src, ctx.node.input_meta[1][0]) if grad.data.ndim else g_src
         if ctx.alpha != 1:
-            g_src = g_src * ctx.alpha
+            g_src = mul_number(g_src, ctx.alpha)
     return (grad if n[0] else None), g_src
 
 
@@ -288,8 +297,11 @@ def _(ctx, grad):
         else:
             keep[...] = 0
         g_self = grad * Tensor(keep)
-    if n[1]:
+        if g_self.grad_fn is not None:  # torch's node for grad.index_fill(dim, index, 0): the same product
+            g_self.grad_fn.name = "IndexFillBackward0"
+    if n[1]:  # grad.index_select(dim, index).expand_as(source)
         g_src = index_select(grad, signed_int(ctx.dim), ctx.index) if grad.data.ndim else grad
+        g_src = expand(g_src, ctx.node.input_meta[1][0]) if grad.data.ndim else g_src
     return g_self, g_src
 
 
@@ -387,7 +399,8 @@ def masked_select(self, mask):
 def _(ctx, grad):
     shape = broadcast_shapes(ctx.self.shape, ctx.mask.shape)
     where_true = np.nonzero(np.broadcast_to(ctx.mask.data, shape))
-    return _index_put_zeros(grad, shape, [Tensor(np.asarray(w, np.int64)) for w in where_true]),
+    return _index_put_zeros(grad, shape, [Tensor(np.asarray(w, np.int64)) for w in where_true],
+                            "MaskedScatterBackward0"),
 
 
 @jvp("MaskedSelectBackward0")

@@ -14,6 +14,7 @@ the tensor's own buffer, as torch does:
 from __future__ import annotations
 
 import inspect
+import weakref
 
 import numpy as np
 
@@ -145,6 +146,9 @@ def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check: bool) -> Tenso
             v.version = self._vc[0]
     if self._base is not None:
         _copy_slices(self._base, self, node)  # torch's rebase_history of a view: CopySlices on the base
+        for v in node.saved.values():
+            if isinstance(v, SavedTensor) and v.is_output and v.live() is self:
+                v.view_fn = weakref.ref(self.grad_fn)  # named in a version error while it lives (node.py)
     else:
         set_history(self, node, 0)
         if not self._requires_grad:

@@ -18,7 +18,7 @@ from ..kernel import kcall
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor
-from .elementwise import add_t, mul, scale_t
+from .elementwise import add_t, mul, mul_number, scale_t
 from .shape import _squeeze_dim, _unsafe_view, contiguous, expand, reshape, squeeze, t, transpose, unsqueeze
 
 
@@ -93,7 +93,24 @@ def mm(self, mat2):
             "self_sym_sizes": (), "self_sym_strides": ()})
 def _(ctx, grad):
     n = ctx.needs
-    return (mm(grad, t(ctx.mat2)) if n[0] else None), (mm(t(ctx.self), grad) if n[1] else None)
+    return (_mm_mat1_backward(grad, ctx.mat2, ctx.self_sym_sizes, ctx.self_sym_strides) if n[0] else None), \
+        (_mm_mat2_backward(grad, ctx.self, ctx.mat2_sym_sizes, ctx.mat2_sym_strides) if n[1] else None)
+
+
+def _column_major(sizes, strides) -> bool:
+    return strides[0] == 1 and strides[1] == sizes[0]
+
+
+def _mm_mat1_backward(grad: Tensor, mat2: Tensor, sizes, strides, alpha=1) -> Tensor:
+    """FunctionsManual mm_mat1_backward: a column-major mat1 gets a column-major gradient (mat2 grad^T)^T."""
+    g = t(mm(mat2, t(grad))) if _column_major(sizes, strides) else mm(grad, t(mat2))
+    return g if alpha == 1 else mul_number(g, alpha)
+
+
+def _mm_mat2_backward(grad: Tensor, mat1: Tensor, sizes, strides, alpha=1) -> Tensor:
+    """FunctionsManual mm_mat2_backward: a column-major mat2 gets a column-major gradient (grad^T mat1)^T."""
+    g = t(mm(t(grad), mat1)) if _column_major(sizes, strides) else mm(t(mat1), grad)
+    return g if alpha == 1 else mul_number(g, alpha)
 
 
 @jvp("MmBackward0")
@@ -317,14 +334,10 @@ def _check_expand(self: Tensor, target: tuple) -> None:
 def _(ctx, grad):
     n = ctx.needs
     alpha, beta = ctx.alpha, ctx.beta
-    g_self = (grad if beta == 1 else grad * beta) if n[0] else None
-    g1 = g2 = None
-    if n[1]:
-        g1 = mm(grad, t(ctx.mat2))
-        g1 = g1 if alpha == 1 else g1 * alpha
-    if n[2]:
-        g2 = mm(t(ctx.mat1), grad)
-        g2 = g2 if alpha == 1 else g2 * alpha
+    # derivatives.yaml: maybe_multiply(..., beta / alpha): a MulBackward1 unless the factor is 1
+    g_self = (grad if beta == 1 else mul_number(grad, beta)) if n[0] else None
+    g1 = _mm_mat1_backward(grad, ctx.mat2, ctx.mat1_sym_sizes, ctx.mat1_sym_strides, alpha) if n[1] else None
+    g2 = _mm_mat2_backward(grad, ctx.mat1, ctx.mat2_sym_sizes, ctx.mat2_sym_strides, alpha) if n[2] else None
     return g_self, g1, g2
 
 

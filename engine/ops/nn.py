@@ -25,11 +25,26 @@ from ..errors import (
 )
 from ..grad_mode import emit_warning
 from ..kernel import kcall
-from ..registry import PRIMS, jvp, op, record, vjp, weighted_tangent
+from ..registry import jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
-from .common import NP, binary_operands, broadcast_shapes, check_no_requires_grad, require_tensor, wrap_dim
+from .common import binary_operands, broadcast_shapes, check_no_requires_grad, require_tensor, wrap_dim
 from .elementwise import abs as abs_
-from .elementwise import add, clamp_min, eq, exp, ge, le, log, logsigmoid, masked_fill, mul, neg, sigmoid, where
+from .elementwise import (
+    add,
+    clamp_min,
+    div_number,
+    eq,
+    exp,
+    ge,
+    le,
+    log,
+    logsigmoid,
+    masked_fill,
+    mul,
+    neg,
+    sigmoid,
+    where,
+)
 from .linalg import addmm, matmul
 from .reduction import mean, sum
 from .shape import expand, reshape, t, to, unsqueeze, view
@@ -181,7 +196,8 @@ def linear(input, weight, bias=None):
                          f"{weight.data.ndim}D")
     if nd == 2 and bias is not None:
         return addmm(bias, input, t(weight))
-    if bias is not None and nd >= 1 and input.data.flags.c_contiguous and (nd == 3 or bias.data.ndim == 1):
+    if bias is not None and nd >= 1 and input.data.flags.c_contiguous and bias.data.flags.c_contiguous \
+            and (nd == 3 or bias.data.ndim == 1):  # (torch's fused path takes a contiguous bias only)
         sizes = input.shape
         flat = 1
         for s in sizes[:-1]:
@@ -328,9 +344,12 @@ def huber_loss(input, target, reduction="mean", delta=1.0):
 def _(ctx, grad):
     n = ctx.needs
     delta = ctx.delta
-    if ctx.target.dtype != ctx.self.dtype:  # huber_loss_backward's kernel wants one dtype (the loss's = self's)
-        raise TorchRuntimeError(f"Found dtype {D.SCALAR_TYPE_NAMES[ctx.target.dtype]} but expected "
-                                f"{D.SCALAR_TYPE_NAMES[ctx.self.dtype]}", code="dtype_mismatch")
+    if ctx.target.dtype != ctx.self.dtype:
+        # huber_loss_backward(grad, x, y) wants y in x's dtype; torch runs it as (grad, self, target) for self's
+        # gradient and as (grad, target, self) for target's, the first needed one failing
+        want, got = (ctx.self, ctx.target) if n[0] else (ctx.target, ctx.self)
+        raise TorchRuntimeError(f"Found dtype {D.SCALAR_TYPE_NAMES[got.dtype]} but expected "
+                                f"{D.SCALAR_TYPE_NAMES[want.dtype]}", code="dtype_mismatch")
     x = ctx.self - ctx.target
     g = _piecewise_backward(x, grad, _norm(ctx.reduction, x.numel()), delta, delta, lambda v: v)
     return (g if n[0] else None), (-g if n[1] else None)
@@ -368,10 +387,11 @@ def binary_cross_entropy(input, target, weight=None, reduction="mean"):
     if x.dtype.kind != "f":
         raise TorchRuntimeError(f"\"binary_cross_entropy\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
-    if not np.all((x >= 0) & (x <= 1)):
-        raise TorchRuntimeError("all elements of input should be between 0 and 1", code="invalid_argument")
-    if not np.all((y >= 0) & (y <= 1)):
-        raise TorchRuntimeError("all elements of target should be between 0 and 1", code="invalid_argument")
+    bad_x, bad_y = ~((x >= 0) & (x <= 1)), ~((y >= 0) & (y <= 1))
+    if bad_x.any() or bad_y.any():  # torch's kernel checks input then target, element by element
+        first = int(np.argmax((bad_x | bad_y).reshape(-1)))
+        which = "input" if bad_x.reshape(-1)[first] else "target"
+        raise TorchRuntimeError(f"all elements of {which} should be between 0 and 1", code="invalid_argument")
     tp = x.dtype.type
     with np.errstate(divide="ignore"):
         loss = (y - tp(1)) * np.maximum(np.log1p(-x), tp(-100)) - y * np.maximum(np.log(x), tp(-100))
@@ -382,7 +402,7 @@ def binary_cross_entropy(input, target, weight=None, reduction="mean"):
 
 
 @vjp("BinaryCrossEntropyBackward0", inputs=("self", "target"),
-     saves={"reduction": (), "self": (), "target": ("self",), "weight": ()})
+     saves={"reduction": (), "self": (), "target": (), "weight": ()})
 def _(ctx, grad):
     n = ctx.needs
     x, w, red = ctx.self, ctx.weight, ctx.reduction
@@ -391,14 +411,14 @@ def _(ctx, grad):
         g_self = grad * (x - ctx.target) / clamp_min((1 - x) * x, _BCE_EPS)
         if w is not None:
             g_self = g_self * w
-        if red == 1:
-            g_self = g_self / x.numel()
+        if red == 1:  # grad_input.div_(numel): a DivBackward1
+            g_self = div_number(g_self, x.numel())
     if n[1]:
         g_target = neg(log(x / (1 - x))) * grad
         if w is not None:
             g_target = g_target * w
         if red == 1:
-            g_target = g_target / x.numel()
+            g_target = div_number(g_target, x.numel())
     return g_self, g_target
 
 
@@ -446,7 +466,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None
 
 
 @vjp("BinaryCrossEntropyWithLogitsBackward0", inputs=("self", "target"),
-     saves={"pos_weight": (), "reduction": (), "self": (), "target": ("self",), "weight": ()})
+     saves={"pos_weight": (), "reduction": (), "self": (), "target": (), "weight": ()})
 def _(ctx, grad):
     n = ctx.needs
     x, pw, w, red = ctx.self, ctx.pos_weight, ctx.weight, ctx.reduction
@@ -462,14 +482,14 @@ def _(ctx, grad):
         if w is not None:
             g_self = g_self * w
         if red == 1:
-            g_self = g_self / x.numel()
+            g_self = div_number(g_self, x.numel())  # grad_input.div_(numel): a DivBackward1
     if n[1]:
         g_target = (logsigmoid(-x) - logsigmoid(x) * pw) if pw is not None else -x
         g_target = g_target * grad
         if w is not None:
             g_target = g_target * w
         if red == 1:
-            g_target = g_target / x.numel()
+            g_target = div_number(g_target, x.numel())
     return g_self, g_target
 
 
@@ -603,28 +623,6 @@ def _(ctx, self_t):
     return sum(w, 1) if ctx.reduction == 0 and self_t.data.ndim == 2 else sum(w)
 
 
-def _div_number(t: Tensor, n) -> Tensor:
-    """``tensor / number`` as torch records it inside C++ composites (div.Scalar -> DivBackward1)."""
-    dtype = D.result_type(t, n)
-    return record("DivBackward1", kcall(_div_number_kernel, t.data, NP[dtype], n), (t,), {"other": n})
-
-
-def _div_number_kernel(x, npdt, n):
-    a = x.astype(npdt, copy=False)
-    return np.asarray(a / npdt.type(n), npdt)
-
-
-# DivBackward1 belongs with div in elementwise.py; registered here only while that module lacks it.
-if "DivBackward1" not in PRIMS:
-    @vjp("DivBackward1", inputs=("self",), saves=("other",))
-    def _(ctx, grad):
-        return grad / ctx.other,
-
-    @jvp("DivBackward1")
-    def _(ctx, self_t):
-        return self_t / ctx.other
-
-
 @op("cross_entropy", tensors=("input", "target", "weight"), method=False,
     grad_fns=("NllLossBackward0", "DivBackward1", "SumBackward0", "NegBackward0", "SumBackward1", "AddBackward0"),
     plannable=True)
@@ -691,8 +689,8 @@ def _cross_entropy_probs(input, target, weight, red, label_smoothing, class_dim)
     if red == 2:
         return total
     if input.numel() == 0:
-        return _div_number(total, math.nan)
-    return _div_number(total, input.numel() // n_classes)
+        return div_number(total, math.nan)
+    return div_number(total, input.numel() // n_classes)
 
 
 def _cross_entropy_smoothing(input, target, weight, red, ignore_index, label_smoothing, class_dim):

@@ -397,7 +397,7 @@ def _(ctx, grad):
     f = Tensor(kcall(_row_scale_kernel, ix, _padding(ctx), ctx.scale_grad_by_freq, grad.data.dtype))
     flat = (grad * f).reshape(-1, grad.shape[-1])
     return _index_put_zeros(flat, (ctx.weight_sym_argsize_0, grad.shape[-1]),
-                            [Tensor(kcall(_flat_indices, ix))]),
+                            [Tensor(kcall(_flat_indices, ix))], "EmbeddingDenseBackwardBackward0"),
 
 
 def _row_scale_kernel(ix, padding_idx, scale, dtype):

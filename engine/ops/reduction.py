@@ -18,7 +18,7 @@ from ..registry import jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
 from .common import NP, float_dtype, require_tensor, wrap_dim, wrap_dims
 from .elementwise import abs as abs_
-from .elementwise import eq, exp, masked_fill, sign
+from .elementwise import div_number, eq, exp, masked_fill, sign
 from .shape import expand, reshape, unsqueeze
 
 
@@ -58,7 +58,8 @@ def _acc_dtype(t: Tensor, dtype) -> str:
 
 
 def _sum_kernel(x, axis, keepdim, dtype):
-    return np.asarray(np.add.reduce(x, axis=axis, keepdims=keepdim, dtype=dtype), dtype=dtype)  # np.sum, undispatched
+    # np.sum without its dispatch layer; contiguous as torch allocates it (numpy keeps the input's layout)
+    return _c(np.asarray(np.add.reduce(x, axis=axis, keepdims=keepdim, dtype=dtype), dtype=dtype))
 
 
 @op("sum", tensors=("self",), grad_fns=("SumBackward0", "SumBackward1"), plannable=True)
@@ -120,6 +121,11 @@ batching("SumBackward1", vjp=lambda ctx, grad, batch: (_restore_batched(grad, ct
          jvp=lambda ctx, batch, t: sum(t, _reduced_dims(ctx, t), keepdim=ctx.keepdim) if t.data.ndim > 1 else t)
 
 
+def _c(a: np.ndarray) -> np.ndarray:
+    """A reduction's result as torch allocates it: contiguous (numpy's reductions keep the input's layout)."""
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
 def sum_to(t: Tensor, shape: tuple) -> Tensor:
     """Sum a broadcast gradient back to an operand's shape (torch's at::sum_to)."""
     shape = tuple(shape)
@@ -132,7 +138,8 @@ def sum_to(t: Tensor, shape: tuple) -> Tensor:
                                       if s == 1 and t.data.shape[i + lead] != 1)
     r = sum(t, list(dims), keepdim=True) if dims else t
     if r.data.shape != shape:
-        r = reshape(r, shape)
+        from .shape import view
+        r = view(r, shape)  # torch's sum_to: tensor.view(shape) (drops the kept leading dims)
     return r
 
 
@@ -166,12 +173,12 @@ def _mean_dims(x, dtype, axis, keepdim):
     x = x.astype(dtype, copy=False)
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return np.asarray(np.mean(x, axis=axis, keepdims=keepdim), dtype=x.dtype)
+        return _c(np.asarray(np.mean(x, axis=axis, keepdims=keepdim), dtype=x.dtype))
 
 
 @vjp("MeanBackward0", inputs=("self",), saves=("self_sym_numel", "self_sym_sizes"))
 def _(ctx, grad):
-    return expand(grad, ctx.self_sym_sizes) / ctx.self_sym_numel,
+    return div_number(expand(grad, ctx.self_sym_sizes), ctx.self_sym_numel),  # grad.expand(sizes) / numel
 
 
 @jvp("MeanBackward0")
@@ -187,7 +194,7 @@ def _(ctx, grad):
     if shp:  # a 0-d input reduced over dim 0 is its own mean
         for d in (dims if dims is not None else range(len(shp))):
             n *= shp[d]
-    return expand(_restore(grad, dims, len(shp), ctx.keepdim), shp) / n,
+    return div_number(expand(_restore(grad, dims, len(shp), ctx.keepdim), shp), n),  # sum_backward(...) / n
 
 
 @jvp("MeanBackward1")
@@ -218,7 +225,7 @@ def prod(self, dim=None, keepdim=False, dtype=None):
         return record("ProdBackward0", out, (self,), {"result": "result", "self": self})
     d = wrap_dim(dim, self.data.ndim)
     out = np.asarray(np.prod(self.data, axis=d if self.data.ndim else None, keepdims=keepdim, dtype=out_dt))
-    return record("ProdBackward1", out, (self,), {"dim": d, "keepdim": keepdim, "result": "result", "self": self})
+    return record("ProdBackward1", _c(out), (self,), {"dim": d, "keepdim": keepdim, "result": "result", "self": self})
 
 
 def _prod_others(x: np.ndarray, axis) -> np.ndarray:
@@ -295,8 +302,8 @@ def _max_min(self, dim, keepdim, other, is_max: bool):
         else self.data.copy()
     if nd and not keepdim:
         vals = np.squeeze(vals, axis=d)
-    indices = Tensor(idx)
-    values = record("MaxBackward0" if is_max else "MinBackward0", np.asarray(vals), (self,),
+    indices = Tensor(_c(idx))
+    values = record("MaxBackward0" if is_max else "MinBackward0", _c(np.asarray(vals)), (self,),
                     {"dim": d, "indices": indices, "keepdim": keepdim, "self_sym_sizes": self.data.shape})
     return ValuesIndices(values, indices)
 
@@ -346,8 +353,10 @@ def _value_selecting_jvp(ctx, self_t):
 def _evenly(ctx, grad):
     x, r = ctx.self, ctx.result
     mask = eq(x, r) if not np.isnan(r.data).any() else Tensor(np.isnan(x.data))
-    count = mask.data.sum()
-    return grad * Tensor((mask.data / x.data.dtype.type(count)).astype(x.data.dtype)),
+    count = int(mask.data.sum())
+    # FunctionsManual evenly_distribute_backward: grad.new_zeros(sizes).masked_fill_(mask, grad / mask.sum())
+    zeros = Tensor(np.zeros(x.data.shape, grad.data.dtype))
+    return masked_fill(zeros, mask, div_number(grad, count)),
 
 
 vjp("MaxBackward1", inputs=("self",), saves=("result", "self"))(_evenly)
@@ -373,7 +382,7 @@ def _scatter_into_zeros(src: Tensor, shape: tuple, dim: int, index: np.ndarray) 
     from .shape import _index_put_zeros
     grids = list(np.indices(index.shape, sparse=True))
     grids[dim] = index
-    return _index_put_zeros(src, shape, [Tensor(np.asarray(g)) for g in grids])
+    return _index_put_zeros(src, shape, [Tensor(np.asarray(g)) for g in grids], "ScatterBackward0")
 
 
 vjp("MaxBackward0", inputs=("self",), saves=("dim", "indices", "keepdim", "self_sym_sizes"))(_value_selecting)
@@ -397,7 +406,7 @@ def _amax_amin(self, dim, keepdim, is_max):
                                       code="empty_reduction")
     fn = np.max if is_max else np.min
     out = np.asarray(fn(self.data, axis=_axis(dims, nd), keepdims=keepdim))
-    return record("AmaxBackward0" if is_max else "AminBackward0", out, (self,),
+    return record("AmaxBackward0" if is_max else "AminBackward0", _c(out), (self,),
                   {"dim": list(dims) if dims is not None else [], "keepdim": keepdim, "result": "result",
                    "self": self})
 
@@ -482,7 +491,7 @@ def logsumexp(self, dim, keepdim=False):
         out = np.log(np.sum(np.exp(x - m), axis=ax, keepdims=True)) + m
     if not keepdim:
         out = np.squeeze(out, axis=ax) if nd else out.reshape(())
-    return record("LogsumexpBackward0", np.asarray(out, x.dtype), (self,),
+    return record("LogsumexpBackward0", _c(np.asarray(out, x.dtype)), (self,),
                   {"dim": list(dims) if dims is not None else list(range(nd)), "keepdim": keepdim,
                    "result": "result", "self": self})
 
@@ -551,7 +560,7 @@ def var(self, dim=None, unbiased=None, keepdim=False, correction=None):
     self = require_tensor(self)
     corr, saved_corr = _correction(unbiased, correction)
     dims, out = _var_forward(self, dim, corr, keepdim)
-    return record("VarBackward0", out, (self,),
+    return record("VarBackward0", _c(out), (self,),
                   {"correction": saved_corr, "dim": list(dims) if dims is not None else None, "keepdim": keepdim,
                    "self": self})
 
@@ -572,7 +581,7 @@ def std(self, dim=None, unbiased=None, keepdim=False, correction=None):
     self = require_tensor(self)
     corr, saved_corr = _correction(unbiased, correction)
     dims, out = _var_forward(self, dim, corr, keepdim)
-    return record("StdBackward0", np.sqrt(out), (self,),
+    return record("StdBackward0", _c(np.sqrt(out)), (self,),
                   {"correction": saved_corr, "dim": list(dims) if dims is not None else None, "keepdim": keepdim,
                    "result": "result", "self": self})
 
@@ -582,9 +591,8 @@ def _(ctx, grad):
     corr = 1 if ctx.correction is None else ctx.correction
     dims = tuple(ctx.dim) if ctx.dim else None
     r = ctx.result
-    g = _var_backward(grad / (r * 2), ctx.self, dims, corr, ctx.keepdim)
-    nd = ctx.self.data.ndim
-    return masked_fill(g, eq(_restore(r, dims, nd, ctx.keepdim), 0), 0),
+    # FunctionsManual std_backward: var_backward of (grad / (2 * result)).masked_fill_(result == 0, 0)
+    return _var_backward(masked_fill(grad / (r * 2), eq(r, 0), 0), ctx.self, dims, corr, ctx.keepdim),
 
 
 jvp("StdBackward0")(_reduce_jvp)
@@ -619,7 +627,7 @@ def norm(self, p=2, dim=None, keepdim=False):
         out = np.sum(a != 0, axis=ax, keepdims=keepdim).astype(a.dtype)
     else:
         out = np.power(np.sum(np.power(a, a.dtype.type(p)), axis=ax, keepdims=keepdim), a.dtype.type(1.0 / p))
-    return record("LinalgVectorNormBackward0", np.asarray(out, a.dtype), (self,),
+    return record("LinalgVectorNormBackward0", _c(np.asarray(out, a.dtype)), (self,),
                   {"dim": list(dims) if dims is not None else None, "keepdim": keepdim, "ord": p,
                    "result": "result", "self": self})
 
@@ -632,18 +640,23 @@ def _(ctx, grad):
     p = ctx.ord
     g = _restore(grad, dims, nd, ctx.keepdim)
     r = _restore(ctx.result, dims, nd, ctx.keepdim)
+    # FunctionsManual norm_backward, expression by expression (its nodes are the double backward's)
     if p == 0:
-        return x * 0,
+        return None,
     if p == 1:
         return sign(x) * g,
     if p == 2:
-        return masked_fill(x * (g / r), eq(r, 0), 0),
+        return g * masked_fill(x / r, eq(r, 0), 0),
     if p in (np.inf, -np.inf):
-        mask = _to_float(eq(abs_(x), r), x.dtype)
+        from .elementwise import isnan, logical_or
+        ax = abs_(x)
+        mask = _to_float(logical_or(eq(ax, r), isnan(ax)), x.dtype)
         count = sum(mask, list(dims), keepdim=True) if dims else sum(mask)
         return sign(x) * ((g / count) * mask),
-    ax = abs_(x)
-    return masked_fill(x * pow_(ax, p - 2) * g / pow_(r, p - 1), eq(r, 0), 0),
+    if p < 1:
+        return sign(x) * masked_fill(pow_(abs_(x), p - 1), eq(x, 0), 0) * g * pow_(r, 1 - p),
+    scaled = sign(x) * pow_(abs_(x), p - 1) if p < 2 else x * pow_(abs_(x), p - 2)
+    return scaled * masked_fill(g / pow_(r, p - 1), eq(r, 0), 0),
 
 
 jvp("LinalgVectorNormBackward0")(_reduce_jvp)

@@ -6,6 +6,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import TorchRuntimeError
+from ..grad_mode import _grad_enabled
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import NP, require_tensor, saved_int, signed_int, wrap_dim
@@ -34,10 +35,12 @@ def _rev_cumsum(x: Tensor, d: int) -> Tensor:
 @vjp("CumprodBackward0", inputs=("self",), saves=("dim", "result", "self"))
 def _(ctx, grad):
     x, d = ctx.self, signed_int(ctx.dim)
-    if x.data.ndim == 0:
+    if x.data.size <= 1 or x.shape[d] == 1:
         return grad,
     if not np.any(x.data == 0):
         return _rev_cumsum(grad * ctx.result, d) / x,
+    if _grad_enabled.get():
+        return _cumprod_backward_graph(grad, x, d),
     # with zeros: dL/dx_k = sum_{j >= k} g_j prod_{i <= j, i != k} x_i, over an (n, n) table per position
     last = x.data.ndim - 1
     xt, gt_ = transpose(x, d, last), transpose(grad, d, last)
@@ -47,6 +50,31 @@ def _(ctx, grad):
     upper = Tensor(np.triu(np.ones((n, n), x.data.dtype)))          # j >= k
     g = sum_(cumprod(table, -1) * upper * unsqueeze(gt_, -2), -1)
     return transpose(g, d, last),
+
+
+def _cumprod_backward_graph(grad: Tensor, x: Tensor, d: int) -> Tensor:
+    """FunctionsManual cumprod_backward's O(n^2) form for a double backward through zeros: each slice k of the
+    gradient is sum_{j >= k} grad_j prod_{i <= j, i != k} x_i, copied into a zeros tensor (CopySlices)."""
+    from .creation import ones, zeros
+    from .inplace import copy_
+    from .reduction import prod
+    from .shape import cat, expand_as, narrow, select
+    n = x.shape[d]
+    out = zeros(*x.shape, dtype=grad.dtype)
+    ones_shape = list(x.shape)
+    ones_shape[d] = 1
+    one = ones(*ones_shape, dtype=grad.dtype)
+    for k in range(n):
+        if k == 0:
+            omitted = cat([one, cumprod(narrow(x, d, 1, n - 1), d)], d)
+        elif k == n - 1:
+            omitted = prod(narrow(x, d, 0, k), d, True)
+        else:
+            until_k = prod(narrow(x, d, 0, k), d, True)
+            after = cumprod(narrow(x, d, k + 1, n - k - 1), d)
+            omitted = cat([until_k, expand_as(until_k, after) * after], d)
+        copy_(select(out, d, k), sum_(narrow(grad, d, k, n - k) * omitted, d))
+    return out
 
 
 @jvp("CumprodBackward0")

@@ -465,15 +465,25 @@ def repeat(self, *repeats):
 @vjp("RepeatBackward0", inputs=("self",), saves=("repeats", "self_sym_sizes"))
 def _(ctx, grad):
     from .reduction import sum as sum_
-    reps = ctx.repeats
-    shp = ctx.self_sym_sizes
-    padded = (1,) * (len(reps) - len(shp)) + tuple(shp)
-    inter = []
-    for r, s in zip(reps, padded):
-        inter += [r, s]
-    g = reshape(grad, tuple(inter))
-    g = sum_(g, tuple(range(0, 2 * len(reps), 2)))
-    return reshape(g, shp),
+    reps = tuple(ctx.repeats)
+    shp = tuple(ctx.self_sym_sizes)
+    # FunctionsManual repeat_backward: the leading new dims summed away one by one, then one reshape that
+    # splits each repeated dim into (repeat, size) and one sum over the repeat dims
+    if 0 in reps:
+        return Tensor(np.zeros(shp, grad.data.dtype)),
+    g = grad
+    lead = len(reps) - len(shp)
+    for _ in range(lead):
+        g = sum_(g, 0)
+    size, dims = [], []
+    for r, s in zip(reps[lead:], shp):
+        if r != 1:
+            size.append(r)
+            dims.append(len(size) - 1)
+        size.append(s)
+    if dims:
+        g = sum_(reshape(g, tuple(size)), tuple(dims))
+    return g,
 
 
 @jvp("RepeatBackward0")
@@ -860,7 +870,8 @@ def _slice(self: Tensor, d: int, start: int, end: int, step: int) -> Tensor:
 
 @vjp("SliceBackward0", inputs=("self",), saves=("dim", "end", "self_sym_sizes", "start", "step"))
 def _(ctx, grad):
-    return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (slice(ctx.start, ctx.end, ctx.step),)),
+    return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (slice(ctx.start, ctx.end, ctx.step),),
+                  "SliceBackwardBackward0"),
 
 
 @jvp("SliceBackward0")
@@ -906,7 +917,7 @@ op("select", tensors=("self",), grad_fns=("SelectBackward0",), plannable=True)(_
 @vjp("SelectBackward0", inputs=("self",), saves=("dim", "index", "self_sym_sizes"))
 def _(ctx, grad):
     n = ctx.self_sym_sizes[ctx.dim]
-    return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (ctx.index % n,)),
+    return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (ctx.index % n,), "SelectBackwardBackward0"),
 
 
 @jvp("SelectBackward0")
@@ -917,10 +928,11 @@ def _(ctx, self_t):
 batching("SelectBackward0", **shifted(dims=("dim",)))
 
 
-def _embed(grad: Tensor, shape: tuple, index: tuple) -> Tensor:
-    """Zeros of ``shape`` with ``grad`` written at a basic index (the VJP of select/slice)."""
+def _embed(grad: Tensor, shape: tuple, index: tuple, name: str) -> Tensor:
+    """Zeros of ``shape`` with ``grad`` written at a basic index (the VJP of select/slice: torch's
+    select_backward / slice_backward, whose nodes under create_graph are ``name``)."""
     out = kcall(_embed_kernel, grad.data, tuple(shape), index)
-    return record("EmbedBackward", out, (grad,), {"index": _index_to_data(index)})
+    return record(name, out, (grad,), {"index": _index_to_data(index)})
 
 
 def _index_to_data(index: tuple) -> list:
@@ -937,15 +949,17 @@ def _index_from_data(data: list) -> tuple:
     return tuple(slice(*it["slice"]) if isinstance(it, dict) else it for it in data)
 
 
-@vjp("EmbedBackward", inputs=("grad",), saves=("index",))
-def _(ctx, grad):
+@vjp("SelectBackwardBackward0", inputs=("grad",), saves=("index",))
+@vjp("SliceBackwardBackward0", inputs=("grad",), saves=("index",))
+def _embed_vjp(ctx, grad):
     idx = _index_from_data(ctx.index)
     return _basic_index(grad, idx),
 
 
-@jvp("EmbedBackward")
-def _(ctx, grad_t):
-    return _embed(grad_t, ctx.result.data.shape, _index_from_data(ctx.index))
+@jvp("SelectBackwardBackward0")
+@jvp("SliceBackwardBackward0")
+def _embed_jvp(ctx, grad_t):
+    return _embed(grad_t, ctx.result.data.shape, _index_from_data(ctx.index), ctx._prim)
 
 
 def _basic_index(self: Tensor, idx: tuple) -> Tensor:
@@ -1127,7 +1141,7 @@ def _index(self: Tensor, advanced: list) -> Tensor:
 
 @vjp("IndexBackward0", inputs=("self",), saves=("indices", "self_sym_sizes"))
 def _(ctx, grad):
-    return _index_put_zeros(grad, ctx.self_sym_sizes, ctx.indices),
+    return _index_put_zeros(grad, ctx.self_sym_sizes, ctx.indices, "IndexPutImplBackward0"),
 
 
 @jvp("IndexBackward0")
@@ -1143,9 +1157,16 @@ def _indices_tuple(indices) -> tuple:
     return tuple(slice(None) if i is None else i.data for i in indices)
 
 
-def _index_put_zeros(values: Tensor, shape: tuple, indices: list) -> Tensor:
+def _index_put_zeros(values: Tensor, shape: tuple, indices: list, name: str | None = None) -> Tensor:
+    """Zeros of ``shape`` with ``values`` added at ``indices``: the backward formulas of the index-reading ops.
+    ``name``: the node as torch's formula shows it under create_graph (``ScatterBackward0`` for sort's
+    ``zeros.scatter(dim, indices, grad)``, ``IndexAddBackward0`` for index_select's ...); its backward is
+    the same gather of the incoming gradient."""
     out = kcall(_put_zeros_kernel, values.data, tuple(shape), *_indices_tuple(indices))
-    return record("IndexPutAccBackward", out, (values,), {"indices": indices})
+    res = record("IndexPutAccBackward", out, (values,), {"indices": indices})
+    if name is not None and res.grad_fn is not None:
+        res.grad_fn.name = name
+    return res
 
 
 def _put_zeros_kernel(values, shape, *index):
@@ -1206,7 +1227,7 @@ def _(ctx, grad):
     ix = ctx.index.data.reshape(-1)
     ix_b = Tensor(ix.reshape([-1 if k == d else 1 for k in range(len(shp))]))
     full[d] = ix_b
-    return _index_put_zeros(grad, shp, full),
+    return _index_put_zeros(grad, shp, full, "IndexAddBackward0"),
 
 
 @jvp("IndexSelectBackward0")
@@ -1263,7 +1284,7 @@ def _(ctx, grad):
         return reshape(flat, shp),
     grids = list(np.indices(ix.shape, sparse=True))
     grids[d] = ix
-    return _index_put_zeros(grad, shp, [Tensor(np.asarray(g)) for g in grids]),
+    return _index_put_zeros(grad, shp, [Tensor(np.asarray(g)) for g in grids], "ScatterAddBackward0"),
 
 
 @jvp("GatherBackward0")

@@ -33,22 +33,21 @@ _LANCZOS = (0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.323
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
+def _lgamma1(v: float) -> float:
+    try:
+        return math.lgamma(v)
+    except ValueError:  # the poles 0, -1, -2 ...
+        return math.inf
+
+
+_lgamma_vec = np.frompyfunc(_lgamma1, 1, 1)
+
+
 def _lgamma_np(x: np.ndarray) -> np.ndarray:
-    """log|Gamma(x)| (inf at the poles 0, -1, -2 ...) in float64, cast back to x's dtype."""
-    x64 = x.astype(np.float64, copy=False)
-    pole = (x64 <= 0) & (x64 == np.floor(x64))
-    refl = x64 < 0.5
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        z = np.where(refl, 1.0 - x64, x64) - 1.0
-        a = np.full_like(z, _LANCZOS[0])
-        for i, c in enumerate(_LANCZOS[1:], start=1):
-            a += c / (z + i)
-        t = z + 7.5
-        lg = _HALF_LOG_2PI + (z + 0.5) * np.log(t) - t + np.log(a)
-        r = x64 - np.round(x64)  # exact: sin(pi r) keeps its precision next to the poles
-        out = np.where(refl, math.log(math.pi) - np.log(np.abs(np.sin(np.pi * r))) - lg, lg)
-    out = np.where(pole | np.isinf(x64), np.inf, out)
-    return out.astype(x.dtype, copy=False)
+    """log|Gamma(x)| by the C library's lgamma, as torch's CPU kernel (std::lgamma): exact zeros at 1 and 2,
+    inf at the poles 0, -1, -2 ..., cast back to x's dtype."""
+    out = _lgamma_vec(x.astype(np.float64, copy=False))
+    return np.asarray(out, dtype=np.float64).astype(x.dtype, copy=False)
 
 
 def _digamma64(x: np.ndarray) -> np.ndarray:
@@ -74,35 +73,89 @@ def _digamma64(x: np.ndarray) -> np.ndarray:
             series = series + b / (2 * k) * p
             p = p * inv2
         out = out + np.log(x) - 0.5 / x - series
-    out = np.where(pole & (x == 0), -np.inf, out)  # digamma(0) = -inf (torch >= 1.8)
+    out = np.where(pole & (x == 0), np.copysign(np.inf, -x), out)  # digamma(+-0) = -+inf (torch's calc_digamma)
     return np.where(pole & ~(x == 0), np.nan, out)
 
 
-def _polygamma64(n: int, x: np.ndarray) -> np.ndarray:
-    """psi^(n)(x) = (-1)^(n+1) n! sum_k (x + k)^-(n+1) for n >= 1: direct terms until x + k >= 10, then
-    Euler-Maclaurin for the tail."""
-    x = np.array(x, dtype=np.float64, copy=True)
-    s = n + 1
-    acc = np.zeros_like(x)
-    pole = (x <= 0) & (x == np.floor(x))
+def _trigamma(x: np.ndarray) -> np.ndarray:
+    """torch's calc_trigamma (aten Math.h), in x's own precision: reflection below 1/2 (so a pole gives
+    pi^2 / sin(pi x)^2 with sin's rounding: huge, finite), six recurrence steps, then the asymptotic series."""
+    tp = x.dtype.type
+    x = x.copy()
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        refl = x < tp(0.5)
+        pi = tp(math.pi)
+        sin_pi_x = np.sin(pi * x)
+        result = np.where(refl, -(pi * pi) / (sin_pi_x * sin_pi_x), tp(0)).astype(x.dtype)
+        sign = np.where(refl, tp(-1), tp(1)).astype(x.dtype)
+        x = np.where(refl, tp(1) - x, x).astype(x.dtype)
+        for _ in range(6):
+            result = result + tp(1) / (x * x)
+            x = x + tp(1)
+        ixx = tp(1) / (x * x)
+        series = tp(1) + tp(1) / (tp(2) * x) + ixx * (tp(1. / 6) - ixx * (tp(1. / 30) - ixx * tp(1. / 42)))
+        result = result + series / x
+        return sign * result
+
+
+# torch's zeta (cephes' Hurwitz zeta): Euler-Maclaurin coefficients (2k)! / B_2k
+_ZETA_A = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9, 7.47242496e10,
+           -2.950130727918164224e12, 1.1646782814350067249e14, -4.5979787224074726105e15,
+           1.8152105401943546773e17, -7.1661652561756670113e18)
+_MACHEP = 1.11022302462515654042e-16
+
+
+def _zeta(x: float, q: np.ndarray) -> np.ndarray:
+    """torch's zeta(x, q) for an integer x >= 2, in float64 (its CPU accumulation type), element by element
+    as its loops run: direct terms until they are negligible or q + i > 9, then Euler-Maclaurin."""
+    q = q.astype(np.float64)
+    res = np.full(q.shape, np.nan)
+    done = (q <= 0) & (q == np.floor(q))
+    res[done] = np.inf  # the poles
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        s = q ** -x
+        a = q.copy()
+        b = np.zeros_like(q)
+        i = 0
         while True:
-            small = (x < _SHIFT) & np.isfinite(x) & ~pole
-            if not small.any():
+            active = ~done & ((i < 9) | (a <= 9.0))
+            if not active.any():
                 break
-            acc = acc + np.where(small, np.where(small, x, 1.0) ** -s, 0.0)
-            x = np.where(small, x + 1.0, x)
-        tail = x ** (1 - s) / (s - 1) + 0.5 * x ** -s
-        fact, rise = 1.0, float(s)  # (2k)! and s (s+1) ... (s+2k-2)
-        for k in range(1, 8):
-            fact *= (2 * k - 1) * (2 * k)
-            b = _B2K[k - 1]
-            tail = tail + b / fact * rise * x ** (-s - 2 * k + 1)
-            rise *= (s + 2 * k - 1) * (s + 2 * k)
-        total = acc + tail
-    sign = 1.0 if n % 2 == 1 else -1.0
-    out = sign * math.factorial(n) * total
-    return np.where(pole, np.nan if n % 2 == 0 else np.inf, out)
+            i += 1
+            a = np.where(active, a + 1.0, a)
+            b = np.where(active, a ** -x, b)
+            s = np.where(active, s + b, s)
+            conv = active & (-_MACHEP * s < b) & (b < _MACHEP * s)
+            res[conv] = s[conv]
+            done |= conv
+        w = a
+        s = s + b * w / (x - 1.0) - 0.5 * b
+        coef, k = 1.0, 0.0
+        for c in _ZETA_A:
+            coef *= x + k
+            b = b / w
+            t = coef * b / c
+            s = s + t
+            conv = ~done & (np.abs(t / s) < _MACHEP)
+            res[conv] = s[conv]
+            done |= conv
+            k += 1.0
+            coef *= x + k
+            b = b / w
+            k += 1.0
+        res[~done] = s[~done]
+    return res
+
+
+def _polygamma(n: int, x: np.ndarray) -> np.ndarray:
+    """psi^(n) for n >= 1 as torch's CPU kernel computes it: trigamma for n == 1, else
+    (-1)^(n+1) exp(lgamma(n + 1)) zeta(n + 1, x), in x's precision around a float64 zeta."""
+    if n == 1:
+        return _trigamma(x)
+    tp = x.dtype.type
+    fact = tp(math.exp(math.lgamma(n + 1.0))) if tp is np.float64 else np.exp(tp(math.lgamma(tp(n) + tp(1))))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (tp(1) if n % 2 else tp(-1)) * fact * _zeta(float(n + 1), x).astype(x.dtype)
 
 
 def _float_unary(self, name: str):
@@ -162,7 +215,7 @@ def polygamma(n, self):
     if n < 0:
         raise TorchRuntimeError("polygamma(n, x) does not support negative n.", code="invalid_argument")
     self, x = _float_unary(self, "polygamma")
-    out = _digamma64(x) if n == 0 else _polygamma64(int(n), x)  # n == 0: digamma's values, torch's node name
+    out = _digamma64(x) if n == 0 else _polygamma(int(n), x)  # n == 0: digamma's values, torch's node name
     return record("PolygammaBackward0", out.astype(x.dtype), (self,),
                   {"n": int(n), "self": self})
 

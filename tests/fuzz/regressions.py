@@ -30,6 +30,8 @@ def O(op, *args, out=None, no_grad=False, **kwargs):  # noqa: E743 - an op of th
     return d
 
 
+A3 = [[0.795, 0.595, -0.196], [-0.614, -0.398, 0.186], [-0.009, 0.383, -0.793]]
+
 PROGRAMS = {
     # ----- autograd state
     "backward_inputs_nonleaf_retains_grad": [
@@ -276,6 +278,186 @@ PROGRAMS = {
     "binary_cross_entropy_weight_may_not_require_grad": [
         T("x", [0.32, 0.44, 0.71]), T("t", [0.0, 1.0, 0.5], dtype="float64"), T("w", [0.467]),
         O("binary_cross_entropy", "x", "t", "w", out="l")],
+    # ----- double backward: the nodes torch's formulas build (session 3)
+    "slogdet_double_backward_through_linalg_solve": [
+        T("a", A3), O("slogdet", "a", out="s"),
+        O("grad", ["s_1"], ["a"], out="g", create_graph=True), O("view", "g", -1, out="gv")],
+    "det_double_backward_through_linalg_solve": [
+        T("a", A3, dtype="float64"), O("linalg.det", "a", out="d"),
+        O("grad", ["d"], ["a"], out="g", create_graph=True)],
+    "det_gradient_at_a_singular_matrix": [
+        O("full", [2, 2], 1.5, out="a", requires_grad=True), O("linalg.det", "a", out="d"),
+        O("backward", "d")],
+    "slogdet_backward_at_a_singular_matrix_is_inf_and_nan": [
+        O("full", [2, 2], 1.5, out="a", requires_grad=True), O("linalg.slogdet", "a", out="s"),
+        O("backward", "s_1")],
+    "cholesky_double_backward_through_solve_triangular": [
+        T("a", [[[2.0, 0.3], [0.3, 1.0]], [[1.5, -0.2], [-0.2, 0.8]]]), O("linalg.cholesky", "a", out="l", upper=True),
+        O("sum", "l", out="s"), T("g", -0.33, rg=False), O("grad", ["s"], ["l", "a"], out="r", grad_outputs="g",
+                                                            create_graph=True)],
+    "vector_norm_double_backward_ends_in_mul": [
+        T("x", [1.139, -0.735, -1.547], dtype="float64"), O("linalg.vector_norm", "x", out="n"),
+        T("g", 0.74, dtype="float64", rg=False), O("grad", ["n"], ["x"], out="r", grad_outputs="g",
+                                                   create_graph=True),
+        O("linalg.vector_norm", "x", 3.0, out="n3"), O("grad", ["n3"], ["x"], out="r3", create_graph=True),
+        O("linalg.vector_norm", "x", 0.0, out="n0"), O("backward", "n0")],
+    "conv2d_double_backward_is_one_node": [
+        T("x", [[[[0.43, 0.63, -0.06], [0.33, -0.83, -0.21], [-0.38, 0.88, -0.61]]]]),
+        T("w", [[[[-0.53, -0.24], [0.54, 0.84]]]]), O("conv2d", "x", "w", out="y"), O("sum", "y", out="s"),
+        O("grad", ["s"], ["x", "w"], out="g", create_graph=True), O("sum", "g_0", out="q"),
+        O("backward", "q")],
+    "layer_norm_weight_double_backward_is_one_node": [
+        T("w", [-1.02, 1.6, 0.65, 0.57]), T("x", [[0.4, 0.85, 0.53, 0.07], [-0.84, -0.55, -0.07, -0.7]]),
+        O("layer_norm", "x", [4], out="y", weight="w"), O("sum", "y", out="s"),
+        O("grad", ["s"], ["w", "x"], out="g", create_graph=True)],
+    "smooth_l1_mixed_dtype_double_backward_keeps_the_inputs_dtype": [
+        T("x", [0.203, 0.407, 0.304], dtype="float64"), T("y", [-0.153, -0.227, -0.07]),
+        O("smooth_l1_loss", "x", "y", out="l"), T("g", -0.07, dtype="float64"),
+        O("grad", ["l"], ["y"], out="r", grad_outputs="g", create_graph=True)],
+    "huber_loss_mixed_dtype_backward_names_the_needed_input": [
+        T("x", [0.294, 0.206, 0.394], rg=False, dtype="float64"), T("y", [-0.081, -0.147, -0.226]),
+        O("huber_loss", "x", "y", out="l"), O("backward", "l")],
+    "scalar_factors_in_formulas_are_scalar_ops": [
+        T("c", [[0.1, 0.2], [0.3, 0.4]], dtype="float64"), T("a", [[0.5, -0.2], [0.1, 0.7]], dtype="float64"),
+        T("b", [[0.3, 0.9], [-0.4, 0.2]], dtype="float64"),
+        O("addmm", "c", "a", "b", out="m", beta=0.5, alpha=2.0), O("sum", "m", out="s"),
+        O("grad", ["s"], ["c", "a", "b"], out="g", create_graph=True),
+        O("binary_cross_entropy_with_logits", "a", "b", out="l"),
+        O("grad", ["l"], ["a"], out="h", create_graph=True)],
+    "cumprod_double_backward_through_a_zero": [
+        T("x", [0.5, 0.0, -1.5, 2.0], dtype="float64"), O("cumprod", "x", 0, out="c"), O("sum", "c", out="s"),
+        O("grad", ["s"], ["x"], out="g", create_graph=True)],
+    # ----- layouts: LAPACK results are column-major, reductions and matmul gradients contiguous
+    "linalg_inv_is_column_major_so_reshape_copies": [
+        T("a", [[0.415, -0.398, -0.582], [0.6, 0.186, 0.796], [-0.015, -0.189, -0.793]], dtype="float64"),
+        O("linalg.inv", "a", out="i"), O("reshape", "i", -1, out="r"), O("t", "i", out="it"),
+        O("view", "it", -1, out="v"), O("view", "i", -1, out="bad")],
+    "cholesky_chunk_view_refused_as_in_torch": [
+        T("a", [[[2.0, 0.3], [0.3, 1.0]], [[1.5, -0.2], [-0.2, 0.8]]]), O("linalg.cholesky", "a", out="l", upper=True),
+        O("chunk", "l", 2, out="c"), O("view", "c_1", -1, out="v")],
+    "gradients_of_column_major_operands": [
+        T("a", [[0.415, -0.398], [0.6, 0.186]], dtype="float64"), O("linalg.inv", "a", out="i"),
+        T("x", [[0.3, -0.1], [0.2, 0.5], [-0.4, 0.6]], dtype="float64"), O("mm", "x", "i", out="m"),
+        O("sum", "m", out="s"), O("grad", ["s"], ["x", "a"], out="g", create_graph=True),
+        O("linear", "x", "a", out="y"), O("sum", "y", out="q"), O("grad", ["q"], ["a"], out="h"),
+        O("view", "h", -1, out="hv")],
+    "solve_batched_gradient_of_a_broadcast_rhs_is_contiguous": [
+        T("a", [[[2.0, 0.3], [0.3, 1.0]], [[1.5, -0.2], [-0.2, 0.8]]], dtype="float64"),
+        T("b", [[0.5, -0.2], [0.1, 0.7]], dtype="float64"), O("linalg.solve", "a", "b", out="x"),
+        O("sum", "x", out="s"), O("grad", ["s"], ["b"], out="g", create_graph=True),
+        O("view", "g", -1, out="gv"), T("v", [0.3, 0.4], dtype="float64"), O("linalg.solve", "a", "v", out="y"),
+        O("view", "y", -1, out="yv")],
+    # ----- views and the version counter
+    "version_error_names_the_views_asstrided_while_it_lives": [
+        T("x", [[-2.34, -2.56, -2.623], [-2.272, -2.488, -2.414]]), O("lgamma", "x", out="y"),
+        O("select", "y", 0, 1, out="v"), O("tanh_", "v"), T("m", [True, True, True], rg=False, dtype="bool"),
+        O("masked_fill_", "v", "m", 0.94), O("sum", "y", out="s"), O("backward", "s", retain_graph=True)],
+    "version_error_names_the_op_once_the_views_node_is_freed": [
+        T("x", [[-2.34, -2.56, -2.623], [-2.272, -2.488, -2.414]]), O("lgamma", "x", out="y"),
+        O("select", "y", 0, 1, out="v"), O("tanh_", "v"), T("m", [True, True, True], rg=False, dtype="bool"),
+        O("masked_fill_", "v", "m", 0.94), O("sum", "y", out="s"), O("backward", "s")],
+    "div_with_rounding_mode_saves_its_inputs": [
+        T("x", [-0.0, -0.515, 0.462]), T("y", [0.88, 1.633, 1.278], dtype="float64"),
+        O("div", "x", "y", out="q", rounding_mode="floor"), O("clamp_max_", "x", 0.1, no_grad=True),
+        T("g", [-0.13, -0.81, -0.39], rg=False, dtype="float64"), O("backward", "q", gradient="g")],
+    "retain_grad_again_on_a_refused_split_view_is_a_no_op": [
+        T("x", [-0.523, 0.501, 0.031], dtype="float64"), O("chunk", "x", 2, out="c"), O("retain_grad", "c_0"),
+        O("sub_", "c_1", 1.94, no_grad=True), O("retain_grad", "c_0")],
+    "identity_ops_on_a_refused_split_view": [
+        T("x", [-0.529, 0.483, -0.008]), O("clamp_min", "x", 0.0, out="y"),
+        O("reshape", "y", -1, out="r", no_grad=True), O("split", "r", 2, out="p"), O("sqrt_", "y"),
+        O("flatten", "p_0", out="f"), O("contiguous", "p_0", out="c"), O("mul", "p_0", 2.0, out="refused")],
+    # ----- values and checks at the edges
+    "slogdet_and_det_with_infinite_entries": [
+        O("eye", 3, out="e", requires_grad=True),
+        T("p", [[-1.68, 0.73, 1.92], [1.41, -0.72, 0.98], [-0.02, 1.4, -1.45]]), O("pow_", "e", "p", no_grad=True),
+        O("linalg.slogdet", "e", out="s"), O("linalg.det", "e", out="d"),
+        T("z", [[-1.0, 1.0], [1.0, 1.0]], rg=False), O("sqrt", "z", out="n"), O("linalg.slogdet", "n", out="sn"),
+        T("z0", [[0.5, 0.0], [1.0, 0.5]], rg=False, dtype="float64"), O("reciprocal", "z0", out="i"),
+        O("linalg.det", "i", out="di")],
+    "polygamma_at_the_poles": [
+        T("x", [0.0, -1.0, -2.0, -0.0, 1.0, -0.5], rg=False, dtype="float64"),
+        O("polygamma", 1, "x", out="p1"), O("polygamma", 2, "x", out="p2"), O("polygamma", 3, "x", out="p3"),
+        O("digamma", "x", out="p0"), T("z", [0.0, -0.0], rg=False, dtype="float64"), O("reciprocal", "z", out="i"),
+        O("polygamma", 1, "i", out="i1"), O("polygamma", 2, "i", out="i2"),
+        T("f", [0.0, -1.0, -3.0, 2.5, -3.7, 0.2], rg=False), O("polygamma", 1, "f", out="f1"),
+        O("polygamma", 4, "f", out="f4")],
+    "integer_convolutions_run_bool_ones_do_not": [
+        T("x", [[[1, 2, 0, 1, 2]]], rg=False, dtype="int64"), T("w", [[[1, -1]], [[2, 0]]], rg=False, dtype="int64"),
+        O("conv1d", "x", "w", out="y"), T("b", [[[True, False, True]]], rg=False, dtype="bool"),
+        T("wf", [[[0.5, 1.0]]]), O("conv1d", "b", "wf", out="z")],
+    "conv_saves_its_input_and_weight_whichever_requires_grad": [
+        T("x", [[[-0.39, -0.69, 0.535, -0.226, 0.698, -0.076], [0.245, -0.846, 0.832, -0.542, 0.073, 0.396]]]),
+        T("w", [[[-0.687, 0.532], [-0.533, -0.235]]], rg=False), O("conv1d", "x", "w", out="y", dilation=2),
+        O("sum", "y", out="s"), O("backward", "s", retain_graph=True, create_graph=True)],
+    "hypot_saves_only_the_operands_that_require_grad": [
+        T("x", [[-1.527, -1.277, 1.777], [0.764, -0.531, -1.024]], dtype="float64"),
+        T("y", [0.757, -1.573, -1.13], rg=False), O("hypot", "x", "y", out="h"), O("log_", "y", no_grad=True),
+        T("g", [[-1.68, 1.33, 0.0], [1.38, 0.0, -0.02]], rg=False, dtype="float64"),
+        O("backward", "h", gradient="g", retain_graph=True)],
+    "select_and_slice_double_backward_nodes": [
+        T("x", [0.13, -0.07, 0.25, 0.0]), O("getitem", "x", 3, out="a"), O("getitem", "x", "1:3", out="b"),
+        T("g", -0.07), O("grad", ["a"], ["x"], out="r", grad_outputs="g", create_graph=True),
+        O("sum", "b", out="s"), O("grad", ["s"], ["x"], out="q", create_graph=True)],
+    "cross_of_a_vector_with_itself_is_fma_rounding": [
+        T("v", [[-0.707, 0.726], [-0.453, -0.131], [0.445, 0.155]]), O("linalg.cross", "v", "v", out="c", dim=0),
+        T("w", [[-0.706, -0.441], [0.161, 0.405], [0.716, -0.136]]), O("cosine_similarity", "c", "w", 0, out="k"),
+        T("d", [[0.716, -0.15, 0.144], [0.408, -0.711, -0.452]], rg=False, dtype="float64"),
+        O("cross", "d", "d", out="e", dim=1), O("log_", "e")],
+    "lgamma_is_exactly_zero_at_one_and_two": [
+        O("ones", [3], out="o"), O("lgamma", "o", out="l"), O("log_", "l", no_grad=True),
+        T("t", [2.0, 1.0], rg=False, dtype="float64"), O("lgamma", "t", out="m"), O("log", "m", out="lm")],
+    "atan2_gradient_at_the_origin_is_zero": [
+        T("x", [1.67, 0.0, 1.42], dtype="float64"), O("round", "x", out="r"), O("lerp", "r", "x", 0.7, out="l"),
+        O("atan2", "x", "l", out="a"), T("g", [0.16, -1.08, 0.8], rg=False, dtype="float64"),
+        O("backward", "a", gradient="g", no_grad=True)],
+    "mean_backward_divides_by_a_number": [
+        T("x", [[[0.544, -0.073], [0.693, -0.222]], [[0.399, 0.221], [-0.527, 0.083]]]),
+        O("mean", "x", [0, 2], out="m", keepdim=True), O("sum", "m", out="s"), O("sqrt_", "s"),
+        O("grad", ["s"], ["x"], out="g", create_graph=True)],
+    "index_reading_ops_double_backward_nodes": [
+        T("x", [[0.3, -0.5, 0.9], [0.1, 0.7, -0.2]]), O("sort", "x", 1, out="o"), O("mul", "o_0", "o_0", out="q"),
+        O("sum", "q", out="s"), O("grad", ["s"], ["x"], out="g", create_graph=True),
+        T("i", [[0, 2], [1, 0]], rg=False, dtype="int64"), O("gather", "x", 1, "i", out="h"),
+        O("mul", "h", "h", out="hq"), O("sum", "hq", out="hs"), O("grad", ["hs"], ["x"], out="gh", create_graph=True),
+        T("j", [2, 0], rg=False, dtype="int64"), O("index_select", "x", 1, "j", out="k"), O("mul", "k", "k", out="kq"),
+        O("sum", "kq", out="ks"), O("grad", ["ks"], ["x"], out="gk", create_graph=True)],
+    "alpha_and_scalar_weights_are_scalar_products": [
+        T("a", [0.3, -0.5, 0.9]), T("b", [0.1, 0.7, -0.2]), O("add", "a", "b", out="c", alpha=2.0),
+        O("mul", "c", "c", out="cc"), O("sum", "cc", out="s"), O("grad", ["s"], ["a", "b"], out="g", create_graph=True),
+        O("lerp", "a", "b", 0.3, out="l"), O("mul", "l", "l", out="ll"), O("sum", "ll", out="ls"),
+        O("grad", ["ls"], ["a", "b"], out="gl", create_graph=True)],
+    "linear_with_a_non_contiguous_bias_goes_through_matmul": [
+        T("v", [[0.919, 1.366, 1.777], [1.146, 0.731, 1.576]], dtype="float64"), O("unbind", "v", 1, out="b"),
+        T("x", [0.02, 0.53, -0.489], dtype="float64"), T("w", [[0.445, -0.437, -0.15], [0.694, 0.156, -0.691]]),
+        O("linear", "x", "w", "b_0", out="y")],
+    "binary_cross_entropy_range_checked_element_by_element": [
+        T("x", [0.65, -0.671, 0.356]), T("t", [1.34, 0.02, 1.05]), O("binary_cross_entropy", "x", "t", out="l")],
+    "index_add_and_index_copy_bounds_messages": [
+        T("x", [[-0.699, -0.156], [-0.449, 0.434], [0.705, 0.148]]), T("i", [0, 3, 3], rg=False, dtype="int64"),
+        T("s", [[0.692, -0.723], [-0.426, 0.429], [0.156, -0.145]]), O("index_add", "x", 0, "i", "s", out="y")],
+    "index_copy_takes_no_negative_index": [
+        T("x", [0.3, 0.1, 0.7]), T("i", [0, -1, 1], rg=False, dtype="int64"), T("s", [1.0, 2.0, 3.0]),
+        O("index_copy", "x", 0, "i", "s", out="y")],
+    "max_repeat_trace_double_backward_nodes": [
+        T("x", [[0.3, -0.5, 0.9], [0.9, 0.7, -0.2]]), O("max", "x", out="m"), O("mul", "m", "m", out="q"),
+        O("grad", ["q"], ["x"], out="g", create_graph=True), O("repeat", "x", 2, 1, out="r"),
+        O("mul", "r", "r", out="rr"), O("sum", "rr", out="rs"), O("grad", ["rs"], ["x"], out="gr", create_graph=True),
+        T("a", [[0.5, 0.1], [0.2, 0.4]]), O("trace", "a", out="t"), O("mul", "t", "t", out="tt"),
+        O("grad", ["tt"], ["a"], out="gt", create_graph=True)],
+    "releasing_a_fused_double_backward_node_keeps_its_formulas_graph": [
+        T("x", [-0.502, 0.018, 0.51], dtype="float64"), O("logsigmoid", "x", out="y"),
+        T("g", [1.21, 1.03, 0.82], dtype="float64", rg=False),
+        O("grad", ["y"], ["x"], out="d", grad_outputs="g", retain_graph=True, create_graph=True),
+        O("sum", "d", out="s"), O("backward", "s", inputs=["x"]), O("backward", "y", gradient="g")],
+    "version_error_names_a_cpp_node_by_its_qualified_name": [
+        O("linspace", 0.0, 1.0, 3, out="b", dtype="float32", requires_grad=True),
+        T("m", [[-0.156, 0.728, 0.424], [-0.436, -0.736, 0.145]], rg=False),
+        T("w", [[0.846, -0.851, 0.074], [0.682, 0.529, -0.693], [-0.077, 0.235, -0.37]]),
+        O("addmm", "b", "m", "w", out="y", beta=0.5, alpha=2), T("n", [[-0.85, 0.85, 1.2], [0.87, 0.24, -1.22]]),
+        O("copy_", "m", "n"), O("sum", "y", out="s"), O("backward", "s", inputs=["n", "w"])],
+    "reshape_of_a_0d_integer_tensor": [
+        T("x", [0.1, 0.5, -0.3], rg=False), O("argmax", "x", out="i"), O("reshape", "i", -1, out="r")],
 }
 
 
