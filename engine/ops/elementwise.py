@@ -254,6 +254,10 @@ def _(ctx, self_t):
     return mul_number(self_t, ctx.other)
 
 
+# tensor over a number: the formula scales whatever it is given, a batch of entries too
+batching("DivBackward1", vjp=SAME, jvp=SAME)
+
+
 @jvp("MulBackward0")
 def _(ctx, self_t, other_t):
     # torch: other_t * self_p + self_t * other_p, a missing tangent being zeros of its input's dtype (which
