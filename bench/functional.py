@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import engine as E  # noqa: E402
 from bench.engine import timeit, torch  # noqa: E402  (the same timer; torch pinned to one thread, or None)
+from engine.plan import PlanCache, run_session_planned  # noqa: E402
 
 RNG = np.random.default_rng(0)
 W = RNG.standard_normal((100, 100)) / 10
@@ -105,15 +106,20 @@ def main() -> None:
             np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
     gc.collect()
     gc.freeze()
-    print(f"{'workload':<50} {'engine ms':>10} {'torch ms':>10} {'ratio':>7}")
+    cache = PlanCache()
+    print(f"{'workload':<50} {'engine ms':>10} {'planned ms':>10} {'torch ms':>10} {'ratio':>7} {'planned':>8}")
     for name, op in WORKLOADS.items():
         ops = [op]
         t_eng = timeit(lambda ops=ops: E.run_program(st, ops), repeat)
+        # the session's plan (engine.plan.run_session_planned: a replay when the list plans, else cold)
+        t_pl = timeit(lambda ops=ops: run_session_planned(cache, st, ops), repeat)
         if name in tw:
             t_tor = timeit(tw[name], repeat)
-            print(f"{name:<50} {t_eng * 1e3:>10.3f} {t_tor * 1e3:>10.3f} {t_eng / t_tor:>6.2f}x")
+            print(f"{name:<50} {t_eng * 1e3:>10.3f} {t_pl * 1e3:>10.3f} {t_tor * 1e3:>10.3f} {t_eng / t_tor:>6.2f}x "
+                  f"{t_pl / t_tor:>7.2f}x")
         else:
-            print(f"{name:<50} {t_eng * 1e3:>10.3f} {'-':>10} {'-':>7}")
+            print(f"{name:<50} {t_eng * 1e3:>10.3f} {t_pl * 1e3:>10.3f} {'-':>10} {'-':>7} {'-':>8}")
+    print(f"plans: {cache.stats()}")
 
 
 if __name__ == "__main__":
