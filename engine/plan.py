@@ -34,7 +34,17 @@ import orjson
 from . import kernel as K
 from .functional import TRANSFORMS
 from .grad_mode import WarningSink
-from .program import AutogradRecord, GradEntry, OpOutcome, ProgramResult, State, _Runner, run_program
+from .program import (
+    NAME_RE,
+    AutogradRecord,
+    GradEntry,
+    OpOutcome,
+    ProgramResult,
+    State,
+    _Runner,
+    graph_stats,
+    run_program,
+)
 from .registry import OPS
 from .tensor import Tensor
 
@@ -73,6 +83,7 @@ class Plan:
     backward_passes: int
     nbytes: int = 0
     held_bytes: int | None = None  # a session's held bytes after the run (session plans)
+    iter_bytes: int = 0            # bytes of the arrays one run makes (session plans)
 
 
 class Unplannable:
@@ -544,41 +555,37 @@ def _session_check(state: State, preset: dict, before: tuple, rec: K.Recorder) -
     return None
 
 
-def run_session_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (),
-                        **kwargs) -> ProgramResult:
-    """``run_program(state, ops, **kwargs)`` on a session's state through ``cache``: a session list whose
-    results carry no graph (every tensor it leaves bound is a new one without requires_grad, only leaf .grad
-    updates besides) replays its plan; anything else, or anything the key cannot cover, runs cold. What the
-    caller can observe (state, result, errors, atomicity) is the cold run's."""
-    if cache is None or kwargs.get("repeat", 1) != 1 or kwargs.get("record") or kwargs.get("until") is not None \
-            or kwargs.get("returns"):
-        return run_program(state, ops, **kwargs)
-    if not isinstance(ops, list) or not all(_plannable_session_op(op, state.functions) for op in ops):
-        cache.count("unplannable")
-        return run_program(state, ops, **kwargs)
+def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plannable: bool | None = None):
+    """One run of a session list through ``cache``: (result, plan) when it replayed a plan or recorded one,
+    (None, False) without running anything when it would run cold unrecorded (unplannable, unkeyable, or a
+    plan known to be unplannable), (None, None) when a replay's guard failed (nothing changed), (result,
+    False) when it ran cold recording and turned out unplannable."""
+    if plannable is None:
+        plannable = isinstance(ops, list) and all(_plannable_session_op(op, state.functions) for op in ops)
+    if not plannable:
+        return None, False
     lim = kwargs.get("limits")
     respond = kwargs.get("respond", "changed")
-    made = _session_key(state, ops, ("session", bool(kwargs.get("no_grad", False)), lim, extra,
+    made = _session_key(state, ops, ("session", bool(kwargs.get("no_grad", False)), lim, kwargs.get("extra"),
                                      respond if isinstance(respond, str) else tuple(respond)))
     if made is None:
-        cache.count("unplannable")
-        return run_program(state, ops, **kwargs)
+        return None, False
     key, inputs = made
     entry = cache.get(key)
+    run = {k: v for k, v in kwargs.items() if k not in ("extra", "repeat", "until")}
     if isinstance(entry, Plan):
         preset = dict(state.tensors)
         try:
             buf = _replay(entry, inputs, kwargs.get("control"))
         except Exception:  # noqa: BLE001 - a guard: the cold run gives the error (or the result)
             cache.count("fallbacks")
-            return run_program(state, ops, **kwargs)
+            return None, None
         cache.count("hits")
         res = _finish(entry, buf, state, preset)
         state.held_bytes = entry.held_bytes
-        return res
+        return res, entry
     if isinstance(entry, Unplannable):
-        cache.count("unplannable")
-        return run_program(state, ops, **kwargs)
+        return None, False
     cache.count("misses")
     preset = dict(state.tensors)
     before = (state.counter, state.functions, {n: t._vc[0] for n, t in preset.items()})
@@ -586,13 +593,100 @@ def run_session_planned(cache: PlanCache | None, state: State, ops: list, *, ext
     with K.recording() as rec:
         for t in preset.values():
             rec.add_input(t.data)
-        res = run_program(state, ops, **kwargs)
+        res = run_program(state, ops, **run)
     plan = _session_check(state, preset, before, rec) or \
         _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
     if isinstance(plan, str):
         cache.put(key, Unplannable(plan))
-    else:
-        plan.backward_passes = state.backward_passes - passes
-        plan.held_bytes = state.held_bytes
-        cache.put(key, plan)
-    return res
+        return res, False
+    plan.backward_passes = state.backward_passes - passes
+    plan.held_bytes = state.held_bytes
+    ins = {id(t.data) for t in preset.values()}
+    plan.iter_bytes = sum(a.nbytes for a in rec.keep if a.__class__ is np.ndarray and id(a) not in ins)
+    cache.put(key, plan)
+    return res, plan
+
+
+def run_session_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (),
+                        **kwargs) -> ProgramResult:
+    """``run_program(state, ops, **kwargs)`` on a session's state through ``cache``: a session list whose
+    results carry no graph (every tensor it leaves bound is a new one without requires_grad, only leaf .grad
+    updates besides) replays its plan; anything else, or anything the key cannot cover, runs cold. With
+    ``repeat``, every iteration runs so (``_repeat``). What the caller can observe (state, result, errors,
+    atomicity) is the cold run's."""
+    if cache is None or kwargs.get("record") or kwargs.get("returns"):
+        return run_program(state, ops, **kwargs)
+    plannable = isinstance(ops, list) and all(_plannable_session_op(op, state.functions) for op in ops)
+    if kwargs.get("repeat", 1) != 1 or kwargs.get("until") is not None:
+        if plannable and isinstance(kwargs.get("repeat", 1), int) and kwargs.get("repeat", 1) >= 1:
+            res = _repeat(cache, state, ops, {**kwargs, "extra": extra})
+            if res is not None:
+                return res
+        return run_program(state, ops, **kwargs)
+    res, planned = _session_step(cache, state, ops, {**kwargs, "extra": extra}, plannable)
+    if res is not None:
+        return res
+    if planned is not None:  # (None: a fallback, counted)
+        cache.count("unplannable")
+    return run_program(state, ops, **kwargs)
+
+
+_TENSOR_ATTRS = ("_grad", "grad_accumulations", "retains_grad", "_requires_grad")
+
+
+def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramResult | None:
+    """A ``repeat`` (``until``) loop of a plannable list, one iteration at a time on a scratch copy of the
+    state: each replays the list's plan for the state it meets (the first records it). The per-iteration plans
+    leave exactly the cold states, so the last leaves the cold loop's state; the loop's result is rebuilt as
+    the cold loop reports it. None (the state untouched) when an iteration cannot plan, fails, or the loop's
+    bytes could pass a limit the cold loop counts over all iterations: the caller then runs the loop cold."""
+    from .budget import Budget
+    from .program import _count_response, _fingerprint, _until_reached
+
+    repeat, until, limits = kwargs.get("repeat", 1), kwargs.get("until"), kwargs.get("limits")
+    if until is not None and not (isinstance(until, str) and NAME_RE.match(until)):
+        return None
+    saved = {id(t): (t, [getattr(t, a) for a in _TENSOR_ATTRS]) for t in state.tensors.values()}
+    before = {n: _fingerprint(t) for n, t in state.tensors.items()}
+    scratch = State()
+    scratch.tensors, scratch.functions, scratch.counter = dict(state.tensors), state.functions, state.counter
+    scratch.warned, scratch.backward_passes, scratch.held_bytes = set(state.warned), state.backward_passes, \
+        state.held_bytes
+    held = None
+    res, done = None, 0
+    try:
+        for _ in range(repeat):
+            done += 1
+            res, plan = _session_step(cache, scratch, ops, kwargs, True)
+            if not plan:
+                raise _Abort
+            if limits is not None:
+                if held is None:
+                    held = state.held_bytes if state.held_bytes is not None else \
+                        graph_stats(state.tensors.values())[1]
+                # the cold loop may hold every iteration's arrays at once (its journal keeps them): plan only
+                # where that cannot pass the bytes limit
+                if held + repeat * plan.iter_bytes > limits.max_bytes:
+                    raise _Abort
+            if res.warnings:
+                raise _Abort
+            if until is not None and _until_reached(scratch.tensors, until):
+                break
+        changed = [n for n, t in scratch.tensors.items() if before.get(n) != _fingerprint(t)]
+        respond = kwargs.get("respond", "changed")
+        if limits is not None and limits.max_response_bytes is not None:
+            budget = Budget(limits, response_size=kwargs.get("response_size"))
+            _count_response(budget, res, scratch.tensors, changed if respond == "changed" else
+                            list(scratch.tensors) if respond == "all" else respond)
+    except Exception:  # noqa: BLE001 - the cold loop gives the result or the error
+        for t, values in saved.values():
+            for a, v in zip(_TENSOR_ATTRS, values):
+                setattr(t, a, v)
+        return None
+    state.tensors, state.counter, state.warned = scratch.tensors, scratch.counter, scratch.warned
+    state.backward_passes, state.held_bytes = scratch.backward_passes, scratch.held_bytes
+    return ProgramResult(ops=res.ops, changed=changed, autograd=res.autograd, iterations=done)
+
+
+class _Abort(Exception):
+    pass

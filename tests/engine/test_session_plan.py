@@ -137,3 +137,44 @@ def test_a_changed_function_definition_or_session_shape_is_a_new_key():
         assert snapshot(b) == snapshot(a)
     assert not any(isinstance(e, Unplannable) for e in cache._entries.values())
     assert cache.hits == 2  # one replay of each definition's plan (each recorded on its first two runs)
+
+
+def run_repeat(cache, **kw):
+    if cache is None:
+        return lambda state, ops: run_program(state, ops, limits=LIMITS, **kw)
+    return lambda state, ops: run_session_planned(cache, state, ops, limits=LIMITS, extra=("json",), **kw)
+
+
+STEP = [T("k", 0.5, dtype="float64"), op("mul", "x", "k", out="y"), op("add", "y", 0.1, out="x"),
+        op("sum", "x", out="s"), op("neg", "s", out="ns"), op("add", "ns", 1.25, out="m"),
+        op("relu", "m", out="r"), op("to", "r", dtype="bool", out="done")]  # done: s < 1.25, plannable ops
+
+
+@pytest.mark.parametrize("kw", [{"repeat": 7}, {"repeat": 50, "until": "done"}, {"repeat": 1, "until": "done"},
+                                {"repeat": 3, "until": "nope"}], ids=["repeat", "until", "until-once", "bad-until"])
+def test_a_repeat_loop_replays_its_iterations_and_leaves_the_cold_state(kw):
+    cache = PlanCache()
+    a, b = twin()
+    for s in (a, b):
+        run_program(s, [T("x", [3.0, 2.0, 1.0], dtype="float64")])
+    for _ in range(2):
+        ra = observe(a, run_repeat(None, **kw), STEP)
+        assert observe(b, run_repeat(cache, **kw), STEP) == ra
+        assert snapshot(b) == snapshot(a)
+        if ra[0] == "ok":
+            assert run_repeat(None, **kw)(a, STEP).iterations == run_repeat(cache, **kw)(b, STEP).iterations
+            assert snapshot(b) == snapshot(a)
+    assert cache.hits > 0
+
+
+def test_a_repeat_of_an_hvp_replays_and_a_loop_with_a_graph_stays_cold():
+    cache = PlanCache()
+    hvp = [T("v", [1.0, 0.5, 0.0, -1.0, 2.0], dtype="float64"), op("hvp", "energy", "p", "v", out=["e", "Hv"])]
+    graph = [op("mul", "p", 2.0, out="p2")]
+    a, b = twin()
+    for ops in (hvp, graph, hvp):
+        assert observe(b, run_repeat(cache, repeat=4), ops) == observe(a, run_repeat(None, repeat=4), ops)
+        assert snapshot(b) == snapshot(a)
+    # hvp: two recordings (fresh names, then rebound ones) and two replays; the graph loop aborts to cold, and
+    # the session then holds p2's graph, so the last hvp loop runs cold
+    assert cache.hits == 2 and cache.misses == 3
