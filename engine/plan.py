@@ -498,7 +498,7 @@ def _session_key(state: State, ops: list, extra: tuple):
     metas, tids, vcs, bases = [], {}, {}, {}
     for name, t in state.tensors.items():
         if not (isinstance(t, Tensor) and t._grad_fn is None and t._base is None and t._grad is None
-                and t._fw_grad is None and t.data.__class__ is np.ndarray):
+                and getattr(t, "_fw_grad", None) is None and t.data.__class__ is np.ndarray):
             return None
         base = t.data.base if t.data.base is not None else t.data
         metas.append((name, t.data.shape, t.data.dtype.str, t.data.strides, t._requires_grad, t.retains_grad,
@@ -539,7 +539,7 @@ def _session_check(state: State, preset: dict, before: tuple, rec: K.Recorder) -
             return f"{name!r} names a tensor the session held under another name"
         seen.add(id(t))
         if t.requires_grad or t._grad_fn is not None or t._base is not None or t._grad is not None \
-                or t._fw_grad is not None or id(t._vc) in vcs:
+                or getattr(t, "_fw_grad", None) is not None or id(t._vc) in vcs:
             return f"{name!r} carries a graph, a gradient or a view relationship"
         vcs.add(id(t._vc))
     for name, t in preset.items():
