@@ -652,7 +652,7 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
     scratch.tensors, scratch.functions, scratch.counter = dict(state.tensors), state.functions, state.counter
     scratch.warned, scratch.backward_passes, scratch.held_bytes = set(state.warned), state.backward_passes, \
         state.held_bytes
-    held = None
+    held, most = None, 0
     res, done = None, 0
     try:
         for _ in range(repeat):
@@ -666,7 +666,8 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
                         graph_stats(state.tensors.values())[1]
                 # the cold loop may hold every iteration's arrays at once (its journal keeps them): plan only
                 # where that cannot pass the bytes limit
-                if held + repeat * plan.iter_bytes > limits.max_bytes:
+                most = max(most, plan.iter_bytes)
+                if held + repeat * most > limits.max_bytes:
                     raise _Abort
             if res.warnings:
                 raise _Abort

@@ -178,3 +178,20 @@ def test_a_repeat_of_an_hvp_replays_and_a_loop_with_a_graph_stays_cold():
     # hvp: two recordings (fresh names, then rebound ones) and two replays; the graph loop aborts to cold, and
     # the session then holds p2's graph, so the last hvp loop runs cold
     assert cache.hits == 2 and cache.misses == 3
+
+
+@pytest.mark.parametrize("max_bytes", [20_000, 40_000, 400_000, 4_000_000])
+def test_a_repeat_loop_near_the_bytes_limit_gives_what_the_cold_loop_gives(max_bytes):
+    """The cold loop keeps every iteration's arrays (its journal), a plan keeps one iteration's: a loop whose
+    arrays could pass the limit runs cold, so the error (or its absence) is the cold loop's."""
+    limits = E.Limits(max_bytes=max_bytes)
+    step = [op("mul", "x", 0.5, out="y"), op("add", "y", 0.1, out="x")]
+    cache = PlanCache()
+    a, b = State(), State()
+    for s in (a, b):
+        run_program(s, [T("x", [1.0] * 1000, dtype="float64")])
+    for _ in range(2):
+        ra = observe(a, lambda st, ops: run_program(st, ops, limits=limits, repeat=30), step)
+        rb = observe(b, lambda st, ops: run_session_planned(cache, st, ops, limits=limits, repeat=30), step)
+        assert ra == rb
+        assert snapshot(b) == snapshot(a)
