@@ -46,9 +46,9 @@ class Settings(BaseSettings):
                                  "`server_busy` with Retry-After, and `/readyz` answers 503.")
     heavy_queue_wait_seconds: float = Field(10.0, gt=0, description="Longest wait for a heavy slot (503 "
                                             "`server_busy` after it).")
-    plan_cache_entries: int = Field(256, ge=0, description="`/eval`: most compiled plans (op lists recorded as "
-                                    "kernel calls, replayed by later requests of the same structure) kept per "
-                                    "process, least recently used out; 0 turns plans off.")
+    plan_cache_entries: int = Field(256, ge=0, description="`/eval` and session op lists: most compiled plans "
+                                    "(op lists recorded as kernel calls, replayed by later requests of the same "
+                                    "structure) kept per process, least recently used out; 0 turns plans off.")
     plan_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, description="`/eval`: most bytes of compiled plans "
                                   "per process (an estimate of their tapes; plans hold no tensor data).")
     max_graph_render_nodes: int = Field(1000, ge=1, description="Most graph nodes drawn as SVG, DOT or Mermaid "

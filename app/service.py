@@ -43,7 +43,7 @@ from app.schemas.ops import EvalRequestAdapter, OpsRequestAdapter
 from app.store import Session, SessionStore
 from app.store.memory import MemoryStore
 from app.svg import render_svg
-from engine.plan import PlanCache, run_planned
+from engine.plan import PlanCache, run_planned, run_session_planned
 
 RESERVED_NAMES = frozenset({"NaN", "Infinity", "-Infinity"})
 
@@ -334,7 +334,8 @@ class SessionService:
         started = time.perf_counter()
         passes = session.state.backward_passes
         try:
-            res = engine.run_program(session.state, request["ops"], no_grad=request.get("no_grad", False),
+            res = run_session_planned(self.plans, session.state, request["ops"], extra=(encoding,),
+                                      no_grad=request.get("no_grad", False),
                                      repeat=request.get("repeat", 1), record=tuple(request.get("record", ())),
                                      limits=self._limits(), returns=tuple(request.get("return", ())),
                                      control=control, response_size=RESPONSE_SIZE[encoding],

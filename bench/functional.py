@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import engine as E  # noqa: E402
 from bench.engine import timeit, torch  # noqa: E402  (the same timer; torch pinned to one thread, or None)
+from engine.plan import PlanCache, run_session_planned  # noqa: E402
 
 RNG = np.random.default_rng(0)
 W = RNG.standard_normal((100, 100)) / 10
@@ -105,15 +106,47 @@ def main() -> None:
             np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
     gc.collect()
     gc.freeze()
-    print(f"{'workload':<50} {'engine ms':>10} {'torch ms':>10} {'ratio':>7}")
+    cache = PlanCache()
+    print(f"{'workload':<50} {'engine ms':>10} {'planned ms':>10} {'torch ms':>10} {'ratio':>7} {'planned':>8}")
     for name, op in WORKLOADS.items():
         ops = [op]
         t_eng = timeit(lambda ops=ops: E.run_program(st, ops), repeat)
+        # the session's plan (engine.plan.run_session_planned: a replay when the list plans, else cold)
+        t_pl = timeit(lambda ops=ops: run_session_planned(cache, st, ops), repeat)
         if name in tw:
             t_tor = timeit(tw[name], repeat)
-            print(f"{name:<50} {t_eng * 1e3:>10.3f} {t_tor * 1e3:>10.3f} {t_eng / t_tor:>6.2f}x")
+            print(f"{name:<50} {t_eng * 1e3:>10.3f} {t_pl * 1e3:>10.3f} {t_tor * 1e3:>10.3f} {t_eng / t_tor:>6.2f}x "
+                  f"{t_pl / t_tor:>7.2f}x")
         else:
-            print(f"{name:<50} {t_eng * 1e3:>10.3f} {'-':>10} {'-':>7}")
+            print(f"{name:<50} {t_eng * 1e3:>10.3f} {t_pl * 1e3:>10.3f} {'-':>10} {'-':>7} {'-':>8}")
+    # a `repeat` loop of a session list without a graph (an explicit Euler step of dy/dt = -y^3 + sin(t) on a
+    # 10-dimensional state, 200 steps): every iteration replays the plan the first recorded
+    y0 = RNG.standard_normal(10)
+    step = [{"op": "pow", "args": ["y", 3], "out": "y3"}, {"op": "sin", "args": ["t"], "out": "st"},
+            {"op": "sub", "args": ["st", "y3"], "out": "f"}, {"op": "mul", "args": ["f", 0.01], "out": "hf"},
+            {"op": "add", "args": ["y", "hf"], "out": "y"}, {"op": "add", "args": ["t", 0.01], "out": "t"}]
+
+    def fresh():
+        s = E.State()
+        E.run_program(s, [_lit("y", y0), _lit("t", np.zeros(1))])
+        return s
+    t_cold = timeit(lambda: E.run_program(fresh(), step, repeat=200), repeat)
+    t_rep = timeit(lambda: run_session_planned(cache, fresh(), step, repeat=200), repeat)
+    a, b = fresh(), fresh()
+    E.run_program(a, step, repeat=200)
+    run_session_planned(cache, b, step, repeat=200)
+    assert a.tensors["y"].data.tobytes() == b.tensors["y"].data.tobytes()
+    line = f"{'repeat 200 of an Euler step (10-dim)':<50} {t_cold * 1e3:>10.3f} {t_rep * 1e3:>10.3f}"
+    if torch is not None:
+        def tor():
+            y, t = torch.tensor(y0), torch.zeros(1, dtype=torch.float64)
+            for _ in range(200):
+                y, t = y + (torch.sin(t) - y ** 3) * 0.01, t + 0.01
+            return y
+        t_tor = timeit(tor, repeat)
+        line += f" {t_tor * 1e3:>10.3f} {t_cold / t_tor:>6.2f}x {t_rep / t_tor:>7.2f}x"
+    print(line)
+    print(f"plans: {cache.stats()}")
 
 
 if __name__ == "__main__":

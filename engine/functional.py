@@ -20,6 +20,7 @@ import numpy as np
 
 from . import autograd
 from . import forward_ad as fw
+from . import kernel as K
 from .batching import BatchingUnsupported
 from .errors import (
     CancelledError,
@@ -30,6 +31,7 @@ from .errors import (
     TorchTypeError,
 )
 from .grad_mode import _grad_enabled, set_grad_enabled
+from .kernel import kcall
 from .tensor import Tensor
 
 __all__ = ["FunctionDef", "vjp", "jvp", "jacobian", "hessian", "vhp", "hvp", "TRANSFORMS"]
@@ -234,7 +236,7 @@ _ZERO_STAGE_MESSAGES = {
 
 
 def _zeros_like(t: Tensor, requires_grad: bool = False) -> Tensor:
-    return Tensor(np.zeros(t.data.shape, t.data.dtype), requires_grad=requires_grad)
+    return Tensor(kcall(K.zeros, t.data.shape, t.data.dtype), requires_grad=requires_grad)  # a plan's constant
 
 
 def _fill_in_zeros(grads, refs, strict, create_graph, stage):
@@ -485,7 +487,7 @@ def _gradient_rows(func, inputs: tuple) -> tuple:
     to differentiate."""
     with set_grad_enabled(True):
         out = func(*inputs)
-        grads = _autograd_grad((out,), inputs, (Tensor(np.ones((), out.data.dtype)),), retain_graph=True,
+        grads = _autograd_grad((out,), inputs, (Tensor(kcall(K.ones, (), out.data.dtype)),), retain_graph=True,
                                create_graph=True)
     return tuple(_zeros_like(inp) if g is None else g for g, inp in zip(grads, inputs))
 

@@ -32,8 +32,19 @@ import numpy as np
 import orjson
 
 from . import kernel as K
+from .functional import TRANSFORMS
 from .grad_mode import WarningSink
-from .program import AutogradRecord, GradEntry, OpOutcome, ProgramResult, State, _Runner, run_program
+from .program import (
+    NAME_RE,
+    AutogradRecord,
+    GradEntry,
+    OpOutcome,
+    ProgramResult,
+    State,
+    _Runner,
+    graph_stats,
+    run_program,
+)
 from .registry import OPS
 from .tensor import Tensor
 
@@ -71,6 +82,8 @@ class Plan:
     autograd: list           # (op_index, op, [(name, contribution slot, grad descriptor, accumulations)])
     backward_passes: int
     nbytes: int = 0
+    held_bytes: int | None = None  # a session's held bytes after the run (session plans)
+    iter_bytes: int = 0            # bytes of the arrays one run makes (session plans)
 
 
 class Unplannable:
@@ -142,7 +155,17 @@ def _plannable_op(op) -> bool:
     if name in PLANNABLE_ACTIONS or name in INPUT_OPS:
         return True
     spec = OPS.get(name) if isinstance(name, str) else None
+    if spec is not None and not spec.plannable and spec.name in _PLANNABLE_CALLS:
+        return _PLANNABLE_CALLS[spec.name](op.get("args") or [], op.get("kwargs") or {})
     return spec is not None and spec.plannable and not spec.inplace
+
+
+#: ops plannable in some of their call forms only: op -> (args, kwargs) -> whether this call is
+_PLANNABLE_CALLS = {
+    # true division computes through a kernel; rounding modes are value-dependent numpy
+    "div": lambda args, kwargs: isinstance(args, list) and len(args) <= 2 and isinstance(kwargs, dict)
+    and kwargs.get("rounding_mode") is None,
+}
 
 
 def _key(state: State, ops: list, extra: tuple):
@@ -452,3 +475,219 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
     else:
         cache.put(key, plan)
     return res
+
+
+# ----- session op lists ------------------------------------------------------------------------------------
+def _plannable_session_op(op, functions: dict, depth: int = 0) -> bool:
+    """An op of a session list (or of a function a transform calls): a plannable op, or a transform of a
+    function whose ops are all plannable (transforms of transforms up to a few levels)."""
+    if _plannable_op(op):
+        return True
+    if not isinstance(op, dict) or op.get("op") not in TRANSFORMS or depth > 3:
+        return False
+    args, kwargs = op.get("args") or [], op.get("kwargs") or {}
+    fname = args[0] if args else kwargs.get("func")
+    fdef = functions.get(fname) if isinstance(fname, str) else None
+    return fdef is not None and all(_plannable_session_op(o, functions, depth + 1) for o in fdef.ops)
+
+
+def _session_key(state: State, ops: list, extra: tuple):
+    """The key of a session list: everything of the session state the run can depend on (each tensor's name,
+    shape, dtype, flags, version, aliasing; the function definitions; the warned set; the name counter).
+    None when a session tensor is not a plain leaf without a gradient (those run cold)."""
+    metas, tids, vcs, bases = [], {}, {}, {}
+    for name, t in state.tensors.items():
+        if not (isinstance(t, Tensor) and t._grad_fn is None and t._base is None and t._grad is None
+                and getattr(t, "_fw_grad", None) is None and t.data.__class__ is np.ndarray):
+            return None
+        base = t.data.base if t.data.base is not None else t.data
+        metas.append((name, t.data.shape, t.data.dtype.str, t.data.strides, t._requires_grad, t.retains_grad,
+                      t._vc[0], t.grad_accumulations, tids.setdefault(id(t), len(tids)),
+                      vcs.setdefault(id(t._vc), len(vcs)), bases.setdefault(id(base), len(bases))))
+    try:
+        fns = orjson.dumps({n: f.to_json() for n, f in state.functions.items()},
+                           option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return None
+    saved = state.tensors
+    state.tensors = {}  # _key's own checks are a one-shot run's; the session tensors are keyed above
+    saved_fns = state.functions
+    state.functions = {}
+    try:
+        made = _key(state, ops, extra)
+    finally:
+        state.tensors, state.functions = saved, saved_fns
+    if made is None:
+        return None
+    (text, imetas, ex), inputs = made
+    key = (text, (tuple(metas), imetas, fns, tuple(sorted(state.warned)), state.counter), ex)
+    return key, [t.data for t in state.tensors.values()] + inputs
+
+
+def _session_check(state: State, preset: dict, before: tuple, rec: K.Recorder) -> str | None:
+    """Why the cold run's final state is one a replay could not rebuild exactly (None: it can)."""
+    counter, functions, versions = before
+    if state.counter != counter or state.functions is not functions and state.functions != functions:
+        return "the run changed the session's names or functions"
+    old = {id(t) for t in preset.values()}
+    grads = {id(t._grad) for t in preset.values() if t._grad is not None}
+    seen, vcs = set(), {id(t._vc) for t in preset.values()}
+    for name, t in state.tensors.items():
+        if preset.get(name) is t:
+            continue
+        if id(t) in old or id(t) in grads or id(t) in seen:
+            return f"{name!r} names a tensor the session held under another name"
+        seen.add(id(t))
+        if t.requires_grad or t._grad_fn is not None or t._base is not None or t._grad is not None \
+                or getattr(t, "_fw_grad", None) is not None or id(t._vc) in vcs:
+            return f"{name!r} carries a graph, a gradient or a view relationship"
+        vcs.add(id(t._vc))
+    for name, t in preset.items():
+        if t._vc[0] != versions[name]:
+            return f"{name!r} was changed in place"
+        g = t._grad
+        if g is not None and (g.requires_grad or g._base is not None or g._grad is not None or id(g._vc) in vcs):
+            return f"the gradient of {name!r} carries a graph"
+    inputs = set(rec.inputs)
+    for _, _, where, _, multi in rec.steps:
+        if multi == 2 and dict(where).get(0) in inputs:
+            return "a kernel wrote into a session array"
+    return None
+
+
+def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plannable: bool | None = None):
+    """One run of a session list through ``cache``: (result, plan) when it replayed a plan or recorded one,
+    (None, False) without running anything when it would run cold unrecorded (unplannable, unkeyable, or a
+    plan known to be unplannable), (None, None) when a replay's guard failed (nothing changed), (result,
+    False) when it ran cold recording and turned out unplannable."""
+    if plannable is None:
+        plannable = isinstance(ops, list) and all(_plannable_session_op(op, state.functions) for op in ops)
+    if not plannable:
+        return None, False
+    lim = kwargs.get("limits")
+    respond = kwargs.get("respond", "changed")
+    made = _session_key(state, ops, ("session", bool(kwargs.get("no_grad", False)), lim, kwargs.get("extra"),
+                                     respond if isinstance(respond, str) else tuple(respond)))
+    if made is None:
+        return None, False
+    key, inputs = made
+    entry = cache.get(key)
+    run = {k: v for k, v in kwargs.items() if k not in ("extra", "repeat", "until")}
+    if isinstance(entry, Plan):
+        preset = dict(state.tensors)
+        try:
+            buf = _replay(entry, inputs, kwargs.get("control"))
+        except Exception:  # noqa: BLE001 - a guard: the cold run gives the error (or the result)
+            cache.count("fallbacks")
+            return None, None
+        cache.count("hits")
+        res = _finish(entry, buf, state, preset)
+        state.held_bytes = entry.held_bytes
+        return res, entry
+    if isinstance(entry, Unplannable):
+        return None, False
+    cache.count("misses")
+    preset = dict(state.tensors)
+    before = (state.counter, state.functions, {n: t._vc[0] for n, t in preset.items()})
+    passes = state.backward_passes
+    with K.recording() as rec:
+        for t in preset.values():
+            rec.add_input(t.data)
+        res = run_program(state, ops, **run)
+    plan = _session_check(state, preset, before, rec) or \
+        _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
+    if isinstance(plan, str):
+        cache.put(key, Unplannable(plan))
+        return res, False
+    plan.backward_passes = state.backward_passes - passes
+    plan.held_bytes = state.held_bytes
+    ins = {id(t.data) for t in preset.values()}
+    plan.iter_bytes = sum(a.nbytes for a in rec.keep if a.__class__ is np.ndarray and id(a) not in ins)
+    cache.put(key, plan)
+    return res, plan
+
+
+def run_session_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (),
+                        **kwargs) -> ProgramResult:
+    """``run_program(state, ops, **kwargs)`` on a session's state through ``cache``: a session list whose
+    results carry no graph (every tensor it leaves bound is a new one without requires_grad, only leaf .grad
+    updates besides) replays its plan; anything else, or anything the key cannot cover, runs cold. With
+    ``repeat``, every iteration runs so (``_repeat``). What the caller can observe (state, result, errors,
+    atomicity) is the cold run's."""
+    if cache is None or kwargs.get("record") or kwargs.get("returns"):
+        return run_program(state, ops, **kwargs)
+    plannable = isinstance(ops, list) and all(_plannable_session_op(op, state.functions) for op in ops)
+    if kwargs.get("repeat", 1) != 1 or kwargs.get("until") is not None:
+        if plannable and isinstance(kwargs.get("repeat", 1), int) and kwargs.get("repeat", 1) >= 1:
+            res = _repeat(cache, state, ops, {**kwargs, "extra": extra})
+            if res is not None:
+                return res
+        return run_program(state, ops, **kwargs)
+    res, planned = _session_step(cache, state, ops, {**kwargs, "extra": extra}, plannable)
+    if res is not None:
+        return res
+    if planned is not None:  # (None: a fallback, counted)
+        cache.count("unplannable")
+    return run_program(state, ops, **kwargs)
+
+
+_TENSOR_ATTRS = ("_grad", "grad_accumulations", "retains_grad", "_requires_grad")
+
+
+def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramResult | None:
+    """A ``repeat`` (``until``) loop of a plannable list, one iteration at a time on a scratch copy of the
+    state: each replays the list's plan for the state it meets (the first records it). The per-iteration plans
+    leave exactly the cold states, so the last leaves the cold loop's state; the loop's result is rebuilt as
+    the cold loop reports it. None (the state untouched) when an iteration cannot plan, fails, or the loop's
+    bytes could pass a limit the cold loop counts over all iterations: the caller then runs the loop cold."""
+    from .budget import Budget
+    from .program import _count_response, _fingerprint, _until_reached
+
+    repeat, until, limits = kwargs.get("repeat", 1), kwargs.get("until"), kwargs.get("limits")
+    if until is not None and not (isinstance(until, str) and NAME_RE.match(until)):
+        return None
+    saved = {id(t): (t, [getattr(t, a) for a in _TENSOR_ATTRS]) for t in state.tensors.values()}
+    before = {n: _fingerprint(t) for n, t in state.tensors.items()}
+    scratch = State()
+    scratch.tensors, scratch.functions, scratch.counter = dict(state.tensors), state.functions, state.counter
+    scratch.warned, scratch.backward_passes, scratch.held_bytes = set(state.warned), state.backward_passes, \
+        state.held_bytes
+    held, most = None, 0
+    res, done = None, 0
+    try:
+        for _ in range(repeat):
+            done += 1
+            res, plan = _session_step(cache, scratch, ops, kwargs, True)
+            if not plan:
+                raise _Abort
+            if limits is not None:
+                if held is None:
+                    held = state.held_bytes if state.held_bytes is not None else \
+                        graph_stats(state.tensors.values())[1]
+                # the cold loop may hold every iteration's arrays at once (its journal keeps them): plan only
+                # where that cannot pass the bytes limit
+                most = max(most, plan.iter_bytes)
+                if held + repeat * most > limits.max_bytes:
+                    raise _Abort
+            if res.warnings:
+                raise _Abort
+            if until is not None and _until_reached(scratch.tensors, until):
+                break
+        changed = [n for n, t in scratch.tensors.items() if before.get(n) != _fingerprint(t)]
+        respond = kwargs.get("respond", "changed")
+        if limits is not None and limits.max_response_bytes is not None:
+            budget = Budget(limits, response_size=kwargs.get("response_size"))
+            _count_response(budget, res, scratch.tensors, changed if respond == "changed" else
+                            list(scratch.tensors) if respond == "all" else respond)
+    except Exception:  # noqa: BLE001 - the cold loop gives the result or the error
+        for t, values in saved.values():
+            for a, v in zip(_TENSOR_ATTRS, values):
+                setattr(t, a, v)
+        return None
+    state.tensors, state.counter, state.warned = scratch.tensors, scratch.counter, scratch.warned
+    state.backward_passes, state.held_bytes = scratch.backward_passes, scratch.held_bytes
+    return ProgramResult(ops=res.ops, changed=changed, autograd=res.autograd, iterations=done)
+
+
+class _Abort(Exception):
+    pass

@@ -88,3 +88,61 @@ def test_the_plan_cache_is_bounded_by_its_settings():
                                                 op("backward", "s")]}))
         text = c.get("/metrics").text
         assert metric(text, "gradserve_plan_cache_entries") == 2 and metric(text, "gradserve_plan_evictions") == 2
+
+
+def test_a_repeated_session_list_without_a_graph_is_replayed_and_answers_what_the_cold_engine_does():
+    rng = np.random.default_rng(3)
+    energy = {"op": "function", "out": "energy", "kwargs": {"inputs": ["q"], "outputs": "e", "ops": [
+        op("matmul", "A", "q", out="aq"), op("tanh", "aq", out="t"), op("sum", "t", out="s1"),
+        op("pow", "q", 4, out="q4"), op("sum", "q4", out="s2"), op("div", "s2", 4.0, out="s3"),
+        op("add", "s1", "s3", out="e")]}}
+    setup = [T("A", np.round(rng.standard_normal((4, 4)), 3).tolist(), dtype="float64"),
+             T("p", np.round(rng.standard_normal(4), 3).tolist(), dtype="float64", requires_grad=True),
+             T("h0", np.round(rng.standard_normal((2, 3)), 3).tolist()), energy]
+    lists = [[T("v", np.round(rng.standard_normal(4), 3).tolist(), dtype="float64"),
+              op("hvp", "energy", "p", "v", out=["e", "Hv"])] for _ in range(4)]
+    lists += [[T("y", [1, 0]), op("cross_entropy", "h0", "y", out="loss")]] * 3
+    lists += [[T("y", [1, 9]), op("cross_entropy", "h0", "y", out="loss")]]     # a guard: the cold problem
+    lists += [[op("mul", "p", 2.0, out="p2")]] * 2                                # requires grad: stays cold
+    with make_client() as planned, make_client(plan_cache_entries=0) as cold:
+        sa, sb = (c.post("/v1/sessions").json()["id"] for c in (planned, cold))
+        ok(planned.post(f"/v1/sessions/{sa}/ops", json={"ops": setup}))
+        ok(cold.post(f"/v1/sessions/{sb}/ops", json={"ops": setup}))
+        for ops in lists:
+            for encoding in ("json", "base64"):
+                a = planned.post(f"/v1/sessions/{sa}/ops?encoding={encoding}", json={"ops": ops})
+                b = cold.post(f"/v1/sessions/{sb}/ops?encoding={encoding}", json={"ops": ops})
+                assert a.status_code == b.status_code
+                if a.status_code == 200:
+                    assert a.content.replace(sa.encode(), b"") == b.content.replace(sb.encode(), b"")
+                else:
+                    assert a.json()["detail"] == b.json()["detail"] and a.json()["op_index"] == b.json()["op_index"]
+                assert planned.get(f"/v1/sessions/{sa}/tensors?encoding=base64").content == \
+                    cold.get(f"/v1/sessions/{sb}/tensors?encoding=base64").content
+        text = planned.get("/metrics").text
+        assert metric(text, "gradserve_plan_hits") >= 6
+        assert metric(text, "gradserve_plan_fallbacks") == 2
+
+
+def test_a_session_repeat_until_loop_through_plans_answers_what_the_cold_engine_does():
+    step = [T("k", 0.5, dtype="float64"), op("mul", "x", "k", out="y"), op("add", "y", 0.1, out="x"),
+            op("sum", "x", out="s"), op("neg", "s", out="ns"), op("add", "ns", 1.25, out="m"),
+            op("relu", "m", out="r"), op("to", "r", dtype="bool", out="done")]
+    bodies = [{"ops": step, "repeat": 40, "until": "done"}, {"ops": step, "repeat": 3},
+              {"ops": step, "repeat": 5, "until": "missing"}, {"ops": step, "repeat": 6, "until": "done"}]
+    with make_client() as planned, make_client(plan_cache_entries=0) as cold:
+        sa, sb = (c.post("/v1/sessions").json()["id"] for c in (planned, cold))
+        for c, s in ((planned, sa), (cold, sb)):
+            ok(c.post(f"/v1/sessions/{s}/ops", json={"ops": [T("x", [3.0, 2.0, 1.0], dtype="float64")]}))
+        for body in bodies * 2:
+            a = planned.post(f"/v1/sessions/{sa}/ops", json=body)
+            b = cold.post(f"/v1/sessions/{sb}/ops", json=body)
+            assert a.status_code == b.status_code
+            if a.status_code == 200:
+                assert a.content.replace(sa.encode(), b"") == b.content.replace(sb.encode(), b"")
+            else:  # (a problem carries its request's own id)
+                assert {k: v for k, v in a.json().items() if k not in ("instance", "request_id")} == \
+                    {k: v for k, v in b.json().items() if k not in ("instance", "request_id")}
+            assert planned.get(f"/v1/sessions/{sa}/tensors?encoding=base64").content == \
+                cold.get(f"/v1/sessions/{sb}/tensors?encoding=base64").content
+        assert metric(planned.get("/metrics").text, "gradserve_plan_hits") > 10

@@ -1,0 +1,197 @@
+"""Session op lists through plans (engine.plan.run_session_planned): a list whose results carry no graph is
+replayed, and the session state and result are the cold run's bit for bit; guards fall back, lists whose
+results carry a graph stay cold, a failed list leaves the state as it was."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine as E
+from engine.errors import EngineError
+from engine.plan import Plan, PlanCache, Unplannable, run_session_planned
+from engine.program import State, run_program
+
+from .test_plan import _tensor_view
+
+LIMITS = E.Limits()
+
+
+def T(name, data, **kw):
+    return {"op": "tensor", "out": name, "args": [data], "kwargs": kw}
+
+
+def op(name, *args, out=None, **kwargs):
+    return {"op": name, "args": list(args), "kwargs": kwargs, "out": out}
+
+
+ENERGY = {"op": "function", "out": "energy", "kwargs": {"inputs": ["q"], "outputs": "e", "ops": [
+    op("matmul", "A", "q", out="aq"), op("cosh", "aq", out="c"), op("log", "c", out="lc"),
+    op("sum", "lc", out="s1"), op("pow", "q", 4, out="q4"), op("sum", "q4", out="s2"),
+    op("div", "s2", 4.0, out="s3"), op("add", "s1", "s3", out="e")]}}
+
+
+def setup_ops(rng):
+    return [T("A", (rng.standard_normal((5, 5)) / 3).tolist(), dtype="float64"),
+            T("p", rng.standard_normal(5).tolist(), dtype="float64", requires_grad=True),
+            T("h0", rng.standard_normal((2, 3)).tolist()), ENERGY]
+
+
+def observe(state, run, ops):
+    try:
+        res = run(state, ops)
+    except EngineError as e:
+        return ("error", type(e).__name__, e.code, e.message, e.op_index, e.op)
+    return ("ok", [(o.index, o.op, o.bound) for o in res.ops], sorted(res.changed),
+            [(r.op_index, r.op, [(e.name, _tensor_view(e.contribution)) for e in r.entries]) for r in res.autograd],
+            list(res.warnings))
+
+
+def snapshot(state):
+    return ([(n, _tensor_view(t)) for n, t in state.tensors.items()], sorted(state.functions), state.counter,
+            state.backward_passes, sorted(state.warned), state.held_bytes)
+
+
+def cold(state, ops):
+    return run_program(state, ops, limits=LIMITS)
+
+
+def planned(cache):
+    return lambda state, ops: run_session_planned(cache, state, ops, limits=LIMITS, extra=("json",))
+
+
+def twin(seed=0):
+    a, b = State(), State()
+    run_program(a, setup_ops(np.random.default_rng(seed)))
+    run_program(b, setup_ops(np.random.default_rng(seed)))
+    return a, b
+
+
+def same_both_ways(lists, cache):
+    a, b = twin()
+    for ops in lists:
+        assert observe(b, planned(cache), ops) == observe(a, cold, ops)
+        assert snapshot(b) == snapshot(a)
+    return a, b
+
+
+def test_a_repeated_hvp_over_a_session_function_is_replayed_bit_for_bit():
+    rng = np.random.default_rng(1)
+    cache = PlanCache()
+    lists = [[T("v", rng.standard_normal(5).tolist(), dtype="float64"),
+              op("hvp", "energy", "p", "v", out=["e", "Hv"])] for _ in range(5)]
+    same_both_ways(lists, cache)
+    # the first list records on the fresh session, the second on one holding e and Hv; the rest replay
+    assert cache.misses == 2 and cache.hits == 3 and cache.fallbacks == 0
+    assert sum(isinstance(e, Plan) for e in cache._entries.values()) == 2
+
+
+def test_a_value_dependent_guard_falls_back_to_the_cold_error_and_the_state_stays():
+    cache = PlanCache()
+    good = [T("y", [1, 0]), op("cross_entropy", "h0", "y", out="loss")]
+    bad = [T("y", [1, 9]), op("cross_entropy", "h0", "y", out="loss")]
+    a, b = same_both_ways([good, good, good], cache)
+    assert cache.hits >= 1
+    before = snapshot(b)
+    assert observe(b, planned(cache), bad) == observe(a, cold, bad)
+    assert observe(b, planned(cache), bad)[0] == "error" and cache.fallbacks >= 1
+    assert snapshot(b) == before == snapshot(a)
+    assert observe(b, planned(cache), good) == observe(a, cold, good)
+    assert snapshot(b) == snapshot(a)
+
+
+@pytest.mark.parametrize("ops", [
+    [op("mul", "p", 2.0, out="p2")],                                               # the result requires grad
+    [op("hvp", "energy", "p", "p", out=["e", "Hv"], create_graph=True)],           # a graph on the results
+    [op("sum", "p", out="s"), op("backward", "s")],                                # an intermediate with a graph
+    [op("view", "h0", 6, out="d")],                                                # a view of a session tensor
+], ids=["requires-grad", "create-graph", "backward", "view"])
+def test_a_list_whose_results_carry_a_graph_stays_cold(ops):
+    cache = PlanCache()
+    same_both_ways([ops] * 3, cache)
+    assert cache.hits == 0 and not any(isinstance(e, Plan) for e in cache._entries.values())
+
+
+def test_a_session_holding_a_graph_or_a_gradient_runs_cold():
+    cache = PlanCache()
+    ops = [T("v", [1.0] * 5, dtype="float64"), op("hvp", "energy", "p", "v", out=["e", "Hv"])]
+    a, b = twin()
+    for s in (a, b):
+        run_program(s, [op("sum", "p", out="s"), op("backward", "s")])
+    for _ in range(3):
+        assert observe(b, planned(cache), ops) == observe(a, cold, ops)
+        assert snapshot(b) == snapshot(a)
+    assert cache.hits == 0 and len(cache) == 0
+
+
+def test_a_changed_function_definition_or_session_shape_is_a_new_key():
+    cache = PlanCache()
+    hvp = [T("v", [1.0] * 5, dtype="float64"), op("hvp", "energy", "p", "v", out=["e", "Hv"])]
+    redefine = {**ENERGY, "kwargs": {**ENERGY["kwargs"], "ops": [*ENERGY["kwargs"]["ops"][:-1],
+                                                                 op("sub", "s1", "s3", out="e")]}}
+    a, b = same_both_ways([hvp, hvp, hvp], cache)
+    for s in (a, b):
+        run_program(s, [redefine])
+    for _ in range(2):
+        assert observe(b, planned(cache), hvp) == observe(a, cold, hvp)
+        assert snapshot(b) == snapshot(a)
+    assert not any(isinstance(e, Unplannable) for e in cache._entries.values())
+    assert cache.hits == 2  # one replay of each definition's plan (each recorded on its first two runs)
+
+
+def run_repeat(cache, **kw):
+    if cache is None:
+        return lambda state, ops: run_program(state, ops, limits=LIMITS, **kw)
+    return lambda state, ops: run_session_planned(cache, state, ops, limits=LIMITS, extra=("json",), **kw)
+
+
+STEP = [T("k", 0.5, dtype="float64"), op("mul", "x", "k", out="y"), op("add", "y", 0.1, out="x"),
+        op("sum", "x", out="s"), op("neg", "s", out="ns"), op("add", "ns", 1.25, out="m"),
+        op("relu", "m", out="r"), op("to", "r", dtype="bool", out="done")]  # done: s < 1.25, plannable ops
+
+
+@pytest.mark.parametrize("kw", [{"repeat": 7}, {"repeat": 50, "until": "done"}, {"repeat": 1, "until": "done"},
+                                {"repeat": 3, "until": "nope"}], ids=["repeat", "until", "until-once", "bad-until"])
+def test_a_repeat_loop_replays_its_iterations_and_leaves_the_cold_state(kw):
+    cache = PlanCache()
+    a, b = twin()
+    for s in (a, b):
+        run_program(s, [T("x", [3.0, 2.0, 1.0], dtype="float64")])
+    for _ in range(2):
+        ra = observe(a, run_repeat(None, **kw), STEP)
+        assert observe(b, run_repeat(cache, **kw), STEP) == ra
+        assert snapshot(b) == snapshot(a)
+        if ra[0] == "ok":
+            assert run_repeat(None, **kw)(a, STEP).iterations == run_repeat(cache, **kw)(b, STEP).iterations
+            assert snapshot(b) == snapshot(a)
+    assert cache.hits > 0
+
+
+def test_a_repeat_of_an_hvp_replays_and_a_loop_with_a_graph_stays_cold():
+    cache = PlanCache()
+    hvp = [T("v", [1.0, 0.5, 0.0, -1.0, 2.0], dtype="float64"), op("hvp", "energy", "p", "v", out=["e", "Hv"])]
+    graph = [op("mul", "p", 2.0, out="p2")]
+    a, b = twin()
+    for ops in (hvp, graph, hvp):
+        assert observe(b, run_repeat(cache, repeat=4), ops) == observe(a, run_repeat(None, repeat=4), ops)
+        assert snapshot(b) == snapshot(a)
+    # hvp: two recordings (fresh names, then rebound ones) and two replays; the graph loop aborts to cold, and
+    # the session then holds p2's graph, so the last hvp loop runs cold
+    assert cache.hits == 2 and cache.misses == 3
+
+
+@pytest.mark.parametrize("max_bytes", [20_000, 40_000, 400_000, 4_000_000])
+def test_a_repeat_loop_near_the_bytes_limit_gives_what_the_cold_loop_gives(max_bytes):
+    """The cold loop keeps every iteration's arrays (its journal), a plan keeps one iteration's: a loop whose
+    arrays could pass the limit runs cold, so the error (or its absence) is the cold loop's."""
+    limits = E.Limits(max_bytes=max_bytes)
+    step = [op("mul", "x", 0.5, out="y"), op("add", "y", 0.1, out="x")]
+    cache = PlanCache()
+    a, b = State(), State()
+    for s in (a, b):
+        run_program(s, [T("x", [1.0] * 1000, dtype="float64")])
+    for _ in range(2):
+        ra = observe(a, lambda st, ops: run_program(st, ops, limits=limits, repeat=30), step)
+        rb = observe(b, lambda st, ops: run_session_planned(cache, st, ops, limits=limits, repeat=30), step)
+        assert ra == rb
+        assert snapshot(b) == snapshot(a)
