@@ -390,6 +390,7 @@ def _loads(blob: bytes) -> State:
         else:
             t._creation, t._attr_version = view
         t._accumulator = node(e["accumulator"])
+        t._fw_grad = None  # tangents live only inside a dual level, which never outlasts a request
     for n, e in zip(nodes, entries_n):
         n.name, n.prim, n.n_outputs = e["name"], e["prim"], e["n_outputs"]
         if n.name.__class__ is not str or n.n_outputs.__class__ is not int \

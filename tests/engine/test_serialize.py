@@ -508,3 +508,18 @@ def test_corrupt_state_is_an_engine_error_with_a_stable_code():
     with pytest.raises(E.EngineError) as ei:
         E.loads(b"nope")
     assert ei.value.code == "corrupt_state" and ei.value.exception == "ValueError"
+
+
+def test_restored_tensors_take_part_in_forward_mode():
+    """A state read back (the Redis store's path) holds tensors without a tangent, as fresh ones: a dual level
+    over them works as on the state that was saved (it used to fail: the slot was never set)."""
+    state = State()
+    run_program(state, [{"op": "tensor", "args": [[0.5, -1.0]], "kwargs": {"dtype": "float64"}, "out": "x"},
+                        {"op": "tensor", "args": [[1.0, 2.0]], "kwargs": {"dtype": "float64"}, "out": "v"}])
+    restored = E.loads(E.dumps(state))
+    ops = [{"op": "enter_dual_level"}, {"op": "make_dual", "args": ["x", "v"], "out": "d"},
+           {"op": "sin", "args": ["d"], "out": "y"}, {"op": "unpack_dual", "args": ["y"], "out": ["p", "t"]},
+           {"op": "exit_dual_level"}]
+    run_program(restored, ops)
+    np.testing.assert_array_equal(restored.tensors["t"].data, np.cos([0.5, -1.0]) * [1.0, 2.0])
+    assert restored.tensors["x"]._fw_grad is None
