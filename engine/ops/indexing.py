@@ -504,7 +504,8 @@ def roll(self, shifts, dims=None):
         raise TorchRuntimeError(f"shifts and dimensions must align. shifts: {len(sh)}, dims:{len(dl)}",
                                 code="invalid_argument")
     w = [wrap_dim(x, self.data.ndim) for x in dl]
-    out = np.roll(self.data, sh, axis=w) if self.data.ndim else self.data.copy()
+    # contiguous as torch allocates it (np.roll's empty_like keeps an expanded input's layout)
+    out = np.ascontiguousarray(np.roll(self.data, sh, axis=w)) if self.data.ndim else self.data.copy()
     return record("RollBackward0", out, (self,), {"dims": saved_int(dl), "shifts": saved_int(sh)})
 
 

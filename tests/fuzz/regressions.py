@@ -458,6 +458,17 @@ PROGRAMS = {
         O("copy_", "m", "n"), O("sum", "y", out="s"), O("backward", "s", inputs=["n", "w"])],
     "reshape_of_a_0d_integer_tensor": [
         T("x", [0.1, 0.5, -0.3], rg=False), O("argmax", "x", out="i"), O("reshape", "i", -1, out="r")],
+    # found on the merged main (seeds 0-9999 over the grown catalog)
+    "trace_backward_keeps_a_nan_gradient_on_the_diagonal": [
+        T("x", [[-0.793, 0.325, 0.549, -0.112], [-0.315, 0.124, -0.549, 0.794]]), O("trace", "x", out="t"),
+        O("sqrt_", "t"), O("backward", "t", retain_graph=True, no_grad=True)],
+    "roll_of_an_expanded_tensor_is_contiguous": [
+        T("x", [-0.5, -0.006, 0.507]), O("expand", "x", 2, 3, out="e"), O("roll", "e", [1, -1], [0, 1], out="r"),
+        O("reshape", "r", -1, out="f")],
+    "version_error_names_the_saved_output_number": [
+        T("a", [[-0.383, 0.495, -0.009, -0.74, 0.241], [0.76, -0.135, -0.627, 0.868, 0.13],
+                [-0.253, 0.635, 0.366, -0.877, -0.498]]),
+        O("linalg.svdvals", "a", out="s"), O("sigmoid_", "s"), O("sum", "s", out="t"), O("backward", "t")],
 }
 
 
