@@ -308,6 +308,27 @@ class Generator:
             sub_shape = list(sub.shape) if sub is not None else []
             v = self.value() if self.rng.random() < 0.4 else self.operand(sub_shape)
             op = {"op": which, "args": [tgt, idx, v]}
+        elif which in ("index_add_", "index_copy_", "index_fill_") and shp:
+            d = self.rng.randrange(len(shp))
+            k = self.rng.randint(1, shp[d])
+            # index_copy_ with a repeated index is nondeterministic in torch: distinct positions there
+            idx = self.rng.sample(range(shp[d]), k) if which == "index_copy_" else \
+                [self.rng.randrange(shp[d]) for _ in range(k)]
+            ix = self.create((k,), dtype="int64", rg=False, data=idx)
+            if which == "index_fill_":
+                v = self.value() if self.rng.random() < 0.6 else (self.pick(self.floats(lambda o: o.dim() == 0))
+                                                                  or self.create(()))
+            else:
+                v = self.operand(shp[:d] + [k] + shp[d + 1:])
+            op = {"op": which, "args": [tgt, d, ix, v]}
+        elif which in ("scatter_", "scatter_add_") and shp:
+            d = self.rng.randrange(len(shp))
+            # scatter_ writes one position per slice along d (a repeated target is nondeterministic in torch)
+            ishape = shp[:d] + [1] + shp[d + 1:] if which == "scatter_" else shp
+            ix = self.create(ishape, dtype="int64", rg=False,
+                             data=np.asarray([self.rng.randrange(shp[d]) for _ in range(int(np.prod(ishape)))],
+                                             dtype=np.int64).reshape(ishape).tolist())
+            op = {"op": which, "args": [tgt, d, ix, self.operand(ishape)]}
         else:
             return
         self.emit(op)
