@@ -25,6 +25,7 @@ counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``).
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -83,6 +84,7 @@ class Plan:
     backward_passes: int
     nbytes: int = 0
     held_bytes: int | None = None  # a session's held bytes after the run (session plans)
+    next_key: tuple | None = None  # (key, layout) of the session state the run leaves (session plans)
     iter_bytes: int = 0            # bytes of the arrays one run makes (session plans)
 
 
@@ -491,6 +493,26 @@ def _plannable_session_op(op, functions: dict, depth: int = 0) -> bool:
     return fdef is not None and all(_plannable_session_op(o, functions, depth + 1) for o in fdef.ops)
 
 
+#: a function definition's JSON text: a FunctionDef is frozen plain data (its ops a private deep copy, arrays
+#: read-only), so the text of one object never changes
+_FN_TEXT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _functions_key(functions: dict) -> tuple | None:
+    """The session's function definitions as (name, JSON text) pairs, each text dumped once per definition."""
+    out = []
+    for name, f in functions.items():
+        text = _FN_TEXT.get(f)
+        if text is None:
+            try:
+                text = orjson.dumps(f.to_json(), option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+            except TypeError:
+                return None
+            _FN_TEXT[f] = text
+        out.append((name, text))
+    return tuple(out)
+
+
 def _session_key(state: State, ops: list, extra: tuple):
     """The key of a session list: everything of the session state the run can depend on (each tensor's name,
     shape, dtype, flags, version, aliasing; the function definitions; the warned set; the name counter).
@@ -504,10 +526,8 @@ def _session_key(state: State, ops: list, extra: tuple):
         metas.append((name, t.data.shape, t.data.dtype.str, t.data.strides, t._requires_grad, t.retains_grad,
                       t._vc[0], t.grad_accumulations, tids.setdefault(id(t), len(tids)),
                       vcs.setdefault(id(t._vc), len(vcs)), bases.setdefault(id(base), len(bases))))
-    try:
-        fns = orjson.dumps({n: f.to_json() for n, f in state.functions.items()},
-                           option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-    except TypeError:
+    fns = _functions_key(state.functions)
+    if fns is None:
         return None
     saved = state.tensors
     state.tensors = {}  # _key's own checks are a one-shot run's; the session tensors are keyed above
@@ -555,7 +575,13 @@ def _session_check(state: State, preset: dict, before: tuple, rec: K.Recorder) -
     return None
 
 
-def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plannable: bool | None = None):
+def _layout(state: State) -> tuple:
+    """What a plan's carried key is checked against: each session tensor's name, shape, dtype and strides."""
+    return tuple([(n, t.data.shape, t.data.dtype, t.data.strides) for n, t in state.tensors.items()])
+
+
+def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plannable: bool | None = None,
+                  carried: tuple | None = None):
     """One run of a session list through ``cache``: (result, plan) when it replayed a plan or recorded one,
     (None, False) without running anything when it would run cold unrecorded (unplannable, unkeyable, or a
     plan known to be unplannable), (None, None) when a replay's guard failed (nothing changed), (result,
@@ -566,11 +592,16 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         return None, False
     lim = kwargs.get("limits")
     respond = kwargs.get("respond", "changed")
-    made = _session_key(state, ops, ("session", bool(kwargs.get("no_grad", False)), lim, kwargs.get("extra"),
-                                     respond if isinstance(respond, str) else tuple(respond)))
-    if made is None:
-        return None, False
-    key, inputs = made
+    extra = ("session", bool(kwargs.get("no_grad", False)), lim, kwargs.get("extra"),
+             respond if isinstance(respond, str) else tuple(respond))
+    if carried is not None and _layout(state) == carried[1]:
+        # the state a plan just left (a repeat's previous iteration): its key is the one that plan carries
+        key, inputs = carried[0], [t.data for t in state.tensors.values()]
+    else:
+        made = _session_key(state, ops, extra)
+        if made is None:
+            return None, False
+        key, inputs = made
     entry = cache.get(key)
     run = {k: v for k, v in kwargs.items() if k not in ("extra", "repeat", "until")}
     if isinstance(entry, Plan):
@@ -603,6 +634,12 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     plan.held_bytes = state.held_bytes
     ins = {id(t.data) for t in preset.values()}
     plan.iter_bytes = sum(a.nbytes for a in rec.keep if a.__class__ is np.ndarray and id(a) not in ins)
+    if not any(isinstance(op, dict) and op.get("op") in INPUT_OPS for op in ops):
+        # the key of the state this run leaves (a replay leaves the same structure): a repeat's next
+        # iteration finds its plan without building it
+        after = _session_key(state, ops, extra)
+        if after is not None:
+            plan.next_key = (after[0], _layout(state))
     cache.put(key, plan)
     return res, plan
 
@@ -653,11 +690,12 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
     scratch.warned, scratch.backward_passes, scratch.held_bytes = set(state.warned), state.backward_passes, \
         state.held_bytes
     held, most = None, 0
-    res, done = None, 0
+    res, done, carried = None, 0, None
     try:
         for _ in range(repeat):
             done += 1
-            res, plan = _session_step(cache, scratch, ops, kwargs, True)
+            res, plan = _session_step(cache, scratch, ops, kwargs, True, carried)
+            carried = plan.next_key if plan else None
             if not plan:
                 raise _Abort
             if limits is not None:

@@ -195,3 +195,52 @@ def test_a_repeat_loop_near_the_bytes_limit_gives_what_the_cold_loop_gives(max_b
         rb = observe(b, lambda st, ops: run_session_planned(cache, st, ops, limits=limits, repeat=30), step)
         assert ra == rb
         assert snapshot(b) == snapshot(a)
+
+
+@pytest.mark.parametrize("transform", [
+    op("jacobian", "energy_grad", "p", vectorize=True, out="J"),
+    op("jacobian", "energy_grad", "p", vectorize=True, strategy="forward-mode", out="J"),
+    op("hessian", "energy", "p", vectorize=True, out="H"),
+    op("jacobian", "energy", "p", vectorize=True, out="J"),
+], ids=["jacobian-reverse", "jacobian-forward", "hessian", "jacobian-scalar"])
+def test_vectorized_jacobians_and_hessians_of_a_session_function_replay_bit_for_bit(transform):
+    """The standard basis, the batched duals and the Jacobian blocks are made by kernels: the lists plan."""
+    tanh = {"op": "function", "out": "energy_grad", "kwargs": {"inputs": ["q"], "outputs": "y", "ops": [
+        op("matmul", "A", "q", out="aq"), op("tanh", "aq", out="y")]}}
+    cache = PlanCache()
+    a, b = twin()
+    for s in (a, b):
+        run_program(s, [tanh])
+    for i in range(4):
+        v = [T("p", np.random.default_rng(i).standard_normal(5).tolist(), dtype="float64")]
+        for ops in (v, [transform]):
+            assert observe(b, planned(cache), ops) == observe(a, cold, ops)
+            assert snapshot(b) == snapshot(a)
+    mine = [e for k, e in cache._entries.items() if transform["op"].encode() in k[0]]
+    assert mine and all(isinstance(e, Plan) for e in mine), [getattr(e, "reason", "") for e in mine]
+    assert cache.hits >= 2 and cache.fallbacks == 0
+
+
+@pytest.mark.parametrize("change", [op("sum", "x", 0, keepdim=True, out="x"), op("to", "x", dtype="float32", out="x")],
+                         ids=["shape", "dtype"])
+def test_a_repeat_loop_carries_the_next_key_and_a_changed_state_misses(change, monkeypatch):
+    """Iteration k+1 looks its plan up by the key iteration k's plan carries (no key is built on a hit); a
+    state whose shape or dtype changes after the first iteration is another key: it records, then replays."""
+    import engine.plan as P
+    built = []
+    real = P._session_key
+    monkeypatch.setattr(P, "_session_key", lambda *a: built.append(1) or real(*a))
+    step = [op("mul", "x", 0.5, out="y"), op("add", "y", 0.25, out="x"), change]
+    cache = PlanCache()
+    a, b = State(), State()
+    for s in (a, b):
+        run_program(s, [T("x", [1.0, 2.0, 3.0], dtype="float64")])
+    for n in (6, 6):
+        ra = observe(a, run_repeat(None, repeat=n), step)
+        assert observe(b, run_repeat(cache, repeat=n), step) == ra and ra[0] == "ok"
+        assert snapshot(b) == snapshot(a)
+    # first loop: three states (x changed; then y follows), each recorded once: the first under the key built
+    # for it, the other two under the keys their predecessors carry (each recording builds its next key);
+    # iterations 4..6 replay by the carried key. Second loop: one key built for the state met, six replays
+    assert cache.misses == 3 and cache.hits == 3 + 6
+    assert len(built) == (1 + 3) + 1
