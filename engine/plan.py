@@ -575,6 +575,36 @@ def _session_check(state: State, preset: dict, before: tuple, rec: K.Recorder) -
     return None
 
 
+def _pre_key(state: State, ops: list, extra: tuple):
+    """A coarser key, cheap to build, under which a list recorded unplannable is remembered so: the op list
+    (tensor data left out), the function definitions, and each session tensor's name, shape, dtype and
+    requires_grad (what decides which code runs), without what the full key adds (strides, versions,
+    aliasing, the warned set, the name counter). A list it marks runs cold without its full key being built
+    (only a cost: a cold run is always exact). None when the list cannot be keyed (nor planned: a session
+    tensor that is not a plain leaf without a gradient)."""
+    stripped = []
+    for op in ops:
+        if not isinstance(op, dict):
+            return None
+        if op.get("op") in INPUT_OPS and op.get("args"):
+            op = {**op, "args": [None, *op["args"][1:]]}
+        stripped.append(op)
+    metas = []
+    for n, t in state.tensors.items():
+        if not (t.__class__ is Tensor and t._grad_fn is None and t._base is None and t._grad is None
+                and t._fw_grad is None and t.data.__class__ is np.ndarray):
+            return None  # (the full key refuses it too: the session holds a graph or a gradient)
+        metas.append((n, t.data.shape, t.data.dtype, t._requires_grad))
+    fns = _functions_key(state.functions)
+    try:
+        text = orjson.dumps(stripped, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return None
+    if fns is None:
+        return None
+    return (text, ("pre", tuple(metas), fns), extra)
+
+
 def _layout(state: State) -> tuple:
     """What a plan's carried key is checked against: each session tensor's name, shape, dtype and strides."""
     return tuple([(n, t.data.shape, t.data.dtype, t.data.strides) for n, t in state.tensors.items()])
@@ -594,10 +624,14 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     respond = kwargs.get("respond", "changed")
     extra = ("session", bool(kwargs.get("no_grad", False)), lim, kwargs.get("extra"),
              respond if isinstance(respond, str) else tuple(respond))
+    pre = None
     if carried is not None and _layout(state) == carried[1]:
         # the state a plan just left (a repeat's previous iteration): its key is the one that plan carries
         key, inputs = carried[0], [t.data for t in state.tensors.values()]
     else:
+        pre = _pre_key(state, ops, extra)
+        if pre is None or isinstance(cache.get(pre), Unplannable):
+            return None, False
         made = _session_key(state, ops, extra)
         if made is None:
             return None, False
@@ -629,6 +663,8 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
     if isinstance(plan, str):
         cache.put(key, Unplannable(plan))
+        if pre is not None:
+            cache.put(pre, Unplannable(plan))
         return res, False
     plan.backward_passes = state.backward_passes - passes
     plan.held_bytes = state.held_bytes

@@ -244,3 +244,27 @@ def test_a_repeat_loop_carries_the_next_key_and_a_changed_state_misses(change, m
     # iterations 4..6 replay by the carried key. Second loop: one key built for the state met, six replays
     assert cache.misses == 3 and cache.hits == 3 + 6
     assert len(built) == (1 + 3) + 1
+
+
+def test_a_list_recorded_unplannable_runs_cold_without_its_full_key_and_a_changed_state_plans(monkeypatch):
+    import engine.plan as P
+    built = []
+    real = P._session_key
+    monkeypatch.setattr(P, "_session_key", lambda *a: built.append(1) or real(*a))
+    ops = [op("mul", "p", 2.0, out="p2"), op("sum", "p2", out="s"), op("del", "p2")]  # s carries a graph
+    cache = PlanCache()
+    a, b = twin()
+    for _ in range(4):
+        assert observe(b, planned(cache), ops) == observe(a, cold, ops)
+        assert snapshot(b) == snapshot(a)
+        for s in (a, b):
+            run_program(s, [op("del", "s")])
+    # the first run records (unplannable: under its key and its pre-key); the others stop at the pre-key
+    assert len(built) == 1 and cache.misses == 1 and cache.hits == 0
+    # p rebound to a leaf without requires_grad: another pre-key, the list plans
+    for s in (a, b):
+        run_program(s, [T("p", [1.0] * 5, dtype="float64")])
+    for _ in range(3):
+        assert observe(b, planned(cache), ops) == observe(a, cold, ops)
+        assert snapshot(b) == snapshot(a)
+    assert cache.hits >= 1
