@@ -85,6 +85,7 @@ class Plan:
     nbytes: int = 0
     held_bytes: int | None = None  # a session's held bytes after the run (session plans)
     next_key: tuple | None = None  # (key, layout) of the session state the run leaves (session plans)
+    chainable: bool = False        # a repeat may replay it without building the state between iterations
     iter_bytes: int = 0            # bytes of the arrays one run makes (session plans)
 
 
@@ -675,7 +676,10 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         # iteration finds its plan without building it
         after = _session_key(state, ops, extra)
         if after is not None:
-            plan.next_key = (after[0], _layout(state))
+            plan.next_key = (key if after[0] == key else after[0], _layout(state))
+            # a repeat may run it on a lazy state (_chain_step): no gradients to give, none to rebuild
+            plan.chainable = all(g is None for _, g, _ in plan.preset) and \
+                all(d is None or d[6] is None for _, d in plan.namespace)
     cache.put(key, plan)
     return res, plan
 
@@ -726,14 +730,23 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
     scratch.warned, scratch.backward_passes, scratch.held_bytes = set(state.warned), state.backward_passes, \
         state.held_bytes
     held, most = None, 0
-    res, done, carried = None, 0, None
+    res, done, carried, lazy = None, 0, None, None
+    control = kwargs.get("control")
     try:
-        for _ in range(repeat):
+        for i in range(repeat):
             done += 1
-            res, plan = _session_step(cache, scratch, ops, kwargs, True, carried)
-            carried = plan.next_key if plan else None
-            if not plan:
-                raise _Abort
+            plan = None
+            if carried is not None and until is None and i < repeat - 1:
+                plan, lazy = _chain_step(cache, scratch, lazy, carried, control)
+            if plan is None:
+                if lazy is not None:
+                    scratch.tensors = {n: o if o.__class__ is Tensor else _tensor(o[0], o[1])
+                                       for n, o in lazy.items()}
+                    lazy = None
+                res, plan = _session_step(cache, scratch, ops, kwargs, True, carried)
+                if not plan:
+                    raise _Abort
+            carried = plan.next_key
             if limits is not None:
                 if held is None:
                     held = state.held_bytes if state.held_bytes is not None else \
@@ -743,6 +756,8 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
                 most = max(most, plan.iter_bytes)
                 if held + repeat * most > limits.max_bytes:
                     raise _Abort
+            if lazy is not None:
+                continue
             if res.warnings:
                 raise _Abort
             if until is not None and _until_reached(scratch.tensors, until):
@@ -761,6 +776,35 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
     state.tensors, state.counter, state.warned = scratch.tensors, scratch.counter, scratch.warned
     state.backward_passes, state.held_bytes = scratch.backward_passes, scratch.held_bytes
     return ProgramResult(ops=res.ops, changed=changed, autograd=res.autograd, iterations=done)
+
+
+def _chain_step(cache: PlanCache, scratch: State, lazy: dict | None, carried: tuple, control):
+    """A repeat iteration that is not the last, on the state the previous one left: the plan found by the key
+    that one carries replays, and the state it leaves stays lazy (name -> its tensor, or (buffer, descriptor)
+    of a tensor built when the loop needs the state): no tensors, no result. (None, lazy) when it cannot
+    (the carried key does not fit, no chainable plan); a replay that raises aborts the loop to cold."""
+    cur = scratch.tensors if lazy is None else lazy
+    datas = [o.data if o.__class__ is Tensor else o[0][o[1][0]] for o in cur.values()]
+    if tuple([(n, a.shape, a.dtype, a.strides) for n, a in zip(cur, datas)]) != carried[1]:
+        return None, lazy
+    entry = cache.get(carried[0])
+    if not isinstance(entry, Plan) or not entry.chainable:
+        return None, lazy
+    try:
+        buf = _replay(entry, datas, control)
+    except Exception:  # noqa: BLE001 - the cold loop gives the error
+        cache.count("fallbacks")
+        raise _Abort from None
+    cache.count("hits")
+    for name, _, accs in entry.preset:  # (no gradients: chainable) as _finish
+        o = cur[name]
+        if o.__class__ is Tensor:
+            o.grad_accumulations = accs
+        elif o[1][5] != accs:
+            cur[name] = (o[0], (*o[1][:5], accs, o[1][6]))
+    scratch.backward_passes += entry.backward_passes
+    scratch.held_bytes = entry.held_bytes
+    return entry, {name: cur[name] if d is None else (buf, d) for name, d in entry.namespace}
 
 
 class _Abort(Exception):

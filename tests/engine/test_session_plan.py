@@ -268,3 +268,20 @@ def test_a_list_recorded_unplannable_runs_cold_without_its_full_key_and_a_change
         assert observe(b, planned(cache), ops) == observe(a, cold, ops)
         assert snapshot(b) == snapshot(a)
     assert cache.hits >= 1
+
+
+def test_a_chained_repeat_keeps_untouched_tensors_and_gives_the_cold_state():
+    """Iterations but the last replay on a lazy state (no tensors built between them): a name the loop never
+    rebinds keeps its tensor, a name rebound early and never again gets its tensor built once, the rest as cold."""
+    step = [op("mul", "x", 0.5, out="y"), op("add", "y", "z", out="x"), op("exp", "x", out="w"),
+            op("neg", "w", out="w")]
+    cache = PlanCache()
+    a, b = State(), State()
+    for s in (a, b):
+        run_program(s, [T("x", [1.0, 2.0, 3.0], dtype="float64"), T("z", [0.25, 0.5, 0.75], dtype="float64")])
+    z = b.tensors["z"]
+    for n in (1, 2, 9, 9):
+        ra = observe(a, run_repeat(None, repeat=n), step)
+        assert observe(b, run_repeat(cache, repeat=n), step) == ra and ra[0] == "ok"
+        assert snapshot(b) == snapshot(a)
+    assert b.tensors["z"] is z and cache.fallbacks == 0 and cache.hits >= 8 + 9
