@@ -736,8 +736,25 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
         for i in range(repeat):
             done += 1
             plan = None
-            if carried is not None and until is None and i < repeat - 1:
-                plan, lazy = _chain_step(cache, scratch, lazy, carried, control)
+            if carried is not None:
+                cur = scratch.tensors if lazy is None else lazy
+                plan, buf = _chain_replay(cache, cur, carried, control)
+                if plan is not None:
+                    lazy = _chain_state(plan, buf, cur)
+                    stop = i == repeat - 1
+                    if until is not None and not stop:
+                        o = lazy.get(until)
+                        ns = {} if o is None else {until: o if o.__class__ is Tensor else _tensor(o[0], o[1])}
+                        stop = _until_reached(ns, until)
+                    if stop:  # the loop's last iteration: its state and result as a replay gives them
+                        preset = {n: o if o.__class__ is Tensor else _tensor(o[0], o[1]) for n, o in cur.items()}
+                        scratch.tensors = dict(preset)
+                        res = _finish(plan, buf, scratch, preset)
+                        scratch.held_bytes = plan.held_bytes
+                        lazy = None
+                    else:
+                        scratch.backward_passes += plan.backward_passes
+                        scratch.held_bytes = plan.held_bytes
             if plan is None:
                 if lazy is not None:
                     scratch.tensors = {n: o if o.__class__ is Tensor else _tensor(o[0], o[1])
@@ -778,33 +795,37 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
     return ProgramResult(ops=res.ops, changed=changed, autograd=res.autograd, iterations=done)
 
 
-def _chain_step(cache: PlanCache, scratch: State, lazy: dict | None, carried: tuple, control):
-    """A repeat iteration that is not the last, on the state the previous one left: the plan found by the key
-    that one carries replays, and the state it leaves stays lazy (name -> its tensor, or (buffer, descriptor)
-    of a tensor built when the loop needs the state): no tensors, no result. (None, lazy) when it cannot
-    (the carried key does not fit, no chainable plan); a replay that raises aborts the loop to cold."""
-    cur = scratch.tensors if lazy is None else lazy
+def _chain_replay(cache: PlanCache, cur: dict, carried: tuple, control):
+    """A repeat iteration on the state the previous one left (``cur``: name -> its tensor, or (buffer,
+    descriptor) of a tensor not built yet): (plan, buffer) of the chainable plan the carried key finds,
+    replayed; (None, None) when the key does not fit the state or finds none. A replay that raises aborts the
+    loop to cold (which gives the error)."""
     datas = [o.data if o.__class__ is Tensor else o[0][o[1][0]] for o in cur.values()]
     if tuple([(n, a.shape, a.dtype, a.strides) for n, a in zip(cur, datas)]) != carried[1]:
-        return None, lazy
+        return None, None
     entry = cache.get(carried[0])
     if not isinstance(entry, Plan) or not entry.chainable:
-        return None, lazy
+        return None, None
     try:
         buf = _replay(entry, datas, control)
     except Exception:  # noqa: BLE001 - the cold loop gives the error
         cache.count("fallbacks")
         raise _Abort from None
     cache.count("hits")
-    for name, _, accs in entry.preset:  # (no gradients: chainable) as _finish
+    return entry, buf
+
+
+def _chain_state(plan: Plan, buf: list, cur: dict) -> dict:
+    """The state a replay leaves, lazily (no tensors built): ``_finish`` without the result, for a chainable
+    plan (no gradients to give)."""
+    for name, _, accs in plan.preset:
         o = cur[name]
         if o.__class__ is Tensor:
-            o.grad_accumulations = accs
+            if o.grad_accumulations != accs:
+                o.grad_accumulations = accs
         elif o[1][5] != accs:
             cur[name] = (o[0], (*o[1][:5], accs, o[1][6]))
-    scratch.backward_passes += entry.backward_passes
-    scratch.held_bytes = entry.held_bytes
-    return entry, {name: cur[name] if d is None else (buf, d) for name, d in entry.namespace}
+    return {name: cur[name] if d is None else (buf, d) for name, d in plan.namespace}
 
 
 class _Abort(Exception):

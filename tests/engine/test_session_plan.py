@@ -285,3 +285,25 @@ def test_a_chained_repeat_keeps_untouched_tensors_and_gives_the_cold_state():
         assert observe(b, run_repeat(cache, repeat=n), step) == ra and ra[0] == "ok"
         assert snapshot(b) == snapshot(a)
     assert b.tensors["z"] is z and cache.fallbacks == 0 and cache.hits >= 8 + 9
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 40])
+def test_an_until_loop_with_a_comparison_plans_and_stops_where_the_cold_loop_stops(n):
+    """Comparisons and logical ops compute through kernels: an until condition plans, its iterations replay
+    on a lazy state, and the loop stops at the cold loop's iteration with the cold loop's state."""
+    step = [op("mul", "x", 0.5, out="x"), op("sum", "x", out="s"), op("lt", "s", 0.1, out="small"),
+            op("gt", "s", -1.0, out="pos"), op("logical_and", "small", "pos", out="both"),
+            op("logical_not", "both", out="go"), op("logical_not", "go", out="done")]
+    cache = PlanCache()
+    a, b = State(), State()
+    for s in (a, b):
+        run_program(s, [T("x", [3.0, 2.0, 1.0], dtype="float64")])
+    for _ in range(2):
+        ra = run_repeat(None, repeat=n, until="done")(a, step)
+        rb = run_repeat(cache, repeat=n, until="done")(b, step)
+        assert rb.iterations == ra.iterations and sorted(rb.changed) == sorted(ra.changed)
+        assert snapshot(b) == snapshot(a)
+        for s in (a, b):
+            run_program(s, [op("mul", "x", 1000.0, out="x")])
+    assert not any(isinstance(e, Unplannable) for e in cache._entries.values())
+    assert cache.hits >= (1 if n > 2 else 0) and cache.fallbacks == 0
