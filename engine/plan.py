@@ -9,7 +9,7 @@ requires_grad, versions...), the same for every run of the same op list over inp
   backward, and a double backward under create_graph, is itself a sequence of kernel calls) goes on a tape,
   its inputs as slots (program inputs, earlier outputs) and its static parameters as given. Provenance: an
   array that reaches a kernel or the response without coming from an input or a kernel, an op not declared
-  ``plannable`` in the op table, an in-place write outside a kernel, a warning, or forward mode make the op
+  ``plannable`` in the op table, an in-place write outside a kernel, a warning, or a forward-mode op make the op
   list unplannable: it is cached as such and runs cold from then on. Only successful cold runs are cached.
 * **Key.** The op list with the data of its ``tensor`` ops left out (names, literals, flags stay), and the
   inputs' shapes, dtypes and requires_grad flags, the grad mode, the limits and the response encoding.
@@ -17,6 +17,14 @@ requires_grad, versions...), the same for every run of the same op list over inp
   namespace and autograd report are rebuilt from the recorded structure and the replayed arrays. A kernel
   that raises (a value-dependent check: an index out of range, a target out of bounds) falls back to a
   cold run of the whole list, so the error, its op index and atomicity are exactly the cold path's.
+
+* **Sessions and loops.** A session list whose results carry no graph plans too (``run_session_planned``;
+  its key adds the session's tensors, function definitions, warned set and name counter). A list recorded
+  unplannable is remembered under a cheap pre-key as well, so it runs cold without its full key being built.
+  A session plan carries the key (and the tensors' layout) of the state it leaves: a ``repeat``/``until``
+  iteration finds its plan by the carried key, and iterations but the stopping one replay on a lazy state
+  (no tensors built between them); a layout that does not match, or a state whose key differs, builds the
+  key and records as usual.
 
 ``PlanCache`` bounds the plans of a process (entries and estimated bytes, least recently used out) and
 counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``).
@@ -370,41 +378,46 @@ def _alias(a):
 
 
 def _replay(plan: Plan, inputs: list, control) -> list:
+    with np.errstate(all="ignore"):
+        return _replay_quiet(plan, inputs, control)
+
+
+def _replay_quiet(plan: Plan, inputs: list, control) -> list:
+    """``_replay`` where numpy's floating-point errors are already ignored (as the cold run ignores them)."""
     buf = [None] * plan.n_slots
     for s, a in zip(plan.input_slots, inputs):
         buf[s] = a
     chk = control.check if control is not None else None
-    with np.errstate(all="ignore"):
-        if plan.code:
-            k, c = plan.kernels, plan.consts
-            for run in plan.code:
-                run(buf, k, c, chk, np.ndarray, np.asarray)
-            return buf
-        ndarray, asarray = np.ndarray, np.asarray
-        n = 0
-        for fn, template, where, out, multi, free in plan.steps:
-            if where:
-                args = list(template)
-                for i, s in where:
-                    args[i] = buf[s]
-            else:
-                args = template
-            if multi is True:
-                for s, o in zip(out, fn(*args)):
-                    buf[s] = o
-            elif multi:  # in place: the target is the first argument
-                fn(*args)
-                buf[out] = args[0]
-            else:
-                r = fn(*args)
-                buf[out] = r if r.__class__ is ndarray else asarray(r)
-            for s in free:
-                buf[s] = None
-            if chk is not None:
-                n += 1
-                if n == _CHECK_EVERY:
-                    n = 0
-                    chk()
+    if plan.code:
+        k, c = plan.kernels, plan.consts
+        for run in plan.code:
+            run(buf, k, c, chk, np.ndarray, np.asarray)
+        return buf
+    ndarray, asarray = np.ndarray, np.asarray
+    n = 0
+    for fn, template, where, out, multi, free in plan.steps:
+        if where:
+            args = list(template)
+            for i, s in where:
+                args[i] = buf[s]
+        else:
+            args = template
+        if multi is True:
+            for s, o in zip(out, fn(*args)):
+                buf[s] = o
+        elif multi:  # in place: the target is the first argument
+            fn(*args)
+            buf[out] = args[0]
+        else:
+            r = fn(*args)
+            buf[out] = r if r.__class__ is ndarray else asarray(r)
+        for s in free:
+            buf[s] = None
+        if chk is not None:
+            n += 1
+            if n == _CHECK_EVERY:
+                n = 0
+                chk()
     return buf
 
 
@@ -733,52 +746,54 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
     res, done, carried, lazy = None, 0, None, None
     control = kwargs.get("control")
     try:
-        for i in range(repeat):
-            done += 1
-            plan = None
-            if carried is not None:
-                cur = scratch.tensors if lazy is None else lazy
-                plan, buf = _chain_replay(cache, cur, carried, control)
-                if plan is not None:
-                    lazy = _chain_state(plan, buf, cur)
-                    stop = i == repeat - 1
-                    if until is not None and not stop:
-                        o = lazy.get(until)
-                        ns = {} if o is None else {until: o if o.__class__ is Tensor else _tensor(o[0], o[1])}
-                        stop = _until_reached(ns, until)
-                    if stop:  # the loop's last iteration: its state and result as a replay gives them
-                        preset = {n: o if o.__class__ is Tensor else _tensor(o[0], o[1]) for n, o in cur.items()}
-                        scratch.tensors = dict(preset)
-                        res = _finish(plan, buf, scratch, preset)
-                        scratch.held_bytes = plan.held_bytes
+        # (every run of the loop ignores numpy's floating-point errors: chained replays enter that once)
+        with np.errstate(all="ignore"):
+            for i in range(repeat):
+                done += 1
+                plan = None
+                if carried is not None:
+                    cur = scratch.tensors if lazy is None else lazy
+                    plan, buf = _chain_replay(cache, cur, carried, control)
+                    if plan is not None:
+                        lazy = _chain_state(plan, buf, cur)
+                        stop = i == repeat - 1
+                        if until is not None and not stop:
+                            o = lazy.get(until)
+                            ns = {} if o is None else {until: o if o.__class__ is Tensor else _tensor(o[0], o[1])}
+                            stop = _until_reached(ns, until)
+                        if stop:  # the loop's last iteration: its state and result as a replay gives them
+                            preset = {n: o if o.__class__ is Tensor else _tensor(o[0], o[1]) for n, o in cur.items()}
+                            scratch.tensors = dict(preset)
+                            res = _finish(plan, buf, scratch, preset)
+                            scratch.held_bytes = plan.held_bytes
+                            lazy = None
+                        else:
+                            scratch.backward_passes += plan.backward_passes
+                            scratch.held_bytes = plan.held_bytes
+                if plan is None:
+                    if lazy is not None:
+                        scratch.tensors = {n: o if o.__class__ is Tensor else _tensor(o[0], o[1])
+                                           for n, o in lazy.items()}
                         lazy = None
-                    else:
-                        scratch.backward_passes += plan.backward_passes
-                        scratch.held_bytes = plan.held_bytes
-            if plan is None:
+                    res, plan = _session_step(cache, scratch, ops, kwargs, True, carried)
+                    if not plan:
+                        raise _Abort
+                carried = plan.next_key
+                if limits is not None:
+                    if held is None:
+                        held = state.held_bytes if state.held_bytes is not None else \
+                            graph_stats(state.tensors.values())[1]
+                    # the cold loop may hold every iteration's arrays at once (its journal keeps them): plan only
+                    # where that cannot pass the bytes limit
+                    most = max(most, plan.iter_bytes)
+                    if held + repeat * most > limits.max_bytes:
+                        raise _Abort
                 if lazy is not None:
-                    scratch.tensors = {n: o if o.__class__ is Tensor else _tensor(o[0], o[1])
-                                       for n, o in lazy.items()}
-                    lazy = None
-                res, plan = _session_step(cache, scratch, ops, kwargs, True, carried)
-                if not plan:
+                    continue
+                if res.warnings:
                     raise _Abort
-            carried = plan.next_key
-            if limits is not None:
-                if held is None:
-                    held = state.held_bytes if state.held_bytes is not None else \
-                        graph_stats(state.tensors.values())[1]
-                # the cold loop may hold every iteration's arrays at once (its journal keeps them): plan only
-                # where that cannot pass the bytes limit
-                most = max(most, plan.iter_bytes)
-                if held + repeat * most > limits.max_bytes:
-                    raise _Abort
-            if lazy is not None:
-                continue
-            if res.warnings:
-                raise _Abort
-            if until is not None and _until_reached(scratch.tensors, until):
-                break
+                if until is not None and _until_reached(scratch.tensors, until):
+                    break
         changed = [n for n, t in scratch.tensors.items() if before.get(n) != _fingerprint(t)]
         respond = kwargs.get("respond", "changed")
         if limits is not None and limits.max_response_bytes is not None:
@@ -807,7 +822,7 @@ def _chain_replay(cache: PlanCache, cur: dict, carried: tuple, control):
     if not isinstance(entry, Plan) or not entry.chainable:
         return None, None
     try:
-        buf = _replay(entry, datas, control)
+        buf = _replay_quiet(entry, datas, control)  # (_repeat ignores numpy's floating-point errors)
     except Exception:  # noqa: BLE001 - the cold loop gives the error
         cache.count("fallbacks")
         raise _Abort from None
