@@ -63,6 +63,7 @@ INPUT_OPS = frozenset({"tensor"})
 PLANNABLE_ACTIONS = frozenset({"backward", "grad", "del", "bind", "retain_grad"})
 _STEP_BYTES = 160      # an estimate of a tape step's size (the bytes bound counts tapes, not arrays)
 _CHECK_EVERY = 256     # replay checks the deadline every this many kernel calls
+_CHECK_LOOP = 64       # a planned repeat loop checks it every this many iterations too
 _CHUNK = 2000          # kernel calls per compiled function of a plan
 _COMPILE_MAX_STEPS = 20_000  # longer tapes are interpreted (compiling them would cost more than it saves)
 
@@ -751,6 +752,8 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
             for i in range(repeat):
                 done += 1
                 plan = None
+                if control is not None and i % _CHECK_LOOP == _CHECK_LOOP - 1:
+                    control.check()  # (short plans never reach a replay's own check; the cold loop reports)
                 if carried is not None:
                     cur = scratch.tensors if lazy is None else lazy
                     plan, buf = _chain_replay(cache, cur, carried, control)

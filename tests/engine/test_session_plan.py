@@ -307,3 +307,31 @@ def test_an_until_loop_with_a_comparison_plans_and_stops_where_the_cold_loop_sto
             run_program(s, [op("mul", "x", 1000.0, out="x")])
     assert not any(isinstance(e, Unplannable) for e in cache._entries.values())
     assert cache.hits >= (1 if n > 2 else 0) and cache.fallbacks == 0
+
+
+def test_a_long_planned_repeat_loop_checks_its_control_and_gives_the_cold_error():
+    """Short plans never reach a replay's own deadline check: the planned loop checks every so many
+    iterations, and a cancel mid-loop gives the cold loop's error with nothing applied."""
+    from engine.budget import Control
+    from engine.errors import CancelledError
+
+    class CancelAt(Control):
+        __slots__ = ("calls", "at")
+
+        def check(self):
+            self.calls += 1
+            if self.calls >= self.at:
+                self.cancel("test")
+            super().check()
+
+    step = [op("mul", "x", 0.5, out="y"), op("add", "y", 0.25, out="x")]
+    cache = PlanCache()
+    s = State()
+    run_program(s, [T("x", [1.0, 2.0, 3.0], dtype="float64")])
+    run_session_planned(cache, s, step, repeat=3)  # (records: the loop below replays from its first iteration)
+    before = snapshot(s)
+    control = CancelAt()
+    control.calls, control.at = 0, 3
+    with pytest.raises(CancelledError):
+        run_session_planned(cache, s, step, repeat=100_000, control=control)
+    assert snapshot(s) == before and control.calls < 100
