@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernel as K
+from .kernel import kcall
 from .registry import JVPS, PRIMS, elementwise_jvp, zero_jvp
 from .tensor import Tensor
 
@@ -115,7 +117,7 @@ class _Shifted:
             d[k] = [x + 1 if x >= 0 else x for x in v] if isinstance(v, (list, tuple)) else (v + 1 if v >= 0 else v)
         r = d.get("result")
         if isinstance(r, Tensor):
-            d["result"] = Tensor(np.broadcast_to(r.data, (batch, *r.data.shape)))
+            d["result"] = Tensor(kcall(K.broadcast_to, r.data, (batch, *r.data.shape)))
 
 
 def shifted(sizes=("self_sym_sizes",), dims=()):
@@ -189,7 +191,7 @@ def forward(prim_name: str, outs, inputs: tuple, saved, tangents: list, level) -
         if od.dtype.kind != "f":
             continue
         if r is None:
-            r = Tensor(np.zeros((batch, *od.shape), ref.data.dtype))
+            r = Tensor(kcall(K.zeros, (batch, *od.shape), ref.data.dtype))
         else:
             r = expand_batched(r, batch, od.shape)
             if any(r is t for t in tangents):

@@ -21,8 +21,10 @@ from collections import namedtuple
 
 import numpy as np
 
+from . import kernel as K
 from .errors import InvalidArgumentError, TorchRuntimeError, TorchValueError
 from .journal import setattr_
+from .kernel import kcall
 
 UnpackedDualTensor = namedtuple("UnpackedDualTensor", ["primal", "tangent"])
 
@@ -151,7 +153,7 @@ def make_dual(tensor, tangent, *, level: int | None = None):
     from .registry import record
     token = _level.set(None)
     try:
-        out = _as_view(record("ViewBackward0", tensor.data.view(), (tensor,),
+        out = _as_view(record("ViewBackward0", kcall(K.view, tensor.data), (tensor,),
                               {"self_sym_sizes": tensor.data.shape}), tensor)
     finally:
         _level.reset(token)
@@ -198,7 +200,7 @@ def batched_dual(tensor, tangent):
     cur = _level.get()
     token = _level.set(None)
     try:
-        out = _as_view(record("ViewBackward0", tensor.data.view(), (tensor,),
+        out = _as_view(record("ViewBackward0", kcall(K.view, tensor.data), (tensor,),
                               {"self_sym_sizes": tensor.data.shape}), tensor)
     finally:
         _level.reset(token)

@@ -309,16 +309,31 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
     return _tuple_postprocess(outputs, is_outputs_tuple), _tuple_postprocess(res, is_outputs_tuple)
 
 
+def _basis_chunk(total: int, n: int, start: int, dtype) -> np.ndarray:
+    """A kernel: rows ``start:start + n`` of the (total, total) identity's columns as a (total, n) chunk."""
+    a = np.zeros((total, n), dtype)
+    a[np.arange(start, start + n), np.arange(n)] = 1
+    return a
+
+
 def _standard_basis(tensors, numels) -> tuple:
     """torch's _construct_standard_basis_for: one (total, numel_i) chunk per tensor, the identity split."""
     total = sum(numels)
     chunks, start = [], 0
     for t, n in zip(tensors, numels):
-        a = np.zeros((total, n), t.data.dtype)
-        a[np.arange(start, start + n), np.arange(n)] = 1
-        chunks.append(Tensor(a))
+        chunks.append(Tensor(kcall(_basis_chunk, total, n, start, t.data.dtype)))  # a plan's constant
         start += n
     return tuple(chunks)
+
+
+def _contiguous_reshape(a: np.ndarray, shape: tuple) -> np.ndarray:
+    """A kernel: ``a`` reshaped, C-contiguous."""
+    return np.ascontiguousarray(a.reshape(shape))
+
+
+def _jacobian_block(tangent: np.ndarray, a: int, b: int, shape: tuple) -> np.ndarray:
+    """A kernel: batched tangents ``(total, *out.shape)`` with the batch moved last, columns ``a:b``, reshaped."""
+    return np.ascontiguousarray(np.moveaxis(tangent, 0, -1)[..., a:b]).reshape(shape)
 
 
 def _jvp_batched(func, inputs, basis, total):
@@ -327,7 +342,7 @@ def _jvp_batched(func, inputs, basis, total):
     try:
         with fw.dual_level():
             fw.current_level().batch = total
-            duals = tuple(fw.batched_dual(inp, Tensor(np.ascontiguousarray(b.data.reshape(total, *inp.shape))))
+            duals = tuple(fw.batched_dual(inp, Tensor(kcall(_contiguous_reshape, b.data, (total, *inp.shape))))
                           for inp, b in zip(inputs, basis))
             is_outputs_tuple, outs = _as_tuple(func(*duals), "outputs")
             primals, tangents = [], []
@@ -335,7 +350,7 @@ def _jvp_batched(func, inputs, basis, total):
                 primal, tangent = fw.batched_unpack(out)
                 primals.append(primal)
                 tangents.append(tangent if tangent is not None else
-                                Tensor(np.zeros((total, *primal.shape), primal.data.dtype)))
+                                Tensor(kcall(K.zeros, (total, *primal.shape), primal.data.dtype)))
     except (DeadlineExceededError, CancelledError):
         raise
     except (BatchingUnsupported, EngineError):  # as autograd._grad_batched_pass: the loop decides
@@ -347,9 +362,8 @@ def _jacobian_row(tangent, out, inputs, numels) -> list:
     """The batched tangents ``(total, *out.shape)`` as one Jacobian block per input, ``(*out.shape, *inp.shape)``
     (torch: the batch moved last, then split per input); a tangent's graph is kept (forward-over-reverse)."""
     if not tangent.requires_grad:
-        jac = np.moveaxis(tangent.data, 0, -1)
-        bounds = np.cumsum((0, *numels))
-        return [Tensor(np.ascontiguousarray(jac[..., a:b]).reshape(*out.shape, *inp.shape))
+        bounds = np.cumsum((0, *numels)).tolist()
+        return [Tensor(kcall(_jacobian_block, tangent.data, a, b, (*out.shape, *inp.shape)))
                 for a, b, inp in zip(bounds[:-1], bounds[1:], inputs)]
     jac = tangent.permute(*range(1, tangent.ndim), 0)
     return [piece.reshape((*out.shape, *inp.shape)) for piece, inp in zip(jac.split(list(numels), -1), inputs)]

@@ -51,6 +51,15 @@ def snapshot(a: np.ndarray) -> np.ndarray:
     return np.array(a, copy=True)
 
 
+def view(a: np.ndarray) -> np.ndarray:
+    """A new view of the whole array (a dual tensor's primal)."""
+    return a.view()
+
+
+def broadcast_to(a: np.ndarray, shape: tuple) -> np.ndarray:
+    return np.broadcast_to(a, shape)
+
+
 def astype(a: np.ndarray, dtype) -> np.ndarray:
     return a.astype(dtype)
 

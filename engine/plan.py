@@ -9,7 +9,7 @@ requires_grad, versions...), the same for every run of the same op list over inp
   backward, and a double backward under create_graph, is itself a sequence of kernel calls) goes on a tape,
   its inputs as slots (program inputs, earlier outputs) and its static parameters as given. Provenance: an
   array that reaches a kernel or the response without coming from an input or a kernel, an op not declared
-  ``plannable`` in the op table, an in-place write outside a kernel, a warning, or forward mode make the op
+  ``plannable`` in the op table, an in-place write outside a kernel, a warning, or a forward-mode op make the op
   list unplannable: it is cached as such and runs cold from then on. Only successful cold runs are cached.
 * **Key.** The op list with the data of its ``tensor`` ops left out (names, literals, flags stay), and the
   inputs' shapes, dtypes and requires_grad flags, the grad mode, the limits and the response encoding.
@@ -18,6 +18,14 @@ requires_grad, versions...), the same for every run of the same op list over inp
   that raises (a value-dependent check: an index out of range, a target out of bounds) falls back to a
   cold run of the whole list, so the error, its op index and atomicity are exactly the cold path's.
 
+* **Sessions and loops.** A session list whose results carry no graph plans too (``run_session_planned``;
+  its key adds the session's tensors, function definitions, warned set and name counter). A list recorded
+  unplannable is remembered under a cheap pre-key as well, so it runs cold without its full key being built.
+  A session plan carries the key (and the tensors' layout) of the state it leaves: a ``repeat``/``until``
+  iteration finds its plan by the carried key, and iterations but the stopping one replay on a lazy state
+  (no tensors built between them); a layout that does not match, or a state whose key differs, builds the
+  key and records as usual.
+
 ``PlanCache`` bounds the plans of a process (entries and estimated bytes, least recently used out) and
 counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``).
 """
@@ -25,6 +33,7 @@ counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``).
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -54,6 +63,7 @@ INPUT_OPS = frozenset({"tensor"})
 PLANNABLE_ACTIONS = frozenset({"backward", "grad", "del", "bind", "retain_grad"})
 _STEP_BYTES = 160      # an estimate of a tape step's size (the bytes bound counts tapes, not arrays)
 _CHECK_EVERY = 256     # replay checks the deadline every this many kernel calls
+_CHECK_LOOP = 64       # a planned repeat loop checks it every this many iterations too
 _CHUNK = 2000          # kernel calls per compiled function of a plan
 _COMPILE_MAX_STEPS = 20_000  # longer tapes are interpreted (compiling them would cost more than it saves)
 
@@ -83,6 +93,8 @@ class Plan:
     backward_passes: int
     nbytes: int = 0
     held_bytes: int | None = None  # a session's held bytes after the run (session plans)
+    next_key: tuple | None = None  # (key, layout) of the session state the run leaves (session plans)
+    chainable: bool = False        # a repeat may replay it without building the state between iterations
     iter_bytes: int = 0            # bytes of the arrays one run makes (session plans)
 
 
@@ -367,41 +379,46 @@ def _alias(a):
 
 
 def _replay(plan: Plan, inputs: list, control) -> list:
+    with np.errstate(all="ignore"):
+        return _replay_quiet(plan, inputs, control)
+
+
+def _replay_quiet(plan: Plan, inputs: list, control) -> list:
+    """``_replay`` where numpy's floating-point errors are already ignored (as the cold run ignores them)."""
     buf = [None] * plan.n_slots
     for s, a in zip(plan.input_slots, inputs):
         buf[s] = a
     chk = control.check if control is not None else None
-    with np.errstate(all="ignore"):
-        if plan.code:
-            k, c = plan.kernels, plan.consts
-            for run in plan.code:
-                run(buf, k, c, chk, np.ndarray, np.asarray)
-            return buf
-        ndarray, asarray = np.ndarray, np.asarray
-        n = 0
-        for fn, template, where, out, multi, free in plan.steps:
-            if where:
-                args = list(template)
-                for i, s in where:
-                    args[i] = buf[s]
-            else:
-                args = template
-            if multi is True:
-                for s, o in zip(out, fn(*args)):
-                    buf[s] = o
-            elif multi:  # in place: the target is the first argument
-                fn(*args)
-                buf[out] = args[0]
-            else:
-                r = fn(*args)
-                buf[out] = r if r.__class__ is ndarray else asarray(r)
-            for s in free:
-                buf[s] = None
-            if chk is not None:
-                n += 1
-                if n == _CHECK_EVERY:
-                    n = 0
-                    chk()
+    if plan.code:
+        k, c = plan.kernels, plan.consts
+        for run in plan.code:
+            run(buf, k, c, chk, np.ndarray, np.asarray)
+        return buf
+    ndarray, asarray = np.ndarray, np.asarray
+    n = 0
+    for fn, template, where, out, multi, free in plan.steps:
+        if where:
+            args = list(template)
+            for i, s in where:
+                args[i] = buf[s]
+        else:
+            args = template
+        if multi is True:
+            for s, o in zip(out, fn(*args)):
+                buf[s] = o
+        elif multi:  # in place: the target is the first argument
+            fn(*args)
+            buf[out] = args[0]
+        else:
+            r = fn(*args)
+            buf[out] = r if r.__class__ is ndarray else asarray(r)
+        for s in free:
+            buf[s] = None
+        if chk is not None:
+            n += 1
+            if n == _CHECK_EVERY:
+                n = 0
+                chk()
     return buf
 
 
@@ -491,6 +508,26 @@ def _plannable_session_op(op, functions: dict, depth: int = 0) -> bool:
     return fdef is not None and all(_plannable_session_op(o, functions, depth + 1) for o in fdef.ops)
 
 
+#: a function definition's JSON text: a FunctionDef is frozen plain data (its ops a private deep copy, arrays
+#: read-only), so the text of one object never changes
+_FN_TEXT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _functions_key(functions: dict) -> tuple | None:
+    """The session's function definitions as (name, JSON text) pairs, each text dumped once per definition."""
+    out = []
+    for name, f in functions.items():
+        text = _FN_TEXT.get(f)
+        if text is None:
+            try:
+                text = orjson.dumps(f.to_json(), option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+            except TypeError:
+                return None
+            _FN_TEXT[f] = text
+        out.append((name, text))
+    return tuple(out)
+
+
 def _session_key(state: State, ops: list, extra: tuple):
     """The key of a session list: everything of the session state the run can depend on (each tensor's name,
     shape, dtype, flags, version, aliasing; the function definitions; the warned set; the name counter).
@@ -504,10 +541,8 @@ def _session_key(state: State, ops: list, extra: tuple):
         metas.append((name, t.data.shape, t.data.dtype.str, t.data.strides, t._requires_grad, t.retains_grad,
                       t._vc[0], t.grad_accumulations, tids.setdefault(id(t), len(tids)),
                       vcs.setdefault(id(t._vc), len(vcs)), bases.setdefault(id(base), len(bases))))
-    try:
-        fns = orjson.dumps({n: f.to_json() for n, f in state.functions.items()},
-                           option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-    except TypeError:
+    fns = _functions_key(state.functions)
+    if fns is None:
         return None
     saved = state.tensors
     state.tensors = {}  # _key's own checks are a one-shot run's; the session tensors are keyed above
@@ -555,7 +590,43 @@ def _session_check(state: State, preset: dict, before: tuple, rec: K.Recorder) -
     return None
 
 
-def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plannable: bool | None = None):
+def _pre_key(state: State, ops: list, extra: tuple):
+    """A coarser key, cheap to build, under which a list recorded unplannable is remembered so: the op list
+    (tensor data left out), the function definitions, and each session tensor's name, shape, dtype and
+    requires_grad (what decides which code runs), without what the full key adds (strides, versions,
+    aliasing, the warned set, the name counter). A list it marks runs cold without its full key being built
+    (only a cost: a cold run is always exact). None when the list cannot be keyed (nor planned: a session
+    tensor that is not a plain leaf without a gradient)."""
+    stripped = []
+    for op in ops:
+        if not isinstance(op, dict):
+            return None
+        if op.get("op") in INPUT_OPS and op.get("args"):
+            op = {**op, "args": [None, *op["args"][1:]]}
+        stripped.append(op)
+    metas = []
+    for n, t in state.tensors.items():
+        if not (t.__class__ is Tensor and t._grad_fn is None and t._base is None and t._grad is None
+                and t._fw_grad is None and t.data.__class__ is np.ndarray):
+            return None  # (the full key refuses it too: the session holds a graph or a gradient)
+        metas.append((n, t.data.shape, t.data.dtype, t._requires_grad))
+    fns = _functions_key(state.functions)
+    try:
+        text = orjson.dumps(stripped, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return None
+    if fns is None:
+        return None
+    return (text, ("pre", tuple(metas), fns), extra)
+
+
+def _layout(state: State) -> tuple:
+    """What a plan's carried key is checked against: each session tensor's name, shape, dtype and strides."""
+    return tuple([(n, t.data.shape, t.data.dtype, t.data.strides) for n, t in state.tensors.items()])
+
+
+def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plannable: bool | None = None,
+                  carried: tuple | None = None):
     """One run of a session list through ``cache``: (result, plan) when it replayed a plan or recorded one,
     (None, False) without running anything when it would run cold unrecorded (unplannable, unkeyable, or a
     plan known to be unplannable), (None, None) when a replay's guard failed (nothing changed), (result,
@@ -566,11 +637,20 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         return None, False
     lim = kwargs.get("limits")
     respond = kwargs.get("respond", "changed")
-    made = _session_key(state, ops, ("session", bool(kwargs.get("no_grad", False)), lim, kwargs.get("extra"),
-                                     respond if isinstance(respond, str) else tuple(respond)))
-    if made is None:
-        return None, False
-    key, inputs = made
+    extra = ("session", bool(kwargs.get("no_grad", False)), lim, kwargs.get("extra"),
+             respond if isinstance(respond, str) else tuple(respond))
+    pre = None
+    if carried is not None and _layout(state) == carried[1]:
+        # the state a plan just left (a repeat's previous iteration): its key is the one that plan carries
+        key, inputs = carried[0], [t.data for t in state.tensors.values()]
+    else:
+        pre = _pre_key(state, ops, extra)
+        if pre is None or isinstance(cache.get(pre), Unplannable):
+            return None, False
+        made = _session_key(state, ops, extra)
+        if made is None:
+            return None, False
+        key, inputs = made
     entry = cache.get(key)
     run = {k: v for k, v in kwargs.items() if k not in ("extra", "repeat", "until")}
     if isinstance(entry, Plan):
@@ -598,11 +678,22 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
     if isinstance(plan, str):
         cache.put(key, Unplannable(plan))
+        if pre is not None:
+            cache.put(pre, Unplannable(plan))
         return res, False
     plan.backward_passes = state.backward_passes - passes
     plan.held_bytes = state.held_bytes
     ins = {id(t.data) for t in preset.values()}
     plan.iter_bytes = sum(a.nbytes for a in rec.keep if a.__class__ is np.ndarray and id(a) not in ins)
+    if not any(isinstance(op, dict) and op.get("op") in INPUT_OPS for op in ops):
+        # the key of the state this run leaves (a replay leaves the same structure): a repeat's next
+        # iteration finds its plan without building it
+        after = _session_key(state, ops, extra)
+        if after is not None:
+            plan.next_key = (key if after[0] == key else after[0], _layout(state))
+            # a repeat may run it on a lazy state (_chain_step): no gradients to give, none to rebuild
+            plan.chainable = all(g is None for _, g, _ in plan.preset) and \
+                all(d is None or d[6] is None for _, d in plan.namespace)
     cache.put(key, plan)
     return res, plan
 
@@ -653,26 +744,59 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
     scratch.warned, scratch.backward_passes, scratch.held_bytes = set(state.warned), state.backward_passes, \
         state.held_bytes
     held, most = None, 0
-    res, done = None, 0
+    res, done, carried, lazy = None, 0, None, None
+    control = kwargs.get("control")
     try:
-        for _ in range(repeat):
-            done += 1
-            res, plan = _session_step(cache, scratch, ops, kwargs, True)
-            if not plan:
-                raise _Abort
-            if limits is not None:
-                if held is None:
-                    held = state.held_bytes if state.held_bytes is not None else \
-                        graph_stats(state.tensors.values())[1]
-                # the cold loop may hold every iteration's arrays at once (its journal keeps them): plan only
-                # where that cannot pass the bytes limit
-                most = max(most, plan.iter_bytes)
-                if held + repeat * most > limits.max_bytes:
+        # (every run of the loop ignores numpy's floating-point errors: chained replays enter that once)
+        with np.errstate(all="ignore"):
+            for i in range(repeat):
+                done += 1
+                plan = None
+                if control is not None and i % _CHECK_LOOP == _CHECK_LOOP - 1:
+                    control.check()  # (short plans never reach a replay's own check; the cold loop reports)
+                if carried is not None:
+                    cur = scratch.tensors if lazy is None else lazy
+                    plan, buf = _chain_replay(cache, cur, carried, control)
+                    if plan is not None:
+                        lazy = _chain_state(plan, buf, cur)
+                        stop = i == repeat - 1
+                        if until is not None and not stop:
+                            o = lazy.get(until)
+                            ns = {} if o is None else {until: o if o.__class__ is Tensor else _tensor(o[0], o[1])}
+                            stop = _until_reached(ns, until)
+                        if stop:  # the loop's last iteration: its state and result as a replay gives them
+                            preset = {n: o if o.__class__ is Tensor else _tensor(o[0], o[1]) for n, o in cur.items()}
+                            scratch.tensors = dict(preset)
+                            res = _finish(plan, buf, scratch, preset)
+                            scratch.held_bytes = plan.held_bytes
+                            lazy = None
+                        else:
+                            scratch.backward_passes += plan.backward_passes
+                            scratch.held_bytes = plan.held_bytes
+                if plan is None:
+                    if lazy is not None:
+                        scratch.tensors = {n: o if o.__class__ is Tensor else _tensor(o[0], o[1])
+                                           for n, o in lazy.items()}
+                        lazy = None
+                    res, plan = _session_step(cache, scratch, ops, kwargs, True, carried)
+                    if not plan:
+                        raise _Abort
+                carried = plan.next_key
+                if limits is not None:
+                    if held is None:
+                        held = state.held_bytes if state.held_bytes is not None else \
+                            graph_stats(state.tensors.values())[1]
+                    # the cold loop may hold every iteration's arrays at once (its journal keeps them): plan only
+                    # where that cannot pass the bytes limit
+                    most = max(most, plan.iter_bytes)
+                    if held + repeat * most > limits.max_bytes:
+                        raise _Abort
+                if lazy is not None:
+                    continue
+                if res.warnings:
                     raise _Abort
-            if res.warnings:
-                raise _Abort
-            if until is not None and _until_reached(scratch.tensors, until):
-                break
+                if until is not None and _until_reached(scratch.tensors, until):
+                    break
         changed = [n for n, t in scratch.tensors.items() if before.get(n) != _fingerprint(t)]
         respond = kwargs.get("respond", "changed")
         if limits is not None and limits.max_response_bytes is not None:
@@ -687,6 +811,39 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
     state.tensors, state.counter, state.warned = scratch.tensors, scratch.counter, scratch.warned
     state.backward_passes, state.held_bytes = scratch.backward_passes, scratch.held_bytes
     return ProgramResult(ops=res.ops, changed=changed, autograd=res.autograd, iterations=done)
+
+
+def _chain_replay(cache: PlanCache, cur: dict, carried: tuple, control):
+    """A repeat iteration on the state the previous one left (``cur``: name -> its tensor, or (buffer,
+    descriptor) of a tensor not built yet): (plan, buffer) of the chainable plan the carried key finds,
+    replayed; (None, None) when the key does not fit the state or finds none. A replay that raises aborts the
+    loop to cold (which gives the error)."""
+    datas = [o.data if o.__class__ is Tensor else o[0][o[1][0]] for o in cur.values()]
+    if tuple([(n, a.shape, a.dtype, a.strides) for n, a in zip(cur, datas)]) != carried[1]:
+        return None, None
+    entry = cache.get(carried[0])
+    if not isinstance(entry, Plan) or not entry.chainable:
+        return None, None
+    try:
+        buf = _replay_quiet(entry, datas, control)  # (_repeat ignores numpy's floating-point errors)
+    except Exception:  # noqa: BLE001 - the cold loop gives the error
+        cache.count("fallbacks")
+        raise _Abort from None
+    cache.count("hits")
+    return entry, buf
+
+
+def _chain_state(plan: Plan, buf: list, cur: dict) -> dict:
+    """The state a replay leaves, lazily (no tensors built): ``_finish`` without the result, for a chainable
+    plan (no gradients to give)."""
+    for name, _, accs in plan.preset:
+        o = cur[name]
+        if o.__class__ is Tensor:
+            if o.grad_accumulations != accs:
+                o.grad_accumulations = accs
+        elif o[1][5] != accs:
+            cur[name] = (o[0], (*o[1][:5], accs, o[1][6]))
+    return {name: cur[name] if d is None else (buf, d) for name, d in plan.namespace}
 
 
 class _Abort(Exception):

@@ -1653,36 +1653,38 @@ def _compare(name, npfn):
         if not isinstance(self, Tensor):
             other = require_tensor(other, "other", name)
         dtype, a, b = binary_operands(self, other)
-        return Tensor(np.asarray(npfn(a, b)))
+        return Tensor(kcall(npfn, a, b))
 
     fn.__name__ = name
     fn.__doc__ = f"torch.{name}(input, other): elementwise comparison, a bool tensor without grad."
     return fn
 
 
-eq = op("eq", tensors=("self", "other"), differentiable=False, aliases=("__eq__",))(_compare("eq", np.equal))
-ne = op("ne", tensors=("self", "other"), differentiable=False, aliases=("__ne__", "not_equal"))(
+eq = op("eq", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__eq__",))(
+    _compare("eq", np.equal))
+ne = op("ne", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__ne__", "not_equal"))(
     _compare("ne", np.not_equal))
-gt = op("gt", tensors=("self", "other"), differentiable=False, aliases=("__gt__", "greater"))(
+gt = op("gt", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__gt__", "greater"))(
     _compare("gt", np.greater))
-ge = op("ge", tensors=("self", "other"), differentiable=False, aliases=("__ge__", "greater_equal"))(
+ge = op("ge", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__ge__", "greater_equal"))(
     _compare("ge", np.greater_equal))
-lt = op("lt", tensors=("self", "other"), differentiable=False, aliases=("__lt__", "less"))(_compare("lt", np.less))
-le = op("le", tensors=("self", "other"), differentiable=False, aliases=("__le__", "less_equal"))(
+lt = op("lt", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__lt__", "less"))(
+    _compare("lt", np.less))
+le = op("le", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__le__", "less_equal"))(
     _compare("le", np.less_equal))
-logical_and = op("logical_and", tensors=("self", "other"), differentiable=False, aliases=("__and__",))(
+logical_and = op("logical_and", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__and__",))(
     _compare("logical_and", np.logical_and))
-logical_or = op("logical_or", tensors=("self", "other"), differentiable=False, aliases=("__or__",))(
+logical_or = op("logical_or", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__or__",))(
     _compare("logical_or", np.logical_or))
-logical_xor = op("logical_xor", tensors=("self", "other"), differentiable=False, aliases=("__xor__",))(
+logical_xor = op("logical_xor", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__xor__",))(
     _compare("logical_xor", np.logical_xor))
 
 
-@op("logical_not", tensors=("self",), differentiable=False, aliases=("__invert__",))
+@op("logical_not", tensors=("self",), differentiable=False, aliases=("__invert__",), plannable=True)
 def logical_not(self):
     """torch.logical_not(input) (``~mask`` on bool tensors)."""
     self = require_tensor(self)
-    return Tensor(np.logical_not(self.data))
+    return Tensor(kcall(np.logical_not, self.data))
 
 
 @op("isnan", tensors=("self",), differentiable=False)

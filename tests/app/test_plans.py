@@ -146,3 +146,39 @@ def test_a_session_repeat_until_loop_through_plans_answers_what_the_cold_engine_
             assert planned.get(f"/v1/sessions/{sa}/tensors?encoding=base64").content == \
                 cold.get(f"/v1/sessions/{sb}/tensors?encoding=base64").content
         assert metric(planned.get("/metrics").text, "gradserve_plan_hits") > 10
+
+
+def test_session_jacobians_hessians_and_a_comparison_until_loop_replay_and_answer_what_the_cold_engine_does():
+    rng = np.random.default_rng(5)
+    layer = {"op": "function", "out": "layer", "kwargs": {"inputs": ["u"], "outputs": "y", "ops": [
+        op("matmul", "W", "u", out="h"), op("tanh", "h", out="y")]}}
+    energy = {"op": "function", "out": "energy", "kwargs": {"inputs": ["q"], "outputs": "e", "ops": [
+        op("matmul", "W", "q", out="wq"), op("cosh", "wq", out="c"), op("log", "c", out="lc"),
+        op("sum", "lc", out="s1"), op("pow", "q", 4, out="q4"), op("sum", "q4", out="s2"),
+        op("add", "s1", "s2", out="e")]}}
+    setup = [T("W", np.round(rng.standard_normal((4, 4)), 3).tolist(), dtype="float64"), layer, energy]
+    bodies = []
+    for _ in range(3):
+        bodies += [{"ops": [T("x", np.round(rng.standard_normal(4), 3).tolist(), dtype="float64")]},
+                   {"ops": [op("jacobian", "layer", "x", vectorize=True, out="J")]},
+                   {"ops": [op("jacobian", "layer", "x", vectorize=True, strategy="forward-mode", out="Jf")]},
+                   {"ops": [op("hessian", "energy", "x", vectorize=True, out="H")]}]
+    halve = [op("mul", "x", 0.5, out="x"), op("sum", "x", out="s"), op("mul", "s", "s", out="a"),
+             op("lt", "a", 1e-12, out="done")]
+    bodies += [{"ops": halve, "repeat": 30, "until": "done"}] * 2
+    with make_client() as planned, make_client(plan_cache_entries=0) as cold:
+        sa, sb = (c.post("/v1/sessions").json()["id"] for c in (planned, cold))
+        ok(planned.post(f"/v1/sessions/{sa}/ops", json={"ops": setup}))
+        ok(cold.post(f"/v1/sessions/{sb}/ops", json={"ops": setup}))
+        for body in bodies:
+            a = planned.post(f"/v1/sessions/{sa}/ops?encoding=base64", json=body)
+            b = cold.post(f"/v1/sessions/{sb}/ops?encoding=base64", json=body)
+            assert a.status_code == b.status_code == 200
+            assert a.content.replace(sa.encode(), b"") == b.content.replace(sb.encode(), b"")
+            assert planned.get(f"/v1/sessions/{sa}/tensors?encoding=base64").content == \
+                cold.get(f"/v1/sessions/{sb}/tensors?encoding=base64").content
+        text = planned.get("/metrics").text
+        # each transform replays on its third run (recorded on fresh names, then on rebound ones); the loops'
+        # iterations replay
+        assert metric(text, "gradserve_plan_hits") >= 3 + 10
+        assert metric(text, "gradserve_plan_fallbacks") == 0

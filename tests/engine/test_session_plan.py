@@ -195,3 +195,143 @@ def test_a_repeat_loop_near_the_bytes_limit_gives_what_the_cold_loop_gives(max_b
         rb = observe(b, lambda st, ops: run_session_planned(cache, st, ops, limits=limits, repeat=30), step)
         assert ra == rb
         assert snapshot(b) == snapshot(a)
+
+
+@pytest.mark.parametrize("transform", [
+    op("jacobian", "energy_grad", "p", vectorize=True, out="J"),
+    op("jacobian", "energy_grad", "p", vectorize=True, strategy="forward-mode", out="J"),
+    op("hessian", "energy", "p", vectorize=True, out="H"),
+    op("jacobian", "energy", "p", vectorize=True, out="J"),
+], ids=["jacobian-reverse", "jacobian-forward", "hessian", "jacobian-scalar"])
+def test_vectorized_jacobians_and_hessians_of_a_session_function_replay_bit_for_bit(transform):
+    """The standard basis, the batched duals and the Jacobian blocks are made by kernels: the lists plan."""
+    tanh = {"op": "function", "out": "energy_grad", "kwargs": {"inputs": ["q"], "outputs": "y", "ops": [
+        op("matmul", "A", "q", out="aq"), op("tanh", "aq", out="y")]}}
+    cache = PlanCache()
+    a, b = twin()
+    for s in (a, b):
+        run_program(s, [tanh])
+    for i in range(4):
+        v = [T("p", np.random.default_rng(i).standard_normal(5).tolist(), dtype="float64")]
+        for ops in (v, [transform]):
+            assert observe(b, planned(cache), ops) == observe(a, cold, ops)
+            assert snapshot(b) == snapshot(a)
+    mine = [e for k, e in cache._entries.items() if transform["op"].encode() in k[0]]
+    assert mine and all(isinstance(e, Plan) for e in mine), [getattr(e, "reason", "") for e in mine]
+    assert cache.hits >= 2 and cache.fallbacks == 0
+
+
+@pytest.mark.parametrize("change", [op("sum", "x", 0, keepdim=True, out="x"), op("to", "x", dtype="float32", out="x")],
+                         ids=["shape", "dtype"])
+def test_a_repeat_loop_carries_the_next_key_and_a_changed_state_misses(change, monkeypatch):
+    """Iteration k+1 looks its plan up by the key iteration k's plan carries (no key is built on a hit); a
+    state whose shape or dtype changes after the first iteration is another key: it records, then replays."""
+    import engine.plan as P
+    built = []
+    real = P._session_key
+    monkeypatch.setattr(P, "_session_key", lambda *a: built.append(1) or real(*a))
+    step = [op("mul", "x", 0.5, out="y"), op("add", "y", 0.25, out="x"), change]
+    cache = PlanCache()
+    a, b = State(), State()
+    for s in (a, b):
+        run_program(s, [T("x", [1.0, 2.0, 3.0], dtype="float64")])
+    for n in (6, 6):
+        ra = observe(a, run_repeat(None, repeat=n), step)
+        assert observe(b, run_repeat(cache, repeat=n), step) == ra and ra[0] == "ok"
+        assert snapshot(b) == snapshot(a)
+    # first loop: three states (x changed; then y follows), each recorded once: the first under the key built
+    # for it, the other two under the keys their predecessors carry (each recording builds its next key);
+    # iterations 4..6 replay by the carried key. Second loop: one key built for the state met, six replays
+    assert cache.misses == 3 and cache.hits == 3 + 6
+    assert len(built) == (1 + 3) + 1
+
+
+def test_a_list_recorded_unplannable_runs_cold_without_its_full_key_and_a_changed_state_plans(monkeypatch):
+    import engine.plan as P
+    built = []
+    real = P._session_key
+    monkeypatch.setattr(P, "_session_key", lambda *a: built.append(1) or real(*a))
+    ops = [op("mul", "p", 2.0, out="p2"), op("sum", "p2", out="s"), op("del", "p2")]  # s carries a graph
+    cache = PlanCache()
+    a, b = twin()
+    for _ in range(4):
+        assert observe(b, planned(cache), ops) == observe(a, cold, ops)
+        assert snapshot(b) == snapshot(a)
+        for s in (a, b):
+            run_program(s, [op("del", "s")])
+    # the first run records (unplannable: under its key and its pre-key); the others stop at the pre-key
+    assert len(built) == 1 and cache.misses == 1 and cache.hits == 0
+    # p rebound to a leaf without requires_grad: another pre-key, the list plans
+    for s in (a, b):
+        run_program(s, [T("p", [1.0] * 5, dtype="float64")])
+    for _ in range(3):
+        assert observe(b, planned(cache), ops) == observe(a, cold, ops)
+        assert snapshot(b) == snapshot(a)
+    assert cache.hits >= 1
+
+
+def test_a_chained_repeat_keeps_untouched_tensors_and_gives_the_cold_state():
+    """Iterations but the last replay on a lazy state (no tensors built between them): a name the loop never
+    rebinds keeps its tensor, a name rebound early and never again gets its tensor built once, the rest as cold."""
+    step = [op("mul", "x", 0.5, out="y"), op("add", "y", "z", out="x"), op("exp", "x", out="w"),
+            op("neg", "w", out="w")]
+    cache = PlanCache()
+    a, b = State(), State()
+    for s in (a, b):
+        run_program(s, [T("x", [1.0, 2.0, 3.0], dtype="float64"), T("z", [0.25, 0.5, 0.75], dtype="float64")])
+    z = b.tensors["z"]
+    for n in (1, 2, 9, 9):
+        ra = observe(a, run_repeat(None, repeat=n), step)
+        assert observe(b, run_repeat(cache, repeat=n), step) == ra and ra[0] == "ok"
+        assert snapshot(b) == snapshot(a)
+    assert b.tensors["z"] is z and cache.fallbacks == 0 and cache.hits >= 8 + 9
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 40])
+def test_an_until_loop_with_a_comparison_plans_and_stops_where_the_cold_loop_stops(n):
+    """Comparisons and logical ops compute through kernels: an until condition plans, its iterations replay
+    on a lazy state, and the loop stops at the cold loop's iteration with the cold loop's state."""
+    step = [op("mul", "x", 0.5, out="x"), op("sum", "x", out="s"), op("lt", "s", 0.1, out="small"),
+            op("gt", "s", -1.0, out="pos"), op("logical_and", "small", "pos", out="both"),
+            op("logical_not", "both", out="go"), op("logical_not", "go", out="done")]
+    cache = PlanCache()
+    a, b = State(), State()
+    for s in (a, b):
+        run_program(s, [T("x", [3.0, 2.0, 1.0], dtype="float64")])
+    for _ in range(2):
+        ra = run_repeat(None, repeat=n, until="done")(a, step)
+        rb = run_repeat(cache, repeat=n, until="done")(b, step)
+        assert rb.iterations == ra.iterations and sorted(rb.changed) == sorted(ra.changed)
+        assert snapshot(b) == snapshot(a)
+        for s in (a, b):
+            run_program(s, [op("mul", "x", 1000.0, out="x")])
+    assert not any(isinstance(e, Unplannable) for e in cache._entries.values())
+    assert cache.hits >= (1 if n > 2 else 0) and cache.fallbacks == 0
+
+
+def test_a_long_planned_repeat_loop_checks_its_control_and_gives_the_cold_error():
+    """Short plans never reach a replay's own deadline check: the planned loop checks every so many
+    iterations, and a cancel mid-loop gives the cold loop's error with nothing applied."""
+    from engine.budget import Control
+    from engine.errors import CancelledError
+
+    class CancelAt(Control):
+        __slots__ = ("calls", "at")
+
+        def check(self):
+            self.calls += 1
+            if self.calls >= self.at:
+                self.cancel("test")
+            super().check()
+
+    step = [op("mul", "x", 0.5, out="y"), op("add", "y", 0.25, out="x")]
+    cache = PlanCache()
+    s = State()
+    run_program(s, [T("x", [1.0, 2.0, 3.0], dtype="float64")])
+    run_session_planned(cache, s, step, repeat=3)  # (records: the loop below replays from its first iteration)
+    before = snapshot(s)
+    control = CancelAt()
+    control.calls, control.at = 0, 3
+    with pytest.raises(CancelledError):
+        run_session_planned(cache, s, step, repeat=100_000, control=control)
+    assert snapshot(s) == before and control.calls < 100
