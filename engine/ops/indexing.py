@@ -198,6 +198,9 @@ def _check_index_source(name: str, self: Tensor, d: int, index: Tensor, source: 
         if source.dtype != self.dtype:
             raise TorchRuntimeError(f"{k}(): self ({stype}) and source ({srctype}) must have the same scalar type",
                                     code="dtype_mismatch")
+        if d != 0 and d >= srcdim:
+            raise TorchRuntimeError(f"{k}(): Indexing dim {d} is out of bounds of the source tensor with dim "
+                                    f"{srcdim}", code="shape_mismatch")
         src_n = source.data.shape[d] if srcdim else 1
         if ix.size != src_n:
             raise TorchRuntimeError(f"{k}(): Number of indices ({ix.size}) should be equal to source.size(dim): "

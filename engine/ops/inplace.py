@@ -27,7 +27,7 @@ from ..journal import array_, setattr_, setitem_
 from ..node import Node, SavedTensor
 from ..registry import edge, jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
-from ..views import has_internal_overlap, partial_overlap, rebase_error, set_history, view_positions
+from ..views import _dense, has_internal_overlap, partial_overlap, rebase_error, set_history, view_positions
 from . import elementwise as E
 from .common import require_tensor
 from .indexing import index_add, index_copy, index_fill, scatter, scatter_add
@@ -85,21 +85,28 @@ def _writeable(a: np.ndarray) -> np.ndarray:
     return np.ndarray(a.shape, a.dtype, buffer=own, offset=off, strides=a.strides)
 
 
+def _full_overlap(a: np.ndarray, b: np.ndarray) -> bool:
+    """torch's MemOverlapStatus::Full: the same elements in the same layout (a dense tensor and itself)."""
+    return (a.size > 0 and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+            and a.shape == b.shape and a.strides == b.strides and _dense(a))
+
+
 def apply_inplace(self: Tensor, fn, *args, **kwargs) -> Tensor:
     return _apply_inplace(self, fn, args, kwargs, True)
 
 
-def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check: bool) -> Tensor:
+def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check) -> Tensor:
     """``overlap_check``: refuse a target whose elements overlap (an expanded tensor) or that partly
     overlaps an input, as torch's TensorIterator does; fill_, zero_ and masked_fill_ turn it off (only
-    fill_ with a tensor value checks the target, in ``_fill``)."""
+    fill_ with a tensor value checks the target, in ``_fill``). ``"any"``: also refuse an input that is the
+    target itself (torch's assert_no_overlap in the index and scatter kernels)."""
     self = require_tensor(self)
     others = _tensor_args(args, kwargs)
     check_inplace(self, others)
     if overlap_check and has_internal_overlap(self.data) and not (fn is _copy and args and args[0] is self):
         raise TorchRuntimeError(_INTERNAL_OVERLAP, code="invalid_inplace")  # (x.copy_(x) is a no-op in torch)
     for o in others if overlap_check else ():
-        if partial_overlap(self.data, o.data):
+        if partial_overlap(self.data, o.data) or (overlap_check == "any" and _full_overlap(self.data, o.data)):
             raise TorchRuntimeError(_PARTIAL_OVERLAP, code="invalid_inplace")
     target = _writeable(self.data)
     if not target.flags.writeable:
@@ -344,11 +351,15 @@ def _masked_fill_inplace(self: Tensor, mask, value) -> Tensor:
 
 masked_fill_ = _make("masked_fill_", _masked_fill_inplace, ("MaskedFillBackward0",), ("self", "mask"),
                      overlap_check=False)
+# the index and scatter kernels refuse a source that is the target itself too (assert_no_overlap)
 scatter_ = _make("scatter_", scatter, ("ScatterBackward0", "ScatterBackward1"), ("self", "index", "src"),
-                 doc="Tensor.scatter_(dim, index, src | value): in-place scatter; bumps the version counter.")
-scatter_add_ = _make("scatter_add_", scatter_add, ("ScatterAddBackward0",), ("self", "index", "src"))
-index_add_ = _make("index_add_", index_add, ("IndexAddBackward0",), ("self", "index", "source"))
-index_copy_ = _make("index_copy_", index_copy, ("IndexCopyBackward0",), ("self", "index", "source"))
+                 doc="Tensor.scatter_(dim, index, src | value): in-place scatter; bumps the version counter.",
+                 overlap_check="any")
+scatter_add_ = _make("scatter_add_", scatter_add, ("ScatterAddBackward0",), ("self", "index", "src"),
+                     overlap_check="any")
+index_add_ = _make("index_add_", index_add, ("IndexAddBackward0",), ("self", "index", "source"), overlap_check="any")
+index_copy_ = _make("index_copy_", index_copy, ("IndexCopyBackward0",), ("self", "index", "source"),
+                    overlap_check="any")
 
 
 def _index_fill_expanded(self: Tensor, dim, index, value) -> Tensor:

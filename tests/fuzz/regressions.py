@@ -469,6 +469,13 @@ PROGRAMS = {
         T("a", [[-0.383, 0.495, -0.009, -0.74, 0.241], [0.76, -0.135, -0.627, 0.868, 0.13],
                 [-0.253, 0.635, 0.366, -0.877, -0.498]]),
         O("linalg.svdvals", "a", out="s"), O("sigmoid_", "s"), O("sum", "s", out="t"), O("backward", "t")],
+    **{f"{w}_refuses_its_own_target_as_source": [
+        T("x", [-1.09, 0.3, -1.57], rg=False), T("i", [1, 2, 0], rg=False, dtype="int64"),
+        O("view", "x", -1, out="v"), O(w, "v", 0, "i", "v")]
+       for w in ("scatter_add_", "index_copy_", "scatter_", "index_add_")},
+    "index_add_checks_the_dim_against_the_source_first": [
+        T("x", [[[2.0, 0.3], [0.3, 1.0]], [[1.5, -0.2], [-0.2, 0.8]]]), T("s", 0.61),
+        T("i", [0], rg=False, dtype="int64"), O("mul", "x", 1.0, out="y"), O("index_add_", "y", 2, "i", "s")],
 }
 
 
