@@ -202,6 +202,8 @@ def _check_index_source(name: str, self: Tensor, d: int, index: Tensor, source: 
             raise TorchRuntimeError(f"{k}(): Indexing dim {d} is out of bounds of the source tensor with dim "
                                     f"{srcdim}", code="shape_mismatch")
         src_n = source.data.shape[d] if srcdim else 1
+        if ix.size != src_n and not srcdim:  # torch's message reads source.size(dim) of the 0-d source
+            raise TorchIndexError(f"Dimension specified as {d} but tensor has no dimensions", code="dim_out_of_range")
         if ix.size != src_n:
             raise TorchRuntimeError(f"{k}(): Number of indices ({ix.size}) should be equal to source.size(dim): "
                                     f"({src_n}), for dim: {d}", code="shape_mismatch")

@@ -91,6 +91,14 @@ def _full_overlap(a: np.ndarray, b: np.ndarray) -> bool:
             and a.shape == b.shape and a.strides == b.strides and _dense(a))
 
 
+def _check_overlap(self: Tensor, others: list, fn, args, full: bool) -> None:
+    if has_internal_overlap(self.data) and not (fn is _copy and args and args[0] is self):
+        raise TorchRuntimeError(_INTERNAL_OVERLAP, code="invalid_inplace")  # (x.copy_(x) is a no-op in torch)
+    for o in others:
+        if partial_overlap(self.data, o.data) or (full and _full_overlap(self.data, o.data)):
+            raise TorchRuntimeError(_PARTIAL_OVERLAP, code="invalid_inplace")
+
+
 def apply_inplace(self: Tensor, fn, *args, **kwargs) -> Tensor:
     return _apply_inplace(self, fn, args, kwargs, True)
 
@@ -103,11 +111,8 @@ def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check) -> Tensor:
     self = require_tensor(self)
     others = _tensor_args(args, kwargs)
     check_inplace(self, others)
-    if overlap_check and has_internal_overlap(self.data) and not (fn is _copy and args and args[0] is self):
-        raise TorchRuntimeError(_INTERNAL_OVERLAP, code="invalid_inplace")  # (x.copy_(x) is a no-op in torch)
-    for o in others if overlap_check else ():
-        if partial_overlap(self.data, o.data) or (overlap_check == "any" and _full_overlap(self.data, o.data)):
-            raise TorchRuntimeError(_PARTIAL_OVERLAP, code="invalid_inplace")
+    if overlap_check is True:  # TensorIterator's checks come first; the index kernels' after their own
+        _check_overlap(self, others, fn, args, False)
     target = _writeable(self.data)
     if not target.flags.writeable:
         raise TorchRuntimeError(_INTERNAL_OVERLAP, code="invalid_inplace")
@@ -117,6 +122,8 @@ def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check) -> Tensor:
     if fw_level is not None:
         shadow._fw_grad = tangent_of(self)
     result = fn(shadow, *args, **kwargs)
+    if overlap_check == "any":
+        _check_overlap(self, others, fn, args, True)
     if not D.can_cast(result.dtype, self.dtype):
         raise TorchRuntimeError(f"result type {D.SCALAR_TYPE_NAMES[result.dtype]} can't be cast to the desired "
                                 f"output type {D.SCALAR_TYPE_NAMES[self.dtype]}", code="invalid_dtype")

@@ -473,6 +473,17 @@ PROGRAMS = {
         T("x", [-1.09, 0.3, -1.57], rg=False), T("i", [1, 2, 0], rg=False, dtype="int64"),
         O("view", "x", -1, out="v"), O(w, "v", 0, "i", "v")]
        for w in ("scatter_add_", "index_copy_", "scatter_", "index_add_")},
+    "index_add_of_a_0d_source_with_three_indices": [
+        O("linspace", 0.0, 1.0, 4, out="x", dtype="float32"), T("i", [1, 1, 0], rg=False, dtype="int64"),
+        T("s", 0.89, rg=False), O("index_add_", "x", 0, "i", "s")],
+    "index_writes_check_their_arguments_before_overlap": [
+        O("arange", 0.0, 3.0, 0.5, out="a", dtype="float32"), O("expand", "a", 2, 6, out="e"),
+        T("i", [4, 1, 4, 1], rg=False, dtype="int64"), T("s", -0.82, rg=False), O("index_add_", "e", 1, "i", "s")],
+    "scatter_add_checks_dtypes_before_overlap": [
+        T("x", [[-1.88, 1.78, -0.95], [2.0, 0.0, -1.08]], rg=False, dtype="float64"),
+        O("expand", "x", 2, 2, 3, out="e"),
+        T("i", [[[1, 0, 1], [1, 1, 0]], [[1, 1, 1], [0, 0, 0]]], rg=False, dtype="int64"), T("s", 1.8),
+        O("scatter_add_", "e", 1, "i", "s")],
     "index_add_checks_the_dim_against_the_source_first": [
         T("x", [[[2.0, 0.3], [0.3, 1.0]], [[1.5, -0.2], [-0.2, 0.8]]]), T("s", 0.61),
         T("i", [0], rg=False, dtype="int64"), O("mul", "x", 1.0, out="y"), O("index_add_", "y", 2, "i", "s")],
