@@ -308,7 +308,7 @@ class Generator:
             sub_shape = list(sub.shape) if sub is not None else []
             v = self.value() if self.rng.random() < 0.4 else self.operand(sub_shape)
             op = {"op": which, "args": [tgt, idx, v]}
-        elif which in ("index_add_", "index_copy_", "index_fill_") and shp:
+        elif which in ("index_add_", "index_copy_", "index_fill_") and shp and all(shp):
             d = self.rng.randrange(len(shp))
             k = self.rng.randint(1, shp[d])
             # index_copy_ with a repeated index is nondeterministic in torch: distinct positions there
@@ -321,7 +321,7 @@ class Generator:
             else:
                 v = self.operand(shp[:d] + [k] + shp[d + 1:])
             op = {"op": which, "args": [tgt, d, ix, v]}
-        elif which in ("scatter_", "scatter_add_") and shp:
+        elif which in ("scatter_", "scatter_add_") and shp and all(shp):
             d = self.rng.randrange(len(shp))
             # scatter_ writes one position per slice along d (a repeated target is nondeterministic in torch)
             ishape = shp[:d] + [1] + shp[d + 1:] if which == "scatter_" else shp
