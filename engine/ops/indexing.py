@@ -445,6 +445,64 @@ def _(ctx, self_t):
     return gather(self_t, signed_int(ctx.dim), ctx.indices)
 
 
+def _gt_or_nan(x, y) -> bool:
+    return (x != x and y == y) or x > y
+
+
+def _quick_select(vals: list, idx: list, k: int) -> None:
+    """ATen's ``quick_select_template`` (SortingUtils.h) with kthvalue's comparator (NaN sorts as largest),
+    in place on one row: which of equal values (or NaNs, or 0.0 and -0.0) lands at ``k`` is decided by its
+    median-of-three partitioning, not by position."""
+    def swap(i, j):
+        vals[i], vals[j] = vals[j], vals[i]
+        idx[i], idx[j] = idx[j], idx[i]
+    lo, hi = 0, len(vals) - 1
+    while hi > lo:
+        if hi == lo + 1:
+            if _gt_or_nan(vals[lo], vals[hi]):
+                swap(lo, hi)
+            return
+        swap(lo + (hi - lo) // 2, lo + 1)
+        if _gt_or_nan(vals[lo + 1], vals[hi]):
+            swap(lo + 1, hi)
+        if _gt_or_nan(vals[lo], vals[hi]):
+            swap(lo, hi)
+        if _gt_or_nan(vals[lo + 1], vals[lo]):
+            swap(lo + 1, lo)
+        i, j, piv = lo + 1, hi, vals[lo]
+        while True:
+            i += 1
+            while _gt_or_nan(piv, vals[i]):
+                i += 1
+            j -= 1
+            while _gt_or_nan(vals[j], piv):
+                j -= 1
+            if j < i:
+                break
+            swap(i, j)
+        swap(lo, j)
+        if j <= k:
+            lo = i
+        if j >= k:
+            hi = j - 1
+
+
+def _kth_ties_as_torch(x: np.ndarray, ax: int, k: int, idx: np.ndarray) -> None:
+    """Rows with distinct values have one answer (the stable argsort's); rows with ties or NaNs get the index
+    torch's CPU kernel returns, written into ``idx`` (keepdim-shaped) in place."""
+    rows = np.moveaxis(x, ax, -1).reshape(-1, x.shape[ax])
+    srt = np.sort(rows, axis=-1)
+    tied = np.nonzero(np.isnan(srt).any(-1) | (srt[:, 1:] == srt[:, :-1]).any(-1))[0] if rows.size else []
+    if not len(tied):
+        return
+    out = np.moveaxis(idx, ax, -1).reshape(-1)
+    for r in tied:
+        vals, pos = rows[r].tolist(), list(range(rows.shape[1]))
+        _quick_select(vals, pos, k - 1)
+        out[r] = pos[k - 1]
+    idx[...] = np.moveaxis(out.reshape(np.moveaxis(idx, ax, -1).shape), -1, ax)
+
+
 @op("kthvalue", tensors=("self",), grad_fns=("KthvalueBackward0",), returns=ValuesIndices._fields)
 def kthvalue(self, k, dim=-1, keepdim=False):
     """torch.kthvalue(input, k, dim=-1, keepdim=False) -> (values, indices): the k-th smallest (1-based)."""
@@ -458,6 +516,7 @@ def kthvalue(self, k, dim=-1, keepdim=False):
     x = self.data if nd else self.data.reshape(1)
     ax = d if nd else 0
     idx = np.take(np.argsort(x, axis=ax, kind="stable"), [k - 1], axis=ax).astype(np.int64)
+    _kth_ties_as_torch(x, ax, k, idx)
     vals = np.take_along_axis(x, idx, axis=ax)
     if not keepdim or not nd:
         idx, vals = np.squeeze(idx, ax), np.squeeze(vals, ax)

@@ -458,6 +458,10 @@ PROGRAMS = {
         O("copy_", "m", "n"), O("sum", "y", out="s"), O("backward", "s", inputs=["n", "w"])],
     "reshape_of_a_0d_integer_tensor": [
         T("x", [0.1, 0.5, -0.3], rg=False), O("argmax", "x", out="i"), O("reshape", "i", -1, out="r")],
+    "kthvalue_among_nans_and_ties_picks_torchs_quickselect_index": [
+        T("x", [-1.0, 1.0, -4.0, 0.25]), O("sqrt", "x", out="y"), O("kthvalue", "y", 3, out="k"),
+        O("sum", "k_0", out="s"), O("backward", "s"), T("t", [[1.0, 1.0, 1.0], [2.0, 0.5, 2.0]]),
+        O("kthvalue", "t", 1, 0, out="u"), O("kthvalue", "t", 2, keepdim=True, out="w")],
 }
 
 
