@@ -462,6 +462,9 @@ PROGRAMS = {
         T("x", [-1.0, 1.0, -4.0, 0.25]), O("sqrt", "x", out="y"), O("kthvalue", "y", 3, out="k"),
         O("sum", "k_0", out="s"), O("backward", "s"), T("t", [[1.0, 1.0, 1.0], [2.0, 0.5, 2.0]]),
         O("kthvalue", "t", 1, 0, out="u"), O("kthvalue", "t", 2, keepdim=True, out="w")],
+    "grad_inputs_run_only_the_formulas_they_need": [
+        T("x", [0.846, 1.242, 1.627], dtype="float64"), T("y", [-0.081, -0.147, -0.226]),
+        O("huber_loss", "x", "y", out="h"), O("grad", ["h"], ["y"], out="gy")],
 }
 
 
