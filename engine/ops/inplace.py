@@ -186,7 +186,11 @@ def _(ctx, grad):
     mask = np.zeros(grad.data.size, dtype=bool)
     mask[pos.reshape(-1)] = True
     g_base = E.masked_fill(grad, Tensor(mask.reshape(grad.data.shape)), 0)
-    if res[0] is not None:
+    if res[0] is not None and ctx.needs[0]:
+        if np.unique(pos).size != pos.size:
+            # torch copies the gradient into the view's slice of the base's gradient (grad_slice.copy_): an
+            # expanded view (masked_fill_ and fill_ write into one with a deprecation warning) refuses it
+            raise TorchRuntimeError(_INTERNAL_OVERLAP, code="invalid_inplace")
         g_base = g_base + reshape(_index_put_zeros(res[0], (grad.data.size,), [Tensor(pos)]), grad.data.shape)
     return (g_base,) + tuple(res[1:])
 

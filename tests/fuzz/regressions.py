@@ -465,6 +465,16 @@ PROGRAMS = {
     "grad_inputs_run_only_the_formulas_they_need": [
         T("x", [0.846, 1.242, 1.627], dtype="float64"), T("y", [-0.081, -0.147, -0.226]),
         O("huber_loss", "x", "y", out="h"), O("grad", ["h"], ["y"], out="gy")],
+    "backward_through_masked_fill_on_an_expanded_view_refused": [
+        T("x", [1.0, 2.0]), O("mul", "x", 1.0, out="y"), O("expand", "y", 3, 2, out="e"),
+        T("m", [[True, False], [False, False], [False, True]], rg=False, dtype="bool"),
+        O("masked_fill_", "e", "m", 0.5), O("sum", "e", out="s"), O("backward", "s")],
+    "fill_with_a_tensor_value_into_an_expanded_view_refused": [
+        T("x", [1.0, 2.0], rg=False), T("w", 0.5), O("expand", "x", 3, 2, out="e"), O("fill_", "e", "w"),
+        O("sum", "e", out="s"), O("backward", "s")],
+    "setitem_on_a_row_of_an_expanded_view_backward_runs": [
+        T("x", [1.0, 2.0]), O("mul", "x", 1.0, out="y"), O("expand", "y", 3, 2, out="e"),
+        O("select", "e", 0, 0, out="r"), O("fill_", "r", 0.5), O("sum", "e", out="s"), O("backward", "s")],
 }
 
 
