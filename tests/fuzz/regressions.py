@@ -475,6 +475,10 @@ PROGRAMS = {
     "setitem_on_a_row_of_an_expanded_view_backward_runs": [
         T("x", [1.0, 2.0]), O("mul", "x", 1.0, out="y"), O("expand", "y", 3, 2, out="e"),
         O("select", "e", 0, 0, out="r"), O("fill_", "r", 0.5), O("sum", "e", out="s"), O("backward", "s")],
+    "trace_backward_fills_the_diagonal_a_nan_gradient_stays_there": [
+        T("x", [[-0.793, 0.325, 0.549, -0.112], [-0.315, 0.124, -0.549, 0.794]]), O("trace", "x", out="t"),
+        O("pow_", "t", -1.0, no_grad=True), O("sqrt_", "t"), O("grad", ["t"], ["x"], out="g", retain_graph=True),
+        O("mul", "t", "t", out="q"), O("grad", ["q"], ["x"], out="h", create_graph=True)],
 }
 
 
