@@ -479,6 +479,11 @@ PROGRAMS = {
         T("x", [[-0.793, 0.325, 0.549, -0.112], [-0.315, 0.124, -0.549, 0.794]]), O("trace", "x", out="t"),
         O("pow_", "t", -1.0, no_grad=True), O("sqrt_", "t"), O("grad", ["t"], ["x"], out="g", retain_graph=True),
         O("mul", "t", "t", out="q"), O("grad", ["q"], ["x"], out="h", create_graph=True)],
+    "relu_backward_passes_the_gradient_at_nan": [
+        T("x", [[-0.29, -1.47, 0.11], [-0.72, 1.11, -1.63]], dtype="float64"), O("atanh", "x", out="a"),
+        O("relu_", "a"), T("g", [[0.65, -1.2, 1.25], [-0.82, -0.78, 1.28]], rg=False, dtype="float64"),
+        O("grad", ["a"], ["x"], out="d", grad_outputs="g", retain_graph=True),
+        O("grad", ["a"], ["x"], out="e", grad_outputs="g", create_graph=True)],
 }
 
 
