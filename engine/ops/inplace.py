@@ -282,7 +282,16 @@ def _copy(self: Tensor, src) -> Tensor:
 @vjp("CopyBackwards", inputs=("self", "src"))
 def _(ctx, grad):
     n = ctx.needs
-    return (E.zeros_like(grad) if n[0] else None), (grad if n[1] else None)
+    src = None
+    if n[1]:
+        # torch's CopyBackwards casts to src's dtype itself (grad.to(src_options)); validate_outputs then sums
+        # to src's shape: the cast comes before the sum
+        src = grad
+        meta = ctx.node.input_meta[1]
+        if meta is not None and grad.data.dtype != meta[1]:
+            from .shape import to
+            src = to(grad, meta[1])
+    return (E.zeros_like(grad) if n[0] else None), src
 
 
 @jvp("CopyBackwards")

@@ -484,6 +484,10 @@ PROGRAMS = {
         O("relu_", "a"), T("g", [[0.65, -1.2, 1.25], [-0.82, -0.78, 1.28]], rg=False, dtype="float64"),
         O("grad", ["a"], ["x"], out="d", grad_outputs="g", retain_graph=True),
         O("grad", ["a"], ["x"], out="e", grad_outputs="g", create_graph=True)],
+    "copy_backward_casts_to_src_dtype_before_summing_to_its_shape": [
+        T("v", [[0.412, 0.727, 0.131], [-0.124, -0.453, -0.733]], rg=False, dtype="float64"), T("w", -1.15),
+        O("copy_", "v", "w"), O("sum", "v", out="s"), T("g", 0.74, dtype="float64"),
+        O("grad", ["s"], ["w", "v"], out="d", grad_outputs="g", create_graph=True)],
 }
 
 
