@@ -488,6 +488,10 @@ PROGRAMS = {
         T("v", [[0.412, 0.727, 0.131], [-0.124, -0.453, -0.733]], rg=False, dtype="float64"), T("w", -1.15),
         O("copy_", "v", "w"), O("sum", "v", out="s"), T("g", 0.74, dtype="float64"),
         O("grad", ["s"], ["w", "v"], out="d", grad_outputs="g", create_graph=True)],
+    "expand_as_reads_only_the_size_of_a_refused_view": [
+        T("x", [[2.0, 0.5, 0.1], [0.3, 1.5, 0.2], [0.1, 0.4, 1.2]]), O("split", "x", 2, out="p"),
+        O("clamp_", "p_0", -0.5, 0.5, no_grad=True), T("c", [[-1.58, -0.3, 1.41]], rg=False),
+        O("expand_as", "c", "p_1", out="e"), O("expand_as", "p_1", "c", out="f")],
 }
 
 
