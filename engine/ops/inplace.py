@@ -206,7 +206,16 @@ def _(ctx, *tangents):
 def _(ctx, grad):
     from .shape import _index_put_zeros, reshape
     size = int(np.prod(ctx.base_sizes))
-    return reshape(_index_put_zeros(grad, (size,), [Tensor(ctx.positions)]), ctx.base_sizes),
+    storage = _index_put_zeros(grad, (size,), [Tensor(ctx.positions)])
+    if not storage.requires_grad:
+        return reshape(storage, ctx.base_sizes),
+    # FunctionsManual as_strided_backward: the gradient scattered into a flat storage, returned as
+    # storage.as_strided(input geometry): under create_graph its grad_fn is AsStridedBackward0
+    shape = tuple(ctx.base_sizes)
+    node = Node("AsStridedBackward0", "AsStridedBackward0", (edge(storage),),
+                {"positions": np.arange(size, dtype=np.int64).reshape(shape), "base_sizes": (size,)},
+                (((size,), storage.data.dtype),))
+    return Tensor(storage.data.reshape(shape), True, node),
 
 
 @jvp("AsStridedBackward0")

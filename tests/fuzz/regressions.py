@@ -492,6 +492,11 @@ PROGRAMS = {
         T("x", [[2.0, 0.5, 0.1], [0.3, 1.5, 0.2], [0.1, 0.4, 1.2]]), O("split", "x", 2, out="p"),
         O("clamp_", "p_0", -0.5, 0.5, no_grad=True), T("c", [[-1.58, -0.3, 1.41]], rg=False),
         O("expand_as", "c", "p_1", out="e"), O("expand_as", "p_1", "c", out="f")],
+    "as_strided_backward_under_create_graph_is_as_strided": [
+        O("eye", 3, out="e", dtype="float64"), O("reshape", "e", -1, out="r"), T("w", -1.89), O("mul_", "r", "w"),
+        T("g", [-0.93, 1.37, -0.14, -1.98, 0.6, -1.35, 1.47, 0.85, -1.91], dtype="float64"),
+        O("grad", ["r"], ["r", "e"], out="d", grad_outputs="g", create_graph=True, materialize_grads=True),
+        O("sum", "d_1", out="s"), O("backward", "s")],
 }
 
 
