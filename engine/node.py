@@ -126,7 +126,10 @@ def _version_message(t, saved: SavedTensor, node: Node) -> str:
         # it, which a backward without retain_graph has released by the time it reaches this one
         producer = view_fn
     if producer is not None:
-        where = f", which is output {t.output_nr} of {short_name(producer.name)},"
+        # torch's SavedVariable names the output number it recorded when saving (an output saved by its
+        # own node keeps it after an in-place op gave the tensor another history)
+        nr = saved._nr if saved.is_output else t.output_nr
+        where = f", which is output {nr} of {short_name(producer.name)},"
     return (f"one of the variables needed for gradient computation has been modified by an inplace "
             f"operation: [torch.{LEGACY_NAMES[t.dtype]} {shape}]{where} is at version {t._vc[0]}; "
             f"expected version {saved.version} instead. {VERSION_HINT}")

@@ -497,6 +497,10 @@ PROGRAMS = {
         T("g", [-0.93, 1.37, -0.14, -1.98, 0.6, -1.35, 1.47, 0.85, -1.91], dtype="float64"),
         O("grad", ["r"], ["r", "e"], out="d", grad_outputs="g", create_graph=True, materialize_grads=True),
         O("sum", "d_1", out="s"), O("backward", "s")],
+    "version_error_names_the_output_number_saved": [
+        T("a", [[-0.383, 0.495, -0.009, -0.74], [0.76, -0.135, -0.627, 0.868], [-0.253, 0.635, 0.366, -0.877]]),
+        O("linalg.svdvals", "a", out="s"), O("sub_", "s", -0.54), T("g", [-0.76, -0.39, -1.05]),
+        O("grad", ["s"], ["a"], out="d", grad_outputs="g")],
 }
 
 
