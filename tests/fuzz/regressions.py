@@ -501,6 +501,11 @@ PROGRAMS = {
         T("a", [[-0.383, 0.495, -0.009, -0.74], [0.76, -0.135, -0.627, 0.868], [-0.253, 0.635, 0.366, -0.877]]),
         O("linalg.svdvals", "a", out="s"), O("sub_", "s", -0.54), T("g", [-0.76, -0.39, -1.05]),
         O("grad", ["s"], ["a"], out="d", grad_outputs="g")],
+    "topk_ties_nans_and_unsorted_order_as_torchs_kernel": [
+        T("x", [[0.1, 0.1, 0.1, 0.1], [0.681, 0.1, -0.548, 0.1], [0.1, 0.1, -0.693, 0.087]]),
+        O("topk", "x", 2, 1, out="t", sorted=False), O("topk", "x", 3, 0, out="u", largest=False),
+        T("y", [-1.0, 0.25, -4.0, 1.0, 0.25, 4.0, -2.0]), O("sqrt", "y", out="r"), O("topk", "r", 4, out="v"),
+        O("topk", "r", 5, out="w", sorted=False, largest=False), O("sum", "w_0", out="s"), O("backward", "s")],
 }
 
 
