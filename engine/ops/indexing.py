@@ -696,6 +696,9 @@ def roll(self, shifts, dims=None):
                                 code="invalid_argument")
     w = [wrap_dim(x, self.data.ndim) for x in dl]
     out = np.roll(self.data, sh, axis=w) if self.data.ndim else self.data.copy()
+    # torch's roll is cat of two narrows (or rolls of those, one dim at a time): a contiguous result whatever
+    # the input's layout (numpy's keeps an expanded or transposed one)
+    out = np.ascontiguousarray(out)
     return record("RollBackward0", out, (self,), {"dims": saved_int(dl), "shifts": saved_int(sh)})
 
 

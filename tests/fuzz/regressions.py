@@ -506,6 +506,10 @@ PROGRAMS = {
         O("topk", "x", 2, 1, out="t", sorted=False), O("topk", "x", 3, 0, out="u", largest=False),
         T("y", [-1.0, 0.25, -4.0, 1.0, 0.25, 4.0, -2.0]), O("sqrt", "y", out="r"), O("topk", "r", 4, out="v"),
         O("topk", "r", 5, out="w", sorted=False, largest=False), O("sum", "w_0", out="s"), O("backward", "s")],
+    "roll_of_an_expanded_tensor_is_contiguous": [
+        T("x", [-0.5, -0.006, 0.507]), O("expand", "x", 2, 3, out="e"), O("roll", "e", [1, -1], [0, 1], out="r"),
+        O("reshape", "r", -1, out="f"), T("y", [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]), O("t", "y", out="yt"),
+        O("roll", "yt", 1, 1, out="q"), O("reshape", "q", -1, out="g")],
 }
 
 
