@@ -394,13 +394,23 @@ def _fused_jvp(ctx, *tangents):
                             code="internal_error")
 
 
-def _apply_batched(node: Node, grads: list, batch: int) -> list:
+def _ctx(node: Node, needs: tuple | None) -> Ctx:
+    """The node's context (every saved tensor unpacked, checked, first); ``needs``: the inputs this pass
+    asks of the node (torch's task_should_compute_output: an edge that exists and leads to a requested
+    input), when the pass is pruned to ``inputs``."""
+    ctx = Ctx(node)
+    if needs is not None:
+        ctx.needs = needs
+    return ctx
+
+
+def _apply_batched(node: Node, grads: list, batch: int, needs: tuple | None = None) -> list:
     """A node's batched VJP (``batching.vjp_rule``) over gradients ``(batch, *shape)``."""
     prim = PRIMS[node.prim]
     if prim.n_outputs != 1:
         raise BatchingUnsupported(node.prim)
     rule = vjp_rule(node.prim)
-    outs = rule(Ctx(node), grads[0], batch)
+    outs = rule(_ctx(node, needs), grads[0], batch)
     res = []
     for (child, _), meta, o in zip(node.next_functions, node.input_meta, outs):
         if child is None or o is None:
@@ -423,10 +433,10 @@ def _expandable(shape: tuple, to: tuple) -> bool:
     return all(s == t or s == 1 for s, t in zip(reversed(shape), reversed(to)))
 
 
-def _apply(node: Node, grads: list) -> list:
+def _apply(node: Node, grads: list, needs: tuple | None = None) -> list:
     """Run a node's VJP; un-broadcast and cast each result to its input's shape and dtype."""
     prim = PRIMS[node.prim]
-    ctx = Ctx(node)  # unpacks (checks) every saved tensor first
+    ctx = _ctx(node, needs)
     fused = FUSED_BACKWARD.get(node.prim)
     if fused is not None and grads[0] is not None and _grad_enabled.get():
         outs = _fused(node, prim, ctx, grads[0], fused)
@@ -557,7 +567,12 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                 continue
             if pruned and node not in needed:
                 continue
-            outs = _apply(node, buf) if batch is None else _apply_batched(node, buf, batch)
+            needs = None
+            if pruned:  # only the inputs that lead to a requested one (a formula not needed does not run)
+                needs = tuple(c is not None and c in relevant for c, _ in node.next_functions)
+                if needs == node.needs:
+                    needs = None
+            outs = _apply(node, buf, needs) if batch is None else _apply_batched(node, buf, batch, needs)
             executed.append(node)
             for (child, nr), g in zip(node.next_functions, outs):
                 if g is None or (pruned and child not in relevant):

@@ -126,9 +126,9 @@ def _version_message(t, saved: SavedTensor, node: Node) -> str:
         # it, which a backward without retain_graph has released by the time it reaches this one
         producer = view_fn
     if producer is not None:
-        # a node's own output is named by the output number it had when saved (an in-place op since made it
-        # output 0 of its own node)
-        nr = saved._nr if saved.is_output and producer is node else t.output_nr
+        # torch's SavedVariable names the output number it recorded when saving (an output saved by its
+        # own node keeps it after an in-place op gave the tensor another history)
+        nr = saved._nr if saved.is_output else t.output_nr
         where = f", which is output {nr} of {short_name(producer.name)},"
     return (f"one of the variables needed for gradient computation has been modified by an inplace "
             f"operation: [torch.{LEGACY_NAMES[t.dtype]} {shape}]{where} is at version {t._vc[0]}; "

@@ -593,7 +593,7 @@ class _Runner:
         a, k = self.bind_args(spec, args, kwargs, name)
         refused = None
         if not spec.inplace and spec.differentiable and _grad_enabled.get():
-            refused = _refused_view(a, k)
+            refused = _refused_view(a, k, spec)
         if refused is None:
             value = spec.fn(*a, **k)
         else:
@@ -746,9 +746,14 @@ def _param_layout(spec) -> tuple:
     return layout
 
 
-def _refused_view(args, kwargs) -> TorchRuntimeError | None:
+def _refused_view(args, kwargs, spec) -> TorchRuntimeError | None:
     """torch collects an op's gradient edges before running it: a view that may not be rebased (see
-    engine/views.py) is refused before the op's own argument checks. The error to raise, or None."""
+    engine/views.py) is refused before the op's own argument checks. The error to raise, or None.
+    Arguments read for their metadata only (``spec.meta_only``) have no edge and are not looked at."""
+    if spec.meta_only:
+        names = [p.name for p in spec.params]
+        args = [v for i, v in enumerate(args) if i >= len(names) or names[i] not in spec.meta_only]
+        kwargs = {n: v for n, v in kwargs.items() if n not in spec.meta_only}
     for v in (*args, *kwargs.values()):
         for t in (v if isinstance(v, (list, tuple)) else (v,)):
             if isinstance(t, Tensor) and t._base is not None and t.requires_grad:

@@ -64,6 +64,9 @@ class OpSpec:
     returns: tuple[str, ...] = ()          # field names of a named-tuple result (torch.return_types), else ()
     #: computes every array through kernels (engine.kernel.kcall), value checks inside them: may be planned
     plannable: bool = False
+    #: tensor parameters read for their metadata only (expand_as's ``other``): no gradient edge, so torch
+    #: never reads their history (a view that may not be rebased is not refused there)
+    meta_only: tuple[str, ...] = ()
 
 
 _fw_active = _fw_level.get  # bound once: record() asks on every call (a non-None level: forward mode is on)
@@ -160,7 +163,7 @@ def no_jvp(name: str, aten: str) -> None:
 def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...] = (),
        grad_fns: tuple[str, ...] = (), differentiable: bool = True, inplace: bool = False,
        method: bool = True, aliases: tuple[str, ...] = (), family: str = "", returns: tuple[str, ...] = (),
-       plannable: bool = False):
+       plannable: bool = False, meta_only: tuple[str, ...] = ()):
     """Register a public op (torch function/method) under its torch name. ``returns``: the field names of the
     named tuple it returns (``("U", "S", "Vh")``), listed in the catalog so that a client builds the same.
     ``plannable``: the op computes through kernels only (``engine.kernel``), so a program of such ops can be
@@ -173,7 +176,7 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
                       grad_fns=tuple(grad_fns), differentiable=differentiable, inplace=inplace, method=method,
                       family=family or fn.__module__.rsplit(".", 1)[-1], doc=doc[0] if doc else "",
                       params=tuple(sig.parameters.values()), aliases=tuple(aliases), returns=tuple(returns),
-                      plannable=plannable)
+                      plannable=plannable, meta_only=tuple(meta_only))
         for n in (name, *aliases):
             if n in OPS:
                 raise RuntimeError(f"duplicate op {n}")

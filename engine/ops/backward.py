@@ -19,7 +19,7 @@ _SUM = np.add.reduce
 
 
 def _threshold_backward(g, x, threshold):
-    keep = x > threshold
+    keep = ~(x <= threshold)  # torch: self <= threshold ? 0 : grad (a NaN self passes the gradient)
     with np.errstate(invalid="ignore"):
         out = g * keep  # 3x faster than np.where; equal unless an upstream gradient is inf or nan
     if out.dtype != g.dtype or not np.isfinite(out).all():

@@ -413,6 +413,137 @@ def _(ctx, self_t):
     return masked_select(self_t, ctx.mask)
 
 
+# ----- torch's CPU topk (SortingKernel.cpp topk_impl_loop): libstdc++ nth_element, then std::sort of the first
+# k - 1 (sorted=True); which of equal values or NaNs is picked, and the order with sorted=False, follow them
+
+class _Depth(Exception):
+    """libstdc++ would switch to its heap fallback here (not ported): keep the stable order."""
+
+
+def _lg(n: int) -> int:
+    return n.bit_length() - 1
+
+
+def _topk_cmp(largest: bool):
+    if largest:  # NaN sorts as top
+        return lambda x, y: (x[0] != x[0] and y[0] == y[0]) or x[0] > y[0]
+    return lambda x, y: (x[0] == x[0] and y[0] != y[0]) or x[0] < y[0]
+
+
+def _move_median_to_first(a, result, i, j, k, comp):
+    if comp(a[i], a[j]):
+        m = j if comp(a[j], a[k]) else (k if comp(a[i], a[k]) else i)
+    elif comp(a[i], a[k]):
+        m = i
+    else:
+        m = k if comp(a[j], a[k]) else j
+    a[result], a[m] = a[m], a[result]
+
+
+def _unguarded_partition(a, first, last, pivot, comp):
+    while True:
+        while comp(a[first], a[pivot]):
+            first += 1
+        last -= 1
+        while comp(a[pivot], a[last]):
+            last -= 1
+        if not first < last:
+            return first
+        a[first], a[last] = a[last], a[first]
+        first += 1
+
+
+def _partition_pivot(a, first, last, comp):
+    _move_median_to_first(a, first, first + 1, first + (last - first) // 2, last - 1, comp)
+    return _unguarded_partition(a, first + 1, last, first, comp)
+
+
+def _linear_insert(a, last, comp):
+    val = a[last]
+    while comp(val, a[last - 1]):
+        a[last] = a[last - 1]
+        last -= 1
+    a[last] = val
+
+
+def _insertion_sort(a, first, last, comp):
+    for i in range(first + 1, last):
+        if comp(a[i], a[first]):
+            a[first:i + 1] = [a[i]] + a[first:i]
+        else:
+            _linear_insert(a, i, comp)
+
+
+def _nth_element(a, nth, comp):
+    first, last = 0, len(a)
+    depth = _lg(last) * 2
+    while last - first > 3:
+        if depth == 0:
+            raise _Depth
+        depth -= 1
+        cut = _partition_pivot(a, first, last, comp)
+        if cut <= nth:
+            first = cut
+        else:
+            last = cut
+    _insertion_sort(a, first, last, comp)
+
+
+def _introsort_loop(a, first, last, depth, comp):
+    while last - first > 16:
+        if depth == 0:
+            raise _Depth
+        depth -= 1
+        cut = _partition_pivot(a, first, last, comp)
+        _introsort_loop(a, cut, last, depth, comp)
+        last = cut
+
+
+def _std_sort(a, last, comp):
+    if last == 0:
+        return
+    _introsort_loop(a, 0, last, _lg(last) * 2, comp)
+    _insertion_sort(a, 0, min(last, 16), comp)
+    for i in range(16, last):
+        _linear_insert(a, i, comp)
+
+
+def _topk_row(vals: list, k: int, largest: bool, sorted_: bool) -> list | None:
+    q = [(v, j) for j, v in enumerate(vals)]
+    comp = _topk_cmp(largest)
+    try:
+        _nth_element(q, k - 1, comp)
+        if sorted_:
+            _std_sort(q, k - 1, comp)
+    except _Depth:
+        return None
+    return [j for _, j in q[:k]]
+
+
+def _topk_as_torch(x: np.ndarray, ax: int, k: int, largest: bool, sorted_: bool, idx: np.ndarray) -> None:
+    """Rows whose answer is not the stable argsort's (ties, NaNs, or sorted=False) get torch's indices,
+    written into ``idx`` in place. Not followed (the stable order stays): torch's partial_sort path
+    (k * 64 <= n) and inputs over 100,000 elements."""
+    n = x.shape[ax]
+    if k == 0 or k * 64 <= n or x.size > 100_000:
+        return
+    rows = np.moveaxis(x, ax, -1).reshape(-1, n)
+    if sorted_:
+        srt = np.sort(rows, axis=-1)
+        todo = np.nonzero(np.isnan(srt).any(-1) | (srt[:, 1:] == srt[:, :-1]).any(-1))[0]
+    else:
+        todo = range(rows.shape[0])
+    if not len(todo):
+        return
+    out = np.moveaxis(idx, ax, -1).copy()
+    flat = out.reshape(-1, k)
+    for r in todo:
+        got = _topk_row(rows[r].tolist(), k, largest, sorted_)
+        if got is not None:
+            flat[r] = got
+    idx[...] = np.moveaxis(flat.reshape(out.shape), -1, ax)
+
+
 @op("topk", tensors=("self",), grad_fns=("TopkBackward0",), returns=ValuesIndices._fields)
 def topk(self, k, dim=-1, largest=True, sorted=True):
     """torch.topk(input, k, dim=-1, largest=True, sorted=True) -> (values, indices)."""
@@ -426,6 +557,7 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
     key = -x if largest else x
     idx = np.argsort(key, axis=d if nd else 0, kind="stable")
     idx = np.take(idx, np.arange(k), axis=d if nd else 0).astype(np.int64)
+    _topk_as_torch(x, d if nd else 0, k, largest, sorted, idx)
     vals = np.take_along_axis(x, idx, axis=d if nd else 0)
     if not nd:
         idx, vals = idx.reshape(()), vals.reshape(())
@@ -450,6 +582,64 @@ def _(ctx, self_t):
     return gather(self_t, signed_int(ctx.dim), ctx.indices)
 
 
+def _gt_or_nan(x, y) -> bool:
+    return (x != x and y == y) or x > y
+
+
+def _quick_select(vals: list, idx: list, k: int) -> None:
+    """ATen's ``quick_select_template`` (SortingUtils.h) with kthvalue's comparator (NaN sorts as largest),
+    in place on one row: which of equal values (or NaNs, or 0.0 and -0.0) lands at ``k`` is decided by its
+    median-of-three partitioning, not by position."""
+    def swap(i, j):
+        vals[i], vals[j] = vals[j], vals[i]
+        idx[i], idx[j] = idx[j], idx[i]
+    lo, hi = 0, len(vals) - 1
+    while hi > lo:
+        if hi == lo + 1:
+            if _gt_or_nan(vals[lo], vals[hi]):
+                swap(lo, hi)
+            return
+        swap(lo + (hi - lo) // 2, lo + 1)
+        if _gt_or_nan(vals[lo + 1], vals[hi]):
+            swap(lo + 1, hi)
+        if _gt_or_nan(vals[lo], vals[hi]):
+            swap(lo, hi)
+        if _gt_or_nan(vals[lo + 1], vals[lo]):
+            swap(lo + 1, lo)
+        i, j, piv = lo + 1, hi, vals[lo]
+        while True:
+            i += 1
+            while _gt_or_nan(piv, vals[i]):
+                i += 1
+            j -= 1
+            while _gt_or_nan(vals[j], piv):
+                j -= 1
+            if j < i:
+                break
+            swap(i, j)
+        swap(lo, j)
+        if j <= k:
+            lo = i
+        if j >= k:
+            hi = j - 1
+
+
+def _kth_ties_as_torch(x: np.ndarray, ax: int, k: int, idx: np.ndarray) -> None:
+    """Rows with distinct values have one answer (the stable argsort's); rows with ties or NaNs get the index
+    torch's CPU kernel returns, written into ``idx`` (keepdim-shaped) in place."""
+    rows = np.moveaxis(x, ax, -1).reshape(-1, x.shape[ax])
+    srt = np.sort(rows, axis=-1)
+    tied = np.nonzero(np.isnan(srt).any(-1) | (srt[:, 1:] == srt[:, :-1]).any(-1))[0] if rows.size else []
+    if not len(tied):
+        return
+    out = np.moveaxis(idx, ax, -1).reshape(-1)
+    for r in tied:
+        vals, pos = rows[r].tolist(), list(range(rows.shape[1]))
+        _quick_select(vals, pos, k - 1)
+        out[r] = pos[k - 1]
+    idx[...] = np.moveaxis(out.reshape(np.moveaxis(idx, ax, -1).shape), -1, ax)
+
+
 @op("kthvalue", tensors=("self",), grad_fns=("KthvalueBackward0",), returns=ValuesIndices._fields)
 def kthvalue(self, k, dim=-1, keepdim=False):
     """torch.kthvalue(input, k, dim=-1, keepdim=False) -> (values, indices): the k-th smallest (1-based)."""
@@ -463,6 +653,7 @@ def kthvalue(self, k, dim=-1, keepdim=False):
     x = self.data if nd else self.data.reshape(1)
     ax = d if nd else 0
     idx = np.take(np.argsort(x, axis=ax, kind="stable"), [k - 1], axis=ax).astype(np.int64)
+    _kth_ties_as_torch(x, ax, k, idx)
     vals = np.take_along_axis(x, idx, axis=ax)
     if not keepdim or not nd:
         idx, vals = np.squeeze(idx, ax), np.squeeze(vals, ax)
@@ -509,8 +700,10 @@ def roll(self, shifts, dims=None):
         raise TorchRuntimeError(f"shifts and dimensions must align. shifts: {len(sh)}, dims:{len(dl)}",
                                 code="invalid_argument")
     w = [wrap_dim(x, self.data.ndim) for x in dl]
-    # contiguous as torch allocates it (np.roll's empty_like keeps an expanded input's layout)
-    out = np.ascontiguousarray(np.roll(self.data, sh, axis=w)) if self.data.ndim else self.data.copy()
+    out = np.roll(self.data, sh, axis=w) if self.data.ndim else self.data.copy()
+    # torch's roll is cat of two narrows (or rolls of those, one dim at a time): a contiguous result whatever
+    # the input's layout (numpy's keeps an expanded or transposed one)
+    out = np.ascontiguousarray(out)
     return record("RollBackward0", out, (self,), {"dims": saved_int(dl), "shifts": saved_int(sh)})
 
 

@@ -200,7 +200,11 @@ def _(ctx, grad):
     mask = np.zeros(grad.data.size, dtype=bool)
     mask[pos.reshape(-1)] = True
     g_base = E.masked_fill(grad, Tensor(mask.reshape(grad.data.shape)), 0)
-    if res[0] is not None:
+    if res[0] is not None and ctx.needs[0]:
+        if np.unique(pos).size != pos.size:
+            # torch copies the gradient into the view's slice of the base's gradient (grad_slice.copy_): an
+            # expanded view (masked_fill_ and fill_ write into one with a deprecation warning) refuses it
+            raise TorchRuntimeError(_INTERNAL_OVERLAP, code="invalid_inplace")
         g_base = g_base + reshape(_index_put_zeros(res[0], (grad.data.size,), [Tensor(pos)]), grad.data.shape)
     return (g_base,) + tuple(res[1:])
 
@@ -216,7 +220,16 @@ def _(ctx, *tangents):
 def _(ctx, grad):
     from .shape import _index_put_zeros, reshape
     size = int(np.prod(ctx.base_sizes))
-    return reshape(_index_put_zeros(grad, (size,), [Tensor(ctx.positions)]), ctx.base_sizes),
+    storage = _index_put_zeros(grad, (size,), [Tensor(ctx.positions)])
+    if not storage.requires_grad:
+        return reshape(storage, ctx.base_sizes),
+    # FunctionsManual as_strided_backward: the gradient scattered into a flat storage, returned as
+    # storage.as_strided(input geometry): under create_graph its grad_fn is AsStridedBackward0
+    shape = tuple(ctx.base_sizes)
+    node = Node("AsStridedBackward0", "AsStridedBackward0", (edge(storage),),
+                {"positions": np.arange(size, dtype=np.int64).reshape(shape), "base_sizes": (size,)},
+                (((size,), storage.data.dtype),))
+    return Tensor(storage.data.reshape(shape), True, node),
 
 
 @jvp("AsStridedBackward0")
@@ -292,7 +305,16 @@ def _copy(self: Tensor, src) -> Tensor:
 @vjp("CopyBackwards", inputs=("self", "src"))
 def _(ctx, grad):
     n = ctx.needs
-    return (E.zeros_like(grad) if n[0] else None), (grad if n[1] else None)
+    src = None
+    if n[1]:
+        # torch's CopyBackwards casts to src's dtype itself (grad.to(src_options)); validate_outputs then sums
+        # to src's shape: the cast comes before the sum
+        src = grad
+        meta = ctx.node.input_meta[1]
+        if meta is not None and grad.data.dtype != meta[1]:
+            from .shape import to
+            src = to(grad, meta[1])
+    return (E.zeros_like(grad) if n[0] else None), src
 
 
 @jvp("CopyBackwards")

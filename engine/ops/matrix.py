@@ -155,11 +155,11 @@ def trace(self):
 def _(ctx, grad):
     n, m = ctx.self_sym_sizes
     # FunctionsManual trace_backward: zeros(n * m).index_fill_(0, diagonal positions, grad).view(n, m)
+    # (a fill, not a product: an inf or NaN gradient stays on the diagonal)
     from .indexing import index_fill
     from .shape import view
-    diagonal = Tensor(np.arange(min(n, m), dtype=np.int64) * (m + 1))
-    zeros = Tensor(np.zeros(n * m, grad.data.dtype))
-    return view(index_fill(zeros, 0, diagonal, grad), (n, m)),  # a NaN gradient stays on the diagonal
+    diag = Tensor(np.arange(0, n * m, m + 1, dtype=np.int64))
+    return view(index_fill(Tensor(np.zeros(n * m, grad.data.dtype)), 0, diag, grad), (n, m)),
 
 
 @jvp("TraceBackward0")

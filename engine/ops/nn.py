@@ -344,7 +344,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0):
 def _(ctx, grad):
     n = ctx.needs
     delta = ctx.delta
-    if ctx.target.dtype != ctx.self.dtype:
+    if ctx.target.dtype != ctx.self.dtype and (n[0] or n[1]):
         # huber_loss_backward(grad, x, y) wants y in x's dtype; torch runs it as (grad, self, target) for self's
         # gradient and as (grad, target, self) for target's, the first needed one failing
         want, got = (ctx.self, ctx.target) if n[0] else (ctx.target, ctx.self)

@@ -441,7 +441,7 @@ batching("ExpandBackward0", vjp=lambda ctx, grad, batch: (sum_to_batched(grad, c
          jvp=_expand_batched_jvp)
 
 
-@op("expand_as", tensors=("self", "other"), grad_fns=("ExpandBackward0",))
+@op("expand_as", tensors=("self", "other"), grad_fns=("ExpandBackward0",), meta_only=("other",))
 def expand_as(self, other):
     """Tensor.expand_as(other)."""
     return expand(self, require_tensor(other, "other").shape)

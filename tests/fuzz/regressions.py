@@ -458,17 +458,6 @@ PROGRAMS = {
         O("copy_", "m", "n"), O("sum", "y", out="s"), O("backward", "s", inputs=["n", "w"])],
     "reshape_of_a_0d_integer_tensor": [
         T("x", [0.1, 0.5, -0.3], rg=False), O("argmax", "x", out="i"), O("reshape", "i", -1, out="r")],
-    # found on the merged main (seeds 0-9999 over the grown catalog)
-    "trace_backward_keeps_a_nan_gradient_on_the_diagonal": [
-        T("x", [[-0.793, 0.325, 0.549, -0.112], [-0.315, 0.124, -0.549, 0.794]]), O("trace", "x", out="t"),
-        O("sqrt_", "t"), O("backward", "t", retain_graph=True, no_grad=True)],
-    "roll_of_an_expanded_tensor_is_contiguous": [
-        T("x", [-0.5, -0.006, 0.507]), O("expand", "x", 2, 3, out="e"), O("roll", "e", [1, -1], [0, 1], out="r"),
-        O("reshape", "r", -1, out="f")],
-    "version_error_names_the_saved_output_number": [
-        T("a", [[-0.383, 0.495, -0.009, -0.74, 0.241], [0.76, -0.135, -0.627, 0.868, 0.13],
-                [-0.253, 0.635, 0.366, -0.877, -0.498]]),
-        O("linalg.svdvals", "a", out="s"), O("sigmoid_", "s"), O("sum", "s", out="t"), O("backward", "t")],
     **{f"{w}_refuses_its_own_target_as_source": [
         T("x", [-1.09, 0.3, -1.57], rg=False), T("i", [1, 2, 0], rg=False, dtype="int64"),
         O("view", "x", -1, out="v"), O(w, "v", 0, "i", "v")]
@@ -487,6 +476,58 @@ PROGRAMS = {
     "index_add_checks_the_dim_against_the_source_first": [
         T("x", [[[2.0, 0.3], [0.3, 1.0]], [[1.5, -0.2], [-0.2, 0.8]]]), T("s", 0.61),
         T("i", [0], rg=False, dtype="int64"), O("mul", "x", 1.0, out="y"), O("index_add_", "y", 2, "i", "s")],
+    "kthvalue_among_nans_and_ties_picks_torchs_quickselect_index": [
+        T("x", [-1.0, 1.0, -4.0, 0.25]), O("sqrt", "x", out="y"), O("kthvalue", "y", 3, out="k"),
+        O("sum", "k_0", out="s"), O("backward", "s"), T("t", [[1.0, 1.0, 1.0], [2.0, 0.5, 2.0]]),
+        O("kthvalue", "t", 1, 0, out="u"), O("kthvalue", "t", 2, keepdim=True, out="w")],
+    "grad_inputs_run_only_the_formulas_they_need": [
+        T("x", [0.846, 1.242, 1.627], dtype="float64"), T("y", [-0.081, -0.147, -0.226]),
+        O("huber_loss", "x", "y", out="h"), O("grad", ["h"], ["y"], out="gy")],
+    "backward_through_masked_fill_on_an_expanded_view_refused": [
+        T("x", [1.0, 2.0]), O("mul", "x", 1.0, out="y"), O("expand", "y", 3, 2, out="e"),
+        T("m", [[True, False], [False, False], [False, True]], rg=False, dtype="bool"),
+        O("masked_fill_", "e", "m", 0.5), O("sum", "e", out="s"), O("backward", "s")],
+    "fill_with_a_tensor_value_into_an_expanded_view_refused": [
+        T("x", [1.0, 2.0], rg=False), T("w", 0.5), O("expand", "x", 3, 2, out="e"), O("fill_", "e", "w"),
+        O("sum", "e", out="s"), O("backward", "s")],
+    "setitem_on_a_row_of_an_expanded_view_backward_runs": [
+        T("x", [1.0, 2.0]), O("mul", "x", 1.0, out="y"), O("expand", "y", 3, 2, out="e"),
+        O("select", "e", 0, 0, out="r"), O("fill_", "r", 0.5), O("sum", "e", out="s"), O("backward", "s")],
+    "trace_backward_fills_the_diagonal_a_nan_gradient_stays_there": [
+        T("x", [[-0.793, 0.325, 0.549, -0.112], [-0.315, 0.124, -0.549, 0.794]]), O("trace", "x", out="t"),
+        O("pow_", "t", -1.0, no_grad=True), O("sqrt_", "t"), O("grad", ["t"], ["x"], out="g", retain_graph=True),
+        O("mul", "t", "t", out="q"), O("grad", ["q"], ["x"], out="h", create_graph=True)],
+    "relu_backward_passes_the_gradient_at_nan": [
+        T("x", [[-0.29, -1.47, 0.11], [-0.72, 1.11, -1.63]], dtype="float64"), O("atanh", "x", out="a"),
+        O("relu_", "a"), T("g", [[0.65, -1.2, 1.25], [-0.82, -0.78, 1.28]], rg=False, dtype="float64"),
+        O("grad", ["a"], ["x"], out="d", grad_outputs="g", retain_graph=True),
+        O("grad", ["a"], ["x"], out="e", grad_outputs="g", create_graph=True)],
+    "copy_backward_casts_to_src_dtype_before_summing_to_its_shape": [
+        T("v", [[0.412, 0.727, 0.131], [-0.124, -0.453, -0.733]], rg=False, dtype="float64"), T("w", -1.15),
+        O("copy_", "v", "w"), O("sum", "v", out="s"), T("g", 0.74, dtype="float64"),
+        O("grad", ["s"], ["w", "v"], out="d", grad_outputs="g", create_graph=True)],
+    "expand_as_reads_only_the_size_of_a_refused_view": [
+        T("x", [[2.0, 0.5, 0.1], [0.3, 1.5, 0.2], [0.1, 0.4, 1.2]]), O("split", "x", 2, out="p"),
+        O("clamp_", "p_0", -0.5, 0.5, no_grad=True), T("c", [[-1.58, -0.3, 1.41]], rg=False),
+        O("expand_as", "c", "p_1", out="e"), O("expand_as", "p_1", "c", out="f")],
+    "as_strided_backward_under_create_graph_is_as_strided": [
+        O("eye", 3, out="e", dtype="float64"), O("reshape", "e", -1, out="r"), T("w", -1.89), O("mul_", "r", "w"),
+        T("g", [-0.93, 1.37, -0.14, -1.98, 0.6, -1.35, 1.47, 0.85, -1.91], dtype="float64"),
+        O("grad", ["r"], ["r", "e"], out="d", grad_outputs="g", create_graph=True, materialize_grads=True),
+        O("sum", "d_1", out="s"), O("backward", "s")],
+    "version_error_names_the_output_number_saved": [
+        T("a", [[-0.383, 0.495, -0.009, -0.74], [0.76, -0.135, -0.627, 0.868], [-0.253, 0.635, 0.366, -0.877]]),
+        O("linalg.svdvals", "a", out="s"), O("sub_", "s", -0.54), T("g", [-0.76, -0.39, -1.05]),
+        O("grad", ["s"], ["a"], out="d", grad_outputs="g")],
+    "topk_ties_nans_and_unsorted_order_as_torchs_kernel": [
+        T("x", [[0.1, 0.1, 0.1, 0.1], [0.681, 0.1, -0.548, 0.1], [0.1, 0.1, -0.693, 0.087]]),
+        O("topk", "x", 2, 1, out="t", sorted=False), O("topk", "x", 3, 0, out="u", largest=False),
+        T("y", [-1.0, 0.25, -4.0, 1.0, 0.25, 4.0, -2.0]), O("sqrt", "y", out="r"), O("topk", "r", 4, out="v"),
+        O("topk", "r", 5, out="w", sorted=False, largest=False), O("sum", "w_0", out="s"), O("backward", "s")],
+    "roll_of_an_expanded_tensor_is_contiguous": [
+        T("x", [-0.5, -0.006, 0.507]), O("expand", "x", 2, 3, out="e"), O("roll", "e", [1, -1], [0, 1], out="r"),
+        O("reshape", "r", -1, out="f"), T("y", [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]), O("t", "y", out="yt"),
+        O("roll", "yt", 1, 1, out="q"), O("reshape", "q", -1, out="g")],
 }
 
 
