@@ -585,6 +585,11 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                     b = buffers[child] = [None] * child.n_outputs
                 b[nr] = g if b[nr] is None else _add(b[nr], g)
 
+    if accumulate:
+        for leaf, _ in leaf_grads:
+            if leaf._grad_fn is not None:  # an in-place op gave the leaf a history after the graph saw it
+                raise TorchRuntimeError("leaf variable has been moved into the graph interior",
+                                        code="invalid_inplace")
     # commit: nothing above changed any tensor's state
     contributions = {}
     if accumulate:

@@ -304,9 +304,8 @@ def _(ctx, grad):
         g_self = grad * Tensor(keep)
         if g_self.grad_fn is not None:  # torch's node for grad.index_fill(dim, index, 0): the same product
             g_self.grad_fn.name = "IndexFillBackward0"
-    if n[1]:  # grad.index_select(dim, index).expand_as(source)
+    if n[1]:  # grad.index_select(dim, index): a 0-d source's [1] is summed to its shape (SumBackward0)
         g_src = index_select(grad, signed_int(ctx.dim), ctx.index) if grad.data.ndim else grad
-        g_src = expand(g_src, ctx.node.input_meta[1][0]) if grad.data.ndim else g_src
     return g_self, g_src
 
 

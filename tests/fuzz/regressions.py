@@ -473,6 +473,13 @@ PROGRAMS = {
         O("expand", "x", 2, 2, 3, out="e"),
         T("i", [[[1, 0, 1], [1, 1, 0]], [[1, 1, 1], [0, 0, 0]]], rg=False, dtype="int64"), T("s", 1.8),
         O("scatter_add_", "e", 1, "i", "s")],
+    "backward_refuses_a_leaf_moved_into_the_graph_interior": [
+        T("x", [[1.6, 1.25, 1.12]]), O("sum", "x", out="s"), O("requires_grad_", "x", False, no_grad=True),
+        T("i", [0], rg=False, dtype="int64"), O("index_fill_", "x", 0, "i", "s"), O("sum", "x", out="t"),
+        O("backward", "t", retain_graph=True)],
+    "index_copy_of_a_0d_source_sums_its_gradient": [
+        T("s", -0.81), T("x", [1.545, 1.166, 0.727]), O("sign", "x", out="y"), T("i", [0], rg=False, dtype="int64"),
+        O("index_copy_", "y", 0, "i", "s"), T("g", [1.05, 1.43, 0.11], rg=False), O("backward", "y", gradient="g")],
     "index_add_checks_the_dim_against_the_source_first": [
         T("x", [[[2.0, 0.3], [0.3, 1.0]], [[1.5, -0.2], [-0.2, 0.8]]]), T("s", 0.61),
         T("i", [0], rg=False, dtype="int64"), O("mul", "x", 1.0, out="y"), O("index_add_", "y", 2, "i", "s")],
