@@ -149,18 +149,23 @@ def make_dual(tensor, tangent, *, level: int | None = None):
     if tangent_of(tangent) is not None:
         raise TorchRuntimeError(f"Setting a forward grad that itself has a forward gradient at the same "
                                 f"level{lvl.index} is not supported.", code="invalid_dual")
-    from .ops.shape import _as_view
-    from .registry import record
-    token = _level.set(None)
-    try:
-        out = _as_view(record("ViewBackward0", kcall(K.view, tensor.data), (tensor,),
-                              {"self_sym_sizes": tensor.data.shape}), tensor)
-    finally:
-        _level.reset(token)
+    out = _dual_view(tensor)
     # the tangent object itself, unless its layout differs from the primal's (then a copy, as torch makes)
     out._fw_grad = with_layout(tangent, out.data)
     lvl.tensors.append(out)
     return out
+
+
+def _dual_view(tensor):
+    """The dual's primal: a view of ``tensor`` (ViewBackward0), recorded with forward mode off."""
+    from .ops.shape import _as_view
+    from .registry import record
+    token = _level.set(None)
+    try:
+        return _as_view(record("ViewBackward0", kcall(K.view, tensor.data), (tensor,),
+                               {"self_sym_sizes": tensor.data.shape}), tensor)
+    finally:
+        _level.reset(token)
 
 
 def unpack_dual(tensor, *, level: int | None = None) -> UnpackedDualTensor:
@@ -195,15 +200,8 @@ def _unpack(tensor, level, cur) -> UnpackedDualTensor:
 
 def batched_dual(tensor, tangent):
     """In a batched level: ``make_dual`` with a tangent of shape ``(batch, *tensor.shape)``."""
-    from .ops.shape import _as_view
-    from .registry import record
     cur = _level.get()
-    token = _level.set(None)
-    try:
-        out = _as_view(record("ViewBackward0", kcall(K.view, tensor.data), (tensor,),
-                              {"self_sym_sizes": tensor.data.shape}), tensor)
-    finally:
-        _level.reset(token)
+    out = _dual_view(tensor)
     out._fw_grad = tangent
     cur.tensors.append(out)
     return out
