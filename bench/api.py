@@ -108,7 +108,7 @@ def transfer_rows(size: int) -> list[tuple[str, float, float, float]]:
 
     class View:  # a tensor as views.tensor_view reads it
         shape, dtype, data, requires_grad, grad_fn = arr.shape, "float32", arr, False, None
-        retains_grad, version, grad_accumulations, grad = False, 0, 0, None
+        retains_grad, version, grad_accumulations, grad, _grad = False, 0, 0, None, None
 
     rows = []
     json_body = orjson.dumps({"ops": [{"op": "tensor", "out": "x", "args": [values]}]})
