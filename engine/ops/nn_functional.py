@@ -247,18 +247,22 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
                    "result2": Tensor(rstd.reshape(stat_shape)), "weight": weight})
 
 
+def _layer_norm_stats(ctx) -> tuple:
+    """The normalised dims, 1/std and x-hat of a saved layer_norm input, in engine ops (differentiable)."""
+    from .elementwise import rsqrt
+    x = ctx.input
+    dims = list(range(x.data.ndim - len(ctx.normalized_shape), x.data.ndim))
+    xc = x - mean(x, dims, True)
+    rstd = rsqrt(mean(xc * xc, dims, True) + ctx.eps)
+    return dims, rstd, xc * rstd
+
+
 @vjp("NativeLayerNormBackward0", inputs=("input", "weight", "bias"),
      saves=("bias", "eps", "input", "normalized_shape", "result1", "result2", "weight"))
 def _(ctx, grad):
-    from .elementwise import rsqrt
     n = ctx.needs
-    x, w = ctx.input, ctx.weight
-    k = len(ctx.normalized_shape)
-    dims = list(range(x.data.ndim - k, x.data.ndim))
-    mu = mean(x, dims, True)
-    xc = x - mu
-    rstd = rsqrt(mean(xc * xc, dims, True) + ctx.eps)
-    xhat = xc * rstd
+    w = ctx.weight
+    dims, rstd, xhat = _layer_norm_stats(ctx)
     g_in = g_w = g_b = None
     if n[0]:
         g = grad * w if w is not None else grad
@@ -272,14 +276,9 @@ def _(ctx, grad):
 
 @jvp("NativeLayerNormBackward0")
 def _(ctx, input_t, weight_t, bias_t):
-    from .elementwise import add_t, mul_t, rsqrt
-    x, w = ctx.input, ctx.weight
-    k = len(ctx.normalized_shape)
-    dims = list(range(x.data.ndim - k, x.data.ndim))
-    mu = mean(x, dims, True)
-    xc = x - mu
-    rstd = rsqrt(mean(xc * xc, dims, True) + ctx.eps)
-    xhat = xc * rstd
+    from .elementwise import add_t, mul_t
+    w = ctx.weight
+    dims, rstd, xhat = _layer_norm_stats(ctx)
     out = None
     if input_t is not None:
         xhat_t = rstd * (input_t - mean(input_t, dims, True) - xhat * mean(xhat * input_t, dims, True))
