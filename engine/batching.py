@@ -176,15 +176,11 @@ def expand_batched(t: Tensor, batch: int, shape: tuple) -> Tensor:
 
 def forward(prim_name: str, outs, inputs: tuple, saved, tangents: list, level) -> None:
     """Forward mode in a batched dual level: every tangent is ``(B, *shape)``; give the outputs theirs."""
-    from .registry import JvpCtx
+    from .registry import JvpCtx, per_output
     rule = jvp_rule(prim_name)
     batch = level.batch
     targets = outs if outs.__class__ is tuple else (outs,)
-    res = rule(JvpCtx(PRIMS.get(prim_name), inputs, saved, outs), batch, *tangents)
-    if outs.__class__ is not tuple:
-        res = (res,)
-    elif res is None:
-        res = (None,) * len(outs)
+    res = per_output(rule(JvpCtx(PRIMS.get(prim_name), inputs, saved, outs), batch, *tangents), outs)
     ref = next(t for t in tangents if t is not None)
     for o, r in zip(targets, res):
         od = o.data

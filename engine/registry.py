@@ -365,11 +365,7 @@ def _forward(prim_name: str, outs, inputs: tuple, saved: dict | None) -> None:
                                 exception="NotImplementedError")
     token = _fw_level.set(None)
     try:
-        res = fn(JvpCtx(PRIMS.get(prim_name), inputs, saved, outs), *tangents)
-        if outs.__class__ is not tuple:
-            res = (res,)
-        elif res is None:
-            res = (None,) * len(outs)
+        res = per_output(fn(JvpCtx(PRIMS.get(prim_name), inputs, saved, outs), *tangents), outs)
         ref = next(t for t in tangents if t is not None)
         for o, r in zip(targets, res):
             if o.data.dtype.kind != "f":
@@ -378,6 +374,13 @@ def _forward(prim_name: str, outs, inputs: tuple, saved: dict | None) -> None:
             level.tensors.append(o)
     finally:
         _fw_level.reset(token)
+
+
+def per_output(res, outs) -> tuple:
+    """A JVP formula's result as one tangent (or None) per output of the primitive."""
+    if outs.__class__ is not tuple:
+        return (res,)
+    return (None,) * len(outs) if res is None else res
 
 
 def _fit(r, out: Tensor, ref: Tensor, tangents: list):
