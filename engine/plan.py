@@ -378,6 +378,18 @@ def _alias(a):
     return a
 
 
+def _guarded_replay(cache: PlanCache, plan: Plan, inputs, control):
+    """The plan's slots, or None when a kernel's guard fired (counted; the caller runs the list cold, which
+    gives the error or the result)."""
+    try:
+        buf = _replay(plan, inputs, control)
+    except Exception:  # noqa: BLE001 - a guard: the cold run gives the error (or the result)
+        cache.count("fallbacks")
+        return None
+    cache.count("hits")
+    return buf
+
+
 def _replay(plan: Plan, inputs: list, control) -> list:
     with np.errstate(all="ignore"):
         return _replay_quiet(plan, inputs, control)
@@ -469,12 +481,9 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
     entry = cache.get(key)
     if isinstance(entry, Plan):
         preset = dict(state.tensors)
-        try:
-            buf = _replay(entry, inputs, kwargs.get("control"))
-        except Exception:  # noqa: BLE001 - a guard: the cold run gives the error (or the result)
-            cache.count("fallbacks")
+        buf = _guarded_replay(cache, entry, inputs, kwargs.get("control"))
+        if buf is None:
             return run_program(state, ops, **kwargs)
-        cache.count("hits")
         return _finish(entry, buf, state, preset)
     if isinstance(entry, Unplannable):
         cache.count("unplannable")
@@ -655,12 +664,9 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     run = {k: v for k, v in kwargs.items() if k not in ("extra", "repeat", "until")}
     if isinstance(entry, Plan):
         preset = dict(state.tensors)
-        try:
-            buf = _replay(entry, inputs, kwargs.get("control"))
-        except Exception:  # noqa: BLE001 - a guard: the cold run gives the error (or the result)
-            cache.count("fallbacks")
+        buf = _guarded_replay(cache, entry, inputs, kwargs.get("control"))
+        if buf is None:
             return None, None
-        cache.count("hits")
         res = _finish(entry, buf, state, preset)
         state.held_bytes = entry.held_bytes
         return res, entry
