@@ -73,6 +73,42 @@ def add_into(target: np.ndarray, a: np.ndarray) -> None:
 STRUCTURAL: set = set()
 
 
+# ----- direct forms: what a plan may call instead of a kernel ------------------------------------------------
+# A kernel may carry ``direct``: a function of the kernel's arguments (as recorded: arrays and static values)
+# returning ``(callable, args)``, a call that gives the kernel's result bit for bit (values, dtype, shape and
+# strides) for every input of those shapes, dtypes and layouts, whatever their values; or None where it has
+# none. A plan then calls it in the kernel's place (one Python frame less per step). When ``callable`` is a
+# ufunc (or carries ``takes_out``), it also accepts a trailing output array and returns it: a plan whose
+# intermediate never escapes the run writes it into a buffer it reuses. A plan checks every direct form it
+# uses on the recorded arrays before it trusts it (the same bits with and without the output buffer).
+
+def direct(form):
+    """Decorator: the kernel's direct form (``form(*args) -> (callable, args) | None``)."""
+    def mark(fn):
+        fn.direct = form
+        return fn
+    return mark
+
+
+def ufunc(uf):
+    """Decorator: the kernel is ``uf`` called on its arguments (``return a + b`` is ``np.add(a, b)``)."""
+    return direct(lambda *args: (uf, args))
+
+
+def direct_form(fn, args: tuple):
+    """``(callable, args)`` a plan may call in place of ``fn(*args)``, or None."""
+    if fn.__class__ is np.ufunc:
+        return (fn, args) if fn.nout == 1 and len(args) == fn.nin else None
+    form = getattr(fn, "direct", None)
+    return None if form is None else form(*args)
+
+
+def takes_out(fn) -> bool:
+    """Whether ``fn(*args, out)`` writes its result into ``out`` (C-contiguous, of the result's dtype and
+    shape) and returns it, with the bits of ``fn(*args)``."""
+    return (fn.__class__ is np.ufunc and fn.nout == 1) or getattr(fn, "takes_out", False)
+
+
 def kcall(fn, *args):
     """Run ``fn(*args)`` (a kernel); while recording, note the call on the tape."""
     rec = _get()
@@ -113,6 +149,7 @@ class Recorder:
         self.steps: list = []
         self.mutated: set[int] = set()
         self.reason: str | None = None      # why the run cannot be planned (None: it can)
+        self.converted: set[int] = set()    # steps whose kernel returned a non-array (a numpy scalar)
 
     def bad(self, reason: str) -> None:
         if self.reason is None:
@@ -160,6 +197,7 @@ class Recorder:
                 out = fn(*args)
                 if out.__class__ is not _ndarray and out.__class__ is not tuple:
                     out = np.asarray(out)
+                    self.converted.add(len(self.steps))
         except Exception:
             # the op may catch it and go another way, which a replay on other values would not follow; only
             # kernels whose failure depends on shapes alone (STRUCTURAL) may fail in a plannable run

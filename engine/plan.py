@@ -35,7 +35,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import orjson
@@ -96,6 +96,9 @@ class Plan:
     next_key: tuple | None = None  # (key, layout) of the session state the run leaves (session plans)
     chainable: bool = False        # a repeat may replay it without building the state between iterations
     iter_bytes: int = 0            # bytes of the arrays one run makes (session plans)
+    regs: list = field(default_factory=list)  # (shape, dtype) of the registers (_Tape) a replay writes into
+    pool_cap: int = 0              # register sets kept between replays
+    pool: list = field(default_factory=list)  # idle register sets
 
 
 class Unplannable:
@@ -282,6 +285,15 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
                 return "a gradient was made outside a kernel"
             entries.append((e.name, c, g, e.grad_accumulations))
         autograd.append((r.op_index, r.op, entries))
+    # nothing writes in place and every array dies with the response: copies need not be made (a copy's
+    # result is the array it copies)
+    alias = not preset and not any(step[4] == 2 for step in rec.steps)
+    ren = _copy_renames(rec) if alias else {}
+    if ren:
+        namespace = [(n, _renamed(d, ren)) for n, d in namespace]
+        pre = [(n, _renamed(g, ren), a) for n, g, a in pre]
+        autograd = [(i, op, [(n, ren.get(c, c), _renamed(g, ren), a) for n, c, g, a in es])
+                    for i, op, es in autograd]
     keep = {d[0] for _, d in namespace if d is not None} | {c for _, _, es in autograd for _, c, _, _ in es}
 
     def grads(d):
@@ -296,51 +308,292 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
     for _, _, es in autograd:
         for e in es:
             grads(e[2])
-    # last use of each slot: freed right after it, unless the result shows it
-    last = {}
-    for i, (_, _, where, out, _) in enumerate(rec.steps):
-        for _, s in where:
-            last[s] = i
-        for s in (out if isinstance(out, tuple) else (out,)):
-            last.setdefault(s, i)
-    frees = [[] for _ in rec.steps]
-    for s, i in last.items():
-        if s not in keep:
-            frees[i].append(s)
-    steps = [(fn, tmpl, where, out, multi, tuple(frees[i]))
-             for i, (fn, tmpl, where, out, multi) in enumerate(rec.steps)]
-    # nothing writes in place and every array dies with the response: copies need not be made
-    alias = not preset and not any(step[4] == 2 for step in steps)
-    nbytes = _STEP_BYTES * (len(steps) + len(namespace)) + 256
-    if len(steps) <= _COMPILE_MAX_STEPS:
-        code, kernels, consts = _compile(steps, alias)
+    tape = _Tape(rec, keep, ren)
+    nbytes = _STEP_BYTES * (len(tape.steps) + len(namespace)) + 256 + tape.const_bytes
+    pool_cap = _POOL_SETS if nbytes + _POOL_SETS * tape.reg_bytes <= max_bytes // 2 else 0
+    nbytes += pool_cap * tape.reg_bytes
+    if len(tape.steps) <= _COMPILE_MAX_STEPS:
+        code, kernels, consts = _compile(tape.steps)
         steps = []
     else:  # compiling costs more than it saves once: a long tape is interpreted
         code, kernels, consts = (), [], []
-        if alias:
-            steps = [(_alias, t, w, o, m, f) if fn in _COPIES and not m else (fn, t, w, o, m, f)
-                     for fn, t, w, o, m, f in steps]
+        steps = _interpreted(tape.steps)
     return Plan(code, kernels, consts, steps, rec.n, tuple(rec.inputs), namespace, pre, list(res.ops),
-                list(res.changed), autograd, state.backward_passes, nbytes=nbytes)
+                list(res.changed), autograd, state.backward_passes, nbytes=nbytes, regs=tape.regs,
+                pool_cap=pool_cap)
 
 
-# ----- replay ----------------------------------------------------------------------------------------------
+# ----- the tape: what a replay runs ------------------------------------------------------------------------
 #: copies a plan may replace by the array itself when nothing in it writes in place and no array of it
 #: outlives the response (a one-shot run of its own): the report's snapshots, a leaf's private .grad copy
 _COPIES = frozenset({K.snapshot, K.copy})
+_POOL_SETS = 2          # idle register sets a plan keeps (a replay takes one; concurrent replays make more)
+_EXP = {"fold": True, "direct": True, "regs": True}  # XXX experiment switches
 
 
-def _compile(steps: list, alias_copies: bool = False) -> tuple:
+def _copy_renames(rec: K.Recorder) -> dict:
+    """slot -> the slot it is a copy of (followed to the first array), for the copies a plan leaves out: those
+    whose result has the layout of the array copied (strides, writeable; a copy of a broadcast or of a
+    strided view is made)."""
+    ren = {}
+    arrs = rec.keep
+    for fn, _, where, out, multi in rec.steps:
+        if fn in _COPIES and not multi:
+            src = where[0][1]
+            a, c = arrs[src], arrs[out]
+            if a.strides == c.strides and a.dtype == c.dtype and a.flags.writeable:
+                ren[out] = ren.get(src, src)
+    return ren
+
+
+def _renamed(d, ren):
+    if d is None:
+        return None
+    return (ren.get(d[0], d[0]), *d[1:6], _renamed(d[6], ren))
+
+
+def _bounds(a: np.ndarray) -> tuple:
+    """The bytes an array spans, [lo, hi)."""
+    ai = a.__array_interface__
+    lo = hi = ai["data"][0]
+    strides = ai["strides"]
+    if strides is None:
+        return lo, hi + a.nbytes
+    for n, st in zip(a.shape, strides):
+        if st < 0:
+            lo += (n - 1) * st
+        else:
+            hi += (n - 1) * st
+    return lo, hi + a.itemsize
+
+
+def _groups(arrays: dict) -> dict:
+    """slot -> its memory group (the smallest slot of the group): slots whose recorded arrays overlap in
+    memory. Every recorded array is alive until the plan is built, so arrays overlap only when one is a view
+    of another (or both views of one base): a group is an array and its views."""
+    spans = sorted((*_bounds(a), s) for s, a in arrays.items() if a.size)
+    group = {s: s for s, a in arrays.items() if not a.size}
+    members: list = []
+    hi = -1
+    for lo, h, s in spans + [(None, None, None)]:
+        if members and (lo is None or lo >= hi):  # a gap: the group so far is complete
+            g = min(members)
+            for m in members:
+                group[m] = g
+            members = []
+        if lo is None:
+            break
+        hi = max(hi, h) if members else h
+        members.append(s)
+    return group
+
+
+def _same_bits(a, b) -> bool:
+    """Whether two arrays are the same to a caller: class, dtype, shape, strides and every bit."""
+    if a.__class__ is not np.ndarray or b.__class__ is not np.ndarray or a.dtype != b.dtype \
+            or a.shape != b.shape or a.strides != b.strides:
+        return False
+    if a.dtype.hasobject:
+        return False
+    return np.array_equal(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
+                          np.ascontiguousarray(b).reshape(-1).view(np.uint8))
+
+
+class _Tape:
+    """The recorded steps made into the steps a replay runs, each one's result the recorded one bit for bit:
+
+    * copies the plan leaves out (``ren``) are not run: their slot reads the array copied;
+    * **constants**: a step without inputs from the run (a literal, a seed of ones) or only constants among
+      them is run here, once, when its result never reaches the caller and nothing writes into it; its
+      result (read-only) is a static argument of the steps reading it;
+    * **direct calls**: a kernel with a direct form (``kernel.direct_form``: its ufunc) is called as that;
+    * **registers**: an intermediate made by a ufunc-like call (``kernel.takes_out``) that never reaches the
+      caller, C-contiguous and owning its memory, is written into a buffer of the plan (``out=``), a buffer
+      another such intermediate freed before (liveness over the intermediate and its views). A replay takes
+      a set of buffers of its own (``_replay_quiet``): concurrent replays never share one.
+
+    Each direct form and register is checked on the recorded arrays (the same bits as the kernel gave) before
+    it is used. ``steps``: (fn, template, where, out, multi, conv, reg, free); ``conv``: the call may return
+    a numpy scalar (made an array); ``reg``: the register the result is written into (-1: none)."""
+
+    def __init__(self, rec: K.Recorder, keep: set, ren: dict):
+        arrs = rec.keep
+        steps = []
+        for i, (fn, tmpl, where, out, multi) in enumerate(rec.steps):
+            if out in ren and not multi:
+                continue
+            if ren:
+                where = tuple([(p, ren.get(s, s)) for p, s in where])
+            # a kernel returns a numpy scalar only for a 0-d result (an array of more dimensions is an array)
+            conv = i in rec.converted or (multi is False and arrs[out].ndim == 0)
+            steps.append((fn, tmpl, where, out, multi, conv))
+        used = {s: arrs[s] for s in rec.inputs}
+        for st in steps:
+            for s in (st[3] if st[4] is True else (st[3],)):
+                used[s] = arrs[s]
+        group = _groups(used)
+        written = set()
+        for fn, tmpl, where, out, multi, conv in steps:
+            if multi == 2:  # (in place: the target and the slot naming it after the write)
+                written.add(group[where[0][1]])
+                written.add(group[out])
+        self.written = written
+        # groups that are not the plan's to fold or reuse: shown to the caller, inputs, written in place
+        bad = {group[s] for s in keep if s in group} | {group[s] for s in rec.inputs} | written
+        self.const_bytes = 0
+        steps = self._fold(steps, arrs, group, bad)
+        self.regs: list = []
+        self.reg_bytes = 0
+        steps = self._direct(steps, arrs, group, bad, keep)
+        self.steps = self._frees(steps, keep)
+
+    def _fold(self, steps, arrs, group, bad) -> list:
+        consts: dict = {}
+        out_steps = []
+        for st in steps:
+            fn, tmpl, where, out, multi, conv = st
+            if _EXP["fold"] and multi != 2 and all(s in consts for _, s in where):
+                outs = out if multi is True else (out,)
+                vals = None
+                if all(group[o] not in bad for o in outs):
+                    args = list(tmpl)
+                    for p, s in where:
+                        args[p] = consts[s]
+                    try:
+                        with np.errstate(all="ignore"):
+                            r = fn(*args)
+                        vals = tuple(r) if multi is True else (r if r.__class__ is np.ndarray else np.asarray(r),)
+                    except Exception:  # noqa: BLE001 - not a constant then: the step stays
+                        vals = None
+                if vals is not None and len(vals) == len(outs) and \
+                        all(_same_bits(v, arrs[o]) for v, o in zip(vals, outs)):
+                    for v, o in zip(vals, outs):
+                        v.flags.writeable = False  # (a kernel writing into it fails: the run falls back)
+                        consts[o] = v
+                        self.const_bytes += v.nbytes
+                    continue
+            if any(s in consts for _, s in where):
+                tmpl = list(tmpl)
+                for p, s in where:
+                    if s in consts:
+                        tmpl[p] = consts[s]
+                tmpl = tuple(tmpl)
+                where = tuple([(p, s) for p, s in where if s not in consts])
+            out_steps.append((fn, tmpl, where, out, multi, conv))
+        return out_steps
+
+    def _direct(self, steps, arrs, group, bad, keep) -> list:
+        # last use of each slot, and of each group (an array is needed while any view of it is)
+        last: dict = {}
+        for i, (_, _, where, out, multi, _) in enumerate(steps):
+            for _, s in where:
+                last[s] = i
+            for s in (out if multi is True else (out,)):
+                last.setdefault(s, i)
+        gend: dict = {}
+        for s, i in last.items():
+            g = group.get(s, s)
+            if gend.get(g, -1) < i:
+                gend[g] = i
+        written = self.written
+        free_regs: dict = {}
+        release: dict = {}
+        out_steps = []
+        for i, st in enumerate(steps):
+            fn, tmpl, where, out, multi, conv = st
+            reg = -1
+            if _EXP["direct"] and multi is False and not any(group[s] in written for _, s in where):
+                st = self._form(fn, tmpl, where, arrs, arrs[out], _EXP["regs"] and group[out] == out and out not in bad)
+                if st is not None:
+                    fn, tmpl, where, reg_ok = st
+                    if reg_ok:
+                        a = arrs[out]
+                        key = (a.shape, a.dtype.str)
+                        spare = free_regs.get(key)
+                        if spare:
+                            reg = spare.pop()
+                        else:
+                            reg = len(self.regs)
+                            self.regs.append((a.shape, a.dtype))
+                            self.reg_bytes += a.nbytes
+                        release.setdefault(gend[out], []).append((key, reg))
+                        conv = False
+            out_steps.append((fn, tmpl, where, out, multi, conv, reg))
+            for key, r in release.pop(i, ()):
+                free_regs.setdefault(key, []).append(r)
+        return out_steps
+
+    @staticmethod
+    def _form(fn, tmpl, where, arrs, a, may_reg: bool):
+        """(callable, template, where, register) of the step's direct form, checked on the recorded arrays
+        (``a``: the recorded result), or None. ``register``: the result goes into a register (``may_reg``: it
+        may, as far as its lifetime goes)."""
+        args = list(tmpl)
+        for p, s in where:
+            args[p] = arrs[s]
+        try:
+            form = K.direct_form(fn, tuple(args))
+        except Exception:  # noqa: BLE001 - no direct form for these arguments
+            return None
+        if form is None:
+            return None
+        call, cargs = form
+        slot_of = {id(arrs[s]): s for _, s in where}
+        ntmpl, nwhere = [], []
+        for p, x in enumerate(cargs):
+            if x.__class__ is np.ndarray and id(x) in slot_of:
+                nwhere.append((p, slot_of[id(x)]))
+                ntmpl.append(None)
+            elif (x.__class__ is np.ndarray and not x.flags.writeable and any(x is v for v in tmpl)) \
+                    or K._static_ok(x):
+                ntmpl.append(x)  # a static argument, or a constant of the plan
+            else:
+                return None
+        may_reg = may_reg and a.base is None and a.flags.c_contiguous and a.size > 0 and K.takes_out(call)
+        try:
+            with np.errstate(all="ignore"):
+                if may_reg:
+                    o = np.empty(a.shape, a.dtype)
+                    r = call(*cargs, o)
+                    if r is o and _same_bits(o, a):
+                        return call, tuple(ntmpl), tuple(nwhere), True
+                r = call(*cargs)  # (a form that only writes into a buffer raises here)
+        except Exception:  # noqa: BLE001 - not usable so
+            return None
+        if r.__class__ is not np.ndarray:
+            r = np.asarray(r) if a.ndim == 0 else r
+        return (call, tuple(ntmpl), tuple(nwhere), False) if _same_bits(r, a) else None
+
+    @staticmethod
+    def _frees(steps, keep) -> list:
+        last: dict = {}
+        regs = set()
+        for i, (_, _, where, out, multi, _, reg) in enumerate(steps):
+            for _, s in where:
+                last[s] = i
+            for s in (out if multi is True else (out,)):
+                last.setdefault(s, i)
+            if reg >= 0:
+                regs.add(out)
+        frees = [[] for _ in steps]
+        for s, i in last.items():
+            if s not in keep and s not in regs:
+                frees[i].append(s)
+        return [(*st, tuple(frees[i])) for i, st in enumerate(steps)]
+
+
+# ----- replay ----------------------------------------------------------------------------------------------
+def _compile(steps: list) -> tuple:
     """The tape as Python functions of straight-line code, one per ``_CHUNK`` kernel calls: each step one line
-    (``b[5] = k[0](b[1], c[2])``: slots, kernels and constants by index), so a replay pays one call per kernel
-    and nothing to interpret. Same kernels, same arguments, same order as the tape."""
+    (``b[5] = k[0](b[1], c[2])``: slots, kernels, constants and registers by index), so a replay pays one call
+    per kernel and nothing to interpret."""
     kernels: list = []
     kidx: dict = {}
     consts: list = []
     chunks = []
     for lo in range(0, len(steps), _CHUNK):
-        lines = ["def run(b, k, c, chk, N, A):"]
-        for j, (fn, template, where, out, multi, free) in enumerate(steps[lo:lo + _CHUNK]):
+        lines = ["def run(b, k, c, chk, N, A, R):"]
+        for j, (fn, template, where, out, multi, conv, reg, free) in enumerate(steps[lo:lo + _CHUNK]):
             ki = kidx.get(id(fn))
             if ki is None:
                 ki = kidx[id(fn)] = len(kernels)
@@ -353,19 +606,19 @@ def _compile(steps: list, alias_copies: bool = False) -> tuple:
                 else:
                     args.append(f"c[{len(consts)}]")
                     consts.append(v)
+            if reg >= 0:
+                args.append(f"R[{reg}]")
             call = f"k[{ki}]({', '.join(args)})"
-            if alias_copies and fn in _COPIES and not multi:
-                lines.append(f" b[{out}] = b[{slots[0]}]")
-            elif multi is True:
+            if multi is True:
                 lines.append(f" {', '.join(f'b[{o}]' for o in out)}, = {call}")
             elif multi:  # in place: the target is the first argument
-                lines.append(f" {call}")
-                lines.append(f" b[{out}] = b[{slots[0]}]")
+                lines.append(f" {call}; b[{out}] = b[{slots[0]}]")
+            elif conv:
+                lines.append(f" x = {call}; b[{out}] = x if x.__class__ is N else A(x)")
             else:
-                lines.append(f" x = {call}")
-                lines.append(f" b[{out}] = x if x.__class__ is N else A(x)")
-            for f in free:
-                lines.append(f" b[{f}] = None")
+                lines.append(f" b[{out}] = {call}")
+            if free:
+                lines.append(f" {' = '.join(f'b[{f}]' for f in free)} = None")
             if j % _CHECK_EVERY == _CHECK_EVERY - 1:
                 lines.append(" if chk is not None: chk()")
         namespace: dict = {}
@@ -374,8 +627,86 @@ def _compile(steps: list, alias_copies: bool = False) -> tuple:
     return tuple(chunks), kernels, consts
 
 
-def _alias(a):
-    return a
+def _interpreted(steps: list) -> list:
+    """The tape for ``_run_steps``, in chunks of ``_CHECK_EVERY`` steps: (kind, fn, x, y, z, out, conv, free),
+    the common call shapes (one or two slots, constants after them, a register last) as kinds of their own so
+    that a step costs little more than its call."""
+    out = []
+    for fn, tmpl, where, o, multi, conv, reg, free in steps:
+        n, slots = len(tmpl), dict(where)
+        if multi is not False:
+            st = (9 if multi is True else 10, fn, tmpl, where, reg, o, conv, free)
+        elif n == 1 and 0 in slots:
+            st = (0 if reg < 0 else 4, fn, slots[0], None, reg, o, conv, free)
+        elif n == 2 and 0 in slots and 1 in slots:
+            st = (1 if reg < 0 else 5, fn, slots[0], slots[1], reg, o, conv, free)
+        elif n == 2 and 0 in slots:
+            st = (2 if reg < 0 else 6, fn, slots[0], tmpl[1], reg, o, conv, free)
+        elif n == 2 and 1 in slots:
+            st = (3 if reg < 0 else 7, fn, slots[1], tmpl[0], reg, o, conv, free)
+        elif reg < 0 and n > 2 and list(slots) == [0]:
+            st = (11, fn, slots[0], tmpl[1:], reg, o, conv, free)
+        elif reg < 0 and n > 2 and sorted(slots) == [0, 1]:
+            st = (12, fn, slots[0], slots[1], tmpl[2:], o, conv, free)
+        else:
+            st = (8, fn, tmpl, where, reg, o, conv, free)
+        out.append(st)
+    return [out[i:i + _CHECK_EVERY] for i in range(0, len(out), _CHECK_EVERY)]
+
+
+def _run_steps(chunks: list, b: list, R, chk) -> None:
+    N, A = np.ndarray, np.asarray
+    for chunk in chunks:
+        for kind, fn, x, y, z, out, conv, free in chunk:
+            if kind == 1:
+                r = fn(b[x], b[y])
+            elif kind == 5:
+                r = fn(b[x], b[y], R[z])
+            elif kind == 2:
+                r = fn(b[x], y)
+            elif kind == 11:
+                r = fn(b[x], *y)
+            elif kind == 0:
+                r = fn(b[x])
+            elif kind == 12:
+                r = fn(b[x], b[y], *z)
+            elif kind == 6:
+                r = fn(b[x], y, R[z])
+            elif kind == 4:
+                r = fn(b[x], R[z])
+            elif kind == 3:
+                r = fn(y, b[x])
+            elif kind == 7:
+                r = fn(y, b[x], R[z])
+            else:
+                args = list(x)
+                for i, s in y:
+                    args[i] = b[s]
+                if kind == 9:
+                    for s, o in zip(out, fn(*args)):
+                        b[s] = o
+                    if free:
+                        for s in free:
+                            b[s] = None
+                    continue
+                if kind == 10:  # in place: the target is the first argument
+                    fn(*args)
+                    b[out] = args[0]
+                    if free:
+                        for s in free:
+                            b[s] = None
+                    continue
+                if z >= 0:
+                    args.append(R[z])
+                r = fn(*args)
+            if conv and r.__class__ is not N:
+                r = A(r)
+            b[out] = r
+            if free:
+                for s in free:
+                    b[s] = None
+        if chk is not None:
+            chk()
 
 
 def _guarded_replay(cache: PlanCache, plan: Plan, inputs, control):
@@ -401,36 +732,20 @@ def _replay_quiet(plan: Plan, inputs: list, control) -> list:
     for s, a in zip(plan.input_slots, inputs):
         buf[s] = a
     chk = control.check if control is not None else None
+    R = None
+    if plan.regs:  # a register set of this replay's own (list.pop/append are atomic)
+        try:
+            R = plan.pool.pop()
+        except IndexError:
+            R = [np.empty(shape, dtype) for shape, dtype in plan.regs]
     if plan.code:
         k, c = plan.kernels, plan.consts
         for run in plan.code:
-            run(buf, k, c, chk, np.ndarray, np.asarray)
-        return buf
-    ndarray, asarray = np.ndarray, np.asarray
-    n = 0
-    for fn, template, where, out, multi, free in plan.steps:
-        if where:
-            args = list(template)
-            for i, s in where:
-                args[i] = buf[s]
-        else:
-            args = template
-        if multi is True:
-            for s, o in zip(out, fn(*args)):
-                buf[s] = o
-        elif multi:  # in place: the target is the first argument
-            fn(*args)
-            buf[out] = args[0]
-        else:
-            r = fn(*args)
-            buf[out] = r if r.__class__ is ndarray else asarray(r)
-        for s in free:
-            buf[s] = None
-        if chk is not None:
-            n += 1
-            if n == _CHECK_EVERY:
-                n = 0
-                chk()
+            run(buf, k, c, chk, np.ndarray, np.asarray, R)
+    else:
+        _run_steps(plan.steps, buf, R, chk)
+    if R is not None and len(plan.pool) < plan.pool_cap:
+        plan.pool.append(R)  # (nothing the result holds is in it: registers are never shown)
     return buf
 
 

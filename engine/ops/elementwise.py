@@ -16,7 +16,7 @@ from ..batching import SAME, batching
 from ..errors import InvalidArgumentError, TorchRuntimeError
 from ..forward_ad import _level as _fw_level
 from ..grad_mode import set_grad_enabled
-from ..kernel import kcall
+from ..kernel import direct, kcall, ufunc
 from ..registry import elementwise_jvp, jvp, no_jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
 from .common import _F32, NP, as_operand, binary_operands, broadcast_all, float_data, is_number, require_tensor
@@ -69,6 +69,7 @@ def _alpha_ok(alpha, dtype: str):
                                 code="invalid_argument")
 
 
+@ufunc(np.add)
 def _add(a, b):
     return a + b
 
@@ -77,6 +78,7 @@ def _add_alpha(a, b, alpha):
     return a + alpha * b
 
 
+@ufunc(np.subtract)
 def _sub(a, b):
     return a - b
 
@@ -85,10 +87,12 @@ def _sub_alpha(a, b, alpha):
     return a - alpha * b
 
 
+@ufunc(np.multiply)
 def _mul(a, b):
     return a * b
 
 
+@ufunc(np.true_divide)
 def _truediv(a, b):
     return a / b
 
@@ -477,6 +481,7 @@ def _float_only(self, kernel: str) -> Tensor:
     return self
 
 
+@direct(lambda x, fn: (fn, (x,)) if x.dtype.kind == "f" else None)
 def _apply_float(x, fn):
     """The kernel of the unary math ops: ``fn`` of x (ints and bools computed in the default float dtype)."""
     return fn(x if x.dtype.kind == "f" else x.astype(_F32))
@@ -1018,6 +1023,7 @@ def _(ctx, grad):
 jvp("SigmoidBackward0")(elementwise_jvp)
 
 
+@direct(lambda x: (np.maximum, (x, x.dtype.type(0))))
 def _relu(x):
     return np.maximum(x, x.dtype.type(0))
 

@@ -26,7 +26,9 @@ def _tensor_view(t):
     if t is None:
         return None
     g = t._grad
-    return (t.data.dtype.str, t.data.shape, t.data.tobytes(), bool(t.requires_grad), t.grad_fn is None,
+    # (the layout too: strides, and whether a caller may write into it)
+    return (t.data.dtype.str, t.data.shape, t.data.strides, t.data.flags.writeable, t.data.tobytes(),
+            bool(t.requires_grad), t.grad_fn is None,
             None if t.grad_fn is None else t.grad_fn.name, bool(t.retains_grad), int(t.version),
             int(t.grad_accumulations), _tensor_view(g))
 
