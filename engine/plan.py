@@ -32,6 +32,7 @@ counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``).
 
 from __future__ import annotations
 
+import gc
 import threading
 import weakref
 from collections import OrderedDict
@@ -308,16 +309,25 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
     for _, _, es in autograd:
         for e in es:
             grads(e[2])
-    tape = _Tape(rec, keep, ren)
+    # (the tape's tuples outlive the build: the cyclic collector, run on their allocations, would traverse the
+    # run's whole heap again and again for nothing; nothing here makes a cycle)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with np.errstate(all="ignore"):  # (the kernels run here as in a replay)
+            tape = _Tape(rec, keep, ren)
+        if len(tape.steps) <= _COMPILE_MAX_STEPS:
+            code, kernels, consts = _compile(tape.steps)
+            steps = []
+        else:  # compiling costs more than it saves once: a long tape is interpreted
+            code, kernels, consts = (), [], []
+            steps = _interpreted(tape.steps)
+    finally:
+        if collecting:
+            gc.enable()
     nbytes = _STEP_BYTES * (len(tape.steps) + len(namespace)) + 256 + tape.const_bytes
     pool_cap = _POOL_SETS if nbytes + _POOL_SETS * tape.reg_bytes <= max_bytes // 2 else 0
     nbytes += pool_cap * tape.reg_bytes
-    if len(tape.steps) <= _COMPILE_MAX_STEPS:
-        code, kernels, consts = _compile(tape.steps)
-        steps = []
-    else:  # compiling costs more than it saves once: a long tape is interpreted
-        code, kernels, consts = (), [], []
-        steps = _interpreted(tape.steps)
     return Plan(code, kernels, consts, steps, rec.n, tuple(rec.inputs), namespace, pre, list(res.ops),
                 list(res.changed), autograd, state.backward_passes, nbytes=nbytes, regs=tape.regs,
                 pool_cap=pool_cap)
@@ -328,7 +338,6 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
 #: outlives the response (a one-shot run of its own): the report's snapshots, a leaf's private .grad copy
 _COPIES = frozenset({K.snapshot, K.copy})
 _POOL_SETS = 2          # idle register sets a plan keeps (a replay takes one; concurrent replays make more)
-_EXP = {"fold": True, "direct": True, "regs": True}  # XXX experiment switches
 
 
 def _copy_renames(rec: K.Recorder) -> dict:
@@ -352,40 +361,55 @@ def _renamed(d, ren):
     return (ren.get(d[0], d[0]), *d[1:6], _renamed(d[6], ren))
 
 
-def _bounds(a: np.ndarray) -> tuple:
-    """The bytes an array spans, [lo, hi)."""
-    ai = a.__array_interface__
-    lo = hi = ai["data"][0]
-    strides = ai["strides"]
-    if strides is None:
-        return lo, hi + a.nbytes
-    for n, st in zip(a.shape, strides):
-        if st < 0:
-            lo += (n - 1) * st
-        else:
-            hi += (n - 1) * st
-    return lo, hi + a.itemsize
+def _root(a):
+    """The object owning an array's memory: its base, followed (an ndarray's, a memoryview's object, a
+    strided view's DummyArray's)."""
+    while True:
+        c = a.__class__
+        b = a.base if c is np.ndarray else a.obj if c is memoryview else getattr(a, "base", None)
+        if b is None:
+            return a
+        a = b
 
 
 def _groups(arrays: dict) -> dict:
-    """slot -> its memory group (the smallest slot of the group): slots whose recorded arrays overlap in
-    memory. Every recorded array is alive until the plan is built, so arrays overlap only when one is a view
-    of another (or both views of one base): a group is an array and its views."""
-    spans = sorted((*_bounds(a), s) for s, a in arrays.items() if a.size)
-    group = {s: s for s, a in arrays.items() if not a.size}
-    members: list = []
-    hi = -1
-    for lo, h, s in spans + [(None, None, None)]:
-        if members and (lo is None or lo >= hi):  # a gap: the group so far is complete
-            g = min(members)
-            for m in members:
-                group[m] = g
-            members = []
-        if lo is None:
-            break
-        hi = max(hi, h) if members else h
-        members.append(s)
+    """slot -> its memory group (the smallest slot of the group): the slots whose recorded arrays have one
+    owner of their memory, an array and its views. (Every recorded array is alive until the plan is built:
+    the owners' identities are distinct.)"""
+    first: dict = {}
+    group = {}
+    for s in sorted(arrays):
+        group[s] = first.setdefault(id(_root(arrays[s])), s)
     return group
+
+
+def _static_key(v):
+    """A static argument as a key: equal only for arguments a kernel cannot tell apart (the type and every
+    bit: 0.0 and -0.0 differ, NaNs by payload; arrays, the plan's constants, by identity)."""
+    c = v.__class__
+    if v is None or c is bool or c is int or c is str:
+        return c, v
+    if c is float:
+        return c, v.hex() if v == v else repr(np.float64(v).tobytes())
+    if isinstance(v, np.generic):
+        return c, v.tobytes()
+    if c is tuple:
+        return c, tuple([_static_key(x) for x in v])
+    if c is slice:
+        return c, _static_key(v.start), _static_key(v.stop), _static_key(v.step)
+    if c is np.ndarray:
+        return c, id(v)
+    return c, v  # dtypes, types, functions, Ellipsis (hashable; equal when the same)
+
+
+def _cse_key(fn, tmpl, where):
+    slots = dict(where)
+    try:
+        key = (fn, tuple([("slot", slots[i]) if i in slots else _static_key(v) for i, v in enumerate(tmpl)]))
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _same_bits(a, b) -> bool:
@@ -395,6 +419,8 @@ def _same_bits(a, b) -> bool:
         return False
     if a.dtype.hasobject:
         return False
+    if a.nbytes <= 65536:
+        return a.tobytes() == b.tobytes()
     return np.array_equal(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
                           np.ascontiguousarray(b).reshape(-1).view(np.uint8))
 
@@ -433,7 +459,7 @@ class _Tape:
                 used[s] = arrs[s]
         group = _groups(used)
         written = set()
-        for fn, tmpl, where, out, multi, conv in steps:
+        for _, _, where, out, multi, _ in steps:
             if multi == 2:  # (in place: the target and the slot naming it after the write)
                 written.add(group[where[0][1]])
                 written.add(group[out])
@@ -442,8 +468,11 @@ class _Tape:
         bad = {group[s] for s in keep if s in group} | {group[s] for s in rec.inputs} | written
         self.const_bytes = 0
         steps = self._fold(steps, arrs, group, bad)
+        steps, group = self._cse(steps, arrs, group, keep)
+        bad = {group[g] for g in bad}
         self.regs: list = []
         self.reg_bytes = 0
+        self._checked: dict = {}
         steps = self._direct(steps, arrs, group, bad, keep)
         self.steps = self._frees(steps, keep)
 
@@ -452,7 +481,7 @@ class _Tape:
         out_steps = []
         for st in steps:
             fn, tmpl, where, out, multi, conv = st
-            if _EXP["fold"] and multi != 2 and all(s in consts for _, s in where):
+            if multi != 2 and all(s in consts for _, s in where):
                 outs = out if multi is True else (out,)
                 vals = None
                 if all(group[o] not in bad for o in outs):
@@ -460,8 +489,7 @@ class _Tape:
                     for p, s in where:
                         args[p] = consts[s]
                     try:
-                        with np.errstate(all="ignore"):
-                            r = fn(*args)
+                        r = fn(*args)
                         vals = tuple(r) if multi is True else (r if r.__class__ is np.ndarray else np.asarray(r),)
                     except Exception:  # noqa: BLE001 - not a constant then: the step stays
                         vals = None
@@ -482,6 +510,46 @@ class _Tape:
             out_steps.append((fn, tmpl, where, out, multi, conv))
         return out_steps
 
+    def _cse(self, steps, arrs, group, keep):
+        """Steps that repeat an earlier step (the same kernel on the same slots and static arguments) read its
+        result instead: a kernel's result is a function of its arguments, so the two are the same bits, when
+        neither is shown to the caller and nothing writes in place into either or into what they read. The
+        memory group of the repeat joins the earlier result's (its views now view that)."""
+        written = self.written
+        seen: dict = {}
+        ren: dict = {}
+        parent: dict = {}
+        shown = {group[k] for k in keep if k in group}
+
+        def find(g):
+            while g in parent:
+                g = parent[g]
+            return g
+        out = []
+        for fn, tmpl, where, o, multi, conv in steps:
+            if ren:
+                where = tuple([(p, ren.get(s, s)) for p, s in where])
+            if multi is False and o not in keep and not (written and (group[o] in written or any(
+                    group[s] in written for _, s in where))):
+                key = _cse_key(fn, tmpl, where)
+                first = seen.get(key) if key is not None else None
+                if first is not None:
+                    a, b = find(group[o]), find(group[first])
+                    # an array of its own, shown (or a view of it shown): its memory stays its own
+                    if arrs[o].base is not None or (a not in shown and b not in shown):
+                        ren[o] = first
+                        if a != b:
+                            parent[max(a, b)] = min(a, b)
+                            if a in shown or b in shown:
+                                shown.add(min(a, b))
+                        continue
+                if key is not None:
+                    seen[key] = o
+            out.append((fn, tmpl, where, o, multi, conv))
+        if parent:
+            group = {s: find(g) for s, g in group.items()}
+        return out, group
+
     def _direct(self, steps, arrs, group, bad, keep) -> list:
         # last use of each slot, and of each group (an array is needed while any view of it is)
         last: dict = {}
@@ -496,14 +564,18 @@ class _Tape:
             if gend.get(g, -1) < i:
                 gend[g] = i
         written = self.written
+        forms: dict = {}
         free_regs: dict = {}
         release: dict = {}
         out_steps = []
         for i, st in enumerate(steps):
             fn, tmpl, where, out, multi, conv = st
             reg = -1
-            if _EXP["direct"] and multi is False and not any(group[s] in written for _, s in where):
-                st = self._form(fn, tmpl, where, arrs, arrs[out], _EXP["regs"] and group[out] == out and out not in bad)
+            has = forms.get(fn)
+            if has is None:
+                has = forms[fn] = fn.__class__ is np.ufunc or getattr(fn, "direct", None) is not None
+            if has and multi is False and not (written and any(group[s] in written for _, s in where)):
+                st = self._form(fn, tmpl, where, arrs, arrs[out], group[out] == out and out not in bad)
                 if st is not None:
                     fn, tmpl, where, reg_ok = st
                     if reg_ok:
@@ -523,11 +595,11 @@ class _Tape:
                 free_regs.setdefault(key, []).append(r)
         return out_steps
 
-    @staticmethod
-    def _form(fn, tmpl, where, arrs, a, may_reg: bool):
+    def _form(self, fn, tmpl, where, arrs, a, may_reg: bool):
         """(callable, template, where, register) of the step's direct form, checked on the recorded arrays
         (``a``: the recorded result), or None. ``register``: the result goes into a register (``may_reg``: it
-        may, as far as its lifetime goes)."""
+        may, as far as its lifetime goes). A direct form gives the kernel's bits for every input of the same
+        shapes, dtypes and layouts: it is checked once per such signature."""
         args = list(tmpl)
         for p, s in where:
             args[p] = arrs[s]
@@ -539,7 +611,9 @@ class _Tape:
             return None
         call, cargs = form
         slot_of = {id(arrs[s]): s for _, s in where}
-        ntmpl, nwhere = [], []
+        if len(slot_of) != len({s for _, s in where}):
+            return None  # (one array in two slots)
+        ntmpl, nwhere, sig = [], [], [fn, call, a.dtype.str, a.shape, a.strides]
         for p, x in enumerate(cargs):
             if x.__class__ is np.ndarray and id(x) in slot_of:
                 nwhere.append((p, slot_of[id(x)]))
@@ -549,20 +623,37 @@ class _Tape:
                 ntmpl.append(x)  # a static argument, or a constant of the plan
             else:
                 return None
+            sig.append((x.dtype.str, x.shape, x.strides) if x.__class__ is np.ndarray else _static_key(x))
         may_reg = may_reg and a.base is None and a.flags.c_contiguous and a.size > 0 and K.takes_out(call)
+        sig.append(may_reg)
         try:
-            with np.errstate(all="ignore"):
-                if may_reg:
-                    o = np.empty(a.shape, a.dtype)
-                    r = call(*cargs, o)
-                    if r is o and _same_bits(o, a):
-                        return call, tuple(ntmpl), tuple(nwhere), True
-                r = call(*cargs)  # (a form that only writes into a buffer raises here)
-        except Exception:  # noqa: BLE001 - not usable so
+            sig = tuple(sig)
+            verdict = self._checked.get(sig)
+        except TypeError:  # (an unhashable static argument: checked here, not remembered)
+            sig, verdict = None, None
+        if verdict is None:
+            verdict = self._check(call, cargs, a, may_reg)
+            if sig is not None:
+                self._checked[sig] = verdict
+        if verdict is False:
             return None
-        if r.__class__ is not np.ndarray:
-            r = np.asarray(r) if a.ndim == 0 else r
-        return (call, tuple(ntmpl), tuple(nwhere), False) if _same_bits(r, a) else None
+        return call, tuple(ntmpl), tuple(nwhere), verdict == "reg"
+
+    @staticmethod
+    def _check(call, cargs, a, may_reg):
+        """"reg" when ``call`` gives ``a`` writing into a buffer, True when it gives it, False when neither."""
+        try:
+            if may_reg:
+                o = np.empty(a.shape, a.dtype)
+                r = call(*cargs, o)
+                if r is o and _same_bits(o, a):
+                    return "reg"
+            r = call(*cargs)  # (a form that only writes into a buffer raises here)
+        except Exception:  # noqa: BLE001 - not usable so
+            return False
+        if r.__class__ is not np.ndarray and a.ndim == 0:
+            r = np.asarray(r)
+        return _same_bits(r, a)
 
     @staticmethod
     def _frees(steps, keep) -> list:

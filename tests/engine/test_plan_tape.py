@@ -1,0 +1,194 @@
+"""The tape a plan replays (engine/plan.py ``_Tape``): constants folded when the plan is built, kernels called
+through their direct forms, intermediates written into registers (buffers a replay reuses), copies left out.
+Each is only an optimisation: a replay gives the cold run's bits and layouts (tests/engine/test_plan.py runs
+the op suite and the programs both ways); here, each mechanism is shown to be used, to keep an intermediate's
+buffer while a view of it lives, to refuse a direct form that does not give the kernel's bits, and to keep
+concurrent replays of one plan apart."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import engine.kernel as K
+import engine.plan as plan_module
+from engine.ops import elementwise as EW
+from engine.ops import shape as S
+from engine.plan import Plan, PlanCache
+
+from .test_plan import T, both_ways, cold, observe, op, planned
+
+
+def _tape_plan(fn, inputs, interpreted=False):
+    """The plan of ``fn(*inputs)`` (kcalls of kernels on arrays; its returned arrays are the result the
+    caller sees), and the result's slots."""
+    with K.recording() as rec:
+        for a in inputs:
+            rec.add_input(a)
+        outs = fn(*inputs)
+    assert rec.reason is None, rec.reason
+    keep = {rec.slot_of(o) for o in outs}
+    tape = plan_module._Tape(rec, keep, {})
+    if interpreted:
+        code, kernels, consts, steps = (), [], [], plan_module._interpreted(tape.steps)
+    else:
+        (code, kernels, consts), steps = plan_module._compile(tape.steps), []
+    plan = Plan(code, kernels, consts, steps, rec.n, tuple(rec.inputs), [], [], [], [], [], 0, regs=tape.regs,
+                pool_cap=2)
+    return plan, tape, [rec.slot_of(o) for o in outs]
+
+
+def _bits(a):
+    return a.dtype.str, a.shape, a.strides, a.tobytes()
+
+
+@pytest.mark.parametrize("interpreted", [False, True])
+def test_a_register_is_not_reused_while_a_view_of_its_array_lives(interpreted):
+    def fn(x, y):
+        a = K.kcall(EW._mul, x, y)         # an intermediate: a register
+        v = K.kcall(S._view, a, (6,))      # a view of it, alive until the end
+        b = K.kcall(EW._mul, x, x)         # same shape and dtype: may not take a's register while v lives
+        w = K.kcall(S._view, b, (6,))
+        return (K.kcall(EW._add, w, v),)
+    rng = np.random.default_rng(0)
+    x, y = (rng.standard_normal((2, 3)).astype(np.float32) for _ in range(2))
+    plan, tape, (out,) = _tape_plan(fn, [x, y], interpreted)
+    assert len(tape.regs) == 2
+    for _ in range(3):
+        x2, y2 = (rng.standard_normal((2, 3)).astype(np.float32) for _ in range(2))
+        buf = plan_module._replay(plan, [x2, y2], None)
+        assert _bits(buf[out]) == _bits(fn(x2, y2)[0])
+
+
+def test_registers_are_reused_once_their_arrays_die():
+    def fn(x):
+        h = x
+        for _ in range(6):
+            h = K.kcall(EW._mul, h, x)  # each product dies at the next step
+        return (K.kcall(EW._add, h, x),)
+    x = np.arange(4, dtype=np.float64)
+    plan, tape, (out,) = _tape_plan(fn, [x])
+    assert len(tape.regs) == 2  # two buffers in turn, not six
+    buf = plan_module._replay(plan, [x + 0.5], None)
+    assert _bits(buf[out]) == _bits(fn(x + 0.5)[0])
+
+
+def _wrong(a, b):
+    return a + b
+
+
+_wrong.direct = lambda a, b: (np.subtract, (a, b))  # a direct form that does not give the kernel's result
+
+
+def test_a_direct_form_that_does_not_give_the_kernels_bits_is_not_used():
+    def fn(x, y):
+        return (K.kcall(_wrong, K.kcall(EW._mul, x, y), y),)
+    x, y = np.ones(3), np.full(3, 2.0)
+    plan, tape, (out,) = _tape_plan(fn, [x, y])
+    assert [st[0] for st in tape.steps] == [np.multiply, _wrong]
+    buf = plan_module._replay(plan, [x * 3, y], None)
+    assert _bits(buf[out]) == _bits(fn(x * 3, y)[0])
+
+
+def test_a_literal_and_its_cast_are_constants_of_the_plan_and_read_only():
+    def fn(x):
+        lit = K.kcall(K.literal, 1.01, None)            # float64 0-d
+        c = K.kcall(K.astype, lit, np.dtype(np.float32))
+        return (K.kcall(EW._mul, x, c),)
+    x = np.linspace(-1, 1, 5, dtype=np.float32)
+    plan, tape, (out,) = _tape_plan(fn, [x])
+    assert [st[0] for st in tape.steps] == [np.multiply]
+    const = tape.steps[0][1][1]
+    assert const.dtype == np.float32 and not const.flags.writeable
+    buf = plan_module._replay(plan, [x * 2], None)
+    assert _bits(buf[out]) == _bits(fn(x * 2)[0]) and buf[out].flags.writeable
+
+
+def test_a_constant_that_reaches_the_caller_is_made_on_every_replay():
+    def fn(x):
+        one = K.kcall(K.ones, (3,), np.dtype(np.float32))
+        return one, K.kcall(EW._add, x, one)
+    x = np.zeros(3, np.float32)
+    plan, tape, (a, _) = _tape_plan(fn, [x])
+    assert tape.steps[0][0] is K.ones
+    b1, b2 = plan_module._replay(plan, [x], None), plan_module._replay(plan, [x], None)
+    assert b1[a] is not b2[a] and b1[a].flags.writeable
+
+
+CHAIN = [T("x", None, requires_grad=True)] + [
+    op("sin", "x", out="s"), op("mul", "s", 1.01, out="m"), op("add", "m", 0.1, out="a"), op("tanh", "a", out="h"),
+    op("exp", "h", out="e"), op("sum", "e", out="total"), op("backward", "total")]
+
+
+def _chain(rng, n=20_000):
+    ops = [dict(o) for o in CHAIN]
+    ops[0] = T("x", rng.standard_normal(n).astype(np.float32).tolist(), dtype="float32", requires_grad=True)
+    return ops
+
+
+def test_the_chain_plan_folds_its_literals_and_writes_its_backward_into_registers():
+    cache = PlanCache()
+    rng = np.random.default_rng(1)
+    c, p, _ = both_ways(_chain(rng), cache)
+    assert c == p
+    plan = next(iter(cache._entries.values()))
+    assert isinstance(plan, Plan) and plan.regs
+    assert K.literal not in plan.kernels and np.multiply in plan.kernels
+    for _ in range(2):
+        c, p, _ = both_ways(_chain(rng), cache)
+        assert c == p
+    assert cache.hits == 2 and len(plan.pool) == 1
+
+
+@pytest.mark.parametrize("tape_mode", ["compiled", "interpreted"])
+def test_one_plan_replayed_by_many_threads_at_once_gives_each_its_cold_result(tape_mode, monkeypatch):
+    if tape_mode == "interpreted":
+        monkeypatch.setattr(plan_module, "_COMPILE_MAX_STEPS", 0)
+    cache = PlanCache()
+    rng = np.random.default_rng(2)
+    c, p, _ = both_ways(_chain(rng), cache)
+    assert c == p
+    plan = next(iter(cache._entries.values()))
+    assert isinstance(plan, Plan) and plan.regs
+    programs = [[_chain(np.random.default_rng(100 + 10 * t + k)) for k in range(6)] for t in range(4)]
+    expected = [[observe(cold, ops) for ops in progs] for progs in programs]
+    got: list = [None] * len(programs)
+    start = threading.Barrier(len(programs))
+
+    def worker(t):
+        start.wait()
+        got[t] = [observe(planned(cache), ops) for ops in programs[t]]
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(len(programs))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert got == expected
+    assert cache.hits == sum(len(p) for p in programs) and cache.fallbacks == 0
+    assert len(plan.pool) <= max(plan.pool_cap, len(programs))
+
+
+def test_the_op_suite_exercises_registers_direct_calls_and_constants():
+    """The op samples' plans (tests/engine/test_plan.py replays them all both ways) use each mechanism, so the
+    suite checks it on every op that meets it."""
+    from .samples import SAMPLES
+    from .test_plan import _program, _same
+    regs = direct = folded = 0
+    for name in ("add", "mul", "sub", "div", "matmul", "relu", "sin", "tanh", "sigmoid", "exp", "linear",
+                 "cross_entropy", "embedding", "mse_loss", "outer", "pow"):
+        for sample in SAMPLES[name]:
+            ops = _program(name, sample, _same)
+            if ops is None:
+                continue
+            cache = PlanCache()
+            observe(planned(cache), ops)
+            plan = next(iter(cache._entries.values()), None)
+            if isinstance(plan, Plan):
+                regs += bool(plan.regs)
+                direct += any(k.__class__ is np.ufunc for k in plan.kernels)
+                folded += K.literal not in plan.kernels and any(
+                    o.get("op") in ("mul", "add", "sub", "div", "pow") and any(isinstance(a, float) for a in o["args"])
+                    for o in ops)
+    assert regs >= 10 and direct >= 20 and folded >= 1, (regs, direct, folded)
