@@ -95,11 +95,19 @@ def ufunc(uf):
     return direct(lambda *args: (uf, args))
 
 
+#: numpy functions used as kernels, as the array methods they call (without numpy's Python layer)
+_NUMPY_FORMS = {
+    np.transpose: lambda a, *axes: (np.ndarray.transpose, (a, *axes)),
+    np.swapaxes: lambda a, d0, d1: (np.ndarray.swapaxes, (a, d0, d1)),
+    np.reshape: lambda a, *rest: (np.ndarray.reshape, (a, *rest)) if len(rest) == 1 else None,
+}
+
+
 def direct_form(fn, args: tuple):
     """``(callable, args)`` a plan may call in place of ``fn(*args)``, or None."""
     if fn.__class__ is np.ufunc:
         return (fn, args) if fn.nout == 1 and len(args) == fn.nin else None
-    form = getattr(fn, "direct", None)
+    form = getattr(fn, "direct", None) or _NUMPY_FORMS.get(fn)
     return None if form is None else form(*args)
 
 

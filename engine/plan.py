@@ -338,6 +338,9 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
 #: outlives the response (a one-shot run of its own): the report's snapshots, a leaf's private .grad copy
 _COPIES = frozenset({K.snapshot, K.copy})
 _POOL_SETS = 2          # idle register sets a plan keeps (a replay takes one; concurrent replays make more)
+#: ufuncs whose every element is one correctly rounded operation on the same elements of the inputs: the
+#: same bits whatever loop numpy takes, so one may write over an input (``out=`` the input's own buffer)
+_EXACT_UFUNCS = frozenset({np.add, np.subtract, np.multiply, np.true_divide, np.negative})
 
 
 def _copy_renames(rec: K.Recorder) -> dict:
@@ -565,6 +568,7 @@ class _Tape:
                 gend[g] = i
         written = self.written
         forms: dict = {}
+        slot_reg: dict = {}
         free_regs: dict = {}
         release: dict = {}
         out_steps = []
@@ -573,7 +577,8 @@ class _Tape:
             reg = -1
             has = forms.get(fn)
             if has is None:
-                has = forms[fn] = fn.__class__ is np.ufunc or getattr(fn, "direct", None) is not None
+                has = forms[fn] = fn.__class__ is np.ufunc or getattr(fn, "direct", None) is not None or \
+                    fn in K._NUMPY_FORMS
             if has and multi is False and not (written and any(group[s] in written for _, s in where)):
                 st = self._form(fn, tmpl, where, arrs, arrs[out], group[out] == out and out not in bad)
                 if st is not None:
@@ -582,13 +587,20 @@ class _Tape:
                         a = arrs[out]
                         key = (a.shape, a.dtype.str)
                         spare = free_regs.get(key)
-                        if spare:
+                        # an exact elementwise ufunc may write over an input register that dies here
+                        dying = [(key, slot_reg[s]) for _, s in where if s in slot_reg and gend[group[s]] == i
+                                 and (key, slot_reg[s]) in release.get(i, ())] if fn in _EXACT_UFUNCS else ()
+                        if dying:
+                            release[i].remove(dying[0])
+                            reg = dying[0][1]
+                        elif spare:
                             reg = spare.pop()
                         else:
                             reg = len(self.regs)
                             self.regs.append((a.shape, a.dtype))
                             self.reg_bytes += a.nbytes
                         release.setdefault(gend[out], []).append((key, reg))
+                        slot_reg[out] = reg
                         conv = False
             out_steps.append((fn, tmpl, where, out, multi, conv, reg))
             for key, r in release.pop(i, ()):

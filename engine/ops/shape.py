@@ -7,6 +7,8 @@ change through a view is seen (and counted) by the base.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from .. import dtypes as D
@@ -144,6 +146,7 @@ def _try_view(arr: np.ndarray, shape: tuple):
         return None
 
 
+@K.direct(lambda arr, shape: (np.ndarray.reshape, (arr, shape)))  # (a view whenever _view gives one)
 def _view(arr, shape):
     """A view of ``arr`` with ``shape``; ValueError when the layout allows none (whether it does depends on
     the shapes and strides alone, so a plan never meets the error its cold run did not)."""
@@ -157,6 +160,7 @@ def _clone(a):
     return np.array(a, copy=True, order="K")
 
 
+@K.direct(lambda a, index: (operator.getitem, (a, index)))
 def _basic_take(a, index):
     """``a[index]`` for a basic index (ints and slices: static)."""
     return a[index]
