@@ -17,6 +17,10 @@ requires_grad, versions...), the same for every run of the same op list over inp
   namespace and autograd report are rebuilt from the recorded structure and the replayed arrays. A kernel
   that raises (a value-dependent check: an index out of range, a target out of bounds) falls back to a
   cold run of the whole list, so the error, its op index and atomicity are exactly the cold path's.
+* **The tape** (``_Tape``) is the recorded calls made cheaper where nothing can tell: constants computed
+  once, repeated calls once, kernels called through their direct forms (their ufuncs, array methods),
+  intermediates no caller sees written into buffers a replay reuses, copies of arrays that die with the
+  response left out; each checked against the recorded arrays, bit for bit and layout for layout.
 
 * **Sessions and loops.** A session list whose results carry no graph plans too (``run_session_planned``;
   its key adds the session's tensors, function definitions, warned set and name counter). A list recorded
@@ -337,7 +341,7 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
 #: copies a plan may replace by the array itself when nothing in it writes in place and no array of it
 #: outlives the response (a one-shot run of its own): the report's snapshots, a leaf's private .grad copy
 _COPIES = frozenset({K.snapshot, K.copy})
-_POOL_SETS = 2          # idle register sets a plan keeps (a replay takes one; concurrent replays make more)
+_POOL_SETS = 1          # idle register sets a plan keeps (a replay takes one; concurrent replays make more)
 #: ufuncs whose every element is one correctly rounded operation on the same elements of the inputs: the
 #: same bits whatever loop numpy takes, so one may write over an input (``out=`` the input's own buffer)
 _EXACT_UFUNCS = frozenset({np.add, np.subtract, np.multiply, np.true_divide, np.negative})
@@ -435,15 +439,22 @@ class _Tape:
     * **constants**: a step without inputs from the run (a literal, a seed of ones) or only constants among
       them is run here, once, when its result never reaches the caller and nothing writes into it; its
       result (read-only) is a static argument of the steps reading it;
-    * **direct calls**: a kernel with a direct form (``kernel.direct_form``: its ufunc) is called as that;
+    * **common steps**: a step that repeats an earlier one (same kernel, slots and static arguments) reads its
+      result (``_cse``);
+    * **direct calls**: a kernel with a direct form (``kernel.direct_form``: its ufunc, the array method a
+      numpy function calls) is called as that;
     * **registers**: an intermediate made by a ufunc-like call (``kernel.takes_out``) that never reaches the
       caller, C-contiguous and owning its memory, is written into a buffer of the plan (``out=``), a buffer
-      another such intermediate freed before (liveness over the intermediate and its views). A replay takes
-      a set of buffers of its own (``_replay_quiet``): concurrent replays never share one.
+      another such intermediate freed before (liveness over the intermediate and its views), or, for an
+      exact elementwise ufunc, the buffer of an input that dies with the step. A replay takes a set of
+      buffers of its own (``_replay_quiet``): concurrent replays never share one.
 
-    Each direct form and register is checked on the recorded arrays (the same bits as the kernel gave) before
-    it is used. ``steps``: (fn, template, where, out, multi, conv, reg, free); ``conv``: the call may return
-    a numpy scalar (made an array); ``reg``: the register the result is written into (-1: none)."""
+    Memory groups (an array and its views, by the owner of their memory) decide what may be folded, shared
+    or reused: nothing in a group the caller sees, that holds an input, or that is written in place. Each
+    direct form and register is checked on the recorded arrays (the same bits, dtype, shape and strides as
+    the kernel gave) before it is used. ``steps``: (fn, template, where, out, multi, conv, reg, free);
+    ``conv``: the call may return a numpy scalar (made an array); ``reg``: the register the result is
+    written into (-1: none)."""
 
     def __init__(self, rec: K.Recorder, keep: set, ren: dict):
         arrs = rec.keep
@@ -494,6 +505,9 @@ class _Tape:
                     try:
                         r = fn(*args)
                         vals = tuple(r) if multi is True else (r if r.__class__ is np.ndarray else np.asarray(r),)
+                        # an array of its own, the plan's alone (a kernel might hand out one it keeps)
+                        vals = tuple([np.array(v, order="K") if v.__class__ is np.ndarray and v.base is None
+                                      else v for v in vals])
                     except Exception:  # noqa: BLE001 - not a constant then: the step stays
                         vals = None
                 if vals is not None and len(vals) == len(outs) and \
@@ -501,7 +515,7 @@ class _Tape:
                     for v, o in zip(vals, outs):
                         v.flags.writeable = False  # (a kernel writing into it fails: the run falls back)
                         consts[o] = v
-                        self.const_bytes += v.nbytes
+                        self.const_bytes += v.nbytes if v.base is None else 0
                     continue
             if any(s in consts for _, s in where):
                 tmpl = list(tmpl)
