@@ -342,6 +342,7 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
 #: outlives the response (a one-shot run of its own): the report's snapshots, a leaf's private .grad copy
 _COPIES = frozenset({K.snapshot, K.copy})
 _POOL_SETS = 1          # idle register sets a plan keeps (a replay takes one; concurrent replays make more)
+_CONST_MAX_BYTES = 1 << 20  # a larger constant is made on every replay (a plan's bytes count its constants)
 #: ufuncs whose every element is one correctly rounded operation on the same elements of the inputs: the
 #: same bits whatever loop numpy takes, so one may write over an input (``out=`` the input's own buffer)
 _EXACT_UFUNCS = frozenset({np.add, np.subtract, np.multiply, np.true_divide, np.negative})
@@ -511,6 +512,7 @@ class _Tape:
                     except Exception:  # noqa: BLE001 - not a constant then: the step stays
                         vals = None
                 if vals is not None and len(vals) == len(outs) and \
+                        sum(v.nbytes for v in vals if v.base is None) <= _CONST_MAX_BYTES and \
                         all(_same_bits(v, arrs[o]) for v, o in zip(vals, outs)):
                     for v, o in zip(vals, outs):
                         v.flags.writeable = False  # (a kernel writing into it fails: the run falls back)
