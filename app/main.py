@@ -21,7 +21,7 @@ from app import errors
 from app.admission import HeavyWork
 from app.auth import METRICS_PATH, OPEN_PATHS, Auth, KeyRing, RateLimiter
 from app.config import Settings, get_settings
-from app.memory import MemoryTrimmer, limit_malloc_arenas
+from app.memory import MemoryTrimmer, configure_malloc
 from app.middleware import RequestBody, security_headers
 from app.observability import InFlight, Metrics, Observe, RouteTemplates, configure_logging
 from app.routes import autograd, graph, meta, ops, sessions
@@ -195,7 +195,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings.log_level)
     app.state.settings = settings
     app.state.keys = KeyRing(settings.api_keys.get_secret_value())
-    limit_malloc_arenas(settings.malloc_arenas)
+    configure_malloc(settings)
     app.state.trimmer = MemoryTrimmer(settings.memory_trim_interval_seconds)
     app.state.store = make_store(settings)
     if hasattr(app.state.store, "on_release"):  # the memory store says when sessions end
