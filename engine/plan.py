@@ -35,11 +35,14 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import MutableMapping
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 import orjson
 
+from . import dtypes as D
 from . import kernel as K
 from .functional import TRANSFORMS
 from .grad_mode import WarningSink
@@ -55,7 +58,7 @@ from .program import (
     run_program,
 )
 from .registry import OPS
-from .tensor import Tensor
+from .tensor import Tensor, as_array
 
 #: ops whose results are program inputs: their data is not part of the key, they run cold on every request
 INPUT_OPS = frozenset({"tensor"})
@@ -96,6 +99,7 @@ class Plan:
     next_key: tuple | None = None  # (key, layout) of the session state the run leaves (session plans)
     chainable: bool = False        # a repeat may replay it without building the state between iterations
     iter_bytes: int = 0            # bytes of the arrays one run makes (session plans)
+    lazy: tuple | None = None      # (name -> descriptor, names of preset tensors): made on a first one-shot replay
 
 
 class Unplannable:
@@ -180,9 +184,116 @@ _PLANNABLE_CALLS = {
 }
 
 
-def _key(state: State, ops: list, extra: tuple):
-    """(key, input arrays, input tensors) or None when the run cannot be planned at all; input ops run here
-    (cold, exactly as the program runs them): their results' structure goes into the key."""
+def _plannable_name(name) -> bool | None:
+    """Whether every op called ``name`` is plannable (True/False), or None when that depends on the call
+    (``_PLANNABLE_CALLS``)."""
+    if name in PLANNABLE_ACTIONS or name in INPUT_OPS:
+        return True
+    spec = OPS.get(name) if isinstance(name, str) else None
+    if spec is None:
+        return False
+    if not spec.plannable and spec.name in _PLANNABLE_CALLS:
+        return None
+    return spec.plannable and not spec.inplace
+
+
+_get_op = dict.get
+
+
+def _scan(ops: list, plannable: bool = True) -> list | None:
+    """The positions of the input (``tensor``) ops of ``ops``; None when an op is not an object or (with
+    ``plannable``) when one is not ``_plannable_op``. C-level passes over the op names, one test per distinct
+    name (the per-call test only for the ops whose call form decides)."""
+    try:
+        names = list(map(_get_op, ops, repeat("op")))  # (TypeError: an op that is not an object)
+        distinct = set(names)                          # (TypeError: an unhashable op name)
+    except TypeError:
+        return None
+    if plannable:
+        for name in distinct:
+            ok = _plannable_name(name)
+            if ok is None:
+                ok = all(_plannable_op(o) for o, m in zip(ops, names) if m == name)
+            if not ok:
+                return None
+    if INPUT_OPS.isdisjoint(distinct):
+        return []
+    return [i for i, m in enumerate(names) if m in INPUT_OPS]
+
+
+_FLOAT32_MAX = 3.4e38  # a Python float strictly inside this range casts to float32 without overflow
+
+
+def _input_form(op: dict) -> tuple | None:
+    """``(data, dtype, requires_grad)`` of a ``tensor`` op called as ``tensor(data, dtype=..., requires_grad=...)``
+    with a Python number, a list or an array as data, a dtype name (canonical) or none, and a bool flag; None
+    for any other form (the caller runs the op as the program does)."""
+    args = op["args"]
+    if args.__class__ is not list or len(args) != 1:
+        return None
+    kw = op.get("kwargs")
+    dtype, rg = None, False
+    if kw:
+        if kw.__class__ is not dict:
+            return None
+        for k, v in kw.items():
+            if k == "requires_grad" and v.__class__ is bool:
+                rg = v
+            elif k == "dtype" and v.__class__ is str:
+                dtype = D.ALIASES.get(v)
+                if dtype is None:
+                    return None
+            elif k != "dtype" or v is not None:
+                return None
+    data = args[0]
+    cls = data.__class__
+    if cls is float or cls is int or cls is bool or cls is list or cls is np.ndarray:
+        return data, dtype, rg
+    return None
+
+
+def _direct_input(data, dtype, rg) -> np.ndarray | None:
+    """The array ``creation.tensor`` makes of one Python number or of an array already of the dtype it keeps,
+    by the steps ``tensor.as_array`` takes for them (so bit for bit the same array, and no step that could
+    meet a floating-point error); None for anything else (list data, an array to cast, an int outside int64,
+    a float cast to an integer dtype or overflowing float32, NaN, requires_grad on an integer dtype): the
+    caller then takes the general way."""
+    cls = data.__class__
+    if cls is np.ndarray:
+        # as_array: an array of a dtype the engine keeps, asked for no other, is copied (C order, writable)
+        if (dtype is None or data.dtype == D.NP_DTYPES[dtype]) and data.dtype in _KEPT \
+                and (not rg or data.dtype.kind == "f"):
+            return np.array(data, copy=True, order="C")
+        return None
+    if cls is float:
+        # np.asarray gives float64 (_out_of_int64 keeps a float), cast to float32 unless float64 is asked for
+        if dtype == D.FLOAT64:
+            return np.asarray(data)
+        if (dtype is None or dtype == D.FLOAT32) and -_FLOAT32_MAX < data < _FLOAT32_MAX:
+            return np.asarray(data).astype(np.float32)
+        return None
+    if cls is int or cls is bool:
+        if cls is int and not -(1 << 63) <= data < (1 << 63):
+            return None
+        arr = np.asarray(data)  # int64 or bool, 0-d
+        if dtype is not None:
+            target = D.NP_DTYPES[dtype]
+            if arr.dtype != target:
+                arr = arr.astype(target)
+        if rg and arr.dtype.kind != "f":
+            return None
+        return arr
+    return None
+
+
+#: the dtypes ``as_array`` keeps an array in when no dtype is asked for
+_KEPT = frozenset(D.NP_DTYPES.values())
+
+
+def _key(state: State, ops: list, extra: tuple, made: list | None = None):
+    """(key, input arrays) or None when the run cannot be planned at all; input ops run here (as the program
+    runs them: the same arrays), and their results' structure goes into the key. ``made``: the positions of
+    the input ops (``_scan``) when the caller has them."""
     inputs, metas = [], []
     for name, t in state.tensors.items():
         if not _fresh_leaf(t):
@@ -191,38 +302,65 @@ def _key(state: State, ops: list, extra: tuple):
         metas.append((name, t.data.shape, t.data.dtype.str, t._requires_grad))
     if state.functions:
         return None
-    stripped = []
-    made = []  # (index, op) of the input ops
-    for i, op in enumerate(ops):
-        if not isinstance(op, dict):
+    if made is None:
+        made = _scan(ops, plannable=False)
+        if made is None:
             return None
-        if op.get("op") in INPUT_OPS:
-            if not op.get("args"):
-                return None
-            made.append((i, op))
-            op = {**op, "args": [None, *op["args"][1:]]}
-        stripped.append(op)
+    stripped = ops
     if made:
-        runner = _Runner(State(), {}, WarningSink(set()), ProgramResult())
-        try:  # (grad mode does not matter to a tensor op)
-            with runner.sink, np.errstate(all="ignore"):
-                for _, op in made:
-                    spec = OPS[op["op"]]
-                    a, k = runner.bind_args(spec, op["args"], op.get("kwargs") or {}, op["op"])
-                    t = spec.fn(*a, **k)
-                    if not _fresh_leaf(t):
-                        return None
-                    inputs.append(t.data)
-                    metas.append((t.data.shape, t.data.dtype.str, t._requires_grad))
-        except Exception:  # noqa: BLE001 - the cold run reports it, with its op index
-            return None
-        if runner.sink.messages:
+        stripped = list(ops)
+        rest = []  # (position, op, its form or None) of the inputs made under the run's error state
+        for i in made:
+            op = ops[i]
+            args = op.get("args")
+            if not args:
+                return None
+            stripped[i] = {**op, "args": [None, *args[1:]]}
+            form = _input_form(op)
+            arr = None if form is None else _direct_input(*form)
+            if arr is None:
+                rest.append((len(inputs), op, form))
+                metas.append(None)
+            else:
+                metas.append((arr.shape, arr.dtype.str, form[2]))
+            inputs.append(arr)
+        if rest and not _run_inputs(rest, inputs, metas):
             return None
     try:
         text = orjson.dumps(stripped, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
     except TypeError:
         return None
     return (text, tuple(metas), extra), inputs
+
+
+def _run_inputs(rest: list, inputs: list, metas: list) -> bool:
+    """The input ops ``_direct_input`` left, as the program runs them (list or array data through the tensor
+    op's own conversion, other forms through the op itself), into their places of ``inputs`` and ``metas``;
+    False when one fails or warns (the cold run reports it, with its op index)."""
+    sink = WarningSink(set())
+    runner = None
+    try:  # (grad mode does not matter to a tensor op)
+        with sink, np.errstate(all="ignore"):
+            for at, op, form in rest:
+                if form is not None:
+                    data, dtype, rg = form
+                    arr = as_array(data, dtype)
+                    if rg and arr.dtype.kind != "f":
+                        return False
+                else:
+                    if runner is None:
+                        runner = _Runner(State(), {}, sink, ProgramResult())
+                    spec = OPS[op["op"]]
+                    a, k = runner.bind_args(spec, op["args"], op.get("kwargs") or {}, op["op"])
+                    t = spec.fn(*a, **k)
+                    if not _fresh_leaf(t):
+                        return False
+                    arr, rg = t.data, t._requires_grad
+                inputs[at] = arr
+                metas[at] = (arr.shape, arr.dtype.str, rg)
+    except Exception:  # noqa: BLE001 - the cold run reports it, with its op index
+        return False
+    return not sink.messages
 
 
 # ----- recording -------------------------------------------------------------------------------------------
@@ -434,30 +572,171 @@ def _replay_quiet(plan: Plan, inputs: list, control) -> list:
     return buf
 
 
+_new_tensor = Tensor.__new__
+_ndarray = np.ndarray
+
+
 def _tensor(buf, d) -> Tensor:
+    """The replayed tensor of a descriptor (``_desc``): ``Tensor(...)``'s slots set directly (a run's budget
+    counts its tensors as they are made; after the run there is none to count)."""
     s, rg, fn, retains, version, accs, g = d
-    t = Tensor(buf[s], rg, None if fn is None else _Name(fn))
+    a = buf[s]
+    if a.__class__ is not _ndarray:
+        a = np.asarray(a)
+    t = _new_tensor(Tensor)
+    t.data = a
+    t._requires_grad = rg
+    t._grad_fn = None if fn is None else _Name(fn)
+    t.output_nr = 0
+    t._grad = None if g is None else _tensor(buf, g)
     t._vc = [version]
     t.retains_grad = retains
     t.grad_accumulations = accs
-    if g is not None:
-        t._grad = _tensor(buf, g)
+    t._base = None
+    t._accumulator = None
+    t._wrapped = False
+    t._fw_grad = None
+    t._creation = None
+    t._attr_version = 0
     return t
 
 
+def _plain(buf, s) -> Tensor:
+    """``Tensor(buf[s])``: an autograd report's contribution."""
+    return _tensor(buf, (s, False, None, False, 0, 0, None))
+
+
+class _PlannedResult(ProgramResult):
+    """A replay's result: ``ops``, ``changed`` and ``autograd`` are made from the plan on first access (a
+    one-shot response reads the autograd report only, a repeat's inner iterations none of them); what they
+    hold is what ``_finish`` always made."""
+
+    def __init__(self, plan: Plan, buf: list):
+        self._plan, self._buf = plan, buf
+        self._ops = self._changed = self._autograd = None
+        self.records, self.warnings, self.returned, self.iterations = {}, [], {}, 1
+
+    @property
+    def ops(self) -> list:
+        if self._ops is None:
+            self._ops = [OpOutcome(o.index, o.op, list(o.bound)) for o in self._plan.ops]
+        return self._ops
+
+    @ops.setter
+    def ops(self, value) -> None:
+        self._ops = value
+
+    @property
+    def changed(self) -> list:
+        if self._changed is None:
+            self._changed = list(self._plan.changed)
+        return self._changed
+
+    @changed.setter
+    def changed(self, value) -> None:
+        self._changed = value
+
+    @property
+    def autograd(self) -> list:
+        if self._autograd is None:
+            buf = self._buf
+            self._autograd = [
+                AutogradRecord(index, op, [GradEntry(name, _plain(buf, c), None if g is None else _tensor(buf, g), accs)
+                                           for name, c, g, accs in entries])
+                for index, op, entries in self._plan.autograd]
+        return self._autograd
+
+    @autograd.setter
+    def autograd(self, value) -> None:
+        self._autograd = value
+
+
+class _Namespace(MutableMapping):
+    """The namespace a one-shot replay leaves (``state.tensors`` after ``run_planned``), each tensor made on
+    first access and kept (so a name reads as the same object every time) and a name never read never made.
+    Names in the cold run's order. A change (set, delete) first makes every tensor and then behaves as a
+    dict does."""
+
+    __slots__ = ("_buf", "_descs", "_built", "_own")
+
+    def __init__(self, buf: list, descs: dict, built: dict):
+        self._buf = buf
+        self._descs = descs    # name -> descriptor, in order (the plan's own: copied before a change)
+        self._built = built    # name -> the tensor made (the preset input tensors from the start)
+        self._own = False
+
+    def __getitem__(self, name):
+        t = self._built.get(name)
+        if t is None:
+            t = self._built[name] = _tensor(self._buf, self._descs[name])
+        return t
+
+    def get(self, name, default=None):
+        t = self._built.get(name)
+        if t is None:
+            d = self._descs.get(name)
+            if d is None:
+                return default
+            t = self._built[name] = _tensor(self._buf, d)
+        return t
+
+    def __contains__(self, name) -> bool:
+        return name in self._descs
+
+    def __iter__(self):
+        return iter(self._descs)
+
+    def __len__(self) -> int:
+        return len(self._descs)
+
+    def _materialize(self) -> None:
+        if not self._own:
+            for name in self._descs:
+                self[name]
+            self._descs = dict.fromkeys(self._descs)
+            self._own = True
+
+    def __setitem__(self, name, t) -> None:
+        self._materialize()
+        self._descs[name] = None
+        self._built[name] = t
+
+    def __delitem__(self, name) -> None:
+        self._materialize()
+        del self._descs[name]
+        del self._built[name]
+
+    def copy(self) -> dict:
+        return dict(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({dict(self)!r})"
+
+
 def _finish(plan: Plan, buf: list, state: State, preset: dict) -> ProgramResult:
+    """The state and result a replay leaves (the namespace's tensors made now: a session's)."""
     for name, g, accs in plan.preset:
         t = preset[name]
         t._grad = None if g is None else _tensor(buf, g)
         t.grad_accumulations = accs
     state.tensors = {name: preset[name] if d is None else _tensor(buf, d) for name, d in plan.namespace}
     state.backward_passes += plan.backward_passes
-    res = ProgramResult(ops=[OpOutcome(o.index, o.op, list(o.bound)) for o in plan.ops], changed=list(plan.changed))
-    for index, op, entries in plan.autograd:
-        res.autograd.append(AutogradRecord(index, op, [
-            GradEntry(name, Tensor(buf[c]), None if g is None else _tensor(buf, g), accs)
-            for name, c, g, accs in entries]))
-    return res
+    return _PlannedResult(plan, buf)
+
+
+def _finish_oneshot(plan: Plan, buf: list, state: State, preset: dict) -> ProgramResult:
+    """``_finish`` for a one-shot run: the namespace is a ``_Namespace`` (its tensors made when read)."""
+    lazy = plan.lazy
+    if lazy is None:  # (made once per plan; two threads making it at once make the same)
+        lazy = plan.lazy = (dict(plan.namespace), [name for name, d in plan.namespace if d is None])
+    for name, g, accs in plan.preset:
+        t = preset[name]
+        t._grad = None if g is None else _tensor(buf, g)
+        t.grad_accumulations = accs
+    descs, kept = lazy
+    state.tensors = _Namespace(buf, descs, {name: preset[name] for name in kept} if kept else {})
+    state.backward_passes += plan.backward_passes
+    return _PlannedResult(plan, buf)
 
 
 def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (), **kwargs) -> ProgramResult:
@@ -467,13 +746,14 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
     if cache is None or kwargs.get("repeat", 1) != 1 or kwargs.get("record") or kwargs.get("until") is not None \
             or kwargs.get("returns"):
         return run_program(state, ops, **kwargs)
-    if not isinstance(ops, list) or not all(_plannable_op(op) for op in ops):
+    inputs_at = _scan(ops) if isinstance(ops, list) else None
+    if inputs_at is None:
         cache.count("unplannable")
         return run_program(state, ops, **kwargs)
     lim = kwargs.get("limits")
     respond = kwargs.get("respond", "changed")
     made = _key(state, ops, (bool(kwargs.get("no_grad", False)), lim, extra,
-                             respond if isinstance(respond, str) else tuple(respond)))
+                             respond if isinstance(respond, str) else tuple(respond)), inputs_at)
     if made is None:
         cache.count("unplannable")
         return run_program(state, ops, **kwargs)
@@ -484,7 +764,7 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
         buf = _guarded_replay(cache, entry, inputs, kwargs.get("control"))
         if buf is None:
             return run_program(state, ops, **kwargs)
-        return _finish(entry, buf, state, preset)
+        return _finish_oneshot(entry, buf, state, preset)
     if isinstance(entry, Unplannable):
         cache.count("unplannable")
         return run_program(state, ops, **kwargs)
