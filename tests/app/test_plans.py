@@ -207,4 +207,4 @@ def test_a_replayed_eval_answers_each_return_form_byte_for_byte_what_the_cold_en
                     else:
                         assert {k: v for k, v in a.json().items() if k not in ("instance", "request_id")} == \
                             {k: v for k, v in b.json().items() if k not in ("instance", "request_id")}
-        assert metric(planned.get("/metrics").text, "gradserve_plan_hits") >= 40
+        assert metric(planned.get("/metrics").text, "gradserve_plan_hits") >= 2 * 2 * len(returns)
