@@ -144,9 +144,9 @@ class PlanCache:
                 self.bytes -= e.nbytes + len(k[0])
                 self.evictions += 1
 
-    def count(self, what: str) -> None:
+    def count(self, what: str, n: int = 1) -> None:
         with self._lock:
-            setattr(self, what, getattr(self, what) + 1)
+            setattr(self, what, getattr(self, what) + n)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -1032,6 +1032,7 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
     held, most = None, 0
     res, done, carried, lazy = None, 0, None, None
     control = kwargs.get("control")
+    chain = _Chain(cache)
     try:
         # (every run of the loop ignores numpy's floating-point errors: chained replays enter that once)
         with np.errstate(all="ignore"):
@@ -1042,7 +1043,7 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
                     control.check()  # (short plans never reach a replay's own check; the cold loop reports)
                 if carried is not None:
                     cur = scratch.tensors if lazy is None else lazy
-                    plan, buf = _chain_replay(cache, cur, carried, control)
+                    plan, buf = _chain_replay(chain, cur, carried, control)
                     if plan is not None:
                         lazy = _chain_state(plan, buf, cur)
                         stop = i == repeat - 1
@@ -1094,12 +1095,35 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
             for a, v in zip(_TENSOR_ATTRS, values):
                 setattr(t, a, v)
         return None
+    finally:
+        chain.flush()
     state.tensors, state.counter, state.warned = scratch.tensors, scratch.counter, scratch.warned
     state.backward_passes, state.held_bytes = scratch.backward_passes, scratch.held_bytes
     return ProgramResult(ops=res.ops, changed=changed, autograd=res.autograd, iterations=done)
 
 
-def _chain_replay(cache: PlanCache, cur: dict, carried: tuple, control):
+class _Chain:
+    """A repeat loop's use of the plan cache: the entry of the key it met last (an iteration usually carries
+    the key of the plan it replayed: looked up once per loop, not per iteration), and the hits of its replays
+    (counted into the cache once, when the loop ends)."""
+
+    __slots__ = ("cache", "key", "entry", "hits")
+
+    def __init__(self, cache: PlanCache):
+        self.cache, self.key, self.entry, self.hits = cache, None, None, 0
+
+    def get(self, key):
+        if key is not self.key or self.entry is None:
+            self.key, self.entry = key, self.cache.get(key)
+        return self.entry
+
+    def flush(self) -> None:
+        if self.hits:
+            self.cache.count("hits", self.hits)
+            self.hits = 0
+
+
+def _chain_replay(chain: _Chain, cur: dict, carried: tuple, control):
     """A repeat iteration on the state the previous one left (``cur``: name -> its tensor, or (buffer,
     descriptor) of a tensor not built yet): (plan, buffer) of the chainable plan the carried key finds,
     replayed; (None, None) when the key does not fit the state or finds none. A replay that raises aborts the
@@ -1107,15 +1131,15 @@ def _chain_replay(cache: PlanCache, cur: dict, carried: tuple, control):
     datas = [o.data if o.__class__ is Tensor else o[0][o[1][0]] for o in cur.values()]
     if tuple([(n, a.shape, a.dtype, a.strides) for n, a in zip(cur, datas)]) != carried[1]:
         return None, None
-    entry = cache.get(carried[0])
+    entry = chain.get(carried[0])
     if not isinstance(entry, Plan) or not entry.chainable:
         return None, None
     try:
         buf = _replay_quiet(entry, datas, control)  # (_repeat ignores numpy's floating-point errors)
     except Exception:  # noqa: BLE001 - the cold loop gives the error
-        cache.count("fallbacks")
+        chain.cache.count("fallbacks")
         raise _Abort from None
-    cache.count("hits")
+    chain.hits += 1
     return entry, buf
 
 
