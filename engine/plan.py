@@ -198,6 +198,9 @@ def _plannable_name(name) -> bool | None:
 
 
 _get_op = dict.get
+#: op names every call of which is plannable: ``_plannable_name``'s True answers, remembered (the op table
+#: only grows, and a name's answer is fixed once its op exists; other answers are not remembered)
+_PLANNABLE_NAMES: set = set(PLANNABLE_ACTIONS | INPUT_OPS)
 
 
 def _scan(ops: list, plannable: bool = True) -> list | None:
@@ -209,12 +212,15 @@ def _scan(ops: list, plannable: bool = True) -> list | None:
         distinct = set(names)                          # (TypeError: an unhashable op name)
     except TypeError:
         return None
-    if plannable:
-        for name in distinct:
+    if plannable and not _PLANNABLE_NAMES.issuperset(distinct):
+        for name in distinct.difference(_PLANNABLE_NAMES):
             ok = _plannable_name(name)
-            if ok is None:
-                ok = all(_plannable_op(o) for o, m in zip(ops, names) if m == name)
-            if not ok:
+            if ok:
+                _PLANNABLE_NAMES.add(name)
+            elif ok is None:
+                if not all(_plannable_op(o) for o, m in zip(ops, names) if m == name):
+                    return None
+            else:
                 return None
     if INPUT_OPS.isdisjoint(distinct):
         return []
@@ -286,14 +292,16 @@ def _direct_input(data, dtype, rg) -> np.ndarray | None:
     return None
 
 
+#: a tensor op's args in its key, data left out (only ever serialised)
+_NO_DATA = [None]
 #: the dtypes ``as_array`` keeps an array in when no dtype is asked for
 _KEPT = frozenset(D.NP_DTYPES.values())
 
 
-def _key(state: State, ops: list, extra: tuple, made: list | None = None):
+def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: bytes | None = None):
     """(key, input arrays) or None when the run cannot be planned at all; input ops run here (as the program
     runs them: the same arrays), and their results' structure goes into the key. ``made``: the positions of
-    the input ops (``_scan``) when the caller has them."""
+    the input ops (``_scan``), ``text``: the op list's text (``_pre_key``'s), when the caller has them."""
     inputs, metas = [], []
     for name, t in state.tensors.items():
         if not _fresh_leaf(t):
@@ -308,14 +316,16 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None):
             return None
     stripped = ops
     if made:
-        stripped = list(ops)
+        if text is None:
+            stripped = list(ops)
         rest = []  # (position, op, its form or None) of the inputs made under the run's error state
         for i in made:
             op = ops[i]
             args = op.get("args")
             if not args:
                 return None
-            stripped[i] = {**op, "args": [None, *args[1:]]}
+            if text is None:
+                stripped[i] = {**op, "args": _NO_DATA if len(args) == 1 else [None, *args[1:]]}
             form = _input_form(op)
             arr = None if form is None else _direct_input(*form)
             if arr is None:
@@ -326,10 +336,11 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None):
             inputs.append(arr)
         if rest and not _run_inputs(rest, inputs, metas):
             return None
-    try:
-        text = orjson.dumps(stripped, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-    except TypeError:
-        return None
+    if text is None:
+        try:
+            text = orjson.dumps(stripped, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+        except TypeError:
+            return None
     return (text, tuple(metas), extra), inputs
 
 
@@ -797,6 +808,13 @@ def _plannable_session_op(op, functions: dict, depth: int = 0) -> bool:
     return fdef is not None and all(_plannable_session_op(o, functions, depth + 1) for o in fdef.ops)
 
 
+def _plannable_session_list(ops, functions: dict) -> bool:
+    """Every op of a session list ``_plannable_session_op`` (the name scan first: transforms are the rest)."""
+    if not isinstance(ops, list):
+        return False
+    return _scan(ops) is not None or all(_plannable_session_op(op, functions) for op in ops)
+
+
 #: a function definition's JSON text: a FunctionDef is frozen plain data (its ops a private deep copy, arrays
 #: read-only), so the text of one object never changes
 _FN_TEXT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -817,7 +835,7 @@ def _functions_key(functions: dict) -> tuple | None:
     return tuple(out)
 
 
-def _session_key(state: State, ops: list, extra: tuple):
+def _session_key(state: State, ops: list, extra: tuple, text: bytes | None = None):
     """The key of a session list: everything of the session state the run can depend on (each tensor's name,
     shape, dtype, flags, version, aliasing; the function definitions; the warned set; the name counter).
     None when a session tensor is not a plain leaf without a gradient (those run cold)."""
@@ -838,7 +856,7 @@ def _session_key(state: State, ops: list, extra: tuple):
     saved_fns = state.functions
     state.functions = {}
     try:
-        made = _key(state, ops, extra)
+        made = _key(state, ops, extra, text=text)
     finally:
         state.tensors, state.functions = saved, saved_fns
     if made is None:
@@ -921,7 +939,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     plan known to be unplannable), (None, None) when a replay's guard failed (nothing changed), (result,
     False) when it ran cold recording and turned out unplannable."""
     if plannable is None:
-        plannable = isinstance(ops, list) and all(_plannable_session_op(op, state.functions) for op in ops)
+        plannable = _plannable_session_list(ops, state.functions)
     if not plannable:
         return None, False
     lim = kwargs.get("limits")
@@ -936,7 +954,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         pre = _pre_key(state, ops, extra)
         if pre is None or isinstance(cache.get(pre), Unplannable):
             return None, False
-        made = _session_key(state, ops, extra)
+        made = _session_key(state, ops, extra, pre[0])  # (the same op list text: tensor data left out)
         if made is None:
             return None, False
         key, inputs = made
@@ -993,7 +1011,7 @@ def run_session_planned(cache: PlanCache | None, state: State, ops: list, *, ext
     atomicity) is the cold run's."""
     if cache is None or kwargs.get("record") or kwargs.get("returns"):
         return run_program(state, ops, **kwargs)
-    plannable = isinstance(ops, list) and all(_plannable_session_op(op, state.functions) for op in ops)
+    plannable = _plannable_session_list(ops, state.functions)
     if kwargs.get("repeat", 1) != 1 or kwargs.get("until") is not None:
         if plannable and isinstance(kwargs.get("repeat", 1), int) and kwargs.get("repeat", 1) >= 1:
             res = _repeat(cache, state, ops, {**kwargs, "extra": extra})
