@@ -12,11 +12,17 @@ requires_grad, versions...), the same for every run of the same op list over inp
   ``plannable`` in the op table, an in-place write outside a kernel, a warning, or a forward-mode op make the op
   list unplannable: it is cached as such and runs cold from then on. Only successful cold runs are cached.
 * **Key.** The op list with the data of its ``tensor`` ops left out (names, literals, flags stay), and the
-  inputs' shapes, dtypes and requires_grad flags, the grad mode, the limits and the response encoding.
+  inputs' shapes, dtypes and requires_grad flags, the grad mode, the limits and the response encoding. The
+  ``tensor`` ops' arrays are made while the key is built: a Python number, or an array of a dtype the op
+  keeps, by ``tensor.as_array``'s own steps (no op dispatch); list data by ``as_array``; any other form by
+  the op itself, as the program runs it. A form that fails gives no key (the cold run reports it).
 * **Replay.** A flat loop over (kernel, argument slots), freeing each slot after its last use; the final
-  namespace and autograd report are rebuilt from the recorded structure and the replayed arrays. A kernel
-  that raises (a value-dependent check: an index out of range, a target out of bounds) falls back to a
-  cold run of the whole list, so the error, its op index and atomicity are exactly the cold path's.
+  namespace and autograd report are rebuilt from the recorded structure and the replayed arrays: for a
+  one-shot run lazily (``_Namespace``: a tensor is made when first read, in the cold run's name order;
+  ``_PlannedResult``: the op outcomes and the autograd report when first accessed), so a response pays for
+  what it reads. A kernel that raises (a value-dependent check: an index out of range, a target out of
+  bounds) falls back to a cold run of the whole list, so the error, its op index and atomicity are exactly
+  the cold path's.
 
 * **Sessions and loops.** A session list whose results carry no graph plans too (``run_session_planned``;
   its key adds the session's tensors, function definitions, warned set and name counter). A list recorded
