@@ -96,6 +96,8 @@ class Journal:
                     obj.pop(key, None)
                 else:
                     obj[key] = old
+            elif kind == 3:  # a saved tensor slot freed by a backward (engine.node.release_all)
+                obj._tensor, obj._data = old
             else:
                 np.copyto(obj, old)
         self.entries.clear()

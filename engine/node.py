@@ -217,8 +217,8 @@ def release_all(nodes) -> None:
             if v.__class__ is SavedTensor:
                 # not freed: an output slot holds its data, another slot its tensor (the other field is None)
                 if v._data is not None or v._tensor is not None:
-                    if j is not None:
-                        j.append((0, v, "tensor", v.tensor))
+                    if j is not None:  # undone by restoring the two fields (engine.journal, kind 3)
+                        j.append((3, v, None, (v._tensor, v._data)))
                     v._tensor = v._data = None
             elif isinstance(v, list):
                 for x in v:

@@ -545,7 +545,7 @@ def _accept(sig: Signature, args: list, kwargs: dict) -> None:
         _ACCEPTED.add(key)
 
 
-def _call_facts(spec, name: str, method: bool) -> tuple:
+def call_facts(spec, name: str, method: bool) -> tuple:
     """(exempt, shown name, derived signature, torch's overload texts or None, their parsed signatures)."""
     key = (id(spec), name, method)
     facts = _CALLS.get(key)
@@ -562,10 +562,11 @@ def _call_facts(spec, name: str, method: bool) -> tuple:
     return facts
 
 
-def check_call(spec, name: str, args, kwargs: dict, method: bool) -> None:
+def check_call(spec, name: str, args, kwargs: dict, method: bool, facts: tuple | None = None) -> None:
     """Refuse a call the way torch's argument parser does, before the op runs. ``args`` excludes ``self``
-    for a method call. Only tensor-typed parameters, arity and keywords decide; the op checks the rest."""
-    exempt, shown, derived, options, sigs = _call_facts(spec, name, method)
+    for a method call. Only tensor-typed parameters, arity and keywords decide; the op checks the rest.
+    ``facts``: ``call_facts(spec, name, method)`` when the caller holds them."""
+    exempt, shown, derived, options, sigs = facts if facts is not None else call_facts(spec, name, method)
     if exempt:
         return
     args = list(args)
@@ -576,9 +577,10 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool) -> None:
             _parse(derived, args, kwargs, True)
             _accept(derived, args, kwargs)
         return
-    for s in sigs:
+    for s in sigs:  # a call like one accepted before, by any overload: the classes alone decided
         if _accepted(s, args, kwargs):
             return
+    for s in sigs:
         if _parse(s, args, kwargs, False):
             _accept(s, args, kwargs)
             return  # one of torch's overloads takes it: the op checks the rest
