@@ -170,14 +170,14 @@ def reachable(roots) -> tuple[int, dict[int, int]]:
     return len(seen_nodes), seen_arrays
 
 
-@dataclass
+@dataclass(slots=True)
 class OpOutcome:
     index: int
     op: str
     bound: list[str]
 
 
-@dataclass
+@dataclass(slots=True)
 class GradEntry:
     name: str
     contribution: Tensor
@@ -185,7 +185,7 @@ class GradEntry:
     grad_accumulations: int
 
 
-@dataclass
+@dataclass(slots=True)
 class AutogradRecord:
     op_index: int
     op: str
