@@ -437,7 +437,9 @@ def _expandable(shape: tuple, to: tuple) -> bool:
 def _apply(node: Node, grads: list, needs: tuple | None = None) -> list:
     """Run a node's VJP; un-broadcast and cast each result to its input's shape and dtype."""
     prim = PRIMS[node.prim]
-    ctx = _ctx(node, needs)
+    ctx = Ctx(node)
+    if needs is not None:
+        ctx.needs = needs
     fused = FUSED_BACKWARD.get(node.prim)
     if fused is not None and grads[0] is not None and _grad_enabled.get():
         outs = _fused(node, prim, ctx, grads[0], fused)

@@ -273,8 +273,8 @@ class _Runner:
 
     def _bind(self, spec, args: list, kwargs: dict, name: str):
         """(args, kwargs, whether a tensor argument may be a view): names converted, the call checked."""
-        out_args, out_kwargs, viewed = self._convert_args(spec, args, kwargs)
-        method, facts = _call_layout(spec, name)
+        _, layout, method, facts = _op_layout(spec, name)
+        out_args, out_kwargs, viewed = self._convert_args(spec, args, kwargs, layout)
         if method:  # p.sub_(p.grad): a Tensor method, self not counted in positions
             if not out_args:
                 raise TorchTypeError(f"unbound method TensorBase.{name}() needs an argument", code="invalid_argument")
@@ -287,11 +287,11 @@ class _Runner:
             check_call(spec, name, out_args, out_kwargs, method=False, facts=facts)
         return out_args, out_kwargs, viewed
 
-    def _convert_args(self, spec, args: list, kwargs: dict):
+    def _convert_args(self, spec, args: list, kwargs: dict, layout: tuple | None = None):
         """Names to tensors where the signature takes a tensor (the per-parameter kinds are computed once per
         op, see ``_param_layout``); other values pass through for the signature check. Also says whether any
         argument may hold a view (a tensor with a base, or a value converted otherwise)."""
-        pos_kinds, varargs_tensor, kinds, vname = _param_layout(spec)
+        pos_kinds, varargs_tensor, kinds, vname = layout if layout is not None else _param_layout(spec)
         ns = self.ns
         out_args = []
         viewed = False
@@ -797,19 +797,19 @@ def _param_layout(spec) -> tuple:
     return layout
 
 
-_CALL_LAYOUTS: dict[tuple, tuple] = {}
+_OP_LAYOUTS: dict[str, tuple] = {}
 
 #: argument values that are never a tensor (nor hold one): no view to refuse among them
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
-def _call_layout(spec, name: str) -> tuple:
-    """(a Tensor method call?, check_call's facts for it) of an op under a name, computed once per pair."""
-    key = (id(spec), name)
-    layout = _CALL_LAYOUTS.get(key)
-    if layout is None:
+def _op_layout(spec, name: str) -> tuple:
+    """(spec, ``_param_layout(spec)``, a Tensor method call?, check_call's facts for it) of the op a program
+    calls by ``name``, computed once per name (again if the table now gives the name another spec)."""
+    layout = _OP_LAYOUTS.get(name)
+    if layout is None or layout[0] is not spec:
         method = call_form(name, spec)
-        layout = _CALL_LAYOUTS[key] = (method, call_facts(spec, name, method))
+        layout = _OP_LAYOUTS[name] = (spec, _param_layout(spec), method, call_facts(spec, name, method))
     return layout
 
 
@@ -994,13 +994,14 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
     try:
         with journal, sink, guard, program_dual_scope(), np.errstate(all="ignore"):
             for _ in range(repeat):
+                keep = _ == repeat - 1 or repeat == 1 or until is not None
+                outcomes = result.ops
                 for index, spec_op in enumerate(ops):
-                    op_name = spec_op.get("op") if isinstance(spec_op, dict) else None
                     if check is not None:
                         check()
-                    bound = runner.run_op(index, spec_op, no_grad)
-                    if _ == repeat - 1 or repeat == 1 or until is not None:
-                        result.ops.append(OpOutcome(index, op_name, bound))
+                    bound = runner.run_op(index, spec_op, no_grad)  # (op_name: read on failure, below)
+                    if keep:
+                        outcomes.append(OpOutcome(index, spec_op.get("op"), bound))
                 index, op_name = None, None
                 stop, result.iterations = until is not None and _until_reached(ns, until), _ + 1
                 for n in record:
@@ -1036,6 +1037,9 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
         journal.rollback()
         err = _translate(exc)
         if index is not None:
+            if op_name is None:  # an op of the list failed: its name, as given
+                spec_op = ops[index]
+                op_name = spec_op.get("op") if isinstance(spec_op, dict) else None
             err.at(index, op_name)
         if err is exc:
             raise

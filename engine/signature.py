@@ -529,8 +529,8 @@ def _call_key(sig: Signature, args: list, kwargs: dict):
     if not sig.by_class:
         return None
     if kwargs:
-        return id(sig), tuple([a.__class__ for a in args]), tuple([(k, v.__class__) for k, v in kwargs.items()])
-    return id(sig), tuple([a.__class__ for a in args])
+        return id(sig), tuple(map(type, args)), tuple([(k, v.__class__) for k, v in kwargs.items()])
+    return id(sig), tuple(map(type, args))
 
 
 def _accepted(sig: Signature, args: list, kwargs: dict) -> bool:
@@ -572,13 +572,16 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool, facts: tuple |
     args = list(args)
     if not method and spec.name in PYTHON_ATTRIBUTE:
         _python_attribute(spec, derived, args, kwargs)
+    # _accepted's key, made once for every signature: (id(sig), *classes)
+    classes = (tuple(map(type, args)), tuple([(k, v.__class__) for k, v in kwargs.items()])) if kwargs else \
+        (tuple(map(type, args)),)
     if options is None:
-        if not _accepted(derived, args, kwargs):
+        if not (derived.by_class and (id(derived), *classes) in _ACCEPTED):
             _parse(derived, args, kwargs, True)
             _accept(derived, args, kwargs)
         return
     for s in sigs:  # a call like one accepted before, by any overload: the classes alone decided
-        if _accepted(s, args, kwargs):
+        if s.by_class and (id(s), *classes) in _ACCEPTED:
             return
     for s in sigs:
         if _parse(s, args, kwargs, False):
