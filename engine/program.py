@@ -966,18 +966,18 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
         def measure() -> dict[int, int]:
             roots = [*state.tensors.values(), *ns.values()]
             freed = []  # the data of saved outputs a backward freed, whose tensors are gone
-            for kind, obj, _, old in journal.entries:
-                if isinstance(old, Tensor):
+            for kind, obj, key, old in journal.entries:
+                if kind == 3:  # saved tensor slots freed by a backward (engine.node.release_all): what they held
+                    for slot, t, data in zip(obj, key, old):
+                        if t is None and data is not None:
+                            t = slot._ref()
+                            if t is None:
+                                freed.append(data)
+                                continue
+                        if t is not None:
+                            roots.append(t)
+                elif isinstance(old, Tensor):
                     roots.append(old)
-                elif kind == 3:  # a freed saved tensor slot (engine.node.release_all): what it held
-                    t, data = old
-                    if t is None and data is not None:
-                        t = obj._ref()
-                        if t is None:
-                            freed.append(data)
-                            continue
-                    if t is not None:
-                        roots.append(t)
             arrays = reachable(roots)[1]
             for a in freed:
                 base = a.base
