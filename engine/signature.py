@@ -590,26 +590,28 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool, facts: tuple |
     # (id(sig), *the facts _parse reads of each value), or None (a list or tuple value: its items are read)
     classes = (tuple(map(type, args)), tuple([(k, v.__class__) for k, v in kwargs.items()])) if kwargs else \
         (tuple(map(type, args)),)
-    values = False  # _value_facts(args, kwargs), once asked
-
-    def key(sig):
-        nonlocal values
-        if sig.by_class:
-            return (id(sig), *classes)
-        if values is False:
-            values = _value_facts(args, kwargs)
-        return None if values is None else (id(sig), *values)
-
     if options is None:
-        k = key(derived)
+        if derived.by_class:
+            k = (id(derived), *classes)
+        else:
+            values = _value_facts(args, kwargs)
+            k = None if values is None else (id(derived), *values)
         if k is None or k not in _ACCEPTED:
             _parse(derived, args, kwargs, True)
             _remember(k)
         return
-    keys = [key(s) for s in sigs]
-    for k in keys:  # a call like one accepted before, by any overload: the same facts decided
+    values = False  # _value_facts(args, kwargs), once asked
+    keys = []
+    for s in sigs:  # a call like one accepted before, by any overload: the same facts decided
+        if s.by_class:
+            k = (id(s), *classes)
+        else:
+            if values is False:
+                values = _value_facts(args, kwargs)
+            k = None if values is None else (id(s), *values)
         if k is not None and k in _ACCEPTED:
             return
+        keys.append(k)
     for s, k in zip(sigs, keys):
         if _parse(s, args, kwargs, False):
             _remember(k)
