@@ -7,6 +7,8 @@ change through a view is seen (and counted) by the base.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from .. import dtypes as D
@@ -163,9 +165,8 @@ def _clone(a):
     return np.array(a, copy=True, order="K")
 
 
-def _basic_take(a, index):
-    """``a[index]`` for a basic index (ints and slices: static)."""
-    return a[index]
+#: ``a[index]`` for a basic index (ints and slices: static), without a Python function around it
+_basic_take = operator.getitem
 
 
 def _embed_kernel(g, shape, index):
