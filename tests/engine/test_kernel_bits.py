@@ -15,6 +15,7 @@ import pytest
 import engine as E
 from engine.ops import backward as BW
 from engine.ops import elementwise as EW
+from engine.ops import linalg as LA
 from engine.ops import shape as S
 
 FLOATS = (np.float32, np.float64)
@@ -308,3 +309,28 @@ def test_shape_kernels(dt):
                     S._view(x, shp)
             else:
                 same_view(S._view(x, shp), r, x)
+
+
+# ----- matmul with an inner size of 1: two elementwise passes give what BLAS gives ---------------------------------
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+def test_outer_kernel_is_blas(dt):
+    """(m, 1) @ (1, n) computes 0 + a[i] * b[j] in BLAS (and in numpy's own loop): the multiply-then-add-zero
+    kernel matches np.matmul's bits, signed zeros, infinities, NaN payloads and layouts included."""
+    from engine.ops.linalg import _matmul_kernel, _outer_kernel
+    with np.errstate(all="ignore"):
+        for m, n in ((1, 1), (1, 7), (7, 1), (3, 5), (64, 64), (128, 512), (513, 3)):
+            for seed in range(2):
+                a0 = sample(dt, max(m, 64), seed)[:m].reshape(m, 1)
+                b0 = sample(dt, max(n, 64), seed + 10)[:n].reshape(1, n)
+                for a in (a0, np.ascontiguousarray(a0.T).T, np.repeat(a0, 2, 1)[:, :1]):
+                    for b in (b0, np.ascontiguousarray(b0.T).T, np.repeat(b0, 2, 1)[:, ::2]):
+                        same(_outer_kernel(a, b, (m, n)), _matmul_kernel(a, b, (m, n)))
+        a = sample(dt, 64, 3).reshape(64, 1)
+        same(_outer_kernel(a, a.T, (64, 64)), _matmul_kernel(a, a.T, (64, 64)))  # numpy's syrk case
+        # through the ops: mm and addmm pick the kernel, and the gradient of a (1, k) @ (k, n) product uses it
+        x = E.tensor(sample(dt, 5, 4).reshape(5, 1))
+        y = E.tensor(sample(dt, 6, 5).reshape(1, 6))
+        same(LA.mm(x, y).data, np.matmul(x.data, y.data))
+        same(LA.addmm(E.tensor(np.zeros((5, 6), dt)), x, y).data, np.matmul(x.data, y.data) + dt(0))
