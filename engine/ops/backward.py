@@ -21,12 +21,6 @@ from .elementwise import EXP_FINITE, IN_PLACE_BYTES
 _SUM = np.add.reduce
 
 
-def _in_place(g, y) -> bool:
-    """Whether a kernel of g and y writes its steps over its first fresh array (of y's shape and dtype): a large
-    one, where ``g`` has that shape and dtype too (so every product has)."""
-    return y.nbytes >= IN_PLACE_BYTES and g.shape == y.shape and g.dtype == y.dtype
-
-
 def _threshold_backward(g, x, threshold):
     keep = ~(x <= threshold)  # torch: self <= threshold ? 0 : grad (a NaN self passes the gradient)
     with np.errstate(invalid="ignore"):
@@ -55,7 +49,8 @@ def _(ctx, grad_output_t, self_t):
 
 
 def _tanh_backward(g, y):
-    if not _in_place(g, y):
+    # a large y (and g of its shape and dtype, so every step has them): the steps over one fresh array
+    if y.nbytes < IN_PLACE_BYTES or g.shape != y.shape or g.dtype != y.dtype:
         return g * (y.dtype.type(1) - y * y)
     t = y * y  # the same steps, each written over this fresh array
     np.subtract(y.dtype.type(1), t, out=t)
@@ -80,7 +75,8 @@ jvp("TanhBackwardBackward0")(elementwise_jvp)
 
 
 def _sigmoid_backward(g, y):
-    if not _in_place(g, y):
+    # a large y (and g of its shape and dtype, so every step has them): the steps over one fresh array
+    if y.nbytes < IN_PLACE_BYTES or g.shape != y.shape or g.dtype != y.dtype:
         return g * (y.dtype.type(1) - y) * y
     t = y.dtype.type(1) - y  # the same steps, each written over this fresh array
     np.multiply(g, t, out=t)
