@@ -388,3 +388,35 @@ def test_fuzz_programs_of_plannable_ops_replay_as_they_run_cold(tape_mode):
             assert p == c, seed
         replays += cache.hits
     assert replays >= 40
+
+
+def test_kernels_that_branch_on_values_replay_each_branch_as_it_runs_cold(tape_mode):
+    """Kernels whose path depends on the values (softplus of one value on either side of its threshold, its
+    backward with a gradient too large for the short path, an inner size of 1 in mm with signed zeros and
+    infinities) replay, on any values, exactly what the cold run computes: a plan recorded on one branch
+    replays the others."""
+    inf, nan = float("inf"), float("nan")
+
+    def softplus(x, k):
+        return [T("x", x, requires_grad=True), T("k", k), op("softplus", "x", out="s"), op("mul", "s", "k", out="y"),
+                op("backward", "y")]
+
+    def outer(a, b):
+        return [T("a", a, requires_grad=True), T("b", b, requires_grad=True), op("mm", "a", "b", out="p"),
+                op("sum", "p", out="s"), op("backward", "s")]
+    for dtype in ("float32", "float64"):
+        cache = PlanCache()
+        for x in (0.5, 25.0, 20.0, 19.99, -30.0, -1e30, inf, -inf, nan, -0.0):
+            for k in (2.0, 3e38, -inf, nan, 1e-45):
+                ops = softplus(x, k)
+                for t in ops[:2]:
+                    t["kwargs"]["dtype"] = dtype
+                c, p, _ = both_ways(ops, cache)
+                assert p == c and c[0] == "ok"
+        assert cache.misses == 1 and cache.hits == 49, cache.stats()
+    cache = PlanCache()
+    for a, b in (([[1.0], [-2.0], [0.0]], [[3.0, -0.0, 0.5, 2.0]]), ([[-0.0], [inf], [nan]], [[0.0, -1.0, inf, 1e-30]]),
+                 ([[1e30], [-1e-30], [3.0]], [[1e30, 1e-30, -0.0, nan]])):
+        c, p, _ = both_ways(outer(a, b), cache)
+        assert p == c and c[0] == "ok"
+    assert cache.hits == 2, cache.stats()
