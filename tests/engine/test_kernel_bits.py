@@ -330,7 +330,8 @@ def test_outer_kernel_is_blas(dt):
         a = sample(dt, 64, 3).reshape(64, 1)
         same(_outer_kernel(a, a.T, (64, 64)), _matmul_kernel(a, a.T, (64, 64)))  # numpy's syrk case
         # through the ops: mm and addmm pick the kernel, and the gradient of a (1, k) @ (k, n) product uses it
-        x = E.tensor(sample(dt, 5, 4).reshape(5, 1))
-        y = E.tensor(sample(dt, 6, 5).reshape(1, 6))
+        x = E.tensor(sample(dt, 50, 4).reshape(50, 1))  # 50 x 60 entries: the elementwise kernel
+        y = E.tensor(sample(dt, 60, 5).reshape(1, 60))
+        assert x.shape[0] * y.shape[1] >= LA._OUTER_MIN
         same(LA.mm(x, y).data, np.matmul(x.data, y.data))
-        same(LA.addmm(E.tensor(np.zeros((5, 6), dt)), x, y).data, np.matmul(x.data, y.data) + dt(0))
+        same(LA.addmm(E.tensor(np.zeros((50, 60), dt)), x, y).data, np.matmul(x.data, y.data) + dt(0))

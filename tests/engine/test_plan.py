@@ -414,9 +414,11 @@ def test_kernels_that_branch_on_values_replay_each_branch_as_it_runs_cold(tape_m
                 c, p, _ = both_ways(ops, cache)
                 assert p == c and c[0] == "ok"
         assert cache.misses == 1 and cache.hits == 49, cache.stats()
-    cache = PlanCache()
-    for a, b in (([[1.0], [-2.0], [0.0]], [[3.0, -0.0, 0.5, 2.0]]), ([[-0.0], [inf], [nan]], [[0.0, -1.0, inf, 1e-30]]),
-                 ([[1e30], [-1e-30], [3.0]], [[1e30, 1e-30, -0.0, nan]])):
-        c, p, _ = both_ways(outer(a, b), cache)
+    cache = PlanCache()  # (64, 1) @ (1, 64): large enough for the elementwise kernel
+    rng = np.random.default_rng(3)
+    for special in ([1.0, -2.0, 0.0], [-0.0, inf, nan], [1e30, -1e-30, 3.0]):
+        col = [[v] for v in special + rng.standard_normal(61).tolist()]
+        row = [rng.permutation(special + [-0.0] + rng.standard_normal(60).tolist()).tolist()]
+        c, p, _ = both_ways(outer(col, row), cache)
         assert p == c and c[0] == "ok"
     assert cache.hits == 2, cache.stats()
