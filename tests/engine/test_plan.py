@@ -568,3 +568,37 @@ def test_grads_of_grads_replay_as_they_run_cold(tape_mode):
     assert _tensor_view(g.grad) == _tensor_view(cold_state.resolve("g").grad)
     assert _tensor_view(state.resolve("x.grad")) == _tensor_view(cold_state.resolve("x.grad"))
     assert list(state.tensors._built) == ["g", "x"]
+
+
+def test_kernels_that_branch_on_values_replay_each_branch_as_it_runs_cold(tape_mode):
+    """Kernels whose path depends on the values (softplus of one value on either side of its threshold, its
+    backward with a gradient too large for the short path, an inner size of 1 in mm with signed zeros and
+    infinities) replay, on any values, exactly what the cold run computes: a plan recorded on one branch
+    replays the others."""
+    inf, nan = float("inf"), float("nan")
+
+    def softplus(x, k):
+        return [T("x", x, requires_grad=True), T("k", k), op("softplus", "x", out="s"), op("mul", "s", "k", out="y"),
+                op("backward", "y")]
+
+    def outer(a, b):
+        return [T("a", a, requires_grad=True), T("b", b, requires_grad=True), op("mm", "a", "b", out="p"),
+                op("sum", "p", out="s"), op("backward", "s")]
+    for dtype in ("float32", "float64"):
+        cache = PlanCache()
+        for x in (0.5, 25.0, 20.0, 19.99, -30.0, -1e30, inf, -inf, nan, -0.0):
+            for k in (2.0, 3e38, -inf, nan, 1e-45):
+                ops = softplus(x, k)
+                for t in ops[:2]:
+                    t["kwargs"]["dtype"] = dtype
+                c, p, _ = both_ways(ops, cache)
+                assert p == c and c[0] == "ok"
+        assert cache.misses == 1 and cache.hits == 49, cache.stats()
+    cache = PlanCache()  # (64, 1) @ (1, 64): large enough for the elementwise kernel
+    rng = np.random.default_rng(3)
+    for special in ([1.0, -2.0, 0.0], [-0.0, inf, nan], [1e30, -1e-30, 3.0]):
+        col = [[v] for v in special + rng.standard_normal(61).tolist()]
+        row = [rng.permutation(special + [-0.0] + rng.standard_normal(60).tolist()).tolist()]
+        c, p, _ = both_ways(outer(col, row), cache)
+        assert p == c and c[0] == "ok"
+    assert cache.hits == 2, cache.stats()
