@@ -126,6 +126,16 @@ class Settings(BaseSettings):
     malloc_arenas: int = Field(2, ge=0, description="Most glibc malloc arenas (`M_ARENA_MAX`), set when the "
                                "app starts: fewer arenas keep memory freed by thread-pool threads from staying "
                                "fragmented across them; 0 keeps glibc's default (8 per core).")
+    malloc_mmap_threshold: int = Field(32 * 1024 * 1024, ge=0, description="glibc's `M_MMAP_THRESHOLD`, set "
+                                       "when the app starts: arrays from this size (at most 32 MiB) get their "
+                                       "own mapping, returned when freed; smaller ones come from the heap. 0 "
+                                       "(with `malloc_trim_threshold` 0) keeps glibc's dynamic threshold.")
+    malloc_trim_threshold: int = Field(128 * 1024 * 1024, ge=0, description="glibc's `M_TRIM_THRESHOLD`, set "
+                                       "when the app starts: up to this many freed bytes at the top of each "
+                                       "malloc arena's heap are kept for the next request instead of being "
+                                       "returned and faulted in again (the periodic `malloc_trim` returns them "
+                                       "regardless). 0 (with `malloc_mmap_threshold` 0) keeps glibc's dynamic "
+                                       "threshold.")
 
 @lru_cache
 def get_settings() -> Settings:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -21,7 +20,7 @@ from app import errors
 from app.admission import HeavyWork
 from app.auth import METRICS_PATH, OPEN_PATHS, Auth, KeyRing, RateLimiter
 from app.config import Settings, get_settings
-from app.memory import MemoryTrimmer, limit_malloc_arenas
+from app.memory import MemoryTrimmer, configure_gc, configure_malloc
 from app.middleware import RequestBody, security_headers
 from app.observability import InFlight, Metrics, Observe, RouteTemplates, configure_logging
 from app.routes import autograd, graph, meta, ops, sessions
@@ -48,9 +47,6 @@ incoming one is kept), also given as `request_id` in problem bodies.
 """
 
 log = logging.getLogger("gradserve")
-
-#: Net allocations of container objects between collections of the youngest generation (CPython: 700)
-YOUNG_GC_THRESHOLD = 5000
 
 SECURITY_SCHEMES = {
     "bearerAuth": {"type": "http", "scheme": "bearer", "description": "An API key as a bearer token."},
@@ -79,22 +75,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                     "can create, read and delete any session")
     sweeper = asyncio.create_task(_sweep_periodically(app.state.store, settings.sweep_interval_seconds))
     trimmer = asyncio.create_task(app.state.trimmer.run())
-    # What is loaded by now (the framework, the schemas, the engine's tables: ~90k objects) lives as long as
-    # the server; frozen, it is left out of the cyclic collector's full passes, which otherwise take tens of
-    # ms each, often enough under load to show in p99. And the youngest generation is collected after 5,000
-    # net allocations instead of 700: requests that await Redis keep their objects alive across collections,
-    # which at 700 ran several times per request batch (~5% of the Redis store's CPU per request; no change
-    # measured for the memory store). Both are undone at shutdown, so that an app made and dropped in a
-    # longer-lived process (tests) leaves the collector as it found it.
-    gc.collect()
-    gc.freeze()
-    thresholds = gc.get_threshold()
-    gc.set_threshold(YOUNG_GC_THRESHOLD, *thresholds[1:])
+    undo_gc = configure_gc()  # (app.memory: the startup heap frozen, young collections less often)
     try:
         yield
     finally:
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
+        undo_gc()
         # the server stops taking requests before this runs; wait for those still running (thread-pool work
         # included) before the store goes away under them
         if not await app.state.inflight.wait_idle(settings.shutdown_grace_seconds):
@@ -195,7 +180,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings.log_level)
     app.state.settings = settings
     app.state.keys = KeyRing(settings.api_keys.get_secret_value())
-    limit_malloc_arenas(settings.malloc_arenas)
+    configure_malloc(settings)
     app.state.trimmer = MemoryTrimmer(settings.memory_trim_interval_seconds)
     app.state.store = make_store(settings)
     if hasattr(app.state.store, "on_release"):  # the memory store says when sessions end

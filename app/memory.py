@@ -6,9 +6,24 @@ collector frees, and the server raises its youngest generation's threshold and f
 (``app.main``), so that collection comes late; and glibc's malloc keeps freed heap pages (of the main arena
 and of each thread's arena: every thread-pool thread gets one) for reuse rather than returning them.
 
-``limit_malloc_arenas`` caps glibc's arenas (``GRADSERVE_MALLOC_ARENAS``, 2) when the app is made, before
-the thread pool's threads exist: with one arena per contending thread, memory freed under a multi-threaded
-load stayed fragmented across them and was not returned (measured in the README).
+``configure_malloc`` sets glibc's malloc up when the app is made (and ``bench/engine.py`` calls it too, so
+that the benchmark measures the server's allocator):
+
+- it caps glibc's arenas (``GRADSERVE_MALLOC_ARENAS``, 2), before the thread pool's threads exist: with one
+  arena per contending thread, memory freed under a multi-threaded load stayed fragmented across them and
+  was not returned (measured in the README);
+- it fixes the mmap threshold (``GRADSERVE_MALLOC_MMAP_THRESHOLD``, 32 MiB, glibc's largest) and the trim
+  threshold (``GRADSERVE_MALLOC_TRIM_THRESHOLD``, 128 MiB). With glibc's dynamic defaults, a request's
+  arrays of a few MiB come from the heap, and when the request ends and frees them all, more than twice
+  the largest array is free at the heap's top, so ``free`` hands it all back to the system and the next
+  request faults every page in again (zeroed by the kernel): the 1M-element chain of ``bench/engine.py``
+  took ~22,400 page faults (88 MiB) per cold run, 2.7x numpy's time. With these, up to 128 MiB freed at the
+  top of each arena's heap stays for the next request; arrays above 32 MiB are still mapped and unmapped on
+  their own. ``MemoryTrimmer``'s ``malloc_trim(0)`` (after sessions end and every
+  ``GRADSERVE_MEMORY_TRIM_INTERVAL_SECONDS``) returns what is kept regardless of the threshold, so an idle
+  server gives it back. 0 leaves glibc's own (dynamic) behaviour; setting either fixes both (glibc stops
+  adjusting them once one is set). Thresholds given to glibc itself (``MALLOC_MMAP_THRESHOLD_``,
+  ``MALLOC_TRIM_THRESHOLD_``, or ``GLIBC_TUNABLES``) are left as they are.
 
 ``MemoryTrimmer`` is told (``released()``, from any thread, a plain flag) whenever sessions were deleted or
 expired, and a task on the event loop then, at most every ``MIN_GAP`` seconds, collects garbage and calls
@@ -24,6 +39,7 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import os
 import time
 
 log = logging.getLogger("gradserve")
@@ -34,8 +50,12 @@ MIN_GAP = 1.0
 POLL = 0.25
 
 
-#: mallopt's parameter number for the most malloc arenas (glibc's malloc.h: M_ARENA_MAX)
+#: mallopt's parameter numbers (glibc's malloc.h)
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
+#: glibc refuses a larger M_MMAP_THRESHOLD on 64-bit systems (HEAP_MAX_SIZE / 2)
+MMAP_THRESHOLD_MAX = 32 * 1024 * 1024
 
 
 def _libc():
@@ -45,19 +65,67 @@ def _libc():
         return None
 
 
+def _mallopt():
+    """glibc's ``mallopt``, or None (musl, macOS)."""
+    libc = _libc()
+    mallopt = getattr(libc, "mallopt", None) if libc is not None else None
+    if mallopt is None:
+        return None
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return mallopt
+
+
 def limit_malloc_arenas(count: int) -> bool:
     """At most ``count`` glibc malloc arenas (``mallopt(M_ARENA_MAX)``; glibc's default is 8 per core, and
     each thread-pool thread that meets contention gets its own, whose freed memory fragments and stays). For
     the threads that start from now on; 0 leaves the default. False where there is no glibc."""
-    if count <= 0:
+    mallopt = _mallopt() if count > 0 else None
+    return mallopt is not None and bool(mallopt(M_ARENA_MAX, count))
+
+
+def set_malloc_thresholds(mmap_threshold: int, trim_threshold: int) -> bool:
+    """Fix glibc's mmap threshold (allocations of at least this many bytes get their own mapping, returned
+    when freed; at most ``MMAP_THRESHOLD_MAX``) and trim threshold (``free`` gives the heap's top back to the
+    system once this much is free there). 0 for both leaves glibc's dynamic defaults; a 0 beside a value
+    leaves that one at glibc's current value, but no longer adjusted. False where there is no glibc or it
+    refused a value."""
+    if mmap_threshold <= 0 and trim_threshold <= 0:
         return False
-    libc = _libc()
-    mallopt = getattr(libc, "mallopt", None) if libc is not None else None
+    mallopt = _mallopt()
     if mallopt is None:
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(M_ARENA_MAX, count))
+    done = True
+    if mmap_threshold > 0:
+        done &= bool(mallopt(M_MMAP_THRESHOLD, min(mmap_threshold, MMAP_THRESHOLD_MAX)))
+    if trim_threshold > 0:
+        done &= bool(mallopt(M_TRIM_THRESHOLD, min(trim_threshold, 2**31 - 1)))
+    return done
+
+
+def thresholds_from_environment() -> bool:
+    """Whether glibc was given an mmap or trim threshold through the environment (then it is glibc's)."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    return ("MALLOC_MMAP_THRESHOLD_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ
+            or "malloc.mmap_threshold" in tunables or "malloc.trim_threshold" in tunables)
+
+
+def configure_malloc(settings) -> str:
+    """The process's malloc as the server runs it (``settings``: app.config.Settings): the arena cap and the
+    thresholds. Returns what was set, for a log line or a benchmark's header."""
+    arenas = limit_malloc_arenas(settings.malloc_arenas)
+    environment = thresholds_from_environment()
+    thresholds = not environment and set_malloc_thresholds(settings.malloc_mmap_threshold,
+                                                           settings.malloc_trim_threshold)
+    mib = 1024 * 1024
+    if thresholds:
+        mmap, trim = settings.malloc_mmap_threshold, settings.malloc_trim_threshold
+        said = (f"mmap threshold {min(mmap, MMAP_THRESHOLD_MAX) / mib:g} MiB" if mmap > 0 else "",
+                f"trim threshold {trim / mib:g} MiB" if trim > 0 else "")
+        thresholds_said = ", ".join(filter(None, said))
+    else:
+        thresholds_said = "mmap/trim thresholds " + ("from the environment" if environment else "glibc's (dynamic)")
+    return f"glibc malloc: arenas {'<= ' + str(settings.malloc_arenas) if arenas else 'default'}, {thresholds_said}"
 
 
 def _malloc_trim():
@@ -68,6 +136,31 @@ def _malloc_trim():
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
     return trim
+
+
+#: Net allocations of container objects between collections of the youngest generation (CPython: 700)
+YOUNG_GC_THRESHOLD = 5000
+
+
+def configure_gc():
+    """The collector as the server runs it, undone by calling what this returns: what is loaded by now (the
+    framework, the schemas, the engine's tables: ~90k objects) lives as long as the server; frozen, it is left
+    out of the cyclic collector's full passes, which otherwise take tens of ms each, often enough under load to
+    show in p99. And the youngest generation is collected after ``YOUNG_GC_THRESHOLD`` net allocations
+    instead of 700: requests that await Redis keep their objects alive across collections, which at 700 ran
+    several times per request batch (~5% of the Redis store's CPU per request; no change measured for the
+    memory store), and a cold op list leaves ~8 container objects per op alive until it ends. The app's
+    lifespan calls it (undone at shutdown, so that an app made and dropped in a longer-lived process, the
+    tests, leaves the collector as it found it), and so does ``bench/engine.py``."""
+    gc.collect()
+    gc.freeze()
+    thresholds = gc.get_threshold()
+    gc.set_threshold(YOUNG_GC_THRESHOLD, *thresholds[1:])
+
+    def undo() -> None:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+    return undo
 
 
 class MemoryTrimmer:

@@ -12,7 +12,6 @@ forward strategy, the Hessian of a 50-parameter function, and a Hessian-vector p
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import engine as E  # noqa: E402
+from app.memory import configure_gc  # noqa: E402
 from bench.engine import timeit, torch  # noqa: E402  (the same timer; torch pinned to one thread, or None)
 from engine.plan import PlanCache, run_session_planned  # noqa: E402
 
@@ -104,8 +104,7 @@ def main() -> None:
             theirs = tw[name]()
             theirs = (theirs[1] if isinstance(theirs, tuple) else theirs).detach().numpy()
             np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
-    gc.collect()
-    gc.freeze()
+    configure_gc()  # the server's collector settings (app.memory), kept until the process ends
     cache = PlanCache()
     print(f"{'workload':<50} {'engine ms':>10} {'planned ms':>10} {'torch ms':>10} {'ratio':>7} {'planned':>8}")
     for name, op in WORKLOADS.items():

@@ -33,6 +33,7 @@ from .grad_mode import _grad_enabled, emit_warning, set_grad_enabled
 from .journal import array_, setattr_, setitem_
 from .kernel import kcall, kinplace
 from .node import Ctx, Node, SavedTensor, _freeing, release_all
+from .ops import elementwise as _ew  # (the op table is loaded before this module: engine/__init__.py)
 from .registry import PRIMS, edge, jvp, vjp
 from .tensor import Tensor
 
@@ -436,7 +437,9 @@ def _expandable(shape: tuple, to: tuple) -> bool:
 def _apply(node: Node, grads: list, needs: tuple | None = None) -> list:
     """Run a node's VJP; un-broadcast and cast each result to its input's shape and dtype."""
     prim = PRIMS[node.prim]
-    ctx = _ctx(node, needs)
+    ctx = Ctx(node)
+    if needs is not None:
+        ctx.needs = needs
     fused = FUSED_BACKWARD.get(node.prim)
     if fused is not None and grads[0] is not None and _grad_enabled.get():
         outs = _fused(node, prim, ctx, grads[0], fused)
@@ -616,8 +619,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
 
 
 def _add(a: Tensor, b: Tensor) -> Tensor:
-    from .ops.elementwise import add
-    return add(a, b)
+    return _ew.add(a, b)
 
 
 def _accumulate_leaf(leaf: Tensor, g: Tensor, create_graph: bool, claimed: set) -> None:

@@ -96,6 +96,10 @@ class Journal:
                     obj.pop(key, None)
                 else:
                     obj[key] = old
+            elif kind == 3:  # saved tensor slots freed by a backward (engine.node.release_all)
+                for slot, t, data in zip(obj, key, old):
+                    slot._tensor = t
+                    slot._data = data
             else:
                 np.copyto(obj, old)
         self.entries.clear()

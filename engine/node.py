@@ -209,6 +209,11 @@ class Node:
 def release_all(nodes) -> None:
     """``release()`` of each node; the journal sees every freed slot."""
     j = _journal.get()
+    if j is not None:
+        # the freed tensor slots' fields, as one journal entry (kind 3: no tuple per slot), restored by
+        # putting the two fields back
+        slots, tensors, datas = [], [], []
+        j.append((3, slots, tensors, datas))
     for node in nodes:
         saved = node.saved
         if not saved:
@@ -218,7 +223,9 @@ def release_all(nodes) -> None:
                 # not freed: an output slot holds its data, another slot its tensor (the other field is None)
                 if v._data is not None or v._tensor is not None:
                     if j is not None:
-                        j.append((0, v, "tensor", v.tensor))
+                        slots.append(v)
+                        tensors.append(v._tensor)
+                        datas.append(v._data)
                     v._tensor = v._data = None
             elif isinstance(v, list):
                 for x in v:

@@ -12,11 +12,17 @@ requires_grad, versions...), the same for every run of the same op list over inp
   ``plannable`` in the op table, an in-place write outside a kernel, a warning, or a forward-mode op make the op
   list unplannable: it is cached as such and runs cold from then on. Only successful cold runs are cached.
 * **Key.** The op list with the data of its ``tensor`` ops left out (names, literals, flags stay), and the
-  inputs' shapes, dtypes and requires_grad flags, the grad mode, the limits and the response encoding.
+  inputs' shapes, dtypes and requires_grad flags, the grad mode, the limits and the response encoding. The
+  ``tensor`` ops' arrays are made while the key is built: a Python number, or an array of a dtype the op
+  keeps, by ``tensor.as_array``'s own steps (no op dispatch); list data by ``as_array``; any other form by
+  the op itself, as the program runs it. A form that fails gives no key (the cold run reports it).
 * **Replay.** A flat loop over (kernel, argument slots), freeing each slot after its last use; the final
-  namespace and autograd report are rebuilt from the recorded structure and the replayed arrays. A kernel
-  that raises (a value-dependent check: an index out of range, a target out of bounds) falls back to a
-  cold run of the whole list, so the error, its op index and atomicity are exactly the cold path's.
+  namespace and autograd report are rebuilt from the recorded structure and the replayed arrays: for a
+  one-shot run lazily (``_Namespace``: a tensor is made when first read, in the cold run's name order;
+  ``_PlannedResult``: the op outcomes and the autograd report when first accessed), so a response pays for
+  what it reads. A kernel that raises (a value-dependent check: an index out of range, a target out of
+  bounds) falls back to a cold run of the whole list, so the error, its op index and atomicity are exactly
+  the cold path's.
 * **The tape** (``_Tape``) is the recorded calls made cheaper where nothing can tell: constants computed
   once, repeated calls once, kernels called through their direct forms (their ufuncs, array methods),
   intermediates no caller sees written into buffers a replay reuses, copies of arrays that die with the
@@ -40,11 +46,14 @@ import gc
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 import orjson
 
+from . import dtypes as D
 from . import kernel as K
 from .functional import TRANSFORMS
 from .grad_mode import WarningSink
@@ -60,7 +69,7 @@ from .program import (
     run_program,
 )
 from .registry import OPS
-from .tensor import Tensor
+from .tensor import Tensor, as_array
 
 #: ops whose results are program inputs: their data is not part of the key, they run cold on every request
 INPUT_OPS = frozenset({"tensor"})
@@ -104,6 +113,7 @@ class Plan:
     regs: list = field(default_factory=list)  # (shape, dtype) of the registers (_Tape) a replay writes into
     pool_cap: int = 0              # register sets kept between replays
     pool: list = field(default_factory=list)  # idle register sets
+    lazy: tuple | None = None      # (name -> descriptor, names of preset tensors): made on a first one-shot replay
 
 
 class Unplannable:
@@ -148,9 +158,9 @@ class PlanCache:
                 self.bytes -= e.nbytes + len(k[0])
                 self.evictions += 1
 
-    def count(self, what: str) -> None:
+    def count(self, what: str, n: int = 1) -> None:
         with self._lock:
-            setattr(self, what, getattr(self, what) + 1)
+            setattr(self, what, getattr(self, what) + n)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -188,9 +198,124 @@ _PLANNABLE_CALLS = {
 }
 
 
-def _key(state: State, ops: list, extra: tuple):
-    """(key, input arrays, input tensors) or None when the run cannot be planned at all; input ops run here
-    (cold, exactly as the program runs them): their results' structure goes into the key."""
+def _plannable_name(name) -> bool | None:
+    """Whether every op called ``name`` is plannable (True/False), or None when that depends on the call
+    (``_PLANNABLE_CALLS``)."""
+    if name in PLANNABLE_ACTIONS or name in INPUT_OPS:
+        return True
+    spec = OPS.get(name) if isinstance(name, str) else None
+    if spec is None:
+        return False
+    if not spec.plannable and spec.name in _PLANNABLE_CALLS:
+        return None
+    return spec.plannable and not spec.inplace
+
+
+_get_op = dict.get
+#: op names every call of which is plannable: ``_plannable_name``'s True answers, remembered (the op table
+#: only grows, and a name's answer is fixed once its op exists; other answers are not remembered)
+_PLANNABLE_NAMES: set = set(PLANNABLE_ACTIONS | INPUT_OPS)
+
+
+def _scan(ops: list, plannable: bool = True) -> list | None:
+    """The positions of the input (``tensor``) ops of ``ops``; None when an op is not an object or (with
+    ``plannable``) when one is not ``_plannable_op``. C-level passes over the op names, one test per distinct
+    name (the per-call test only for the ops whose call form decides)."""
+    try:
+        names = list(map(_get_op, ops, repeat("op")))  # (TypeError: an op that is not an object)
+        distinct = set(names)                          # (TypeError: an unhashable op name)
+    except TypeError:
+        return None
+    if plannable and not _PLANNABLE_NAMES.issuperset(distinct):
+        for name in distinct.difference(_PLANNABLE_NAMES):
+            ok = _plannable_name(name)
+            if ok:
+                _PLANNABLE_NAMES.add(name)
+            elif ok is None:
+                if not all(_plannable_op(o) for o, m in zip(ops, names) if m == name):
+                    return None
+            else:
+                return None
+    if INPUT_OPS.isdisjoint(distinct):
+        return []
+    return [i for i, m in enumerate(names) if m in INPUT_OPS]
+
+
+_FLOAT32_MAX = 3.4e38  # a Python float strictly inside this range casts to float32 without overflow
+
+
+def _input_form(op: dict) -> tuple | None:
+    """``(data, dtype, requires_grad)`` of a ``tensor`` op called as ``tensor(data, dtype=..., requires_grad=...)``
+    with a Python number, a list or an array as data, a dtype name (canonical) or none, and a bool flag; None
+    for any other form (the caller runs the op as the program does)."""
+    args = op["args"]
+    if args.__class__ is not list or len(args) != 1:
+        return None
+    kw = op.get("kwargs")
+    dtype, rg = None, False
+    if kw:
+        if kw.__class__ is not dict:
+            return None
+        for k, v in kw.items():
+            if k == "requires_grad" and v.__class__ is bool:
+                rg = v
+            elif k == "dtype" and v.__class__ is str:
+                dtype = D.ALIASES.get(v)
+                if dtype is None:
+                    return None
+            elif k != "dtype" or v is not None:
+                return None
+    data = args[0]
+    cls = data.__class__
+    if cls is float or cls is int or cls is bool or cls is list or cls is np.ndarray:
+        return data, dtype, rg
+    return None
+
+
+def _direct_input(data, dtype, rg) -> np.ndarray | None:
+    """The array ``creation.tensor`` makes of one Python number or of an array already of the dtype it keeps,
+    by the steps ``tensor.as_array`` takes for them (so bit for bit the same array, and no step that could
+    meet a floating-point error); None for anything else (list data, an array to cast, an int outside int64,
+    a float cast to an integer dtype or overflowing float32, NaN, requires_grad on an integer dtype): the
+    caller then takes the general way."""
+    cls = data.__class__
+    if cls is np.ndarray:
+        # as_array: an array of a dtype the engine keeps, asked for no other, is copied (C order, writable)
+        if (dtype is None or data.dtype == D.NP_DTYPES[dtype]) and data.dtype in _KEPT \
+                and (not rg or data.dtype.kind == "f"):
+            return np.array(data, copy=True, order="C")
+        return None
+    if cls is float:
+        # np.asarray gives float64 (_out_of_int64 keeps a float), cast to float32 unless float64 is asked for
+        if dtype == D.FLOAT64:
+            return np.asarray(data)
+        if (dtype is None or dtype == D.FLOAT32) and -_FLOAT32_MAX < data < _FLOAT32_MAX:
+            return np.asarray(data).astype(np.float32)
+        return None
+    if cls is int or cls is bool:
+        if cls is int and not -(1 << 63) <= data < (1 << 63):
+            return None
+        arr = np.asarray(data)  # int64 or bool, 0-d
+        if dtype is not None:
+            target = D.NP_DTYPES[dtype]
+            if arr.dtype != target:
+                arr = arr.astype(target)
+        if rg and arr.dtype.kind != "f":
+            return None
+        return arr
+    return None
+
+
+#: a tensor op's args in its key, data left out (only ever serialised)
+_NO_DATA = [None]
+#: the dtypes ``as_array`` keeps an array in when no dtype is asked for
+_KEPT = frozenset(D.NP_DTYPES.values())
+
+
+def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: bytes | None = None):
+    """(key, input arrays) or None when the run cannot be planned at all; input ops run here (as the program
+    runs them: the same arrays), and their results' structure goes into the key. ``made``: the positions of
+    the input ops (``_scan``), ``text``: the op list's text (``_pre_key``'s), when the caller has them."""
     inputs, metas = [], []
     for name, t in state.tensors.items():
         if not _fresh_leaf(t):
@@ -199,38 +324,68 @@ def _key(state: State, ops: list, extra: tuple):
         metas.append((name, t.data.shape, t.data.dtype.str, t._requires_grad))
     if state.functions:
         return None
-    stripped = []
-    made = []  # (index, op) of the input ops
-    for i, op in enumerate(ops):
-        if not isinstance(op, dict):
+    if made is None:
+        made = _scan(ops, plannable=False)
+        if made is None:
             return None
-        if op.get("op") in INPUT_OPS:
-            if not op.get("args"):
-                return None
-            made.append((i, op))
-            op = {**op, "args": [None, *op["args"][1:]]}
-        stripped.append(op)
+    stripped = ops
     if made:
-        runner = _Runner(State(), {}, WarningSink(set()), ProgramResult())
-        try:  # (grad mode does not matter to a tensor op)
-            with runner.sink, np.errstate(all="ignore"):
-                for _, op in made:
+        if text is None:
+            stripped = list(ops)
+        rest = []  # (position, op, its form or None) of the inputs made under the run's error state
+        for i in made:
+            op = ops[i]
+            args = op.get("args")
+            if not args:
+                return None
+            if text is None:
+                stripped[i] = {**op, "args": _NO_DATA if len(args) == 1 else [None, *args[1:]]}
+            form = _input_form(op)
+            arr = None if form is None else _direct_input(*form)
+            if arr is None:
+                rest.append((len(inputs), op, form))
+                metas.append(None)
+            else:
+                metas.append((arr.shape, arr.dtype.str, form[2]))
+            inputs.append(arr)
+        if rest and not _run_inputs(rest, inputs, metas):
+            return None
+    if text is None:
+        try:
+            text = orjson.dumps(stripped, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+        except TypeError:
+            return None
+    return (text, tuple(metas), extra), inputs
+
+
+def _run_inputs(rest: list, inputs: list, metas: list) -> bool:
+    """The input ops ``_direct_input`` left, as the program runs them (list or array data through the tensor
+    op's own conversion, other forms through the op itself), into their places of ``inputs`` and ``metas``;
+    False when one fails or warns (the cold run reports it, with its op index)."""
+    sink = WarningSink(set())
+    runner = None
+    try:  # (grad mode does not matter to a tensor op)
+        with sink, np.errstate(all="ignore"):
+            for at, op, form in rest:
+                if form is not None:
+                    data, dtype, rg = form
+                    arr = as_array(data, dtype)
+                    if rg and arr.dtype.kind != "f":
+                        return False
+                else:
+                    if runner is None:
+                        runner = _Runner(State(), {}, sink, ProgramResult())
                     spec = OPS[op["op"]]
                     a, k = runner.bind_args(spec, op["args"], op.get("kwargs") or {}, op["op"])
                     t = spec.fn(*a, **k)
                     if not _fresh_leaf(t):
-                        return None
-                    inputs.append(t.data)
-                    metas.append((t.data.shape, t.data.dtype.str, t._requires_grad))
-        except Exception:  # noqa: BLE001 - the cold run reports it, with its op index
-            return None
-        if runner.sink.messages:
-            return None
-    try:
-        text = orjson.dumps(stripped, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-    except TypeError:
-        return None
-    return (text, tuple(metas), extra), inputs
+                        return False
+                    arr, rg = t.data, t._requires_grad
+                inputs[at] = arr
+                metas[at] = (arr.shape, arr.dtype.str, rg)
+    except Exception:  # noqa: BLE001 - the cold run reports it, with its op index
+        return False
+    return not sink.messages
 
 
 # ----- recording -------------------------------------------------------------------------------------------
@@ -868,30 +1023,171 @@ def _replay_quiet(plan: Plan, inputs: list, control) -> list:
     return buf
 
 
+_new_tensor = Tensor.__new__
+_ndarray = np.ndarray
+
+
 def _tensor(buf, d) -> Tensor:
+    """The replayed tensor of a descriptor (``_desc``): ``Tensor(...)``'s slots set directly (a run's budget
+    counts its tensors as they are made; after the run there is none to count)."""
     s, rg, fn, retains, version, accs, g = d
-    t = Tensor(buf[s], rg, None if fn is None else _Name(fn))
+    a = buf[s]
+    if a.__class__ is not _ndarray:
+        a = np.asarray(a)
+    t = _new_tensor(Tensor)
+    t.data = a
+    t._requires_grad = rg
+    t._grad_fn = None if fn is None else _Name(fn)
+    t.output_nr = 0
+    t._grad = None if g is None else _tensor(buf, g)
     t._vc = [version]
     t.retains_grad = retains
     t.grad_accumulations = accs
-    if g is not None:
-        t._grad = _tensor(buf, g)
+    t._base = None
+    t._accumulator = None
+    t._wrapped = False
+    t._fw_grad = None
+    t._creation = None
+    t._attr_version = 0
     return t
 
 
+def _plain(buf, s) -> Tensor:
+    """``Tensor(buf[s])``: an autograd report's contribution."""
+    return _tensor(buf, (s, False, None, False, 0, 0, None))
+
+
+class _PlannedResult(ProgramResult):
+    """A replay's result: ``ops``, ``changed`` and ``autograd`` are made from the plan on first access (a
+    one-shot response reads the autograd report only, a repeat's inner iterations none of them); what they
+    hold is what ``_finish`` always made."""
+
+    def __init__(self, plan: Plan, buf: list):
+        self._plan, self._buf = plan, buf
+        self._ops = self._changed = self._autograd = None
+        self.records, self.warnings, self.returned, self.iterations = {}, [], {}, 1
+
+    @property
+    def ops(self) -> list:
+        if self._ops is None:
+            self._ops = [OpOutcome(o.index, o.op, list(o.bound)) for o in self._plan.ops]
+        return self._ops
+
+    @ops.setter
+    def ops(self, value) -> None:
+        self._ops = value
+
+    @property
+    def changed(self) -> list:
+        if self._changed is None:
+            self._changed = list(self._plan.changed)
+        return self._changed
+
+    @changed.setter
+    def changed(self, value) -> None:
+        self._changed = value
+
+    @property
+    def autograd(self) -> list:
+        if self._autograd is None:
+            buf = self._buf
+            self._autograd = [
+                AutogradRecord(index, op, [GradEntry(name, _plain(buf, c), None if g is None else _tensor(buf, g), accs)
+                                           for name, c, g, accs in entries])
+                for index, op, entries in self._plan.autograd]
+        return self._autograd
+
+    @autograd.setter
+    def autograd(self, value) -> None:
+        self._autograd = value
+
+
+class _Namespace(MutableMapping):
+    """The namespace a one-shot replay leaves (``state.tensors`` after ``run_planned``), each tensor made on
+    first access and kept (so a name reads as the same object every time) and a name never read never made.
+    Names in the cold run's order. A change (set, delete) first makes every tensor and then behaves as a
+    dict does."""
+
+    __slots__ = ("_buf", "_descs", "_built", "_own")
+
+    def __init__(self, buf: list, descs: dict, built: dict):
+        self._buf = buf
+        self._descs = descs    # name -> descriptor, in order (the plan's own: copied before a change)
+        self._built = built    # name -> the tensor made (the preset input tensors from the start)
+        self._own = False
+
+    def __getitem__(self, name):
+        t = self._built.get(name)
+        if t is None:
+            t = self._built[name] = _tensor(self._buf, self._descs[name])
+        return t
+
+    def get(self, name, default=None):
+        t = self._built.get(name)
+        if t is None:
+            d = self._descs.get(name)
+            if d is None:
+                return default
+            t = self._built[name] = _tensor(self._buf, d)
+        return t
+
+    def __contains__(self, name) -> bool:
+        return name in self._descs
+
+    def __iter__(self):
+        return iter(self._descs)
+
+    def __len__(self) -> int:
+        return len(self._descs)
+
+    def _materialize(self) -> None:
+        if not self._own:
+            for name in self._descs:
+                self[name]
+            self._descs = dict.fromkeys(self._descs)
+            self._own = True
+
+    def __setitem__(self, name, t) -> None:
+        self._materialize()
+        self._descs[name] = None
+        self._built[name] = t
+
+    def __delitem__(self, name) -> None:
+        self._materialize()
+        del self._descs[name]
+        del self._built[name]
+
+    def copy(self) -> dict:
+        return dict(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({dict(self)!r})"
+
+
 def _finish(plan: Plan, buf: list, state: State, preset: dict) -> ProgramResult:
+    """The state and result a replay leaves (the namespace's tensors made now: a session's)."""
     for name, g, accs in plan.preset:
         t = preset[name]
         t._grad = None if g is None else _tensor(buf, g)
         t.grad_accumulations = accs
     state.tensors = {name: preset[name] if d is None else _tensor(buf, d) for name, d in plan.namespace}
     state.backward_passes += plan.backward_passes
-    res = ProgramResult(ops=[OpOutcome(o.index, o.op, list(o.bound)) for o in plan.ops], changed=list(plan.changed))
-    for index, op, entries in plan.autograd:
-        res.autograd.append(AutogradRecord(index, op, [
-            GradEntry(name, Tensor(buf[c]), None if g is None else _tensor(buf, g), accs)
-            for name, c, g, accs in entries]))
-    return res
+    return _PlannedResult(plan, buf)
+
+
+def _finish_oneshot(plan: Plan, buf: list, state: State, preset: dict) -> ProgramResult:
+    """``_finish`` for a one-shot run: the namespace is a ``_Namespace`` (its tensors made when read)."""
+    lazy = plan.lazy
+    if lazy is None:  # (made once per plan; two threads making it at once make the same)
+        lazy = plan.lazy = (dict(plan.namespace), [name for name, d in plan.namespace if d is None])
+    for name, g, accs in plan.preset:
+        t = preset[name]
+        t._grad = None if g is None else _tensor(buf, g)
+        t.grad_accumulations = accs
+    descs, kept = lazy
+    state.tensors = _Namespace(buf, descs, {name: preset[name] for name in kept} if kept else {})
+    state.backward_passes += plan.backward_passes
+    return _PlannedResult(plan, buf)
 
 
 def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (), **kwargs) -> ProgramResult:
@@ -901,13 +1197,14 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
     if cache is None or kwargs.get("repeat", 1) != 1 or kwargs.get("record") or kwargs.get("until") is not None \
             or kwargs.get("returns"):
         return run_program(state, ops, **kwargs)
-    if not isinstance(ops, list) or not all(_plannable_op(op) for op in ops):
+    inputs_at = _scan(ops) if isinstance(ops, list) else None
+    if inputs_at is None:
         cache.count("unplannable")
         return run_program(state, ops, **kwargs)
     lim = kwargs.get("limits")
     respond = kwargs.get("respond", "changed")
     made = _key(state, ops, (bool(kwargs.get("no_grad", False)), lim, extra,
-                             respond if isinstance(respond, str) else tuple(respond)))
+                             respond if isinstance(respond, str) else tuple(respond)), inputs_at)
     if made is None:
         cache.count("unplannable")
         return run_program(state, ops, **kwargs)
@@ -918,7 +1215,7 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
         buf = _guarded_replay(cache, entry, inputs, kwargs.get("control"))
         if buf is None:
             return run_program(state, ops, **kwargs)
-        return _finish(entry, buf, state, preset)
+        return _finish_oneshot(entry, buf, state, preset)
     if isinstance(entry, Unplannable):
         cache.count("unplannable")
         return run_program(state, ops, **kwargs)
@@ -951,6 +1248,13 @@ def _plannable_session_op(op, functions: dict, depth: int = 0) -> bool:
     return fdef is not None and all(_plannable_session_op(o, functions, depth + 1) for o in fdef.ops)
 
 
+def _plannable_session_list(ops, functions: dict) -> bool:
+    """Every op of a session list ``_plannable_session_op`` (the name scan first: transforms are the rest)."""
+    if not isinstance(ops, list):
+        return False
+    return _scan(ops) is not None or all(_plannable_session_op(op, functions) for op in ops)
+
+
 #: a function definition's JSON text: a FunctionDef is frozen plain data (its ops a private deep copy, arrays
 #: read-only), so the text of one object never changes
 _FN_TEXT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -971,7 +1275,7 @@ def _functions_key(functions: dict) -> tuple | None:
     return tuple(out)
 
 
-def _session_key(state: State, ops: list, extra: tuple):
+def _session_key(state: State, ops: list, extra: tuple, text: bytes | None = None):
     """The key of a session list: everything of the session state the run can depend on (each tensor's name,
     shape, dtype, flags, version, aliasing; the function definitions; the warned set; the name counter).
     None when a session tensor is not a plain leaf without a gradient (those run cold)."""
@@ -992,7 +1296,7 @@ def _session_key(state: State, ops: list, extra: tuple):
     saved_fns = state.functions
     state.functions = {}
     try:
-        made = _key(state, ops, extra)
+        made = _key(state, ops, extra, text=text)
     finally:
         state.tensors, state.functions = saved, saved_fns
     if made is None:
@@ -1075,7 +1379,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     plan known to be unplannable), (None, None) when a replay's guard failed (nothing changed), (result,
     False) when it ran cold recording and turned out unplannable."""
     if plannable is None:
-        plannable = isinstance(ops, list) and all(_plannable_session_op(op, state.functions) for op in ops)
+        plannable = _plannable_session_list(ops, state.functions)
     if not plannable:
         return None, False
     lim = kwargs.get("limits")
@@ -1090,7 +1394,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         pre = _pre_key(state, ops, extra)
         if pre is None or isinstance(cache.get(pre), Unplannable):
             return None, False
-        made = _session_key(state, ops, extra)
+        made = _session_key(state, ops, extra, pre[0])  # (the same op list text: tensor data left out)
         if made is None:
             return None, False
         key, inputs = made
@@ -1147,7 +1451,7 @@ def run_session_planned(cache: PlanCache | None, state: State, ops: list, *, ext
     atomicity) is the cold run's."""
     if cache is None or kwargs.get("record") or kwargs.get("returns"):
         return run_program(state, ops, **kwargs)
-    plannable = isinstance(ops, list) and all(_plannable_session_op(op, state.functions) for op in ops)
+    plannable = _plannable_session_list(ops, state.functions)
     if kwargs.get("repeat", 1) != 1 or kwargs.get("until") is not None:
         if plannable and isinstance(kwargs.get("repeat", 1), int) and kwargs.get("repeat", 1) >= 1:
             res = _repeat(cache, state, ops, {**kwargs, "extra": extra})
@@ -1186,6 +1490,7 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
     held, most = None, 0
     res, done, carried, lazy = None, 0, None, None
     control = kwargs.get("control")
+    chain = _Chain(cache)
     try:
         # (every run of the loop ignores numpy's floating-point errors: chained replays enter that once)
         with np.errstate(all="ignore"):
@@ -1196,7 +1501,7 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
                     control.check()  # (short plans never reach a replay's own check; the cold loop reports)
                 if carried is not None:
                     cur = scratch.tensors if lazy is None else lazy
-                    plan, buf = _chain_replay(cache, cur, carried, control)
+                    plan, buf = _chain_replay(chain, cur, carried, control)
                     if plan is not None:
                         lazy = _chain_state(plan, buf, cur)
                         stop = i == repeat - 1
@@ -1248,12 +1553,35 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
             for a, v in zip(_TENSOR_ATTRS, values):
                 setattr(t, a, v)
         return None
+    finally:
+        chain.flush()
     state.tensors, state.counter, state.warned = scratch.tensors, scratch.counter, scratch.warned
     state.backward_passes, state.held_bytes = scratch.backward_passes, scratch.held_bytes
     return ProgramResult(ops=res.ops, changed=changed, autograd=res.autograd, iterations=done)
 
 
-def _chain_replay(cache: PlanCache, cur: dict, carried: tuple, control):
+class _Chain:
+    """A repeat loop's use of the plan cache: the entry of the key it met last (an iteration usually carries
+    the key of the plan it replayed: looked up once per loop, not per iteration), and the hits of its replays
+    (counted into the cache once, when the loop ends)."""
+
+    __slots__ = ("cache", "key", "entry", "hits")
+
+    def __init__(self, cache: PlanCache):
+        self.cache, self.key, self.entry, self.hits = cache, None, None, 0
+
+    def get(self, key):
+        if key is not self.key or self.entry is None:
+            self.key, self.entry = key, self.cache.get(key)
+        return self.entry
+
+    def flush(self) -> None:
+        if self.hits:
+            self.cache.count("hits", self.hits)
+            self.hits = 0
+
+
+def _chain_replay(chain: _Chain, cur: dict, carried: tuple, control):
     """A repeat iteration on the state the previous one left (``cur``: name -> its tensor, or (buffer,
     descriptor) of a tensor not built yet): (plan, buffer) of the chainable plan the carried key finds,
     replayed; (None, None) when the key does not fit the state or finds none. A replay that raises aborts the
@@ -1261,15 +1589,15 @@ def _chain_replay(cache: PlanCache, cur: dict, carried: tuple, control):
     datas = [o.data if o.__class__ is Tensor else o[0][o[1][0]] for o in cur.values()]
     if tuple([(n, a.shape, a.dtype, a.strides) for n, a in zip(cur, datas)]) != carried[1]:
         return None, None
-    entry = cache.get(carried[0])
+    entry = chain.get(carried[0])
     if not isinstance(entry, Plan) or not entry.chainable:
         return None, None
     try:
         buf = _replay_quiet(entry, datas, control)  # (_repeat ignores numpy's floating-point errors)
     except Exception:  # noqa: BLE001 - the cold loop gives the error
-        cache.count("fallbacks")
+        chain.cache.count("fallbacks")
         raise _Abort from None
-    cache.count("hits")
+    chain.hits += 1
     return entry, buf
 
 

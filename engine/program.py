@@ -41,7 +41,7 @@ from .kernel import active as plan_recorder
 from .kernel import kcall, snapshot
 from .node import Node, SavedTensor
 from .registry import OPS
-from .signature import call_form, check_call
+from .signature import call_facts, call_form, check_call
 from .tensor import Tensor
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -141,19 +141,25 @@ def reachable(roots) -> tuple[int, dict[int, int]]:
                     stack_n.append(c)
             for v in n.saved.values():
                 if v.__class__ is SavedTensor:
-                    if v.freed:
-                        continue
-                    live = v.live()
-                    if live is not None:
-                        if live not in seen_t:
-                            seen_t.add(live)
-                            stack_t.append(live)
-                    else:  # a node's output nothing else holds: its saved data (SavedTensor)
+                    # SavedTensor.freed and .live(), inline
+                    if v.is_output:
                         a = v._data
-                        base = a.base
-                        if base is None or base.__class__ is not ndarray:
-                            base = a
-                        seen_arrays[id(base)] = base.nbytes
+                        if a is None:
+                            continue
+                        live = v._ref()
+                        if live is None:  # a node's output nothing else holds: its saved data
+                            base = a.base
+                            if base is None or base.__class__ is not ndarray:
+                                base = a
+                            seen_arrays[id(base)] = base.nbytes
+                            continue
+                    else:
+                        live = v._tensor
+                        if live is None:
+                            continue
+                    if live not in seen_t:
+                        seen_t.add(live)
+                        stack_t.append(live)
                 elif isinstance(v, Node) and v not in seen_nodes:
                     seen_nodes.add(v)
                     stack_n.append(v)
@@ -164,14 +170,14 @@ def reachable(roots) -> tuple[int, dict[int, int]]:
     return len(seen_nodes), seen_arrays
 
 
-@dataclass
+@dataclass(slots=True)
 class OpOutcome:
     index: int
     op: str
     bound: list[str]
 
 
-@dataclass
+@dataclass(slots=True)
 class GradEntry:
     name: str
     contribution: Tensor
@@ -179,7 +185,7 @@ class GradEntry:
     grad_accumulations: int
 
 
-@dataclass
+@dataclass(slots=True)
 class AutogradRecord:
     op_index: int
     op: str
@@ -262,52 +268,80 @@ class _Runner:
         return item(v)
 
     def bind_args(self, spec, args: list, kwargs: dict, name: str | None = None):
-        out_args, out_kwargs = self._convert_args(spec, args, kwargs)
-        name = name or spec.name
-        if call_form(name, spec):  # p.sub_(p.grad): a Tensor method, self not counted in positions
+        a, k, _ = self._bind(spec, args, kwargs, name or spec.name)
+        return a, k
+
+    def _bind(self, spec, args: list, kwargs: dict, name: str):
+        """(args, kwargs, whether a tensor argument may be a view): names converted, the call checked."""
+        _, layout, method, facts = _op_layout(spec, name)
+        out_args, out_kwargs, viewed = self._convert_args(spec, args, kwargs, layout)
+        if method:  # p.sub_(p.grad): a Tensor method, self not counted in positions
             if not out_args:
                 raise TorchTypeError(f"unbound method TensorBase.{name}() needs an argument", code="invalid_argument")
             if not isinstance(out_args[0], Tensor):
                 got = type(out_args[0]).__name__
                 raise TorchTypeError(f"descriptor '{name}' for 'torch._C.TensorBase' objects doesn't apply to a "
                                      f"'{got}' object", code="invalid_argument")
-            check_call(spec, name, out_args[1:], out_kwargs, method=True)
+            check_call(spec, name, out_args[1:], out_kwargs, method=True, facts=facts)
         else:
-            check_call(spec, name, out_args, out_kwargs, method=False)
-        return out_args, out_kwargs
+            check_call(spec, name, out_args, out_kwargs, method=False, facts=facts)
+        return out_args, out_kwargs, viewed
 
-    def _convert_args(self, spec, args: list, kwargs: dict):
+    def _convert_args(self, spec, args: list, kwargs: dict, layout: tuple | None = None):
         """Names to tensors where the signature takes a tensor (the per-parameter kinds are computed once per
-        op, see ``_param_layout``); other values pass through for the signature check."""
-        pos_kinds, varargs_tensor, kinds, vname = _param_layout(spec)
+        op, see ``_param_layout``); other values pass through for the signature check. Also says whether any
+        argument may hold a view (a tensor with a base, or a value converted otherwise)."""
+        pos_kinds, varargs_tensor, kinds, vname = layout if layout is not None else _param_layout(spec)
         ns = self.ns
         out_args = []
+        viewed = False
         npos = len(pos_kinds)
         for i, a in enumerate(args):
             if i < npos:
                 k = pos_kinds[i]
                 if k == _PLAIN:
+                    if a.__class__ not in _JSON_SCALARS:  # a list (or a Tensor from a Python caller)
+                        viewed = True
                     out_args.append(a)
                 elif k == _TENSOR and a.__class__ is str:
                     t = ns.get(a)  # a bound name (names have no '.'); anything else the full lookup
-                    out_args.append(t if t is not None else _lookup(ns, a))
+                    if t is None:
+                        t = _lookup(ns, a)
+                    if t is not None and t._base is not None:
+                        viewed = True
+                    out_args.append(t)
+                elif k == _TENSOR:  # a number (a scalar operand) passes through
+                    if a.__class__ not in _JSON_SCALARS:
+                        viewed = True
+                    out_args.append(a)
                 else:
+                    viewed = True
                     out_args.append(self._convert(k, a))
             elif varargs_tensor:
                 # tensor varargs (einsum's operands): each a name, or one list of names
+                viewed = True
                 out_args.append(self.tensor_list(a) if isinstance(a, list) else self.tensor_arg(a))
             else:  # other varargs, or one too many: the signature check names it the torch way
+                if a.__class__ not in _JSON_SCALARS:
+                    viewed = True
                 out_args.append(a)
         if not kwargs:
-            return out_args, {}
+            return out_args, {}, viewed
         out_kwargs = {}
         for k, v in kwargs.items():
             kind = kinds.get(k)
             if kind is None or k == vname:
                 out_kwargs[k] = v  # refused by the signature check with torch's message
+                viewed = True
                 continue
-            out_kwargs[k] = v if kind == _PLAIN else self._convert(kind, v)
-        return out_args, out_kwargs
+            if kind == _PLAIN:
+                if v.__class__ not in _JSON_SCALARS:
+                    viewed = True
+                out_kwargs[k] = v
+            else:
+                viewed = True
+                out_kwargs[k] = self._convert(kind, v)
+        return out_args, out_kwargs, viewed
 
     def _convert(self, kind: int, value):
         if kind == _TENSOR:
@@ -403,7 +437,13 @@ class _Runner:
             name = names.get(id(t)) if names else self.names_of(t)
             if name is None:
                 continue
-            entries.append(GradEntry(name, _snapshot(g), _snapshot(t._grad), t.grad_accumulations))
+            grad = t._grad
+            if grad is not None and grad.data is g.data:  # the first pass's .grad is its contribution: one copy
+                c = _snapshot(g)
+                entries.append(GradEntry(name, c, Tensor(c.data, grad.requires_grad, grad.grad_fn, grad.output_nr),
+                                         t.grad_accumulations))
+                continue
+            entries.append(GradEntry(name, _snapshot(g), _snapshot(grad), t.grad_accumulations))
         self.result.autograd.append(AutogradRecord(index, op, entries))
 
     def do_grad(self, index, out, args, kwargs):
@@ -564,18 +604,23 @@ class _Runner:
         return [out]
 
     def run_op(self, index: int, spec_op: dict, no_grad_all: bool):
-        if not isinstance(spec_op, dict):
+        if spec_op.__class__ is not dict and not isinstance(spec_op, dict):
             raise InvalidArgumentError("each op must be an object with an 'op' field")
-        name = spec_op.get("op")
-        args = spec_op.get("args") or []
-        kwargs = spec_op.get("kwargs") or {}
-        out = spec_op.get("out")
-        if not isinstance(name, str):
+        get = spec_op.get
+        name = get("op")
+        args = get("args") or []
+        kwargs = get("kwargs") or {}
+        out = get("out")
+        if name.__class__ is not str and not isinstance(name, str):
             raise InvalidArgumentError("op must be a string")
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             raise InvalidArgumentError("args must be a list and kwargs an object")
-        _check_out(out)
-        grad_on = not (no_grad_all or spec_op.get("no_grad", False))
+        if out is not None:
+            if out.__class__ is str and out.isidentifier() and len(out) <= 64 and out.isascii():
+                pass  # a plain name (what NAME_RE accepts, without the regex); anything else the full check
+            else:
+                _check_out(out)
+        grad_on = not (no_grad_all or get("no_grad", False))
         if _grad_enabled.get() == grad_on:  # the common case: no context switch per op
             return self._dispatch(index, name, args, kwargs, out)
         token = _grad_enabled.set(grad_on)
@@ -590,9 +635,9 @@ class _Runner:
         spec = OPS.get(name)
         if spec is None:
             raise UnknownOpError(f"unknown op {name!r}; GET /v1/ops lists the available ops")
-        a, k = self.bind_args(spec, args, kwargs, name)
+        a, k, viewed = self._bind(spec, args, kwargs, name)
         refused = None
-        if not spec.inplace and spec.differentiable and _grad_enabled.get():
+        if viewed and not spec.inplace and spec.differentiable and _grad_enabled.get():
             refused = _refused_view(a, k, spec)
         if refused is None:
             value = spec.fn(*a, **k)
@@ -609,6 +654,12 @@ class _Runner:
             rec = plan_recorder()
             if rec is not None:  # a plan being recorded (engine.plan): the tensor is a program input
                 rec.add_input(value.data)
+        if value.__class__ is Tensor and out.__class__ is str:  # the common case of bind()
+            ns = self.ns
+            ns[out] = value
+            if out in self.functions:
+                self.functions.pop(out)
+            return [out]
         return self.bind(out, value)
 
     def _action(self, index: int, name: str, args: list, kwargs: dict, out):
@@ -743,6 +794,22 @@ def _param_layout(spec) -> tuple:
         layout = _LAYOUTS[id(spec)] = (pos, varargs is not None and varargs.name in spec.tensors,
                                        {p.name: kind(p.name) for p in params},
                                        varargs.name if varargs is not None else None)
+    return layout
+
+
+_OP_LAYOUTS: dict[str, tuple] = {}
+
+#: argument values that are never a tensor (nor hold one): no view to refuse among them
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _op_layout(spec, name: str) -> tuple:
+    """(spec, ``_param_layout(spec)``, a Tensor method call?, check_call's facts for it) of the op a program
+    calls by ``name``, computed once per name (again if the table now gives the name another spec)."""
+    layout = _OP_LAYOUTS.get(name)
+    if layout is None or layout[0] is not spec:
+        method = call_form(name, spec)
+        layout = _OP_LAYOUTS[name] = (spec, _param_layout(spec), method, call_facts(spec, name, method))
     return layout
 
 
@@ -898,8 +965,26 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
 
         def measure() -> dict[int, int]:
             roots = [*state.tensors.values(), *ns.values()]
-            roots += [e[3] for e in journal.entries if isinstance(e[3], Tensor)]
-            return reachable(roots)[1]
+            freed = []  # the data of saved outputs a backward freed, whose tensors are gone
+            for kind, obj, key, old in journal.entries:
+                if kind == 3:  # saved tensor slots freed by a backward (engine.node.release_all): what they held
+                    for slot, t, data in zip(obj, key, old):
+                        if t is None and data is not None:
+                            t = slot._ref()
+                            if t is None:
+                                freed.append(data)
+                                continue
+                        if t is not None:
+                            roots.append(t)
+                elif isinstance(old, Tensor):
+                    roots.append(old)
+            arrays = reachable(roots)[1]
+            for a in freed:
+                base = a.base
+                if base is None or base.__class__ is not np.ndarray:
+                    base = a
+                arrays[id(base)] = base.nbytes
+            return arrays
 
         budget = Budget(limits, held=held, control=control, measure=measure, response_size=response_size)
     elif control is not None:
@@ -909,13 +994,14 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
     try:
         with journal, sink, guard, program_dual_scope(), np.errstate(all="ignore"):
             for _ in range(repeat):
+                keep = _ == repeat - 1 or repeat == 1 or until is not None
+                outcomes = result.ops
                 for index, spec_op in enumerate(ops):
-                    op_name = spec_op.get("op") if isinstance(spec_op, dict) else None
                     if check is not None:
                         check()
-                    bound = runner.run_op(index, spec_op, no_grad)
-                    if _ == repeat - 1 or repeat == 1 or until is not None:
-                        result.ops.append(OpOutcome(index, op_name, bound))
+                    bound = runner.run_op(index, spec_op, no_grad)  # (op_name: read on failure, below)
+                    if keep:
+                        outcomes.append(OpOutcome(index, spec_op.get("op"), bound))
                 index, op_name = None, None
                 stop, result.iterations = until is not None and _until_reached(ns, until), _ + 1
                 for n in record:
@@ -951,6 +1037,9 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
         journal.rollback()
         err = _translate(exc)
         if index is not None:
+            if op_name is None:  # an op of the list failed: its name, as given
+                spec_op = ops[index]
+                op_name = spec_op.get("op") if isinstance(spec_op, dict) else None
             err.at(index, op_name)
         if err is exc:
             raise

@@ -223,6 +223,7 @@ def needs_grad(*inputs) -> bool:
 
 
 _NO_EDGE = (None, 0)
+_grad_on = _grad_enabled.get  # bound once: record() asks on every call
 
 
 def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
@@ -235,15 +236,17 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
     Multi-output primitives take a tuple of arrays and return a tuple of Tensors.
     """
     multi = data.__class__ is tuple
-    if not multi and data.dtype not in _SUPPORTED:  # a numpy promotion the engine does not model
-        raise TorchRuntimeError(f"result dtype {data.dtype} is not supported (float32, float64, int64, bool)",
-                                code="invalid_dtype")
-    if _grad_enabled.get() and (multi or data.dtype.kind == "f"):  # int and bool results never require grad
+    if not multi:
+        dt = data.dtype
+        if dt not in _SUPPORTED:  # a numpy promotion the engine does not model
+            raise TorchRuntimeError(f"result dtype {data.dtype} is not supported (float32, float64, int64, bool)",
+                                    code="invalid_dtype")
+    grad = False
+    if _grad_on() and (multi or dt.kind == "f"):  # int and bool results never require grad
         # one pass: each input's edge, metadata and need (no node when none requires grad)
         nexts = []
         meta = []
         needs = []
-        grad = False
         for t in inputs:
             # t._requires_grad first: the property (a view's base may require grad) only when it is False
             if t is None or not (t._requires_grad or (t._base is not None and t.requires_grad)):
@@ -251,21 +254,23 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
                 meta.append(None)
                 needs.append(False)
             else:
-                fn = t._grad_fn if t._base is None else view_grad_fn(t)
-                nexts.append((fn, t.output_nr) if fn is not None else (accumulator(t), 0))
+                if t._base is None:
+                    fn = t._grad_fn
+                    nexts.append((fn, t.output_nr) if fn is not None else (t._accumulator or accumulator(t), 0))
+                else:
+                    fn = view_grad_fn(t)
+                    nexts.append((fn, t.output_nr) if fn is not None else (accumulator(t), 0))
                 d = t.data
                 meta.append((d.shape, d.dtype))
                 needs.append(True)
                 grad = True
-    else:
-        grad = False
     if not grad:
         outs = tuple([Tensor(d) for d in data]) if multi else Tensor(data)
         if _fw_active() is not None:
             _forward(prim_name, outs, inputs, saved)
         return outs
     node = Node(prim_name, prim_name, tuple(nexts), None, tuple(meta), len(data) if multi else 1)
-    node._needs = tuple(needs)
+    node._needs = needs = tuple(needs)
     if multi:
         outs = tuple([Tensor(d, True, node, i) for i, d in enumerate(data)])
     else:
@@ -283,10 +288,16 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
                     else:
                         s[slot] = None
                         continue
-            if value.__class__ is Tensor:
+            cls = value.__class__
+            if cls is Tensor:
                 # the node's own output (an in-place op's self): saved as an output, without a cycle
                 fn = value._grad_fn if value._base is None else value.grad_fn
-                s[slot] = SavedTensor(value, is_output=fn is node)
+                s[slot] = SavedTensor(value, fn is node)
+            elif cls is str:
+                i = _output_ref(value)
+                s[slot] = value if i is None else SavedTensor(outs[i] if multi else outs, True)
+            elif cls is int or cls is float or cls is bool or value is None:
+                s[slot] = value
             elif isinstance(value, str):
                 i = _output_ref(value)
                 s[slot] = value if i is None else SavedTensor(outs[i] if multi else outs, is_output=True)

@@ -519,33 +519,47 @@ def _invalid_combination(name: str, options: tuple[str, ...], args: list, kwargs
 #: check_call's per-(op, name, form) facts, pure functions of the static op tables
 _CALLS: dict[tuple, tuple] = {}
 
-#: calls ``_parse`` accepted, by signature (one of the cached ones, so its id is stable) and argument classes,
-#: for signatures where the classes alone decide (``Signature.by_class``); bounded
+#: calls ``_parse`` accepted, by signature (one of the cached ones, so its id is stable) and argument classes
+#: where the classes alone decide (``Signature.by_class``), else what ``_parse`` reads of each value
+#: (``_value_facts``); bounded
 _ACCEPTED: set = set()
 _ACCEPTED_MAX = 65536
 
 
-def _call_key(sig: Signature, args: list, kwargs: dict):
-    if not sig.by_class:
-        return None
-    if kwargs:
-        return id(sig), tuple([a.__class__ for a in args]), tuple([(k, v.__class__) for k, v in kwargs.items()])
-    return id(sig), tuple([a.__class__ for a in args])
-
-
-def _accepted(sig: Signature, args: list, kwargs: dict) -> bool:
-    """True when a call with arguments of the same classes was accepted by ``_parse(sig, ...)`` before."""
-    key = _call_key(sig, args, kwargs)
-    return key is not None and key in _ACCEPTED
-
-
-def _accept(sig: Signature, args: list, kwargs: dict) -> None:
-    key = _call_key(sig, args, kwargs)
+def _remember(key) -> None:
     if key is not None and len(_ACCEPTED) < _ACCEPTED_MAX:
         _ACCEPTED.add(key)
 
 
-def _call_facts(spec, name: str, method: bool) -> tuple:
+def _value_fact(v):
+    """What ``_parse`` reads of a value beyond its class (``_matches``): of a tensor, whether it is 0-d, requires
+    grad and its dtype's kind; of anything else its class. None for a list, tuple or dict (its items are read)."""
+    c = v.__class__
+    if c is list or c is tuple or c is dict or isinstance(v, (list, tuple, dict)):
+        return None
+    if _is_tensor(v):
+        d = v.data
+        return c, d.ndim == 0, bool(v.requires_grad), d.dtype.kind
+    return c
+
+
+def _value_facts(args: list, kwargs: dict) -> tuple | None:
+    facts = []
+    for a in args:
+        f = _value_fact(a)
+        if f is None:
+            return None
+        facts.append(f)
+    kw = []
+    for k, v in kwargs.items():
+        f = _value_fact(v)
+        if f is None:
+            return None
+        kw.append((k, f))
+    return ("values", tuple(facts), tuple(kw))
+
+
+def call_facts(spec, name: str, method: bool) -> tuple:
     """(exempt, shown name, derived signature, torch's overload texts or None, their parsed signatures)."""
     key = (id(spec), name, method)
     facts = _CALLS.get(key)
@@ -562,25 +576,45 @@ def _call_facts(spec, name: str, method: bool) -> tuple:
     return facts
 
 
-def check_call(spec, name: str, args, kwargs: dict, method: bool) -> None:
+def check_call(spec, name: str, args, kwargs: dict, method: bool, facts: tuple | None = None) -> None:
     """Refuse a call the way torch's argument parser does, before the op runs. ``args`` excludes ``self``
-    for a method call. Only tensor-typed parameters, arity and keywords decide; the op checks the rest."""
-    exempt, shown, derived, options, sigs = _call_facts(spec, name, method)
+    for a method call. Only tensor-typed parameters, arity and keywords decide; the op checks the rest.
+    ``facts``: ``call_facts(spec, name, method)`` when the caller holds them."""
+    exempt, shown, derived, options, sigs = facts if facts is not None else call_facts(spec, name, method)
     if exempt:
         return
     args = list(args)
     if not method and spec.name in PYTHON_ATTRIBUTE:
         _python_attribute(spec, derived, args, kwargs)
+    # the memo's key, made once for every signature: (id(sig), *classes) where the classes alone decide, else
+    # (id(sig), *the facts _parse reads of each value), or None (a list or tuple value: its items are read)
+    classes = (tuple(map(type, args)), tuple([(k, v.__class__) for k, v in kwargs.items()])) if kwargs else \
+        (tuple(map(type, args)),)
     if options is None:
-        if not _accepted(derived, args, kwargs):
+        if derived.by_class:
+            k = (id(derived), *classes)
+        else:
+            values = _value_facts(args, kwargs)
+            k = None if values is None else (id(derived), *values)
+        if k is None or k not in _ACCEPTED:
             _parse(derived, args, kwargs, True)
-            _accept(derived, args, kwargs)
+            _remember(k)
         return
-    for s in sigs:
-        if _accepted(s, args, kwargs):
+    values = False  # _value_facts(args, kwargs), once asked
+    keys = []
+    for s in sigs:  # a call like one accepted before, by any overload: the same facts decided
+        if s.by_class:
+            k = (id(s), *classes)
+        else:
+            if values is False:
+                values = _value_facts(args, kwargs)
+            k = None if values is None else (id(s), *values)
+        if k is not None and k in _ACCEPTED:
             return
+        keys.append(k)
+    for s, k in zip(sigs, keys):
         if _parse(s, args, kwargs, False):
-            _accept(s, args, kwargs)
+            _remember(k)
             return  # one of torch's overloads takes it: the op checks the rest
     n = len(args) + len(kwargs)
     if len(sigs) == 1 and spec.name not in _HIDDEN:

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from . import dtypes as D
-from .budget import _budget
+from .budget import TRACK_MIN_BYTES, _budget
 from .errors import (
     NONLEAF_GRAD_WARNING,
     InvalidArgumentError,
@@ -31,6 +31,8 @@ from .node import Node
 #: place while autograd records.
 VIEW_DEFAULT, VIEW_MULTI, VIEW_NO_GRAD = "default", "multi", "no_grad"
 
+_budget_get = _budget.get
+
 
 class Tensor:
     __slots__ = ("data", "_requires_grad", "_grad_fn", "output_nr", "_grad", "_vc", "retains_grad",
@@ -41,9 +43,15 @@ class Tensor:
                  output_nr: int = 0, vc: list | None = None, base: Tensor | None = None):
         if data.__class__ is not np.ndarray:  # numpy returns scalars for 0-d results
             data = np.asarray(data)
-        budget = _budget.get()
+        budget = _budget_get()
         if budget is not None:  # inside a run: its bytes count (engine.budget)
-            budget.track(data)
+            n = data.nbytes
+            if n < TRACK_MIN_BYTES:  # Budget.track's small-array case, inline (a Tensor per op result)
+                room = budget.room = budget.room - n
+                if room < 0:
+                    budget._settle(0, None)
+            else:
+                budget.track(data)
         self.data = data
         self._requires_grad = requires_grad
         self._grad_fn = grad_fn

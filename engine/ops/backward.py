@@ -9,11 +9,14 @@ higher orders work, and the recorded double-backward nodes carry torch's names
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..kernel import kcall
 from ..registry import elementwise_jvp, jvp, record, vjp
 from ..tensor import Tensor
+from .elementwise import EXP_FINITE, IN_PLACE_BYTES
 
 _SUM = np.add.reduce
 
@@ -46,7 +49,12 @@ def _(ctx, grad_output_t, self_t):
 
 
 def _tanh_backward(g, y):
-    return g * (y.dtype.type(1) - y * y)
+    # a large y (and g of its shape and dtype, so every step has them): the steps over one fresh array
+    if y.nbytes < IN_PLACE_BYTES or g.shape != y.shape or g.dtype != y.dtype:
+        return g * (y.dtype.type(1) - y * y)
+    t = y * y  # the same steps, each written over this fresh array
+    np.subtract(y.dtype.type(1), t, out=t)
+    return np.multiply(g, t, out=t)
 
 
 def tanh_backward(grad: Tensor, output: Tensor) -> Tensor:
@@ -67,7 +75,12 @@ jvp("TanhBackwardBackward0")(elementwise_jvp)
 
 
 def _sigmoid_backward(g, y):
-    return g * (y.dtype.type(1) - y) * y
+    # a large y (and g of its shape and dtype, so every step has them): the steps over one fresh array
+    if y.nbytes < IN_PLACE_BYTES or g.shape != y.shape or g.dtype != y.dtype:
+        return g * (y.dtype.type(1) - y) * y
+    t = y.dtype.type(1) - y  # the same steps, each written over this fresh array
+    np.multiply(g, t, out=t)
+    return np.multiply(t, y, out=t)
 
 
 def sigmoid_backward(grad: Tensor, output: Tensor) -> Tensor:
@@ -89,11 +102,25 @@ jvp("SigmoidBackwardBackward0")(elementwise_jvp)
 
 def _softplus_backward(g, x, beta, threshold):
     t = x.dtype.type
+    if beta == 1 and x.ndim == 0 and g.ndim == 0 and g.dtype == x.dtype and abs(threshold) <= EXP_FINITE[x.itemsize]:
+        # one value: the branch np.where would take, alone, in numpy's scalar arithmetic (the same IEEE
+        # operations); float(x) > float(t(threshold)) is numpy's comparison exactly
+        if float(x) > float(t(threshold)):
+            return g.copy()
+        gv = g[()]
+        # no fp error to silence: exp(x) <= exp(threshold) is finite and |g| * exp(x) cannot overflow
+        if abs(float(gv)) * math.exp(threshold) < _PRODUCT_FINITE[x.itemsize]:
+            z = np.exp(x)
+            return np.asarray(gv * z / (z + t(1)))
     bx = x if beta == 1 else x * t(beta)
     with np.errstate(over="ignore", invalid="ignore"):
         z = np.exp(bx)
         out = np.where(bx > t(threshold), g, g * z / (z + t(1)))
     return out.astype(x.dtype, copy=False)
+
+
+#: a bound below the largest finite value, by item size (float32, float64)
+_PRODUCT_FINITE = {4: 1e38, 8: 1e307}
 
 
 def softplus_backward(grad: Tensor, self: Tensor, beta, threshold) -> Tensor:

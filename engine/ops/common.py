@@ -17,6 +17,12 @@ NP = D.NP_DTYPES
 _F32 = NP[D.FLOAT32]
 _FROM_NP = D._FROM_NP
 
+try:  # numpy >= 2.3: ``out=...`` makes a ufunc (or a ufunc's reduce) return an array, even a 0-d one
+    np.add(1, 1, out=...)
+    ARRAY = ...
+except (TypeError, ValueError):  # older numpy: a numpy scalar for 0-d results, which kcall wraps
+    ARRAY = None
+
 
 def is_number(v) -> bool:
     return isinstance(v, numbers.Number) and not isinstance(v, Tensor)

@@ -16,10 +16,20 @@ from ..batching import SAME, batching
 from ..errors import InvalidArgumentError, TorchRuntimeError
 from ..forward_ad import _level as _fw_level
 from ..grad_mode import set_grad_enabled
-from ..kernel import direct, kcall, ufunc
+from ..kernel import kcall
 from ..registry import elementwise_jvp, jvp, no_jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
-from .common import _F32, NP, as_operand, binary_operands, broadcast_all, float_data, is_number, require_tensor
+from .common import (
+    _F32,
+    ARRAY,
+    NP,
+    as_operand,
+    binary_operands,
+    broadcast_all,
+    float_data,
+    is_number,
+    require_tensor,
+)
 
 # ----- tangent helpers for the JVPs: None is a zero tangent -----------------------------------------------
 
@@ -69,32 +79,17 @@ def _alpha_ok(alpha, dtype: str):
                                 code="invalid_argument")
 
 
-@ufunc(np.add)
-def _add(a, b):
-    return a + b
+# The arithmetic ops' kernels are the ufuncs themselves (``a + b`` on an array is the one call ``np.add(a, b)``):
+# a replay calls numpy directly, with no Python function around it. Numbers are converted in the op (a plan
+# constant), not on every call.
 
 
 def _add_alpha(a, b, alpha):
     return a + alpha * b
 
 
-@ufunc(np.subtract)
-def _sub(a, b):
-    return a - b
-
-
 def _sub_alpha(a, b, alpha):
     return a - alpha * b
-
-
-@ufunc(np.multiply)
-def _mul(a, b):
-    return a * b
-
-
-@ufunc(np.true_divide)
-def _truediv(a, b):
-    return a / b
 
 
 @op("add", tensors=("self", "other"), grad_fns=("AddBackward0",), aliases=("__add__", "__radd__"), plannable=True)
@@ -107,7 +102,7 @@ def add(self, other, alpha=1):
         _alpha_ok(alpha, dtype)
         out = kcall(_add_alpha, a, b, NP[dtype].type(alpha))
     else:
-        out = kcall(_add, a, b)
+        out = kcall(np.add, a, b)
     o = other if isinstance(other, Tensor) else None
     return record("AddBackward0", out, (self, o), {"alpha": alpha})
 
@@ -138,7 +133,7 @@ def sub(self, other, alpha=1):
         _alpha_ok(alpha, dtype)
         out = kcall(_sub_alpha, a, b, NP[dtype].type(alpha))
     else:
-        out = kcall(_sub, a, b)
+        out = kcall(np.subtract, a, b)
     o = other if isinstance(other, Tensor) else None
     return record("SubBackward0", out, (self, o), {"alpha": alpha})
 
@@ -204,7 +199,7 @@ def mul(self, other):
     if not isinstance(self, Tensor):  # torch.mul(2, x): the number is a wrapped 0-d input
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
     dtype, a, b = binary_operands(self, other)
-    out = kcall(_mul, a, b) if dtype != D.BOOL else kcall(np.logical_and, a, b)
+    out = kcall(np.multiply if dtype != D.BOOL else np.logical_and, a, b)
     if isinstance(other, Tensor):
         return record("MulBackward0", out, (self, other), {"self": self, "other": other})
     if not self.requires_grad and _fw_level.get() is None:
@@ -221,21 +216,14 @@ def _(ctx, grad):
 def mul_number(t: Tensor, n) -> Tensor:
     """``tensor * number`` as torch records it inside C++ formulas (mul.Scalar -> MulBackward1)."""
     dtype, a, _ = binary_operands(t, n)
-    return record("MulBackward1", kcall(_mul_number_kernel, a, NP[dtype], n), (t,), {"other": n})
-
-
-def _mul_number_kernel(a, npdt, n):
-    return np.asarray(a * npdt.type(n), npdt)
+    # a has the result's dtype already (binary_operands), and so has the product: no cast after it
+    return record("MulBackward1", kcall(np.multiply, a, NP[dtype].type(n)), (t,), {"other": n})
 
 
 def div_number(t: Tensor, n) -> Tensor:
     """``tensor / number`` as torch records it inside C++ formulas (div.Scalar -> DivBackward1)."""
     dtype, a, _ = binary_operands(t, n)
-    return record("DivBackward1", kcall(_div_number_kernel, a, NP[dtype], n), (t,), {"other": n})
-
-
-def _div_number_kernel(a, npdt, n):
-    return np.asarray(a / npdt.type(n), npdt)
+    return record("DivBackward1", kcall(np.true_divide, a, NP[dtype].type(n)), (t,), {"other": n})
 
 
 @vjp("DivBackward1", inputs=("self",), saves=("other",))
@@ -293,7 +281,7 @@ def div(self, other, rounding_mode=None):
         dtype = D.DEFAULT_FLOAT
     dtype, a, b = binary_operands(self, other, dtype)
     if rounding_mode is None:
-        out = kcall(_truediv, a, b)
+        out = kcall(np.true_divide, a, b)
     elif D.is_floating(dtype):
         out = _div_floor_floating(a, b) if rounding_mode == "floor" else np.trunc(a / b)
         out = out.astype(NP[dtype], copy=False)
@@ -481,15 +469,16 @@ def _float_only(self, kernel: str) -> Tensor:
     return self
 
 
-@direct(lambda x, fn: (fn, (x,)) if x.dtype.kind == "f" else None)
 def _apply_float(x, fn):
-    """The kernel of the unary math ops: ``fn`` of x (ints and bools computed in the default float dtype)."""
-    return fn(x if x.dtype.kind == "f" else x.astype(_F32))
+    """The kernel of the unary math ops on ints and bools: ``fn`` of x in the default float dtype."""
+    return fn(x.astype(_F32))
 
 
 def _unary(prim: str, fn, self: Tensor, save: str | None, **extra):
     self = require_tensor(self)
-    out = kcall(_apply_float, self.data, fn)
+    x = self.data
+    # a float input: ``fn`` (a ufunc, or a kernel of a few) is the kernel itself
+    out = kcall(fn, x) if x.dtype.kind == "f" else kcall(_apply_float, x, fn)
     saved = dict(extra)
     if save == "self":
         saved["self"] = self
@@ -1005,7 +994,17 @@ batching("HypotBackward0", vjp=SAME, jvp=SAME)
 def _np_sigmoid(x):
     # numerically stable for large |x|; float32 in, float32 out
     with np.errstate(over="ignore"):
-        return np.reciprocal(1 + np.exp(-x))
+        if x.nbytes < IN_PLACE_BYTES:
+            return np.reciprocal(1 + np.exp(-x))
+        t = np.negative(x)  # the same steps, each written over this fresh array
+        np.exp(t, out=t)
+        np.add(1, t, out=t)
+        return np.reciprocal(t, out=t)
+
+
+#: a kernel of several steps writes them over its first fresh array from this size on (a new array of this size
+#: or more costs page faults; below, allocations are cheap and the out= keywords cost more than they save)
+IN_PLACE_BYTES = 1 << 16
 
 
 @op("sigmoid", tensors=("self",), grad_fns=("SigmoidBackward0",), plannable=True)
@@ -1023,18 +1022,14 @@ def _(ctx, grad):
 jvp("SigmoidBackward0")(elementwise_jvp)
 
 
-@direct(lambda x: (np.maximum, (x, x.dtype.type(0))))
-def _relu(x):
-    return np.maximum(x, x.dtype.type(0))
-
-
 @op("relu", tensors=("self",), grad_fns=("ReluBackward0",), plannable=True)
 def relu(self):
     """torch.relu(input); saves its result; relu'(0) = 0."""
     self = require_tensor(self)
     if self.data.dtype == np.bool_:
         raise TorchRuntimeError("Boolean inputs not supported for relu", code="invalid_dtype")
-    return record("ReluBackward0", kcall(_relu, self.data), (self,),
+    x = self.data
+    return record("ReluBackward0", kcall(np.maximum, x, x.dtype.type(0)), (self,),
                   {"result": "result"})
 
 
@@ -1182,12 +1177,21 @@ def softplus(self, beta=1, threshold=20):
                   {"beta": beta, "self": self, "threshold": threshold})
 
 
+#: the largest x whose exp is finite, less a margin, by item size (float32, float64)
+EXP_FINITE = {4: 88.0, 8: 709.0}
+
+
 def _softplus(x, beta, threshold):
     t = x.dtype.type
     if beta == 1:  # x * 1 and y / 1 are exact: skip them
+        if x.ndim == 0 and -EXP_FINITE[x.itemsize] <= threshold <= EXP_FINITE[x.itemsize]:
+            # one value: the branch np.where would take, alone (no fp error: exp(x) is finite at or below
+            # threshold); float(x) > float(t(threshold)) is numpy's x > t(threshold), exactly
+            if float(x) > float(t(threshold)):
+                return x.copy()
+            return np.log1p(np.exp(x), out=ARRAY)
         with np.errstate(over="ignore"):
-            out = np.where(x > t(threshold), x, np.log1p(np.exp(x)))
-        return out.astype(x.dtype, copy=False)
+            return np.where(x > t(threshold), x, np.log1p(np.exp(x)))
     bx = x * t(beta)
     with np.errstate(over="ignore"):
         out = np.where(bx > t(threshold), x, np.log1p(np.exp(bx)) / t(beta))

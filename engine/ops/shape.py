@@ -150,7 +150,13 @@ def _try_view(arr: np.ndarray, shape: tuple):
 def _view(arr, shape):
     """A view of ``arr`` with ``shape``; ValueError when the layout allows none (whether it does depends on
     the shapes and strides alone, so a plan never meets the error its cold run did not)."""
-    return np.reshape(arr, shape, copy=False)
+    return arr.reshape(shape, copy=False)
+
+
+# the array methods themselves (np.reshape, np.transpose and np.swapaxes are Python wrappers calling them)
+_reshape = np.ndarray.reshape
+_transpose = np.ndarray.transpose
+_swapaxes = np.ndarray.swapaxes
 
 
 K.STRUCTURAL.add(_view)
@@ -160,10 +166,8 @@ def _clone(a):
     return np.array(a, copy=True, order="K")
 
 
-@K.direct(lambda a, index: (operator.getitem, (a, index)))
-def _basic_take(a, index):
-    """``a[index]`` for a basic index (ints and slices: static)."""
-    return a[index]
+#: ``a[index]`` for a basic index (ints and slices: static), without a Python function around it
+_basic_take = operator.getitem
 
 
 def _embed_into(g, shape, index, out):
@@ -255,7 +259,7 @@ batching("ReshapeAliasBackward0", **RESHAPE_BATCHED)
 
 
 def _unsafe_view(self: Tensor, shape: tuple) -> Tensor:
-    return record("UnsafeViewBackward0", kcall(np.reshape, self.data, shape), (self,),
+    return record("UnsafeViewBackward0", kcall(_reshape, self.data, shape), (self,),
                   {"self_sym_sizes": self.data.shape})
 
 
@@ -300,23 +304,23 @@ def squeeze(self, dim=None):
     self = require_tensor(self)
     shp = self.data.shape
     if dim is None:
-        out = kcall(np.reshape, self.data, tuple(s for s in shp if s != 1))
+        out = kcall(_reshape, self.data, tuple(s for s in shp if s != 1))
         return _as_view(record("SqueezeBackward0", out, (self,), {"self_sym_sizes": shp}), self)
     if isinstance(dim, (list, tuple)):
         dims = wrap_dims(dim, self.data.ndim)
         keep = tuple(s for i, s in enumerate(shp) if not (i in dims and s == 1))
-        out = kcall(np.reshape, self.data, keep)
+        out = kcall(_reshape, self.data, keep)
         return _as_view(record("SqueezeBackward2", out, (self,), {"dim": list(dims), "self_sym_sizes": shp}), self)
     d = wrap_dim(dim, self.data.ndim)
     keep = tuple(s for i, s in enumerate(shp) if not (i == d and s == 1))
-    out = kcall(np.reshape, self.data, keep)
+    out = kcall(_reshape, self.data, keep)
     return _as_view(record("SqueezeBackward1", out, (self,), {"dim": d, "self_sym_sizes": shp}), self)
 
 
 def _squeeze_dim(self: Tensor, d: int) -> Tensor:
     """squeeze(dim) as used inside matmul: SqueezeBackward4 (torch's squeeze.dim on a fresh result)."""
     shp = self.data.shape
-    out = kcall(np.reshape, self.data, shp[:d] + shp[d + 1:])
+    out = kcall(_reshape, self.data, shp[:d] + shp[d + 1:])
     return record("SqueezeBackward4", out, (self,), {"dim": d, "self_sym_sizes": shp})
 
 
@@ -379,7 +383,8 @@ def unsqueeze(self, dim):
     """torch.unsqueeze(input, dim)."""
     self = require_tensor(self)
     d = wrap_dim(dim, self.data.ndim + 1)
-    out = kcall(np.expand_dims, self.data, d)
+    shp = self.data.shape
+    out = kcall(_reshape, self.data, shp[:d] + (1,) + shp[d:])  # np.expand_dims' own reshape
     return _as_view(record("UnsqueezeBackward0", out, (self,), {"dim": d}), self)
 
 
@@ -428,7 +433,7 @@ def expand(self, *sizes):
     target = tuple(target)
     check_numel(target)
     if target[lead:] == shp and all(t == 1 for t in target[:lead]):
-        out = kcall(np.reshape, self.data, target)  # nothing repeated: a writeable view (no internal overlap)
+        out = kcall(_reshape, self.data, target)  # nothing repeated: a writeable view (no internal overlap)
     else:
         out = kcall(np.broadcast_to, self.data, target)
     return _as_view(record("ExpandBackward0", out, (self,), {"self_sym_sizes": shp}), self)
@@ -512,7 +517,7 @@ def t(self):
     if self.data.ndim > 2:
         raise TorchRuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.data.ndim}D",
                                 code="shape_mismatch")
-    return _as_view(record("TBackward0", kcall(np.transpose, self.data), (self,)), self)
+    return _as_view(record("TBackward0", kcall(_transpose, self.data), (self,)), self)
 
 
 @vjp("TBackward0", inputs=("self",))
@@ -538,7 +543,7 @@ def transpose(self, dim0, dim1):
     self = require_tensor(self)
     nd = self.data.ndim
     d0, d1 = wrap_dim(dim0, nd), wrap_dim(dim1, nd)
-    out = kcall(np.swapaxes, self.data, d0, d1) if nd else kcall(np.reshape, self.data, ())
+    out = kcall(_swapaxes, self.data, d0, d1) if nd else kcall(_reshape, self.data, ())
     return _as_view(record("TransposeBackward0", out, (self,), {"dim0": d0, "dim1": d1}), self)
 
 

@@ -84,7 +84,8 @@ def test_the_server_freezes_its_startup_objects_and_collects_young_objects_less_
 
     from fastapi.testclient import TestClient
 
-    from app.main import YOUNG_GC_THRESHOLD, create_app
+    from app.main import create_app
+    from app.memory import YOUNG_GC_THRESHOLD
 
     before = gc.get_threshold()
     with TestClient(create_app()) as client:

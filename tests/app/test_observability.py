@@ -146,3 +146,58 @@ def test_rejected_requests_are_counted_under_their_route():
         text = c.get("/metrics").text
     assert metric(text, "gradserve_requests_total", route="/v1/sessions/{session_id}/tensors", status=401) == 1
     assert metric(text, "gradserve_problems_total", code="unauthorized") == 1
+
+
+def test_access_lines_written_directly_are_the_formatters_lines(monkeypatch):
+    """With the default logging set-up an access line skips ``logging``'s records (app.observability
+    ``_sole_json_handler``); any other handler on the way sends it through ``logging`` again. Both lines agree."""
+    import io
+
+    from app import observability
+
+    gradserve = logging.getLogger("gradserve")
+    root = logging.getLogger()
+    with make_client() as c:  # installs the JSON handler when this process has none yet
+        handler = next(h for h in gradserve.handlers if getattr(h, observability._HANDLER_MARK, False))
+        others = [h for h in gradserve.handlers if h is not handler]
+        saved_root = root.handlers[:]
+        stream = io.StringIO()
+        previous = handler.setStream(stream)
+        try:
+            for h in others:
+                gradserve.removeHandler(h)
+            root.handlers = []
+            assert observability._sole_json_handler(logging.INFO) is handler
+            sid = c.post("/v1/sessions").json()["id"]
+            stream.truncate(0)
+            stream.seek(0)
+            through = []
+            with monkeypatch.context() as patch:  # the direct way does not call logging
+                patch.setattr(observability.access_log, "log", lambda *args, **kwargs: through.append(args))
+                c.post(f"/v1/sessions/{sid}/ops", headers={"X-Request-ID": "direct-1"},
+                       json={"ops": [{"op": "exp", "args": ["nope"]}]})
+            assert not through
+            direct = [json.loads(line) for line in stream.getvalue().splitlines()]
+            root.handlers = [Lines()]  # a handler on the root: the line goes through logging
+            assert observability._sole_json_handler(logging.INFO) is None
+            stream.truncate(0)
+            stream.seek(0)
+            c.post(f"/v1/sessions/{sid}/ops", headers={"X-Request-ID": "direct-1"},
+                   json={"ops": [{"op": "exp", "args": ["nope"]}]})
+            through_logging = [json.loads(line) for line in stream.getvalue().splitlines()]
+            assert root.handlers[0].lines == through_logging
+        finally:
+            handler.setStream(previous)
+            root.handlers = saved_root
+            for h in others:
+                gradserve.addHandler(h)
+    assert len(direct) == len(through_logging) == 1
+    one, other = direct[0], through_logging[0]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", one["time"])
+    for line in (one, other):
+        del line["time"], line["duration_ms"]
+    assert one == other
+    assert one == {"level": "info", "logger": "gradserve.access", "message": f"POST /v1/sessions/{sid}/ops 404",
+                   "request_id": "direct-1", "method": "POST", "path": f"/v1/sessions/{sid}/ops",
+                   "route": "/v1/sessions/{session_id}/ops", "status": 404, "session_id": sid,
+                   "code": "unknown_tensor", "client": "testclient"}

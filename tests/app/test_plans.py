@@ -182,3 +182,29 @@ def test_session_jacobians_hessians_and_a_comparison_until_loop_replay_and_answe
         # iterations replay
         assert metric(text, "gradserve_plan_hits") >= 3 + 10
         assert metric(text, "gradserve_plan_fallbacks") == 0
+
+
+def test_a_replayed_eval_answers_each_return_form_byte_for_byte_what_the_cold_engine_does():
+    """A replay's namespace is made lazily (only the tensors a response reads): every form of ``return`` (a
+    subset, gradients, gradients of gradients, the same name twice, none, an unknown name or reference), and
+    values whose autograd report cannot name them (NaN is not equal to itself), answer as the cold run does."""
+    def body(x, ret):
+        ops = [T("x", x, requires_grad=True), op("pow", "x", 3, out="y"), op("sum", "y", out="s"),
+               op("grad", "s", ["x"], create_graph=True, out=["g"]), op("retain_grad", "g"),
+               op("mul", "g", "g", out="gg"), op("sum", "gg", out="s2"), op("backward", "s2"),
+               op("mul", "x", 2.0, out="x2"), op("sum", "x2", out="s3"), op("backward", "s3")]
+        return {"ops": ops} if ret is None else {"ops": ops, "return": ret}
+    returns = [None, ["s"], ["g.grad", "x.grad"], ["x.grad", "x.grad", "y"], ["gg", "g", "x"], ["nope"], ["x.nope"]]
+    with make_client() as planned, make_client(plan_cache_entries=0) as cold:
+        for x in ([0.5, -1.5], [2.0, 0.25], ["NaN", 1.0], [1.0, "Infinity"]):
+            for ret in returns:
+                for encoding in ("json", "base64"):
+                    a = planned.post(f"/v1/eval?encoding={encoding}", json=body(x, ret))
+                    b = cold.post(f"/v1/eval?encoding={encoding}", json=body(x, ret))
+                    assert a.status_code == b.status_code, (x, ret)
+                    if a.status_code == 200:
+                        assert a.content == b.content, (x, ret)
+                    else:
+                        assert {k: v for k, v in a.json().items() if k not in ("instance", "request_id")} == \
+                            {k: v for k, v in b.json().items() if k not in ("instance", "request_id")}
+        assert metric(planned.get("/metrics").text, "gradserve_plan_hits") >= 2 * 2 * len(returns)

@@ -126,6 +126,26 @@ def test_signature_memo_accepts_by_argument_classes_only():
     assert st.tensors == names  # nothing bound by a refused program
 
 
+def test_signature_memo_by_value_facts_tells_tensors_apart():
+    """Where a parameter's check reads the value (a 0-d tensor passes for a Number unless it requires grad, an
+    int 0-d tensor for an int), a call accepted once does not let a tensor of other facts through."""
+    from engine.errors import TorchTypeError
+    x = tensor([1.0, 2.0], requires_grad=True)
+    for _ in range(2):  # the second time from the memo
+        x.add(x, alpha=tensor(2.0))
+        x.add(x, alpha=tensor(2))
+    for alpha in (tensor(2.0, requires_grad=True), tensor([2.0])):
+        with pytest.raises(TorchTypeError) as err:
+            x.add(x, alpha=alpha)
+        assert str(err.value).startswith("add(): argument 'alpha' must be Number, not Tensor")
+    from engine.errors import EngineError
+    with pytest.raises(EngineError):
+        x.unsqueeze(tensor(1))  # the signature takes an int 0-d tensor; the op refuses it after
+    with pytest.raises(TorchTypeError) as err:
+        x.unsqueeze(tensor(1.0))
+    assert str(err.value).startswith("unsqueeze(): argument 'dim' (position 1) must be int, not Tensor")
+
+
 def test_program_ops_keep_grad_mode_per_op():
     """no_grad ops (per op and for the whole list) and grad ops in one list, in either order."""
     from engine.program import State, run_program

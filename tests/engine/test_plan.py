@@ -390,3 +390,217 @@ def test_fuzz_programs_of_plannable_ops_replay_as_they_run_cold(tape_mode):
             assert p == c, seed
         replays += cache.hits
     assert replays >= 40
+
+
+# ----- the per-request costs: input ops made directly, a lazy namespace and result -----------------------------
+def _input_cases():
+    f32max = float(np.finfo(np.float32).max)
+    datas = [3.0, -0.0, 0.1, 1e-45, 1e-40, 3.3999e38, 3.4e38, f32max, 3.5e38, 1e300, float("nan"), float("inf"),
+             -float("inf"), 0, -7, 2**53 + 1, 2**63 - 1, -(2**63), 2**63, -(2**63) - 1, True, False,
+             [1.0, 2.5], [[1, 2], [3, 4]], [True, False], [1, 2.5], [], [[]], [1e39, 0.5], ["NaN", 1.0], [[1.0], 2.0],
+             np.array(2.5, np.float32), np.array([1.5, -2.0], np.float64), np.arange(6, dtype=np.int64).reshape(2, 3),
+             np.array([True, False]), np.arange(4, dtype=np.int32), np.array([1.0, 2.0], np.float16),
+             np.arange(8.0, dtype=np.float32)[::2], np.asfortranarray(np.ones((2, 3), np.float32)),
+             np.array([1.0, 2.0], ">f4"), np.array([1e39, 1.0]), "x", None, {"a": 1}]
+    ro = np.array([1.0, 2.0], np.float32)
+    ro.flags.writeable = False
+    datas.append(ro)
+    kwargs = [{}, {"requires_grad": True}, {"requires_grad": False}, {"dtype": None}, {"requires_grad": 1},
+              {"dtype": "float32"}, {"dtype": "torch.float64", "requires_grad": True}, {"dtype": "int64"},
+              {"dtype": "long", "requires_grad": True}, {"dtype": "bool"}, {"dtype": "float128"}, {"device": "cpu"}]
+    return [(d, k) for d in datas for k in kwargs]
+
+
+def _array_facts(a):
+    return (a.dtype.str, a.shape, a.strides, a.flags.c_contiguous, a.flags.writeable, a.tobytes())
+
+
+def test_input_tensor_ops_give_the_arrays_the_op_gives_or_leave_the_run_cold():
+    """``_key`` makes the inputs of tensor ops itself (a Python number or an array of a kept dtype by
+    as_array's steps, lists through as_array): each array is the one the op makes, bit for bit and in layout;
+    an op the program refuses gives no key (the cold run reports it)."""
+    checked = 0
+    for data, kwargs in _input_cases():
+        ops = [{"op": "tensor", "args": [data], "kwargs": dict(kwargs), "out": "x"}]
+        made = plan_module._key(State(), ops, ())
+        state = State()
+        try:
+            run_program(state, [{"op": "tensor", "args": [data], "kwargs": dict(kwargs), "out": "x"}])
+        except EngineError:
+            assert made is None, (data, kwargs)
+            continue
+        if made is None:
+            continue
+        (text, metas, _), inputs = made
+        t = state.tensors["x"]
+        assert _array_facts(inputs[0]) == _array_facts(t.data), (data, kwargs)
+        assert inputs[0] is not data
+        assert metas == ((t.data.shape, t.data.dtype.str, t._requires_grad),)
+        checked += 1
+    assert checked > 150
+
+
+def test_a_float_input_casts_to_float32_as_the_op_casts_it():
+    """Python floats (the common eval input) around float32's rounding points and range, one op each."""
+    rng = np.random.default_rng(11)
+    f = (rng.standard_normal(100) * 10.0 ** rng.integers(-38, 38, 100)).astype(np.float32)
+    ties = (f.astype(np.float64) + np.nextafter(f, np.float32(np.inf)).astype(np.float64)) / 2  # exact halfway
+    vals = np.concatenate([rng.standard_normal(200) * 10.0 ** rng.integers(-45, 38, 200), ties, np.nextafter(ties, 0),
+                           [2.0**-149 * 0.5, 2.0**-149 * 1.5, 3.4028235e38, -3.3e38]])
+    ops = [T(f"x{i}", float(v)) for i, v in enumerate(vals)]
+    ops += [T("a", np.arange(3.0, dtype=np.float32), requires_grad=True), T("i", np.arange(3)),
+            T("d", 0.5, dtype="float64", requires_grad=True), T("k", 3), T("f", True)]
+    (_, metas, _), inputs = plan_module._key(State(), ops, ())
+    with pytest.MonkeyPatch.context() as mp:  # (the common forms never take the general way)
+        mp.setattr(plan_module, "_run_inputs", None)
+        assert plan_module._key(State(), ops[-5:] + [T("s", 2.5, requires_grad=True)], ()) is not None
+    state = State()
+    run_program(state, ops)
+    assert [a.tobytes() for a in inputs] == [t.data.tobytes() for t in state.tensors.values()]
+    assert all(m == ((), "<f4", False) for m in metas[:len(vals)])
+    assert metas[len(vals):] == (((3,), "<f4", True), ((3,), "<i8", False), ((), "<f8", True), ((), "<i8", False),
+                                 ((), "|b1", False))
+
+
+def _replayed_state(ops, cache=None):
+    cache = cache if cache is not None else PlanCache()
+    run = planned(cache)
+    run(State(), ops)  # records
+    state = State()
+    res = run(state, ops)
+    assert cache.hits >= 1
+    return state, res
+
+
+def test_a_replayed_namespace_is_made_on_first_read_and_keeps_what_it_made():
+    ops = PROGRAMS["retain_and_views"](lambda: 0.75)
+    cold_state = State()
+    cold(cold_state, ops)
+    state, res = _replayed_state(ops)
+    ns = state.tensors
+    assert isinstance(ns, plan_module._Namespace) and not ns._built  # nothing made yet
+    assert list(ns) == list(cold_state.tensors) and len(ns) == len(cold_state.tensors)
+    assert "m" in ns and "nope" not in ns and ns.get("nope") is None and ns.get("nope", 5) == 5
+    m = ns["m"]
+    assert ns["m"] is m and ns.get("m") is m and state.resolve("m") is m
+    assert list(ns._built) == ["m"]  # a name not read is never made
+    assert _tensor_view(m) == _tensor_view(cold_state.tensors["m"])
+    assert _tensor_view(state.resolve("x.grad")) == _tensor_view(cold_state.resolve("x.grad"))
+    assert state.resolve("x.grad") is ns["x"].grad
+    with pytest.raises(EngineError):
+        state.resolve("nope")
+    assert [(n, _tensor_view(t)) for n, t in ns.items()] == \
+        [(n, _tensor_view(t)) for n, t in cold_state.tensors.items()]
+    assert all(ns[n] is t for n, t in ns.items())
+
+
+def test_a_replayed_namespace_changes_as_a_dict_does():
+    ops = PROGRAMS["scalar"](lambda: 1.5)
+    cold_state = State()
+    cold(cold_state, ops)
+    state, _ = _replayed_state(ops)
+    y = state.tensors["y"]
+    for s in (state, cold_state):
+        s.tensors["q"] = s.tensors["x"]
+        del s.tensors["b"]
+        s.tensors["t"] = s.tensors["w"]
+    assert list(state.tensors) == list(cold_state.tensors) == ["w", "x", "t", "y", "q"]
+    assert [(n, _tensor_view(t)) for n, t in state.tensors.items()] == \
+        [(n, _tensor_view(t)) for n, t in cold_state.tensors.items()]
+    assert state.tensors["y"] is y and state.tensors["q"] is state.tensors["x"]
+    state2, _ = _replayed_state(ops)
+    state2.tensors["extra"] = state2.tensors["w"]
+    assert list(state2.tensors)[-1] == "extra" and dict(state2.tensors) == state2.tensors.copy()
+    assert state2.tensors.pop("extra") is state2.tensors["w"] and "extra" not in state2.tensors
+
+
+def test_a_replayed_result_makes_its_outcomes_on_first_access_and_each_replay_its_own():
+    ops = PROGRAMS["hvp"](lambda: 0.5)
+    cache = PlanCache()
+    state, res = _replayed_state(ops, cache)
+    assert res._ops is None and res._autograd is None and res._changed is None
+    cold_res = cold(State(), ops)
+    assert [(o.index, o.op, o.bound) for o in res.ops] == [(o.index, o.op, o.bound) for o in cold_res.ops]
+    assert res.ops is res.ops and res.autograd is res.autograd and sorted(res.changed) == sorted(cold_res.changed)
+    res.ops[0].bound.append("changed by the caller")
+    res.changed.append("changed by the caller")
+    res.autograd[0].entries.clear()
+    again = planned(cache)(State(), ops)
+    assert [(o.index, o.op, o.bound) for o in again.ops] == [(o.index, o.op, o.bound) for o in cold_res.ops]
+    assert sorted(again.changed) == sorted(cold_res.changed) and again.autograd[0].entries
+    res.ops = []
+    assert res.ops == []
+
+
+def test_a_replayed_tensor_has_every_slot_a_tensor_has():
+    """``_tensor`` sets Tensor's slots itself: a slot added to Tensor must be set there too."""
+    ops = PROGRAMS["accumulate"](lambda: 0.5)
+    state, _ = _replayed_state(ops)
+    made = [state.tensors[n] for n in state.tensors]
+    made += [t._grad for t in made if t._grad is not None]
+    ref = Tensor(np.zeros(2, np.float32))
+    slots = [s for s in Tensor.__slots__ if s != "__weakref__"]
+    for t in made:
+        for s in slots:
+            getattr(t, s)  # (AttributeError: a slot _tensor does not set)
+        assert t.data.__class__ is np.ndarray
+        for s in ("output_nr", "_base", "_accumulator", "_wrapped", "_fw_grad", "_creation", "_attr_version"):
+            assert getattr(t, s) == getattr(ref, s), s
+
+
+def test_grads_of_grads_replay_as_they_run_cold(tape_mode):
+    """A create_graph gradient that retains its own gradient (the gradient of a gradient), in a namespace
+    built lazily on a replay."""
+    def program(r):
+        return [T("x", [r(), r()], requires_grad=True), op("pow", "x", 3, out="y"), op("sum", "y", out="s"),
+                op("grad", "s", ["x"], create_graph=True, out=["g"]), op("retain_grad", "g"),
+                op("mul", "g", "g", out="gg"), op("sum", "gg", out="s2"), op("backward", "s2")]
+    cache = PlanCache()
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        ops = program(lambda: float(np.float32(rng.uniform(-2, 2))))
+        c, p, _ = both_ways(ops, cache)
+        assert p == c and c[0] == "ok"
+    assert cache.hits == 2
+    cold_state = State()
+    cold(cold_state, ops)
+    state, _ = _replayed_state(ops, cache)
+    g = state.resolve("g")
+    assert g.retains_grad and g.grad is state.resolve("g").grad
+    assert _tensor_view(g.grad) == _tensor_view(cold_state.resolve("g").grad)
+    assert _tensor_view(state.resolve("x.grad")) == _tensor_view(cold_state.resolve("x.grad"))
+    assert list(state.tensors._built) == ["g", "x"]
+
+
+def test_kernels_that_branch_on_values_replay_each_branch_as_it_runs_cold(tape_mode):
+    """Kernels whose path depends on the values (softplus of one value on either side of its threshold, its
+    backward with a gradient too large for the short path, an inner size of 1 in mm with signed zeros and
+    infinities) replay, on any values, exactly what the cold run computes: a plan recorded on one branch
+    replays the others."""
+    inf, nan = float("inf"), float("nan")
+
+    def softplus(x, k):
+        return [T("x", x, requires_grad=True), T("k", k), op("softplus", "x", out="s"), op("mul", "s", "k", out="y"),
+                op("backward", "y")]
+
+    def outer(a, b):
+        return [T("a", a, requires_grad=True), T("b", b, requires_grad=True), op("mm", "a", "b", out="p"),
+                op("sum", "p", out="s"), op("backward", "s")]
+    for dtype in ("float32", "float64"):
+        cache = PlanCache()
+        for x in (0.5, 25.0, 20.0, 19.99, -30.0, -1e30, inf, -inf, nan, -0.0):
+            for k in (2.0, 3e38, -inf, nan, 1e-45):
+                ops = softplus(x, k)
+                for t in ops[:2]:
+                    t["kwargs"]["dtype"] = dtype
+                c, p, _ = both_ways(ops, cache)
+                assert p == c and c[0] == "ok"
+        assert cache.misses == 1 and cache.hits == 49, cache.stats()
+    cache = PlanCache()  # (64, 1) @ (1, 64): large enough for the elementwise kernel
+    rng = np.random.default_rng(3)
+    for special in ([1.0, -2.0, 0.0], [-0.0, inf, nan], [1e30, -1e-30, 3.0]):
+        col = [[v] for v in special + rng.standard_normal(61).tolist()]
+        row = [rng.permutation(special + [-0.0] + rng.standard_normal(60).tolist()).tolist()]
+        c, p, _ = both_ways(outer(col, row), cache)
+        assert p == c and c[0] == "ok"
+    assert cache.hits == 2, cache.stats()

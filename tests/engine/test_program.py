@@ -300,3 +300,35 @@ def test_bind_of_a_none_gradient_unbinds_and_returns_are_quiet():
     r = build(s, [{"op": "bind", "args": ["x.grad"], "out": "g"}], returns=("y.grad", "x.grad", "ghost"))
     assert "g" not in s.tensors and r.returned == {"y.grad": None, "x.grad": None, "ghost": None}
     assert r.warnings == []
+
+
+def test_a_list_failing_after_a_backward_leaves_every_saved_tensor_as_it_was():
+    """release_all journals the freed slots in one entry: an op failing after the backward restores every
+    slot, an output slot whose tensor is gone (exp's result, saved by ExpBackward0) as well as an input slot."""
+    s = State()
+    build(s, [T("x", [1.0, 2.0], requires_grad=True), {"op": "exp", "out": "e", "args": ["x"]},
+              {"op": "mul", "out": "m", "args": ["e", "x"]}, {"op": "sum", "out": "y", "args": ["m"]},
+              {"op": "del", "args": ["e", "m"]}])
+    before = snapshot(s)
+    with pytest.raises(E.EngineError) as ei:
+        build(s, [{"op": "backward", "args": ["y"]}, {"op": "exp", "out": "z", "args": ["nope"]}], limits=E.Limits())
+    assert ei.value.op_index == 1
+    assert snapshot(s) == before
+    build(s, [{"op": "backward", "args": ["y"]}])  # the graph was not freed
+    x = np.array([1.0, 2.0], np.float32)
+    assert np.allclose(s.resolve("x.grad").data, np.exp(x) * x + np.exp(x))
+
+
+def test_the_report_of_a_first_backward_is_a_copy_later_ops_do_not_change():
+    """The first pass's .grad is its contribution (one array): the report keeps one frozen copy of it, which
+    an in-place change of .grad later in the list does not reach."""
+    s = State()
+    r = build(s, LINEAR + [{"op": "backward", "args": ["y"], "kwargs": {"retain_graph": True}},
+                           {"op": "mul_", "args": ["w.grad", 10.0]},
+                           {"op": "backward", "args": ["y"]}], limits=E.Limits())
+    first = {e.name: e for e in r.autograd[0].entries}
+    assert float(first["w"].contribution.data) == 2.0 and float(first["w"].grad.data) == 2.0
+    assert first["w"].grad.data is not s.tensors["w"]._grad.data
+    second = {e.name: e for e in r.autograd[1].entries}
+    assert float(second["w"].contribution.data) == 2.0 and float(second["w"].grad.data) == 22.0
+    assert float(s.resolve("w.grad").data) == 22.0

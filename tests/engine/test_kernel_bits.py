@@ -1,0 +1,337 @@
+"""The kernels made cheaper for issue #13 compute the same bits as the formulas they replace.
+
+Each reference below is the kernel as it was (kept here verbatim): the new kernel (or the op that now calls a
+ufunc or an array method directly) must give the same dtype, shape, strides and bytes (NaN payloads included)
+over random values and the edge values (0, -0, inf, nan, denormals, the largest finite, around the
+thresholds), in float32 and float64, broadcast and non-contiguous. A kernel that returns a view must view
+the same memory the reference's view does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine as E
+from engine.ops import backward as BW
+from engine.ops import elementwise as EW
+from engine.ops import linalg as LA
+from engine.ops import shape as S
+
+FLOATS = (np.float32, np.float64)
+
+
+# ----- the references: the kernels as they were ---------------------------------------------------------------
+
+
+def ref_apply_float(x, fn):
+    return fn(x if x.dtype.kind == "f" else x.astype(np.float32))
+
+
+def ref_np_sigmoid(x):
+    with np.errstate(over="ignore"):
+        return np.reciprocal(1 + np.exp(-x))
+
+
+def ref_relu(x):
+    return np.maximum(x, x.dtype.type(0))
+
+
+def ref_softplus(x, beta, threshold):
+    t = x.dtype.type
+    if beta == 1:
+        with np.errstate(over="ignore"):
+            out = np.where(x > t(threshold), x, np.log1p(np.exp(x)))
+        return out.astype(x.dtype, copy=False)
+    bx = x * t(beta)
+    with np.errstate(over="ignore"):
+        out = np.where(bx > t(threshold), x, np.log1p(np.exp(bx)) / t(beta))
+    return out.astype(x.dtype, copy=False)
+
+
+def ref_softplus_backward(g, x, beta, threshold):
+    t = x.dtype.type
+    bx = x if beta == 1 else x * t(beta)
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = np.exp(bx)
+        out = np.where(bx > t(threshold), g, g * z / (z + t(1)))
+    return out.astype(x.dtype, copy=False)
+
+
+def ref_tanh_backward(g, y):
+    return g * (y.dtype.type(1) - y * y)
+
+
+def ref_sigmoid_backward(g, y):
+    return g * (y.dtype.type(1) - y) * y
+
+
+def ref_mul_number(a, npdt, n):
+    return np.asarray(a * npdt.type(n), npdt)
+
+
+def ref_div_number(a, npdt, n):
+    return np.asarray(a / npdt.type(n), npdt)
+
+
+# ----- inputs ---------------------------------------------------------------------------------------------------
+
+
+def edge_values(dt) -> np.ndarray:
+    fi = np.finfo(dt)
+    vals = [0.0, -0.0, 1.0, -1.0, 0.5, np.inf, -np.inf, np.nan, -np.nan, float(fi.tiny), -float(fi.tiny),
+            float(fi.smallest_subnormal), -float(fi.smallest_subnormal), float(fi.max), -float(fi.max),
+            float(fi.eps), 19.999, 20.0, 20.001, 21.0, -20.0, 30.0, 87.0, 88.0, 88.5, 89.0, 100.0, 700.0, 709.0,
+            710.0, 1e4, -1e4, -88.0, -89.0, -103.0, -104.0, -746.0, 1e30, -1e30, 3.0, -3.0, 1e-3, -1e-3]
+    a = np.array(vals, dtype=dt)
+    nan_payload = np.array([0x7FC00123 if dt == np.float32 else 0x7FF8000000000123],
+                           dtype=np.uint32 if dt == np.float32 else np.uint64).view(dt)
+    return np.concatenate([a, nan_payload])
+
+
+def sample(dt, n: int, seed: int) -> np.ndarray:
+    """Random values of several scales with the edge values mixed in, shuffled."""
+    rng = np.random.default_rng(seed)
+    scales = rng.choice([1e-30, 1e-3, 1.0, 10.0, 30.0, 100.0, 1e5], size=n)
+    x = (rng.standard_normal(n) * scales).astype(dt)
+    e = edge_values(dt)
+    x[: min(n, e.size)] = e[: min(n, e.size)]
+    return rng.permutation(x)
+
+
+def same(new, ref) -> None:
+    new, ref = np.asarray(new), np.asarray(ref)
+    assert new.__class__ is np.ndarray
+    assert new.dtype == ref.dtype and new.shape == ref.shape
+    assert new.strides == ref.strides
+    assert new.tobytes() == ref.tobytes(), (new, ref)
+
+
+def layouts(dt, seed: int):
+    """(name, array) pairs: contiguous of several sizes (past the in-place size too), 0-d, non-contiguous."""
+    base = sample(dt, 40_000, seed)
+    yield "1d", base[:257]
+    yield "big", base
+    yield "2d", base[:600].reshape(20, 30)
+    yield "strided", base[:800:3]
+    yield "transposed", base[:600].reshape(20, 30).T
+    yield "big-transposed", base[:40_000].reshape(200, 200).T
+    for i in range(0, base.size, 997):
+        yield f"0d[{i}]", np.array(base[i])
+
+
+def zero_d_values(dt):
+    for v in edge_values(dt):
+        yield np.array(v, dtype=dt)
+    for v in sample(dt, 400, 7):
+        yield np.array(v, dtype=dt)
+
+
+# ----- the arithmetic kernels are the ufuncs the operators call ------------------------------------------------
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+@pytest.mark.parametrize("op, ref", [(EW.add, lambda a, b: a + b), (EW.sub, lambda a, b: a - b),
+                                     (EW.mul, lambda a, b: a * b), (EW.div, lambda a, b: a / b)])
+def test_binary_ops_are_the_operators(dt, op, ref):
+    for _name, a in layouts(dt, 1):
+        b = np.flip(a) if a.ndim else np.array(sample(dt, 3, 2)[0])
+        same(op(E.Tensor(a), E.Tensor(b)).data, np.asarray(ref(a, b)))
+        for n in (0.5, 2, -0.0, 1e-40, 3.0e38, float("inf"), float("nan")):
+            same(op(E.Tensor(a), n).data, np.asarray(ref(a, dt(n))))
+    # broadcasting both ways, and a 0-d operand
+    a, b = sample(dt, 60, 3).reshape(6, 10), sample(dt, 10, 4)
+    same(op(E.Tensor(a), E.Tensor(b)).data, ref(a, b))
+    same(op(E.Tensor(b), E.Tensor(a)).data, ref(b, a))
+    z = np.array(sample(dt, 1, 5)[0])
+    same(op(E.Tensor(a), E.Tensor(z)).data, ref(a, z))
+    same(op(E.Tensor(z), E.Tensor(a)).data, ref(z, a))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.bool_])
+def test_number_kernels(dtype):
+    from engine import dtypes as D
+    from engine.ops.common import binary_operands
+    rng = np.random.default_rng(6)
+    base = (rng.standard_normal(50) * 10).astype(dtype) if dtype != np.bool_ else rng.random(50) > 0.5
+    if dtype in FLOATS:
+        base[:edge_values(dtype).size] = edge_values(dtype)[:50]
+    for a in (base, base[::3], base.reshape(5, 10).T, np.array(base[0])):
+        t = E.Tensor(a)
+        for n in (0.5, 3, -2, True, 1e-3):
+            dt_name, arr, _ = binary_operands(t, n)
+            npdt = D.NP_DTYPES[dt_name]
+            same(EW.mul_number(t, n).data, ref_mul_number(arr, npdt, n))
+            if dt_name != D.BOOL and not (dt_name == D.INT64):
+                same(EW.div_number(t, n).data, ref_div_number(arr, npdt, n))
+
+
+# ----- unary ops: the ufunc (or the few-step kernel) is called directly on a float input ------------------------
+
+
+UNARY = [(EW.exp, np.exp), (EW.log, np.log), (EW.sin, np.sin), (EW.cos, np.cos), (EW.tanh, np.tanh),
+         (EW.sqrt, np.sqrt), (EW.reciprocal, np.reciprocal), (EW.expm1, np.expm1), (EW.log1p, np.log1p),
+         (EW.tan, np.tan), (EW.sinh, np.sinh), (EW.cosh, np.cosh), (EW.atan, np.arctan),
+         (EW.sigmoid, ref_np_sigmoid)]
+
+
+@pytest.mark.parametrize("op, fn", UNARY, ids=[f.__name__ for f, _ in UNARY])
+def test_unary_ops(op, fn):
+    with np.errstate(all="ignore"):
+        for dt in FLOATS:
+            for _, x in layouts(dt, 8):
+                same(op(E.Tensor(x)).data, np.asarray(ref_apply_float(x, fn)))
+        for x in (np.arange(-5, 6), np.arange(-3, 9).reshape(3, 4)[:, ::2], np.array(3), np.array([True, False])):
+            same(op(E.Tensor(x)).data, np.asarray(ref_apply_float(x, fn)))
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+def test_sigmoid_kernel_in_place_steps(dt):
+    """Small arrays keep the expression, large ones write its steps over one fresh array: the same bits, and no
+    numpy warning either way (the kernel silences overflow itself)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _, x in layouts(dt, 9):
+            same(np.asarray(EW._np_sigmoid(x)), np.asarray(ref_np_sigmoid(x)))
+
+
+@pytest.mark.parametrize("dt", FLOATS + (np.int64,))
+def test_relu(dt):
+    xs = [x for _, x in layouts(dt, 10)] if dt in FLOATS else [np.arange(-5, 5), np.array(-3)]
+    for x in xs:
+        same(EW.relu(E.Tensor(x)).data, np.asarray(ref_relu(x)))
+
+
+# ----- softplus: the one-value branch, and its backward in numpy's scalar arithmetic -------------------------------
+
+
+THRESHOLDS = (20, 0, -5, 19.999, 20.5, 87, 88, 88.0001, 89, 709, 710, 1e30, -1e30, 1e300, -1e300, 3.4e38)
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+def test_softplus_forward(dt):
+    with np.errstate(all="ignore"):
+        for beta in (1, 2, 0.5):
+            for threshold in THRESHOLDS:
+                for x in zero_d_values(dt):
+                    same(EW._softplus(x, beta, threshold), ref_softplus(x, beta, threshold))
+                for _, x in layouts(dt, 11):
+                    if x.size > 1000 and threshold not in (20, 88):
+                        continue
+                    same(EW._softplus(x, beta, threshold), ref_softplus(x, beta, threshold))
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+def test_softplus_backward(dt):
+    gs = list(edge_values(dt)) + list(sample(dt, 60, 12))
+    with np.errstate(all="ignore"):
+        for beta in (1, 2):
+            for threshold in THRESHOLDS:
+                for x in list(zero_d_values(dt))[::3]:
+                    for g in gs:
+                        g = np.array(g, dtype=dt)
+                        same(BW._softplus_backward(g, x, beta, threshold),
+                             ref_softplus_backward(g, x, beta, threshold))
+                    g64 = np.array(1.5)  # a gradient of another dtype than x
+                    same(BW._softplus_backward(g64, x, beta, threshold),
+                         ref_softplus_backward(g64, x, beta, threshold))
+                for _, x in layouts(dt, 13):
+                    if x.size > 1000:
+                        continue
+                    g = np.flip(x) if x.ndim else np.array(gs[5], dtype=dt)
+                    same(BW._softplus_backward(g, x, beta, threshold), ref_softplus_backward(g, x, beta, threshold))
+
+
+def test_softplus_one_value_warns_nothing():
+    """The one-value branches silence nothing, so they must meet no floating-point error: none of these warns
+    (outside a program, where numpy's errors are not ignored)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for dt in FLOATS:
+            for x in zero_d_values(dt):
+                EW._softplus(x, 1, 20)
+                for g in edge_values(dt):
+                    BW._softplus_backward(np.array(g, dtype=dt), x, 1, 20)
+
+
+# ----- tanh/sigmoid backward: in place over their first fresh array when large ------------------------------------
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+@pytest.mark.parametrize("kernel, ref", [(BW._tanh_backward, ref_tanh_backward),
+                                         (BW._sigmoid_backward, ref_sigmoid_backward)])
+def test_tanh_sigmoid_backward(dt, kernel, ref):
+    with np.errstate(all="ignore"):
+        for _name, y in layouts(dt, 14):
+            gs = [np.flip(y) if y.ndim else np.array(1.25, dt), np.ones_like(y)]
+            if y.ndim:
+                gs.append(np.broadcast_to(np.array(0.75, dt), y.shape))  # an expanded seed gradient
+                gs.append(np.array(y, dtype=np.float64 if dt == np.float32 else np.float32))  # another dtype
+            gs.append(np.array(2.0, dt))  # a gradient that broadcasts
+            for g in gs:
+                same(np.asarray(kernel(g, y)), np.asarray(ref(g, y)))
+                if y.ndim:
+                    same(np.asarray(kernel(y, g)), np.asarray(ref(y, g)))
+
+
+# ----- shape kernels: the array methods np.reshape/np.transpose/np.swapaxes/np.expand_dims call ------------------
+
+
+def same_view(new, ref, base) -> None:
+    same(new, ref)
+    assert np.shares_memory(new, base) == np.shares_memory(ref, base)
+    if np.shares_memory(ref, base):  # a view: of the same elements (a copy is anywhere)
+        assert new.__array_interface__["data"][0] == ref.__array_interface__["data"][0]
+    assert new.flags.writeable == ref.flags.writeable
+
+
+@pytest.mark.parametrize("dt", FLOATS + (np.int64,))
+def test_shape_kernels(dt):
+    a = np.arange(2 * 3 * 4, dtype=dt).reshape(2, 3, 4)
+    for x in (a, a[:, ::2], a.transpose(2, 0, 1), a[1], np.array(dt(5)), a[:, :1]):
+        same_view(S._transpose(x), np.transpose(x), x)
+        for d in range(x.ndim + 1):
+            shp = x.shape
+            same_view(S._reshape(x, shp[:d] + (1,) + shp[d:]), np.expand_dims(x, d), x)
+        for d0 in range(x.ndim):
+            for d1 in range(x.ndim):
+                same_view(S._swapaxes(x, d0, d1), np.swapaxes(x, d0, d1), x)
+        for shp in ((-1,), (x.size,), (1, x.size), ()):
+            if shp == () and x.size != 1:
+                continue
+            same_view(S._reshape(x, shp), np.reshape(x, shp), x)
+            try:
+                r = np.reshape(x, shp, copy=False)
+            except ValueError:
+                with pytest.raises(ValueError):
+                    S._view(x, shp)
+            else:
+                same_view(S._view(x, shp), r, x)
+
+
+# ----- matmul with an inner size of 1: two elementwise passes give what BLAS gives ---------------------------------
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+def test_outer_kernel_is_blas(dt):
+    """(m, 1) @ (1, n) computes 0 + a[i] * b[j] in BLAS (and in numpy's own loop): the multiply-then-add-zero
+    kernel matches np.matmul's bits, signed zeros, infinities, NaN payloads and layouts included."""
+    from engine.ops.linalg import _matmul_kernel, _outer_kernel
+    with np.errstate(all="ignore"):
+        for m, n in ((1, 1), (1, 7), (7, 1), (3, 5), (64, 64), (128, 512), (513, 3)):
+            for seed in range(2):
+                a0 = sample(dt, max(m, 64), seed)[:m].reshape(m, 1)
+                b0 = sample(dt, max(n, 64), seed + 10)[:n].reshape(1, n)
+                for a in (a0, np.ascontiguousarray(a0.T).T, np.repeat(a0, 2, 1)[:, :1]):
+                    for b in (b0, np.ascontiguousarray(b0.T).T, np.repeat(b0, 2, 1)[:, ::2]):
+                        same(_outer_kernel(a, b, (m, n)), _matmul_kernel(a, b, (m, n)))
+        a = sample(dt, 64, 3).reshape(64, 1)
+        same(_outer_kernel(a, a.T, (64, 64)), _matmul_kernel(a, a.T, (64, 64)))  # numpy's syrk case
+        # through the ops: mm and addmm pick the kernel, and the gradient of a (1, k) @ (k, n) product uses it
+        x = E.tensor(sample(dt, 50, 4).reshape(50, 1))  # 50 x 60 entries: the elementwise kernel
+        y = E.tensor(sample(dt, 60, 5).reshape(1, 60))
+        assert x.shape[0] * y.shape[1] >= LA._OUTER_MIN
+        same(LA.mm(x, y).data, np.matmul(x.data, y.data))
+        same(LA.addmm(E.tensor(np.zeros((50, 60), dt)), x, y).data, np.matmul(x.data, y.data) + dt(0))
