@@ -51,6 +51,10 @@ class Settings(BaseSettings):
                                     "structure) kept per process, least recently used out; 0 turns plans off.")
     plan_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, description="`/eval`: most bytes of compiled plans "
                                   "per process (an estimate of their tapes; plans hold no tensor data).")
+    plan_record_after: int = Field(2, ge=1, description="`/eval` and session op lists: the run of an op list's "
+                                   "structure that records its plan (1: the first; 2: the second, so a structure "
+                                   "run once never pays for recording, which costs up to ~3x its cold run); loops "
+                                   "(`repeat`) record on their first iteration.")
     max_graph_render_nodes: int = Field(1000, ge=1, description="Most graph nodes drawn as SVG, DOT or Mermaid "
                                         "(422 `limit_exceeded` above; `format=json` has no such limit).")
     graph_render_timeout_seconds: float = Field(5.0, gt=0, description="Longest Graphviz `dot` run for an SVG; "

@@ -11,6 +11,8 @@ requires_grad, versions...), the same for every run of the same op list over inp
   array that reaches a kernel or the response without coming from an input or a kernel, an op not declared
   ``plannable`` in the op table, an in-place write outside a kernel, a warning, or a forward-mode op make the op
   list unplannable: it is cached as such and runs cold from then on. Only successful cold runs are cached.
+  ``PlanCache(record_after=N)`` records at the N-th run of a structure (the app: 2, so a list run once never
+  pays for recording and building; a ``repeat`` loop records at its first iteration).
 * **Key.** The op list with the data of its ``tensor`` ops left out (names, literals, flags stay), and the
   inputs' shapes, dtypes and requires_grad flags, the grad mode, the limits and the response encoding. The
   ``tensor`` ops' arrays are made while the key is built: a Python number, or an array of a dtype the op
@@ -124,17 +126,45 @@ class Unplannable:
         self.nbytes = 64
 
 
+class _Seen:
+    """A structure seen ``n`` times without a plan (``PlanCache.records``)."""
+
+    __slots__ = ("n",)
+    nbytes = 64
+
+    def __init__(self, n: int):
+        self.n = n
+
+
 class PlanCache:
     """The plans of a process: at most ``max_entries`` entries and ``max_bytes`` estimated bytes (least
     recently used out). Thread-safe (one-shot runs happen on worker threads)."""
 
-    def __init__(self, max_entries: int = 256, max_bytes: int = 64 << 20):
+    def __init__(self, max_entries: int = 256, max_bytes: int = 64 << 20, record_after: int = 1):
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self.record_after = record_after  # the sighting of a structure that records its plan (1: the first)
         self._entries: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
         self.bytes = 0
-        self.hits = self.misses = self.unplannable = self.fallbacks = self.evictions = 0
+        self.hits = self.misses = self.unplannable = self.fallbacks = self.evictions = self.deferred = 0
+
+    def records(self, key, eager: bool = False) -> bool:
+        """Whether a run of ``key``'s structure, which has no plan yet, records one now: at its
+        ``record_after``-th sighting (or ``eager``: a loop, known to run it again). An earlier sighting is
+        remembered (a ``_Seen`` entry, bounded like the plans) and counted as ``deferred``: a structure run once
+        never pays for recording and building a plan (for a long list, ~3x its cold run)."""
+        if eager or self.record_after <= 1:
+            return True
+        with self._lock:
+            seen = self._entries.get(key)
+            n = seen.n + 1 if isinstance(seen, _Seen) else 1
+            if n < self.record_after:
+                self.deferred += 1
+        if n >= self.record_after:
+            return True
+        self.put(key, _Seen(n))
+        return False
 
     def get(self, key):
         with self._lock:
@@ -168,7 +198,8 @@ class PlanCache:
     def stats(self) -> dict:
         with self._lock:
             return {"entries": len(self._entries), "bytes": self.bytes, "hits": self.hits, "misses": self.misses,
-                    "unplannable": self.unplannable, "fallbacks": self.fallbacks, "evictions": self.evictions}
+                    "unplannable": self.unplannable, "fallbacks": self.fallbacks, "evictions": self.evictions,
+                    "deferred": self.deferred}
 
 
 # ----- the key ---------------------------------------------------------------------------------------------
@@ -1219,6 +1250,8 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
     if isinstance(entry, Unplannable):
         cache.count("unplannable")
         return run_program(state, ops, **kwargs)
+    if not cache.records(key):
+        return run_program(state, ops, **kwargs)
     cache.count("misses")
     preset = dict(state.tensors)
     ctx = K.recording()
@@ -1373,7 +1406,7 @@ def _layout(state: State) -> tuple:
 
 
 def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plannable: bool | None = None,
-                  carried: tuple | None = None):
+                  carried: tuple | None = None, eager: bool = False):
     """One run of a session list through ``cache``: (result, plan) when it replayed a plan or recorded one,
     (None, False) without running anything when it would run cold unrecorded (unplannable, unkeyable, or a
     plan known to be unplannable), (None, None) when a replay's guard failed (nothing changed), (result,
@@ -1408,7 +1441,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         res = _finish(entry, buf, state, preset)
         state.held_bytes = entry.held_bytes
         return res, entry
-    if isinstance(entry, Unplannable):
+    if isinstance(entry, Unplannable) or not cache.records(key, eager):
         return None, False
     cache.count("misses")
     preset = dict(state.tensors)
@@ -1523,7 +1556,7 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
                         scratch.tensors = {n: o if o.__class__ is Tensor else _tensor(o[0], o[1])
                                            for n, o in lazy.items()}
                         lazy = None
-                    res, plan = _session_step(cache, scratch, ops, kwargs, True, carried)
+                    res, plan = _session_step(cache, scratch, ops, kwargs, True, carried, eager=True)
                     if not plan:
                         raise _Abort
                 carried = plan.next_key

@@ -28,6 +28,12 @@ def mlp(rng, target=(1, 0)):
             op("mul", "loss", 2.0, out="l2")]
 
 
+def planning(**overrides):
+    """A server that records a structure's plan at its first run (the tests below count replays from the
+    second request on; the default, a plan recorded at the second run, is tested on its own)."""
+    return make_client(**{"plan_record_after": 1, **overrides})
+
+
 def metric(text: str, name: str) -> float:
     m = re.search(rf"^{name}(?:_total)? ([0-9.e+-]+)$", text, re.M)
     assert m, name
@@ -39,7 +45,7 @@ def test_a_repeated_eval_is_replayed_and_answers_byte_for_byte_what_the_cold_eng
     bodies = [{"ops": mlp(rng)} for _ in range(4)]
     bodies.append({"ops": bodies[0]["ops"], "return": ["loss", "w.grad", "h"]})
     bodies.append({"ops": bodies[1]["ops"], "return": ["loss", "w.grad", "h"]})
-    with make_client() as planned, make_client(plan_cache_entries=0) as cold:
+    with planning() as planned, make_client(plan_cache_entries=0) as cold:
         for body in bodies:
             for encoding in ("json", "base64"):
                 a = planned.post(f"/v1/eval?encoding={encoding}", json=body)
@@ -58,7 +64,7 @@ def test_a_repeated_eval_is_replayed_and_answers_byte_for_byte_what_the_cold_eng
 
 def test_a_guard_on_a_replay_gives_the_cold_problem_with_its_op_index_and_counts_a_fallback():
     rng = np.random.default_rng(1)
-    with make_client() as c:
+    with planning() as c:
         ok(c.post("/v1/eval", json={"ops": mlp(rng)}))
         ok(c.post("/v1/eval", json={"ops": mlp(rng)}))
         body = assert_problem(c.post("/v1/eval", json={"ops": mlp(rng, target=(1, 9))}), 422)
@@ -73,7 +79,7 @@ def test_a_guard_on_a_replay_gives_the_cold_problem_with_its_op_index_and_counts
 def test_an_unplannable_eval_stays_correct_and_is_counted():
     ops = [T("x", [[1.0, -2.0], [3.0, 4.0]], requires_grad=True), op("abs", "x", out="a"),
            op("clone", "a", out="c"), op("mul_", "c", 2.0), op("sum", "c", out="s"), op("backward", "s")]
-    with make_client() as c, make_client(plan_cache_entries=0) as cold:
+    with planning() as c, make_client(plan_cache_entries=0) as cold:
         for _ in range(3):
             a, b = c.post("/v1/eval", json={"ops": ops}), cold.post("/v1/eval", json={"ops": ops})
             assert a.status_code == 200 and a.content == b.content
@@ -82,7 +88,7 @@ def test_an_unplannable_eval_stays_correct_and_is_counted():
 
 
 def test_the_plan_cache_is_bounded_by_its_settings():
-    with make_client(plan_cache_entries=2) as c:
+    with planning(plan_cache_entries=2) as c:
         for n in range(1, 5):
             ok(c.post("/v1/eval", json={"ops": [T("x", [1.0] * n, requires_grad=True), op("sum", "x", out="s"),
                                                 op("backward", "s")]}))
@@ -104,7 +110,7 @@ def test_a_repeated_session_list_without_a_graph_is_replayed_and_answers_what_th
     lists += [[T("y", [1, 0]), op("cross_entropy", "h0", "y", out="loss")]] * 3
     lists += [[T("y", [1, 9]), op("cross_entropy", "h0", "y", out="loss")]]     # a guard: the cold problem
     lists += [[op("mul", "p", 2.0, out="p2")]] * 2                                # requires grad: stays cold
-    with make_client() as planned, make_client(plan_cache_entries=0) as cold:
+    with planning() as planned, make_client(plan_cache_entries=0) as cold:
         sa, sb = (c.post("/v1/sessions").json()["id"] for c in (planned, cold))
         ok(planned.post(f"/v1/sessions/{sa}/ops", json={"ops": setup}))
         ok(cold.post(f"/v1/sessions/{sb}/ops", json={"ops": setup}))
@@ -130,7 +136,7 @@ def test_a_session_repeat_until_loop_through_plans_answers_what_the_cold_engine_
             op("relu", "m", out="r"), op("to", "r", dtype="bool", out="done")]
     bodies = [{"ops": step, "repeat": 40, "until": "done"}, {"ops": step, "repeat": 3},
               {"ops": step, "repeat": 5, "until": "missing"}, {"ops": step, "repeat": 6, "until": "done"}]
-    with make_client() as planned, make_client(plan_cache_entries=0) as cold:
+    with planning() as planned, make_client(plan_cache_entries=0) as cold:
         sa, sb = (c.post("/v1/sessions").json()["id"] for c in (planned, cold))
         for c, s in ((planned, sa), (cold, sb)):
             ok(c.post(f"/v1/sessions/{s}/ops", json={"ops": [T("x", [3.0, 2.0, 1.0], dtype="float64")]}))
@@ -166,7 +172,7 @@ def test_session_jacobians_hessians_and_a_comparison_until_loop_replay_and_answe
     halve = [op("mul", "x", 0.5, out="x"), op("sum", "x", out="s"), op("mul", "s", "s", out="a"),
              op("lt", "a", 1e-12, out="done")]
     bodies += [{"ops": halve, "repeat": 30, "until": "done"}] * 2
-    with make_client() as planned, make_client(plan_cache_entries=0) as cold:
+    with planning() as planned, make_client(plan_cache_entries=0) as cold:
         sa, sb = (c.post("/v1/sessions").json()["id"] for c in (planned, cold))
         ok(planned.post(f"/v1/sessions/{sa}/ops", json={"ops": setup}))
         ok(cold.post(f"/v1/sessions/{sb}/ops", json={"ops": setup}))
@@ -195,7 +201,7 @@ def test_a_replayed_eval_answers_each_return_form_byte_for_byte_what_the_cold_en
                op("mul", "x", 2.0, out="x2"), op("sum", "x2", out="s3"), op("backward", "s3")]
         return {"ops": ops} if ret is None else {"ops": ops, "return": ret}
     returns = [None, ["s"], ["g.grad", "x.grad"], ["x.grad", "x.grad", "y"], ["gg", "g", "x"], ["nope"], ["x.nope"]]
-    with make_client() as planned, make_client(plan_cache_entries=0) as cold:
+    with planning() as planned, make_client(plan_cache_entries=0) as cold:
         for x in ([0.5, -1.5], [2.0, 0.25], ["NaN", 1.0], [1.0, "Infinity"]):
             for ret in returns:
                 for encoding in ("json", "base64"):
@@ -208,3 +214,26 @@ def test_a_replayed_eval_answers_each_return_form_byte_for_byte_what_the_cold_en
                         assert {k: v for k, v in a.json().items() if k not in ("instance", "request_id")} == \
                             {k: v for k, v in b.json().items() if k not in ("instance", "request_id")}
         assert metric(planned.get("/metrics").text, "gradserve_plan_hits") >= 2 * 2 * len(returns)
+
+
+def test_by_default_a_structure_run_once_is_not_recorded_the_second_run_records_and_later_runs_replay():
+    """GRADSERVE_PLAN_RECORD_AFTER (2): a one-off op list never pays for recording a plan; a repeated one is
+    recorded at its second run and replayed from the third on, each answer the cold engine's byte for byte.
+    A repeat loop records at its first iteration."""
+    rng = np.random.default_rng(7)
+    bodies = [{"ops": mlp(rng)} for _ in range(4)]
+    with make_client() as planned, make_client(plan_cache_entries=0) as cold:
+        for i, body in enumerate(bodies):
+            a, b = planned.post("/v1/eval", json=body), cold.post("/v1/eval", json=body)
+            assert a.status_code == b.status_code == 200 and a.content == b.content
+            text = planned.get("/metrics").text
+            assert metric(text, "gradserve_plan_deferred") == 1
+            assert metric(text, "gradserve_plan_misses") == (0 if i == 0 else 1)
+            assert metric(text, "gradserve_plan_hits") == max(0, i - 1)
+        sid = planned.post("/v1/sessions").json()["id"]
+        ok(planned.post(f"/v1/sessions/{sid}/ops", json={"ops": [T("v", [1.0, 2.0])]}))
+        ok(planned.post(f"/v1/sessions/{sid}/ops", json={
+            "ops": [op("mul", "v", 0.5, out="v")], "repeat": 5, "no_grad": True}))
+        text = planned.get("/metrics").text
+        assert metric(text, "gradserve_plan_misses") == 2 and metric(text, "gradserve_plan_hits") >= 2 + 3
+        assert ok(planned.get(f"/v1/sessions/{sid}/tensors/v"))["data"] == [1.0 / 32, 2.0 / 32]

@@ -604,3 +604,18 @@ def test_kernels_that_branch_on_values_replay_each_branch_as_it_runs_cold(tape_m
         c, p, _ = both_ways(outer(col, row), cache)
         assert p == c and c[0] == "ok"
     assert cache.hits == 2, cache.stats()
+
+
+def test_a_cache_that_records_at_the_second_sighting_runs_the_first_cold_and_unrecorded():
+    """``PlanCache(record_after=2)``: the first run of a structure is the cold run itself (nothing recorded,
+    counted as deferred), the second records, the third replays; every result the cold run's."""
+    ops = [T("x", [1.0, -2.0, 3.0], requires_grad=True), op("tanh", "x", out="y"), op("sum", "y", out="s"),
+           op("backward", "s")]
+    cache = PlanCache(record_after=2)
+    seen = []
+    for i in range(4):
+        c, p, _ = both_ways(ops, cache)
+        assert p == c and c[0] == "ok"
+        seen.append((cache.deferred, cache.misses, cache.hits))
+    assert seen == [(1, 0, 0), (1, 1, 0), (1, 1, 1), (1, 1, 2)]
+    assert len(cache) == 1  # (the sighting's marker replaced by the plan)
