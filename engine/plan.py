@@ -44,7 +44,6 @@ counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``).
 
 from __future__ import annotations
 
-import gc
 import threading
 import weakref
 from collections import OrderedDict
@@ -499,22 +498,14 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
     for _, _, es in autograd:
         for e in es:
             grads(e[2])
-    # (the tape's tuples outlive the build: the cyclic collector, run on their allocations, would traverse the
-    # run's whole heap again and again for nothing; nothing here makes a cycle)
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        with np.errstate(all="ignore"):  # (the kernels run here as in a replay)
-            tape = _Tape(rec, keep, ren)
-        if len(tape.steps) <= _COMPILE_MAX_STEPS:
-            code, kernels, consts = _compile(tape.steps)
-            steps = []
-        else:  # compiling costs more than it saves once: a long tape is interpreted
-            code, kernels, consts = (), [], []
-            steps = _interpreted(tape.steps)
-    finally:
-        if collecting:
-            gc.enable()
+    with np.errstate(all="ignore"):  # (the kernels run here as in a replay)
+        tape = _Tape(rec, keep, ren)
+    if len(tape.steps) <= _COMPILE_MAX_STEPS:
+        code, kernels, consts = _compile(tape.steps)
+        steps = []
+    else:  # compiling costs more than it saves once: a long tape is interpreted
+        code, kernels, consts = (), [], []
+        steps = _interpreted(tape.steps)
     nbytes = _STEP_BYTES * (len(tape.steps) + len(namespace)) + 256 + tape.const_bytes
     pool_cap = _POOL_SETS if nbytes + _POOL_SETS * tape.reg_bytes <= max_bytes // 2 else 0
     nbytes += pool_cap * tape.reg_bytes
