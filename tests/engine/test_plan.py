@@ -176,15 +176,21 @@ PLANNED_OPS = ["add", "sub", "mul", "pow", "neg", "exp", "log", "sin", "cos", "t
 def test_the_benchmark_ops_are_replayed_not_just_run_cold(name):
     """The ops the benchmarks need compile into plans (a sample of each is replayed, not run cold)."""
     replayed = 0
+    for sample, _, cache in recorded_samples(name):
+        observe(planned(cache), _program(name, sample, _perturbed))
+        replayed += cache.hits
+    assert replayed >= 1
+
+
+def recorded_samples(name):
+    """(sample, its op list, a cache that ran it once) for each sample of ``name`` that makes an op list."""
     for sample in SAMPLES[name]:
         ops = _program(name, sample, _same)
         if ops is None:
             continue
         cache = PlanCache()
         observe(planned(cache), ops)
-        observe(planned(cache), _program(name, sample, _perturbed))
-        replayed += cache.hits
-    assert replayed >= 1
+        yield sample, ops, cache
 
 
 # ----- programs ----------------------------------------------------------------------------------------
@@ -613,7 +619,7 @@ def test_a_cache_that_records_at_the_second_sighting_runs_the_first_cold_and_unr
            op("backward", "s")]
     cache = PlanCache(record_after=2)
     seen = []
-    for i in range(4):
+    for _ in range(4):
         c, p, _ = both_ways(ops, cache)
         assert p == c and c[0] == "ok"
         seen.append((cache.deferred, cache.misses, cache.hits))

@@ -131,13 +131,19 @@ def _chain(rng, n=20_000):
     return ops
 
 
-def test_the_chain_plan_folds_its_literals_and_writes_its_backward_into_registers():
+def _recorded_chain(seed):
+    """(cache, its plan of the chain, the rng) after one run of the chain both ways (the same observations)."""
     cache = PlanCache()
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     c, p, _ = both_ways(_chain(rng), cache)
     assert c == p
     plan = next(iter(cache._entries.values()))
     assert isinstance(plan, Plan) and plan.regs
+    return cache, plan, rng
+
+
+def test_the_chain_plan_folds_its_literals_and_writes_its_backward_into_registers():
+    cache, plan, rng = _recorded_chain(1)
     assert K.literal not in plan.kernels and np.multiply in plan.kernels
     for _ in range(2):
         c, p, _ = both_ways(_chain(rng), cache)
@@ -149,12 +155,7 @@ def test_the_chain_plan_folds_its_literals_and_writes_its_backward_into_register
 def test_one_plan_replayed_by_many_threads_at_once_gives_each_its_cold_result(tape_mode, monkeypatch):
     if tape_mode == "interpreted":
         monkeypatch.setattr(plan_module, "_COMPILE_MAX_STEPS", 0)
-    cache = PlanCache()
-    rng = np.random.default_rng(2)
-    c, p, _ = both_ways(_chain(rng), cache)
-    assert c == p
-    plan = next(iter(cache._entries.values()))
-    assert isinstance(plan, Plan) and plan.regs
+    cache, plan, _ = _recorded_chain(2)
     programs = [[_chain(np.random.default_rng(100 + 10 * t + k)) for k in range(6)] for t in range(4)]
     expected = [[observe(cold, ops) for ops in progs] for progs in programs]
     got: list = [None] * len(programs)
@@ -176,17 +177,11 @@ def test_one_plan_replayed_by_many_threads_at_once_gives_each_its_cold_result(ta
 def test_the_op_suite_exercises_registers_direct_calls_and_constants():
     """The op samples' plans (tests/engine/test_plan.py replays them all both ways) use each mechanism, so the
     suite checks it on every op that meets it."""
-    from .samples import SAMPLES
-    from .test_plan import _program, _same
+    from .test_plan import recorded_samples
     regs = direct = folded = 0
     for name in ("add", "mul", "sub", "div", "matmul", "relu", "sin", "tanh", "sigmoid", "exp", "linear",
                  "cross_entropy", "embedding", "mse_loss", "outer", "pow"):
-        for sample in SAMPLES[name]:
-            ops = _program(name, sample, _same)
-            if ops is None:
-                continue
-            cache = PlanCache()
-            observe(planned(cache), ops)
+        for _, ops, cache in recorded_samples(name):
             plan = next(iter(cache._entries.values()), None)
             if isinstance(plan, Plan):
                 regs += bool(plan.regs)
