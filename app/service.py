@@ -43,6 +43,7 @@ from app.schemas.ops import EvalRequestAdapter, OpsRequestAdapter
 from app.store import Session, SessionStore
 from app.store.memory import MemoryStore
 from app.svg import render_svg
+from engine.grad_mode import WarningSink
 from engine.plan import PlanCache, run_planned, run_session_planned
 
 RESERVED_NAMES = frozenset({"NaN", "Infinity", "-Infinity"})
@@ -384,12 +385,14 @@ class SessionService:
         if names is None:
             names = list(state.tensors)
         tensors = {}
-        for name in names:
-            t = state.resolve(name)
-            tensors[name] = None if t is None else views.tensor_view(name, t, encoding)
+        # reading "x.grad" of a non-leaf gives torch's warning: into the response, with the program's
+        with WarningSink() as read:
+            for name in names:
+                t = state.resolve(name)
+                tensors[name] = None if t is None else views.tensor_view(name, t, encoding)
         return views.dump({"tensors": tensors,
                            "autograd": views.eval_autograd_views(state, request["ops"], res.autograd),
-                           "warnings": list(res.warnings)})
+                           "warnings": [*res.warnings, *read.messages]})
 
     # ----- reading ------------------------------------------------------------------------------------
     def tensors(self, session_id: str, encoding: Encoding, owner: str = "") -> bytes:

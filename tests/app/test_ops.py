@@ -206,6 +206,23 @@ def test_eval_returns_null_for_an_unset_grad_and_all_tensors_without_return(clie
     assert set(body["tensors"]) == {"x", "w", "b", "wx", "y"}
 
 
+def test_eval_returning_the_grad_of_a_non_leaf_gives_torchs_warning_in_the_response_not_the_server_log(client):
+    """torch warns when .grad of a non-leaf is read: a `return` naming one reads it, so the response carries
+    the warning (each time, plans or not), and nothing reaches the server's Python warnings."""
+    import warnings
+    ops = [*LINEAR, {"op": "backward", "args": ["y"]}]
+    for _ in range(3):  # (cold, recorded, replayed)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            body = ok(client.post("/v1/eval", json={"ops": ops, "return": ["wx.grad", "x.grad"]}))
+        assert body["tensors"]["wx.grad"] is None and body["tensors"]["x.grad"]["data"] == 3.0
+        assert len(body["warnings"]) == 1
+        assert body["warnings"][0].startswith("The .grad attribute of a Tensor that is not a leaf Tensor is being "
+                                              "accessed.")
+        assert not [w for w in caught if "not a leaf" in str(w.message)]
+    assert ok(client.post("/v1/eval", json={"ops": ops, "return": ["x.grad"]}))["warnings"] == []
+
+
 def test_eval_returns_each_gradient_once_and_names_where_it_is(client):
     """A large gradient is in the response once (in `tensors`, as asked); the report names it."""
     values = np.arange(50_000, dtype=np.float32) / 7
