@@ -644,19 +644,25 @@ def cat(tensors, dim=0):
     return record("CatBackward0", out, tuple(ts), {"dim": d, "sizes": sizes})
 
 
-@vjp("CatBackward0", inputs=(), saves=("dim",))
-def _(ctx, grad):
+def _cat_slices(ctx, grad, lead: int = 0) -> tuple:
+    """Each input's slice of ``grad`` along the cat dim (``lead``: batch dims in front of it); None for an
+    input not needed, and for a legacy empty (0,) input beside inputs of more dims."""
     d = ctx.dim
     res = []
     offset = 0
     for need, shp in zip(ctx.needs, ctx.sizes):
-        if len(shp) == 1 and shp[0] == 0 and grad.data.ndim != 1:
+        if len(shp) == 1 and shp[0] == 0 and grad.data.ndim != 1 + lead:
             res.append(None)
             continue
         n = shp[d]
-        res.append(narrow(grad, d, offset, n) if need else None)
+        res.append(narrow(grad, d + lead, offset, n) if need else None)
         offset += n
     return tuple(res)
+
+
+@vjp("CatBackward0", inputs=(), saves=("dim",))
+def _(ctx, grad):
+    return _cat_slices(ctx, grad)
 
 
 @jvp("CatBackward0")
@@ -698,17 +704,7 @@ def _(ctx, *tangents):
 
 
 def _cat_batched_vjp(ctx, grad, batch):
-    d = ctx.dim
-    res = []
-    offset = 0
-    for need, shp in zip(ctx.needs, ctx.sizes):
-        if len(shp) == 1 and shp[0] == 0 and grad.data.ndim != 2:
-            res.append(None)
-            continue
-        n = shp[d]
-        res.append(narrow(grad, d + 1, offset, n) if need else None)
-        offset += n
-    return tuple(res)
+    return _cat_slices(ctx, grad, 1)
 
 
 def _zeros_for_missing_batched(inputs, tangents, batch) -> list:
