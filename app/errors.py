@@ -138,10 +138,10 @@ class GradNotSet(AppError):
     status = 404
     code = "grad_not_set"
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, warnings: list[str] | None = None):
         base = name.removesuffix(".grad")
         super().__init__(f"{base}.grad is None: no backward pass has reached {base} since its gradient was "
-                         f"last cleared (a non-leaf keeps one only after retain_grad())")
+                         f"last cleared (a non-leaf keeps one only after retain_grad())", warnings=warnings or None)
 
 
 class TooManySessions(AppError):

@@ -403,9 +403,10 @@ class SessionService:
 
     def tensor(self, session_id: str, name: str, encoding: Encoding, owner: str = "") -> bytes:
         with self.store.open(session_id, write=False, owner=owner) as session:
-            t = session.state.resolve(name)
+            with WarningSink() as read:  # torch's warning for the .grad of a non-leaf: into the problem body
+                t = session.state.resolve(name)
             if t is None:
-                raise GradNotSet(name)
+                raise GradNotSet(name, read.messages)
             self.check_response(_arrays([t]), encoding)
             return views.dump(views.tensor_view(name, t, encoding))
 

@@ -30,6 +30,8 @@ class Problem(BaseModel):
                              "tensors, as `torch.tensor(2)` does, and browsers and JavaScript write `2.0` as `2`; "
                              "write floats or pass `\"dtype\": \"float32\"` in the op's kwargs.")
     errors: list[ValidationIssue] | None = Field(None, description="For validation errors: every issue.")
+    warnings: list[str] | None = Field(None, description="PyTorch's warnings given while the request was handled, "
+                                       "e.g. reading the `.grad` of a non-leaf tensor.")
     request_id: str | None = Field(None, description="The request's id, as in the `X-Request-ID` response "
                                    "header and the logs.")
 

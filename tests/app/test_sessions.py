@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import math
+import warnings
 
 import numpy as np
 
@@ -117,6 +118,23 @@ def test_grad_is_addressable_as_name_dot_grad(client, session):
 def test_grad_of_tensor_without_gradient_is_404_grad_not_set(client, session):
     ok(run(client, session, [tensor("x", 1.0)]))
     assert_problem(client.get(f"/v1/sessions/{session}/tensors/x.grad"), 404, "grad_not_set")
+
+
+def test_grad_of_non_leaf_is_404_with_torchs_warning_in_the_problem_not_the_server_log(client, session):
+    """torch warns when the .grad of a non-leaf is read (and gives None): the problem body carries the warning;
+    nothing goes to the server's Python warnings."""
+    ok(run(client, session, [tensor("x", [1.0, 2.0], requires_grad=True), {"op": "mul", "out": "y", "args": ["x", 2.0]},
+                             {"op": "sum", "out": "s", "args": ["y"]}, {"op": "backward", "args": ["s"]}]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        body = assert_problem(client.get(f"/v1/sessions/{session}/tensors/y.grad"), 404, "grad_not_set")
+    assert body["warnings"][0].startswith("The .grad attribute of a Tensor that is not a leaf Tensor is being "
+                                          "accessed.")
+    assert not [w for w in caught if "not a leaf" in str(w.message)]
+    # a leaf without a gradient: no warning (torch gives None silently)
+    ok(run(client, session, [tensor("z", 1.0, requires_grad=True)]))
+    assert "warnings" not in assert_problem(client.get(f"/v1/sessions/{session}/tensors/z.grad"), 404,
+                                            "grad_not_set")
 
 
 def test_unknown_tensor_name_is_404(client, session):
