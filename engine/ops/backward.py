@@ -49,9 +49,10 @@ def _(ctx, grad_output_t, self_t):
 
 
 def _ones(g) -> bool:
-    """Whether ``g`` is one value broadcast (every stride 0: a sum's seed gradient) and that value is 1: then
-    ``g * t`` is ``t`` bit for bit (``t`` an arithmetic result, never a signalling NaN) and need not be made."""
-    return g.ndim > 0 and g.size > 0 and not any(g.strides) and bool(g[(0,) * g.ndim] == 1)
+    """Whether ``g`` is one real value broadcast (every stride 0: a sum's seed gradient) and that value is 1:
+    then ``g * t`` is ``t`` bit for bit (``t`` an arithmetic result, never a signalling NaN) and need not be
+    made."""
+    return g.ndim > 0 and g.size > 0 and g.dtype.kind == "f" and not any(g.strides) and bool(g[(0,) * g.ndim] == 1)
 
 
 def _tanh_backward_into(g, y, out):
