@@ -83,19 +83,22 @@ def timeit_batched(fn, repeat: int, inner: int) -> float:
     return timeit(batch, repeat) / inner
 
 
-def program(inputs: dict, ops: list, params=()):
+def program(inputs: dict, ops: list, params=(), returns=None):
     """The workload as an op list through run_program, as the service runs it (fresh namespace over the
     inputs, the default limits as the byte budget, a deadline): cold, nothing is reused between calls.
     ``run.replayed`` is the same through a plan cache (engine.plan, as ``/v1/eval`` runs): its first call
-    records the plan, later calls replay it."""
+    records the plan, later calls replay it. ``returns``: the request's ``return`` (the names the response
+    shows, the values the numpy floor computes); None: a request without one, whose response shows every
+    named tensor (each intermediate is then a result the run must keep)."""
     limits = E.Limits()
+    respond = "all" if returns is None else list(returns)
 
     def run():
         for p in params:
             p.grad = None
         state = E.State()
         state.tensors = dict(inputs)
-        return E.run_program(state, ops, limits=limits, control=E.Control(3600.0))
+        return E.run_program(state, ops, limits=limits, control=E.Control(3600.0), respond=respond)
 
     cache = PlanCache()
     # the /v1/eval form: the inputs are tensor ops (their data decoded, as the app hands it to the engine)
@@ -103,7 +106,7 @@ def program(inputs: dict, ops: list, params=()):
                 for n, t in inputs.items()] + ops
 
     def replayed():
-        return run_planned(cache, E.State(), eval_ops, limits=limits, control=E.Control(3600.0), respond="all",
+        return run_planned(cache, E.State(), eval_ops, limits=limits, control=E.Control(3600.0), respond=respond,
                            extra=("json",))
     run.replayed = replayed
     run.cache = cache
@@ -331,7 +334,8 @@ def chain_workloads():
                 _op("add", f"m{i}", 0.1, out=f"a{i}"), _op("tanh", f"a{i}", out=f"h{i}")]
         h = f"h{i}"
     ops += [_op("sum", h, out="total"), _op("backward", "total")]
-    return eng, program({"x": ex}, ops, (ex,)), npy, tor
+    # the request a client makes for this loss and its gradient (/v1/eval's "return"): the floor's two results
+    return eng, program({"x": ex}, ops, (ex,), returns=["total", "x.grad"]), npy, tor
 
 
 # ----- 5. Hessian-vector product of a small MLP via create_graph -----------------------------------------------------

@@ -29,6 +29,12 @@ requires_grad, versions...), the same for every run of the same op list over inp
   once, repeated calls once, kernels called through their direct forms (their ufuncs, array methods),
   intermediates no caller sees written into buffers a replay reuses, copies of arrays that die with the
   response left out; each checked against the recorded arrays, bit for bit and layout for layout.
+* **What a one-shot response shows.** Without ``return`` a ``/v1/eval`` response shows every named tensor, so
+  every name's array is a result. With ``return`` (``respond``: a list of names, part of the key) it shows
+  those names, and its autograd report points at the ``out`` names of ``grad`` ops and at the tensors each
+  pass reached; a run through ``run_planned`` leaves only these in ``state.tensors`` (``_prune``: cold,
+  recorded or replayed alike), so the other names' arrays (a chain's intermediates) are intermediates of the
+  plan, written into registers.
 
 * **Sessions and loops.** A session list whose results carry no graph plans too (``run_session_planned``;
   its key adds the session's tensors, function definitions, warned set and name counter). A list recorded
@@ -523,6 +529,9 @@ _CONST_MAX_BYTES = 1 << 20  # a larger constant is made on every replay (a plan'
 #: ufuncs whose every element is one correctly rounded operation on the same elements of the inputs: the
 #: same bits whatever loop numpy takes, so one may write over an input (``out=`` the input's own buffer)
 _EXACT_UFUNCS = frozenset({np.add, np.subtract, np.multiply, np.true_divide, np.negative})
+#: ufuncs a register is passed to by keyword (numpy deprecates a third positional argument for these; a keyword
+#: costs every other call ~0.2 us)
+_OUT_BY_KEYWORD = frozenset({np.maximum, np.minimum})
 
 
 def _copy_renames(rec: K.Recorder) -> dict:
@@ -850,7 +859,7 @@ class _Tape:
         try:
             if may_reg:
                 o = np.empty(a.shape, a.dtype)
-                r = call(*cargs, o)
+                r = call(*cargs, out=o) if call in _OUT_BY_KEYWORD else call(*cargs, o)
                 if r is o and _same_bits(o, a):
                     return "reg"
             r = call(*cargs)  # (a form that only writes into a buffer raises here)
@@ -903,7 +912,7 @@ def _compile(steps: list) -> tuple:
                     args.append(f"c[{len(consts)}]")
                     consts.append(v)
             if reg >= 0:
-                args.append(f"R[{reg}]")
+                args.append(f"out=R[{reg}]" if fn in _OUT_BY_KEYWORD else f"R[{reg}]")
             call = f"k[{ki}]({', '.join(args)})"
             if multi is True:
                 lines.append(f" {', '.join(f'b[{o}]' for o in out)}, = {call}")
@@ -932,6 +941,8 @@ def _interpreted(steps: list) -> list:
         n, slots = len(tmpl), dict(where)
         if multi is not False:
             st = (9 if multi is True else 10, fn, tmpl, where, reg, o, conv, free)
+        elif reg >= 0 and fn in _OUT_BY_KEYWORD:  # (the generic kind: its register by keyword)
+            st = (8, fn, tmpl, where, reg, o, conv, free)
         elif n == 1 and 0 in slots:
             st = (0 if reg < 0 else 4, fn, slots[0], None, reg, o, conv, free)
         elif n == 2 and 0 in slots and 1 in slots:
@@ -992,9 +1003,7 @@ def _run_steps(chunks: list, b: list, R, chk) -> None:
                         for s in free:
                             b[s] = None
                     continue
-                if z >= 0:
-                    args.append(R[z])
-                r = fn(*args)
+                r = fn(*args) if z < 0 else fn(*args, out=R[z]) if fn in _OUT_BY_KEYWORD else fn(*args, R[z])
             if conv and r.__class__ is not N:
                 r = A(r)
             b[out] = r
@@ -1212,37 +1221,73 @@ def _finish_oneshot(plan: Plan, buf: list, state: State, preset: dict) -> Progra
     return _PlannedResult(plan, buf)
 
 
+def _shown(ops: list, respond) -> frozenset | None:
+    """The names a one-shot run's caller reads after it when the response shows ``respond`` (a list of names,
+    ``/v1/eval``'s ``return``): those names (``x`` of ``x.grad``) and the names its autograd report points at,
+    the ``out`` names of ``grad`` ops (and, known after the run, the tensors each pass reached: ``_prune``).
+    None: every name (``"all"``, ``"changed"``)."""
+    if isinstance(respond, str) or respond is None:
+        return None
+    names = set()
+    for n in respond:
+        if isinstance(n, str):
+            names.add(n.partition(".")[0])
+    for o in ops:
+        if o.__class__ is dict and o.get("op") == "grad":
+            out = o.get("out")
+            for n in (out if isinstance(out, list) else (out,)):
+                if isinstance(n, str):
+                    names.add(n)
+    return frozenset(names)
+
+
+def _prune(state: State, res: ProgramResult, shown: frozenset | None) -> None:
+    """A one-shot run that shows only ``shown`` (``_shown``) keeps only those names and the tensors its
+    autograd passes reached: the other names' arrays are the run's own (a plan writes them into registers it
+    reuses), whichever way the run went (cold, recorded or replayed), so every run of a key leaves the same."""
+    if shown is None:
+        return
+    keep = set(shown)
+    for r in res.autograd:
+        keep.update(e.name for e in r.entries)
+    if any(n not in keep for n in state.tensors):
+        state.tensors = {n: t for n, t in state.tensors.items() if n in keep}
+
+
 def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (), **kwargs) -> ProgramResult:
     """``run_program(state, ops, **kwargs)`` for a one-shot run (``state`` fresh, or holding only fresh leaf
     tensors that are the run's inputs), through ``cache``: a replayed plan when there is one, else a cold run
-    that records one. What the caller can observe is the cold run's, bit for bit."""
+    that records one. What the caller can observe is the cold run's, bit for bit. With ``respond`` a list of
+    names (``/v1/eval``'s ``return``), what the caller can observe is those names, the autograd report and the
+    names it points at: ``state.tensors`` is left with only these (``_prune``), whichever way the run went."""
+    respond = kwargs.get("respond", "changed")
+    shown = _shown(ops, respond) if isinstance(ops, list) else None
     if cache is None or kwargs.get("repeat", 1) != 1 or kwargs.get("record") or kwargs.get("until") is not None \
             or kwargs.get("returns"):
-        return run_program(state, ops, **kwargs)
+        return _cold(state, ops, kwargs, shown)
     inputs_at = _scan(ops) if isinstance(ops, list) else None
     if inputs_at is None:
         cache.count("unplannable")
-        return run_program(state, ops, **kwargs)
+        return _cold(state, ops, kwargs, shown)
     lim = kwargs.get("limits")
-    respond = kwargs.get("respond", "changed")
     made = _key(state, ops, (bool(kwargs.get("no_grad", False)), lim, extra,
                              respond if isinstance(respond, str) else tuple(respond)), inputs_at)
     if made is None:
         cache.count("unplannable")
-        return run_program(state, ops, **kwargs)
+        return _cold(state, ops, kwargs, shown)
     key, inputs = made
     entry = cache.get(key)
     if isinstance(entry, Plan):
         preset = dict(state.tensors)
         buf = _guarded_replay(cache, entry, inputs, kwargs.get("control"))
         if buf is None:
-            return run_program(state, ops, **kwargs)
+            return _cold(state, ops, kwargs, shown)
         return _finish_oneshot(entry, buf, state, preset)
     if isinstance(entry, Unplannable):
         cache.count("unplannable")
-        return run_program(state, ops, **kwargs)
+        return _cold(state, ops, kwargs, shown)
     if not cache.records(key):
-        return run_program(state, ops, **kwargs)
+        return _cold(state, ops, kwargs, shown)
     cache.count("misses")
     preset = dict(state.tensors)
     ctx = K.recording()
@@ -1250,11 +1295,18 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
         for t in preset.values():
             rec.add_input(t.data)
         res = run_program(state, ops, **kwargs)
+    _prune(state, res, shown)
     plan = _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
     if isinstance(plan, str):
         cache.put(key, Unplannable(plan))
     else:
         cache.put(key, plan)
+    return res
+
+
+def _cold(state: State, ops: list, kwargs: dict, shown: frozenset | None) -> ProgramResult:
+    res = run_program(state, ops, **kwargs)
+    _prune(state, res, shown)
     return res
 
 

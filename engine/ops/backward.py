@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ..kernel import kcall
+from ..kernel import direct, kcall
 from ..registry import elementwise_jvp, jvp, record, vjp
 from ..tensor import Tensor
 from .elementwise import EXP_FINITE, IN_PLACE_BYTES
@@ -48,13 +48,33 @@ def _(ctx, grad_output_t, self_t):
     return None if grad_output_t is None else threshold_backward(grad_output_t, ctx.self, ctx.threshold)
 
 
+def _ones(g) -> bool:
+    """Whether ``g`` is one real value broadcast (every stride 0: a sum's seed gradient) and that value is 1:
+    then ``g * t`` is ``t`` bit for bit (``t`` an arithmetic result, never a signalling NaN) and need not be
+    made."""
+    return g.ndim > 0 and g.size > 0 and g.dtype.kind == "f" and not any(g.strides) and bool(g[(0,) * g.ndim] == 1)
+
+
+def _tanh_backward_into(g, y, out):
+    """_tanh_backward's in-place steps, written over ``out`` (a plan's register) instead of a fresh array: for
+    a large y, and g of its shape and dtype (the steps the kernel takes then, each aliased the same way)."""
+    np.multiply(y, y, out=out)
+    np.subtract(y.dtype.type(1), out, out=out)
+    return out if _ones(g) else np.multiply(g, out, out=out)
+
+
+_tanh_backward_into.takes_out = True
+
+
+@direct(lambda g, y: (_tanh_backward_into, (g, y))
+        if y.nbytes >= IN_PLACE_BYTES and g.shape == y.shape and g.dtype == y.dtype else None)
 def _tanh_backward(g, y):
     # a large y (and g of its shape and dtype, so every step has them): the steps over one fresh array
     if y.nbytes < IN_PLACE_BYTES or g.shape != y.shape or g.dtype != y.dtype:
         return g * (y.dtype.type(1) - y * y)
-    t = y * y  # the same steps, each written over this fresh array
+    t = y * y  # the same steps, each written over this fresh array (of y's layout)
     np.subtract(y.dtype.type(1), t, out=t)
-    return np.multiply(g, t, out=t)
+    return t if _ones(g) else np.multiply(g, t, out=t)
 
 
 def tanh_backward(grad: Tensor, output: Tensor) -> Tensor:

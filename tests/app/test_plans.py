@@ -237,3 +237,31 @@ def test_by_default_a_structure_run_once_is_not_recorded_the_second_run_records_
         text = planned.get("/metrics").text
         assert metric(text, "gradserve_plan_misses") == 2 and metric(text, "gradserve_plan_hits") >= 2 + 3
         assert ok(planned.get(f"/v1/sessions/{sid}/tensors/v"))["data"] == [1.0 / 32, 2.0 / 32]
+
+
+def test_an_eval_returning_some_names_is_replayed_with_its_other_names_reused_and_answers_as_cold():
+    """With ``return``, the names a response does not show are the run's own (a plan reuses their buffers): the
+    answer is still the cold engine's byte for byte, and the autograd report still names where each pass's
+    gradient is (a ``grad`` op's ``out``, ``x.grad``), shown or not."""
+    def body(rng, ret):
+        x = np.round(rng.standard_normal(20_000), 3).astype(np.float32).tolist()
+        ops = [T("x", x, dtype="float32", requires_grad=True)]
+        h = "x"
+        for i in range(3):
+            ops += [op("sin", h, out=f"s{i}"), op("mul", f"s{i}", 1.01, out=f"m{i}"),
+                    op("add", f"m{i}", 0.1, out=f"a{i}"), op("tanh", f"a{i}", out=f"h{i}")]
+            h = f"h{i}"
+        ops += [op("sum", h, out="total"), op("grad", "total", ["x"], retain_graph=True, out=["dx"]),
+                op("backward", "total")]
+        return {"ops": ops, "return": ret}
+    rng = np.random.default_rng(5)
+    with planning() as planned, make_client(plan_cache_entries=0) as cold:
+        for ret in (["total", "x.grad"], ["total"], ["h1", "dx"]):
+            for _ in range(3):
+                b = body(rng, ret)
+                a, c = planned.post("/v1/eval?encoding=base64", json=b), cold.post("/v1/eval?encoding=base64", json=b)
+                assert a.status_code == c.status_code == 200 and a.content == c.content
+                got = a.json()
+                assert set(got["tensors"]) == set(ret)
+                assert [[e["contribution"] for e in r["entries"]] for r in got["autograd"]] == [["dx"], ["x.grad"]]
+        assert metric(planned.get("/metrics").text, "gradserve_plan_hits") == 3 * 2

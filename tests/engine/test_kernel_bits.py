@@ -268,12 +268,38 @@ def test_tanh_sigmoid_backward(dt, kernel, ref):
             gs = [np.flip(y) if y.ndim else np.array(1.25, dt), np.ones_like(y)]
             if y.ndim:
                 gs.append(np.broadcast_to(np.array(0.75, dt), y.shape))  # an expanded seed gradient
+                gs.append(np.broadcast_to(np.array(1.0, dt), y.shape))  # a sum's seed: tanh skips g * t
+                gs.append(np.broadcast_to(np.array(-1.0, dt), y.shape))
                 gs.append(np.array(y, dtype=np.float64 if dt == np.float32 else np.float32))  # another dtype
             gs.append(np.array(2.0, dt))  # a gradient that broadcasts
+            gs.append(np.array(1.0, dt))
             for g in gs:
                 same(np.asarray(kernel(g, y)), np.asarray(ref(g, y)))
                 if y.ndim:
                     same(np.asarray(kernel(y, g)), np.asarray(ref(y, g)))
+            if y.ndim:  # (a NaN seed: not as y, where two NaNs meet and numpy's loops pick either payload)
+                g = np.broadcast_to(np.array(np.nan, dt), y.shape)
+                same(np.asarray(kernel(g, y)), np.asarray(ref(g, y)))
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+def test_tanh_backward_into_a_register_is_the_kernel(dt):
+    """A plan writes tanh's backward into a register (``_tanh_backward_into``, its direct form when g and y
+    have one shape and dtype): the kernel's bits, for a seed of ones (g * t skipped) and any other g."""
+    with np.errstate(all="ignore"):
+        for _name, y in layouts(dt, 15):
+            if y.nbytes < BW.IN_PLACE_BYTES:  # (small: the kernel's one expression, no register form)
+                assert BW._tanh_backward.direct(y, y) is None
+                continue
+            for g in (np.flip(y), np.broadcast_to(np.array(1.0, dt), y.shape), np.ones_like(y),
+                      np.broadcast_to(np.array(0.5, dt), y.shape)):
+                call, args = BW._tanh_backward.direct(g, y)
+                out = np.full(y.shape, np.nan, dt)  # (whatever the register held before)
+                assert call(*args, out) is out
+                assert out.tobytes() == np.ascontiguousarray(ref_tanh_backward(g, y)).tobytes()
+        y = sample(dt, 50_000, 3)
+        assert BW._tanh_backward.direct(np.array(2.0, dt), y) is None  # g broadcasts: no register form
+        assert BW._tanh_backward.direct(y.astype(np.float16), y) is None
 
 
 # ----- shape kernels: the array methods np.reshape/np.transpose/np.swapaxes/np.expand_dims call ------------------

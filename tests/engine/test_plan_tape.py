@@ -14,10 +14,13 @@ import pytest
 
 import engine.kernel as K
 import engine.plan as plan_module
+from engine.ops import backward as BW
 from engine.ops import shape as S
 from engine.plan import Plan, PlanCache
+from engine.program import State, run_program
 
-from .test_plan import T, both_ways, cold, observe, op, planned
+from .test_plan import LIMITS, PROGRAMS, T, both_ways, cold, observe, op, planned
+from .test_plan import _tensor_view as _view
 
 
 def _tape_plan(fn, inputs, interpreted=False):
@@ -190,3 +193,100 @@ def test_the_op_suite_exercises_registers_direct_calls_and_constants():
                     o.get("op") in ("mul", "add", "sub", "div", "pow") and any(isinstance(a, float) for a in o["args"])
                     for o in ops)
     assert regs >= 10 and direct >= 20 and folded >= 1, (regs, direct, folded)
+
+
+# ----- a response of some names (/v1/eval's "return"): the other names' arrays are the plan's to reuse -------------
+def _shown_run(cache, respond):
+    def run(state, ops):
+        return plan_module.run_planned(cache, state, ops, limits=LIMITS, respond=respond, extra=("json",))
+    return run
+
+
+def _expected_names(ops, respond):
+    """What a run showing ``respond`` leaves: those names (``x`` of ``x.grad``), the ``out`` names of ``grad``
+    ops and the names each autograd pass reached, in the order the full run leaves its names."""
+    state = State()
+    res = run_program(state, ops, limits=LIMITS, respond="all")
+    keep = {n.partition(".")[0] for n in respond}
+    for o in ops:
+        if o["op"] == "grad":
+            keep.update(o["out"] if isinstance(o["out"], list) else [o["out"]])
+    keep.update(e.name for r in res.autograd for e in r.entries)
+    return [n for n in state.tensors if n in keep]
+
+
+@pytest.mark.parametrize("interpreted", [False, True])
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_a_run_showing_some_names_keeps_those_and_the_reports_names_cold_and_replayed(name, interpreted, monkeypatch):
+    if interpreted:
+        monkeypatch.setattr(plan_module, "_COMPILE_MAX_STEPS", 0)
+    rng = np.random.default_rng(11)
+
+    def r():
+        return float(np.float32(rng.uniform(-2, 2)))
+    ops = PROGRAMS[name](r)
+    outs = [o["out"] for o in ops if isinstance(o.get("out"), str)]
+    for respond in ([outs[-1]], [outs[0], f"{outs[0]}.grad"], [], ["nope"], outs[::2]):
+        cache = PlanCache()
+        for k in range(4):
+            ops = PROGRAMS[name](r)
+            c = observe(_shown_run(None, respond), ops)
+            p = observe(_shown_run(cache, respond), ops)
+            assert p == c and c[0] == "ok", (respond, k)
+            assert [n for n, _ in c[1]] == _expected_names(ops, respond)
+        assert cache.misses == 1 and cache.hits == 3, cache.stats()
+
+
+@pytest.mark.parametrize("tape_mode", ["compiled", "interpreted"])
+def test_the_chain_showing_its_loss_and_gradient_reuses_its_intermediates_and_never_a_result(tape_mode, monkeypatch):
+    """Returning only the loss and x.grad, the chain's forward intermediates (named, but not shown) go into
+    registers with its backward, tanh's backward included: a register is never what a result holds, so the
+    results of earlier replays stay what their cold runs give however many replays follow."""
+    if tape_mode == "interpreted":
+        monkeypatch.setattr(plan_module, "_COMPILE_MAX_STEPS", 0)
+    respond = ["total", "x.grad"]
+    cache = PlanCache()
+    rng = np.random.default_rng(4)
+    observe(_shown_run(cache, respond), _chain(rng))
+    plan = next(iter(cache._entries.values()))
+    kernels = plan.kernels if plan.code else [st[1] for chunk in plan.steps for st in chunk]
+    assert isinstance(plan, Plan) and BW._tanh_backward_into in kernels
+    everything = PlanCache()
+    observe(planned(everything), _chain(np.random.default_rng(4)))
+    shown_all = next(iter(everything._entries.values()))
+    assert len(plan.regs) > len(shown_all.regs)  # (s, m, a, h: shown without "return", so kept apart there)
+    runs = []
+    for k in range(6):
+        ops = _chain(np.random.default_rng(50 + k))
+        state = State()
+        res = _shown_run(cache, respond)(state, ops)
+        runs.append((ops, state, res))
+    assert cache.hits == 6
+    for ops, state, res in runs:  # (read only now: after every later replay)
+        c = observe(_shown_run(None, respond), ops)
+        assert [(n, _view(t)) for n, t in state.tensors.items()] == c[1]
+        assert [[(e.name, _view(e.contribution)[:3]) for e in r.entries] for r in res.autograd] == \
+            [[(n, v) for n, v, _, _ in es] for _, _, es in c[4]]
+
+
+@pytest.mark.parametrize("tape_mode", ["compiled", "interpreted"])
+def test_relu_writes_into_a_register_by_keyword(tape_mode, monkeypatch):
+    """relu's np.maximum (its hidden layer not shown) writes into a register passed as ``out=``: numpy deprecates
+    a third positional argument for np.maximum, which would warn on every replay."""
+    import warnings
+    if tape_mode == "interpreted":
+        monkeypatch.setattr(plan_module, "_COMPILE_MAX_STEPS", 0)
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal((64, 32)).astype(np.float32), rng.standard_normal((32, 16)).astype(np.float32)
+    ops = [T("x", x.tolist(), dtype="float32"), T("w", w.tolist(), dtype="float32", requires_grad=True),
+           op("matmul", "x", "w", out="z"), op("relu", "z", out="h"), op("sum", "h", out="s"), op("backward", "s")]
+    cache = PlanCache()
+    observe(_shown_run(cache, ["s", "w.grad"]), ops)
+    plan = next(iter(cache._entries.values()))
+    if tape_mode == "interpreted":
+        assert any(st[1] is np.maximum and st[4] >= 0 for chunk in plan.steps for st in chunk)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):
+            assert observe(_shown_run(cache, ["s", "w.grad"]), ops) == observe(_shown_run(None, ["s", "w.grad"]), ops)
+    assert cache.hits == 2 and cache.fallbacks == 0
