@@ -58,6 +58,7 @@ from . import dtypes as D
 from . import kernel as K
 from .functional import TRANSFORMS
 from .grad_mode import WarningSink
+from .ops.creation import Owned
 from .program import (
     NAME_RE,
     AutogradRecord,
@@ -276,8 +277,8 @@ _FLOAT32_MAX = 3.4e38  # a Python float strictly inside this range casts to floa
 
 def _input_form(op: dict) -> tuple | None:
     """``(data, dtype, requires_grad)`` of a ``tensor`` op called as ``tensor(data, dtype=..., requires_grad=...)``
-    with a Python number, a list or an array as data, a dtype name (canonical) or none, and a bool flag; None
-    for any other form (the caller runs the op as the program does)."""
+    with a Python number, a list, an array or an ``Owned`` array as data, a dtype name (canonical) or none, and a
+    bool flag; None for any other form (the caller runs the op as the program does)."""
     args = op["args"]
     if args.__class__ is not list or len(args) != 1:
         return None
@@ -297,18 +298,33 @@ def _input_form(op: dict) -> tuple | None:
                 return None
     data = args[0]
     cls = data.__class__
-    if cls is float or cls is int or cls is bool or cls is list or cls is np.ndarray:
+    if cls is float or cls is int or cls is bool or cls is list or cls is np.ndarray or cls is Owned:
         return data, dtype, rg
     return None
 
 
-def _direct_input(data, dtype, rg) -> np.ndarray | None:
+def _direct_input(data, dtype, rg, adopt: bool = False) -> np.ndarray | None:
     """The array ``creation.tensor`` makes of one Python number or of an array already of the dtype it keeps,
     by the steps ``tensor.as_array`` takes for them (so bit for bit the same array, and no step that could
     meet a floating-point error); None for anything else (list data, an array to cast, an int outside int64,
     a float cast to an integer dtype or overflowing float32, NaN, requires_grad on an integer dtype): the
-    caller then takes the general way."""
+    caller then takes the general way.
+
+    ``Owned`` data (``adopt``: a one-shot run, whose tensors die with its response) is the array itself when
+    that array is what the copy would be (C-contiguous, writable, owning its memory, of the dtype the op keeps
+    in native byte order: ``_KEPT`` holds native dtypes only), once per ``Owned``; any other is copied."""
     cls = data.__class__
+    if cls is Owned:
+        arr = data.array
+        if adopt and not data.taken and arr.__class__ is np.ndarray and arr.base is None \
+                and arr.dtype in _KEPT and (dtype is None or arr.dtype == D.NP_DTYPES[dtype]) \
+                and (not rg or arr.dtype.kind == "f"):
+            flags = arr.flags
+            if flags.c_contiguous and flags.writeable and flags.aligned:
+                data.taken = True
+                return arr
+        data = arr
+        cls = data.__class__
     if cls is np.ndarray:
         # as_array: an array of a dtype the engine keeps, asked for no other, is copied (C order, writable)
         if (dtype is None or data.dtype == D.NP_DTYPES[dtype]) and data.dtype in _KEPT \
@@ -342,10 +358,12 @@ _NO_DATA = [None]
 _KEPT = frozenset(D.NP_DTYPES.values())
 
 
-def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: bytes | None = None):
+def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: bytes | None = None,
+         adopt: bool = False):
     """(key, input arrays) or None when the run cannot be planned at all; input ops run here (as the program
     runs them: the same arrays), and their results' structure goes into the key. ``made``: the positions of
-    the input ops (``_scan``), ``text``: the op list's text (``_pre_key``'s), when the caller has them."""
+    the input ops (``_scan``), ``text``: the op list's text (``_pre_key``'s), when the caller has them;
+    ``adopt``: a one-shot run, which may keep ``Owned`` arrays (``_direct_input``)."""
     inputs, metas = [], []
     for name, t in state.tensors.items():
         if not _fresh_leaf(t):
@@ -371,7 +389,7 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: 
             if text is None:
                 stripped[i] = {**op, "args": _NO_DATA if len(args) == 1 else [None, *args[1:]]}
             form = _input_form(op)
-            arr = None if form is None else _direct_input(*form)
+            arr = None if form is None else _direct_input(*form, adopt)
             if arr is None:
                 rest.append((len(inputs), op, form))
                 metas.append(None)
@@ -399,7 +417,7 @@ def _run_inputs(rest: list, inputs: list, metas: list) -> bool:
             for at, op, form in rest:
                 if form is not None:
                     data, dtype, rg = form
-                    arr = as_array(data, dtype)
+                    arr = as_array(data.array if data.__class__ is Owned else data, dtype)
                     if rg and arr.dtype.kind != "f":
                         return False
                 else:
@@ -1226,7 +1244,7 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
     lim = kwargs.get("limits")
     respond = kwargs.get("respond", "changed")
     made = _key(state, ops, (bool(kwargs.get("no_grad", False)), lim, extra,
-                             respond if isinstance(respond, str) else tuple(respond)), inputs_at)
+                             respond if isinstance(respond, str) else tuple(respond)), inputs_at, adopt=True)
     if made is None:
         cache.count("unplannable")
         return run_program(state, ops, **kwargs)
