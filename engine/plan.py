@@ -315,15 +315,10 @@ def _direct_input(data, dtype, rg, adopt: bool = False) -> np.ndarray | None:
     in native byte order: ``_KEPT`` holds native dtypes only), once per ``Owned``; any other is copied."""
     cls = data.__class__
     if cls is Owned:
-        arr = data.array
-        if adopt and not data.taken and arr.__class__ is np.ndarray and arr.base is None \
-                and arr.dtype in _KEPT and (dtype is None or arr.dtype == D.NP_DTYPES[dtype]) \
-                and (not rg or arr.dtype.kind == "f"):
-            flags = arr.flags
-            if flags.c_contiguous and flags.writeable and flags.aligned:
-                data.taken = True
-                return arr
-        data = arr
+        arr = _kept(data, rg, dtype) if adopt else None
+        if arr is not None:
+            return arr
+        data = data.array
         cls = data.__class__
     if cls is np.ndarray:
         # as_array: an array of a dtype the engine keeps, asked for no other, is copied (C order, writable)
@@ -352,10 +347,26 @@ def _direct_input(data, dtype, rg, adopt: bool = False) -> np.ndarray | None:
     return None
 
 
+def _kept(owned: Owned, rg: bool, dtype: str | None = None) -> np.ndarray | None:
+    """The array of ``owned`` when a one-shot run keeps it as the op's copy (see ``_direct_input``), taken;
+    None: the op's copy is made."""
+    arr = owned.array
+    if owned.taken or arr.__class__ is not np.ndarray or arr.base is not None or arr.dtype not in _KEPT \
+            or (dtype is not None and arr.dtype != D.NP_DTYPES[dtype]) or (rg and arr.dtype.kind != "f"):
+        return None
+    flags = arr.flags
+    if not (flags.c_contiguous and flags.writeable and flags.aligned):
+        return None
+    owned.taken = True
+    return arr
+
+
 #: a tensor op's args in its key, data left out (only ever serialised)
 _NO_DATA = [None]
 #: the dtypes ``as_array`` keeps an array in when no dtype is asked for
 _KEPT = frozenset(D.NP_DTYPES.values())
+#: an input's dtype in its key (one string object per dtype)
+_DTYPE_STR = {dt: dt.str for dt in _KEPT}
 
 
 def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: bytes | None = None,
@@ -388,13 +399,22 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: 
                 return None
             if text is None:
                 stripped[i] = {**op, "args": _NO_DATA if len(args) == 1 else [None, *args[1:]]}
+            data = args[0]
+            if adopt and data.__class__ is Owned and len(args) == 1:  # the common one-shot input, inline
+                kw = op.get("kwargs")
+                rg = False if not kw else kw.get("requires_grad") if len(kw) == 1 else None
+                arr = _kept(data, rg) if rg.__class__ is bool else None
+                if arr is not None:
+                    metas.append((arr.shape, _DTYPE_STR[arr.dtype], rg))
+                    inputs.append(arr)
+                    continue
             form = _input_form(op)
             arr = None if form is None else _direct_input(*form, adopt)
             if arr is None:
                 rest.append((len(inputs), op, form))
                 metas.append(None)
             else:
-                metas.append((arr.shape, arr.dtype.str, form[2]))
+                metas.append((arr.shape, _DTYPE_STR.get(arr.dtype) or arr.dtype.str, form[2]))
             inputs.append(arr)
         if rest and not _run_inputs(rest, inputs, metas):
             return None
