@@ -388,18 +388,21 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: 
         if made is None:
             return None
     stripped = ops
+    owned = 0  # input ops of one Owned argument: left out of the text by orjson's default hook (no copy)
     if made:
-        if text is None:
-            stripped = list(ops)
         rest = []  # (position, op, its form or None) of the inputs made under the run's error state
         for i in made:
             op = ops[i]
             args = op.get("args")
             if not args:
                 return None
-            if text is None:
-                stripped[i] = {**op, "args": _NO_DATA if len(args) == 1 else [None, *args[1:]]}
             data = args[0]
+            if data.__class__ is Owned and len(args) == 1:
+                owned += 1
+            elif text is None:
+                if stripped is ops:
+                    stripped = list(ops)
+                stripped[i] = {**op, "args": _NO_DATA if len(args) == 1 else [None, *args[1:]]}
             if adopt and data.__class__ is Owned and len(args) == 1:  # the common one-shot input, inline
                 kw = op.get("kwargs")
                 rg = False if not kw else kw.get("requires_grad") if len(kw) == 1 else None
@@ -419,11 +422,37 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: 
         if rest and not _run_inputs(rest, inputs, metas):
             return None
     if text is None:
-        try:
-            text = orjson.dumps(stripped, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-        except TypeError:
-            return None
+        if owned:
+            left = [owned]
+            text = _dumps_owned(stripped, left)
+            if left[0]:  # (an Owned elsewhere than as an input's data: every input's data left out the usual way)
+                text = None
+                stripped = list(stripped)
+                for i in made:
+                    args = ops[i]["args"]
+                    stripped[i] = {**ops[i], "args": _NO_DATA if len(args) == 1 else [None, *args[1:]]}
+        if text is None:
+            try:
+                text = orjson.dumps(stripped, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+            except TypeError:
+                return None
     return (text, tuple(metas), extra), inputs
+
+
+def _dumps_owned(ops: list, left: list) -> bytes | None:
+    """The op list's text with each ``Owned`` written as null (what ``{**op, "args": [None]}`` writes for an
+    input op of one argument); ``left[0]``: the Owned arguments expected, counted down (not 0 after: an Owned
+    somewhere else, so the text is not the stripped list's)."""
+    def hook(o):
+        if o.__class__ is Owned:
+            left[0] -= 1
+            return None
+        raise TypeError
+    try:
+        return orjson.dumps(ops, default=hook, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        left[0] = -1
+        return None
 
 
 def _run_inputs(rest: list, inputs: list, metas: list) -> bool:

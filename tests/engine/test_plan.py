@@ -743,3 +743,16 @@ def test_owned_inputs_replay_bit_for_bit_and_are_kept(name, tape_mode):
                 if o["op"] == "tensor" and o["out"] in state.tensors:
                     assert state.tensors[o["out"]].data is o["args"][0].array
     assert cache.misses == 1 and cache.hits >= 6, cache.stats()
+
+
+def test_an_owned_inputs_key_is_the_plain_arrays_and_an_owned_elsewhere_gives_none():
+    """The key leaves an Owned input's data out as it leaves any data out (one plan for both forms); an Owned
+    that is not a tensor op's data is not keyed (the list runs cold, which refuses it as the op does)."""
+    a = np.ones((2, 3), np.float32)
+    rest = [op("mul", "x", 2.0, out="y"), op("sum", "y", out="s")]
+    key_owned = plan_module._key(State(), [T("x", E.Owned(a.copy()), requires_grad=True), *rest], (), adopt=True)
+    key_plain = plan_module._key(State(), [T("x", a.copy(), requires_grad=True), *rest], ())
+    key_list = plan_module._key(State(), [T("x", a.tolist(), requires_grad=True), *rest], ())
+    assert key_owned[0] == key_plain[0] == key_list[0]
+    assert plan_module._key(State(), [T("x", E.Owned(a.copy())), op("mul", "x", E.Owned(a.copy()), out="y")], (),
+                            adopt=True) is None
