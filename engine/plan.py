@@ -17,7 +17,9 @@ requires_grad, versions...), the same for every run of the same op list over inp
   inputs' shapes, dtypes and requires_grad flags, the grad mode, the limits and the response encoding. The
   ``tensor`` ops' arrays are made while the key is built: a Python number, or an array of a dtype the op
   keeps, by ``tensor.as_array``'s own steps (no op dispatch); list data by ``as_array``; any other form by
-  the op itself, as the program runs it. A form that fails gives no key (the cold run reports it).
+  the op itself, as the program runs it. A form that fails gives no key (the cold run reports it). An array
+  handed over with its op (``Owned``: the service's freshly decoded base64 payload) is kept as it is, not
+  copied, by a one-shot run when the copy would be indistinguishable from it (``_direct_input``).
 * **Replay.** A flat loop over (kernel, argument slots), freeing each slot after its last use; the final
   namespace and autograd report are rebuilt from the recorded structure and the replayed arrays: for a
   one-shot run lazily (``_Namespace``: a tensor is made when first read, in the cold run's name order;
