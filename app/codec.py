@@ -11,12 +11,14 @@ import base64
 import binascii
 import math
 import secrets
+import sys
 from typing import Any, Literal
 
 import numpy as np
 import orjson
 
 from app.errors import InvalidInput, LimitExceeded
+from engine import Owned
 
 Encoding = Literal["json", "base64"]
 
@@ -89,10 +91,51 @@ def blobs_left(blobs: dict[str, memoryview]) -> None:
 
 
 # ----- requests ---------------------------------------------------------------------------------------
-def decode_payload(obj: dict, max_elements: int, blobs: dict[str, memoryview] | None = None) -> np.ndarray:
+#: base64 characters decoded per call when decoding straight into an array (a multiple of 4): each piece's
+#: bytes are copied into the array while they are in the cache
+DECODE_PIECE = 1 << 16
+_NATIVE_LITTLE = sys.byteorder == "little"
+
+
+def _decode_into(data: str | memoryview, dtype: np.dtype, shape: list, nbytes: int) -> np.ndarray | None:
+    """The array of base64 text ``data`` decoded straight into fresh memory of its own (writable, C order,
+    native), piece by piece; None unless the text is exactly the padded base64 of ``nbytes`` bytes of plain
+    base64 pieces (the caller then decodes it the usual way, which gives its error, or the same bytes: every
+    piece but the last is pure base64 alphabet, decoded the same by every decoder, and the last is decoded by
+    the usual decoder)."""
+    if not _NATIVE_LITTLE or dtype == np.dtype("?") or len(data) != 4 * ((nbytes + 2) // 3):
+        return None
+    arr = np.empty(shape, dtype.newbyteorder("="))
+    out = memoryview(arr.reshape(-1).view(np.uint8))  # (the array's bytes, writable)
+    n = len(data)
+    at = 0
+    try:
+        for i in range(0, n, DECODE_PIECE):
+            piece = data[i:i + DECODE_PIECE]
+            if i + DECODE_PIECE < n:
+                raw = binascii.a2b_base64(piece, strict_mode=True)
+                if len(raw) != DECODE_PIECE // 4 * 3:  # (padding inside the text)
+                    return None
+            else:
+                raw = binascii.a2b_base64(piece, strict_mode=True) if isinstance(data, memoryview) else \
+                    base64.b64decode(piece, validate=True)
+                if at + len(raw) != nbytes:
+                    return None
+            out[at:at + len(raw)] = raw
+            at += len(raw)
+    except (binascii.Error, ValueError):
+        return None
+    return arr
+
+
+def decode_payload(obj: dict, max_elements: int, blobs: dict[str, memoryview] | None = None, *,
+                   owned: bool = False) -> np.ndarray | Owned:
     """``{"dtype", "shape", "encoding": "base64", "data"}`` -> a read-only ndarray (the engine copies).
 
-    ``data`` may be a token of ``lift_blobs``: its bytes are then taken (and removed) from ``blobs``."""
+    ``data`` may be a token of ``lift_blobs``: its bytes are then taken (and removed) from ``blobs``.
+    ``owned``: the payload is a ``tensor`` op's data in a one-shot run; it is then decoded straight into an
+    array of its own, handed over to the engine with it (``engine.Owned``: a replayed plan keeps it instead
+    of copying it), where the text allows (else the usual read-only array)."""
     if set(obj) != PAYLOAD_KEYS or obj.get("encoding") != "base64":
         raise InvalidInput(f"a tensor payload object needs exactly the keys dtype, shape, encoding "
                            f"(\"base64\") and data; got {sorted(obj)}", code="invalid_tensor_payload")
@@ -113,6 +156,10 @@ def decode_payload(obj: dict, max_elements: int, blobs: dict[str, memoryview] | 
         raise InvalidInput("payload data must be a base64 string", code="invalid_tensor_payload")
     if blobs:
         data = blobs.pop(data, data)
+    if owned:
+        arr = _decode_into(data, dtype, shape, numel * dtype.itemsize)
+        if arr is not None:
+            return Owned(arr)
     try:
         raw = binascii.a2b_base64(data, strict_mode=True) if isinstance(data, memoryview) else \
             base64.b64decode(data, validate=True)

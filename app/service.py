@@ -35,7 +35,7 @@ from pydantic import ValidationError
 
 import engine
 from app import jsonbody, views
-from app.codec import BlobsLeft, Encoding, blobs_left, decode_value, encoded_size, lift_blobs
+from app.codec import BlobsLeft, Encoding, blobs_left, decode_payload, decode_value, encoded_size, lift_blobs
 from app.config import Settings
 from app.errors import AppError, GradNotSet, InvalidInput, LimitExceeded
 from app.schemas.fast import eval_request_ok, ops_request_ok
@@ -153,22 +153,24 @@ class SessionService:
         return self._parse(body, OpsRequestAdapter, ops_request_ok)
 
     def parse_eval(self, body: bytes) -> dict:
-        return self._parse(body, EvalRequestAdapter, eval_request_ok)
+        """``parse_ops`` for a one-shot run: the base64 data of its tensor ops is handed over to the engine
+        (``codec.decode_payload(owned=True)``: nothing else holds it, and nothing outlives the response)."""
+        return self._parse(body, EvalRequestAdapter, eval_request_ok, own=True)
 
-    def _parse(self, body: bytes, adapter, exact) -> dict:
+    def _parse(self, body: bytes, adapter, exact, own: bool = False) -> dict:
         lifted, blobs = lift_blobs(body)
         if blobs:
             # the fast way for large base64 uploads; any doubt (or error) and the original body is parsed,
             # so that what is accepted and every error message are the same either way
             try:
                 request = self._validated(lifted, adapter, exact)
-                self._prepare_ops(request["ops"], lifted, blobs)
+                self._prepare_ops(request["ops"], lifted, blobs, own)
                 blobs_left(blobs)
                 return request
             except (AppError, BlobsLeft):
                 pass
         request = self._validated(body, adapter, exact)
-        self._prepare_ops(request["ops"], body)
+        self._prepare_ops(request["ops"], body, own=own)
         return request
 
     @staticmethod
@@ -177,9 +179,10 @@ class SessionService:
         data = load_json(body)
         return data if exact(data) else validate(adapter, data)
 
-    def _prepare_ops(self, ops: list[dict], body: bytes, blobs: dict | None = None) -> None:
+    def _prepare_ops(self, ops: list[dict], body: bytes, blobs: dict | None = None, own: bool = False) -> None:
         """Check names and decode data, in place. Byte scans of the body let the common request (no
-        payload objects, no non-finite strings, no escapes) skip the per-op walk entirely."""
+        payload objects, no non-finite strings, no escapes) skip the per-op walk entirely. ``own``: a tensor
+        op's payload data is decoded into an array handed over with it (``codec.decode_payload``)."""
         limit = self.settings.max_ops_per_request
         if len(ops) > limit:
             raise LimitExceeded(f"{len(ops)} ops exceed the limit of {limit} per request "
@@ -204,7 +207,12 @@ class SessionService:
                 raise InvalidInput(f"{sorted(reserved)[0]!r} cannot be a tensor name: it is a number",
                                    code="invalid_name")
             if "args" in op:
-                op["args"] = [decode_value(a, max_elements, blobs=blobs) for a in op["args"]]
+                args = op["args"]
+                if own and args and args[0].__class__ is dict and "encoding" in args[0] and op.get("op") == "tensor":
+                    op["args"] = [decode_payload(args[0], max_elements, blobs, owned=True),
+                                  *[decode_value(a, max_elements, blobs=blobs) for a in args[1:]]]
+                else:
+                    op["args"] = [decode_value(a, max_elements, blobs=blobs) for a in args]
             if "kwargs" in op:
                 op["kwargs"] = {k: decode_value(v, max_elements, blobs=blobs) for k, v in op["kwargs"].items()}
 

@@ -15,6 +15,7 @@ from .forward_ad import dual_level, enter_dual_level, exit_dual_level, make_dual
 from .grad_mode import Limits, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .graph import export_graph as _export_graph
 from .graph import to_dot, to_mermaid
+from .ops.creation import Owned
 from .program import ProgramResult, State, run_program
 from .registry import OPS, PRIMS, op_catalog
 from .serialize import dump_parts, dumps, loads
@@ -29,5 +30,5 @@ def export_graph(state_or_tensors, root: str | None = None) -> dict:
 
 __all__ = ["Tensor", "tensor", "backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
            "is_grad_enabled", "EngineError", "Limits", "Control", "OPS", "PRIMS", "op_catalog", "State",
-           "run_program", "ProgramResult", "export_graph", "to_dot", "to_mermaid", "dumps", "dump_parts", "loads",
-           "dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual"]
+           "run_program", "ProgramResult", "Owned", "export_graph", "to_dot", "to_mermaid", "dumps", "dump_parts",
+           "loads", "dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual"]

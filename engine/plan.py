@@ -17,7 +17,9 @@ requires_grad, versions...), the same for every run of the same op list over inp
   inputs' shapes, dtypes and requires_grad flags, the grad mode, the limits and the response encoding. The
   ``tensor`` ops' arrays are made while the key is built: a Python number, or an array of a dtype the op
   keeps, by ``tensor.as_array``'s own steps (no op dispatch); list data by ``as_array``; any other form by
-  the op itself, as the program runs it. A form that fails gives no key (the cold run reports it).
+  the op itself, as the program runs it. A form that fails gives no key (the cold run reports it). An array
+  handed over with its op (``Owned``: the service's freshly decoded base64 payload) is kept as it is, not
+  copied, by a one-shot run when the copy would be indistinguishable from it (``_direct_input``).
 * **Replay.** A flat loop over (kernel, argument slots), freeing each slot after its last use; the final
   namespace and autograd report are rebuilt from the recorded structure and the replayed arrays: for a
   one-shot run lazily (``_Namespace``: a tensor is made when first read, in the cold run's name order;
@@ -64,6 +66,7 @@ from . import dtypes as D
 from . import kernel as K
 from .functional import TRANSFORMS
 from .grad_mode import WarningSink
+from .ops.creation import Owned
 from .program import (
     NAME_RE,
     AutogradRecord,
@@ -282,8 +285,8 @@ _FLOAT32_MAX = 3.4e38  # a Python float strictly inside this range casts to floa
 
 def _input_form(op: dict) -> tuple | None:
     """``(data, dtype, requires_grad)`` of a ``tensor`` op called as ``tensor(data, dtype=..., requires_grad=...)``
-    with a Python number, a list or an array as data, a dtype name (canonical) or none, and a bool flag; None
-    for any other form (the caller runs the op as the program does)."""
+    with a Python number, a list, an array or an ``Owned`` array as data, a dtype name (canonical) or none, and a
+    bool flag; None for any other form (the caller runs the op as the program does)."""
     args = op["args"]
     if args.__class__ is not list or len(args) != 1:
         return None
@@ -303,18 +306,28 @@ def _input_form(op: dict) -> tuple | None:
                 return None
     data = args[0]
     cls = data.__class__
-    if cls is float or cls is int or cls is bool or cls is list or cls is np.ndarray:
+    if cls is float or cls is int or cls is bool or cls is list or cls is np.ndarray or cls is Owned:
         return data, dtype, rg
     return None
 
 
-def _direct_input(data, dtype, rg) -> np.ndarray | None:
+def _direct_input(data, dtype, rg, adopt: bool = False) -> np.ndarray | None:
     """The array ``creation.tensor`` makes of one Python number or of an array already of the dtype it keeps,
     by the steps ``tensor.as_array`` takes for them (so bit for bit the same array, and no step that could
     meet a floating-point error); None for anything else (list data, an array to cast, an int outside int64,
     a float cast to an integer dtype or overflowing float32, NaN, requires_grad on an integer dtype): the
-    caller then takes the general way."""
+    caller then takes the general way.
+
+    ``Owned`` data (``adopt``: a one-shot run, whose tensors die with its response) is the array itself when
+    that array is what the copy would be (C-contiguous, writable, owning its memory, of the dtype the op keeps
+    in native byte order: ``_KEPT`` holds native dtypes only), once per ``Owned``; any other is copied."""
     cls = data.__class__
+    if cls is Owned:
+        arr = _kept(data, rg, dtype) if adopt else None
+        if arr is not None:
+            return arr
+        data = data.array
+        cls = data.__class__
     if cls is np.ndarray:
         # as_array: an array of a dtype the engine keeps, asked for no other, is copied (C order, writable)
         if (dtype is None or data.dtype == D.NP_DTYPES[dtype]) and data.dtype in _KEPT \
@@ -342,16 +355,34 @@ def _direct_input(data, dtype, rg) -> np.ndarray | None:
     return None
 
 
+def _kept(owned: Owned, rg: bool, dtype: str | None = None) -> np.ndarray | None:
+    """The array of ``owned`` when a one-shot run keeps it as the op's copy (see ``_direct_input``), taken;
+    None: the op's copy is made."""
+    arr = owned.array
+    if owned.taken or arr.__class__ is not np.ndarray or arr.base is not None or arr.dtype not in _KEPT \
+            or (dtype is not None and arr.dtype != D.NP_DTYPES[dtype]) or (rg and arr.dtype.kind != "f"):
+        return None
+    flags = arr.flags
+    if not (flags.c_contiguous and flags.writeable and flags.aligned):
+        return None
+    owned.taken = True
+    return arr
+
+
 #: a tensor op's args in its key, data left out (only ever serialised)
 _NO_DATA = [None]
 #: the dtypes ``as_array`` keeps an array in when no dtype is asked for
 _KEPT = frozenset(D.NP_DTYPES.values())
+#: an input's dtype in its key (one string object per dtype)
+_DTYPE_STR = {dt: dt.str for dt in _KEPT}
 
 
-def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: bytes | None = None):
+def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: bytes | None = None,
+         adopt: bool = False):
     """(key, input arrays) or None when the run cannot be planned at all; input ops run here (as the program
     runs them: the same arrays), and their results' structure goes into the key. ``made``: the positions of
-    the input ops (``_scan``), ``text``: the op list's text (``_pre_key``'s), when the caller has them."""
+    the input ops (``_scan``), ``text``: the op list's text (``_pre_key``'s), when the caller has them;
+    ``adopt``: a one-shot run, which may keep ``Owned`` arrays (``_direct_input``)."""
     inputs, metas = [], []
     for name, t in state.tensors.items():
         if not _fresh_leaf(t):
@@ -365,33 +396,71 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: 
         if made is None:
             return None
     stripped = ops
+    owned = 0  # input ops of one Owned argument: left out of the text by orjson's default hook (no copy)
     if made:
-        if text is None:
-            stripped = list(ops)
         rest = []  # (position, op, its form or None) of the inputs made under the run's error state
         for i in made:
             op = ops[i]
             args = op.get("args")
             if not args:
                 return None
-            if text is None:
+            data = args[0]
+            if data.__class__ is Owned and len(args) == 1:
+                owned += 1
+            elif text is None:
+                if stripped is ops:
+                    stripped = list(ops)
                 stripped[i] = {**op, "args": _NO_DATA if len(args) == 1 else [None, *args[1:]]}
+            if adopt and data.__class__ is Owned and len(args) == 1:  # the common one-shot input, inline
+                kw = op.get("kwargs")
+                rg = False if not kw else kw.get("requires_grad") if len(kw) == 1 else None
+                arr = _kept(data, rg) if rg.__class__ is bool else None
+                if arr is not None:
+                    metas.append((arr.shape, _DTYPE_STR[arr.dtype], rg))
+                    inputs.append(arr)
+                    continue
             form = _input_form(op)
-            arr = None if form is None else _direct_input(*form)
+            arr = None if form is None else _direct_input(*form, adopt)
             if arr is None:
                 rest.append((len(inputs), op, form))
                 metas.append(None)
             else:
-                metas.append((arr.shape, arr.dtype.str, form[2]))
+                metas.append((arr.shape, _DTYPE_STR.get(arr.dtype) or arr.dtype.str, form[2]))
             inputs.append(arr)
         if rest and not _run_inputs(rest, inputs, metas):
             return None
     if text is None:
-        try:
-            text = orjson.dumps(stripped, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-        except TypeError:
-            return None
+        if owned:
+            left = [owned]
+            text = _dumps_owned(stripped, left)
+            if left[0]:  # (an Owned elsewhere than as an input's data: every input's data left out the usual way)
+                text = None
+                stripped = list(stripped)
+                for i in made:
+                    args = ops[i]["args"]
+                    stripped[i] = {**ops[i], "args": _NO_DATA if len(args) == 1 else [None, *args[1:]]}
+        if text is None:
+            try:
+                text = orjson.dumps(stripped, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+            except TypeError:
+                return None
     return (text, tuple(metas), extra), inputs
+
+
+def _dumps_owned(ops: list, left: list) -> bytes | None:
+    """The op list's text with each ``Owned`` written as null (what ``{**op, "args": [None]}`` writes for an
+    input op of one argument); ``left[0]``: the Owned arguments expected, counted down (not 0 after: an Owned
+    somewhere else, so the text is not the stripped list's)."""
+    def hook(o):
+        if o.__class__ is Owned:
+            left[0] -= 1
+            return None
+        raise TypeError
+    try:
+        return orjson.dumps(ops, default=hook, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        left[0] = -1
+        return None
 
 
 def _run_inputs(rest: list, inputs: list, metas: list) -> bool:
@@ -405,7 +474,7 @@ def _run_inputs(rest: list, inputs: list, metas: list) -> bool:
             for at, op, form in rest:
                 if form is not None:
                     data, dtype, rg = form
-                    arr = as_array(data, dtype)
+                    arr = as_array(data.array if data.__class__ is Owned else data, dtype)
                     if rg and arr.dtype.kind != "f":
                         return False
                 else:
@@ -1271,7 +1340,7 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
         return _cold(state, ops, kwargs, shown)
     lim = kwargs.get("limits")
     made = _key(state, ops, (bool(kwargs.get("no_grad", False)), lim, extra,
-                             respond if isinstance(respond, str) else tuple(respond)), inputs_at)
+                             respond if isinstance(respond, str) else tuple(respond)), inputs_at, adopt=True)
     if made is None:
         cache.count("unplannable")
         return _cold(state, ops, kwargs, shown)

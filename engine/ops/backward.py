@@ -21,13 +21,22 @@ from .elementwise import EXP_FINITE, IN_PLACE_BYTES
 _SUM = np.add.reduce
 
 
+#: float dtype -> the unsigned integer of its bits
+_BITS = {np.dtype(np.float32): np.dtype(np.uint32), np.dtype(np.float64): np.dtype(np.uint64)}
+
+
 def _threshold_backward(g, x, threshold):
-    keep = ~(x <= threshold)  # torch: self <= threshold ? 0 : grad (a NaN self passes the gradient)
-    with np.errstate(invalid="ignore"):
-        out = g * keep  # 3x faster than np.where; equal unless an upstream gradient is inf or nan
-    if out.dtype != g.dtype or not np.isfinite(out).all():
-        out = np.where(x <= threshold, g.dtype.type(0), g)  # torch: 0 where cut, even for nan/inf
-    return out
+    # torch: self <= threshold ? 0 : grad (a NaN self passes the gradient; +0 where cut, even for a nan/inf grad)
+    keep = np.less_equal(x, threshold)
+    if keep.__class__ is np.ndarray:
+        np.logical_not(keep, out=keep)
+    else:  # (0-d: a numpy bool)
+        keep = ~keep
+    u = _BITS.get(g.dtype)
+    if u is None:
+        return np.where(x <= threshold, g.dtype.type(0), g)
+    # the gradient's bits times 1 or 0: the bits themselves or +0.0, in one pass (np.where is ~5x slower)
+    return np.multiply(g.view(u), keep).view(g.dtype)
 
 
 def threshold_backward(grad: Tensor, self: Tensor, threshold) -> Tensor:

@@ -58,9 +58,30 @@ def _dtype(dtype, default: str = D.DEFAULT_FLOAT) -> str:
     return D.canonical(dtype) if dtype is not None else default
 
 
+class Owned:
+    """A ``tensor`` op's data handed over with the array: ``{"op": "tensor", "args": [Owned(arr)]}``, where the
+    caller made ``arr`` for this op alone (the service's freshly decoded payload) and holds it nowhere else.
+
+    The op itself copies it as any array (``torch.tensor``'s semantics: a cold run, a session, a loop). A one-shot
+    run through a plan (``engine.plan.run_planned``) may keep ``arr`` as the tensor's data instead, once, when
+    the copy would be indistinguishable from it: ``arr`` C-contiguous, writable, owning its memory, in native
+    byte order and of the dtype the op gives it (``engine.plan._direct_input``)."""
+
+    __slots__ = ("array", "taken")
+
+    def __init__(self, array):
+        self.array = array
+        self.taken = False  # kept by a run: any later use copies
+
+    def __repr__(self) -> str:
+        return f"Owned({self.array!r})"
+
+
 @op("tensor", method=False, differentiable=False)
 def tensor(data, dtype=None, requires_grad=False):
     """torch.tensor(data, dtype=None, requires_grad=False): floats -> float32, ints -> int64, bools -> bool."""
+    if data.__class__ is Owned:
+        data = data.array  # copied, as any array
     return _make_tensor(data, dtype=dtype, requires_grad=requires_grad)
 
 

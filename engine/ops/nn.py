@@ -23,7 +23,7 @@ from ..errors import (
     TorchValueError,
     dim_out_of_range,
 )
-from ..grad_mode import emit_warning
+from ..grad_mode import _grad_enabled, emit_warning
 from ..kernel import kcall
 from ..registry import jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
@@ -566,9 +566,33 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
                    "total_weight": Tensor(total), "weight": weight})
 
 
+#: the most rows whose count a float dtype holds exactly (a sum of that many ones is exact in any order)
+_EXACT_COUNT = {np.dtype(np.float32): 1 << 24, np.dtype(np.float64): 1 << 53}
+_MIN = np.minimum.reduce
+_MAXI = np.maximum.reduce
+
+
+def _nll_all_valid(x, target, ignore_index, weight) -> bool:
+    """Whether the common case holds: (N, C) input, no weight, every target a class index in range and none
+    equal to ``ignore_index`` (then each row's weight is 1 and the total weight is N, exactly)."""
+    if weight is not None or x.ndim != 2 or target.ndim != 1:
+        return False
+    n, c = x.shape
+    if not 0 < n <= _EXACT_COUNT.get(x.dtype, 0) or 0 <= ignore_index < c:
+        return False
+    return bool(_MIN(target) >= 0) and bool(_MAXI(target) < c)
+
+
 def _nll_kernel(x, target, ignore_index, red, weight=None):
     """(loss, total weight); the target bounds check is value-dependent, so it is here (a plan's guard)."""
     dt = x.dtype
+    if red and _nll_all_valid(x, target, ignore_index, weight):
+        # what the general steps give when every row counts with weight 1: the picked values themselves
+        # (times 1), their sum subtracted from +0.0, over a total weight of N
+        total = dt.type(target.size)
+        s = dt.type(0) - _SUM(x[np.arange(target.size), target], dtype=dt)
+        out = s / total if red == 1 else s
+        return np.asarray(out, dt), np.asarray(total, dt)
     wt, safe, valid = _nll_weights(x.shape[-1], target, weight, ignore_index, dt)
     picked = x.reshape(-1, x.shape[-1])[np.arange(safe.size), safe]
     losses = np.where(valid, picked * wt, dt.type(0))  # ignored rows are skipped: a NaN there does not count
@@ -594,6 +618,23 @@ def _nll_coef(x, target, ignore_index, weight=None):
     return coef.reshape(x.shape), untouched.reshape(x.shape)
 
 
+def _nll_grad(x, target, ignore_index, g, weight=None):
+    """nll_loss_backward as torch's kernel computes it: zeros, and at each counted row's target ``g`` (``weight[t]
+    * g`` with a weight); ``g``: the scaled incoming gradient (0-d, or (N, 1) without reduction). The values of
+    ``masked_fill(coef * g, untouched, 0)`` (the formula's ops, which run under create_graph) in one pass."""
+    dt = x.dtype
+    n = x.shape[-1]
+    out = np.zeros((target.size, n), dt)
+    if _nll_all_valid(x, target, ignore_index, weight):
+        out[np.arange(target.size), target] = g.reshape(-1) if g.ndim else g
+        return out.reshape(x.shape)
+    wt, safe, valid = _nll_weights(n, target, weight, ignore_index, dt)
+    gv = np.broadcast_to(g.reshape(-1) if g.ndim else g, safe.shape)
+    vals = gv if weight is None else wt * gv
+    out[np.arange(safe.size)[valid], safe[valid]] = vals[valid]
+    return out.reshape(x.shape)
+
+
 @vjp("NllLossBackward0", inputs=("self",),
      saves=("ignore_index", "reduction", "self", "target", "total_weight", "weight"))
 def _(ctx, grad):
@@ -601,17 +642,21 @@ def _(ctx, grad):
     ii = ctx.ignore_index
     ii = ii - _UINT64 if ii >= _UINT64 // 2 else ii
     w = ctx.weight
-    if w is None:
-        coef, untouched = kcall(_nll_coef, x.data, ctx.target.data, ii)
-    else:
-        coef, untouched = kcall(_nll_coef, x.data, ctx.target.data, ii, w.data)
-    coef = Tensor(coef)
     if red == 1:
         g = -(grad / ctx.total_weight)
     else:
         g = -grad
     if red == 0 and x.data.ndim == 2:
         g = unsqueeze(g, 1)
+    if not _grad_enabled.get() and g._fw_grad is None and g.data.dtype == x.data.dtype:
+        # nothing records the formula (no create_graph): torch's kernel, one pass
+        args = (x.data, ctx.target.data, ii, g.data) if w is None else (x.data, ctx.target.data, ii, g.data, w.data)
+        return Tensor(kcall(_nll_grad, *args)),
+    if w is None:
+        coef, untouched = kcall(_nll_coef, x.data, ctx.target.data, ii)
+    else:
+        coef, untouched = kcall(_nll_coef, x.data, ctx.target.data, ii, w.data)
+    coef = Tensor(coef)
     # torch writes only the (row, target) entries of valid rows: the rest stay +0 (even when all rows are
     # ignored and grad / total_weight is nan)
     return masked_fill(coef * g, Tensor(untouched), 0),

@@ -4,9 +4,13 @@ counters in /metrics, all through the HTTP API."""
 
 from __future__ import annotations
 
+import base64
 import re
 
 import numpy as np
+import orjson
+
+import engine as E
 
 from .conftest import assert_problem, make_client, ok
 
@@ -265,3 +269,72 @@ def test_an_eval_returning_some_names_is_replayed_with_its_other_names_reused_an
                 assert set(got["tensors"]) == set(ret)
                 assert [[e["contribution"] for e in r["entries"]] for r in got["autograd"]] == [["dx"], ["x.grad"]]
         assert metric(planned.get("/metrics").text, "gradserve_plan_hits") == 3 * 2
+
+
+def _b64(a: np.ndarray) -> dict:
+    a = np.ascontiguousarray(a)
+    return {"dtype": str(a.dtype), "shape": list(a.shape), "encoding": "base64",
+            "data": base64.b64encode(a.astype(a.dtype.newbyteorder("<")).tobytes()).decode()}
+
+
+def test_base64_inputs_are_handed_over_and_answer_byte_for_byte_what_the_cold_engine_does():
+    """Tensor ops whose data is a base64 payload (small, and large enough to be lifted out of the body and
+    decoded in several pieces): the data is decoded into arrays handed over to the engine, which a replay keeps;
+    every answer is the cold engine's byte for byte, including an in-place op over such an input and a payload
+    that is not plain base64 (the usual decoding's problem)."""
+    rng = np.random.default_rng(9)
+
+    def body(n, k, inplace=False):
+        x = rng.standard_normal((n, k)).astype(np.float32)
+        w = rng.standard_normal((k, 3)).astype(np.float64).astype(np.float32)
+        ops = [T("x", _b64(x)), T("w", _b64(w), requires_grad=True), T("y", _b64(rng.integers(0, 3, n))),
+               op("matmul", "x", "w", out="z"), op("relu", "z", out="h"), op("cross_entropy", "h", "y", out="loss"),
+               op("backward", "loss")]
+        if inplace:
+            ops.insert(3, op("mul_", "x", 0.5))
+        return {"ops": ops}
+    with planning() as planned, make_client(plan_cache_entries=0) as cold:
+        for n, k in ((4, 5), (4, 5), (4, 5), (300, 200), (300, 200), (300, 200)):
+            for inplace in (False, True):
+                b = body(n, k, inplace)
+                for encoding in ("json", "base64"):
+                    ra = planned.post(f"/v1/eval?encoding={encoding}", json=b)
+                    rb = cold.post(f"/v1/eval?encoding={encoding}", json=b)
+                    assert ra.status_code == rb.status_code == 200 and ra.content == rb.content
+        assert metric(planned.get("/metrics").text, "gradserve_plan_hits") >= 8
+        bad = body(300, 200)
+        bad["ops"][0]["args"][0]["data"] = bad["ops"][0]["args"][0]["data"][:5000] + " " + \
+            bad["ops"][0]["args"][0]["data"][5001:]
+        ra, rb = planned.post("/v1/eval", json=bad), cold.post("/v1/eval", json=bad)
+        assert ra.status_code == rb.status_code == 422
+        assert_problem(ra, 422, "invalid_tensor_payload")
+        assert ra.json()["detail"] == rb.json()["detail"]
+
+
+def test_only_a_one_shot_runs_tensor_op_payloads_are_handed_over_and_a_replay_keeps_them():
+    """The service hands a payload over (``engine.Owned``: a fresh array of its own) only where it is a tensor
+    op's data in /v1/eval; a session's ops and other ops' payloads are the usual read-only arrays (copied by the
+    engine). A replayed eval keeps each handed-over array as its input tensor's data."""
+    from engine import Owned
+    from engine.plan import run_planned
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    body = {"ops": [T("x", _b64(x), requires_grad=True), op("mul", "x", 2.0, out="y"),
+                    op("sum", "y", out="s"), op("backward", "s")]}
+    raw = orjson.dumps(body)
+    with planning() as client:
+        service = client.app.state.service
+        ev = service.parse_eval(orjson.dumps({"ops": [*body["ops"], op("where", _b64(x > 0), "x", 0.0, out="m")]}))
+        owned, other = ev["ops"][0]["args"][0], ev["ops"][-1]["args"][0]
+        assert isinstance(owned, Owned) and owned.array.flags.writeable and owned.array.base is None
+        assert owned.array.tobytes() == x.tobytes()
+        assert isinstance(other, np.ndarray) and not other.flags.writeable  # (not a tensor op's data)
+        session_ops = service.parse_ops(raw)["ops"]
+        assert isinstance(session_ops[0]["args"][0], np.ndarray) and not session_ops[0]["args"][0].flags.writeable
+        for i in range(3):
+            ev = service.parse_eval(raw)
+            arr = ev["ops"][0]["args"][0].array
+            state = E.State()
+            run_planned(service.plans, state, ev["ops"], limits=service._limits(), respond="all", extra=("json",))
+            assert (state.tensors["x"].data is arr) == (i > 0)  # (the first run records, cold: a copy)
+            assert state.tensors["x"].grad.data.tolist() == np.full_like(x, 2.0).tolist()

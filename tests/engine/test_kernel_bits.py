@@ -16,6 +16,7 @@ import engine as E
 from engine.ops import backward as BW
 from engine.ops import elementwise as EW
 from engine.ops import linalg as LA
+from engine.ops import nn as NN
 from engine.ops import shape as S
 
 FLOATS = (np.float32, np.float64)
@@ -361,3 +362,136 @@ def test_outer_kernel_is_blas(dt):
         assert x.shape[0] * y.shape[1] >= LA._OUTER_MIN
         same(LA.mm(x, y).data, np.matmul(x.data, y.data))
         same(LA.addmm(E.tensor(np.zeros((50, 60), dt)), x, y).data, np.matmul(x.data, y.data) + dt(0))
+
+
+# ----- relu's backward (threshold_backward): torch's select, as integer bits -----------------------------------------
+
+
+def ref_threshold_backward(g, x, threshold):
+    """torch: self <= threshold ? 0 : grad, in the layout ``g * keep`` gives (the kernel as it was)."""
+    out = np.where(x <= threshold, g.dtype.type(0), g)
+    layout = np.empty_like(g * ~(x <= threshold))
+    layout[...] = out
+    return layout
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+def test_threshold_backward_is_torchs_select(dt):
+    """+0 where cut (even for an inf or nan gradient, where ``g * 0`` would be nan, and a negative one, where it
+    would be -0), the gradient's bits (NaN payloads included) where kept, a NaN input passes the gradient."""
+    with np.errstate(all="ignore"):
+        for _name, x in layouts(dt, 15):
+            gs = [np.flip(x) if x.ndim else np.array(-1.25, dt), np.ones_like(x)]
+            if x.ndim:
+                gs.append(np.broadcast_to(np.array(-0.75, dt), x.shape))  # an expanded seed gradient
+            gs.append(np.array(np.nan, dt))  # a gradient that broadcasts
+            for g in gs:
+                for threshold in (0, 0.5, -1.0):
+                    same(BW._threshold_backward(g, x, threshold), ref_threshold_backward(g, x, threshold))
+        e = edge_values(dt)
+        for g in e:  # every edge gradient over every edge input
+            g = np.full(e.shape, g, dt)
+            same(BW._threshold_backward(g, e, 0), ref_threshold_backward(g, e, 0))
+
+
+# ----- nll_loss: the common case in fewer steps, its backward as torch's kernel --------------------------------------
+
+
+def ref_nll_weights(n_classes, target, weight, ignore_index, dtype):
+    tg = target.reshape(-1)
+    valid = tg != ignore_index
+    safe = np.where(valid, tg, 0)
+    w = weight.astype(dtype, copy=False) if weight is not None else np.ones(n_classes, dtype)
+    return np.where(valid, w[safe], dtype.type(0)).astype(dtype, copy=False), safe, valid
+
+
+def ref_nll_kernel(x, target, ignore_index, red, weight=None):
+    dt = x.dtype
+    wt, safe, valid = ref_nll_weights(x.shape[-1], target, weight, ignore_index, dt)
+    picked = x.reshape(-1, x.shape[-1])[np.arange(safe.size), safe]
+    losses = np.where(valid, picked * wt, dt.type(0))
+    if red == 0 and x.ndim == 2:
+        out = np.where(valid, -losses, dt.type(0)).astype(dt)
+        total = dt.type(0)
+    else:
+        total = np.sum(wt, dtype=dt)
+        s = dt.type(0) - np.sum(losses, dtype=dt)
+        out = np.asarray(s / total if red == 1 else s, dt)
+    return np.asarray(out), np.asarray(total, dt)
+
+
+def ref_nll_backward(x, target, ignore_index, g, weight=None):
+    """The formula's steps: masked_fill(coef * g, untouched, 0)."""
+    dt = x.dtype
+    n = x.shape[-1]
+    wt, safe, valid = ref_nll_weights(n, target, weight, ignore_index, dt)
+    coef = np.zeros((safe.size, n), dt)
+    coef[np.arange(safe.size), safe] = wt
+    untouched = np.ones((safe.size, n), bool)
+    untouched[np.arange(safe.size)[valid], safe[valid]] = False
+    return np.where(untouched.reshape(x.shape), dt.type(0), coef.reshape(x.shape) * g)
+
+
+def nll_cases(dt):
+    rng = np.random.default_rng(21)
+    for trial in range(400):
+        n, c = int(rng.integers(1, 40)), int(rng.integers(1, 12))
+        x = rng.standard_normal((n, c)).astype(dt)
+        if trial % 3 == 0:  # non-finite and signed-zero inputs
+            x.flat[rng.integers(0, x.size, 3)] = rng.choice([np.nan, np.inf, -np.inf, -0.0], 3)
+        target = rng.integers(0, c, n)
+        ignore = int(rng.integers(0, c)) if trial % 4 == 1 else -100  # sometimes hit, sometimes not
+        weight = rng.standard_normal(c).astype(dt) if trial % 5 == 2 else None
+        if trial % 10 == 3:
+            x, target = x[0], np.array(target[0])  # (C,) input, 0-d target
+        yield x, target, ignore, weight
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+def test_nll_kernel_common_case(dt):
+    """Every target in range and none ignored, no weight: the picked values summed over a total weight of N,
+    the bits of the general steps (which every other case still takes)."""
+    from engine.ops.nn import _nll_kernel
+    with np.errstate(all="ignore"):
+        for x, target, ignore, weight in nll_cases(dt):
+            for red in (0, 1, 2):
+                for new, ref in zip(_nll_kernel(x, target, ignore, red, weight),
+                                    ref_nll_kernel(x, target, ignore, red, weight)):
+                    same(new, ref)
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+def test_nll_backward_kernel_is_the_formula(dt):
+    """The one-pass backward (no create_graph) gives the values of the formula's ops (run under create_graph):
+    zeros, and the scaled gradient (times the weight) at each counted row's target, NaN gradients included."""
+    from engine.ops.nn import _nll_grad
+    rng = np.random.default_rng(22)
+    with np.errstate(all="ignore"):
+        for x, target, ignore, weight in nll_cases(dt):
+            for red in (0, 1, 2):
+                loss, total = ref_nll_kernel(x, target, ignore, red, weight)
+                grad = np.asarray(rng.standard_normal(loss.shape), dt)
+                if rng.random() < 0.2:
+                    grad = np.full(loss.shape, np.nan, dt)
+                g = np.asarray(-(grad / total) if red == 1 else -grad, dt)
+                if red == 0 and x.ndim == 2:
+                    g = g[:, None]
+                same(_nll_grad(x, target, ignore, g, weight), ref_nll_backward(x, target, ignore, g, weight))
+
+
+def test_nll_backward_one_pass_and_formula_agree_through_autograd():
+    """x.grad of cross_entropy without create_graph (the one-pass kernel) is the gradient create_graph gives
+    (the formula's ops, shown as one NllLossBackwardBackward0 node), and both match a second backward."""
+    rng = np.random.default_rng(3)
+    for ignore in (-100, 2):
+        xs = rng.standard_normal((16, 5)).astype(np.float32)
+        xs[0, 1] = np.nan
+        target = E.tensor(rng.integers(0, 5, 16))
+        grads = []
+        for create in (False, True):
+            x = E.tensor(xs, requires_grad=True)
+            loss = NN.cross_entropy(x, target, ignore_index=ignore)
+            (g,) = E.grad(loss, [x], create_graph=create)
+            grads.append(g)
+        same(grads[0].data, grads[1].data)
+        assert grads[0].grad_fn is None and grads[1].grad_fn is not None

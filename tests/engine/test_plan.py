@@ -625,3 +625,134 @@ def test_a_cache_that_records_at_the_second_sighting_runs_the_first_cold_and_unr
         seen.append((cache.deferred, cache.misses, cache.hits))
     assert seen == [(1, 0, 0), (1, 1, 0), (1, 1, 1), (1, 1, 2)]
     assert len(cache) == 1  # (the sighting's marker replaced by the plan)
+
+
+# ----- inputs handed over (engine.Owned): kept by a one-shot replay instead of copied, where nothing can tell ----
+def _owned_copy(data):
+    """A fresh array of the data's own (owning its memory), in the data's layout, or the data itself."""
+    if not isinstance(data, np.ndarray):
+        return data
+    a = np.empty_like(data, order="K")
+    a[...] = data
+    a.flags.writeable = data.flags.writeable
+    return a
+
+
+def test_owned_input_arrays_are_kept_only_when_the_copy_would_be_them():
+    """``_key`` of a one-shot run keeps an ``Owned`` array (no copy) exactly when the op's copy would have its
+    dtype, layout and flags (C-contiguous, writable, owning its memory, a kept native dtype the op asks for);
+    otherwise it makes what the op makes, as for a plain array. A run of the op itself always copies."""
+    kept = copied = 0
+    for data, kwargs in _input_cases():
+        arr = _owned_copy(data)
+        owned = E.Owned(arr)
+        made = plan_module._key(State(), [{"op": "tensor", "args": [owned], "kwargs": dict(kwargs), "out": "x"}],
+                                (), adopt=True)
+        plain = plan_module._key(State(), [{"op": "tensor", "args": [arr], "kwargs": dict(kwargs), "out": "x"}], ())
+        state = State()
+        try:
+            run_program(state, [{"op": "tensor", "args": [E.Owned(arr)], "kwargs": dict(kwargs), "out": "x"}])
+        except EngineError as e:
+            with pytest.raises(EngineError) as plain_error:
+                run_program(State(), [{"op": "tensor", "args": [arr], "kwargs": dict(kwargs), "out": "x"}])
+            assert (e.code, e.message) == (plain_error.value.code, plain_error.value.message)
+            assert made is None and plain is None, (data, kwargs)
+            continue
+        t = state.tensors["x"]
+        assert t.data is not arr  # the cold op copies, as for any array
+        if made is None:
+            assert plain is None
+            continue
+        (_, metas, _), inputs = made
+        assert metas == plain[0][1] == ((t.data.shape, t.data.dtype.str, t._requires_grad),)
+        assert _array_facts(inputs[0]) == _array_facts(t.data), (data, kwargs)
+        if inputs[0] is arr:
+            kept += 1
+            assert isinstance(data, np.ndarray) and arr.base is None and arr.flags.c_contiguous
+            assert arr.flags.writeable and owned.taken
+        else:
+            copied += 1
+            assert not owned.taken
+    assert kept >= 20 and copied >= 100
+
+
+def test_an_owned_array_is_kept_once_and_only_by_a_one_shot_run():
+    a = np.arange(6.0, dtype=np.float32).reshape(2, 3).copy()
+    owned = E.Owned(a)
+    ops = [T("x", owned, requires_grad=True), T("y", owned)]
+    (_, _, _), inputs = plan_module._key(State(), ops, (), adopt=True)
+    assert inputs[0] is a and inputs[1] is not a and _array_facts(inputs[1]) == _array_facts(a)
+    b = np.ones(3, np.float32)
+    (_, _, _), inputs = plan_module._key(State(), [T("x", E.Owned(b))], ())  # (a session's key: adopt=False)
+    assert inputs[0] is not b
+    # a plain array is the caller's: a tensor op over it copies, cold and replayed
+    cache = PlanCache()
+    for _ in range(3):
+        x = np.ones((2, 3), np.float32)
+        state = State()
+        planned(cache)(state, [T("x", x, requires_grad=True), op("mul", "x", 2.0, out="y"), op("sum", "y", out="s"),
+                               op("backward", "s")])
+        assert state.tensors["x"].data is not x and not np.shares_memory(state.tensors["x"].data, x)
+    assert cache.hits == 2
+
+
+def test_a_cold_run_never_writes_into_an_owned_array():
+    """A run of the op itself copies the array (an in-place op then changes the copy): a list run cold (a
+    session, a loop, a list a plan does not cover) behaves as torch.tensor over it."""
+    a = np.arange(3.0, dtype=np.float32)
+    ops = [T("x", E.Owned(a)), op("add_", "x", 1.0), op("mul", "x", 2.0, out="y")]
+    cache = PlanCache()
+    for _ in range(2):
+        state = State()
+        planned(cache)(state, [dict(o) for o in ops])
+        assert state.tensors["x"].data.tolist() == [1.0, 2.0, 3.0]
+    assert a.tolist() == [0.0, 1.0, 2.0]
+    state = State()
+    run_program(state, [dict(o) for o in ops], repeat=3)
+    assert state.tensors["y"].data.tolist() == [2.0, 4.0, 6.0] and a.tolist() == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("name", ["mlp", "scalar", "hvp", "embedding", "mixed_dtypes"])
+def test_owned_inputs_replay_bit_for_bit_and_are_kept(name, tape_mode):
+    """The programs with their inputs handed over as the service hands decoded payloads: cold and planned runs
+    observe the same (values, layouts, flags); the replays keep the arrays (no copy), the cold runs copy."""
+    rng = np.random.default_rng(8)
+
+    def r():
+        return float(np.float32(rng.uniform(-2, 2)))
+    cache = PlanCache()
+    for i in range(4):
+        lists = PROGRAMS[name](r)
+        arrays = {}
+        for o in lists:
+            if o["op"] == "tensor":
+                dt = o["kwargs"].get("dtype")
+                a = np.array(o["args"][0], dtype=None if dt else (np.float32 if isinstance(
+                    np.asarray(o["args"][0]).flat[0].item(), float) else None))
+                arrays[o["out"]] = a
+        def handed(lists=lists, arrays=arrays):
+            return [{**o, "args": [E.Owned(arrays[o["out"]].copy())]} if o["op"] == "tensor" else o for o in lists]
+        c = observe(cold, handed())
+        ops = handed()
+        state = State()
+        planned(cache)(state, ops)
+        p = observe(lambda s, _: planned(cache)(s, handed()), None)
+        assert p == c and c[0] == "ok"
+        if i:
+            for o in ops:
+                if o["op"] == "tensor" and o["out"] in state.tensors:
+                    assert state.tensors[o["out"]].data is o["args"][0].array
+    assert cache.misses == 1 and cache.hits >= 6, cache.stats()
+
+
+def test_an_owned_inputs_key_is_the_plain_arrays_and_an_owned_elsewhere_gives_none():
+    """The key leaves an Owned input's data out as it leaves any data out (one plan for both forms); an Owned
+    that is not a tensor op's data is not keyed (the list runs cold, which refuses it as the op does)."""
+    a = np.ones((2, 3), np.float32)
+    rest = [op("mul", "x", 2.0, out="y"), op("sum", "y", out="s")]
+    key_owned = plan_module._key(State(), [T("x", E.Owned(a.copy()), requires_grad=True), *rest], (), adopt=True)
+    key_plain = plan_module._key(State(), [T("x", a.copy(), requires_grad=True), *rest], ())
+    key_list = plan_module._key(State(), [T("x", a.tolist(), requires_grad=True), *rest], ())
+    assert key_owned[0] == key_plain[0] == key_list[0]
+    assert plan_module._key(State(), [T("x", E.Owned(a.copy())), op("mul", "x", E.Owned(a.copy()), out="y")], (),
+                            adopt=True) is None
