@@ -242,7 +242,9 @@ def mlp_workloads(batch: int):
             ops.append(_op("relu", h, out=f"h{i}"))
             h = f"h{i}"
     ops += [_op("cross_entropy", h, "y", out="loss"), _op("backward", "loss")]
-    return eng, program(inputs, ops, ew + eb), npy, tor
+    # a training step's request: the loss and the parameters' gradients (what the numpy floor computes)
+    returns = ["loss", *(f"{p}{i}.grad" for p in "wb" for i in range(3))]
+    return eng, program(inputs, ops, ew + eb, returns=returns), npy, tor
 
 
 # ----- 3. 10,000 scalar ops -------------------------------------------------------------------------------------------
