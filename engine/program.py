@@ -238,7 +238,12 @@ class _Runner:
         if isinstance(v, str):
             return _lookup(self.ns, v)
         if isinstance(v, (list, tuple)):
-            return [self.tensor_arg(x) for x in v]
+            ns = self.ns
+            out = []
+            for x in v:
+                t = ns.get(x) if x.__class__ is str else None  # a bound name; anything else as tensor_arg
+                out.append(t if t is not None else self.tensor_arg(x))
+            return out
         return v
 
     def index_arg(self, v):
@@ -633,9 +638,18 @@ class _Runner:
         if name in _ACTION_NAMES:
             return self._action(index, name, args, kwargs, out)
         spec = OPS.get(name)
-        if spec is None:
-            raise UnknownOpError(f"unknown op {name!r}; GET /v1/ops lists the available ops")
-        a, k, viewed = self._bind(spec, args, kwargs, name)
+        layout = _OP_LAYOUTS.get(name)
+        if layout is None or layout[0] is not spec:
+            if spec is None:
+                raise UnknownOpError(f"unknown op {name!r}; GET /v1/ops lists the available ops")
+            layout = _op_layout(spec, name)
+        if layout[2]:  # a Tensor method call: _bind's checks
+            a, k, viewed = self._bind(spec, args, kwargs, name)
+        else:  # _bind, inline (one call less per op)
+            a, k, viewed = self._convert_args(spec, args, kwargs, layout[1])
+            facts = layout[3]
+            if not facts[0]:  # not exempt from the signature check
+                check_call(spec, name, a, k, False, facts)
         refused = None
         if viewed and not spec.inplace and spec.differentiable and _grad_enabled.get():
             refused = _refused_view(a, k, spec)

@@ -580,10 +580,18 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool, facts: tuple |
     """Refuse a call the way torch's argument parser does, before the op runs. ``args`` excludes ``self``
     for a method call. Only tensor-typed parameters, arity and keywords decide; the op checks the rest.
     ``facts``: ``call_facts(spec, name, method)`` when the caller holds them."""
-    exempt, shown, derived, options, sigs = facts if facts is not None else call_facts(spec, name, method)
+    if facts is None:
+        facts = call_facts(spec, name, method)
+    exempt, shown, derived, options, sigs = facts
     if exempt:
         return
-    args = list(args)
+    # a call without keywords whose argument classes a signature that reads classes alone accepted before: one
+    # lookup (the first-level memo, keyed by the call's facts; the Python attribute check reads classes too)
+    fast = (id(facts), *map(type, args)) if not kwargs else None
+    if fast is not None and fast in _ACCEPTED:
+        return
+    if args.__class__ is not list:
+        args = list(args)
     if not method and spec.name in PYTHON_ATTRIBUTE:
         _python_attribute(spec, derived, args, kwargs)
     # the memo's key, made once for every signature: (id(sig), *classes) where the classes alone decide, else
@@ -599,6 +607,8 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool, facts: tuple |
         if k is None or k not in _ACCEPTED:
             _parse(derived, args, kwargs, True)
             _remember(k)
+        if derived.by_class:
+            _remember(fast)
         return
     values = False  # _value_facts(args, kwargs), once asked
     keys = []
@@ -610,11 +620,15 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool, facts: tuple |
                 values = _value_facts(args, kwargs)
             k = None if values is None else (id(s), *values)
         if k is not None and k in _ACCEPTED:
+            if s.by_class:
+                _remember(fast)
             return
         keys.append(k)
     for s, k in zip(sigs, keys):
         if _parse(s, args, kwargs, False):
             _remember(k)
+            if s.by_class:
+                _remember(fast)
             return  # one of torch's overloads takes it: the op checks the rest
     n = len(args) + len(kwargs)
     if len(sigs) == 1 and spec.name not in _HIDDEN:
