@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from time import monotonic as _monotonic
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -117,6 +118,8 @@ def reachable(roots) -> tuple[int, dict[int, int]]:
     stack_n: list[Node] = []
     ndarray = np.ndarray
 
+    add_node = seen_nodes.add
+    push_node = stack_n.append
     while stack_t or stack_n:
         while stack_t:
             t = stack_t.pop()
@@ -131,15 +134,22 @@ def reachable(roots) -> tuple[int, dict[int, int]]:
                 stack_t.append(g)
             fn = t._grad_fn if t._base is None else t.grad_fn
             if fn is not None and fn not in seen_nodes:
-                seen_nodes.add(fn)
-                stack_n.append(fn)
+                add_node(fn)
+                push_node(fn)
         while stack_n:
             n = stack_n.pop()
             for c, _ in n.next_functions:
                 if c is not None and c not in seen_nodes:
-                    seen_nodes.add(c)
-                    stack_n.append(c)
-            for v in n.saved.values():
+                    add_node(c)
+                    push_node(c)
+            saved = n.saved
+            if not saved:
+                t = n.variable
+                if t is not None and t not in seen_t:
+                    seen_t.add(t)
+                    stack_t.append(t)
+                continue
+            for v in saved.values():
                 if v.__class__ is SavedTensor:
                     # SavedTensor.freed and .live(), inline
                     if v.is_output:
@@ -654,7 +664,7 @@ class _Runner:
         if viewed and not spec.inplace and spec.differentiable and _grad_enabled.get():
             refused = _refused_view(a, k, spec)
         if refused is None:
-            value = spec.fn(*a, **k)
+            value = spec.fn(*a, **k) if k else spec.fn(*a)
         else:
             # an op that hands back its input itself (flatten of a 1-D tensor, contiguous of a contiguous
             # one, to() the same dtype) never reaches autograd in torch, which reads no grad_fn then
@@ -1005,15 +1015,18 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
         budget = Budget(Limits(), control=control)
     guard = budget if budget is not None else contextlib.nullcontext()
     check = control.check if control is not None else None
+    run_op = runner.run_op
     try:
         with journal, sink, guard, program_dual_scope(), np.errstate(all="ignore"):
             for _ in range(repeat):
                 keep = _ == repeat - 1 or repeat == 1 or until is not None
                 outcomes = result.ops
                 for index, spec_op in enumerate(ops):
-                    if check is not None:
+                    # control.check(), its common case inline: not cancelled, the deadline (if any) not passed
+                    if control is not None and (control.reason is not None or (
+                            control.deadline is not None and _monotonic() > control.deadline)):
                         check()
-                    bound = runner.run_op(index, spec_op, no_grad)  # (op_name: read on failure, below)
+                    bound = run_op(index, spec_op, no_grad)  # (op_name: read on failure, below)
                     if keep:
                         outcomes.append(OpOutcome(index, spec_op.get("op"), bound))
                 index, op_name = None, None
