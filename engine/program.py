@@ -329,6 +329,19 @@ class _Runner:
                     if a.__class__ not in _JSON_SCALARS:
                         viewed = True
                     out_args.append(a)
+                elif k == _TENSOR_LIST and a.__class__ is list:
+                    # tensor_list(a), inline: bound names looked at for views one by one (a list of plain
+                    # tensors needs no view check); anything else converted as tensor_arg does, may be a view
+                    items = []
+                    for x in a:
+                        t = ns.get(x) if x.__class__ is str else None
+                        if t is None:
+                            viewed = True
+                            t = self.tensor_arg(x)
+                        elif t._base is not None:
+                            viewed = True
+                        items.append(t)
+                    out_args.append(items)
                 else:
                     viewed = True
                     out_args.append(self._convert(k, a))

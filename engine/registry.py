@@ -235,6 +235,16 @@ class _ScalarMeta(dict):
 
 
 _SCALAR_META = _ScalarMeta({dt: ((), dt) for dt in _SUPPORTED})
+
+
+class _ScalarMeta1(dict):
+    """``input_meta`` of a node with one 0-d input: ``(((), dtype),)``, shared likewise."""
+
+    def __missing__(self, dt):
+        return (((), dt),)
+
+
+_SCALAR_META1 = _ScalarMeta1({dt: (m,) for dt, m in _SCALAR_META.items()})
 #: ``needs`` tuples for up to four edges by bit mask (bit i: edge i needs a gradient), shared by every node
 _NEEDS = tuple(tuple(tuple(bool(mask >> i & 1) for i in range(n)) for mask in range(1 << n)) for n in range(5))
 
@@ -255,7 +265,22 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
             raise TorchRuntimeError(f"result dtype {data.dtype} is not supported (float32, float64, int64, bool)",
                                     code="invalid_dtype")
     mask = 0
-    if _grad_on() and (multi or dt.kind == "f"):  # int and bool results never require grad
+    if not _grad_on() or not (multi or dt.kind == "f"):  # int and bool results never require grad
+        pass
+    elif len(inputs) == 1:  # one input (unary ops, ops with a number operand): no lists
+        t = inputs[0]
+        if t is not None and (t._requires_grad or (t._base is not None and t.requires_grad)):
+            if t._base is None:
+                fn = t._grad_fn
+                nexts = ((fn, t.output_nr) if fn is not None else (t._accumulator or accumulator(t), 0),)
+            else:
+                fn = view_grad_fn(t)
+                nexts = ((fn, t.output_nr) if fn is not None else (accumulator(t), 0),)
+            d = t.data
+            shape = d.shape
+            meta = ((shape, d.dtype),) if shape else _SCALAR_META1[d.dtype]
+            mask = 1
+    else:
         # one pass: each input's edge, metadata and need (no node when none requires grad)
         nexts = []
         meta = []
@@ -284,7 +309,10 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
         return outs
     n = len(nexts)
     needs = _NEEDS[n][mask] if n <= 4 else tuple(bool(mask >> i & 1) for i in range(n))
-    node = Node(prim_name, prim_name, tuple(nexts), None, tuple(meta), len(data) if multi else 1)
+    if n != 1:
+        nexts = tuple(nexts)
+        meta = tuple(meta)
+    node = Node(prim_name, prim_name, nexts, None, meta, len(data) if multi else 1)
     node._needs = needs
     if multi:
         outs = tuple([Tensor(d, True, node, i) for i, d in enumerate(data)])
