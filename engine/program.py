@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from time import monotonic as _monotonic
 from dataclasses import dataclass, field
+from time import monotonic as _monotonic
 
 import numpy as np
 
