@@ -458,9 +458,8 @@ class _Runner:
     def report(self, index, op, contrib: dict):
         entries = []
         names = {}  # id(tensor) -> its first name (names_of's answer), built once: a pass may write thousands
-        if len(contrib) > 4:
-            for n, v in self.ns.items():
-                names.setdefault(id(v), n)
+        if len(contrib) > 4:  # (backwards, so that the first name of a tensor is the one kept)
+            names = {id(v): n for n, v in reversed(self.ns.items())}
         for t, g in contrib.items():
             name = names.get(id(t)) if names else self.names_of(t)
             if name is None:
@@ -649,15 +648,12 @@ class _Runner:
             else:
                 _check_out(out)
         grad_on = not (no_grad_all or get("no_grad", False))
-        if _grad_enabled.get() == grad_on:  # the common case: no context switch per op
-            return self._dispatch(index, name, args, kwargs, out)
-        token = _grad_enabled.set(grad_on)
-        try:
-            return self._dispatch(index, name, args, kwargs, out)
-        finally:
-            _grad_enabled.reset(token)
-
-    def _dispatch(self, index: int, name: str, args: list, kwargs: dict, out):
+        if _grad_enabled.get() != grad_on:  # the op's own grad mode: run it again under it (the common case,
+            token = _grad_enabled.set(grad_on)  # no switch, goes on in this frame)
+            try:
+                return self.run_op(index, spec_op, no_grad_all)
+            finally:
+                _grad_enabled.reset(token)
         if name in _ACTION_NAMES:
             return self._action(index, name, args, kwargs, out)
         spec = OPS.get(name)
