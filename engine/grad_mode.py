@@ -160,5 +160,5 @@ def check_numel(shape, what: str = "tensor", itemsize: int | None = None) -> Non
         raise LimitExceededError(
             f"{what} of shape {list(shape)} would have {n} elements; the limit is "
             f"{b.max_elements} elements per tensor{b.limits.setting('max_elements_per_tensor')}")
-    if itemsize is not None:
+    if itemsize is not None and n * itemsize > b.room:  # Budget.reserve's test first: the message only if asked
         b.reserve(n * itemsize, f"a {what} of shape {list(shape)}")

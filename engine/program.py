@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass, field
+from time import monotonic as _monotonic
 
 import numpy as np
 
@@ -117,6 +118,8 @@ def reachable(roots) -> tuple[int, dict[int, int]]:
     stack_n: list[Node] = []
     ndarray = np.ndarray
 
+    add_node = seen_nodes.add
+    push_node = stack_n.append
     while stack_t or stack_n:
         while stack_t:
             t = stack_t.pop()
@@ -131,15 +134,22 @@ def reachable(roots) -> tuple[int, dict[int, int]]:
                 stack_t.append(g)
             fn = t._grad_fn if t._base is None else t.grad_fn
             if fn is not None and fn not in seen_nodes:
-                seen_nodes.add(fn)
-                stack_n.append(fn)
+                add_node(fn)
+                push_node(fn)
         while stack_n:
             n = stack_n.pop()
             for c, _ in n.next_functions:
                 if c is not None and c not in seen_nodes:
-                    seen_nodes.add(c)
-                    stack_n.append(c)
-            for v in n.saved.values():
+                    add_node(c)
+                    push_node(c)
+            saved = n.saved
+            if not saved:
+                t = n.variable
+                if t is not None and t not in seen_t:
+                    seen_t.add(t)
+                    stack_t.append(t)
+                continue
+            for v in saved.values():
                 if v.__class__ is SavedTensor:
                     # SavedTensor.freed and .live(), inline
                     if v.is_output:
@@ -238,7 +248,12 @@ class _Runner:
         if isinstance(v, str):
             return _lookup(self.ns, v)
         if isinstance(v, (list, tuple)):
-            return [self.tensor_arg(x) for x in v]
+            ns = self.ns
+            out = []
+            for x in v:
+                t = ns.get(x) if x.__class__ is str else None  # a bound name; anything else as tensor_arg
+                out.append(t if t is not None else self.tensor_arg(x))
+            return out
         return v
 
     def index_arg(self, v):
@@ -314,6 +329,19 @@ class _Runner:
                     if a.__class__ not in _JSON_SCALARS:
                         viewed = True
                     out_args.append(a)
+                elif k == _TENSOR_LIST and a.__class__ is list:
+                    # tensor_list(a), inline: bound names looked at for views one by one (a list of plain
+                    # tensors needs no view check); anything else converted as tensor_arg does, may be a view
+                    items = []
+                    for x in a:
+                        t = ns.get(x) if x.__class__ is str else None
+                        if t is None:
+                            viewed = True
+                            t = self.tensor_arg(x)
+                        elif t._base is not None:
+                            viewed = True
+                        items.append(t)
+                    out_args.append(items)
                 else:
                     viewed = True
                     out_args.append(self._convert(k, a))
@@ -430,9 +458,8 @@ class _Runner:
     def report(self, index, op, contrib: dict):
         entries = []
         names = {}  # id(tensor) -> its first name (names_of's answer), built once: a pass may write thousands
-        if len(contrib) > 4:
-            for n, v in self.ns.items():
-                names.setdefault(id(v), n)
+        if len(contrib) > 4:  # (backwards, so that the first name of a tensor is the one kept)
+            names = {id(v): n for n, v in reversed(self.ns.items())}
         for t, g in contrib.items():
             name = names.get(id(t)) if names else self.names_of(t)
             if name is None:
@@ -621,26 +648,32 @@ class _Runner:
             else:
                 _check_out(out)
         grad_on = not (no_grad_all or get("no_grad", False))
-        if _grad_enabled.get() == grad_on:  # the common case: no context switch per op
-            return self._dispatch(index, name, args, kwargs, out)
-        token = _grad_enabled.set(grad_on)
-        try:
-            return self._dispatch(index, name, args, kwargs, out)
-        finally:
-            _grad_enabled.reset(token)
-
-    def _dispatch(self, index: int, name: str, args: list, kwargs: dict, out):
+        if _grad_enabled.get() != grad_on:  # the op's own grad mode: run it again under it (the common case,
+            token = _grad_enabled.set(grad_on)  # no switch, goes on in this frame)
+            try:
+                return self.run_op(index, spec_op, no_grad_all)
+            finally:
+                _grad_enabled.reset(token)
         if name in _ACTION_NAMES:
             return self._action(index, name, args, kwargs, out)
         spec = OPS.get(name)
-        if spec is None:
-            raise UnknownOpError(f"unknown op {name!r}; GET /v1/ops lists the available ops")
-        a, k, viewed = self._bind(spec, args, kwargs, name)
+        layout = _OP_LAYOUTS.get(name)
+        if layout is None or layout[0] is not spec:
+            if spec is None:
+                raise UnknownOpError(f"unknown op {name!r}; GET /v1/ops lists the available ops")
+            layout = _op_layout(spec, name)
+        if layout[2]:  # a Tensor method call: _bind's checks
+            a, k, viewed = self._bind(spec, args, kwargs, name)
+        else:  # _bind, inline (one call less per op)
+            a, k, viewed = self._convert_args(spec, args, kwargs, layout[1])
+            facts = layout[3]
+            if not facts[0]:  # not exempt from the signature check
+                check_call(spec, name, a, k, False, facts)
         refused = None
         if viewed and not spec.inplace and spec.differentiable and _grad_enabled.get():
             refused = _refused_view(a, k, spec)
         if refused is None:
-            value = spec.fn(*a, **k)
+            value = spec.fn(*a, **k) if k else spec.fn(*a)
         else:
             # an op that hands back its input itself (flatten of a 1-D tensor, contiguous of a contiguous
             # one, to() the same dtype) never reaches autograd in torch, which reads no grad_fn then
@@ -991,15 +1024,18 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
         budget = Budget(Limits(), control=control)
     guard = budget if budget is not None else contextlib.nullcontext()
     check = control.check if control is not None else None
+    run_op = runner.run_op
     try:
         with journal, sink, guard, program_dual_scope(), np.errstate(all="ignore"):
             for _ in range(repeat):
                 keep = _ == repeat - 1 or repeat == 1 or until is not None
                 outcomes = result.ops
                 for index, spec_op in enumerate(ops):
-                    if check is not None:
+                    # control.check(), its common case inline: not cancelled, the deadline (if any) not passed
+                    if control is not None and (control.reason is not None or (
+                            control.deadline is not None and _monotonic() > control.deadline)):
                         check()
-                    bound = runner.run_op(index, spec_op, no_grad)  # (op_name: read on failure, below)
+                    bound = run_op(index, spec_op, no_grad)  # (op_name: read on failure, below)
                     if keep:
                         outcomes.append(OpOutcome(index, spec_op.get("op"), bound))
                 index, op_name = None, None

@@ -226,6 +226,29 @@ _NO_EDGE = (None, 0)
 _grad_on = _grad_enabled.get  # bound once: record() asks on every call
 
 
+class _ScalarMeta(dict):
+    """The metadata ``((), dtype)`` of a 0-d input, one shared tuple per supported dtype (a fixed table: no
+    tuple per edge of a scalar graph); another dtype gets a tuple of its own."""
+
+    def __missing__(self, dt):
+        return ((), dt)
+
+
+_SCALAR_META = _ScalarMeta({dt: ((), dt) for dt in _SUPPORTED})
+
+
+class _ScalarMeta1(dict):
+    """``input_meta`` of a node with one 0-d input: ``(((), dtype),)``, shared likewise."""
+
+    def __missing__(self, dt):
+        return (((), dt),)
+
+
+_SCALAR_META1 = _ScalarMeta1({dt: (m,) for dt, m in _SCALAR_META.items()})
+#: ``needs`` tuples for up to four edges by bit mask (bit i: edge i needs a gradient), shared by every node
+_NEEDS = tuple(tuple(tuple(bool(mask >> i & 1) for i in range(n)) for mask in range(1 << n)) for n in range(5))
+
+
 def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
     """Wrap forward output(s) in Tensor(s); when grad is needed, create the node.
 
@@ -241,18 +264,32 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
         if dt not in _SUPPORTED:  # a numpy promotion the engine does not model
             raise TorchRuntimeError(f"result dtype {data.dtype} is not supported (float32, float64, int64, bool)",
                                     code="invalid_dtype")
-    grad = False
-    if _grad_on() and (multi or dt.kind == "f"):  # int and bool results never require grad
+    mask = 0
+    if not _grad_on() or not (multi or dt.kind == "f"):  # int and bool results never require grad
+        pass
+    elif len(inputs) == 1:  # one input (unary ops, ops with a number operand): no lists
+        t = inputs[0]
+        if t is not None and (t._requires_grad or (t._base is not None and t.requires_grad)):
+            if t._base is None:
+                fn = t._grad_fn
+                nexts = ((fn, t.output_nr) if fn is not None else (t._accumulator or accumulator(t), 0),)
+            else:
+                fn = view_grad_fn(t)
+                nexts = ((fn, t.output_nr) if fn is not None else (accumulator(t), 0),)
+            d = t.data
+            shape = d.shape
+            meta = ((shape, d.dtype),) if shape else _SCALAR_META1[d.dtype]
+            mask = 1
+    else:
         # one pass: each input's edge, metadata and need (no node when none requires grad)
         nexts = []
         meta = []
-        needs = []
+        bit = 1
         for t in inputs:
             # t._requires_grad first: the property (a view's base may require grad) only when it is False
             if t is None or not (t._requires_grad or (t._base is not None and t.requires_grad)):
                 nexts.append(_NO_EDGE)
                 meta.append(None)
-                needs.append(False)
             else:
                 if t._base is None:
                     fn = t._grad_fn
@@ -261,16 +298,22 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
                     fn = view_grad_fn(t)
                     nexts.append((fn, t.output_nr) if fn is not None else (accumulator(t), 0))
                 d = t.data
-                meta.append((d.shape, d.dtype))
-                needs.append(True)
-                grad = True
-    if not grad:
+                shape = d.shape
+                meta.append((shape, d.dtype) if shape else _SCALAR_META[d.dtype])
+                mask |= bit
+            bit <<= 1
+    if not mask:
         outs = tuple([Tensor(d) for d in data]) if multi else Tensor(data)
         if _fw_active() is not None:
             _forward(prim_name, outs, inputs, saved)
         return outs
-    node = Node(prim_name, prim_name, tuple(nexts), None, tuple(meta), len(data) if multi else 1)
-    node._needs = needs = tuple(needs)
+    n = len(nexts)
+    needs = _NEEDS[n][mask] if n <= 4 else tuple(bool(mask >> i & 1) for i in range(n))
+    if n != 1:
+        nexts = tuple(nexts)
+        meta = tuple(meta)
+    node = Node(prim_name, prim_name, nexts, None, meta, len(data) if multi else 1)
+    node._needs = needs
     if multi:
         outs = tuple([Tensor(d, True, node, i) for i, d in enumerate(data)])
     else:

@@ -535,6 +535,9 @@ def _value_fact(v):
     """What ``_parse`` reads of a value beyond its class (``_matches``): of a tensor, whether it is 0-d, requires
     grad and its dtype's kind; of anything else its class. None for a list, tuple or dict (its items are read)."""
     c = v.__class__
+    if c is _TENSOR:  # the common case first (bound by check_call's first call)
+        d = v.data
+        return c, d.ndim == 0, bool(v.requires_grad), d.dtype.kind
     if c is list or c is tuple or c is dict or isinstance(v, (list, tuple, dict)):
         return None
     if _is_tensor(v):
@@ -580,10 +583,26 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool, facts: tuple |
     """Refuse a call the way torch's argument parser does, before the op runs. ``args`` excludes ``self``
     for a method call. Only tensor-typed parameters, arity and keywords decide; the op checks the rest.
     ``facts``: ``call_facts(spec, name, method)`` when the caller holds them."""
-    exempt, shown, derived, options, sigs = facts if facts is not None else call_facts(spec, name, method)
+    if facts is None:
+        facts = call_facts(spec, name, method)
+    exempt, shown, derived, options, sigs = facts
     if exempt:
         return
-    args = list(args)
+    # first-level memos keyed by the call's facts (any of its signatures accepting is all that matters; the
+    # Python attribute check reads classes only): a call without keywords whose argument classes a signature
+    # that reads classes alone accepted before, one lookup; else one whose values _parse reads the same way
+    # (``_value_facts``, finer than classes) as an accepted one
+    fast = (id(facts), *map(type, args)) if not kwargs else None
+    if fast is not None and fast in _ACCEPTED:
+        return
+    if _TENSOR is None:
+        _tensor_class()
+    if args.__class__ is not list:
+        args = list(args)
+    values = _value_facts(args, kwargs)
+    seen = None if values is None else (id(facts), *values)
+    if seen is not None and seen in _ACCEPTED:
+        return
     if not method and spec.name in PYTHON_ATTRIBUTE:
         _python_attribute(spec, derived, args, kwargs)
     # the memo's key, made once for every signature: (id(sig), *classes) where the classes alone decide, else
@@ -594,27 +613,32 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool, facts: tuple |
         if derived.by_class:
             k = (id(derived), *classes)
         else:
-            values = _value_facts(args, kwargs)
             k = None if values is None else (id(derived), *values)
         if k is None or k not in _ACCEPTED:
             _parse(derived, args, kwargs, True)
             _remember(k)
+        _remember(seen)
+        if derived.by_class:
+            _remember(fast)
         return
-    values = False  # _value_facts(args, kwargs), once asked
     keys = []
     for s in sigs:  # a call like one accepted before, by any overload: the same facts decided
         if s.by_class:
             k = (id(s), *classes)
         else:
-            if values is False:
-                values = _value_facts(args, kwargs)
             k = None if values is None else (id(s), *values)
         if k is not None and k in _ACCEPTED:
+            _remember(seen)
+            if s.by_class:
+                _remember(fast)
             return
         keys.append(k)
     for s, k in zip(sigs, keys):
         if _parse(s, args, kwargs, False):
             _remember(k)
+            _remember(seen)
+            if s.by_class:
+                _remember(fast)
             return  # one of torch's overloads takes it: the op checks the rest
     n = len(args) + len(kwargs)
     if len(sigs) == 1 and spec.name not in _HIDDEN:

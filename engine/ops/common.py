@@ -133,6 +133,9 @@ def binary_operands(a, b, dtype: str | None = None):
 
 def as_operand(v, dtype: str | None = None) -> Tensor:
     """A Tensor for v: the tensor itself, or a Python number wrapped as torch wraps it."""
+    cls = v.__class__
+    if cls is float or cls is int:  # a JSON number: no ABC check
+        return wrapped_number(v, dtype)
     if isinstance(v, Tensor):
         return v
     if not is_number(v):

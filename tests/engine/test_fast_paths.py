@@ -158,3 +158,64 @@ def test_program_ops_keep_grad_mode_per_op():
     assert not st.tensors["c"].requires_grad
     run_program(st, [{"op": "mul", "args": ["x", 2.0], "out": "d"}], no_grad=True)
     assert not st.tensors["d"].requires_grad
+
+
+def test_signature_memo_by_value_facts_for_positional_arguments():
+    """A positional argument whose check reads the value (sum's dim: an int, or an int 0-d tensor): the memo of
+    accepted calls without keywords tells a float or a float 0-d tensor apart, the second time as the first."""
+    from engine.errors import EngineError, TorchTypeError
+    x = tensor([1.0, 2.0], requires_grad=True)
+    for _ in range(2):
+        assert x.sum(0).data == 3.0
+        with pytest.raises(EngineError) as err:  # torch takes it; the engine's op refuses a tensor dim after
+            x.sum(tensor(0))
+        assert not isinstance(err.value, TorchTypeError)
+        for dim, got in ((0.5, "float"), (tensor(0.0), "Tensor")):
+            with pytest.raises(TorchTypeError) as err:
+                x.sum(dim)
+            assert str(err.value).startswith(f"sum() received an invalid combination of arguments - got ({got})")
+
+
+def test_nodes_of_one_input_and_of_many_inputs_keep_their_metadata_and_needs():
+    """record()'s shared tuples (0-d input metadata, needs by mask) and its one-input path: the same
+    input_meta, needs, edges and gradients as for any other node."""
+    f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
+    a = tensor(1.5, requires_grad=True)
+    c = tensor([1.0, -2.0], dtype="float64", requires_grad=True)
+    s = EW.softplus(a)
+    assert s.grad_fn.input_meta == (((), f32),) and s.grad_fn.needs == (True,)
+    assert s.grad_fn.next_functions[0][0].name == "AccumulateGrad"
+    e = EW.exp(c)
+    assert e.grad_fn.input_meta == (((2,), f64),) and e.grad_fn.next_functions[0][0].variable is c
+    xs = [tensor(float(i), requires_grad=i % 2 == 0) for i in range(6)]  # six inputs: past the needs table
+    st = S.stack(xs)
+    assert st.grad_fn.needs == (True, False, True, False, True, False)
+    assert st.grad_fn.input_meta == tuple(((), f32) if i % 2 == 0 else None for i in range(6))
+    assert [nf[0] is None for nf in st.grad_fn.next_functions] == [i % 2 == 1 for i in range(6)]
+    st3 = S.stack(xs[1:4])
+    assert st3.grad_fn.needs == (False, True, False) and st3.grad_fn.input_meta[0] is None
+    m = EW.mul(xs[1], 2.0)  # one input, no grad: no node
+    assert m.grad_fn is None and not m.requires_grad
+    w = tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    backward(EW.mul(st, w).sum() + EW.mul(st3, w[:3]).sum() + s)
+    assert [None if x.grad is None else float(x.grad.data) for x in xs] == [1.0, None, 3.0 + 2.0, None, 5.0, None]
+    assert np.isclose(float(a.grad.data), 1 / (1 + np.exp(-1.5)))
+
+
+def test_a_stale_multi_output_view_in_a_tensor_list_is_refused_and_nothing_is_applied():
+    """Tensor lists are converted inline; a view among the names is still looked at: torch's refusal of an
+    output of unbind whose base was modified in place, the op's index, nothing bound."""
+    from engine.errors import TorchRuntimeError
+    from engine.program import State, run_program
+    st = State()
+    st.tensors = {"x": tensor([1.0, 2.0], requires_grad=True)}
+    ops = [{"op": "mul", "args": ["x", 1.0], "out": "a"}, {"op": "unbind", "args": ["a"], "out": ["u0", "u1"]},
+           {"op": "mul_", "args": ["a", 2.0]}, {"op": "stack", "args": [["u1", "u0", "u1"]], "out": "s"}]
+    with pytest.raises(TorchRuntimeError) as err:
+        run_program(st, ops)
+    assert str(err.value).startswith("Output 1 of Unbind is a view and its base or another view of its base has "
+                                     "been modified inplace. This view is the output of a function that returns "
+                                     "multiple views.")
+    assert err.value.op_index == 3 and sorted(st.tensors) == ["x"]
+    res = run_program(st, ops[:2] + [{"op": "stack", "args": [["u1", "u0", "u1"]], "out": "s"}])
+    assert res.changed == ["a", "u0", "u1", "s"] and st.tensors["s"].grad_fn.name == "StackBackward0"

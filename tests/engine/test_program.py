@@ -332,3 +332,17 @@ def test_the_report_of_a_first_backward_is_a_copy_later_ops_do_not_change():
     second = {e.name: e for e in r.autograd[1].entries}
     assert float(second["w"].contribution.data) == 2.0 and float(second["w"].grad.data) == 22.0
     assert float(s.resolve("w.grad").data) == 22.0
+
+
+def test_a_backward_report_of_many_leaves_names_each_tensor_by_its_first_name():
+    """A pass that writes many gradients names each tensor the way names_of does: its first name in the
+    namespace, whatever later names (``bind``) also point at it."""
+    from engine.tensor import tensor
+    st = State()
+    st.tensors = {n: tensor(float(i + 1), requires_grad=True) for i, n in enumerate("abcdef")}
+    ops = [{"op": "bind", "args": ["c"], "out": "alias"}, {"op": "stack", "args": [list("abcdef")], "out": "s"},
+           {"op": "mul", "args": ["s", "s"], "out": "q"}, {"op": "sum", "args": ["q"], "out": "loss"},
+           {"op": "backward", "args": ["loss"]}]
+    res = run_program(st, ops)
+    grads = {e.name: float(e.grad.data) for e in res.autograd[0].entries}
+    assert grads == {"a": 2.0, "b": 4.0, "c": 6.0, "d": 8.0, "e": 10.0, "f": 12.0}  # "c", not "alias"
