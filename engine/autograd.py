@@ -252,18 +252,21 @@ def _dependencies(roots: list[Node]) -> dict:
     """For every node reachable from the roots, how many edges point at it from reachable nodes."""
     deps: dict[Node, int] = {}
     stack = list(dict.fromkeys(roots))  # two roots on one node (outputs of a split) count its edges once
-    seen = set(roots)
+    # a root reached from another root is on the stack already (one root: never reached, the graph is acyclic)
+    seen = set(roots) if len(stack) > 1 else ()
+    get = deps.get
+    push = stack.append
     while stack:
         for c, _ in stack.pop().next_functions:
             if c is None:
                 continue
-            if c in deps:
-                deps[c] += 1
+            n = get(c)
+            if n is not None:
+                deps[c] = n + 1
             else:
                 deps[c] = 1
                 if c not in seen:
-                    seen.add(c)
-                    stack.append(c)
+                    push(c)
     return deps
 
 
@@ -445,6 +448,12 @@ def _apply(node: Node, grads: list, needs: tuple | None = None) -> list:
         outs = _fused(node, prim, ctx, grads[0], fused)
     else:
         outs = prim.vjp(ctx, grads[0] if prim.n_outputs == 1 else grads)
+    return _conform(node, outs)
+
+
+def _conform(node: Node, outs) -> list:
+    """Each gradient a VJP gave un-broadcast and cast to its input's shape and dtype (None where the edge or
+    the gradient is None); torch's validate_outputs."""
     res = []
     for i, ((child, _), meta, o) in enumerate(zip(node.next_functions, node.input_meta, outs)):
         if child is None or o is None:
@@ -452,6 +461,9 @@ def _apply(node: Node, grads: list, needs: tuple | None = None) -> list:
             continue
         shape, dt = meta
         d = o.data
+        if d.shape == shape and d.dtype == dt:
+            res.append(o)
+            continue
         if d.shape != shape:
             if not _expandable(shape, d.shape):  # torch's validate_outputs
                 raise TorchRuntimeError(f"Function {node.name} returned an invalid gradient at index {i} - got "
@@ -498,12 +510,15 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
     # node is not needed to reach ``inputs``
     hooked_root = root_nodes[0] if len(root_nodes) == 1 else None
 
-    order = _topological(root_nodes)
+    pruned = input_edges is not None
+    fast = not pruned and batch is None
     # which nodes run (needed) and which receive gradients (relevant)
-    if input_edges is None:
+    if not pruned:
         needed = relevant = None  # every node in order runs
         captures: dict[Node, list] = {}
+        order = () if fast else _topological(root_nodes)
     else:
+        order = _topological(root_nodes)
         targets = {n for n, _ in input_edges if n is not None and n.prim == "AccumulateGrad"}
         captures = {}
         for idx, (n, nr) in enumerate(input_edges):
@@ -532,10 +547,11 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
     leaf_grads: list[tuple[Tensor, Tensor]] = []
     retained: list[tuple[Tensor, Tensor]] = []
     executed: list[Node] = []
-    pruned = input_edges is not None
     control = current_control()
     with set_grad_enabled(create_graph):
-        for node in order:
+        if fast:  # every node reachable from the roots runs
+            _run_all(root_nodes, buffers, create_graph, hooks, control, leaf_grads, retained, executed)
+        for node in () if fast else order:
             if control is not None:
                 control.check()  # a deadline or a cancellation stops a long pass between nodes
             if pruned and node not in relevant and node is not hooked_root:
@@ -616,6 +632,94 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
     if accumulate:
         return contributions
     return captured
+
+
+def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, control, leaf_grads: list,
+             retained: list, executed: list) -> None:
+    """``_run``'s pass when every node reachable from the roots runs (a backward without ``inputs``), as torch
+    runs it: one walk counts each node's dependencies, then a node runs once every edge into it has delivered
+    (in the order ``_topological`` gives, without a walk to make it first). ``buffers`` holds the roots'
+    gradients; the leaves' gradients, retained gradients and the nodes run are appended to the lists given.
+
+    A single-output node's gradient is buffered as the tensor itself, a multi-output node's as a list."""
+    deps = _dependencies(roots)
+    ready = [r for r in dict.fromkeys(roots) if r not in deps]
+    for node, buf in list(buffers.items()):  # (the roots')
+        if node.n_outputs == 1:
+            buffers[node] = buf[0]
+    pop = ready.pop
+    push = ready.append
+    take = buffers.pop
+    get = buffers.get
+    fused = FUSED_BACKWARD if create_graph else {}
+    check = control.check if control is not None else None
+    while ready:
+        node = pop()
+        nexts = node.next_functions
+        if check is not None:
+            check()  # a deadline or a cancellation stops a long pass between nodes
+        g = take(node, None)
+        if g is None:
+            for c, _ in nexts:  # Kahn's step: a child whose last edge this was is ready
+                if c is not None:
+                    d = deps[c] - 1
+                    if d:
+                        deps[c] = d
+                    else:
+                        push(c)
+            continue
+        buf = None
+        if node.n_outputs != 1:
+            buf = g
+            g = buf[0]
+        if node.retained and hooks:
+            for nr, t in node.retained.items():  # retain_grad hooks
+                x = g if buf is None else buf[nr]
+                if x is not None:
+                    retained.append((t, x))
+        prim_name = node.prim
+        if prim_name == "AccumulateGrad":
+            if g is not None and node.variable.requires_grad:  # torch skips a leaf no longer requiring grad
+                leaf_grads.append((node.variable, g))
+            continue
+        # _apply, inline: the VJP, then each gradient un-broadcast and cast to its input's shape and dtype
+        prim = PRIMS[prim_name]
+        ctx = Ctx(node)
+        if g is not None and prim_name in fused:
+            outs = _fused(node, prim, ctx, g, fused[prim_name])
+        elif prim.n_outputs == 1:
+            outs = prim.vjp(ctx, g)
+        else:
+            outs = prim.vjp(ctx, buf if buf is not None else [g])
+        metas = node.input_meta
+        if len(outs) == len(nexts) == len(metas):
+            for meta, o in zip(metas, outs):
+                if o is not None and (meta is None or o.data.shape != meta[0] or o.data.dtype != meta[1]):
+                    outs = _conform(node, outs)
+                    break
+        else:
+            outs = _conform(node, outs)
+            if len(outs) < len(nexts):  # (every edge counts for Kahn's step)
+                outs += [None] * (len(nexts) - len(outs))
+        executed.append(node)
+        for (child, nr), o in zip(nexts, outs):
+            if child is None:
+                continue
+            d = deps[child] - 1
+            if d:
+                deps[child] = d
+            else:
+                push(child)
+            if o is None:
+                continue
+            if child.n_outputs == 1:
+                b = get(child)
+                buffers[child] = o if b is None else _add(b, o)
+            else:
+                b = get(child)
+                if b is None:
+                    b = buffers[child] = [None] * child.n_outputs
+                b[nr] = o if b[nr] is None else _add(b[nr], o)
 
 
 def _add(a: Tensor, b: Tensor) -> Tensor:
