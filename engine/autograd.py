@@ -34,6 +34,8 @@ from .journal import array_, setattr_, setitem_
 from .kernel import kcall, kinplace
 from .node import Ctx, Node, SavedTensor, _freeing, release_all
 from .ops import elementwise as _ew  # (the op table is loaded before this module: engine/__init__.py)
+from .ops.reduction import sum_to
+from .ops.shape import to
 from .registry import PRIMS, edge, jvp, vjp
 from .tensor import Tensor
 
@@ -71,7 +73,6 @@ def _make_grads(outputs: tuple, grads: tuple) -> list:
                     f"Mismatch in shape: grad_output[{i}] has a shape of {_size(g.data.shape)} and output[{i}] "
                     f"has a shape of {_size(o.data.shape)}.", code="grad_shape_mismatch")
             if g.data.dtype != o.data.dtype:
-                from .ops.shape import to
                 g = to(g, o.dtype)
             out.append(g)
         else:
@@ -205,7 +206,6 @@ def _grad_batched_pass(outputs, inputs, grad_outputs, batch, retain_graph, creat
     grads = []
     for o, g in zip(outputs, grad_outputs):
         if isinstance(g, Tensor) and g.data.dtype != o.data.dtype:
-            from .ops.shape import to
             g = to(g, o.dtype)
         grads.append(g if isinstance(g, Tensor) else None)
     try:
@@ -338,10 +338,8 @@ def _fused(node: Node, prim, ctx: Ctx, grad: Tensor, name: str) -> tuple:
         # layer_norm weight, mixed-dtype losses): no SumBackward0/ToCopyBackward0 over it
         shape, dt = node.input_meta[i]
         if o.data.shape != shape:
-            from .ops.reduction import sum_to
             o = sum_to(o, shape)
         if o.data.dtype != dt:
-            from .ops.shape import to
             o = to(o, dt)
         w = Tensor(o.data, True, Node(name, "FusedBackward", edges, saved, meta))
         if o._fw_grad is not None:  # forward over reverse: the formula's ops gave the tangent
@@ -375,7 +373,6 @@ def _fused_vjp(ctx, gg):
         from .ops.shape import expand
         gg = expand(gg, out.shape)
     if out is not None and gg.data.dtype != out.data.dtype:  # and cast to its input's dtype
-        from .ops.shape import to
         gg = to(gg, out.dtype)
     wrt = [i for i, t in enumerate(inputs) if t.requires_grad]
     got = [None] * len(wrt)
@@ -424,7 +421,6 @@ def _apply_batched(node: Node, grads: list, batch: int, needs: tuple | None = No
         if o.data.shape[1:] != shape:
             o = sum_to_batched(o, shape)
         if o.data.dtype != dt:
-            from .ops.shape import to
             o = to(o, dt)
         res.append(o)
     return res
@@ -469,11 +465,9 @@ def _conform(node: Node, outs) -> list:
                 raise TorchRuntimeError(f"Function {node.name} returned an invalid gradient at index {i} - got "
                                         f"{list(d.shape)} but expected shape compatible with {list(shape)}",
                                         code="invalid_gradient")
-            from .ops.reduction import sum_to
             o = sum_to(o, shape)
             d = o.data
         if d.dtype != dt:
-            from .ops.shape import to
             o = to(o, dt)
         res.append(o)
     return res
