@@ -646,6 +646,9 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
     take = buffers.pop
     get = buffers.get
     fused = FUSED_BACKWARD if create_graph else {}
+    # nothing records (no create_graph, no forward-mode level): two gradients of one input are summed by
+    # add's kernel alone
+    add = _add if create_graph or current_level() is not None else _add_unrecorded
     check = control.check if control is not None else None
     while ready:
         node = pop()
@@ -708,15 +711,25 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
                 continue
             if child.n_outputs == 1:
                 b = get(child)
-                buffers[child] = o if b is None else _add(b, o)
+                buffers[child] = o if b is None else add(b, o)
             else:
                 b = get(child)
                 if b is None:
                     b = buffers[child] = [None] * child.n_outputs
-                b[nr] = o if b[nr] is None else _add(b[nr], o)
+                b[nr] = o if b[nr] is None else add(b[nr], o)
 
 
 def _add(a: Tensor, b: Tensor) -> Tensor:
+    return _ew.add(a, b)
+
+
+def _add_unrecorded(a: Tensor, b: Tensor) -> Tensor:
+    """``_add`` where nothing records (grad mode off, no forward-mode level): for two tensors of one dtype and
+    shape (two gradients of one input), what add gives there, ``Tensor(kcall(np.add, a, b))``, without its
+    dispatch; anything else through add."""
+    x, y = a.data, b.data
+    if x.dtype == y.dtype and x.shape == y.shape and a.__class__ is Tensor and b.__class__ is Tensor:
+        return Tensor(kcall(np.add, x, y))
     return _ew.add(a, b)
 
 

@@ -262,9 +262,11 @@ class Ctx:
         d = self.__dict__
         for slot, v in node.saved.items():
             if v.__class__ is SavedTensor:
-                # SavedTensor.unpack's common case inline (an input slot, alive, unmodified); anything
-                # else (an output slot, a freed or modified one: its error) through unpack
+                # SavedTensor.unpack's common case inline (the saved tensor alive, unmodified); anything
+                # else (an output whose tensor is gone, a freed or modified slot: its error) through unpack
                 t = v._tensor
+                if t is None and v.is_output and v._data is not None:
+                    t = v._ref()
                 v = t if t is not None and t._vc[0] == v.version else v.unpack(node)
             elif isinstance(v, list):
                 v = [x.unpack(node) if isinstance(x, SavedTensor) else x for x in v]
