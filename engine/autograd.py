@@ -447,9 +447,21 @@ def _apply(node: Node, grads: list, needs: tuple | None = None) -> list:
     return _conform(node, outs)
 
 
-def _conform(node: Node, outs) -> list:
+def _conform(node: Node, outs) -> list | tuple:
     """Each gradient a VJP gave un-broadcast and cast to its input's shape and dtype (None where the edge or
-    the gradient is None); torch's validate_outputs."""
+    the gradient is None); torch's validate_outputs. The VJP's own sequence when every gradient fits."""
+    if outs.__class__ is not tuple and outs.__class__ is not list:
+        outs = tuple(outs)
+    nexts, metas = node.next_functions, node.input_meta
+    if len(outs) == len(nexts) == len(metas):
+        for (child, _), meta, o in zip(nexts, metas, outs):
+            if o is not None:
+                a = o.data
+                if child is None or meta is None or a.shape != meta[0] or (a.dtype is not meta[1]
+                                                                            and a.dtype != meta[1]):
+                    break
+        else:
+            return outs
     res = []
     for i, ((child, _), meta, o) in enumerate(zip(node.next_functions, node.input_meta, outs)):
         if child is None or o is None:
@@ -523,11 +535,14 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         reach = set()
         needed = set()
         for n in reversed(order):
-            if any(c in reach for c, _ in n.next_functions if c is not None):
-                reach.add(n)
-                needed.add(n)
-            elif n in targets or n in captures:
-                reach.add(n)
+            for c, _ in n.next_functions:
+                if c is not None and c in reach:
+                    reach.add(n)
+                    needed.add(n)
+                    break
+            else:
+                if n in targets or n in captures:
+                    reach.add(n)
         if accumulate:
             needed |= set(captures)  # torch: backward(inputs=[t]) runs t's own grad_fn (and frees it)
         relevant = reach
@@ -582,7 +597,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                 continue
             needs = None
             if pruned:  # only the inputs that lead to a requested one (a formula not needed does not run)
-                needs = tuple(c is not None and c in relevant for c, _ in node.next_functions)
+                needs = tuple([c is not None and c in relevant for c, _ in node.next_functions])
                 if needs == node.needs:
                     needs = None
             outs = _apply(node, buf, needs) if batch is None else _apply_batched(node, buf, batch, needs)
@@ -688,16 +703,20 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
             outs = prim.vjp(ctx, g)
         else:
             outs = prim.vjp(ctx, buf if buf is not None else [g])
+        if outs.__class__ is not tuple and outs.__class__ is not list:
+            outs = tuple(outs)
         metas = node.input_meta
         if len(outs) == len(nexts) == len(metas):
             for meta, o in zip(metas, outs):
-                if o is not None and (meta is None or o.data.shape != meta[0] or o.data.dtype != meta[1]):
-                    outs = _conform(node, outs)
-                    break
+                if o is not None:
+                    a = o.data
+                    if meta is None or a.shape != meta[0] or (a.dtype is not meta[1] and a.dtype != meta[1]):
+                        outs = _conform(node, outs)
+                        break
         else:
             outs = _conform(node, outs)
             if len(outs) < len(nexts):  # (every edge counts for Kahn's step)
-                outs += [None] * (len(nexts) - len(outs))
+                outs = [*outs, *([None] * (len(nexts) - len(outs)))]
         executed.append(node)
         for (child, nr), o in zip(nexts, outs):
             if child is None:
