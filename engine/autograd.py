@@ -703,20 +703,9 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
             outs = prim.vjp(ctx, g)
         else:
             outs = prim.vjp(ctx, buf if buf is not None else [g])
-        if outs.__class__ is not tuple and outs.__class__ is not list:
-            outs = tuple(outs)
-        metas = node.input_meta
-        if len(outs) == len(nexts) == len(metas):
-            for meta, o in zip(metas, outs):
-                if o is not None:
-                    a = o.data
-                    if meta is None or a.shape != meta[0] or (a.dtype is not meta[1] and a.dtype != meta[1]):
-                        outs = _conform(node, outs)
-                        break
-        else:
-            outs = _conform(node, outs)
-            if len(outs) < len(nexts):  # (every edge counts for Kahn's step)
-                outs = [*outs, *([None] * (len(nexts) - len(outs)))]
+        outs = _conform(node, outs)
+        if len(outs) < len(nexts):  # (every edge counts for Kahn's step)
+            outs = [*outs, *([None] * (len(nexts) - len(outs)))]
         executed.append(node)
         for (child, nr), o in zip(nexts, outs):
             if child is None:
@@ -759,7 +748,8 @@ def _accumulate_leaf(leaf: Tensor, g: Tensor, create_graph: bool, claimed: set) 
     if not create_graph:
         if old is None:
             a = g.data
-            if id(a) in claimed or not a.flags.owndata or not a.flags.writeable:
+            flags = a.flags
+            if id(a) in claimed or not flags.owndata or not flags.writeable:
                 a = kcall(K.copy, a)
             claimed.add(id(a))
             setattr_(leaf, "_grad", Tensor(a))
