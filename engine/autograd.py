@@ -34,6 +34,8 @@ from .journal import array_, setattr_, setitem_
 from .kernel import kcall, kinplace
 from .node import Ctx, Node, SavedTensor, _freeing, release_all
 from .ops import elementwise as _ew  # (the op table is loaded before this module: engine/__init__.py)
+from .ops.reduction import sum_to
+from .ops.shape import to
 from .registry import PRIMS, edge, jvp, vjp
 from .tensor import Tensor
 
@@ -71,7 +73,6 @@ def _make_grads(outputs: tuple, grads: tuple) -> list:
                     f"Mismatch in shape: grad_output[{i}] has a shape of {_size(g.data.shape)} and output[{i}] "
                     f"has a shape of {_size(o.data.shape)}.", code="grad_shape_mismatch")
             if g.data.dtype != o.data.dtype:
-                from .ops.shape import to
                 g = to(g, o.dtype)
             out.append(g)
         else:
@@ -205,7 +206,6 @@ def _grad_batched_pass(outputs, inputs, grad_outputs, batch, retain_graph, creat
     grads = []
     for o, g in zip(outputs, grad_outputs):
         if isinstance(g, Tensor) and g.data.dtype != o.data.dtype:
-            from .ops.shape import to
             g = to(g, o.dtype)
         grads.append(g if isinstance(g, Tensor) else None)
     try:
@@ -252,18 +252,21 @@ def _dependencies(roots: list[Node]) -> dict:
     """For every node reachable from the roots, how many edges point at it from reachable nodes."""
     deps: dict[Node, int] = {}
     stack = list(dict.fromkeys(roots))  # two roots on one node (outputs of a split) count its edges once
-    seen = set(roots)
+    # a root reached from another root is on the stack already (one root: never reached, the graph is acyclic)
+    seen = set(roots) if len(stack) > 1 else ()
+    get = deps.get
+    push = stack.append
     while stack:
         for c, _ in stack.pop().next_functions:
             if c is None:
                 continue
-            if c in deps:
-                deps[c] += 1
+            n = get(c)
+            if n is not None:
+                deps[c] = n + 1
             else:
                 deps[c] = 1
                 if c not in seen:
-                    seen.add(c)
-                    stack.append(c)
+                    push(c)
     return deps
 
 
@@ -335,10 +338,8 @@ def _fused(node: Node, prim, ctx: Ctx, grad: Tensor, name: str) -> tuple:
         # layer_norm weight, mixed-dtype losses): no SumBackward0/ToCopyBackward0 over it
         shape, dt = node.input_meta[i]
         if o.data.shape != shape:
-            from .ops.reduction import sum_to
             o = sum_to(o, shape)
         if o.data.dtype != dt:
-            from .ops.shape import to
             o = to(o, dt)
         w = Tensor(o.data, True, Node(name, "FusedBackward", edges, saved, meta))
         if o._fw_grad is not None:  # forward over reverse: the formula's ops gave the tangent
@@ -372,7 +373,6 @@ def _fused_vjp(ctx, gg):
         from .ops.shape import expand
         gg = expand(gg, out.shape)
     if out is not None and gg.data.dtype != out.data.dtype:  # and cast to its input's dtype
-        from .ops.shape import to
         gg = to(gg, out.dtype)
     wrt = [i for i, t in enumerate(inputs) if t.requires_grad]
     got = [None] * len(wrt)
@@ -421,7 +421,6 @@ def _apply_batched(node: Node, grads: list, batch: int, needs: tuple | None = No
         if o.data.shape[1:] != shape:
             o = sum_to_batched(o, shape)
         if o.data.dtype != dt:
-            from .ops.shape import to
             o = to(o, dt)
         res.append(o)
     return res
@@ -445,6 +444,24 @@ def _apply(node: Node, grads: list, needs: tuple | None = None) -> list:
         outs = _fused(node, prim, ctx, grads[0], fused)
     else:
         outs = prim.vjp(ctx, grads[0] if prim.n_outputs == 1 else grads)
+    return _conform(node, outs)
+
+
+def _conform(node: Node, outs) -> list | tuple:
+    """Each gradient a VJP gave un-broadcast and cast to its input's shape and dtype (None where the edge or
+    the gradient is None); torch's validate_outputs. The VJP's own sequence when every gradient fits."""
+    if outs.__class__ is not tuple and outs.__class__ is not list:
+        outs = tuple(outs)
+    nexts, metas = node.next_functions, node.input_meta
+    if len(outs) == len(nexts) == len(metas):
+        for (child, _), meta, o in zip(nexts, metas, outs):
+            if o is not None:
+                a = o.data
+                if child is None or meta is None or a.shape != meta[0] or (a.dtype is not meta[1]
+                                                                            and a.dtype != meta[1]):
+                    break
+        else:
+            return outs
     res = []
     for i, ((child, _), meta, o) in enumerate(zip(node.next_functions, node.input_meta, outs)):
         if child is None or o is None:
@@ -452,16 +469,17 @@ def _apply(node: Node, grads: list, needs: tuple | None = None) -> list:
             continue
         shape, dt = meta
         d = o.data
+        if d.shape == shape and d.dtype == dt:
+            res.append(o)
+            continue
         if d.shape != shape:
             if not _expandable(shape, d.shape):  # torch's validate_outputs
                 raise TorchRuntimeError(f"Function {node.name} returned an invalid gradient at index {i} - got "
                                         f"{list(d.shape)} but expected shape compatible with {list(shape)}",
                                         code="invalid_gradient")
-            from .ops.reduction import sum_to
             o = sum_to(o, shape)
             d = o.data
         if d.dtype != dt:
-            from .ops.shape import to
             o = to(o, dt)
         res.append(o)
     return res
@@ -498,12 +516,15 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
     # node is not needed to reach ``inputs``
     hooked_root = root_nodes[0] if len(root_nodes) == 1 else None
 
-    order = _topological(root_nodes)
+    pruned = input_edges is not None
+    fast = not pruned and batch is None
     # which nodes run (needed) and which receive gradients (relevant)
-    if input_edges is None:
+    if not pruned:
         needed = relevant = None  # every node in order runs
         captures: dict[Node, list] = {}
+        order = () if fast else _topological(root_nodes)
     else:
+        order = _topological(root_nodes)
         targets = {n for n, _ in input_edges if n is not None and n.prim == "AccumulateGrad"}
         captures = {}
         for idx, (n, nr) in enumerate(input_edges):
@@ -514,11 +535,14 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         reach = set()
         needed = set()
         for n in reversed(order):
-            if any(c in reach for c, _ in n.next_functions if c is not None):
-                reach.add(n)
-                needed.add(n)
-            elif n in targets or n in captures:
-                reach.add(n)
+            for c, _ in n.next_functions:
+                if c is not None and c in reach:
+                    reach.add(n)
+                    needed.add(n)
+                    break
+            else:
+                if n in targets or n in captures:
+                    reach.add(n)
         if accumulate:
             needed |= set(captures)  # torch: backward(inputs=[t]) runs t's own grad_fn (and frees it)
         relevant = reach
@@ -532,10 +556,11 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
     leaf_grads: list[tuple[Tensor, Tensor]] = []
     retained: list[tuple[Tensor, Tensor]] = []
     executed: list[Node] = []
-    pruned = input_edges is not None
     control = current_control()
     with set_grad_enabled(create_graph):
-        for node in order:
+        if fast:  # every node reachable from the roots runs
+            _run_all(root_nodes, buffers, create_graph, hooks, control, leaf_grads, retained, executed)
+        for node in () if fast else order:
             if control is not None:
                 control.check()  # a deadline or a cancellation stops a long pass between nodes
             if pruned and node not in relevant and node is not hooked_root:
@@ -572,7 +597,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                 continue
             needs = None
             if pruned:  # only the inputs that lead to a requested one (a formula not needed does not run)
-                needs = tuple(c is not None and c in relevant for c, _ in node.next_functions)
+                needs = tuple([c is not None and c in relevant for c, _ in node.next_functions])
                 if needs == node.needs:
                     needs = None
             outs = _apply(node, buf, needs) if batch is None else _apply_batched(node, buf, batch, needs)
@@ -618,7 +643,101 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
     return captured
 
 
+def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, control, leaf_grads: list,
+             retained: list, executed: list) -> None:
+    """``_run``'s pass when every node reachable from the roots runs (a backward without ``inputs``), as torch
+    runs it: one walk counts each node's dependencies, then a node runs once every edge into it has delivered
+    (in the order ``_topological`` gives, without a walk to make it first). ``buffers`` holds the roots'
+    gradients; the leaves' gradients, retained gradients and the nodes run are appended to the lists given.
+
+    A single-output node's gradient is buffered as the tensor itself, a multi-output node's as a list."""
+    deps = _dependencies(roots)
+    ready = [r for r in dict.fromkeys(roots) if r not in deps]
+    for node, buf in list(buffers.items()):  # (the roots')
+        if node.n_outputs == 1:
+            buffers[node] = buf[0]
+    pop = ready.pop
+    push = ready.append
+    take = buffers.pop
+    get = buffers.get
+    fused = FUSED_BACKWARD if create_graph else {}
+    # nothing records (no create_graph, no forward-mode level): two gradients of one input are summed by
+    # add's kernel alone
+    add = _add if create_graph or current_level() is not None else _add_unrecorded
+    check = control.check if control is not None else None
+    while ready:
+        node = pop()
+        nexts = node.next_functions
+        if check is not None:
+            check()  # a deadline or a cancellation stops a long pass between nodes
+        g = take(node, None)
+        if g is None:
+            for c, _ in nexts:  # Kahn's step: a child whose last edge this was is ready
+                if c is not None:
+                    d = deps[c] - 1
+                    if d:
+                        deps[c] = d
+                    else:
+                        push(c)
+            continue
+        buf = None
+        if node.n_outputs != 1:
+            buf = g
+            g = buf[0]
+        if node.retained and hooks:
+            for nr, t in node.retained.items():  # retain_grad hooks
+                x = g if buf is None else buf[nr]
+                if x is not None:
+                    retained.append((t, x))
+        prim_name = node.prim
+        if prim_name == "AccumulateGrad":
+            if g is not None and node.variable.requires_grad:  # torch skips a leaf no longer requiring grad
+                leaf_grads.append((node.variable, g))
+            continue
+        # _apply, inline: the VJP, then each gradient un-broadcast and cast to its input's shape and dtype
+        prim = PRIMS[prim_name]
+        ctx = Ctx(node)
+        if g is not None and prim_name in fused:
+            outs = _fused(node, prim, ctx, g, fused[prim_name])
+        elif prim.n_outputs == 1:
+            outs = prim.vjp(ctx, g)
+        else:
+            outs = prim.vjp(ctx, buf if buf is not None else [g])
+        outs = _conform(node, outs)
+        if len(outs) < len(nexts):  # (every edge counts for Kahn's step)
+            outs = [*outs, *([None] * (len(nexts) - len(outs)))]
+        executed.append(node)
+        for (child, nr), o in zip(nexts, outs):
+            if child is None:
+                continue
+            d = deps[child] - 1
+            if d:
+                deps[child] = d
+            else:
+                push(child)
+            if o is None:
+                continue
+            if child.n_outputs == 1:
+                b = get(child)
+                buffers[child] = o if b is None else add(b, o)
+            else:
+                b = get(child)
+                if b is None:
+                    b = buffers[child] = [None] * child.n_outputs
+                b[nr] = o if b[nr] is None else add(b[nr], o)
+
+
 def _add(a: Tensor, b: Tensor) -> Tensor:
+    return _ew.add(a, b)
+
+
+def _add_unrecorded(a: Tensor, b: Tensor) -> Tensor:
+    """``_add`` where nothing records (grad mode off, no forward-mode level): for two tensors of one dtype and
+    shape (two gradients of one input), what add gives there, ``Tensor(kcall(np.add, a, b))``, without its
+    dispatch; anything else through add."""
+    x, y = a.data, b.data
+    if x.dtype == y.dtype and x.shape == y.shape and a.__class__ is Tensor and b.__class__ is Tensor:
+        return Tensor(kcall(np.add, x, y))
     return _ew.add(a, b)
 
 
@@ -629,7 +748,8 @@ def _accumulate_leaf(leaf: Tensor, g: Tensor, create_graph: bool, claimed: set) 
     if not create_graph:
         if old is None:
             a = g.data
-            if id(a) in claimed or not a.flags.owndata or not a.flags.writeable:
+            flags = a.flags
+            if id(a) in claimed or not flags.owndata or not flags.writeable:
                 a = kcall(K.copy, a)
             claimed.add(id(a))
             setattr_(leaf, "_grad", Tensor(a))

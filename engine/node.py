@@ -218,7 +218,8 @@ def release_all(nodes) -> None:
         saved = node.saved
         if not saved:
             continue
-        for k, v in list(saved.items()):
+        other = False
+        for v in saved.values():
             if v.__class__ is SavedTensor:
                 # not freed: an output slot holds its data, another slot its tensor (the other field is None)
                 if v._data is not None or v._tensor is not None:
@@ -227,18 +228,28 @@ def release_all(nodes) -> None:
                         tensors.append(v._tensor)
                         datas.append(v._data)
                     v._tensor = v._data = None
-            elif isinstance(v, list):
-                for x in v:
-                    if isinstance(x, SavedTensor) and not x.freed:
-                        if j is not None:
-                            j.append((0, x, "tensor", x.tensor))
-                        x.tensor = None
-            elif isinstance(v, Node):  # CopySlices keeps the in-place op's node and drops it (torch: fn_ = nullptr)
-                if node.prim == "CopySlices":  # a fused double-backward node only refers to its formula's node
-                    v.release()
-                if j is not None:
-                    j.append((1, node.saved, k, v))
-                node.saved[k] = None
+            elif isinstance(v, (list, Node)):
+                other = True
+        if other:  # lists of saved tensors, a node: the rare slots, in a second pass
+            _release_other(node)
+
+
+def _release_other(node: Node) -> None:
+    """The slots of ``node`` other than plain saved tensors: lists of them (indices), a node (CopySlices)."""
+    j = _journal.get()
+    for k, v in list(node.saved.items()):
+        if isinstance(v, list):
+            for x in v:
+                if isinstance(x, SavedTensor) and not x.freed:
+                    if j is not None:
+                        j.append((0, x, "tensor", x.tensor))
+                    x.tensor = None
+        elif isinstance(v, Node):  # CopySlices keeps the in-place op's node and drops it (torch: fn_ = nullptr)
+            if node.prim == "CopySlices":  # a fused double-backward node only refers to its formula's node
+                v.release()
+            if j is not None:
+                j.append((1, node.saved, k, v))
+            node.saved[k] = None
 
 
 class Ctx:
@@ -251,9 +262,15 @@ class Ctx:
         d = self.__dict__
         for slot, v in node.saved.items():
             if v.__class__ is SavedTensor:
-                v = v.unpack(node)
+                # SavedTensor.unpack's common case inline (the saved tensor alive, unmodified); anything
+                # else (an output whose tensor is gone, a freed or modified slot: its error) through unpack
+                t = v._tensor
+                if t is None and v.is_output and v._data is not None:
+                    t = v._ref()
+                v = t if t is not None and t._vc[0] == v.version else v.unpack(node)
             elif isinstance(v, list):
                 v = [x.unpack(node) if isinstance(x, SavedTensor) else x for x in v]
             d[slot] = v
-        self.node = node
-        self.needs = node.needs
+        d["node"] = node
+        needs = node._needs
+        d["needs"] = needs if needs is not None else node.needs

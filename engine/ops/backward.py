@@ -16,7 +16,7 @@ import numpy as np
 from ..kernel import direct, kcall
 from ..registry import elementwise_jvp, jvp, record, vjp
 from ..tensor import Tensor
-from .elementwise import EXP_FINITE, IN_PLACE_BYTES
+from .elementwise import EXP_FINITE, IN_PLACE_BYTES, exp, gt, sigmoid, where, zeros_like
 
 _SUM = np.add.reduce
 
@@ -46,7 +46,6 @@ def threshold_backward(grad: Tensor, self: Tensor, threshold) -> Tensor:
 
 @vjp("ThresholdBackwardBackward0", inputs=("grad_output", "self"), saves=("self", "threshold"))
 def _(ctx, gg):
-    from .elementwise import zeros_like
     n = ctx.needs
     return (threshold_backward(gg, ctx.self, ctx.threshold) if n[0] else None), \
         (zeros_like(gg) if n[1] else None)
@@ -161,7 +160,6 @@ def softplus_backward(grad: Tensor, self: Tensor, beta, threshold) -> Tensor:
 @vjp("SoftplusBackwardBackward0", inputs=("grad_output", "self"),
      saves={"beta": (), "grad_output": ("self",), "self": ("grad_output", "self"), "threshold": ()})
 def _(ctx, gg):
-    from .elementwise import gt, sigmoid, where
     n = ctx.needs
     x, beta, threshold = ctx.self, ctx.beta, ctx.threshold
     g_grad = softplus_backward(gg, x, beta, threshold) if n[0] else None
@@ -225,7 +223,6 @@ def log_softmax_backward_data(grad: Tensor, output: Tensor, dim: int) -> Tensor:
 @vjp("LogSoftmaxBackwardDataBackward0", inputs=("grad_output", "output"),
      saves={"dim": (), "grad_output": ("output",), "output": ("grad_output", "output")})
 def _(ctx, gg):
-    from .elementwise import exp
     from .reduction import sum as sum_
     n = ctx.needs
     y, d = ctx.output, ctx.dim

@@ -699,8 +699,7 @@ def tanh(self):
 
 @vjp("TanhBackward0", inputs=("self",), saves=("result",))
 def _(ctx, grad):
-    from .backward import tanh_backward
-    return tanh_backward(grad, ctx.result),
+    return _backward.tanh_backward(grad, ctx.result),
 
 
 jvp("TanhBackward0")(elementwise_jvp)
@@ -1015,8 +1014,7 @@ def sigmoid(self):
 
 @vjp("SigmoidBackward0", inputs=("self",), saves=("result",))
 def _(ctx, grad):
-    from .backward import sigmoid_backward
-    return sigmoid_backward(grad, ctx.result),
+    return _backward.sigmoid_backward(grad, ctx.result),
 
 
 jvp("SigmoidBackward0")(elementwise_jvp)
@@ -1035,8 +1033,7 @@ def relu(self):
 
 @vjp("ReluBackward0", inputs=("self",), saves=("result",))
 def _(ctx, grad):
-    from .backward import threshold_backward
-    return threshold_backward(grad, ctx.result, 0),
+    return _backward.threshold_backward(grad, ctx.result, 0),
 
 
 jvp("ReluBackward0")(elementwise_jvp)
@@ -1200,8 +1197,7 @@ def _softplus(x, beta, threshold):
 
 @vjp("SoftplusBackward0", inputs=("self",), saves=("beta", "self", "threshold"))
 def _(ctx, grad):
-    from .backward import softplus_backward
-    return softplus_backward(grad, ctx.self, ctx.beta, ctx.threshold),
+    return _backward.softplus_backward(grad, ctx.self, ctx.beta, ctx.threshold),
 
 
 jvp("SoftplusBackward0")(elementwise_jvp)
@@ -1711,3 +1707,8 @@ def isfinite(self):
 
 def zeros_like(t: Tensor) -> Tensor:
     return Tensor(np.zeros(t.data.shape, t.data.dtype))
+
+
+# the fused backward functions (their module imports this one: bound here, read when a VJP runs, so that no
+# VJP pays for an import statement per call)
+from . import backward as _backward  # noqa: E402

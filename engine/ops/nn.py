@@ -27,6 +27,7 @@ from ..grad_mode import _grad_enabled, emit_warning
 from ..kernel import kcall
 from ..registry import jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
+from .backward import log_softmax_backward_data, softmax_backward_data
 from .common import binary_operands, broadcast_shapes, check_no_requires_grad, require_tensor, wrap_dim
 from .elementwise import abs as abs_
 from .elementwise import (
@@ -112,7 +113,6 @@ def _(ctx, grad):
     r = ctx.result
     if r.data.ndim == 0:
         return grad * 0.0,
-    from .backward import softmax_backward_data
     return softmax_backward_data(grad, r, ctx.dim),
 
 
@@ -161,7 +161,6 @@ def _(ctx, grad):
     r = ctx.result
     if r.data.ndim == 0:
         return grad * 0.0,
-    from .backward import log_softmax_backward_data
     return log_softmax_backward_data(grad, r, ctx.dim),
 
 

@@ -19,7 +19,7 @@ from ..tensor import Tensor
 from .common import NP, float_dtype, require_tensor, wrap_dim, wrap_dims
 from .elementwise import abs as abs_
 from .elementwise import div_number, eq, exp, masked_fill, sign
-from .shape import expand, reshape, unsqueeze
+from .shape import expand, expand_to, reshape, unsqueeze
 
 
 def _dims(dim, ndim: int):
@@ -80,7 +80,7 @@ def sum(self, dim=None, keepdim=False, dtype=None):
 
 @vjp("SumBackward0", inputs=("self",), saves=("self_sym_sizes",))
 def _(ctx, grad):
-    return expand(grad, ctx.self_sym_sizes),
+    return expand_to(grad, ctx.self_sym_sizes),
 
 
 @jvp("SumBackward0")
@@ -92,7 +92,7 @@ def _(ctx, self_t):
 def _(ctx, grad):
     shp = ctx.self_sym_sizes
     dims = tuple(ctx.dim) if ctx.dim else None
-    return expand(_restore(grad, dims, len(shp), ctx.keepdim), shp),
+    return expand_to(_restore(grad, dims, len(shp), ctx.keepdim), shp),
 
 
 @jvp("SumBackward1")
@@ -178,7 +178,7 @@ def _mean_dims(x, dtype, axis, keepdim):
 
 @vjp("MeanBackward0", inputs=("self",), saves=("self_sym_numel", "self_sym_sizes"))
 def _(ctx, grad):
-    return div_number(expand(grad, ctx.self_sym_sizes), ctx.self_sym_numel),  # grad.expand(sizes) / numel
+    return div_number(expand_to(grad, ctx.self_sym_sizes), ctx.self_sym_numel),  # grad.expand(sizes) / numel
 
 
 @jvp("MeanBackward0")
@@ -194,7 +194,7 @@ def _(ctx, grad):
     if shp:  # a 0-d input reduced over dim 0 is its own mean
         for d in (dims if dims is not None else range(len(shp))):
             n *= shp[d]
-    return div_number(expand(_restore(grad, dims, len(shp), ctx.keepdim), shp), n),  # sum_backward(...) / n
+    return div_number(expand_to(_restore(grad, dims, len(shp), ctx.keepdim), shp), n),  # sum_backward(...) / n
 
 
 @jvp("MeanBackward1")

@@ -170,6 +170,17 @@ def _clone(a):
 _basic_take = operator.getitem
 
 
+def _broadcast_to(a, shape):
+    """``np.broadcast_to(a, shape)`` (a read-only view of ``a``, stride 0 along every new or size-1
+    dimension) without its Python layer (an nditer: 4x the time for a small array), for a C-contiguous ``a``."""
+    if not a.flags.c_contiguous:
+        return np.broadcast_to(a, shape)
+    strides = (0,) * (len(shape) - a.ndim) + tuple(0 if n == 1 else s for n, s in zip(a.shape, a.strides))
+    out = np.ndarray(shape, a.dtype, a, 0, strides)
+    out.flags.writeable = False
+    return out
+
+
 def _embed_into(g, shape, index, out):
     out.fill(0)
     out[index] = g
@@ -430,12 +441,21 @@ def expand(self, *sizes):
             raise ShapeError(f"The expanded size of the tensor ({s}) must match the existing size ({cur}) at "
                              f"non-singleton dimension {i}.  Target sizes: [{', '.join(map(str, sizes))}].  "
                              f"Tensor sizes: [{', '.join(map(str, shp))}]")
-    target = tuple(target)
+    return expand_to(self, tuple(target))
+
+
+def expand_to(self: Tensor, target: tuple) -> Tensor:
+    """``expand(self, *target)`` for sizes known to be valid for ``self`` (a backward formula's: the shape
+    of the input a gradient is for), without expand's checks of them."""
+    if target.__class__ is not tuple:
+        target = tuple(target)
     check_numel(target)
+    shp = self.data.shape
+    lead = len(target) - len(shp)
     if target[lead:] == shp and all(t == 1 for t in target[:lead]):
         out = kcall(_reshape, self.data, target)  # nothing repeated: a writeable view (no internal overlap)
     else:
-        out = kcall(np.broadcast_to, self.data, target)
+        out = kcall(_broadcast_to, self.data, target)
     return _as_view(record("ExpandBackward0", out, (self,), {"self_sym_sizes": shp}), self)
 
 
@@ -694,8 +714,8 @@ def stack(tensors, dim=0):
 
 @vjp("StackBackward0", inputs=(), saves=("dim",))
 def _(ctx, grad):
-    d = ctx.dim
-    return tuple(select(grad, d, i) if need else None for i, need in enumerate(ctx.needs))
+    d = ctx.dim  # (wrapped when recorded; grad has one entry per input along it)
+    return tuple([_select(grad, d, i) if need else None for i, need in enumerate(ctx.needs)])
 
 
 @jvp("StackBackward0")
@@ -907,7 +927,12 @@ def select(self, dim, index):
     if index < -n or index >= n:
         raise TorchIndexError(f"index {index} is out of bounds for dimension {d} with size {n}",
                               code="index_out_of_range")
-    i = index % n
+    return _select(self, d, index)
+
+
+def _select(self: Tensor, d: int, index: int) -> Tensor:
+    """``select`` for a wrapped dim and an index in range (a backward formula's), without its checks."""
+    i = index % self.data.shape[d]
     out = kcall(_basic_take, self.data, (slice(None),) * d + (i, Ellipsis))  # Ellipsis keeps a 0-d result a view
     return _as_view(record("SelectBackward0", out, (self,),
                            {"dim": d, "index": index, "self_sym_sizes": self.data.shape}), self)

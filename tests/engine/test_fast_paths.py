@@ -219,3 +219,71 @@ def test_a_stale_multi_output_view_in_a_tensor_list_is_refused_and_nothing_is_ap
     assert err.value.op_index == 3 and sorted(st.tensors) == ["x"]
     res = run_program(st, ops[:2] + [{"op": "stack", "args": [["u1", "u0", "u1"]], "out": "s"}])
     assert res.changed == ["a", "u0", "u1", "s"] and st.tensors["s"].grad_fn.name == "StackBackward0"
+
+
+# ----- the backward pass's fast paths (engine/autograd.py _run_all, engine/ops/shape.py _broadcast_to) -------------
+
+_BROADCASTS = [((), (4,)), ((), ()), ((), (2, 3)), ((1,), (5,)), ((3, 1), (3, 4)), ((1, 3), (2, 1, 3)),
+               ((1, 1), (1, 1)), ((1,), (1,)), ((2, 1, 1), (2, 1, 5)), ((3,), (0, 3)), ((1,), (0,)), ((0,), (3, 0)),
+               ((4,), (4,)), ((2, 3), (5, 2, 3)), ((0, 1), (0, 4))]
+
+
+@pytest.mark.parametrize("src, shape", _BROADCASTS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.bool_])
+def test_expand_kernel_is_np_broadcast_to_exactly(src, shape, dtype):
+    """The same view: values, strides (0 along every new or size-1 dimension), flags (read-only), base."""
+    base = np.arange(int(np.prod(src)) + 3).astype(dtype)
+    arrays = [base[:int(np.prod(src))].reshape(src), base[3:].reshape(src)]  # a base array's view, an offset view
+    ro = arrays[0].copy()
+    ro.flags.writeable = False
+    arrays.append(ro)
+    if src and src[-1] > 1:
+        arrays.append(np.arange(2 * int(np.prod(src))).astype(dtype).reshape(*src[:-1], 2 * src[-1])[..., ::2])
+    for a in arrays:
+        want, got = np.broadcast_to(a, shape), S._broadcast_to(a, shape)
+        assert got.shape == want.shape and got.dtype == want.dtype and got.strides == want.strides
+        assert got.flags == want.flags and got.base is want.base
+        assert np.array_equal(got, want)
+
+
+def _graph(n_groups: int = 6):
+    """A graph with shared subexpressions (nodes of several consumers), a multi-output node (unbind) and a
+    leaf reached along several paths, whose gradient sums contributions in the order the nodes ran."""
+    rng = np.random.default_rng(0)
+    leaves = [tensor(rng.standard_normal(3).astype(np.float32), requires_grad=True) for _ in range(4)]
+    outs = []
+    for g in range(n_groups):
+        a = EW.mul(leaves[g % 4], float(g + 1))
+        b = EW.tanh(EW.add(a, leaves[(g + 1) % 4]))
+        parts = S.unbind(S.stack([a, b]), 0)
+        outs.append(EW.mul(parts[0], parts[1]))
+        outs.append(EW.sin(a))
+    from engine.ops.reduction import sum as sum_
+    return leaves, sum_(S.stack(outs))
+
+
+def test_backward_runs_nodes_in_the_topological_order(monkeypatch):
+    """A backward without ``inputs`` runs nodes as they become ready: the order ``_topological`` gives (the
+    order decides how several contributions to one gradient are summed, and which error comes first)."""
+    from engine import autograd as A
+    leaves, root = _graph()
+    want = [n for n in A._topological([root.grad_fn]) if n.prim != "AccumulateGrad"]
+    ran = []
+    monkeypatch.setattr(A, "release_all", lambda nodes: ran.extend(nodes))
+    backward(root, retain_graph=False)
+    assert ran == want and len(ran) > 30
+    # the general loop (the pass pruned to ``inputs``, here every leaf) runs them in that order too
+    leaves, root = _graph()
+    ran.clear()
+    backward(root, inputs=leaves)
+    assert ran == [n for n in A._topological([root.grad_fn]) if n.prim != "AccumulateGrad"]
+
+
+def test_backward_fast_path_matches_the_pruned_pass_bit_for_bit():
+    leaves, root = _graph()
+    backward(root)
+    fast = [x.grad.data.copy() for x in leaves]
+    leaves2, root2 = _graph()
+    backward(root2, inputs=leaves2)  # every leaf asked for: the general loop, the same values
+    for a, x in zip(fast, leaves2):
+        assert a.tobytes() == x.grad.data.tobytes()

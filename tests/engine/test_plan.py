@@ -235,6 +235,15 @@ PROGRAMS = {
                                op("sum", "y", out="s")],
     "embedding": lambda r: [T("w", [[r(), r()], [r(), r()], [r(), r()]], requires_grad=True), T("i", [2, 0, 2]),
                             op("embedding", "i", "w", out="e"), op("sum", "e", out="s"), op("backward", "s")],
+    # the benchmark's scalar graph in small: stack's and sum's and mean's VJPs, gradients of one input summed
+    # (m0, and the leaf p0 used twice)
+    "scalar_graph": lambda r: [T("p0", r(), requires_grad=True), T("p1", r(), requires_grad=True),
+                               T("p2", r(), requires_grad=True), op("softplus", "p0", out="s0"),
+                               op("mul", "s0", 0.5, out="m0"), op("softplus", "p1", out="s1"),
+                               op("mul", "s1", 0.5, out="m1"), op("mul", "p2", "p0", out="m2"),
+                               op("stack", ["m0", "m1", "m2"], out="st"), op("softmax", "st", 0, out="sm"),
+                               op("mul", "m0", 1.0, out="k"), op("mul", "sm", "k", out="q"), op("sum", "q", out="o"),
+                               op("mean", "st", out="mu"), op("add", "o", "mu", out="tot"), op("backward", "tot")],
 }
 
 
