@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 import orjson
+import pybase64
 
 from app.errors import InvalidInput, LimitExceeded
 from engine import Owned
@@ -31,6 +32,19 @@ PAYLOAD_KEYS = frozenset({"dtype", "shape", "encoding", "data"})
 #: Strings of ``"data"`` members at least this long are lifted out of large bodies (see ``lift_blobs``)
 BLOB_MIN_BYTES = 4096
 _WHITESPACE = frozenset(b" \t\r\n")
+
+
+def b64decode(data: str | memoryview) -> bytes:
+    """The bytes of base64 text, strictly: what the standard library gives (``a2b_base64`` in strict mode for a
+    lifted blob, ``b64decode(validate=True)`` for a str), its error included, at SIMD speed (pybase64, ~30x).
+    pybase64's strict decoder accepts a subset of what the standard library accepts (it refuses padding past a
+    complete quantum, ``"QUJD="``) and gives the same bytes: what it refuses goes to the standard library,
+    whose verdict and message stand."""
+    try:
+        return pybase64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return binascii.a2b_base64(data, strict_mode=True) if isinstance(data, memoryview) else \
+            base64.b64decode(data, validate=True)
 
 
 # ----- large base64 strings ---------------------------------------------------------------------------
@@ -112,15 +126,12 @@ def _decode_into(data: str | memoryview, dtype: np.dtype, shape: list, nbytes: i
     try:
         for i in range(0, n, DECODE_PIECE):
             piece = data[i:i + DECODE_PIECE]
+            raw = b64decode(piece)
             if i + DECODE_PIECE < n:
-                raw = binascii.a2b_base64(piece, strict_mode=True)
                 if len(raw) != DECODE_PIECE // 4 * 3:  # (padding inside the text)
                     return None
-            else:
-                raw = binascii.a2b_base64(piece, strict_mode=True) if isinstance(data, memoryview) else \
-                    base64.b64decode(piece, validate=True)
-                if at + len(raw) != nbytes:
-                    return None
+            elif at + len(raw) != nbytes:
+                return None
             out[at:at + len(raw)] = raw
             at += len(raw)
     except (binascii.Error, ValueError):
@@ -161,8 +172,7 @@ def decode_payload(obj: dict, max_elements: int, blobs: dict[str, memoryview] | 
         if arr is not None:
             return Owned(arr)
     try:
-        raw = binascii.a2b_base64(data, strict_mode=True) if isinstance(data, memoryview) else \
-            base64.b64decode(data, validate=True)
+        raw = b64decode(data)
     except (binascii.Error, ValueError) as exc:
         raise InvalidInput(f"payload data is not valid base64: {exc}",
                            code="invalid_tensor_payload") from None
@@ -241,7 +251,7 @@ _ENCODED_AS.update({wire: (name, wire) for name, wire in WIRE_DTYPES.items()})
 def encode_base64(arr: np.ndarray) -> dict:
     found = _ENCODED_AS.get(arr.dtype)
     name, wire = found if found is not None else (arr.dtype.name, WIRE_DTYPES[arr.dtype.name])
-    data = base64.b64encode(np.ascontiguousarray(arr, dtype=wire).data)
+    data = pybase64.b64encode(np.ascontiguousarray(arr, dtype=wire).data)  # (base64's bytes, SIMD)
     # orjson >= 3.9 embeds pre-serialised JSON without re-encoding it (base64 needs no escaping)
     text = orjson.Fragment(b'"' + data + b'"') if hasattr(orjson, "Fragment") else data.decode("ascii")
     return {"dtype": name, "shape": list(arr.shape), "encoding": "base64", "data": text}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import binascii
+import random
 
 import numpy as np
 import orjson
@@ -136,3 +138,47 @@ def test_an_owned_payload_is_the_usual_array_in_memory_of_its_own(dtype):
                         a = got.array
                         assert a.base is None and a.flags.writeable and a.flags.c_contiguous
                         assert a.dtype.isnative and list(a.shape) == shape
+
+
+def _stdlib_verdict(data):
+    """What the standard library's strict decoders give (the service's decoding before pybase64)."""
+    try:
+        if isinstance(data, memoryview):
+            return binascii.a2b_base64(data, strict_mode=True)
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        return ("error", str(exc))
+
+
+def _codec_verdict(data):
+    try:
+        return codec.b64decode(data)
+    except (binascii.Error, ValueError) as exc:
+        return ("error", str(exc))
+
+
+def test_fast_base64_decoding_gives_the_standard_librarys_bytes_verdicts_and_messages():
+    """The SIMD decoder accepts exactly the texts the standard library's strict decoders accept, with the same
+    bytes, and a refusal carries the standard library's message (short texts over an alphabet of base64 digits,
+    padding, whitespace, URL-safe and non-ASCII characters: every padding position, excess and inner padding)."""
+    rng = random.Random(7)
+    alphabet = "ABCDab01+/=\n -_é\x00"
+    texts = ["", "QQ==", "QUJD", "QUJD=", "QUJD====", "QQ=", "Q===", "=QUJD", "QQ==QQ==", "QUJ\nD", "QUJD\n"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14))) for _ in range(20000)]
+    refused = 0
+    for text in texts:
+        for data in (text, memoryview(text.encode())):
+            expected = _stdlib_verdict(data)
+            assert _codec_verdict(data) == expected, (text, type(data).__name__)
+            refused += isinstance(expected, tuple)
+    assert 0 < refused < 2 * len(texts)
+    payload = np.random.default_rng(0).standard_normal(100_003).tobytes()
+    text = base64.b64encode(payload)
+    assert codec.b64decode(text.decode()) == codec.b64decode(memoryview(text)) == payload
+
+
+def test_base64_encoding_is_the_standard_librarys():
+    for arr in (np.arange(7, dtype=np.float32), np.zeros((0, 3)), np.array(True), np.arange(1 << 16, dtype=np.int64)):
+        data = encode_base64(arr)["data"]
+        text = bytes(orjson.dumps(data))[1:-1]
+        assert text == base64.b64encode(np.ascontiguousarray(arr, arr.dtype.newbyteorder("<")).tobytes())
