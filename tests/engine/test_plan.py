@@ -208,6 +208,12 @@ def mlp(x, w, b, target):
             op("cross_entropy", "h", "y", out="loss"), op("backward", "loss")]
 
 
+def draws(seed: int):
+    """Float32-exact values in [-2, 2), one per call: the numbers the ``PROGRAMS`` lists are written with."""
+    rng = np.random.default_rng(seed)
+    return lambda: float(np.float32(rng.uniform(-2, 2)))
+
+
 PROGRAMS = {
     "scalar": lambda r: [T("w", r(), requires_grad=True), T("x", r(), requires_grad=True),
                          T("b", r(), requires_grad=True), op("mul", "w", "x", out="t"), op("add", "t", "b", out="y"),
@@ -249,10 +255,7 @@ PROGRAMS = {
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_programs_replay_bit_for_bit_on_new_values(name, tape_mode):
-    rng = np.random.default_rng(7)
-
-    def r():
-        return float(np.float32(rng.uniform(-2, 2)))
+    r = draws(7)
     cache = PlanCache()
     for _ in range(4):
         ops = PROGRAMS[name](r)
@@ -725,10 +728,7 @@ def test_a_cold_run_never_writes_into_an_owned_array():
 def test_owned_inputs_replay_bit_for_bit_and_are_kept(name, tape_mode):
     """The programs with their inputs handed over as the service hands decoded payloads: cold and planned runs
     observe the same (values, layouts, flags); the replays keep the arrays (no copy), the cold runs copy."""
-    rng = np.random.default_rng(8)
-
-    def r():
-        return float(np.float32(rng.uniform(-2, 2)))
+    r = draws(8)
     cache = PlanCache()
     for i in range(4):
         lists = PROGRAMS[name](r)

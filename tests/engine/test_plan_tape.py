@@ -19,7 +19,7 @@ from engine.ops import shape as S
 from engine.plan import Plan, PlanCache
 from engine.program import State, run_program
 
-from .test_plan import LIMITS, PROGRAMS, T, both_ways, cold, observe, op, planned
+from .test_plan import LIMITS, PROGRAMS, T, both_ways, cold, draws, observe, op, planned
 from .test_plan import _tensor_view as _view
 
 
@@ -220,10 +220,7 @@ def _expected_names(ops, respond):
 def test_a_run_showing_some_names_keeps_those_and_the_reports_names_cold_and_replayed(name, interpreted, monkeypatch):
     if interpreted:
         monkeypatch.setattr(plan_module, "_COMPILE_MAX_STEPS", 0)
-    rng = np.random.default_rng(11)
-
-    def r():
-        return float(np.float32(rng.uniform(-2, 2)))
+    r = draws(11)
     ops = PROGRAMS[name](r)
     outs = [o["out"] for o in ops if isinstance(o.get("out"), str)]
     for respond in ([outs[-1]], [outs[0], f"{outs[0]}.grad"], [], ["nope"], outs[::2]):
