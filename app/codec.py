@@ -63,8 +63,6 @@ def lift_blobs(body: bytes) -> tuple[bytes, dict[str, memoryview]]:
     if len(body) < BLOB_MIN_BYTES or b"c" not in body or b'"encoding"' not in body:
         return body, {}
     prefix = f"gradserve-blob-{secrets.token_hex(8)}-"
-    if prefix.encode() in body:
-        return body, {}
     view = memoryview(body)
     pieces: list = []
     blobs: dict[str, memoryview] = {}
@@ -92,7 +90,13 @@ def lift_blobs(body: bytes) -> tuple[bytes, dict[str, memoryview]]:
     if not blobs:
         return body, {}
     pieces.append(view[copied:])
-    return b"".join(pieces), blobs
+    lifted = b"".join(pieces)
+    # the tokens must be the only occurrences of the prefix in what orjson reads (searched there, not in the
+    # whole body: the lifted strings are most of it); the prefix holds no quote, so no occurrence spans a
+    # token's edge
+    if lifted.count(prefix.encode()) != len(blobs):
+        return body, {}
+    return lifted, blobs
 
 
 class BlobsLeft(Exception):
@@ -253,7 +257,7 @@ def encode_base64(arr: np.ndarray) -> dict:
     name, wire = found if found is not None else (arr.dtype.name, WIRE_DTYPES[arr.dtype.name])
     data = pybase64.b64encode(np.ascontiguousarray(arr, dtype=wire).data)  # (base64's bytes, SIMD)
     # orjson >= 3.9 embeds pre-serialised JSON without re-encoding it (base64 needs no escaping)
-    text = orjson.Fragment(b'"' + data + b'"') if hasattr(orjson, "Fragment") else data.decode("ascii")
+    text = orjson.Fragment(b"".join((b'"', data, b'"'))) if hasattr(orjson, "Fragment") else data.decode("ascii")
     return {"dtype": name, "shape": list(arr.shape), "encoding": "base64", "data": text}
 
 

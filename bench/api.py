@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import pybase64
 from pydantic import BaseModel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,10 +121,15 @@ def transfer_rows(size: int) -> list[tuple[str, float, float, float]]:
     encoded = base64.b64encode(raw)
     payload = {"dtype": "float32", "shape": [size], "encoding": "base64", "data": encoded.decode()}
     b64_body = orjson.dumps({"ops": [{"op": "tensor", "out": "x", "args": [payload]}]})
-    rows.append((f"base64 in ({size:,} float32)", best_of(lambda: base64.b64decode(encoded)),
-                 best_of(lambda: service.parse_ops(b64_body)), 1.5))
-    rows.append((f"base64 out ({size:,} float32)", best_of(lambda: base64.b64encode(raw)),
-                 best_of(lambda: views.dump(views.tensor_view("x", View, "base64"))), 1.5))
+    app_in = best_of(lambda: service.parse_ops(b64_body))
+    app_out = best_of(lambda: views.dump(views.tensor_view("x", View, "base64")))
+    rows.append((f"base64 in ({size:,} float32)", best_of(lambda: base64.b64decode(encoded, validate=True)),
+                 app_in, 1.5))
+    rows.append((f"base64 out ({size:,} float32)", best_of(lambda: base64.b64encode(raw)), app_out, 1.5))
+    # the same against the SIMD codec the service uses (no target: what the service adds on top of the decode)
+    rows.append(("  in, against pybase64's decode", best_of(lambda: pybase64.b64decode(encoded, validate=True)),
+                 app_in, None))
+    rows.append(("  out, against pybase64's encode", best_of(lambda: pybase64.b64encode(raw)), app_out, None))
     ops = [{"op": "mul", "out": f"t{i}", "args": [f"t{i - 1}" if i else "x", 2.0]} for i in range(10_000)]
     ops_body = orjson.dumps({"ops": ops})
     rows.append(("10,000-op list parse+validate", best_of(lambda: orjson.loads(ops_body)),
@@ -253,9 +259,9 @@ def main() -> int:
     print(f"{'transfer / parse (best of >= 7)':40} {'floor s':>9} {'app s':>9} {'ratio':>7} {'target':>7}  result")
     for label, floor, app_time, target in transfer_rows(args.size):
         ratio = app_time / floor
-        failed |= ratio > target
-        print(f"{label:40} {floor:9.4f} {app_time:9.4f} {ratio:6.2f}x {'<=' + str(target) + 'x':>7}  "
-              f"{verdict(ratio <= target)}")
+        failed |= target is not None and ratio > target
+        print(f"{label:40} {floor:9.4f} {app_time:9.4f} {ratio:6.2f}x {'<=' + str(target) + 'x' if target else '':>7}  "
+              f"{verdict(ratio <= target) if target else ''}")
     if not args.skip_http:
         rows = http_rows(args.duration, args.connections, args.rounds)
         ceiling = rows[0][1]["rps"]

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+import app.codec
 import app.service
 from app.codec import lift_blobs
 from app.config import Settings
@@ -109,6 +110,21 @@ def test_a_data_string_that_is_not_a_payload_is_parsed_as_written(client, sessio
     assert len(lift_blobs(body)[1]) == 2
     problem = assert_problem(client.post(f"/v1/sessions/{session}/ops", content=body, headers=JSON), 422)
     assert "gradserve-blob" not in problem["detail"]  # the original body was parsed: no token reached the engine
+
+
+def test_a_token_is_never_a_string_the_parsed_document_holds(monkeypatch):
+    """The tokens that replace lifted strings are the only occurrences of their prefix in what orjson reads: a
+    body naming the prefix outside the lifted strings is parsed as written; inside a lifted string it is lifted
+    with the rest of that string."""
+    monkeypatch.setattr(app.codec.secrets, "token_hex", lambda n: "ab" * n)
+    prefix = "gradserve-blob-" + "ab" * 8 + "-"
+    big = payload(BIG)
+    named = orjson.dumps({"ops": [{"op": "tensor", "out": prefix + "0", "args": [big]}]})
+    assert lift_blobs(named) == (named, {})
+    inside = orjson.dumps({"ops": [{"op": "tensor", "out": "x", "args": [{**big, "data": prefix + big["data"]}]}]})
+    lifted, blobs = lift_blobs(inside)
+    assert list(blobs) == [prefix + "0"] and bytes(blobs[prefix + "0"]) == (prefix + big["data"]).encode()
+    assert orjson.loads(lifted)["ops"][0]["args"][0]["data"] == prefix + "0"
 
 
 def test_escaped_or_invalid_large_payloads_behave_as_before(client, session):
