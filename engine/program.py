@@ -110,20 +110,22 @@ def graph_stats(roots) -> tuple[int, int]:
 def reachable(roots) -> tuple[int, dict[int, int]]:
     """(graph nodes, {id(array owning memory): nbytes}) reachable from the tensors ``roots``: their data,
     gradients, graphs and saved tensors."""
-    # sets of the objects themselves (Tensor and Node hash by identity), no id() call per visit
+    # sets of the objects themselves (Tensor and Node hash by identity), no id() call per visit; the sets'
+    # and stacks' methods bound once (a session's end-of-run check walks every tensor and node it holds)
     seen_nodes: set = set()
     seen_arrays: dict[int, int] = {}
     seen_t: set = set()
     stack_t = list(roots)
     stack_n: list[Node] = []
     ndarray = np.ndarray
+    saved_tensor = SavedTensor
 
-    add_node = seen_nodes.add
-    push_node = stack_n.append
+    add_node, push_node, pop_node = seen_nodes.add, stack_n.append, stack_n.pop
+    add_t, push_t, pop_t = seen_t.add, stack_t.append, stack_t.pop
     while stack_t or stack_n:
         while stack_t:
-            t = stack_t.pop()
-            seen_t.add(t)
+            t = pop_t()
+            add_t(t)
             a = t.data
             base = a.base
             if base is None or base.__class__ is not ndarray:
@@ -131,52 +133,47 @@ def reachable(roots) -> tuple[int, dict[int, int]]:
             seen_arrays[id(base)] = base.nbytes
             g = t._grad
             if g is not None and g not in seen_t:
-                stack_t.append(g)
+                push_t(g)
             fn = t._grad_fn if t._base is None else t.grad_fn
             if fn is not None and fn not in seen_nodes:
                 add_node(fn)
                 push_node(fn)
         while stack_n:
-            n = stack_n.pop()
+            n = pop_node()
             for c, _ in n.next_functions:
                 if c is not None and c not in seen_nodes:
                     add_node(c)
                     push_node(c)
             saved = n.saved
-            if not saved:
-                t = n.variable
-                if t is not None and t not in seen_t:
-                    seen_t.add(t)
-                    stack_t.append(t)
-                continue
-            for v in saved.values():
-                if v.__class__ is SavedTensor:
-                    # SavedTensor.freed and .live(), inline
-                    if v.is_output:
-                        a = v._data
-                        if a is None:
-                            continue
-                        live = v._ref()
-                        if live is None:  # a node's output nothing else holds: its saved data
-                            base = a.base
-                            if base is None or base.__class__ is not ndarray:
-                                base = a
-                            seen_arrays[id(base)] = base.nbytes
-                            continue
-                    else:
-                        live = v._tensor
-                        if live is None:
-                            continue
-                    if live not in seen_t:
-                        seen_t.add(live)
-                        stack_t.append(live)
-                elif isinstance(v, Node) and v not in seen_nodes:
-                    seen_nodes.add(v)
-                    stack_n.append(v)
+            if saved:
+                for v in saved.values():
+                    if v.__class__ is saved_tensor:
+                        # SavedTensor.freed and .live(), inline
+                        if v.is_output:
+                            a = v._data
+                            if a is None:
+                                continue
+                            live = v._ref()
+                            if live is None:  # a node's output nothing else holds: its saved data
+                                base = a.base
+                                if base is None or base.__class__ is not ndarray:
+                                    base = a
+                                seen_arrays[id(base)] = base.nbytes
+                                continue
+                        else:
+                            live = v._tensor
+                            if live is None:
+                                continue
+                        if live not in seen_t:
+                            add_t(live)
+                            push_t(live)
+                    elif isinstance(v, Node) and v not in seen_nodes:
+                        add_node(v)
+                        push_node(v)
             t = n.variable
             if t is not None and t not in seen_t:
-                seen_t.add(t)
-                stack_t.append(t)
+                add_t(t)
+                push_t(t)
     return len(seen_nodes), seen_arrays
 
 
@@ -456,21 +453,39 @@ class _Runner:
         self.report(index, "backward", contrib)
 
     def report(self, index, op, contrib: dict):
+        """The pass's record: each named tensor it reached, with frozen copies (``_snapshot``) of its
+        contribution and of its ``.grad`` as they are now (later in-place ops must not change the report)."""
         entries = []
-        names = {}  # id(tensor) -> its first name (names_of's answer), built once: a pass may write thousands
-        if len(contrib) > 4:  # (backwards, so that the first name of a tensor is the one kept)
-            names = {id(v): n for n, v in reversed(self.ns.items())}
+        append = entries.append
+        many = len(contrib) > 4
+        if many:
+            # id(tensor) -> its first name (names_of's answer) for the pass's tensors only: one pass over the
+            # namespace (in order, so the first name is kept) that stops once every one of them is named
+            names = {}
+            want = {id(t) for t in contrib}
+            for n, v in self.ns.items():
+                i = id(v)
+                if i in want:
+                    want.remove(i)
+                    names[i] = n
+                    if not want:
+                        break
+        # _snapshot, inline: a copy per entry is made through kcall (a plan being recorded notes it)
+        copy = (lambda a: np.array(a, copy=True)) if plan_recorder() is None else (lambda a: kcall(snapshot, a))
         for t, g in contrib.items():
-            name = names.get(id(t)) if names else self.names_of(t)
+            name = names.get(id(t)) if many else self.names_of(t)
             if name is None:
                 continue
             grad = t._grad
-            if grad is not None and grad.data is g.data:  # the first pass's .grad is its contribution: one copy
-                c = _snapshot(g)
-                entries.append(GradEntry(name, c, Tensor(c.data, grad.requires_grad, grad.grad_fn, grad.output_nr),
-                                         t.grad_accumulations))
-                continue
-            entries.append(GradEntry(name, _snapshot(g), _snapshot(grad), t.grad_accumulations))
+            c = Tensor(copy(g.data), g.requires_grad, g.grad_fn, g.output_nr)
+            if grad is None:
+                append(GradEntry(name, c, None, t.grad_accumulations))
+            elif grad.data is g.data:  # the first pass's .grad is its contribution: one copy
+                append(GradEntry(name, c, Tensor(c.data, grad.requires_grad, grad.grad_fn, grad.output_nr),
+                                 t.grad_accumulations))
+            else:
+                append(GradEntry(name, c, Tensor(copy(grad.data), grad.requires_grad, grad.grad_fn,
+                                                 grad.output_nr), t.grad_accumulations))
         self.result.autograd.append(AutogradRecord(index, op, entries))
 
     def do_grad(self, index, out, args, kwargs):

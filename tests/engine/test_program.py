@@ -346,3 +346,61 @@ def test_a_backward_report_of_many_leaves_names_each_tensor_by_its_first_name():
     res = run_program(st, ops)
     grads = {e.name: float(e.grad.data) for e in res.autograd[0].entries}
     assert grads == {"a": 2.0, "b": 4.0, "c": 6.0, "d": 8.0, "e": 10.0, "f": 12.0}  # "c", not "alias"
+
+
+@pytest.mark.parametrize("n", [3, 6])  # the report's few- and many-tensor paths (names_of, one namespace scan)
+def test_each_pass_report_is_frozen_against_every_later_in_place_change_of_the_grads(n):
+    """A pass's report shows contributions and .grad as they were when it ran: later in-place changes of the
+    same .grad arrays (add_ on x.grad, mul_, zero_grad(set_to_none=False), a second backward accumulating into
+    it), in the same run or a later one, never reach an earlier report."""
+    from engine.tensor import tensor
+    names = [f"p{i}" for i in range(n)]
+    st = State()
+    st.tensors = {nm: tensor(float(i + 1), requires_grad=True) for i, nm in enumerate(names)}
+    fwd = [{"op": "stack", "args": [names], "out": "s"}, {"op": "mul", "args": ["s", "s"], "out": "q"},
+           {"op": "sum", "args": ["q"], "out": "loss"}]
+    bwd = {"op": "backward", "args": ["loss"], "kwargs": {"retain_graph": True}}
+    ops = fwd + [bwd, {"op": "add_", "args": ["p0.grad", 100.0]}, {"op": "mul_", "args": [f"p{n - 1}.grad", 3.0]},
+                 bwd, {"op": "zero_grad", "args": [names], "kwargs": {"set_to_none": False}}, bwd,
+                 {"op": "add_", "args": ["p1.grad", 7.0]}]
+    res = run_program(st, ops, limits=E.Limits())
+    v = {nm: 2.0 * (i + 1) for i, nm in enumerate(names)}  # each pass's contribution: d(sum p^2)/dp = 2p
+
+    def shown(rec):
+        return {e.name: (float(e.contribution.data), float(e.grad.data), e.grad_accumulations) for e in rec.entries}
+
+    first, second, third = (shown(r) for r in res.autograd)
+    assert first == {nm: (v[nm], v[nm], 1) for nm in names}
+    after_first = dict(v, p0=v["p0"] + 100.0, **{f"p{n - 1}": v[f"p{n - 1}"] * 3.0})
+    assert second == {nm: (v[nm], after_first[nm] + v[nm], 2) for nm in names}
+    assert third == {nm: (v[nm], v[nm], 1) for nm in names}  # (zero_grad restarts the count)
+    assert float(st.resolve("p1.grad").data) == v["p1"] + 7.0
+    # a later run accumulating into the same arrays in place leaves this run's report as it was
+    grad_arrays = {nm: st.tensors[nm]._grad.data for nm in names}
+    res2 = run_program(st, [bwd, {"op": "mul_", "args": ["p0.grad", -1.0]}], limits=E.Limits())
+    assert all(st.tensors[nm]._grad.data is grad_arrays[nm] for nm in names)  # (accumulated in place)
+    assert (shown(res.autograd[0]), shown(res.autograd[1]), shown(res.autograd[2])) == (first, second, third)
+    assert shown(res2.autograd[0])["p0"] == (v["p0"], v["p0"] * 2, 2)
+    assert float(st.resolve("p0.grad").data) == -v["p0"] * 2
+    for rec in res.autograd + res2.autograd:  # no report shares an array with the session
+        for e in rec.entries:
+            assert not any(np.shares_memory(e.contribution.data, a) or np.shares_memory(e.grad.data, a)
+                           for a in grad_arrays.values())
+
+
+def test_a_many_tensor_report_names_by_first_name_and_skips_unnamed_tensors():
+    """The report's namespace scan: a tensor bound under several names is reported under the first (in the
+    namespace's order, here an alias made before the tensor's own later rebinding), and a tensor of the pass
+    that no name holds any more is left out, the others all reported."""
+    from engine.tensor import tensor
+    st = State()
+    st.tensors = {n: tensor(float(i + 1), requires_grad=True) for i, n in enumerate("abcdefg")}
+    ops = [{"op": "stack", "args": [list("abcdefg")], "out": "s"}, {"op": "mul", "args": ["s", "s"], "out": "q"},
+           {"op": "sum", "args": ["q"], "out": "loss"}, {"op": "bind", "args": ["g"], "out": "a"},
+           {"op": "del", "args": ["b"]},
+           {"op": "grad", "args": ["loss", list("acdefg")], "out": ["ga", "gc", "gd", "ge", "gf", "gg"]}]
+    res = run_program(st, ops)
+    shown = {e.name: float(e.contribution.data) for e in res.autograd[0].entries}
+    # "a" now names the tensor made as "g" (its first name in order); the old "a" is unnamed, "b" deleted
+    assert list(shown) == ["a", "c", "d", "e", "f"]
+    assert shown == {"a": 14.0, "c": 6.0, "d": 8.0, "e": 10.0, "f": 12.0}
