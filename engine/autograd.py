@@ -660,7 +660,6 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
     push = ready.append
     take = buffers.pop
     get = buffers.get
-    fused = FUSED_BACKWARD if create_graph else {}
     # nothing records (no create_graph, no forward-mode level): two gradients of one input are summed by
     # add's kernel alone
     add = _add if create_graph or current_level() is not None else _add_unrecorded
@@ -694,16 +693,7 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
             if g is not None and node.variable.requires_grad:  # torch skips a leaf no longer requiring grad
                 leaf_grads.append((node.variable, g))
             continue
-        # _apply, inline: the VJP, then each gradient un-broadcast and cast to its input's shape and dtype
-        prim = PRIMS[prim_name]
-        ctx = Ctx(node)
-        if g is not None and prim_name in fused:
-            outs = _fused(node, prim, ctx, g, fused[prim_name])
-        elif prim.n_outputs == 1:
-            outs = prim.vjp(ctx, g)
-        else:
-            outs = prim.vjp(ctx, buf if buf is not None else [g])
-        outs = _conform(node, outs)
+        outs = _apply(node, [g] if buf is None else buf)
         if len(outs) < len(nexts):  # (every edge counts for Kahn's step)
             outs = [*outs, *([None] * (len(nexts) - len(outs)))]
         executed.append(node)
