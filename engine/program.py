@@ -245,13 +245,24 @@ class _Runner:
         if isinstance(v, str):
             return _lookup(self.ns, v)
         if isinstance(v, (list, tuple)):
-            ns = self.ns
-            out = []
-            for x in v:
-                t = ns.get(x) if x.__class__ is str else None  # a bound name; anything else as tensor_arg
-                out.append(t if t is not None else self.tensor_arg(x))
-            return out
+            return self._tensors_of(v)[0]
         return v
+
+    def _tensors_of(self, v) -> tuple[list, bool]:
+        """A list's items as tensors (a bound name's tensor; anything else converted as ``tensor_arg`` does),
+        and whether one may be a view (a plain tensor needs no view check)."""
+        ns = self.ns
+        out = []
+        viewed = False
+        for x in v:
+            t = ns.get(x) if x.__class__ is str else None
+            if t is None:
+                viewed = True
+                t = self.tensor_arg(x)
+            elif t._base is not None:
+                viewed = True
+            out.append(t)
+        return out, viewed
 
     def index_arg(self, v):
         """JSON index: int, null (None), "..." (Ellipsis), "a:b:c" slices, {"slice": [a, b, c]}, a tensor name,
@@ -327,17 +338,8 @@ class _Runner:
                         viewed = True
                     out_args.append(a)
                 elif k == _TENSOR_LIST and a.__class__ is list:
-                    # tensor_list(a), inline: bound names looked at for views one by one (a list of plain
-                    # tensors needs no view check); anything else converted as tensor_arg does, may be a view
-                    items = []
-                    for x in a:
-                        t = ns.get(x) if x.__class__ is str else None
-                        if t is None:
-                            viewed = True
-                            t = self.tensor_arg(x)
-                        elif t._base is not None:
-                            viewed = True
-                        items.append(t)
+                    items, may_view = self._tensors_of(a)
+                    viewed = viewed or may_view
                     out_args.append(items)
                 else:
                     viewed = True
