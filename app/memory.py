@@ -140,6 +140,8 @@ def _malloc_trim():
 
 #: Net allocations of container objects between collections of the youngest generation (CPython: 700)
 YOUNG_GC_THRESHOLD = 5000
+#: Collections of the youngest generation between collections of the middle one (CPython: 10)
+MIDDLE_GC_THRESHOLD = 100
 
 
 def configure_gc():
@@ -149,13 +151,20 @@ def configure_gc():
     show in p99. And the youngest generation is collected after ``YOUNG_GC_THRESHOLD`` net allocations
     instead of 700: requests that await Redis keep their objects alive across collections, which at 700 ran
     several times per request batch (~5% of the Redis store's CPU per request; no change measured for the
-    memory store), and a cold op list leaves ~8 container objects per op alive until it ends. The app's
-    lifespan calls it (undone at shutdown, so that an app made and dropped in a longer-lived process, the
-    tests, leaves the collector as it found it), and so does ``bench/engine.py``."""
+    memory store), and a cold op list leaves ~8 container objects per op alive until it ends. The middle
+    generation is collected after ``MIDDLE_GC_THRESHOLD`` young collections instead of 10: a cold op list's
+    graph lives until the run ends, so every pass over it finds nothing (the engine's graphs are freed by
+    reference counting), and at 10 the middle generation's passes (with the full passes every 10 of them)
+    took 6-12% of a 10,000-op cold run (``bench/engine.py``'s scalar10k and rk4 rows; measured in the commit
+    that set it). The cycles the engine does leave (a leaf and its AccumulateGrad node, a dropped session's)
+    are collected by ``MemoryTrimmer`` when sessions end and every ``GRADSERVE_MEMORY_TRIM_INTERVAL_SECONDS``,
+    whatever the thresholds. The app's lifespan calls it (undone at shutdown, so that an app made and
+    dropped in a longer-lived process, the tests, leaves the collector as it found it), and so does
+    ``bench/engine.py``."""
     gc.collect()
     gc.freeze()
     thresholds = gc.get_threshold()
-    gc.set_threshold(YOUNG_GC_THRESHOLD, *thresholds[1:])
+    gc.set_threshold(YOUNG_GC_THRESHOLD, MIDDLE_GC_THRESHOLD, *thresholds[2:])
 
     def undo() -> None:
         gc.set_threshold(*thresholds)

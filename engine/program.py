@@ -479,12 +479,17 @@ class _Runner:
             if name is None:
                 continue
             grad = t._grad
-            c = Tensor(copy(g.data), g.requires_grad, g.grad_fn, g.output_nr)
+            rg, fn = g.requires_grad, g.grad_fn
+            c = Tensor(copy(g.data), rg, fn, g.output_nr)
             if grad is None:
                 append(GradEntry(name, c, None, t.grad_accumulations))
             elif grad.data is g.data:  # the first pass's .grad is its contribution: one copy
-                append(GradEntry(name, c, Tensor(c.data, grad.requires_grad, grad.grad_fn, grad.output_nr),
-                                 t.grad_accumulations))
+                if grad is g or (grad.requires_grad is rg and grad.grad_fn is fn and grad.output_nr == g.output_nr):
+                    # the same array with the same flags: one frozen tensor shows both (nothing writes to it)
+                    append(GradEntry(name, c, c, t.grad_accumulations))
+                else:
+                    append(GradEntry(name, c, Tensor(c.data, grad.requires_grad, grad.grad_fn, grad.output_nr),
+                                     t.grad_accumulations))
             else:
                 append(GradEntry(name, c, Tensor(copy(grad.data), grad.requires_grad, grad.grad_fn,
                                                  grad.output_nr), t.grad_accumulations))

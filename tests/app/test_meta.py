@@ -85,12 +85,47 @@ def test_the_server_freezes_its_startup_objects_and_collects_young_objects_less_
     from fastapi.testclient import TestClient
 
     from app.main import create_app
-    from app.memory import YOUNG_GC_THRESHOLD
+    from app.memory import MIDDLE_GC_THRESHOLD, YOUNG_GC_THRESHOLD
 
     before = gc.get_threshold()
     with TestClient(create_app()) as client:
-        assert gc.get_threshold() == (YOUNG_GC_THRESHOLD, *before[1:])
+        assert gc.get_threshold() == (YOUNG_GC_THRESHOLD, MIDDLE_GC_THRESHOLD, *before[2:])
         assert gc.get_freeze_count() > 10_000  # the framework, the schemas, the engine's tables
         ok(client.get("/healthz"))
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
+
+
+def test_a_deleted_sessions_reference_cycles_are_freed_by_the_trimmer_however_rarely_the_collector_runs():
+    """The collector's older generations run rarely under the server's thresholds; the cycles a session
+    leaves (a leaf and its AccumulateGrad node hold each other) must still go once the session is deleted:
+    the trimmer collects them. Collections by allocation count are switched off here, so that only the
+    trimmer can free them."""
+    import gc
+    import time
+    import weakref
+
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+
+    with TestClient(create_app()) as client:
+        sid = client.post("/v1/sessions").json()["id"]
+        ok(client.post(f"/v1/sessions/{sid}/ops", json={"ops": [
+            {"op": "tensor", "out": "x", "args": [[1.0, 2.0]], "kwargs": {"requires_grad": True}},
+            {"op": "mul", "out": "y", "args": ["x", 2.0]}, {"op": "sum", "out": "s", "args": ["y"]},
+            {"op": "backward", "args": ["s"]}]}))
+        leaf = client.app.state.store.get(sid).state.tensors["x"]
+        assert leaf._accumulator is not None and leaf._accumulator.variable is leaf  # the cycle
+        alive = weakref.ref(leaf)
+        del leaf
+        gc.disable()
+        try:
+            assert client.delete(f"/v1/sessions/{sid}").status_code == 204
+            assert alive() is not None  # only a collection frees it
+            deadline = time.monotonic() + 10
+            while alive() is not None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            gc.enable()
+        assert alive() is None

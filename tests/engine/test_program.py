@@ -334,6 +334,25 @@ def test_the_report_of_a_first_backward_is_a_copy_later_ops_do_not_change():
     assert float(s.resolve("w.grad").data) == 22.0
 
 
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_a_reports_grad_shows_the_grad_as_it_was_with_its_own_flags(create_graph):
+    """Each entry's ``grad`` is a frozen copy of the leaf's ``.grad`` with that tensor's own requires_grad,
+    grad_fn and output number (a first pass's ``.grad`` shares its contribution's array: one copy shows both
+    when their flags agree; under create_graph ``.grad`` is a CopyBackwards copy of its own)."""
+    s = State()
+    ops = [{"op": "tensor", "args": [[1.0, 2.0]], "kwargs": {"requires_grad": True}, "out": "w"},
+           {"op": "mul", "args": ["w", "w"], "out": "q"}, {"op": "sum", "args": ["q"], "out": "y"},
+           {"op": "backward", "args": ["y"], "kwargs": {"create_graph": create_graph}}]
+    r = build(s, ops, limits=E.Limits())
+    (e,) = r.autograd[0].entries
+    g = s.tensors["w"]._grad
+    assert (e.grad.requires_grad, e.grad.grad_fn, e.grad.output_nr) == (g.requires_grad, g.grad_fn, g.output_nr)
+    assert e.grad.requires_grad is create_graph and (e.grad.grad_fn is not None) is create_graph
+    assert e.contribution.requires_grad is create_graph
+    assert np.array_equal(e.grad.data, [2.0, 4.0]) and np.array_equal(e.contribution.data, [2.0, 4.0])
+    assert not np.shares_memory(e.grad.data, g.data) and not np.shares_memory(e.contribution.data, g.data)
+
+
 def test_a_backward_report_of_many_leaves_names_each_tensor_by_its_first_name():
     """A pass that writes many gradients names each tensor the way names_of does: its first name in the
     namespace, whatever later names (``bind``) also point at it."""
