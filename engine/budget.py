@@ -47,6 +47,19 @@ def current_budget() -> Budget | None:
     return _budget.get()
 
 
+def counted_copy(arr: np.ndarray, what: str) -> np.ndarray:
+    """``arr.copy()`` made inside a run's byte budget: refused before it allocates when it cannot fit, and
+    followed while it lives (an array the engine copies outside a Tensor: an undo copy, an in-place op's saved
+    old value)."""
+    budget = _budget.get()
+    if budget is None:
+        return arr.copy()
+    budget.reserve(arr.nbytes, what)
+    copy = arr.copy()
+    budget.track(copy)
+    return copy
+
+
 def current_control() -> Control | None:
     b = _budget.get()
     return None if b is None else b.control

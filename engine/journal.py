@@ -45,13 +45,8 @@ def array_(arr: np.ndarray) -> None:
         rec.writes.add(id(arr))
     j = _journal.get()
     if j is not None and id(arr) not in j.seen:
-        from .budget import _budget
-        budget = _budget.get()
-        if budget is not None:
-            budget.reserve(arr.nbytes, "the undo copy of a tensor changed in place")
-        copy = arr.copy()
-        if budget is not None:
-            budget.track(copy)
+        from .budget import counted_copy
+        copy = counted_copy(arr, "the undo copy of a tensor changed in place")
         j.seen.add(id(arr))
         j.append((2, arr, None, copy))
 

@@ -19,6 +19,7 @@ import weakref
 import numpy as np
 
 from .. import dtypes as D
+from ..budget import counted_copy
 from ..errors import LeafInplaceError, TorchRuntimeError
 from ..forward_ad import _level as _fw_level
 from ..forward_ad import inplace_update, tangent_of
@@ -140,8 +141,9 @@ def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check) -> Tensor:
     if node is not None:
         for v in node.saved.values():
             if isinstance(v, SavedTensor) and v.live() is shadow:
-                # the op saved the old value: keep a private copy with its own version counter
-                shadow.data = shadow.data.copy()
+                # the op saved the old value: keep a private copy with its own version counter (counted in
+                # the run's bytes, as a Tensor's data is)
+                shadow.data = counted_copy(shadow.data, "the saved value of a tensor changed in place")
                 shadow._vc = [v.version]
     if result.data is not self.data:
         array_(target)

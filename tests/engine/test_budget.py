@@ -63,6 +63,23 @@ def test_in_place_loops_keep_one_undo_copy_and_roll_back_exactly():
     assert w.grad is None and w.version == 50
 
 
+def test_an_in_place_ops_saved_old_value_counts_before_it_is_copied():
+    """abs_ saves the value it overwrites: each of the 20 ops keeps a private 1 MB copy alive in the graph. The
+    copies count as they are made, so the run stops at the op whose copy would not fit (not at the end of the
+    run, after the work, with the whole graph built)."""
+    ops = [{"op": "rand", "args": [250_000], "kwargs": {"requires_grad": True}, "out": "h"},
+           {"op": "mul", "args": ["h", 1.0], "out": "y"}]
+    ops += [{"op": "abs_", "args": ["y"]}] * 20
+    state = E.State()
+    with pytest.raises(LimitExceededError) as err:
+        E.run_program(state, ops, limits=limits(8 * MB))
+    assert err.value.op_index is not None and 2 <= err.value.op_index < 8
+    assert "the saved value of a tensor changed in place needs 1000000 bytes" in err.value.message
+    assert state.tensors == {}
+    E.run_program(state, ops, limits=limits(30 * MB))
+    assert E.program.graph_stats(state.tensors.values())[1] == 22 * MB + 8  # 20 saved copies, h, y, the scalar
+
+
 def test_records_are_counted_against_the_response_budget_before_they_are_copied():
     state = E.State()
     E.run_program(state, [{"op": "zeros", "args": [1000], "out": "x"}])  # 4 kB
