@@ -51,6 +51,7 @@ from .autograd import _apply, _run_all
 from .budget import SMALL_RESPONSE_ELEMENTS, Budget
 from .grad_mode import WarningSink, set_grad_enabled
 from .node import Node, SavedTensor
+from .plan import _PLANNABLE_CALLS, Plan, _Namespace, _PlannedResult, _same_bits
 from .program import (
     _PLAIN,
     _TENSOR,
@@ -75,32 +76,29 @@ FRAGMENT_ENTRIES = 4096
 _VJPS_PER_FRAG = 16
 #: actions a composed run covers (anything else: the list runs cold)
 _ACTIONS = frozenset({"backward", "del", "bind"})
+_ACC = "AccumulateGrad"
+_CHECK_EVERY = 32  # ops between two reads of the deadline
+_CODEGEN_MAX = 24  # a fragment of more steps or inputs is interpreted, not compiled
 
 
 class _GiveUp(Exception):
     pass
 
 
-#: why fragments were not made (the last few), for tests and debugging
+#: why the last fragments were not made (numbers of the checks below), for tests and debugging
 WHY: list = []
 
 
-def _no3(why):
+def _no(why: int):
     WHY.append(why)
     del WHY[:-8]
-    return None, None, None
-
-
-def _no2(why):
-    WHY.append(why)
-    del WHY[:-8]
-    return None, None
 
 
 class Fragments:
     """The fragments of a process (a ``PlanCache`` owns one): op key -> ``_Frag``, or None for an op form
     that is not composable. Bounded (oldest out); plain dict operations (atomic under the GIL), so concurrent
-    runs may share it: a fragment is immutable once made, except its dict of VJP fragments (the same)."""
+    runs may share it: a fragment is immutable once made, except its recipe's dict of VJP fragments (the same
+    rule)."""
 
     def __init__(self, max_entries: int = FRAGMENT_ENTRIES):
         self.max_entries = max_entries
@@ -117,67 +115,74 @@ class Fragments:
 
 
 class _Frag:
-    """A forward fragment: ``steps`` over local slots (0..m-1 the op's distinct input tensors' arrays),
-    ``outs`` the local slots of its distinct output tensors, ``binds`` (position in ``out`` or -1 for a name,
-    output index) in the order the op binds them, ``rgs`` each output's requires_grad, ``recipe`` the node
-    (None: no node), ``nbytes``/``maxsize`` the bytes and largest element count of the arrays it makes."""
+    """A forward fragment. ``fn(*input arrays)`` -> its outputs' arrays, then the saved arrays it made itself
+    (``recipe.saved_at``); ``binds`` (position in ``out`` or -1 for a name, output index) in the order the op
+    binds its outputs; ``rgs`` each output's requires_grad; ``recipe`` the node (None: none);
+    ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes."""
 
-    __slots__ = ("n", "m", "steps", "outs", "binds", "rgs", "recipe", "nbytes", "maxsize")
+    __slots__ = ("fn", "nout", "binds", "rgs", "recipe", "nbytes", "maxsize", "single")
 
 
 class _Recipe:
     """A node as a forward fragment makes it: ``edges`` per edge the op input it comes from (-1: none),
-    ``refs`` the distinct saved arrays ((0, input j) or (1, output i)), ``saved`` (slot, ref index or -1,
-    static value) in the node's order, ``nrs`` each output's output_nr; ``vjps``: the VJP fragments, by key."""
+    ``refs`` the distinct saved arrays ((0, input j), (1, output i), (2, a saved array the op made itself),
+    (3, a constant array)), ``saved`` (slot, ref index or -1, static value) in the node's order, ``nrs`` each
+    output's output_nr; ``vjps``: the VJP fragments, by the gradients' layout; ``cls``: the light node class."""
 
     __slots__ = ("prim", "name", "n_outputs", "input_meta", "needs", "edges", "refs", "saved", "nrs", "in_rg",
-                 "out_rg", "vjps")
+                 "out_rg", "vjps", "cls", "take")
 
 
 class _VjpFrag:
-    __slots__ = ("n", "ins", "steps", "outs", "nbytes", "maxsize")
+    __slots__ = ("fn", "nbytes", "maxsize")
 
 
-class _Var:
-    """A tensor of a composed run: its array, whether it requires grad, its node and output number (None: a
-    leaf, with ``acc`` its accumulator once an edge needs one), its ``.grad`` (an array) and accumulations."""
+class _NodeBase:
+    """A light node for ``autograd._run_all`` (what the schedule reads of a ``Node``): a class per recipe
+    holds ``prim``, ``n_outputs`` and the recipe; an instance its edges and saved arrays."""
 
-    __slots__ = ("arr", "meta", "requires_grad", "node", "nr", "acc", "grad", "accs", "slot", "gslot")
+    __slots__ = ("next_functions", "saved")
+    retained = None
+    variable = None
 
-    def __init__(self, arr, rg, node, nr):
-        self.arr = arr
-        self.meta = (arr.shape, arr.dtype, arr.strides, rg)
-        self.requires_grad = rg
-        self.node = node
-        self.nr = nr
-        self.acc = None
-        self.grad = None
-        self.accs = 0
-        self.slot = None
-        self.gslot = None
-
-
-class _CNode:
-    """A light node for ``autograd._run_all``: what the schedule reads of a ``Node``."""
-
-    __slots__ = ("next_functions", "n_outputs", "retained", "prim", "variable", "recipe", "saved")
-
-    def __init__(self, next_functions, n_outputs, prim, recipe, saved, variable=None):
+    def __init__(self, next_functions, saved):
         self.next_functions = next_functions
-        self.n_outputs = n_outputs
-        self.retained = None
-        self.prim = prim
-        self.recipe = recipe
         self.saved = saved
-        self.variable = variable
 
 
-_ACC = "AccumulateGrad"
+class _Acc:
+    """A leaf's accumulator: ``variable`` is the leaf (``_Leaf``)."""
+
+    __slots__ = ("variable",)
+    next_functions = ()
+    n_outputs = 1
+    retained = None
+    prim = _ACC
+
+    def __init__(self, leaf):
+        self.variable = leaf
+
+
+class _Leaf:
+    """A leaf that requires grad: its variable, accumulator, ``.grad`` and accumulations."""
+
+    __slots__ = ("var", "acc", "accs", "gvar")
+    requires_grad = True
+
+    def __init__(self, var):
+        self.var = var
+        self.acc = _Acc(self)
+        self.accs = 0
+        self.gvar = None  # its .grad, once a backward gave it one: a variable
+
+
+# a variable (a tensor of the run) is a tuple (array, requires_grad, node or None, output_nr, its slot in the
+# run's buffer); a leaf that requires grad has a ``_Leaf`` (``_Run.leaves``, by the variable's id) once an edge or
+# a backward needs its accumulator
 
 
 # ----- keys --------------------------------------------------------------------------------------------------
-_T = object()   # marks a tensor argument in a key (its meta and its input index follow)
-_KW = object()  # separates positional arguments from keyword arguments
+_KW = object()  # separates positional arguments from keyword arguments in a key
 
 
 def _lit(v):
@@ -194,29 +199,42 @@ def _lit(v):
     raise _GiveUp  # (a dict, an Owned array...: not a form a fragment covers)
 
 
-def _op_key(spec, name: str, op: dict, args, kwargs, ns: dict, grad_on: bool, out):
-    """(key, the op's distinct input variables, their names per variable) or a _GiveUp."""
-    layout = _op_layout(spec, name)
-    pos_kinds, varargs_tensor, kinds, vname = layout[1]
-    if varargs_tensor:
-        raise _GiveUp
-    oc = out.__class__
-    key = [name, grad_on, 0 if oc is str else len(out) if oc is list else _lit(out)]
-    ins: dict = {}  # variable -> [its input index, its names]
+def _tensor(a: str, ns: dict, key: list, vs: list) -> None:
+    """A tensor argument into the key: its variable's meta the first time, its input index after."""
+    v = ns.get(a)
+    if v is None:
+        raise _GiveUp  # (an unbound name, "x.grad": the cold run resolves or refuses it)
+    for j, w in enumerate(vs):
+        if w is v:
+            key.append(j)  # (an int: a literal is never a bare int in a key)
+            return
+    vs.append(v)
+    x = v[0]
+    key += (x.shape, x.dtype, x.strides, v[1])
+
+
+def _op_key(form, args: list, kwargs: dict, ns: dict, key: list, vs: list) -> None:
+    """The arguments' part of an op's key (appended to ``key``), its distinct input variables into ``vs``."""
+    pos_kinds, kinds, vname = form[1], form[2], form[3]
     npos = len(pos_kinds)
+    many = len(args) > 8
+    seen: dict = {}
     for i, a in enumerate(args):
         k = pos_kinds[i] if i < npos else _PLAIN
         if k == _TENSOR and a.__class__ is str:
-            _tensor_key(a, ns, key, ins)
+            _tensor(a, ns, key, vs) if not many else _tensor_many(a, ns, key, vs, seen)
         elif k == _PLAIN or k == _TENSOR:
             key.append(_lit(a))
         elif k == _TENSOR_LIST and a.__class__ is list:
-            key.append(len(a))
+            key.append(("L", len(a)))
+            big = many or len(a) > 8
             for x in a:
-                if x.__class__ is str:
-                    _tensor_key(x, ns, key, ins)
-                else:
+                if x.__class__ is not str:
                     key.append(_lit(x))
+                elif big:
+                    _tensor_many(x, ns, key, vs, seen)
+                else:
+                    _tensor(x, ns, key, vs)
         else:
             raise _GiveUp
     if kwargs:
@@ -227,33 +245,61 @@ def _op_key(spec, name: str, op: dict, args, kwargs, ns: dict, grad_on: bool, ou
             if k is None or kname == vname:
                 raise _GiveUp
             if k == _TENSOR and a.__class__ is str:
-                _tensor_key(a, ns, key, ins)
+                _tensor_many(a, ns, key, vs, seen)
             elif k == _PLAIN or k == _TENSOR:
                 key.append(_lit(a))
             elif k == _TENSOR_LIST and a.__class__ is list:
-                key.append(len(a))
+                key.append(("L", len(a)))
                 for x in a:
                     if x.__class__ is str:
-                        _tensor_key(x, ns, key, ins)
+                        _tensor_many(x, ns, key, vs, seen)
                     else:
                         key.append(_lit(x))
             else:
                 raise _GiveUp
-    return tuple(key), ins
 
 
-def _tensor_key(a: str, ns: dict, key: list, ins: dict) -> None:
+def _tensor_many(a: str, ns: dict, key: list, vs: list, seen: dict) -> None:
+    """``_tensor`` for an op of many tensor arguments (a stack of 1000): the input indices by a dict."""
     v = ns.get(a)
     if v is None:
-        raise _GiveUp  # (an unbound name, "x.grad": the cold run resolves or refuses it)
-    e = ins.get(v)
-    if e is None:
-        e = ins[v] = [len(ins), a]
-    elif a not in e:
-        e.append(a)
-    key.append(_T)
-    key.append(v.meta)
-    key.append(e[0])
+        raise _GiveUp
+    if not seen and vs:
+        for j, w in enumerate(vs):
+            seen[id(w)] = j
+    j = seen.get(id(v))
+    if j is not None:
+        key.append(j)
+        return
+    seen[id(v)] = len(vs)
+    vs.append(v)
+    x = v[0]
+    key += (x.shape, x.dtype, x.strides, v[1])
+
+
+#: op name -> (spec, positional kinds, {keyword: kind}, *args name, the call-form check or None); False for an op
+#: a fragment never covers (no kernels, in place)
+_FORMS: dict = {}
+
+
+def _form(name):
+    f = _FORMS.get(name)
+    if f is None:
+        spec = OPS.get(name) if name.__class__ is str else None
+        if spec is None or spec.inplace:
+            f = False
+        else:
+            check = None
+            if not spec.plannable:
+                check = _PLANNABLE_CALLS.get(spec.name)
+            if spec.plannable or check is not None:
+                pos_kinds, varargs_tensor, kinds, vname = _op_layout(spec, name)[1]
+                f = False if varargs_tensor else (spec, pos_kinds, kinds, vname, check)
+            else:
+                f = False
+        if name.__class__ is str:
+            _FORMS[name] = f
+    return f
 
 
 # ----- steps -------------------------------------------------------------------------------------------------
@@ -265,20 +311,19 @@ def _root(a):
         a = b
 
 
-def _steps(rec: K.Recorder, m: int, escaping: list) -> tuple:
+def _steps(rec: K.Recorder, escaping: list):
     """The recorded steps as a fragment runs them: (fn, template, where, out, multi), and constants folded
     (a step of no input array, or only constants: run once, its result read-only and a static argument of
     the steps reading it) where the constant is not, nor shares memory with, an array the fragment hands
-    out. Also (bytes, largest size) of the arrays the remaining steps make. None: a step it cannot take."""
+    out. Also (bytes, largest size) of the arrays the remaining steps make, and the constants. None: a step
+    it cannot take (in place)."""
     arrs = rec.keep
     roots = {id(_root(arrs[s])) for s in escaping}
     consts: dict = {}
     out_steps = []
     nbytes = maxsize = 0
     for fn, tmpl, where, out, multi in rec.steps:
-        if multi == 2:
-            return None  # (in place)
-        if any(s < 0 for _, s in where):
+        if multi == 2 or any(s < 0 for _, s in where):
             return None
         if multi is False and all(s in consts for _, s in where) and out not in escaping and \
                 id(_root(arrs[out])) not in roots:
@@ -293,8 +338,7 @@ def _steps(rec: K.Recorder, m: int, escaping: list) -> tuple:
                     r = np.array(r, order="K")
             except Exception:  # noqa: BLE001 - not a constant then
                 r = None
-            from .plan import _same_bits
-            if r is not None and _same_bits(r, arrs[out]) and r.nbytes <= 1 << 16:
+            if r is not None and r.nbytes <= 1 << 16 and _same_bits(r, arrs[out]):
                 r.flags.writeable = False
                 consts[out] = r
                 continue
@@ -315,31 +359,73 @@ def _steps(rec: K.Recorder, m: int, escaping: list) -> tuple:
     return out_steps, nbytes, maxsize, consts
 
 
-def _run(steps: list, loc: list) -> None:
-    """A fragment's steps on ``loc`` (its slots: the inputs set), as ``kernel.kcall`` calls each kernel."""
+def _interpreter(steps: list, m: int, ret: list):
+    """``_codegen``'s function for a long fragment (compiling it would cost more than it saves): a loop."""
+    ret = tuple(ret)
+    n = 1 + max([m - 1, *ret, *[s for st in steps for s in (st[3] if st[4] is True else (st[3],))]])
+
+    def f(*ins):
+        loc = [None] * n
+        loc[:m] = ins
+        for fn, tmpl, where, out, multi in steps:
+            if where:
+                args = list(tmpl)
+                for p, s in where:
+                    args[p] = loc[s]
+                r = fn(*args)
+            else:
+                r = fn(*tmpl)
+            if multi is True:
+                for s, o in zip(out, r):
+                    loc[s] = o
+            else:
+                loc[out] = r if r.__class__ is _ndarray else _asarray(r)
+        return tuple([None if s < 0 else loc[s] for s in ret])
+    return f
+
+
+def _codegen(steps: list, m: int, ret: list):
+    """The steps as one Python function of the ``m`` input arrays returning the arrays of slots ``ret`` (-1:
+    None), each kernel called as ``kernel.kcall`` calls it (a numpy scalar made a 0-d array): straight-line
+    code, kernels and constants bound in its closure."""
+    if len(steps) > _CODEGEN_MAX or m > _CODEGEN_MAX:
+        return _interpreter(steps, m, ret)
+    names: list = []
+    values: list = []
+
+    def bind(v) -> str:
+        names.append(f"k{len(names)}")
+        values.append(v)
+        return names[-1]
+    body = []
     for fn, tmpl, where, out, multi in steps:
-        if where:
-            args = list(tmpl)
-            for p, s in where:
-                args[p] = loc[s]
-            r = fn(*args)
-        else:
-            r = fn(*tmpl)
+        slots = dict(where)
+        args = [f"s{slots[i]}" if i in slots else bind(v) for i, v in enumerate(tmpl)]
+        call = f"{bind(fn)}({', '.join(args)})"
         if multi is True:
-            for s, o in zip(out, r):
-                loc[s] = o
+            body.append(f"  {', '.join(f's{o}' for o in out)}, = {call}")
         else:
-            loc[out] = r if r.__class__ is _ndarray else _asarray(r)
+            body.append(f"  x = {call}")
+            body.append(f"  s{out} = x if x.__class__ is N else A(x)")
+    body.append("  return (" + "".join("None, " if s < 0 else f"s{s}, " for s in ret) + ")")
+    src = "\n".join([f"def make({', '.join(['N', 'A', *names])}):",
+                     f" def f({', '.join(f's{i}' for i in range(m))}):", *body, " return f"])
+    ns: dict = {}
+    exec(compile(src, "<gradserve fragment>", "exec"), ns)  # noqa: S102 - our own code
+    return ns["make"](_ndarray, _asarray, *values)
 
 
 # ----- making fragments --------------------------------------------------------------------------------------
-def _make_frag(run, index: int, op: dict, no_grad_all: bool, ins: list, names: list, limits):
-    """Run ``op`` once through the engine on fresh leaves over ``ins``' arrays, recording it: (fragment or None
-    when it is not composable, the local arrays of this run, the output tensors)."""
-    temps = [Tensor(v.arr, v.requires_grad) for v in ins]
+def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: dict):
+    """Run ``op`` once through the engine on fresh leaves over the arrays of ``vs``, recording it: (fragment or
+    None when it is not composable, this run's result of ``fn``). Raises _GiveUp when the op fails (a value may
+    decide: the form is not marked)."""
+    temps = [Tensor(v[0], v[1]) for v in vs]
+    byvar = {id(v): t for v, t in zip(vs, temps)}
     tns = {}
-    for t, ns in zip(temps, names):
-        for n in ns:
+    for n in _names(op):
+        t = byvar.get(id(ns.get(n)))
+        if t is not None:
             tns[n] = t
     sink = WarningSink(set())
     runner = _Runner(State(), tns, sink, ProgramResult())
@@ -353,11 +439,10 @@ def _make_frag(run, index: int, op: dict, no_grad_all: bool, ins: list, names: l
                     bound = runner.run_op(index, op, no_grad_all)
             else:
                 bound = runner.run_op(index, op, no_grad_all)
-    except Exception:  # noqa: BLE001 - the cold run gives the error (the form is not marked: values may decide)
+    except Exception:  # noqa: BLE001 - the cold run gives the error
         raise _GiveUp from None
     if rec.reason is not None or sink.messages or rec.unknown_writes() or len(rec.inputs) != len(temps):
-        return _no3(1)
-    m = len(temps)
+        return _no(1), None
     outs_t: list = []
     binds = []
     out = op.get("out")
@@ -365,64 +450,94 @@ def _make_frag(run, index: int, op: dict, no_grad_all: bool, ins: list, names: l
     for n in bound:
         t = tns.get(n)
         if t is None or t.__class__ is not Tensor:
-            return _no3(2)
+            return _no(2), None
         i = next((k for k, o in enumerate(outs_t) if o is t), None)
         if i is None:
             i = len(outs_t)
             outs_t.append(t)
         if out.__class__ is str:
             if n != out or len(bound) != 1:
-                return _no3(3)
+                return _no(3), None
             binds.append((-1, i))
         else:  # (the names bound are a subsequence of out: a tuple's items that are tensors)
             while p < len(out) and out[p] != n:
                 p += 1
             if p >= len(out):
-                return _no3(4)
+                return _no(4), None
             binds.append((p, i))
             p += 1
     if not bound:
-        return _no3(5)
+        return _no(5), None
     slots = []
     node = None
     rgs = []
+    m = len(temps)
     for t in outs_t:
         if any(t is x for x in temps) or t._base is not None or t._fw_grad is not None or t.retains_grad or \
                 t._grad is not None or t._vc[0] != 0 or t.grad_accumulations or t._wrapped:
-            return _no3(6)
+            return _no(6), None
         s = rec.slot_of(t.data)
         if s is None or s < m:
-            return _no3(7)
+            return _no(7), None
         fn = t._grad_fn
         if t._requires_grad != (fn is not None):
-            return _no3(8)
+            return _no(8), None
         if fn is not None:
             if node is None:
                 node = fn
             elif fn is not node:
-                return _no3(9)
+                return _no(9), None
         slots.append(s)
         rgs.append(bool(t._requires_grad))
     recipe = None
     if node is not None:
         recipe = _recipe(node, temps, outs_t, rec)
         if recipe is None:
-            return _no3(10)
-    made = _steps(rec, m, slots)
+            return _no(10), None
+    made = _steps(rec, slots)
     if made is None:
-        return _no3(11)
-    if recipe is not None and any(k == 2 for k, _ in recipe.refs):
-        consts = made[3]  # (a saved constant folded: the node reads the fragment's array)
-        recipe.refs = tuple([(3, consts[i]) if k == 2 and i in consts else (k, i) for k, i in recipe.refs])
+        return _no(11), None
+    steps, nbytes, maxsize, consts = made
+    ret = list(slots)
+    if recipe is not None:
+        refs = []
+        for k, i in recipe.refs:
+            if k == 2 and i in consts:
+                refs.append((3, consts[i]))  # (a saved constant folded: the node reads the fragment's array)
+            elif k == 2:
+                refs.append((2, len(ret)))
+                ret.append(i)
+            else:
+                refs.append((k, i))
+        recipe.refs = tuple(refs)
+        recipe.take = None if not refs else _INPUT0 if recipe.refs == _INPUT0 else recipe.refs
     f = _Frag()
-    f.n = rec.n
-    f.m = m
-    f.steps, f.nbytes, f.maxsize, _ = made
-    f.outs = tuple(slots)
+    f.fn = _codegen(steps, m, ret)
+    f.nout = len(slots)
+    f.nbytes, f.maxsize = nbytes, maxsize
     f.binds = tuple(binds)
     f.rgs = tuple(rgs)
     f.recipe = recipe
-    return f, rec.keep, None
+    f.single = len(slots) == 1 and binds == [(-1, 0)]
+    return f, tuple([rec.keep[s] for s in ret])
+
+
+def _names(op: dict) -> list:
+    """Every string among an op's arguments (the names a throwaway namespace must map)."""
+    out = []
+
+    def walk(v):
+        if v.__class__ is str:
+            out.append(v)
+        elif v.__class__ is list or v.__class__ is tuple:
+            for x in v:
+                walk(x)
+        elif v.__class__ is dict:
+            for x in v.values():
+                walk(x)
+    walk(op.get("args") or [])
+    walk(op.get("kwargs") or {})
+    return out
 
 
 def _static(v) -> bool:
@@ -492,12 +607,14 @@ def _recipe(node, temps: list, outs_t: list, rec):
     r.in_rg = tuple(bool(t._requires_grad) for t in temps)
     r.out_rg = tuple(bool(t._requires_grad) for t in outs_t)
     r.vjps = {}
+    r.cls = type("ComposedNode", (_NodeBase,), {"__slots__": (), "prim": r.prim, "n_outputs": r.n_outputs,
+                                                "recipe": r})
     return r
 
 
 def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list):
     """Run the recipe's VJP once through the engine (a real Node over the arrays, ``autograd._apply``) under a
-    recorder: (VJP fragment or None, the gradients of this run per edge)."""
+    recorder: (VJP fragment, this run's gradients per edge), or (None, None)."""
     dummy = Node(_ACC, _ACC, ())
     nexts = tuple((dummy, 0) if e >= 0 else (None, 0) for e in recipe.edges)
     node = Node(recipe.name, recipe.prim, nexts, None, recipe.input_meta, recipe.n_outputs)
@@ -524,9 +641,9 @@ def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list):
                 rec.add_input(a)
             outs = _apply(node, gts)
     except Exception:  # noqa: BLE001 - the cold run gives the error
-        return _no2(12)
+        return _no(12), None
     if rec.reason is not None or sink.messages or rec.unknown_writes() or len(rec.inputs) != len(ins):
-        return _no2(13)
+        return _no(13), None
     res = []
     slots = []
     for o in outs:
@@ -535,26 +652,25 @@ def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list):
             res.append(None)
             continue
         if o.__class__ is not Tensor or o._requires_grad or o._grad_fn is not None:
-            return _no2(14)
+            return _no(14), None
         sl = rec.slot_of(o.data)
         if sl is None:
-            return _no2(15)
+            return _no(15), None
         slots.append(sl)
         res.append(o.data)
-    made = _steps(rec, len(ins), [s for s in slots if s >= 0])
+    made = _steps(rec, [s for s in slots if s >= 0])
     if made is None:
-        return _no2(16)
+        return _no(16), None
+    steps, nbytes, maxsize, _ = made
     f = _VjpFrag()
-    f.n = rec.n
-    f.ins = len(ins)
-    f.steps, f.nbytes, f.maxsize, _ = made
-    f.outs = tuple(slots)
-    return f, res
+    f.fn = _codegen(steps, len(ins), slots)
+    f.nbytes, f.maxsize = nbytes, maxsize
+    return f, tuple(res)
 
 
 # ----- the run -----------------------------------------------------------------------------------------------
 class _Run:
-    """One composed run's counters and limits."""
+    """One composed run's counters and limits, and its VJP (``apply``) for ``_run_all``."""
 
     def __init__(self, frags: Fragments, limits):
         self.frags = frags
@@ -562,9 +678,13 @@ class _Run:
         self.nbytes = 0
         self.nodes = 0
         self.limits = limits
-        self.max_el = limits.max_elements_per_tensor if limits is not None else None
-        self.max_bytes = limits.max_bytes // 2 if limits is not None else None
-        self.max_nodes = limits.max_nodes // 2 if limits is not None else None
+        self.max_el = limits.max_elements_per_tensor if limits is not None else 1 << 62
+        self.max_bytes = limits.max_bytes // 2 if limits is not None else 1 << 62
+        self.max_nodes = limits.max_nodes // 2 if limits is not None else 1 << 62
+        self.buf: list = []  # the run's arrays (a descriptor's slot is its place here)
+        self.control = None
+        self.leaves: dict = {}  # id(variable) -> _Leaf
+        self.grads: dict | None = None  # id(leaf variable) -> its descriptor after the backward
 
     def miss(self) -> None:
         self.misses += 1
@@ -573,31 +693,43 @@ class _Run:
 
     def made(self, nbytes: int, maxsize: int) -> None:
         self.nbytes += nbytes
-        if self.max_bytes is not None and (self.nbytes > self.max_bytes or maxsize > self.max_el):
+        if self.nbytes > self.max_bytes or maxsize > self.max_el:
             raise _GiveUp
 
-    def apply(self, node: _CNode, grads: list) -> list:
+    def apply(self, node, grads) -> tuple:
         """The composed VJP of ``node`` (``_run_all``'s ``apply``): gradients as arrays, one per edge."""
         recipe = node.recipe
         saved = node.saved
         if recipe.n_outputs == 1:
             g = grads[0]
-            al = -1
-            for i, a in enumerate(saved):
+            for a in saved:
                 if a is g:
-                    al = i
-            key = (g.shape, g.dtype, g.strides, al)
-            ins = [g, *saved] if al < 0 else saved
-            gl = [g]
+                    return self._apply_slow(recipe, grads, saved)
+            vf = recipe.vjps.get((g.shape, g.dtype, g.strides))
+            if vf is None:
+                return self._apply_slow(recipe, grads, saved)
+            n = self.nbytes + vf.nbytes
+            self.nbytes = n
+            h = self.hits = self.hits + 1
+            if n > self.max_bytes or vf.maxsize > self.max_el:
+                raise _GiveUp
+            if not h % _CHECK_EVERY and self.control is not None:
+                self.control.check()  # (a deadline or a cancellation stops a long pass between nodes)
+            return vf.fn(g, *saved)
+        return self._apply_slow(recipe, grads, saved)
+
+    def _apply_slow(self, recipe, grads, saved) -> tuple:
+        """``apply`` for a multi-output node, a gradient that is a saved array, or a miss."""
+        gl = list(grads)
+        ins = []
+        for a in (*gl, *saved):
+            if a is not None and not any(a is b for b in ins):
+                ins.append(a)
+        if recipe.n_outputs == 1 and len(ins) == 1 + len(saved):
+            key = (gl[0].shape, gl[0].dtype, gl[0].strides)
         else:
-            gl = list(grads)
-            key = tuple([None if g is None else (g.shape, g.dtype, g.strides) for g in gl])
-            ins = []
-            for a in (*gl, *saved):
-                if a is not None and not any(a is b for b in ins):
-                    ins.append(a)
             pat = tuple([-1 if a is None else next(i for i, b in enumerate(ins) if a is b) for a in (*gl, *saved)])
-            key = (key, pat)
+            key = (tuple([None if g is None else (g.shape, g.dtype, g.strides) for g in gl]), pat)
         vf = recipe.vjps.get(key)
         if vf is None:
             self.miss()
@@ -610,10 +742,9 @@ class _Run:
             return res
         self.hits += 1
         self.made(vf.nbytes, vf.maxsize)
-        loc = [None] * vf.n
-        loc[:len(ins)] = ins
-        _run(vf.steps, loc)
-        return [None if s < 0 else loc[s] for s in vf.outs]
+        if self.control is not None:
+            self.control.check()
+        return vf.fn(*ins)
 
 
 def _add(a, b):
@@ -635,163 +766,213 @@ def _alias_or_copy(a):
 def compose(frags: Fragments, state: State, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict,
             shown):
     """The one-shot run of ``ops`` (inputs: the arrays ``plan._key`` made for the ``tensor`` ops at
-    ``inputs_at``) composed from fragments: its result (``state`` left as the run leaves it), or None (nothing
-    changed; the caller runs it cold)."""
-    if state.tensors or state.functions:
-        return None
+    ``inputs_at``) composed from fragments: ((plan, buffer) or None when it gives up, the run's counters)."""
     limits = kwargs.get("limits")
     run = _Run(frags, limits)
+    if state.tensors or state.functions:
+        return None, run
     try:
         with np.errstate(all="ignore"):
             made = _compose(run, ops, inputs_at, inputs, metas, kwargs, shown)
-    except _GiveUp:
-        made = None
-    except Exception:  # noqa: BLE001 - a kernel's check, the deadline...: the cold run gives it
+    except Exception:  # noqa: BLE001 - a give-up, a kernel's check, the deadline...: the cold run gives it
         made = None
     return made, run
 
 
+def _plain_name(out) -> bool:
+    return out.__class__ is str and out.isidentifier() and len(out) <= 64 and out.isascii()
+
+
 def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict, shown):
-    from .plan import Plan  # (plan imports this module)
     frags = run.frags.ops
+    put = run.frags.put
     no_grad_all = bool(kwargs.get("no_grad", False))
     control = kwargs.get("control")
     ns: dict = {}
-    outcomes = []
+    special: dict = {}  # op index -> the names it bound, where that is not [its out name]
     autograd = []
+    buf: list = run.buf
+    leaves = run.leaves
     passes = 0
+    nodes = 0
+    hits = 0
+    nbytes = 0
+    max_bytes, max_el = run.max_bytes, run.max_el
     inp = iter(zip(inputs_at, inputs, metas))
-    next_in = next(inp, None)
-    ops_map = OPS
-    for index, op in enumerate(ops):
-        if control is not None and (control.reason is not None or (
-                control.deadline is not None and _monotonic() > control.deadline)):
-            raise _GiveUp
-        name = op["op"]
-        out = op.get("out")
-        if next_in is not None and next_in[0] == index:
-            _, arr, meta = next_in
-            next_in = next(inp, None)
-            if not _plain_name(out):
+    nxt = next(inp, None)
+    at = nxt[0] if nxt is not None else -1
+    forms = _FORMS
+    try:
+        for index, op in enumerate(ops):
+            if index == at:
+                arr, rg = nxt[1], nxt[2][2]
+                nxt = next(inp, None)
+                at = nxt[0] if nxt is not None else -1
+                out = op.get("out")
+                if not (out.__class__ is str and out.isidentifier() and out.isascii() and len(out) <= 64):
+                    raise _GiveUp
+                ns[out] = (arr, rg, None, 0, len(buf))
+                buf.append(arr)
+                nbytes += arr.nbytes
+                if arr.size > max_el:
+                    raise _GiveUp
+                continue
+            if control is not None and not index % _CHECK_EVERY and (control.reason is not None or (
+                    control.deadline is not None and _monotonic() > control.deadline)):
                 raise _GiveUp
-            ns[out] = _Var(arr, bool(meta[2]), None, 0)
-            run.made(arr.nbytes, arr.size)
-            outcomes.append(OpOutcome(index, name, [out]))
-            continue
-        args = op.get("args") or []
-        kw = op.get("kwargs") or {}
-        if args.__class__ is not list or kw.__class__ is not dict:
-            raise _GiveUp
-        if name in _ACTIONS:
-            if name == "backward":
-                if passes or kw or len(args) != 1 or args[0].__class__ is not str or op.get("no_grad"):
-                    raise _GiveUp
-                root = ns.get(args[0])
-                if root is None:
-                    raise _GiveUp
-                autograd.append((index, _backward(run, root, ns, control)))
-                passes += 1
-                outcomes.append(OpOutcome(index, name, []))
-            elif name == "del":
-                if kw or not all(a.__class__ is str for a in args):
-                    raise _GiveUp
-                for a in args:
-                    ns.pop(a, None)
-                outcomes.append(OpOutcome(index, name, []))
-            else:  # bind
-                if len(args) != 1 or kw or not _plain_name(out) or args[0].__class__ is not str:
-                    raise _GiveUp
-                base, dot, attr = args[0].partition(".")
-                v = ns.get(base)
-                if v is None or (dot and attr != "grad"):
-                    raise _GiveUp
-                if dot:
-                    if v.node is not None or v.grad is None:
-                        raise _GiveUp  # (a non-leaf's .grad warns; an unset one unbinds)
-                    v = v.grad
-                ns[out] = v
-                outcomes.append(OpOutcome(index, name, [out]))
-            continue
-        spec = ops_map.get(name)
-        if spec is None or spec.inplace or not (spec.plannable or _div_form(name, args, kw)):
-            raise _GiveUp
-        if not (out.__class__ is str and _plain_name(out)) and not (
-                out.__class__ is list and out and all(_plain_name(n) for n in out)):
-            raise _GiveUp
-        grad_on = not (no_grad_all or op.get("no_grad", False))
-        key, inmap = _op_key(spec, name, op, args, kw, ns, grad_on, out)
-        ins = list(inmap)
-        frag = frags.get(key, _ABSENT)
-        if frag is _ABSENT:
-            run.miss()
-            frag, loc, _ = _make_frag(run, index, op, no_grad_all, ins, [e[1:] for e in inmap.values()],
-                                      run.limits)
-            run.frags.put(key, frag)
-            if frag is None:
+            name = op["op"]
+            args = op.get("args") or []
+            kw = op.get("kwargs") or {}
+            out = op.get("out")
+            if args.__class__ is not list or kw.__class__ is not dict:
                 raise _GiveUp
-        elif frag is None:
-            raise _GiveUp
-        else:
-            run.hits += 1
-            loc = [None] * frag.n
-            for j, v in enumerate(ins):
-                loc[j] = v.arr
-            _run(frag.steps, loc)
-        run.made(frag.nbytes, frag.maxsize)
-        recipe = frag.recipe
-        if recipe is None:
-            vs = [_Var(loc[s], False, None, 0) for s in frag.outs]
-        else:
-            nexts = []
-            for e in recipe.edges:
-                if e < 0:
-                    nexts.append((None, 0))
-                    continue
-                v = ins[e]
-                if v.node is not None:
-                    nexts.append((v.node, v.nr))
+            if name in _ACTIONS:
+                run.nbytes, run.nodes, run.hits = nbytes, nodes, run.hits + hits
+                hits = 0
+                passes += _action(run, index, name, args, kw, out, op, ns, special, autograd, passes, control)
+                nbytes, nodes = run.nbytes, run.nodes
+                continue
+            form = forms.get(name)
+            if form is None:
+                form = _form(name)
+            if form is False or (form[4] is not None and not form[4](args, kw)):
+                raise _GiveUp
+            grad_on = not (no_grad_all or op.get("no_grad", False))
+            if out.__class__ is str and out.isidentifier() and out.isascii() and len(out) <= 64:
+                oform = 0
+            elif out.__class__ is list and out and all(_plain_name(n) for n in out):
+                oform = len(out)
+            else:
+                raise _GiveUp
+            pk = form[1]
+            na = len(args)
+            a = args[0] if na else None
+            if not kw and na == 1 and a.__class__ is str and pk and pk[0] == _TENSOR:
+                # one tensor argument, or one and a float: the common forms, their key made as one tuple
+                v = ns.get(a)
+                if v is None:
+                    raise _GiveUp
+                vs = [v]
+                x = v[0]
+                key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1])
+            elif not kw and na == 2 and a.__class__ is str and args[1].__class__ is float and len(pk) > 1 and \
+                    pk[0] == _TENSOR and pk[1] <= _TENSOR and args[1] == args[1] and args[1] != 0.0:
+                v = ns.get(a)
+                if v is None:
+                    raise _GiveUp
+                vs = [v]
+                x = v[0]
+                key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1], (float, args[1]))
+            else:
+                key = [name, grad_on, oform]
+                vs = []
+                _key_of(form, args, kw, ns, key, vs)
+                key = tuple(key)
+            frag = frags.get(key, _ABSENT)
+            if frag is _ABSENT:
+                run.hits += hits
+                hits = 0
+                run.miss()
+                frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns)
+                put(key, frag)
+                if frag is None:
+                    raise _GiveUp
+            elif frag is None:
+                raise _GiveUp
+            else:
+                hits += 1
+                n = len(vs)
+                res = frag.fn(vs[0][0]) if n == 1 else frag.fn(vs[0][0], vs[1][0]) if n == 2 else \
+                    frag.fn(*[v[0] for v in vs])
+            nbytes += frag.nbytes
+            if nbytes > max_bytes or frag.maxsize > max_el:
+                raise _GiveUp
+            recipe = frag.recipe
+            if recipe is None:
+                node = None
+            else:
+                edges = recipe.edges
+                if len(edges) == 1:
+                    e = edges[0]
+                    if e < 0:
+                        nexts = _NO_EDGES
+                    else:
+                        v = vs[e]
+                        if v[2] is not None:
+                            nexts = ((v[2], v[3]),)
+                        else:
+                            leaf = leaves.get(id(v))
+                            if leaf is None:
+                                leaf = leaves[id(v)] = _Leaf(v)
+                                nodes += 1
+                            nexts = ((leaf.acc, 0),)
                 else:
-                    acc = v.acc
-                    if acc is None:
-                        acc = v.acc = _CNode((), 1, _ACC, None, None, v)
-                        run.nodes += 1
-                    nexts.append((acc, 0))
-            saved = [ins[i].arr if kind == 0 else loc[frag.outs[i]] if kind == 1 else loc[i] if kind == 2 else i
-                     for kind, i in recipe.refs]
-            node = _CNode(tuple(nexts), recipe.n_outputs, recipe.prim, recipe, saved)
-            run.nodes += 1
-            vs = [_Var(loc[s], rg, node if rg else None, nr)
-                  for s, rg, nr in zip(frag.outs, frag.rgs, recipe.nrs)]
-        if run.max_nodes is not None and run.nodes > run.max_nodes:
-            raise _GiveUp
-        bound = []
-        if out.__class__ is str:
-            ns[out] = vs[0]
-            bound.append(out)
-        else:
-            for pos, i in frag.binds:
-                n = out[pos]
-                ns[n] = vs[i]
-                bound.append(n)
-        outcomes.append(OpOutcome(index, name, bound))
+                    nexts = []
+                    for e in edges:
+                        if e < 0:
+                            nexts.append(_NO_EDGE)
+                            continue
+                        v = vs[e]
+                        if v[2] is not None:
+                            nexts.append((v[2], v[3]))
+                        else:
+                            leaf = leaves.get(id(v))
+                            if leaf is None:
+                                leaf = leaves[id(v)] = _Leaf(v)
+                                nodes += 1
+                            nexts.append((leaf.acc, 0))
+                    nexts = tuple(nexts)
+                take = recipe.take
+                if take is None:
+                    node = recipe.cls(nexts, ())
+                elif take is _INPUT0:
+                    node = recipe.cls(nexts, (vs[0][0],))
+                else:
+                    node = recipe.cls(nexts, tuple([vs[i][0] if k == 0 else res[i] if k != 3 else i
+                                                    for k, i in take]))
+                nodes += 1
+                if nodes > run.max_nodes:
+                    raise _GiveUp
+            if frag.single:
+                rg = frag.rgs[0]
+                ns[out] = (res[0], rg, node if rg else None, 0, len(buf))
+                buf.append(res[0])
+                continue
+            made = []
+            for i in range(frag.nout):
+                rg = frag.rgs[i]
+                made.append((res[i], rg, node if rg else None, recipe.nrs[i] if recipe is not None else 0,
+                             len(buf)))
+                buf.append(res[i])
+            bound = []
+            if out.__class__ is str:
+                ns[out] = made[0]
+                bound.append(out)
+            else:
+                for pos, i in frag.binds:
+                    n = out[pos]
+                    ns[n] = made[i]
+                    bound.append(n)
+            if bound != [out]:
+                special[index] = bound
+    finally:
+        run.hits += hits
+    run.nbytes, run.nodes = nbytes, nodes
     # ----- the result, as a replay of a one-shot run leaves it
     names = list(ns)
-    keep = None
-    if shown is not None:
+    grads = run.grads  # id(leaf variable) -> its descriptor after the backward
+    if shown is None:
+        items = ns.items()
+    else:
         keep = set(shown)
         for _, entries in autograd:
             keep.update([e[0] for e in entries])
-    buf: list = []
-    namespace = []
-    for n in names:
-        if keep is not None and n not in keep:
-            continue
-        v = ns[n]
-        namespace.append((n, _desc(v, buf)))
+        items = [(n, v) for n, v in ns.items() if n in keep]
+    namespace = _Descs(dict(items) if items.__class__ is list else ns, grads or {})
     reports = []
     for index, entries in autograd:
         es = []
-        for n, v, c, gc in entries:
+        for n, accs, c, gc in entries:
             cs = len(buf)
             buf.append(c)
             if gc is c:
@@ -799,13 +980,120 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
             else:
                 gs = len(buf)
                 buf.append(gc)
-            es.append((n, cs, (gs, False, None, False, 0, 0, None), v.accs))
+            es.append((n, cs, (gs, False, None, False, 0, 0, None), accs))
         reports.append((index, "backward", es))
     lim = run.limits
     if lim is not None and lim.max_response_bytes is not None:
         _response(namespace, reports, buf, kwargs, lim, names)
-    plan = Plan((), [], [], [], len(buf), (), namespace, [], outcomes, names, reports, passes)
+    plan = Plan((), [], [], [], len(buf), (), namespace, [], (ops, special), names, reports, passes)
     return plan, buf
+
+
+class _Descs:
+    """The namespace's descriptors (``plan._desc``'s form) by name, each made when first read: what a
+    ``plan._Namespace`` reads of its dict of descriptors (a response reads the names it shows)."""
+
+    __slots__ = ("_vars", "_grads")
+
+    def __init__(self, variables: dict, grads: dict):
+        self._vars = variables
+        self._grads = grads
+
+    def __getitem__(self, name):
+        v = self._vars[name]
+        d = self._grads.get(id(v))
+        if d is None:
+            node = v[2]
+            d = (v[4], v[1], None if node is None else node.recipe.name, False, 0, 0, None)
+        return d
+
+    def get(self, name, default=None):
+        return self[name] if name in self._vars else default
+
+    def __contains__(self, name) -> bool:
+        return name in self._vars
+
+    def __iter__(self):
+        return iter(self._vars)
+
+    def __len__(self) -> int:
+        return len(self._vars)
+
+    def items(self):
+        return [(n, self[n]) for n in self._vars]
+
+
+def _key_of(form, args: list, kw: dict, ns: dict, key: list, vs: list) -> None:
+    """An op's key after its head: ``_op_key``, inline for a few positional arguments (tensor names and scalar
+    literals)."""
+    pk = form[1]
+    if kw or len(args) > 4 or len(args) > len(pk):
+        return _op_key(form, args, kw, ns, key, vs)
+    for i, a in enumerate(args):
+        c = a.__class__
+        k = pk[i]
+        if c is str and k == _TENSOR:
+            v = ns.get(a)
+            if v is None:
+                raise _GiveUp
+            for j, w in enumerate(vs):
+                if w is v:
+                    key.append(j)
+                    break
+            else:
+                vs.append(v)
+                x = v[0]
+                key += (x.shape, x.dtype, x.strides, v[1])
+        elif k != _PLAIN and k != _TENSOR:
+            del key[3:]
+            vs.clear()
+            return _op_key(form, args, kw, ns, key, vs)
+        elif c is float:
+            key.append((float, a) if a == a and a != 0.0 else ("f", _F64.pack(a)))
+        elif c is int or c is bool:
+            key.append((c, a))
+        else:
+            key.append(_lit(a))
+
+
+_NO_EDGE = (None, 0)
+_NO_EDGES = (_NO_EDGE,)
+_INPUT0 = ((0, 0),)  # a recipe's ``take`` that saves its first input alone (the common case, inline)
+
+
+def _action(run: _Run, index, name, args, kw, out, op, ns, special, autograd, passes, control) -> int:
+    """``backward`` (one root, no other argument, once), ``del`` and ``bind`` (of a name, or of a leaf's
+    ``.grad``); anything else gives up. Returns the backward passes it ran."""
+    if name == "backward":
+        if passes or kw or len(args) != 1 or args[0].__class__ is not str or op.get("no_grad"):
+            raise _GiveUp
+        root = ns.get(args[0])
+        if root is None:
+            raise _GiveUp
+        autograd.append((index, _backward(run, root, ns, control)))
+        special[index] = []
+        return 1
+    if name == "del":
+        if kw or not all(a.__class__ is str for a in args):
+            raise _GiveUp
+        for a in args:
+            ns.pop(a, None)
+        special[index] = []
+        return 0
+    # bind
+    if len(args) != 1 or kw or not _plain_name(out) or args[0].__class__ is not str:
+        raise _GiveUp
+    base, dot, attr = args[0].partition(".")
+    v = ns.get(base)
+    if v is None or (dot and attr != "grad"):
+        raise _GiveUp
+    if dot:
+        leaf = run.leaves.get(id(v))
+        if v[2] is not None or leaf is None or leaf.gvar is None:
+            raise _GiveUp  # (a non-leaf's .grad warns; an unset one unbinds)
+        v = leaf.gvar
+    ns[out] = v
+    return 0
 
 
 def _response(namespace, reports, buf, kwargs, lim, names) -> None:
@@ -813,12 +1101,13 @@ def _response(namespace, reports, buf, kwargs, lim, names) -> None:
     gives the error)."""
     respond = kwargs.get("respond", "changed")
     size = kwargs.get("response_size")
-    descs = dict(namespace)
+    variables, grads = namespace._vars, namespace._grads
+    small = SMALL_RESPONSE_ELEMENTS
     total = 0
 
     def count(a):
         n = a.size
-        return 25 * n + 64 if n <= SMALL_RESPONSE_ELEMENTS else size(a) if size is not None else a.nbytes
+        return 25 * n + 64 if n <= small else size(a) if size is not None else a.nbytes
     shown = names if isinstance(respond, str) else respond
     for n in shown:
         if n.__class__ is not str:
@@ -826,18 +1115,15 @@ def _response(namespace, reports, buf, kwargs, lim, names) -> None:
         base, dot, attr = n.partition(".")
         if dot and attr != "grad":
             raise _GiveUp
-        d = descs.get(base)
-        if d is None:
+        v = variables.get(base)
+        if v is None:
             continue
-        if dot:
-            d = d[6]
-            if d is None:
-                continue
-            total += count(buf[d[0]])
-            continue
-        total += count(buf[d[0]])
-        if d[6] is not None:
-            total += count(buf[d[6][0]])
+        g = grads.get(id(v)) if grads else None
+        if not dot:
+            a = v[0]
+            total += 25 * a.size + 64 if a.size <= small else count(a)
+        if g is not None:
+            total += count(buf[g[6][0]])
     for _, _, es in reports:
         for _, c, g, _ in es:
             total += count(buf[c])
@@ -847,66 +1133,61 @@ def _response(namespace, reports, buf, kwargs, lim, names) -> None:
         raise _GiveUp
 
 
-def _desc(v: _Var, buf: list):
-    s = v.slot
-    if s is None:
-        s = v.slot = len(buf)
-        buf.append(v.arr)
-    g = None
-    if v.grad is not None:
-        g = _desc(v.grad, buf)
-    return (s, v.requires_grad, None if v.node is None else v.node.recipe.name, False, 0, v.accs, g)
-
-
-def _backward(run: _Run, root: _Var, ns: dict, control) -> list:
-    """``backward(root)``: the pass over the composed graph; returns the report's entries (name, leaf
-    variable, its gradient variable), the leaves' ``.grad`` set."""
-    if not root.requires_grad:
-        raise _GiveUp
-    a = root.arr
-    if a.size != 1:
-        raise _GiveUp
+def _backward(run: _Run, root: tuple, ns: dict, control) -> list:
+    """``backward(root)``: the pass over the composed graph (``autograd._run_all`` with ``run.apply``); sets the
+    leaves' ``.grad`` (as ``_accumulate_leaf`` does) and returns the report's entries (name, accumulations,
+    the contribution's snapshot, the .grad's snapshot), as ``_Runner.report`` makes them."""
+    a = root[0]
+    if not root[1] or a.size != 1:
+        raise _GiveUp  # (the cold run's error)
     seed = np.ones(a.shape, a.dtype)
-    if root.node is not None:
-        node, nr = root.node, root.nr
+    node = root[2]
+    if node is not None:
+        nr = root[3]
     else:
-        node = root.acc
-        if node is None:
-            node = root.acc = _CNode((), 1, _ACC, None, None, root)
-        nr = 0
-    buffers: dict = {node: [None] * node.n_outputs}
-    buffers[node][nr] = seed
+        leaf = run.leaves.get(id(root))
+        if leaf is None:
+            leaf = run.leaves[id(root)] = _Leaf(root)
+        node, nr = leaf.acc, 0
+    b = [None] * node.n_outputs
+    b[nr] = seed
+    buffers: dict = {node: b}
     leaf_grads: list = []
     retained: list = []
     executed: list = []
-    _run_all([node], buffers, False, True, control, leaf_grads, retained, executed, run.apply, _add)
+    run.control = control  # (read every _CHECK_EVERY nodes by run.apply: _run_all checks none)
+    _run_all([node], buffers, False, True, None, leaf_grads, retained, executed, run.apply, _add)
     if retained:
         raise _GiveUp
-    contrib = {}
     claimed = {id(seed)}
+    contrib = {}
+    buf = run.buf
+    grads = run.grads = {}
     for leaf, g in leaf_grads:
-        if leaf.node is not None or leaf.grad is not None:
+        v = leaf.var
+        if leaf.gvar is not None:
             raise _GiveUp
-        if g.dtype != leaf.arr.dtype:
-            g = g.astype(leaf.arr.dtype)
+        if g.dtype != v[0].dtype:
+            g = g.astype(v[0].dtype)
         # _accumulate_leaf: a gradient array that may be shared gets a copy (here: itself where the copy would
         # have its layout)
         flags = g.flags
         if id(g) in claimed or not flags.owndata or not flags.writeable:
-            a = g if flags.c_contiguous and flags.writeable else g.copy()
+            ga = g if flags.c_contiguous and flags.writeable else g.copy()
         else:
-            a = g
+            ga = g
             claimed.add(id(g))
+        leaf.accs += 1
+        # the leaf's .grad: a variable of its own (``bind x.grad`` names it), and the leaf's descriptor
+        gd = (len(buf), False, None, False, 0, 0, None)
+        buf.append(ga)
+        leaf.gvar = (ga, False, None, 0, gd[0])
+        grads[id(v)] = (v[4], v[1], None, False, 0, leaf.accs, gd)
         # the report's snapshots of the contribution and of the .grad (one when the .grad is the contribution)
         c = _alias_or_copy(g)
-        gv = _Var(a, False, None, 0)
-        gv.slot = c if a is g else _alias_or_copy(a)  # (an array here; made a slot by _compose)
-        contrib[leaf] = c
-        leaf.grad = gv
-        leaf.accs += 1
-    # the report: each leaf under its first name (one pass over the namespace), its contribution and .grad
-    # (a copy of each: the arrays themselves here, see _alias_or_copy)
-    want = {id(v): v for v in contrib}
+        contrib[id(v)] = (leaf, c, c if ga is g else _alias_or_copy(ga))
+    # the report: each leaf under its first name (one pass over the namespace)
+    want = dict.fromkeys(contrib)
     first = {}
     for n, v in ns.items():
         i = id(v)
@@ -916,36 +1197,42 @@ def _backward(run: _Run, root: _Var, ns: dict, control) -> list:
             if not want:
                 break
     entries = []
-    for leaf, c in contrib.items():
-        n = first.get(id(leaf))
-        if n is None:
-            continue
-        entries.append((n, leaf, c, leaf.grad.slot))
-    for leaf in contrib:
-        leaf.grad.slot = None
+    for i, (leaf, c, gc) in contrib.items():
+        n = first.get(i)
+        if n is not None:
+            entries.append((n, leaf.accs, c, gc))
     return entries
-
-
-def _plain_name(out) -> bool:
-    return out.__class__ is str and out.isidentifier() and len(out) <= 64 and out.isascii()
-
-
-def _div_form(name, args, kwargs) -> bool:
-    from .plan import _PLANNABLE_CALLS
-    f = _PLANNABLE_CALLS.get(name)
-    return f is not None and f(args, kwargs)
 
 
 _ABSENT = object()
 
 
+class _Result(_PlannedResult):
+    """A composed run's result: ``_PlannedResult`` whose plan holds its op outcomes as (the op list, {index:
+    names bound} where that is not [its out name]): made from the list when first read."""
+
+    @property
+    def ops(self) -> list:
+        if self._ops is None:
+            ops, special = self._plan.ops
+            self._ops = [OpOutcome(i, op.get("op"), list(special[i]) if i in special else [op.get("out")])
+                         for i, op in enumerate(ops)]
+        return self._ops
+
+    @ops.setter
+    def ops(self, value) -> None:
+        self._ops = value
+
+
 def run(cache, state: State, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict, shown):
     """``compose`` through ``cache`` (a ``plan.PlanCache``: its fragments, its counters): the run's result, or
     None (nothing changed: the caller runs the list cold)."""
-    from .plan import _finish_oneshot
     made, r = compose(cache.fragments, state, ops, inputs_at, inputs, metas, kwargs, shown)
     cache.count_compose(r.hits, r.misses, made is not None)
     if made is None:
         return None
     plan, buf = made
-    return _finish_oneshot(plan, buf, state, {})
+    state.tensors = _Namespace(buf, plan.namespace, {})
+    state.backward_passes += plan.backward_passes
+    return _Result(plan, buf)
+
