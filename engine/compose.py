@@ -120,7 +120,7 @@ class _Frag:
     binds its outputs; ``rgs`` each output's requires_grad; ``recipe`` the node (None: none);
     ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes."""
 
-    __slots__ = ("fn", "nout", "binds", "rgs", "recipe", "nbytes", "maxsize", "single")
+    __slots__ = ("fn", "nout", "binds", "rgs", "recipe", "nbytes", "maxsize", "single", "rg0")
 
 
 class _Recipe:
@@ -130,7 +130,7 @@ class _Recipe:
     output's output_nr; ``vjps``: the VJP fragments, by the gradients' layout; ``cls``: the light node class."""
 
     __slots__ = ("prim", "name", "n_outputs", "input_meta", "needs", "edges", "refs", "saved", "nrs", "in_rg",
-                 "out_rg", "vjps", "cls", "take")
+                 "out_rg", "vjps", "cls", "take", "fixed", "star")
 
 
 class _VjpFrag:
@@ -151,34 +151,31 @@ class _NodeBase:
 
 
 class _Acc:
-    """A leaf's accumulator: ``variable`` is the leaf (``_Leaf``)."""
+    """A leaf that requires grad, as its accumulator (``variable`` is itself: ``_run_all`` reads
+    ``variable.requires_grad``): its variable, its ``.grad`` (a variable, once a backward gave it one) and
+    accumulations. ``_Run.leaves`` maps the variable's id to ``((acc, 0),)``, the next_functions of a node whose
+    one edge leads to it."""
 
-    __slots__ = ("variable",)
+    __slots__ = ("var", "accs", "gvar")
     next_functions = ()
     n_outputs = 1
     retained = None
     prim = _ACC
-
-    def __init__(self, leaf):
-        self.variable = leaf
-
-
-class _Leaf:
-    """A leaf that requires grad: its variable, accumulator, ``.grad`` and accumulations."""
-
-    __slots__ = ("var", "acc", "accs", "gvar")
     requires_grad = True
 
     def __init__(self, var):
         self.var = var
-        self.acc = _Acc(self)
         self.accs = 0
-        self.gvar = None  # its .grad, once a backward gave it one: a variable
+        self.gvar = None
+
+    @property
+    def variable(self):
+        return self
 
 
-# a variable (a tensor of the run) is a tuple (array, requires_grad, node or None, output_nr, its slot in the
-# run's buffer); a leaf that requires grad has a ``_Leaf`` (``_Run.leaves``, by the variable's id) once an edge or
-# a backward needs its accumulator
+# a variable (a tensor of the run) is a tuple (array, requires_grad, ((node, output_nr),) or None, its slot in the
+# run's buffer): the third is the next_functions of a node whose one edge leads to it; a leaf that requires grad
+# has an ``_Acc`` (``_Run.leaves``, by the variable's id) once an edge or a backward needs it
 
 
 # ----- keys --------------------------------------------------------------------------------------------------
@@ -509,8 +506,20 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
                 ret.append(i)
             else:
                 refs.append((k, i))
-        recipe.refs = tuple(refs)
-        recipe.take = None if not refs else _INPUT0 if recipe.refs == _INPUT0 else recipe.refs
+        recipe.refs = refs = tuple(refs)
+        # what a node keeps (``_NodeBase.saved``): one array as itself, else a tuple of them; arrays of the
+        # fragment alone (constants): one object for every node
+        recipe.star = len(refs) != 1
+        recipe.fixed = ()
+        recipe.take = refs
+        if all(k == 3 for k, _ in refs):
+            recipe.take = None
+            recipe.fixed = tuple([a for _, a in refs]) if recipe.star else refs[0][1]
+        elif refs == _INPUT0:
+            recipe.take = _INPUT0
+        elif refs == _OUTPUT0:
+            recipe.take = _OUTPUT0
+
     f = _Frag()
     f.fn = _codegen(steps, m, ret)
     f.nout = len(slots)
@@ -519,6 +528,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
     f.rgs = tuple(rgs)
     f.recipe = recipe
     f.single = len(slots) == 1 and binds == [(-1, 0)]
+    f.rg0 = rgs[0]
     return f, tuple([rec.keep[s] for s in ret])
 
 
@@ -683,7 +693,7 @@ class _Run:
         self.max_nodes = limits.max_nodes // 2 if limits is not None else 1 << 62
         self.buf: list = []  # the run's arrays (a descriptor's slot is its place here)
         self.control = None
-        self.leaves: dict = {}  # id(variable) -> _Leaf
+        self.leaves: dict = {}  # id(variable) -> ((its _Acc, 0),)
         self.grads: dict | None = None  # id(leaf variable) -> its descriptor after the backward
 
     def miss(self) -> None:
@@ -702,12 +712,15 @@ class _Run:
         saved = node.saved
         if recipe.n_outputs == 1:
             g = grads[0]
-            for a in saved:
-                if a is g:
-                    return self._apply_slow(recipe, grads, saved)
+            if recipe.star:
+                for a in saved:
+                    if a is g:
+                        return self._apply_slow(recipe, grads, saved)
+            elif saved is g:
+                return self._apply_slow(recipe, grads, (saved,))
             vf = recipe.vjps.get((g.shape, g.dtype, g.strides))
             if vf is None:
-                return self._apply_slow(recipe, grads, saved)
+                return self._apply_slow(recipe, grads, saved if recipe.star else (saved,))
             n = self.nbytes + vf.nbytes
             self.nbytes = n
             h = self.hits = self.hits + 1
@@ -715,8 +728,8 @@ class _Run:
                 raise _GiveUp
             if not h % _CHECK_EVERY and self.control is not None:
                 self.control.check()  # (a deadline or a cancellation stops a long pass between nodes)
-            return vf.fn(g, *saved)
-        return self._apply_slow(recipe, grads, saved)
+            return vf.fn(g, *saved) if recipe.star else vf.fn(g, saved)
+        return self._apply_slow(recipe, grads, saved if recipe.star else (saved,))
 
     def _apply_slow(self, recipe, grads, saved) -> tuple:
         """``apply`` for a multi-output node, a gradient that is a saved array, or a miss."""
@@ -802,6 +815,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
     nxt = next(inp, None)
     at = nxt[0] if nxt is not None else -1
     forms = _FORMS
+    new = object.__new__
     try:
         for index, op in enumerate(ops):
             if index == at:
@@ -811,7 +825,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 out = op.get("out")
                 if not (out.__class__ is str and out.isidentifier() and out.isascii() and len(out) <= 64):
                     raise _GiveUp
-                ns[out] = (arr, rg, None, 0, len(buf))
+                ns[out] = (arr, rg, None, len(buf))
                 buf.append(arr)
                 nbytes += arr.nbytes
                 if arr.size > max_el:
@@ -889,7 +903,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 raise _GiveUp
             recipe = frag.recipe
             if recipe is None:
-                node = None
+                e1 = None
             else:
                 edges = recipe.edges
                 if len(edges) == 1:
@@ -898,14 +912,12 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                         nexts = _NO_EDGES
                     else:
                         v = vs[e]
-                        if v[2] is not None:
-                            nexts = ((v[2], v[3]),)
-                        else:
-                            leaf = leaves.get(id(v))
-                            if leaf is None:
-                                leaf = leaves[id(v)] = _Leaf(v)
+                        nexts = v[2]
+                        if nexts is None:
+                            nexts = leaves.get(id(v))
+                            if nexts is None:
+                                nexts = leaves[id(v)] = ((_Acc(v), 0),)
                                 nodes += 1
-                            nexts = ((leaf.acc, 0),)
                 else:
                     nexts = []
                     for e in edges:
@@ -914,35 +926,41 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                             continue
                         v = vs[e]
                         if v[2] is not None:
-                            nexts.append((v[2], v[3]))
+                            nexts.append(v[2][0])
                         else:
-                            leaf = leaves.get(id(v))
-                            if leaf is None:
-                                leaf = leaves[id(v)] = _Leaf(v)
+                            e1 = leaves.get(id(v))
+                            if e1 is None:
+                                e1 = leaves[id(v)] = ((_Acc(v), 0),)
                                 nodes += 1
-                            nexts.append((leaf.acc, 0))
+                            nexts.append(e1[0])
                     nexts = tuple(nexts)
                 take = recipe.take
+                node = new(recipe.cls)  # (_NodeBase's two fields set here: no __init__ frame per node)
+                node.next_functions = nexts
                 if take is None:
-                    node = recipe.cls(nexts, ())
+                    node.saved = recipe.fixed
                 elif take is _INPUT0:
-                    node = recipe.cls(nexts, (vs[0][0],))
+                    node.saved = vs[0][0]
+                elif take is _OUTPUT0:
+                    node.saved = res[0]
                 else:
-                    node = recipe.cls(nexts, tuple([vs[i][0] if k == 0 else res[i] if k != 3 else i
-                                                    for k, i in take]))
+                    sv = tuple([vs[i][0] if k == 0 else res[i] if k != 3 else i for k, i in take])
+                    node.saved = sv if recipe.star else sv[0]
                 nodes += 1
                 if nodes > run.max_nodes:
                     raise _GiveUp
+                e1 = ((node, 0),)
             if frag.single:
-                rg = frag.rgs[0]
-                ns[out] = (res[0], rg, node if rg else None, 0, len(buf))
+                if frag.rg0:
+                    ns[out] = (res[0], True, e1, len(buf))
+                else:
+                    ns[out] = (res[0], False, None, len(buf))
                 buf.append(res[0])
                 continue
             made = []
             for i in range(frag.nout):
                 rg = frag.rgs[i]
-                made.append((res[i], rg, node if rg else None, recipe.nrs[i] if recipe is not None else 0,
-                             len(buf)))
+                made.append((res[i], rg, ((node, recipe.nrs[i]),) if rg else None, len(buf)))
                 buf.append(res[i])
             bound = []
             if out.__class__ is str:
@@ -1003,8 +1021,8 @@ class _Descs:
         v = self._vars[name]
         d = self._grads.get(id(v))
         if d is None:
-            node = v[2]
-            d = (v[4], v[1], None if node is None else node.recipe.name, False, 0, 0, None)
+            e = v[2]
+            d = (v[3], v[1], None if e is None else e[0][0].recipe.name, False, 0, 0, None)
         return d
 
     def get(self, name, default=None):
@@ -1058,7 +1076,8 @@ def _key_of(form, args: list, kw: dict, ns: dict, key: list, vs: list) -> None:
 
 _NO_EDGE = (None, 0)
 _NO_EDGES = (_NO_EDGE,)
-_INPUT0 = ((0, 0),)  # a recipe's ``take`` that saves its first input alone (the common case, inline)
+_INPUT0 = ((0, 0),)  # a recipe's ``take`` that saves its first input alone (the common cases, inline)
+_OUTPUT0 = ((1, 0),)
 
 
 def _action(run: _Run, index, name, args, kw, out, op, ns, special, autograd, passes, control) -> int:
@@ -1089,7 +1108,8 @@ def _action(run: _Run, index, name, args, kw, out, op, ns, special, autograd, pa
         raise _GiveUp
     if dot:
         leaf = run.leaves.get(id(v))
-        if v[2] is not None or leaf is None or leaf.gvar is None:
+        leaf = None if leaf is None else leaf[0][0]
+        if leaf is None or leaf.gvar is None:
             raise _GiveUp  # (a non-leaf's .grad warns; an unset one unbinds)
         v = leaf.gvar
     ns[out] = v
@@ -1141,14 +1161,13 @@ def _backward(run: _Run, root: tuple, ns: dict, control) -> list:
     if not root[1] or a.size != 1:
         raise _GiveUp  # (the cold run's error)
     seed = np.ones(a.shape, a.dtype)
-    node = root[2]
-    if node is not None:
-        nr = root[3]
+    if root[2] is not None:
+        node, nr = root[2][0]
     else:
-        leaf = run.leaves.get(id(root))
-        if leaf is None:
-            leaf = run.leaves[id(root)] = _Leaf(root)
-        node, nr = leaf.acc, 0
+        e1 = run.leaves.get(id(root))
+        if e1 is None:
+            e1 = run.leaves[id(root)] = ((_Acc(root), 0),)
+        node, nr = e1[0]
     b = [None] * node.n_outputs
     b[nr] = seed
     buffers: dict = {node: b}
@@ -1181,8 +1200,8 @@ def _backward(run: _Run, root: tuple, ns: dict, control) -> list:
         # the leaf's .grad: a variable of its own (``bind x.grad`` names it), and the leaf's descriptor
         gd = (len(buf), False, None, False, 0, 0, None)
         buf.append(ga)
-        leaf.gvar = (ga, False, None, 0, gd[0])
-        grads[id(v)] = (v[4], v[1], None, False, 0, leaf.accs, gd)
+        leaf.gvar = (ga, False, None, gd[0])
+        grads[id(v)] = (v[3], v[1], None, False, 0, leaf.accs, gd)
         # the report's snapshots of the contribution and of the .grad (one when the .grad is the contribution)
         c = _alias_or_copy(g)
         contrib[id(v)] = (leaf, c, c if ga is g else _alias_or_copy(ga))
