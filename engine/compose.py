@@ -49,7 +49,7 @@ import numpy as np
 from . import kernel as K
 from .autograd import _apply, _run_all
 from .budget import SMALL_RESPONSE_ELEMENTS, Budget
-from .grad_mode import WarningSink, set_grad_enabled
+from .grad_mode import Limits, WarningSink, set_grad_enabled
 from .node import Node, SavedTensor
 from .plan import _PLANNABLE_CALLS, Plan, _Namespace, _PlannedResult, _same_bits
 from .program import (
@@ -130,7 +130,7 @@ class _Recipe:
     output's output_nr; ``vjps``: the VJP fragments, by the gradients' layout; ``cls``: the light node class."""
 
     __slots__ = ("prim", "name", "n_outputs", "input_meta", "needs", "edges", "refs", "saved", "nrs", "in_rg",
-                 "out_rg", "vjps", "cls", "take", "fixed", "star")
+                 "out_rg", "vjps", "cls", "take", "fixed", "star", "live")
 
 
 class _VjpFrag:
@@ -413,10 +413,14 @@ def _codegen(steps: list, m: int, ret: list):
 
 
 # ----- making fragments --------------------------------------------------------------------------------------
-def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: dict):
+def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: dict, live: bool = False):
     """Run ``op`` once through the engine on fresh leaves over the arrays of ``vs``, recording it: (fragment or
     None when it is not composable, this run's result of ``fn``). Raises _GiveUp when the op fails (a value may
-    decide: the form is not marked)."""
+    decide: the form is not marked).
+
+    ``live``: an op of many tensor inputs (a stack of 1000), whose form hardly repeats: it runs unrecorded, as
+    the cold run runs it, and its fragment (``fn`` None: not to be kept) holds only its node's recipe (its
+    recipe ``live``: its VJP runs through the engine each time, unrecorded too)."""
     temps = [Tensor(v[0], v[1]) for v in vs]
     byvar = {id(v): t for v, t in zip(vs, temps)}
     tns = {}
@@ -426,19 +430,18 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
             tns[n] = t
     sink = WarningSink(set())
     runner = _Runner(State(), tns, sink, ProgramResult())
-    budget = Budget(limits) if limits is not None else None
+    budget = Budget(limits if limits is not None else _NO_LIMITS)
     try:
-        with K.recording() as rec, sink, np.errstate(all="ignore"):
-            for t in temps:
-                rec.add_input(t.data)
-            if budget is not None:
-                with budget:
-                    bound = runner.run_op(index, op, no_grad_all)
-            else:
+        with K.recording() if not live else _no_recording() as rec, sink, np.errstate(all="ignore"):
+            if rec is not None:
+                for t in temps:
+                    rec.add_input(t.data)
+            with budget:
                 bound = runner.run_op(index, op, no_grad_all)
     except Exception:  # noqa: BLE001 - the cold run gives the error
         raise _GiveUp from None
-    if rec.reason is not None or sink.messages or rec.unknown_writes() or len(rec.inputs) != len(temps):
+    if sink.messages or (rec is not None and (rec.reason is not None or rec.unknown_writes()
+                                              or len(rec.inputs) != len(temps))):
         return _no(1), None
     outs_t: list = []
     binds = []
@@ -473,9 +476,14 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
         if any(t is x for x in temps) or t._base is not None or t._fw_grad is not None or t.retains_grad or \
                 t._grad is not None or t._vc[0] != 0 or t.grad_accumulations or t._wrapped:
             return _no(6), None
-        s = rec.slot_of(t.data)
-        if s is None or s < m:
-            return _no(7), None
+        if rec is None:
+            if any(t.data is x.data for x in temps):
+                return _no(7), None
+            s = t.data
+        else:
+            s = rec.slot_of(t.data)
+            if s is None or s < m:
+                return _no(7), None
         fn = t._grad_fn
         if t._requires_grad != (fn is not None):
             return _no(8), None
@@ -491,6 +499,17 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
         recipe = _recipe(node, temps, outs_t, rec)
         if recipe is None:
             return _no(10), None
+    if rec is None:  # (live: the arrays themselves; the bytes as the budget counted them)
+        f = _Frag()
+        f.fn = None
+        f.nout = len(slots)
+        f.nbytes, f.maxsize = budget.total(), max(a.size for a in slots)
+        f.binds, f.rgs, f.recipe = tuple(binds), tuple(rgs), recipe
+        f.single = len(slots) == 1 and binds == [(-1, 0)]
+        f.rg0 = rgs[0]
+        if recipe is not None:
+            _takes(recipe, recipe.refs)
+        return f, tuple(slots)
     made = _steps(rec, slots)
     if made is None:
         return _no(11), None
@@ -506,19 +525,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
                 ret.append(i)
             else:
                 refs.append((k, i))
-        recipe.refs = refs = tuple(refs)
-        # what a node keeps (``_NodeBase.saved``): one array as itself, else a tuple of them; arrays of the
-        # fragment alone (constants): one object for every node
-        recipe.star = len(refs) != 1
-        recipe.fixed = ()
-        recipe.take = refs
-        if all(k == 3 for k, _ in refs):
-            recipe.take = None
-            recipe.fixed = tuple([a for _, a in refs]) if recipe.star else refs[0][1]
-        elif refs == _INPUT0:
-            recipe.take = _INPUT0
-        elif refs == _OUTPUT0:
-            recipe.take = _OUTPUT0
+        _takes(recipe, tuple(refs))
 
     f = _Frag()
     f.fn = _codegen(steps, m, ret)
@@ -530,6 +537,32 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
     f.single = len(slots) == 1 and binds == [(-1, 0)]
     f.rg0 = rgs[0]
     return f, tuple([rec.keep[s] for s in ret])
+
+
+def _takes(recipe, refs: tuple) -> None:
+    """What a node of the recipe keeps (``_NodeBase.saved``): one array as itself, else a tuple of them; arrays
+    of the fragment alone (constants): one object for every node."""
+    recipe.refs = refs
+    recipe.star = len(refs) != 1
+    recipe.fixed = ()
+    recipe.take = refs
+    if all(k == 3 for k, _ in refs):
+        recipe.take = None
+        recipe.fixed = tuple([a for _, a in refs]) if recipe.star else refs[0][1]
+    elif refs == _INPUT0:
+        recipe.take = _INPUT0
+    elif refs == _OUTPUT0:
+        recipe.take = _OUTPUT0
+
+
+class _no_recording:
+    """``K.recording()``'s place in a live run: nothing recorded."""
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
 
 
 def _names(op: dict) -> list:
@@ -596,13 +629,18 @@ def _recipe(node, temps: list, outs_t: list, rec):
                     if t.__class__ is not Tensor or t._grad_fn is not None or t._requires_grad or \
                             t._base is not None or t._vc[0] != 0 or t._fw_grad is not None:
                         return None
-                    sl = rec.slot_of(t.data)
-                    if sl is None:
-                        return None
-                    ref = (2, sl)
-            if ref not in refs:
+                    if rec is None:  # (live: the array itself)
+                        ref = (3, t.data)
+                    else:
+                        sl = rec.slot_of(t.data)
+                        if sl is None:
+                            return None
+                        ref = (2, sl)
+            at = next((i for i, r in enumerate(refs) if r[0] == ref[0] and r[1] is ref[1]), None)
+            if at is None:
+                at = len(refs)
                 refs.append(ref)
-            saved.append((slot, refs.index(ref), None))
+            saved.append((slot, at, None))
         elif _static(v):
             saved.append((slot, -1, v))
         else:
@@ -617,12 +655,13 @@ def _recipe(node, temps: list, outs_t: list, rec):
     r.in_rg = tuple(bool(t._requires_grad) for t in temps)
     r.out_rg = tuple(bool(t._requires_grad) for t in outs_t)
     r.vjps = {}
+    r.live = rec is None
     r.cls = type("ComposedNode", (_NodeBase,), {"__slots__": (), "prim": r.prim, "n_outputs": r.n_outputs,
                                                 "recipe": r})
     return r
 
 
-def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list):
+def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list, budget=None):
     """Run the recipe's VJP once through the engine (a real Node over the arrays, ``autograd._apply``) under a
     recorder: (VJP fragment, this run's gradients per edge), or (None, None)."""
     dummy = Node(_ACC, _ACC, ())
@@ -645,15 +684,26 @@ def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list):
             s[slot] = SavedTensor(tensors[ref], recipe.refs[ref][0] == 1)
     gts = [None if g is None else Tensor(g) for g in grads]
     sink = WarningSink(set())
+    live = recipe.live
     try:
-        with K.recording() as rec, sink, np.errstate(all="ignore"), set_grad_enabled(False):
-            for a in ins:
-                rec.add_input(a)
-            outs = _apply(node, gts)
+        with K.recording() if not live else _no_recording() as rec, sink, np.errstate(all="ignore"), \
+                set_grad_enabled(False):
+            if live:
+                with budget:
+                    outs = _apply(node, gts)
+            else:
+                for a in ins:
+                    rec.add_input(a)
+                outs = _apply(node, gts)
     except Exception:  # noqa: BLE001 - the cold run gives the error
         return _no(12), None
-    if rec.reason is not None or sink.messages or rec.unknown_writes() or len(rec.inputs) != len(ins):
+    if sink.messages or (not live and (rec.reason is not None or rec.unknown_writes() or len(rec.inputs) != len(ins))):
         return _no(13), None
+    if live:
+        if any(o is not None and (o.__class__ is not Tensor or o._requires_grad or o._grad_fn is not None)
+               for o in outs):
+            return _no(14), None
+        return True, tuple([None if o is None else o.data for o in outs])
     res = []
     slots = []
     for o in outs:
@@ -732,12 +782,21 @@ class _Run:
         return self._apply_slow(recipe, grads, saved if recipe.star else (saved,))
 
     def _apply_slow(self, recipe, grads, saved) -> tuple:
-        """``apply`` for a multi-output node, a gradient that is a saved array, or a miss."""
+        """``apply`` for a multi-output node, a gradient that is a saved array, a miss, or a live recipe."""
         gl = list(grads)
         ins = []
+        seen = set()
         for a in (*gl, *saved):
-            if a is not None and not any(a is b for b in ins):
+            if a is not None and id(a) not in seen:
+                seen.add(id(a))
                 ins.append(a)
+        if recipe.live:  # (through the engine, unrecorded, as the cold run runs it)
+            budget = Budget(self.limits if self.limits is not None else _NO_LIMITS)
+            ok, res = _make_vjp(recipe, gl, saved, ins, budget)
+            if ok is None:
+                raise _GiveUp
+            self.made(budget.total(), max([0, *[a.size for a in res if a is not None]]))
+            return res
         if recipe.n_outputs == 1 and len(ins) == 1 + len(saved):
             key = (gl[0].shape, gl[0].dtype, gl[0].strides)
         else:
@@ -835,8 +894,8 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                     control.deadline is not None and _monotonic() > control.deadline)):
                 raise _GiveUp
             name = op["op"]
-            args = op.get("args") or []
-            kw = op.get("kwargs") or {}
+            args = op.get("args") or _NO_ARGS
+            kw = op.get("kwargs") or _NO_KWARGS
             out = op.get("out")
             if args.__class__ is not list or kw.__class__ is not dict:
                 raise _GiveUp
@@ -869,14 +928,30 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 vs = [v]
                 x = v[0]
                 key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1])
-            elif not kw and na == 2 and a.__class__ is str and args[1].__class__ is float and len(pk) > 1 and \
-                    pk[0] == _TENSOR and pk[1] <= _TENSOR and args[1] == args[1] and args[1] != 0.0:
+            elif not kw and na == 2 and a.__class__ is str and len(pk) > 1 and pk[0] == _TENSOR and pk[1] <= _TENSOR:
+                # a tensor and a number or another tensor
                 v = ns.get(a)
                 if v is None:
                     raise _GiveUp
                 vs = [v]
                 x = v[0]
-                key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1], (float, args[1]))
+                b = args[1]
+                c = b.__class__
+                if c is str and pk[1] == _TENSOR:
+                    w = ns.get(b)
+                    if w is None:
+                        raise _GiveUp
+                    if w is v:
+                        key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1], 0)
+                    else:
+                        vs.append(w)
+                        y = w[0]
+                        key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1], y.shape, y.dtype, y.strides,
+                               w[1])
+                elif c is float and b == b and b != 0.0 or c is int or c is bool:
+                    key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1], (c, b))
+                else:
+                    key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1], _lit(b))
             else:
                 key = [name, grad_on, oform]
                 vs = []
@@ -886,9 +961,12 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
             if frag is _ABSENT:
                 run.hits += hits
                 hits = 0
-                run.miss()
-                frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns)
-                put(key, frag)
+                if len(vs) > _CODEGEN_MAX:  # (a wide op: run live, nothing kept)
+                    frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns, live=True)
+                else:
+                    run.miss()
+                    frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns)
+                    put(key, frag)
                 if frag is None:
                     raise _GiveUp
             elif frag is None:
@@ -1076,6 +1154,9 @@ def _key_of(form, args: list, kw: dict, ns: dict, key: list, vs: list) -> None:
 
 _NO_EDGE = (None, 0)
 _NO_EDGES = (_NO_EDGE,)
+_NO_ARGS: list = []  # (read only)
+_NO_LIMITS = Limits()  # a budget's limits where the run has none (it only counts)
+_NO_KWARGS: dict = {}  # (read only)
 _INPUT0 = ((0, 0),)  # a recipe's ``take`` that saves its first input alone (the common cases, inline)
 _OUTPUT0 = ((1, 0),)
 
