@@ -1272,8 +1272,9 @@ def _backward(run: _Run, root: tuple, ns: dict, control) -> list:
         # _accumulate_leaf: a gradient array that may be shared gets a copy (here: itself where the copy would
         # have its layout)
         flags = g.flags
+        same = flags.c_contiguous and flags.writeable  # (a copy would have g's layout: g itself stands for it)
         if id(g) in claimed or not flags.owndata or not flags.writeable:
-            ga = g if flags.c_contiguous and flags.writeable else g.copy()
+            ga = g if same else g.copy()
         else:
             ga = g
             claimed.add(id(g))
@@ -1284,8 +1285,8 @@ def _backward(run: _Run, root: tuple, ns: dict, control) -> list:
         leaf.gvar = (ga, False, None, gd[0])
         grads[id(v)] = (v[3], v[1], None, False, 0, leaf.accs, gd)
         # the report's snapshots of the contribution and of the .grad (one when the .grad is the contribution)
-        c = _alias_or_copy(g)
-        contrib[id(v)] = (leaf, c, c if ga is g else _alias_or_copy(ga))
+        c = g if same else np.array(g, copy=True)
+        contrib[id(v)] = (leaf, c, c if ga is g else ga)  # (ga: a fresh copy, its snapshot is itself)
     # the report: each leaf under its first name (one pass over the namespace)
     want = dict.fromkeys(contrib)
     first = {}
