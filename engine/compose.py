@@ -75,7 +75,7 @@ _MISS_SLACK = 16
 FRAGMENT_ENTRIES = 4096
 _VJPS_PER_FRAG = 16
 #: actions a composed run covers (anything else: the list runs cold)
-_ACTIONS = frozenset({"backward", "del", "bind"})
+_ACTIONS = frozenset({"backward", "del", "bind", "retain_grad"})
 _ACC = "AccumulateGrad"
 _CHECK_EVERY = 32  # ops between two reads of the deadline
 _CODEGEN_MAX = 24  # a fragment of more steps or inputs is interpreted, not compiled
@@ -141,8 +141,7 @@ class _NodeBase:
     """A light node for ``autograd._run_all`` (what the schedule reads of a ``Node``): a class per recipe
     holds ``prim``, ``n_outputs`` and the recipe; an instance its edges and saved arrays."""
 
-    __slots__ = ("next_functions", "saved")
-    retained = None
+    __slots__ = ("next_functions", "saved", "retained")
     variable = None
 
     def __init__(self, next_functions, saved):
@@ -744,6 +743,7 @@ class _Run:
         self.buf: list = []  # the run's arrays (a descriptor's slot is its place here)
         self.control = None
         self.leaves: dict = {}  # id(variable) -> ((its _Acc, 0),)
+        self.retains: dict = {}  # id(variable) -> the non-leaf variables retain_grad marked
         self.grads: dict | None = None  # id(leaf variable) -> its descriptor after the backward
 
     def miss(self) -> None:
@@ -1015,6 +1015,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 take = recipe.take
                 node = new(recipe.cls)  # (_NodeBase's two fields set here: no __init__ frame per node)
                 node.next_functions = nexts
+                node.retained = None
                 if take is None:
                     node.saved = recipe.fixed
                 elif take is _INPUT0:
@@ -1064,7 +1065,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
         for _, entries in autograd:
             keep.update([e[0] for e in entries])
         items = [(n, v) for n, v in ns.items() if n in keep]
-    namespace = _Descs(dict(items) if items.__class__ is list else ns, grads or {})
+    namespace = _Descs(dict(items) if items.__class__ is list else ns, grads or {}, run.retains)
     reports = []
     for index, entries in autograd:
         es = []
@@ -1089,18 +1090,19 @@ class _Descs:
     """The namespace's descriptors (``plan._desc``'s form) by name, each made when first read: what a
     ``plan._Namespace`` reads of its dict of descriptors (a response reads the names it shows)."""
 
-    __slots__ = ("_vars", "_grads")
+    __slots__ = ("_vars", "_grads", "_retains")
 
-    def __init__(self, variables: dict, grads: dict):
+    def __init__(self, variables: dict, grads: dict, retains: dict):
         self._vars = variables
         self._grads = grads
+        self._retains = retains
 
     def __getitem__(self, name):
         v = self._vars[name]
         d = self._grads.get(id(v))
         if d is None:
             e = v[2]
-            d = (v[3], v[1], None if e is None else e[0][0].recipe.name, False, 0, 0, None)
+            d = (v[3], v[1], None if e is None else e[0][0].recipe.name, id(v) in self._retains, 0, 0, None)
         return d
 
     def get(self, name, default=None):
@@ -1165,14 +1167,41 @@ def _action(run: _Run, index, name, args, kw, out, op, ns, special, autograd, pa
     """``backward`` (one root, no other argument, once), ``del`` and ``bind`` (of a name, or of a leaf's
     ``.grad``); anything else gives up. Returns the backward passes it ran."""
     if name == "backward":
-        if passes or kw or len(args) != 1 or args[0].__class__ is not str or op.get("no_grad"):
+        # Tensor.backward(gradient=None, retain_graph=None, create_graph=False) of one root, once (the graph is
+        # freed by then or not: nothing a one-shot run shows, but a second pass would read it)
+        kw = dict(kw)
+        tensors = args[0] if args else kw.pop("tensors", None)
+        if len(args) > 2 or (len(args) == 2 and "gradient" in kw):
             raise _GiveUp
-        root = ns.get(args[0])
-        if root is None:
+        gradient = args[1] if len(args) == 2 else kw.pop("gradient", None)
+        retain = kw.pop("retain_graph", None)
+        if passes or kw.pop("create_graph", False) is not False or kw.pop("inputs", None) is not None or kw \
+                or not (retain is None or retain.__class__ is bool):
             raise _GiveUp
-        autograd.append((index, _backward(run, root, ns, control)))
+        if tensors.__class__ is list and len(tensors) == 1:
+            tensors = tensors[0]
+        root = ns.get(tensors) if tensors.__class__ is str else None
+        g = ns.get(gradient) if gradient.__class__ is str else None
+        if root is None or (gradient is not None and g is None):
+            raise _GiveUp
+        autograd.append((index, _backward(run, root, ns, control, g)))
         special[index] = []
         return 1
+    if name == "retain_grad":
+        # Tensor.retain_grad(): a leaf's is nothing, a non-leaf's .grad is kept by the next backward
+        t = args[0] if args else kw.get("self")
+        v = ns.get(t) if t.__class__ is str else None
+        if v is None or len(args) + len(kw) != 1 or not v[1]:
+            raise _GiveUp  # (an unknown name, a tensor that does not require grad: the cold run's error)
+        e = v[2]
+        if e is not None:
+            node, nr = e[0]
+            if node.retained is None:
+                node.retained = {}
+            node.retained.setdefault(nr, v)
+            run.retains[id(v)] = v
+        special[index] = []
+        return 0
     if name == "del":
         if kw or not all(a.__class__ is str for a in args):
             raise _GiveUp
@@ -1234,14 +1263,21 @@ def _response(namespace, reports, buf, kwargs, lim, names) -> None:
         raise _GiveUp
 
 
-def _backward(run: _Run, root: tuple, ns: dict, control) -> list:
+def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None = None) -> list:
     """``backward(root)``: the pass over the composed graph (``autograd._run_all`` with ``run.apply``); sets the
     leaves' ``.grad`` (as ``_accumulate_leaf`` does) and returns the report's entries (name, accumulations,
     the contribution's snapshot, the .grad's snapshot), as ``_Runner.report`` makes them."""
     a = root[0]
-    if not root[1] or a.size != 1:
+    if not root[1]:
         raise _GiveUp  # (the cold run's error)
-    seed = np.ones(a.shape, a.dtype)
+    if gradient is None:
+        if a.size != 1:
+            raise _GiveUp
+        seed = np.ones(a.shape, a.dtype)
+    else:  # (_make_grads: the caller's tensor itself, of the root's shape and dtype; anything else cold)
+        seed = gradient[0]
+        if seed.shape != a.shape or seed.dtype != a.dtype:
+            raise _GiveUp
     if root[2] is not None:
         node, nr = root[2][0]
     else:
@@ -1257,8 +1293,6 @@ def _backward(run: _Run, root: tuple, ns: dict, control) -> list:
     executed: list = []
     run.control = control  # (read every _CHECK_EVERY nodes by run.apply: _run_all checks none)
     _run_all([node], buffers, False, True, None, leaf_grads, retained, executed, run.apply, _add)
-    if retained:
-        raise _GiveUp
     claimed = {id(seed)}
     contrib = {}
     buf = run.buf
@@ -1287,6 +1321,19 @@ def _backward(run: _Run, root: tuple, ns: dict, control) -> list:
         # the report's snapshots of the contribution and of the .grad (one when the .grad is the contribution)
         c = g if same else np.array(g, copy=True)
         contrib[id(v)] = (leaf, c, c if ga is g else ga)  # (ga: a fresh copy, its snapshot is itself)
+    for v, g in retained:  # retain_grad: a clone of the gradient (here: itself where the clone has its layout)
+        if id(v) in contrib or id(v) in grads:
+            raise _GiveUp
+        fl = g.flags
+        ga = g if fl.c_contiguous and fl.writeable else np.array(g, copy=True, order="K")
+        c = g if fl.c_contiguous and fl.writeable else np.array(g, copy=True)
+        leaf = _Acc(v)  # (its .grad and accumulations, as a leaf's)
+        leaf.accs = 1
+        gd = (len(buf), False, None, False, 0, 0, None)
+        buf.append(ga)
+        e = v[2][0][0]
+        grads[id(v)] = (v[3], v[1], e.recipe.name, True, 0, 1, gd)
+        contrib[id(v)] = (leaf, c, ga if ga is g else _alias_or_copy(ga))
     # the report: each leaf under its first name (one pass over the namespace)
     want = dict.fromkeys(contrib)
     first = {}

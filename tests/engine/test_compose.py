@@ -179,10 +179,40 @@ def test_a_passed_deadline_gives_the_cold_error():
     assert cache.composed == 0
 
 
+def _with_backward(ops, **kw):
+    return [o for o in ops if o["op"] != "backward"] + [{"op": "backward", "args": ["tot"], "kwargs": kw}]
+
+
+@pytest.mark.parametrize("variant", ["retain_grad", "retain_leaf", "gradient", "retain_graph", "positional"])
+def test_retain_grad_and_backward_arguments_compose_as_they_run_cold(variant):
+    r = draws(6)
+    cache = fresh_cache()
+    for _ in range(3):
+        ops = PROGRAMS["scalar_graph"](r)
+        if variant == "retain_grad":
+            ops = ops[:-1] + [{"op": "retain_grad", "args": ["m0"]}, {"op": "retain_grad", "args": ["st"]},
+                              {"op": "retain_grad", "args": ["st"]}, ops[-1], {"op": "bind", "args": ["p0.grad"],
+                                                                             "out": "g0"}]
+        elif variant == "retain_leaf":
+            ops = ops[:-1] + [{"op": "retain_grad", "kwargs": {"self": "p1"}}, ops[-1]]
+        elif variant == "gradient":
+            ops = _with_backward(ops + [{"op": "tensor", "args": [r()], "out": "seed"}], gradient="seed")
+        elif variant == "retain_graph":
+            ops = _with_backward(ops, retain_graph=True, create_graph=False)
+        else:
+            ops = ops[:-1] + [{"op": "tensor", "args": [r()], "out": "seed"},
+                              {"op": "backward", "args": [["tot"], "seed"]}]
+        c, p = both(ops, cache)
+        assert p == c and c[0] == "ok"
+    # (the first run meets ~20 new fragments in 16 ops: it may give up early; the others compose)
+    assert cache.composed >= 2, cache.stats()
+
+
 @pytest.mark.parametrize("extra", [
-    {"op": "retain_grad", "args": ["m0"]},                          # an action it does not cover
+    {"op": "retain_grad", "args": ["p9"]},                          # an unknown name (the cold error)
+    {"op": "bind", "args": ["m0.grad"], "out": "g"},                # a non-leaf's .grad (torch warns)
     {"op": "t", "args": ["st"], "out": "v"},                        # a view
-    {"op": "backward", "args": ["o"], "kwargs": {"retain_graph": True}},  # a backward with arguments
+    {"op": "backward", "args": ["o"], "kwargs": {"inputs": ["p0"]}},  # a backward pruned to inputs
     {"op": "grad", "args": ["o", ["p0"]], "out": ["g"]},           # grad
 ])
 def test_what_it_does_not_cover_runs_cold(extra):
