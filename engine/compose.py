@@ -69,8 +69,12 @@ _ndarray = np.ndarray
 _asarray = np.asarray
 _F64 = struct.Struct("<d")
 
-#: a run gives up once its fragment misses outnumber its hits by more than this many
-_MISS_SLACK = 16
+#: a run gives up once its fragment misses outnumber its hits by more than this many (a miss costs a few times
+#: the op run cold: a list whose forms do not repeat pays for this many)
+_MISS_SLACK = 4
+#: lists of fewer ops (inputs left out) run cold: too short for their fragments to repeat much, and a first
+#: sighting of them costs little cold (and a plan is recorded at the second)
+_MIN_OPS = 32
 #: fragments a cache keeps (forward op forms; each keeps at most ``_VJPS_PER_FRAG`` VJP forms)
 FRAGMENT_ENTRIES = 4096
 _VJPS_PER_FRAG = 16
@@ -355,6 +359,20 @@ def _steps(rec: K.Recorder, escaping: list):
     return out_steps, nbytes, maxsize, consts
 
 
+class _Lazy:
+    """A fragment's ``fn`` until its first use: compiles it then (``_codegen``; a fragment made by a miss whose
+    form never comes again is never compiled) and puts the compiled function in its place."""
+
+    __slots__ = ("owner", "steps", "m", "ret")
+
+    def __init__(self, owner, steps: list, m: int, ret: list):
+        self.owner, self.steps, self.m, self.ret = owner, steps, m, ret
+
+    def __call__(self, *ins):
+        fn = self.owner.fn = _codegen(self.steps, self.m, self.ret)
+        return fn(*ins)
+
+
 def _interpreter(steps: list, m: int, ret: list):
     """``_codegen``'s function for a long fragment (compiling it would cost more than it saves): a loop."""
     ret = tuple(ret)
@@ -527,7 +545,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
         _takes(recipe, tuple(refs))
 
     f = _Frag()
-    f.fn = _codegen(steps, m, ret)
+    f.fn = _Lazy(f, steps, m, ret)
     f.nout = len(slots)
     f.nbytes, f.maxsize = nbytes, maxsize
     f.binds = tuple(binds)
@@ -722,7 +740,7 @@ def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list, budget=None)
         return _no(16), None
     steps, nbytes, maxsize, _ = made
     f = _VjpFrag()
-    f.fn = _codegen(steps, len(ins), slots)
+    f.fn = _Lazy(f, steps, len(ins), slots)
     f.nbytes, f.maxsize = nbytes, maxsize
     return f, tuple(res)
 
@@ -1375,6 +1393,8 @@ class _Result(_PlannedResult):
 def run(cache, state: State, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict, shown):
     """``compose`` through ``cache`` (a ``plan.PlanCache``: its fragments, its counters): the run's result, or
     None (nothing changed: the caller runs the list cold)."""
+    if len(ops) - len(inputs_at) < _MIN_OPS:
+        return None
     made, r = compose(cache.fragments, state, ops, inputs_at, inputs, metas, kwargs, shown)
     cache.count_compose(r.hits, r.misses, made is not None)
     if made is None:

@@ -21,6 +21,18 @@ from .test_plan import PROGRAMS, _cases, _perturbed, _program, _same, draws, obs
 LIMITS = E.Limits()
 
 
+#: the cost policy's defaults (each tested on its own below)
+MIN_OPS, MISS_SLACK = compose_module._MIN_OPS, compose_module._MISS_SLACK
+
+
+@pytest.fixture(autouse=True)
+def compose_short_lists(monkeypatch):
+    """The machinery on short lists of new forms too: by default a list of fewer than ``_MIN_OPS`` ops runs cold,
+    and a run gives up once its misses outnumber its hits by ``_MISS_SLACK``."""
+    monkeypatch.setattr(compose_module, "_MIN_OPS", 0)
+    monkeypatch.setattr(compose_module, "_MISS_SLACK", 1000)
+
+
 def composer(cache, limits=LIMITS, respond="all", control=None):
     """A one-shot run through ``cache`` that never records a plan: it composes, or runs cold."""
     def run(state, ops):
@@ -232,7 +244,9 @@ def test_a_second_backward_runs_cold():
     assert p == c and c[0] == "ok" and cache.composed == 0
 
 
-def test_a_list_that_never_repeats_gives_up_early():
+def test_a_list_that_never_repeats_gives_up_early(monkeypatch):
+    monkeypatch.setattr(compose_module, "_MISS_SLACK", MISS_SLACK)
+    monkeypatch.setattr(compose_module, "_MIN_OPS", MIN_OPS)
     ops = [{"op": "tensor", "args": [1.5], "kwargs": {"requires_grad": True}, "out": "x"}]
     for i in range(200):
         ops.append({"op": "mul", "args": ["x" if i == 0 else f"y{i - 1}", 1.0 + i / 1024], "out": f"y{i}"})
@@ -240,7 +254,7 @@ def test_a_list_that_never_repeats_gives_up_early():
     c, p = both(ops, cache)
     assert p == c and c[0] == "ok"
     assert cache.composed == 0 and cache.uncomposable == 1
-    assert cache.fragment_misses == compose_module._MISS_SLACK + 1
+    assert cache.fragment_misses == MISS_SLACK + 1
 
 
 def test_giving_up_leaves_owned_inputs_and_the_state_untouched():
@@ -270,3 +284,16 @@ def test_fragments_are_bounded(monkeypatch):
 def test_ops_of_the_suite_are_named_in_samples():
     # (the suite above covers the op samples: guard against it silently covering none)
     assert len(_cases()) > 100 and len(SAMPLES) > 50
+
+
+def test_a_short_list_runs_cold_and_a_long_one_composes_by_default(monkeypatch):
+    monkeypatch.setattr(compose_module, "_MIN_OPS", MIN_OPS)
+    monkeypatch.setattr(compose_module, "_MISS_SLACK", MISS_SLACK)
+    cache = fresh_cache()
+    r = draws(8)
+    for _ in range(2):
+        c, p = both(PROGRAMS["scalar_graph"](r), cache)  # (13 ops)
+        assert p == c
+    assert cache.composed == cache.uncomposable == 0 and cache.fragment_misses == 0
+    c, p = both(_scalar_graph(3, r), cache)  # (36 ops)
+    assert p == c and cache.composed == 1
