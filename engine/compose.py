@@ -53,7 +53,9 @@ from .grad_mode import Limits, WarningSink, set_grad_enabled
 from .node import Node, SavedTensor
 from .plan import _PLANNABLE_CALLS, Plan, _Namespace, _PlannedResult, _same_bits
 from .program import (
+    _INDEX,
     _PLAIN,
+    _SLICE_RE,
     _TENSOR,
     _TENSOR_LIST,
     OpOutcome,
@@ -225,6 +227,8 @@ def _op_key(form, args: list, kwargs: dict, ns: dict, key: list, vs: list) -> No
             _tensor(a, ns, key, vs) if not many else _tensor_many(a, ns, key, vs, seen)
         elif k == _PLAIN or k == _TENSOR:
             key.append(_lit(a))
+        elif k == _INDEX:
+            key.append(_index(a))
         elif k == _TENSOR_LIST and a.__class__ is list:
             key.append(("L", len(a)))
             big = many or len(a) > 8
@@ -257,6 +261,24 @@ def _op_key(form, args: list, kwargs: dict, ns: dict, key: list, vs: list) -> No
                         key.append(_lit(x))
             else:
                 raise _GiveUp
+
+
+def _index(v):
+    """An index argument (``getitem``'s) as a key: its literal form, when it names no tensor (ints, None,
+    "...", "a:b:c" slices, {"slice": [...]}, lists of ints); else a _GiveUp."""
+    c = v.__class__
+    if c is str:
+        if v == "..." or _SLICE_RE.match(v):
+            return v
+        raise _GiveUp  # (a tensor name)
+    if c is dict:
+        if set(v) != {"slice"} or v["slice"].__class__ is not list or \
+                not all(x is None or x.__class__ is int for x in v["slice"]):
+            raise _GiveUp
+        return ("S", tuple(v["slice"]))
+    if c is list:
+        return (list, tuple([_index(x) for x in v]))
+    return _lit(v)
 
 
 def _tensor_many(a: str, ns: dict, key: list, vs: list, seen: dict) -> None:
@@ -473,9 +495,15 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
             i = len(outs_t)
             outs_t.append(t)
         if out.__class__ is str:
-            if n != out or len(bound) != 1:
-                return _no(3), None
-            binds.append((-1, i))
+            if n == out and len(bound) == 1:
+                binds.append((-1, i))
+            else:  # (a tuple's items bound to out_0, out_1...: those that are tensors)
+                while p < 1024 and n != f"{out}_{p}":
+                    p += 1
+                if p >= 1024:
+                    return _no(3), None
+                binds.append((p, i))
+                p += 1
         else:  # (the names bound are a subsequence of out: a tuple's items that are tensors)
             while p < len(out) and out[p] != n:
                 p += 1
@@ -490,9 +518,14 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
     rgs = []
     m = len(temps)
     for t in outs_t:
-        if any(t is x for x in temps) or t._base is not None or t._fw_grad is not None or t.retains_grad or \
+        if any(t is x for x in temps) or t._fw_grad is not None or t.retains_grad or \
                 t._grad is not None or t._vc[0] != 0 or t.grad_accumulations or t._wrapped:
             return _no(6), None
+        # a view of an input (nothing in a composed run writes in place, so it shows as any tensor does): only
+        # one whose requires_grad is its history's (not a view made under no_grad of a base that requires grad)
+        if t._base is not None and not (any(t._base is x for x in temps) and t._requires_grad == t.requires_grad
+                                         and t.requires_grad == (t._grad_fn is not None)):
+            return _no(17), None
         if rec is None:
             if any(t.data is x.data for x in temps):
                 return _no(7), None
@@ -1060,14 +1093,10 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 made.append((res[i], rg, ((node, recipe.nrs[i]),) if rg else None, len(buf)))
                 buf.append(res[i])
             bound = []
-            if out.__class__ is str:
-                ns[out] = made[0]
-                bound.append(out)
-            else:
-                for pos, i in frag.binds:
-                    n = out[pos]
-                    ns[n] = made[i]
-                    bound.append(n)
+            for pos, i in frag.binds:
+                n = out[pos] if out.__class__ is list else out if pos < 0 else f"{out}_{pos}"
+                ns[n] = made[i]
+                bound.append(n)
             if bound != [out]:
                 special[index] = bound
     finally:

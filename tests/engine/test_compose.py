@@ -150,7 +150,7 @@ def test_fuzz_programs_compose_as_they_run_cold():
         for ops in (program, program, perturbed):
             c, p = both(ops, cache)
             assert p == c, seed
-    assert cache.composed >= 120, cache.stats()
+    assert cache.composed >= 200, cache.stats()
     assert cache.fragment_hits > cache.fragment_misses, cache.stats()
 
 
@@ -223,7 +223,7 @@ def test_retain_grad_and_backward_arguments_compose_as_they_run_cold(variant):
 @pytest.mark.parametrize("extra", [
     {"op": "retain_grad", "args": ["p9"]},                          # an unknown name (the cold error)
     {"op": "bind", "args": ["m0.grad"], "out": "g"},                # a non-leaf's .grad (torch warns)
-    {"op": "t", "args": ["st"], "out": "v"},                        # a view
+    {"op": "view", "args": ["st", -1], "out": "v", "no_grad": True},  # a view under no_grad of a base with grad
     {"op": "backward", "args": ["o"], "kwargs": {"inputs": ["p0"]}},  # a backward pruned to inputs
     {"op": "grad", "args": ["o", ["p0"]], "out": ["g"]},           # grad
 ])
