@@ -71,9 +71,11 @@ _ndarray = np.ndarray
 _asarray = np.asarray
 _F64 = struct.Struct("<d")
 
-#: a run gives up once its fragment misses outnumber its hits by more than this many (a miss costs a few times
-#: the op run cold: a list whose forms do not repeat pays for this many)
-_MISS_SLACK = 4
+#: a run gives up once its fragment misses outnumber its hits by more than this many, or by one per
+#: ``_MISS_PER`` ops of the list if that is more (a miss costs a few times the op run cold: a list whose forms do not
+#: repeat pays a few percent; a long one may meet all its forms in its first steps)
+_MISS_SLACK = 8
+_MISS_PER = 100
 #: lists of fewer ops (inputs left out) run cold: too short for their fragments to repeat much, and a first
 #: sighting of them costs little cold (and a plan is recorded at the second)
 _MIN_OPS = 32
@@ -126,7 +128,7 @@ class _Frag:
     binds its outputs; ``rgs`` each output's requires_grad; ``recipe`` the node (None: none);
     ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes."""
 
-    __slots__ = ("fn", "nout", "binds", "rgs", "recipe", "nbytes", "maxsize", "single", "rg0")
+    __slots__ = ("fn", "nout", "binds", "rgs", "recipe", "nbytes", "maxsize", "single", "rg0", "graph")
 
 
 class _Recipe:
@@ -136,7 +138,7 @@ class _Recipe:
     output's output_nr; ``vjps``: the VJP fragments, by the gradients' layout; ``cls``: the light node class."""
 
     __slots__ = ("prim", "name", "n_outputs", "input_meta", "needs", "edges", "refs", "saved", "nrs", "in_rg",
-                 "out_rg", "vjps", "cls", "take", "fixed", "star", "live")
+                 "out_rg", "vjps", "cls", "take", "fixed", "star", "live", "own")
 
 
 class _VjpFrag:
@@ -544,17 +546,18 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
                 return _no(9), None
         slots.append(s)
         rgs.append(bool(t._requires_grad))
-    recipe = None
+    recipe = graph = None
     if node is not None:
-        recipe = _recipe(node, temps, outs_t, rec)
-        if recipe is None:
+        graph = _graph(node, temps, outs_t, rec)
+        if graph is None:
             return _no(10), None
+        recipe = graph[-1]
     if rec is None:  # (live: the arrays themselves; the bytes as the budget counted them)
         f = _Frag()
         f.fn = None
         f.nout = len(slots)
         f.nbytes, f.maxsize = budget.total(), max(a.size for a in slots)
-        f.binds, f.rgs, f.recipe = tuple(binds), tuple(rgs), recipe
+        f.binds, f.rgs, f.recipe, f.graph = tuple(binds), tuple(rgs), recipe, None
         f.single = len(slots) == 1 and binds == [(-1, 0)]
         f.rg0 = rgs[0]
         if recipe is not None:
@@ -565,9 +568,9 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
         return _no(11), None
     steps, nbytes, maxsize, consts = made
     ret = list(slots)
-    if recipe is not None:
+    for r in graph or ():
         refs = []
-        for k, i in recipe.refs:
+        for k, i in r.refs:
             if k == 2 and i in consts:
                 refs.append((3, consts[i]))  # (a saved constant folded: the node reads the fragment's array)
             elif k == 2:
@@ -575,7 +578,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
                 ret.append(i)
             else:
                 refs.append((k, i))
-        _takes(recipe, tuple(refs))
+        _takes(r, tuple(refs))
 
     f = _Frag()
     f.fn = _Lazy(f, steps, m, ret)
@@ -584,6 +587,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
     f.binds = tuple(binds)
     f.rgs = tuple(rgs)
     f.recipe = recipe
+    f.graph = graph if graph is not None and len(graph) > 1 else None
     f.single = len(slots) == 1 and binds == [(-1, 0)]
     f.rg0 = rgs[0]
     return f, tuple([rec.keep[s] for s in ret])
@@ -642,21 +646,62 @@ def _static(v) -> bool:
     return False
 
 
-def _recipe(node, temps: list, outs_t: list, rec):
-    if node.__class__ is not Node or node.retained or node.variable is not None:
-        return None
-    edges = []
+def _graph(top, temps: list, outs_t: list, rec):
+    """The recipes of the nodes an op made: ``top`` (its outputs' node) last, and before it, children first, the
+    nodes a composite op made inside (cross_entropy's log_softmax...), whose edges lead to the op's inputs or to
+    each other only. None: not composable so (an edge elsewhere, a saved value of another kind...)."""
     accs = {t._accumulator: j for j, t in enumerate(temps) if t._accumulator is not None}
+    order: list = []
+    index: dict = {}
+    stack = [(top, False)]
+    while stack:  # (post-order: a node after the nodes its edges lead to)
+        n, done = stack.pop()
+        if done:
+            if n not in index:
+                index[n] = len(order)
+                order.append(n)
+            continue
+        if n in index:
+            continue
+        if n.__class__ is not Node or n.retained or n.variable is not None or len(order) > 64:
+            return None
+        stack.append((n, True))
+        for c, _ in n.next_functions:
+            if c is not None and c not in accs and c not in index:
+                stack.append((c, False))
+    if len(order) > 1 and rec is None:
+        return None  # (a live op: one node only)
+    out = []
+    for n in order:
+        r = _recipe(n, temps, outs_t if n is top else (), rec, accs, index)
+        if r is None:
+            return None
+        out.append(r)
+    return out
+
+
+def _recipe(node, temps: list, outs_t, rec, accs: dict, index: dict):
+    """One node's recipe (see ``_Recipe``); ``outs_t``: the op's outputs when ``node`` is their node, else ()
+    (a node made inside the op: its own outputs are arrays of the fragment). Edges to the op's inputs are their
+    index, to another node of the op (``index``: its place) ``(-2 - place, output_nr)``."""
+    edges = []
     ids = {id(t): j for j, t in enumerate(temps)}
     for c, nr in node.next_functions:
         if c is None:
             edges.append(-1)
             continue
         j = accs.get(c)
-        if j is None or nr != 0 or c.prim != _ACC or c.variable is not temps[j]:
+        if j is None:
+            k = index.get(c)
+            if k is None or k >= index[node]:
+                return None
+            edges.append((-2 - k, nr))
+            continue
+        if nr != 0 or c.prim != _ACC or c.variable is not temps[j]:
             return None
         edges.append(j)
     refs: list = []
+    own: dict = {}  # ref index -> (output_nr, requires_grad) of a saved output of a node made inside the op
     saved = []
     for slot, v in node.saved.items():
         if v.__class__ is SavedTensor:
@@ -668,16 +713,25 @@ def _recipe(node, temps: list, outs_t: list, rec):
                 for i, o in enumerate(outs_t):
                     if o is t:
                         ref = (1, i)
-                if ref is None or v._nr != t.output_nr:
+                if outs_t and (ref is None or v._nr != t.output_nr):
                     return None
+                if ref is None:  # (a node made inside the op: its own output, an array of the fragment)
+                    sl = None if rec is None or v._data is None else rec.slot_of(v._data)
+                    if sl is None:
+                        return None
+                    ref = (2, sl)
+                    own_meta = (v._nr, bool(v._rg))
+                else:
+                    own_meta = None
             else:
+                own_meta = None
                 t = v._tensor
                 j = ids.get(id(t))
                 ref = None if j is None else (0, j)
                 if ref is None:
-                    # a tensor the op made of a literal (mul's other): a constant of the node
-                    if t.__class__ is not Tensor or t._grad_fn is not None or t._requires_grad or \
-                            t._base is not None or t._vc[0] != 0 or t._fw_grad is not None:
+                    # a tensor the op made itself (mul's literal, a composite's intermediate): its array
+                    if t.__class__ is not Tensor or t._base is not None or t._vc[0] != 0 or t._fw_grad is not None \
+                            or (t._requires_grad and (t._grad_fn is None or t._grad_fn not in index)):
                         return None
                     if rec is None:  # (live: the array itself)
                         ref = (3, t.data)
@@ -686,10 +740,16 @@ def _recipe(node, temps: list, outs_t: list, rec):
                         if sl is None:
                             return None
                         ref = (2, sl)
+                    if t._requires_grad:
+                        own_meta = ("in", True)  # (a saved input of the node that requires grad)
             at = next((i for i, r in enumerate(refs) if r[0] == ref[0] and r[1] is ref[1]), None)
             if at is None:
                 at = len(refs)
                 refs.append(ref)
+                if own_meta is not None:
+                    own[at] = own_meta
+            elif own.get(at) != own_meta:
+                return None
             saved.append((slot, at, None))
         elif _static(v):
             saved.append((slot, -1, v))
@@ -700,6 +760,7 @@ def _recipe(node, temps: list, outs_t: list, rec):
     r.input_meta, r.needs = node.input_meta, node.needs
     r.edges = tuple(edges)
     r.refs = tuple(refs)
+    r.own = own
     r.saved = tuple(saved)
     r.nrs = tuple(int(t.output_nr) for t in outs_t)
     r.in_rg = tuple(bool(t._requires_grad) for t in temps)
@@ -715,23 +776,30 @@ def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list, budget=None)
     """Run the recipe's VJP once through the engine (a real Node over the arrays, ``autograd._apply``) under a
     recorder: (VJP fragment, this run's gradients per edge), or (None, None)."""
     dummy = Node(_ACC, _ACC, ())
-    nexts = tuple((dummy, 0) if e >= 0 else (None, 0) for e in recipe.edges)
+    nexts = tuple((None, 0) if e.__class__ is int and e == -1 else (dummy, 0) for e in recipe.edges)
     node = Node(recipe.name, recipe.prim, nexts, None, recipe.input_meta, recipe.n_outputs)
     node._needs = recipe.needs
     tensors = []
-    for (kind, i), a in zip(recipe.refs, saved):
+    own = recipe.own
+    outputs = set()
+    for at, ((kind, i), a) in enumerate(zip(recipe.refs, saved)):
+        o = own.get(at)
         if kind == 0:
             tensors.append(Tensor(a, recipe.in_rg[i]))
         elif kind == 1:
             tensors.append(Tensor(a, recipe.out_rg[i], node, recipe.nrs[i]))
+            outputs.add(at)
+        elif o is not None and o[0] != "in":  # (a node made inside the op: its own output)
+            tensors.append(Tensor(a, o[1], node, o[0]))
+            outputs.add(at)
         else:
-            tensors.append(Tensor(a))
+            tensors.append(Tensor(a, o is not None))
     s = node.saved
     for slot, ref, value in recipe.saved:
         if ref < 0:
             s[slot] = value
         else:
-            s[slot] = SavedTensor(tensors[ref], recipe.refs[ref][0] == 1)
+            s[slot] = SavedTensor(tensors[ref], ref in outputs)
     gts = [None if g is None else Tensor(g) for g in grads]
     sink = WarningSink(set())
     live = recipe.live
@@ -793,13 +861,14 @@ class _Run:
         self.max_nodes = limits.max_nodes // 2 if limits is not None else 1 << 62
         self.buf: list = []  # the run's arrays (a descriptor's slot is its place here)
         self.control = None
+        self.slack = _MISS_SLACK
         self.leaves: dict = {}  # id(variable) -> ((its _Acc, 0),)
         self.retains: dict = {}  # id(variable) -> the non-leaf variables retain_grad marked
         self.grads: dict | None = None  # id(leaf variable) -> its descriptor after the backward
 
     def miss(self) -> None:
         self.misses += 1
-        if self.misses > _MISS_SLACK + self.hits:
+        if self.misses > self.slack + self.hits:
             raise _GiveUp
 
     def made(self, nbytes: int, maxsize: int) -> None:
@@ -892,6 +961,7 @@ def compose(frags: Fragments, state: State, ops: list, inputs_at: list, inputs: 
     ``inputs_at``) composed from fragments: ((plan, buffer) or None when it gives up, the run's counters)."""
     limits = kwargs.get("limits")
     run = _Run(frags, limits)
+    run.slack = max(_MISS_SLACK, len(ops) // _MISS_PER)
     if state.tensors or state.functions:
         return None, run
     try:
@@ -1033,6 +1103,13 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
             recipe = frag.recipe
             if recipe is None:
                 e1 = None
+            elif frag.graph is not None:  # (a composite op: its nodes, children first)
+                run.nodes = nodes
+                node = _nodes(frag.graph, vs, res, leaves, run)
+                nodes = run.nodes
+                if nodes > run.max_nodes:
+                    raise _GiveUp
+                e1 = ((node, 0),)
             else:
                 edges = recipe.edges
                 if len(edges) == 1:
@@ -1208,6 +1285,40 @@ _NO_LIMITS = Limits()  # a budget's limits where the run has none (it only count
 _NO_KWARGS: dict = {}  # (read only)
 _INPUT0 = ((0, 0),)  # a recipe's ``take`` that saves its first input alone (the common cases, inline)
 _OUTPUT0 = ((1, 0),)
+
+
+def _nodes(graph: list, vs: list, res: tuple, leaves: dict, run: _Run):
+    """The light nodes of a composite op's recipes (children first): the last, its outputs' node."""
+    made: list = []
+    for r in graph:
+        nexts = []
+        for e in r.edges:
+            if e.__class__ is tuple:
+                nexts.append((made[-2 - e[0]], e[1]))
+            elif e < 0:
+                nexts.append(_NO_EDGE)
+            else:
+                v = vs[e]
+                if v[2] is not None:
+                    nexts.append(v[2][0])
+                else:
+                    e1 = leaves.get(id(v))
+                    if e1 is None:
+                        e1 = leaves[id(v)] = ((_Acc(v), 0),)
+                        run.nodes += 1
+                    nexts.append(e1[0])
+        node = object.__new__(r.cls)
+        node.next_functions = tuple(nexts)
+        node.retained = None
+        take = r.take
+        if take is None:
+            node.saved = r.fixed
+        else:
+            sv = tuple([vs[i][0] if k == 0 else res[i] if k != 3 else i for k, i in take])
+            node.saved = sv if r.star else sv[0]
+        run.nodes += 1
+        made.append(node)
+    return made[-1]
 
 
 def _action(run: _Run, index, name, args, kw, out, op, ns, special, autograd, passes, control) -> int:
