@@ -297,3 +297,54 @@ def test_a_short_list_runs_cold_and_a_long_one_composes_by_default(monkeypatch):
     assert cache.composed == cache.uncomposable == 0 and cache.fragment_misses == 0
     c, p = both(_scalar_graph(3, r), cache)  # (36 ops)
     assert p == c and cache.composed == 1
+
+
+def _lstm(rng, steps: int) -> list:
+    """bench/engine.py's LSTM in small: embedding, getitem, chunk (views), composite cross_entropy."""
+    def m(*shape):
+        return np.round(rng.standard_normal(shape), 3).astype(np.float32).tolist()
+    H, V = 3, 5
+    def ints():
+        return [int(i) for i in rng.integers(0, V, steps)]
+    ops = [T_("x", ints()), T_("y", ints()),
+           T_("wx", m(V, 4 * H), requires_grad=True), T_("wh", m(H, 4 * H), requires_grad=True),
+           T_("bg", m(4 * H), requires_grad=True), T_("wy", m(H, V), requires_grad=True),
+           T_("h0", m(1, H)), T_("c0", m(1, H)),
+           {"op": "embedding", "args": ["x", "wx"], "out": "xw"}]
+    h, c = "h0", "c0"
+    for t in range(steps):
+        ops += [{"op": "matmul", "args": [h, "wh"], "out": f"hw{t}"},
+                {"op": "getitem", "args": ["xw", t], "out": f"x{t}"},
+                {"op": "add", "args": [f"hw{t}", f"x{t}"], "out": f"z{t}"},
+                {"op": "add", "args": [f"z{t}", "bg"], "out": f"g{t}"},
+                {"op": "chunk", "args": [f"g{t}", 4, 1], "out": [f"i{t}", f"f{t}", f"n{t}", f"o{t}"]},
+                {"op": "sigmoid", "args": [f"f{t}"], "out": f"sf{t}"},
+                {"op": "mul", "args": [f"sf{t}", c], "out": f"fc{t}"},
+                {"op": "sigmoid", "args": [f"i{t}"], "out": f"si{t}"},
+                {"op": "tanh", "args": [f"n{t}"], "out": f"tn{t}"},
+                {"op": "mul", "args": [f"si{t}", f"tn{t}"], "out": f"ig{t}"},
+                {"op": "add", "args": [f"fc{t}", f"ig{t}"], "out": f"c{t}"},
+                {"op": "sigmoid", "args": [f"o{t}"], "out": f"so{t}"},
+                {"op": "tanh", "args": [f"c{t}"], "out": f"tc{t}"},
+                {"op": "mul", "args": [f"so{t}", f"tc{t}"], "out": f"h{t}"}]
+        h, c = f"h{t}", f"c{t}"
+    ops += [{"op": "cat", "args": [[f"h{t}" for t in range(steps)], 0], "out": "hs"},
+            {"op": "matmul", "args": ["hs", "wy"], "out": "logits"},
+            {"op": "cross_entropy", "args": ["logits", "y"], "out": "loss"}, {"op": "backward", "args": ["loss"]}]
+    return ops
+
+
+def T_(name, data, **kw):
+    return {"op": "tensor", "out": name, "args": [data], "kwargs": kw}
+
+
+@pytest.mark.parametrize("respond", ["all", ["loss", "wx.grad", "wh.grad", "c3"]])
+def test_an_lstm_with_views_and_a_composite_loss_composes_bit_for_bit(respond, monkeypatch):
+    monkeypatch.setattr(compose_module, "_MIN_OPS", MIN_OPS)
+    monkeypatch.setattr(compose_module, "_MISS_SLACK", MISS_SLACK)
+    rng = np.random.default_rng(3)
+    cache = fresh_cache()
+    for _ in range(3):
+        c, p = both(_lstm(rng, 6), cache, respond=respond)
+        assert p == c and c[0] == "ok"
+    assert cache.composed >= 2, cache.stats()
