@@ -74,7 +74,7 @@ _F64 = struct.Struct("<d")
 #: a run gives up once its fragment misses outnumber its hits by more than this many, or by one per
 #: ``_MISS_PER`` ops of the list if that is more (a miss costs a few times the op run cold: a list whose forms do not
 #: repeat pays a few percent; a long one may meet all its forms in its first steps)
-_MISS_SLACK = 8
+_MISS_SLACK = 4
 _MISS_PER = 100
 #: lists of fewer ops (inputs left out) run cold: too short for their fragments to repeat much, and a first
 #: sighting of them costs little cold (and a plan is recorded at the second)
@@ -128,7 +128,7 @@ class _Frag:
     binds its outputs; ``rgs`` each output's requires_grad; ``recipe`` the node (None: none);
     ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes."""
 
-    __slots__ = ("fn", "nout", "binds", "rgs", "recipe", "nbytes", "maxsize", "single", "rg0", "graph")
+    __slots__ = ("fn", "code", "nout", "binds", "rgs", "recipe", "nbytes", "maxsize", "single", "rg0", "graph")
 
 
 class _Recipe:
@@ -142,7 +142,7 @@ class _Recipe:
 
 
 class _VjpFrag:
-    __slots__ = ("fn", "nbytes", "maxsize")
+    __slots__ = ("fn", "code", "nbytes", "maxsize")
 
 
 class _NodeBase:
@@ -383,18 +383,12 @@ def _steps(rec: K.Recorder, escaping: list):
     return out_steps, nbytes, maxsize, consts
 
 
-class _Lazy:
-    """A fragment's ``fn`` until its first use: compiles it then (``_codegen``; a fragment made by a miss whose
-    form never comes again is never compiled) and puts the compiled function in its place."""
-
-    __slots__ = ("owner", "steps", "m", "ret")
-
-    def __init__(self, owner, steps: list, m: int, ret: list):
-        self.owner, self.steps, self.m, self.ret = owner, steps, m, ret
-
-    def __call__(self, *ins):
-        fn = self.owner.fn = _codegen(self.steps, self.m, self.ret)
-        return fn(*ins)
+def _compiled(owner):
+    """A fragment's function, compiled at its first use (``_codegen``: a fragment made by a miss whose form never
+    comes again is never compiled); ``owner.code`` holds (steps, inputs, slots returned) until then."""
+    fn = owner.fn = _codegen(*owner.code)
+    owner.code = None
+    return fn
 
 
 def _interpreter(steps: list, m: int, ret: list):
@@ -581,7 +575,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
         _takes(r, tuple(refs))
 
     f = _Frag()
-    f.fn = _Lazy(f, steps, m, ret)
+    f.fn, f.code = None, (steps, m, ret)
     f.nout = len(slots)
     f.nbytes, f.maxsize = nbytes, maxsize
     f.binds = tuple(binds)
@@ -767,9 +761,30 @@ def _recipe(node, temps: list, outs_t, rec, accs: dict, index: dict):
     r.out_rg = tuple(bool(t._requires_grad) for t in outs_t)
     r.vjps = {}
     r.live = rec is None
+    r.cls = None  # (made by _cls at the recipe's first node of a hit: a miss's own node is a _Node)
+    return r
+
+
+class _Node(_NodeBase):
+    """A light node of a recipe without its class yet (``_cls``): its class attributes as its own."""
+
+    __slots__ = ("prim", "n_outputs", "recipe")
+
+
+def _cls(r):
+    """The light node class of recipe ``r`` (``prim``, ``n_outputs`` and ``recipe`` as class attributes)."""
     r.cls = type("ComposedNode", (_NodeBase,), {"__slots__": (), "prim": r.prim, "n_outputs": r.n_outputs,
                                                 "recipe": r})
-    return r
+    return r.cls
+
+
+def _new_node(r, fresh: bool):
+    """A light node of recipe ``r`` (its two fields to set): of its class, or (``fresh``: a miss's) a _Node."""
+    if fresh:
+        node = object.__new__(_Node)
+        node.prim, node.n_outputs, node.recipe = r.prim, r.n_outputs, r
+        return node
+    return object.__new__(r.cls or _cls(r))
 
 
 def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list, budget=None):
@@ -841,7 +856,7 @@ def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list, budget=None)
         return _no(16), None
     steps, nbytes, maxsize, _ = made
     f = _VjpFrag()
-    f.fn = _Lazy(f, steps, len(ins), slots)
+    f.fn, f.code = None, (steps, len(ins), slots)
     f.nbytes, f.maxsize = nbytes, maxsize
     return f, tuple(res)
 
@@ -898,7 +913,8 @@ class _Run:
                 raise _GiveUp
             if not h % _CHECK_EVERY and self.control is not None:
                 self.control.check()  # (a deadline or a cancellation stops a long pass between nodes)
-            return vf.fn(g, *saved) if recipe.star else vf.fn(g, saved)
+            fn = vf.fn or _compiled(vf)
+            return fn(g, *saved) if recipe.star else fn(g, saved)
         return self._apply_slow(recipe, grads, saved if recipe.star else (saved,))
 
     def _apply_slow(self, recipe, grads, saved) -> tuple:
@@ -936,7 +952,7 @@ class _Run:
         self.made(vf.nbytes, vf.maxsize)
         if self.control is not None:
             self.control.check()
-        return vf.fn(*ins)
+        return (vf.fn or _compiled(vf))(*ins)
 
 
 def _add(a, b):
@@ -1079,7 +1095,8 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 _key_of(form, args, kw, ns, key, vs)
                 key = tuple(key)
             frag = frags.get(key, _ABSENT)
-            if frag is _ABSENT:
+            fresh = frag is _ABSENT
+            if fresh:
                 run.hits += hits
                 hits = 0
                 if len(vs) > _CODEGEN_MAX:  # (a wide op: run live, nothing kept)
@@ -1095,8 +1112,8 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
             else:
                 hits += 1
                 n = len(vs)
-                res = frag.fn(vs[0][0]) if n == 1 else frag.fn(vs[0][0], vs[1][0]) if n == 2 else \
-                    frag.fn(*[v[0] for v in vs])
+                fn = frag.fn or _compiled(frag)
+                res = fn(vs[0][0]) if n == 1 else fn(vs[0][0], vs[1][0]) if n == 2 else fn(*[v[0] for v in vs])
             nbytes += frag.nbytes
             if nbytes > max_bytes or frag.maxsize > max_el:
                 raise _GiveUp
@@ -1105,7 +1122,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 e1 = None
             elif frag.graph is not None:  # (a composite op: its nodes, children first)
                 run.nodes = nodes
-                node = _nodes(frag.graph, vs, res, leaves, run)
+                node = _nodes(frag.graph, vs, res, leaves, run, fresh)
                 nodes = run.nodes
                 if nodes > run.max_nodes:
                     raise _GiveUp
@@ -1141,7 +1158,8 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                             nexts.append(e1[0])
                     nexts = tuple(nexts)
                 take = recipe.take
-                node = new(recipe.cls)  # (_NodeBase's two fields set here: no __init__ frame per node)
+                cls = recipe.cls  # (_NodeBase's fields set here: no __init__ frame per node)
+                node = new(cls) if cls is not None and not fresh else _new_node(recipe, fresh)
                 node.next_functions = nexts
                 node.retained = None
                 if take is None:
@@ -1287,7 +1305,7 @@ _INPUT0 = ((0, 0),)  # a recipe's ``take`` that saves its first input alone (the
 _OUTPUT0 = ((1, 0),)
 
 
-def _nodes(graph: list, vs: list, res: tuple, leaves: dict, run: _Run):
+def _nodes(graph: list, vs: list, res: tuple, leaves: dict, run: _Run, fresh: bool):
     """The light nodes of a composite op's recipes (children first): the last, its outputs' node."""
     made: list = []
     for r in graph:
@@ -1307,7 +1325,7 @@ def _nodes(graph: list, vs: list, res: tuple, leaves: dict, run: _Run):
                         e1 = leaves[id(v)] = ((_Acc(v), 0),)
                         run.nodes += 1
                     nexts.append(e1[0])
-        node = object.__new__(r.cls)
+        node = _new_node(r, fresh)
         node.next_functions = tuple(nexts)
         node.retained = None
         take = r.take
