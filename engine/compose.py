@@ -4,39 +4,46 @@ A ``/v1/eval`` run of an op list never seen before (no plan of its structure: ``
 op through the object engine (a Tensor, a Node, SavedTensors, the checks of ``_Runner.run_op`` and the VJP's
 Python per op). Most ops of a long list repeat: the same op on inputs of the same shapes, dtypes and flags.
 ``compose`` runs such a list from **fragments**, recorded once per op form and kept in a bounded cache
-(``Fragments``, owned by the ``PlanCache``):
+(``Fragments``, owned by the ``PlanCache``; its counters in ``PlanCache.stats()`` and /metrics):
 
 * **Forward fragment** (``_Frag``), keyed by the op's name, its arguments with each tensor name replaced by
   its tensor's (shape, dtype, strides, requires_grad) and which argument is which tensor (aliasing), literals
-  kept (typed: ``1``, ``1.0``, ``True``, ``-0.0`` differ), the form of ``out`` and the op's grad mode. Made on a
-  miss by running the op once through the real engine (``_Runner.run_op`` on a throwaway namespace of fresh
-  leaf tensors over the run's own arrays) under a ``kernel.Recorder``: its kernel steps (slots relative to
-  the op: its inputs, then its own), its outputs and their flags, and the recipe of the node it made (the
-  primitive, which input each edge comes from, which saved slot is which input or output, the static saved
-  values). The miss's own arrays are the run's results (nothing runs twice). An op is not composable (its key
-  remembered as such) when anything is not certainly reproducible from that: the recorder's provenance
-  reasons, a warning, an in-place write, a view, an output that is an input, a node whose edges lead anywhere
-  but to the op's own inputs (a composite op's internal nodes), a saved tensor that is neither an input nor an
-  output, a forward-mode tangent...
-* **Backward.** ``backward`` of one root (no other arguments) runs the engine's own schedule
-  (``autograd._run_all``) over light nodes made from the recipes (edges to producer nodes, or to one
-  accumulator per leaf), with gradients as arrays: each node's VJP is a **VJP fragment** of its forward
-  fragment, keyed by the incoming gradients' layout (and whether one is a saved array), made on a miss by
-  building a real ``Node`` from the recipe and calling the real ``autograd._apply`` under a recorder. Two
-  gradients of one input are summed as ``_add_unrecorded`` sums them (the same kernel); the seed, the leaves'
-  ``.grad`` (``_accumulate_leaf``'s copy rule) and the autograd report (``_Runner.report``) are made as the
-  engine makes them. As in a replayed plan of a one-shot run (``plan._copy_renames``), copies of arrays that
-  die with the response (the report's snapshots, a leaf's private ``.grad`` copy) are the arrays themselves
-  when the copy would have their layout: nothing in a composed run writes in place.
+  kept (typed: ``1``, ``1.0``, ``True``, ``-0.0`` differ; getitem's literal indices), the form of ``out`` and
+  the op's grad mode. Made on a miss by running the op once through the real engine (``_Runner.run_op`` on a
+  throwaway namespace of fresh leaf tensors over the run's own arrays) under a ``kernel.Recorder``: its kernel
+  steps (slots relative to the op: its inputs, then its own; constants folded), compiled at the fragment's
+  first hit into one straight-line function (``_codegen``); its outputs and their flags; and the recipes of
+  the nodes it made (``_graph``: the outputs' node and, for a composite op such as cross_entropy, the nodes it
+  made inside, children first: primitive, which input or inner node each edge comes from, which saved slot is
+  which input, output or array of the fragment, the static saved values). The miss's own arrays are the run's
+  results (nothing runs twice). An op is not composable (its key remembered as such) when anything is not
+  certainly reproducible from that: the recorder's provenance reasons, a warning, an in-place write, an output
+  that is an input, a view whose requires_grad is not its history's (made under no_grad of a base that
+  requires grad), an edge leading outside the op, a saved value of another kind, a forward-mode tangent...
+  An op of many tensor inputs (a stack of 1000, whose form hardly repeats) runs **live**: unrecorded, as the
+  cold run runs it, its VJP through the engine too; only its node's recipe is kept for the run.
+* **Backward.** ``backward`` of one root (with a gradient tensor, retain_graph; not inputs/create_graph; once
+  per list) runs the engine's own schedule (``autograd._run_all``) over light nodes made from the recipes
+  (edges to producer nodes, or to one accumulator per leaf), with gradients as arrays: each node's VJP is a
+  **VJP fragment** of its recipe, keyed by the incoming gradients' layout (and whether one is a saved array),
+  made on a miss by building a real ``Node`` from the recipe and calling the real ``autograd._apply`` under a
+  recorder. Two gradients of one input are summed as ``_add_unrecorded`` sums them (the same kernel); the seed,
+  the leaves' ``.grad`` (``_accumulate_leaf``'s copy rule), retain_grad's clones and the autograd report
+  (``_Runner.report``) are made as the engine makes them. As in a replayed plan of a one-shot run
+  (``plan._copy_renames``), copies of arrays that die with the response (the report's snapshots, a leaf's
+  private ``.grad`` copy) are the arrays themselves when the copy would have their layout: nothing in a composed
+  run writes in place. ``del``, ``bind`` (of a name or a leaf's ``.grad``) and ``retain_grad`` are covered.
 * **Result.** The namespace, op outcomes, ``changed`` and the autograd report as a ``Plan`` of no steps
-  whose slots are the run's arrays, finished as a replay finishes (``plan._finish_oneshot``: lazy tensors).
+  whose slots are the run's arrays, finished as a replay finishes (``plan._Namespace``: tensors, and here
+  their descriptors too, made when read; the outcomes made from the op list when read).
 
-Whatever cannot be composed gives up before anything is visible: ``compose`` returns None and the caller runs
-the list cold (which gives the result, or the error and its op index). It gives up on an op or action it
-does not cover, any exception (a kernel's value check, the deadline), a run whose bytes (every array it made,
-an upper bound) or nodes could come near the limits, a response over its bytes limit, and early when the
-fragments it meets are mostly new (``_MISS_SLACK``: a list that does not repeat pays a few recorded ops).
-Nothing a composed run does writes into an array it did not make, so giving up leaves no trace.
+Whatever cannot be composed gives up before anything is visible: the caller then runs the list cold (which
+gives the result, or the error and its op index). It gives up on an op or action it does not cover, any
+exception (a kernel's value check, the deadline), a run whose bytes (every array it made, an upper bound) or
+nodes could come near the limits, a response over its bytes limit, and early when the fragments it meets are
+mostly new (``_MISS_SLACK``, one more per ``_MISS_PER`` ops: a list whose forms do not repeat pays a few
+recorded ops). Lists of fewer than ``_MIN_OPS`` ops run cold. Nothing a composed run does writes into an array
+it did not make, so giving up leaves no trace.
 """
 
 from __future__ import annotations

@@ -27,6 +27,9 @@ requires_grad, versions...), the same for every run of the same op list over inp
   what it reads. A kernel that raises (a value-dependent check: an index out of range, a target out of
   bounds) falls back to a cold run of the whole list, so the error, its op index and atomicity are exactly
   the cold path's.
+* **Composed first runs.** A one-shot list without a plan that is not recorded now (a structure's first
+  sighting under ``record_after=2``) is composed from per-op fragments where it can be (``engine.compose``),
+  else run cold; either way what the caller observes is the cold run's.
 * **The tape** (``_Tape``) is the recorded calls made cheaper where nothing can tell: constants computed
   once, repeated calls once, kernels called through their direct forms (their ufuncs, array methods),
   intermediates no caller sees written into buffers a replay reuses, copies of arrays that die with the
