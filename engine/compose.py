@@ -100,13 +100,9 @@ class _GiveUp(Exception):
     pass
 
 
-#: why the last fragments were not made (numbers of the checks below), for tests and debugging
-WHY: list = []
-
-
 def _no(why: int):
-    WHY.append(why)
-    del WHY[:-8]
+    """Not composable (``why``: which check said so, for a debugger)."""
+    return None
 
 
 class Fragments:
