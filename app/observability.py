@@ -139,7 +139,11 @@ class _PlanCollector:
                                  "warning...) and ran cold."),
                  ("fallbacks", "Replays that met a value-dependent check (an index out of range...) and ran the "
                                "op list cold instead."),
-                 ("evictions", "Plans dropped to stay within GRADSERVE_PLAN_CACHE_ENTRIES / _BYTES."))
+                 ("evictions", "Plans dropped to stay within GRADSERVE_PLAN_CACHE_ENTRIES / _BYTES."),
+                ("composed", "One-shot runs without a plan composed from per-op fragments (engine.compose)."),
+                ("uncomposable", "One-shot runs without a plan that could not be composed and ran op by op."),
+                ("fragment_hits", "Ops and backward nodes of composed runs that found their fragment."),
+                ("fragment_misses", "Ops and backward nodes of composed runs that recorded a new fragment."))
 
     def __init__(self, cache):
         self.cache = cache
@@ -151,7 +155,8 @@ class _PlanCollector:
             counter.add_metric([], float(stats[name]))
             yield counter
         for name, help_text in (("entries", "Plans (and unplannable markers) cached in this process."),
-                                ("bytes", "Estimated bytes of the plans cached in this process.")):
+                                ("bytes", "Estimated bytes of the plans cached in this process."),
+                                ("fragments", "Per-op fragments (and uncomposable markers) cached in this process.")):
             gauge = GaugeMetricFamily(f"gradserve_plan_cache_{name}", help_text)
             gauge.add_metric([], float(stats[name]))
             yield gauge

@@ -644,13 +644,17 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
 
 
 def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, control, leaf_grads: list,
-             retained: list, executed: list) -> None:
+             retained: list, executed: list, apply=None, add=None) -> None:
     """``_run``'s pass when every node reachable from the roots runs (a backward without ``inputs``), as torch
     runs it: one walk counts each node's dependencies, then a node runs once every edge into it has delivered
     (in the order ``_topological`` gives, without a walk to make it first). ``buffers`` holds the roots'
     gradients; the leaves' gradients, retained gradients and the nodes run are appended to the lists given.
 
-    A single-output node's gradient is buffered as the tensor itself, a multi-output node's as a list."""
+    A single-output node's gradient is buffered as the tensor itself, a multi-output node's as a list.
+
+    ``apply(node, grads)`` (default ``_apply``) runs a node's VJP and ``add(a, b)`` sums two gradients of one
+    input (default: ``_add``, or ``_add_unrecorded`` where nothing records): ``engine.compose`` runs this same
+    schedule over its own light nodes, with gradients as arrays."""
     deps = _dependencies(roots)
     ready = [r for r in dict.fromkeys(roots) if r not in deps]
     for node, buf in list(buffers.items()):  # (the roots')
@@ -662,7 +666,10 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
     get = buffers.get
     # nothing records (no create_graph, no forward-mode level): two gradients of one input are summed by
     # add's kernel alone
-    add = _add if create_graph or current_level() is not None else _add_unrecorded
+    if add is None:
+        add = _add if create_graph or current_level() is not None else _add_unrecorded
+    if apply is None:
+        apply = _apply
     check = control.check if control is not None else None
     while ready:
         node = pop()
@@ -693,7 +700,7 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
             if g is not None and node.variable.requires_grad:  # torch skips a leaf no longer requiring grad
                 leaf_grads.append((node.variable, g))
             continue
-        outs = _apply(node, [g] if buf is None else buf)
+        outs = apply(node, [g] if buf is None else buf)
         if len(outs) < len(nexts):  # (every edge counts for Kahn's step)
             outs = [*outs, *([None] * (len(nexts) - len(outs)))]
         executed.append(node)

@@ -27,6 +27,9 @@ requires_grad, versions...), the same for every run of the same op list over inp
   what it reads. A kernel that raises (a value-dependent check: an index out of range, a target out of
   bounds) falls back to a cold run of the whole list, so the error, its op index and atomicity are exactly
   the cold path's.
+* **Composed first runs.** A one-shot list without a plan that is not recorded now (a structure's first
+  sighting under ``record_after=2``) is composed from per-op fragments where it can be (``engine.compose``),
+  else run cold; either way what the caller observes is the cold run's.
 * **The tape** (``_Tape``) is the recorded calls made cheaper where nothing can tell: constants computed
   once, repeated calls once, kernels called through their direct forms (their ufuncs, array methods),
   intermediates no caller sees written into buffers a replay reuses, copies of arrays that die with the
@@ -156,6 +159,10 @@ class PlanCache:
         self._lock = threading.Lock()
         self.bytes = 0
         self.hits = self.misses = self.unplannable = self.fallbacks = self.evictions = self.deferred = 0
+        # runs without a plan composed from per-op fragments (engine.compose): its fragment cache, and counts of
+        # fragments found and made, runs composed and runs given up (then run cold)
+        self.fragments = _compose.Fragments()
+        self.fragment_hits = self.fragment_misses = self.composed = self.uncomposable = 0
 
     def records(self, key, eager: bool = False) -> bool:
         """Whether a run of ``key``'s structure, which has no plan yet, records one now: at its
@@ -200,6 +207,15 @@ class PlanCache:
         with self._lock:
             setattr(self, what, getattr(self, what) + n)
 
+    def count_compose(self, hits: int, misses: int, composed: bool) -> None:
+        with self._lock:
+            self.fragment_hits += hits
+            self.fragment_misses += misses
+            if composed:
+                self.composed += 1
+            else:
+                self.uncomposable += 1
+
     def __len__(self) -> int:
         return len(self._entries)
 
@@ -207,7 +223,9 @@ class PlanCache:
         with self._lock:
             return {"entries": len(self._entries), "bytes": self.bytes, "hits": self.hits, "misses": self.misses,
                     "unplannable": self.unplannable, "fallbacks": self.fallbacks, "evictions": self.evictions,
-                    "deferred": self.deferred}
+                    "deferred": self.deferred, "composed": self.composed, "uncomposable": self.uncomposable,
+                    "fragment_hits": self.fragment_hits, "fragment_misses": self.fragment_misses,
+                    "fragments": len(self.fragments.ops)}
 
 
 # ----- the key ---------------------------------------------------------------------------------------------
@@ -1356,6 +1374,10 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
         cache.count("unplannable")
         return _cold(state, ops, kwargs, shown)
     if not cache.records(key):
+        # a structure without a plan, not recorded now: composed from per-op fragments where it can be
+        res = _compose.run(cache, state, ops, inputs_at, inputs, key[1], kwargs, shown)
+        if res is not None:
+            return res
         return _cold(state, ops, kwargs, shown)
     cache.count("misses")
     preset = dict(state.tensors)
@@ -1761,3 +1783,6 @@ def _chain_state(plan: Plan, buf: list, cur: dict) -> dict:
 
 class _Abort(Exception):
     pass
+
+
+from . import compose as _compose  # noqa: E402 - compose reads this module's Plan and _finish_oneshot

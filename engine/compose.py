@@ -1,0 +1,1567 @@
+"""Composed one-shot runs: an op list that has no plan runs as a sequence of per-op fragments.
+
+A ``/v1/eval`` run of an op list never seen before (no plan of its structure: ``engine.plan``) would run op by
+op through the object engine (a Tensor, a Node, SavedTensors, the checks of ``_Runner.run_op`` and the VJP's
+Python per op). Most ops of a long list repeat: the same op on inputs of the same shapes, dtypes and flags.
+``compose`` runs such a list from **fragments**, recorded once per op form and kept in a bounded cache
+(``Fragments``, owned by the ``PlanCache``; its counters in ``PlanCache.stats()`` and /metrics):
+
+* **Forward fragment** (``_Frag``), keyed by the op's name, its arguments with each tensor name replaced by
+  its tensor's (shape, dtype, strides, requires_grad) and which argument is which tensor (aliasing), literals
+  kept (typed: ``1``, ``1.0``, ``True``, ``-0.0`` differ; getitem's literal indices), the form of ``out`` and
+  the op's grad mode. Made on a miss by running the op once through the real engine (``_Runner.run_op`` on a
+  throwaway namespace of fresh leaf tensors over the run's own arrays) under a ``kernel.Recorder``: its kernel
+  steps (slots relative to the op: its inputs, then its own; constants folded), compiled at the fragment's
+  first hit into one straight-line function (``_codegen``); its outputs and their flags; and the recipes of
+  the nodes it made (``_graph``: the outputs' node and, for a composite op such as cross_entropy, the nodes it
+  made inside, children first: primitive, which input or inner node each edge comes from, which saved slot is
+  which input, output or array of the fragment, the static saved values). The miss's own arrays are the run's
+  results (nothing runs twice). An op is not composable (its key remembered as such) when anything is not
+  certainly reproducible from that: the recorder's provenance reasons, a warning, an in-place write, an output
+  that is an input, a view whose requires_grad is not its history's (made under no_grad of a base that
+  requires grad), an edge leading outside the op, a saved value of another kind, a forward-mode tangent...
+  An op of many tensor inputs (a stack of 1000, whose form hardly repeats) runs **live**: unrecorded, as the
+  cold run runs it, its VJP through the engine too; only its node's recipe is kept for the run.
+* **Backward.** ``backward`` of one root (with a gradient tensor, retain_graph; not inputs/create_graph; once
+  per list) runs the engine's own schedule (``autograd._run_all``) over light nodes made from the recipes
+  (edges to producer nodes, or to one accumulator per leaf), with gradients as arrays: each node's VJP is a
+  **VJP fragment** of its recipe, keyed by the incoming gradients' layout (and whether one is a saved array),
+  made on a miss by building a real ``Node`` from the recipe and calling the real ``autograd._apply`` under a
+  recorder. Two gradients of one input are summed as ``_add_unrecorded`` sums them (the same kernel); the seed,
+  the leaves' ``.grad`` (``_accumulate_leaf``'s copy rule), retain_grad's clones and the autograd report
+  (``_Runner.report``) are made as the engine makes them. As in a replayed plan of a one-shot run
+  (``plan._copy_renames``), copies of arrays that die with the response (the report's snapshots, a leaf's
+  private ``.grad`` copy) are the arrays themselves when the copy would have their layout: nothing in a composed
+  run writes in place. ``del``, ``bind`` (of a name or a leaf's ``.grad``) and ``retain_grad`` are covered.
+* **Result.** The namespace, op outcomes, ``changed`` and the autograd report as a ``Plan`` of no steps
+  whose slots are the run's arrays, finished as a replay finishes (``plan._Namespace``: tensors, and here
+  their descriptors too, made when read; the outcomes made from the op list when read).
+
+Whatever cannot be composed gives up before anything is visible: the caller then runs the list cold (which
+gives the result, or the error and its op index). It gives up on an op or action it does not cover, any
+exception (a kernel's value check, the deadline), a run whose bytes (every array it made, an upper bound) or
+nodes could come near the limits, a response over its bytes limit, and early when the fragments it meets are
+mostly new (``_MISS_SLACK``, one more per ``_MISS_PER`` ops: a list whose forms do not repeat pays a few
+recorded ops). Lists of fewer than ``_MIN_OPS`` ops run cold. Nothing a composed run does writes into an array
+it did not make, so giving up leaves no trace.
+"""
+
+from __future__ import annotations
+
+import struct
+from time import monotonic as _monotonic
+
+import numpy as np
+
+from . import kernel as K
+from .autograd import _apply, _run_all
+from .budget import SMALL_RESPONSE_ELEMENTS, Budget
+from .grad_mode import Limits, WarningSink, set_grad_enabled
+from .node import Node, SavedTensor
+from .plan import _PLANNABLE_CALLS, Plan, _Namespace, _PlannedResult, _same_bits
+from .program import (
+    _INDEX,
+    _PLAIN,
+    _SLICE_RE,
+    _TENSOR,
+    _TENSOR_LIST,
+    OpOutcome,
+    ProgramResult,
+    State,
+    _op_layout,
+    _Runner,
+)
+from .registry import OPS
+from .tensor import Tensor
+
+_ndarray = np.ndarray
+_asarray = np.asarray
+_F64 = struct.Struct("<d")
+
+#: a run gives up once its fragment misses outnumber its hits by more than this many, or by one per
+#: ``_MISS_PER`` ops of the list if that is more (a miss costs a few times the op run cold: a list whose forms do not
+#: repeat pays a few percent; a long one may meet all its forms in its first steps)
+_MISS_SLACK = 4
+_MISS_PER = 100
+#: lists of fewer ops (inputs left out) run cold: too short for their fragments to repeat much, and a first
+#: sighting of them costs little cold (and a plan is recorded at the second)
+_MIN_OPS = 32
+#: fragments a cache keeps (forward op forms; each keeps at most ``_VJPS_PER_FRAG`` VJP forms)
+FRAGMENT_ENTRIES = 4096
+_VJPS_PER_FRAG = 16
+#: actions a composed run covers (anything else: the list runs cold)
+_ACTIONS = frozenset({"backward", "del", "bind", "retain_grad"})
+_ACC = "AccumulateGrad"
+_CHECK_EVERY = 32  # ops between two reads of the deadline
+_CODEGEN_MAX = 24  # a fragment of more steps or inputs is interpreted, not compiled
+
+
+class _GiveUp(Exception):
+    pass
+
+
+def _no(why: int):
+    """Not composable (``why``: which check said so, for a debugger)."""
+    return None
+
+
+class Fragments:
+    """The fragments of a process (a ``PlanCache`` owns one): op key -> ``_Frag``, or None for an op form
+    that is not composable. Bounded (oldest out); plain dict operations (atomic under the GIL), so concurrent
+    runs may share it: a fragment is immutable once made, except its recipe's dict of VJP fragments (the same
+    rule)."""
+
+    def __init__(self, max_entries: int = FRAGMENT_ENTRIES):
+        self.max_entries = max_entries
+        self.ops: dict = {}
+
+    def put(self, key, frag) -> None:
+        d = self.ops
+        if len(d) >= self.max_entries:
+            try:
+                del d[next(iter(d))]
+            except (RuntimeError, StopIteration, KeyError):  # (another thread changed it meanwhile)
+                pass
+        d[key] = frag
+
+
+class _Frag:
+    """A forward fragment. ``fn(*input arrays)`` -> its outputs' arrays, then the saved arrays it made itself
+    (``recipe.saved_at``); ``binds`` (position in ``out`` or -1 for a name, output index) in the order the op
+    binds its outputs; ``rgs`` each output's requires_grad; ``recipe`` the node (None: none);
+    ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes."""
+
+    __slots__ = ("fn", "code", "nout", "binds", "rgs", "recipe", "nbytes", "maxsize", "single", "rg0", "graph")
+
+
+class _Recipe:
+    """A node as a forward fragment makes it: ``edges`` per edge the op input it comes from (-1: none),
+    ``refs`` the distinct saved arrays ((0, input j), (1, output i), (2, a saved array the op made itself),
+    (3, a constant array)), ``saved`` (slot, ref index or -1, static value) in the node's order, ``nrs`` each
+    output's output_nr; ``vjps``: the VJP fragments, by the gradients' layout; ``cls``: the light node class."""
+
+    __slots__ = ("prim", "name", "n_outputs", "input_meta", "needs", "edges", "refs", "saved", "nrs", "in_rg",
+                 "out_rg", "vjps", "cls", "take", "fixed", "star", "live", "own")
+
+
+class _VjpFrag:
+    __slots__ = ("fn", "code", "nbytes", "maxsize")
+
+
+class _NodeBase:
+    """A light node for ``autograd._run_all`` (what the schedule reads of a ``Node``): a class per recipe
+    holds ``prim``, ``n_outputs`` and the recipe; an instance its edges and saved arrays."""
+
+    __slots__ = ("next_functions", "saved", "retained")
+    variable = None
+
+    def __init__(self, next_functions, saved):
+        self.next_functions = next_functions
+        self.saved = saved
+
+
+class _Acc:
+    """A leaf that requires grad, as its accumulator (``variable`` is itself: ``_run_all`` reads
+    ``variable.requires_grad``): its variable, its ``.grad`` (a variable, once a backward gave it one) and
+    accumulations. ``_Run.leaves`` maps the variable's id to ``((acc, 0),)``, the next_functions of a node whose
+    one edge leads to it."""
+
+    __slots__ = ("var", "accs", "gvar")
+    next_functions = ()
+    n_outputs = 1
+    retained = None
+    prim = _ACC
+    requires_grad = True
+
+    def __init__(self, var):
+        self.var = var
+        self.accs = 0
+        self.gvar = None
+
+    @property
+    def variable(self):
+        return self
+
+
+# a variable (a tensor of the run) is a tuple (array, requires_grad, ((node, output_nr),) or None, its slot in the
+# run's buffer): the third is the next_functions of a node whose one edge leads to it; a leaf that requires grad
+# has an ``_Acc`` (``_Run.leaves``, by the variable's id) once an edge or a backward needs it
+
+
+# ----- keys --------------------------------------------------------------------------------------------------
+_KW = object()  # separates positional arguments from keyword arguments in a key
+
+
+def _lit(v):
+    """A literal as a key: typed (1, 1.0 and True differ), every bit of a float (-0.0, NaN payloads)."""
+    c = v.__class__
+    if c is str or v is None:
+        return v
+    if c is float:
+        return (float, v) if v == v and v != 0.0 else ("f", _F64.pack(v))
+    if c is int or c is bool:
+        return (c, v)
+    if c is list or c is tuple:
+        return (c, tuple([_lit(x) for x in v]))
+    raise _GiveUp  # (a dict, an Owned array...: not a form a fragment covers)
+
+
+def _tensor(a: str, ns: dict, key: list, vs: list) -> None:
+    """A tensor argument into the key: its variable's meta the first time, its input index after."""
+    v = ns.get(a)
+    if v is None:
+        raise _GiveUp  # (an unbound name, "x.grad": the cold run resolves or refuses it)
+    for j, w in enumerate(vs):
+        if w is v:
+            key.append(j)  # (an int: a literal is never a bare int in a key)
+            return
+    vs.append(v)
+    x = v[0]
+    key += (x.shape, x.dtype, x.strides, v[1])
+
+
+def _op_key(form, args: list, kwargs: dict, ns: dict, key: list, vs: list) -> None:
+    """The arguments' part of an op's key (appended to ``key``), its distinct input variables into ``vs``."""
+    pos_kinds, kinds, vname = form[1], form[2], form[3]
+    npos = len(pos_kinds)
+    many = len(args) > 8
+    seen: dict = {}
+    for i, a in enumerate(args):
+        k = pos_kinds[i] if i < npos else _PLAIN
+        if k == _TENSOR and a.__class__ is str:
+            _tensor(a, ns, key, vs) if not many else _tensor_many(a, ns, key, vs, seen)
+        elif k == _PLAIN or k == _TENSOR:
+            key.append(_lit(a))
+        elif k == _INDEX:
+            key.append(_index(a))
+        elif k == _TENSOR_LIST and a.__class__ is list:
+            key.append(("L", len(a)))
+            big = many or len(a) > 8
+            for x in a:
+                if x.__class__ is not str:
+                    key.append(_lit(x))
+                elif big:
+                    _tensor_many(x, ns, key, vs, seen)
+                else:
+                    _tensor(x, ns, key, vs)
+        else:
+            raise _GiveUp
+    if kwargs:
+        key.append(_KW)
+        for kname, a in kwargs.items():
+            key.append(kname)
+            k = kinds.get(kname)
+            if k is None or kname == vname:
+                raise _GiveUp
+            if k == _TENSOR and a.__class__ is str:
+                _tensor_many(a, ns, key, vs, seen)
+            elif k == _PLAIN or k == _TENSOR:
+                key.append(_lit(a))
+            elif k == _TENSOR_LIST and a.__class__ is list:
+                key.append(("L", len(a)))
+                for x in a:
+                    if x.__class__ is str:
+                        _tensor_many(x, ns, key, vs, seen)
+                    else:
+                        key.append(_lit(x))
+            else:
+                raise _GiveUp
+
+
+def _index(v):
+    """An index argument (``getitem``'s) as a key: its literal form, when it names no tensor (ints, None,
+    "...", "a:b:c" slices, {"slice": [...]}, lists of ints); else a _GiveUp."""
+    c = v.__class__
+    if c is str:
+        if v == "..." or _SLICE_RE.match(v):
+            return v
+        raise _GiveUp  # (a tensor name)
+    if c is dict:
+        if set(v) != {"slice"} or v["slice"].__class__ is not list or \
+                not all(x is None or x.__class__ is int for x in v["slice"]):
+            raise _GiveUp
+        return ("S", tuple(v["slice"]))
+    if c is list:
+        return (list, tuple([_index(x) for x in v]))
+    return _lit(v)
+
+
+def _tensor_many(a: str, ns: dict, key: list, vs: list, seen: dict) -> None:
+    """``_tensor`` for an op of many tensor arguments (a stack of 1000): the input indices by a dict."""
+    v = ns.get(a)
+    if v is None:
+        raise _GiveUp
+    if not seen and vs:
+        for j, w in enumerate(vs):
+            seen[id(w)] = j
+    j = seen.get(id(v))
+    if j is not None:
+        key.append(j)
+        return
+    seen[id(v)] = len(vs)
+    vs.append(v)
+    x = v[0]
+    key += (x.shape, x.dtype, x.strides, v[1])
+
+
+#: op name -> (spec, positional kinds, {keyword: kind}, *args name, the call-form check or None); False for an op
+#: a fragment never covers (no kernels, in place)
+_FORMS: dict = {}
+
+
+def _form(name):
+    f = _FORMS.get(name)
+    if f is None:
+        spec = OPS.get(name) if name.__class__ is str else None
+        if spec is None or spec.inplace:
+            f = False
+        else:
+            check = None
+            if not spec.plannable:
+                check = _PLANNABLE_CALLS.get(spec.name)
+            if spec.plannable or check is not None:
+                pos_kinds, varargs_tensor, kinds, vname = _op_layout(spec, name)[1]
+                f = False if varargs_tensor else (spec, pos_kinds, kinds, vname, check)
+            else:
+                f = False
+        if name.__class__ is str:
+            _FORMS[name] = f
+    return f
+
+
+# ----- steps -------------------------------------------------------------------------------------------------
+def _root(a):
+    while True:
+        b = a.base if a.__class__ is _ndarray else None
+        if b is None:
+            return a
+        a = b
+
+
+def _steps(rec: K.Recorder, escaping: list):
+    """The recorded steps as a fragment runs them: (fn, template, where, out, multi), and constants folded
+    (a step of no input array, or only constants: run once, its result read-only and a static argument of
+    the steps reading it) where the constant is not, nor shares memory with, an array the fragment hands
+    out. Also (bytes, largest size) of the arrays the remaining steps make, and the constants. None: a step
+    it cannot take (in place)."""
+    arrs = rec.keep
+    roots = {id(_root(arrs[s])) for s in escaping}
+    consts: dict = {}
+    out_steps = []
+    nbytes = maxsize = 0
+    for fn, tmpl, where, out, multi in rec.steps:
+        if multi == 2 or any(s < 0 for _, s in where):
+            return None
+        if multi is False and all(s in consts for _, s in where) and out not in escaping and \
+                id(_root(arrs[out])) not in roots:
+            args = list(tmpl)
+            for p, s in where:
+                args[p] = consts[s]
+            try:
+                r = fn(*args)
+                if r.__class__ is not _ndarray:
+                    r = _asarray(r)
+                if r.base is None:
+                    r = np.array(r, order="K")
+            except Exception:  # noqa: BLE001 - not a constant then
+                r = None
+            if r is not None and r.nbytes <= 1 << 16 and _same_bits(r, arrs[out]):
+                r.flags.writeable = False
+                consts[out] = r
+                continue
+        if consts and any(s in consts for _, s in where):
+            tmpl = list(tmpl)
+            for p, s in where:
+                if s in consts:
+                    tmpl[p] = consts[s]
+            tmpl = tuple(tmpl)
+            where = tuple([(p, s) for p, s in where if s not in consts])
+        for s in (out if multi is True else (out,)):
+            a = arrs[s]
+            if a.__class__ is _ndarray:
+                nbytes += a.nbytes
+                if a.size > maxsize:
+                    maxsize = a.size
+        out_steps.append((fn, tmpl, where, out, multi))
+    return out_steps, nbytes, maxsize, consts
+
+
+def _compiled(owner):
+    """A fragment's function, compiled at its first use (``_codegen``: a fragment made by a miss whose form never
+    comes again is never compiled); ``owner.code`` holds (steps, inputs, slots returned) until then."""
+    fn = owner.fn = _codegen(*owner.code)
+    owner.code = None
+    return fn
+
+
+def _interpreter(steps: list, m: int, ret: list):
+    """``_codegen``'s function for a long fragment (compiling it would cost more than it saves): a loop."""
+    ret = tuple(ret)
+    n = 1 + max([m - 1, *ret, *[s for st in steps for s in (st[3] if st[4] is True else (st[3],))]])
+
+    def f(*ins):
+        loc = [None] * n
+        loc[:m] = ins
+        for fn, tmpl, where, out, multi in steps:
+            if where:
+                args = list(tmpl)
+                for p, s in where:
+                    args[p] = loc[s]
+                r = fn(*args)
+            else:
+                r = fn(*tmpl)
+            if multi is True:
+                for s, o in zip(out, r):
+                    loc[s] = o
+            else:
+                loc[out] = r if r.__class__ is _ndarray else _asarray(r)
+        return tuple([None if s < 0 else loc[s] for s in ret])
+    return f
+
+
+def _codegen(steps: list, m: int, ret: list):
+    """The steps as one Python function of the ``m`` input arrays returning the arrays of slots ``ret`` (-1:
+    None), each kernel called as ``kernel.kcall`` calls it (a numpy scalar made a 0-d array): straight-line
+    code, kernels and constants bound in its closure."""
+    if len(steps) > _CODEGEN_MAX or m > _CODEGEN_MAX:
+        return _interpreter(steps, m, ret)
+    names: list = []
+    values: list = []
+
+    def bind(v) -> str:
+        names.append(f"k{len(names)}")
+        values.append(v)
+        return names[-1]
+    body = []
+    for fn, tmpl, where, out, multi in steps:
+        slots = dict(where)
+        args = [f"s{slots[i]}" if i in slots else bind(v) for i, v in enumerate(tmpl)]
+        call = f"{bind(fn)}({', '.join(args)})"
+        if multi is True:
+            body.append(f"  {', '.join(f's{o}' for o in out)}, = {call}")
+        else:
+            body.append(f"  x = {call}")
+            body.append(f"  s{out} = x if x.__class__ is N else A(x)")
+    body.append("  return (" + "".join("None, " if s < 0 else f"s{s}, " for s in ret) + ")")
+    src = "\n".join([f"def make({', '.join(['N', 'A', *names])}):",
+                     f" def f({', '.join(f's{i}' for i in range(m))}):", *body, " return f"])
+    ns: dict = {}
+    exec(compile(src, "<gradserve fragment>", "exec"), ns)  # noqa: S102 - our own code
+    return ns["make"](_ndarray, _asarray, *values)
+
+
+# ----- making fragments --------------------------------------------------------------------------------------
+def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: dict, live: bool = False):
+    """Run ``op`` once through the engine on fresh leaves over the arrays of ``vs``, recording it: (fragment or
+    None when it is not composable, this run's result of ``fn``). Raises _GiveUp when the op fails (a value may
+    decide: the form is not marked).
+
+    ``live``: an op of many tensor inputs (a stack of 1000), whose form hardly repeats: it runs unrecorded, as
+    the cold run runs it, and its fragment (``fn`` None: not to be kept) holds only its node's recipe (its
+    recipe ``live``: its VJP runs through the engine each time, unrecorded too)."""
+    temps = [Tensor(v[0], v[1]) for v in vs]
+    byvar = {id(v): t for v, t in zip(vs, temps)}
+    tns = {}
+    for n in _names(op):
+        t = byvar.get(id(ns.get(n)))
+        if t is not None:
+            tns[n] = t
+    sink = WarningSink(set())
+    runner = _Runner(State(), tns, sink, ProgramResult())
+    budget = Budget(limits if limits is not None else _NO_LIMITS)
+    try:
+        with K.recording() if not live else _no_recording() as rec, sink, np.errstate(all="ignore"):
+            if rec is not None:
+                for t in temps:
+                    rec.add_input(t.data)
+            with budget:
+                bound = runner.run_op(index, op, no_grad_all)
+    except Exception:  # noqa: BLE001 - the cold run gives the error
+        raise _GiveUp from None
+    if sink.messages or (rec is not None and (rec.reason is not None or rec.unknown_writes()
+                                              or len(rec.inputs) != len(temps))):
+        return _no(1), None
+    outs_t: list = []
+    binds = []
+    out = op.get("out")
+    p = 0
+    for n in bound:
+        t = tns.get(n)
+        if t is None or t.__class__ is not Tensor:
+            return _no(2), None
+        i = next((k for k, o in enumerate(outs_t) if o is t), None)
+        if i is None:
+            i = len(outs_t)
+            outs_t.append(t)
+        if out.__class__ is str:
+            if n == out and len(bound) == 1:
+                binds.append((-1, i))
+            else:  # (a tuple's items bound to out_0, out_1...: those that are tensors)
+                while p < 1024 and n != f"{out}_{p}":
+                    p += 1
+                if p >= 1024:
+                    return _no(3), None
+                binds.append((p, i))
+                p += 1
+        else:  # (the names bound are a subsequence of out: a tuple's items that are tensors)
+            while p < len(out) and out[p] != n:
+                p += 1
+            if p >= len(out):
+                return _no(4), None
+            binds.append((p, i))
+            p += 1
+    if not bound:
+        return _no(5), None
+    slots = []
+    node = None
+    rgs = []
+    m = len(temps)
+    for t in outs_t:
+        if any(t is x for x in temps) or t._fw_grad is not None or t.retains_grad or \
+                t._grad is not None or t._vc[0] != 0 or t.grad_accumulations or t._wrapped:
+            return _no(6), None
+        # a view of an input (nothing in a composed run writes in place, so it shows as any tensor does): only
+        # one whose requires_grad is its history's (not a view made under no_grad of a base that requires grad)
+        if t._base is not None and not (any(t._base is x for x in temps) and t._requires_grad == t.requires_grad
+                                         and t.requires_grad == (t._grad_fn is not None)):
+            return _no(17), None
+        if rec is None:
+            if any(t.data is x.data for x in temps):
+                return _no(7), None
+            s = t.data
+        else:
+            s = rec.slot_of(t.data)
+            if s is None or s < m:
+                return _no(7), None
+        fn = t._grad_fn
+        if t._requires_grad != (fn is not None):
+            return _no(8), None
+        if fn is not None:
+            if node is None:
+                node = fn
+            elif fn is not node:
+                return _no(9), None
+        slots.append(s)
+        rgs.append(bool(t._requires_grad))
+    recipe = graph = None
+    if node is not None:
+        graph = _graph(node, temps, outs_t, rec)
+        if graph is None:
+            return _no(10), None
+        recipe = graph[-1]
+    if rec is None:  # (live: the arrays themselves; the bytes as the budget counted them)
+        f = _Frag()
+        f.fn = None
+        f.nout = len(slots)
+        f.nbytes, f.maxsize = budget.total(), max(a.size for a in slots)
+        f.binds, f.rgs, f.recipe, f.graph = tuple(binds), tuple(rgs), recipe, None
+        f.single = len(slots) == 1 and binds == [(-1, 0)]
+        f.rg0 = rgs[0]
+        if recipe is not None:
+            _takes(recipe, recipe.refs)
+        return f, tuple(slots)
+    made = _steps(rec, slots)
+    if made is None:
+        return _no(11), None
+    steps, nbytes, maxsize, consts = made
+    ret = list(slots)
+    for r in graph or ():
+        refs = []
+        for k, i in r.refs:
+            if k == 2 and i in consts:
+                refs.append((3, consts[i]))  # (a saved constant folded: the node reads the fragment's array)
+            elif k == 2:
+                refs.append((2, len(ret)))
+                ret.append(i)
+            else:
+                refs.append((k, i))
+        _takes(r, tuple(refs))
+
+    f = _Frag()
+    f.fn, f.code = None, (steps, m, ret)
+    f.nout = len(slots)
+    f.nbytes, f.maxsize = nbytes, maxsize
+    f.binds = tuple(binds)
+    f.rgs = tuple(rgs)
+    f.recipe = recipe
+    f.graph = graph if graph is not None and len(graph) > 1 else None
+    f.single = len(slots) == 1 and binds == [(-1, 0)]
+    f.rg0 = rgs[0]
+    return f, tuple([rec.keep[s] for s in ret])
+
+
+def _takes(recipe, refs: tuple) -> None:
+    """What a node of the recipe keeps (``_NodeBase.saved``): one array as itself, else a tuple of them; arrays
+    of the fragment alone (constants): one object for every node."""
+    recipe.refs = refs
+    recipe.star = len(refs) != 1
+    recipe.fixed = ()
+    recipe.take = refs
+    if all(k == 3 for k, _ in refs):
+        recipe.take = None
+        recipe.fixed = tuple([a for _, a in refs]) if recipe.star else refs[0][1]
+    elif refs == _INPUT0:
+        recipe.take = _INPUT0
+    elif refs == _OUTPUT0:
+        recipe.take = _OUTPUT0
+
+
+class _no_recording:
+    """``K.recording()``'s place in a live run: nothing recorded."""
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _names(op: dict) -> list:
+    """Every string among an op's arguments (the names a throwaway namespace must map)."""
+    out = []
+
+    def walk(v):
+        if v.__class__ is str:
+            out.append(v)
+        elif v.__class__ is list or v.__class__ is tuple:
+            for x in v:
+                walk(x)
+        elif v.__class__ is dict:
+            for x in v.values():
+                walk(x)
+    walk(op.get("args") or [])
+    walk(op.get("kwargs") or {})
+    return out
+
+
+def _static(v) -> bool:
+    c = v.__class__
+    if v is None or c is int or c is float or c is bool or c is str:
+        return True
+    if c is tuple or c is list:
+        return all(_static(x) for x in v)
+    return False
+
+
+def _graph(top, temps: list, outs_t: list, rec):
+    """The recipes of the nodes an op made: ``top`` (its outputs' node) last, and before it, children first, the
+    nodes a composite op made inside (cross_entropy's log_softmax...), whose edges lead to the op's inputs or to
+    each other only. None: not composable so (an edge elsewhere, a saved value of another kind...)."""
+    accs = {t._accumulator: j for j, t in enumerate(temps) if t._accumulator is not None}
+    order: list = []
+    index: dict = {}
+    stack = [(top, False)]
+    while stack:  # (post-order: a node after the nodes its edges lead to)
+        n, done = stack.pop()
+        if done:
+            if n not in index:
+                index[n] = len(order)
+                order.append(n)
+            continue
+        if n in index:
+            continue
+        if n.__class__ is not Node or n.retained or n.variable is not None or len(order) > 64:
+            return None
+        stack.append((n, True))
+        for c, _ in n.next_functions:
+            if c is not None and c not in accs and c not in index:
+                stack.append((c, False))
+    if len(order) > 1 and rec is None:
+        return None  # (a live op: one node only)
+    out = []
+    for n in order:
+        r = _recipe(n, temps, outs_t if n is top else (), rec, accs, index)
+        if r is None:
+            return None
+        out.append(r)
+    return out
+
+
+def _recipe(node, temps: list, outs_t, rec, accs: dict, index: dict):
+    """One node's recipe (see ``_Recipe``); ``outs_t``: the op's outputs when ``node`` is their node, else ()
+    (a node made inside the op: its own outputs are arrays of the fragment). Edges to the op's inputs are their
+    index, to another node of the op (``index``: its place) ``(-2 - place, output_nr)``."""
+    edges = []
+    ids = {id(t): j for j, t in enumerate(temps)}
+    for c, nr in node.next_functions:
+        if c is None:
+            edges.append(-1)
+            continue
+        j = accs.get(c)
+        if j is None:
+            k = index.get(c)
+            if k is None or k >= index[node]:
+                return None
+            edges.append((-2 - k, nr))
+            continue
+        if nr != 0 or c.prim != _ACC or c.variable is not temps[j]:
+            return None
+        edges.append(j)
+    refs: list = []
+    own: dict = {}  # ref index -> (output_nr, requires_grad) of a saved output of a node made inside the op
+    saved = []
+    for slot, v in node.saved.items():
+        if v.__class__ is SavedTensor:
+            if v.version != 0:
+                return None
+            if v.is_output:
+                t = v._ref()
+                ref = None
+                for i, o in enumerate(outs_t):
+                    if o is t:
+                        ref = (1, i)
+                if outs_t and (ref is None or v._nr != t.output_nr):
+                    return None
+                if ref is None:  # (a node made inside the op: its own output, an array of the fragment)
+                    sl = None if rec is None or v._data is None else rec.slot_of(v._data)
+                    if sl is None:
+                        return None
+                    ref = (2, sl)
+                    own_meta = (v._nr, bool(v._rg))
+                else:
+                    own_meta = None
+            else:
+                own_meta = None
+                t = v._tensor
+                j = ids.get(id(t))
+                ref = None if j is None else (0, j)
+                if ref is None:
+                    # a tensor the op made itself (mul's literal, a composite's intermediate): its array
+                    if t.__class__ is not Tensor or t._base is not None or t._vc[0] != 0 or t._fw_grad is not None \
+                            or (t._requires_grad and (t._grad_fn is None or t._grad_fn not in index)):
+                        return None
+                    if rec is None:  # (live: the array itself)
+                        ref = (3, t.data)
+                    else:
+                        sl = rec.slot_of(t.data)
+                        if sl is None:
+                            return None
+                        ref = (2, sl)
+                    if t._requires_grad:
+                        own_meta = ("in", True)  # (a saved input of the node that requires grad)
+            at = next((i for i, r in enumerate(refs) if r[0] == ref[0] and r[1] is ref[1]), None)
+            if at is None:
+                at = len(refs)
+                refs.append(ref)
+                if own_meta is not None:
+                    own[at] = own_meta
+            elif own.get(at) != own_meta:
+                return None
+            saved.append((slot, at, None))
+        elif _static(v):
+            saved.append((slot, -1, v))
+        else:
+            return None
+    r = _Recipe()
+    r.prim, r.name, r.n_outputs = node.prim, node.name, node.n_outputs
+    r.input_meta, r.needs = node.input_meta, node.needs
+    r.edges = tuple(edges)
+    r.refs = tuple(refs)
+    r.own = own
+    r.saved = tuple(saved)
+    r.nrs = tuple(int(t.output_nr) for t in outs_t)
+    r.in_rg = tuple(bool(t._requires_grad) for t in temps)
+    r.out_rg = tuple(bool(t._requires_grad) for t in outs_t)
+    r.vjps = {}
+    r.live = rec is None
+    r.cls = None  # (made by _cls at the recipe's first node of a hit: a miss's own node is a _Node)
+    return r
+
+
+class _Node(_NodeBase):
+    """A light node of a recipe without its class yet (``_cls``): its class attributes as its own."""
+
+    __slots__ = ("prim", "n_outputs", "recipe")
+
+
+def _cls(r):
+    """The light node class of recipe ``r`` (``prim``, ``n_outputs`` and ``recipe`` as class attributes)."""
+    r.cls = type("ComposedNode", (_NodeBase,), {"__slots__": (), "prim": r.prim, "n_outputs": r.n_outputs,
+                                                "recipe": r})
+    return r.cls
+
+
+def _new_node(r, fresh: bool):
+    """A light node of recipe ``r`` (its two fields to set): of its class, or (``fresh``: a miss's) a _Node."""
+    if fresh:
+        node = object.__new__(_Node)
+        node.prim, node.n_outputs, node.recipe = r.prim, r.n_outputs, r
+        return node
+    return object.__new__(r.cls or _cls(r))
+
+
+def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list, budget=None):
+    """Run the recipe's VJP once through the engine (a real Node over the arrays, ``autograd._apply``) under a
+    recorder: (VJP fragment, this run's gradients per edge), or (None, None)."""
+    dummy = Node(_ACC, _ACC, ())
+    nexts = tuple((None, 0) if e.__class__ is int and e == -1 else (dummy, 0) for e in recipe.edges)
+    node = Node(recipe.name, recipe.prim, nexts, None, recipe.input_meta, recipe.n_outputs)
+    node._needs = recipe.needs
+    tensors = []
+    own = recipe.own
+    outputs = set()
+    for at, ((kind, i), a) in enumerate(zip(recipe.refs, saved)):
+        o = own.get(at)
+        if kind == 0:
+            tensors.append(Tensor(a, recipe.in_rg[i]))
+        elif kind == 1:
+            tensors.append(Tensor(a, recipe.out_rg[i], node, recipe.nrs[i]))
+            outputs.add(at)
+        elif o is not None and o[0] != "in":  # (a node made inside the op: its own output)
+            tensors.append(Tensor(a, o[1], node, o[0]))
+            outputs.add(at)
+        else:
+            tensors.append(Tensor(a, o is not None))
+    s = node.saved
+    for slot, ref, value in recipe.saved:
+        if ref < 0:
+            s[slot] = value
+        else:
+            s[slot] = SavedTensor(tensors[ref], ref in outputs)
+    gts = [None if g is None else Tensor(g) for g in grads]
+    sink = WarningSink(set())
+    live = recipe.live
+    try:
+        with K.recording() if not live else _no_recording() as rec, sink, np.errstate(all="ignore"), \
+                set_grad_enabled(False):
+            if live:
+                with budget:
+                    outs = _apply(node, gts)
+            else:
+                for a in ins:
+                    rec.add_input(a)
+                outs = _apply(node, gts)
+    except Exception:  # noqa: BLE001 - the cold run gives the error
+        return _no(12), None
+    if sink.messages or (not live and (rec.reason is not None or rec.unknown_writes() or len(rec.inputs) != len(ins))):
+        return _no(13), None
+    if live:
+        if any(o is not None and (o.__class__ is not Tensor or o._requires_grad or o._grad_fn is not None)
+               for o in outs):
+            return _no(14), None
+        return True, tuple([None if o is None else o.data for o in outs])
+    res = []
+    slots = []
+    for o in outs:
+        if o is None:
+            slots.append(-1)
+            res.append(None)
+            continue
+        if o.__class__ is not Tensor or o._requires_grad or o._grad_fn is not None:
+            return _no(14), None
+        sl = rec.slot_of(o.data)
+        if sl is None:
+            return _no(15), None
+        slots.append(sl)
+        res.append(o.data)
+    made = _steps(rec, [s for s in slots if s >= 0])
+    if made is None:
+        return _no(16), None
+    steps, nbytes, maxsize, _ = made
+    f = _VjpFrag()
+    f.fn, f.code = None, (steps, len(ins), slots)
+    f.nbytes, f.maxsize = nbytes, maxsize
+    return f, tuple(res)
+
+
+# ----- the run -----------------------------------------------------------------------------------------------
+class _Run:
+    """One composed run's counters and limits, and its VJP (``apply``) for ``_run_all``."""
+
+    def __init__(self, frags: Fragments, limits):
+        self.frags = frags
+        self.hits = self.misses = 0
+        self.nbytes = 0
+        self.nodes = 0
+        self.limits = limits
+        self.max_el = limits.max_elements_per_tensor if limits is not None else 1 << 62
+        self.max_bytes = limits.max_bytes // 2 if limits is not None else 1 << 62
+        self.max_nodes = limits.max_nodes // 2 if limits is not None else 1 << 62
+        self.buf: list = []  # the run's arrays (a descriptor's slot is its place here)
+        self.control = None
+        self.slack = _MISS_SLACK
+        self.leaves: dict = {}  # id(variable) -> ((its _Acc, 0),)
+        self.retains: dict = {}  # id(variable) -> the non-leaf variables retain_grad marked
+        self.grads: dict | None = None  # id(leaf variable) -> its descriptor after the backward
+
+    def miss(self) -> None:
+        self.misses += 1
+        if self.misses > self.slack + self.hits:
+            raise _GiveUp
+
+    def made(self, nbytes: int, maxsize: int) -> None:
+        self.nbytes += nbytes
+        if self.nbytes > self.max_bytes or maxsize > self.max_el:
+            raise _GiveUp
+
+    def apply(self, node, grads) -> tuple:
+        """The composed VJP of ``node`` (``_run_all``'s ``apply``): gradients as arrays, one per edge."""
+        recipe = node.recipe
+        saved = node.saved
+        if recipe.n_outputs == 1:
+            g = grads[0]
+            if recipe.star:
+                for a in saved:
+                    if a is g:
+                        return self._apply_slow(recipe, grads, saved)
+            elif saved is g:
+                return self._apply_slow(recipe, grads, (saved,))
+            vf = recipe.vjps.get((g.shape, g.dtype, g.strides))
+            if vf is None:
+                return self._apply_slow(recipe, grads, saved if recipe.star else (saved,))
+            n = self.nbytes + vf.nbytes
+            self.nbytes = n
+            h = self.hits = self.hits + 1
+            if n > self.max_bytes or vf.maxsize > self.max_el:
+                raise _GiveUp
+            if not h % _CHECK_EVERY and self.control is not None:
+                self.control.check()  # (a deadline or a cancellation stops a long pass between nodes)
+            fn = vf.fn or _compiled(vf)
+            return fn(g, *saved) if recipe.star else fn(g, saved)
+        return self._apply_slow(recipe, grads, saved if recipe.star else (saved,))
+
+    def _apply_slow(self, recipe, grads, saved) -> tuple:
+        """``apply`` for a multi-output node, a gradient that is a saved array, a miss, or a live recipe."""
+        gl = list(grads)
+        ins = []
+        seen = set()
+        for a in (*gl, *saved):
+            if a is not None and id(a) not in seen:
+                seen.add(id(a))
+                ins.append(a)
+        if recipe.live:  # (through the engine, unrecorded, as the cold run runs it)
+            budget = Budget(self.limits if self.limits is not None else _NO_LIMITS)
+            ok, res = _make_vjp(recipe, gl, saved, ins, budget)
+            if ok is None:
+                raise _GiveUp
+            self.made(budget.total(), max([0, *[a.size for a in res if a is not None]]))
+            return res
+        if recipe.n_outputs == 1 and len(ins) == 1 + len(saved):
+            key = (gl[0].shape, gl[0].dtype, gl[0].strides)
+        else:
+            pat = tuple([-1 if a is None else next(i for i, b in enumerate(ins) if a is b) for a in (*gl, *saved)])
+            key = (tuple([None if g is None else (g.shape, g.dtype, g.strides) for g in gl]), pat)
+        vf = recipe.vjps.get(key)
+        if vf is None:
+            self.miss()
+            vf, res = _make_vjp(recipe, gl, saved, ins)
+            if vf is None:
+                raise _GiveUp
+            if len(recipe.vjps) < _VJPS_PER_FRAG:
+                recipe.vjps[key] = vf
+            self.made(vf.nbytes, vf.maxsize)
+            return res
+        self.hits += 1
+        self.made(vf.nbytes, vf.maxsize)
+        if self.control is not None:
+            self.control.check()
+        return (vf.fn or _compiled(vf))(*ins)
+
+
+def _add(a, b):
+    """``autograd._add_unrecorded`` on arrays: two gradients of one dtype and shape, through add's kernel."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        raise _GiveUp
+    r = np.add(a, b)
+    return r if r.__class__ is _ndarray else _asarray(r)
+
+
+def _alias_or_copy(a):
+    """``kernel.snapshot(a)`` where nothing writes in place and every array dies with the response: ``a``
+    itself when the copy would have its layout (``plan._copy_renames``' rule)."""
+    if a.flags.c_contiguous and a.flags.writeable:
+        return a
+    return np.array(a, copy=True)
+
+
+def compose(frags: Fragments, state: State, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict,
+            shown):
+    """The one-shot run of ``ops`` (inputs: the arrays ``plan._key`` made for the ``tensor`` ops at
+    ``inputs_at``) composed from fragments: ((plan, buffer) or None when it gives up, the run's counters)."""
+    limits = kwargs.get("limits")
+    run = _Run(frags, limits)
+    run.slack = max(_MISS_SLACK, len(ops) // _MISS_PER)
+    if state.tensors or state.functions:
+        return None, run
+    try:
+        with np.errstate(all="ignore"):
+            made = _compose(run, ops, inputs_at, inputs, metas, kwargs, shown)
+    except Exception:  # noqa: BLE001 - a give-up, a kernel's check, the deadline...: the cold run gives it
+        made = None
+    return made, run
+
+
+def _plain_name(out) -> bool:
+    return out.__class__ is str and out.isidentifier() and len(out) <= 64 and out.isascii()
+
+
+def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict, shown):
+    frags = run.frags.ops
+    put = run.frags.put
+    no_grad_all = bool(kwargs.get("no_grad", False))
+    control = kwargs.get("control")
+    ns: dict = {}
+    special: dict = {}  # op index -> the names it bound, where that is not [its out name]
+    autograd = []
+    buf: list = run.buf
+    leaves = run.leaves
+    passes = 0
+    nodes = 0
+    hits = 0
+    nbytes = 0
+    max_bytes, max_el = run.max_bytes, run.max_el
+    inp = iter(zip(inputs_at, inputs, metas))
+    nxt = next(inp, None)
+    at = nxt[0] if nxt is not None else -1
+    forms = _FORMS
+    new = object.__new__
+    try:
+        for index, op in enumerate(ops):
+            if index == at:
+                arr, rg = nxt[1], nxt[2][2]
+                nxt = next(inp, None)
+                at = nxt[0] if nxt is not None else -1
+                out = op.get("out")
+                if not (out.__class__ is str and out.isidentifier() and out.isascii() and len(out) <= 64):
+                    raise _GiveUp
+                ns[out] = (arr, rg, None, len(buf))
+                buf.append(arr)
+                nbytes += arr.nbytes
+                if arr.size > max_el:
+                    raise _GiveUp
+                continue
+            if control is not None and not index % _CHECK_EVERY and (control.reason is not None or (
+                    control.deadline is not None and _monotonic() > control.deadline)):
+                raise _GiveUp
+            name = op["op"]
+            args = op.get("args") or _NO_ARGS
+            kw = op.get("kwargs") or _NO_KWARGS
+            out = op.get("out")
+            if args.__class__ is not list or kw.__class__ is not dict:
+                raise _GiveUp
+            if name in _ACTIONS:
+                run.nbytes, run.nodes, run.hits = nbytes, nodes, run.hits + hits
+                hits = 0
+                passes += _action(run, index, name, args, kw, out, op, ns, special, autograd, passes, control)
+                nbytes, nodes = run.nbytes, run.nodes
+                continue
+            form = forms.get(name)
+            if form is None:
+                form = _form(name)
+            if form is False or (form[4] is not None and not form[4](args, kw)):
+                raise _GiveUp
+            grad_on = not (no_grad_all or op.get("no_grad", False))
+            if out.__class__ is str and out.isidentifier() and out.isascii() and len(out) <= 64:
+                oform = 0
+            elif out.__class__ is list and out and all(_plain_name(n) for n in out):
+                oform = len(out)
+            else:
+                raise _GiveUp
+            pk = form[1]
+            na = len(args)
+            a = args[0] if na else None
+            if not kw and na == 1 and a.__class__ is str and pk and pk[0] == _TENSOR:
+                # one tensor argument, or one and a float: the common forms, their key made as one tuple
+                v = ns.get(a)
+                if v is None:
+                    raise _GiveUp
+                vs = [v]
+                x = v[0]
+                key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1])
+            elif not kw and na == 2 and a.__class__ is str and len(pk) > 1 and pk[0] == _TENSOR and pk[1] <= _TENSOR:
+                # a tensor and a number or another tensor
+                v = ns.get(a)
+                if v is None:
+                    raise _GiveUp
+                vs = [v]
+                x = v[0]
+                b = args[1]
+                c = b.__class__
+                if c is str and pk[1] == _TENSOR:
+                    w = ns.get(b)
+                    if w is None:
+                        raise _GiveUp
+                    if w is v:
+                        key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1], 0)
+                    else:
+                        vs.append(w)
+                        y = w[0]
+                        key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1], y.shape, y.dtype, y.strides,
+                               w[1])
+                elif c is float and b == b and b != 0.0 or c is int or c is bool:
+                    key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1], (c, b))
+                else:
+                    key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1], _lit(b))
+            else:
+                key = [name, grad_on, oform]
+                vs = []
+                _key_of(form, args, kw, ns, key, vs)
+                key = tuple(key)
+            frag = frags.get(key, _ABSENT)
+            fresh = frag is _ABSENT
+            if fresh:
+                run.hits += hits
+                hits = 0
+                if len(vs) > _CODEGEN_MAX:  # (a wide op: run live, nothing kept)
+                    frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns, live=True)
+                else:
+                    run.miss()
+                    frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns)
+                    put(key, frag)
+                if frag is None:
+                    raise _GiveUp
+            elif frag is None:
+                raise _GiveUp
+            else:
+                hits += 1
+                n = len(vs)
+                fn = frag.fn or _compiled(frag)
+                res = fn(vs[0][0]) if n == 1 else fn(vs[0][0], vs[1][0]) if n == 2 else fn(*[v[0] for v in vs])
+            nbytes += frag.nbytes
+            if nbytes > max_bytes or frag.maxsize > max_el:
+                raise _GiveUp
+            recipe = frag.recipe
+            if recipe is None:
+                e1 = None
+            elif frag.graph is not None:  # (a composite op: its nodes, children first)
+                run.nodes = nodes
+                node = _nodes(frag.graph, vs, res, leaves, run, fresh)
+                nodes = run.nodes
+                if nodes > run.max_nodes:
+                    raise _GiveUp
+                e1 = ((node, 0),)
+            else:
+                edges = recipe.edges
+                if len(edges) == 1:
+                    e = edges[0]
+                    if e < 0:
+                        nexts = _NO_EDGES
+                    else:
+                        v = vs[e]
+                        nexts = v[2]
+                        if nexts is None:
+                            nexts = leaves.get(id(v))
+                            if nexts is None:
+                                nexts = leaves[id(v)] = ((_Acc(v), 0),)
+                                nodes += 1
+                else:
+                    nexts = []
+                    for e in edges:
+                        if e < 0:
+                            nexts.append(_NO_EDGE)
+                            continue
+                        v = vs[e]
+                        if v[2] is not None:
+                            nexts.append(v[2][0])
+                        else:
+                            e1 = leaves.get(id(v))
+                            if e1 is None:
+                                e1 = leaves[id(v)] = ((_Acc(v), 0),)
+                                nodes += 1
+                            nexts.append(e1[0])
+                    nexts = tuple(nexts)
+                take = recipe.take
+                cls = recipe.cls  # (_NodeBase's fields set here: no __init__ frame per node)
+                node = new(cls) if cls is not None and not fresh else _new_node(recipe, fresh)
+                node.next_functions = nexts
+                node.retained = None
+                if take is None:
+                    node.saved = recipe.fixed
+                elif take is _INPUT0:
+                    node.saved = vs[0][0]
+                elif take is _OUTPUT0:
+                    node.saved = res[0]
+                else:
+                    sv = tuple([vs[i][0] if k == 0 else res[i] if k != 3 else i for k, i in take])
+                    node.saved = sv if recipe.star else sv[0]
+                nodes += 1
+                if nodes > run.max_nodes:
+                    raise _GiveUp
+                e1 = ((node, 0),)
+            if frag.single:
+                if frag.rg0:
+                    ns[out] = (res[0], True, e1, len(buf))
+                else:
+                    ns[out] = (res[0], False, None, len(buf))
+                buf.append(res[0])
+                continue
+            made = []
+            for i in range(frag.nout):
+                rg = frag.rgs[i]
+                made.append((res[i], rg, ((node, recipe.nrs[i]),) if rg else None, len(buf)))
+                buf.append(res[i])
+            bound = []
+            for pos, i in frag.binds:
+                n = out[pos] if out.__class__ is list else out if pos < 0 else f"{out}_{pos}"
+                ns[n] = made[i]
+                bound.append(n)
+            if bound != [out]:
+                special[index] = bound
+    finally:
+        run.hits += hits
+    run.nbytes, run.nodes = nbytes, nodes
+    # ----- the result, as a replay of a one-shot run leaves it
+    names = list(ns)
+    grads = run.grads  # id(leaf variable) -> its descriptor after the backward
+    if shown is None:
+        items = ns.items()
+    else:
+        keep = set(shown)
+        for _, entries in autograd:
+            keep.update([e[0] for e in entries])
+        items = [(n, v) for n, v in ns.items() if n in keep]
+    namespace = _Descs(dict(items) if items.__class__ is list else ns, grads or {}, run.retains)
+    reports = []
+    for index, entries in autograd:
+        es = []
+        for n, accs, c, gc in entries:
+            cs = len(buf)
+            buf.append(c)
+            if gc is c:
+                gs = cs
+            else:
+                gs = len(buf)
+                buf.append(gc)
+            es.append((n, cs, (gs, False, None, False, 0, 0, None), accs))
+        reports.append((index, "backward", es))
+    lim = run.limits
+    if lim is not None and lim.max_response_bytes is not None:
+        _response(namespace, reports, buf, kwargs, lim, names)
+    plan = Plan((), [], [], [], len(buf), (), namespace, [], (ops, special), names, reports, passes)
+    return plan, buf
+
+
+class _Descs:
+    """The namespace's descriptors (``plan._desc``'s form) by name, each made when first read: what a
+    ``plan._Namespace`` reads of its dict of descriptors (a response reads the names it shows)."""
+
+    __slots__ = ("_vars", "_grads", "_retains")
+
+    def __init__(self, variables: dict, grads: dict, retains: dict):
+        self._vars = variables
+        self._grads = grads
+        self._retains = retains
+
+    def __getitem__(self, name):
+        v = self._vars[name]
+        d = self._grads.get(id(v))
+        if d is None:
+            e = v[2]
+            d = (v[3], v[1], None if e is None else e[0][0].recipe.name, id(v) in self._retains, 0, 0, None)
+        return d
+
+    def get(self, name, default=None):
+        return self[name] if name in self._vars else default
+
+    def __contains__(self, name) -> bool:
+        return name in self._vars
+
+    def __iter__(self):
+        return iter(self._vars)
+
+    def __len__(self) -> int:
+        return len(self._vars)
+
+    def items(self):
+        return [(n, self[n]) for n in self._vars]
+
+
+def _key_of(form, args: list, kw: dict, ns: dict, key: list, vs: list) -> None:
+    """An op's key after its head: ``_op_key``, inline for a few positional arguments (tensor names and scalar
+    literals)."""
+    pk = form[1]
+    if kw or len(args) > 4 or len(args) > len(pk):
+        return _op_key(form, args, kw, ns, key, vs)
+    for i, a in enumerate(args):
+        c = a.__class__
+        k = pk[i]
+        if c is str and k == _TENSOR:
+            v = ns.get(a)
+            if v is None:
+                raise _GiveUp
+            for j, w in enumerate(vs):
+                if w is v:
+                    key.append(j)
+                    break
+            else:
+                vs.append(v)
+                x = v[0]
+                key += (x.shape, x.dtype, x.strides, v[1])
+        elif k != _PLAIN and k != _TENSOR:
+            del key[3:]
+            vs.clear()
+            return _op_key(form, args, kw, ns, key, vs)
+        elif c is float:
+            key.append((float, a) if a == a and a != 0.0 else ("f", _F64.pack(a)))
+        elif c is int or c is bool:
+            key.append((c, a))
+        else:
+            key.append(_lit(a))
+
+
+_NO_EDGE = (None, 0)
+_NO_EDGES = (_NO_EDGE,)
+_NO_ARGS: list = []  # (read only)
+_NO_LIMITS = Limits()  # a budget's limits where the run has none (it only counts)
+_NO_KWARGS: dict = {}  # (read only)
+_INPUT0 = ((0, 0),)  # a recipe's ``take`` that saves its first input alone (the common cases, inline)
+_OUTPUT0 = ((1, 0),)
+
+
+def _nodes(graph: list, vs: list, res: tuple, leaves: dict, run: _Run, fresh: bool):
+    """The light nodes of a composite op's recipes (children first): the last, its outputs' node."""
+    made: list = []
+    for r in graph:
+        nexts = []
+        for e in r.edges:
+            if e.__class__ is tuple:
+                nexts.append((made[-2 - e[0]], e[1]))
+            elif e < 0:
+                nexts.append(_NO_EDGE)
+            else:
+                v = vs[e]
+                if v[2] is not None:
+                    nexts.append(v[2][0])
+                else:
+                    e1 = leaves.get(id(v))
+                    if e1 is None:
+                        e1 = leaves[id(v)] = ((_Acc(v), 0),)
+                        run.nodes += 1
+                    nexts.append(e1[0])
+        node = _new_node(r, fresh)
+        node.next_functions = tuple(nexts)
+        node.retained = None
+        take = r.take
+        if take is None:
+            node.saved = r.fixed
+        else:
+            sv = tuple([vs[i][0] if k == 0 else res[i] if k != 3 else i for k, i in take])
+            node.saved = sv if r.star else sv[0]
+        run.nodes += 1
+        made.append(node)
+    return made[-1]
+
+
+def _action(run: _Run, index, name, args, kw, out, op, ns, special, autograd, passes, control) -> int:
+    """``backward`` (one root, no other argument, once), ``del`` and ``bind`` (of a name, or of a leaf's
+    ``.grad``); anything else gives up. Returns the backward passes it ran."""
+    if name == "backward":
+        # Tensor.backward(gradient=None, retain_graph=None, create_graph=False) of one root, once (the graph is
+        # freed by then or not: nothing a one-shot run shows, but a second pass would read it)
+        kw = dict(kw)
+        tensors = args[0] if args else kw.pop("tensors", None)
+        if len(args) > 2 or (len(args) == 2 and "gradient" in kw):
+            raise _GiveUp
+        gradient = args[1] if len(args) == 2 else kw.pop("gradient", None)
+        retain = kw.pop("retain_graph", None)
+        if passes or kw.pop("create_graph", False) is not False or kw.pop("inputs", None) is not None or kw \
+                or not (retain is None or retain.__class__ is bool):
+            raise _GiveUp
+        if tensors.__class__ is list and len(tensors) == 1:
+            tensors = tensors[0]
+        root = ns.get(tensors) if tensors.__class__ is str else None
+        g = ns.get(gradient) if gradient.__class__ is str else None
+        if root is None or (gradient is not None and g is None):
+            raise _GiveUp
+        autograd.append((index, _backward(run, root, ns, control, g)))
+        special[index] = []
+        return 1
+    if name == "retain_grad":
+        # Tensor.retain_grad(): a leaf's is nothing, a non-leaf's .grad is kept by the next backward
+        t = args[0] if args else kw.get("self")
+        v = ns.get(t) if t.__class__ is str else None
+        if v is None or len(args) + len(kw) != 1 or not v[1]:
+            raise _GiveUp  # (an unknown name, a tensor that does not require grad: the cold run's error)
+        e = v[2]
+        if e is not None:
+            node, nr = e[0]
+            if node.retained is None:
+                node.retained = {}
+            node.retained.setdefault(nr, v)
+            run.retains[id(v)] = v
+        special[index] = []
+        return 0
+    if name == "del":
+        if kw or not all(a.__class__ is str for a in args):
+            raise _GiveUp
+        for a in args:
+            ns.pop(a, None)
+        special[index] = []
+        return 0
+    # bind
+    if len(args) != 1 or kw or not _plain_name(out) or args[0].__class__ is not str:
+        raise _GiveUp
+    base, dot, attr = args[0].partition(".")
+    v = ns.get(base)
+    if v is None or (dot and attr != "grad"):
+        raise _GiveUp
+    if dot:
+        leaf = run.leaves.get(id(v))
+        leaf = None if leaf is None else leaf[0][0]
+        if leaf is None or leaf.gvar is None:
+            raise _GiveUp  # (a non-leaf's .grad warns; an unset one unbinds)
+        v = leaf.gvar
+    ns[out] = v
+    return 0
+
+
+def _response(namespace, reports, buf, kwargs, lim, names) -> None:
+    """The response's bytes as ``program._count_response`` counts them; over the limit: give up (the cold run
+    gives the error)."""
+    respond = kwargs.get("respond", "changed")
+    size = kwargs.get("response_size")
+    variables, grads = namespace._vars, namespace._grads
+    small = SMALL_RESPONSE_ELEMENTS
+    total = 0
+
+    def count(a):
+        n = a.size
+        return 25 * n + 64 if n <= small else size(a) if size is not None else a.nbytes
+    shown = names if isinstance(respond, str) else respond
+    for n in shown:
+        if n.__class__ is not str:
+            continue
+        base, dot, attr = n.partition(".")
+        if dot and attr != "grad":
+            raise _GiveUp
+        v = variables.get(base)
+        if v is None:
+            continue
+        g = grads.get(id(v)) if grads else None
+        if not dot:
+            a = v[0]
+            total += 25 * a.size + 64 if a.size <= small else count(a)
+        if g is not None:
+            total += count(buf[g[6][0]])
+    for _, _, es in reports:
+        for _, c, g, _ in es:
+            total += count(buf[c])
+            if g is not None:
+                total += count(buf[g[0]])
+    if total > lim.max_response_bytes:
+        raise _GiveUp
+
+
+def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None = None) -> list:
+    """``backward(root)``: the pass over the composed graph (``autograd._run_all`` with ``run.apply``); sets the
+    leaves' ``.grad`` (as ``_accumulate_leaf`` does) and returns the report's entries (name, accumulations,
+    the contribution's snapshot, the .grad's snapshot), as ``_Runner.report`` makes them."""
+    a = root[0]
+    if not root[1]:
+        raise _GiveUp  # (the cold run's error)
+    if gradient is None:
+        if a.size != 1:
+            raise _GiveUp
+        seed = np.ones(a.shape, a.dtype)
+    else:  # (_make_grads: the caller's tensor itself, of the root's shape and dtype; anything else cold)
+        seed = gradient[0]
+        if seed.shape != a.shape or seed.dtype != a.dtype:
+            raise _GiveUp
+    if root[2] is not None:
+        node, nr = root[2][0]
+    else:
+        e1 = run.leaves.get(id(root))
+        if e1 is None:
+            e1 = run.leaves[id(root)] = ((_Acc(root), 0),)
+        node, nr = e1[0]
+    b = [None] * node.n_outputs
+    b[nr] = seed
+    buffers: dict = {node: b}
+    leaf_grads: list = []
+    retained: list = []
+    executed: list = []
+    run.control = control  # (read every _CHECK_EVERY nodes by run.apply: _run_all checks none)
+    _run_all([node], buffers, False, True, None, leaf_grads, retained, executed, run.apply, _add)
+    claimed = {id(seed)}
+    contrib = {}
+    buf = run.buf
+    grads = run.grads = {}
+    for leaf, g in leaf_grads:
+        v = leaf.var
+        if leaf.gvar is not None:
+            raise _GiveUp
+        if g.dtype != v[0].dtype:
+            g = g.astype(v[0].dtype)
+        # _accumulate_leaf: a gradient array that may be shared gets a copy (here: itself where the copy would
+        # have its layout)
+        flags = g.flags
+        same = flags.c_contiguous and flags.writeable  # (a copy would have g's layout: g itself stands for it)
+        if id(g) in claimed or not flags.owndata or not flags.writeable:
+            ga = g if same else g.copy()
+        else:
+            ga = g
+            claimed.add(id(g))
+        leaf.accs += 1
+        # the leaf's .grad: a variable of its own (``bind x.grad`` names it), and the leaf's descriptor
+        gd = (len(buf), False, None, False, 0, 0, None)
+        buf.append(ga)
+        leaf.gvar = (ga, False, None, gd[0])
+        grads[id(v)] = (v[3], v[1], None, False, 0, leaf.accs, gd)
+        # the report's snapshots of the contribution and of the .grad (one when the .grad is the contribution)
+        c = g if same else np.array(g, copy=True)
+        contrib[id(v)] = (leaf, c, c if ga is g else ga)  # (ga: a fresh copy, its snapshot is itself)
+    for v, g in retained:  # retain_grad: a clone of the gradient (here: itself where the clone has its layout)
+        if id(v) in contrib or id(v) in grads:
+            raise _GiveUp
+        fl = g.flags
+        ga = g if fl.c_contiguous and fl.writeable else np.array(g, copy=True, order="K")
+        c = g if fl.c_contiguous and fl.writeable else np.array(g, copy=True)
+        leaf = _Acc(v)  # (its .grad and accumulations, as a leaf's)
+        leaf.accs = 1
+        gd = (len(buf), False, None, False, 0, 0, None)
+        buf.append(ga)
+        e = v[2][0][0]
+        grads[id(v)] = (v[3], v[1], e.recipe.name, True, 0, 1, gd)
+        contrib[id(v)] = (leaf, c, ga if ga is g else _alias_or_copy(ga))
+    # the report: each leaf under its first name (one pass over the namespace)
+    want = dict.fromkeys(contrib)
+    first = {}
+    for n, v in ns.items():
+        i = id(v)
+        if i in want:
+            first[i] = n
+            del want[i]
+            if not want:
+                break
+    entries = []
+    for i, (leaf, c, gc) in contrib.items():
+        n = first.get(i)
+        if n is not None:
+            entries.append((n, leaf.accs, c, gc))
+    return entries
+
+
+_ABSENT = object()
+
+
+class _Result(_PlannedResult):
+    """A composed run's result: ``_PlannedResult`` whose plan holds its op outcomes as (the op list, {index:
+    names bound} where that is not [its out name]): made from the list when first read."""
+
+    @property
+    def ops(self) -> list:
+        if self._ops is None:
+            ops, special = self._plan.ops
+            self._ops = [OpOutcome(i, op.get("op"), list(special[i]) if i in special else [op.get("out")])
+                         for i, op in enumerate(ops)]
+        return self._ops
+
+    @ops.setter
+    def ops(self, value) -> None:
+        self._ops = value
+
+
+def run(cache, state: State, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict, shown):
+    """``compose`` through ``cache`` (a ``plan.PlanCache``: its fragments, its counters): the run's result, or
+    None (nothing changed: the caller runs the list cold)."""
+    if len(ops) - len(inputs_at) < _MIN_OPS:
+        return None
+    made, r = compose(cache.fragments, state, ops, inputs_at, inputs, metas, kwargs, shown)
+    cache.count_compose(r.hits, r.misses, made is not None)
+    if made is None:
+        return None
+    plan, buf = made
+    state.tensors = _Namespace(buf, plan.namespace, {})
+    state.backward_passes += plan.backward_passes
+    return _Result(plan, buf)
+

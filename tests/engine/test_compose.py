@@ -1,0 +1,350 @@
+"""Composed one-shot runs (engine/compose.py): a list without a plan runs from per-op fragments, and everything
+a client can observe must be what the plain cold run gives, bit for bit: values, dtypes, layouts, grads,
+grad_fn names, flags, versions, accumulation counts, op outcomes, changed, the autograd report, errors and
+their op index. Each suite counts how many runs actually composed (the cache's counters), so that a suite
+cannot pass by always giving up."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine as E
+import engine.compose as compose_module
+from engine.errors import EngineError
+from engine.plan import PlanCache, _plannable_op, run_planned
+from engine.program import State
+
+from .samples import SAMPLES
+from .test_plan import PROGRAMS, _cases, _perturbed, _program, _same, draws, observe
+
+LIMITS = E.Limits()
+
+
+#: the cost policy's defaults (each tested on its own below)
+MIN_OPS, MISS_SLACK = compose_module._MIN_OPS, compose_module._MISS_SLACK
+
+
+@pytest.fixture(autouse=True)
+def compose_short_lists(monkeypatch):
+    """The machinery on short lists of new forms too: by default a list of fewer than ``_MIN_OPS`` ops runs cold,
+    and a run gives up once its misses outnumber its hits by ``_MISS_SLACK``."""
+    monkeypatch.setattr(compose_module, "_MIN_OPS", 0)
+    monkeypatch.setattr(compose_module, "_MISS_SLACK", 1000)
+
+
+def composer(cache, limits=LIMITS, respond="all", control=None):
+    """A one-shot run through ``cache`` that never records a plan: it composes, or runs cold."""
+    def run(state, ops):
+        return run_planned(cache, state, ops, limits=limits, respond=respond, extra=("json",), control=control)
+    return run
+
+
+def fresh_cache():
+    return PlanCache(record_after=1_000_000)
+
+
+def cold_with(limits=LIMITS, respond="all", control=None):
+    """The plain cold one-shot run (no plan cache: ``run_program``, the names a ``return`` list does not show
+    left out as every one-shot run leaves them out)."""
+    def run(state, ops):
+        return run_planned(None, state, ops, limits=limits, respond=respond, extra=("json",), control=control)
+    return run
+
+
+def both(ops, cache, **kw):
+    return observe(cold_with(**kw), ops), observe(composer(cache, **kw), ops)
+
+
+# ----- programs ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_programs_compose_as_they_run_cold(name):
+    r = draws(11)
+    cache = fresh_cache()
+    for _ in range(3):
+        c, p = both(PROGRAMS[name](r), cache)
+        assert p == c and c[0] == "ok"
+
+
+def test_the_benchmark_programs_actually_compose():
+    cache = fresh_cache()
+    r = draws(3)
+    for name in ("scalar", "scalar_graph", "embedding", "mixed_dtypes", "no_grad_flag"):
+        for _ in range(2):
+            c, p = both(PROGRAMS[name](r), cache)
+            assert p == c
+    assert cache.composed == 10 and cache.uncomposable == 0, cache.stats()
+    assert cache.fragment_hits > cache.fragment_misses
+
+
+def _scalar_graph(groups, r, respond_names=False):
+    """bench/engine.py's 10k-op graph in small: softplus, mul by literals, stack, softmax, sum, backward."""
+    ops = [{"op": "tensor", "args": [r()], "kwargs": {"requires_grad": True}, "out": f"p{i}"}
+           for i in range(4 * groups)]
+    for g in range(groups):
+        items = []
+        for j in range(4):
+            ops += [{"op": "softplus", "args": [f"p{4 * g + j}"], "out": f"s{g}_{j}"},
+                    {"op": "mul", "args": [f"s{g}_{j}", 0.5], "out": f"m{g}_{j}"}]
+            items.append(f"m{g}_{j}")
+        ops += [{"op": "stack", "args": [items], "out": f"st{g}"},
+                {"op": "softmax", "args": [f"st{g}", 0], "out": f"sm{g}"},
+                {"op": "mul", "args": [items[0], 1.0], "out": f"k{g}"},
+                {"op": "mul", "args": [f"sm{g}", f"k{g}"], "out": f"q{g}"},
+                {"op": "sum", "args": [f"q{g}"], "out": f"o{g}"}]
+    ops += [{"op": "stack", "args": [[f"o{g}" for g in range(groups)]], "out": "all"},
+            {"op": "sum", "args": ["all"], "out": "total"}, {"op": "backward", "args": ["total"]}]
+    return ops
+
+
+@pytest.mark.parametrize("respond", ["all", "changed", ["total", "p0.grad", "p3.grad", "sm1", "nope"]])
+def test_the_scalar_graph_composes_bit_for_bit_and_mostly_from_hits(respond):
+    cache = fresh_cache()
+    r = draws(5)
+    for _ in range(2):
+        c, p = both(_scalar_graph(40, r), cache, respond=respond)
+        assert p == c and c[0] == "ok"
+    assert cache.composed == 2
+    assert cache.fragment_hits > 20 * cache.fragment_misses, cache.stats()
+
+
+# ----- the op suite ------------------------------------------------------------------------------------------
+def test_every_op_sample_composes_or_gives_up_and_matches_the_cold_run():
+    """Each op sample as an op list (its inputs, the op, a backward of its sum; the create_graph ``grad`` of
+    samples torch differentiates twice left out: composition does not cover ``grad``): composed with fresh
+    fragments, from hits on other values, and from hits on the first values."""
+    cache = fresh_cache()
+    n = 0
+    for param in _cases():
+        name, sample = param.values
+        for values in (_same, _perturbed, _same):
+            ops = [o for o in _program(name, sample, values) if o["op"] != "grad"]
+            c, p = both(ops, cache)
+            assert p == c, (name, sample)
+            n += 1
+    # (lists of ops without kernels never get here; views and composite ops give up; the rest compose)
+    assert cache.composed >= 250, cache.stats()
+    assert cache.composed + cache.uncomposable <= n
+
+
+# ----- the fuzzer's programs ---------------------------------------------------------------------------------
+def _perturb_literal(v, rng):
+    if isinstance(v, list):
+        return [_perturb_literal(x, rng) for x in v]
+    if isinstance(v, float):
+        return v * (1 + 0.01 * rng.standard_normal())
+    return v
+
+
+def test_fuzz_programs_compose_as_they_run_cold():
+    """The differential fuzzer's programs (tests/fuzz/generator.py), their plannable ops kept: composed (once
+    with fresh fragments, again from hits, again on perturbed tensor data), each compared with a cold run."""
+    pytest.importorskip("torch", reason="the fuzzer's generator builds its programs by running them in torch")
+    from tests.fuzz.generator import generate
+    rng = np.random.default_rng(5)
+    cache = fresh_cache()
+    for seed in range(300):
+        program = [o for o in generate(seed)[0] if _plannable_op(o)]
+        perturbed = [{**o, "args": [_perturb_literal(o["args"][0], rng), *o["args"][1:]]} if o["op"] == "tensor"
+                     else o for o in program]
+        for ops in (program, program, perturbed):
+            c, p = both(ops, cache)
+            assert p == c, seed
+    assert cache.composed >= 200, cache.stats()
+    assert cache.fragment_hits > cache.fragment_misses, cache.stats()
+
+
+# ----- giving up ---------------------------------------------------------------------------------------------
+def test_an_index_out_of_range_gives_the_cold_error_with_its_op_index():
+    cache = fresh_cache()
+    good = PROGRAMS["embedding"](lambda: 0.5)
+    c, p = both(good, cache)
+    assert p == c and c[0] == "ok" and cache.composed == 1
+    bad = [dict(o) for o in good]
+    bad[1] = {**bad[1], "args": [[2, 0, 7]]}  # index 7 of 3 rows: the fragment's kernel raises on a hit
+    c, p = both(bad, cache)
+    assert p == c and c[0] == "error" and c[4] == 2
+    assert cache.uncomposable == 1 and cache.fragment_hits >= 1
+
+
+def test_limits_hold_exactly_as_cold():
+    r = draws(1)
+    ops = _scalar_graph(5, r)
+    for limits in (E.Limits(max_bytes=200), E.Limits(max_nodes=20), E.Limits(max_response_bytes=500),
+                   E.Limits(max_elements_per_tensor=3)):
+        cache = fresh_cache()
+        c, p = both(ops, cache, limits=limits)
+        assert c[0] == "error" and p == c, limits
+        assert cache.composed == 0
+    # within the limits: composed
+    cache = fresh_cache()
+    c, p = both(ops, cache, limits=E.Limits(max_bytes=1 << 20, max_nodes=10_000, max_response_bytes=1 << 20))
+    assert c[0] == "ok" and p == c and cache.composed == 1
+
+
+def test_a_passed_deadline_gives_the_cold_error():
+    cache = fresh_cache()
+    ops = _scalar_graph(3, draws(2))
+    control = E.Control(0.0)
+    c, p = both(ops, cache, control=control)
+    assert c[0] == "error" and c[1] == "DeadlineExceededError" and p[:4] == c[:4]
+    assert cache.composed == 0
+
+
+def _with_backward(ops, **kw):
+    return [o for o in ops if o["op"] != "backward"] + [{"op": "backward", "args": ["tot"], "kwargs": kw}]
+
+
+@pytest.mark.parametrize("variant", ["retain_grad", "retain_leaf", "gradient", "retain_graph", "positional"])
+def test_retain_grad_and_backward_arguments_compose_as_they_run_cold(variant):
+    r = draws(6)
+    cache = fresh_cache()
+    for _ in range(3):
+        ops = PROGRAMS["scalar_graph"](r)
+        if variant == "retain_grad":
+            ops = ops[:-1] + [{"op": "retain_grad", "args": ["m0"]}, {"op": "retain_grad", "args": ["st"]},
+                              {"op": "retain_grad", "args": ["st"]}, ops[-1], {"op": "bind", "args": ["p0.grad"],
+                                                                             "out": "g0"}]
+        elif variant == "retain_leaf":
+            ops = ops[:-1] + [{"op": "retain_grad", "kwargs": {"self": "p1"}}, ops[-1]]
+        elif variant == "gradient":
+            ops = _with_backward(ops + [{"op": "tensor", "args": [r()], "out": "seed"}], gradient="seed")
+        elif variant == "retain_graph":
+            ops = _with_backward(ops, retain_graph=True, create_graph=False)
+        else:
+            ops = ops[:-1] + [{"op": "tensor", "args": [r()], "out": "seed"},
+                              {"op": "backward", "args": [["tot"], "seed"]}]
+        c, p = both(ops, cache)
+        assert p == c and c[0] == "ok"
+    # (the first run meets ~20 new fragments in 16 ops: it may give up early; the others compose)
+    assert cache.composed >= 2, cache.stats()
+
+
+@pytest.mark.parametrize("extra", [
+    {"op": "retain_grad", "args": ["p9"]},                          # an unknown name (the cold error)
+    {"op": "bind", "args": ["m0.grad"], "out": "g"},                # a non-leaf's .grad (torch warns)
+    {"op": "view", "args": ["st", -1], "out": "v", "no_grad": True},  # a view under no_grad of a base with grad
+    {"op": "backward", "args": ["o"], "kwargs": {"inputs": ["p0"]}},  # a backward pruned to inputs
+    {"op": "grad", "args": ["o", ["p0"]], "out": ["g"]},           # grad
+])
+def test_what_it_does_not_cover_runs_cold(extra):
+    r = draws(4)
+    ops = PROGRAMS["scalar_graph"](r)
+    ops = ops[:6] + [extra] + ops[6:]
+    cache = fresh_cache()
+    c, p = both(ops, cache)
+    assert p == c
+    assert cache.composed == 0 and cache.uncomposable == 1
+
+
+def test_a_second_backward_runs_cold():
+    ops = PROGRAMS["accumulate"](draws(1))
+    cache = fresh_cache()
+    c, p = both(ops, cache)
+    assert p == c and c[0] == "ok" and cache.composed == 0
+
+
+def test_a_list_that_never_repeats_gives_up_early(monkeypatch):
+    monkeypatch.setattr(compose_module, "_MISS_SLACK", MISS_SLACK)
+    monkeypatch.setattr(compose_module, "_MIN_OPS", MIN_OPS)
+    ops = [{"op": "tensor", "args": [1.5], "kwargs": {"requires_grad": True}, "out": "x"}]
+    for i in range(200):
+        ops.append({"op": "mul", "args": ["x" if i == 0 else f"y{i - 1}", 1.0 + i / 1024], "out": f"y{i}"})
+    cache = fresh_cache()
+    c, p = both(ops, cache)
+    assert p == c and c[0] == "ok"
+    assert cache.composed == 0 and cache.uncomposable == 1
+    assert cache.fragment_misses == MISS_SLACK + 1
+
+
+def test_giving_up_leaves_owned_inputs_and_the_state_untouched():
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    owned = E.Owned(data.copy())
+    ops = [{"op": "tensor", "args": [owned], "kwargs": {"requires_grad": True}, "out": "x"},
+           {"op": "exp", "args": ["x"], "out": "e"}, {"op": "sum", "args": ["e"], "out": "s"},
+           {"op": "embedding", "args": ["x", "x"], "out": "bad"}]
+    cache = fresh_cache()
+    state = State()
+    with pytest.raises(EngineError) as err:
+        composer(cache)(state, ops)
+    assert err.value.op_index == 3 and state.tensors == {} and state.backward_passes == 0
+    assert owned.array.tobytes() == data.tobytes()
+
+
+def test_fragments_are_bounded(monkeypatch):
+    cache = PlanCache(record_after=1_000_000)
+    cache.fragments.max_entries = 4
+    r = draws(2)
+    for name in sorted(PROGRAMS):
+        both(PROGRAMS[name](r), cache)
+    assert len(cache.fragments.ops) <= 4
+    assert cache.stats()["fragments"] == len(cache.fragments.ops)
+
+
+def test_ops_of_the_suite_are_named_in_samples():
+    # (the suite above covers the op samples: guard against it silently covering none)
+    assert len(_cases()) > 100 and len(SAMPLES) > 50
+
+
+def test_a_short_list_runs_cold_and_a_long_one_composes_by_default(monkeypatch):
+    monkeypatch.setattr(compose_module, "_MIN_OPS", MIN_OPS)
+    monkeypatch.setattr(compose_module, "_MISS_SLACK", MISS_SLACK)
+    cache = fresh_cache()
+    r = draws(8)
+    for _ in range(2):
+        c, p = both(PROGRAMS["scalar_graph"](r), cache)  # (13 ops)
+        assert p == c
+    assert cache.composed == cache.uncomposable == 0 and cache.fragment_misses == 0
+    c, p = both(_scalar_graph(3, r), cache)  # (36 ops)
+    assert p == c and cache.composed == 1
+
+
+def _lstm(rng, steps: int) -> list:
+    """bench/engine.py's LSTM in small: embedding, getitem, chunk (views), composite cross_entropy."""
+    def m(*shape):
+        return np.round(rng.standard_normal(shape), 3).astype(np.float32).tolist()
+    H, V = 3, 5
+    def ints():
+        return [int(i) for i in rng.integers(0, V, steps)]
+    ops = [T_("x", ints()), T_("y", ints()),
+           T_("wx", m(V, 4 * H), requires_grad=True), T_("wh", m(H, 4 * H), requires_grad=True),
+           T_("bg", m(4 * H), requires_grad=True), T_("wy", m(H, V), requires_grad=True),
+           T_("h0", m(1, H)), T_("c0", m(1, H)),
+           {"op": "embedding", "args": ["x", "wx"], "out": "xw"}]
+    h, c = "h0", "c0"
+    for t in range(steps):
+        ops += [{"op": "matmul", "args": [h, "wh"], "out": f"hw{t}"},
+                {"op": "getitem", "args": ["xw", t], "out": f"x{t}"},
+                {"op": "add", "args": [f"hw{t}", f"x{t}"], "out": f"z{t}"},
+                {"op": "add", "args": [f"z{t}", "bg"], "out": f"g{t}"},
+                {"op": "chunk", "args": [f"g{t}", 4, 1], "out": [f"i{t}", f"f{t}", f"n{t}", f"o{t}"]},
+                {"op": "sigmoid", "args": [f"f{t}"], "out": f"sf{t}"},
+                {"op": "mul", "args": [f"sf{t}", c], "out": f"fc{t}"},
+                {"op": "sigmoid", "args": [f"i{t}"], "out": f"si{t}"},
+                {"op": "tanh", "args": [f"n{t}"], "out": f"tn{t}"},
+                {"op": "mul", "args": [f"si{t}", f"tn{t}"], "out": f"ig{t}"},
+                {"op": "add", "args": [f"fc{t}", f"ig{t}"], "out": f"c{t}"},
+                {"op": "sigmoid", "args": [f"o{t}"], "out": f"so{t}"},
+                {"op": "tanh", "args": [f"c{t}"], "out": f"tc{t}"},
+                {"op": "mul", "args": [f"so{t}", f"tc{t}"], "out": f"h{t}"}]
+        h, c = f"h{t}", f"c{t}"
+    ops += [{"op": "cat", "args": [[f"h{t}" for t in range(steps)], 0], "out": "hs"},
+            {"op": "matmul", "args": ["hs", "wy"], "out": "logits"},
+            {"op": "cross_entropy", "args": ["logits", "y"], "out": "loss"}, {"op": "backward", "args": ["loss"]}]
+    return ops
+
+
+def T_(name, data, **kw):
+    return {"op": "tensor", "out": name, "args": [data], "kwargs": kw}
+
+
+@pytest.mark.parametrize("respond", ["all", ["loss", "wx.grad", "wh.grad", "c3"]])
+def test_an_lstm_with_views_and_a_composite_loss_composes_bit_for_bit(respond, monkeypatch):
+    monkeypatch.setattr(compose_module, "_MIN_OPS", MIN_OPS)
+    monkeypatch.setattr(compose_module, "_MISS_SLACK", MISS_SLACK)
+    rng = np.random.default_rng(3)
+    cache = fresh_cache()
+    for _ in range(3):
+        c, p = both(_lstm(rng, 6), cache, respond=respond)
+        assert p == c and c[0] == "ok"
+    assert cache.composed >= 2, cache.stats()
