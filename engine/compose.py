@@ -49,6 +49,7 @@ it did not make, so giving up leaves no trace.
 from __future__ import annotations
 
 import struct
+import threading
 from time import monotonic as _monotonic
 
 import numpy as np
@@ -88,6 +89,10 @@ _MISS_PER = 100
 _MIN_OPS = 32
 #: fragments a cache keeps (forward op forms; each keeps at most ``_VJPS_PER_FRAG`` VJP forms)
 FRAGMENT_ENTRIES = 4096
+#: bytes the fragments of a cache may hold: their folded constants (each at most 64 KiB) and an estimate of
+#: their code and recipes (``_FRAG_BYTES`` per forward or VJP fragment)
+FRAGMENT_BYTES = 32 << 20
+_FRAG_BYTES = 512
 _VJPS_PER_FRAG = 16
 #: actions a composed run covers (anything else: the list runs cold)
 _ACTIONS = frozenset({"backward", "del", "bind", "retain_grad"})
@@ -107,22 +112,47 @@ def _no(why: int):
 
 class Fragments:
     """The fragments of a process (a ``PlanCache`` owns one): op key -> ``_Frag``, or None for an op form
-    that is not composable. Bounded (oldest out); plain dict operations (atomic under the GIL), so concurrent
-    runs may share it: a fragment is immutable once made, except its recipe's dict of VJP fragments (the same
-    rule)."""
+    that is not composable. Bounded in entries and in bytes (``bytes``: every fragment's folded constants and
+    ``_FRAG_BYTES`` for its code, its VJP fragments' included; oldest out). Lookups are plain dict operations
+    (atomic under the GIL), so concurrent runs share it; additions and evictions take a lock. A fragment is
+    immutable once made, except its recipes' dicts of VJP fragments, which grow through ``add_vjp``."""
 
-    def __init__(self, max_entries: int = FRAGMENT_ENTRIES):
+    def __init__(self, max_entries: int = FRAGMENT_ENTRIES, max_bytes: int = FRAGMENT_BYTES):
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self.ops: dict = {}
+        self.bytes = 0
+        self._lock = threading.Lock()
 
     def put(self, key, frag) -> None:
-        d = self.ops
-        if len(d) >= self.max_entries:
-            try:
-                del d[next(iter(d))]
-            except (RuntimeError, StopIteration, KeyError):  # (another thread changed it meanwhile)
-                pass
-        d[key] = frag
+        cost = _FRAG_BYTES + (frag.cbytes if frag is not None else 0)
+        with self._lock:
+            d = self.ops
+            while d and (len(d) >= self.max_entries or self.bytes + cost > self.max_bytes):
+                self.bytes -= _cost(d.pop(next(iter(d))))
+            if cost <= self.max_bytes:
+                d[key] = frag
+                self.bytes += cost
+
+    def add_vjp(self, recipe, key, vf) -> None:
+        """Keep ``vf`` as ``recipe``'s VJP fragment for ``key`` (at most ``_VJPS_PER_FRAG`` per recipe), counted
+        in ``bytes`` (an addition that would pass the bound is not kept)."""
+        cost = _FRAG_BYTES + vf.cbytes
+        with self._lock:
+            if len(recipe.vjps) < _VJPS_PER_FRAG and self.bytes + cost <= self.max_bytes:
+                recipe.vjps[key] = vf
+                self.bytes += cost
+
+
+def _cost(frag) -> int:
+    """The bytes ``Fragments`` counts for a forward fragment (None: an uncomposable marker) and its VJPs."""
+    if frag is None:
+        return _FRAG_BYTES
+    n = _FRAG_BYTES + frag.cbytes
+    for r in frag.graph if frag.graph is not None else (frag.recipe,):  # (a composite's graph ends with its recipe)
+        if r is not None:
+            n += sum(_FRAG_BYTES + v.cbytes for v in r.vjps.values())
+    return n
 
 
 class _Frag:
@@ -131,7 +161,8 @@ class _Frag:
     binds its outputs; ``rgs`` each output's requires_grad; ``recipe`` the node (None: none);
     ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes."""
 
-    __slots__ = ("fn", "code", "nout", "binds", "rgs", "recipe", "nbytes", "maxsize", "single", "rg0", "graph")
+    __slots__ = ("fn", "code", "nout", "binds", "rgs", "recipe", "nbytes", "maxsize", "single", "rg0", "graph",
+                 "cbytes")
 
 
 class _Recipe:
@@ -145,7 +176,7 @@ class _Recipe:
 
 
 class _VjpFrag:
-    __slots__ = ("fn", "code", "nbytes", "maxsize")
+    __slots__ = ("fn", "code", "nbytes", "maxsize", "cbytes")
 
 
 class _NodeBase:
@@ -552,6 +583,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
     if rec is None:  # (live: the arrays themselves; the bytes as the budget counted them)
         f = _Frag()
         f.fn = None
+        f.cbytes = 0
         f.nout = len(slots)
         f.nbytes, f.maxsize = budget.total(), max(a.size for a in slots)
         f.binds, f.rgs, f.recipe, f.graph = tuple(binds), tuple(rgs), recipe, None
@@ -579,6 +611,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
 
     f = _Frag()
     f.fn, f.code = None, (steps, m, ret)
+    f.cbytes = sum(c.nbytes for c in consts.values())
     f.nout = len(slots)
     f.nbytes, f.maxsize = nbytes, maxsize
     f.binds = tuple(binds)
@@ -857,9 +890,10 @@ def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list, budget=None)
     made = _steps(rec, [s for s in slots if s >= 0])
     if made is None:
         return _no(16), None
-    steps, nbytes, maxsize, _ = made
+    steps, nbytes, maxsize, consts = made
     f = _VjpFrag()
     f.fn, f.code = None, (steps, len(ins), slots)
+    f.cbytes = sum(c.nbytes for c in consts.values())
     f.nbytes, f.maxsize = nbytes, maxsize
     return f, tuple(res)
 
@@ -947,8 +981,7 @@ class _Run:
             vf, res = _make_vjp(recipe, gl, saved, ins)
             if vf is None:
                 raise _GiveUp
-            if len(recipe.vjps) < _VJPS_PER_FRAG:
-                recipe.vjps[key] = vf
+            self.frags.add_vjp(recipe, key, vf)
             self.made(vf.nbytes, vf.maxsize)
             return res
         self.hits += 1

@@ -281,6 +281,26 @@ def test_fragments_are_bounded(monkeypatch):
     assert cache.stats()["fragments"] == len(cache.fragments.ops)
 
 
+def test_fragments_are_bounded_in_bytes_constants_and_vjps_included():
+    cache = PlanCache(record_after=1_000_000)
+    frags = cache.fragments
+    r = draws(2)
+    for name in sorted(PROGRAMS):
+        both(PROGRAMS[name](r), cache)
+    full = frags.bytes
+    assert full == sum(compose_module._cost(f) for f in frags.ops.values())
+    assert any(f is not None and f.cbytes for f in frags.ops.values())  # (constants are counted)
+    assert any(f is not None and f.recipe is not None and f.recipe.vjps for f in frags.ops.values())
+    small = PlanCache(record_after=1_000_000)
+    small.fragments.max_bytes = full // 3
+    for name in sorted(PROGRAMS):
+        c, p = both(PROGRAMS[name](r), small)
+        assert p == c
+        assert small.fragments.bytes <= full // 3
+        assert small.fragments.bytes == sum(compose_module._cost(f) for f in small.fragments.ops.values())
+    assert 0 < len(small.fragments.ops) < len(frags.ops)
+
+
 def test_ops_of_the_suite_are_named_in_samples():
     # (the suite above covers the op samples: guard against it silently covering none)
     assert len(_cases()) > 100 and len(SAMPLES) > 50
