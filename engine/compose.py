@@ -999,10 +999,28 @@ def _add(a, b):
     return r if r.__class__ is _ndarray else _asarray(r)
 
 
+def _copy_is_itself(a) -> bool:
+    """A copy of ``a`` (``np.array(a, copy=True)``, order K or C) would have its layout: ``a`` is writable,
+    C-contiguous and has the strides a fresh C array of its shape has (a C-contiguous view may not: a (1, 3) row
+    of a transposed (3, 1) has strides (4, 4), its copy (12, 4))."""
+    flags = a.flags
+    if not (flags.c_contiguous and flags.writeable):
+        return False
+    if a.size == 0:
+        return a.strides == np.empty(a.shape, a.dtype).strides
+    s = a.itemsize
+    strides = a.strides
+    for i in range(a.ndim - 1, -1, -1):
+        if strides[i] != s:
+            return False
+        s *= a.shape[i]
+    return True
+
+
 def _alias_or_copy(a):
     """``kernel.snapshot(a)`` where nothing writes in place and every array dies with the response: ``a``
     itself when the copy would have its layout (``plan._copy_renames``' rule)."""
-    if a.flags.c_contiguous and a.flags.writeable:
+    if _copy_is_itself(a):
         return a
     return np.array(a, copy=True)
 
@@ -1518,7 +1536,7 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
         # _accumulate_leaf: a gradient array that may be shared gets a copy (here: itself where the copy would
         # have its layout)
         flags = g.flags
-        same = flags.c_contiguous and flags.writeable  # (a copy would have g's layout: g itself stands for it)
+        same = _copy_is_itself(g)  # (a copy would have g's layout: g itself stands for it)
         if id(g) in claimed or not flags.owndata or not flags.writeable:
             ga = g if same else g.copy()
         else:
@@ -1536,9 +1554,9 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
     for v, g in retained:  # retain_grad: a clone of the gradient (here: itself where the clone has its layout)
         if id(v) in contrib or id(v) in grads:
             raise _GiveUp
-        fl = g.flags
-        ga = g if fl.c_contiguous and fl.writeable else np.array(g, copy=True, order="K")
-        c = g if fl.c_contiguous and fl.writeable else np.array(g, copy=True)
+        same = _copy_is_itself(g)
+        ga = g if same else np.array(g, copy=True, order="K")
+        c = g if same else np.array(g, copy=True)
         leaf = _Acc(v)  # (its .grad and accumulations, as a leaf's)
         leaf.accs = 1
         gd = (len(buf), False, None, False, 0, 0, None)

@@ -120,6 +120,7 @@ def make_list(rng: random.Random, bases: list) -> tuple[list, str]:
     """A long one-shot list from ``bases`` (``_base``'s) and the ``respond`` to run it with."""
     ops, made = [], []  # made: (base index, {base name: name}, dtype flipped) per repetition
     used = set()
+    deleted = set()
     tag = 0
 
     def fresh(n):
@@ -170,7 +171,8 @@ def make_list(rng: random.Random, bases: list) -> tuple[list, str]:
                          if k in pm and bases[pb][2].get(k, (None, None))[:2] == sh[:2]]
                 if cands:
                     m[o["out"]] = rng.choice(cands[-6:])
-        suffix = f"_r{rep}"
+        # a repetition writes the base's own names again (a loop's variables rebound), or names of its own
+        suffix = "" if rng.random() < 0.15 else f"_r{rep}"
         for o in body:
             out = o.get("out")
             for n in (out if isinstance(out, list) else [out]):
@@ -180,8 +182,27 @@ def make_list(rng: random.Random, bases: list) -> tuple[list, str]:
                         m[f"{n}_{i}"] = f"{n}{suffix}_{i}"
         for o in body:
             ops.append(_rename(o, m))
-        made.append((b, {k: m[k] for k in outs if k in m}, flipped))
+        made.append((b, {k: m[k] for k in outs if k in m and m[k] not in used}, flipped))
         used.update(m[k] for k in outs if k in m)
+        # actions between repetitions: retain_grad of an output that required grad in the base, del, an alias
+        mine = [m[k] for k in outs if k in m]
+        deleted.difference_update(mine)
+        if mine and mode != "fresh" and rng.random() < 0.15:
+            cands = [m[k] for k in outs if k in m and meta[k][2]]
+            if cands:
+                ops.append({"op": "retain_grad", "args": [rng.choice(cands)]})
+        if mine and rng.random() < 0.1:
+            gone = rng.choice(mine)
+            ops.append({"op": "del", "args": [gone]})
+            deleted.add(gone)
+            for _, pm, _ in made:
+                for k in [k for k, v in pm.items() if v == gone]:
+                    del pm[k]
+        if mine and rng.random() < 0.1:
+            tag += 1
+            alive = [n for n in mine if n not in deleted]
+            if alive:
+                ops.append({"op": "bind", "args": [rng.choice(alive)], "out": f"al{tag}"})
     # the tail: a reduction of some outputs that require grad, retain_grad, backward, del, bind
     ns = _probe(ops)
     if ns is None:
@@ -204,7 +225,36 @@ def make_list(rng: random.Random, bases: list) -> tuple[list, str]:
             ops.append({"op": "retain_grad", "args": [n]})
         kw = {}
         r = rng.random()
-        if r < 0.25:
+        big = [n for n in rg if ns[n].data.size > 1]
+        if r < 0.2 and big:
+            # a non-scalar root and its gradient: a tensor, or a non-contiguous view (t, expand), or another
+            # output of the run of its shape and dtype, sometimes requiring grad itself
+            total = rng.choice(big)
+            a = ns[total].data
+            dt = str(a.dtype)
+            q = rng.random()
+            same = [n for n, t in ns.items() if n != total and t.data.shape == a.shape and t.data.dtype == a.dtype]
+            gkw = {"dtype": dt, **({"requires_grad": True} if rng.random() < 0.2 else {})}
+            if q < 0.3 and a.ndim == 2:
+                ops.append({"op": "tensor", "args": [np.round(np.random.default_rng(rng.randrange(99)).standard_normal(
+                    a.shape[::-1]), 2).tolist()], "kwargs": gkw, "out": "seed0"})
+                ops.append({"op": "t", "args": ["seed0"], "out": "seed"})
+            elif q < 0.5:
+                ops.append({"op": "tensor", "args": [round(rng.uniform(-2, 2), 3)], "kwargs": gkw, "out": "seed0"})
+                ops.append({"op": "expand", "args": ["seed0", list(a.shape)], "out": "seed"})
+            elif q < 0.7 and same:
+                ops.append({"op": "bind", "args": [rng.choice(same)], "out": "seed"})
+            else:
+                ops.append({"op": "tensor", "args": [np.round(np.random.default_rng(rng.randrange(99)).standard_normal(
+                    a.shape), 2).tolist()], "kwargs": gkw, "out": "seed"})
+            kw["gradient"] = "seed"
+        elif r < 0.25 and leaves:
+            total = rng.choice(leaves)  # (a leaf as the root)
+            if ns[total].data.size != 1:
+                ops.append({"op": "ones", "args": [list(ns[total].data.shape)],
+                            "kwargs": {"dtype": str(ns[total].data.dtype)}, "out": "seed"})
+                kw["gradient"] = "seed"
+        elif r < 0.45:
             probe_total = _probe(ops)
             dt = str(probe_total[total].data.dtype) if probe_total is not None and total in probe_total \
                 else "float32"
@@ -370,3 +420,27 @@ def test_limits_at_their_boundary_give_exactly_the_cold_result_or_error(field, r
     # far enough from the boundary the run composes (compose keeps max_bytes and max_nodes at half, its bytes an
     # upper bound); the response's bytes it counts as the cold run counts them: it composes at the boundary
     assert cache.composed - before >= (5 if field == "max_response_bytes" else 1), cache.stats()
+
+
+# ----- regressions found by the stress test ------------------------------------------------------------------
+@pytest.mark.parametrize("through", ["leaf", "retained"])
+def test_a_gradient_that_is_a_c_contiguous_view_of_other_strides_is_copied_as_cold(through):
+    """A (1, 3) leaf (or a retained non-leaf) reached through ``t``: its gradient arrives as the transpose of a
+    (3, 1) array, C-contiguous with strides (4, 4); the cold run's copy (``.grad``, the clone, the report's
+    snapshots) has strides (12, 4). The composed run took "C-contiguous" for "a copy would be itself"."""
+    ops = [{"op": "tensor", "args": [[[0.5, -1.25, 2.0]]], "kwargs": {"requires_grad": True}, "out": "x"}]
+    src = "x"
+    if through == "retained":
+        ops += [{"op": "mul", "args": ["x", "x"], "out": "w"}, {"op": "retain_grad", "args": ["w"]}]
+        src = "w"
+    ops.append({"op": "t", "args": [src], "out": "y"})
+    for k in range(40):
+        ops.append({"op": "mul", "args": ["y", "y"], "out": f"q{k}"})
+    ops += [{"op": "stack", "args": [[f"q{k}" for k in range(40)]], "out": "st"},
+            {"op": "sum", "args": ["st"], "out": "tot"}, {"op": "backward", "args": ["tot"]}]
+    cache = PlanCache(record_after=1_000_000)
+    for _ in range(2):
+        c = _compare(ops, cache)
+        assert c[0] == "ok"
+    assert dict(c[1])[src][11][2] == (12, 4)  # (the .grad's strides)
+    assert cache.composed == 2, cache.stats()
