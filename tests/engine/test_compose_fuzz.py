@@ -10,7 +10,7 @@ a ``backward`` (sometimes with a gradient tensor, retain_graph), ``del`` and ``b
 one shared cache, and everything observable (``observe``) must agree bit for bit. The suite counts how many runs
 composed, so it cannot pass by always giving up.
 
-Counts: ``GRADSERVE_COMPOSE_FUZZ=N`` (lists per seed, default 24) and ``GRADSERVE_COMPOSE_FUZZ_SEEDS=a,b,...``
+Counts: ``GRADSERVE_COMPOSE_FUZZ=N`` (lists per seed, default 80) and ``GRADSERVE_COMPOSE_FUZZ_SEEDS=a,b,...``
 (default 0,1), e.g. at scale::
 
     GRADSERVE_COMPOSE_FUZZ=2000 GRADSERVE_COMPOSE_FUZZ_SEEDS=0,1,2 .venv/bin/python -m pytest -q -x \\
@@ -33,14 +33,15 @@ from engine.program import State
 from .test_plan import observe
 
 LIMITS = E.Limits()
-LISTS = int(os.environ.get("GRADSERVE_COMPOSE_FUZZ", "24"))
+LISTS = int(os.environ.get("GRADSERVE_COMPOSE_FUZZ", "80"))
 SEEDS = [int(s) for s in os.environ.get("GRADSERVE_COMPOSE_FUZZ_SEEDS", "0,1").split(",") if s.strip()]
 _ACTIONS = {"backward", "grad", "retain_grad", "del", "bind", "set_grad", "requires_grad_", "zero_grad"}
 
 
-def _runner(cache, limits=LIMITS, respond="all"):
+def _runner(cache, limits=LIMITS, respond="all", no_grad=False):
     def run(state, ops):
-        return run_planned(cache, state, _materialize(ops), limits=limits, respond=respond, extra=("json",))
+        return run_planned(cache, state, _materialize(ops), limits=limits, respond=respond, extra=("json",),
+                           no_grad=no_grad)
     return run
 
 
@@ -108,6 +109,13 @@ def _rename(v, m):
     return v
 
 
+def _bump(v):
+    """Integer data with its first number made 7 more."""
+    if isinstance(v, list):
+        return [_bump(v[0]), *v[1:]] if v else v
+    return v + 7 if isinstance(v, int) and not isinstance(v, bool) else v
+
+
 def _perturb(v, rng):
     if isinstance(v, list):
         return [_perturb(x, rng) for x in v]
@@ -156,6 +164,8 @@ def make_list(rng: random.Random, bases: list) -> tuple[list, str]:
                     if not kw.get("requires_grad"):
                         kw.pop("requires_grad", None)
                 data = _perturb(o["args"][0], rng) if dt.startswith("float") else o["args"][0]
+                if dt == "int64" and rng.random() < 0.1:
+                    data = _bump(data)  # (an index out of range, maybe: a kernel's value check on a hit)
                 if rng.random() < 0.3 and set(kw) <= {"dtype", "requires_grad"}:
                     data = _Own(np.asarray(data, dtype=kw.get("dtype", "float32")))
                 n = fresh(o["out"])
@@ -198,6 +208,15 @@ def make_list(rng: random.Random, bases: list) -> tuple[list, str]:
             for _, pm, _ in made:
                 for k in [k for k, v in pm.items() if v == gone]:
                     del pm[k]
+        if mine and rng.random() < 0.05:
+            # an input's name rebound to an output (``x = f(x)``): later repetitions read the new value, and the
+            # leaf is reported under another name or none
+            name = rng.choice(inputs)["out"] + f"_b{b}"
+            ops.append({"op": "bind", "args": [rng.choice([n for n in mine if n not in deleted] or mine)],
+                        "out": name})
+            for _, pm, _ in made:
+                for k in [k for k, v in pm.items() if v == name]:
+                    del pm[k]
         if mine and rng.random() < 0.1:
             tag += 1
             alive = [n for n in mine if n not in deleted]
@@ -221,6 +240,16 @@ def make_list(rng: random.Random, bases: list) -> tuple[list, str]:
         for k, s in enumerate(sums[1:]):
             ops.append({"op": "add", "args": [total, s], "out": f"tot{k}"})
             total = f"tot{k}"
+        if rng.random() < 0.3:
+            # a wide op: a stack of the sums of every output of one float dtype that requires grad (an op of
+            # more tensor inputs than a fragment takes runs live), and its sum into the total
+            dt = ns[picks[0]].data.dtype
+            wide = [n for n in rg if ns[n].data.dtype == dt]
+            for k, n in enumerate(wide):
+                ops.append({"op": "sum", "args": [n], "out": f"ws{k}"})
+            ops += [{"op": "stack", "args": [[f"ws{k}" for k in range(len(wide))]], "out": "wide"},
+                    {"op": "sum", "args": ["wide"], "out": "wsum"}, {"op": "add", "args": [total, "wsum"], "out": "wt"}]
+            total = "wt"
         for n in rng.sample(inner, min(len(inner), rng.randint(0, 3))):
             ops.append({"op": "retain_grad", "args": [n]})
         kw = {}
@@ -303,10 +332,19 @@ def fuzz(seed: int, lists: int, slack_default_every: int = 2, failures: list | N
         saved = compose_module._MISS_SLACK
         if not real_policy:
             compose_module._MISS_SLACK = 1000
+        # sometimes limits near what the list needs, or the run's no_grad flag
+        limits, no_grad = LIMITS, rng.random() < 0.05
+        q = rng.random()
+        if q < 0.04:
+            limits = E.Limits(max_response_bytes=rng.randint(100, 20_000))
+        elif q < 0.07:
+            limits = E.Limits(max_nodes=rng.randint(10, 600))
+        elif q < 0.10:
+            limits = E.Limits(max_bytes=rng.randint(500, 100_000))
         try:
-            c = observe(_runner(None, respond=respond), ops)
+            c = observe(_runner(None, limits, respond, no_grad), ops)
             for _ in range(2):
-                p = observe(_runner(cache, respond=respond), ops)
+                p = observe(_runner(cache, limits, respond, no_grad), ops)
                 if p != c and failures is not None:
                     failures.append((seed, i, ops, respond, _diff(c, p)))
                     break
