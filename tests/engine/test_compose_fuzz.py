@@ -152,7 +152,7 @@ def make_list(rng: random.Random, bases: list) -> tuple[list, str]:
             flip_dtype = rng.random() < 0.3
             flipped = flip_dtype
             for o in inputs:
-                if rng.random() < 0.4:
+                if not flip_dtype and rng.random() < 0.4:
                     continue
                 kw = dict(o.get("kwargs") or {})
                 dt = kw.get("dtype", "float32")
@@ -192,12 +192,16 @@ def make_list(rng: random.Random, bases: list) -> tuple[list, str]:
                         m[f"{n}_{i}"] = f"{n}{suffix}_{i}"
         for o in body:
             ops.append(_rename(o, m))
-        made.append((b, {k: m[k] for k in outs if k in m and m[k] not in used}, flipped))
+        mine = {m[k] for k in outs if k in m}
+        for _, pm, _ in made:  # (names rebound: no longer what an earlier repetition made)
+            for k in [k for k, v in pm.items() if v in mine]:
+                del pm[k]
+        made.append((b, {k: m[k] for k in outs if k in m}, flipped))
         used.update(m[k] for k in outs if k in m)
         # actions between repetitions: retain_grad of an output that required grad in the base, del, an alias
         mine = [m[k] for k in outs if k in m]
         deleted.difference_update(mine)
-        if mine and mode != "fresh" and rng.random() < 0.15:
+        if mine and mode == "same" and rng.random() < 0.15:
             cands = [m[k] for k in outs if k in m and meta[k][2]]
             if cands:
                 ops.append({"op": "retain_grad", "args": [rng.choice(cands)]})
@@ -211,12 +215,11 @@ def make_list(rng: random.Random, bases: list) -> tuple[list, str]:
         if mine and rng.random() < 0.05:
             # an input's name rebound to an output (``x = f(x)``): later repetitions read the new value, and the
             # leaf is reported under another name or none
-            name = rng.choice(inputs)["out"] + f"_b{b}"
-            ops.append({"op": "bind", "args": [rng.choice([n for n in mine if n not in deleted] or mine)],
-                        "out": name})
-            for _, pm, _ in made:
-                for k in [k for k, v in pm.items() if v == name]:
-                    del pm[k]
+            o = rng.choice(inputs)["out"]
+            name = o + f"_b{b}"
+            fit = [m[k] for k in outs if k in m and m[k] not in deleted and meta[k][:2] == meta.get(o, (None,))[:2]]
+            if fit and not flipped:
+                ops.append({"op": "bind", "args": [rng.choice(fit)], "out": name})
         if mine and rng.random() < 0.1:
             tag += 1
             alive = [n for n in mine if n not in deleted]
