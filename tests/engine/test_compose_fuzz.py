@@ -88,6 +88,18 @@ def _base(seed):
                 break
         if not body:
             return None
+    # a multi-output op's names as a list (``out: [a, b]``) rather than ``out_0, out_1`` of one name, half the time
+    listed = []
+    for o in body:
+        n = o.get("out")
+        if isinstance(n, str) and n not in ns and f"{n}_0" in ns and seed % 2:
+            k = 0
+            while f"{n}_{k}" in ns:
+                k += 1
+            o = {**o, "out": [f"{n}_{i}" for i in range(k)]}
+        listed.append(o)
+    if listed != body and _probe(inputs + listed) is not None:
+        body = listed
     meta = {n: (tuple(t.shape), str(t.dtype), bool(t.requires_grad)) for n, t in ns.items()}
     outs = set()
     for o in body:
@@ -139,9 +151,10 @@ def make_list(rng: random.Random, bases: list) -> tuple[list, str]:
     for b, (inputs, _, _, _) in enumerate(bases):
         for o in inputs:
             ops.append(_rename(o, {o["out"]: f"{o['out']}_b{b}"}))
-    want = rng.randint(34, 160)  # ops besides inputs (a list of fewer runs cold: compose._MIN_OPS)
+    # ops besides inputs (a list of fewer runs cold: compose._MIN_OPS); now and then a long one
+    want = rng.randint(34, 160) if rng.random() < 0.9 else rng.randint(400, 1200)
     rep = 0
-    while rep < 4 or (sum(o["op"] != "tensor" for o in ops) < want and rep < 60):
+    while rep < 4 or (sum(o["op"] != "tensor" for o in ops) < want and rep < 400):
         rep += 1
         b = rng.randrange(len(bases)) if rng.random() < 0.3 else rep % len(bases)
         inputs, body, meta, outs = bases[b]
@@ -318,6 +331,8 @@ def fuzz(seed: int, lists: int, slack_default_every: int = 2, failures: list | N
     ``failures``: divergences are appended there (seed, list index, ops, respond, difference) instead of raised."""
     rng = random.Random(seed)
     cache = PlanCache(record_after=1_000_000)
+    small = PlanCache(record_after=1_000_000)  # (fragments evicted while a run uses them)
+    small.fragments.max_entries = 12
     pool: list = []
     s = seed * 100_003
     ok = 0
@@ -347,7 +362,7 @@ def fuzz(seed: int, lists: int, slack_default_every: int = 2, failures: list | N
         try:
             c = observe(_runner(None, limits, respond, no_grad), ops)
             for _ in range(2):
-                p = observe(_runner(cache, limits, respond, no_grad), ops)
+                p = observe(_runner(cache if i % 5 else small, limits, respond, no_grad), ops)
                 if p != c and failures is not None:
                     failures.append((seed, i, ops, respond, _diff(c, p)))
                     break
@@ -355,6 +370,8 @@ def fuzz(seed: int, lists: int, slack_default_every: int = 2, failures: list | N
         finally:
             compose_module._MISS_SLACK = saved
         ok += c[0] == "ok"
+    for k in ("composed", "uncomposable", "fragment_hits", "fragment_misses"):  # (both caches' counts)
+        setattr(cache, k, getattr(cache, k) + getattr(small, k))
     return cache, lists, ok
 
 
