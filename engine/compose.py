@@ -419,8 +419,13 @@ def _steps(rec: K.Recorder, escaping: list):
 
 def _compiled(owner):
     """A fragment's function, compiled at its first use (``_codegen``: a fragment made by a miss whose form never
-    comes again is never compiled); ``owner.code`` holds (steps, inputs, slots returned) until then."""
-    fn = owner.fn = _codegen(*owner.code)
+    comes again is never compiled); ``owner.code`` holds (steps, inputs, slots returned) until then. Fragments
+    are shared between threads: another run may have compiled it since this one read ``owner.fn`` (``fn`` is
+    set before ``code`` is cleared)."""
+    code = owner.code
+    if code is None:
+        return owner.fn
+    fn = owner.fn = _codegen(*code)
     owner.code = None
     return fn
 

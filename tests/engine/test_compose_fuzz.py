@@ -370,9 +370,22 @@ def fuzz(seed: int, lists: int, slack_default_every: int = 2, failures: list | N
         finally:
             compose_module._MISS_SLACK = saved
         ok += c[0] == "ok"
+        if c[0] == "ok" and rng.random() < 0.03:
+            _response_boundary(ops, respond, cache)
     for k in ("composed", "uncomposable", "fragment_hits", "fragment_misses"):  # (both caches' counts)
         setattr(cache, k, getattr(cache, k) + getattr(small, k))
     return cache, lists, ok
+
+
+def _response_boundary(ops, respond, cache):
+    """The least max_response_bytes at which the cold run of ``ops`` succeeds: composed and cold runs agree just
+    under it, at it and just over it (the composed run counts the response's bytes itself)."""
+    b = _boundary(ops, "max_response_bytes", 0, 1 << 26, respond)
+    for v in (b - 1, b, b + 1):
+        lim = E.Limits(max_response_bytes=v)
+        c = observe(_runner(None, lim, respond), ops)
+        assert observe(_runner(cache, lim, respond), ops) == c
+        assert c[0] == ("error" if v < b else "ok")
 
 
 def _diff(c, p):
@@ -502,3 +515,47 @@ def test_a_gradient_that_is_a_c_contiguous_view_of_other_strides_is_copied_as_co
         assert c[0] == "ok"
     assert dict(c[1])[src][11][2] == (12, 4)  # (the .grad's strides)
     assert cache.composed == 2, cache.stats()
+
+
+def test_a_fragment_another_thread_compiled_meanwhile_is_used_as_compiled():
+    """Two runs may both read a fragment's ``fn`` as not compiled yet; the one that compiles second finds ``code``
+    cleared by the first (it raised a TypeError: a spurious give-up)."""
+    f = compose_module._VjpFrag()
+    f.fn, f.code = None, ([], 1, [0])
+    fn = compose_module._compiled(f)
+    assert f.code is None and f.fn is fn
+    assert compose_module._compiled(f) is fn  # (a run that read ``fn`` before it was set)
+    assert fn(np.ones(2))[0].tolist() == [1.0, 1.0]
+
+
+def test_concurrent_runs_share_fragments_and_each_gives_the_cold_result():
+    """Threads composing lists through one cache (fragments made, compiled and extended with VJPs meanwhile by
+    the others; a tiny switch interval interleaves them between bytecodes): every run as cold."""
+    import sys
+    import threading
+    rngs = [np.random.default_rng(k) for k in range(6)]
+    lists = [_long_list(10 + 3 * k, rngs[k], bad_at=7 if k == 4 else None) for k in range(6)]
+    want = [observe(_runner(None), ops) for ops in lists]
+    cache = PlanCache(record_after=1_000_000)
+    bad: list = []
+
+    def work(t):
+        for r in range(4):
+            for k in range(len(lists)):
+                j = (k + t) % len(lists)
+                got = observe(_runner(cache), lists[j])
+                if got != want[j]:
+                    bad.append((t, r, j, _diff(want[j], got)))
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not bad, bad[:2]
+    # 4 threads x 4 rounds x 5 good lists; a run may give up on its first, new forms
+    assert cache.composed >= 60, cache.stats()
