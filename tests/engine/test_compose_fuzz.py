@@ -347,9 +347,9 @@ def fuzz(seed: int, lists: int, slack_default_every: int = 2, failures: list | N
         bases = rng.sample(pool, rng.choice([1, 1, 2, 3]))
         ops, respond = make_list(rng, bases)
         real_policy = i % slack_default_every == 0
-        saved = compose_module._MISS_SLACK
+        saved = compose_module._MISS_SLACK, compose_module._MISS_EARLY
         if not real_policy:
-            compose_module._MISS_SLACK = 1000
+            compose_module._MISS_SLACK = compose_module._MISS_EARLY = 1000
         # sometimes limits near what the list needs, or the run's no_grad flag
         limits, no_grad = LIMITS, rng.random() < 0.05
         q = rng.random()
@@ -368,7 +368,7 @@ def fuzz(seed: int, lists: int, slack_default_every: int = 2, failures: list | N
                     break
                 assert p == c, (seed, i, _diff(c, p))
         finally:
-            compose_module._MISS_SLACK = saved
+            compose_module._MISS_SLACK, compose_module._MISS_EARLY = saved
         ok += c[0] == "ok"
         if c[0] == "ok" and rng.random() < 0.03:
             _response_boundary(ops, respond, cache)
