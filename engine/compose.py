@@ -41,9 +41,10 @@ Whatever cannot be composed gives up before anything is visible: the caller then
 gives the result, or the error and its op index). It gives up on an op or action it does not cover, any
 exception (a kernel's value check, the deadline), a run whose bytes (every array it made, an upper bound) or
 nodes could come near the limits, a response over its bytes limit, and early when the fragments it meets are
-mostly new (``_MISS_SLACK``, one more per ``_MISS_PER`` ops: a list whose forms do not repeat pays a few
-recorded ops). Lists of fewer than ``_MIN_OPS`` ops run cold. Nothing a composed run does writes into an array
-it did not make, so giving up leaves no trace.
+mostly new (``_MISS_SLACK``, one more per ``_MISS_PER`` ops), and at its second miss without hits when the
+ops ahead do not look as if they repeat the forms met (``_repeats``: a list whose forms do not repeat pays one
+or two recorded ops). Lists of fewer than ``_MIN_OPS`` ops run cold. Nothing a composed run does writes into an
+array it did not make, so giving up leaves no trace.
 """
 
 from __future__ import annotations
@@ -84,6 +85,11 @@ _F64 = struct.Struct("<d")
 #: repeat pays a few percent; a long one may meet all its forms in its first steps)
 _MISS_SLACK = 4
 _MISS_PER = 100
+#: at the first miss that outnumbers the hits by more than this, the run looks ahead (``_repeats``): a list whose
+#: next ops' forms cannot repeat the ones it met gives up there, without paying the slack's misses
+_MISS_EARLY = 1
+_LOOK_BACK = 256  # ops whose signatures ``_repeats`` compares the next ones with
+_LOOK_AHEAD = 64
 #: lists of fewer ops (inputs left out) run cold: too short for their fragments to repeat much, and a first
 #: sighting of them costs little cold (and a plan is recorded at the second)
 _MIN_OPS = 32
@@ -419,8 +425,13 @@ def _steps(rec: K.Recorder, escaping: list):
 
 def _compiled(owner):
     """A fragment's function, compiled at its first use (``_codegen``: a fragment made by a miss whose form never
-    comes again is never compiled); ``owner.code`` holds (steps, inputs, slots returned) until then."""
-    fn = owner.fn = _codegen(*owner.code)
+    comes again is never compiled); ``owner.code`` holds (steps, inputs, slots returned) until then. Fragments
+    are shared between threads: another run may have compiled it since this one read ``owner.fn`` (``fn`` is
+    set before ``code`` is cleared)."""
+    code = owner.code
+    if code is None:
+        return owner.fn
+    fn = owner.fn = _codegen(*code)
     owner.code = None
     return fn
 
@@ -917,11 +928,20 @@ class _Run:
         self.leaves: dict = {}  # id(variable) -> ((its _Acc, 0),)
         self.retains: dict = {}  # id(variable) -> the non-leaf variables retain_grad marked
         self.grads: dict | None = None  # id(leaf variable) -> its descriptor after the backward
+        self.ops: list = []
+        self.looked = False
 
-    def miss(self) -> None:
-        self.misses += 1
-        if self.misses > self.slack + self.hits:
+    def miss(self, index: int = -1) -> None:
+        """A fragment not found (at op ``index`` of the forward; -1: in the backward): gives up when the misses
+        outnumber the hits by more than the slack, or (once, early) when the list does not look as if it
+        repeats itself (``_repeats``)."""
+        m = self.misses = self.misses + 1
+        if m > self.slack + self.hits:
             raise _GiveUp
+        if m > _MISS_EARLY + self.hits and index >= 0 and not self.looked:
+            self.looked = True
+            if not _repeats(self.ops, index):
+                raise _GiveUp
 
     def made(self, nbytes: int, maxsize: int) -> None:
         self.nbytes += nbytes
@@ -999,10 +1019,28 @@ def _add(a, b):
     return r if r.__class__ is _ndarray else _asarray(r)
 
 
+def _copy_is_itself(a) -> bool:
+    """A copy of ``a`` (``np.array(a, copy=True)``, order K or C) would have its layout: ``a`` is writable,
+    C-contiguous and has the strides a fresh C array of its shape has (a C-contiguous view may not: a (1, 3) row
+    of a transposed (3, 1) has strides (4, 4), its copy (12, 4))."""
+    flags = a.flags
+    if not (flags.c_contiguous and flags.writeable):
+        return False
+    if a.size == 0:
+        return a.strides == np.empty(a.shape, a.dtype).strides
+    s = a.itemsize
+    strides = a.strides
+    for i in range(a.ndim - 1, -1, -1):
+        if strides[i] != s:
+            return False
+        s *= a.shape[i]
+    return True
+
+
 def _alias_or_copy(a):
     """``kernel.snapshot(a)`` where nothing writes in place and every array dies with the response: ``a``
     itself when the copy would have its layout (``plan._copy_renames``' rule)."""
-    if a.flags.c_contiguous and a.flags.writeable:
+    if _copy_is_itself(a):
         return a
     return np.array(a, copy=True)
 
@@ -1014,6 +1052,7 @@ def compose(frags: Fragments, state: State, ops: list, inputs_at: list, inputs: 
     limits = kwargs.get("limits")
     run = _Run(frags, limits)
     run.slack = max(_MISS_SLACK, len(ops) // _MISS_PER)
+    run.ops = ops
     if state.tensors or state.functions:
         return None, run
     try:
@@ -1022,6 +1061,52 @@ def compose(frags: Fragments, state: State, ops: list, inputs_at: list, inputs: 
     except Exception:  # noqa: BLE001 - a give-up, a kernel's check, the deadline...: the cold run gives it
         made = None
     return made, run
+
+
+def _sig(v):
+    """A signature of an op's arguments that equal op forms share (``_lit``'s literals, coarser: every string, a
+    tensor's name or not, is None; numbers by value)."""
+    c = v.__class__
+    if c is str:
+        return None
+    if c is list or c is tuple:
+        return tuple([_sig(x) for x in v])
+    if c is dict:
+        return tuple([(k, _sig(x)) for k, x in v.items()])
+    if c is float or c is int or c is bool or v is None:
+        return v
+    return c  # (an array, an Owned...: by kind)
+
+
+def _op_sig(op):
+    return (op.get("op"), op.get("no_grad"), _sig(op.get("args")), _sig(op.get("kwargs")))
+
+
+def _repeats(ops: list, index: int) -> bool:
+    """Whether the list may repeat its op forms from op ``index`` on: at least a quarter of the next
+    ``_LOOK_AHEAD`` ops (inputs and actions left out) have the signature (``_op_sig``: equal forms have equal
+    signatures) of an op before them (one of the ``_LOOK_BACK`` ops up to ``index``, or an earlier one of those
+    ahead: a loop's first steps). Nothing ahead: True (a few more misses at most)."""
+    skip = _ACTIONS
+    seen = set()
+    for op in ops[max(0, index - _LOOK_BACK):index + 1]:
+        name = op.get("op")
+        if name != "tensor" and name not in skip:
+            seen.add(_op_sig(op))
+    n = same = 0
+    for op in ops[index + 1:]:
+        name = op.get("op")
+        if name == "tensor" or name in skip:
+            continue
+        n += 1
+        sig = _op_sig(op)
+        if sig in seen:
+            same += 1
+        else:
+            seen.add(sig)
+        if n == _LOOK_AHEAD:
+            break
+    return n == 0 or 4 * same >= n
 
 
 def _plain_name(out) -> bool:
@@ -1138,7 +1223,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 if len(vs) > _CODEGEN_MAX:  # (a wide op: run live, nothing kept)
                     frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns, live=True)
                 else:
-                    run.miss()
+                    run.miss(index)
                     frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns)
                     put(key, frag)
                 if frag is None:
@@ -1518,7 +1603,7 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
         # _accumulate_leaf: a gradient array that may be shared gets a copy (here: itself where the copy would
         # have its layout)
         flags = g.flags
-        same = flags.c_contiguous and flags.writeable  # (a copy would have g's layout: g itself stands for it)
+        same = _copy_is_itself(g)  # (a copy would have g's layout: g itself stands for it)
         if id(g) in claimed or not flags.owndata or not flags.writeable:
             ga = g if same else g.copy()
         else:
@@ -1536,9 +1621,9 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
     for v, g in retained:  # retain_grad: a clone of the gradient (here: itself where the clone has its layout)
         if id(v) in contrib or id(v) in grads:
             raise _GiveUp
-        fl = g.flags
-        ga = g if fl.c_contiguous and fl.writeable else np.array(g, copy=True, order="K")
-        c = g if fl.c_contiguous and fl.writeable else np.array(g, copy=True)
+        same = _copy_is_itself(g)
+        ga = g if same else np.array(g, copy=True, order="K")
+        c = g if same else np.array(g, copy=True)
         leaf = _Acc(v)  # (its .grad and accumulations, as a leaf's)
         leaf.accs = 1
         gd = (len(buf), False, None, False, 0, 0, None)

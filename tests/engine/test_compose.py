@@ -22,15 +22,17 @@ LIMITS = E.Limits()
 
 
 #: the cost policy's defaults (each tested on its own below)
-MIN_OPS, MISS_SLACK = compose_module._MIN_OPS, compose_module._MISS_SLACK
+MIN_OPS, MISS_SLACK, MISS_EARLY = compose_module._MIN_OPS, compose_module._MISS_SLACK, compose_module._MISS_EARLY
 
 
 @pytest.fixture(autouse=True)
 def compose_short_lists(monkeypatch):
     """The machinery on short lists of new forms too: by default a list of fewer than ``_MIN_OPS`` ops runs cold,
-    and a run gives up once its misses outnumber its hits by ``_MISS_SLACK``."""
+    and a run gives up once its misses outnumber its hits by ``_MISS_SLACK``, or by ``_MISS_EARLY`` when the
+    list does not look as if it repeats its forms."""
     monkeypatch.setattr(compose_module, "_MIN_OPS", 0)
     monkeypatch.setattr(compose_module, "_MISS_SLACK", 1000)
+    monkeypatch.setattr(compose_module, "_MISS_EARLY", 1000)
 
 
 def composer(cache, limits=LIMITS, respond="all", control=None):
@@ -244,17 +246,47 @@ def test_a_second_backward_runs_cold():
     assert p == c and c[0] == "ok" and cache.composed == 0
 
 
-def test_a_list_that_never_repeats_gives_up_early(monkeypatch):
+@pytest.mark.parametrize("n", [200, 2000])
+def test_a_list_that_never_repeats_gives_up_early(monkeypatch, n):
+    """Its forms (a new literal each op) cannot repeat: it gives up at its ``_MISS_EARLY + 1``-th miss, looking
+    ahead, not after the slack a long list has (``_MISS_SLACK``, one more per ``_MISS_PER`` ops)."""
     monkeypatch.setattr(compose_module, "_MISS_SLACK", MISS_SLACK)
+    monkeypatch.setattr(compose_module, "_MISS_EARLY", MISS_EARLY)
     monkeypatch.setattr(compose_module, "_MIN_OPS", MIN_OPS)
     ops = [{"op": "tensor", "args": [1.5], "kwargs": {"requires_grad": True}, "out": "x"}]
-    for i in range(200):
+    for i in range(n):
         ops.append({"op": "mul", "args": ["x" if i == 0 else f"y{i - 1}", 1.0 + i / 1024], "out": f"y{i}"})
     cache = fresh_cache()
     c, p = both(ops, cache)
     assert p == c and c[0] == "ok"
     assert cache.composed == 0 and cache.uncomposable == 1
-    assert cache.fragment_misses == MISS_SLACK + 1
+    assert cache.fragment_misses == MISS_EARLY + 1 < MISS_SLACK
+
+
+def test_a_long_list_that_meets_all_its_forms_first_still_composes(monkeypatch):
+    """An integrator's loop: its first step meets a dozen new forms (more than ``_MISS_EARLY`` and
+    ``_MISS_SLACK``), then repeats them: the look-ahead sees the repetition, the slack of a long list covers
+    the misses; composed from a fresh cache."""
+    monkeypatch.setattr(compose_module, "_MISS_SLACK", MISS_SLACK)
+    monkeypatch.setattr(compose_module, "_MISS_EARLY", MISS_EARLY)
+    monkeypatch.setattr(compose_module, "_MIN_OPS", MIN_OPS)
+    ops = [{"op": "tensor", "args": [[0.5, -0.25, 1.0]], "kwargs": {"requires_grad": True}, "out": "y"},
+           {"op": "tensor", "args": [[[0.1, 0.2, 0.0], [0.0, -0.3, 0.1], [0.2, 0.0, 0.1]]],
+            "kwargs": {"requires_grad": True}, "out": "A"}]
+    y = "y"
+    for k in range(120):
+        step = [("mv", ["A", y], "a"), ("tanh", [f"a{k}"], "b"), ("mul", [f"b{k}", 0.05], "c"),
+                ("add", [y, f"c{k}"], "d"), ("sin", [f"d{k}"], "e"), ("mul", [f"e{k}", 0.01], "f"),
+                ("sub", [f"d{k}", f"f{k}"], "g"), ("exp", [f"g{k}"], "h"), ("mul", [f"h{k}", 0.001], "i"),
+                ("add", [f"g{k}", f"i{k}"], "y")]
+        ops += [{"op": name, "args": args, "out": f"{out}{k}"} for name, args, out in step]
+        y = f"y{k}"
+    ops += [{"op": "sum", "args": [y], "out": "s"}, {"op": "backward", "args": ["s"]}]
+    cache = fresh_cache()
+    c, p = both(ops, cache)
+    assert p == c and c[0] == "ok"
+    assert cache.composed == 1, cache.stats()
+    assert cache.fragment_misses > MISS_SLACK
 
 
 def test_giving_up_leaves_owned_inputs_and_the_state_untouched():
@@ -309,6 +341,7 @@ def test_ops_of_the_suite_are_named_in_samples():
 def test_a_short_list_runs_cold_and_a_long_one_composes_by_default(monkeypatch):
     monkeypatch.setattr(compose_module, "_MIN_OPS", MIN_OPS)
     monkeypatch.setattr(compose_module, "_MISS_SLACK", MISS_SLACK)
+    monkeypatch.setattr(compose_module, "_MISS_EARLY", MISS_EARLY)
     cache = fresh_cache()
     r = draws(8)
     for _ in range(2):
@@ -362,6 +395,7 @@ def T_(name, data, **kw):
 def test_an_lstm_with_views_and_a_composite_loss_composes_bit_for_bit(respond, monkeypatch):
     monkeypatch.setattr(compose_module, "_MIN_OPS", MIN_OPS)
     monkeypatch.setattr(compose_module, "_MISS_SLACK", MISS_SLACK)
+    monkeypatch.setattr(compose_module, "_MISS_EARLY", MISS_EARLY)
     rng = np.random.default_rng(3)
     cache = fresh_cache()
     for _ in range(3):
