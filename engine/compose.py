@@ -91,8 +91,9 @@ _MISS_EARLY = 1
 _LOOK_BACK = 256  # ops whose signatures ``_repeats`` compares the next ones with
 _LOOK_AHEAD = 64
 #: lists of fewer ops (inputs left out) run cold: too short for their fragments to repeat much, and a first
-#: sighting of them costs little cold (and a plan is recorded at the second)
-_MIN_OPS = 32
+#: sighting of them costs little cold (and a plan is recorded at the second); a list that gives up pays about
+#: ten ops' worth (two misses and the look-ahead), ~10% of a list of this length whose forms never repeat
+_MIN_OPS = 100
 #: fragments a cache keeps (forward op forms; each keeps at most ``_VJPS_PER_FRAG`` VJP forms)
 FRAGMENT_ENTRIES = 4096
 #: bytes the fragments of a cache may hold: their folded constants (each at most 64 KiB) and an estimate of

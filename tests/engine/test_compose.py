@@ -348,7 +348,7 @@ def test_a_short_list_runs_cold_and_a_long_one_composes_by_default(monkeypatch):
         c, p = both(PROGRAMS["scalar_graph"](r), cache)  # (13 ops)
         assert p == c
     assert cache.composed == cache.uncomposable == 0 and cache.fragment_misses == 0
-    c, p = both(_scalar_graph(3, r), cache)  # (36 ops)
+    c, p = both(_scalar_graph(8, r), cache)  # (107 ops)
     assert p == c and cache.composed == 1
 
 
@@ -399,6 +399,6 @@ def test_an_lstm_with_views_and_a_composite_loss_composes_bit_for_bit(respond, m
     rng = np.random.default_rng(3)
     cache = fresh_cache()
     for _ in range(3):
-        c, p = both(_lstm(rng, 6), cache, respond=respond)
+        c, p = both(_lstm(rng, 12), cache, respond=respond)
         assert p == c and c[0] == "ok"
     assert cache.composed >= 2, cache.stats()

@@ -34,6 +34,14 @@ from .test_plan import observe
 
 LIMITS = E.Limits()
 LISTS = int(os.environ.get("GRADSERVE_COMPOSE_FUZZ", "80"))
+#: the lists here are long enough to compose at this length (the default, compose._MIN_OPS, is larger: a short list
+#: runs cold there, which would leave most of these lists untested)
+MIN_OPS = 32
+
+
+@pytest.fixture(autouse=True)
+def _short_lists_compose(monkeypatch):
+    monkeypatch.setattr(compose_module, "_MIN_OPS", MIN_OPS)
 SEEDS = [int(s) for s in os.environ.get("GRADSERVE_COMPOSE_FUZZ_SEEDS", "0,1").split(",") if s.strip()]
 _ACTIONS = {"backward", "grad", "retain_grad", "del", "bind", "set_grad", "requires_grad_", "zero_grad"}
 
@@ -151,7 +159,7 @@ def make_list(rng: random.Random, bases: list) -> tuple[list, str]:
     for b, (inputs, _, _, _) in enumerate(bases):
         for o in inputs:
             ops.append(_rename(o, {o["out"]: f"{o['out']}_b{b}"}))
-    # ops besides inputs (a list of fewer runs cold: compose._MIN_OPS); now and then a long one
+    # ops besides inputs (a list of fewer runs cold: MIN_OPS); now and then a long one
     want = rng.randint(34, 160) if rng.random() < 0.9 else rng.randint(400, 1200)
     rep = 0
     while rep < 4 or (sum(o["op"] != "tensor" for o in ops) < want and rep < 400):
