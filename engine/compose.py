@@ -1264,21 +1264,9 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                                 nexts = leaves[id(v)] = ((_Acc(v), 0),)
                                 nodes += 1
                 else:
-                    nexts = []
-                    for e in edges:
-                        if e < 0:
-                            nexts.append(_NO_EDGE)
-                            continue
-                        v = vs[e]
-                        if v[2] is not None:
-                            nexts.append(v[2][0])
-                        else:
-                            e1 = leaves.get(id(v))
-                            if e1 is None:
-                                e1 = leaves[id(v)] = ((_Acc(v), 0),)
-                                nodes += 1
-                            nexts.append(e1[0])
-                    nexts = tuple(nexts)
+                    n0 = len(leaves)
+                    nexts = tuple([_NO_EDGE if e < 0 else _edge(vs[e], leaves) for e in edges])
+                    nodes += len(leaves) - n0  # (the accumulators made)
                 take = recipe.take
                 cls = recipe.cls  # (_NodeBase's fields set here: no __init__ frame per node)
                 node = new(cls) if cls is not None and not fresh else _new_node(recipe, fresh)
@@ -1427,28 +1415,27 @@ _INPUT0 = ((0, 0),)  # a recipe's ``take`` that saves its first input alone (the
 _OUTPUT0 = ((1, 0),)
 
 
+def _edge(v, leaves: dict) -> tuple:
+    """The edge into a node from the variable ``v``: its producer's, or (a leaf) its accumulator's, made on
+    first use (``leaves`` grows by one then)."""
+    e = v[2]
+    if e is None:
+        e = leaves.get(id(v))
+        if e is None:
+            e = leaves[id(v)] = ((_Acc(v), 0),)
+    return e[0]
+
+
 def _nodes(graph: list, vs: list, res: tuple, leaves: dict, run: _Run, fresh: bool):
     """The light nodes of a composite op's recipes (children first): the last, its outputs' node."""
     made: list = []
     for r in graph:
-        nexts = []
-        for e in r.edges:
-            if e.__class__ is tuple:
-                nexts.append((made[-2 - e[0]], e[1]))
-            elif e < 0:
-                nexts.append(_NO_EDGE)
-            else:
-                v = vs[e]
-                if v[2] is not None:
-                    nexts.append(v[2][0])
-                else:
-                    e1 = leaves.get(id(v))
-                    if e1 is None:
-                        e1 = leaves[id(v)] = ((_Acc(v), 0),)
-                        run.nodes += 1
-                    nexts.append(e1[0])
+        n0 = len(leaves)
+        nexts = tuple([(made[-2 - e[0]], e[1]) if e.__class__ is tuple else _NO_EDGE if e < 0 else _edge(vs[e], leaves)
+                       for e in r.edges])
+        run.nodes += len(leaves) - n0  # (the accumulators made)
         node = _new_node(r, fresh)
-        node.next_functions = tuple(nexts)
+        node.next_functions = nexts
         node.retained = None
         take = r.take
         if take is None:

@@ -8,6 +8,8 @@ import re
 
 import numpy as np
 
+from tests.engine.test_compose import _scalar_graph as scalar_graph
+
 from .conftest import make_client
 
 
@@ -18,29 +20,15 @@ def _metric(text: str, name: str) -> float:
 
 
 def _scalar_graph(rng, groups: int, b64: bool) -> list:
-    """bench/engine.py's 10k-op graph in small (softplus, mul by literals, stack, softmax, sum, backward); the
-    inputs as JSON numbers or as base64 payloads."""
+    """bench/engine.py's 10k-op graph in small (tests/engine/test_compose.py's); the inputs as JSON numbers or
+    as base64 payloads."""
     def value(v):
         if not b64:
             return float(v)
         return {"dtype": "float32", "shape": [], "encoding": "base64",
                 "data": base64.b64encode(np.float32(v).tobytes()).decode()}
-    ops = [{"op": "tensor", "args": [value(v)], "kwargs": {"requires_grad": True}, "out": f"p{i}"}
-           for i, v in enumerate(np.round(rng.standard_normal(4 * groups), 4))]
-    for g in range(groups):
-        items = []
-        for j in range(4):
-            ops += [{"op": "softplus", "args": [f"p{4 * g + j}"], "out": f"s{g}_{j}"},
-                    {"op": "mul", "args": [f"s{g}_{j}", 0.5], "out": f"m{g}_{j}"}]
-            items.append(f"m{g}_{j}")
-        ops += [{"op": "stack", "args": [items], "out": f"st{g}"},
-                {"op": "softmax", "args": [f"st{g}", 0], "out": f"sm{g}"},
-                {"op": "mul", "args": [items[0], 1.0], "out": f"k{g}"},
-                {"op": "mul", "args": [f"sm{g}", f"k{g}"], "out": f"q{g}"},
-                {"op": "sum", "args": [f"q{g}"], "out": f"o{g}"}]
-    ops += [{"op": "stack", "args": [[f"o{g}" for g in range(groups)]], "out": "all"},
-            {"op": "sum", "args": ["all"], "out": "total"}, {"op": "backward", "args": ["total"]}]
-    return ops
+    values = iter(np.round(rng.standard_normal(4 * groups), 4))
+    return scalar_graph(groups, lambda: value(next(values)))
 
 
 def test_a_repetitive_eval_is_composed_and_answers_byte_for_byte_what_the_cold_engine_does():

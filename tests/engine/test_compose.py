@@ -16,7 +16,7 @@ from engine.plan import PlanCache, _plannable_op, run_planned
 from engine.program import State
 
 from .samples import SAMPLES
-from .test_plan import PROGRAMS, _cases, _perturbed, _program, _same, draws, observe
+from .test_plan import PROGRAMS, _cases, _perturb_literal, _perturbed, _program, _same, draws, observe
 
 LIMITS = E.Limits()
 
@@ -80,7 +80,8 @@ def test_the_benchmark_programs_actually_compose():
 
 
 def _scalar_graph(groups, r, respond_names=False):
-    """bench/engine.py's 10k-op graph in small: softplus, mul by literals, stack, softmax, sum, backward."""
+    """bench/engine.py's 10k-op graph in small: softplus, mul by literals, stack, softmax, sum, backward; ``r()``
+    gives each input's data (tests/app/test_compose_http.py sends it through HTTP)."""
     ops = [{"op": "tensor", "args": [r()], "kwargs": {"requires_grad": True}, "out": f"p{i}"}
            for i in range(4 * groups)]
     for g in range(groups):
@@ -130,14 +131,6 @@ def test_every_op_sample_composes_or_gives_up_and_matches_the_cold_run():
 
 
 # ----- the fuzzer's programs ---------------------------------------------------------------------------------
-def _perturb_literal(v, rng):
-    if isinstance(v, list):
-        return [_perturb_literal(x, rng) for x in v]
-    if isinstance(v, float):
-        return v * (1 + 0.01 * rng.standard_normal())
-    return v
-
-
 def test_fuzz_programs_compose_as_they_run_cold():
     """The differential fuzzer's programs (tests/fuzz/generator.py), their plannable ops kept: composed (once
     with fresh fragments, again from hits, again on perturbed tensor data), each compared with a cold run."""
