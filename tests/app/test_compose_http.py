@@ -4,19 +4,14 @@ cold run's byte for byte (a server with plans off as the reference), and /metric
 from __future__ import annotations
 
 import base64
-import re
 
 import numpy as np
 
 from tests.engine.test_compose import _scalar_graph as scalar_graph
 
 from .conftest import make_client
-
-
-def _metric(text: str, name: str) -> float:
-    m = re.search(rf"^{name}(?:_total)? ([0-9.e+-]+)$", text, re.M)
-    assert m, name
-    return float(m.group(1))
+from .test_plans import metric as _metric
+from .test_plans import same_evals
 
 
 def _scalar_graph(rng, groups: int, b64: bool) -> list:
@@ -39,12 +34,7 @@ def test_a_repetitive_eval_is_composed_and_answers_byte_for_byte_what_the_cold_e
         bodies += [{"ops": ops}, {"ops": ops, "return": ["total", "p0.grad", "sm3", "all"]}]
     # (the default server: a structure's plan is recorded at its second run; the first is composed)
     with make_client() as composing, make_client(plan_cache_entries=0) as cold:
-        for body in bodies:
-            for encoding in ("json", "base64"):
-                a = composing.post(f"/v1/eval?encoding={encoding}", json=body)
-                b = cold.post(f"/v1/eval?encoding={encoding}", json=body)
-                assert a.status_code == b.status_code == 200
-                assert a.content == b.content
+        same_evals(composing, cold, bodies)
         text = composing.get("/metrics").text
         # every body's first sighting per encoding composed; its second (same structure) recorded a plan
         assert _metric(text, "gradserve_plan_composed") >= 4

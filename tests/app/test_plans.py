@@ -44,18 +44,24 @@ def metric(text: str, name: str) -> float:
     return float(m.group(1))
 
 
+def same_evals(client, cold, bodies) -> None:
+    """Each body through ``/v1/eval`` in each encoding: ``client`` answers byte for byte what ``cold`` (a server
+    with plans off) answers."""
+    for body in bodies:
+        for encoding in ("json", "base64"):
+            a = client.post(f"/v1/eval?encoding={encoding}", json=body)
+            b = cold.post(f"/v1/eval?encoding={encoding}", json=body)
+            assert a.status_code == b.status_code == 200
+            assert a.content == b.content
+
+
 def test_a_repeated_eval_is_replayed_and_answers_byte_for_byte_what_the_cold_engine_does():
     rng = np.random.default_rng(0)
     bodies = [{"ops": mlp(rng)} for _ in range(4)]
     bodies.append({"ops": bodies[0]["ops"], "return": ["loss", "w.grad", "h"]})
     bodies.append({"ops": bodies[1]["ops"], "return": ["loss", "w.grad", "h"]})
     with planning() as planned, make_client(plan_cache_entries=0) as cold:
-        for body in bodies:
-            for encoding in ("json", "base64"):
-                a = planned.post(f"/v1/eval?encoding={encoding}", json=body)
-                b = cold.post(f"/v1/eval?encoding={encoding}", json=body)
-                assert a.status_code == b.status_code == 200
-                assert a.content == b.content
+        same_evals(planned, cold, bodies)
         text = planned.get("/metrics").text
         # one recording per (structure, return, encoding): 4 keys; every other request replayed
         assert metric(text, "gradserve_plan_misses") == 4
