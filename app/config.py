@@ -55,6 +55,10 @@ class Settings(BaseSettings):
                                    "structure that records its plan (1: the first; 2: the second, so a structure "
                                    "run once never pays for recording, which costs up to ~3x its cold run); loops "
                                    "(`repeat`) record on their first iteration.")
+    plan_fragment_entries: int = Field(4096, ge=0, description="`/eval`: most per-op fragments kept per process for "
+                                       "composed runs (a list of 100+ ops without a plan runs from fragments of the "
+                                       "op forms it repeats instead of op by op; also bounded at 32 MiB); 0 turns "
+                                       "composition off (such lists then run op by op). Needs plans on.")
     max_graph_render_nodes: int = Field(1000, ge=1, description="Most graph nodes drawn as SVG, DOT or Mermaid "
                                         "(422 `limit_exceeded` above; `format=json` has no such limit).")
     graph_render_timeout_seconds: float = Field(5.0, gt=0, description="Longest Graphviz `dot` run for an SVG; "

@@ -139,7 +139,8 @@ class SessionService:
         self.settings = settings
         self.metrics = metrics  # app.observability.Metrics: backward passes run
         #: compiled plans of /eval op lists (engine.plan): per process, bounded, counted in /metrics
-        self.plans = PlanCache(settings.plan_cache_entries, settings.plan_cache_bytes, settings.plan_record_after) \
+        self.plans = PlanCache(settings.plan_cache_entries, settings.plan_cache_bytes, settings.plan_record_after,
+                               fragment_entries=settings.plan_fragment_entries) \
             if settings.plan_cache_entries > 0 else None
         self.inline_ops = inline_op_names()
         #: sessions whose last run was slow or left large named tensors: never run on the event loop

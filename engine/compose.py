@@ -1660,7 +1660,7 @@ class _Result(_PlannedResult):
 def run(cache, state: State, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict, shown):
     """``compose`` through ``cache`` (a ``plan.PlanCache``: its fragments, its counters): the run's result, or
     None (nothing changed: the caller runs the list cold)."""
-    if len(ops) - len(inputs_at) < _MIN_OPS:
+    if len(ops) - len(inputs_at) < _MIN_OPS or not cache.fragments.max_entries:
         return None
     made, r = compose(cache.fragments, state, ops, inputs_at, inputs, metas, kwargs, shown)
     cache.count_compose(r.hits, r.misses, made is not None)

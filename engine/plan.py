@@ -151,7 +151,8 @@ class PlanCache:
     """The plans of a process: at most ``max_entries`` entries and ``max_bytes`` estimated bytes (least
     recently used out). Thread-safe (one-shot runs happen on worker threads)."""
 
-    def __init__(self, max_entries: int = 256, max_bytes: int = 64 << 20, record_after: int = 1):
+    def __init__(self, max_entries: int = 256, max_bytes: int = 64 << 20, record_after: int = 1,
+                 fragment_entries: int | None = None):
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.record_after = record_after  # the sighting of a structure that records its plan (1: the first)
@@ -161,7 +162,8 @@ class PlanCache:
         self.hits = self.misses = self.unplannable = self.fallbacks = self.evictions = self.deferred = 0
         # runs without a plan composed from per-op fragments (engine.compose): its fragment cache, and counts of
         # fragments found and made, runs composed and runs given up (then run cold)
-        self.fragments = _compose.Fragments()
+        # (``fragment_entries``: its entries bound, default compose.FRAGMENT_ENTRIES; 0: nothing composes)
+        self.fragments = _compose.Fragments() if fragment_entries is None else _compose.Fragments(fragment_entries)
         self.fragment_hits = self.fragment_misses = self.composed = self.uncomposable = 0
 
     def records(self, key, eager: bool = False) -> bool:

@@ -55,3 +55,17 @@ def test_a_composed_eval_that_fails_gives_the_cold_problem():
         assert {k: v for k, v in pa.items() if k not in ("instance", "request_id")} == \
             {k: v for k, v in pb.items() if k not in ("instance", "request_id")}
         assert pa["op_index"] == len(ops) - 2
+
+
+def test_composition_can_be_turned_off_and_the_list_then_runs_op_by_op():
+    body = {"ops": _scalar_graph(np.random.default_rng(1), 10, False)}  # (133 ops)
+    with make_client(plan_fragment_entries=0) as off, make_client(plan_cache_entries=0) as cold:
+        same_evals(off, cold, [body])
+        text = off.get("/metrics").text
+        assert _metric(text, "gradserve_plan_composed") == 0
+        assert _metric(text, "gradserve_plan_fragment_misses") == 0
+        assert _metric(text, "gradserve_plan_cache_fragments") == 0
+        assert _metric(text, "gradserve_plan_deferred") >= 1  # (plans stay on: the list was seen, to record later)
+    with make_client() as on:
+        on.post("/v1/eval", json=body)
+        assert _metric(on.get("/metrics").text, "gradserve_plan_composed") == 1
