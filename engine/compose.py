@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections.abc import Mapping
 from time import monotonic as _monotonic
 
 import numpy as np
@@ -1338,9 +1339,10 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
     return plan, buf
 
 
-class _Descs:
+class _Descs(Mapping):
     """The namespace's descriptors (``plan._desc``'s form) by name, each made when first read: what a
-    ``plan._Namespace`` reads of its dict of descriptors (a response reads the names it shows)."""
+    ``plan._Namespace`` reads of its dict of descriptors (a response reads the names it shows). The rest of the
+    read-only mapping protocol (get, keys, items) is ``Mapping``'s."""
 
     __slots__ = ("_vars", "_grads", "_retains")
 
@@ -1357,10 +1359,7 @@ class _Descs:
             d = (v[3], v[1], None if e is None else e[0][0].recipe.name, id(v) in self._retains, 0, 0, None)
         return d
 
-    def get(self, name, default=None):
-        return self[name] if name in self._vars else default
-
-    def __contains__(self, name) -> bool:
+    def __contains__(self, name) -> bool:  # (without making the descriptor)
         return name in self._vars
 
     def __iter__(self):
@@ -1368,9 +1367,6 @@ class _Descs:
 
     def __len__(self) -> int:
         return len(self._vars)
-
-    def items(self):
-        return [(n, self[n]) for n in self._vars]
 
 
 def _key_of(form, args: list, kw: dict, ns: dict, key: list, vs: list) -> None:
