@@ -51,7 +51,10 @@ from __future__ import annotations
 
 import struct
 import threading
+from bisect import bisect_right
 from collections.abc import Mapping
+from itertools import repeat
+from operator import attrgetter
 from time import monotonic as _monotonic
 
 import numpy as np
@@ -79,6 +82,11 @@ from .tensor import Tensor
 
 _ndarray = np.ndarray
 _asarray = np.asarray
+_get = dict.get
+_nbytes = attrgetter("nbytes")
+_size = attrgetter("size")
+_isidentifier = str.isidentifier
+_isascii = str.isascii
 _F64 = struct.Struct("<d")
 
 #: a run gives up once its fragment misses outnumber its hits by more than this many, or by one per
@@ -106,6 +114,7 @@ _VJPS_PER_FRAG = 16
 _ACTIONS = frozenset({"backward", "del", "bind", "retain_grad"})
 _ACC = "AccumulateGrad"
 _CHECK_EVERY = 32  # ops between two reads of the deadline
+_CHECK_MASK = _CHECK_EVERY - 1
 _CODEGEN_MAX = 24  # a fragment of more steps or inputs is interpreted, not compiled
 
 
@@ -167,10 +176,12 @@ class _Frag:
     """A forward fragment. ``fn(*input arrays)`` -> its outputs' arrays, then the saved arrays it made itself
     (``recipe.saved_at``); ``binds`` (position in ``out`` or -1 for a name, output index) in the order the op
     binds its outputs; ``rgs`` each output's requires_grad; ``recipe`` the node (None: none);
-    ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes."""
+    ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes. ``k`` (None: not
+    so): a fragment of one kernel call on its one or (``two``) two input arrays, in order, then the constants
+    ``pre``, returning its one output: the caller calls it, ``fn``'s call without its frame."""
 
     __slots__ = ("fn", "code", "nout", "binds", "rgs", "recipe", "nbytes", "maxsize", "single", "rg0", "graph",
-                 "cbytes")
+                 "cbytes", "k", "pre", "two")
 
 
 class _Recipe:
@@ -489,9 +500,21 @@ def _codegen(steps: list, m: int, ret: list):
     body.append("  return (" + "".join("None, " if s < 0 else f"s{s}, " for s in ret) + ")")
     src = "\n".join([f"def make({', '.join(['N', 'A', *names])}):",
                      f" def f({', '.join(f's{i}' for i in range(m))}):", *body, " return f"])
-    ns: dict = {}
-    exec(compile(src, "<gradserve fragment>", "exec"), ns)  # noqa: S102 - our own code
-    return ns["make"](_ndarray, _asarray, *values)
+    make = _MAKERS.get(src)
+    if make is None:
+        ns: dict = {}
+        exec(compile(src, "<gradserve fragment>", "exec"), ns)  # noqa: S102 - our own code
+        make = ns["make"]
+        if len(_MAKERS) < _MAKERS_MAX:
+            _MAKERS[src] = make
+    return make(_ndarray, _asarray, *values)
+
+
+#: ``_codegen``'s compiled code by its source text, which depends only on the steps' structure (slots, arity; the
+#: kernels and constants are the closure's values): a form met again (in a later run, another fragment of the same
+#: shape) is not compiled again. A bounded memo of pure functions, shared by every run (plain dict operations).
+_MAKERS: dict = {}
+_MAKERS_MAX = 1024
 
 
 # ----- making fragments --------------------------------------------------------------------------------------
@@ -595,7 +618,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
         recipe = graph[-1]
     if rec is None:  # (live: the arrays themselves; the bytes as the budget counted them)
         f = _Frag()
-        f.fn = None
+        f.fn = f.k = None
         f.cbytes = 0
         f.nout = len(slots)
         f.nbytes, f.maxsize = budget.total(), max(a.size for a in slots)
@@ -624,6 +647,11 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
 
     f = _Frag()
     f.fn, f.code = None, (steps, m, ret)
+    f.k = None
+    if len(steps) == 1 and m <= 2:
+        kfn, tmpl, where, o, multi = steps[0]
+        if multi is False and ret == [o] and where == ((0, 0), (1, 1))[:m]:
+            f.k, f.pre, f.two = kfn, tuple(tmpl[m:]), m == 2
     f.cbytes = sum(c.nbytes for c in consts.values())
     f.nout = len(slots)
     f.nbytes, f.maxsize = nbytes, maxsize
@@ -1115,6 +1143,13 @@ def _plain_name(out) -> bool:
     return out.__class__ is str and out.isidentifier() and len(out) <= 64 and out.isascii()
 
 
+def _plain_names(names) -> bool:
+    """``_plain_name`` of every name of ``names`` (strings), in C-level passes: the names a run bound are checked
+    once, when it ends (a run that bound another name gives up then, before anything is visible; ``del`` checks
+    the names it unbinds)."""
+    return not names or (all(map(_isidentifier, names)) and all(map(_isascii, names)) and max(map(len, names)) <= 64)
+
+
 def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict, shown):
     frags = run.frags.ops
     put = run.frags.put
@@ -1130,19 +1165,32 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
     hits = 0
     nbytes = 0
     max_bytes, max_el = run.max_bytes, run.max_el
-    inp = iter(zip(inputs_at, inputs, metas))
+    max_nodes = run.max_nodes
+    # the inputs the list begins with (a /v1/eval request's, usually all of them), bound in a few C-level passes
+    lead = bisect_right(range(len(inputs_at)), 0, key=lambda i: inputs_at[i] - i)  # (inputs_at: sorted, distinct)
+    if lead:
+        arrs = inputs[:lead]
+        ns.update(zip(map(_get, ops[:lead], repeat("out")),
+                      [(a, m[2], None, i) for i, a, m in zip(range(lead), arrs, metas)]))
+        buf += arrs
+        nbytes = sum(map(_nbytes, arrs))
+        if max(map(_size, arrs)) > max_el:
+            raise _GiveUp
+    inp = iter(zip(inputs_at[lead:], inputs[lead:], metas[lead:]))
     nxt = next(inp, None)
     at = nxt[0] if nxt is not None else -1
     forms = _FORMS
     new = object.__new__
+    # (the names bound are checked once, at the end: ``_plain_names``)
     try:
-        for index, op in enumerate(ops):
+        for index in range(lead, len(ops)):
+            op = ops[index]
             if index == at:
                 arr, rg = nxt[1], nxt[2][2]
                 nxt = next(inp, None)
                 at = nxt[0] if nxt is not None else -1
                 out = op.get("out")
-                if not (out.__class__ is str and out.isidentifier() and out.isascii() and len(out) <= 64):
+                if out.__class__ is not str:
                     raise _GiveUp
                 ns[out] = (arr, rg, None, len(buf))
                 buf.append(arr)
@@ -1150,7 +1198,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 if arr.size > max_el:
                     raise _GiveUp
                 continue
-            if control is not None and not index % _CHECK_EVERY and (control.reason is not None or (
+            if not index & _CHECK_MASK and control is not None and (control.reason is not None or (
                     control.deadline is not None and _monotonic() > control.deadline)):
                 raise _GiveUp
             name = op["op"]
@@ -1159,19 +1207,19 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
             out = op.get("out")
             if args.__class__ is not list or kw.__class__ is not dict:
                 raise _GiveUp
-            if name in _ACTIONS:
-                run.nbytes, run.nodes, run.hits = nbytes, nodes, run.hits + hits
-                hits = 0
-                passes += _action(run, index, name, args, kw, out, op, ns, special, autograd, passes, control)
-                nbytes, nodes = run.nbytes, run.nodes
-                continue
             form = forms.get(name)
             if form is None:
+                if name in _ACTIONS:
+                    run.nbytes, run.nodes, run.hits = nbytes, nodes, run.hits + hits
+                    hits = 0
+                    passes += _action(run, index, name, args, kw, out, op, ns, special, autograd, passes, control)
+                    nbytes, nodes = run.nbytes, run.nodes
+                    continue
                 form = _form(name)
-            if form is False or (form[4] is not None and not form[4](args, kw)):
+            if form is False:
                 raise _GiveUp
             grad_on = not (no_grad_all or op.get("no_grad", False))
-            if out.__class__ is str and out.isidentifier() and out.isascii() and len(out) <= 64:
+            if out.__class__ is str:
                 oform = 0
             elif out.__class__ is list and out and all(_plain_name(n) for n in out):
                 oform = len(out)
@@ -1220,6 +1268,8 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
             frag = frags.get(key, _ABSENT)
             fresh = frag is _ABSENT
             if fresh:
+                if form[4] is not None and not form[4](args, kw):
+                    raise _GiveUp  # (the call-form check reads nothing the key does not hold: a hit passed it)
                 run.hits += hits
                 hits = 0
                 if len(vs) > _CODEGEN_MAX:  # (a wide op: run live, nothing kept)
@@ -1234,9 +1284,16 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 raise _GiveUp
             else:
                 hits += 1
-                n = len(vs)
-                fn = frag.fn or _compiled(frag)
-                res = fn(vs[0][0]) if n == 1 else fn(vs[0][0], vs[1][0]) if n == 2 else fn(*[v[0] for v in vs])
+                k = frag.k
+                if k is not None:  # (one kernel call: ``fn`` inline)
+                    r0 = k(vs[0][0], vs[1][0], *frag.pre) if frag.two else k(vs[0][0], *frag.pre)
+                    if r0.__class__ is not _ndarray:
+                        r0 = _asarray(r0)
+                    res = (r0,)
+                else:
+                    n = len(vs)
+                    fn = frag.fn or _compiled(frag)
+                    res = fn(vs[0][0]) if n == 1 else fn(vs[0][0], vs[1][0]) if n == 2 else fn(*[v[0] for v in vs])
             nbytes += frag.nbytes
             if nbytes > max_bytes or frag.maxsize > max_el:
                 raise _GiveUp
@@ -1247,7 +1304,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 run.nodes = nodes
                 node = _nodes(frag.graph, vs, res, leaves, run, fresh)
                 nodes = run.nodes
-                if nodes > run.max_nodes:
+                if nodes > max_nodes:
                     raise _GiveUp
                 e1 = ((node, 0),)
             else:
@@ -1283,7 +1340,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                     sv = tuple([vs[i][0] if k == 0 else res[i] if k != 3 else i for k, i in take])
                     node.saved = sv if recipe.star else sv[0]
                 nodes += 1
-                if nodes > run.max_nodes:
+                if nodes > max_nodes:
                     raise _GiveUp
                 e1 = ((node, 0),)
             if frag.single:
@@ -1307,6 +1364,8 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 special[index] = bound
     finally:
         run.hits += hits
+    if not _plain_names(ns):
+        raise _GiveUp
     run.nbytes, run.nodes = nbytes, nodes
     # ----- the result, as a replay of a one-shot run leaves it
     names = list(ns)
@@ -1390,6 +1449,23 @@ def _key_of(form, args: list, kw: dict, ns: dict, key: list, vs: list) -> None:
                 vs.append(v)
                 x = v[0]
                 key += (x.shape, x.dtype, x.strides, v[1])
+        elif k == _TENSOR_LIST and c is list and len(a) <= 8:  # (a short list: ``_op_key``'s key, inline)
+            key.append(("L", len(a)))
+            for b in a:
+                if b.__class__ is not str:
+                    key.append(_lit(b))
+                    continue
+                v = ns.get(b)
+                if v is None:
+                    raise _GiveUp
+                for j, w in enumerate(vs):
+                    if w is v:
+                        key.append(j)
+                        break
+                else:
+                    vs.append(v)
+                    x = v[0]
+                    key += (x.shape, x.dtype, x.strides, v[1])
         elif k != _PLAIN and k != _TENSOR:
             del key[3:]
             vs.clear()
@@ -1487,7 +1563,8 @@ def _action(run: _Run, index, name, args, kw, out, op, ns, special, autograd, pa
         if kw or not all(a.__class__ is str for a in args):
             raise _GiveUp
         for a in args:
-            ns.pop(a, None)
+            if ns.pop(a, None) is not None and not _plain_name(a):
+                raise _GiveUp  # (a name bound that the run's end would not see: ``_plain_names``)
         special[index] = []
         return 0
     # bind
