@@ -178,10 +178,11 @@ class _Frag:
     binds its outputs; ``rgs`` each output's requires_grad; ``recipe`` the node (None: none);
     ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes. ``k`` (None: not
     so): a fragment of one kernel call on its one or (``two``) two input arrays, in order, then the constants
-    ``pre``, returning its one output: the caller calls it, ``fn``'s call without its frame."""
+    ``pre``, returning its one output: the caller calls it, ``fn``'s call without its frame. ``mode`` (0: none
+    of these) the common forms of one output that requires grad, bound to a name, and one node (``_mode``)."""
 
     __slots__ = ("fn", "code", "nout", "binds", "rgs", "recipe", "nbytes", "maxsize", "single", "rg0", "graph",
-                 "cbytes", "k", "pre", "two")
+                 "cbytes", "k", "pre", "two", "mode")
 
 
 class _Recipe:
@@ -285,6 +286,8 @@ def _op_key(form, args: list, kwargs: dict, ns: dict, key: list, vs: list) -> No
         elif k == _INDEX:
             key.append(_index(a))
         elif k == _TENSOR_LIST and a.__class__ is list:
+            if not vs and _names_key(a, ns, key, vs):
+                continue
             key.append(("L", len(a)))
             big = many or len(a) > 8
             for x in a:
@@ -316,6 +319,23 @@ def _op_key(form, args: list, kwargs: dict, ns: dict, key: list, vs: list) -> No
                         key.append(_lit(x))
             else:
                 raise _GiveUp
+
+
+def _names_key(a: list, ns: dict, key: list, vs: list) -> bool:
+    """A tensor list argument of names of distinct variables, none of them an input met before (``vs`` empty):
+    its part of the key as ``_op_key`` makes it, in a few C-level passes; False (nothing done): not so."""
+    try:
+        vl = list(map(ns.get, a))
+    except TypeError:  # (an unhashable literal)
+        return False
+    if None in vl or len(set(map(id, vl))) != len(vl):
+        return False
+    key.append(("L", len(a)))
+    for v in vl:
+        x = v[0]
+        key += (x.shape, x.dtype, x.strides, v[1])
+    vs += vl
+    return True
 
 
 def _index(v):
@@ -625,6 +645,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
         f.binds, f.rgs, f.recipe, f.graph = tuple(binds), tuple(rgs), recipe, None
         f.single = len(slots) == 1 and binds == [(-1, 0)]
         f.rg0 = rgs[0]
+        f.mode = 0
         if recipe is not None:
             _takes(recipe, recipe.refs)
         return f, tuple(slots)
@@ -661,7 +682,30 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
     f.graph = graph if graph is not None and len(graph) > 1 else None
     f.single = len(slots) == 1 and binds == [(-1, 0)]
     f.rg0 = rgs[0]
+    f.mode = _mode(f)
     return f, tuple([rec.keep[s] for s in ret])
+
+
+def _mode(f) -> int:
+    """The node form of fragment ``f`` that ``_compose`` makes inline (its output's variable a name's, requiring
+    grad, edge ((node, 0),)): 1, one node of one edge, from the input 0, saving nothing of the run's, the input
+    0 alone or the output alone (``_takes``); 2, one node of two edges, from inputs 0 and 1, saving both in that
+    order; 3, as 1 with a second edge of none (mul's literal); 4, as 1 with an edge from each of its (more than
+    two) inputs in order (stack's); 0, any other (the general code)."""
+    r = f.recipe
+    if r is None or f.graph is not None or not f.single or not f.rg0 or r.live or r.nrs != (0,):
+        return 0
+    if r.edges == (0, 1) and r.star and r.take == ((0, 0), (0, 1)):
+        return 2
+    if not (r.take is None or r.take is _INPUT0 or r.take is _OUTPUT0):
+        return 0
+    if r.edges == (0,):
+        return 1
+    if r.edges == (0, -1):
+        return 3
+    if len(r.edges) > 2 and r.edges == tuple(range(len(r.edges))) and len(r.in_rg) == len(r.edges):
+        return 4
+    return 0
 
 
 def _takes(recipe, refs: tuple) -> None:
@@ -1143,10 +1187,8 @@ def _plain_name(out) -> bool:
     return out.__class__ is str and out.isidentifier() and len(out) <= 64 and out.isascii()
 
 
-def _plain_names(names) -> bool:
-    """``_plain_name`` of every name of ``names`` (strings), in C-level passes: the names a run bound are checked
-    once, when it ends (a run that bound another name gives up then, before anything is visible; ``del`` checks
-    the names it unbinds)."""
+def _plain_names(names: list) -> bool:
+    """``_plain_name`` of every name of ``names`` (a TypeError: one is not a string), in C-level passes."""
     return not names or (all(map(_isidentifier, names)) and all(map(_isascii, names)) and max(map(len, names)) <= 64)
 
 
@@ -1170,8 +1212,10 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
     lead = bisect_right(range(len(inputs_at)), 0, key=lambda i: inputs_at[i] - i)  # (inputs_at: sorted, distinct)
     if lead:
         arrs = inputs[:lead]
-        ns.update(zip(map(_get, ops[:lead], repeat("out")),
-                      [(a, m[2], None, i) for i, a, m in zip(range(lead), arrs, metas)]))
+        names = list(map(_get, ops[:lead], repeat("out")))
+        if not _plain_names(names):
+            raise _GiveUp
+        ns.update(zip(names, [(a, m[2], None, i) for i, a, m in zip(range(lead), arrs, metas)]))
         buf += arrs
         nbytes = sum(map(_nbytes, arrs))
         if max(map(_size, arrs)) > max_el:
@@ -1181,7 +1225,6 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
     at = nxt[0] if nxt is not None else -1
     forms = _FORMS
     new = object.__new__
-    # (the names bound are checked once, at the end: ``_plain_names``)
     try:
         for index in range(lead, len(ops)):
             op = ops[index]
@@ -1190,7 +1233,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 nxt = next(inp, None)
                 at = nxt[0] if nxt is not None else -1
                 out = op.get("out")
-                if out.__class__ is not str:
+                if not (out.__class__ is str and out.isidentifier() and out.isascii() and len(out) <= 64):
                     raise _GiveUp
                 ns[out] = (arr, rg, None, len(buf))
                 buf.append(arr)
@@ -1219,7 +1262,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
             if form is False:
                 raise _GiveUp
             grad_on = not (no_grad_all or op.get("no_grad", False))
-            if out.__class__ is str:
+            if out.__class__ is str and out.isidentifier() and out.isascii() and len(out) <= 64:
                 oform = 0
             elif out.__class__ is list and out and all(_plain_name(n) for n in out):
                 oform = len(out)
@@ -1294,6 +1337,49 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                     n = len(vs)
                     fn = frag.fn or _compiled(frag)
                     res = fn(vs[0][0]) if n == 1 else fn(vs[0][0], vs[1][0]) if n == 2 else fn(*[v[0] for v in vs])
+                    r0 = res[0]
+                mode = frag.mode
+                if mode:  # (the common node forms, straight: what the general code below does for them)
+                    nbytes += frag.nbytes
+                    if nbytes > max_bytes or frag.maxsize > max_el:
+                        raise _GiveUp
+                    recipe = frag.recipe
+                    v = vs[0]
+                    nexts = v[2]
+                    if nexts is None:
+                        nexts = leaves.get(id(v))
+                        if nexts is None:
+                            nexts = leaves[id(v)] = ((_Acc(v), 0),)
+                            nodes += 1
+                    node = new(recipe.cls or _cls(recipe))
+                    if mode == 2:  # (two edges, from the two inputs; both saved)
+                        w = vs[1]
+                        e = w[2]
+                        if e is None:
+                            e = leaves.get(id(w))
+                            if e is None:
+                                e = leaves[id(w)] = ((_Acc(w), 0),)
+                                nodes += 1
+                        node.next_functions = (nexts[0], e[0])
+                        node.saved = (v[0], w[0])
+                    else:
+                        if mode == 1:
+                            node.next_functions = nexts
+                        elif mode == 3:  # (and no edge: mul's literal)
+                            node.next_functions = (nexts[0], _NO_EDGE)
+                        else:  # (an edge from each input, in order: stack's)
+                            n0 = len(leaves)
+                            node.next_functions = (nexts[0], *[_edge(w, leaves) for w in vs[1:]])
+                            nodes += len(leaves) - n0  # (the accumulators made)
+                        take = recipe.take
+                        node.saved = recipe.fixed if take is None else v[0] if take is _INPUT0 else r0
+                    node.retained = None
+                    nodes += 1
+                    if nodes > max_nodes:
+                        raise _GiveUp
+                    ns[out] = (r0, True, ((node, 0),), len(buf))
+                    buf.append(r0)
+                    continue
             nbytes += frag.nbytes
             if nbytes > max_bytes or frag.maxsize > max_el:
                 raise _GiveUp
@@ -1364,8 +1450,6 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 special[index] = bound
     finally:
         run.hits += hits
-    if not _plain_names(ns):
-        raise _GiveUp
     run.nbytes, run.nodes = nbytes, nodes
     # ----- the result, as a replay of a one-shot run leaves it
     names = list(ns)
@@ -1450,6 +1534,8 @@ def _key_of(form, args: list, kw: dict, ns: dict, key: list, vs: list) -> None:
                 x = v[0]
                 key += (x.shape, x.dtype, x.strides, v[1])
         elif k == _TENSOR_LIST and c is list and len(a) <= 8:  # (a short list: ``_op_key``'s key, inline)
+            if not vs and _names_key(a, ns, key, vs):
+                continue
             key.append(("L", len(a)))
             for b in a:
                 if b.__class__ is not str:
@@ -1563,8 +1649,7 @@ def _action(run: _Run, index, name, args, kw, out, op, ns, special, autograd, pa
         if kw or not all(a.__class__ is str for a in args):
             raise _GiveUp
         for a in args:
-            if ns.pop(a, None) is not None and not _plain_name(a):
-                raise _GiveUp  # (a name bound that the run's end would not see: ``_plain_names``)
+            ns.pop(a, None)
         special[index] = []
         return 0
     # bind

@@ -401,9 +401,9 @@ def test_an_lstm_with_views_and_a_composite_loss_composes_bit_for_bit(respond, m
 # ----- the forward loop's shortcuts (each checked against the cold run) -----------------------------------------
 @pytest.mark.parametrize("where", ["input", "late_input", "op", "deleted", "long", "not_ascii"])
 def test_an_out_name_that_is_not_plain_gives_the_cold_error_and_op_index(where):
-    """The names a run binds are checked once, when it ends (``compose._plain_names``), and by ``del`` for the
-    names it unbinds: a name that is not a plain identifier anywhere (here: an op whose form is a hit by then)
-    gives the cold run's error, never a result."""
+    """A name that is not a plain identifier anywhere (the inputs the list begins with are checked in bulk:
+    ``compose._plain_names``; here an op whose form is a hit by then) gives the cold run's error, never a
+    result."""
     ops = _scalar_graph(3, draws(7))
     bad = {"long": "x" * 65, "not_ascii": "\u00e91"}.get(where, "a.b")
     at = len(ops) - 3  # (after the third group's ops: every form met before)
@@ -418,7 +418,8 @@ def test_an_out_name_that_is_not_plain_gives_the_cold_error_and_op_index(where):
     cache = fresh_cache()
     c, p = both(ops, cache)
     assert c[0] == "error" and p == c, (c, p)
-    assert cache.composed == 0 and cache.uncomposable == 1 and cache.fragment_hits > 10, cache.stats()
+    assert cache.composed == 0 and cache.uncomposable == 1, cache.stats()
+    assert (cache.fragment_hits > 10) == (where != "input")  # (a leading input's name: given up at once)
     c, p = both([o for o in ops if bad not in (o.get("out"), *o.get("args", ()))], cache)  # (without it: composed)
     assert c[0] == "ok" and p == c and cache.composed == 1
 
@@ -510,3 +511,33 @@ def test_codegen_compiles_a_structure_once_and_binds_each_fragments_own_values()
     x = np.asarray(np.float32(1.5))
     (a,), (b,) = f1(x), f2(x)
     assert a.__class__ is np.ndarray and a.tolist() == 1.5 * 2 + 1.5 and b.tolist() == 1.5 * 3 + 1.5
+
+
+def test_the_inline_node_forms_make_the_nodes_the_general_code_makes():
+    """``_Frag.mode``'s node forms (one edge; two inputs saved; an edge and none; an edge per input), with leaves
+    (their accumulators made on the way, in order) and non-leaves on every edge: the cold run's grads, grad_fn
+    names, report and counts; each form met on hits (checked: a form the loop stopped meeting would not test)."""
+    r = draws(12)
+    ops = [{"op": "tensor", "args": [r()], "kwargs": {"requires_grad": True}, "out": f"p{i}"} for i in range(12)]
+    ops.append({"op": "tensor", "args": [r()], "out": "c"})  # (a leaf that does not require grad)
+    for g in range(3):
+        a, b, c, d = (f"p{4 * g + j}" for j in range(4))
+        ops += [{"op": "exp", "args": [a], "out": f"e{g}"},                          # 1: a leaf's edge
+                {"op": "mul", "args": [b, c], "out": f"bc{g}"},                        # 2: two leaves
+                {"op": "mul", "args": [f"e{g}", f"bc{g}"], "out": f"ebc{g}"},          # 2: two nodes
+                {"op": "mul", "args": [d, "c"], "out": f"dc{g}"},                      # 2: a leaf, no grad
+                {"op": "mul", "args": [d, 2.0], "out": f"d2{g}"},                      # 3: a leaf and a literal
+                {"op": "mul", "args": [f"ebc{g}", 3.0], "out": f"m{g}"},               # 3: a node and a literal
+                {"op": "stack", "args": [[f"m{g}", a, f"dc{g}", f"d2{g}"]], "out": f"st{g}"},  # 4: mixed
+                {"op": "stack", "args": [[b, c, d]], "out": f"sl{g}"},                 # 4: leaves only
+                {"op": "sum", "args": [f"st{g}"], "out": f"s{g}"},                     # 1: a node's edge
+                {"op": "sum", "args": [f"sl{g}"], "out": f"t{g}"}]
+    ops += [{"op": "stack", "args": [[f"s{g}" for g in range(3)] + [f"t{g}" for g in range(3)]], "out": "all"},
+            {"op": "sum", "args": ["all"], "out": "tot"}, {"op": "backward", "args": ["tot"]}]
+    cache = fresh_cache()
+    for _ in range(2):
+        c, p = both(ops, cache)
+        assert p == c and c[0] == "ok"
+    assert cache.composed == 2
+    modes = {f.mode for f in cache.fragments.ops.values() if f is not None}
+    assert {1, 2, 3, 4} <= modes, modes
