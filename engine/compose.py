@@ -374,8 +374,9 @@ def _tensor_many(a: str, ns: dict, key: list, vs: list, seen: dict) -> None:
     key += (x.shape, x.dtype, x.strides, v[1])
 
 
-#: op name -> (spec, positional kinds, {keyword: kind}, *args name, the call-form check or None); False for an op
-#: a fragment never covers (no kernels, in place)
+#: op name -> (spec, positional kinds, {keyword: kind}, *args name, the call-form check or None, which inline key
+#: form ``_compose`` may use: 0 none, 1 a tensor first, 2 a tensor then a tensor or a literal); False for an op a
+#: fragment never covers (no kernels, in place)
 _FORMS: dict = {}
 
 
@@ -391,7 +392,10 @@ def _form(name):
                 check = _PLANNABLE_CALLS.get(spec.name)
             if spec.plannable or check is not None:
                 pos_kinds, varargs_tensor, kinds, vname = _op_layout(spec, name)[1]
-                f = False if varargs_tensor else (spec, pos_kinds, kinds, vname, check)
+                # (the forms ``_compose`` keys inline: a tensor first, then (2) a tensor or a literal)
+                fast = 0 if not pos_kinds or pos_kinds[0] != _TENSOR else \
+                    2 if len(pos_kinds) > 1 and pos_kinds[1] <= _TENSOR else 1
+                f = False if varargs_tensor else (spec, pos_kinds, kinds, vname, check, fast)
             else:
                 f = False
         if name.__class__ is str:
@@ -1268,34 +1272,35 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 oform = len(out)
             else:
                 raise _GiveUp
-            pk = form[1]
             na = len(args)
-            a = args[0] if na else None
-            if not kw and na == 1 and a.__class__ is str and pk and pk[0] == _TENSOR:
-                # one tensor argument, or one and a float: the common forms, their key made as one tuple
+            fast = form[5] if not kw and 0 < na <= 2 else 0
+            a = args[0] if fast else None
+            # the inputs: ``vs`` (None: [v] or, w not None, [v, w]); v and w its first two (or None)
+            if fast and a.__class__ is str and na == 1:
+                # one tensor argument: the common form, its key made as one tuple
                 v = ns.get(a)
                 if v is None:
                     raise _GiveUp
-                vs = [v]
+                vs = w = None
                 x = v[0]
                 key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1])
-            elif not kw and na == 2 and a.__class__ is str and len(pk) > 1 and pk[0] == _TENSOR and pk[1] <= _TENSOR:
+            elif fast == 2 and a.__class__ is str:
                 # a tensor and a number or another tensor
                 v = ns.get(a)
                 if v is None:
                     raise _GiveUp
-                vs = [v]
+                vs = w = None
                 x = v[0]
                 b = args[1]
                 c = b.__class__
-                if c is str and pk[1] == _TENSOR:
+                if c is str and form[1][1] == _TENSOR:
                     w = ns.get(b)
                     if w is None:
                         raise _GiveUp
                     if w is v:
+                        w = None
                         key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1], 0)
                     else:
-                        vs.append(w)
                         y = w[0]
                         key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1], y.shape, y.dtype, y.strides,
                                w[1])
@@ -1308,8 +1313,13 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 vs = []
                 _key_of(form, args, kw, ns, key, vs)
                 key = tuple(key)
+                n = len(vs)
+                v = vs[0] if n else None
+                w = vs[1] if n > 1 else None
             frag = frags.get(key, _ABSENT)
             fresh = frag is _ABSENT
+            if vs is None and (fresh or frag is None or frag.k is None or not frag.mode):
+                vs = [v] if w is None else [v, w]
             if fresh:
                 if form[4] is not None and not form[4](args, kw):
                     raise _GiveUp  # (the call-form check reads nothing the key does not hold: a hit passed it)
@@ -1329,10 +1339,10 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 hits += 1
                 k = frag.k
                 if k is not None:  # (one kernel call: ``fn`` inline)
-                    r0 = k(vs[0][0], vs[1][0], *frag.pre) if frag.two else k(vs[0][0], *frag.pre)
+                    r0 = k(v[0], w[0], *frag.pre) if frag.two else k(v[0], *frag.pre)
                     if r0.__class__ is not _ndarray:
                         r0 = _asarray(r0)
-                    res = (r0,)
+                    res = None
                 else:
                     n = len(vs)
                     fn = frag.fn or _compiled(frag)
@@ -1344,7 +1354,6 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                     if nbytes > max_bytes or frag.maxsize > max_el:
                         raise _GiveUp
                     recipe = frag.recipe
-                    v = vs[0]
                     nexts = v[2]
                     if nexts is None:
                         nexts = leaves.get(id(v))
@@ -1353,7 +1362,6 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                             nodes += 1
                     node = new(recipe.cls or _cls(recipe))
                     if mode == 2:  # (two edges, from the two inputs; both saved)
-                        w = vs[1]
                         e = w[2]
                         if e is None:
                             e = leaves.get(id(w))
@@ -1380,6 +1388,8 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                     ns[out] = (r0, True, ((node, 0),), len(buf))
                     buf.append(r0)
                     continue
+                if res is None:
+                    res = (r0,)
             nbytes += frag.nbytes
             if nbytes > max_bytes or frag.maxsize > max_el:
                 raise _GiveUp
