@@ -224,7 +224,7 @@ class _Acc:
     prim = _ACC
     requires_grad = True
 
-    def __init__(self, var):
+    def __init__(self, var):  # (``_compose``'s inline node forms set these fields themselves)
         self.var = var
         self.accs = 0
         self.gvar = None
@@ -1358,7 +1358,9 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                     if nexts is None:
                         nexts = leaves.get(id(v))
                         if nexts is None:
-                            nexts = leaves[id(v)] = ((_Acc(v), 0),)
+                            acc = new(_Acc)  # (``_Acc(v)`` without its __init__ frame)
+                            acc.var, acc.accs, acc.gvar = v, 0, None
+                            nexts = leaves[id(v)] = ((acc, 0),)
                             nodes += 1
                     node = new(recipe.cls or _cls(recipe))
                     if mode == 2:  # (two edges, from the two inputs; both saved)
@@ -1366,7 +1368,9 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                         if e is None:
                             e = leaves.get(id(w))
                             if e is None:
-                                e = leaves[id(w)] = ((_Acc(w), 0),)
+                                acc = new(_Acc)
+                                acc.var, acc.accs, acc.gvar = w, 0, None
+                                e = leaves[id(w)] = ((acc, 0),)
                                 nodes += 1
                         node.next_functions = (nexts[0], e[0])
                         node.saved = (v[0], w[0])

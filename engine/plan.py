@@ -297,6 +297,9 @@ def _scan(ops: list, plannable: bool = True) -> list | None:
                 return None
     if INPUT_OPS.isdisjoint(distinct):
         return []
+    n = sum(map(names.count, INPUT_OPS & distinct))
+    if INPUT_OPS.issuperset(names[:n]):  # (the inputs first, the common /v1/eval list: C-level passes)
+        return list(range(n))
     return [i for i, m in enumerate(names) if m in INPUT_OPS]
 
 

@@ -535,9 +535,22 @@ def test_the_inline_node_forms_make_the_nodes_the_general_code_makes():
     ops += [{"op": "stack", "args": [[f"s{g}" for g in range(3)] + [f"t{g}" for g in range(3)]], "out": "all"},
             {"op": "sum", "args": ["all"], "out": "tot"}, {"op": "backward", "args": ["tot"]}]
     cache = fresh_cache()
-    for _ in range(2):
-        c, p = both(ops, cache)
-        assert p == c and c[0] == "ok"
+    runs = []
+
+    class Run(compose_module._Run):
+        def __init__(self, *a):
+            super().__init__(*a)
+            runs.append(self)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(compose_module, "_Run", Run)
+        for _ in range(2):
+            c, p = both(ops, cache)
+            assert p == c and c[0] == "ok"
     assert cache.composed == 2
     modes = {f.mode for f in cache.fragments.ops.values() if f is not None}
     assert {1, 2, 3, 4} <= modes, modes
+    # the accumulators the inline forms make (without ``_Acc.__init__``) have every field set
+    accs = [e[0][0] for e in runs[-1].leaves.values()]
+    assert len(accs) == 12
+    assert all(acc.__class__ is compose_module._Acc and hasattr(acc, f) for acc in accs
+               for f in compose_module._Acc.__slots__)

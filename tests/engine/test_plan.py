@@ -791,3 +791,12 @@ def test_the_key_text_is_orjsons_with_non_str_keys(obj):
     left = [1]
     assert plan_module._dumps_owned(owned, left) == orjson.dumps([{**owned[0], "args": [None]}, *obj], option=option)
     assert left == [0]
+
+
+@pytest.mark.parametrize("layout", ["first", "interleaved", "last", "none", "all"])
+def test_scan_finds_the_input_ops_wherever_they_are(layout):
+    t = {"op": "tensor", "args": [1.0], "out": "x"}
+    m = {"op": "mul", "args": ["x", 2.0], "out": "x"}
+    ops = {"first": [t, t, m, m], "interleaved": [t, m, t, m], "last": [m, m, t], "none": [m, m],
+           "all": [t, t, t]}[layout]
+    assert plan_module._scan(ops) == [i for i, o in enumerate(ops) if o["op"] == "tensor"]
