@@ -12,7 +12,8 @@ Python per op). Most ops of a long list repeat: the same op on inputs of the sam
   the op's grad mode. Made on a miss by running the op once through the real engine (``_Runner.run_op`` on a
   throwaway namespace of fresh leaf tensors over the run's own arrays) under a ``kernel.Recorder``: its kernel
   steps (slots relative to the op: its inputs, then its own; constants folded), compiled at the fragment's
-  first hit into one straight-line function (``_codegen``); its outputs and their flags; and the recipes of
+  first hit into one straight-line function (``_codegen``; the code of one structure compiled once per process),
+  or, one kernel call on the op's inputs, called by the loop itself; its outputs and their flags; and the recipes of
   the nodes it made (``_graph``: the outputs' node and, for a composite op such as cross_entropy, the nodes it
   made inside, children first: primitive, which input or inner node each edge comes from, which saved slot is
   which input, output or array of the fragment, the static saved values). The miss's own arrays are the run's
@@ -54,7 +55,7 @@ import threading
 from bisect import bisect_right
 from collections.abc import Mapping
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from time import monotonic as _monotonic
 
 import numpy as np
@@ -83,6 +84,7 @@ from .tensor import Tensor
 _ndarray = np.ndarray
 _asarray = np.asarray
 _get = dict.get
+_third = itemgetter(2)
 _nbytes = attrgetter("nbytes")
 _size = attrgetter("size")
 _isidentifier = str.isidentifier
@@ -1219,7 +1221,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
         names = list(map(_get, ops[:lead], repeat("out")))
         if not _plain_names(names):
             raise _GiveUp
-        ns.update(zip(names, [(a, m[2], None, i) for i, a, m in zip(range(lead), arrs, metas)]))
+        ns.update(zip(names, zip(arrs, map(_third, metas), repeat(None), range(lead))))  # ((arr, rg, None, slot))
         buf += arrs
         nbytes = sum(map(_nbytes, arrs))
         if max(map(_size, arrs)) > max_el:
