@@ -181,10 +181,11 @@ class _Frag:
     ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes. ``k`` (None: not
     so): a fragment of one kernel call on its one or (``two``) two input arrays, in order, then the constants
     ``pre``, returning its one output: the caller calls it, ``fn``'s call without its frame. ``mode`` (0: none
-    of these) the common forms of one output that requires grad, bound to a name, and one node (``_mode``)."""
+    of these) the common forms of one output that requires grad, bound to a name, and one node (``_mode``);
+    ``inline``: both (``k`` and a ``mode``)."""
 
     __slots__ = ("fn", "code", "nout", "binds", "rgs", "recipe", "nbytes", "maxsize", "single", "rg0", "graph",
-                 "cbytes", "k", "pre", "two", "mode")
+                 "cbytes", "k", "pre", "two", "mode", "inline")
 
 
 class _Recipe:
@@ -652,6 +653,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
         f.single = len(slots) == 1 and binds == [(-1, 0)]
         f.rg0 = rgs[0]
         f.mode = 0
+        f.inline = False
         if recipe is not None:
             _takes(recipe, recipe.refs)
         return f, tuple(slots)
@@ -689,6 +691,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
     f.single = len(slots) == 1 and binds == [(-1, 0)]
     f.rg0 = rgs[0]
     f.mode = _mode(f)
+    f.inline = f.k is not None and f.mode != 0
     return f, tuple([rec.keep[s] for s in ret])
 
 
@@ -1319,83 +1322,91 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 v = vs[0] if n else None
                 w = vs[1] if n > 1 else None
             frag = frags.get(key, _ABSENT)
-            fresh = frag is _ABSENT
-            if vs is None and (fresh or frag is None or frag.k is None or not frag.mode):
-                vs = [v] if w is None else [v, w]
-            if fresh:
-                if form[4] is not None and not form[4](args, kw):
-                    raise _GiveUp  # (the call-form check reads nothing the key does not hold: a hit passed it)
-                run.hits += hits
-                hits = 0
-                if len(vs) > _CODEGEN_MAX:  # (a wide op: run live, nothing kept)
-                    frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns, live=True)
-                else:
-                    run.miss(index)
-                    frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns)
-                    put(key, frag)
-                if frag is None:
-                    raise _GiveUp
-            elif frag is None:
-                raise _GiveUp
-            else:
+            if frag.__class__ is _Frag and frag.inline:  # (a hit of one kernel call and a node form: all inline)
                 hits += 1
                 k = frag.k
-                if k is not None:  # (one kernel call: ``fn`` inline)
-                    r0 = k(v[0], w[0], *frag.pre) if frag.two else k(v[0], *frag.pre)
-                    if r0.__class__ is not _ndarray:
-                        r0 = _asarray(r0)
-                    res = None
-                else:
-                    n = len(vs)
-                    fn = frag.fn or _compiled(frag)
-                    res = fn(vs[0][0]) if n == 1 else fn(vs[0][0], vs[1][0]) if n == 2 else fn(*[v[0] for v in vs])
-                    r0 = res[0]
+                r0 = k(v[0], w[0], *frag.pre) if frag.two else k(v[0], *frag.pre)
+                if r0.__class__ is not _ndarray:
+                    r0 = _asarray(r0)
                 mode = frag.mode
-                if mode:  # (the common node forms, straight: what the general code below does for them)
-                    nbytes += frag.nbytes
-                    if nbytes > max_bytes or frag.maxsize > max_el:
-                        raise _GiveUp
-                    recipe = frag.recipe
-                    nexts = v[2]
-                    if nexts is None:
-                        nexts = leaves.get(id(v))
-                        if nexts is None:
-                            acc = new(_Acc)  # (``_Acc(v)`` without its __init__ frame)
-                            acc.var, acc.accs, acc.gvar = v, 0, None
-                            nexts = leaves[id(v)] = ((acc, 0),)
-                            nodes += 1
-                    node = new(recipe.cls or _cls(recipe))
-                    if mode == 2:  # (two edges, from the two inputs; both saved)
-                        e = w[2]
-                        if e is None:
-                            e = leaves.get(id(w))
-                            if e is None:
-                                acc = new(_Acc)
-                                acc.var, acc.accs, acc.gvar = w, 0, None
-                                e = leaves[id(w)] = ((acc, 0),)
-                                nodes += 1
-                        node.next_functions = (nexts[0], e[0])
-                        node.saved = (v[0], w[0])
+            else:
+                if vs is None:
+                    vs = [v] if w is None else [v, w]
+                mode = 0
+                fresh = frag is _ABSENT
+                if fresh:
+                    if form[4] is not None and not form[4](args, kw):
+                        raise _GiveUp  # (the call-form check reads nothing the key holds not: a hit passed it)
+                    run.hits += hits
+                    hits = 0
+                    if len(vs) > _CODEGEN_MAX:  # (a wide op: run live, nothing kept)
+                        frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns, live=True)
                     else:
-                        if mode == 1:
-                            node.next_functions = nexts
-                        elif mode == 3:  # (and no edge: mul's literal)
-                            node.next_functions = (nexts[0], _NO_EDGE)
-                        else:  # (an edge from each input, in order: stack's)
-                            n0 = len(leaves)
-                            node.next_functions = (nexts[0], *[_edge(w, leaves) for w in vs[1:]])
-                            nodes += len(leaves) - n0  # (the accumulators made)
-                        take = recipe.take
-                        node.saved = recipe.fixed if take is None else v[0] if take is _INPUT0 else r0
-                    node.retained = None
-                    nodes += 1
-                    if nodes > max_nodes:
+                        run.miss(index)
+                        frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns)
+                        put(key, frag)
+                    if frag is None:
                         raise _GiveUp
-                    ns[out] = (r0, True, ((node, 0),), len(buf))
-                    buf.append(r0)
-                    continue
-                if res is None:
-                    res = (r0,)
+                elif frag is None:
+                    raise _GiveUp
+                else:
+                    hits += 1
+                    k = frag.k
+                    if k is not None:  # (one kernel call: ``fn`` inline)
+                        r0 = k(v[0], w[0], *frag.pre) if frag.two else k(v[0], *frag.pre)
+                        if r0.__class__ is not _ndarray:
+                            r0 = _asarray(r0)
+                        res = (r0,)
+                    else:
+                        n = len(vs)
+                        fn = frag.fn or _compiled(frag)
+                        res = fn(vs[0][0]) if n == 1 else fn(vs[0][0], vs[1][0]) if n == 2 else \
+                            fn(*[v[0] for v in vs])
+                        r0 = res[0]
+                    mode = frag.mode
+            if mode:  # (the common node forms of a hit, straight: what the general code below does for them)
+                nbytes += frag.nbytes
+                if nbytes > max_bytes or frag.maxsize > max_el:
+                    raise _GiveUp
+                recipe = frag.recipe
+                nexts = v[2]
+                if nexts is None:
+                    nexts = leaves.get(id(v))
+                    if nexts is None:
+                        acc = new(_Acc)  # (``_Acc(v)`` without its __init__ frame)
+                        acc.var, acc.accs, acc.gvar = v, 0, None
+                        nexts = leaves[id(v)] = ((acc, 0),)
+                        nodes += 1
+                node = new(recipe.cls or _cls(recipe))
+                if mode == 2:  # (two edges, from the two inputs; both saved)
+                    e = w[2]
+                    if e is None:
+                        e = leaves.get(id(w))
+                        if e is None:
+                            acc = new(_Acc)
+                            acc.var, acc.accs, acc.gvar = w, 0, None
+                            e = leaves[id(w)] = ((acc, 0),)
+                            nodes += 1
+                    node.next_functions = (nexts[0], e[0])
+                    node.saved = (v[0], w[0])
+                else:
+                    if mode == 1:
+                        node.next_functions = nexts
+                    elif mode == 3:  # (and no edge: mul's literal)
+                        node.next_functions = (nexts[0], _NO_EDGE)
+                    else:  # (an edge from each input, in order: stack's)
+                        n0 = len(leaves)
+                        node.next_functions = (nexts[0], *[_edge(w, leaves) for w in vs[1:]])
+                        nodes += len(leaves) - n0  # (the accumulators made)
+                    take = recipe.take
+                    node.saved = recipe.fixed if take is None else v[0] if take is _INPUT0 else r0
+                node.retained = None
+                nodes += 1
+                if nodes > max_nodes:
+                    raise _GiveUp
+                ns[out] = (r0, True, ((node, 0),), len(buf))
+                buf.append(r0)
+                continue
             nbytes += frag.nbytes
             if nbytes > max_bytes or frag.maxsize > max_el:
                 raise _GiveUp
