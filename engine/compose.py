@@ -227,7 +227,7 @@ class _Acc:
     prim = _ACC
     requires_grad = True
 
-    def __init__(self, var):  # (``_compose``'s inline node forms set these fields themselves)
+    def __init__(self, var):
         self.var = var
         self.accs = 0
         self.gvar = None
@@ -1373,7 +1373,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 if nexts is None:
                     nexts = leaves.get(id(v))
                     if nexts is None:
-                        acc = new(_Acc)  # (``_Acc(v)`` without its __init__ frame)
+                        acc = new(_Acc)  # (``_Acc(v)`` without its __init__ frame: every field set here)
                         acc.var, acc.accs, acc.gvar = v, 0, None
                         nexts = leaves[id(v)] = ((acc, 0),)
                         nodes += 1
