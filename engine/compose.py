@@ -12,7 +12,8 @@ Python per op). Most ops of a long list repeat: the same op on inputs of the sam
   the op's grad mode. Made on a miss by running the op once through the real engine (``_Runner.run_op`` on a
   throwaway namespace of fresh leaf tensors over the run's own arrays) under a ``kernel.Recorder``: its kernel
   steps (slots relative to the op: its inputs, then its own; constants folded), compiled at the fragment's
-  first hit into one straight-line function (``_codegen``); its outputs and their flags; and the recipes of
+  first hit into one straight-line function (``_codegen``; the code of one structure compiled once per process),
+  or, one kernel call on the op's inputs, called by the loop itself; its outputs and their flags; and the recipes of
   the nodes it made (``_graph``: the outputs' node and, for a composite op such as cross_entropy, the nodes it
   made inside, children first: primitive, which input or inner node each edge comes from, which saved slot is
   which input, output or array of the fragment, the static saved values). The miss's own arrays are the run's
@@ -51,7 +52,10 @@ from __future__ import annotations
 
 import struct
 import threading
+from bisect import bisect_right
 from collections.abc import Mapping
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from time import monotonic as _monotonic
 
 import numpy as np
@@ -79,6 +83,12 @@ from .tensor import Tensor
 
 _ndarray = np.ndarray
 _asarray = np.asarray
+_get = dict.get
+_third = itemgetter(2)
+_nbytes = attrgetter("nbytes")
+_size = attrgetter("size")
+_isidentifier = str.isidentifier
+_isascii = str.isascii
 _F64 = struct.Struct("<d")
 
 #: a run gives up once its fragment misses outnumber its hits by more than this many, or by one per
@@ -106,6 +116,7 @@ _VJPS_PER_FRAG = 16
 _ACTIONS = frozenset({"backward", "del", "bind", "retain_grad"})
 _ACC = "AccumulateGrad"
 _CHECK_EVERY = 32  # ops between two reads of the deadline
+_CHECK_MASK = _CHECK_EVERY - 1
 _CODEGEN_MAX = 24  # a fragment of more steps or inputs is interpreted, not compiled
 
 
@@ -167,10 +178,14 @@ class _Frag:
     """A forward fragment. ``fn(*input arrays)`` -> its outputs' arrays, then the saved arrays it made itself
     (``recipe.saved_at``); ``binds`` (position in ``out`` or -1 for a name, output index) in the order the op
     binds its outputs; ``rgs`` each output's requires_grad; ``recipe`` the node (None: none);
-    ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes."""
+    ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes. ``k`` (None: not
+    so): a fragment of one kernel call on its one or (``two``) two input arrays, in order, then the constants
+    ``pre``, returning its one output: the caller calls it, ``fn``'s call without its frame. ``mode`` (0: none
+    of these) the common forms of one output that requires grad, bound to a name, and one node (``_mode``);
+    ``inline``: both (``k`` and a ``mode``)."""
 
     __slots__ = ("fn", "code", "nout", "binds", "rgs", "recipe", "nbytes", "maxsize", "single", "rg0", "graph",
-                 "cbytes")
+                 "cbytes", "k", "pre", "two", "mode", "inline")
 
 
 class _Recipe:
@@ -274,6 +289,8 @@ def _op_key(form, args: list, kwargs: dict, ns: dict, key: list, vs: list) -> No
         elif k == _INDEX:
             key.append(_index(a))
         elif k == _TENSOR_LIST and a.__class__ is list:
+            if not vs and _names_key(a, ns, key, vs):
+                continue
             key.append(("L", len(a)))
             big = many or len(a) > 8
             for x in a:
@@ -305,6 +322,23 @@ def _op_key(form, args: list, kwargs: dict, ns: dict, key: list, vs: list) -> No
                         key.append(_lit(x))
             else:
                 raise _GiveUp
+
+
+def _names_key(a: list, ns: dict, key: list, vs: list) -> bool:
+    """A tensor list argument of names of distinct variables, none of them an input met before (``vs`` empty):
+    its part of the key as ``_op_key`` makes it, in a few C-level passes; False (nothing done): not so."""
+    try:
+        vl = list(map(ns.get, a))
+    except TypeError:  # (an unhashable literal)
+        return False
+    if None in vl or len(set(map(id, vl))) != len(vl):
+        return False
+    key.append(("L", len(a)))
+    for v in vl:
+        x = v[0]
+        key += (x.shape, x.dtype, x.strides, v[1])
+    vs += vl
+    return True
 
 
 def _index(v):
@@ -343,8 +377,9 @@ def _tensor_many(a: str, ns: dict, key: list, vs: list, seen: dict) -> None:
     key += (x.shape, x.dtype, x.strides, v[1])
 
 
-#: op name -> (spec, positional kinds, {keyword: kind}, *args name, the call-form check or None); False for an op
-#: a fragment never covers (no kernels, in place)
+#: op name -> (spec, positional kinds, {keyword: kind}, *args name, the call-form check or None, which inline key
+#: form ``_compose`` may use: 0 none, 1 a tensor first, 2 a tensor then a tensor or a literal); False for an op a
+#: fragment never covers (no kernels, in place)
 _FORMS: dict = {}
 
 
@@ -360,7 +395,10 @@ def _form(name):
                 check = _PLANNABLE_CALLS.get(spec.name)
             if spec.plannable or check is not None:
                 pos_kinds, varargs_tensor, kinds, vname = _op_layout(spec, name)[1]
-                f = False if varargs_tensor else (spec, pos_kinds, kinds, vname, check)
+                # (the forms ``_compose`` keys inline: a tensor first, then (2) a tensor or a literal)
+                fast = 0 if not pos_kinds or pos_kinds[0] != _TENSOR else \
+                    2 if len(pos_kinds) > 1 and pos_kinds[1] <= _TENSOR else 1
+                f = False if varargs_tensor else (spec, pos_kinds, kinds, vname, check, fast)
             else:
                 f = False
         if name.__class__ is str:
@@ -489,9 +527,21 @@ def _codegen(steps: list, m: int, ret: list):
     body.append("  return (" + "".join("None, " if s < 0 else f"s{s}, " for s in ret) + ")")
     src = "\n".join([f"def make({', '.join(['N', 'A', *names])}):",
                      f" def f({', '.join(f's{i}' for i in range(m))}):", *body, " return f"])
-    ns: dict = {}
-    exec(compile(src, "<gradserve fragment>", "exec"), ns)  # noqa: S102 - our own code
-    return ns["make"](_ndarray, _asarray, *values)
+    make = _MAKERS.get(src)
+    if make is None:
+        ns: dict = {}
+        exec(compile(src, "<gradserve fragment>", "exec"), ns)  # noqa: S102 - our own code
+        make = ns["make"]
+        if len(_MAKERS) < _MAKERS_MAX:
+            _MAKERS[src] = make
+    return make(_ndarray, _asarray, *values)
+
+
+#: ``_codegen``'s compiled code by its source text, which depends only on the steps' structure (slots, arity; the
+#: kernels and constants are the closure's values): a form met again (in a later run, another fragment of the same
+#: shape) is not compiled again. A bounded memo of pure functions, shared by every run (plain dict operations).
+_MAKERS: dict = {}
+_MAKERS_MAX = 1024
 
 
 # ----- making fragments --------------------------------------------------------------------------------------
@@ -595,13 +645,15 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
         recipe = graph[-1]
     if rec is None:  # (live: the arrays themselves; the bytes as the budget counted them)
         f = _Frag()
-        f.fn = None
+        f.fn = f.k = None
         f.cbytes = 0
         f.nout = len(slots)
         f.nbytes, f.maxsize = budget.total(), max(a.size for a in slots)
         f.binds, f.rgs, f.recipe, f.graph = tuple(binds), tuple(rgs), recipe, None
         f.single = len(slots) == 1 and binds == [(-1, 0)]
         f.rg0 = rgs[0]
+        f.mode = 0
+        f.inline = False
         if recipe is not None:
             _takes(recipe, recipe.refs)
         return f, tuple(slots)
@@ -624,6 +676,11 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
 
     f = _Frag()
     f.fn, f.code = None, (steps, m, ret)
+    f.k = None
+    if len(steps) == 1 and m <= 2:
+        kfn, tmpl, where, o, multi = steps[0]
+        if multi is False and ret == [o] and where == ((0, 0), (1, 1))[:m]:
+            f.k, f.pre, f.two = kfn, tuple(tmpl[m:]), m == 2
     f.cbytes = sum(c.nbytes for c in consts.values())
     f.nout = len(slots)
     f.nbytes, f.maxsize = nbytes, maxsize
@@ -633,7 +690,31 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
     f.graph = graph if graph is not None and len(graph) > 1 else None
     f.single = len(slots) == 1 and binds == [(-1, 0)]
     f.rg0 = rgs[0]
+    f.mode = _mode(f)
+    f.inline = f.k is not None and f.mode != 0
     return f, tuple([rec.keep[s] for s in ret])
+
+
+def _mode(f) -> int:
+    """The node form of fragment ``f`` that ``_compose`` makes inline (its output's variable a name's, requiring
+    grad, edge ((node, 0),)): 1, one node of one edge, from the input 0, saving nothing of the run's, the input
+    0 alone or the output alone (``_takes``); 2, one node of two edges, from inputs 0 and 1, saving both in that
+    order; 3, as 1 with a second edge of none (mul's literal); 4, as 1 with an edge from each of its (more than
+    two) inputs in order (stack's); 0, any other (the general code)."""
+    r = f.recipe
+    if r is None or f.graph is not None or not f.single or not f.rg0 or r.live or r.nrs != (0,):
+        return 0
+    if r.edges == (0, 1) and r.star and r.take == ((0, 0), (0, 1)):
+        return 2
+    if not (r.take is None or r.take is _INPUT0 or r.take is _OUTPUT0):
+        return 0
+    if r.edges == (0,):
+        return 1
+    if r.edges == (0, -1):
+        return 3
+    if len(r.edges) > 2 and r.edges == tuple(range(len(r.edges))) and len(r.in_rg) == len(r.edges):
+        return 4
+    return 0
 
 
 def _takes(recipe, refs: tuple) -> None:
@@ -1115,6 +1196,11 @@ def _plain_name(out) -> bool:
     return out.__class__ is str and out.isidentifier() and len(out) <= 64 and out.isascii()
 
 
+def _plain_names(names: list) -> bool:
+    """``_plain_name`` of every name of ``names`` (a TypeError: one is not a string), in C-level passes."""
+    return not names or (all(map(_isidentifier, names)) and all(map(_isascii, names)) and max(map(len, names)) <= 64)
+
+
 def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict, shown):
     frags = run.frags.ops
     put = run.frags.put
@@ -1130,13 +1216,27 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
     hits = 0
     nbytes = 0
     max_bytes, max_el = run.max_bytes, run.max_el
-    inp = iter(zip(inputs_at, inputs, metas))
+    max_nodes = run.max_nodes
+    # the inputs the list begins with (a /v1/eval request's, usually all of them), bound in a few C-level passes
+    lead = bisect_right(range(len(inputs_at)), 0, key=lambda i: inputs_at[i] - i)  # (inputs_at: sorted, distinct)
+    if lead:
+        arrs = inputs[:lead]
+        names = list(map(_get, ops[:lead], repeat("out")))
+        if not _plain_names(names):
+            raise _GiveUp
+        ns.update(zip(names, zip(arrs, map(_third, metas), repeat(None), range(lead))))  # ((arr, rg, None, slot))
+        buf += arrs
+        nbytes = sum(map(_nbytes, arrs))
+        if max(map(_size, arrs)) > max_el:
+            raise _GiveUp
+    inp = iter(zip(inputs_at[lead:], inputs[lead:], metas[lead:]))
     nxt = next(inp, None)
     at = nxt[0] if nxt is not None else -1
     forms = _FORMS
     new = object.__new__
     try:
-        for index, op in enumerate(ops):
+        for index in range(lead, len(ops)):
+            op = ops[index]
             if index == at:
                 arr, rg = nxt[1], nxt[2][2]
                 nxt = next(inp, None)
@@ -1150,7 +1250,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 if arr.size > max_el:
                     raise _GiveUp
                 continue
-            if control is not None and not index % _CHECK_EVERY and (control.reason is not None or (
+            if not index & _CHECK_MASK and control is not None and (control.reason is not None or (
                     control.deadline is not None and _monotonic() > control.deadline)):
                 raise _GiveUp
             name = op["op"]
@@ -1159,16 +1259,16 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
             out = op.get("out")
             if args.__class__ is not list or kw.__class__ is not dict:
                 raise _GiveUp
-            if name in _ACTIONS:
-                run.nbytes, run.nodes, run.hits = nbytes, nodes, run.hits + hits
-                hits = 0
-                passes += _action(run, index, name, args, kw, out, op, ns, special, autograd, passes, control)
-                nbytes, nodes = run.nbytes, run.nodes
-                continue
             form = forms.get(name)
             if form is None:
+                if name in _ACTIONS:
+                    run.nbytes, run.nodes, run.hits = nbytes, nodes, run.hits + hits
+                    hits = 0
+                    passes += _action(run, index, name, args, kw, out, op, ns, special, autograd, passes, control)
+                    nbytes, nodes = run.nbytes, run.nodes
+                    continue
                 form = _form(name)
-            if form is False or (form[4] is not None and not form[4](args, kw)):
+            if form is False:
                 raise _GiveUp
             grad_on = not (no_grad_all or op.get("no_grad", False))
             if out.__class__ is str and out.isidentifier() and out.isascii() and len(out) <= 64:
@@ -1177,34 +1277,35 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 oform = len(out)
             else:
                 raise _GiveUp
-            pk = form[1]
             na = len(args)
-            a = args[0] if na else None
-            if not kw and na == 1 and a.__class__ is str and pk and pk[0] == _TENSOR:
-                # one tensor argument, or one and a float: the common forms, their key made as one tuple
+            fast = form[5] if not kw and 0 < na <= 2 else 0
+            a = args[0] if fast else None
+            # the inputs: ``vs`` (None: [v] or, w not None, [v, w]); v and w its first two (or None)
+            if fast and a.__class__ is str and na == 1:
+                # one tensor argument: the common form, its key made as one tuple
                 v = ns.get(a)
                 if v is None:
                     raise _GiveUp
-                vs = [v]
+                vs = w = None
                 x = v[0]
                 key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1])
-            elif not kw and na == 2 and a.__class__ is str and len(pk) > 1 and pk[0] == _TENSOR and pk[1] <= _TENSOR:
+            elif fast == 2 and a.__class__ is str:
                 # a tensor and a number or another tensor
                 v = ns.get(a)
                 if v is None:
                     raise _GiveUp
-                vs = [v]
+                vs = w = None
                 x = v[0]
                 b = args[1]
                 c = b.__class__
-                if c is str and pk[1] == _TENSOR:
+                if c is str and form[1][1] == _TENSOR:
                     w = ns.get(b)
                     if w is None:
                         raise _GiveUp
                     if w is v:
+                        w = None
                         key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1], 0)
                     else:
-                        vs.append(w)
                         y = w[0]
                         key = (name, grad_on, oform, x.shape, x.dtype, x.strides, v[1], y.shape, y.dtype, y.strides,
                                w[1])
@@ -1217,26 +1318,95 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 vs = []
                 _key_of(form, args, kw, ns, key, vs)
                 key = tuple(key)
-            frag = frags.get(key, _ABSENT)
-            fresh = frag is _ABSENT
-            if fresh:
-                run.hits += hits
-                hits = 0
-                if len(vs) > _CODEGEN_MAX:  # (a wide op: run live, nothing kept)
-                    frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns, live=True)
-                else:
-                    run.miss(index)
-                    frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns)
-                    put(key, frag)
-                if frag is None:
-                    raise _GiveUp
-            elif frag is None:
-                raise _GiveUp
-            else:
-                hits += 1
                 n = len(vs)
-                fn = frag.fn or _compiled(frag)
-                res = fn(vs[0][0]) if n == 1 else fn(vs[0][0], vs[1][0]) if n == 2 else fn(*[v[0] for v in vs])
+                v = vs[0] if n else None
+                w = vs[1] if n > 1 else None
+            frag = frags.get(key, _ABSENT)
+            if frag.__class__ is _Frag and frag.inline:  # (a hit of one kernel call and a node form: all inline)
+                hits += 1
+                k = frag.k
+                r0 = k(v[0], w[0], *frag.pre) if frag.two else k(v[0], *frag.pre)
+                if r0.__class__ is not _ndarray:
+                    r0 = _asarray(r0)
+                mode = frag.mode
+            else:
+                if vs is None:
+                    vs = [v] if w is None else [v, w]
+                mode = 0
+                fresh = frag is _ABSENT
+                if fresh:
+                    if form[4] is not None and not form[4](args, kw):
+                        raise _GiveUp  # (the call-form check reads nothing the key holds not: a hit passed it)
+                    run.hits += hits
+                    hits = 0
+                    if len(vs) > _CODEGEN_MAX:  # (a wide op: run live, nothing kept)
+                        frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns, live=True)
+                    else:
+                        run.miss(index)
+                        frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns)
+                        put(key, frag)
+                    if frag is None:
+                        raise _GiveUp
+                elif frag is None:
+                    raise _GiveUp
+                else:
+                    hits += 1
+                    k = frag.k
+                    if k is not None:  # (one kernel call: ``fn`` inline)
+                        r0 = k(v[0], w[0], *frag.pre) if frag.two else k(v[0], *frag.pre)
+                        if r0.__class__ is not _ndarray:
+                            r0 = _asarray(r0)
+                        res = (r0,)
+                    else:
+                        n = len(vs)
+                        fn = frag.fn or _compiled(frag)
+                        res = fn(vs[0][0]) if n == 1 else fn(vs[0][0], vs[1][0]) if n == 2 else \
+                            fn(*[v[0] for v in vs])
+                        r0 = res[0]
+                    mode = frag.mode
+            if mode:  # (the common node forms of a hit, straight: what the general code below does for them)
+                nbytes += frag.nbytes
+                if nbytes > max_bytes or frag.maxsize > max_el:
+                    raise _GiveUp
+                recipe = frag.recipe
+                nexts = v[2]
+                if nexts is None:
+                    nexts = leaves.get(id(v))
+                    if nexts is None:
+                        acc = new(_Acc)  # (``_Acc(v)`` without its __init__ frame: every field set here)
+                        acc.var, acc.accs, acc.gvar = v, 0, None
+                        nexts = leaves[id(v)] = ((acc, 0),)
+                        nodes += 1
+                node = new(recipe.cls or _cls(recipe))
+                if mode == 2:  # (two edges, from the two inputs; both saved)
+                    e = w[2]
+                    if e is None:
+                        e = leaves.get(id(w))
+                        if e is None:
+                            acc = new(_Acc)
+                            acc.var, acc.accs, acc.gvar = w, 0, None
+                            e = leaves[id(w)] = ((acc, 0),)
+                            nodes += 1
+                    node.next_functions = (nexts[0], e[0])
+                    node.saved = (v[0], w[0])
+                else:
+                    if mode == 1:
+                        node.next_functions = nexts
+                    elif mode == 3:  # (and no edge: mul's literal)
+                        node.next_functions = (nexts[0], _NO_EDGE)
+                    else:  # (an edge from each input, in order: stack's)
+                        n0 = len(leaves)
+                        node.next_functions = (nexts[0], *[_edge(w, leaves) for w in vs[1:]])
+                        nodes += len(leaves) - n0  # (the accumulators made)
+                    take = recipe.take
+                    node.saved = recipe.fixed if take is None else v[0] if take is _INPUT0 else r0
+                node.retained = None
+                nodes += 1
+                if nodes > max_nodes:
+                    raise _GiveUp
+                ns[out] = (r0, True, ((node, 0),), len(buf))
+                buf.append(r0)
+                continue
             nbytes += frag.nbytes
             if nbytes > max_bytes or frag.maxsize > max_el:
                 raise _GiveUp
@@ -1247,7 +1417,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 run.nodes = nodes
                 node = _nodes(frag.graph, vs, res, leaves, run, fresh)
                 nodes = run.nodes
-                if nodes > run.max_nodes:
+                if nodes > max_nodes:
                     raise _GiveUp
                 e1 = ((node, 0),)
             else:
@@ -1283,7 +1453,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                     sv = tuple([vs[i][0] if k == 0 else res[i] if k != 3 else i for k, i in take])
                     node.saved = sv if recipe.star else sv[0]
                 nodes += 1
-                if nodes > run.max_nodes:
+                if nodes > max_nodes:
                     raise _GiveUp
                 e1 = ((node, 0),)
             if frag.single:
@@ -1390,6 +1560,25 @@ def _key_of(form, args: list, kw: dict, ns: dict, key: list, vs: list) -> None:
                 vs.append(v)
                 x = v[0]
                 key += (x.shape, x.dtype, x.strides, v[1])
+        elif k == _TENSOR_LIST and c is list and len(a) <= 8:  # (a short list: ``_op_key``'s key, inline)
+            if not vs and _names_key(a, ns, key, vs):
+                continue
+            key.append(("L", len(a)))
+            for b in a:
+                if b.__class__ is not str:
+                    key.append(_lit(b))
+                    continue
+                v = ns.get(b)
+                if v is None:
+                    raise _GiveUp
+                for j, w in enumerate(vs):
+                    if w is v:
+                        key.append(j)
+                        break
+                else:
+                    vs.append(v)
+                    x = v[0]
+                    key += (x.shape, x.dtype, x.strides, v[1])
         elif k != _PLAIN and k != _TENSOR:
             del key[3:]
             vs.clear()

@@ -297,6 +297,9 @@ def _scan(ops: list, plannable: bool = True) -> list | None:
                 return None
     if INPUT_OPS.isdisjoint(distinct):
         return []
+    n = sum(map(names.count, INPUT_OPS & distinct))
+    if INPUT_OPS.issuperset(names[:n]):  # (the inputs first, the common /v1/eval list: C-level passes)
+        return list(range(n))
     return [i for i, m in enumerate(names) if m in INPUT_OPS]
 
 
@@ -427,18 +430,22 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: 
             data = args[0]
             if data.__class__ is Owned and len(args) == 1:
                 owned += 1
+                if adopt:  # the common one-shot input: ``_kept``, inline
+                    kw = op.get("kwargs")
+                    rg = False if not kw else kw.get("requires_grad") if len(kw) == 1 else None
+                    arr = data.array
+                    if rg.__class__ is bool and not data.taken and arr.__class__ is np.ndarray and arr.base is None:
+                        ds = _DTYPE_STR.get(arr.dtype)
+                        # (flags.carray: C-contiguous, writeable and aligned)
+                        if ds is not None and arr.flags.carray and (not rg or arr.dtype.kind == "f"):
+                            data.taken = True
+                            metas.append((arr.shape, ds, rg))
+                            inputs.append(arr)
+                            continue
             elif text is None:
                 if stripped is ops:
                     stripped = list(ops)
                 stripped[i] = {**op, "args": _NO_DATA if len(args) == 1 else [None, *args[1:]]}
-            if adopt and data.__class__ is Owned and len(args) == 1:  # the common one-shot input, inline
-                kw = op.get("kwargs")
-                rg = False if not kw else kw.get("requires_grad") if len(kw) == 1 else None
-                arr = _kept(data, rg) if rg.__class__ is bool else None
-                if arr is not None:
-                    metas.append((arr.shape, _DTYPE_STR[arr.dtype], rg))
-                    inputs.append(arr)
-                    continue
             form = _input_form(op)
             arr = None if form is None else _direct_input(*form, adopt)
             if arr is None:
@@ -461,21 +468,38 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: 
                     stripped[i] = {**ops[i], "args": _NO_DATA if len(args) == 1 else [None, *args[1:]]}
         if text is None:
             try:
-                text = orjson.dumps(stripped, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+                text = _dumps(stripped)
             except TypeError:
                 return None
     return (text, tuple(metas), extra), inputs
+
+
+def _dumps(obj, default=None) -> bytes:
+    """``orjson.dumps(obj, default=default, option=OPT_SERIALIZE_NUMPY | OPT_NON_STR_KEYS)``: the same bytes,
+    tried first without OPT_NON_STR_KEYS (which costs orjson ~40% more on a long op list), a dict of another key
+    than a str (a TypeError then) written again with it."""
+    try:
+        return orjson.dumps(obj, default=default, option=orjson.OPT_SERIALIZE_NUMPY)
+    except TypeError:
+        return orjson.dumps(obj, default=default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
 
 
 def _dumps_owned(ops: list, left: list) -> bytes | None:
     """The op list's text with each ``Owned`` written as null (what ``{**op, "args": [None]}`` writes for an
     input op of one argument); ``left[0]``: the Owned arguments expected, counted down (not 0 after: an Owned
     somewhere else, so the text is not the stripped list's)."""
+    expected = left[0]
+
     def hook(o):
         if o.__class__ is Owned:
             left[0] -= 1
             return None
         raise TypeError
+    try:
+        return orjson.dumps(ops, default=hook, option=orjson.OPT_SERIALIZE_NUMPY)
+    except TypeError:
+        pass
+    left[0] = expected  # (again with non-str keys: ``_dumps``)
     try:
         return orjson.dumps(ops, default=hook, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
     except TypeError:
@@ -1528,7 +1552,7 @@ def _pre_key(state: State, ops: list, extra: tuple):
         metas.append((n, t.data.shape, t.data.dtype, t._requires_grad))
     fns = _functions_key(state.functions)
     try:
-        text = orjson.dumps(stripped, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+        text = _dumps(stripped)
     except TypeError:
         return None
     if fns is None:

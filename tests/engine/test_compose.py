@@ -11,8 +11,9 @@ import pytest
 
 import engine as E
 import engine.compose as compose_module
+import engine.plan as plan_module
 from engine.errors import EngineError
-from engine.plan import PlanCache, _plannable_op, run_planned
+from engine.plan import PlanCache, _plannable_op, _scan, run_planned
 from engine.program import State
 
 from .samples import SAMPLES
@@ -395,3 +396,161 @@ def test_an_lstm_with_views_and_a_composite_loss_composes_bit_for_bit(respond, m
         c, p = both(_lstm(rng, 12), cache, respond=respond)
         assert p == c and c[0] == "ok"
     assert cache.composed >= 2, cache.stats()
+
+
+# ----- the forward loop's shortcuts (each checked against the cold run) -----------------------------------------
+@pytest.mark.parametrize("where", ["input", "late_input", "op", "deleted", "long", "not_ascii"])
+def test_an_out_name_that_is_not_plain_gives_the_cold_error_and_op_index(where):
+    """A name that is not a plain identifier anywhere (the inputs the list begins with are checked in bulk:
+    ``compose._plain_names``; here an op whose form is a hit by then) gives the cold run's error, never a
+    result."""
+    ops = _scalar_graph(3, draws(7))
+    bad = {"long": "x" * 65, "not_ascii": "\u00e91"}.get(where, "a.b")
+    at = len(ops) - 3  # (after the third group's ops: every form met before)
+    if where == "input":
+        ops.insert(0, {"op": "tensor", "args": [1.0], "out": bad})
+    elif where == "late_input":
+        ops.insert(at, {"op": "tensor", "args": [1.0], "out": bad})
+    else:
+        ops.insert(at, {"op": "mul", "args": ["s2_1", 0.5], "out": bad})
+        if where == "deleted":
+            ops.insert(at + 1, {"op": "del", "args": [bad]})
+    cache = fresh_cache()
+    c, p = both(ops, cache)
+    assert c[0] == "error" and p == c, (c, p)
+    assert cache.composed == 0 and cache.uncomposable == 1, cache.stats()
+    assert (cache.fragment_hits > 10) == (where != "input")  # (a leading input's name: given up at once)
+    c, p = both([o for o in ops if bad not in (o.get("out"), *o.get("args", ()))], cache)  # (without it: composed)
+    assert c[0] == "ok" and p == c and cache.composed == 1
+
+
+def test_the_call_form_check_of_an_op_holds_on_hits_as_on_misses(monkeypatch):
+    """div with a rounding mode is not composable (value-dependent numpy): ``compose`` checks a call form when it
+    first meets its key (which holds what the check reads), a hit of that key passed it. (``run_planned`` refuses
+    such a list before: ``compose`` is called here as it would be without that.)"""
+    r = draws(5)
+    ops = _scalar_graph(3, r)
+    divs = [{"op": "div", "args": [f"m0_{j % 4}", 3.0], "out": f"d{j}"} for j in range(6)]
+    cache = fresh_cache()
+    c, p = both(ops[:-1] + divs + ops[-1:], cache)
+    assert p == c and c[0] == "ok" and cache.composed == 1
+    monkeypatch.setattr(plan_module, "_scan", lambda ops, plannable=True: _scan(ops, plannable=False))
+    for mode in ("floor", "trunc", None):
+        odd = {"op": "div", "args": ["m0_1", 3.0], "kwargs": {"rounding_mode": mode}, "out": "dm"}
+        c, p = both(ops[:-1] + divs + [odd] + divs + ops[-1:], cache)
+        assert p == c
+    assert cache.composed == 1 and cache.uncomposable >= 2, cache.stats()  # (floor, trunc: given up)
+
+
+def test_a_one_kernel_fragment_is_called_inline_as_its_function_would_be():
+    """A fragment of one kernel call (``_Frag.k``: softplus, mul by a literal, sum...) is called by the loop,
+    not through its compiled function: the same arrays (a ufunc's numpy scalar made a 0-d array)."""
+    cache = fresh_cache()
+    ops = _scalar_graph(4, draws(9))
+    for _ in range(2):
+        c, p = both(ops, cache)
+        assert p == c and c[0] == "ok"
+    frags = [f for f in cache.fragments.ops.values() if f is not None]
+    assert sum(f.k is not None for f in frags) >= 3 and any(f.k is None for f in frags)
+    for f in frags:
+        if f.k is not None:
+            assert f.fn is None  # (never compiled: every hit called the kernel)
+    assert cache.composed == 2 and cache.fragment_hits > 30
+
+
+def test_short_tensor_lists_key_their_aliasing():
+    """stack of a short list keys each name's layout, or the index of an earlier argument of the same variable:
+    stack([a, a]) and stack([a, b]) of equal layouts are two forms (their backward differs)."""
+    r = draws(2)
+    ops = [{"op": "tensor", "args": [[r(), r()]], "kwargs": {"requires_grad": True}, "out": f"x{i}"}
+           for i in range(4)]
+    for i in range(4):
+        a, b = f"x{i}", f"x{(i + 1) % 4}"
+        ops += [{"op": "stack", "args": [[a, a]], "out": f"aa{i}"}, {"op": "stack", "args": [[a, b]], "out": f"ab{i}"},
+                {"op": "stack", "args": [[b, a, b]], "out": f"bab{i}"},
+                {"op": "bind", "args": [a], "out": f"y{i}"}, {"op": "stack", "args": [[a, f"y{i}"]], "out": f"ay{i}"},
+                {"op": "mul", "args": [f"aa{i}", f"ab{i}"], "out": f"m{i}"},
+                {"op": "add", "args": [f"m{i}", f"ay{i}"], "out": f"n{i}"}]
+    ops += [{"op": "stack", "args": [[f"n{i}" for i in range(4)]], "out": "all"},
+            {"op": "sum", "args": ["all"], "out": "tot"}, {"op": "backward", "args": ["tot"]}]
+    cache = fresh_cache()
+    for _ in range(2):
+        c, p = both(ops, cache)
+        assert p == c and c[0] == "ok"
+    assert cache.composed == 2
+    stacks = [k for k, f in cache.fragments.ops.items() if k[0] == "stack" and f is not None]
+    assert len(stacks) >= 3  # (aa, ab/ay, bab: three forms)
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "rebound", "leading_only"])
+def test_inputs_bind_as_cold_wherever_they_are(layout):
+    """The inputs a list begins with are bound in bulk, the others as the loop meets them: the same namespace,
+    slots and leaves either way (an input name bound twice: the second one)."""
+    r = draws(3)
+    ops = _scalar_graph(3, r)
+    if layout == "interleaved":
+        ops = ops[:4] + ops[12:20] + ops[4:12] + ops[20:]
+    elif layout == "rebound":
+        ops = [ops[0], {**ops[1], "out": "p0"}] + ops[1:]
+    cache = fresh_cache()
+    for _ in range(2):
+        c, p = both(ops, cache)
+        assert p == c and c[0] == "ok"
+    assert cache.composed == 2
+
+
+def test_codegen_compiles_a_structure_once_and_binds_each_fragments_own_values():
+    """``_codegen``'s source depends only on the steps' structure: a second fragment of the same structure
+    reuses the compiled code (``_MAKERS``), with its own kernels and constants."""
+    def steps(c):
+        return [(np.multiply, (None, c), ((0, 0),), 1, False), (np.add, (None, None), ((0, 1), (1, 0)), 2, False)]
+    f1 = compose_module._codegen(steps(np.float32(2.0)), 1, [2])
+    n = len(compose_module._MAKERS)
+    f2 = compose_module._codegen(steps(np.float32(3.0)), 1, [2])
+    assert len(compose_module._MAKERS) == n and f1.__code__ is f2.__code__
+    x = np.asarray(np.float32(1.5))
+    (a,), (b,) = f1(x), f2(x)
+    assert a.__class__ is np.ndarray and a.tolist() == 1.5 * 2 + 1.5 and b.tolist() == 1.5 * 3 + 1.5
+
+
+def test_the_inline_node_forms_make_the_nodes_the_general_code_makes():
+    """``_Frag.mode``'s node forms (one edge; two inputs saved; an edge and none; an edge per input), with leaves
+    (their accumulators made on the way, in order) and non-leaves on every edge: the cold run's grads, grad_fn
+    names, report and counts; each form met on hits (checked: a form the loop stopped meeting would not test)."""
+    r = draws(12)
+    ops = [{"op": "tensor", "args": [r()], "kwargs": {"requires_grad": True}, "out": f"p{i}"} for i in range(12)]
+    ops.append({"op": "tensor", "args": [r()], "out": "c"})  # (a leaf that does not require grad)
+    for g in range(3):
+        a, b, c, d = (f"p{4 * g + j}" for j in range(4))
+        ops += [{"op": "exp", "args": [a], "out": f"e{g}"},                          # 1: a leaf's edge
+                {"op": "mul", "args": [b, c], "out": f"bc{g}"},                        # 2: two leaves
+                {"op": "mul", "args": [f"e{g}", f"bc{g}"], "out": f"ebc{g}"},          # 2: two nodes
+                {"op": "mul", "args": [d, "c"], "out": f"dc{g}"},                      # 2: a leaf, no grad
+                {"op": "mul", "args": [d, 2.0], "out": f"d2{g}"},                      # 3: a leaf and a literal
+                {"op": "mul", "args": [f"ebc{g}", 3.0], "out": f"m{g}"},               # 3: a node and a literal
+                {"op": "stack", "args": [[f"m{g}", a, f"dc{g}", f"d2{g}"]], "out": f"st{g}"},  # 4: mixed
+                {"op": "stack", "args": [[b, c, d]], "out": f"sl{g}"},                 # 4: leaves only
+                {"op": "sum", "args": [f"st{g}"], "out": f"s{g}"},                     # 1: a node's edge
+                {"op": "sum", "args": [f"sl{g}"], "out": f"t{g}"}]
+    ops += [{"op": "stack", "args": [[f"s{g}" for g in range(3)] + [f"t{g}" for g in range(3)]], "out": "all"},
+            {"op": "sum", "args": ["all"], "out": "tot"}, {"op": "backward", "args": ["tot"]}]
+    cache = fresh_cache()
+    runs = []
+
+    class Run(compose_module._Run):
+        def __init__(self, *a):
+            super().__init__(*a)
+            runs.append(self)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(compose_module, "_Run", Run)
+        for _ in range(2):
+            c, p = both(ops, cache)
+            assert p == c and c[0] == "ok"
+    assert cache.composed == 2
+    modes = {f.mode for f in cache.fragments.ops.values() if f is not None}
+    assert {1, 2, 3, 4} <= modes, modes
+    # the accumulators the inline forms make (without ``_Acc.__init__``) have every field set
+    accs = [e[0][0] for e in runs[-1].leaves.values()]
+    assert len(accs) == 12
+    assert all(acc.__class__ is compose_module._Acc and hasattr(acc, f) for acc in accs
+               for f in compose_module._Acc.__slots__)

@@ -8,6 +8,7 @@ cache's bounds."""
 from __future__ import annotations
 
 import numpy as np
+import orjson
 import pytest
 
 import engine as E
@@ -765,3 +766,37 @@ def test_an_owned_inputs_key_is_the_plain_arrays_and_an_owned_elsewhere_gives_no
     assert key_owned[0] == key_plain[0] == key_list[0]
     assert plan_module._key(State(), [T("x", E.Owned(a.copy())), op("mul", "x", E.Owned(a.copy()), out="y")], (),
                             adopt=True) is None
+
+
+@pytest.mark.parametrize("obj", [
+    [{"op": "mul", "args": ["x", 2.0], "kwargs": {}, "out": "y"}],
+    [{"op": "sum", "args": ["x"], "kwargs": {"dim": [0, 1], "keepdim": True}, "out": "s", "no_grad": True}],
+    [{"op": "mul", "args": ["x", np.float32(0.5), np.arange(3)], "out": "y"}],
+    [{"op": "f", "kwargs": {1: 2, "a": {3.5: None}}}],                    # keys that are not strings
+    [{"op": "f", "kwargs": {"a": {(1, 2): 0}}}],                          # (not even orjson's non-str keys)
+    [{"op": "f", "args": [object()]}],                                   # (not serializable)
+])
+def test_the_key_text_is_orjsons_with_non_str_keys(obj):
+    """``_dumps`` tries without OPT_NON_STR_KEYS first (faster): the same bytes as with it, or the same error."""
+    option = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+    try:
+        want = orjson.dumps(obj, option=option)
+    except TypeError:
+        with pytest.raises(TypeError):
+            plan_module._dumps(obj)
+        assert plan_module._dumps_owned(obj, [0]) is None
+        return
+    assert plan_module._dumps(obj) == want
+    owned = [{"op": "tensor", "args": [E.Owned(np.ones(2))], "out": "x"}, *obj]
+    left = [1]
+    assert plan_module._dumps_owned(owned, left) == orjson.dumps([{**owned[0], "args": [None]}, *obj], option=option)
+    assert left == [0]
+
+
+@pytest.mark.parametrize("layout", ["first", "interleaved", "last", "none", "all"])
+def test_scan_finds_the_input_ops_wherever_they_are(layout):
+    t = {"op": "tensor", "args": [1.0], "out": "x"}
+    m = {"op": "mul", "args": ["x", 2.0], "out": "x"}
+    ops = {"first": [t, t, m, m], "interleaved": [t, m, t, m], "last": [m, m, t], "none": [m, m],
+           "all": [t, t, t]}[layout]
+    assert plan_module._scan(ops) == [i for i, o in enumerate(ops) if o["op"] == "tensor"]
