@@ -885,7 +885,8 @@ def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list, budget=None)
         if any(o is not None and (o.__class__ is not Tensor or o._requires_grad or o._grad_fn is not None)
                for o in outs):
             return _no(14), None
-        return True, tuple([None if o is None else o.data for o in outs])
+        res = [None if o is None else o.data for o in outs]
+        return True, (*res, *[None] * (len(recipe.edges) - len(res)))  # (one per edge: _run_all's apply)
     res = []
     slots = []
     for o in outs:
@@ -900,6 +901,9 @@ def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list, budget=None)
             return _no(15), None
         slots.append(sl)
         res.append(o.data)
+    for _ in range(len(recipe.edges) - len(slots)):  # (one gradient per edge: _run_all's apply)
+        slots.append(-1)
+        res.append(None)
     made = _steps(rec, [s for s in slots if s >= 0])
     if made is None:
         return _no(16), None
@@ -950,31 +954,29 @@ class _Run:
         if self.nbytes > self.max_bytes or maxsize > self.max_el:
             raise _GiveUp
 
-    def apply(self, node, grads) -> tuple:
-        """The composed VJP of ``node`` (``_run_all``'s ``apply``): gradients as arrays, one per edge."""
+    def apply(self, node, g) -> tuple:
+        """The composed VJP of ``node`` (``_run_all``'s ``apply``): ``g`` its gradient as an array (a multi-output
+        node's: the list, per output), one gradient per edge."""
         recipe = node.recipe
+        if g.__class__ is list:
+            return self._apply_slow(recipe, g, node.saved if recipe.star else (node.saved,))
         saved = node.saved
-        if recipe.n_outputs == 1:
-            g = grads[0]
-            if recipe.star:
-                for a in saved:
-                    if a is g:
-                        return self._apply_slow(recipe, grads, saved)
-            elif saved is g:
-                return self._apply_slow(recipe, grads, (saved,))
-            vf = recipe.vjps.get((g.shape, g.dtype, g.strides))
-            if vf is None:
-                return self._apply_slow(recipe, grads, saved if recipe.star else (saved,))
-            n = self.nbytes + vf.nbytes
-            self.nbytes = n
-            h = self.hits = self.hits + 1
-            if n > self.max_bytes or vf.maxsize > self.max_el:
-                raise _GiveUp
-            if not h % _CHECK_EVERY and self.control is not None:
-                self.control.check()  # (a deadline or a cancellation stops a long pass between nodes)
-            fn = vf.fn or _compiled(vf)
-            return fn(g, *saved) if recipe.star else fn(g, saved)
-        return self._apply_slow(recipe, grads, saved if recipe.star else (saved,))
+        if recipe.star:
+            for a in saved:
+                if a is g:
+                    return self._apply_slow(recipe, [g], saved)
+        elif saved is g:
+            return self._apply_slow(recipe, [g], (saved,))
+        vf = recipe.vjps.get((g.shape, g.dtype, g.strides))
+        if vf is None:
+            return self._apply_slow(recipe, [g], saved if recipe.star else (saved,))
+        n = self.nbytes = self.nbytes + vf.nbytes
+        h = self.hits = self.hits + 1
+        if n > self.max_bytes or vf.maxsize > self.max_el:
+            raise _GiveUp
+        if not h % _CHECK_EVERY and self.control is not None:
+            self.control.check()  # (a deadline or a cancellation stops a long pass between nodes)
+        return (vf.fn or _compiled(vf))(g, *saved) if recipe.star else (vf.fn or _compiled(vf))(g, saved)
 
     def _apply_slow(self, recipe, grads, saved) -> tuple:
         """``apply`` for a multi-output node, a gradient that is a saved array, a miss, or a live recipe."""
@@ -1577,28 +1579,33 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
     claimed = {id(seed)}
     contrib = {}
     buf = run.buf
+    put = buf.append
+    at = len(buf)
     grads = run.grads = {}
     for leaf, g in leaf_grads:
-        v = leaf.var
         if leaf.gvar is not None:
             raise _GiveUp
-        if g.dtype != v[0].dtype:
-            g = g.astype(v[0].dtype)
+        v = leaf.var
+        a = v[0]
+        if g.dtype is not a.dtype and g.dtype != a.dtype:
+            g = g.astype(a.dtype)
         # _accumulate_leaf: a gradient array that may be shared gets a copy (here: itself where the copy would
         # have its layout)
         flags = g.flags
-        same = _copy_is_itself(g)  # (a copy would have g's layout: g itself stands for it)
-        if id(g) in claimed or not flags.owndata or not flags.writeable:
-            ga = g if same else g.copy()
-        else:
+        # (a copy would have g's layout: g itself stands for it; a 0-d array is C-contiguous, its copy too)
+        same = flags.writeable if g.ndim == 0 else _copy_is_itself(g)
+        i = id(g)
+        if flags.writeable and flags.owndata and i not in claimed:
             ga = g
-            claimed.add(id(g))
-        leaf.accs += 1
+            claimed.add(i)
+        else:
+            ga = g if same else g.copy()
+        accs = leaf.accs = leaf.accs + 1
         # the leaf's .grad: a variable of its own (``bind x.grad`` names it), and the leaf's descriptor
-        gd = (len(buf), False, None, False, 0, 0, None)
-        buf.append(ga)
-        leaf.gvar = (ga, False, None, gd[0])
-        grads[id(v)] = (v[3], v[1], None, False, 0, leaf.accs, gd)
+        put(ga)
+        leaf.gvar = (ga, False, None, at)
+        grads[id(v)] = (v[3], v[1], None, False, 0, accs, (at, False, None, False, 0, 0, None))
+        at += 1
         # the report's snapshots of the contribution and of the .grad (one when the .grad is the contribution)
         c = g if same else np.array(g, copy=True)
         contrib[id(v)] = (leaf, c, c if ga is g else ga)  # (ga: a fresh copy, its snapshot is itself)
