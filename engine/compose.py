@@ -201,8 +201,8 @@ class _NodeBase:
 
 class _Acc:
     """A leaf that requires grad, as its accumulator (``variable`` is itself: ``_run_all`` reads
-    ``variable.requires_grad``): its variable, its ``.grad`` (a variable, once a backward gave it one) and
-    accumulations. ``_Run.leaves`` maps the variable's id to ``((acc, 0),)``, the next_functions of a node whose
+    ``variable.requires_grad``): its variable, its ``.grad`` (once a backward gave it one: its slot in the run's
+    buffer, made a variable when a ``bind`` first names it) and accumulations. ``_Run.leaves`` maps the variable's id to ``((acc, 0),)``, the next_functions of a node whose
     one edge leads to it."""
 
     __slots__ = ("var", "accs", "gvar")
@@ -1505,6 +1505,8 @@ def _action(run: _Run, index, name, args, kw, out, op, ns, special, autograd, pa
         if leaf is None or leaf.gvar is None:
             raise _GiveUp  # (a non-leaf's .grad warns; an unset one unbinds)
         v = leaf.gvar
+        if v.__class__ is int:  # (its slot in the buffer: the variable made at its first bind)
+            v = leaf.gvar = (run.buf[v], False, None, v)
     ns[out] = v
     return 0
 
@@ -1577,11 +1579,16 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
     run.control = control  # (read every _CHECK_EVERY nodes by run.apply: _run_all checks none)
     _run_all([node], buffers, False, True, None, leaf_grads, retained, executed, run.apply, _add)
     claimed = {id(seed)}
-    contrib = {}
     buf = run.buf
     put = buf.append
     at = len(buf)
     grads = run.grads = {}
+    # the report's entries, in the order the gradients came: the variable's id, its accumulator, the snapshots
+    # of the contribution and of the .grad (parallel lists: no tuple per leaf)
+    ids: list = []
+    accs: list = []
+    cs: list = []
+    gcs: list = []
     for leaf, g in leaf_grads:
         if leaf.gvar is not None:
             raise _GiveUp
@@ -1600,17 +1607,21 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
             claimed.add(i)
         else:
             ga = g if same else g.copy()
-        accs = leaf.accs = leaf.accs + 1
-        # the leaf's .grad: a variable of its own (``bind x.grad`` names it), and the leaf's descriptor
+        n = leaf.accs = leaf.accs + 1
+        # the leaf's .grad: a variable of its own (``gvar``: its slot in the buffer until ``bind x.grad`` names
+        # it), and the leaf's descriptor
         put(ga)
-        leaf.gvar = (ga, False, None, at)
-        grads[id(v)] = (v[3], v[1], None, False, 0, accs, (at, False, None, False, 0, 0, None))
+        leaf.gvar = at
+        i = id(v)
+        grads[i] = (v[3], v[1], None, False, 0, n, (at, False, None, False, 0, 0, None))
         at += 1
-        # the report's snapshots of the contribution and of the .grad (one when the .grad is the contribution)
         c = g if same else np.array(g, copy=True)
-        contrib[id(v)] = (leaf, c, c if ga is g else ga)  # (ga: a fresh copy, its snapshot is itself)
+        ids.append(i)
+        accs.append(leaf)
+        cs.append(c)
+        gcs.append(c if ga is g else ga)  # (ga: a fresh copy, its snapshot is itself)
     for v, g in retained:  # retain_grad: a clone of the gradient (here: itself where the clone has its layout)
-        if id(v) in contrib or id(v) in grads:
+        if id(v) in grads:
             raise _GiveUp
         same = _copy_is_itself(g)
         ga = g if same else np.array(g, copy=True, order="K")
@@ -1621,9 +1632,12 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
         buf.append(ga)
         e = v[2][0][0]
         grads[id(v)] = (v[3], v[1], e.recipe.name, True, 0, 1, gd)
-        contrib[id(v)] = (leaf, c, ga if ga is g else _alias_or_copy(ga))
+        ids.append(id(v))
+        accs.append(leaf)
+        cs.append(c)
+        gcs.append(ga if ga is g else _alias_or_copy(ga))
     # the report: each leaf under its first name (one pass over the namespace)
-    want = dict.fromkeys(contrib)
+    want = dict.fromkeys(ids)
     first = {}
     for n, v in ns.items():
         i = id(v)
@@ -1633,7 +1647,7 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
             if not want:
                 break
     entries = []
-    for i, (leaf, c, gc) in contrib.items():
+    for i, leaf, c, gc in zip(ids, accs, cs, gcs):
         n = first.get(i)
         if n is not None:
             entries.append((n, leaf.accs, c, gc))
