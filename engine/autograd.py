@@ -251,22 +251,33 @@ def _finish_grad(inputs, captured, create_graph, allow_unused, materialize_grads
 def _dependencies(roots: list[Node]) -> dict:
     """For every node reachable from the roots, how many edges point at it from reachable nodes."""
     deps: dict[Node, int] = {}
-    stack = list(dict.fromkeys(roots))  # two roots on one node (outputs of a split) count its edges once
-    # a root reached from another root is on the stack already (one root: never reached, the graph is acyclic)
-    seen = set(roots) if len(stack) > 1 else ()
+    nodes = dict.fromkeys(roots)  # two roots on one node (outputs of a split) count its edges once
+    stack = [r.next_functions for r in nodes]  # (the edges of the nodes still to walk)
     get = deps.get
+    pop = stack.pop
     push = stack.append
-    while stack:
-        for c, _ in stack.pop().next_functions:
-            if c is None:
-                continue
-            n = get(c)
-            if n is not None:
-                deps[c] = n + 1
-            else:
-                deps[c] = 1
-                if c not in seen:
-                    push(c)
+    if len(stack) > 1:
+        # a root reached from another root is on the stack already
+        while stack:
+            for c, _ in pop():
+                if c is not None:
+                    n = get(c)
+                    if n is None:
+                        deps[c] = 1
+                        if c not in nodes:
+                            push(c.next_functions)
+                    else:
+                        deps[c] = n + 1
+        return deps
+    while stack:  # (one root: never reached, the graph is acyclic)
+        for c, _ in pop():
+            if c is not None:
+                n = get(c)
+                if n is None:
+                    deps[c] = 1
+                    push(c.next_functions)
+                else:
+                    deps[c] = n + 1
     return deps
 
 
@@ -553,7 +564,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         buf[nr] = g if buf[nr] is None else _add(buf[nr], g)
 
     captured = [None] * (len(inputs) if inputs is not None else 0)
-    leaf_grads: list[tuple[Tensor, Tensor]] = []
+    leaf_grads: list = []  # leaf, its gradient, leaf, ... (flat: no tuple per leaf)
     retained: list[tuple[Tensor, Tensor]] = []
     executed: list[Node] = []
     control = current_control()
@@ -587,7 +598,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                 if buf[0] is None or (accumulate and not node.variable.requires_grad):
                     continue  # torch's AccumulateGrad skips a leaf that no longer requires grad
                 if accumulate:
-                    leaf_grads.append((node.variable, buf[0]))
+                    leaf_grads += (node.variable, buf[0])
                 else:
                     for idx, (n, _) in enumerate(input_edges):
                         if n is node:
@@ -614,7 +625,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                 b[nr] = g if b[nr] is None else _add(b[nr], g)
 
     if accumulate:
-        for leaf, _ in leaf_grads:
+        for leaf in leaf_grads[::2]:
             if leaf._grad_fn is not None:  # an in-place op gave the leaf a history after the graph saw it
                 raise TorchRuntimeError("leaf variable has been moved into the graph interior",
                                         code="invalid_inplace")
@@ -624,7 +635,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         # a gradient array may be shared (a pass-through VJP, the caller's own gradient, a view): a leaf's new
         # .grad gets its own copy unless the array is provably private to it
         claimed = {id(g.data) for g in grads if g is not None}
-        for leaf, g in leaf_grads:
+        for leaf, g in zip(leaf_grads[::2], leaf_grads[1::2]):
             if g.data.dtype != leaf.data.dtype:
                 g = Tensor(kcall(K.astype, g.data, leaf.data.dtype), g.requires_grad, g.grad_fn, g.output_nr)
             contributions[leaf] = g
@@ -648,7 +659,8 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
     """``_run``'s pass when every node reachable from the roots runs (a backward without ``inputs``), as torch
     runs it: one walk counts each node's dependencies, then a node runs once every edge into it has delivered
     (in the order ``_topological`` gives, without a walk to make it first). ``buffers`` holds the roots'
-    gradients; the leaves' gradients, retained gradients and the nodes run are appended to the lists given.
+    gradients; the leaves' gradients (``leaf_grads``: each leaf then its gradient, flat), retained gradients and the
+    nodes run are appended to the lists given.
 
     A node's gradient is the tensor itself for a single-output node, a list (per output) for a multi-output
     one. A node whose last edge has delivered goes onto the ready stack with its gradient (two entries: the
@@ -678,6 +690,7 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
     take = buffers.pop
     get = buffers.get
     done = executed.append
+    found = leaf_grads.append
     # nothing records (no create_graph, no forward-mode level): two gradients of one input are summed by
     # add's kernel alone
     if add is None:
@@ -713,7 +726,8 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
         if not nexts and node.prim == "AccumulateGrad":
             v = node.variable
             if v.requires_grad:  # torch skips a leaf no longer requiring grad
-                leaf_grads.append((v, g))
+                found(v)
+                found(g)
             continue
         outs = apply(node, g)
         done(node)

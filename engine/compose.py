@@ -202,8 +202,8 @@ class _NodeBase:
 class _Acc:
     """A leaf that requires grad, as its accumulator (``variable`` is itself: ``_run_all`` reads
     ``variable.requires_grad``): its variable, its ``.grad`` (once a backward gave it one: its slot in the run's
-    buffer, made a variable when a ``bind`` first names it) and accumulations. ``_Run.leaves`` maps the variable's id to ``((acc, 0),)``, the next_functions of a node whose
-    one edge leads to it."""
+    buffer, made a variable when a ``bind`` first names it) and accumulations. ``_Run.leaves`` maps the
+    variable's id to ``((acc, 0),)``, the next_functions of a node whose one edge leads to it."""
 
     __slots__ = ("var", "accs", "gvar")
     next_functions = ()
@@ -1589,7 +1589,7 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
     accs: list = []
     cs: list = []
     gcs: list = []
-    for leaf, g in leaf_grads:
+    for leaf, g in zip(leaf_grads[::2], leaf_grads[1::2]):
         if leaf.gvar is not None:
             raise _GiveUp
         v = leaf.var
