@@ -933,7 +933,9 @@ class _Run:
         self.slack = _MISS_SLACK
         self.leaves: dict = {}  # id(variable) -> ((its _Acc, 0),)
         self.retains: dict = {}  # id(variable) -> the non-leaf variables retain_grad marked
-        self.grads: dict | None = None  # id(leaf variable) -> its descriptor after the backward
+        # id(variable) -> after the backward, a leaf's .grad slot in ``buf`` (its descriptor made when read:
+        # ``_Descs``), or a retained non-leaf's descriptor
+        self.grads: dict | None = None
         self.ops: list = []
         self.looked = False
 
@@ -1312,7 +1314,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
     run.nbytes, run.nodes = nbytes, nodes
     # ----- the result, as a replay of a one-shot run leaves it
     names = list(ns)
-    grads = run.grads  # id(leaf variable) -> its descriptor after the backward
+    grads = run.grads  # id(variable) -> its .grad after the backward (``_Run.grads``)
     if shown is None:
         items = ns.items()
     else:
@@ -1359,6 +1361,8 @@ class _Descs(Mapping):
         if d is None:
             e = v[2]
             d = (v[3], v[1], None if e is None else e[0][0].recipe.name, id(v) in self._retains, 0, 0, None)
+        elif d.__class__ is int:  # (a leaf's .grad, at slot d, of its one accumulation)
+            d = (v[3], v[1], None, False, 0, 1, (d, False, None, False, 0, 0, None))
         return d
 
     def __contains__(self, name) -> bool:  # (without making the descriptor)
@@ -1538,7 +1542,7 @@ def _response(namespace, reports, buf, kwargs, lim, names) -> None:
             a = v[0]
             total += 25 * a.size + 64 if a.size <= small else count(a)
         if g is not None:
-            total += count(buf[g[6][0]])
+            total += count(buf[g if g.__class__ is int else g[6][0]])
     for _, _, es in reports:
         for _, c, g, _ in es:
             total += count(buf[c])
@@ -1607,13 +1611,13 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
             claimed.add(i)
         else:
             ga = g if same else g.copy()
-        n = leaf.accs = leaf.accs + 1
+        leaf.accs = 1  # (its first: a list runs one backward, and gvar was None)
         # the leaf's .grad: a variable of its own (``gvar``: its slot in the buffer until ``bind x.grad`` names
         # it), and the leaf's descriptor
         put(ga)
         leaf.gvar = at
         i = id(v)
-        grads[i] = (v[3], v[1], None, False, 0, n, (at, False, None, False, 0, 0, None))
+        grads[i] = at  # (its descriptor, of its one accumulation, made when read: _Descs)
         at += 1
         c = g if same else np.array(g, copy=True)
         ids.append(i)
