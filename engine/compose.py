@@ -1587,10 +1587,9 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
     put = buf.append
     at = len(buf)
     grads = run.grads = {}
-    # the report's entries, in the order the gradients came: the variable's id, its accumulator, the snapshots
-    # of the contribution and of the .grad (parallel lists: no tuple per leaf)
+    # the report's entries, in the order the gradients came: the variable's id, the snapshots of the contribution
+    # and of the .grad (parallel lists: no tuple per leaf)
     ids: list = []
-    accs: list = []
     cs: list = []
     gcs: list = []
     for leaf, g in zip(leaf_grads[::2], leaf_grads[1::2]):
@@ -1621,7 +1620,6 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
         at += 1
         c = g if same else np.array(g, copy=True)
         ids.append(i)
-        accs.append(leaf)
         cs.append(c)
         gcs.append(c if ga is g else ga)  # (ga: a fresh copy, its snapshot is itself)
     for v, g in retained:  # retain_grad: a clone of the gradient (here: itself where the clone has its layout)
@@ -1630,32 +1628,27 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
         same = _copy_is_itself(g)
         ga = g if same else np.array(g, copy=True, order="K")
         c = g if same else np.array(g, copy=True)
-        leaf = _Acc(v)  # (its .grad and accumulations, as a leaf's)
-        leaf.accs = 1
         gd = (len(buf), False, None, False, 0, 0, None)
         buf.append(ga)
         e = v[2][0][0]
         grads[id(v)] = (v[3], v[1], e.recipe.name, True, 0, 1, gd)
         ids.append(id(v))
-        accs.append(leaf)
         cs.append(c)
         gcs.append(ga if ga is g else _alias_or_copy(ga))
-    # the report: each leaf under its first name (one pass over the namespace)
-    want = dict.fromkeys(ids)
-    first = {}
-    for n, v in ns.items():
-        i = id(v)
-        if i in want:
-            first[i] = n
-            del want[i]
-            if not want:
-                break
-    entries = []
-    for i, leaf, c, gc in zip(ids, accs, cs, gcs):
-        n = first.get(i)
-        if n is not None:
-            entries.append((n, leaf.accs, c, gc))
-    return entries
+    # the report: each leaf under its first name (one pass over the namespace), of its one accumulation
+    want = dict(zip(ids, range(len(ids))))
+    names = [None] * len(ids)
+    left = len(ids)
+    if left:
+        find = want.pop
+        for n, v in ns.items():
+            k = find(id(v), None)
+            if k is not None:
+                names[k] = n
+                left -= 1
+                if not left:
+                    break
+    return [(n, 1, c, gc) for n, c, gc in zip(names, cs, gcs) if n is not None]
 
 
 _ABSENT = object()
