@@ -717,7 +717,7 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
                     else:
                         deps[c] = 1 - d if d > 0 else d + 1
             continue
-        if node.retained and hooks:
+        if hooks and node.retained:
             multi = node.n_outputs != 1
             for nr, t in node.retained.items():  # retain_grad hooks
                 x = g[nr] if multi else g

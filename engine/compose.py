@@ -1581,7 +1581,8 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
     retained: list = []
     executed: list = []
     run.control = control  # (read every _CHECK_EVERY nodes by run.apply: _run_all checks none)
-    _run_all([node], buffers, False, True, None, leaf_grads, retained, executed, run.apply, _add)
+    # (retain_grad hooks: only where a retain_grad marked a node, else no node's ``retained`` is read)
+    _run_all([node], buffers, False, bool(run.retains), None, leaf_grads, retained, executed, run.apply, _add)
     claimed = {id(seed)}
     buf = run.buf
     put = buf.append
