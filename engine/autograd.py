@@ -743,19 +743,29 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
                 push(child)
                 push(o)
                 continue
-            if d > 1:  # the first of its edges
+            if o is not None and child.n_outputs == 1:
+                if d > 1:  # the first of its edges (nothing buffered yet)
+                    deps[child] = 1 - d
+                    buffers[child] = o
+                elif d != -1:
+                    deps[child] = d + 1
+                    b = get(child)
+                    buffers[child] = o if b is None else add(b, o)
+                else:  # its last edge: ready with the sum
+                    b = take(child, None)
+                    push(child)
+                    push(o if b is None else add(b, o))
+                continue
+            if d > 1:
                 deps[child] = 1 - d
             elif d != -1:
                 deps[child] = d + 1
             if o is not None:
                 b = get(child)
-                if child.n_outputs == 1:
-                    buffers[child] = o if b is None else add(b, o)
-                else:
-                    if b is None:
-                        b = buffers[child] = [None] * child.n_outputs
-                    b[nr] = o if b[nr] is None else add(b[nr], o)
-            if d == -1:  # its last edge: ready with the sum
+                if b is None:
+                    b = buffers[child] = [None] * child.n_outputs
+                b[nr] = o if b[nr] is None else add(b[nr], o)
+            if d == -1:
                 push(child)
                 push(take(child, None))
 

@@ -1019,7 +1019,7 @@ class _Run:
 
 def _add(a, b):
     """``autograd._add_unrecorded`` on arrays: two gradients of one dtype and shape, through add's kernel."""
-    if a.dtype != b.dtype or a.shape != b.shape:
+    if (a.dtype is not b.dtype and a.dtype != b.dtype) or a.shape != b.shape:
         raise _GiveUp
     r = np.add(a, b)
     return r if r.__class__ is _ndarray else _asarray(r)
