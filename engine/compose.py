@@ -978,7 +978,8 @@ class _Run:
             raise _GiveUp
         if not h % _CHECK_EVERY and self.control is not None:
             self.control.check()  # (a deadline or a cancellation stops a long pass between nodes)
-        return (vf.fn or _compiled(vf))(g, *saved) if recipe.star else (vf.fn or _compiled(vf))(g, saved)
+        fn = vf.fn or _compiled(vf)
+        return fn(g, *saved) if recipe.star else fn(g, saved)
 
     def _apply_slow(self, recipe, grads, saved) -> tuple:
         """``apply`` for a multi-output node, a gradient that is a saved array, a miss, or a live recipe."""
