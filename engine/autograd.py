@@ -564,7 +564,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         buf[nr] = g if buf[nr] is None else _add(buf[nr], g)
 
     captured = [None] * (len(inputs) if inputs is not None else 0)
-    leaf_grads: list = []  # leaf, its gradient, leaf, ... (flat: no tuple per leaf)
+    leaf_grads: list = []  # an accumulator, its gradient, an accumulator, ... (flat: no tuple per leaf)
     retained: list[tuple[Tensor, Tensor]] = []
     executed: list[Node] = []
     control = current_control()
@@ -595,10 +595,10 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
             if pruned and node not in relevant:
                 continue
             if node.prim == "AccumulateGrad":
-                if buf[0] is None or (accumulate and not node.variable.requires_grad):
-                    continue  # torch's AccumulateGrad skips a leaf that no longer requires grad
+                if buf[0] is None:
+                    continue
                 if accumulate:
-                    leaf_grads += (node.variable, buf[0])
+                    leaf_grads += (node, buf[0])
                 else:
                     for idx, (n, _) in enumerate(input_edges):
                         if n is node:
@@ -624,8 +624,13 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                     b = buffers[child] = [None] * child.n_outputs
                 b[nr] = g if b[nr] is None else _add(b[nr], g)
 
+    found = []  # (leaf, its gradient)
     if accumulate:
-        for leaf in leaf_grads[::2]:
+        for node, g in zip(leaf_grads[::2], leaf_grads[1::2]):
+            leaf = node.variable
+            if leaf.requires_grad:  # torch's AccumulateGrad skips a leaf that no longer requires grad
+                found.append((leaf, g))
+        for leaf, _ in found:
             if leaf._grad_fn is not None:  # an in-place op gave the leaf a history after the graph saw it
                 raise TorchRuntimeError("leaf variable has been moved into the graph interior",
                                         code="invalid_inplace")
@@ -635,7 +640,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         # a gradient array may be shared (a pass-through VJP, the caller's own gradient, a view): a leaf's new
         # .grad gets its own copy unless the array is provably private to it
         claimed = {id(g.data) for g in grads if g is not None}
-        for leaf, g in zip(leaf_grads[::2], leaf_grads[1::2]):
+        for leaf, g in found:
             if g.data.dtype != leaf.data.dtype:
                 g = Tensor(kcall(K.astype, g.data, leaf.data.dtype), g.requires_grad, g.grad_fn, g.output_nr)
             contributions[leaf] = g
@@ -659,8 +664,9 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
     """``_run``'s pass when every node reachable from the roots runs (a backward without ``inputs``), as torch
     runs it: one walk counts each node's dependencies, then a node runs once every edge into it has delivered
     (in the order ``_topological`` gives, without a walk to make it first). ``buffers`` holds the roots'
-    gradients; the leaves' gradients (``leaf_grads``: each leaf then its gradient, flat), retained gradients and the
-    nodes run are appended to the lists given.
+    gradients; the leaves' gradients (``leaf_grads``: each AccumulateGrad node then its gradient, flat; the caller
+    skips a leaf that no longer requires grad, as torch's AccumulateGrad does), retained gradients and the nodes
+    run are appended to the lists given.
 
     A node's gradient is the tensor itself for a single-output node, a list (per output) for a multi-output
     one. A node whose last edge has delivered goes onto the ready stack with its gradient (two entries: the
@@ -724,10 +730,8 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
                 if x is not None:
                     retained.append((t, x))
         if not nexts and node.prim == "AccumulateGrad":
-            v = node.variable
-            if v.requires_grad:  # torch skips a leaf no longer requiring grad
-                found(v)
-                found(g)
+            found(node)
+            found(g)
             continue
         outs = apply(node, g)
         done(node)

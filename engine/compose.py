@@ -200,9 +200,9 @@ class _NodeBase:
 
 
 class _Acc:
-    """A leaf that requires grad, as its accumulator (``variable`` is itself: ``_run_all`` reads
-    ``variable.requires_grad``): its variable, its ``.grad`` (once a backward gave it one: its slot in the run's
-    buffer, made a variable when a ``bind`` first names it) and accumulations. ``_Run.leaves`` maps the
+    """A leaf that requires grad, as its accumulator (what ``_run_all`` reads of an AccumulateGrad node; it hands
+    the node itself over with its gradient): its variable, its ``.grad`` (once a backward gave it one: its slot in
+    the run's buffer, made a variable when a ``bind`` first names it) and accumulations. ``_Run.leaves`` maps the
     variable's id to ``((acc, 0),)``, the next_functions of a node whose one edge leads to it."""
 
     __slots__ = ("var", "accs", "gvar")
@@ -210,16 +210,11 @@ class _Acc:
     n_outputs = 1
     retained = None
     prim = _ACC
-    requires_grad = True
 
     def __init__(self, var):
         self.var = var
         self.accs = 0
         self.gvar = None
-
-    @property
-    def variable(self):
-        return self
 
 
 # a variable (a tensor of the run) is a tuple (array, requires_grad, ((node, output_nr),) or None, its slot in the

@@ -325,3 +325,18 @@ def test_backward_fast_path_lanes_match_the_pruned_pass(roots_of, monkeypatch):
     for a, x in zip(fast, leaves2):
         assert (a is None) == (x.grad is None) and (a is None or a.tobytes() == x.grad.data.tobytes())
     assert sum(a is not None for a in fast) >= 2
+
+
+@pytest.mark.parametrize("pruned", [False, True])
+def test_a_leaf_that_no_longer_requires_grad_gets_no_grad(pruned):
+    """torch's AccumulateGrad skips a leaf whose requires_grad was turned off after the graph saw it: no .grad,
+    no accumulation; the other leaves get theirs, in the full pass as in the one pruned to ``inputs``."""
+    from engine.ops.reduction import sum as sum_
+    x = tensor(np.array([1.0, 2.0, 3.0], np.float32), requires_grad=True)
+    w = tensor(np.array([0.5, -1.0, 2.0], np.float32), requires_grad=True)
+    loss = sum_(EW.add(EW.mul(x, w), EW.sin(x)))
+    x.requires_grad_(False)
+    backward(loss, inputs=[w] if pruned else None)
+    assert x.grad is None and x.grad_accumulations == 0
+    assert w.grad is not None and w.grad_accumulations == 1
+    assert w.grad.data.tobytes() == np.array([1.0, 2.0, 3.0], np.float32).tobytes()
