@@ -251,22 +251,33 @@ def _finish_grad(inputs, captured, create_graph, allow_unused, materialize_grads
 def _dependencies(roots: list[Node]) -> dict:
     """For every node reachable from the roots, how many edges point at it from reachable nodes."""
     deps: dict[Node, int] = {}
-    stack = list(dict.fromkeys(roots))  # two roots on one node (outputs of a split) count its edges once
-    # a root reached from another root is on the stack already (one root: never reached, the graph is acyclic)
-    seen = set(roots) if len(stack) > 1 else ()
+    nodes = dict.fromkeys(roots)  # two roots on one node (outputs of a split) count its edges once
+    stack = [r.next_functions for r in nodes]  # (the edges of the nodes still to walk)
     get = deps.get
+    pop = stack.pop
     push = stack.append
-    while stack:
-        for c, _ in stack.pop().next_functions:
-            if c is None:
-                continue
-            n = get(c)
-            if n is not None:
-                deps[c] = n + 1
-            else:
-                deps[c] = 1
-                if c not in seen:
-                    push(c)
+    if len(stack) > 1:
+        # a root reached from another root is on the stack already
+        while stack:
+            for c, _ in pop():
+                if c is not None:
+                    n = get(c)
+                    if n is None:
+                        deps[c] = 1
+                        if c not in nodes:
+                            push(c.next_functions)
+                    else:
+                        deps[c] = n + 1
+        return deps
+    while stack:  # (one root: never reached, the graph is acyclic)
+        for c, _ in pop():
+            if c is not None:
+                n = get(c)
+                if n is None:
+                    deps[c] = 1
+                    push(c.next_functions)
+                else:
+                    deps[c] = n + 1
     return deps
 
 
@@ -553,7 +564,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         buf[nr] = g if buf[nr] is None else _add(buf[nr], g)
 
     captured = [None] * (len(inputs) if inputs is not None else 0)
-    leaf_grads: list[tuple[Tensor, Tensor]] = []
+    leaf_grads: list = []  # an accumulator, its gradient, an accumulator, ... (flat: no tuple per leaf)
     retained: list[tuple[Tensor, Tensor]] = []
     executed: list[Node] = []
     control = current_control()
@@ -584,10 +595,10 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
             if pruned and node not in relevant:
                 continue
             if node.prim == "AccumulateGrad":
-                if buf[0] is None or (accumulate and not node.variable.requires_grad):
-                    continue  # torch's AccumulateGrad skips a leaf that no longer requires grad
+                if buf[0] is None:
+                    continue
                 if accumulate:
-                    leaf_grads.append((node.variable, buf[0]))
+                    leaf_grads += (node, buf[0])
                 else:
                     for idx, (n, _) in enumerate(input_edges):
                         if n is node:
@@ -613,8 +624,13 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                     b = buffers[child] = [None] * child.n_outputs
                 b[nr] = g if b[nr] is None else _add(b[nr], g)
 
+    found = []  # (leaf, its gradient)
     if accumulate:
-        for leaf, _ in leaf_grads:
+        for node, g in zip(leaf_grads[::2], leaf_grads[1::2]):
+            leaf = node.variable
+            if leaf.requires_grad:  # torch's AccumulateGrad skips a leaf that no longer requires grad
+                found.append((leaf, g))
+        for leaf, _ in found:
             if leaf._grad_fn is not None:  # an in-place op gave the leaf a history after the graph saw it
                 raise TorchRuntimeError("leaf variable has been moved into the graph interior",
                                         code="invalid_inplace")
@@ -624,7 +640,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         # a gradient array may be shared (a pass-through VJP, the caller's own gradient, a view): a leaf's new
         # .grad gets its own copy unless the array is provably private to it
         claimed = {id(g.data) for g in grads if g is not None}
-        for leaf, g in leaf_grads:
+        for leaf, g in found:
             if g.data.dtype != leaf.data.dtype:
                 g = Tensor(kcall(K.astype, g.data, leaf.data.dtype), g.requires_grad, g.grad_fn, g.output_nr)
             contributions[leaf] = g
@@ -648,80 +664,124 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
     """``_run``'s pass when every node reachable from the roots runs (a backward without ``inputs``), as torch
     runs it: one walk counts each node's dependencies, then a node runs once every edge into it has delivered
     (in the order ``_topological`` gives, without a walk to make it first). ``buffers`` holds the roots'
-    gradients; the leaves' gradients, retained gradients and the nodes run are appended to the lists given.
+    gradients; the leaves' gradients (``leaf_grads``: each AccumulateGrad node then its gradient, flat; the caller
+    skips a leaf that no longer requires grad, as torch's AccumulateGrad does), retained gradients and the nodes
+    run are appended to the lists given.
 
-    A single-output node's gradient is buffered as the tensor itself, a multi-output node's as a list.
+    A node's gradient is the tensor itself for a single-output node, a list (per output) for a multi-output
+    one. A node whose last edge has delivered goes onto the ready stack with its gradient (two entries: the
+    node, then its gradient): a node of one edge (most) never enters ``buffers``, which holds only the partial
+    sums of nodes still waiting for edges. ``deps`` counts each node's edges still to deliver, negated once the
+    first has delivered (its partial sum may then be in ``buffers``).
 
-    ``apply(node, grads)`` (default ``_apply``) runs a node's VJP and ``add(a, b)`` sums two gradients of one
-    input (default: ``_add``, or ``_add_unrecorded`` where nothing records): ``engine.compose`` runs this same
-    schedule over its own light nodes, with gradients as arrays."""
+    ``apply(node, g)`` (default ``_apply_edges``) runs a node's VJP on its gradient ``g`` and gives at least one
+    gradient (or None) per edge; ``add(a, b)`` sums two gradients of one input (default: ``_add``, or
+    ``_add_unrecorded`` where nothing records): ``engine.compose`` runs this same schedule over its own light
+    nodes, with gradients as arrays."""
     deps = _dependencies(roots)
-    ready = [r for r in dict.fromkeys(roots) if r not in deps]
-    for node, buf in list(buffers.items()):  # (the roots')
-        if node.n_outputs == 1:
-            buffers[node] = buf[0]
+    ready: list = []
+    for r in dict.fromkeys(roots):
+        g = buffers.pop(r, None)
+        if g is not None and r.n_outputs == 1:
+            g = g[0]
+        if r in deps:  # (a root reached from another root: its gradient is a partial sum)
+            deps[r] = -deps[r]
+            if g is not None:
+                buffers[r] = g
+        else:
+            ready.append(r)
+            ready.append(g)
     pop = ready.pop
     push = ready.append
     take = buffers.pop
     get = buffers.get
+    done = executed.append
+    found = leaf_grads.append
     # nothing records (no create_graph, no forward-mode level): two gradients of one input are summed by
     # add's kernel alone
     if add is None:
         add = _add if create_graph or current_level() is not None else _add_unrecorded
     if apply is None:
-        apply = _apply
+        apply = _apply_edges
     check = control.check if control is not None else None
     while ready:
+        g = pop()
         node = pop()
         nexts = node.next_functions
         if check is not None:
             check()  # a deadline or a cancellation stops a long pass between nodes
-        g = take(node, None)
         if g is None:
             for c, _ in nexts:  # Kahn's step: a child whose last edge this was is ready
                 if c is not None:
-                    d = deps[c] - 1
-                    if d:
-                        deps[c] = d
-                    else:
+                    d = deps[c]
+                    if d == 1:
                         push(c)
+                        push(None)
+                    elif d == -1:
+                        push(c)
+                        push(take(c, None))
+                    else:
+                        deps[c] = 1 - d if d > 0 else d + 1
             continue
-        buf = None
-        if node.n_outputs != 1:
-            buf = g
-            g = buf[0]
-        if node.retained and hooks:
+        if hooks and node.retained:
+            multi = node.n_outputs != 1
             for nr, t in node.retained.items():  # retain_grad hooks
-                x = g if buf is None else buf[nr]
+                x = g[nr] if multi else g
                 if x is not None:
                     retained.append((t, x))
-        prim_name = node.prim
-        if prim_name == "AccumulateGrad":
-            if g is not None and node.variable.requires_grad:  # torch skips a leaf no longer requiring grad
-                leaf_grads.append((node.variable, g))
+        if not nexts and node.prim == "AccumulateGrad":
+            found(node)
+            found(g)
             continue
-        outs = apply(node, [g] if buf is None else buf)
-        if len(outs) < len(nexts):  # (every edge counts for Kahn's step)
-            outs = [*outs, *([None] * (len(nexts) - len(outs)))]
-        executed.append(node)
+        outs = apply(node, g)
+        done(node)
         for (child, nr), o in zip(nexts, outs):
             if child is None:
                 continue
-            d = deps[child] - 1
-            if d:
-                deps[child] = d
-            else:
+            d = deps[child]
+            if d == 1:  # its only edge: ready with this gradient
+                if o is not None and child.n_outputs != 1:
+                    b = [None] * child.n_outputs
+                    b[nr] = o
+                    o = b
                 push(child)
-            if o is None:
+                push(o)
                 continue
-            if child.n_outputs == 1:
-                b = get(child)
-                buffers[child] = o if b is None else add(b, o)
-            else:
+            if o is not None and child.n_outputs == 1:
+                if d > 1:  # the first of its edges (nothing buffered yet)
+                    deps[child] = 1 - d
+                    buffers[child] = o
+                elif d != -1:
+                    deps[child] = d + 1
+                    b = get(child)
+                    buffers[child] = o if b is None else add(b, o)
+                else:  # its last edge: ready with the sum
+                    b = take(child, None)
+                    push(child)
+                    push(o if b is None else add(b, o))
+                continue
+            if d > 1:
+                deps[child] = 1 - d
+            elif d != -1:
+                deps[child] = d + 1
+            if o is not None:
                 b = get(child)
                 if b is None:
                     b = buffers[child] = [None] * child.n_outputs
                 b[nr] = o if b[nr] is None else add(b[nr], o)
+            if d == -1:
+                push(child)
+                push(take(child, None))
+
+
+def _apply_edges(node: Node, g) -> list | tuple:
+    """``_run_all``'s default ``apply``: ``_apply`` of the node's gradient as buffered (one output's tensor, or
+    a multi-output node's list), with one entry per edge (None past the VJP's own)."""
+    outs = _apply(node, [g] if node.n_outputs == 1 else g)
+    n = len(node.next_functions)
+    if len(outs) < n:
+        outs = [*outs, *([None] * (n - len(outs)))]
+    return outs
 
 
 def _add(a: Tensor, b: Tensor) -> Tensor:

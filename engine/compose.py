@@ -215,26 +215,21 @@ class _NodeBase:
 
 
 class _Acc:
-    """A leaf that requires grad, as its accumulator (``variable`` is itself: ``_run_all`` reads
-    ``variable.requires_grad``): its variable, its ``.grad`` (a variable, once a backward gave it one) and
-    accumulations. ``_Run.leaves`` maps the variable's id to ``((acc, 0),)``, the next_functions of a node whose
-    one edge leads to it."""
+    """A leaf that requires grad, as its accumulator (what ``_run_all`` reads of an AccumulateGrad node; it hands
+    the node itself over with its gradient): its variable, its ``.grad`` (once a backward gave it one: its slot in
+    the run's buffer, made a variable when a ``bind`` first names it) and accumulations. ``_Run.leaves`` maps the
+    variable's id to ``((acc, 0),)``, the next_functions of a node whose one edge leads to it."""
 
     __slots__ = ("var", "accs", "gvar")
     next_functions = ()
     n_outputs = 1
     retained = None
     prim = _ACC
-    requires_grad = True
 
     def __init__(self, var):
         self.var = var
         self.accs = 0
         self.gvar = None
-
-    @property
-    def variable(self):
-        return self
 
 
 # a variable (a tensor of the run) is a tuple (array, requires_grad, ((node, output_nr),) or None, its slot in the
@@ -966,7 +961,8 @@ def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list, budget=None)
         if any(o is not None and (o.__class__ is not Tensor or o._requires_grad or o._grad_fn is not None)
                for o in outs):
             return _no(14), None
-        return True, tuple([None if o is None else o.data for o in outs])
+        res = [None if o is None else o.data for o in outs]
+        return True, (*res, *[None] * (len(recipe.edges) - len(res)))  # (one per edge: _run_all's apply)
     res = []
     slots = []
     for o in outs:
@@ -981,6 +977,9 @@ def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list, budget=None)
             return _no(15), None
         slots.append(sl)
         res.append(o.data)
+    for _ in range(len(recipe.edges) - len(slots)):  # (one gradient per edge: _run_all's apply)
+        slots.append(-1)
+        res.append(None)
     made = _steps(rec, [s for s in slots if s >= 0])
     if made is None:
         return _no(16), None
@@ -1010,7 +1009,9 @@ class _Run:
         self.slack = _MISS_SLACK
         self.leaves: dict = {}  # id(variable) -> ((its _Acc, 0),)
         self.retains: dict = {}  # id(variable) -> the non-leaf variables retain_grad marked
-        self.grads: dict | None = None  # id(leaf variable) -> its descriptor after the backward
+        # id(variable) -> after the backward, a leaf's .grad slot in ``buf`` (its descriptor made when read:
+        # ``_Descs``), or a retained non-leaf's descriptor
+        self.grads: dict | None = None
         self.ops: list = []
         self.looked = False
 
@@ -1031,31 +1032,30 @@ class _Run:
         if self.nbytes > self.max_bytes or maxsize > self.max_el:
             raise _GiveUp
 
-    def apply(self, node, grads) -> tuple:
-        """The composed VJP of ``node`` (``_run_all``'s ``apply``): gradients as arrays, one per edge."""
+    def apply(self, node, g) -> tuple:
+        """The composed VJP of ``node`` (``_run_all``'s ``apply``): ``g`` its gradient as an array (a multi-output
+        node's: the list, per output), one gradient per edge."""
         recipe = node.recipe
+        if g.__class__ is list:
+            return self._apply_slow(recipe, g, node.saved if recipe.star else (node.saved,))
         saved = node.saved
-        if recipe.n_outputs == 1:
-            g = grads[0]
-            if recipe.star:
-                for a in saved:
-                    if a is g:
-                        return self._apply_slow(recipe, grads, saved)
-            elif saved is g:
-                return self._apply_slow(recipe, grads, (saved,))
-            vf = recipe.vjps.get((g.shape, g.dtype, g.strides))
-            if vf is None:
-                return self._apply_slow(recipe, grads, saved if recipe.star else (saved,))
-            n = self.nbytes + vf.nbytes
-            self.nbytes = n
-            h = self.hits = self.hits + 1
-            if n > self.max_bytes or vf.maxsize > self.max_el:
-                raise _GiveUp
-            if not h % _CHECK_EVERY and self.control is not None:
-                self.control.check()  # (a deadline or a cancellation stops a long pass between nodes)
-            fn = vf.fn or _compiled(vf)
-            return fn(g, *saved) if recipe.star else fn(g, saved)
-        return self._apply_slow(recipe, grads, saved if recipe.star else (saved,))
+        if recipe.star:
+            for a in saved:
+                if a is g:
+                    return self._apply_slow(recipe, [g], saved)
+        elif saved is g:
+            return self._apply_slow(recipe, [g], (saved,))
+        vf = recipe.vjps.get((g.shape, g.dtype, g.strides))
+        if vf is None:
+            return self._apply_slow(recipe, [g], saved if recipe.star else (saved,))
+        n = self.nbytes = self.nbytes + vf.nbytes
+        h = self.hits = self.hits + 1
+        if n > self.max_bytes or vf.maxsize > self.max_el:
+            raise _GiveUp
+        if not h % _CHECK_EVERY and self.control is not None:
+            self.control.check()  # (a deadline or a cancellation stops a long pass between nodes)
+        fn = vf.fn or _compiled(vf)
+        return fn(g, *saved) if recipe.star else fn(g, saved)
 
     def _apply_slow(self, recipe, grads, saved) -> tuple:
         """``apply`` for a multi-output node, a gradient that is a saved array, a miss, or a live recipe."""
@@ -1096,7 +1096,7 @@ class _Run:
 
 def _add(a, b):
     """``autograd._add_unrecorded`` on arrays: two gradients of one dtype and shape, through add's kernel."""
-    if a.dtype != b.dtype or a.shape != b.shape:
+    if (a.dtype is not b.dtype and a.dtype != b.dtype) or a.shape != b.shape:
         raise _GiveUp
     r = np.add(a, b)
     return r if r.__class__ is _ndarray else _asarray(r)
@@ -1480,7 +1480,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
     run.nbytes, run.nodes = nbytes, nodes
     # ----- the result, as a replay of a one-shot run leaves it
     names = list(ns)
-    grads = run.grads  # id(leaf variable) -> its descriptor after the backward
+    grads = run.grads  # id(variable) -> its .grad after the backward (``_Run.grads``)
     if shown is None:
         items = ns.items()
     else:
@@ -1527,6 +1527,8 @@ class _Descs(Mapping):
         if d is None:
             e = v[2]
             d = (v[3], v[1], None if e is None else e[0][0].recipe.name, id(v) in self._retains, 0, 0, None)
+        elif d.__class__ is int:  # (a leaf's .grad, at slot d, of its one accumulation)
+            d = (v[3], v[1], None, False, 0, 1, (d, False, None, False, 0, 0, None))
         return d
 
     def __contains__(self, name) -> bool:  # (without making the descriptor)
@@ -1692,6 +1694,8 @@ def _action(run: _Run, index, name, args, kw, out, op, ns, special, autograd, pa
         if leaf is None or leaf.gvar is None:
             raise _GiveUp  # (a non-leaf's .grad warns; an unset one unbinds)
         v = leaf.gvar
+        if v.__class__ is int:  # (its slot in the buffer: the variable made at its first bind)
+            v = leaf.gvar = (run.buf[v], False, None, v)
     ns[out] = v
     return 0
 
@@ -1723,7 +1727,7 @@ def _response(namespace, reports, buf, kwargs, lim, names) -> None:
             a = v[0]
             total += 25 * a.size + 64 if a.size <= small else count(a)
         if g is not None:
-            total += count(buf[g[6][0]])
+            total += count(buf[g if g.__class__ is int else g[6][0]])
     for _, _, es in reports:
         for _, c, g, _ in es:
             total += count(buf[c])
@@ -1762,64 +1766,75 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
     retained: list = []
     executed: list = []
     run.control = control  # (read every _CHECK_EVERY nodes by run.apply: _run_all checks none)
-    _run_all([node], buffers, False, True, None, leaf_grads, retained, executed, run.apply, _add)
+    # (retain_grad hooks: only where a retain_grad marked a node, else no node's ``retained`` is read)
+    _run_all([node], buffers, False, bool(run.retains), None, leaf_grads, retained, executed, run.apply, _add)
     claimed = {id(seed)}
-    contrib = {}
     buf = run.buf
+    put = buf.append
+    at = len(buf)
     grads = run.grads = {}
-    for leaf, g in leaf_grads:
-        v = leaf.var
+    # the report's entries, in the order the gradients came: the variable's id, the snapshots of the contribution
+    # and of the .grad (parallel lists: no tuple per leaf)
+    ids: list = []
+    cs: list = []
+    gcs: list = []
+    for leaf, g in zip(leaf_grads[::2], leaf_grads[1::2]):
         if leaf.gvar is not None:
             raise _GiveUp
-        if g.dtype != v[0].dtype:
-            g = g.astype(v[0].dtype)
+        v = leaf.var
+        a = v[0]
+        if g.dtype is not a.dtype and g.dtype != a.dtype:
+            g = g.astype(a.dtype)
         # _accumulate_leaf: a gradient array that may be shared gets a copy (here: itself where the copy would
         # have its layout)
         flags = g.flags
-        same = _copy_is_itself(g)  # (a copy would have g's layout: g itself stands for it)
-        if id(g) in claimed or not flags.owndata or not flags.writeable:
-            ga = g if same else g.copy()
-        else:
+        # (a copy would have g's layout: g itself stands for it; a 0-d array is C-contiguous, its copy too)
+        same = flags.writeable if g.ndim == 0 else _copy_is_itself(g)
+        i = id(g)
+        if flags.writeable and flags.owndata and i not in claimed:
             ga = g
-            claimed.add(id(g))
-        leaf.accs += 1
-        # the leaf's .grad: a variable of its own (``bind x.grad`` names it), and the leaf's descriptor
-        gd = (len(buf), False, None, False, 0, 0, None)
-        buf.append(ga)
-        leaf.gvar = (ga, False, None, gd[0])
-        grads[id(v)] = (v[3], v[1], None, False, 0, leaf.accs, gd)
-        # the report's snapshots of the contribution and of the .grad (one when the .grad is the contribution)
+            claimed.add(i)
+        else:
+            ga = g if same else g.copy()
+        leaf.accs = 1  # (its first: a list runs one backward, and gvar was None)
+        # the leaf's .grad: a variable of its own (``gvar``: its slot in the buffer until ``bind x.grad`` names
+        # it), and the leaf's descriptor
+        put(ga)
+        leaf.gvar = at
+        i = id(v)
+        grads[i] = at  # (its descriptor, of its one accumulation, made when read: _Descs)
+        at += 1
         c = g if same else np.array(g, copy=True)
-        contrib[id(v)] = (leaf, c, c if ga is g else ga)  # (ga: a fresh copy, its snapshot is itself)
+        ids.append(i)
+        cs.append(c)
+        gcs.append(c if ga is g else ga)  # (ga: a fresh copy, its snapshot is itself)
     for v, g in retained:  # retain_grad: a clone of the gradient (here: itself where the clone has its layout)
-        if id(v) in contrib or id(v) in grads:
+        if id(v) in grads:
             raise _GiveUp
         same = _copy_is_itself(g)
         ga = g if same else np.array(g, copy=True, order="K")
         c = g if same else np.array(g, copy=True)
-        leaf = _Acc(v)  # (its .grad and accumulations, as a leaf's)
-        leaf.accs = 1
         gd = (len(buf), False, None, False, 0, 0, None)
         buf.append(ga)
         e = v[2][0][0]
         grads[id(v)] = (v[3], v[1], e.recipe.name, True, 0, 1, gd)
-        contrib[id(v)] = (leaf, c, ga if ga is g else _alias_or_copy(ga))
-    # the report: each leaf under its first name (one pass over the namespace)
-    want = dict.fromkeys(contrib)
-    first = {}
-    for n, v in ns.items():
-        i = id(v)
-        if i in want:
-            first[i] = n
-            del want[i]
-            if not want:
-                break
-    entries = []
-    for i, (leaf, c, gc) in contrib.items():
-        n = first.get(i)
-        if n is not None:
-            entries.append((n, leaf.accs, c, gc))
-    return entries
+        ids.append(id(v))
+        cs.append(c)
+        gcs.append(ga if ga is g else _alias_or_copy(ga))
+    # the report: each leaf under its first name (one pass over the namespace), of its one accumulation
+    want = dict(zip(ids, range(len(ids))))
+    names = [None] * len(ids)
+    left = len(ids)
+    if left:
+        find = want.pop
+        for n, v in ns.items():
+            k = find(id(v), None)
+            if k is not None:
+                names[k] = n
+                left -= 1
+                if not left:
+                    break
+    return [(n, 1, c, gc) for n, c, gc in zip(names, cs, gcs) if n is not None]
 
 
 _ABSENT = object()

@@ -554,3 +554,43 @@ def test_the_inline_node_forms_make_the_nodes_the_general_code_makes():
     assert len(accs) == 12
     assert all(acc.__class__ is compose_module._Acc and hasattr(acc, f) for acc in accs
                for f in compose_module._Acc.__slots__)
+
+
+# ----- the composed backward's schedule (autograd._run_all with _Run.apply) ------------------------------------
+def _multi_output_graph(groups, r):
+    """Multi-output nodes (split, chunk) in the composed backward: a split whose outputs reach the loss along
+    several paths (one output twice: its node gets its gradients as a list summed over several edges), a chunk
+    of which one piece is used (its node's one edge delivers the list), a leaf used by several ops (its
+    accumulator sums them), and after the backward the leaves' .grad bound twice and aliased."""
+    ops = [{"op": "tensor", "args": [[r(), r(), r(), r()]], "kwargs": {"requires_grad": True}, "out": f"p{i}"}
+           for i in range(2 * groups)]
+    outs = []
+    for g in range(groups):
+        a, b = f"p{2 * g}", f"p{2 * g + 1}"
+        ops += [{"op": "mul", "args": [a, b], "out": f"ab{g}"},
+                {"op": "split", "args": [f"ab{g}", 1], "out": [f"u{g}_{j}" for j in range(4)]},
+                {"op": "mul", "args": [f"u{g}_0", f"u{g}_1"], "out": f"x{g}"},
+                {"op": "sin", "args": [f"u{g}_2"], "out": f"y{g}"},
+                {"op": "mul", "args": [f"u{g}_0", 2.0], "out": f"z{g}"},
+                {"op": "chunk", "args": [b, 2], "out": [f"c{g}_0", f"c{g}_1"]},
+                {"op": "sum", "args": [f"c{g}_1"], "out": f"w{g}"},
+                {"op": "stack", "args": [[f"x{g}", f"y{g}", f"z{g}"]], "out": f"s{g}"},
+                {"op": "sum", "args": [f"s{g}"], "out": f"v{g}"},
+                {"op": "add", "args": [f"v{g}", f"w{g}"], "out": f"o{g}"}]
+        outs.append(f"o{g}")
+    ops += [{"op": "stack", "args": [outs], "out": "all"}, {"op": "sum", "args": ["all"], "out": "tot"},
+            {"op": "backward", "args": ["tot"]},
+            {"op": "bind", "args": ["p0.grad"], "out": "g0"}, {"op": "bind", "args": ["p0.grad"], "out": "g1"},
+            {"op": "bind", "args": ["g0"], "out": "g2"}, {"op": "bind", "args": ["p3.grad"], "out": "g3"}]
+    return ops
+
+
+@pytest.mark.parametrize("respond", ["all", ["tot", "g0", "g1", "g2", "p3.grad"]])
+def test_multi_output_nodes_and_bound_grads_compose_as_they_run_cold(respond):
+    cache = fresh_cache()
+    r = draws(4)
+    for _ in range(3):
+        ops = _multi_output_graph(6, r)
+        c, p = both(ops, cache, respond=respond)
+        assert p == c and c[0] == "ok"
+    assert cache.composed == 3, cache.stats()

@@ -287,3 +287,56 @@ def test_backward_fast_path_matches_the_pruned_pass_bit_for_bit():
     backward(root2, inputs=leaves2)  # every leaf asked for: the general loop, the same values
     for a, x in zip(fast, leaves2):
         assert a.tobytes() == x.grad.data.tobytes()
+
+
+def _lanes(roots_of):
+    """A graph through each of ``_run_all``'s lanes: a multi-output node whose one edge delivers (a chunk of which
+    one piece is used), one that gets its gradients over several edges (an unbind whose pieces are used twice),
+    a leaf reached along several paths, and the roots ``roots_of(root, mid, pieces)`` picks: ``mid`` is reached
+    from ``root`` (a root whose gradient is a partial sum), ``pieces`` are two outputs of one node."""
+    rng = np.random.default_rng(1)
+    leaves = [tensor(rng.standard_normal(4).astype(np.float32), requires_grad=True) for _ in range(4)]
+    from engine.ops.reduction import sum as sum_
+    c = S.chunk(EW.mul(leaves[0], leaves[1]), 2)
+    w = EW.sin(c[1])
+    pieces = S.unbind(EW.mul(leaves[2], leaves[3]), 0)
+    mid = sum_(EW.mul(w, pieces[0]))
+    root = sum_(S.stack([EW.mul(mid, 2.0), EW.mul(pieces[0], pieces[2]), EW.sin(pieces[2]),
+                         sum_(EW.mul(leaves[1], 3.0))]))
+    roots = roots_of(root, mid, pieces)
+    return leaves, roots, [Tensor(np.ones(r.data.shape, np.float32)) for r in roots]
+
+
+@pytest.mark.parametrize("roots_of", [lambda root, mid, pieces: [root], lambda root, mid, pieces: [root, mid],
+                                      lambda root, mid, pieces: [mid, root, mid],
+                                      lambda root, mid, pieces: [pieces[2], pieces[0]]],
+                         ids=["one", "reached", "reached_twice", "one_node"])
+def test_backward_fast_path_lanes_match_the_pruned_pass(roots_of, monkeypatch):
+    from engine import autograd as A
+    leaves, roots, seeds = _lanes(roots_of)
+    want = [n for n in A._topological([r.grad_fn for r in roots]) if n.prim != "AccumulateGrad"]
+    ran = []
+    monkeypatch.setattr(A, "release_all", lambda nodes: ran.extend(nodes))
+    backward(roots, seeds)
+    assert ran == want
+    fast = [None if x.grad is None else x.grad.data.copy() for x in leaves]
+    leaves2, roots2, seeds2 = _lanes(roots_of)
+    backward(roots2, seeds2, inputs=leaves2)  # the general loop
+    for a, x in zip(fast, leaves2):
+        assert (a is None) == (x.grad is None) and (a is None or a.tobytes() == x.grad.data.tobytes())
+    assert sum(a is not None for a in fast) >= 2
+
+
+@pytest.mark.parametrize("pruned", [False, True])
+def test_a_leaf_that_no_longer_requires_grad_gets_no_grad(pruned):
+    """torch's AccumulateGrad skips a leaf whose requires_grad was turned off after the graph saw it: no .grad,
+    no accumulation; the other leaves get theirs, in the full pass as in the one pruned to ``inputs``."""
+    from engine.ops.reduction import sum as sum_
+    x = tensor(np.array([1.0, 2.0, 3.0], np.float32), requires_grad=True)
+    w = tensor(np.array([0.5, -1.0, 2.0], np.float32), requires_grad=True)
+    loss = sum_(EW.add(EW.mul(x, w), EW.sin(x)))
+    x.requires_grad_(False)
+    backward(loss, inputs=[w] if pruned else None)
+    assert x.grad is None and x.grad_accumulations == 0
+    assert w.grad is not None and w.grad_accumulations == 1
+    assert w.grad.data.tobytes() == np.array([1.0, 2.0, 3.0], np.float32).tobytes()
