@@ -1567,20 +1567,10 @@ def _key_of(form, args: list, kw: dict, ns: dict, key: list, vs: list) -> None:
                 continue
             key.append(("L", len(a)))
             for b in a:
-                if b.__class__ is not str:
-                    key.append(_lit(b))
-                    continue
-                v = ns.get(b)
-                if v is None:
-                    raise _GiveUp
-                for j, w in enumerate(vs):
-                    if w is v:
-                        key.append(j)
-                        break
+                if b.__class__ is str:
+                    _tensor(b, ns, key, vs)
                 else:
-                    vs.append(v)
-                    x = v[0]
-                    key += (x.shape, x.dtype, x.strides, v[1])
+                    key.append(_lit(b))
         elif k != _PLAIN and k != _TENSOR:
             del key[3:]
             vs.clear()
