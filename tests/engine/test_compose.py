@@ -240,13 +240,19 @@ def test_a_second_backward_runs_cold():
     assert p == c and c[0] == "ok" and cache.composed == 0
 
 
-@pytest.mark.parametrize("n", [200, 2000])
-def test_a_list_that_never_repeats_gives_up_early(monkeypatch, n):
-    """Its forms (a new literal each op) cannot repeat: it gives up at its ``_MISS_EARLY + 1``-th miss, looking
-    ahead, not after the slack a long list has (``_MISS_SLACK``, one more per ``_MISS_PER`` ops)."""
+def _policy_defaults(monkeypatch):
     monkeypatch.setattr(compose_module, "_MISS_SLACK", MISS_SLACK)
     monkeypatch.setattr(compose_module, "_MISS_EARLY", MISS_EARLY)
     monkeypatch.setattr(compose_module, "_MIN_OPS", MIN_OPS)
+
+
+@pytest.mark.parametrize("n", [100, 200, 2000])
+def test_a_list_that_never_repeats_gives_up_before_recording_anything(monkeypatch, n):
+    """Its forms (a new literal each op) cannot repeat: at its first miss without a hit (``_MISS_EARLY`` 0) it
+    looks ahead and gives up there, before recording that op's fragment (nothing recorded, no miss counted), not
+    after the slack a long list has (``_MISS_SLACK``, one more per ``_MISS_PER`` ops)."""
+    _policy_defaults(monkeypatch)
+    assert MISS_EARLY == 0
     ops = [{"op": "tensor", "args": [1.5], "kwargs": {"requires_grad": True}, "out": "x"}]
     for i in range(n):
         ops.append({"op": "mul", "args": ["x" if i == 0 else f"y{i - 1}", 1.0 + i / 1024], "out": f"y{i}"})
@@ -254,16 +260,72 @@ def test_a_list_that_never_repeats_gives_up_early(monkeypatch, n):
     c, p = both(ops, cache)
     assert p == c and c[0] == "ok"
     assert cache.composed == 0 and cache.uncomposable == 1
-    assert cache.fragment_misses == MISS_EARLY + 1 < MISS_SLACK
+    assert cache.fragment_misses == 0 and cache.fragment_hits == 0 and not cache.fragments.ops
+
+
+def test_a_never_repeating_list_of_known_forms_composes_from_hits(monkeypatch):
+    """The look-ahead is for a run's first miss before any hit: a list whose forms never repeat within it but
+    are all known (another list recorded them) composes from hits alone."""
+    _policy_defaults(monkeypatch)
+    x = {"op": "tensor", "args": [[1.5, -2.0]], "kwargs": {"requires_grad": True}, "out": "x"}
+    body = [{"op": "mul", "args": ["x" if i == 0 else f"y{i - 1}", 1.0 + i / 1024], "out": f"y{i}"}
+            for i in range(120)]
+    tail = [{"op": "sum", "args": ["y119"], "out": "s"}, {"op": "backward", "args": ["s"]}]
+    cache = fresh_cache()
+    # (the same forms, each in a loop that repeats it: composed, every form and its VJP recorded)
+    for i in range(120):
+        loop = [x] + [{"op": "mul", "args": ["x" if k == 0 else f"z{k - 1}", 1.0 + i / 1024], "out": f"z{k}"}
+                      for k in range(110)] + [{"op": "sum", "args": ["z109"], "out": "s"}, tail[1]]
+        both(loop, cache)
+    assert cache.composed == 120 and cache.uncomposable == 0, cache.stats()
+    misses = cache.fragment_misses
+    c, p = both([x] + body + tail, cache)
+    assert p == c and c[0] == "ok"
+    assert cache.composed == 121 and cache.fragment_misses == misses, cache.stats()
+
+
+def test_a_non_repeating_prologue_then_a_repeated_body_composes(monkeypatch):
+    """Set-up ops of forms of their own (scalings of a constant by literals of their own), then a loop: the first
+    miss looks ahead over the prologue into the body, sees it repeat, and the run composes from a fresh cache (a
+    prologue's new forms count against the slack as any miss: a long list has one more per ``_MISS_PER`` ops)."""
+    _policy_defaults(monkeypatch)
+    ops = [{"op": "tensor", "args": [[0.5, -0.25, 1.0]], "kwargs": {"requires_grad": True}, "out": "y"},
+           {"op": "tensor", "args": [[0.1, 0.2, 0.3]], "out": "c0"}]
+    ops += [{"op": "mul", "args": ["c0", 1.0 + i / 8], "out": f"c{i + 1}"} for i in range(6)]
+    ops += [{"op": "add", "args": ["y", "c6"], "out": "y0"}]
+    for k in range(400):
+        ops += [{"op": "mul", "args": [f"y{k}", "c3"], "out": f"a{k}"},
+                {"op": "tanh", "args": [f"a{k}"], "out": f"b{k}"},
+                {"op": "add", "args": [f"b{k}", f"y{k}"], "out": f"y{k + 1}"}]
+    ops += [{"op": "sum", "args": ["y400"], "out": "s"}, {"op": "backward", "args": ["s"]}]
+    assert not compose_module._repeats(ops[:9], 2)  # (the prologue alone does not repeat)
+    cache = fresh_cache()
+    c, p = both(ops, cache)
+    assert p == c and c[0] == "ok"
+    assert cache.composed == 1 and cache.fragment_misses >= 10, cache.stats()
+
+
+def test_forms_that_differ_only_in_shape_give_up_after_the_slack(monkeypatch):
+    """Their signatures repeat (the look-ahead does not see shapes) but every op is a new form (a new input of
+    another shape each op): the run gives up once its misses outnumber its hits by the slack, and counts the
+    misses it recorded, no more."""
+    _policy_defaults(monkeypatch)
+    ops = []
+    for i in range(120):
+        ops += [{"op": "tensor", "args": [[0.5] * (i + 1)], "kwargs": {"requires_grad": True}, "out": f"x{i}"},
+                {"op": "mul", "args": [f"x{i}", 2.0], "out": f"y{i}"}]
+    cache = fresh_cache()
+    c, p = both(ops, cache)
+    assert p == c and c[0] == "ok"
+    assert cache.composed == 0 and cache.uncomposable == 1
+    assert cache.fragment_misses == MISS_SLACK == len(cache.fragments.ops), cache.stats()
 
 
 def test_a_long_list_that_meets_all_its_forms_first_still_composes(monkeypatch):
     """An integrator's loop: its first step meets a dozen new forms (more than ``_MISS_EARLY`` and
     ``_MISS_SLACK``), then repeats them: the look-ahead sees the repetition, the slack of a long list covers
     the misses; composed from a fresh cache."""
-    monkeypatch.setattr(compose_module, "_MISS_SLACK", MISS_SLACK)
-    monkeypatch.setattr(compose_module, "_MISS_EARLY", MISS_EARLY)
-    monkeypatch.setattr(compose_module, "_MIN_OPS", MIN_OPS)
+    _policy_defaults(monkeypatch)
     ops = [{"op": "tensor", "args": [[0.5, -0.25, 1.0]], "kwargs": {"requires_grad": True}, "out": "y"},
            {"op": "tensor", "args": [[[0.1, 0.2, 0.0], [0.0, -0.3, 0.1], [0.2, 0.0, 0.1]]],
             "kwargs": {"requires_grad": True}, "out": "A"}]
