@@ -5,8 +5,9 @@ the service sets it) tries to compose it from per-op fragments when it has at le
 list whose forms never repeat gives up and runs cold. This prints that run's median time with composition on and
 off (``PlanCache(..., fragment_entries=0)``), measured interleaved in one process, and their ratio, for lists of
 100, 200 and 1,000 ops of two kinds: ``chain`` (a new literal each op: ``y_i = y_{i-1} * c_i`` on a 3-vector, a
-sum and a backward) and ``mixed`` (the same through four ops in turn, on inputs of a shape of their own each 25
-ops). The README's figure for composed runs is this table's ratio column.
+sum and a backward), ``mixed`` (the same through four ops in turn, on inputs of a shape of their own each 25
+ops) and ``shapes`` (one op written alike on inputs of a shape of their own each). The README's figure for
+composed runs is this table's ratio column: the median over runs of (on / off), each pair run back to back.
 
     python bench/norepeat.py            # 100 / 200 / 1,000 ops
     python bench/norepeat.py --quick    # fewer repeats
@@ -73,25 +74,50 @@ def mixed(n: int) -> list:
     return ops
 
 
+def shapes(n: int) -> list:
+    """``n`` ops (inputs left out): ``x_i * 2.0`` on inputs of a shape of their own each, the sums of the first
+    quarter of the products stacked, a sum, a backward: the same op written each time (their signatures repeat),
+    every op a form of its own."""
+    ops = []
+    sums = []
+    m = (n - 3) * 4 // 5  # (m products, the sums of the first n - 3 - m)
+    for i in range(m):
+        ops.append({"op": "tensor", "args": [E.Owned(np.full(i + 1, 0.5, dtype=np.float32))],
+                    "kwargs": {"requires_grad": True}, "out": f"x{i}"})
+        ops.append({"op": "mul", "args": [f"x{i}", 2.0], "out": f"y{i}"})
+        ops.append({"op": "sum", "args": [f"y{i}"], "out": f"s{i}"})
+        sums.append(f"s{i}")
+    ops = [o for o in ops if o["op"] != "sum" or int(o["out"][1:]) < n - 3 - m]
+    sums = sums[:n - 3 - m]
+    ops.append({"op": "stack", "args": [sums], "out": "ps"})
+    ops.append({"op": "sum", "args": ["ps"], "out": "s"})
+    ops.append({"op": "backward", "args": ["s"]})
+    return ops
+
+
 def measure(make, n: int, repeat: int) -> tuple:
-    """Median times of the first run of ``make(n)``, composition on and off, interleaved; the on-run's cache
-    counters (of its last run)."""
+    """The first run of ``make(n)``, composition on and off, back to back (in turn which first): the median
+    times, the median of each pair's ratio (on / off: steadier than the ratio of medians on a busy machine),
+    and the on-run's cache counters (of its last run)."""
     limits = E.Limits()
-    on, off = [], []
+    on, off, ratios = [], [], []
     stats = None
     for i in range(repeat + 3):
+        pair = {}
         for mode in ((True, False) if i % 2 else (False, True)):
             ops = make(n)
             cache = PlanCache(record_after=2) if mode else PlanCache(record_after=2, fragment_entries=0)
             t0 = time.perf_counter()
             run_planned(cache, E.State(), ops, limits=limits, control=E.Control(3600.0), respond="all",
                         extra=("json",))
-            t = time.perf_counter() - t0
-            if i >= 3:
-                (on if mode else off).append(t)
+            pair[mode] = time.perf_counter() - t0
             if mode:
                 stats = cache.stats()
-    return statistics.median(on), statistics.median(off), stats
+        if i >= 3:
+            on.append(pair[True])
+            off.append(pair[False])
+            ratios.append(pair[True] / pair[False])
+    return statistics.median(on), statistics.median(off), statistics.median(ratios), stats
 
 
 def main() -> None:
@@ -103,11 +129,11 @@ def main() -> None:
     undo = configure_gc()
     print("| list | ops | compose off | compose on | on/off | misses | uncomposable |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, make in (("chain", chain), ("mixed", mixed)):
+    for name, make in (("chain", chain), ("mixed", mixed), ("shapes", shapes)):
         for n in map(int, opts.sizes.split(",")):
             repeat = max(31, (20000 if not opts.quick else 4000) // n)
-            t_on, t_off, st = measure(make, n, repeat)
-            print(f"| {name} | {n} | {t_off * 1e3:.3f} ms | {t_on * 1e3:.3f} ms | {t_on / t_off:.3f} | "
+            t_on, t_off, ratio, st = measure(make, n, repeat)
+            print(f"| {name} | {n} | {t_off * 1e3:.3f} ms | {t_on * 1e3:.3f} ms | {ratio:.3f} | "
                   f"{st['fragment_misses']} | {st['uncomposable']} |", flush=True)
     undo()
 

@@ -1012,7 +1012,9 @@ class _Run:
         # id(variable) -> after the backward, a leaf's .grad slot in ``buf`` (its descriptor made when read:
         # ``_Descs``), or a retained non-leaf's descriptor
         self.grads: dict | None = None
-        self.ops: list = []
+        self.ops: list = []  # the list, its inputs' places and metadata (for ``_repeats``)
+        self.inputs_at: list = []
+        self.metas: tuple = ()
         self.looked = False
 
     def miss(self, index: int = -1) -> None:
@@ -1023,7 +1025,7 @@ class _Run:
         m = self.misses + 1
         if m > _MISS_EARLY + self.hits and index >= 0 and not self.looked:
             self.looked = True
-            if not _repeats(self.ops, index):
+            if not _repeats(self.ops, index, self.inputs_at, self.metas):
                 raise _GiveUp
         if m > self.slack + self.hits:
             raise _GiveUp
@@ -1137,7 +1139,7 @@ def compose(frags: Fragments, state: State, ops: list, inputs_at: list, inputs: 
     limits = kwargs.get("limits")
     run = _Run(frags, limits)
     run.slack = max(_MISS_SLACK, len(ops) // _MISS_PER)
-    run.ops = ops
+    run.ops, run.inputs_at, run.metas = ops, inputs_at, metas
     if state.tensors or state.functions:
         return None, run
     try:
@@ -1164,23 +1166,25 @@ def _sig(v):
 
 
 _FLAT = frozenset({float, int, bool, type(None)})
+_NO_NAMES: dict = {}  # (read only)
 
 
-def _op_sig(op):
+def _op_sig(op, known: Mapping = _NO_NAMES):
     """``_sig`` of an op's name, no_grad flag, arguments and keyword arguments (none and ``{}`` alike); the common
-    argument lists (one or two names or numbers) without ``_sig``'s calls."""
+    argument lists (one or two names or numbers) without ``_sig``'s calls, a name there as ``known``'s entry for
+    it (an input's (shape, dtype, requires_grad): ops on inputs of other shapes are other forms) or None."""
     args = op.get("args")
     if args.__class__ is list and len(args) <= 2:
         if not args:
             args = ()
         else:
             a = args[0]
-            a = None if a.__class__ is str else a if a.__class__ in _FLAT else _sig(a)
+            a = known.get(a) if a.__class__ is str else a if a.__class__ in _FLAT else _sig(a)
             if len(args) == 1:
                 args = (a,)
             else:
                 b = args[1]
-                args = (a, None if b.__class__ is str else b if b.__class__ in _FLAT else _sig(b))
+                args = (a, known.get(b) if b.__class__ is str else b if b.__class__ in _FLAT else _sig(b))
     else:
         args = _sig(args)
     kw = op.get("kwargs")
@@ -1190,16 +1194,18 @@ def _op_sig(op):
 _NOT_LOOKED_AT = _ACTIONS | {"tensor"}
 
 
-def _repeats(ops: list, index: int) -> bool:
+def _repeats(ops: list, index: int, inputs_at: list = (), metas: tuple = ()) -> bool:
     """Whether the list may repeat its op forms from op ``index`` on: at least a quarter of the next
     ``_LOOK_AHEAD`` ops (inputs and actions left out) have the signature (``_op_sig``: equal forms have equal
     signatures) of an op before them (one of the ``_LOOK_BACK`` ops up to ``index``, or an earlier one of those
-    ahead: a loop's first steps). Nothing ahead: True (a few more misses at most). It stops as soon as the answer
+    ahead: a loop's first steps), an input's name there standing for its shape, dtype and flag (``metas``, of the
+    inputs at ``inputs_at``). Nothing ahead: True (a few more misses at most). It stops as soon as the answer
     is certain (a quarter of the window seen again, or more than three quarters new): a list that never repeats
     pays for three quarters of the window's signatures (~0.5 us each)."""
     skip = _NOT_LOOKED_AT
     sig = _op_sig
-    seen = {sig(op) for op in islice(ops, max(0, index - _LOOK_BACK), index + 1) if op.get("op") not in skip}
+    known = dict(zip(map(_get, map(ops.__getitem__, inputs_at), repeat("out")), metas))
+    seen = {sig(op, known) for op in islice(ops, max(0, index - _LOOK_BACK), index + 1) if op.get("op") not in skip}
     add = seen.add
     enough, too_many = _LOOK_AHEAD, 3 * _LOOK_AHEAD  # (4 * repeated, 4 * new: certain either way)
     n = same = 0
@@ -1207,7 +1213,7 @@ def _repeats(ops: list, index: int) -> bool:
         if op.get("op") in skip:
             continue
         n += 1
-        s = sig(op)
+        s = sig(op, known)
         if s in seen:
             same += 1
             if 4 * same >= enough:
