@@ -75,20 +75,17 @@ def mixed(n: int) -> list:
 
 
 def shapes(n: int) -> list:
-    """``n`` ops (inputs left out): ``x_i * 2.0`` on inputs of a shape of their own each, the sums of the first
-    quarter of the products stacked, a sum, a backward: the same op written each time (their signatures repeat),
-    every op a form of its own."""
+    """``n`` ops (inputs left out): ``x_i * 2.0`` on inputs of a shape of their own each, then the sums of the
+    first quarter of the products stacked, a sum, a backward: the same op written each time (names aside, the
+    ops look alike), every op a form of its own."""
     ops = []
-    sums = []
-    m = (n - 3) * 4 // 5  # (m products, the sums of the first n - 3 - m)
+    m = (n - 3) * 4 // 5  # (m products, then the sums of the first n - 3 - m)
     for i in range(m):
         ops.append({"op": "tensor", "args": [E.Owned(np.full(i + 1, 0.5, dtype=np.float32))],
                     "kwargs": {"requires_grad": True}, "out": f"x{i}"})
         ops.append({"op": "mul", "args": [f"x{i}", 2.0], "out": f"y{i}"})
-        ops.append({"op": "sum", "args": [f"y{i}"], "out": f"s{i}"})
-        sums.append(f"s{i}")
-    ops = [o for o in ops if o["op"] != "sum" or int(o["out"][1:]) < n - 3 - m]
-    sums = sums[:n - 3 - m]
+    sums = [f"s{i}" for i in range(n - 3 - m)]
+    ops += [{"op": "sum", "args": [f"y{i}"], "out": s} for i, s in enumerate(sums)]
     ops.append({"op": "stack", "args": [sums], "out": "ps"})
     ops.append({"op": "sum", "args": ["ps"], "out": "s"})
     ops.append({"op": "backward", "args": ["s"]})

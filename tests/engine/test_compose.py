@@ -305,26 +305,30 @@ def test_a_non_repeating_prologue_then_a_repeated_body_composes(monkeypatch):
     assert cache.composed == 1 and cache.fragment_misses >= 10, cache.stats()
 
 
-@pytest.mark.parametrize("on", ["inputs", "intermediates"])
+@pytest.mark.parametrize("on", ["inputs", "leading inputs", "intermediates"])
 def test_forms_that_differ_only_in_shape_give_up_early(monkeypatch, on):
-    """The same op written each time, every op a new form (a new input of another shape each time). On the
-    inputs themselves the look-ahead sees their shapes (``_repeats``' ``metas``): it gives up at the first miss,
-    nothing recorded. On intermediates (``exp`` of each input, then ``* 2.0``) it cannot: the run gives up once its
-    misses outnumber its hits by the slack, and counts the misses it recorded, no more."""
+    """The same op written each time, every op a new form (on a new input of another shape each time). On inputs
+    (each before its op, or all at the head of the list) the look-ahead sees their shapes (``_repeats``: the
+    names bound so far, the inputs' ``metas`` ahead): it gives up at the first miss, nothing recorded. On
+    intermediates (``exp`` of each input, then ``* 2.0``) it cannot: the run gives up once its misses outnumber
+    its hits by the slack, and counts the misses it recorded, no more."""
     _policy_defaults(monkeypatch)
-    ops = []
+    inputs, ops = [], []
     for i in range(120):
-        ops.append({"op": "tensor", "args": [[0.5] * (i + 1)], "kwargs": {"requires_grad": True}, "out": f"x{i}"})
-        if on == "inputs":
-            ops.append({"op": "mul", "args": [f"x{i}", 2.0], "out": f"y{i}"})
-        else:
+        inputs.append({"op": "tensor", "args": [[0.5] * (i + 1)], "kwargs": {"requires_grad": True},
+                       "out": f"x{i}"})
+        if on == "intermediates":
             ops += [{"op": "exp", "args": [f"x{i}"], "out": f"e{i}"},
                     {"op": "mul", "args": [f"e{i}", 2.0], "out": f"y{i}"}]
+        else:
+            ops.append({"op": "mul", "args": [f"x{i}", 2.0], "out": f"y{i}"})
+    ops = inputs + ops if on == "leading inputs" else [o for pair in zip(inputs, ops) for o in pair] \
+        if on == "inputs" else [o for k in range(120) for o in (inputs[k], ops[2 * k], ops[2 * k + 1])]
     cache = fresh_cache()
     c, p = both(ops, cache)
     assert p == c and c[0] == "ok"
     assert cache.composed == 0 and cache.uncomposable == 1
-    recorded = 0 if on == "inputs" else MISS_SLACK
+    recorded = MISS_SLACK if on == "intermediates" else 0
     assert cache.fragment_misses == recorded == len(cache.fragments.ops), cache.stats()
 
 
