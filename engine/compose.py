@@ -42,10 +42,11 @@ Whatever cannot be composed gives up before anything is visible: the caller then
 gives the result, or the error and its op index). It gives up on an op or action it does not cover, any
 exception (a kernel's value check, the deadline), a run whose bytes (every array it made, an upper bound) or
 nodes could come near the limits, a response over its bytes limit, and early when the fragments it meets are
-mostly new (``_MISS_SLACK``, one more per ``_MISS_PER`` ops), and at its second miss without hits when the
-ops ahead do not look as if they repeat the forms met (``_repeats``: a list whose forms do not repeat pays one
-or two recorded ops). Lists of fewer than ``_MIN_OPS`` ops run cold. Nothing a composed run does writes into an
-array it did not make, so giving up leaves no trace.
+mostly new (``_MISS_SLACK``, one more per ``_MISS_PER`` ops), and at its first miss before any hit, before
+recording it, when the ops ahead do not look as if they repeat the forms met (``_repeats``: a list whose forms do
+not repeat records nothing and pays about two ops' worth; ``bench/norepeat.py``). Lists of fewer than
+``_MIN_OPS`` ops run cold. Nothing a composed run does writes into an array it did not make, so giving up leaves
+no trace.
 """
 
 from __future__ import annotations
@@ -96,14 +97,15 @@ _F64 = struct.Struct("<d")
 #: repeat pays a few percent; a long one may meet all its forms in its first steps)
 _MISS_SLACK = 4
 _MISS_PER = 100
-#: at the first miss that outnumbers the hits by more than this, the run looks ahead (``_repeats``): a list whose
-#: next ops' forms cannot repeat the ones it met gives up there, without paying the slack's misses
+#: at the first miss that outnumbers the hits by more than this (0: a run's first miss before any hit), before
+#: recording it, the run looks ahead (``_repeats``): a list whose next ops' forms cannot repeat the ones it met gives
+#: up there, without recording anything (each recorded miss costs ~5x the op run cold)
 _MISS_EARLY = 0
 _LOOK_BACK = 256  # ops whose signatures ``_repeats`` compares the next ones with
 _LOOK_AHEAD = 32
 #: lists of fewer ops (inputs left out) run cold: too short for their fragments to repeat much, and a first
-#: sighting of them costs little cold (and a plan is recorded at the second); a list that gives up pays about
-#: ten ops' worth (two misses and the look-ahead), ~10% of a list of this length whose forms never repeat
+#: sighting of them costs little cold (and a plan is recorded at the second); a list whose forms never repeat
+#: pays about two ops' worth for the attempt (the look-ahead), ~3% at this length (``bench/norepeat.py``)
 _MIN_OPS = 100
 #: fragments a cache keeps (forward op forms; each keeps at most ``_VJPS_PER_FRAG`` VJP forms)
 FRAGMENT_ENTRIES = 4096
@@ -1170,22 +1172,32 @@ _FLAT = frozenset({float, int, bool, type(None)})
 _NO_NAMES: dict = {}  # (read only)
 
 
-def _op_sig(op, known: Mapping = _NO_NAMES):
+def _op_sig(op, ns: dict = _NO_NAMES, ahead: dict = _NO_NAMES):
     """``_sig`` of an op's name, no_grad flag, arguments and keyword arguments (none and ``{}`` alike); the common
-    argument lists (one or two names or numbers) without ``_sig``'s calls, a name there as ``known``'s entry for
-    it (an input's (shape, dtype, requires_grad): ops on inputs of other shapes are other forms) or None."""
+    argument lists (one or two names or numbers) without ``_sig``'s calls, a name there as its tensor's (shape,
+    dtype, requires_grad) when it is bound (``ns``: the composed loop's names) or an input ahead (``ahead``: its
+    ``metas`` entry; ops on inputs of other shapes are other forms), else None."""
     args = op.get("args")
     if args.__class__ is list and len(args) <= 2:
         if not args:
             args = ()
         else:
             a = args[0]
-            a = known.get(a) if a.__class__ is str else a if a.__class__ in _FLAT else _sig(a)
+            if a.__class__ is str:
+                v = ns.get(a)
+                a = ahead.get(a) if v is None else (v[0].shape, v[0].dtype.str, v[1])
+            elif a.__class__ not in _FLAT:
+                a = _sig(a)
             if len(args) == 1:
                 args = (a,)
             else:
                 b = args[1]
-                args = (a, known.get(b) if b.__class__ is str else b if b.__class__ in _FLAT else _sig(b))
+                if b.__class__ is str:
+                    v = ns.get(b)
+                    b = ahead.get(b) if v is None else (v[0].shape, v[0].dtype.str, v[1])
+                elif b.__class__ not in _FLAT:
+                    b = _sig(b)
+                args = (a, b)
     else:
         args = _sig(args)
     kw = op.get("kwargs")
@@ -1193,23 +1205,6 @@ def _op_sig(op, known: Mapping = _NO_NAMES):
 
 
 _NOT_LOOKED_AT = _ACTIONS | {"tensor"}
-
-
-class _Known:
-    """What ``_op_sig`` reads of a name: (shape, dtype, requires_grad) of a name bound before (``ns``: the
-    composed loop's names) or of an input ahead (``ahead``: name -> its ``metas`` entry), else None."""
-
-    __slots__ = ("ns", "ahead")
-
-    def __init__(self, ns, ahead):
-        self.ns, self.ahead = ns, ahead
-
-    def get(self, name):
-        v = self.ns.get(name)
-        if v is None:
-            return self.ahead.get(name)
-        a = v[0]
-        return a.shape, a.dtype.str, v[1]
 
 
 def _repeats(ops: list, index: int, inputs_at: list = (), metas: tuple = (), ns: dict | None = None) -> bool:
@@ -1224,8 +1219,9 @@ def _repeats(ops: list, index: int, inputs_at: list = (), metas: tuple = (), ns:
     skip = _NOT_LOOKED_AT
     sig = _op_sig
     ahead: dict = {}
-    known = _Known(_NO_NAMES if ns is None else ns, ahead)
-    seen = {sig(op, known) for op in islice(ops, max(0, index - _LOOK_BACK), index + 1) if op.get("op") not in skip}
+    if ns is None:
+        ns = _NO_NAMES
+    seen = {sig(op, ns, ahead) for op in islice(ops, max(0, index - _LOOK_BACK), index + 1) if op.get("op") not in skip}
     add = seen.add
     enough, too_many = _LOOK_AHEAD, 3 * _LOOK_AHEAD  # (4 * repeated, 4 * new: certain either way)
     n = same = 0
@@ -1240,7 +1236,7 @@ def _repeats(ops: list, index: int, inputs_at: list = (), metas: tuple = (), ns:
         if op.get("op") in skip:
             continue
         n += 1
-        s = sig(op, known)
+        s = sig(op, ns, ahead)
         if s in seen:
             same += 1
             if 4 * same >= enough:
