@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from itertools import islice, repeat
 from operator import attrgetter, itemgetter
@@ -103,6 +103,9 @@ _MISS_PER = 100
 _MISS_EARLY = 0
 _LOOK_BACK = 256  # ops whose signatures ``_repeats`` compares the next ones with
 _LOOK_AHEAD = 32
+#: a list of this many ops past a first miss whose look-ahead says no looks again in the middle of them (a long
+#: prologue of forms of their own, then a loop; the slack of such a list covers the prologue's misses)
+_LOOK_AGAIN = 1000
 #: lists of fewer ops (inputs left out) run cold: too short for their fragments to repeat much, and a first
 #: sighting of them costs little cold (and a plan is recorded at the second); a list whose forms never repeat
 #: pays about two ops' worth for the attempt (the look-ahead), ~3% at this length (``bench/norepeat.py``)
@@ -1021,14 +1024,16 @@ class _Run:
 
     def miss(self, index: int = -1, ns: dict | None = None) -> None:
         """A fragment not found (at op ``index`` of the forward, ``ns`` its names so far; -1: in the backward),
-        about to be recorded: gives
-        up instead when the misses would outnumber the hits by more than the slack, or (once, early: at a run's
-        first miss before any hit, by default) when the list does not look as if it repeats itself
-        (``_repeats``). A miss that gives up records nothing and is not counted."""
+        about to be recorded: gives up instead when the misses would outnumber the hits by more than the slack, or
+        (once, early: at a run's first miss before any hit, by default) when the list does not look as if it
+        repeats itself (``_repeats``, again in the middle of a long list). A miss that gives up records nothing
+        and is not counted."""
         m = self.misses + 1
         if m > _MISS_EARLY + self.hits and index >= 0 and not self.looked:
             self.looked = True
-            if not _repeats(self.ops, index, self.inputs_at, self.metas, ns):
+            ops, at, metas = self.ops, self.inputs_at, self.metas
+            if not _repeats(ops, index, at, metas, ns) and (len(ops) - index < _LOOK_AGAIN or not _repeats(
+                    ops, (index + len(ops)) // 2, at, metas, ns, _LOOK_AHEAD)):
                 raise _GiveUp
         if m > self.slack + self.hits:
             raise _GiveUp
@@ -1207,27 +1212,29 @@ def _op_sig(op, ns: dict = _NO_NAMES, ahead: dict = _NO_NAMES):
 _NOT_LOOKED_AT = _ACTIONS | {"tensor"}
 
 
-def _repeats(ops: list, index: int, inputs_at: list = (), metas: tuple = (), ns: dict | None = None) -> bool:
+def _repeats(ops: list, index: int, inputs_at: list = (), metas: tuple = (), ns: dict | None = None,
+             back: int = _LOOK_BACK) -> bool:
     """Whether the list may repeat its op forms from op ``index`` on: at least a quarter of the next
     ``_LOOK_AHEAD`` ops (inputs and actions left out) have the signature (``_op_sig``: equal forms have equal
-    signatures) of an op before them (one of the ``_LOOK_BACK`` ops up to ``index``, or an earlier one of those
-    ahead: a loop's first steps), a name there standing for its tensor's shape, dtype and flag when it is bound
-    before (``ns``) or an input ahead (``metas``, of the inputs at ``inputs_at``; an intermediate ahead: None).
+    signatures) of an op before them (one of the ``back`` ops up to ``index``, or an earlier one of those ahead: a
+    loop's first steps), a name there standing for its tensor's shape, dtype and flag when it is bound before
+    (``ns``) or an input (``metas``, of the inputs at ``inputs_at``; an intermediate not bound yet: None).
     Nothing ahead: True (a few more misses at most). It stops as soon as the answer is certain (a quarter of the
     window seen again, or more than three quarters new): a list that never repeats pays for three quarters of
     the window's signatures (~0.7 us each; ~20 us in all, ~1% of a 100-op list's cold run)."""
     skip = _NOT_LOOKED_AT
     sig = _op_sig
-    ahead: dict = {}
     if ns is None:
         ns = _NO_NAMES
-    seen = {sig(op, ns, ahead) for op in islice(ops, max(0, index - _LOOK_BACK), index + 1) if op.get("op") not in skip}
+    ahead: dict = {}
+    seen: set = set()
     add = seen.add
     enough, too_many = _LOOK_AHEAD, 3 * _LOOK_AHEAD  # (4 * repeated, 4 * new: certain either way)
     n = same = 0
-    j = bisect_right(inputs_at, index)  # (the next input's place in ``inputs_at``)
+    lo = max(0, index - back)
+    j = bisect_left(inputs_at, lo)  # (the next input's place in ``inputs_at``)
     at = inputs_at[j] if j < len(inputs_at) else -1
-    for i, op in enumerate(islice(ops, index + 1, None), index + 1):
+    for i, op in enumerate(islice(ops, lo, None), lo):
         if i == at:
             ahead[op.get("out")] = metas[j]
             j += 1
@@ -1235,8 +1242,11 @@ def _repeats(ops: list, index: int, inputs_at: list = (), metas: tuple = (), ns:
             continue
         if op.get("op") in skip:
             continue
-        n += 1
         s = sig(op, ns, ahead)
+        if i <= index:
+            add(s)
+            continue
+        n += 1
         if s in seen:
             same += 1
             if 4 * same >= enough:

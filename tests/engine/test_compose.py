@@ -305,6 +305,37 @@ def test_a_non_repeating_prologue_then_a_repeated_body_composes(monkeypatch):
     assert cache.composed == 1 and cache.fragment_misses >= 10, cache.stats()
 
 
+@pytest.mark.parametrize("prologue", [6, 40])
+def test_a_long_prologue_then_a_loop_composes_in_a_long_list(monkeypatch, prologue):
+    """A prologue of more new forms than the look-ahead window tolerates (40 > ``_LOOK_AHEAD`` * 3 / 4), then a
+    loop, in a list of more than ``_LOOK_AGAIN`` ops: the first look says no, the second, in the middle of the
+    list, sees the loop; the slack of the long list covers the prologue's misses: composed from a fresh cache.
+    A short list of the same prologue gives up at its first miss, recording nothing."""
+    _policy_defaults(monkeypatch)
+    head = [{"op": "tensor", "args": [[0.5, -0.25, 1.0]], "kwargs": {"requires_grad": True}, "out": "y"},
+            {"op": "tensor", "args": [[0.1, 0.2, 0.3]], "out": "c0"}]
+    head += [{"op": "mul", "args": [f"c{i}", 1.0 + i / 64], "out": f"c{i + 1}"} for i in range(prologue)]
+    head += [{"op": "add", "args": ["y", f"c{prologue}"], "out": "y0"}]
+
+    def body(steps):
+        ops = []
+        for k in range(steps):
+            ops += [{"op": "mul", "args": [f"y{k}", "c3"], "out": f"a{k}"},
+                    {"op": "tanh", "args": [f"a{k}"], "out": f"b{k}"},
+                    {"op": "add", "args": [f"b{k}", f"y{k}"], "out": f"y{k + 1}"}]
+        return ops + [{"op": "sum", "args": [f"y{steps}"], "out": "s"}, {"op": "backward", "args": ["s"]}]
+    assert compose_module._LOOK_AGAIN < 1800 and compose_module._LOOK_AHEAD * 3 // 4 < 40
+    cache = fresh_cache()
+    c, p = both(head + body(1800), cache)
+    assert p == c and c[0] == "ok"
+    assert cache.composed == 1 and cache.fragment_misses >= prologue, cache.stats()
+    if prologue == 40:
+        short = fresh_cache()
+        c, p = both(head + body(40), short)
+        assert p == c and c[0] == "ok"
+        assert short.uncomposable == 1 and short.fragment_misses == 0 and not short.fragments.ops, short.stats()
+
+
 @pytest.mark.parametrize("on", ["inputs", "leading inputs", "intermediates"])
 def test_forms_that_differ_only_in_shape_give_up_early(monkeypatch, on):
     """The same op written each time, every op a new form (on a new input of another shape each time). On inputs
