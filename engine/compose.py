@@ -42,19 +42,20 @@ Whatever cannot be composed gives up before anything is visible: the caller then
 gives the result, or the error and its op index). It gives up on an op or action it does not cover, any
 exception (a kernel's value check, the deadline), a run whose bytes (every array it made, an upper bound) or
 nodes could come near the limits, a response over its bytes limit, and early when the fragments it meets are
-mostly new (``_MISS_SLACK``, one more per ``_MISS_PER`` ops), and at its second miss without hits when the
-ops ahead do not look as if they repeat the forms met (``_repeats``: a list whose forms do not repeat pays one
-or two recorded ops). Lists of fewer than ``_MIN_OPS`` ops run cold. Nothing a composed run does writes into an
-array it did not make, so giving up leaves no trace.
+mostly new (``_MISS_SLACK``, one more per ``_MISS_PER`` ops), and at its first miss before any hit, before
+recording it, when the ops ahead do not look as if they repeat the forms met (``_repeats``: a list whose forms do
+not repeat records nothing and pays about two ops' worth; ``bench/norepeat.py``). Lists of fewer than
+``_MIN_OPS`` ops run cold. Nothing a composed run does writes into an array it did not make, so giving up leaves
+no trace.
 """
 
 from __future__ import annotations
 
 import struct
 import threading
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
-from itertools import repeat
+from itertools import islice, repeat
 from operator import attrgetter, itemgetter
 from time import monotonic as _monotonic
 
@@ -96,14 +97,18 @@ _F64 = struct.Struct("<d")
 #: repeat pays a few percent; a long one may meet all its forms in its first steps)
 _MISS_SLACK = 4
 _MISS_PER = 100
-#: at the first miss that outnumbers the hits by more than this, the run looks ahead (``_repeats``): a list whose
-#: next ops' forms cannot repeat the ones it met gives up there, without paying the slack's misses
-_MISS_EARLY = 1
+#: at the first miss that outnumbers the hits by more than this (0: a run's first miss before any hit), before
+#: recording it, the run looks ahead (``_repeats``): a list whose next ops' forms cannot repeat the ones it met gives
+#: up there, without recording anything (each recorded miss costs ~5x the op run cold)
+_MISS_EARLY = 0
 _LOOK_BACK = 256  # ops whose signatures ``_repeats`` compares the next ones with
-_LOOK_AHEAD = 64
+_LOOK_AHEAD = 32
+#: a list of this many ops past a first miss whose look-ahead says no looks again in the middle of them (a long
+#: prologue of forms of their own, then a loop; the slack of such a list covers the prologue's misses)
+_LOOK_AGAIN = 1000
 #: lists of fewer ops (inputs left out) run cold: too short for their fragments to repeat much, and a first
-#: sighting of them costs little cold (and a plan is recorded at the second); a list that gives up pays about
-#: ten ops' worth (two misses and the look-ahead), ~10% of a list of this length whose forms never repeat
+#: sighting of them costs little cold (and a plan is recorded at the second); a list whose forms never repeat
+#: pays about two ops' worth for the attempt (the look-ahead), ~3% at this length (``bench/norepeat.py``)
 _MIN_OPS = 100
 #: fragments a cache keeps (forward op forms; each keeps at most ``_VJPS_PER_FRAG`` VJP forms)
 FRAGMENT_ENTRIES = 4096
@@ -1012,20 +1017,27 @@ class _Run:
         # id(variable) -> after the backward, a leaf's .grad slot in ``buf`` (its descriptor made when read:
         # ``_Descs``), or a retained non-leaf's descriptor
         self.grads: dict | None = None
-        self.ops: list = []
+        self.ops: list = []  # the list, its inputs' places and metadata (for ``_repeats``)
+        self.inputs_at: list = []
+        self.metas: tuple = ()
         self.looked = False
 
-    def miss(self, index: int = -1) -> None:
-        """A fragment not found (at op ``index`` of the forward; -1: in the backward): gives up when the misses
-        outnumber the hits by more than the slack, or (once, early) when the list does not look as if it
-        repeats itself (``_repeats``)."""
-        m = self.misses = self.misses + 1
-        if m > self.slack + self.hits:
-            raise _GiveUp
+    def miss(self, index: int = -1, ns: dict | None = None) -> None:
+        """A fragment not found (at op ``index`` of the forward, ``ns`` its names so far; -1: in the backward),
+        about to be recorded: gives up instead when the misses would outnumber the hits by more than the slack, or
+        (once, early: at a run's first miss before any hit, by default) when the list does not look as if it
+        repeats itself (``_repeats``, again in the middle of a long list). A miss that gives up records nothing
+        and is not counted."""
+        m = self.misses + 1
         if m > _MISS_EARLY + self.hits and index >= 0 and not self.looked:
             self.looked = True
-            if not _repeats(self.ops, index):
+            ops, at, metas = self.ops, self.inputs_at, self.metas
+            if not _repeats(ops, index, at, metas, ns) and (len(ops) - index < _LOOK_AGAIN or not _repeats(
+                    ops, (index + len(ops)) // 2, at, metas, ns, _LOOK_AHEAD)):
                 raise _GiveUp
+        if m > self.slack + self.hits:
+            raise _GiveUp
+        self.misses = m
 
     def made(self, nbytes: int, maxsize: int) -> None:
         self.nbytes += nbytes
@@ -1135,7 +1147,7 @@ def compose(frags: Fragments, state: State, ops: list, inputs_at: list, inputs: 
     limits = kwargs.get("limits")
     run = _Run(frags, limits)
     run.slack = max(_MISS_SLACK, len(ops) // _MISS_PER)
-    run.ops = ops
+    run.ops, run.inputs_at, run.metas = ops, inputs_at, metas
     if state.tensors or state.functions:
         return None, run
     try:
@@ -1161,32 +1173,88 @@ def _sig(v):
     return c  # (an array, an Owned...: by kind)
 
 
-def _op_sig(op):
-    return (op.get("op"), op.get("no_grad"), _sig(op.get("args")), _sig(op.get("kwargs")))
+_FLAT = frozenset({float, int, bool, type(None)})
+_NO_NAMES: dict = {}  # (read only)
 
 
-def _repeats(ops: list, index: int) -> bool:
+def _op_sig(op, ns: dict = _NO_NAMES, ahead: dict = _NO_NAMES):
+    """``_sig`` of an op's name, no_grad flag, arguments and keyword arguments (none and ``{}`` alike); the common
+    argument lists (one or two names or numbers) without ``_sig``'s calls, a name there as its tensor's (shape,
+    dtype, requires_grad) when it is bound (``ns``: the composed loop's names) or an input ahead (``ahead``: its
+    ``metas`` entry; ops on inputs of other shapes are other forms), else None."""
+    args = op.get("args")
+    if args.__class__ is list and len(args) <= 2:
+        if not args:
+            args = ()
+        else:
+            a = args[0]
+            if a.__class__ is str:
+                v = ns.get(a)
+                a = ahead.get(a) if v is None else (v[0].shape, v[0].dtype.str, v[1])
+            elif a.__class__ not in _FLAT:
+                a = _sig(a)
+            if len(args) == 1:
+                args = (a,)
+            else:
+                b = args[1]
+                if b.__class__ is str:
+                    v = ns.get(b)
+                    b = ahead.get(b) if v is None else (v[0].shape, v[0].dtype.str, v[1])
+                elif b.__class__ not in _FLAT:
+                    b = _sig(b)
+                args = (a, b)
+    else:
+        args = _sig(args)
+    kw = op.get("kwargs")
+    return op.get("op"), op.get("no_grad"), args, _sig(kw) if kw else None
+
+
+_NOT_LOOKED_AT = _ACTIONS | {"tensor"}
+
+
+def _repeats(ops: list, index: int, inputs_at: list = (), metas: tuple = (), ns: dict | None = None,
+             back: int = _LOOK_BACK) -> bool:
     """Whether the list may repeat its op forms from op ``index`` on: at least a quarter of the next
     ``_LOOK_AHEAD`` ops (inputs and actions left out) have the signature (``_op_sig``: equal forms have equal
-    signatures) of an op before them (one of the ``_LOOK_BACK`` ops up to ``index``, or an earlier one of those
-    ahead: a loop's first steps). Nothing ahead: True (a few more misses at most)."""
-    skip = _ACTIONS
-    seen = set()
-    for op in ops[max(0, index - _LOOK_BACK):index + 1]:
-        name = op.get("op")
-        if name != "tensor" and name not in skip:
-            seen.add(_op_sig(op))
+    signatures) of an op before them (one of the ``back`` ops up to ``index``, or an earlier one of those ahead: a
+    loop's first steps), a name there standing for its tensor's shape, dtype and flag when it is bound before
+    (``ns``) or an input (``metas``, of the inputs at ``inputs_at``; an intermediate not bound yet: None).
+    Nothing ahead: True (a few more misses at most). It stops as soon as the answer is certain (a quarter of the
+    window seen again, or more than three quarters new): a list that never repeats pays for three quarters of
+    the window's signatures (~0.7 us each; ~20 us in all, ~1% of a 100-op list's cold run)."""
+    skip = _NOT_LOOKED_AT
+    sig = _op_sig
+    if ns is None:
+        ns = _NO_NAMES
+    ahead: dict = {}
+    seen: set = set()
+    add = seen.add
+    enough, too_many = _LOOK_AHEAD, 3 * _LOOK_AHEAD  # (4 * repeated, 4 * new: certain either way)
     n = same = 0
-    for op in ops[index + 1:]:
-        name = op.get("op")
-        if name == "tensor" or name in skip:
+    lo = max(0, index - back)
+    j = bisect_left(inputs_at, lo)  # (the next input's place in ``inputs_at``)
+    at = inputs_at[j] if j < len(inputs_at) else -1
+    for i, op in enumerate(islice(ops, lo, None), lo):
+        if i == at:
+            ahead[op.get("out")] = metas[j]
+            j += 1
+            at = inputs_at[j] if j < len(inputs_at) else -1
+            continue
+        if op.get("op") in skip:
+            continue
+        s = sig(op, ns, ahead)
+        if i <= index:
+            add(s)
             continue
         n += 1
-        sig = _op_sig(op)
-        if sig in seen:
+        if s in seen:
             same += 1
+            if 4 * same >= enough:
+                return True
         else:
-            seen.add(sig)
+            add(s)
+            if 4 * (n - same) > too_many:
+                return False
         if n == _LOOK_AHEAD:
             break
     return n == 0 or 4 * same >= n
@@ -1342,7 +1410,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                     if len(vs) > _CODEGEN_MAX:  # (a wide op: run live, nothing kept)
                         frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns, live=True)
                     else:
-                        run.miss(index)
+                        run.miss(index, ns)
                         frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns)
                         put(key, frag)
                     if frag is None:

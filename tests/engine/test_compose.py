@@ -240,13 +240,19 @@ def test_a_second_backward_runs_cold():
     assert p == c and c[0] == "ok" and cache.composed == 0
 
 
-@pytest.mark.parametrize("n", [200, 2000])
-def test_a_list_that_never_repeats_gives_up_early(monkeypatch, n):
-    """Its forms (a new literal each op) cannot repeat: it gives up at its ``_MISS_EARLY + 1``-th miss, looking
-    ahead, not after the slack a long list has (``_MISS_SLACK``, one more per ``_MISS_PER`` ops)."""
+def _policy_defaults(monkeypatch):
     monkeypatch.setattr(compose_module, "_MISS_SLACK", MISS_SLACK)
     monkeypatch.setattr(compose_module, "_MISS_EARLY", MISS_EARLY)
     monkeypatch.setattr(compose_module, "_MIN_OPS", MIN_OPS)
+
+
+@pytest.mark.parametrize("n", [100, 200, 2000])
+def test_a_list_that_never_repeats_gives_up_before_recording_anything(monkeypatch, n):
+    """Its forms (a new literal each op) cannot repeat: at its first miss without a hit (``_MISS_EARLY`` 0) it
+    looks ahead and gives up there, before recording that op's fragment (nothing recorded, no miss counted), not
+    after the slack a long list has (``_MISS_SLACK``, one more per ``_MISS_PER`` ops)."""
+    _policy_defaults(monkeypatch)
+    assert MISS_EARLY == 0
     ops = [{"op": "tensor", "args": [1.5], "kwargs": {"requires_grad": True}, "out": "x"}]
     for i in range(n):
         ops.append({"op": "mul", "args": ["x" if i == 0 else f"y{i - 1}", 1.0 + i / 1024], "out": f"y{i}"})
@@ -254,16 +260,114 @@ def test_a_list_that_never_repeats_gives_up_early(monkeypatch, n):
     c, p = both(ops, cache)
     assert p == c and c[0] == "ok"
     assert cache.composed == 0 and cache.uncomposable == 1
-    assert cache.fragment_misses == MISS_EARLY + 1 < MISS_SLACK
+    assert cache.fragment_misses == 0 and cache.fragment_hits == 0 and not cache.fragments.ops
+
+
+def test_a_never_repeating_list_of_known_forms_composes_from_hits(monkeypatch):
+    """The look-ahead is for a run's first miss before any hit: a list whose forms never repeat within it but
+    are all known (another list recorded them) composes from hits alone."""
+    _policy_defaults(monkeypatch)
+    x = {"op": "tensor", "args": [[1.5, -2.0]], "kwargs": {"requires_grad": True}, "out": "x"}
+    body = [{"op": "mul", "args": ["x" if i == 0 else f"y{i - 1}", 1.0 + i / 1024], "out": f"y{i}"}
+            for i in range(120)]
+    tail = [{"op": "sum", "args": ["y119"], "out": "s"}, {"op": "backward", "args": ["s"]}]
+    cache = fresh_cache()
+    # (the same forms, each in a loop that repeats it: composed, every form and its VJP recorded)
+    for i in range(120):
+        loop = [x] + [{"op": "mul", "args": ["x" if k == 0 else f"z{k - 1}", 1.0 + i / 1024], "out": f"z{k}"}
+                      for k in range(110)] + [{"op": "sum", "args": ["z109"], "out": "s"}, tail[1]]
+        both(loop, cache)
+    assert cache.composed == 120 and cache.uncomposable == 0, cache.stats()
+    misses = cache.fragment_misses
+    c, p = both([x] + body + tail, cache)
+    assert p == c and c[0] == "ok"
+    assert cache.composed == 121 and cache.fragment_misses == misses, cache.stats()
+
+
+def test_a_non_repeating_prologue_then_a_repeated_body_composes(monkeypatch):
+    """Set-up ops of forms of their own (scalings of a constant by literals of their own), then a loop: the first
+    miss looks ahead over the prologue into the body, sees it repeat, and the run composes from a fresh cache (a
+    prologue's new forms count against the slack as any miss: a long list has one more per ``_MISS_PER`` ops)."""
+    _policy_defaults(monkeypatch)
+    ops = [{"op": "tensor", "args": [[0.5, -0.25, 1.0]], "kwargs": {"requires_grad": True}, "out": "y"},
+           {"op": "tensor", "args": [[0.1, 0.2, 0.3]], "out": "c0"}]
+    ops += [{"op": "mul", "args": ["c0", 1.0 + i / 8], "out": f"c{i + 1}"} for i in range(6)]
+    ops += [{"op": "add", "args": ["y", "c6"], "out": "y0"}]
+    for k in range(400):
+        ops += [{"op": "mul", "args": [f"y{k}", "c3"], "out": f"a{k}"},
+                {"op": "tanh", "args": [f"a{k}"], "out": f"b{k}"},
+                {"op": "add", "args": [f"b{k}", f"y{k}"], "out": f"y{k + 1}"}]
+    ops += [{"op": "sum", "args": ["y400"], "out": "s"}, {"op": "backward", "args": ["s"]}]
+    assert not compose_module._repeats(ops[:9], 2)  # (the prologue alone does not repeat)
+    cache = fresh_cache()
+    c, p = both(ops, cache)
+    assert p == c and c[0] == "ok"
+    assert cache.composed == 1 and cache.fragment_misses >= 10, cache.stats()
+
+
+@pytest.mark.parametrize("prologue", [6, 40])
+def test_a_long_prologue_then_a_loop_composes_in_a_long_list(monkeypatch, prologue):
+    """A prologue of more new forms than the look-ahead window tolerates (40 > ``_LOOK_AHEAD`` * 3 / 4), then a
+    loop, in a list of more than ``_LOOK_AGAIN`` ops: the first look says no, the second, in the middle of the
+    list, sees the loop; the slack of the long list covers the prologue's misses: composed from a fresh cache.
+    A short list of the same prologue gives up at its first miss, recording nothing."""
+    _policy_defaults(monkeypatch)
+    head = [{"op": "tensor", "args": [[0.5, -0.25, 1.0]], "kwargs": {"requires_grad": True}, "out": "y"},
+            {"op": "tensor", "args": [[0.1, 0.2, 0.3]], "out": "c0"}]
+    head += [{"op": "mul", "args": [f"c{i}", 1.0 + i / 64], "out": f"c{i + 1}"} for i in range(prologue)]
+    head += [{"op": "add", "args": ["y", f"c{prologue}"], "out": "y0"}]
+
+    def body(steps):
+        ops = []
+        for k in range(steps):
+            ops += [{"op": "mul", "args": [f"y{k}", "c3"], "out": f"a{k}"},
+                    {"op": "tanh", "args": [f"a{k}"], "out": f"b{k}"},
+                    {"op": "add", "args": [f"b{k}", f"y{k}"], "out": f"y{k + 1}"}]
+        return ops + [{"op": "sum", "args": [f"y{steps}"], "out": "s"}, {"op": "backward", "args": ["s"]}]
+    assert compose_module._LOOK_AGAIN < 1800 and compose_module._LOOK_AHEAD * 3 // 4 < 40
+    cache = fresh_cache()
+    c, p = both(head + body(1800), cache)
+    assert p == c and c[0] == "ok"
+    assert cache.composed == 1 and cache.fragment_misses >= prologue, cache.stats()
+    if prologue == 40:
+        short = fresh_cache()
+        c, p = both(head + body(40), short)
+        assert p == c and c[0] == "ok"
+        assert short.uncomposable == 1 and short.fragment_misses == 0 and not short.fragments.ops, short.stats()
+
+
+@pytest.mark.parametrize("on", ["inputs", "leading inputs", "intermediates"])
+def test_forms_that_differ_only_in_shape_give_up_early(monkeypatch, on):
+    """The same op written each time, every op a new form (on a new input of another shape each time). On inputs
+    (each before its op, or all at the head of the list) the look-ahead sees their shapes (``_repeats``: the
+    names bound so far, the inputs' ``metas`` ahead): it gives up at the first miss, nothing recorded. On
+    intermediates (``exp`` of each input, then ``* 2.0``) it cannot: the run gives up once its misses outnumber
+    its hits by the slack, and counts the misses it recorded, no more."""
+    _policy_defaults(monkeypatch)
+    inputs, ops = [], []
+    for i in range(120):
+        inputs.append({"op": "tensor", "args": [[0.5] * (i + 1)], "kwargs": {"requires_grad": True},
+                       "out": f"x{i}"})
+        if on == "intermediates":
+            ops += [{"op": "exp", "args": [f"x{i}"], "out": f"e{i}"},
+                    {"op": "mul", "args": [f"e{i}", 2.0], "out": f"y{i}"}]
+        else:
+            ops.append({"op": "mul", "args": [f"x{i}", 2.0], "out": f"y{i}"})
+    ops = inputs + ops if on == "leading inputs" else [o for pair in zip(inputs, ops) for o in pair] \
+        if on == "inputs" else [o for k in range(120) for o in (inputs[k], ops[2 * k], ops[2 * k + 1])]
+    cache = fresh_cache()
+    c, p = both(ops, cache)
+    assert p == c and c[0] == "ok"
+    assert cache.composed == 0 and cache.uncomposable == 1
+    recorded = MISS_SLACK if on == "intermediates" else 0
+    assert cache.fragment_misses == recorded == len(cache.fragments.ops), cache.stats()
 
 
 def test_a_long_list_that_meets_all_its_forms_first_still_composes(monkeypatch):
     """An integrator's loop: its first step meets a dozen new forms (more than ``_MISS_EARLY`` and
     ``_MISS_SLACK``), then repeats them: the look-ahead sees the repetition, the slack of a long list covers
     the misses; composed from a fresh cache."""
-    monkeypatch.setattr(compose_module, "_MISS_SLACK", MISS_SLACK)
-    monkeypatch.setattr(compose_module, "_MISS_EARLY", MISS_EARLY)
-    monkeypatch.setattr(compose_module, "_MIN_OPS", MIN_OPS)
+    _policy_defaults(monkeypatch)
     ops = [{"op": "tensor", "args": [[0.5, -0.25, 1.0]], "kwargs": {"requires_grad": True}, "out": "y"},
            {"op": "tensor", "args": [[[0.1, 0.2, 0.0], [0.0, -0.3, 0.1], [0.2, 0.0, 0.1]]],
             "kwargs": {"requires_grad": True}, "out": "A"}]
