@@ -1184,29 +1184,20 @@ def _op_sig(op, ns: dict = _NO_NAMES, ahead: dict = _NO_NAMES):
     ``metas`` entry; ops on inputs of other shapes are other forms), else None."""
     args = op.get("args")
     if args.__class__ is list and len(args) <= 2:
-        if not args:
-            args = ()
-        else:
-            a = args[0]
-            if a.__class__ is str:
-                v = ns.get(a)
-                a = ahead.get(a) if v is None else (v[0].shape, v[0].dtype.str, v[1])
-            elif a.__class__ not in _FLAT:
-                a = _sig(a)
-            if len(args) == 1:
-                args = (a,)
-            else:
-                b = args[1]
-                if b.__class__ is str:
-                    v = ns.get(b)
-                    b = ahead.get(b) if v is None else (v[0].shape, v[0].dtype.str, v[1])
-                elif b.__class__ not in _FLAT:
-                    b = _sig(b)
-                args = (a, b)
+        args = tuple([_arg_sig(a, ns, ahead) for a in args])
     else:
         args = _sig(args)
     kw = op.get("kwargs")
     return op.get("op"), op.get("no_grad"), args, _sig(kw) if kw else None
+
+
+def _arg_sig(a, ns: dict, ahead: dict):
+    """``_op_sig``'s signature of one argument: a name as its tensor's (shape, dtype, requires_grad) when bound
+    (``ns``) or an input ahead (``ahead``), else None; a number as itself; anything else ``_sig``'s."""
+    if a.__class__ is str:
+        v = ns.get(a)
+        return ahead.get(a) if v is None else (v[0].shape, v[0].dtype.str, v[1])
+    return a if a.__class__ in _FLAT else _sig(a)
 
 
 _NOT_LOOKED_AT = _ACTIONS | {"tensor"}
