@@ -51,6 +51,7 @@ no trace.
 
 from __future__ import annotations
 
+import functools
 import struct
 import threading
 from bisect import bisect_left, bisect_right
@@ -527,21 +528,17 @@ def _codegen(steps: list, m: int, ret: list):
     body.append("  return (" + "".join("None, " if s < 0 else f"s{s}, " for s in ret) + ")")
     src = "\n".join([f"def make({', '.join(['N', 'A', *names])}):",
                      f" def f({', '.join(f's{i}' for i in range(m))}):", *body, " return f"])
-    make = _MAKERS.get(src)
-    if make is None:
-        ns: dict = {}
-        exec(compile(src, "<gradserve fragment>", "exec"), ns)  # noqa: S102 - our own code
-        make = ns["make"]
-        if len(_MAKERS) < _MAKERS_MAX:
-            _MAKERS[src] = make
-    return make(_ndarray, _asarray, *values)
+    return _maker(src)(_ndarray, _asarray, *values)
 
 
-#: ``_codegen``'s compiled code by its source text, which depends only on the steps' structure (slots, arity; the
-#: kernels and constants are the closure's values): a form met again (in a later run, another fragment of the same
-#: shape) is not compiled again. A bounded memo of pure functions, shared by every run (plain dict operations).
-_MAKERS: dict = {}
-_MAKERS_MAX = 1024
+@functools.lru_cache(maxsize=1024)
+def _maker(src: str):
+    """``_codegen``'s compiled code by its source text, which depends only on the steps' structure (slots, arity;
+    the kernels and constants are the closure's values): a form met again (in a later run, another fragment of
+    the same shape) is not compiled again. Memoised: a pure function of its argument."""
+    ns: dict = {}
+    exec(compile(src, "<gradserve fragment>", "exec"), ns)  # noqa: S102 - our own code
+    return ns["make"]
 
 
 # ----- making fragments --------------------------------------------------------------------------------------

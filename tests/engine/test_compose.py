@@ -605,13 +605,13 @@ def test_inputs_bind_as_cold_wherever_they_are(layout):
 
 def test_codegen_compiles_a_structure_once_and_binds_each_fragments_own_values():
     """``_codegen``'s source depends only on the steps' structure: a second fragment of the same structure
-    reuses the compiled code (``_MAKERS``), with its own kernels and constants."""
+    reuses the compiled code (``_maker``), with its own kernels and constants."""
     def steps(c):
         return [(np.multiply, (None, c), ((0, 0),), 1, False), (np.add, (None, None), ((0, 1), (1, 0)), 2, False)]
     f1 = compose_module._codegen(steps(np.float32(2.0)), 1, [2])
-    n = len(compose_module._MAKERS)
+    n = compose_module._maker.cache_info().currsize
     f2 = compose_module._codegen(steps(np.float32(3.0)), 1, [2])
-    assert len(compose_module._MAKERS) == n and f1.__code__ is f2.__code__
+    assert compose_module._maker.cache_info().currsize == n and f1.__code__ is f2.__code__
     x = np.asarray(np.float32(1.5))
     (a,), (b,) = f1(x), f2(x)
     assert a.__class__ is np.ndarray and a.tolist() == 1.5 * 2 + 1.5 and b.tolist() == 1.5 * 3 + 1.5
