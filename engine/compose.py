@@ -1435,15 +1435,9 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                         nodes += 1
                 node = new(recipe.cls or _cls(recipe))
                 if mode == 2:  # (two edges, from the two inputs; both saved)
-                    e = w[2]
-                    if e is None:
-                        e = leaves.get(id(w))
-                        if e is None:
-                            acc = new(_Acc)
-                            acc.var, acc.accs, acc.gvar = w, 0, None
-                            e = leaves[id(w)] = ((acc, 0),)
-                            nodes += 1
-                    node.next_functions = (nexts[0], e[0])
+                    n0 = len(leaves)
+                    node.next_functions = (nexts[0], _edge(w, leaves))
+                    nodes += len(leaves) - n0  # (the accumulator made)
                     node.saved = (v[0], w[0])
                 else:
                     if mode == 1:
