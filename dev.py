@@ -57,7 +57,7 @@ def ensure_env(extra: str | None) -> None:
 
 def serve(args: list[str]) -> int:
     ensure_env(None)
-    cmd = [str(PYTHON), "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", "8000",
+    cmd = [str(PYTHON), "-m", "uvicorn", "gradserve_server.app.main:app", "--host", "127.0.0.1", "--port", "8000",
            "--no-access-log", *args]
     print("+", " ".join(cmd), flush=True)
     os.chdir(ROOT)

@@ -65,7 +65,7 @@ def bench_app():
     logs, metrics, keys) counts against gradserve, not against the ceiling."""
     from fastapi import FastAPI
 
-    from app.main import create_app
+    from gradserve_server.app.main import create_app
 
     app = create_app()
     bare = FastAPI()
@@ -97,10 +97,10 @@ def best_of(fn, repeat: int = 7, min_seconds: float = 0.5) -> float:
 
 
 def transfer_rows(size: int) -> list[tuple[str, float, float, float]]:
-    from app import views
-    from app.config import Settings
-    from app.service import SessionService
-    from app.store.memory import MemoryStore
+    from gradserve_server.app import views
+    from gradserve_server.app.config import Settings
+    from gradserve_server.app.service import SessionService
+    from gradserve_server.app.store.memory import MemoryStore
 
     settings = Settings(max_body_bytes=1 << 30, max_elements_per_tensor=max(size, 4_000_000))
     service = SessionService(MemoryStore(max_sessions=1, ttl_seconds=60), settings)
@@ -331,7 +331,7 @@ def start_store_server(store_url: str) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GRADSERVE_STORE_URL": store_url,
            "GRADSERVE_REDIS_KEY_PREFIX": f"bench-{os.getpid()}:", "GRADSERVE_MAX_NODES_PER_SESSION": "1000000",
            "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"}
-    cmd = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
+    cmd = [sys.executable, "-m", "uvicorn", "gradserve_server.app.main:app", "--host", "127.0.0.1", "--port", str(port),
            "--workers", "1", "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"]
     server = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=SERVER_LOG)  # the JSON access log (stderr)
     base = f"http://127.0.0.1:{port}"

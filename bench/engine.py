@@ -51,16 +51,16 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import engine as E  # noqa: E402
-from app.config import Settings  # noqa: E402
-from app.memory import configure_gc, configure_malloc  # noqa: E402
-from engine.ops import elementwise as EW  # noqa: E402
-from engine.ops import linalg as LA
-from engine.ops import nn as NN
-from engine.ops import nn_functional as NF
-from engine.ops import reduction as R
-from engine.ops import shape as S
-from engine.plan import PlanCache, run_planned  # noqa: E402
+import gradserve_server.engine as E  # noqa: E402
+from gradserve_server.app.config import Settings  # noqa: E402
+from gradserve_server.app.memory import configure_gc, configure_malloc  # noqa: E402
+from gradserve_server.engine.ops import elementwise as EW  # noqa: E402
+from gradserve_server.engine.ops import linalg as LA
+from gradserve_server.engine.ops import nn as NN
+from gradserve_server.engine.ops import nn_functional as NF
+from gradserve_server.engine.ops import reduction as R
+from gradserve_server.engine.ops import shape as S
+from gradserve_server.engine.plan import PlanCache, run_planned  # noqa: E402
 
 try:
     import torch

@@ -22,10 +22,10 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import engine as E  # noqa: E402
-from app.memory import configure_gc  # noqa: E402
+import gradserve_server.engine as E  # noqa: E402
 from bench.engine import timeit, torch  # noqa: E402  (the same timer; torch pinned to one thread, or None)
-from engine.plan import PlanCache, run_session_planned  # noqa: E402
+from gradserve_server.app.memory import configure_gc  # noqa: E402
+from gradserve_server.engine.plan import PlanCache, run_session_planned  # noqa: E402
 
 RNG = np.random.default_rng(0)
 W = RNG.standard_normal((100, 100)) / 10

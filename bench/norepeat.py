@@ -28,10 +28,10 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import engine as E  # noqa: E402
-from app.config import Settings  # noqa: E402
-from app.memory import configure_gc, configure_malloc  # noqa: E402
-from engine.plan import PlanCache, run_planned  # noqa: E402
+import gradserve_server.engine as E  # noqa: E402
+from gradserve_server.app.config import Settings  # noqa: E402
+from gradserve_server.app.memory import configure_gc, configure_malloc  # noqa: E402
+from gradserve_server.engine.plan import PlanCache, run_planned  # noqa: E402
 
 
 def chain(n: int) -> list:

@@ -56,8 +56,8 @@ def start_server(store: str, port: int) -> subprocess.Popen:
                GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND="0",  # one load generator, one address
                GRADSERVE_MAX_SESSIONS_PER_CLIENT="1000", GRADSERVE_SESSION_TTL_SECONDS="20",
                GRADSERVE_SWEEP_INTERVAL_SECONDS="5", GRADSERVE_REDIS_KEY_PREFIX=f"soak-{os.getpid()}:")
-    cmd = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
-           "--no-access-log", "--http", "app.protocol:HTTPProtocol", "--log-level", "warning"]
+    cmd = [sys.executable, "-m", "uvicorn", "gradserve_server.app.main:app", "--host", "127.0.0.1", "--port", str(port),
+           "--no-access-log", "--http", "gradserve_server.app.protocol:HTTPProtocol", "--log-level", "warning"]
     server = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
     for _ in range(300):
         try:

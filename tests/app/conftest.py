@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 from fastapi.testclient import TestClient
 
-from app.config import Settings
-from app.main import create_app
+from gradserve_server.app.config import Settings
+from gradserve_server.app.main import create_app
 
 
 def make_client(**overrides) -> TestClient:

@@ -10,10 +10,10 @@ import numpy as np
 import orjson
 import pytest
 
-from app import codec
-from app.codec import decode_payload, decode_value, encode_base64, encode_json
-from app.errors import InvalidInput, LimitExceeded
-from engine import Owned
+from gradserve_server.app import codec
+from gradserve_server.app.codec import decode_payload, decode_value, encode_base64, encode_json
+from gradserve_server.app.errors import InvalidInput, LimitExceeded
+from gradserve_server.engine import Owned
 
 
 def dumps(value) -> bytes:

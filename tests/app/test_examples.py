@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from app.examples import (
+from gradserve_server.app.examples import (
     BACKWARD_EXAMPLES,
     EVAL_EXAMPLES,
     GRAD_EXAMPLES,

@@ -13,14 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-import app.codec
-import app.service
-from app.codec import lift_blobs
-from app.config import Settings
-from app.schemas.fast import eval_request_ok, ops_request_ok
-from app.schemas.ops import EvalRequestAdapter, OpsRequestAdapter
-from app.service import SessionService
-from app.store.memory import MemoryStore
+from gradserve_server.app import codec as app_codec
+from gradserve_server.app import service as app_service
+from gradserve_server.app.codec import lift_blobs
+from gradserve_server.app.config import Settings
+from gradserve_server.app.schemas.fast import eval_request_ok, ops_request_ok
+from gradserve_server.app.schemas.ops import EvalRequestAdapter, OpsRequestAdapter
+from gradserve_server.app.service import SessionService
+from gradserve_server.app.store.memory import MemoryStore
 
 from .conftest import assert_problem, make_client, ok, run, tensor
 
@@ -116,7 +116,7 @@ def test_a_token_is_never_a_string_the_parsed_document_holds(monkeypatch):
     """The tokens that replace lifted strings are the only occurrences of their prefix in what orjson reads: a
     body naming the prefix outside the lifted strings is parsed as written; inside a lifted string it is lifted
     with the rest of that string."""
-    monkeypatch.setattr(app.codec.secrets, "token_hex", lambda n: "ab" * n)
+    monkeypatch.setattr(app_codec.secrets, "token_hex", lambda n: "ab" * n)
     prefix = "gradserve-blob-" + "ab" * 8 + "-"
     big = payload(BIG)
     named = orjson.dumps({"ops": [{"op": "tensor", "out": prefix + "0", "args": [big]}]})
@@ -176,7 +176,7 @@ def test_small_bounded_requests_may_run_inline_and_others_not():
 
 def test_inline_never_waits_for_a_busy_session_and_skips_heavy_ones(monkeypatch):
     # heavy by its state here, not by the wall time of its last run (a loaded machine can take 2 ms for any run)
-    monkeypatch.setattr(app.service, "INLINE_MAX_RUN_SECONDS", 10.0)
+    monkeypatch.setattr(app_service, "INLINE_MAX_RUN_SECONDS", 10.0)
     s = service()
     sid = s.create_session()["id"]
     small = {"ops": [tensor("x", 2.0)]}

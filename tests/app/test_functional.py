@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.config import Settings
-from app.main import create_app
+from gradserve_server.app.config import Settings
+from gradserve_server.app.main import create_app
 from tests.app.conftest import assert_problem, ok, run
 
 RNG = np.random.default_rng(12)
@@ -233,7 +233,7 @@ def test_functions_survive_storage_and_can_be_replaced_or_deleted(client, fs):
 
 
 def test_functions_in_the_serialised_state():
-    import engine
+    from gradserve_server import engine
     st = engine.State()
     engine.run_program(st, SETUP)
     again = engine.loads(engine.dumps(st))
@@ -348,7 +348,7 @@ def test_a_function_with_a_base64_constant_survives_storage(client, session):
     """Payloads inside a function's ops are decoded like any op's; the stored state keeps them exactly."""
     import base64
 
-    import engine
+    from gradserve_server import engine
     c = np.array([0.1, 1e-300, -2.5])
     payload = {"dtype": "float64", "shape": [3], "encoding": "base64", "data": base64.b64encode(c.tobytes()).decode()}
     ops = [lit("x", [1.0, 2.0, 3.0]),
@@ -358,7 +358,7 @@ def test_a_function_with_a_base64_constant_survives_storage(client, session):
     body = ok(run(client, session, ops))
     np.testing.assert_array_equal(data(body, "J"), np.diag(c))
     st = engine.State()
-    from app.codec import decode_value
+    from gradserve_server.app.codec import decode_value
     engine.run_program(st, [decode_value(op, 10 ** 6) for op in ops])
     again = engine.loads(engine.dumps(st))
     r = engine.run_program(again, [{"op": "jacobian", "args": ["scale", "x"], "out": "J2"}])
@@ -370,8 +370,8 @@ def test_vectorized_transforms_match_torch_with_and_without_batching_rules(clien
     """vectorize=True runs one batched pass where every op has a batching rule (f, g) and falls back to the
     per-row loop where one has none (cumprod in fc): the values are torch's either way."""
     torch = pytest.importorskip("torch")
-    from engine import autograd
-    from engine import functional as EF
+    from gradserve_server.engine import autograd
+    from gradserve_server.engine import functional as EF
     paths = []
 
     def spy(real):

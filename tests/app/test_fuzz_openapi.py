@@ -10,8 +10,8 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.config import SchemathesisConfig
 
-from app.config import Settings
-from app.main import create_app
+from gradserve_server.app.config import Settings
+from gradserve_server.app.main import create_app
 from tests.app.conftest import FUZZ_CASES
 
 KEY = "fuzz-key-0123456789abcdef"

@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from app.svg import graph_edges, layered_svg, render_svg
-from engine import to_dot
+from gradserve_server.app.svg import graph_edges, layered_svg, render_svg
+from gradserve_server.engine import to_dot
 from tests.app.conftest import assert_problem, ok, run, tensor
 
 LINEAR = [tensor("x", 2.0), tensor("w", 3.0), tensor("b", 1.0),

@@ -1,4 +1,5 @@
-"""Repeated JSON keys (app/jsonbody.py): both of its ways (scanning the raw bytes, counting colons) and the
+"""Repeated JSON keys (gradserve_server/app/jsonbody.py): both of its ways (scanning the raw bytes, counting colons)
+and the
 choice between them give exactly the standard library's answer, on adversarial bodies and on random ones."""
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ import numpy as np
 import orjson
 import pytest
 
-from app import jsonbody
-from app.errors import InvalidInput
+from gradserve_server.app import jsonbody
+from gradserve_server.app.errors import InvalidInput
 from tests.app.conftest import assert_problem
 
 #: (body, the repeated key or None)

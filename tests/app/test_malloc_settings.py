@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings
-from app.memory import configure_malloc, set_malloc_thresholds, thresholds_from_environment
+from gradserve_server.app.config import Settings
+from gradserve_server.app.memory import configure_malloc, set_malloc_thresholds, thresholds_from_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,8 +22,8 @@ GLIBC = sys.platform.startswith("linux") and "libc.so.6" in (ctypes.util.find_li
 RUNS = """
 import resource, sys
 import numpy as np
-from app.config import Settings
-from app.memory import configure_malloc
+from gradserve_server.app.config import Settings
+from gradserve_server.app.memory import configure_malloc
 print(configure_malloc(Settings()), file=sys.stderr)
 faults = []
 for run in range(4):

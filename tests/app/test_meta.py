@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from app.openapi_dump import TARGET, render
+from gradserve_server.app.openapi_dump import TARGET, render
 from tests.app.conftest import assert_problem, ok
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,8 @@ def test_docs_assets_are_served_locally(client):
 
 
 def test_committed_openapi_document_matches_the_app():
-    assert TARGET.read_text() == render(), "openapi/openapi.json is stale: run `python -m app.openapi_dump`"
+    assert TARGET.read_text() == render(), (
+        "openapi/openapi.json is stale: run `python -m gradserve_server.app.openapi_dump`")
 
 
 def test_every_endpoint_documents_a_response_model_and_problems():
@@ -84,8 +85,8 @@ def test_the_server_freezes_its_startup_objects_and_collects_young_objects_less_
 
     from fastapi.testclient import TestClient
 
-    from app.main import create_app
-    from app.memory import MIDDLE_GC_THRESHOLD, YOUNG_GC_THRESHOLD
+    from gradserve_server.app.main import create_app
+    from gradserve_server.app.memory import MIDDLE_GC_THRESHOLD, YOUNG_GC_THRESHOLD
 
     before = gc.get_threshold()
     with TestClient(create_app()) as client:
@@ -107,7 +108,7 @@ def test_a_deleted_sessions_reference_cycles_are_freed_by_the_trimmer_however_ra
 
     from fastapi.testclient import TestClient
 
-    from app.main import create_app
+    from gradserve_server.app.main import create_app
 
     with TestClient(create_app()) as client:
         sid = client.post("/v1/sessions").json()["id"]

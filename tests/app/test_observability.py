@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from app.observability import JsonFormatter
+from gradserve_server.app.observability import JsonFormatter
 from tests.app.conftest import assert_problem, make_client, ok, run, tensor
 
 KEY = "observability-key-0123456789"
@@ -153,7 +153,7 @@ def test_access_lines_written_directly_are_the_formatters_lines(monkeypatch):
     ``_sole_json_handler``); any other handler on the way sends it through ``logging`` again. Both lines agree."""
     import io
 
-    from app import observability
+    from gradserve_server.app import observability
 
     gradserve = logging.getLogger("gradserve")
     root = logging.getLogger()

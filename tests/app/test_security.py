@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from app.auth import KeyRing, RateLimiter
-from app.openapi_dump import render
+from gradserve_server.app.auth import KeyRing, RateLimiter
+from gradserve_server.app.openapi_dump import render
 from tests.app.conftest import assert_problem, make_client, ok, run, tensor
 
 ALICE, BOB = "alice-key-0123456789abcdef", "bob-key-0123456789abcdef"

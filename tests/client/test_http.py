@@ -122,7 +122,7 @@ def test_the_client_imports_neither_the_server_nor_the_engine():
     import sys
 
     code = ("import sys, gradserve, gradserve.torch, gradserve.torch.nn, gradserve.torch.optim;"
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('engine', 'app', 'fastapi', 'pydantic'));"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('gradserve_server', 'fastapi', 'pydantic'));"
             "print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -26,9 +26,10 @@ CASES = [
 
 
 def test_the_client_formatter_is_the_server_formatter():
-    engine = (ROOT / "engine" / "printing.py").read_text()
+    engine = (ROOT / "gradserve_server" / "engine" / "printing.py").read_text()
     client = (ROOT / "client" / "gradserve" / "torch" / "_printing.py").read_text()
-    assert client == engine, "engine/printing.py and client/gradserve/torch/_printing.py differ: copy one to the other"
+    assert client == engine, (
+        "gradserve_server/engine/printing.py and client/gradserve/torch/_printing.py differ: copy one to the other")
 
 
 @pytest.mark.parametrize(("a", "dtype", "grad_fn", "requires_grad", "want"), CASES)

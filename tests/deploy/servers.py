@@ -91,7 +91,8 @@ class Uvicorn:
     @classmethod
     def for_app(cls, env: dict[str, str], log: Path, *extra: str) -> Uvicorn:
         port = free_port()
-        argv = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
+        argv = [sys.executable, "-m", "uvicorn", "gradserve_server.app.main:app",
+                "--host", "127.0.0.1", "--port", str(port),
                 "--no-access-log", *extra]
         return cls(argv, env, port, log)
 

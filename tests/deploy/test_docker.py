@@ -186,7 +186,7 @@ def test_the_images_start_command_with_the_compose_settings_runs_several_workers
 
 # ----- compose as a safe default (issue 10) -----------------------------------------------------------------
 def test_every_setting_reaches_the_api_containers():
-    from app.config import Settings
+    from gradserve_server.app.config import Settings
 
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
     api = compose["services"]["api"]
@@ -224,7 +224,8 @@ def test_metrics_are_not_published_through_the_load_balancer():
 
 def test_the_images_start_command_has_no_server_banner_and_answers_malformed_http_with_a_problem(tmp_path):
     command = image_command(final_stage(DOCKER / "Dockerfile"), "CMD")
-    assert "--no-server-header" in command and command[command.index("--http") + 1] == "app.protocol:HTTPProtocol"
+    assert "--no-server-header" in command
+    assert command[command.index("--http") + 1] == "gradserve_server.app.protocol:HTTPProtocol"
     assert float(command[command.index("--timeout-keep-alive") + 1]) <= 15  # idle connections are closed
     server = run_image({}, tmp_path / "image.log")
     try:

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from app.config import Settings
-from app.main import create_app
-from app.store import declared_workers, make_store
+from gradserve_server.app.config import Settings
+from gradserve_server.app.main import create_app
+from gradserve_server.app.store import declared_workers, make_store
 from tests.deploy.servers import ROOT, free_port
 
 
@@ -22,8 +22,9 @@ def test_declared_workers_reads_every_place_a_worker_count_is_given():
     assert declared_workers(1, environ={"WEB_CONCURRENCY": "4"}, argv=[]) == 4
     assert declared_workers(1, environ={"UVICORN_WORKERS": "2"}, argv=[]) == 2
     uvicorn_main = "/venv/lib/python3.11/site-packages/uvicorn/__main__.py"
-    assert declared_workers(1, environ={}, argv=[uvicorn_main, "app.main:app", "--workers", "3"]) == 3
-    assert declared_workers(1, environ={}, argv=["/venv/bin/uvicorn", "app.main:app", "--workers=2"]) == 2
+    assert declared_workers(1, environ={}, argv=[uvicorn_main, "gradserve_server.app.main:app", "--workers", "3"]) == 3
+    assert declared_workers(1, environ={}, argv=["/venv/bin/uvicorn", "gradserve_server.app.main:app",
+                                                   "--workers=2"]) == 2
     assert declared_workers(1, environ={}, argv=["other-tool", "--workers", "8"]) == 1
 
 
@@ -46,7 +47,8 @@ def test_several_workers_are_fine_with_redis(monkeypatch):
 
 def test_uvicorn_with_two_workers_and_the_memory_store_stops_with_the_reason():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRADSERVE_", "UVICORN_", "WEB_CONCURRENCY"))}
-    argv = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(free_port()),
+    argv = [sys.executable, "-m", "uvicorn", "gradserve_server.app.main:app",
+            "--host", "127.0.0.1", "--port", str(free_port()),
             "--workers", "2"]
     # its own process group, killed whatever happens: a supervisor that kept restarting workers would linger
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

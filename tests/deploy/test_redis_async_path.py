@@ -13,14 +13,14 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-import app.service
-import engine
-from app.config import Settings
-from app.errors import SessionBusy, SessionNotFound
-from app.main import create_app
-from app.store import make_store
-from app.store import redis as redis_store
-from app.store.redis import RedisStore
+from gradserve_server import engine
+from gradserve_server.app import service as app_service
+from gradserve_server.app.config import Settings
+from gradserve_server.app.errors import SessionBusy, SessionNotFound
+from gradserve_server.app.main import create_app
+from gradserve_server.app.store import make_store
+from gradserve_server.app.store import redis as redis_store
+from gradserve_server.app.store.redis import RedisStore
 from tests.app.conftest import assert_problem, ok, run, tensor
 
 STEP = [{"op": "mul", "out": "y", "args": ["x", 2.0]}, {"op": "sum", "out": "s", "args": ["y"]},
@@ -31,7 +31,7 @@ STEP = [{"op": "mul", "out": "y", "args": ["x", 2.0]}, {"op": "sum", "out": "s",
 def no_slow_runs(monkeypatch):
     """Which path a request takes depends on how long the session's last run took (2 ms at most, else the
     thread pool); on a loaded test machine that is not a given, and these tests are about the paths."""
-    monkeypatch.setattr(app.service, "INLINE_MAX_RUN_SECONDS", 10.0)
+    monkeypatch.setattr(app_service, "INLINE_MAX_RUN_SECONDS", 10.0)
 
 
 @pytest.fixture

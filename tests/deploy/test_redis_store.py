@@ -14,12 +14,12 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-import engine
-from app.config import Settings
-from app.errors import SessionBusy, SessionNotFound, StoreUnavailable, TooManySessions
-from app.main import create_app
-from app.store import make_store
-from app.store.redis import RedisStore
+from gradserve_server import engine
+from gradserve_server.app.config import Settings
+from gradserve_server.app.errors import SessionBusy, SessionNotFound, StoreUnavailable, TooManySessions
+from gradserve_server.app.main import create_app
+from gradserve_server.app.store import make_store
+from gradserve_server.app.store.redis import RedisStore
 from tests.app.conftest import assert_problem, ok, run, tensor
 from tests.deploy.servers import free_port
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.deploy.servers import Uvicorn
 
-PROTOCOL = ("--http", "app.protocol:HTTPProtocol")
+PROTOCOL = ("--http", "gradserve_server.app.protocol:HTTPProtocol")
 #: A second client address: Linux routes all of 127.0.0.0/8 to the loopback interface
 OTHER_ADDRESS = "127.0.0.2"
 KEY = "resource-test-key-0123456789"

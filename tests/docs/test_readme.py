@@ -86,7 +86,7 @@ def test_the_walkthroughs_warning_is_true_backward_through_a_spent_graph_is_409(
     """The comment before the convenience endpoints: /backward on the y every earlier backward spent."""
     from fastapi.testclient import TestClient
 
-    from app.main import create_app
+    from gradserve_server.app.main import create_app
 
     t = {"dtype": "float32", "requires_grad": True}
     with TestClient(create_app()) as client:

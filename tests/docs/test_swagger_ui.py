@@ -13,7 +13,13 @@ import re
 import httpx
 import pytest
 
-from app.examples import BACKWARD_EXAMPLES, EVAL_EXAMPLES, GRAD_EXAMPLES, OPS_EXAMPLES, ZERO_GRAD_EXAMPLES
+from gradserve_server.app.examples import (
+    BACKWARD_EXAMPLES,
+    EVAL_EXAMPLES,
+    GRAD_EXAMPLES,
+    OPS_EXAMPLES,
+    ZERO_GRAD_EXAMPLES,
+)
 from tests.app.test_examples import as_javascript_writes_it, check_fields, close
 from tests.deploy.servers import Uvicorn
 from tests.docs.browser import SwaggerUI, start_chromium, stop_chromium

@@ -22,18 +22,18 @@ import numpy as np
 import torch
 import torch.nn.functional as TF
 
-import engine
-from engine.errors import EngineError
+from gradserve_server import engine
+from gradserve_server.engine.errors import EngineError
 
 try:
-    from engine.signature import call_form
+    from gradserve_server.engine.signature import call_form
 except ImportError:  # an engine before the argument parser (for a baseline run)
     def call_form(name, spec):
         return spec.inplace or name in ("view", "expand", "expand_as", "repeat", "contiguous", "to")
-from engine.tensor import Tensor as ETensor
-from engine.torch_compat import F as EF
-from engine.torch_compat import torch as etorch
-from engine.torch_compat import unwrap, wrap
+from gradserve_server.engine.tensor import Tensor as ETensor
+from gradserve_server.engine.torch_compat import F as EF
+from gradserve_server.engine.torch_compat import torch as etorch
+from gradserve_server.engine.torch_compat import unwrap, wrap
 
 from .samples import SAMPLES
 

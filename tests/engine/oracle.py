@@ -16,17 +16,17 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import EngineError
-from engine.torch_compat import F, GradFn, Size, Tensor, torch
+from gradserve_server.engine.errors import EngineError
+from gradserve_server.engine.torch_compat import F, GradFn, Size, Tensor, torch
 
 FIXTURE_PATH = Path(__file__).resolve().parents[1] / "fixtures" / "oracle_catalog.json"
 SHARED_PATH = Path(__file__).resolve().parents[3] / "shared" / "oracle" / "catalog.json"
 CATALOG_PATH = Path(os.environ.get("GRADSERVE_ORACLE", FIXTURE_PATH))
 RTOL, ATOL = 1e-5, 1e-6
 TRIGGERED = " (Triggered internally"
-# repr strings are compared only once the engine can print tensors (engine/printing.py), and only for
+# repr strings are compared only once the engine can print tensors (gradserve_server/engine/printing.py), and only for
 # tensors whose values are identical to torch's
-ENGINE_PRINTS = importlib.util.find_spec("engine.printing") is not None
+ENGINE_PRINTS = importlib.util.find_spec("gradserve_server.engine.printing") is not None
 
 
 @functools.cache

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine import OPS
-from engine.tensor import Tensor
+from gradserve_server.engine import OPS
+from gradserve_server.engine.tensor import Tensor
 
 _rng = np.random.default_rng(1234)
 

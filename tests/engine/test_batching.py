@@ -1,4 +1,5 @@
-"""Batching rules (engine/batching.py), generated from the op samples (tests/engine/samples.py), float64:
+"""Batching rules (gradserve_server/engine/batching.py), generated from the op samples (tests/engine/samples.py),
+float64:
 
 * reverse: one batched pass over B cotangents equals B passes, one per cotangent;
 * double backward: the same over the gradient graph (create_graph=True), which reaches the primitives that
@@ -14,11 +15,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import autograd
-from engine import forward_ad as fw
-from engine.batching import BATCH_JVP, BATCH_VJP, BatchingUnsupported
-from engine.grad_mode import enable_grad
-from engine.tensor import Tensor
+from gradserve_server.engine import autograd
+from gradserve_server.engine import forward_ad as fw
+from gradserve_server.engine.batching import BATCH_JVP, BATCH_VJP, BatchingUnsupported
+from gradserve_server.engine.grad_mode import enable_grad
+from gradserve_server.engine.tensor import Tensor
 
 from .samples import SAMPLES, as_function
 
@@ -37,7 +38,7 @@ def _cases(double=False):
 @pytest.fixture(autouse=True, scope="module")
 def _note_rules():
     """Which rules the samples run (for test_every_rule_is_exercised)."""
-    import engine.batching as bt
+    import gradserve_server.engine.batching as bt
     real_vjp, real_jvp = bt.vjp_rule, bt.jvp_rule
 
     def vjp_rule(name):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine as E
-from engine.budget import Control
-from engine.errors import CancelledError, DeadlineExceededError, LimitExceededError
+import gradserve_server.engine as E
+from gradserve_server.engine.budget import Control
+from gradserve_server.engine.errors import CancelledError, DeadlineExceededError, LimitExceededError
 
 MB = 1_000_000
 

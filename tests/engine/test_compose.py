@@ -1,4 +1,5 @@
-"""Composed one-shot runs (engine/compose.py): a list without a plan runs from per-op fragments, and everything
+"""Composed one-shot runs (gradserve_server/engine/compose.py): a list without a plan runs from per-op fragments, and
+everything
 a client can observe must be what the plain cold run gives, bit for bit: values, dtypes, layouts, grads,
 grad_fn names, flags, versions, accumulation counts, op outcomes, changed, the autograd report, errors and
 their op index. Each suite counts how many runs actually composed (the cache's counters), so that a suite
@@ -9,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine as E
-import engine.compose as compose_module
-import engine.plan as plan_module
-from engine.errors import EngineError
-from engine.plan import PlanCache, _plannable_op, _scan, run_planned
-from engine.program import State
+import gradserve_server.engine as E
+import gradserve_server.engine.compose as compose_module
+import gradserve_server.engine.plan as plan_module
+from gradserve_server.engine.errors import EngineError
+from gradserve_server.engine.plan import PlanCache, _plannable_op, _scan, run_planned
+from gradserve_server.engine.program import State
 
 from .samples import SAMPLES
 from .test_plan import PROGRAMS, _cases, _perturb_literal, _perturbed, _program, _same, draws, observe

@@ -1,4 +1,4 @@
-"""Differential stress test of composed runs (engine/compose.py) against the cold path, at scale.
+"""Differential stress test of composed runs (gradserve_server/engine/compose.py) against the cold path, at scale.
 
 Long repetitive one-shot lists are made from the differential fuzzer's programs (tests/fuzz/generator.py): a few
 base programs (their plannable ops), each body repeated in blocks with renamed names; a repetition reads the base
@@ -25,10 +25,10 @@ import random
 import numpy as np
 import pytest
 
-import engine as E
-import engine.compose as compose_module
-from engine.plan import PlanCache, _plannable_op, run_planned
-from engine.program import State
+import gradserve_server.engine as E
+import gradserve_server.engine.compose as compose_module
+from gradserve_server.engine.plan import PlanCache, _plannable_op, run_planned
+from gradserve_server.engine.program import State
 
 from .test_plan import observe
 

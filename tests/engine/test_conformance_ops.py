@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.errors import EngineError
-from engine.program import State, run_program
-from engine.torch_compat import F as EF
-from engine.torch_compat import torch as etorch
+from gradserve_server.engine.errors import EngineError
+from gradserve_server.engine.program import State, run_program
+from gradserve_server.engine.torch_compat import F as EF
+from gradserve_server.engine.torch_compat import torch as etorch
 
 from .conformance_cases import CASES
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.grad_mode import Limits, limits
-from engine.ops import creation as C
-from engine.tensor import Tensor, tensor
+from gradserve_server.engine.grad_mode import Limits, limits
+from gradserve_server.engine.ops import creation as C
+from gradserve_server.engine.tensor import Tensor, tensor
 
 from .test_linalg import raises
 

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from engine.torch_compat import torch as etorch  # noqa: E402
+from gradserve_server.engine.torch_compat import torch as etorch  # noqa: E402
 
 CASES = [
     "fw.make_dual(t.tensor([1.0, 2.0]), t.tensor([3.0, 4.0]))",

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import backward
-from engine.ops import elementwise as EW
-from engine.ops import linalg as L
-from engine.ops import shape as S
-from engine.ops.common import binary_operands
-from engine.tensor import Tensor, tensor, wrapped_number
+from gradserve_server.engine import backward
+from gradserve_server.engine.ops import elementwise as EW
+from gradserve_server.engine.ops import linalg as L
+from gradserve_server.engine.ops import shape as S
+from gradserve_server.engine.ops.common import binary_operands
+from gradserve_server.engine.tensor import Tensor, tensor, wrapped_number
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -96,7 +96,7 @@ def test_mm_result_owns_its_data_so_a_leaf_grad_is_not_copied():
 @pytest.mark.parametrize("number", [2.5, 3, True])
 @pytest.mark.parametrize("shape", [(), (3,), (2, 1)])
 def test_float_tensor_with_wrapped_number_matches_the_general_result_type(dtype, number, shape):
-    from engine import dtypes as D
+    from gradserve_server.engine import dtypes as D
     t = Tensor(np.full(shape, 1.5, dtype))
     w = wrapped_number(number)
     name, a, b = binary_operands(t, w)
@@ -106,8 +106,8 @@ def test_float_tensor_with_wrapped_number_matches_the_general_result_type(dtype,
 
 def test_signature_memo_accepts_by_argument_classes_only():
     """A call accepted once does not let a call of other argument classes through: torch's message still."""
-    from engine.errors import TorchTypeError
-    from engine.program import State, run_program
+    from gradserve_server.engine.errors import TorchTypeError
+    from gradserve_server.engine.program import State, run_program
     st = State()
     st.tensors = {"x": tensor([1.0, 2.0], requires_grad=True)}
     for _ in range(2):  # the second time from the remembered classes
@@ -129,7 +129,7 @@ def test_signature_memo_accepts_by_argument_classes_only():
 def test_signature_memo_by_value_facts_tells_tensors_apart():
     """Where a parameter's check reads the value (a 0-d tensor passes for a Number unless it requires grad, an
     int 0-d tensor for an int), a call accepted once does not let a tensor of other facts through."""
-    from engine.errors import TorchTypeError
+    from gradserve_server.engine.errors import TorchTypeError
     x = tensor([1.0, 2.0], requires_grad=True)
     for _ in range(2):  # the second time from the memo
         x.add(x, alpha=tensor(2.0))
@@ -138,7 +138,7 @@ def test_signature_memo_by_value_facts_tells_tensors_apart():
         with pytest.raises(TorchTypeError) as err:
             x.add(x, alpha=alpha)
         assert str(err.value).startswith("add(): argument 'alpha' must be Number, not Tensor")
-    from engine.errors import EngineError
+    from gradserve_server.engine.errors import EngineError
     with pytest.raises(EngineError):
         x.unsqueeze(tensor(1))  # the signature takes an int 0-d tensor; the op refuses it after
     with pytest.raises(TorchTypeError) as err:
@@ -148,7 +148,7 @@ def test_signature_memo_by_value_facts_tells_tensors_apart():
 
 def test_program_ops_keep_grad_mode_per_op():
     """no_grad ops (per op and for the whole list) and grad ops in one list, in either order."""
-    from engine.program import State, run_program
+    from gradserve_server.engine.program import State, run_program
     st = State()
     st.tensors = {"x": tensor([1.0, 2.0], requires_grad=True)}
     run_program(st, [{"op": "mul", "args": ["x", 2.0], "out": "a", "no_grad": True},
@@ -163,7 +163,7 @@ def test_program_ops_keep_grad_mode_per_op():
 def test_signature_memo_by_value_facts_for_positional_arguments():
     """A positional argument whose check reads the value (sum's dim: an int, or an int 0-d tensor): the memo of
     accepted calls without keywords tells a float or a float 0-d tensor apart, the second time as the first."""
-    from engine.errors import EngineError, TorchTypeError
+    from gradserve_server.engine.errors import EngineError, TorchTypeError
     x = tensor([1.0, 2.0], requires_grad=True)
     for _ in range(2):
         assert x.sum(0).data == 3.0
@@ -205,8 +205,8 @@ def test_nodes_of_one_input_and_of_many_inputs_keep_their_metadata_and_needs():
 def test_a_stale_multi_output_view_in_a_tensor_list_is_refused_and_nothing_is_applied():
     """Tensor lists are converted inline; a view among the names is still looked at: torch's refusal of an
     output of unbind whose base was modified in place, the op's index, nothing bound."""
-    from engine.errors import TorchRuntimeError
-    from engine.program import State, run_program
+    from gradserve_server.engine.errors import TorchRuntimeError
+    from gradserve_server.engine.program import State, run_program
     st = State()
     st.tensors = {"x": tensor([1.0, 2.0], requires_grad=True)}
     ops = [{"op": "mul", "args": ["x", 1.0], "out": "a"}, {"op": "unbind", "args": ["a"], "out": ["u0", "u1"]},
@@ -221,7 +221,8 @@ def test_a_stale_multi_output_view_in_a_tensor_list_is_refused_and_nothing_is_ap
     assert res.changed == ["a", "u0", "u1", "s"] and st.tensors["s"].grad_fn.name == "StackBackward0"
 
 
-# ----- the backward pass's fast paths (engine/autograd.py _run_all, engine/ops/shape.py _broadcast_to) -------------
+# ----- the backward pass's fast paths (gradserve_server/engine/autograd.py _run_all,
+# gradserve_server/engine/ops/shape.py _broadcast_to) -------------
 
 _BROADCASTS = [((), (4,)), ((), ()), ((), (2, 3)), ((1,), (5,)), ((3, 1), (3, 4)), ((1, 3), (2, 1, 3)),
                ((1, 1), (1, 1)), ((1,), (1,)), ((2, 1, 1), (2, 1, 5)), ((3,), (0, 3)), ((1,), (0,)), ((0,), (3, 0)),
@@ -258,14 +259,14 @@ def _graph(n_groups: int = 6):
         parts = S.unbind(S.stack([a, b]), 0)
         outs.append(EW.mul(parts[0], parts[1]))
         outs.append(EW.sin(a))
-    from engine.ops.reduction import sum as sum_
+    from gradserve_server.engine.ops.reduction import sum as sum_
     return leaves, sum_(S.stack(outs))
 
 
 def test_backward_runs_nodes_in_the_topological_order(monkeypatch):
     """A backward without ``inputs`` runs nodes as they become ready: the order ``_topological`` gives (the
     order decides how several contributions to one gradient are summed, and which error comes first)."""
-    from engine import autograd as A
+    from gradserve_server.engine import autograd as A
     leaves, root = _graph()
     want = [n for n in A._topological([root.grad_fn]) if n.prim != "AccumulateGrad"]
     ran = []
@@ -296,7 +297,7 @@ def _lanes(roots_of):
     from ``root`` (a root whose gradient is a partial sum), ``pieces`` are two outputs of one node."""
     rng = np.random.default_rng(1)
     leaves = [tensor(rng.standard_normal(4).astype(np.float32), requires_grad=True) for _ in range(4)]
-    from engine.ops.reduction import sum as sum_
+    from gradserve_server.engine.ops.reduction import sum as sum_
     c = S.chunk(EW.mul(leaves[0], leaves[1]), 2)
     w = EW.sin(c[1])
     pieces = S.unbind(EW.mul(leaves[2], leaves[3]), 0)
@@ -312,7 +313,7 @@ def _lanes(roots_of):
                                       lambda root, mid, pieces: [pieces[2], pieces[0]]],
                          ids=["one", "reached", "reached_twice", "one_node"])
 def test_backward_fast_path_lanes_match_the_pruned_pass(roots_of, monkeypatch):
-    from engine import autograd as A
+    from gradserve_server.engine import autograd as A
     leaves, roots, seeds = _lanes(roots_of)
     want = [n for n in A._topological([r.grad_fn for r in roots]) if n.prim != "AccumulateGrad"]
     ran = []
@@ -331,7 +332,7 @@ def test_backward_fast_path_lanes_match_the_pruned_pass(roots_of, monkeypatch):
 def test_a_leaf_that_no_longer_requires_grad_gets_no_grad(pruned):
     """torch's AccumulateGrad skips a leaf whose requires_grad was turned off after the graph saw it: no .grad,
     no accumulation; the other leaves get theirs, in the full pass as in the one pruned to ``inputs``."""
-    from engine.ops.reduction import sum as sum_
+    from gradserve_server.engine.ops.reduction import sum as sum_
     x = tensor(np.array([1.0, 2.0, 3.0], np.float32), requires_grad=True)
     w = tensor(np.array([0.5, -1.0, 2.0], np.float32), requires_grad=True)
     loss = sum_(EW.add(EW.mul(x, w), EW.sin(x)))

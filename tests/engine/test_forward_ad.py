@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import State, run_program
-from engine.errors import EngineError
-from engine.forward_ad import dual_level, enter_dual_level, exit_dual_level, make_dual, unpack_dual
-from engine.grad_mode import no_grad
-from engine.tensor import tensor
+from gradserve_server.engine import State, run_program
+from gradserve_server.engine.errors import EngineError
+from gradserve_server.engine.forward_ad import dual_level, enter_dual_level, exit_dual_level, make_dual, unpack_dual
+from gradserve_server.engine.grad_mode import no_grad
+from gradserve_server.engine.tensor import tensor
 
 
 def _t(*vals, rg=False):
@@ -88,7 +88,7 @@ def test_program_actions_balance_and_bind():
 
 
 def test_a_state_after_a_dual_program_holds_no_tangent_and_serialises():
-    from engine import dumps, loads
+    from gradserve_server.engine import dumps, loads
     st = State()
     run_program(st, [{"op": "tensor", "args": [[1.0, 2.0]], "kwargs": {"dtype": "float64", "requires_grad": True},
                       "out": "x"},
@@ -105,7 +105,7 @@ def test_a_state_after_a_dual_program_holds_no_tangent_and_serialises():
 
 
 def test_an_unsupported_primitive_raises_torchs_not_implemented_error():
-    from engine.registry import JVPS, NO_JVP
+    from gradserve_server.engine.registry import JVPS, NO_JVP
     saved = JVPS.pop("ExpBackward0")
     NO_JVP["ExpBackward0"] = "exp"
     try:

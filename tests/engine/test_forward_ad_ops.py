@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.autograd import grad
-from engine.forward_ad import dual_level, make_dual, unpack_dual
-from engine.grad_mode import enable_grad
-from engine.registry import JVPS, NO_JVP, PRIMS
-from engine.tensor import Tensor
+from gradserve_server.engine.autograd import grad
+from gradserve_server.engine.forward_ad import dual_level, make_dual, unpack_dual
+from gradserve_server.engine.grad_mode import enable_grad
+from gradserve_server.engine.registry import JVPS, NO_JVP, PRIMS
+from gradserve_server.engine.tensor import Tensor
 
 from .samples import SAMPLES, as_function
 

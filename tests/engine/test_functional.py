@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine
-from engine import functional as EF
-from engine import tensor
-from engine.errors import EngineError
+from gradserve_server import engine
+from gradserve_server.engine import functional as EF
+from gradserve_server.engine import tensor
+from gradserve_server.engine.errors import EngineError
 
 torch = pytest.importorskip("torch")
 TF = torch.autograd.functional

@@ -1,4 +1,5 @@
-"""vectorize=True and is_grads_batched=True run one batched pass (engine/batching.py) and agree with torch 2.13's
+"""vectorize=True and is_grads_batched=True run one batched pass (gradserve_server/engine/batching.py) and agree with
+torch 2.13's
 vmap; a function with an op that has no batching rule falls back to the per-entry loop, with the same values."""
 
 from __future__ import annotations
@@ -8,10 +9,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import engine
-from engine import autograd
-from engine import functional as EF
-from engine import tensor as E
+from gradserve_server import engine
+from gradserve_server.engine import autograd
+from gradserve_server.engine import functional as EF
+from gradserve_server.engine import tensor as E
 
 torch = pytest.importorskip("torch")
 TF = torch.autograd.functional
@@ -165,7 +166,7 @@ def test_a_retained_gradient_falls_back_to_the_loop(passes):
 
 def test_a_function_that_unpacks_its_own_duals_falls_back(passes):
     """forward-mode jacobian of a function that sees its dual inputs' primal (unpack_dual): the loop."""
-    from engine import forward_ad as fw
+    from gradserve_server.engine import forward_ad as fw
 
     def f(x):
         return fw.unpack_dual(x).primal * x
@@ -178,7 +179,7 @@ def test_a_function_that_unpacks_its_own_duals_falls_back(passes):
 def test_a_batch_over_the_element_limit_falls_back_to_one_entry_at_a_time(passes, strategy):
     """The batched pass holds (batch, 20, 4) intermediates, over a limit of 100 elements per tensor that each
     entry's (20, 4) fits: the transform loops instead of failing."""
-    from engine.grad_mode import Limits, limits
+    from gradserve_server.engine.grad_mode import Limits, limits
     c = RNG.standard_normal((20, 4))
 
     def f(mod):
@@ -193,8 +194,8 @@ def test_a_batch_over_the_element_limit_falls_back_to_one_entry_at_a_time(passes
 def test_an_error_in_the_batched_pass_leaves_the_answer_to_the_loop(passes, monkeypatch):
     """Whatever fails in a batched pass (here a rule that raises), the loop answers, or raises the per-entry
     error torch would."""
-    from engine.batching import BATCH_JVP, BATCH_VJP
-    from engine.errors import ShapeError
+    from gradserve_server.engine.batching import BATCH_JVP, BATCH_VJP
+    from gradserve_server.engine.errors import ShapeError
 
     def broken(*a):
         raise ShapeError("a rule that fails")

@@ -8,9 +8,9 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-import engine as E
-from engine.errors import EngineError
-from engine.program import State, run_program
+import gradserve_server.engine as E
+from gradserve_server.engine.errors import EngineError
+from gradserve_server.engine.program import State, run_program
 
 SETTINGS = settings(max_examples=500, deadline=None, derandomize=True, database=None,
                     phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.ops.shape import detach
-from engine.tensor import Tensor
-from engine.testing import gradcheck, gradgradcheck
+from gradserve_server.engine.ops.shape import detach
+from gradserve_server.engine.tensor import Tensor
+from gradserve_server.engine.testing import gradcheck, gradgradcheck
 
 from .samples import SAMPLES, as_function, differentiable_ops
 
@@ -51,13 +51,13 @@ def test_gradgradcheck(op_name, sample):
 
 
 def test_ops_without_tensor_inputs_are_not_differentiable():
-    from engine import OPS
+    from gradserve_server.engine import OPS
     flagged = sorted({s.name for s in OPS.values() if s.differentiable and not (s.tensors or s.tensor_lists)})
     assert flagged == []
 
 
 def test_samples_name_known_ops():
-    from engine import OPS
+    from gradserve_server.engine import OPS
     assert set(SAMPLES) <= set(OPS), sorted(set(SAMPLES) - set(OPS))
 
 

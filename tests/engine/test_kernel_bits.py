@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine as E
-from engine.ops import backward as BW
-from engine.ops import elementwise as EW
-from engine.ops import linalg as LA
-from engine.ops import nn as NN
-from engine.ops import shape as S
+import gradserve_server.engine as E
+from gradserve_server.engine.ops import backward as BW
+from gradserve_server.engine.ops import elementwise as EW
+from gradserve_server.engine.ops import linalg as LA
+from gradserve_server.engine.ops import nn as NN
+from gradserve_server.engine.ops import shape as S
 
 FLOATS = (np.float32, np.float64)
 
@@ -151,8 +151,8 @@ def test_binary_ops_are_the_operators(dt, op, ref):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.bool_])
 def test_number_kernels(dtype):
-    from engine import dtypes as D
-    from engine.ops.common import binary_operands
+    from gradserve_server.engine import dtypes as D
+    from gradserve_server.engine.ops.common import binary_operands
     rng = np.random.default_rng(6)
     base = (rng.standard_normal(50) * 10).astype(dtype) if dtype != np.bool_ else rng.random(50) > 0.5
     if dtype in FLOATS:
@@ -345,7 +345,7 @@ def test_shape_kernels(dt):
 def test_outer_kernel_is_blas(dt):
     """(m, 1) @ (1, n) computes 0 + a[i] * b[j] in BLAS (and in numpy's own loop): the multiply-then-add-zero
     kernel matches np.matmul's bits, signed zeros, infinities, NaN payloads and layouts included."""
-    from engine.ops.linalg import _matmul_kernel, _outer_kernel
+    from gradserve_server.engine.ops.linalg import _matmul_kernel, _outer_kernel
     with np.errstate(all="ignore"):
         for m, n in ((1, 1), (1, 7), (7, 1), (3, 5), (64, 64), (128, 512), (513, 3)):
             for seed in range(2):
@@ -451,7 +451,7 @@ def nll_cases(dt):
 def test_nll_kernel_common_case(dt):
     """Every target in range and none ignored, no weight: the picked values summed over a total weight of N,
     the bits of the general steps (which every other case still takes)."""
-    from engine.ops.nn import _nll_kernel
+    from gradserve_server.engine.ops.nn import _nll_kernel
     with np.errstate(all="ignore"):
         for x, target, ignore, weight in nll_cases(dt):
             for red in (0, 1, 2):
@@ -464,7 +464,7 @@ def test_nll_kernel_common_case(dt):
 def test_nll_backward_kernel_is_the_formula(dt):
     """The one-pass backward (no create_graph) gives the values of the formula's ops (run under create_graph):
     zeros, and the scaled gradient (times the weight) at each counted row's target, NaN gradients included."""
-    from engine.ops.nn import _nll_grad
+    from gradserve_server.engine.ops.nn import _nll_grad
     rng = np.random.default_rng(22)
     with np.errstate(all="ignore"):
         for x, target, ignore, weight in nll_cases(dt):

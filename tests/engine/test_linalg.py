@@ -9,14 +9,14 @@ import types
 import numpy as np
 import pytest
 
-from engine import backward, grad, no_grad
-from engine.errors import EngineError
-from engine.grad_mode import Limits, limits
-from engine.node import SavedTensor
-from engine.ops import linalg as L
-from engine.ops import nn as N
-from engine.tensor import Tensor, tensor
-from engine.testing import gradcheck, gradgradcheck
+from gradserve_server.engine import backward, grad, no_grad
+from gradserve_server.engine.errors import EngineError
+from gradserve_server.engine.grad_mode import Limits, limits
+from gradserve_server.engine.node import SavedTensor
+from gradserve_server.engine.ops import linalg as L
+from gradserve_server.engine.ops import nn as N
+from gradserve_server.engine.tensor import Tensor, tensor
+from gradserve_server.engine.testing import gradcheck, gradgradcheck
 from tests.engine.oracle import CATALOG_PATH as CATALOG  # noqa: E402
 
 # ----- catalog helpers (also used by test_nn.py) --------------------------------------------------------

@@ -11,9 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn.functional as TF  # noqa: E402
 
-from engine.errors import EngineError  # noqa: E402
-from engine.torch_compat import F as EF  # noqa: E402
-from engine.torch_compat import torch as etorch  # noqa: E402
+from gradserve_server.engine.errors import EngineError  # noqa: E402
+from gradserve_server.engine.torch_compat import F as EF  # noqa: E402
+from gradserve_server.engine.torch_compat import torch as etorch  # noqa: E402
 
 EXPRESSIONS = [
     # hyperbolic, inverse trigonometric, logs, atan2/hypot

@@ -9,10 +9,10 @@ import warnings
 import numpy as np
 import pytest
 
-from engine import backward
-from engine.ops import nn as N
-from engine.tensor import Tensor, tensor
-from engine.testing import gradcheck, gradgradcheck
+from gradserve_server.engine import backward
+from gradserve_server.engine.ops import nn as N
+from gradserve_server.engine.tensor import Tensor, tensor
+from gradserve_server.engine.testing import gradcheck, gradgradcheck
 
 from .test_linalg import catalog_case, check_against_catalog, f64, raises
 

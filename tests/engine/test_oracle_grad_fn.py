@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.node import SavedTensor
+from gradserve_server.engine.node import SavedTensor
 
 from .oracle import diff, encode, encode_tensor, entries, error_record, namespace, tensor_values, values_close
 
@@ -78,7 +78,7 @@ def _name_of(engine_tensor, ns: dict):
 
 
 def _upstream(case: dict, result):
-    from engine.torch_compat import torch
+    from gradserve_server.engine.torch_compat import torch
     return torch.tensor(case["upstream_G"], dtype=result.dtype)
 
 

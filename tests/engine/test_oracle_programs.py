@@ -23,7 +23,7 @@ import textwrap
 
 import pytest
 
-from engine.errors import CREATE_GRAPH_WARNING
+from gradserve_server.engine.errors import CREATE_GRAPH_WARNING
 
 from .oracle import diff, entries, run_program, strip_triggered
 
@@ -130,7 +130,7 @@ def test_failed_second_backward_is_atomic_unlike_torch():
 
 _WARN_ONCE = textwrap.dedent("""
     import json, warnings
-    from engine.torch_compat import torch
+    from gradserve_server.engine.torch_compat import torch
 
     def count(fn):
         with warnings.catch_warnings(record=True) as caught:

@@ -1,4 +1,5 @@
-"""Plans (engine/plan.py): every program runs cold and through the plan cache (recorded, then replayed on the
+"""Plans (gradserve_server/engine/plan.py): every program runs cold and through the plan cache (recorded, then replayed
+on the
 same and on other input values), and everything a client can observe must be the same bit for bit: values,
 gradients, grad_fn names, flags, versions, accumulation counts, the autograd report, warnings, errors and
 their op index. The op suite is the per-op samples (tests/engine/samples.py), each made into an op list;
@@ -11,12 +12,12 @@ import numpy as np
 import orjson
 import pytest
 
-import engine as E
-import engine.plan as plan_module
-from engine.errors import EngineError
-from engine.plan import Plan, PlanCache, Unplannable, _plannable_op, run_planned
-from engine.program import State, run_program
-from engine.tensor import Tensor
+import gradserve_server.engine as E
+import gradserve_server.engine.plan as plan_module
+from gradserve_server.engine.errors import EngineError
+from gradserve_server.engine.plan import Plan, PlanCache, Unplannable, _plannable_op, run_planned
+from gradserve_server.engine.program import State, run_program
+from gradserve_server.engine.tensor import Tensor
 
 from .samples import SAMPLES, _call
 

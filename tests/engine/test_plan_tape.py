@@ -1,4 +1,5 @@
-"""The tape a plan replays (engine/plan.py ``_Tape``): constants folded when the plan is built, kernels called
+"""The tape a plan replays (gradserve_server/engine/plan.py ``_Tape``): constants folded when the plan is built,
+kernels called
 through their direct forms, intermediates written into registers (buffers a replay reuses), copies left out.
 Each is only an optimisation: a replay gives the cold run's bits and layouts (tests/engine/test_plan.py runs
 the op suite and the programs both ways); here, each mechanism is shown to be used, to keep an intermediate's
@@ -12,12 +13,12 @@ import threading
 import numpy as np
 import pytest
 
-import engine.kernel as K
-import engine.plan as plan_module
-from engine.ops import backward as BW
-from engine.ops import shape as S
-from engine.plan import Plan, PlanCache
-from engine.program import State, run_program
+import gradserve_server.engine.kernel as K
+import gradserve_server.engine.plan as plan_module
+from gradserve_server.engine.ops import backward as BW
+from gradserve_server.engine.ops import shape as S
+from gradserve_server.engine.plan import Plan, PlanCache
+from gradserve_server.engine.program import State, run_program
 
 from .test_plan import LIMITS, PROGRAMS, T, both_ways, cold, draws, observe, op, planned
 from .test_plan import _tensor_view as _view

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine as E
-from engine.errors import FREED_GRAPH, NONLEAF_GRAD_WARNING
-from engine.program import State, run_program
+import gradserve_server.engine as E
+from gradserve_server.engine.errors import FREED_GRAPH, NONLEAF_GRAD_WARNING
+from gradserve_server.engine.program import State, run_program
 
 
 def T(name, data, **kw):
@@ -125,7 +125,7 @@ def test_reading_nonleaf_grad_collects_warning():
     build(s, LINEAR)
     r = build(s, [{"op": "set_grad", "args": ["x", None]}, {"op": "mul", "out": "m", "args": ["y", 2.0]}])
     assert r.warnings == []
-    from engine.grad_mode import WarningSink
+    from gradserve_server.engine.grad_mode import WarningSink
     with WarningSink() as sink:
         assert s.tensors["y"].grad is None
     assert sink.messages == [NONLEAF_GRAD_WARNING]
@@ -356,7 +356,7 @@ def test_a_reports_grad_shows_the_grad_as_it_was_with_its_own_flags(create_graph
 def test_a_backward_report_of_many_leaves_names_each_tensor_by_its_first_name():
     """A pass that writes many gradients names each tensor the way names_of does: its first name in the
     namespace, whatever later names (``bind``) also point at it."""
-    from engine.tensor import tensor
+    from gradserve_server.engine.tensor import tensor
     st = State()
     st.tensors = {n: tensor(float(i + 1), requires_grad=True) for i, n in enumerate("abcdef")}
     ops = [{"op": "bind", "args": ["c"], "out": "alias"}, {"op": "stack", "args": [list("abcdef")], "out": "s"},
@@ -372,7 +372,7 @@ def test_each_pass_report_is_frozen_against_every_later_in_place_change_of_the_g
     """A pass's report shows contributions and .grad as they were when it ran: later in-place changes of the
     same .grad arrays (add_ on x.grad, mul_, zero_grad(set_to_none=False), a second backward accumulating into
     it), in the same run or a later one, never reach an earlier report."""
-    from engine.tensor import tensor
+    from gradserve_server.engine.tensor import tensor
     names = [f"p{i}" for i in range(n)]
     st = State()
     st.tensors = {nm: tensor(float(i + 1), requires_grad=True) for i, nm in enumerate(names)}
@@ -411,7 +411,7 @@ def test_a_many_tensor_report_names_by_first_name_and_skips_unnamed_tensors():
     """The report's namespace scan: a tensor bound under several names is reported under the first (in the
     namespace's order, here an alias made before the tensor's own later rebinding), and a tensor of the pass
     that no name holds any more is left out, the others all reported."""
-    from engine.tensor import tensor
+    from gradserve_server.engine.tensor import tensor
     st = State()
     st.tensors = {n: tensor(float(i + 1), requires_grad=True) for i, n in enumerate("abcdefg")}
     ops = [{"op": "stack", "args": [list("abcdefg")], "out": "s"}, {"op": "mul", "args": ["s", "s"], "out": "q"},

@@ -9,10 +9,10 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import engine as E
-from engine import OPS
-from engine.errors import EngineError
-from engine.tensor import Tensor
+import gradserve_server.engine as E
+from gradserve_server.engine import OPS
+from gradserve_server.engine.errors import EngineError
+from gradserve_server.engine.tensor import Tensor
 
 # derandomized (the same examples every run, so xfail(strict=True) is stable), no shrinking: fast
 SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None,
@@ -138,8 +138,8 @@ SETUP = [
 
 
 def _check_atomic(warmup, ops, *, precreate_accumulators: bool) -> None:
-    from engine.program import State, run_program
-    from engine.registry import accumulator
+    from gradserve_server.engine.program import State, run_program
+    from gradserve_server.engine.registry import accumulator
     state = State()
     run_program(state, SETUP)
     for op in warmup:  # reach varied states: grads present, graphs freed, versions bumped

@@ -8,11 +8,11 @@ import weakref
 import numpy as np
 import pytest
 
-import engine as E
-from engine.errors import GraphFreedError, VersionMismatchError
-from engine.ops import elementwise as EW
-from engine.ops import nn as NN
-from engine.ops import reduction as R
+import gradserve_server.engine as E
+from gradserve_server.engine.errors import GraphFreedError, VersionMismatchError
+from gradserve_server.engine.ops import elementwise as EW
+from gradserve_server.engine.ops import nn as NN
+from gradserve_server.engine.ops import reduction as R
 
 
 @pytest.fixture

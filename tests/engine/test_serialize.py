@@ -18,13 +18,13 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-import engine as E
-from engine import dtypes as D
-from engine.errors import FREED_GRAPH, EngineError
-from engine.node import Node, SavedTensor
-from engine.program import State, run_program
-from engine.serialize import CorruptStateError, dump_parts
-from engine.tensor import Tensor
+import gradserve_server.engine as E
+from gradserve_server.engine import dtypes as D
+from gradserve_server.engine.errors import FREED_GRAPH, EngineError
+from gradserve_server.engine.node import Node, SavedTensor
+from gradserve_server.engine.program import State, run_program
+from gradserve_server.engine.serialize import CorruptStateError, dump_parts
+from gradserve_server.engine.tensor import Tensor
 
 from .test_properties import SETUP as PROPERTY_SETUP
 from .test_properties import program_ops

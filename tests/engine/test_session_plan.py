@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine as E
-from engine.errors import EngineError
-from engine.plan import Plan, PlanCache, Unplannable, run_session_planned
-from engine.program import State, run_program
+import gradserve_server.engine as E
+from gradserve_server.engine.errors import EngineError
+from gradserve_server.engine.plan import Plan, PlanCache, Unplannable, run_session_planned
+from gradserve_server.engine.program import State, run_program
 
 from .test_plan import _tensor_view
 
@@ -226,7 +226,7 @@ def test_vectorized_jacobians_and_hessians_of_a_session_function_replay_bit_for_
 def test_a_repeat_loop_carries_the_next_key_and_a_changed_state_misses(change, monkeypatch):
     """Iteration k+1 looks its plan up by the key iteration k's plan carries (no key is built on a hit); a
     state whose shape or dtype changes after the first iteration is another key: it records, then replays."""
-    import engine.plan as P
+    import gradserve_server.engine.plan as P
     built = []
     real = P._session_key
     monkeypatch.setattr(P, "_session_key", lambda *a: built.append(1) or real(*a))
@@ -247,7 +247,7 @@ def test_a_repeat_loop_carries_the_next_key_and_a_changed_state_misses(change, m
 
 
 def test_a_list_recorded_unplannable_runs_cold_without_its_full_key_and_a_changed_state_plans(monkeypatch):
-    import engine.plan as P
+    import gradserve_server.engine.plan as P
     built = []
     real = P._session_key
     monkeypatch.setattr(P, "_session_key", lambda *a: built.append(1) or real(*a))
@@ -312,8 +312,8 @@ def test_an_until_loop_with_a_comparison_plans_and_stops_where_the_cold_loop_sto
 def test_a_long_planned_repeat_loop_checks_its_control_and_gives_the_cold_error():
     """Short plans never reach a replay's own deadline check: the planned loop checks every so many
     iterations, and a cancel mid-loop gives the cold loop's error with nothing applied."""
-    from engine.budget import Control
-    from engine.errors import CancelledError
+    from gradserve_server.engine.budget import Control
+    from gradserve_server.engine.errors import CancelledError
 
     class CancelAt(Control):
         __slots__ = ("calls", "at")

@@ -1,4 +1,4 @@
-"""Views as torch tracks them (engine/views.py): multi-output views, views made under no_grad, history
+"""Views as torch tracks them (gradserve_server/engine/views.py): multi-output views, views made under no_grad, history
 regenerated after a base changes, in-place writes through views, memory overlap; and the fused
 double-backward nodes. Torch's own outcomes for longer programs are in tests/fuzz/regressions.json."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import State, run_program
-from engine.errors import EngineError
+from gradserve_server.engine import State, run_program
+from gradserve_server.engine.errors import EngineError
 
 
 def run(ops, state=None):

@@ -18,8 +18,8 @@ import random
 import numpy as np
 import torch
 
-from engine.registry import OPS
-from engine.tensor import Tensor
+from gradserve_server.engine.registry import OPS
+from gradserve_server.engine.tensor import Tensor
 from tests.engine.samples import SAMPLES, S, T, mask
 
 from .torch_exec import TorchRunner

@@ -12,8 +12,8 @@ import warnings
 
 import numpy as np
 
-from engine import State, run_program
-from engine.errors import EngineError, UnknownTensorError
+from gradserve_server.engine import State, run_program
+from gradserve_server.engine.errors import EngineError, UnknownTensorError
 
 from .allow import allowed
 

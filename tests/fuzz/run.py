@@ -57,8 +57,8 @@ def fuzz(programs: int, seed: int = 0, http: int = 0, minimise_each: bool = True
     if http:
         from fastapi.testclient import TestClient
 
-        from app.config import Settings
-        from app.main import create_app
+        from gradserve_server.app.config import Settings
+        from gradserve_server.app.main import create_app
         client = TestClient(create_app(Settings(access_log=False, log_level="WARNING", **HTTP_RIG)))
     t0 = time.time()
     for s in range(seed, seed + programs):

@@ -31,8 +31,8 @@ def test_regression_program_matches_torch_step_by_step(case):
 def client():
     from fastapi.testclient import TestClient
 
-    from app.config import Settings
-    from app.main import create_app
+    from gradserve_server.app.config import Settings
+    from gradserve_server.app.main import create_app
     with TestClient(create_app(Settings(access_log=False, **HTTP_RIG))) as c:
         yield c
 

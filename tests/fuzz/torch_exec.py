@@ -14,7 +14,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from engine.registry import OPS
+from gradserve_server.engine.registry import OPS
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64, "bool": torch.bool}
 _SLICE_RE = re.compile(r"^\s*(-?\d+)?\s*:\s*(-?\d+)?\s*(?::\s*(-?\d+)?\s*)?$")
@@ -114,7 +114,7 @@ class TorchRunner:
                 return f"t{self.counter}"
 
     def bind(self, out, value):
-        """The engine's binding rules (engine/program.py ``_Runner.bind``)."""
+        """The engine's binding rules (gradserve_server/engine/program.py ``_Runner.bind``)."""
         if value is None:
             return
         if isinstance(value, torch.Tensor):

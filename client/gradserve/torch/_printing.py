@@ -1,6 +1,7 @@
 """``repr(tensor)`` as torch prints it (a port of torch/_tensor_str.py's formatter for gradserve's dtypes).
 
-This file is both ``engine/printing.py`` and the client's ``gradserve/torch/_printing.py`` (the client never
+This file is both ``gradserve_server/engine/printing.py`` and the client's ``gradserve/torch/_printing.py``
+(the client never
 imports the engine, the engine never imports the client): tests/client/test_printing.py fails when the two
 copies differ. Edit one, copy it to the other."""
 

@@ -1,0 +1,131 @@
+"""Heavy work: a bounded number of requests computing at once, a bounded queue for more, and a watcher that
+stops a request's work when its client goes away.
+
+Heavy: whatever runs the engine or Graphviz in the thread pool (op lists not run on the event loop, the
+autograd endpoints, SVG graphs). Light requests (health, readiness, reads, small op lists run on the event
+loop) never pass through here, so they keep answering while heavy ones run: heavy work holds at most
+``GRADSERVE_MAX_HEAVY_REQUESTS`` of the thread pool's 40 threads. Beyond those, up to
+``GRADSERVE_MAX_HEAVY_QUEUE`` requests wait in order (at most ``GRADSERVE_HEAVY_QUEUE_WAIT_SECONDS``); more
+are answered 503 ``server_busy`` with ``Retry-After`` at once, and ``/readyz`` says the server is saturated.
+
+Each admitted request computes under an ``engine.Control``: its deadline (``GRADSERVE_REQUEST_DEADLINE_SECONDS``
+from admission) and a cancel flag, set when the ASGI receive channel reports ``http.disconnect``. The engine
+checks both between ops and between backward nodes, so an abandoned request stops within one op, rolls back
+and releases its session (and its slot) instead of computing for minutes.
+
+Everything here runs on the event loop (plain counters, no locks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from gradserve_server import engine
+from gradserve_server.app.errors import ServerBusy
+from gradserve_server.engine.errors import CancelledError
+
+DEADLINE_SETTING = "GRADSERVE_REQUEST_DEADLINE_SECONDS"
+
+
+async def disconnected(request: Request) -> None:
+    """Returns when the client has gone away (the body must have been read already)."""
+    receive = request.receive
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class HeavyWork:
+    def __init__(self, slots: int, queue: int, wait_seconds: float, deadline_seconds: float):
+        self.slots = slots
+        self.queue = queue
+        self.wait_seconds = wait_seconds
+        self.deadline_seconds = deadline_seconds
+        self.running = 0
+        self._waiting: deque[asyncio.Future] = deque()
+        self.refused = 0
+        self.cancelled = 0
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def saturated(self) -> bool:
+        return self.running >= self.slots and self.queued >= self.queue
+
+    def stats(self) -> dict:
+        return {"running": self.running, "queued": self.queued, "slots": self.slots, "queue": self.queue}
+
+    def control(self) -> engine.Control:
+        return engine.Control(self.deadline_seconds, setting=DEADLINE_SETTING)
+
+    async def run(self, request: Request, fn: Callable[..., Any], *args, **kwargs) -> Any:
+        """``fn(*args, control=..., **kwargs)`` in the thread pool once a slot is free."""
+        watcher = asyncio.ensure_future(disconnected(request))
+        try:
+            await self._acquire(watcher)
+            try:
+                control = self.control()
+                work = asyncio.ensure_future(run_in_threadpool(fn, *args, control=control, **kwargs))
+                done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                if work not in done:
+                    control.cancel("the client disconnected")
+                    self.cancelled += 1
+                    await asyncio.wait({work})  # it stops at its next check; the slot is free only then
+                return work.result()
+            finally:
+                self._release()
+        finally:
+            watcher.cancel()
+
+    async def _acquire(self, watcher: asyncio.Future) -> None:
+        if self.running < self.slots and not self._waiting:
+            self.running += 1
+            return
+        if len(self._waiting) >= self.queue:
+            self.refused += 1
+            raise ServerBusy(f"{self.running} heavy requests are running and {len(self._waiting)} waiting, the most "
+                             f"this server takes (GRADSERVE_MAX_HEAVY_REQUESTS={self.slots}, "
+                             f"GRADSERVE_MAX_HEAVY_QUEUE={self.queue}); retry later")
+        slot = asyncio.get_running_loop().create_future()
+        self._waiting.append(slot)
+        try:
+            await asyncio.wait({slot, watcher}, timeout=self.wait_seconds, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            self._abandon(slot)
+            raise
+        if not slot.done():
+            self._abandon(slot)
+            if watcher.done():
+                raise CancelledError("the request was cancelled (the client disconnected while it waited for a "
+                                     "heavy slot); nothing was applied")
+            self.refused += 1
+            raise ServerBusy(f"no heavy slot was free within {self.wait_seconds:g} s "
+                             "(GRADSERVE_HEAVY_QUEUE_WAIT_SECONDS); retry later")
+        # the slot was handed over by _release: running already counts it
+
+    def _abandon(self, slot: asyncio.Future) -> None:
+        if slot.done() and not slot.cancelled():
+            self._release()  # handed over meanwhile: pass it on
+            return
+        slot.cancel()
+        try:
+            self._waiting.remove(slot)
+        except ValueError:
+            pass
+
+    def _release(self) -> None:
+        while self._waiting:
+            slot = self._waiting.popleft()
+            if not slot.done():
+                slot.set_result(None)  # the slot passes to the next waiter: running is unchanged
+                return
+        self.running -= 1
