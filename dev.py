@@ -4,6 +4,9 @@
     python3 dev.py serve [uvicorn args...]   create .venv, install pinned deps, serve on 127.0.0.1:8000
     python3 dev.py test [pytest args...]     create .venv, install .[test] and ./client pinned, run ruff and pytest
                                              (installs redis-server and graphviz first when missing, as root)
+    python3 dev.py docs [mkdocs build args...]
+                                             build the documentation site into site/ (mkdocs, strict: a broken
+                                             link fails); open site/index.html or serve the folder
     python3 dev.py fuzz [--programs N] [--seed S] [--http K] [--json FILE]
                                              the differential fuzzer against torch (needs torch in .venv:
                                              .venv/bin/pip install torch==2.13.0); prints programs, steps,
@@ -106,6 +109,11 @@ def test(args: list[str]) -> int:
     return 0
 
 
+def docs(args: list[str]) -> int:
+    ensure_env("test")  # mkdocs and its theme are in the test extra (the docs are built by a test too)
+    return subprocess.call([str(PYTHON), "-m", "mkdocs", "build", "--strict", *args], cwd=ROOT)
+
+
 def fuzz(args: list[str]) -> int:
     ensure_env("test")
     if subprocess.call([str(PYTHON), "-c", "import torch"], cwd=ROOT, stderr=subprocess.DEVNULL):
@@ -115,7 +123,7 @@ def fuzz(args: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    commands = {"serve": serve, "test": test, "fuzz": fuzz}
+    commands = {"serve": serve, "test": test, "docs": docs, "fuzz": fuzz}
     if not argv or argv[0] not in commands:
         print(__doc__, file=sys.stderr)
         return 2
