@@ -19,7 +19,7 @@
       count.textContent = shown + " of " + rows.length + " ops";
     }
     input.addEventListener("input", apply);
-    var q = new URLSearchParams(window.location.search).get("q");
+    var q = new URLSearchParams(window.location.search).get("op");
     if (q) { input.value = q; }
     apply();
   }

@@ -5,7 +5,9 @@
 - ``reference/settings.md``: every setting of ``gradserve_server.app.config.Settings`` (its field, the
   environment variable, type, default, bounds and description);
 - ``reference/http.md``: every operation and schema of the committed OpenAPI document
-  (``openapi/openapi.json``).
+  (``openapi/openapi.json``);
+- ``tutorial/graph.svg``: the graph picture of the tutorial's program (the op list its page sends), drawn by
+  the server's own built-in SVG layout.
 
 The pages exist only in the built site; nothing generated is committed.
 """
@@ -26,7 +28,26 @@ def on_files(files, config):
     for uri, content in (("reference/ops.md", ops_page()), ("reference/settings.md", settings_page()),
                          ("reference/http.md", http_page())):
         files.append(File.generated(config, uri, content=content))
+    files.append(File.generated(config, "tutorial/graph.svg", content=graph_picture()))
     return files
+
+
+# ----- the tutorial's graph picture -----
+
+def graph_picture() -> str:
+    """The SVG that `GET /graph?root=s&format=svg` gives for the op list tutorial/graph.md sends (the
+    built-in layout, as a server without Graphviz draws it)."""
+    import re
+
+    import gradserve_server.engine as E
+    from gradserve_server.app.svg import render_svg
+
+    page = (ROOT / "docs" / "tutorial" / "graph.md").read_text()
+    body = json.loads(re.search(r"/ops -H 'content-type: application/json' -d '(.*?)'", page, re.S).group(1))
+    state = E.State()
+    E.run_program(state, body["ops"])
+    graph = E.export_graph(state, "s")
+    return render_svg(graph, E.to_dot(graph), None)
 
 
 # ----- the op catalog -----
@@ -40,7 +61,7 @@ def _signature(entry: dict) -> str:
         elif arg.get("tensor"):
             text += ": Tensor"
         if not arg.get("required", True):
-            text += f"={json.dumps(arg.get('default'))}"
+            text += f"={arg.get('default')!r}"
         parts.append(text)
     return f"{entry['name']}({', '.join(parts)})"
 
@@ -65,14 +86,20 @@ def ops_page() -> str:
             f"<td><code>{_cell(_signature(e))}</code></td><td>{_cell(grad_fns)}</td>"
             f"<td>{_cell(', '.join(flags))}</td><td>{_cell(e['doc'])}</td></tr>")
     families = sorted({e["family"] for e in catalog})
-    return f"""# Op catalog
+    return f"""---
+hide:
+  - navigation
+  - toc
+---
+
+# Op catalog
 
 Every op of the engine's op table ({len(catalog)} ops), as `GET /v1/ops` lists them; this page is generated
-from the table at each build of the site. Type in the box to keep the rows that contain every word typed
-(a name, an alias, a family such as `{families[0]}`, a `grad_fn` name such as `MulBackward0`, or a word of the
-description). An op's name is what an op list's `"op"` says; `method` means it is also a Tensor method in
-`gradserve.torch`; arguments are torch's names, with their defaults. Names with a dot belong to a torch
-submodule (`linalg.det` is `torch.linalg.det`); see
+from the table at each build of the site. Type in the box to keep the rows that contain every word typed (a
+name, an alias, a family such as `{families[0]}`, a `grad_fn` name such as `MulBackward0`, or a word of the
+description); a link to this page with `?op=words` opens it filtered. An op's name is what an op list's `"op"`
+says; `method` means it is also a Tensor method in `gradserve.torch`; arguments are torch's names, with their
+defaults. Names with a dot belong to a torch submodule (`linalg.det` is `torch.linalg.det`); see
 [op names and torch's namespaces](requests.md#op-names-and-torchs-namespaces).
 
 <div class="gs-catalog">
@@ -134,7 +161,12 @@ def settings_page() -> str:
         bounds = _bounds(field)
         rows.append(f"| `{prefix}{name.upper()}` | {_type(field)} | {_default(name, field)} | "
                     f"{bounds or '-'} | {desc} |")
-    return f"""# Settings
+    return f"""---
+hide:
+  - navigation
+---
+
+# Settings
 
 Every setting of the server, generated from its settings class (`gradserve_server/app/config.py`,
 pydantic-settings) at each build of the site: {len(rows)} settings. Each is read from the environment at

@@ -115,6 +115,16 @@ def test_the_client_page_documents_the_clients_public_names(site):
         assert hasattr(gradserve.Client, method) and method in text, method
 
 
+def test_the_graph_tutorial_shows_the_picture_of_its_own_program(site):
+    """tutorial/graph.svg is drawn at build time from the op list the page's walk-through sends."""
+    svg = (site / "tutorial" / "graph.svg").read_text()
+    assert svg.lstrip().startswith("<svg") or "<svg" in svg[:300]
+    for line in ("SumBackward0", "MulBackward0", "y.grad = [1, 1, 1] (retained)", "w.grad = 6 (1 accumulation)",
+                 "_saved_self: float32[3] (freed)"):
+        assert line in svg, line
+    assert 'src="../graph.svg"' in (site / "tutorial" / "graph" / "index.html").read_text()
+
+
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass
@@ -175,6 +185,20 @@ def test_the_catalog_filter_works_in_a_browser_and_nothing_comes_from_elsewhere(
     box.send_keys("no-op-is-called-this")
     wait.until(lambda b: visible_ops(b) == [])
     assert browser.find_element(By.ID, "catalog-count").text == f"0 of {len(catalog)} ops"
+
+    # a link with ?op= opens the page filtered
+    browser.get(f"{site_url}/reference/ops/?op=slogdet")
+    wait.until(lambda b: b.find_element(By.ID, "catalog-filter").get_attribute("value") == "slogdet")
+    assert set(visible_ops(browser)) == {e["name"] for e in catalog if "slogdet" in json.dumps(
+        [e["name"], e["aliases"], e["doc"], e["grad_fns"], e["family"]]).lower()}
+    assert "linalg.slogdet" in visible_ops(browser)
+
+    # the graph tutorial's picture is drawn
+    browser.get(f"{site_url}/tutorial/graph/")
+    width = wait.until(lambda b: b.execute_script(
+        "const i = document.querySelector('article img[src$=\"graph.svg\"]');"
+        "return i && i.complete && i.naturalWidth;"))
+    assert width > 200
 
     # the site's search (lunr, in the browser) finds a page, from the site's own index
     browser.get(f"{site_url}/?q=graph_freed")
