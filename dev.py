@@ -8,7 +8,7 @@
                                              (installs redis-server and graphviz first when missing, as root)
     python3 dev.py docs [mkdocs build args...]
                                              build the documentation site into site/ (mkdocs, strict: a broken
-                                             link fails); open site/index.html or serve the folder
+                                             link fails); open site/index.html
     python3 dev.py fuzz [--programs N] [--seed S] [--http K] [--json FILE]
                                              the differential fuzzer against torch (needs torch in .venv:
                                              .venv/bin/pip install torch==2.13.0); prints programs, steps,
@@ -131,7 +131,12 @@ def test(args: list[str]) -> int:
 
 def docs(args: list[str]) -> int:
     ensure_env("test")  # mkdocs and its theme are in the test extra (the docs are built by a test too)
-    return subprocess.call([str(PYTHON), "-m", "mkdocs", "build", "--strict", *args], cwd=ROOT)
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # the theme's banner about a successor, on every build
+    code = subprocess.call([str(PYTHON), "-m", "mkdocs", "build", "--strict", *args], cwd=ROOT, env=env)
+    if code == 0 and not args:
+        print(f"open {ROOT / 'site' / 'index.html'} (the search box needs the folder served: "
+              "python3 -m http.server -d site 8001)", flush=True)
+    return code
 
 
 def fuzz(args: list[str]) -> int:

@@ -41,7 +41,7 @@ def site(tmp_path_factory) -> Path:
 
 
 def page_text(site: Path, page: str) -> str:
-    text = (site / page / "index.html").read_text()
+    text = (site / f"{page}.html").read_text()
     article = text[text.index("<article"):text.index("</article>")]
     return html.unescape(re.sub(r"<[^>]+>", " ", article))
 
@@ -79,7 +79,7 @@ def test_nothing_is_loaded_from_the_network(site):
 def test_the_op_catalog_page_lists_every_op_of_the_op_table(site):
     from gradserve_server.engine import op_catalog
 
-    text = (site / "reference" / "ops" / "index.html").read_text()
+    text = (site / "reference" / "ops.html").read_text()
     rows = re.findall(r'<tr id="op-([^"]+)">', text)
     names = sorted(e["name"] for e in op_catalog())
     assert rows == names and len(names) >= 200
@@ -122,7 +122,7 @@ def test_the_graph_tutorial_shows_the_picture_of_its_own_program(site):
     for line in ("SumBackward0", "MulBackward0", "y.grad = [1, 1, 1] (retained)", "w.grad = 6 (1 accumulation)",
                  "_saved_self: float32[3] (freed)"):
         assert line in svg, line
-    assert 'src="../graph.svg"' in (site / "tutorial" / "graph" / "index.html").read_text()
+    assert 'src="graph.svg"' in (site / "tutorial" / "graph.html").read_text()
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -160,7 +160,7 @@ def test_the_catalog_filter_works_in_a_browser_and_nothing_comes_from_elsewhere(
     from gradserve_server.engine import op_catalog
 
     catalog = op_catalog()
-    browser.get(f"{site_url}/reference/ops/")
+    browser.get(f"{site_url}/reference/ops.html")
     wait = WebDriverWait(browser, 30)
     box = wait.until(lambda b: b.find_element(By.ID, "catalog-filter"))
     assert len(visible_ops(browser)) == len(catalog)
@@ -187,23 +187,42 @@ def test_the_catalog_filter_works_in_a_browser_and_nothing_comes_from_elsewhere(
     assert browser.find_element(By.ID, "catalog-count").text == f"0 of {len(catalog)} ops"
 
     # a link with ?op= opens the page filtered
-    browser.get(f"{site_url}/reference/ops/?op=slogdet")
+    browser.get(f"{site_url}/reference/ops.html?op=slogdet")
     wait.until(lambda b: b.find_element(By.ID, "catalog-filter").get_attribute("value") == "slogdet")
     assert set(visible_ops(browser)) == {e["name"] for e in catalog if "slogdet" in json.dumps(
         [e["name"], e["aliases"], e["doc"], e["grad_fns"], e["family"]]).lower()}
     assert "linalg.slogdet" in visible_ops(browser)
 
     # the graph tutorial's picture is drawn
-    browser.get(f"{site_url}/tutorial/graph/")
+    browser.get(f"{site_url}/tutorial/graph.html")
     width = wait.until(lambda b: b.execute_script(
         "const i = document.querySelector('article img[src$=\"graph.svg\"]');"
         "return i && i.complete && i.naturalWidth;"))
     assert width > 200
 
     # the site's search (lunr, in the browser) finds a page, from the site's own index
-    browser.get(f"{site_url}/?q=graph_freed")
+    browser.get(f"{site_url}/index.html?q=graph_freed")
     wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, ".md-search-result__item"))
 
     origins = browser.execute_script(
         "return performance.getEntriesByType('resource').map(e => new URL(e.name).origin);")
     assert origins and set(origins) == {site_url}, set(origins)
+
+
+def test_the_site_works_opened_from_the_disk(site, browser):
+    """file://: links lead to pages (not folders) and the catalog filters (the search needs HTTP)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 30)
+    browser.get((site / "index.html").as_uri())
+    link = wait.until(lambda b: b.find_element(By.LINK_TEXT, "op catalog"))
+    browser.execute_script("arguments[0].click();", link)
+    box = wait.until(lambda b: b.find_element(By.ID, "catalog-filter"))
+    assert browser.current_url.endswith("reference/ops.html")
+    box.send_keys("linalg.det")
+    wait.until(lambda b: "linalg.det" in visible_ops(b) and "mul" not in visible_ops(b))
+    link = browser.find_element(By.LINK_TEXT, "op names and torch's namespaces")
+    browser.execute_script("arguments[0].click();", link)
+    wait.until(lambda b: b.current_url.endswith("reference/requests.html#op-names-and-torchs-namespaces"))
+    assert "Op names and torch's namespaces" in browser.find_element(By.TAG_NAME, "article").text
