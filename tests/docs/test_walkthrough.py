@@ -19,6 +19,7 @@ CURL = "curl() { command curl -w '%{stderr}\\n@@status %{http_code}\\n' \"$@\"; 
 
 #: the pages with a walk-through, and at least how many commands and claims each has
 WALKTHROUGHS = {DOCS / "tutorial" / "first-gradient.md": (14, 40), DOCS / "tutorial" / "graph.md": (6, 15),
+                DOCS / "how-to" / "monitoring.md": (4, 8),
                 README: (1, 3)}
 
 
