@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from tests.deploy.servers import Uvicorn
 from tests.docs.walkthrough import DOCS, README, ROOT, blocks, check_claims, pages, walkthrough, where
 
 #: curl writes the status to stderr after the body, so that stdout stays what the reader sees
@@ -19,8 +20,12 @@ CURL = "curl() { command curl -w '%{stderr}\\n@@status %{http_code}\\n' \"$@\"; 
 
 #: the pages with a walk-through, and at least how many commands and claims each has
 WALKTHROUGHS = {DOCS / "tutorial" / "first-gradient.md": (14, 40), DOCS / "tutorial" / "graph.md": (6, 15),
-                DOCS / "how-to" / "monitoring.md": (4, 8),
+                DOCS / "how-to" / "monitoring.md": (4, 8), DOCS / "how-to" / "keys.md": (7, 7),
                 README: (1, 3)}
+#: the settings of the server a page's walk-through runs against (the page says how to start it); the others
+#: run against the default server
+SERVER_ENV = {DOCS / "how-to" / "keys.md": {
+    "GRADSERVE_API_KEYS": "alice-key-8f3a61c2d9e04b7a,bob-key-2c7e90d14a6f53b8"}}
 
 
 def run_walkthrough(base_url: str, workdir, page) -> list[tuple[int, int]]:
@@ -56,7 +61,18 @@ def run_walkthrough(base_url: str, workdir, page) -> list[tuple[int, int]]:
                     reason="the walk-through needs curl and bash on PATH")
 @pytest.mark.parametrize("page", list(WALKTHROUGHS), ids=lambda p: str(p.relative_to(ROOT)))
 def test_walkthrough_runs_in_order_and_every_claim_is_true(server, tmp_path, page):
-    done = run_walkthrough(server.url, tmp_path, page)
+    env = SERVER_ENV.get(page)
+    if env is None:
+        done = run_walkthrough(server.url, tmp_path, page)
+    else:
+        text = page.read_text()
+        for name, value in env.items():
+            assert f"{name}={value} python3 dev.py serve" in text, f"{page.name} starts its server otherwise"
+        own = Uvicorn.for_app(env, tmp_path / "uvicorn.log").start()
+        try:
+            done = run_walkthrough(own.url, tmp_path, page)
+        finally:
+            own.stop()
     commands, claims = WALKTHROUGHS[page]
     assert len(done) >= commands
     assert sum(checked for checked, _ in done) >= claims
