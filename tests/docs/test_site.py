@@ -234,3 +234,14 @@ def test_the_site_works_opened_from_the_disk(site, browser):
     browser.execute_script("arguments[0].click();", link)
     wait.until(lambda b: b.current_url.endswith("reference/requests.html#op-names-and-torchs-namespaces"))
     assert "Op names and torch's namespaces" in browser.find_element(By.TAG_NAME, "article").text
+
+
+def test_the_readmes_links_lead_to_pages_of_the_site():
+    """README.md is not part of the site's strict build: its relative links are checked here."""
+    text = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if not link.startswith(("http://", "https://"))]
+    assert len(local) >= 15
+    for link in local:
+        assert (ROOT / link).exists(), link
+    assert len(text.splitlines()) < 80  # a front door: what it is, two commands, an example, links
