@@ -82,11 +82,10 @@ def serve(args: list[str]) -> int:
     ensure_env(None)
     cmd, env = serve_command(args)
     print("+", " ".join([*(f"{k}={v}" for k, v in env.items()), *cmd]), flush=True)
-    os.environ.update(env)
     os.chdir(ROOT)
     if os.name == "nt":
-        return subprocess.call(cmd)
-    os.execv(cmd[0], cmd)
+        return subprocess.call(cmd, env={**os.environ, **env})
+    os.execve(cmd[0], cmd, {**os.environ, **env})
     return 0  # not reached
 
 

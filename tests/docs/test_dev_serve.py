@@ -97,12 +97,13 @@ def test_no_access_log_turns_off_the_json_access_lines_too(tmp_path):
 def test_what_serve_echoes_is_what_it_runs(args, capsys, monkeypatch):
     ran = {}
     monkeypatch.setattr(dev, "ensure_env", lambda extra: None)
-    monkeypatch.setattr(dev.os, "execv", lambda path, argv: ran.setdefault("argv", argv))
+    monkeypatch.setattr(dev.os, "execve", lambda path, argv, env: ran.update(argv=argv, env=env))
     monkeypatch.setattr(dev.os, "chdir", lambda path: None)
-    monkeypatch.setattr(dev.os, "environ", {})
+    monkeypatch.delenv("GRADSERVE_ACCESS_LOG", raising=False)
     dev.serve(args)
     echoed = capsys.readouterr().out.strip().removeprefix("+ ").split(" ")
-    env = [part for part in echoed if part.startswith("GRADSERVE_")]
+    env = dict(part.split("=", 1) for part in echoed if part.startswith("GRADSERVE_"))
     assert echoed[len(env):] == ran["argv"]
     assert echoed.count("--port") == 1
-    assert dev.os.environ == dict(e.split("=", 1) for e in env)
+    assert all(ran["env"][k] == v for k, v in env.items())
+    assert (ran["env"].get("GRADSERVE_ACCESS_LOG") == "false") == ("--no-access-log" in args)
