@@ -4,6 +4,7 @@ checked against what the command printed (tests/docs/walkthrough.py reads them).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 import shutil
@@ -11,7 +12,7 @@ import subprocess
 
 import pytest
 
-from tests.deploy.servers import Uvicorn
+from tests.deploy.servers import RedisServer, Uvicorn, redis_server_binary
 from tests.docs.walkthrough import DOCS, README, ROOT, blocks, check_claims, pages, walkthrough, where
 
 #: curl writes the status to stderr after the body, so that stdout stays what the reader sees
@@ -21,11 +22,39 @@ CURL = "curl() { command curl -w '%{stderr}\\n@@status %{http_code}\\n' \"$@\"; 
 #: the pages with a walk-through, and at least how many commands and claims each has
 WALKTHROUGHS = {DOCS / "tutorial" / "first-gradient.md": (14, 40), DOCS / "tutorial" / "graph.md": (6, 15),
                 DOCS / "how-to" / "monitoring.md": (4, 8), DOCS / "how-to" / "keys.md": (7, 7),
+                DOCS / "how-to" / "redis.md": (7, 12),
                 README: (1, 3)}
-#: the settings of the server a page's walk-through runs against (the page says how to start it); the others
-#: run against the default server
-SERVER_ENV = {DOCS / "how-to" / "keys.md": {
-    "GRADSERVE_API_KEYS": "alice-key-8f3a61c2d9e04b7a,bob-key-2c7e90d14a6f53b8"}}
+#: the command line of the server a page's walk-through runs against (the page starts it so; `{redis}`: the
+#: test's own redis-server); the others run against the default server
+SERVERS = {
+    DOCS / "how-to" / "keys.md":
+        "GRADSERVE_API_KEYS=alice-key-8f3a61c2d9e04b7a,bob-key-2c7e90d14a6f53b8 python3 dev.py serve",
+    DOCS / "how-to" / "redis.md": "GRADSERVE_STORE_URL={redis} python3 dev.py serve --workers 2",
+}
+PAGE_REDIS = "redis://127.0.0.1:6379/0"
+
+
+@contextlib.contextmanager
+def page_server(page, workdir):
+    """The server the page starts: its environment and uvicorn arguments, on a free port (and the test's own
+    redis-server where the page uses a Redis)."""
+    line = SERVERS[page]
+    assert line.format(redis=PAGE_REDIS) in page.read_text(), f"{page.name} starts its server otherwise"
+    redis_server = None
+    if "{redis}" in line:
+        if redis_server_binary() is None:
+            pytest.skip("redis-server is not on PATH (Debian's redis-server; python3 dev.py test installs it)")
+        redis_server = RedisServer(workdir).start()
+    words = line.format(redis=redis_server.url if redis_server else PAGE_REDIS).split()
+    env = dict(w.split("=", 1) for w in words if "=" in w and w.startswith("GRADSERVE_"))
+    extra = words[words.index("serve") + 1:]
+    srv = Uvicorn.for_app(env, workdir / "uvicorn.log", *extra)
+    try:
+        yield srv.start()
+    finally:
+        srv.stop()
+        if redis_server is not None:
+            redis_server.stop()
 
 
 def run_walkthrough(base_url: str, workdir, page) -> list[tuple[int, int]]:
@@ -61,18 +90,11 @@ def run_walkthrough(base_url: str, workdir, page) -> list[tuple[int, int]]:
                     reason="the walk-through needs curl and bash on PATH")
 @pytest.mark.parametrize("page", list(WALKTHROUGHS), ids=lambda p: str(p.relative_to(ROOT)))
 def test_walkthrough_runs_in_order_and_every_claim_is_true(server, tmp_path, page):
-    env = SERVER_ENV.get(page)
-    if env is None:
+    if page not in SERVERS:
         done = run_walkthrough(server.url, tmp_path, page)
     else:
-        text = page.read_text()
-        for name, value in env.items():
-            assert f"{name}={value} python3 dev.py serve" in text, f"{page.name} starts its server otherwise"
-        own = Uvicorn.for_app(env, tmp_path / "uvicorn.log").start()
-        try:
+        with page_server(page, tmp_path) as own:
             done = run_walkthrough(own.url, tmp_path, page)
-        finally:
-            own.stop()
     commands, claims = WALKTHROUGHS[page]
     assert len(done) >= commands
     assert sum(checked for checked, _ in done) >= claims
