@@ -22,7 +22,7 @@ CURL = "curl() { command curl -w '%{stderr}\\n@@status %{http_code}\\n' \"$@\"; 
 #: the pages with a walk-through, and at least how many commands and claims each has
 WALKTHROUGHS = {DOCS / "tutorial" / "first-gradient.md": (14, 40), DOCS / "tutorial" / "graph.md": (6, 15),
                 DOCS / "how-to" / "monitoring.md": (4, 8), DOCS / "how-to" / "keys.md": (7, 7),
-                DOCS / "how-to" / "redis.md": (7, 12),
+                DOCS / "how-to" / "redis.md": (7, 12), DOCS / "how-to" / "limits.md": (3, 7),
                 README: (1, 3)}
 #: the command line of the server a page's walk-through runs against (the page starts it so; `{redis}`: the
 #: test's own redis-server); the others run against the default server
@@ -30,6 +30,8 @@ SERVERS = {
     DOCS / "how-to" / "keys.md":
         "GRADSERVE_API_KEYS=alice-key-8f3a61c2d9e04b7a,bob-key-2c7e90d14a6f53b8 python3 dev.py serve",
     DOCS / "how-to" / "redis.md": "GRADSERVE_STORE_URL={redis} python3 dev.py serve --workers 2",
+    DOCS / "how-to" / "limits.md":
+        "GRADSERVE_MAX_OPS_PER_REQUEST=3 GRADSERVE_MAX_ELEMENTS_PER_TENSOR=1000 python3 dev.py serve",
 }
 PAGE_REDIS = "redis://127.0.0.1:6379/0"
 
