@@ -15,7 +15,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GRADSERVE_", frozen=True)
 
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1,
-                                description="Largest accepted request body (413 above).")
+                                description="Largest accepted request body: 413 above, by Content-Length and by "
+                                "counting streamed bytes.")
     max_elements_per_tensor: int = Field(4_000_000, ge=1, description="Largest tensor (elements) a request "
                                          "may send or create.")
     max_ops_per_request: int = Field(10_000, ge=1, description="Most ops in one op list.")
@@ -36,8 +37,9 @@ class Settings(BaseSettings):
                                     "counts and the encoding (an upper bound: JSON 6-25 bytes per element, "
                                     "base64 4/3 of the raw bytes); 422 above, nothing applied.")
     request_deadline_seconds: float = Field(30.0, gt=0, description="Compute deadline of one request, checked "
-                                            "between ops, in `repeat` and between the nodes of a backward pass "
-                                            "(504 `deadline_exceeded` after it, nothing applied).")
+                                            "between ops, in `repeat` and between the nodes of a backward pass (504 "
+                                            "`deadline_exceeded` after it, nothing applied, the session's lock "
+                                            "released).")
     max_heavy_requests: int = Field(default_factory=lambda: max(2, os.cpu_count() or 2), ge=1,
                                     description="Heavy requests computing at once: op lists that do not run on the "
                                     "event loop, `/backward`, `/grad`, `/zero_grad`, SVG graphs. Light requests "
@@ -85,9 +87,9 @@ class Settings(BaseSettings):
                                           "session index.")
 
     # ----- security: keys, ownership, rate limits, CORS -----
-    api_keys: SecretStr = Field(SecretStr(""), description="Comma-separated API keys (or `sha256:<hex>` "
-                                "digests of keys). Empty: the server is open. Only their SHA-256 digests are "
-                                "kept in memory.")
+    api_keys: SecretStr = Field(SecretStr(""), description="Comma-separated API keys, or `sha256:<hex>` digests of "
+                                "keys (so that the keys themselves need not be in the environment). Empty: the "
+                                "server is open. Only their SHA-256 digests are kept in memory.")
     max_sessions_per_key: int = Field(100, ge=1, description="Most live sessions one API key may own (429 "
                                       "above); with keys only.")
     rate_limit_per_second: float = Field(50.0, ge=0, description="Requests per second one API key may make "
@@ -106,14 +108,16 @@ class Settings(BaseSettings):
                                           "still running before the session store is closed.")
 
     # ----- deployment: where sessions live -----
-    store_url: str = Field("memory://", description="`memory://` (sessions in this process; one worker only) "
-                           "or `redis://[user:password@]host:port/db` (`rediss://` for TLS): sessions shared "
-                           "by every worker and replica.")
-    workers: int = Field(1, ge=1, description="Worker processes serving this app, declared for the memory "
-                         "store's start-up check (WEB_CONCURRENCY and uvicorn's --workers are checked too).")
-    lock_ttl_seconds: float = Field(10.0, gt=0, description="Redis store: how long a request's lock on a "
-                                    "session lives without renewal; renewed every third of it while held, so "
-                                    "it only matters when a process dies holding it.")
+    store_url: str = Field("memory://", description="`memory://` (sessions in this process; one worker only) or "
+                           "`redis://[user:password@]host:port/db` (`rediss://` for TLS, `unix:///path.sock?db=0` "
+                           "for a socket): sessions shared by every worker and replica.")
+    workers: int = Field(1, ge=1, description="Worker processes serving this app, declared for the memory store's "
+                         "start-up check: the memory store refuses to start above 1 (it also checks WEB_CONCURRENCY, "
+                         "UVICORN_WORKERS and uvicorn's --workers).")
+    lock_ttl_seconds: float = Field(10.0, gt=0, description="Redis store: how long a request's lock on a session "
+                                    "lives without renewal; renewed every third of it while held, so it only matters "
+                                    "when a process dies holding it (the session is then free again after at most "
+                                    "this long).")
     lock_wait_seconds: float = Field(5.0, ge=0, description="How long a request waits for a session another request "
                                      "is using (Redis: changing); then 409 `session_busy` with `Retry-After` (so "
                                      "that requests for a busy session do not hold the thread pool's threads for a "
