@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """Developer entry point, standard library only.
 
-    python3 dev.py serve [uvicorn args...]   create .venv, install pinned deps, serve on 127.0.0.1:8000
+    python3 dev.py serve [uvicorn args...]   create .venv, install pinned deps, serve on 127.0.0.1:8000 as the
+                                             image does (--port N, --host H to change; --no-access-log: no
+                                             JSON line per request either)
     python3 dev.py test [pytest args...]     create .venv, install .[test] and ./client pinned, run ruff and pytest
                                              (installs redis-server and graphviz first when missing, as root)
+    python3 dev.py docs [mkdocs build args...]
+                                             build the documentation site into site/ (mkdocs, strict: a broken
+                                             link fails); open site/index.html
     python3 dev.py fuzz [--programs N] [--seed S] [--http K] [--json FILE]
                                              the differential fuzzer against torch (needs torch in .venv:
                                              .venv/bin/pip install torch==2.13.0); prints programs, steps,
@@ -55,15 +60,32 @@ def ensure_env(extra: str | None) -> None:
     stamp.write_text(digest.hexdigest())
 
 
+#: where `serve` listens unless its arguments say otherwise (uvicorn's own --host and --port)
+SERVE_DEFAULTS = {"--host": "127.0.0.1", "--port": "8000"}
+#: as the Docker image serves: no `server` header, malformed HTTP answered as problem+json, and none of
+#: uvicorn's own access lines (the app logs each request once, as a JSON line)
+SERVE_FLAGS = ["--no-server-header", "--http", "gradserve_server.app.protocol:HTTPProtocol", "--no-access-log"]
+
+
+def serve_command(args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The uvicorn command line and the environment variables `serve` adds, for its arguments: --host and
+    --port replace the defaults (so that each appears once), `--no-access-log` also turns off the app's JSON
+    access lines (GRADSERVE_ACCESS_LOG=false), and every other argument goes to uvicorn as given."""
+    given = {a.split("=", 1)[0] for a in args}
+    env = {"GRADSERVE_ACCESS_LOG": "false"} if "--no-access-log" in args else {}
+    rest = [a for a in args if a != "--no-access-log"]
+    defaults = [part for flag, value in SERVE_DEFAULTS.items() if flag not in given for part in (flag, value)]
+    return [str(PYTHON), "-m", "uvicorn", "gradserve_server.app.main:app", *defaults, *SERVE_FLAGS, *rest], env
+
+
 def serve(args: list[str]) -> int:
     ensure_env(None)
-    cmd = [str(PYTHON), "-m", "uvicorn", "gradserve_server.app.main:app", "--host", "127.0.0.1", "--port", "8000",
-           "--no-access-log", *args]
-    print("+", " ".join(cmd), flush=True)
+    cmd, env = serve_command(args)
+    print("+", " ".join([*(f"{k}={v}" for k, v in env.items()), *cmd]), flush=True)
     os.chdir(ROOT)
     if os.name == "nt":
-        return subprocess.call(cmd)
-    os.execv(cmd[0], cmd)
+        return subprocess.call(cmd, env={**os.environ, **env})
+    os.execve(cmd[0], cmd, {**os.environ, **env})
     return 0  # not reached
 
 
@@ -106,6 +128,16 @@ def test(args: list[str]) -> int:
     return 0
 
 
+def docs(args: list[str]) -> int:
+    ensure_env("test")  # mkdocs and its theme are in the test extra (the docs are built by a test too)
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # the theme's banner about a successor, on every build
+    code = subprocess.call([str(PYTHON), "-m", "mkdocs", "build", "--strict", *args], cwd=ROOT, env=env)
+    if code == 0 and not args:
+        print(f"open {ROOT / 'site' / 'index.html'} (the search box needs the folder served: "
+              "python3 -m http.server -d site 8001)", flush=True)
+    return code
+
+
 def fuzz(args: list[str]) -> int:
     ensure_env("test")
     if subprocess.call([str(PYTHON), "-c", "import torch"], cwd=ROOT, stderr=subprocess.DEVNULL):
@@ -115,7 +147,7 @@ def fuzz(args: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    commands = {"serve": serve, "test": test, "fuzz": fuzz}
+    commands = {"serve": serve, "test": test, "docs": docs, "fuzz": fuzz}
     if not argv or argv[0] not in commands:
         print(__doc__, file=sys.stderr)
         return 2
