@@ -4,6 +4,9 @@
     python3 dev.py serve [uvicorn args...]   create .venv, install pinned deps, serve on 127.0.0.1:8000
     python3 dev.py test [pytest args...]     create .venv, install .[test] and ./client pinned, run ruff and pytest
                                              (installs redis-server and graphviz first when missing, as root)
+    python3 dev.py build [build args...]     wheels and sdists of the server (gradserve-server) and the client
+                                             (gradserve-client) in dist/ (each wheel built from its sdist, with
+                                             `python -m build`; e.g. --no-isolation, --outdir DIR)
     python3 dev.py fuzz [--programs N] [--seed S] [--http K] [--json FILE]
                                              the differential fuzzer against torch (needs torch in .venv:
                                              .venv/bin/pip install torch==2.13.0); prints programs, steps,
@@ -24,6 +27,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 CONSTRAINTS = ROOT / "constraints.txt"
 CLIENT = ROOT / "client"
+VERSION = ROOT / "gradserve_server" / "_version.py"  # the one place the version is written
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 
@@ -43,7 +47,8 @@ def ensure_env(extra: str | None) -> None:
         venv.create(VENV, with_pip=True)
     target = f".[{extra}]" if extra else "."
     digest = hashlib.sha256()
-    for path in (ROOT / "pyproject.toml", CLIENT / "pyproject.toml", CONSTRAINTS):
+    # the version is in the installed metadata too: a new one reinstalls
+    for path in (ROOT / "pyproject.toml", CLIENT / "pyproject.toml", CONSTRAINTS, VERSION):
         digest.update(path.read_bytes())
     digest.update(target.encode())
     stamp = VENV / f".installed-{extra or 'base'}"
@@ -106,6 +111,19 @@ def test(args: list[str]) -> int:
     return 0
 
 
+def build(args: list[str]) -> int:
+    """Both distributions' sdists and wheels (the `build` frontend comes with the test extra)."""
+    ensure_env("test")
+    if not any(a in ("--outdir", "-o") or a.startswith("--outdir=") for a in args):
+        args = ["--outdir", str(ROOT / "dist"), *args]
+    try:
+        for project in (ROOT, CLIENT):
+            run(PYTHON, "-m", "build", *args, project)
+    except subprocess.CalledProcessError as exc:
+        return exc.returncode
+    return 0
+
+
 def fuzz(args: list[str]) -> int:
     ensure_env("test")
     if subprocess.call([str(PYTHON), "-c", "import torch"], cwd=ROOT, stderr=subprocess.DEVNULL):
@@ -115,7 +133,7 @@ def fuzz(args: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    commands = {"serve": serve, "test": test, "fuzz": fuzz}
+    commands = {"serve": serve, "test": test, "build": build, "fuzz": fuzz}
     if not argv or argv[0] not in commands:
         print(__doc__, file=sys.stderr)
         return 2
