@@ -176,7 +176,7 @@ def _document_links(schema: dict[str, Any]) -> None:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    app = FastAPI(title="gradserve", version=__version__, description=DESCRIPTION, lifespan=lifespan,
+    app = FastAPI(title="gradserve API", version=__version__, description=DESCRIPTION, lifespan=lifespan,
                   docs_url=None, redoc_url=None)
     configure_logging(settings.log_level)
     app.state.settings = settings
