@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Developer entry point, standard library only.
 
-    python3 dev.py serve [uvicorn args...]   create .venv, install pinned deps, serve on 127.0.0.1:8000
+    python3 dev.py serve [uvicorn args...]   create .venv, install pinned deps, serve on 127.0.0.1:8000 (--port N,
+                                             --no-access-log, ...: python -m gradserve_server, the wheel's
+                                             gradserve-server command)
     python3 dev.py test [pytest args...]     create .venv, install .[test] and ./client pinned, run ruff and pytest
                                              (installs redis-server and graphviz first when missing, as root)
     python3 dev.py build [build args...]     wheels and sdists of the server (gradserve-server) and the client
@@ -60,10 +62,15 @@ def ensure_env(extra: str | None) -> None:
     stamp.write_text(digest.hexdigest())
 
 
+def serve_command(args: list[str]) -> list[str]:
+    """The server as its wheel's `gradserve-server` runs it (gradserve_server/__main__.py: uvicorn with the
+    image's options; `--port N`, `--no-access-log` and uvicorn's other options as given, each once)."""
+    return [str(PYTHON), "-m", "gradserve_server", *args]
+
+
 def serve(args: list[str]) -> int:
     ensure_env(None)
-    cmd = [str(PYTHON), "-m", "uvicorn", "gradserve_server.app.main:app", "--host", "127.0.0.1", "--port", "8000",
-           "--no-access-log", *args]
+    cmd = serve_command(args)
     print("+", " ".join(cmd), flush=True)
     os.chdir(ROOT)
     if os.name == "nt":

@@ -113,8 +113,8 @@ def test_the_server_wheel_serves_and_the_client_wheel_alone_works_against_it(dis
 
     # the server from its wheel: its console script, run outside the repository
     port = free_port()
-    server = Uvicorn([str(tmp_path / "server-env" / "bin" / "gradserve-server"), "--port", str(port),
-                      "--no-access-log"], {}, port, tmp_path / "server.log", cwd=tmp_path)
+    server = Uvicorn([str(tmp_path / "server-env" / "bin" / "gradserve-server"), "--port", str(port)], {}, port,
+                     tmp_path / "server.log", cwd=tmp_path)
     server.start()
     try:
         where = subprocess.run([str(server_python), "-c", "import gradserve_server, importlib.metadata as m; "
@@ -123,8 +123,9 @@ def test_the_server_wheel_serves_and_the_client_wheel_alone_works_against_it(dis
         assert Path(where[0]).is_relative_to(tmp_path / "server-env") and where[1] == VERSION
         import httpx
 
-        spec = httpx.get(f"{server.url}/openapi.json", timeout=10).json()
-        assert spec["info"]["version"] == VERSION
+        answer = httpx.get(f"{server.url}/openapi.json", timeout=10)
+        assert answer.json()["info"]["version"] == VERSION
+        assert "server" not in answer.headers  # as in the image: no server header
 
         # the client alone, from its wheel, in an environment without the server's packages
         result = subprocess.run([str(client_python), "-c", CLIENT_SCRIPT, server.url], cwd=tmp_path,
@@ -134,9 +135,48 @@ def test_the_server_wheel_serves_and_the_client_wheel_alone_works_against_it(dis
         report = json.loads(result.stdout.strip().splitlines()[-1])
     finally:
         server.stop()
+    # the app's JSON access log, once per request (uvicorn's own plain line stays off)
+    access = [line for line in server.log().splitlines() if '"logger":"gradserve.access"' in line]
+    assert any('"path":"/openapi.json"' in line for line in access), server.log()
+    assert '"GET /openapi.json HTTP/1.1" 200' not in server.log()
     assert Path(report["file"]).is_relative_to(tmp_path / "client-env")
     assert report["version"] == report["dist_version"] == VERSION
     assert report["py_typed"]
     assert report["absent"] == ["gradserve_server", "fastapi", "uvicorn", "pydantic"]
     assert report["grad"] == [4.0, 6.0] and report["grad_fn"] == "PowBackward0"
     assert report["ops"] > 100
+
+
+def test_the_server_command_line_defaults_and_options_each_given_once():
+    import importlib.util
+
+    from gradserve_server.__main__ import APP, HTTP_PROTOCOL, uvicorn_args
+
+    env: dict[str, str] = {}
+    assert uvicorn_args(["--port", "9000"], env) == [APP, "--host", "127.0.0.1", "--port", "9000", "--no-access-log",
+                                                      "--no-server-header", "--http", HTTP_PROTOCOL]
+    assert env == {}
+    args = uvicorn_args(["--host=0.0.0.0", "--no-access-log", "--server-header", "--http", "h11"], env)
+    assert args == [APP, "--host=0.0.0.0", "--no-access-log", "--server-header", "--http", "h11"]
+    assert env == {"GRADSERVE_ACCESS_LOG": "false"}
+    # dev.py serve runs the same command, with the arguments as given (`--port N` once)
+    spec = importlib.util.spec_from_file_location("dev", ROOT / "dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    assert dev.serve_command(["--port", "9000"])[1:] == ["-m", "gradserve_server", "--port", "9000"]
+
+
+def test_no_access_log_means_no_access_lines_and_no_server_header(tmp_path):
+    import httpx
+
+    port = free_port()
+    server = Uvicorn([sys.executable, "-m", "gradserve_server", "--port", str(port), "--no-access-log"], {}, port,
+                     tmp_path / "server.log", cwd=tmp_path).start()
+    try:
+        answer = httpx.get(f"{server.url}/v1/ops", params={"q": "svd", "limit": 1}, timeout=10)
+        assert answer.status_code == 200 and "server" not in answer.headers
+        assert httpx.get(f"{server.url}/nothing", timeout=10).status_code == 404
+    finally:
+        server.stop()
+    log = server.log()
+    assert "gradserve.access" not in log and "/v1/ops" not in log and "/nothing" not in log, log
