@@ -88,7 +88,14 @@ async def get_graph_mermaid(session_id: SessionId, request: Request, root: Root 
 get_graph_mermaid.__doc__ = f"The graph as Mermaid flowchart text (`flowchart BT`). {DRAWN_LIMIT}"
 
 
-@router.get("/graph/svg", response_class=SvgResponse, responses=problem_responses(404, 422, 503),
+# the SVG as bytes (`format: binary`): generators read a non-text media type only as bytes (openapi-generator's
+# bytearray; openapi-python-client's File, given `content_type_overrides: {image/svg+xml:
+# application/octet-stream}`); a `type: string` answer of this type is unreadable to both
+SVG_CONTENT = {"image/svg+xml": {"schema": {"type": "string", "format": "binary"}}}
+
+
+@router.get("/graph/svg", response_class=SvgResponse,
+            responses={200: {"content": SVG_CONTENT}, **problem_responses(404, 422, 503)},
             summary="The autograd graph drawn as SVG")
 async def get_graph_svg(session_id: SessionId, request: Request, root: Root = None) -> Response:
     return await render(request, session_id, root, "svg")
