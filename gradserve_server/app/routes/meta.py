@@ -21,6 +21,10 @@ from gradserve_server.app.schemas.problems import problem_responses
 router = APIRouter(tags=["meta"])
 
 
+#: "Try it out" in Swagger UI starts from a page of 20 ops (rendering the whole catalog there takes long)
+CATALOG_PAGE = {"page": {"summary": "a page of 20 ops", "value": 20}}
+
+
 @router.get("/v1/ops", response_model=OpCatalog, responses=problem_responses(422), summary="The op catalog")
 def op_catalog(
         service: ServiceDep,
@@ -35,7 +39,8 @@ def op_catalog(
                                               "(false).")] = None,
         offset: Annotated[int, Query(ge=0, le=100_000, description="Skip this many matches.")] = 0,
         limit: Annotated[int | None, Query(ge=1, le=1000, description="At most this many ops (all the "
-                                           "matches when omitted).")] = None) -> TensorJSON:
+                                           "matches when omitted).", openapi_examples=CATALOG_PAGE)] = None,
+) -> TensorJSON:
     """Every op the engine knows, from its one table: argument names, grad_fn names, whether it is
     differentiable or in-place, and a docstring. Without parameters, the whole catalog (about 120 KB);
     to browse it here, filter (`q`, `family`, `differentiable`, `inplace`) or page (`offset`, `limit`).
