@@ -60,7 +60,7 @@ class Settings(BaseSettings):
                                        "op forms it repeats instead of op by op; also bounded at 32 MiB); 0 turns "
                                        "composition off (such lists then run op by op). Needs plans on.")
     max_graph_render_nodes: int = Field(1000, ge=1, description="Most graph nodes drawn as SVG, DOT or Mermaid "
-                                        "(422 `limit_exceeded` above; `format=json` has no such limit).")
+                                        "(422 `limit_exceeded` above; the JSON graph has no such limit).")
     graph_render_timeout_seconds: float = Field(5.0, gt=0, description="Longest Graphviz `dot` run for an SVG; "
                                                 "after it (or if dot fails) the built-in layout is drawn.")
     max_sessions: int = Field(1000, ge=1, description="Most live sessions (429 above).")

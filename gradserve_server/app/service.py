@@ -439,8 +439,8 @@ class SessionService:
         limit = self.settings.max_graph_render_nodes
         if nodes > limit:
             raise LimitExceeded(f"the graph has {nodes} nodes; at most {limit} are drawn "
-                                f"(GRADSERVE_MAX_GRAPH_RENDER_NODES): ask for format=json, or for the graph "
-                                f"behind one tensor (root=NAME)")
+                                f"(GRADSERVE_MAX_GRAPH_RENDER_NODES): ask for the JSON graph (GET .../graph), or for "
+                                f"the graph behind one tensor (root=NAME)")
         if fmt == "dot":
             return engine.to_dot(graph)
         if fmt == "mermaid":
