@@ -80,7 +80,7 @@ def fresh_env(path: Path) -> Path:
 
 
 def pip_install(python: Path, wheel: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+    return subprocess.Popen([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-compile",
                              "--disable-pip-version-check", "-c", str(ROOT / "constraints.txt"), str(wheel)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
