@@ -180,3 +180,28 @@ def test_no_access_log_means_no_access_lines_and_no_server_header(tmp_path):
         server.stop()
     log = server.log()
     assert "gradserve.access" not in log and "/v1/ops" not in log and "/nothing" not in log, log
+
+
+def test_the_version_is_written_once_and_everything_reads_it():
+    import tomllib
+
+    import gradserve
+    from gradserve_server._version import __version__
+
+    link = ROOT / "client" / "gradserve" / "_version.py"
+    assert link.is_symlink() and link.resolve() == (ROOT / "gradserve_server" / "_version.py").resolve()
+    assert gradserve.__version__ == __version__ == VERSION
+    for project, attr in ((ROOT, "gradserve_server._version.__version__"),
+                          (ROOT / "client", "gradserve._version.__version__")):
+        meta = tomllib.loads((project / "pyproject.toml").read_text())
+        assert "version" not in meta["project"] and meta["project"]["dynamic"] == ["version"]
+        assert meta["tool"]["setuptools"]["dynamic"]["version"] == {"attr": attr}
+    spec = json.loads((ROOT / "openapi" / "openapi.json").read_text())
+    assert spec["info"] == {**spec["info"], "title": "gradserve API", "version": VERSION}
+    # no other file of the repository writes the version down
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    literal = re.compile(rf'(version|__version__)\s*[=:]\s*"{re.escape(VERSION)}"')
+    writers = [path for path in tracked.split()
+               if path.endswith((".py", ".toml", ".cfg")) and not (ROOT / path).is_symlink()
+               and literal.search((ROOT / path).read_text(errors="replace"))]
+    assert writers == ["gradserve_server/_version.py"]
