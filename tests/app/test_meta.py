@@ -180,3 +180,30 @@ def test_a_deleted_sessions_reference_cycles_are_freed_by_the_trimmer_however_ra
         finally:
             gc.enable()
         assert alive() is None
+
+
+def test_tensor_views_are_one_model_and_no_union_nests_another():
+    """What generated clients turn into their types: a tensor view is one model (a `meta` view is it without
+    `data` and `grad`), and no `anyOf` has an `anyOf` inside it (a union of unions)."""
+    doc = json.loads(render())
+    schemas = doc["components"]["schemas"]
+    assert "TensorMeta" not in schemas
+    view = {"anyOf": [{"$ref": "#/components/schemas/TensorView"}, {"type": "null"}]}
+    for model in ("OpsResponse", "EvalResponse"):
+        assert schemas[model]["properties"]["tensors"]["additionalProperties"] == view
+    assert {"data", "grad"}.isdisjoint(schemas["TensorView"]["required"])
+    assert {"default"}.isdisjoint(schemas["TensorView"]["properties"]["data"])
+
+    def nested(node, where: str) -> list[str]:
+        found = []
+        if isinstance(node, dict):
+            if any(isinstance(member, dict) and "anyOf" in member for member in node.get("anyOf", [])):
+                found.append(where)
+            for key, value in node.items():
+                found += nested(value, f"{where}/{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                found += nested(value, f"{where}/{i}")
+        return found
+
+    assert nested(doc, "#") == []
