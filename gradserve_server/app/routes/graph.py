@@ -71,21 +71,17 @@ async def get_graph(session_id: SessionId, request: Request, root: Root = None,
 
 
 @router.get("/graph/dot", response_class=DotResponse, responses=problem_responses(404, 422, 503),
-            summary="The autograd graph in Graphviz DOT")
+            summary="The autograd graph in Graphviz DOT",
+            description=f"The graph as a Graphviz `digraph`. {DRAWN_LIMIT}")
 async def get_graph_dot(session_id: SessionId, request: Request, root: Root = None) -> Response:
     return await render(request, session_id, root, "dot")
 
 
-get_graph_dot.__doc__ = f"The graph as a Graphviz `digraph`. {DRAWN_LIMIT}"
-
-
 @router.get("/graph/mermaid", response_class=MermaidResponse, responses=problem_responses(404, 422, 503),
-            summary="The autograd graph as a Mermaid flowchart")
+            summary="The autograd graph as a Mermaid flowchart",
+            description=f"The graph as Mermaid flowchart text (`flowchart TB ...`). {DRAWN_LIMIT}")
 async def get_graph_mermaid(session_id: SessionId, request: Request, root: Root = None) -> Response:
     return await render(request, session_id, root, "mermaid")
-
-
-get_graph_mermaid.__doc__ = f"The graph as Mermaid flowchart text (`flowchart BT`). {DRAWN_LIMIT}"
 
 
 # the SVG as bytes (`format: binary`): generators read a non-text media type only as bytes (openapi-generator's
@@ -96,12 +92,9 @@ SVG_CONTENT = {"image/svg+xml": {"schema": {"type": "string", "format": "binary"
 
 @router.get("/graph/svg", response_class=SvgResponse,
             responses={200: {"content": SVG_CONTENT}, **problem_responses(404, 422, 503)},
-            summary="The autograd graph drawn as SVG")
+            summary="The autograd graph drawn as SVG",
+            description="The graph as a picture (Swagger UI shows it). Graphviz `dot` lays it out when installed "
+            "(within `GRADSERVE_GRAPH_RENDER_TIMEOUT_SECONDS`), else, or when it fails, a built-in layered "
+            f"layout. Drawing counts as heavy work: it waits for a slot like a heavy op list. {DRAWN_LIMIT}")
 async def get_graph_svg(session_id: SessionId, request: Request, root: Root = None) -> Response:
     return await render(request, session_id, root, "svg")
-
-
-get_graph_svg.__doc__ = (
-    "The graph as a picture (Swagger UI shows it). Graphviz `dot` lays it out when installed (within "
-    "`GRADSERVE_GRAPH_RENDER_TIMEOUT_SECONDS`), else, or when it fails, a built-in layered layout. Drawing "
-    f"counts as heavy work: it waits for a slot like a heavy op list. {DRAWN_LIMIT}")
