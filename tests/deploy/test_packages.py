@@ -126,6 +126,11 @@ def test_the_server_wheel_serves_and_the_client_wheel_alone_works_against_it(dis
         answer = httpx.get(f"{server.url}/openapi.json", timeout=10)
         assert answer.json()["info"]["version"] == VERSION
         assert "server" not in answer.headers  # as in the image: no server header
+        # the docs' files come with the wheel
+        docs = httpx.get(f"{server.url}/docs", timeout=10).text
+        for asset in ("swagger-ui-bundle.js", "svg-picture.js"):
+            assert f"/static/{asset}" in docs
+            assert httpx.get(f"{server.url}/static/{asset}", timeout=10).status_code == 200
 
         # the client alone, from its wheel, in an environment without the server's packages
         result = subprocess.run([str(client_python), "-c", CLIENT_SCRIPT, server.url], cwd=tmp_path,
