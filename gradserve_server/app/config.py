@@ -71,7 +71,7 @@ class Settings(BaseSettings):
                                        "(`gradserve_plan_composed`, `_uncomposable`, `_fragment_hits`, "
                                        "`_fragment_misses`).")
     max_graph_render_nodes: int = Field(1000, ge=1, description="Most graph nodes drawn as SVG, DOT or Mermaid "
-                                        "(422 `limit_exceeded` above; `format=json` has no such limit).")
+                                        "(422 `limit_exceeded` above; the JSON graph has no such limit).")
     graph_render_timeout_seconds: float = Field(5.0, gt=0, description="Longest Graphviz `dot` run for an SVG; "
                                                 "after it (or if dot fails) the built-in layout is drawn.")
     max_sessions: int = Field(1000, ge=1, description="Most live sessions (429 above).")
