@@ -18,7 +18,7 @@ from ..tensor import Tensor
 from .common import broadcast_shapes, is_number, require_tensor, saved_int, signed_int, wrap_dim
 from .elementwise import mul_number
 from .reduction import ValuesIndices, _scatter_into_zeros, _value_selecting
-from .shape import _index_put_zeros, expand, gather, index_select
+from .shape import _index_put_zeros, expand, gather, index_select, reshape
 
 
 def _dims_list(shape) -> str:
@@ -402,6 +402,10 @@ def masked_select(self, mask):
 @vjp("MaskedSelectBackward0", inputs=("self",), saves=("mask", "self"))
 def _(ctx, grad):
     shape = broadcast_shapes(ctx.self.shape, ctx.mask.shape)
+    if not shape:  # 0-d input and mask: scattered as one element (numpy has no nonzero of a 0-d array)
+        g = _index_put_zeros(grad, (1,), [Tensor(np.nonzero(ctx.mask.data.reshape(1))[0])],
+                             "MaskedScatterBackward0")
+        return reshape(g, ()),
     where_true = np.nonzero(np.broadcast_to(ctx.mask.data, shape))
     return _index_put_zeros(grad, shape, [Tensor(np.asarray(w, np.int64)) for w in where_true],
                             "MaskedScatterBackward0"),

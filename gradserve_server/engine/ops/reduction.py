@@ -325,8 +325,9 @@ def min(self, dim=None, keepdim=False, other=None):
 
 
 def _sum_dims(t: Tensor, dims, keepdim: bool) -> Tensor:
-    """Sum over ``dims`` (None: all) -- how a reduction's JVP brings weighted tangents to its output."""
-    if t.data.ndim == 0:
+    """Sum over ``dims`` (None: all) -- how a reduction's JVP brings weighted tangents to its output. A None
+    tangent (the VJP has no derivative: vector_norm's ord 0) stays None, a zero tangent."""
+    if t is None or t.data.ndim == 0:
         return t
     return sum(t, list(dims) if dims else None, keepdim=keepdim) if dims else sum(t)
 
@@ -623,6 +624,8 @@ def norm(self, p=2, dim=None, keepdim=False):
     nd = self.data.ndim
     dims = _dims(dim, nd)
     ax = _axis(dims, nd)
+    if (p < 0 or p == np.inf) and self.data.size == 0:
+        _no_identity_norm(self, p, dim, dims)
     a = np.abs(self.data)
     if p == 2:
         out = np.sqrt(np.sum(a * a, axis=ax, keepdims=keepdim))
@@ -639,6 +642,21 @@ def norm(self, p=2, dim=None, keepdim=False):
     return record("LinalgVectorNormBackward0", _c(np.asarray(out, a.dtype)), (self,),
                   {"dim": list(dims) if dims is not None else None, "keepdim": keepdim, "ord": p,
                    "result": "result", "self": self})
+
+
+def _no_identity_norm(self: Tensor, p, dim, dims) -> None:
+    """torch's refusal of a max/min-like norm (inf, negative ord) over nothing: it has no identity. Over all
+    elements of an empty tensor, or over a given dim of size 0 (named as given)."""
+    what = f"{p:g} norm"
+    if dims is None:
+        raise TorchRuntimeError(f"linalg.vector_norm cannot compute the {what} on an empty tensor because the "
+                                f"operation does not have an identity", code="empty_reduction")
+    given = dim if isinstance(dim, (list, tuple)) else [dim]
+    for d, w in zip(given, dims):
+        if self.data.ndim and self.data.shape[w] == 0:
+            raise TorchRuntimeError(f"linalg.vector_norm cannot compute the {what} on the dimension {d}because this "
+                                    f"dimension is empty and the operation does not have an identity",
+                                    code="empty_reduction")
 
 
 @vjp("LinalgVectorNormBackward0", inputs=("self",), saves=("dim", "keepdim", "ord", "result", "self"))
