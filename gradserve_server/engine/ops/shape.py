@@ -14,7 +14,7 @@ import numpy as np
 from .. import dtypes as D
 from .. import kernel as K
 from ..batching import SAME, batching, shifted, sum_to_batched
-from ..errors import InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError
+from ..errors import InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError, TorchTypeError
 from ..grad_mode import check_numel
 from ..kernel import kcall
 from ..registry import jvp, op, record, vjp
@@ -417,6 +417,10 @@ def expand(self, *sizes):
     """Tensor.expand(*sizes); -1 keeps a dimension."""
     self = require_tensor(self)
     sizes = shape_arg(sizes)
+    for i, s in enumerate(sizes):
+        if not -_INT64_LIMIT <= s < _INT64_LIMIT:  # torch's first line (its C++ frames follow)
+            raise TorchTypeError(f"expand(): argument 'size' failed to unpack the object at pos {i + 1} with error "
+                                 f"\"Overflow when unpacking long long", code="invalid_shape")
     shp = self.data.shape
     if len(sizes) < len(shp):
         raise TorchRuntimeError(f"expand(torch.{D.LEGACY_NAMES[self.dtype]}{{[{', '.join(map(str, shp))}]}}, "
@@ -441,7 +445,15 @@ def expand(self, *sizes):
             raise ShapeError(f"The expanded size of the tensor ({s}) must match the existing size ({cur}) at "
                              f"non-singleton dimension {i}.  Target sizes: [{', '.join(map(str, sizes))}].  "
                              f"Tensor sizes: [{', '.join(map(str, shp))}]")
+    numel = 1
+    for s in target:  # torch's numel: a running int64 product, refused once it overflows (a 0 after is too late)
+        numel *= s
+        if numel >= _INT64_LIMIT:
+            raise TorchRuntimeError("numel: integer multiplication overflow", code="invalid_shape")
     return expand_to(self, tuple(target))
+
+
+_INT64_LIMIT = 1 << 63
 
 
 def expand_to(self: Tensor, target: tuple) -> Tensor:
