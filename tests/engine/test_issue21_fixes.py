@@ -128,6 +128,16 @@ def test_polygamma_at_large_negative_x_is_bounded_and_stops_at_the_deadline():
             F["polygamma"](2, t64([-1e8 - 0.5], False))  # 1e8 direct terms, as torch (seconds there too)
 
 
+def test_kthvalue_of_a_long_row_of_ties_stops_at_the_deadline():
+    # torch's quick select over ties runs in Python here: its partition steps check the deadline
+    x = t64(np.zeros((1, 400_000)), False)
+    with Budget(Limits(), control=Control(0.001)):
+        time.sleep(0.002)
+        with pytest.raises(DeadlineExceededError):
+            F["kthvalue"](x, 200_000, 1)
+    assert F["kthvalue"](t64(np.zeros((2, 5)), False), 3, 1).indices.data.tolist() == [0, 0]  # torch 2.13
+
+
 @pytest.mark.parametrize("name", ["linalg.det", "det", "linalg.slogdet", "slogdet", "logdet", "linalg.cholesky",
                                   "linalg.inv"])
 @pytest.mark.parametrize("shape", [(0, 0), (2, 0, 0), (0, 3, 3)])

@@ -12,6 +12,7 @@ import types
 import numpy as np
 
 from .. import dtypes as D
+from ..budget import current_control
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
@@ -540,7 +541,10 @@ def _topk_as_torch(x: np.ndarray, ax: int, k: int, largest: bool, sorted_: bool,
         return
     out = np.moveaxis(idx, ax, -1).copy()
     flat = out.reshape(-1, k)
+    control = current_control()
     for r in todo:
+        if control is not None:
+            control.check()
         got = _topk_row(rows[r].tolist(), k, largest, sorted_)
         if got is not None:
             flat[r] = got
@@ -597,7 +601,10 @@ def _quick_select(vals: list, idx: list, k: int) -> None:
         vals[i], vals[j] = vals[j], vals[i]
         idx[i], idx[j] = idx[j], idx[i]
     lo, hi = 0, len(vals) - 1
+    control = current_control()  # a row of millions of ties takes seconds here: the request's deadline holds
     while hi > lo:
+        if control is not None:
+            control.check()
         if hi == lo + 1:
             if _gt_or_nan(vals[lo], vals[hi]):
                 swap(lo, hi)
