@@ -341,3 +341,42 @@ def test_signed_zero_of_matmul_inner_size_one_against_torch():
             a3, b3 = np.repeat(a[None], batch, 0), np.repeat(b[None], batch, 0)
             want = np.signbit(torch.bmm(torch.tensor(a3), torch.tensor(b3)).numpy())
             np.testing.assert_array_equal(np.signbit(F["bmm"](t64(a3, False), t64(b3, False)).data), want)
+
+
+# (torch expression, engine expression) of x: first and second derivatives through create_graph=True
+_CREATE_GRAPH = {
+    "x * x": (lambda t: t * t, lambda e: F["mul"](e, e)),
+    "x ** 1": (lambda t: t ** 1, lambda e: F["pow"](e, 1)),
+    "x ** 2.0": (lambda t: t ** 2.0, lambda e: F["pow"](e, 2.0)),
+    "relu(x)": (lambda t: t.relu(), lambda e: F["relu"](e)),
+    "relu(x) * x": (lambda t: t.relu() * t, lambda e: F["mul"](F["relu"](e), e)),
+    "abs(x)": (lambda t: t.abs(), lambda e: F["abs"](e)),
+    "sign(x) * x": (lambda t: t.sign() * t, lambda e: F["mul"](F["sign"](e), e)),
+    "clamp(x) * x": (lambda t: t.clamp(-0.5, 1.0) * t, lambda e: F["mul"](F["clamp"](e, -0.5, 1.0), e)),
+    "norm(x)": (lambda t: t.norm(), lambda e: F["norm"](e)),
+    "dot(x, x)": (lambda t: t.dot(t), lambda e: F["dot"](e, e)),
+    "var(x)": (lambda t: t.var(), lambda e: F["var"](e)),
+    "elu(x) * x": (lambda t: _elu_torch(t) * t, lambda e: F["mul"](F["elu"](e), e)),
+    "prod(x)": (lambda t: t.prod(), lambda e: F["prod"](e)),
+}
+
+
+def _elu_torch(t):
+    import torch.nn.functional as tf
+    return tf.elu(t)
+
+
+@pytest.mark.parametrize("expr", sorted(_CREATE_GRAPH))
+def test_create_graph_requires_grad_of_grads_against_torch(expr):
+    torch = _torch()
+    tf, ef = _CREATE_GRAPH[expr]
+    x = torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.float64, requires_grad=True)
+    g, = torch.autograd.grad(tf(x).sum(), x, create_graph=True)
+    g.sum().backward(create_graph=True)
+    want = (g.requires_grad, x.grad.requires_grad, type(x.grad.grad_fn).__name__ if x.grad.grad_fn else None)
+    xe = t64([0.5, -1.0, 2.0, 0.0])
+    ge, = grad(F["sum"](ef(xe)), [xe], create_graph=True)
+    backward(F["sum"](ge), create_graph=True)
+    got = (ge.requires_grad, xe.grad.requires_grad, xe.grad.grad_fn.name if xe.grad.grad_fn else None)
+    assert got == want
+    np.testing.assert_allclose(xe.grad.data, x.grad.detach().numpy(), rtol=1e-12)
