@@ -133,6 +133,15 @@ def test_what_random_programs_found(client):
     assert_problem(r, 422, detail="numel: integer multiplication overflow")
 
 
+def test_det_at_a_singular_matrix_under_create_graph_has_a_graph(client):
+    t = evaluate(client, [
+        f64("a", [[1.0, 2.0], [2.0, 4.0]]), {"op": "linalg.det", "args": ["a"], "out": "d"},
+        {"op": "backward", "args": ["d"], "kwargs": {"create_graph": True}},
+        {"op": "sum", "args": ["a.grad"], "out": "gs"}, {"op": "grad", "args": ["gs", "a"], "out": "gg"}], ["a", "gg"])
+    assert t["a"]["grad"] is not None
+    assert [[round(v, 12) for v in row] for row in t["gg"]["data"]] == [[1.0, -1.0], [-1.0, 1.0]]
+
+
 def test_unpack_dual_primal_is_not_dual(client):
     t = evaluate(client, [
         f64("x", [1.0, 2.0], False), f64("v", [1.0, 1.0], False), {"op": "enter_dual_level"},

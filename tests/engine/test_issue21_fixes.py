@@ -252,6 +252,18 @@ def test_create_graph_grad_requires_grad_follows_the_gradient_given():
     assert not x2.grad.requires_grad
 
 
+def test_det_gradient_at_a_singular_matrix_is_differentiable_under_create_graph():
+    # torch 2.13: through linalg_svd (MmBackward0 of U * D and Vh), so .grad requires grad and has a gradient
+    x = t64([[1.0, 2.0], [2.0, 4.0]])
+    backward(F["linalg.det"](x), create_graph=True)
+    assert x.grad.requires_grad and x.grad.grad_fn.name == "CopyBackwards"
+    np.testing.assert_allclose(x.grad.data, [[4.0, -2.0], [-2.0, 1.0]], atol=1e-14)
+    g, = grad(F["linalg.det"](x), [x], create_graph=True)
+    assert g.grad_fn.name == "MmBackward0"
+    assert [n.name for n, _ in g.grad_fn.next_functions] == ["MulBackward0", "LinalgSvdBackward0"]
+    np.testing.assert_allclose(grad(F["sum"](g), [x])[0].data, [[1.0, -1.0], [-1.0, 1.0]], atol=1e-14)
+
+
 def test_rand_and_randn_without_any_argument_list_torchs_overloads():
     for name in ("rand", "randn"):
         with pytest.raises(EngineError) as e:

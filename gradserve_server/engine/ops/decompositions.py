@@ -160,14 +160,14 @@ def _diag_of(g: Tensor, n: int) -> Tensor:
 
 
 def _singular_det_grad(A: Tensor, g: Tensor) -> Tensor:
-    """The gradient of det at singular matrices (torch: through the SVD, A = U S Vh, d det = det(U) det(Vh)
-    * U diag(prod_{j != i} S_j) Vh): the value only, as a constant (the SVD has no backward here)."""
-    u, sv, vh = np.linalg.svd(A.data.astype(np.float64))
-    k = sv.shape[-1]
-    others = np.stack([np.prod(np.delete(sv, i, -1), -1) for i in range(k)], -1)
-    alpha = np.linalg.det(u) * np.linalg.det(vh) * g.data
-    out = (u * (alpha[..., None] * others)[..., None, :]) @ vh
-    return Tensor(out.astype(A.data.dtype))
+    """The gradient of det at singular matrices as torch's linalg_det_backward takes it, through the SVD
+    A = U S Vh: (U * D) @ Vh with D the products of the other singular values times g det(U) det(Vh)
+    (prod_safe_zeros_backward). Engine ops, so under create_graph it is differentiable (LinalgSvdBackward0)."""
+    from .reduction import _prod_safe_zeros_backward
+    U, S, Vh = linalg_svd(A)
+    alpha = linalg_det(U) * linalg_det(Vh)
+    D = _prod_safe_zeros_backward(unsqueeze(g * alpha, -1), S, S.data.ndim - 1)
+    return matmul(U * unsqueeze(D, -2), Vh)
 
 
 @vjp("LinalgDetBackward0", inputs=("A",), saves=("A", "LU", "pivots", "result"))
