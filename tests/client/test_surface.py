@@ -162,3 +162,18 @@ def test_set_grad_enabled_as_context_manager_and_decorator_restores_the_mode(ctx
         with torch.set_grad_enabled(True):
             assert torch.is_grad_enabled()
         assert not torch.is_grad_enabled()
+
+
+def test_module_to_checks_the_device_and_converts_floating_parameters(ctx):
+    model = torch.nn.Linear(2, 1)
+    assert model.to("cpu") is model and model.cpu() is model and model.to(torch.device("cpu")) is model
+    with pytest.raises(AssertionError, match="^Torch not compiled with CUDA enabled$"):
+        model.cuda()
+    with pytest.raises(AssertionError, match="^Torch not compiled with CUDA enabled$"):
+        model.to("cuda")
+    model.double()
+    assert model.weight.dtype == torch.float64 and isinstance(model.weight, torch.nn.Parameter)
+    assert model(torch.ones(1, 2, dtype=torch.float64)).dtype == torch.float64
+    with pytest.raises(TypeError, match="only accepts floating point or complex dtypes, but got desired "
+                                        "dtype=torch.int64$"):
+        model.to(torch.int64)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 
 import gradserve.torch as torch
-from gradserve.torch import _context
+from gradserve.torch import _context, _device
 from gradserve.torch._tensor import Tensor
 from gradserve.torch.nn import functional as F
 
@@ -171,6 +171,44 @@ class Module:
                 else:
                     param.copy_(value)
         return _IncompatibleKeys(missing, unexpected)
+
+    def to(self, *args, **kwargs) -> Module:
+        """``module.to(device)``, ``module.to(dtype)``, ``module.to(device, dtype)``, ``module.to(tensor)``: devices
+        are checked (cpu only); a floating dtype converts the floating parameters (each becomes a new Parameter:
+        an optimizer made before holds the old ones, unlike torch where the Parameter object stays)."""
+        target, device = kwargs.get("dtype"), kwargs.get("device")
+        for a in args:
+            if isinstance(a, Tensor):
+                target = a.dtype
+            elif isinstance(a, torch.dtype):
+                target = a
+            elif not isinstance(a, bool):  # (non_blocking)
+                device = a
+        if device is not None:
+            _device.check(device)
+        if target is None:
+            return self
+        if not target.is_floating_point:
+            raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, but got desired "
+                            f"dtype={target}")
+        for _, module in self.named_modules():
+            for name, p in list(module._parameters.items()):
+                if p is not None and p.is_floating_point() and p.dtype != target:
+                    with torch.no_grad():
+                        setattr(module, name, Parameter(p.to(target), p.requires_grad))
+        return self
+
+    def cpu(self) -> Module:
+        return self
+
+    def cuda(self, device=None) -> Module:
+        raise AssertionError(_device.NO_CUDA)
+
+    def double(self) -> Module:
+        return self.to(torch.float64)
+
+    def float(self) -> Module:
+        return self.to(torch.float32)
 
     def children(self) -> Iterator[Module]:
         yield from self._modules.values()
