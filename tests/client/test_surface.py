@@ -177,3 +177,18 @@ def test_module_to_checks_the_device_and_converts_floating_parameters(ctx):
     with pytest.raises(TypeError, match="only accepts floating point or complex dtypes, but got desired "
                                         "dtype=torch.int64$"):
         model.to(torch.int64)
+
+
+def test_the_readme_s_training_program_runs(ctx, tmp_path, monkeypatch):
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("**Data, checkpoints, devices, `torch.func`, threads.**"):]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - the README's own example
+    assert scope["per_sample"].shape == torch.Size([64, 3])
+    saved = torch.load(tmp_path / "ckpt.pt")
+    assert list(saved["model"]) == ["0.weight", "0.bias", "2.weight", "2.bias"] and saved["opt"]["state"][0]["step"]
