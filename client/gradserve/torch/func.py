@@ -89,6 +89,15 @@ def _outer(args) -> bool:
     return _depth.get() > 0 or any(t.requires_grad for t in _leaves(args) if isinstance(t, Tensor))
 
 
+def _split_aux(out, has_aux: bool, where: str) -> tuple:
+    """(output, aux) of a function's result: torch.func's check that a function with aux returns a pair."""
+    if not has_aux:
+        return out, None
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise RuntimeError(f"{where}: output of function f should be a tuple: (output, aux) if has_aux is True")
+    return out
+
+
 def _grads(outs: list, inputs: list, cotangents, **options) -> list:
     """``autograd.grad`` with zeros for inputs the outputs do not depend on (torch.func's answer), also when no
     output requires grad at all."""
@@ -116,13 +125,7 @@ def grad_and_value(func, argnums=0, has_aux: bool = False):
             for i in nums:  # an input may be a tensor or a pytree of them (a dict of parameters...)
                 args[i] = _tree_map(_differentiable, args[i])
             diff = [t for i in nums for t in _leaves(args[i])]
-            out = func(*args, **kwargs)
-            aux = None
-            if has_aux:
-                if not (isinstance(out, tuple) and len(out) == 2):
-                    raise RuntimeError("grad_and_value(f)(*args): output of function f should be a tuple: "
-                                       "(output, aux) if has_aux is True")
-                out, aux = out
+            out, aux = _split_aux(func(*args, **kwargs), has_aux, "grad_and_value(f)(*args)")
             if not isinstance(out, Tensor):
                 raise RuntimeError(f"grad_and_value(f)(*args): Expected f(*args) to return a Tensor, got {type(out)}")
             if out.dim() != 0:
@@ -157,13 +160,7 @@ def vjp(func, *primals, has_aux: bool = False):
     keep = _outer(primals)
     with enable_grad(), _level():
         inputs = [_differentiable(p) for p in primals]
-        out = func(*inputs)
-        aux = None
-        if has_aux:
-            if not (isinstance(out, tuple) and len(out) == 2):
-                raise RuntimeError("vjp(f, *primals): output of function f should be a tuple: (output, aux) if "
-                                   "has_aux is True")
-            out, aux = out
+        out, aux = _split_aux(func(*inputs), has_aux, "vjp(f, *primals)")
     outs = _leaves(out)
     for o in outs:
         if not isinstance(o, Tensor):
@@ -199,13 +196,8 @@ def _selected(func, args: tuple, kwargs: dict, nums: tuple, has_aux: bool):
 
 
 def _aux(func, args, kwargs, has_aux: bool, name: str):
-    if not has_aux:
-        return None
-    out = func(*args, **kwargs)
-    if not (isinstance(out, tuple) and len(out) == 2):
-        raise RuntimeError(f"{name}(f, ...)(*args): output of function f should be a tuple: (output, aux) if "
-                           f"has_aux is True")
-    return _detached(out[1])
+    """The aux output of ``func`` (called once more, eagerly), or None."""
+    return _detached(_split_aux(func(*args, **kwargs), True, f"{name}(f, ...)(*args)")[1]) if has_aux else None
 
 
 def _jacobian(name: str, strategy: str):
