@@ -75,6 +75,7 @@ class Tensor:
     def _ref(self, ctx: Context) -> str:
         """This handle's name in an op recorded into ``ctx``."""
         if self._error is not None:
+            self._ctx.raise_thread_error()  # the torch error itself, when another thread sent the failing op
             raise self._error
         if ctx is not self._ctx:
             raise RuntimeError("gradserve: tensors of different sessions cannot be used in one op")
@@ -86,6 +87,7 @@ class Tensor:
     # ----- reading --------------------------------------------------------------------------------------
     def _fetch(self, level: str) -> dict:
         if self._error is not None:
+            self._ctx.raise_thread_error()
             raise self._error
         view = self._ctx.flush({self._name: level}).get("tensors", {}).get(self._name)
         if view is None:
