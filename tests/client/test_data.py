@@ -179,3 +179,9 @@ def test_subset_and_concat(ctx):
     assert both[6][0].item() == 11 and both[-1][0].item() == 12
     sub = Subset(both, [7, 0])
     assert [b[0].tolist() for b in DataLoader(sub, batch_size=2)] == [[12, 0]]
+
+
+def test_pin_memory_warns_as_torch_without_an_accelerator(ctx):
+    loader = DataLoader(TensorDataset(torch.zeros(2)), pin_memory=True)
+    with pytest.warns(UserWarning, match="^'pin_memory' argument is set as true but no accelerator is found"):
+        assert len(list(loader)) == 2

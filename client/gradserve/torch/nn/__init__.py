@@ -38,6 +38,10 @@ class Parameter(Tensor):
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
 
+    @classmethod
+    def _copy_of(cls, values: Tensor, requires_grad: bool) -> Parameter:
+        return cls(values, requires_grad)
+
 
 class _IncompatibleKeys(collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
     """What ``load_state_dict`` returns (torch's repr when nothing is missing or unexpected)."""
@@ -244,14 +248,16 @@ class Linear(Module):
     ±1/sqrt(in_features), torch's default initialisation (kaiming_uniform with a=sqrt(5)); the values come
     from the client's generator (``torch.manual_seed``), not torch's."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype=None):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
+        if device is not None:
+            _device.check(device)
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         bound = 1 / math.sqrt(in_features) if in_features > 0 else 0.0
         self.weight = Parameter(_uniform((out_features, in_features), bound))
         self.bias = Parameter(_uniform((out_features,), bound)) if bias else None
         if dtype is not None:
-            raise NotImplementedError("gradserve.torch.nn.Linear: dtype is not supported (float32 only)")
+            self.to(dtype)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.linear(input, self.weight, self.bias)
