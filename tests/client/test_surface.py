@@ -220,3 +220,11 @@ def test_linear_takes_device_and_dtype(ctx):
     assert torch.nn.Linear(2, 1, dtype=torch.float64).bias.dtype == torch.float64
     with pytest.raises(AssertionError, match="^Torch not compiled with CUDA enabled$"):
         torch.nn.Linear(2, 1, device="cuda")
+
+
+def test_device_as_a_context_manager(ctx):
+    with torch.device("cpu"):
+        assert torch.ones(1).device == torch.device("cpu")
+    with pytest.raises(AssertionError, match="^Torch not compiled with CUDA enabled$"):
+        with torch.device("cuda"):
+            pass
