@@ -185,3 +185,15 @@ def _no_pickle() -> bytes:
     with zipfile.ZipFile(buf, "w") as zf:
         zf.writestr("archive/version", b"3\n")
     return buf.getvalue()
+
+
+def test_loading_sets_no_state_on_the_allowed_classes(ctx):
+    # BUILD (None, {"__repr__": _rebuild_tensor_v2}) on torch.Size: would replace the class's __repr__
+    evil = (b"\x80\x02ctorch\nSize\nN}X\x08\x00\x00\x00__repr__ctorch._utils\n_rebuild_tensor_v2\ns\x86b.")
+    with pytest.raises(pickle.UnpicklingError, match="BUILD on type is not allowed"):
+        torch.load(_archive(evil))
+    assert repr(torch.Size([1])) == "torch.Size([1])"
+    dtype_attack = b"\x80\x02ctorch\nfloat32\nN}X\x04\x00\x00\x00nameX\x05\x00\x00\x00int64s\x86b."
+    with pytest.raises(pickle.UnpicklingError, match="BUILD on dtype is not allowed"):
+        torch.load(_archive(dtype_attack))
+    assert torch.float32.name == "float32"

@@ -278,7 +278,24 @@ def _allowed() -> dict:
     return allowed
 
 
-class _Unpickler(pickle.Unpickler):
+class _Unpickler(pickle._Unpickler):
+    """The Python unpickler, restricted: globals from ``_allowed()`` only, storages checked, and BUILD (state set
+    on an object) only for an OrderedDict's attributes (a state dict's ``_metadata``): it could otherwise set
+    attributes of the allowed classes and functions themselves."""
+
+    dispatch = dict(pickle._Unpickler.dispatch)
+
+    def load_build(self):
+        state = self.stack.pop()
+        inst = self.stack[-1]
+        if type(inst) is collections.OrderedDict and isinstance(state, dict):
+            inst.__dict__.update(state)
+            return
+        raise pickle.UnpicklingError(f"Weights only load failed. gradserve's torch.load sets no state on objects "
+                                     f"but an OrderedDict's: BUILD on {type(inst).__name__} is not allowed")
+
+    dispatch[pickle.BUILD[0]] = load_build
+
     def __init__(self, file, read_record, map_location):
         super().__init__(file)
         self._read_record = read_record
