@@ -197,3 +197,19 @@ def test_loading_sets_no_state_on_the_allowed_classes(ctx):
     with pytest.raises(pickle.UnpicklingError, match="BUILD on dtype is not allowed"):
         torch.load(_archive(dtype_attack))
     assert torch.float32.name == "float32"
+
+
+def test_storage_sizes_are_checked_before_reading(ctx):
+    buf = io.BytesIO()
+    torch.save(torch.ones(2), buf)
+    raw = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+    with pytest.raises(RuntimeError, match="storage data/0 has 12 bytes, expected 8"):
+        torch.load(_archive(raw.read("archive/data.pkl"), {"data/0": b"\0" * 12}))
+    with pytest.raises(RuntimeError, match="failed locating file data/0: file not found"):
+        torch.load(_archive(raw.read("archive/data.pkl")))
+    deflated = io.BytesIO()
+    with zipfile.ZipFile(deflated, "w", zipfile.ZIP_DEFLATED) as zf:  # (torch reads compressed records too)
+        for info in raw.infolist():
+            zf.writestr(info.filename, raw.read(info.filename))
+    deflated.seek(0)
+    assert torch.load(deflated).tolist() == [1.0, 1.0]
