@@ -81,7 +81,15 @@ def _differentiable(x):
         raise RuntimeError(f"Expected a Tensor as the input to differentiate, got {type(x)}")
     if not x.is_floating_point():
         raise RuntimeError("only Tensors of floating point dtype can require gradients")
-    return x if x.requires_grad else x.detach().requires_grad_()
+    if x.requires_grad:
+        return x
+    # a detached alias with a storage record of its own: making it require grad leaves x's cached view valid
+    # (a shared record would make x's metadata be asked again at every call of a vmapped grad)
+    alias = Tensor._new(x._ctx)
+    x._ctx.record({"op": "detach", "args": [x._ref(x._ctx)], "out": alias._name}, (alias,))
+    alias._shape, alias._dtype = x._shape, x._dtype
+    alias._know(is_leaf=True, requires_grad=False, grad_fn=None)
+    return alias.requires_grad_()
 
 
 def _outer(args) -> bool:
@@ -298,12 +306,15 @@ def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=N
         if len(set(sizes)) > 1:
             raise ValueError(f"vmap: Expected all tensors to have the same size in the mapped dimension, got sizes "
                              f"{sizes} for the mapped dimension")
+        keep = _outer(args)
         results = []
-        for b in range(sizes[0]):
-            sliced = [a if d is None else _tree_map(lambda t, d=d, b=b: call_op("select", (t, d, b), {}), a)
-                      for a, d in zip(args, normalised)]
-            results.append(func(*sliced, **kwargs))
-        return _stack_outputs(name, results, out_dims)
+        with _level():  # (a transform inside keeps its graph: no metadata to ask for each entry)
+            for b in range(sizes[0]):
+                sliced = [a if d is None else _tree_map(lambda t, d=d, b=b: call_op("select", (t, d, b), {}), a)
+                          for a, d in zip(args, normalised)]
+                results.append(func(*sliced, **kwargs))
+        stacked = _stack_outputs(name, results, out_dims)
+        return stacked if keep else _detached(stacked)
 
     return wrapper
 
