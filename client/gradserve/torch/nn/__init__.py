@@ -5,13 +5,14 @@
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Iterator
 
 import numpy as np
 
 import gradserve.torch as torch
-from gradserve.torch import _context
+from gradserve.torch import _context, _device
 from gradserve.torch._tensor import Tensor
 from gradserve.torch.nn import functional as F
 
@@ -37,9 +38,32 @@ class Parameter(Tensor):
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
 
+    @classmethod
+    def _copy_of(cls, values: Tensor, requires_grad: bool) -> Parameter:
+        return cls(values, requires_grad)
+
+
+class _IncompatibleKeys(collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
+    """What ``load_state_dict`` returns (torch's repr when nothing is missing or unexpected)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return super().__repr__()
+
+    __str__ = __repr__
+
+
+def _quoted(keys: list[str]) -> str:
+    return ", ".join(f'"{k}"' for k in keys)
+
 
 class Module:
     """``torch.nn.Module``: attributes that are Parameters or Modules are registered in assignment order."""
+
+    _version = 1  # torch's per-class state-dict version (kept in state_dict()._metadata)
 
     def __init__(self):
         object.__setattr__(self, "_parameters", {})
@@ -68,7 +92,7 @@ class Module:
 
     def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Parameter]]:
         seen: set[int] = set()
-        for name, module in self.named_modules(prefix) if recurse else [(prefix, self)]:
+        for name, module in self.named_modules(prefix=prefix) if recurse else [(prefix, self)]:
             for pname, p in module._parameters.items():
                 if p is not None and id(p) not in seen:
                     seen.add(id(p))
@@ -78,10 +102,117 @@ class Module:
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+    def named_modules(self, memo: set | None = None, prefix: str = "",
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Module]]:
+        memo = set() if memo is None else memo
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
         yield prefix, self
         for name, m in self._modules.items():
-            yield from m.named_modules(f"{prefix}.{name}" if prefix else name)
+            if m is not None:
+                yield from m.named_modules(memo, f"{prefix}.{name}" if prefix else name, remove_duplicate)
+
+    def state_dict(self, *, destination=None, prefix: str = "", keep_vars: bool = False):
+        """``Module.state_dict()``: an OrderedDict of parameter name -> detached tensor (the Parameter itself with
+        ``keep_vars``), with torch's ``_metadata`` (each module's version), so that torch.save writes torch's."""
+        if destination is None:
+            destination = collections.OrderedDict()
+            destination._metadata = collections.OrderedDict()
+        if hasattr(destination, "_metadata"):
+            destination._metadata[prefix[:-1]] = {"version": self._version}
+        for name, p in self._parameters.items():
+            if p is not None:
+                destination[prefix + name] = p if keep_vars else p.detach()
+        for name, m in self._modules.items():
+            if m is not None:
+                m.state_dict(destination=destination, prefix=f"{prefix}{name}.", keep_vars=keep_vars)
+        return destination
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False) -> _IncompatibleKeys:
+        """``Module.load_state_dict(state_dict, strict=True)``: each parameter takes the value of its key (copied
+        in place under no_grad; replaced by it with ``assign``); torch's errors for missing and unexpected keys
+        (when ``strict``) and for shape mismatches, raised before anything is copied."""
+        if not isinstance(state_dict, collections.abc.Mapping):
+            raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
+        missing, unexpected, errors, copies = [], [], [], []
+        for prefix, module in self.named_modules(remove_duplicate=False):
+            prefix = f"{prefix}." if prefix else ""
+            for name, param in module._parameters.items():
+                key = prefix + name
+                if param is None:
+                    continue
+                if key not in state_dict:
+                    missing.append(key)
+                    continue
+                value = state_dict[key]
+                if not isinstance(value, Tensor):
+                    errors.append(f'While copying the parameter named "{key}", expected torch.Tensor or Tensor-like '
+                                  f"object from checkpoint but received {type(value)}")
+                elif value.shape != param.shape:
+                    errors.append(f"size mismatch for {key}: copying a param with shape {value.shape} from "
+                                  f"checkpoint, the shape in current model is {param.shape}.")
+                else:
+                    copies.append((module, name, param, value))
+            for key in state_dict:
+                if key.startswith(prefix):
+                    first = key[len(prefix):].split(".", 1)[0]
+                    if first not in module._modules and first not in module._parameters:
+                        unexpected.append(key)
+        if strict:
+            if unexpected:
+                errors.insert(0, f"Unexpected key(s) in state_dict: {_quoted(unexpected)}. ")
+            if missing:
+                errors.insert(0, f"Missing key(s) in state_dict: {_quoted(missing)}. ")
+        if errors:
+            raise RuntimeError("Error(s) in loading state_dict for {}:\n\t{}".format(type(self).__name__,
+                                                                                    "\n\t".join(errors)))
+        with torch.no_grad():
+            for module, name, param, value in copies:
+                if assign:
+                    setattr(module, name, Parameter(value, param.requires_grad))
+                else:
+                    param.copy_(value)
+        return _IncompatibleKeys(missing, unexpected)
+
+    def to(self, *args, **kwargs) -> Module:
+        """``module.to(device)``, ``module.to(dtype)``, ``module.to(device, dtype)``, ``module.to(tensor)``: devices
+        are checked (cpu only); a floating dtype converts the floating parameters (each becomes a new Parameter:
+        an optimizer made before holds the old ones, unlike torch where the Parameter object stays)."""
+        target, device = kwargs.get("dtype"), kwargs.get("device")
+        for a in args:
+            if isinstance(a, Tensor):
+                target = a.dtype
+            elif isinstance(a, torch.dtype):
+                target = a
+            elif not isinstance(a, bool):  # (non_blocking)
+                device = a
+        if device is not None:
+            _device.check(device)
+        if target is None:
+            return self
+        if not target.is_floating_point:
+            raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, but got desired "
+                            f"dtype={target}")
+        for _, module in self.named_modules():
+            for name, p in list(module._parameters.items()):
+                if p is not None and p.is_floating_point() and p.dtype != target:
+                    with torch.no_grad():
+                        setattr(module, name, Parameter(p.to(target), p.requires_grad))
+        return self
+
+    def cpu(self) -> Module:
+        return self
+
+    def cuda(self, device=None) -> Module:
+        raise AssertionError(_device.NO_CUDA)
+
+    def double(self) -> Module:
+        return self.to(torch.float64)
+
+    def float(self) -> Module:
+        return self.to(torch.float32)
 
     def children(self) -> Iterator[Module]:
         yield from self._modules.values()
@@ -117,14 +248,16 @@ class Linear(Module):
     ±1/sqrt(in_features), torch's default initialisation (kaiming_uniform with a=sqrt(5)); the values come
     from the client's generator (``torch.manual_seed``), not torch's."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype=None):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
+        if device is not None:
+            _device.check(device)
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         bound = 1 / math.sqrt(in_features) if in_features > 0 else 0.0
         self.weight = Parameter(_uniform((out_features, in_features), bound))
         self.bias = Parameter(_uniform((out_features,), bound)) if bias else None
         if dtype is not None:
-            raise NotImplementedError("gradserve.torch.nn.Linear: dtype is not supported (float32 only)")
+            self.to(dtype)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.linear(input, self.weight, self.bias)
