@@ -102,7 +102,8 @@ def test_an_untouched_session_stores_no_generator():
 
 @pytest.mark.parametrize("ops,message", [
     ([{"op": "randint", "args": [5, 3, [3]]}], "random_ expects 'from' to be less than 'to', but got from=5 >= to=3"),
-    ([{"op": "rand", "args": [2], "kwargs": {"dtype": "int64"}}], "\"check_uniform_bounds\" not implemented for 'Long'"),
+    ([{"op": "rand", "args": [2], "kwargs": {"dtype": "int64"}}],
+     "\"check_uniform_bounds\" not implemented for 'Long'"),
     ([{"op": "zeros", "args": [3], "out": "x"}, {"op": "uniform_", "args": ["x", 2, 1]}],
      "uniform_ expects to return a [from, to) range, but found from=2 > to=1"),
     ([{"op": "zeros", "args": [3], "out": "x"}, {"op": "normal_", "args": ["x", 0, -1]}],
