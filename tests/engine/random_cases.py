@@ -57,6 +57,10 @@ def cases() -> list[tuple[str, list]]:
                             _op("multinomial", "p", 4, out="r")]),
         ("multinomial_one", [_op("tensor", [0.1, 0.2, 0.7], dtype="float64", out="p"),
                              _op("multinomial", "p", 1, out="r")]),
+        # a transposed view is filled in memory order (torch's TensorIterator), by the pairwise normal path
+        *[(f"{op}_transposed[{n}x{m}]", [_op("zeros", n, m, out="r"), _op("t", "r", out="v"), _op(op, "v", *args)])
+          for n, m in ((4, 5), (8, 8)) for op, args in (("normal_", (0.0, 1.0)), ("uniform_", (-1.0, 1.0)),
+                                                        ("bernoulli_", (0.4,)))],
         ("generator", [_op("Generator", out="g"), _op("manual_seed", 7, generator="g"),
                        _op("rand", 5, generator="g", out="a"), _op("randn", 20, generator="g", out="r")]),
         ("get_set_state", [_op("randn", 3, out="a"), _op("get_rng_state", out="s"), _op("randn", 5, out="b"),

@@ -60,23 +60,24 @@ def uniform_double(g: Generator, n: int, low: float = 0.0, high: float = 1.0) ->
 
 
 def _fma32(a, b, c) -> np.ndarray:
-    """a * b + c rounded once to float32 (an FMA instruction), for float32 arrays or scalars."""
-    p = np.asarray(a, _F64) * np.asarray(b, _F64)  # exact: 24 + 24 bits
-    c = np.asarray(c, _F64)
-    s = p + c
-    bb = s - p
-    err = (p - (s - bb)) + (c - bb)  # s + err == p + c exactly
+    """a * b + c rounded once to float32 (an FMA instruction), for float32 arrays or scalars: the product is
+    exact in double; the double sum rounds again to float32 correctly unless it fell exactly halfway between
+    two floats (its low 29 bits 1000...0), where the sum's own rounding error decides."""
+    p = np.multiply(a, b, dtype=_F64)
+    s = p + np.asarray(c, _F64)
     r = s.astype(_F32)
-    # s may sit exactly halfway between two floats while the exact sum does not: round towards err
-    rd = r.astype(_F64)
-    other = np.nextafter(r, np.where(s > rd, _F32(np.inf), _F32(-np.inf)).astype(_F32))
-    tie = (rd != s) & (s == (rd + other.astype(_F64)) / 2) & (err != 0)
+    tie = (np.asarray(s).view(np.uint64) & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)
     if tie.any():
-        up = np.nextafter(r, _F32(np.inf))
-        down = np.nextafter(r, _F32(-np.inf))
-        want_up = err > 0
-        r = np.where(tie, np.where(want_up, np.where(rd > s, r, up), np.where(rd < s, r, down)), r)
-    return r.astype(_F32)
+        p, s, c = (np.broadcast_to(np.asarray(v, _F64), tie.shape)[tie] for v in (p, s, c))
+        bb = s - p
+        err = (p - (s - bb)) + (c - bb)  # s + err == p + c exactly
+        rt = r[tie]
+        rd = rt.astype(_F64)
+        lo = np.where(rd < s, rt, np.nextafter(rt, _F32(-np.inf)))
+        hi = np.where(rd > s, rt, np.nextafter(rt, _F32(np.inf)))
+        r = np.array(r, copy=True)
+        r[tie] = np.where(err > 0, hi, np.where(err < 0, lo, rt))
+    return r
 
 
 def _fma64(a, b, c) -> np.ndarray:
@@ -352,14 +353,26 @@ def randint_like(input, low, high=None, *, generator=None, dtype=None, requires_
 # ----- in place: uniform_, normal_, bernoulli_ ----------------------------------------------------------------
 
 
+def _memory_order(a: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """``vals`` drawn one element after another, placed as torch's TensorIterator walks ``a``: in memory
+    order (a transposed view is filled along its base's rows)."""
+    if a.flags.c_contiguous or a.ndim < 2:
+        return vals
+    idx = np.indices(a.shape).reshape(a.ndim, -1)
+    order = np.argsort((idx * np.array(a.strides)[:, None]).sum(0), kind="stable")
+    out = np.empty(vals.size, vals.dtype)
+    out[order] = vals.reshape(-1)
+    return out.reshape(a.shape)
+
+
 def _uniform(self: Tensor, from_=0.0, to=1.0, *, generator=None) -> Tensor:
     lo, hi = _number("uniform_", "from", from_), _number("uniform_", "to", to)
     _float_only("check_uniform_bounds", self.dtype)
     if lo > hi:
         raise TorchRuntimeError(f"uniform_ expects to return a [from, to) range, but found from={_g(lo)} > "
                                 f"to={_g(hi)}", code="invalid_argument")
-    return record("UniformBackward0", uniform_values(_gen("uniform_", generator), self.shape, self.dtype, lo, hi),
-                  (self,))
+    vals = uniform_values(_gen("uniform_", generator), self.shape, self.dtype, lo, hi)
+    return record("UniformBackward0", _memory_order(self.data, vals), (self,))
 
 
 def _normal(self: Tensor, mean=0.0, std=1.0, *, generator=None) -> Tensor:
@@ -369,7 +382,7 @@ def _normal(self: Tensor, mean=0.0, std=1.0, *, generator=None) -> Tensor:
         raise TorchRuntimeError(f"normal expects std >= 0.0, but found std {_g(std)}", code="invalid_argument")
     vals = normal_values(_gen("normal_", generator), self.shape, self.dtype, mean, std,
                          self.data.flags.c_contiguous)
-    return record("NormalBackward0", vals, (self,))
+    return record("NormalBackward0", _memory_order(self.data, vals), (self,))
 
 
 def _bernoulli_scalar(self: Tensor, p=0.5, *, generator=None) -> Tensor:
@@ -379,7 +392,8 @@ def _bernoulli_scalar(self: Tensor, p=0.5, *, generator=None) -> Tensor:
     if not 0.0 <= p <= 1.0:
         raise TorchRuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={_g(p)}", code="invalid_argument")
     keep = uniform_double(_gen("bernoulli_", generator), self.numel()) < p
-    return record("BernoulliBackward2", keep.astype(self.data.dtype).reshape(self.shape), (self,))
+    return record("BernoulliBackward2", _memory_order(self.data, keep.astype(self.data.dtype)).reshape(self.shape),
+                  (self,))
 
 
 def _g(v: float) -> str:
