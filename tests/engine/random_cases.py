@@ -61,6 +61,11 @@ def cases() -> list[tuple[str, list]]:
         *[(f"{op}_transposed[{n}x{m}]", [_op("zeros", n, m, out="r"), _op("t", "r", out="v"), _op(op, "v", *args)])
           for n, m in ((4, 5), (8, 8)) for op, args in (("normal_", (0.0, 1.0)), ("uniform_", (-1.0, 1.0)),
                                                         ("bernoulli_", (0.4,)))],
+        ("normal_numbers", [_op("normal", 1.5, 2.0, [20], out="r")]),
+        ("normal_tensor_mean", [_op("tensor", [1.0, 2.0, 3.0], out="m"), _op("normal", "m", 2.0, out="r")]),
+        ("normal_tensor_std", [_op("tensor", [0.5, 1.0, 2.0], out="s"), _op("normal", 1.5, "s", out="r")]),
+        ("normal_tensors", [_op("tensor", [[1.0], [2.0]], out="m"), _op("tensor", [0.5, 1.0, 2.0], out="s"),
+                            _op("normal", "m", "s", out="r")]),
         ("generator", [_op("Generator", out="g"), _op("manual_seed", 7, generator="g"),
                        _op("rand", 5, generator="g", out="a"), _op("randn", 20, generator="g", out="r")]),
         ("get_set_state", [_op("randn", 3, out="a"), _op("get_rng_state", out="s"), _op("randn", 5, out="b"),

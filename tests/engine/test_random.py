@@ -140,3 +140,14 @@ def test_engine_calls_outside_a_program_use_a_table_of_their_own():
         from gradserve_server.engine.generator import reset
         reset(token)
     assert np.array_equal(a.data, rand(3, generator=Generator(4)).data)
+
+
+def test_normal_of_tensors_has_torchs_zero_gradient_and_grad_fn():
+    state = _run(0, [{"op": "tensor", "args": [[1.0, 2.0]], "kwargs": {"requires_grad": True}, "out": "m"},
+                     {"op": "tensor", "args": [[0.5, 1.5]], "kwargs": {"requires_grad": True}, "out": "s"},
+                     {"op": "normal", "args": ["m", 1.0], "out": "a"}, {"op": "normal", "args": [0.0, "s"], "out": "b"},
+                     {"op": "normal", "args": ["m", "s"], "out": "c"}, {"op": "add", "args": ["a", "b"], "out": "ab"},
+                     {"op": "add", "args": ["ab", "c"], "out": "t"}, {"op": "sum", "args": ["t"], "out": "z"},
+                     {"op": "backward", "args": ["z"]}])
+    assert [state.tensors[n].grad_fn.name for n in "abc"] == ["NormalBackward1", "NormalBackward2", "NormalBackward3"]
+    assert state.tensors["m"].grad.data.tolist() == [0.0, 0.0] and state.tensors["s"].grad.data.tolist() == [0.0, 0.0]

@@ -413,6 +413,54 @@ bernoulli_ = _make("bernoulli_", _bernoulli_scalar, ("BernoulliBackward2",),
                    doc="Tensor.bernoulli_(p=0.5, *, generator=None): 1 with probability p, in place.")
 
 
+vjp("NormalBackward1", inputs=("mean",))(lambda ctx, grad: (E.zeros_like(grad),))
+vjp("NormalBackward2", inputs=("std",))(lambda ctx, grad: (E.zeros_like(grad),))
+vjp("NormalBackward3", inputs=("mean", "std"))(lambda ctx, grad: (E.zeros_like(grad), E.zeros_like(grad)))
+for _prim in ("NormalBackward1", "NormalBackward2", "NormalBackward3"):
+    jvp(_prim)(zero_jvp)
+
+
+@op("normal", tensors=("mean", "std"), grad_fns=("NormalBackward1", "NormalBackward2", "NormalBackward3"),
+    method=False)
+def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, requires_grad=False):
+    """torch.normal(mean, std, size=None, *, generator=None): numbers and a size (``normal_`` on a new tensor),
+    or tensors: ``normal_(0, std)`` then ``+ mean`` (a tensor mean), ``normal_(0, 1) * std + mean`` (a tensor
+    std), as torch computes them; the gradient is zero (torch's NormalBackward1/2/3)."""
+    g = _gen("normal", generator)
+    mt, st = isinstance(mean, Tensor), isinstance(std, Tensor)
+    for name, v in (("mean", mean), ("std", std)):
+        if not isinstance(v, Tensor) and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise TorchTypeError(f"normal(): argument '{name}' must be Tensor or float, not {type(v).__name__}")
+    if not mt and not st:
+        if size is None:
+            raise TorchTypeError("normal() received an invalid combination of arguments: two numbers need a size")
+        m, sd = _number("normal", "mean", mean), _number("normal", "std", std)
+        d = _dtype(dtype)
+        shape = _size((tuple(size) if isinstance(size, (list, tuple)) else size,), "normal", itemsize=8)
+        _float_only("normal_kernel_cpu", d)
+        _check_requires_grad(d, requires_grad)
+        if sd < 0:
+            raise TorchRuntimeError(f"normal expects std >= 0.0, but found std {_g(sd)}", code="invalid_argument")
+        return _leaf(normal_values(g, shape, d, m, sd), requires_grad)
+    if st and std.data.size and (std.data < 0).any():
+        raise TorchRuntimeError("normal expects all elements of std >= 0.0", code="invalid_argument")
+    if mt and not st:
+        sd = _number("normal", "std", std)
+        if sd < 0:
+            raise TorchRuntimeError(f"normal expects std >= 0.0, but found std {_g(sd)}", code="invalid_argument")
+        _float_only("normal_kernel_cpu", mean.dtype)
+        vals = normal_values(g, mean.shape, mean.dtype, 0.0, sd) + mean.data
+        return record("NormalBackward1", vals, (mean,))
+    _float_only("normal_kernel_cpu", std.dtype)
+    if mt:
+        from .common import broadcast_shapes
+        shape = broadcast_shapes(mean.data.shape, std.data.shape)
+        vals = normal_values(g, shape, std.dtype, 0.0, 1.0) * std.data + mean.data
+        return record("NormalBackward3", vals.astype(std.data.dtype), (mean, std))
+    m = NP[std.dtype].type(_number("normal", "mean", mean))
+    return record("NormalBackward2", normal_values(g, std.shape, std.dtype, 0.0, 1.0) * std.data + m, (std,))
+
+
 @op("bernoulli", tensors=("input",), grad_fns=("BernoulliBackward0",))
 def bernoulli(input, *, generator=None):
     """torch.bernoulli(input, *, generator=None): 1 where a uniform draw falls below input's probability (a
