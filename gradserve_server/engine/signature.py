@@ -40,8 +40,8 @@ NUMBERS_AS_TENSORS = frozenset({
 MESSAGE_NAMES = {"logsigmoid": "log_sigmoid", "nll_loss": "nll_loss_nd", "cross_entropy": "cross_entropy_loss"}
 
 # torch name of a varargs size parameter, and whether torch requires it
-_VARARGS = {"zeros": "size", "ones": "size", "rand": "size", "randn": "size", "view": "size", "reshape": "shape",
-            "expand": "size", "repeat": "repeats", "permute": "dims"}
+_VARARGS = {"zeros": "size", "ones": "size", "empty": "size", "rand": "size", "randn": "size", "view": "size",
+            "reshape": "shape", "expand": "size", "repeat": "repeats", "permute": "dims"}
 
 # torch's types of non-tensor parameters of ops bound with one signature (checked like a Tensor parameter:
 # ``unsqueeze(): argument 'dim' (position 1) must be int, not float``); other parameters are the op's to check
@@ -67,7 +67,7 @@ METHOD_ONLY = frozenset({"view", "expand", "expand_as", "repeat", "contiguous", 
                          "to", "copy_", "fill_", "add_", "sub_", "mul_", "div_", "pow_", "masked_fill_",
                          "clamp_min_", "clamp_max_", "clamp_", "zero_", "abs_", "neg_", "exp_", "log_", "sqrt_",
                          "sigmoid_", "tanh_", "relu_", "scatter_", "scatter_add_", "index_add_", "index_copy_",
-                         "index_fill_", "uniform_", "normal_", "bernoulli_"})
+                         "index_fill_", "uniform_", "normal_", "bernoulli_", "random_"})
 
 # indexing and the reflected operators are not torch functions: no parsing beyond the op's own; torch.normal's
 # four overloads take a number or a tensor for mean and std: the op tells them apart and checks them itself

@@ -42,7 +42,13 @@ def _program(m, F, nn, seed):
     nn.init.normal_(w, std=0.02)
     out.append(w.clone())
     out.append(m.multinomial(m.tensor([0.1, 0.6, 0.3]), 5, replacement=True))
-    out.append(m.rand_like(m.ones(2, 2)))
+    out.append(m.multinomial(m.tensor([[0.1, 0.6, 0.3], [1.0, 1.0, 1.0]]), 2))
+    out += [m.rand_like(m.ones(2, 2)), m.randn_like(m.ones(3), dtype=m.float64), m.randint_like(m.ones(4), 3, 9)]
+    out += [m.normal(0.0, 2.0, (5,)), m.normal(m.tensor([1.0, 2.0]), 0.5), m.bernoulli(m.full((6,), 0.4))]
+    out += [m.empty(7).uniform_(-2, 2, generator=g), m.zeros(3, 4).t().normal_(), m.zeros(8).bernoulli_(0.25)]
+    # torch.utils.data's RandomSampler: a seed drawn from the default generator, then a generator of its own
+    seed = int(m.empty((), dtype=m.int64).random_().item())
+    out.append(m.randperm(10, generator=m.Generator().manual_seed(seed)))
     return out
 
 

@@ -396,12 +396,45 @@ def _bernoulli_scalar(self: Tensor, p=0.5, *, generator=None) -> Tensor:
                   (self,))
 
 
+def _random(self: Tensor, from_=None, to=None, *, generator=None) -> Tensor:
+    """random_(): torch's uniform_int_distribution (int64: a two-word draw modulo 2**63, float32: a word modulo
+    2**24 + 1, float64: two words modulo 2**53 + 1, bool: a word's low bit); random_(to), random_(from, to):
+    random_from_to."""
+    prim = "RandomBackward1" if from_ is not None and to is None else "RandomBackward0"
+    if from_ is not None and to is None:
+        from_, to = 0, from_
+    g = _gen("random_", generator)
+    n, dt = self.numel(), self.data.dtype
+    if to is None:
+        if self.dtype == D.INT64:
+            vals = (g.random64(n) % np.uint64(1 << 63)).astype(np.int64)
+        elif self.dtype == D.FLOAT32:
+            vals = (g.random(n) % np.uint64((1 << 24) + 1)).astype(_F32)
+        elif self.dtype == D.FLOAT64:
+            vals = (g.random64(n) % np.uint64((1 << 53) + 1)).astype(_F64)
+        else:
+            vals = (g.random(n) & np.uint64(1)).astype(bool)
+        prim = "RandomBackward2"
+    else:
+        low = _int("random_", "from", from_, 1)
+        high = _int("random_", "to", to, 2)
+        if low >= high:
+            raise TorchRuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}",
+                                    code="invalid_argument")
+        if self.dtype == D.BOOL and (low < 0 or high - 1 > 1):
+            raise TorchRuntimeError(("from is out of bounds for bool" if low < 0 else "to - 1 is out of bounds for "
+                                     "bool"), code="invalid_argument")
+        vals = integer_values(g, n, low, high).astype(dt)
+    return record(prim, _memory_order(self.data, vals.reshape(self.shape)), (self,))
+
+
 def _g(v: float) -> str:
     """A double as torch's messages print it (%g)."""
     return f"{v:g}"
 
 
-for _prim in ("UniformBackward0", "NormalBackward0", "BernoulliBackward2", "BernoulliBackward0"):
+for _prim in ("UniformBackward0", "NormalBackward0", "BernoulliBackward2", "BernoulliBackward0", "RandomBackward0",
+              "RandomBackward1", "RandomBackward2"):
     vjp(_prim, inputs=("self",))(lambda ctx, grad: (E.zeros_like(grad),))
     jvp(_prim)(zero_jvp)
 
@@ -409,6 +442,8 @@ uniform_ = _make("uniform_", _uniform, ("UniformBackward0",),
                  doc="Tensor.uniform_(from=0, to=1, *, generator=None): torch's uniform values, in place.")
 normal_ = _make("normal_", _normal, ("NormalBackward0",),
                 doc="Tensor.normal_(mean=0, std=1, *, generator=None): torch's normal values, in place.")
+random_ = _make("random_", _random, ("RandomBackward0", "RandomBackward1", "RandomBackward2"),
+                doc="Tensor.random_(from=0, to=None, *, generator=None): torch's integers in place, any dtype.")
 bernoulli_ = _make("bernoulli_", _bernoulli_scalar, ("BernoulliBackward2",),
                    doc="Tensor.bernoulli_(p=0.5, *, generator=None): 1 with probability p, in place.")
 
