@@ -358,6 +358,7 @@ SAMPLES: dict[str, list[Sample]] = {
                 S(T(20), prep=_reseeded, note="16 or more: the block kernel")],
     "bernoulli_": [S(T(3), 0.3, prep=_reseeded, note="zero gradient")],
     "random_": [S(T(3), 0, 2, prep=_reseeded, note="zero gradient")],
+    "exponential_": [S(T(3), 2.0, prep=_reseeded, note="zero gradient")],
     "fill_": [S(T(3), 2.0, note="zero gradient"), S(T(3), T(), note="tensor value")],
     "copy_": [S(T(3), T(3)), S(T(2, 3), T(3))],
     "setitem": [S(T(3), 1, T()), S(T(2, 3), (slice(None), 0), T(2)), S(T(4), [0, 2], T(2)), S(T(3), 0, 2.0)],

@@ -1,5 +1,6 @@
 """Random ops, bit for bit torch's CPU kernels: ``rand``, ``randn``, ``randint``, ``randperm``, the ``*_like``
-forms, ``uniform_``, ``normal_``, ``bernoulli``/``bernoulli_``, ``multinomial`` (dropout's mask is
+forms, ``normal``, ``uniform_``, ``normal_``, ``random_``, ``exponential_``, ``bernoulli``/``bernoulli_``,
+``multinomial`` (dropout's mask is
 ``bernoulli_(1 - p)``, in ``ops.nn``).
 
 Every op draws from a ``Generator`` (``engine.generator``): the one named by ``generator=`` or the running
@@ -17,7 +18,8 @@ reproduced here:
 * smaller normals draw pairs through ``normal_distribution<double>`` (log1p, cos and sin of libm), keeping
   the second value of a pair on the generator for the next normal draw;
 * integers: ``word % range + low`` with one word when the range is below 2**32, else two;
-* bernoulli: a double uniform (float for a float32 ``p`` tensor) ``< p``.
+* bernoulli: a double uniform (float for a float32 ``p`` tensor) ``< p``; exponential: ``-log1p(-u) / lambd``
+  of a double uniform (libm's log1p).
 """
 
 from __future__ import annotations
@@ -428,13 +430,23 @@ def _random(self: Tensor, from_=None, to=None, *, generator=None) -> Tensor:
     return record(prim, _memory_order(self.data, vals.reshape(self.shape)), (self,))
 
 
+def _exponential(self: Tensor, lambd=1.0, *, generator=None) -> Tensor:
+    lambd = _number("exponential_", "lambd", lambd)
+    _float_only("exponential_cpu", self.dtype)
+    if not lambd > 0:
+        raise TorchRuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={_g(lambd)}",
+                                code="invalid_argument")
+    vals = exponential_values(_gen("exponential_", generator), self.numel(), self.dtype, lambd)
+    return record("ExponentialBackward0", _memory_order(self.data, vals.reshape(self.shape)), (self,))
+
+
 def _g(v: float) -> str:
     """A double as torch's messages print it (%g)."""
     return f"{v:g}"
 
 
 for _prim in ("UniformBackward0", "NormalBackward0", "BernoulliBackward2", "BernoulliBackward0", "RandomBackward0",
-              "RandomBackward1", "RandomBackward2"):
+              "RandomBackward1", "RandomBackward2", "ExponentialBackward0"):
     vjp(_prim, inputs=("self",))(lambda ctx, grad: (E.zeros_like(grad),))
     jvp(_prim)(zero_jvp)
 
@@ -444,6 +456,8 @@ normal_ = _make("normal_", _normal, ("NormalBackward0",),
                 doc="Tensor.normal_(mean=0, std=1, *, generator=None): torch's normal values, in place.")
 random_ = _make("random_", _random, ("RandomBackward0", "RandomBackward1", "RandomBackward2"),
                 doc="Tensor.random_(from=0, to=None, *, generator=None): torch's integers in place, any dtype.")
+exponential_ = _make("exponential_", _exponential, ("ExponentialBackward0",),
+                     doc="Tensor.exponential_(lambd=1, *, generator=None): -log1p(-u) / lambd of double uniforms.")
 bernoulli_ = _make("bernoulli_", _bernoulli_scalar, ("BernoulliBackward2",),
                    doc="Tensor.bernoulli_(p=0.5, *, generator=None): 1 with probability p, in place.")
 
