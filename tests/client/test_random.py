@@ -90,3 +90,15 @@ def test_generator_errors_are_torchs(ctx):
         gt.rand(1).tolist()
     with pytest.raises(ValueError):
         gt.manual_seed("a")
+
+
+def test_torch_random_and_fork_rng(ctx):
+    gt.random.manual_seed(3)
+    with gt.random.fork_rng():
+        inside = gt.rand(4)
+    after = gt.rand(4)
+    torch.random.manual_seed(3)
+    with torch.random.fork_rng():
+        want_inside = torch.rand(4)
+    want_after = torch.rand(4)
+    assert _same(inside, want_inside) and _same(after, want_after) and _same(inside, after)

@@ -55,5 +55,5 @@ __all__ = ["Tensor", "Size", "dtype", "float32", "float64", "int64", "bool", "fl
 
 # torch.nn, torch.optim... as attributes, as torch has them (import_module: a `from . import nn` would ask the
 # module's __getattr__ first, i.e. the server's catalog)
-for _sub in ("autograd", "linalg", "nn", "optim", "special"):
+for _sub in ("autograd", "linalg", "nn", "optim", "random", "special"):
     _importlib.import_module(f"{__name__}.{_sub}")
