@@ -151,3 +151,13 @@ def test_normal_of_tensors_has_torchs_zero_gradient_and_grad_fn():
                      {"op": "backward", "args": ["z"]}])
     assert [state.tensors[n].grad_fn.name for n in "abc"] == ["NormalBackward1", "NormalBackward2", "NormalBackward3"]
     assert state.tensors["m"].grad.data.tolist() == [0.0, 0.0] and state.tensors["s"].grad.data.tolist() == [0.0, 0.0]
+
+
+def test_a_session_holds_a_bounded_number_of_generators():
+    from gradserve_server.engine.generator import MAX_GENERATORS
+    state = State()
+    run_program(state, [{"op": "Generator", "out": f"g{i}"} for i in range(MAX_GENERATORS)])
+    run_program(state, [{"op": "Generator", "out": "g0"}])  # rebinding a name is no new generator
+    with pytest.raises(EngineError) as e:
+        run_program(state, [{"op": "Generator", "out": "one_more"}])
+    assert e.value.code == "limit_exceeded" and len(state.generators) == MAX_GENERATORS
