@@ -161,3 +161,13 @@ def test_a_session_holds_a_bounded_number_of_generators():
     with pytest.raises(EngineError) as e:
         run_program(state, [{"op": "Generator", "out": "one_more"}])
     assert e.value.code == "limit_exceeded" and len(state.generators) == MAX_GENERATORS
+
+
+def test_multinomial_checks_its_result_against_the_limits_before_drawing():
+    from gradserve_server.engine.grad_mode import Limits
+    state = _run(0, [{"op": "tensor", "args": [[0.5, 0.5]], "out": "p"}])
+    before = state.generator.get_state()
+    with pytest.raises(EngineError) as e:
+        run_program(state, [{"op": "multinomial", "args": ["p", 10**9, True], "out": "r"}],
+                    limits=Limits(max_elements_per_tensor=10**6))
+    assert e.value.code == "limit_exceeded" and state.generator.get_state() == before

@@ -31,6 +31,7 @@ import numpy as np
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchRuntimeError, TorchTypeError
 from ..generator import Generator, resolve
+from ..grad_mode import check_numel
 from ..registry import jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
 from . import elementwise as E
@@ -551,6 +552,7 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
     if rows.size == 0 or (rows.sum(axis=1, dtype=_F64) <= 0).any():
         raise TorchRuntimeError("invalid multinomial distribution (sum of probabilities <= 0)",
                                 code="invalid_argument")
+    check_numel((rows.shape[0], n), itemsize=8)  # the result, before drawing (num_samples is the caller's)
     g = _gen("multinomial", generator)
     dt = rows.dtype
     if replacement and n > 1:
