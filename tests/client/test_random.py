@@ -77,6 +77,9 @@ def test_a_state_taken_from_torch_is_set_in_gradserve_and_back(ctx):
     ts = torch.get_rng_state()
     gt.set_rng_state(gt.tensor(ts.numpy()))
     assert _same(gt.randn(5), torch.randn(5))
+    torch.set_rng_state(ts)
+    gt.set_rng_state(ts)  # torch's own uint8 tensor, as it is
+    assert _same(gt.randn(5), torch.randn(5))
     back = gt.get_rng_state()
     torch.set_rng_state(torch.tensor(back.tolist(), dtype=torch.uint8))
     assert _same(gt.rand(4), torch.rand(4))
