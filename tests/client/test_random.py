@@ -105,3 +105,22 @@ def test_torch_random_and_fork_rng(ctx):
         want_inside = torch.rand(4)
     want_after = torch.rand(4)
     assert _same(inside, want_inside) and _same(after, want_after) and _same(inside, after)
+
+
+def test_dropout_in_place_changes_its_input_as_torchs(ctx):
+    gt.manual_seed(11)
+    x = gt.ones(3, 6) * 1
+    y = gt.nn.Dropout(0.5, inplace=True)(x)
+    torch.manual_seed(11)
+    tx = torch.ones(3, 6) * 1
+    ty = torch.nn.Dropout(0.5, inplace=True)(tx)
+    assert _same(x, tx) and _same(y, ty) and x._version == tx._version == 1
+    assert y.grad_fn is None and ty.grad_fn is None
+    w, tw = gt.ones(4, requires_grad=True), torch.ones(4, requires_grad=True)
+    h, th = w * 2, tw * 2
+    gt.nn.functional.dropout(h, 0.5, True, True)
+    torch.nn.functional.dropout(th, 0.5, True, True)
+    assert h.grad_fn.name() == th.grad_fn.name() == "MulBackward0"
+    h.sum().backward()
+    th.sum().backward()
+    assert _same(w.grad, tw.grad)

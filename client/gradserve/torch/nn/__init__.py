@@ -134,7 +134,7 @@ class Linear(Module):
 
 
 class Dropout(Module):
-    """``nn.Dropout(p=0.5, inplace=False)``: ``F.dropout(input, p, self.training)``, torch's mask."""
+    """``nn.Dropout(p=0.5, inplace=False)``: ``F.dropout(input, p, self.training, inplace)``, torch's mask."""
 
     def __init__(self, p: float = 0.5, inplace: bool = False):
         super().__init__()
@@ -143,6 +143,8 @@ class Dropout(Module):
         self.p, self.inplace = p, inplace
 
     def forward(self, input: Tensor) -> Tensor:
+        if self.inplace:
+            return F.dropout(input, self.p, self.training, True)
         return F.dropout(input, self.p, self.training)
 
     def extra_repr(self) -> str:
