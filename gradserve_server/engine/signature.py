@@ -124,6 +124,8 @@ OVERLOADS: dict[str, dict[str, tuple[str, ...]]] = {
                   "method": ("(Tensor min)", "(Number min)")},
     "clamp_min_": {"method": ("(Tensor min)", "(Number min)")},
     "fill_": {"method": ("(Tensor value)", "(Number value)")},
+    "bernoulli_": {"method": ("(Tensor p, *, torch.Generator generator = None)",
+                              "(float p = 0.5, *, torch.Generator generator = None)")},
     "lerp": {"function": ("(Tensor input, Tensor end, Tensor weight, *, Tensor out = None)",
                           "(Tensor input, Tensor end, Number weight, *, Tensor out = None)"),
              "method": ("(Tensor end, Tensor weight)", "(Tensor end, Number weight)")},

@@ -65,6 +65,8 @@ def cases() -> list[tuple[str, list]]:
           for dt in ("int64", "float32", "float64", "bool")],
         *[(f"exponential_[{dt}]", [_op("empty", 33, dtype=dt, out="r"), _op("exponential_", "r", 2.5)])
           for dt in ("float32", "float64")],
+        *[(f"bernoulli_tensor_p[{dt}]", [_op("rand", 3, 1, dtype=dt, out="p"), _op("zeros", 3, 7, out="r"),
+                                          _op("bernoulli_", "r", "p")]) for dt in ("float32", "float64")],
         ("random_to", [_op("empty", 20, dtype="int64", out="r"), _op("random_", "r", 10)]),
         ("random_from_to", [_op("empty", 20, out="r"), _op("random_", "r", -5, 10)]),
         ("random_0d_int64", [_op("empty", [], dtype="int64", out="r"), _op("random_", "r")]),

@@ -388,9 +388,24 @@ def _normal(self: Tensor, mean=0.0, std=1.0, *, generator=None) -> Tensor:
     return record("NormalBackward0", _memory_order(self.data, vals), (self,))
 
 
-def _bernoulli_scalar(self: Tensor, p=0.5, *, generator=None) -> Tensor:
+def _bernoulli_inplace(self: Tensor, p=0.5, *, generator=None) -> Tensor:
+    """bernoulli_(p): a double uniform < p per element; bernoulli_(Tensor p): p expanded to self, a double
+    uniform (float32 p: a float one) < p (torch's two overloads, BernoulliBackward2 and BernoulliBackward1)."""
     if isinstance(p, Tensor):
-        raise InvalidArgumentError("bernoulli_(): a tensor p is not supported; pass a float", code="unsupported")
+        if not D.is_floating(p.dtype):
+            raise TorchRuntimeError(f"\"bernoulli_tensor_cpu_p_\" not implemented for "
+                                    f"'{D.SCALAR_TYPE_NAMES[p.dtype]}'", code="invalid_dtype",
+                                    exception="NotImplementedError")
+        from .shape import expand
+        probs = expand(p, list(self.shape)).data  # torch's expand_inplace: its message when p does not fit
+        if probs.size and not ((probs >= 0) & (probs <= 1)).all():
+            raise TorchRuntimeError("Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this "
+                                    "error message be improved?  If so, please report an enhancement request to "
+                                    "PyTorch.)", code="invalid_argument")
+        g = _gen("bernoulli_", generator)
+        u = (uniform_float if p.dtype == D.FLOAT32 else uniform_double)(g, self.numel())
+        keep = _memory_order(self.data, u.reshape(self.shape)) < probs
+        return record("BernoulliBackward1", keep.astype(self.data.dtype), (self, p))
     p = _number("bernoulli_", "p", p)
     if not 0.0 <= p <= 1.0:
         raise TorchRuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={_g(p)}", code="invalid_argument")
@@ -441,6 +456,16 @@ def _exponential(self: Tensor, lambd=1.0, *, generator=None) -> Tensor:
     return record("ExponentialBackward0", _memory_order(self.data, vals.reshape(self.shape)), (self,))
 
 
+def _exponential(self: Tensor, lambd=1.0, *, generator=None) -> Tensor:
+    lambd = _number("exponential_", "lambd", lambd)
+    _float_only("exponential_cpu", self.dtype)
+    if not lambd > 0:
+        raise TorchRuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={_g(lambd)}",
+                                code="invalid_argument")
+    vals = exponential_values(_gen("exponential_", generator), self.numel(), self.dtype, lambd)
+    return record("ExponentialBackward0", _memory_order(self.data, vals.reshape(self.shape)), (self,))
+
+
 def _g(v: float) -> str:
     """A double as torch's messages print it (%g)."""
     return f"{v:g}"
@@ -459,10 +484,13 @@ random_ = _make("random_", _random, ("RandomBackward0", "RandomBackward1", "Rand
                 doc="Tensor.random_(from=0, to=None, *, generator=None): torch's integers in place, any dtype.")
 exponential_ = _make("exponential_", _exponential, ("ExponentialBackward0",),
                      doc="Tensor.exponential_(lambd=1, *, generator=None): -log1p(-u) / lambd of double uniforms.")
-bernoulli_ = _make("bernoulli_", _bernoulli_scalar, ("BernoulliBackward2",),
-                   doc="Tensor.bernoulli_(p=0.5, *, generator=None): 1 with probability p, in place.")
+bernoulli_ = _make("bernoulli_", _bernoulli_inplace, ("BernoulliBackward2", "BernoulliBackward1"), ("self", "p"),
+                   doc="Tensor.bernoulli_(p=0.5, *, generator=None): 1 with probability p (a float or a tensor), "
+                       "in place.")
 
 
+vjp("BernoulliBackward1", inputs=("self", "p"))(lambda ctx, grad: (E.zeros_like(grad), E.zeros_like(grad)))
+jvp("BernoulliBackward1")(zero_jvp)
 vjp("NormalBackward1", inputs=("mean",))(lambda ctx, grad: (E.zeros_like(grad),))
 vjp("NormalBackward2", inputs=("std",))(lambda ctx, grad: (E.zeros_like(grad),))
 vjp("NormalBackward3", inputs=("mean", "std"))(lambda ctx, grad: (E.zeros_like(grad), E.zeros_like(grad)))
