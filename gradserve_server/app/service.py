@@ -64,7 +64,7 @@ SETTING_NAMES = (("max_elements_per_tensor", "GRADSERVE_MAX_ELEMENTS_PER_TENSOR"
 #: Op families whose cost follows their inputs' sizes, and the exceptions among them
 INLINE_FAMILIES = frozenset({"elementwise", "reduction", "shape", "inplace", "nn", "autograd", "creation"})
 NOT_INLINE = frozenset({"expand", "expand_as", "repeat", "linear", "arange", "eye", "full", "linspace", "ones",
-                        "rand", "randn", "zeros"})
+                        "rand", "randn", "zeros", "empty", "randint", "randperm"})
 #: A session may run small requests inline while its last run took less than this...
 INLINE_MAX_RUN_SECONDS = 0.002
 #: ... and its named tensors (and their gradients) have at most this many elements, and there are at most

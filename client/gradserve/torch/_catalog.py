@@ -35,7 +35,7 @@ PAIRS = {"sort": "sort", "max": "max", "min": "min"}
 VARIABLE_OUTPUTS = frozenset({"split", "chunk", "unbind"})
 #: out-of-place ops that change an argument in place when another is given: op -> (changed, given); F.embedding
 #: renormalises weight's rows (torch.embedding_renorm_ under no_grad) when max_norm is given
-CHANGES_ARGUMENT = {"embedding": ("weight", "max_norm")}
+CHANGES_ARGUMENT = {"embedding": ("weight", "max_norm"), "dropout": ("input", "inplace")}
 return_types = {name: namedtuple(name, ["values", "indices"]) for name in PAIRS}
 
 
@@ -137,6 +137,9 @@ def encode(value, ctx):
         return payload(value)
     if isinstance(value, np.generic):
         return encode(value.item(), ctx)
+    from gradserve.torch._random import Generator
+    if isinstance(value, Generator):  # generator=g: its name in the session (None: the default one)
+        return value._where()[1].get("generator")
     raise TypeError(f"gradserve.torch cannot send a {type(value).__name__} to the server")
 
 

@@ -18,6 +18,7 @@ from . import (  # noqa: F401
     matrix,
     nn,
     nn_functional,
+    random,
     reduction,
     scan,
     shape,
