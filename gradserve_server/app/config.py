@@ -78,10 +78,12 @@ class Settings(BaseSettings):
                                 "kept in memory.")
     max_sessions_per_key: int = Field(100, ge=1, description="Most live sessions one API key may own (429 "
                                       "above); with keys only.")
-    rate_limit_per_second: float = Field(50.0, ge=0, description="Requests per second one API key may make "
-                                         "(a token bucket per key and per process); 0 disables it.")
-    rate_limit_burst: int = Field(100, ge=1, description="The token bucket's size: requests one key may make "
-                                  "at once after a pause.")
+    rate_limit_per_second: float = Field(50.0, ge=0, description="Requests per second one API key may make: "
+                                         "at most `rate_limit_burst` requests in any `burst / rate` seconds (a "
+                                         "moving window), counted across every worker and replica with the Redis "
+                                         "store; 0 disables it.")
+    rate_limit_burst: int = Field(100, ge=1, description="Requests one key may make at once after a "
+                                  "pause (the moving window holds this many).")
     metrics_require_key: bool = Field(False, description="Whether `/metrics` needs an API key too (it holds no "
                                       "tensor data, keys or session ids).")
     cors_allow_origins: str = Field("", description="Comma-separated origins allowed by CORS (`*` for any); "
@@ -115,14 +117,18 @@ class Settings(BaseSettings):
                                          "from one client address (429 session_quota_exceeded above). With keys "
                                          "the quota is per key (`max_sessions_per_key`).")
     client_rate_limit_per_second: float = Field(200.0, ge=0, description="Without API keys: requests per "
-                                                "second one client address may make (a token bucket per address "
-                                                "and per process; 429 with Retry-After above); 0 disables it.")
-    client_rate_limit_burst: int = Field(400, ge=1, description="Without API keys: the per-address token "
-                                         "bucket's size.")
+                                                "second one client address may make (a moving window of "
+                                                "`client_rate_limit_burst` requests, across every worker and "
+                                                "replica with the Redis store; 429 with Retry-After above); 0 "
+                                                "disables it.")
+    client_rate_limit_burst: int = Field(400, ge=1, description="Without API keys: requests one address "
+                                         "may make at once after a pause.")
     auth_failures_per_minute: float = Field(10.0, ge=0, description="With API keys: wrong keys one client "
                                             "address may present per minute (after a burst of "
-                                            "`auth_failures_burst`); past that its requests presenting a key "
-                                            "get 429 before the key is even checked. 0 disables it.")
+                                            "`auth_failures_burst`, across every worker and replica with the "
+                                            "Redis store); past that its requests presenting a key get 429, "
+                                            "except keys that were valid from that address before. 0 disables "
+                                            "it.")
     auth_failures_burst: int = Field(10, ge=1, description="With API keys: wrong keys one address may present "
                                      "at once before the per-minute rate applies.")
     body_read_timeout_seconds: float = Field(30.0, gt=0, description="How long a request body may take to "

@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 
 from gradserve_server.app import errors
 from gradserve_server.app.admission import HeavyWork
-from gradserve_server.app.auth import METRICS_PATH, OPEN_PATHS, Auth, KeyRing, RateLimiter
+from gradserve_server.app.auth import METRICS_PATH, OPEN_PATHS, Auth, KeyRing, RateLimiter, limit_storage
 from gradserve_server.app.config import Settings, get_settings
 from gradserve_server.app.memory import MemoryTrimmer, configure_gc, configure_malloc
 from gradserve_server.app.middleware import RequestBody, security_headers
@@ -197,12 +197,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # no key), and outermost the request id, security headers, metrics and access log, which see every response
     app.add_middleware(RequestBody, max_body_bytes=settings.max_body_bytes,
                        read_timeout=settings.body_read_timeout_seconds)
+    limits = limit_storage(settings)  # the session store's Redis when it is Redis: limits across processes
     app.add_middleware(Auth, keys=app.state.keys,
-                       limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
+                       limiter=RateLimiter(limits, settings.rate_limit_per_second, settings.rate_limit_burst, "key"),
                        metrics_open=not settings.metrics_require_key,
-                       client_limiter=RateLimiter(settings.client_rate_limit_per_second,
-                                                  settings.client_rate_limit_burst),
-                       failures=RateLimiter(settings.auth_failures_per_minute / 60, settings.auth_failures_burst))
+                       client_limiter=RateLimiter(limits, settings.client_rate_limit_per_second,
+                                                  settings.client_rate_limit_burst, "client"),
+                       failures=RateLimiter(limits, settings.auth_failures_per_minute / 60,
+                                            settings.auth_failures_burst, "failures"))
     origins = [o.strip() for o in settings.cors_allow_origins.split(",") if o.strip()]
     if origins:
         app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST", "DELETE"],
