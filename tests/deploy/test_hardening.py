@@ -1,0 +1,58 @@
+"""Issue 27 against a real server process: integers outside int64, response limits on what is sent, bounds
+that hold before the work (transforms, function bodies under the deadline), a plan cache no key can observe
+or flush for another, and cheap requests that stay cheap."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.deploy.servers import Uvicorn
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    started = Uvicorn.for_app({"GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0", "GRADSERVE_ACCESS_LOG": "false"},
+                              tmp_path_factory.mktemp("hardening") / "uvicorn.log").start()
+    yield started
+    started.kill()
+
+
+@pytest.fixture
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        yield c
+
+
+def run_eval(client: httpx.Client, ops: list[dict], **extra) -> httpx.Response:
+    return client.post("/v1/eval", json={"ops": ops, **extra})
+
+
+def assert_problem(response: httpx.Response, status: int, code: str) -> dict:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["code"] == code, body
+    return body
+
+
+# ----- integers outside int64 --------------------------------------------------------------------------------
+@pytest.mark.parametrize("data", [[18446744073709551617], [-(2**63) - 1], 2**64, [[1, 2**70]], [True, 2**64]])
+def test_integers_outside_int64_in_tensor_data_are_refused_as_torch_refuses_them(client, data):
+    body = assert_problem(run_eval(client, [{"op": "tensor", "out": "z", "args": [data]}]), 422,
+                          "invalid_tensor_data")
+    assert body["exception"] == "ValueError" and body["detail"] == "Overflow when unpacking long long"
+    sid = client.post("/v1/sessions").json()["id"]
+    response = client.post(f"/v1/sessions/{sid}/ops", json={"ops": [{"op": "tensor", "out": "z", "args": [data]}]})
+    assert_problem(response, 422, "invalid_tensor_data")
+    assert client.get(f"/v1/sessions/{sid}/tensors").json()["tensors"] == {}  # nothing applied
+
+
+def test_large_integers_beside_a_float_or_with_a_float_dtype_are_just_large_numbers(client):
+    mixed = run_eval(client, [{"op": "tensor", "out": "z", "args": [[1.5, 18446744073709551616]]},
+                              {"op": "tensor", "out": "f", "args": [2**64], "kwargs": {"dtype": "float64"}},
+                              {"op": "tensor", "out": "edge", "args": [[2**63 - 1, -(2**63)]]}])
+    assert mixed.status_code == 200, mixed.text
+    tensors = mixed.json()["tensors"]
+    assert tensors["z"]["dtype"] == "float32" and tensors["z"]["data"] == [1.5, 1.8446744e19]
+    assert tensors["f"]["data"] == 1.8446744073709552e19
+    assert tensors["edge"]["dtype"] == "int64" and tensors["edge"]["data"] == [2**63 - 1, -(2**63)]
