@@ -357,8 +357,7 @@ class SessionService:
                                      repeat=request.get("repeat", 1), record=tuple(request.get("record", ())),
                                      limits=self._limits(), returns=tuple(request.get("return", ())),
                                      control=control, response_size=RESPONSE_SIZE[encoding],
-                                     respond="changed" if request.get("return") is None
-                                     else list(request["return"]), until=request.get("until"))
+                                     respond=self._respond(request.get("return")), until=request.get("until"))
         finally:
             light = time.perf_counter() - started < INLINE_MAX_RUN_SECONDS and light_state(session.state)
             if self._async_store is not None:
@@ -368,6 +367,22 @@ class SessionService:
             else:
                 self._heavy[session] = True
         return res, passes
+
+    def _respond(self, returns) -> str | list[str]:
+        """What the engine counts against the response limit before anything is applied: every changed tensor,
+        or the names ``return`` shows in full. A ``meta`` view carries no data; an ``auto`` one at most
+        ``views.AUTO_FULL_ELEMENTS`` elements (data and gradient), bounded here, up front."""
+        if returns is None:
+            return "changed"
+        if isinstance(returns, list):
+            return list(returns)
+        auto = sum(level == "auto" for level in returns.values())
+        most = auto * views.AUTO_MAX_BYTES
+        if most > self.settings.max_response_bytes:
+            raise LimitExceeded(f"{auto} tensors returned at the `auto` level may carry {most} bytes of tensor "
+                                f"data; the limit is {self.settings.max_response_bytes} bytes "
+                                "(GRADSERVE_MAX_RESPONSE_BYTES); nothing was applied")
+        return [name for name, level in returns.items() if level == "full"]
 
     def _finish(self, session: Session, request: dict, res: Any, passes: int, encoding: Encoding) -> bytes:
         """After the save: count the backward passes and serialise."""

@@ -56,3 +56,21 @@ def test_large_integers_beside_a_float_or_with_a_float_dtype_are_just_large_numb
     assert tensors["z"]["dtype"] == "float32" and tensors["z"]["data"] == [1.5, 1.8446744e19]
     assert tensors["f"]["data"] == 1.8446744073709552e19
     assert tensors["edge"]["dtype"] == "int64" and tensors["edge"]["data"] == [2**63 - 1, -(2**63)]
+
+
+# ----- response limits on what is sent ---------------------------------------------------------------------
+def test_names_returned_at_meta_or_auto_level_count_as_what_is_sent(uvicorns):
+    small = uvicorns({"GRADSERVE_MAX_RESPONSE_BYTES": "400000"})  # 100,000 float32 in JSON is ~1 MB
+    with httpx.Client(base_url=small.url, timeout=30) as c:
+        sid = c.post("/v1/sessions").json()["id"]
+        ops = [{"op": "randn", "out": n, "args": [100_000]} for n in ("a", "b", "c")]
+        meta = c.post(f"/v1/sessions/{sid}/ops", json={"ops": ops, "return": {"a": "meta", "b": "auto",
+                                                                              "c": "meta"}})
+        assert meta.status_code == 200, meta.text
+        assert len(meta.content) < 2000 and meta.json()["tensors"]["b"]["shape"] == [100_000]
+        assert "data" not in meta.json()["tensors"]["b"]
+        # the same tensors in full are still refused before anything is applied
+        full = c.post(f"/v1/sessions/{sid}/ops", json={"ops": [{"op": "randn", "out": "d", "args": [100_000]}],
+                                                       "return": {"d": "full"}})
+        assert_problem(full, 422, "limit_exceeded")
+        assert set(c.get(f"/v1/sessions/{sid}").json()["tensors"]) == {"a", "b", "c"}  # nothing applied
