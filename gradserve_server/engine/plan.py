@@ -1569,8 +1569,9 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
                   carried: tuple | None = None, eager: bool = False):
     """One run of a session list through ``cache``: (result, plan) when it replayed a plan or recorded one,
     (None, False) without running anything when it would run cold unrecorded (unplannable, unkeyable, or a
-    plan known to be unplannable), (None, None) when a replay's guard failed (nothing changed), (result,
-    False) when it ran cold recording and turned out unplannable."""
+    plan known to be unplannable), (None, None) when a replay's guard failed (nothing changed) or the run is
+    a deferred sighting (both counted already), (result, False) when it ran cold recording and turned out
+    unplannable."""
     if plannable is None:
         plannable = _plannable_session_list(ops, state.functions)
     if not plannable:
@@ -1601,8 +1602,10 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         res = _finish(entry, buf, state, preset)
         state.held_bytes = entry.held_bytes
         return res, entry
-    if isinstance(entry, Unplannable) or not cache.records(key, eager):
+    if isinstance(entry, Unplannable):
         return None, False
+    if not cache.records(key, eager):
+        return None, None  # a sighting before the one that records: counted as deferred, not unplannable
     cache.count("misses")
     preset = dict(state.tensors)
     before = (state.counter, state.functions, {n: t._vc[0] for n, t in preset.items()})
@@ -1654,7 +1657,7 @@ def run_session_planned(cache: PlanCache | None, state: State, ops: list, *, ext
     res, planned = _session_step(cache, state, ops, {**kwargs, "extra": extra}, plannable)
     if res is not None:
         return res
-    if planned is not None:  # (None: a fallback, counted)
+    if planned is not None:  # (None: a fallback or a deferred sighting, counted)
         cache.count("unplannable")
     return run_program(state, ops, **kwargs)
 

@@ -74,3 +74,24 @@ def test_names_returned_at_meta_or_auto_level_count_as_what_is_sent(uvicorns):
                                                        "return": {"d": "full"}})
         assert_problem(full, 422, "limit_exceeded")
         assert set(c.get(f"/v1/sessions/{sid}").json()["tensors"]) == {"a", "b", "c"}  # nothing applied
+
+
+# ----- plan metrics ----------------------------------------------------------------------------------------
+def plan_counter(client: httpx.Client, name: str) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(f"gradserve_plan_{name}_total "):
+            return float(line.split()[1])
+    raise AssertionError(name)
+
+
+def test_a_deferred_session_run_is_counted_as_deferred_not_unplannable(client):
+    sid = client.post("/v1/sessions").json()["id"]
+    made = client.post(f"/v1/sessions/{sid}/ops", json={"ops": [{"op": "tensor", "out": "x", "args": [[1.0, 2.0]]}]})
+    assert made.status_code == 200
+    before = {name: plan_counter(client, name) for name in ("deferred", "unplannable", "misses", "hits")}
+    step = {"ops": [{"op": "mul", "out": "y", "args": ["x", 3.0]}], "no_grad": True}
+    # deferred (the state holds x), deferred (x and y: another key), recorded, replayed
+    for _ in range(4):
+        assert client.post(f"/v1/sessions/{sid}/ops", json=step).status_code == 200
+    after = {name: plan_counter(client, name) for name in before}
+    assert {k: after[k] - before[k] for k in before} == {"deferred": 2, "unplannable": 0, "misses": 1, "hits": 1}
