@@ -51,8 +51,13 @@ from gradserve_server.app.schemas.ops import EvalRequestAdapter, OpsRequestAdapt
 from gradserve_server.app.store import Session, SessionStore
 from gradserve_server.app.store.memory import MemoryStore
 from gradserve_server.app.svg import render_svg
+from gradserve_server.engine.errors import DeadlineExceededError, LimitExceededError
 from gradserve_server.engine.grad_mode import WarningSink
 from gradserve_server.engine.plan import PlanCache, run_planned, run_session_planned
+
+#: What stops an inline run that turned out not to be cheap (its bounds: INLINE_DEADLINE_SECONDS,
+#: INLINE_MAX_ELEMENTS); the request then runs in the thread pool under the real limits
+INLINE_STOPS = (DeadlineExceededError, LimitExceededError)
 
 RESERVED_NAMES = frozenset({"NaN", "Infinity", "-Infinity"})
 
@@ -65,8 +70,15 @@ SETTING_NAMES = (("max_elements_per_tensor", "GRADSERVE_MAX_ELEMENTS_PER_TENSOR"
 INLINE_FAMILIES = frozenset({"elementwise", "reduction", "shape", "inplace", "nn", "autograd", "creation"})
 NOT_INLINE = frozenset({"expand", "expand_as", "repeat", "linear", "arange", "eye", "full", "linspace", "ones",
                         "rand", "randn", "zeros"})
-#: A session may run small requests inline while its last run took less than this...
+#: Transforms call a function once per row, basis vector or pass: their cost is not their op list's
+TRANSFORM_OPS = frozenset({"vjp", "jvp", "vhp", "hvp", "jacobian", "hessian"})
+#: A session may run small requests inline while its last run took less than this much CPU time (the
+#: thread's own: time spent waiting for the GIL under load does not make a cheap request heavy)...
 INLINE_MAX_RUN_SECONDS = 0.002
+#: An inline run is stopped past this much time, or at a tensor of more than INLINE_MAX_ELEMENTS elements,
+#: rolled back and run again in the thread pool: what stalls the event loop is bounded by the work itself,
+#: whatever the op list looks like
+INLINE_DEADLINE_SECONDS = 0.05
 #: ... and its named tensors (and their gradients) have at most this many elements, and there are at most
 INLINE_MAX_ELEMENTS = 65536
 INLINE_MAX_NAMES = 256  # of them
@@ -75,7 +87,7 @@ INLINE_MAX_NAMES = 256  # of them
 def inline_op_names() -> frozenset[str]:
     names = set()
     for entry in engine.op_catalog():
-        if entry["family"] in INLINE_FAMILIES and entry["name"] not in NOT_INLINE:
+        if entry["family"] in INLINE_FAMILIES and entry["name"] not in NOT_INLINE | TRANSFORM_OPS:
             names.add(entry["name"])
             names.update(entry.get("aliases", ()))
     return frozenset(names)
@@ -248,6 +260,16 @@ class SessionService:
         return (len(ops) <= self.settings.inline_max_ops and request.get("repeat", 1) == 1
                 and self.inline_ops.issuperset([op["op"] for op in ops]))
 
+    def _inline_limits(self) -> engine.Limits:
+        s = self.settings
+        return engine.Limits(max_elements_per_tensor=min(s.max_elements_per_tensor, INLINE_MAX_ELEMENTS),
+                             max_nodes=s.max_nodes_per_session, max_bytes=s.max_bytes_per_session,
+                             max_response_bytes=s.max_response_bytes, names=SETTING_NAMES)
+
+    @staticmethod
+    def _inline_control() -> engine.Control:
+        return engine.Control(INLINE_DEADLINE_SECONDS)
+
     def _limits(self) -> engine.Limits:
         s = self.settings
         return engine.Limits(max_elements_per_tensor=s.max_elements_per_tensor,
@@ -305,9 +327,9 @@ class SessionService:
         ``inline_ok`` accepted) never waits: it returns None unless the session is in this process, free
         right now and light, and the caller then runs the request in the thread pool."""
         self.check_executions(request)
-        control = control or self.control()
         if inline:
-            return self._run_inline(session_id, request, encoding, owner, control)
+            return self._run_inline(session_id, request, encoding, owner)
+        control = control or self.control()
         with self.store.open(session_id, write=True, owner=owner) as session:
             return self._run_held(session, request, encoding, control)
 
@@ -324,42 +346,48 @@ class SessionService:
         if not store.light(session_id):
             return None
         self.check_executions(request)
-        control = self.control()
-        return await store.write_async(
-            session_id, owner, lambda session: self._run_program(session, request, control, encoding),
-            lambda session, ran: self._finish(session, request, *ran, encoding))
+        control, limits = self._inline_control(), self._inline_limits()
+        try:
+            return await store.write_async(
+                session_id, owner, lambda session: self._run_program(session, request, control, encoding, limits),
+                lambda session, ran: self._finish(session, request, *ran, encoding))
+        except INLINE_STOPS:
+            return None  # past the inline bounds, nothing applied (and the session noted heavy): the thread pool
 
-    def _run_inline(self, session_id: str, request: dict, encoding: Encoding, owner: str,
-                    control: engine.Control) -> bytes | None:
+    def _run_inline(self, session_id: str, request: dict, encoding: Encoding, owner: str) -> bytes | None:
         if not isinstance(self.store, MemoryStore):  # other stores do I/O: never on the event loop
             return None
         session = self.store.get(session_id, owner)
         if session in self._heavy or not session.lock.acquire(blocking=False):
             return None
         try:
-            return self._run_held(session, request, encoding, control)
+            return self._run_held(session, request, encoding, self._inline_control(), self._inline_limits())
+        except INLINE_STOPS:
+            self._heavy[session] = True
+            return None  # past the inline bounds, nothing applied (and the session noted heavy): the thread pool
         finally:
             session.lock.release()
 
-    def _run_held(self, session: Session, request: dict, encoding: Encoding, control: engine.Control) -> bytes:
-        res, passes = self._run_program(session, request, control, encoding)
+    def _run_held(self, session: Session, request: dict, encoding: Encoding, control: engine.Control,
+                  limits: engine.Limits | None = None) -> bytes:
+        res, passes = self._run_program(session, request, control, encoding, limits)
         self.store.save(session)
         return self._finish(session, request, res, passes, encoding)
 
     def _run_program(self, session: Session, request: dict, control: engine.Control,
-                     encoding: Encoding) -> tuple[Any, int]:
+                     encoding: Encoding, limits: engine.Limits | None = None) -> tuple[Any, int]:
         """Run on the held session; note whether its next small request may run on the event loop."""
-        started = time.perf_counter()
+        started = time.thread_time()
         passes = session.state.backward_passes
         try:
             res = run_session_planned(self.plans, session.state, request["ops"], extra=(encoding,),
                                       no_grad=request.get("no_grad", False),
                                      repeat=request.get("repeat", 1), record=tuple(request.get("record", ())),
-                                     limits=self._limits(), returns=tuple(request.get("return", ())),
+                                     limits=limits or self._limits(), returns=tuple(request.get("return", ())),
                                      control=control, response_size=RESPONSE_SIZE[encoding],
                                      respond=self._respond(request.get("return")), until=request.get("until"))
         finally:
-            light = time.perf_counter() - started < INLINE_MAX_RUN_SECONDS and light_state(session.state)
+            light = time.thread_time() - started < INLINE_MAX_RUN_SECONDS and light_state(session.state)
             if self._async_store is not None:
                 self._async_store.note_light(session, light)
             elif light:
@@ -403,14 +431,22 @@ class SessionService:
         op["kwargs"] = {k: decode_value(v, max_elements) for k, v in op["kwargs"].items()}
         return self.run_ops(session_id, {"ops": [op]}, encoding, owner=owner, control=control)
 
-    def eval(self, request: dict, encoding: Encoding, control: engine.Control | None = None) -> bytes:
+    def eval_inline(self, request: dict, encoding: Encoding) -> bytes | None:
+        """``eval`` on the event loop within the inline bounds; None (nothing kept) past them."""
+        try:
+            return self.eval(request, encoding, self._inline_control(), self._inline_limits())
+        except INLINE_STOPS:
+            return None
+
+    def eval(self, request: dict, encoding: Encoding, control: engine.Control | None = None,
+             limits: engine.Limits | None = None) -> bytes:
         """Each value once: the tensors ``return`` names (all named ones without it), and an autograd report
         that names where each pass's gradient is (``views.eval_autograd_views``) instead of repeating it."""
         self.check_executions(request)
         state = engine.State()
         names = request.get("return")
         res = run_planned(self.plans, state, request["ops"], no_grad=request.get("no_grad", False),
-                          limits=self._limits(), control=control or self.control(),
+                          limits=limits or self._limits(), control=control or self.control(),
                           respond="all" if names is None else names, response_size=RESPONSE_SIZE[encoding],
                           extra=(encoding,))
         self._count_backward(state.backward_passes)

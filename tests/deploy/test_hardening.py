@@ -4,6 +4,10 @@ or flush for another, and cheap requests that stay cheap."""
 
 from __future__ import annotations
 
+import json
+import threading
+import time
+
 import httpx
 import pytest
 
@@ -95,3 +99,109 @@ def test_a_deferred_session_run_is_counted_as_deferred_not_unplannable(client):
         assert client.post(f"/v1/sessions/{sid}/ops", json=step).status_code == 200
     after = {name: plan_counter(client, name) for name in before}
     assert {k: after[k] - before[k] for k in before} == {"deferred": 2, "unplannable": 0, "misses": 1, "hits": 1}
+
+
+# ----- bounds before the work, deadlines inside function bodies ----------------------------------------------
+def chain_function(n: int, size: int) -> list[dict]:
+    """``f(x) = sum(x * sum(M @ M))`` with ``M @ M`` (size x size) computed ``n`` times (into one name: memory
+    stays flat), and the session ops that make M and x0."""
+    body = [{"op": "matmul", "args": ["M", "M"], "out": "h"} for _ in range(n)]
+    body += [{"op": "sum", "args": ["h"], "out": "s"}, {"op": "mul", "args": ["x", "s"], "out": "p"},
+             {"op": "sum", "args": ["p"], "out": "y"}]
+    return [{"op": "randn", "out": "M", "args": [size, size]},
+            {"op": "randn", "out": "x0", "args": [size, size], "kwargs": {"requires_grad": True}},
+            {"op": "function", "out": "f", "kwargs": {"inputs": ["x"], "outputs": "y", "ops": body}}]
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 1/100 s
+
+
+@pytest.fixture(scope="module")
+def strict(tmp_path_factory):
+    """A server with a 1 s deadline and one heavy slot, no queue: work that goes on holds the slot."""
+    started = Uvicorn.for_app({"GRADSERVE_REQUEST_DEADLINE_SECONDS": "1", "GRADSERVE_MAX_HEAVY_REQUESTS": "1",
+                               "GRADSERVE_MAX_HEAVY_QUEUE": "0", "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"},
+                              tmp_path_factory.mktemp("strict") / "uvicorn.log").start()
+    yield started
+    started.kill()
+
+
+def test_a_function_body_stops_at_the_deadline(strict):
+    with httpx.Client(base_url=strict.url, timeout=60) as c:
+        sid = c.post("/v1/sessions").json()["id"]
+        assert c.post(f"/v1/sessions/{sid}/ops", json={"ops": chain_function(3000, 384)}).status_code == 200
+        started = time.monotonic()
+        late = c.post(f"/v1/sessions/{sid}/ops", json={"ops": [{"op": "vjp", "args": ["f", "x0"], "out": ["o", "g"]}]})
+        elapsed = time.monotonic() - started
+        body = assert_problem(late, 504, "deadline_exceeded")
+        assert "GRADSERVE_REQUEST_DEADLINE_SECONDS" in body["detail"]
+        assert elapsed < 4, elapsed  # 3,000 matmuls of 384x384 before the fix, however late
+        assert set(c.get(f"/v1/sessions/{sid}").json()["tensors"]) == {"M", "x0"}  # nothing applied
+
+
+def test_a_function_body_stops_when_its_client_goes_away(strict):
+    with httpx.Client(base_url=strict.url, timeout=60) as c:
+        sid = c.post("/v1/sessions").json()["id"]
+        assert c.post(f"/v1/sessions/{sid}/ops", json={"ops": chain_function(3000, 384)}).status_code == 200
+        with pytest.raises(httpx.TimeoutException), httpx.Client(base_url=strict.url, timeout=0.3) as leaving:
+            leaving.post(f"/v1/sessions/{sid}/ops", json={"ops": [{"op": "vjp", "args": ["f", "x0"],
+                                                                   "out": ["o", "g"]}]})
+        # the one heavy slot is free again as soon as the body notices (at its next op), not after 3,000 matmuls
+        statuses = []
+        deadline = time.monotonic() + 0.8
+        while time.monotonic() < deadline:
+            statuses.append(c.post("/v1/eval", json={"ops": [{"op": "randn", "out": "r", "args": [4]}]}).status_code)
+            if statuses[-1] == 200:
+                break
+            time.sleep(0.05)
+        assert statuses[-1] == 200, statuses
+
+
+@pytest.mark.parametrize("vectorize", [False, True])
+def test_an_oversized_jacobian_is_refused_before_any_row_pass(strict, vectorize):
+    # 2100 x 2100 = 4.41M elements, over the 4M per tensor (torch would compute it); 2,100 row passes through
+    # 40 nodes each would pass the 1 s deadline first
+    body = [{"op": "mul", "args": ["a", 2.0], "out": "b"}, *[{"op": "sin", "args": ["b"], "out": "b"}] * 40]
+    ops = [{"op": "ones", "out": "x", "args": [2100], "kwargs": {"requires_grad": True}},
+           {"op": "function", "out": "f", "kwargs": {"inputs": ["a"], "outputs": "b", "ops": body}},
+           {"op": "jacobian", "args": ["f", "x"], "kwargs": {"vectorize": vectorize}, "out": "J"}]
+    with httpx.Client(base_url=strict.url, timeout=60) as c:
+        body = assert_problem(run_eval(c, ops, **{"return": ["J"]}), 422, "limit_exceeded")
+    assert "4410000 elements" in body["detail"] and "GRADSERVE_MAX_ELEMENTS_PER_TENSOR" in body["detail"]
+
+
+def test_a_jacobian_within_the_limits_is_still_computed(client):
+    ops = [{"op": "tensor", "out": "x", "args": [[1.0, 2.0, 3.0]], "kwargs": {"requires_grad": True}},
+           {"op": "function", "out": "f", "kwargs": {"inputs": ["a"], "outputs": "b",
+                                                     "ops": [{"op": "mul", "args": ["a", "a"], "out": "b"}]}},
+           {"op": "jacobian", "args": ["f", "x"], "out": "J"}]
+    answer = run_eval(client, ops, **{"return": ["J"]})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["tensors"]["J"]["data"] == [[2.0, 0.0, 0.0], [0.0, 4.0, 0.0], [0.0, 0.0, 6.0]]
+
+
+def test_a_small_request_whose_function_does_heavy_work_does_not_stall_the_event_loop(client):
+    body = {"ops": [{"op": "tensor", "out": "x", "args": [[1.0]], "kwargs": {"requires_grad": True}},
+                    {"op": "function", "out": "f", "kwargs": {"inputs": ["a"], "outputs": "y", "ops": [
+                        {"op": "randn", "args": [1500, 1500], "out": "m"},
+                        *[{"op": "matmul", "args": ["m", "m"], "out": "m"} for _ in range(6)],
+                        {"op": "sum", "args": ["m"], "out": "s"},
+                        {"op": "mul", "args": ["s", "a"], "out": "y"}]}},
+                    {"op": "vjp", "args": ["f", "x"], "out": ["o", "g"]}], "return": ["g"]}
+    assert len(json.dumps(body)) < 2048  # a small body: what used to run on the event loop
+    result: list[httpx.Response] = []
+    worker = threading.Thread(target=lambda: result.append(run_eval(client, body["ops"], **{"return": ["g"]})))
+    worker.start()
+    waits = []
+    with httpx.Client(base_url=client.base_url, timeout=30) as probe:
+        while worker.is_alive():
+            started = time.monotonic()
+            assert probe.get("/healthz").status_code == 200
+            waits.append(time.monotonic() - started)
+            time.sleep(0.01)
+    worker.join()
+    assert result[0].status_code == 200, result[0].text
+    assert len(waits) >= 3 and max(waits) < 0.5, waits  # 1.2-3.5 s stalls before the fix

@@ -62,7 +62,9 @@ async def eval_ops(request: Request, encoding: EncodingQuery = "json") -> Tensor
     if service.small_body(body):
         parsed = service.parse_eval(body)
         if service.inline_ok(parsed):
-            return TensorJSON(service.eval(parsed, encoding))
+            result = service.eval_inline(parsed, encoding)
+            if result is not None:
+                return TensorJSON(result)
         return TensorJSON(await heavy.run(request, service.eval, parsed, encoding))
 
     def parse_and_eval(control) -> bytes:
