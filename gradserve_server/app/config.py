@@ -48,9 +48,16 @@ class Settings(BaseSettings):
                                             "`server_busy` after it).")
     plan_cache_entries: int = Field(256, ge=0, description="`/eval` and session op lists: most compiled plans "
                                     "(op lists recorded as kernel calls, replayed by later requests of the same "
-                                    "structure) kept per process, least recently used out; 0 turns plans off.")
-    plan_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, description="`/eval`: most bytes of compiled plans "
-                                  "per process (an estimate of their tapes; plans hold no tensor data).")
+                                    "structure) kept per API key (per client address on an open server: each "
+                                    "has a cache of its own, which no other can observe or flush), least "
+                                    "recently used out; 0 turns plans off.")
+    plan_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, description="Most bytes of compiled plans and "
+                                  "fragments per process, all keys together (measured: every object a plan "
+                                  "holds; plans hold no tensor data); past it, the key holding the most gives "
+                                  "back its oldest first.")
+    plan_cache_partitions: int = Field(64, ge=1, description="Most plan caches kept (one per API key, or per "
+                                       "client address on an open server); the least recently used is dropped "
+                                       "whole.")
     plan_record_after: int = Field(2, ge=1, description="`/eval` and session op lists: the run of an op list's "
                                    "structure that records its plan (1: the first; 2: the second, so a structure "
                                    "run once never pays for recording, which costs up to ~3x its cold run); loops "

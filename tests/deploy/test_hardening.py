@@ -205,3 +205,42 @@ def test_a_small_request_whose_function_does_heavy_work_does_not_stall_the_event
     worker.join()
     assert result[0].status_code == 200, result[0].text
     assert len(waits) >= 3 and max(waits) < 0.5, waits  # 1.2-3.5 s stalls before the fix
+
+
+# ----- the plan cache: one per key -------------------------------------------------------------------------
+ALICE, BOB = "hardening-alice-0123456789abcdef", "hardening-bob-0123456789abcdef"
+
+
+def structure(k: int) -> list[dict]:
+    """An op list whose structure (and so plan) differs for each ``k``."""
+    return [{"op": "tensor", "out": "w", "args": [[1.0, 2.0, 3.0]], "kwargs": {"requires_grad": True}},
+            {"op": "mul", "out": "x", "args": ["w", 1.5]},
+            *[{"op": "mul", "out": "x", "args": ["x", 1.5]} for _ in range(k)],
+            {"op": "sum", "out": "s", "args": ["x"]}, {"op": "backward", "args": ["s"]}]
+
+
+def test_no_key_can_observe_or_flush_another_keys_plans(uvicorns):
+    server = uvicorns({"GRADSERVE_API_KEYS": f"{ALICE},{BOB}", "GRADSERVE_PLAN_CACHE_ENTRIES": "8",
+                       "GRADSERVE_RATE_LIMIT_PER_SECOND": "0"})
+    alice, bob = ({"X-API-Key": key} for key in (ALICE, BOB))
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        def evaluate(headers, k):
+            r = c.post("/v1/eval", json={"ops": structure(k), "return": ["w.grad"]}, headers=headers)
+            assert r.status_code == 200, r.text
+            return r.json()["tensors"]["w.grad"]["data"]
+
+        for _ in range(3):  # deferred, recorded, replayed
+            evaluate(alice, 1)
+        before = {name: plan_counter(c, name) for name in ("hits", "deferred")}
+        evaluate(bob, 1)  # with one cache for all, a hit: Bob would learn that someone ran this list
+        after = {name: plan_counter(c, name) for name in ("hits", "deferred")}
+        assert after == {"hits": before["hits"], "deferred": before["deferred"] + 1}
+        for k in range(2, 22):  # 20 structures of Bob's, each recorded: his cache of 8 turns over
+            evaluate(bob, k)
+            evaluate(bob, k)
+        hits = plan_counter(c, "hits")
+        assert evaluate(alice, 1) == [1.5 ** 2] * 3
+        assert plan_counter(c, "hits") == hits + 1  # Alice's plan is still there
+        figures = [line for line in c.get("/metrics").text.splitlines() if line.startswith("gradserve_plan")]
+        assert figures and all("{" not in line for line in figures)  # figures of the process, none per key
+        assert any(line == "gradserve_plan_cache_partitions 2.0" for line in figures)
