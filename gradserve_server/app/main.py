@@ -17,7 +17,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import TypeAdapter
 
 from gradserve_server.app import errors
-from gradserve_server.app.admission import HeavyWork
+from gradserve_server.app.admission import LIGHT_QUEUE, LIGHT_SLOTS, HeavyWork
 from gradserve_server.app.auth import METRICS_PATH, OPEN_PATHS, Auth, KeyRing, RateLimiter, limit_storage
 from gradserve_server.app.config import Settings, get_settings
 from gradserve_server.app.memory import MemoryTrimmer, configure_gc, configure_malloc
@@ -27,10 +27,12 @@ from gradserve_server.app.routes import autograd, graph, meta, ops, sessions
 from gradserve_server.app.schemas.ops import EvalRequest, OpsRequest
 from gradserve_server.app.schemas.problems import Problem, problem_responses
 from gradserve_server.app.schemas.tensors import Base64Tensor
-from gradserve_server.app.service import SessionService
+from gradserve_server.app.service import LIGHT_DEADLINE_SECONDS, SessionService
 from gradserve_server.app.store import SeveralWorkersError, make_store
 
 STATIC_DIR = Path(__file__).parent / "static"
+#: The interpreter's thread switch interval while serving (bench/mixedload.py: cheap requests' p99 under load)
+SWITCH_INTERVAL_SECONDS = 0.0005
 
 DESCRIPTION = """\
 PyTorch's autograd semantics over HTTP, computed by a numpy engine.
@@ -76,9 +78,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     sweeper = asyncio.create_task(_sweep_periodically(app.state.store, settings.sweep_interval_seconds))
     trimmer = asyncio.create_task(app.state.trimmer.run())
     undo_gc = configure_gc()  # (app.memory: the startup heap frozen, young collections less often)
+    # the event loop waits for the GIL at every step while heavy work computes in the thread pool: a shorter
+    # switch interval (CPython's default: 5 ms) keeps health checks and cheap requests quick under load
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     try:
         yield
     finally:
+        sys.setswitchinterval(switch_interval)
         undo_gc()
         # the server stops taking requests before this runs; wait for those still running (thread-pool work
         # included) before the store goes away under them
@@ -191,6 +198,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics.watch_plans(app.state.service.plans)
     app.state.heavy = HeavyWork(settings.max_heavy_requests, settings.max_heavy_queue,
                                 settings.heavy_queue_wait_seconds, settings.request_deadline_seconds)
+    # cheap op lists that could not run on the event loop: a lane of their own, never behind heavy work
+    app.state.light = HeavyWork(LIGHT_SLOTS, LIGHT_QUEUE, settings.heavy_queue_wait_seconds, LIGHT_DEADLINE_SECONDS)
 
     errors.install(app)
     # innermost first: the body's type, size and read time, then keys and rate limits, CORS (preflights need

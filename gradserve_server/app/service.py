@@ -79,6 +79,10 @@ INLINE_MAX_RUN_SECONDS = 0.002
 #: rolled back and run again in the thread pool: what stalls the event loop is bounded by the work itself,
 #: whatever the op list looks like
 INLINE_DEADLINE_SECONDS = 0.05
+#: A cheap op list that could not run on the event loop (its session busy or held elsewhere, or the loop's
+#: bound passed under load) runs in the thread pool in a lane of its own (``app.state.light``), never behind
+#: heavy work, within the same bounds of size and this deadline; past them it goes to the heavy lane
+LIGHT_DEADLINE_SECONDS = 1.0
 #: ... and its named tensors (and their gradients) have at most this many elements, and there are at most
 INLINE_MAX_ELEMENTS = 65536
 INLINE_MAX_NAMES = 256  # of them
@@ -334,7 +338,7 @@ class SessionService:
     # ----- running ops --------------------------------------------------------------------------------
     def run_ops(self, session_id: str, request: dict, encoding: Encoding, *, owner: str = "",
                 inline: bool = False, control: engine.Control | None = None,
-                partition: str | None = None) -> bytes | None:
+                partition: str | None = None, light: bool = False) -> bytes | None:
         """Run and serialise while holding the session. ``inline=True`` (on the event loop, for a request
         ``inline_ok`` accepted) never waits: it returns None unless the session is in this process, free
         right now and light, and the caller then runs the request in the thread pool."""
@@ -343,6 +347,12 @@ class SessionService:
         if inline:
             return self._run_inline(session_id, request, encoding, owner, plans)
         control = control or self.control()
+        if light:  # the light lane: within the inline bounds of size, else None (then the heavy lane)
+            try:
+                with self.store.open(session_id, write=True, owner=owner) as session:
+                    return self._run_held(session, request, encoding, control, plans, self._inline_limits())
+            except INLINE_STOPS:
+                return None
         with self.store.open(session_id, write=True, owner=owner) as session:
             return self._run_held(session, request, encoding, control, plans)
 
@@ -446,10 +456,12 @@ class SessionService:
         op["kwargs"] = {k: decode_value(v, max_elements) for k, v in op["kwargs"].items()}
         return self.run_ops(session_id, {"ops": [op]}, encoding, owner=owner, control=control, partition=partition)
 
-    def eval_inline(self, request: dict, encoding: Encoding, partition: str = "") -> bytes | None:
-        """``eval`` on the event loop within the inline bounds; None (nothing kept) past them."""
+    def eval_inline(self, request: dict, encoding: Encoding, partition: str = "",
+                    control: engine.Control | None = None) -> bytes | None:
+        """``eval`` within the inline bounds (on the event loop, or in the light lane with its ``control``);
+        None (nothing kept) past them."""
         try:
-            return self.eval(request, encoding, self._inline_control(), self._inline_limits(), partition)
+            return self.eval(request, encoding, control or self._inline_control(), self._inline_limits(), partition)
         except INLINE_STOPS:
             return None
 

@@ -39,6 +39,9 @@ async def run_ops(session_id: SessionId, request: Request, encoding: EncodingQue
         parsed = service.parse_ops(body)
         if service.inline_ok(parsed):
             result = await service.run_ops_async(session_id, parsed, encoding, owner=owner, partition=partition)
+            if result is None:  # cheap, but not now on the loop: the light lane, never behind heavy work
+                result = await request.app.state.light.run(request, service.run_ops, session_id, parsed, encoding,
+                                                           owner=owner, partition=partition, light=True)
             if result is not None:
                 return TensorJSON(result)
         return TensorJSON(await heavy.run(request, service.run_ops, session_id, parsed, encoding, owner=owner,
@@ -67,6 +70,8 @@ async def eval_ops(request: Request, encoding: EncodingQuery = "json") -> Tensor
         parsed = service.parse_eval(body)
         if service.inline_ok(parsed):
             result = service.eval_inline(parsed, encoding, partition)
+            if result is None:  # past the loop's bound (under load): the light lane, then the heavy one
+                result = await request.app.state.light.run(request, service.eval_inline, parsed, encoding, partition)
             if result is not None:
                 return TensorJSON(result)
         return TensorJSON(await heavy.run(request, service.eval, parsed, encoding, partition=partition))
