@@ -79,7 +79,7 @@ def heavy_bodies() -> list[tuple[str, dict]]:
                 *[{"op": "matmul", "out": "p", "args": ["M", "M"]} for _ in range(40)],
                 {"op": "sum", "out": "q", "args": ["p"]}, {"op": "mul", "out": "y", "args": ["q", "a"]}]}},
             {"op": "vjp", "out": ["o", "g"], "args": ["h", "x"]}]
-    return [("eval", {"ops": chain, "return": ["s"]}), ("eval", {"ops": jac, "return": {"J": "meta"}}),
+    return [("eval", {"ops": chain, "return": ["s"]}), ("eval", {"ops": jac, "return": ["J"]}),
             ("eval", {"ops": hess, "return": ["H"]}), ("eval", {"ops": body, "return": ["g"]})]
 
 

@@ -244,3 +244,28 @@ def test_no_key_can_observe_or_flush_another_keys_plans(uvicorns):
         figures = [line for line in c.get("/metrics").text.splitlines() if line.startswith("gradserve_plan")]
         assert figures and all("{" not in line for line in figures)  # figures of the process, none per key
         assert any(line == "gradserve_plan_cache_partitions 2.0" for line in figures)
+
+
+# ----- the cheap path under load ---------------------------------------------------------------------------
+def test_a_cheap_request_is_never_queued_behind_heavy_work(strict):
+    heavy = {"ops": [{"op": "randn", "out": "m", "args": [600, 600]},
+                     *[{"op": "matmul", "out": "m", "args": ["m", "m"]} for _ in range(400)]], "return": ["s"]}
+    with httpx.Client(base_url=strict.url, timeout=30) as c:
+        sid = c.post("/v1/sessions").json()["id"]
+        # a run slow enough that the session's next request is not tried on the event loop
+        slow = [{"op": "randn", "out": "big", "args": [1000, 1000]}, {"op": "sum", "out": "t", "args": ["big"]},
+                {"op": "tensor", "out": "x", "args": [[1.0, 2.0]]}, {"op": "del", "args": ["big"]}]
+        assert c.post(f"/v1/sessions/{sid}/ops", json={"ops": slow}).status_code == 200
+        busy = threading.Thread(target=lambda: c.post("/v1/eval", json=heavy))
+        busy.start()
+        time.sleep(0.3)
+        try:
+            # the one heavy slot is taken and there is no queue: heavy work is refused...
+            assert_problem(c.post("/v1/eval", json=heavy), 503, "server_busy")
+            # ... a cheap op list is not
+            cheap = c.post(f"/v1/sessions/{sid}/ops", json={"ops": [{"op": "mul", "out": "y", "args": ["x", 2.0]},
+                                                                    {"op": "sum", "out": "s", "args": ["y"]}]})
+            assert cheap.status_code == 200, cheap.text
+            assert cheap.json()["tensors"]["s"]["data"] == 6.0
+        finally:
+            busy.join()
