@@ -223,8 +223,9 @@ class Auth:
             refusal = await self._refusal(scope, state, address)
         except Exception as exc:  # noqa: BLE001 - the limits' storage (Redis) failed: refuse, never let through
             log.warning("rate limits could not be counted: %r", exc)
-            refusal = problem_response(503, "store_unavailable", "the rate limits cannot be counted right now "
-                                       "(their store is unreachable); retry later", headers={"Retry-After": "5"})
+            refusal = problem_response(503, "store_unavailable", f"the rate limits cannot be counted right now "
+                                       f"(their store, the session store's Redis, answered: {exc}); retry later",
+                                       headers={"Retry-After": "5"})
         if refusal is not None:
             await refusal(scope, receive, send)
             return
