@@ -31,6 +31,11 @@ from gradserve_server.app.errors import ServerBusy
 from gradserve_server.engine.errors import CancelledError
 
 DEADLINE_SETTING = "GRADSERVE_REQUEST_DEADLINE_SECONDS"
+#: The light lane (``app.state.light``): cheap op lists that could not run on the event loop. Each is bounded
+#: (at most ``GRADSERVE_INLINE_MAX_OPS`` ops of bounded cost on tensors of at most 65,536 elements, stopped
+#: after ``service.LIGHT_DEADLINE_SECONDS``), so a few slots and a long queue serve them in milliseconds
+LIGHT_SLOTS = 4
+LIGHT_QUEUE = 256
 
 
 async def disconnected(request: Request) -> None:

@@ -22,7 +22,7 @@ from time import monotonic as _monotonic
 import numpy as np
 
 from . import autograd
-from .budget import Budget, Control
+from .budget import Budget, Control, current_budget
 from .errors import (
     EngineError,
     InvalidArgumentError,
@@ -622,7 +622,11 @@ class _Runner:
             ns = dict(self.ns)
             ns.update(zip(fdef.inputs, args))
             child = _Runner(self.state, ns, self.sink, ProgramResult(), dict(self.functions))
+            budget = current_budget()  # the request's deadline and cancel flag, before every op of the body
+            check = budget.check if budget is not None else None
             for i, op in enumerate(fdef.ops):
+                if check is not None:
+                    check()
                 child.run_op(i, op, False)
             if isinstance(fdef.outputs, str):
                 return _lookup(ns, fdef.outputs)
