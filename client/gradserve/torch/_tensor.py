@@ -304,7 +304,9 @@ class Tensor:
             raise AttributeError(f"'Tensor' object has no attribute '{name}'")
         op = _catalog.methods().get(name)
         if op is None:
-            raise AttributeError(f"'Tensor' object has no attribute '{name}'")
+            from gradserve.torch._namespace import missing
+
+            raise missing(f"'Tensor' object has no attribute '{name}'")
         return lambda *args, **kwargs: call_op(op, (self, *args), kwargs)
 
     # ----- operators --------------------------------------------------------------------------------------
