@@ -248,8 +248,8 @@ class Context:
         for refs in self.made:
             for ref in refs:
                 handle = ref()
-                if handle is not None and handle._view_stamp != handle._stamp():
-                    returns.setdefault(handle._name, "auto")
+                if handle is not None and (handle._view_stamp != handle._stamp() or "name" not in handle._view):
+                    returns.setdefault(handle._name, "auto")  # (not a view the server sent: one the client inferred)
         prefetched = []
         for ref in list(self.refs.values()):
             handle = ref()

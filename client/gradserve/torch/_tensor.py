@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import base64
 import builtins
+import functools
 
 import numpy as np
 
-from gradserve.torch import _catalog, _context
+from gradserve.torch import _catalog, _context, _meta
 from gradserve.torch._context import Context, Storage
 from gradserve.torch._dtypes import Size, by_name
 from gradserve.torch._dtypes import dtype as DType
@@ -26,7 +27,7 @@ class Tensor:
     """A handle to a tensor held by the server; behaves as ``torch.Tensor``."""
 
     __slots__ = ("_ctx", "_name", "_storage", "_shape", "_dtype", "_view", "_array", "_view_stamp", "_param",
-                 "_known_grad", "_error", "_dual_tangent", "__weakref__")
+                 "_known_grad", "_error", "_dual_tangent", "_leaf", "__weakref__")
 
     # ----- making handles -----------------------------------------------------------------------------
     @classmethod
@@ -35,7 +36,7 @@ class Tensor:
         t._ctx = ctx
         t._name = name or ctx.fresh_name()
         t._storage = storage or Storage()
-        t._shape = t._dtype = t._view = t._array = t._view_stamp = t._known_grad = t._error = None
+        t._shape = t._dtype = t._view = t._array = t._view_stamp = t._known_grad = t._error = t._leaf = None
         t._dual_tangent = None  # (ctx.failures, the tangent's view or None) read inside a dual level
         t._param = False
         ctx.adopt(t)
@@ -49,13 +50,22 @@ class Tensor:
         return g
 
     def _know(self, **meta) -> None:
-        """Metadata known without asking (a new leaf, a detach)."""
-        self._view = {**(self._view if self._view_stamp == self._stamp() else {}), **meta}
+        """Metadata known without asking (a new leaf, a detach, what ``_meta`` infers of an op's result)."""
+        if self._view_stamp == self._stamp():
+            self._view = {**self._view, **meta}
+        else:
+            self._view, self._array = dict(meta), None  # (values read before are stale)
         self._view_stamp = self._stamp()
+        if "shape" in meta:
+            self._shape = Size(meta["shape"])
+        if "dtype" in meta:
+            self._dtype = meta["dtype"]
         if meta.get("is_leaf") and meta.get("requires_grad"):
             self._param = True
 
     def _set_view(self, view: dict) -> None:
+        if self._view is not None and self._view_stamp == self._stamp() and "node" in self._view:
+            view["node"] = self._view["node"]  # the client's graph node is not in the server's view
         self._view = view
         self._view_stamp = self._stamp()
         self._shape = Size(view["shape"])
@@ -144,7 +154,8 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
-        self.requires_grad_(value)
+        _meta.set_requires_grad(self, builtins.bool(value), setter=True)
+        self._set_requires_grad(value)
 
     @property
     def is_leaf(self) -> bool:
@@ -210,7 +221,7 @@ class Tensor:
                 tangent = tangent_str(_decode(data) if isinstance(data, dict) else np.asarray(data), view["dtype"],
                                       view["grad_fn"], view["requires_grad"])
         a = self._data()
-        return format_tensor(a, self._dtype, self._view["grad_fn"], self._view["requires_grad"], tangent)
+        return format_tensor(a, self._dtype, self._meta("grad_fn"), self._meta("requires_grad"), tangent)
 
     def __format__(self, spec: str) -> str:
         # torch: a 0-d Tensor (not a subclass) formats as its item, even with an empty spec
@@ -262,6 +273,10 @@ class Tensor:
         backward(self, gradient, retain_graph, create_graph, inputs)
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        _meta.set_requires_grad(self, builtins.bool(requires_grad), setter=False)
+        return self._set_requires_grad(requires_grad)
+
+    def _set_requires_grad(self, requires_grad: bool) -> Tensor:
         ctx = self._ctx
         ctx.record({"op": "requires_grad_", "args": [self._ref(ctx), requires_grad]})
         known_leaf = self._view_stamp == self._stamp() and self._view.get("is_leaf")
@@ -349,8 +364,16 @@ class _Index:
         self.key = key
 
 
+#: torch's autograd nodes written in C++ (their ``name()`` is qualified)
+CPP_NODES = frozenset({"AccumulateGrad", "CopySlices", "CopyBackwards", "GraphRoot", "Identity", "Error",
+                       "NotImplemented", "DelayedError", "UndefinedGradBackward"})
+
+
 class GradFn:
     """``tensor.grad_fn``: torch's node class name; ``next_functions`` come from the graph endpoint."""
+
+    def __new__(cls, name: str, *args, **kwargs):
+        return object.__new__(_node_class(name))
 
     def __init__(self, name: str, tensor: Tensor | None = None, node: dict | None = None, graph: dict | None = None):
         self._name = name
@@ -359,7 +382,8 @@ class GradFn:
         self._graph = graph
 
     def name(self) -> str:
-        return self._name
+        """torch's: C++ nodes by their qualified name (``torch::autograd::AccumulateGrad``)."""
+        return f"torch::autograd::{self._name}" if self._name in CPP_NODES else self._name
 
     def __repr__(self) -> str:
         return f"<{self._name} object at {hex(id(self))}>"
@@ -392,6 +416,12 @@ class GradFn:
         return self._tensor._ctx.handle(name) if name and self._tensor is not None else None
 
 
+@functools.cache
+def _node_class(name: str) -> type:
+    """A subclass of GradFn named as torch's node class (``type(t.grad_fn).__name__ == "MulBackward0"``)."""
+    return type(name, (GradFn,), {"__module__": "torch.autograd.graph" if name in CPP_NODES else "torch"})
+
+
 # ----- recording calls ----------------------------------------------------------------------------------------
 def context_of(values) -> Context:
     for v in values:
@@ -413,12 +443,18 @@ def call_op(name: str, args: tuple, kwargs: dict):
     op = {"op": entry["name"], "args": [_arg(a, ctx) for a in args]}
     if kwargs:
         op["kwargs"] = {k: _arg(v, ctx) for k, v in kwargs.items()}
-    if not is_grad_enabled():
+    grad_enabled = is_grad_enabled()
+    if not grad_enabled:
         op["no_grad"] = True
+    tensors = _tensors((*args, *kwargs.values()))
     if entry["inplace"]:
         target = args[0] if args else kwargs.get("self")
+        facts = _meta.inplace(entry, target, [t for t in tensors if t is not target], grad_enabled) \
+            if isinstance(target, Tensor) else {}
         ctx.record(op)
         target._mutated()
+        if facts:
+            target._know(**facts)
         return target
     first = next((a for a in args if isinstance(a, Tensor)), None)
     storage = first._storage if entry["family"] == "shape" and first is not None else None
@@ -439,6 +475,15 @@ def call_op(name: str, args: tuple, kwargs: dict):
         op["out"] = [values._name, indices._name]
         ctx.record(op, (values, indices))
         return _catalog.return_types[base](values, indices)
+    def arg(param, default=None):
+        return _catalog.argument(base, param, args, kwargs, default)
+
+    if entry["family"] == "creation":
+        dtype = arg("dtype")
+        facts = _meta.creation(base, arg, args, dtype.name if isinstance(dtype, DType) else None,
+                               builtins.bool(arg("requires_grad", False)))
+    elif base != "detach":
+        facts = _meta.result(entry, tensors, arg, grad_enabled)
     out = Tensor._new(ctx, storage)
     op["out"] = out._name
     ctx.record(op, (out,))
@@ -447,17 +492,25 @@ def call_op(name: str, args: tuple, kwargs: dict):
         target = _catalog.argument(base, changed, args, kwargs)
         if isinstance(target, Tensor) and _catalog.argument(base, given, args, kwargs) is not None:
             target._mutated()
-    if entry["family"] == "creation":  # a new leaf
-        requires_grad = builtins.bool(_catalog.argument(base, "requires_grad", args, kwargs, False))
-        out._know(is_leaf=True, requires_grad=requires_grad, grad_fn=None, retains_grad=False, version=0)
-        out._known_grad = (ctx.grad_epoch, None)
-        dtype = _catalog.argument(base, "dtype", args, kwargs)
-        if isinstance(dtype, DType):
-            out._dtype = dtype.name
-    elif base == "detach":
+    if base == "detach":
         out._know(is_leaf=True, requires_grad=False, grad_fn=None)
         out._shape, out._dtype = first._shape, first._dtype
         out._known_grad = (ctx.grad_epoch, None)
+    else:
+        out._know(**facts)
+        if entry["family"] == "creation":  # a new leaf
+            out._known_grad = (ctx.grad_epoch, None)
+    return out
+
+
+def _tensors(values) -> list:
+    """The handles among a call's arguments (in lists too), in order."""
+    out = []
+    for v in values:
+        if isinstance(v, Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(x for x in v if isinstance(x, Tensor))
     return out
 
 
@@ -518,6 +571,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                                 ("materialize_grads", materialize_grads, False)):
         if value != default:
             kwargs[key] = value
+    used = _meta.check_grad(outs, ins, allow_unused or materialize_grads)
     results = [Tensor._new(ctx) for _ in ins]
     op = {"op": "grad", "args": [_arg(outs, ctx), _arg(ins, ctx)], "out": [r._name for r in results]}
     if kwargs:
@@ -527,5 +581,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     index = ctx.record(op, tuple(results))
     if not allow_unused or materialize_grads:
         return tuple(results)
+    if used is not None:  # the client's graph says which inputs are used: nothing to ask
+        return tuple(r if u else None for r, u in zip(results, used))
     bound = set(ctx.flush()["ops"][index]["bound"])
     return tuple(r if r._name in bound else None for r in results)

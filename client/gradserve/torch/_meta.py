@@ -1,0 +1,290 @@
+"""What the client knows of a tensor without asking, and the errors torch decides from it, raised at the line.
+
+torch refuses some calls from metadata alone (an in-place op on a leaf that requires grad, ``requires_grad``
+on an integer tensor, a flag changed on a computed tensor, shapes that do not broadcast, ``autograd.grad`` of
+an input the output does not depend on). The client records lazily, so it decides these itself when the op is
+recorded, from the catalog's facts (``family``, ``inplace``, ``differentiable``, argument names): the error is
+torch's class and message at torch's line, and nothing is sent for it. What it cannot know locally (a view's
+metadata after its base changed, results of ops with data-dependent outputs, values) stays unknown, and the
+server decides at the next sync as before.
+
+Facts live in a handle's view (``Tensor._know``), so an in-place op on a storage invalidates them for every
+handle sharing it. ``node`` is the client's picture of the autograd graph: a leaf that requires grad is its own
+``Node``, a computed tensor that requires grad has a ``Node`` whose parents are its inputs' nodes.
+"""
+
+from __future__ import annotations
+
+from gradserve.errors import TORCH_ERRORS
+
+UNKNOWN = object()
+#: torch's messages
+LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
+NON_LEAF_FLAG = ("you can only change requires_grad flags of leaf variables. If you want to use a computed "
+                 "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().")
+INT_REQUIRES_GRAD = "Only Tensors of floating point and complex dtype can require gradients"
+INT_REQUIRES_GRAD_METHOD = "only Tensors of floating point dtype can require gradients"
+INT_REQUIRES_GRAD_SETTER = "only Tensors of floating point and complex dtype can require gradients"
+NO_GRAD_FN = "element {} of tensors does not require grad and does not have a grad_fn"
+UNUSED = ("The differentiated Tensor at index {} appears to not have been used in the graph. Set "
+          "allow_unused=True if this is the desired behavior.")
+#: ops that convert to a fixed dtype (the catalog's conversion methods)
+CASTS = {"long": "int64", "bool": "bool", "float": "float32", "double": "float64"}
+
+
+class Node:
+    """A node of the client's picture of the graph; ``parents``: the nodes of the inputs that require grad."""
+
+    __slots__ = ("parents",)
+
+    def __init__(self, parents: tuple = ()):
+        self.parents = parents
+
+
+def error(kind: str, message: str) -> Exception:
+    """torch's exception (a ProblemError of torch's class, as the server's are), raised by the client."""
+    return TORCH_ERRORS[kind]({"status": 0, "code": "client_check", "detail": message, "exception": kind})
+
+
+def peek(t, key: str):
+    """A fact the client knows about handle ``t`` without asking, or UNKNOWN."""
+    view = t._view
+    if view is not None and t._view_stamp == t._stamp() and key in view:
+        return tuple(view[key]) if key == "shape" else view[key]
+    if key == "shape" and t._shape is not None:
+        return tuple(t._shape)
+    if key == "dtype" and t._dtype is not None:
+        return t._dtype
+    return UNKNOWN
+
+
+def node(t):
+    """``t``'s node: None when it does not require grad, UNKNOWN when the client cannot tell."""
+    requires_grad = peek(t, "requires_grad")
+    if requires_grad is UNKNOWN or not requires_grad:
+        return UNKNOWN if requires_grad is UNKNOWN else None
+    leaf = peek(t, "is_leaf")
+    if leaf is True:
+        if t._leaf is None:
+            t._leaf = Node()
+        return t._leaf
+    return UNKNOWN if leaf is UNKNOWN else peek(t, "node")
+
+
+def is_float(dtype) -> bool | None:
+    return None if dtype is UNKNOWN or dtype is None else dtype.startswith("float")
+
+
+# ----- shapes -----------------------------------------------------------------------------------------------
+def broadcast(shapes: list[tuple], two: bool) -> tuple | object:
+    """torch's broadcast of ``shapes`` with its message for two tensors; UNKNOWN (left to the server) for a
+    mismatch among more."""
+    n = max(len(s) for s in shapes)
+    out = [1] * n
+    for i in range(n - 1, -1, -1):
+        off = n - 1 - i
+        sizes = [s[len(s) - 1 - off] if off < len(s) else 1 for s in shapes]
+        other = {d for d in sizes if d != 1}
+        if len(other) > 1:
+            if not two:
+                return UNKNOWN
+            raise error("RuntimeError", f"The size of tensor a ({sizes[0]}) must match the size of tensor b "
+                                        f"({sizes[1]}) at non-singleton dimension {i}")
+        out[i] = other.pop() if other else 1
+    return tuple(out)
+
+
+def data_shape(data) -> tuple | object:
+    """The shape of nested Python lists of numbers (UNKNOWN when ragged or not plain)."""
+    import numpy as np
+
+    if isinstance(data, np.ndarray):
+        return data.shape
+    if isinstance(data, (bool, int, float)):
+        return ()
+    if isinstance(data, (list, tuple)):
+        inner = [data_shape(d) for d in data]
+        if not inner:
+            return (0,)
+        if any(s is UNKNOWN or s != inner[0] for s in inner):
+            return UNKNOWN
+        return (len(data), *inner[0])
+    return UNKNOWN
+
+
+def data_dtype(data):
+    """torch.tensor's dtype for Python data: bool, int64 or a float (UNKNOWN: which float is the server's)."""
+    import numpy as np
+
+    if isinstance(data, np.ndarray):
+        return {"b": "bool", "i": "int64", "u": "int64"}.get(data.dtype.kind, UNKNOWN)
+    kinds = set()
+    stack = [data]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, bool):
+            kinds.add("bool")
+        elif isinstance(v, int):
+            kinds.add("int64")
+        else:
+            return UNKNOWN
+    if kinds == {"bool"}:
+        return "bool"
+    return "int64" if kinds == {"int64"} or kinds == {"bool", "int64"} else UNKNOWN
+
+
+# ----- an op's facts ------------------------------------------------------------------------------------------
+def creation(op: str, arg, varargs: tuple, dtype_name, requires_grad: bool) -> dict:
+    """A new leaf's facts (``varargs``: the call's positional arguments, for ``zeros(*size)``); raises
+    torch's error for ``requires_grad=True`` on an integer dtype."""
+    from gradserve.torch import _catalog
+
+    dt = dtype_name
+    if dt is None:
+        if op == "tensor":
+            dt = data_dtype(arg("data"))
+        elif op == "full":
+            fill = arg("fill_value")
+            dt = "bool" if isinstance(fill, bool) else "int64" if isinstance(fill, int) else UNKNOWN
+        elif op == "arange":
+            ends = (arg("start"), arg("end"), arg("step", 1))
+            dt = "int64" if all(isinstance(v, int) or v is None for v in ends) else UNKNOWN
+        else:
+            dt = UNKNOWN
+    if requires_grad and is_float(dt) is False:
+        raise error("RuntimeError", INT_REQUIRES_GRAD)
+    facts = {"is_leaf": True, "requires_grad": requires_grad, "grad_fn": None, "retains_grad": False,
+             "version": 0}
+    shape = UNKNOWN
+    if op == "tensor":
+        shape = data_shape(arg("data"))
+    else:
+        size = next((arg(p) for p in _catalog.positions(op) if p in _catalog.SIZE_PARAMS), None)
+        if size is None and _catalog.varargs(op) in _catalog.SIZE_PARAMS:
+            size = varargs
+            if len(size) == 1 and isinstance(size[0], (list, tuple)):
+                size = size[0]
+        if isinstance(size, (list, tuple)) and all(isinstance(d, int) and not isinstance(d, bool) for d in size):
+            shape = tuple(size)
+    if shape is not UNKNOWN:
+        facts["shape"] = shape
+    if dt is not UNKNOWN:
+        facts["dtype"] = dt
+    return facts
+
+
+def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
+    """The facts of a one-output op's result: requires_grad, is_leaf and node, and the shape where the op's
+    family says how (broadcasting, reductions). Raises torch's broadcast error."""
+    facts: dict = {}
+    shape = shape_of(entry, tensors, arg)
+    if shape is not UNKNOWN:
+        facts["shape"] = shape
+    name = entry["name"]
+    dtype = arg("dtype") if "dtype" in _arg_names(entry) else None
+    cast = CASTS.get(name) or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
+    if not grad_enabled or not entry["differentiable"] or cast is not None and is_float(cast) is False:
+        facts.update(requires_grad=False, is_leaf=True, grad_fn=None, node=None)
+        return facts
+    if cast is UNKNOWN:
+        return facts
+    nodes = [node(t) for t in tensors]
+    parents = tuple(n for n in nodes if n is not None and n is not UNKNOWN)
+    if parents and UNKNOWN not in nodes:
+        facts.update(requires_grad=True, is_leaf=False, node=Node(parents))
+    elif parents:
+        facts.update(requires_grad=True, is_leaf=False)
+    elif UNKNOWN not in nodes:
+        facts.update(requires_grad=False, is_leaf=True, grad_fn=None, node=None)
+    return facts
+
+
+def _arg_names(entry: dict) -> set:
+    return {a["name"] for a in entry["arguments"]}
+
+
+def shape_of(entry: dict, tensors: list, arg):
+    family = entry["family"]
+    if family == "elementwise":
+        shapes = [peek(t, "shape") for t in tensors]
+        if not shapes or UNKNOWN in shapes:
+            return UNKNOWN
+        return broadcast(shapes, len(shapes) == 2)
+    if family == "reduction" and len(tensors) == 1:
+        params = {a["name"]: a for a in entry["arguments"]}
+        if "dim" in params and params["dim"].get("default", 0) is None and arg("dim") is None \
+                and not arg("keepdim", False):
+            return ()
+    return UNKNOWN
+
+
+def inplace(entry: dict, target, others: list, grad_enabled: bool) -> dict:
+    """Check an in-place op on ``target`` as torch does; the target's facts after it."""
+    leaf, requires_grad = peek(target, "is_leaf"), peek(target, "requires_grad")
+    if grad_enabled and leaf is True and requires_grad is True:
+        raise error("RuntimeError", LEAF_INPLACE)
+    from gradserve.torch import _catalog
+
+    base = _catalog.catalog().get(entry["name"].removesuffix("_"))
+    if base is not None and base["family"] == "elementwise":
+        shape = peek(target, "shape")
+        shapes = [shape, *(peek(t, "shape") for t in others)]
+        if UNKNOWN not in shapes:
+            out = broadcast(shapes, len(shapes) == 2)
+            if out is not UNKNOWN and out != shape:
+                raise error("RuntimeError", f"output with shape {list(shape)} doesn't match the broadcast shape "
+                                            f"{list(out)}")
+    facts: dict = {}
+    if peek(target, "shape") is not UNKNOWN:
+        facts["shape"] = peek(target, "shape")
+    if not grad_enabled or not entry["differentiable"]:
+        if requires_grad is not UNKNOWN and leaf is not UNKNOWN:
+            facts.update(requires_grad=requires_grad, is_leaf=leaf)
+            if requires_grad and leaf is False and peek(target, "node") is not UNKNOWN:
+                facts["node"] = peek(target, "node")
+        return facts
+    nodes = [node(target), *(node(t) for t in others)]
+    parents = tuple(n for n in nodes if n is not None and n is not UNKNOWN)
+    if UNKNOWN in nodes:
+        if parents:
+            facts.update(requires_grad=True, is_leaf=False)
+        return facts
+    if parents:
+        facts.update(requires_grad=True, is_leaf=False, node=Node(parents))
+    elif leaf is not UNKNOWN:
+        facts.update(requires_grad=False, is_leaf=leaf, node=None)
+    return facts
+
+
+def set_requires_grad(t, flag: bool, setter: bool) -> None:
+    """``t.requires_grad_(flag)`` / ``t.requires_grad = flag``: torch's errors for a computed tensor and for an
+    integer one."""
+    if not flag and peek(t, "is_leaf") is False:
+        raise error("RuntimeError", NON_LEAF_FLAG)
+    if flag and is_float(peek(t, "dtype")) is False:
+        raise error("RuntimeError", INT_REQUIRES_GRAD_SETTER if setter else INT_REQUIRES_GRAD_METHOD)
+
+
+def check_grad(outputs: list, inputs: list, allow_unused) -> list[bool] | None:
+    """``autograd.grad``'s errors torch decides from the graph: an output that does not require grad, an input
+    not used (without ``allow_unused``). Returns which inputs are used, when the client knows."""
+    out_nodes = [node(t) for t in outputs]
+    for i, n in enumerate(out_nodes):
+        if n is None:
+            raise error("RuntimeError", NO_GRAD_FN.format(i))
+    in_nodes = [node(t) for t in inputs]
+    if UNKNOWN in out_nodes or UNKNOWN in in_nodes or None in in_nodes:
+        return None
+    reached: set[int] = set()
+    stack = list(out_nodes)
+    while stack:
+        n = stack.pop()
+        if id(n) not in reached:
+            reached.add(id(n))
+            stack.extend(n.parents)
+    used = [id(n) in reached for n in in_nodes]
+    if not allow_unused and not all(used):
+        raise error("RuntimeError", UNUSED.format(used.index(False)))
+    return used
