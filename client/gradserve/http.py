@@ -22,6 +22,8 @@ import httpx
 
 from gradserve import errors
 from gradserve.errors import ProblemError
+from gradserve.progress import Watch
+from gradserve.progress import enabled as watching
 
 log = logging.getLogger("gradserve")
 
@@ -153,9 +155,10 @@ class Client:
     # ----- op lists -----------------------------------------------------------------------------------
     def run_ops(self, session_id: str, ops: list[dict], *, no_grad: bool = False, repeat: int = 1,
                 record: list[str] | None = None, returns: list[str] | dict[str, str] | None = None,
-                encoding: Encoding = "json") -> OpsResponse:
+                encoding: Encoding = "json", progress: bool | None = None) -> OpsResponse:
         """``POST /ops``: atomic. ``returns``: the request's ``return`` (names, or {name: "full" | "meta" |
-        "auto"}): only those tensors come back."""
+        "auto"}): only those tensors come back. ``progress``: draw a bar on stderr if it runs long (None: on a
+        terminal, unless ``GRADSERVE_PROGRESS=0``; see ``gradserve.progress``)."""
         body: dict[str, Any] = {"ops": ops}
         if no_grad:
             body["no_grad"] = True
@@ -165,7 +168,16 @@ class Client:
             body["record"] = record
         if returns is not None:
             body["return"] = returns
-        return self._json("POST", f"/v1/sessions/{session_id}/ops", json=body, params=_enc(encoding))
+        path = f"/v1/sessions/{session_id}/ops"
+        if progress is False or progress is None and not watching():
+            return self._json("POST", path, json=body, params=_enc(encoding))
+        request_id = os.urandom(12).hex()
+        with Watch(self._http, request_id):
+            return self._json("POST", path, json=body, params=_enc(encoding), headers={"x-request-id": request_id})
+
+    def progress(self, request_id: str) -> dict:
+        """``GET /v1/requests/{id}/progress``: ops run of the ops a running request runs."""
+        return self._json("GET", f"/v1/requests/{request_id}/progress")
 
     def eval(self, ops: list[dict], returns: list[str] | None = None, *, no_grad: bool = False,
              encoding: Encoding = "json") -> dict:
