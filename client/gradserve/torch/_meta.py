@@ -95,21 +95,30 @@ def broadcast(shapes: list[tuple], two: bool) -> tuple | object:
 
 
 def data_shape(data) -> tuple | object:
-    """The shape of nested Python lists of numbers (UNKNOWN when ragged or not plain)."""
+    """The shape of nested Python lists of numbers, as ``torch.tensor`` reads it (the first element's length
+    at each depth), with torch's ValueError for a ragged list; UNKNOWN for what is not plain lists."""
     import numpy as np
 
     if isinstance(data, np.ndarray):
         return data.shape
-    if isinstance(data, (bool, int, float)):
-        return ()
-    if isinstance(data, (list, tuple)):
-        inner = [data_shape(d) for d in data]
-        if not inner:
-            return (0,)
-        if any(s is UNKNOWN or s != inner[0] for s in inner):
-            return UNKNOWN
-        return (len(data), *inner[0])
-    return UNKNOWN
+    shape, probe = [], data
+    while isinstance(probe, (list, tuple)):
+        shape.append(len(probe))
+        if not probe:
+            break
+        probe = probe[0]
+    shape = tuple(shape)
+    return shape if _fits(data, shape, 0) else UNKNOWN
+
+
+def _fits(data, shape: tuple, depth: int) -> bool:
+    if depth == len(shape):
+        return isinstance(data, (bool, int, float))
+    if not isinstance(data, (list, tuple)):
+        return False  # (a number where torch expects a sequence: the server gives torch's message)
+    if len(data) != shape[depth]:
+        raise error("ValueError", f"expected sequence of length {shape[depth]} at dim {depth} (got {len(data)})")
+    return all(_fits(d, shape, depth + 1) for d in data)
 
 
 def data_dtype(data):
@@ -205,19 +214,117 @@ def _arg_names(entry: dict) -> set:
     return {a["name"] for a in entry["arguments"]}
 
 
+#: dimension arguments, checked against the rank of the op's first argument as torch's maybe_wrap_dim does
+DIM_PARAMS = ("dim", "dim0", "dim1", "dims", "start_dim", "end_dim")
+#: ops whose dimension arguments index something else than their first argument: the output (one more
+#: dimension), or the broadcast of two inputs
+DIM_OF_OUTPUT = frozenset({"unsqueeze"})
+DIM_ELSEWHERE = frozenset({"diag_embed", "cosine_similarity", "cross", "linalg.cross", "stack", "cat"})
+
+
+def check_dims(entry: dict, arg, shape) -> None:
+    """torch's IndexError for a dimension argument out of range of the first argument's rank."""
+    name = entry["name"]
+    if shape is UNKNOWN or name in DIM_ELSEWHERE:
+        return
+    rank = max(len(shape) + (name in DIM_OF_OUTPUT), 1)
+    for param in DIM_PARAMS:
+        if param not in _arg_names(entry):
+            continue
+        value = arg(param)
+        for d in (value if isinstance(value, (list, tuple)) else (value,)):
+            if isinstance(d, int) and not isinstance(d, bool) and not -rank <= d < rank:
+                raise error("IndexError", f"Dimension out of range (expected to be in range of [{-rank}, "
+                                          f"{rank - 1}], but got {d})")
+
+
+def _first_shape(entry: dict, tensors: list, arg):
+    first = entry["arguments"][0] if entry["arguments"] else None
+    if first is None or not first.get("tensor") or first.get("tensor_list"):
+        return UNKNOWN
+    value = arg(first["name"])
+    return peek(value, "shape") if any(value is t for t in tensors) else UNKNOWN
+
+
 def shape_of(entry: dict, tensors: list, arg):
-    family = entry["family"]
+    family, name = entry["family"], entry["name"]
     if family == "elementwise":
         shapes = [peek(t, "shape") for t in tensors]
         if not shapes or UNKNOWN in shapes:
             return UNKNOWN
         return broadcast(shapes, len(shapes) == 2)
+    shape = _first_shape(entry, tensors, arg)
+    check_dims(entry, arg, shape)
+    if shape is UNKNOWN:
+        return UNKNOWN
     if family == "reduction" and len(tensors) == 1:
         params = {a["name"]: a for a in entry["arguments"]}
-        if "dim" in params and params["dim"].get("default", 0) is None and arg("dim") is None \
-                and not arg("keepdim", False):
+        if "dim" not in params or "keepdim" not in params:
+            return UNKNOWN
+        dim = arg("dim")
+        if dim is None and params["dim"].get("default", 0) is None:
+            dims = range(len(shape))
+        elif isinstance(dim, int) and not isinstance(dim, bool) or isinstance(dim, (list, tuple)) and dim:
+            dims = [d % max(len(shape), 1) for d in (dim if isinstance(dim, (list, tuple)) else (dim,))]
+        else:
+            return UNKNOWN
+        if not shape:
             return ()
+        if arg("keepdim", False):
+            return tuple(1 if i in dims else n for i, n in enumerate(shape))
+        return tuple(n for i, n in enumerate(shape) if i not in dims)
+    if name in ("view", "reshape"):
+        return view_shape(shape, arg("shape") if "shape" in _arg_names(entry) else arg("size"))
+    if name in ("matmul", "mm"):
+        other = arg("other") if "other" in _arg_names(entry) else arg("mat2")
+        return matmul_shape(shape, peek(other, "shape") if any(other is t for t in tensors) else UNKNOWN)
     return UNKNOWN
+
+
+def view_shape(shape: tuple, size) -> tuple | object:
+    """``view``/``reshape``'s result, with torch's errors for a size that does not fit."""
+    if not isinstance(size, (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool) for d in size):
+        return UNKNOWN
+    numel = 1
+    for n in shape:
+        numel *= n
+    if list(size).count(-1) > 1:
+        raise error("RuntimeError", "only one dimension can be inferred")
+    known = 1
+    for d in size:
+        if d != -1:
+            known *= d
+    if any(d < -1 for d in size):
+        return UNKNOWN
+    if -1 in size:
+        if known == 0 or numel % known:
+            raise error("RuntimeError", f"shape '{list(size)}' is invalid for input of size {numel}")
+        return tuple(numel // known if d == -1 else d for d in size)
+    if known != numel:
+        raise error("RuntimeError", f"shape '{list(size)}' is invalid for input of size {numel}")
+    return tuple(size)
+
+
+def matmul_shape(a, b) -> tuple | object:
+    """``matmul`` of 1-D and 2-D operands, with torch's messages (higher ranks: left to the server)."""
+    if b is UNKNOWN or len(a) not in (1, 2) or len(b) not in (1, 2):
+        return UNKNOWN
+    if len(a) == 2 and len(b) == 2:
+        if a[1] != b[0]:
+            raise error("RuntimeError", f"mat1 and mat2 shapes cannot be multiplied ({a[0]}x{a[1]} and "
+                                        f"{b[0]}x{b[1]})")
+        return (a[0], b[1])
+    if len(a) == 2:
+        if a[1] != b[0]:
+            raise error("RuntimeError", f"size mismatch, got input ({a[0]}), mat ({a[0]}x{a[1]}), vec ({b[0]})")
+        return (a[0],)
+    if len(b) == 1:
+        if a[0] != b[0]:
+            raise error("RuntimeError", f"inconsistent tensor size, expected tensor [{a[0]}] and src [{b[0]}] to "
+                                        f"have the same number of elements, but got {a[0]} and {b[0]} elements "
+                                        f"respectively")
+        return ()
+    return UNKNOWN  # 1-D @ 2-D: torch's message names the unsqueezed operand; the server gives it
 
 
 def inplace(entry: dict, target, others: list, grad_enabled: bool) -> dict:
@@ -267,10 +374,22 @@ def set_requires_grad(t, flag: bool, setter: bool) -> None:
         raise error("RuntimeError", INT_REQUIRES_GRAD_SETTER if setter else INT_REQUIRES_GRAD_METHOD)
 
 
-def check_grad(outputs: list, inputs: list, allow_unused) -> list[bool] | None:
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def check_grad(outputs: list, inputs: list, allow_unused, has_grad_outputs: bool = False) -> list[bool] | None:
     """``autograd.grad``'s errors torch decides from the graph: an output that does not require grad, an input
     not used (without ``allow_unused``). Returns which inputs are used, when the client knows."""
     out_nodes = [node(t) for t in outputs]
+    if not has_grad_outputs:
+        for t, n in zip(outputs, out_nodes):
+            shape = peek(t, "shape")
+            if n is not None and shape is not UNKNOWN and len(shape) and _numel(shape) != 1:
+                raise error("RuntimeError", "grad can be implicitly created only for scalar outputs")
     for i, n in enumerate(out_nodes):
         if n is None:
             raise error("RuntimeError", NO_GRAD_FN.format(i))
@@ -288,3 +407,13 @@ def check_grad(outputs: list, inputs: list, allow_unused) -> list[bool] | None:
     if not allow_unused and not all(used):
         raise error("RuntimeError", UNUSED.format(used.index(False)))
     return used
+
+
+def set_grad(t, value) -> None:
+    """``t.grad = value``: torch's error for a gradient of another size."""
+    if value is None:
+        return
+    have, want = peek(value, "shape"), peek(t, "shape")
+    if have is not UNKNOWN and want is not UNKNOWN and have != want:
+        raise error("RuntimeError", f"attempting to assign a gradient of size '{list(have)}' to a tensor of size "
+                                    f"'{list(want)}'. Please ensure that the gradient and the tensor are the same size")

@@ -264,6 +264,7 @@ class Tensor:
 
     @grad.setter
     def grad(self, value) -> None:
+        _meta.set_grad(self, value)
         ctx = self._ctx
         ctx.record({"op": "set_grad", "args": [self._ref(ctx), None if value is None else value._ref(ctx)]})
         self._known_grad = (ctx.grad_epoch, value)
@@ -476,6 +477,11 @@ def call_op(name: str, args: tuple, kwargs: dict):
         ctx.record(op, (values, indices))
         return _catalog.return_types[base](values, indices)
     def arg(param, default=None):
+        if param == _catalog.varargs(base):  # x.view(2, 3) and x.view((2, 3)) alike
+            rest = args[len(_catalog.positions(base)):]
+            if len(rest) == 1 and isinstance(rest[0], (list, tuple)):
+                return rest[0]
+            return rest or kwargs.get(param, default)
         return _catalog.argument(base, param, args, kwargs, default)
 
     if entry["family"] == "creation":
@@ -571,7 +577,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                                 ("materialize_grads", materialize_grads, False)):
         if value != default:
             kwargs[key] = value
-    used = _meta.check_grad(outs, ins, allow_unused or materialize_grads)
+    used = _meta.check_grad(outs, ins, allow_unused or materialize_grads, grad_outputs is not None)
     results = [Tensor._new(ctx) for _ in ins]
     op = {"op": "grad", "args": [_arg(outs, ctx), _arg(ins, ctx)], "out": [r._name for r in results]}
     if kwargs:
