@@ -20,6 +20,14 @@ from gradserve.errors import TORCH_ERRORS
 UNKNOWN = object()
 #: torch's messages
 LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
+VIEW_OF_LEAF_INPLACE = "a view of a leaf Variable that requires grad is being used in an in-place operation."
+#: ops whose result is a view of their first argument (as torch's are); reshape and flatten are views of a
+#: contiguous tensor, which a leaf always is here
+VIEWS = frozenset({"view", "transpose", "t", "permute", "unsqueeze", "squeeze", "expand", "expand_as", "narrow",
+                   "select", "diagonal"})
+VIEWS_OF_CONTIGUOUS = frozenset({"reshape", "flatten"})
+#: ops of the catalog's shape family whose result never shares its input's memory
+COPIES = frozenset({"clone", "cat", "stack", "repeat", "gather", "index_select"})
 NON_LEAF_FLAG = ("you can only change requires_grad flags of leaf variables. If you want to use a computed "
                  "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().")
 INT_REQUIRES_GRAD = "Only Tensors of floating point and complex dtype can require gradients"
@@ -194,6 +202,10 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
     name = entry["name"]
     dtype = arg("dtype") if "dtype" in _arg_names(entry) else None
     cast = CASTS.get(name) or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
+    if cast is not None and cast is not UNKNOWN and entry["family"] == "shape":  # (a conversion: its dtype)
+        facts["dtype"] = cast
+        if not tensors or peek(tensors[0], "dtype") in (cast, UNKNOWN):
+            return facts  # torch returns the tensor itself when it has the dtype already: its flags, unknown here
     if not grad_enabled or not entry["differentiable"] or cast is not None and is_float(cast) is False:
         facts.update(requires_grad=False, is_leaf=True, grad_fn=None, node=None)
         return facts
@@ -327,9 +339,32 @@ def matmul_shape(a, b) -> tuple | object:
     return UNKNOWN  # 1-D @ 2-D: torch's message names the unsqueezed operand; the server gives it
 
 
-def inplace(entry: dict, target, others: list, grad_enabled: bool) -> dict:
-    """Check an in-place op on ``target`` as torch does; the target's facts after it."""
+def basic_index(key) -> bool:
+    """An index torch applies as a view (ints, slices, None, Ellipsis), not an advanced one (tensors, lists)."""
+    items = key if isinstance(key, tuple) else (key,)
+    return all(k is None or k is Ellipsis or isinstance(k, slice) or isinstance(k, int) and not isinstance(k, bool)
+               for k in items)
+
+
+def view_of_leaf(name: str, base, index=None) -> bool:
+    """Is the result of op ``name`` on ``base`` a view of a leaf that requires grad?"""
+    if name == "getitem":
+        views = basic_index(index)
+    else:
+        views = name in VIEWS or name in VIEWS_OF_CONTIGUOUS and peek(base, "is_leaf") is True
+    if not views:
+        return False
+    leaf = peek(base, "is_leaf") is True and peek(base, "requires_grad") is True
+    return leaf or peek(base, "view_of_leaf") is True
+
+
+def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -> dict:
+    """Check an in-place op on ``target`` as torch does; the target's facts after it. ``index``: setitem's key
+    (a basic index writes through a view of the target)."""
     leaf, requires_grad = peek(target, "is_leaf"), peek(target, "requires_grad")
+    if grad_enabled and (peek(target, "view_of_leaf") is True or entry["name"] == "setitem" and index is not None
+                         and view_of_leaf("getitem", target, index)):
+        raise error("RuntimeError", VIEW_OF_LEAF_INPLACE)
     if grad_enabled and leaf is True and requires_grad is True:
         raise error("RuntimeError", LEAF_INPLACE)
     from gradserve.torch import _catalog

@@ -448,9 +448,11 @@ def call_op(name: str, args: tuple, kwargs: dict):
     if not grad_enabled:
         op["no_grad"] = True
     tensors = _tensors((*args, *kwargs.values()))
+    base_name = entry["name"]
     if entry["inplace"]:
         target = args[0] if args else kwargs.get("self")
-        facts = _meta.inplace(entry, target, [t for t in tensors if t is not target], grad_enabled) \
+        index = args[1].key if base_name == "setitem" and len(args) > 1 and isinstance(args[1], _Index) else None
+        facts = _meta.inplace(entry, target, [t for t in tensors if t is not target], grad_enabled, index) \
             if isinstance(target, Tensor) else {}
         ctx.record(op)
         target._mutated()
@@ -458,7 +460,9 @@ def call_op(name: str, args: tuple, kwargs: dict):
             target._know(**facts)
         return target
     first = next((a for a in args if isinstance(a, Tensor)), None)
-    storage = first._storage if entry["family"] == "shape" and first is not None else None
+    shares = entry["family"] == "shape" and first is not None and base_name not in _meta.COPIES and not (
+        base_name == "getitem" and not _meta.basic_index(args[1].key))  # (an advanced index copies)
+    storage = first._storage if shares else None
     base = entry["name"]
     if base in _catalog.VARIABLE_OUTPUTS:
         op["out"] = ctx.fresh_name()
@@ -490,6 +494,9 @@ def call_op(name: str, args: tuple, kwargs: dict):
                                builtins.bool(arg("requires_grad", False)))
     elif base != "detach":
         facts = _meta.result(entry, tensors, arg, grad_enabled)
+        if first is not None and grad_enabled and facts.get("requires_grad") and _meta.view_of_leaf(
+                base, first, args[1].key if base == "getitem" and isinstance(args[1], _Index) else None):
+            facts["view_of_leaf"] = True
     out = Tensor._new(ctx, storage)
     op["out"] = out._name
     ctx.record(op, (out,))
