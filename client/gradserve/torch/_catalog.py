@@ -99,6 +99,7 @@ def pack_sizes(op: str, args: tuple) -> tuple:
     return args
 
 
+@functools.cache
 def _size_param(op: str) -> int | None:
     """The position of ``op``'s size (or dims) parameter, if it has one."""
     return next((i for p, i in positions(op).items() if p in SIZE_PARAMS), None)

@@ -54,29 +54,37 @@ def error(kind: str, message: str) -> Exception:
     return TORCH_ERRORS[kind]({"status": 0, "code": "client_check", "detail": message, "exception": kind})
 
 
+def known(t) -> dict:
+    """The facts the client knows about handle ``t`` (its view, while valid), or an empty dict."""
+    view = t._view
+    return view if view is not None and t._view_stamp == t._stamp() else _NOTHING
+
+
+_NOTHING: dict = {}
+
+
 def peek(t, key: str):
     """A fact the client knows about handle ``t`` without asking, or UNKNOWN."""
-    view = t._view
-    if view is not None and t._view_stamp == t._stamp() and key in view:
-        return tuple(view[key]) if key == "shape" else view[key]
-    if key == "shape" and t._shape is not None:
-        return tuple(t._shape)
-    if key == "dtype" and t._dtype is not None:
+    if key == "shape":
+        return tuple(t._shape) if t._shape is not None else UNKNOWN
+    value = known(t).get(key, UNKNOWN)
+    if value is UNKNOWN and key == "dtype" and t._dtype is not None:
         return t._dtype
-    return UNKNOWN
+    return value
 
 
 def node(t):
     """``t``'s node: None when it does not require grad, UNKNOWN when the client cannot tell."""
-    requires_grad = peek(t, "requires_grad")
+    facts = known(t)
+    requires_grad = facts.get("requires_grad", UNKNOWN)
     if requires_grad is UNKNOWN or not requires_grad:
         return UNKNOWN if requires_grad is UNKNOWN else None
-    leaf = peek(t, "is_leaf")
+    leaf = facts.get("is_leaf", UNKNOWN)
     if leaf is True:
         if t._leaf is None:
             t._leaf = Node()
         return t._leaf
-    return UNKNOWN if leaf is UNKNOWN else peek(t, "node")
+    return UNKNOWN if leaf is UNKNOWN else facts.get("node", UNKNOWN)
 
 
 def is_float(dtype) -> bool | None:
@@ -87,6 +95,9 @@ def is_float(dtype) -> bool | None:
 def broadcast(shapes: list[tuple], two: bool) -> tuple | object:
     """torch's broadcast of ``shapes`` with its message for two tensors; UNKNOWN (left to the server) for a
     mismatch among more."""
+    first = shapes[0]
+    if all(s == first for s in shapes):
+        return first
     n = max(len(s) for s in shapes)
     out = [1] * n
     for i in range(n - 1, -1, -1):
@@ -222,8 +233,12 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
     return facts
 
 
-def _arg_names(entry: dict) -> set:
-    return {a["name"] for a in entry["arguments"]}
+def _arg_names(entry: dict) -> frozenset:
+    return _ARG_NAMES.get(entry["name"]) or _ARG_NAMES.setdefault(
+        entry["name"], frozenset(a["name"] for a in entry["arguments"]))
+
+
+_ARG_NAMES: dict[str, frozenset] = {}
 
 
 #: dimension arguments, checked against the rank of the op's first argument as torch's maybe_wrap_dim does
