@@ -246,7 +246,8 @@ DIM_PARAMS = ("dim", "dim0", "dim1", "dims", "start_dim", "end_dim")
 #: ops whose dimension arguments index something else than their first argument: the output (one more
 #: dimension), or the broadcast of two inputs
 DIM_OF_OUTPUT = frozenset({"unsqueeze"})
-DIM_ELSEWHERE = frozenset({"diag_embed", "cosine_similarity", "cross", "linalg.cross", "stack", "cat"})
+DIM_ELSEWHERE = frozenset({"diag_embed", "cosine_similarity", "cross", "linalg.cross", "stack", "cat",
+                           "linalg.matrix_norm"})  # (a 1-D input: torch says it needs 2 dimensions)
 
 
 def check_dims(entry: dict, arg, shape) -> None:
