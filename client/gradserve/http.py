@@ -99,6 +99,7 @@ class Client:
 
     def request(self, method: str, path: str, **kwargs) -> httpx.Response:
         """Send, retrying what may be retried; raise ProblemError for any 4xx/5xx answer."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         attempt = 0
         while True:
             self.requests += 1
@@ -136,6 +137,7 @@ class Client:
             f"({type(exc).__name__}: {exc or 'no detail'}); {hint}", self.url, self.url_source)
 
     def _json(self, method: str, path: str, **kwargs) -> Any:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self.request(method, path, **kwargs).json()
 
     # ----- sessions -----------------------------------------------------------------------------------
@@ -159,6 +161,7 @@ class Client:
         """``POST /ops``: atomic. ``returns``: the request's ``return`` (names, or {name: "full" | "meta" |
         "auto"}): only those tensors come back. ``progress``: draw a bar on stderr if it runs long (None: on a
         terminal, unless ``GRADSERVE_PROGRESS=0``; see ``gradserve.progress``)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         body: dict[str, Any] = {"ops": ops}
         if no_grad:
             body["no_grad"] = True

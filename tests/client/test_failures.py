@@ -116,3 +116,16 @@ def test_requests_are_logged_at_debug_with_sizes_and_times(ctx, caplog):
     assert any(line.startswith("POST /v1/sessions/") and " -> 200: " in line and "bytes sent" in line
                and line.endswith(" ms") for line in lines), lines
     assert any(line.startswith("sync: 3 ops sent") for line in lines), lines
+
+
+def test_the_client_s_frames_are_marked_for_ipython_and_pytest_to_hide(ctx):
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    for line in (lambda: x.add_(1), lambda: x + torch.ones(3), lambda: x[torch.tensor([9])].tolist()):
+        with pytest.raises(Exception) as info:  # noqa: PT011 - the classes are torch's, checked elsewhere
+            line()
+        tb, ours = info.value.__traceback__, []
+        while tb is not None:
+            if tb.tb_frame.f_globals.get("__name__", "").startswith("gradserve."):
+                ours.append((tb.tb_frame.f_code.co_name, "__tracebackhide__" in tb.tb_frame.f_locals))
+            tb = tb.tb_next
+        assert ours and all(hidden for _, hidden in ours), ours

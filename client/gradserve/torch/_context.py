@@ -147,6 +147,7 @@ class Context:
 
         While a function is traced nothing can be sent; inside a dual level a ``deferrable`` send (one made
         only to raise errors early, as ``backward``'s) waits for the level's exit, and any other raises."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self.tracing:
             raise RuntimeError("gradserve: a function given to torch.autograd.functional is traced into one op list: "
                                "it cannot read tensor values or metadata the client does not know yet, nor call "
@@ -163,6 +164,7 @@ class Context:
         handle's tangent is unpacked into a name of its own (only the server knows which tensors have one), and
         the next request re-enters the level and makes each of those tensors dual again with its tangent (the
         name rebound to the dual tensor). The tangents of the handles read come back too, for ``repr``."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         probes = []
         for name, ref in list(self.refs.items()):
             handle = ref()
@@ -196,6 +198,7 @@ class Context:
 
     def _send(self, returns: dict[str, str]) -> dict:
         """Send the pending ops with ``returns`` (see ``flush``)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         prefetched = self._prefetch(returns)
         pending, sites, made = self.pending, self.sites, self.made
         self.pending, self.sites, self.made = [], [], []
@@ -291,6 +294,7 @@ class Context:
 
     def _session_lost(self, exc: ProblemError, pending: list[dict], made: list[tuple]):
         """The server no longer has the session: every handle of it is gone. The next op starts a new one."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         lost = self.session_id
         names = tuple(_variable_names(self))
         error = SessionLostError(
@@ -311,6 +315,7 @@ class Context:
     def _failed(self, exc: ProblemError, pending: list[dict], sites: list, made: list[tuple]):
         """Raise ``exc`` as torch would have, at the line that recorded the failing op, after re-sending
         the ops before it (see the module docstring)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         error = torch_error(exc.problem)
         setting = re.search(r"GRADSERVE_[A-Z_]+", exc.detail or "")
         if setting is not None and exc.code in (*WHOLE_REQUEST, "limit_exceeded"):

@@ -95,6 +95,7 @@ def is_float(dtype) -> bool | None:
 def broadcast(shapes: list[tuple], two: bool) -> tuple | object:
     """torch's broadcast of ``shapes`` with its message for two tensors; UNKNOWN (left to the server) for a
     mismatch among more."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     first = shapes[0]
     if all(s == first for s in shapes):
         return first
@@ -116,6 +117,7 @@ def broadcast(shapes: list[tuple], two: bool) -> tuple | object:
 def data_shape(data) -> tuple | object:
     """The shape of nested Python lists of numbers, as ``torch.tensor`` reads it (the first element's length
     at each depth), with torch's ValueError for a ragged list; UNKNOWN for what is not plain lists."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     import numpy as np
 
     if isinstance(data, np.ndarray):
@@ -131,6 +133,7 @@ def data_shape(data) -> tuple | object:
 
 
 def _fits(data, shape: tuple, depth: int) -> bool:
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     if depth == len(shape):
         return isinstance(data, (bool, int, float))
     if not isinstance(data, (list, tuple)):
@@ -167,6 +170,7 @@ def data_dtype(data):
 def creation(op: str, arg, varargs: tuple, dtype_name, requires_grad: bool) -> dict:
     """A new leaf's facts (``varargs``: the call's positional arguments, for ``zeros(*size)``); raises
     torch's error for ``requires_grad=True`` on an integer dtype."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     from gradserve.torch import _catalog
 
     dt = dtype_name
@@ -206,6 +210,7 @@ def creation(op: str, arg, varargs: tuple, dtype_name, requires_grad: bool) -> d
 def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
     """The facts of a one-output op's result: requires_grad, is_leaf and node, and the shape where the op's
     family says how (broadcasting, reductions). Raises torch's broadcast error."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     facts: dict = {}
     shape = shape_of(entry, tensors, arg)
     if shape is not UNKNOWN:
@@ -252,6 +257,7 @@ DIM_ELSEWHERE = frozenset({"diag_embed", "cosine_similarity", "cross", "linalg.c
 
 def check_dims(entry: dict, arg, shape) -> None:
     """torch's IndexError for a dimension argument out of range of the first argument's rank."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     name = entry["name"]
     if shape is UNKNOWN or name in DIM_ELSEWHERE:
         return
@@ -275,6 +281,7 @@ def _first_shape(entry: dict, tensors: list, arg):
 
 
 def shape_of(entry: dict, tensors: list, arg):
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     family, name = entry["family"], entry["name"]
     if family == "elementwise":
         shapes = [peek(t, "shape") for t in tensors]
@@ -311,6 +318,7 @@ def shape_of(entry: dict, tensors: list, arg):
 
 def view_shape(shape: tuple, size) -> tuple | object:
     """``view``/``reshape``'s result, with torch's errors for a size that does not fit."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     if not isinstance(size, (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool) for d in size):
         return UNKNOWN
     numel = 1
@@ -335,6 +343,7 @@ def view_shape(shape: tuple, size) -> tuple | object:
 
 def matmul_shape(a, b) -> tuple | object:
     """``matmul`` of 1-D and 2-D operands, with torch's messages (higher ranks: left to the server)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     if b is UNKNOWN or len(a) not in (1, 2) or len(b) not in (1, 2):
         return UNKNOWN
     if len(a) == 2 and len(b) == 2:
@@ -377,6 +386,7 @@ def view_of_leaf(name: str, base, index=None) -> bool:
 def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -> dict:
     """Check an in-place op on ``target`` as torch does; the target's facts after it. ``index``: setitem's key
     (a basic index writes through a view of the target)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     leaf, requires_grad = peek(target, "is_leaf"), peek(target, "requires_grad")
     if grad_enabled and (peek(target, "view_of_leaf") is True or entry["name"] == "setitem" and index is not None
                          and view_of_leaf("getitem", target, index)):
@@ -419,6 +429,7 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
 def set_requires_grad(t, flag: bool, setter: bool) -> None:
     """``t.requires_grad_(flag)`` / ``t.requires_grad = flag``: torch's errors for a computed tensor and for an
     integer one."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     if not flag and peek(t, "is_leaf") is False:
         raise error("RuntimeError", NON_LEAF_FLAG)
     if flag and is_float(peek(t, "dtype")) is False:
@@ -435,6 +446,7 @@ def _numel(shape) -> int:
 def check_grad(outputs: list, inputs: list, allow_unused, has_grad_outputs: bool = False) -> list[bool] | None:
     """``autograd.grad``'s errors torch decides from the graph: an output that does not require grad, an input
     not used (without ``allow_unused``). Returns which inputs are used, when the client knows."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     out_nodes = [node(t) for t in outputs]
     if not has_grad_outputs:
         for t, n in zip(outputs, out_nodes):
@@ -462,6 +474,7 @@ def check_grad(outputs: list, inputs: list, allow_unused, has_grad_outputs: bool
 
 def set_grad(t, value) -> None:
     """``t.grad = value``: torch's error for a gradient of another size."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     if value is None:
         return
     have, want = peek(value, "shape"), peek(t, "shape")

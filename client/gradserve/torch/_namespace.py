@@ -17,6 +17,7 @@ def function(namespace: str, name: str):
         raise missing(f"module '{namespace}' has no attribute '{name}'")
 
     def fn(*args, **kwargs):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return call_op(op, args, kwargs)
 
     fn.__name__ = fn.__qualname__ = name

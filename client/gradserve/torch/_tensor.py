@@ -91,6 +91,7 @@ class Tensor:
 
     # ----- reading --------------------------------------------------------------------------------------
     def _fetch(self, level: str) -> dict:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._error is not None:
             raise self._error
         view = self._ctx.flush({self._name: level}).get("tensors", {}).get(self._name)
@@ -99,11 +100,13 @@ class Tensor:
         return self._view
 
     def _meta(self, key: str):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._view_stamp != self._stamp() or key not in self._view:
             self._fetch("auto")
         return self._view[key]
 
     def _data(self) -> np.ndarray:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._view_stamp != self._stamp() or self._array is None:
             self._fetch("full")
         if isinstance(self._array, dict):
@@ -115,33 +118,40 @@ class Tensor:
 
     @property
     def shape(self) -> Size:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._shape is None:
             self._meta("shape")
         return self._shape
 
     def size(self, dim: int | None = None):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self.shape if dim is None else self.shape[dim]
 
     def dim(self) -> int:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return len(self.shape)
 
     ndim = property(dim)
 
     def numel(self) -> int:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self.shape.numel()
 
     def __len__(self) -> int:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
     @property
     def dtype(self):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._dtype is None:
             self._meta("dtype")
         return by_name(self._dtype)
 
     def is_floating_point(self) -> bool:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self.dtype.is_floating_point
 
     @property
@@ -150,67 +160,82 @@ class Tensor:
 
     @property
     def requires_grad(self) -> bool:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self._meta("requires_grad")
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         _meta.set_requires_grad(self, builtins.bool(value), setter=True)
         self._set_requires_grad(value)
 
     @property
     def is_leaf(self) -> bool:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self._meta("is_leaf")
 
     @property
     def retains_grad(self) -> bool:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self._meta("retains_grad")
 
     @property
     def _version(self) -> int:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self._meta("version")
 
     @property
     def grad_fn(self):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         name = self._meta("grad_fn")
         return None if name is None else GradFn(name, self)
 
     def item(self):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         a = self._data()
         if a.size != 1:
             raise RuntimeError(f"a Tensor with {a.size} elements cannot be converted to Scalar")
         return a.reshape(()).item()
 
     def tolist(self):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self._data().tolist()
 
     def numpy(self) -> np.ndarray:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self.requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
                                "instead.")
         return np.array(self._data())
 
     def __array__(self, dtype=None, copy=None):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         a = np.array(self._data())
         return a.astype(dtype) if dtype is not None else a
 
     def __bool__(self) -> bool:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         a = self._data()
         if a.size != 1:
             raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return builtins.bool(a.reshape(()).item())
 
     def __float__(self) -> float:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return float(self.item())
 
     def __int__(self) -> int:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return int(self.item())
 
     def __index__(self) -> int:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self.dtype.is_floating_point:
             raise TypeError("only integer tensors of a single element can be converted to an index")
         return int(self.item())
 
     def __repr__(self) -> str:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         tangent = None
         if self._ctx.dual_depth:  # torch shows a dual tensor's tangent: asked for with the value
             self._fetch("full")
@@ -225,6 +250,7 @@ class Tensor:
 
     def __format__(self, spec: str) -> str:
         # torch: a 0-d Tensor (not a subclass) formats as its item, even with an empty spec
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if type(self) is Tensor and self.dim() == 0:
             return format(self.item(), spec)
         return format(repr(self), spec)
@@ -232,6 +258,7 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __iter__(self):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         for i in range(len(self)):
             yield self[i]
 
@@ -243,6 +270,7 @@ class Tensor:
     def grad(self):
         """``x.grad``: None or the gradient tensor itself (a handle bound to it). Sends what is pending unless
         it is already known (the gradients of leaves come back with every request after a backward)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._grad_known():
             return self._known_grad[1]
         ctx = self._ctx
@@ -264,6 +292,7 @@ class Tensor:
 
     @grad.setter
     def grad(self, value) -> None:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         _meta.set_grad(self, value)
         ctx = self._ctx
         ctx.record({"op": "set_grad", "args": [self._ref(ctx), None if value is None else value._ref(ctx)]})
@@ -271,13 +300,16 @@ class Tensor:
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None) -> None:
         """``Tensor.backward``: recorded, then sent (a sync point: its errors are raised here)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         backward(self, gradient, retain_graph, create_graph, inputs)
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         _meta.set_requires_grad(self, builtins.bool(requires_grad), setter=False)
         return self._set_requires_grad(requires_grad)
 
     def _set_requires_grad(self, requires_grad: bool) -> Tensor:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         ctx = self._ctx
         ctx.record({"op": "requires_grad_", "args": [self._ref(ctx), requires_grad]})
         known_leaf = self._view_stamp == self._stamp() and self._view.get("is_leaf")
@@ -288,24 +320,29 @@ class Tensor:
         return self
 
     def retain_grad(self) -> None:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         ctx = self._ctx
         ctx.record({"op": "retain_grad", "args": [self._ref(ctx)]})
         self._mutated()
 
     def detach(self) -> Tensor:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return call_op("detach", (self,), {})
 
     @property
     def data(self) -> Tensor:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self.detach()
 
     @property
     def T(self) -> Tensor:  # noqa: N802 - torch's name
         """``x.T``: the dimensions reversed."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return call_op("permute", (self, list(range(self.dim() - 1, -1, -1))), {})
 
     def to(self, *args, **kwargs) -> Tensor:
         """``x.to(dtype)``; devices (``"cpu"``) are accepted and ignored: the server has one."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         args = tuple(a for a in args if not isinstance(a, str))
         kwargs.pop("device", None)
         if not args and not kwargs:
@@ -323,14 +360,33 @@ class Tensor:
             from gradserve.torch._namespace import missing
 
             raise missing(f"'Tensor' object has no attribute '{name}'")
-        return lambda *args, **kwargs: call_op(op, (self, *args), kwargs)
+        def method(*args, **kwargs):
+            __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+            return call_op(op, (self, *args), kwargs)
+        return method
 
     # ----- operators --------------------------------------------------------------------------------------
     def __getitem__(self, key):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return call_op("getitem", (self, _Index(key)), {})
 
     def __setitem__(self, key, value) -> None:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         call_op("setitem", (self, _Index(key), value), {})
+
+
+def _binary(op: str):
+    def operator(self, other):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        return call_op(op, (self, other), {})
+    return operator
+
+
+def _unary(op: str):
+    def operator(self):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        return call_op(op, (self,), {})
+    return operator
 
 
 for _dunder, _op in {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": "rsub",
@@ -340,14 +396,15 @@ for _dunder, _op in {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__r
                      "__gt__": "gt", "__ge__": "ge", "__and__": "logical_and", "__or__": "logical_or",
                      "__xor__": "logical_xor", "__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_",
                      "__itruediv__": "div_", "__ipow__": "pow_"}.items():
-    setattr(Tensor, _dunder, lambda self, other, _op=_op: call_op(_op, (self, other), {}))
+    setattr(Tensor, _dunder, _binary(_op))
 for _dunder, _op in {"__neg__": "neg", "__abs__": "abs", "__invert__": "logical_not"}.items():
-    setattr(Tensor, _dunder, lambda self, _op=_op: call_op(_op, (self,), {}))
+    setattr(Tensor, _dunder, _unary(_op))
 
 
 def _compare_with_none(op: str, when_none: bool):
     """torch: ``t == None`` is False and ``t != None`` True (no op)."""
     def compare(self, other):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return when_none if other is None else call_op(op, (self, other), {})
     return compare
 
@@ -387,9 +444,11 @@ class GradFn:
         return f"torch::autograd::{self._name}" if self._name in CPP_NODES else self._name
 
     def __repr__(self) -> str:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return f"<{self._name} object at {hex(id(self))}>"
 
     def _load(self) -> None:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._node is None:
             ctx = self._tensor._ctx
             ctx.flush()
@@ -399,6 +458,7 @@ class GradFn:
 
     @property
     def next_functions(self) -> tuple:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         self._load()
         out = []
         for edge in self._node["next_functions"]:
@@ -412,6 +472,7 @@ class GradFn:
     @property
     def variable(self) -> Tensor | None:
         """For an AccumulateGrad node: the leaf it accumulates into (when its handle is alive)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         self._load()
         name = self._node.get("variable")
         return self._tensor._ctx.handle(name) if name and self._tensor is not None else None
@@ -438,6 +499,7 @@ def context_of(values) -> Context:
 def call_op(name: str, args: tuple, kwargs: dict):
     """Record ``name(*args, **kwargs)`` and return what torch would: a handle, a tuple of handles, or the
     target itself for in-place ops. Only ops whose number of outputs depends on the data send at once."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     entry = _catalog.catalog()[name]
     ctx = context_of((*args, *kwargs.values()))
     args = _catalog.pack_sizes(name, args)
@@ -547,6 +609,7 @@ def _decode(data) -> np.ndarray:
 # ----- autograd entry points ---------------------------------------------------------------------------------
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None) -> None:
     """``torch.autograd.backward``: recorded and sent at once, so that its errors are raised here."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     single = isinstance(tensors, Tensor)
     roots = [tensors] if single else list(tensors)
     ctx = context_of(roots)
@@ -572,6 +635,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
          is_grads_batched=False, materialize_grads=False) -> tuple:
     """``torch.autograd.grad``: recorded (sent at once only with ``allow_unused``, where None results
     depend on the graph)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     ctx = context_of(ins + outs)
