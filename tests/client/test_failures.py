@@ -68,7 +68,7 @@ def test_a_lost_session_names_the_tensors_that_are_gone_and_the_next_op_starts_a
 @pytest.fixture(scope="module")
 def strict_server(tmp_path_factory):
     srv = Uvicorn.for_app({"GRADSERVE_RATE_LIMIT_PER_SECOND": "0", "GRADSERVE_MAX_OPS_PER_REQUEST": "20",
-                           "GRADSERVE_MAX_ELEMENTS_PER_TENSOR": "1000"},
+                           "GRADSERVE_MAX_ELEMENTS_PER_TENSOR": "1000000", "GRADSERVE_REQUEST_DEADLINE_SECONDS": "0.2"},
                           tmp_path_factory.mktemp("strict") / "uvicorn.log")
     srv.start()
     yield srv
@@ -92,10 +92,29 @@ def test_a_request_over_a_per_request_limit_names_the_setting_and_the_two_ways_o
         assert y.item() == 32.0 and ctx.session_id is not None
 
 
+def test_a_sync_past_the_deadline_applies_nothing_says_so_and_names_the_two_ways_out(strict_server):
+    with gradserve.session(client=gradserve.Client(strict_server.url)):
+        x = torch.rand(1000, 1000, seed=0)  # 9 products of 2 GFLOP each: past 0.2 s on any machine
+        gradserve.sync()
+        y = x
+        for _ in range(9):
+            y = (y @ x).tanh()
+        with pytest.raises(RuntimeError) as info:
+            y.sum().item()
+        assert "ran past its deadline of 0.2 s (GRADSERVE_REQUEST_DEADLINE_SECONDS); nothing was applied" in \
+            str(info.value)
+        notes = "\n".join(info.value.__notes__)
+        assert "sync more often" in notes and "raise GRADSERVE_REQUEST_DEADLINE_SECONDS on the server" in notes
+        assert "are applied" not in notes
+        with pytest.raises(RuntimeError, match="never computed"):
+            y.tolist()
+        assert x.shape == (1000, 1000) and (x[0, :2] * 0).tolist() == [0.0, 0.0]  # the session goes on
+
+
 def test_a_tensor_over_a_size_limit_names_the_setting(strict_server):
     with gradserve.session(client=gradserve.Client(strict_server.url)):
         with pytest.raises(RuntimeError) as info:
-            torch.zeros(2000).sum().item()
+            torch.zeros(2_000_000).sum().item()
         assert "GRADSERVE_MAX_ELEMENTS_PER_TENSOR" in str(info.value)
         assert "raise GRADSERVE_MAX_ELEMENTS_PER_TENSOR on the server" in "\n".join(info.value.__notes__)
 
