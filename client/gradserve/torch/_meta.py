@@ -15,6 +15,8 @@ handle sharing it. ``node`` is the client's picture of the autograd graph: a lea
 
 from __future__ import annotations
 
+import functools
+
 from gradserve.errors import TORCH_ERRORS
 
 UNKNOWN = object()
@@ -387,31 +389,29 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
     """Check an in-place op on ``target`` as torch does; the target's facts after it. ``index``: setitem's key
     (a basic index writes through a view of the target)."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-    leaf, requires_grad = peek(target, "is_leaf"), peek(target, "requires_grad")
-    if grad_enabled and (peek(target, "view_of_leaf") is True or entry["name"] == "setitem" and index is not None
-                         and view_of_leaf("getitem", target, index)):
+    facts_of = known(target)
+    leaf, requires_grad = facts_of.get("is_leaf", UNKNOWN), facts_of.get("requires_grad", UNKNOWN)
+    on_view = facts_of.get("view_of_leaf") is True
+    if grad_enabled and (on_view or index is not None and view_of_leaf("getitem", target, index)):
         raise error("RuntimeError", VIEW_OF_LEAF_INPLACE)
     if grad_enabled and leaf is True and requires_grad is True:
         raise error("RuntimeError", LEAF_INPLACE)
-    from gradserve.torch import _catalog
-
-    base = _catalog.catalog().get(entry["name"].removesuffix("_"))
-    if base is not None and base["family"] == "elementwise":
-        shape = peek(target, "shape")
+    shape = peek(target, "shape")
+    if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN:
         shapes = [shape, *(peek(t, "shape") for t in others)]
         if UNKNOWN not in shapes:
             out = broadcast(shapes, len(shapes) == 2)
             if out is not UNKNOWN and out != shape:
                 raise error("RuntimeError", f"output with shape {list(shape)} doesn't match the broadcast shape "
                                             f"{list(out)}")
-    facts: dict = {}
-    if peek(target, "shape") is not UNKNOWN:
-        facts["shape"] = peek(target, "shape")
+    facts: dict = {} if shape is UNKNOWN else {"shape": shape}
+    if on_view:
+        facts["view_of_leaf"] = True
     if not grad_enabled or not entry["differentiable"]:
         if requires_grad is not UNKNOWN and leaf is not UNKNOWN:
             facts.update(requires_grad=requires_grad, is_leaf=leaf)
-            if requires_grad and leaf is False and peek(target, "node") is not UNKNOWN:
-                facts["node"] = peek(target, "node")
+            if requires_grad and leaf is False and "node" in facts_of:
+                facts["node"] = facts_of["node"]
         return facts
     nodes = [node(target), *(node(t) for t in others)]
     parents = tuple(n for n in nodes if n is not None and n is not UNKNOWN)
@@ -424,6 +424,15 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
     elif leaf is not UNKNOWN:
         facts.update(requires_grad=False, is_leaf=leaf, node=None)
     return facts
+
+
+@functools.cache
+def _broadcasts_in_place(name: str) -> bool:
+    """An in-place op whose out-of-place form is elementwise (``add_``: ``add``) broadcasts into its target."""
+    from gradserve.torch import _catalog
+
+    base = _catalog.catalog().get(name.removesuffix("_"))
+    return base is not None and base["family"] == "elementwise"
 
 
 def set_requires_grad(t, flag: bool, setter: bool) -> None:
