@@ -510,10 +510,10 @@ def call_op(name: str, args: tuple, kwargs: dict):
     if not grad_enabled:
         op["no_grad"] = True
     tensors = _tensors((*args, *kwargs.values()))
-    base_name = entry["name"]
+    base = entry["name"]
     if entry["inplace"]:
         target = args[0] if args else kwargs.get("self")
-        index = args[1].key if base_name == "setitem" and len(args) > 1 and isinstance(args[1], _Index) else None
+        index = args[1].key if base == "setitem" and len(args) > 1 and isinstance(args[1], _Index) else None
         facts = _meta.inplace(entry, target, [t for t in tensors if t is not target], grad_enabled, index) \
             if isinstance(target, Tensor) else {}
         ctx.record(op)
@@ -522,10 +522,9 @@ def call_op(name: str, args: tuple, kwargs: dict):
             target._know(**facts)
         return target
     first = next((a for a in args if isinstance(a, Tensor)), None)
-    shares = entry["family"] == "shape" and first is not None and base_name not in _meta.COPIES and not (
-        base_name == "getitem" and not _meta.basic_index(args[1].key))  # (an advanced index copies)
+    shares = entry["family"] == "shape" and first is not None and base not in _meta.COPIES and not (
+        base == "getitem" and not _meta.basic_index(args[1].key))  # (an advanced index copies)
     storage = first._storage if shares else None
-    base = entry["name"]
     if base in _catalog.VARIABLE_OUTPUTS:
         op["out"] = ctx.fresh_name()
         index = ctx.record(op)
@@ -542,6 +541,7 @@ def call_op(name: str, args: tuple, kwargs: dict):
         op["out"] = [values._name, indices._name]
         ctx.record(op, (values, indices))
         return _catalog.return_types[base](values, indices)
+
     def arg(param, default=None):
         if param == _catalog.varargs(base):  # x.view(2, 3) and x.view((2, 3)) alike
             rest = args[len(_catalog.positions(base)):]
