@@ -169,8 +169,8 @@ def data_dtype(data):
 
 
 # ----- an op's facts ------------------------------------------------------------------------------------------
-def creation(op: str, arg, varargs: tuple, dtype_name, requires_grad: bool) -> dict:
-    """A new leaf's facts (``varargs``: the call's positional arguments, for ``zeros(*size)``); raises
+def creation(op: str, arg, dtype_name, requires_grad: bool) -> dict:
+    """A new leaf's facts (``arg(name)``: the call's argument ``name``, ``*size`` too); raises
     torch's error for ``requires_grad=True`` on an integer dtype."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     from gradserve.torch import _catalog
@@ -197,9 +197,7 @@ def creation(op: str, arg, varargs: tuple, dtype_name, requires_grad: bool) -> d
     else:
         size = next((arg(p) for p in _catalog.positions(op) if p in _catalog.SIZE_PARAMS), None)
         if size is None and _catalog.varargs(op) in _catalog.SIZE_PARAMS:
-            size = varargs
-            if len(size) == 1 and isinstance(size[0], (list, tuple)):
-                size = size[0]
+            size = arg(_catalog.varargs(op))  # zeros(2, 3), zeros((2, 3)), zeros(size=(2, 3))
         if isinstance(size, (list, tuple)) and all(isinstance(d, int) and not isinstance(d, bool) for d in size):
             shape = tuple(size)
     if shape is not UNKNOWN:

@@ -552,7 +552,7 @@ def call_op(name: str, args: tuple, kwargs: dict):
 
     if entry["family"] == "creation":
         dtype = arg("dtype")
-        facts = _meta.creation(base, arg, args, dtype.name if isinstance(dtype, DType) else None,
+        facts = _meta.creation(base, arg, dtype.name if isinstance(dtype, DType) else None,
                                builtins.bool(arg("requires_grad", False)))
     elif base != "detach":
         facts = _meta.result(entry, tensors, arg, grad_enabled)
