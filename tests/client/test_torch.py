@@ -327,6 +327,7 @@ def test_session_cleanup_and_pending_errors_at_interpreter_exit(server, tmp_path
         assert p.stdout == "done\n" and p.returncode == 1
         assert p.stderr.strip().splitlines()[-2] == "IndexError: index 7 is out of bounds for dimension 0 with size 2"
         assert f'{script}", line 4' in p.stderr
+        assert "client/gradserve/" not in p.stderr  # the traceback shows the user's lines only
         assert {s["id"] for s in http.list_sessions()} == before
 
 

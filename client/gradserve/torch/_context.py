@@ -30,7 +30,7 @@ import types
 import warnings
 import weakref
 
-from gradserve.errors import ProblemError, SessionLostError, torch_error
+from gradserve.errors import ProblemError, SessionLostError, is_ours, torch_error, user_traceback
 from gradserve.http import Client
 
 _PACKAGE = __name__.split(".")[0] + "."
@@ -438,6 +438,8 @@ def _at_exit() -> None:
         try:
             ctx.close()
         except Exception as exc:  # noqa: BLE001
+            if is_ours(exc) and not os.environ.get("GRADSERVE_FULL_TRACEBACKS"):
+                exc = exc.with_traceback(user_traceback(exc.__traceback__) or exc.__traceback__)
             traceback.print_exception(exc)
             sys.stdout.flush()
             sys.stderr.flush()
