@@ -125,7 +125,12 @@ def test_a_name_the_client_lacks_says_it_is_gradserve_s_module_and_where_the_lis
         torch.save  # noqa: B018
     with pytest.raises(AttributeError, match=r"^'Tensor' object has no attribute 'no_such_method' \(this is "):
         torch.tensor([1.0]).no_such_method  # noqa: B018
+    for missing, module in ((lambda: torch.nn.Conv3d, "torch.nn"), (lambda: torch.optim.RMSprop, "torch.optim"),
+                            (lambda: torch.nn.functional.no_such_function, "torch.nn.functional")):
+        with pytest.raises(AttributeError, match=rf"^module '{module}' has no attribute '\w+' \(this is gradserve"):
+            missing()
     assert not hasattr(torch, "__wrapped__")  # protocol probes stay plain
+    assert torch.nn.Linear and torch.optim.SGD  # what the client has is found as before
 
 
 def test_requests_are_logged_at_debug_with_sizes_and_times(ctx, caplog):
