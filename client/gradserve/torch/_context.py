@@ -337,8 +337,9 @@ class Context:
                 self.client.run_ops(self.session(), pending[:i], returns={}, encoding="base64")
             except ProblemError as again:  # e.g. the session expired meanwhile
                 self._lost(pending[:i], made[:i], f"re-sending it failed: {again.detail}", error)
-        error.add_note(f"gradserve: op {i} of the {len(pending)} sent together failed ({pending[i]['op']}): the {i} "
-                       f"before it are applied, it and the {len(pending) - i - 1} after it are not")
+        error.add_note(f"gradserve: op {i} of the {len(pending)} sent together failed ({pending[i]['op']}): nothing of "
+                       f"that request was applied; the {i} before it were sent again and are applied, it and the "
+                       f"{len(pending) - i - 1} after it are not")
         site = sites[i]
         tb = types.TracebackType(None, site[0], site[1], site[2]) if site is not None else None
         raise error.with_traceback(tb) from None
