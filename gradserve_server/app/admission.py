@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from gradserve_server import engine
-from gradserve_server.app.errors import ServerBusy
+from gradserve_server.app.errors import REQUEST, ServerBusy
 from gradserve_server.engine.errors import CancelledError
 
 DEADLINE_SETTING = "GRADSERVE_REQUEST_DEADLINE_SECONDS"
@@ -57,6 +57,8 @@ class HeavyWork:
         self._waiting: deque[asyncio.Future] = deque()
         self.refused = 0
         self.cancelled = 0
+        #: request id -> the Control of a heavy request running now (its progress, for GET /v1/requests/...)
+        self.active: dict[str, engine.Control] = {}
 
     @property
     def queued(self) -> int:
@@ -77,8 +79,12 @@ class HeavyWork:
         watcher = asyncio.ensure_future(disconnected(request))
         try:
             await self._acquire(watcher)
+            context = REQUEST.get()
+            request_id = context["request_id"] if context is not None else None
             try:
                 control = self.control()
+                if request_id is not None:
+                    self.active[request_id] = control
                 work = asyncio.ensure_future(run_in_threadpool(fn, *args, control=control, **kwargs))
                 done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
                 if work not in done:
@@ -87,6 +93,8 @@ class HeavyWork:
                     await asyncio.wait({work})  # it stops at its next check; the slot is free only then
                 return work.result()
             finally:
+                if request_id is not None:
+                    self.active.pop(request_id, None)
                 self._release()
         finally:
             watcher.cancel()

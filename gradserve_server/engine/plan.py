@@ -1841,9 +1841,13 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
     try:
         # (every run of the loop ignores numpy's floating-point errors: chained replays enter that once)
         with np.errstate(all="ignore"):
+            if control is not None:
+                control.total = repeat * len(ops)
             for i in range(repeat):
                 done += 1
                 plan = None
+                if control is not None:
+                    control.done = i * len(ops)  # (progress, read by the app's progress route)
                 if control is not None and i % _CHECK_LOOP == _CHECK_LOOP - 1:
                     control.check()  # (short plans never reach a replay's own check; the cold loop reports)
                 if carried is not None:

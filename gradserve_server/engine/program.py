@@ -1126,6 +1126,8 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
         budget = Budget(Limits(), control=control)
     guard = budget if budget is not None else contextlib.nullcontext()
     check = control.check if control is not None else None
+    if control is not None and not control.total:  # (a planned repeat loop set it for the whole loop)
+        control.total = len(ops) * repeat
     run_op = runner.run_op
     gens = Generators(state.generator, state.generators)
     gens_token = use_generators(gens)
@@ -1142,6 +1144,8 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
                     bound = run_op(index, spec_op, no_grad)  # (op_name: read on failure, below)
                     if keep:
                         outcomes.append(OpOutcome(index, spec_op.get("op"), bound))
+                    if control is not None:
+                        control.done += 1
                 index, op_name = None, None
                 stop, result.iterations = until is not None and _until_reached(ns, until), _ + 1
                 for n in record:

@@ -99,6 +99,7 @@ def pack_sizes(op: str, args: tuple) -> tuple:
     return args
 
 
+@functools.cache
 def _size_param(op: str) -> int | None:
     """The position of ``op``'s size (or dims) parameter, if it has one."""
     return next((i for p, i in positions(op).items() if p in SIZE_PARAMS), None)
@@ -107,8 +108,18 @@ def _size_param(op: str) -> int | None:
 @functools.cache
 def positions(op: str) -> dict[str, int]:
     """``op``'s parameters that may be passed positionally -> their positions."""
-    params = [a["name"] for a in catalog()[op]["arguments"] if a.get("kind") not in ("varargs", "kwargs")]
+    params = []
+    for a in catalog()[op]["arguments"]:
+        if a.get("kind") in ("varargs", "kwargs"):
+            break  # what follows is keyword-only
+        params.append(a["name"])
     return {p: i for i, p in enumerate(params)}
+
+
+@functools.cache
+def varargs(op: str) -> str | None:
+    """The name of ``op``'s ``*args`` parameter (``zeros(*size)``), if it has one."""
+    return next((a["name"] for a in catalog()[op]["arguments"] if a.get("kind") == "varargs"), None)
 
 
 def argument(op: str, name: str, args: tuple, kwargs: dict, default=None):

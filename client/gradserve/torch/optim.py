@@ -199,3 +199,12 @@ class Adam(Optimizer):
 
 
 __all__ = ["Optimizer", "SGD", "Adam"]
+
+
+def __getattr__(name: str):
+    """A name torch has here and the client lacks: torch's AttributeError, saying whose module this is."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from gradserve.torch._namespace import missing
+
+    raise missing(f"module 'torch.optim' has no attribute '{name}'")

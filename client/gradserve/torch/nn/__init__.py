@@ -335,3 +335,12 @@ class CrossEntropyLoss(Module):
 
 __all__ = ["Module", "Parameter", "Linear", "Sequential", "ReLU", "Tanh", "Sigmoid", "MSELoss", "CrossEntropyLoss",
            "functional"]
+
+
+def __getattr__(name: str):
+    """A name torch has here and the client lacks: torch's AttributeError, saying whose module this is."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from gradserve.torch._namespace import missing
+
+    raise missing(f"module 'torch.nn' has no attribute '{name}'")
