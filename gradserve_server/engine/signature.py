@@ -67,7 +67,7 @@ METHOD_ONLY = frozenset({"view", "expand", "expand_as", "repeat", "contiguous", 
                          "to", "copy_", "fill_", "add_", "sub_", "mul_", "div_", "pow_", "masked_fill_",
                          "clamp_min_", "clamp_max_", "clamp_", "zero_", "abs_", "neg_", "exp_", "log_", "sqrt_",
                          "sigmoid_", "tanh_", "relu_", "scatter_", "scatter_add_", "index_add_", "index_copy_",
-                         "index_fill_"})
+                         "index_fill_", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
 
 # indexing and the reflected operators are not torch functions: no parsing beyond the op's own
 _EXEMPT = frozenset({"getitem", "setitem", "rpow", "rtruediv", "rmatmul", "tensor"})
@@ -187,6 +187,18 @@ OVERLOADS.update({
                            "(int dim, Tensor index, Number value, *, str reduce)")},
 })
 OVERLOADS["scatter_"] = {"method": OVERLOADS["scatter"]["method"]}
+OVERLOADS["tensor_split"] = {
+    "function": ("(Tensor input, tuple of ints indices, int dim = 0)",
+                 "(Tensor input, Tensor tensor_indices_or_sections, int dim = 0)",
+                 "(Tensor input, int sections, int dim = 0)"),
+    "method": ("(tuple of ints indices, int dim = 0)", "(Tensor tensor_indices_or_sections, int dim = 0)",
+               "(int sections, int dim = 0)")}
+OVERLOADS["repeat_interleave"] = {
+    "function": ("(Tensor input, Tensor repeats, int dim = None, *, int output_size = None)",
+                 "(Tensor repeats, *, int output_size = None)",
+                 "(Tensor input, int repeats, int dim = None, *, int output_size = None)"),
+    "method": ("(Tensor repeats, int dim = None, *, int output_size = None)",
+               "(int repeats, int dim = None, *, int output_size = None)")}
 OVERLOADS["index_fill"] = {"function": ("(Tensor input, int dim, Tensor index, Tensor value)",
                                         "(Tensor input, int dim, Tensor index, Number value)"),
                            "method": ("(int dim, Tensor index, Tensor value)", "(int dim, Tensor index, Number value)")}

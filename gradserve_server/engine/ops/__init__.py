@@ -7,6 +7,7 @@ from ..signature import check_call
 from ..tensor import Tensor
 from . import (  # noqa: F401
     backward,
+    composites,
     conv,
     creation,
     decompositions,
