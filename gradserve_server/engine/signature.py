@@ -187,6 +187,10 @@ OVERLOADS.update({
                            "(int dim, Tensor index, Number value, *, str reduce)")},
 })
 OVERLOADS["scatter_"] = {"method": OVERLOADS["scatter"]["method"]}
+OVERLOADS["remainder"] = {"function": ("(Tensor input, Tensor other, *, Tensor out = None)",
+                                       "(Number self, Tensor other)",
+                                       "(Tensor input, Number other, *, Tensor out = None)"),
+                          "method": ("(Tensor other)", "(Number other)")}
 OVERLOADS["tensor_split"] = {
     "function": ("(Tensor input, tuple of ints indices, int dim = 0)",
                  "(Tensor input, Tensor tensor_indices_or_sections, int dim = 0)",
