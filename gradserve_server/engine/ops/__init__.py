@@ -19,6 +19,7 @@ from . import (  # noqa: F401
     matrix,
     nn,
     nn_functional,
+    normalization,
     queries,
     reduction,
     scan,

@@ -143,7 +143,7 @@ def argsort(self, dim=-1, descending=False, stable=False):
         return sort(self, dim, descending).indices
 
 
-@op("unique", tensors=("self",), grad_fns=("Unique2Backward0", "UniqueDimBackward0"))
+@op("unique", tensors=("self",), grad_fns=("Unique2Backward0", "UniqueDimBackward0"), differentiable=False)
 def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=None):
     """torch.unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None): always sorted (as
     torch's CPU kernel); NaNs are all kept, last. With dim, the unique slices along dim."""
