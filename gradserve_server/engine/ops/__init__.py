@@ -20,6 +20,7 @@ from . import (  # noqa: F401
     nn,
     nn_functional,
     normalization,
+    pooling,
     queries,
     reduction,
     scan,
