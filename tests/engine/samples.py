@@ -340,6 +340,13 @@ SAMPLES: dict[str, list[Sample]] = {
     "max_pool1d": [S(T(2, 3, 7), 3, 2, 1), S(T(3, 6), 2, ceil_mode=True)],
     "avg_pool1d": [S(T(2, 3, 7), 3, 2, 1, count_include_pad=False), S(T(3, 6), 2)],
     "adaptive_avg_pool1d": [S(T(2, 3, 7), 3), S(T(3, 5), 1)],
+    "scaled_dot_product_attention": [S(T(2, 3, 4), T(2, 5, 4), T(2, 5, 2)),
+                                     S(T(3, 4), T(3, 4), T(3, 4), is_causal=True),
+                                     S(T(1, 2, 3, 4), T(1, 2, 5, 4), T(1, 2, 5, 4), gradgrad=False,
+                                       note="torch's fused CPU kernel: first order only"),
+                                     S(T(1, 2, 3, 2), T(1, 2, 3, 2), T(1, 2, 3, 2), attn_mask=mask([True, False, True],
+                                       [True, True, False], [True, True, True]), gradgrad=False)],
+    "_safe_softmax": [S(T(2, 3), -1), S(T(3, 2), 0)],
     # ----- creation from a tensor (no gradient reaches the input)
     "ones_like": [S(T(3), note="no gradient")],
     "zeros_like": [S(T(2, 3), note="no gradient")],

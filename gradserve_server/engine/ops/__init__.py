@@ -6,6 +6,7 @@ from ..registry import OPS
 from ..signature import check_call
 from ..tensor import Tensor
 from . import (  # noqa: F401
+    attention,
     backward,
     composites,
     conv,
