@@ -17,6 +17,9 @@ from gradserve_server.engine.torch_compat import torch as etorch  # noqa: E402
 from .test_new_ops_torch import _namespace, _run, _second_order  # noqa: E402
 
 EXPRESSIONS = [
+    # a clone of an expanded tensor is contiguous (torch's preserve_format), so a view of it works
+    "a.repeat_interleave(2, dim=0)", "c3.repeat_interleave(2, dim=0).view(-1)",
+    "c3.unsqueeze(2).expand(2, 3, 2, 4).clone().view(-1)",
     "torch.movedim(c3, 0, 2)",
     "c3.movedim((0, 1), (2, 0))",
     "torch.moveaxis(c3, -1, 0)",

@@ -32,7 +32,12 @@ SPECIAL = {"erf": "erf", "expm1": "expm1", "log1p": "log1p", "logsumexp": "logsu
 SIZE_PARAMS = frozenset({"size", "shape", "sizes", "dims", "repeats"})
 #: ops that return a (values, indices) pair, and those whose number of outputs depends on the data
 PAIRS = {"sort": "sort", "max": "max", "min": "min"}
-VARIABLE_OUTPUTS = frozenset({"split", "chunk", "unbind"})
+VARIABLE_OUTPUTS = frozenset({"split", "chunk", "unbind", "tensor_split"})
+#: ops that return a tuple when one of these arguments is true (else one tensor)
+TUPLE_WHEN = {"max_pool2d": ("return_indices",), "max_pool1d": ("return_indices",), "nonzero": ("as_tuple",),
+              "unique": ("return_inverse", "return_counts")}
+#: ops whose torch result is a Python value (the server binds it as a 0-d tensor): read at once
+PYTHON_RESULT = {"allclose": bool}
 #: out-of-place ops that change an argument in place when another is given: op -> (changed, given); F.embedding
 #: renormalises weight's rows (torch.embedding_renorm_ under no_grad) when max_norm is given
 CHANGES_ARGUMENT = {"embedding": ("weight", "max_norm")}
@@ -100,8 +105,10 @@ def pack_sizes(op: str, args: tuple) -> tuple:
 
 
 def _size_param(op: str) -> int | None:
-    """The position of ``op``'s size (or dims) parameter, if it has one."""
-    return next((i for p, i in positions(op).items() if p in SIZE_PARAMS), None)
+    """The position of ``op``'s size (or dims) parameter, if it has one (a tensor parameter, as
+    repeat_interleave's ``repeats``, is not a size)."""
+    tensors = {a["name"] for a in catalog()[op]["arguments"] if a.get("tensor")}
+    return next((i for p, i in positions(op).items() if p in SIZE_PARAMS and p not in tensors), None)
 
 
 @functools.cache

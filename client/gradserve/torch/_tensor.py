@@ -421,7 +421,8 @@ def call_op(name: str, args: tuple, kwargs: dict):
     first = next((a for a in args if isinstance(a, Tensor)), None)
     storage = first._storage if entry["family"] == "shape" and first is not None else None
     base = entry["name"]
-    if base in _catalog.VARIABLE_OUTPUTS:
+    if base in _catalog.VARIABLE_OUTPUTS or any(
+            _catalog.argument(base, flag, args, kwargs) for flag in _catalog.TUPLE_WHEN.get(base, ())):
         op["out"] = ctx.fresh_name()
         index = ctx.record(op)
         bound = ctx.flush()["ops"][index]["bound"]
@@ -440,6 +441,8 @@ def call_op(name: str, args: tuple, kwargs: dict):
     out = Tensor._new(ctx, storage)
     op["out"] = out._name
     ctx.record(op, (out,))
+    if base in _catalog.PYTHON_RESULT:
+        return _catalog.PYTHON_RESULT[base](out.item())
     if base in _catalog.CHANGES_ARGUMENT:
         changed, given = _catalog.CHANGES_ARGUMENT[base]
         target = _catalog.argument(base, changed, args, kwargs)
