@@ -347,6 +347,10 @@ SAMPLES: dict[str, list[Sample]] = {
                                      S(T(1, 2, 3, 2), T(1, 2, 3, 2), T(1, 2, 3, 2), attn_mask=mask([True, False, True],
                                        [True, True, False], [True, True, True]), gradgrad=False)],
     "_safe_softmax": [S(T(2, 3), -1), S(T(3, 2), 0)],
+    "interpolate": [S(T(1, 2, 3, 4), size=(5, 7)), S(T(2, 3, 4), scale_factor=1.5, mode="linear"),
+                    S(T(1, 1, 3, 4), size=(4, 6), mode="bilinear", align_corners=True),
+                    S(T(1, 1, 3, 3), size=(5, 4), mode="bicubic"), S(T(1, 2, 4, 4), size=(3, 3), mode="area"),
+                    S(T(2, 2, 5), size=8, mode="nearest-exact")],
     # ----- creation from a tensor (no gradient reaches the input)
     "ones_like": [S(T(3), note="no gradient")],
     "zeros_like": [S(T(2, 3), note="no gradient")],

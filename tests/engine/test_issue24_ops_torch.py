@@ -17,6 +17,23 @@ from gradserve_server.engine.torch_compat import torch as etorch  # noqa: E402
 from .test_new_ops_torch import _namespace, _run, _second_order  # noqa: E402
 
 EXPRESSIONS = [
+    "F.interpolate(x2, size=(3, 7))",
+    "F.interpolate(x2, scale_factor=1.5)",
+    "F.interpolate(x2, scale_factor=(2, 0.5))",
+    'F.interpolate(x2, size=(4, 9), mode="nearest-exact")',
+    'F.interpolate(x1, size=11, mode="linear")',
+    'F.interpolate(x1, size=5, mode="linear", align_corners=True)',
+    'F.interpolate(x1, scale_factor=2.5, mode="linear")',
+    'F.interpolate(x2, size=(3, 7), mode="bilinear")',
+    'F.interpolate(x2, size=(9, 4), mode="bilinear", align_corners=True)',
+    'F.interpolate(x2, scale_factor=2, mode="bilinear")',
+    'F.interpolate(x2, size=(3, 7), mode="bicubic")',
+    'F.interpolate(x2, size=(8, 11), mode="bicubic", align_corners=True)',
+    'F.interpolate(x2, size=(3, 7), mode="area")',
+    'F.interpolate(x1, size=3, mode="area")',
+    "F.interpolate(x1, size=3)",
+    "F.interpolate(x2, scale_factor=1.7, recompute_scale_factor=True)",
+    "F.interpolate(x1, scale_factor=1.3)",
     # a clone of an expanded tensor is contiguous (torch's preserve_format), so a view of it works
     "a.repeat_interleave(2, dim=0)", "c3.repeat_interleave(2, dim=0).view(-1)",
     "c3.unsqueeze(2).expand(2, 3, 2, 4).clone().view(-1)",
@@ -198,6 +215,8 @@ SECOND_ORDER = [
     ("x2", "F.adaptive_avg_pool2d(x2, (2, 3)) ** 2"), ("x1", "F.max_pool1d(x1, 3) ** 2"),
     ("c3", "F.scaled_dot_product_attention(c3, c3, c3)"),
     ("c3", "F.scaled_dot_product_attention(c3, c3, c3, is_causal=True)"),
+    ("x2", "F.interpolate(x2, size=(3, 7), mode='bicubic') ** 2"),
+    ("x1", "F.interpolate(x1, size=9, mode='linear') ** 2"),
     ("a", "a.repeat_interleave(2, dim=1) ** 2"), ("a", "torch.take_along_dim(a, sidx, dim=0) ** 2"),
 ]
 
@@ -214,6 +233,14 @@ def test_issue24_second_derivatives_match_torch(leaf, expr):
 
 
 ERRORS = [
+    "F.interpolate(x2, size=3, scale_factor=2)",
+    "F.interpolate(x2)",
+    "F.interpolate(x2, size=3, align_corners=True)",
+    'F.interpolate(x2, size=3, mode="linear")',
+    'F.interpolate(x1, size=3, mode="bilinear")',
+    "F.interpolate(x2, size=(2, 3, 4))",
+    'F.interpolate(x2, size=3, mode="foo")',
+    "F.interpolate(a, size=3)",
     "c3.movedim((0, 1), (1,))",
     "c3.movedim((0, 0), (1, 2))",
     "c3.movedim((0, 1), (2, 2))",

@@ -27,6 +27,7 @@ from . import (  # noqa: F401
     scan,
     shape,
     special,
+    upsample,
 )
 
 _NOT_METHODS = {"tensor"}
