@@ -17,6 +17,23 @@ from gradserve_server.engine.torch_compat import torch as etorch  # noqa: E402
 from .test_new_ops_torch import _namespace, _run, _second_order  # noqa: E402
 
 EXPRESSIONS = [
+    'torch.median(a)',
+    'a.median()',
+    'torch.median(a, 1)[0]',
+    'torch.median(a, 0, keepdim=True)[1]',
+    'torch.median(torch.tensor([[1., 1, 1, 2], [3, 3, 0, 3], [5, 2, 2, 2]], dtype=torch.float64, '
+    'requires_grad=True), 1)[0]',
+    'torch.median(torch.tensor([[1., 1, 1, 2], [3, 3, 0, 3], [5, 2, 2, 2]], dtype=torch.float64), 1)[1]',
+    "torch.median(torch.tensor([[1., float('nan'), 1, 2]], dtype=torch.float64), 1)[1]",
+    "torch.median(torch.tensor([4., float('nan'), 3]))",
+    'torch.median(torch.tensor([]))',
+    'torch.median(cls)',
+    'torch.median(torch.tensor(3., dtype=torch.float64, requires_grad=True), 0)[0]',
+    "torch.nanmedian(torch.tensor([[1., float('nan'), 1, 2], [float('nan')] * 4], dtype=torch.float64), 1)[1]",
+    "torch.nanmedian(torch.tensor([[1., float('nan'), 1, 2], [float('nan')] * 4], dtype=torch.float64, "
+    "requires_grad=True), 1)[0]",
+    "torch.nanmedian(torch.tensor([1., float('nan'), 3, 2], dtype=torch.float64, requires_grad=True))",
+    'torch.median(torch.tensor([2., 2, 1, 2], dtype=torch.float64, requires_grad=True))',
     "F.interpolate(x2, size=(3, 7))",
     "F.interpolate(x2, scale_factor=1.5)",
     "F.interpolate(x2, scale_factor=(2, 0.5))",
@@ -233,6 +250,7 @@ def test_issue24_second_derivatives_match_torch(leaf, expr):
 
 
 ERRORS = [
+    'torch.median(torch.zeros(2, 0), 1)',
     "F.interpolate(x2, size=3, scale_factor=2)",
     "F.interpolate(x2)",
     "F.interpolate(x2, size=3, align_corners=True)",
@@ -325,3 +343,18 @@ def test_issue24_bad_calls_fail_as_torch(expr):
     got = _error(etorch, EF, expr)
     assert ref is not None and got is not None, (ref, got)
     assert got[1] == ref[1]
+
+
+def test_median_indices_among_ties_and_nans_are_torch_s():
+    """The index a median along a dim reports, on rows full of ties and NaNs (torch's CPU kernel: the k-th of a
+    stable order; the first NaN for median; std::nth_element's choice for an all-NaN row of nanmedian)."""
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        shape = (int(rng.integers(1, 6)), int(rng.integers(1, 40)))
+        v = rng.integers(0, 4, shape).astype(float)
+        v[rng.random(shape) < rng.choice([0.0, 0.1, 0.9])] = np.nan
+        for name in ("median", "nanmedian"):
+            ref = getattr(torch, name)(torch.tensor(v), 1)
+            got = getattr(etorch, name)(etorch.tensor(v.tolist(), dtype=etorch.float64), 1)
+            assert got.indices.tolist() == ref.indices.tolist(), (name, v.tolist())
+            np.testing.assert_array_equal(got.values.tolist(), ref.values.tolist())

@@ -31,7 +31,7 @@ SPECIAL = {"erf": "erf", "expm1": "expm1", "log1p": "log1p", "logsumexp": "logsu
 #: parameters that take a size or a list of dims, which torch also takes as trailing ints (x.view(2, 3))
 SIZE_PARAMS = frozenset({"size", "shape", "sizes", "dims", "repeats"})
 #: ops that return a (values, indices) pair, and those whose number of outputs depends on the data
-PAIRS = {"sort": "sort", "max": "max", "min": "min"}
+PAIRS = {"sort": "sort", "max": "max", "min": "min", "median": "median", "nanmedian": "nanmedian"}
 VARIABLE_OUTPUTS = frozenset({"split", "chunk", "unbind", "tensor_split"})
 #: ops that return a tuple when one of these arguments is true (else one tensor)
 TUPLE_WHEN = {"max_pool2d": ("return_indices",), "max_pool1d": ("return_indices",), "nonzero": ("as_tuple",),

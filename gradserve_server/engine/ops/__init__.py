@@ -21,6 +21,7 @@ from . import (  # noqa: F401
     nn,
     nn_functional,
     normalization,
+    order_stats,
     pooling,
     queries,
     reduction,
