@@ -36,6 +36,10 @@ from .errors import (
 )
 from .forward_ad import program_dual_scope
 from .functional import TRANSFORMS, FunctionDef, plain_copy
+from .generator import Generator, Generators
+from .generator import reset as reset_generators
+from .generator import running as running_generators
+from .generator import use as use_generators
 from .grad_mode import Limits, WarningSink, _grad_enabled, set_grad_enabled
 from .journal import Journal
 from .kernel import active as plan_recorder
@@ -59,6 +63,10 @@ class State:
         self.warned: set[str] = set()   # warn-once keys already emitted in this session
         self.counter = 0                # for fresh names
         self.held_bytes: int | None = None  # bytes of arrays after the last run (None: not measured yet)
+        # torch's CPU generators: the default one (None until first used: torch's default seed) and the
+        # ``torch.Generator()`` objects the session made, by name; plain data (engine.generator)
+        self.generator: Generator | None = None
+        self.generators: dict[str, Generator] = {}
 
     def resolve(self, ref: str):
         """``"x"`` -> the tensor, ``"x.grad"`` -> its gradient (None before a backward reaches it)."""
@@ -717,6 +725,57 @@ class _Runner:
             return [out]
         return self.bind(out, value)
 
+    def do_rng(self, name: str, args: list, kwargs: dict, out):
+        """torch's generator calls: ``torch.manual_seed``/``Generator.manual_seed``, ``torch.Generator()``,
+        ``initial_seed``, ``get_rng_state``/``set_rng_state`` (``generator``: a generator's name, None for the
+        default one). A seed reads back as an int64 0-d tensor (two's complement), a state as torch's 5056
+        bytes in an int64 tensor (the engine has no uint8)."""
+        params = _RNG_ACTIONS[name]
+        if len(args) > len(params) or set(kwargs) - {*params, "generator"}:
+            raise InvalidArgumentError(f"{name} takes {list(params)} and generator=")
+        given = dict(zip(params, args), **{k: v for k, v in kwargs.items() if k != "generator"})
+        which = kwargs.get("generator")
+        if which is not None and not isinstance(which, str):
+            raise InvalidArgumentError(f"{name}: generator must name a generator of the session")
+        gens = running_generators()
+        if name == "Generator":
+            if not isinstance(out, str):
+                raise InvalidArgumentError("Generator binds one out name")
+            device = given.get("device", "cpu")
+            if device not in ("cpu", None):
+                raise TorchRuntimeError(f"Device type {str(device).upper()} is not supported for torch.Generator() "
+                                        f"api.", code="invalid_argument")
+            _check_out(out)
+            gens.add(out, Generator())
+            return [out]
+        if name == "manual_seed":
+            if "seed" not in given:
+                raise InvalidArgumentError("manual_seed takes [seed]")
+            seed = given["seed"]
+            if isinstance(seed, bool) or not isinstance(seed, (int, float)) or seed != seed:
+                raise TorchTypeError(f"manual_seed expected an int, got {type(seed).__name__}")
+            seed = int(seed)
+            if not -(1 << 63) <= seed < 1 << 64:
+                raise TorchRuntimeError("Overflow when unpacking long long", code="invalid_argument",
+                                        exception="ValueError")
+            gens.get(which).manual_seed(seed)
+            return []
+        if name == "set_rng_state":
+            state = self.tensor_arg(given.get("new_state"))
+            if not isinstance(state, Tensor):
+                raise InvalidArgumentError("set_rng_state takes [new_state: a tensor name]")
+            data = state.data
+            if data.dtype.kind not in "iub" or data.ndim != 1 or (data.size and (data.min() < 0 or data.max() > 255)):
+                raise TorchTypeError("RNG state must be a torch.ByteTensor (here: a 1-d tensor of byte values)")
+            gens.get(which).set_state(data.astype(np.uint8).tobytes())
+            return []
+        g = gens.get(which)
+        if name == "initial_seed":
+            value = Tensor(np.array(g.initial_seed(), np.uint64).view(np.int64))
+        else:  # get_rng_state
+            value = Tensor(np.frombuffer(g.get_state(), np.uint8).astype(np.int64))
+        return self.bind(out, value)
+
     def _action(self, index: int, name: str, args: list, kwargs: dict, out):
         if name == "backward":
             self.do_backward(index, args, kwargs)
@@ -753,6 +812,8 @@ class _Runner:
             if len(args) != 1 or kwargs or not isinstance(out, str):
                 raise InvalidArgumentError("bind takes [a tensor reference] and one out name")
             return self.bind_existing(out, self.tensor_arg(args[0]))
+        if name in _RNG_ACTIONS:
+            return self.do_rng(name, args, kwargs, out)
         if name == "retain_grad":
             t = self.tensor_arg(args[0] if args else kwargs.get("self"))
             if not isinstance(t, Tensor):
@@ -810,10 +871,25 @@ ACTIONS = [
     {"name": "hessian", "doc": "torch.autograd.functional.hessian(func, inputs, create_graph=False, strict=False, "
      "vectorize=False, outer_jacobian_strategy='reverse-mode'): a tensor, or the blocks (i, j) flattened.",
      "arguments": ["func", "inputs", "create_graph", "strict", "vectorize", "outer_jacobian_strategy"]},
+    {"name": "manual_seed", "doc": "torch.manual_seed(seed) / Generator.manual_seed(seed) (generator=: a generator's "
+     "name): seed torch's CPU generator; the session's random ops then draw torch's numbers bit for bit.",
+     "arguments": ["seed", "generator"]},
+    {"name": "Generator", "doc": "g = torch.Generator(): a new generator (torch's default seed) bound to out, for "
+     "the generator= argument of random ops and the other generator actions.", "arguments": ["device"]},
+    {"name": "initial_seed", "doc": "torch.initial_seed() / Generator.initial_seed(): the seed, bound to out as an "
+     "int64 0-d tensor (a seed of 2**63 or more reads back negative: add 2**64).", "arguments": ["generator"]},
+    {"name": "get_rng_state", "doc": "torch.get_rng_state() / Generator.get_state(): torch's 5056-byte state, bound to "
+     "out as an int64 tensor of byte values.", "arguments": ["generator"]},
+    {"name": "set_rng_state", "doc": "torch.set_rng_state(new_state) / Generator.set_state(): a state taken from "
+     "get_rng_state here or from torch (its bytes as a 1-d integer tensor).", "arguments": ["new_state", "generator"]},
     {"name": "del", "doc": "del a, b: unbind the names given as args (unbound names are ignored); the tensors "
                            "live on while a graph or another name holds them.",
      "arguments": ["names"]},
 ]
+
+#: torch's generator calls (``do_rng``) and their positional parameters
+_RNG_ACTIONS = {"manual_seed": ("seed",), "Generator": ("device",), "initial_seed": (), "get_rng_state": (),
+                "set_rng_state": ("new_state",)}
 
 #: forward-mode actions and their positional parameters (``level`` is keyword-only, as in torch)
 _FORWARD_AD = {"enter_dual_level": (), "exit_dual_level": (), "make_dual": ("tensor", "tangent"),
@@ -821,7 +897,7 @@ _FORWARD_AD = {"enter_dual_level": (), "exit_dual_level": (), "make_dual": ("ten
 
 #: the op names run_op handles itself (before the op table)
 _ACTION_NAMES = frozenset({"backward", "grad", "zero_grad", "set_grad", "requires_grad_", "function", "del", "bind",
-                           "retain_grad", *_FORWARD_AD, *TRANSFORMS})
+                           "retain_grad", *_FORWARD_AD, *TRANSFORMS, *_RNG_ACTIONS})
 
 
 _LAYOUTS: dict[int, tuple] = {}
@@ -1047,6 +1123,8 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
     guard = budget if budget is not None else contextlib.nullcontext()
     check = control.check if control is not None else None
     run_op = runner.run_op
+    gens = Generators(state.generator, state.generators)
+    gens_token = use_generators(gens)
     try:
         with journal, sink, guard, program_dual_scope(), np.errstate(all="ignore"):
             for _ in range(repeat):
@@ -1102,7 +1180,10 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
         if err is exc:
             raise
         raise err from exc
+    finally:
+        reset_generators(gens_token)
     # commit
+    state.generator, state.generators = gens.default, gens.named
     state.tensors = ns
     state.functions = runner.functions
     state.counter = runner.counter

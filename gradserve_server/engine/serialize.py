@@ -24,6 +24,7 @@ import numpy as np
 from . import dtypes as D
 from .errors import EngineError
 from .functional import from_json
+from .generator import Generator
 from .node import Node, SavedTensor
 from .program import State, function_def
 from .registry import PRIMS
@@ -242,6 +243,10 @@ def dump_parts(state: State) -> list[bytes | memoryview]:
     if state.functions:  # plain data (names and an op list); absent when there are none (the format is unchanged)
         head = head[:-1] + ',"functions":' + json.dumps({n: f.to_json() for n, f in state.functions.items()},
                                                         separators=(",", ":")) + "}"
+    if state.generator is not None or state.generators:  # plain data (engine.generator); absent when untouched
+        head = head[:-1] + ',"generators":' + json.dumps(
+            {"default": None if state.generator is None else state.generator.to_plain(),
+             "named": {n: g.to_plain() for n, g in state.generators.items()}}, separators=(",", ":")) + "}"
     head = head.encode("ascii")
     parts[0] = MAGIC + _LEN.pack(len(head)) + head
     return parts
@@ -425,6 +430,14 @@ def _loads(blob: bytes) -> State:
             state.functions[name] = function_def({**f, "ops": from_json(f.get("ops"))})
         except EngineError:
             _bad("function", name)
+    gens = header.get("generators")
+    if gens is not None:
+        try:
+            d = gens["default"]
+            state.generator = None if d is None else Generator.from_plain(d)
+            state.generators = {str(n): Generator.from_plain(g) for n, g in gens["named"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+            _bad("generators", gens)
     if state.backward_passes.__class__ is not int or state.counter.__class__ is not int \
             or any(w.__class__ is not str for w in state.warned):
         _bad("session counters", header)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gradserve_server.engine import OPS
+from gradserve_server.engine.generator import running
 from gradserve_server.engine.tensor import Tensor
 
 _rng = np.random.default_rng(1234)
@@ -67,6 +68,12 @@ class Sample:
             return repr(v)
         parts = [show(a) for a in self.args] + [f"{k}={show(v)}" for k, v in self.kwargs.items()]
         return "(" + ", ".join(parts) + ")" + (f" {self.note}" if self.note else "")
+
+
+def _reseeded(x):
+    """dropout's sample: the running generator seeded again before every call, so that its mask is fixed."""
+    running().get().manual_seed(3)
+    return x
 
 
 def S(*args, gradgrad=True, note="", tol=None, prep=None, **kwargs) -> Sample:
@@ -196,7 +203,9 @@ SAMPLES: dict[str, list[Sample]] = {
     "softmax": [S(T(3), 0), S(T(2, 3), 1), S(T(2, 3, 2), 0)],
     "log_softmax": [S(T(3), 0), S(T(2, 3), 1)],
     "linear": [S(T(2, 3), T(4, 3), T(4)), S(T(3), T(2, 3)), S(T(3), T(2, 3), T(2)), S(T(2, 2, 3), T(4, 3), T(4))],
-    "dropout": [S(T(4), 0.5, seed=3, note="fixed mask"), S(T(2, 3), 0.5, training=False)],
+    # random ops: the generator reseeded before every call; their gradient is zero
+    "bernoulli": [S(T(4, low=0.2, high=0.8), prep=_reseeded, note="zero gradient")],
+    "dropout": [S(T(4), 0.5, prep=_reseeded, note="fixed mask (reseeded)"), S(T(2, 3), 0.5, training=False)],
     "mse_loss": [S(T(3), T(3)), S(T(2, 3), T(2, 3), reduction="sum"), S(T(3), T(3), reduction="none")],
     "l1_loss": [S(T(3, low=1, high=2), T(3, low=-1, high=0.5)),
                 S(T(2, 2, low=1, high=2), T(2, 2, low=-1, high=0.5), reduction="none")],
@@ -381,6 +390,10 @@ SAMPLES: dict[str, list[Sample]] = {
     "index_copy_": [S(T(3, 2), 0, ints(2, 0), T(2, 2))],
     "index_fill_": [S(T(3, 2), 0, ints(0, 2), -0.5), S(T(2, 3), 1, ints(0, 2), T())],
     "zero_": [S(T(3), note="zero gradient")],
+    "uniform_": [S(T(3), -1.0, 2.0, prep=_reseeded, note="zero gradient")],
+    "normal_": [S(T(3), 0.5, 2.0, prep=_reseeded, note="zero gradient"),
+                S(T(20), prep=_reseeded, note="16 or more: the block kernel")],
+    "bernoulli_": [S(T(3), 0.3, prep=_reseeded, note="zero gradient")],
     "fill_": [S(T(3), 2.0, note="zero gradient"), S(T(3), T(), note="tensor value")],
     "copy_": [S(T(3), T(3)), S(T(2, 3), T(3))],
     "setitem": [S(T(3), 1, T()), S(T(2, 3), (slice(None), 0), T(2)), S(T(4), [0, 2], T(2)), S(T(3), 0, 2.0)],

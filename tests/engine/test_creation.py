@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gradserve_server.engine.generator import Generator
 from gradserve_server.engine.grad_mode import Limits, limits
 from gradserve_server.engine.ops import creation as C
+from gradserve_server.engine.ops import random as R
 from gradserve_server.engine.tensor import Tensor, tensor
 
 from .test_linalg import raises
@@ -74,21 +76,21 @@ def test_like_ops_take_shape_and_dtype_from_the_input_and_never_track_it():
     assert C.ones_like(x, requires_grad=True).requires_grad
 
 
-def test_rand_and_randn_are_reproducible_per_seed():
-    a, b = C.rand(3, 4, seed=5), C.rand(3, 4, seed=5)
+def test_rand_and_randn_are_reproducible_per_generator_seed():
+    a, b = R.rand(3, 4, generator=Generator(5)), R.rand(3, 4, generator=Generator(5))
     np.testing.assert_array_equal(a.data, b.data)
     assert a.dtype == "float32" and ((a.data >= 0) & (a.data < 1)).all()
-    n = C.randn(1000, seed=1, dtype="float64")
+    n = R.randn(1000, generator=Generator(1), dtype="float64")
     assert n.dtype == "float64" and abs(n.data.mean()) < 0.2
-    assert not np.array_equal(C.randn(5, seed=1).data, C.randn(5, seed=2).data)
-    assert C.randn(2, seed=0, requires_grad=True).requires_grad
+    assert not np.array_equal(R.randn(5, generator=Generator(1)).data, R.randn(5, generator=Generator(2)).data)
+    assert R.randn(2, requires_grad=True).requires_grad
 
 
 @pytest.mark.parametrize("fn,message,exception", [
     (lambda: C.zeros(-1), "zeros: Dimension size must be non-negative.", "RuntimeError"),
     (lambda: C.ones(-1), "Trying to create tensor with negative dimension -1: [-1]", "RuntimeError"),
     (lambda: C.full((-1,), 1.0), "Trying to create tensor with negative dimension -1: [-1]", "RuntimeError"),
-    (lambda: C.randn(2, -1, seed=0), "Trying to create tensor with negative dimension -1: [2, -1]", "RuntimeError"),
+    (lambda: R.randn(2, -1), "Trying to create tensor with negative dimension -1: [2, -1]", "RuntimeError"),
     (lambda: C.ones(3, dtype="long", requires_grad=True),
      "Only Tensors of floating point and complex dtype can require gradients", "RuntimeError"),
     (lambda: C.tensor([1, 2], requires_grad=True),
@@ -106,8 +108,8 @@ def test_rand_and_randn_are_reproducible_per_seed():
     (lambda: C.linspace(0, 1, -1), "number of steps must be non-negative", "RuntimeError"),
     (lambda: C.eye(-1), "n must be greater or equal to 0, got -1", "RuntimeError"),
     (lambda: C.eye(2, -1), "m must be greater or equal to 0, got -1", "RuntimeError"),
-    (lambda: C.rand(2, dtype="long"), "\"check_uniform_bounds\" not implemented for 'Long'", "NotImplementedError"),
-    (lambda: C.randn(2, dtype="long"), "\"normal_kernel_cpu\" not implemented for 'Long'", "NotImplementedError"),
+    (lambda: R.rand(2, dtype="long"), "\"check_uniform_bounds\" not implemented for 'Long'", "NotImplementedError"),
+    (lambda: R.randn(2, dtype="long"), "\"normal_kernel_cpu\" not implemented for 'Long'", "NotImplementedError"),
 ])
 def test_errors_use_torchs_messages(fn, message, exception):
     with raises(message, exception):
@@ -116,7 +118,7 @@ def test_errors_use_torchs_messages(fn, message, exception):
 
 @pytest.mark.parametrize("fn", [lambda: C.zeros(100, 100), lambda: C.ones(1000), lambda: C.full((50, 50), 1.0),
                                 lambda: C.arange(1000), lambda: C.linspace(0, 1, 1000), lambda: C.eye(100),
-                                lambda: C.rand(1000, seed=0), lambda: C.randn(1000, seed=0),
+                                lambda: R.rand(1000), lambda: R.randn(1000),
                                 lambda: C.zeros_like(Tensor(np.empty(1000, np.float32)))])
 def test_element_limit_is_checked_before_allocating(fn):
     with limits(Limits(max_elements_per_tensor=100)):

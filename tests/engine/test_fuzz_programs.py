@@ -95,7 +95,9 @@ def test_the_strategy_reaches_successes_and_failures():
     """A guard on the generator: it must produce op lists that run as well as ones that fail."""
     outcomes = {"ok": 0, "error": 0}
 
-    @settings(SETTINGS, max_examples=200)
+    # 300 draws: the catalog's names shift what a derandomized run draws (with the random ops and generator
+    # actions, 200 drew 7 successes)
+    @settings(SETTINGS, max_examples=300)
     @given(program=st.lists(ops, min_size=1, max_size=2))
     def probe(program):
         try:

@@ -22,6 +22,15 @@ from gradserve.torch._context import session, sync
 from gradserve.torch._dtypes import Size, dtype, float32, float64, int64
 from gradserve.torch._dtypes import bool as bool  # noqa: PLC0414 - torch.bool
 from gradserve.torch._grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from gradserve.torch._random import (
+    Generator,
+    default_generator,
+    get_rng_state,
+    initial_seed,
+    manual_seed,
+    seed,
+    set_rng_state,
+)
 from gradserve.torch._tensor import Tensor
 
 float = float32  # noqa: A001 - torch.float
@@ -35,21 +44,14 @@ def is_tensor(obj) -> bool:
     return isinstance(obj, Tensor)
 
 
-def manual_seed(seed: int) -> None:
-    """Seeds the client's generator (``nn.Linear``'s initial values); server ops take their own ``seed``."""
-    _RNG[0] = _np.random.default_rng(seed)
-
-
-_RNG = [_np.random.default_rng()]
-
-
 def from_numpy(a) -> Tensor:
     return __getattr__("tensor")(_np.asarray(a))
 
 
 __all__ = ["Tensor", "Size", "dtype", "float32", "float64", "int64", "bool", "float", "double", "long", "no_grad",
            "enable_grad", "set_grad_enabled", "is_grad_enabled", "inference_mode", "session", "sync", "is_tensor",
-           "manual_seed", "from_numpy"]
+           "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "Generator", "default_generator",
+           "from_numpy"]
 
 # torch.nn, torch.optim... as attributes, as torch has them (import_module: a `from . import nn` would ask the
 # module's __getattr__ first, i.e. the server's catalog)

@@ -144,6 +144,9 @@ def encode(value, ctx):
         return payload(value)
     if isinstance(value, np.generic):
         return encode(value.item(), ctx)
+    from gradserve.torch._random import Generator
+    if isinstance(value, Generator):  # generator=g: its name in the session (None: the default one)
+        return value._where()[1].get("generator")
     raise TypeError(f"gradserve.torch cannot send a {type(value).__name__} to the server")
 
 

@@ -24,6 +24,7 @@ from . import (  # noqa: F401
     order_stats,
     pooling,
     queries,
+    random,
     reduction,
     scan,
     shape,

@@ -1,8 +1,8 @@
-"""Tensor creation: tensor, zeros/ones/full, arange, linspace, eye, the ``*_like`` variants, rand/randn.
+"""Tensor creation: tensor, zeros/ones/full, arange, linspace, eye, the ``*_like`` variants.
 
 Results are leaves. Sizes are validated and the element count is checked against the active limits
 before anything is allocated; ``requires_grad=True`` on a non-float dtype fails with torch's message.
-Random ops draw from ``numpy.random.default_rng(seed)``: reproducible per seed, not torch's stream.
+The random ones (``rand``, ``randn``...) are in ``ops.random``.
 """
 
 from __future__ import annotations
@@ -260,32 +260,3 @@ def ones_like(input, dtype=None, requires_grad=False):
 def full_like(input, fill_value, dtype=None, requires_grad=False):
     """torch.full_like(input, fill_value, dtype=None, requires_grad=False): input's dtype unless given."""
     return _like("full_like", input, _fill_number(fill_value, "full_like"), dtype, requires_grad)
-
-
-# ----- random -----------------------------------------------------------------------------------------
-
-
-def _random(name: str, kernel: str, size, seed, dtype, requires_grad, draw) -> Tensor:
-    d = _dtype(dtype)
-    shape = _size(size, name, itemsize=8)  # drawn in double
-    if not D.is_floating(d):
-        raise TorchRuntimeError(f"\"{kernel}\" not implemented for '{D.SCALAR_TYPE_NAMES[d]}'",
-                                code="invalid_dtype", exception="NotImplementedError")
-    _check_requires_grad(d, requires_grad)
-    rng = np.random.default_rng(seed)
-    return _leaf(np.asarray(draw(rng, shape, NP[d]), dtype=NP[d]), requires_grad)
-
-
-@op("rand", method=False, differentiable=False)
-def rand(*size, seed=None, dtype=None, requires_grad=False):
-    """torch.rand(*size): uniform on [0, 1) from numpy's default_rng(seed) (reproducible per seed; the values
-    are not torch's)."""
-    return _random("rand", "check_uniform_bounds", size, seed, dtype, requires_grad,
-                   lambda rng, shape, dt: rng.random(shape, dtype=dt))
-
-
-@op("randn", method=False, differentiable=False)
-def randn(*size, seed=None, dtype=None, requires_grad=False):
-    """torch.randn(*size): standard normal from numpy's default_rng(seed) (not torch's values)."""
-    return _random("randn", "normal_kernel_cpu", size, seed, dtype, requires_grad,
-                   lambda rng, shape, dt: rng.standard_normal(shape, dtype=dt))

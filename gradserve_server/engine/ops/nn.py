@@ -23,6 +23,7 @@ from ..errors import (
     TorchValueError,
     dim_out_of_range,
 )
+from ..generator import resolve
 from ..grad_mode import _grad_enabled, emit_warning
 from ..kernel import kcall
 from ..registry import jvp, op, record, vjp, weighted_tangent
@@ -47,6 +48,7 @@ from .elementwise import (
     where,
 )
 from .linalg import addmm, matmul
+from .random import uniform_double
 from .reduction import mean, sum
 from .shape import expand, reshape, t, to, unsqueeze, view
 
@@ -766,10 +768,10 @@ def _cross_entropy_smoothing(input, target, weight, red, ignore_index, label_smo
 
 
 @op("dropout", tensors=("input",), grad_fns=("MulBackward0",), method=False)
-def dropout(input, p=0.5, training=True, seed=None):
-    """F.dropout(input, p=0.5, training=True): input * mask, the mask holding 1/(1-p) where kept (drawn from
-    numpy's default_rng(seed)); p == 0, training=False or an empty input return the input object itself,
-    p == 1 multiplies by a 0-d zero."""
+def dropout(input, p=0.5, training=True):
+    """F.dropout(input, p=0.5, training=True): input * mask, torch's mask bit for bit (``bernoulli_(1 - p)``
+    from the running program's generator, divided by 1 - p); p == 0, training=False or an empty input return
+    the input object itself, p == 1 multiplies by a 0-d zero."""
     input = require_tensor(input, "input", "dropout")
     if isinstance(p, bool) or not isinstance(p, (int, float)):
         raise InvalidArgumentError(f"dropout(): argument 'p' must be float, not {type(p).__name__}")
@@ -787,7 +789,6 @@ def dropout(input, p=0.5, training=True, seed=None):
                                 f"{D.SCALAR_TYPE_NAMES[input.dtype]}", code="invalid_dtype")
     if p == 1:
         return mul(input, Tensor(np.zeros((), dt)))
-    rng = np.random.default_rng(seed)
-    keep = rng.random(input.shape) < (1.0 - p)
+    keep = uniform_double(resolve(None, "dropout"), input.numel()).reshape(input.shape) < (1.0 - p)
     mask = np.where(keep, dt.type(1) / dt.type(1.0 - p), dt.type(0)).astype(dt, copy=False)
     return mul(input, Tensor(mask))

@@ -1,6 +1,6 @@
 """``gradserve.torch.nn``: a small ``torch.nn``: ``Module`` (parameter and submodule registration),
-``Parameter``, ``Linear`` (torch's initial distribution), ``Sequential``, ``ReLU``, ``Tanh``, ``Sigmoid``,
-``MSELoss`` and ``CrossEntropyLoss``. Layers call ``nn.functional``: their ops are recorded like any other.
+``Parameter``, ``Linear`` (torch's initial values, ``nn.init``), ``Dropout``, ``Sequential``, ``ReLU``, ``Tanh``,
+``Sigmoid``, ``MSELoss`` and ``CrossEntropyLoss``. Layers call ``nn.functional``: their ops are recorded like any other.
 """
 
 from __future__ import annotations
@@ -8,12 +8,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-import numpy as np
-
 import gradserve.torch as torch
 from gradserve.torch import _context
 from gradserve.torch._tensor import Tensor
 from gradserve.torch.nn import functional as F
+from gradserve.torch.nn import init
 
 
 class Parameter(Tensor):
@@ -107,30 +106,47 @@ class Module:
         return f"{type(self).__name__}(\n" + "\n".join(lines) + "\n)"
 
 
-def _uniform(shape: tuple, bound: float) -> Tensor:
-    rng = torch._RNG[0]
-    return torch.tensor(rng.uniform(-bound, bound, size=shape).astype(np.float32))
-
-
 class Linear(Module):
-    """``nn.Linear(in_features, out_features, bias=True)``: weight and bias uniform in
-    ±1/sqrt(in_features), torch's default initialisation (kaiming_uniform with a=sqrt(5)); the values come
-    from the client's generator (``torch.manual_seed``), not torch's."""
+    """``nn.Linear(in_features, out_features, bias=True, dtype=None)``: torch's default initialisation
+    (``reset_parameters``: kaiming_uniform_ with a=sqrt(5), the bias uniform in ±1/sqrt(in_features)), drawn
+    from the session's generator: torch's values for torch's seed."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype=None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        bound = 1 / math.sqrt(in_features) if in_features > 0 else 0.0
-        self.weight = Parameter(_uniform((out_features, in_features), bound))
-        self.bias = Parameter(_uniform((out_features,), bound)) if bias else None
-        if dtype is not None:
-            raise NotImplementedError("gradserve.torch.nn.Linear: dtype is not supported (float32 only)")
+        dtype = dtype if dtype is not None else torch.float32
+        self.weight = Parameter(torch.zeros(out_features, in_features, dtype=dtype))
+        self.bias = Parameter(torch.zeros(out_features, dtype=dtype)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.linear(input, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Dropout(Module):
+    """``nn.Dropout(p=0.5, inplace=False)``: ``F.dropout(input, p, self.training)``, torch's mask."""
+
+    def __init__(self, p: float = 0.5, inplace: bool = False):
+        super().__init__()
+        if p < 0 or p > 1:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        self.p, self.inplace = p, inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.dropout(input, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, inplace={self.inplace}"
 
 
 class Sequential(Module):

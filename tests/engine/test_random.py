@@ -1,0 +1,142 @@
+"""Random ops draw torch's CPU numbers bit for bit: every program of ``random_cases`` (seeds, sizes around
+torch's path changes, float32/float64, generators, get/set state) against the committed fixture of torch's
+outputs and generator states, and against torch itself when it is installed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from gradserve_server.engine import State, dumps, loads, run_program
+from gradserve_server.engine.errors import EngineError
+from gradserve_server.engine.generator import Generator, Generators, use
+
+from .random_cases import FIXTURE, SEEDS, cases, digest, run_torch
+
+_FIXTURE = json.loads(FIXTURE.read_text())["cases"]
+_CASES = dict(cases())
+
+
+def _run(seed: int, ops: list) -> State:
+    state = State()
+    run_program(state, [{"op": "manual_seed", "args": [seed]}, *ops])
+    return state
+
+
+def _state_sha(state: State) -> str:
+    g = state.generator if state.generator is not None else Generator()
+    return hashlib.sha256(g.get_state()).hexdigest()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_case_matches_torchs_fixture(seed):
+    rows = [r for r in _FIXTURE if r["seed"] == seed]
+    assert len(rows) == len(_CASES)
+    bad = []
+    for row in rows:
+        state = _run(seed, _CASES[row["case"]])
+        if digest(state.tensors["r"].data) != row["r"] or _state_sha(state) != row["state_sha256"]:
+            bad.append(row["case"])
+    assert not bad
+
+
+def test_against_torch_itself():
+    torch = pytest.importorskip("torch")
+    bad = []
+    for seed in (2**40 + 1,):
+        for name, ops in cases():
+            want, state_bytes = run_torch(torch, seed, ops)
+            state = _run(seed, ops)
+            if digest(state.tensors["r"].data) != want["r"] or \
+                    state.generator.get_state() != state_bytes:
+                bad.append((seed, name))
+    assert not bad
+
+
+def test_get_rng_state_is_torchs_layout_and_round_trips():
+    state = _run(5, [{"op": "randn", "args": [3], "out": "a"}, {"op": "get_rng_state", "out": "s"},
+                     {"op": "initial_seed", "out": "i"}])
+    s = state.tensors["s"].data
+    assert s.shape == (5056,) and s.dtype == np.int64 and s[0] == 5 and s[5040] == 1  # a cached double normal
+    assert state.tensors["i"].data.item() == 5
+    g = Generator()
+    g.set_state(s.astype(np.uint8).tobytes())
+    assert g == state.generator
+
+
+def test_a_seed_of_2_64_minus_1_reads_back_negative_as_int64():
+    state = _run(-1, [{"op": "initial_seed", "out": "i"}])
+    assert state.tensors["i"].data.item() == -1 and state.generator.initial_seed() == 2**64 - 1
+
+
+def test_a_failed_program_leaves_the_generator_as_it_was():
+    state = _run(1, [])
+    before = state.generator.get_state()
+    with pytest.raises(EngineError):
+        run_program(state, [{"op": "randn", "args": [40], "out": "a"}, {"op": "Generator", "out": "g"},
+                            {"op": "rand", "args": [2], "kwargs": {"generator": "nope"}, "out": "b"}])
+    assert state.generator.get_state() == before and not state.generators and "a" not in state.tensors
+
+
+def test_generators_survive_the_session_codec():
+    state = _run(9, [{"op": "randn", "args": [3], "out": "a"}, {"op": "Generator", "out": "g"},
+                     {"op": "rand", "args": [2], "kwargs": {"generator": "g"}, "out": "b"}])
+    back = loads(dumps(state))
+    assert back.generator == state.generator and back.generators == state.generators
+    ops = [{"op": "randn", "args": [5], "out": "c"}, {"op": "rand", "args": [3], "kwargs": {"generator": "g"},
+                                                      "out": "d"}]
+    run_program(state, ops)
+    run_program(back, ops)
+    for n in "cd":
+        np.testing.assert_array_equal(state.tensors[n].data, back.tensors[n].data)
+
+
+def test_an_untouched_session_stores_no_generator():
+    state = State()
+    run_program(state, [{"op": "zeros", "args": [2], "out": "z"}])
+    assert state.generator is None and b"generators" not in dumps(state)
+
+
+@pytest.mark.parametrize("ops,message", [
+    ([{"op": "randint", "args": [5, 3, [3]]}], "random_ expects 'from' to be less than 'to', but got from=5 >= to=3"),
+    ([{"op": "rand", "args": [2], "kwargs": {"dtype": "int64"}}],
+     "\"check_uniform_bounds\" not implemented for 'Long'"),
+    ([{"op": "zeros", "args": [3], "out": "x"}, {"op": "uniform_", "args": ["x", 2, 1]}],
+     "uniform_ expects to return a [from, to) range, but found from=2 > to=1"),
+    ([{"op": "zeros", "args": [3], "out": "x"}, {"op": "normal_", "args": ["x", 0, -1]}],
+     "normal expects std >= 0.0, but found std -1"),
+    ([{"op": "zeros", "args": [3], "out": "x"}, {"op": "bernoulli_", "args": ["x", 1.5]}],
+     "bernoulli_ expects p to be in [0, 1], but got p=1.5"),
+    ([{"op": "tensor", "args": [[0.2, 0.3]], "out": "p"}, {"op": "multinomial", "args": ["p", 3]}],
+     "cannot sample n_sample > prob_dist.size(-1) samples without replacement"),
+    ([{"op": "tensor", "args": [[0.0, 0.0]], "out": "p"}, {"op": "multinomial", "args": ["p", 1]}],
+     "invalid multinomial distribution (sum of probabilities <= 0)"),
+    ([{"op": "tensor", "args": [[1, 2]], "out": "p"}, {"op": "multinomial", "args": ["p", 1]}],
+     "multinomial only supports floating-point dtypes for input, got: Long"),
+    ([{"op": "zeros", "args": [10], "kwargs": {"dtype": "int64"}, "out": "s"}, {"op": "set_rng_state", "args": ["s"]}],
+     "Expected a CPUGeneratorImplState of size 5056 but found the input RNG state size to be 10"),
+    ([{"op": "zeros", "args": [5056], "kwargs": {"dtype": "int64"}, "out": "s"},
+      {"op": "set_rng_state", "args": ["s"]}], "Invalid mt19937 state"),
+])
+def test_errors_carry_torchs_messages_and_change_nothing(ops, message):
+    state = _run(2, [])
+    before = state.generator.get_state()
+    with pytest.raises(EngineError) as e:
+        run_program(state, [{"op": "rand", "args": [3], "out": "a"}, *ops])
+    assert message in str(e.value)
+    assert state.generator.get_state() == before
+
+
+def test_engine_calls_outside_a_program_use_a_table_of_their_own():
+    from gradserve_server.engine.ops.random import rand
+    table = Generators(Generator(4))
+    token = use(table)
+    try:
+        a = rand(3)
+    finally:
+        from gradserve_server.engine.generator import reset
+        reset(token)
+    assert np.array_equal(a.data, rand(3, generator=Generator(4)).data)
