@@ -19,9 +19,11 @@ import numpy as _np
 
 from gradserve.torch import _namespace
 from gradserve.torch._context import session, sync
+from gradserve.torch._device import device
 from gradserve.torch._dtypes import Size, dtype, float32, float64, int64
 from gradserve.torch._dtypes import bool as bool  # noqa: PLC0414 - torch.bool
 from gradserve.torch._grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from gradserve.torch._legacy import BoolTensor, DoubleTensor, FloatTensor, LongTensor
 from gradserve.torch._random import (
     Generator,
     default_generator,
@@ -32,6 +34,7 @@ from gradserve.torch._random import (
     set_rng_state,
 )
 from gradserve.torch._tensor import Tensor
+from gradserve.torch.serialization import load, save
 
 float = float32  # noqa: A001 - torch.float
 double = float64
@@ -51,9 +54,10 @@ def from_numpy(a) -> Tensor:
 __all__ = ["Tensor", "Size", "dtype", "float32", "float64", "int64", "bool", "float", "double", "long", "no_grad",
            "enable_grad", "set_grad_enabled", "is_grad_enabled", "inference_mode", "session", "sync", "is_tensor",
            "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "Generator", "default_generator",
-           "from_numpy"]
+           "from_numpy", "device", "FloatTensor", "DoubleTensor", "LongTensor", "BoolTensor", "save", "load"]
 
 # torch.nn, torch.optim... as attributes, as torch has them (import_module: a `from . import nn` would ask the
 # module's __getattr__ first, i.e. the server's catalog)
-for _sub in ("autograd", "linalg", "nn", "optim", "special"):
+for _sub in ("autograd", "cuda", "func", "linalg", "nn", "optim", "special", "utils"):
     _importlib.import_module(f"{__name__}.{_sub}")
+vmap = func.vmap  # noqa: F821 - torch.vmap is torch.func.vmap (the submodule was just imported)

@@ -22,6 +22,7 @@ import contextvars
 import itertools
 import os
 import sys
+import threading
 import traceback
 import types
 import warnings
@@ -74,11 +75,53 @@ class HandleRef(weakref.ref):
         super().__init__(handle, callback)
 
 
+class _ThreadRecorder:
+    """One thread's part of a context: the ops it recorded and has not sent, whether it is tracing or in a
+    dual level, and the error of its ops when another thread sent them and they failed (raised in this
+    thread at its next op or read)."""
+
+    __slots__ = ("pending", "sites", "made", "tracing", "dual_depth", "lock", "error")
+
+    def __init__(self):
+        self.pending: list[dict] = []
+        self.sites: list = []
+        self.made: list[tuple] = []
+        self.tracing = self.dual_depth = 0
+        self.lock = threading.Lock()  # the three lists change together (another thread may send them)
+        self.error: BaseException | None = None
+
+
+#: ops that change the .grad of leaves when they run
+_CHANGES_GRADS = frozenset({"backward", "zero_grad", "set_grad"})
+
+
+def _per_thread(field: str) -> property:
+    return property(lambda self: getattr(self.recorder(), field),
+                    lambda self, value: setattr(self.recorder(), field, value),
+                    doc=f"The calling thread's ``{field}`` (see _ThreadRecorder).")
+
+
 class Context:
     """One server session and its recorder. Created lazily by the first op; ``close()`` sends what is
-    pending and deletes the session."""
+    pending and deletes the session.
+
+    Threads share the session and its names; each records into its own op list (``recorder()``), so that
+    torch's multithreaded pattern (threads each running forward and backward) works. Requests go one at a
+    time (``lock``); a request first sends what other threads recorded and have not sent (each their own
+    request), so that every op recorded before a read is applied when the read is answered, as in eager
+    torch."""
+
+    pending = _per_thread("pending")
+    sites = _per_thread("sites")
+    made = _per_thread("made")
+    tracing = _per_thread("tracing")
+    dual_depth = _per_thread("dual_depth")
 
     def __init__(self, url: str | None = None, api_key: str | None = None, client: Client | None = None):
+        self._local = threading.local()
+        self.lock = threading.RLock()                # one request at a time
+        self.owners: dict[str, _ThreadRecorder] = {}  # name -> the recorder whose unsent op makes it
+        self._recorders: list[_ThreadRecorder] = []
         self.client = client or Client(url, api_key)
         self.session_id: str | None = None
         self.pending: list[dict] = []
@@ -94,6 +137,33 @@ class Context:
         self.maybe_unbound: set[str] = set()       # names an op may leave unbound (unpack_dual's tangent)
         self._names = itertools.count(1)
         _LIVE.add(self)  # closed at exit: what is pending is sent (its errors raised), the session deleted
+
+    def recorder(self) -> _ThreadRecorder:
+        """The calling thread's recorder."""
+        rec = getattr(self._local, "recorder", None)
+        if rec is None:
+            rec = self._local.recorder = _ThreadRecorder()
+            self._recorders.append(rec)  # kept after its thread ends: its unsent ops are sent by the next request
+        return rec
+
+    def _send_others(self) -> None:
+        """Send the unsent ops of the other threads (under ``lock``); a failure is kept for its thread."""
+        mine = self.recorder()
+        for rec in list(self._recorders):
+            if rec is mine or not rec.pending:
+                continue
+            self._local.recorder = rec
+            try:
+                self._send({})
+            except Exception as exc:  # noqa: BLE001 - raised in the thread that recorded the op
+                rec.error = exc
+            finally:
+                self._local.recorder = mine
+
+    def _raise_pending_error(self, rec: _ThreadRecorder) -> None:
+        if rec.error is not None:
+            error, rec.error = rec.error, None
+            raise error
 
     # ----- names and handles --------------------------------------------------------------------------
     def fresh_name(self) -> str:
@@ -126,10 +196,15 @@ class Context:
         if self.closed:
             raise RuntimeError("gradserve: this session is closed")
         f = user_frame()
-        self.pending.append(op)
-        self.sites.append((f, f.f_lasti, f.f_lineno) if f is not None else None)
-        self.made.append(tuple(self.refs[h._name] for h in made))
-        return len(self.pending) - 1
+        rec = self.recorder()
+        self._raise_pending_error(rec)
+        with rec.lock:
+            rec.pending.append(op)
+            rec.sites.append((f, f.f_lasti, f.f_lineno) if f is not None else None)
+            rec.made.append(tuple(self.refs[h._name] for h in made))
+            for h in made:
+                self.owners[h._name] = rec
+            return len(rec.pending) - 1
 
     # ----- sending ------------------------------------------------------------------------------------
     def flush(self, returns: dict[str, str] | None = None, deferrable: bool = False) -> dict:
@@ -142,11 +217,17 @@ class Context:
             raise RuntimeError("gradserve: a function given to torch.autograd.functional is traced into one op list: "
                                "it cannot read tensor values or metadata the client does not know yet, nor call "
                                "backward (use torch.autograd.grad)")
+        rec = self.recorder()
+        self._raise_pending_error(rec)
         if self.dual_depth:
             if deferrable:
                 return {}
-            return self._flush_in_dual_level(dict(returns or {}))
-        return self._send(dict(returns or {}))
+            with self.lock:
+                return self._flush_in_dual_level(dict(returns or {}))
+        with self.lock:
+            if len(self._recorders) > 1:
+                self._send_others()
+            return self._send(dict(returns or {}))
 
     def _flush_in_dual_level(self, returns: dict[str, str]) -> dict:
         """A read inside ``with dual_level():``. A dual level lives within one op list on the server, so the level
@@ -188,9 +269,16 @@ class Context:
     def _send(self, returns: dict[str, str]) -> dict:
         """Send the pending ops with ``returns`` (see ``flush``)."""
         prefetched = self._prefetch(returns)
-        pending, sites, made = self.pending, self.sites, self.made
-        self.pending, self.sites, self.made = [], [], []
-        released, self.released[:] = list(self.released), []
+        rec = self.recorder()
+        with rec.lock:
+            pending, sites, made = rec.pending, rec.sites, rec.made
+            rec.pending, rec.sites, rec.made = [], [], []
+            for name in [n for n, owner in list(self.owners.items()) if owner is rec]:
+                del self.owners[name]
+        # a name another thread's unsent op makes is released after that op is sent
+        dropped, self.released = self.released, []
+        released = [n for n in dropped if n not in self.owners]
+        self.released.extend(n for n in dropped if n in self.owners)
         ops = pending + ([{"op": "del", "args": released}] if released else [])
         if not ops and not returns:
             return {}
@@ -203,6 +291,9 @@ class Context:
             self.released.extend(released)
             self._lost(pending, made, "the request that carried it did not complete")
             raise
+        if len(self._recorders) > 1 and any(op["op"] in _CHANGES_GRADS for op in pending):
+            # another thread may have cached a .grad between this op's recording and now: stale from here on
+            self.grad_epoch += 1
         self._check_bound(response["ops"], pending, made)
         if self.maybe_unbound:
             bound = {n for outcome in response["ops"] for n in outcome["bound"]}
@@ -233,9 +324,11 @@ class Context:
                 if handle is not None and handle._view_stamp != handle._stamp():
                     returns.setdefault(handle._name, "auto")
         prefetched = []
+        mine = self.recorder()
         for ref in list(self.refs.values()):
             handle = ref()
-            if handle is not None and handle._param and handle._error is None and not handle._grad_known():
+            if handle is not None and handle._param and handle._error is None and not handle._grad_known() \
+                    and self.owners.get(handle._name, mine) is mine:  # (not a leaf another thread has not sent)
                 prefetched.append((handle, Tensor._bound_grad(self, handle)))
                 returns.setdefault(f"{handle._name}.grad", "auto")
         return prefetched

@@ -13,8 +13,8 @@ def is_grad_enabled() -> bool:
     return _enabled.get()
 
 
-class set_grad_enabled:
-    """``torch.set_grad_enabled(mode)``: sets the mode when made (as torch does), restores it on exit."""
+class _GradMode:
+    """A context manager and decorator that runs its block (or function) in grad mode ``self.mode``."""
 
     def __init__(self, mode: bool = True):
         self.mode = bool(mode)
@@ -34,19 +34,44 @@ class set_grad_enabled:
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with set_grad_enabled(mode):
+            with _GradMode(mode):
                 return fn(*args, **kwargs)
         return wrapper
 
 
-class no_grad(set_grad_enabled):
+class set_grad_enabled(_GradMode):
+    """``torch.set_grad_enabled(mode)``: sets the mode when made, as torch does, so that it works called as a
+    function; as a context manager the mode before it comes back on exit; as a decorator the mode before it
+    comes back at once and ``fn`` runs in ``mode``."""
+
+    def __init__(self, mode: bool = True):
+        super().__init__(mode)
+        self.prev = _enabled.get()
+        _enabled.set(self.mode)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> bool:
+        _enabled.set(self.prev)
+        return False
+
+    def __call__(self, fn):
+        _enabled.set(self.prev)
+        return super().__call__(fn)
+
+    def __repr__(self) -> str:
+        return f"torch.autograd.grad_mode.set_grad_enabled(mode={self.mode})"
+
+
+class no_grad(_GradMode):
     """``torch.no_grad()``."""
 
     def __init__(self):
         super().__init__(False)
 
 
-class enable_grad(set_grad_enabled):
+class enable_grad(_GradMode):
     """``torch.enable_grad()``."""
 
     def __init__(self):

@@ -14,11 +14,11 @@ import builtins
 
 import numpy as np
 
-from gradserve.torch import _catalog, _context
+from gradserve.torch import _catalog, _context, _device, _legacy
 from gradserve.torch._context import Context, Storage
 from gradserve.torch._dtypes import Size, by_name
 from gradserve.torch._dtypes import dtype as DType
-from gradserve.torch._grad_mode import is_grad_enabled
+from gradserve.torch._grad_mode import is_grad_enabled, no_grad
 from gradserve.torch._printing import format_tensor, tangent_str
 
 
@@ -29,6 +29,10 @@ class Tensor:
                  "_known_grad", "_error", "_dual_tangent", "__weakref__")
 
     # ----- making handles -----------------------------------------------------------------------------
+    def __new__(cls, *args, **kwargs):
+        """The legacy constructor ``torch.Tensor(data)`` / ``torch.Tensor(2, 3)``: a float32 tensor."""
+        return _legacy.construct(by_name("float32"), args, kwargs, "new")
+
     @classmethod
     def _new(cls, ctx: Context, storage: Storage | None = None, name: str | None = None) -> Tensor:
         t = object.__new__(cls)
@@ -135,8 +139,13 @@ class Tensor:
         return self.dtype.is_floating_point
 
     @property
-    def device(self) -> str:
-        return "cpu"
+    def device(self) -> _device.device:
+        return _device.CPU
+
+    is_cuda = False
+
+    def get_device(self) -> int:
+        return -1
 
     @property
     def requires_grad(self) -> bool:
@@ -281,7 +290,22 @@ class Tensor:
 
     @property
     def data(self) -> Tensor:
+        """``x.data``: a detached alias (shares the values, no history)."""
         return self.detach()
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        """``x.data = v``: ``x`` takes ``v``'s values without autograd seeing it (``x.data -= ...`` assigns back the
+        alias it changed: nothing more to do). Only a value of the same shape and dtype can be assigned."""
+        if not isinstance(value, Tensor):
+            raise TypeError(f"data must be a Tensor, not {type(value).__name__}")
+        if value._storage is self._storage and value.shape == self.shape:
+            return
+        if value.shape != self.shape or value.dtype != self.dtype:
+            raise NotImplementedError(f"gradserve: x.data = v needs v of x's shape and dtype ({list(self.shape)}, "
+                                      f"{self.dtype}), got {list(value.shape)}, {value.dtype}")
+        with no_grad():
+            call_op("copy_", (self, value), {})
 
     @property
     def T(self) -> Tensor:  # noqa: N802 - torch's name
@@ -289,15 +313,47 @@ class Tensor:
         return call_op("permute", (self, list(range(self.dim() - 1, -1, -1))), {})
 
     def to(self, *args, **kwargs) -> Tensor:
-        """``x.to(dtype)``; devices (``"cpu"``) are accepted and ignored: the server has one."""
-        args = tuple(a for a in args if not isinstance(a, str))
-        kwargs.pop("device", None)
-        if not args and not kwargs:
+        """``x.to(dtype)``, ``x.to(device)``, ``x.to(device, dtype)``, ``x.to(other)``, with ``non_blocking``,
+        ``copy`` and ``memory_format``: devices are checked (cpu only, see ``_device``); ``self`` comes back
+        when nothing changes, as in torch."""
+        dtype = kwargs.pop("dtype", None)
+        copy = kwargs.pop("copy", False)
+        for key in ("non_blocking", "memory_format"):
+            kwargs.pop(key, None)
+        if "device" in kwargs:
+            _device.check(kwargs.pop("device"))
+        if kwargs:
+            raise TypeError(f"to() received an invalid combination of arguments - got unexpected keyword "
+                            f"{sorted(kwargs)[0]!r}")
+        rest = list(args)
+        if rest and isinstance(rest[0], Tensor):  # x.to(other, non_blocking=False, copy=False)
+            dtype = rest.pop(0).dtype
+        elif rest and (_device.is_device_like(rest[0]) or isinstance(rest[0], int) and not isinstance(rest[0], bool)):
+            _device.check(rest.pop(0))
+        if rest and isinstance(rest[0], DType):
+            dtype = rest.pop(0)
+        if rest and isinstance(rest[0], builtins.bool):  # non_blocking
+            rest.pop(0)
+        if rest and isinstance(rest[0], builtins.bool):
+            copy = rest.pop(0)
+        if rest:
+            raise TypeError(f"to() received an invalid combination of arguments - got {rest[0]!r}")
+        if (dtype is None or dtype == self.dtype) and not copy:
             return self
-        return call_op("to", (self, *args), kwargs)
+        return call_op("to", (self, dtype or self.dtype), {"copy": True} if copy else {})
 
-    def cpu(self) -> Tensor:
+    def cpu(self, memory_format=None) -> Tensor:
         return self
+
+    def cuda(self, device=None, non_blocking: bool = False, memory_format=None) -> Tensor:
+        raise AssertionError(_device.NO_CUDA)
+
+    def type(self, dtype=None, non_blocking: bool = False, **kwargs):
+        """``x.type()`` -> ``'torch.FloatTensor'``; ``x.type(torch.float64)`` or ``x.type('torch.DoubleTensor')``
+        -> ``x.to(that dtype)``."""
+        if dtype is None:
+            return _legacy.type_name(self.dtype)
+        return self.to(_legacy.dtype_of(dtype))
 
     def __getattr__(self, name: str):
         if name.startswith("_"):  # not a catalog method (an unset slot, a protocol probe): no catalog fetch
@@ -406,6 +462,8 @@ def call_op(name: str, args: tuple, kwargs: dict):
     """Record ``name(*args, **kwargs)`` and return what torch would: a handle, a tuple of handles, or the
     target itself for in-place ops. Only ops whose number of outputs depends on the data send at once."""
     entry = _catalog.catalog()[name]
+    if kwargs:
+        kwargs = _torch_kwargs(name, kwargs)
     ctx = context_of((*args, *kwargs.values()))
     args = _catalog.pack_sizes(name, args)
     op = {"op": entry["name"], "args": [_arg(a, ctx) for a in args]}
@@ -459,6 +517,32 @@ def call_op(name: str, args: tuple, kwargs: dict):
         out._know(is_leaf=True, requires_grad=False, grad_fn=None)
         out._shape, out._dtype = first._shape, first._dtype
         out._known_grad = (ctx.grad_epoch, None)
+    return out
+
+
+#: the numpy-style keyword names torch's argument parser also accepts -> torch's name
+_NUMPY_NAMES = {"axis": "dim", "keepdims": "keepdim", "x": "input", "a": "input", "x1": "input", "x2": "other"}
+
+
+def _torch_kwargs(op: str, kwargs: dict) -> dict:
+    """A call's keywords as the server takes them: ``device=`` checked and dropped (the server's tensors are on
+    its cpu), ``pin_memory=False`` dropped, numpy-style names (``axis=``, ``keepdims=``) renamed where ``op``
+    has torch's parameter."""
+    out = {}
+    params = _catalog.positions(op)
+    for key, value in kwargs.items():
+        if key == "device":
+            if value is not None:
+                _device.check(value)
+            continue
+        if key == "pin_memory" and not value:
+            continue
+        name = _NUMPY_NAMES.get(key, key)
+        if name != key and (name not in params or key in params):
+            name = key
+        if name in out:
+            raise TypeError(f"{op}() got multiple values for argument '{name}'")
+        out[name] = value
     return out
 
 

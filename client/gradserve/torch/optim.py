@@ -13,6 +13,10 @@ from gradserve.torch._tensor import Tensor, call_op
 
 
 class Optimizer:
+    #: the group options torch's optimizer has and this client's does not use, with torch's defaults: written into
+    #: state_dict()'s param groups so that torch's load_state_dict finds every key it writes itself
+    _torch_group_options: dict = {}
+
     def __init__(self, params: Iterable, defaults: dict):
         params = list(params)
         if not params:
@@ -37,6 +41,56 @@ class Optimizer:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.zero_grad_of([p for g in self.param_groups for p in g["params"]], set_to_none)
+
+    def state_dict(self) -> dict:
+        """``Optimizer.state_dict()``: ``{"state": {index: {...}}, "param_groups": [{..., "params": [indices]}]}``
+        with parameters numbered across the groups, as torch's (torch's own keys and value types: see
+        ``_torch_state``)."""
+        index: dict[int, int] = {}
+        groups = []
+        for g in self.param_groups:
+            for p in g["params"]:
+                index.setdefault(id(p), len(index))
+            packed = {k: v for k, v in g.items() if k != "params"}
+            for k, v in self._torch_group_options.items():
+                packed.setdefault(k, v)
+            packed["params"] = [index[id(p)] for p in g["params"]]
+            groups.append(packed)
+        state = {index[id(p)]: self._torch_state(s) for p, s in self.state.items() if s and id(p) in index}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """``Optimizer.load_state_dict``: the groups' options and each parameter's state (tensors cloned, cast
+        to the parameter's dtype), with torch's checks on the number and sizes of the groups."""
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        if any(len(g["params"]) != len(s["params"]) for g, s in zip(self.param_groups, groups)):
+            raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
+                             "optimizer's group")
+        params = {i: p for s, g in zip(groups, self.param_groups) for i, p in zip(s["params"], g["params"])}
+        state: dict = {}
+        with no_grad():
+            for i, saved in state_dict["state"].items():
+                if i in params:
+                    state[params[i]] = self._client_state(params[i], saved)
+        self.state = state
+        self.param_groups = [{**s, "params": g["params"]} for s, g in zip(groups, self.param_groups)]
+
+    def _torch_state(self, state: dict) -> dict:
+        """One parameter's state as torch keeps it."""
+        return dict(state)
+
+    def _client_state(self, p: Tensor, saved: dict) -> dict:
+        """One parameter's state as loaded: tensors cloned (torch deep-copies) and cast to ``p``'s dtype."""
+        out = {}
+        for k, v in saved.items():
+            if isinstance(v, Tensor):
+                v = _op("clone", v)
+                if v.is_floating_point() and v.dtype != p.dtype:
+                    v = v.to(p.dtype)
+            out[k] = v
+        return out
 
     def step(self, closure=None):
         loss = None
@@ -65,6 +119,8 @@ class SGD(Optimizer):
     """``torch.optim.SGD(params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False,
     maximize=False)``."""
 
+    _torch_group_options = {"foreach": None, "differentiable": False, "fused": None}
+
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0, dampening: float = 0,
                  weight_decay: float = 0, nesterov: bool = False, *, maximize: bool = False):
         if nesterov and (momentum <= 0 or dampening != 0):
@@ -90,6 +146,21 @@ class SGD(Optimizer):
 class Adam(Optimizer):
     """``torch.optim.Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False,
     maximize=False)``."""
+
+    _torch_group_options = {"foreach": None, "capturable": False, "differentiable": False, "fused": None,
+                            "decoupled_weight_decay": False}
+
+    def _torch_state(self, state: dict) -> dict:
+        """torch keeps ``step`` as a float32 scalar tensor."""
+        out = dict(state)
+        out["step"] = call_op("tensor", (float(state["step"]),), {})
+        return out
+
+    def _client_state(self, p: Tensor, saved: dict) -> dict:
+        out = super()._client_state(p, saved)
+        step = out.get("step", 0)
+        out["step"] = int(step.item()) if isinstance(step, Tensor) else int(step)
+        return out
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0, amsgrad: bool = False, *, maximize: bool = False):

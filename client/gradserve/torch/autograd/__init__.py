@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from gradserve.torch import _namespace
 from gradserve.torch._grad_mode import enable_grad, no_grad, set_grad_enabled
+from gradserve.torch._legacy import Variable
 from gradserve.torch._tensor import backward, grad
 
 __getattr__, __dir__ = _namespace.install(globals(), "torch.autograd")
 
-__all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled"]
+__all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled", "Variable"]
 
 # torch.autograd.functional and .forward_ad as attributes (import_module: `from . import x` would ask the
 # module's __getattr__, i.e. the server's catalog, first)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Iterator
 
@@ -37,8 +38,27 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
 
+class _IncompatibleKeys(collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
+    """What ``load_state_dict`` returns (torch's repr when nothing is missing or unexpected)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return super().__repr__()
+
+    __str__ = __repr__
+
+
+def _quoted(keys: list[str]) -> str:
+    return ", ".join(f'"{k}"' for k in keys)
+
+
 class Module:
     """``torch.nn.Module``: attributes that are Parameters or Modules are registered in assignment order."""
+
+    _version = 1  # torch's per-class state-dict version (kept in state_dict()._metadata)
 
     def __init__(self):
         object.__setattr__(self, "_parameters", {})
@@ -67,7 +87,7 @@ class Module:
 
     def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Parameter]]:
         seen: set[int] = set()
-        for name, module in self.named_modules(prefix) if recurse else [(prefix, self)]:
+        for name, module in self.named_modules(prefix=prefix) if recurse else [(prefix, self)]:
             for pname, p in module._parameters.items():
                 if p is not None and id(p) not in seen:
                     seen.add(id(p))
@@ -77,10 +97,79 @@ class Module:
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+    def named_modules(self, memo: set | None = None, prefix: str = "",
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Module]]:
+        memo = set() if memo is None else memo
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
         yield prefix, self
         for name, m in self._modules.items():
-            yield from m.named_modules(f"{prefix}.{name}" if prefix else name)
+            if m is not None:
+                yield from m.named_modules(memo, f"{prefix}.{name}" if prefix else name, remove_duplicate)
+
+    def state_dict(self, *, destination=None, prefix: str = "", keep_vars: bool = False):
+        """``Module.state_dict()``: an OrderedDict of parameter name -> detached tensor (the Parameter itself with
+        ``keep_vars``), with torch's ``_metadata`` (each module's version), so that torch.save writes torch's."""
+        if destination is None:
+            destination = collections.OrderedDict()
+            destination._metadata = collections.OrderedDict()
+        if hasattr(destination, "_metadata"):
+            destination._metadata[prefix[:-1]] = {"version": self._version}
+        for name, p in self._parameters.items():
+            if p is not None:
+                destination[prefix + name] = p if keep_vars else p.detach()
+        for name, m in self._modules.items():
+            if m is not None:
+                m.state_dict(destination=destination, prefix=f"{prefix}{name}.", keep_vars=keep_vars)
+        return destination
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False) -> _IncompatibleKeys:
+        """``Module.load_state_dict(state_dict, strict=True)``: each parameter takes the value of its key (copied
+        in place under no_grad; replaced by it with ``assign``); torch's errors for missing and unexpected keys
+        (when ``strict``) and for shape mismatches, raised before anything is copied."""
+        if not isinstance(state_dict, collections.abc.Mapping):
+            raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
+        missing, unexpected, errors, copies = [], [], [], []
+        for prefix, module in self.named_modules(remove_duplicate=False):
+            prefix = f"{prefix}." if prefix else ""
+            for name, param in module._parameters.items():
+                key = prefix + name
+                if param is None:
+                    continue
+                if key not in state_dict:
+                    missing.append(key)
+                    continue
+                value = state_dict[key]
+                if not isinstance(value, Tensor):
+                    errors.append(f'While copying the parameter named "{key}", expected torch.Tensor or Tensor-like '
+                                  f"object from checkpoint but received {type(value)}")
+                elif value.shape != param.shape:
+                    errors.append(f"size mismatch for {key}: copying a param with shape {value.shape} from "
+                                  f"checkpoint, the shape in current model is {param.shape}.")
+                else:
+                    copies.append((module, name, param, value))
+            for key in state_dict:
+                if key.startswith(prefix):
+                    first = key[len(prefix):].split(".", 1)[0]
+                    if first not in module._modules and first not in module._parameters:
+                        unexpected.append(key)
+        if strict:
+            if unexpected:
+                errors.insert(0, f"Unexpected key(s) in state_dict: {_quoted(unexpected)}. ")
+            if missing:
+                errors.insert(0, f"Missing key(s) in state_dict: {_quoted(missing)}. ")
+        if errors:
+            raise RuntimeError("Error(s) in loading state_dict for {}:\n\t{}".format(type(self).__name__,
+                                                                                    "\n\t".join(errors)))
+        with torch.no_grad():
+            for module, name, param, value in copies:
+                if assign:
+                    setattr(module, name, Parameter(value, param.requires_grad))
+                else:
+                    param.copy_(value)
+        return _IncompatibleKeys(missing, unexpected)
 
     def children(self) -> Iterator[Module]:
         yield from self._modules.values()

@@ -1,0 +1,67 @@
+"""Writes ``tests/fixtures/torch_checkpoint.pt`` with real torch (2.13) and, beside it, what torch reads back
+from it (``torch_checkpoint.json``), so that the client's ``torch.load`` is checked against a file torch wrote
+where torch is not installed. Run it by hand: ``.venv/bin/python -m tests.client.checkpoint_fixture``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+CHECKPOINT = FIXTURES / "torch_checkpoint.pt"
+EXPECTED = FIXTURES / "torch_checkpoint.json"
+
+
+def describe(value):
+    """A JSON description of a loaded value (tensors by dtype, shape, values and requires_grad)."""
+    import gradserve.torch as gtorch
+
+    tensor_types = [gtorch.Tensor]
+    try:
+        import torch
+
+        tensor_types.append(torch.Tensor)
+    except ImportError:
+        pass
+    if isinstance(value, tuple(tensor_types)):
+        return {"tensor": str(value.dtype).removeprefix("torch."), "shape": list(value.shape),
+                "values": value.detach().tolist(), "requires_grad": bool(value.requires_grad),
+                "parameter": type(value).__name__ == "Parameter"}
+    if isinstance(value, dict):
+        return {"dict": type(value).__name__, "items": [[k, describe(v)] for k, v in value.items()]}
+    if isinstance(value, (list, tuple)) and type(value).__name__ not in ("Size",):
+        return {type(value).__name__: [describe(v) for v in value]}
+    if type(value).__name__ in ("Size", "dtype", "device"):
+        return {type(value).__name__: str(value)}
+    return value
+
+
+def build():
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    x = torch.randn(5, 3)
+    for _ in range(2):
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+    return {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 7, "loss": 0.25,
+            "view": torch.arange(12).reshape(3, 4)[1:, ::2], "flags": torch.tensor([True, False]),
+            "double": torch.tensor([[1.5, -2.0]], dtype=torch.float64), "param": torch.nn.Parameter(torch.ones(2)),
+            "leaf": torch.zeros(2, requires_grad=True), "names": ["a", "b"], "shape": torch.Size([2, 3]),
+            "dtype": torch.float64, "scalar": torch.tensor(3.0), "empty": torch.zeros(0, 2)}
+
+
+def main() -> None:
+    import torch
+
+    assert torch.__version__.startswith("2.13"), torch.__version__
+    torch.save(build(), CHECKPOINT)
+    loaded = torch.load(CHECKPOINT)
+    EXPECTED.write_text(json.dumps(describe(loaded)) + "\n")
+
+
+if __name__ == "__main__":
+    main()

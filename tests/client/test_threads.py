@@ -1,0 +1,96 @@
+"""A thread-safe client (issue 23 item 5): torch's multithreaded-backward pattern (threads each running forward
+and backward on tensors of their own) gives every thread torch's gradients, through one shared session whose
+op lists are per thread; a thread may use tensors another thread made."""
+
+from __future__ import annotations
+
+import threading
+
+import gradserve
+import gradserve.torch as torch
+
+
+def _in_threads(target, n: int = 8) -> list:
+    errors: list = []
+
+    def run(i):
+        try:
+            target(i)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return errors
+
+
+def test_threads_each_doing_forward_and_backward_get_torch_s_gradients(server):
+    results = {}
+
+    def train_fn(i):
+        x = torch.ones(5, 5, requires_grad=True)
+        for _ in range(3):
+            y = (x + 3) * (x + 4) * 0.5 * (i + 1)
+            y.sum().backward()
+        results[i] = x.grad.tolist()
+
+    ctx = gradserve.torch._context.Context(client=gradserve.Client(server.url))
+    token = gradserve.torch._context._current.set(None)
+    saved = list(gradserve.torch._context._default)
+    gradserve.torch._context._default[:] = [ctx]  # the process's default context, as a program without session()
+    try:
+        errors = _in_threads(train_fn, 10)
+    finally:
+        gradserve.torch._context._default[:] = saved
+        gradserve.torch._context._current.reset(token)
+        ctx.close()
+    assert errors == []
+    # d/dx of (x+3)(x+4)/2 * (i+1) at x=1 is (2x+7)/2 * (i+1) = 4.5 (i+1), accumulated over 3 backwards
+    assert results == {i: [[13.5 * (i + 1)] * 5] * 5 for i in range(10)}
+
+
+def test_threads_share_a_model_made_by_the_main_thread(ctx):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    expected = {}
+    for i in range(6):
+        expected[i] = model(torch.full((1, 4), float(i))).sum().item()
+    got = {}
+
+    def infer(i):
+        with torch.no_grad():
+            got[i] = model(torch.full((1, 4), float(i))).sum().item()
+
+    # the threads run in the test's session: copy the context into each thread as a program's default
+    import contextvars
+
+    contexts = [contextvars.copy_context() for _ in range(6)]
+    errors = _in_threads(lambda i: contexts[i].run(infer, i), 6)
+    assert errors == [] and got == expected
+
+
+def test_a_thread_may_use_a_tensor_another_thread_has_not_sent_yet(ctx):
+    import contextvars
+
+    made = {}
+    ready, used = threading.Event(), threading.Event()
+    context = contextvars.copy_context()
+
+    def producer():
+        made["t"] = torch.arange(3, dtype=torch.float32) * 2  # recorded, not sent
+        ready.set()
+        used.wait(30)
+
+    def consumer():
+        ready.wait(30)
+        made["sum"] = (made["t"] + 1).sum().item()
+        used.set()
+
+    a = threading.Thread(target=lambda: context.copy().run(producer))
+    b = threading.Thread(target=lambda: context.copy().run(consumer))
+    a.start(), b.start()
+    a.join(30), b.join(30)
+    assert made["sum"] == 9.0
