@@ -67,7 +67,8 @@ METHOD_ONLY = frozenset({"view", "expand", "expand_as", "repeat", "contiguous", 
                          "to", "copy_", "fill_", "add_", "sub_", "mul_", "div_", "pow_", "masked_fill_",
                          "clamp_min_", "clamp_max_", "clamp_", "zero_", "abs_", "neg_", "exp_", "log_", "sqrt_",
                          "sigmoid_", "tanh_", "relu_", "scatter_", "scatter_add_", "index_add_", "index_copy_",
-                         "index_fill_", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
+                         "index_fill_", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor",
+                         "view_as", "reshape_as"})
 
 # indexing and the reflected operators are not torch functions: no parsing beyond the op's own
 _EXEMPT = frozenset({"getitem", "setitem", "rpow", "rtruediv", "rmatmul", "tensor"})

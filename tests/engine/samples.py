@@ -323,6 +323,8 @@ SAMPLES: dict[str, list[Sample]] = {
                S(T(1, 4, 4), T(2, 1, 2, 2), padding="same", note="unbatched"),
                S(T(1, 1, 5, 5), T(1, 1, 3, 3), dilation=2, padding=(1, 0))],
     # ----- issue 24: composites (their parts' rules), pointwise, baddbmm, normalization
+    "view_as": [S(T(2, 3), T(3, 2, requires_grad=False))],
+    "reshape_as": [S(T(2, 3).t(), T(6, requires_grad=False))],
     "movedim": [S(T(2, 3, 4), 0, 2), S(T(2, 3, 4), (0, 1), (2, 0))],
     "broadcast_to": [S(T(3), (2, 3)), S(T(2, 1), (2, 2, 3))],
     "tile": [S(T(2, 3), (2,)), S(T(3), (2, 2))],

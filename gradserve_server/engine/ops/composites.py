@@ -17,7 +17,7 @@ from ..registry import op
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, shape_arg, wrap_dim
 from .creation import full, tensor
-from .shape import _slice, clone, expand, flatten, gather, index_select, permute, repeat, unsqueeze, view
+from .shape import _slice, clone, expand, flatten, gather, index_select, permute, repeat, reshape, unsqueeze, view
 
 
 def _dims_arg(v) -> tuple:
@@ -94,6 +94,19 @@ def unflatten(self, dim, sizes):
                                 f"{dim} ({n}) in the input tensor", code="invalid_shape")
     shape = self.data.shape
     return view(self, (*shape[:d], *sizes, *shape[d + 1:]))
+
+
+@op("view_as", tensors=("self", "other"), grad_fns=("ViewBackward0",), meta_only=("other",))
+def view_as(self, other):
+    """Tensor.view_as(other): self.view(other.size())."""
+    return view(require_tensor(self), require_tensor(other, "other").shape)
+
+
+@op("reshape_as", tensors=("self", "other"), grad_fns=("ViewBackward0", "ReshapeAliasBackward0",
+                                                     "UnsafeViewBackward0"), meta_only=("other",))
+def reshape_as(self, other):
+    """Tensor.reshape_as(other): self.reshape(other.size())."""
+    return reshape(require_tensor(self), require_tensor(other, "other").shape)
 
 
 @op("tensor_split", tensors=("self", "indices_or_sections"), grad_fns=("SliceBackward0",))
@@ -259,4 +272,4 @@ def new_tensor(self, data, dtype=None, requires_grad=False):
 
 
 __all__ = ["movedim", "broadcast_to", "tile", "unflatten", "tensor_split", "take_along_dim", "repeat_interleave",
-           "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"]
+           "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "view_as", "reshape_as"]
