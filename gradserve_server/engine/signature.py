@@ -126,6 +126,7 @@ OVERLOADS: dict[str, dict[str, tuple[str, ...]]] = {
     "lerp": {"function": ("(Tensor input, Tensor end, Tensor weight, *, Tensor out = None)",
                           "(Tensor input, Tensor end, Number weight, *, Tensor out = None)"),
              "method": ("(Tensor end, Tensor weight)", "(Tensor end, Number weight)")},
+    "lerp_": {"method": ("(Tensor end, Tensor weight)", "(Tensor end, Number weight)")},
     "masked_fill": {"function": ("(Tensor input, Tensor mask, Tensor value)",
                                  "(Tensor input, Tensor mask, Number value)"),
                     "method": ("(Tensor mask, Tensor value)", "(Tensor mask, Number value)")},

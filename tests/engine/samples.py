@@ -369,6 +369,9 @@ SAMPLES: dict[str, list[Sample]] = {
     "zeros_like": [S(T(2, 3), note="no gradient")],
     "full_like": [S(T(3), 2.5, note="no gradient")],
     # ----- in-place (applied to a clone of the first argument)
+    "addcmul_": [S(T(3), T(3), T(3), value=0.5)],
+    "addcdiv_": [S(T(3), T(3), P(3), value=-0.5)],
+    "lerp_": [S(T(3), T(3), 0.3), S(T(3), T(3), T(3, low=0.1, high=0.9))],
     "add_": [S(T(3), T(3)), S(T(2, 3), T(3), alpha=2), S(T(3), 1.5)],
     "sub_": [S(T(3), T(3)), S(T(3), 2.0)],
     "mul_": [S(T(3), T(3)), S(T(2, 3), 2.0)],

@@ -1654,7 +1654,7 @@ def addcdiv(self, tensor1, tensor2, value=1):
     dtype, self, tensor1, tensor2, a, b, c = _pointwise3("addcdiv", "addcdiv_cpu_out", self, tensor1, tensor2)
     v = NP[dtype].type(value)
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.asarray(a + v * (b / c), dtype=NP[dtype])
+        out = np.asarray(a + v * b / c, dtype=NP[dtype])  # torch's kernel: self + (value * t1) / t2
     return record("AddcdivBackward0", out, (self, tensor1, tensor2),
                   {"tensor1": tensor1, "tensor2": tensor2, "value": value})
 
