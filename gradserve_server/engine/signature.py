@@ -193,6 +193,14 @@ OVERLOADS["remainder"] = {"function": ("(Tensor input, Tensor other, *, Tensor o
                                        "(Number self, Tensor other)",
                                        "(Tensor input, Number other, *, Tensor out = None)"),
                           "method": ("(Tensor other)", "(Number other)")}
+for _q in ("quantile", "nanquantile"):
+    OVERLOADS[_q] = {
+        "function": ('(Tensor input, Tensor q, int dim = None, bool keepdim = False, *, str interpolation = "linear", '
+                     'Tensor out = None)',
+                     '(Tensor input, float q, int dim = None, bool keepdim = False, *, str interpolation = "linear", '
+                     'Tensor out = None)'),
+        "method": ('(Tensor q, int dim = None, bool keepdim = False, *, str interpolation = "linear")',
+                   '(float q, int dim = None, bool keepdim = False, *, str interpolation = "linear")')}
 OVERLOADS["tensor_split"] = {
     "function": ("(Tensor input, tuple of ints indices, int dim = 0)",
                  "(Tensor input, Tensor tensor_indices_or_sections, int dim = 0)",

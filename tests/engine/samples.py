@@ -362,6 +362,8 @@ SAMPLES: dict[str, list[Sample]] = {
                     S(T(1, 1, 3, 4), size=(4, 6), mode="bilinear", align_corners=True),
                     S(T(1, 1, 3, 3), size=(5, 4), mode="bicubic"), S(T(1, 2, 4, 4), size=(3, 3), mode="area"),
                     S(T(2, 2, 5), size=8, mode="nearest-exact")],
+    "quantile": [S(T(5), 0.3), S(T(3, 4), 0.6, 1, keepdim=True), S(T(2, 5), 0.5, 0, interpolation="midpoint")],
+    "nanquantile": [S(T(5), 0.3), S(T(3, 4), 0.25, 1)],
     "median": [S(T(5)), S(T(3, 4), 1), S(T(3, 4), 0, keepdim=True)],
     "nanmedian": [S(T(4)), S(T(2, 5), 1)],
     # ----- creation from a tensor (no gradient reaches the input)

@@ -17,6 +17,23 @@ from gradserve_server.engine.torch_compat import torch as etorch  # noqa: E402
 from .test_new_ops_torch import _namespace, _run, _second_order  # noqa: E402
 
 EXPRESSIONS = [
+    'torch.quantile(c3, 0.3)',
+    'torch.quantile(c3, 0.3, 1)',
+    'torch.quantile(c3, 0.3, 1, True)',
+    'torch.quantile(c3, torch.tensor([0.2, 0.7], dtype=torch.float64))',
+    'torch.quantile(c3, torch.tensor([0.2, 0.7], dtype=torch.float64), 2, True)',
+    'torch.quantile(c3, torch.tensor([0.2, 0.7], dtype=torch.float64), 0)',
+    'torch.quantile(c3, 0.5, -1)',
+    'torch.quantile(c3, 0.3, 1, interpolation="lower")',
+    'torch.quantile(c3, 0.3, 1, interpolation="higher")',
+    'torch.quantile(c3, 0.3, 1, interpolation="nearest")',
+    'torch.quantile(c3, 0.3, 1, interpolation="midpoint")',
+    "torch.quantile(torch.tensor([[1., float('nan'), 3], [2, 4, 6]], dtype=torch.float64, requires_grad=True), 0.4, 1)",
+    "torch.nanquantile(torch.tensor([[1., float('nan'), 3], [2, 4, 6]], dtype=torch.float64, "
+    "requires_grad=True), 0.4, 1)",
+    "torch.nanquantile(torch.tensor([[float('nan')] * 3, [2, 4, 6]], dtype=torch.float64), torch.tensor([0.1, "
+    "0.9], dtype=torch.float64), 1)",
+    'c3.quantile(0.25)',
     'torch.median(a)',
     'a.median()',
     'torch.median(a, 1)[0]',
@@ -250,6 +267,13 @@ def test_issue24_second_derivatives_match_torch(leaf, expr):
 
 
 ERRORS = [
+    'torch.quantile(cls, 0.5)',
+    'torch.quantile(c3, 1.5)',
+    'torch.quantile(c3, torch.tensor([[0.5]], dtype=torch.float64))',
+    'torch.quantile(c3, torch.tensor([0.5]))',
+    'torch.quantile(c3, torch.tensor([0.5, 2.0], dtype=torch.float64))',
+    'torch.quantile(c3, 0.5, interpolation="foo")',
+    'torch.quantile(torch.tensor([], dtype=torch.float64), 0.5)',
     'torch.median(torch.zeros(2, 0), 1)',
     "F.interpolate(x2, size=3, scale_factor=2)",
     "F.interpolate(x2)",

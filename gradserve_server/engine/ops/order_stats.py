@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from ..errors import TorchRuntimeError
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import require_tensor, saved_int, signed_int, wrap_dim
@@ -148,3 +149,138 @@ for _p in ("MedianBackward0", "NanmedianBackward0"):
 for _p in ("MedianBackward1", "NanmedianBackward1"):
     vjp(_p, inputs=("self",), saves=("dim", "indices", "keepdim", "self_sym_sizes"))(_selecting)
     jvp(_p)(_selecting_jvp)
+
+
+# ----- quantile -------------------------------------------------------------------------------------------------
+
+_INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def _quantile(name: str, self, q, dim, keepdim: bool, interpolation: str, ignore_nan: bool):
+    """torch's quantile_compute, op for op: sort the (flattened or moved) input, gather below and above the ranks,
+    lerp (linear, midpoint), then torch's in-place view ops on the result (UnsqueezeBackward1, TransposeBackward1,
+    SqueezeBackward4)."""
+    from .elementwise import lerp
+    from .reduction import sort
+    from .shape import _squeeze_dim, gather, transpose, unsqueeze, view
+
+    self = require_tensor(self, "input", name)
+    x = self.data
+    if x.dtype.kind != "f":
+        raise TorchRuntimeError(f"{name}() input tensor must be either float or double dtype", code="invalid_dtype")
+    if interpolation not in _INTERPOLATIONS:
+        raise TorchRuntimeError(f"{name}() interpolation must be one of linear, lower, higher, midpoint or nearest, "
+                                f"but got {interpolation}", code="invalid_argument")
+    if isinstance(q, Tensor):
+        if q.data.ndim > 1:
+            raise TorchRuntimeError(f"{name}() q must be a scalar or 1D tensor", code="invalid_argument")
+        if q.dtype != self.dtype:
+            raise TorchRuntimeError(f"{name}() q tensor must be same dtype as the input tensor",
+                                    code="dtype_mismatch")
+        qv = q.data
+        if qv.size and (qv.min() < 0 or qv.max() > 1):
+            raise TorchRuntimeError(f"{name}() q values must be in the range [0, 1]", code="invalid_argument")
+    else:
+        if not 0 <= q <= 1:
+            raise TorchRuntimeError(f"{name}() q must be in the range [0, 1] but got {q}", code="invalid_argument")
+        qv = np.asarray(q, x.dtype)
+    if x.size == 0:
+        raise TorchRuntimeError(f"{name}() input tensor must be non-empty", code="invalid_argument")
+    nd = x.ndim
+    # the output shape torch computes (quantile_output_shape), then q's dim in front
+    if dim is not None and nd > 0:
+        d = wrap_dim(dim, nd)
+        out_shape = list(x.shape)
+        if keepdim:
+            out_shape[d] = 1
+        else:
+            del out_shape[d]
+    else:
+        d = None
+        out_shape = [1] * nd if keepdim else []
+    out_shape.insert(0, qv.size if qv.ndim else 1)
+    if d is None:
+        sorted_ = sort(view(self, (-1,)), -1).values
+    elif d == nd - 1:
+        sorted_ = sort(self, -1).values
+    else:
+        sorted_ = sort(transpose(unsqueeze(self, -1), d, -1), -1).values
+    in_shape = [*out_shape[1:], sorted_.data.shape[-1]]  # torch's view of the sorted input: values last
+    sorted_ = view(sorted_, tuple(in_shape))
+    s = sorted_.data
+    qf = qv.reshape(-1).astype(x.dtype)
+    nan = np.isnan(s)
+    if ignore_nan:
+        count = (~nan).sum(-1, keepdims=True)
+        ranks = qf * (count - 1).astype(x.dtype)
+        ranks = np.where(ranks < 0, x.dtype.type(0), ranks)
+    else:
+        last = s.shape[-1] - 1
+        ranks = np.broadcast_to(qf * x.dtype.type(last), np.broadcast_shapes(qf.shape, nan.shape[:-1] + (1,)))
+        ranks = np.where(nan.any(-1, keepdims=True), x.dtype.type(last), ranks)
+    ranks = np.asarray(ranks, x.dtype)
+    if interpolation == "lower":
+        ranks = np.floor(ranks)
+    elif interpolation == "higher":
+        ranks = np.ceil(ranks)
+    elif interpolation == "nearest":
+        ranks = np.round(ranks)
+    below = ranks.astype(np.int64)
+    values = gather(sorted_, -1, Tensor(below))
+    if interpolation in ("linear", "midpoint"):
+        weights = np.full_like(ranks, 0.5) if interpolation == "midpoint" else ranks - below
+        above = gather(sorted_, -1, Tensor(np.ceil(ranks).astype(np.int64)))
+        values = lerp(values, above, Tensor(np.asarray(weights, x.dtype)))
+    if qv.ndim == 0:
+        return _squeeze_dim(values, values.data.ndim - 1)
+    values = _unsqueeze_(values, 0)
+    values = _transpose_(values, 0, values.data.ndim - 1)
+    return _squeeze_dim(values, values.data.ndim - 1)
+
+
+def _unsqueeze_(t: Tensor, d: int) -> Tensor:
+    """torch's ``unsqueeze_`` on a fresh result: UnsqueezeBackward1."""
+    return record("UnsqueezeBackward1", np.expand_dims(t.data, d), (t,), {"dim": d})
+
+
+def _transpose_(t: Tensor, d0: int, d1: int) -> Tensor:
+    """torch's ``transpose_`` on a fresh result: TransposeBackward1."""
+    return record("TransposeBackward1", np.ascontiguousarray(np.swapaxes(t.data, d0, d1)), (t,),
+                  {"dim0": d0, "dim1": saved_int(d1 - t.data.ndim)})
+
+
+@vjp("UnsqueezeBackward1", inputs=("self",), saves=("dim",))
+def _(ctx, grad):
+    from .shape import squeeze
+    return squeeze(grad, ctx.dim),
+
+
+@jvp("UnsqueezeBackward1")
+def _(ctx, self_t):
+    from .shape import unsqueeze
+    return unsqueeze(self_t, ctx.dim)
+
+
+@vjp("TransposeBackward1", inputs=("self",), saves=("dim0", "dim1"))
+def _(ctx, grad):
+    from .shape import transpose
+    return transpose(grad, ctx.dim0, signed_int(ctx.dim1)),
+
+
+@jvp("TransposeBackward1")
+def _(ctx, self_t):
+    from .shape import transpose
+    return transpose(self_t, ctx.dim0, signed_int(ctx.dim1))
+
+
+@op("quantile", tensors=("self", "q"), grad_fns=("SqueezeBackward4",))
+def quantile(self, q, dim=None, keepdim=False, interpolation="linear"):
+    """torch.quantile(input, q, dim=None, keepdim=False, *, interpolation='linear'): q a number or a 1-D tensor
+    (its dim first in the result); NaN where a slice holds one."""
+    return _quantile("quantile", self, q, dim, keepdim, interpolation, False)
+
+
+@op("nanquantile", tensors=("self", "q"), grad_fns=("SqueezeBackward4",))
+def nanquantile(self, q, dim=None, keepdim=False, interpolation="linear"):
+    """torch.nanquantile(...): the quantile of the non-NaN values (NaN for a slice of NaNs only)."""
+    return _quantile("nanquantile", self, q, dim, keepdim, interpolation, True)
