@@ -1,9 +1,18 @@
 #!/usr/bin/env python3
 """Developer entry point, standard library only.
 
-    python3 dev.py serve [uvicorn args...]   create .venv, install pinned deps, serve on 127.0.0.1:8000
+    python3 dev.py serve [uvicorn args...]   create .venv, install pinned deps, serve on 127.0.0.1:8000 as the
+                                             image does: python -m gradserve_server, the wheel's gradserve-server
+                                             (--port N, --host H to change; --no-access-log: no JSON line per
+                                             request either)
     python3 dev.py test [pytest args...]     create .venv, install .[test] and ./client pinned, run ruff and pytest
                                              (installs redis-server and graphviz first when missing, as root)
+    python3 dev.py docs [mkdocs build args...]
+                                             build the documentation site into site/ (mkdocs, strict: a broken
+                                             link fails); open site/index.html
+    python3 dev.py build [build args...]     wheels and sdists of the server (gradserve-server) and the client
+                                             (gradserve-client) in dist/ (each wheel built from its sdist, with
+                                             `python -m build`; e.g. --no-isolation, --outdir DIR)
     python3 dev.py fuzz [--programs N] [--seed S] [--http K] [--json FILE]
                                              the differential fuzzer against torch (needs torch in .venv:
                                              .venv/bin/pip install torch==2.13.0); prints programs, steps,
@@ -24,6 +33,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 CONSTRAINTS = ROOT / "constraints.txt"
 CLIENT = ROOT / "client"
+VERSION = ROOT / "gradserve_server" / "_version.py"  # the one place the version is written
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 
@@ -43,7 +53,8 @@ def ensure_env(extra: str | None) -> None:
         venv.create(VENV, with_pip=True)
     target = f".[{extra}]" if extra else "."
     digest = hashlib.sha256()
-    for path in (ROOT / "pyproject.toml", CLIENT / "pyproject.toml", CONSTRAINTS):
+    # the version is in the installed metadata too: a new one reinstalls
+    for path in (ROOT / "pyproject.toml", CLIENT / "pyproject.toml", CONSTRAINTS, VERSION):
         digest.update(path.read_bytes())
     digest.update(target.encode())
     stamp = VENV / f".installed-{extra or 'base'}"
@@ -55,15 +66,29 @@ def ensure_env(extra: str | None) -> None:
     stamp.write_text(digest.hexdigest())
 
 
+#: where `serve` listens unless its arguments say otherwise (uvicorn's own --host and --port)
+SERVE_DEFAULTS = {"--host": "127.0.0.1", "--port": "8000"}
+
+
+def serve_command(args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The command `serve` runs and the environment variables it adds: the server as its wheel's
+    `gradserve-server` runs it (gradserve_server/__main__.py: uvicorn with the image's options), --host and
+    --port replacing the defaults (so that each appears once), `--no-access-log` also turning off the app's
+    JSON access lines (GRADSERVE_ACCESS_LOG=false), every other argument going to uvicorn as given."""
+    given = {a.split("=", 1)[0] for a in args}
+    env = {"GRADSERVE_ACCESS_LOG": "false"} if "--no-access-log" in args else {}
+    defaults = [part for flag, value in SERVE_DEFAULTS.items() if flag not in given for part in (flag, value)]
+    return [str(PYTHON), "-m", "gradserve_server", *defaults, *args], env
+
+
 def serve(args: list[str]) -> int:
     ensure_env(None)
-    cmd = [str(PYTHON), "-m", "uvicorn", "gradserve_server.app.main:app", "--host", "127.0.0.1", "--port", "8000",
-           "--no-access-log", *args]
-    print("+", " ".join(cmd), flush=True)
+    cmd, env = serve_command(args)
+    print("+", " ".join([*(f"{k}={v}" for k, v in env.items()), *cmd]), flush=True)
     os.chdir(ROOT)
     if os.name == "nt":
-        return subprocess.call(cmd)
-    os.execv(cmd[0], cmd)
+        return subprocess.call(cmd, env={**os.environ, **env})
+    os.execve(cmd[0], cmd, {**os.environ, **env})
     return 0  # not reached
 
 
@@ -106,6 +131,29 @@ def test(args: list[str]) -> int:
     return 0
 
 
+def docs(args: list[str]) -> int:
+    ensure_env("test")  # mkdocs and its theme are in the test extra (the docs are built by a test too)
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # the theme's banner about a successor, on every build
+    code = subprocess.call([str(PYTHON), "-m", "mkdocs", "build", "--strict", *args], cwd=ROOT, env=env)
+    if code == 0 and not args:
+        print(f"open {ROOT / 'site' / 'index.html'} (the search box needs the folder served: "
+              "python3 -m http.server -d site 8001)", flush=True)
+    return code
+
+
+def build(args: list[str]) -> int:
+    """Both distributions' sdists and wheels (the `build` frontend comes with the test extra)."""
+    ensure_env("test")
+    if not any(a in ("--outdir", "-o") or a.startswith("--outdir=") for a in args):
+        args = ["--outdir", str(ROOT / "dist"), *args]
+    try:
+        for project in (ROOT, CLIENT):
+            run(PYTHON, "-m", "build", *args, project)
+    except subprocess.CalledProcessError as exc:
+        return exc.returncode
+    return 0
+
+
 def fuzz(args: list[str]) -> int:
     ensure_env("test")
     if subprocess.call([str(PYTHON), "-c", "import torch"], cwd=ROOT, stderr=subprocess.DEVNULL):
@@ -115,7 +163,7 @@ def fuzz(args: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    commands = {"serve": serve, "test": test, "fuzz": fuzz}
+    commands = {"serve": serve, "test": test, "docs": docs, "build": build, "fuzz": fuzz}
     if not argv or argv[0] not in commands:
         print(__doc__, file=sys.stderr)
         return 2

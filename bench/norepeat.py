@@ -6,7 +6,7 @@ list whose forms never repeat gives up and runs cold. This prints that run's med
 off (``PlanCache(..., fragment_entries=0)``), measured interleaved in one process, and their ratio, for lists of
 100, 200 and 1,000 ops of two kinds: ``chain`` (a new literal each op: ``y_i = y_{i-1} * c_i`` on a 3-vector, a
 sum and a backward), ``mixed`` (the same through four ops in turn, on inputs of a shape of their own each 25
-ops) and ``shapes`` (one op written alike on inputs of a shape of their own each). The README's figure for
+ops) and ``shapes`` (one op written alike on inputs of a shape of their own each). The docs' figure for
 composed runs is this table's ratio column: the median over runs of (on / off), each pair run back to back.
 
     python bench/norepeat.py            # 100 / 200 / 1,000 ops

@@ -9,10 +9,9 @@
 
 from __future__ import annotations
 
+from gradserve._version import __version__
 from gradserve.errors import ProblemError
 from gradserve.http import Client
 from gradserve.torch._context import session, sync
-
-__version__ = "0.1.0"
 
 __all__ = ["Client", "ProblemError", "session", "sync", "__version__"]

@@ -15,7 +15,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GRADSERVE_", frozen=True)
 
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1,
-                                description="Largest accepted request body (413 above).")
+                                description="Largest accepted request body: 413 above, by Content-Length and by "
+                                "counting streamed bytes.")
     max_elements_per_tensor: int = Field(4_000_000, ge=1, description="Largest tensor (elements) a request "
                                          "may send or create.")
     max_ops_per_request: int = Field(10_000, ge=1, description="Most ops in one op list.")
@@ -23,59 +24,72 @@ class Settings(BaseSettings):
     max_op_executions: int = Field(100_000, ge=1, description="Most op executions one request may ask for "
                                    "(ops x repeat), checked before anything runs.")
     max_nodes_per_session: int = Field(100_000, ge=1, description="Most autograd nodes alive in one session.")
-    max_bytes_per_session: int = Field(256 * 1024 * 1024, ge=1, description="Most bytes of arrays one "
-                                       "session holds at any point of a request (its tensors, graphs and "
-                                       "gradients, and the request's intermediates, saved tensors and undo "
-                                       "copies), counted as they are allocated: 422 `limit_exceeded` before "
-                                       "the allocation that would pass it where its size is known, nothing "
-                                       "applied. `/eval` runs in a session of its own.")
+    max_bytes_per_session: int = Field(256 * 1024 * 1024, ge=1, description="Most bytes of arrays one session holds "
+                                       "at any point of a request: its tensors, graphs and gradients plus the "
+                                       "request's intermediates, saved tensors, undo copies and records, counted as "
+                                       "they are allocated (refused before the allocation where its size is known: "
+                                       "creation, broadcasting, matmul, expand/repeat/cat/stack; otherwise passed by "
+                                       "at most one tensor); 422 `limit_exceeded` naming it, nothing applied. "
+                                       "`/eval` runs in a session of its own.")
     max_response_bytes: int = Field(128 * 1024 * 1024, ge=1, description="Most bytes of tensor data one "
                                     "response may carry (records x repeat, changed and returned tensors, "
                                     "autograd reports, tensor reads), estimated before it is built from element "
                                     "counts and the encoding (an upper bound: JSON 6-25 bytes per element, "
                                     "base64 4/3 of the raw bytes); 422 above, nothing applied.")
     request_deadline_seconds: float = Field(30.0, gt=0, description="Compute deadline of one request, checked "
-                                            "between ops, in `repeat` and between the nodes of a backward pass "
-                                            "(504 `deadline_exceeded` after it, nothing applied).")
+                                            "between ops, in `repeat` and between the nodes of a backward pass (504 "
+                                            "`deadline_exceeded` after it, nothing applied, the session's lock "
+                                            "released).")
     max_heavy_requests: int = Field(default_factory=lambda: max(2, os.cpu_count() or 2), ge=1,
-                                    description="Requests computing in the thread pool at once (op lists not "
-                                    "run on the event loop, the autograd endpoints, SVG graphs); default: "
-                                    "the number of CPUs, at least 2. Light requests (health, reads, small op "
-                                    "lists) do not wait for them.")
+                                    description="Heavy requests computing at once: op lists that do not run on the "
+                                    "event loop, `/backward`, `/grad`, `/zero_grad`, SVG graphs. Light requests "
+                                    "(health, readiness, reads, small op lists) never wait for them. A heavy request "
+                                    "whose client disconnects is stopped at the engine's next check (499 `cancelled` "
+                                    "in the log and metrics); default: the number of CPUs, at least 2.")
     max_heavy_queue: int = Field(16, ge=0, description="Heavy requests waiting for a slot; beyond it 503 "
                                  "`server_busy` with Retry-After, and `/readyz` answers 503.")
     heavy_queue_wait_seconds: float = Field(10.0, gt=0, description="Longest wait for a heavy slot (503 "
                                             "`server_busy` after it).")
-    plan_cache_entries: int = Field(256, ge=0, description="`/eval` and session op lists: most compiled plans "
-                                    "(op lists recorded as kernel calls, replayed by later requests of the same "
-                                    "structure) kept per process, least recently used out; 0 turns plans off.")
+    plan_cache_entries: int = Field(256, ge=0, description="`/eval` and session op lists: most compiled plans kept "
+                                    "per process (an op list's first run records its kernel calls; later runs with "
+                                    "inputs of the same shapes, dtypes and flags replay them, with the same response "
+                                    "bit for bit); least recently used out; 0 turns plans off. Hits, misses, "
+                                    "unplannable runs, fallbacks and evictions are in `/metrics` "
+                                    "(`gradserve_plan_*`).")
     plan_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, description="`/eval`: most bytes of compiled plans "
                                   "per process (an estimate of their tapes; plans hold no tensor data).")
-    plan_record_after: int = Field(2, ge=1, description="`/eval` and session op lists: the run of an op list's "
-                                   "structure that records its plan (1: the first; 2: the second, so a structure "
-                                   "run once never pays for recording, which costs up to ~3x its cold run); loops "
-                                   "(`repeat`) record on their first iteration.")
+    plan_record_after: int = Field(2, ge=1, description="`/eval` and session op lists: which run of an op list's "
+                                   "structure records its plan. 1 records on the first; at 2 a structure seen once "
+                                   "runs cold unrecorded (`gradserve_plan_deferred`), so one-off requests never pay "
+                                   "for recording and building a plan (up to ~3x the cold run for a list of 30,000 "
+                                   "ops), and the second run records. `repeat` loops record on their first "
+                                   "iteration.")
     plan_fragment_entries: int = Field(4096, ge=0, description="`/eval`: most per-op fragments kept per process for "
                                        "composed runs (a list of 100+ ops without a plan runs from fragments of the "
                                        "op forms it repeats instead of op by op; also bounded at 32 MiB); 0 turns "
-                                       "composition off (such lists then run op by op). Needs plans on.")
+                                       "composition off (such lists then run op by op). Counted in `/metrics` "
+                                       "(`gradserve_plan_composed`, `_uncomposable`, `_fragment_hits`, "
+                                       "`_fragment_misses`).")
     max_graph_render_nodes: int = Field(1000, ge=1, description="Most graph nodes drawn as SVG, DOT or Mermaid "
-                                        "(422 `limit_exceeded` above; `format=json` has no such limit).")
+                                        "(422 `limit_exceeded` above; the JSON graph has no such limit).")
     graph_render_timeout_seconds: float = Field(5.0, gt=0, description="Longest Graphviz `dot` run for an SVG; "
                                                 "after it (or if dot fails) the built-in layout is drawn.")
     max_sessions: int = Field(1000, ge=1, description="Most live sessions (429 above).")
     session_ttl_seconds: float = Field(3600.0, gt=0, description="Idle time after which a session expires "
                                        "(sliding: every access renews it).")
-    inline_max_body_bytes: int = Field(2048, ge=0, description="Op lists with bodies up to this size (and "
-                                       "at most `inline_max_ops` ops of bounded cost) run on the event loop "
-                                       "instead of the thread pool; 0 never does.")
+    inline_max_body_bytes: int = Field(2048, ge=0, description="Op lists (`/ops`, `/eval`) with bodies up to this "
+                                       "size, at most `GRADSERVE_INLINE_MAX_OPS` ops of bounded cost and no `repeat` "
+                                       "run on the event loop instead of the thread pool (a session only when it is "
+                                       "free and its last run was quick and left small tensors); 0 turns this off.")
     inline_max_ops: int = Field(16, ge=0, description="Most ops in an op list run on the event loop.")
-    sweep_interval_seconds: float = Field(60.0, gt=0, description="How often expired sessions are freed.")
+    sweep_interval_seconds: float = Field(60.0, gt=0, description="How often expired sessions are freed (they are "
+                                          "also refused on access); with Redis, how often expired ids leave the "
+                                          "session index.")
 
     # ----- security: keys, ownership, rate limits, CORS -----
-    api_keys: SecretStr = Field(SecretStr(""), description="Comma-separated API keys (or `sha256:<hex>` "
-                                "digests of keys). Empty: the server is open. Only their SHA-256 digests are "
-                                "kept in memory.")
+    api_keys: SecretStr = Field(SecretStr(""), description="Comma-separated API keys, or `sha256:<hex>` digests of "
+                                "keys (so that the keys themselves need not be in the environment). Empty: the "
+                                "server is open. Only their SHA-256 digests are kept in memory.")
     max_sessions_per_key: int = Field(100, ge=1, description="Most live sessions one API key may own (429 "
                                       "above); with keys only.")
     rate_limit_per_second: float = Field(50.0, ge=0, description="Requests per second one API key may make "
@@ -94,16 +108,20 @@ class Settings(BaseSettings):
                                           "still running before the session store is closed.")
 
     # ----- deployment: where sessions live -----
-    store_url: str = Field("memory://", description="`memory://` (sessions in this process; one worker only) "
-                           "or `redis://[user:password@]host:port/db` (`rediss://` for TLS): sessions shared "
-                           "by every worker and replica.")
-    workers: int = Field(1, ge=1, description="Worker processes serving this app, declared for the memory "
-                         "store's start-up check (WEB_CONCURRENCY and uvicorn's --workers are checked too).")
-    lock_ttl_seconds: float = Field(10.0, gt=0, description="Redis store: how long a request's lock on a "
-                                    "session lives without renewal; renewed every third of it while held, so "
-                                    "it only matters when a process dies holding it.")
-    lock_wait_seconds: float = Field(5.0, ge=0, description="How long a request waits for a session another "
-                                     "request holds (409 session_busy with Retry-After after).")
+    store_url: str = Field("memory://", description="`memory://` (sessions in this process; one worker only) or "
+                           "`redis://[user:password@]host:port/db` (`rediss://` for TLS, `unix:///path.sock?db=0` "
+                           "for a socket): sessions shared by every worker and replica.")
+    workers: int = Field(1, ge=1, description="Worker processes serving this app, declared for the memory store's "
+                         "start-up check: the memory store refuses to start above 1 (it also checks WEB_CONCURRENCY, "
+                         "UVICORN_WORKERS and uvicorn's --workers).")
+    lock_ttl_seconds: float = Field(10.0, gt=0, description="Redis store: how long a request's lock on a session "
+                                    "lives without renewal; renewed every third of it while held, so it only matters "
+                                    "when a process dies holding it (the session is then free again after at most "
+                                    "this long).")
+    lock_wait_seconds: float = Field(5.0, ge=0, description="How long a request waits for a session another request "
+                                     "is using (Redis: changing); then 409 `session_busy` with `Retry-After` (so "
+                                     "that requests for a busy session do not hold the thread pool's threads for a "
+                                     "heavy request's whole deadline).")
     redis_key_prefix: str = Field("gradserve:", description="Redis store: prefix of every key, so that "
                                   "several deployments can share one Redis database.")
     redis_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, description="Redis store: per-process cache of "

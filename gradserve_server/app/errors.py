@@ -4,7 +4,7 @@ Engine errors carry torch's exception type and message; app errors carry their o
 ``application/problem+json`` body with ``type``, ``title``, ``status``, ``detail`` and a stable ``code``;
 op errors add ``op_index``, ``op`` and ``exception``. Routes raise, they never build error bodies.
 
-Status policy (also in the README): unknown session or tensor name -> 404; a request the engine cannot run
+Status policy (also in docs/reference/errors.md): unknown session or tensor name -> 404; a request the engine cannot run
 as written (bad argument, shape, dtype, unknown op, limits) -> 422; a request that is fine but conflicts
 with the session's current state (graph already freed, tensor modified in place since it was saved, in-place
 on a leaf that requires grad) -> 409, and so is a session another request holds too long (``session_busy``);

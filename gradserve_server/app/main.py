@@ -16,6 +16,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.staticfiles import StaticFiles
 from pydantic import TypeAdapter
 
+from gradserve_server._version import __version__
 from gradserve_server.app import errors
 from gradserve_server.app.admission import HeavyWork
 from gradserve_server.app.auth import METRICS_PATH, OPEN_PATHS, Auth, KeyRing, RateLimiter
@@ -175,7 +176,7 @@ def _document_links(schema: dict[str, Any]) -> None:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    app = FastAPI(title="gradserve", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
+    app = FastAPI(title="gradserve API", version=__version__, description=DESCRIPTION, lifespan=lifespan,
                   docs_url=None, redoc_url=None)
     configure_logging(settings.log_level)
     app.state.settings = settings

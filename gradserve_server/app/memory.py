@@ -11,7 +11,7 @@ that the benchmark measures the server's allocator):
 
 - it caps glibc's arenas (``GRADSERVE_MALLOC_ARENAS``, 2), before the thread pool's threads exist: with one
   arena per contending thread, memory freed under a multi-threaded load stayed fragmented across them and
-  was not returned (measured in the README);
+  was not returned (measured in docs/explanation/limits.md);
 - it fixes the mmap threshold (``GRADSERVE_MALLOC_MMAP_THRESHOLD``, 32 MiB, glibc's largest) and the trim
   threshold (``GRADSERVE_MALLOC_TRIM_THRESHOLD``, 128 MiB). With glibc's dynamic defaults, a request's
   arrays of a few MiB come from the heap, and when the request ends and frees them all, more than twice
@@ -28,8 +28,8 @@ that the benchmark measures the server's allocator):
 ``MemoryTrimmer`` is told (``released()``, from any thread, a plain flag) whenever sessions were deleted or
 expired, and a task on the event loop then, at most every ``MIN_GAP`` seconds, collects garbage and calls
 glibc's ``malloc_trim(0)`` in a worker thread; it also does so every ``interval`` seconds regardless
-(states dropped from the Redis store's cache, responses' buffers). Measured in the README ("Limits and what
-they protect").
+(states dropped from the Redis store's cache, responses' buffers). Measured in
+docs/explanation/limits.md ("Memory comes back").
 """
 
 from __future__ import annotations

@@ -439,8 +439,8 @@ class SessionService:
         limit = self.settings.max_graph_render_nodes
         if nodes > limit:
             raise LimitExceeded(f"the graph has {nodes} nodes; at most {limit} are drawn "
-                                f"(GRADSERVE_MAX_GRAPH_RENDER_NODES): ask for format=json, or for the graph "
-                                f"behind one tensor (root=NAME)")
+                                f"(GRADSERVE_MAX_GRAPH_RENDER_NODES): ask for the JSON graph (GET .../graph), or for "
+                                f"the graph behind one tensor (root=NAME)")
         if fmt == "dot":
             return engine.to_dot(graph)
         if fmt == "mermaid":
@@ -450,8 +450,25 @@ class SessionService:
             timeout = min(timeout, max(0.001, control.deadline - time.monotonic()))
         return render_svg(graph, engine.to_dot(graph), shutil.which("dot"), timeout=timeout)
 
-    def op_catalog(self) -> bytes:
-        return views.dump({"ops": engine.op_catalog()})
+    def op_catalog(self, q: str | None = None, family: str | None = None, differentiable: bool | None = None,
+                   inplace: bool | None = None, offset: int = 0, limit: int | None = None) -> bytes:
+        """The catalog, or the entries that match every filter given (``q``: a case-insensitive substring of
+        the name, an alias, a grad_fn name or the doc), from ``offset``, at most ``limit`` of them; ``total``
+        counts the matches."""
+        ops = engine.op_catalog()
+        if q:
+            needle = q.lower()
+            ops = [e for e in ops if any(needle in s.lower() for s in (e["name"], *e.get("aliases", ()),
+                                                                         *e.get("grad_fns", ()), e.get("doc", "")))]
+        if family is not None:
+            ops = [e for e in ops if e.get("family") == family]
+        if differentiable is not None:
+            ops = [e for e in ops if e["differentiable"] is differentiable]
+        if inplace is not None:
+            ops = [e for e in ops if e["inplace"] is inplace]
+        total = len(ops)
+        ops = ops[offset:] if limit is None else ops[offset:offset + limit]
+        return views.dump({"ops": ops, "total": total})
 
     def readiness(self) -> dict:
         return {"status": "ready", "sessions": self.store.count(), "max_sessions": self.settings.max_sessions}

@@ -34,21 +34,17 @@ def readable_grad(t) -> Any:
 
 def tensor_view(name: str, t, encoding: Encoding, data: bool = True) -> dict:
     """torch's view of a tensor; ``data=False``: without ``data`` and ``grad`` (the ``meta`` view level)."""
-    view = {
-        "name": name,
-        "shape": list(t.shape),
-        "dtype": t.dtype,
-        "requires_grad": bool(t.requires_grad),
-        "is_leaf": t.grad_fn is None,
-        "grad_fn": t.grad_fn.name if t.grad_fn is not None else None,
-        "retains_grad": bool(t.retains_grad),
-        "version": int(t.version),
-        "grad_accumulations": int(t.grad_accumulations),
-    }
-    if data:
+    view = {"name": name, "shape": list(t.shape), "dtype": t.dtype}
+    if data:  # the values first, the autograd flags after them
         grad = readable_grad(t)
         view["data"] = encode(t.data, encoding)
         view["grad"] = None if grad is None else encode(grad.data, encoding)
+    view["requires_grad"] = bool(t.requires_grad)
+    view["is_leaf"] = t.grad_fn is None
+    view["grad_fn"] = t.grad_fn.name if t.grad_fn is not None else None
+    view["retains_grad"] = bool(t.retains_grad)
+    view["version"] = int(t.version)
+    view["grad_accumulations"] = int(t.grad_accumulations)
     return view
 
 
@@ -152,17 +148,16 @@ def run_view(state, res, encoding: Encoding, with_records: bool, returns=None, u
     else:
         levels = returns if isinstance(returns, dict) else dict.fromkeys(returns, "full")
         tensors = {name: returned_view(name, res.returned[name], level, encoding) for name, level in levels.items()}
-    body = {
-        "ops": [{"index": o.index, "op": o.op, "bound": list(o.bound)} for o in res.ops],
-        "tensors": tensors,
-        "autograd": autograd_views(res.autograd, encoding) if returns is None else [],
-        "warnings": list(res.warnings),
-    }
-    if until is not None:
-        body["iterations"] = res.iterations
+    # values first (what a reader looks for), bookkeeping (which op bound which names) last
+    body = {"tensors": tensors}
     if with_records:
         body["records"] = {name: [encode(t.data, encoding) for t in values]
                            for name, values in res.records.items()}
+    if until is not None:
+        body["iterations"] = res.iterations
+    body["autograd"] = autograd_views(res.autograd, encoding) if returns is None else []
+    body["warnings"] = list(res.warnings)
+    body["ops"] = [{"index": o.index, "op": o.op, "bound": list(o.bound)} for o in res.ops]
     return body
 
 

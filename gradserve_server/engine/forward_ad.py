@@ -32,11 +32,14 @@ UnpackedDualTensor = namedtuple("UnpackedDualTensor", ["primal", "tangent"])
 class DualLevel:
     """The active level: its number and the tensors that got a tangent in it (cleared on exit)."""
 
-    __slots__ = ("index", "tensors", "op_index", "batch")
+    __slots__ = ("index", "tensors", "op_index", "batch", "primals")
 
     def __init__(self, index: int = 0, op_index: int | None = None):
         self.index = index
         self.tensors: list = []
+        # unpack_dual's primals and the views made of them, by id (kept alive here): views without a tangent
+        # of their own, none derived from their base's (torch's _fw_primal is not forward-differentiable)
+        self.primals: dict[int, object] = {}
         self.op_index = op_index  # the program op that entered it (for the unbalanced-level error)
         self.batch = None  # a batched level (functional.jacobian's forward mode): every tangent is (batch, ...)
 
@@ -195,6 +198,8 @@ def _unpack(tensor, level, cur) -> UnpackedDualTensor:
         primal = _as_view(record("Identity", tensor.data.view(), (tensor,)), tensor)
     finally:
         _level.reset(token)
+    if cur is not None:
+        cur.primals[id(primal)] = primal
     return UnpackedDualTensor(primal, tangent)
 
 
@@ -223,6 +228,8 @@ def tangent_of(t):
         base = t._base
         if base is not None and base._fw_grad is not None:
             lvl = _level.get()
+            if lvl is not None and id(t) in lvl.primals:
+                return None
             if lvl is not None and lvl.batch is not None:
                 from .batching import view_tangent
                 fw = view_tangent(base._fw_grad, base.data, t.data)

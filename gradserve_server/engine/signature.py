@@ -70,6 +70,15 @@ METHOD_ONLY = frozenset({"view", "expand", "expand_as", "repeat", "contiguous", 
                          "index_fill_", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor",
                          "view_as", "reshape_as"})
 
+# ops torch binds with several overloads where our derived signature stands for them all: none of torch's is
+# plausible for a call without any argument, which torch answers with the list of them (one argument, a
+# keyword, makes one plausible and its own message, "missing ... size", is the derived signature's)
+_RANDOM_OPTIONS = tuple(
+    f"(tuple of ints size, *, {gen}Tensor out = None, torch.dtype dtype = None, torch.layout layout = None, "
+    f"torch.device device = None, bool pin_memory = False, bool requires_grad = False)"
+    for gen in ("torch.Generator generator, ", ""))
+NO_ARGUMENT_OVERLOADS: dict[str, tuple[str, ...]] = {"rand": _RANDOM_OPTIONS, "randn": _RANDOM_OPTIONS}
+
 # indexing and the reflected operators are not torch functions: no parsing beyond the op's own
 _EXEMPT = frozenset({"getitem", "setitem", "rpow", "rtruediv", "rmatmul", "tensor"})
 
@@ -636,6 +645,8 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool, facts: tuple |
     classes = (tuple(map(type, args)), tuple([(k, v.__class__) for k, v in kwargs.items()])) if kwargs else \
         (tuple(map(type, args)),)
     if options is None:
+        if not args and not kwargs and spec.name in NO_ARGUMENT_OVERLOADS:
+            raise _invalid_combination(shown, NO_ARGUMENT_OVERLOADS[spec.name], args, kwargs)
         if derived.by_class:
             k = (id(derived), *classes)
         else:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .forward_ad import _level as _fw_level
 from .grad_mode import _grad_enabled
 from .journal import setattr_, setitem_
 from .node import Node, short_name
@@ -32,6 +33,10 @@ def as_view(out: Tensor, base: Tensor, multi: bool = False) -> Tensor:
     out._vc = base._vc
     root = base._base if base._base is not None else base
     out._base = root
+    if root._fw_grad is not None:  # a view of an unpack_dual primal has no tangent either
+        lvl = _fw_level.get()
+        if lvl is not None and id(base) in lvl.primals:
+            lvl.primals[id(out)] = out
     if not _grad_enabled.get():
         creation = VIEW_NO_GRAD
     elif multi:
@@ -164,8 +169,9 @@ def _dense(a: np.ndarray) -> bool:
 
 
 def has_internal_overlap(a: np.ndarray) -> bool:
-    """Some element of ``a`` is written twice (an expanded dimension)."""
-    return any(s == 0 and n > 1 for n, s in zip(a.shape, a.strides))
+    """Some element of ``a`` is written twice (an expanded dimension); never in an empty array (whose strides
+    numpy may leave at 0)."""
+    return a.size > 0 and any(s == 0 and n > 1 for n, s in zip(a.shape, a.strides))
 
 
 def partial_overlap(a: np.ndarray, b: np.ndarray) -> bool:

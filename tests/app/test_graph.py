@@ -159,3 +159,21 @@ def test_a_graph_without_nodes_is_a_picture_of_why(client, session, message, gra
     assert " ".join(message.split()[:6]) in shown
     assert message.split()[-1] in shown
     assert message in client.get(f"/v1/sessions/{session}/graph", params={**params, "format": "mermaid"}).text
+
+
+@pytest.mark.parametrize(("fmt", "media_type"), [("dot", "text/vnd.graphviz"), ("mermaid", "text/plain"),
+                                                 ("svg", "image/svg+xml")])
+def test_each_drawing_has_its_own_route_with_one_media_type_and_the_old_query_still_answers(
+        client, learner, fmt, media_type):
+    drawn = client.get(f"/v1/sessions/{learner}/graph/{fmt}", params={"root": "z"})
+    assert drawn.status_code == 200 and drawn.headers["content-type"].split(";")[0] == media_type
+    old = client.get(f"/v1/sessions/{learner}/graph", params={"root": "z", "format": fmt})
+    assert old.status_code == 200 and old.headers["content-type"] == drawn.headers["content-type"]
+    assert drawn.text == old.text and "MulBackward0" in drawn.text
+    whole = client.get(f"/v1/sessions/{learner}/graph/{fmt}").text
+    assert len(whole) >= len(drawn.text) and "MulBackward0" in whole
+    # the same problems as the JSON graph: unknown session, unknown root
+    assert_problem(client.get(f"/v1/sessions/{'0' * 32}/graph/{fmt}"), 404)
+    assert_problem(client.get(f"/v1/sessions/{learner}/graph/{fmt}", params={"root": "nope"}), 404)
+    # an unknown drawing is no route at all
+    assert_problem(client.get(f"/v1/sessions/{learner}/graph/png"), 404, "not_found")

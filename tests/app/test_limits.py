@@ -89,8 +89,9 @@ def test_graph_drawings_are_bounded_by_a_node_limit():
         ok(run(c, sid, ops))
         assert len(ok(c.get(f"/v1/sessions/{sid}/graph"))["nodes"]) == 61
         for fmt in ("svg", "dot", "mermaid"):
-            body = assert_problem(c.get(f"/v1/sessions/{sid}/graph?format={fmt}"), 422, "limit_exceeded")
-            assert "61 nodes" in body["detail"] and "GRADSERVE_MAX_GRAPH_RENDER_NODES" in body["detail"]
+            for url in (f"/v1/sessions/{sid}/graph/{fmt}", f"/v1/sessions/{sid}/graph?format={fmt}"):
+                body = assert_problem(c.get(url), 422, "limit_exceeded")
+                assert "61 nodes" in body["detail"] and "GRADSERVE_MAX_GRAPH_RENDER_NODES" in body["detail"]
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot is not installed")

@@ -19,6 +19,48 @@ def test_op_catalog_lists_engine_ops_with_grad_fns(client):
     assert ops["sub_"]["inplace"] is True
 
 
+def test_the_op_catalog_filters_and_pages_and_without_parameters_is_whole(client):
+    whole = ok(client.get("/v1/ops"))
+    everything = whole["ops"]
+    assert whole["total"] == len(everything) > 200
+    by_name = {op["name"]: op for op in everything}
+
+    def names(**params) -> list[str]:
+        body = ok(client.get("/v1/ops", params=params))
+        return [op["name"] for op in body["ops"]], body["total"]
+
+    # q: name, alias, grad_fn name or doc, case-insensitive; the table's order kept
+    found, total = names(q="SVD")
+    assert "linalg.svd" in found and total == len(found)
+    assert found == [n for n in by_name if n in found]
+    assert all("svd" in (" ".join([n, *by_name[n]["aliases"], *by_name[n]["grad_fns"], by_name[n]["doc"]])).lower()
+               for n in found)
+    assert "mul" in names(q="MulBackward0")[0] and "abs" in names(q="absolute")[0]
+    assert names(q="no op is called this") == ([], 0)
+    # the other filters, and all of them at once
+    inplace = names(inplace="true")[0]
+    assert inplace == [n for n, op in by_name.items() if op["inplace"]] and "sub_" in inplace
+    assert names(differentiable="false")[0] == [n for n, op in by_name.items() if not op["differentiable"]]
+    assert names(family="linalg")[0] == [n for n, op in by_name.items() if op["family"] == "linalg"]
+    both = names(family="elementwise", inplace="false", differentiable="true")[0]
+    assert both and all(by_name[n]["family"] == "elementwise" and by_name[n]["differentiable"]
+                        and not by_name[n]["inplace"] for n in both)
+    # pages: in order, each op once, total the same on every page
+    pages, offset = [], 0
+    while True:
+        body = ok(client.get("/v1/ops", params={"offset": offset, "limit": 100}))
+        assert body["total"] == len(everything) and len(body["ops"]) <= 100
+        if not body["ops"]:
+            break
+        pages.append(body["ops"])
+        offset += 100
+    assert [op for page in pages for op in page] == everything and len(pages) == -(-len(everything) // 100)
+    assert ok(client.get("/v1/ops", params={"q": "sum", "limit": 1}))["ops"] == [
+        op for op in everything if op["name"] == names(q="sum")[0][0]]
+    for bad in ({"limit": 0}, {"limit": 1001}, {"offset": -1}, {"inplace": "maybe"}, {"q": "x" * 201}):
+        assert_problem(client.get("/v1/ops", params=bad), 422, "validation_error")
+
+
 def test_healthz_and_readyz(client, session):
     assert ok(client.get("/healthz")) == {"status": "ok"}
     settings = client.app.state.settings
@@ -57,14 +99,22 @@ def test_committed_openapi_document_matches_the_app():
         "openapi/openapi.json is stale: run `python -m gradserve_server.app.openapi_dump`")
 
 
+TEXT_ANSWERS = {"/metrics": "text/plain", "/v1/sessions/{session_id}/graph/dot": "text/vnd.graphviz",
+                "/v1/sessions/{session_id}/graph/mermaid": "text/plain",
+                "/v1/sessions/{session_id}/graph/svg": "image/svg+xml"}
+
+
 def test_every_endpoint_documents_a_response_model_and_problems():
     doc = json.loads(render())
     for path, methods in doc["paths"].items():
         for method, operation in methods.items():
             responses = operation["responses"]
             success = next(r for code, r in responses.items() if code.startswith("2"))
-            if method != "delete" and path != "/metrics":  # /metrics is Prometheus text
-                assert "schema" in success.get("content", {}).get("application/json", {}), (method, path)
+            if method != "delete":
+                # one media type per operation: generated clients read each answer by its one type
+                (media_type, content), = success["content"].items()
+                assert "schema" in content, (method, path)
+                assert media_type == TEXT_ANSWERS.get(path, "application/json"), (method, path)
             if "{session_id}" in path:
                 assert "404" in responses, (method, path)
                 problem = responses["404"]["content"]["application/problem+json"]["schema"]
@@ -130,3 +180,30 @@ def test_a_deleted_sessions_reference_cycles_are_freed_by_the_trimmer_however_ra
         finally:
             gc.enable()
         assert alive() is None
+
+
+def test_tensor_views_are_one_model_and_no_union_nests_another():
+    """What generated clients turn into their types: a tensor view is one model (a `meta` view is it without
+    `data` and `grad`), and no `anyOf` has an `anyOf` inside it (a union of unions)."""
+    doc = json.loads(render())
+    schemas = doc["components"]["schemas"]
+    assert "TensorMeta" not in schemas
+    view = {"anyOf": [{"$ref": "#/components/schemas/TensorView"}, {"type": "null"}]}
+    for model in ("OpsResponse", "EvalResponse"):
+        assert schemas[model]["properties"]["tensors"]["additionalProperties"] == view
+    assert {"data", "grad"}.isdisjoint(schemas["TensorView"]["required"])
+    assert {"default"}.isdisjoint(schemas["TensorView"]["properties"]["data"])
+
+    def nested(node, where: str) -> list[str]:
+        found = []
+        if isinstance(node, dict):
+            if any(isinstance(member, dict) and "anyOf" in member for member in node.get("anyOf", [])):
+                found.append(where)
+            for key, value in node.items():
+                found += nested(value, f"{where}/{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                found += nested(value, f"{where}/{i}")
+        return found
+
+    assert nested(doc, "#") == []

@@ -85,7 +85,7 @@ def test_access_log_is_one_json_line_with_the_request_fields_and_no_data_or_key(
 
 def test_unhandled_errors_are_logged_with_the_request_id_and_answered_as_problems(log_lines):
     with make_client() as c:
-        def boom():
+        def boom(*args, **kwargs):
             raise RuntimeError("secret tensor data 1.2345")
         c.app.state.service.op_catalog = boom
         r = c.get("/v1/ops", headers={"X-Request-ID": "req-500"})

@@ -322,3 +322,17 @@ def test_bind_names_the_gradient_itself_and_del_unbinds_names(client, session):
     names = set(ok(client.get(f"/v1/sessions/{session}"))["tensors"])
     assert names == {"x", "w", "b", "g"}
     assert_problem(run(client, session, [{"op": "del", "args": [["x"]]}]), 422, "invalid_argument")
+
+
+def test_an_ops_answer_shows_values_first_and_bookkeeping_last(client, session):
+    ops = [tensor("x", [1.0, 2.0]), {"op": "mul", "out": "y", "args": ["x", "x"]},
+           {"op": "sum", "out": "s", "args": ["y"]}, {"op": "backward", "args": ["s"]}]
+    body = ok(run(client, session, ops))
+    assert list(body) == ["tensors", "autograd", "warnings", "ops"]
+    assert list(body["tensors"]["x"])[:5] == ["name", "shape", "dtype", "data", "grad"]
+    body = ok(run(client, session, [{"op": "mul_", "args": ["x", 0.5], "no_grad": True},
+                                    {"op": "sum", "out": "t", "args": ["x"], "no_grad": True},
+                                    {"op": "le", "out": "done", "args": ["t", 0.4]}],
+                  repeat=5, record=["x"], until="done"))
+    assert list(body) == ["tensors", "records", "iterations", "autograd", "warnings", "ops"]
+    assert body["iterations"] == 3 and body["records"]["x"][-1] == [0.125, 0.25]

@@ -84,8 +84,8 @@ class RedisServer:
 class Uvicorn:
     """The app in its own process, started with ``argv`` (a uvicorn command line) and ``env``."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], port: int, log: Path):
-        self.argv, self.env, self.port, self.log_path = argv, env, port, log
+    def __init__(self, argv: list[str], env: dict[str, str], port: int, log: Path, cwd: Path = ROOT):
+        self.argv, self.env, self.port, self.log_path, self.cwd = argv, env, port, log, cwd
         self.proc: subprocess.Popen | None = None
 
     @classmethod
@@ -106,7 +106,7 @@ class Uvicorn:
                if not k.startswith(("GRADSERVE_", "UVICORN_")) and k not in ("WEB_CONCURRENCY", "FORWARDED_ALLOW_IPS")}
         env.update(self.env)
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            self.proc = subprocess.Popen(self.argv, env=env, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -1,4 +1,4 @@
-"""A real gradserve server process for the documentation tests (README walk-through, Swagger UI, SVG)."""
+"""A real gradserve server process for the documentation tests (walk-throughs, code blocks, Swagger UI)."""
 
 from __future__ import annotations
 

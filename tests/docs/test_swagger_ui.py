@@ -27,7 +27,8 @@ from tests.docs.browser import SwaggerUI, start_chromium, stop_chromium
 OPS = "ops-run_ops_v1_sessions__session_id__ops_post"
 EVAL = "ops-eval_ops_v1_eval_post"
 CREATE = "sessions-create_session_v1_sessions_post"
-GRAPH = "graph-get_graph_v1_sessions__session_id__graph_get"
+GRAPH_SVG = "graph-get_graph_svg_v1_sessions__session_id__graph_svg_get"
+CATALOG = "meta-op_catalog_v1_ops_get"
 CONVENIENCE = {"autograd-backward_v1_sessions__session_id__backward_post": BACKWARD_EXAMPLES,
                "autograd-grad_v1_sessions__session_id__grad_post": GRAD_EXAMPLES,
                "autograd-zero_grad_v1_sessions__session_id__zero_grad_post": ZERO_GRAD_EXAMPLES}
@@ -142,26 +143,39 @@ def check_learner_svg(seen: dict, graphviz: bool) -> None:
         assert line in seen["text"], line
 
 
+def picture_in_panel(browser, block) -> dict:
+    """The picture Swagger UI shows above an SVG response's source (app/static/svg-picture.js), as drawn."""
+    picture = block.find_element("css selector", ".live-responses-table img.gradserve-svg-picture")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'start'});", picture)
+    return browser.execute_script("""
+        const img = arguments[0];
+        return {complete: img.complete, width: img.naturalWidth, height: img.naturalHeight,
+                shown: img.getBoundingClientRect().width, src: img.src.slice(0, 25)};""", picture)
+
+
 def check_graph_svgs(browser, base_url: str, tmp_path, label: str) -> None:
-    # in Swagger UI: GET /graph with root=s and format=svg; the panel shows the SVG's source, and the person
-    # opens the Request URL to see it drawn
+    # in Swagger UI: GET /graph/svg with root=s; the panel shows the graph as a picture above its source, and
+    # the Request URL opens it drawn on its own
     sid = session_with(base_url, LEARNER)
     ui = SwaggerUI(browser, base_url).open()
-    block = ui.operation(GRAPH)
+    block = ui.operation(GRAPH_SVG)
     ui.fill(block, "session_id", sid)
     ui.fill(block, "root", "s")
-    ui.choose(block, "format", "svg")
     status, text = ui.execute(block)
     assert status == 200 and "<svg" in text and "MulBackward0" in text, text[:300]
-    ui.screenshot(tmp_path / f"swagger-graph-{label}.png", block)
+    ui.wait.until(lambda b: picture_in_panel(b, block)["complete"])
+    drawn = picture_in_panel(browser, block)
+    assert drawn["src"] == "data:image/svg+xml;base64" and drawn["width"] > 100 and drawn["height"] > 100, drawn
+    assert drawn["shown"] > 100, drawn
+    browser.save_screenshot(str(tmp_path / f"swagger-graph-{label}.png"))
     url = ui.request_url(block)
-    assert url == f"{base_url}/v1/sessions/{sid}/graph?root=s&format=svg", url
+    assert url == f"{base_url}/v1/sessions/{sid}/graph/svg?root=s", url
     seen = look_at_svg(browser, url, tmp_path / f"graph-{label}.png")
     check_learner_svg(seen, label == "graphviz")
     assert seen["graphviz"] == (label == "graphviz"), seen["graphviz"]
 
     empty = session_with(base_url, None)
-    seen = look_at_svg(browser, f"{base_url}/v1/sessions/{empty}/graph?format=svg",
+    seen = look_at_svg(browser, f"{base_url}/v1/sessions/{empty}/graph/svg",
                        tmp_path / f"graph-{label}-empty.png")
     assert seen["tag"] == "svg" and seen["nodes"] <= 1 and seen["width"] > 100, seen
     assert "No autograd graph: this session holds no tensors yet" in " ".join(seen["text"].split())
@@ -183,3 +197,20 @@ def test_graph_svg_renders_in_the_browser_with_the_builtin_layout(browser, tmp_p
         check_graph_svgs(browser, srv.url, tmp_path, "builtin")
     finally:
         srv.stop()
+
+
+def test_the_op_catalog_is_browsed_in_swagger_ui_a_filtered_page_at_a_time(server, browser, tmp_path):
+    ui = SwaggerUI(browser, server.url).open()
+    block = ui.operation(CATALOG)
+    # as it opens, "Try it out" asks for a page of 20 (the limit's example), not the whole catalog
+    status, text = ui.execute(block)
+    body = json.loads(text)
+    assert status == 200 and len(body["ops"]) == 20 and body["total"] > 200, text[:300]
+    assert ui.request_url(block) == f"{server.url}/v1/ops?offset=0&limit=20"
+    ui.fill(block, "q", "svd")
+    ui.fill(block, "limit", "5")
+    status, text = ui.execute(block)
+    body = json.loads(text)
+    assert status == 200 and 0 < len(body["ops"]) <= 5 and body["total"] >= len(body["ops"]), text[:300]
+    assert "linalg.svd" in [op["name"] for op in body["ops"]]
+    ui.screenshot(tmp_path / "swagger-catalog.png", block)

@@ -1,5 +1,13 @@
-"""The README's curl walk-through as data: its commands, in order, each with the claims of the `# →` lines
-under it, and a checker for those claims against what the command printed.
+"""The documentation's code as data: every fenced block of every page (``docs/**/*.md`` and README.md), the
+curl walk-throughs among them as commands, in order, each with the claims of the `# →` lines under it, and a
+checker for those claims against what the command printed.
+
+A block runs in a test by its kind: a ``sh`` block of curl commands is a walk-through (its page's blocks run
+in order in one shell state, tests/docs/test_walkthrough.py), a ``python`` block runs against a live server
+and a ``json`` block is a request body sent to ``POST /v1/eval`` (tests/docs/test_code_blocks.py). A block
+that cannot run in a test (one that starts a server which runs until stopped, or needs Docker) is preceded by
+``<!-- not run: why; the test that checks it instead -->``; a block preceded by ``<!-- expect: claims -->``
+has its response checked against those claims.
 
 Claim grammar (one `# →` line, parts separated by `;`, a trailing parenthesis is commentary):
 ``200`` or ``409 graph_freed`` (status and, for problems, the code); ``name = value`` (a tensor's data, or a
@@ -15,43 +23,92 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-SECTION = "## Walk-through (curl)"
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
 ARROW = "# →"
+MARKER = re.compile(r"<!--\s*(not run|expect):\s*(.*?)\s*-->\s*$")
+
+
+def pages() -> list[Path]:
+    """Every page a reader sees: README.md and the site's hand-written pages."""
+    return [README, *sorted(p for p in DOCS.rglob("*.md") if "hooks" not in p.parts)]
+
+
+def where(path: Path, line: int) -> str:
+    return f"{path.relative_to(ROOT)}:{line}"
+
+
+@dataclass
+class Block:
+    path: Path
+    line: int  # of the block's first line of code, 1-based
+    lang: str
+    code: str
+    marker: tuple[str, str] | None = None  # ("not run", why) or ("expect", claims)
+
+    @property
+    def is_walkthrough(self) -> bool:
+        return self.lang == "sh" and self.marker is None and any(
+            ln.startswith(("curl ", "S=$(curl")) for ln in self.code.splitlines())
+
+
+def blocks(path: Path, text: str | None = None) -> list[Block]:
+    """The page's fenced code blocks, with the marker comment on the line before each, if any."""
+    text = path.read_text() if text is None else text
+    lines = text.splitlines()
+    found: list[Block] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("```"):
+            lang = line[3:].strip().split(" ")[0]
+            j = i + 1
+            while j < len(lines) and not lines[j].startswith("```"):
+                j += 1
+            assert j < len(lines), f"{where(path, i + 1)}: a code block that never ends"
+            marker = None
+            if i > 0 and (m := MARKER.match(lines[i - 1].strip())):
+                marker = (m.group(1), m.group(2))
+            found.append(Block(path, i + 2, lang, "\n".join(lines[i + 1:j]), marker))
+            i = j + 1
+        else:
+            i += 1
+    return found
 
 
 @dataclass
 class Step:
     command: str
-    line: int  # in README.md, 1-based
+    line: int  # in the page, 1-based
+    path: Path = README
     claims: list[str] = field(default_factory=list)
 
 
-def walkthrough(text: str | None = None) -> list[Step]:
-    text = README.read_text() if text is None else text
-    start = text.index(SECTION)
-    fence = text.index("```sh\n", start) + len("```sh\n")
-    end = text.index("```", fence)
-    first_line = text[:fence].count("\n") + 1
+def walkthrough(path: Path = DOCS / "tutorial" / "first-gradient.md", text: str | None = None) -> list[Step]:
+    """The commands of the page's walk-through blocks, in order, each with its claims."""
     steps: list[Step] = []
-    open_lines: list[str] = []
-    for offset, line in enumerate(text[fence:end].splitlines()):
-        if open_lines:
-            open_lines.append(line)
-        elif line.startswith(ARROW):
-            assert steps, f"README.md:{first_line + offset}: a claim before any command"
-            steps[-1].claims.append(line[len(ARROW):].strip())
+    for block in blocks(path, text):
+        if not block.is_walkthrough:
             continue
-        elif not line.strip() or line.lstrip().startswith("#"):
-            continue
-        else:
-            open_lines = [line]
-            steps.append(Step("", first_line + offset))
-        joined = "\n".join(open_lines)
-        if joined.count("'") % 2 == 0 and not joined.endswith("\\"):
-            steps[-1].command = joined
-            open_lines = []
-    assert not open_lines, "the walk-through ends inside a command"
+        open_lines: list[str] = []
+        for offset, line in enumerate(block.code.splitlines()):
+            if open_lines:
+                open_lines.append(line)
+            elif line.startswith(ARROW):
+                assert steps, f"{where(path, block.line + offset)}: a claim before any command"
+                steps[-1].claims.append(line[len(ARROW):].strip())
+                continue
+            elif not line.strip() or line.lstrip().startswith("#"):
+                continue
+            else:
+                open_lines = [line]
+                steps.append(Step("", block.line + offset, path))
+            joined = "\n".join(open_lines)
+            if joined.count("'") % 2 == 0 and not joined.endswith("\\"):
+                steps[-1].command = joined
+                open_lines = []
+        assert not open_lines, f"{where(path, block.line)}: the walk-through ends inside a command"
     return steps
 
 

@@ -1,2 +1,2 @@
 """The differential fuzzer: random autograd programs run in real torch and in the engine, compared step by
-step (see README "Differential fuzzer")."""
+step (see docs/explanation/deviations.md, "The differential fuzzer")."""

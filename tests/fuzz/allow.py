@@ -1,5 +1,5 @@
-"""Documented deviations from torch that the fuzzer accepts, each with its reason (README: "Deviations
-from torch")."""
+"""Documented deviations from torch that the fuzzer accepts, each with its reason
+(docs/explanation/deviations.md)."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ CREATION = ("tensor", "zeros", "ones", "full", "arange", "linspace", "eye")
 SKIPPED = {"rand", "randn", "dropout", "randint", "randperm", "rand_like", "randn_like", "randint_like",
            "uniform_", "normal_", "bernoulli", "bernoulli_", "multinomial"}
 # singular vectors are defined up to a sign per (U column, Vh row) pair, and numpy's LAPACK and torch's MKL pick
-# differently about a third of the time (README: deviations); svdvals and the norms through it are drawn
+# differently about a third of the time (docs/explanation/deviations.md); svdvals and the norms through it are drawn
 SKIPPED |= {"linalg.svd", "svd"}
 INPLACE_UNARY = ("exp_", "log_", "neg_", "sqrt_", "abs_", "sigmoid_", "tanh_", "relu_", "zero_")
 INPLACE_BINARY = ("add_", "sub_", "mul_", "div_")
@@ -271,7 +271,7 @@ class Generator:
 
     def inplace_target(self):
         # never a tensor given as a gradient (or a view of one): torch's AccumulateGrad may have kept it as a
-        # leaf's .grad, which the engine copies (README: deviations)
+        # leaf's .grad, which the engine copies (docs/explanation/deviations.md)
         prefer = self.tensors(lambda t: t.dtype.is_floating_point and (not t.is_leaf or not t.requires_grad)
                               and not self.is_gradient(t))
         if prefer and self.rng.random() < 0.85:

@@ -238,7 +238,7 @@ def _ill_conditioned(op: dict, ref: dict) -> bool:
 
 
 def _unstable(op: dict, skip: dict, ref: dict | None = None) -> None:
-    """Fields that stop being comparable after ``op`` (README, "Deviations from torch"):
+    """Fields that stop being comparable after ``op`` (docs/explanation/deviations.md):
 
     * the value of a LAPACK factorization (cholesky, inv, solve, det...) of an exactly or nearly singular
       matrix (``ref``: torch's outcome of the step): numpy's LAPACK (OpenBLAS) and torch's MKL round

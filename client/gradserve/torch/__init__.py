@@ -8,7 +8,7 @@
 
 Tensors are handles to named tensors of a server session; ops are recorded and sent as one op list when a
 value is needed. Every op of the server's catalog is a function here (and a Tensor method where the catalog
-says so); see the README's "Python client" section for sync points, errors and name release.
+says so); see docs/tutorial/client.md for sync points, errors and name release.
 """
 
 from __future__ import annotations

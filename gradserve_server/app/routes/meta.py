@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import HTMLResponse, Response
@@ -21,11 +21,31 @@ from gradserve_server.app.schemas.problems import problem_responses
 router = APIRouter(tags=["meta"])
 
 
-@router.get("/v1/ops", response_model=OpCatalog, summary="The op catalog")
-def op_catalog(service: ServiceDep) -> TensorJSON:
+#: "Try it out" in Swagger UI starts from a page of 20 ops (rendering the whole catalog there takes long)
+CATALOG_PAGE = {"page": {"summary": "a page of 20 ops", "value": 20}}
+
+
+@router.get("/v1/ops", response_model=OpCatalog, responses=problem_responses(422), summary="The op catalog")
+def op_catalog(
+        service: ServiceDep,
+        q: Annotated[str | None, Query(max_length=200, description="Only ops whose name, an alias, a grad_fn "
+                                       "name or the doc contains this (case-insensitive): `svd`, `Mul`, "
+                                       "`softmax`.")] = None,
+        family: Annotated[str | None, Query(max_length=64, description="Only this family: `elementwise`, "
+                                            "`reduction`, `shape`, `linalg`, `nn`, `autograd`, ...")] = None,
+        differentiable: Annotated[bool | None, Query(description="Only differentiable ops (true) or only "
+                                                     "the others (false).")] = None,
+        inplace: Annotated[bool | None, Query(description="Only in-place ops (true) or only the others "
+                                              "(false).")] = None,
+        offset: Annotated[int, Query(ge=0, le=100_000, description="Skip this many matches.")] = 0,
+        limit: Annotated[int | None, Query(ge=1, le=1000, description="At most this many ops (all the "
+                                           "matches when omitted).", openapi_examples=CATALOG_PAGE)] = None,
+) -> TensorJSON:
     """Every op the engine knows, from its one table: argument names, grad_fn names, whether it is
-    differentiable or in-place, and a docstring."""
-    return TensorJSON(service.op_catalog())
+    differentiable or in-place, and a docstring. Without parameters, the whole catalog (about 120 KB);
+    to browse it here, filter (`q`, `family`, `differentiable`, `inplace`) or page (`offset`, `limit`).
+    `total` counts the matching ops."""
+    return TensorJSON(service.op_catalog(q, family, differentiable, inplace, offset, limit))
 
 
 @router.get("/healthz", response_model=Health, summary="Liveness")
@@ -76,13 +96,22 @@ def with_csp(page: HTMLResponse, *, styles: str = "'self'") -> HTMLResponse:
 INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.DOTALL)
 
 
+SWAGGER_JS = '<script src="/static/swagger-ui-bundle.js"></script>'
+#: Swagger UI's plugin that shows an SVG response (the graph drawn) as a picture; it must load between the
+#: bundle and FastAPI's inline set-up script
+SVG_PICTURE_JS = '<script src="/static/svg-picture.js"></script>'
+
+
 @router.get("/docs", include_in_schema=False)
 async def swagger_ui(request: Request) -> HTMLResponse:
-    return with_csp(get_swagger_ui_html(openapi_url=request.app.openapi_url,
-                                        title=f"{request.app.title} - Swagger UI",
-                                        swagger_js_url="/static/swagger-ui-bundle.js",
-                                        swagger_css_url="/static/swagger-ui.css",
-                                        swagger_favicon_url="/static/favicon-32x32.png"))
+    page = get_swagger_ui_html(openapi_url=request.app.openapi_url, title=f"{request.app.title} - Swagger UI",
+                               swagger_js_url="/static/swagger-ui-bundle.js",
+                               swagger_css_url="/static/swagger-ui.css",
+                               swagger_favicon_url="/static/favicon-32x32.png")
+    html = page.body.decode()
+    if html.count(SWAGGER_JS) != 1:
+        raise RuntimeError("FastAPI's Swagger UI page changed: the SVG picture plugin has no place to go")
+    return with_csp(HTMLResponse(html.replace(SWAGGER_JS, SWAGGER_JS + SVG_PICTURE_JS)))
 
 
 @router.get("/redoc", include_in_schema=False)

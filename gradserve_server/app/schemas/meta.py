@@ -26,7 +26,8 @@ class OpInfo(BaseModel):
 
 
 class OpCatalog(BaseModel):
-    ops: list[OpInfo]
+    ops: list[OpInfo] = Field(description="The ops, in the table's order (those that match, on this page).")
+    total: int = Field(description="How many ops match the filters (every op without filters), across pages.")
 
 
 class Health(BaseModel):

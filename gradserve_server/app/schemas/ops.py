@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, NotRequired
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, with_config
 from typing_extensions import TypedDict
 
-from gradserve_server.app.schemas.tensors import TensorData, TensorMeta, TensorView
+from gradserve_server.app.schemas.tensors import TensorData, TensorDataOrNull, TensorView
 
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 #: Names a request binds: identifiers, so that `x.grad` and `-Infinity` are never names; 64 characters at
@@ -90,7 +90,7 @@ class OpResult(BaseModel):
 class GradEntry(BaseModel):
     name: str = Field(description="The tensor whose gradient this pass reached.")
     contribution: TensorData = Field(description="This pass's gradient for the tensor.")
-    grad: TensorData | None = Field(description="The accumulated `.grad` after the pass (null for `grad`, "
+    grad: TensorDataOrNull = Field(description="The accumulated `.grad` after the pass (null for `grad`, "
                                     "which never writes `.grad`, and for tensors that do not keep one).")
     grad_accumulations: int = Field(description="Backward passes summed into `.grad` so far.")
 
@@ -102,17 +102,21 @@ class AutogradRecord(BaseModel):
 
 
 class OpsResponse(BaseModel):
-    ops: list[OpResult]
-    tensors: dict[str, TensorView | TensorMeta | None] = Field(
+    """Values first: the tensors (and `records`, `iterations`), then the autograd report, torch's warnings,
+    and last which names each op bound."""
+
+    tensors: dict[str, TensorView | None] = Field(
         description="Every tensor the request created or changed; with `return`, exactly the names asked for, "
-                    "at the level asked for (null for a name not bound and an unset `x.grad`).")
+                    "at the level asked for (`meta`: a view without `data` and `grad`; null for a name not "
+                    "bound and an unset `x.grad`).")
+    records: dict[str, list[TensorData]] | None = Field(
+        None, description="With `record`: each named tensor's value after each repetition.")
+    iterations: int | None = Field(None, description="With `until`: how many repetitions ran.")
     autograd: list[AutogradRecord] = Field(description="For each backward/grad op: what it reached (empty "
                                            "with `return`).")
     warnings: list[str] = Field(description="PyTorch's warning texts, in order (e.g. the non-leaf `.grad` "
                                 "access warning).")
-    records: dict[str, list[TensorData]] | None = Field(
-        None, description="With `record`: each named tensor's value after each repetition.")
-    iterations: int | None = Field(None, description="With `until`: how many repetitions ran.")
+    ops: list[OpResult]
 
 
 class EvalGradEntry(BaseModel):

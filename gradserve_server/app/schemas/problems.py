@@ -20,7 +20,7 @@ class Problem(BaseModel):
     title: str = Field(description="A short summary of the problem type.")
     status: int = Field(description="The HTTP status code.")
     detail: str = Field(description="What went wrong; PyTorch's own message where PyTorch has one.")
-    code: str = Field(description="A stable snake_case error code (see the README's error model).")
+    code: str = Field(description="A stable snake_case error code (see the error model: docs/reference/errors.md).")
     op_index: int | None = Field(None, description="For op errors: the index of the failing op in the list.")
     op: str | None = Field(None, description="For op errors: the failing op's name.")
     exception: str | None = Field(None, description="For op errors: the Python exception type PyTorch "

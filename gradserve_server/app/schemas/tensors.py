@@ -41,40 +41,37 @@ TENSOR_DATA_SCHEMA: dict[str, Any] = {
 }
 
 TensorData = Annotated[Any, WithJsonSchema(TENSOR_DATA_SCHEMA)]
+#: TensorData or null, as one flat union (a nested `anyOf` makes generated clients wrap unions in unions)
+TensorDataOrNull = Annotated[Any, WithJsonSchema({**TENSOR_DATA_SCHEMA, "anyOf": [*TENSOR_DATA_SCHEMA["anyOf"],
+                                                                                  {"type": "null"}]})]
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    """A field that is left out, not null, when absent: no `default: null` in its schema."""
+    schema.pop("default", None)
 
 
 class TensorView(BaseModel):
-    """A tensor as torch shows it: value, autograd flags, grad_fn name, version and gradient."""
+    """A tensor as torch shows it: value, autograd flags, grad_fn name, version and gradient. At the `meta`
+    view level (`"return": {"x": "meta"}`, or `auto` for a large tensor) `data` and `grad` are left out."""
 
     name: str = Field(description="The tensor's name in the session (`x`, or `x.grad` for a gradient).")
     shape: list[int]
     dtype: Literal["float32", "float64", "int64", "bool"]
-    data: TensorData
+    data: TensorData = Field(None, description="The value; absent at the `meta` view level.",
+                             json_schema_extra=_no_default)
+    grad: TensorDataOrNull = Field(
+        None, json_schema_extra=_no_default,
+        description="The accumulated `.grad`: null until a backward reaches the tensor, after "
+                    "`zero_grad(set_to_none=True)`, and for non-leaves that do not retain grad (where torch "
+                    "returns None and warns); absent at the `meta` view level.")
     requires_grad: bool
     is_leaf: bool
     grad_fn: str | None = Field(description="torch's grad_fn class name (`MulBackward0`), null for leaves.")
-    grad: TensorData | None = Field(
-        description="The accumulated `.grad`: null until a backward reaches the tensor, after "
-                    "`zero_grad(set_to_none=True)`, and for non-leaves that do not retain grad (where torch "
-                    "returns None and warns).")
     retains_grad: bool
     version: int = Field(description="torch's `_version`: +1 per in-place change.")
     grad_accumulations: int = Field(description="Backward passes summed into `.grad` since it was last "
                                     "zeroed or set to None.")
-
-
-class TensorMeta(BaseModel):
-    """A TensorView without `data` and `grad`: what `"return": {"x": "meta"}` answers."""
-
-    name: str
-    shape: list[int]
-    dtype: Literal["float32", "float64", "int64", "bool"]
-    requires_grad: bool
-    is_leaf: bool
-    grad_fn: str | None
-    retains_grad: bool
-    version: int
-    grad_accumulations: int
 
 
 class TensorList(BaseModel):

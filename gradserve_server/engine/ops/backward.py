@@ -16,7 +16,7 @@ import numpy as np
 from ..kernel import direct, kcall
 from ..registry import elementwise_jvp, jvp, record, vjp
 from ..tensor import Tensor
-from .elementwise import EXP_FINITE, IN_PLACE_BYTES, exp, gt, sigmoid, where, zeros_like
+from .elementwise import EXP_FINITE, IN_PLACE_BYTES, exp, gt, lt, sigmoid, where, zeros_like
 
 _SUM = np.add.reduce
 
@@ -172,6 +172,34 @@ def _(ctx, gg):
 
 
 jvp("SoftplusBackwardBackward0")(elementwise_jvp)
+
+
+def _elu_backward(g, x, alpha):
+    t = x.dtype.type
+    with np.errstate(over="ignore", invalid="ignore"):  # exp(x) of a large x is in the branch not taken
+        return np.where(x <= 0, g * (t(alpha) * np.exp(x)), g).astype(np.result_type(g, x), copy=False)
+
+
+def elu_backward(grad: Tensor, self: Tensor, alpha) -> Tensor:
+    """torch's elu_backward (scale and input_scale 1, is_result False): grad * alpha * exp(x) where x <= 0."""
+    return record("EluBackwardBackward0", kcall(_elu_backward, grad.data, self.data, alpha), (grad, self),
+                  {"alpha": alpha, "grad_output": grad, "input_scale": 1, "is_result": False, "scale": 1,
+                   "self_or_result": self})
+
+
+@vjp("EluBackwardBackward0", inputs=("grad_output", "self_or_result"),
+     saves={"alpha": (), "grad_output": ("self_or_result",), "input_scale": (), "is_result": (), "scale": (),
+            "self_or_result": ("grad_output", "self_or_result")})
+def _(ctx, gg):
+    n = ctx.needs
+    x = ctx.self_or_result
+    # torch's elu_double_backward: the derivative of the x <= 0 branch, kept where x < 0 only (0 at x = 0,
+    # and a product with a mask, so the exp of a large x never meets a zero)
+    return (elu_backward(gg, x, ctx.alpha) if n[0] else None), \
+        ((elu_backward(gg * ctx.grad_output, x, ctx.alpha) * lt(x, 0)) if n[1] else None)
+
+
+jvp("EluBackwardBackward0")(elementwise_jvp)
 
 
 def _softmax_backward_data(g, y, dim):

@@ -65,6 +65,8 @@ def _lu(a: np.ndarray):
     batch = a.shape[:-2]
     piv = np.zeros(batch + (n,), np.int64)
     info = np.zeros(batch, np.int64)
+    if lu.size == 0:  # 0 x 0 matrices (or an empty batch): nothing to factor, and no -1 to infer a shape from
+        return lu, piv, info
     flat = lu.reshape((-1, n, n))
     fp, fi = piv.reshape((-1, n)), info.reshape(-1)
     rows = np.arange(flat.shape[0])
@@ -158,14 +160,14 @@ def _diag_of(g: Tensor, n: int) -> Tensor:
 
 
 def _singular_det_grad(A: Tensor, g: Tensor) -> Tensor:
-    """The gradient of det at singular matrices (torch: through the SVD, A = U S Vh, d det = det(U) det(Vh)
-    * U diag(prod_{j != i} S_j) Vh): the value only, as a constant (the SVD has no backward here)."""
-    u, sv, vh = np.linalg.svd(A.data.astype(np.float64))
-    k = sv.shape[-1]
-    others = np.stack([np.prod(np.delete(sv, i, -1), -1) for i in range(k)], -1)
-    alpha = np.linalg.det(u) * np.linalg.det(vh) * g.data
-    out = (u * (alpha[..., None] * others)[..., None, :]) @ vh
-    return Tensor(out.astype(A.data.dtype))
+    """The gradient of det at singular matrices as torch's linalg_det_backward takes it, through the SVD
+    A = U S Vh: (U * D) @ Vh with D the products of the other singular values times g det(U) det(Vh)
+    (prod_safe_zeros_backward). Engine ops, so under create_graph it is differentiable (LinalgSvdBackward0)."""
+    from .reduction import _prod_safe_zeros_backward
+    U, S, Vh = linalg_svd(A)
+    alpha = linalg_det(U) * linalg_det(Vh)
+    D = _prod_safe_zeros_backward(unsqueeze(g * alpha, -1), S, S.data.ndim - 1)
+    return matmul(U * unsqueeze(D, -2), Vh)
 
 
 @vjp("LinalgDetBackward0", inputs=("A",), saves=("A", "LU", "pivots", "result"))
@@ -394,7 +396,7 @@ def linalg_cholesky(A, upper=False):
     """torch.linalg.cholesky(A, *, upper=False): L with A = L L^H (or U = L^H); saves L and upper."""
     A = _square_float(A, "linalg.cholesky")
     a = A.data
-    flat = a.reshape((-1,) + a.shape[-2:])
+    flat = a.reshape((-1,) + a.shape[-2:]) if a.size else ()  # (0 x 0 matrices: no -1 to infer)
     for i, m in enumerate(flat):
         try:
             np.linalg.cholesky(m)
@@ -735,7 +737,7 @@ def _matrix_norm(A: Tensor, ord, dim, keepdim: bool) -> Tensor:
     if ord in ("nuc", 2, -2):
         perm = [d for d in range(nd) if d not in (d0, d1)] + [d0, d1]
         S = linalg_svdvals(permute(A, perm))
-        out = _sum(S, -1, keepdim) if ord == "nuc" else (amax if ord > 0 else amin)(S, -1, keepdim)
+        out = _sum(S, -1, keepdim) if ord == "nuc" else (_max_norm if ord > 0 else amin)(S, -1, keepdim)
         if keepdim:
             inv = [0] * nd
             for i, d in enumerate(perm):
@@ -747,7 +749,20 @@ def _matrix_norm(A: Tensor, ord, dim, keepdim: bool) -> Tensor:
     if not keepdim and d0 < d1:
         d1 -= 1
     inner = _vector_norm(A, 1, [d0], keepdim)
-    return amax(inner, d1, keepdim) if ord > 0 else amin(inner, d1, keepdim)
+    return _max_norm(inner, d1, keepdim) if ord > 0 else amin(inner, d1, keepdim)
+
+
+def _max_norm(norms: Tensor, d: int, keepdim: bool) -> Tensor:
+    """The largest of non-negative norms along d; over an empty d torch's matrix norm gives zeros, outside
+    the graph (no identity for amax, but 0 bounds norms from below)."""
+    if norms.shape[d] == 0:
+        shape = list(norms.shape)
+        if keepdim:
+            shape[d] = 1
+        else:
+            del shape[d]
+        return Tensor(np.zeros(shape, norms.data.dtype))
+    return amax(norms, d, keepdim)
 
 
 _MATRIX_NORM_FNS = ("LinalgVectorNormBackward0", "AmaxBackward0", "AminBackward0", "SumBackward1", "PermuteBackward0")

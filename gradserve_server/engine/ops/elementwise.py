@@ -1071,8 +1071,7 @@ def elu(self, alpha=1.0):
 
 @vjp("EluBackward0", inputs=("self",), saves=("alpha", "scale", "input_scale", "self"))
 def _(ctx, grad):
-    x = ctx.self
-    return where(le(x, 0), grad * (ctx.alpha * exp(x)), grad),
+    return _backward.elu_backward(grad, ctx.self, ctx.alpha),
 
 
 jvp("EluBackward0")(elementwise_jvp)
@@ -1303,26 +1302,36 @@ jvp("ClampBackward1")(elementwise_jvp)
 
 @vjp("ClampBackward0", inputs=("self", "min", "max"), saves=("max", "min", "self"))
 def _(ctx, grad):
+    """torch's rule, also where min > max (every element is max there): self gets the gradient inside
+    [min, max], min below it only while min < max, max above it or wherever max < min."""
     n = ctx.needs
     x, lo, hi = ctx.self, ctx.min, ctx.max
-    mask_lo = ge(x, lo) if lo is not None else None
-    mask_hi = le(x, hi) if hi is not None else None
-    if mask_lo is not None and mask_hi is not None:
-        inside = logical_and(mask_lo, mask_hi)
-    else:
-        inside = mask_lo if mask_lo is not None else mask_hi
+    inside = logical_and(ge(x, lo), le(x, hi)) if lo is not None and hi is not None else (
+        ge(x, lo) if lo is not None else le(x, hi))
     g_self = where(inside, grad, 0.0) if n[0] else None
-    g_min = where(logical_not(mask_lo), grad, 0.0) if n[1] and lo is not None else None
-    g_max = None
+    g_min = g_max = None
+    if n[1] and lo is not None:
+        below = lt(x, lo) if hi is None else logical_and(lt(x, lo), lt(lo, hi))
+        g_min = where(below, grad, 0.0)
     if n[2] and hi is not None:
-        above = logical_not(mask_hi)
-        if mask_lo is not None:
-            above = logical_and(above, mask_lo)
+        above = gt(x, hi) if lo is None else logical_or(gt(x, hi), lt(hi, lo))
         g_max = where(above, grad, 0.0)
     return g_self, g_min, g_max
 
 
-jvp("ClampBackward0")(elementwise_jvp)
+@jvp("ClampBackward0")
+def _(ctx, self_t, min_t, max_t):
+    """torch's forward formula: at a tie with a single bound the bound's tangent wins (the VJP gives the
+    gradient to self there), with both bounds self's does; min > max takes max's everywhere."""
+    x, lo, hi = ctx.self, ctx.min, ctx.max
+    s = 0.0 if self_t is None else self_t
+    a = 0.0 if min_t is None else min_t
+    b = 0.0 if max_t is None else max_t
+    if lo is not None and hi is not None:
+        return where(gt(lo, hi), b, where(lt(x, lo), a, where(gt(x, hi), b, s)))
+    if lo is not None:
+        return where(gt(x, lo), s, a)
+    return where(lt(x, hi), s, b)
 
 
 @op("clamp_min", tensors=("self",), grad_fns=("ClampMinBackward0",))

@@ -12,13 +12,14 @@ import types
 import numpy as np
 
 from .. import dtypes as D
+from ..budget import current_control
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, is_number, require_tensor, saved_int, signed_int, wrap_dim
 from .elementwise import mul_number
 from .reduction import ValuesIndices, _scatter_into_zeros, _value_selecting
-from .shape import _index_put_zeros, expand, gather, index_select
+from .shape import _index_put_zeros, expand, gather, index_select, reshape
 
 
 def _dims_list(shape) -> str:
@@ -402,6 +403,10 @@ def masked_select(self, mask):
 @vjp("MaskedSelectBackward0", inputs=("self",), saves=("mask", "self"))
 def _(ctx, grad):
     shape = broadcast_shapes(ctx.self.shape, ctx.mask.shape)
+    if not shape:  # 0-d input and mask: scattered as one element (numpy has no nonzero of a 0-d array)
+        g = _index_put_zeros(grad, (1,), [Tensor(np.nonzero(ctx.mask.data.reshape(1))[0])],
+                             "MaskedScatterBackward0")
+        return reshape(g, ()),
     where_true = np.nonzero(np.broadcast_to(ctx.mask.data, shape))
     return _index_put_zeros(grad, shape, [Tensor(np.asarray(w, np.int64)) for w in where_true],
                             "MaskedScatterBackward0"),
@@ -536,7 +541,10 @@ def _topk_as_torch(x: np.ndarray, ax: int, k: int, largest: bool, sorted_: bool,
         return
     out = np.moveaxis(idx, ax, -1).copy()
     flat = out.reshape(-1, k)
+    control = current_control()
     for r in todo:
+        if control is not None:
+            control.check()
         got = _topk_row(rows[r].tolist(), k, largest, sorted_)
         if got is not None:
             flat[r] = got
@@ -593,7 +601,10 @@ def _quick_select(vals: list, idx: list, k: int) -> None:
         vals[i], vals[j] = vals[j], vals[i]
         idx[i], idx[j] = idx[j], idx[i]
     lo, hi = 0, len(vals) - 1
+    control = current_control()  # a row of millions of ties takes seconds here: the request's deadline holds
     while hi > lo:
+        if control is not None:
+            control.check()
         if hi == lo + 1:
             if _gt_or_nan(vals[lo], vals[hi]):
                 swap(lo, hi)

@@ -48,14 +48,34 @@ def _no_bool(a: Tensor, kernel: str = "addmm_impl_cpu_") -> None:
 
 def _matmul_np(a: np.ndarray, b: np.ndarray, shape: tuple) -> np.ndarray:
     check_numel(shape, itemsize=max(a.itemsize, b.itemsize))
-    if (a.ndim == 2 and b.ndim == 2 and a.shape[1] == 1 and a.shape[0] * b.shape[1] >= _OUTER_MIN
-            and a.dtype == b.dtype and a.dtype.kind == "f"):
-        return kcall(_outer_kernel, a, b, shape)
+    if a.shape[-1] == 1 and a.ndim == b.ndim and a.dtype == b.dtype and a.dtype.kind == "f":
+        n, m = a.shape[-2], b.shape[-1]
+        if _gemm_keeps_products(a.shape, n, m):
+            return kcall(_outer_exact_kernel, a, b, shape)
+        if a.ndim == 2 and n * m >= _OUTER_MIN:
+            return kcall(_outer_kernel, a, b, shape)
     return kcall(_matmul_kernel, a, b, shape)
 
 
 #: from this many entries on, _outer_kernel beats BLAS (below, its three numpy calls cost more)
 _OUTER_MIN = 2048
+#: torch's bmm runs its own loops (sums from 0) below this many multiply-adds per matrix, BLAS from it on
+_BMM_BLAS_MIN = 400
+
+
+def _gemm_keeps_products(a_shape: tuple, n: int, m: int) -> bool:
+    """An inner size of 1 where torch's CPU matmul reaches a BLAS gemm (MKL), whose entries are then the
+    products themselves, a -0.0 kept; an (n, 1) or (1, m) result goes to gemv, and a batch of more than one
+    matrix or a small one to loops that add the product to 0 (+0.0), as numpy's matmul does."""
+    if n < 2 or m < 2:
+        return False
+    return len(a_shape) == 2 or (len(a_shape) == 3 and a_shape[0] == 1 and n * m >= _BMM_BLAS_MIN)
+
+
+@direct(lambda a, b, shape: (np.multiply, (a, b)))
+def _outer_exact_kernel(a: np.ndarray, b: np.ndarray, shape: tuple) -> np.ndarray:
+    """(.., n, 1) @ (.., 1, m) as gemm computes it: each entry a[i] * b[j], the sign of a zero product kept."""
+    return np.multiply(a, b)
 
 
 def _outer_into(a: np.ndarray, b: np.ndarray, shape: tuple, out: np.ndarray) -> np.ndarray:
@@ -245,7 +265,8 @@ batching("MvBackward0", vjp=_mv_batched_vjp, jvp=_mv_batched_jvp)
 
 
 def _dot_kernel(a, b):
-    return np.asarray(np.dot(a, b), dtype=a.dtype)
+    # torch's dot sums from 0 (a -0.0 product alone gives +0.0); numpy's returns a single product as it is
+    return np.asarray(np.dot(a, b) + a.dtype.type(0), dtype=a.dtype)
 
 
 @op("dot", tensors=("self", "tensor"), grad_fns=("DotBackward0",), aliases=("inner_1d",), plannable=True)

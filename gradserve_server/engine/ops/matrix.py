@@ -158,7 +158,8 @@ def _(ctx, grad):
     # (a fill, not a product: an inf or NaN gradient stays on the diagonal)
     from .indexing import index_fill
     from .shape import view
-    diag = Tensor(np.arange(0, n * m, m + 1, dtype=np.int64))
+    # min(n, m) positions: on a tall matrix a stride of m + 1 runs on past the diagonal's end
+    diag = Tensor(np.arange(min(n, m), dtype=np.int64) * (m + 1))
     return view(index_fill(Tensor(np.zeros(n * m, grad.data.dtype)), 0, diag, grad), (n, m)),
 
 

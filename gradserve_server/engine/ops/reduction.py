@@ -228,28 +228,29 @@ def prod(self, dim=None, keepdim=False, dtype=None):
     return record("ProdBackward1", _c(out), (self,), {"dim": d, "keepdim": keepdim, "result": "result", "self": self})
 
 
-def _prod_others(x: np.ndarray, axis) -> np.ndarray:
-    """Product of all other elements along axis (exact when zeros are present)."""
-    if axis is None:
-        flat = x.reshape(-1)
-        left = np.concatenate([[1], np.cumprod(flat[:-1])]).astype(x.dtype)
-        right = np.concatenate([np.cumprod(flat[::-1][:-1])[::-1], [1]]).astype(x.dtype)
-        return (left * right).reshape(x.shape)
-    n = x.shape[axis]
-    ones = np.ones_like(np.take(x, [0], axis=axis))
-    left = np.concatenate([ones, np.cumprod(np.take(x, range(n - 1), axis=axis), axis=axis)], axis=axis)
-    rev = np.flip(x, axis=axis)
-    right = np.flip(np.concatenate([ones, np.cumprod(np.take(rev, range(n - 1), axis=axis), axis=axis)], axis=axis),
-                    axis=axis)
-    return left * right
+def _prod_safe_zeros_backward(grad: Tensor, x: Tensor, d: int) -> Tensor:
+    """FunctionsManual's prod_safe_zeros_backward: grad times the product of the other elements along d, as
+    the exclusive cumulative products from both ends (engine ops: exact with zeros, differentiable again)."""
+    from .creation import ones
+    from .scan import cumprod
+    from .shape import cat, narrow
+    n = x.shape[d]
+    ones_shape = list(x.shape)
+    ones_shape[d] = 1
+    one = ones(*ones_shape, dtype=x.dtype)
+    before = cumprod(cat([one, narrow(x, d, 0, n - 1)], d), d)
+    after = flip(cumprod(cat([one, flip(narrow(x, d, 1, n - 1), [d])], d), d), [d])
+    return grad * (before * after)
 
 
 @vjp("ProdBackward0", inputs=("self",), saves=("result", "self"))
 def _(ctx, grad):
     x = ctx.self
+    if x.data.ndim == 0:
+        return grad,
     if not np.any(x.data == 0):
         return grad * (ctx.result / x),
-    return grad * Tensor(_prod_others(x.data, None)),
+    return reshape(_prod_safe_zeros_backward(grad, reshape(x, (-1,)), 0), x.shape),
 
 
 @jvp("ProdBackward0")
@@ -261,10 +262,12 @@ def _(ctx, self_t):
 def _(ctx, grad):
     x = ctx.self
     nd = x.data.ndim
+    if nd == 0:
+        return grad,
     g = _restore(grad, (ctx.dim,), nd, ctx.keepdim)
     if not np.any(x.data == 0):
         return g * (_restore(ctx.result, (ctx.dim,), nd, ctx.keepdim) / x),
-    return g * Tensor(_prod_others(x.data, ctx.dim if nd else None)),
+    return _prod_safe_zeros_backward(g, x, ctx.dim),
 
 
 @jvp("ProdBackward1")
@@ -322,8 +325,9 @@ def min(self, dim=None, keepdim=False, other=None):
 
 
 def _sum_dims(t: Tensor, dims, keepdim: bool) -> Tensor:
-    """Sum over ``dims`` (None: all) -- how a reduction's JVP brings weighted tangents to its output."""
-    if t.data.ndim == 0:
+    """Sum over ``dims`` (None: all) -- how a reduction's JVP brings weighted tangents to its output. A None
+    tangent (the VJP has no derivative: vector_norm's ord 0) stays None, a zero tangent."""
+    if t is None or t.data.ndim == 0:
         return t
     return sum(t, list(dims) if dims else None, keepdim=keepdim) if dims else sum(t)
 
@@ -506,7 +510,13 @@ def _(ctx, grad):
     return g * exp(x - r),
 
 
-jvp("LogsumexpBackward0")(_reduce_jvp)
+@jvp("LogsumexpBackward0")
+def _(ctx, self_t):
+    """torch's logsumexp_jvp: sum(e * t) / sum(e), e = exp(x - amax(x)); an empty reduction is 0 / 0, NaN."""
+    x = ctx.self
+    dims = tuple(ctx.dim) if ctx.dim else None
+    e = exp(x - amax(x, dims or (), keepdim=True)) if x.data.size else exp(x)
+    return _sum_dims(e * self_t, dims, ctx.keepdim) / _sum_dims(e, dims, ctx.keepdim)
 
 
 def _correction(unbiased, correction) -> tuple:
@@ -614,6 +624,8 @@ def norm(self, p=2, dim=None, keepdim=False):
     nd = self.data.ndim
     dims = _dims(dim, nd)
     ax = _axis(dims, nd)
+    if (p < 0 or p == np.inf) and self.data.size == 0:
+        _no_identity_norm(self, p, dim, dims)
     a = np.abs(self.data)
     if p == 2:
         out = np.sqrt(np.sum(a * a, axis=ax, keepdims=keepdim))
@@ -630,6 +642,21 @@ def norm(self, p=2, dim=None, keepdim=False):
     return record("LinalgVectorNormBackward0", _c(np.asarray(out, a.dtype)), (self,),
                   {"dim": list(dims) if dims is not None else None, "keepdim": keepdim, "ord": p,
                    "result": "result", "self": self})
+
+
+def _no_identity_norm(self: Tensor, p, dim, dims) -> None:
+    """torch's refusal of a max/min-like norm (inf, negative ord) over nothing: it has no identity. Over all
+    elements of an empty tensor, or over a given dim of size 0 (named as given)."""
+    what = f"{p:g} norm"
+    if dims is None:
+        raise TorchRuntimeError(f"linalg.vector_norm cannot compute the {what} on an empty tensor because the "
+                                f"operation does not have an identity", code="empty_reduction")
+    given = dim if isinstance(dim, (list, tuple)) else [dim]
+    for d, w in zip(given, dims):
+        if self.data.ndim and self.data.shape[w] == 0:
+            raise TorchRuntimeError(f"linalg.vector_norm cannot compute the {what} on the dimension {d}because this "
+                                    f"dimension is empty and the operation does not have an identity",
+                                    code="empty_reduction")
 
 
 @vjp("LinalgVectorNormBackward0", inputs=("self",), saves=("dim", "keepdim", "ord", "result", "self"))

@@ -14,7 +14,7 @@ import numpy as np
 from .. import dtypes as D
 from .. import kernel as K
 from ..batching import SAME, batching, shifted, sum_to_batched
-from ..errors import InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError
+from ..errors import InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError, TorchTypeError
 from ..grad_mode import check_numel
 from ..kernel import kcall
 from ..registry import jvp, op, record, vjp
@@ -341,7 +341,7 @@ def _squeeze_dim(self: Tensor, d: int) -> Tensor:
 def _unsqueeze_to(grad: Tensor, dims, sizes: tuple) -> Tensor:
     """torch's unsqueeze_to: put back each squeezed size-1 dimension (one UnsqueezeBackward0 per dim)."""
     for d in dims:
-        if sizes[d] == 1:
+        if d < len(sizes) and sizes[d] == 1:  # (a 0-d input's dim 0 is no dimension to put back)
             grad = unsqueeze(grad, d)
     return grad
 
@@ -420,6 +420,10 @@ def expand(self, *sizes):
     """Tensor.expand(*sizes); -1 keeps a dimension."""
     self = require_tensor(self)
     sizes = shape_arg(sizes)
+    for i, s in enumerate(sizes):
+        if not -_INT64_LIMIT <= s < _INT64_LIMIT:  # torch's first line (its C++ frames follow)
+            raise TorchTypeError(f"expand(): argument 'size' failed to unpack the object at pos {i + 1} with error "
+                                 f"\"Overflow when unpacking long long", code="invalid_shape")
     shp = self.data.shape
     if len(sizes) < len(shp):
         raise TorchRuntimeError(f"expand(torch.{D.LEGACY_NAMES[self.dtype]}{{[{', '.join(map(str, shp))}]}}, "
@@ -444,7 +448,15 @@ def expand(self, *sizes):
             raise ShapeError(f"The expanded size of the tensor ({s}) must match the existing size ({cur}) at "
                              f"non-singleton dimension {i}.  Target sizes: [{', '.join(map(str, sizes))}].  "
                              f"Tensor sizes: [{', '.join(map(str, shp))}]")
+    numel = 1
+    for s in target:  # torch's numel: a running int64 product, refused once it overflows (a 0 after is too late)
+        numel *= s
+        if numel >= _INT64_LIMIT:
+            raise TorchRuntimeError("numel: integer multiplication overflow", code="invalid_shape")
     return expand_to(self, tuple(target))
+
+
+_INT64_LIMIT = 1 << 63
 
 
 def expand_to(self: Tensor, target: tuple) -> Tensor:
@@ -641,11 +653,15 @@ def _tensor_list(tensors, name: str) -> list:
 def cat(tensors, dim=0):
     """torch.cat(tensors, dim=0)."""
     ts = _tensor_list(tensors, "cat")
-    ref = next((x for x in ts if x.data.ndim > 0 or x.data.size), ts[0])
-    if ref.data.ndim == 0:
-        raise TorchRuntimeError("zero-dimensional tensor (at position 0) cannot be concatenated",
-                                code="shape_mismatch")
-    d = wrap_dim(dim, ref.data.ndim)
+    # the shape to match: the first tensor that is not a legacy empty (0,) one (those are skipped)
+    ref = next((x for x in ts if not (x.data.ndim == 1 and x.data.size == 0)), ts[0])
+    for i, x in enumerate(ts):
+        if x.data.ndim == 0:
+            raise TorchRuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated",
+                                    code="shape_mismatch")
+    # every tensor a legacy empty one: torch wraps no dim (any dim gives the (0,) result)
+    all_legacy = ref.data.ndim == 1 and ref.data.size == 0
+    d = 0 if all_legacy else wrap_dim(dim, ref.data.ndim)
     for i, x in enumerate(ts):
         if x.data.ndim == 1 and x.data.size == 0:
             continue  # legacy: empty 1-D tensors are skipped
@@ -675,7 +691,8 @@ def _cat_slices(ctx, grad, lead: int = 0) -> tuple:
     offset = 0
     for need, shp in zip(ctx.needs, ctx.sizes):
         if len(shp) == 1 and shp[0] == 0 and grad.data.ndim != 1 + lead:
-            res.append(None)
+            # torch's cat backward gives a skipped legacy input an empty gradient of its own shape
+            res.append(Tensor(np.zeros(grad.shape[:lead] + (0,), grad.data.dtype)) if need else None)
             continue
         n = shp[d]
         res.append(narrow(grad, d + lead, offset, n) if need else None)

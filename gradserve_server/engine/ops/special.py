@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..batching import SAME, batching
+from ..budget import current_control
 from ..errors import InvalidArgumentError, TorchRuntimeError
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
@@ -55,9 +56,9 @@ def _digamma64(x: np.ndarray) -> np.ndarray:
     out = np.zeros_like(x)
     neg = x < 0
     pole = (x <= 0) & (x == np.floor(x))
-    if neg.any():  # reflection: psi(x) = psi(1 - x) - pi / tan(pi x)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out = np.where(neg, -np.pi / np.tan(np.pi * x), 0.0)
+    if neg.any():  # reflection: psi(x) = psi(1 - x) - pi / tan(pi r), r x's fractional part as torch takes it
+        with np.errstate(divide="ignore", invalid="ignore"):  # (pi x itself is off by ~|x| ulp)
+            out = np.where(neg, -np.pi / np.tan(np.pi * np.modf(x)[0]), 0.0)
         x = np.where(neg, 1.0 - x, x)
     with np.errstate(divide="ignore", invalid="ignore"):
         while True:
@@ -105,15 +106,42 @@ _ZETA_A = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606
 _MACHEP = 1.11022302462515654042e-16
 
 
+def _pow1(a: float, e: float) -> float:
+    try:
+        return math.pow(a, e)
+    except (OverflowError, ValueError, ZeroDivisionError):  # inf, or a pole the caller masks
+        with np.errstate(all="ignore"):
+            return float(np.power(np.float64(a), e))
+
+
+#: the C library's pow, as torch's zeta calls it (numpy's own pow rounds some powers differently, and a sum
+#: that cancels, as from a negative q, shows it)
+_cpow = np.frompyfunc(_pow1, 2, 1)
+
+
+def _pow(a: np.ndarray, e: float) -> np.ndarray:
+    return np.asarray(_cpow(a, e), dtype=np.float64)
+
+
+#: direct terms taken for all elements at once before the long sums (a negative q runs to 9 from below)
+_ZETA_SHARED_STEPS = 16
+#: direct terms per numpy pass of one long sum, between deadline checks
+_ZETA_CHUNK = 1 << 16
+
+
 def _zeta(x: float, q: np.ndarray) -> np.ndarray:
     """torch's zeta(x, q) for an integer x >= 2, in float64 (its CPU accumulation type), element by element
-    as its loops run: direct terms until they are negligible or q + i > 9, then Euler-Maclaurin."""
+    as its loops run: direct terms until they are negligible or q + i > 9, then Euler-Maclaurin.
+
+    For a negative q the direct terms run from q up to 9, |q| of them as in torch; an element with that
+    many is summed on its own, a chunk of terms per numpy pass (a cumulative sum adds them in torch's order),
+    with the request's deadline checked between chunks."""
     q = q.astype(np.float64)
     res = np.full(q.shape, np.nan)
     done = (q <= 0) & (q == np.floor(q))
     res[done] = np.inf  # the poles
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        s = q ** -x
+        s = _pow(q, -x)
         a = q.copy()
         b = np.zeros_like(q)
         i = 0
@@ -121,9 +149,15 @@ def _zeta(x: float, q: np.ndarray) -> np.ndarray:
             active = ~done & ((i < 9) | (a <= 9.0))
             if not active.any():
                 break
+            if i == _ZETA_SHARED_STEPS:
+                for k in zip(*np.nonzero(active)):
+                    a[k], b[k], s[k], conv = _zeta_long_sum(x, a[k], b[k], s[k])
+                    if conv:
+                        res[k], done[k] = s[k], True
+                break
             i += 1
             a = np.where(active, a + 1.0, a)
-            b = np.where(active, a ** -x, b)
+            b = np.where(active, _pow(a, -x), b)
             s = np.where(active, s + b, s)
             conv = active & (-_MACHEP * s < b) & (b < _MACHEP * s)
             res[conv] = s[conv]
@@ -145,6 +179,25 @@ def _zeta(x: float, q: np.ndarray) -> np.ndarray:
             k += 1.0
         res[~done] = s[~done]
     return res
+
+
+def _zeta_long_sum(x: float, a: float, b: float, s: float) -> tuple[float, float, float, bool]:
+    """The rest of one element's direct terms (its loop past its first steps: a term is taken while the last
+    a <= 9), a chunk per pass: ``(a, b, s, converged)`` as torch's loop leaves them."""
+    control = current_control()
+    while a <= 9.0:
+        if control is not None:
+            control.check()
+        steps = min(_ZETA_CHUNK, int(9.0 - a) + 1)  # the terms whose previous a is <= 9
+        av = a + np.arange(1.0, steps + 1.0)         # exact: q + i as torch's a += 1 makes it (|a| shrinking)
+        bv = _pow(av, -x)
+        sv = np.cumsum(np.concatenate(([s], bv)))[1:]  # sequential, torch's order of additions
+        conv = np.nonzero((-_MACHEP * sv < bv) & (bv < _MACHEP * sv))[0]
+        if conv.size:
+            j = conv[0]
+            return av[j], bv[j], sv[j], True
+        a, b, s = av[-1], bv[-1], sv[-1]
+    return a, b, s, False
 
 
 def _polygamma(n: int, x: np.ndarray) -> np.ndarray:
