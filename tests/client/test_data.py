@@ -179,3 +179,27 @@ def test_subset_and_concat(ctx):
     assert both[6][0].item() == 11 and both[-1][0].item() == 12
     sub = Subset(both, [7, 0])
     assert [b[0].tolist() for b in DataLoader(sub, batch_size=2)] == [[12, 0]]
+
+
+def test_pin_memory_warns_as_torch_without_an_accelerator(ctx):
+    loader = DataLoader(TensorDataset(torch.zeros(2)), pin_memory=True)
+    with pytest.warns(UserWarning, match="^'pin_memory' argument is set as true but no accelerator is found"):
+        assert len(list(loader)) == 2
+
+
+def test_weighted_and_subset_random_samplers(ctx):
+    from gradserve.torch.utils.data import SubsetRandomSampler, WeightedRandomSampler
+
+    torch.manual_seed(0)
+    drawn = list(WeightedRandomSampler([0.0, 1.0, 0.0, 3.0], 200))
+    assert len(drawn) == 200 and set(drawn) <= {1, 3} and drawn.count(3) > drawn.count(1)
+    once = list(WeightedRandomSampler([1.0, 1.0, 0.0, 1.0], 3, replacement=False))
+    assert sorted(once) == [0, 1, 3]
+    with pytest.raises(ValueError, match=r"^weights should be a 1d sequence but given weights have shape \(1, 2\)$"):
+        WeightedRandomSampler([[1.0, 2.0]], 2)
+    with pytest.raises(ValueError, match="^num_samples should be a positive integer value, but got num_samples=0$"):
+        WeightedRandomSampler([1.0], 0)
+    assert sorted(SubsetRandomSampler([5, 7, 9])) == [5, 7, 9]
+    x, y = _xy(6)
+    batches = list(DataLoader(TensorDataset(x, y), batch_size=4, sampler=WeightedRandomSampler([1.0] * 6, 8)))
+    assert [len(b[1]) for b in batches] == [4, 4]

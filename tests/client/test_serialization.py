@@ -185,3 +185,31 @@ def _no_pickle() -> bytes:
     with zipfile.ZipFile(buf, "w") as zf:
         zf.writestr("archive/version", b"3\n")
     return buf.getvalue()
+
+
+def test_loading_sets_no_state_on_the_allowed_classes(ctx):
+    # BUILD (None, {"__repr__": _rebuild_tensor_v2}) on torch.Size: would replace the class's __repr__
+    evil = (b"\x80\x02ctorch\nSize\nN}X\x08\x00\x00\x00__repr__ctorch._utils\n_rebuild_tensor_v2\ns\x86b.")
+    with pytest.raises(pickle.UnpicklingError, match="BUILD on type is not allowed"):
+        torch.load(_archive(evil))
+    assert repr(torch.Size([1])) == "torch.Size([1])"
+    dtype_attack = b"\x80\x02ctorch\nfloat32\nN}X\x04\x00\x00\x00nameX\x05\x00\x00\x00int64s\x86b."
+    with pytest.raises(pickle.UnpicklingError, match="BUILD on dtype is not allowed"):
+        torch.load(_archive(dtype_attack))
+    assert torch.float32.name == "float32"
+
+
+def test_storage_sizes_are_checked_before_reading(ctx):
+    buf = io.BytesIO()
+    torch.save(torch.ones(2), buf)
+    raw = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+    with pytest.raises(RuntimeError, match="storage data/0 has 12 bytes, expected 8"):
+        torch.load(_archive(raw.read("archive/data.pkl"), {"data/0": b"\0" * 12}))
+    with pytest.raises(RuntimeError, match="failed locating file data/0: file not found"):
+        torch.load(_archive(raw.read("archive/data.pkl")))
+    deflated = io.BytesIO()
+    with zipfile.ZipFile(deflated, "w", zipfile.ZIP_DEFLATED) as zf:  # (torch reads compressed records too)
+        for info in raw.infolist():
+            zf.writestr(info.filename, raw.read(info.filename))
+    deflated.seek(0)
+    assert torch.load(deflated).tolist() == [1.0, 1.0]

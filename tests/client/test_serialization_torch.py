@@ -95,3 +95,34 @@ def test_a_torch_view_and_shared_storage_load_with_torch_s_values(ctx):
     back = gtorch.load(buf)
     for k, v in obj.items():
         assert back[k].tolist() == v.tolist() and back[k].dtype == gtorch.float64
+
+
+def test_sgd_momentum_state_moves_between_the_client_and_torch(ctx):
+    x, y = np.ones((4, 3), dtype=np.float32), np.zeros((4, 1), dtype=np.float32)
+    torch.manual_seed(1)
+    model = _mlp(torch)
+    start = io.BytesIO()
+    torch.save(model.state_dict(), start)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+    cmodel = _mlp(gtorch)
+    cmodel.load_state_dict(gtorch.load(io.BytesIO(start.getvalue())))
+    copt = gtorch.optim.SGD(cmodel.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+    for _ in range(2):
+        _step(torch, model, opt, torch.tensor(x), torch.tensor(y))
+        _step(gtorch, cmodel, copt, gtorch.tensor(x), gtorch.tensor(y))
+    buf = io.BytesIO()
+    gtorch.save(copt.state_dict(), buf)
+    buf.seek(0)
+    ours, theirs = torch.load(buf), opt.state_dict()
+    assert ours["param_groups"] == theirs["param_groups"] and list(ours["state"]) == list(theirs["state"])
+    for i, state in theirs["state"].items():
+        torch.testing.assert_close(ours["state"][i]["momentum_buffer"], state["momentum_buffer"], rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_a_torch_tensor_of_a_dtype_the_server_lacks_fails_clearly(ctx):
+    buf = io.BytesIO()
+    torch.save({"ok": torch.ones(1), "half": torch.ones(2, dtype=torch.float16)}, buf)
+    buf.seek(0)
+    with pytest.raises(RuntimeError, match="dtype torch.float16; the server has float32, float64, int64 and bool"):
+        gtorch.load(buf)

@@ -162,3 +162,69 @@ def test_set_grad_enabled_as_context_manager_and_decorator_restores_the_mode(ctx
         with torch.set_grad_enabled(True):
             assert torch.is_grad_enabled()
         assert not torch.is_grad_enabled()
+
+
+def test_module_to_checks_the_device_and_converts_floating_parameters(ctx):
+    model = torch.nn.Linear(2, 1)
+    assert model.to("cpu") is model and model.cpu() is model and model.to(torch.device("cpu")) is model
+    with pytest.raises(AssertionError, match="^Torch not compiled with CUDA enabled$"):
+        model.cuda()
+    with pytest.raises(AssertionError, match="^Torch not compiled with CUDA enabled$"):
+        model.to("cuda")
+    model.double()
+    assert model.weight.dtype == torch.float64 and isinstance(model.weight, torch.nn.Parameter)
+    assert model(torch.ones(1, 2, dtype=torch.float64)).dtype == torch.float64
+    with pytest.raises(TypeError, match="only accepts floating point or complex dtypes, but got desired "
+                                        "dtype=torch.int64$"):
+        model.to(torch.int64)
+
+
+def test_the_readme_s_training_program_runs(ctx, tmp_path, monkeypatch):
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("**Data, checkpoints, devices, `torch.func`, threads.**"):]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - the README's own example
+    assert scope["per_sample"].shape == torch.Size([64, 3])
+    saved = torch.load(tmp_path / "ckpt.pt")
+    assert list(saved["model"]) == ["0.weight", "0.bias", "2.weight", "2.bias"] and saved["opt"]["state"][0]["step"]
+
+
+def test_deepcopy_of_leaves_parameters_and_modules_as_torch(ctx):
+    import copy
+
+    x = torch.ones(2, requires_grad=True)
+    x.grad = torch.tensor([1.0, 2.0])
+    y = copy.deepcopy(x)
+    assert y is not x and y.requires_grad and y.is_leaf and y.grad.tolist() == [1.0, 2.0]
+    y.data -= 1
+    assert x.tolist() == [1.0, 1.0] and y.tolist() == [0.0, 0.0]
+    with pytest.raises(RuntimeError, match="^Only Tensors created explicitly by the user \\(graph leaves\\) support"):
+        copy.deepcopy(x * 2)
+    model = torch.nn.Linear(2, 1)
+    best = copy.deepcopy(model)
+    assert isinstance(best.weight, torch.nn.Parameter) and best.weight is not model.weight
+    assert list(best.parameters())[0] is best.weight and best.weight.tolist() == model.weight.tolist()
+    snapshot = copy.deepcopy(model.state_dict())
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    assert snapshot["weight"].tolist() == best.weight.tolist() != model.weight.tolist()
+
+
+def test_linear_takes_device_and_dtype(ctx):
+    assert torch.nn.Linear(2, 1, device="cpu").weight.device == torch.device("cpu")
+    assert torch.nn.Linear(2, 1, dtype=torch.float64).bias.dtype == torch.float64
+    with pytest.raises(AssertionError, match="^Torch not compiled with CUDA enabled$"):
+        torch.nn.Linear(2, 1, device="cuda")
+
+
+def test_device_as_a_context_manager(ctx):
+    with torch.device("cpu"):
+        assert torch.ones(1).device == torch.device("cpu")
+    with pytest.raises(AssertionError, match="^Torch not compiled with CUDA enabled$"):
+        with torch.device("cuda"):
+            pass

@@ -94,3 +94,33 @@ def test_a_thread_may_use_a_tensor_another_thread_has_not_sent_yet(ctx):
     a.start(), b.start()
     a.join(30), b.join(30)
     assert made["sum"] == 9.0
+
+
+def test_a_failing_op_of_one_thread_is_raised_in_that_thread(ctx):
+    import contextvars
+
+    context = contextvars.copy_context()
+    recorded, sent = threading.Event(), threading.Event()
+    outcome = {}
+
+    def bad():
+        a = torch.ones(2) @ torch.ones(3)  # fails on the server, recorded only
+        recorded.set()
+        sent.wait(30)
+        try:
+            a.item()
+        except RuntimeError as exc:
+            outcome["bad"] = str(exc)
+
+    def good():
+        recorded.wait(30)
+        outcome["good"] = (torch.ones(2) * 3).sum().item()  # sends the other thread's ops first
+        sent.set()
+
+    threads = [threading.Thread(target=lambda f=f: context.copy().run(f)) for f in (bad, good)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert outcome["good"] == 6.0
+    assert outcome["bad"].startswith("inconsistent tensor size, expected tensor [2] and src [3]"), outcome

@@ -160,7 +160,9 @@ class Context:
             finally:
                 self._local.recorder = mine
 
-    def _raise_pending_error(self, rec: _ThreadRecorder) -> None:
+    def raise_thread_error(self, rec: _ThreadRecorder | None = None) -> None:
+        """Raise (once) the error of this thread's ops that another thread sent, if they failed."""
+        rec = rec or self.recorder()
         if rec.error is not None:
             error, rec.error = rec.error, None
             raise error
@@ -197,7 +199,7 @@ class Context:
             raise RuntimeError("gradserve: this session is closed")
         f = user_frame()
         rec = self.recorder()
-        self._raise_pending_error(rec)
+        self.raise_thread_error(rec)
         with rec.lock:
             rec.pending.append(op)
             rec.sites.append((f, f.f_lasti, f.f_lineno) if f is not None else None)
@@ -218,7 +220,7 @@ class Context:
                                "it cannot read tensor values or metadata the client does not know yet, nor call "
                                "backward (use torch.autograd.grad)")
         rec = self.recorder()
-        self._raise_pending_error(rec)
+        self.raise_thread_error(rec)
         if self.dual_depth:
             if deferrable:
                 return {}

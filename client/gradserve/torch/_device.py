@@ -60,6 +60,14 @@ class device:
     def __hash__(self) -> int:
         return hash((self.type, self.index))
 
+    def __enter__(self) -> device:
+        """``with torch.device("cpu"):`` (torch's default-device context): cpu is the only device."""
+        check(self)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
     def __reduce__(self):
         return device, (self.type,) if self.index is None else (self.type, self.index)
 

@@ -75,6 +75,7 @@ class Tensor:
     def _ref(self, ctx: Context) -> str:
         """This handle's name in an op recorded into ``ctx``."""
         if self._error is not None:
+            self._ctx.raise_thread_error()  # the torch error itself, when another thread sent the failing op
             raise self._error
         if ctx is not self._ctx:
             raise RuntimeError("gradserve: tensors of different sessions cannot be used in one op")
@@ -86,6 +87,7 @@ class Tensor:
     # ----- reading --------------------------------------------------------------------------------------
     def _fetch(self, level: str) -> dict:
         if self._error is not None:
+            self._ctx.raise_thread_error()
             raise self._error
         view = self._ctx.flush({self._name: level}).get("tensors", {}).get(self._name)
         if view is None:
@@ -235,6 +237,28 @@ class Tensor:
 
     def __reduce__(self):
         raise TypeError("a gradserve tensor is a handle to a server session; send tensor.numpy() instead")
+
+    def __deepcopy__(self, memo: dict) -> Tensor:
+        """``copy.deepcopy(t)`` of a leaf, as torch's: a new leaf (a Parameter stays one) with a copy of the values,
+        the same ``requires_grad`` and a copy of ``.grad``; a non-leaf raises torch's error."""
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                               "protocol at the moment.  If you were attempting to deepcopy a module, this may be "
+                               "because of a torch.nn.utils.weight_norm usage, see "
+                               "https://github.com/pytorch/pytorch/pull/103001")
+        with no_grad():
+            new = type(self)._copy_of(call_op("clone", (self,), {}), self.requires_grad)
+        memo[id(self)] = new
+        grad = self.grad
+        if grad is not None:
+            new.grad = grad.__deepcopy__(memo)
+        return new
+
+    @classmethod
+    def _copy_of(cls, values: Tensor, requires_grad: bool) -> Tensor:
+        return values.requires_grad_(True) if requires_grad else values
 
     # ----- autograd -------------------------------------------------------------------------------------
     @property

@@ -81,12 +81,29 @@ def _differentiable(x):
         raise RuntimeError(f"Expected a Tensor as the input to differentiate, got {type(x)}")
     if not x.is_floating_point():
         raise RuntimeError("only Tensors of floating point dtype can require gradients")
-    return x if x.requires_grad else x.detach().requires_grad_()
+    if x.requires_grad:
+        return x
+    # a detached alias with a storage record of its own: making it require grad leaves x's cached view valid
+    # (a shared record would make x's metadata be asked again at every call of a vmapped grad)
+    alias = Tensor._new(x._ctx)
+    x._ctx.record({"op": "detach", "args": [x._ref(x._ctx)], "out": alias._name}, (alias,))
+    alias._shape, alias._dtype = x._shape, x._dtype
+    alias._know(is_leaf=True, requires_grad=False, grad_fn=None)
+    return alias.requires_grad_()
 
 
 def _outer(args) -> bool:
     """Whether results must stay differentiable: inside another transform, or when an input requires grad."""
     return _depth.get() > 0 or any(t.requires_grad for t in _leaves(args) if isinstance(t, Tensor))
+
+
+def _split_aux(out, has_aux: bool, where: str) -> tuple:
+    """(output, aux) of a function's result: torch.func's check that a function with aux returns a pair."""
+    if not has_aux:
+        return out, None
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise RuntimeError(f"{where}: output of function f should be a tuple: (output, aux) if has_aux is True")
+    return out
 
 
 def _grads(outs: list, inputs: list, cotangents, **options) -> list:
@@ -116,13 +133,7 @@ def grad_and_value(func, argnums=0, has_aux: bool = False):
             for i in nums:  # an input may be a tensor or a pytree of them (a dict of parameters...)
                 args[i] = _tree_map(_differentiable, args[i])
             diff = [t for i in nums for t in _leaves(args[i])]
-            out = func(*args, **kwargs)
-            aux = None
-            if has_aux:
-                if not (isinstance(out, tuple) and len(out) == 2):
-                    raise RuntimeError("grad_and_value(f)(*args): output of function f should be a tuple: "
-                                       "(output, aux) if has_aux is True")
-                out, aux = out
+            out, aux = _split_aux(func(*args, **kwargs), has_aux, "grad_and_value(f)(*args)")
             if not isinstance(out, Tensor):
                 raise RuntimeError(f"grad_and_value(f)(*args): Expected f(*args) to return a Tensor, got {type(out)}")
             if out.dim() != 0:
@@ -157,13 +168,7 @@ def vjp(func, *primals, has_aux: bool = False):
     keep = _outer(primals)
     with enable_grad(), _level():
         inputs = [_differentiable(p) for p in primals]
-        out = func(*inputs)
-        aux = None
-        if has_aux:
-            if not (isinstance(out, tuple) and len(out) == 2):
-                raise RuntimeError("vjp(f, *primals): output of function f should be a tuple: (output, aux) if "
-                                   "has_aux is True")
-            out, aux = out
+        out, aux = _split_aux(func(*inputs), has_aux, "vjp(f, *primals)")
     outs = _leaves(out)
     for o in outs:
         if not isinstance(o, Tensor):
@@ -199,13 +204,8 @@ def _selected(func, args: tuple, kwargs: dict, nums: tuple, has_aux: bool):
 
 
 def _aux(func, args, kwargs, has_aux: bool, name: str):
-    if not has_aux:
-        return None
-    out = func(*args, **kwargs)
-    if not (isinstance(out, tuple) and len(out) == 2):
-        raise RuntimeError(f"{name}(f, ...)(*args): output of function f should be a tuple: (output, aux) if "
-                           f"has_aux is True")
-    return _detached(out[1])
+    """The aux output of ``func`` (called once more, eagerly), or None."""
+    return _detached(_split_aux(func(*args, **kwargs), True, f"{name}(f, ...)(*args)")[1]) if has_aux else None
 
 
 def _jacobian(name: str, strategy: str):
@@ -306,12 +306,15 @@ def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=N
         if len(set(sizes)) > 1:
             raise ValueError(f"vmap: Expected all tensors to have the same size in the mapped dimension, got sizes "
                              f"{sizes} for the mapped dimension")
+        keep = _outer(args)
         results = []
-        for b in range(sizes[0]):
-            sliced = [a if d is None else _tree_map(lambda t, d=d, b=b: call_op("select", (t, d, b), {}), a)
-                      for a, d in zip(args, normalised)]
-            results.append(func(*sliced, **kwargs))
-        return _stack_outputs(name, results, out_dims)
+        with _level():  # (a transform inside keeps its graph: no metadata to ask for each entry)
+            for b in range(sizes[0]):
+                sliced = [a if d is None else _tree_map(lambda t, d=d, b=b: call_op("select", (t, d, b), {}), a)
+                          for a, d in zip(args, normalised)]
+                results.append(func(*sliced, **kwargs))
+        stacked = _stack_outputs(name, results, out_dims)
+        return stacked if keep else _detached(stacked)
 
     return wrapper
 

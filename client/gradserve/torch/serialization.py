@@ -278,7 +278,24 @@ def _allowed() -> dict:
     return allowed
 
 
-class _Unpickler(pickle.Unpickler):
+class _Unpickler(pickle._Unpickler):
+    """The Python unpickler, restricted: globals from ``_allowed()`` only, storages checked, and BUILD (state set
+    on an object) only for an OrderedDict's attributes (a state dict's ``_metadata``): it could otherwise set
+    attributes of the allowed classes and functions themselves."""
+
+    dispatch = dict(pickle._Unpickler.dispatch)
+
+    def load_build(self):
+        state = self.stack.pop()
+        inst = self.stack[-1]
+        if type(inst) is collections.OrderedDict and isinstance(state, dict):
+            inst.__dict__.update(state)
+            return
+        raise pickle.UnpicklingError(f"Weights only load failed. gradserve's torch.load sets no state on objects "
+                                     f"but an OrderedDict's: BUILD on {type(inst).__name__} is not allowed")
+
+    dispatch[pickle.BUILD[0]] = load_build
+
     def __init__(self, file, read_record, map_location):
         super().__init__(file)
         self._read_record = read_record
@@ -307,10 +324,7 @@ class _Unpickler(pickle.Unpickler):
             raise RuntimeError(MISSING_CUDA)
         if key not in self._loaded:
             np_dtype = np.dtype(STORAGE_DTYPES[storage_type]).newbyteorder("<")
-            raw = self._read_record(f"data/{key}")
-            if len(raw) != numel * np_dtype.itemsize:
-                raise RuntimeError(f"gradserve: torch.load: storage {key} has {len(raw)} bytes, expected "
-                                   f"{numel * np_dtype.itemsize}")
+            raw = self._read_record(f"data/{key}", numel * np_dtype.itemsize)
             self._loaded[key] = (np.frombuffer(raw, dtype=np_dtype).astype(np_dtype.newbyteorder("=")),
                                  STORAGE_DTYPES[storage_type])
         return self._loaded[key]
@@ -346,10 +360,15 @@ def _load(file, map_location):
         if f"{folder}byteorder" in names and zf.read(f"{folder}byteorder") != b"little":
             raise RuntimeError("gradserve: torch.load reads little-endian files only")
 
-        def read_record(name: str) -> bytes:
+        def read_record(name: str, size: int) -> bytes:
+            """A storage's bytes, its size checked before it is read (a record may be compressed)."""
             try:
-                return zf.read(folder + name)
+                info = zf.getinfo(folder + name)
             except KeyError:
                 raise RuntimeError(f"PytorchStreamReader failed locating file {name}: file not found") from None
+            if info.file_size != size:
+                raise RuntimeError(f"gradserve: torch.load: storage {name} has {info.file_size} bytes, expected "
+                                   f"{size}")
+            return zf.read(info)
 
         return _Unpickler(io.BytesIO(zf.read(pkl[0])), read_record, map_location).load()

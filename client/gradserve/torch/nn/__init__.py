@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterator
 
 import gradserve.torch as torch
-from gradserve.torch import _context
+from gradserve.torch import _context, _device
 from gradserve.torch._tensor import Tensor
 from gradserve.torch.nn import functional as F
 from gradserve.torch.nn import init
@@ -36,6 +36,10 @@ class Parameter(Tensor):
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
+
+    @classmethod
+    def _copy_of(cls, values: Tensor, requires_grad: bool) -> Parameter:
+        return cls(values, requires_grad)
 
 
 class _IncompatibleKeys(collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
@@ -284,6 +288,44 @@ class Module:
                     param.copy_(value)
         return _IncompatibleKeys(missing, unexpected)
 
+    def to(self, *args, **kwargs) -> Module:
+        """``module.to(device)``, ``module.to(dtype)``, ``module.to(device, dtype)``, ``module.to(tensor)``: devices
+        are checked (cpu only); a floating dtype converts the floating parameters (each becomes a new Parameter:
+        an optimizer made before holds the old ones, unlike torch where the Parameter object stays)."""
+        target, device = kwargs.get("dtype"), kwargs.get("device")
+        for a in args:
+            if isinstance(a, Tensor):
+                target = a.dtype
+            elif isinstance(a, torch.dtype):
+                target = a
+            elif not isinstance(a, bool):  # (non_blocking)
+                device = a
+        if device is not None:
+            _device.check(device)
+        if target is None:
+            return self
+        if not target.is_floating_point:
+            raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, but got desired "
+                            f"dtype={target}")
+        for _, module in self.named_modules():
+            for name, p in list(module._parameters.items()):
+                if p is not None and p.is_floating_point() and p.dtype != target:
+                    with torch.no_grad():
+                        setattr(module, name, Parameter(p.to(target), p.requires_grad))
+        return self
+
+    def cpu(self) -> Module:
+        return self
+
+    def cuda(self, device=None) -> Module:
+        raise AssertionError(_device.NO_CUDA)
+
+    def double(self) -> Module:
+        return self.to(torch.float64)
+
+    def float(self) -> Module:
+        return self.to(torch.float32)
+
     def children(self) -> Iterator[Module]:
         yield from self._modules.values()
 
@@ -313,7 +355,9 @@ class Linear(Module):
     (``reset_parameters``: kaiming_uniform_ with a=sqrt(5), the bias uniform in ±1/sqrt(in_features)), drawn
     from the session's generator: torch's values for torch's seed."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype=None):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
+        if device is not None:
+            _device.check(device)
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         dtype = dtype if dtype is not None else torch.float32

@@ -18,6 +18,7 @@ from gradserve.torch.utils.data.sampler import (
     Sampler,
     SequentialSampler,
     SubsetRandomSampler,
+    WeightedRandomSampler,
 )
 
 
@@ -27,5 +28,6 @@ def get_worker_info():
 
 
 __all__ = ["DataLoader", "Dataset", "IterableDataset", "TensorDataset", "ConcatDataset", "Subset", "random_split",
-           "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler", "BatchSampler",
+           "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler",
+           "BatchSampler",
            "default_collate", "default_convert", "get_worker_info"]

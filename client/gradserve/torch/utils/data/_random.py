@@ -15,11 +15,12 @@ def _torch():
 
 
 def _exact() -> bool:
-    """Whether the client has torch's generator (Generator, randperm, randint, empty and Tensor.random_)."""
+    """Whether the client has torch's generator (Generator, randperm, randint, multinomial, empty and
+    Tensor.random_)."""
     from gradserve.torch import _catalog
 
     torch = _torch()
-    return (all(hasattr(torch, name) for name in ("Generator", "randperm", "randint", "empty"))
+    return (all(hasattr(torch, name) for name in ("Generator", "randperm", "randint", "empty", "multinomial"))
             and (hasattr(torch.Tensor, "random_") or "random_" in _catalog.methods()))
 
 
@@ -55,6 +56,19 @@ def randint(high: int, size: int, generator) -> list[int]:
     if _exact():
         return torch.randint(high=high, size=(size,), dtype=torch.int64, generator=generator).tolist()
     return _fallback(generator).integers(0, high, size=size).tolist()
+
+
+def multinomial(weights: list[float], n: int, replacement: bool, generator) -> list[int]:
+    """torch: ``torch.multinomial(torch.as_tensor(weights, dtype=torch.double), n, replacement,
+    generator=generator).tolist()``."""
+    torch = _torch()
+    if _exact():
+        return torch.multinomial(torch.tensor(weights, dtype=torch.float64), n, replacement,
+                                 generator=generator).tolist()
+    p = np.asarray(weights, dtype=np.float64)
+    if not replacement and n > np.count_nonzero(p):
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    return _fallback(generator).choice(len(p), size=n, replace=replacement, p=p / p.sum()).tolist()
 
 
 def _fallback(generator) -> np.random.Generator:

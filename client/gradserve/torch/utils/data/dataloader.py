@@ -12,6 +12,7 @@ indexing op per tensor (``t[indices]``: the same values as stacking the rows, on
 from __future__ import annotations
 
 import itertools
+import warnings
 
 from gradserve.torch.utils.data import _random
 from gradserve.torch.utils.data._collate import default_collate, default_convert
@@ -125,6 +126,9 @@ class _LoaderIter:
 
     def __init__(self, loader: DataLoader) -> None:
         self._loader = loader
+        if loader.pin_memory:  # (torch warns when an iterator is made)
+            warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then device pinned "
+                          "memory won't be used.", stacklevel=3)
         self._sampler_iter = iter(loader._index_sampler)
         # torch draws the workers' base seed even without workers: the default generator moves on as in torch
         self._base_seed = _random.seed_from(loader.generator)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from gradserve.torch.utils.data import _random
 
 
@@ -85,6 +87,28 @@ class SubsetRandomSampler(Sampler):
 
     def __len__(self) -> int:
         return len(self.indices)
+
+
+class WeightedRandomSampler(Sampler):
+    """``WeightedRandomSampler(weights, num_samples, replacement=True, generator=None)``: indices drawn with
+    probabilities proportional to ``weights`` (one ``multinomial`` per epoch)."""
+
+    def __init__(self, weights, num_samples: int, replacement: bool = True, generator=None) -> None:
+        if not _positive_int(num_samples):
+            raise ValueError(f"num_samples should be a positive integer value, but got num_samples={num_samples}")
+        if not isinstance(replacement, bool):
+            raise ValueError(f"replacement should be a boolean value, but got replacement={replacement}")
+        shape = np.shape(np.asarray(weights.tolist() if hasattr(weights, "tolist") else weights, dtype=np.float64))
+        if len(shape) != 1:
+            raise ValueError(f"weights should be a 1d sequence but given weights have shape {shape}")
+        self.weights = [float(w) for w in (weights.tolist() if hasattr(weights, "tolist") else weights)]
+        self.num_samples, self.replacement, self.generator = num_samples, replacement, generator
+
+    def __iter__(self):
+        yield from _random.multinomial(self.weights, self.num_samples, self.replacement, self.generator)
+
+    def __len__(self) -> int:
+        return self.num_samples
 
 
 class BatchSampler(Sampler):
