@@ -17,6 +17,13 @@ from gradserve.torch.nn import Module, Parameter, init
 from gradserve.torch.nn import functional as F
 
 
+def _device_ok(device) -> None:
+    """torch's device check of a layer's ``device=`` (CPU only: CUDA asked for raises as torch without a GPU)."""
+    if device is not None:
+        from gradserve.torch import _device
+        _device.check(device)
+
+
 def _tuple(v, n: int) -> tuple:
     return tuple(v) if isinstance(v, (list, tuple)) else (v,) * n
 
@@ -191,6 +198,7 @@ class _ConvNd(Module):
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
                  groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None):
+        _device_ok(device)
         super().__init__()
         if groups <= 0:
             raise ValueError("groups must be a positive integer")
@@ -357,6 +365,7 @@ class _BatchNorm(Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, device=None, dtype=None, *, bias: bool = True):
+        _device_ok(device)
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats, self._bias = affine, track_running_stats, bias
@@ -429,6 +438,7 @@ class BatchNorm2d(_BatchNorm):
 class LayerNorm(Module):
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
                  device=None, dtype=None):
+        _device_ok(device)
         super().__init__()
         self.normalized_shape = tuple(normalized_shape) if isinstance(normalized_shape, (list, tuple)) else \
             (normalized_shape,)
@@ -455,6 +465,7 @@ class LayerNorm(Module):
 class GroupNorm(Module):
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, device=None,
                  dtype=None, *, bias: bool = True):
+        _device_ok(device)
         super().__init__()
         if num_channels % num_groups != 0:
             raise ValueError("num_channels must be divisible by num_groups")
@@ -482,6 +493,7 @@ class Embedding(Module):
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
                  max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
                  sparse: bool = False, _weight: Tensor | None = None, _freeze: bool = False, device=None, dtype=None):
+        _device_ok(device)
         super().__init__()
         if padding_idx is not None:
             if padding_idx > 0 and padding_idx >= num_embeddings:
@@ -564,6 +576,7 @@ class _RNNCellBase(Module):
     _gates = 1
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None):
+        _device_ok(device)
         super().__init__()
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         g = self._gates * hidden_size
@@ -605,6 +618,7 @@ class _RNNCellBase(Module):
 class RNNCell(_RNNCellBase):
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh",
                  device=None, dtype=None):
+        _device_ok(device)
         self.__dict__["nonlinearity"] = nonlinearity
         super().__init__(input_size, hidden_size, bias, device, dtype)
         self.nonlinearity = nonlinearity
@@ -646,6 +660,7 @@ class _RNNBase(Module):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
                  device=None, dtype=None, nonlinearity: str = "tanh"):
+        _device_ok(device)
         super().__init__()
         if not 0 <= dropout <= 1 or isinstance(dropout, bool):
             raise ValueError("dropout should be a number in range [0, 1] representing the probability of an "
@@ -776,6 +791,7 @@ class MultiheadAttention(Module):
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim=None, vdim=None,
                  batch_first: bool = False, device=None, dtype=None):
+        _device_ok(device)
         super().__init__()
         if embed_dim <= 0 or num_heads <= 0:
             raise ValueError(f"embed_dim and num_heads must be greater than 0, got embed_dim={embed_dim} and "
