@@ -75,6 +75,58 @@ def train_raw(client: gradserve.Client, session: str, epochs: int) -> float:
     return loss_value
 
 
+# ----- mlp: a small MLP trained with SGD and momentum ---------------------------------------------------------------
+def _fixed(shape: tuple, seed: int) -> list:
+    import numpy as np
+
+    return np.random.default_rng(seed).uniform(-0.5, 0.5, shape).astype("float32").tolist()
+
+
+W1, B1, W2, B2 = _fixed((16, 4), 1), _fixed((16,), 2), _fixed((1, 16), 3), _fixed((1,), 4)
+MX = _fixed((32, 4), 5)
+MY = [[sum(r) * 0.5] for r in MX]
+MLR, MOMENTUM = 0.05, 0.9
+
+
+def mlp_torch_code(torch, epochs: int) -> float:
+    """The same code for gradserve.torch and torch: F.linear, relu, mse_loss, optim.SGD(momentum=0.9)."""
+    F = torch.nn.functional
+    params = [torch.tensor(v, requires_grad=True) for v in (W1, B1, W2, B2)]
+    w1, b1, w2, b2 = params
+    x, y = torch.tensor(MX), torch.tensor(MY)
+    opt = torch.optim.SGD(params, lr=MLR, momentum=MOMENTUM)
+    value = None
+    for _ in range(epochs):
+        opt.zero_grad()
+        loss = F.mse_loss(F.linear(F.relu(F.linear(x, w1, b1)), w2, b2), y)
+        loss.backward()
+        opt.step()
+        value = loss.item()
+    return value
+
+
+def mlp_raw(client: gradserve.Client, session: str, epochs: int) -> float:
+    names = ("w1", "b1", "w2", "b2")
+    setup = [{"op": "tensor", "out": n, "args": [v], "kwargs": {"requires_grad": True}}
+             for n, v in zip(names, (W1, B1, W2, B2))]
+    setup += [{"op": "tensor", "out": "x", "args": [MX]}, {"op": "tensor", "out": "y", "args": [MY]}]
+    setup += [{"op": "zeros_like", "out": f"buf_{n}", "args": [n]} for n in names]  # 0.9 * 0 + g == g: torch's
+    client.run_ops(session, setup, returns=[])                                     # first step, exactly
+    epoch = [{"op": "zero_grad", "args": [list(names)], "kwargs": {"set_to_none": True}},
+             {"op": "linear", "out": "h", "args": ["x", "w1", "b1"]}, {"op": "relu", "out": "r", "args": ["h"]},
+             {"op": "linear", "out": "o", "args": ["r", "w2", "b2"]}, {"op": "mse_loss", "out": "loss",
+                                                                        "args": ["o", "y"]},
+             {"op": "backward", "args": ["loss"]}]
+    for n in names:
+        epoch += [{"op": "mul_", "args": [f"buf_{n}", MOMENTUM], "no_grad": True},
+                  {"op": "add_", "args": [f"buf_{n}", f"{n}.grad"], "no_grad": True},
+                  {"op": "add_", "args": [n, f"buf_{n}"], "kwargs": {"alpha": -MLR}, "no_grad": True}]
+    value = None
+    for _ in range(epochs):
+        value = client.run_ops(session, epoch, returns=["loss"])["tensors"]["loss"]["data"]
+    return value
+
+
 # ----- wx+b: the 10-op program ------------------------------------------------------------------------------------
 def wxb_torch_code(torch, iterations: int) -> tuple:
     out = None
@@ -119,7 +171,8 @@ def run(url: str, rounds: int, epochs: int) -> list[tuple]:
         import torch
     except ImportError:
         torch = None
-    workloads = {"train": (train_torch_code, train_raw, epochs), "wx+b": (wxb_torch_code, wxb_raw, epochs)}
+    workloads = {"train": (train_torch_code, train_raw, epochs), "mlp": (mlp_torch_code, mlp_raw, epochs),
+                 "wx+b": (wxb_torch_code, wxb_raw, epochs)}
     rows = []
     for label, (torch_code, raw, n) in workloads.items():
         times: dict[str, list[float]] = {"client": [], "raw": [], "torch": [], "client_cpu": [], "raw_cpu": []}
@@ -154,6 +207,40 @@ def run(url: str, rounds: int, epochs: int) -> list[tuple]:
     return rows
 
 
+def floors(url: str, trivial_url: str | None, rounds: int, n: int) -> list[tuple]:
+    """The 10-op program's raw round trip on a session (``POST /ops``) against the same list one-shot
+    (``POST /v1/eval``), a trivial FastAPI endpoint given the same body (``bench/trivial_app.py``: the floor of a
+    loopback FastAPI request) and the server's ``GET /healthz``: ms per request, medians over rounds."""
+    import httpx
+
+    returns = ["y", "x.grad", "w.grad", "b.grad"]
+    times: dict[str, list[float]] = {}
+    with gradserve.Client(url) as client, httpx.Client() as plain:
+        session = client.create_session()["id"]
+        ways = {"session POST /ops": lambda: client.run_ops(session, WXB, returns=returns),
+                "POST /v1/eval": lambda: client.eval(WXB, returns=returns),
+                "gradserve GET /healthz": lambda: plain.get(f"{url}/healthz")}
+        if trivial_url is not None:
+            body = {"ops": WXB, "return": returns}
+            ways["trivial FastAPI POST"] = lambda: plain.post(f"{trivial_url}/echo", json=body)
+        for r in range(rounds + 1):
+            for label, fn in ways.items():
+                started = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                if r:
+                    times.setdefault(label, []).append((time.perf_counter() - started) / n)
+        client.delete_session(session)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return [(label, m, m / med["POST /v1/eval"]) for label, m in med.items()]
+
+
+def floor_table(rows: list[tuple]) -> str:
+    lines = ["| the 10-op program, one request | ms/request | / POST /v1/eval |", "|---|---|---|"]
+    lines += [f"| {label} | {m * 1e3:.3f} | {ratio:.2f}x |" for label, m, ratio in rows]
+    return "\n".join(lines)
+
+
 def check(label: str, results: dict) -> None:
     """The three ways compute the same thing (float32 on both sides)."""
     want = results.get("torch") or results["raw"]
@@ -175,6 +262,22 @@ def table(rows: list[tuple]) -> str:
     return "\n".join(lines)
 
 
+def _trivial_server():
+    """bench/trivial_app.py under uvicorn (one worker, loopback), or None without FastAPI/uvicorn."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        return None
+    from tests.deploy.servers import Uvicorn, free_port
+
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "bench.trivial_app:app", "--host", "127.0.0.1", "--port", str(port),
+            "--no-access-log"]
+    log = Path(tempfile.mkdtemp(prefix="gradserve-bench-")) / "trivial.log"
+    return Uvicorn(argv, {}, port, log).start()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", help="a running server (default: start one)")
@@ -189,11 +292,16 @@ def main() -> int:
         no_rate = {"GRADSERVE_RATE_LIMIT_PER_SECOND": "0", "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"}
         server = Uvicorn.for_app(no_rate, log).start()  # one load generator, one address
         a.url = server.url
+    trivial = _trivial_server()
     try:
         print(table(run(a.url, a.rounds, a.epochs)))
+        print()
+        print(floor_table(floors(a.url, trivial.url if trivial else None, a.rounds, a.epochs)))
     finally:
         if server is not None:
             server.stop()
+        if trivial is not None:
+            trivial.stop()
     return 0
 
 

@@ -13,15 +13,23 @@ connection could not be opened. Every problem answer is raised as ``ProblemError
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any, Literal, NotRequired, TypedDict
 
 import httpx
 
+from gradserve import errors
 from gradserve.errors import ProblemError
+from gradserve.progress import Watch
+from gradserve.progress import enabled as watching
+
+log = logging.getLogger("gradserve")
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+START_HINT = ("start one with `python3 dev.py serve` (or `uvicorn gradserve_server.app.main:app`), or set "
+              "GRADSERVE_URL to the address of a running server")
 IDEMPOTENT = frozenset({"GET", "HEAD", "DELETE", "PUT"})
 Encoding = Literal["json", "base64"]
 GraphFormat = Literal["json", "dot", "mermaid", "svg"]
@@ -65,12 +73,19 @@ class Client:
 
     def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 60.0,
                  retries: int = 2, transport: httpx.BaseTransport | None = None):
-        self.url = (url or os.environ.get("GRADSERVE_URL") or DEFAULT_URL).rstrip("/")
+        env = os.environ.get("GRADSERVE_URL")
+        #: where the URL came from, for error messages
+        self.url_source = "given to the client" if url else "from GRADSERVE_URL" if env else \
+            "the default; GRADSERVE_URL is not set"
+        self.url = (url or env or DEFAULT_URL).rstrip("/")
         api_key = api_key if api_key is not None else os.environ.get("GRADSERVE_API_KEY")
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self.retries = retries
         self.requests = 0
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+        try:
+            self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+        except httpx.InvalidURL as exc:
+            raise self._unreachable(exc, "is not a valid URL", "write it as http://host:port") from None
 
     # ----- plumbing -----------------------------------------------------------------------------------
     def close(self) -> None:
@@ -84,18 +99,31 @@ class Client:
 
     def request(self, method: str, path: str, **kwargs) -> httpx.Response:
         """Send, retrying what may be retried; raise ProblemError for any 4xx/5xx answer."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         attempt = 0
         while True:
             self.requests += 1
+            started = time.perf_counter()
             try:
                 response = self._http.request(method, path, **kwargs)
-            except (httpx.ConnectError, httpx.ConnectTimeout):
+            except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+                raise self._unreachable(exc, "has no http:// or https:// scheme", "write it as "
+                                        f"http://{self.url.split('://')[-1]}") from None
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 if attempt >= self.retries:  # never sent: safe to retry any method
-                    raise
-            except httpx.TransportError:
+                    raise self._unreachable(exc, "does not answer") from None
+            except httpx.TransportError as exc:
                 if method not in IDEMPOTENT or attempt >= self.retries:
-                    raise
+                    raise errors.ConnectionError(
+                        f"gradserve: the connection to the server at {self.url} broke during {method} {path} "
+                        f"({type(exc).__name__}: {exc or 'no detail'}); if the server stopped, its sessions and "
+                        f"every tensor in them are gone; {START_HINT}", self.url, self.url_source) from None
             else:
+                if log.isEnabledFor(logging.DEBUG):
+                    body = response.request.content if response.request is not None else b""
+                    log.debug("%s %s -> %d: %d bytes sent, %d received, %.1f ms", method, path,
+                              response.status_code, len(body), len(response.content),
+                              (time.perf_counter() - started) * 1e3)
                 if response.status_code < 400:
                     return response
                 if response.status_code != 503 or method not in IDEMPOTENT or attempt >= self.retries:
@@ -103,7 +131,13 @@ class Client:
             attempt += 1
             time.sleep(min(0.05 * 2 ** attempt, 1.0))
 
+    def _unreachable(self, exc: Exception, what: str, hint: str = START_HINT) -> errors.ConnectionError:
+        return errors.ConnectionError(
+            f"gradserve: cannot reach a gradserve server at {self.url} ({self.url_source}): the address {what} "
+            f"({type(exc).__name__}: {exc or 'no detail'}); {hint}", self.url, self.url_source)
+
     def _json(self, method: str, path: str, **kwargs) -> Any:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self.request(method, path, **kwargs).json()
 
     # ----- sessions -----------------------------------------------------------------------------------
@@ -123,9 +157,11 @@ class Client:
     # ----- op lists -----------------------------------------------------------------------------------
     def run_ops(self, session_id: str, ops: list[dict], *, no_grad: bool = False, repeat: int = 1,
                 record: list[str] | None = None, returns: list[str] | dict[str, str] | None = None,
-                encoding: Encoding = "json") -> OpsResponse:
+                encoding: Encoding = "json", progress: bool | None = None) -> OpsResponse:
         """``POST /ops``: atomic. ``returns``: the request's ``return`` (names, or {name: "full" | "meta" |
-        "auto"}): only those tensors come back."""
+        "auto"}): only those tensors come back. ``progress``: draw a bar on stderr if it runs long (None: on a
+        terminal, unless ``GRADSERVE_PROGRESS=0``; see ``gradserve.progress``)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         body: dict[str, Any] = {"ops": ops}
         if no_grad:
             body["no_grad"] = True
@@ -135,7 +171,16 @@ class Client:
             body["record"] = record
         if returns is not None:
             body["return"] = returns
-        return self._json("POST", f"/v1/sessions/{session_id}/ops", json=body, params=_enc(encoding))
+        path = f"/v1/sessions/{session_id}/ops"
+        if progress is False or progress is None and not watching():
+            return self._json("POST", path, json=body, params=_enc(encoding))
+        request_id = os.urandom(12).hex()
+        with Watch(self._http, request_id):
+            return self._json("POST", path, json=body, params=_enc(encoding), headers={"x-request-id": request_id})
+
+    def progress(self, request_id: str) -> dict:
+        """``GET /v1/requests/{id}/progress``: ops run of the ops a running request runs."""
+        return self._json("GET", f"/v1/requests/{request_id}/progress")
 
     def eval(self, ops: list[dict], returns: list[str] | None = None, *, no_grad: bool = False,
              encoding: Encoding = "json") -> dict:

@@ -27,10 +27,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from gradserve_server import engine
-from gradserve_server.app.errors import ServerBusy
+from gradserve_server.app.errors import REQUEST, ServerBusy
 from gradserve_server.engine.errors import CancelledError
 
 DEADLINE_SETTING = "GRADSERVE_REQUEST_DEADLINE_SECONDS"
+#: The light lane (``app.state.light``): cheap op lists that could not run on the event loop. Each is bounded
+#: (at most ``GRADSERVE_INLINE_MAX_OPS`` ops of bounded cost on tensors of at most 65,536 elements, stopped
+#: after ``service.LIGHT_DEADLINE_SECONDS``), so a few slots and a long queue serve them in milliseconds
+LIGHT_SLOTS = 4
+LIGHT_QUEUE = 256
 
 
 async def disconnected(request: Request) -> None:
@@ -52,6 +57,8 @@ class HeavyWork:
         self._waiting: deque[asyncio.Future] = deque()
         self.refused = 0
         self.cancelled = 0
+        #: request id -> the Control of a heavy request running now (its progress, for GET /v1/requests/...)
+        self.active: dict[str, engine.Control] = {}
 
     @property
     def queued(self) -> int:
@@ -72,8 +79,12 @@ class HeavyWork:
         watcher = asyncio.ensure_future(disconnected(request))
         try:
             await self._acquire(watcher)
+            context = REQUEST.get()
+            request_id = context["request_id"] if context is not None else None
             try:
                 control = self.control()
+                if request_id is not None:
+                    self.active[request_id] = control
                 work = asyncio.ensure_future(run_in_threadpool(fn, *args, control=control, **kwargs))
                 done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
                 if work not in done:
@@ -82,6 +93,8 @@ class HeavyWork:
                     await asyncio.wait({work})  # it stops at its next check; the slot is free only then
                 return work.result()
             finally:
+                if request_id is not None:
+                    self.active.pop(request_id, None)
                 self._release()
         finally:
             watcher.cancel()

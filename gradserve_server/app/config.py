@@ -50,20 +50,22 @@ class Settings(BaseSettings):
                                  "`server_busy` with Retry-After, and `/readyz` answers 503.")
     heavy_queue_wait_seconds: float = Field(10.0, gt=0, description="Longest wait for a heavy slot (503 "
                                             "`server_busy` after it).")
-    plan_cache_entries: int = Field(256, ge=0, description="`/eval` and session op lists: most compiled plans kept "
-                                    "per process (an op list's first run records its kernel calls; later runs with "
-                                    "inputs of the same shapes, dtypes and flags replay them, with the same response "
-                                    "bit for bit); least recently used out; 0 turns plans off. Hits, misses, "
-                                    "unplannable runs, fallbacks and evictions are in `/metrics` "
-                                    "(`gradserve_plan_*`).")
-    plan_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, description="`/eval`: most bytes of compiled plans "
-                                  "per process (an estimate of their tapes; plans hold no tensor data).")
-    plan_record_after: int = Field(2, ge=1, description="`/eval` and session op lists: which run of an op list's "
-                                   "structure records its plan. 1 records on the first; at 2 a structure seen once "
-                                   "runs cold unrecorded (`gradserve_plan_deferred`), so one-off requests never pay "
-                                   "for recording and building a plan (up to ~3x the cold run for a list of 30,000 "
-                                   "ops), and the second run records. `repeat` loops record on their first "
-                                   "iteration.")
+    plan_cache_entries: int = Field(256, ge=0, description="`/eval` and session op lists: most compiled plans "
+                                    "(op lists recorded as kernel calls, replayed by later requests of the same "
+                                    "structure) kept per API key (per client address on an open server: each "
+                                    "has a cache of its own, which no other can observe or flush), least "
+                                    "recently used out; 0 turns plans off.")
+    plan_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, description="Most bytes of compiled plans and "
+                                  "fragments per process, all keys together (measured: every object a plan "
+                                  "holds; plans hold no tensor data); past it, the key holding the most gives "
+                                  "back its oldest first.")
+    plan_cache_partitions: int = Field(64, ge=1, description="Most plan caches kept (one per API key, or per "
+                                       "client address on an open server); the least recently used is dropped "
+                                       "whole.")
+    plan_record_after: int = Field(2, ge=1, description="`/eval` and session op lists: the run of an op list's "
+                                   "structure that records its plan (1: the first; 2: the second, so a structure "
+                                   "run once never pays for recording, which costs up to ~3x its cold run); loops "
+                                   "(`repeat`) record on their first iteration.")
     plan_fragment_entries: int = Field(4096, ge=0, description="`/eval`: most per-op fragments kept per process for "
                                        "composed runs (a list of 100+ ops without a plan runs from fragments of the "
                                        "op forms it repeats instead of op by op; also bounded at 32 MiB); 0 turns "
@@ -92,10 +94,12 @@ class Settings(BaseSettings):
                                 "server is open. Only their SHA-256 digests are kept in memory.")
     max_sessions_per_key: int = Field(100, ge=1, description="Most live sessions one API key may own (429 "
                                       "above); with keys only.")
-    rate_limit_per_second: float = Field(50.0, ge=0, description="Requests per second one API key may make "
-                                         "(a token bucket per key and per process); 0 disables it.")
-    rate_limit_burst: int = Field(100, ge=1, description="The token bucket's size: requests one key may make "
-                                  "at once after a pause.")
+    rate_limit_per_second: float = Field(50.0, ge=0, description="Requests per second one API key may make: "
+                                         "at most `rate_limit_burst` requests in any `burst / rate` seconds (a "
+                                         "moving window), counted across every worker and replica with the Redis "
+                                         "store; 0 disables it.")
+    rate_limit_burst: int = Field(100, ge=1, description="Requests one key may make at once after a "
+                                  "pause (the moving window holds this many).")
     metrics_require_key: bool = Field(False, description="Whether `/metrics` needs an API key too (it holds no "
                                       "tensor data, keys or session ids).")
     cors_allow_origins: str = Field("", description="Comma-separated origins allowed by CORS (`*` for any); "
@@ -133,14 +137,18 @@ class Settings(BaseSettings):
                                          "from one client address (429 session_quota_exceeded above). With keys "
                                          "the quota is per key (`max_sessions_per_key`).")
     client_rate_limit_per_second: float = Field(200.0, ge=0, description="Without API keys: requests per "
-                                                "second one client address may make (a token bucket per address "
-                                                "and per process; 429 with Retry-After above); 0 disables it.")
-    client_rate_limit_burst: int = Field(400, ge=1, description="Without API keys: the per-address token "
-                                         "bucket's size.")
+                                                "second one client address may make (a moving window of "
+                                                "`client_rate_limit_burst` requests, across every worker and "
+                                                "replica with the Redis store; 429 with Retry-After above); 0 "
+                                                "disables it.")
+    client_rate_limit_burst: int = Field(400, ge=1, description="Without API keys: requests one address "
+                                         "may make at once after a pause.")
     auth_failures_per_minute: float = Field(10.0, ge=0, description="With API keys: wrong keys one client "
                                             "address may present per minute (after a burst of "
-                                            "`auth_failures_burst`); past that its requests presenting a key "
-                                            "get 429 before the key is even checked. 0 disables it.")
+                                            "`auth_failures_burst`, across every worker and replica with the "
+                                            "Redis store); past that its requests presenting a key get 429, "
+                                            "except keys that were valid from that address before. 0 disables "
+                                            "it.")
     auth_failures_burst: int = Field(10, ge=1, description="With API keys: wrong keys one address may present "
                                      "at once before the per-minute rate applies.")
     body_read_timeout_seconds: float = Field(30.0, gt=0, description="How long a request body may take to "

@@ -152,10 +152,30 @@ def check_unique_keys(body: bytes, data: Any) -> None:
     _count_colons(body, data)
 
 
+#: Every digit becomes "0", a dot stays a dot, every other byte becomes a blank
+_DIGIT_SHAPE = bytes(48 if 48 <= b <= 57 else 46 if b == 46 else 32 for b in range(256))
+#: An integer literal of 19 digits or more (not the fraction of a float): the only way to write an integer
+#: outside int64, which orjson reads as a float (a 20-digit one) or as a uint64
+_LONG_INTEGER = b" " + b"0" * 19
+
+
+def has_long_integer(body: bytes) -> bool:
+    """Whether ``body`` may hold an integer literal outside int64 (false positives are only slower)."""
+    return body.translate(_DIGIT_SHAPE).find(_LONG_INTEGER) >= 0
+
+
 def loads(body: bytes) -> Any:
-    """``orjson.loads`` that refuses repeated keys (raises orjson.JSONDecodeError for malformed JSON)."""
+    """``orjson.loads`` that refuses repeated keys (raises orjson.JSONDecodeError for malformed JSON), with
+    integers beyond 64 bits kept exact (orjson rounds them to floats, and ``tensor`` data of them must be
+    refused as torch refuses it, not stored as float32)."""
     data = orjson.loads(body)
     check_unique_keys(body, data)
+    if has_long_integer(body):
+        try:
+            return json.loads(body)  # exact Python ints; valid JSON, as orjson just said
+        except ValueError:  # more digits than Python converts (4300)
+            raise InvalidInput("Overflow when unpacking long long: an integer literal has more than 4300 digits",
+                               code="invalid_tensor_data") from None
     return data
 
 

@@ -18,8 +18,8 @@ from pydantic import TypeAdapter
 
 from gradserve_server._version import __version__
 from gradserve_server.app import errors
-from gradserve_server.app.admission import HeavyWork
-from gradserve_server.app.auth import METRICS_PATH, OPEN_PATHS, Auth, KeyRing, RateLimiter
+from gradserve_server.app.admission import LIGHT_QUEUE, LIGHT_SLOTS, HeavyWork
+from gradserve_server.app.auth import METRICS_PATH, OPEN_PATHS, Auth, KeyRing, RateLimiter, limit_storage
 from gradserve_server.app.config import Settings, get_settings
 from gradserve_server.app.memory import MemoryTrimmer, configure_gc, configure_malloc
 from gradserve_server.app.middleware import RequestBody, security_headers
@@ -28,10 +28,12 @@ from gradserve_server.app.routes import autograd, graph, meta, ops, sessions
 from gradserve_server.app.schemas.ops import EvalRequest, OpsRequest
 from gradserve_server.app.schemas.problems import Problem, problem_responses
 from gradserve_server.app.schemas.tensors import Base64Tensor
-from gradserve_server.app.service import SessionService
+from gradserve_server.app.service import LIGHT_DEADLINE_SECONDS, SessionService
 from gradserve_server.app.store import SeveralWorkersError, make_store
 
 STATIC_DIR = Path(__file__).parent / "static"
+#: The interpreter's thread switch interval while serving (bench/mixedload.py: cheap requests' p99 under load)
+SWITCH_INTERVAL_SECONDS = 0.0005
 
 DESCRIPTION = """\
 PyTorch's autograd semantics over HTTP, computed by a numpy engine.
@@ -77,9 +79,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     sweeper = asyncio.create_task(_sweep_periodically(app.state.store, settings.sweep_interval_seconds))
     trimmer = asyncio.create_task(app.state.trimmer.run())
     undo_gc = configure_gc()  # (app.memory: the startup heap frozen, young collections less often)
+    # the event loop waits for the GIL at every step while heavy work computes in the thread pool: a shorter
+    # switch interval (CPython's default: 5 ms) keeps health checks and cheap requests quick under load
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     try:
         yield
     finally:
+        sys.setswitchinterval(switch_interval)
         undo_gc()
         # the server stops taking requests before this runs; wait for those still running (thread-pool work
         # included) before the store goes away under them
@@ -192,18 +199,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics.watch_plans(app.state.service.plans)
     app.state.heavy = HeavyWork(settings.max_heavy_requests, settings.max_heavy_queue,
                                 settings.heavy_queue_wait_seconds, settings.request_deadline_seconds)
+    # cheap op lists that could not run on the event loop: a lane of their own, never behind heavy work
+    app.state.light = HeavyWork(LIGHT_SLOTS, LIGHT_QUEUE, settings.heavy_queue_wait_seconds, LIGHT_DEADLINE_SECONDS)
 
     errors.install(app)
     # innermost first: the body's type, size and read time, then keys and rate limits, CORS (preflights need
     # no key), and outermost the request id, security headers, metrics and access log, which see every response
     app.add_middleware(RequestBody, max_body_bytes=settings.max_body_bytes,
                        read_timeout=settings.body_read_timeout_seconds)
+    limits = limit_storage(settings)  # the session store's Redis when it is Redis: limits across processes
     app.add_middleware(Auth, keys=app.state.keys,
-                       limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
+                       limiter=RateLimiter(limits, settings.rate_limit_per_second, settings.rate_limit_burst, "key"),
                        metrics_open=not settings.metrics_require_key,
-                       client_limiter=RateLimiter(settings.client_rate_limit_per_second,
-                                                  settings.client_rate_limit_burst),
-                       failures=RateLimiter(settings.auth_failures_per_minute / 60, settings.auth_failures_burst))
+                       client_limiter=RateLimiter(limits, settings.client_rate_limit_per_second,
+                                                  settings.client_rate_limit_burst, "client"),
+                       failures=RateLimiter(limits, settings.auth_failures_per_minute / 60,
+                                            settings.auth_failures_burst, "failures"))
     origins = [o.strip() for o in settings.cors_allow_origins.split(",") if o.strip()]
     if origins:
         app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST", "DELETE"],

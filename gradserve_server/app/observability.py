@@ -129,7 +129,8 @@ class _StoreCollector:
 
 
 class _PlanCollector:
-    """The /eval plan cache of this process (engine.plan), read when scraped."""
+    """The plan caches of this process (engine.plan.PlanCaches), summed, read when scraped: figures of the
+    process, never of one key."""
 
     _COUNTERS = (("hits", "One-shot runs replayed from a compiled plan."),
                  ("misses", "One-shot runs recorded (run cold) because no plan of their structure was cached."),
@@ -155,8 +156,10 @@ class _PlanCollector:
             counter.add_metric([], float(stats[name]))
             yield counter
         for name, help_text in (("entries", "Plans (and unplannable markers) cached in this process."),
-                                ("bytes", "Estimated bytes of the plans cached in this process."),
-                                ("fragments", "Per-op fragments (and uncomposable markers) cached in this process.")):
+                                ("bytes", "Bytes of the plans and fragments cached in this process (measured)."),
+                                ("fragments", "Per-op fragments (and uncomposable markers) cached in this process."),
+                                ("partitions", "Plan caches kept: one per API key (per client address on an open "
+                                               "server).")):
             gauge = GaugeMetricFamily(f"gradserve_plan_cache_{name}", help_text)
             gauge.add_metric([], float(stats[name]))
             yield gauge
@@ -179,7 +182,7 @@ class Metrics:
         self.backward_passes = Counter("gradserve_backward_passes", "backward/grad passes run (repeats "
                                        "included).", registry=self.registry)
         self.registry.register(_StoreCollector(store))
-        self.plans = None  # the service's engine.plan.PlanCache, read when scraped
+        self.plans = None  # the service's engine.plan.PlanCaches, read when scraped
         #: (method, route template, status) -> the requests counter's and latency histogram's series. Bounded:
         #: routes are templates (never raw paths) and methods and statuses few
         self._children: dict[tuple[str, str, int], tuple] = {}

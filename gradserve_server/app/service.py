@@ -51,8 +51,13 @@ from gradserve_server.app.schemas.ops import EvalRequestAdapter, OpsRequestAdapt
 from gradserve_server.app.store import Session, SessionStore
 from gradserve_server.app.store.memory import MemoryStore
 from gradserve_server.app.svg import render_svg
+from gradserve_server.engine.errors import DeadlineExceededError, LimitExceededError
 from gradserve_server.engine.grad_mode import WarningSink
-from gradserve_server.engine.plan import PlanCache, run_planned, run_session_planned
+from gradserve_server.engine.plan import PlanCaches, run_planned, run_session_planned
+
+#: What stops an inline run that turned out not to be cheap (its bounds: INLINE_DEADLINE_SECONDS,
+#: INLINE_MAX_ELEMENTS); the request then runs in the thread pool under the real limits
+INLINE_STOPS = (DeadlineExceededError, LimitExceededError)
 
 RESERVED_NAMES = frozenset({"NaN", "Infinity", "-Infinity"})
 
@@ -64,9 +69,20 @@ SETTING_NAMES = (("max_elements_per_tensor", "GRADSERVE_MAX_ELEMENTS_PER_TENSOR"
 #: Op families whose cost follows their inputs' sizes, and the exceptions among them
 INLINE_FAMILIES = frozenset({"elementwise", "reduction", "shape", "inplace", "nn", "autograd", "creation"})
 NOT_INLINE = frozenset({"expand", "expand_as", "repeat", "linear", "arange", "eye", "full", "linspace", "ones",
-                        "rand", "randn", "zeros"})
-#: A session may run small requests inline while its last run took less than this...
+                        "rand", "randn", "zeros", "empty", "randint", "randperm"})
+#: Transforms call a function once per row, basis vector or pass: their cost is not their op list's
+TRANSFORM_OPS = frozenset({"vjp", "jvp", "vhp", "hvp", "jacobian", "hessian"})
+#: A session may run small requests inline while its last run took less than this much CPU time (the
+#: thread's own: time spent waiting for the GIL under load does not make a cheap request heavy)...
 INLINE_MAX_RUN_SECONDS = 0.002
+#: An inline run is stopped past this much time, or at a tensor of more than INLINE_MAX_ELEMENTS elements,
+#: rolled back and run again in the thread pool: what stalls the event loop is bounded by the work itself,
+#: whatever the op list looks like
+INLINE_DEADLINE_SECONDS = 0.05
+#: A cheap op list that could not run on the event loop (its session busy or held elsewhere, or the loop's
+#: bound passed under load) runs in the thread pool in a lane of its own (``app.state.light``), never behind
+#: heavy work, within the same bounds of size and this deadline; past them it goes to the heavy lane
+LIGHT_DEADLINE_SECONDS = 1.0
 #: ... and its named tensors (and their gradients) have at most this many elements, and there are at most
 INLINE_MAX_ELEMENTS = 65536
 INLINE_MAX_NAMES = 256  # of them
@@ -75,7 +91,7 @@ INLINE_MAX_NAMES = 256  # of them
 def inline_op_names() -> frozenset[str]:
     names = set()
     for entry in engine.op_catalog():
-        if entry["family"] in INLINE_FAMILIES and entry["name"] not in NOT_INLINE:
+        if entry["family"] in INLINE_FAMILIES and entry["name"] not in NOT_INLINE | TRANSFORM_OPS:
             names.add(entry["name"])
             names.update(entry.get("aliases", ()))
     return frozenset(names)
@@ -146,15 +162,26 @@ class SessionService:
         self.store = store
         self.settings = settings
         self.metrics = metrics  # app.observability.Metrics: backward passes run
-        #: compiled plans of /eval op lists (engine.plan): per process, bounded, counted in /metrics
-        self.plans = PlanCache(settings.plan_cache_entries, settings.plan_cache_bytes, settings.plan_record_after,
-                               fragment_entries=settings.plan_fragment_entries) \
+        #: compiled plans of op lists (engine.plan), one cache per API key (per client address on an open
+        #: server): no key can observe or flush another's; bounded, counted in /metrics for the process only
+        self.plans = PlanCaches(settings.plan_cache_partitions, settings.plan_cache_entries,
+                                settings.plan_cache_bytes, settings.plan_record_after,
+                                fragment_entries=settings.plan_fragment_entries) \
             if settings.plan_cache_entries > 0 else None
         self.inline_ops = inline_op_names()
         #: sessions whose last run was slow or left large named tensors: never run on the event loop
         self._heavy: weakref.WeakKeyDictionary[Session, bool] = weakref.WeakKeyDictionary()
         #: the Redis store when it can run small requests on the event loop (``run_ops_async``)
         self._async_store = store if getattr(store, "async_url", None) else None
+
+    @staticmethod
+    def partition_of(state) -> str:
+        """The plan cache partition of a request (its ``scope["state"]``): its API key, else its address."""
+        owner = getattr(state, "owner", None)
+        return f"key:{owner}" if owner else f"client:{getattr(state, 'client', '')}"
+
+    def _plans(self, partition: str):
+        return self.plans.of(partition) if self.plans is not None else None
 
     # ----- parsing ------------------------------------------------------------------------------------
     def parse_ops(self, body: bytes) -> dict:
@@ -248,6 +275,16 @@ class SessionService:
         return (len(ops) <= self.settings.inline_max_ops and request.get("repeat", 1) == 1
                 and self.inline_ops.issuperset([op["op"] for op in ops]))
 
+    def _inline_limits(self) -> engine.Limits:
+        s = self.settings
+        return engine.Limits(max_elements_per_tensor=min(s.max_elements_per_tensor, INLINE_MAX_ELEMENTS),
+                             max_nodes=s.max_nodes_per_session, max_bytes=s.max_bytes_per_session,
+                             max_response_bytes=s.max_response_bytes, names=SETTING_NAMES)
+
+    @staticmethod
+    def _inline_control() -> engine.Control:
+        return engine.Control(INLINE_DEADLINE_SECONDS)
+
     def _limits(self) -> engine.Limits:
         s = self.settings
         return engine.Limits(max_elements_per_tensor=s.max_elements_per_tensor,
@@ -300,67 +337,82 @@ class SessionService:
 
     # ----- running ops --------------------------------------------------------------------------------
     def run_ops(self, session_id: str, request: dict, encoding: Encoding, *, owner: str = "",
-                inline: bool = False, control: engine.Control | None = None) -> bytes | None:
+                inline: bool = False, control: engine.Control | None = None,
+                partition: str | None = None, light: bool = False) -> bytes | None:
         """Run and serialise while holding the session. ``inline=True`` (on the event loop, for a request
         ``inline_ok`` accepted) never waits: it returns None unless the session is in this process, free
         right now and light, and the caller then runs the request in the thread pool."""
         self.check_executions(request)
-        control = control or self.control()
+        plans = self._plans(f"key:{owner}" if partition is None else partition)
         if inline:
-            return self._run_inline(session_id, request, encoding, owner, control)
+            return self._run_inline(session_id, request, encoding, owner, plans)
+        control = control or self.control()
+        if light:  # the light lane: within the inline bounds of size, else None (then the heavy lane)
+            try:
+                with self.store.open(session_id, write=True, owner=owner) as session:
+                    return self._run_held(session, request, encoding, control, plans, self._inline_limits())
+            except INLINE_STOPS:
+                return None
         with self.store.open(session_id, write=True, owner=owner) as session:
-            return self._run_held(session, request, encoding, control)
+            return self._run_held(session, request, encoding, control, plans)
 
     async def run_ops_async(self, session_id: str, request: dict, encoding: Encoding, *,
-                            owner: str = "") -> bytes | None:
+                            owner: str = "", partition: str | None = None) -> bytes | None:
         """A request ``inline_ok`` accepted, on the event loop; None: run it in the thread pool instead.
         The memory store: ``run_ops(..., inline=True)``. The Redis store, for a session this process holds
         light (``RedisStore.light``): ``RedisStore.write_async`` runs it on the loop and saves it with
         ``await`` (optimistically when its cached state is current, else under the lock, with the same
         checks as the blocking path)."""
         if self._async_store is None:
-            return self.run_ops(session_id, request, encoding, owner=owner, inline=True)
+            return self.run_ops(session_id, request, encoding, owner=owner, inline=True, partition=partition)
         store = self._async_store
         if not store.light(session_id):
             return None
         self.check_executions(request)
-        control = self.control()
-        return await store.write_async(
-            session_id, owner, lambda session: self._run_program(session, request, control, encoding),
-            lambda session, ran: self._finish(session, request, *ran, encoding))
+        control, limits = self._inline_control(), self._inline_limits()
+        plans = self._plans(f"key:{owner}" if partition is None else partition)
+        try:
+            return await store.write_async(
+                session_id, owner,
+                lambda session: self._run_program(session, request, control, encoding, plans, limits),
+                lambda session, ran: self._finish(session, request, *ran, encoding))
+        except INLINE_STOPS:
+            return None  # past the inline bounds, nothing applied (and the session noted heavy): the thread pool
 
-    def _run_inline(self, session_id: str, request: dict, encoding: Encoding, owner: str,
-                    control: engine.Control) -> bytes | None:
+    def _run_inline(self, session_id: str, request: dict, encoding: Encoding, owner: str, plans) -> bytes | None:
         if not isinstance(self.store, MemoryStore):  # other stores do I/O: never on the event loop
             return None
         session = self.store.get(session_id, owner)
         if session in self._heavy or not session.lock.acquire(blocking=False):
             return None
         try:
-            return self._run_held(session, request, encoding, control)
+            return self._run_held(session, request, encoding, self._inline_control(), plans, self._inline_limits())
+        except INLINE_STOPS:
+            self._heavy[session] = True
+            return None  # past the inline bounds, nothing applied (and the session noted heavy): the thread pool
         finally:
             session.lock.release()
 
-    def _run_held(self, session: Session, request: dict, encoding: Encoding, control: engine.Control) -> bytes:
-        res, passes = self._run_program(session, request, control, encoding)
+    def _run_held(self, session: Session, request: dict, encoding: Encoding, control: engine.Control, plans,
+                  limits: engine.Limits | None = None) -> bytes:
+        res, passes = self._run_program(session, request, control, encoding, plans, limits)
         self.store.save(session)
         return self._finish(session, request, res, passes, encoding)
 
-    def _run_program(self, session: Session, request: dict, control: engine.Control,
-                     encoding: Encoding) -> tuple[Any, int]:
+    def _run_program(self, session: Session, request: dict, control: engine.Control, encoding: Encoding, plans,
+                     limits: engine.Limits | None = None) -> tuple[Any, int]:
         """Run on the held session; note whether its next small request may run on the event loop."""
-        started = time.perf_counter()
+        started = time.thread_time()
         passes = session.state.backward_passes
         try:
-            res = run_session_planned(self.plans, session.state, request["ops"], extra=(encoding,),
+            res = run_session_planned(plans, session.state, request["ops"], extra=(encoding,),
                                       no_grad=request.get("no_grad", False),
                                      repeat=request.get("repeat", 1), record=tuple(request.get("record", ())),
-                                     limits=self._limits(), returns=tuple(request.get("return", ())),
+                                     limits=limits or self._limits(), returns=tuple(request.get("return", ())),
                                      control=control, response_size=RESPONSE_SIZE[encoding],
-                                     respond="changed" if request.get("return") is None
-                                     else list(request["return"]), until=request.get("until"))
+                                     respond=self._respond(request.get("return")), until=request.get("until"))
         finally:
-            light = time.perf_counter() - started < INLINE_MAX_RUN_SECONDS and light_state(session.state)
+            light = time.thread_time() - started < INLINE_MAX_RUN_SECONDS and light_state(session.state)
             if self._async_store is not None:
                 self._async_store.note_light(session, light)
             elif light:
@@ -368,6 +420,22 @@ class SessionService:
             else:
                 self._heavy[session] = True
         return res, passes
+
+    def _respond(self, returns) -> str | list[str]:
+        """What the engine counts against the response limit before anything is applied: every changed tensor,
+        or the names ``return`` shows in full. A ``meta`` view carries no data; an ``auto`` one at most
+        ``views.AUTO_FULL_ELEMENTS`` elements (data and gradient), bounded here, up front."""
+        if returns is None:
+            return "changed"
+        if isinstance(returns, list):
+            return list(returns)
+        auto = sum(level == "auto" for level in returns.values())
+        most = auto * views.AUTO_MAX_BYTES
+        if most > self.settings.max_response_bytes:
+            raise LimitExceeded(f"{auto} tensors returned at the `auto` level may carry {most} bytes of tensor "
+                                f"data; the limit is {self.settings.max_response_bytes} bytes "
+                                "(GRADSERVE_MAX_RESPONSE_BYTES); nothing was applied")
+        return [name for name, level in returns.items() if level == "full"]
 
     def _finish(self, session: Session, request: dict, res: Any, passes: int, encoding: Encoding) -> bytes:
         """After the save: count the backward passes and serialise."""
@@ -380,22 +448,32 @@ class SessionService:
             self.metrics.backward(passes)
 
     def run_one(self, session_id: str, op: dict, encoding: Encoding, owner: str = "",
-                control: engine.Control | None = None) -> bytes:
+                control: engine.Control | None = None, partition: str | None = None) -> bytes:
         """The convenience endpoints: a one-op list."""
         op = {"args": [], "kwargs": {}, "out": None, "no_grad": False, **op}
         max_elements = self.settings.max_elements_per_tensor
         op["args"] = [decode_value(a, max_elements) for a in op["args"]]
         op["kwargs"] = {k: decode_value(v, max_elements) for k, v in op["kwargs"].items()}
-        return self.run_ops(session_id, {"ops": [op]}, encoding, owner=owner, control=control)
+        return self.run_ops(session_id, {"ops": [op]}, encoding, owner=owner, control=control, partition=partition)
 
-    def eval(self, request: dict, encoding: Encoding, control: engine.Control | None = None) -> bytes:
+    def eval_inline(self, request: dict, encoding: Encoding, partition: str = "",
+                    control: engine.Control | None = None) -> bytes | None:
+        """``eval`` within the inline bounds (on the event loop, or in the light lane with its ``control``);
+        None (nothing kept) past them."""
+        try:
+            return self.eval(request, encoding, control or self._inline_control(), self._inline_limits(), partition)
+        except INLINE_STOPS:
+            return None
+
+    def eval(self, request: dict, encoding: Encoding, control: engine.Control | None = None,
+             limits: engine.Limits | None = None, partition: str = "") -> bytes:
         """Each value once: the tensors ``return`` names (all named ones without it), and an autograd report
         that names where each pass's gradient is (``views.eval_autograd_views``) instead of repeating it."""
         self.check_executions(request)
         state = engine.State()
         names = request.get("return")
-        res = run_planned(self.plans, state, request["ops"], no_grad=request.get("no_grad", False),
-                          limits=self._limits(), control=control or self.control(),
+        res = run_planned(self._plans(partition), state, request["ops"], no_grad=request.get("no_grad", False),
+                          limits=limits or self._limits(), control=control or self.control(),
                           respond="all" if names is None else names, response_size=RESPONSE_SIZE[encoding],
                           extra=(encoding,))
         self._count_backward(state.backward_passes)

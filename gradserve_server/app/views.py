@@ -126,6 +126,8 @@ def eval_autograd_views(state, ops: list[dict], records) -> list[dict]:
 
 #: ``auto`` view level: tensors (with their gradient) of at most this many elements are shown in full
 AUTO_FULL_ELEMENTS = 64
+#: ... so that one carries at most this many bytes of tensor data (25 per element in JSON, as the engine counts)
+AUTO_MAX_BYTES = 25 * AUTO_FULL_ELEMENTS + 2 * 64
 
 
 def returned_view(name: str, t, level: str, encoding: Encoding) -> dict | None:

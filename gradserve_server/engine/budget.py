@@ -68,13 +68,17 @@ def current_control() -> Control | None:
 class Control:
     """A request's deadline (``seconds`` from now) and cancel flag, checked by the engine."""
 
-    __slots__ = ("deadline", "seconds", "reason", "setting")
+    __slots__ = ("deadline", "seconds", "reason", "setting", "done", "total", "started")
 
     def __init__(self, seconds: float | None = None, *, setting: str = ""):
         self.seconds = seconds
-        self.deadline = None if seconds is None else time.monotonic() + seconds
+        self.started = time.monotonic()
+        self.deadline = None if seconds is None else self.started + seconds
         self.reason: str | None = None
         self.setting = setting  # the setting's name, for the message
+        # progress, read from another thread (the progress route): ops run of the ops the request will run
+        self.done = 0
+        self.total = 0
 
     def cancel(self, reason: str = "cancelled") -> None:
         """From any thread: the engine stops at its next check."""

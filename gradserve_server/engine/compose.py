@@ -159,6 +159,16 @@ class Fragments:
                 d[key] = frag
                 self.bytes += cost
 
+    def evict_oldest(self) -> int:
+        """Drop the oldest fragment (a ``PlanCaches`` over its bound takes bytes back); the bytes it freed."""
+        with self._lock:
+            d = self.ops
+            if not d:
+                return 0
+            cost = _cost(d.pop(next(iter(d))))
+            self.bytes -= cost
+            return cost
+
     def add_vjp(self, recipe, key, vf) -> None:
         """Keep ``vf`` as ``recipe``'s VJP fragment for ``key`` (at most ``_VJPS_PER_FRAG`` per recipe), counted
         in ``bytes`` (an addition that would pass the bound is not kept)."""

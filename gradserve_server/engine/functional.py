@@ -22,6 +22,7 @@ from . import autograd
 from . import forward_ad as fw
 from . import kernel as K
 from .batching import BatchingUnsupported
+from .budget import current_budget
 from .errors import (
     CancelledError,
     DeadlineExceededError,
@@ -30,7 +31,7 @@ from .errors import (
     TorchRuntimeError,
     TorchTypeError,
 )
-from .grad_mode import _grad_enabled, set_grad_enabled
+from .grad_mode import _grad_enabled, check_numel, set_grad_enabled
 from .kernel import kcall
 from .tensor import Tensor
 
@@ -309,6 +310,36 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
     return _tuple_postprocess(outputs, is_outputs_tuple), _tuple_postprocess(res, is_outputs_tuple)
 
 
+def check_control() -> None:
+    """The run's deadline and cancel flag, between the passes of a transform (each pass checks its own nodes)."""
+    budget = current_budget()
+    if budget is not None:
+        budget.check()
+
+
+def _check_jacobian(outputs, inputs, what: str = "jacobian") -> None:
+    """A Jacobian's blocks, ``(*out.shape, *inp.shape)`` each, and the standard basis its passes use,
+    refused before any row pass when one passes the per-tensor limit or all of them the run's bytes: the
+    shapes say it all, so nothing is computed for a result that could not be kept."""
+    budget = current_budget()
+    if budget is None:
+        return
+    nbytes = 0
+    for out in outputs:
+        for inp in inputs:
+            itemsize = inp.data.dtype.itemsize
+            check_numel((*out.shape, *inp.shape), f"{what} block", itemsize)
+            nbytes += out.numel() * inp.numel() * itemsize
+    if nbytes > budget.room:
+        budget.reserve(nbytes, f"the {what} (its blocks together)")
+
+
+def _check_basis(tensors, total: int, what: str) -> None:
+    """The standard basis of ``total`` rows over ``tensors``: one (total, numel) chunk each, before it is made."""
+    for t in tensors:
+        check_numel((total, t.numel()), f"{what}'s standard basis", t.data.dtype.itemsize)
+
+
 def _basis_chunk(total: int, n: int, start: int, dtype) -> np.ndarray:
     """A kernel: rows ``start:start + n`` of the (total, total) identity's columns as a (total, n) chunk."""
     a = np.zeros((total, n), dtype)
@@ -380,16 +411,21 @@ def _jacfwd(func, inputs, strict=False, vectorize=False):
                                 "implemented for `vectorize=True`.", code="not_implemented",
                                 exception="NotImplementedError")
     numels = tuple(inp.numel() for inp in inputs)
-    basis = _standard_basis(inputs, numels)
     total = sum(numels)
+    _check_basis(inputs, total, "jacobian")
+    basis = _standard_basis(inputs, numels)
     batched = _jvp_batched(func, inputs, basis, total)
     if batched is not None:
         is_outputs_tuple, primals, tangents = batched
+        _check_jacobian(primals, inputs)  # (its one pass made the tangents; the blocks are still to come)
         result = [_jacobian_row(tan, out, inputs, numels) for tan, out in zip(tangents, primals)]
         return _tuple_postprocess(result, (is_outputs_tuple, is_inputs_tuple))
     columns = None  # per output: list of tangents (one per basis vector)
     is_outputs_tuple, primals = False, None
     for k in range(total):
+        check_control()
+        if k == 1:  # the first pass told the outputs' shapes: the result is refused before the others
+            _check_jacobian(primals, inputs)
         with fw.dual_level():
             duals = tuple(fw.make_dual(inp, Tensor(np.ascontiguousarray(b.data[k].reshape(inp.shape))))
                           for inp, b in zip(inputs, basis))
@@ -442,6 +478,7 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
         outputs = func(*inputs)
         is_outputs_tuple, outputs = _as_tuple(outputs, "outputs of the user-provided function", "jacobian")
         _check_requires_grad(outputs, "outputs", strict=strict)
+        _check_jacobian(outputs, inputs)
         if vectorize:
             if strict:
                 raise TorchRuntimeError("torch.autograd.functional.jacobian: `strict=True` and `vectorized=True` are "
@@ -449,6 +486,7 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
                                         "`vectorize=False`.", code="invalid_argument")
             numels = tuple(out.numel() for out in outputs)
             total = sum(numels)
+            _check_basis(outputs, total, "jacobian")
             grad_outputs = _standard_basis(outputs, numels)
             flat_outputs = tuple(out if out.data.ndim == 1 else out.reshape(-1) for out in outputs)
             vj = list(_autograd_grad(flat_outputs, inputs, grad_outputs, create_graph=create_graph,
@@ -472,6 +510,7 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
             single = out.numel() == 1
             flat = None if single else out.reshape(-1)
             for j in range(out.numel()):
+                check_control()
                 vj = _autograd_grad((out,), inputs, (Tensor(np.ones(out.data.shape, out.data.dtype)),),
                                     retain_graph=True, create_graph=create_graph) if single else \
                     _autograd_grad((flat[j],), inputs, retain_graph=True, create_graph=create_graph)

@@ -13,28 +13,34 @@ do on them live in ``engine.ops.random``.
 from __future__ import annotations
 
 import contextvars
+import functools
 import struct
 
 import numpy as np
 
-from .errors import TorchRuntimeError, TorchTypeError
+from .errors import LimitExceededError, TorchRuntimeError, TorchTypeError
 
 N = 624
 STATE_BYTES = 5056          # sizeof(CPUGeneratorImplState)
 DEFAULT_SEED = 67280421310721  # torch's default_rng_seed_val
+MAX_GENERATORS = 256  # named generators per session (their state is not counted in the session's bytes)
 # legacy_pod: the_initial_seed u64, left i32, seeded i32, next u64, state u64[624], normal_x/y/rho f64,
 # normal_is_valid i32 (+4 padding); then next_float_normal_sample f32, its valid flag (bool, +3 padding)
 _HEAD = struct.Struct("<QiiQ")
 _TAIL = struct.Struct("<dddi4xf?3x")
 
 
-def _init_key(seed: int) -> np.ndarray:
-    """mt19937's init_genrand on the seed's low 32 bits (torch's ``init_with_uint32``)."""
-    key = [seed & 0xFFFFFFFF]
+@functools.lru_cache(maxsize=64)
+def _init_key(seed32: int) -> np.ndarray:
+    """mt19937's init_genrand on a seed's low 32 bits (torch's ``init_with_uint32``); read-only (memoised:
+    a pure function of the seed)."""
+    key = [seed32]
     for i in range(1, N):
         prev = key[-1]
         key.append((1812433253 * (prev ^ (prev >> 30)) + i) & 0xFFFFFFFF)
-    return np.array(key, dtype=np.uint32)
+    out = np.array(key, dtype=np.uint32)
+    out.flags.writeable = False
+    return out
 
 
 class Generator:
@@ -49,7 +55,7 @@ class Generator:
     def manual_seed(self, seed: int) -> Generator:
         seed = int(seed) & 0xFFFFFFFFFFFFFFFF  # torch takes the seed modulo 2**64 (negative seeds wrap)
         self.seed = seed
-        self.key = _init_key(seed)
+        self.key = _init_key(seed & 0xFFFFFFFF)
         self.left, self.next = 1, 0
         self.double_normal: float | None = None
         self.float_normal: float | None = None
@@ -162,6 +168,9 @@ class Generators:
         return g
 
     def add(self, name: str, g: Generator) -> None:
+        if name not in self.named and len(self.named) >= MAX_GENERATORS:
+            raise LimitExceededError(f"a session holds at most {MAX_GENERATORS} generators (each keeps 624 words "
+                                     f"of state); rebind a name to reuse one")
         self.named[name] = g
         self._own.add(name)
 

@@ -55,7 +55,9 @@ counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``).
 
 from __future__ import annotations
 
+import sys
 import threading
+import types
 import weakref
 from collections import OrderedDict
 from collections.abc import MutableMapping
@@ -88,11 +90,59 @@ from .tensor import Tensor, as_array
 INPUT_OPS = frozenset({"tensor"})
 #: autograd and name actions a plan may contain (structural: no arrays of their own)
 PLANNABLE_ACTIONS = frozenset({"backward", "grad", "del", "bind", "retain_grad"})
-_STEP_BYTES = 160      # an estimate of a tape step's size (the bytes bound counts tapes, not arrays)
+_PLAN_FILE = "<gradserve plan>"  # the file name of a plan's compiled code
+_STEP_BYTES = 160      # a lower bound of a tape step's size: a plan surely too large is not compiled
 _CHECK_EVERY = 256     # replay checks the deadline every this many kernel calls
 _CHECK_LOOP = 64       # a planned repeat loop checks it every this many iterations too
 _CHUNK = 2000          # kernel calls per compiled function of a plan
 _COMPILE_MAX_STEPS = 20_000  # longer tapes are interpreted (compiling them would cost more than it saves)
+
+
+_CONTAINERS = (list, tuple, dict, set, frozenset)
+#: what a plan refers to but shares with the process (the op table's kernels, types, numpy's functions)
+_SHARED = (type, type(np), type(len), np.ufunc, np.dtype)
+
+
+def footprint(root) -> int:
+    """The bytes a plan (or a key) really holds: every object reachable from it, counted once, by
+    ``sys.getsizeof`` (arrays by their buffers), except what the process shares (kernels defined in modules,
+    types, numpy's functions): what evicting it gives back, so that the cache's bytes bound is a true one."""
+    seen: set[int] = set()
+    stack = [root]
+    total = 0
+    getsizeof = sys.getsizeof
+    while stack:
+        obj = stack.pop()
+        if obj is None or obj.__class__ is bool or id(obj) in seen or isinstance(obj, _SHARED):
+            continue
+        seen.add(id(obj))
+        cls = obj.__class__
+        if cls is np.ndarray:
+            total += getsizeof(obj) + (obj.nbytes if obj.base is None else 0)
+            if obj.base is not None:
+                stack.append(obj.base)
+            continue
+        if isinstance(obj, types.FunctionType):
+            code = obj.__code__
+            if code.co_filename != _PLAN_FILE:  # a kernel of a module: shared
+                continue
+            total += (getsizeof(obj) + getsizeof(code) + getsizeof(code.co_linetable)  # (bytecode: inside code)
+                      + getsizeof(code.co_exceptiontable) + getsizeof(obj.__globals__))
+            stack.extend(code.co_consts)
+            stack.extend(code.co_names)
+            continue
+        total += getsizeof(obj)
+        if isinstance(obj, _CONTAINERS):
+            if cls is dict:
+                stack.extend(obj.keys())
+                stack.extend(obj.values())
+            else:
+                stack.extend(obj)
+        elif hasattr(obj, "__dict__"):
+            stack.append(obj.__dict__)
+        elif hasattr(obj, "__slots__"):
+            stack.extend(getattr(obj, name, None) for name in obj.__slots__)
+    return total
 
 
 class _Name:
@@ -157,7 +207,9 @@ class PlanCache:
         self.max_bytes = max_bytes
         self.record_after = record_after  # the sighting of a structure that records its plan (1: the first)
         self._entries: OrderedDict = OrderedDict()
+        self._sizes: dict = {}  # key -> the bytes counted for its entry
         self._lock = threading.Lock()
+        self.on_grow = None  # called after an entry was added (``PlanCaches``: the bound over all partitions)
         self.bytes = 0
         self.hits = self.misses = self.unplannable = self.fallbacks = self.evictions = self.deferred = 0
         # runs without a plan composed from per-op fragments (engine.compose): its fragment cache, and counts of
@@ -191,19 +243,39 @@ class PlanCache:
             return entry
 
     def put(self, key, entry) -> None:
-        size = entry.nbytes + len(key[0])
+        size = entry.nbytes + footprint(key)  # (a key holds the op list's text and its tensors' metadata)
         if self.max_entries <= 0 or size > self.max_bytes:
             return
         with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self.bytes -= old.nbytes + len(key[0])
+            if self._entries.pop(key, None) is not None:
+                self.bytes -= self._sizes.pop(key)
             self._entries[key] = entry
+            self._sizes[key] = size
             self.bytes += size
             while len(self._entries) > self.max_entries or self.bytes > self.max_bytes:
-                k, e = self._entries.popitem(last=False)
-                self.bytes -= e.nbytes + len(k[0])
-                self.evictions += 1
+                self._evict_oldest()
+        if self.on_grow is not None:
+            self.on_grow()
+
+    def _evict_oldest(self) -> int:
+        """Drop the least recently used entry (the caller holds the lock); its bytes."""
+        k, _ = self._entries.popitem(last=False)
+        size = self._sizes.pop(k)
+        self.bytes -= size
+        self.evictions += 1
+        return size
+
+    def evict_oldest(self) -> int:
+        """Drop the least recently used entry, else the oldest fragment; the bytes freed (0: nothing left)."""
+        with self._lock:
+            if self._entries:
+                return self._evict_oldest()
+        return self.fragments.evict_oldest()
+
+    @property
+    def held(self) -> int:
+        """Bytes of its plans and of its fragments."""
+        return self.bytes + self.fragments.bytes
 
     def count(self, what: str, n: int = 1) -> None:
         with self._lock:
@@ -228,6 +300,78 @@ class PlanCache:
                     "deferred": self.deferred, "composed": self.composed, "uncomposable": self.uncomposable,
                     "fragment_hits": self.fragment_hits, "fragment_misses": self.fragment_misses,
                     "fragments": len(self.fragments.ops)}
+
+
+_COUNTERS = ("hits", "misses", "unplannable", "fallbacks", "evictions", "deferred", "composed", "uncomposable",
+             "fragment_hits", "fragment_misses")
+
+
+class PlanCaches:
+    """One ``PlanCache`` per partition (the app: per API key, per client address on an open server), so that
+    no partition can tell whether another ran an op list (a hit is faster) or flush another's plans by its
+    own one-offs. Each partition holds at most ``max_entries`` plans; all of them together at most
+    ``max_bytes`` of plans and fragments (measured, ``footprint``): past it, the partition holding the most
+    gives bytes back, oldest first, so a partition that floods the cache evicts its own. At most
+    ``partitions`` partitions are kept, the least recently used dropped whole. ``stats`` sums them: figures
+    of the process, never of one partition."""
+
+    def __init__(self, partitions: int = 64, max_entries: int = 256, max_bytes: int = 64 << 20,
+                 record_after: int = 1, fragment_entries: int | None = None):
+        self.partitions = partitions
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.record_after = record_after
+        self.fragment_entries = fragment_entries
+        self._caches: OrderedDict[str, PlanCache] = OrderedDict()
+        self._lock = threading.Lock()
+        self._dropped = dict.fromkeys(_COUNTERS, 0)  # counters of partitions dropped whole
+        self.dropped_partitions = 0
+
+    def of(self, partition: str) -> PlanCache:
+        with self._lock:
+            cache = self._caches.get(partition)
+            if cache is not None:
+                self._caches.move_to_end(partition)
+                return cache
+            cache = PlanCache(self.max_entries, self.max_bytes, self.record_after,
+                              fragment_entries=self.fragment_entries)
+            cache.on_grow = self._settle
+            self._caches[partition] = cache
+            while len(self._caches) > self.partitions:
+                _, old = self._caches.popitem(last=False)
+                stats = old.stats()
+                for name in _COUNTERS:
+                    self._dropped[name] += stats[name]
+                self.dropped_partitions += 1
+            return cache
+
+    def _settle(self) -> None:
+        """Over the bytes bound: the partition holding the most gives back its oldest, until under it."""
+        with self._lock:
+            caches = list(self._caches.values())
+            total = sum(c.held for c in caches)
+            while total > self.max_bytes and caches:
+                largest = max(caches, key=lambda c: c.held)
+                freed = largest.evict_oldest()
+                if not freed:
+                    break
+                total -= freed
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(c) for c in self._caches.values())
+
+    def stats(self) -> dict:
+        with self._lock:
+            caches = list(self._caches.values())
+            out = dict(self._dropped)
+        out.update(entries=0, bytes=0, fragments=0, partitions=len(caches))
+        for cache in caches:
+            stats = cache.stats()
+            for name in (*_COUNTERS, "entries", "fragments"):
+                out[name] += stats[name]
+            out["bytes"] += cache.held
+        return out
 
 
 # ----- the key ---------------------------------------------------------------------------------------------
@@ -477,11 +621,13 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: 
 def _dumps(obj, default=None) -> bytes:
     """``orjson.dumps(obj, default=default, option=OPT_SERIALIZE_NUMPY | OPT_NON_STR_KEYS)``: the same bytes,
     tried first without OPT_NON_STR_KEYS (which costs orjson ~40% more on a long op list), a dict of another key
-    than a str (a TypeError then) written again with it."""
+    than a str (a TypeError then) written again with it. Copied to its exact size: it becomes a cache key, and
+    orjson's own bytes object keeps the buffer it grew (16 KiB for a 300-byte text)."""
     try:
-        return orjson.dumps(obj, default=default, option=orjson.OPT_SERIALIZE_NUMPY)
+        text = orjson.dumps(obj, default=default, option=orjson.OPT_SERIALIZE_NUMPY)
     except TypeError:
-        return orjson.dumps(obj, default=default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+        text = orjson.dumps(obj, default=default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    return bytes(memoryview(text))
 
 
 def _dumps_owned(ops: list, left: list) -> bytes | None:
@@ -625,12 +771,15 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
     else:  # compiling costs more than it saves once: a long tape is interpreted
         code, kernels, consts = (), [], []
         steps = _interpreted(tape.steps)
-    nbytes = _STEP_BYTES * (len(tape.steps) + len(namespace)) + 256 + tape.const_bytes
-    pool_cap = _POOL_SETS if nbytes + _POOL_SETS * tape.reg_bytes <= max_bytes // 2 else 0
-    nbytes += pool_cap * tape.reg_bytes
-    return Plan(code, kernels, consts, steps, rec.n, tuple(rec.inputs), namespace, pre, list(res.ops),
-                list(res.changed), autograd, state.backward_passes, nbytes=nbytes, regs=tape.regs,
-                pool_cap=pool_cap)
+    plan = Plan(code, kernels, consts, steps, rec.n, tuple(rec.inputs), namespace, pre, list(res.ops),
+                list(res.changed), autograd, state.backward_passes, regs=tape.regs)
+    nbytes = footprint(plan)
+    if nbytes > max_bytes:
+        return "the plan would exceed the cache's bytes"
+    # the register set a replay leaves for the next (allocated by the first replay), when it fits
+    plan.pool_cap = _POOL_SETS if nbytes + _POOL_SETS * tape.reg_bytes <= max_bytes // 2 else 0
+    plan.nbytes = nbytes + plan.pool_cap * tape.reg_bytes
+    return plan
 
 
 # ----- the tape: what a replay runs ------------------------------------------------------------------------
@@ -1040,8 +1189,10 @@ def _compile(steps: list) -> tuple:
             if j % _CHECK_EVERY == _CHECK_EVERY - 1:
                 lines.append(" if chk is not None: chk()")
         namespace: dict = {}
-        exec(compile("\n".join(lines), "<gradserve plan>", "exec"), namespace)  # noqa: S102 - our own code
-        chunks.append(namespace["run"])
+        exec(compile("\n".join(lines), _PLAN_FILE, "exec"), namespace)  # noqa: S102 - our own code
+        # out of its own globals (it reads none): no reference cycle, so an evicted plan is freed at once,
+        # not at the next garbage collection
+        chunks.append(namespace.pop("run"))
     return tuple(chunks), kernels, consts
 
 
@@ -1569,8 +1720,9 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
                   carried: tuple | None = None, eager: bool = False):
     """One run of a session list through ``cache``: (result, plan) when it replayed a plan or recorded one,
     (None, False) without running anything when it would run cold unrecorded (unplannable, unkeyable, or a
-    plan known to be unplannable), (None, None) when a replay's guard failed (nothing changed), (result,
-    False) when it ran cold recording and turned out unplannable."""
+    plan known to be unplannable), (None, None) when a replay's guard failed (nothing changed) or the run is
+    a deferred sighting (both counted already), (result, False) when it ran cold recording and turned out
+    unplannable."""
     if plannable is None:
         plannable = _plannable_session_list(ops, state.functions)
     if not plannable:
@@ -1601,8 +1753,10 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         res = _finish(entry, buf, state, preset)
         state.held_bytes = entry.held_bytes
         return res, entry
-    if isinstance(entry, Unplannable) or not cache.records(key, eager):
+    if isinstance(entry, Unplannable):
         return None, False
+    if not cache.records(key, eager):
+        return None, None  # a sighting before the one that records: counted as deferred, not unplannable
     cache.count("misses")
     preset = dict(state.tensors)
     before = (state.counter, state.functions, {n: t._vc[0] for n, t in preset.items()})
@@ -1654,7 +1808,7 @@ def run_session_planned(cache: PlanCache | None, state: State, ops: list, *, ext
     res, planned = _session_step(cache, state, ops, {**kwargs, "extra": extra}, plannable)
     if res is not None:
         return res
-    if planned is not None:  # (None: a fallback, counted)
+    if planned is not None:  # (None: a fallback or a deferred sighting, counted)
         cache.count("unplannable")
     return run_program(state, ops, **kwargs)
 
@@ -1687,9 +1841,13 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
     try:
         # (every run of the loop ignores numpy's floating-point errors: chained replays enter that once)
         with np.errstate(all="ignore"):
+            if control is not None:
+                control.total = repeat * len(ops)
             for i in range(repeat):
                 done += 1
                 plan = None
+                if control is not None:
+                    control.done = i * len(ops)  # (progress, read by the app's progress route)
                 if control is not None and i % _CHECK_LOOP == _CHECK_LOOP - 1:
                     control.check()  # (short plans never reach a replay's own check; the cold loop reports)
                 if carried is not None:

@@ -22,7 +22,7 @@ from time import monotonic as _monotonic
 import numpy as np
 
 from . import autograd
-from .budget import Budget, Control
+from .budget import Budget, Control, current_budget
 from .errors import (
     EngineError,
     InvalidArgumentError,
@@ -622,7 +622,11 @@ class _Runner:
             ns = dict(self.ns)
             ns.update(zip(fdef.inputs, args))
             child = _Runner(self.state, ns, self.sink, ProgramResult(), dict(self.functions))
+            budget = current_budget()  # the request's deadline and cancel flag, before every op of the body
+            check = budget.check if budget is not None else None
             for i, op in enumerate(fdef.ops):
+                if check is not None:
+                    check()
                 child.run_op(i, op, False)
             if isinstance(fdef.outputs, str):
                 return _lookup(ns, fdef.outputs)
@@ -1122,6 +1126,8 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
         budget = Budget(Limits(), control=control)
     guard = budget if budget is not None else contextlib.nullcontext()
     check = control.check if control is not None else None
+    if control is not None and not control.total:  # (a planned repeat loop set it for the whole loop)
+        control.total = len(ops) * repeat
     run_op = runner.run_op
     gens = Generators(state.generator, state.generators)
     gens_token = use_generators(gens)
@@ -1138,6 +1144,8 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
                     bound = run_op(index, spec_op, no_grad)  # (op_name: read on failure, below)
                     if keep:
                         outcomes.append(OpOutcome(index, spec_op.get("op"), bound))
+                    if control is not None:
+                        control.done += 1
                 index, op_name = None, None
                 stop, result.iterations = until is not None and _until_reached(ns, until), _ + 1
                 for n in record:

@@ -40,8 +40,8 @@ NUMBERS_AS_TENSORS = frozenset({
 MESSAGE_NAMES = {"logsigmoid": "log_sigmoid", "nll_loss": "nll_loss_nd", "cross_entropy": "cross_entropy_loss"}
 
 # torch name of a varargs size parameter, and whether torch requires it
-_VARARGS = {"zeros": "size", "ones": "size", "rand": "size", "randn": "size", "view": "size", "reshape": "shape",
-            "expand": "size", "repeat": "repeats", "permute": "dims"}
+_VARARGS = {"zeros": "size", "ones": "size", "empty": "size", "rand": "size", "randn": "size", "view": "size",
+            "reshape": "shape", "expand": "size", "repeat": "repeats", "permute": "dims"}
 
 # torch's types of non-tensor parameters of ops bound with one signature (checked like a Tensor parameter:
 # ``unsqueeze(): argument 'dim' (position 1) must be int, not float``); other parameters are the op's to check
@@ -67,7 +67,8 @@ METHOD_ONLY = frozenset({"view", "expand", "expand_as", "repeat", "contiguous", 
                          "to", "copy_", "fill_", "add_", "sub_", "mul_", "div_", "pow_", "masked_fill_",
                          "clamp_min_", "clamp_max_", "clamp_", "zero_", "abs_", "neg_", "exp_", "log_", "sqrt_",
                          "sigmoid_", "tanh_", "relu_", "scatter_", "scatter_add_", "index_add_", "index_copy_",
-                         "index_fill_", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor",
+                         "index_fill_", "uniform_", "normal_", "bernoulli_", "random_",
+                         "exponential_", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor",
                          "view_as", "reshape_as"})
 
 # ops torch binds with several overloads where our derived signature stands for them all: none of torch's is
@@ -79,8 +80,9 @@ _RANDOM_OPTIONS = tuple(
     for gen in ("torch.Generator generator, ", ""))
 NO_ARGUMENT_OVERLOADS: dict[str, tuple[str, ...]] = {"rand": _RANDOM_OPTIONS, "randn": _RANDOM_OPTIONS}
 
-# indexing and the reflected operators are not torch functions: no parsing beyond the op's own
-_EXEMPT = frozenset({"getitem", "setitem", "rpow", "rtruediv", "rmatmul", "tensor"})
+# indexing and the reflected operators are not torch functions: no parsing beyond the op's own; torch.normal's
+# four overloads take a number or a tensor for mean and std: the op tells them apart and checks them itself
+_EXEMPT = frozenset({"getitem", "setitem", "rpow", "rtruediv", "rmatmul", "tensor", "normal"})
 
 # torch's visible overloads of the ops bound with several signatures (``has_hidden``: torch also has a
 # hidden, deprecated overload, so even one visible signature takes the overload path)
@@ -132,6 +134,8 @@ OVERLOADS: dict[str, dict[str, tuple[str, ...]]] = {
                   "method": ("(Tensor min)", "(Number min)")},
     "clamp_min_": {"method": ("(Tensor min)", "(Number min)")},
     "fill_": {"method": ("(Tensor value)", "(Number value)")},
+    "bernoulli_": {"method": ("(Tensor p, *, torch.Generator generator = None)",
+                              "(float p = 0.5, *, torch.Generator generator = None)")},
     "lerp": {"function": ("(Tensor input, Tensor end, Tensor weight, *, Tensor out = None)",
                           "(Tensor input, Tensor end, Number weight, *, Tensor out = None)"),
              "method": ("(Tensor end, Tensor weight)", "(Tensor end, Number weight)")},

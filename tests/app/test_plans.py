@@ -342,6 +342,7 @@ def test_only_a_one_shot_runs_tensor_op_payloads_are_handed_over_and_a_replay_ke
             ev = service.parse_eval(raw)
             arr = ev["ops"][0]["args"][0].array
             state = E.State()
-            run_planned(service.plans, state, ev["ops"], limits=service._limits(), respond="all", extra=("json",))
+            run_planned(service.plans.of(""), state, ev["ops"], limits=service._limits(), respond="all",
+                        extra=("json",))
             assert (state.tensors["x"].data is arr) == (i > 0)  # (the first run records, cold: a copy)
             assert state.tensors["x"].grad.data.tolist() == np.full_like(x, 2.0).tolist()

@@ -67,3 +67,19 @@ def test_bad_generator_calls_are_problems(client, session):
         r = run(client, session, ops)
         assert 400 <= r.status_code < 500 and r.headers["content-type"] == "application/problem+json", r.text
         assert r.json()["exception"] == exception and detail in r.json()["detail"]
+
+
+def test_repeated_requests_and_repeat_draw_new_numbers_as_torch_does(client, session):
+    """The plan cache never replays a random op as a constant: the same request sent three times (the cache
+    records a list on its first runs) and ``repeat`` draw on, as three calls of torch's ``rand(16)`` would."""
+    ok(run(client, session, [{"op": "manual_seed", "args": [0]}]))
+    seen = []
+    for _ in range(3):
+        ok(run(client, session, [{"op": "rand", "args": [16], "out": "r"}, {"op": "mul", "args": ["r", 2.0],
+                                                                              "out": "y"}]))
+        seen.append(_values(client, session, "r"))
+    assert digest(seen[0]) == _FIXTURE[(0, "rand[16,float32]")]["r"]
+    assert not np.array_equal(seen[0], seen[1]) and not np.array_equal(seen[1], seen[2])
+    ok(run(client, session, [{"op": "manual_seed", "args": [0]}]))
+    ok(run(client, session, [{"op": "rand", "args": [16], "out": "r"}], repeat=3))
+    np.testing.assert_array_equal(_values(client, session, "r"), seen[2])

@@ -42,7 +42,13 @@ def _program(m, F, nn, seed):
     nn.init.normal_(w, std=0.02)
     out.append(w.clone())
     out.append(m.multinomial(m.tensor([0.1, 0.6, 0.3]), 5, replacement=True))
-    out.append(m.rand_like(m.ones(2, 2)))
+    out.append(m.multinomial(m.tensor([[0.1, 0.6, 0.3], [1.0, 1.0, 1.0]]), 2))
+    out += [m.rand_like(m.ones(2, 2)), m.randn_like(m.ones(3), dtype=m.float64), m.randint_like(m.ones(4), 3, 9)]
+    out += [m.normal(0.0, 2.0, (5,)), m.normal(m.tensor([1.0, 2.0]), 0.5), m.bernoulli(m.full((6,), 0.4))]
+    out += [m.empty(7).uniform_(-2, 2, generator=g), m.zeros(3, 4).t().normal_(), m.zeros(8).bernoulli_(0.25)]
+    # torch.utils.data's RandomSampler: a seed drawn from the default generator, then a generator of its own
+    seed = int(m.empty((), dtype=m.int64).random_().item())
+    out.append(m.randperm(10, generator=m.Generator().manual_seed(seed)))
     return out
 
 
@@ -71,6 +77,9 @@ def test_a_state_taken_from_torch_is_set_in_gradserve_and_back(ctx):
     ts = torch.get_rng_state()
     gt.set_rng_state(gt.tensor(ts.numpy()))
     assert _same(gt.randn(5), torch.randn(5))
+    torch.set_rng_state(ts)
+    gt.set_rng_state(ts)  # torch's own uint8 tensor, as it is
+    assert _same(gt.randn(5), torch.randn(5))
     back = gt.get_rng_state()
     torch.set_rng_state(torch.tensor(back.tolist(), dtype=torch.uint8))
     assert _same(gt.rand(4), torch.rand(4))
@@ -84,3 +93,34 @@ def test_generator_errors_are_torchs(ctx):
         gt.rand(1).tolist()
     with pytest.raises(ValueError):
         gt.manual_seed("a")
+
+
+def test_torch_random_and_fork_rng(ctx):
+    gt.random.manual_seed(3)
+    with gt.random.fork_rng():
+        inside = gt.rand(4)
+    after = gt.rand(4)
+    torch.random.manual_seed(3)
+    with torch.random.fork_rng():
+        want_inside = torch.rand(4)
+    want_after = torch.rand(4)
+    assert _same(inside, want_inside) and _same(after, want_after) and _same(inside, after)
+
+
+def test_dropout_in_place_changes_its_input_as_torchs(ctx):
+    gt.manual_seed(11)
+    x = gt.ones(3, 6) * 1
+    y = gt.nn.Dropout(0.5, inplace=True)(x)
+    torch.manual_seed(11)
+    tx = torch.ones(3, 6) * 1
+    ty = torch.nn.Dropout(0.5, inplace=True)(tx)
+    assert _same(x, tx) and _same(y, ty) and x._version == tx._version == 1
+    assert y.grad_fn is None and ty.grad_fn is None
+    w, tw = gt.ones(4, requires_grad=True), torch.ones(4, requires_grad=True)
+    h, th = w * 2, tw * 2
+    gt.nn.functional.dropout(h, 0.5, True, True)
+    torch.nn.functional.dropout(th, 0.5, True, True)
+    assert h.grad_fn.name() == th.grad_fn.name() == "MulBackward0"
+    h.sum().backward()
+    th.sum().backward()
+    assert _same(w.grad, tw.grad)

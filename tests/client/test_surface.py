@@ -179,16 +179,16 @@ def test_module_to_checks_the_device_and_converts_floating_parameters(ctx):
         model.to(torch.int64)
 
 
-def test_the_readme_s_training_program_runs(ctx, tmp_path, monkeypatch):
+def test_the_client_page_s_training_program_runs(ctx, tmp_path, monkeypatch):
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("**Data, checkpoints, devices, `torch.func`, threads.**"):]
+    page = (Path(__file__).resolve().parents[2] / "docs" / "tutorial" / "client.md").read_text()
+    section = page[page.index("## Data, checkpoints, devices, `torch.func`, threads"):]
     code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - the README's own example
+    exec(compile(code, "client.md", "exec"), scope)  # noqa: S102 - the page's own example
     assert scope["per_sample"].shape == torch.Size([64, 3])
     saved = torch.load(tmp_path / "ckpt.pt")
     assert list(saved["model"]) == ["0.weight", "0.bias", "2.weight", "2.bias"] and saved["opt"]["state"][0]["step"]

@@ -39,7 +39,8 @@ from .samples import SAMPLES
 
 _SKIP = {"getitem", "setitem", "rpow", "rtruediv", "rmatmul"}  # no torch function
 # random ops: their samples reseed the engine's generator only (tests/engine/test_random.py compares with torch)
-_SKIP |= {"dropout", "rand", "randn", "bernoulli", "bernoulli_", "uniform_", "normal_"}
+_SKIP |= {"dropout", "rand", "randn", "bernoulli", "bernoulli_", "uniform_", "normal_", "normal", "random_",
+          "exponential_"}
 
 
 def _variants(value: ETensor):

@@ -61,6 +61,20 @@ def cases() -> list[tuple[str, list]]:
         *[(f"{op}_transposed[{n}x{m}]", [_op("zeros", n, m, out="r"), _op("t", "r", out="v"), _op(op, "v", *args)])
           for n, m in ((4, 5), (8, 8)) for op, args in (("normal_", (0.0, 1.0)), ("uniform_", (-1.0, 1.0)),
                                                         ("bernoulli_", (0.4,)))],
+        *[(f"random_[{dt}]", [_op("empty", 40, dtype=dt, out="r"), _op("random_", "r")])
+          for dt in ("int64", "float32", "float64", "bool")],
+        *[(f"exponential_[{dt}]", [_op("empty", 33, dtype=dt, out="r"), _op("exponential_", "r", 2.5)])
+          for dt in ("float32", "float64")],
+        *[(f"bernoulli_tensor_p[{dt}]", [_op("rand", 3, 1, dtype=dt, out="p"), _op("zeros", 3, 7, out="r"),
+                                          _op("bernoulli_", "r", "p")]) for dt in ("float32", "float64")],
+        ("random_to", [_op("empty", 20, dtype="int64", out="r"), _op("random_", "r", 10)]),
+        ("random_from_to", [_op("empty", 20, out="r"), _op("random_", "r", -5, 10)]),
+        ("random_0d_int64", [_op("empty", [], dtype="int64", out="r"), _op("random_", "r")]),
+        ("normal_numbers", [_op("normal", 1.5, 2.0, [20], out="r")]),
+        ("normal_tensor_mean", [_op("tensor", [1.0, 2.0, 3.0], out="m"), _op("normal", "m", 2.0, out="r")]),
+        ("normal_tensor_std", [_op("tensor", [0.5, 1.0, 2.0], out="s"), _op("normal", 1.5, "s", out="r")]),
+        ("normal_tensors", [_op("tensor", [[1.0], [2.0]], out="m"), _op("tensor", [0.5, 1.0, 2.0], out="s"),
+                            _op("normal", "m", "s", out="r")]),
         ("generator", [_op("Generator", out="g"), _op("manual_seed", 7, generator="g"),
                        _op("rand", 5, generator="g", out="a"), _op("randn", 20, generator="g", out="r")]),
         ("get_set_state", [_op("randn", 3, out="a"), _op("get_rng_state", out="s"), _op("randn", 5, out="b"),

@@ -140,3 +140,34 @@ def test_engine_calls_outside_a_program_use_a_table_of_their_own():
         from gradserve_server.engine.generator import reset
         reset(token)
     assert np.array_equal(a.data, rand(3, generator=Generator(4)).data)
+
+
+def test_normal_of_tensors_has_torchs_zero_gradient_and_grad_fn():
+    state = _run(0, [{"op": "tensor", "args": [[1.0, 2.0]], "kwargs": {"requires_grad": True}, "out": "m"},
+                     {"op": "tensor", "args": [[0.5, 1.5]], "kwargs": {"requires_grad": True}, "out": "s"},
+                     {"op": "normal", "args": ["m", 1.0], "out": "a"}, {"op": "normal", "args": [0.0, "s"], "out": "b"},
+                     {"op": "normal", "args": ["m", "s"], "out": "c"}, {"op": "add", "args": ["a", "b"], "out": "ab"},
+                     {"op": "add", "args": ["ab", "c"], "out": "t"}, {"op": "sum", "args": ["t"], "out": "z"},
+                     {"op": "backward", "args": ["z"]}])
+    assert [state.tensors[n].grad_fn.name for n in "abc"] == ["NormalBackward1", "NormalBackward2", "NormalBackward3"]
+    assert state.tensors["m"].grad.data.tolist() == [0.0, 0.0] and state.tensors["s"].grad.data.tolist() == [0.0, 0.0]
+
+
+def test_a_session_holds_a_bounded_number_of_generators():
+    from gradserve_server.engine.generator import MAX_GENERATORS
+    state = State()
+    run_program(state, [{"op": "Generator", "out": f"g{i}"} for i in range(MAX_GENERATORS)])
+    run_program(state, [{"op": "Generator", "out": "g0"}])  # rebinding a name is no new generator
+    with pytest.raises(EngineError) as e:
+        run_program(state, [{"op": "Generator", "out": "one_more"}])
+    assert e.value.code == "limit_exceeded" and len(state.generators) == MAX_GENERATORS
+
+
+def test_multinomial_checks_its_result_against_the_limits_before_drawing():
+    from gradserve_server.engine.grad_mode import Limits
+    state = _run(0, [{"op": "tensor", "args": [[0.5, 0.5]], "out": "p"}])
+    before = state.generator.get_state()
+    with pytest.raises(EngineError) as e:
+        run_program(state, [{"op": "multinomial", "args": ["p", 10**9, True], "out": "r"}],
+                    limits=Limits(max_elements_per_tensor=10**6))
+    assert e.value.code == "limit_exceeded" and state.generator.get_state() == before

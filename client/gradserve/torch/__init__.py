@@ -58,6 +58,6 @@ __all__ = ["Tensor", "Size", "dtype", "float32", "float64", "int64", "bool", "fl
 
 # torch.nn, torch.optim... as attributes, as torch has them (import_module: a `from . import nn` would ask the
 # module's __getattr__ first, i.e. the server's catalog)
-for _sub in ("autograd", "cuda", "func", "linalg", "nn", "optim", "special", "utils"):
+for _sub in ("autograd", "cuda", "func", "linalg", "nn", "optim", "random", "special", "utils"):
     _importlib.import_module(f"{__name__}.{_sub}")
 vmap = func.vmap  # noqa: F821 - torch.vmap is torch.func.vmap (the submodule was just imported)

@@ -40,7 +40,7 @@ TUPLE_WHEN = {"max_pool2d": ("return_indices",), "max_pool1d": ("return_indices"
 PYTHON_RESULT = {"allclose": bool}
 #: out-of-place ops that change an argument in place when another is given: op -> (changed, given); F.embedding
 #: renormalises weight's rows (torch.embedding_renorm_ under no_grad) when max_norm is given
-CHANGES_ARGUMENT = {"embedding": ("weight", "max_norm")}
+CHANGES_ARGUMENT = {"embedding": ("weight", "max_norm"), "dropout": ("input", "inplace")}
 return_types = {name: namedtuple(name, ["values", "indices"]) for name in PAIRS}
 
 
@@ -104,6 +104,7 @@ def pack_sizes(op: str, args: tuple) -> tuple:
     return args
 
 
+@functools.cache
 def _size_param(op: str) -> int | None:
     """The position of ``op``'s size (or dims) parameter, if it has one (a tensor parameter, as
     repeat_interleave's ``repeats``, is not a size)."""
@@ -114,8 +115,18 @@ def _size_param(op: str) -> int | None:
 @functools.cache
 def positions(op: str) -> dict[str, int]:
     """``op``'s parameters that may be passed positionally -> their positions."""
-    params = [a["name"] for a in catalog()[op]["arguments"] if a.get("kind") not in ("varargs", "kwargs")]
+    params = []
+    for a in catalog()[op]["arguments"]:
+        if a.get("kind") in ("varargs", "kwargs"):
+            break  # what follows is keyword-only
+        params.append(a["name"])
     return {p: i for i, p in enumerate(params)}
+
+
+@functools.cache
+def varargs(op: str) -> str | None:
+    """The name of ``op``'s ``*args`` parameter (``zeros(*size)``), if it has one."""
+    return next((a["name"] for a in catalog()[op]["arguments"] if a.get("kind") == "varargs"), None)
 
 
 def argument(op: str, name: str, args: tuple, kwargs: dict, default=None):

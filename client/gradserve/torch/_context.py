@@ -20,18 +20,27 @@ from __future__ import annotations
 import atexit
 import contextvars
 import itertools
+import logging
 import os
+import re
 import sys
 import threading
+import time
 import traceback
 import types
 import warnings
 import weakref
 
-from gradserve.errors import ProblemError, torch_error
+from gradserve.errors import ProblemError, SessionLostError, is_ours, torch_error, user_traceback
 from gradserve.http import Client
 
 _PACKAGE = __name__.split(".")[0] + "."
+log = logging.getLogger("gradserve")
+#: problems that fail a whole request, whatever op it had reached: nothing of it is applied
+WHOLE_REQUEST = frozenset({"deadline_exceeded", "cancelled", "body_too_large"})
+#: settings that bound one request: syncing more often (smaller requests) keeps under them
+PER_REQUEST = frozenset({"GRADSERVE_REQUEST_DEADLINE_SECONDS", "GRADSERVE_MAX_OPS_PER_REQUEST",
+                         "GRADSERVE_MAX_BODY_BYTES", "GRADSERVE_MAX_OP_EXECUTIONS", "GRADSERVE_MAX_RESPONSE_BYTES"})
 
 
 def user_frame():
@@ -176,9 +185,9 @@ class Context:
         self.refs[handle._name] = HandleRef(handle, self._dropped, handle._name)
 
     def _dropped(self, ref: HandleRef) -> None:
-        if self.refs.get(ref.name) is ref:
+        if self.refs.get(ref.name) is ref:  # (not a handle of a lost session)
             del self.refs[ref.name]
-        self.released.append(ref.name)
+            self.released.append(ref.name)
 
     def handle(self, name: str):
         """The live handle named ``name``, or None."""
@@ -215,6 +224,7 @@ class Context:
 
         While a function is traced nothing can be sent; inside a dual level a ``deferrable`` send (one made
         only to raise errors early, as ``backward``'s) waits for the level's exit, and any other raises."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self.tracing:
             raise RuntimeError("gradserve: a function given to torch.autograd.functional is traced into one op list: "
                                "it cannot read tensor values or metadata the client does not know yet, nor call "
@@ -237,6 +247,7 @@ class Context:
         handle's tangent is unpacked into a name of its own (only the server knows which tensors have one), and
         the next request re-enters the level and makes each of those tensors dual again with its tangent (the
         name rebound to the dual tensor). The tangents of the handles read come back too, for ``repr``."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         probes = []
         for name, ref in list(self.refs.items()):
             handle = ref()
@@ -270,6 +281,7 @@ class Context:
 
     def _send(self, returns: dict[str, str]) -> dict:
         """Send the pending ops with ``returns`` (see ``flush``)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         prefetched = self._prefetch(returns)
         rec = self.recorder()
         with rec.lock:
@@ -284,18 +296,27 @@ class Context:
         ops = pending + ([{"op": "del", "args": released}] if released else [])
         if not ops and not returns:
             return {}
+        started = time.perf_counter()
         try:
             response = self.client.run_ops(self.session(), ops, returns=returns, encoding="base64")
         except ProblemError as exc:
             self.released.extend(released)
+            if exc.code == "session_not_found" and self.session_id is not None:
+                self._session_lost(exc, pending, made)
             self._failed(exc, pending, sites, made)
-        except BaseException:
+        except BaseException as exc:
             self.released.extend(released)
             self._lost(pending, made, "the request that carried it did not complete")
+            if isinstance(exc, ConnectionError) and self.session_id is not None:
+                exc.add_note(f"gradserve: session {self.session_id} held {self._tensor_names()}; if the server "
+                             "stopped, they are gone")
             raise
         if len(self._recorders) > 1 and any(op["op"] in _CHANGES_GRADS for op in pending):
             # another thread may have cached a .grad between this op's recording and now: stale from here on
             self.grad_epoch += 1
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("sync: %d ops sent, %d tensors asked for, %.1f ms", len(ops), len(returns),
+                      (time.perf_counter() - started) * 1e3)
         self._check_bound(response["ops"], pending, made)
         if self.maybe_unbound:
             bound = {n for outcome in response["ops"] for n in outcome["bound"]}
@@ -323,8 +344,8 @@ class Context:
         for refs in self.made:
             for ref in refs:
                 handle = ref()
-                if handle is not None and handle._view_stamp != handle._stamp():
-                    returns.setdefault(handle._name, "auto")
+                if handle is not None and (handle._view_stamp != handle._stamp() or "name" not in handle._view):
+                    returns.setdefault(handle._name, "auto")  # (not a view the server sent: one the client inferred)
         prefetched = []
         mine = self.recorder()
         for ref in list(self.refs.values()):
@@ -359,12 +380,50 @@ class Context:
                     error.__cause__ = cause
                     handle._error = error
 
+    def _tensor_names(self) -> str:
+        """The live handles of this context, by the names the user's variables give them."""
+        names = _variable_names(self)
+        unnamed = sum(1 for ref in self.refs.values() if ref() is not None) - len(names)
+        listed = ", ".join(names) if names else "no tensor bound to a variable here"
+        return f"{listed}" + (f" (and {unnamed} more tensors)" if unnamed > 0 else "")
+
+    def _session_lost(self, exc: ProblemError, pending: list[dict], made: list[tuple]):
+        """The server no longer has the session: every handle of it is gone. The next op starts a new one."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        lost = self.session_id
+        names = tuple(_variable_names(self))
+        error = SessionLostError(
+            f"gradserve: the server no longer has this program's session {lost} (the server restarted, or the "
+            f"session expired after GRADSERVE_SESSION_TTL_SECONDS idle, or it was deleted): every tensor in it "
+            f"is gone: {self._tensor_names()}. Make them again: the next op starts a new session", lost, names)
+        self.failures += 1
+        self.grad_epoch += 1
+        for ref in list(self.refs.values()):
+            handle = ref()
+            if handle is not None:
+                handle._error = error
+        self.session_id = None
+        self.refs.clear()
+        self.released.clear()
+        raise error from None
+
     def _failed(self, exc: ProblemError, pending: list[dict], sites: list, made: list[tuple]):
         """Raise ``exc`` as torch would have, at the line that recorded the failing op, after re-sending
         the ops before it (see the module docstring)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         error = torch_error(exc.problem)
+        setting = re.search(r"GRADSERVE_[A-Z_]+", exc.detail or "")
+        if setting is not None and exc.code in (*WHOLE_REQUEST, "limit_exceeded"):
+            if setting.group() in PER_REQUEST:
+                error.add_note(f"gradserve: the {len(pending)} ops of this request were sent together (they were "
+                               f"recorded since the last sync). Two ways out: sync more often (read a value, such "
+                               f"as loss.item(), or call gradserve.sync() every few steps) so that each request is "
+                               f"smaller, or raise {setting.group()} on the server")
+            else:
+                error.add_note(f"gradserve: {setting.group()} bounds this on the server: use smaller tensors or "
+                               f"free some (del), or raise {setting.group()} on the server")
         i = exc.op_index if exc.op_index is not None and exc.op_index < len(pending) else None
-        if i is None:
+        if i is None or exc.code in WHOLE_REQUEST:
             self._lost(pending, made, f"the request failed: {exc.detail}", error)
             raise error from None
         self._lost(pending[i:], made[i:], f"an op before it in the same request failed: {exc.detail}", error)
@@ -373,8 +432,9 @@ class Context:
                 self.client.run_ops(self.session(), pending[:i], returns={}, encoding="base64")
             except ProblemError as again:  # e.g. the session expired meanwhile
                 self._lost(pending[:i], made[:i], f"re-sending it failed: {again.detail}", error)
-        error.add_note(f"gradserve: op {i} of the {len(pending)} sent together failed ({pending[i]['op']}): the {i} "
-                       f"before it are applied, it and the {len(pending) - i - 1} after it are not")
+        error.add_note(f"gradserve: op {i} of the {len(pending)} sent together failed ({pending[i]['op']}): nothing of "
+                       f"that request was applied; the {i} before it were sent again and are applied, it and the "
+                       f"{len(pending) - i - 1} after it are not")
         site = sites[i]
         tb = types.TracebackType(None, site[0], site[1], site[2]) if site is not None else None
         raise error.with_traceback(tb) from None
@@ -402,6 +462,22 @@ class Context:
             except Exception:  # noqa: BLE001 - best effort (at exit, the server may be gone)
                 pass
         self.client.close()
+
+
+def _variable_names(ctx: Context) -> list[str]:
+    """Names of the user's variables (the innermost user frame's locals, then its globals) bound to live
+    handles of ``ctx``."""
+    from gradserve.torch._tensor import Tensor
+
+    f = user_frame()
+    names: dict[str, None] = {}
+    seen: set[int] = set()
+    for scope in ((f.f_locals, f.f_globals) if f is not None else ()):
+        for name, value in list(scope.items()):
+            if isinstance(value, Tensor) and value._ctx is ctx and id(value) not in seen and not name.startswith("_"):
+                seen.add(id(value))
+                names[name] = None
+    return list(names)
 
 
 _LIVE: set[Context] = set()
@@ -458,6 +534,8 @@ def _at_exit() -> None:
         try:
             ctx.close()
         except Exception as exc:  # noqa: BLE001
+            if is_ours(exc) and not os.environ.get("GRADSERVE_FULL_TRACEBACKS"):
+                exc = exc.with_traceback(user_traceback(exc.__traceback__) or exc.__traceback__)
             traceback.print_exception(exc)
             sys.stdout.flush()
             sys.stderr.flush()

@@ -14,15 +14,29 @@ def function(namespace: str, name: str):
         raise AttributeError(name)
     op = _catalog.names_in(namespace).get(name)
     if op is None:
-        raise AttributeError(f"module '{namespace}' has no attribute '{name}'")
+        raise missing(f"module '{namespace}' has no attribute '{name}'")
 
     def fn(*args, **kwargs):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return call_op(op, args, kwargs)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__module__ = namespace
     fn.__doc__ = _catalog.catalog()[op].get("doc") or None
     return fn
+
+
+def missing(message: str) -> AttributeError:
+    """torch's AttributeError for a name the client lacks, saying that this is gradserve's module and where the
+    list of what it covers is."""
+    from gradserve.torch import _context
+
+    url = _context.current().client.url
+    error = AttributeError(f"{message} (this is gradserve.torch, gradserve's torch-like module, not PyTorch: it has "
+                           f"the ops of the server's catalog, listed at {url}/v1/ops, and what the README's "
+                           f"\"Python client\" section lists)")
+    error._gradserve = True
+    return error
 
 
 def install(module_globals: dict, namespace: str):

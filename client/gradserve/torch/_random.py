@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from gradserve.torch import _context
 
 _U64 = (1 << 64) - 1
@@ -56,7 +58,11 @@ class Generator:
         from gradserve.torch._tensor import Tensor
         ctx, kw = self._where()
         if not isinstance(new_state, Tensor):
-            new_state = tensor(new_state)
+            if isinstance(new_state, (bytes, bytearray)):
+                new_state = np.frombuffer(new_state, np.uint8)
+            elif hasattr(new_state, "numpy"):  # a state tensor of real torch (uint8)
+                new_state = np.asarray(new_state.numpy())
+            new_state = tensor(np.asarray(new_state))
         ctx.record({"op": "set_rng_state", "args": [new_state._ref(ctx)], "kwargs": kw})
         return self
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import base64
 import builtins
+import functools
 
 import numpy as np
 
-from gradserve.torch import _catalog, _context, _device, _legacy
+from gradserve.torch import _catalog, _context, _device, _legacy, _meta
 from gradserve.torch._context import Context, Storage
 from gradserve.torch._dtypes import Size, by_name
 from gradserve.torch._dtypes import dtype as DType
@@ -26,7 +27,7 @@ class Tensor:
     """A handle to a tensor held by the server; behaves as ``torch.Tensor``."""
 
     __slots__ = ("_ctx", "_name", "_storage", "_shape", "_dtype", "_view", "_array", "_view_stamp", "_param",
-                 "_known_grad", "_error", "_dual_tangent", "__weakref__")
+                 "_known_grad", "_error", "_dual_tangent", "_leaf", "__weakref__")
 
     # ----- making handles -----------------------------------------------------------------------------
     def __new__(cls, *args, **kwargs):
@@ -39,7 +40,7 @@ class Tensor:
         t._ctx = ctx
         t._name = name or ctx.fresh_name()
         t._storage = storage or Storage()
-        t._shape = t._dtype = t._view = t._array = t._view_stamp = t._known_grad = t._error = None
+        t._shape = t._dtype = t._view = t._array = t._view_stamp = t._known_grad = t._error = t._leaf = None
         t._dual_tangent = None  # (ctx.failures, the tangent's view or None) read inside a dual level
         t._param = False
         ctx.adopt(t)
@@ -53,13 +54,22 @@ class Tensor:
         return g
 
     def _know(self, **meta) -> None:
-        """Metadata known without asking (a new leaf, a detach)."""
-        self._view = {**(self._view if self._view_stamp == self._stamp() else {}), **meta}
+        """Metadata known without asking (a new leaf, a detach, what ``_meta`` infers of an op's result)."""
+        if self._view_stamp == self._stamp():
+            self._view = {**self._view, **meta}
+        else:
+            self._view, self._array = dict(meta), None  # (values read before are stale)
         self._view_stamp = self._stamp()
+        if "shape" in meta:
+            self._shape = Size(meta["shape"])
+        if "dtype" in meta:
+            self._dtype = meta["dtype"]
         if meta.get("is_leaf") and meta.get("requires_grad"):
             self._param = True
 
     def _set_view(self, view: dict) -> None:
+        if self._view is not None and self._view_stamp == self._stamp() and "node" in self._view:
+            view["node"] = self._view["node"]  # the client's graph node is not in the server's view
         self._view = view
         self._view_stamp = self._stamp()
         self._shape = Size(view["shape"])
@@ -86,6 +96,7 @@ class Tensor:
 
     # ----- reading --------------------------------------------------------------------------------------
     def _fetch(self, level: str) -> dict:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._error is not None:
             self._ctx.raise_thread_error()
             raise self._error
@@ -95,11 +106,13 @@ class Tensor:
         return self._view
 
     def _meta(self, key: str):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._view_stamp != self._stamp() or key not in self._view:
             self._fetch("auto")
         return self._view[key]
 
     def _data(self) -> np.ndarray:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._view_stamp != self._stamp() or self._array is None:
             self._fetch("full")
         if isinstance(self._array, dict):
@@ -111,33 +124,40 @@ class Tensor:
 
     @property
     def shape(self) -> Size:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._shape is None:
             self._meta("shape")
         return self._shape
 
     def size(self, dim: int | None = None):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self.shape if dim is None else self.shape[dim]
 
     def dim(self) -> int:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return len(self.shape)
 
     ndim = property(dim)
 
     def numel(self) -> int:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self.shape.numel()
 
     def __len__(self) -> int:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
     @property
     def dtype(self):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._dtype is None:
             self._meta("dtype")
         return by_name(self._dtype)
 
     def is_floating_point(self) -> bool:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self.dtype.is_floating_point
 
     @property
@@ -151,66 +171,82 @@ class Tensor:
 
     @property
     def requires_grad(self) -> bool:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self._meta("requires_grad")
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
-        self.requires_grad_(value)
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        _meta.set_requires_grad(self, builtins.bool(value), setter=True)
+        self._set_requires_grad(value)
 
     @property
     def is_leaf(self) -> bool:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self._meta("is_leaf")
 
     @property
     def retains_grad(self) -> bool:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self._meta("retains_grad")
 
     @property
     def _version(self) -> int:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self._meta("version")
 
     @property
     def grad_fn(self):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         name = self._meta("grad_fn")
         return None if name is None else GradFn(name, self)
 
     def item(self):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         a = self._data()
         if a.size != 1:
             raise RuntimeError(f"a Tensor with {a.size} elements cannot be converted to Scalar")
         return a.reshape(()).item()
 
     def tolist(self):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self._data().tolist()
 
     def numpy(self) -> np.ndarray:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self.requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
                                "instead.")
         return np.array(self._data())
 
     def __array__(self, dtype=None, copy=None):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         a = np.array(self._data())
         return a.astype(dtype) if dtype is not None else a
 
     def __bool__(self) -> bool:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         a = self._data()
         if a.size != 1:
             raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return builtins.bool(a.reshape(()).item())
 
     def __float__(self) -> float:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return float(self.item())
 
     def __int__(self) -> int:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return int(self.item())
 
     def __index__(self) -> int:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self.dtype.is_floating_point:
             raise TypeError("only integer tensors of a single element can be converted to an index")
         return int(self.item())
 
     def __repr__(self) -> str:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         tangent = None
         if self._ctx.dual_depth:  # torch shows a dual tensor's tangent: asked for with the value
             self._fetch("full")
@@ -221,10 +257,11 @@ class Tensor:
                 tangent = tangent_str(_decode(data) if isinstance(data, dict) else np.asarray(data), view["dtype"],
                                       view["grad_fn"], view["requires_grad"])
         a = self._data()
-        return format_tensor(a, self._dtype, self._view["grad_fn"], self._view["requires_grad"], tangent)
+        return format_tensor(a, self._dtype, self._meta("grad_fn"), self._meta("requires_grad"), tangent)
 
     def __format__(self, spec: str) -> str:
         # torch: a 0-d Tensor (not a subclass) formats as its item, even with an empty spec
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if type(self) is Tensor and self.dim() == 0:
             return format(self.item(), spec)
         return format(repr(self), spec)
@@ -232,6 +269,7 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __iter__(self):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         for i in range(len(self)):
             yield self[i]
 
@@ -265,6 +303,7 @@ class Tensor:
     def grad(self):
         """``x.grad``: None or the gradient tensor itself (a handle bound to it). Sends what is pending unless
         it is already known (the gradients of leaves come back with every request after a backward)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._grad_known():
             return self._known_grad[1]
         ctx = self._ctx
@@ -286,15 +325,24 @@ class Tensor:
 
     @grad.setter
     def grad(self, value) -> None:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        _meta.set_grad(self, value)
         ctx = self._ctx
         ctx.record({"op": "set_grad", "args": [self._ref(ctx), None if value is None else value._ref(ctx)]})
         self._known_grad = (ctx.grad_epoch, value)
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None) -> None:
         """``Tensor.backward``: recorded, then sent (a sync point: its errors are raised here)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         backward(self, gradient, retain_graph, create_graph, inputs)
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        _meta.set_requires_grad(self, builtins.bool(requires_grad), setter=False)
+        return self._set_requires_grad(requires_grad)
+
+    def _set_requires_grad(self, requires_grad: bool) -> Tensor:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         ctx = self._ctx
         ctx.record({"op": "requires_grad_", "args": [self._ref(ctx), requires_grad]})
         known_leaf = self._view_stamp == self._stamp() and self._view.get("is_leaf")
@@ -305,16 +353,19 @@ class Tensor:
         return self
 
     def retain_grad(self) -> None:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         ctx = self._ctx
         ctx.record({"op": "retain_grad", "args": [self._ref(ctx)]})
         self._mutated()
 
     def detach(self) -> Tensor:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return call_op("detach", (self,), {})
 
     @property
     def data(self) -> Tensor:
         """``x.data``: a detached alias (shares the values, no history)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self.detach()
 
     @data.setter
@@ -334,12 +385,14 @@ class Tensor:
     @property
     def T(self) -> Tensor:  # noqa: N802 - torch's name
         """``x.T``: the dimensions reversed."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return call_op("permute", (self, list(range(self.dim() - 1, -1, -1))), {})
 
     def to(self, *args, **kwargs) -> Tensor:
         """``x.to(dtype)``, ``x.to(device)``, ``x.to(device, dtype)``, ``x.to(other)``, with ``non_blocking``,
         ``copy`` and ``memory_format``: devices are checked (cpu only, see ``_device``); ``self`` comes back
         when nothing changes, as in torch."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         dtype = kwargs.pop("dtype", None)
         copy = kwargs.pop("copy", False)
         for key in ("non_blocking", "memory_format"):
@@ -384,15 +437,36 @@ class Tensor:
             raise AttributeError(f"'Tensor' object has no attribute '{name}'")
         op = _catalog.methods().get(name)
         if op is None:
-            raise AttributeError(f"'Tensor' object has no attribute '{name}'")
-        return lambda *args, **kwargs: call_op(op, (self, *args), kwargs)
+            from gradserve.torch._namespace import missing
+
+            raise missing(f"'Tensor' object has no attribute '{name}'")
+        def method(*args, **kwargs):
+            __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+            return call_op(op, (self, *args), kwargs)
+        return method
 
     # ----- operators --------------------------------------------------------------------------------------
     def __getitem__(self, key):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return call_op("getitem", (self, _Index(key)), {})
 
     def __setitem__(self, key, value) -> None:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         call_op("setitem", (self, _Index(key), value), {})
+
+
+def _binary(op: str):
+    def operator(self, other):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        return call_op(op, (self, other), {})
+    return operator
+
+
+def _unary(op: str):
+    def operator(self):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        return call_op(op, (self,), {})
+    return operator
 
 
 for _dunder, _op in {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": "rsub",
@@ -402,14 +476,15 @@ for _dunder, _op in {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__r
                      "__gt__": "gt", "__ge__": "ge", "__and__": "logical_and", "__or__": "logical_or",
                      "__xor__": "logical_xor", "__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_",
                      "__itruediv__": "div_", "__ipow__": "pow_"}.items():
-    setattr(Tensor, _dunder, lambda self, other, _op=_op: call_op(_op, (self, other), {}))
+    setattr(Tensor, _dunder, _binary(_op))
 for _dunder, _op in {"__neg__": "neg", "__abs__": "abs", "__invert__": "logical_not"}.items():
-    setattr(Tensor, _dunder, lambda self, _op=_op: call_op(_op, (self,), {}))
+    setattr(Tensor, _dunder, _unary(_op))
 
 
 def _compare_with_none(op: str, when_none: bool):
     """torch: ``t == None`` is False and ``t != None`` True (no op)."""
     def compare(self, other):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return when_none if other is None else call_op(op, (self, other), {})
     return compare
 
@@ -427,8 +502,16 @@ class _Index:
         self.key = key
 
 
+#: torch's autograd nodes written in C++ (their ``name()`` is qualified)
+CPP_NODES = frozenset({"AccumulateGrad", "CopySlices", "CopyBackwards", "GraphRoot", "Identity", "Error",
+                       "NotImplemented", "DelayedError", "UndefinedGradBackward"})
+
+
 class GradFn:
     """``tensor.grad_fn``: torch's node class name; ``next_functions`` come from the graph endpoint."""
+
+    def __new__(cls, name: str, *args, **kwargs):
+        return object.__new__(_node_class(name))
 
     def __init__(self, name: str, tensor: Tensor | None = None, node: dict | None = None, graph: dict | None = None):
         self._name = name
@@ -437,12 +520,15 @@ class GradFn:
         self._graph = graph
 
     def name(self) -> str:
-        return self._name
+        """torch's: C++ nodes by their qualified name (``torch::autograd::AccumulateGrad``)."""
+        return f"torch::autograd::{self._name}" if self._name in CPP_NODES else self._name
 
     def __repr__(self) -> str:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return f"<{self._name} object at {hex(id(self))}>"
 
     def _load(self) -> None:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._node is None:
             ctx = self._tensor._ctx
             ctx.flush()
@@ -452,6 +538,7 @@ class GradFn:
 
     @property
     def next_functions(self) -> tuple:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         self._load()
         out = []
         for edge in self._node["next_functions"]:
@@ -465,9 +552,16 @@ class GradFn:
     @property
     def variable(self) -> Tensor | None:
         """For an AccumulateGrad node: the leaf it accumulates into (when its handle is alive)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         self._load()
         name = self._node.get("variable")
         return self._tensor._ctx.handle(name) if name and self._tensor is not None else None
+
+
+@functools.cache
+def _node_class(name: str) -> type:
+    """A subclass of GradFn named as torch's node class (``type(t.grad_fn).__name__ == "MulBackward0"``)."""
+    return type(name, (GradFn,), {"__module__": "torch.autograd.graph" if name in CPP_NODES else "torch"})
 
 
 # ----- recording calls ----------------------------------------------------------------------------------------
@@ -485,6 +579,7 @@ def context_of(values) -> Context:
 def call_op(name: str, args: tuple, kwargs: dict):
     """Record ``name(*args, **kwargs)`` and return what torch would: a handle, a tuple of handles, or the
     target itself for in-place ops. Only ops whose number of outputs depends on the data send at once."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     entry = _catalog.catalog()[name]
     if kwargs:
         kwargs = _torch_kwargs(name, kwargs)
@@ -493,16 +588,25 @@ def call_op(name: str, args: tuple, kwargs: dict):
     op = {"op": entry["name"], "args": [_arg(a, ctx) for a in args]}
     if kwargs:
         op["kwargs"] = {k: _arg(v, ctx) for k, v in kwargs.items()}
-    if not is_grad_enabled():
+    grad_enabled = is_grad_enabled()
+    if not grad_enabled:
         op["no_grad"] = True
+    tensors = _tensors((*args, *kwargs.values()))
+    base = entry["name"]
     if entry["inplace"]:
         target = args[0] if args else kwargs.get("self")
+        index = args[1].key if base == "setitem" and len(args) > 1 and isinstance(args[1], _Index) else None
+        facts = _meta.inplace(entry, target, [t for t in tensors if t is not target], grad_enabled, index) \
+            if isinstance(target, Tensor) else {}
         ctx.record(op)
         target._mutated()
+        if facts:
+            target._know(**facts)
         return target
     first = next((a for a in args if isinstance(a, Tensor)), None)
-    storage = first._storage if entry["family"] == "shape" and first is not None else None
-    base = entry["name"]
+    shares = entry["family"] == "shape" and first is not None and base not in _meta.COPIES and not (
+        base == "getitem" and not _meta.basic_index(args[1].key))  # (an advanced index copies)
+    storage = first._storage if shares else None
     if base in _catalog.VARIABLE_OUTPUTS or any(
             _catalog.argument(base, flag, args, kwargs) for flag in _catalog.TUPLE_WHEN.get(base, ())):
         op["out"] = ctx.fresh_name()
@@ -520,6 +624,24 @@ def call_op(name: str, args: tuple, kwargs: dict):
         op["out"] = [values._name, indices._name]
         ctx.record(op, (values, indices))
         return _catalog.return_types[base](values, indices)
+
+    def arg(param, default=None):
+        if param == _catalog.varargs(base):  # x.view(2, 3) and x.view((2, 3)) alike
+            rest = args[len(_catalog.positions(base)):]
+            if len(rest) == 1 and isinstance(rest[0], (list, tuple)):
+                return rest[0]
+            return rest or kwargs.get(param, default)
+        return _catalog.argument(base, param, args, kwargs, default)
+
+    if entry["family"] == "creation":
+        dtype = arg("dtype")
+        facts = _meta.creation(base, arg, dtype.name if isinstance(dtype, DType) else None,
+                               builtins.bool(arg("requires_grad", False)))
+    elif base != "detach":
+        facts = _meta.result(entry, tensors, arg, grad_enabled)
+        if first is not None and grad_enabled and facts.get("requires_grad") and _meta.view_of_leaf(
+                base, first, args[1].key if base == "getitem" and isinstance(args[1], _Index) else None):
+            facts["view_of_leaf"] = True
     out = Tensor._new(ctx, storage)
     op["out"] = out._name
     ctx.record(op, (out,))
@@ -530,17 +652,25 @@ def call_op(name: str, args: tuple, kwargs: dict):
         target = _catalog.argument(base, changed, args, kwargs)
         if isinstance(target, Tensor) and _catalog.argument(base, given, args, kwargs) is not None:
             target._mutated()
-    if entry["family"] == "creation":  # a new leaf
-        requires_grad = builtins.bool(_catalog.argument(base, "requires_grad", args, kwargs, False))
-        out._know(is_leaf=True, requires_grad=requires_grad, grad_fn=None, retains_grad=False, version=0)
-        out._known_grad = (ctx.grad_epoch, None)
-        dtype = _catalog.argument(base, "dtype", args, kwargs)
-        if isinstance(dtype, DType):
-            out._dtype = dtype.name
-    elif base == "detach":
+    if base == "detach":
         out._know(is_leaf=True, requires_grad=False, grad_fn=None)
         out._shape, out._dtype = first._shape, first._dtype
         out._known_grad = (ctx.grad_epoch, None)
+    else:
+        out._know(**facts)
+        if entry["family"] == "creation":  # a new leaf
+            out._known_grad = (ctx.grad_epoch, None)
+    return out
+
+
+def _tensors(values) -> list:
+    """The handles among a call's arguments (in lists too), in order."""
+    out = []
+    for v in values:
+        if isinstance(v, Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(x for x in v if isinstance(x, Tensor))
     return out
 
 
@@ -590,6 +720,7 @@ def _decode(data) -> np.ndarray:
 # ----- autograd entry points ---------------------------------------------------------------------------------
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None) -> None:
     """``torch.autograd.backward``: recorded and sent at once, so that its errors are raised here."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     single = isinstance(tensors, Tensor)
     roots = [tensors] if single else list(tensors)
     ctx = context_of(roots)
@@ -615,6 +746,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
          is_grads_batched=False, materialize_grads=False) -> tuple:
     """``torch.autograd.grad``: recorded (sent at once only with ``allow_unused``, where None results
     depend on the graph)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     ctx = context_of(ins + outs)
@@ -627,6 +759,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                                 ("materialize_grads", materialize_grads, False)):
         if value != default:
             kwargs[key] = value
+    used = _meta.check_grad(outs, ins, allow_unused or materialize_grads, grad_outputs is not None)
     results = [Tensor._new(ctx) for _ in ins]
     op = {"op": "grad", "args": [_arg(outs, ctx), _arg(ins, ctx)], "out": [r._name for r in results]}
     if kwargs:
@@ -636,5 +769,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     index = ctx.record(op, tuple(results))
     if not allow_unused or materialize_grads:
         return tuple(results)
+    if used is not None:  # the client's graph says which inputs are used: nothing to ask
+        return tuple(r if u else None for r, u in zip(results, used))
     bound = set(ctx.flush()["ops"][index]["bound"])
     return tuple(r if r._name in bound else None for r in results)

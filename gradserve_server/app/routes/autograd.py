@@ -24,7 +24,8 @@ async def _run(http: Request, session_id: str, op: dict, encoding) -> bytes:
     """The service and the requester from the request itself: an ``async`` route would run plain ``def``
     dependencies in the thread pool."""
     service = http.app.state.service
-    return await http.app.state.heavy.run(http, service.run_one, session_id, op, encoding, http.state.owner)
+    return await http.app.state.heavy.run(http, service.run_one, session_id, op, encoding, http.state.owner,
+                                          partition=service.partition_of(http.state))
 
 
 @router.post("/backward", response_model=OpsResponse, responses=ERRORS, summary="tensor.backward()")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -15,7 +16,7 @@ from starlette.responses import HTMLResponse, Response
 from gradserve_server.app.deps import ServiceDep
 from gradserve_server.app.errors import ServerBusy, problem_response
 from gradserve_server.app.routes import TensorJSON
-from gradserve_server.app.schemas.meta import Health, OpCatalog, Readiness
+from gradserve_server.app.schemas.meta import Health, OpCatalog, Progress, Readiness
 from gradserve_server.app.schemas.problems import problem_responses
 
 router = APIRouter(tags=["meta"])
@@ -46,6 +47,19 @@ def op_catalog(
     to browse it here, filter (`q`, `family`, `differentiable`, `inplace`) or page (`offset`, `limit`).
     `total` counts the matching ops."""
     return TensorJSON(service.op_catalog(q, family, differentiable, inplace, offset, limit))
+
+
+@router.get("/v1/requests/{request_id}/progress", response_model=Progress, summary="A running request's progress")
+async def progress(request_id: str, request: Request) -> dict:
+    """For a request sent with an `X-Request-ID` header: the ops it has run of those it will run, while it runs
+    in the thread pool (heavy requests: the ones that may take long). The client polls it to draw a progress bar
+    for a sync that takes more than a couple of seconds."""
+    control = request.app.state.heavy.active.get(request_id)
+    if control is None:
+        return {"request_id": request_id, "state": "unknown", "done": 0, "total": 0, "elapsed_seconds": 0.0}
+    done, total = control.done, control.total
+    return {"request_id": request_id, "state": "running", "done": min(done, total), "total": total,
+            "elapsed_seconds": round(time.monotonic() - control.started, 3)}
 
 
 @router.get("/healthz", response_model=Health, summary="Liveness")

@@ -33,17 +33,23 @@ async def run_ops(session_id: SessionId, request: Request, encoding: EncodingQue
     service = request.app.state.service
     heavy = request.app.state.heavy
     owner = request.state.owner
+    partition = service.partition_of(request.state)  # whose plans: this key's (this address's when open)
     body = await request.body()
     if service.small_body(body):  # see app.service: small, bounded requests run on the event loop
         parsed = service.parse_ops(body)
         if service.inline_ok(parsed):
-            result = await service.run_ops_async(session_id, parsed, encoding, owner=owner)
+            result = await service.run_ops_async(session_id, parsed, encoding, owner=owner, partition=partition)
+            if result is None:  # cheap, but not now on the loop: the light lane, never behind heavy work
+                result = await request.app.state.light.run(request, service.run_ops, session_id, parsed, encoding,
+                                                           owner=owner, partition=partition, light=True)
             if result is not None:
                 return TensorJSON(result)
-        return TensorJSON(await heavy.run(request, service.run_ops, session_id, parsed, encoding, owner=owner))
+        return TensorJSON(await heavy.run(request, service.run_ops, session_id, parsed, encoding, owner=owner,
+                                          partition=partition))
 
     def parse_and_run(control) -> bytes:
-        return service.run_ops(session_id, service.parse_ops(body), encoding, owner=owner, control=control)
+        return service.run_ops(session_id, service.parse_ops(body), encoding, owner=owner, control=control,
+                               partition=partition)
 
     return TensorJSON(await heavy.run(request, parse_and_run))
 
@@ -58,14 +64,19 @@ async def eval_ops(request: Request, encoding: EncodingQuery = "json") -> Tensor
     repeating it."""
     service = request.app.state.service
     heavy = request.app.state.heavy
+    partition = service.partition_of(request.state)
     body = await request.body()
     if service.small_body(body):
         parsed = service.parse_eval(body)
         if service.inline_ok(parsed):
-            return TensorJSON(service.eval(parsed, encoding))
-        return TensorJSON(await heavy.run(request, service.eval, parsed, encoding))
+            result = service.eval_inline(parsed, encoding, partition)
+            if result is None:  # past the loop's bound (under load): the light lane, then the heavy one
+                result = await request.app.state.light.run(request, service.eval_inline, parsed, encoding, partition)
+            if result is not None:
+                return TensorJSON(result)
+        return TensorJSON(await heavy.run(request, service.eval, parsed, encoding, partition=partition))
 
     def parse_and_eval(control) -> bytes:
-        return service.eval(service.parse_eval(body), encoding, control=control)
+        return service.eval(service.parse_eval(body), encoding, control=control, partition=partition)
 
     return TensorJSON(await heavy.run(request, parse_and_eval))

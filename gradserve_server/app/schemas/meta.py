@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -48,3 +50,15 @@ class Readiness(BaseModel):
     sessions: int
     max_sessions: int
     heavy: HeavyStats
+
+
+class Progress(BaseModel):
+    """How far a heavy request (an op list run in the thread pool) has got."""
+
+    request_id: str
+    state: Literal["running", "unknown"] = Field(description="`running` while the request runs; `unknown` before "
+                                                 "it starts (queued, or a small request run inline), after it "
+                                                 "finished, or for an id this server never saw.")
+    done: int = Field(description="Ops run so far (a `repeat` loop counts each pass's ops).")
+    total: int = Field(description="Ops the request runs in all (ops x repeat; 0 when unknown).")
+    elapsed_seconds: float = Field(description="Time since the request started running.")

@@ -24,7 +24,9 @@ class Op(TypedDict):
     """One call, written the way torch spells it: `{"op": "mul", "args": ["w", "x"], "out": "wx"}`."""
 
     op: Annotated[str, Field(description="torch's function name (`tensor`, `mul`, `sum`, `sub_`, `backward`, "
-                                         "...); `GET /v1/ops` lists them.")]
+                                         "`manual_seed`, ...); `GET /v1/ops` lists them. Random ops draw torch's "
+                                         "numbers from the session's generator (`generator` in kwargs names "
+                                         "another one, made by the `Generator` op).")]
     args: NotRequired[Annotated[list[Any], Field(
         description="Positional arguments. A string is a tensor name (or `name.grad`), except \"NaN\", "
                     "\"Infinity\" and \"-Infinity\" which are numbers; numbers are scalars; data positions "

@@ -98,6 +98,12 @@ def zeros(*size, dtype=None, requires_grad=False):
     return _filled("zeros", size, 0, dtype, requires_grad, "zeros: Dimension size must be non-negative.")
 
 
+@op("empty", method=False, differentiable=False)
+def empty(*size, dtype=None, requires_grad=False):
+    """torch.empty(*size, dtype=None, requires_grad=False): its values are unspecified in torch; here zeros."""
+    return _filled("empty", size, 0, dtype, requires_grad)
+
+
 @op("ones", method=False, differentiable=False)
 def ones(*size, dtype=None, requires_grad=False):
     """torch.ones(*size, dtype=None, requires_grad=False)."""

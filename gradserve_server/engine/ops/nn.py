@@ -768,10 +768,11 @@ def _cross_entropy_smoothing(input, target, weight, red, ignore_index, label_smo
 
 
 @op("dropout", tensors=("input",), grad_fns=("MulBackward0",), method=False)
-def dropout(input, p=0.5, training=True):
-    """F.dropout(input, p=0.5, training=True): input * mask, torch's mask bit for bit (``bernoulli_(1 - p)``
-    from the running program's generator, divided by 1 - p); p == 0, training=False or an empty input return
-    the input object itself, p == 1 multiplies by a 0-d zero."""
+def dropout(input, p=0.5, training=True, inplace=False):
+    """F.dropout(input, p=0.5, training=True, inplace=False): input * mask, torch's mask bit for bit
+    (``bernoulli_(1 - p)`` from the running program's generator, divided by 1 - p), ``input.mul_(mask)`` with
+    ``inplace``; p == 0, training=False or an empty input return the input object itself, p == 1 multiplies by
+    a 0-d zero."""
     input = require_tensor(input, "input", "dropout")
     if isinstance(p, bool) or not isinstance(p, (int, float)):
         raise InvalidArgumentError(f"dropout(): argument 'p' must be float, not {type(p).__name__}")
@@ -787,8 +788,11 @@ def dropout(input, p=0.5, training=True):
     if dt.kind != "f":
         raise TorchRuntimeError(f"result type Float can't be cast to the desired output type "
                                 f"{D.SCALAR_TYPE_NAMES[input.dtype]}", code="invalid_dtype")
+    times = mul
+    if inplace:
+        from .inplace import mul_ as times
     if p == 1:
-        return mul(input, Tensor(np.zeros((), dt)))
+        return times(input, Tensor(np.zeros((), dt)))
     keep = uniform_double(resolve(None, "dropout"), input.numel()).reshape(input.shape) < (1.0 - p)
     mask = np.where(keep, dt.type(1) / dt.type(1.0 - p), dt.type(0)).astype(dt, copy=False)
-    return mul(input, Tensor(mask))
+    return times(input, Tensor(mask))

@@ -1,5 +1,6 @@
 """Random ops, bit for bit torch's CPU kernels: ``rand``, ``randn``, ``randint``, ``randperm``, the ``*_like``
-forms, ``uniform_``, ``normal_``, ``bernoulli``/``bernoulli_``, ``multinomial`` (dropout's mask is
+forms, ``normal``, ``uniform_``, ``normal_``, ``random_``, ``exponential_``, ``bernoulli``/``bernoulli_``,
+``multinomial`` (dropout's mask is
 ``bernoulli_(1 - p)``, in ``ops.nn``).
 
 Every op draws from a ``Generator`` (``engine.generator``): the one named by ``generator=`` or the running
@@ -17,7 +18,8 @@ reproduced here:
 * smaller normals draw pairs through ``normal_distribution<double>`` (log1p, cos and sin of libm), keeping
   the second value of a pair on the generator for the next normal draw;
 * integers: ``word % range + low`` with one word when the range is below 2**32, else two;
-* bernoulli: a double uniform (float for a float32 ``p`` tensor) ``< p``.
+* bernoulli: a double uniform (float for a float32 ``p`` tensor) ``< p``; exponential: ``-log1p(-u) / lambd``
+  of a double uniform (libm's log1p).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchRuntimeError, TorchTypeError
 from ..generator import Generator, resolve
+from ..grad_mode import check_numel
 from ..registry import jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
 from . import elementwise as E
@@ -385,9 +388,24 @@ def _normal(self: Tensor, mean=0.0, std=1.0, *, generator=None) -> Tensor:
     return record("NormalBackward0", _memory_order(self.data, vals), (self,))
 
 
-def _bernoulli_scalar(self: Tensor, p=0.5, *, generator=None) -> Tensor:
+def _bernoulli_inplace(self: Tensor, p=0.5, *, generator=None) -> Tensor:
+    """bernoulli_(p): a double uniform < p per element; bernoulli_(Tensor p): p expanded to self, a double
+    uniform (float32 p: a float one) < p (torch's two overloads, BernoulliBackward2 and BernoulliBackward1)."""
     if isinstance(p, Tensor):
-        raise InvalidArgumentError("bernoulli_(): a tensor p is not supported; pass a float", code="unsupported")
+        if not D.is_floating(p.dtype):
+            raise TorchRuntimeError(f"\"bernoulli_tensor_cpu_p_\" not implemented for "
+                                    f"'{D.SCALAR_TYPE_NAMES[p.dtype]}'", code="invalid_dtype",
+                                    exception="NotImplementedError")
+        from .shape import expand
+        probs = expand(p, list(self.shape)).data  # torch's expand_inplace: its message when p does not fit
+        if probs.size and not ((probs >= 0) & (probs <= 1)).all():
+            raise TorchRuntimeError("Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this "
+                                    "error message be improved?  If so, please report an enhancement request to "
+                                    "PyTorch.)", code="invalid_argument")
+        g = _gen("bernoulli_", generator)
+        u = (uniform_float if p.dtype == D.FLOAT32 else uniform_double)(g, self.numel())
+        keep = _memory_order(self.data, u.reshape(self.shape)) < probs
+        return record("BernoulliBackward1", keep.astype(self.data.dtype), (self, p))
     p = _number("bernoulli_", "p", p)
     if not 0.0 <= p <= 1.0:
         raise TorchRuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={_g(p)}", code="invalid_argument")
@@ -396,12 +414,65 @@ def _bernoulli_scalar(self: Tensor, p=0.5, *, generator=None) -> Tensor:
                   (self,))
 
 
+def _random(self: Tensor, from_=None, to=None, *, generator=None) -> Tensor:
+    """random_(): torch's uniform_int_distribution (int64: a two-word draw modulo 2**63, float32: a word modulo
+    2**24 + 1, float64: two words modulo 2**53 + 1, bool: a word's low bit); random_(to), random_(from, to):
+    random_from_to."""
+    prim = "RandomBackward1" if from_ is not None and to is None else "RandomBackward0"
+    if from_ is not None and to is None:
+        from_, to = 0, from_
+    g = _gen("random_", generator)
+    n, dt = self.numel(), self.data.dtype
+    if to is None:
+        if self.dtype == D.INT64:
+            vals = (g.random64(n) % np.uint64(1 << 63)).astype(np.int64)
+        elif self.dtype == D.FLOAT32:
+            vals = (g.random(n) % np.uint64((1 << 24) + 1)).astype(_F32)
+        elif self.dtype == D.FLOAT64:
+            vals = (g.random64(n) % np.uint64((1 << 53) + 1)).astype(_F64)
+        else:
+            vals = (g.random(n) & np.uint64(1)).astype(bool)
+        prim = "RandomBackward2"
+    else:
+        low = _int("random_", "from", from_, 1)
+        high = _int("random_", "to", to, 2)
+        if low >= high:
+            raise TorchRuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}",
+                                    code="invalid_argument")
+        if self.dtype == D.BOOL and (low < 0 or high - 1 > 1):
+            raise TorchRuntimeError(("from is out of bounds for bool" if low < 0 else "to - 1 is out of bounds for "
+                                     "bool"), code="invalid_argument")
+        vals = integer_values(g, n, low, high).astype(dt)
+    return record(prim, _memory_order(self.data, vals.reshape(self.shape)), (self,))
+
+
+def _exponential(self: Tensor, lambd=1.0, *, generator=None) -> Tensor:
+    lambd = _number("exponential_", "lambd", lambd)
+    _float_only("exponential_cpu", self.dtype)
+    if not lambd > 0:
+        raise TorchRuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={_g(lambd)}",
+                                code="invalid_argument")
+    vals = exponential_values(_gen("exponential_", generator), self.numel(), self.dtype, lambd)
+    return record("ExponentialBackward0", _memory_order(self.data, vals.reshape(self.shape)), (self,))
+
+
+def _exponential(self: Tensor, lambd=1.0, *, generator=None) -> Tensor:
+    lambd = _number("exponential_", "lambd", lambd)
+    _float_only("exponential_cpu", self.dtype)
+    if not lambd > 0:
+        raise TorchRuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={_g(lambd)}",
+                                code="invalid_argument")
+    vals = exponential_values(_gen("exponential_", generator), self.numel(), self.dtype, lambd)
+    return record("ExponentialBackward0", _memory_order(self.data, vals.reshape(self.shape)), (self,))
+
+
 def _g(v: float) -> str:
     """A double as torch's messages print it (%g)."""
     return f"{v:g}"
 
 
-for _prim in ("UniformBackward0", "NormalBackward0", "BernoulliBackward2", "BernoulliBackward0"):
+for _prim in ("UniformBackward0", "NormalBackward0", "BernoulliBackward2", "BernoulliBackward0", "RandomBackward0",
+              "RandomBackward1", "RandomBackward2", "ExponentialBackward0"):
     vjp(_prim, inputs=("self",))(lambda ctx, grad: (E.zeros_like(grad),))
     jvp(_prim)(zero_jvp)
 
@@ -409,8 +480,63 @@ uniform_ = _make("uniform_", _uniform, ("UniformBackward0",),
                  doc="Tensor.uniform_(from=0, to=1, *, generator=None): torch's uniform values, in place.")
 normal_ = _make("normal_", _normal, ("NormalBackward0",),
                 doc="Tensor.normal_(mean=0, std=1, *, generator=None): torch's normal values, in place.")
-bernoulli_ = _make("bernoulli_", _bernoulli_scalar, ("BernoulliBackward2",),
-                   doc="Tensor.bernoulli_(p=0.5, *, generator=None): 1 with probability p, in place.")
+random_ = _make("random_", _random, ("RandomBackward0", "RandomBackward1", "RandomBackward2"),
+                doc="Tensor.random_(from=0, to=None, *, generator=None): torch's integers in place, any dtype.")
+exponential_ = _make("exponential_", _exponential, ("ExponentialBackward0",),
+                     doc="Tensor.exponential_(lambd=1, *, generator=None): -log1p(-u) / lambd of double uniforms.")
+bernoulli_ = _make("bernoulli_", _bernoulli_inplace, ("BernoulliBackward2", "BernoulliBackward1"), ("self", "p"),
+                   doc="Tensor.bernoulli_(p=0.5, *, generator=None): 1 with probability p (a float or a tensor), "
+                       "in place.")
+
+
+vjp("BernoulliBackward1", inputs=("self", "p"))(lambda ctx, grad: (E.zeros_like(grad), E.zeros_like(grad)))
+jvp("BernoulliBackward1")(zero_jvp)
+vjp("NormalBackward1", inputs=("mean",))(lambda ctx, grad: (E.zeros_like(grad),))
+vjp("NormalBackward2", inputs=("std",))(lambda ctx, grad: (E.zeros_like(grad),))
+vjp("NormalBackward3", inputs=("mean", "std"))(lambda ctx, grad: (E.zeros_like(grad), E.zeros_like(grad)))
+for _prim in ("NormalBackward1", "NormalBackward2", "NormalBackward3"):
+    jvp(_prim)(zero_jvp)
+
+
+@op("normal", tensors=("mean", "std"), grad_fns=("NormalBackward1", "NormalBackward2", "NormalBackward3"),
+    method=False)
+def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, requires_grad=False):
+    """torch.normal(mean, std, size=None, *, generator=None): numbers and a size (``normal_`` on a new tensor),
+    or tensors: ``normal_(0, std)`` then ``+ mean`` (a tensor mean), ``normal_(0, 1) * std + mean`` (a tensor
+    std), as torch computes them; the gradient is zero (torch's NormalBackward1/2/3)."""
+    g = _gen("normal", generator)
+    mt, st = isinstance(mean, Tensor), isinstance(std, Tensor)
+    for name, v in (("mean", mean), ("std", std)):
+        if not isinstance(v, Tensor) and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise TorchTypeError(f"normal(): argument '{name}' must be Tensor or float, not {type(v).__name__}")
+    if not mt and not st:
+        if size is None:
+            raise TorchTypeError("normal() received an invalid combination of arguments: two numbers need a size")
+        m, sd = _number("normal", "mean", mean), _number("normal", "std", std)
+        d = _dtype(dtype)
+        shape = _size((tuple(size) if isinstance(size, (list, tuple)) else size,), "normal", itemsize=8)
+        _float_only("normal_kernel_cpu", d)
+        _check_requires_grad(d, requires_grad)
+        if sd < 0:
+            raise TorchRuntimeError(f"normal expects std >= 0.0, but found std {_g(sd)}", code="invalid_argument")
+        return _leaf(normal_values(g, shape, d, m, sd), requires_grad)
+    if st and std.data.size and (std.data < 0).any():
+        raise TorchRuntimeError("normal expects all elements of std >= 0.0", code="invalid_argument")
+    if mt and not st:
+        sd = _number("normal", "std", std)
+        if sd < 0:
+            raise TorchRuntimeError(f"normal expects std >= 0.0, but found std {_g(sd)}", code="invalid_argument")
+        _float_only("normal_kernel_cpu", mean.dtype)
+        vals = normal_values(g, mean.shape, mean.dtype, 0.0, sd) + mean.data
+        return record("NormalBackward1", vals, (mean,))
+    _float_only("normal_kernel_cpu", std.dtype)
+    if mt:
+        from .common import broadcast_shapes
+        shape = broadcast_shapes(mean.data.shape, std.data.shape)
+        vals = normal_values(g, shape, std.dtype, 0.0, 1.0) * std.data + mean.data
+        return record("NormalBackward3", vals.astype(std.data.dtype), (mean, std))
+    m = NP[std.dtype].type(_number("normal", "mean", mean))
+    return record("NormalBackward2", normal_values(g, std.shape, std.dtype, 0.0, 1.0) * std.data + m, (std,))
 
 
 @op("bernoulli", tensors=("input",), grad_fns=("BernoulliBackward0",))
@@ -454,6 +580,7 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
     if rows.size == 0 or (rows.sum(axis=1, dtype=_F64) <= 0).any():
         raise TorchRuntimeError("invalid multinomial distribution (sum of probabilities <= 0)",
                                 code="invalid_argument")
+    check_numel((rows.shape[0], n), itemsize=8)  # the result, before drawing (num_samples is the caller's)
     g = _gen("multinomial", generator)
     dt = rows.dtype
     if replacement and n > 1:

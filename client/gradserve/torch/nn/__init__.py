@@ -380,7 +380,7 @@ class Linear(Module):
 
 
 class Dropout(Module):
-    """``nn.Dropout(p=0.5, inplace=False)``: ``F.dropout(input, p, self.training)``, torch's mask."""
+    """``nn.Dropout(p=0.5, inplace=False)``: ``F.dropout(input, p, self.training, inplace)``, torch's mask."""
 
     def __init__(self, p: float = 0.5, inplace: bool = False):
         super().__init__()
@@ -389,6 +389,8 @@ class Dropout(Module):
         self.p, self.inplace = p, inplace
 
     def forward(self, input: Tensor) -> Tensor:
+        if self.inplace:
+            return F.dropout(input, self.p, self.training, True)
         return F.dropout(input, self.p, self.training)
 
     def extra_repr(self) -> str:
@@ -485,3 +487,12 @@ globals().update({name: getattr(_modules, name) for name in _modules.__all__})
 __all__ = ["Module", "Parameter", "Linear", "Sequential", "ReLU", "Tanh", "Sigmoid", "MSELoss", "CrossEntropyLoss",
            "functional"]
 __all__ += [*_modules.__all__, "utils", "init", "Dropout"]
+
+
+def __getattr__(name: str):
+    """A name torch has here and the client lacks: torch's AttributeError, saying whose module this is."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from gradserve.torch._namespace import missing
+
+    raise missing(f"module 'torch.nn' has no attribute '{name}'")

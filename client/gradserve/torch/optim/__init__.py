@@ -318,3 +318,12 @@ def _check(ok: bool, message: str) -> None:
 from gradserve.torch.optim import lr_scheduler  # noqa: E402 - the submodule, as torch.optim.lr_scheduler
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
+
+
+def __getattr__(name: str):
+    """A name torch has here and the client lacks: torch's AttributeError, saying whose module this is."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from gradserve.torch._namespace import missing
+
+    raise missing(f"module 'torch.optim' has no attribute '{name}'")

@@ -1,0 +1,490 @@
+"""What the client knows of a tensor without asking, and the errors torch decides from it, raised at the line.
+
+torch refuses some calls from metadata alone (an in-place op on a leaf that requires grad, ``requires_grad``
+on an integer tensor, a flag changed on a computed tensor, shapes that do not broadcast, ``autograd.grad`` of
+an input the output does not depend on). The client records lazily, so it decides these itself when the op is
+recorded, from the catalog's facts (``family``, ``inplace``, ``differentiable``, argument names): the error is
+torch's class and message at torch's line, and nothing is sent for it. What it cannot know locally (a view's
+metadata after its base changed, results of ops with data-dependent outputs, values) stays unknown, and the
+server decides at the next sync as before.
+
+Facts live in a handle's view (``Tensor._know``), so an in-place op on a storage invalidates them for every
+handle sharing it. ``node`` is the client's picture of the autograd graph: a leaf that requires grad is its own
+``Node``, a computed tensor that requires grad has a ``Node`` whose parents are its inputs' nodes.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from gradserve.errors import TORCH_ERRORS
+
+UNKNOWN = object()
+#: torch's messages
+LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
+VIEW_OF_LEAF_INPLACE = "a view of a leaf Variable that requires grad is being used in an in-place operation."
+#: ops whose result is a view of their first argument (as torch's are); reshape and flatten are views of a
+#: contiguous tensor, which a leaf always is here
+VIEWS = frozenset({"view", "transpose", "t", "permute", "unsqueeze", "squeeze", "expand", "expand_as", "narrow",
+                   "select", "diagonal"})
+VIEWS_OF_CONTIGUOUS = frozenset({"reshape", "flatten"})
+#: ops of the catalog's shape family whose result never shares its input's memory
+COPIES = frozenset({"clone", "cat", "stack", "repeat", "gather", "index_select"})
+NON_LEAF_FLAG = ("you can only change requires_grad flags of leaf variables. If you want to use a computed "
+                 "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().")
+INT_REQUIRES_GRAD = "Only Tensors of floating point and complex dtype can require gradients"
+INT_REQUIRES_GRAD_METHOD = "only Tensors of floating point dtype can require gradients"
+INT_REQUIRES_GRAD_SETTER = "only Tensors of floating point and complex dtype can require gradients"
+NO_GRAD_FN = "element {} of tensors does not require grad and does not have a grad_fn"
+UNUSED = ("The differentiated Tensor at index {} appears to not have been used in the graph. Set "
+          "allow_unused=True if this is the desired behavior.")
+#: ops that convert to a fixed dtype (the catalog's conversion methods)
+CASTS = {"long": "int64", "bool": "bool", "float": "float32", "double": "float64"}
+
+
+class Node:
+    """A node of the client's picture of the graph; ``parents``: the nodes of the inputs that require grad."""
+
+    __slots__ = ("parents",)
+
+    def __init__(self, parents: tuple = ()):
+        self.parents = parents
+
+
+def error(kind: str, message: str) -> Exception:
+    """torch's exception (a ProblemError of torch's class, as the server's are), raised by the client."""
+    return TORCH_ERRORS[kind]({"status": 0, "code": "client_check", "detail": message, "exception": kind})
+
+
+def known(t) -> dict:
+    """The facts the client knows about handle ``t`` (its view, while valid), or an empty dict."""
+    view = t._view
+    return view if view is not None and t._view_stamp == t._stamp() else _NOTHING
+
+
+_NOTHING: dict = {}
+
+
+def peek(t, key: str):
+    """A fact the client knows about handle ``t`` without asking, or UNKNOWN."""
+    if key == "shape":
+        return tuple(t._shape) if t._shape is not None else UNKNOWN
+    value = known(t).get(key, UNKNOWN)
+    if value is UNKNOWN and key == "dtype" and t._dtype is not None:
+        return t._dtype
+    return value
+
+
+def node(t):
+    """``t``'s node: None when it does not require grad, UNKNOWN when the client cannot tell."""
+    facts = known(t)
+    requires_grad = facts.get("requires_grad", UNKNOWN)
+    if requires_grad is UNKNOWN or not requires_grad:
+        return UNKNOWN if requires_grad is UNKNOWN else None
+    leaf = facts.get("is_leaf", UNKNOWN)
+    if leaf is True:
+        if t._leaf is None:
+            t._leaf = Node()
+        return t._leaf
+    return UNKNOWN if leaf is UNKNOWN else facts.get("node", UNKNOWN)
+
+
+def is_float(dtype) -> bool | None:
+    return None if dtype is UNKNOWN or dtype is None else dtype.startswith("float")
+
+
+# ----- shapes -----------------------------------------------------------------------------------------------
+def broadcast(shapes: list[tuple], two: bool) -> tuple | object:
+    """torch's broadcast of ``shapes`` with its message for two tensors; UNKNOWN (left to the server) for a
+    mismatch among more."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    first = shapes[0]
+    if all(s == first for s in shapes):
+        return first
+    n = max(len(s) for s in shapes)
+    out = [1] * n
+    for i in range(n - 1, -1, -1):
+        off = n - 1 - i
+        sizes = [s[len(s) - 1 - off] if off < len(s) else 1 for s in shapes]
+        other = {d for d in sizes if d != 1}
+        if len(other) > 1:
+            if not two:
+                return UNKNOWN
+            raise error("RuntimeError", f"The size of tensor a ({sizes[0]}) must match the size of tensor b "
+                                        f"({sizes[1]}) at non-singleton dimension {i}")
+        out[i] = other.pop() if other else 1
+    return tuple(out)
+
+
+def data_shape(data) -> tuple | object:
+    """The shape of nested Python lists of numbers, as ``torch.tensor`` reads it (the first element's length
+    at each depth), with torch's ValueError for a ragged list; UNKNOWN for what is not plain lists."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    import numpy as np
+
+    if isinstance(data, np.ndarray):
+        return data.shape
+    shape, probe = [], data
+    while isinstance(probe, (list, tuple)):
+        shape.append(len(probe))
+        if not probe:
+            break
+        probe = probe[0]
+    shape = tuple(shape)
+    return shape if _fits(data, shape, 0) else UNKNOWN
+
+
+def _fits(data, shape: tuple, depth: int) -> bool:
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    if depth == len(shape):
+        return isinstance(data, (bool, int, float))
+    if not isinstance(data, (list, tuple)):
+        return False  # (a number where torch expects a sequence: the server gives torch's message)
+    if len(data) != shape[depth]:
+        raise error("ValueError", f"expected sequence of length {shape[depth]} at dim {depth} (got {len(data)})")
+    return all(_fits(d, shape, depth + 1) for d in data)
+
+
+def data_dtype(data):
+    """torch.tensor's dtype for Python data: bool, int64 or a float (UNKNOWN: which float is the server's)."""
+    import numpy as np
+
+    if isinstance(data, np.ndarray):
+        return {"b": "bool", "i": "int64", "u": "int64"}.get(data.dtype.kind, UNKNOWN)
+    kinds = set()
+    stack = [data]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, bool):
+            kinds.add("bool")
+        elif isinstance(v, int):
+            kinds.add("int64")
+        else:
+            return UNKNOWN
+    if kinds == {"bool"}:
+        return "bool"
+    return "int64" if kinds == {"int64"} or kinds == {"bool", "int64"} else UNKNOWN
+
+
+# ----- an op's facts ------------------------------------------------------------------------------------------
+def creation(op: str, arg, dtype_name, requires_grad: bool) -> dict:
+    """A new leaf's facts (``arg(name)``: the call's argument ``name``, ``*size`` too); raises
+    torch's error for ``requires_grad=True`` on an integer dtype."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    from gradserve.torch import _catalog
+
+    dt = dtype_name
+    if dt is None:
+        if op == "tensor":
+            dt = data_dtype(arg("data"))
+        elif op == "full":
+            fill = arg("fill_value")
+            dt = "bool" if isinstance(fill, bool) else "int64" if isinstance(fill, int) else UNKNOWN
+        elif op == "arange":
+            ends = (arg("start"), arg("end"), arg("step", 1))
+            dt = "int64" if all(isinstance(v, int) or v is None for v in ends) else UNKNOWN
+        else:
+            dt = UNKNOWN
+    if requires_grad and is_float(dt) is False:
+        raise error("RuntimeError", INT_REQUIRES_GRAD)
+    facts = {"is_leaf": True, "requires_grad": requires_grad, "grad_fn": None, "retains_grad": False,
+             "version": 0}
+    shape = UNKNOWN
+    if op == "tensor":
+        shape = data_shape(arg("data"))
+    else:
+        size = next((arg(p) for p in _catalog.positions(op) if p in _catalog.SIZE_PARAMS), None)
+        if size is None and _catalog.varargs(op) in _catalog.SIZE_PARAMS:
+            size = arg(_catalog.varargs(op))  # zeros(2, 3), zeros((2, 3)), zeros(size=(2, 3))
+        if isinstance(size, (list, tuple)) and all(isinstance(d, int) and not isinstance(d, bool) for d in size):
+            shape = tuple(size)
+    if shape is not UNKNOWN:
+        facts["shape"] = shape
+    if dt is not UNKNOWN:
+        facts["dtype"] = dt
+    return facts
+
+
+def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
+    """The facts of a one-output op's result: requires_grad, is_leaf and node, and the shape where the op's
+    family says how (broadcasting, reductions). Raises torch's broadcast error."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    facts: dict = {}
+    shape = shape_of(entry, tensors, arg)
+    if shape is not UNKNOWN:
+        facts["shape"] = shape
+    name = entry["name"]
+    dtype = arg("dtype") if "dtype" in _arg_names(entry) else None
+    cast = CASTS.get(name) or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
+    if cast is not None and cast is not UNKNOWN and entry["family"] == "shape":  # (a conversion: its dtype)
+        facts["dtype"] = cast
+        if not tensors or peek(tensors[0], "dtype") in (cast, UNKNOWN):
+            return facts  # torch returns the tensor itself when it has the dtype already: its flags, unknown here
+    if not grad_enabled or not entry["differentiable"] or cast is not None and is_float(cast) is False:
+        facts.update(requires_grad=False, is_leaf=True, grad_fn=None, node=None)
+        return facts
+    if cast is UNKNOWN:
+        return facts
+    nodes = [node(t) for t in tensors]
+    parents = tuple(n for n in nodes if n is not None and n is not UNKNOWN)
+    if parents and UNKNOWN not in nodes:
+        facts.update(requires_grad=True, is_leaf=False, node=Node(parents))
+    elif parents:
+        facts.update(requires_grad=True, is_leaf=False)
+    elif UNKNOWN not in nodes:
+        facts.update(requires_grad=False, is_leaf=True, grad_fn=None, node=None)
+    return facts
+
+
+def _arg_names(entry: dict) -> frozenset:
+    return _ARG_NAMES.get(entry["name"]) or _ARG_NAMES.setdefault(
+        entry["name"], frozenset(a["name"] for a in entry["arguments"]))
+
+
+_ARG_NAMES: dict[str, frozenset] = {}
+
+
+#: dimension arguments, checked against the rank of the op's first argument as torch's maybe_wrap_dim does
+DIM_PARAMS = ("dim", "dim0", "dim1", "dims", "start_dim", "end_dim")
+#: ops whose dimension arguments index something else than their first argument: the output (one more
+#: dimension), or the broadcast of two inputs
+DIM_OF_OUTPUT = frozenset({"unsqueeze"})
+DIM_ELSEWHERE = frozenset({"diag_embed", "cosine_similarity", "cross", "linalg.cross", "stack", "cat",
+                           "linalg.matrix_norm"})  # (a 1-D input: torch says it needs 2 dimensions)
+
+
+def check_dims(entry: dict, arg, shape) -> None:
+    """torch's IndexError for a dimension argument out of range of the first argument's rank."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    name = entry["name"]
+    if shape is UNKNOWN or name in DIM_ELSEWHERE:
+        return
+    rank = max(len(shape) + (name in DIM_OF_OUTPUT), 1)
+    for param in DIM_PARAMS:
+        if param not in _arg_names(entry):
+            continue
+        value = arg(param)
+        for d in (value if isinstance(value, (list, tuple)) else (value,)):
+            if isinstance(d, int) and not isinstance(d, bool) and not -rank <= d < rank:
+                raise error("IndexError", f"Dimension out of range (expected to be in range of [{-rank}, "
+                                          f"{rank - 1}], but got {d})")
+
+
+def _first_shape(entry: dict, tensors: list, arg):
+    first = entry["arguments"][0] if entry["arguments"] else None
+    if first is None or not first.get("tensor") or first.get("tensor_list"):
+        return UNKNOWN
+    value = arg(first["name"])
+    return peek(value, "shape") if any(value is t for t in tensors) else UNKNOWN
+
+
+def shape_of(entry: dict, tensors: list, arg):
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    family, name = entry["family"], entry["name"]
+    if family == "elementwise":
+        shapes = [peek(t, "shape") for t in tensors]
+        if not shapes or UNKNOWN in shapes:
+            return UNKNOWN
+        return broadcast(shapes, len(shapes) == 2)
+    shape = _first_shape(entry, tensors, arg)
+    check_dims(entry, arg, shape)
+    if shape is UNKNOWN:
+        return UNKNOWN
+    if family == "reduction" and len(tensors) == 1:
+        params = {a["name"]: a for a in entry["arguments"]}
+        if "dim" not in params or "keepdim" not in params:
+            return UNKNOWN
+        dim = arg("dim")
+        if dim is None and params["dim"].get("default", 0) is None:
+            dims = range(len(shape))
+        elif isinstance(dim, int) and not isinstance(dim, bool) or isinstance(dim, (list, tuple)) and dim:
+            dims = [d % max(len(shape), 1) for d in (dim if isinstance(dim, (list, tuple)) else (dim,))]
+        else:
+            return UNKNOWN
+        if not shape:
+            return ()
+        if arg("keepdim", False):
+            return tuple(1 if i in dims else n for i, n in enumerate(shape))
+        return tuple(n for i, n in enumerate(shape) if i not in dims)
+    if name in ("view", "reshape"):
+        return view_shape(shape, arg("shape") if "shape" in _arg_names(entry) else arg("size"))
+    if name in ("matmul", "mm"):
+        other = arg("other") if "other" in _arg_names(entry) else arg("mat2")
+        return matmul_shape(shape, peek(other, "shape") if any(other is t for t in tensors) else UNKNOWN)
+    return UNKNOWN
+
+
+def view_shape(shape: tuple, size) -> tuple | object:
+    """``view``/``reshape``'s result, with torch's errors for a size that does not fit."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    if not isinstance(size, (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool) for d in size):
+        return UNKNOWN
+    numel = 1
+    for n in shape:
+        numel *= n
+    if list(size).count(-1) > 1:
+        raise error("RuntimeError", "only one dimension can be inferred")
+    known = 1
+    for d in size:
+        if d != -1:
+            known *= d
+    if any(d < -1 for d in size):
+        return UNKNOWN
+    if -1 in size:
+        if known == 0 or numel % known:
+            raise error("RuntimeError", f"shape '{list(size)}' is invalid for input of size {numel}")
+        return tuple(numel // known if d == -1 else d for d in size)
+    if known != numel:
+        raise error("RuntimeError", f"shape '{list(size)}' is invalid for input of size {numel}")
+    return tuple(size)
+
+
+def matmul_shape(a, b) -> tuple | object:
+    """``matmul`` of 1-D and 2-D operands, with torch's messages (higher ranks: left to the server)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    if b is UNKNOWN or len(a) not in (1, 2) or len(b) not in (1, 2):
+        return UNKNOWN
+    if len(a) == 2 and len(b) == 2:
+        if a[1] != b[0]:
+            raise error("RuntimeError", f"mat1 and mat2 shapes cannot be multiplied ({a[0]}x{a[1]} and "
+                                        f"{b[0]}x{b[1]})")
+        return (a[0], b[1])
+    if len(a) == 2:
+        if a[1] != b[0]:
+            raise error("RuntimeError", f"size mismatch, got input ({a[0]}), mat ({a[0]}x{a[1]}), vec ({b[0]})")
+        return (a[0],)
+    if len(b) == 1:
+        if a[0] != b[0]:
+            raise error("RuntimeError", f"inconsistent tensor size, expected tensor [{a[0]}] and src [{b[0]}] to "
+                                        f"have the same number of elements, but got {a[0]} and {b[0]} elements "
+                                        f"respectively")
+        return ()
+    return UNKNOWN  # 1-D @ 2-D: torch's message names the unsqueezed operand; the server gives it
+
+
+def basic_index(key) -> bool:
+    """An index torch applies as a view (ints, slices, None, Ellipsis), not an advanced one (tensors, lists)."""
+    items = key if isinstance(key, tuple) else (key,)
+    return all(k is None or k is Ellipsis or isinstance(k, slice) or isinstance(k, int) and not isinstance(k, bool)
+               for k in items)
+
+
+def view_of_leaf(name: str, base, index=None) -> bool:
+    """Is the result of op ``name`` on ``base`` a view of a leaf that requires grad?"""
+    if name == "getitem":
+        views = basic_index(index)
+    else:
+        views = name in VIEWS or name in VIEWS_OF_CONTIGUOUS and peek(base, "is_leaf") is True
+    if not views:
+        return False
+    leaf = peek(base, "is_leaf") is True and peek(base, "requires_grad") is True
+    return leaf or peek(base, "view_of_leaf") is True
+
+
+def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -> dict:
+    """Check an in-place op on ``target`` as torch does; the target's facts after it. ``index``: setitem's key
+    (a basic index writes through a view of the target)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    facts_of = known(target)
+    leaf, requires_grad = facts_of.get("is_leaf", UNKNOWN), facts_of.get("requires_grad", UNKNOWN)
+    on_view = facts_of.get("view_of_leaf") is True
+    if grad_enabled and (on_view or index is not None and view_of_leaf("getitem", target, index)):
+        raise error("RuntimeError", VIEW_OF_LEAF_INPLACE)
+    if grad_enabled and leaf is True and requires_grad is True:
+        raise error("RuntimeError", LEAF_INPLACE)
+    shape = peek(target, "shape")
+    if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN:
+        shapes = [shape, *(peek(t, "shape") for t in others)]
+        if UNKNOWN not in shapes:
+            out = broadcast(shapes, len(shapes) == 2)
+            if out is not UNKNOWN and out != shape:
+                raise error("RuntimeError", f"output with shape {list(shape)} doesn't match the broadcast shape "
+                                            f"{list(out)}")
+    facts: dict = {} if shape is UNKNOWN else {"shape": shape}
+    if on_view:
+        facts["view_of_leaf"] = True
+    if not grad_enabled or not entry["differentiable"]:
+        if requires_grad is not UNKNOWN and leaf is not UNKNOWN:
+            facts.update(requires_grad=requires_grad, is_leaf=leaf)
+            if requires_grad and leaf is False and "node" in facts_of:
+                facts["node"] = facts_of["node"]
+        return facts
+    nodes = [node(target), *(node(t) for t in others)]
+    parents = tuple(n for n in nodes if n is not None and n is not UNKNOWN)
+    if UNKNOWN in nodes:
+        if parents:
+            facts.update(requires_grad=True, is_leaf=False)
+        return facts
+    if parents:
+        facts.update(requires_grad=True, is_leaf=False, node=Node(parents))
+    elif leaf is not UNKNOWN:
+        facts.update(requires_grad=False, is_leaf=leaf, node=None)
+    return facts
+
+
+@functools.cache
+def _broadcasts_in_place(name: str) -> bool:
+    """An in-place op whose out-of-place form is elementwise (``add_``: ``add``) broadcasts into its target."""
+    from gradserve.torch import _catalog
+
+    base = _catalog.catalog().get(name.removesuffix("_"))
+    return base is not None and base["family"] == "elementwise"
+
+
+def set_requires_grad(t, flag: bool, setter: bool) -> None:
+    """``t.requires_grad_(flag)`` / ``t.requires_grad = flag``: torch's errors for a computed tensor and for an
+    integer one."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    if not flag and peek(t, "is_leaf") is False:
+        raise error("RuntimeError", NON_LEAF_FLAG)
+    if flag and is_float(peek(t, "dtype")) is False:
+        raise error("RuntimeError", INT_REQUIRES_GRAD_SETTER if setter else INT_REQUIRES_GRAD_METHOD)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def check_grad(outputs: list, inputs: list, allow_unused, has_grad_outputs: bool = False) -> list[bool] | None:
+    """``autograd.grad``'s errors torch decides from the graph: an output that does not require grad, an input
+    not used (without ``allow_unused``). Returns which inputs are used, when the client knows."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    out_nodes = [node(t) for t in outputs]
+    if not has_grad_outputs:
+        for t, n in zip(outputs, out_nodes):
+            shape = peek(t, "shape")
+            if n is not None and shape is not UNKNOWN and len(shape) and _numel(shape) != 1:
+                raise error("RuntimeError", "grad can be implicitly created only for scalar outputs")
+    for i, n in enumerate(out_nodes):
+        if n is None:
+            raise error("RuntimeError", NO_GRAD_FN.format(i))
+    in_nodes = [node(t) for t in inputs]
+    if UNKNOWN in out_nodes or UNKNOWN in in_nodes or None in in_nodes:
+        return None
+    reached: set[int] = set()
+    stack = list(out_nodes)
+    while stack:
+        n = stack.pop()
+        if id(n) not in reached:
+            reached.add(id(n))
+            stack.extend(n.parents)
+    used = [id(n) in reached for n in in_nodes]
+    if not allow_unused and not all(used):
+        raise error("RuntimeError", UNUSED.format(used.index(False)))
+    return used
+
+
+def set_grad(t, value) -> None:
+    """``t.grad = value``: torch's error for a gradient of another size."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    if value is None:
+        return
+    have, want = peek(value, "shape"), peek(t, "shape")
+    if have is not UNKNOWN and want is not UNKNOWN and have != want:
+        raise error("RuntimeError", f"attempting to assign a gradient of size '{list(have)}' to a tensor of size "
+                                    f"'{list(want)}'. Please ensure that the gradient and the tensor are the same size")

@@ -1,0 +1,271 @@
+"""Issue 27 against a real server process: integers outside int64, response limits on what is sent, bounds
+that hold before the work (transforms, function bodies under the deadline), a plan cache no key can observe
+or flush for another, and cheap requests that stay cheap."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.deploy.servers import Uvicorn
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    started = Uvicorn.for_app({"GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0", "GRADSERVE_ACCESS_LOG": "false"},
+                              tmp_path_factory.mktemp("hardening") / "uvicorn.log").start()
+    yield started
+    started.kill()
+
+
+@pytest.fixture
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        yield c
+
+
+def run_eval(client: httpx.Client, ops: list[dict], **extra) -> httpx.Response:
+    return client.post("/v1/eval", json={"ops": ops, **extra})
+
+
+def assert_problem(response: httpx.Response, status: int, code: str) -> dict:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["code"] == code, body
+    return body
+
+
+# ----- integers outside int64 --------------------------------------------------------------------------------
+@pytest.mark.parametrize("data", [[18446744073709551617], [-(2**63) - 1], 2**64, [[1, 2**70]], [True, 2**64]])
+def test_integers_outside_int64_in_tensor_data_are_refused_as_torch_refuses_them(client, data):
+    body = assert_problem(run_eval(client, [{"op": "tensor", "out": "z", "args": [data]}]), 422,
+                          "invalid_tensor_data")
+    assert body["exception"] == "ValueError" and body["detail"] == "Overflow when unpacking long long"
+    sid = client.post("/v1/sessions").json()["id"]
+    response = client.post(f"/v1/sessions/{sid}/ops", json={"ops": [{"op": "tensor", "out": "z", "args": [data]}]})
+    assert_problem(response, 422, "invalid_tensor_data")
+    assert client.get(f"/v1/sessions/{sid}/tensors").json()["tensors"] == {}  # nothing applied
+
+
+def test_large_integers_beside_a_float_or_with_a_float_dtype_are_just_large_numbers(client):
+    mixed = run_eval(client, [{"op": "tensor", "out": "z", "args": [[1.5, 18446744073709551616]]},
+                              {"op": "tensor", "out": "f", "args": [2**64], "kwargs": {"dtype": "float64"}},
+                              {"op": "tensor", "out": "edge", "args": [[2**63 - 1, -(2**63)]]}])
+    assert mixed.status_code == 200, mixed.text
+    tensors = mixed.json()["tensors"]
+    assert tensors["z"]["dtype"] == "float32" and tensors["z"]["data"] == [1.5, 1.8446744e19]
+    assert tensors["f"]["data"] == 1.8446744073709552e19
+    assert tensors["edge"]["dtype"] == "int64" and tensors["edge"]["data"] == [2**63 - 1, -(2**63)]
+
+
+# ----- response limits on what is sent ---------------------------------------------------------------------
+def test_names_returned_at_meta_or_auto_level_count_as_what_is_sent(uvicorns):
+    small = uvicorns({"GRADSERVE_MAX_RESPONSE_BYTES": "400000"})  # 100,000 float32 in JSON is ~1 MB
+    with httpx.Client(base_url=small.url, timeout=30) as c:
+        sid = c.post("/v1/sessions").json()["id"]
+        ops = [{"op": "randn", "out": n, "args": [100_000]} for n in ("a", "b", "c")]
+        meta = c.post(f"/v1/sessions/{sid}/ops", json={"ops": ops, "return": {"a": "meta", "b": "auto",
+                                                                              "c": "meta"}})
+        assert meta.status_code == 200, meta.text
+        assert len(meta.content) < 2000 and meta.json()["tensors"]["b"]["shape"] == [100_000]
+        assert "data" not in meta.json()["tensors"]["b"]
+        # the same tensors in full are still refused before anything is applied
+        full = c.post(f"/v1/sessions/{sid}/ops", json={"ops": [{"op": "randn", "out": "d", "args": [100_000]}],
+                                                       "return": {"d": "full"}})
+        assert_problem(full, 422, "limit_exceeded")
+        assert set(c.get(f"/v1/sessions/{sid}").json()["tensors"]) == {"a", "b", "c"}  # nothing applied
+
+
+# ----- plan metrics ----------------------------------------------------------------------------------------
+def plan_counter(client: httpx.Client, name: str) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(f"gradserve_plan_{name}_total "):
+            return float(line.split()[1])
+    raise AssertionError(name)
+
+
+def test_a_deferred_session_run_is_counted_as_deferred_not_unplannable(client):
+    sid = client.post("/v1/sessions").json()["id"]
+    made = client.post(f"/v1/sessions/{sid}/ops", json={"ops": [{"op": "tensor", "out": "x", "args": [[1.0, 2.0]]}]})
+    assert made.status_code == 200
+    before = {name: plan_counter(client, name) for name in ("deferred", "unplannable", "misses", "hits")}
+    step = {"ops": [{"op": "mul", "out": "y", "args": ["x", 3.0]}], "no_grad": True}
+    # deferred (the state holds x), deferred (x and y: another key), recorded, replayed
+    for _ in range(4):
+        assert client.post(f"/v1/sessions/{sid}/ops", json=step).status_code == 200
+    after = {name: plan_counter(client, name) for name in before}
+    assert {k: after[k] - before[k] for k in before} == {"deferred": 2, "unplannable": 0, "misses": 1, "hits": 1}
+
+
+# ----- bounds before the work, deadlines inside function bodies ----------------------------------------------
+def chain_function(n: int, size: int) -> list[dict]:
+    """``f(x) = sum(x * sum(M @ M))`` with ``M @ M`` (size x size) computed ``n`` times (into one name: memory
+    stays flat), and the session ops that make M and x0."""
+    body = [{"op": "matmul", "args": ["M", "M"], "out": "h"} for _ in range(n)]
+    body += [{"op": "sum", "args": ["h"], "out": "s"}, {"op": "mul", "args": ["x", "s"], "out": "p"},
+             {"op": "sum", "args": ["p"], "out": "y"}]
+    return [{"op": "randn", "out": "M", "args": [size, size]},
+            {"op": "randn", "out": "x0", "args": [size, size], "kwargs": {"requires_grad": True}},
+            {"op": "function", "out": "f", "kwargs": {"inputs": ["x"], "outputs": "y", "ops": body}}]
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 1/100 s
+
+
+@pytest.fixture(scope="module")
+def strict(tmp_path_factory):
+    """A server with a 1 s deadline and one heavy slot, no queue: work that goes on holds the slot."""
+    started = Uvicorn.for_app({"GRADSERVE_REQUEST_DEADLINE_SECONDS": "1", "GRADSERVE_MAX_HEAVY_REQUESTS": "1",
+                               "GRADSERVE_MAX_HEAVY_QUEUE": "0", "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"},
+                              tmp_path_factory.mktemp("strict") / "uvicorn.log").start()
+    yield started
+    started.kill()
+
+
+def test_a_function_body_stops_at_the_deadline(strict):
+    with httpx.Client(base_url=strict.url, timeout=60) as c:
+        sid = c.post("/v1/sessions").json()["id"]
+        assert c.post(f"/v1/sessions/{sid}/ops", json={"ops": chain_function(3000, 384)}).status_code == 200
+        started = time.monotonic()
+        late = c.post(f"/v1/sessions/{sid}/ops", json={"ops": [{"op": "vjp", "args": ["f", "x0"], "out": ["o", "g"]}]})
+        elapsed = time.monotonic() - started
+        body = assert_problem(late, 504, "deadline_exceeded")
+        assert "GRADSERVE_REQUEST_DEADLINE_SECONDS" in body["detail"]
+        assert elapsed < 4, elapsed  # 3,000 matmuls of 384x384 before the fix, however late
+        assert set(c.get(f"/v1/sessions/{sid}").json()["tensors"]) == {"M", "x0"}  # nothing applied
+
+
+def test_a_function_body_stops_when_its_client_goes_away(strict):
+    with httpx.Client(base_url=strict.url, timeout=60) as c:
+        sid = c.post("/v1/sessions").json()["id"]
+        assert c.post(f"/v1/sessions/{sid}/ops", json={"ops": chain_function(3000, 384)}).status_code == 200
+        with pytest.raises(httpx.TimeoutException), httpx.Client(base_url=strict.url, timeout=0.3) as leaving:
+            leaving.post(f"/v1/sessions/{sid}/ops", json={"ops": [{"op": "vjp", "args": ["f", "x0"],
+                                                                   "out": ["o", "g"]}]})
+        # the one heavy slot is free again as soon as the body notices (at its next op), not after 3,000 matmuls
+        statuses = []
+        deadline = time.monotonic() + 0.8
+        while time.monotonic() < deadline:
+            statuses.append(c.post("/v1/eval", json={"ops": [{"op": "randn", "out": "r", "args": [4]}]}).status_code)
+            if statuses[-1] == 200:
+                break
+            time.sleep(0.05)
+        assert statuses[-1] == 200, statuses
+
+
+@pytest.mark.parametrize("vectorize", [False, True])
+def test_an_oversized_jacobian_is_refused_before_any_row_pass(strict, vectorize):
+    # 2100 x 2100 = 4.41M elements, over the 4M per tensor (torch would compute it); 2,100 row passes through
+    # 40 nodes each would pass the 1 s deadline first
+    body = [{"op": "mul", "args": ["a", 2.0], "out": "b"}, *[{"op": "sin", "args": ["b"], "out": "b"}] * 40]
+    ops = [{"op": "ones", "out": "x", "args": [2100], "kwargs": {"requires_grad": True}},
+           {"op": "function", "out": "f", "kwargs": {"inputs": ["a"], "outputs": "b", "ops": body}},
+           {"op": "jacobian", "args": ["f", "x"], "kwargs": {"vectorize": vectorize}, "out": "J"}]
+    with httpx.Client(base_url=strict.url, timeout=60) as c:
+        body = assert_problem(run_eval(c, ops, **{"return": ["J"]}), 422, "limit_exceeded")
+    assert "4410000 elements" in body["detail"] and "GRADSERVE_MAX_ELEMENTS_PER_TENSOR" in body["detail"]
+
+
+def test_a_jacobian_within_the_limits_is_still_computed(client):
+    ops = [{"op": "tensor", "out": "x", "args": [[1.0, 2.0, 3.0]], "kwargs": {"requires_grad": True}},
+           {"op": "function", "out": "f", "kwargs": {"inputs": ["a"], "outputs": "b",
+                                                     "ops": [{"op": "mul", "args": ["a", "a"], "out": "b"}]}},
+           {"op": "jacobian", "args": ["f", "x"], "out": "J"}]
+    answer = run_eval(client, ops, **{"return": ["J"]})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["tensors"]["J"]["data"] == [[2.0, 0.0, 0.0], [0.0, 4.0, 0.0], [0.0, 0.0, 6.0]]
+
+
+def test_a_small_request_whose_function_does_heavy_work_does_not_stall_the_event_loop(client):
+    body = {"ops": [{"op": "tensor", "out": "x", "args": [[1.0]], "kwargs": {"requires_grad": True}},
+                    {"op": "function", "out": "f", "kwargs": {"inputs": ["a"], "outputs": "y", "ops": [
+                        {"op": "randn", "args": [1500, 1500], "out": "m"},
+                        *[{"op": "matmul", "args": ["m", "m"], "out": "m"} for _ in range(6)],
+                        {"op": "sum", "args": ["m"], "out": "s"},
+                        {"op": "mul", "args": ["s", "a"], "out": "y"}]}},
+                    {"op": "vjp", "args": ["f", "x"], "out": ["o", "g"]}], "return": ["g"]}
+    assert len(json.dumps(body)) < 2048  # a small body: what used to run on the event loop
+    result: list[httpx.Response] = []
+    worker = threading.Thread(target=lambda: result.append(run_eval(client, body["ops"], **{"return": ["g"]})))
+    worker.start()
+    waits = []
+    with httpx.Client(base_url=client.base_url, timeout=30) as probe:
+        while worker.is_alive():
+            started = time.monotonic()
+            assert probe.get("/healthz").status_code == 200
+            waits.append(time.monotonic() - started)
+            time.sleep(0.01)
+    worker.join()
+    assert result[0].status_code == 200, result[0].text
+    assert len(waits) >= 3 and max(waits) < 0.5, waits  # 1.2-3.5 s stalls before the fix
+
+
+# ----- the plan cache: one per key -------------------------------------------------------------------------
+ALICE, BOB = "hardening-alice-0123456789abcdef", "hardening-bob-0123456789abcdef"
+
+
+def structure(k: int) -> list[dict]:
+    """An op list whose structure (and so plan) differs for each ``k``."""
+    return [{"op": "tensor", "out": "w", "args": [[1.0, 2.0, 3.0]], "kwargs": {"requires_grad": True}},
+            {"op": "mul", "out": "x", "args": ["w", 1.5]},
+            *[{"op": "mul", "out": "x", "args": ["x", 1.5]} for _ in range(k)],
+            {"op": "sum", "out": "s", "args": ["x"]}, {"op": "backward", "args": ["s"]}]
+
+
+def test_no_key_can_observe_or_flush_another_keys_plans(uvicorns):
+    server = uvicorns({"GRADSERVE_API_KEYS": f"{ALICE},{BOB}", "GRADSERVE_PLAN_CACHE_ENTRIES": "8",
+                       "GRADSERVE_RATE_LIMIT_PER_SECOND": "0"})
+    alice, bob = ({"X-API-Key": key} for key in (ALICE, BOB))
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        def evaluate(headers, k):
+            r = c.post("/v1/eval", json={"ops": structure(k), "return": ["w.grad"]}, headers=headers)
+            assert r.status_code == 200, r.text
+            return r.json()["tensors"]["w.grad"]["data"]
+
+        for _ in range(3):  # deferred, recorded, replayed
+            evaluate(alice, 1)
+        before = {name: plan_counter(c, name) for name in ("hits", "deferred")}
+        evaluate(bob, 1)  # with one cache for all, a hit: Bob would learn that someone ran this list
+        after = {name: plan_counter(c, name) for name in ("hits", "deferred")}
+        assert after == {"hits": before["hits"], "deferred": before["deferred"] + 1}
+        for k in range(2, 22):  # 20 structures of Bob's, each recorded: his cache of 8 turns over
+            evaluate(bob, k)
+            evaluate(bob, k)
+        hits = plan_counter(c, "hits")
+        assert evaluate(alice, 1) == [1.5 ** 2] * 3
+        assert plan_counter(c, "hits") == hits + 1  # Alice's plan is still there
+        figures = [line for line in c.get("/metrics").text.splitlines() if line.startswith("gradserve_plan")]
+        assert figures and all("{" not in line for line in figures)  # figures of the process, none per key
+        assert any(line == "gradserve_plan_cache_partitions 2.0" for line in figures)
+
+
+# ----- the cheap path under load ---------------------------------------------------------------------------
+def test_a_cheap_request_is_never_queued_behind_heavy_work(strict):
+    heavy = {"ops": [{"op": "randn", "out": "m", "args": [600, 600]},
+                     *[{"op": "matmul", "out": "m", "args": ["m", "m"]} for _ in range(400)]], "return": ["s"]}
+    with httpx.Client(base_url=strict.url, timeout=30) as c:
+        sid = c.post("/v1/sessions").json()["id"]
+        # a run slow enough that the session's next request is not tried on the event loop
+        slow = [{"op": "randn", "out": "big", "args": [1000, 1000]}, {"op": "sum", "out": "t", "args": ["big"]},
+                {"op": "tensor", "out": "x", "args": [[1.0, 2.0]]}, {"op": "del", "args": ["big"]}]
+        assert c.post(f"/v1/sessions/{sid}/ops", json={"ops": slow}).status_code == 200
+        busy = threading.Thread(target=lambda: c.post("/v1/eval", json=heavy))
+        busy.start()
+        time.sleep(0.3)
+        try:
+            # the one heavy slot is taken and there is no queue: heavy work is refused...
+            assert_problem(c.post("/v1/eval", json=heavy), 503, "server_busy")
+            # ... a cheap op list is not
+            cheap = c.post(f"/v1/sessions/{sid}/ops", json={"ops": [{"op": "mul", "out": "y", "args": ["x", 2.0]},
+                                                                    {"op": "sum", "out": "s", "args": ["y"]}]})
+            assert cheap.status_code == 200, cheap.text
+            assert cheap.json()["tensors"]["s"]["data"] == 6.0
+        finally:
+            busy.join()
