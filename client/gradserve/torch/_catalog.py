@@ -66,7 +66,7 @@ def names_in(namespace: str) -> dict[str, str]:
     """Public name -> op name of the catalog's ops in ``namespace`` (``torch``, ``torch.nn.functional``...)."""
     out: dict[str, str] = {}
     for name, entry in catalog().items():
-        if name.startswith("_") or entry["family"] == "autograd" and "namespaces" not in entry:
+        if name.startswith("__") or entry["family"] == "autograd" and "namespaces" not in entry:
             continue
         prefix, dot, rest = name.rpartition(".")
         if dot:  # a torch submodule's function: "linalg.det" is torch.linalg.det, "special.gammaln" ...
