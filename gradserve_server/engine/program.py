@@ -428,8 +428,8 @@ class _Runner:
                     self.functions.pop(n, None)
                     bound.append(n)
             return bound
-        if isinstance(value, (bool, int, float)):
-            return []
+        if isinstance(value, (bool, int, float)):  # torch.allclose's bool: a 0-d tensor on the wire, never lost
+            return self.bind(out, Tensor(np.asarray(value)))
         return []
 
     def names_of(self, t: Tensor) -> str | None:

@@ -68,7 +68,8 @@ METHOD_ONLY = frozenset({"view", "expand", "expand_as", "repeat", "contiguous", 
                          "clamp_min_", "clamp_max_", "clamp_", "zero_", "abs_", "neg_", "exp_", "log_", "sqrt_",
                          "sigmoid_", "tanh_", "relu_", "scatter_", "scatter_add_", "index_add_", "index_copy_",
                          "index_fill_", "uniform_", "normal_", "bernoulli_", "random_",
-                         "exponential_"})
+                         "exponential_", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor",
+                         "view_as", "reshape_as"})
 
 # ops torch binds with several overloads where our derived signature stands for them all: none of torch's is
 # plausible for a call without any argument, which torch answers with the list of them (one argument, a
@@ -138,6 +139,7 @@ OVERLOADS: dict[str, dict[str, tuple[str, ...]]] = {
     "lerp": {"function": ("(Tensor input, Tensor end, Tensor weight, *, Tensor out = None)",
                           "(Tensor input, Tensor end, Number weight, *, Tensor out = None)"),
              "method": ("(Tensor end, Tensor weight)", "(Tensor end, Number weight)")},
+    "lerp_": {"method": ("(Tensor end, Tensor weight)", "(Tensor end, Number weight)")},
     "masked_fill": {"function": ("(Tensor input, Tensor mask, Tensor value)",
                                  "(Tensor input, Tensor mask, Number value)"),
                     "method": ("(Tensor mask, Tensor value)", "(Tensor mask, Number value)")},
@@ -200,6 +202,30 @@ OVERLOADS.update({
                            "(int dim, Tensor index, Number value, *, str reduce)")},
 })
 OVERLOADS["scatter_"] = {"method": OVERLOADS["scatter"]["method"]}
+OVERLOADS["remainder"] = {"function": ("(Tensor input, Tensor other, *, Tensor out = None)",
+                                       "(Number self, Tensor other)",
+                                       "(Tensor input, Number other, *, Tensor out = None)"),
+                          "method": ("(Tensor other)", "(Number other)")}
+for _q in ("quantile", "nanquantile"):
+    OVERLOADS[_q] = {
+        "function": ('(Tensor input, Tensor q, int dim = None, bool keepdim = False, *, str interpolation = "linear", '
+                     'Tensor out = None)',
+                     '(Tensor input, float q, int dim = None, bool keepdim = False, *, str interpolation = "linear", '
+                     'Tensor out = None)'),
+        "method": ('(Tensor q, int dim = None, bool keepdim = False, *, str interpolation = "linear")',
+                   '(float q, int dim = None, bool keepdim = False, *, str interpolation = "linear")')}
+OVERLOADS["tensor_split"] = {
+    "function": ("(Tensor input, tuple of ints indices, int dim = 0)",
+                 "(Tensor input, Tensor tensor_indices_or_sections, int dim = 0)",
+                 "(Tensor input, int sections, int dim = 0)"),
+    "method": ("(tuple of ints indices, int dim = 0)", "(Tensor tensor_indices_or_sections, int dim = 0)",
+               "(int sections, int dim = 0)")}
+OVERLOADS["repeat_interleave"] = {
+    "function": ("(Tensor input, Tensor repeats, int dim = None, *, int output_size = None)",
+                 "(Tensor repeats, *, int output_size = None)",
+                 "(Tensor input, int repeats, int dim = None, *, int output_size = None)"),
+    "method": ("(Tensor repeats, int dim = None, *, int output_size = None)",
+               "(int repeats, int dim = None, *, int output_size = None)")}
 OVERLOADS["index_fill"] = {"function": ("(Tensor input, int dim, Tensor index, Tensor value)",
                                         "(Tensor input, int dim, Tensor index, Number value)"),
                            "method": ("(int dim, Tensor index, Tensor value)", "(int dim, Tensor index, Number value)")}

@@ -31,8 +31,13 @@ SPECIAL = {"erf": "erf", "expm1": "expm1", "log1p": "log1p", "logsumexp": "logsu
 #: parameters that take a size or a list of dims, which torch also takes as trailing ints (x.view(2, 3))
 SIZE_PARAMS = frozenset({"size", "shape", "sizes", "dims", "repeats"})
 #: ops that return a (values, indices) pair, and those whose number of outputs depends on the data
-PAIRS = {"sort": "sort", "max": "max", "min": "min"}
-VARIABLE_OUTPUTS = frozenset({"split", "chunk", "unbind"})
+PAIRS = {"sort": "sort", "max": "max", "min": "min", "median": "median", "nanmedian": "nanmedian"}
+VARIABLE_OUTPUTS = frozenset({"split", "chunk", "unbind", "tensor_split"})
+#: ops that return a tuple when one of these arguments is true (else one tensor)
+TUPLE_WHEN = {"max_pool2d": ("return_indices",), "max_pool1d": ("return_indices",), "nonzero": ("as_tuple",),
+              "unique": ("return_inverse", "return_counts")}
+#: ops whose torch result is a Python value (the server binds it as a 0-d tensor): read at once
+PYTHON_RESULT = {"allclose": bool}
 #: out-of-place ops that change an argument in place when another is given: op -> (changed, given); F.embedding
 #: renormalises weight's rows (torch.embedding_renorm_ under no_grad) when max_norm is given
 CHANGES_ARGUMENT = {"embedding": ("weight", "max_norm"), "dropout": ("input", "inplace")}
@@ -61,7 +66,7 @@ def names_in(namespace: str) -> dict[str, str]:
     """Public name -> op name of the catalog's ops in ``namespace`` (``torch``, ``torch.nn.functional``...)."""
     out: dict[str, str] = {}
     for name, entry in catalog().items():
-        if name.startswith("_") or entry["family"] == "autograd" and "namespaces" not in entry:
+        if name.startswith("__") or entry["family"] == "autograd" and "namespaces" not in entry:
             continue
         prefix, dot, rest = name.rpartition(".")
         if dot:  # a torch submodule's function: "linalg.det" is torch.linalg.det, "special.gammaln" ...
@@ -101,8 +106,10 @@ def pack_sizes(op: str, args: tuple) -> tuple:
 
 @functools.cache
 def _size_param(op: str) -> int | None:
-    """The position of ``op``'s size (or dims) parameter, if it has one."""
-    return next((i for p, i in positions(op).items() if p in SIZE_PARAMS), None)
+    """The position of ``op``'s size (or dims) parameter, if it has one (a tensor parameter, as
+    repeat_interleave's ``repeats``, is not a size)."""
+    tensors = {a["name"] for a in catalog()[op]["arguments"] if a.get("tensor")}
+    return next((i for p, i in positions(op).items() if p in SIZE_PARAMS and p not in tensors), None)
 
 
 @functools.cache

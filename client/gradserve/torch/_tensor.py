@@ -607,7 +607,8 @@ def call_op(name: str, args: tuple, kwargs: dict):
     shares = entry["family"] == "shape" and first is not None and base not in _meta.COPIES and not (
         base == "getitem" and not _meta.basic_index(args[1].key))  # (an advanced index copies)
     storage = first._storage if shares else None
-    if base in _catalog.VARIABLE_OUTPUTS:
+    if base in _catalog.VARIABLE_OUTPUTS or any(
+            _catalog.argument(base, flag, args, kwargs) for flag in _catalog.TUPLE_WHEN.get(base, ())):
         op["out"] = ctx.fresh_name()
         index = ctx.record(op)
         bound = ctx.flush()["ops"][index]["bound"]
@@ -644,6 +645,8 @@ def call_op(name: str, args: tuple, kwargs: dict):
     out = Tensor._new(ctx, storage)
     op["out"] = out._name
     ctx.record(op, (out,))
+    if base in _catalog.PYTHON_RESULT:
+        return _catalog.PYTHON_RESULT[base](out.item())
     if base in _catalog.CHANGES_ARGUMENT:
         changed, given = _catalog.CHANGES_ARGUMENT[base]
         target = _catalog.argument(base, changed, args, kwargs)

@@ -6,7 +6,9 @@ from ..registry import OPS
 from ..signature import check_call
 from ..tensor import Tensor
 from . import (  # noqa: F401
+    attention,
     backward,
+    composites,
     conv,
     creation,
     decompositions,
@@ -18,11 +20,16 @@ from . import (  # noqa: F401
     matrix,
     nn,
     nn_functional,
+    normalization,
+    order_stats,
+    pooling,
+    queries,
     random,
     reduction,
     scan,
     shape,
     special,
+    upsample,
 )
 
 _NOT_METHODS = {"tensor"}

@@ -343,9 +343,10 @@ def floor_divide(self, other):
     return record("NotImplemented", out.data, inputs)
 
 
-@vjp("NotImplemented", inputs=("self", "other"))
+@vjp("NotImplemented", inputs=("self", "other"), saves=("aten",))
 def _(ctx, grad):
-    raise TorchRuntimeError("derivative for aten::floor_divide is not implemented", code="not_differentiable")
+    aten = getattr(ctx, "aten", None) or "floor_divide"
+    raise TorchRuntimeError(f"derivative for aten::{aten} is not implemented", code="not_differentiable")
 
 
 @op("rtruediv", tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("__rtruediv__",), method=False)
@@ -1601,6 +1602,199 @@ def _(ctx, grad):
 
 
 jvp("LerpBackward1")(elementwise_jvp)
+
+
+# ----- addcmul, addcdiv, remainder, nan_to_num, erfinv ------------------------------------------------
+
+
+def _pointwise3(name: str, kernel: str, self, tensor1, tensor2):
+    """The operands of addcmul/addcdiv: torch.result_type of the three, broadcast together."""
+    self = require_tensor(self, "input", name)
+    tensor1 = require_tensor(tensor1, "tensor1", name)
+    tensor2 = require_tensor(tensor2, "tensor2", name)
+    dtype = D.result_type(self, tensor1, tensor2)
+    if dtype == D.BOOL:
+        raise TorchRuntimeError(f"\"{kernel}\" not implemented for 'Bool'", code="invalid_dtype",
+                                exception="NotImplementedError")
+    broadcast_all(self.shape, tensor1.shape, tensor2.shape)
+    npdt = NP[dtype]
+    return dtype, self, tensor1, tensor2, *(t.data.astype(npdt, copy=False) for t in (self, tensor1, tensor2))
+
+
+@op("addcmul", tensors=("self", "tensor1", "tensor2"), grad_fns=("AddcmulBackward0",))
+def addcmul(self, tensor1, tensor2, value=1):
+    """torch.addcmul(input, tensor1, tensor2, *, value=1): input + value * tensor1 * tensor2."""
+    dtype, self, tensor1, tensor2, a, b, c = _pointwise3("addcmul", "addcmul_cpu_out", self, tensor1, tensor2)
+    v = NP[dtype].type(value)
+    out = np.asarray(a + v * b * c, dtype=NP[dtype])
+    return record("AddcmulBackward0", out, (self, tensor1, tensor2),
+                  {"tensor1": tensor1, "tensor2": tensor2, "value": value})
+
+
+@vjp("AddcmulBackward0", inputs=("self", "tensor1", "tensor2"),
+     saves={"tensor1": ("tensor2",), "tensor2": ("tensor1",), "value": ()})
+def _(ctx, grad):
+    n = ctx.needs
+    v = ctx.value
+    # derivatives.yaml: grad * tensor2 * value, grad * tensor1 * value
+    return ((grad if n[0] else None), (grad * ctx.tensor2 * v if n[1] else None),
+            (grad * ctx.tensor1 * v if n[2] else None))
+
+
+jvp("AddcmulBackward0")(elementwise_jvp)
+
+
+@op("addcdiv", tensors=("self", "tensor1", "tensor2"), grad_fns=("AddcdivBackward0",))
+def addcdiv(self, tensor1, tensor2, value=1):
+    """torch.addcdiv(input, tensor1, tensor2, *, value=1): input + value * tensor1 / tensor2 (true division;
+    integer tensor1 and tensor2 are refused, as torch refuses them)."""
+    for t in (tensor1, tensor2):
+        if not isinstance(t, Tensor):
+            break
+    else:
+        if not D.is_floating(tensor1.dtype) and not D.is_floating(tensor2.dtype):
+            raise TorchRuntimeError(
+                "Integer division with addcdiv is no longer supported, and in a future  release addcdiv will perform "
+                "a true division of tensor1 and tensor2. The historic addcdiv behavior can be implemented as (input "
+                "+ value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer inputs and as "
+                "(input + value * tensor1 / tensor2) for float inputs. The future addcdiv "
+                "behavior is just the latter implementation: (input + value * tensor1 / tensor2), for all dtypes.",
+                code="invalid_dtype")
+    dtype, self, tensor1, tensor2, a, b, c = _pointwise3("addcdiv", "addcdiv_cpu_out", self, tensor1, tensor2)
+    v = NP[dtype].type(value)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.asarray(a + v * b / c, dtype=NP[dtype])  # torch's kernel: self + (value * t1) / t2
+    return record("AddcdivBackward0", out, (self, tensor1, tensor2),
+                  {"tensor1": tensor1, "tensor2": tensor2, "value": value})
+
+
+@vjp("AddcdivBackward0", inputs=("self", "tensor1", "tensor2"),
+     saves={"tensor1": ("tensor2",), "tensor2": ("tensor1", "tensor2"), "value": ()})
+def _(ctx, grad):
+    n = ctx.needs
+    v = ctx.value
+    t1, t2 = ctx.tensor1, ctx.tensor2
+    # derivatives.yaml: grad * (value / tensor2), -grad * value * tensor1 / (tensor2 * tensor2)
+    return ((grad if n[0] else None), (grad * (v / t2) if n[1] else None),
+            (-grad * v * t1 / (t2 * t2) if n[2] else None))
+
+
+jvp("AddcdivBackward0")(elementwise_jvp)
+
+
+def _remainder_np(a, b):
+    if a.dtype.kind in "iu" and np.any(np.asarray(b) == 0):
+        raise TorchRuntimeError("ZeroDivisionError", code="invalid_argument")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(np.remainder(a, b))
+
+
+@op("remainder", tensors=("self", "other"), grad_fns=("RemainderBackward0", "RemainderBackward1", "NotImplemented"),
+    aliases=("__mod__",))
+def remainder(self, other):
+    """torch.remainder(input, other): Python's modulus (the sign of the divisor); a number self
+    (torch.remainder(5, t)) is a tensor operand like other."""
+    if not isinstance(self, Tensor):
+        self = _number_tensor(self)
+        self._wrapped = True
+    dtype, a, b = binary_operands(self, other)
+    if dtype == D.BOOL:
+        raise TorchRuntimeError("\"remainder_cpu\" not implemented for 'Bool'", code="invalid_dtype",
+                                exception="NotImplementedError")
+    out = _remainder_np(a, b)
+    if self._wrapped:  # remainder.Scalar_Tensor: no derivative in torch
+        return record("NotImplemented", out, (None, other), {"aten": "remainder"})
+    if isinstance(other, Tensor):
+        return record("RemainderBackward1", out, (self, other), {"other": other, "self": self})
+    return record("RemainderBackward0", out, (self,), {})
+
+
+@vjp("RemainderBackward0", inputs=("self",))
+def _(ctx, grad):
+    return grad,
+
+
+jvp("RemainderBackward0")(elementwise_jvp)
+
+
+@vjp("RemainderBackward1", inputs=("self", "other"), saves={"other": ("other",), "self": ("other",)})
+def _(ctx, grad):
+    n = ctx.needs
+    # derivatives.yaml: other: -grad * self.div(other, rounding_mode="floor")
+    return (grad if n[0] else None), (-grad * div(ctx.self, ctx.other, rounding_mode="floor") if n[1] else None)
+
+
+jvp("RemainderBackward1")(elementwise_jvp)
+
+
+@op("nan_to_num", tensors=("self",), grad_fns=("NanToNumBackward0",))
+def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
+    """torch.nan_to_num(input, nan=0.0, posinf=None, neginf=None): the infinities become the dtype's largest
+    and smallest finite values unless given; integer and bool inputs come back unchanged (a copy)."""
+    self = require_tensor(self)
+    x = self.data
+    if x.dtype.kind != "f":
+        return record("NanToNumBackward0", x.copy(), (self,), {"self": self})
+    info = np.finfo(x.dtype)
+    t = x.dtype.type
+    out = np.where(np.isnan(x), t(nan), x)
+    out = np.where(np.isposinf(x), t(info.max if posinf is None else posinf), out)
+    out = np.where(np.isneginf(x), t(info.min if neginf is None else neginf), out)
+    return record("NanToNumBackward0", np.asarray(out, x.dtype), (self,), {"self": self})
+
+
+@vjp("NanToNumBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    # derivatives.yaml: grad * at::isfinite(self)
+    return grad * isfinite(ctx.self),
+
+
+jvp("NanToNumBackward0")(elementwise_jvp)
+
+
+def _erfinv_np(y: np.ndarray) -> np.ndarray:
+    """erf's inverse in float64: Giles' single-precision approximation, then two Newton steps on erf (each
+    doubles the correct digits); +-1 are +-inf and |y| > 1 NaN, as torch's."""
+    y = np.asarray(y, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        w = -np.log((1.0 - y) * (1.0 + y))
+        small = w < 5.0
+        ws = w - 2.5
+        p1 = 2.81022636e-08
+        for c in (3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503, -0.00417768164,
+                  0.246640727, 1.50140941):
+            p1 = c + p1 * ws
+        wl = np.sqrt(w) - 3.0
+        p2 = -0.000200214257
+        for c in (0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613, 0.00943887047,
+                  1.00167406, 2.83297682):
+            p2 = c + p2 * wl
+        x = np.where(small, p1, p2) * y
+        finite = np.abs(y) < 1
+        x = np.where(finite, x, 0.0)
+        for _ in range(2):
+            err = _erf(x) - y
+            x = x - err / (2.0 / math.sqrt(math.pi) * np.exp(-x * x))
+        x = np.where(finite, x, np.where(np.abs(y) == 1, np.copysign(np.inf, y), np.nan))
+    return x
+
+
+@op("erfinv", tensors=("self",), grad_fns=("ErfinvBackward0",))
+def erfinv(self):
+    """torch.erfinv(input): integer inputs compute in float32."""
+    self = require_tensor(self)
+    x = self.data
+    dt = x.dtype if x.dtype.kind == "f" else np.dtype(np.float32)
+    return record("ErfinvBackward0", _erfinv_np(x).astype(dt), (self,), {"self": self})
+
+
+@vjp("ErfinvBackward0", inputs=("self",), saves=("self",))
+def _(ctx, grad):
+    # derivatives.yaml: 0.5 * sqrt(M_PI) * exp(self.erfinv().pow(2)) * grad
+    return 0.5 * math.sqrt(math.pi) * exp(erfinv(ctx.self) ** 2) * grad,
+
+
+jvp("ErfinvBackward0")(elementwise_jvp)
 
 
 @op("floor", tensors=("self",), grad_fns=("FloorBackward0",))

@@ -350,6 +350,9 @@ abs_ = _make("abs_", E.abs, ("AbsBackward0",))
 sigmoid_ = _make("sigmoid_", E.sigmoid, ("SigmoidBackward0",))
 tanh_ = _make("tanh_", E.tanh, ("TanhBackward0",))
 relu_ = _make("relu_", E.relu, ("ReluBackward0",))
+addcmul_ = _make("addcmul_", E.addcmul, ("AddcmulBackward0",), ("self", "tensor1", "tensor2"))
+addcdiv_ = _make("addcdiv_", E.addcdiv, ("AddcdivBackward0",), ("self", "tensor1", "tensor2"))
+lerp_ = _make("lerp_", E.lerp, ("LerpBackward0", "LerpBackward1"), ("self", "end", "weight"))
 def _clamp_cast_checked(fn):
     """clamp_'s out= check words the dtype the C++ way ('long int', 'bool'), unlike the other in-place ops."""
     def clamp(self, *bounds, **kw):

@@ -17,7 +17,7 @@ from ..grad_mode import check_numel, no_grad
 from ..kernel import direct, kcall
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
-from .common import broadcast_shapes, require_tensor
+from .common import broadcast_shapes, require_tensor, wrap_dim
 from .elementwise import add_t, mul, mul_number, scale_t
 from .shape import _squeeze_dim, _unsafe_view, contiguous, expand, reshape, squeeze, t, transpose, unsqueeze
 
@@ -409,6 +409,57 @@ def _addmm_batched_jvp(ctx, batch, self_t, mat1_t, mat2_t):
 
 
 batching("AddmmBackward0", vjp=_addmm_batched_vjp, jvp=_addmm_batched_jvp)
+
+
+@op("baddbmm", tensors=("self", "batch1", "batch2"), grad_fns=("BaddbmmBackward0",))
+def baddbmm(self, batch1, batch2, beta=1, alpha=1):
+    """torch.baddbmm(input, batch1, batch2, *, beta=1, alpha=1): beta * input + alpha * (batch1 @ batch2) per
+    batch entry; input broadcasts to the result (torch's expand message on failure), checked first."""
+    self = require_tensor(self, "input", "baddbmm")
+    batch1 = require_tensor(batch1, "batch1", "baddbmm")
+    batch2 = require_tensor(batch2, "batch2", "baddbmm")
+    s1, s2 = batch1.shape, batch2.shape
+    target = (s1[wrap_dim(0, len(s1))], s1[wrap_dim(1, len(s1))], s2[wrap_dim(2, len(s2))])
+    _check_expand(self, target)
+    if not self.dtype == batch1.dtype == batch2.dtype:
+        names = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "long", D.BOOL: "bool"}
+        raise TorchRuntimeError(f"Input dtypes must be the same, got: input {names[self.dtype]}, batch1: "
+                                f"{names[batch1.dtype]}, batch2: {names[batch2.dtype]}", code="dtype_mismatch")
+    with no_grad():
+        prod = bmm(batch1, batch2).data
+    out = kcall(_addmm_kernel, self.data, prod, target, alpha, beta)
+    return record("BaddbmmBackward0", out, (self, batch1, batch2),
+                  {"alpha": alpha, "batch1": batch1, "batch2": batch2, "beta": beta})
+
+
+@vjp("BaddbmmBackward0", inputs=("self", "batch1", "batch2"),
+     saves={"alpha": (), "batch1": ("batch2",), "batch2": ("batch1",), "beta": ()})
+def _(ctx, grad):
+    n = ctx.needs
+    alpha, beta = ctx.alpha, ctx.beta
+    # derivatives.yaml: maybe_multiply(grad, beta); grad.bmm(batch2.mT) * alpha; batch1.mT.bmm(grad) * alpha
+    g_self = (grad if beta == 1 else mul_number(grad, beta)) if n[0] else None
+    g1 = scale_t(bmm(grad, transpose(ctx.batch2, 1, 2)), alpha) if n[1] else None
+    g2 = scale_t(bmm(transpose(ctx.batch1, 1, 2), grad), alpha) if n[2] else None
+    return g_self, g1, g2
+
+
+@jvp("BaddbmmBackward0")
+def _(ctx, self_t, batch1_t, batch2_t):
+    prod = add_t(None if batch1_t is None else bmm(batch1_t, ctx.batch2),
+                 None if batch2_t is None else bmm(ctx.batch1, batch2_t))
+    return add_t(scale_t(self_t, ctx.beta), scale_t(prod, ctx.alpha))
+
+
+batching("BaddbmmBackward0",
+         vjp=lambda ctx, grad, batch: (
+             ((grad if ctx.beta == 1 else grad * ctx.beta) if ctx.needs[0] else None),
+             scale_t(matmul(grad, _mT(ctx.batch2)), ctx.alpha) if ctx.needs[1] else None,
+             scale_t(matmul(_mT(ctx.batch1), grad), ctx.alpha) if ctx.needs[2] else None),
+         jvp=lambda ctx, batch, self_t, b1_t, b2_t: add_t(
+             scale_t(align(self_t, 3), ctx.beta),
+             scale_t(add_t(None if b1_t is None else matmul(b1_t, ctx.batch2),
+                           None if b2_t is None else matmul(ctx.batch1, b2_t)), ctx.alpha)))
 
 
 # ----- matmul -----------------------------------------------------------------------------------------

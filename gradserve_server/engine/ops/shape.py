@@ -163,6 +163,9 @@ K.STRUCTURAL.add(_view)
 
 
 def _clone(a):
+    if 0 in a.strides and any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape)):
+        # torch's preserve_format keeps the strides of a dense tensor only: an expanded one clones contiguous
+        return np.array(a, copy=True, order="C")
     return np.array(a, copy=True, order="K")
 
 

@@ -66,22 +66,129 @@ class Module:
 
     def __init__(self):
         object.__setattr__(self, "_parameters", {})
+        object.__setattr__(self, "_buffers", {})
+        object.__setattr__(self, "_non_persistent_buffers_set", set())
         object.__setattr__(self, "_modules", {})
         object.__setattr__(self, "training", True)
 
     def __setattr__(self, name: str, value) -> None:
         if "_parameters" not in self.__dict__:
             raise AttributeError("cannot assign before Module.__init__() call")
-        self._parameters.pop(name, None)
-        self._modules.pop(name, None)
+        if name in self._buffers and not isinstance(value, (Parameter, Module)):
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign '{type(value).__module__}.{type(value).__name__}' as buffer "
+                                f"'{name}' (torch.Tensor or None expected)")
+            self._buffers[name] = value
+            object.__setattr__(self, name, value)
+            return
+        if name in self._parameters and value is not None and not isinstance(value, Parameter):
+            raise TypeError(f"cannot assign '{type(value).__module__}.{type(value).__name__}' as parameter "
+                            f"'{name}' (torch.nn.Parameter or None expected)")
         if isinstance(value, Parameter):
+            self._modules.pop(name, None)
+            self._buffers.pop(name, None)
             self._parameters[name] = value
         elif isinstance(value, Module):
+            self._parameters.pop(name, None)
+            self._buffers.pop(name, None)
             self._modules[name] = value
+        elif name in self._parameters:  # None: the parameter slot stays, empty (torch)
+            self._parameters[name] = None
+        elif name in self._modules:
+            if value is not None:
+                raise TypeError(f"cannot assign '{type(value).__module__}.{type(value).__name__}' as child module "
+                                f"'{name}' (torch.nn.Module or None expected)")
+            self._modules[name] = None
         object.__setattr__(self, name, value)
 
+    def __delattr__(self, name: str) -> None:
+        for table in (self._parameters, self._buffers, self._modules):
+            table.pop(name, None)
+        self._non_persistent_buffers_set.discard(name)
+        object.__delattr__(self, name)
+
     def register_parameter(self, name: str, param: Parameter | None) -> None:
-        setattr(self, name, param)
+        if "." in name:
+            raise KeyError("parameter name can't contain \".\"")
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"cannot assign '{type(param).__module__}.{type(param).__name__}' object to parameter "
+                            f"'{name}' (torch.nn.Parameter or None required)")
+        self._parameters[name] = param
+        object.__setattr__(self, name, param)
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """``Module.register_buffer``: state that is not a parameter (BatchNorm's running statistics), in
+        ``buffers()`` and, when persistent, in the state dict."""
+        if "." in name:
+            raise KeyError("buffer name can't contain \".\"")
+        if name == "":
+            raise KeyError("buffer name can't be empty string \"\"")
+        if hasattr(self, name) and name not in self._buffers:
+            raise KeyError(f"attribute '{name}' already exists")
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"cannot assign '{type(tensor).__module__}.{type(tensor).__name__}' object to buffer "
+                            f"'{name}' (torch Tensor or None required)")
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent_buffers_set.discard(name)
+        else:
+            self._non_persistent_buffers_set.add(name)
+        object.__setattr__(self, name, tensor)
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        if not isinstance(module, Module) and module is not None:
+            raise TypeError(f"{type(module).__module__}.{type(module).__name__} is not a Module subclass")
+        if "." in name:
+            raise KeyError(f"module name can't contain \".\", got: {name}")
+        self._modules[name] = module
+        object.__setattr__(self, name, module)
+
+    register_module = add_module
+
+    def get_submodule(self, target: str) -> Module:
+        mod = self
+        for item in target.split(".") if target else ():
+            if item not in mod._modules:
+                raise AttributeError(f"{type(mod).__name__} has no attribute `{item}`")
+            mod = mod._modules[item]
+        return mod
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
+        seen: set[int] = set()
+        for name, module in self.named_modules(prefix=prefix) if recurse else [(prefix, self)]:
+            for bname, b in module._buffers.items():
+                if b is None or (remove_duplicate and id(b) in seen):
+                    continue
+                seen.add(id(b))
+                yield (f"{name}.{bname}" if name else bname), b
+
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        seen: set[int] = set()
+        for name, m in self._modules.items():
+            if m is not None and id(m) not in seen:
+                seen.add(id(m))
+                yield name, m
+
+    def modules(self) -> Iterator[Module]:
+        for _, m in self.named_modules():
+            yield m
+
+    def apply(self, fn) -> Module:
+        """``Module.apply(fn)``: fn on every submodule (children first), then on self."""
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
@@ -124,6 +231,9 @@ class Module:
         for name, p in self._parameters.items():
             if p is not None:
                 destination[prefix + name] = p if keep_vars else p.detach()
+        for name, b in self._buffers.items():
+            if b is not None and name not in self._non_persistent_buffers_set:
+                destination[prefix + name] = b if keep_vars else b.detach()
         for name, m in self._modules.items():
             if m is not None:
                 m.state_dict(destination=destination, prefix=f"{prefix}{name}.", keep_vars=keep_vars)
@@ -138,7 +248,8 @@ class Module:
         missing, unexpected, errors, copies = [], [], [], []
         for prefix, module in self.named_modules(remove_duplicate=False):
             prefix = f"{prefix}." if prefix else ""
-            for name, param in module._parameters.items():
+            persistent = {n: b for n, b in module._buffers.items() if n not in module._non_persistent_buffers_set}
+            for name, param in (*module._parameters.items(), *persistent.items()):
                 key = prefix + name
                 if param is None:
                     continue
@@ -157,7 +268,7 @@ class Module:
             for key in state_dict:
                 if key.startswith(prefix):
                     first = key[len(prefix):].split(".", 1)[0]
-                    if first not in module._modules and first not in module._parameters:
+                    if first not in module._modules and first not in module._parameters and first not in persistent:
                         unexpected.append(key)
         if strict:
             if unexpected:
@@ -169,7 +280,9 @@ class Module:
                                                                                     "\n\t".join(errors)))
         with torch.no_grad():
             for module, name, param, value in copies:
-                if assign:
+                if assign and name in module._buffers:
+                    setattr(module, name, value)
+                elif assign:
                     setattr(module, name, Parameter(value, param.requires_grad))
                 else:
                     param.copy_(value)
@@ -285,10 +398,43 @@ class Dropout(Module):
 
 
 class Sequential(Module):
-    def __init__(self, *modules: Module):
+    """``nn.Sequential(*modules)`` or ``nn.Sequential(OrderedDict)``: indexing, slicing, len, iteration, append."""
+
+    def __init__(self, *modules):
         super().__init__()
-        for i, m in enumerate(modules):
-            setattr(self, str(i), m)
+        if len(modules) == 1 and isinstance(modules[0], collections.OrderedDict):
+            for name, m in modules[0].items():
+                self.add_module(name, m)
+        else:
+            for i, m in enumerate(modules):
+                self.add_module(str(i), m)
+
+    def __getitem__(self, idx):
+        items = list(self._modules.items())
+        if isinstance(idx, slice):
+            return type(self)(collections.OrderedDict(items[idx]))
+        n = len(items)
+        if not -n <= idx < n:
+            raise IndexError(f"index {idx} is out of range")
+        return items[idx % n][1]
+
+    def __setitem__(self, idx: int, module: Module) -> None:
+        setattr(self, list(self._modules)[idx], module)
+
+    def __delitem__(self, idx) -> None:
+        keys = list(self._modules)[idx] if isinstance(idx, slice) else [list(self._modules)[idx]]
+        for k in keys:
+            delattr(self, k)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module: Module) -> Sequential:
+        self.add_module(str(len(self)), module)
+        return self
 
     def forward(self, input):
         for m in self._modules.values():
@@ -333,8 +479,14 @@ class CrossEntropyLoss(Module):
         return F.cross_entropy(input, target, **kwargs)
 
 
+from gradserve.torch.nn import modules as _modules  # noqa: E402 - the layers need Module, Parameter and Linear
+from gradserve.torch.nn import utils  # noqa: E402
+
+globals().update({name: getattr(_modules, name) for name in _modules.__all__})
+
 __all__ = ["Module", "Parameter", "Linear", "Sequential", "ReLU", "Tanh", "Sigmoid", "MSELoss", "CrossEntropyLoss",
            "functional"]
+__all__ += [*_modules.__all__, "utils", "init", "Dropout"]
 
 
 def __getattr__(name: str):

@@ -1,11 +1,10 @@
-"""``gradserve.torch.optim``: ``SGD`` and ``Adam`` with torch's update formulas (torch/optim/sgd.py and
-adam.py, single-tensor form), as in-place ops recorded under ``no_grad``: a step costs no request of its
+"""``gradserve.torch.optim``: ``SGD``, ``Adam``, ``AdamW``, ``RMSprop`` and ``Adagrad`` with torch's update formulas
+(torch/optim/*.py, single-tensor form), as in-place ops recorded under ``no_grad``: a step costs no request of its
 own. A parameter whose ``.grad`` is None is skipped, as torch skips it (the gradients of leaves come back
 with the request that ran the backward, so this costs no request either)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 from gradserve.torch._grad_mode import no_grad
@@ -93,6 +92,7 @@ class Optimizer:
         return out
 
     def step(self, closure=None):
+        self._opt_called = True  # lr_scheduler's check that optimizer.step() ran before scheduler.step()
         loss = None
         if closure is not None:
             from gradserve.torch._grad_mode import enable_grad
@@ -144,11 +144,25 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    """``torch.optim.Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False,
-    maximize=False)``."""
+    """``torch.optim.Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
+    maximize=False, decoupled_weight_decay=False)``: torch's single-tensor update, op for op (lerp_, addcmul_,
+    addcdiv_), so the parameters are torch's bit for bit."""
 
     _torch_group_options = {"foreach": None, "capturable": False, "differentiable": False, "fused": None,
                             "decoupled_weight_decay": False}
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0, amsgrad: bool = False, *, foreach=None, maximize: bool = False,
+                 capturable: bool = False, differentiable: bool = False, fused=None,
+                 decoupled_weight_decay: bool = False):
+        _check(lr >= 0.0, f"Invalid learning rate: {lr}")
+        _check(eps >= 0.0, f"Invalid epsilon value: {eps}")
+        _check(0.0 <= betas[0] < 1.0, f"Invalid beta parameter at index 0: {betas[0]}")
+        _check(0.0 <= betas[1] < 1.0, f"Invalid beta parameter at index 1: {betas[1]}")
+        _check(weight_decay >= 0.0, f"Invalid weight_decay value: {weight_decay}")
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
+                                  "amsgrad": amsgrad, "maximize": maximize,
+                                  "decoupled_weight_decay": decoupled_weight_decay})
 
     def _torch_state(self, state: dict) -> dict:
         """torch keeps ``step`` as a float32 scalar tensor."""
@@ -162,17 +176,10 @@ class Adam(Optimizer):
         out["step"] = int(step.item()) if isinstance(step, Tensor) else int(step)
         return out
 
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0, amsgrad: bool = False, *, maximize: bool = False):
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
-                                  "amsgrad": amsgrad, "maximize": maximize})
-
     def _update(self, p, grad, group, state):
         beta1, beta2 = group["betas"]
         if group["maximize"]:
             grad = _op("neg", grad)
-        if group["weight_decay"]:
-            grad = _op("add", grad, p, alpha=group["weight_decay"])
         if not state:
             state["step"] = 0
             state["exp_avg"] = _op("zeros_like", p)
@@ -180,25 +187,137 @@ class Adam(Optimizer):
             if group["amsgrad"]:
                 state["max_exp_avg_sq"] = _op("zeros_like", p)
         state["step"] += 1
-        step = state["step"]
+        step = float(state["step"])  # torch's step is a float32 tensor read back as a float
+        if group["weight_decay"]:
+            if group.get("decoupled_weight_decay"):
+                _op("mul_", p, 1 - group["lr"] * group["weight_decay"])
+            else:
+                grad = _op("add", grad, p, alpha=group["weight_decay"])
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-        # exp_avg.lerp_(grad, 1 - beta1); exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        state["exp_avg"] = exp_avg = _op("lerp", exp_avg, grad, 1 - beta1)
-        _op("add_", _op("mul_", exp_avg_sq, beta2), _op("mul", grad, grad), alpha=1 - beta2)
+        _op("lerp_", exp_avg, grad, 1 - beta1)
+        _op("addcmul_", _op("mul_", exp_avg_sq, beta2), grad, grad, value=1 - beta2)
         bias_correction1 = 1 - beta1 ** step
-        bias_correction2_sqrt = math.sqrt(1 - beta2 ** step)
+        bias_correction2 = 1 - beta2 ** step
         step_size = group["lr"] / bias_correction1
+        bias_correction2_sqrt = bias_correction2 ** 0.5
         if group["amsgrad"]:
             state["max_exp_avg_sq"] = _op("maximum", state["max_exp_avg_sq"], exp_avg_sq)
             second = state["max_exp_avg_sq"]
         else:
             second = exp_avg_sq
         denom = _op("add_", _op("div", _op("sqrt", second), bias_correction2_sqrt), group["eps"])
-        # param.addcdiv_(exp_avg, denom, value=-step_size)
-        _op("add_", p, _op("div", exp_avg, denom), alpha=-step_size)
+        _op("addcdiv_", p, exp_avg, denom, value=-step_size)
 
 
-__all__ = ["Optimizer", "SGD", "Adam"]
+class AdamW(Adam):
+    """``torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
+    maximize=False)``: Adam with decoupled weight decay (``p.mul_(1 - lr * weight_decay)`` first), as torch's."""
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False, foreach=None,
+                 capturable: bool = False, differentiable: bool = False, fused=None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
+                         decoupled_weight_decay=True)
+
+
+class RMSprop(Optimizer):
+    """``torch.optim.RMSprop(params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=False,
+    capturable=False, foreach=None, maximize=False)``: torch's single-tensor update."""
+
+    _torch_group_options = {"capturable": False, "foreach": None, "differentiable": False}
+
+    def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8, weight_decay: float = 0,
+                 momentum: float = 0, centered: bool = False, capturable: bool = False, foreach=None,
+                 maximize: bool = False, differentiable: bool = False):
+        _check(lr >= 0.0, f"Invalid learning rate: {lr}")
+        _check(eps >= 0.0, f"Invalid epsilon value: {eps}")
+        _check(momentum >= 0.0, f"Invalid momentum value: {momentum}")
+        _check(weight_decay >= 0.0, f"Invalid weight_decay value: {weight_decay}")
+        _check(alpha >= 0.0, f"Invalid alpha value: {alpha}")
+        super().__init__(params, {"lr": lr, "momentum": momentum, "alpha": alpha, "eps": eps, "centered": centered,
+                                  "weight_decay": weight_decay, "maximize": maximize})
+
+    _torch_state = Adam._torch_state
+    _client_state = Adam._client_state
+
+    def _update(self, p, grad, group, state):
+        if group["maximize"]:
+            grad = _op("neg", grad)
+        if not state:
+            state["step"] = 0
+            state["square_avg"] = _op("zeros_like", p)
+            if group["momentum"] > 0:
+                state["momentum_buffer"] = _op("zeros_like", p)
+            if group["centered"]:
+                state["grad_avg"] = _op("zeros_like", p)
+        state["step"] += 1
+        if group["weight_decay"]:
+            grad = _op("add", grad, p, alpha=group["weight_decay"])
+        alpha = group["alpha"]
+        square_avg = state["square_avg"]
+        _op("addcmul_", _op("mul_", square_avg, alpha), grad, grad, value=1 - alpha)
+        if group["centered"]:
+            grad_avg = state["grad_avg"]
+            _op("lerp_", grad_avg, grad, 1 - alpha)
+            avg = _op("sqrt_", _op("addcmul", square_avg, grad_avg, grad_avg, value=-1))
+        else:
+            avg = _op("sqrt", square_avg)
+        avg = _op("add_", avg, group["eps"])
+        if group["momentum"] > 0:
+            buf = state["momentum_buffer"]
+            _op("addcdiv_", _op("mul_", buf, group["momentum"]), grad, avg)
+            _op("add_", p, buf, alpha=-group["lr"])
+        else:
+            _op("addcdiv_", p, grad, avg, value=-group["lr"])
+
+
+class Adagrad(Optimizer):
+    """``torch.optim.Adagrad(params, lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0, eps=1e-10,
+    foreach=None, *, maximize=False)``: torch's single-tensor update; its state (step, sum) is made at
+    construction, as torch's."""
+
+    _torch_group_options = {"foreach": None, "differentiable": False, "fused": None}
+
+    def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0, weight_decay: float = 0,
+                 initial_accumulator_value: float = 0, eps: float = 1e-10, foreach=None, *, maximize: bool = False,
+                 differentiable: bool = False, fused=None):
+        _check(lr >= 0.0, f"Invalid learning rate: {lr}")
+        _check(lr_decay >= 0.0, f"Invalid lr_decay value: {lr_decay}")
+        _check(weight_decay >= 0.0, f"Invalid weight_decay value: {weight_decay}")
+        _check(initial_accumulator_value >= 0.0, f"Invalid initial_accumulator_value value: "
+                                                 f"{initial_accumulator_value}")
+        _check(eps >= 0.0, f"Invalid epsilon value: {eps}")
+        super().__init__(params, {"lr": lr, "lr_decay": lr_decay, "eps": eps, "weight_decay": weight_decay,
+                                  "initial_accumulator_value": initial_accumulator_value, "maximize": maximize})
+        with no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    self.state[p] = {"step": 0, "sum": _op("full_like", p, group["initial_accumulator_value"])}
+
+    _torch_state = Adam._torch_state
+    _client_state = Adam._client_state
+
+    def _update(self, p, grad, group, state):
+        state["step"] += 1
+        step = float(state["step"])
+        if group["maximize"]:
+            grad = _op("neg", grad)
+        if group["weight_decay"]:
+            grad = _op("add", grad, p, alpha=group["weight_decay"])
+        clr = group["lr"] / (1 + (step - 1) * group["lr_decay"])
+        _op("addcmul_", state["sum"], grad, grad, value=1)
+        std = _op("add_", _op("sqrt", state["sum"]), group["eps"])
+        _op("addcdiv_", p, grad, std, value=-clr)
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+from gradserve.torch.optim import lr_scheduler  # noqa: E402 - the submodule, as torch.optim.lr_scheduler
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
 
 
 def __getattr__(name: str):
