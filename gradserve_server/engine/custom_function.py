@@ -223,7 +223,9 @@ def _vjp(ctx, grads):
             raise InvalidArgumentError(f"function {node.name}: no backward body for the gradients given")
     ns = {}
     for i, n in enumerate(body["saved"]):
-        ns[n] = getattr(ctx, f"saved{i}")
+        t = getattr(ctx, f"saved{i}")
+        if t is not None:
+            ns[n] = t
     for n, g in zip(body["grads"], grads):
         if n is not None and g is not None:
             ns[n] = g

@@ -139,9 +139,10 @@ class Context:
         While a function is traced nothing can be sent; inside a dual level a ``deferrable`` send (one made
         only to raise errors early, as ``backward``'s) waits for the level's exit, and any other raises."""
         if self.tracing:
-            raise RuntimeError("gradserve: a function given to torch.autograd.functional is traced into one op list: "
-                               "it cannot read tensor values or metadata the client does not know yet, nor call "
-                               "backward (use torch.autograd.grad)")
+            raise RuntimeError("gradserve: a function given to torch.autograd.functional, or a custom "
+                               "autograd.Function's forward or backward, is traced into one op list: it cannot read "
+                               "tensor values or metadata the client does not know yet, nor call backward (use "
+                               "torch.autograd.grad)")
         if self.dual_depth:
             if deferrable:
                 return {}

@@ -347,6 +347,9 @@ class _Index:
         self.key = key
 
 
+_CPP_NODES = frozenset({"AccumulateGrad", "CopySlices", "CopyBackwards", "NotImplemented", "Identity", "Error"})
+
+
 class GradFn:
     """``tensor.grad_fn``: torch's node class name; ``next_functions`` come from the graph endpoint."""
 
@@ -357,7 +360,8 @@ class GradFn:
         self._graph = graph
 
     def name(self) -> str:
-        return self._name
+        # torch: nodes written in C++ carry their namespace
+        return f"torch::autograd::{self._name}" if self._name in _CPP_NODES else self._name
 
     def __repr__(self) -> str:
         return f"<{self._name} object at {hex(id(self))}>"

@@ -1,0 +1,283 @@
+"""``torch.autograd.Function``: custom forward/backward pairs, traced into a server-side definition.
+
+``MyFn.apply(*args)`` calls ``forward`` once with placeholder handles for the tensor arguments (non-tensor
+arguments as given), as torch calls it (grad mode off), then ``backward`` with placeholders for the saved
+tensors and the output gradients; what they record becomes an ``autograd_function`` definition, applied at
+once by an ``apply`` op. The server runs the forward body and gives the outputs one ``<ClassName>Backward``
+node whose saved tensors are real slots and whose backward runs the backward body (differentiable again under
+``create_graph``). Both styles are supported: ``forward(ctx, *args)`` and ``forward(*args)`` with
+``setup_context(ctx, inputs, output)``.
+
+What differs from torch: ``backward`` is traced when ``apply`` is called (with
+``ctx.set_materialize_grads(False)``, once per pattern of missing gradients), so its Python side effects happen
+then, and neither body may read tensor values (``item()``, ``print``, data-dependent control flow). Tensors a
+backward uses that were not saved (``ctx.w = w``) are saved for it. ``ctx.mark_dirty`` is not supported.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+from gradserve.torch._grad_mode import enable_grad, is_grad_enabled, no_grad
+from gradserve.torch._tensor import Tensor, _arg, context_of
+
+__all__ = ["Function", "FunctionCtx", "once_differentiable"]
+
+#: more tensor outputs than this with set_materialize_grads(False): only the all-present backward is traced (the
+#: server gives zeros for the missing gradients)
+_MAX_PATTERN_OUTPUTS = 3
+
+
+class FunctionCtx:
+    """The ``ctx`` of a custom Function: what ``forward`` (or ``setup_context``) leaves for ``backward``."""
+
+    def __init__(self):
+        self._to_save = None
+        self._non_differentiable = ()
+        self._materialize_grads = True
+        self._saved_handles = None
+        self.needs_input_grad = ()
+
+    def save_for_backward(self, *tensors) -> None:
+        for t in tensors:
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError("save_for_backward can only save variables, but argument "
+                                f"{tensors.index(t)} is of type {type(t).__name__}")
+        self._to_save = tensors
+
+    def save_for_forward(self, *tensors) -> None:
+        raise NotImplementedError("gradserve: forward-mode AD through a custom Function (save_for_forward, jvp) is "
+                                  "not supported")
+
+    @property
+    def saved_tensors(self) -> tuple:
+        if self._saved_handles is None:
+            raise RuntimeError("gradserve: saved_tensors is available in backward only")
+        return self._saved_handles
+
+    def mark_non_differentiable(self, *args) -> None:
+        for t in args:
+            if not isinstance(t, Tensor):
+                raise TypeError("mark_non_differentiable only accepts tensors")
+        self._non_differentiable = args
+
+    def set_materialize_grads(self, value: bool) -> None:
+        self._materialize_grads = bool(value)
+
+    def mark_dirty(self, *args) -> None:
+        raise NotImplementedError("gradserve: ctx.mark_dirty (an in-place custom Function) is not supported; "
+                                  "return a new tensor instead")
+
+
+def once_differentiable(fn):
+    """``torch.autograd.function.once_differentiable``: the backward runs without recording; differentiating
+    its results raises torch's error."""
+    @functools.wraps(fn)
+    def wrapper(ctx, *args):
+        return fn(ctx, *args)
+
+    wrapper._gradserve_once_differentiable = True
+    return wrapper
+
+
+class Function:
+    """``torch.autograd.Function``: subclass it with static ``forward`` and ``backward`` and call ``apply``."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError("Legacy autograd function with non-static forward method is deprecated. Please use "
+                           "new-style autograd function with static forward method. (Example: "
+                           "https://pytorch.org/docs/stable/autograd.html#torch.autograd.Function)")
+
+    @staticmethod
+    def forward(*args, **kwargs):
+        raise NotImplementedError("You must implement the forward function for custom autograd.Function.")
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        raise NotImplementedError("setup_context is not implemented.")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("You must implement either the backward or vjp method for your custom "
+                                  "autograd.Function to use it with backward mode AD.")
+
+    vjp = backward
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        if kwargs:
+            import inspect
+            params = list(inspect.signature(cls.forward).parameters)
+            if cls.setup_context is Function.setup_context:
+                params = params[1:]
+            bound = inspect.signature(cls.forward).bind_partial(*((None,) if cls.setup_context is
+                                                                  Function.setup_context else ()), *args, **kwargs)
+            args = tuple(bound.arguments[p] for p in params if p in bound.arguments)
+        return _apply(cls, args)
+
+
+def _placeholder(ctx, like: Tensor | None) -> Tensor:
+    p = Tensor._new(ctx)
+    if like is not None:
+        p._shape, p._dtype = like._shape, like._dtype
+    return p
+
+
+class _Recording:
+    """Record into a fresh op list while tracing (``ctx.pending`` and friends saved and restored)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.body = None
+
+    def __enter__(self):
+        ctx = self.ctx
+        self.saved = ctx.pending, ctx.sites, ctx.made
+        ctx.pending, ctx.sites, ctx.made = [], [], []
+        ctx.tracing += 1
+        return self
+
+    def __exit__(self, *exc):
+        ctx = self.ctx
+        self.body = ctx.pending
+        ctx.tracing -= 1
+        ctx.pending, ctx.sites, ctx.made = self.saved
+        return False
+
+
+def _apply(cls, args: tuple):
+    ctx = context_of(args)
+    grad_on = is_grad_enabled()
+    # what torch knows when forward starts: each tensor input's requires_grad (and its shape, for placeholders)
+    tensors = [a if isinstance(a, Tensor) else None for a in args]
+    needs = tuple(bool(t is not None and grad_on and t.requires_grad) for t in tensors)
+    for t in tensors:
+        if t is not None:
+            t._ref(ctx)
+            if t._shape is None:
+                t.shape  # noqa: B018 - known shapes for the placeholders
+    params = [None if t is None else _placeholder(ctx, t) for t in tensors]
+    call_args = tuple(p if p is not None else a for p, a in zip(params, args))
+    fctx = FunctionCtx()
+    fctx.needs_input_grad = needs
+    new_style = cls.setup_context is not Function.setup_context
+    with _Recording(ctx) as fw, no_grad():
+        if new_style:
+            output = cls.forward(*call_args)
+            cls.setup_context(fctx, call_args, output)
+        else:
+            output = cls.forward(fctx, *call_args)
+    is_tuple = isinstance(output, tuple)
+    outs = output if is_tuple else (output,)
+    tensor_outs = [o for o in outs if isinstance(o, Tensor)]
+    if not tensor_outs:
+        # torch runs such a forward as it is: nothing to differentiate, no node
+        return output
+    out_names = [o._ref(ctx) for o in tensor_outs]
+    saved = list(fctx._to_save or ())
+    nondiff = [o._ref(ctx) for o in fctx._non_differentiable]
+    results = [Tensor._new(ctx) for _ in tensor_outs]
+    for r, o in zip(results, tensor_outs):
+        r._shape, r._dtype = o._shape, o._dtype
+    fallback = next((t._dtype for t in tensors if t is not None and t._dtype in ("float32", "float64")), None)
+    for o in tensor_outs:  # a gradient's dtype is its output's: where the client cannot infer it, the inputs'
+        if o._dtype is None and fallback is not None and not any(o is n for n in fctx._non_differentiable):
+            o._dtype = fallback
+    bodies, captured = _trace_backward(cls, ctx, fctx, outs, saved)
+    saved_names = [None if s is None else s._ref(ctx) for s in saved] + captured
+    for body in bodies:
+        body["saved"] = body["saved"] + captured
+    fname = ctx.fresh_name()
+    spec = {"name": cls.__name__, "inputs": [None if p is None else p._name for p in params], "ops": fw.body,
+            "outputs": out_names, "saved": saved_names, "non_differentiable": nondiff,
+            "materialize_grads": fctx._materialize_grads,
+            "once_differentiable": bool(getattr(cls.backward, "_gradserve_once_differentiable", False)),
+            "backward": bodies}
+    op = {"op": "apply", "args": [fname, *(_arg(t, ctx) if t is not None else None for t in tensors)],
+          "out": results[0]._name if len(results) == 1 else [r._name for r in results]}
+    if not grad_on:
+        op["no_grad"] = True
+    ctx.record({"op": "autograd_function", "out": fname, "kwargs": spec})
+    ctx.record(op, tuple(results))
+    ctx.released.append(fname)  # the definition is dropped with the next request (its nodes keep what they need)
+    it = iter(results)
+    rebuilt = tuple(next(it) if isinstance(o, Tensor) else o for o in outs)
+    return rebuilt if is_tuple else rebuilt[0]
+
+
+def _trace_backward(cls, ctx, fctx: FunctionCtx, outs: tuple, saved: list) -> tuple[list, list]:
+    """The backward bodies (one per pattern of present gradients when gradients are not materialised) and the
+    names of tensors made outside backward that it reads without having saved them."""
+    tensor_positions = [i for i, o in enumerate(outs) if isinstance(o, Tensor)]
+    k = len(tensor_positions)
+    if fctx._materialize_grads or k > _MAX_PATTERN_OUTPUTS:
+        patterns = [None]
+    else:
+        patterns = [list(p) for p in itertools.product((True, False), repeat=k) if any(p)]
+    bodies, captured = [], []
+    for present in patterns:
+        saved_ph = [None if s is None else _placeholder(ctx, s) for s in saved]
+        grads_ph = [_placeholder(ctx, o) for o in outs if isinstance(o, Tensor)]
+        given = []
+        for j, o in enumerate(outs):
+            if not isinstance(o, Tensor):
+                given.append(None)
+                continue
+            slot = tensor_positions.index(j)
+            given.append(grads_ph[slot] if present is None or present[slot] else None)
+        fctx._saved_handles = tuple(saved_ph)
+        try:
+            with _Recording(ctx) as bw, enable_grad():
+                result = cls.backward(fctx, *given)
+        finally:
+            fctx._saved_handles = None
+        results = result if isinstance(result, tuple) else (result,)
+        names = []
+        for i, r in enumerate(results):
+            if r is None:
+                names.append(None)
+            elif isinstance(r, Tensor):
+                names.append(r._ref(ctx))
+            else:
+                raise TypeError(f"gradserve: {cls.__name__}.backward returned a {type(r).__name__} at position {i}; "
+                                f"a gradient must be a tensor or None")
+        local = {p._name for p in saved_ph if p is not None} | {g._name for g in grads_ph}
+        for op in bw.body:
+            out = op.get("out")
+            local.update(out if isinstance(out, list) else [out] if out else [])
+        for name in _referenced(bw.body, ctx) + [n for n in names if n is not None]:
+            if name not in local and name not in captured:
+                captured.append(name)
+        bodies.append({"grads_present": present, "saved": [None if p is None else p._name for p in saved_ph],
+                       "grads": [g._name for g in grads_ph], "ops": bw.body, "outputs": names})
+    # a None in saved has a placeholder name of its own: the definition's bodies need a name per slot
+    for body in bodies:
+        body["saved"] = [n if n is not None else f"_none{i}" for i, n in enumerate(body["saved"])]
+    return bodies, captured
+
+
+def _referenced(ops: list, ctx) -> list:
+    """The names of live handles an op list refers to (strings equal to a handle's name)."""
+    found = []
+
+    def walk(v):
+        if isinstance(v, str):
+            if v in ctx.refs and v not in found:
+                found.append(v)
+            elif v.endswith(".grad") and v[:-5] in ctx.refs and v[:-5] not in found:
+                found.append(v[:-5])
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+
+    for op in ops:
+        walk(op.get("args"))
+        walk(op.get("kwargs"))
+    return found
