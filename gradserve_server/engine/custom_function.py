@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import InvalidArgumentError, TorchRuntimeError
+from .forward_ad import _level as _fw_level
+from .forward_ad import tangent_of
 from .grad_mode import _grad_enabled, set_grad_enabled
 from .node import Node, SavedTensor
 from .registry import PRIMS, Prim, edge, no_jvp
@@ -150,6 +152,9 @@ def apply(runner, fdef: CustomFunctionDef, args: list) -> tuple:
             raise InvalidArgumentError(f"{fdef.name}.apply(): argument {pname!r} must name a tensor",
                                        code="invalid_argument")
         inputs.append(t)
+    if _fw_level.get() is not None and any(t is not None and tangent_of(t) is not None for t in inputs):
+        raise TorchRuntimeError("You must implement the jvp function for custom autograd.Function to use it with "
+                                "forward mode AD.", code="forward_ad_not_implemented", exception="NotImplementedError")
     ns = dict(runner.ns)
     ns.update((p, t) for p, t in zip(fdef.inputs, inputs) if p is not None)
     child = _Runner(runner.state, ns, runner.sink, ProgramResult(), dict(runner.functions))

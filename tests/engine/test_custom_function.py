@@ -192,3 +192,11 @@ def test_a_session_with_a_definition_and_a_custom_node_is_stored_and_restored():
                {"op": "apply", "args": ["MyCube", "x", 2.0], "out": "y2"}])
     np.testing.assert_allclose(back.tensors["x"].grad.data, 6 * np.array([0.5, 1.5]) ** 2)
     assert back.tensors["y2"].grad_fn.name == "MyCubeBackward"
+
+
+def test_forward_mode_through_a_function_without_jvp_raises_torchs_error():
+    with pytest.raises(EngineError, match="You must implement the jvp function for custom autograd.Function") as info:
+        run(State(), [lit("x", [1.0]), lit("t", [1.0]), MY_EXP, {"op": "enter_dual_level"},
+                      {"op": "make_dual", "args": ["x", "t"], "out": "d"},
+                      {"op": "apply", "args": ["MyExp", "d"], "out": "y"}, {"op": "exit_dual_level"}])
+    assert info.value.exception == "NotImplementedError"
