@@ -136,7 +136,7 @@ def test_grad_fn_leaf_flags_and_next_functions(ctx):
     assert mul.name() == "MulBackward0" and none is None
     (pow_, _), _ = mul.next_functions
     ((acc, _),) = pow_.next_functions
-    assert acc.name() == "AccumulateGrad"
+    assert acc.name() == "torch::autograd::AccumulateGrad"  # torch: C++ nodes carry their namespace
 
 
 def test_retain_grad_detach_requires_grad_(ctx):
