@@ -268,8 +268,10 @@ def test_custom_functions_print_what_torch_prints(ctx, expected):
 def test_a_custom_function_is_one_definition_and_one_apply(ctx):
     fns = _functions(gtorch)
     x = gtorch.tensor(X, dtype=gtorch.float64, requires_grad=True)
-    x.requires_grad  # noqa: B018 - known before apply: no request of its own
-    y = fns["MyExp"].apply(x)
+    h = x * 1.0  # nothing about h is known locally: apply still sends nothing (the bodies read no metadata)
+    before = ctx.client.requests
+    y = fns["MyExp"].apply(h)
+    assert ctx.client.requests == before
     pending = [op["op"] for op in ctx.pending]
     assert pending[-2:] == ["autograd_function", "apply"]
     definition = ctx.pending[-2]["kwargs"]
@@ -292,3 +294,28 @@ def test_reading_a_value_inside_forward_raises_a_clear_error(ctx):
     x = gtorch.tensor(X, requires_grad=True)
     with pytest.raises(RuntimeError, match="custom autograd.Function's forward or backward, is traced"):
         Peek.apply(x)
+
+
+def test_metadata_of_an_argument_read_inside_the_bodies_is_asked_outside_the_trace(ctx):
+    class Spread(gtorch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.shape = x.shape
+            ctx.save_for_backward(w)
+            return (x * w).sum()
+
+        @staticmethod
+        def backward(ctx, grad):
+            (w,) = ctx.saved_tensors
+            gx = (grad * w).expand(ctx.shape) if ctx.needs_input_grad[0] else None
+            gw = grad.expand(ctx.shape) if ctx.needs_input_grad[1] else None
+            return gx, gw
+
+    x = gtorch.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    h = x * 2.0                                   # shape and requires_grad known to the server only
+    w = gtorch.tensor([10.0, 20.0])
+    s = Spread.apply(h, w)
+    s.backward()
+    assert s.item() == 2 * 10 + 4 * 20 + 6 * 10 + 8 * 20
+    assert x.grad.tolist() == [[20.0, 40.0], [20.0, 40.0]]
+    assert s.grad_fn.name() == "SpreadBackward"

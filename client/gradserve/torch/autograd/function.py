@@ -127,6 +127,83 @@ def _placeholder(ctx, like: Tensor | None) -> Tensor:
     return p
 
 
+class _Input(Tensor):
+    """A forward argument's placeholder: its metadata (shape, dtype, requires_grad...) is the argument's, asked
+    of the server outside the trace when the client does not know it yet (only if the body reads it)."""
+
+    __slots__ = ("_source",)
+
+    @classmethod
+    def of(cls, ctx, source: Tensor) -> _Input:
+        p = cls._new(ctx)
+        p._source = source
+        p._shape, p._dtype = source._shape, source._dtype
+        return p
+
+    def _meta(self, key: str):
+        src = self._source
+        if src._view_stamp != src._stamp() or key not in src._view:
+            _outside(lambda: src._meta(key))
+        self._shape, self._dtype = src._shape, src._dtype
+        return src._view[key]
+
+
+class _Needs(tuple):
+    """``ctx.needs_input_grad``: each tensor argument's requires_grad (under grad mode), asked of the server (outside
+    the trace) only when read."""
+
+    def __new__(cls, tensors: list, grad_on: bool):
+        self = super().__new__(cls, [False] * len(tensors))
+        self._tensors, self._grad_on, self._known = tensors, grad_on, None
+        return self
+
+    def _values(self) -> tuple:
+        if self._known is None:
+            self._known = _outside(lambda: tuple(bool(self._grad_on and t is not None and t.requires_grad)
+                                                 for t in self._tensors))
+        return self._known
+
+    def __getitem__(self, i):
+        return self._values()[i]
+
+    def __iter__(self):
+        return iter(self._values())
+
+    def __eq__(self, other):
+        return self._values() == other
+
+    def __ne__(self, other):
+        return self._values() != other
+
+    __hash__ = tuple.__hash__
+
+    def __repr__(self) -> str:
+        return repr(self._values())
+
+
+#: the traces under way (innermost last): a read of an argument's metadata is sent outside them
+_ACTIVE: list = []
+
+
+def _outside(fn):
+    """Run ``fn`` (which may send a request) with the recorder as it was before the innermost trace began."""
+    if not _ACTIVE:
+        return fn()
+    rec = _ACTIVE[-1]
+    ctx = rec.ctx
+    inner = ctx.pending, ctx.sites, ctx.made
+    ctx.pending, ctx.sites, ctx.made = rec.saved
+    ctx.tracing -= 1
+    _ACTIVE.pop()
+    try:
+        return fn()
+    finally:
+        _ACTIVE.append(rec)
+        ctx.tracing += 1
+        rec.saved = ctx.pending, ctx.sites, ctx.made  # what fn recorded and did not send stays outside
+        ctx.pending, ctx.sites, ctx.made = inner
+
+
 class _Recording:
     """Record into a fresh op list while tracing (``ctx.pending`` and friends saved and restored)."""
 
@@ -139,10 +216,12 @@ class _Recording:
         self.saved = ctx.pending, ctx.sites, ctx.made
         ctx.pending, ctx.sites, ctx.made = [], [], []
         ctx.tracing += 1
+        _ACTIVE.append(self)
         return self
 
     def __exit__(self, *exc):
         ctx = self.ctx
+        _ACTIVE.pop()
         self.body = ctx.pending
         ctx.tracing -= 1
         ctx.pending, ctx.sites, ctx.made = self.saved
@@ -154,16 +233,13 @@ def _apply(cls, args: tuple):
     grad_on = is_grad_enabled()
     # what torch knows when forward starts: each tensor input's requires_grad (and its shape, for placeholders)
     tensors = [a if isinstance(a, Tensor) else None for a in args]
-    needs = tuple(bool(t is not None and grad_on and t.requires_grad) for t in tensors)
     for t in tensors:
         if t is not None:
             t._ref(ctx)
-            if t._shape is None:
-                t.shape  # noqa: B018 - known shapes for the placeholders
-    params = [None if t is None else _placeholder(ctx, t) for t in tensors]
+    params = [None if t is None else _Input.of(ctx, t) for t in tensors]
     call_args = tuple(p if p is not None else a for p, a in zip(params, args))
     fctx = FunctionCtx()
-    fctx.needs_input_grad = needs
+    fctx.needs_input_grad = _Needs(tensors, grad_on)
     new_style = cls.setup_context is not Function.setup_context
     with _Recording(ctx) as fw, no_grad():
         if new_style:
