@@ -23,6 +23,7 @@ from .errors import InvalidArgumentError, TorchRuntimeError
 from .forward_ad import _level as _fw_level
 from .forward_ad import tangent_of
 from .grad_mode import _grad_enabled, set_grad_enabled
+from .journal import setattr_, setitem_
 from .node import Node, SavedTensor
 from .registry import PRIMS, Prim, edge, no_jvp
 from .tensor import Tensor
@@ -49,6 +50,7 @@ class CustomFunctionDef:
     materialize_grads: bool
     once_differentiable: bool
     backward: list
+    dirty: tuple = ()
 
     def to_json(self) -> dict:
         from .functional import _to_json
@@ -56,11 +58,11 @@ class CustomFunctionDef:
             "name": self.name, "inputs": list(self.inputs), "ops": _to_json(self.ops), "outputs": list(self.outputs),
             "saved": list(self.saved), "non_differentiable": list(self.non_differentiable),
             "materialize_grads": self.materialize_grads, "once_differentiable": self.once_differentiable,
-            "backward": _to_json(self.backward)}}
+            "backward": _to_json(self.backward), "dirty": list(self.dirty)}}
 
 
 _FIELDS = {"name", "inputs", "ops", "outputs", "saved", "non_differentiable", "materialize_grads",
-           "once_differentiable", "backward"}
+           "once_differentiable", "backward", "dirty"}
 
 
 def _names(value, what: str, nullable: bool = False) -> tuple:
@@ -100,6 +102,9 @@ def definition(spec) -> CustomFunctionDef:
     nondiff = _names(spec.get("non_differentiable", []), "non_differentiable")
     if set(nondiff) - set(outputs):
         raise InvalidArgumentError("autograd_function: non_differentiable must name outputs")
+    dirty = _names(spec.get("dirty", []), "dirty")
+    if set(dirty) - set(inputs):
+        raise InvalidArgumentError("autograd_function: dirty must name tensor inputs")
     flags = {}
     for key, default in (("materialize_grads", True), ("once_differentiable", False)):
         flags[key] = spec.get(key, default)
@@ -126,7 +131,7 @@ def definition(spec) -> CustomFunctionDef:
                         "ops": _ops(body.get("ops", []), "backward ops"),
                         "outputs": list(_names(body.get("outputs", []), "backward outputs", nullable=True))})
     return CustomFunctionDef(name, inputs, _ops(spec["ops"], "ops"), outputs, saved, nondiff,
-                             flags["materialize_grads"], flags["once_differentiable"], checked)
+                             flags["materialize_grads"], flags["once_differentiable"], checked, dirty)
 
 
 def from_stored(value: dict) -> CustomFunctionDef:
@@ -174,9 +179,13 @@ def _wrap(fdef: CustomFunctionDef, inputs: list, raw: list, saved: list) -> tupl
         node = Node(f"{fdef.name}Backward", PRIM, tuple(edge(t) if n else (None, 0) for t, n in zip(inputs, needs)),
                     {}, tuple((t.data.shape, t.data.dtype) if n else None for t, n in zip(inputs, needs)), len(raw))
         node._needs = needs
+    dirty = [t for p, t in zip(fdef.inputs, inputs) if p is not None and p in fdef.dirty]
     outs = []
     for i, (name, o) in enumerate(zip(fdef.outputs, raw)):
         rg = node is not None and name not in fdef.non_differentiable and o.data.dtype.kind == "f"
+        if any(o is t for t in dirty):
+            outs.append(_dirty_output(o, node if rg else None, i))
+            continue
         # a fresh tensor over the body's data and version counter (an input returned as is: an alias of it)
         outs.append(Tensor(o.data, rg, node if rg else None, i if rg else 0, o._vc))
     if node is None:
@@ -193,6 +202,21 @@ def _wrap(fdef: CustomFunctionDef, inputs: list, raw: list, saved: list) -> tupl
         "once_differentiable": fdef.once_differentiable, "tensor_inputs": [p is not None for p in fdef.inputs],
         "outputs": [[list(o.data.shape), o.data.dtype.name] for o in raw]})
     return tuple(outs)
+
+
+def _dirty_output(t: Tensor, node: Node | None, nr: int) -> Tensor:
+    """``ctx.mark_dirty(x)`` and ``return x``: the input itself, its version bumped, its history now the node."""
+    if t._base is not None:
+        raise InvalidArgumentError("gradserve: ctx.mark_dirty of a view is not supported", code="invalid_inplace")
+    if node is not None and t.grad_fn is None and t.requires_grad:
+        raise TorchRuntimeError("a leaf Variable that requires grad has been used in an in-place operation.",
+                                code="invalid_inplace")
+    setitem_(t._vc, 0, t._vc[0] + 1)
+    if node is not None:
+        setattr_(t, "_grad_fn", node)
+        setattr_(t, "_requires_grad", True)
+        setattr_(t, "output_nr", nr)
+    return t
 
 
 def _stored(value):

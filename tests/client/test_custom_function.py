@@ -156,8 +156,19 @@ def _functions(torch):
         def backward(ctx, grad):
             return torch.ones(3, dtype=torch.float64)
 
-    return {c.__name__: c for c in (MyExp, MyReLU, LinearFunction, MyCube, OnceSquare, SortWithIndex, TwoOutputs,
-                                    Scaled, TooFew, GradForNumber, WrongShape)}
+    class Double(Function):  # in place: ctx.mark_dirty, the argument itself returned
+        @staticmethod
+        def forward(ctx, x):
+            x.mul_(2)
+            ctx.mark_dirty(x)
+            return x
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2
+
+    return {c.__name__: c for c in (Double, MyExp, MyReLU, LinearFunction, MyCube, OnceSquare, SortWithIndex,
+                                    TwoOutputs, Scaled, TooFew, GradForNumber, WrongShape)}
 
 
 X = [0.5, -1.0, 2.0]
@@ -244,6 +255,15 @@ def program(torch) -> dict:
     z = fns["Scaled"].apply(x, w, 0.5)
     z.sum().backward()
     out["ctx tensor"] = (_arr(z), _arr(x.grad))
+
+    x = torch.tensor(X, dtype=f64, requires_grad=True)
+    y = x * 1.0
+    r = fns["Double"].apply(y)
+    r.sum().backward()
+    out["dirty"] = (r is y, _arr(r), r._version, r.grad_fn.name(), _arr(x.grad))
+    out["dirty leaf"] = _raised(lambda: fns["Double"].apply(x).tolist())  # (the client raises at the read)
+    z = torch.tensor(X, dtype=f64)
+    out["dirty no grad"] = (fns["Double"].apply(z) is z, _arr(z), z.requires_grad)
 
     x = torch.tensor(X, dtype=f64, requires_grad=True)
     out["too few"] = _raised(lambda: fns["TooFew"].apply(x, 2.0).sum().backward())

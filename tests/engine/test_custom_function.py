@@ -200,3 +200,21 @@ def test_forward_mode_through_a_function_without_jvp_raises_torchs_error():
                       {"op": "make_dual", "args": ["x", "t"], "out": "d"},
                       {"op": "apply", "args": ["MyExp", "d"], "out": "y"}, {"op": "exit_dual_level"}])
     assert info.value.exception == "NotImplementedError"
+
+
+def test_mark_dirty_gives_the_input_itself_the_node_and_refuses_a_leaf_that_requires_grad():
+    double = define("Double", "Double", ["x"], [{"op": "mul_", "args": ["x", 2.0]}], ["x"],
+                    backward_ops=[{"op": "mul", "args": ["g0", 2.0], "out": "gx"}], backward_outputs=["gx"],
+                    dirty=["x"])
+    st = State()
+    run(st, [lit("a", [1.0, 3.0], True), {"op": "mul", "args": ["a", 1.0], "out": "y"}, double,
+             {"op": "apply", "args": ["Double", "y"], "out": "r"}, {"op": "sum", "args": ["r"], "out": "s"},
+             {"op": "backward", "args": ["s"]}])
+    assert st.tensors["r"] is st.tensors["y"] and st.tensors["y"]._vc[0] == 2
+    assert st.tensors["y"].grad_fn.name == "DoubleBackward"
+    np.testing.assert_allclose(st.tensors["y"].data, [2.0, 6.0])
+    np.testing.assert_allclose(st.tensors["a"].grad.data, [2.0, 2.0])
+    with pytest.raises(EngineError, match="a leaf Variable that requires grad has been used in an in-place "
+                                          "operation."):
+        run(st, [{"op": "apply", "args": ["Double", "a"], "out": "r2"}])
+    np.testing.assert_allclose(st.tensors["a"].data, [1.0, 3.0])  # rolled back with the rest

@@ -11,7 +11,8 @@ node whose saved tensors are real slots and whose backward runs the backward bod
 What differs from torch: ``backward`` is traced when ``apply`` is called (with
 ``ctx.set_materialize_grads(False)``, once per pattern of missing gradients), so its Python side effects happen
 then, and neither body may read tensor values (``item()``, ``print``, data-dependent control flow). Tensors a
-backward uses that were not saved (``ctx.w = w``) are saved for it. ``ctx.mark_dirty`` is not supported.
+backward uses that were not saved (``ctx.w = w``) are saved for it. ``ctx.mark_dirty`` works on tensors that
+are not views.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class FunctionCtx:
 
     def __init__(self):
         self._to_save = None
+        self._dirty = ()
         self._non_differentiable = ()
         self._materialize_grads = True
         self._saved_handles = None
@@ -66,8 +68,10 @@ class FunctionCtx:
         self._materialize_grads = bool(value)
 
     def mark_dirty(self, *args) -> None:
-        raise NotImplementedError("gradserve: ctx.mark_dirty (an in-place custom Function) is not supported; "
-                                  "return a new tensor instead")
+        for t in args:
+            if not isinstance(t, Tensor):
+                raise TypeError("mark_dirty only accepts tensors")
+        self._dirty = args
 
 
 def once_differentiable(fn):
@@ -272,7 +276,8 @@ def _apply(cls, args: tuple):
             "outputs": out_names, "saved": saved_names, "non_differentiable": nondiff,
             "materialize_grads": fctx._materialize_grads,
             "once_differentiable": bool(getattr(cls.backward, "_gradserve_once_differentiable", False)),
-            "backward": bodies}
+            "backward": bodies,
+            "dirty": [p._name for p in params if p is not None and any(p is d for d in fctx._dirty)]}
     op = {"op": "apply", "args": [fname, *(_arg(t, ctx) if t is not None else None for t in tensors)],
           "out": results[0]._name if len(results) == 1 else [r._name for r in results]}
     if not grad_on:
@@ -280,6 +285,13 @@ def _apply(cls, args: tuple):
     ctx.record({"op": "autograd_function", "out": fname, "kwargs": spec})
     ctx.record(op, tuple(results))
     ctx.released.append(fname)  # the definition is dropped with the next request (its nodes keep what they need)
+    # a dirty argument returned (ctx.mark_dirty): torch returns the argument itself, changed in place
+    for i, o in enumerate(tensor_outs):
+        j = next((k for k, p in enumerate(params) if p is o and any(p is d for d in fctx._dirty)), None)
+        if j is not None:
+            ctx.released.append(results[i]._name)
+            results[i] = args[j]
+            args[j]._mutated()
     it = iter(results)
     rebuilt = tuple(next(it) if isinstance(o, Tensor) else o for o in outs)
     return rebuilt if is_tuple else rebuilt[0]
