@@ -266,6 +266,8 @@ def _vjp(ctx, grads):
             child.run_op(i, op, not recording or once)
     results = [None if n is None else _lookup(ns, n) for n in body["outputs"]]
     tensor_inputs = spec["tensor_inputs"]
+    if len(results) > len(tensor_inputs) and all(r is None for r in results[len(tensor_inputs):]):
+        results = results[:len(tensor_inputs)]  # torch: too many gradients are fine when the extra ones are None
     if len(results) != len(tensor_inputs):
         raise TorchRuntimeError(f"function {node.name} returned an incorrect number of gradients (expected "
                                 f"{len(tensor_inputs)}, got {len(results)})", code="invalid_gradient")

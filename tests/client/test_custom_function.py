@@ -129,6 +129,28 @@ def _functions(torch):
         def backward(ctx, grad):
             return grad * ctx.w * ctx.k, None, None
 
+    class Defaults(Function):  # an old-style default argument: extra None gradients are dropped
+        @staticmethod
+        def forward(ctx, x, b=None):
+            return x * 2 if b is None else x * b
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2, None, None
+
+    class NewDefaults(Function):  # setup_context: apply binds forward's defaults
+        @staticmethod
+        def forward(x, k=3.0):
+            return x * k
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.k = inputs[1]
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * ctx.k, None
+
     class TooFew(Function):
         @staticmethod
         def forward(ctx, x, k):
@@ -167,8 +189,9 @@ def _functions(torch):
         def backward(ctx, grad):
             return grad * 2
 
-    return {c.__name__: c for c in (Double, MyExp, MyReLU, LinearFunction, MyCube, OnceSquare, SortWithIndex,
-                                    TwoOutputs, Scaled, TooFew, GradForNumber, WrongShape)}
+    return {c.__name__: c for c in (Defaults, NewDefaults, Double, MyExp, MyReLU, LinearFunction, MyCube,
+                                    OnceSquare, SortWithIndex, TwoOutputs, Scaled, TooFew, GradForNumber,
+                                    WrongShape)}
 
 
 X = [0.5, -1.0, 2.0]
@@ -264,6 +287,13 @@ def program(torch) -> dict:
     out["dirty leaf"] = _raised(lambda: fns["Double"].apply(x).tolist())  # (the client raises at the read)
     z = torch.tensor(X, dtype=f64)
     out["dirty no grad"] = (fns["Double"].apply(z) is z, _arr(z), z.requires_grad)
+
+    x = torch.tensor(X, dtype=f64, requires_grad=True)
+    fns["Defaults"].apply(x).sum().backward()
+    fns["NewDefaults"].apply(x).sum().backward()
+    fns["NewDefaults"].apply(x, k=0.5).sum().backward()
+    out["defaults"] = _arr(x.grad)
+    out["defaults keyword"] = _raised(lambda: fns["Defaults"].apply(x, b=None).sum().backward())
 
     x = torch.tensor(X, dtype=f64, requires_grad=True)
     out["too few"] = _raised(lambda: fns["TooFew"].apply(x, 2.0).sum().backward())

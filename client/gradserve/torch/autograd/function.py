@@ -18,6 +18,7 @@ are not views.
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 
 from gradserve.torch._grad_mode import enable_grad, is_grad_enabled, no_grad
@@ -113,14 +114,14 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        if kwargs:
-            import inspect
-            params = list(inspect.signature(cls.forward).parameters)
-            if cls.setup_context is Function.setup_context:
-                params = params[1:]
-            bound = inspect.signature(cls.forward).bind_partial(*((None,) if cls.setup_context is
-                                                                  Function.setup_context else ()), *args, **kwargs)
-            args = tuple(bound.arguments[p] for p in params if p in bound.arguments)
+        """Run the Function. As torch 2.13: with ``setup_context``, the arguments are bound to ``forward``'s
+        signature with its defaults; otherwise keyword arguments become positional ones (no defaults added)."""
+        if cls.setup_context is not Function.setup_context:
+            bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+            bound.apply_defaults()
+            args = bound.args
+        elif kwargs:
+            args = inspect.signature(cls.forward).bind(None, *args, **kwargs).args[1:]
         return _apply(cls, args)
 
 
