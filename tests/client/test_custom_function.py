@@ -427,3 +427,13 @@ def test_a_network_of_custom_functions_trains_as_in_torch(ctx, expected):
 
 if __name__ == "__main__":
     FIXTURE.write_text(json.dumps(torch_outcomes(), indent=1) + "\n")
+
+
+def test_a_custom_function_inside_a_transform_and_with_batched_gradients(ctx):
+    fns = _functions(gtorch)
+    x = gtorch.tensor(X, dtype=gtorch.float64, requires_grad=True)
+    J = gtorch.autograd.functional.jacobian(lambda u: fns["MyExp"].apply(u), x)
+    np.testing.assert_allclose(J.numpy(), np.diag(np.exp(X)), rtol=1e-12)
+    y = fns["MyExp"].apply(x)
+    (rows,) = gtorch.autograd.grad(y, x, gtorch.eye(3, dtype=gtorch.float64), is_grads_batched=True)
+    np.testing.assert_allclose(rows.numpy(), np.diag(np.exp(X)), rtol=1e-12)
