@@ -31,6 +31,8 @@ def test_apply_and_backward_in_one_request(client, session):
     graph = client.get(f"/v1/sessions/{session}/graph", params={"root": "y"}).json()
     names = {n["name"] for n in graph["nodes"]}
     assert {"MyExpBackward", "AccumulateGrad"} <= names
+    (node,) = [n for n in graph["nodes"] if n["name"] == "MyExpBackward"]
+    assert [(s["name"], s["kind"], s["freed"]) for s in node["saved"]] == [("_saved_saved0", "tensor", True)]
 
 
 def test_the_definition_lives_in_the_session_and_a_second_backward_fails_as_torchs(client, session):
