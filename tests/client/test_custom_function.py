@@ -383,12 +383,12 @@ def test_metadata_of_an_argument_read_inside_the_bodies_is_asked_outside_the_tra
         def backward(ctx, grad):
             (w,) = ctx.saved_tensors
             gx = (grad * w).expand(ctx.shape) if ctx.needs_input_grad[0] else None
-            gw = grad.expand(ctx.shape) if ctx.needs_input_grad[1] else None
+            gw = grad.expand(w.shape) * 2 if ctx.needs_input_grad[1] else None  # a saved argument's shape
             return gx, gw
 
     x = gtorch.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
     h = x * 2.0                                   # shape and requires_grad known to the server only
-    w = gtorch.tensor([10.0, 20.0])
+    w = gtorch.tensor([10.0, 20.0]) * 1.0
     s = Spread.apply(h, w)
     s.backward()
     assert s.item() == 2 * 10 + 4 * 20 + 6 * 10 + 8 * 20

@@ -236,7 +236,7 @@ class _Recording:
 def _apply(cls, args: tuple):
     ctx = context_of(args)
     grad_on = is_grad_enabled()
-    # what torch knows when forward starts: each tensor input's requires_grad (and its shape, for placeholders)
+    # placeholders for the tensor arguments (their metadata asked for only if a body reads it)
     tensors = [a if isinstance(a, Tensor) else None for a in args]
     for t in tensors:
         if t is not None:
@@ -309,7 +309,8 @@ def _trace_backward(cls, ctx, fctx: FunctionCtx, outs: tuple, saved: list) -> tu
         patterns = [list(p) for p in itertools.product((True, False), repeat=k) if any(p)]
     bodies, captured = [], []
     for present in patterns:
-        saved_ph = [None if s is None else _placeholder(ctx, s) for s in saved]
+        saved_ph = [None if s is None else _Input.of(ctx, s._source) if isinstance(s, _Input) else
+                    _placeholder(ctx, s) for s in saved]
         grads_ph = [_placeholder(ctx, o) for o in outs if isinstance(o, Tensor)]
         given = []
         for j, o in enumerate(outs):
