@@ -437,3 +437,17 @@ def test_a_custom_function_inside_a_transform_and_with_batched_gradients(ctx):
     y = fns["MyExp"].apply(x)
     (rows,) = gtorch.autograd.grad(y, x, gtorch.eye(3, dtype=gtorch.float64), is_grads_batched=True)
     np.testing.assert_allclose(rows.numpy(), np.diag(np.exp(X)), rtol=1e-12)
+
+
+def test_tensors_returned_inside_a_list_are_refused_clearly(ctx):
+    class Listed(gtorch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return [x * 2]
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    with pytest.raises(TypeError, match="Listed.forward returned tensors inside"):
+        Listed.apply(gtorch.tensor(X, requires_grad=True))

@@ -255,6 +255,9 @@ def _apply(cls, args: tuple):
     is_tuple = isinstance(output, tuple)
     outs = output if is_tuple else (output,)
     tensor_outs = [o for o in outs if isinstance(o, Tensor)]
+    if any(_holds_tensor(o) for o in outs if not isinstance(o, Tensor)):
+        raise TypeError(f"gradserve: {cls.__name__}.forward returned tensors inside a {type(output).__name__} "
+                        "element; return them directly (one tensor or a tuple of tensors and other values)")
     if not tensor_outs:
         # torch runs such a forward as it is: nothing to differentiate, no node
         return output
@@ -296,6 +299,16 @@ def _apply(cls, args: tuple):
     it = iter(results)
     rebuilt = tuple(next(it) if isinstance(o, Tensor) else o for o in outs)
     return rebuilt if is_tuple else rebuilt[0]
+
+
+def _holds_tensor(value) -> bool:
+    if isinstance(value, Tensor):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensor(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_tensor(v) for v in value.values())
+    return False
 
 
 def _trace_backward(cls, ctx, fctx: FunctionCtx, outs: tuple, saved: list) -> tuple[list, list]:
