@@ -439,6 +439,21 @@ def test_a_custom_function_inside_a_transform_and_with_batched_gradients(ctx):
     np.testing.assert_allclose(rows.numpy(), np.diag(np.exp(X)), rtol=1e-12)
 
 
+def test_vjp_is_backward_s_alias(ctx):
+    class Triple(gtorch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 3
+
+        @staticmethod
+        def vjp(ctx, grad):
+            return grad * 3
+
+    x = gtorch.tensor(X, requires_grad=True)
+    Triple.apply(x).sum().backward()
+    assert x.grad.tolist() == [3.0, 3.0, 3.0]
+
+
 def test_tensors_returned_inside_a_list_are_refused_clearly(ctx):
     class Listed(gtorch.autograd.Function):
         @staticmethod

@@ -279,7 +279,7 @@ def _apply(cls, args: tuple):
     spec = {"name": cls.__name__, "inputs": [None if p is None else p._name for p in params], "ops": fw.body,
             "outputs": out_names, "saved": saved_names, "non_differentiable": nondiff,
             "materialize_grads": fctx._materialize_grads,
-            "once_differentiable": bool(getattr(cls.backward, "_gradserve_once_differentiable", False)),
+            "once_differentiable": bool(getattr(_backward_of(cls), "_gradserve_once_differentiable", False)),
             "backward": bodies,
             "dirty": [p._name for p in params if p is not None and any(p is d for d in fctx._dirty)]}
     op = {"op": "apply", "args": [fname, *(_arg(t, ctx) if t is not None else None for t in tensors)],
@@ -299,6 +299,13 @@ def _apply(cls, args: tuple):
     it = iter(results)
     rebuilt = tuple(next(it) if isinstance(o, Tensor) else o for o in outs)
     return rebuilt if is_tuple else rebuilt[0]
+
+
+def _backward_of(cls):
+    """torch: a Function defines ``backward`` or its alias ``vjp``."""
+    if cls.backward is Function.backward and cls.vjp is not Function.vjp:
+        return cls.vjp
+    return cls.backward
 
 
 def _holds_tensor(value) -> bool:
@@ -335,7 +342,7 @@ def _trace_backward(cls, ctx, fctx: FunctionCtx, outs: tuple, saved: list) -> tu
         fctx._saved_handles = tuple(saved_ph)
         try:
             with _Recording(ctx) as bw, enable_grad():
-                result = cls.backward(fctx, *given)
+                result = _backward_of(cls)(fctx, *given)
         finally:
             fctx._saved_handles = None
         results = result if isinstance(result, tuple) else (result,)
