@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import threading
 
 from gradserve.torch._grad_mode import enable_grad, is_grad_enabled, no_grad
 from gradserve.torch._tensor import Tensor, _arg, context_of
@@ -186,24 +187,32 @@ class _Needs(tuple):
         return repr(self._values())
 
 
-#: the traces under way (innermost last): a read of an argument's metadata is sent outside them
-_ACTIVE: list = []
+#: per thread, the traces under way (innermost last): a read of an argument's metadata is sent outside them
+_LOCAL = threading.local()
+
+
+def _active() -> list:
+    stack = getattr(_LOCAL, "stack", None)
+    if stack is None:
+        stack = _LOCAL.stack = []
+    return stack
 
 
 def _outside(fn):
     """Run ``fn`` (which may send a request) with the recorder as it was before the innermost trace began."""
-    if not _ACTIVE:
+    active = _active()
+    if not active:
         return fn()
-    rec = _ACTIVE[-1]
+    rec = active[-1]
     ctx = rec.ctx
     inner = ctx.pending, ctx.sites, ctx.made
     ctx.pending, ctx.sites, ctx.made = rec.saved
     ctx.tracing -= 1
-    _ACTIVE.pop()
+    active.pop()
     try:
         return fn()
     finally:
-        _ACTIVE.append(rec)
+        active.append(rec)
         ctx.tracing += 1
         rec.saved = ctx.pending, ctx.sites, ctx.made  # what fn recorded and did not send stays outside
         ctx.pending, ctx.sites, ctx.made = inner
@@ -221,12 +230,12 @@ class _Recording:
         self.saved = ctx.pending, ctx.sites, ctx.made
         ctx.pending, ctx.sites, ctx.made = [], [], []
         ctx.tracing += 1
-        _ACTIVE.append(self)
+        _active().append(self)
         return self
 
     def __exit__(self, *exc):
         ctx = self.ctx
-        _ACTIVE.pop()
+        _active().pop()
         self.body = ctx.pending
         ctx.tracing -= 1
         ctx.pending, ctx.sites, ctx.made = self.saved
