@@ -218,3 +218,13 @@ def test_mark_dirty_gives_the_input_itself_the_node_and_refuses_a_leaf_that_requ
                                           "operation."):
         run(st, [{"op": "apply", "args": ["Double", "a"], "out": "r2"}])
     np.testing.assert_allclose(st.tensors["a"].data, [1.0, 3.0])  # rolled back with the rest
+
+
+def test_retain_graph_keeps_the_saved_slots_for_a_second_backward():
+    st = State()
+    run(st, [lit("x", [0.5, 2.0], True), MY_EXP, {"op": "apply", "args": ["MyExp", "x"], "out": "y"},
+             {"op": "sum", "args": ["y"], "out": "s"},
+             {"op": "backward", "args": ["s"], "kwargs": {"retain_graph": True}},
+             {"op": "backward", "args": ["s"]}])
+    np.testing.assert_allclose(st.tensors["x"].grad.data, 2 * np.exp([0.5, 2.0]))
+    assert not st.tensors["y"].grad_fn.holds_saved_tensors()
