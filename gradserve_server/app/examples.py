@@ -209,6 +209,24 @@ OPS_EXAMPLES: dict[str, dict] = {
                      "w": {"data": 0.8646253347396851, "is_leaf": True, "grad_fn": None, "version": 3},
                      "b": {"data": 0.25493255257606506, "version": 3}}},
     ),
+    "custom_function": _example(
+        "A custom autograd.Function",
+        "`class MyCube(torch.autograd.Function)`: forward saves x and returns x**3, backward returns "
+        "`grad * 3 * x**2`. `autograd_function` defines it (the forward body, its outputs, the saved names and "
+        "the backward body over the saved tensors and the output gradient), `apply` runs it: y = 8 at x = 2, "
+        "with grad_fn `MyCubeBackward`; backward runs the backward body, so x.grad = 12.",
+        {"ops": [_t("x", 2.0),
+                 {"op": "autograd_function", "out": "MyCube", "kwargs": {
+                     "name": "MyCube", "inputs": ["u"], "outputs": ["c"], "saved": ["u"],
+                     "ops": [{"op": "pow", "out": "c", "args": ["u", 3]}],
+                     "backward": [{"saved": ["s"], "grads": ["g"], "outputs": ["gu"], "ops": [
+                         {"op": "pow", "out": "s2", "args": ["s", 2]},
+                         {"op": "mul", "out": "d", "args": ["s2", 3]},
+                         {"op": "mul", "out": "gu", "args": ["d", "g"]}]}]}},
+                 {"op": "apply", "out": "y", "args": ["MyCube", "x"]},
+                 {"op": "backward", "args": ["y"]}]},
+        {"status": 200, "tensors": {"y": {"data": 8.0, "grad_fn": "MyCubeBackward"}, "x": {"grad": 12.0}}},
+    ),
 }
 
 EVAL_EXAMPLES: dict[str, dict] = {

@@ -132,6 +132,8 @@ def export_graph(tensors: dict, root: str | None = None) -> dict:
             entry["tensor_info"] = None if t is None else tensor_info(entry["tensor"], t)
         saved = []
         for slot, v in n.saved.items():
+            if slot == "function" and n.prim == "CustomFunctionBackward":
+                continue  # a custom Function's backward bodies (engine.custom_function): not a saved value
             item = {"name": f"_saved_{slot}"}
             if isinstance(v, SavedTensor):
                 item.update(kind="tensor", shape=list(v.shape), dtype=v.dtype, freed=v.freed,

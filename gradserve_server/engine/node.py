@@ -19,7 +19,7 @@ from .journal import _journal
 #: after running it, the engine only at the end (a failed pass changes nothing); version errors read it
 _freeing: contextvars.ContextVar[bool] = contextvars.ContextVar("gradserve_freeing", default=False)
 
-_CPP_NODES = {"AccumulateGrad", "CopySlices", "CopyBackwards", "NotImplemented", "Identity"}
+_CPP_NODES = {"AccumulateGrad", "CopySlices", "CopyBackwards", "NotImplemented", "Identity", "Error"}
 
 
 class SavedTensor:

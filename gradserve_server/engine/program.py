@@ -21,7 +21,7 @@ from time import monotonic as _monotonic
 
 import numpy as np
 
-from . import autograd
+from . import autograd, custom_function
 from .budget import Budget, Control, current_budget
 from .errors import (
     EngineError,
@@ -610,7 +610,7 @@ class _Runner:
         if not isinstance(fname, str):
             raise TorchTypeError(f"'{type(fname).__name__}' object is not callable", code="invalid_argument")
         fdef = self.functions.get(fname)
-        if fdef is None:
+        if fdef is None or not isinstance(fdef, FunctionDef):
             if fname in self.ns:
                 raise TorchTypeError("'Tensor' object is not callable", code="invalid_argument")
             raise UnknownTensorError(f"function {fname!r} is not defined")
@@ -647,6 +647,17 @@ class _Runner:
         if kw.get("v") is not None:
             kw["v"] = self.tensor_tuple(kw["v"])
         return fn(func, inputs, **kw)
+
+    def do_apply(self, args, kwargs):
+        """``MyFn.apply(*args)``: args[0] names an ``autograd_function`` definition, the rest are its arguments
+        (a tensor name where the definition has a tensor parameter)."""
+        if kwargs or not args or not isinstance(args[0], str):
+            raise InvalidArgumentError("apply takes [function name, *arguments]")
+        fdef = self.functions.get(args[0])
+        if not isinstance(fdef, custom_function.CustomFunctionDef):
+            raise UnknownTensorError(f"autograd function {args[0]!r} is not defined")
+        outs = custom_function.apply(self, fdef, args[1:])
+        return outs[0] if len(outs) == 1 else outs
 
     def tensor_tuple(self, v):
         """A name -> its tensor; a list of names -> a tuple of tensors (torch's tuple inputs)."""
@@ -807,6 +818,14 @@ class _Runner:
             return []
         if name == "function":
             return self.define_function(out, args, kwargs)
+        if name == "autograd_function":
+            if args or not isinstance(out, str):
+                raise InvalidArgumentError("autograd_function takes its definition as kwargs and one out name")
+            self.functions[out] = custom_function.definition(kwargs)
+            self.ns.pop(out, None)
+            return [out]
+        if name == "apply":
+            return self.bind(out, self.do_apply(args, kwargs))
         if name in TRANSFORMS:
             return self.bind(out, _flatten(self.do_transform(name, args, kwargs)))
         if name == "del":
@@ -856,6 +875,17 @@ ACTIONS = [
      "name, or a list of names for a tuple result, ops: its op list), bound to out. Its ops run when a transform "
      "calls it, on the session's names shadowed by the parameters; nothing it binds outlives the call.",
      "arguments": ["inputs", "outputs", "ops"], "tensors": ()},
+    {"name": "autograd_function", "doc": "Define a torch.autograd.Function (bound to out): kwargs name (the class "
+     "name: its nodes are <name>Backward), inputs (a parameter name per forward argument, null for a non-tensor one), "
+     "ops and outputs (the forward body and its tensor outputs), saved (names given to ctx.save_for_backward), "
+     "non_differentiable, materialize_grads, once_differentiable, and backward: a list of bodies (grads_present, "
+     "saved, grads, ops, outputs: a name or null per gradient returned).",
+     "arguments": ["name", "inputs", "ops", "outputs", "saved", "non_differentiable", "materialize_grads",
+                   "once_differentiable", "backward"], "tensors": ()},
+    {"name": "apply", "doc": "MyFn.apply(*args): args are the autograd_function's name, then its arguments (tensor "
+     "names where it has tensor parameters); the forward body runs with grad off and its outputs get one "
+     "<name>Backward node whose backward runs the backward body.", "arguments": ["function", "args"],
+     "tensors": ()},
     {"name": "vjp", "doc": "torch.autograd.functional.vjp(func, inputs, v=None, create_graph=False, strict=False) "
      "-> func's outputs, then the vjp (nested results flattened, depth first, onto out's names); func names a "
      "function, inputs (and v) a tensor name or a list of names (torch's tuple).",
@@ -901,6 +931,7 @@ _FORWARD_AD = {"enter_dual_level": (), "exit_dual_level": (), "make_dual": ("ten
 
 #: the op names run_op handles itself (before the op table)
 _ACTION_NAMES = frozenset({"backward", "grad", "zero_grad", "set_grad", "requires_grad_", "function", "del", "bind",
+                           "autograd_function", "apply",
                            "retain_grad", *_FORWARD_AD, *TRANSFORMS, *_RNG_ACTIONS})
 
 

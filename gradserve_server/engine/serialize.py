@@ -21,6 +21,7 @@ from json.encoder import encode_basestring_ascii as _q
 
 import numpy as np
 
+from . import custom_function
 from . import dtypes as D
 from .errors import EngineError
 from .functional import from_json
@@ -427,7 +428,10 @@ def _loads(blob: bytes) -> State:
         try:
             if f.__class__ is not dict:
                 _bad("function", name)
-            state.functions[name] = function_def({**f, "ops": from_json(f.get("ops"))})
+            if set(f) == {"autograd_function"}:  # a custom autograd.Function (engine.custom_function)
+                state.functions[name] = custom_function.from_stored(f["autograd_function"])
+            else:
+                state.functions[name] = function_def({**f, "ops": from_json(f.get("ops"))})
         except EngineError:
             _bad("function", name)
     gens = header.get("generators")

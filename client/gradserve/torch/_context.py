@@ -226,9 +226,10 @@ class Context:
         only to raise errors early, as ``backward``'s) waits for the level's exit, and any other raises."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self.tracing:
-            raise RuntimeError("gradserve: a function given to torch.autograd.functional is traced into one op list: "
-                               "it cannot read tensor values or metadata the client does not know yet, nor call "
-                               "backward (use torch.autograd.grad)")
+            raise RuntimeError("gradserve: a function given to torch.autograd.functional, or a custom "
+                               "autograd.Function's forward or backward, is traced into one op list: it cannot read "
+                               "tensor values or metadata the client does not know yet, nor call backward (use "
+                               "torch.autograd.grad)")
         rec = self.recorder()
         self.raise_thread_error(rec)
         if self.dual_depth:
