@@ -67,7 +67,7 @@ METHOD_ONLY = frozenset({"view", "expand", "expand_as", "repeat", "contiguous", 
                          "to", "copy_", "fill_", "add_", "sub_", "mul_", "div_", "pow_", "masked_fill_",
                          "clamp_min_", "clamp_max_", "clamp_", "zero_", "abs_", "neg_", "exp_", "log_", "sqrt_",
                          "sigmoid_", "tanh_", "relu_", "scatter_", "scatter_add_", "index_add_", "index_copy_",
-                         "index_fill_"})
+                         "index_fill_", "__radd__", "__rmul__"})
 
 # indexing and the reflected operators are not torch functions: no parsing beyond the op's own
 _EXEMPT = frozenset({"getitem", "setitem", "rpow", "rtruediv", "rmatmul", "tensor"})
@@ -173,6 +173,10 @@ OVERLOADS.update({
                             "(Tensor input, int dim, int start, int length)"),
                "method": ("(int dim, Tensor start, int length)", "(int dim, int start, int length)")},
 })
+_LINSPACE_KW = ("*, Tensor out = None, torch.dtype dtype = None, torch.layout layout = None, torch.device device = "
+                "None, bool pin_memory = False, bool requires_grad = False)")
+OVERLOADS["linspace"] = {"function": tuple(f"({a} start, {b} end, int steps, {_LINSPACE_KW}" for a, b in (
+    ("Tensor", "Tensor"), ("Number", "Tensor"), ("Tensor", "Number"), ("Number", "Number")))}
 OVERLOADS.update({
     "xlogy": {"function": ("(Tensor input, Tensor other, *, Tensor out = None)",
                            "(Number self, Tensor other, *, Tensor out = None)",

@@ -133,7 +133,8 @@ def creation_op(t: torch.Tensor, name: str, requires_grad: bool) -> dict:
         kwargs["requires_grad"] = True
     if t.numel() == 0:  # nested lists cannot say (0, 3)
         return {"op": "zeros", "args": list(t.shape), "kwargs": kwargs, "out": name}
-    return {"op": "tensor", "args": [plain(t.detach().tolist())], "kwargs": kwargs, "out": name}
+    # an array: the engine takes it as it is (HttpEval writes it as JSON lists)
+    return {"op": "tensor", "args": [t.detach().numpy().copy()], "kwargs": kwargs, "out": name}
 
 
 @dataclass
@@ -156,6 +157,8 @@ def encode(catalog_op: str, sample, differentiable: bool = True) -> Call:
             raise NotExpressible(f"{k}=")
     enc = Encoder()
     args = [enc.value(sample.input), *enc.value(list(sample.args))]
+    if catalog_op == "getitem" and isinstance(sample.args[0], list):
+        args[1] = [args[1]]  # x[[0, 2]]: the program format's list is a tuple of per-dim items
     kwargs = enc.value(dict(sample.kwargs))
     setup = [creation_op(t, f"a{i}", differentiable and t.requires_grad) for i, t in enumerate(enc.tensors)]
     return Call(enc.tensors, setup, catalog_op, args, kwargs)
@@ -237,7 +240,7 @@ def run_engine(ops: list[dict], names: list[str]) -> Outcome:
 
 
 def as_array(t: torch.Tensor) -> tuple:
-    return t.detach().numpy(), DTYPES.get(t.dtype, str(t.dtype))
+    return t.detach().resolve_conj().numpy(force=True), DTYPES.get(t.dtype, str(t.dtype))
 
 
 def tensor_diff(ref, got, zero_is_none: bool = False) -> str | None:

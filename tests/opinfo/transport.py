@@ -7,7 +7,7 @@ import numpy as np
 
 from tests.fuzz.harness import HTTP_RIG
 
-from .suite import Outcome, Phases, run_engine
+from .suite import Outcome, Phases, plain, run_engine
 
 _NP = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool": np.bool_}
 _SPECIAL = {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}
@@ -19,6 +19,10 @@ def _array(data, dtype: str) -> np.ndarray:
             return [conv(x) for x in v]
         return _SPECIAL.get(v, v) if isinstance(v, str) else v
     return np.asarray(conv(data), dtype=_NP[dtype])
+
+
+def _json(v):
+    return plain(v.tolist()) if isinstance(v, np.ndarray) else v
 
 
 class HttpEval:
@@ -34,6 +38,7 @@ class HttpEval:
         self.client.__exit__(None, None, None)
 
     def run(self, ops: list[dict], names: list[str]) -> Outcome:
+        ops = [{**op, "args": [_json(a) for a in op["args"]]} if "args" in op else op for op in ops]
         r = self.client.post("/v1/eval", json={"ops": ops, "return": names})
         body = r.json()
         if r.status_code != 200:
