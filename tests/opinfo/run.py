@@ -98,6 +98,8 @@ def run_op(info, stats: Stats, samples: int | None, reference: int | None, http:
             except NotExpressible as exc:
                 stats.not_expressible[exc.reason][name] += 1
                 continue
+            except Exception as exc:  # noqa: BLE001 - the suite's own failure on a sample: a mismatch to read
+                found = [("harness", "harness", f"{type(exc).__name__}: {exc}")]
             stats.samples[name] += 1
             seen = set()
             for _, cls, detail in found:

@@ -240,6 +240,8 @@ def run_engine(ops: list[dict], names: list[str]) -> Outcome:
 
 
 def as_array(t: torch.Tensor) -> tuple:
+    if t.layout != torch.strided:  # embedding(sparse=True)'s gradient: compared by value (deviations.py)
+        t = t.to_dense()
     return t.detach().resolve_conj().numpy(force=True), DTYPES.get(t.dtype, str(t.dtype))
 
 
