@@ -21,6 +21,14 @@ SETUP = [
     {"op": "tensor", "args": [[True, False, True]], "out": "m"},
     {"op": "tensor", "args": [[[[1.0, 2.0, 3.0, 4.0]]]], "out": "c"},
     {"op": "tensor", "args": [[[[1.0, -1.0]]]], "out": "w"},
+    # (N=2, C=2, d=2) scores and (2, 2) class indices; the same with one more spatial dim of 1
+    {"op": "tensor", "args": [[[[-1.0, 2.0], [0.0, -4.0]], [[3.0, 1.0], [-3.0, 0.0]]]],
+     "kwargs": {"dtype": "float64", "requires_grad": True}, "out": "k"},
+    {"op": "tensor", "args": [[[0, 1], [1, 0]]], "out": "kt"},
+    {"op": "tensor", "args": [[[0, 1, 1], [1, 0, 0]]], "out": "kt3"},
+    {"op": "tensor", "args": [[[[[1.0], [1.0]], [[2.0], [2.0]]]]], "kwargs": {"dtype": "float64",
+                                                                          "requires_grad": True}, "out": "k4"},
+    {"op": "tensor", "args": [[[[0], [1]]]], "out": "kt4"},
 ]
 
 
@@ -77,6 +85,18 @@ CASES = {
     "conv1d_with_dilation_0_refused": (
         _call("conv1d", "c", "w", dilation=0),
         {"error": ("RuntimeError", "dilation should be greater than zero, but got [1, 0]")}),
+    "conv1d_with_fewer_filters_than_groups": (_call("conv1d", "c", "w", groups=2), {"error": (
+        "RuntimeError", "Given groups=2, expected weight to be at least 2 at dimension 0, but got weight of size "
+        "[1, 1, 2] instead")}),
+    "nll_loss_of_a_3d_input": (_call("nll_loss", "k", "kt"), {
+        "value": 1.75, "grad_fn": "NllLoss2DBackward0",
+        "grads": {"k": [[[-0.25, 0.0], [0.0, -0.25]], [[0.0, -0.25], [-0.25, 0.0]]]}}),
+    "nll_loss_of_a_3d_input_unreduced": (_call("nll_loss", "k", "kt", reduction="none"), {
+        "value": [[1.0, 4.0], [3.0, -1.0]], "grad_fn": "ViewBackward0"}),
+    "nll_loss_of_a_3d_input_with_a_wrong_target": (_call("nll_loss", "k", "kt3"), {"error": (
+        "RuntimeError", "Expected target size [2, 2], got [2, 3]")}),
+    "cross_entropy_of_a_4d_input": (_call("cross_entropy", "k4", "kt4"), {
+        "value": 0.8132616875182228, "grad_fn": "NllLoss2DBackward0"}),
     "hardtanh_with_min_above_max_refused": (_call("hardtanh", "x", 2.0, 1.0), {"error": (
         "ValueError", "min_val cannot be greater than max_val")}),
     "roll_of_a_0d_tensor_over_a_dim_refused": (_call("roll", "s", 1, 0), {"error": (
@@ -186,7 +206,7 @@ def test_written_outcome_is_torchs(name):
     args, kwargs = [arg(a) for a in call["args"]], {k: arg(v) for k, v in call["kwargs"].items()}
     op = call["op"]
     fn = getattr(torch.Tensor, op) if op in ("to", "__radd__", "__rmul__") else \
-        getattr(torch.nn.functional if op in ("hardtanh", "conv1d") else torch, op)
+        getattr(torch.nn.functional if op in ("hardtanh", "conv1d", "nll_loss", "cross_entropy") else torch, op)
     try:
         out = fn(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - torch's exception is the fact checked

@@ -245,3 +245,22 @@ CATALOG_OP: dict[str, str] = {
 def opinfo_name(info) -> str:
     """``name`` or ``name.variant``: the key of ``CATALOG_OP`` and of the deviations table."""
     return info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
+
+
+def _n_first(inp, args):  # polygamma(x, n) in the OpInfo: torch.polygamma(n, x)
+    return [args[0], inp, *args[1:]]
+
+
+#: entries whose OpInfo ``op`` is a lambda taking the sample in another order than torch's function: the
+#: positional arguments of the catalog call, from the sample's ``input`` and ``args``
+ARGUMENT_ORDER = {
+    "polygamma.polygamma_n_0": _n_first, "polygamma.polygamma_n_1": _n_first,
+    "polygamma.polygamma_n_2": _n_first, "polygamma.polygamma_n_3": _n_first,
+    "polygamma.polygamma_n_4": _n_first, "special.polygamma.special_polygamma_n_0": _n_first,
+    "einsum": lambda inp, args: [args[0], list(inp)],          # (tensors, equation) -> einsum(equation, tensors)
+    "where": lambda inp, args: [args[0], inp, *args[1:]],       # (self, condition, other) -> where(condition, ..)
+    "nn.functional.embedding": lambda inp, args: [args[0], inp, *args[1:]],  # (weight, idx) -> embedding(idx, ..)
+}
+
+#: entries whose OpInfo ``op`` runs the catalog op on a copy: ``zero_`` is ``torch.zero_(x.clone())``
+ON_A_CLONE = {"zero_"}

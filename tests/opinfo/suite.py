@@ -32,6 +32,8 @@ import torch.autograd.forward_ad as fwAD
 from gradserve_server.engine import State, run_program
 from gradserve_server.engine.errors import EngineError
 
+from .mapping import ARGUMENT_ORDER, ON_A_CLONE, opinfo_name
+
 DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.int64: "int64", torch.bool: "bool"}
 #: keyword arguments the op list has no way to say (a tensor to write into, a device, a memory layout)
 UNSAYABLE_KWARGS = ("out", "device", "layout", "pin_memory", "memory_format", "generator")
@@ -113,7 +115,7 @@ class Encoder:
         if v is None or isinstance(v, (bool, int, str)):
             return v
         if isinstance(v, float):
-            return plain(v)
+            return v  # a non-finite one becomes its JSON string on the wire (transport.py), as the app decodes
         if isinstance(v, complex):
             raise NotExpressible("complex scalar")
         if v is Ellipsis:
@@ -121,7 +123,7 @@ class Encoder:
         if isinstance(v, slice):
             return ":".join("" if x is None else str(x) for x in (v.start, v.stop, v.step))
         if isinstance(v, (np.integer, np.floating)):
-            return plain(v.item())
+            return v.item()
         if callable(v):
             raise NotExpressible("callable argument")
         raise NotExpressible(f"{type(v).__name__} argument")
@@ -146,22 +148,29 @@ class Call:
     op: str
     args: list
     kwargs: dict
+    pre: list = field(default_factory=list)  # ops between the tensors' creation and the call
 
-    def call(self, out) -> dict:
-        return {"op": self.op, "args": self.args, "kwargs": self.kwargs, "out": out}
+    def call(self, out) -> list[dict]:
+        return [*self.pre, {"op": self.op, "args": self.args, "kwargs": self.kwargs, "out": out}]
 
 
-def encode(catalog_op: str, sample, differentiable: bool = True) -> Call:
+def encode(catalog_op: str, sample, differentiable: bool = True, name: str = "") -> Call:
+    """``name``: the OpInfo entry (``mapping.ARGUMENT_ORDER`` and ``ON_A_CLONE`` say how its lambda calls)."""
     for k in sample.kwargs:
         if k in UNSAYABLE_KWARGS:
             raise NotExpressible(f"{k}=")
     enc = Encoder()
-    args = [enc.value(sample.input), *enc.value(list(sample.args))]
+    inp, rest = enc.value(sample.input), enc.value(list(sample.args))
+    args = ARGUMENT_ORDER[name](inp, rest) if name in ARGUMENT_ORDER else [inp, *rest]
     if catalog_op == "getitem" and isinstance(sample.args[0], list):
         args[1] = [args[1]]  # x[[0, 2]]: the program format's list is a tuple of per-dim items
     kwargs = enc.value(dict(sample.kwargs))
     setup = [creation_op(t, f"a{i}", differentiable and t.requires_grad) for i, t in enumerate(enc.tensors)]
-    return Call(enc.tensors, setup, catalog_op, args, kwargs)
+    pre = []
+    if name in ON_A_CLONE:
+        pre.append({"op": "clone", "args": [args[0]], "out": "copy"})
+        args[0] = "copy"
+    return Call(enc.tensors, setup, catalog_op, args, kwargs, pre)
 
 
 # ----- running torch --------------------------------------------------------------------------------------
@@ -228,7 +237,7 @@ def run_engine(ops: list[dict], names: list[str]) -> Outcome:
     try:
         run_program(state, ops)
     except EngineError as exc:
-        return Outcome(error=(exc.exception, exc.message))
+        return Outcome(error=(exc.exception, exc.message.strip()))
     finally:
         ctx.__exit__(None, None, None)
     ts = [state.tensors.get(n) for n in names]
@@ -326,7 +335,7 @@ class Phases:
 
     def __init__(self, info, catalog_op: str, sample, gen: torch.Generator, differentiable: bool = True):
         self.info, self.sample, self.gen = info, sample, gen
-        self.call = encode(catalog_op, sample, differentiable)
+        self.call = encode(catalog_op, sample, differentiable, opinfo_name(info))
         self.differentiable = differentiable
         self.runner = run_engine  # or an HTTP transport's: the same programs, the same comparisons
 
@@ -344,11 +353,11 @@ class Phases:
     def forward(self, check_grad_fn: bool = True) -> list:
         _, out, err = self._torch()
         if err is not None:
-            got = self.runner([*self.call.setup, self.call.call("y")], [])
+            got = self.runner([*self.call.setup, *self.call.call("y")], [])
             e = error_diff(err, got.error)
             return [e] if e else []
         outs, out = self._out(out)
-        got = self.runner([*self.call.setup, self.call.call(out)], names_of(out))
+        got = self.runner([*self.call.setup, *self.call.call(out)], names_of(out))
         if got.error is not None:
             return [("refused", f"engine raised {got.error[0]}: {got.error[1][:300]}")]
         found = []
@@ -375,7 +384,7 @@ class Phases:
         cots = [randn_like(outs[i], self.gen) for i in diff]
         grads = _torch_grad([outs[i] for i in diff], [leaves[i] for i in inputs], cots, create_graph)
         ops = [*self.call.setup, *(creation_op(c, f"c{k}", False) for k, c in enumerate(cots)),
-               self.call.call(out),
+               *self.call.call(out),
                {"op": "grad", "args": [[names[i] for i in diff], [f"a{i}" for i in inputs]],
                 "kwargs": {"grad_outputs": [f"c{k}" for k in range(len(cots))], "allow_unused": True,
                            "create_graph": create_graph},
@@ -455,7 +464,7 @@ class Phases:
         ops = [*setup, *(creation_op(t, f"t{k}", False) for k, t in enumerate(tangents)),
                {"op": "enter_dual_level"},
                *({"op": "make_dual", "args": [f"p{i}", f"t{k}"], "out": f"a{i}"} for k, i in enumerate(duals)),
-               self.call.call(out),
+               *self.call.call(out),
                *({"op": "unpack_dual", "args": [n], "out": [f"{n}_primal", f"{n}_tangent"]} for n in names),
                {"op": "exit_dual_level"}]
         got = self.runner(ops, [f"{n}_tangent" for n in names])
@@ -472,10 +481,10 @@ class Phases:
 def error_input(info, catalog_op: str, ei) -> tuple[bool, tuple | None]:
     """(agrees, mismatch) for one ``ErrorInput``: torch's actual exception against the engine's."""
     sample = ei.sample_input
-    call = encode(catalog_op, sample)
+    call = encode(catalog_op, sample, name=opinfo_name(info))
     _, _, args = fresh_leaves(call, sample)
     _, ref = run_torch(info, args)
-    got = run_engine([*call.setup, call.call("y")], [])
+    got = run_engine([*call.setup, *call.call("y")], [])
     if ref is None:  # the OpInfo expects an error torch 2.13 no longer raises: the engine should not either
         e = error_diff(None, got.error)
     else:

@@ -22,7 +22,14 @@ def _array(data, dtype: str) -> np.ndarray:
 
 
 def _json(v):
-    return plain(v.tolist()) if isinstance(v, np.ndarray) else v
+    """Arrays as nested lists, non-finite floats as the API's strings."""
+    if isinstance(v, np.ndarray):
+        return plain(v.tolist())
+    if isinstance(v, list):
+        return [_json(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _json(x) for k, x in v.items()}
+    return plain(v)
 
 
 class HttpEval:
@@ -38,13 +45,13 @@ class HttpEval:
         self.client.__exit__(None, None, None)
 
     def run(self, ops: list[dict], names: list[str]) -> Outcome:
-        ops = [{**op, "args": [_json(a) for a in op["args"]]} if "args" in op else op for op in ops]
+        ops = [{**op, "args": _json(op.get("args", [])), "kwargs": _json(op.get("kwargs", {}))} for op in ops]
         r = self.client.post("/v1/eval", json={"ops": ops, "return": names})
         body = r.json()
         if r.status_code != 200:
             if r.status_code >= 500 or "exception" not in body:
                 return Outcome(error=(f"HTTP {r.status_code}", str(body.get("detail"))))
-            return Outcome(error=(body["exception"], body["detail"]))
+            return Outcome(error=(body["exception"], body["detail"].strip()))
         views = [body["tensors"].get(n) for n in names]
         return Outcome(tensors=[None if v is None else (_array(v["data"], v["dtype"]).reshape(v["shape"]),
                                                          v["dtype"]) for v in views],

@@ -188,6 +188,9 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
         raise TorchRuntimeError(f"dilation should be greater than zero{shown}", code="invalid_argument")
     n, c = input.shape[:2]
     o = weight.shape[0]
+    if o < groups:
+        raise TorchRuntimeError(f"Given groups={groups}, expected weight to be at least {groups} at dimension 0, "
+                                f"but got weight of size {_sizes(weight.shape)} instead", code="shape_mismatch")
     if o % groups:
         raise TorchRuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, "
                                 f"but got weight of size [{_sizes(weight.shape)}] instead", code="shape_mismatch")
