@@ -21,7 +21,7 @@ import torch
 
 from .deviations import classify
 from .mapping import CATALOG_OP, opinfo_name
-from .suite import Mismatch, NotExpressible, Phases, error_input, seeded
+from .suite import EngineTimeout, Mismatch, NotExpressible, Phases, error_input, seeded
 from .transport import HttpEval
 
 
@@ -98,6 +98,8 @@ def run_op(info, stats: Stats, samples: int | None, reference: int | None, http:
             except NotExpressible as exc:
                 stats.not_expressible[exc.reason][name] += 1
                 continue
+            except EngineTimeout as exc:
+                found = [("timeout", "timeout", str(exc))]
             except Exception as exc:  # noqa: BLE001 - the suite's own failure on a sample: a mismatch to read
                 found = [("harness", "harness", f"{type(exc).__name__}: {exc}")]
             stats.samples[name] += 1
@@ -116,6 +118,8 @@ def run_op(info, stats: Stats, samples: int | None, reference: int | None, http:
             except NotExpressible as exc:
                 stats.not_expressible[exc.reason][name] += 1
                 continue
+            except EngineTimeout as exc:
+                found = [("timeout", str(exc))]
             stats.samples[name] += 1
             for cls, detail in found[:1]:
                 stats.add(Mismatch(name, "float32", index, "float32" if cls == "forward" else cls, detail))
@@ -126,6 +130,8 @@ def run_op(info, stats: Stats, samples: int | None, reference: int | None, http:
         except NotExpressible as exc:
             stats.not_expressible[exc.reason][name] += 1
             continue
+        except EngineTimeout as exc:
+            agrees, e = False, ("timeout", str(exc))
         stats.errors_total[name] += 1
         if agrees:
             stats.errors_agree[name] += 1
@@ -137,15 +143,20 @@ def run_op(info, stats: Stats, samples: int | None, reference: int | None, http:
 
 def run(names=None, samples: int | None = None, reference: int | None = 20, http: bool = True,
         progress: bool = False) -> Stats:
+    """Every mapped entry (or those ``names``); ``progress``: each entry's figures on stderr as it ends."""
     stats = Stats()
     transport = HttpEval() if http else None
     try:
         for info in op_infos(names):
             t0 = time.time()
+            n = len(stats.mismatches)
             run_op(info, stats, samples, reference, transport)
             if progress:
-                print(f"{opinfo_name(info)}: {stats.samples[opinfo_name(info)]} samples "
-                      f"({time.time() - t0:.1f} s)", file=sys.stderr, flush=True)
+                name = opinfo_name(info)
+                print(json.dumps({"op": name, "samples": stats.samples[name], "seconds": round(time.time() - t0, 1),
+                                  "errors": [stats.errors_agree[name], stats.errors_total[name]],
+                                  "mismatches": [asdict(m) for m in stats.mismatches[n:]]}),
+                      file=sys.stderr, flush=True)
     finally:
         if transport is not None:
             transport.close()
@@ -205,7 +216,7 @@ def main(argv=None) -> int:
     ap.add_argument("--op", action="append", help="only this OpInfo entry (repeatable)")
     ap.add_argument("--no-http", action="store_true")
     ap.add_argument("--quiet", action="store_true", help="totals only, no per-op table")
-    ap.add_argument("--progress", action="store_true")
+    ap.add_argument("--progress", action="store_true", help="each entry's figures (a JSON line) on stderr")
     ap.add_argument("--json", help="write the figures to this file")
     a = ap.parse_args(argv)
     t0 = time.time()

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 import re
+import signal
+import threading
 import warnings
 import zlib
 from dataclasses import dataclass, field
@@ -231,14 +233,34 @@ def run_torch(info, args) -> tuple:
 # ----- running the engine ---------------------------------------------------------------------------------
 
 
+#: an engine program of one sample that runs longer than this is stopped and reported (torch takes
+#: milliseconds on every OpInfo sample): a kernel whose time grows with the data is a finding, not a wait
+ENGINE_SECONDS = 10.0
+
+
+class EngineTimeout(BaseException):  # not an Exception: no handler inside the engine may swallow it
+    pass
+
+
+def _alarm(signum, frame):
+    raise EngineTimeout(f"the engine took over {ENGINE_SECONDS:.0f} s")
+
+
 def run_engine(ops: list[dict], names: list[str]) -> Outcome:
     state = State()
     ctx = _quiet()
+    timed = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+    if timed:
+        previous = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, ENGINE_SECONDS)
     try:
         run_program(state, ops)
     except EngineError as exc:
         return Outcome(error=(exc.exception, exc.message.strip()))
     finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
         ctx.__exit__(None, None, None)
     ts = [state.tensors.get(n) for n in names]
     return Outcome(tensors=[None if t is None else (t.data, t.dtype) for t in ts],
