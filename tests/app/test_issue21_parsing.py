@@ -26,6 +26,7 @@ SETUP = [
      "kwargs": {"dtype": "float64", "requires_grad": True}, "out": "k"},
     {"op": "tensor", "args": [[[0, 1], [1, 0]]], "out": "kt"},
     {"op": "tensor", "args": [[[0, 1, 1], [1, 0, 0]]], "out": "kt3"},
+    {"op": "zeros", "args": [0, 5], "out": "e"},
     {"op": "tensor", "args": [[[[[1.0], [1.0]], [[2.0], [2.0]]]]], "kwargs": {"dtype": "float64",
                                                                           "requires_grad": True}, "out": "k4"},
     {"op": "tensor", "args": [[[[0], [1]]]], "out": "kt4"},
@@ -97,6 +98,10 @@ CASES = {
         "RuntimeError", "Expected target size [2, 2], got [2, 3]")}),
     "cross_entropy_of_a_4d_input": (_call("cross_entropy", "k4", "kt4"), {
         "value": 0.8132616875182228, "grad_fn": "NllLoss2DBackward0"}),
+    "reshape_of_no_elements_with_an_ambiguous_minus_one": (
+        {**_call("reshape", "e", [0, -1])},
+        {"error": ("RuntimeError", "cannot reshape tensor of 0 elements into shape [0, -1] because the unspecified "
+                   "dimension size -1 can be any value and is ambiguous")}),
     "hardtanh_with_min_above_max_refused": (_call("hardtanh", "x", 2.0, 1.0), {"error": (
         "ValueError", "min_val cannot be greater than max_val")}),
     "roll_of_a_0d_tensor_over_a_dim_refused": (_call("roll", "s", 1, 0), {"error": (

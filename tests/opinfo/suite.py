@@ -44,6 +44,11 @@ UNSAYABLE_KWARGS = ("out", "device", "layout", "pin_memory", "memory_format", "g
 TOL = {"float64": (1e-7, 1e-10), "float32": (1e-4, 1e-5)}
 
 
+#: ops whose result depends on the input's memory layout (contiguous() copies a non-contiguous input, view
+#: refuses one); a program creates contiguous leaves only
+LAYOUT_OPS = frozenset({"contiguous", "view"})
+
+
 class NotExpressible(Exception):
     """The sample needs something the op list cannot say; ``reason`` is what the figures count."""
 
@@ -167,6 +172,8 @@ def encode(catalog_op: str, sample, differentiable: bool = True, name: str = "")
     if catalog_op == "getitem" and isinstance(sample.args[0], list):
         args[1] = [args[1]]  # x[[0, 2]]: the program format's list is a tuple of per-dim items
     kwargs = enc.value(dict(sample.kwargs))
+    if catalog_op in LAYOUT_OPS and not sample.input.is_contiguous():
+        raise NotExpressible("non-contiguous input to a layout op")  # a program's leaves are contiguous
     setup = [creation_op(t, f"a{i}", differentiable and t.requires_grad) for i, t in enumerate(enc.tensors)]
     pre = []
     if name in ON_A_CLONE:
@@ -505,7 +512,9 @@ def error_input(info, catalog_op: str, ei) -> tuple[bool, tuple | None]:
     sample = ei.sample_input
     call = encode(catalog_op, sample, name=opinfo_name(info))
     _, _, args = fresh_leaves(call, sample)
-    _, ref = run_torch(info, args)
+    out, ref = run_torch(info, args)
+    if ref is None and torch_outputs(out) is None:  # Tensor.__rpow__(2, 3) returns NotImplemented
+        raise NotExpressible(f"{type(out).__name__} result")
     got = run_engine([*call.setup, *call.call("y")], [])
     if ref is None:  # the OpInfo expects an error torch 2.13 no longer raises: the engine should not either
         e = error_diff(None, got.error)

@@ -130,8 +130,12 @@ def _infer_shape(shape: tuple, numel: int) -> tuple:
     for s in shape:
         if s != -1:
             known *= s
-    bad = f"shape '[{', '.join(str(s) for s in shape)}]' is invalid for input of size {numel}"
+    shown = f"[{', '.join(str(s) for s in shape)}]"
+    bad = f"shape '{shown}' is invalid for input of size {numel}"
     if neg:
+        if known == 0 and numel == 0:
+            raise ShapeError(f"cannot reshape tensor of 0 elements into shape {shown} because the unspecified "
+                             f"dimension size -1 can be any value and is ambiguous")
         if known == 0 or numel % known:
             raise ShapeError(bad)
         shape = tuple(numel // known if s == -1 else s for s in shape)
