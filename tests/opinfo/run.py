@@ -35,7 +35,9 @@ def op_infos(names=None) -> list:
     return infos
 
 
-def _samples(gen_fn, limit: int | None):
+def _samples(gen_fn, limit: int | None, failed=None):
+    """The generator's samples, at most ``limit``; ``failed(reason)`` when torch's own generator raises
+    (``reference_inputs`` of ``where`` asks make_tensor for a bool tensor requiring grad): counted, not hidden."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -45,6 +47,9 @@ def _samples(gen_fn, limit: int | None):
                 yield s
         except NotImplementedError:  # an OpInfo without reference_inputs / error_inputs
             return
+        except Exception as exc:  # noqa: BLE001 - torch's sample generator failed: the rest is not run
+            if failed is not None:
+                failed(f"torch's sample generator raised {type(exc).__name__}")
 
 
 class Stats:
@@ -76,10 +81,14 @@ def run_op(info, stats: Stats, samples: int | None, reference: int | None, http:
         kinds.append(("reference", lambda: info.reference_inputs("cpu", torch.float64,
                                                                   requires_grad=differentiable), reference))
     sent_http = False
+
+    def failed(reason: str):
+        stats.not_expressible[reason][name] += 1
+
     for kind, gen_fn, limit in kinds:
         if torch.float64 not in info.supported_dtypes("cpu"):
             break
-        for index, sample in enumerate(_samples(gen_fn, limit)):
+        for index, sample in enumerate(_samples(gen_fn, limit, failed)):
             try:
                 ph = Phases(info, catalog, sample, seeded(name, kind, index), differentiable)
                 found = [("forward", *f) for f in ph.forward()]
@@ -111,7 +120,8 @@ def run_op(info, stats: Stats, samples: int | None, reference: int | None, http:
                 stats.add(Mismatch(name, kind, index, cls, detail))
     # float32: forward values only
     if torch.float32 in info.supported_dtypes("cpu"):
-        for index, sample in enumerate(_samples(lambda: info.sample_inputs("cpu", torch.float32), samples)):
+        for index, sample in enumerate(_samples(lambda: info.sample_inputs("cpu", torch.float32), samples,
+                                                failed)):
             try:
                 ph = Phases(info, catalog, sample, seeded(name, "float32", index), False)
                 found = ph.forward(check_grad_fn=False)
@@ -124,7 +134,7 @@ def run_op(info, stats: Stats, samples: int | None, reference: int | None, http:
             for cls, detail in found[:1]:
                 stats.add(Mismatch(name, "float32", index, "float32" if cls == "forward" else cls, detail))
     errors = (lambda: info.error_inputs("cpu")) if info.error_inputs_func is not None else (lambda: ())
-    for index, ei in enumerate(_samples(errors, samples)):
+    for index, ei in enumerate(_samples(errors, samples, failed)):
         try:
             agrees, e = error_input(info, catalog, ei)
         except NotExpressible as exc:
@@ -155,6 +165,9 @@ def run(names=None, samples: int | None = None, reference: int | None = 20, http
                 name = opinfo_name(info)
                 print(json.dumps({"op": name, "samples": stats.samples[name], "seconds": round(time.time() - t0, 1),
                                   "errors": [stats.errors_agree[name], stats.errors_total[name]],
+                                  "http": stats.http[name],
+                                  "not_expressible": {r: c[name] for r, c in stats.not_expressible.items()
+                                                      if c[name]},
                                   "mismatches": [asdict(m) for m in stats.mismatches[n:]]}),
                       file=sys.stderr, flush=True)
     finally:
