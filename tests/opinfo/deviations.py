@@ -17,6 +17,9 @@ _RANDOM = "random numbers come from numpy's generator, not torch's: shapes and d
 DEVIATIONS: dict[tuple[str, str, str], str] = {
     **{(op, cls, ""): _SVD_SIGNS for op in ("svd", "linalg.svd")
        for cls in ("forward", "reverse", "gradgrad", "forward_ad", "float32")},
+    ("scatter", "refused", "unexpected keyword argument 'reduce'"): (
+        "scatter(..., reduce='add'|'multiply') is not in the catalog: torch deprecates it for scatter_reduce and "
+        "has no gradient for it (its grad_fn is NotImplemented); the engine refuses the keyword"),
     ("randn", "forward", "values differ"): _RANDOM,
     ("randn", "float32", "values differ"): _RANDOM,
 }
