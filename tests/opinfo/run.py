@@ -151,7 +151,7 @@ def run_op(info, stats: Stats, samples: int | None, reference: int | None, http:
         stats.ops_without_samples.append(name)
 
 
-def run(names=None, samples: int | None = None, reference: int | None = 20, http: bool = True,
+def run(names=None, samples: int | None = None, reference: int | None = 10, http: bool = True,
         progress: bool = False) -> Stats:
     """Every mapped entry (or those ``names``); ``progress``: each entry's figures on stderr as it ends."""
     stats = Stats()
@@ -225,7 +225,7 @@ def report(stats: Stats, per_op: bool = True) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="dev.py opinfo", description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=None, help="at most this many samples of each kind per op")
-    ap.add_argument("--reference", type=int, default=20, help="reference_inputs per op (0: none)")
+    ap.add_argument("--reference", type=int, default=10, help="reference_inputs per op (0: none)")
     ap.add_argument("--op", action="append", help="only this OpInfo entry (repeatable)")
     ap.add_argument("--no-http", action="store_true")
     ap.add_argument("--quiet", action="store_true", help="totals only, no per-op table")
