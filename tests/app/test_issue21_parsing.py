@@ -102,6 +102,9 @@ CASES = {
         {**_call("reshape", "e", [0, -1])},
         {"error": ("RuntimeError", "cannot reshape tensor of 0 elements into shape [0, -1] because the unspecified "
                    "dimension size -1 can be any value and is ambiguous")}),
+    "mean_with_an_integer_dtype_names_the_dtype_asked_for": (_call("mean", "x", dtype="int64"), {"error": (
+        "RuntimeError", "mean(): could not infer output dtype. Optional dtype must be either a floating point or "
+        "complex dtype. Got: Long")}),
     "hardtanh_with_min_above_max_refused": (_call("hardtanh", "x", 2.0, 1.0), {"error": (
         "ValueError", "min_val cannot be greater than max_val")}),
     "roll_of_a_0d_tensor_over_a_dim_refused": (_call("roll", "s", 1, 0), {"error": (
@@ -206,7 +209,8 @@ def test_written_outcome_is_torchs(name):
     def arg(v):
         if isinstance(v, str) and v in ns:
             return ns[v]
-        return [arg(x) for x in v] if isinstance(v, list) else {"float64": torch.float64}.get(v, v)
+        return [arg(x) for x in v] if isinstance(v, list) else \
+            {"float64": torch.float64, "int64": torch.int64}.get(v, v)
 
     args, kwargs = [arg(a) for a in call["args"]], {k: arg(v) for k, v in call["kwargs"].items()}
     op = call["op"]

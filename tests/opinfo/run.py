@@ -75,28 +75,34 @@ class Stats:
 def run_op(info, stats: Stats, samples: int | None, reference: int | None, http: HttpEval | None = None):
     name = opinfo_name(info)
     catalog = CATALOG_OP[name]
-    differentiable = info.supports_autograd
-    kinds = [("sample", lambda: info.sample_inputs("cpu", torch.float64, requires_grad=differentiable), samples)]
+    dtypes = info.supported_dtypes("cpu")
+    # float64 where the OpInfo tests it; an integer-only one (one_hot) in int64, without gradients
+    dtype = next((d for d in (torch.float64, torch.int64, torch.bool) if d in dtypes), None)
+    if dtype is None:
+        stats.not_expressible[f"OpInfo of {'complex' if any(d.is_complex for d in dtypes) else 'other'} dtypes "
+                              f"only"][name] += 1
+    differentiable = info.supports_autograd and dtype == torch.float64
+    kinds = [("sample", lambda: info.sample_inputs("cpu", dtype, requires_grad=differentiable), samples)]
     if reference:
-        kinds.append(("reference", lambda: info.reference_inputs("cpu", torch.float64,
-                                                                  requires_grad=differentiable), reference))
+        kinds.append(("reference", lambda: info.reference_inputs("cpu", dtype, requires_grad=differentiable),
+                      reference))
     sent_http = False
 
     def failed(reason: str):
         stats.not_expressible[reason][name] += 1
 
     for kind, gen_fn, limit in kinds:
-        if torch.float64 not in info.supported_dtypes("cpu"):
+        if dtype is None:
             break
         for index, sample in enumerate(_samples(gen_fn, limit, failed)):
             try:
                 ph = Phases(info, catalog, sample, seeded(name, kind, index), differentiable)
-                found = [("forward", *f) for f in ph.forward()]
+                found = [("forward", *f) for f in ph.forward(check_grad_fn=differentiable)]
                 if differentiable:
                     found += [("reverse", *f) for f in ph.reverse()]
-                if info.supports_gradgrad:
+                if differentiable and info.supports_gradgrad:
                     found += [("gradgrad", *f) for f in ph.gradgrad()]
-                if info.supports_forward_ad:
+                if differentiable and info.supports_forward_ad:
                     found += [("forward_ad", *f) for f in ph.forward_ad()]
                 if http is not None and not sent_http and not found:
                     sent_http = True

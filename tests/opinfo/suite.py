@@ -104,6 +104,8 @@ class Encoder:
                 raise NotExpressible(f"{str(t.dtype).replace('torch.', '')} tensor")
             if t.layout != torch.strided:
                 raise NotExpressible("sparse tensor")
+            if t.dim() > 32:  # numpy's limit is 64 dims, the JSON nesting limit of a request lower
+                raise NotExpressible("tensor of more than 32 dims")
             self._names[id(t)] = f"a{len(self.tensors)}"
             self.tensors.append(t)
         return self._names[id(t)]

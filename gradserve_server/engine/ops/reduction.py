@@ -148,9 +148,10 @@ def mean(self, dim=None, keepdim=False, dtype=None):
     """torch.mean(input, dim=None, keepdim=False); integer inputs are refused as in torch."""
     self = require_tensor(self)
     out_dtype = D.canonical(dtype) if dtype is not None else self.dtype
-    if not D.is_floating(out_dtype):
-        raise TorchRuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating point "
-                                f"or complex dtype. Got: {D.SCALAR_TYPE_NAMES[self.dtype]}", code="invalid_dtype")
+    if not D.is_floating(out_dtype):  # torch names the dtype it could not use: the one asked for, else input's
+        which = "Optional" if dtype is not None else "Input"
+        raise TorchRuntimeError(f"mean(): could not infer output dtype. {which} dtype must be either a floating "
+                                f"point or complex dtype. Got: {D.SCALAR_TYPE_NAMES[out_dtype]}", code="invalid_dtype")
     nd = self.data.ndim
     dims = _dims(dim, nd)
     if dim is None and not keepdim:  # mean(x, None, keepdim=True): the dim overload over every dim
