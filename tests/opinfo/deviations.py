@@ -56,6 +56,11 @@ PENDING_OPFIX: dict[tuple[str, str, str], str] = {
        for op in ("digamma", "polygamma.polygamma_n_0", "polygamma.polygamma_n_1", "polygamma.polygamma_n_2",
                   "polygamma.polygamma_n_3", "polygamma.polygamma_n_4", "special.polygamma.special_polygamma_n_0",
                   "mvlgamma.mvlgamma_p_1", "mvlgamma.mvlgamma_p_3", "mvlgamma.mvlgamma_p_5", "lgamma")},
+    ("prod", "gradgrad", "does not require grad"): "prod's second derivative where the input holds a zero",
+    ("nn.functional.nll_loss", "gradgrad", "does not require grad"): _CONSTANT_GRAD,
+    **{(op, cls, "to have non-zero size"): "linalg.norm(empty(0, 0), inf)"
+       for op in ("linalg.norm", "linalg.norm.subgradients_at_zero")
+       for cls in ("refused", "float32", "reverse", "gradgrad", "forward_ad")},
     ("nn.functional.normalize", "forward_ad", "AttributeError"): "JVP of a p=0 norm: an internal AttributeError",
     ("linalg.vector_norm", "forward_ad", "AttributeError"): "JVP of a p=0 norm: an internal AttributeError",
     ("linalg.norm", "forward_ad", "AttributeError"): "JVP of a p=0 norm: an internal AttributeError",
