@@ -256,3 +256,16 @@ def test_logcumsumexp_tangent_is_torchs_in_the_engine_and_over_http(client):
     r = client.post("/v1/eval", json={"ops": LOGCUMSUMEXP_JVP, "return": ["yt"]})
     assert r.status_code == 200, r.text
     assert _close(r.json()["tensors"]["yt"]["data"], LOGCUMSUMEXP_TANGENT)
+
+
+def test_narrow_with_a_tensor_start_follows_the_tensor_in_a_repeated_list(client):
+    """narrow's start read from a tensor is a value: a repeated (planned) list must not freeze it."""
+    sid = client.post("/v1/sessions").json()["id"]
+    setup = [{"op": "tensor", "args": [[10.0, 20.0, 30.0, 40.0]], "out": "x"},
+             {"op": "tensor", "args": [0], "out": "i"}]
+    assert client.post(f"/v1/sessions/{sid}/ops", json={"ops": setup}).status_code == 200
+    r = client.post(f"/v1/sessions/{sid}/ops", json={
+        "ops": [{"op": "narrow", "args": ["x", 0, "i", 1], "out": "y"}, {"op": "add", "args": ["i", 1], "out": "i"}],
+        "repeat": 4, "record": ["y"]})
+    assert r.status_code == 200, r.text
+    assert r.json()["records"]["y"] == [[10.0], [20.0], [30.0], [40.0]]
