@@ -17,6 +17,9 @@
                                              the differential fuzzer against torch (needs torch in .venv:
                                              .venv/bin/pip install torch==2.13.0); prints programs, steps,
                                              ops covered and mismatches by class
+    python3 dev.py opinfo [--samples N] [--reference N] [--op NAME] [--quiet] [--json FILE]
+                                             torch's OpInfo database (op_db) through the engine and HTTP (needs
+                                             torch and expecttest in .venv): per-op and total figures
 """
 
 from __future__ import annotations
@@ -162,8 +165,16 @@ def fuzz(args: list[str]) -> int:
     return subprocess.call([str(PYTHON), "-W", "ignore", "-m", "tests.fuzz.run", *args], cwd=ROOT)
 
 
+def opinfo(args: list[str]) -> int:
+    ensure_env("test")
+    if subprocess.call([str(PYTHON), "-c", "import torch, expecttest"], cwd=ROOT, stderr=subprocess.DEVNULL):
+        print("the OpInfo suite reads torch's op_db: .venv/bin/pip install torch==2.13.0 expecttest", file=sys.stderr)
+        return 2
+    return subprocess.call([str(PYTHON), "-W", "ignore", "-m", "tests.opinfo.run", *args], cwd=ROOT)
+
+
 def main(argv: list[str]) -> int:
-    commands = {"serve": serve, "test": test, "docs": docs, "build": build, "fuzz": fuzz}
+    commands = {"serve": serve, "test": test, "docs": docs, "build": build, "fuzz": fuzz, "opinfo": opinfo}
     if not argv or argv[0] not in commands:
         print(__doc__, file=sys.stderr)
         return 2

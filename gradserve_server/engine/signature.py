@@ -69,7 +69,7 @@ METHOD_ONLY = frozenset({"view", "expand", "expand_as", "repeat", "contiguous", 
                          "sigmoid_", "tanh_", "relu_", "scatter_", "scatter_add_", "index_add_", "index_copy_",
                          "index_fill_", "uniform_", "normal_", "bernoulli_", "random_",
                          "exponential_", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor",
-                         "view_as", "reshape_as"})
+                         "view_as", "reshape_as", "__radd__", "__rmul__"})
 
 # ops torch binds with several overloads where our derived signature stands for them all: none of torch's is
 # plausible for a call without any argument, which torch answers with the list of them (one argument, a
@@ -188,6 +188,10 @@ OVERLOADS.update({
                             "(Tensor input, int dim, int start, int length)"),
                "method": ("(int dim, Tensor start, int length)", "(int dim, int start, int length)")},
 })
+_LINSPACE_KW = ("*, Tensor out = None, torch.dtype dtype = None, torch.layout layout = None, torch.device device = "
+                "None, bool pin_memory = False, bool requires_grad = False)")
+OVERLOADS["linspace"] = {"function": tuple(f"({a} start, {b} end, int steps, {_LINSPACE_KW}" for a, b in (
+    ("Tensor", "Tensor"), ("Number", "Tensor"), ("Tensor", "Number"), ("Number", "Number")))}
 OVERLOADS.update({
     "xlogy": {"function": ("(Tensor input, Tensor other, *, Tensor out = None)",
                            "(Number self, Tensor other, *, Tensor out = None)",

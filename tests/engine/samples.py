@@ -136,8 +136,10 @@ SAMPLES: dict[str, list[Sample]] = {
     # ----- clamp, maximum, where, masked_fill, lerp
     "clamp": [S(away(4, gap=0.6, high=2.0), -0.5, 0.5), S(away(3, gap=0.6), min=0.3), S(away(3, gap=0.6), max=0.3),
               S(T(3), min=T(3, low=-3, high=-2)), S(T(2, 3), max=T(3, low=2, high=3))],
-    "clamp_min": [S(away(3, gap=0.2), 0.0)],
-    "clamp_max": [S(away(3, gap=0.2), 0.0)],
+    "clamp_min": [S(away(3, gap=0.2), 0.0),
+                  S(away(2, 3, gap=0.2), Tensor(np.zeros(3), requires_grad=True), note="tensor bound")],
+    "clamp_max": [S(away(3, gap=0.2), 0.0),
+                  S(away(2, 3, gap=0.2), Tensor(np.zeros(3), requires_grad=True), note="tensor bound")],
     "maximum": [S(T(3), T(3)), S(T(2, 3), T(3))],
     "minimum": [S(T(3), T(3)), S(T(2, 3), T(3))],
     "where": [S(mask(True, False, True), T(3), T(3)), S(mask([True], [False]), T(2, 3), T(3)),
@@ -159,7 +161,7 @@ SAMPLES: dict[str, list[Sample]] = {
     "norm": [S(away(3)), S(away(3), 1), S(away(2, 3), dim=1), S(away(2, 3), 3, dim=0, keepdim=True)],
     "cumsum": [S(T(3), 0), S(T(2, 3), 1)],
     "flip": [S(T(3), (0,)), S(T(2, 3), (0, 1))],
-    "sort": [S(T(4)), S(T(2, 3), 0, descending=True)],
+    "sort": [S(T(4)), S(T(2, 3), 0, descending=True), S(T(2, 3), stable=True, note="sort.stable (SortBackward1)")],
     # ----- shape, views, indexing
     "to": [S(T(3), "float64", note="same dtype"), S(T(3), "float32", note="float64 -> float32", tol=F32_TOL)],
     "float": [S(T(3), tol=F32_TOL)],
@@ -230,7 +232,9 @@ SAMPLES: dict[str, list[Sample]] = {
                       S(T(2, 3), ints(2, 1), label_smoothing=0.1),
                       S(T(2, 3), ints(0, 1), weight=Tensor(np.array([0.5, 1.0, 2.0]))),
                       S(T(2, 3), T(2, 3, low=0.1, high=0.9, requires_grad=False), note="class probabilities")],
-    "nll_loss": [S(T(2, 3), ints(1, 0)), S(T(3, 4), ints(3, 3, 0), reduction="none")],
+    "nll_loss": [S(T(2, 3), ints(1, 0)), S(T(3, 4), ints(3, 3, 0), reduction="none"),
+                 S(T(2, 3, 2), Tensor(np.array([[0, 2], [1, 1]])), note="K-dimensional (NllLoss2DBackward0)"),
+                 S(T(2, 3, 2, 1), Tensor(np.array([[[0], [2]], [[1], [1]]])), reduction="none", note="4-d")],
     # ----- issue 12: hyperbolic/inverse trig, log2/log10, atan2/hypot
     "sinh": _unary(),
     "cosh": _unary(),

@@ -24,6 +24,17 @@ except (TypeError, ValueError):  # older numpy: a numpy scalar for 0-d results, 
     ARRAY = None
 
 
+class _NotGiven:
+    """The default of a parameter whose mere presence picks torch's other overload (``sort(stable=...)`` is
+    ``sort.stable``, SortBackward1, whatever its value)."""
+
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+NOT_GIVEN = _NotGiven()
+
+
 def is_number(v) -> bool:
     return isinstance(v, numbers.Number) and not isinstance(v, Tensor)
 

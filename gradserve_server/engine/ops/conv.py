@@ -182,8 +182,15 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
         raise TorchRuntimeError("negative padding is not supported", code="invalid_argument")
     if any(s <= 0 for s in stride):
         raise TorchRuntimeError("non-positive stride is not supported", code="invalid_argument")
+    if any(d <= 0 for d in dilation):  # torch: a zero is caught with the (2-d for conv1d) list, a negative not
+        shown = "" if any(d < 0 for d in dilation) else \
+            f", but got [{', '.join(map(str, ((1,) if nd == 1 else ()) + dilation))}]"
+        raise TorchRuntimeError(f"dilation should be greater than zero{shown}", code="invalid_argument")
     n, c = input.shape[:2]
     o = weight.shape[0]
+    if o < groups:
+        raise TorchRuntimeError(f"Given groups={groups}, expected weight to be at least {groups} at dimension 0, "
+                                f"but got weight of size {_sizes(weight.shape)} instead", code="shape_mismatch")
     if o % groups:
         raise TorchRuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, "
                                 f"but got weight of size [{_sizes(weight.shape)}] instead", code="shape_mismatch")

@@ -144,11 +144,12 @@ def full(size, fill_value, dtype=None, requires_grad=False):
 
 
 def _real(v, name: str) -> float | int:
+    """A Number argument: a Python number (a bool counts as the int it is), or a 0-d tensor's value."""
     if isinstance(v, Tensor):
         v = v.item()
-    if isinstance(v, bool) or not is_number(v):
+    if not is_number(v):
         raise InvalidArgumentError(f"{name}: expected a number, got {type(v).__name__}")
-    return v
+    return int(v) if isinstance(v, (bool, np.bool_)) else v
 
 
 @op("arange", method=False, differentiable=False)
@@ -190,10 +191,15 @@ def _fmt(v) -> str:
     return str(v)
 
 
-@op("linspace", method=False, differentiable=False)
+@op("linspace", tensors=("start", "end"), method=False, differentiable=False)
 def linspace(start, end, steps, dtype=None, requires_grad=False):
     """torch.linspace(start, end, steps, dtype=None): evenly spaced, the first half counted up from start and
-    the second half down from end, as torch's CPU kernel does (in float32 for float32 results)."""
+    the second half down from end, as torch's CPU kernel does (in float32 for float32 results). ``start`` and
+    ``end`` are numbers or 0-d tensors (torch's Tensor overloads; no gradient flows to them)."""
+    for which, v in (("start", start), ("end", end)):
+        if isinstance(v, Tensor) and v.data.ndim:
+            raise TorchRuntimeError(f"linspace only supports 0-dimensional start and end tensors, but got {which} "
+                                    f"with {v.data.ndim} dimension(s).", code="invalid_argument")
     start, end = _real(start, "linspace"), _real(end, "linspace")
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
         raise InvalidArgumentError(f"linspace(): argument 'steps' must be int, not {type(steps).__name__}")

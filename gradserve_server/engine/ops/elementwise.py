@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..batching import SAME, batching
-from ..errors import InvalidArgumentError, TorchRuntimeError
+from ..errors import InvalidArgumentError, TorchRuntimeError, TorchValueError
 from ..forward_ad import _level as _fw_level
 from ..grad_mode import set_grad_enabled
 from ..kernel import kcall
@@ -1206,6 +1206,8 @@ jvp("SoftplusBackward0")(elementwise_jvp)
 @op("hardtanh", tensors=("self",), grad_fns=("HardtanhBackward0",))
 def hardtanh(self, min_val=-1.0, max_val=1.0):
     """F.hardtanh(input, min_val=-1.0, max_val=1.0)."""
+    if min_val > max_val:  # checked in torch.nn.functional, before the input is looked at
+        raise TorchValueError("min_val cannot be greater than max_val", code="invalid_argument")
     self = require_tensor(self)
     if self.data.dtype == np.bool_:
         raise TorchRuntimeError("Bool inputs not supported for hardtanh", code="invalid_dtype")
@@ -1334,12 +1336,13 @@ def _(ctx, self_t, min_t, max_t):
     return where(lt(x, hi), s, b)
 
 
-@op("clamp_min", tensors=("self",), grad_fns=("ClampMinBackward0",))
+@op("clamp_min", tensors=("self", "min"), grad_fns=("ClampMinBackward0", "ClampMinBackward1"))
 def clamp_min(self, min):
-    """torch.clamp_min(input, min) with a number bound."""
+    """torch.clamp_min(input, min): a number bound (ClampMinBackward0) or a tensor one (ClampMinBackward1,
+    broadcast, the gradient going to ``min`` where input < min)."""
     self = require_tensor(self)
     if isinstance(min, Tensor):
-        return clamp(self, min=min)
+        return _clamp_one_side("ClampMinBackward1", np.maximum, self, min, "min")
     dtype = D.result_type(self, min)
     x = self.data.astype(NP[dtype], copy=False)
     return record("ClampMinBackward0", np.maximum(x, NP[dtype].type(min)), (self,), {"min": min, "self": self})
@@ -1353,12 +1356,12 @@ def _(ctx, grad):
 jvp("ClampMinBackward0")(elementwise_jvp)
 
 
-@op("clamp_max", tensors=("self",), grad_fns=("ClampMaxBackward0",))
+@op("clamp_max", tensors=("self", "max"), grad_fns=("ClampMaxBackward0", "ClampMaxBackward1"))
 def clamp_max(self, max):
-    """torch.clamp_max(input, max) with a number bound."""
+    """torch.clamp_max(input, max): a number bound (ClampMaxBackward0) or a tensor one (ClampMaxBackward1)."""
     self = require_tensor(self)
     if isinstance(max, Tensor):
-        return clamp(self, max=max)
+        return _clamp_one_side("ClampMaxBackward1", np.minimum, self, max, "max")
     dtype = D.result_type(self, max)
     x = self.data.astype(NP[dtype], copy=False)
     return record("ClampMaxBackward0", np.minimum(x, NP[dtype].type(max)), (self,), {"max": max, "self": self})
@@ -1370,6 +1373,30 @@ def _(ctx, grad):
 
 
 jvp("ClampMaxBackward0")(elementwise_jvp)
+
+
+def _clamp_one_side(prim: str, fn, self: Tensor, bound: Tensor, slot: str) -> Tensor:
+    """clamp_min / clamp_max with a tensor bound: promoted and broadcast like a binary op, NaN kept."""
+    dtype = D.result_type(self, bound)
+    broadcast_all(self.shape, bound.shape)
+    out = kcall(fn, self.data.astype(NP[dtype], copy=False), bound.data.astype(NP[dtype], copy=False))
+    return record(prim, out, (self, bound), {"self": self, slot: bound})
+
+
+@vjp("ClampMinBackward1", inputs=("self", "min"), saves=("self", "min"))
+def _(ctx, grad):  # torch: self where self >= min, min where self < min (a NaN on either side: neither)
+    return where(ge(ctx.self, ctx.min), grad, 0.0), where(lt(ctx.self, ctx.min), grad, 0.0)
+
+
+jvp("ClampMinBackward1")(elementwise_jvp)
+
+
+@vjp("ClampMaxBackward1", inputs=("self", "max"), saves=("self", "max"))
+def _(ctx, grad):  # torch: self where self <= max, max where self > max
+    return where(le(ctx.self, ctx.max), grad, 0.0), where(gt(ctx.self, ctx.max), grad, 0.0)
+
+
+jvp("ClampMaxBackward1")(elementwise_jvp)
 
 
 def _binary_tensors(name, self, other):
@@ -1474,7 +1501,7 @@ def _(ctx, grad):
 jvp("WhereBackward0")(elementwise_jvp)
 
 
-@op("masked_fill", tensors=("self", "mask"), grad_fns=("MaskedFillBackward0", "MaskedFillBackward1"))
+@op("masked_fill", tensors=("self", "mask", "value"), grad_fns=("MaskedFillBackward0", "MaskedFillBackward1"))
 def masked_fill(self, mask, value):
     """Tensor.masked_fill(mask, value) with a number value."""
     self = require_tensor(self)
@@ -1828,12 +1855,13 @@ jvp("CeilBackward0")(zero_jvp)
 
 
 @op("round", tensors=("self",), grad_fns=("RoundBackward0", "RoundBackward1"))
-def round(self, decimals=0):
-    """torch.round(input, decimals=0): half to even, zero gradient."""
+def round(self, decimals=None):
+    """torch.round(input, *, decimals): half to even, zero gradient; ``decimals`` given (even 0) is torch's
+    ``round.decimals`` overload, RoundBackward1."""
     if decimals:
         self = _float_only(self, "round_cpu")  # torch's decimals kernel is float-only
     self = _not_bool(self, "round_vml_cpu")
-    if decimals:
+    if decimals is not None:
         return record("RoundBackward1", np.round(self.data, decimals), (self,), {"decimals": decimals})
     return record("RoundBackward0", np.round(self.data), (self,))
 

@@ -658,8 +658,8 @@ def kthvalue(self, k, dim=-1, keepdim=False):
     d = wrap_dim(dim, nd)
     n = self.data.shape[d] if nd else 1
     if k < 1 or k > n:
-        raise TorchIndexError(f"kthvalue(): selected number k out of range for dimension {d}",
-                              code="index_out_of_range")
+        raise TorchRuntimeError(f"kthvalue(): selected number k out of range for dimension {d}",
+                                code="index_out_of_range")
     x = self.data if nd else self.data.reshape(1)
     ax = d if nd else 0
     idx = np.take(np.argsort(x, axis=ax, kind="stable"), [k - 1], axis=ax).astype(np.int64)
@@ -699,6 +699,8 @@ def roll(self, shifts, dims=None):
     """torch.roll(input, shifts, dims=None): without dims the flattened input is rolled."""
     self = require_tensor(self, "input", "roll")
     sh = [shifts] if isinstance(shifts, (int, np.integer)) else list(shifts)
+    if not sh:
+        raise TorchRuntimeError("`shifts` required", code="invalid_argument")
     if dims is None:
         if len(sh) != 1:
             raise TorchRuntimeError(f"shifts and dimensions must align. shifts: {len(sh)}, dims:0",
@@ -709,8 +711,11 @@ def roll(self, shifts, dims=None):
     if len(sh) != len(dl):
         raise TorchRuntimeError(f"shifts and dimensions must align. shifts: {len(sh)}, dims:{len(dl)}",
                                 code="invalid_argument")
+    if not self.data.ndim:  # roll's own dim check: no dim of a 0-d tensor is valid (wrap_dim allows 0 and -1)
+        raise TorchIndexError(f"Dimension specified as {dl[0]} but tensor has no dimensions",
+                              code="index_out_of_range")
     w = [wrap_dim(x, self.data.ndim) for x in dl]
-    out = np.roll(self.data, sh, axis=w) if self.data.ndim else self.data.copy()
+    out = np.roll(self.data, sh, axis=w)
     # torch's roll is cat of two narrows (or rolls of those, one dim at a time): a contiguous result whatever
     # the input's layout (numpy's keeps an expanded or transposed one)
     out = np.ascontiguousarray(out)

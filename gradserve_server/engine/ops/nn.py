@@ -512,15 +512,23 @@ def _nll_check(input: Tensor, target: Tensor, weight: Tensor | None) -> None:
         raise TorchValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
                               f"({target.shape[0] if target.data.ndim else 1}).", code="shape_mismatch")
     check_no_requires_grad(weight, "weight", "nll_loss_forward")  # nll_loss_nd's checks came first
-    if nd > 2:
-        raise TorchRuntimeError(f"nll_loss: gradserve supports (C,) and (N, C) inputs only, got {nd}-D input",
-                                code="unsupported")
-    if target.data.ndim > 1:
+    if nd == 4:  # nll_loss2d
+        if target.data.ndim != 3:
+            raise ShapeError(f"only batches of spatial targets supported (3D tensors) but got targets of "
+                             f"dimension: {target.data.ndim}")
+        if target.shape[1:] != input.shape[2:]:
+            raise ShapeError(f"size mismatch (got input: {_dims_list(input.shape)} , target: "
+                             f"{_dims_list(target.shape)}")
+    elif nd > 2:  # nll_loss_nd views (N, C, d1, ..., dk) as (N, C, 1, d1 * ... * dk)
+        if target.shape[1:] != input.shape[2:]:
+            raise ShapeError(f"Expected target size {_dims_list(input.shape[:1] + input.shape[2:])}, got "
+                             f"{_dims_list(target.shape)}")
+    elif target.data.ndim > 1:
         raise ShapeError("0D or 1D target tensor expected, multi-target not supported")
     if nd == 1 and target.data.ndim == 1 and target.shape[0] != 1:
         raise ShapeError(f"size mismatch (got input: {_dims_list(input.shape)}, target: "
                          f"{_dims_list(target.shape)})")
-    n_classes = input.shape[-1]
+    n_classes = input.shape[1] if nd > 1 else input.shape[0]
     if weight is not None and (weight.data.ndim != 1 or weight.numel() != n_classes):
         raise ShapeError(f"weight tensor should be defined either for all {n_classes} classes or no classes but "
                          f"got weight tensor of shape: {_dims_list(weight.shape)}")
@@ -558,6 +566,8 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
         weight = require_tensor(weight, "weight", "nll_loss")
     red = _reduction(reduction)
     _nll_check(input, target, weight)
+    if input.data.ndim > 2:
+        return _nll_loss_nd(input, target, weight, ignore_index, red)
     if weight is None:
         out, total = kcall(_nll_kernel, input.data, target.data, ignore_index, red)
     else:
@@ -667,6 +677,61 @@ def _(ctx, grad):
 def _(ctx, self_t):
     w = weighted_tangent(ctx, self_t)
     return sum(w, 1) if ctx.reduction == 0 and self_t.data.ndim == 2 else sum(w)
+
+
+def _nll_loss_nd(input: Tensor, target: Tensor, weight, ignore_index, red: int) -> Tensor:
+    """torch's nll_loss_nd for (N, C, d1, ..., dk) input: nll_loss2d of a 4-d input as it is, of any other
+    as its (N, C, 1, d1 * ... * dk) view (ViewBackward0), the unreduced loss viewed back to (N, d1, ..., dk)."""
+    nd = input.data.ndim
+    n, c = input.shape[:2]
+    out_shape = [n, *input.shape[2:]]
+    if nd != 4:
+        empty = not input.data.size
+        input = view(input, [n, c, 0, 0] if empty else [n, c, 1, -1])
+        target = Tensor(target.data.reshape((n, 0, 0) if empty else (n, 1, -1)))
+    w = None if weight is None else weight.data
+    out, total = kcall(_nll2d_kernel, input.data, target.data, ignore_index, red, w)
+    out = record("NllLoss2DBackward0", out, (input,),
+                 {"ignore_index": int(ignore_index) % _UINT64, "reduction": red, "self": input, "target": target,
+                  "total_weight": Tensor(total), "weight": weight})
+    return view(out, out_shape) if red == 0 and nd != 4 else out
+
+
+def _rows(x: np.ndarray, target: np.ndarray):
+    """(N, C, H, W) input and (N, H, W) target as nll_loss's (rows, C) and (rows,)."""
+    return np.moveaxis(x, 1, -1).reshape(-1, x.shape[1]), target.reshape(-1)
+
+
+def _nll2d_kernel(x, target, ignore_index, red, weight=None):
+    xr, tr = _rows(x, target)
+    out, total = _nll_kernel(xr, tr, ignore_index, red, weight)
+    return (out.reshape(target.shape) if red == 0 else out), total
+
+
+def _nll2d_coef(x, target, ignore_index, weight=None):
+    coef, untouched = _nll_coef(*_rows(x, target), ignore_index, weight)
+    shape = (x.shape[0], *x.shape[2:], x.shape[1])
+    return np.moveaxis(coef.reshape(shape), -1, 1), np.moveaxis(untouched.reshape(shape), -1, 1)
+
+
+@vjp("NllLoss2DBackward0", inputs=("self",),
+     saves=("ignore_index", "reduction", "self", "target", "total_weight", "weight"))
+def _(ctx, grad):
+    x, red = ctx.self, ctx.reduction
+    ii = ctx.ignore_index
+    ii = ii - _UINT64 if ii >= _UINT64 // 2 else ii
+    g = -(grad / ctx.total_weight) if red == 1 else -grad
+    if red == 0:
+        g = unsqueeze(g, 1)
+    w = ctx.weight
+    coef, untouched = kcall(_nll2d_coef, x.data, ctx.target.data, ii, None if w is None else w.data)
+    return masked_fill(Tensor(coef) * g, Tensor(untouched), 0),
+
+
+@jvp("NllLoss2DBackward0")
+def _(ctx, self_t):
+    w = weighted_tangent(ctx, self_t)
+    return sum(w, 1) if ctx.reduction == 0 else sum(w)
 
 
 @op("cross_entropy", tensors=("input", "target", "weight"), method=False,

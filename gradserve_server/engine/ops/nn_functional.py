@@ -295,7 +295,9 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
               sparse=False):
     """F.embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, ...): rows of weight picked by
     the int64 input; the padding_idx row gets no gradient, scale_grad_by_freq divides by how often each index
-    occurs; with max_norm the looked-up rows are first renormalised in place (no_grad, a version bump)."""
+    occurs; with max_norm the looked-up rows are first renormalised in place (no_grad, a version bump).
+    ``sparse=True``: torch's weight gradient is a sparse COO tensor; here it is the same values, dense (the
+    engine has one layout)."""
     input = require_tensor(input, "input", "embedding")
     weight = require_tensor(weight, "weight", "embedding")
     if max_norm is not None and input.data.dtype.kind not in "iu":  # embedding_renorm_ runs first
@@ -308,8 +310,6 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
                                 f"(while checking arguments for embedding)", code="invalid_dtype")
     if weight.data.ndim != 2:
         raise TorchRuntimeError("'weight' must be 2-D", code="shape_mismatch")
-    if sparse:
-        raise TorchRuntimeError("embedding: sparse gradients are not supported by gradserve", code="unsupported")
     n = weight.shape[0]
     if max_norm is not None:
         _embedding_renorm(weight, input, float(max_norm), float(norm_type))

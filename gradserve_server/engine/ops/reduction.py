@@ -16,7 +16,7 @@ from ..grad_mode import emit_warning
 from ..kernel import kcall
 from ..registry import jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
-from .common import NP, float_dtype, require_tensor, wrap_dim, wrap_dims
+from .common import NOT_GIVEN, NP, float_dtype, require_tensor, wrap_dim, wrap_dims
 from .elementwise import abs as abs_
 from .elementwise import div_number, eq, exp, masked_fill, sign
 from .shape import expand, expand_to, reshape, unsqueeze
@@ -148,9 +148,10 @@ def mean(self, dim=None, keepdim=False, dtype=None):
     """torch.mean(input, dim=None, keepdim=False); integer inputs are refused as in torch."""
     self = require_tensor(self)
     out_dtype = D.canonical(dtype) if dtype is not None else self.dtype
-    if not D.is_floating(out_dtype):
-        raise TorchRuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating point "
-                                f"or complex dtype. Got: {D.SCALAR_TYPE_NAMES[self.dtype]}", code="invalid_dtype")
+    if not D.is_floating(out_dtype):  # torch names the dtype it could not use: the one asked for, else input's
+        which = "Optional" if dtype is not None else "Input"
+        raise TorchRuntimeError(f"mean(): could not infer output dtype. {which} dtype must be either a floating "
+                                f"point or complex dtype. Got: {D.SCALAR_TYPE_NAMES[out_dtype]}", code="invalid_dtype")
     nd = self.data.ndim
     dims = _dims(dim, nd)
     if dim is None and not keepdim:  # mean(x, None, keepdim=True): the dim overload over every dim
@@ -311,14 +312,14 @@ def _max_min(self, dim, keepdim, other, is_max: bool):
     return ValuesIndices(values, indices)
 
 
-@op("max", tensors=("self", "other"), grad_fns=("MaxBackward1", "MaxBackward0", "MaximumBackward0"))
+@op("max", tensors=("self", "dim", "other"), grad_fns=("MaxBackward1", "MaxBackward0", "MaximumBackward0"))
 def max(self, dim=None, keepdim=False, other=None):
     """torch.max(input) (MaxBackward1, ties split evenly), torch.max(input, dim, keepdim) -> (values, indices)
-    (MaxBackward0), torch.max(input, other) -> maximum."""
+    (MaxBackward0), torch.max(input, other) -> maximum (``other`` by keyword or in dim's position)."""
     return _max_min(self, dim, keepdim, other, True)
 
 
-@op("min", tensors=("self", "other"), grad_fns=("MinBackward1", "MinBackward0", "MinimumBackward0"))
+@op("min", tensors=("self", "dim", "other"), grad_fns=("MinBackward1", "MinBackward0", "MinimumBackward0"))
 def min(self, dim=None, keepdim=False, other=None):
     """torch.min: see max."""
     return _max_min(self, dim, keepdim, other, False)
@@ -567,6 +568,8 @@ def _var_backward(grad: Tensor, x: Tensor, dims, correction, keepdim) -> Tensor:
 @op("var", tensors=("self",), grad_fns=("VarBackward0",))
 def var(self, dim=None, unbiased=None, keepdim=False, correction=None):
     """torch.var(input, dim=None, unbiased=True, keepdim=False, correction=None): unbiased by default."""
+    if isinstance(dim, bool):  # torch.var(input, unbiased): the (Tensor input, bool unbiased) overload
+        dim, unbiased = None, dim
     self = require_tensor(self)
     corr, saved_corr = _correction(unbiased, correction)
     dims, out = _var_forward(self, dim, corr, keepdim)
@@ -588,6 +591,8 @@ jvp("VarBackward0")(_reduce_jvp)
 @op("std", tensors=("self",), grad_fns=("StdBackward0",))
 def std(self, dim=None, unbiased=None, keepdim=False, correction=None):
     """torch.std(input, dim=None, unbiased=True, keepdim=False, correction=None)."""
+    if isinstance(dim, bool):  # torch.std(input, unbiased): the (Tensor input, bool unbiased) overload
+        dim, unbiased = None, dim
     self = require_tensor(self)
     corr, saved_corr = _correction(unbiased, correction)
     dims, out = _var_forward(self, dim, corr, keepdim)
@@ -608,17 +613,22 @@ def _(ctx, grad):
 jvp("StdBackward0")(_reduce_jvp)
 
 
-@op("norm", tensors=("self",), grad_fns=("LinalgVectorNormBackward0",), aliases=("vector_norm",))
+@op("norm", tensors=("self",), grad_fns=("LinalgVectorNormBackward0", "SumBackward1", "PermuteBackward0"),
+    aliases=("vector_norm",))
 def norm(self, p=2, dim=None, keepdim=False):
-    """torch.norm / torch.linalg.vector_norm(input, ord=2, dim=None, keepdim=False)."""
+    """torch.norm / torch.linalg.vector_norm(input, ord=2, dim=None, keepdim=False); torch.norm's 'nuc' (and
+    'fro' over more than two dims) is linalg.matrix_norm's."""
     self = require_tensor(self)
     if not D.is_floating(self.dtype):
         raise TorchRuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
                                 f"{D.SCALAR_TYPE_NAMES[self.dtype]}", code="invalid_dtype")
-    if p == "fro":
-        p = 2
     if isinstance(p, str):
         p = {"inf": np.inf, "-inf": -np.inf}.get(p, p)
+    if p == "fro" and (dim is None or isinstance(dim, int) or len(dim) <= 2):
+        p = 2
+    elif isinstance(p, str):  # torch.norm's other string orders ('nuc', and 'fro' over >2 dims): a matrix norm
+        from .decompositions import _matrix_norm
+        return _matrix_norm(self, p, (-2, -1) if dim is None else dim, keepdim)
     if not isinstance(p, (int, float)):
         raise InvalidArgumentError(f"norm(): p must be a number, got {p!r}")
     nd = self.data.ndim
@@ -743,9 +753,10 @@ def _(ctx, self_t):
 batching("FlipBackward0", **shifted(sizes=(), dims=("dims",)))
 
 
-@op("sort", tensors=("self",), grad_fns=("SortBackward0",))
-def sort(self, dim=-1, descending=False, stable=False):
-    """torch.sort(input, dim=-1, descending=False) -> (values, indices)."""
+@op("sort", tensors=("self",), grad_fns=("SortBackward0", "SortBackward1"))
+def sort(self, dim=-1, descending=False, stable=NOT_GIVEN):
+    """torch.sort(input, dim=-1, descending=False) -> (values, indices) (SortBackward0); with ``stable``
+    given (even False or None), torch's ``sort.stable`` overload, SortBackward1. Always stable here."""
     self = require_tensor(self)
     nd = self.data.ndim
     d = wrap_dim(dim, nd)
@@ -764,11 +775,12 @@ def sort(self, dim=-1, descending=False, stable=False):
             idx = np.flip(np.argsort(self.data, axis=d, kind="stable"), axis=d).astype(np.int64)
         vals = np.take_along_axis(self.data, idx, axis=d)
     indices = Tensor(idx)
-    values = record("SortBackward0", vals, (self,),
+    values = record("SortBackward0" if stable is NOT_GIVEN else "SortBackward1", vals, (self,),
                     {"dim": dim, "indices": indices, "self_sym_sizes": self.data.shape})
     return ValuesIndices(values, indices)
 
 
+@vjp("SortBackward1", inputs=("self",), saves=("dim", "indices", "self_sym_sizes"))  # sort.stable: the same
 @vjp("SortBackward0", inputs=("self",), saves=("dim", "indices", "self_sym_sizes"))
 def _(ctx, grad):
     shp = ctx.self_sym_sizes
@@ -777,6 +789,7 @@ def _(ctx, grad):
     return _scatter_into_zeros(grad, shp, wrap_dim(ctx.dim, len(shp)), ctx.indices.data),
 
 
+@jvp("SortBackward1")
 @jvp("SortBackward0")
 def _(ctx, self_t):
     if not self_t.data.ndim:

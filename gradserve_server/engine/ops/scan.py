@@ -131,8 +131,8 @@ def _(ctx, grad):
 
 @jvp("LogcumsumexpBackward0")
 def _(ctx, self_t):
-    # FunctionsManual logcumsumexp_jvp: cumsum(e t) / cumsum(e), e = exp(x - max along dim), 0 where the
-    # running sum is below 1e-13 (a run of -inf inputs)
+    # FunctionsManual logcumsumexp_jvp: cumsum(e t) / (cumsum(e) + 1e-13), e = exp(x - max along dim): the
+    # 1e-13 keeps a run of -inf inputs at 0, and shifts every quotient by a relative 1e-13 / cumsum(e)
     x, d = ctx.self, signed_int(ctx.dim)
     if x.data.ndim == 0:
         return self_t
@@ -140,6 +140,4 @@ def _(ctx, self_t):
         shift = np.max(x.data, axis=d, keepdims=True) if x.data.size else np.zeros_like(x.data)
     shift = Tensor(np.where(np.isfinite(shift), shift, 0).astype(x.data.dtype))
     e = exp(x - shift)
-    c = cumsum(e, d)
-    small = lt(c, 1e-13)
-    return where(small, 0.0, cumsum(e * self_t, d) / where(small, 1.0, c))
+    return cumsum(e * self_t, d) / (cumsum(e, d) + 1e-13)

@@ -14,7 +14,14 @@ import numpy as np
 from .. import dtypes as D
 from .. import kernel as K
 from ..batching import SAME, batching, shifted, sum_to_batched
-from ..errors import InvalidArgumentError, ShapeError, TorchIndexError, TorchRuntimeError, TorchTypeError
+from ..errors import (
+    InvalidArgumentError,
+    ShapeError,
+    TorchIndexError,
+    TorchRuntimeError,
+    TorchTypeError,
+    TorchValueError,
+)
 from ..grad_mode import check_numel
 from ..kernel import kcall
 from ..registry import jvp, op, record, vjp
@@ -33,8 +40,9 @@ def _as_view(out: Tensor, base: Tensor, multi: bool = False) -> Tensor:
 
 
 @op("to", tensors=("self",), grad_fns=("ToCopyBackward0",), plannable=True)
-def to(self, dtype=None, copy=False):
-    """Tensor.to(dtype): returns self when the dtype already matches (as torch does)."""
+def to(self, dtype=None, non_blocking=False, copy=False):
+    """Tensor.to(dtype, non_blocking=False, copy=False): returns self when the dtype already matches and no
+    copy is asked for (as torch does); non_blocking means nothing on the CPU."""
     self = require_tensor(self)
     dtype = D.canonical(dtype) if dtype is not None else self.dtype
     if dtype == self.dtype and not copy:
@@ -129,8 +137,12 @@ def _infer_shape(shape: tuple, numel: int) -> tuple:
     for s in shape:
         if s != -1:
             known *= s
-    bad = f"shape '[{', '.join(str(s) for s in shape)}]' is invalid for input of size {numel}"
+    shown = f"[{', '.join(str(s) for s in shape)}]"
+    bad = f"shape '{shown}' is invalid for input of size {numel}"
     if neg:
+        if known == 0 and numel == 0:
+            raise ShapeError(f"cannot reshape tensor of 0 elements into shape {shown} because the unspecified "
+                             f"dimension size -1 can be any value and is ambiguous")
         if known == 0 or numel % known:
             raise ShapeError(bad)
         shape = tuple(numel // known if s == -1 else s for s in shape)
@@ -640,8 +652,10 @@ def _tensor_list(tensors, name: str) -> list:
     if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
         raise InvalidArgumentError(f"{name}(): argument 'tensors' must be tuple of Tensors, not "
                                    f"{type(tensors).__name__}")
-    if not tensors:
-        raise TorchRuntimeError(f"{name}(): expected a non-empty list of Tensors", code="invalid_argument")
+    if not tensors:  # torch's checks differ: cat's is in Python (a ValueError), stack's in ATen
+        if name == "cat":
+            raise TorchValueError("torch.cat(): expected a non-empty list of Tensors", code="invalid_argument")
+        raise TorchRuntimeError(f"{name} expects a non-empty TensorList", code="invalid_argument")
     for i, x in enumerate(tensors):
         if not isinstance(x, Tensor):
             raise InvalidArgumentError(f"expected Tensor as element {i} in argument 0, but got {type(x).__name__}")
@@ -895,10 +909,17 @@ def _(ctx, self_t):
     return unbind(self_t, ctx.dim)
 
 
-@op("narrow", tensors=("self",), grad_fns=("SliceBackward0",), plannable=True)
+@op("narrow", tensors=("self", "start"), grad_fns=("SliceBackward0",), plannable=True)
 def narrow(self, dim, start, length):
-    """torch.narrow(input, dim, start, length)."""
+    """torch.narrow(input, dim, start, length); ``start`` an int or a 0-d integer tensor."""
     self = require_tensor(self)
+    if isinstance(start, Tensor):
+        if start.data.ndim or start.data.dtype.kind not in "iu":
+            raise TorchRuntimeError("start must be an 0-dim integral Tensor.", code="invalid_argument")
+        rec = K.active()
+        if rec is not None:  # the value decides the slice: a plan must not freeze it
+            rec.bad("narrow's start read from a tensor")
+        start = int(start.data)
     _at_least_1d(self, "narrow() cannot be applied to a 0-dim tensor.")
     d = wrap_dim(dim, self.data.ndim)
     n = self.data.shape[d]
