@@ -21,6 +21,7 @@ from .common import require_tensor
 from .elementwise import add_t, mul_t, rsqrt
 from .inplace import _writeable
 from .nn_functional import _check_mixed_type
+from .pooling import tie
 from .reduction import mean
 from .reduction import sum as sum_
 from .shape import reshape
@@ -129,7 +130,8 @@ def _(ctx, grad):
         g_w = sum_(grad * xhat, dims)
     if n[2]:
         g_b = sum_(grad, dims)
-    return g_in, g_w, g_b
+    # torch's double backward takes the input and weight for every gradient
+    return tuple(tie(g, ctx.input, w) for g in (g_in, g_w, g_b))
 
 
 @jvp("NativeBatchNormBackward0")
@@ -226,7 +228,7 @@ def _(ctx, grad):
         g_w = sum_(grad * xhat_full, dims)
     if n[2]:
         g_b = sum_(grad, dims)
-    return g_in, g_w, g_b
+    return tuple(tie(g, ctx.input, w) for g in (g_in, g_w, g_b))
 
 
 @jvp("NativeGroupNormBackward0")

@@ -108,8 +108,9 @@ def _median(name: str, prim0: str, prim1: str, self, dim, keepdim, ignore_nan: b
         vals = np.where(allnan, x.dtype.type(np.nan), vals)
     if not keepdim:
         idx, vals = np.squeeze(idx, d), np.squeeze(vals, d)
-    indices = Tensor(np.ascontiguousarray(idx))
-    values = record(prim1, np.ascontiguousarray(vals), (self,),
+    # (np.array, not np.ascontiguousarray: that makes a 0-d result 1-d)
+    indices = Tensor(np.array(idx, order="C"))
+    values = record(prim1, np.array(vals, order="C"), (self,),
                     {"dim": saved_int(dim), "indices": indices, "keepdim": keepdim, "self_sym_sizes": x.shape})
     return ValuesIndices(values, indices)
 

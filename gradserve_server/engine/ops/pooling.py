@@ -55,14 +55,17 @@ def _geometry(name: str, x: np.ndarray, kernel_size, stride, padding, dilation, 
     s = _pair(stride, name, "stride", default=k)
     p = _pair(padding, name, "padding")
     d = _pair(dilation, name, "dilation")
+    for v in p:
+        if v < 0:
+            raise TorchRuntimeError(f"pad must be non-negative, but got pad: {v}", code="invalid_argument")
     if 0 in k or 0 in s:
         raise TorchRuntimeError("stride should not be zero", code="invalid_argument")
-    if x.ndim not in (3, 4) or x.size == 0 and 0 in x.shape[-3:]:
-        raise TorchRuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input", code="shape_mismatch")
-    for i in range(2):
+    for i in range(2):  # (torch checks the padding before the input's dims)
         if p[i] > (d[i] * (k[i] - 1) + 1) // 2:
             raise TorchRuntimeError(f"pad should be at most half of effective kernel size, but got pad={p[i]}, "
                                     f"kernel_size={k[i]} and dilation={d[i]}", code="invalid_argument")
+    if x.ndim not in (3, 4) or x.size == 0 and 0 in x.shape[-3:]:
+        raise TorchRuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input", code="shape_mismatch")
     h, w = x.shape[-2:]
     out = (_out_size(h, k[0], s[0], p[0], d[0], ceil_mode), _out_size(w, k[1], s[1], p[1], d[1], ceil_mode))
     if out[0] < 1 or out[1] < 1:
@@ -143,7 +146,7 @@ def _(ctx, grad):
     shape = ctx.self.data.shape
     idx = _flat_planes(ctx.result1)
     zeros = Tensor(np.zeros(shape[:-2] + (shape[-2] * shape[-1],), grad.data.dtype))
-    return reshape(scatter_add(zeros, -1, idx, _flat_planes(grad)), shape),
+    return tie(reshape(scatter_add(zeros, -1, idx, _flat_planes(grad)), shape), ctx.self),
 
 
 @jvp("MaxPool2DWithIndicesBackward0")
@@ -217,7 +220,7 @@ def _(ctx, grad):
     k, s, p = tuple(ctx.kernel_size), tuple(ctx.stride), tuple(ctx.padding)
     out = grad.data.shape[-2:]
     div = _avg_divisors(shape[-2:], k, s, p, out, ctx.count_include_pad, ctx.divisor_override)
-    return _avg_spread(grad, shape, k, s, p, out, div),
+    return tie(_avg_spread(grad, shape, k, s, p, out, div), ctx.self),
 
 
 @jvp("AvgPool2DBackward0")
@@ -251,6 +254,11 @@ def adaptive_avg_pool2d(input, output_size):
         size = tuple(x.shape[-2 + i] if v is None else int(v) for i, v in enumerate(output_size))
     else:
         size = (int(output_size), int(output_size))
+    if min(size) < 0:
+        raise TorchRuntimeError(f"adaptive_avg_pool2d: elements of output_size must be greater than or equal to 0 "
+                                f"but received {{{size[0]}, {size[1]}}}", code="invalid_argument")
+    if x.ndim < 3:  # F.adaptive_avg_pool2d's own check of the output size against the input's dims
+        raise TorchRuntimeError("Input dimension should be at least 3", code="shape_mismatch", exception="ValueError")
     if x.ndim not in (3, 4):
         raise TorchRuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got "
                                 f"[{', '.join(str(v) for v in x.shape)}]", code="shape_mismatch")
@@ -277,7 +285,7 @@ def _adaptive_matrices(ctx, out: tuple, dtype) -> tuple[Tensor, Tensor]:
 @vjp("AdaptiveAvgPool2DBackward0", inputs=("self",), saves=("self",))
 def _(ctx, grad):
     ah, aw = _adaptive_matrices(ctx, grad.data.shape[-2:], grad.data.dtype)
-    return matmul(matmul(ah.t(), grad), aw),
+    return tie(matmul(matmul(ah.t(), grad), aw), ctx.self),
 
 
 @jvp("AdaptiveAvgPool2DBackward0")
@@ -291,7 +299,8 @@ def _(ctx, self_t):
 
 def _check_1d(name: str, x: Tensor, what: str = "Expected 2D or 3D (batch mode) tensor with optional 0 dim "
               "batch size for input, but got:") -> None:
-    if x.data.ndim not in (2, 3):
+    shape = x.data.shape
+    if len(shape) not in (2, 3) or 0 in shape[-2:]:
         raise TorchRuntimeError(f"{name}: {what}[{', '.join(str(v) for v in x.shape)}]", code="shape_mismatch")
 
 
@@ -306,6 +315,11 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     """F.max_pool1d(...): max_pool2d over (..., 1, L) with a (1, k) window."""
     input = require_tensor(input, "input", "max_pool1d")
     _check_1d("max_pool1d", input)
+    for name, v in (("stride", stride), ("kernel_size", kernel_size)):
+        v = v[0] if isinstance(v, (list, tuple)) and v else v
+        if v is not None and not isinstance(v, (list, tuple)) and v <= 0:
+            raise TorchRuntimeError(f"max_pool1d() {name} must be greater than zero, but got {v}",
+                                    code="invalid_argument")
     k = _one(kernel_size)
     out, idx = _max_pool(unsqueeze(input, -2), "max_pool2d", k, _one(stride, k), (0, _one(padding)[1]),
                          (1, _one(dilation)[1]), ceil_mode)
@@ -331,5 +345,26 @@ def adaptive_avg_pool1d(input, output_size):
         raise TorchRuntimeError(f"Expected 2 to 3 dimensions, but got {input.data.ndim}-dimensional tensor for "
                                 "argument #1 'self' (while checking arguments for adaptive_avg_pool1d)",
                                 code="shape_mismatch")
+    if isinstance(output_size, (list, tuple)) and len(output_size) != 1:
+        raise TorchRuntimeError(f"adaptive_avg_pool1d() argument 'output_size' should contain one int (got "
+                                f"{len(output_size)})", code="invalid_argument")
     o = output_size[0] if isinstance(output_size, (list, tuple)) else output_size
     return squeeze(adaptive_avg_pool2d(unsqueeze(input, -2), (1, int(o))), -2)
+
+
+def tie(g: Tensor | None, *inputs) -> Tensor | None:
+    """A gradient that torch's backward computes from the forward's input too (max/avg pooling, interpolation,
+    the norms' bias): under create_graph torch's result requires grad through that input, with a zero second
+    derivative. ``g`` comes back unchanged in value (``where`` of a false condition, so no sign of zero or NaN is
+    touched) and tied to the inputs that require grad."""
+    from ..grad_mode import _grad_enabled
+    from .elementwise import where
+    from .reduction import sum as sum_
+
+    if g is None or g.requires_grad or not _grad_enabled.get():
+        return g
+    live = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
+    if not live:
+        return g
+    anchor = sum_(live[0]) if len(live) == 1 else sum_(live[0]) + sum(sum_(t) for t in live[1:])
+    return where(Tensor(np.zeros((), np.bool_)), anchor.to(g.dtype) if anchor.dtype != g.dtype else anchor, g)
