@@ -1491,7 +1491,9 @@ def masked_fill(self, mask, value):
     return record("MaskedFillBackward0", out, (self,), {"mask": mask})
 
 
-_OVERFLOW_NAMES = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "int64_t", D.BOOL: "bool"}
+# c10's names of the C types in its "value cannot be converted to type ... without overflow"
+_OVERFLOW_NAMES = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "int64_t", D.INT32: "int", D.INT16: "int16_t",
+                   D.INT8: "int8_t", D.UINT8: "uint8_t", D.BOOL: "bool"}
 
 
 def checked_scalar(value, dtype: str):
@@ -1501,15 +1503,18 @@ def checked_scalar(value, dtype: str):
     if dtype == D.BOOL:
         return npdt.type(bool(value))
     bad = False
-    if dtype == D.INT64:
+    if npdt.kind in "iu":
+        info = np.iinfo(npdt)
         v = float(value) if isinstance(value, float) else int(value)
-        bad = (isinstance(v, float) and not math.isfinite(v)) or not (-2**63 <= v < 2**63)
+        bad = (isinstance(v, float) and not math.isfinite(v)) or not (int(info.min) <= v <= int(info.max))
+        if npdt == NP[D.INT64] and isinstance(v, float):
+            bad = bad or v >= 2.0**63  # (2**63 - 1 reads back as 2.0**63)
     elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
         bad = math.fabs(float(value)) > float(np.finfo(npdt).max)
     if bad:
         raise TorchRuntimeError(f"value cannot be converted to type {_OVERFLOW_NAMES[dtype]} without overflow",
                                 code="invalid_argument")
-    return npdt.type(int(value) if dtype == D.INT64 else value)
+    return npdt.type(int(value) if npdt.kind in "iu" else value)
 
 
 @vjp("MaskedFillBackward0", inputs=("self",), saves=("mask",))
