@@ -379,18 +379,20 @@ def _out_of_int64(data, arr: np.ndarray, dtype: str | None) -> np.ndarray:
     return np.asarray(np.asarray(data, dtype=object).astype(np.float64))
 
 
-_NARROW_INTS = {D.INT32: "int", D.INT16: "int16_t", D.INT8: "int8_t", D.UINT8: "uint8_t"}  # c10's type names
+_NARROW_INTS = (D.INT32, D.INT16, D.INT8, D.UINT8)
 _KEPT_INTS = frozenset(D.NP_DTYPES[d] for d in (D.INT64, *_NARROW_INTS))
 
 
 def _check_int_range(arr: np.ndarray, dtype: str) -> None:
     """torch.tensor(data, dtype=<a narrow integer type>) converts each number with c10's checked_convert: a
-    value outside the type's range is an error, never a wrap."""
+    value outside the type's range is an error, except that an int may wrap into uint8 from as far below
+    zero as -255 (c10's overflows() allows two's complement there); a float is checked strictly."""
     info = np.iinfo(D.NP_DTYPES[dtype])
+    lo = -int(info.max) if info.kind == "u" and arr.dtype.kind in "iu" else int(info.min)
     with np.errstate(invalid="ignore"):
-        ok = bool((arr >= info.min).all() and (arr <= info.max).all())
+        ok = bool((arr >= lo).all() and (arr <= info.max).all())
     if not ok:
-        raise TorchRuntimeError(f"value cannot be converted to type {_NARROW_INTS[dtype]} without overflow",
+        raise TorchRuntimeError(f"value cannot be converted to type {dtype} without overflow",
                                 code="invalid_tensor_data")
 
 

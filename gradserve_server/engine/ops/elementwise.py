@@ -28,6 +28,7 @@ from .common import (
     broadcast_all,
     float_data,
     is_number,
+    number_as,
     require_tensor,
 )
 
@@ -100,7 +101,7 @@ def add(self, other, alpha=1):
     dtype, a, b = binary_operands(self, other)
     if alpha != 1:
         _alpha_ok(alpha, dtype)
-        out = kcall(_add_alpha, a, b, NP[dtype].type(alpha))
+        out = kcall(_add_alpha, a, b, checked_scalar(alpha, dtype))
     else:
         out = kcall(np.add, a, b)
     o = other if isinstance(other, Tensor) else None
@@ -131,7 +132,7 @@ def sub(self, other, alpha=1):
     dtype, a, b = binary_operands(self, other)
     if alpha != 1:
         _alpha_ok(alpha, dtype)
-        out = kcall(_sub_alpha, a, b, NP[dtype].type(alpha))
+        out = kcall(_sub_alpha, a, b, checked_scalar(alpha, dtype))
     else:
         out = kcall(np.subtract, a, b)
     o = other if isinstance(other, Tensor) else None
@@ -168,7 +169,7 @@ def rsub(self, other, alpha=1):
     if isinstance(other, Tensor) and other.data.shape != self.data.shape:
         broadcast_all(other.shape, self.shape)  # torch computes other - self: other is tensor a
     dtype, a, b = binary_operands(self, other)
-    out = b - (NP[dtype].type(alpha) * a if alpha != 1 else a)
+    out = b - (checked_scalar(alpha, dtype) * a if alpha != 1 else a)
     if isinstance(other, Tensor):
         return record("RsubBackward0", out, (self, other), {"alpha": alpha})
     return record("RsubBackward1", out, (self,), {"alpha": alpha})
@@ -217,13 +218,13 @@ def mul_number(t: Tensor, n) -> Tensor:
     """``tensor * number`` as torch records it inside C++ formulas (mul.Scalar -> MulBackward1)."""
     dtype, a, _ = binary_operands(t, n)
     # a has the result's dtype already (binary_operands), and so has the product: no cast after it
-    return record("MulBackward1", kcall(np.multiply, a, NP[dtype].type(n)), (t,), {"other": n})
+    return record("MulBackward1", kcall(np.multiply, a, number_as(NP[dtype], n)), (t,), {"other": n})
 
 
 def div_number(t: Tensor, n) -> Tensor:
     """``tensor / number`` as torch records it inside C++ formulas (div.Scalar -> DivBackward1)."""
     dtype, a, _ = binary_operands(t, n)
-    return record("DivBackward1", kcall(np.true_divide, a, NP[dtype].type(n)), (t,), {"other": n})
+    return record("DivBackward1", kcall(np.true_divide, a, number_as(NP[dtype], n)), (t,), {"other": n})
 
 
 @vjp("DivBackward1", inputs=("self",), saves=("other",))
@@ -1279,9 +1280,16 @@ def clamp(self, min=None, max=None):
                        "min": min if isinstance(min, Tensor) else None, "self": self})
     dtype = D.result_type(self, *(v for v in (min, max) if v is not None))
     x = self.data.astype(NP[dtype], copy=False)
-    t = NP[dtype].type
-    out = np.clip(x, t(min) if min is not None else None, t(max) if max is not None else None)
+    out = np.clip(x, _bound(min, dtype), _bound(max, dtype))
     return record("ClampBackward1", out, (self,), {"max": max, "min": min, "self": self})
+
+
+def _bound(v, dtype: str):
+    """A clamp bound in the computation dtype: checked into an integer type as torch's Scalar conversion
+    is (int8's clamp(max=300) is torch's overflow error, uint8's clamp(min=-1) wraps to 255)."""
+    if v is None:
+        return None
+    return checked_scalar(v, dtype) if NP[dtype].kind in "iu" else NP[dtype].type(v)
 
 
 @vjp("ClampBackward1", inputs=("self",), saves=("max", "min", "self"))
@@ -1332,7 +1340,7 @@ def clamp_min(self, min):
         return clamp(self, min=min)
     dtype = D.result_type(self, min)
     x = self.data.astype(NP[dtype], copy=False)
-    return record("ClampMinBackward0", np.maximum(x, NP[dtype].type(min)), (self,), {"min": min, "self": self})
+    return record("ClampMinBackward0", np.maximum(x, _bound(min, dtype)), (self,), {"min": min, "self": self})
 
 
 @vjp("ClampMinBackward0", inputs=("self",), saves=("min", "self"))
@@ -1351,7 +1359,7 @@ def clamp_max(self, max):
         return clamp(self, max=max)
     dtype = D.result_type(self, max)
     x = self.data.astype(NP[dtype], copy=False)
-    return record("ClampMaxBackward0", np.minimum(x, NP[dtype].type(max)), (self,), {"max": max, "self": self})
+    return record("ClampMaxBackward0", np.minimum(x, _bound(max, dtype)), (self,), {"max": max, "self": self})
 
 
 @vjp("ClampMaxBackward0", inputs=("self",), saves=("max", "self"))
@@ -1498,7 +1506,8 @@ _OVERFLOW_NAMES = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "int64_t", 
 
 def checked_scalar(value, dtype: str):
     """A Python number converted to ``dtype`` as c10's checked_convert does: a float truncates into an
-    integer dtype, anything converts to bool, and a value out of the target's range is torch's error."""
+    integer dtype, anything converts to bool, and a value out of the target's range is torch's error.
+    c10 lets an int wrap into an unsigned type from as far below zero as the type's maximum (uint8: -255)."""
     npdt = NP[dtype]
     if dtype == D.BOOL:
         return npdt.type(bool(value))
@@ -1506,7 +1515,8 @@ def checked_scalar(value, dtype: str):
     if npdt.kind in "iu":
         info = np.iinfo(npdt)
         v = float(value) if isinstance(value, float) else int(value)
-        bad = (isinstance(v, float) and not math.isfinite(v)) or not (int(info.min) <= v <= int(info.max))
+        lo = -int(info.max) if npdt.kind == "u" and not isinstance(v, float) else int(info.min)
+        bad = (isinstance(v, float) and not math.isfinite(v)) or not (lo <= v <= int(info.max))
         if npdt == NP[D.INT64] and isinstance(v, float):
             bad = bad or v >= 2.0**63  # (2**63 - 1 reads back as 2.0**63)
     elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
@@ -1514,7 +1524,7 @@ def checked_scalar(value, dtype: str):
     if bad:
         raise TorchRuntimeError(f"value cannot be converted to type {_OVERFLOW_NAMES[dtype]} without overflow",
                                 code="invalid_argument")
-    return npdt.type(int(value) if npdt.kind in "iu" else value)
+    return number_as(npdt, int(value)) if npdt.kind in "iu" else npdt.type(value)
 
 
 @vjp("MaskedFillBackward0", inputs=("self",), saves=("mask",))
