@@ -35,7 +35,11 @@ LEGACY_NAMES = {FLOAT32: "FloatTensor", FLOAT64: "DoubleTensor", INT64: "LongTen
 # torch's ScalarType names ("Float", "Long"), used in messages such as "Got: Long"
 SCALAR_TYPE_NAMES = {FLOAT32: "Float", FLOAT64: "Double", INT64: "Long", BOOL: "Bool",
                      INT32: "Int", INT16: "Short", INT8: "Char", UINT8: "Byte"}
-# C++ type names (c10's TypeMeta), used in messages such as "Input type (float) and bias type (double)"
+# c10's TypeMeta names (gcc's spelling), used in messages such as "expected m1 and m2 to have the same dtype,
+# but got: long int != float"
+TYPE_META_NAMES = {FLOAT32: "float", FLOAT64: "double", INT64: "long int", BOOL: "bool", INT32: "int",
+                   INT16: "short int", INT8: "signed char", UINT8: "unsigned char"}
+# C++ type names, used in messages such as "Input type (float) and bias type (double)"
 C_NAMES = {FLOAT32: "float", FLOAT64: "double", INT64: "long", BOOL: "bool",
            INT32: "int", INT16: "short int", INT8: "signed char", UINT8: "unsigned char"}
 

@@ -1211,6 +1211,8 @@ def hardtanh(self, min_val=-1.0, max_val=1.0):
     if self.data.dtype == np.bool_:
         raise TorchRuntimeError("Bool inputs not supported for hardtanh", code="invalid_dtype")
     x = self.data
+    if x.dtype.kind == "u" and (min_val < 0 or max_val < 0):
+        raise TorchRuntimeError("cannot do hardtanh on an unsigned type with negative limits", code="invalid_argument")
     if x.dtype.kind != "f":  # an integer input keeps its dtype (torch clamps into it)
         out = np.clip(x.astype(np.float64), min_val, max_val).astype(x.dtype)
         return Tensor(out)
@@ -1418,6 +1420,11 @@ jvp("MinimumBackward0")(elementwise_jvp)
 def where(condition, self, other):
     """torch.where(condition, input, other); numbers allowed for input/other."""
     condition = require_tensor(condition, "condition", "where")
+    if condition.data.dtype == np.uint8:  # still read as a mask by torch (deprecated, with its warning)
+        from ..grad_mode import emit_warning
+        emit_warning("where received a uint8 condition tensor. This behavior is deprecated and will be removed in a "
+                     "future version of PyTorch. Use a boolean condition instead.")
+        condition = Tensor(condition.data != 0)
     if condition.data.dtype != np.bool_:
         raise TorchRuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
                                 f"{D.SCALAR_TYPE_NAMES[condition.dtype]}", code="invalid_dtype")
@@ -1556,7 +1563,7 @@ jvp("MaskedFillBackward0")(elementwise_jvp)
 no_jvp("NotImplemented", "aten::floor_divide")
 
 
-_TYPEMETA = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "long int", D.BOOL: "bool"}
+_TYPEMETA = D.TYPE_META_NAMES
 
 
 @op("lerp", tensors=("self", "end", "weight"), grad_fns=("LerpBackward0", "LerpBackward1"))
