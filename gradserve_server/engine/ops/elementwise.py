@@ -1211,7 +1211,7 @@ def hardtanh(self, min_val=-1.0, max_val=1.0):
     if self.data.dtype == np.bool_:
         raise TorchRuntimeError("Bool inputs not supported for hardtanh", code="invalid_dtype")
     x = self.data
-    if x.dtype.kind == "u" and (min_val < 0 or max_val < 0):
+    if x.dtype.kind == "u" and (int(min_val) < 0 or int(max_val) < 0):  # the limits as the input's type
         raise TorchRuntimeError("cannot do hardtanh on an unsigned type with negative limits", code="invalid_argument")
     if x.dtype.kind != "f":  # an integer input keeps its dtype (torch clamps into it)
         out = np.clip(x.astype(np.float64), min_val, max_val).astype(x.dtype)

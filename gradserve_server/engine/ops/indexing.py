@@ -27,7 +27,8 @@ def _dims_list(shape) -> str:
 
 def _check_index(name: str, self: Tensor, dim: int, index: Tensor, src: Tensor | None) -> None:
     if index.data.dtype != np.int64 and index.data.dtype != np.int32:
-        raise TorchRuntimeError(f"{name}(): Expected dtype int32/int64 for index", code="invalid_dtype")
+        # scatter_add and scatter_reduce share scatter's check and its name
+        raise TorchRuntimeError("scatter(): Expected dtype int32/int64 for index", code="invalid_dtype")
     if src is not None and src.dtype != self.dtype:
         # scatter_add and scatter_reduce share scatter's check and its name
         raise TorchRuntimeError("scatter(): Expected self.dtype to be equal to src.dtype", code="dtype_mismatch")
@@ -347,6 +348,8 @@ def index_fill(self, dim, index, value):
         raise TorchIndexError(f"index {int(bad[0])} is out of bounds for dimension {d} with size {n}",
                               code="index_out_of_range")
     out = self.data.copy()
+    if isinstance(value, Tensor) and out.dtype.kind in "iu":
+        fill = value.item()
     if is_number(fill) and out.dtype.kind in "iu":
         fill = checked_scalar(fill, D.of_array(out))  # torch's Scalar conversion: overflow is an error
     with np.errstate(all="ignore"):

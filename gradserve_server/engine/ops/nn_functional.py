@@ -150,6 +150,9 @@ def glu(input, dim=-1):
     if n % 2:
         raise TorchRuntimeError(f"Halving dimension must be even, but dimension {d} is size {n}",
                                 code="shape_mismatch")
+    if input.data.dtype.kind != "f":
+        raise TorchRuntimeError(f"\"glu_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
     a, b = np.split(input.data, 2, axis=d)
     with np.errstate(over="ignore"):
         out = a * (1 / (1 + np.exp(-b)))
