@@ -100,3 +100,21 @@ def test_unsupported_dtype_is_a_clear_problem(client, session):
     assert "float16" in body["detail"]
     payload = {"dtype": "uint16", "shape": [1], "encoding": "base64", "data": "AAA="}
     assert_problem(run(client, session, [{"op": "tensor", "out": "x", "args": [payload]}]), 422)
+
+
+def test_replayed_one_shot_programs_check_narrow_ranges_as_the_first_run(client):
+    """/v1/eval replays a program it has seen (a plan, data left out of its key): an int that does not fit the
+    narrow dtype must still be torch's overflow error, never wrap on the fast path."""
+    def program(v, dtype):
+        return {"ops": [{"op": "tensor", "out": "x", "args": [v], "kwargs": {"dtype": dtype}},
+                        {"op": "add", "out": "y", "args": ["x", 300]}]}
+    for _ in range(4):  # seen, then replayed
+        body = ok(client.post("/v1/eval", json=program(5, "int8")))
+        assert (body["tensors"]["y"]["dtype"], body["tensors"]["y"]["data"]) == \
+            ("int8", 49)  # 5 + (300 wrapped into int8: 44)
+    assert_problem(client.post("/v1/eval", json=program(300, "int8")), 422,
+                   detail="value cannot be converted to type int8 without overflow")
+    for _ in range(3):
+        assert ok(client.post("/v1/eval", json=program(-1, "uint8")))["tensors"]["x"]["data"] == 255
+    assert_problem(client.post("/v1/eval", json=program(-256, "uint8")), 422,
+                   detail="value cannot be converted to type uint8 without overflow")
