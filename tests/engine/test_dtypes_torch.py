@@ -108,3 +108,37 @@ def record() -> None:
 if __name__ == "__main__":
     if "--record" in sys.argv:
         record()
+
+
+REPRS = ("x = T.tensor([1, 2], dtype=T.int32)", "x = T.tensor([[200, 3]], dtype=T.uint8)",
+         "x = T.tensor(-5, dtype=T.int8)", "x = T.zeros(0, dtype=T.int16)",
+         "x = T.tensor([100, -100], dtype=T.int8) * 2", "x = T.arange(12, dtype=T.int16).reshape(3, 4)",
+         "x = T.arange(2000, dtype=T.int32)")
+
+
+def test_engine_reprs_match_live_torch():
+    torch = pytest.importorskip("torch")
+    for code in REPRS:
+        mine, theirs = {"T": etorch}, {"T": torch}
+        exec(code, mine)
+        exec(code, theirs)
+        assert repr(mine["x"]) == repr(theirs["x"]), code
+
+
+def test_session_state_with_narrow_dtypes_round_trips_and_keeps_its_graph():
+    from gradserve_server.engine import serialize
+    from gradserve_server.engine.program import State, run_program
+    state = State()
+    run_program(state, [
+        {"op": "tensor", "out": "a", "args": [[100, -100]], "kwargs": {"dtype": "int8"}},
+        {"op": "tensor", "out": "u", "args": [[200, 3]], "kwargs": {"dtype": "uint8"}},
+        {"op": "add", "out": "c", "args": ["a", "u"]},
+        {"op": "tensor", "out": "w", "args": [[1.0, 2.0]], "kwargs": {"requires_grad": True}},
+        {"op": "mul", "out": "g", "args": ["w", "c"]}])
+    restored = serialize.loads(serialize.dumps(state))
+    for name, dtype in (("a", "int8"), ("u", "uint8"), ("c", "int16"), ("g", "float32")):
+        assert restored.tensors[name].dtype == dtype
+        assert restored.tensors[name].data.tolist() == state.tensors[name].data.tolist()
+    run_program(restored, [{"op": "sum", "out": "l", "args": ["g"]}, {"op": "backward", "args": ["l"]}])
+    grad = restored.resolve("w.grad")
+    assert grad.dtype == "float32" and grad.data.tolist() == [300.0, -97.0]
