@@ -558,7 +558,8 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
     if k < 0 or k > n:
         raise TorchRuntimeError("selected index k out of range", code="index_out_of_range")
     x = self.data if nd else self.data.reshape(1)
-    key = -x if largest else x
+    # ~x orders integers in reverse without -x's wrap-around (int8's -(-128), any uint8)
+    key = (~x if x.dtype.kind in "iu" else -x) if largest else x
     idx = np.argsort(key, axis=d if nd else 0, kind="stable")
     idx = np.take(idx, np.arange(k), axis=d if nd else 0).astype(np.int64)
     _topk_as_torch(x, d if nd else 0, k, largest, sorted, idx)
