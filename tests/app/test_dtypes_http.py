@@ -118,3 +118,18 @@ def test_replayed_one_shot_programs_check_narrow_ranges_as_the_first_run(client)
         assert ok(client.post("/v1/eval", json=program(-1, "uint8")))["tensors"]["x"]["data"] == 255
     assert_problem(client.post("/v1/eval", json=program(-256, "uint8")), 422,
                    detail="value cannot be converted to type uint8 without overflow")
+
+
+def test_uint8_index_is_a_deprecated_mask_and_int8_index_is_refused(client, session):
+    body = ok(run(client, session, [
+        make("x", [10.0, 20.0, 30.0], "float32"), make("m", [1, 0, 1], "uint8"),
+        {"op": "getitem", "out": "y", "args": ["x", "m"]},
+        {"op": "where", "out": "w", "args": ["m", "x", 0.0]}]))
+    assert body["tensors"]["y"]["data"] == [10.0, 30.0] and body["tensors"]["w"]["data"] == [10.0, 0.0, 30.0]
+    assert [w.split(" (Triggered")[0] for w in body["warnings"]] == [
+        "indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool instead.",
+        "where received a uint8 condition tensor. This behavior is deprecated and will be removed in a future "
+        "version of PyTorch. Use a boolean condition instead."]
+    r = run(client, session, [make("i", [0], "int8"), {"op": "getitem", "out": "z", "args": ["x", "i"]}])
+    assert assert_problem(r, 422, detail="tensors used as indices must be long, int, byte or bool tensors")[
+        "exception"] == "IndexError"
