@@ -26,6 +26,7 @@ Encoding = Literal["json", "base64"]
 NONFINITE_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 WIRE_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int64": np.dtype("<i8"),
+               "int32": np.dtype("<i4"), "int16": np.dtype("<i2"), "int8": np.dtype("i1"), "uint8": np.dtype("u1"),
                "bool": np.dtype("?")}
 PAYLOAD_KEYS = frozenset({"dtype", "shape", "encoding", "data"})
 
@@ -266,8 +267,10 @@ def encode(arr: np.ndarray, encoding: Encoding) -> Any:
 
 
 #: Most JSON text per element, by numpy kind and item size: float32 "-1.1754944e-38," (orjson's shortest
-#: form), float64 "-2.2250738585072014e-308,", int64 "-9223372036854775808,", bool "false,"
-_JSON_ELEMENT_BYTES = {("f", 4): 16, ("f", 8): 25, ("i", 8): 21, ("b", 1): 6}
+#: form), float64 "-2.2250738585072014e-308,", int64 "-9223372036854775808,", int32 "-2147483648,", int16
+#: "-32768,", int8 "-128,", uint8 "255,", bool "false,"
+_JSON_ELEMENT_BYTES = {("f", 4): 16, ("f", 8): 25, ("i", 8): 21, ("i", 4): 12, ("i", 2): 7, ("i", 1): 5,
+                       ("u", 1): 4, ("b", 1): 6}
 
 
 def encoded_size(arr: np.ndarray, encoding: Encoding) -> int:

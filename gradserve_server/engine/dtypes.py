@@ -1,4 +1,4 @@
-"""Dtypes and PyTorch's type promotion (``torch.result_type``) for the four dtypes the engine supports."""
+"""Dtypes and PyTorch's type promotion (``torch.result_type``) for the dtypes the engine supports."""
 
 from __future__ import annotations
 
@@ -7,26 +7,41 @@ import numpy as np
 from .errors import InvalidArgumentError
 
 FLOAT32, FLOAT64, INT64, BOOL = "float32", "float64", "int64", "bool"
+INT32, INT16, INT8, UINT8 = "int32", "int16", "int8", "uint8"
 DEFAULT_FLOAT = FLOAT32
 
 NP_DTYPES = {FLOAT32: np.dtype(np.float32), FLOAT64: np.dtype(np.float64),
-             INT64: np.dtype(np.int64), BOOL: np.dtype(np.bool_)}
+             INT64: np.dtype(np.int64), BOOL: np.dtype(np.bool_),
+             INT32: np.dtype(np.int32), INT16: np.dtype(np.int16), INT8: np.dtype(np.int8),
+             UINT8: np.dtype(np.uint8)}
+NAMES = tuple(NP_DTYPES)
 _FROM_NP = {v: k for k, v in NP_DTYPES.items()}
-# bool < int64 < float32 < float64: for these four dtypes promotion is the maximum in this order.
-_RANK = {BOOL: 0, INT64: 1, FLOAT32: 2, FLOAT64: 3}
-_BY_RANK = [BOOL, INT64, FLOAT32, FLOAT64]
+_FLOATS = frozenset((FLOAT32, FLOAT64))
+_SIGNED = (INT8, INT16, INT32, INT64)  # by size: promotion among signed integers is the larger
 
 ALIASES = {
     "float32": FLOAT32, "float": FLOAT32, "torch.float32": FLOAT32, "torch.float": FLOAT32,
     "float64": FLOAT64, "double": FLOAT64, "torch.float64": FLOAT64, "torch.double": FLOAT64,
     "int64": INT64, "long": INT64, "torch.int64": INT64, "torch.long": INT64,
+    "int32": INT32, "int": INT32, "torch.int32": INT32, "torch.int": INT32,
+    "int16": INT16, "short": INT16, "torch.int16": INT16, "torch.short": INT16,
+    "int8": INT8, "torch.int8": INT8, "uint8": UINT8, "torch.uint8": UINT8,
     "bool": BOOL, "torch.bool": BOOL,
 }
 # torch's legacy type names, used in version-mismatch messages ("[torch.FloatTensor [2]]")
-LEGACY_NAMES = {FLOAT32: "FloatTensor", FLOAT64: "DoubleTensor", INT64: "LongTensor", BOOL: "BoolTensor"}
+LEGACY_NAMES = {FLOAT32: "FloatTensor", FLOAT64: "DoubleTensor", INT64: "LongTensor", BOOL: "BoolTensor",
+                INT32: "IntTensor", INT16: "ShortTensor", INT8: "CharTensor",
+                UINT8: "ByteTensor"}
 # torch's ScalarType names ("Float", "Long"), used in messages such as "Got: Long"
-SCALAR_TYPE_NAMES = {FLOAT32: "Float", FLOAT64: "Double", INT64: "Long", BOOL: "Bool"}
-C_NAMES = {FLOAT32: "float", FLOAT64: "double", INT64: "long", BOOL: "bool"}
+SCALAR_TYPE_NAMES = {FLOAT32: "Float", FLOAT64: "Double", INT64: "Long", BOOL: "Bool",
+                     INT32: "Int", INT16: "Short", INT8: "Char", UINT8: "Byte"}
+# c10's TypeMeta names (gcc's spelling), used in messages such as "expected m1 and m2 to have the same dtype,
+# but got: long int != float"
+TYPE_META_NAMES = {FLOAT32: "float", FLOAT64: "double", INT64: "long int", BOOL: "bool", INT32: "int",
+                   INT16: "short int", INT8: "signed char", UINT8: "unsigned char"}
+# C++ type names, used in messages such as "Input type (float) and bias type (double)"
+C_NAMES = {FLOAT32: "float", FLOAT64: "double", INT64: "long", BOOL: "bool",
+           INT32: "int", INT16: "short int", INT8: "signed char", UINT8: "unsigned char"}
 
 
 def canonical(dtype) -> str:
@@ -37,7 +52,7 @@ def canonical(dtype) -> str:
         try:
             return ALIASES[dtype]
         except KeyError:
-            raise InvalidArgumentError(f"unknown dtype {dtype!r}; expected one of float32, float64, int64, bool",
+            raise InvalidArgumentError(f"unknown dtype {dtype!r}; expected one of {', '.join(NAMES)}",
                                        code="unknown_dtype") from None
     try:
         return _FROM_NP[np.dtype(dtype)]
@@ -50,15 +65,28 @@ def of_array(a: np.ndarray) -> str:
 
 
 def is_floating(dtype: str) -> bool:
-    return dtype == FLOAT32 or dtype == FLOAT64
+    return dtype in _FLOATS
 
 
 def promote(a: str, b: str) -> str:
-    return a if _RANK[a] >= _RANK[b] else b
+    """c10::promoteTypes: bool yields to anything, integers to floats; uint8 with int8 gives int16."""
+    if a == b or b == BOOL:
+        return a
+    if a == BOOL:
+        return b
+    fa, fb = a in _FLOATS, b in _FLOATS
+    if fa != fb:
+        return a if fa else b
+    if fa:  # two floating types: the wider
+        return a if NP_DTYPES[a].itemsize >= NP_DTYPES[b].itemsize else b
+    if a == UINT8 or b == UINT8:
+        other = b if a == UINT8 else a
+        return INT16 if other == INT8 else other
+    return a if _SIGNED.index(a) >= _SIGNED.index(b) else b
 
 
 def _category(dtype: str) -> int:
-    return 2 if dtype in (FLOAT32, FLOAT64) else (1 if dtype == INT64 else 0)
+    return 2 if dtype in _FLOATS else (0 if dtype == BOOL else 1)
 
 
 def _combine(higher: str | None, lower: str | None) -> str | None:

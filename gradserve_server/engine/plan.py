@@ -514,6 +514,8 @@ def _direct_input(data, dtype, rg, adopt: bool = False) -> np.ndarray | None:
         arr = np.asarray(data)  # int64 or bool, 0-d
         if dtype is not None:
             target = D.NP_DTYPES[dtype]
+            if target.kind in "iu" and target.itemsize < 8:
+                return None  # a narrow integer type: as_array checks the range (torch's overflow error)
             if arr.dtype != target:
                 arr = arr.astype(target)
         if rg and arr.dtype.kind != "f":

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import dtypes as D
 from .errors import TorchRuntimeError
 from .forward_ad import _level as _fw_level
 from .forward_ad import tangent_of, with_layout
@@ -75,7 +76,7 @@ PRIMS: dict[str, Prim] = {}
 JVPS: dict[str, Callable] = {}
 #: primitives torch has no forward formula for: name -> the ATen op named in torch's NotImplementedError
 NO_JVP: dict[str, str] = {}
-_SUPPORTED = frozenset(np.dtype(t) for t in ("float32", "float64", "int64", "bool"))
+_SUPPORTED = frozenset(D.NP_DTYPES.values())
 OPS: dict[str, OpSpec] = {}
 
 
@@ -262,7 +263,7 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
     if not multi:
         dt = data.dtype
         if dt not in _SUPPORTED:  # a numpy promotion the engine does not model
-            raise TorchRuntimeError(f"result dtype {data.dtype} is not supported (float32, float64, int64, bool)",
+            raise TorchRuntimeError(f"result dtype {data.dtype} is not supported ({', '.join(D.NAMES)})",
                                     code="invalid_dtype")
     mask = 0
     if not _grad_on() or not (multi or dt.kind == "f"):  # int and bool results never require grad

@@ -379,6 +379,23 @@ def _out_of_int64(data, arr: np.ndarray, dtype: str | None) -> np.ndarray:
     return np.asarray(np.asarray(data, dtype=object).astype(np.float64))
 
 
+_NARROW_INTS = (D.INT32, D.INT16, D.INT8, D.UINT8)
+_KEPT_INTS = frozenset(D.NP_DTYPES[d] for d in (D.INT64, *_NARROW_INTS))
+
+
+def _check_int_range(arr: np.ndarray, dtype: str) -> None:
+    """torch.tensor(data, dtype=<a narrow integer type>) converts each number with c10's checked_convert: a
+    value outside the type's range is an error, except that an int may wrap into uint8 from as far below
+    zero as -255 (c10's overflows() allows two's complement there); a float is checked strictly."""
+    info = np.iinfo(D.NP_DTYPES[dtype])
+    lo = -int(info.max) if info.kind == "u" and arr.dtype.kind in "iu" else int(info.min)
+    with np.errstate(invalid="ignore"):
+        ok = bool((arr >= lo).all() and (arr <= info.max).all())
+    if not ok:
+        raise TorchRuntimeError(f"value cannot be converted to type {dtype} without overflow",
+                                code="invalid_tensor_data")
+
+
 def as_array(data, dtype: str | None = None) -> np.ndarray:
     """Turn Python data (numbers, nested lists, numpy arrays, Tensors) into an array with torch's dtype
     inference: floats -> float32, ints -> int64, bools -> bool."""
@@ -412,9 +429,11 @@ def as_array(data, dtype: str | None = None) -> np.ndarray:
             if not ok:
                 raise TorchRuntimeError("value cannot be converted to type int64 without overflow",
                                         code="invalid_tensor_data")
+        elif dtype in _NARROW_INTS and arr.size and arr.dtype.kind in "fiu":
+            _check_int_range(arr, dtype)
     if arr.dtype.kind not in "fiub":
         raise InvalidArgumentError(f"unsupported tensor data of dtype {arr.dtype}", code="invalid_tensor_data")
-    if arr.dtype.kind in "iu" and arr.dtype != np.int64:
+    if arr.dtype.kind in "iu" and arr.dtype not in _KEPT_INTS:  # a numpy array of a dtype torch keeps stays so
         arr = arr.astype(np.int64)
     check_numel(arr.shape, itemsize=D.NP_DTYPES[dtype].itemsize if dtype is not None else arr.itemsize)
     if dtype is not None:

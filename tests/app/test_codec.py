@@ -25,7 +25,7 @@ def wire(value):
     return orjson.loads(dumps(value))
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "bool"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"])
 def test_base64_round_trip_is_exact_for_every_dtype(dtype):
     arr = (np.arange(12).reshape(3, 4) * 0.37).astype(dtype)
     np.testing.assert_array_equal(decode_payload(wire(encode_base64(arr)), 100), arr)
@@ -106,7 +106,7 @@ def _bad_texts(good: str):
     yield good[:-1] + "*"
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "bool"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"])
 def test_an_owned_payload_is_the_usual_array_in_memory_of_its_own(dtype):
     """``owned=True``: the same values, dtype and shape as the usual decoding (of str data and of a lifted blob,
     across piece boundaries), in a fresh, writable, C-ordered array owning its memory, handed over

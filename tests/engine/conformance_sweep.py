@@ -56,6 +56,10 @@ def _variants(value: ETensor):
     if d.dtype.kind == "f":
         yield "int64", ETensor(np.round(d * 3).astype(np.int64))
         yield "bool", ETensor(d > 0)
+    if d.dtype.kind in "fi" and "--dtypes" in sys.argv:  # the narrow integer types, with values that wrap
+        for t in (np.int32, np.int16, np.int8):
+            yield t.__name__, ETensor(np.round(d * 50).astype(np.int64).astype(t))
+        yield "uint8", ETensor(np.abs(np.round(d * 100)).astype(np.int64).astype(np.uint8))
     yield "None", None
     yield "float", 1.5
     yield "list", [1, 2]

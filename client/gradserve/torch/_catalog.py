@@ -15,7 +15,7 @@ from collections import namedtuple
 import numpy as np
 
 from gradserve.torch import _context
-from gradserve.torch._dtypes import Size, dtype
+from gradserve.torch._dtypes import DTYPES, Size, dtype
 
 _CATALOG: dict[str, dict] = {}
 
@@ -164,9 +164,7 @@ def encode(value, ctx):
 def payload(a: np.ndarray) -> dict:
     import base64
 
-    if a.dtype.kind in "iu":
-        a = a.astype(np.int64)
-    if a.dtype.name not in ("float32", "float64", "int64", "bool"):
+    if a.dtype.name not in DTYPES:  # torch.tensor keeps a numpy array's dtype: no silent cast
         raise TypeError(f"gradserve.torch: unsupported numpy dtype {a.dtype}")
     data = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
     return {"dtype": a.dtype.name, "shape": list(a.shape), "encoding": "base64",

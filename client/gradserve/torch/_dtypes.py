@@ -31,8 +31,12 @@ class dtype:
 float32 = dtype("float32")
 float64 = dtype("float64")
 int64 = dtype("int64")
+int32 = dtype("int32")
+int16 = dtype("int16")
+int8 = dtype("int8")
+uint8 = dtype("uint8")
 bool = dtype("bool")  # noqa: A001 - torch.bool
-DTYPES = {d.name: d for d in (float32, float64, int64, bool)}
+DTYPES = {d.name: d for d in (float32, float64, int64, int32, int16, int8, uint8, bool)}
 
 
 def by_name(name: str) -> dtype:

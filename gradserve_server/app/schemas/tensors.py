@@ -6,13 +6,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, WithJsonSchema
 
-DTYPES = ("float32", "float64", "int64", "bool")
+DTYPES = ("float32", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
+Dtype = Literal["float32", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"]
 
 
 class Base64Tensor(BaseModel):
     """A tensor's bytes: little-endian, C order, base64 with padding. The length is checked exactly."""
 
-    dtype: Literal["float32", "float64", "int64", "bool"]
+    dtype: Dtype
     shape: list[Annotated[int, Field(ge=0)]]
     encoding: Literal["base64"]
     data: str = Field(description="base64 of prod(shape) * itemsize bytes.")
@@ -57,7 +58,7 @@ class TensorView(BaseModel):
 
     name: str = Field(description="The tensor's name in the session (`x`, or `x.grad` for a gradient).")
     shape: list[int]
-    dtype: Literal["float32", "float64", "int64", "bool"]
+    dtype: Dtype
     data: TensorData = Field(None, description="The value; absent at the `meta` view level.",
                              json_schema_extra=_no_default)
     grad: TensorDataOrNull = Field(

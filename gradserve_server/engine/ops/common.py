@@ -93,6 +93,17 @@ def broadcast_all(*shapes) -> tuple:
     return out
 
 
+def number_as(npdt: np.dtype, v):
+    """A Python number as a numpy scalar of the op's computation dtype, converted as torch's TensorIterator
+    casts a wrapped number (a C cast): an int outside a narrow integer type's range wraps (int8: 300 -> 44)."""
+    try:
+        return npdt.type(v)
+    except OverflowError:
+        if npdt.kind not in "iu" or not isinstance(v, numbers.Integral) or not -2**63 <= v < 2**63:
+            raise
+        return np.asarray(v, np.int64).astype(npdt)[()]
+
+
 def binary_operands(a, b, dtype: str | None = None):
     """Result dtype and numpy operands of a binary op over Tensors and Python numbers.
 
@@ -134,11 +145,11 @@ def binary_operands(a, b, dtype: str | None = None):
     if ta:
         A = a.data if a.data.dtype == npdt else kcall(K.astype, a.data, npdt)
     else:
-        A = npdt.type(a)
+        A = number_as(npdt, a)
     if tb:
         B = b.data if b.data.dtype == npdt else kcall(K.astype, b.data, npdt)
     else:
-        B = npdt.type(b)
+        B = number_as(npdt, b)
     return dtype, A, B
 
 

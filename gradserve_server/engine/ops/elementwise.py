@@ -28,6 +28,7 @@ from .common import (
     broadcast_all,
     float_data,
     is_number,
+    number_as,
     require_tensor,
 )
 
@@ -100,7 +101,7 @@ def add(self, other, alpha=1):
     dtype, a, b = binary_operands(self, other)
     if alpha != 1:
         _alpha_ok(alpha, dtype)
-        out = kcall(_add_alpha, a, b, NP[dtype].type(alpha))
+        out = kcall(_add_alpha, a, b, checked_scalar(alpha, dtype))
     else:
         out = kcall(np.add, a, b)
     o = other if isinstance(other, Tensor) else None
@@ -131,7 +132,7 @@ def sub(self, other, alpha=1):
     dtype, a, b = binary_operands(self, other)
     if alpha != 1:
         _alpha_ok(alpha, dtype)
-        out = kcall(_sub_alpha, a, b, NP[dtype].type(alpha))
+        out = kcall(_sub_alpha, a, b, checked_scalar(alpha, dtype))
     else:
         out = kcall(np.subtract, a, b)
     o = other if isinstance(other, Tensor) else None
@@ -168,7 +169,7 @@ def rsub(self, other, alpha=1):
     if isinstance(other, Tensor) and other.data.shape != self.data.shape:
         broadcast_all(other.shape, self.shape)  # torch computes other - self: other is tensor a
     dtype, a, b = binary_operands(self, other)
-    out = b - (NP[dtype].type(alpha) * a if alpha != 1 else a)
+    out = b - (checked_scalar(alpha, dtype) * a if alpha != 1 else a)
     if isinstance(other, Tensor):
         return record("RsubBackward0", out, (self, other), {"alpha": alpha})
     return record("RsubBackward1", out, (self,), {"alpha": alpha})
@@ -217,13 +218,13 @@ def mul_number(t: Tensor, n) -> Tensor:
     """``tensor * number`` as torch records it inside C++ formulas (mul.Scalar -> MulBackward1)."""
     dtype, a, _ = binary_operands(t, n)
     # a has the result's dtype already (binary_operands), and so has the product: no cast after it
-    return record("MulBackward1", kcall(np.multiply, a, NP[dtype].type(n)), (t,), {"other": n})
+    return record("MulBackward1", kcall(np.multiply, a, number_as(NP[dtype], n)), (t,), {"other": n})
 
 
 def div_number(t: Tensor, n) -> Tensor:
     """``tensor / number`` as torch records it inside C++ formulas (div.Scalar -> DivBackward1)."""
     dtype, a, _ = binary_operands(t, n)
-    return record("DivBackward1", kcall(np.true_divide, a, NP[dtype].type(n)), (t,), {"other": n})
+    return record("DivBackward1", kcall(np.true_divide, a, number_as(NP[dtype], n)), (t,), {"other": n})
 
 
 @vjp("DivBackward1", inputs=("self",), saves=("other",))
@@ -1212,6 +1213,8 @@ def hardtanh(self, min_val=-1.0, max_val=1.0):
     if self.data.dtype == np.bool_:
         raise TorchRuntimeError("Bool inputs not supported for hardtanh", code="invalid_dtype")
     x = self.data
+    if x.dtype.kind == "u" and (int(min_val) < 0 or int(max_val) < 0):  # the limits as the input's type
+        raise TorchRuntimeError("cannot do hardtanh on an unsigned type with negative limits", code="invalid_argument")
     if x.dtype.kind != "f":  # an integer input keeps its dtype (torch clamps into it)
         out = np.clip(x.astype(np.float64), min_val, max_val).astype(x.dtype)
         return Tensor(out)
@@ -1281,9 +1284,16 @@ def clamp(self, min=None, max=None):
                        "min": min if isinstance(min, Tensor) else None, "self": self})
     dtype = D.result_type(self, *(v for v in (min, max) if v is not None))
     x = self.data.astype(NP[dtype], copy=False)
-    t = NP[dtype].type
-    out = np.clip(x, t(min) if min is not None else None, t(max) if max is not None else None)
+    out = np.clip(x, _bound(min, dtype), _bound(max, dtype))
     return record("ClampBackward1", out, (self,), {"max": max, "min": min, "self": self})
+
+
+def _bound(v, dtype: str):
+    """A clamp bound in the computation dtype: checked into an integer type as torch's Scalar conversion
+    is (int8's clamp(max=300) is torch's overflow error, uint8's clamp(min=-1) wraps to 255)."""
+    if v is None:
+        return None
+    return checked_scalar(v, dtype) if NP[dtype].kind in "iu" else NP[dtype].type(v)
 
 
 @vjp("ClampBackward1", inputs=("self",), saves=("max", "min", "self"))
@@ -1345,7 +1355,7 @@ def clamp_min(self, min):
         return _clamp_one_side("ClampMinBackward1", np.maximum, self, min, "min")
     dtype = D.result_type(self, min)
     x = self.data.astype(NP[dtype], copy=False)
-    return record("ClampMinBackward0", np.maximum(x, NP[dtype].type(min)), (self,), {"min": min, "self": self})
+    return record("ClampMinBackward0", np.maximum(x, _bound(min, dtype)), (self,), {"min": min, "self": self})
 
 
 @vjp("ClampMinBackward0", inputs=("self",), saves=("min", "self"))
@@ -1364,7 +1374,7 @@ def clamp_max(self, max):
         return _clamp_one_side("ClampMaxBackward1", np.minimum, self, max, "max")
     dtype = D.result_type(self, max)
     x = self.data.astype(NP[dtype], copy=False)
-    return record("ClampMaxBackward0", np.minimum(x, NP[dtype].type(max)), (self,), {"max": max, "self": self})
+    return record("ClampMaxBackward0", np.minimum(x, _bound(max, dtype)), (self,), {"max": max, "self": self})
 
 
 @vjp("ClampMaxBackward0", inputs=("self",), saves=("max", "self"))
@@ -1447,6 +1457,11 @@ jvp("MinimumBackward0")(elementwise_jvp)
 def where(condition, self, other):
     """torch.where(condition, input, other); numbers allowed for input/other."""
     condition = require_tensor(condition, "condition", "where")
+    if condition.data.dtype == np.uint8:  # still read as a mask by torch (deprecated, with its warning)
+        from ..grad_mode import emit_warning
+        emit_warning("where received a uint8 condition tensor. This behavior is deprecated and will be removed in a "
+                     "future version of PyTorch. Use a boolean condition instead.")
+        condition = Tensor(condition.data != 0)
     if condition.data.dtype != np.bool_:
         raise TorchRuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
                                 f"{D.SCALAR_TYPE_NAMES[condition.dtype]}", code="invalid_dtype")
@@ -1528,25 +1543,32 @@ def masked_fill(self, mask, value):
     return record("MaskedFillBackward0", out, (self,), {"mask": mask})
 
 
-_OVERFLOW_NAMES = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "int64_t", D.BOOL: "bool"}
+# c10's names of the C types in its "value cannot be converted to type ... without overflow"
+_OVERFLOW_NAMES = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "int64_t", D.INT32: "int", D.INT16: "int16_t",
+                   D.INT8: "int8_t", D.UINT8: "uint8_t", D.BOOL: "bool"}
 
 
 def checked_scalar(value, dtype: str):
     """A Python number converted to ``dtype`` as c10's checked_convert does: a float truncates into an
-    integer dtype, anything converts to bool, and a value out of the target's range is torch's error."""
+    integer dtype, anything converts to bool, and a value out of the target's range is torch's error.
+    c10 lets an int wrap into an unsigned type from as far below zero as the type's maximum (uint8: -255)."""
     npdt = NP[dtype]
     if dtype == D.BOOL:
         return npdt.type(bool(value))
     bad = False
-    if dtype == D.INT64:
+    if npdt.kind in "iu":
+        info = np.iinfo(npdt)
         v = float(value) if isinstance(value, float) else int(value)
-        bad = (isinstance(v, float) and not math.isfinite(v)) or not (-2**63 <= v < 2**63)
+        lo = -int(info.max) if npdt.kind == "u" and not isinstance(v, float) else int(info.min)
+        bad = (isinstance(v, float) and not math.isfinite(v)) or not (lo <= v <= int(info.max))
+        if npdt == NP[D.INT64] and isinstance(v, float):
+            bad = bad or v >= 2.0**63  # (2**63 - 1 reads back as 2.0**63)
     elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
         bad = math.fabs(float(value)) > float(np.finfo(npdt).max)
     if bad:
         raise TorchRuntimeError(f"value cannot be converted to type {_OVERFLOW_NAMES[dtype]} without overflow",
                                 code="invalid_argument")
-    return npdt.type(int(value) if dtype == D.INT64 else value)
+    return number_as(npdt, int(value)) if npdt.kind in "iu" else npdt.type(value)
 
 
 @vjp("MaskedFillBackward0", inputs=("self",), saves=("mask",))
@@ -1578,7 +1600,7 @@ jvp("MaskedFillBackward0")(elementwise_jvp)
 no_jvp("NotImplemented", "aten::floor_divide")
 
 
-_TYPEMETA = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "long int", D.BOOL: "bool"}
+_TYPEMETA = D.TYPE_META_NAMES
 
 
 @op("lerp", tensors=("self", "end", "weight"), grad_fns=("LerpBackward0", "LerpBackward1"))

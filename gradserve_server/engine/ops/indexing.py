@@ -17,7 +17,7 @@ from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, is_number, require_tensor, saved_int, signed_int, wrap_dim
-from .elementwise import mul_number
+from .elementwise import checked_scalar, mul_number
 from .reduction import ValuesIndices, _scatter_into_zeros, _value_selecting
 from .shape import _index_put_zeros, expand, gather, index_select, reshape
 
@@ -27,8 +27,9 @@ def _dims_list(shape) -> str:
 
 
 def _check_index(name: str, self: Tensor, dim: int, index: Tensor, src: Tensor | None) -> None:
-    if index.data.dtype != np.int64:
-        raise TorchRuntimeError(f"{name}(): Expected dtype int32/int64 for index", code="invalid_dtype")
+    if index.data.dtype != np.int64 and index.data.dtype != np.int32:
+        # scatter_add and scatter_reduce share scatter's check and its name
+        raise TorchRuntimeError("scatter(): Expected dtype int32/int64 for index", code="invalid_dtype")
     if src is not None and src.dtype != self.dtype:
         # scatter_add and scatter_reduce share scatter's check and its name
         raise TorchRuntimeError("scatter(): Expected self.dtype to be equal to src.dtype", code="dtype_mismatch")
@@ -193,7 +194,7 @@ def _check_index_source(name: str, self: Tensor, d: int, index: Tensor, source: 
         if index.data.ndim > 1:
             raise TorchIndexError(f"{k}(): Index is supposed to be a vector, but got dim: {index.data.ndim} with type: "
                                   f"{itype} and size: {_dims_list(index.data.shape)}", code="invalid_index")
-        if index.data.dtype.kind not in "iu":
+        if index.data.dtype != np.int64 and index.data.dtype != np.int32:
             raise TorchRuntimeError(f"{k}(): Expected dtype int32/int64 for index but got: {itype}",
                                     code="invalid_dtype")
         if source.dtype != self.dtype:
@@ -348,6 +349,10 @@ def index_fill(self, dim, index, value):
         raise TorchIndexError(f"index {int(bad[0])} is out of bounds for dimension {d} with size {n}",
                               code="index_out_of_range")
     out = self.data.copy()
+    if isinstance(value, Tensor) and out.dtype.kind in "iu":
+        fill = value.item()
+    if is_number(fill) and out.dtype.kind in "iu":
+        fill = checked_scalar(fill, D.of_array(out))  # torch's Scalar conversion: overflow is an error
     with np.errstate(all="ignore"):
         fill = np.asarray(fill).astype(out.dtype)  # a float into an int tensor truncates, as torch's fill
     if nd:
@@ -561,7 +566,8 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
     if k < 0 or k > n:
         raise TorchRuntimeError("selected index k out of range", code="index_out_of_range")
     x = self.data if nd else self.data.reshape(1)
-    key = -x if largest else x
+    # ~x orders integers in reverse without -x's wrap-around (int8's -(-128), any uint8)
+    key = (~x if x.dtype.kind in "iu" else -x) if largest else x
     idx = np.argsort(key, axis=d if nd else 0, kind="stable")
     idx = np.take(idx, np.arange(k), axis=d if nd else 0).astype(np.int64)
     _topk_as_torch(x, d if nd else 0, k, largest, sorted, idx)

@@ -426,6 +426,12 @@ def setitem(self, index, value):
     value expanded."""
     from .shape import _normalize_index, basic_getitem
     self = require_tensor(self)
+    idx = index if isinstance(index, tuple) else (index,)
+    if any(isinstance(it, Tensor) and it.data.dtype == np.uint8 for it in idx) and \
+            (not isinstance(value, Tensor) or value.data.ndim == 0):
+        # torch fills through masked_fill_ here, which takes bool masks only
+        raise TorchRuntimeError("masked_fill_ only supports boolean masks, but got mask with dtype unsigned char",
+                                code="invalid_dtype")
     idx = _normalize_index(index)
     advanced = any(isinstance(it, (list, Tensor, np.ndarray)) and not isinstance(it, bool) for it in idx)
     if advanced:

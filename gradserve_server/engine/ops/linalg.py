@@ -37,7 +37,7 @@ def _same_dtype(a: Tensor, b: Tensor) -> None:
                                 f"{TYPEMETA[a.dtype]} != {TYPEMETA[b.dtype]}", code="dtype_mismatch")
 
 
-TYPEMETA = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "long int", D.BOOL: "bool"}
+TYPEMETA = D.TYPE_META_NAMES
 
 
 def _no_bool(a: Tensor, kernel: str = "addmm_impl_cpu_") -> None:

@@ -147,7 +147,9 @@ def trace(self):
     if self.data.dtype == np.bool_:
         raise TorchRuntimeError("\"trace\" not implemented for 'Bool'", code="invalid_dtype",
                                 exception="NotImplementedError")
-    out = np.asarray(np.trace(self.data), self.data.dtype)
+    # torch sums an integer diagonal in int64, as sum does
+    out = np.asarray(np.trace(self.data, dtype=np.int64)) if self.data.dtype.kind in "iu" else \
+        np.asarray(np.trace(self.data), self.data.dtype)
     return record("TraceBackward0", out, (self,), {"self_sym_sizes": self.data.shape})
 
 

@@ -532,7 +532,7 @@ def _nll_check(input: Tensor, target: Tensor, weight: Tensor | None) -> None:
     if weight is not None and (weight.data.ndim != 1 or weight.numel() != n_classes):
         raise ShapeError(f"weight tensor should be defined either for all {n_classes} classes or no classes but "
                          f"got weight tensor of shape: {_dims_list(weight.shape)}")
-    if target.data.dtype != np.int64:
+    if target.data.dtype != np.int64 and target.data.dtype != np.uint8:
         raise TorchRuntimeError(f"expected target dtype to be Long or Byte, but got "
                                 f"{D.SCALAR_TYPE_NAMES[target.dtype]}", code="invalid_dtype")
     if input.data.dtype.kind != "f":

@@ -30,6 +30,7 @@ from .reduction import sum as sum_
 from .shape import _index_put_zeros, cat, chunk, clone, expand, expand_as
 
 _UINT64 = 1 << 64
+_INDEX_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))  # embedding's indices: Long or Int
 
 # ----- normalize, cosine_similarity, pairwise_distance, softmin ----------------------------------------
 
@@ -149,6 +150,9 @@ def glu(input, dim=-1):
     if n % 2:
         raise TorchRuntimeError(f"Halving dimension must be even, but dimension {d} is size {n}",
                                 code="shape_mismatch")
+    if input.data.dtype.kind != "f":
+        raise TorchRuntimeError(f"\"glu_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
     a, b = np.split(input.data, 2, axis=d)
     with np.errstate(over="ignore"):
         out = a * (1 / (1 + np.exp(-b)))
@@ -300,11 +304,11 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     engine has one layout)."""
     input = require_tensor(input, "input", "embedding")
     weight = require_tensor(weight, "weight", "embedding")
-    if max_norm is not None and input.data.dtype.kind not in "iu":  # embedding_renorm_ runs first
+    if max_norm is not None and input.data.dtype not in _INDEX_DTYPES:  # embedding_renorm_ runs first
         raise TorchRuntimeError(f"Expected tensor for argument #2 'indices' to have one of the following scalar "
                                 f"types: Long, Int; but got torch.{D.SCALAR_TYPE_NAMES[input.dtype]}Tensor instead "
                                 f"(while checking arguments for embedding_renorm_)", code="invalid_dtype")
-    if input.data.dtype.kind not in "iu":
+    if input.data.dtype not in _INDEX_DTYPES:
         raise TorchRuntimeError(f"Expected tensor for argument #1 'indices' to have one of the following scalar "
                                 f"types: Long, Int; but got torch.{D.SCALAR_TYPE_NAMES[input.dtype]}Tensor instead "
                                 f"(while checking arguments for embedding)", code="invalid_dtype")

@@ -769,7 +769,8 @@ def sort(self, dim=-1, descending=False, stable=NOT_GIVEN):
             nan = np.isnan(x)
             idx = np.lexsort((np.where(nan, 0, -x), ~nan), axis=d).astype(np.int64)
         else:
-            key = -x if descending and x.dtype != np.bool_ else x
+            # ~x orders integers in reverse without -x's wrap-around (int8's -(-128), any uint8)
+            key = (~x if x.dtype.kind in "iu" else -x) if descending and x.dtype != np.bool_ else x
             idx = np.argsort(key, axis=d, kind="stable").astype(np.int64)
         if descending and self.data.dtype == np.bool_:
             idx = np.flip(np.argsort(self.data, axis=d, kind="stable"), axis=d).astype(np.int64)

@@ -81,6 +81,30 @@ def long(self):
     return to(self, D.INT64)
 
 
+@op("int", tensors=("self",), grad_fns=("ToCopyBackward0",))
+def int_(self):
+    """Tensor.int(): to(int32)."""
+    return to(self, D.INT32)
+
+
+@op("short", tensors=("self",), grad_fns=("ToCopyBackward0",))
+def short(self):
+    """Tensor.short(): to(int16)."""
+    return to(self, D.INT16)
+
+
+@op("char", tensors=("self",), grad_fns=("ToCopyBackward0",))
+def char(self):
+    """Tensor.char(): to(int8)."""
+    return to(self, D.INT8)
+
+
+@op("byte", tensors=("self",), grad_fns=("ToCopyBackward0",))
+def byte(self):
+    """Tensor.byte(): to(uint8)."""
+    return to(self, D.UINT8)
+
+
 @op("bool", tensors=("self",), differentiable=False)
 def bool_(self):
     """Tensor.bool(): to(bool)."""
@@ -1064,7 +1088,16 @@ def _basic_index(self: Tensor, idx: tuple) -> Tensor:
 def _normalize_index(index) -> tuple:
     if not isinstance(index, tuple):
         index = (index,)
+    if any(isinstance(it, Tensor) and it.data.dtype == np.uint8 for it in index):
+        # torch still reads a uint8 index tensor as a mask (deprecated, with its warning)
+        from ..grad_mode import emit_warning
+        emit_warning("indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool instead.")
+        index = tuple(Tensor(it.data != 0) if isinstance(it, Tensor) and it.data.dtype == np.uint8 else it
+                      for it in index)
     return index
+
+
+_INDEX_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))  # index tensors: long or int (byte is a mask)
 
 
 def _is_advanced(it) -> bool:
@@ -1140,7 +1173,7 @@ def _getitem(self, index, alias: bool):
             else:
                 if arr.size == 0:
                     arr = arr.astype(np.int64)
-                if arr.dtype.kind not in "iu":
+                if arr.dtype.kind not in "iu" or (isinstance(it, Tensor) and arr.dtype not in _INDEX_DTYPES):
                     raise TorchIndexError("tensors used as indices must be long, int, byte or bool tensors",
                                           code="invalid_index")
                 n = out.data.shape[d]
@@ -1279,6 +1312,8 @@ def index_select(self, dim, index):
     index = require_tensor(index, "index", "index_select")
     if index.data.dtype.kind not in "iu":
         raise TorchRuntimeError("index_select(): Expected dtype int32/int64 for index", code="invalid_dtype")
+    if index.data.dtype != np.int64 and index.data.dtype != np.int32:
+        raise TorchRuntimeError("index_select(): Expected dtype int32 or int64 for index", code="invalid_dtype")
     if index.data.ndim > 1:
         raise TorchIndexError("index_select(): Index is supposed to be a vector", code="invalid_index")
     d = wrap_dim(dim, self.data.ndim)
@@ -1324,8 +1359,8 @@ def gather(self, dim, index, sparse_grad=False):
     """torch.gather(input, dim, index)."""
     self = require_tensor(self)
     index = require_tensor(index, "index", "gather")
-    if index.data.dtype != np.int64:
-        raise TorchRuntimeError("gather(): Expected dtype int64 for index", code="invalid_dtype")
+    if index.data.dtype != np.int64 and index.data.dtype != np.int32:
+        raise TorchRuntimeError("gather(): Expected dtype int32/int64 for index", code="invalid_dtype")
     d = wrap_dim(dim, self.data.ndim)
     if self.data.ndim <= 1 and index.data.ndim <= 1 and 0 in (self.data.ndim, index.data.ndim):
         # torch compares max(ndim, 1): a 0-d input or index gathers as a 1-element vector
