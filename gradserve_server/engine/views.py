@@ -189,5 +189,9 @@ def partial_overlap(a: np.ndarray, b: np.ndarray) -> bool:
     if not np.may_share_memory(a, b):
         return False
     if lo_a == lo_b and end_a == end_b:
-        return a.strides != b.strides
+        # torch compares the strides; a size-1 dim's stride is whatever its view made it (torch keeps the
+        # original's where numpy's broadcasting writes 0), so only the other dims' count
+        if a.shape != b.shape:
+            return True
+        return any(sa != sb for n, sa, sb in zip(a.shape, a.strides, b.strides) if n != 1)
     return lo_a < end_b and lo_b < end_a

@@ -257,7 +257,7 @@ def adaptive_avg_pool2d(input, output_size):
     if min(size) < 0:
         raise TorchRuntimeError(f"adaptive_avg_pool2d: elements of output_size must be greater than or equal to 0 "
                                 f"but received {{{size[0]}, {size[1]}}}", code="invalid_argument")
-    if x.ndim < 3:  # F.adaptive_avg_pool2d's own check of the output size against the input's dims
+    if x.ndim < 3 and isinstance(output_size, (list, tuple)):  # F.adaptive_avg_pool2d's own check of a list
         raise TorchRuntimeError("Input dimension should be at least 3", code="shape_mismatch", exception="ValueError")
     if x.ndim not in (3, 4):
         raise TorchRuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got "
