@@ -94,11 +94,14 @@ def test_a_request_over_a_per_request_limit_names_the_setting_and_the_two_ways_o
 
 def test_a_sync_past_the_deadline_applies_nothing_says_so_and_names_the_two_ways_out(strict_server):
     with gradserve.session(client=gradserve.Client(strict_server.url)):
-        x = torch.rand(1000, 1000)  # 9 products of 2 GFLOP each: past 0.2 s on any machine
+        # 8 float64 products of 2 GFLOP each and a 1000 x 1000 SVD: past 0.2 s on any machine, within the
+        # strict server's 20 ops (float32 products alone were not past it on an idle machine)
+        x = torch.rand(1000, 1000, dtype=torch.float64)
         gradserve.sync()
         y = x
-        for _ in range(9):
+        for _ in range(8):
             y = (y @ x).tanh()
+        y = torch.linalg.svdvals(y)
         with pytest.raises(RuntimeError) as info:
             y.sum().item()
         assert "ran past its deadline of 0.2 s (GRADSERVE_REQUEST_DEADLINE_SECONDS); nothing was applied" in \

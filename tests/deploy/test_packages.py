@@ -168,7 +168,8 @@ def test_the_server_command_line_defaults_and_options_each_given_once():
     spec = importlib.util.spec_from_file_location("dev", ROOT / "dev.py")
     dev = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(dev)
-    assert dev.serve_command(["--port", "9000"])[1:] == ["-m", "gradserve_server", "--port", "9000"]
+    cmd, env = dev.serve_command(["--port", "9000"])
+    assert cmd[1:] == ["-m", "gradserve_server", "--host", "127.0.0.1", "--port", "9000"] and env == {}
 
 
 def test_no_access_log_means_no_access_lines_and_no_server_header(tmp_path):

@@ -149,8 +149,9 @@ def data_dtype(data):
     """torch.tensor's dtype for Python data: bool, int64 or a float (UNKNOWN: which float is the server's)."""
     import numpy as np
 
-    if isinstance(data, np.ndarray):
-        return {"b": "bool", "i": "int64", "u": "int64"}.get(data.dtype.kind, UNKNOWN)
+    if isinstance(data, np.ndarray):  # torch.tensor keeps an array's dtype (one the server has)
+        from gradserve.torch._catalog import DTYPES
+        return data.dtype.name if data.dtype.name in DTYPES else UNKNOWN
     kinds = set()
     stack = [data]
     while stack:
