@@ -89,6 +89,8 @@ def _check(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropo
 def _fused(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout_p, enable_gqa) -> bool:
     """Whether torch's CPU build runs its fused (flash) kernel for these inputs."""
     q, k, v = query.data, key.data, value.data
+    if mask is not None and mask.requires_grad:  # the fused kernel gives no gradient to a mask: torch's math route
+        return False
     if not (q.ndim == k.ndim == v.ndim == 4) or dropout_p > 0:
         return False
     if not (q.shape[-1] == k.shape[-1] == v.shape[-1]):

@@ -212,3 +212,21 @@ def check_no_requires_grad(t, arg: str, fn: str) -> None:
     if t is not None and t.requires_grad and is_grad_enabled():
         raise TorchRuntimeError(f"The function '{fn}' is not differentiable with respect to argument '{arg}'. "
                                 f"This input cannot have requires_grad True.", code="not_differentiable")
+
+
+def tie(g: Tensor | None, *inputs) -> Tensor | None:
+    """A gradient that torch's backward computes from the forward's input too (max/avg pooling, interpolation,
+    the norms' bias): under create_graph torch's result requires grad through that input, with a zero second
+    derivative. ``g`` comes back unchanged in value (``where`` of a false condition, so no sign of zero or NaN is
+    touched) and tied to the inputs that require grad."""
+    from ..grad_mode import _grad_enabled
+    from .elementwise import where
+    from .reduction import sum as sum_
+
+    if g is None or g.requires_grad or not _grad_enabled.get():
+        return g
+    live = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
+    if not live:
+        return g
+    anchor = sum_(live[0]) if len(live) == 1 else sum_(live[0]) + sum(sum_(t) for t in live[1:])
+    return where(Tensor(np.zeros((), np.bool_)), anchor.to(g.dtype) if anchor.dtype != g.dtype else anchor, g)

@@ -29,7 +29,7 @@ from ..kernel import kcall
 from ..registry import jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
 from .backward import log_softmax_backward_data, softmax_backward_data
-from .common import binary_operands, broadcast_shapes, check_no_requires_grad, require_tensor, wrap_dim
+from .common import binary_operands, broadcast_shapes, check_no_requires_grad, require_tensor, tie, wrap_dim
 from .elementwise import abs as abs_
 from .elementwise import (
     add,
@@ -113,8 +113,8 @@ def softmax(self, dim, dtype=None):
 @vjp("SoftmaxBackward0", inputs=("self",), saves=("dim", "result"))
 def _(ctx, grad):
     r = ctx.result
-    if r.data.ndim == 0:
-        return grad * 0.0,
+    if r.data.ndim == 0:  # torch's backward reads the output: under create_graph the zero is tied to it
+        return tie(grad * 0.0, r),
     return softmax_backward_data(grad, r, ctx.dim),
 
 
@@ -161,8 +161,8 @@ def log_softmax(self, dim, dtype=None):
 @vjp("LogSoftmaxBackward0", inputs=("self",), saves=("dim", "result"))
 def _(ctx, grad):
     r = ctx.result
-    if r.data.ndim == 0:
-        return grad * 0.0,
+    if r.data.ndim == 0:  # (as softmax's: tied to the output torch's backward reads)
+        return tie(grad * 0.0, r),
     return log_softmax_backward_data(grad, r, ctx.dim),
 
 
@@ -669,8 +669,8 @@ def _(ctx, grad):
         coef, untouched = kcall(_nll_coef, x.data, ctx.target.data, ii, w.data)
     coef = Tensor(coef)
     # torch writes only the (row, target) entries of valid rows: the rest stay +0 (even when all rows are
-    # ignored and grad / total_weight is nan)
-    return masked_fill(coef * g, Tensor(untouched), 0),
+    # ignored and grad / total_weight is nan); torch's backward reads self: tied to it under create_graph
+    return tie(masked_fill(coef * g, Tensor(untouched), 0), x),
 
 
 @jvp("NllLossBackward0")
@@ -725,7 +725,7 @@ def _(ctx, grad):
         g = unsqueeze(g, 1)
     w = ctx.weight
     coef, untouched = kcall(_nll2d_coef, x.data, ctx.target.data, ii, None if w is None else w.data)
-    return masked_fill(Tensor(coef) * g, Tensor(untouched), 0),
+    return tie(masked_fill(Tensor(coef) * g, Tensor(untouched), 0), x),
 
 
 @jvp("NllLoss2DBackward0")

@@ -17,11 +17,10 @@ from ..errors import TorchIndexError, TorchRuntimeError
 from ..journal import array_
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
-from .common import require_tensor
+from .common import require_tensor, tie
 from .elementwise import add_t, mul_t, rsqrt
 from .inplace import _writeable
 from .nn_functional import _check_mixed_type
-from .pooling import tie
 from .reduction import mean
 from .reduction import sum as sum_
 from .shape import reshape
@@ -181,7 +180,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-05):
         raise TorchRuntimeError(f"\"GroupNormKernelImpl\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
     _check_mixed_type(input, [weight, bias])
-    g = x.reshape(n, num_groups, -1)
+    g = x.reshape(n, num_groups, (c // num_groups) * int(np.prod(x.shape[2:], dtype=np.int64)))
     t = x.dtype.type
     mu = g.mean(axis=2, keepdims=True)
     var = ((g - mu) ** 2).mean(axis=2, keepdims=True)
@@ -202,7 +201,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-05):
 def _group_norm_terms(ctx) -> tuple:
     """The grouped view's shape, its 1/std and x-hat (grouped: (N, G, C/G * HxW)), in engine ops."""
     x = ctx.input
-    grouped = (ctx.N, ctx.group, -1)
+    grouped = (ctx.N, ctx.group, (ctx.C // ctx.group) * ctx.HxW)
     xg = reshape(x, grouped)
     xc = xg - mean(xg, [2], True)
     rstd = rsqrt(mean(xc * xc, [2], True) + ctx.eps)

@@ -231,12 +231,36 @@ def _quantile(name: str, self, q, dim, keepdim: bool, interpolation: str, ignore
     if interpolation in ("linear", "midpoint"):
         weights = np.full_like(ranks, 0.5) if interpolation == "midpoint" else ranks - below
         above = gather(sorted_, -1, Tensor(np.ceil(ranks).astype(np.int64)))
-        values = lerp(values, above, Tensor(np.asarray(weights, x.dtype)))
+        w = Tensor(np.asarray(weights, x.dtype))
+        if interpolation == "linear" and isinstance(q, Tensor) and q.requires_grad:
+            w = _rank_weights(q, s, nan, below, ignore_nan)
+        values = lerp(values, above, w)
     if qv.ndim == 0:
         return _squeeze_dim(values, values.data.ndim - 1)
     values = _unsqueeze_(values, 0)
     values = _transpose_(values, 0, values.data.ndim - 1)
     return _squeeze_dim(values, values.data.ndim - 1)
+
+
+def _rank_weights(q: Tensor, s: np.ndarray, nan: np.ndarray, below: np.ndarray, ignore_nan: bool) -> Tensor:
+    """The linear weights ``ranks - ranks_below`` in engine ops when q requires grad (torch differentiates
+    quantile in q through them): ranks = q * (n - 1), a row holding NaN at the last rank (quantile), or
+    q * (non-NaN count - 1) clamped at 0 (nanquantile)."""
+    from .elementwise import masked_fill, mul
+    from .shape import reshape
+
+    dt = s.dtype
+    qb = reshape(q, (-1,))
+    if ignore_nan:
+        count = (~nan).sum(-1, keepdims=True).astype(dt) - dt.type(1)
+        ranks = mul(qb, Tensor(count))
+        ranks = masked_fill(ranks, Tensor(ranks.data < 0), 0)
+    else:
+        last = s.shape[-1] - 1
+        ranks = mul(qb, float(last)) * Tensor(np.ones(nan.shape[:-1] + (1,), dt))
+        ranks = masked_fill(ranks, Tensor(np.broadcast_to(nan.any(-1, keepdims=True), ranks.data.shape).copy()),
+                            float(last))
+    return ranks - Tensor(below.astype(dt))
 
 
 def _unsqueeze_(t: Tensor, d: int) -> Tensor:

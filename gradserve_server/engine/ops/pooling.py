@@ -20,7 +20,7 @@ from .. import dtypes as D
 from ..errors import TorchRuntimeError
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
-from .common import require_tensor
+from .common import require_tensor, tie
 from .conv import col2im
 from .indexing import scatter_add
 from .linalg import matmul
@@ -315,7 +315,7 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     """F.max_pool1d(...): max_pool2d over (..., 1, L) with a (1, k) window."""
     input = require_tensor(input, "input", "max_pool1d")
     _check_1d("max_pool1d", input)
-    for name, v in (("stride", stride), ("kernel_size", kernel_size)):
+    for name, v in (("stride", stride), ("kernel_size", kernel_size), ("dilation", dilation)):
         v = v[0] if isinstance(v, (list, tuple)) and v else v
         if v is not None and not isinstance(v, (list, tuple)) and v <= 0:
             raise TorchRuntimeError(f"max_pool1d() {name} must be greater than zero, but got {v}",
@@ -351,20 +351,3 @@ def adaptive_avg_pool1d(input, output_size):
     o = output_size[0] if isinstance(output_size, (list, tuple)) else output_size
     return squeeze(adaptive_avg_pool2d(unsqueeze(input, -2), (1, int(o))), -2)
 
-
-def tie(g: Tensor | None, *inputs) -> Tensor | None:
-    """A gradient that torch's backward computes from the forward's input too (max/avg pooling, interpolation,
-    the norms' bias): under create_graph torch's result requires grad through that input, with a zero second
-    derivative. ``g`` comes back unchanged in value (``where`` of a false condition, so no sign of zero or NaN is
-    touched) and tied to the inputs that require grad."""
-    from ..grad_mode import _grad_enabled
-    from .elementwise import where
-    from .reduction import sum as sum_
-
-    if g is None or g.requires_grad or not _grad_enabled.get():
-        return g
-    live = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
-    if not live:
-        return g
-    anchor = sum_(live[0]) if len(live) == 1 else sum_(live[0]) + sum(sum_(t) for t in live[1:])
-    return where(Tensor(np.zeros((), np.bool_)), anchor.to(g.dtype) if anchor.dtype != g.dtype else anchor, g)

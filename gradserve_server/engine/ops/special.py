@@ -136,6 +136,9 @@ def _zeta(x: float, q: np.ndarray) -> np.ndarray:
     For a negative q the direct terms run from q up to 9, |q| of them as in torch; an element with that
     many is summed on its own, a chunk of terms per numpy pass (a cumulative sum adds them in torch's order),
     with the request's deadline checked between chunks."""
+    q = np.asarray(q)
+    if q.ndim == 0:  # (the long sums index elements: a 0-d q runs as one element)
+        return _zeta(x, q.reshape(1)).reshape(())
     q = q.astype(np.float64)
     res = np.full(q.shape, np.nan)
     done = (q <= 0) & (q == np.floor(q))
