@@ -11,8 +11,9 @@ from tests.deploy.servers import Uvicorn
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
-    # rate limiting off: a test may send hundreds of requests in a second
-    srv = Uvicorn.for_app({"GRADSERVE_RATE_LIMIT_PER_SECOND": "0"}, tmp_path_factory.mktemp("client") / "uvicorn.log")
+    # rate limiting off, per key and per address (an open server): a test may send hundreds of requests a second
+    limits_off = {"GRADSERVE_RATE_LIMIT_PER_SECOND": "0", "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"}
+    srv = Uvicorn.for_app(limits_off, tmp_path_factory.mktemp("client") / "uvicorn.log")
     srv.start()
     yield srv
     srv.stop()

@@ -67,7 +67,8 @@ def test_a_lost_session_names_the_tensors_that_are_gone_and_the_next_op_starts_a
 
 @pytest.fixture(scope="module")
 def strict_server(tmp_path_factory):
-    srv = Uvicorn.for_app({"GRADSERVE_RATE_LIMIT_PER_SECOND": "0", "GRADSERVE_MAX_OPS_PER_REQUEST": "20",
+    srv = Uvicorn.for_app({"GRADSERVE_RATE_LIMIT_PER_SECOND": "0", "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0",
+                           "GRADSERVE_MAX_OPS_PER_REQUEST": "20",
                            "GRADSERVE_MAX_ELEMENTS_PER_TENSOR": "1000000", "GRADSERVE_REQUEST_DEADLINE_SECONDS": "0.2"},
                           tmp_path_factory.mktemp("strict") / "uvicorn.log")
     srv.start()
