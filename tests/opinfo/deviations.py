@@ -15,6 +15,9 @@ _RANDOM = "random numbers come from numpy's generator, not torch's: shapes and d
 
 #: documented deviations: rule -> reason
 DEVIATIONS: dict[tuple[str, str, str], str] = {
+    ("clamp", "reverse", "doesn't match the broadcast shape"): (
+        "clamp with bounds of a higher rank than the input: torch's own backward fails (its gradient for self is "
+        "written into the input's shape); the engine sums the gradient back to the input's shape"),
     # issue 24's ops
     **{("nn.functional.scaled_dot_product_attention", cls, "values differ"): (
         "attention with dropout_p > 0: the dropout mask is random (torch's math route draws it from its own "
