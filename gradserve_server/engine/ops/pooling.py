@@ -17,7 +17,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .. import dtypes as D
-from ..errors import TorchRuntimeError
+from ..errors import TorchIndexError, TorchRuntimeError
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import require_tensor, tie
@@ -64,7 +64,17 @@ def _geometry(name: str, x: np.ndarray, kernel_size, stride, padding, dilation, 
         if p[i] > (d[i] * (k[i] - 1) + 1) // 2:
             raise TorchRuntimeError(f"pad should be at most half of effective kernel size, but got pad={p[i]}, "
                                     f"kernel_size={k[i]} and dilation={d[i]}", code="invalid_argument")
-    if x.ndim not in (3, 4) or x.size == 0 and 0 in x.shape[-3:]:
+    got = "[" + ", ".join(str(v) for v in x.shape) + "]"
+    if x.ndim in (3, 4) and 0 in x.shape[-3:]:
+        raise TorchRuntimeError(f"Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, "
+                                f"but got:{got}", code="shape_mismatch")
+    if x.ndim not in (3, 4):  # torch's two kernels word it differently (avg_pool2d reads dim -3 first)
+        if name == "avg_pool2d" and x.ndim < 3:
+            raise TorchIndexError(f"Dimension out of range (expected to be in range of [-{max(x.ndim, 1)}, "
+                                  f"{max(x.ndim, 1) - 1}], but got -3)", code="invalid_dim")
+        if name == "avg_pool2d":
+            raise TorchRuntimeError(f"Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for "
+                                    f"input, but got:{got}", code="shape_mismatch")
         raise TorchRuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input", code="shape_mismatch")
     h, w = x.shape[-2:]
     out = (_out_size(h, k[0], s[0], p[0], d[0], ceil_mode), _out_size(w, k[1], s[1], p[1], d[1], ceil_mode))
@@ -321,8 +331,11 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
             raise TorchRuntimeError(f"max_pool1d() {name} must be greater than zero, but got {v}",
                                     code="invalid_argument")
     k = _one(kernel_size)
-    out, idx = _max_pool(unsqueeze(input, -2), "max_pool2d", k, _one(stride, k), (0, _one(padding)[1]),
-                         (1, _one(dilation)[1]), ceil_mode)
+    s_, p_, d_ = _one(stride, k), _one(padding), _one(dilation)
+    length = _out_size(input.shape[-1], k[1], s_[1], p_[1], d_[1], ceil_mode)
+    if length < 1 and p_[1] <= (d_[1] * (k[1] - 1) + 1) // 2:
+        raise TorchRuntimeError(f"max_pool1d() Invalid computed output size: {length}", code="shape_mismatch")
+    out, idx = _max_pool(unsqueeze(input, -2), "max_pool2d", k, s_, (0, p_[1]), (1, d_[1]), ceil_mode)
     out = squeeze(out, -2)
     return (out, Tensor(idx.data.squeeze(-2))) if return_indices else out
 
