@@ -669,8 +669,8 @@ def _(ctx, grad):
         coef, untouched = kcall(_nll_coef, x.data, ctx.target.data, ii, w.data)
     coef = Tensor(coef)
     # torch writes only the (row, target) entries of valid rows: the rest stay +0 (even when all rows are
-    # ignored and grad / total_weight is nan); torch's backward reads self: tied to it under create_graph
-    return tie(masked_fill(coef * g, Tensor(untouched), 0), x),
+    # ignored and grad / total_weight is nan)
+    return masked_fill(coef * g, Tensor(untouched), 0),
 
 
 @jvp("NllLossBackward0")
@@ -725,7 +725,7 @@ def _(ctx, grad):
         g = unsqueeze(g, 1)
     w = ctx.weight
     coef, untouched = kcall(_nll2d_coef, x.data, ctx.target.data, ii, None if w is None else w.data)
-    return tie(masked_fill(Tensor(coef) * g, Tensor(untouched), 0), x),
+    return masked_fill(Tensor(coef) * g, Tensor(untouched), 0),
 
 
 @jvp("NllLoss2DBackward0")
