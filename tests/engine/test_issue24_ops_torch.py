@@ -14,7 +14,7 @@ import torch.nn.functional as TF  # noqa: E402
 from gradserve_server.engine.torch_compat import F as EF  # noqa: E402
 from gradserve_server.engine.torch_compat import torch as etorch  # noqa: E402
 
-from .test_new_ops_torch import _namespace, _run, _second_order  # noqa: E402
+from .test_new_ops_torch import _namespace, _second_order, compare_with_torch  # noqa: E402
 
 EXPRESSIONS = [
     'torch.quantile(c3, 0.3)',
@@ -222,20 +222,7 @@ EXPRESSIONS = [
 
 @pytest.mark.parametrize("expr", EXPRESSIONS)
 def test_issue24_op_matches_torch(expr):
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ref = _run(_namespace(torch, TF, 0), expr)
-        got = _run(_namespace(etorch, EF, 0), expr)
-    assert (got["dtype"], got["shape"], got["requires_grad"]) == (ref["dtype"], ref["shape"], ref["requires_grad"])
-    assert got["grad_fn"] == ref["grad_fn"], (got["grad_fn"], ref["grad_fn"])
-    np.testing.assert_allclose(got["value"], ref["value"], rtol=1e-9, atol=1e-10, equal_nan=True)
-    if ref["requires_grad"]:
-        for k, r in ref["grads"].items():
-            if r is None:
-                assert got["grads"][k] is None, k
-            else:
-                np.testing.assert_allclose(got["grads"][k], r, rtol=1e-8, atol=1e-9, equal_nan=True, err_msg=k)
+    compare_with_torch(expr)
 
 
 SECOND_ORDER = [
