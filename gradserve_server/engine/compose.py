@@ -35,7 +35,7 @@ Python per op). Most ops of a long list repeat: the same op on inputs of the sam
   private ``.grad`` copy) are the arrays themselves when the copy would have their layout: nothing in a composed
   run writes in place. ``del``, ``bind`` (of a name or a leaf's ``.grad``) and ``retain_grad`` are covered.
 * **Result.** The namespace, op outcomes, ``changed`` and the autograd report as a ``Plan`` of no steps
-  whose slots are the run's arrays, finished as a replay finishes (``plan._Namespace``: tensors, and here
+  whose slots are the run's arrays, finished as a replay finishes (``replayed._Namespace``: tensors, and here
   their descriptors too, made when read; the outcomes made from the op list when read).
 
 Whatever cannot be composed gives up before anything is visible: the caller then runs the list cold (which
@@ -67,7 +67,6 @@ from .autograd import _apply, _run_all
 from .budget import SMALL_RESPONSE_ELEMENTS, Budget
 from .grad_mode import Limits, WarningSink, set_grad_enabled
 from .node import Node, SavedTensor
-from .plan import _PLANNABLE_CALLS, Plan, _Namespace, _PlannedResult, _same_bits
 from .program import (
     _INDEX,
     _PLAIN,
@@ -81,6 +80,7 @@ from .program import (
     _Runner,
 )
 from .registry import OPS
+from .replayed import _PLANNABLE_CALLS, Plan, _Namespace, _PlannedResult, _same_bits
 from .tensor import Tensor
 
 _ndarray = np.ndarray
@@ -1571,7 +1571,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
 
 class _Descs(Mapping):
     """The namespace's descriptors (``plan._desc``'s form) by name, each made when first read: what a
-    ``plan._Namespace`` reads of its dict of descriptors (a response reads the names it shows). The rest of the
+    ``replayed._Namespace`` reads of its dict of descriptors (a response reads the names it shows). The rest of the
     read-only mapping protocol (get, keys, items) is ``Mapping``'s."""
 
     __slots__ = ("_vars", "_grads", "_retains")
