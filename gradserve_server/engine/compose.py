@@ -63,6 +63,8 @@ from time import monotonic as _monotonic
 import numpy as np
 
 from . import kernel as K
+from . import route as R
+from . import sources as S
 from .autograd import _apply, _run_all
 from .budget import SMALL_RESPONSE_ELEMENTS, Budget
 from .grad_mode import Limits, WarningSink, set_grad_enabled
@@ -127,7 +129,7 @@ _CODEGEN_MAX = 24  # a fragment of more steps or inputs is interpreted, not comp
 
 
 class _GiveUp(Exception):
-    pass
+    """A composed run gives up; ``args[0]``: why (``route.COMPOSE_CODES``, default ``form``)."""
 
 
 def _no(why: int):
@@ -487,6 +489,11 @@ def _compiled(owner):
     return fn
 
 
+def _label(name) -> str:
+    """An op's or node's name for a generated line's comment (printable, short)."""
+    return "".join(c if c.isalnum() or c in "_." else "?" for c in str(name))[:40]
+
+
 def _interpreter(steps: list, m: int, ret: list):
     """``_codegen``'s function for a long fragment (compiling it would cost more than it saves): a loop."""
     ret = tuple(ret)
@@ -512,10 +519,11 @@ def _interpreter(steps: list, m: int, ret: list):
     return f
 
 
-def _codegen(steps: list, m: int, ret: list):
+def _codegen(steps: list, m: int, ret: list, label: str = "?"):
     """The steps as one Python function of the ``m`` input arrays returning the arrays of slots ``ret`` (-1:
     None), each kernel called as ``kernel.kcall`` calls it (a numpy scalar made a 0-d array): straight-line
-    code, kernels and constants bound in its closure."""
+    code, kernels and constants bound in its closure; each call's line says the op (``label``) and kernel it
+    runs (``engine.sources``)."""
     if len(steps) > _CODEGEN_MAX or m > _CODEGEN_MAX:
         return _interpreter(steps, m, ret)
     names: list = []
@@ -530,10 +538,11 @@ def _codegen(steps: list, m: int, ret: list):
         slots = dict(where)
         args = [f"s{slots[i]}" if i in slots else bind(v) for i, v in enumerate(tmpl)]
         call = f"{bind(fn)}({', '.join(args)})"
+        why = f"  # op {label} ({getattr(fn, '__name__', '?')})"
         if multi is True:
-            body.append(f"  {', '.join(f's{o}' for o in out)}, = {call}")
+            body.append(f"  {', '.join(f's{o}' for o in out)}, = {call}{why}")
         else:
-            body.append(f"  x = {call}")
+            body.append(f"  x = {call}{why}")
             body.append(f"  s{out} = x if x.__class__ is N else A(x)")
     body.append("  return (" + "".join("None, " if s < 0 else f"s{s}, " for s in ret) + ")")
     src = "\n".join([f"def make({', '.join(['N', 'A', *names])}):",
@@ -546,9 +555,7 @@ def _maker(src: str):
     """``_codegen``'s compiled code by its source text, which depends only on the steps' structure (slots, arity;
     the kernels and constants are the closure's values): a form met again (in a later run, another fragment of
     the same shape) is not compiled again. Memoised: a pure function of its argument."""
-    ns: dict = {}
-    exec(compile(src, "<gradserve fragment>", "exec"), ns)  # noqa: S102 - our own code
-    return ns["make"]
+    return S.compile_function(src, "fragment", "make", tie=False)
 
 
 # ----- making fragments --------------------------------------------------------------------------------------
@@ -578,7 +585,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
             with budget:
                 bound = runner.run_op(index, op, no_grad_all)
     except Exception:  # noqa: BLE001 - the cold run gives the error
-        raise _GiveUp from None
+        raise _GiveUp("raised") from None
     if sink.messages or (rec is not None and (rec.reason is not None or rec.unknown_writes()
                                               or len(rec.inputs) != len(temps))):
         return _no(1), None
@@ -682,7 +689,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
         _takes(r, tuple(refs))
 
     f = _Frag()
-    f.fn, f.code = None, (steps, m, ret)
+    f.fn, f.code = None, (steps, m, ret, _label(op.get("op")))
     f.k = None
     if len(steps) == 1 and m <= 2:
         kfn, tmpl, where, o, multi = steps[0]
@@ -997,7 +1004,7 @@ def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list, budget=None)
         return _no(16), None
     steps, nbytes, maxsize, consts = made
     f = _VjpFrag()
-    f.fn, f.code = None, (steps, len(ins), slots)
+    f.fn, f.code = None, (steps, len(ins), slots, _label(recipe.name))
     f.cbytes = sum(c.nbytes for c in consts.values())
     f.nbytes, f.maxsize = nbytes, maxsize
     return f, tuple(res)
@@ -1028,6 +1035,9 @@ class _Run:
         self.inputs_at: list = []
         self.metas: tuple = ()
         self.looked = False
+        self.why = ""  # why it gave up (``route.COMPOSE_CODES``), and where
+        self.at = None
+        self.detail = ""
 
     def miss(self, index: int = -1, ns: dict | None = None) -> None:
         """A fragment not found (at op ``index`` of the forward, ``ns`` its names so far; -1: in the backward),
@@ -1041,9 +1051,9 @@ class _Run:
             ops, at, metas = self.ops, self.inputs_at, self.metas
             if not _repeats(ops, index, at, metas, ns) and (len(ops) - index < _LOOK_AGAIN or not _repeats(
                     ops, (index + len(ops)) // 2, at, metas, ns, _LOOK_AHEAD)):
-                raise _GiveUp
+                raise _GiveUp("misses")
         if m > self.slack + self.hits:
-            raise _GiveUp
+            raise _GiveUp("misses")
         self.misses = m
 
     def made(self, nbytes: int, maxsize: int) -> None:
@@ -1156,12 +1166,16 @@ def compose(frags: Fragments, state: State, ops: list, inputs_at: list, inputs: 
     run.slack = max(_MISS_SLACK, len(ops) // _MISS_PER)
     run.ops, run.inputs_at, run.metas = ops, inputs_at, metas
     if state.tensors or state.functions:
+        run.why = "state"
         return None, run
     try:
         with np.errstate(all="ignore"):
             made = _compose(run, ops, inputs_at, inputs, metas, kwargs, shown)
-    except Exception:  # noqa: BLE001 - a give-up, a kernel's check, the deadline...: the cold run gives it
-        made = None
+    except _GiveUp as e:
+        made, run.why = None, e.args[0] if e.args else "form"
+    except Exception as e:  # noqa: BLE001 - a kernel's check, the deadline...: the cold run gives it
+        made, run.why = None, "raised"
+        run.detail = f"{type(e).__name__}: {e}"
     return made, run
 
 
@@ -1294,7 +1308,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
         buf += arrs
         nbytes = sum(map(_nbytes, arrs))
         if max(map(_size, arrs)) > max_el:
-            raise _GiveUp
+            raise _GiveUp("limits")
     inp = iter(zip(inputs_at[lead:], inputs[lead:], metas[lead:]))
     nxt = next(inp, None)
     at = nxt[0] if nxt is not None else -1
@@ -1314,11 +1328,11 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 buf.append(arr)
                 nbytes += arr.nbytes
                 if arr.size > max_el:
-                    raise _GiveUp
+                    raise _GiveUp("limits")
                 continue
             if not index & _CHECK_MASK and control is not None and (control.reason is not None or (
                     control.deadline is not None and _monotonic() > control.deadline)):
-                raise _GiveUp
+                raise _GiveUp("limits")
             name = op["op"]
             args = op.get("args") or _NO_ARGS
             kw = op.get("kwargs") or _NO_KWARGS
@@ -1335,7 +1349,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                     continue
                 form = _form(name)
             if form is False:
-                raise _GiveUp
+                raise _GiveUp("op")
             grad_on = not (no_grad_all or op.get("no_grad", False))
             if out.__class__ is str and out.isidentifier() and out.isascii() and len(out) <= 64:
                 oform = 0
@@ -1412,9 +1426,9 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                         frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns)
                         put(key, frag)
                     if frag is None:
-                        raise _GiveUp
+                        raise _GiveUp("op")
                 elif frag is None:
-                    raise _GiveUp
+                    raise _GiveUp("op")
                 else:
                     hits += 1
                     k = frag.k
@@ -1433,7 +1447,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
             if mode:  # (the common node forms of a hit, straight: what the general code below does for them)
                 nbytes += frag.nbytes
                 if nbytes > max_bytes or frag.maxsize > max_el:
-                    raise _GiveUp
+                    raise _GiveUp("limits")
                 recipe = frag.recipe
                 nexts = v[2]
                 if nexts is None:
@@ -1463,13 +1477,13 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 node.retained = None
                 nodes += 1
                 if nodes > max_nodes:
-                    raise _GiveUp
+                    raise _GiveUp("limits")
                 ns[out] = (r0, True, ((node, 0),), len(buf))
                 buf.append(r0)
                 continue
             nbytes += frag.nbytes
             if nbytes > max_bytes or frag.maxsize > max_el:
-                raise _GiveUp
+                raise _GiveUp("limits")
             recipe = frag.recipe
             if recipe is None:
                 e1 = None
@@ -1478,7 +1492,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 node = _nodes(frag.graph, vs, res, leaves, run, fresh)
                 nodes = run.nodes
                 if nodes > max_nodes:
-                    raise _GiveUp
+                    raise _GiveUp("limits")
                 e1 = ((node, 0),)
             else:
                 edges = recipe.edges
@@ -1514,7 +1528,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                     node.saved = sv if recipe.star else sv[0]
                 nodes += 1
                 if nodes > max_nodes:
-                    raise _GiveUp
+                    raise _GiveUp("limits")
                 e1 = ((node, 0),)
             if frag.single:
                 if frag.rg0:
@@ -1535,6 +1549,9 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                 bound.append(n)
             if bound != [out]:
                 special[index] = bound
+    except Exception:
+        run.at = index  # (where it gave up: the route's detail)
+        raise
     finally:
         run.hits += hits
     run.nbytes, run.nodes = nbytes, nodes
@@ -1908,16 +1925,25 @@ class _Result(_PlannedResult):
 
 
 def run(cache, state: State, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict, shown):
-    """``compose`` through ``cache`` (a ``plan.PlanCache``: its fragments, its counters): the run's result, or
-    None (nothing changed: the caller runs the list cold)."""
-    if len(ops) - len(inputs_at) < _MIN_OPS or not cache.fragments.max_entries:
-        return None
+    """``compose`` through ``cache`` (a ``plan.PlanCache``: its fragments, its counters): (the run's result, None),
+    or (None, the cold route and why: nothing changed, the caller runs the list cold)."""
+    if len(ops) - len(inputs_at) < _MIN_OPS:
+        return None, R.COLD_SHORT
+    if not cache.fragments.max_entries:
+        return None, _NOT_COMPOSABLE["disabled"]
     made, r = compose(cache.fragments, state, ops, inputs_at, inputs, metas, kwargs, shown)
     cache.count_compose(r.hits, r.misses, made is not None)
     if made is None:
-        return None
+        if r.at is None and not r.detail:
+            return None, _NOT_COMPOSABLE.get(r.why) or _NOT_COMPOSABLE["form"]
+        op = ops[r.at] if r.at is not None and r.at < len(ops) else None
+        where = f"op {r.at} {op.get('op')!s:.40}" if op.__class__ is dict else ""
+        detail = f"{where}{'; ' if where and r.detail else ''}{r.detail}"
+        return None, R.Route("cold", f"not_composable:{r.why if r.why in R.COMPOSE_CODES else 'form'}", detail)
     plan, buf = made
     state.tensors = _Namespace(buf, plan.namespace, {})
     state.backward_passes += plan.backward_passes
-    return _Result(plan, buf)
+    return _Result(plan, buf), None
 
+
+_NOT_COMPOSABLE = {code: R.Route("cold", f"not_composable:{code}") for code in R.COMPOSE_CODES}

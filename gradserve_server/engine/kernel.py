@@ -158,6 +158,7 @@ class Recorder:
         self.mutated: set[int] = set()
         self.reason: str | None = None      # why the run cannot be planned (None: it can)
         self.converted: set[int] = set()    # steps whose kernel returned a non-array (a numpy scalar)
+        self.marks: list = []               # (slot count, op index, op name) as each op began (engine.sources)
 
     def bad(self, reason: str) -> None:
         if self.reason is None:

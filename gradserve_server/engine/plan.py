@@ -55,10 +55,12 @@ counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``).
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 import types
 import weakref
+from bisect import bisect_right
 from collections import OrderedDict
 from itertools import repeat
 
@@ -68,6 +70,8 @@ import orjson
 from . import compose as _compose
 from . import dtypes as D
 from . import kernel as K
+from . import route as R
+from . import sources as S
 from .functional import TRANSFORMS
 from .grad_mode import WarningSink
 from .ops.creation import Owned
@@ -87,7 +91,7 @@ from .tensor import Tensor, as_array
 INPUT_OPS = frozenset({"tensor"})
 #: autograd and name actions a plan may contain (structural: no arrays of their own)
 PLANNABLE_ACTIONS = frozenset({"backward", "grad", "del", "bind", "retain_grad"})
-_PLAN_FILE = "<gradserve plan>"  # the file name of a plan's compiled code
+_PLAN_IDS = itertools.count(1)  # numbers a plan's compiled chunks' file names (``engine.sources``)
 _STEP_BYTES = 160      # a lower bound of a tape step's size: a plan surely too large is not compiled
 _CHECK_EVERY = 256     # replay checks the deadline every this many kernel calls
 _CHECK_LOOP = 64       # a planned repeat loop checks it every this many iterations too
@@ -121,10 +125,11 @@ def footprint(root) -> int:
             continue
         if isinstance(obj, types.FunctionType):
             code = obj.__code__
-            if code.co_filename != _PLAN_FILE:  # a kernel of a module: shared
+            if not code.co_filename.startswith(S.PREFIX):  # a kernel of a module: shared
                 continue
             total += (getsizeof(obj) + getsizeof(code) + getsizeof(code.co_linetable)  # (bytecode: inside code)
-                      + getsizeof(code.co_exceptiontable) + getsizeof(obj.__globals__))
+                      + getsizeof(code.co_exceptiontable) + getsizeof(obj.__globals__)
+                      + S.source_bytes(code.co_filename))  # (its source, held by linecache while it lives)
             stack.extend(code.co_consts)
             stack.extend(code.co_names)
             continue
@@ -143,10 +148,11 @@ def footprint(root) -> int:
 
 
 class Unplannable:
-    __slots__ = ("reason", "nbytes")
+    __slots__ = ("reason", "code", "nbytes")
 
     def __init__(self, reason: str):
         self.reason = reason
+        self.code = R.unplannable_reason(reason)  # (``engine.route``'s vocabulary)
         self.nbytes = 64
 
 
@@ -723,7 +729,7 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
     with np.errstate(all="ignore"):  # (the kernels run here as in a replay)
         tape = _Tape(rec, keep, ren)
     if len(tape.steps) <= _COMPILE_MAX_STEPS:
-        code, kernels, consts = _compile(tape.steps)
+        code, kernels, consts = _compile(tape.steps, _origins(rec))
         steps = []
     else:  # compiling costs more than it saves once: a long tape is interpreted
         code, kernels, consts = (), [], []
@@ -1094,10 +1100,25 @@ class _Tape:
 
 
 # ----- replay ----------------------------------------------------------------------------------------------
-def _compile(steps: list) -> tuple:
+def _origins(rec: K.Recorder):
+    """Which op a recorded slot comes from, as a generated line's comment says it (``op 3 mul``): the op whose
+    start (``Recorder.marks``: the slot count when it began) is the last at or before the slot."""
+    marks = rec.marks
+    starts = [m[0] for m in marks]
+
+    def origin(slot: int) -> str:
+        i = bisect_right(starts, slot) - 1
+        return f"op {marks[i][1]} {marks[i][2]!s:.40}" if i >= 0 else "input"
+    return origin
+
+
+def _compile(steps: list, origin=None) -> tuple:
     """The tape as Python functions of straight-line code, one per ``_CHUNK`` kernel calls: each step one line
     (``b[5] = k[0](b[1], c[2])``: slots, kernels, constants and registers by index), so a replay pays one call
-    per kernel and nothing to interpret."""
+    per kernel and nothing to interpret. Each chunk is registered with ``linecache`` under a name of its own
+    (``engine.sources``), each call's line ending in a comment naming the op (``origin``: by its output slot)
+    and the kernel it runs."""
+    tag = next(_PLAN_IDS)
     kernels: list = []
     kidx: dict = {}
     consts: list = []
@@ -1120,23 +1141,23 @@ def _compile(steps: list) -> tuple:
             if reg >= 0:
                 args.append(f"out=R[{reg}]" if fn in _OUT_BY_KEYWORD else f"R[{reg}]")
             call = f"k[{ki}]({', '.join(args)})"
+            why = ""
+            if origin is not None:
+                name = "".join(c if c.isalnum() or c in "_." else "?" for c in getattr(fn, "__name__", "?"))[:40]
+                why = f"  # {origin(out[0] if multi is True else out)} ({name})"
             if multi is True:
-                lines.append(f" {', '.join(f'b[{o}]' for o in out)}, = {call}")
+                lines.append(f" {', '.join(f'b[{o}]' for o in out)}, = {call}{why}")
             elif multi:  # in place: the target is the first argument
-                lines.append(f" {call}; b[{out}] = b[{slots[0]}]")
+                lines.append(f" {call}; b[{out}] = b[{slots[0]}]{why}")
             elif conv:
-                lines.append(f" x = {call}; b[{out}] = x if x.__class__ is N else A(x)")
+                lines.append(f" x = {call}; b[{out}] = x if x.__class__ is N else A(x){why}")
             else:
-                lines.append(f" b[{out}] = {call}")
+                lines.append(f" b[{out}] = {call}{why}")
             if free:
                 lines.append(f" {' = '.join(f'b[{f}]' for f in free)} = None")
             if j % _CHECK_EVERY == _CHECK_EVERY - 1:
                 lines.append(" if chk is not None: chk()")
-        namespace: dict = {}
-        exec(compile("\n".join(lines), _PLAN_FILE, "exec"), namespace)  # noqa: S102 - our own code
-        # out of its own globals (it reads none): no reference cycle, so an evicted plan is freed at once,
-        # not at the next garbage collection
-        chunks.append(namespace.pop("run"))
+        chunks.append(S.compile_function("\n".join(lines) + "\n", f"plan {tag:x} chunk {lo // _CHUNK}"))
     return tuple(chunks), kernels, consts
 
 
@@ -1223,15 +1244,25 @@ def _run_steps(chunks: list, b: list, R, chk) -> None:
 
 
 def _guarded_replay(cache: PlanCache, plan: Plan, inputs, control):
-    """The plan's slots, or None when a kernel's guard fired (counted; the caller runs the list cold, which
-    gives the error or the result)."""
+    """The plan's slots, or the fallback route when a kernel's guard fired (counted; the caller runs the list
+    cold, which gives the error or the result)."""
     try:
         buf = _replay(plan, inputs, control)
-    except Exception:  # noqa: BLE001 - a guard: the cold run gives the error (or the result)
+    except Exception as e:  # noqa: BLE001 - a guard: the cold run gives the error (or the result)
         cache.count("fallbacks")
-        return None
+        return _fallback(e)
     cache.count("hits")
     return buf
+
+
+def _fallback(e: Exception) -> R.Route:
+    """The route of a run whose replay raised ``e``: where (the generated line's op) and what."""
+    tb, at = e.__traceback__, ""
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(S.PREFIX):
+            at = S.comment(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return R.Route("fallback", "kernel_raised", f"{at}{': ' if at else ''}{type(e).__name__}: {e}")
 
 
 def _replay(plan: Plan, inputs: list, control) -> list:
@@ -1327,58 +1358,85 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
     that records one. What the caller can observe is the cold run's, bit for bit. With ``respond`` a list of
     names (``/v1/eval``'s ``return``), what the caller can observe is those names, the autograd report and the
     names it points at: ``state.tensors`` is left with only these (``_prune``), whichever way the run went."""
+    return route_oneshot(cache, state, ops, extra=extra, **kwargs)[0]
+
+
+def route_oneshot(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (),
+                  **kwargs) -> tuple[ProgramResult, R.Route]:
+    """``run_planned``, and the route the run took (``engine.route``)."""
     respond = kwargs.get("respond", "changed")
     shown = _shown(ops, respond) if isinstance(ops, list) else None
-    if cache is None or kwargs.get("repeat", 1) != 1 or kwargs.get("record") or kwargs.get("until") is not None \
+    if cache is None:
+        return _cold(state, ops, kwargs, shown, R.COLD_DISABLED)
+    if kwargs.get("repeat", 1) != 1 or kwargs.get("record") or kwargs.get("until") is not None \
             or kwargs.get("returns"):
-        return _cold(state, ops, kwargs, shown)
+        return _cold(state, ops, kwargs, shown, R.COLD_OPTIONS)
     inputs_at = _scan(ops) if isinstance(ops, list) else None
     if inputs_at is None:
         cache.count("unplannable")
-        return _cold(state, ops, kwargs, shown)
+        return _cold(state, ops, kwargs, shown, R.COLD_UNPLANNABLE)
     lim = kwargs.get("limits")
     made = _key(state, ops, (bool(kwargs.get("no_grad", False)), lim, extra,
                              respond if isinstance(respond, str) else tuple(respond)), inputs_at, adopt=True)
     if made is None:
         cache.count("unplannable")
-        return _cold(state, ops, kwargs, shown)
+        return _cold(state, ops, kwargs, shown, R.COLD_UNKEYABLE)
     key, inputs = made
     entry = cache.get(key)
     if isinstance(entry, Plan):
         preset = dict(state.tensors)
         buf = _guarded_replay(cache, entry, inputs, kwargs.get("control"))
-        if buf is None:
-            return _cold(state, ops, kwargs, shown)
-        return _finish_oneshot(entry, buf, state, preset)
+        if buf.__class__ is not list:
+            return _cold(state, ops, kwargs, shown, buf)
+        return _finish_oneshot(entry, buf, state, preset), R.REPLAYED
     if isinstance(entry, Unplannable):
         cache.count("unplannable")
-        return _cold(state, ops, kwargs, shown)
+        return _cold(state, ops, kwargs, shown, R.Route("cold", entry.code, entry.reason))
     if not cache.records(key):
         # a structure without a plan, not recorded now: composed from per-op fragments where it can be
-        res = _compose.run(cache, state, ops, inputs_at, inputs, key[1], kwargs, shown)
+        res, why = _compose.run(cache, state, ops, inputs_at, inputs, key[1], kwargs, shown)
         if res is not None:
-            return res
-        return _cold(state, ops, kwargs, shown)
+            return res, R.COMPOSED
+        return _cold(state, ops, kwargs, shown, why)
     cache.count("misses")
     preset = dict(state.tensors)
     ctx = K.recording()
     with ctx as rec:
         for t in preset.values():
             rec.add_input(t.data)
-        res = run_program(state, ops, **kwargs)
+        try:
+            res = run_program(state, ops, **kwargs)
+        except Exception as e:
+            e.route = R.RECORDED
+            raise
     _prune(state, res, shown)
     plan = _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
     if isinstance(plan, str):
-        cache.put(key, Unplannable(plan))
-    else:
-        cache.put(key, plan)
-    return res
+        entry = Unplannable(plan)
+        cache.put(key, entry)
+        return res, R.Route("cold", entry.code, plan)
+    cache.put(key, plan)
+    return res, R.RECORDED
 
 
-def _cold(state: State, ops: list, kwargs: dict, shown: frozenset | None) -> ProgramResult:
-    res = run_program(state, ops, **kwargs)
+def _cold(state: State, ops: list, kwargs: dict, shown: frozenset | None, route: R.Route):
+    """The cold run and ``route``; an error it raises carries ``route`` (``.route``: the app reports it)."""
+    try:
+        res = run_program(state, ops, **kwargs)
+    except Exception as e:
+        e.route = route
+        raise
     _prune(state, res, shown)
-    return res
+    return res, route
+
+
+def _cold_session(state: State, ops: list, kwargs: dict, route: R.Route):
+    """``_cold`` for a session's run (nothing pruned)."""
+    try:
+        return run_program(state, ops, **kwargs), route
+    except Exception as e:
+        e.route = route
+        raise
 
 
 # ----- session op lists ------------------------------------------------------------------------------------
@@ -1521,15 +1579,15 @@ def _layout(state: State) -> tuple:
 
 def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plannable: bool | None = None,
                   carried: tuple | None = None, eager: bool = False):
-    """One run of a session list through ``cache``: (result, plan) when it replayed a plan or recorded one,
-    (None, False) without running anything when it would run cold unrecorded (unplannable, unkeyable, or a
-    plan known to be unplannable), (None, None) when a replay's guard failed (nothing changed) or the run is
-    a deferred sighting (both counted already), (result, False) when it ran cold recording and turned out
-    unplannable."""
+    """One run of a session list through ``cache``: (result, plan, route) when it replayed a plan or recorded
+    one, (None, False, route) without running anything when it would run cold unrecorded (unplannable,
+    unkeyable, or a plan known to be unplannable), (None, None, route) when a replay's guard failed (nothing
+    changed) or the run is a deferred sighting (both counted already), (result, False, route) when it ran cold
+    recording and turned out unplannable. ``route``: the way the run went, or goes (``engine.route``)."""
     if plannable is None:
         plannable = _plannable_session_list(ops, state.functions)
     if not plannable:
-        return None, False
+        return None, False, R.COLD_UNPLANNABLE
     lim = kwargs.get("limits")
     respond = kwargs.get("respond", "changed")
     extra = ("session", bool(kwargs.get("no_grad", False)), lim, kwargs.get("extra"),
@@ -1540,26 +1598,30 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         key, inputs = carried[0], [t.data for t in state.tensors.values()]
     else:
         pre = _pre_key(state, ops, extra)
-        if pre is None or isinstance(cache.get(pre), Unplannable):
-            return None, False
+        if pre is None:
+            return None, False, R.COLD_UNKEYABLE
+        known = cache.get(pre)
+        if isinstance(known, Unplannable):
+            return None, False, R.Route("cold", known.code, known.reason)
         made = _session_key(state, ops, extra, pre[0])  # (the same op list text: tensor data left out)
         if made is None:
-            return None, False
+            return None, False, R.COLD_UNKEYABLE
         key, inputs = made
     entry = cache.get(key)
     run = {k: v for k, v in kwargs.items() if k not in ("extra", "repeat", "until")}
     if isinstance(entry, Plan):
         preset = dict(state.tensors)
         buf = _guarded_replay(cache, entry, inputs, kwargs.get("control"))
-        if buf is None:
-            return None, None
+        if buf.__class__ is not list:
+            return None, None, buf
         res = _finish(entry, buf, state, preset)
         state.held_bytes = entry.held_bytes
-        return res, entry
+        return res, entry, R.REPLAYED
     if isinstance(entry, Unplannable):
-        return None, False
+        return None, False, R.Route("cold", entry.code, entry.reason)
     if not cache.records(key, eager):
-        return None, None  # a sighting before the one that records: counted as deferred, not unplannable
+        # a sighting before the one that records: counted as deferred, not unplannable
+        return None, None, R.COLD_FIRST
     cache.count("misses")
     preset = dict(state.tensors)
     before = (state.counter, state.functions, {n: t._vc[0] for n, t in preset.items()})
@@ -1567,14 +1629,18 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     with K.recording() as rec:
         for t in preset.values():
             rec.add_input(t.data)
-        res = run_program(state, ops, **run)
+        try:
+            res = run_program(state, ops, **run)
+        except Exception as e:
+            e.route = R.RECORDED
+            raise
     plan = _session_check(state, preset, before, rec) or \
         _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
     if isinstance(plan, str):
         cache.put(key, Unplannable(plan))
         if pre is not None:
             cache.put(pre, Unplannable(plan))
-        return res, False
+        return res, False, R.Route("cold", R.unplannable_reason(plan), plan)
     plan.backward_passes = state.backward_passes - passes
     plan.held_bytes = state.held_bytes
     ins = {id(t.data) for t in preset.values()}
@@ -1589,7 +1655,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
             plan.chainable = all(g is None for _, g, _ in plan.preset) and \
                 all(d is None or d[6] is None for _, d in plan.namespace)
     cache.put(key, plan)
-    return res, plan
+    return res, plan, R.RECORDED
 
 
 def run_session_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (),
@@ -1599,21 +1665,30 @@ def run_session_planned(cache: PlanCache | None, state: State, ops: list, *, ext
     updates besides) replays its plan; anything else, or anything the key cannot cover, runs cold. With
     ``repeat``, every iteration runs so (``_repeat``). What the caller can observe (state, result, errors,
     atomicity) is the cold run's."""
-    if cache is None or kwargs.get("record") or kwargs.get("returns"):
-        return run_program(state, ops, **kwargs)
+    return route_session(cache, state, ops, extra=extra, **kwargs)[0]
+
+
+def route_session(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (),
+                  **kwargs) -> tuple[ProgramResult, R.Route]:
+    """``run_session_planned``, and the route the run took (``engine.route``)."""
+    if cache is None:
+        return _cold_session(state, ops, kwargs, R.COLD_DISABLED)
+    if kwargs.get("record") or kwargs.get("returns"):
+        return _cold_session(state, ops, kwargs, R.COLD_OPTIONS)
     plannable = _plannable_session_list(ops, state.functions)
     if kwargs.get("repeat", 1) != 1 or kwargs.get("until") is not None:
         if plannable and isinstance(kwargs.get("repeat", 1), int) and kwargs.get("repeat", 1) >= 1:
             res = _repeat(cache, state, ops, {**kwargs, "extra": extra})
             if res is not None:
-                return res
-        return run_program(state, ops, **kwargs)
-    res, planned = _session_step(cache, state, ops, {**kwargs, "extra": extra}, plannable)
+                return res, R.REPLAYED_LOOP
+            return _cold_session(state, ops, kwargs, R.COLD_LOOP)
+        return _cold_session(state, ops, kwargs, R.COLD_OPTIONS if plannable else R.COLD_UNPLANNABLE)
+    res, planned, route = _session_step(cache, state, ops, {**kwargs, "extra": extra}, plannable)
     if res is not None:
-        return res
+        return res, route
     if planned is not None:  # (None: a fallback or a deferred sighting, counted)
         cache.count("unplannable")
-    return run_program(state, ops, **kwargs)
+    return _cold_session(state, ops, kwargs, route)
 
 
 _TENSOR_ATTRS = ("_grad", "grad_accumulations", "retains_grad", "_requires_grad")
@@ -1677,7 +1752,7 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
                         scratch.tensors = {n: o if o.__class__ is Tensor else _tensor(o[0], o[1])
                                            for n, o in lazy.items()}
                         lazy = None
-                    res, plan = _session_step(cache, scratch, ops, kwargs, True, carried, eager=True)
+                    res, plan, _ = _session_step(cache, scratch, ops, kwargs, True, carried, eager=True)
                     if not plan:
                         raise _Abort
                 carried = plan.next_key

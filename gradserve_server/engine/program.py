@@ -699,6 +699,9 @@ class _Runner:
                 return self.run_op(index, spec_op, no_grad_all)
             finally:
                 _grad_enabled.reset(token)
+        rec = plan_recorder()
+        if rec is not None:  # a plan being recorded: the op its next kernel calls come from (engine.sources)
+            rec.marks.append((rec.n, index, name))
         if name in _ACTION_NAMES:
             return self._action(index, name, args, kwargs, out)
         spec = OPS.get(name)

@@ -1,0 +1,113 @@
+"""Which way an op list ran, and why: the ``Route`` a dispatch (``engine.dispatch``) returns with its result.
+
+An op list runs one of three ways, all giving what the eager interpreter (``engine.program``) gives, bit for
+bit: replayed from a compiled plan (``engine.plan``), composed from per-op fragments (``engine.compose``), or
+op by op (cold). A route is a name from ``ROUTES`` and a reason from ``REASONS`` (both fixed: they label
+metrics), and a free-text ``detail`` (which op, at which index) for logs and debugging only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: how a run went
+ROUTES = {
+    "replayed": "a compiled plan of the list's structure replayed (a repeat loop: its iterations replayed)",
+    "recorded": "no plan yet: the list ran op by op while its plan was recorded (the next run replays it)",
+    "composed": "no plan: the list ran from per-op fragments (a one-shot list of 100+ ops, not recorded now)",
+    "cold": "the list ran op by op, the eager interpreter's way, nothing recorded",
+    "fallback": "a replay (or composed run) raised: the list ran again op by op, which gives the result or the error",
+}
+
+#: why it went that way (``not_composable:<code>``: a composed run gave up, ``COMPOSE_CODES``)
+REASONS = {
+    "plan_hit": "a plan of this structure was cached",
+    "loop": "a repeat/until loop whose iterations replayed their plans",
+    "loop_aborted": "a repeat/until loop that could not replay its iterations (an iteration's plan, a limit)",
+    "no_plan": "no plan of this structure was cached, and this run records one",
+    "first_sighting": "a structure run fewer times than the one that records its plan (GRADSERVE_PLAN_RECORD_AFTER)",
+    "cache_disabled": "plans are off (GRADSERVE_PLAN_CACHE_ENTRIES=0)",
+    "request_options": "record, return (sessions), repeat or until with a list that cannot plan",
+    "unplannable_op": "an op that no plan can replay (no kernels, in place, value-dependent control)",
+    "unkeyable": "the list or the state could not be keyed (a session tensor with a graph or a gradient, a "
+                 "tensor op's data form)",
+    "untraced_array": "an array reached a kernel or the result without coming from an input or a kernel",
+    "non_static_argument": "a kernel got an argument a plan cannot hold",
+    "recording_raised": "a kernel raised while the plan was recorded",
+    "inplace_outside_kernel": "an array was changed in place outside a kernel",
+    "warning": "the run warned",
+    "too_large": "the plan would exceed the cache's bytes",
+    "session_state": "the run left a session state a replay could not rebuild (names, views, graphs)",
+    "kernel_raised": "a kernel raised during a replay (a value-dependent check)",
+    "short_list": "a one-shot list of fewer than 100 ops: not composed",
+    **{f"not_composable:{code}": text for code, text in {
+        "op": "an op or an op form that cannot be composed",
+        "form": "an argument or output form composing does not cover",
+        "misses": "too few of the ops' forms repeat",
+        "limits": "the run could come near a limit",
+        "raised": "an op raised (the cold run gives the error)",
+        "state": "the run's state is not a fresh one",
+        "disabled": "no fragments are kept (GRADSERVE_PLAN_FRAGMENT_ENTRIES=0)",
+    }.items()},
+}
+
+#: the ``not_composable`` codes
+COMPOSE_CODES = tuple(r.partition(":")[2] for r in REASONS if r.startswith("not_composable:"))
+
+#: (words of the message ``kernel.Recorder.bad`` or ``plan._build`` gave, reason), first match wins
+_UNPLANNABLE = (
+    ("exceed the cache", "too_large"),
+    ("in place outside a kernel", "inplace_outside_kernel"),
+    ("the run warned", "warning"),
+    ("non-static argument", "non_static_argument"),
+    (" raised", "recording_raised"),
+    ("the session", "session_state"),
+    ("under another name", "session_state"),
+    ("carries a", "session_state"),
+    ("was changed in place", "session_state"),
+    ("into a session array", "session_state"),
+    ("outside a kernel", "untraced_array"),
+    ("not an array", "untraced_array"),
+    ("non-array", "untraced_array"),
+    ("from a tensor", "untraced_array"),
+)
+
+
+def unplannable_reason(message: str) -> str:
+    """The reason of an unplannable recording's message (``Unplannable.reason``)."""
+    for words, reason in _UNPLANNABLE:
+        if words in message:
+            return reason
+    return "untraced_array"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """How a run went: ``name`` in ``ROUTES``, ``reason`` in ``REASONS``, ``detail`` free text."""
+
+    name: str
+    reason: str
+    detail: str = ""
+
+    def header(self) -> str:
+        """``<name>; reason=<reason>[; detail="..."]``: the ``X-Gradserve-Route`` response header's value
+        (the detail printable ASCII, quoted, at most 200 characters)."""
+        value = f"{self.name}; reason={self.reason}"
+        if self.detail:
+            text = "".join(c if " " <= c <= "~" and c not in '"\\' else "?" for c in self.detail)[:200]
+            value += f'; detail="{text}"'
+        return value
+
+
+# the routes decided without a detail: made once (a replay attaches one of these, nothing else)
+REPLAYED = Route("replayed", "plan_hit")
+REPLAYED_LOOP = Route("replayed", "loop")
+RECORDED = Route("recorded", "no_plan")
+COMPOSED = Route("composed", "first_sighting")
+COLD_FIRST = Route("cold", "first_sighting")
+COLD_DISABLED = Route("cold", "cache_disabled")
+COLD_OPTIONS = Route("cold", "request_options")
+COLD_UNPLANNABLE = Route("cold", "unplannable_op")
+COLD_UNKEYABLE = Route("cold", "unkeyable")
+COLD_SHORT = Route("cold", "short_list")
+COLD_LOOP = Route("cold", "loop_aborted")
