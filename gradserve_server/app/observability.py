@@ -33,7 +33,10 @@ from gradserve_server.app.errors import REQUEST, unexpected_problem
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 #: Fields a log line may carry besides time, level, logger and message
 LOG_FIELDS = ("request_id", "method", "path", "route", "status", "duration_ms", "session_id", "code", "key_id",
-              "client")
+              "client", "engine_route", "engine_reason", "engine_detail")
+#: ``X-Gradserve-Debug: route`` on an op list request asks for ``X-Gradserve-Route`` on its response
+DEBUG_HEADER = b"x-gradserve-debug"
+ROUTE_HEADER = b"x-gradserve-route"
 
 access_log = logging.getLogger("gradserve.access")
 
@@ -181,6 +184,10 @@ class Metrics:
                                  ["code"], registry=self.registry)
         self.backward_passes = Counter("gradserve_backward_passes", "backward/grad passes run (repeats "
                                        "included).", registry=self.registry)
+        # labels from the engine's fixed vocabularies (engine.ROUTES, engine.REASONS): bounded, and summed over
+        # every key (no figure of one key's runs)
+        self.routes = Counter("gradserve_route", "Op list runs (/v1/eval, session ops) by the route they took "
+                              "and why (docs: explanation/plans.md).", ["route", "reason"], registry=self.registry)
         self.registry.register(_StoreCollector(store))
         self.plans = None  # the service's engine.plan.PlanCaches, read when scraped
         #: (method, route template, status) -> the requests counter's and latency histogram's series. Bounded:
@@ -194,6 +201,9 @@ class Metrics:
 
     def op_error(self, code: str) -> None:
         self.op_errors.labels(code).inc()
+
+    def route(self, route) -> None:
+        self.routes.labels(route.name, route.reason).inc()
 
     def backward(self, passes: int) -> None:
         if passes > 0:
@@ -212,6 +222,15 @@ class Metrics:
 
 
 # ----- the middleware ---------------------------------------------------------------------------------------
+def _debug_route(scope: Scope) -> bool:
+    """Whether the request asked for its route (``X-Gradserve-Debug: route``; a comma-separated list may
+    name more)."""
+    for name, value in scope.get("headers", ()):
+        if name == DEBUG_HEADER and b"route" in [v.strip().lower() for v in value.split(b",")]:
+            return True
+    return False
+
+
 class InFlight:
     """Requests being served, for a shut-down that waits for them."""
 
@@ -294,7 +313,7 @@ class Observe:
                 incoming = value.decode("latin-1")
                 break
         request_id = incoming if incoming and REQUEST_ID.fullmatch(incoming) else os.urandom(16).hex()
-        context = {"request_id": request_id, "code": None}
+        context = {"request_id": request_id, "code": None, "engine_route": None}
         token = REQUEST.set(context)
         extra = [(b"x-request-id", request_id.encode())]
         if self.headers is not None:
@@ -308,6 +327,8 @@ class Observe:
                 status = message["status"]
                 response_started = True
                 message["headers"] = [*message.get("headers", ()), *extra]
+                if context["engine_route"] is not None and _debug_route(scope):
+                    message["headers"].append((ROUTE_HEADER, context["engine_route"].header().encode("ascii")))
             await send(message)
 
         self.inflight.enter()
@@ -329,6 +350,8 @@ class Observe:
                 context["code"] = "client_disconnected"
             route = self.templates(scope)
             self.metrics.request(scope["method"], route, status, elapsed, context["code"])
+            if context["engine_route"] is not None:
+                self.metrics.route(context["engine_route"])
             if self.access:
                 self._log(scope, route, status, elapsed, context)
             REQUEST.reset(token)
@@ -345,6 +368,11 @@ class Observe:
                   "duration_ms": round(elapsed * 1000, 3), "session_id": path_params.get("session_id"),
                   "code": context["code"], "key_id": state.get("key_id"),
                   "client": client[0] if client else None}
+        ran = context.get("engine_route")
+        if ran is not None:
+            fields["engine_route"], fields["engine_reason"] = ran.name, ran.reason
+            if ran.detail:
+                fields["engine_detail"] = ran.detail
         handler = _sole_json_handler(level)
         if handler is not None:
             # the line JsonFormatter would write for this record (tests/app/test_observability.py compares)

@@ -45,7 +45,7 @@ from gradserve_server.app.codec import (
     lift_blobs,
 )
 from gradserve_server.app.config import Settings
-from gradserve_server.app.errors import AppError, GradNotSet, InvalidInput, LimitExceeded
+from gradserve_server.app.errors import REQUEST, AppError, GradNotSet, InvalidInput, LimitExceeded
 from gradserve_server.app.schemas.fast import eval_request_ok, ops_request_ok
 from gradserve_server.app.schemas.ops import EvalRequestAdapter, OpsRequestAdapter
 from gradserve_server.app.store import Session, SessionStore
@@ -53,7 +53,7 @@ from gradserve_server.app.store.memory import MemoryStore
 from gradserve_server.app.svg import render_svg
 from gradserve_server.engine.errors import DeadlineExceededError, LimitExceededError
 from gradserve_server.engine.grad_mode import WarningSink
-from gradserve_server.engine.plan import PlanCaches, run_planned, run_session_planned
+from gradserve_server.engine.plan import PlanCaches
 
 #: What stops an inline run that turned out not to be cheap (its bounds: INLINE_DEADLINE_SECONDS,
 #: INLINE_MAX_ELEMENTS); the request then runs in the thread pool under the real limits
@@ -155,6 +155,23 @@ def validate(adapter, data: Any) -> Any:
         first = errors[0]
         raise InvalidInput(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}",
                            errors=errors) from None
+
+
+def _routed(plans, state: engine.State, ops: list, **kwargs) -> engine.ProgramResult:
+    """``engine.dispatch``'s result; the route it took (or the route of the run that raised) goes into the
+    request's context (``errors.REQUEST``), where the access log, the metrics and the debug header read it
+    (``app.observability.Observe``): the last run of the request counts (a run retried in another lane
+    replaces the first's)."""
+    context = REQUEST.get()
+    try:
+        res, route = engine.dispatch(plans, state, ops, **kwargs)
+    except Exception as e:
+        if context is not None and getattr(e, "route", None) is not None:
+            context["engine_route"] = e.route
+        raise
+    if context is not None:
+        context["engine_route"] = route
+    return res
 
 
 class SessionService:
@@ -405,12 +422,12 @@ class SessionService:
         started = time.thread_time()
         passes = session.state.backward_passes
         try:
-            res = run_session_planned(plans, session.state, request["ops"], extra=(encoding,),
-                                      no_grad=request.get("no_grad", False),
-                                     repeat=request.get("repeat", 1), record=tuple(request.get("record", ())),
-                                     limits=limits or self._limits(), returns=tuple(request.get("return", ())),
-                                     control=control, response_size=RESPONSE_SIZE[encoding],
-                                     respond=self._respond(request.get("return")), until=request.get("until"))
+            res = _routed(plans, session.state, request["ops"], session=True, extra=(encoding,),
+                          no_grad=request.get("no_grad", False),
+                          repeat=request.get("repeat", 1), record=tuple(request.get("record", ())),
+                          limits=limits or self._limits(), returns=tuple(request.get("return", ())),
+                          control=control, response_size=RESPONSE_SIZE[encoding],
+                          respond=self._respond(request.get("return")), until=request.get("until"))
         finally:
             light = time.thread_time() - started < INLINE_MAX_RUN_SECONDS and light_state(session.state)
             if self._async_store is not None:
@@ -472,10 +489,10 @@ class SessionService:
         self.check_executions(request)
         state = engine.State()
         names = request.get("return")
-        res = run_planned(self._plans(partition), state, request["ops"], no_grad=request.get("no_grad", False),
-                          limits=limits or self._limits(), control=control or self.control(),
-                          respond="all" if names is None else names, response_size=RESPONSE_SIZE[encoding],
-                          extra=(encoding,))
+        res = _routed(self._plans(partition), state, request["ops"], no_grad=request.get("no_grad", False),
+                      limits=limits or self._limits(), control=control or self.control(),
+                      respond="all" if names is None else names, response_size=RESPONSE_SIZE[encoding],
+                      extra=(encoding,))
         self._count_backward(state.backward_passes)
         if names is None:
             names = list(state.tensors)

@@ -1,6 +1,7 @@
 """gradserve's engine: PyTorch autograd semantics on numpy.
 
 Public surface: ``Tensor``, ``tensor()``, ``no_grad()``, ``backward()``, ``grad()``, ``run_program()``,
+``dispatch()`` (a run through the plan cache, with the ``Route`` it took),
 forward mode (``dual_level()``, ``make_dual()``, ``unpack_dual()``),
 the op table (``OPS``), graph export and state serialisation.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 from . import ops  # noqa: F401  (registers ops, binds Tensor methods)
 from .autograd import backward, grad
 from .budget import Control
+from .dispatch import dispatch
 from .errors import EngineError
 from .forward_ad import dual_level, enter_dual_level, exit_dual_level, make_dual, unpack_dual
 from .grad_mode import Limits, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
@@ -18,6 +20,7 @@ from .graph import to_dot, to_mermaid
 from .ops.creation import Owned
 from .program import ProgramResult, State, run_program
 from .registry import OPS, PRIMS, op_catalog
+from .route import REASONS, ROUTES, Route
 from .serialize import dump_parts, dumps, loads
 from .tensor import Tensor, tensor
 
@@ -31,4 +34,5 @@ def export_graph(state_or_tensors, root: str | None = None) -> dict:
 __all__ = ["Tensor", "tensor", "backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
            "is_grad_enabled", "EngineError", "Limits", "Control", "OPS", "PRIMS", "op_catalog", "State",
            "run_program", "ProgramResult", "Owned", "export_graph", "to_dot", "to_mermaid", "dumps", "dump_parts",
-           "loads", "dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual"]
+           "loads", "dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual", "dispatch",
+           "Route", "ROUTES", "REASONS"]

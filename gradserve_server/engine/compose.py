@@ -1175,7 +1175,7 @@ def compose(frags: Fragments, state: State, ops: list, inputs_at: list, inputs: 
         made, run.why = None, e.args[0] if e.args else "form"
     except Exception as e:  # noqa: BLE001 - a kernel's check, the deadline...: the cold run gives it
         made, run.why = None, "raised"
-        run.detail = f"{type(e).__name__}: {e}"
+        run.detail = type(e).__name__  # (not its message, which may quote values: the cold run's error has it)
     return made, run
 
 

@@ -1262,7 +1262,8 @@ def _fallback(e: Exception) -> R.Route:
         if tb.tb_frame.f_code.co_filename.startswith(S.PREFIX):
             at = S.comment(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
         tb = tb.tb_next
-    return R.Route("fallback", "kernel_raised", f"{at}{': ' if at else ''}{type(e).__name__}: {e}")
+    # (the exception's type, not its message: a message may quote values; the error the cold run gives has it)
+    return R.Route("fallback", "kernel_raised", f"{at}{': ' if at else ''}{type(e).__name__}")
 
 
 def _replay(plan: Plan, inputs: list, control) -> list:

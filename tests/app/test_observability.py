@@ -157,7 +157,8 @@ def test_access_lines_written_directly_are_the_formatters_lines(monkeypatch):
 
     gradserve = logging.getLogger("gradserve")
     root = logging.getLogger()
-    with make_client() as c:  # installs the JSON handler when this process has none yet
+    # (plans off: both runs of the list take the same route; installs the JSON handler when this process has none)
+    with make_client(plan_cache_entries=0) as c:
         handler = next(h for h in gradserve.handlers if getattr(h, observability._HANDLER_MARK, False))
         others = [h for h in gradserve.handlers if h is not handler]
         saved_root = root.handlers[:]
@@ -200,4 +201,5 @@ def test_access_lines_written_directly_are_the_formatters_lines(monkeypatch):
     assert one == {"level": "info", "logger": "gradserve.access", "message": f"POST /v1/sessions/{sid}/ops 404",
                    "request_id": "direct-1", "method": "POST", "path": f"/v1/sessions/{sid}/ops",
                    "route": "/v1/sessions/{session_id}/ops", "status": 404, "session_id": sid,
-                   "code": "unknown_tensor", "client": "testclient"}
+                   "code": "unknown_tensor", "client": "testclient", "engine_route": "cold",
+                   "engine_reason": "cache_disabled"}

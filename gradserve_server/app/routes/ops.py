@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 
 from gradserve_server.app.deps import EncodingQuery
 from gradserve_server.app.examples import EVAL_EXAMPLES, OPS_EXAMPLES, openapi_examples
-from gradserve_server.app.routes import TensorJSON, json_body
+from gradserve_server.app.routes import ROUTE_DEBUG, TensorJSON, json_body, openapi_extra
 from gradserve_server.app.routes.sessions import SessionId
 from gradserve_server.app.schemas.ops import EvalResponse, OpsResponse
 from gradserve_server.app.schemas.problems import problem_responses
@@ -23,7 +23,7 @@ router = APIRouter(prefix="/v1", tags=["ops"])
 
 @router.post("/sessions/{session_id}/ops", response_model=OpsResponse,
              responses=problem_responses(404, 409, 413, 422, 503, 504),
-             openapi_extra=json_body("OpsRequest", openapi_examples(OPS_EXAMPLES)),
+             openapi_extra=openapi_extra(json_body("OpsRequest", openapi_examples(OPS_EXAMPLES)), ROUTE_DEBUG),
              summary="Run an op list in a session (atomically)")
 async def run_ops(session_id: SessionId, request: Request, encoding: EncodingQuery = "json") -> TensorJSON:
     """Runs the ops in order. On success: the names each op bound, a view of every tensor created or
@@ -55,7 +55,7 @@ async def run_ops(session_id: SessionId, request: Request, encoding: EncodingQue
 
 
 @router.post("/eval", response_model=EvalResponse, responses=problem_responses(404, 409, 413, 422, 503, 504),
-             openapi_extra=json_body("EvalRequest", openapi_examples(EVAL_EXAMPLES)),
+             openapi_extra=openapi_extra(json_body("EvalRequest", openapi_examples(EVAL_EXAMPLES)), ROUTE_DEBUG),
              summary="Run an op list one-shot, without a session")
 async def eval_ops(request: Request, encoding: EncodingQuery = "json") -> TensorJSON:
     """Runs the ops in a fresh namespace and returns the tensors named in `return` (gradients as

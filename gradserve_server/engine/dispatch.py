@@ -1,0 +1,24 @@
+"""The one way into a run of an op list: ``dispatch`` picks the route (replay a plan, record one, compose
+from fragments, run op by op) and returns the result with the ``Route`` it took (``engine.route``).
+
+Which route applies is decided where the facts are (``plan.route_oneshot`` for a one-shot run,
+``plan.route_session`` for a session's, ``compose.run`` for a list without a plan); this is the function the
+app calls for both. Whatever the route, the result, the state left and an error (its message, its op index)
+are the eager interpreter's (``program.run_program``) bit for bit; an error raised carries the route taken as
+``.route``.
+"""
+
+from __future__ import annotations
+
+from .plan import PlanCache, route_oneshot, route_session
+from .program import ProgramResult, State
+from .route import Route
+
+
+def dispatch(cache: PlanCache | None, state: State, ops: list, *, session: bool = False, extra: tuple = (),
+             **kwargs) -> tuple[ProgramResult, Route]:
+    """``run_program(state, ops, **kwargs)`` through ``cache`` (None: plans off), and the route it took.
+    ``session``: ``state`` is a session's (kept after the run), else a one-shot run's (fresh, thrown away)."""
+    if session:
+        return route_session(cache, state, ops, extra=extra, **kwargs)
+    return route_oneshot(cache, state, ops, extra=extra, **kwargs)
