@@ -18,7 +18,7 @@ from gradserve_server.engine.plan import PlanCache, _plannable_op, _scan, run_pl
 from gradserve_server.engine.program import State
 
 from .samples import SAMPLES
-from .test_plan import PROGRAMS, _cases, _perturb_literal, _perturbed, _program, _same, draws, observe
+from .test_plan import PROGRAMS, _cases, _perturb_literal, _perturbed, _program, _same, draws, observe, traced
 
 LIMITS = E.Limits()
 
@@ -37,11 +37,10 @@ def compose_short_lists(monkeypatch):
     monkeypatch.setattr(compose_module, "_MISS_EARLY", 1000)
 
 
-def composer(cache, limits=LIMITS, respond="all", control=None):
-    """A one-shot run through ``cache`` that never records a plan: it composes, or runs cold."""
-    def run(state, ops):
-        return run_planned(cache, state, ops, limits=limits, respond=respond, extra=("json",), control=control)
-    return run
+def composer(cache, limits=LIMITS, respond="all", control=None, routes: list | None = None):
+    """A one-shot run through ``cache`` that never records a plan: it composes, or runs cold (the one dispatch:
+    each run's route appended to ``routes``)."""
+    return traced(cache, routes, limits=limits, respond=respond, control=control)
 
 
 def fresh_cache():
@@ -56,8 +55,8 @@ def cold_with(limits=LIMITS, respond="all", control=None):
     return run
 
 
-def both(ops, cache, **kw):
-    return observe(cold_with(**kw), ops), observe(composer(cache, **kw), ops)
+def both(ops, cache, routes: list | None = None, **kw):
+    return observe(cold_with(**kw), ops), observe(composer(cache, routes=routes, **kw), ops)
 
 
 # ----- programs ----------------------------------------------------------------------------------------------
@@ -120,16 +119,21 @@ def test_every_op_sample_composes_or_gives_up_and_matches_the_cold_run():
     fragments, from hits on other values, and from hits on the first values."""
     cache = fresh_cache()
     n = 0
+    routes: list = []
     for param in _cases():
         name, sample = param.values
         for values in (_same, _perturbed, _same):
             ops = [o for o in _program(name, sample, values) if o["op"] != "grad"]
-            c, p = both(ops, cache)
+            c, p = both(ops, cache, routes)
             assert p == c, (name, sample)
             n += 1
     # (lists of ops without kernels never get here; views and composite ops give up; the rest compose)
     assert cache.composed >= 250, cache.stats()
     assert cache.composed + cache.uncomposable <= n
+    # the routes say the same: each composed run, each give-up (with its code), the rest never tried
+    assert sum(r.name == "composed" for r in routes) == cache.composed
+    assert sum(r.reason.startswith("not_composable:") for r in routes) == cache.uncomposable
+    assert {r.name for r in routes} <= {"composed", "cold"}
 
 
 # ----- the fuzzer's programs ---------------------------------------------------------------------------------

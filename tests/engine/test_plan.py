@@ -53,16 +53,34 @@ def cold(state, ops):
     return run_program(state, ops, limits=LIMITS, respond="all")
 
 
-def planned(cache):
+def traced(cache, routes: list | None = None, **kw):
+    """A one-shot run through the one dispatch (``engine.dispatch``: replayed, recorded, composed, cold or fallen
+    back), the route of each run appended to ``routes`` (that of a run that raised too: its error's ``route``)."""
+    kw = {"limits": LIMITS, "respond": "all", "extra": ("json",), **kw}
+
     def run(state, ops):
-        return run_planned(cache, state, ops, limits=LIMITS, respond="all", extra=("json",))
+        try:
+            res, route = E.dispatch(cache, state, ops, **kw)
+        except EngineError as e:
+            route = e.route
+            raise
+        finally:
+            if routes is not None:
+                routes.append(route)
+            assert route.name in E.ROUTES and route.reason in E.REASONS, route
+        return res
     return run
 
 
-def both_ways(ops, cache=None):
-    """Cold and planned observations of ``ops``; the cache is returned for its counters."""
+def planned(cache, routes: list | None = None):
+    return traced(cache, routes)
+
+
+def both_ways(ops, cache=None, routes: list | None = None):
+    """Cold and planned observations of ``ops`` (the route of the planned run appended to ``routes``); the
+    cache is returned for its counters."""
     cache = cache if cache is not None else PlanCache()
-    return observe(cold, ops), observe(planned(cache), ops), cache
+    return observe(cold, ops), observe(planned(cache, routes), ops), cache
 
 
 # ----- the op suite as op lists -------------------------------------------------------------------------
@@ -153,17 +171,33 @@ def tape_mode(request, monkeypatch):
 
 @pytest.mark.parametrize("name,sample", _cases())
 def test_every_op_sample_runs_the_same_cold_and_replayed(name, sample, tape_mode):
+    """The eager interpreter and the one dispatch agree bit for bit (results, reports, errors), and the
+    dispatch says which way each run went, as its cache saw it."""
     ops = _program(name, sample, _same)
     cache = PlanCache()
-    a_cold, a_rec, _ = both_ways(ops, cache)
+    routes: list = []
+    a_cold, a_rec, _ = both_ways(ops, cache, routes)
     assert a_rec == a_cold  # the recording run is the cold run
     other = _program(name, sample, _perturbed)
-    b_cold, b_play, _ = both_ways(other, cache)
+    b_cold, b_play, _ = both_ways(other, cache, routes)
     assert b_play == b_cold  # replayed on other values
-    assert observe(planned(cache), ops) == a_cold  # and again on the first ones
+    assert observe(planned(cache, routes), ops) == a_cold  # and again on the first ones
     entry = next(iter(cache._entries.values()), None)
     if a_cold[0] == "ok" and isinstance(entry, Plan):
         assert cache.hits >= 1
+    first, *later = routes
+    if isinstance(entry, Plan):
+        assert first.name == "recorded"
+        assert all(r.name in ("replayed", "fallback") for r in later), routes
+        assert sum(r.name == "replayed" for r in later) == cache.hits
+        assert sum(r.name == "fallback" for r in later) == cache.fallbacks
+    elif isinstance(entry, Unplannable):  # (recorded, found unplannable: every run says why)
+        assert all(r == E.Route("cold", entry.code, entry.reason) for r in routes[1:]), routes
+        assert first.name == "cold" and first.reason == entry.code
+    elif a_cold[0] == "error":  # (a run that raises records nothing: each run records again, or is cold)
+        assert all(r.name in ("recorded", "cold") for r in routes), routes
+    else:  # (never keyed: an op no plan replays)
+        assert all(r.name == "cold" for r in routes), routes
 
 
 PLANNED_OPS = ["add", "sub", "mul", "pow", "neg", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu", "softplus",
