@@ -193,6 +193,7 @@ class Metrics:
         #: (method, route template, status) -> the requests counter's and latency histogram's series. Bounded:
         #: routes are templates (never raw paths) and methods and statuses few
         self._children: dict[tuple[str, str, int], tuple] = {}
+        self._routes: dict[tuple[str, str], Any] = {}  # (route, reason) -> the routes counter's series
 
     def watch_plans(self, cache) -> None:
         if cache is not None and self.plans is None:
@@ -203,7 +204,10 @@ class Metrics:
         self.op_errors.labels(code).inc()
 
     def route(self, route) -> None:
-        self.routes.labels(route.name, route.reason).inc()
+        child = self._routes.get((route.name, route.reason))
+        if child is None:  # (looked up once per label pair: the vocabularies are fixed)
+            child = self._routes[(route.name, route.reason)] = self.routes.labels(route.name, route.reason)
+        child.inc()
 
     def backward(self, passes: int) -> None:
         if passes > 0:
