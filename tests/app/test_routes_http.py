@@ -24,9 +24,10 @@ def route_of(response) -> tuple[str, str]:
     return name, rest.partition(";")[0]
 
 
-def test_an_eval_reports_cold_then_recorded_then_replayed_and_counts_each_route():
+@pytest.mark.parametrize("lane", [{}, {"inline_max_body_bytes": 0}], ids=["inline", "thread_pool"])
+def test_an_eval_reports_cold_then_recorded_then_replayed_and_counts_each_route(lane):
     body = {"ops": mlp(np.random.default_rng(0))}
-    with make_client() as c:  # (the default: a structure's plan recorded at its second run)
+    with make_client(**lane) as c:  # (the default: a structure's plan recorded at its second run)
         seen = [route_of(ok_response(c.post("/v1/eval", json=body, headers=DEBUG))) for _ in range(3)]
         assert seen == [("cold", "short_list"), ("recorded", "no_plan"), ("replayed", "plan_hit")]
         text = c.get("/metrics").text
