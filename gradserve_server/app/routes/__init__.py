@@ -25,9 +25,10 @@ def json_body(schema_name: str, examples: dict[str, Any] | None = None) -> dict[
 ROUTE_DEBUG: dict[str, Any] = {
     "parameters": [{
         "name": "X-Gradserve-Debug", "in": "header", "required": False,
-        "description": "`route`: the response carries `X-Gradserve-Route`, the way the engine ran the list and why "
-                       "(docs: explanation/plans.md, \"Which way a list ran\"). For debugging; nothing else changes.",
-        "schema": {"type": "string", "enum": ["route"]},
+        "description": "Debug aspects, comma-separated (others are ignored): `route` asks for `X-Gradserve-Route` on "
+                       "the response, the way the engine ran the list and why (docs: explanation/plans.md, \"Which "
+                       "way a list ran\"). Nothing else about the response changes.",
+        "schema": {"type": "string", "examples": ["route"]},
     }],
     "responses": {"200": {"headers": {"X-Gradserve-Route": {
         "description": "Only when asked for (`X-Gradserve-Debug: route`): `<route>; reason=<reason>` and, where "
