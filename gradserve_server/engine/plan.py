@@ -1157,7 +1157,8 @@ def _compile(steps: list, origin=None) -> tuple:
                 lines.append(f" {' = '.join(f'b[{f}]' for f in free)} = None")
             if j % _CHECK_EVERY == _CHECK_EVERY - 1:
                 lines.append(" if chk is not None: chk()")
-        chunks.append(S.compile_function("\n".join(lines) + "\n", f"plan {tag:x} chunk {lo // _CHUNK}"))
+        chunks.append(S.compile_function("\n".join(lines) + "\n", f"plan {tag:x} chunk {lo // _CHUNK}",
+                                         numbered=False))
     return tuple(chunks), kernels, consts
 
 

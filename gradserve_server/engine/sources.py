@@ -1,5 +1,5 @@
 """Generated code that a traceback or a profiler can read: each compiled plan chunk (``engine.plan``) and
-composed fragment (``engine.compose``) gets a file name of its own (``<gradserve plan 1a2b3c chunk 0>``) and
+composed fragment (``engine.compose``) gets a file name of its own (``<gradserve plan 1a chunk 0>``) and
 its source in ``linecache``, and each generated line ends in a comment naming the op it runs (``# op 3 mul``).
 
 The entries are bounded: one lives as long as the function compiled from it (removed when a plan or fragment
@@ -30,12 +30,13 @@ def _forget(filename: str) -> None:
     linecache.cache.pop(filename, None)
 
 
-def compile_function(src: str, what: str, fn_name: str = "run", tie: bool = True):
-    """``src`` (defining ``fn_name``) compiled under a new file name ``<gradserve {what} {n}>``, registered in
+def compile_function(src: str, what: str, fn_name: str = "run", tie: bool = True, numbered: bool = True):
+    """``src`` (defining ``fn_name``) compiled under a new file name ``<gradserve {what} {n}>`` (``numbered``
+    False: ``what`` names it uniquely already, ``<gradserve {what}>``), registered in
     ``linecache`` (``tie``: while the function lives; else until ``MAX_ENTRIES`` newer ones push it out): the
     function, out of its own globals (it reads none), so a plan evicted is freed at once, not at the next
     garbage collection."""
-    filename = f"{PREFIX}{what} {next(_ids):x}>"
+    filename = f"{PREFIX}{what} {next(_ids):x}>" if numbered else f"{PREFIX}{what}>"
     namespace: dict = {}
     exec(compile(src, filename, "exec"), namespace)  # noqa: S102 - our own code
     fn = namespace.pop(fn_name)
