@@ -39,7 +39,8 @@ Python per op). Most ops of a long list repeat: the same op on inputs of the sam
   their descriptors too, made when read; the outcomes made from the op list when read).
 
 Whatever cannot be composed gives up before anything is visible: the caller then runs the list cold (which
-gives the result, or the error and its op index). It gives up on an op or action it does not cover, any
+gives the result, or the error and its op index; its route says why: ``not_composable:<code>``, ``engine.route``,
+and at which op). It gives up on an op or action it does not cover, any
 exception (a kernel's value check, the deadline), a run whose bytes (every array it made, an upper bound) or
 nodes could come near the limits, a response over its bytes limit, and early when the fragments it meets are
 mostly new (``_MISS_SLACK``, one more per ``_MISS_PER`` ops), and at its first miss before any hit, before

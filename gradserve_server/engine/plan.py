@@ -50,7 +50,9 @@ requires_grad, versions...), the same for every run of the same op list over inp
   key and records as usual.
 
 ``PlanCache`` bounds the plans of a process (entries and estimated bytes, least recently used out) and
-counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``).
+counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``). ``route_oneshot`` and
+``route_session`` (what ``engine.dispatch`` calls) return with the result the route the run took and why
+(``engine.route``), decided where each decision above is made.
 """
 
 from __future__ import annotations
