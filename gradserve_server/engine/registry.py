@@ -68,6 +68,54 @@ class OpSpec:
     #: tensor parameters read for their metadata only (expand_as's ``other``): no gradient edge, so torch
     #: never reads their history (a view that may not be rebased is not refused there)
     meta_only: tuple[str, ...] = ()
+    # ----- torch's argument parser (engine.signature reads these; torch 2.13's texts, checked live by
+    # tests/engine/test_conformance_ops.py) -----
+    #: only bound as a Tensor method in torch (view, expand, to, new_zeros...): a program calls it as a method
+    method_only: bool = False
+    #: aliases only bound as Tensor methods (add's ``__radd__``)
+    method_aliases: tuple[str, ...] = ()
+    #: torch's visible overloads as its messages print them: {"function": (...), "method": (...)}; an in-place
+    #: op without its own takes its out-of-place op's method overloads
+    overloads: dict = field(default_factory=dict)
+    #: torch also has a hidden, deprecated overload: even one visible signature takes the overload path
+    hidden_overload: bool = False
+    #: the name torch's messages use when it differs from the op's (nll_loss -> nll_loss_nd)
+    message_name: str = ""
+    #: torch's allow_numbers_as_tensors: a Python number passes where the op wants a Tensor
+    numbers_as_tensors: bool = False
+    #: torch's name of the ``*args`` size parameter, which torch then requires (zeros(*size) -> "size")
+    size_varargs: str = ""
+    #: torch's types of non-tensor parameters checked like a Tensor parameter ({"dim": "int"})
+    param_types: dict = field(default_factory=dict)
+    #: a torch function written in Python: a non-tensor argument fails on its first attribute access,
+    #: (attribute, parameters in the order the code touches them)
+    python_attribute: tuple = ()
+    #: overloads torch lists for a call without any argument (none of them is plausible then)
+    no_argument_overloads: tuple[str, ...] = ()
+    #: False: no parsing beyond the op's own (indexing, reflected operators, ops that tell overloads apart)
+    parsed: bool = True
+    # ----- where the op appears and what it returns (the client builds its namespaces and results from these)
+    #: public names beyond torch.<name> (and Tensor.<name> when ``method``): "torch.special.expit", ...
+    exports: tuple[str, ...] = ()
+    #: arguments that make the result a tuple when true (max_pool2d's return_indices), else one tensor
+    tuple_when: tuple[str, ...] = ()
+    #: the number of outputs depends on the data or arguments (split, chunk, unbind)
+    variable_outputs: bool = False
+    #: the argument whose presence makes the result the ``returns`` named tuple (max's dim); "" always
+    returns_when: str = ""
+    #: torch's result is a Python value of this type ("bool"): the server binds a 0-d tensor, read at once
+    python_result: str = ""
+    #: (changed, given): an out-of-place op that changes argument ``changed`` in place when ``given`` is given
+    changes_argument: tuple[str, ...] = ()
+    #: the result's storage: "view" (of the first argument), "view_if_contiguous", "new"; "" the family's
+    storage: str = ""
+    #: the dtype a conversion op (``long``, ``float``...) converts to
+    cast: str = ""
+    #: what dimension arguments index: "input" (the first argument), "output" (unsqueeze), "other"
+    dims_of: str = "input"
+    #: scheduling: "inputs" (cost follows the inputs' sizes: may run inline), "arguments" (sizes come from
+    #: arguments: creation, expand), "other"; "" the family's
+    cost: str = ""
 
 
 _fw_active = _fw_level.get  # bound once: record() asks on every call (a non-None level: forward mode is on)
@@ -161,10 +209,14 @@ def no_jvp(name: str, aten: str) -> None:
     NO_JVP[name] = aten
 
 
+#: families whose ops' cost follows their inputs' sizes (an op says otherwise with ``cost=``)
+_COST_OF_FAMILY = {f: "inputs" for f in ("elementwise", "reduction", "shape", "inplace", "nn", "creation")}
+
+
 def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...] = (),
        grad_fns: tuple[str, ...] = (), differentiable: bool = True, inplace: bool = False,
        method: bool = True, aliases: tuple[str, ...] = (), family: str = "", returns: tuple[str, ...] = (),
-       plannable: bool = False, meta_only: tuple[str, ...] = ()):
+       plannable: bool = False, meta_only: tuple[str, ...] = (), **facts):
     """Register a public op (torch function/method) under its torch name. ``returns``: the field names of the
     named tuple it returns (``("U", "S", "Vh")``), listed in the catalog so that a client builds the same.
     ``plannable``: the op computes through kernels only (``engine.kernel``), so a program of such ops can be
@@ -177,7 +229,14 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
                       grad_fns=tuple(grad_fns), differentiable=differentiable, inplace=inplace, method=method,
                       family=family or fn.__module__.rsplit(".", 1)[-1], doc=doc[0] if doc else "",
                       params=tuple(sig.parameters.values()), aliases=tuple(aliases), returns=tuple(returns),
-                      plannable=plannable, meta_only=tuple(meta_only))
+                      plannable=plannable, meta_only=tuple(meta_only), **facts)
+        if inplace and name.endswith("_") and name[:-1] in OPS:  # sub_ parses as Tensor.sub does
+            base = OPS[name[:-1]]
+            if not spec.overloads and "method" in base.overloads:
+                spec.overloads = {"method": base.overloads["method"]}
+            spec.hidden_overload = spec.hidden_overload or base.hidden_overload
+            spec.numbers_as_tensors = spec.numbers_as_tensors or base.numbers_as_tensors
+        spec.cost = spec.cost or _COST_OF_FAMILY.get(spec.family, "other")
         for n in (name, *aliases):
             if n in OPS:
                 raise RuntimeError(f"duplicate op {n}")
@@ -480,7 +539,9 @@ def op_catalog() -> list[dict]:
                     "grad_fns": list(spec.grad_fns), "differentiable": spec.differentiable,
                     "forward_ad": spec.differentiable and bool(spec.grad_fns) and not missing,
                     "grad_fns_without_forward_ad": missing,
-                    "inplace": spec.inplace, "method": spec.method, "doc": spec.doc, "returns": list(spec.returns)})
+                    "inplace": spec.inplace, "method": spec.method, "doc": spec.doc, "returns": list(spec.returns),
+                    **_client_facts(spec)})
+    from .functional import TRANSFORMS
     from .program import ACTIONS
     for a in ACTIONS:
         out.append({"name": a["name"], "aliases": [], "family": "autograd",
@@ -490,5 +551,21 @@ def op_catalog() -> list[dict]:
                                    "tensor_list": False, "required": n in ("self", "tensor", "tangent")}
                                   for n in a["arguments"]],
                     "grad_fns": [], "differentiable": False, "forward_ad": False, "grad_fns_without_forward_ad": [],
-                    "inplace": False, "method": False, "doc": a["doc"], "returns": []})
+                    "inplace": False, "method": False, "doc": a["doc"], "returns": [],
+                    **_client_facts(None), "cost": "calls" if a["name"] in TRANSFORMS else "inputs"})
     return out
+
+
+def _client_facts(spec: OpSpec | None) -> dict:
+    """The declaration's facts a client needs to call an op as torch does, without asking (the catalog's
+    ``exports``, ``outputs`` ...): what a torch-like client builds its namespaces and results from."""
+    if spec is None:
+        return {"exports": [], "tuple_when": [], "variable_outputs": False, "returns_when": "", "python_result": "",
+                "changes_argument": [], "storage": "", "cast": "", "dims_of": "input", "cost": "inputs"}
+    exports = list(spec.exports)
+    if spec.family in ("nn", "conv") and "." not in spec.name:  # torch.nn.functional's own families
+        exports.insert(0, f"torch.nn.functional.{spec.name}")
+    return {"exports": exports, "tuple_when": list(spec.tuple_when), "variable_outputs": spec.variable_outputs,
+            "returns_when": spec.returns_when, "python_result": spec.python_result,
+            "changes_argument": list(spec.changes_argument), "storage": spec.storage, "cast": spec.cast,
+            "dims_of": spec.dims_of, "cost": spec.cost}

@@ -768,7 +768,9 @@ def _max_norm(norms: Tensor, d: int, keepdim: bool) -> Tensor:
 _MATRIX_NORM_FNS = ("LinalgVectorNormBackward0", "AmaxBackward0", "AminBackward0", "SumBackward1", "PermuteBackward0")
 
 
-@op("linalg.matrix_norm", tensors=("A",), grad_fns=_MATRIX_NORM_FNS, method=False, family="linalg")
+@op("linalg.matrix_norm",
+    dims_of="other",
+    tensors=("A",), grad_fns=_MATRIX_NORM_FNS, method=False, family="linalg")
 def linalg_matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False):
     """torch.linalg.matrix_norm(A, ord='fro', dim=(-2, -1), keepdim=False): 'fro', 'nuc', 2, -2, 1, -1, inf,
     -inf ("inf"/"-inf" in JSON) over the two dims."""
@@ -839,7 +841,9 @@ def _cross(self: Tensor, other: Tensor, d: int, shape: tuple, dim: int) -> Tenso
                   {"dim": saved_int(dim), "other": other, "self": self})
 
 
-@op("linalg.cross", tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), method=False, family="linalg")
+@op("linalg.cross",
+    dims_of="other",
+    tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), method=False, family="linalg")
 def linalg_cross(self, other, dim=-1):
     """torch.linalg.cross(input, other, *, dim=-1): batched 3-vector cross products (batches broadcast)."""
     self = require_tensor(self, "input", "linalg.cross")
@@ -856,7 +860,9 @@ def linalg_cross(self, other, dim=-1):
     return _cross(self, other, d, broadcast_shapes(self.shape, other.shape), dim)
 
 
-@op("cross", tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), family="linalg")
+@op("cross",
+    dims_of="other",
+    tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), family="linalg")
 def cross(self, other, dim=None):
     """torch.cross(input, other, dim=None): dim=None picks the first dim of size 3 of the broadcast shape
     (torch warns that this default is deprecated)."""

@@ -93,7 +93,13 @@ def _sub_alpha(a, b, alpha):
     return a - alpha * b
 
 
-@op("add", tensors=("self", "other"), grad_fns=("AddBackward0",), aliases=("__add__", "__radd__"), plannable=True)
+@op("add",
+    method_aliases=("__radd__",), numbers_as_tensors=True, hidden_overload=True,
+    overloads={
+        "function": ("(Tensor input, Tensor other, *, Number alpha = 1, Tensor out = None)",),
+        "method": ("(Tensor other, *, Number alpha = 1)",),
+    },
+    tensors=("self", "other"), grad_fns=("AddBackward0",), aliases=("__add__", "__radd__"), plannable=True)
 def add(self, other, alpha=1):
     """torch.add(input, other, alpha=1): input + alpha * other."""
     if not isinstance(self, Tensor):  # torch.add(2, x): the number is a wrapped 0-d input
@@ -122,7 +128,13 @@ def _(ctx, self_t, other_t):
 batching("AddBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("sub", tensors=("self", "other"), grad_fns=("SubBackward0",), aliases=("subtract", "__sub__"), plannable=True)
+@op("sub",
+    numbers_as_tensors=True, hidden_overload=True,
+    overloads={
+        "function": ("(Tensor input, Tensor other, *, Number alpha = 1, Tensor out = None)",),
+        "method": ("(Tensor other, *, Number alpha = 1)",),
+    },
+    tensors=("self", "other"), grad_fns=("SubBackward0",), aliases=("subtract", "__sub__"), plannable=True)
 def sub(self, other, alpha=1):
     """torch.sub(input, other, alpha=1): input - alpha * other; a number input is wrapped as a 0-d tensor
     (SubBackward0, as torch.sub(2, x) records; ``2 - x`` is rsub)."""
@@ -161,7 +173,14 @@ def _(ctx, grad):
 jvp("SubBackward0")(elementwise_jvp)
 
 
-@op("rsub", tensors=("self", "other"), grad_fns=("RsubBackward0", "RsubBackward1"), aliases=("__rsub__",))
+@op("rsub",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor other, *, Number alpha = 1)",
+            "(Tensor input, Number other, Number alpha = 1)",
+        ),
+    },
+    tensors=("self", "other"), grad_fns=("RsubBackward0", "RsubBackward1"), aliases=("__rsub__",))
 def rsub(self, other, alpha=1):
     """torch.rsub(input, other, alpha=1): other - alpha * input (``2 - x``)."""
     self = require_tensor(self, "self", "rsub")
@@ -193,7 +212,9 @@ def _(ctx, grad):
 jvp("RsubBackward1")(elementwise_jvp)
 
 
-@op("mul", tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("multiply", "__mul__", "__rmul__"),
+@op("mul",
+    method_aliases=("__rmul__",), numbers_as_tensors=True,
+    tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("multiply", "__mul__", "__rmul__"),
     plannable=True)
 def mul(self, other):
     """torch.mul(input, other). A Python number is saved as a wrapped 0-d tensor, as torch does."""
@@ -268,7 +289,17 @@ batching("MulBackward0", vjp=SAME, jvp=SAME)
 _ROUNDING = (None, "trunc", "floor")
 
 
-@op("div", tensors=("self", "other"), grad_fns=("DivBackward0", "DivBackward2", "MulBackward0"),
+@op("div",
+    numbers_as_tensors=True,
+    overloads={
+        "function": (
+            "(Tensor input, Tensor other, *, Tensor out = None)",
+            "(Tensor input, Tensor other, *, str rounding_mode, Tensor out = None)",
+            "(Tensor input, Number other, *, str rounding_mode)",
+        ),
+        "method": ("(Tensor other)", "(Tensor other, *, str rounding_mode)", "(Number other, *, str rounding_mode)"),
+    },
+    tensors=("self", "other"), grad_fns=("DivBackward0", "DivBackward2", "MulBackward0"),
     aliases=("divide", "true_divide", "__truediv__"))
 def div(self, other, rounding_mode=None):
     """torch.div(input, other, rounding_mode=None); ``2 / p`` is reciprocal(p) * 2 as in torch."""
@@ -333,7 +364,13 @@ def _(ctx, grad):
 jvp("DivBackward2")(zero_jvp)
 
 
-@op("floor_divide", tensors=("self", "other"), grad_fns=("NotImplemented",), differentiable=False,
+@op("floor_divide",
+    numbers_as_tensors=True,
+    overloads={
+        "function": ("(Tensor input, Tensor other, *, Tensor out = None)", "(Tensor input, Number other)"),
+        "method": ("(Tensor other)", "(Number other)"),
+    },
+    tensors=("self", "other"), grad_fns=("NotImplemented",), differentiable=False,
     aliases=("__floordiv__",))
 def floor_divide(self, other):
     """torch.floor_divide(input, other) (``a // b``): no derivative in torch, so a float result that needs
@@ -350,7 +387,9 @@ def _(ctx, grad):
     raise TorchRuntimeError(f"derivative for aten::{aten} is not implemented", code="not_differentiable")
 
 
-@op("rtruediv", tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("__rtruediv__",), method=False)
+@op("rtruediv",
+    parsed=False,
+    tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("__rtruediv__",), method=False)
 def rtruediv(self, other):
     """``other / self`` for a number other: reciprocal(self) * other."""
     return mul(reciprocal(self), other)
@@ -365,7 +404,16 @@ def _pow_dtype_check(dtype, exponent):
         raise TorchRuntimeError("Integers to negative integer powers are not allowed.", code="invalid_argument")
 
 
-@op("pow", tensors=("self", "exponent"), grad_fns=("PowBackward0", "PowBackward1", "PowBackward2"),
+@op("pow",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor exponent, *, Tensor out = None)",
+            "(Number self, Tensor exponent, *, Tensor out = None)",
+            "(Tensor input, Number exponent, *, Tensor out = None)",
+        ),
+        "method": ("(Tensor exponent)", "(Number exponent)"),
+    },
+    tensors=("self", "exponent"), grad_fns=("PowBackward0", "PowBackward1", "PowBackward2"),
     aliases=("__pow__", "float_power_"), plannable=True)
 def pow(self, exponent):
     """torch.pow(input, exponent): tensor**number (PowBackward0), tensor**tensor (PowBackward1),
@@ -394,7 +442,9 @@ def pow(self, exponent):
                   {"self": self, "exponent": exponent, "result": "result"})
 
 
-@op("rpow", tensors=("self", "other"), grad_fns=("PowBackward2",), aliases=("__rpow__",), method=False)
+@op("rpow",
+    parsed=False,
+    tensors=("self", "other"), grad_fns=("PowBackward2",), aliases=("__rpow__",), method=False)
 def rpow(self, other):
     """``other ** self`` for a number other."""
     return pow(other, self)
@@ -537,7 +587,9 @@ def _(ctx, grad):
 jvp("ExpBackward0")(elementwise_jvp)
 
 
-@op("expm1", tensors=("self",), grad_fns=("Expm1Backward0",), plannable=True)
+@op("expm1",
+    exports=("torch.special.expm1",),
+    tensors=("self",), grad_fns=("Expm1Backward0",), plannable=True)
 def expm1(self):
     """torch.expm1(input); saves its result."""
     return _unary("Expm1Backward0", np.expm1, self, "result")
@@ -565,7 +617,9 @@ def _(ctx, grad):
 jvp("LogBackward0")(elementwise_jvp)
 
 
-@op("log1p", tensors=("self",), grad_fns=("Log1PBackward0",), plannable=True)
+@op("log1p",
+    exports=("torch.special.log1p",),
+    tensors=("self",), grad_fns=("Log1PBackward0",), plannable=True)
 def log1p(self):
     """torch.log1p(input); saves its input."""
     return _unary("Log1PBackward0", np.log1p, self, "self")
@@ -693,7 +747,9 @@ def _(ctx, grad):
 jvp("TanBackward0")(elementwise_jvp)
 
 
-@op("tanh", tensors=("self",), grad_fns=("TanhBackward0",), plannable=True)
+@op("tanh",
+    exports=("torch.nn.functional.tanh",),
+    tensors=("self",), grad_fns=("TanhBackward0",), plannable=True)
 def tanh(self):
     """torch.tanh(input); saves its result."""
     return _unary("TanhBackward0", np.tanh, self, "result")
@@ -1008,7 +1064,9 @@ def _np_sigmoid(x):
 IN_PLACE_BYTES = 1 << 16
 
 
-@op("sigmoid", tensors=("self",), grad_fns=("SigmoidBackward0",), plannable=True)
+@op("sigmoid",
+    exports=("torch.nn.functional.sigmoid", "torch.special.expit"),
+    tensors=("self",), grad_fns=("SigmoidBackward0",), plannable=True)
 def sigmoid(self):
     """torch.sigmoid(input); saves its result."""
     return _unary("SigmoidBackward0", _np_sigmoid, self, "result")
@@ -1022,7 +1080,9 @@ def _(ctx, grad):
 jvp("SigmoidBackward0")(elementwise_jvp)
 
 
-@op("relu", tensors=("self",), grad_fns=("ReluBackward0",), plannable=True)
+@op("relu",
+    exports=("torch.nn.functional.relu",),
+    tensors=("self",), grad_fns=("ReluBackward0",), plannable=True)
 def relu(self):
     """torch.relu(input); saves its result; relu'(0) = 0."""
     self = require_tensor(self)
@@ -1041,7 +1101,9 @@ def _(ctx, grad):
 jvp("ReluBackward0")(elementwise_jvp)
 
 
-@op("leaky_relu", tensors=("self",), grad_fns=("LeakyReluBackward0",))
+@op("leaky_relu",
+    exports=("torch.nn.functional.leaky_relu",),
+    tensors=("self",), grad_fns=("LeakyReluBackward0",))
 def leaky_relu(self, negative_slope=0.01):
     """F.leaky_relu(input, negative_slope=0.01); leaky_relu'(0) = negative_slope."""
     self = _float_only(self, "leaky_relu_cpu")
@@ -1058,7 +1120,9 @@ def _(ctx, grad):
 jvp("LeakyReluBackward0")(elementwise_jvp)
 
 
-@op("elu", tensors=("self",), grad_fns=("EluBackward0",))
+@op("elu",
+    exports=("torch.nn.functional.elu",),
+    tensors=("self",), grad_fns=("EluBackward0",))
 def elu(self, alpha=1.0):
     """F.elu(input, alpha=1.0)."""
     self = _float_only(self, "elu_cpu")
@@ -1096,7 +1160,9 @@ def _erf_np(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64)).astype(x.dtype, copy=False)
 
 
-@op("erf", tensors=("self",), grad_fns=("ErfBackward0",))
+@op("erf",
+    exports=("torch.special.erf",),
+    tensors=("self",), grad_fns=("ErfBackward0",))
 def erf(self):
     """torch.erf(input)."""
     return _unary("ErfBackward0", _erf, self, "self")
@@ -1111,7 +1177,9 @@ def _(ctx, grad):
 jvp("ErfBackward0")(elementwise_jvp)
 
 
-@op("gelu", tensors=("self",), grad_fns=("GeluBackward0",))
+@op("gelu",
+    exports=("torch.nn.functional.gelu",),
+    tensors=("self",), grad_fns=("GeluBackward0",))
 def gelu(self, approximate="none"):
     """F.gelu(input, approximate='none'|'tanh')."""
     self = _float_only(self, "GeluKernelImpl")
@@ -1149,7 +1217,9 @@ def _(ctx, grad):
 jvp("GeluBackward0")(elementwise_jvp)
 
 
-@op("silu", tensors=("self",), grad_fns=("SiluBackward0",))
+@op("silu",
+    exports=("torch.nn.functional.silu",),
+    tensors=("self",), grad_fns=("SiluBackward0",))
 def silu(self):
     """F.silu(input) = input * sigmoid(input)."""
     self = _float_only(self, "silu_cpu")
@@ -1167,7 +1237,9 @@ def _(ctx, grad):
 jvp("SiluBackward0")(elementwise_jvp)
 
 
-@op("softplus", tensors=("self",), grad_fns=("SoftplusBackward0",), plannable=True)
+@op("softplus",
+    exports=("torch.nn.functional.softplus",),
+    tensors=("self",), grad_fns=("SoftplusBackward0",), plannable=True)
 def softplus(self, beta=1, threshold=20):
     """F.softplus(input, beta=1, threshold=20)."""
     self = _float_only(self, "softplus_cpu")
@@ -1204,7 +1276,9 @@ def _(ctx, grad):
 jvp("SoftplusBackward0")(elementwise_jvp)
 
 
-@op("hardtanh", tensors=("self",), grad_fns=("HardtanhBackward0",))
+@op("hardtanh",
+    exports=("torch.nn.functional.hardtanh",),
+    tensors=("self",), grad_fns=("HardtanhBackward0",))
 def hardtanh(self, min_val=-1.0, max_val=1.0):
     """F.hardtanh(input, min_val=-1.0, max_val=1.0)."""
     if min_val > max_val:  # checked in torch.nn.functional, before the input is looked at
@@ -1231,7 +1305,9 @@ def _(ctx, grad):
 jvp("HardtanhBackward0")(elementwise_jvp)
 
 
-@op("logsigmoid", tensors=("self",), grad_fns=("LogSigmoidBackward0",))
+@op("logsigmoid",
+    message_name="log_sigmoid", exports=("torch.nn.functional.logsigmoid",),
+    tensors=("self",), grad_fns=("LogSigmoidBackward0",))
 def logsigmoid(self):
     """F.logsigmoid(input); saves input and a buffer like torch's CPU kernel."""
     self = _float_only(self, "log_sigmoid_cpu")
@@ -1257,7 +1333,15 @@ jvp("LogSigmoidBackward0")(elementwise_jvp)
 # ----- clamp, maximum, where, masked_fill, lerp --------------------------------------------------------
 
 
-@op("clamp", tensors=("self", "min", "max"), grad_fns=("ClampBackward1", "ClampBackward0"), aliases=("clip",))
+@op("clamp",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor min = None, Tensor max = None, *, Tensor out = None)",
+            "(Tensor input, Number min = None, Number max = None, *, Tensor out = None)",
+        ),
+        "method": ("(Tensor min = None, Tensor max = None)", "(Number min = None, Number max = None)"),
+    },
+    tensors=("self", "min", "max"), grad_fns=("ClampBackward1", "ClampBackward0"), aliases=("clip",))
 def clamp(self, min=None, max=None):
     """torch.clamp(input, min=None, max=None): number bounds -> ClampBackward1, tensor bounds ->
     ClampBackward0. The boundary counts as inside (gradient passes)."""
@@ -1346,7 +1430,15 @@ def _(ctx, self_t, min_t, max_t):
     return where(lt(x, hi), s, b)
 
 
-@op("clamp_min", tensors=("self", "min"), grad_fns=("ClampMinBackward0", "ClampMinBackward1"))
+@op("clamp_min",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor min, *, Tensor out = None)",
+            "(Tensor input, Number min, *, Tensor out = None)",
+        ),
+        "method": ("(Tensor min)", "(Number min)"),
+    },
+    tensors=("self", "min"), grad_fns=("ClampMinBackward0", "ClampMinBackward1"))
 def clamp_min(self, min):
     """torch.clamp_min(input, min): a number bound (ClampMinBackward0) or a tensor one (ClampMinBackward1,
     broadcast, the gradient going to ``min`` where input < min)."""
@@ -1366,7 +1458,15 @@ def _(ctx, grad):
 jvp("ClampMinBackward0")(elementwise_jvp)
 
 
-@op("clamp_max", tensors=("self", "max"), grad_fns=("ClampMaxBackward0", "ClampMaxBackward1"))
+@op("clamp_max",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor max, *, Tensor out = None)",
+            "(Tensor input, Number max, *, Tensor out = None)",
+        ),
+        "method": ("(Tensor max)", "(Number max)"),
+    },
+    tensors=("self", "max"), grad_fns=("ClampMaxBackward0", "ClampMaxBackward1"))
 def clamp_max(self, max):
     """torch.clamp_max(input, max): a number bound (ClampMaxBackward0) or a tensor one (ClampMaxBackward1)."""
     self = require_tensor(self)
@@ -1453,7 +1553,18 @@ def _(ctx, grad):
 jvp("MinimumBackward0")(elementwise_jvp)
 
 
-@op("where", tensors=("condition", "self", "other"), grad_fns=("WhereBackward0",))
+@op("where",
+    overloads={
+        "function": (
+            "(Tensor condition)",
+            "(Tensor condition, Tensor input, Tensor other, *, Tensor out = None)",
+            "(Tensor condition, Number self, Tensor other)",
+            "(Tensor condition, Tensor input, Number other)",
+            "(Tensor condition, Number self, Number other)",
+        ),
+        "method": ("(Tensor condition, Tensor other)", "(Tensor condition, Number other)"),
+    },
+    tensors=("condition", "self", "other"), grad_fns=("WhereBackward0",))
 def where(condition, self, other):
     """torch.where(condition, input, other); numbers allowed for input/other."""
     condition = require_tensor(condition, "condition", "where")
@@ -1516,7 +1627,12 @@ def _(ctx, grad):
 jvp("WhereBackward0")(elementwise_jvp)
 
 
-@op("masked_fill", tensors=("self", "mask", "value"), grad_fns=("MaskedFillBackward0", "MaskedFillBackward1"))
+@op("masked_fill",
+    overloads={
+        "function": ("(Tensor input, Tensor mask, Tensor value)", "(Tensor input, Tensor mask, Number value)"),
+        "method": ("(Tensor mask, Tensor value)", "(Tensor mask, Number value)"),
+    },
+    tensors=("self", "mask", "value"), grad_fns=("MaskedFillBackward0", "MaskedFillBackward1"))
 def masked_fill(self, mask, value):
     """Tensor.masked_fill(mask, value) with a number value."""
     self = require_tensor(self)
@@ -1603,7 +1719,15 @@ no_jvp("NotImplemented", "aten::floor_divide")
 _TYPEMETA = D.TYPE_META_NAMES
 
 
-@op("lerp", tensors=("self", "end", "weight"), grad_fns=("LerpBackward0", "LerpBackward1"))
+@op("lerp",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor end, Tensor weight, *, Tensor out = None)",
+            "(Tensor input, Tensor end, Number weight, *, Tensor out = None)",
+        ),
+        "method": ("(Tensor end, Tensor weight)", "(Tensor end, Number weight)"),
+    },
+    tensors=("self", "end", "weight"), grad_fns=("LerpBackward0", "LerpBackward1"))
 def lerp(self, end, weight):
     """torch.lerp(input, end, weight): input + weight * (end - input)."""
     self = require_tensor(self)
@@ -1738,7 +1862,16 @@ def _remainder_np(a, b):
         return np.asarray(np.remainder(a, b))
 
 
-@op("remainder", tensors=("self", "other"), grad_fns=("RemainderBackward0", "RemainderBackward1", "NotImplemented"),
+@op("remainder",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor other, *, Tensor out = None)",
+            "(Number self, Tensor other)",
+            "(Tensor input, Number other, *, Tensor out = None)",
+        ),
+        "method": ("(Tensor other)", "(Number other)"),
+    },
+    tensors=("self", "other"), grad_fns=("RemainderBackward0", "RemainderBackward1", "NotImplemented"),
     aliases=("__mod__",))
 def remainder(self, other):
     """torch.remainder(input, other): Python's modulus (the sign of the divisor); a number self
@@ -1876,7 +2009,13 @@ def _(ctx, grad):
 jvp("CeilBackward0")(zero_jvp)
 
 
-@op("round", tensors=("self",), grad_fns=("RoundBackward0", "RoundBackward1"))
+@op("round",
+    overloads={
+        "function": ("(Tensor input, *, Tensor out = None)", "(Tensor input, *, int decimals, Tensor out = None)"),
+        "method": ("()", "(*, int decimals)"),
+    },
+    exports=("torch.special.round",),
+    tensors=("self",), grad_fns=("RoundBackward0", "RoundBackward1"))
 def round(self, decimals=None):
     """torch.round(input, *, decimals): half to even, zero gradient; ``decimals`` given (even 0) is torch's
     ``round.decimals`` overload, RoundBackward1."""
@@ -1919,17 +2058,65 @@ def _compare(name, npfn):
     return fn
 
 
-eq = op("eq", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__eq__",))(
+eq = op("eq",
+        overloads={
+            "function": (
+                "(Tensor input, Tensor other, *, Tensor out = None)",
+                "(Tensor input, Number other, *, Tensor out = None)",
+            ),
+            "method": ("(Tensor other)", "(Number other)"),
+        },
+        tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__eq__",))(
     _compare("eq", np.equal))
-ne = op("ne", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__ne__", "not_equal"))(
+ne = op("ne",
+        overloads={
+            "function": (
+                "(Tensor input, Tensor other, *, Tensor out = None)",
+                "(Tensor input, Number other, *, Tensor out = None)",
+            ),
+            "method": ("(Tensor other)", "(Number other)"),
+        },
+        tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__ne__", "not_equal"))(
     _compare("ne", np.not_equal))
-gt = op("gt", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__gt__", "greater"))(
+gt = op("gt",
+        overloads={
+            "function": (
+                "(Tensor input, Tensor other, *, Tensor out = None)",
+                "(Tensor input, Number other, *, Tensor out = None)",
+            ),
+            "method": ("(Tensor other)", "(Number other)"),
+        },
+        tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__gt__", "greater"))(
     _compare("gt", np.greater))
-ge = op("ge", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__ge__", "greater_equal"))(
+ge = op("ge",
+        overloads={
+            "function": (
+                "(Tensor input, Tensor other, *, Tensor out = None)",
+                "(Tensor input, Number other, *, Tensor out = None)",
+            ),
+            "method": ("(Tensor other)", "(Number other)"),
+        },
+        tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__ge__", "greater_equal"))(
     _compare("ge", np.greater_equal))
-lt = op("lt", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__lt__", "less"))(
+lt = op("lt",
+        overloads={
+            "function": (
+                "(Tensor input, Tensor other, *, Tensor out = None)",
+                "(Tensor input, Number other, *, Tensor out = None)",
+            ),
+            "method": ("(Tensor other)", "(Number other)"),
+        },
+        tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__lt__", "less"))(
     _compare("lt", np.less))
-le = op("le", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__le__", "less_equal"))(
+le = op("le",
+        overloads={
+            "function": (
+                "(Tensor input, Tensor other, *, Tensor out = None)",
+                "(Tensor input, Number other, *, Tensor out = None)",
+            ),
+            "method": ("(Tensor other)", "(Number other)"),
+        },
+        tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__le__", "less_equal"))(
     _compare("le", np.less_equal))
 logical_and = op("logical_and", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__and__",))(
     _compare("logical_and", np.logical_and))

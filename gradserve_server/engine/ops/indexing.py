@@ -66,7 +66,22 @@ def _src_block(src: np.ndarray, index: np.ndarray) -> np.ndarray:
     return src[tuple(slice(0, s) for s in index.shape)]
 
 
-@op("scatter", tensors=("self", "index", "src"), grad_fns=("ScatterBackward0", "ScatterBackward1"))
+@op("scatter",
+    overloads={
+        "function": (
+            "(Tensor input, int dim, Tensor index, Tensor src, *, Tensor out = None)",
+            "(Tensor input, int dim, Tensor index, Tensor src, *, str reduce, Tensor out = None)",
+            "(Tensor input, int dim, Tensor index, Number value, *, Tensor out = None)",
+            "(Tensor input, int dim, Tensor index, Number value, *, str reduce, Tensor out = None)",
+        ),
+        "method": (
+            "(int dim, Tensor index, Tensor src)",
+            "(int dim, Tensor index, Tensor src, *, str reduce)",
+            "(int dim, Tensor index, Number value)",
+            "(int dim, Tensor index, Number value, *, str reduce)",
+        ),
+    },
+    tensors=("self", "index", "src"), grad_fns=("ScatterBackward0", "ScatterBackward1"))
 def scatter(self, dim, index, src=None, value=None):
     """torch.scatter(input, dim, index, src) (ScatterBackward0) or (input, dim, index, value) with a number
     (ScatterBackward1): out[index[i][j]][j] = src[i][j] for dim 0."""
@@ -319,7 +334,15 @@ def _(ctx, self_t, source_t):
     return index_copy(base, signed_int(ctx.dim), ctx.index, src)
 
 
-@op("index_fill", tensors=("self", "index", "value"), grad_fns=("IndexFillBackward0", "IndexFillBackward1"))
+@op("index_fill",
+    overloads={
+        "function": (
+            "(Tensor input, int dim, Tensor index, Tensor value)",
+            "(Tensor input, int dim, Tensor index, Number value)",
+        ),
+        "method": ("(int dim, Tensor index, Tensor value)", "(int dim, Tensor index, Number value)"),
+    },
+    tensors=("self", "index", "value"), grad_fns=("IndexFillBackward0", "IndexFillBackward1"))
 def index_fill(self, dim, index, value):
     """torch.index_fill(input, dim, index, value): out[index[i]] = value along dim; a number value is
     IndexFillBackward0, a 0-d tensor value IndexFillBackward1 (its gradient: the sum over the distinct

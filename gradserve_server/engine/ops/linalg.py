@@ -121,7 +121,14 @@ def _check_mm(a: Tensor, b: Tensor, first: str, second: str, with_dims: bool) ->
     _no_bool(a)
 
 
-@op("mm", tensors=("self", "mat2"), grad_fns=("MmBackward0",), plannable=True)
+@op("mm",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor mat2, *, Tensor out = None)",
+            "(Tensor input, Tensor mat2, torch.dtype out_dtype, *, Tensor out = None)",
+        ),
+    },
+    tensors=("self", "mat2"), grad_fns=("MmBackward0",), plannable=True)
 def mm(self, mat2):
     """torch.mm(input, mat2): 2-D @ 2-D; saves self (if mat2 needs grad), mat2 (if self needs grad)
     and their sizes and strides."""
@@ -182,7 +189,14 @@ batching("MmBackward0", vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
 # ----- bmm --------------------------------------------------------------------------------------------
 
 
-@op("bmm", tensors=("self", "mat2"), grad_fns=("BmmBackward0",), plannable=True)
+@op("bmm",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor mat2, *, Tensor out = None)",
+            "(Tensor input, Tensor mat2, torch.dtype out_dtype, *, Tensor out = None)",
+        ),
+    },
+    tensors=("self", "mat2"), grad_fns=("BmmBackward0",), plannable=True)
 def bmm(self, mat2):
     """torch.bmm(input, mat2): (b, n, m) @ (b, m, p)."""
     self = require_tensor(self, "self", "bmm")
@@ -269,7 +283,9 @@ def _dot_kernel(a, b):
     return np.asarray(np.dot(a, b) + a.dtype.type(0), dtype=a.dtype)
 
 
-@op("dot", tensors=("self", "tensor"), grad_fns=("DotBackward0",), aliases=("inner_1d",), plannable=True)
+@op("dot",
+    exports=("torch.linalg.vecdot",),
+    tensors=("self", "tensor"), grad_fns=("DotBackward0",), aliases=("inner_1d",), plannable=True)
 def dot(self, tensor):
     """torch.dot(input, tensor): 1-D . 1-D, a 0-d result."""
     self = require_tensor(self, "self", "dot")
@@ -331,7 +347,16 @@ def outer(self, vec2):
 # ----- addmm ------------------------------------------------------------------------------------------
 
 
-@op("addmm", tensors=("self", "mat1", "mat2"), grad_fns=("AddmmBackward0",), plannable=True)
+@op("addmm",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor mat1, Tensor mat2, *, Number beta = 1, Number alpha = 1, Tensor out = None)",
+            "(Tensor input, Tensor mat1, Tensor mat2, torch.dtype out_dtype, *, Number beta = 1, Number alpha = 1, "
+            "Tensor out = None)",
+        ),
+        "method": ("(Tensor mat1, Tensor mat2, *, Number beta = 1, Number alpha = 1)",),
+    },
+    tensors=("self", "mat1", "mat2"), grad_fns=("AddmmBackward0",), plannable=True)
 def addmm(self, mat1, mat2, beta=1, alpha=1):
     """torch.addmm(input, mat1, mat2, beta=1, alpha=1): beta * input + alpha * (mat1 @ mat2); input
     broadcasts to the result (torch's expand message on failure)."""
@@ -494,7 +519,9 @@ def _prod(shape) -> int:
     return n
 
 
-@op("matmul", tensors=("self", "other"), aliases=("__matmul__",),
+@op("matmul",
+    exports=("torch.linalg.matmul",),
+    tensors=("self", "other"), aliases=("__matmul__",),
     grad_fns=("MmBackward0", "DotBackward0", "MvBackward0", "SqueezeBackward4", "UnsafeViewBackward0",
               "CloneBackward0"), plannable=True)
 def matmul(self, other):
@@ -561,7 +588,9 @@ def matmul(self, other):
     return _unsafe_view(res, out_shape)
 
 
-@op("rmatmul", tensors=("self", "other"), aliases=("__rmatmul__",), method=False,
+@op("rmatmul",
+    parsed=False,
+    tensors=("self", "other"), aliases=("__rmatmul__",), method=False,
     grad_fns=("MmBackward0", "DotBackward0", "MvBackward0", "SqueezeBackward4", "UnsafeViewBackward0"))
 def rmatmul(self, other):
     """``other @ self`` (torch's Tensor.__rmatmul__ is matmul(other, self))."""

@@ -38,7 +38,9 @@ def _dims_of_diagonal(self: Tensor, dim1, dim2):
     return d1, d2
 
 
-@op("diagonal", tensors=("self",), grad_fns=("DiagonalBackward0",))
+@op("diagonal",
+    storage="view",
+    tensors=("self",), grad_fns=("DiagonalBackward0",))
 def diagonal(self, offset=0, dim1=0, dim2=1):
     """torch.diagonal(input, offset=0, dim1=0, dim2=1): a view, the diagonal as the last dim."""
     self = require_tensor(self, "input", "diagonal")
@@ -92,7 +94,9 @@ def _(ctx, grad_output_t):
     return diagonal_backward(grad_output_t, ctx.result.shape, ctx.offset, ctx.dim1, ctx.dim2)
 
 
-@op("diag_embed", tensors=("self",), grad_fns=("DiagEmbedBackward0",))
+@op("diag_embed",
+    dims_of="other",
+    tensors=("self",), grad_fns=("DiagEmbedBackward0",))
 def diag_embed(self, offset=0, dim1=-2, dim2=-1):
     """torch.diag_embed(input, offset=0, dim1=-2, dim2=-1): the last dim of input onto a new diagonal."""
     self = require_tensor(self, "input", "diag_embed")

@@ -43,7 +43,9 @@ def normalize(input, p=2.0, dim=1, eps=1e-12):
     return div(input, denom)
 
 
-@op("cosine_similarity", tensors=("x1", "x2"), grad_fns=("SumBackward1",), method=False, family="nn")
+@op("cosine_similarity",
+    dims_of="other",
+    tensors=("x1", "x2"), grad_fns=("SumBackward1",), method=False, family="nn")
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     """F.cosine_similarity(x1, x2, dim=1, eps=1e-8): each input divided by its norm (clamped at eps in place
     under no_grad, on a clone, as ATen does) and the products summed along dim."""
@@ -293,7 +295,9 @@ def _(ctx, input_t, weight_t, bias_t):
 # ----- embedding, one_hot -----------------------------------------------------------------------------
 
 
-@op("embedding", tensors=("input", "weight"), grad_fns=("EmbeddingBackward0",), method=False, family="nn",
+@op("embedding",
+    changes_argument=("weight", "max_norm"),
+    tensors=("input", "weight"), grad_fns=("EmbeddingBackward0",), method=False, family="nn",
     plannable=True)
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
               sparse=False):

@@ -115,14 +115,18 @@ def _median(name: str, prim0: str, prim1: str, self, dim, keepdim, ignore_nan: b
     return ValuesIndices(values, indices)
 
 
-@op("median", tensors=("self",), grad_fns=("MedianBackward0", "MedianBackward1"))
+@op("median",
+    returns=("values", "indices"), returns_when="dim",
+    tensors=("self",), grad_fns=("MedianBackward0", "MedianBackward1"))
 def median(self, dim=None, keepdim=False):
     """torch.median(input) -> the lower median; torch.median(input, dim, keepdim=False) -> (values, indices).
     A NaN makes the result NaN."""
     return _median("median", "MedianBackward0", "MedianBackward1", self, dim, keepdim, False)
 
 
-@op("nanmedian", tensors=("self",), grad_fns=("NanmedianBackward0", "NanmedianBackward1"))
+@op("nanmedian",
+    returns=("values", "indices"), returns_when="dim",
+    tensors=("self",), grad_fns=("NanmedianBackward0", "NanmedianBackward1"))
 def nanmedian(self, dim=None, keepdim=False):
     """torch.nanmedian(input[, dim, keepdim]): the lower median of the non-NaN values."""
     return _median("nanmedian", "NanmedianBackward0", "NanmedianBackward1", self, dim, keepdim, True)
@@ -298,14 +302,40 @@ def _(ctx, self_t):
     return transpose(self_t, ctx.dim0, signed_int(ctx.dim1))
 
 
-@op("quantile", tensors=("self", "q"), grad_fns=("SqueezeBackward4",))
+@op("quantile",
+    overloads={
+        "function": (
+            '(Tensor input, Tensor q, int dim = None, bool keepdim = False, *, str interpolation = "linear", '
+            "Tensor out = None)",
+            '(Tensor input, float q, int dim = None, bool keepdim = False, *, str interpolation = "linear", '
+            "Tensor out = None)",
+        ),
+        "method": (
+            '(Tensor q, int dim = None, bool keepdim = False, *, str interpolation = "linear")',
+            '(float q, int dim = None, bool keepdim = False, *, str interpolation = "linear")',
+        ),
+    },
+    tensors=("self", "q"), grad_fns=("SqueezeBackward4",))
 def quantile(self, q, dim=None, keepdim=False, interpolation="linear"):
     """torch.quantile(input, q, dim=None, keepdim=False, *, interpolation='linear'): q a number or a 1-D tensor
     (its dim first in the result); NaN where a slice holds one."""
     return _quantile("quantile", self, q, dim, keepdim, interpolation, False)
 
 
-@op("nanquantile", tensors=("self", "q"), grad_fns=("SqueezeBackward4",))
+@op("nanquantile",
+    overloads={
+        "function": (
+            '(Tensor input, Tensor q, int dim = None, bool keepdim = False, *, str interpolation = "linear", '
+            "Tensor out = None)",
+            '(Tensor input, float q, int dim = None, bool keepdim = False, *, str interpolation = "linear", '
+            "Tensor out = None)",
+        ),
+        "method": (
+            '(Tensor q, int dim = None, bool keepdim = False, *, str interpolation = "linear")',
+            '(float q, int dim = None, bool keepdim = False, *, str interpolation = "linear")',
+        ),
+    },
+    tensors=("self", "q"), grad_fns=("SqueezeBackward4",))
 def nanquantile(self, q, dim=None, keepdim=False, interpolation="linear"):
     """torch.nanquantile(...): the quantile of the non-NaN values (NaN for a slice of NaNs only)."""
     return _quantile("nanquantile", self, q, dim, keepdim, interpolation, True)

@@ -105,7 +105,9 @@ def _windows(xp: np.ndarray, k, s, d, out) -> np.ndarray:
 # ----- max_pool2d -----------------------------------------------------------------------------------------
 
 
-@op("max_pool2d", tensors=("input",), grad_fns=("MaxPool2DWithIndicesBackward0",), method=False, family="nn",
+@op("max_pool2d",
+    tuple_when=("return_indices",),
+    tensors=("input",), grad_fns=("MaxPool2DWithIndicesBackward0",), method=False, family="nn",
     aliases=("max_pool2d_with_indices",))
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """F.max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
@@ -320,7 +322,9 @@ def _one(v, default=None):
     return (1, int(v[0] if isinstance(v, (list, tuple)) else v))
 
 
-@op("max_pool1d", tensors=("input",), grad_fns=("SqueezeBackward1",), method=False, family="nn")
+@op("max_pool1d",
+    tuple_when=("return_indices",),
+    tensors=("input",), grad_fns=("SqueezeBackward1",), method=False, family="nn")
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """F.max_pool1d(...): max_pool2d over (..., 1, L) with a (1, k) window."""
     input = require_tensor(input, "input", "max_pool1d")

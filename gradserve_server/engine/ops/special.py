@@ -333,7 +333,16 @@ batching("MvlgammaBackward0", vjp=SAME, jvp=SAME)
 # ----- xlogy, logaddexp -------------------------------------------------------------------------------
 
 
-@op("xlogy", tensors=("self", "other"), grad_fns=("XlogyBackward0", "XlogyBackward1", "XlogyBackward2"),
+@op("xlogy",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor other, *, Tensor out = None)",
+            "(Number self, Tensor other, *, Tensor out = None)",
+            "(Tensor input, Number other, *, Tensor out = None)",
+        ),
+        "method": ("(Tensor other)", "(Number other)"),
+    },
+    tensors=("self", "other"), grad_fns=("XlogyBackward0", "XlogyBackward1", "XlogyBackward2"),
     aliases=("special.xlogy",))
 def xlogy(self, other):
     """torch.xlogy(input, other) = input * log(other), 0 where input == 0 (unless other is nan); either side
