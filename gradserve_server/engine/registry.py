@@ -562,9 +562,9 @@ def _client_facts(spec: OpSpec | None) -> dict:
     if spec is None:
         return {"exports": [], "tuple_when": [], "variable_outputs": False, "returns_when": "", "python_result": "",
                 "changes_argument": [], "storage": "", "cast": "", "dims_of": "input", "cost": "inputs"}
-    exports = list(spec.exports)
-    if spec.family in ("nn", "conv") and "." not in spec.name:  # torch.nn.functional's own families
-        exports.insert(0, f"torch.nn.functional.{spec.name}")
+    exports = [f"torch.nn.functional.{n}" for n in (spec.name, *spec.aliases)  # torch.nn.functional's families
+               if spec.family in ("nn", "conv") and "." not in n and not n.startswith("__")]
+    exports += [e for e in spec.exports if e not in exports]
     return {"exports": exports, "tuple_when": list(spec.tuple_when), "variable_outputs": spec.variable_outputs,
             "returns_when": spec.returns_when, "python_result": spec.python_result,
             "changes_argument": list(spec.changes_argument), "storage": spec.storage, "cast": spec.cast,

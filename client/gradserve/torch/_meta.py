@@ -23,13 +23,6 @@ UNKNOWN = object()
 #: torch's messages
 LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
 VIEW_OF_LEAF_INPLACE = "a view of a leaf Variable that requires grad is being used in an in-place operation."
-#: ops whose result is a view of their first argument (as torch's are); reshape and flatten are views of a
-#: contiguous tensor, which a leaf always is here
-VIEWS = frozenset({"view", "transpose", "t", "permute", "unsqueeze", "squeeze", "expand", "expand_as", "narrow",
-                   "select", "diagonal"})
-VIEWS_OF_CONTIGUOUS = frozenset({"reshape", "flatten"})
-#: ops of the catalog's shape family whose result never shares its input's memory
-COPIES = frozenset({"clone", "cat", "stack", "repeat", "gather", "index_select"})
 NON_LEAF_FLAG = ("you can only change requires_grad flags of leaf variables. If you want to use a computed "
                  "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().")
 INT_REQUIRES_GRAD = "Only Tensors of floating point and complex dtype can require gradients"
@@ -38,8 +31,6 @@ INT_REQUIRES_GRAD_SETTER = "only Tensors of floating point and complex dtype can
 NO_GRAD_FN = "element {} of tensors does not require grad and does not have a grad_fn"
 UNUSED = ("The differentiated Tensor at index {} appears to not have been used in the graph. Set "
           "allow_unused=True if this is the desired behavior.")
-#: ops that convert to a fixed dtype (the catalog's conversion methods)
-CASTS = {"long": "int64", "bool": "bool", "float": "float32", "double": "float64"}
 
 
 class Node:
@@ -216,9 +207,8 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
     shape = shape_of(entry, tensors, arg)
     if shape is not UNKNOWN:
         facts["shape"] = shape
-    name = entry["name"]
     dtype = arg("dtype") if "dtype" in _arg_names(entry) else None
-    cast = CASTS.get(name) or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
+    cast = entry.get("cast") or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
     if cast is not None and cast is not UNKNOWN and entry["family"] == "shape":  # (a conversion: its dtype)
         facts["dtype"] = cast
         if not tensors or peek(tensors[0], "dtype") in (cast, UNKNOWN):
@@ -249,20 +239,17 @@ _ARG_NAMES: dict[str, frozenset] = {}
 
 #: dimension arguments, checked against the rank of the op's first argument as torch's maybe_wrap_dim does
 DIM_PARAMS = ("dim", "dim0", "dim1", "dims", "start_dim", "end_dim")
-#: ops whose dimension arguments index something else than their first argument: the output (one more
-#: dimension), or the broadcast of two inputs
-DIM_OF_OUTPUT = frozenset({"unsqueeze"})
-DIM_ELSEWHERE = frozenset({"diag_embed", "cosine_similarity", "cross", "linalg.cross", "stack", "cat",
-                           "linalg.matrix_norm"})  # (a 1-D input: torch says it needs 2 dimensions)
 
 
 def check_dims(entry: dict, arg, shape) -> None:
     """torch's IndexError for a dimension argument out of range of the first argument's rank."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-    name = entry["name"]
-    if shape is UNKNOWN or name in DIM_ELSEWHERE:
+    # the entry's dims_of: what its dimension arguments index, the first argument ("input"), the output (one
+    # more dimension: unsqueeze) or something else (the broadcast of two inputs: cross; a stack: cat)
+    dims_of = entry.get("dims_of", "input")
+    if shape is UNKNOWN or dims_of == "other":
         return
-    rank = max(len(shape) + (name in DIM_OF_OUTPUT), 1)
+    rank = max(len(shape) + (dims_of == "output"), 1)
     for param in DIM_PARAMS:
         if param not in _arg_names(entry):
             continue
@@ -372,12 +359,15 @@ def basic_index(key) -> bool:
                for k in items)
 
 
-def view_of_leaf(name: str, base, index=None) -> bool:
-    """Is the result of op ``name`` on ``base`` a view of a leaf that requires grad?"""
-    if name == "getitem":
+def view_of_leaf(entry: dict | None, base, index=None) -> bool:
+    """Is the result of the op of catalog ``entry`` on ``base`` a view of a leaf that requires grad? (None:
+    getitem.) The entry's ``storage`` says: a view, or (reshape, flatten) a view of a contiguous tensor,
+    which a leaf always is here."""
+    if entry is None or entry["name"] == "getitem":
         views = basic_index(index)
     else:
-        views = name in VIEWS or name in VIEWS_OF_CONTIGUOUS and peek(base, "is_leaf") is True
+        storage = entry.get("storage")
+        views = storage == "view" or storage == "view_if_contiguous" and peek(base, "is_leaf") is True
     if not views:
         return False
     leaf = peek(base, "is_leaf") is True and peek(base, "requires_grad") is True
@@ -391,7 +381,7 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
     facts_of = known(target)
     leaf, requires_grad = facts_of.get("is_leaf", UNKNOWN), facts_of.get("requires_grad", UNKNOWN)
     on_view = facts_of.get("view_of_leaf") is True
-    if grad_enabled and (on_view or index is not None and view_of_leaf("getitem", target, index)):
+    if grad_enabled and (on_view or index is not None and view_of_leaf(None, target, index)):
         raise error("RuntimeError", VIEW_OF_LEAF_INPLACE)
     if grad_enabled and leaf is True and requires_grad is True:
         raise error("RuntimeError", LEAF_INPLACE)
