@@ -25,52 +25,9 @@ in-place ops ``sub_``, ``add_`` ... and ``view``, ``expand`` ...); ``Tensor.<op>
 
 from __future__ import annotations
 
-import functools
-import numbers
-from dataclasses import dataclass
-
-import numpy as np
-
+from . import torch_args
 from .errors import TorchAttributeError, TorchTypeError
-
-
-@dataclass(frozen=True)
-class Param:
-    name: str             # the name torch's messages use
-    key: str              # the op function's parameter name (keyword lookup)
-    type: str             # torch's type name: Tensor, Number, int, bool, str, tuple of ints, ... ('' = unchecked)
-    optional: bool
-    allow_none: bool
-    keyword_only: bool
-    numbers: bool = False  # a Python number passes for this Tensor
-
-
-@dataclass(frozen=True)
-class Signature:
-    name: str
-    params: tuple[Param, ...]
-    varargs_intlist: bool = False
-
-    @functools.cached_property
-    def max_pos(self) -> int:
-        return sum(1 for p in self.params if not p.keyword_only)
-
-    @functools.cached_property
-    def min_args(self) -> int:
-        return sum(1 for p in self.params if not p.optional)
-
-    @functools.cached_property
-    def by_class(self) -> bool:
-        """Whether the arguments' classes alone decide ``_parse`` (no parameter whose check reads a value)."""
-        return not self.varargs_intlist and not any(p.type in _VALUE_TYPES for p in self.params)
-
-
-#: parameter types whose check looks at the value, not only its class (a 0-d tensor passes for a Number)
-_VALUE_TYPES = frozenset({"Number", "int", "tuple of ints"})
-
-
-def _tname(v) -> str:
-    return type(v).__name__
+from .torch_args import ArgumentError, Param, Signature, parse_signature
 
 
 def _is_tensor(v) -> bool:
@@ -82,55 +39,16 @@ def _tensor_class():
     if _TENSOR is None:
         from .tensor import Tensor  # engine.tensor imports this module's users: bound on first use
         _TENSOR = Tensor
+        torch_args.bind((Tensor,), _tensor_facts)
     return _TENSOR
 
 
+def _tensor_facts(t) -> tuple:
+    d = t.data
+    return d.ndim == 0, bool(t.requires_grad), d.dtype.kind
+
+
 _TENSOR = None
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, numbers.Number) and not _is_tensor(v)
-
-
-def _matches(type_: str, v, numbers_ok: bool = False) -> bool:
-    """torch's parameter check, for the types the op table uses ('' and unknown types accept anything)."""
-    if type_ == "Tensor":
-        return _is_tensor(v) or (numbers_ok and _is_number(v))
-    if type_ == "Number":
-        return _is_number(v) or (_is_tensor(v) and v.data.ndim == 0 and not v.requires_grad)
-    if type_ == "int":
-        return (isinstance(v, (int, np.integer)) and not isinstance(v, bool)) or (
-            _is_tensor(v) and v.data.ndim == 0 and v.data.dtype.kind in "iu")
-    if type_ == "bool":
-        return isinstance(v, bool)
-    if type_ == "float":
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-    if type_ == "str":
-        return isinstance(v, str)
-    if type_ == "tuple of ints":
-        if v is None or _matches("int", v):  # torch's int[]? prints as 'tuple of ints' too
-            return True
-        return isinstance(v, (list, tuple)) and all(_matches("int", x) for x in v)
-    if type_ == "tuple of Tensors":
-        return isinstance(v, (list, tuple))
-    if type_ == "torch.dtype":
-        return isinstance(v, str)
-    return True
-
-
-def parse_signature(name: str, text: str, numbers: bool = False) -> Signature:
-    """``(Tensor input, Tensor other, *, Number alpha = 1)`` -> Signature."""
-    inner = text.strip()[1:-1].strip()
-    params, kw_only = [], False
-    for tok in [t.strip() for t in inner.split(", ")] if inner else []:
-        if tok == "*":
-            kw_only = True
-            continue
-        decl, _, default = tok.partition(" = ")
-        type_, _, pname = decl.rpartition(" ")
-        params.append(Param(pname, pname, type_, bool(default), default == "None", kw_only, numbers))
-    varargs = sum(1 for p in params if not p.keyword_only) == 1 and params[0].type == "tuple of ints"
-    return Signature(name, tuple(params), varargs)
 
 
 #: derived_signature's and parse_signature's results (pure functions of the op declarations)
@@ -182,171 +100,11 @@ def _derive(spec, name: str, method: bool) -> Signature:
     return Signature(name, tuple(params), varargs)
 
 
-# ----- torch's messages ---------------------------------------------------------------------------------
-
-def _missing(sig: Signature, idx: int) -> TorchTypeError:
-    names = [f'"{p.name}"' for p in sig.params[idx:] if not p.optional]
-    n = len(names)
-    return TorchTypeError(f"{sig.name}() missing {n} required positional argument{'s' if n == 1 else ''}: "
-                          f"{', '.join(names)}", code="invalid_argument")
-
-
-def _extra(sig: Signature, nargs: int) -> TorchTypeError:
-    mx, mn = sig.max_pos, sig.min_args
-    if mn != mx:
-        return TorchTypeError(f"{sig.name}() takes from {mn} to {mx} positional arguments but {nargs} were given",
-                              code="invalid_argument")
-    return TorchTypeError(f"{sig.name}() takes {mx} positional argument{'' if mx == 1 else 's'} but {nargs} "
-                          f"{'was' if nargs == 1 else 'were'} given", code="invalid_argument")
-
-
-def _parse(sig: Signature, args: list, kwargs: dict, raise_: bool) -> bool:
-    """torch's FunctionSignature::parse; True when the call fits (raises torch's message when asked)."""
-    nargs = len(args)
-    if nargs > sig.max_pos and not sig.varargs_intlist:
-        if raise_:
-            raise _extra(sig, nargs)
-        return False
-    remaining = len(kwargs)
-    pos = 0
-    for i, p in enumerate(sig.params):
-        is_kwd = False
-        if sig.varargs_intlist and pos == 0 and i == 0 and p.type != "Tensor" and nargs > 1 \
-                and all(_matches("int", a) for a in args):
-            pos = nargs  # permute(1, 0) is permute((1, 0))
-            continue
-        if pos < nargs:
-            if p.keyword_only:
-                if raise_:
-                    raise _extra(sig, nargs)
-                return False
-            obj, present = args[pos], True
-        else:
-            present = p.key in kwargs
-            obj = kwargs.get(p.key)
-            is_kwd = True
-        if (not present and p.optional) or (present and obj is None and p.allow_none):
-            pass
-        elif present and obj is None and sig.varargs_intlist and i == 0:  # view(None): a size is not optional
-            if raise_:
-                raise TorchTypeError(f"{sig.name}(): argument '{p.name}' (position {pos + 1}) must be {p.type}, "
-                                     f"not NoneType", code="invalid_argument")
-            return False
-        elif not present:
-            if raise_:
-                raise _missing(sig, i)
-            return False
-        elif _matches(p.type, obj, p.numbers):
-            pass
-        elif raise_:
-            if is_kwd:
-                raise TorchTypeError(f"{sig.name}(): argument '{p.name}' must be {p.type}, not {_tname(obj)}",
-                                     code="invalid_argument")
-            raise TorchTypeError(f"{sig.name}(): argument '{p.name}' (position {pos + 1}) must be {p.type}, not "
-                                 f"{_tname(obj)}", code="invalid_argument")
-        else:
-            return False
-        if not is_kwd:
-            pos += 1
-        elif present:
-            remaining -= 1
-    if remaining > 0:
-        if raise_:
-            known = {p.key for p in sig.params}
-            for k in kwargs:
-                if k not in known:
-                    raise TorchTypeError(f"{sig.name}() got an unexpected keyword argument '{k}'",
-                                         code="invalid_argument")
-                idx = next(j for j, p in enumerate(sig.params) if p.key == k)
-                if idx < nargs:
-                    raise TorchTypeError(f"{sig.name}() got multiple values for argument '{k}'",
-                                         code="invalid_argument")
-        return False
-    return True
-
-
-def _option_args(text: str) -> list[tuple[str, str, bool, bool, bool]]:
-    """(name, type, keyword_only, nullable) per comma-separated token; torch counts ``*`` (and ``()``'s empty
-    token) as an argument when it compares argument counts."""
-    inner = text.strip()[1:-1]
-    out, kw = [], False
-    for tok in inner.split(", "):
-        if tok == "*":
-            kw = True
-            out.append(("*", "", True, False, False))
-            continue
-        decl, eq, default = tok.partition(" = ")
-        type_, _, name = decl.rpartition(" ")
-        out.append((name, type_, kw, default == "None", bool(eq)))
-    return out
-
-
-def _desc_match(arg, v) -> bool:
-    """torch's invalid_arguments type check: only plain Tensor/int/bool/float/str arguments without a default
-    ever match ('Number' and defaulted arguments are always marked)."""
-    name, type_, _kw, _nullable, has_default = arg
-    if not name or has_default or type_ not in ("Tensor", "int", "bool", "float", "str"):
-        return False
-    return _matches(type_, v)
-
-
-def _seq_name(v) -> str:
-    """torch's description of a list or tuple argument: ``list of [int, float]``, ``tuple of (int, int)``."""
-    if isinstance(v, list):
-        return "list of [" + ", ".join(_tname(x) for x in v) + "]"
-    if isinstance(v, tuple):
-        return "tuple of (" + ", ".join(_tname(x) for x in v) + ")"
-    return _tname(v)
-
-
-def _arg_desc(option, args: list, kwargs: dict) -> str:
-    """torch's _formattedArgDesc: each argument's type, ``!marked!`` where this option does not take it."""
-    positional = [a for a in option if not a[2]] if option is not None else []
-    parts = []
-    for i, v in enumerate(args):
-        ok = True
-        name = _tname(v) if option is None else _seq_name(v)
-        if option is not None:
-            ok = i < len(positional) and _desc_match(positional[i], v)
-        parts.append(name if ok else f"!{name}!")
-    for k, v in reversed(kwargs.items()):  # torch's unordered_map of keywords gives them back in reverse
-        ok = True
-        name = _tname(v) if option is None else _seq_name(v)
-        if option is not None:
-            match = [a for a in option if a[0] == k]
-            ok = bool(match) and _desc_match(match[0], v)
-        parts.append(f"{k}={name}" if ok else f"!{k}={name}!")
-    s = "".join(p + ", " for p in parts)
-    if args:
-        s = s[:-2]
-    return f"({s})"
-
-
-def _invalid_combination(name: str, options: tuple[str, ...], args: list, kwargs: dict) -> TorchTypeError:
-    head = f"{name}() received an invalid combination of arguments - got "
-    if len(options) == 1:
-        msg = head + _arg_desc(_option_args(options[0]), args, kwargs) + ", but expected " + options[0]
-        return TorchTypeError(msg, code="invalid_argument")
-    msg = head + _arg_desc(None, args, kwargs) + ", but expected one of:\n"
-    for text in options:
-        msg += f" * {text}\n"
-        option = _option_args(text)
-        if len(args) + len(kwargs) == len(option):  # torch counts every token, '*' and 'out' included
-            keyword_only = {a[0] for a in option if a[2]}
-            wrong = [k for k in kwargs if k not in keyword_only]
-            if wrong:
-                msg += f"      didn't match because some of the keywords were incorrect: {', '.join(wrong)}\n"
-            else:
-                msg += "      didn't match because some of the arguments have invalid types: "
-                msg += _arg_desc(option, args, kwargs) + "\n"
-    return TorchTypeError(msg, code="invalid_argument")
-
-
 #: check_call's per-(op, name, form) facts, pure functions of the op declarations
 _CALLS: dict[tuple, tuple] = {}
 
-#: calls ``_parse`` accepted, by signature (one of the cached ones, so its id is stable) and argument classes
-#: where the classes alone decide (``Signature.by_class``), else what ``_parse`` reads of each value
+#: calls ``torch_args.parse`` accepted, by signature (one of the cached ones, so its id is stable) and argument classes
+#: where the classes alone decide (``Signature.by_class``), else what it reads of each value
 #: (``_value_facts``); bounded
 _ACCEPTED: set = set()
 _ACCEPTED_MAX = 65536
@@ -358,8 +116,8 @@ def _remember(key) -> None:
 
 
 def _value_fact(v):
-    """What ``_parse`` reads of a value beyond its class (``_matches``): of a tensor, whether it is 0-d, requires
-    grad and its dtype's kind; of anything else its class. None for a list, tuple or dict (its items are read)."""
+    """What ``torch_args.parse`` reads of a value beyond its class: of a tensor, whether it is 0-d, requires grad
+    and its dtype's kind; of anything else its class. None for a list, tuple or dict (its items are read)."""
     c = v.__class__
     if c is _TENSOR:  # the common case first (bound by check_call's first call)
         d = v.data
@@ -416,7 +174,7 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool, facts: tuple |
         return
     # first-level memos keyed by the call's facts (any of its signatures accepting is all that matters; the
     # Python attribute check reads classes only): a call without keywords whose argument classes a signature
-    # that reads classes alone accepted before, one lookup; else one whose values _parse reads the same way
+    # that reads classes alone accepted before, one lookup; else one whose values parse reads the same way
     # (``_value_facts``, finer than classes) as an accepted one
     fast = (id(facts), *map(type, args)) if not kwargs else None
     if fast is not None and fast in _ACCEPTED:
@@ -429,62 +187,48 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool, facts: tuple |
     seen = None if values is None else (id(facts), *values)
     if seen is not None and seen in _ACCEPTED:
         return
-    if not method and spec.python_attribute:
-        _python_attribute(spec, derived, args, kwargs)
-    # the memo's key, made once for every signature: (id(sig), *classes) where the classes alone decide, else
-    # (id(sig), *the facts _parse reads of each value), or None (a list or tuple value: its items are read)
-    classes = (tuple(map(type, args)), tuple([(k, v.__class__) for k, v in kwargs.items()])) if kwargs else \
-        (tuple(map(type, args)),)
-    if options is None:
-        if not args and not kwargs and spec.no_argument_overloads:
-            raise _invalid_combination(shown, spec.no_argument_overloads, args, kwargs)
-        if derived.by_class:
-            k = (id(derived), *classes)
-        else:
-            k = None if values is None else (id(derived), *values)
-        if k is None or k not in _ACCEPTED:
-            _parse(derived, args, kwargs, True)
-            _remember(k)
-        _remember(seen)
-        if derived.by_class:
-            _remember(fast)
-        return
-    keys = []
-    for s in sigs:  # a call like one accepted before, by any overload: the same facts decided
-        if s.by_class:
-            k = (id(s), *classes)
-        else:
-            k = None if values is None else (id(s), *values)
-        if k is not None and k in _ACCEPTED:
+    try:
+        if not method and spec.python_attribute:
+            torch_args.python_attribute(*spec.python_attribute, derived, args, kwargs)
+        # the memo's key, made once for every signature: (id(sig), *classes) where the classes alone decide,
+        # else (id(sig), *the facts parse reads of each value), or None (a list or tuple value: its items are read)
+        classes = (tuple(map(type, args)), tuple([(k, v.__class__) for k, v in kwargs.items()])) if kwargs else \
+            (tuple(map(type, args)),)
+        if options is None:
+            if derived.by_class:
+                k = (id(derived), *classes)
+            else:
+                k = None if values is None else (id(derived), *values)
+            if k is None or k not in _ACCEPTED:
+                torch_args.refuse(shown, derived, None, None, False, args, kwargs, spec.no_argument_overloads)
+                _remember(k)
             _remember(seen)
-            if s.by_class:
+            if derived.by_class:
                 _remember(fast)
             return
-        keys.append(k)
-    for s, k in zip(sigs, keys):
-        if _parse(s, args, kwargs, False):
-            _remember(k)
-            _remember(seen)
+        keys = []
+        for s in sigs:  # a call like one accepted before, by any overload: the same facts decided
             if s.by_class:
-                _remember(fast)
-            return  # one of torch's overloads takes it: the op checks the rest
-    n = len(args) + len(kwargs)
-    if len(sigs) == 1 and not spec.hidden_overload:
-        _parse(sigs[0], args, kwargs, True)
-    plausible = [s for s in sigs if s.min_args <= n <= len(s.params)]
-    if len(plausible) == 1:
-        _parse(plausible[0], args, kwargs, True)
-    raise _invalid_combination(shown, options, args, kwargs)
-
-
-def _python_attribute(spec, sig: Signature, args: list, kwargs: dict) -> None:
-    attr, order = spec.python_attribute
-    bound = {p.key: a for p, a in zip([p for p in sig.params if not p.keyword_only], args)}
-    bound.update(kwargs)
-    for key in order:
-        if key in bound and not _is_tensor(bound[key]):
-            raise TorchAttributeError(f"'{_tname(bound[key])}' object has no attribute '{attr}'",
-                                      code="invalid_argument")
+                k = (id(s), *classes)
+            else:
+                k = None if values is None else (id(s), *values)
+            if k is not None and k in _ACCEPTED:
+                _remember(seen)
+                if s.by_class:
+                    _remember(fast)
+                return
+            keys.append(k)
+        for s, k in zip(sigs, keys):
+            if torch_args.parse(s, args, kwargs, False):
+                _remember(k)
+                _remember(seen)
+                if s.by_class:
+                    _remember(fast)
+                return  # one of torch's overloads takes it: the op checks the rest
+        torch_args.refuse(shown, derived, options, sigs, spec.hidden_overload, args, kwargs)
+    except ArgumentError as e:
+        error = TorchAttributeError if e.kind == "AttributeError" else TorchTypeError
+        raise error(e.message, code="invalid_argument") from None
 
 
 def call_form(name: str, spec) -> bool:
