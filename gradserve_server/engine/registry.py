@@ -561,11 +561,36 @@ def _client_facts(spec: OpSpec | None) -> dict:
     ``exports``, ``outputs`` ...): what a torch-like client builds its namespaces and results from."""
     if spec is None:
         return {"exports": [], "tuple_when": [], "variable_outputs": False, "returns_when": "", "python_result": "",
-                "changes_argument": [], "storage": "", "cast": "", "dims_of": "input", "cost": "inputs"}
+                "changes_argument": [], "storage": "", "cast": "", "dims_of": "input", "cost": "inputs",
+                "parser": None}
     exports = [f"torch.nn.functional.{n}" for n in (spec.name, *spec.aliases)  # torch.nn.functional's families
                if spec.family in ("nn", "conv") and "." not in n and not n.startswith("__")]
     exports += [e for e in spec.exports if e not in exports]
     return {"exports": exports, "tuple_when": list(spec.tuple_when), "variable_outputs": spec.variable_outputs,
             "returns_when": spec.returns_when, "python_result": spec.python_result,
             "changes_argument": list(spec.changes_argument), "storage": spec.storage, "cast": spec.cast,
-            "dims_of": spec.dims_of, "cost": spec.cost}
+            "dims_of": spec.dims_of, "cost": spec.cost, "parser": _parser_facts(spec)}
+
+
+def _parser_facts(spec: OpSpec) -> dict | None:
+    """How torch's argument parser takes a call of the op (``engine.signature``'s facts for it, as JSON), per
+    form: ``function`` (``torch.add(x, y)``) and, for a method, ``method`` (``x.add(y)``, self not counted);
+    ``program_form``: the form a program's call has. A client checks a call against these before sending it
+    (``torch_args``): torch's overloads, else the one signature derived from the op's. None: not parsed."""
+    from .signature import call_facts, call_form
+    from .torch_args import signature_json
+
+    program_form = "method" if call_form(spec.name, spec) else "function"
+    out = {"program_form": program_form, "hidden": spec.hidden_overload, "numbers": spec.numbers_as_tensors,
+           "python_attribute": list(spec.python_attribute) or None,
+           "no_argument_overloads": list(spec.no_argument_overloads)}
+    for form in ("function", "method"):
+        if form == "method" and not spec.method and program_form != "method":
+            continue
+        exempt, shown, derived, options, _sigs = call_facts(spec, spec.name, form == "method")
+        if exempt:
+            return None
+        keep = options is None or (form == "function" and spec.python_attribute)
+        out[form] = {"name": shown, "signature": signature_json(derived) if keep else None,
+                     "overloads": list(options) if options is not None else None}
+    return out

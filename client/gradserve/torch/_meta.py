@@ -479,3 +479,90 @@ def set_grad(t, value) -> None:
     if have is not UNKNOWN and want is not UNKNOWN and have != want:
         raise error("RuntimeError", f"attempting to assign a gradient of size '{list(have)}' to a tensor of size "
                                     f"'{list(want)}'. Please ensure that the gradient and the tensor are the same size")
+
+
+# ----- torch's argument parser, at the torch line -------------------------------------------------------------
+class _Unknown(Exception):
+    """A fact the parser reads of a tensor (0-d, requires grad, dtype) is not known here: the server decides."""
+
+
+_KINDS = {"float32": "f", "float64": "f", "int64": "i", "int32": "i", "int16": "i", "int8": "i", "uint8": "u",
+          "bool": "b"}
+
+
+def _tensor_facts(t) -> tuple:
+    shape, requires_grad, dtype = peek(t, "shape"), peek(t, "requires_grad"), peek(t, "dtype")
+    if shape is UNKNOWN or requires_grad is UNKNOWN or dtype not in _KINDS:
+        raise _Unknown
+    return shape == (), bool(requires_grad), _KINDS[dtype]
+
+
+@functools.cache
+def _parser():
+    """The engine's torch_args (the same file, linked into this package), told what a tensor is here."""
+    from gradserve.torch import _torch_args
+    from gradserve.torch._dtypes import dtype
+    from gradserve.torch._tensor import Tensor
+
+    _torch_args.bind((Tensor,), _tensor_facts, (str, dtype))
+    return _torch_args
+
+
+def _signatures(facts: dict, numbers: bool) -> tuple:
+    """(derived signature or None, torch's overload texts or None, their parsed signatures) of one form, kept in
+    the catalog entry's facts once made."""
+    made = facts.get("_parsed")
+    if made is None:
+        ta = _parser()
+        derived = ta.signature_from_json(facts["signature"]) if facts["signature"] is not None else None
+        options = tuple(facts["overloads"]) if facts["overloads"] is not None else None
+        sigs = tuple(ta.parse_signature(facts["name"], o, numbers) for o in options) if options else None
+        made = facts["_parsed"] = (derived, options, sigs)
+    return made
+
+
+def _plain(v):
+    """A value as the server receives it (numpy scalars as Python numbers), containers kept as they are (torch
+    names a tuple as a tuple)."""
+    import numpy as np
+
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, tuple) and type(v) is tuple:
+        return tuple(_plain(x) for x in v)
+    return v
+
+
+def check_arguments(entry: dict, args: tuple, kwargs: dict, method: bool = False) -> None:
+    """torch's argument parser on this call, from the catalog's ``parser`` facts of the op (what the server's
+    engine.signature checks): a wrong argument raises torch's TypeError (or, for a torch function written in
+    Python, its AttributeError) here, and nothing is sent. ``method``: called as a Tensor method (``args`` holds
+    self first). A call whose check reads a tensor fact the client does not know is left to the server."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    parser = entry.get("parser")
+    if not parser:
+        return
+    form = "method" if method or parser["program_form"] == "method" else "function"
+    facts = parser.get(form)
+    if facts is None:
+        return
+    ta = _parser()
+    derived, options, sigs = _signatures(facts, parser["numbers"])
+    args = [_plain(a) for a in args]
+    kwargs = {k: _plain(v) for k, v in kwargs.items()}
+    if form == "method":
+        if not args or not isinstance(args[0], ta.TENSOR_TYPES):
+            return  # (the server's message: a descriptor that does not apply)
+        args = args[1:]
+    try:
+        if form == "function" and parser["python_attribute"]:
+            attribute, order = parser["python_attribute"]
+            ta.python_attribute(attribute, tuple(order), derived, args, kwargs)
+        ta.refuse(facts["name"], derived, options, sigs, parser["hidden"], args, kwargs,
+                  tuple(parser["no_argument_overloads"]))
+    except _Unknown:
+        return
+    except ta.ArgumentError as e:
+        raise error(e.kind, e.message) from None

@@ -442,7 +442,7 @@ class Tensor:
             raise missing(f"'Tensor' object has no attribute '{name}'")
         def method(*args, **kwargs):
             __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-            return call_op(op, (self, *args), kwargs)
+            return call_op(op, (self, *args), kwargs, method=True)
         return method
 
     # ----- operators --------------------------------------------------------------------------------------
@@ -576,15 +576,17 @@ def context_of(values) -> Context:
     return _context.current()
 
 
-def call_op(name: str, args: tuple, kwargs: dict):
+def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     """Record ``name(*args, **kwargs)`` and return what torch would: a handle, a tuple of handles, or the
-    target itself for in-place ops. Only ops whose number of outputs depends on the data send at once."""
+    target itself for in-place ops. Only ops whose number of outputs depends on the data send at once.
+    ``method``: called as a Tensor method (``args[0]`` is self), for torch's argument messages."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     entry = _catalog.catalog()[name]
     if kwargs:
         kwargs = _torch_kwargs(name, kwargs)
     ctx = context_of((*args, *kwargs.values()))
     args = _catalog.pack_sizes(name, args)
+    _meta.check_arguments(entry, args, kwargs, method)  # torch's TypeError for a wrong argument, here
     op = {"op": entry["name"], "args": [_arg(a, ctx) for a in args]}
     if kwargs:
         op["kwargs"] = {k: _arg(v, ctx) for k, v in kwargs.items()}

@@ -43,6 +43,11 @@ class OpInfo(BaseModel):
     cast: str = Field(default="", description="The dtype a conversion (`long`, `float`...) converts to.")
     dims_of: str = Field(default="input", description="What dimension arguments index: `input` (the first "
                          "argument), `output` (unsqueeze) or `other`.")
+    parser: dict | None = Field(default=None, description="How torch's argument parser takes a call: per form "
+                                "(`function`, `method`) the name its messages use and torch's overloads (texts "
+                                "as torch prints them) or the one signature derived from the op's; `program_form`, "
+                                "`hidden`, `numbers`, `python_attribute`, `no_argument_overloads`. A client "
+                                "checks a call against it before sending it. Null: not parsed (indexing...).")
     cost: str = Field(default="inputs", description="What the op's cost follows: `inputs` (their sizes), "
                       "`arguments` (sizes given as arguments: creation, expand), `calls` (transforms), `other`.")
 
