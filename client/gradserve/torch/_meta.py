@@ -549,13 +549,16 @@ def check_arguments(entry: dict, args: tuple, kwargs: dict, method: bool = False
     if facts is None:
         return
     ta = _parser()
-    derived, options, sigs = _signatures(facts, parser["numbers"])
-    args = [_plain(a) for a in args]
-    kwargs = {k: _plain(v) for k, v in kwargs.items()}
     if form == "method":
         if not args or not isinstance(args[0], ta.TENSOR_TYPES):
             return  # (the server's message: a descriptor that does not apply)
         args = args[1:]
+    key = _call_key(facts, args, kwargs)
+    if key is not None and key in _ACCEPTED:
+        return
+    derived, options, sigs = _signatures(facts, parser["numbers"])
+    args = [_plain(a) for a in args]
+    kwargs = {k: _plain(v) for k, v in kwargs.items()}
     try:
         if form == "function" and parser["python_attribute"]:
             attribute, order = parser["python_attribute"]
@@ -566,3 +569,36 @@ def check_arguments(entry: dict, args: tuple, kwargs: dict, method: bool = False
         return
     except ta.ArgumentError as e:
         raise error(e.kind, e.message) from None
+    if key is not None and len(_ACCEPTED) < 65536:
+        _ACCEPTED.add(key)
+
+
+#: calls the parser took, by what it reads of them (``_call_key``): the same call again is not parsed again
+_ACCEPTED: set = set()
+
+
+def _call_key(facts: dict, args, kwargs: dict) -> tuple | None:
+    """What the parser reads of a call: each value's class and, of a tensor, whether it is 0-d (and then whether
+    it requires grad and its dtype); None when a value is a container (its items are read) or a tensor fact
+    the parser would read is unknown."""
+    out = [id(facts)]
+    tensors = _parser().TENSOR_TYPES
+    for v in (*args, *kwargs.values()):
+        c = v.__class__
+        if c is list or c is tuple or c is dict:
+            return None
+        if isinstance(v, tensors):  # (requires grad and dtype are read of a 0-d tensor only)
+            shape = v._shape
+            if shape is None:
+                return None
+            if shape:
+                out.append((c, False))
+                continue
+            rg, dtype = known(v).get("requires_grad", UNKNOWN), peek(v, "dtype")
+            if rg is UNKNOWN or dtype is UNKNOWN:
+                return None
+            out.append((c, True, rg, dtype))
+        else:
+            out.append(c)
+    out.extend(kwargs)
+    return tuple(out)
