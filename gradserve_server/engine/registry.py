@@ -54,7 +54,9 @@ class OpSpec:
     fn: Callable
     tensors: tuple[str, ...] = ()          # parameters that take a tensor (a name in a program)
     tensor_lists: tuple[str, ...] = ()     # parameters that take a list of tensors
-    grad_fns: tuple[str, ...] = ()         # grad_fn names this op can produce
+    #: grad_fn names this op can produce; None: the primitives its function records, in the order it names
+    #: them (``recorded_grad_fns``), so that a grad_fn name is written where the primitive is, not again here
+    grad_fns: tuple[str, ...] | None = None
     differentiable: bool = True
     inplace: bool = False
     method: bool = True                    # also bound as a Tensor method
@@ -214,7 +216,7 @@ _COST_OF_FAMILY = {f: "inputs" for f in ("elementwise", "reduction", "shape", "i
 
 
 def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...] = (),
-       grad_fns: tuple[str, ...] = (), differentiable: bool = True, inplace: bool = False,
+       grad_fns: tuple[str, ...] | None = None, differentiable: bool = True, inplace: bool = False,
        method: bool = True, aliases: tuple[str, ...] = (), family: str = "", returns: tuple[str, ...] = (),
        plannable: bool = False, meta_only: tuple[str, ...] = (), **facts):
     """Register a public op (torch function/method) under its torch name. ``returns``: the field names of the
@@ -226,7 +228,8 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
         sig = inspect.signature(fn)
         doc = (inspect.getdoc(fn) or "").strip().splitlines()
         spec = OpSpec(name=name, fn=fn, tensors=tuple(tensors), tensor_lists=tuple(tensor_lists),
-                      grad_fns=tuple(grad_fns), differentiable=differentiable, inplace=inplace, method=method,
+                      grad_fns=tuple(grad_fns) if grad_fns is not None else None, differentiable=differentiable,
+                      inplace=inplace, method=method,
                       family=family or fn.__module__.rsplit(".", 1)[-1], doc=doc[0] if doc else "",
                       params=tuple(sig.parameters.values()), aliases=tuple(aliases), returns=tuple(returns),
                       plannable=plannable, meta_only=tuple(meta_only), **facts)
@@ -244,6 +247,25 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
         return fn
 
     return deco
+
+
+def recorded_grad_fns(spec: OpSpec) -> tuple[str, ...]:
+    """The op's grad_fn names: as declared, else the primitives its function names (``record("ExpBackward0",
+    ...)``, in its code or the code of functions defined in it), in order; found once, after every primitive
+    is declared (the catalog asks)."""
+    if spec.grad_fns is None:
+        names: list[str] = []
+
+        def walk(code) -> None:
+            for c in code.co_consts:
+                if c.__class__ is str and c in PRIMS and c not in names:
+                    names.append(c)
+                elif inspect.iscode(c):
+                    walk(c)
+
+        walk(inspect.unwrap(spec.fn).__code__)
+        spec.grad_fns = tuple(names)
+    return spec.grad_fns
 
 
 def _edge(t: Tensor | None):
@@ -534,10 +556,11 @@ def op_catalog() -> list[dict]:
                 entry["default"] = p.default if isinstance(p.default, (int, float, str, bool, type(None))) \
                     else repr(p.default)
             args.append(entry)
-        missing = [g for g in spec.grad_fns if g not in JVPS]
+        grad_fns = recorded_grad_fns(spec)
+        missing = [g for g in grad_fns if g not in JVPS]
         out.append({"name": spec.name, "aliases": list(spec.aliases), "family": spec.family, "arguments": args,
-                    "grad_fns": list(spec.grad_fns), "differentiable": spec.differentiable,
-                    "forward_ad": spec.differentiable and bool(spec.grad_fns) and not missing,
+                    "grad_fns": list(grad_fns), "differentiable": spec.differentiable,
+                    "forward_ad": spec.differentiable and bool(grad_fns) and not missing,
                     "grad_fns_without_forward_ad": missing,
                     "inplace": spec.inplace, "method": spec.method, "doc": spec.doc, "returns": list(spec.returns),
                     **_client_facts(spec)})

@@ -290,7 +290,7 @@ def _singular(A: Tensor, name: str, what: str) -> TorchRuntimeError:
                              code="singular_matrix", exception="torch.linalg.LinAlgError")
 
 
-@op("linalg.inv", tensors=("A",), grad_fns=("LinalgInvExBackward0",), method=False, family="linalg")
+@op("linalg.inv", tensors=("A",), method=False, family="linalg")
 def linalg_inv(A):
     """torch.linalg.inv(A) (linalg_inv_ex under the hood); saves the inverse."""
     A = _square_float(A, "linalg.inv")
@@ -324,7 +324,7 @@ def _vector_rhs(A: Tensor, B: Tensor) -> bool:
     return B.data.ndim == 1 or (B.data.ndim == A.data.ndim - 1 and B.shape == A.shape[:-1])
 
 
-@op("linalg.solve", tensors=("A", "B"), grad_fns=("LinalgSolveExBackward0",), method=False, family="linalg")
+@op("linalg.solve", tensors=("A", "B"), method=False, family="linalg")
 def linalg_solve(A, B, left=True):
     """torch.linalg.solve(A, B, *, left=True): X with A X = B (left) or X A = B; B may be a vector."""
     A = _square_float(A, "linalg.solve")
@@ -391,7 +391,7 @@ def _(ctx, A_t, B_t):
     return linalg_solve(A, rhs, left=left)
 
 
-@op("linalg.cholesky", tensors=("A",), grad_fns=("LinalgCholeskyExBackward0",), method=False, family="linalg")
+@op("linalg.cholesky", tensors=("A",), method=False, family="linalg")
 def linalg_cholesky(A, upper=False):
     """torch.linalg.cholesky(A, *, upper=False): L with A = L L^H (or U = L^H); saves L and upper."""
     A = _square_float(A, "linalg.cholesky")

@@ -99,7 +99,7 @@ def _sub_alpha(a, b, alpha):
         "function": ("(Tensor input, Tensor other, *, Number alpha = 1, Tensor out = None)",),
         "method": ("(Tensor other, *, Number alpha = 1)",),
     },
-    tensors=("self", "other"), grad_fns=("AddBackward0",), aliases=("__add__", "__radd__"), plannable=True)
+    tensors=("self", "other"), aliases=("__add__", "__radd__"), plannable=True)
 def add(self, other, alpha=1):
     """torch.add(input, other, alpha=1): input + alpha * other."""
     if not isinstance(self, Tensor):  # torch.add(2, x): the number is a wrapped 0-d input
@@ -134,7 +134,7 @@ batching("AddBackward0", vjp=SAME, jvp=SAME)
         "function": ("(Tensor input, Tensor other, *, Number alpha = 1, Tensor out = None)",),
         "method": ("(Tensor other, *, Number alpha = 1)",),
     },
-    tensors=("self", "other"), grad_fns=("SubBackward0",), aliases=("subtract", "__sub__"), plannable=True)
+    tensors=("self", "other"), aliases=("subtract", "__sub__"), plannable=True)
 def sub(self, other, alpha=1):
     """torch.sub(input, other, alpha=1): input - alpha * other; a number input is wrapped as a 0-d tensor
     (SubBackward0, as torch.sub(2, x) records; ``2 - x`` is rsub)."""
@@ -180,7 +180,7 @@ jvp("SubBackward0")(elementwise_jvp)
             "(Tensor input, Number other, Number alpha = 1)",
         ),
     },
-    tensors=("self", "other"), grad_fns=("RsubBackward0", "RsubBackward1"), aliases=("__rsub__",))
+    tensors=("self", "other"), aliases=("__rsub__",))
 def rsub(self, other, alpha=1):
     """torch.rsub(input, other, alpha=1): other - alpha * input (``2 - x``)."""
     self = require_tensor(self, "self", "rsub")
@@ -214,7 +214,7 @@ jvp("RsubBackward1")(elementwise_jvp)
 
 @op("mul",
     method_aliases=("__rmul__",), numbers_as_tensors=True,
-    tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("multiply", "__mul__", "__rmul__"),
+    tensors=("self", "other"), aliases=("multiply", "__mul__", "__rmul__"),
     plannable=True)
 def mul(self, other):
     """torch.mul(input, other). A Python number is saved as a wrapped 0-d tensor, as torch does."""
@@ -370,7 +370,7 @@ jvp("DivBackward2")(zero_jvp)
         "function": ("(Tensor input, Tensor other, *, Tensor out = None)", "(Tensor input, Number other)"),
         "method": ("(Tensor other)", "(Number other)"),
     },
-    tensors=("self", "other"), grad_fns=("NotImplemented",), differentiable=False,
+    tensors=("self", "other"), differentiable=False,
     aliases=("__floordiv__",))
 def floor_divide(self, other):
     """torch.floor_divide(input, other) (``a // b``): no derivative in torch, so a float result that needs
@@ -413,8 +413,7 @@ def _pow_dtype_check(dtype, exponent):
         ),
         "method": ("(Tensor exponent)", "(Number exponent)"),
     },
-    tensors=("self", "exponent"), grad_fns=("PowBackward0", "PowBackward1", "PowBackward2"),
-    aliases=("__pow__", "float_power_"), plannable=True)
+    tensors=("self", "exponent"), aliases=("__pow__", "float_power_"), plannable=True)
 def pow(self, exponent):
     """torch.pow(input, exponent): tensor**number (PowBackward0), tensor**tensor (PowBackward1),
     number**tensor (PowBackward2)."""
@@ -539,7 +538,7 @@ def _unary(prim: str, fn, self: Tensor, save: str | None, **extra):
     return record(prim, out, (self,), saved)
 
 
-@op("neg", tensors=("self",), grad_fns=("NegBackward0",), aliases=("negative", "__neg__"), plannable=True)
+@op("neg", tensors=("self",), aliases=("negative", "__neg__"), plannable=True)
 def neg(self):
     """torch.neg(input)."""
     self = require_tensor(self)
@@ -558,7 +557,7 @@ def _(ctx, grad):
 jvp("NegBackward0")(elementwise_jvp)
 
 
-@op("reciprocal", tensors=("self",), grad_fns=("ReciprocalBackward0",), plannable=True)
+@op("reciprocal", tensors=("self",), plannable=True)
 def reciprocal(self):
     """torch.reciprocal(input); saves its result."""
     return _unary("ReciprocalBackward0", np.reciprocal, self, "result")
@@ -573,7 +572,7 @@ def _(ctx, grad):
 jvp("ReciprocalBackward0")(elementwise_jvp)
 
 
-@op("exp", tensors=("self",), grad_fns=("ExpBackward0",), plannable=True)
+@op("exp", tensors=("self",), plannable=True)
 def exp(self):
     """torch.exp(input); saves its result."""
     return _unary("ExpBackward0", np.exp, self, "result")
@@ -589,7 +588,7 @@ jvp("ExpBackward0")(elementwise_jvp)
 
 @op("expm1",
     exports=("torch.special.expm1",),
-    tensors=("self",), grad_fns=("Expm1Backward0",), plannable=True)
+    tensors=("self",), plannable=True)
 def expm1(self):
     """torch.expm1(input); saves its result."""
     return _unary("Expm1Backward0", np.expm1, self, "result")
@@ -603,7 +602,7 @@ def _(ctx, grad):
 jvp("Expm1Backward0")(elementwise_jvp)
 
 
-@op("log", tensors=("self",), grad_fns=("LogBackward0",), plannable=True)
+@op("log", tensors=("self",), plannable=True)
 def log(self):
     """torch.log(input); saves its input."""
     return _unary("LogBackward0", np.log, self, "self")
@@ -619,7 +618,7 @@ jvp("LogBackward0")(elementwise_jvp)
 
 @op("log1p",
     exports=("torch.special.log1p",),
-    tensors=("self",), grad_fns=("Log1PBackward0",), plannable=True)
+    tensors=("self",), plannable=True)
 def log1p(self):
     """torch.log1p(input); saves its input."""
     return _unary("Log1PBackward0", np.log1p, self, "self")
@@ -633,7 +632,7 @@ def _(ctx, grad):
 jvp("Log1PBackward0")(elementwise_jvp)
 
 
-@op("sqrt", tensors=("self",), grad_fns=("SqrtBackward0",), plannable=True)
+@op("sqrt", tensors=("self",), plannable=True)
 def sqrt(self):
     """torch.sqrt(input); saves its result."""
     return _unary("SqrtBackward0", np.sqrt, self, "result")
@@ -651,7 +650,7 @@ def _np_rsqrt(x):
     return np.reciprocal(np.sqrt(x))
 
 
-@op("rsqrt", tensors=("self",), grad_fns=("RsqrtBackward0",))
+@op("rsqrt", tensors=("self",))
 def rsqrt(self):
     """torch.rsqrt(input); saves its result."""
     return _unary("RsqrtBackward0", _np_rsqrt, self, "result")
@@ -665,7 +664,7 @@ def _(ctx, grad):
 jvp("RsqrtBackward0")(elementwise_jvp)
 
 
-@op("abs", tensors=("self",), grad_fns=("AbsBackward0",), aliases=("absolute", "__abs__"))
+@op("abs", tensors=("self",), aliases=("absolute", "__abs__"))
 def abs(self):
     """torch.abs(input); abs'(0) = 0."""
     self = _not_bool(self, "abs_cpu")
@@ -680,7 +679,7 @@ def _(ctx, grad):
 jvp("AbsBackward0")(elementwise_jvp)
 
 
-@op("sign", tensors=("self",), grad_fns=("SignBackward0",))
+@op("sign", tensors=("self",))
 def sign(self):
     """torch.sign(input); zero gradient (of a bool tensor: a copy)."""
     self = require_tensor(self)
@@ -700,7 +699,7 @@ def _(ctx, grad):
 jvp("SignBackward0")(zero_jvp)
 
 
-@op("sin", tensors=("self",), grad_fns=("SinBackward0",), plannable=True)
+@op("sin", tensors=("self",), plannable=True)
 def sin(self):
     """torch.sin(input); saves its input."""
     return _unary("SinBackward0", np.sin, self, "self")
@@ -719,7 +718,7 @@ def _(ctx, self_t):
 batching("SinBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("cos", tensors=("self",), grad_fns=("CosBackward0",), plannable=True)
+@op("cos", tensors=("self",), plannable=True)
 def cos(self):
     """torch.cos(input); saves its input."""
     return _unary("CosBackward0", np.cos, self, "self")
@@ -733,7 +732,7 @@ def _(ctx, grad):
 jvp("CosBackward0")(elementwise_jvp)
 
 
-@op("tan", tensors=("self",), grad_fns=("TanBackward0",), plannable=True)
+@op("tan", tensors=("self",), plannable=True)
 def tan(self):
     """torch.tan(input); saves its result."""
     return _unary("TanBackward0", np.tan, self, "result")
@@ -749,7 +748,7 @@ jvp("TanBackward0")(elementwise_jvp)
 
 @op("tanh",
     exports=("torch.nn.functional.tanh",),
-    tensors=("self",), grad_fns=("TanhBackward0",), plannable=True)
+    tensors=("self",), plannable=True)
 def tanh(self):
     """torch.tanh(input); saves its result."""
     return _unary("TanhBackward0", np.tanh, self, "result")
@@ -766,7 +765,7 @@ jvp("TanhBackward0")(elementwise_jvp)
 # ----- hyperbolic and inverse trigonometric functions, log2/log10, atan2/hypot -------------------------
 
 
-@op("sinh", tensors=("self",), grad_fns=("SinhBackward0",), plannable=True)
+@op("sinh", tensors=("self",), plannable=True)
 def sinh(self):
     """torch.sinh(input); saves its input."""
     return _unary("SinhBackward0", np.sinh, self, "self")
@@ -785,7 +784,7 @@ def _(ctx, self_t):
 batching("SinhBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("cosh", tensors=("self",), grad_fns=("CoshBackward0",), plannable=True)
+@op("cosh", tensors=("self",), plannable=True)
 def cosh(self):
     """torch.cosh(input); saves its input."""
     return _unary("CoshBackward0", np.cosh, self, "self")
@@ -804,7 +803,7 @@ def _(ctx, self_t):
 batching("CoshBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("asinh", tensors=("self",), grad_fns=("AsinhBackward0",), aliases=("arcsinh",))
+@op("asinh", tensors=("self",), aliases=("arcsinh",))
 def asinh(self):
     """torch.asinh(input); saves its input."""
     return _unary("AsinhBackward0", np.arcsinh, self, "self")
@@ -825,7 +824,7 @@ def _(ctx, self_t):
 batching("AsinhBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("acosh", tensors=("self",), grad_fns=("AcoshBackward0",), aliases=("arccosh",))
+@op("acosh", tensors=("self",), aliases=("arccosh",))
 def acosh(self):
     """torch.acosh(input) (nan below 1); saves its input."""
     with np.errstate(invalid="ignore"):
@@ -847,7 +846,7 @@ def _(ctx, self_t):
 batching("AcoshBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("atanh", tensors=("self",), grad_fns=("AtanhBackward0",), aliases=("arctanh",))
+@op("atanh", tensors=("self",), aliases=("arctanh",))
 def atanh(self):
     """torch.atanh(input) (±inf at ±1, nan beyond); saves its input."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -869,7 +868,7 @@ def _(ctx, self_t):
 batching("AtanhBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("asin", tensors=("self",), grad_fns=("AsinBackward0",), aliases=("arcsin",))
+@op("asin", tensors=("self",), aliases=("arcsin",))
 def asin(self):
     """torch.asin(input) (nan outside [-1, 1]); saves its input."""
     with np.errstate(invalid="ignore"):
@@ -891,7 +890,7 @@ def _(ctx, self_t):
 batching("AsinBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("acos", tensors=("self",), grad_fns=("AcosBackward0",), aliases=("arccos",))
+@op("acos", tensors=("self",), aliases=("arccos",))
 def acos(self):
     """torch.acos(input) (nan outside [-1, 1]); saves its input."""
     with np.errstate(invalid="ignore"):
@@ -913,7 +912,7 @@ def _(ctx, self_t):
 batching("AcosBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("atan", tensors=("self",), grad_fns=("AtanBackward0",), aliases=("arctan",))
+@op("atan", tensors=("self",), aliases=("arctan",))
 def atan(self):
     """torch.atan(input); saves its input."""
     return _unary("AtanBackward0", np.arctan, self, "self")
@@ -938,7 +937,7 @@ _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
 
 
-@op("log2", tensors=("self",), grad_fns=("Log2Backward0",))
+@op("log2", tensors=("self",))
 def log2(self):
     """torch.log2(input); saves its input."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -958,7 +957,7 @@ def _(ctx, self_t):
 batching("Log2Backward0", vjp=SAME, jvp=SAME)
 
 
-@op("log10", tensors=("self",), grad_fns=("Log10Backward0",))
+@op("log10", tensors=("self",))
 def log10(self):
     """torch.log10(input); saves its input."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -992,7 +991,7 @@ def _float_binary(name: str, self, other):
     return binary_operands(self, other, dtype)
 
 
-@op("atan2", tensors=("self", "other"), grad_fns=("Atan2Backward0",), aliases=("arctan2",))
+@op("atan2", tensors=("self", "other"), aliases=("arctan2",))
 def atan2(self, other):
     """torch.atan2(input, other): the angle of (other, input); saves both."""
     _, a, b = _float_binary("atan2", self, other)
@@ -1019,7 +1018,7 @@ def _(ctx, self_t, other_t):
 batching("Atan2Backward0", vjp=SAME, jvp=SAME)
 
 
-@op("hypot", tensors=("self", "other"), grad_fns=("HypotBackward0",))
+@op("hypot", tensors=("self", "other"))
 def hypot(self, other):
     """torch.hypot(input, other) = sqrt(input**2 + other**2); saves both and the result."""
     dtype, a, b = _float_binary("hypot", self, other)
@@ -1066,7 +1065,7 @@ IN_PLACE_BYTES = 1 << 16
 
 @op("sigmoid",
     exports=("torch.nn.functional.sigmoid", "torch.special.expit"),
-    tensors=("self",), grad_fns=("SigmoidBackward0",), plannable=True)
+    tensors=("self",), plannable=True)
 def sigmoid(self):
     """torch.sigmoid(input); saves its result."""
     return _unary("SigmoidBackward0", _np_sigmoid, self, "result")
@@ -1082,7 +1081,7 @@ jvp("SigmoidBackward0")(elementwise_jvp)
 
 @op("relu",
     exports=("torch.nn.functional.relu",),
-    tensors=("self",), grad_fns=("ReluBackward0",), plannable=True)
+    tensors=("self",), plannable=True)
 def relu(self):
     """torch.relu(input); saves its result; relu'(0) = 0."""
     self = require_tensor(self)
@@ -1103,7 +1102,7 @@ jvp("ReluBackward0")(elementwise_jvp)
 
 @op("leaky_relu",
     exports=("torch.nn.functional.leaky_relu",),
-    tensors=("self",), grad_fns=("LeakyReluBackward0",))
+    tensors=("self",))
 def leaky_relu(self, negative_slope=0.01):
     """F.leaky_relu(input, negative_slope=0.01); leaky_relu'(0) = negative_slope."""
     self = _float_only(self, "leaky_relu_cpu")
@@ -1122,7 +1121,7 @@ jvp("LeakyReluBackward0")(elementwise_jvp)
 
 @op("elu",
     exports=("torch.nn.functional.elu",),
-    tensors=("self",), grad_fns=("EluBackward0",))
+    tensors=("self",))
 def elu(self, alpha=1.0):
     """F.elu(input, alpha=1.0)."""
     self = _float_only(self, "elu_cpu")
@@ -1162,7 +1161,7 @@ def _erf_np(x: np.ndarray) -> np.ndarray:
 
 @op("erf",
     exports=("torch.special.erf",),
-    tensors=("self",), grad_fns=("ErfBackward0",))
+    tensors=("self",))
 def erf(self):
     """torch.erf(input)."""
     return _unary("ErfBackward0", _erf, self, "self")
@@ -1179,7 +1178,7 @@ jvp("ErfBackward0")(elementwise_jvp)
 
 @op("gelu",
     exports=("torch.nn.functional.gelu",),
-    tensors=("self",), grad_fns=("GeluBackward0",))
+    tensors=("self",))
 def gelu(self, approximate="none"):
     """F.gelu(input, approximate='none'|'tanh')."""
     self = _float_only(self, "GeluKernelImpl")
@@ -1219,7 +1218,7 @@ jvp("GeluBackward0")(elementwise_jvp)
 
 @op("silu",
     exports=("torch.nn.functional.silu",),
-    tensors=("self",), grad_fns=("SiluBackward0",))
+    tensors=("self",))
 def silu(self):
     """F.silu(input) = input * sigmoid(input)."""
     self = _float_only(self, "silu_cpu")
@@ -1239,7 +1238,7 @@ jvp("SiluBackward0")(elementwise_jvp)
 
 @op("softplus",
     exports=("torch.nn.functional.softplus",),
-    tensors=("self",), grad_fns=("SoftplusBackward0",), plannable=True)
+    tensors=("self",), plannable=True)
 def softplus(self, beta=1, threshold=20):
     """F.softplus(input, beta=1, threshold=20)."""
     self = _float_only(self, "softplus_cpu")
@@ -1278,7 +1277,7 @@ jvp("SoftplusBackward0")(elementwise_jvp)
 
 @op("hardtanh",
     exports=("torch.nn.functional.hardtanh",),
-    tensors=("self",), grad_fns=("HardtanhBackward0",))
+    tensors=("self",))
 def hardtanh(self, min_val=-1.0, max_val=1.0):
     """F.hardtanh(input, min_val=-1.0, max_val=1.0)."""
     if min_val > max_val:  # checked in torch.nn.functional, before the input is looked at
@@ -1307,7 +1306,7 @@ jvp("HardtanhBackward0")(elementwise_jvp)
 
 @op("logsigmoid",
     message_name="log_sigmoid", exports=("torch.nn.functional.logsigmoid",),
-    tensors=("self",), grad_fns=("LogSigmoidBackward0",))
+    tensors=("self",))
 def logsigmoid(self):
     """F.logsigmoid(input); saves input and a buffer like torch's CPU kernel."""
     self = _float_only(self, "log_sigmoid_cpu")
@@ -1515,7 +1514,7 @@ def _binary_tensors(name, self, other):
     return self, other
 
 
-@op("maximum", tensors=("self", "other"), grad_fns=("MaximumBackward0",))
+@op("maximum", tensors=("self", "other"))
 def maximum(self, other):
     """torch.maximum(input, other); ties split the gradient 0.5/0.5."""
     self, other = _binary_tensors("maximum", self, other)
@@ -1534,7 +1533,7 @@ def _(ctx, grad):
 jvp("MaximumBackward0")(elementwise_jvp)
 
 
-@op("minimum", tensors=("self", "other"), grad_fns=("MinimumBackward0",))
+@op("minimum", tensors=("self", "other"))
 def minimum(self, other):
     """torch.minimum(input, other); ties split the gradient 0.5/0.5."""
     self, other = _binary_tensors("minimum", self, other)
@@ -1564,7 +1563,7 @@ jvp("MinimumBackward0")(elementwise_jvp)
         ),
         "method": ("(Tensor condition, Tensor other)", "(Tensor condition, Number other)"),
     },
-    tensors=("condition", "self", "other"), grad_fns=("WhereBackward0",))
+    tensors=("condition", "self", "other"))
 def where(condition, self, other):
     """torch.where(condition, input, other); numbers allowed for input/other."""
     condition = require_tensor(condition, "condition", "where")
@@ -1794,7 +1793,7 @@ def _pointwise3(name: str, kernel: str, self, tensor1, tensor2):
     return dtype, self, tensor1, tensor2, *(t.data.astype(npdt, copy=False) for t in (self, tensor1, tensor2))
 
 
-@op("addcmul", tensors=("self", "tensor1", "tensor2"), grad_fns=("AddcmulBackward0",))
+@op("addcmul", tensors=("self", "tensor1", "tensor2"))
 def addcmul(self, tensor1, tensor2, value=1):
     """torch.addcmul(input, tensor1, tensor2, *, value=1): input + value * tensor1 * tensor2."""
     dtype, self, tensor1, tensor2, a, b, c = _pointwise3("addcmul", "addcmul_cpu_out", self, tensor1, tensor2)
@@ -1817,7 +1816,7 @@ def _(ctx, grad):
 jvp("AddcmulBackward0")(elementwise_jvp)
 
 
-@op("addcdiv", tensors=("self", "tensor1", "tensor2"), grad_fns=("AddcdivBackward0",))
+@op("addcdiv", tensors=("self", "tensor1", "tensor2"))
 def addcdiv(self, tensor1, tensor2, value=1):
     """torch.addcdiv(input, tensor1, tensor2, *, value=1): input + value * tensor1 / tensor2 (true division;
     integer tensor1 and tensor2 are refused, as torch refuses them)."""
@@ -1909,7 +1908,7 @@ def _(ctx, grad):
 jvp("RemainderBackward1")(elementwise_jvp)
 
 
-@op("nan_to_num", tensors=("self",), grad_fns=("NanToNumBackward0",))
+@op("nan_to_num", tensors=("self",))
 def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
     """torch.nan_to_num(input, nan=0.0, posinf=None, neginf=None): the infinities become the dtype's largest
     and smallest finite values unless given; integer and bool inputs come back unchanged (a copy)."""
@@ -1961,7 +1960,7 @@ def _erfinv_np(y: np.ndarray) -> np.ndarray:
     return x
 
 
-@op("erfinv", tensors=("self",), grad_fns=("ErfinvBackward0",))
+@op("erfinv", tensors=("self",))
 def erfinv(self):
     """torch.erfinv(input): integer inputs compute in float32."""
     self = require_tensor(self)
@@ -1979,7 +1978,7 @@ def _(ctx, grad):
 jvp("ErfinvBackward0")(elementwise_jvp)
 
 
-@op("floor", tensors=("self",), grad_fns=("FloorBackward0",))
+@op("floor", tensors=("self",))
 def floor(self):
     """torch.floor(input); zero gradient."""
     self = _not_bool(self, "floor_vml_cpu")
@@ -1994,7 +1993,7 @@ def _(ctx, grad):
 jvp("FloorBackward0")(zero_jvp)
 
 
-@op("ceil", tensors=("self",), grad_fns=("CeilBackward0",))
+@op("ceil", tensors=("self",))
 def ceil(self):
     """torch.ceil(input); zero gradient."""
     self = _not_bool(self, "ceil_vml_cpu")

@@ -81,7 +81,7 @@ def _src_block(src: np.ndarray, index: np.ndarray) -> np.ndarray:
             "(int dim, Tensor index, Number value, *, str reduce)",
         ),
     },
-    tensors=("self", "index", "src"), grad_fns=("ScatterBackward0", "ScatterBackward1"))
+    tensors=("self", "index", "src"))
 def scatter(self, dim, index, src=None, value=None):
     """torch.scatter(input, dim, index, src) (ScatterBackward0) or (input, dim, index, value) with a number
     (ScatterBackward1): out[index[i][j]][j] = src[i][j] for dim 0."""
@@ -141,7 +141,7 @@ def _(ctx, self_t):
     return scatter(self_t, signed_int(ctx.dim), ctx.index, value=0.0)
 
 
-@op("scatter_add", tensors=("self", "index", "src"), grad_fns=("ScatterAddBackward0",))
+@op("scatter_add", tensors=("self", "index", "src"))
 def scatter_add(self, dim, index, src):
     """torch.scatter_add(input, dim, index, src): out[index[i][j]][j] += src[i][j] for dim 0."""
     self = require_tensor(self, "input", "scatter_add")
@@ -249,7 +249,7 @@ def _along(d: int, nd: int, ix: np.ndarray) -> tuple:
     return (slice(None),) * d + (ix,)
 
 
-@op("index_add", tensors=("self", "index", "source"), grad_fns=("IndexAddBackward0",))
+@op("index_add", tensors=("self", "index", "source"))
 def index_add(self, dim, index, source, alpha=1):
     """torch.index_add(input, dim, index, source, alpha=1): out[index[i]] += alpha * source[i] along dim."""
     self = require_tensor(self, "input", "index_add")
@@ -290,7 +290,7 @@ def _(ctx, self_t, source_t):
     return index_add(base, signed_int(ctx.dim), ctx.index, source_t, alpha=ctx.alpha)
 
 
-@op("index_copy", tensors=("self", "index", "source"), grad_fns=("IndexCopyBackward0",))
+@op("index_copy", tensors=("self", "index", "source"))
 def index_copy(self, dim, index, source):
     """torch.index_copy(input, dim, index, source): out[index[i]] = source[i] along dim."""
     self = require_tensor(self, "input", "index_copy")
@@ -416,7 +416,7 @@ def _(ctx, self_t, value_t):
     return index_fill(base, signed_int(ctx.dim), ctx.index, value_t if value_t is not None else 0.0)
 
 
-@op("masked_select", tensors=("self", "mask"), grad_fns=("MaskedSelectBackward0",))
+@op("masked_select", tensors=("self", "mask"))
 def masked_select(self, mask):
     """torch.masked_select(input, mask): the elements where the (broadcast) mask is true, as a 1-D tensor."""
     self = require_tensor(self, "input", "masked_select")
@@ -579,7 +579,7 @@ def _topk_as_torch(x: np.ndarray, ax: int, k: int, largest: bool, sorted_: bool,
     idx[...] = np.moveaxis(flat.reshape(out.shape), -1, ax)
 
 
-@op("topk", tensors=("self",), grad_fns=("TopkBackward0",), returns=ValuesIndices._fields)
+@op("topk", tensors=("self",), returns=ValuesIndices._fields)
 def topk(self, k, dim=-1, largest=True, sorted=True):
     """torch.topk(input, k, dim=-1, largest=True, sorted=True) -> (values, indices)."""
     self = require_tensor(self, "input", "topk")
@@ -679,7 +679,7 @@ def _kth_ties_as_torch(x: np.ndarray, ax: int, k: int, idx: np.ndarray) -> None:
     idx[...] = np.moveaxis(out.reshape(np.moveaxis(idx, ax, -1).shape), -1, ax)
 
 
-@op("kthvalue", tensors=("self",), grad_fns=("KthvalueBackward0",), returns=ValuesIndices._fields)
+@op("kthvalue", tensors=("self",), returns=ValuesIndices._fields)
 def kthvalue(self, k, dim=-1, keepdim=False):
     """torch.kthvalue(input, k, dim=-1, keepdim=False) -> (values, indices): the k-th smallest (1-based)."""
     self = require_tensor(self, "input", "kthvalue")
@@ -723,7 +723,7 @@ def _(ctx, self_t):
     return out if ctx.keepdim else squeeze(out, d)
 
 
-@op("roll", tensors=("self",), grad_fns=("RollBackward0",))
+@op("roll", tensors=("self",))
 def roll(self, shifts, dims=None):
     """torch.roll(input, shifts, dims=None): without dims the flattened input is rolled."""
     self = require_tensor(self, "input", "roll")

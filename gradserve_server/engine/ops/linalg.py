@@ -128,7 +128,7 @@ def _check_mm(a: Tensor, b: Tensor, first: str, second: str, with_dims: bool) ->
             "(Tensor input, Tensor mat2, torch.dtype out_dtype, *, Tensor out = None)",
         ),
     },
-    tensors=("self", "mat2"), grad_fns=("MmBackward0",), plannable=True)
+    tensors=("self", "mat2"), plannable=True)
 def mm(self, mat2):
     """torch.mm(input, mat2): 2-D @ 2-D; saves self (if mat2 needs grad), mat2 (if self needs grad)
     and their sizes and strides."""
@@ -196,7 +196,7 @@ batching("MmBackward0", vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
             "(Tensor input, Tensor mat2, torch.dtype out_dtype, *, Tensor out = None)",
         ),
     },
-    tensors=("self", "mat2"), grad_fns=("BmmBackward0",), plannable=True)
+    tensors=("self", "mat2"), plannable=True)
 def bmm(self, mat2):
     """torch.bmm(input, mat2): (b, n, m) @ (b, m, p)."""
     self = require_tensor(self, "self", "bmm")
@@ -235,7 +235,7 @@ batching("BmmBackward0", vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
 # ----- mv, dot, outer ---------------------------------------------------------------------------------
 
 
-@op("mv", tensors=("self", "vec"), grad_fns=("MvBackward0",), plannable=True)
+@op("mv", tensors=("self", "vec"), plannable=True)
 def mv(self, vec):
     """torch.mv(input, vec): matrix @ vector."""
     self = require_tensor(self, "self", "mv")
@@ -285,7 +285,7 @@ def _dot_kernel(a, b):
 
 @op("dot",
     exports=("torch.linalg.vecdot",),
-    tensors=("self", "tensor"), grad_fns=("DotBackward0",), aliases=("inner_1d",), plannable=True)
+    tensors=("self", "tensor"), aliases=("inner_1d",), plannable=True)
 def dot(self, tensor):
     """torch.dot(input, tensor): 1-D . 1-D, a 0-d result."""
     self = require_tensor(self, "self", "dot")
@@ -356,7 +356,7 @@ def outer(self, vec2):
         ),
         "method": ("(Tensor mat1, Tensor mat2, *, Number beta = 1, Number alpha = 1)",),
     },
-    tensors=("self", "mat1", "mat2"), grad_fns=("AddmmBackward0",), plannable=True)
+    tensors=("self", "mat1", "mat2"), plannable=True)
 def addmm(self, mat1, mat2, beta=1, alpha=1):
     """torch.addmm(input, mat1, mat2, beta=1, alpha=1): beta * input + alpha * (mat1 @ mat2); input
     broadcasts to the result (torch's expand message on failure)."""
@@ -436,7 +436,7 @@ def _addmm_batched_jvp(ctx, batch, self_t, mat1_t, mat2_t):
 batching("AddmmBackward0", vjp=_addmm_batched_vjp, jvp=_addmm_batched_jvp)
 
 
-@op("baddbmm", tensors=("self", "batch1", "batch2"), grad_fns=("BaddbmmBackward0",))
+@op("baddbmm", tensors=("self", "batch1", "batch2"))
 def baddbmm(self, batch1, batch2, beta=1, alpha=1):
     """torch.baddbmm(input, batch1, batch2, *, beta=1, alpha=1): beta * input + alpha * (batch1 @ batch2) per
     batch entry; input broadcasts to the result (torch's expand message on failure), checked first."""

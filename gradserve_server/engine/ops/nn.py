@@ -103,7 +103,7 @@ def _softmax_input(self, dim, dtype, name: str):
 
 @op("softmax",
     python_attribute=("softmax", ("self",)), exports=("torch.nn.functional.softmax", "torch.special.softmax"),
-    tensors=("self",), grad_fns=("SoftmaxBackward0",), plannable=True)
+    tensors=("self",), plannable=True)
 def softmax(self, dim, dtype=None):
     """F.softmax(input, dim, dtype=None): numerically stable; saves its result and dim. ``dtype`` casts the
     input first (ToCopyBackward0), as torch does."""
@@ -154,7 +154,7 @@ def _log_softmax_kernel(x, d, shape):
 @op("log_softmax",
     python_attribute=("log_softmax", ("self",)),
     exports=("torch.nn.functional.log_softmax", "torch.special.log_softmax"),
-    tensors=("self",), grad_fns=("LogSoftmaxBackward0",), plannable=True)
+    tensors=("self",), plannable=True)
 def log_softmax(self, dim, dtype=None):
     """F.log_softmax(input, dim, dtype=None): x - max - log(sum(exp(x - max))); saves its result and dim."""
     self, d, x = _softmax_input(self, dim, dtype, "log_softmax")
@@ -252,7 +252,7 @@ def _mse_kernel(a, b, red):
 
 @op("mse_loss",
     python_attribute=("size", ("target", "input")),
-    tensors=("input", "target"), grad_fns=("MseLossBackward0",), method=False, plannable=True)
+    tensors=("input", "target"), method=False, plannable=True)
 def mse_loss(input, target, reduction="mean"):
     """F.mse_loss(input, target, reduction='mean'); saves self, target and the reduction enum."""
     red = _reduction(reduction)
@@ -302,7 +302,7 @@ def _piecewise_forward(input, target, threshold: float, small, large):
 
 @op("smooth_l1_loss",
     python_attribute=("size", ("target", "input")),
-    tensors=("input", "target"), grad_fns=("SmoothL1LossBackward0",), method=False)
+    tensors=("input", "target"), method=False)
 def smooth_l1_loss(input, target, reduction="mean", beta=1.0):
     """F.smooth_l1_loss(input, target, reduction='mean', beta=1.0); beta == 0 is l1_loss, as in torch."""
     red = _reduction(reduction)
@@ -340,7 +340,7 @@ jvp("SmoothL1LossBackward0")(_loss_jvp)
 
 @op("huber_loss",
     python_attribute=("size", ("target", "input")),
-    tensors=("input", "target"), grad_fns=("HuberLossBackward0",), method=False)
+    tensors=("input", "target"), method=False)
 def huber_loss(input, target, reduction="mean", delta=1.0):
     """F.huber_loss(input, target, reduction='mean', delta=1.0)."""
     red = _reduction(reduction)
@@ -381,8 +381,7 @@ _BCE_EPS = 1e-12
 
 @op("binary_cross_entropy",
     python_attribute=("size", ("target", "input")),
-    tensors=("input", "target", "weight"), grad_fns=("BinaryCrossEntropyBackward0",),
-    method=False)
+    tensors=("input", "target", "weight"), method=False)
 def binary_cross_entropy(input, target, weight=None, reduction="mean"):
     """F.binary_cross_entropy(input, target, weight=None, reduction='mean'); logs are clamped at -100."""
     input = require_tensor(input, "input", "binary_cross_entropy")
@@ -446,7 +445,7 @@ jvp("BinaryCrossEntropyBackward0")(_loss_jvp)
 @op("binary_cross_entropy_with_logits",
     python_attribute=("size", ("target", "input")),
     tensors=("input", "target", "weight", "pos_weight"),
-    grad_fns=("BinaryCrossEntropyWithLogitsBackward0",), method=False)
+    method=False)
 def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None, reduction="mean"):
     """F.binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None, reduction='mean'):
     (1 - target) * input - log_sigmoid(input) * log_weight, with log_weight = (pos_weight - 1) * target + 1."""
@@ -576,7 +575,7 @@ def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, 
 
 @op("nll_loss",
     message_name="nll_loss_nd",
-    tensors=("input", "target", "weight"), grad_fns=("NllLossBackward0",), method=False, plannable=True)
+    tensors=("input", "target", "weight"), method=False, plannable=True)
 def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     """F.nll_loss(input, target, weight=None, ignore_index=-100, reduction='mean') for (C,) or (N, C) input
     with class-index targets; saves self, target, total_weight (a 0-d tensor), weight, reduction and

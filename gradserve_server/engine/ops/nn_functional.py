@@ -140,7 +140,7 @@ def softmin(input, dim, dtype=None):
 # ----- glu --------------------------------------------------------------------------------------------
 
 
-@op("glu", tensors=("input",), grad_fns=("GluBackward0",), method=False, family="nn")
+@op("glu", tensors=("input",), method=False, family="nn")
 def glu(input, dim=-1):
     """F.glu(input, dim=-1): a * sigmoid(b) for the two halves a, b of input along dim."""
     input = require_tensor(input, "input", "glu")
@@ -207,7 +207,7 @@ def _check_mixed_type(input: Tensor, params: list) -> None:
                                     f"{D.SCALAR_TYPE_NAMES[t.dtype]}", code="dtype_mismatch")
 
 
-@op("layer_norm", tensors=("input", "weight", "bias"), grad_fns=("NativeLayerNormBackward0",), method=False,
+@op("layer_norm", tensors=("input", "weight", "bias"), method=False,
     family="nn")
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """F.layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5): normalization over the
@@ -297,7 +297,7 @@ def _(ctx, input_t, weight_t, bias_t):
 
 @op("embedding",
     changes_argument=("weight", "max_norm"),
-    tensors=("input", "weight"), grad_fns=("EmbeddingBackward0",), method=False, family="nn",
+    tensors=("input", "weight"), method=False, family="nn",
     plannable=True)
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
               sparse=False):

@@ -117,7 +117,7 @@ def _median(name: str, prim0: str, prim1: str, self, dim, keepdim, ignore_nan: b
 
 @op("median",
     returns=("values", "indices"), returns_when="dim",
-    tensors=("self",), grad_fns=("MedianBackward0", "MedianBackward1"))
+    tensors=("self",))
 def median(self, dim=None, keepdim=False):
     """torch.median(input) -> the lower median; torch.median(input, dim, keepdim=False) -> (values, indices).
     A NaN makes the result NaN."""
@@ -126,7 +126,7 @@ def median(self, dim=None, keepdim=False):
 
 @op("nanmedian",
     returns=("values", "indices"), returns_when="dim",
-    tensors=("self",), grad_fns=("NanmedianBackward0", "NanmedianBackward1"))
+    tensors=("self",))
 def nanmedian(self, dim=None, keepdim=False):
     """torch.nanmedian(input[, dim, keepdim]): the lower median of the non-NaN values."""
     return _median("nanmedian", "NanmedianBackward0", "NanmedianBackward1", self, dim, keepdim, True)

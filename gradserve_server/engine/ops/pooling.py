@@ -170,7 +170,7 @@ def _(ctx, self_t):
 # ----- avg_pool2d -----------------------------------------------------------------------------------------
 
 
-@op("avg_pool2d", tensors=("input",), grad_fns=("AvgPool2DBackward0",), method=False, family="nn")
+@op("avg_pool2d", tensors=("input",), method=False, family="nn")
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     """F.avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,

@@ -149,7 +149,7 @@ def argsort(self, dim=-1, descending=False, stable=False):
 
 @op("unique",
     tuple_when=("return_inverse", "return_counts"),
-    tensors=("self",), grad_fns=("Unique2Backward0", "UniqueDimBackward0"), differentiable=False)
+    tensors=("self",), differentiable=False)
 def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=None):
     """torch.unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None): always sorted (as
     torch's CPU kernel); NaNs are all kept, last. With dim, the unique slices along dim."""

@@ -565,7 +565,7 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, requires_gra
     return record("NormalBackward2", normal_values(g, std.shape, std.dtype, 0.0, 1.0) * std.data + m, (std,))
 
 
-@op("bernoulli", tensors=("input",), grad_fns=("BernoulliBackward0",))
+@op("bernoulli", tensors=("input",))
 def bernoulli(input, *, generator=None):
     """torch.bernoulli(input, *, generator=None): 1 where a uniform draw falls below input's probability (a
     double draw for float64 probabilities, a float one for float32), in input's dtype."""

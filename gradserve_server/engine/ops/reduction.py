@@ -73,7 +73,7 @@ def _sum_kernel(x, axis, keepdim, dtype):
             "(tuple of ints dim, bool keepdim = False, *, torch.dtype dtype = None)",
         ),
     },
-    tensors=("self",), grad_fns=("SumBackward0", "SumBackward1"), plannable=True)
+    tensors=("self",), plannable=True)
 def sum(self, dim=None, keepdim=False, dtype=None):
     """torch.sum(input, dim=None, keepdim=False, dtype=None): SumBackward0 without dim, SumBackward1 with."""
     self = require_tensor(self)
@@ -165,7 +165,7 @@ def sum_to(t: Tensor, shape: tuple) -> Tensor:
             "(tuple of ints dim, bool keepdim = False, *, torch.dtype dtype = None)",
         ),
     },
-    tensors=("self",), grad_fns=("MeanBackward0", "MeanBackward1"), plannable=True)
+    tensors=("self",), plannable=True)
 def mean(self, dim=None, keepdim=False, dtype=None):
     """torch.mean(input, dim=None, keepdim=False); integer inputs are refused as in torch."""
     self = require_tensor(self)
@@ -246,7 +246,7 @@ batching("MeanBackward1", vjp=_mean_batched_vjp,
         ),
         "method": ("(*, torch.dtype dtype = None)", "(int dim, bool keepdim = False, *, torch.dtype dtype = None)"),
     },
-    tensors=("self",), grad_fns=("ProdBackward0", "ProdBackward1"))
+    tensors=("self",))
 def prod(self, dim=None, keepdim=False, dtype=None):
     """torch.prod(input, dim=None, keepdim=False)."""
     self = require_tensor(self)
@@ -542,7 +542,7 @@ def argmin(self, dim=None, keepdim=False):
 
 @op("logsumexp",
     param_types={"dim": "tuple of ints", "keepdim": "bool"}, exports=("torch.special.logsumexp",),
-    tensors=("self",), grad_fns=("LogsumexpBackward0",))
+    tensors=("self",))
 def logsumexp(self, dim, keepdim=False):
     """torch.logsumexp(input, dim, keepdim=False)."""
     self = require_tensor(self)
@@ -639,7 +639,7 @@ def _var_backward(grad: Tensor, x: Tensor, dims, correction, keepdim) -> Tensor:
             "(bool unbiased = True)",
         ),
     },
-    tensors=("self",), grad_fns=("VarBackward0",))
+    tensors=("self",))
 def var(self, dim=None, unbiased=None, keepdim=False, correction=None):
     """torch.var(input, dim=None, unbiased=True, keepdim=False, correction=None): unbiased by default."""
     if isinstance(dim, bool):  # torch.var(input, unbiased): the (Tensor input, bool unbiased) overload
@@ -676,7 +676,7 @@ jvp("VarBackward0")(_reduce_jvp)
             "(bool unbiased = True)",
         ),
     },
-    tensors=("self",), grad_fns=("StdBackward0",))
+    tensors=("self",))
 def std(self, dim=None, unbiased=None, keepdim=False, correction=None):
     """torch.std(input, dim=None, unbiased=True, keepdim=False, correction=None)."""
     if isinstance(dim, bool):  # torch.std(input, unbiased): the (Tensor input, bool unbiased) overload
@@ -796,7 +796,7 @@ def pow_(a, b):
 
 @op("cumsum",
     param_types={"dim": "int"},
-    tensors=("self",), grad_fns=("CumsumBackward0",))
+    tensors=("self",))
 def cumsum(self, dim, dtype=None):
     """torch.cumsum(input, dim)."""
     self = require_tensor(self)
@@ -823,7 +823,7 @@ def _(ctx, self_t):
 batching("CumsumBackward0", **shifted(sizes=(), dims=("dim",)))
 
 
-@op("flip", tensors=("self",), grad_fns=("FlipBackward0",))
+@op("flip", tensors=("self",))
 def flip(self, dims):
     """torch.flip(input, dims)."""
     self = require_tensor(self)
@@ -857,7 +857,7 @@ batching("FlipBackward0", **shifted(sizes=(), dims=("dims",)))
         ),
     },
     returns=("values", "indices"),
-    tensors=("self",), grad_fns=("SortBackward0", "SortBackward1"))
+    tensors=("self",))
 def sort(self, dim=-1, descending=False, stable=NOT_GIVEN):
     """torch.sort(input, dim=-1, descending=False) -> (values, indices) (SortBackward0); with ``stable``
     given (even False or None), torch's ``sort.stable`` overload, SortBackward1. Always stable here."""

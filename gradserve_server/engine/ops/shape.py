@@ -41,7 +41,7 @@ def _as_view(out: Tensor, base: Tensor, multi: bool = False) -> Tensor:
 
 @op("to",
     method_only=True, numbers_as_tensors=True,
-    tensors=("self",), grad_fns=("ToCopyBackward0",), plannable=True)
+    tensors=("self",), plannable=True)
 def to(self, dtype=None, non_blocking=False, copy=False):
     """Tensor.to(dtype, non_blocking=False, copy=False): returns self when the dtype already matches and no
     copy is asked for (as torch does); non_blocking means nothing on the CPU."""
@@ -123,7 +123,7 @@ def bool_(self):
 
 @op("clone",
     storage="new",
-    tensors=("self",), grad_fns=("CloneBackward0",), plannable=True)
+    tensors=("self",), plannable=True)
 def clone(self):
     """torch.clone(input)."""
     self = require_tensor(self)
@@ -145,7 +145,7 @@ batching("CloneBackward0", vjp=SAME, jvp=SAME)
 
 @op("contiguous",
     method_only=True,
-    tensors=("self",), grad_fns=("CloneBackward0",), plannable=True)
+    tensors=("self",), plannable=True)
 def contiguous(self):
     """Tensor.contiguous(): self when already contiguous, else a copy."""
     self = require_tensor(self)
@@ -269,7 +269,7 @@ def _split_kernel(a, d, offsets):
         "method": ("(torch.dtype dtype)", "(tuple of ints size)"),
     },
     storage="view",
-    tensors=("self",), grad_fns=("ViewBackward0",), plannable=True)
+    tensors=("self",), plannable=True)
 def view(self, *shape):
     """Tensor.view(*shape): fails on a non-viewable layout with torch's message."""
     self = require_tensor(self)
@@ -460,7 +460,7 @@ for _name in ("SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2", "Squee
 
 @op("unsqueeze",
     param_types={"dim": "int"}, storage="view", dims_of="output",
-    tensors=("self",), grad_fns=("UnsqueezeBackward0",), plannable=True)
+    tensors=("self",), plannable=True)
 def unsqueeze(self, dim):
     """torch.unsqueeze(input, dim)."""
     self = require_tensor(self)
@@ -575,7 +575,7 @@ def expand_as(self, other):
 
 @op("repeat",
     method_only=True, size_varargs="repeats", storage="new", cost="arguments",
-    tensors=("self",), grad_fns=("RepeatBackward0",))
+    tensors=("self",))
 def repeat(self, *repeats):
     """Tensor.repeat(*repeats)."""
     self = require_tensor(self)
@@ -621,7 +621,7 @@ def _(ctx, self_t):
 
 @op("t",
     storage="view",
-    tensors=("self",), grad_fns=("TBackward0",), plannable=True)
+    tensors=("self",), plannable=True)
 def t(self):
     """Tensor.t(): transpose of a <= 2-D tensor."""
     self = require_tensor(self)
@@ -650,7 +650,7 @@ batching("TBackward0", vjp=lambda ctx, grad, batch: (_t_batched(grad),), jvp=lam
 
 @op("transpose",
     param_types={"dim0": "int", "dim1": "int"}, storage="view",
-    tensors=("self",), grad_fns=("TransposeBackward0",), aliases=("swapaxes", "swapdims"), plannable=True)
+    tensors=("self",), aliases=("swapaxes", "swapdims"), plannable=True)
 def transpose(self, dim0, dim1):
     """torch.transpose(input, dim0, dim1)."""
     self = require_tensor(self)
@@ -675,7 +675,7 @@ batching("TransposeBackward0", **shifted(sizes=(), dims=("dim0", "dim1")))
 
 @op("permute",
     size_varargs="dims", storage="view",
-    tensors=("self",), grad_fns=("PermuteBackward0",))
+    tensors=("self",))
 def permute(self, *dims):
     """torch.permute(input, dims)."""
     self = require_tensor(self)
@@ -732,7 +732,7 @@ def _tensor_list(tensors, name: str) -> list:
 
 @op("cat",
     storage="new", dims_of="other",
-    tensor_lists=("tensors",), grad_fns=("CatBackward0",), method=False, aliases=("concat", "concatenate"),
+    tensor_lists=("tensors",), method=False, aliases=("concat", "concatenate"),
     plannable=True)
 def cat(tensors, dim=0):
     """torch.cat(tensors, dim=0)."""
@@ -796,7 +796,7 @@ def _(ctx, *tangents):
 
 @op("stack",
     storage="new", dims_of="other",
-    tensor_lists=("tensors",), grad_fns=("StackBackward0",), method=False, plannable=True)
+    tensor_lists=("tensors",), method=False, plannable=True)
 def stack(tensors, dim=0):
     """torch.stack(tensors, dim=0)."""
     ts = _tensor_list(tensors, "stack")
@@ -961,7 +961,7 @@ def chunk(self, chunks, dim=0):
 
 @op("unbind",
     param_types={"dim": "int"}, variable_outputs=True,
-    tensors=("self",), grad_fns=("UnbindBackward0",))
+    tensors=("self",))
 def unbind(self, dim=0):
     """torch.unbind(input, dim=0)."""
     self = require_tensor(self)
@@ -1374,7 +1374,7 @@ def _(ctx, values_t):
 
 @op("index_select",
     param_types={"dim": "int"}, storage="new",
-    tensors=("self", "index"), grad_fns=("IndexSelectBackward0",))
+    tensors=("self", "index"))
 def index_select(self, dim, index):
     """torch.index_select(input, dim, index)."""
     self = require_tensor(self)
@@ -1425,7 +1425,7 @@ batching("IndexSelectBackward0", **shifted(dims=("dim",)))
 
 @op("gather",
     param_types={"dim": "int"}, storage="new",
-    tensors=("self", "index"), grad_fns=("GatherBackward0",))
+    tensors=("self", "index"))
 def gather(self, dim, index, sparse_grad=False):
     """torch.gather(input, dim, index)."""
     self = require_tensor(self)

@@ -222,7 +222,7 @@ def _float_unary(self, name: str):
 # ----- lgamma, digamma, polygamma ---------------------------------------------------------------------
 
 
-@op("lgamma", tensors=("self",), grad_fns=("LgammaBackward0",), aliases=("special.gammaln",))
+@op("lgamma", tensors=("self",), aliases=("special.gammaln",))
 def lgamma(self):
     """torch.lgamma(input): log|Gamma(input)| (inf at the poles); saves its input."""
     self, x = _float_unary(self, "lgamma")
@@ -242,7 +242,7 @@ def _(ctx, self_t):
 batching("LgammaBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("digamma", tensors=("self",), grad_fns=("DigammaBackward0",), aliases=("special.digamma", "special.psi"))
+@op("digamma", tensors=("self",), aliases=("special.digamma", "special.psi"))
 def digamma(self):
     """torch.digamma(input): -inf at 0, nan at negative integers; saves its input."""
     self, x = _float_unary(self, "digamma")
@@ -289,7 +289,7 @@ def _(ctx, self_t):
 batching("PolygammaBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("special.multigammaln", tensors=("self",), grad_fns=("MvlgammaBackward0",), method=False)
+@op("special.multigammaln", tensors=("self",), method=False)
 def multigammaln(self, p):
     """torch.special.multigammaln(input, p) (= torch.mvlgamma): sum_i lgamma(input - i/2) + p(p-1)/4 log(pi)."""
     self = require_tensor(self, "input", "multigammaln")
@@ -342,8 +342,7 @@ batching("MvlgammaBackward0", vjp=SAME, jvp=SAME)
         ),
         "method": ("(Tensor other)", "(Number other)"),
     },
-    tensors=("self", "other"), grad_fns=("XlogyBackward0", "XlogyBackward1", "XlogyBackward2"),
-    aliases=("special.xlogy",))
+    tensors=("self", "other"), aliases=("special.xlogy",))
 def xlogy(self, other):
     """torch.xlogy(input, other) = input * log(other), 0 where input == 0 (unless other is nan); either side
     may be a number (XlogyBackward1: number input, XlogyBackward2: number other)."""
@@ -412,7 +411,7 @@ def _(ctx, self_t):
 batching("XlogyBackward2", vjp=SAME, jvp=SAME)
 
 
-@op("logaddexp", tensors=("self", "other"), grad_fns=("LogaddexpBackward0",))
+@op("logaddexp", tensors=("self", "other"))
 def logaddexp(self, other):
     """torch.logaddexp(input, other) = log(exp(input) + exp(other)), computed stably; saves both."""
     self = require_tensor(self, "input", "logaddexp")
