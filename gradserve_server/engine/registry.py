@@ -130,23 +130,40 @@ _SUPPORTED = frozenset(D.NP_DTYPES.values())
 OPS: dict[str, OpSpec] = {}
 
 
-def vjp(name: str, inputs: tuple[str, ...], saves: dict | tuple = (), n_outputs: int = 1):
+#: the primitive the latest ``vjp`` declared: a ``jvp()`` right after it names no primitive
+_declaring: list[str | None] = [None]
+
+
+def vjp(name: str, inputs: tuple[str, ...], saves: dict | tuple = (), n_outputs: int = 1, jvp: Callable | None = None):
     """Register the VJP of a backward primitive. ``saves`` lists saved slots, or maps a slot to the inputs
-    whose gradient needs it (the slot is then saved only if one of them requires grad)."""
+    whose gradient needs it (the slot is then saved only if one of them requires grad). ``jvp``: its forward
+    formula when it is a shared one (``elementwise_jvp``, ``zero_jvp``...); a formula of its own follows the
+    VJP as ``@jvp()``."""
     needed_by = dict(saves) if isinstance(saves, dict) else {s: () for s in saves}
+    forward = jvp
 
     def deco(fn):
         if name in PRIMS:
             raise RuntimeError(f"duplicate primitive {name}")
         idx = {slot: tuple(inputs.index(u) for u in users) for slot, users in needed_by.items() if users}
         PRIMS[name] = Prim(name, tuple(inputs), fn, needed_by, n_outputs, idx)
+        _declaring[0] = name
+        if forward is not None:
+            _register_jvp(name, forward)
         return fn
 
     return deco
 
 
-def jvp(name: str):
-    """Register the forward (JVP) formula of a backward primitive, right after its VJP:
+def _register_jvp(name: str, fn: Callable) -> None:
+    if name in JVPS or name in NO_JVP:
+        raise RuntimeError(f"duplicate forward formula for {name}")
+    JVPS[name] = fn
+
+
+def jvp(name: str | None = None):
+    """Register the forward (JVP) formula of a backward primitive, right after its VJP (``@jvp()``: the
+    primitive the VJP just above declared; a name for one declared elsewhere):
 
     ``fn(ctx, *tangents)`` gets one tangent per entry of the primitive's ``inputs`` (None: a zero tangent) and
     returns the output's tangent (a tuple for multi-output primitives; None: zero). ``ctx`` holds every value
@@ -155,10 +172,10 @@ def jvp(name: str):
     forward AD off and grad mode as it is, so a tangent is differentiable again. The engine makes the tangent
     the output's shape (broadcast), a fresh tensor, and zeros when the formula says None."""
 
+    prim = name or _declaring[0]
+
     def deco(fn):
-        if name in JVPS or name in NO_JVP:
-            raise RuntimeError(f"duplicate forward formula for {name}")
-        JVPS[name] = fn
+        _register_jvp(prim, fn)
         return fn
 
     return deco

@@ -189,7 +189,7 @@ def _(ctx, grad):
     return _singular_det_grad(A, grad),
 
 
-@jvp("LinalgDetBackward0")
+@jvp()
 def _(ctx, A_t):
     # d det = det * tr(A^{-1} dA)
     from .matrix import diagonal
@@ -259,7 +259,7 @@ def _getrs(lu: np.ndarray, piv: np.ndarray, b: np.ndarray) -> np.ndarray:
     return x
 
 
-@jvp("LinalgSlogdetBackward0")
+@jvp()
 def _(ctx, A_t):
     from .matrix import diagonal
     from .reduction import sum as sum_
@@ -313,7 +313,7 @@ def _(ctx, grad):
     return -matmul(inv_t, matmul(grad, inv_t)),
 
 
-@jvp("LinalgInvExBackward0")
+@jvp()
 def _(ctx, A_t):
     inv = ctx.inverse
     return -matmul(matmul(inv, A_t), inv)
@@ -375,7 +375,7 @@ def _(ctx, grad):
     return gA, ((squeeze(gBm, -1) if vec else gBm) if n[1] else None)
 
 
-@jvp("LinalgSolveExBackward0")
+@jvp()
 def _(ctx, A_t, B_t):
     # left: A X = B -> A dX = dB - dA X; right: X A = B -> dX A = dB - X dA
     A, X, left = ctx.A, ctx.result, ctx.left
@@ -463,7 +463,7 @@ def _(ctx, grad):
     return gA, (gB if n[1] else None)
 
 
-@jvp("LinalgSolveTriangularBackward0")
+@jvp()
 def _(ctx, A_t, B_t):
     from .matrix import tril, triu
     A, X, upper, left = ctx.self, ctx.result, ctx.upper, ctx.left
@@ -661,7 +661,7 @@ def _(ctx, grads):
     return svd_backward(gU, gS, gVh, U, ctx.S, Vh),
 
 
-@jvp("LinalgSvdBackward0")
+@jvp()
 def _(ctx, A_t):
     # FunctionsManual.cpp linalg_svd_jvp, real case
     S = ctx.S
@@ -890,7 +890,7 @@ def _(ctx, grad):
             (linalg_cross(grad, ctx.self, dim=d) if n[1] else None))
 
 
-@jvp("LinalgCrossBackward0")
+@jvp()
 def _(ctx, self_t, other_t):
     d = signed_int(ctx.dim)
     a = linalg_cross(self_t, ctx.other, dim=d) if self_t is not None else None

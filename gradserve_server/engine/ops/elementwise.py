@@ -120,7 +120,7 @@ def _(ctx, grad):
     return grad, (grad if alpha == 1 else mul_number(grad, alpha))  # maybe_multiply(grad, alpha)
 
 
-@jvp("AddBackward0")
+@jvp()
 def _(ctx, self_t, other_t):
     return add_t(self_t, scale_t(other_t, ctx.alpha))
 
@@ -164,13 +164,10 @@ def _sub_check(self, other) -> None:
                                 "instead.", code="invalid_dtype")
 
 
-@vjp("SubBackward0", inputs=("self", "other"), saves=("alpha",))
+@vjp("SubBackward0", inputs=("self", "other"), saves=("alpha",), jvp=elementwise_jvp)
 def _(ctx, grad):
     alpha = ctx.alpha
     return grad, (-grad if alpha == 1 else mul_number(-grad, alpha))
-
-
-jvp("SubBackward0")(elementwise_jvp)
 
 
 @op("rsub",
@@ -194,22 +191,16 @@ def rsub(self, other, alpha=1):
     return record("RsubBackward1", out, (self,), {"alpha": alpha})
 
 
-@vjp("RsubBackward0", inputs=("self", "other"), saves=("alpha",))
+@vjp("RsubBackward0", inputs=("self", "other"), saves=("alpha",), jvp=elementwise_jvp)
 def _(ctx, grad):
     alpha = ctx.alpha
     return (-grad if alpha == 1 else mul_number(-grad, alpha)), grad
 
 
-jvp("RsubBackward0")(elementwise_jvp)
-
-
-@vjp("RsubBackward1", inputs=("self",), saves=("alpha",))
+@vjp("RsubBackward1", inputs=("self",), saves=("alpha",), jvp=elementwise_jvp)
 def _(ctx, grad):
     alpha = ctx.alpha
     return (-grad if alpha == 1 else mul_number(-grad, alpha)),
-
-
-jvp("RsubBackward1")(elementwise_jvp)
 
 
 @op("mul",
@@ -253,7 +244,7 @@ def _(ctx, grad):
     return div_number(grad, ctx.other),
 
 
-@jvp("DivBackward1")
+@jvp()
 def _(ctx, self_t):
     return div_number(self_t, ctx.other)
 
@@ -263,7 +254,7 @@ def _(ctx, grad):
     return mul_number(grad, ctx.other),
 
 
-@jvp("MulBackward1")
+@jvp()
 def _(ctx, self_t):
     return mul_number(self_t, ctx.other)
 
@@ -341,7 +332,8 @@ def _div_floor_floating(a, b):
     return np.where(b == 0, a / b, floordiv)
 
 
-@vjp("DivBackward0", inputs=("self", "other"), saves={"self": ("other",), "other": ("self", "other")})
+@vjp("DivBackward0", inputs=("self", "other"), saves={"self": ("other",), "other": ("self", "other")},
+     jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     other = ctx.other
@@ -350,18 +342,12 @@ def _(ctx, grad):
     return g_self, g_other
 
 
-jvp("DivBackward0")(elementwise_jvp)
-
-
 @vjp("DivBackward2", inputs=("self", "other"),
-     saves={"self": ("other",), "other": ("self", "other"), "rounding_mode": ()})
+     saves={"self": ("other",), "other": ("self", "other"), "rounding_mode": ()}, jvp=zero_jvp)
 def _(ctx, grad):
     n = ctx.needs
     z = zeros_like(grad)
     return (z if n[0] else None), (z if n[1] else None)
-
-
-jvp("DivBackward2")(zero_jvp)
 
 
 @op("floor_divide",
@@ -449,7 +435,7 @@ def rpow(self, other):
     return pow(other, self)
 
 
-@vjp("PowBackward0", inputs=("self",), saves=("self", "exponent"))
+@vjp("PowBackward0", inputs=("self",), saves=("self", "exponent"), jvp=elementwise_jvp)
 def _(ctx, grad):
     exponent = ctx.exponent
     if exponent == 0:
@@ -458,10 +444,7 @@ def _(ctx, grad):
     return grad * (e * pow(ctx.self, e - 1)),
 
 
-jvp("PowBackward0")(elementwise_jvp)
-
-
-@vjp("PowBackward1", inputs=("self", "exponent"), saves=("self", "exponent", "result"))
+@vjp("PowBackward1", inputs=("self", "exponent"), saves=("self", "exponent", "result"), jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     self, exponent = ctx.self, ctx.exponent
@@ -474,18 +457,12 @@ def _(ctx, grad):
     return g_self, g_exp
 
 
-jvp("PowBackward1")(elementwise_jvp)
-
-
-@vjp("PowBackward2", inputs=("exponent",), saves=("self", "exponent", "result"))
+@vjp("PowBackward2", inputs=("exponent",), saves=("self", "exponent", "result"), jvp=elementwise_jvp)
 def _(ctx, grad):
     base = ctx.self
     if base == 0:
         return grad * where(ge(ctx.exponent, 0), 0.0, ctx.result * _scalar_log(base)),
     return grad * (ctx.result * _scalar_log(base)),
-
-
-jvp("PowBackward2")(elementwise_jvp)
 
 
 def _scalar_log(v):
@@ -549,12 +526,9 @@ def neg(self):
     return record("NegBackward0", kcall(np.negative, self.data), (self,))
 
 
-@vjp("NegBackward0", inputs=("self",))
+@vjp("NegBackward0", inputs=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return neg(grad),
-
-
-jvp("NegBackward0")(elementwise_jvp)
 
 
 @op("reciprocal", tensors=("self",), plannable=True)
@@ -563,13 +537,10 @@ def reciprocal(self):
     return _unary("ReciprocalBackward0", np.reciprocal, self, "result")
 
 
-@vjp("ReciprocalBackward0", inputs=("self",), saves=("result",))
+@vjp("ReciprocalBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     r = ctx.result
     return -grad * (r * r),
-
-
-jvp("ReciprocalBackward0")(elementwise_jvp)
 
 
 @op("exp", tensors=("self",), plannable=True)
@@ -578,12 +549,9 @@ def exp(self):
     return _unary("ExpBackward0", np.exp, self, "result")
 
 
-@vjp("ExpBackward0", inputs=("self",), saves=("result",))
+@vjp("ExpBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad * ctx.result,
-
-
-jvp("ExpBackward0")(elementwise_jvp)
 
 
 @op("expm1",
@@ -594,12 +562,9 @@ def expm1(self):
     return _unary("Expm1Backward0", np.expm1, self, "result")
 
 
-@vjp("Expm1Backward0", inputs=("self",), saves=("result",))
+@vjp("Expm1Backward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad * (ctx.result + 1),
-
-
-jvp("Expm1Backward0")(elementwise_jvp)
 
 
 @op("log", tensors=("self",), plannable=True)
@@ -608,12 +573,9 @@ def log(self):
     return _unary("LogBackward0", np.log, self, "self")
 
 
-@vjp("LogBackward0", inputs=("self",), saves=("self",))
+@vjp("LogBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad / ctx.self,
-
-
-jvp("LogBackward0")(elementwise_jvp)
 
 
 @op("log1p",
@@ -624,12 +586,9 @@ def log1p(self):
     return _unary("Log1PBackward0", np.log1p, self, "self")
 
 
-@vjp("Log1PBackward0", inputs=("self",), saves=("self",))
+@vjp("Log1PBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad / (ctx.self + 1),
-
-
-jvp("Log1PBackward0")(elementwise_jvp)
 
 
 @op("sqrt", tensors=("self",), plannable=True)
@@ -638,12 +597,9 @@ def sqrt(self):
     return _unary("SqrtBackward0", np.sqrt, self, "result")
 
 
-@vjp("SqrtBackward0", inputs=("self",), saves=("result",))
+@vjp("SqrtBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad / (2 * ctx.result),
-
-
-jvp("SqrtBackward0")(elementwise_jvp)
 
 
 def _np_rsqrt(x):
@@ -656,12 +612,9 @@ def rsqrt(self):
     return _unary("RsqrtBackward0", _np_rsqrt, self, "result")
 
 
-@vjp("RsqrtBackward0", inputs=("self",), saves=("result",))
+@vjp("RsqrtBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return -0.5 * grad * pow(ctx.result, 3),
-
-
-jvp("RsqrtBackward0")(elementwise_jvp)
 
 
 @op("abs", tensors=("self",), aliases=("absolute", "__abs__"))
@@ -671,12 +624,9 @@ def abs(self):
     return record("AbsBackward0", np.abs(self.data), (self,), {"self": self})
 
 
-@vjp("AbsBackward0", inputs=("self",), saves=("self",))
+@vjp("AbsBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad * sign(ctx.self),
-
-
-jvp("AbsBackward0")(elementwise_jvp)
 
 
 @op("sign", tensors=("self",))
@@ -691,12 +641,9 @@ def sign(self):
     return record("SignBackward0", out, (self,))
 
 
-@vjp("SignBackward0", inputs=("self",))
+@vjp("SignBackward0", inputs=("self",), jvp=zero_jvp)
 def _(ctx, grad):
     return zeros_like(grad),
-
-
-jvp("SignBackward0")(zero_jvp)
 
 
 @op("sin", tensors=("self",), plannable=True)
@@ -710,7 +657,7 @@ def _(ctx, grad):
     return grad * cos(ctx.self),
 
 
-@jvp("SinBackward0")
+@jvp()
 def _(ctx, self_t):
     return self_t * cos(ctx.self)
 
@@ -724,12 +671,9 @@ def cos(self):
     return _unary("CosBackward0", np.cos, self, "self")
 
 
-@vjp("CosBackward0", inputs=("self",), saves=("self",))
+@vjp("CosBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad * -sin(ctx.self),
-
-
-jvp("CosBackward0")(elementwise_jvp)
 
 
 @op("tan", tensors=("self",), plannable=True)
@@ -738,12 +682,9 @@ def tan(self):
     return _unary("TanBackward0", np.tan, self, "result")
 
 
-@vjp("TanBackward0", inputs=("self",), saves=("result",))
+@vjp("TanBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad * (1 + pow(ctx.result, 2)),
-
-
-jvp("TanBackward0")(elementwise_jvp)
 
 
 @op("tanh",
@@ -754,12 +695,9 @@ def tanh(self):
     return _unary("TanhBackward0", np.tanh, self, "result")
 
 
-@vjp("TanhBackward0", inputs=("self",), saves=("result",))
+@vjp("TanhBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return _backward.tanh_backward(grad, ctx.result),
-
-
-jvp("TanhBackward0")(elementwise_jvp)
 
 
 # ----- hyperbolic and inverse trigonometric functions, log2/log10, atan2/hypot -------------------------
@@ -776,7 +714,7 @@ def _(ctx, grad):
     return grad * cosh(ctx.self),
 
 
-@jvp("SinhBackward0")
+@jvp()
 def _(ctx, self_t):
     return self_t * cosh(ctx.self)
 
@@ -795,7 +733,7 @@ def _(ctx, grad):
     return grad * sinh(ctx.self),
 
 
-@jvp("CoshBackward0")
+@jvp()
 def _(ctx, self_t):
     return self_t * sinh(ctx.self)
 
@@ -815,7 +753,7 @@ def _(ctx, grad):
     return grad * rsqrt(x * x + 1),
 
 
-@jvp("AsinhBackward0")
+@jvp()
 def _(ctx, self_t):
     x = ctx.self
     return self_t * rsqrt(x * x + 1)
@@ -837,7 +775,7 @@ def _(ctx, grad):
     return grad * rsqrt(x * x - 1),
 
 
-@jvp("AcoshBackward0")
+@jvp()
 def _(ctx, self_t):
     x = ctx.self
     return self_t * rsqrt(x * x - 1)
@@ -859,7 +797,7 @@ def _(ctx, grad):
     return grad / (1 - x * x),  # derivatives.yaml: grad * 1 / (1 - self.pow(2)), a DivBackward0 on top
 
 
-@jvp("AtanhBackward0")
+@jvp()
 def _(ctx, self_t):
     x = ctx.self
     return self_t * reciprocal(1 - x * x)
@@ -881,7 +819,7 @@ def _(ctx, grad):
     return grad * rsqrt(-x * x + 1),
 
 
-@jvp("AsinBackward0")
+@jvp()
 def _(ctx, self_t):
     x = ctx.self
     return self_t * rsqrt(-x * x + 1)
@@ -903,7 +841,7 @@ def _(ctx, grad):
     return grad * -rsqrt(-x * x + 1),
 
 
-@jvp("AcosBackward0")
+@jvp()
 def _(ctx, self_t):
     x = ctx.self
     return self_t * -rsqrt(-x * x + 1)
@@ -924,7 +862,7 @@ def _(ctx, grad):
     return grad / (x * x + 1),
 
 
-@jvp("AtanBackward0")
+@jvp()
 def _(ctx, self_t):
     x = ctx.self
     return self_t / (x * x + 1)
@@ -949,7 +887,7 @@ def _(ctx, grad):
     return grad / (ctx.self * _LN2),
 
 
-@jvp("Log2Backward0")
+@jvp()
 def _(ctx, self_t):
     return self_t / (ctx.self * _LN2)
 
@@ -969,7 +907,7 @@ def _(ctx, grad):
     return grad / (ctx.self * _LN10),
 
 
-@jvp("Log10Backward0")
+@jvp()
 def _(ctx, self_t):
     return self_t / (ctx.self * _LN10)
 
@@ -1008,7 +946,7 @@ def _(ctx, grad):
     return (grad * o * recip if n[0] else None), (grad * -s * recip if n[1] else None)
 
 
-@jvp("Atan2Backward0")
+@jvp()
 def _(ctx, self_t, other_t):
     s, o = ctx.self, ctx.other
     recip = reciprocal(s * s + o * o)
@@ -1038,7 +976,7 @@ def _(ctx, grad):
     return (grad * ctx.self / r if n[0] else None), (grad * ctx.other / r if n[1] else None)
 
 
-@jvp("HypotBackward0")
+@jvp()
 def _(ctx, self_t, other_t):
     r = ctx.result
     return add_t(mul_t(self_t, ctx.self / r), mul_t(other_t, ctx.other / r))
@@ -1071,12 +1009,9 @@ def sigmoid(self):
     return _unary("SigmoidBackward0", _np_sigmoid, self, "result")
 
 
-@vjp("SigmoidBackward0", inputs=("self",), saves=("result",))
+@vjp("SigmoidBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return _backward.sigmoid_backward(grad, ctx.result),
-
-
-jvp("SigmoidBackward0")(elementwise_jvp)
 
 
 @op("relu",
@@ -1092,12 +1027,9 @@ def relu(self):
                   {"result": "result"})
 
 
-@vjp("ReluBackward0", inputs=("self",), saves=("result",))
+@vjp("ReluBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return _backward.threshold_backward(grad, ctx.result, 0),
-
-
-jvp("ReluBackward0")(elementwise_jvp)
 
 
 @op("leaky_relu",
@@ -1111,12 +1043,9 @@ def leaky_relu(self, negative_slope=0.01):
     return record("LeakyReluBackward0", out, (self,), {"negative_slope": negative_slope, "self": self})
 
 
-@vjp("LeakyReluBackward0", inputs=("self",), saves=("negative_slope", "self"))
+@vjp("LeakyReluBackward0", inputs=("self",), saves=("negative_slope", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     return where(gt(ctx.self, 0), grad, grad * ctx.negative_slope),
-
-
-jvp("LeakyReluBackward0")(elementwise_jvp)
 
 
 @op("elu",
@@ -1133,12 +1062,9 @@ def elu(self, alpha=1.0):
                   {"alpha": alpha, "scale": 1, "input_scale": 1, "self": self})
 
 
-@vjp("EluBackward0", inputs=("self",), saves=("alpha", "scale", "input_scale", "self"))
+@vjp("EluBackward0", inputs=("self",), saves=("alpha", "scale", "input_scale", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     return _backward.elu_backward(grad, ctx.self, ctx.alpha),
-
-
-jvp("EluBackward0")(elementwise_jvp)
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -1167,13 +1093,10 @@ def erf(self):
     return _unary("ErfBackward0", _erf, self, "self")
 
 
-@vjp("ErfBackward0", inputs=("self",), saves=("self",))
+@vjp("ErfBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     x = ctx.self
     return grad * (2.0 / math.sqrt(math.pi) * exp(-(x * x))),
-
-
-jvp("ErfBackward0")(elementwise_jvp)
 
 
 @op("gelu",
@@ -1195,7 +1118,7 @@ def gelu(self, approximate="none"):
                   {"approximate": approximate, "self": self})
 
 
-@vjp("GeluBackward0", inputs=("self",), saves=("approximate", "self"))
+@vjp("GeluBackward0", inputs=("self",), saves=("approximate", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     x = ctx.self
     if ctx.approximate == "tanh":
@@ -1213,9 +1136,6 @@ def _(ctx, grad):
     return grad * (cdf + x * pdf),
 
 
-jvp("GeluBackward0")(elementwise_jvp)
-
-
 @op("silu",
     exports=("torch.nn.functional.silu",),
     tensors=("self",))
@@ -1226,14 +1146,11 @@ def silu(self):
     return record("SiluBackward0", x * _np_sigmoid(x), (self,), {"self": self})
 
 
-@vjp("SiluBackward0", inputs=("self",), saves=("self",))
+@vjp("SiluBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     x = ctx.self
     s = sigmoid(x)
     return grad * (s * (1 + x * (1 - s))),
-
-
-jvp("SiluBackward0")(elementwise_jvp)
 
 
 @op("softplus",
@@ -1267,12 +1184,9 @@ def _softplus(x, beta, threshold):
     return out.astype(x.dtype, copy=False)
 
 
-@vjp("SoftplusBackward0", inputs=("self",), saves=("beta", "self", "threshold"))
+@vjp("SoftplusBackward0", inputs=("self",), saves=("beta", "self", "threshold"), jvp=elementwise_jvp)
 def _(ctx, grad):
     return _backward.softplus_backward(grad, ctx.self, ctx.beta, ctx.threshold),
-
-
-jvp("SoftplusBackward0")(elementwise_jvp)
 
 
 @op("hardtanh",
@@ -1295,13 +1209,10 @@ def hardtanh(self, min_val=-1.0, max_val=1.0):
     return record("HardtanhBackward0", out, (self,), {"max_val": max_val, "min_val": min_val, "self": self})
 
 
-@vjp("HardtanhBackward0", inputs=("self",), saves=("max_val", "min_val", "self"))
+@vjp("HardtanhBackward0", inputs=("self",), saves=("max_val", "min_val", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     x = ctx.self
     return where(logical_or(le(x, ctx.min_val), ge(x, ctx.max_val)), 0.0, grad),
-
-
-jvp("HardtanhBackward0")(elementwise_jvp)
 
 
 @op("logsigmoid",
@@ -1319,14 +1230,11 @@ def logsigmoid(self):
                   {"buffer": Tensor(buf.astype(x.dtype, copy=False)), "self": self})
 
 
-@vjp("LogSigmoidBackward0", inputs=("self",), saves=("buffer", "self"))
+@vjp("LogSigmoidBackward0", inputs=("self",), saves=("buffer", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     x = ctx.self
     # d/dx logsigmoid(x) = 1 - sigmoid(x) = sigmoid(-x)
     return grad * sigmoid(-x),
-
-
-jvp("LogSigmoidBackward0")(elementwise_jvp)
 
 
 # ----- clamp, maximum, where, masked_fill, lerp --------------------------------------------------------
@@ -1379,7 +1287,7 @@ def _bound(v, dtype: str):
     return checked_scalar(v, dtype) if NP[dtype].kind in "iu" else NP[dtype].type(v)
 
 
-@vjp("ClampBackward1", inputs=("self",), saves=("max", "min", "self"))
+@vjp("ClampBackward1", inputs=("self",), saves=("max", "min", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     x = ctx.self
     lo, hi = ctx.min, ctx.max
@@ -1390,9 +1298,6 @@ def _(ctx, grad):
     else:
         mask = le(x, hi)
     return where(mask, grad, 0.0),
-
-
-jvp("ClampBackward1")(elementwise_jvp)
 
 
 @vjp("ClampBackward0", inputs=("self", "min", "max"), saves=("max", "min", "self"))
@@ -1414,7 +1319,7 @@ def _(ctx, grad):
     return g_self, g_min, g_max
 
 
-@jvp("ClampBackward0")
+@jvp()
 def _(ctx, self_t, min_t, max_t):
     """torch's forward formula: at a tie with a single bound the bound's tangent wins (the VJP gives the
     gradient to self there), with both bounds self's does; min > max takes max's everywhere."""
@@ -1449,12 +1354,9 @@ def clamp_min(self, min):
     return record("ClampMinBackward0", np.maximum(x, _bound(min, dtype)), (self,), {"min": min, "self": self})
 
 
-@vjp("ClampMinBackward0", inputs=("self",), saves=("min", "self"))
+@vjp("ClampMinBackward0", inputs=("self",), saves=("min", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     return where(ge(ctx.self, ctx.min), grad, 0.0),
-
-
-jvp("ClampMinBackward0")(elementwise_jvp)
 
 
 @op("clamp_max",
@@ -1476,12 +1378,9 @@ def clamp_max(self, max):
     return record("ClampMaxBackward0", np.minimum(x, _bound(max, dtype)), (self,), {"max": max, "self": self})
 
 
-@vjp("ClampMaxBackward0", inputs=("self",), saves=("max", "self"))
+@vjp("ClampMaxBackward0", inputs=("self",), saves=("max", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     return where(le(ctx.self, ctx.max), grad, 0.0),
-
-
-jvp("ClampMaxBackward0")(elementwise_jvp)
 
 
 def _clamp_one_side(prim: str, fn, self: Tensor, bound: Tensor, slot: str) -> Tensor:
@@ -1492,20 +1391,14 @@ def _clamp_one_side(prim: str, fn, self: Tensor, bound: Tensor, slot: str) -> Te
     return record(prim, out, (self, bound), {"self": self, slot: bound})
 
 
-@vjp("ClampMinBackward1", inputs=("self", "min"), saves=("self", "min"))
+@vjp("ClampMinBackward1", inputs=("self", "min"), saves=("self", "min"), jvp=elementwise_jvp)
 def _(ctx, grad):  # torch: self where self >= min, min where self < min (a NaN on either side: neither)
     return where(ge(ctx.self, ctx.min), grad, 0.0), where(lt(ctx.self, ctx.min), grad, 0.0)
 
 
-jvp("ClampMinBackward1")(elementwise_jvp)
-
-
-@vjp("ClampMaxBackward1", inputs=("self", "max"), saves=("self", "max"))
+@vjp("ClampMaxBackward1", inputs=("self", "max"), saves=("self", "max"), jvp=elementwise_jvp)
 def _(ctx, grad):  # torch: self where self <= max, max where self > max
     return where(le(ctx.self, ctx.max), grad, 0.0), where(gt(ctx.self, ctx.max), grad, 0.0)
-
-
-jvp("ClampMaxBackward1")(elementwise_jvp)
 
 
 def _binary_tensors(name, self, other):
@@ -1522,15 +1415,12 @@ def maximum(self, other):
     return record("MaximumBackward0", np.maximum(a, b), (self, other), {"other": other, "self": self})
 
 
-@vjp("MaximumBackward0", inputs=("self", "other"), saves=("other", "self"))
+@vjp("MaximumBackward0", inputs=("self", "other"), saves=("other", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     s, o = ctx.self, ctx.other
     half = where(eq(s, o), grad / 2, grad)
     return (masked_fill(half, lt(s, o), 0) if n[0] else None), (masked_fill(half, gt(s, o), 0) if n[1] else None)
-
-
-jvp("MaximumBackward0")(elementwise_jvp)
 
 
 @op("minimum", tensors=("self", "other"))
@@ -1541,15 +1431,12 @@ def minimum(self, other):
     return record("MinimumBackward0", np.minimum(a, b), (self, other), {"other": other, "self": self})
 
 
-@vjp("MinimumBackward0", inputs=("self", "other"), saves=("other", "self"))
+@vjp("MinimumBackward0", inputs=("self", "other"), saves=("other", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     s, o = ctx.self, ctx.other
     half = where(eq(s, o), grad / 2, grad)
     return (masked_fill(half, gt(s, o), 0) if n[0] else None), (masked_fill(half, lt(s, o), 0) if n[1] else None)
-
-
-jvp("MinimumBackward0")(elementwise_jvp)
 
 
 @op("where",
@@ -1616,14 +1503,11 @@ def _where_fast(cd: np.ndarray, self, other, a: Tensor | None, b: Tensor | None)
     return None
 
 
-@vjp("WhereBackward0", inputs=("self", "other"), saves=("condition",))
+@vjp("WhereBackward0", inputs=("self", "other"), saves=("condition",), jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     c = ctx.condition
     return (where(c, grad, 0.0) if n[0] else None), (where(c, 0.0, grad) if n[1] else None)
-
-
-jvp("WhereBackward0")(elementwise_jvp)
 
 
 @op("masked_fill",
@@ -1700,7 +1584,7 @@ def _(ctx, grad):
     return g_self, g_value
 
 
-@jvp("MaskedFillBackward1")
+@jvp()
 def _(ctx, self_t, value_t):
     # torch: self_t.masked_fill(mask, value_t); a missing tangent is zeros of the output's shape
     if self_t is None:
@@ -1753,7 +1637,7 @@ def lerp(self, end, weight):
     return record("LerpBackward0", np.asarray(out), (self, end), {"weight": weight})
 
 
-@vjp("LerpBackward0", inputs=("self", "end"), saves=("weight",))
+@vjp("LerpBackward0", inputs=("self", "end"), saves=("weight",), jvp=elementwise_jvp)
 def _(ctx, grad):
     w = ctx.weight
     n = ctx.needs
@@ -1761,19 +1645,13 @@ def _(ctx, grad):
     return (mul_number(grad, 1 - w) if n[0] else None), (mul_number(grad, w) if n[1] else None)
 
 
-jvp("LerpBackward0")(elementwise_jvp)
-
-
 @vjp("LerpBackward1", inputs=("self", "end", "weight"),
-     saves={"end": ("weight",), "self": ("weight",), "weight": ()})
+     saves={"end": ("weight",), "self": ("weight",), "weight": ()}, jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     w = ctx.weight
     return ((grad * (1 - w)) if n[0] else None, (grad * w) if n[1] else None,
             (grad * (ctx.end - ctx.self)) if n[2] else None)
-
-
-jvp("LerpBackward1")(elementwise_jvp)
 
 
 # ----- addcmul, addcdiv, remainder, nan_to_num, erfinv ------------------------------------------------
@@ -1804,16 +1682,13 @@ def addcmul(self, tensor1, tensor2, value=1):
 
 
 @vjp("AddcmulBackward0", inputs=("self", "tensor1", "tensor2"),
-     saves={"tensor1": ("tensor2",), "tensor2": ("tensor1",), "value": ()})
+     saves={"tensor1": ("tensor2",), "tensor2": ("tensor1",), "value": ()}, jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     v = ctx.value
     # derivatives.yaml: grad * tensor2 * value, grad * tensor1 * value
     return ((grad if n[0] else None), (grad * ctx.tensor2 * v if n[1] else None),
             (grad * ctx.tensor1 * v if n[2] else None))
-
-
-jvp("AddcmulBackward0")(elementwise_jvp)
 
 
 @op("addcdiv", tensors=("self", "tensor1", "tensor2"))
@@ -1841,7 +1716,7 @@ def addcdiv(self, tensor1, tensor2, value=1):
 
 
 @vjp("AddcdivBackward0", inputs=("self", "tensor1", "tensor2"),
-     saves={"tensor1": ("tensor2",), "tensor2": ("tensor1", "tensor2"), "value": ()})
+     saves={"tensor1": ("tensor2",), "tensor2": ("tensor1", "tensor2"), "value": ()}, jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     v = ctx.value
@@ -1849,9 +1724,6 @@ def _(ctx, grad):
     # derivatives.yaml: grad * (value / tensor2), -grad * value * tensor1 / (tensor2 * tensor2)
     return ((grad if n[0] else None), (grad * (v / t2) if n[1] else None),
             (-grad * v * t1 / (t2 * t2) if n[2] else None))
-
-
-jvp("AddcdivBackward0")(elementwise_jvp)
 
 
 def _remainder_np(a, b):
@@ -1890,22 +1762,17 @@ def remainder(self, other):
     return record("RemainderBackward0", out, (self,), {})
 
 
-@vjp("RemainderBackward0", inputs=("self",))
+@vjp("RemainderBackward0", inputs=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad,
 
 
-jvp("RemainderBackward0")(elementwise_jvp)
-
-
-@vjp("RemainderBackward1", inputs=("self", "other"), saves={"other": ("other",), "self": ("other",)})
+@vjp("RemainderBackward1", inputs=("self", "other"), saves={"other": ("other",), "self": ("other",)},
+     jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     # derivatives.yaml: other: -grad * self.div(other, rounding_mode="floor")
     return (grad if n[0] else None), (-grad * div(ctx.self, ctx.other, rounding_mode="floor") if n[1] else None)
-
-
-jvp("RemainderBackward1")(elementwise_jvp)
 
 
 @op("nan_to_num", tensors=("self",))
@@ -1924,13 +1791,10 @@ def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
     return record("NanToNumBackward0", np.asarray(out, x.dtype), (self,), {"self": self})
 
 
-@vjp("NanToNumBackward0", inputs=("self",), saves=("self",))
+@vjp("NanToNumBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     # derivatives.yaml: grad * at::isfinite(self)
     return grad * isfinite(ctx.self),
-
-
-jvp("NanToNumBackward0")(elementwise_jvp)
 
 
 def _erfinv_np(y: np.ndarray) -> np.ndarray:
@@ -1969,13 +1833,10 @@ def erfinv(self):
     return record("ErfinvBackward0", _erfinv_np(x).astype(dt), (self,), {"self": self})
 
 
-@vjp("ErfinvBackward0", inputs=("self",), saves=("self",))
+@vjp("ErfinvBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     # derivatives.yaml: 0.5 * sqrt(M_PI) * exp(self.erfinv().pow(2)) * grad
     return 0.5 * math.sqrt(math.pi) * exp(erfinv(ctx.self) ** 2) * grad,
-
-
-jvp("ErfinvBackward0")(elementwise_jvp)
 
 
 @op("floor", tensors=("self",))
@@ -1985,12 +1846,9 @@ def floor(self):
     return record("FloorBackward0", np.floor(self.data), (self,))
 
 
-@vjp("FloorBackward0", inputs=("self",))
+@vjp("FloorBackward0", inputs=("self",), jvp=zero_jvp)
 def _(ctx, grad):
     return zeros_like(grad),
-
-
-jvp("FloorBackward0")(zero_jvp)
 
 
 @op("ceil", tensors=("self",))
@@ -2000,12 +1858,9 @@ def ceil(self):
     return record("CeilBackward0", np.ceil(self.data), (self,))
 
 
-@vjp("CeilBackward0", inputs=("self",))
+@vjp("CeilBackward0", inputs=("self",), jvp=zero_jvp)
 def _(ctx, grad):
     return zeros_like(grad),
-
-
-jvp("CeilBackward0")(zero_jvp)
 
 
 @op("round",
@@ -2026,20 +1881,14 @@ def round(self, decimals=None):
     return record("RoundBackward0", np.round(self.data), (self,))
 
 
-@vjp("RoundBackward0", inputs=("self",))
+@vjp("RoundBackward0", inputs=("self",), jvp=zero_jvp)
 def _(ctx, grad):
     return zeros_like(grad),
 
 
-jvp("RoundBackward0")(zero_jvp)
-
-
-@vjp("RoundBackward1", inputs=("self",), saves=("decimals",))
+@vjp("RoundBackward1", inputs=("self",), saves=("decimals",), jvp=zero_jvp)
 def _(ctx, grad):
     return zeros_like(grad),
-
-
-jvp("RoundBackward1")(zero_jvp)
 
 
 # ----- comparisons and logical ops (no gradient) ---------------------------------------------------

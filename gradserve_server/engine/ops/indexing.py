@@ -124,7 +124,7 @@ def _self_tangent(ctx, self_t):
     return self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, ctx.result.data.dtype))
 
 
-@jvp("ScatterBackward0")
+@jvp()
 def _(ctx, self_t, src_t):
     base = _self_tangent(ctx, self_t)
     src = src_t if src_t is not None else Tensor(np.zeros(ctx.src.shape, ctx.result.data.dtype))
@@ -136,7 +136,7 @@ def _(ctx, grad):
     return scatter(grad, signed_int(ctx.dim), ctx.index, value=0.0),
 
 
-@jvp("ScatterBackward1")
+@jvp()
 def _(ctx, self_t):
     return scatter(self_t, signed_int(ctx.dim), ctx.index, value=0.0)
 
@@ -164,7 +164,7 @@ def _(ctx, grad):
     return (grad if n[0] else None), g_src
 
 
-@jvp("ScatterAddBackward0")
+@jvp()
 def _(ctx, self_t, src_t):
     if src_t is None:
         return self_t
@@ -282,7 +282,7 @@ def _(ctx, grad):
     return (grad if n[0] else None), g_src
 
 
-@jvp("IndexAddBackward0")
+@jvp()
 def _(ctx, self_t, source_t):
     if source_t is None:
         return self_t
@@ -326,7 +326,7 @@ def _(ctx, grad):
     return g_self, g_src
 
 
-@jvp("IndexCopyBackward0")
+@jvp()
 def _(ctx, self_t, source_t):
     dt = ctx.result.data.dtype
     base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, dt))
@@ -392,7 +392,7 @@ def _(ctx, grad):
     return index_fill(grad, signed_int(ctx.dim), ctx.index, 0.0),
 
 
-@jvp("IndexFillBackward0")
+@jvp()
 def _(ctx, self_t):
     return index_fill(self_t, signed_int(ctx.dim), ctx.index, 0.0)
 
@@ -410,7 +410,7 @@ def _(ctx, grad):
     return (index_fill(grad, dim, ctx.index, 0.0) if n[0] else None), g_value
 
 
-@jvp("IndexFillBackward1")
+@jvp()
 def _(ctx, self_t, value_t):
     base = _self_tangent(ctx, self_t)
     return index_fill(base, signed_int(ctx.dim), ctx.index, value_t if value_t is not None else 0.0)
@@ -440,7 +440,7 @@ def _(ctx, grad):
                             "MaskedScatterBackward0"),
 
 
-@jvp("MaskedSelectBackward0")
+@jvp()
 def _(ctx, self_t):
     return masked_select(self_t, ctx.mask)
 
@@ -611,7 +611,7 @@ def _(ctx, grad):
     return _scatter_into_zeros(grad, shp, wrap_dim(signed_int(ctx.dim), len(shp)), ctx.indices.data),
 
 
-@jvp("TopkBackward0")
+@jvp()
 def _(ctx, self_t):
     if self_t.data.ndim == 0:
         return self_t
@@ -712,7 +712,7 @@ def _(ctx, grad):
     return _value_selecting(wrapped, grad)
 
 
-@jvp("KthvalueBackward0")
+@jvp()
 def _(ctx, self_t):
     from .shape import squeeze, unsqueeze
     if self_t.data.ndim == 0:
@@ -757,6 +757,6 @@ def _(ctx, grad):
     return roll(grad, neg, signed_int(ctx.dims) if ctx.dims else None),
 
 
-@jvp("RollBackward0")
+@jvp()
 def _(ctx, self_t):
     return roll(self_t, signed_int(ctx.shifts), signed_int(ctx.dims) if ctx.dims else None)

@@ -211,7 +211,7 @@ def _(ctx, grad):
     return (g_base,) + tuple(res[1:])
 
 
-@jvp("CopySlices")
+@jvp()
 def _(ctx, *tangents):
     # never recorded through record(): an in-place op on a view updates the tangents in place instead
     # (forward_ad.inplace_update), so forward AD through CopySlices is the in-place op's own JVP
@@ -234,7 +234,7 @@ def _(ctx, grad):
     return Tensor(storage.data.reshape(shape), True, node),
 
 
-@jvp("AsStridedBackward0")
+@jvp()
 def _(ctx, *tangents):
     raise TorchRuntimeError("AsStridedBackward0 is not recorded through record()", code="internal_error")
 
@@ -246,12 +246,9 @@ def _zero(self: Tensor) -> Tensor:
     return record("ZeroBackward0", np.zeros_like(self.data), (self,))
 
 
-@vjp("ZeroBackward0", inputs=("self",))
+@vjp("ZeroBackward0", inputs=("self",), jvp=zero_jvp)
 def _(ctx, grad):
     return E.zeros_like(grad),
-
-
-jvp("ZeroBackward0")(zero_jvp)
 
 
 def _fill(self: Tensor, value) -> Tensor:
@@ -319,7 +316,7 @@ def _(ctx, grad):
     return (E.zeros_like(grad) if n[0] else None), src
 
 
-@jvp("CopyBackwards")
+@jvp()
 def _(ctx, self_t, src_t):
     return src_t
 
@@ -491,7 +488,7 @@ def _(ctx, grad):
     return g_self, g_val
 
 
-@jvp("IndexPutBackward0")
+@jvp()
 def _(ctx, self_t, values_t):
     from .shape import _index_put_zeros, expand, reshape
     shape = ctx.result.data.shape

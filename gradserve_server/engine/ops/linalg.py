@@ -166,7 +166,7 @@ def _mm_mat2_backward(grad: Tensor, mat1: Tensor, sizes, strides, alpha=1) -> Te
     return g if alpha == 1 else mul_number(g, alpha)
 
 
-@jvp("MmBackward0")
+@jvp()
 def _(ctx, self_t, mat2_t):
     return add_t(None if self_t is None else mm(self_t, ctx.mat2), None if mat2_t is None else mm(ctx.self, mat2_t))
 
@@ -224,7 +224,7 @@ def _(ctx, grad):
             (bmm(transpose(ctx.self, 1, 2), grad) if n[1] else None))
 
 
-@jvp("BmmBackward0")
+@jvp()
 def _(ctx, self_t, mat2_t):
     return add_t(None if self_t is None else bmm(self_t, ctx.mat2), None if mat2_t is None else bmm(ctx.self, mat2_t))
 
@@ -260,7 +260,7 @@ def _(ctx, grad):
     return (outer(grad, ctx.vec) if n[0] else None), (mv(t(ctx.self), grad) if n[1] else None)
 
 
-@jvp("MvBackward0")
+@jvp()
 def _(ctx, self_t, vec_t):
     return add_t(None if self_t is None else mv(self_t, ctx.vec), None if vec_t is None else mv(ctx.self, vec_t))
 
@@ -311,7 +311,7 @@ def _(ctx, grad):
     return (grad * ctx.tensor if n[0] else None), (grad * ctx.self if n[1] else None)
 
 
-@jvp("DotBackward0")
+@jvp()
 def _(ctx, self_t, tensor_t):
     return add_t(None if self_t is None else dot(self_t, ctx.tensor),
                  None if tensor_t is None else dot(ctx.self, tensor_t))
@@ -413,7 +413,7 @@ def _(ctx, grad):
     return g_self, g1, g2
 
 
-@jvp("AddmmBackward0")
+@jvp()
 def _(ctx, self_t, mat1_t, mat2_t):
     prod = add_t(None if mat1_t is None else mm(mat1_t, ctx.mat2), None if mat2_t is None else mm(ctx.mat1, mat2_t))
     return add_t(scale_t(self_t, ctx.beta), scale_t(prod, ctx.alpha))
@@ -469,7 +469,7 @@ def _(ctx, grad):
     return g_self, g1, g2
 
 
-@jvp("BaddbmmBackward0")
+@jvp()
 def _(ctx, self_t, batch1_t, batch2_t):
     prod = add_t(None if batch1_t is None else bmm(batch1_t, ctx.batch2),
                  None if batch2_t is None else bmm(ctx.batch1, batch2_t))

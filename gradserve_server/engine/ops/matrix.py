@@ -89,7 +89,7 @@ def _(ctx, grad):
     return diagonal(grad, ctx.offset, ctx.dim1, ctx.dim2),
 
 
-@jvp("DiagonalBackwardBackward0")
+@jvp()
 def _(ctx, grad_output_t):
     return diagonal_backward(grad_output_t, ctx.result.shape, ctx.offset, ctx.dim1, ctx.dim2)
 
@@ -121,7 +121,7 @@ def _(ctx, grad):
     return diagonal(grad, signed_int(ctx.offset), signed_int(ctx.dim1), signed_int(ctx.dim2)),
 
 
-@jvp("DiagEmbedBackward0")
+@jvp()
 def _(ctx, self_t):
     return diag_embed(self_t, signed_int(ctx.offset), signed_int(ctx.dim1), signed_int(ctx.dim2))
 
@@ -169,7 +169,7 @@ def _(ctx, grad):
     return view(index_fill(Tensor(np.zeros(n * m, grad.data.dtype)), 0, diag, grad), (n, m)),
 
 
-@jvp("TraceBackward0")
+@jvp()
 def _(ctx, self_t):
     return trace(self_t)
 
@@ -192,7 +192,7 @@ def _(ctx, grad):
     return tril(grad, signed_int(ctx.diagonal)),
 
 
-@jvp("TrilBackward0")
+@jvp()
 def _(ctx, self_t):
     return tril(self_t, signed_int(ctx.diagonal))
 
@@ -211,7 +211,7 @@ def _(ctx, grad):
     return triu(grad, signed_int(ctx.diagonal)),
 
 
-@jvp("TriuBackward0")
+@jvp()
 def _(ctx, self_t):
     return triu(self_t, signed_int(ctx.diagonal))
 

@@ -120,7 +120,7 @@ def _(ctx, grad):
     return softmax_backward_data(grad, r, ctx.dim),
 
 
-@jvp("SoftmaxBackward0")
+@jvp()
 def _(ctx, self_t):
     r = ctx.result
     if r.data.ndim == 0:
@@ -171,7 +171,7 @@ def _(ctx, grad):
     return log_softmax_backward_data(grad, r, ctx.dim),
 
 
-@jvp("LogSoftmaxBackward0")
+@jvp()
 def _(ctx, self_t):
     r = ctx.result
     if r.data.ndim == 0:
@@ -693,7 +693,7 @@ def _(ctx, grad):
     return masked_fill(coef * g, Tensor(untouched), 0),
 
 
-@jvp("NllLossBackward0")
+@jvp()
 def _(ctx, self_t):
     w = weighted_tangent(ctx, self_t)
     return sum(w, 1) if ctx.reduction == 0 and self_t.data.ndim == 2 else sum(w)
@@ -748,7 +748,7 @@ def _(ctx, grad):
     return masked_fill(Tensor(coef) * g, Tensor(untouched), 0),
 
 
-@jvp("NllLoss2DBackward0")
+@jvp()
 def _(ctx, self_t):
     w = weighted_tangent(ctx, self_t)
     return sum(w, 1) if ctx.reduction == 0 else sum(w)

@@ -133,7 +133,7 @@ def _(ctx, grad):
     return tuple(tie(g, ctx.input, w) for g in (g_in, g_w, g_b))
 
 
-@jvp("NativeBatchNormBackward0")
+@jvp()
 def _(ctx, input_t, weight_t, bias_t):
     w = ctx.weight
     nd = ctx.input.data.ndim
@@ -230,7 +230,7 @@ def _(ctx, grad):
     return tuple(tie(g, ctx.input, w) for g in (g_in, g_w, g_b))
 
 
-@jvp("NativeGroupNormBackward0")
+@jvp()
 def _(ctx, input_t, weight_t, bias_t):
     w = ctx.weight
     shape = ctx.input.data.shape

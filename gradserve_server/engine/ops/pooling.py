@@ -161,7 +161,7 @@ def _(ctx, grad):
     return tie(reshape(scatter_add(zeros, -1, idx, _flat_planes(grad)), shape), ctx.self),
 
 
-@jvp("MaxPool2DWithIndicesBackward0")
+@jvp()
 def _(ctx, self_t):
     idx = ctx.result1
     return reshape(gather(_flat_planes(self_t), -1, _flat_planes(idx)), idx.data.shape)
@@ -235,7 +235,7 @@ def _(ctx, grad):
     return tie(_avg_spread(grad, shape, k, s, p, out, div), ctx.self),
 
 
-@jvp("AvgPool2DBackward0")
+@jvp()
 def _(ctx, self_t):
     return avg_pool2d(self_t, ctx.kernel_size, ctx.stride, ctx.padding, ctx.ceil_mode, ctx.count_include_pad,
                       ctx.divisor_override)
@@ -300,7 +300,7 @@ def _(ctx, grad):
     return tie(matmul(matmul(ah.t(), grad), aw), ctx.self),
 
 
-@jvp("AdaptiveAvgPool2DBackward0")
+@jvp()
 def _(ctx, self_t):
     ah, aw = _adaptive_matrices(ctx, ctx.result.data.shape[-2:], self_t.data.dtype)
     return matmul(matmul(ah, self_t), aw.t())

@@ -94,7 +94,7 @@ def _(ctx, grad):
     return expand_to(grad, ctx.self_sym_sizes),
 
 
-@jvp("SumBackward0")
+@jvp()
 def _(ctx, self_t):
     return sum(self_t)
 
@@ -106,7 +106,7 @@ def _(ctx, grad):
     return expand_to(_restore(grad, dims, len(shp), ctx.keepdim), shp),
 
 
-@jvp("SumBackward1")
+@jvp()
 def _(ctx, self_t):
     return sum(self_t, ctx.dim or None, keepdim=ctx.keepdim)
 
@@ -204,7 +204,7 @@ def _(ctx, grad):
     return div_number(expand_to(grad, ctx.self_sym_sizes), ctx.self_sym_numel),  # grad.expand(sizes) / numel
 
 
-@jvp("MeanBackward0")
+@jvp()
 def _(ctx, self_t):
     return mean(self_t)
 
@@ -220,7 +220,7 @@ def _(ctx, grad):
     return div_number(expand_to(_restore(grad, dims, len(shp), ctx.keepdim), shp), n),  # sum_backward(...) / n
 
 
-@jvp("MeanBackward1")
+@jvp()
 def _(ctx, self_t):
     return mean(self_t, ctx.dim or None, keepdim=ctx.keepdim)
 
@@ -284,7 +284,7 @@ def _(ctx, grad):
     return reshape(_prod_safe_zeros_backward(grad, reshape(x, (-1,)), 0), x.shape),
 
 
-@jvp("ProdBackward0")
+@jvp()
 def _(ctx, self_t):
     return sum(weighted_tangent(ctx, self_t))
 
@@ -301,7 +301,7 @@ def _(ctx, grad):
     return _prod_safe_zeros_backward(g, x, ctx.dim),
 
 
-@jvp("ProdBackward1")
+@jvp()
 def _(ctx, self_t):
     return _sum_dims(weighted_tangent(ctx, self_t), (ctx.dim,), ctx.keepdim)
 
@@ -571,7 +571,7 @@ def _(ctx, grad):
     return g * exp(x - r),
 
 
-@jvp("LogsumexpBackward0")
+@jvp()
 def _(ctx, self_t):
     """torch's logsumexp_jvp: sum(e * t) / sum(e), e = exp(x - amax(x)); an empty reduction is 0 / 0, NaN."""
     x = ctx.self
@@ -815,7 +815,7 @@ def _(ctx, grad):
     return flip(cumsum(flip(grad, [d]), d), [d]),
 
 
-@jvp("CumsumBackward0")
+@jvp()
 def _(ctx, self_t):
     return cumsum(self_t, ctx.dim) if self_t.data.ndim else self_t
 
@@ -837,7 +837,7 @@ def _(ctx, grad):
     return flip(grad, ctx.dims),
 
 
-@jvp("FlipBackward0")
+@jvp()
 def _(ctx, self_t):
     return flip(self_t, ctx.dims)
 

@@ -77,7 +77,7 @@ def _cumprod_backward_graph(grad: Tensor, x: Tensor, d: int) -> Tensor:
     return out
 
 
-@jvp("CumprodBackward0")
+@jvp()
 def _(ctx, self_t):
     x, d = ctx.self, signed_int(ctx.dim)
     if x.data.ndim == 0:
@@ -129,7 +129,7 @@ def _(ctx, grad):
     return exp(rev_lcse(pos - r) + x) - exp(rev_lcse(neg - r) + x),
 
 
-@jvp("LogcumsumexpBackward0")
+@jvp()
 def _(ctx, self_t):
     # FunctionsManual logcumsumexp_jvp: cumsum(e t) / (cumsum(e) + 1e-13), e = exp(x - max along dim): the
     # 1e-13 keeps a run of -inf inputs at 0, and shifts every quotient by a relative 1e-13 / cumsum(e)

@@ -57,7 +57,7 @@ def _(ctx, grad):
     return grad,  # the engine casts to the input's dtype
 
 
-@jvp("ToCopyBackward0")
+@jvp()
 def _(ctx, self_t):
     return to(self_t, ctx.result.dtype, copy=True)
 
@@ -135,7 +135,7 @@ def _(ctx, grad):
     return grad,
 
 
-@jvp("CloneBackward0")
+@jvp()
 def _(ctx, self_t):
     return clone(self_t)
 
@@ -288,7 +288,7 @@ def _(ctx, grad):
     return reshape(grad, ctx.self_sym_sizes),
 
 
-@jvp("ViewBackward0")
+@jvp()
 def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
@@ -322,7 +322,7 @@ def _(ctx, grad):
     return reshape(grad, ctx.self_sym_sizes),
 
 
-@jvp("ReshapeAliasBackward0")
+@jvp()
 def _(ctx, self_t):
     return reshape(self_t, ctx.result.shape)
 
@@ -340,7 +340,7 @@ def _(ctx, grad):
     return reshape(grad, ctx.self_sym_sizes),
 
 
-@jvp("UnsafeViewBackward0")
+@jvp()
 def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
@@ -417,7 +417,7 @@ def _(ctx, grad):
     return _unsqueeze_to(grad, range(len(ctx.self_sym_sizes)), ctx.self_sym_sizes),
 
 
-@jvp("SqueezeBackward0")
+@jvp()
 def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
@@ -429,7 +429,7 @@ def _(ctx, grad):
     return _unsqueeze_to(grad, (ctx.dim,), ctx.self_sym_sizes),
 
 
-@jvp("SqueezeBackward1")
+@jvp()
 def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
@@ -439,7 +439,7 @@ def _(ctx, grad):
     return _unsqueeze_to(grad, sorted(ctx.dim), ctx.self_sym_sizes),
 
 
-@jvp("SqueezeBackward2")
+@jvp()
 def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
@@ -449,7 +449,7 @@ def _(ctx, grad):
     return reshape(grad, ctx.self_sym_sizes),
 
 
-@jvp("SqueezeBackward4")
+@jvp()
 def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
@@ -475,7 +475,7 @@ def _(ctx, grad):
     return squeeze(grad, ctx.dim),
 
 
-@jvp("UnsqueezeBackward0")
+@jvp()
 def _(ctx, self_t):
     return unsqueeze(self_t, ctx.dim)
 
@@ -550,7 +550,7 @@ def _(ctx, grad):
     return sum_to(grad, ctx.self_sym_sizes),
 
 
-@jvp("ExpandBackward0")
+@jvp()
 def _(ctx, self_t):
     return expand(self_t, ctx.result.data.shape)
 
@@ -614,7 +614,7 @@ def _(ctx, grad):
     return g,
 
 
-@jvp("RepeatBackward0")
+@jvp()
 def _(ctx, self_t):
     return repeat(self_t, ctx.repeats)
 
@@ -636,7 +636,7 @@ def _(ctx, grad):
     return t(grad),
 
 
-@jvp("TBackward0")
+@jvp()
 def _(ctx, self_t):
     return t(self_t)
 
@@ -665,7 +665,7 @@ def _(ctx, grad):
     return transpose(grad, ctx.dim0, ctx.dim1),
 
 
-@jvp("TransposeBackward0")
+@jvp()
 def _(ctx, self_t):
     return transpose(self_t, ctx.dim0, ctx.dim1)
 
@@ -697,7 +697,7 @@ def _(ctx, grad):
     return permute(grad, inv),
 
 
-@jvp("PermuteBackward0")
+@jvp()
 def _(ctx, self_t):
     return permute(self_t, ctx.dims)
 
@@ -789,7 +789,7 @@ def _(ctx, grad):
     return _cat_slices(ctx, grad)
 
 
-@jvp("CatBackward0")
+@jvp()
 def _(ctx, *tangents):
     return cat(_zeros_for_missing(ctx.inputs, tangents), ctx.dim)
 
@@ -824,7 +824,7 @@ def _(ctx, grad):
     return tuple([_select(grad, d, i) if need else None for i, need in enumerate(ctx.needs)])
 
 
-@jvp("StackBackward0")
+@jvp()
 def _(ctx, *tangents):
     return stack(_zeros_for_missing(ctx.inputs, tangents), ctx.dim)
 
@@ -927,7 +927,7 @@ def _(ctx, grads):
     return _split_backward(ctx, grads, _split_sizes(ctx.self_sym_sizes[ctx.dim], ctx.split_size))
 
 
-@jvp("SplitBackward0")
+@jvp()
 def _(ctx, self_t):
     return split(self_t, ctx.split_size, ctx.dim)
 
@@ -937,7 +937,7 @@ def _(ctx, grads):
     return _split_backward(ctx, grads, ctx.split_sizes)
 
 
-@jvp("SplitWithSizesBackward0")
+@jvp()
 def _(ctx, self_t):
     return split(self_t, ctx.split_sizes, ctx.dim)
 
@@ -982,7 +982,7 @@ def _(ctx, grads):
     return stack(parts, ctx.dim),
 
 
-@jvp("UnbindBackward0")
+@jvp()
 def _(ctx, self_t):
     return unbind(self_t, ctx.dim)
 
@@ -1037,7 +1037,7 @@ def _(ctx, grad):
                   "SliceBackwardBackward0"),
 
 
-@jvp("SliceBackward0")
+@jvp()
 def _(ctx, self_t):
     return _slice(self_t, ctx.dim, ctx.start, ctx.end, ctx.step)
 
@@ -1090,7 +1090,7 @@ def _(ctx, grad):
     return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (ctx.index % n,), "SelectBackwardBackward0"),
 
 
-@jvp("SelectBackward0")
+@jvp()
 def _(ctx, self_t):
     return select(self_t, ctx.dim, ctx.index)
 
@@ -1270,7 +1270,7 @@ def _(ctx, grad):
     return grad,
 
 
-@jvp("AliasBackward0")
+@jvp()
 def _(ctx, self_t):
     return alias_view(self_t)
 
@@ -1288,7 +1288,7 @@ def _(ctx, grad):
     return grad,
 
 
-@jvp("Identity")
+@jvp()
 def _(ctx, self_t):
     return alias_view(self_t)
 
@@ -1325,7 +1325,7 @@ def _(ctx, grad):
     return _index_put_zeros(grad, ctx.self_sym_sizes, ctx.indices, "IndexPutImplBackward0"),
 
 
-@jvp("IndexBackward0")
+@jvp()
 def _(ctx, self_t):
     return _index_by(self_t, ctx.indices)
 
@@ -1367,7 +1367,7 @@ def _index_by(t: Tensor, indices: list) -> Tensor:
                   {"indices": indices, "self_sym_sizes": t.data.shape})
 
 
-@jvp("IndexPutAccBackward")
+@jvp()
 def _(ctx, values_t):
     return _index_put_zeros(values_t, ctx.result.data.shape, ctx.indices)
 
@@ -1415,7 +1415,7 @@ def _(ctx, grad):
     return _index_put_zeros(grad, shp, full, "IndexAddBackward0"),
 
 
-@jvp("IndexSelectBackward0")
+@jvp()
 def _(ctx, self_t):
     return index_select(self_t, ctx.dim, ctx.index)
 
@@ -1474,7 +1474,7 @@ def _(ctx, grad):
     return _index_put_zeros(grad, shp, [Tensor(np.asarray(g)) for g in grids], "ScatterAddBackward0"),
 
 
-@jvp("GatherBackward0")
+@jvp()
 def _(ctx, self_t):
     return gather(self_t, ctx.dim, ctx.index)
 

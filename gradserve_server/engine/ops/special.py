@@ -234,7 +234,7 @@ def _(ctx, grad):
     return grad * digamma(ctx.self),
 
 
-@jvp("LgammaBackward0")
+@jvp()
 def _(ctx, self_t):
     return self_t * digamma(ctx.self)
 
@@ -254,7 +254,7 @@ def _(ctx, grad):
     return grad * polygamma(1, ctx.self),
 
 
-@jvp("DigammaBackward0")
+@jvp()
 def _(ctx, self_t):
     return self_t * polygamma(1, ctx.self)
 
@@ -281,7 +281,7 @@ def _(ctx, grad):
     return grad * polygamma(ctx.n + 1, ctx.self),
 
 
-@jvp("PolygammaBackward0")
+@jvp()
 def _(ctx, self_t):
     return self_t * polygamma(ctx.n + 1, ctx.self)
 
@@ -318,7 +318,7 @@ def _(ctx, grad):
     return grad * sum_(digamma(unsqueeze(x, -1) + offsets), -1),
 
 
-@jvp("MvlgammaBackward0")
+@jvp()
 def _(ctx, self_t):
     from .reduction import sum as sum_
     from .shape import unsqueeze
@@ -373,7 +373,7 @@ def _(ctx, grad):
     return g_self, (grad * s / o if n[1] else None)
 
 
-@jvp("XlogyBackward0")
+@jvp()
 def _(ctx, self_t, other_t):
     s, o = ctx.self, ctx.other
     t_self = masked_fill(xlogy(self_t, o), logical_and(eq(s, 0.0), le(o, 0.0)), 0.0) if self_t is not None else None
@@ -388,7 +388,7 @@ def _(ctx, grad):
     return grad * ctx.self / ctx.other,
 
 
-@jvp("XlogyBackward1")
+@jvp()
 def _(ctx, other_t):
     return other_t * ctx.self / ctx.other
 
@@ -402,7 +402,7 @@ def _(ctx, grad):
     return (g if ctx.other > 0 else masked_fill(g, eq(ctx.self, 0.0), 0.0)),
 
 
-@jvp("XlogyBackward2")
+@jvp()
 def _(ctx, self_t):
     t = xlogy(self_t, ctx.other)
     return t if ctx.other > 0 else masked_fill(t, eq(ctx.self, 0.0), 0.0)
@@ -430,7 +430,7 @@ def _(ctx, grad):
     return (grad / (exp(o - s) + 1) if n[0] else None), (grad / (exp(s - o) + 1) if n[1] else None)
 
 
-@jvp("LogaddexpBackward0")
+@jvp()
 def _(ctx, self_t, other_t):
     s, o = ctx.self, ctx.other
     return add_t(None if self_t is None else self_t / (exp(o - s) + 1),
