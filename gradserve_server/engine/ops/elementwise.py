@@ -1906,66 +1906,22 @@ def _compare(name, npfn):
     return fn
 
 
-eq = op("eq",
-        overloads={
-            "function": (
-                "(Tensor input, Tensor other, *, Tensor out = None)",
-                "(Tensor input, Number other, *, Tensor out = None)",
-            ),
-            "method": ("(Tensor other)", "(Number other)"),
-        },
-        tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__eq__",))(
-    _compare("eq", np.equal))
-ne = op("ne",
-        overloads={
-            "function": (
-                "(Tensor input, Tensor other, *, Tensor out = None)",
-                "(Tensor input, Number other, *, Tensor out = None)",
-            ),
-            "method": ("(Tensor other)", "(Number other)"),
-        },
-        tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__ne__", "not_equal"))(
-    _compare("ne", np.not_equal))
-gt = op("gt",
-        overloads={
-            "function": (
-                "(Tensor input, Tensor other, *, Tensor out = None)",
-                "(Tensor input, Number other, *, Tensor out = None)",
-            ),
-            "method": ("(Tensor other)", "(Number other)"),
-        },
-        tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__gt__", "greater"))(
-    _compare("gt", np.greater))
-ge = op("ge",
-        overloads={
-            "function": (
-                "(Tensor input, Tensor other, *, Tensor out = None)",
-                "(Tensor input, Number other, *, Tensor out = None)",
-            ),
-            "method": ("(Tensor other)", "(Number other)"),
-        },
-        tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__ge__", "greater_equal"))(
-    _compare("ge", np.greater_equal))
-lt = op("lt",
-        overloads={
-            "function": (
-                "(Tensor input, Tensor other, *, Tensor out = None)",
-                "(Tensor input, Number other, *, Tensor out = None)",
-            ),
-            "method": ("(Tensor other)", "(Number other)"),
-        },
-        tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__lt__", "less"))(
-    _compare("lt", np.less))
-le = op("le",
-        overloads={
-            "function": (
-                "(Tensor input, Tensor other, *, Tensor out = None)",
-                "(Tensor input, Number other, *, Tensor out = None)",
-            ),
-            "method": ("(Tensor other)", "(Number other)"),
-        },
-        tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__le__", "less_equal"))(
-    _compare("le", np.less_equal))
+#: torch's overloads of the comparisons (a tensor or a number other)
+_COMPARISON = {"function": ("(Tensor input, Tensor other, *, Tensor out = None)",
+                            "(Tensor input, Number other, *, Tensor out = None)"),
+               "method": ("(Tensor other)", "(Number other)")}
+eq = op("eq", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__eq__",),
+        overloads=_COMPARISON)(_compare("eq", np.equal))
+ne = op("ne", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__ne__", "not_equal"),
+        overloads=_COMPARISON)(_compare("ne", np.not_equal))
+gt = op("gt", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__gt__", "greater"),
+        overloads=_COMPARISON)(_compare("gt", np.greater))
+ge = op("ge", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__ge__", "greater_equal"),
+        overloads=_COMPARISON)(_compare("ge", np.greater_equal))
+lt = op("lt", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__lt__", "less"),
+        overloads=_COMPARISON)(_compare("lt", np.less))
+le = op("le", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__le__", "less_equal"),
+        overloads=_COMPARISON)(_compare("le", np.less_equal))
 logical_and = op("logical_and", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__and__",))(
     _compare("logical_and", np.logical_and))
 logical_or = op("logical_or", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__or__",))(

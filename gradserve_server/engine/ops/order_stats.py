@@ -302,40 +302,24 @@ def _(ctx, self_t):
     return transpose(self_t, ctx.dim0, signed_int(ctx.dim1))
 
 
-@op("quantile",
-    overloads={
-        "function": (
-            '(Tensor input, Tensor q, int dim = None, bool keepdim = False, *, str interpolation = "linear", '
-            "Tensor out = None)",
-            '(Tensor input, float q, int dim = None, bool keepdim = False, *, str interpolation = "linear", '
-            "Tensor out = None)",
-        ),
-        "method": (
-            '(Tensor q, int dim = None, bool keepdim = False, *, str interpolation = "linear")',
-            '(float q, int dim = None, bool keepdim = False, *, str interpolation = "linear")',
-        ),
-    },
-    tensors=("self", "q"), grad_fns=("SqueezeBackward4",))
+#: torch's overloads of quantile and nanquantile (q a tensor or a float)
+_QUANTILE = {
+    "function": ('(Tensor input, Tensor q, int dim = None, bool keepdim = False, *, str interpolation = "linear", '
+                 'Tensor out = None)',
+                 '(Tensor input, float q, int dim = None, bool keepdim = False, *, str interpolation = "linear", '
+                 'Tensor out = None)'),
+    "method": ('(Tensor q, int dim = None, bool keepdim = False, *, str interpolation = "linear")',
+               '(float q, int dim = None, bool keepdim = False, *, str interpolation = "linear")')}
+
+
+@op("quantile", overloads=_QUANTILE, tensors=("self", "q"), grad_fns=("SqueezeBackward4",))
 def quantile(self, q, dim=None, keepdim=False, interpolation="linear"):
     """torch.quantile(input, q, dim=None, keepdim=False, *, interpolation='linear'): q a number or a 1-D tensor
     (its dim first in the result); NaN where a slice holds one."""
     return _quantile("quantile", self, q, dim, keepdim, interpolation, False)
 
 
-@op("nanquantile",
-    overloads={
-        "function": (
-            '(Tensor input, Tensor q, int dim = None, bool keepdim = False, *, str interpolation = "linear", '
-            "Tensor out = None)",
-            '(Tensor input, float q, int dim = None, bool keepdim = False, *, str interpolation = "linear", '
-            "Tensor out = None)",
-        ),
-        "method": (
-            '(Tensor q, int dim = None, bool keepdim = False, *, str interpolation = "linear")',
-            '(float q, int dim = None, bool keepdim = False, *, str interpolation = "linear")',
-        ),
-    },
-    tensors=("self", "q"), grad_fns=("SqueezeBackward4",))
+@op("nanquantile", overloads=_QUANTILE, tensors=("self", "q"), grad_fns=("SqueezeBackward4",))
 def nanquantile(self, q, dim=None, keepdim=False, interpolation="linear"):
     """torch.nanquantile(...): the quantile of the non-NaN values (NaN for a slice of NaNs only)."""
     return _quantile("nanquantile", self, q, dim, keepdim, interpolation, True)

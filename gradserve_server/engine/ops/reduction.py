@@ -625,21 +625,18 @@ def _var_backward(grad: Tensor, x: Tensor, dims, correction, keepdim) -> Tensor:
     return scale * g * (x - mean_(x, list(dims), keepdim=True))
 
 
-@op("var",
-    overloads={
-        "function": (
-            "(Tensor input, tuple of ints dim, bool unbiased = True, bool keepdim = False, *, Tensor out = None)",
-            "(Tensor input, tuple of ints dim = None, *, Number correction = None, bool keepdim = False, "
-            "Tensor out = None)",
-            "(Tensor input, bool unbiased = True)",
-        ),
-        "method": (
-            "(tuple of ints dim, bool unbiased = True, bool keepdim = False)",
-            "(tuple of ints dim = None, *, Number correction = None, bool keepdim = False)",
-            "(bool unbiased = True)",
-        ),
-    },
-    tensors=("self",))
+#: torch's overloads of var and std (dims with unbiased, dims with correction, unbiased alone)
+_VARIANCE = {
+    "function": ("(Tensor input, tuple of ints dim, bool unbiased = True, bool keepdim = False, *, Tensor out = None)",
+                 "(Tensor input, tuple of ints dim = None, *, Number correction = None, bool keepdim = False, "
+                 "Tensor out = None)",
+                 "(Tensor input, bool unbiased = True)"),
+    "method": ("(tuple of ints dim, bool unbiased = True, bool keepdim = False)",
+               "(tuple of ints dim = None, *, Number correction = None, bool keepdim = False)",
+               "(bool unbiased = True)")}
+
+
+@op("var", overloads=_VARIANCE, tensors=("self",))
 def var(self, dim=None, unbiased=None, keepdim=False, correction=None):
     """torch.var(input, dim=None, unbiased=True, keepdim=False, correction=None): unbiased by default."""
     if isinstance(dim, bool):  # torch.var(input, unbiased): the (Tensor input, bool unbiased) overload
@@ -662,21 +659,7 @@ def _(ctx, grad):
 jvp("VarBackward0")(_reduce_jvp)
 
 
-@op("std",
-    overloads={
-        "function": (
-            "(Tensor input, tuple of ints dim, bool unbiased = True, bool keepdim = False, *, Tensor out = None)",
-            "(Tensor input, tuple of ints dim = None, *, Number correction = None, bool keepdim = False, "
-            "Tensor out = None)",
-            "(Tensor input, bool unbiased = True)",
-        ),
-        "method": (
-            "(tuple of ints dim, bool unbiased = True, bool keepdim = False)",
-            "(tuple of ints dim = None, *, Number correction = None, bool keepdim = False)",
-            "(bool unbiased = True)",
-        ),
-    },
-    tensors=("self",))
+@op("std", overloads=_VARIANCE, tensors=("self",))
 def std(self, dim=None, unbiased=None, keepdim=False, correction=None):
     """torch.std(input, dim=None, unbiased=True, keepdim=False, correction=None)."""
     if isinstance(dim, bool):  # torch.std(input, unbiased): the (Tensor input, bool unbiased) overload
