@@ -115,6 +115,10 @@ class OpSpec:
     cast: str = ""
     #: what dimension arguments index: "input" (the first argument), "output" (unsqueeze), "other"
     dims_of: str = "input"
+    #: the result's dtype: "result_type" (torch.result_type of the tensor and number operands: add, mul),
+    #: "float" (an integer input gives the default float: exp), "true_divide" (float unless a rounding mode);
+    #: "" not declared. Its in-place form refuses a result its target cannot hold, before anything runs
+    promotion: str = ""
     #: scheduling: "inputs" (cost follows the inputs' sizes: may run inline), "arguments" (sizes come from
     #: arguments: creation, expand), "other"; "" the family's
     cost: str = ""
@@ -601,15 +605,16 @@ def _client_facts(spec: OpSpec | None) -> dict:
     ``exports``, ``outputs`` ...): what a torch-like client builds its namespaces and results from."""
     if spec is None:
         return {"exports": [], "tuple_when": [], "variable_outputs": False, "returns_when": "", "python_result": "",
-                "changes_argument": [], "storage": "", "cast": "", "dims_of": "input", "cost": "inputs",
-                "parser": None}
+                "changes_argument": [], "storage": "", "cast": "", "dims_of": "input", "promotion": "",
+                "cost": "inputs", "parser": None}
     exports = [f"torch.nn.functional.{n}" for n in (spec.name, *spec.aliases)  # torch.nn.functional's families
                if spec.family in ("nn", "conv") and "." not in n and not n.startswith("__")]
     exports += [e for e in spec.exports if e not in exports]
     return {"exports": exports, "tuple_when": list(spec.tuple_when), "variable_outputs": spec.variable_outputs,
             "returns_when": spec.returns_when, "python_result": spec.python_result,
             "changes_argument": list(spec.changes_argument), "storage": spec.storage, "cast": spec.cast,
-            "dims_of": spec.dims_of, "cost": spec.cost, "parser": _parser_facts(spec)}
+            "dims_of": spec.dims_of, "promotion": spec.promotion, "cost": spec.cost,
+            "parser": _parser_facts(spec)}
 
 
 def _parser_facts(spec: OpSpec) -> dict | None:

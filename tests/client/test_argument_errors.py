@@ -74,3 +74,38 @@ def test_a_call_torch_takes_is_recorded(ctx):
     assert gtorch.add(x, 2, alpha=3).sum().item() == 42.0
     x += 2  # iadd of a number, as torch takes it
     assert x.sum().item() == 18.0
+
+
+#: in-place ops whose result their target cannot hold, decided from the out-of-place op's declared promotion; run
+#: with ``i`` (int64), ``b`` (bool), ``f`` (float64) and ``z`` (a 0-d float32)
+CASTS = ["i.add_(1.5)", "i.sub_(f)", "i.mul_(z)", "b.add_(1)", "b.mul_(i)", "i.div_(2)", "i.div_(i)", "b.div_(f)",
+         "i.exp_()", "i.sqrt_()", "b.sigmoid_()", "i.tanh_()", "i.log_()"]
+
+
+def _run_cast(t, code: str, sent=None):
+    i = t.ones(2, 3, dtype=t.int64)
+    b = t.ones(2, 3, dtype=t.bool)
+    f = t.ones(2, 3, dtype=t.float64)
+    z = t.tensor(2.0, dtype=t.float32)
+    before = sent() if sent else 0
+    try:
+        eval(code, {"t": t, "i": i, "b": b, "f": f, "z": z})
+    except Exception as e:  # noqa: BLE001 - the class and the message are what is compared
+        return type(e).__name__, str(e), (sent() if sent else 0) - before
+    return None
+
+
+@pytest.mark.parametrize("code", CASTS)
+def test_an_inplace_result_its_target_cannot_hold_raises_torchs_error_at_the_line(ctx, code):
+    torch = pytest.importorskip("torch")
+    expected = _run_cast(torch, code)
+    assert expected is not None, f"torch takes {code}"
+    assert _run_cast(gtorch, code, lambda: len(ctx.recorder().pending)) == expected
+
+
+@pytest.mark.parametrize("code", ["i.add_(2)", "i.div_(2, rounding_mode='floor')", "f.add_(i)", "f.exp_()",
+                                  "i.mul_(b)", "b.add_(b)"])
+def test_an_inplace_result_its_target_holds_runs(ctx, code):
+    torch = pytest.importorskip("torch")
+    assert _run_cast(torch, code) is None and _run_cast(gtorch, code) is None
+    ctx.flush()

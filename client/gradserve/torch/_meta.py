@@ -602,3 +602,74 @@ def _call_key(facts: dict, args, kwargs: dict) -> tuple | None:
             out.append(c)
     out.extend(kwargs)
     return tuple(out)
+
+
+# ----- dtype rules of in-place ops, at the torch line ----------------------------------------------------------
+#: torch's names of the dtypes in its messages
+SCALAR_TYPE_NAMES = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "int16": "Short",
+                     "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+_CATEGORY = {"b": 0, "i": 1, "u": 1, "f": 2}
+_WIDTH = {"bool": 1, "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8, "float32": 4, "float64": 8}
+
+
+def _operand(v):
+    """(dtype, priority) of an operand of torch.result_type (2: a tensor with dimensions, 1: a 0-d tensor, 0: a
+    Python number), UNKNOWN when the client does not know it, None for what is no operand."""
+    from gradserve.torch._tensor import Tensor
+
+    if isinstance(v, Tensor):
+        shape, dt = peek(v, "shape"), peek(v, "dtype")
+        return UNKNOWN if shape is UNKNOWN or dt not in _KINDS else (dt, 2 if shape else 1)
+    if isinstance(v, bool):
+        return "bool", 0
+    if isinstance(v, int):
+        return "int64", 0
+    if isinstance(v, float):
+        return "float32", 0  # the default dtype
+    return None
+
+
+def _result_dtype(operands: list):
+    """torch.result_type's dtype: the highest category among the operands, from the highest-priority group
+    holding it (dimensioned tensors, then 0-d ones, then numbers), the widest there; UNKNOWN when an int8 and
+    a uint8 would meet (torch promotes them to int16: left to the server)."""
+    top = max(_CATEGORY[_KINDS[d]] for d, _ in operands)
+    for priority in (2, 1, 0):
+        group = [d for d, p in operands if p == priority and _CATEGORY[_KINDS[d]] == top]
+        if group:
+            if top == 1 and {"uint8", "int8"} <= set(group):
+                return UNKNOWN
+            return max(group, key=lambda d: _WIDTH[d])
+    return UNKNOWN
+
+
+def check_inplace_dtype(entry: dict, base: dict | None, args: tuple, kwargs: dict) -> None:
+    """torch's refusal of an in-place op whose result its target cannot hold (``result type Float can't be cast
+    to the desired output type Long``), from the out-of-place op's declared ``promotion`` (catalog ``base``)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    promotion = base.get("promotion") if base else None
+    if not promotion or not args:
+        return
+    target = _operand(args[0])
+    if target is UNKNOWN or target is None:
+        return
+    if promotion == "float" or promotion == "true_divide" and kwargs.get("rounding_mode") is None:
+        result = target[0] if _KINDS[target[0]] == "f" else "float32"
+        if promotion == "true_divide":  # the division's operands promote first
+            other = _operand(args[1] if len(args) > 1 else kwargs.get("other"))
+            if other is UNKNOWN:
+                return
+            both = _result_dtype([target, *([other] if other is not None else [])])
+            if both is UNKNOWN:
+                return
+            result = both if _KINDS[both] == "f" else "float32"
+    else:
+        other = _operand(args[1] if len(args) > 1 else kwargs.get("other"))
+        if other is UNKNOWN or other is None:
+            return
+        result = _result_dtype([target, other])
+        if result is UNKNOWN:
+            return
+    if _CATEGORY[_KINDS[result]] > _CATEGORY[_KINDS[target[0]]]:
+        raise error("RuntimeError", f"result type {SCALAR_TYPE_NAMES[result]} can't be cast to the desired output "
+                                    f"type {SCALAR_TYPE_NAMES[target[0]]}")

@@ -600,6 +600,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
         index = args[1].key if base == "setitem" and len(args) > 1 and isinstance(args[1], _Index) else None
         facts = _meta.inplace(entry, target, [t for t in tensors if t is not target], grad_enabled, index) \
             if isinstance(target, Tensor) else {}
+        _meta.check_inplace_dtype(entry, _catalog.catalog().get(base[:-1]), args, kwargs)
         ctx.record(op)
         target._mutated()
         if facts:

@@ -93,7 +93,7 @@ def _sub_alpha(a, b, alpha):
     return a - alpha * b
 
 
-@op("add",
+@op("add", promotion="result_type",
     method_aliases=("__radd__",), numbers_as_tensors=True, hidden_overload=True,
     overloads={
         "function": ("(Tensor input, Tensor other, *, Number alpha = 1, Tensor out = None)",),
@@ -128,7 +128,7 @@ def _(ctx, self_t, other_t):
 batching("AddBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("sub",
+@op("sub", promotion="result_type",
     numbers_as_tensors=True, hidden_overload=True,
     overloads={
         "function": ("(Tensor input, Tensor other, *, Number alpha = 1, Tensor out = None)",),
@@ -203,7 +203,7 @@ def _(ctx, grad):
     return (-grad if alpha == 1 else mul_number(-grad, alpha)),
 
 
-@op("mul",
+@op("mul", promotion="result_type",
     method_aliases=("__rmul__",), numbers_as_tensors=True,
     tensors=("self", "other"), aliases=("multiply", "__mul__", "__rmul__"),
     plannable=True)
@@ -280,7 +280,7 @@ batching("MulBackward0", vjp=SAME, jvp=SAME)
 _ROUNDING = (None, "trunc", "floor")
 
 
-@op("div",
+@op("div", promotion="true_divide",
     numbers_as_tensors=True,
     overloads={
         "function": (
@@ -543,7 +543,7 @@ def _(ctx, grad):
     return -grad * (r * r),
 
 
-@op("exp", tensors=("self",), plannable=True)
+@op("exp", tensors=("self",), plannable=True, promotion="float")
 def exp(self):
     """torch.exp(input); saves its result."""
     return _unary("ExpBackward0", np.exp, self, "result")
@@ -567,7 +567,7 @@ def _(ctx, grad):
     return grad * (ctx.result + 1),
 
 
-@op("log", tensors=("self",), plannable=True)
+@op("log", tensors=("self",), plannable=True, promotion="float")
 def log(self):
     """torch.log(input); saves its input."""
     return _unary("LogBackward0", np.log, self, "self")
@@ -591,7 +591,7 @@ def _(ctx, grad):
     return grad / (ctx.self + 1),
 
 
-@op("sqrt", tensors=("self",), plannable=True)
+@op("sqrt", tensors=("self",), plannable=True, promotion="float")
 def sqrt(self):
     """torch.sqrt(input); saves its result."""
     return _unary("SqrtBackward0", np.sqrt, self, "result")
@@ -687,7 +687,7 @@ def _(ctx, grad):
     return grad * (1 + pow(ctx.result, 2)),
 
 
-@op("tanh",
+@op("tanh", promotion="float",
     exports=("torch.nn.functional.tanh",),
     tensors=("self",), plannable=True)
 def tanh(self):
@@ -1001,7 +1001,7 @@ def _np_sigmoid(x):
 IN_PLACE_BYTES = 1 << 16
 
 
-@op("sigmoid",
+@op("sigmoid", promotion="float",
     exports=("torch.nn.functional.sigmoid", "torch.special.expit"),
     tensors=("self",), plannable=True)
 def sigmoid(self):
