@@ -66,12 +66,6 @@ SETTING_NAMES = (("max_elements_per_tensor", "GRADSERVE_MAX_ELEMENTS_PER_TENSOR"
                  ("max_nodes", "GRADSERVE_MAX_NODES_PER_SESSION"), ("max_bytes", "GRADSERVE_MAX_BYTES_PER_SESSION"),
                  ("max_response_bytes", "GRADSERVE_MAX_RESPONSE_BYTES"))
 
-#: Op families whose cost follows their inputs' sizes, and the exceptions among them
-INLINE_FAMILIES = frozenset({"elementwise", "reduction", "shape", "inplace", "nn", "autograd", "creation"})
-NOT_INLINE = frozenset({"expand", "expand_as", "repeat", "linear", "arange", "eye", "full", "linspace", "ones",
-                        "rand", "randn", "zeros", "empty", "randint", "randperm"})
-#: Transforms call a function once per row, basis vector or pass: their cost is not their op list's
-TRANSFORM_OPS = frozenset({"vjp", "jvp", "vhp", "hvp", "jacobian", "hessian"})
 #: A session may run small requests inline while its last run took less than this much CPU time (the
 #: thread's own: time spent waiting for the GIL under load does not make a cheap request heavy)...
 INLINE_MAX_RUN_SECONDS = 0.002
@@ -89,9 +83,12 @@ INLINE_MAX_NAMES = 256  # of them
 
 
 def inline_op_names() -> frozenset[str]:
+    """Ops whose cost follows their inputs' sizes (the catalog's ``cost``, declared with each op): a small
+    request of them may run inline. Creation ops and expand size their results from arguments, transforms
+    call a function once per row or pass: never inline."""
     names = set()
     for entry in engine.op_catalog():
-        if entry["family"] in INLINE_FAMILIES and entry["name"] not in NOT_INLINE | TRANSFORM_OPS:
+        if entry["cost"] == "inputs":
             names.add(entry["name"])
             names.update(entry.get("aliases", ()))
     return frozenset(names)

@@ -54,7 +54,9 @@ class OpSpec:
     fn: Callable
     tensors: tuple[str, ...] = ()          # parameters that take a tensor (a name in a program)
     tensor_lists: tuple[str, ...] = ()     # parameters that take a list of tensors
-    grad_fns: tuple[str, ...] = ()         # grad_fn names this op can produce
+    #: grad_fn names this op can produce; None: the primitives its function records, in the order it names
+    #: them (``recorded_grad_fns``), so that a grad_fn name is written where the primitive is, not again here
+    grad_fns: tuple[str, ...] | None = None
     differentiable: bool = True
     inplace: bool = False
     method: bool = True                    # also bound as a Tensor method
@@ -68,6 +70,58 @@ class OpSpec:
     #: tensor parameters read for their metadata only (expand_as's ``other``): no gradient edge, so torch
     #: never reads their history (a view that may not be rebased is not refused there)
     meta_only: tuple[str, ...] = ()
+    # ----- torch's argument parser (engine.signature reads these; torch 2.13's texts, checked live by
+    # tests/engine/test_conformance_ops.py) -----
+    #: only bound as a Tensor method in torch (view, expand, to, new_zeros...): a program calls it as a method
+    method_only: bool = False
+    #: aliases only bound as Tensor methods (add's ``__radd__``)
+    method_aliases: tuple[str, ...] = ()
+    #: torch's visible overloads as its messages print them: {"function": (...), "method": (...)}; an in-place
+    #: op without its own takes its out-of-place op's method overloads
+    overloads: dict = field(default_factory=dict)
+    #: torch also has a hidden, deprecated overload: even one visible signature takes the overload path
+    hidden_overload: bool = False
+    #: the name torch's messages use when it differs from the op's (nll_loss -> nll_loss_nd)
+    message_name: str = ""
+    #: torch's allow_numbers_as_tensors: a Python number passes where the op wants a Tensor
+    numbers_as_tensors: bool = False
+    #: torch's name of the ``*args`` size parameter, which torch then requires (zeros(*size) -> "size")
+    size_varargs: str = ""
+    #: torch's types of non-tensor parameters checked like a Tensor parameter ({"dim": "int"})
+    param_types: dict = field(default_factory=dict)
+    #: a torch function written in Python: a non-tensor argument fails on its first attribute access,
+    #: (attribute, parameters in the order the code touches them)
+    python_attribute: tuple = ()
+    #: overloads torch lists for a call without any argument (none of them is plausible then)
+    no_argument_overloads: tuple[str, ...] = ()
+    #: False: no parsing beyond the op's own (indexing, reflected operators, ops that tell overloads apart)
+    parsed: bool = True
+    # ----- where the op appears and what it returns (the client builds its namespaces and results from these)
+    #: public names beyond torch.<name> (and Tensor.<name> when ``method``): "torch.special.expit", ...
+    exports: tuple[str, ...] = ()
+    #: arguments that make the result a tuple when true (max_pool2d's return_indices), else one tensor
+    tuple_when: tuple[str, ...] = ()
+    #: the number of outputs depends on the data or arguments (split, chunk, unbind)
+    variable_outputs: bool = False
+    #: the argument whose presence makes the result the ``returns`` named tuple (max's dim); "" always
+    returns_when: str = ""
+    #: torch's result is a Python value of this type ("bool"): the server binds a 0-d tensor, read at once
+    python_result: str = ""
+    #: (changed, given): an out-of-place op that changes argument ``changed`` in place when ``given`` is given
+    changes_argument: tuple[str, ...] = ()
+    #: the result's storage: "view" (of the first argument), "view_if_contiguous", "new"; "" the family's
+    storage: str = ""
+    #: the dtype a conversion op (``long``, ``float``...) converts to
+    cast: str = ""
+    #: what dimension arguments index: "input" (the first argument), "output" (unsqueeze), "other"
+    dims_of: str = "input"
+    #: the result's dtype: "result_type" (torch.result_type of the tensor and number operands: add, mul),
+    #: "float" (an integer input gives the default float: exp), "true_divide" (float unless a rounding mode);
+    #: "" not declared. Its in-place form refuses a result its target cannot hold, before anything runs
+    promotion: str = ""
+    #: scheduling: "inputs" (cost follows the inputs' sizes: may run inline), "arguments" (sizes come from
+    #: arguments: creation, expand), "other"; "" the family's
+    cost: str = ""
 
 
 _fw_active = _fw_level.get  # bound once: record() asks on every call (a non-None level: forward mode is on)
@@ -80,23 +134,40 @@ _SUPPORTED = frozenset(D.NP_DTYPES.values())
 OPS: dict[str, OpSpec] = {}
 
 
-def vjp(name: str, inputs: tuple[str, ...], saves: dict | tuple = (), n_outputs: int = 1):
+#: the primitive the latest ``vjp`` declared: a ``jvp()`` right after it names no primitive
+_declaring: list[str | None] = [None]
+
+
+def vjp(name: str, inputs: tuple[str, ...], saves: dict | tuple = (), n_outputs: int = 1, jvp: Callable | None = None):
     """Register the VJP of a backward primitive. ``saves`` lists saved slots, or maps a slot to the inputs
-    whose gradient needs it (the slot is then saved only if one of them requires grad)."""
+    whose gradient needs it (the slot is then saved only if one of them requires grad). ``jvp``: its forward
+    formula when it is a shared one (``elementwise_jvp``, ``zero_jvp``...); a formula of its own follows the
+    VJP as ``@jvp()``."""
     needed_by = dict(saves) if isinstance(saves, dict) else {s: () for s in saves}
+    forward = jvp
 
     def deco(fn):
         if name in PRIMS:
             raise RuntimeError(f"duplicate primitive {name}")
         idx = {slot: tuple(inputs.index(u) for u in users) for slot, users in needed_by.items() if users}
         PRIMS[name] = Prim(name, tuple(inputs), fn, needed_by, n_outputs, idx)
+        _declaring[0] = name
+        if forward is not None:
+            _register_jvp(name, forward)
         return fn
 
     return deco
 
 
-def jvp(name: str):
-    """Register the forward (JVP) formula of a backward primitive, right after its VJP:
+def _register_jvp(name: str, fn: Callable) -> None:
+    if name in JVPS or name in NO_JVP:
+        raise RuntimeError(f"duplicate forward formula for {name}")
+    JVPS[name] = fn
+
+
+def jvp(name: str | None = None):
+    """Register the forward (JVP) formula of a backward primitive, right after its VJP (``@jvp()``: the
+    primitive the VJP just above declared; a name for one declared elsewhere):
 
     ``fn(ctx, *tangents)`` gets one tangent per entry of the primitive's ``inputs`` (None: a zero tangent) and
     returns the output's tangent (a tuple for multi-output primitives; None: zero). ``ctx`` holds every value
@@ -105,10 +176,10 @@ def jvp(name: str):
     forward AD off and grad mode as it is, so a tangent is differentiable again. The engine makes the tangent
     the output's shape (broadcast), a fresh tensor, and zeros when the formula says None."""
 
+    prim = name or _declaring[0]
+
     def deco(fn):
-        if name in JVPS or name in NO_JVP:
-            raise RuntimeError(f"duplicate forward formula for {name}")
-        JVPS[name] = fn
+        _register_jvp(prim, fn)
         return fn
 
     return deco
@@ -161,10 +232,14 @@ def no_jvp(name: str, aten: str) -> None:
     NO_JVP[name] = aten
 
 
+#: families whose ops' cost follows their inputs' sizes (an op says otherwise with ``cost=``)
+_COST_OF_FAMILY = {f: "inputs" for f in ("elementwise", "reduction", "shape", "inplace", "nn", "creation")}
+
+
 def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...] = (),
-       grad_fns: tuple[str, ...] = (), differentiable: bool = True, inplace: bool = False,
+       grad_fns: tuple[str, ...] | None = None, differentiable: bool = True, inplace: bool = False,
        method: bool = True, aliases: tuple[str, ...] = (), family: str = "", returns: tuple[str, ...] = (),
-       plannable: bool = False, meta_only: tuple[str, ...] = ()):
+       plannable: bool = False, meta_only: tuple[str, ...] = (), **facts):
     """Register a public op (torch function/method) under its torch name. ``returns``: the field names of the
     named tuple it returns (``("U", "S", "Vh")``), listed in the catalog so that a client builds the same.
     ``plannable``: the op computes through kernels only (``engine.kernel``), so a program of such ops can be
@@ -174,10 +249,18 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
         sig = inspect.signature(fn)
         doc = (inspect.getdoc(fn) or "").strip().splitlines()
         spec = OpSpec(name=name, fn=fn, tensors=tuple(tensors), tensor_lists=tuple(tensor_lists),
-                      grad_fns=tuple(grad_fns), differentiable=differentiable, inplace=inplace, method=method,
+                      grad_fns=tuple(grad_fns) if grad_fns is not None else None, differentiable=differentiable,
+                      inplace=inplace, method=method,
                       family=family or fn.__module__.rsplit(".", 1)[-1], doc=doc[0] if doc else "",
                       params=tuple(sig.parameters.values()), aliases=tuple(aliases), returns=tuple(returns),
-                      plannable=plannable, meta_only=tuple(meta_only))
+                      plannable=plannable, meta_only=tuple(meta_only), **facts)
+        if inplace and name.endswith("_") and name[:-1] in OPS:  # sub_ parses as Tensor.sub does
+            base = OPS[name[:-1]]
+            if not spec.overloads and "method" in base.overloads:
+                spec.overloads = {"method": base.overloads["method"]}
+            spec.hidden_overload = spec.hidden_overload or base.hidden_overload
+            spec.numbers_as_tensors = spec.numbers_as_tensors or base.numbers_as_tensors
+        spec.cost = spec.cost or _COST_OF_FAMILY.get(spec.family, "other")
         for n in (name, *aliases):
             if n in OPS:
                 raise RuntimeError(f"duplicate op {n}")
@@ -185,6 +268,25 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
         return fn
 
     return deco
+
+
+def recorded_grad_fns(spec: OpSpec) -> tuple[str, ...]:
+    """The op's grad_fn names: as declared, else the primitives its function names (``record("ExpBackward0",
+    ...)``, in its code or the code of functions defined in it), in order; found once, after every primitive
+    is declared (the catalog asks)."""
+    if spec.grad_fns is None:
+        names: list[str] = []
+
+        def walk(code) -> None:
+            for c in code.co_consts:
+                if c.__class__ is str and c in PRIMS and c not in names:
+                    names.append(c)
+                elif inspect.iscode(c):
+                    walk(c)
+
+        walk(inspect.unwrap(spec.fn).__code__)
+        spec.grad_fns = tuple(names)
+    return spec.grad_fns
 
 
 def _edge(t: Tensor | None):
@@ -475,12 +577,15 @@ def op_catalog() -> list[dict]:
                 entry["default"] = p.default if isinstance(p.default, (int, float, str, bool, type(None))) \
                     else repr(p.default)
             args.append(entry)
-        missing = [g for g in spec.grad_fns if g not in JVPS]
+        grad_fns = recorded_grad_fns(spec)
+        missing = [g for g in grad_fns if g not in JVPS]
         out.append({"name": spec.name, "aliases": list(spec.aliases), "family": spec.family, "arguments": args,
-                    "grad_fns": list(spec.grad_fns), "differentiable": spec.differentiable,
-                    "forward_ad": spec.differentiable and bool(spec.grad_fns) and not missing,
+                    "grad_fns": list(grad_fns), "differentiable": spec.differentiable,
+                    "forward_ad": spec.differentiable and bool(grad_fns) and not missing,
                     "grad_fns_without_forward_ad": missing,
-                    "inplace": spec.inplace, "method": spec.method, "doc": spec.doc, "returns": list(spec.returns)})
+                    "inplace": spec.inplace, "method": spec.method, "doc": spec.doc, "returns": list(spec.returns),
+                    **_client_facts(spec)})
+    from .functional import TRANSFORMS
     from .program import ACTIONS
     for a in ACTIONS:
         out.append({"name": a["name"], "aliases": [], "family": "autograd",
@@ -490,5 +595,47 @@ def op_catalog() -> list[dict]:
                                    "tensor_list": False, "required": n in ("self", "tensor", "tangent")}
                                   for n in a["arguments"]],
                     "grad_fns": [], "differentiable": False, "forward_ad": False, "grad_fns_without_forward_ad": [],
-                    "inplace": False, "method": False, "doc": a["doc"], "returns": []})
+                    "inplace": False, "method": False, "doc": a["doc"], "returns": [],
+                    **_client_facts(None), "cost": "calls" if a["name"] in TRANSFORMS else "inputs"})
+    return out
+
+
+def _client_facts(spec: OpSpec | None) -> dict:
+    """The declaration's facts a client needs to call an op as torch does, without asking (the catalog's
+    ``exports``, ``outputs`` ...): what a torch-like client builds its namespaces and results from."""
+    if spec is None:
+        return {"exports": [], "tuple_when": [], "variable_outputs": False, "returns_when": "", "python_result": "",
+                "changes_argument": [], "storage": "", "cast": "", "dims_of": "input", "promotion": "",
+                "cost": "inputs", "parser": None}
+    exports = [f"torch.nn.functional.{n}" for n in (spec.name, *spec.aliases)  # torch.nn.functional's families
+               if spec.family in ("nn", "conv") and "." not in n and not n.startswith("__")]
+    exports += [e for e in spec.exports if e not in exports]
+    return {"exports": exports, "tuple_when": list(spec.tuple_when), "variable_outputs": spec.variable_outputs,
+            "returns_when": spec.returns_when, "python_result": spec.python_result,
+            "changes_argument": list(spec.changes_argument), "storage": spec.storage, "cast": spec.cast,
+            "dims_of": spec.dims_of, "promotion": spec.promotion, "cost": spec.cost,
+            "parser": _parser_facts(spec)}
+
+
+def _parser_facts(spec: OpSpec) -> dict | None:
+    """How torch's argument parser takes a call of the op (``engine.signature``'s facts for it, as JSON), per
+    form: ``function`` (``torch.add(x, y)``) and, for a method, ``method`` (``x.add(y)``, self not counted);
+    ``program_form``: the form a program's call has. A client checks a call against these before sending it
+    (``torch_args``): torch's overloads, else the one signature derived from the op's. None: not parsed."""
+    from .signature import call_facts, call_form
+    from .torch_args import signature_json
+
+    program_form = "method" if call_form(spec.name, spec) else "function"
+    out = {"program_form": program_form, "hidden": spec.hidden_overload, "numbers": spec.numbers_as_tensors,
+           "python_attribute": list(spec.python_attribute) or None,
+           "no_argument_overloads": list(spec.no_argument_overloads)}
+    for form in ("function", "method"):
+        if form == "method" and not spec.method and program_form != "method":
+            continue
+        exempt, shown, derived, options, _sigs = call_facts(spec, spec.name, form == "method")
+        if exempt:
+            return None
+        keep = options is None or (form == "function" and spec.python_attribute)
+        out[form] = {"name": shown, "signature": signature_json(derived) if keep else None,
+                     "overloads": list(options) if options is not None else None}
     return out

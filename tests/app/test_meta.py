@@ -19,6 +19,26 @@ def test_op_catalog_lists_engine_ops_with_grad_fns(client):
     assert ops["sub_"]["inplace"] is True
 
 
+def test_the_op_catalog_says_what_a_client_needs_to_call_an_op_as_torch_does(client):
+    """A client builds its namespaces and results from the catalog alone (it holds no per-op table): the
+    facts are declared with each op in the engine's table."""
+    ops = {op["name"]: op for op in ok(client.get("/v1/ops"))["ops"]}
+    assert "torch.special.expit" in ops["sigmoid"]["exports"] and "torch.nn.functional.sigmoid" in \
+        ops["sigmoid"]["exports"]
+    assert "torch.nn.functional.conv2d" in ops["conv2d"]["exports"]  # the nn and conv families: all of them
+    assert ops["linalg.svd"]["returns"] == ["U", "S", "Vh"] and ops["linalg.svd"]["returns_when"] == ""
+    assert (ops["max"]["returns"], ops["max"]["returns_when"]) == (["values", "indices"], "dim")
+    assert ops["max_pool2d"]["tuple_when"] == ["return_indices"] and ops["split"]["variable_outputs"] is True
+    assert ops["allclose"]["python_result"] == "bool"
+    assert ops["embedding"]["changes_argument"] == ["weight", "max_norm"]
+    assert (ops["view"]["storage"], ops["reshape"]["storage"], ops["cat"]["storage"]) == (
+        "view", "view_if_contiguous", "new")
+    assert ops["long"]["cast"] == "int64" and ops["unsqueeze"]["dims_of"] == "output"
+    # scheduling: what a request's cost follows (inline runs are for ops whose cost follows their inputs)
+    assert (ops["add"]["cost"], ops["zeros"]["cost"], ops["expand"]["cost"], ops["hessian"]["cost"],
+            ops["backward"]["cost"]) == ("inputs", "arguments", "arguments", "calls", "inputs")
+
+
 def test_the_op_catalog_filters_and_pages_and_without_parameters_is_whole(client):
     whole = ok(client.get("/v1/ops"))
     everything = whole["ops"]

@@ -211,3 +211,11 @@ def test_the_version_is_written_once_and_everything_reads_it():
                if path.endswith((".py", ".toml", ".cfg")) and not (ROOT / path).is_symlink()
                and literal.search((ROOT / path).read_text(errors="replace"))]
     assert writers == ["gradserve_server/_version.py"]
+
+
+def test_torchs_argument_parser_is_one_file_the_client_links_and_imports_nothing_of_the_server():
+    link = ROOT / "client" / "gradserve" / "torch" / "_torch_args.py"
+    target = ROOT / "gradserve_server" / "engine" / "torch_args.py"
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    imports = re.findall(r"^\s*(?:from|import) ([\w.]+)", target.read_text(), re.M)
+    assert set(imports) <= {"__future__", "functools", "numbers", "dataclasses", "numpy"}, imports

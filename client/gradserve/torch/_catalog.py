@@ -1,9 +1,11 @@
 """The op catalog (``GET /v1/ops``), fetched once per process, and how a call becomes an op object.
 
 Which namespace an op appears in follows the catalog: every op is a ``gradserve.torch`` function and,
-where its entry says ``method``, a Tensor method; ``torch.nn.functional`` has the ``nn`` family and torch's
-activation functions; ``torch.linalg`` and ``torch.special`` have the names torch gives them there. An entry
-with a ``namespaces`` list (e.g. ``["torch.autograd.functional"]``) goes exactly there.
+where its entry says ``method``, a Tensor method; a dotted name (``linalg.det``) is its submodule's; the
+entry's ``exports`` add the other public names torch gives it (``torch.nn.functional.relu``,
+``torch.special.expit``). An entry with a ``namespaces`` list (e.g. ``["torch.autograd.functional"]``) goes
+exactly there. What a call returns (a tuple, a named tuple, a Python value) is the entry's too: the client
+holds no per-op table, so an op added to the server's table needs nothing here.
 """
 
 from __future__ import annotations
@@ -19,29 +21,10 @@ from gradserve.torch._dtypes import DTYPES, Size, dtype
 
 _CATALOG: dict[str, dict] = {}
 
-#: torch.nn.functional's functions that the catalog files under other families
-FUNCTIONAL_EXTRA = frozenset({
-    "relu", "relu_", "gelu", "silu", "elu", "leaky_relu", "hardtanh", "softplus", "logsigmoid", "sigmoid", "tanh",
-    "softmax", "log_softmax", "dropout", "linear"})
-#: torch.linalg.NAME -> catalog op
-LINALG = {"vector_norm": "norm", "norm": "norm", "matmul": "matmul", "vecdot": "dot"}
-#: torch.special.NAME -> catalog op
-SPECIAL = {"erf": "erf", "expm1": "expm1", "log1p": "log1p", "logsumexp": "logsumexp", "expit": "sigmoid",
-           "softmax": "softmax", "log_softmax": "log_softmax", "round": "round"}
 #: parameters that take a size or a list of dims, which torch also takes as trailing ints (x.view(2, 3))
 SIZE_PARAMS = frozenset({"size", "shape", "sizes", "dims", "repeats"})
-#: ops that return a (values, indices) pair, and those whose number of outputs depends on the data
-PAIRS = {"sort": "sort", "max": "max", "min": "min", "median": "median", "nanmedian": "nanmedian"}
-VARIABLE_OUTPUTS = frozenset({"split", "chunk", "unbind", "tensor_split"})
-#: ops that return a tuple when one of these arguments is true (else one tensor)
-TUPLE_WHEN = {"max_pool2d": ("return_indices",), "max_pool1d": ("return_indices",), "nonzero": ("as_tuple",),
-              "unique": ("return_inverse", "return_counts")}
-#: ops whose torch result is a Python value (the server binds it as a 0-d tensor): read at once
-PYTHON_RESULT = {"allclose": bool}
-#: out-of-place ops that change an argument in place when another is given: op -> (changed, given); F.embedding
-#: renormalises weight's rows (torch.embedding_renorm_ under no_grad) when max_norm is given
-CHANGES_ARGUMENT = {"embedding": ("weight", "max_norm"), "dropout": ("input", "inplace")}
-return_types = {name: namedtuple(name, ["values", "indices"]) for name in PAIRS}
+#: an entry's ``python_result`` (torch returns a Python value, the server binds a 0-d tensor: read at once)
+PYTHON_TYPES = {"bool": bool, "int": int, "float": float}
 
 
 @functools.cache
@@ -50,6 +33,23 @@ def return_type(op: str):
     or None."""
     fields = catalog()[op].get("returns")
     return namedtuple(op.replace(".", "_"), fields) if fields else None
+
+
+def returns_named_tuple(entry: dict, args: tuple, kwargs: dict) -> bool:
+    """Does this call of an op with ``returns`` give the named tuple? Always, unless the entry names the
+    argument whose presence makes it one (``max(x)`` is a tensor, ``max(x, 0)`` a (values, indices) pair)."""
+    when = entry.get("returns_when")
+    if not when:
+        return True
+    value = argument(entry["name"], when, args, kwargs)
+    from gradserve.torch._tensor import Tensor
+    return value is not None and not isinstance(value, Tensor)
+
+
+def returns_tuple(entry: dict, args: tuple, kwargs: dict) -> bool:
+    """Does this call return a plain tuple of tensors (split's pieces, max_pool2d(return_indices=True))?"""
+    return entry.get("variable_outputs", False) or any(
+        argument(entry["name"], flag, args, kwargs) for flag in entry.get("tuple_when", ()))
 
 
 def catalog() -> dict[str, dict]:
@@ -78,12 +78,11 @@ def names_in(namespace: str) -> dict[str, str]:
                 out[name] = entry["name"]
         elif namespace == "torch":
             out[name] = entry["name"]
-        elif namespace == "torch.nn.functional" and (entry["family"] in ("nn", "conv") or name in FUNCTIONAL_EXTRA):
-            out[name] = entry["name"]
-    table = {"torch.linalg": LINALG, "torch.special": SPECIAL}.get(namespace, {})
-    for public, op in table.items():  # the catalog's own submodule entries (linalg.norm...) come first
-        if op in catalog():
-            out.setdefault(public, op)
+    for entry in catalog().values():  # the catalog's own submodule entries (linalg.norm...) come first
+        for public in entry.get("exports", ()):
+            where, _, rest = public.rpartition(".")
+            if where == namespace:
+                out.setdefault(rest, entry["name"])
     return out
 
 

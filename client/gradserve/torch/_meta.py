@@ -23,13 +23,6 @@ UNKNOWN = object()
 #: torch's messages
 LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
 VIEW_OF_LEAF_INPLACE = "a view of a leaf Variable that requires grad is being used in an in-place operation."
-#: ops whose result is a view of their first argument (as torch's are); reshape and flatten are views of a
-#: contiguous tensor, which a leaf always is here
-VIEWS = frozenset({"view", "transpose", "t", "permute", "unsqueeze", "squeeze", "expand", "expand_as", "narrow",
-                   "select", "diagonal"})
-VIEWS_OF_CONTIGUOUS = frozenset({"reshape", "flatten"})
-#: ops of the catalog's shape family whose result never shares its input's memory
-COPIES = frozenset({"clone", "cat", "stack", "repeat", "gather", "index_select"})
 NON_LEAF_FLAG = ("you can only change requires_grad flags of leaf variables. If you want to use a computed "
                  "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().")
 INT_REQUIRES_GRAD = "Only Tensors of floating point and complex dtype can require gradients"
@@ -38,8 +31,6 @@ INT_REQUIRES_GRAD_SETTER = "only Tensors of floating point and complex dtype can
 NO_GRAD_FN = "element {} of tensors does not require grad and does not have a grad_fn"
 UNUSED = ("The differentiated Tensor at index {} appears to not have been used in the graph. Set "
           "allow_unused=True if this is the desired behavior.")
-#: ops that convert to a fixed dtype (the catalog's conversion methods)
-CASTS = {"long": "int64", "bool": "bool", "float": "float32", "double": "float64"}
 
 
 class Node:
@@ -216,9 +207,8 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
     shape = shape_of(entry, tensors, arg)
     if shape is not UNKNOWN:
         facts["shape"] = shape
-    name = entry["name"]
     dtype = arg("dtype") if "dtype" in _arg_names(entry) else None
-    cast = CASTS.get(name) or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
+    cast = entry.get("cast") or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
     if cast is not None and cast is not UNKNOWN and entry["family"] == "shape":  # (a conversion: its dtype)
         facts["dtype"] = cast
         if not tensors or peek(tensors[0], "dtype") in (cast, UNKNOWN):
@@ -249,20 +239,17 @@ _ARG_NAMES: dict[str, frozenset] = {}
 
 #: dimension arguments, checked against the rank of the op's first argument as torch's maybe_wrap_dim does
 DIM_PARAMS = ("dim", "dim0", "dim1", "dims", "start_dim", "end_dim")
-#: ops whose dimension arguments index something else than their first argument: the output (one more
-#: dimension), or the broadcast of two inputs
-DIM_OF_OUTPUT = frozenset({"unsqueeze"})
-DIM_ELSEWHERE = frozenset({"diag_embed", "cosine_similarity", "cross", "linalg.cross", "stack", "cat",
-                           "linalg.matrix_norm"})  # (a 1-D input: torch says it needs 2 dimensions)
 
 
 def check_dims(entry: dict, arg, shape) -> None:
     """torch's IndexError for a dimension argument out of range of the first argument's rank."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-    name = entry["name"]
-    if shape is UNKNOWN or name in DIM_ELSEWHERE:
+    # the entry's dims_of: what its dimension arguments index, the first argument ("input"), the output (one
+    # more dimension: unsqueeze) or something else (the broadcast of two inputs: cross; a stack: cat)
+    dims_of = entry.get("dims_of", "input")
+    if shape is UNKNOWN or dims_of == "other":
         return
-    rank = max(len(shape) + (name in DIM_OF_OUTPUT), 1)
+    rank = max(len(shape) + (dims_of == "output"), 1)
     for param in DIM_PARAMS:
         if param not in _arg_names(entry):
             continue
@@ -372,12 +359,15 @@ def basic_index(key) -> bool:
                for k in items)
 
 
-def view_of_leaf(name: str, base, index=None) -> bool:
-    """Is the result of op ``name`` on ``base`` a view of a leaf that requires grad?"""
-    if name == "getitem":
+def view_of_leaf(entry: dict | None, base, index=None) -> bool:
+    """Is the result of the op of catalog ``entry`` on ``base`` a view of a leaf that requires grad? (None:
+    getitem.) The entry's ``storage`` says: a view, or (reshape, flatten) a view of a contiguous tensor,
+    which a leaf always is here."""
+    if entry is None or entry["name"] == "getitem":
         views = basic_index(index)
     else:
-        views = name in VIEWS or name in VIEWS_OF_CONTIGUOUS and peek(base, "is_leaf") is True
+        storage = entry.get("storage")
+        views = storage == "view" or storage == "view_if_contiguous" and peek(base, "is_leaf") is True
     if not views:
         return False
     leaf = peek(base, "is_leaf") is True and peek(base, "requires_grad") is True
@@ -391,7 +381,7 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
     facts_of = known(target)
     leaf, requires_grad = facts_of.get("is_leaf", UNKNOWN), facts_of.get("requires_grad", UNKNOWN)
     on_view = facts_of.get("view_of_leaf") is True
-    if grad_enabled and (on_view or index is not None and view_of_leaf("getitem", target, index)):
+    if grad_enabled and (on_view or index is not None and view_of_leaf(None, target, index)):
         raise error("RuntimeError", VIEW_OF_LEAF_INPLACE)
     if grad_enabled and leaf is True and requires_grad is True:
         raise error("RuntimeError", LEAF_INPLACE)
@@ -489,3 +479,197 @@ def set_grad(t, value) -> None:
     if have is not UNKNOWN and want is not UNKNOWN and have != want:
         raise error("RuntimeError", f"attempting to assign a gradient of size '{list(have)}' to a tensor of size "
                                     f"'{list(want)}'. Please ensure that the gradient and the tensor are the same size")
+
+
+# ----- torch's argument parser, at the torch line -------------------------------------------------------------
+class _Unknown(Exception):
+    """A fact the parser reads of a tensor (0-d, requires grad, dtype) is not known here: the server decides."""
+
+
+_KINDS = {"float32": "f", "float64": "f", "int64": "i", "int32": "i", "int16": "i", "int8": "i", "uint8": "u",
+          "bool": "b"}
+
+
+def _tensor_facts(t) -> tuple:
+    shape, requires_grad, dtype = peek(t, "shape"), peek(t, "requires_grad"), peek(t, "dtype")
+    if shape is UNKNOWN or requires_grad is UNKNOWN or dtype not in _KINDS:
+        raise _Unknown
+    return shape == (), bool(requires_grad), _KINDS[dtype]
+
+
+@functools.cache
+def _parser():
+    """The engine's torch_args (the same file, linked into this package), told what a tensor is here."""
+    from gradserve.torch import _torch_args
+    from gradserve.torch._dtypes import dtype
+    from gradserve.torch._tensor import Tensor
+
+    _torch_args.bind((Tensor,), _tensor_facts, (str, dtype))
+    return _torch_args
+
+
+def _signatures(facts: dict, numbers: bool) -> tuple:
+    """(derived signature or None, torch's overload texts or None, their parsed signatures) of one form, kept in
+    the catalog entry's facts once made."""
+    made = facts.get("_parsed")
+    if made is None:
+        ta = _parser()
+        derived = ta.signature_from_json(facts["signature"]) if facts["signature"] is not None else None
+        options = tuple(facts["overloads"]) if facts["overloads"] is not None else None
+        sigs = tuple(ta.parse_signature(facts["name"], o, numbers) for o in options) if options else None
+        made = facts["_parsed"] = (derived, options, sigs)
+    return made
+
+
+def _plain(v):
+    """A value as the server receives it (numpy scalars as Python numbers), containers kept as they are (torch
+    names a tuple as a tuple)."""
+    import numpy as np
+
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, tuple) and type(v) is tuple:
+        return tuple(_plain(x) for x in v)
+    return v
+
+
+def check_arguments(entry: dict, args: tuple, kwargs: dict, method: bool = False) -> None:
+    """torch's argument parser on this call, from the catalog's ``parser`` facts of the op (what the server's
+    engine.signature checks): a wrong argument raises torch's TypeError (or, for a torch function written in
+    Python, its AttributeError) here, and nothing is sent. ``method``: called as a Tensor method (``args`` holds
+    self first). A call whose check reads a tensor fact the client does not know is left to the server."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    parser = entry.get("parser")
+    if not parser:
+        return
+    form = "method" if method or parser["program_form"] == "method" else "function"
+    facts = parser.get(form)
+    if facts is None:
+        return
+    ta = _parser()
+    if form == "method":
+        if not args or not isinstance(args[0], ta.TENSOR_TYPES):
+            return  # (the server's message: a descriptor that does not apply)
+        args = args[1:]
+    key = _call_key(facts, args, kwargs)
+    if key is not None and key in _ACCEPTED:
+        return
+    derived, options, sigs = _signatures(facts, parser["numbers"])
+    args = [_plain(a) for a in args]
+    kwargs = {k: _plain(v) for k, v in kwargs.items()}
+    try:
+        if form == "function" and parser["python_attribute"]:
+            attribute, order = parser["python_attribute"]
+            ta.python_attribute(attribute, tuple(order), derived, args, kwargs)
+        ta.refuse(facts["name"], derived, options, sigs, parser["hidden"], args, kwargs,
+                  tuple(parser["no_argument_overloads"]))
+    except _Unknown:
+        return
+    except ta.ArgumentError as e:
+        raise error(e.kind, e.message) from None
+    if key is not None and len(_ACCEPTED) < 65536:
+        _ACCEPTED.add(key)
+
+
+#: calls the parser took, by what it reads of them (``_call_key``): the same call again is not parsed again
+_ACCEPTED: set = set()
+
+
+def _call_key(facts: dict, args, kwargs: dict) -> tuple | None:
+    """What the parser reads of a call: each value's class and, of a tensor, whether it is 0-d (and then whether
+    it requires grad and its dtype); None when a value is a container (its items are read) or a tensor fact
+    the parser would read is unknown."""
+    out = [id(facts)]
+    tensors = _parser().TENSOR_TYPES
+    for v in (*args, *kwargs.values()):
+        c = v.__class__
+        if c is list or c is tuple or c is dict:
+            return None
+        if isinstance(v, tensors):  # (requires grad and dtype are read of a 0-d tensor only)
+            shape = v._shape
+            if shape is None:
+                return None
+            if shape:
+                out.append((c, False))
+                continue
+            rg, dtype = known(v).get("requires_grad", UNKNOWN), peek(v, "dtype")
+            if rg is UNKNOWN or dtype is UNKNOWN:
+                return None
+            out.append((c, True, rg, dtype))
+        else:
+            out.append(c)
+    out.extend(kwargs)
+    return tuple(out)
+
+
+# ----- dtype rules of in-place ops, at the torch line ----------------------------------------------------------
+#: torch's names of the dtypes in its messages
+SCALAR_TYPE_NAMES = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "int16": "Short",
+                     "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+_CATEGORY = {"b": 0, "i": 1, "u": 1, "f": 2}
+_WIDTH = {"bool": 1, "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8, "float32": 4, "float64": 8}
+
+
+def _operand(v):
+    """(dtype, priority) of an operand of torch.result_type (2: a tensor with dimensions, 1: a 0-d tensor, 0: a
+    Python number), UNKNOWN when the client does not know it, None for what is no operand."""
+    from gradserve.torch._tensor import Tensor
+
+    if isinstance(v, Tensor):
+        shape, dt = peek(v, "shape"), peek(v, "dtype")
+        return UNKNOWN if shape is UNKNOWN or dt not in _KINDS else (dt, 2 if shape else 1)
+    if isinstance(v, bool):
+        return "bool", 0
+    if isinstance(v, int):
+        return "int64", 0
+    if isinstance(v, float):
+        return "float32", 0  # the default dtype
+    return None
+
+
+def _result_dtype(operands: list):
+    """torch.result_type's dtype: the highest category among the operands, from the highest-priority group
+    holding it (dimensioned tensors, then 0-d ones, then numbers), the widest there; UNKNOWN when an int8 and
+    a uint8 would meet (torch promotes them to int16: left to the server)."""
+    top = max(_CATEGORY[_KINDS[d]] for d, _ in operands)
+    for priority in (2, 1, 0):
+        group = [d for d, p in operands if p == priority and _CATEGORY[_KINDS[d]] == top]
+        if group:
+            if top == 1 and {"uint8", "int8"} <= set(group):
+                return UNKNOWN
+            return max(group, key=lambda d: _WIDTH[d])
+    return UNKNOWN
+
+
+def check_inplace_dtype(entry: dict, base: dict | None, args: tuple, kwargs: dict) -> None:
+    """torch's refusal of an in-place op whose result its target cannot hold (``result type Float can't be cast
+    to the desired output type Long``), from the out-of-place op's declared ``promotion`` (catalog ``base``)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    promotion = base.get("promotion") if base else None
+    if not promotion or not args:
+        return
+    target = _operand(args[0])
+    if target is UNKNOWN or target is None:
+        return
+    if promotion == "float" or promotion == "true_divide" and kwargs.get("rounding_mode") is None:
+        result = target[0] if _KINDS[target[0]] == "f" else "float32"
+        if promotion == "true_divide":  # the division's operands promote first
+            other = _operand(args[1] if len(args) > 1 else kwargs.get("other"))
+            if other is UNKNOWN:
+                return
+            both = _result_dtype([target, *([other] if other is not None else [])])
+            if both is UNKNOWN:
+                return
+            result = both if _KINDS[both] == "f" else "float32"
+    else:
+        other = _operand(args[1] if len(args) > 1 else kwargs.get("other"))
+        if other is UNKNOWN or other is None:
+            return
+        result = _result_dtype([target, other])
+        if result is UNKNOWN:
+            return
+    if _CATEGORY[_KINDS[result]] > _CATEGORY[_KINDS[target[0]]]:
+        raise error("RuntimeError", f"result type {SCALAR_TYPE_NAMES[result]} can't be cast to the desired output "
+                                    f"type {SCALAR_TYPE_NAMES[target[0]]}")

@@ -442,7 +442,7 @@ class Tensor:
             raise missing(f"'Tensor' object has no attribute '{name}'")
         def method(*args, **kwargs):
             __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-            return call_op(op, (self, *args), kwargs)
+            return call_op(op, (self, *args), kwargs, method=True)
         return method
 
     # ----- operators --------------------------------------------------------------------------------------
@@ -576,15 +576,17 @@ def context_of(values) -> Context:
     return _context.current()
 
 
-def call_op(name: str, args: tuple, kwargs: dict):
+def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     """Record ``name(*args, **kwargs)`` and return what torch would: a handle, a tuple of handles, or the
-    target itself for in-place ops. Only ops whose number of outputs depends on the data send at once."""
+    target itself for in-place ops. Only ops whose number of outputs depends on the data send at once.
+    ``method``: called as a Tensor method (``args[0]`` is self), for torch's argument messages."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     entry = _catalog.catalog()[name]
     if kwargs:
         kwargs = _torch_kwargs(name, kwargs)
     ctx = context_of((*args, *kwargs.values()))
     args = _catalog.pack_sizes(name, args)
+    _meta.check_arguments(entry, args, kwargs, method)  # torch's TypeError for a wrong argument, here
     op = {"op": entry["name"], "args": [_arg(a, ctx) for a in args]}
     if kwargs:
         op["kwargs"] = {k: _arg(v, ctx) for k, v in kwargs.items()}
@@ -598,32 +600,29 @@ def call_op(name: str, args: tuple, kwargs: dict):
         index = args[1].key if base == "setitem" and len(args) > 1 and isinstance(args[1], _Index) else None
         facts = _meta.inplace(entry, target, [t for t in tensors if t is not target], grad_enabled, index) \
             if isinstance(target, Tensor) else {}
+        _meta.check_inplace_dtype(entry, _catalog.catalog().get(base[:-1]), args, kwargs)
         ctx.record(op)
         target._mutated()
         if facts:
             target._know(**facts)
         return target
     first = next((a for a in args if isinstance(a, Tensor)), None)
-    shares = entry["family"] == "shape" and first is not None and base not in _meta.COPIES and not (
+    shares = entry["family"] == "shape" and first is not None and entry.get("storage") != "new" and not (
         base == "getitem" and not _meta.basic_index(args[1].key))  # (an advanced index copies)
     storage = first._storage if shares else None
-    if base in _catalog.VARIABLE_OUTPUTS or any(
-            _catalog.argument(base, flag, args, kwargs) for flag in _catalog.TUPLE_WHEN.get(base, ())):
+    if _catalog.returns_tuple(entry, args, kwargs):
         op["out"] = ctx.fresh_name()
         index = ctx.record(op)
         bound = ctx.flush()["ops"][index]["bound"]
         return tuple(Tensor._new(ctx, storage, name) for name in bound)
     rtype = _catalog.return_type(base)
-    if rtype is not None:  # a named tuple of tensors (linalg.svd's U, S, Vh): one handle per field
-        outs = tuple(Tensor._new(ctx, storage) for _ in rtype._fields)
+    if rtype is not None and _catalog.returns_named_tuple(entry, args, kwargs):
+        # a named tuple of tensors (linalg.svd's U, S, Vh; sort's values, indices): one handle per field, the
+        # first sharing a shape op's storage
+        outs = tuple(Tensor._new(ctx, storage if i == 0 else None) for i in range(len(rtype._fields)))
         op["out"] = [t._name for t in outs]
         ctx.record(op, outs)
         return rtype(*outs)
-    if base in _catalog.PAIRS and (base == "sort" or _has_dim(args, kwargs)):
-        values, indices = Tensor._new(ctx, storage), Tensor._new(ctx)
-        op["out"] = [values._name, indices._name]
-        ctx.record(op, (values, indices))
-        return _catalog.return_types[base](values, indices)
 
     def arg(param, default=None):
         if param == _catalog.varargs(base):  # x.view(2, 3) and x.view((2, 3)) alike
@@ -640,15 +639,15 @@ def call_op(name: str, args: tuple, kwargs: dict):
     elif base != "detach":
         facts = _meta.result(entry, tensors, arg, grad_enabled)
         if first is not None and grad_enabled and facts.get("requires_grad") and _meta.view_of_leaf(
-                base, first, args[1].key if base == "getitem" and isinstance(args[1], _Index) else None):
+                entry, first, args[1].key if base == "getitem" and isinstance(args[1], _Index) else None):
             facts["view_of_leaf"] = True
     out = Tensor._new(ctx, storage)
     op["out"] = out._name
     ctx.record(op, (out,))
-    if base in _catalog.PYTHON_RESULT:
-        return _catalog.PYTHON_RESULT[base](out.item())
-    if base in _catalog.CHANGES_ARGUMENT:
-        changed, given = _catalog.CHANGES_ARGUMENT[base]
+    if entry.get("python_result"):
+        return _catalog.PYTHON_TYPES[entry["python_result"]](out.item())
+    if entry.get("changes_argument"):  # F.embedding's max_norm renormalises weight's rows in place
+        changed, given = entry["changes_argument"]
         target = _catalog.argument(base, changed, args, kwargs)
         if isinstance(target, Tensor) and _catalog.argument(base, given, args, kwargs) is not None:
             target._mutated()
@@ -698,11 +697,6 @@ def _torch_kwargs(op: str, kwargs: dict) -> dict:
             raise TypeError(f"{op}() got multiple values for argument '{name}'")
         out[name] = value
     return out
-
-
-def _has_dim(args: tuple, kwargs: dict) -> bool:
-    dim = args[1] if len(args) > 1 else kwargs.get("dim")
-    return dim is not None and not isinstance(dim, Tensor)
 
 
 def _arg(value, ctx: Context):

@@ -25,6 +25,35 @@ class OpInfo(BaseModel):
     returns: list[str] = Field(default_factory=list, description="The field names of the named tuple the op "
                                "returns (torch.return_types: ['U', 'S', 'Vh'] for linalg.svd), bound in order to "
                                "an op's list of out names; empty for a single tensor or a data-dependent result.")
+    returns_when: str = Field(default="", description="The argument whose presence makes the result the `returns` "
+                              "named tuple (`dim` for max: `max(x)` is a tensor, `max(x, 0)` values and indices); "
+                              "empty: always.")
+    exports: list[str] = Field(default_factory=list, description="Public names beyond torch.<name> and "
+                               "Tensor.<name> (`torch.nn.functional.relu`, `torch.special.expit`).")
+    tuple_when: list[str] = Field(default_factory=list, description="Arguments that make the result a tuple of "
+                                  "tensors when true (max_pool2d's `return_indices`).")
+    variable_outputs: bool = Field(default=False, description="The number of outputs depends on the arguments or "
+                                   "the data (split, chunk, unbind): the response's `bound` lists the names given.")
+    python_result: str = Field(default="", description="torch returns a Python value of this type (`bool` for "
+                               "allclose); the op binds a 0-d tensor.")
+    changes_argument: list[str] = Field(default_factory=list, description="[changed, given]: the op changes "
+                                        "argument `changed` in place when `given` is given (embedding's max_norm).")
+    storage: str = Field(default="", description="The result's memory: `view` (of the first argument), "
+                         "`view_if_contiguous` (reshape), `new`; empty: as its family's.")
+    cast: str = Field(default="", description="The dtype a conversion (`long`, `float`...) converts to.")
+    dims_of: str = Field(default="input", description="What dimension arguments index: `input` (the first "
+                         "argument), `output` (unsqueeze) or `other`.")
+    promotion: str = Field(default="", description="The result's dtype: `result_type` (torch.result_type of the "
+                           "operands), `float` (integers give the default float), `true_divide` (float unless a "
+                           "rounding mode); empty: not declared. The op's in-place form cannot hold a result of a "
+                           "higher category than its target (torch's `result type Float can't be cast...`).")
+    parser: dict | None = Field(default=None, description="How torch's argument parser takes a call: per form "
+                                "(`function`, `method`) the name its messages use and torch's overloads (texts "
+                                "as torch prints them) or the one signature derived from the op's; `program_form`, "
+                                "`hidden`, `numbers`, `python_attribute`, `no_argument_overloads`. A client "
+                                "checks a call against it before sending it. Null: not parsed (indexing...).")
+    cost: str = Field(default="inputs", description="What the op's cost follows: `inputs` (their sizes), "
+                      "`arguments` (sizes given as arguments: creation, expand), `calls` (transforms), `other`.")
 
 
 class OpCatalog(BaseModel):

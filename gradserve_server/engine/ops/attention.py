@@ -32,7 +32,7 @@ from .reduction import sum as sum_
 from .shape import expand, reshape, transpose, unsqueeze
 
 
-@op("_safe_softmax", tensors=("self",), grad_fns=("SafeSoftmaxBackward0",), method=False)
+@op("_safe_softmax", tensors=("self",), method=False)
 def _safe_softmax(self, dim):
     """torch._safe_softmax(input, dim): softmax, with zeros for a slice that is -inf throughout."""
     self = require_tensor(self)
@@ -51,7 +51,7 @@ def _(ctx, grad):
     return softmax_backward_data(grad, ctx.result, ctx.dim),
 
 
-@jvp("SafeSoftmaxBackward0")
+@jvp()
 def _(ctx, self_t):
     r = ctx.result
     return r * (self_t - sum_(r * self_t, ctx.dim, keepdim=True))

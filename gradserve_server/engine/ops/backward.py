@@ -51,7 +51,7 @@ def _(ctx, gg):
         (zeros_like(gg) if n[1] else None)
 
 
-@jvp("ThresholdBackwardBackward0")
+@jvp()
 def _(ctx, grad_output_t, self_t):
     return None if grad_output_t is None else threshold_backward(grad_output_t, ctx.self, ctx.threshold)
 
@@ -91,15 +91,12 @@ def tanh_backward(grad: Tensor, output: Tensor) -> Tensor:
 
 
 @vjp("TanhBackwardBackward0", inputs=("grad_output", "output"),
-     saves={"grad_output": ("output",), "output": ("grad_output", "output")})
+     saves={"grad_output": ("output",), "output": ("grad_output", "output")}, jvp=elementwise_jvp)
 def _(ctx, gg):
     n = ctx.needs
     y = ctx.output
     return (tanh_backward(gg, y) if n[0] else None), \
         ((ctx.grad_output * (-2 * y * gg)) if n[1] else None)
-
-
-jvp("TanhBackwardBackward0")(elementwise_jvp)
 
 
 def _sigmoid_backward(g, y):
@@ -117,15 +114,12 @@ def sigmoid_backward(grad: Tensor, output: Tensor) -> Tensor:
 
 
 @vjp("SigmoidBackwardBackward0", inputs=("grad_output", "output"),
-     saves={"grad_output": ("output",), "output": ("grad_output", "output")})
+     saves={"grad_output": ("output",), "output": ("grad_output", "output")}, jvp=elementwise_jvp)
 def _(ctx, gg):
     n = ctx.needs
     y = ctx.output
     return (sigmoid_backward(gg, y) if n[0] else None), \
         ((gg * ctx.grad_output * (1 - 2 * y)) if n[1] else None)
-
-
-jvp("SigmoidBackwardBackward0")(elementwise_jvp)
 
 
 def _softplus_backward(g, x, beta, threshold):
@@ -158,7 +152,8 @@ def softplus_backward(grad: Tensor, self: Tensor, beta, threshold) -> Tensor:
 
 
 @vjp("SoftplusBackwardBackward0", inputs=("grad_output", "self"),
-     saves={"beta": (), "grad_output": ("self",), "self": ("grad_output", "self"), "threshold": ()})
+     saves={"beta": (), "grad_output": ("self",), "self": ("grad_output", "self"), "threshold": ()},
+     jvp=elementwise_jvp)
 def _(ctx, gg):
     n = ctx.needs
     x, beta, threshold = ctx.self, ctx.beta, ctx.threshold
@@ -169,9 +164,6 @@ def _(ctx, gg):
         s = sigmoid(bx)
         g_self = where(gt(bx, threshold), 0.0, gg * ctx.grad_output * (beta * s * (1 - s)))
     return g_grad, g_self
-
-
-jvp("SoftplusBackwardBackward0")(elementwise_jvp)
 
 
 def _elu_backward(g, x, alpha):
@@ -189,7 +181,7 @@ def elu_backward(grad: Tensor, self: Tensor, alpha) -> Tensor:
 
 @vjp("EluBackwardBackward0", inputs=("grad_output", "self_or_result"),
      saves={"alpha": (), "grad_output": ("self_or_result",), "input_scale": (), "is_result": (), "scale": (),
-            "self_or_result": ("grad_output", "self_or_result")})
+            "self_or_result": ("grad_output", "self_or_result")}, jvp=elementwise_jvp)
 def _(ctx, gg):
     n = ctx.needs
     x = ctx.self_or_result
@@ -197,9 +189,6 @@ def _(ctx, gg):
     # and a product with a mask, so the exp of a large x never meets a zero)
     return (elu_backward(gg, x, ctx.alpha) if n[0] else None), \
         ((elu_backward(gg * ctx.grad_output, x, ctx.alpha) * lt(x, 0)) if n[1] else None)
-
-
-jvp("EluBackwardBackward0")(elementwise_jvp)
 
 
 def _softmax_backward_data(g, y, dim):
@@ -227,7 +216,7 @@ def _(ctx, gg):
     return g_grad, g_out
 
 
-@jvp("SoftmaxBackwardDataBackward0")
+@jvp()
 def _(ctx, grad_output_t, output_t):
     from .elementwise import add_t
     from .reduction import sum as sum_
@@ -260,7 +249,7 @@ def _(ctx, gg):
     return g_grad, g_out
 
 
-@jvp("LogSoftmaxBackwardDataBackward0")
+@jvp()
 def _(ctx, grad_output_t, output_t):
     from .elementwise import add_t, exp
     from .reduction import sum as sum_

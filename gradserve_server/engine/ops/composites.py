@@ -96,20 +96,38 @@ def unflatten(self, dim, sizes):
     return view(self, (*shape[:d], *sizes, *shape[d + 1:]))
 
 
-@op("view_as", tensors=("self", "other"), grad_fns=("ViewBackward0",), meta_only=("other",))
+@op("view_as",
+    method_only=True,
+    tensors=("self", "other"), grad_fns=("ViewBackward0",), meta_only=("other",))
 def view_as(self, other):
     """Tensor.view_as(other): self.view(other.size())."""
     return view(require_tensor(self), require_tensor(other, "other").shape)
 
 
-@op("reshape_as", tensors=("self", "other"), grad_fns=("ViewBackward0", "ReshapeAliasBackward0",
+@op("reshape_as",
+    method_only=True,
+    tensors=("self", "other"), grad_fns=("ViewBackward0", "ReshapeAliasBackward0",
                                                      "UnsafeViewBackward0"), meta_only=("other",))
 def reshape_as(self, other):
     """Tensor.reshape_as(other): self.reshape(other.size())."""
     return reshape(require_tensor(self), require_tensor(other, "other").shape)
 
 
-@op("tensor_split", tensors=("self", "indices_or_sections"), grad_fns=("SliceBackward0",))
+@op("tensor_split",
+    overloads={
+        "function": (
+            "(Tensor input, tuple of ints indices, int dim = 0)",
+            "(Tensor input, Tensor tensor_indices_or_sections, int dim = 0)",
+            "(Tensor input, int sections, int dim = 0)",
+        ),
+        "method": (
+            "(tuple of ints indices, int dim = 0)",
+            "(Tensor tensor_indices_or_sections, int dim = 0)",
+            "(int sections, int dim = 0)",
+        ),
+    },
+    variable_outputs=True,
+    tensors=("self", "indices_or_sections"), grad_fns=("SliceBackward0",))
 def tensor_split(self, indices_or_sections, dim=0):
     """torch.tensor_split(input, indices_or_sections, dim=0): views (SliceBackward0) of nearly equal sizes
     for a number of sections, or cut at the given indices (clamped into the dim, as numpy.array_split)."""
@@ -171,7 +189,19 @@ def take_along_dim(self, indices, dim=None):
     return gather(expand(self, tuple(self_shape)), d, expand(indices, tuple(index_shape)))
 
 
-@op("repeat_interleave", tensors=("self", "repeats"),
+@op("repeat_interleave",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor repeats, int dim = None, *, int output_size = None)",
+            "(Tensor repeats, *, int output_size = None)",
+            "(Tensor input, int repeats, int dim = None, *, int output_size = None)",
+        ),
+        "method": (
+            "(Tensor repeats, int dim = None, *, int output_size = None)",
+            "(int repeats, int dim = None, *, int output_size = None)",
+        ),
+    },
+    tensors=("self", "repeats"),
     grad_fns=("ViewBackward0", "IndexSelectBackward0"))
 def repeat_interleave(self, repeats=None, dim=None, output_size=None):
     """torch.repeat_interleave(input, repeats, dim=None, *, output_size=None), and
@@ -233,35 +263,45 @@ def _new_dtype(self: Tensor, dtype):
     return self.dtype if dtype is None else dtype
 
 
-@op("new_zeros", tensors=("self",), differentiable=False)
+@op("new_zeros",
+    method_only=True,
+    tensors=("self",), differentiable=False)
 def new_zeros(self, *size, dtype=None, requires_grad=False):
     """Tensor.new_zeros(size, *, dtype=None, requires_grad=False): self's dtype unless given."""
     self = require_tensor(self)
     return full(list(shape_arg(size)), 0, dtype=_new_dtype(self, dtype), requires_grad=requires_grad)
 
 
-@op("new_ones", tensors=("self",), differentiable=False)
+@op("new_ones",
+    method_only=True,
+    tensors=("self",), differentiable=False)
 def new_ones(self, *size, dtype=None, requires_grad=False):
     """Tensor.new_ones(size, *, dtype=None, requires_grad=False)."""
     self = require_tensor(self)
     return full(list(shape_arg(size)), 1, dtype=_new_dtype(self, dtype), requires_grad=requires_grad)
 
 
-@op("new_empty", tensors=("self",), differentiable=False)
+@op("new_empty",
+    method_only=True,
+    tensors=("self",), differentiable=False)
 def new_empty(self, *size, dtype=None, requires_grad=False):
     """Tensor.new_empty(size, ...): zeros here (torch leaves the memory uninitialised: any values are right)."""
     self = require_tensor(self)
     return full(list(shape_arg(size)), 0, dtype=_new_dtype(self, dtype), requires_grad=requires_grad)
 
 
-@op("new_full", tensors=("self",), differentiable=False)
+@op("new_full",
+    method_only=True,
+    tensors=("self",), differentiable=False)
 def new_full(self, size, fill_value, dtype=None, requires_grad=False):
     """Tensor.new_full(size, fill_value, *, dtype=None, requires_grad=False)."""
     self = require_tensor(self)
     return full(list(shape_arg((size,))), fill_value, dtype=_new_dtype(self, dtype), requires_grad=requires_grad)
 
 
-@op("new_tensor", tensors=("self",), differentiable=False)
+@op("new_tensor",
+    method_only=True,
+    tensors=("self",), differentiable=False)
 def new_tensor(self, data, dtype=None, requires_grad=False):
     """Tensor.new_tensor(data, *, dtype=None, requires_grad=False): a copy of data in self's dtype unless
     given (torch.tensor's inference is not used: ``x.new_tensor([1, 2])`` of a float32 x is float32)."""

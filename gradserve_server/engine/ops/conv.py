@@ -82,7 +82,7 @@ def _(ctx, grad):
     return col2im(grad, shape, tuple(ctx.kernel_size), tuple(ctx.dilation), tuple(ctx.padding), tuple(ctx.stride)),
 
 
-@jvp("Im2ColBackward0")
+@jvp()
 def _(ctx, self_t):
     return im2col(self_t, tuple(ctx.kernel_size), tuple(ctx.dilation), tuple(ctx.padding), tuple(ctx.stride))
 
@@ -92,7 +92,7 @@ def _(ctx, grad):
     return im2col(grad, tuple(ctx.kernel_size), tuple(ctx.dilation), tuple(ctx.padding), tuple(ctx.stride)),
 
 
-@jvp("Col2ImBackward0")
+@jvp()
 def _(ctx, self_t):
     return col2im(self_t, ctx.result.shape, tuple(ctx.kernel_size), tuple(ctx.dilation), tuple(ctx.padding),
                   tuple(ctx.stride))
@@ -271,7 +271,7 @@ def _(ctx, grad):
     return g_in, g_w, g_b
 
 
-@jvp("ConvolutionBackward0")
+@jvp()
 def _(ctx, input_t, weight_t, bias_t):
     # bilinear in (input, weight): conv(dx, w) + conv(x, dw) + db
     from .elementwise import add_t

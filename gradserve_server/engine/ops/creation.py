@@ -77,7 +77,9 @@ class Owned:
         return f"Owned({self.array!r})"
 
 
-@op("tensor", method=False, differentiable=False)
+@op("tensor",
+    parsed=False,
+    method=False, differentiable=False)
 def tensor(data, dtype=None, requires_grad=False):
     """torch.tensor(data, dtype=None, requires_grad=False): floats -> float32, ints -> int64, bools -> bool."""
     if data.__class__ is Owned:
@@ -92,19 +94,25 @@ def _filled(name: str, size, value, dtype, requires_grad, negative_message=None)
     return _leaf(np.full(shape, value, dtype=NP[d]), requires_grad)
 
 
-@op("zeros", method=False, differentiable=False)
+@op("zeros",
+    size_varargs="size", cost="arguments",
+    method=False, differentiable=False)
 def zeros(*size, dtype=None, requires_grad=False):
     """torch.zeros(*size, dtype=None, requires_grad=False)."""
     return _filled("zeros", size, 0, dtype, requires_grad, "zeros: Dimension size must be non-negative.")
 
 
-@op("empty", method=False, differentiable=False)
+@op("empty",
+    size_varargs="size", cost="arguments",
+    method=False, differentiable=False)
 def empty(*size, dtype=None, requires_grad=False):
     """torch.empty(*size, dtype=None, requires_grad=False): its values are unspecified in torch; here zeros."""
     return _filled("empty", size, 0, dtype, requires_grad)
 
 
-@op("ones", method=False, differentiable=False)
+@op("ones",
+    size_varargs="size", cost="arguments",
+    method=False, differentiable=False)
 def ones(*size, dtype=None, requires_grad=False):
     """torch.ones(*size, dtype=None, requires_grad=False)."""
     return _filled("ones", size, 1, dtype, requires_grad)
@@ -131,7 +139,9 @@ def _fill_number(fill_value, name: str):
     return fill_value
 
 
-@op("full", method=False, differentiable=False)
+@op("full",
+    cost="arguments",
+    method=False, differentiable=False)
 def full(size, fill_value, dtype=None, requires_grad=False):
     """torch.full(size, fill_value, dtype=None, requires_grad=False); the dtype follows fill_value."""
     if not isinstance(size, (list, tuple)):
@@ -152,7 +162,9 @@ def _real(v, name: str) -> float | int:
     return int(v) if isinstance(v, (bool, np.bool_)) else v
 
 
-@op("arange", method=False, differentiable=False)
+@op("arange",
+    cost="arguments",
+    method=False, differentiable=False)
 def arange(start, end=None, step=1, dtype=None, requires_grad=False):
     """torch.arange(start, end=None, step=1, dtype=None): int64 when start, end and step are all ints,
     else float32; values are start + i * step computed in double, as torch's CPU kernel does."""
@@ -191,7 +203,25 @@ def _fmt(v) -> str:
     return str(v)
 
 
-@op("linspace", tensors=("start", "end"), method=False, differentiable=False)
+@op("linspace",
+    overloads={
+        "function": (
+            "(Tensor start, Tensor end, int steps, *, Tensor out = None, torch.dtype dtype = None, "
+            "torch.layout layout = None, torch.device device = None, bool pin_memory = False, "
+            "bool requires_grad = False)",
+            "(Number start, Tensor end, int steps, *, Tensor out = None, torch.dtype dtype = None, "
+            "torch.layout layout = None, torch.device device = None, bool pin_memory = False, "
+            "bool requires_grad = False)",
+            "(Tensor start, Number end, int steps, *, Tensor out = None, torch.dtype dtype = None, "
+            "torch.layout layout = None, torch.device device = None, bool pin_memory = False, "
+            "bool requires_grad = False)",
+            "(Number start, Number end, int steps, *, Tensor out = None, torch.dtype dtype = None, "
+            "torch.layout layout = None, torch.device device = None, bool pin_memory = False, "
+            "bool requires_grad = False)",
+        ),
+    },
+    cost="arguments",
+    tensors=("start", "end"), method=False, differentiable=False)
 def linspace(start, end, steps, dtype=None, requires_grad=False):
     """torch.linspace(start, end, steps, dtype=None): evenly spaced, the first half counted up from start and
     the second half down from end, as torch's CPU kernel does (in float32 for float32 results). ``start`` and
@@ -229,7 +259,9 @@ def linspace(start, end, steps, dtype=None, requires_grad=False):
     return _leaf(np.where(idx < half, up, down).astype(npdt), requires_grad)
 
 
-@op("eye", method=False, differentiable=False)
+@op("eye",
+    cost="arguments",
+    method=False, differentiable=False)
 def eye(n, m=None, dtype=None, requires_grad=False):
     """torch.eye(n, m=None, dtype=None, requires_grad=False)."""
     if m is None:

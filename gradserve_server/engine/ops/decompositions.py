@@ -189,7 +189,7 @@ def _(ctx, grad):
     return _singular_det_grad(A, grad),
 
 
-@jvp("LinalgDetBackward0")
+@jvp()
 def _(ctx, A_t):
     # d det = det * tr(A^{-1} dA)
     from .matrix import diagonal
@@ -259,7 +259,7 @@ def _getrs(lu: np.ndarray, piv: np.ndarray, b: np.ndarray) -> np.ndarray:
     return x
 
 
-@jvp("LinalgSlogdetBackward0")
+@jvp()
 def _(ctx, A_t):
     from .matrix import diagonal
     from .reduction import sum as sum_
@@ -290,7 +290,7 @@ def _singular(A: Tensor, name: str, what: str) -> TorchRuntimeError:
                              code="singular_matrix", exception="torch.linalg.LinAlgError")
 
 
-@op("linalg.inv", tensors=("A",), grad_fns=("LinalgInvExBackward0",), method=False, family="linalg")
+@op("linalg.inv", tensors=("A",), method=False, family="linalg")
 def linalg_inv(A):
     """torch.linalg.inv(A) (linalg_inv_ex under the hood); saves the inverse."""
     A = _square_float(A, "linalg.inv")
@@ -313,7 +313,7 @@ def _(ctx, grad):
     return -matmul(inv_t, matmul(grad, inv_t)),
 
 
-@jvp("LinalgInvExBackward0")
+@jvp()
 def _(ctx, A_t):
     inv = ctx.inverse
     return -matmul(matmul(inv, A_t), inv)
@@ -324,7 +324,7 @@ def _vector_rhs(A: Tensor, B: Tensor) -> bool:
     return B.data.ndim == 1 or (B.data.ndim == A.data.ndim - 1 and B.shape == A.shape[:-1])
 
 
-@op("linalg.solve", tensors=("A", "B"), grad_fns=("LinalgSolveExBackward0",), method=False, family="linalg")
+@op("linalg.solve", tensors=("A", "B"), method=False, family="linalg")
 def linalg_solve(A, B, left=True):
     """torch.linalg.solve(A, B, *, left=True): X with A X = B (left) or X A = B; B may be a vector."""
     A = _square_float(A, "linalg.solve")
@@ -375,7 +375,7 @@ def _(ctx, grad):
     return gA, ((squeeze(gBm, -1) if vec else gBm) if n[1] else None)
 
 
-@jvp("LinalgSolveExBackward0")
+@jvp()
 def _(ctx, A_t, B_t):
     # left: A X = B -> A dX = dB - dA X; right: X A = B -> dX A = dB - X dA
     A, X, left = ctx.A, ctx.result, ctx.left
@@ -391,7 +391,7 @@ def _(ctx, A_t, B_t):
     return linalg_solve(A, rhs, left=left)
 
 
-@op("linalg.cholesky", tensors=("A",), grad_fns=("LinalgCholeskyExBackward0",), method=False, family="linalg")
+@op("linalg.cholesky", tensors=("A",), method=False, family="linalg")
 def linalg_cholesky(A, upper=False):
     """torch.linalg.cholesky(A, *, upper=False): L with A = L L^H (or U = L^H); saves L and upper."""
     A = _square_float(A, "linalg.cholesky")
@@ -463,7 +463,7 @@ def _(ctx, grad):
     return gA, (gB if n[1] else None)
 
 
-@jvp("LinalgSolveTriangularBackward0")
+@jvp()
 def _(ctx, A_t, B_t):
     from .matrix import tril, triu
     A, X, upper, left = ctx.self, ctx.result, ctx.upper, ctx.left
@@ -661,7 +661,7 @@ def _(ctx, grads):
     return svd_backward(gU, gS, gVh, U, ctx.S, Vh),
 
 
-@jvp("LinalgSvdBackward0")
+@jvp()
 def _(ctx, A_t):
     # FunctionsManual.cpp linalg_svd_jvp, real case
     S = ctx.S
@@ -768,7 +768,9 @@ def _max_norm(norms: Tensor, d: int, keepdim: bool) -> Tensor:
 _MATRIX_NORM_FNS = ("LinalgVectorNormBackward0", "AmaxBackward0", "AminBackward0", "SumBackward1", "PermuteBackward0")
 
 
-@op("linalg.matrix_norm", tensors=("A",), grad_fns=_MATRIX_NORM_FNS, method=False, family="linalg")
+@op("linalg.matrix_norm",
+    dims_of="other",
+    tensors=("A",), grad_fns=_MATRIX_NORM_FNS, method=False, family="linalg")
 def linalg_matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False):
     """torch.linalg.matrix_norm(A, ord='fro', dim=(-2, -1), keepdim=False): 'fro', 'nuc', 2, -2, 1, -1, inf,
     -inf ("inf"/"-inf" in JSON) over the two dims."""
@@ -839,7 +841,9 @@ def _cross(self: Tensor, other: Tensor, d: int, shape: tuple, dim: int) -> Tenso
                   {"dim": saved_int(dim), "other": other, "self": self})
 
 
-@op("linalg.cross", tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), method=False, family="linalg")
+@op("linalg.cross",
+    dims_of="other",
+    tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), method=False, family="linalg")
 def linalg_cross(self, other, dim=-1):
     """torch.linalg.cross(input, other, *, dim=-1): batched 3-vector cross products (batches broadcast)."""
     self = require_tensor(self, "input", "linalg.cross")
@@ -856,7 +860,9 @@ def linalg_cross(self, other, dim=-1):
     return _cross(self, other, d, broadcast_shapes(self.shape, other.shape), dim)
 
 
-@op("cross", tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), family="linalg")
+@op("cross",
+    dims_of="other",
+    tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), family="linalg")
 def cross(self, other, dim=None):
     """torch.cross(input, other, dim=None): dim=None picks the first dim of size 3 of the broadcast shape
     (torch warns that this default is deprecated)."""
@@ -884,7 +890,7 @@ def _(ctx, grad):
             (linalg_cross(grad, ctx.self, dim=d) if n[1] else None))
 
 
-@jvp("LinalgCrossBackward0")
+@jvp()
 def _(ctx, self_t, other_t):
     d = signed_int(ctx.dim)
     a = linalg_cross(self_t, ctx.other, dim=d) if self_t is not None else None

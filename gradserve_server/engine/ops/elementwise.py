@@ -93,7 +93,13 @@ def _sub_alpha(a, b, alpha):
     return a - alpha * b
 
 
-@op("add", tensors=("self", "other"), grad_fns=("AddBackward0",), aliases=("__add__", "__radd__"), plannable=True)
+@op("add", promotion="result_type",
+    method_aliases=("__radd__",), numbers_as_tensors=True, hidden_overload=True,
+    overloads={
+        "function": ("(Tensor input, Tensor other, *, Number alpha = 1, Tensor out = None)",),
+        "method": ("(Tensor other, *, Number alpha = 1)",),
+    },
+    tensors=("self", "other"), aliases=("__add__", "__radd__"), plannable=True)
 def add(self, other, alpha=1):
     """torch.add(input, other, alpha=1): input + alpha * other."""
     if not isinstance(self, Tensor):  # torch.add(2, x): the number is a wrapped 0-d input
@@ -114,7 +120,7 @@ def _(ctx, grad):
     return grad, (grad if alpha == 1 else mul_number(grad, alpha))  # maybe_multiply(grad, alpha)
 
 
-@jvp("AddBackward0")
+@jvp()
 def _(ctx, self_t, other_t):
     return add_t(self_t, scale_t(other_t, ctx.alpha))
 
@@ -122,7 +128,13 @@ def _(ctx, self_t, other_t):
 batching("AddBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("sub", tensors=("self", "other"), grad_fns=("SubBackward0",), aliases=("subtract", "__sub__"), plannable=True)
+@op("sub", promotion="result_type",
+    numbers_as_tensors=True, hidden_overload=True,
+    overloads={
+        "function": ("(Tensor input, Tensor other, *, Number alpha = 1, Tensor out = None)",),
+        "method": ("(Tensor other, *, Number alpha = 1)",),
+    },
+    tensors=("self", "other"), aliases=("subtract", "__sub__"), plannable=True)
 def sub(self, other, alpha=1):
     """torch.sub(input, other, alpha=1): input - alpha * other; a number input is wrapped as a 0-d tensor
     (SubBackward0, as torch.sub(2, x) records; ``2 - x`` is rsub)."""
@@ -152,16 +164,20 @@ def _sub_check(self, other) -> None:
                                 "instead.", code="invalid_dtype")
 
 
-@vjp("SubBackward0", inputs=("self", "other"), saves=("alpha",))
+@vjp("SubBackward0", inputs=("self", "other"), saves=("alpha",), jvp=elementwise_jvp)
 def _(ctx, grad):
     alpha = ctx.alpha
     return grad, (-grad if alpha == 1 else mul_number(-grad, alpha))
 
 
-jvp("SubBackward0")(elementwise_jvp)
-
-
-@op("rsub", tensors=("self", "other"), grad_fns=("RsubBackward0", "RsubBackward1"), aliases=("__rsub__",))
+@op("rsub",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor other, *, Number alpha = 1)",
+            "(Tensor input, Number other, Number alpha = 1)",
+        ),
+    },
+    tensors=("self", "other"), aliases=("__rsub__",))
 def rsub(self, other, alpha=1):
     """torch.rsub(input, other, alpha=1): other - alpha * input (``2 - x``)."""
     self = require_tensor(self, "self", "rsub")
@@ -175,25 +191,21 @@ def rsub(self, other, alpha=1):
     return record("RsubBackward1", out, (self,), {"alpha": alpha})
 
 
-@vjp("RsubBackward0", inputs=("self", "other"), saves=("alpha",))
+@vjp("RsubBackward0", inputs=("self", "other"), saves=("alpha",), jvp=elementwise_jvp)
 def _(ctx, grad):
     alpha = ctx.alpha
     return (-grad if alpha == 1 else mul_number(-grad, alpha)), grad
 
 
-jvp("RsubBackward0")(elementwise_jvp)
-
-
-@vjp("RsubBackward1", inputs=("self",), saves=("alpha",))
+@vjp("RsubBackward1", inputs=("self",), saves=("alpha",), jvp=elementwise_jvp)
 def _(ctx, grad):
     alpha = ctx.alpha
     return (-grad if alpha == 1 else mul_number(-grad, alpha)),
 
 
-jvp("RsubBackward1")(elementwise_jvp)
-
-
-@op("mul", tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("multiply", "__mul__", "__rmul__"),
+@op("mul", promotion="result_type",
+    method_aliases=("__rmul__",), numbers_as_tensors=True,
+    tensors=("self", "other"), aliases=("multiply", "__mul__", "__rmul__"),
     plannable=True)
 def mul(self, other):
     """torch.mul(input, other). A Python number is saved as a wrapped 0-d tensor, as torch does."""
@@ -232,7 +244,7 @@ def _(ctx, grad):
     return div_number(grad, ctx.other),
 
 
-@jvp("DivBackward1")
+@jvp()
 def _(ctx, self_t):
     return div_number(self_t, ctx.other)
 
@@ -242,7 +254,7 @@ def _(ctx, grad):
     return mul_number(grad, ctx.other),
 
 
-@jvp("MulBackward1")
+@jvp()
 def _(ctx, self_t):
     return mul_number(self_t, ctx.other)
 
@@ -268,7 +280,17 @@ batching("MulBackward0", vjp=SAME, jvp=SAME)
 _ROUNDING = (None, "trunc", "floor")
 
 
-@op("div", tensors=("self", "other"), grad_fns=("DivBackward0", "DivBackward2", "MulBackward0"),
+@op("div", promotion="true_divide",
+    numbers_as_tensors=True,
+    overloads={
+        "function": (
+            "(Tensor input, Tensor other, *, Tensor out = None)",
+            "(Tensor input, Tensor other, *, str rounding_mode, Tensor out = None)",
+            "(Tensor input, Number other, *, str rounding_mode)",
+        ),
+        "method": ("(Tensor other)", "(Tensor other, *, str rounding_mode)", "(Number other, *, str rounding_mode)"),
+    },
+    tensors=("self", "other"), grad_fns=("DivBackward0", "DivBackward2", "MulBackward0"),
     aliases=("divide", "true_divide", "__truediv__"))
 def div(self, other, rounding_mode=None):
     """torch.div(input, other, rounding_mode=None); ``2 / p`` is reciprocal(p) * 2 as in torch."""
@@ -310,7 +332,8 @@ def _div_floor_floating(a, b):
     return np.where(b == 0, a / b, floordiv)
 
 
-@vjp("DivBackward0", inputs=("self", "other"), saves={"self": ("other",), "other": ("self", "other")})
+@vjp("DivBackward0", inputs=("self", "other"), saves={"self": ("other",), "other": ("self", "other")},
+     jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     other = ctx.other
@@ -319,21 +342,21 @@ def _(ctx, grad):
     return g_self, g_other
 
 
-jvp("DivBackward0")(elementwise_jvp)
-
-
 @vjp("DivBackward2", inputs=("self", "other"),
-     saves={"self": ("other",), "other": ("self", "other"), "rounding_mode": ()})
+     saves={"self": ("other",), "other": ("self", "other"), "rounding_mode": ()}, jvp=zero_jvp)
 def _(ctx, grad):
     n = ctx.needs
     z = zeros_like(grad)
     return (z if n[0] else None), (z if n[1] else None)
 
 
-jvp("DivBackward2")(zero_jvp)
-
-
-@op("floor_divide", tensors=("self", "other"), grad_fns=("NotImplemented",), differentiable=False,
+@op("floor_divide",
+    numbers_as_tensors=True,
+    overloads={
+        "function": ("(Tensor input, Tensor other, *, Tensor out = None)", "(Tensor input, Number other)"),
+        "method": ("(Tensor other)", "(Number other)"),
+    },
+    tensors=("self", "other"), differentiable=False,
     aliases=("__floordiv__",))
 def floor_divide(self, other):
     """torch.floor_divide(input, other) (``a // b``): no derivative in torch, so a float result that needs
@@ -350,7 +373,9 @@ def _(ctx, grad):
     raise TorchRuntimeError(f"derivative for aten::{aten} is not implemented", code="not_differentiable")
 
 
-@op("rtruediv", tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("__rtruediv__",), method=False)
+@op("rtruediv",
+    parsed=False,
+    tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("__rtruediv__",), method=False)
 def rtruediv(self, other):
     """``other / self`` for a number other: reciprocal(self) * other."""
     return mul(reciprocal(self), other)
@@ -365,8 +390,16 @@ def _pow_dtype_check(dtype, exponent):
         raise TorchRuntimeError("Integers to negative integer powers are not allowed.", code="invalid_argument")
 
 
-@op("pow", tensors=("self", "exponent"), grad_fns=("PowBackward0", "PowBackward1", "PowBackward2"),
-    aliases=("__pow__", "float_power_"), plannable=True)
+@op("pow",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor exponent, *, Tensor out = None)",
+            "(Number self, Tensor exponent, *, Tensor out = None)",
+            "(Tensor input, Number exponent, *, Tensor out = None)",
+        ),
+        "method": ("(Tensor exponent)", "(Number exponent)"),
+    },
+    tensors=("self", "exponent"), aliases=("__pow__", "float_power_"), plannable=True)
 def pow(self, exponent):
     """torch.pow(input, exponent): tensor**number (PowBackward0), tensor**tensor (PowBackward1),
     number**tensor (PowBackward2)."""
@@ -394,13 +427,15 @@ def pow(self, exponent):
                   {"self": self, "exponent": exponent, "result": "result"})
 
 
-@op("rpow", tensors=("self", "other"), grad_fns=("PowBackward2",), aliases=("__rpow__",), method=False)
+@op("rpow",
+    parsed=False,
+    tensors=("self", "other"), grad_fns=("PowBackward2",), aliases=("__rpow__",), method=False)
 def rpow(self, other):
     """``other ** self`` for a number other."""
     return pow(other, self)
 
 
-@vjp("PowBackward0", inputs=("self",), saves=("self", "exponent"))
+@vjp("PowBackward0", inputs=("self",), saves=("self", "exponent"), jvp=elementwise_jvp)
 def _(ctx, grad):
     exponent = ctx.exponent
     if exponent == 0:
@@ -409,10 +444,7 @@ def _(ctx, grad):
     return grad * (e * pow(ctx.self, e - 1)),
 
 
-jvp("PowBackward0")(elementwise_jvp)
-
-
-@vjp("PowBackward1", inputs=("self", "exponent"), saves=("self", "exponent", "result"))
+@vjp("PowBackward1", inputs=("self", "exponent"), saves=("self", "exponent", "result"), jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     self, exponent = ctx.self, ctx.exponent
@@ -425,18 +457,12 @@ def _(ctx, grad):
     return g_self, g_exp
 
 
-jvp("PowBackward1")(elementwise_jvp)
-
-
-@vjp("PowBackward2", inputs=("exponent",), saves=("self", "exponent", "result"))
+@vjp("PowBackward2", inputs=("exponent",), saves=("self", "exponent", "result"), jvp=elementwise_jvp)
 def _(ctx, grad):
     base = ctx.self
     if base == 0:
         return grad * where(ge(ctx.exponent, 0), 0.0, ctx.result * _scalar_log(base)),
     return grad * (ctx.result * _scalar_log(base)),
-
-
-jvp("PowBackward2")(elementwise_jvp)
 
 
 def _scalar_log(v):
@@ -489,7 +515,7 @@ def _unary(prim: str, fn, self: Tensor, save: str | None, **extra):
     return record(prim, out, (self,), saved)
 
 
-@op("neg", tensors=("self",), grad_fns=("NegBackward0",), aliases=("negative", "__neg__"), plannable=True)
+@op("neg", tensors=("self",), aliases=("negative", "__neg__"), plannable=True)
 def neg(self):
     """torch.neg(input)."""
     self = require_tensor(self)
@@ -500,133 +526,110 @@ def neg(self):
     return record("NegBackward0", kcall(np.negative, self.data), (self,))
 
 
-@vjp("NegBackward0", inputs=("self",))
+@vjp("NegBackward0", inputs=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return neg(grad),
 
 
-jvp("NegBackward0")(elementwise_jvp)
-
-
-@op("reciprocal", tensors=("self",), grad_fns=("ReciprocalBackward0",), plannable=True)
+@op("reciprocal", tensors=("self",), plannable=True)
 def reciprocal(self):
     """torch.reciprocal(input); saves its result."""
     return _unary("ReciprocalBackward0", np.reciprocal, self, "result")
 
 
-@vjp("ReciprocalBackward0", inputs=("self",), saves=("result",))
+@vjp("ReciprocalBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     r = ctx.result
     return -grad * (r * r),
 
 
-jvp("ReciprocalBackward0")(elementwise_jvp)
-
-
-@op("exp", tensors=("self",), grad_fns=("ExpBackward0",), plannable=True)
+@op("exp", tensors=("self",), plannable=True, promotion="float")
 def exp(self):
     """torch.exp(input); saves its result."""
     return _unary("ExpBackward0", np.exp, self, "result")
 
 
-@vjp("ExpBackward0", inputs=("self",), saves=("result",))
+@vjp("ExpBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad * ctx.result,
 
 
-jvp("ExpBackward0")(elementwise_jvp)
-
-
-@op("expm1", tensors=("self",), grad_fns=("Expm1Backward0",), plannable=True)
+@op("expm1",
+    exports=("torch.special.expm1",),
+    tensors=("self",), plannable=True)
 def expm1(self):
     """torch.expm1(input); saves its result."""
     return _unary("Expm1Backward0", np.expm1, self, "result")
 
 
-@vjp("Expm1Backward0", inputs=("self",), saves=("result",))
+@vjp("Expm1Backward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad * (ctx.result + 1),
 
 
-jvp("Expm1Backward0")(elementwise_jvp)
-
-
-@op("log", tensors=("self",), grad_fns=("LogBackward0",), plannable=True)
+@op("log", tensors=("self",), plannable=True, promotion="float")
 def log(self):
     """torch.log(input); saves its input."""
     return _unary("LogBackward0", np.log, self, "self")
 
 
-@vjp("LogBackward0", inputs=("self",), saves=("self",))
+@vjp("LogBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad / ctx.self,
 
 
-jvp("LogBackward0")(elementwise_jvp)
-
-
-@op("log1p", tensors=("self",), grad_fns=("Log1PBackward0",), plannable=True)
+@op("log1p",
+    exports=("torch.special.log1p",),
+    tensors=("self",), plannable=True)
 def log1p(self):
     """torch.log1p(input); saves its input."""
     return _unary("Log1PBackward0", np.log1p, self, "self")
 
 
-@vjp("Log1PBackward0", inputs=("self",), saves=("self",))
+@vjp("Log1PBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad / (ctx.self + 1),
 
 
-jvp("Log1PBackward0")(elementwise_jvp)
-
-
-@op("sqrt", tensors=("self",), grad_fns=("SqrtBackward0",), plannable=True)
+@op("sqrt", tensors=("self",), plannable=True, promotion="float")
 def sqrt(self):
     """torch.sqrt(input); saves its result."""
     return _unary("SqrtBackward0", np.sqrt, self, "result")
 
 
-@vjp("SqrtBackward0", inputs=("self",), saves=("result",))
+@vjp("SqrtBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad / (2 * ctx.result),
-
-
-jvp("SqrtBackward0")(elementwise_jvp)
 
 
 def _np_rsqrt(x):
     return np.reciprocal(np.sqrt(x))
 
 
-@op("rsqrt", tensors=("self",), grad_fns=("RsqrtBackward0",))
+@op("rsqrt", tensors=("self",))
 def rsqrt(self):
     """torch.rsqrt(input); saves its result."""
     return _unary("RsqrtBackward0", _np_rsqrt, self, "result")
 
 
-@vjp("RsqrtBackward0", inputs=("self",), saves=("result",))
+@vjp("RsqrtBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return -0.5 * grad * pow(ctx.result, 3),
 
 
-jvp("RsqrtBackward0")(elementwise_jvp)
-
-
-@op("abs", tensors=("self",), grad_fns=("AbsBackward0",), aliases=("absolute", "__abs__"))
+@op("abs", tensors=("self",), aliases=("absolute", "__abs__"))
 def abs(self):
     """torch.abs(input); abs'(0) = 0."""
     self = _not_bool(self, "abs_cpu")
     return record("AbsBackward0", np.abs(self.data), (self,), {"self": self})
 
 
-@vjp("AbsBackward0", inputs=("self",), saves=("self",))
+@vjp("AbsBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad * sign(ctx.self),
 
 
-jvp("AbsBackward0")(elementwise_jvp)
-
-
-@op("sign", tensors=("self",), grad_fns=("SignBackward0",))
+@op("sign", tensors=("self",))
 def sign(self):
     """torch.sign(input); zero gradient (of a bool tensor: a copy)."""
     self = require_tensor(self)
@@ -638,15 +641,12 @@ def sign(self):
     return record("SignBackward0", out, (self,))
 
 
-@vjp("SignBackward0", inputs=("self",))
+@vjp("SignBackward0", inputs=("self",), jvp=zero_jvp)
 def _(ctx, grad):
     return zeros_like(grad),
 
 
-jvp("SignBackward0")(zero_jvp)
-
-
-@op("sin", tensors=("self",), grad_fns=("SinBackward0",), plannable=True)
+@op("sin", tensors=("self",), plannable=True)
 def sin(self):
     """torch.sin(input); saves its input."""
     return _unary("SinBackward0", np.sin, self, "self")
@@ -657,7 +657,7 @@ def _(ctx, grad):
     return grad * cos(ctx.self),
 
 
-@jvp("SinBackward0")
+@jvp()
 def _(ctx, self_t):
     return self_t * cos(ctx.self)
 
@@ -665,52 +665,45 @@ def _(ctx, self_t):
 batching("SinBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("cos", tensors=("self",), grad_fns=("CosBackward0",), plannable=True)
+@op("cos", tensors=("self",), plannable=True)
 def cos(self):
     """torch.cos(input); saves its input."""
     return _unary("CosBackward0", np.cos, self, "self")
 
 
-@vjp("CosBackward0", inputs=("self",), saves=("self",))
+@vjp("CosBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad * -sin(ctx.self),
 
 
-jvp("CosBackward0")(elementwise_jvp)
-
-
-@op("tan", tensors=("self",), grad_fns=("TanBackward0",), plannable=True)
+@op("tan", tensors=("self",), plannable=True)
 def tan(self):
     """torch.tan(input); saves its result."""
     return _unary("TanBackward0", np.tan, self, "result")
 
 
-@vjp("TanBackward0", inputs=("self",), saves=("result",))
+@vjp("TanBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad * (1 + pow(ctx.result, 2)),
 
 
-jvp("TanBackward0")(elementwise_jvp)
-
-
-@op("tanh", tensors=("self",), grad_fns=("TanhBackward0",), plannable=True)
+@op("tanh", promotion="float",
+    exports=("torch.nn.functional.tanh",),
+    tensors=("self",), plannable=True)
 def tanh(self):
     """torch.tanh(input); saves its result."""
     return _unary("TanhBackward0", np.tanh, self, "result")
 
 
-@vjp("TanhBackward0", inputs=("self",), saves=("result",))
+@vjp("TanhBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return _backward.tanh_backward(grad, ctx.result),
-
-
-jvp("TanhBackward0")(elementwise_jvp)
 
 
 # ----- hyperbolic and inverse trigonometric functions, log2/log10, atan2/hypot -------------------------
 
 
-@op("sinh", tensors=("self",), grad_fns=("SinhBackward0",), plannable=True)
+@op("sinh", tensors=("self",), plannable=True)
 def sinh(self):
     """torch.sinh(input); saves its input."""
     return _unary("SinhBackward0", np.sinh, self, "self")
@@ -721,7 +714,7 @@ def _(ctx, grad):
     return grad * cosh(ctx.self),
 
 
-@jvp("SinhBackward0")
+@jvp()
 def _(ctx, self_t):
     return self_t * cosh(ctx.self)
 
@@ -729,7 +722,7 @@ def _(ctx, self_t):
 batching("SinhBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("cosh", tensors=("self",), grad_fns=("CoshBackward0",), plannable=True)
+@op("cosh", tensors=("self",), plannable=True)
 def cosh(self):
     """torch.cosh(input); saves its input."""
     return _unary("CoshBackward0", np.cosh, self, "self")
@@ -740,7 +733,7 @@ def _(ctx, grad):
     return grad * sinh(ctx.self),
 
 
-@jvp("CoshBackward0")
+@jvp()
 def _(ctx, self_t):
     return self_t * sinh(ctx.self)
 
@@ -748,7 +741,7 @@ def _(ctx, self_t):
 batching("CoshBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("asinh", tensors=("self",), grad_fns=("AsinhBackward0",), aliases=("arcsinh",))
+@op("asinh", tensors=("self",), aliases=("arcsinh",))
 def asinh(self):
     """torch.asinh(input); saves its input."""
     return _unary("AsinhBackward0", np.arcsinh, self, "self")
@@ -760,7 +753,7 @@ def _(ctx, grad):
     return grad * rsqrt(x * x + 1),
 
 
-@jvp("AsinhBackward0")
+@jvp()
 def _(ctx, self_t):
     x = ctx.self
     return self_t * rsqrt(x * x + 1)
@@ -769,7 +762,7 @@ def _(ctx, self_t):
 batching("AsinhBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("acosh", tensors=("self",), grad_fns=("AcoshBackward0",), aliases=("arccosh",))
+@op("acosh", tensors=("self",), aliases=("arccosh",))
 def acosh(self):
     """torch.acosh(input) (nan below 1); saves its input."""
     with np.errstate(invalid="ignore"):
@@ -782,7 +775,7 @@ def _(ctx, grad):
     return grad * rsqrt(x * x - 1),
 
 
-@jvp("AcoshBackward0")
+@jvp()
 def _(ctx, self_t):
     x = ctx.self
     return self_t * rsqrt(x * x - 1)
@@ -791,7 +784,7 @@ def _(ctx, self_t):
 batching("AcoshBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("atanh", tensors=("self",), grad_fns=("AtanhBackward0",), aliases=("arctanh",))
+@op("atanh", tensors=("self",), aliases=("arctanh",))
 def atanh(self):
     """torch.atanh(input) (±inf at ±1, nan beyond); saves its input."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -804,7 +797,7 @@ def _(ctx, grad):
     return grad / (1 - x * x),  # derivatives.yaml: grad * 1 / (1 - self.pow(2)), a DivBackward0 on top
 
 
-@jvp("AtanhBackward0")
+@jvp()
 def _(ctx, self_t):
     x = ctx.self
     return self_t * reciprocal(1 - x * x)
@@ -813,7 +806,7 @@ def _(ctx, self_t):
 batching("AtanhBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("asin", tensors=("self",), grad_fns=("AsinBackward0",), aliases=("arcsin",))
+@op("asin", tensors=("self",), aliases=("arcsin",))
 def asin(self):
     """torch.asin(input) (nan outside [-1, 1]); saves its input."""
     with np.errstate(invalid="ignore"):
@@ -826,7 +819,7 @@ def _(ctx, grad):
     return grad * rsqrt(-x * x + 1),
 
 
-@jvp("AsinBackward0")
+@jvp()
 def _(ctx, self_t):
     x = ctx.self
     return self_t * rsqrt(-x * x + 1)
@@ -835,7 +828,7 @@ def _(ctx, self_t):
 batching("AsinBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("acos", tensors=("self",), grad_fns=("AcosBackward0",), aliases=("arccos",))
+@op("acos", tensors=("self",), aliases=("arccos",))
 def acos(self):
     """torch.acos(input) (nan outside [-1, 1]); saves its input."""
     with np.errstate(invalid="ignore"):
@@ -848,7 +841,7 @@ def _(ctx, grad):
     return grad * -rsqrt(-x * x + 1),
 
 
-@jvp("AcosBackward0")
+@jvp()
 def _(ctx, self_t):
     x = ctx.self
     return self_t * -rsqrt(-x * x + 1)
@@ -857,7 +850,7 @@ def _(ctx, self_t):
 batching("AcosBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("atan", tensors=("self",), grad_fns=("AtanBackward0",), aliases=("arctan",))
+@op("atan", tensors=("self",), aliases=("arctan",))
 def atan(self):
     """torch.atan(input); saves its input."""
     return _unary("AtanBackward0", np.arctan, self, "self")
@@ -869,7 +862,7 @@ def _(ctx, grad):
     return grad / (x * x + 1),
 
 
-@jvp("AtanBackward0")
+@jvp()
 def _(ctx, self_t):
     x = ctx.self
     return self_t / (x * x + 1)
@@ -882,7 +875,7 @@ _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
 
 
-@op("log2", tensors=("self",), grad_fns=("Log2Backward0",))
+@op("log2", tensors=("self",))
 def log2(self):
     """torch.log2(input); saves its input."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -894,7 +887,7 @@ def _(ctx, grad):
     return grad / (ctx.self * _LN2),
 
 
-@jvp("Log2Backward0")
+@jvp()
 def _(ctx, self_t):
     return self_t / (ctx.self * _LN2)
 
@@ -902,7 +895,7 @@ def _(ctx, self_t):
 batching("Log2Backward0", vjp=SAME, jvp=SAME)
 
 
-@op("log10", tensors=("self",), grad_fns=("Log10Backward0",))
+@op("log10", tensors=("self",))
 def log10(self):
     """torch.log10(input); saves its input."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -914,7 +907,7 @@ def _(ctx, grad):
     return grad / (ctx.self * _LN10),
 
 
-@jvp("Log10Backward0")
+@jvp()
 def _(ctx, self_t):
     return self_t / (ctx.self * _LN10)
 
@@ -936,7 +929,7 @@ def _float_binary(name: str, self, other):
     return binary_operands(self, other, dtype)
 
 
-@op("atan2", tensors=("self", "other"), grad_fns=("Atan2Backward0",), aliases=("arctan2",))
+@op("atan2", tensors=("self", "other"), aliases=("arctan2",))
 def atan2(self, other):
     """torch.atan2(input, other): the angle of (other, input); saves both."""
     _, a, b = _float_binary("atan2", self, other)
@@ -953,7 +946,7 @@ def _(ctx, grad):
     return (grad * o * recip if n[0] else None), (grad * -s * recip if n[1] else None)
 
 
-@jvp("Atan2Backward0")
+@jvp()
 def _(ctx, self_t, other_t):
     s, o = ctx.self, ctx.other
     recip = reciprocal(s * s + o * o)
@@ -963,7 +956,7 @@ def _(ctx, self_t, other_t):
 batching("Atan2Backward0", vjp=SAME, jvp=SAME)
 
 
-@op("hypot", tensors=("self", "other"), grad_fns=("HypotBackward0",))
+@op("hypot", tensors=("self", "other"))
 def hypot(self, other):
     """torch.hypot(input, other) = sqrt(input**2 + other**2); saves both and the result."""
     dtype, a, b = _float_binary("hypot", self, other)
@@ -983,7 +976,7 @@ def _(ctx, grad):
     return (grad * ctx.self / r if n[0] else None), (grad * ctx.other / r if n[1] else None)
 
 
-@jvp("HypotBackward0")
+@jvp()
 def _(ctx, self_t, other_t):
     r = ctx.result
     return add_t(mul_t(self_t, ctx.self / r), mul_t(other_t, ctx.other / r))
@@ -1008,21 +1001,22 @@ def _np_sigmoid(x):
 IN_PLACE_BYTES = 1 << 16
 
 
-@op("sigmoid", tensors=("self",), grad_fns=("SigmoidBackward0",), plannable=True)
+@op("sigmoid", promotion="float",
+    exports=("torch.nn.functional.sigmoid", "torch.special.expit"),
+    tensors=("self",), plannable=True)
 def sigmoid(self):
     """torch.sigmoid(input); saves its result."""
     return _unary("SigmoidBackward0", _np_sigmoid, self, "result")
 
 
-@vjp("SigmoidBackward0", inputs=("self",), saves=("result",))
+@vjp("SigmoidBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return _backward.sigmoid_backward(grad, ctx.result),
 
 
-jvp("SigmoidBackward0")(elementwise_jvp)
-
-
-@op("relu", tensors=("self",), grad_fns=("ReluBackward0",), plannable=True)
+@op("relu",
+    exports=("torch.nn.functional.relu",),
+    tensors=("self",), plannable=True)
 def relu(self):
     """torch.relu(input); saves its result; relu'(0) = 0."""
     self = require_tensor(self)
@@ -1033,15 +1027,14 @@ def relu(self):
                   {"result": "result"})
 
 
-@vjp("ReluBackward0", inputs=("self",), saves=("result",))
+@vjp("ReluBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return _backward.threshold_backward(grad, ctx.result, 0),
 
 
-jvp("ReluBackward0")(elementwise_jvp)
-
-
-@op("leaky_relu", tensors=("self",), grad_fns=("LeakyReluBackward0",))
+@op("leaky_relu",
+    exports=("torch.nn.functional.leaky_relu",),
+    tensors=("self",))
 def leaky_relu(self, negative_slope=0.01):
     """F.leaky_relu(input, negative_slope=0.01); leaky_relu'(0) = negative_slope."""
     self = _float_only(self, "leaky_relu_cpu")
@@ -1050,15 +1043,14 @@ def leaky_relu(self, negative_slope=0.01):
     return record("LeakyReluBackward0", out, (self,), {"negative_slope": negative_slope, "self": self})
 
 
-@vjp("LeakyReluBackward0", inputs=("self",), saves=("negative_slope", "self"))
+@vjp("LeakyReluBackward0", inputs=("self",), saves=("negative_slope", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     return where(gt(ctx.self, 0), grad, grad * ctx.negative_slope),
 
 
-jvp("LeakyReluBackward0")(elementwise_jvp)
-
-
-@op("elu", tensors=("self",), grad_fns=("EluBackward0",))
+@op("elu",
+    exports=("torch.nn.functional.elu",),
+    tensors=("self",))
 def elu(self, alpha=1.0):
     """F.elu(input, alpha=1.0)."""
     self = _float_only(self, "elu_cpu")
@@ -1070,12 +1062,9 @@ def elu(self, alpha=1.0):
                   {"alpha": alpha, "scale": 1, "input_scale": 1, "self": self})
 
 
-@vjp("EluBackward0", inputs=("self",), saves=("alpha", "scale", "input_scale", "self"))
+@vjp("EluBackward0", inputs=("self",), saves=("alpha", "scale", "input_scale", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     return _backward.elu_backward(grad, ctx.self, ctx.alpha),
-
-
-jvp("EluBackward0")(elementwise_jvp)
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -1096,22 +1085,23 @@ def _erf_np(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64)).astype(x.dtype, copy=False)
 
 
-@op("erf", tensors=("self",), grad_fns=("ErfBackward0",))
+@op("erf",
+    exports=("torch.special.erf",),
+    tensors=("self",))
 def erf(self):
     """torch.erf(input)."""
     return _unary("ErfBackward0", _erf, self, "self")
 
 
-@vjp("ErfBackward0", inputs=("self",), saves=("self",))
+@vjp("ErfBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     x = ctx.self
     return grad * (2.0 / math.sqrt(math.pi) * exp(-(x * x))),
 
 
-jvp("ErfBackward0")(elementwise_jvp)
-
-
-@op("gelu", tensors=("self",), grad_fns=("GeluBackward0",))
+@op("gelu",
+    exports=("torch.nn.functional.gelu",),
+    tensors=("self",))
 def gelu(self, approximate="none"):
     """F.gelu(input, approximate='none'|'tanh')."""
     self = _float_only(self, "GeluKernelImpl")
@@ -1128,7 +1118,7 @@ def gelu(self, approximate="none"):
                   {"approximate": approximate, "self": self})
 
 
-@vjp("GeluBackward0", inputs=("self",), saves=("approximate", "self"))
+@vjp("GeluBackward0", inputs=("self",), saves=("approximate", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     x = ctx.self
     if ctx.approximate == "tanh":
@@ -1146,10 +1136,9 @@ def _(ctx, grad):
     return grad * (cdf + x * pdf),
 
 
-jvp("GeluBackward0")(elementwise_jvp)
-
-
-@op("silu", tensors=("self",), grad_fns=("SiluBackward0",))
+@op("silu",
+    exports=("torch.nn.functional.silu",),
+    tensors=("self",))
 def silu(self):
     """F.silu(input) = input * sigmoid(input)."""
     self = _float_only(self, "silu_cpu")
@@ -1157,17 +1146,16 @@ def silu(self):
     return record("SiluBackward0", x * _np_sigmoid(x), (self,), {"self": self})
 
 
-@vjp("SiluBackward0", inputs=("self",), saves=("self",))
+@vjp("SiluBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     x = ctx.self
     s = sigmoid(x)
     return grad * (s * (1 + x * (1 - s))),
 
 
-jvp("SiluBackward0")(elementwise_jvp)
-
-
-@op("softplus", tensors=("self",), grad_fns=("SoftplusBackward0",), plannable=True)
+@op("softplus",
+    exports=("torch.nn.functional.softplus",),
+    tensors=("self",), plannable=True)
 def softplus(self, beta=1, threshold=20):
     """F.softplus(input, beta=1, threshold=20)."""
     self = _float_only(self, "softplus_cpu")
@@ -1196,15 +1184,14 @@ def _softplus(x, beta, threshold):
     return out.astype(x.dtype, copy=False)
 
 
-@vjp("SoftplusBackward0", inputs=("self",), saves=("beta", "self", "threshold"))
+@vjp("SoftplusBackward0", inputs=("self",), saves=("beta", "self", "threshold"), jvp=elementwise_jvp)
 def _(ctx, grad):
     return _backward.softplus_backward(grad, ctx.self, ctx.beta, ctx.threshold),
 
 
-jvp("SoftplusBackward0")(elementwise_jvp)
-
-
-@op("hardtanh", tensors=("self",), grad_fns=("HardtanhBackward0",))
+@op("hardtanh",
+    exports=("torch.nn.functional.hardtanh",),
+    tensors=("self",))
 def hardtanh(self, min_val=-1.0, max_val=1.0):
     """F.hardtanh(input, min_val=-1.0, max_val=1.0)."""
     if min_val > max_val:  # checked in torch.nn.functional, before the input is looked at
@@ -1222,16 +1209,15 @@ def hardtanh(self, min_val=-1.0, max_val=1.0):
     return record("HardtanhBackward0", out, (self,), {"max_val": max_val, "min_val": min_val, "self": self})
 
 
-@vjp("HardtanhBackward0", inputs=("self",), saves=("max_val", "min_val", "self"))
+@vjp("HardtanhBackward0", inputs=("self",), saves=("max_val", "min_val", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     x = ctx.self
     return where(logical_or(le(x, ctx.min_val), ge(x, ctx.max_val)), 0.0, grad),
 
 
-jvp("HardtanhBackward0")(elementwise_jvp)
-
-
-@op("logsigmoid", tensors=("self",), grad_fns=("LogSigmoidBackward0",))
+@op("logsigmoid",
+    message_name="log_sigmoid", exports=("torch.nn.functional.logsigmoid",),
+    tensors=("self",))
 def logsigmoid(self):
     """F.logsigmoid(input); saves input and a buffer like torch's CPU kernel."""
     self = _float_only(self, "log_sigmoid_cpu")
@@ -1244,20 +1230,25 @@ def logsigmoid(self):
                   {"buffer": Tensor(buf.astype(x.dtype, copy=False)), "self": self})
 
 
-@vjp("LogSigmoidBackward0", inputs=("self",), saves=("buffer", "self"))
+@vjp("LogSigmoidBackward0", inputs=("self",), saves=("buffer", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     x = ctx.self
     # d/dx logsigmoid(x) = 1 - sigmoid(x) = sigmoid(-x)
     return grad * sigmoid(-x),
 
 
-jvp("LogSigmoidBackward0")(elementwise_jvp)
-
-
 # ----- clamp, maximum, where, masked_fill, lerp --------------------------------------------------------
 
 
-@op("clamp", tensors=("self", "min", "max"), grad_fns=("ClampBackward1", "ClampBackward0"), aliases=("clip",))
+@op("clamp",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor min = None, Tensor max = None, *, Tensor out = None)",
+            "(Tensor input, Number min = None, Number max = None, *, Tensor out = None)",
+        ),
+        "method": ("(Tensor min = None, Tensor max = None)", "(Number min = None, Number max = None)"),
+    },
+    tensors=("self", "min", "max"), grad_fns=("ClampBackward1", "ClampBackward0"), aliases=("clip",))
 def clamp(self, min=None, max=None):
     """torch.clamp(input, min=None, max=None): number bounds -> ClampBackward1, tensor bounds ->
     ClampBackward0. The boundary counts as inside (gradient passes)."""
@@ -1296,7 +1287,7 @@ def _bound(v, dtype: str):
     return checked_scalar(v, dtype) if NP[dtype].kind in "iu" else NP[dtype].type(v)
 
 
-@vjp("ClampBackward1", inputs=("self",), saves=("max", "min", "self"))
+@vjp("ClampBackward1", inputs=("self",), saves=("max", "min", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     x = ctx.self
     lo, hi = ctx.min, ctx.max
@@ -1307,9 +1298,6 @@ def _(ctx, grad):
     else:
         mask = le(x, hi)
     return where(mask, grad, 0.0),
-
-
-jvp("ClampBackward1")(elementwise_jvp)
 
 
 @vjp("ClampBackward0", inputs=("self", "min", "max"), saves=("max", "min", "self"))
@@ -1331,7 +1319,7 @@ def _(ctx, grad):
     return g_self, g_min, g_max
 
 
-@jvp("ClampBackward0")
+@jvp()
 def _(ctx, self_t, min_t, max_t):
     """torch's forward formula: at a tie with a single bound the bound's tangent wins (the VJP gives the
     gradient to self there), with both bounds self's does; min > max takes max's everywhere."""
@@ -1346,7 +1334,15 @@ def _(ctx, self_t, min_t, max_t):
     return where(lt(x, hi), s, b)
 
 
-@op("clamp_min", tensors=("self", "min"), grad_fns=("ClampMinBackward0", "ClampMinBackward1"))
+@op("clamp_min",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor min, *, Tensor out = None)",
+            "(Tensor input, Number min, *, Tensor out = None)",
+        ),
+        "method": ("(Tensor min)", "(Number min)"),
+    },
+    tensors=("self", "min"), grad_fns=("ClampMinBackward0", "ClampMinBackward1"))
 def clamp_min(self, min):
     """torch.clamp_min(input, min): a number bound (ClampMinBackward0) or a tensor one (ClampMinBackward1,
     broadcast, the gradient going to ``min`` where input < min)."""
@@ -1358,15 +1354,20 @@ def clamp_min(self, min):
     return record("ClampMinBackward0", np.maximum(x, _bound(min, dtype)), (self,), {"min": min, "self": self})
 
 
-@vjp("ClampMinBackward0", inputs=("self",), saves=("min", "self"))
+@vjp("ClampMinBackward0", inputs=("self",), saves=("min", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     return where(ge(ctx.self, ctx.min), grad, 0.0),
 
 
-jvp("ClampMinBackward0")(elementwise_jvp)
-
-
-@op("clamp_max", tensors=("self", "max"), grad_fns=("ClampMaxBackward0", "ClampMaxBackward1"))
+@op("clamp_max",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor max, *, Tensor out = None)",
+            "(Tensor input, Number max, *, Tensor out = None)",
+        ),
+        "method": ("(Tensor max)", "(Number max)"),
+    },
+    tensors=("self", "max"), grad_fns=("ClampMaxBackward0", "ClampMaxBackward1"))
 def clamp_max(self, max):
     """torch.clamp_max(input, max): a number bound (ClampMaxBackward0) or a tensor one (ClampMaxBackward1)."""
     self = require_tensor(self)
@@ -1377,12 +1378,9 @@ def clamp_max(self, max):
     return record("ClampMaxBackward0", np.minimum(x, _bound(max, dtype)), (self,), {"max": max, "self": self})
 
 
-@vjp("ClampMaxBackward0", inputs=("self",), saves=("max", "self"))
+@vjp("ClampMaxBackward0", inputs=("self",), saves=("max", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     return where(le(ctx.self, ctx.max), grad, 0.0),
-
-
-jvp("ClampMaxBackward0")(elementwise_jvp)
 
 
 def _clamp_one_side(prim: str, fn, self: Tensor, bound: Tensor, slot: str) -> Tensor:
@@ -1393,20 +1391,14 @@ def _clamp_one_side(prim: str, fn, self: Tensor, bound: Tensor, slot: str) -> Te
     return record(prim, out, (self, bound), {"self": self, slot: bound})
 
 
-@vjp("ClampMinBackward1", inputs=("self", "min"), saves=("self", "min"))
+@vjp("ClampMinBackward1", inputs=("self", "min"), saves=("self", "min"), jvp=elementwise_jvp)
 def _(ctx, grad):  # torch: self where self >= min, min where self < min (a NaN on either side: neither)
     return where(ge(ctx.self, ctx.min), grad, 0.0), where(lt(ctx.self, ctx.min), grad, 0.0)
 
 
-jvp("ClampMinBackward1")(elementwise_jvp)
-
-
-@vjp("ClampMaxBackward1", inputs=("self", "max"), saves=("self", "max"))
+@vjp("ClampMaxBackward1", inputs=("self", "max"), saves=("self", "max"), jvp=elementwise_jvp)
 def _(ctx, grad):  # torch: self where self <= max, max where self > max
     return where(le(ctx.self, ctx.max), grad, 0.0), where(gt(ctx.self, ctx.max), grad, 0.0)
-
-
-jvp("ClampMaxBackward1")(elementwise_jvp)
 
 
 def _binary_tensors(name, self, other):
@@ -1415,7 +1407,7 @@ def _binary_tensors(name, self, other):
     return self, other
 
 
-@op("maximum", tensors=("self", "other"), grad_fns=("MaximumBackward0",))
+@op("maximum", tensors=("self", "other"))
 def maximum(self, other):
     """torch.maximum(input, other); ties split the gradient 0.5/0.5."""
     self, other = _binary_tensors("maximum", self, other)
@@ -1423,7 +1415,7 @@ def maximum(self, other):
     return record("MaximumBackward0", np.maximum(a, b), (self, other), {"other": other, "self": self})
 
 
-@vjp("MaximumBackward0", inputs=("self", "other"), saves=("other", "self"))
+@vjp("MaximumBackward0", inputs=("self", "other"), saves=("other", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     s, o = ctx.self, ctx.other
@@ -1431,10 +1423,7 @@ def _(ctx, grad):
     return (masked_fill(half, lt(s, o), 0) if n[0] else None), (masked_fill(half, gt(s, o), 0) if n[1] else None)
 
 
-jvp("MaximumBackward0")(elementwise_jvp)
-
-
-@op("minimum", tensors=("self", "other"), grad_fns=("MinimumBackward0",))
+@op("minimum", tensors=("self", "other"))
 def minimum(self, other):
     """torch.minimum(input, other); ties split the gradient 0.5/0.5."""
     self, other = _binary_tensors("minimum", self, other)
@@ -1442,7 +1431,7 @@ def minimum(self, other):
     return record("MinimumBackward0", np.minimum(a, b), (self, other), {"other": other, "self": self})
 
 
-@vjp("MinimumBackward0", inputs=("self", "other"), saves=("other", "self"))
+@vjp("MinimumBackward0", inputs=("self", "other"), saves=("other", "self"), jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     s, o = ctx.self, ctx.other
@@ -1450,10 +1439,18 @@ def _(ctx, grad):
     return (masked_fill(half, gt(s, o), 0) if n[0] else None), (masked_fill(half, lt(s, o), 0) if n[1] else None)
 
 
-jvp("MinimumBackward0")(elementwise_jvp)
-
-
-@op("where", tensors=("condition", "self", "other"), grad_fns=("WhereBackward0",))
+@op("where",
+    overloads={
+        "function": (
+            "(Tensor condition)",
+            "(Tensor condition, Tensor input, Tensor other, *, Tensor out = None)",
+            "(Tensor condition, Number self, Tensor other)",
+            "(Tensor condition, Tensor input, Number other)",
+            "(Tensor condition, Number self, Number other)",
+        ),
+        "method": ("(Tensor condition, Tensor other)", "(Tensor condition, Number other)"),
+    },
+    tensors=("condition", "self", "other"))
 def where(condition, self, other):
     """torch.where(condition, input, other); numbers allowed for input/other."""
     condition = require_tensor(condition, "condition", "where")
@@ -1506,17 +1503,19 @@ def _where_fast(cd: np.ndarray, self, other, a: Tensor | None, b: Tensor | None)
     return None
 
 
-@vjp("WhereBackward0", inputs=("self", "other"), saves=("condition",))
+@vjp("WhereBackward0", inputs=("self", "other"), saves=("condition",), jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     c = ctx.condition
     return (where(c, grad, 0.0) if n[0] else None), (where(c, 0.0, grad) if n[1] else None)
 
 
-jvp("WhereBackward0")(elementwise_jvp)
-
-
-@op("masked_fill", tensors=("self", "mask", "value"), grad_fns=("MaskedFillBackward0", "MaskedFillBackward1"))
+@op("masked_fill",
+    overloads={
+        "function": ("(Tensor input, Tensor mask, Tensor value)", "(Tensor input, Tensor mask, Number value)"),
+        "method": ("(Tensor mask, Tensor value)", "(Tensor mask, Number value)"),
+    },
+    tensors=("self", "mask", "value"), grad_fns=("MaskedFillBackward0", "MaskedFillBackward1"))
 def masked_fill(self, mask, value):
     """Tensor.masked_fill(mask, value) with a number value."""
     self = require_tensor(self)
@@ -1585,7 +1584,7 @@ def _(ctx, grad):
     return g_self, g_value
 
 
-@jvp("MaskedFillBackward1")
+@jvp()
 def _(ctx, self_t, value_t):
     # torch: self_t.masked_fill(mask, value_t); a missing tangent is zeros of the output's shape
     if self_t is None:
@@ -1603,7 +1602,15 @@ no_jvp("NotImplemented", "aten::floor_divide")
 _TYPEMETA = D.TYPE_META_NAMES
 
 
-@op("lerp", tensors=("self", "end", "weight"), grad_fns=("LerpBackward0", "LerpBackward1"))
+@op("lerp",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor end, Tensor weight, *, Tensor out = None)",
+            "(Tensor input, Tensor end, Number weight, *, Tensor out = None)",
+        ),
+        "method": ("(Tensor end, Tensor weight)", "(Tensor end, Number weight)"),
+    },
+    tensors=("self", "end", "weight"), grad_fns=("LerpBackward0", "LerpBackward1"))
 def lerp(self, end, weight):
     """torch.lerp(input, end, weight): input + weight * (end - input)."""
     self = require_tensor(self)
@@ -1630,7 +1637,7 @@ def lerp(self, end, weight):
     return record("LerpBackward0", np.asarray(out), (self, end), {"weight": weight})
 
 
-@vjp("LerpBackward0", inputs=("self", "end"), saves=("weight",))
+@vjp("LerpBackward0", inputs=("self", "end"), saves=("weight",), jvp=elementwise_jvp)
 def _(ctx, grad):
     w = ctx.weight
     n = ctx.needs
@@ -1638,19 +1645,13 @@ def _(ctx, grad):
     return (mul_number(grad, 1 - w) if n[0] else None), (mul_number(grad, w) if n[1] else None)
 
 
-jvp("LerpBackward0")(elementwise_jvp)
-
-
 @vjp("LerpBackward1", inputs=("self", "end", "weight"),
-     saves={"end": ("weight",), "self": ("weight",), "weight": ()})
+     saves={"end": ("weight",), "self": ("weight",), "weight": ()}, jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     w = ctx.weight
     return ((grad * (1 - w)) if n[0] else None, (grad * w) if n[1] else None,
             (grad * (ctx.end - ctx.self)) if n[2] else None)
-
-
-jvp("LerpBackward1")(elementwise_jvp)
 
 
 # ----- addcmul, addcdiv, remainder, nan_to_num, erfinv ------------------------------------------------
@@ -1670,7 +1671,7 @@ def _pointwise3(name: str, kernel: str, self, tensor1, tensor2):
     return dtype, self, tensor1, tensor2, *(t.data.astype(npdt, copy=False) for t in (self, tensor1, tensor2))
 
 
-@op("addcmul", tensors=("self", "tensor1", "tensor2"), grad_fns=("AddcmulBackward0",))
+@op("addcmul", tensors=("self", "tensor1", "tensor2"))
 def addcmul(self, tensor1, tensor2, value=1):
     """torch.addcmul(input, tensor1, tensor2, *, value=1): input + value * tensor1 * tensor2."""
     dtype, self, tensor1, tensor2, a, b, c = _pointwise3("addcmul", "addcmul_cpu_out", self, tensor1, tensor2)
@@ -1681,7 +1682,7 @@ def addcmul(self, tensor1, tensor2, value=1):
 
 
 @vjp("AddcmulBackward0", inputs=("self", "tensor1", "tensor2"),
-     saves={"tensor1": ("tensor2",), "tensor2": ("tensor1",), "value": ()})
+     saves={"tensor1": ("tensor2",), "tensor2": ("tensor1",), "value": ()}, jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     v = ctx.value
@@ -1690,10 +1691,7 @@ def _(ctx, grad):
             (grad * ctx.tensor1 * v if n[2] else None))
 
 
-jvp("AddcmulBackward0")(elementwise_jvp)
-
-
-@op("addcdiv", tensors=("self", "tensor1", "tensor2"), grad_fns=("AddcdivBackward0",))
+@op("addcdiv", tensors=("self", "tensor1", "tensor2"))
 def addcdiv(self, tensor1, tensor2, value=1):
     """torch.addcdiv(input, tensor1, tensor2, *, value=1): input + value * tensor1 / tensor2 (true division;
     integer tensor1 and tensor2 are refused, as torch refuses them)."""
@@ -1718,7 +1716,7 @@ def addcdiv(self, tensor1, tensor2, value=1):
 
 
 @vjp("AddcdivBackward0", inputs=("self", "tensor1", "tensor2"),
-     saves={"tensor1": ("tensor2",), "tensor2": ("tensor1", "tensor2"), "value": ()})
+     saves={"tensor1": ("tensor2",), "tensor2": ("tensor1", "tensor2"), "value": ()}, jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     v = ctx.value
@@ -1728,9 +1726,6 @@ def _(ctx, grad):
             (-grad * v * t1 / (t2 * t2) if n[2] else None))
 
 
-jvp("AddcdivBackward0")(elementwise_jvp)
-
-
 def _remainder_np(a, b):
     if a.dtype.kind in "iu" and np.any(np.asarray(b) == 0):
         raise TorchRuntimeError("ZeroDivisionError", code="invalid_argument")
@@ -1738,7 +1733,16 @@ def _remainder_np(a, b):
         return np.asarray(np.remainder(a, b))
 
 
-@op("remainder", tensors=("self", "other"), grad_fns=("RemainderBackward0", "RemainderBackward1", "NotImplemented"),
+@op("remainder",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor other, *, Tensor out = None)",
+            "(Number self, Tensor other)",
+            "(Tensor input, Number other, *, Tensor out = None)",
+        ),
+        "method": ("(Tensor other)", "(Number other)"),
+    },
+    tensors=("self", "other"), grad_fns=("RemainderBackward0", "RemainderBackward1", "NotImplemented"),
     aliases=("__mod__",))
 def remainder(self, other):
     """torch.remainder(input, other): Python's modulus (the sign of the divisor); a number self
@@ -1758,25 +1762,20 @@ def remainder(self, other):
     return record("RemainderBackward0", out, (self,), {})
 
 
-@vjp("RemainderBackward0", inputs=("self",))
+@vjp("RemainderBackward0", inputs=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     return grad,
 
 
-jvp("RemainderBackward0")(elementwise_jvp)
-
-
-@vjp("RemainderBackward1", inputs=("self", "other"), saves={"other": ("other",), "self": ("other",)})
+@vjp("RemainderBackward1", inputs=("self", "other"), saves={"other": ("other",), "self": ("other",)},
+     jvp=elementwise_jvp)
 def _(ctx, grad):
     n = ctx.needs
     # derivatives.yaml: other: -grad * self.div(other, rounding_mode="floor")
     return (grad if n[0] else None), (-grad * div(ctx.self, ctx.other, rounding_mode="floor") if n[1] else None)
 
 
-jvp("RemainderBackward1")(elementwise_jvp)
-
-
-@op("nan_to_num", tensors=("self",), grad_fns=("NanToNumBackward0",))
+@op("nan_to_num", tensors=("self",))
 def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
     """torch.nan_to_num(input, nan=0.0, posinf=None, neginf=None): the infinities become the dtype's largest
     and smallest finite values unless given; integer and bool inputs come back unchanged (a copy)."""
@@ -1792,13 +1791,10 @@ def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
     return record("NanToNumBackward0", np.asarray(out, x.dtype), (self,), {"self": self})
 
 
-@vjp("NanToNumBackward0", inputs=("self",), saves=("self",))
+@vjp("NanToNumBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     # derivatives.yaml: grad * at::isfinite(self)
     return grad * isfinite(ctx.self),
-
-
-jvp("NanToNumBackward0")(elementwise_jvp)
 
 
 def _erfinv_np(y: np.ndarray) -> np.ndarray:
@@ -1828,7 +1824,7 @@ def _erfinv_np(y: np.ndarray) -> np.ndarray:
     return x
 
 
-@op("erfinv", tensors=("self",), grad_fns=("ErfinvBackward0",))
+@op("erfinv", tensors=("self",))
 def erfinv(self):
     """torch.erfinv(input): integer inputs compute in float32."""
     self = require_tensor(self)
@@ -1837,46 +1833,43 @@ def erfinv(self):
     return record("ErfinvBackward0", _erfinv_np(x).astype(dt), (self,), {"self": self})
 
 
-@vjp("ErfinvBackward0", inputs=("self",), saves=("self",))
+@vjp("ErfinvBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
 def _(ctx, grad):
     # derivatives.yaml: 0.5 * sqrt(M_PI) * exp(self.erfinv().pow(2)) * grad
     return 0.5 * math.sqrt(math.pi) * exp(erfinv(ctx.self) ** 2) * grad,
 
 
-jvp("ErfinvBackward0")(elementwise_jvp)
-
-
-@op("floor", tensors=("self",), grad_fns=("FloorBackward0",))
+@op("floor", tensors=("self",))
 def floor(self):
     """torch.floor(input); zero gradient."""
     self = _not_bool(self, "floor_vml_cpu")
     return record("FloorBackward0", np.floor(self.data), (self,))
 
 
-@vjp("FloorBackward0", inputs=("self",))
+@vjp("FloorBackward0", inputs=("self",), jvp=zero_jvp)
 def _(ctx, grad):
     return zeros_like(grad),
 
 
-jvp("FloorBackward0")(zero_jvp)
-
-
-@op("ceil", tensors=("self",), grad_fns=("CeilBackward0",))
+@op("ceil", tensors=("self",))
 def ceil(self):
     """torch.ceil(input); zero gradient."""
     self = _not_bool(self, "ceil_vml_cpu")
     return record("CeilBackward0", np.ceil(self.data), (self,))
 
 
-@vjp("CeilBackward0", inputs=("self",))
+@vjp("CeilBackward0", inputs=("self",), jvp=zero_jvp)
 def _(ctx, grad):
     return zeros_like(grad),
 
 
-jvp("CeilBackward0")(zero_jvp)
-
-
-@op("round", tensors=("self",), grad_fns=("RoundBackward0", "RoundBackward1"))
+@op("round",
+    overloads={
+        "function": ("(Tensor input, *, Tensor out = None)", "(Tensor input, *, int decimals, Tensor out = None)"),
+        "method": ("()", "(*, int decimals)"),
+    },
+    exports=("torch.special.round",),
+    tensors=("self",), grad_fns=("RoundBackward0", "RoundBackward1"))
 def round(self, decimals=None):
     """torch.round(input, *, decimals): half to even, zero gradient; ``decimals`` given (even 0) is torch's
     ``round.decimals`` overload, RoundBackward1."""
@@ -1888,20 +1881,14 @@ def round(self, decimals=None):
     return record("RoundBackward0", np.round(self.data), (self,))
 
 
-@vjp("RoundBackward0", inputs=("self",))
+@vjp("RoundBackward0", inputs=("self",), jvp=zero_jvp)
 def _(ctx, grad):
     return zeros_like(grad),
 
 
-jvp("RoundBackward0")(zero_jvp)
-
-
-@vjp("RoundBackward1", inputs=("self",), saves=("decimals",))
+@vjp("RoundBackward1", inputs=("self",), saves=("decimals",), jvp=zero_jvp)
 def _(ctx, grad):
     return zeros_like(grad),
-
-
-jvp("RoundBackward1")(zero_jvp)
 
 
 # ----- comparisons and logical ops (no gradient) ---------------------------------------------------
@@ -1919,18 +1906,22 @@ def _compare(name, npfn):
     return fn
 
 
-eq = op("eq", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__eq__",))(
-    _compare("eq", np.equal))
-ne = op("ne", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__ne__", "not_equal"))(
-    _compare("ne", np.not_equal))
-gt = op("gt", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__gt__", "greater"))(
-    _compare("gt", np.greater))
-ge = op("ge", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__ge__", "greater_equal"))(
-    _compare("ge", np.greater_equal))
-lt = op("lt", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__lt__", "less"))(
-    _compare("lt", np.less))
-le = op("le", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__le__", "less_equal"))(
-    _compare("le", np.less_equal))
+#: torch's overloads of the comparisons (a tensor or a number other)
+_COMPARISON = {"function": ("(Tensor input, Tensor other, *, Tensor out = None)",
+                            "(Tensor input, Number other, *, Tensor out = None)"),
+               "method": ("(Tensor other)", "(Number other)")}
+eq = op("eq", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__eq__",),
+        overloads=_COMPARISON)(_compare("eq", np.equal))
+ne = op("ne", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__ne__", "not_equal"),
+        overloads=_COMPARISON)(_compare("ne", np.not_equal))
+gt = op("gt", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__gt__", "greater"),
+        overloads=_COMPARISON)(_compare("gt", np.greater))
+ge = op("ge", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__ge__", "greater_equal"),
+        overloads=_COMPARISON)(_compare("ge", np.greater_equal))
+lt = op("lt", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__lt__", "less"),
+        overloads=_COMPARISON)(_compare("lt", np.less))
+le = op("le", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__le__", "less_equal"),
+        overloads=_COMPARISON)(_compare("le", np.less_equal))
 logical_and = op("logical_and", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__and__",))(
     _compare("logical_and", np.logical_and))
 logical_or = op("logical_or", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__or__",))(

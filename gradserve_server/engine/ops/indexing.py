@@ -66,7 +66,22 @@ def _src_block(src: np.ndarray, index: np.ndarray) -> np.ndarray:
     return src[tuple(slice(0, s) for s in index.shape)]
 
 
-@op("scatter", tensors=("self", "index", "src"), grad_fns=("ScatterBackward0", "ScatterBackward1"))
+@op("scatter",
+    overloads={
+        "function": (
+            "(Tensor input, int dim, Tensor index, Tensor src, *, Tensor out = None)",
+            "(Tensor input, int dim, Tensor index, Tensor src, *, str reduce, Tensor out = None)",
+            "(Tensor input, int dim, Tensor index, Number value, *, Tensor out = None)",
+            "(Tensor input, int dim, Tensor index, Number value, *, str reduce, Tensor out = None)",
+        ),
+        "method": (
+            "(int dim, Tensor index, Tensor src)",
+            "(int dim, Tensor index, Tensor src, *, str reduce)",
+            "(int dim, Tensor index, Number value)",
+            "(int dim, Tensor index, Number value, *, str reduce)",
+        ),
+    },
+    tensors=("self", "index", "src"))
 def scatter(self, dim, index, src=None, value=None):
     """torch.scatter(input, dim, index, src) (ScatterBackward0) or (input, dim, index, value) with a number
     (ScatterBackward1): out[index[i][j]][j] = src[i][j] for dim 0."""
@@ -109,7 +124,7 @@ def _self_tangent(ctx, self_t):
     return self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, ctx.result.data.dtype))
 
 
-@jvp("ScatterBackward0")
+@jvp()
 def _(ctx, self_t, src_t):
     base = _self_tangent(ctx, self_t)
     src = src_t if src_t is not None else Tensor(np.zeros(ctx.src.shape, ctx.result.data.dtype))
@@ -121,12 +136,12 @@ def _(ctx, grad):
     return scatter(grad, signed_int(ctx.dim), ctx.index, value=0.0),
 
 
-@jvp("ScatterBackward1")
+@jvp()
 def _(ctx, self_t):
     return scatter(self_t, signed_int(ctx.dim), ctx.index, value=0.0)
 
 
-@op("scatter_add", tensors=("self", "index", "src"), grad_fns=("ScatterAddBackward0",))
+@op("scatter_add", tensors=("self", "index", "src"))
 def scatter_add(self, dim, index, src):
     """torch.scatter_add(input, dim, index, src): out[index[i][j]][j] += src[i][j] for dim 0."""
     self = require_tensor(self, "input", "scatter_add")
@@ -149,7 +164,7 @@ def _(ctx, grad):
     return (grad if n[0] else None), g_src
 
 
-@jvp("ScatterAddBackward0")
+@jvp()
 def _(ctx, self_t, src_t):
     if src_t is None:
         return self_t
@@ -234,7 +249,7 @@ def _along(d: int, nd: int, ix: np.ndarray) -> tuple:
     return (slice(None),) * d + (ix,)
 
 
-@op("index_add", tensors=("self", "index", "source"), grad_fns=("IndexAddBackward0",))
+@op("index_add", tensors=("self", "index", "source"))
 def index_add(self, dim, index, source, alpha=1):
     """torch.index_add(input, dim, index, source, alpha=1): out[index[i]] += alpha * source[i] along dim."""
     self = require_tensor(self, "input", "index_add")
@@ -267,7 +282,7 @@ def _(ctx, grad):
     return (grad if n[0] else None), g_src
 
 
-@jvp("IndexAddBackward0")
+@jvp()
 def _(ctx, self_t, source_t):
     if source_t is None:
         return self_t
@@ -275,7 +290,7 @@ def _(ctx, self_t, source_t):
     return index_add(base, signed_int(ctx.dim), ctx.index, source_t, alpha=ctx.alpha)
 
 
-@op("index_copy", tensors=("self", "index", "source"), grad_fns=("IndexCopyBackward0",))
+@op("index_copy", tensors=("self", "index", "source"))
 def index_copy(self, dim, index, source):
     """torch.index_copy(input, dim, index, source): out[index[i]] = source[i] along dim."""
     self = require_tensor(self, "input", "index_copy")
@@ -311,7 +326,7 @@ def _(ctx, grad):
     return g_self, g_src
 
 
-@jvp("IndexCopyBackward0")
+@jvp()
 def _(ctx, self_t, source_t):
     dt = ctx.result.data.dtype
     base = self_t if self_t is not None else Tensor(np.zeros(ctx.self.shape, dt))
@@ -319,7 +334,15 @@ def _(ctx, self_t, source_t):
     return index_copy(base, signed_int(ctx.dim), ctx.index, src)
 
 
-@op("index_fill", tensors=("self", "index", "value"), grad_fns=("IndexFillBackward0", "IndexFillBackward1"))
+@op("index_fill",
+    overloads={
+        "function": (
+            "(Tensor input, int dim, Tensor index, Tensor value)",
+            "(Tensor input, int dim, Tensor index, Number value)",
+        ),
+        "method": ("(int dim, Tensor index, Tensor value)", "(int dim, Tensor index, Number value)"),
+    },
+    tensors=("self", "index", "value"), grad_fns=("IndexFillBackward0", "IndexFillBackward1"))
 def index_fill(self, dim, index, value):
     """torch.index_fill(input, dim, index, value): out[index[i]] = value along dim; a number value is
     IndexFillBackward0, a 0-d tensor value IndexFillBackward1 (its gradient: the sum over the distinct
@@ -369,7 +392,7 @@ def _(ctx, grad):
     return index_fill(grad, signed_int(ctx.dim), ctx.index, 0.0),
 
 
-@jvp("IndexFillBackward0")
+@jvp()
 def _(ctx, self_t):
     return index_fill(self_t, signed_int(ctx.dim), ctx.index, 0.0)
 
@@ -387,13 +410,13 @@ def _(ctx, grad):
     return (index_fill(grad, dim, ctx.index, 0.0) if n[0] else None), g_value
 
 
-@jvp("IndexFillBackward1")
+@jvp()
 def _(ctx, self_t, value_t):
     base = _self_tangent(ctx, self_t)
     return index_fill(base, signed_int(ctx.dim), ctx.index, value_t if value_t is not None else 0.0)
 
 
-@op("masked_select", tensors=("self", "mask"), grad_fns=("MaskedSelectBackward0",))
+@op("masked_select", tensors=("self", "mask"))
 def masked_select(self, mask):
     """torch.masked_select(input, mask): the elements where the (broadcast) mask is true, as a 1-D tensor."""
     self = require_tensor(self, "input", "masked_select")
@@ -417,7 +440,7 @@ def _(ctx, grad):
                             "MaskedScatterBackward0"),
 
 
-@jvp("MaskedSelectBackward0")
+@jvp()
 def _(ctx, self_t):
     return masked_select(self_t, ctx.mask)
 
@@ -556,7 +579,7 @@ def _topk_as_torch(x: np.ndarray, ax: int, k: int, largest: bool, sorted_: bool,
     idx[...] = np.moveaxis(flat.reshape(out.shape), -1, ax)
 
 
-@op("topk", tensors=("self",), grad_fns=("TopkBackward0",), returns=ValuesIndices._fields)
+@op("topk", tensors=("self",), returns=ValuesIndices._fields)
 def topk(self, k, dim=-1, largest=True, sorted=True):
     """torch.topk(input, k, dim=-1, largest=True, sorted=True) -> (values, indices)."""
     self = require_tensor(self, "input", "topk")
@@ -588,7 +611,7 @@ def _(ctx, grad):
     return _scatter_into_zeros(grad, shp, wrap_dim(signed_int(ctx.dim), len(shp)), ctx.indices.data),
 
 
-@jvp("TopkBackward0")
+@jvp()
 def _(ctx, self_t):
     if self_t.data.ndim == 0:
         return self_t
@@ -656,7 +679,7 @@ def _kth_ties_as_torch(x: np.ndarray, ax: int, k: int, idx: np.ndarray) -> None:
     idx[...] = np.moveaxis(out.reshape(np.moveaxis(idx, ax, -1).shape), -1, ax)
 
 
-@op("kthvalue", tensors=("self",), grad_fns=("KthvalueBackward0",), returns=ValuesIndices._fields)
+@op("kthvalue", tensors=("self",), returns=ValuesIndices._fields)
 def kthvalue(self, k, dim=-1, keepdim=False):
     """torch.kthvalue(input, k, dim=-1, keepdim=False) -> (values, indices): the k-th smallest (1-based)."""
     self = require_tensor(self, "input", "kthvalue")
@@ -689,7 +712,7 @@ def _(ctx, grad):
     return _value_selecting(wrapped, grad)
 
 
-@jvp("KthvalueBackward0")
+@jvp()
 def _(ctx, self_t):
     from .shape import squeeze, unsqueeze
     if self_t.data.ndim == 0:
@@ -700,7 +723,7 @@ def _(ctx, self_t):
     return out if ctx.keepdim else squeeze(out, d)
 
 
-@op("roll", tensors=("self",), grad_fns=("RollBackward0",))
+@op("roll", tensors=("self",))
 def roll(self, shifts, dims=None):
     """torch.roll(input, shifts, dims=None): without dims the flattened input is rolled."""
     self = require_tensor(self, "input", "roll")
@@ -734,6 +757,6 @@ def _(ctx, grad):
     return roll(grad, neg, signed_int(ctx.dims) if ctx.dims else None),
 
 
-@jvp("RollBackward0")
+@jvp()
 def _(ctx, self_t):
     return roll(self_t, signed_int(ctx.shifts), signed_int(ctx.dims) if ctx.dims else None)

@@ -211,7 +211,7 @@ def _(ctx, grad):
     return (g_base,) + tuple(res[1:])
 
 
-@jvp("CopySlices")
+@jvp()
 def _(ctx, *tangents):
     # never recorded through record(): an in-place op on a view updates the tangents in place instead
     # (forward_ad.inplace_update), so forward AD through CopySlices is the in-place op's own JVP
@@ -234,7 +234,7 @@ def _(ctx, grad):
     return Tensor(storage.data.reshape(shape), True, node),
 
 
-@jvp("AsStridedBackward0")
+@jvp()
 def _(ctx, *tangents):
     raise TorchRuntimeError("AsStridedBackward0 is not recorded through record()", code="internal_error")
 
@@ -246,12 +246,9 @@ def _zero(self: Tensor) -> Tensor:
     return record("ZeroBackward0", np.zeros_like(self.data), (self,))
 
 
-@vjp("ZeroBackward0", inputs=("self",))
+@vjp("ZeroBackward0", inputs=("self",), jvp=zero_jvp)
 def _(ctx, grad):
     return E.zeros_like(grad),
-
-
-jvp("ZeroBackward0")(zero_jvp)
 
 
 def _fill(self: Tensor, value) -> Tensor:
@@ -319,7 +316,7 @@ def _(ctx, grad):
     return (E.zeros_like(grad) if n[0] else None), src
 
 
-@jvp("CopyBackwards")
+@jvp()
 def _(ctx, self_t, src_t):
     return src_t
 
@@ -327,14 +324,14 @@ def _(ctx, self_t, src_t):
 # ----- the in-place op table ------------------------------------------------------------------------------
 
 
-def _make(name: str, fn, grad_fns: tuple, tensors=("self",), aliases=(), doc="", overlap_check=True):
+def _make(name: str, fn, grad_fns: tuple, tensors=("self",), aliases=(), doc="", overlap_check=True, **facts):
     def inplace(self, *args, **kwargs):
         return _apply_inplace(self, fn, args, kwargs, overlap_check)
 
     inplace.__name__ = name
     inplace.__signature__ = inspect.signature(fn)  # the program resolves tensor arguments by these names
     inplace.__doc__ = doc or f"Tensor.{name}: in-place {name[:-1]}; bumps the version counter."
-    return op(name, tensors=tensors, grad_fns=grad_fns, inplace=True, aliases=aliases)(inplace)
+    return op(name, tensors=tensors, grad_fns=grad_fns, inplace=True, aliases=aliases, **facts)(inplace)
 
 
 add_ = _make("add_", E.add, ("AddBackward0",), ("self", "other"), ("__iadd__", "iadd"))
@@ -349,7 +346,7 @@ sqrt_ = _make("sqrt_", E.sqrt, ("SqrtBackward0",))
 abs_ = _make("abs_", E.abs, ("AbsBackward0",))
 sigmoid_ = _make("sigmoid_", E.sigmoid, ("SigmoidBackward0",))
 tanh_ = _make("tanh_", E.tanh, ("TanhBackward0",))
-relu_ = _make("relu_", E.relu, ("ReluBackward0",))
+relu_ = _make("relu_", E.relu, ("ReluBackward0",), exports=("torch.nn.functional.relu_",))
 addcmul_ = _make("addcmul_", E.addcmul, ("AddcmulBackward0",), ("self", "tensor1", "tensor2"))
 addcdiv_ = _make("addcdiv_", E.addcdiv, ("AddcdivBackward0",), ("self", "tensor1", "tensor2"))
 lerp_ = _make("lerp_", E.lerp, ("LerpBackward0", "LerpBackward1"), ("self", "end", "weight"))
@@ -412,12 +409,17 @@ index_fill_ = _make("index_fill_", _index_fill_expanded, ("IndexFillBackward0", 
                     doc="Tensor.index_fill_(dim, index, value): in place; bumps the version counter.")
 zero_ = _make("zero_", _zero, ("ZeroBackward0",), doc="Tensor.zero_(): fill with zeros in place.", overlap_check=False)
 fill_ = _make("fill_", _fill, ("FillBackward2", "FillBackward3"), ("self", "value"),
-              doc="Tensor.fill_(value): in place.", overlap_check=False)
+              doc="Tensor.fill_(value): in place.", overlap_check=False,
+              overloads={"method": ("(Tensor value)", "(Number value)")})
 copy_ = _make("copy_", _copy, ("CopyBackwards",), ("self", "src"),
-              doc="Tensor.copy_(src): copy src (broadcast, cast) into self in place.")
+              doc="Tensor.copy_(src): copy src (broadcast, cast) into self in place.",
+              numbers_as_tensors=True, hidden_overload=True,
+              overloads={"method": ("(Tensor other, bool non_blocking = False)",)})
 
 
-@op("setitem", tensors=("self", "index", "value"), grad_fns=("CopySlices", "CopyBackwards", "FillBackward3"),
+@op("setitem",
+    parsed=False,
+    tensors=("self", "index", "value"), grad_fns=("CopySlices", "CopyBackwards", "FillBackward3"),
     inplace=True, aliases=("__setitem__",))
 def setitem(self, index, value):
     """``self[index] = value``: a basic index writes through a view (CopySlices), an index that selects
@@ -486,7 +488,7 @@ def _(ctx, grad):
     return g_self, g_val
 
 
-@jvp("IndexPutBackward0")
+@jvp()
 def _(ctx, self_t, values_t):
     from .shape import _index_put_zeros, expand, reshape
     shape = ctx.result.data.shape

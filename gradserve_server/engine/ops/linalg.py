@@ -121,7 +121,14 @@ def _check_mm(a: Tensor, b: Tensor, first: str, second: str, with_dims: bool) ->
     _no_bool(a)
 
 
-@op("mm", tensors=("self", "mat2"), grad_fns=("MmBackward0",), plannable=True)
+@op("mm",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor mat2, *, Tensor out = None)",
+            "(Tensor input, Tensor mat2, torch.dtype out_dtype, *, Tensor out = None)",
+        ),
+    },
+    tensors=("self", "mat2"), plannable=True)
 def mm(self, mat2):
     """torch.mm(input, mat2): 2-D @ 2-D; saves self (if mat2 needs grad), mat2 (if self needs grad)
     and their sizes and strides."""
@@ -159,7 +166,7 @@ def _mm_mat2_backward(grad: Tensor, mat1: Tensor, sizes, strides, alpha=1) -> Te
     return g if alpha == 1 else mul_number(g, alpha)
 
 
-@jvp("MmBackward0")
+@jvp()
 def _(ctx, self_t, mat2_t):
     return add_t(None if self_t is None else mm(self_t, ctx.mat2), None if mat2_t is None else mm(ctx.self, mat2_t))
 
@@ -182,7 +189,14 @@ batching("MmBackward0", vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
 # ----- bmm --------------------------------------------------------------------------------------------
 
 
-@op("bmm", tensors=("self", "mat2"), grad_fns=("BmmBackward0",), plannable=True)
+@op("bmm",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor mat2, *, Tensor out = None)",
+            "(Tensor input, Tensor mat2, torch.dtype out_dtype, *, Tensor out = None)",
+        ),
+    },
+    tensors=("self", "mat2"), plannable=True)
 def bmm(self, mat2):
     """torch.bmm(input, mat2): (b, n, m) @ (b, m, p)."""
     self = require_tensor(self, "self", "bmm")
@@ -210,7 +224,7 @@ def _(ctx, grad):
             (bmm(transpose(ctx.self, 1, 2), grad) if n[1] else None))
 
 
-@jvp("BmmBackward0")
+@jvp()
 def _(ctx, self_t, mat2_t):
     return add_t(None if self_t is None else bmm(self_t, ctx.mat2), None if mat2_t is None else bmm(ctx.self, mat2_t))
 
@@ -221,7 +235,7 @@ batching("BmmBackward0", vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
 # ----- mv, dot, outer ---------------------------------------------------------------------------------
 
 
-@op("mv", tensors=("self", "vec"), grad_fns=("MvBackward0",), plannable=True)
+@op("mv", tensors=("self", "vec"), plannable=True)
 def mv(self, vec):
     """torch.mv(input, vec): matrix @ vector."""
     self = require_tensor(self, "self", "mv")
@@ -246,7 +260,7 @@ def _(ctx, grad):
     return (outer(grad, ctx.vec) if n[0] else None), (mv(t(ctx.self), grad) if n[1] else None)
 
 
-@jvp("MvBackward0")
+@jvp()
 def _(ctx, self_t, vec_t):
     return add_t(None if self_t is None else mv(self_t, ctx.vec), None if vec_t is None else mv(ctx.self, vec_t))
 
@@ -269,7 +283,9 @@ def _dot_kernel(a, b):
     return np.asarray(np.dot(a, b) + a.dtype.type(0), dtype=a.dtype)
 
 
-@op("dot", tensors=("self", "tensor"), grad_fns=("DotBackward0",), aliases=("inner_1d",), plannable=True)
+@op("dot",
+    exports=("torch.linalg.vecdot",),
+    tensors=("self", "tensor"), aliases=("inner_1d",), plannable=True)
 def dot(self, tensor):
     """torch.dot(input, tensor): 1-D . 1-D, a 0-d result."""
     self = require_tensor(self, "self", "dot")
@@ -295,7 +311,7 @@ def _(ctx, grad):
     return (grad * ctx.tensor if n[0] else None), (grad * ctx.self if n[1] else None)
 
 
-@jvp("DotBackward0")
+@jvp()
 def _(ctx, self_t, tensor_t):
     return add_t(None if self_t is None else dot(self_t, ctx.tensor),
                  None if tensor_t is None else dot(ctx.self, tensor_t))
@@ -331,7 +347,16 @@ def outer(self, vec2):
 # ----- addmm ------------------------------------------------------------------------------------------
 
 
-@op("addmm", tensors=("self", "mat1", "mat2"), grad_fns=("AddmmBackward0",), plannable=True)
+@op("addmm",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor mat1, Tensor mat2, *, Number beta = 1, Number alpha = 1, Tensor out = None)",
+            "(Tensor input, Tensor mat1, Tensor mat2, torch.dtype out_dtype, *, Number beta = 1, Number alpha = 1, "
+            "Tensor out = None)",
+        ),
+        "method": ("(Tensor mat1, Tensor mat2, *, Number beta = 1, Number alpha = 1)",),
+    },
+    tensors=("self", "mat1", "mat2"), plannable=True)
 def addmm(self, mat1, mat2, beta=1, alpha=1):
     """torch.addmm(input, mat1, mat2, beta=1, alpha=1): beta * input + alpha * (mat1 @ mat2); input
     broadcasts to the result (torch's expand message on failure)."""
@@ -388,7 +413,7 @@ def _(ctx, grad):
     return g_self, g1, g2
 
 
-@jvp("AddmmBackward0")
+@jvp()
 def _(ctx, self_t, mat1_t, mat2_t):
     prod = add_t(None if mat1_t is None else mm(mat1_t, ctx.mat2), None if mat2_t is None else mm(ctx.mat1, mat2_t))
     return add_t(scale_t(self_t, ctx.beta), scale_t(prod, ctx.alpha))
@@ -411,7 +436,7 @@ def _addmm_batched_jvp(ctx, batch, self_t, mat1_t, mat2_t):
 batching("AddmmBackward0", vjp=_addmm_batched_vjp, jvp=_addmm_batched_jvp)
 
 
-@op("baddbmm", tensors=("self", "batch1", "batch2"), grad_fns=("BaddbmmBackward0",))
+@op("baddbmm", tensors=("self", "batch1", "batch2"))
 def baddbmm(self, batch1, batch2, beta=1, alpha=1):
     """torch.baddbmm(input, batch1, batch2, *, beta=1, alpha=1): beta * input + alpha * (batch1 @ batch2) per
     batch entry; input broadcasts to the result (torch's expand message on failure), checked first."""
@@ -444,7 +469,7 @@ def _(ctx, grad):
     return g_self, g1, g2
 
 
-@jvp("BaddbmmBackward0")
+@jvp()
 def _(ctx, self_t, batch1_t, batch2_t):
     prod = add_t(None if batch1_t is None else bmm(batch1_t, ctx.batch2),
                  None if batch2_t is None else bmm(ctx.batch1, batch2_t))
@@ -494,7 +519,9 @@ def _prod(shape) -> int:
     return n
 
 
-@op("matmul", tensors=("self", "other"), aliases=("__matmul__",),
+@op("matmul",
+    exports=("torch.linalg.matmul",),
+    tensors=("self", "other"), aliases=("__matmul__",),
     grad_fns=("MmBackward0", "DotBackward0", "MvBackward0", "SqueezeBackward4", "UnsafeViewBackward0",
               "CloneBackward0"), plannable=True)
 def matmul(self, other):
@@ -561,7 +588,9 @@ def matmul(self, other):
     return _unsafe_view(res, out_shape)
 
 
-@op("rmatmul", tensors=("self", "other"), aliases=("__rmatmul__",), method=False,
+@op("rmatmul",
+    parsed=False,
+    tensors=("self", "other"), aliases=("__rmatmul__",), method=False,
     grad_fns=("MmBackward0", "DotBackward0", "MvBackward0", "SqueezeBackward4", "UnsafeViewBackward0"))
 def rmatmul(self, other):
     """``other @ self`` (torch's Tensor.__rmatmul__ is matmul(other, self))."""

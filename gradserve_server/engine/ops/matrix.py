@@ -38,7 +38,9 @@ def _dims_of_diagonal(self: Tensor, dim1, dim2):
     return d1, d2
 
 
-@op("diagonal", tensors=("self",), grad_fns=("DiagonalBackward0",))
+@op("diagonal",
+    storage="view",
+    tensors=("self",))
 def diagonal(self, offset=0, dim1=0, dim2=1):
     """torch.diagonal(input, offset=0, dim1=0, dim2=1): a view, the diagonal as the last dim."""
     self = require_tensor(self, "input", "diagonal")
@@ -87,12 +89,14 @@ def _(ctx, grad):
     return diagonal(grad, ctx.offset, ctx.dim1, ctx.dim2),
 
 
-@jvp("DiagonalBackwardBackward0")
+@jvp()
 def _(ctx, grad_output_t):
     return diagonal_backward(grad_output_t, ctx.result.shape, ctx.offset, ctx.dim1, ctx.dim2)
 
 
-@op("diag_embed", tensors=("self",), grad_fns=("DiagEmbedBackward0",))
+@op("diag_embed",
+    dims_of="other",
+    tensors=("self",))
 def diag_embed(self, offset=0, dim1=-2, dim2=-1):
     """torch.diag_embed(input, offset=0, dim1=-2, dim2=-1): the last dim of input onto a new diagonal."""
     self = require_tensor(self, "input", "diag_embed")
@@ -117,7 +121,7 @@ def _(ctx, grad):
     return diagonal(grad, signed_int(ctx.offset), signed_int(ctx.dim1), signed_int(ctx.dim2)),
 
 
-@jvp("DiagEmbedBackward0")
+@jvp()
 def _(ctx, self_t):
     return diag_embed(self_t, signed_int(ctx.offset), signed_int(ctx.dim1), signed_int(ctx.dim2))
 
@@ -137,7 +141,7 @@ def diag(self, diagonal=0):
                   {"dim1": 0, "dim2": 1, "offset": saved_int(diagonal), "self_sym_sizes": self.data.shape})
 
 
-@op("trace", tensors=("self",), grad_fns=("TraceBackward0",))
+@op("trace", tensors=("self",))
 def trace(self):
     """torch.trace(input): the sum of a matrix's main diagonal; saves the input's sizes."""
     self = require_tensor(self, "input", "trace")
@@ -165,7 +169,7 @@ def _(ctx, grad):
     return view(index_fill(Tensor(np.zeros(n * m, grad.data.dtype)), 0, diag, grad), (n, m)),
 
 
-@jvp("TraceBackward0")
+@jvp()
 def _(ctx, self_t):
     return trace(self_t)
 
@@ -177,7 +181,7 @@ def _tri(self, diagonal: int, name: str, prim: str, npfn) -> Tensor:
     return record(prim, npfn(self.data, diagonal), (self,), {"diagonal": saved_int(diagonal)})
 
 
-@op("tril", tensors=("self",), grad_fns=("TrilBackward0",))
+@op("tril", tensors=("self",))
 def tril(self, diagonal=0):
     """torch.tril(input, diagonal=0): zero above the diagonal."""
     return _tri(self, diagonal, "tril", "TrilBackward0", np.tril)
@@ -188,7 +192,7 @@ def _(ctx, grad):
     return tril(grad, signed_int(ctx.diagonal)),
 
 
-@jvp("TrilBackward0")
+@jvp()
 def _(ctx, self_t):
     return tril(self_t, signed_int(ctx.diagonal))
 
@@ -196,7 +200,7 @@ def _(ctx, self_t):
 batching("TrilBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("triu", tensors=("self",), grad_fns=("TriuBackward0",))
+@op("triu", tensors=("self",))
 def triu(self, diagonal=0):
     """torch.triu(input, diagonal=0): zero below the diagonal."""
     return _tri(self, diagonal, "triu", "TriuBackward0", np.triu)
@@ -207,7 +211,7 @@ def _(ctx, grad):
     return triu(grad, signed_int(ctx.diagonal)),
 
 
-@jvp("TriuBackward0")
+@jvp()
 def _(ctx, self_t):
     return triu(self_t, signed_int(ctx.diagonal))
 

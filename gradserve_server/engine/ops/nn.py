@@ -101,7 +101,9 @@ def _softmax_input(self, dim, dtype, name: str):
     return self, d, x
 
 
-@op("softmax", tensors=("self",), grad_fns=("SoftmaxBackward0",), plannable=True)
+@op("softmax",
+    python_attribute=("softmax", ("self",)), exports=("torch.nn.functional.softmax", "torch.special.softmax"),
+    tensors=("self",), plannable=True)
 def softmax(self, dim, dtype=None):
     """F.softmax(input, dim, dtype=None): numerically stable; saves its result and dim. ``dtype`` casts the
     input first (ToCopyBackward0), as torch does."""
@@ -118,7 +120,7 @@ def _(ctx, grad):
     return softmax_backward_data(grad, r, ctx.dim),
 
 
-@jvp("SoftmaxBackward0")
+@jvp()
 def _(ctx, self_t):
     r = ctx.result
     if r.data.ndim == 0:
@@ -149,7 +151,10 @@ def _log_softmax_kernel(x, d, shape):
     return out.reshape(shape).astype(x.dtype, copy=False)
 
 
-@op("log_softmax", tensors=("self",), grad_fns=("LogSoftmaxBackward0",), plannable=True)
+@op("log_softmax",
+    python_attribute=("log_softmax", ("self",)),
+    exports=("torch.nn.functional.log_softmax", "torch.special.log_softmax"),
+    tensors=("self",), plannable=True)
 def log_softmax(self, dim, dtype=None):
     """F.log_softmax(input, dim, dtype=None): x - max - log(sum(exp(x - max))); saves its result and dim."""
     self, d, x = _softmax_input(self, dim, dtype, "log_softmax")
@@ -166,7 +171,7 @@ def _(ctx, grad):
     return log_softmax_backward_data(grad, r, ctx.dim),
 
 
-@jvp("LogSoftmaxBackward0")
+@jvp()
 def _(ctx, self_t):
     r = ctx.result
     if r.data.ndim == 0:
@@ -180,7 +185,9 @@ batching("LogSoftmaxBackward0", **shifted(sizes=(), dims=("dim",)))
 # ----- linear -----------------------------------------------------------------------------------------
 
 
-@op("linear", tensors=("input", "weight", "bias"), method=False,
+@op("linear",
+    exports=("torch.nn.functional.linear",), cost="other",
+    tensors=("input", "weight", "bias"), method=False,
     grad_fns=("AddmmBackward0", "ViewBackward0", "MmBackward0", "SqueezeBackward4", "UnsafeViewBackward0",
               "AddBackward0"), plannable=True)
 def linear(input, weight, bias=None):
@@ -243,7 +250,9 @@ def _mse_kernel(a, b, red):
     return _reduce_np(diff * diff, red)
 
 
-@op("mse_loss", tensors=("input", "target"), grad_fns=("MseLossBackward0",), method=False, plannable=True)
+@op("mse_loss",
+    python_attribute=("size", ("target", "input")),
+    tensors=("input", "target"), method=False, plannable=True)
 def mse_loss(input, target, reduction="mean"):
     """F.mse_loss(input, target, reduction='mean'); saves self, target and the reduction enum."""
     red = _reduction(reduction)
@@ -273,7 +282,9 @@ def _apply_reduction(loss: Tensor, red: int) -> Tensor:
     return loss
 
 
-@op("l1_loss", tensors=("input", "target"), grad_fns=("MeanBackward0", "SumBackward0", "AbsBackward0"),
+@op("l1_loss",
+    python_attribute=("size", ("target", "input")),
+    tensors=("input", "target"), grad_fns=("MeanBackward0", "SumBackward0", "AbsBackward0"),
     method=False)
 def l1_loss(input, target, reduction="mean"):
     """F.l1_loss(input, target, reduction='mean'): composite (input - target).abs() then the reduction."""
@@ -289,7 +300,9 @@ def _piecewise_forward(input, target, threshold: float, small, large):
     return np.where(z < tp(threshold), small(z, tp), large(z, tp)).astype(z.dtype, copy=False)
 
 
-@op("smooth_l1_loss", tensors=("input", "target"), grad_fns=("SmoothL1LossBackward0",), method=False)
+@op("smooth_l1_loss",
+    python_attribute=("size", ("target", "input")),
+    tensors=("input", "target"), method=False)
 def smooth_l1_loss(input, target, reduction="mean", beta=1.0):
     """F.smooth_l1_loss(input, target, reduction='mean', beta=1.0); beta == 0 is l1_loss, as in torch."""
     red = _reduction(reduction)
@@ -325,7 +338,9 @@ def _(ctx, grad):
 jvp("SmoothL1LossBackward0")(_loss_jvp)
 
 
-@op("huber_loss", tensors=("input", "target"), grad_fns=("HuberLossBackward0",), method=False)
+@op("huber_loss",
+    python_attribute=("size", ("target", "input")),
+    tensors=("input", "target"), method=False)
 def huber_loss(input, target, reduction="mean", delta=1.0):
     """F.huber_loss(input, target, reduction='mean', delta=1.0)."""
     red = _reduction(reduction)
@@ -364,8 +379,9 @@ jvp("HuberLossBackward0")(_loss_jvp)
 _BCE_EPS = 1e-12
 
 
-@op("binary_cross_entropy", tensors=("input", "target", "weight"), grad_fns=("BinaryCrossEntropyBackward0",),
-    method=False)
+@op("binary_cross_entropy",
+    python_attribute=("size", ("target", "input")),
+    tensors=("input", "target", "weight"), method=False)
 def binary_cross_entropy(input, target, weight=None, reduction="mean"):
     """F.binary_cross_entropy(input, target, weight=None, reduction='mean'); logs are clamped at -100."""
     input = require_tensor(input, "input", "binary_cross_entropy")
@@ -426,8 +442,10 @@ def _(ctx, grad):
 jvp("BinaryCrossEntropyBackward0")(_loss_jvp)
 
 
-@op("binary_cross_entropy_with_logits", tensors=("input", "target", "weight", "pos_weight"),
-    grad_fns=("BinaryCrossEntropyWithLogitsBackward0",), method=False)
+@op("binary_cross_entropy_with_logits",
+    python_attribute=("size", ("target", "input")),
+    tensors=("input", "target", "weight", "pos_weight"),
+    method=False)
 def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None, reduction="mean"):
     """F.binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None, reduction='mean'):
     (1 - target) * input - log_sigmoid(input) * log_weight, with log_weight = (pos_weight - 1) * target + 1."""
@@ -555,7 +573,9 @@ def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, 
     return np.where(valid, w[safe], dtype.type(0)).astype(dtype, copy=False), safe, valid
 
 
-@op("nll_loss", tensors=("input", "target", "weight"), grad_fns=("NllLossBackward0",), method=False, plannable=True)
+@op("nll_loss",
+    message_name="nll_loss_nd",
+    tensors=("input", "target", "weight"), method=False, plannable=True)
 def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     """F.nll_loss(input, target, weight=None, ignore_index=-100, reduction='mean') for (C,) or (N, C) input
     with class-index targets; saves self, target, total_weight (a 0-d tensor), weight, reduction and
@@ -673,7 +693,7 @@ def _(ctx, grad):
     return masked_fill(coef * g, Tensor(untouched), 0),
 
 
-@jvp("NllLossBackward0")
+@jvp()
 def _(ctx, self_t):
     w = weighted_tangent(ctx, self_t)
     return sum(w, 1) if ctx.reduction == 0 and self_t.data.ndim == 2 else sum(w)
@@ -728,13 +748,15 @@ def _(ctx, grad):
     return masked_fill(Tensor(coef) * g, Tensor(untouched), 0),
 
 
-@jvp("NllLoss2DBackward0")
+@jvp()
 def _(ctx, self_t):
     w = weighted_tangent(ctx, self_t)
     return sum(w, 1) if ctx.reduction == 0 else sum(w)
 
 
-@op("cross_entropy", tensors=("input", "target", "weight"), method=False,
+@op("cross_entropy",
+    message_name="cross_entropy_loss",
+    tensors=("input", "target", "weight"), method=False,
     grad_fns=("NllLossBackward0", "DivBackward1", "SumBackward0", "NegBackward0", "SumBackward1", "AddBackward0"),
     plannable=True)
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -832,7 +854,9 @@ def _cross_entropy_smoothing(input, target, weight, red, ignore_index, label_smo
 # ----- dropout ----------------------------------------------------------------------------------------
 
 
-@op("dropout", tensors=("input",), grad_fns=("MulBackward0",), method=False)
+@op("dropout",
+    exports=("torch.nn.functional.dropout",), changes_argument=("input", "inplace"),
+    tensors=("input",), grad_fns=("MulBackward0",), method=False)
 def dropout(input, p=0.5, training=True, inplace=False):
     """F.dropout(input, p=0.5, training=True, inplace=False): input * mask, torch's mask bit for bit
     (``bernoulli_(1 - p)`` from the running program's generator, divided by 1 - p), ``input.mul_(mask)`` with

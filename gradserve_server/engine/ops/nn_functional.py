@@ -43,7 +43,9 @@ def normalize(input, p=2.0, dim=1, eps=1e-12):
     return div(input, denom)
 
 
-@op("cosine_similarity", tensors=("x1", "x2"), grad_fns=("SumBackward1",), method=False, family="nn")
+@op("cosine_similarity",
+    dims_of="other",
+    tensors=("x1", "x2"), grad_fns=("SumBackward1",), method=False, family="nn")
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     """F.cosine_similarity(x1, x2, dim=1, eps=1e-8): each input divided by its norm (clamped at eps in place
     under no_grad, on a clone, as ATen does) and the products summed along dim."""
@@ -138,7 +140,7 @@ def softmin(input, dim, dtype=None):
 # ----- glu --------------------------------------------------------------------------------------------
 
 
-@op("glu", tensors=("input",), grad_fns=("GluBackward0",), method=False, family="nn")
+@op("glu", tensors=("input",), method=False, family="nn")
 def glu(input, dim=-1):
     """F.glu(input, dim=-1): a * sigmoid(b) for the two halves a, b of input along dim."""
     input = require_tensor(input, "input", "glu")
@@ -170,7 +172,7 @@ def _(ctx, grad):
     return cat([grad * s, grad * a * s * (1 - s)], d),
 
 
-@jvp("GluBackward0")
+@jvp()
 def _(ctx, self_t):
     d = ctx.dim - _UINT64 if ctx.dim >= _UINT64 // 2 else ctx.dim
     a, b = chunk(ctx.self, 2, d)
@@ -205,7 +207,7 @@ def _check_mixed_type(input: Tensor, params: list) -> None:
                                     f"{D.SCALAR_TYPE_NAMES[t.dtype]}", code="dtype_mismatch")
 
 
-@op("layer_norm", tensors=("input", "weight", "bias"), grad_fns=("NativeLayerNormBackward0",), method=False,
+@op("layer_norm", tensors=("input", "weight", "bias"), method=False,
     family="nn")
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """F.layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5): normalization over the
@@ -278,7 +280,7 @@ def _(ctx, grad):
     return g_in, g_w, g_b
 
 
-@jvp("NativeLayerNormBackward0")
+@jvp()
 def _(ctx, input_t, weight_t, bias_t):
     from .elementwise import add_t, mul_t
     w = ctx.weight
@@ -293,7 +295,9 @@ def _(ctx, input_t, weight_t, bias_t):
 # ----- embedding, one_hot -----------------------------------------------------------------------------
 
 
-@op("embedding", tensors=("input", "weight"), grad_fns=("EmbeddingBackward0",), method=False, family="nn",
+@op("embedding",
+    changes_argument=("weight", "max_norm"),
+    tensors=("input", "weight"), method=False, family="nn",
     plannable=True)
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
               sparse=False):
@@ -411,7 +415,7 @@ def _flat_indices(ix):
     return ix.reshape(-1).astype(np.int64)
 
 
-@jvp("EmbeddingBackward0")
+@jvp()
 def _(ctx, weight_t):
     return embedding(ctx.indices, weight_t)
 
@@ -479,7 +483,7 @@ def _(ctx, grad):
     return constant_pad_nd(grad, [-p for p in signed_int(ctx.pad)]),
 
 
-@jvp("ConstantPadNdBackward0")
+@jvp()
 def _(ctx, self_t):
     return constant_pad_nd(self_t, signed_int(ctx.pad), 0.0)
 

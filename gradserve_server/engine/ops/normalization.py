@@ -36,7 +36,7 @@ def _channel_view(t: Tensor, ndim: int) -> Tensor:
 
 
 @op("batch_norm", tensors=("input", "running_mean", "running_var", "weight", "bias"),
-    grad_fns=("NativeBatchNormBackward0",), method=False, family="nn")
+    method=False, family="nn")
 def batch_norm(input, running_mean=None, running_var=None, weight=None, bias=None, training=False, momentum=0.1,
                eps=1e-05):
     """F.batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
@@ -133,7 +133,7 @@ def _(ctx, grad):
     return tuple(tie(g, ctx.input, w) for g in (g_in, g_w, g_b))
 
 
-@jvp("NativeBatchNormBackward0")
+@jvp()
 def _(ctx, input_t, weight_t, bias_t):
     w = ctx.weight
     nd = ctx.input.data.ndim
@@ -153,7 +153,7 @@ def _(ctx, input_t, weight_t, bias_t):
 # ----- group_norm ---------------------------------------------------------------------------------------
 
 
-@op("group_norm", tensors=("input", "weight", "bias"), grad_fns=("NativeGroupNormBackward0",), method=False,
+@op("group_norm", tensors=("input", "weight", "bias"), method=False,
     family="nn")
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-05):
     """F.group_norm(input, num_groups, weight=None, bias=None, eps=1e-05): each sample's channels in
@@ -230,7 +230,7 @@ def _(ctx, grad):
     return tuple(tie(g, ctx.input, w) for g in (g_in, g_w, g_b))
 
 
-@jvp("NativeGroupNormBackward0")
+@jvp()
 def _(ctx, input_t, weight_t, bias_t):
     w = ctx.weight
     shape = ctx.input.data.shape

@@ -115,14 +115,18 @@ def _median(name: str, prim0: str, prim1: str, self, dim, keepdim, ignore_nan: b
     return ValuesIndices(values, indices)
 
 
-@op("median", tensors=("self",), grad_fns=("MedianBackward0", "MedianBackward1"))
+@op("median",
+    returns=("values", "indices"), returns_when="dim",
+    tensors=("self",))
 def median(self, dim=None, keepdim=False):
     """torch.median(input) -> the lower median; torch.median(input, dim, keepdim=False) -> (values, indices).
     A NaN makes the result NaN."""
     return _median("median", "MedianBackward0", "MedianBackward1", self, dim, keepdim, False)
 
 
-@op("nanmedian", tensors=("self",), grad_fns=("NanmedianBackward0", "NanmedianBackward1"))
+@op("nanmedian",
+    returns=("values", "indices"), returns_when="dim",
+    tensors=("self",))
 def nanmedian(self, dim=None, keepdim=False):
     """torch.nanmedian(input[, dim, keepdim]): the lower median of the non-NaN values."""
     return _median("nanmedian", "NanmedianBackward0", "NanmedianBackward1", self, dim, keepdim, True)
@@ -280,7 +284,7 @@ def _(ctx, grad):
     return squeeze(grad, ctx.dim),
 
 
-@jvp("UnsqueezeBackward1")
+@jvp()
 def _(ctx, self_t):
     from .shape import unsqueeze
     return unsqueeze(self_t, ctx.dim)
@@ -292,20 +296,30 @@ def _(ctx, grad):
     return transpose(grad, ctx.dim0, signed_int(ctx.dim1)),
 
 
-@jvp("TransposeBackward1")
+@jvp()
 def _(ctx, self_t):
     from .shape import transpose
     return transpose(self_t, ctx.dim0, signed_int(ctx.dim1))
 
 
-@op("quantile", tensors=("self", "q"), grad_fns=("SqueezeBackward4",))
+#: torch's overloads of quantile and nanquantile (q a tensor or a float)
+_QUANTILE = {
+    "function": ('(Tensor input, Tensor q, int dim = None, bool keepdim = False, *, str interpolation = "linear", '
+                 'Tensor out = None)',
+                 '(Tensor input, float q, int dim = None, bool keepdim = False, *, str interpolation = "linear", '
+                 'Tensor out = None)'),
+    "method": ('(Tensor q, int dim = None, bool keepdim = False, *, str interpolation = "linear")',
+               '(float q, int dim = None, bool keepdim = False, *, str interpolation = "linear")')}
+
+
+@op("quantile", overloads=_QUANTILE, tensors=("self", "q"), grad_fns=("SqueezeBackward4",))
 def quantile(self, q, dim=None, keepdim=False, interpolation="linear"):
     """torch.quantile(input, q, dim=None, keepdim=False, *, interpolation='linear'): q a number or a 1-D tensor
     (its dim first in the result); NaN where a slice holds one."""
     return _quantile("quantile", self, q, dim, keepdim, interpolation, False)
 
 
-@op("nanquantile", tensors=("self", "q"), grad_fns=("SqueezeBackward4",))
+@op("nanquantile", overloads=_QUANTILE, tensors=("self", "q"), grad_fns=("SqueezeBackward4",))
 def nanquantile(self, q, dim=None, keepdim=False, interpolation="linear"):
     """torch.nanquantile(...): the quantile of the non-NaN values (NaN for a slice of NaNs only)."""
     return _quantile("nanquantile", self, q, dim, keepdim, interpolation, True)

@@ -105,7 +105,9 @@ def _windows(xp: np.ndarray, k, s, d, out) -> np.ndarray:
 # ----- max_pool2d -----------------------------------------------------------------------------------------
 
 
-@op("max_pool2d", tensors=("input",), grad_fns=("MaxPool2DWithIndicesBackward0",), method=False, family="nn",
+@op("max_pool2d",
+    tuple_when=("return_indices",),
+    tensors=("input",), grad_fns=("MaxPool2DWithIndicesBackward0",), method=False, family="nn",
     aliases=("max_pool2d_with_indices",))
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """F.max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
@@ -159,7 +161,7 @@ def _(ctx, grad):
     return tie(reshape(scatter_add(zeros, -1, idx, _flat_planes(grad)), shape), ctx.self),
 
 
-@jvp("MaxPool2DWithIndicesBackward0")
+@jvp()
 def _(ctx, self_t):
     idx = ctx.result1
     return reshape(gather(_flat_planes(self_t), -1, _flat_planes(idx)), idx.data.shape)
@@ -168,7 +170,7 @@ def _(ctx, self_t):
 # ----- avg_pool2d -----------------------------------------------------------------------------------------
 
 
-@op("avg_pool2d", tensors=("input",), grad_fns=("AvgPool2DBackward0",), method=False, family="nn")
+@op("avg_pool2d", tensors=("input",), method=False, family="nn")
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     """F.avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
@@ -233,7 +235,7 @@ def _(ctx, grad):
     return tie(_avg_spread(grad, shape, k, s, p, out, div), ctx.self),
 
 
-@jvp("AvgPool2DBackward0")
+@jvp()
 def _(ctx, self_t):
     return avg_pool2d(self_t, ctx.kernel_size, ctx.stride, ctx.padding, ctx.ceil_mode, ctx.count_include_pad,
                       ctx.divisor_override)
@@ -298,7 +300,7 @@ def _(ctx, grad):
     return tie(matmul(matmul(ah.t(), grad), aw), ctx.self),
 
 
-@jvp("AdaptiveAvgPool2DBackward0")
+@jvp()
 def _(ctx, self_t):
     ah, aw = _adaptive_matrices(ctx, ctx.result.data.shape[-2:], self_t.data.dtype)
     return matmul(matmul(ah, self_t), aw.t())
@@ -320,7 +322,9 @@ def _one(v, default=None):
     return (1, int(v[0] if isinstance(v, (list, tuple)) else v))
 
 
-@op("max_pool1d", tensors=("input",), grad_fns=("SqueezeBackward1",), method=False, family="nn")
+@op("max_pool1d",
+    tuple_when=("return_indices",),
+    tensors=("input",), grad_fns=("SqueezeBackward1",), method=False, family="nn")
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """F.max_pool1d(...): max_pool2d over (..., 1, L) with a (1, k) window."""
     input = require_tensor(input, "input", "max_pool1d")

@@ -115,13 +115,17 @@ def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     return Tensor(_close(self, other, rtol, atol, equal_nan))
 
 
-@op("allclose", tensors=("self", "other"), differentiable=False)
+@op("allclose",
+    python_result="bool",
+    tensors=("self", "other"), differentiable=False)
 def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     """torch.allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool."""
     return bool(np.all(_close(self, other, rtol, atol, equal_nan)))
 
 
-@op("nonzero", tensors=("self",), differentiable=False)
+@op("nonzero",
+    tuple_when=("as_tuple",),
+    tensors=("self",), differentiable=False)
 def nonzero(self, as_tuple=False):
     """torch.nonzero(input, *, as_tuple=False): an (n, ndim) int64 tensor of indices, or one 1-D tensor per
     dim (a 0-d input counts as 1-d there)."""
@@ -143,7 +147,9 @@ def argsort(self, dim=-1, descending=False, stable=False):
         return sort(self, dim, descending).indices
 
 
-@op("unique", tensors=("self",), grad_fns=("Unique2Backward0", "UniqueDimBackward0"), differentiable=False)
+@op("unique",
+    tuple_when=("return_inverse", "return_counts"),
+    tensors=("self",), differentiable=False)
 def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=None):
     """torch.unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None): always sorted (as
     torch's CPU kernel); NaNs are all kept, last. With dim, the unique slices along dim."""

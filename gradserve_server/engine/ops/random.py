@@ -258,7 +258,16 @@ def _int(name: str, arg: str, v, pos: int) -> int:
 # ----- creation ----------------------------------------------------------------------------------------------
 
 
-@op("rand", method=False, differentiable=False, family="creation")
+@op("rand",
+    size_varargs="size",
+    no_argument_overloads=(
+        "(tuple of ints size, *, torch.Generator generator, Tensor out = None, torch.dtype dtype = None, "
+        "torch.layout layout = None, torch.device device = None, bool pin_memory = False, bool requires_grad = False)",
+        "(tuple of ints size, *, Tensor out = None, torch.dtype dtype = None, torch.layout layout = None, "
+        "torch.device device = None, bool pin_memory = False, bool requires_grad = False)",
+    ),
+    cost="arguments",
+    method=False, differentiable=False, family="creation")
 def rand(*size, generator=None, dtype=None, requires_grad=False):
     """torch.rand(*size, generator=None, dtype=None, requires_grad=False): uniform on [0, 1), torch's values."""
     d = _dtype(dtype)
@@ -268,7 +277,16 @@ def rand(*size, generator=None, dtype=None, requires_grad=False):
     return _leaf(uniform_values(_gen("rand", generator), shape, d), requires_grad)
 
 
-@op("randn", method=False, differentiable=False, family="creation")
+@op("randn",
+    size_varargs="size",
+    no_argument_overloads=(
+        "(tuple of ints size, *, torch.Generator generator, Tensor out = None, torch.dtype dtype = None, "
+        "torch.layout layout = None, torch.device device = None, bool pin_memory = False, bool requires_grad = False)",
+        "(tuple of ints size, *, Tensor out = None, torch.dtype dtype = None, torch.layout layout = None, "
+        "torch.device device = None, bool pin_memory = False, bool requires_grad = False)",
+    ),
+    cost="arguments",
+    method=False, differentiable=False, family="creation")
 def randn(*size, generator=None, dtype=None, requires_grad=False):
     """torch.randn(*size, generator=None, dtype=None, requires_grad=False): standard normal, torch's values."""
     d = _dtype(dtype)
@@ -293,7 +311,9 @@ def _randint(name: str, low: int, high: int, shape: tuple, d: str, generator, re
     return _leaf(vals.astype(NP[d]).reshape(shape), requires_grad)
 
 
-@op("randint", method=False, differentiable=False, family="creation")
+@op("randint",
+    cost="arguments",
+    method=False, differentiable=False, family="creation")
 def randint(low, high=None, size=None, *, generator=None, dtype=None, requires_grad=False):
     """torch.randint(low=0, high, size, generator=None, dtype=torch.int64, requires_grad=False): integers in
     [low, high), ``randint(high, size)`` as well."""
@@ -309,7 +329,9 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, requires_g
     return _randint("randint", low, high, shape, _dtype(dtype, D.INT64), generator, requires_grad)
 
 
-@op("randperm", method=False, differentiable=False, family="creation")
+@op("randperm",
+    cost="arguments",
+    method=False, differentiable=False, family="creation")
 def randperm(n, *, generator=None, dtype=None, requires_grad=False):
     """torch.randperm(n, generator=None, dtype=torch.int64, requires_grad=False)."""
     n = _int("randperm", "n", n, 1)
@@ -486,7 +508,9 @@ exponential_ = _make("exponential_", _exponential, ("ExponentialBackward0",),
                      doc="Tensor.exponential_(lambd=1, *, generator=None): -log1p(-u) / lambd of double uniforms.")
 bernoulli_ = _make("bernoulli_", _bernoulli_inplace, ("BernoulliBackward2", "BernoulliBackward1"), ("self", "p"),
                    doc="Tensor.bernoulli_(p=0.5, *, generator=None): 1 with probability p (a float or a tensor), "
-                       "in place.")
+                       "in place.",
+                   overloads={"method": ("(Tensor p, *, torch.Generator generator = None)",
+                                         "(float p = 0.5, *, torch.Generator generator = None)")})
 
 
 vjp("BernoulliBackward1", inputs=("self", "p"))(lambda ctx, grad: (E.zeros_like(grad), E.zeros_like(grad)))
@@ -498,7 +522,9 @@ for _prim in ("NormalBackward1", "NormalBackward2", "NormalBackward3"):
     jvp(_prim)(zero_jvp)
 
 
-@op("normal", tensors=("mean", "std"), grad_fns=("NormalBackward1", "NormalBackward2", "NormalBackward3"),
+@op("normal",
+    parsed=False,
+    tensors=("mean", "std"), grad_fns=("NormalBackward1", "NormalBackward2", "NormalBackward3"),
     method=False)
 def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, requires_grad=False):
     """torch.normal(mean, std, size=None, *, generator=None): numbers and a size (``normal_`` on a new tensor),
@@ -539,7 +565,7 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, requires_gra
     return record("NormalBackward2", normal_values(g, std.shape, std.dtype, 0.0, 1.0) * std.data + m, (std,))
 
 
-@op("bernoulli", tensors=("input",), grad_fns=("BernoulliBackward0",))
+@op("bernoulli", tensors=("input",))
 def bernoulli(input, *, generator=None):
     """torch.bernoulli(input, *, generator=None): 1 where a uniform draw falls below input's probability (a
     double draw for float64 probabilities, a float one for float32), in input's dtype."""

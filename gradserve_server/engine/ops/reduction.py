@@ -62,7 +62,18 @@ def _sum_kernel(x, axis, keepdim, dtype):
     return _c(np.asarray(np.add.reduce(x, axis=axis, keepdims=keepdim, dtype=dtype), dtype=dtype))
 
 
-@op("sum", tensors=("self",), grad_fns=("SumBackward0", "SumBackward1"), plannable=True)
+@op("sum",
+    overloads={
+        "function": (
+            "(Tensor input, *, torch.dtype dtype = None)",
+            "(Tensor input, tuple of ints dim, bool keepdim = False, *, torch.dtype dtype = None, Tensor out = None)",
+        ),
+        "method": (
+            "(*, torch.dtype dtype = None)",
+            "(tuple of ints dim, bool keepdim = False, *, torch.dtype dtype = None)",
+        ),
+    },
+    tensors=("self",), plannable=True)
 def sum(self, dim=None, keepdim=False, dtype=None):
     """torch.sum(input, dim=None, keepdim=False, dtype=None): SumBackward0 without dim, SumBackward1 with."""
     self = require_tensor(self)
@@ -83,7 +94,7 @@ def _(ctx, grad):
     return expand_to(grad, ctx.self_sym_sizes),
 
 
-@jvp("SumBackward0")
+@jvp()
 def _(ctx, self_t):
     return sum(self_t)
 
@@ -95,7 +106,7 @@ def _(ctx, grad):
     return expand_to(_restore(grad, dims, len(shp), ctx.keepdim), shp),
 
 
-@jvp("SumBackward1")
+@jvp()
 def _(ctx, self_t):
     return sum(self_t, ctx.dim or None, keepdim=ctx.keepdim)
 
@@ -143,7 +154,18 @@ def sum_to(t: Tensor, shape: tuple) -> Tensor:
     return r
 
 
-@op("mean", tensors=("self",), grad_fns=("MeanBackward0", "MeanBackward1"), plannable=True)
+@op("mean",
+    overloads={
+        "function": (
+            "(Tensor input, *, torch.dtype dtype = None, Tensor out = None)",
+            "(Tensor input, tuple of ints dim, bool keepdim = False, *, torch.dtype dtype = None, Tensor out = None)",
+        ),
+        "method": (
+            "(*, torch.dtype dtype = None)",
+            "(tuple of ints dim, bool keepdim = False, *, torch.dtype dtype = None)",
+        ),
+    },
+    tensors=("self",), plannable=True)
 def mean(self, dim=None, keepdim=False, dtype=None):
     """torch.mean(input, dim=None, keepdim=False); integer inputs are refused as in torch."""
     self = require_tensor(self)
@@ -182,7 +204,7 @@ def _(ctx, grad):
     return div_number(expand_to(grad, ctx.self_sym_sizes), ctx.self_sym_numel),  # grad.expand(sizes) / numel
 
 
-@jvp("MeanBackward0")
+@jvp()
 def _(ctx, self_t):
     return mean(self_t)
 
@@ -198,7 +220,7 @@ def _(ctx, grad):
     return div_number(expand_to(_restore(grad, dims, len(shp), ctx.keepdim), shp), n),  # sum_backward(...) / n
 
 
-@jvp("MeanBackward1")
+@jvp()
 def _(ctx, self_t):
     return mean(self_t, ctx.dim or None, keepdim=ctx.keepdim)
 
@@ -216,7 +238,15 @@ batching("MeanBackward1", vjp=_mean_batched_vjp,
          jvp=lambda ctx, batch, t: mean(t, _reduced_dims(ctx, t), keepdim=ctx.keepdim) if t.data.ndim > 1 else t)
 
 
-@op("prod", tensors=("self",), grad_fns=("ProdBackward0", "ProdBackward1"))
+@op("prod",
+    overloads={
+        "function": (
+            "(Tensor input, *, torch.dtype dtype = None)",
+            "(Tensor input, int dim, bool keepdim = False, *, torch.dtype dtype = None, Tensor out = None)",
+        ),
+        "method": ("(*, torch.dtype dtype = None)", "(int dim, bool keepdim = False, *, torch.dtype dtype = None)"),
+    },
+    tensors=("self",))
 def prod(self, dim=None, keepdim=False, dtype=None):
     """torch.prod(input, dim=None, keepdim=False)."""
     self = require_tensor(self)
@@ -254,7 +284,7 @@ def _(ctx, grad):
     return reshape(_prod_safe_zeros_backward(grad, reshape(x, (-1,)), 0), x.shape),
 
 
-@jvp("ProdBackward0")
+@jvp()
 def _(ctx, self_t):
     return sum(weighted_tangent(ctx, self_t))
 
@@ -271,7 +301,7 @@ def _(ctx, grad):
     return _prod_safe_zeros_backward(g, x, ctx.dim),
 
 
-@jvp("ProdBackward1")
+@jvp()
 def _(ctx, self_t):
     return _sum_dims(weighted_tangent(ctx, self_t), (ctx.dim,), ctx.keepdim)
 
@@ -312,14 +342,34 @@ def _max_min(self, dim, keepdim, other, is_max: bool):
     return ValuesIndices(values, indices)
 
 
-@op("max", tensors=("self", "dim", "other"), grad_fns=("MaxBackward1", "MaxBackward0", "MaximumBackward0"))
+@op("max",
+    overloads={
+        "function": (
+            "(Tensor input, *, Tensor out = None)",
+            "(Tensor input, Tensor other, *, Tensor out = None)",
+            "(Tensor input, int dim, bool keepdim = False, *, tuple of Tensors out = None)",
+        ),
+        "method": ("()", "(Tensor other)", "(int dim, bool keepdim = False)"),
+    },
+    returns=("values", "indices"), returns_when="dim",
+    tensors=("self", "dim", "other"), grad_fns=("MaxBackward1", "MaxBackward0", "MaximumBackward0"))
 def max(self, dim=None, keepdim=False, other=None):
     """torch.max(input) (MaxBackward1, ties split evenly), torch.max(input, dim, keepdim) -> (values, indices)
     (MaxBackward0), torch.max(input, other) -> maximum (``other`` by keyword or in dim's position)."""
     return _max_min(self, dim, keepdim, other, True)
 
 
-@op("min", tensors=("self", "dim", "other"), grad_fns=("MinBackward1", "MinBackward0", "MinimumBackward0"))
+@op("min",
+    overloads={
+        "function": (
+            "(Tensor input, *, Tensor out = None)",
+            "(Tensor input, Tensor other, *, Tensor out = None)",
+            "(Tensor input, int dim, bool keepdim = False, *, tuple of Tensors out = None)",
+        ),
+        "method": ("()", "(Tensor other)", "(int dim, bool keepdim = False)"),
+    },
+    returns=("values", "indices"), returns_when="dim",
+    tensors=("self", "dim", "other"), grad_fns=("MinBackward1", "MinBackward0", "MinimumBackward0"))
 def min(self, dim=None, keepdim=False, other=None):
     """torch.min: see max."""
     return _max_min(self, dim, keepdim, other, False)
@@ -416,13 +466,17 @@ def _amax_amin(self, dim, keepdim, is_max):
                    "self": self})
 
 
-@op("amax", tensors=("self",), grad_fns=("AmaxBackward0",))
+@op("amax",
+    param_types={"dim": "tuple of ints", "keepdim": "bool"},
+    tensors=("self",), grad_fns=("AmaxBackward0",))
 def amax(self, dim=(), keepdim=False):
     """torch.amax(input, dim=(), keepdim=False); ties split evenly."""
     return _amax_amin(self, dim, keepdim, True)
 
 
-@op("amin", tensors=("self",), grad_fns=("AminBackward0",))
+@op("amin",
+    param_types={"dim": "tuple of ints", "keepdim": "bool"},
+    tensors=("self",), grad_fns=("AminBackward0",))
 def amin(self, dim=(), keepdim=False):
     """torch.amin(input, dim=(), keepdim=False); ties split evenly."""
     return _amax_amin(self, dim, keepdim, False)
@@ -464,7 +518,9 @@ def _arg(self, dim, keepdim, is_max):
     return Tensor(np.asarray(fn(self.data, axis=d if self.data.ndim else None, keepdims=keepdim), dtype=np.int64))
 
 
-@op("argmax", tensors=("self",), differentiable=False)
+@op("argmax",
+    param_types={"dim": "int", "keepdim": "bool"},
+    tensors=("self",), differentiable=False)
 def argmax(self, dim=None, keepdim=False):
     """torch.argmax(input, dim=None, keepdim=False): int64, no grad."""
     self = require_tensor(self)
@@ -473,7 +529,9 @@ def argmax(self, dim=None, keepdim=False):
     return _arg(self, dim, keepdim, True)
 
 
-@op("argmin", tensors=("self",), differentiable=False)
+@op("argmin",
+    param_types={"dim": "int", "keepdim": "bool"},
+    tensors=("self",), differentiable=False)
 def argmin(self, dim=None, keepdim=False):
     """torch.argmin(input, dim=None, keepdim=False): int64, no grad."""
     self = require_tensor(self)
@@ -482,7 +540,9 @@ def argmin(self, dim=None, keepdim=False):
     return _arg(self, dim, keepdim, False)
 
 
-@op("logsumexp", tensors=("self",), grad_fns=("LogsumexpBackward0",))
+@op("logsumexp",
+    param_types={"dim": "tuple of ints", "keepdim": "bool"}, exports=("torch.special.logsumexp",),
+    tensors=("self",))
 def logsumexp(self, dim, keepdim=False):
     """torch.logsumexp(input, dim, keepdim=False)."""
     self = require_tensor(self)
@@ -511,7 +571,7 @@ def _(ctx, grad):
     return g * exp(x - r),
 
 
-@jvp("LogsumexpBackward0")
+@jvp()
 def _(ctx, self_t):
     """torch's logsumexp_jvp: sum(e * t) / sum(e), e = exp(x - amax(x)); an empty reduction is 0 / 0, NaN."""
     x = ctx.self
@@ -565,7 +625,18 @@ def _var_backward(grad: Tensor, x: Tensor, dims, correction, keepdim) -> Tensor:
     return scale * g * (x - mean_(x, list(dims), keepdim=True))
 
 
-@op("var", tensors=("self",), grad_fns=("VarBackward0",))
+#: torch's overloads of var and std (dims with unbiased, dims with correction, unbiased alone)
+_VARIANCE = {
+    "function": ("(Tensor input, tuple of ints dim, bool unbiased = True, bool keepdim = False, *, Tensor out = None)",
+                 "(Tensor input, tuple of ints dim = None, *, Number correction = None, bool keepdim = False, "
+                 "Tensor out = None)",
+                 "(Tensor input, bool unbiased = True)"),
+    "method": ("(tuple of ints dim, bool unbiased = True, bool keepdim = False)",
+               "(tuple of ints dim = None, *, Number correction = None, bool keepdim = False)",
+               "(bool unbiased = True)")}
+
+
+@op("var", overloads=_VARIANCE, tensors=("self",))
 def var(self, dim=None, unbiased=None, keepdim=False, correction=None):
     """torch.var(input, dim=None, unbiased=True, keepdim=False, correction=None): unbiased by default."""
     if isinstance(dim, bool):  # torch.var(input, unbiased): the (Tensor input, bool unbiased) overload
@@ -588,7 +659,7 @@ def _(ctx, grad):
 jvp("VarBackward0")(_reduce_jvp)
 
 
-@op("std", tensors=("self",), grad_fns=("StdBackward0",))
+@op("std", overloads=_VARIANCE, tensors=("self",))
 def std(self, dim=None, unbiased=None, keepdim=False, correction=None):
     """torch.std(input, dim=None, unbiased=True, keepdim=False, correction=None)."""
     if isinstance(dim, bool):  # torch.std(input, unbiased): the (Tensor input, bool unbiased) overload
@@ -613,7 +684,9 @@ def _(ctx, grad):
 jvp("StdBackward0")(_reduce_jvp)
 
 
-@op("norm", tensors=("self",), grad_fns=("LinalgVectorNormBackward0", "SumBackward1", "PermuteBackward0"),
+@op("norm",
+    python_attribute=("layout", ("self",)), exports=("torch.linalg.vector_norm", "torch.linalg.norm"),
+    tensors=("self",), grad_fns=("LinalgVectorNormBackward0", "SumBackward1", "PermuteBackward0"),
     aliases=("vector_norm",))
 def norm(self, p=2, dim=None, keepdim=False):
     """torch.norm / torch.linalg.vector_norm(input, ord=2, dim=None, keepdim=False); torch.norm's 'nuc' (and
@@ -704,7 +777,9 @@ def pow_(a, b):
     return p(a, b)
 
 
-@op("cumsum", tensors=("self",), grad_fns=("CumsumBackward0",))
+@op("cumsum",
+    param_types={"dim": "int"},
+    tensors=("self",))
 def cumsum(self, dim, dtype=None):
     """torch.cumsum(input, dim)."""
     self = require_tensor(self)
@@ -723,7 +798,7 @@ def _(ctx, grad):
     return flip(cumsum(flip(grad, [d]), d), [d]),
 
 
-@jvp("CumsumBackward0")
+@jvp()
 def _(ctx, self_t):
     return cumsum(self_t, ctx.dim) if self_t.data.ndim else self_t
 
@@ -731,7 +806,7 @@ def _(ctx, self_t):
 batching("CumsumBackward0", **shifted(sizes=(), dims=("dim",)))
 
 
-@op("flip", tensors=("self",), grad_fns=("FlipBackward0",))
+@op("flip", tensors=("self",))
 def flip(self, dims):
     """torch.flip(input, dims)."""
     self = require_tensor(self)
@@ -745,7 +820,7 @@ def _(ctx, grad):
     return flip(grad, ctx.dims),
 
 
-@jvp("FlipBackward0")
+@jvp()
 def _(ctx, self_t):
     return flip(self_t, ctx.dims)
 
@@ -753,7 +828,19 @@ def _(ctx, self_t):
 batching("FlipBackward0", **shifted(sizes=(), dims=("dims",)))
 
 
-@op("sort", tensors=("self",), grad_fns=("SortBackward0", "SortBackward1"))
+@op("sort",
+    overloads={
+        "function": (
+            "(Tensor input, *, bool stable, int dim = -1, bool descending = False, tuple of Tensors out = None)",
+            "(Tensor input, int dim = -1, bool descending = False, *, tuple of Tensors out = None)",
+        ),
+        "method": (
+            "(*, bool stable, int dim = -1, bool descending = False)",
+            "(int dim = -1, bool descending = False)",
+        ),
+    },
+    returns=("values", "indices"),
+    tensors=("self",))
 def sort(self, dim=-1, descending=False, stable=NOT_GIVEN):
     """torch.sort(input, dim=-1, descending=False) -> (values, indices) (SortBackward0); with ``stable``
     given (even False or None), torch's ``sort.stable`` overload, SortBackward1. Always stable here."""

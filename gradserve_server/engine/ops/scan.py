@@ -17,7 +17,7 @@ from .reduction import sum as sum_
 from .shape import transpose, unsqueeze
 
 
-@op("cumprod", tensors=("self",), grad_fns=("CumprodBackward0",))
+@op("cumprod", tensors=("self",))
 def cumprod(self, dim, dtype=None):
     """torch.cumprod(input, dim, dtype=None); saves dim, self and the result."""
     self = require_tensor(self, "input", "cumprod")
@@ -77,7 +77,7 @@ def _cumprod_backward_graph(grad: Tensor, x: Tensor, d: int) -> Tensor:
     return out
 
 
-@jvp("CumprodBackward0")
+@jvp()
 def _(ctx, self_t):
     x, d = ctx.self, signed_int(ctx.dim)
     if x.data.ndim == 0:
@@ -94,7 +94,7 @@ def _(ctx, self_t):
     return transpose(out, d, last)
 
 
-@op("logcumsumexp", tensors=("self",), grad_fns=("LogcumsumexpBackward0",))
+@op("logcumsumexp", tensors=("self",))
 def logcumsumexp(self, dim):
     """torch.logcumsumexp(input, dim): log(cumsum(exp(input))) computed stably; saves dim, self, result."""
     self = require_tensor(self, "input", "logcumsumexp")
@@ -129,7 +129,7 @@ def _(ctx, grad):
     return exp(rev_lcse(pos - r) + x) - exp(rev_lcse(neg - r) + x),
 
 
-@jvp("LogcumsumexpBackward0")
+@jvp()
 def _(ctx, self_t):
     # FunctionsManual logcumsumexp_jvp: cumsum(e t) / (cumsum(e) + 1e-13), e = exp(x - max along dim): the
     # 1e-13 keeps a run of -inf inputs at 0, and shifts every quotient by a relative 1e-13 / cumsum(e)

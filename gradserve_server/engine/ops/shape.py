@@ -39,7 +39,9 @@ def _as_view(out: Tensor, base: Tensor, multi: bool = False) -> Tensor:
 # ----- dtype conversion, clone, detach ----------------------------------------------------------------
 
 
-@op("to", tensors=("self",), grad_fns=("ToCopyBackward0",), plannable=True)
+@op("to",
+    method_only=True, numbers_as_tensors=True,
+    tensors=("self",), plannable=True)
 def to(self, dtype=None, non_blocking=False, copy=False):
     """Tensor.to(dtype, non_blocking=False, copy=False): returns self when the dtype already matches and no
     copy is asked for (as torch does); non_blocking means nothing on the CPU."""
@@ -55,7 +57,7 @@ def _(ctx, grad):
     return grad,  # the engine casts to the input's dtype
 
 
-@jvp("ToCopyBackward0")
+@jvp()
 def _(ctx, self_t):
     return to(self_t, ctx.result.dtype, copy=True)
 
@@ -63,19 +65,25 @@ def _(ctx, self_t):
 batching("ToCopyBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("float", tensors=("self",), grad_fns=("ToCopyBackward0",))
+@op("float",
+    method_only=True, cast="float32",
+    tensors=("self",), grad_fns=("ToCopyBackward0",))
 def float_(self):
     """Tensor.float(): to(float32)."""
     return to(self, D.FLOAT32)
 
 
-@op("double", tensors=("self",), grad_fns=("ToCopyBackward0",))
+@op("double",
+    method_only=True, cast="float64",
+    tensors=("self",), grad_fns=("ToCopyBackward0",))
 def double(self):
     """Tensor.double(): to(float64)."""
     return to(self, D.FLOAT64)
 
 
-@op("long", tensors=("self",), grad_fns=("ToCopyBackward0",))
+@op("long",
+    method_only=True, cast="int64",
+    tensors=("self",), grad_fns=("ToCopyBackward0",))
 def long(self):
     """Tensor.long(): to(int64)."""
     return to(self, D.INT64)
@@ -105,13 +113,17 @@ def byte(self):
     return to(self, D.UINT8)
 
 
-@op("bool", tensors=("self",), differentiable=False)
+@op("bool",
+    method_only=True, cast="bool",
+    tensors=("self",), differentiable=False)
 def bool_(self):
     """Tensor.bool(): to(bool)."""
     return to(self, D.BOOL)
 
 
-@op("clone", tensors=("self",), grad_fns=("CloneBackward0",), plannable=True)
+@op("clone",
+    storage="new",
+    tensors=("self",), plannable=True)
 def clone(self):
     """torch.clone(input)."""
     self = require_tensor(self)
@@ -123,7 +135,7 @@ def _(ctx, grad):
     return grad,
 
 
-@jvp("CloneBackward0")
+@jvp()
 def _(ctx, self_t):
     return clone(self_t)
 
@@ -131,7 +143,9 @@ def _(ctx, self_t):
 batching("CloneBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("contiguous", tensors=("self",), grad_fns=("CloneBackward0",), plannable=True)
+@op("contiguous",
+    method_only=True,
+    tensors=("self",), plannable=True)
 def contiguous(self):
     """Tensor.contiguous(): self when already contiguous, else a copy."""
     self = require_tensor(self)
@@ -249,7 +263,13 @@ def _split_kernel(a, d, offsets):
     return tuple(a[(slice(None),) * d + (slice(offsets[i], offsets[i + 1]),)] for i in range(len(offsets) - 1))
 
 
-@op("view", tensors=("self",), grad_fns=("ViewBackward0",), plannable=True)
+@op("view",
+    method_only=True, size_varargs="size",
+    overloads={
+        "method": ("(torch.dtype dtype)", "(tuple of ints size)"),
+    },
+    storage="view",
+    tensors=("self",), plannable=True)
 def view(self, *shape):
     """Tensor.view(*shape): fails on a non-viewable layout with torch's message."""
     self = require_tensor(self)
@@ -268,7 +288,7 @@ def _(ctx, grad):
     return reshape(grad, ctx.self_sym_sizes),
 
 
-@jvp("ViewBackward0")
+@jvp()
 def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
@@ -279,7 +299,9 @@ RESHAPE_BATCHED = {"vjp": lambda ctx, grad, batch: (reshape(grad, (batch, *ctx.s
 batching("ViewBackward0", **RESHAPE_BATCHED)
 
 
-@op("reshape", tensors=("self",), grad_fns=("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0"),
+@op("reshape",
+    size_varargs="shape", storage="view_if_contiguous",
+    tensors=("self",), grad_fns=("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0"),
     plannable=True)
 def reshape(self, *shape):
     """torch.reshape(input, shape): a view when the layout allows (ViewBackward0 from a contiguous input,
@@ -300,7 +322,7 @@ def _(ctx, grad):
     return reshape(grad, ctx.self_sym_sizes),
 
 
-@jvp("ReshapeAliasBackward0")
+@jvp()
 def _(ctx, self_t):
     return reshape(self_t, ctx.result.shape)
 
@@ -318,7 +340,7 @@ def _(ctx, grad):
     return reshape(grad, ctx.self_sym_sizes),
 
 
-@jvp("UnsafeViewBackward0")
+@jvp()
 def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
@@ -326,7 +348,9 @@ def _(ctx, self_t):
 batching("UnsafeViewBackward0", **RESHAPE_BATCHED)
 
 
-@op("flatten", tensors=("self",), grad_fns=("ViewBackward0", "UnsafeViewBackward0"))
+@op("flatten",
+    param_types={"start_dim": "int", "end_dim": "int"}, storage="view_if_contiguous",
+    tensors=("self",), grad_fns=("ViewBackward0", "UnsafeViewBackward0"))
 def flatten(self, start_dim=0, end_dim=-1):
     """torch.flatten(input, start_dim=0, end_dim=-1); returns self for a 1-D input."""
     self = require_tensor(self)
@@ -348,7 +372,13 @@ def flatten(self, start_dim=0, end_dim=-1):
     return reshape(self, shp[:s] + (n,) + shp[e + 1:])
 
 
-@op("squeeze", tensors=("self",), grad_fns=("SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2"), plannable=True)
+@op("squeeze",
+    overloads={
+        "function": ("(Tensor input)", "(Tensor input, int dim)", "(Tensor input, tuple of ints dim)"),
+        "method": ("()", "(int dim)", "(tuple of ints dim)"),
+    },
+    storage="view",
+    tensors=("self",), grad_fns=("SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2"), plannable=True)
 def squeeze(self, dim=None):
     """torch.squeeze(input, dim=None): SqueezeBackward0 (all), 1 (an int dim), 2 (a tuple of dims)."""
     self = require_tensor(self)
@@ -387,7 +417,7 @@ def _(ctx, grad):
     return _unsqueeze_to(grad, range(len(ctx.self_sym_sizes)), ctx.self_sym_sizes),
 
 
-@jvp("SqueezeBackward0")
+@jvp()
 def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
@@ -399,7 +429,7 @@ def _(ctx, grad):
     return _unsqueeze_to(grad, (ctx.dim,), ctx.self_sym_sizes),
 
 
-@jvp("SqueezeBackward1")
+@jvp()
 def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
@@ -409,7 +439,7 @@ def _(ctx, grad):
     return _unsqueeze_to(grad, sorted(ctx.dim), ctx.self_sym_sizes),
 
 
-@jvp("SqueezeBackward2")
+@jvp()
 def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
@@ -419,7 +449,7 @@ def _(ctx, grad):
     return reshape(grad, ctx.self_sym_sizes),
 
 
-@jvp("SqueezeBackward4")
+@jvp()
 def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
@@ -428,7 +458,9 @@ for _name in ("SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2", "Squee
     batching(_name, **RESHAPE_BATCHED)
 
 
-@op("unsqueeze", tensors=("self",), grad_fns=("UnsqueezeBackward0",), plannable=True)
+@op("unsqueeze",
+    param_types={"dim": "int"}, storage="view", dims_of="output",
+    tensors=("self",), plannable=True)
 def unsqueeze(self, dim):
     """torch.unsqueeze(input, dim)."""
     self = require_tensor(self)
@@ -443,7 +475,7 @@ def _(ctx, grad):
     return squeeze(grad, ctx.dim),
 
 
-@jvp("UnsqueezeBackward0")
+@jvp()
 def _(ctx, self_t):
     return unsqueeze(self_t, ctx.dim)
 
@@ -451,7 +483,9 @@ def _(ctx, self_t):
 batching("UnsqueezeBackward0", **shifted(sizes=(), dims=("dim",)))
 
 
-@op("expand", tensors=("self",), grad_fns=("ExpandBackward0",), plannable=True)
+@op("expand",
+    method_only=True, size_varargs="size", storage="view", cost="arguments",
+    tensors=("self",), grad_fns=("ExpandBackward0",), plannable=True)
 def expand(self, *sizes):
     """Tensor.expand(*sizes); -1 keeps a dimension."""
     self = require_tensor(self)
@@ -516,7 +550,7 @@ def _(ctx, grad):
     return sum_to(grad, ctx.self_sym_sizes),
 
 
-@jvp("ExpandBackward0")
+@jvp()
 def _(ctx, self_t):
     return expand(self_t, ctx.result.data.shape)
 
@@ -531,13 +565,17 @@ batching("ExpandBackward0", vjp=lambda ctx, grad, batch: (sum_to_batched(grad, c
          jvp=_expand_batched_jvp)
 
 
-@op("expand_as", tensors=("self", "other"), grad_fns=("ExpandBackward0",), meta_only=("other",))
+@op("expand_as",
+    method_only=True, storage="view", cost="arguments",
+    tensors=("self", "other"), grad_fns=("ExpandBackward0",), meta_only=("other",))
 def expand_as(self, other):
     """Tensor.expand_as(other)."""
     return expand(self, require_tensor(other, "other").shape)
 
 
-@op("repeat", tensors=("self",), grad_fns=("RepeatBackward0",))
+@op("repeat",
+    method_only=True, size_varargs="repeats", storage="new", cost="arguments",
+    tensors=("self",))
 def repeat(self, *repeats):
     """Tensor.repeat(*repeats)."""
     self = require_tensor(self)
@@ -576,12 +614,14 @@ def _(ctx, grad):
     return g,
 
 
-@jvp("RepeatBackward0")
+@jvp()
 def _(ctx, self_t):
     return repeat(self_t, ctx.repeats)
 
 
-@op("t", tensors=("self",), grad_fns=("TBackward0",), plannable=True)
+@op("t",
+    storage="view",
+    tensors=("self",), plannable=True)
 def t(self):
     """Tensor.t(): transpose of a <= 2-D tensor."""
     self = require_tensor(self)
@@ -596,7 +636,7 @@ def _(ctx, grad):
     return t(grad),
 
 
-@jvp("TBackward0")
+@jvp()
 def _(ctx, self_t):
     return t(self_t)
 
@@ -608,7 +648,9 @@ def _t_batched(x: Tensor) -> Tensor:
 batching("TBackward0", vjp=lambda ctx, grad, batch: (_t_batched(grad),), jvp=lambda ctx, batch, x: _t_batched(x))
 
 
-@op("transpose", tensors=("self",), grad_fns=("TransposeBackward0",), aliases=("swapaxes", "swapdims"), plannable=True)
+@op("transpose",
+    param_types={"dim0": "int", "dim1": "int"}, storage="view",
+    tensors=("self",), aliases=("swapaxes", "swapdims"), plannable=True)
 def transpose(self, dim0, dim1):
     """torch.transpose(input, dim0, dim1)."""
     self = require_tensor(self)
@@ -623,7 +665,7 @@ def _(ctx, grad):
     return transpose(grad, ctx.dim0, ctx.dim1),
 
 
-@jvp("TransposeBackward0")
+@jvp()
 def _(ctx, self_t):
     return transpose(self_t, ctx.dim0, ctx.dim1)
 
@@ -631,7 +673,9 @@ def _(ctx, self_t):
 batching("TransposeBackward0", **shifted(sizes=(), dims=("dim0", "dim1")))
 
 
-@op("permute", tensors=("self",), grad_fns=("PermuteBackward0",))
+@op("permute",
+    size_varargs="dims", storage="view",
+    tensors=("self",))
 def permute(self, *dims):
     """torch.permute(input, dims)."""
     self = require_tensor(self)
@@ -653,7 +697,7 @@ def _(ctx, grad):
     return permute(grad, inv),
 
 
-@jvp("PermuteBackward0")
+@jvp()
 def _(ctx, self_t):
     return permute(self_t, ctx.dims)
 
@@ -686,7 +730,9 @@ def _tensor_list(tensors, name: str) -> list:
     return list(tensors)
 
 
-@op("cat", tensor_lists=("tensors",), grad_fns=("CatBackward0",), method=False, aliases=("concat", "concatenate"),
+@op("cat",
+    storage="new", dims_of="other",
+    tensor_lists=("tensors",), method=False, aliases=("concat", "concatenate"),
     plannable=True)
 def cat(tensors, dim=0):
     """torch.cat(tensors, dim=0)."""
@@ -743,12 +789,14 @@ def _(ctx, grad):
     return _cat_slices(ctx, grad)
 
 
-@jvp("CatBackward0")
+@jvp()
 def _(ctx, *tangents):
     return cat(_zeros_for_missing(ctx.inputs, tangents), ctx.dim)
 
 
-@op("stack", tensor_lists=("tensors",), grad_fns=("StackBackward0",), method=False, plannable=True)
+@op("stack",
+    storage="new", dims_of="other",
+    tensor_lists=("tensors",), method=False, plannable=True)
 def stack(tensors, dim=0):
     """torch.stack(tensors, dim=0)."""
     ts = _tensor_list(tensors, "stack")
@@ -776,7 +824,7 @@ def _(ctx, grad):
     return tuple([_select(grad, d, i) if need else None for i, need in enumerate(ctx.needs)])
 
 
-@jvp("StackBackward0")
+@jvp()
 def _(ctx, *tangents):
     return stack(_zeros_for_missing(ctx.inputs, tangents), ctx.dim)
 
@@ -826,7 +874,9 @@ def _split(self: Tensor, sizes: list, d: int, prim: str, saved: dict) -> tuple:
     return tuple(_as_view(o, self, multi=True) for o in outs)
 
 
-@op("split", tensors=("self",), grad_fns=("SplitBackward0", "SplitWithSizesBackward0"), plannable=True)
+@op("split",
+    python_attribute=("split", ("self",)), variable_outputs=True,
+    tensors=("self",), grad_fns=("SplitBackward0", "SplitWithSizesBackward0"), plannable=True)
 def split(self, split_size_or_sections, dim=0):
     """torch.split(tensor, split_size_or_sections, dim=0): a tuple of views."""
     self = require_tensor(self)
@@ -877,7 +927,7 @@ def _(ctx, grads):
     return _split_backward(ctx, grads, _split_sizes(ctx.self_sym_sizes[ctx.dim], ctx.split_size))
 
 
-@jvp("SplitBackward0")
+@jvp()
 def _(ctx, self_t):
     return split(self_t, ctx.split_size, ctx.dim)
 
@@ -887,12 +937,14 @@ def _(ctx, grads):
     return _split_backward(ctx, grads, ctx.split_sizes)
 
 
-@jvp("SplitWithSizesBackward0")
+@jvp()
 def _(ctx, self_t):
     return split(self_t, ctx.split_sizes, ctx.dim)
 
 
-@op("chunk", tensors=("self",), grad_fns=("SplitBackward0",), plannable=True)
+@op("chunk",
+    param_types={"chunks": "int", "dim": "int"}, variable_outputs=True,
+    tensors=("self",), grad_fns=("SplitBackward0",), plannable=True)
 def chunk(self, chunks, dim=0):
     """torch.chunk(input, chunks, dim=0)."""
     self = require_tensor(self)
@@ -907,7 +959,9 @@ def chunk(self, chunks, dim=0):
     return split(self, -(-n // chunks), d)  # ceil(n / chunks) per chunk, as torch
 
 
-@op("unbind", tensors=("self",), grad_fns=("UnbindBackward0",))
+@op("unbind",
+    param_types={"dim": "int"}, variable_outputs=True,
+    tensors=("self",))
 def unbind(self, dim=0):
     """torch.unbind(input, dim=0)."""
     self = require_tensor(self)
@@ -928,12 +982,21 @@ def _(ctx, grads):
     return stack(parts, ctx.dim),
 
 
-@jvp("UnbindBackward0")
+@jvp()
 def _(ctx, self_t):
     return unbind(self_t, ctx.dim)
 
 
-@op("narrow", tensors=("self", "start"), grad_fns=("SliceBackward0",), plannable=True)
+@op("narrow",
+    overloads={
+        "function": (
+            "(Tensor input, int dim, Tensor start, int length)",
+            "(Tensor input, int dim, int start, int length)",
+        ),
+        "method": ("(int dim, Tensor start, int length)", "(int dim, int start, int length)"),
+    },
+    storage="view",
+    tensors=("self", "start"), grad_fns=("SliceBackward0",), plannable=True)
 def narrow(self, dim, start, length):
     """torch.narrow(input, dim, start, length); ``start`` an int or a 0-d integer tensor."""
     self = require_tensor(self)
@@ -974,7 +1037,7 @@ def _(ctx, grad):
                   "SliceBackwardBackward0"),
 
 
-@jvp("SliceBackward0")
+@jvp()
 def _(ctx, self_t):
     return _slice(self_t, ctx.dim, ctx.start, ctx.end, ctx.step)
 
@@ -1016,7 +1079,9 @@ def _select_op(self, dim, index):
 
 
 _select_op.__name__ = "select"
-op("select", tensors=("self",), grad_fns=("SelectBackward0",), plannable=True)(_select_op)
+op("select",
+   param_types={"dim": "int", "index": "int"}, storage="view",
+   tensors=("self",), grad_fns=("SelectBackward0",), plannable=True)(_select_op)
 
 
 @vjp("SelectBackward0", inputs=("self",), saves=("dim", "index", "self_sym_sizes"))
@@ -1025,7 +1090,7 @@ def _(ctx, grad):
     return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (ctx.index % n,), "SelectBackwardBackward0"),
 
 
-@jvp("SelectBackward0")
+@jvp()
 def _(ctx, self_t):
     return select(self_t, ctx.dim, ctx.index)
 
@@ -1104,7 +1169,9 @@ def _is_advanced(it) -> bool:
     return isinstance(it, (list, Tensor, np.ndarray)) and not isinstance(it, bool)
 
 
-@op("getitem", tensors=("self", "index"), grad_fns=("SelectBackward0", "SliceBackward0", "IndexBackward0",
+@op("getitem",
+    parsed=False,
+    tensors=("self", "index"), grad_fns=("SelectBackward0", "SliceBackward0", "IndexBackward0",
                                                    "UnsqueezeBackward0"), aliases=("__getitem__",), plannable=True)
 def getitem(self, index):
     """``input[index]``: ints select, slices slice, None adds a dim, Ellipsis, int lists / int or bool
@@ -1203,7 +1270,7 @@ def _(ctx, grad):
     return grad,
 
 
-@jvp("AliasBackward0")
+@jvp()
 def _(ctx, self_t):
     return alias_view(self_t)
 
@@ -1221,7 +1288,7 @@ def _(ctx, grad):
     return grad,
 
 
-@jvp("Identity")
+@jvp()
 def _(ctx, self_t):
     return alias_view(self_t)
 
@@ -1258,7 +1325,7 @@ def _(ctx, grad):
     return _index_put_zeros(grad, ctx.self_sym_sizes, ctx.indices, "IndexPutImplBackward0"),
 
 
-@jvp("IndexBackward0")
+@jvp()
 def _(ctx, self_t):
     return _index_by(self_t, ctx.indices)
 
@@ -1300,12 +1367,14 @@ def _index_by(t: Tensor, indices: list) -> Tensor:
                   {"indices": indices, "self_sym_sizes": t.data.shape})
 
 
-@jvp("IndexPutAccBackward")
+@jvp()
 def _(ctx, values_t):
     return _index_put_zeros(values_t, ctx.result.data.shape, ctx.indices)
 
 
-@op("index_select", tensors=("self", "index"), grad_fns=("IndexSelectBackward0",))
+@op("index_select",
+    param_types={"dim": "int"}, storage="new",
+    tensors=("self", "index"))
 def index_select(self, dim, index):
     """torch.index_select(input, dim, index)."""
     self = require_tensor(self)
@@ -1346,7 +1415,7 @@ def _(ctx, grad):
     return _index_put_zeros(grad, shp, full, "IndexAddBackward0"),
 
 
-@jvp("IndexSelectBackward0")
+@jvp()
 def _(ctx, self_t):
     return index_select(self_t, ctx.dim, ctx.index)
 
@@ -1354,7 +1423,9 @@ def _(ctx, self_t):
 batching("IndexSelectBackward0", **shifted(dims=("dim",)))
 
 
-@op("gather", tensors=("self", "index"), grad_fns=("GatherBackward0",))
+@op("gather",
+    param_types={"dim": "int"}, storage="new",
+    tensors=("self", "index"))
 def gather(self, dim, index, sparse_grad=False):
     """torch.gather(input, dim, index)."""
     self = require_tensor(self)
@@ -1403,7 +1474,7 @@ def _(ctx, grad):
     return _index_put_zeros(grad, shp, [Tensor(np.asarray(g)) for g in grids], "ScatterAddBackward0"),
 
 
-@jvp("GatherBackward0")
+@jvp()
 def _(ctx, self_t):
     return gather(self_t, ctx.dim, ctx.index)
 

@@ -222,7 +222,7 @@ def _float_unary(self, name: str):
 # ----- lgamma, digamma, polygamma ---------------------------------------------------------------------
 
 
-@op("lgamma", tensors=("self",), grad_fns=("LgammaBackward0",), aliases=("special.gammaln",))
+@op("lgamma", tensors=("self",), aliases=("special.gammaln",))
 def lgamma(self):
     """torch.lgamma(input): log|Gamma(input)| (inf at the poles); saves its input."""
     self, x = _float_unary(self, "lgamma")
@@ -234,7 +234,7 @@ def _(ctx, grad):
     return grad * digamma(ctx.self),
 
 
-@jvp("LgammaBackward0")
+@jvp()
 def _(ctx, self_t):
     return self_t * digamma(ctx.self)
 
@@ -242,7 +242,7 @@ def _(ctx, self_t):
 batching("LgammaBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("digamma", tensors=("self",), grad_fns=("DigammaBackward0",), aliases=("special.digamma", "special.psi"))
+@op("digamma", tensors=("self",), aliases=("special.digamma", "special.psi"))
 def digamma(self):
     """torch.digamma(input): -inf at 0, nan at negative integers; saves its input."""
     self, x = _float_unary(self, "digamma")
@@ -254,7 +254,7 @@ def _(ctx, grad):
     return grad * polygamma(1, ctx.self),
 
 
-@jvp("DigammaBackward0")
+@jvp()
 def _(ctx, self_t):
     return self_t * polygamma(1, ctx.self)
 
@@ -281,7 +281,7 @@ def _(ctx, grad):
     return grad * polygamma(ctx.n + 1, ctx.self),
 
 
-@jvp("PolygammaBackward0")
+@jvp()
 def _(ctx, self_t):
     return self_t * polygamma(ctx.n + 1, ctx.self)
 
@@ -289,7 +289,7 @@ def _(ctx, self_t):
 batching("PolygammaBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("special.multigammaln", tensors=("self",), grad_fns=("MvlgammaBackward0",), method=False)
+@op("special.multigammaln", tensors=("self",), method=False)
 def multigammaln(self, p):
     """torch.special.multigammaln(input, p) (= torch.mvlgamma): sum_i lgamma(input - i/2) + p(p-1)/4 log(pi)."""
     self = require_tensor(self, "input", "multigammaln")
@@ -318,7 +318,7 @@ def _(ctx, grad):
     return grad * sum_(digamma(unsqueeze(x, -1) + offsets), -1),
 
 
-@jvp("MvlgammaBackward0")
+@jvp()
 def _(ctx, self_t):
     from .reduction import sum as sum_
     from .shape import unsqueeze
@@ -333,8 +333,16 @@ batching("MvlgammaBackward0", vjp=SAME, jvp=SAME)
 # ----- xlogy, logaddexp -------------------------------------------------------------------------------
 
 
-@op("xlogy", tensors=("self", "other"), grad_fns=("XlogyBackward0", "XlogyBackward1", "XlogyBackward2"),
-    aliases=("special.xlogy",))
+@op("xlogy",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor other, *, Tensor out = None)",
+            "(Number self, Tensor other, *, Tensor out = None)",
+            "(Tensor input, Number other, *, Tensor out = None)",
+        ),
+        "method": ("(Tensor other)", "(Number other)"),
+    },
+    tensors=("self", "other"), aliases=("special.xlogy",))
 def xlogy(self, other):
     """torch.xlogy(input, other) = input * log(other), 0 where input == 0 (unless other is nan); either side
     may be a number (XlogyBackward1: number input, XlogyBackward2: number other)."""
@@ -365,7 +373,7 @@ def _(ctx, grad):
     return g_self, (grad * s / o if n[1] else None)
 
 
-@jvp("XlogyBackward0")
+@jvp()
 def _(ctx, self_t, other_t):
     s, o = ctx.self, ctx.other
     t_self = masked_fill(xlogy(self_t, o), logical_and(eq(s, 0.0), le(o, 0.0)), 0.0) if self_t is not None else None
@@ -380,7 +388,7 @@ def _(ctx, grad):
     return grad * ctx.self / ctx.other,
 
 
-@jvp("XlogyBackward1")
+@jvp()
 def _(ctx, other_t):
     return other_t * ctx.self / ctx.other
 
@@ -394,7 +402,7 @@ def _(ctx, grad):
     return (g if ctx.other > 0 else masked_fill(g, eq(ctx.self, 0.0), 0.0)),
 
 
-@jvp("XlogyBackward2")
+@jvp()
 def _(ctx, self_t):
     t = xlogy(self_t, ctx.other)
     return t if ctx.other > 0 else masked_fill(t, eq(ctx.self, 0.0), 0.0)
@@ -403,7 +411,7 @@ def _(ctx, self_t):
 batching("XlogyBackward2", vjp=SAME, jvp=SAME)
 
 
-@op("logaddexp", tensors=("self", "other"), grad_fns=("LogaddexpBackward0",))
+@op("logaddexp", tensors=("self", "other"))
 def logaddexp(self, other):
     """torch.logaddexp(input, other) = log(exp(input) + exp(other)), computed stably; saves both."""
     self = require_tensor(self, "input", "logaddexp")
@@ -422,7 +430,7 @@ def _(ctx, grad):
     return (grad / (exp(o - s) + 1) if n[0] else None), (grad / (exp(s - o) + 1) if n[1] else None)
 
 
-@jvp("LogaddexpBackward0")
+@jvp()
 def _(ctx, self_t, other_t):
     s, o = ctx.self, ctx.other
     return add_t(None if self_t is None else self_t / (exp(o - s) + 1),

@@ -1,0 +1,1 @@
+../../../gradserve_server/engine/torch_args.py
