@@ -81,6 +81,7 @@ from .program import (
     State,
     _Runner,
     graph_stats,
+    resolve_quietly,
     run_program,
 )
 from .registry import OPS
@@ -1798,21 +1799,42 @@ def run_session_planned(cache: PlanCache | None, state: State, ops: list, *, ext
     updates besides) replays its plan; anything else, or anything the key cannot cover, runs cold. With
     ``repeat``, every iteration runs so (``_repeat``). What the caller can observe (state, result, errors,
     atomicity) is the cold run's."""
-    if cache is None or kwargs.get("record") or kwargs.get("returns"):
+    returns = kwargs.get("returns") or ()
+    if cache is None or kwargs.get("record") or not _plain_refs(returns):
         return run_program(state, ops, **kwargs)
     plannable = _plannable_session_list(ops, state.functions)
     if kwargs.get("repeat", 1) != 1 or kwargs.get("until") is not None:
         if plannable and isinstance(kwargs.get("repeat", 1), int) and kwargs.get("repeat", 1) >= 1:
             res = _repeat(cache, state, ops, {**kwargs, "extra": extra})
             if res is not None:
-                return res
+                return _returned(res, state, returns)
         return run_program(state, ops, **kwargs)
     res, planned = _session_step(cache, state, ops, {**kwargs, "extra": extra}, plannable)
     if res is not None:
-        return res
+        return _returned(res, state, returns)
     if planned is not None:  # (None: a fallback or a deferred sighting, counted)
         cache.count("unplannable")
     return run_program(state, ops, **kwargs)
+
+
+def _plain_refs(returns) -> bool:
+    """Whether every name ``return`` reads is ``NAME`` or ``NAME.grad``: what a planned run reads after the
+    fact (``_returned``) without an error; anything else runs cold, which reports it."""
+    for n in returns:
+        if n.__class__ is not str:
+            return False
+        _, dot, attr = n.partition(".")
+        if dot and attr != "grad":
+            return False
+    return True
+
+
+def _returned(res: ProgramResult, state: State, returns) -> ProgramResult:
+    """``res`` with the tensors ``return`` reads after the run (what the cold run's ``returns`` gives)."""
+    if returns and not res.returned:
+        ns = state.tensors
+        res.returned = {n: resolve_quietly(ns, n) for n in returns}
+    return res
 
 
 _TENSOR_ATTRS = ("_grad", "grad_accumulations", "retains_grad", "_requires_grad")
