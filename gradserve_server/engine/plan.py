@@ -71,6 +71,7 @@ from . import dtypes as D
 from . import kernel as K
 from .functional import TRANSFORMS
 from .grad_mode import WarningSink
+from .node import Node, SavedTensor
 from .ops.creation import Owned
 from .program import (
     NAME_RE,
@@ -84,13 +85,13 @@ from .program import (
     resolve_quietly,
     run_program,
 )
-from .registry import OPS
+from .registry import OPS, accumulator
 from .tensor import Tensor, as_array
 
 #: ops whose results are program inputs: their data is not part of the key, they run cold on every request
 INPUT_OPS = frozenset({"tensor"})
 #: autograd and name actions a plan may contain (structural: no arrays of their own)
-PLANNABLE_ACTIONS = frozenset({"backward", "grad", "del", "bind", "retain_grad"})
+PLANNABLE_ACTIONS = frozenset({"backward", "grad", "del", "bind", "retain_grad", "zero_grad", "set_grad"})
 _PLAN_FILE = "<gradserve plan>"  # the file name of a plan's compiled code
 _STEP_BYTES = 160      # a lower bound of a tape step's size: a plan surely too large is not compiled
 _CHECK_EVERY = 256     # replay checks the deadline every this many kernel calls
@@ -178,6 +179,8 @@ class Plan:
     pool_cap: int = 0              # register sets kept between replays
     pool: list = field(default_factory=list)  # idle register sets
     lazy: tuple | None = None      # (name -> descriptor, names of preset tensors): made on a first one-shot replay
+    written: tuple = ()            # positions of the inputs an in-place kernel writes into (restored if it fails)
+    after: _After | None = None    # what a session replay rebuilds besides the descriptors (``_after``)
 
 
 class Unplannable:
@@ -391,15 +394,17 @@ def _plannable_op(op) -> bool:
     spec = OPS.get(name) if isinstance(name, str) else None
     if spec is not None and not spec.plannable and spec.name in _PLANNABLE_CALLS:
         return _PLANNABLE_CALLS[spec.name](op.get("args") or [], op.get("kwargs") or {})
-    return spec is not None and spec.plannable and not spec.inplace
+    return spec is not None and spec.plannable
+
+
+def _true_division(args, kwargs) -> bool:
+    # true division computes through a kernel; rounding modes are value-dependent numpy
+    return isinstance(args, list) and len(args) <= 2 and isinstance(kwargs, dict) \
+        and kwargs.get("rounding_mode") is None
 
 
 #: ops plannable in some of their call forms only: op -> (args, kwargs) -> whether this call is
-_PLANNABLE_CALLS = {
-    # true division computes through a kernel; rounding modes are value-dependent numpy
-    "div": lambda args, kwargs: isinstance(args, list) and len(args) <= 2 and isinstance(kwargs, dict)
-    and kwargs.get("rounding_mode") is None,
-}
+_PLANNABLE_CALLS = {"div": _true_division, "div_": _true_division}
 
 
 def _plannable_name(name) -> bool | None:
@@ -412,7 +417,7 @@ def _plannable_name(name) -> bool | None:
         return False
     if not spec.plannable and spec.name in _PLANNABLE_CALLS:
         return None
-    return spec.plannable and not spec.inplace
+    return spec.plannable
 
 
 _get_op = dict.get
@@ -775,7 +780,7 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
         code, kernels, consts = (), [], []
         steps = _interpreted(tape.steps)
     plan = Plan(code, kernels, consts, steps, rec.n, tuple(rec.inputs), namespace, pre, list(res.ops),
-                list(res.changed), autograd, state.backward_passes, regs=tape.regs)
+                list(res.changed), autograd, state.backward_passes, regs=tape.regs, written=_written(rec))
     nbytes = footprint(plan)
     if nbytes > max_bytes:
         return "the plan would exceed the cache's bytes"
@@ -1281,12 +1286,29 @@ def _run_steps(chunks: list, b: list, R, chk) -> None:
             chk()
 
 
+def _written(rec: K.Recorder) -> tuple:
+    """The positions (in the replay's inputs) of the inputs whose memory an in-place kernel writes into."""
+    roots = {}
+    for i, s in enumerate(rec.inputs):
+        roots.setdefault(id(_root(rec.keep[s])), []).append(i)
+    out = set()
+    for _, _, where, _, multi in rec.steps:
+        if multi == 2:
+            out.update(roots.get(id(_root(rec.keep[where[0][1]])), ()))
+    return tuple(sorted(out))
+
+
 def _guarded_replay(cache: PlanCache, plan: Plan, inputs, control):
     """The plan's slots, or None when a kernel's guard fired (counted; the caller runs the list cold, which
-    gives the error or the result)."""
+    gives the error or the result). Inputs it writes into in place are as they were then: a replay is all or
+    nothing, as the cold run is."""
+    undo = [(a, a.copy()) for a in map(inputs.__getitem__, plan.written)] if plan.written else None
     try:
         buf = _replay(plan, inputs, control)
     except Exception:  # noqa: BLE001 - a guard: the cold run gives the error (or the result)
+        if undo:
+            for a, old in undo:
+                np.copyto(a, old)
         cache.count("fallbacks")
         return None
     cache.count("hits")
@@ -1622,19 +1644,74 @@ def _functions_key(functions: dict) -> tuple | None:
     return tuple(out)
 
 
-def _session_key(state: State, ops: list, extra: tuple, text: bytes | None = None):
+def _historyless(t) -> bool:
+    """A tensor without history: no graph, no base, no gradient of its own, no tangent."""
+    return (t.__class__ is Tensor and t._grad_fn is None and t._base is None and t._grad is None
+            and t._fw_grad is None and t.data.__class__ is np.ndarray)
+
+
+def _dropped_names(ops: list) -> set:
+    """The names the list unbinds (``del``) or binds anew (``out``) before anything could read them: a session
+    tensor under such a name may carry a graph, which the run never reads (its nodes stay the session's)."""
+    read, dropped = set(), set()
+
+    def strings(v, into):
+        if v.__class__ is str:
+            into.add(v.partition(".")[0])
+        elif v.__class__ is list or v.__class__ is tuple:
+            for x in v:
+                strings(x, into)
+        elif v.__class__ is dict:
+            for k, x in v.items():
+                strings(k, into)
+                strings(x, into)
+    for o in ops:
+        if o.__class__ is not dict:
+            return set()
+        reads, binds = set(), set()
+        for k, v in o.items():
+            if k != "op":
+                strings(v, binds if k == "out" or (k == "args" and o.get("op") == "del") else reads)
+        read.update(reads - dropped)
+        dropped.update(binds - read)
+    return dropped
+
+
+def _session_key(state: State, ops: list, extra: tuple, text: bytes | None = None, strict: bool = False):
     """The key of a session list: everything of the session state the run can depend on (each tensor's name,
-    shape, dtype, flags, version, aliasing; the function definitions; the warned set; the name counter).
-    None when a session tensor is not a plain leaf without a gradient (those run cold)."""
+    shape, dtype, flags, aliasing, its gradient's; the function definitions; the warned set; the name
+    counter). Not the version counters: a run depends on their moves only, and a replay moves them as the
+    recorded run did (``_After``). None when a session tensor has a history the run could read: a graph (but
+    under a name the list only unbinds), a view, a gradient with a graph (``strict``: any graph or gradient,
+    what a repeat loop's chained replays assume)."""
     metas, tids, vcs, bases = [], {}, {}, {}
+    dropped = None
     for name, t in state.tensors.items():
-        if not (isinstance(t, Tensor) and t._grad_fn is None and t._base is None and t._grad is None
-                and getattr(t, "_fw_grad", None) is None and t.data.__class__ is np.ndarray):
+        if t.__class__ is not Tensor or t._base is not None or t._fw_grad is not None \
+                or t.data.__class__ is not np.ndarray:
             return None
         base = t.data.base if t.data.base is not None else t.data
+        if t._grad_fn is not None:
+            if strict:
+                return None
+            if dropped is None:
+                dropped = _dropped_names(ops)
+            if name not in dropped or t._grad is not None:
+                return None
+            metas.append((name, "dropped", tids.setdefault(id(t), len(tids)), vcs.setdefault(id(t._vc), len(vcs)),
+                          bases.setdefault(id(base), len(bases))))
+            continue
+        g = t._grad
+        gm = None
+        if g is not None:
+            if strict or not _historyless(g) or g._requires_grad:
+                return None
+            gb = g.data.base if g.data.base is not None else g.data
+            gm = (g.data.shape, g.data.dtype.str, g.data.strides, g.retains_grad, tids.setdefault(id(g), len(tids)),
+                  vcs.setdefault(id(g._vc), len(vcs)), bases.setdefault(id(gb), len(bases)))
         metas.append((name, t.data.shape, t.data.dtype.str, t.data.strides, t._requires_grad, t.retains_grad,
-                      t._vc[0], t.grad_accumulations, tids.setdefault(id(t), len(tids)),
-                      vcs.setdefault(id(t._vc), len(vcs)), bases.setdefault(id(base), len(bases))))
+                      t.grad_accumulations, tids.setdefault(id(t), len(tids)),
+                      vcs.setdefault(id(t._vc), len(vcs)), bases.setdefault(id(base), len(bases)), gm))
     fns = _functions_key(state.functions)
     if fns is None:
         return None
@@ -1649,8 +1726,26 @@ def _session_key(state: State, ops: list, extra: tuple, text: bytes | None = Non
     if made is None:
         return None
     (text, imetas, ex), inputs = made
-    key = (text, (tuple(metas), imetas, fns, tuple(sorted(state.warned)), state.counter), ex)
-    return key, [t.data for t in state.tensors.values()] + inputs
+    key = (text, (tuple(metas), imetas, fns, tuple(sorted(state.warned)), state.counter, strict), ex)
+    return key, _session_inputs(state.tensors) + inputs
+
+
+def _session_inputs(tensors: dict) -> list:
+    """The arrays of a session state a run reads: each tensor's, then each gradient's (``rec.add_input``'s order)."""
+    out = [t.data for t in tensors.values()]
+    out += [t._grad.data for t in tensors.values() if t._grad is not None]
+    return out
+
+
+def _vcs(tensors: dict) -> list:
+    """The version counters of a session state (each tensor's, then its gradient's), each once, in order."""
+    seen, out = set(), []
+    for t in tensors.values():
+        for vc in (t._vc, None if t._grad is None else t._grad._vc):
+            if vc is not None and id(vc) not in seen:
+                seen.add(id(vc))
+                out.append(vc)
+    return out
 
 
 def _session_check(state: State, preset: dict, before: tuple, rec: K.Recorder) -> str | None:
@@ -1684,6 +1779,186 @@ def _session_check(state: State, preset: dict, before: tuple, rec: K.Recorder) -
     return None
 
 
+@dataclass
+class _After:
+    """What a session replay rebuilds besides the tensors' descriptors: the preset tensors' gradients (per
+    preset tensor: None; -1, the one it had, kept (maybe written in place); ("n", name), the new tensor bound
+    to ``name``; ("d", descriptor)), the moves of the preset state's version counters ((position in ``_vcs``,
+    delta)), and the graphs of the new tensors: nodes in post order (``("acc", "p"|"n", name)``: that
+    tensor's AccumulateGrad; ``("f", node, next edges)``: a copy of ``node``, its saved tensors freed) and
+    (name, output_nr, node position) per tensor."""
+
+    grads: tuple
+    deltas: tuple
+    nodes: tuple
+    graphs: tuple
+
+
+_ATTRS = ("_requires_grad", "_grad_fn", "_base", "output_nr", "retains_grad", "data", "_fw_grad")
+
+
+def _before(preset: dict) -> tuple:
+    """What ``_after`` compares the preset tensors with after the run."""
+    return ({n: t._grad for n, t in preset.items()}, [(vc, vc[0]) for vc in _vcs(preset)],
+            {n: tuple([getattr(t, a) for a in _ATTRS]) for n, t in preset.items()})
+
+
+def _after(state: State, preset: dict, before: tuple, rec: K.Recorder) -> _After | str:
+    """How the cold run's final state differs from the preset one, as a replay can rebuild it; or why it
+    cannot. What a run may leave: new tensors (each under one name, without a view relationship, a graph
+    only once its backward freed it), preset tensors moved in place (their versions), their gradients
+    replaced, dropped or written in place."""
+    counter, functions, (grads0, vcs0, attrs0) = before
+    if state.counter != counter or state.functions is not functions and state.functions != functions:
+        return "the run changed the session's names or functions"
+    old = {id(t) for t in preset.values()} | {id(g) for g in grads0.values() if g is not None}
+    pvcs = {id(vc) for vc, _ in vcs0}
+    new = {}
+    for name, t in state.tensors.items():
+        if preset.get(name) is t:
+            continue
+        if id(t) in old or id(t) in new:
+            return f"{name!r} names a tensor the session held under another name"
+        new[id(t)] = name
+        if t._base is not None or t._fw_grad is not None or id(t._vc) in pvcs:
+            return f"{name!r} has a view relationship with the session"
+        g = t._grad
+        if g is not None and (not _historyless(g) or g._requires_grad or id(g._vc) in pvcs):
+            return f"the gradient of {name!r} carries a graph"
+    grads = []
+    for name, t in preset.items():
+        if tuple([getattr(t, a) for a in _ATTRS]) != attrs0[name]:
+            return f"{name!r} changed its autograd metadata"
+        g, g0 = t._grad, grads0[name]
+        if g is None:
+            grads.append(None)
+            continue
+        if not _historyless(g) or g._requires_grad:
+            return f"the gradient of {name!r} carries a graph"
+        if g is g0:
+            grads.append(-1)
+        elif id(g) in new:
+            grads.append(("n", new[id(g)]))
+        elif id(g) in old or id(g._vc) in pvcs:
+            return f"the gradient of {name!r} is a tensor the session held"
+        else:
+            d = _desc(rec, g, 1)
+            if d is None:
+                return f"the gradient of {name!r} was made outside a kernel"
+            grads.append(("d", d))
+    deltas = tuple((i, vc[0] - v) for i, (vc, v) in enumerate(vcs0) if vc[0] != v)
+    roots = [(name, t) for name, t in state.tensors.items() if id(t) in new and t._grad_fn is not None]
+    nodes, graphs = (), ()
+    if roots:
+        made = _graph_template(roots, preset, new)
+        if isinstance(made, str):
+            return made
+        nodes, graphs = made
+    return _After(tuple(grads), deltas, nodes, graphs)
+
+
+_SAVED_PLAIN = (int, float, bool, str, type(None), tuple)
+
+
+def _graph_template(roots: list, preset: dict, new: dict):
+    """(nodes, graphs) of ``_After`` for the new tensors ``roots`` that carry a graph, or why not: every node
+    must hold no saved tensor any more (a backward without retain_graph freed them) and retain nothing, and
+    every AccumulateGrad be a preset or new tensor's own."""
+    order, index = [], {}
+    for _, t in roots:
+        stack = [(t._grad_fn, False)]
+        while stack:
+            n, done = stack.pop()
+            if id(n) in index:
+                continue
+            if done:
+                index[id(n)] = len(order)
+                order.append(n)
+                continue
+            stack.append((n, True))
+            if n.prim != "AccumulateGrad":
+                stack.extend((c, False) for c, _ in n.next_functions if c is not None and id(c) not in index)
+    by_id = {id(t): name for name, t in preset.items()}
+    nodes = []
+    for n in order:
+        if n.prim == "AccumulateGrad":
+            v = n.variable
+            if v is None or v._accumulator is not n:
+                return "a graph reaches an accumulator of no session tensor"
+            if id(v) in by_id:
+                nodes.append(("acc", "p", by_id[id(v)]))
+            elif id(v) in new:
+                nodes.append(("acc", "n", new[id(v)]))
+            else:
+                return "a graph reaches a leaf the session does not hold"
+            continue
+        if n.retained or n.variable is not None or n.holds_saved_tensors():
+            return "a result's graph still holds saved tensors"
+        for v in n.saved.values():
+            if v.__class__ is list:
+                if not all(x.__class__ is SavedTensor for x in v):
+                    return "a graph node saves a value a replay cannot copy"
+            elif v.__class__ is not SavedTensor and not isinstance(v, _SAVED_PLAIN):
+                return "a graph node saves a value a replay cannot copy"
+        nodes.append(("f", n, tuple([(None if c is None else index[id(c)], nr) for c, nr in n.next_functions])))
+    graphs = tuple((name, t.output_nr, index[id(t._grad_fn)]) for name, t in roots)
+    return tuple(nodes), graphs
+
+
+_new_node = Node.__new__
+
+
+def _rebuild_graph(nodes: tuple, preset: dict, new: dict) -> list:
+    """The nodes of a template (``_graph_template``), made anew for a replay's tensors; freed saved tensors are
+    shared (nothing writes a freed slot)."""
+    built = []
+    for e in nodes:
+        if e[0] == "acc":
+            built.append(accumulator(preset[e[2]] if e[1] == "p" else new[e[2]]))
+            continue
+        _, src, nexts = e
+        n = _new_node(Node)
+        n.name, n.prim, n.input_meta, n.n_outputs, n._needs = src.name, src.prim, src.input_meta, src.n_outputs, \
+            src._needs
+        n.saved = {k: list(v) if v.__class__ is list else v for k, v in src.saved.items()}
+        n.retained = n.variable = None
+        n.next_functions = tuple([(None if c is None else built[c], nr) for c, nr in nexts])
+        built.append(n)
+    return built
+
+
+def _finish_session(plan: Plan, buf: list, state: State, preset: dict) -> ProgramResult:
+    """``_finish`` for a session plan with an ``_After``: the preset tensors' versions and gradients as the
+    cold run leaves them, new tensors with their graphs."""
+    after = plan.after
+    if after.deltas:
+        vcs = _vcs(preset)
+        for i, d in after.deltas:
+            vcs[i][0] += d
+    ns, new = {}, {}
+    for name, d in plan.namespace:
+        if d is None:
+            ns[name] = preset[name]
+        else:
+            ns[name] = new[name] = _tensor(buf, d)
+    for (name, _, accs), how in zip(plan.preset, after.grads):
+        t = preset[name]
+        if how is None:
+            t._grad = None
+        elif how != -1:
+            t._grad = new[how[1]] if how[0] == "n" else _tensor(buf, how[1])
+        t.grad_accumulations = accs
+    if after.graphs:
+        built = _rebuild_graph(after.nodes, preset, new)
+        for name, nr, i in after.graphs:
+            t = new[name]
+            t._grad_fn = built[i]
+            t.output_nr = nr
+    state.tensors = ns
+    state.backward_passes += plan.backward_passes
+    return _PlannedResult(plan, buf)
+
+
 def _pre_key(state: State, ops: list, extra: tuple):
     """A coarser key, cheap to build, under which a list recorded unplannable is remembered so: the op list
     (tensor data left out), the function definitions, and each session tensor's name, shape, dtype and
@@ -1700,10 +1975,11 @@ def _pre_key(state: State, ops: list, extra: tuple):
         stripped.append(op)
     metas = []
     for n, t in state.tensors.items():
-        if not (t.__class__ is Tensor and t._grad_fn is None and t._base is None and t._grad is None
-                and t._fw_grad is None and t.data.__class__ is np.ndarray):
-            return None  # (the full key refuses it too: the session holds a graph or a gradient)
-        metas.append((n, t.data.shape, t.data.dtype, t._requires_grad))
+        if not (t.__class__ is Tensor and t._base is None and t._fw_grad is None and t.data.__class__ is np.ndarray):
+            return None  # (the full key refuses it too: the session holds a view or a tangent)
+        g = t._grad
+        metas.append((n, t.data.shape, t.data.dtype, t._requires_grad, t._grad_fn is None,
+                      None if g is None else (g.data.shape, g.data.dtype)))
     fns = _functions_key(state.functions)
     try:
         text = _dumps(stripped)
@@ -1720,7 +1996,7 @@ def _layout(state: State) -> tuple:
 
 
 def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plannable: bool | None = None,
-                  carried: tuple | None = None, eager: bool = False):
+                  carried: tuple | None = None, eager: bool = False, strict: bool = False):
     """One run of a session list through ``cache``: (result, plan) when it replayed a plan or recorded one,
     (None, False) without running anything when it would run cold unrecorded (unplannable, unkeyable, or a
     plan known to be unplannable), (None, None) when a replay's guard failed (nothing changed) or the run is
@@ -1742,7 +2018,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         pre = _pre_key(state, ops, extra)
         if pre is None or isinstance(cache.get(pre), Unplannable):
             return None, False
-        made = _session_key(state, ops, extra, pre[0])  # (the same op list text: tensor data left out)
+        made = _session_key(state, ops, extra, pre[0], strict)  # (the same op list text: tensor data left out)
         if made is None:
             return None, False
         key, inputs = made
@@ -1753,7 +2029,8 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         buf = _guarded_replay(cache, entry, inputs, kwargs.get("control"))
         if buf is None:
             return None, None
-        res = _finish(entry, buf, state, preset)
+        res = _finish(entry, buf, state, preset) if entry.after is None else \
+            _finish_session(entry, buf, state, preset)
         state.held_bytes = entry.held_bytes
         return res, entry
     if isinstance(entry, Unplannable):
@@ -1762,14 +2039,18 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         return None, None  # a sighting before the one that records: counted as deferred, not unplannable
     cache.count("misses")
     preset = dict(state.tensors)
-    before = (state.counter, state.functions, {n: t._vc[0] for n, t in preset.items()})
+    before = (state.counter, state.functions, {n: t._vc[0] for n, t in preset.items()} if strict else
+              _before(preset))
     passes = state.backward_passes
     with K.recording() as rec:
-        for t in preset.values():
-            rec.add_input(t.data)
+        for a in _session_inputs(preset):
+            rec.add_input(a)
         res = run_program(state, ops, **run)
-    plan = _session_check(state, preset, before, rec) or \
+    after = _session_check(state, preset, before, rec) if strict else _after(state, preset, before, rec)
+    plan = after if isinstance(after, str) else \
         _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
+    if isinstance(after, _After) and isinstance(plan, Plan):
+        plan.after = after
     if isinstance(plan, str):
         cache.put(key, Unplannable(plan))
         if pre is not None:
@@ -1782,9 +2063,9 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     if not any(isinstance(op, dict) and op.get("op") in INPUT_OPS for op in ops):
         # the key of the state this run leaves (a replay leaves the same structure): a repeat's next
         # iteration finds its plan without building it
-        after = _session_key(state, ops, extra)
-        if after is not None:
-            plan.next_key = (key if after[0] == key else after[0], _layout(state))
+        then = _session_key(state, ops, extra, None, strict)
+        if then is not None:
+            plan.next_key = (key if then[0] == key else then[0], _layout(state))
             # a repeat may run it on a lazy state (_chain_step): no gradients to give, none to rebuild
             plan.chainable = all(g is None for _, g, _ in plan.preset) and \
                 all(d is None or d[6] is None for _, d in plan.namespace)
@@ -1804,7 +2085,10 @@ def run_session_planned(cache: PlanCache | None, state: State, ops: list, *, ext
         return run_program(state, ops, **kwargs)
     plannable = _plannable_session_list(ops, state.functions)
     if kwargs.get("repeat", 1) != 1 or kwargs.get("until") is not None:
-        if plannable and isinstance(kwargs.get("repeat", 1), int) and kwargs.get("repeat", 1) >= 1:
+        # (a loop's iterations run on the session's arrays: one that writes them in place runs cold, whose journal
+        # undoes a failed loop whole)
+        if plannable and isinstance(kwargs.get("repeat", 1), int) and kwargs.get("repeat", 1) >= 1 \
+                and not _writes_in_place(ops, state.functions):
             res = _repeat(cache, state, ops, {**kwargs, "extra": extra})
             if res is not None:
                 return _returned(res, state, returns)
@@ -1815,6 +2099,18 @@ def run_session_planned(cache: PlanCache | None, state: State, ops: list, *, ext
     if planned is not None:  # (None: a fallback or a deferred sighting, counted)
         cache.count("unplannable")
     return run_program(state, ops, **kwargs)
+
+
+def _writes_in_place(ops: list, functions: dict) -> bool:
+    """Whether the list (or a function of the session) calls an in-place op."""
+    names = {o.get("op") for o in ops if o.__class__ is dict}
+    for f in functions.values():
+        names.update(o.get("op") for o in f.ops if o.__class__ is dict)
+    for name in names:
+        spec = OPS.get(name) if name.__class__ is str else None
+        if spec is not None and spec.inplace:
+            return True
+    return False
 
 
 def _plain_refs(returns) -> bool:
@@ -1898,7 +2194,7 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
                         scratch.tensors = {n: o if o.__class__ is Tensor else _tensor(o[0], o[1])
                                            for n, o in lazy.items()}
                         lazy = None
-                    res, plan = _session_step(cache, scratch, ops, kwargs, True, carried, eager=True)
+                    res, plan = _session_step(cache, scratch, ops, kwargs, True, carried, eager=True, strict=True)
                     if not plan:
                         raise _Abort
                 carried = plan.next_key

@@ -4,6 +4,8 @@ for bit the cold run: values, gradients, versions, grad_fn names, the autograd r
 
 from __future__ import annotations
 
+import numpy as np
+
 import gradserve_server.engine as E
 from gradserve_server.engine.errors import EngineError
 from gradserve_server.engine.plan import PlanCache, run_session_planned
@@ -35,9 +37,33 @@ def observe(state, run, ops, returns=()):
             list(res.warnings), {n: _tensor_view(t) for n, t in res.returned.items()})
 
 
+def _graph(t):
+    """A tensor's graph as its nodes' names, edges and saved slots (whether freed), depth first; an
+    AccumulateGrad as the name of the session tensor it accumulates into (identity, not just a name)."""
+    out, stack, seen = [], [t.grad_fn], set()
+    while stack:
+        n = stack.pop()
+        if n is None:
+            out.append(None)
+            continue
+        if id(n) in seen:
+            out.append(("seen", n.name))
+            continue
+        seen.add(id(n))
+        out.append((n.name, [nr for _, nr in n.next_functions], sorted((k, getattr(v, "freed", v))
+                                                                       for k, v in n.saved.items())))
+        if n.name == "AccumulateGrad":
+            out.append(n.variable is not None and n.variable._accumulator is n)
+        stack.extend(c for c, _ in n.next_functions)
+    return out
+
+
 def snapshot(state):
-    return ([(n, _tensor_view(t)) for n, t in state.tensors.items()], sorted(state.functions), state.counter,
-            state.backward_passes, sorted(state.warned), state.held_bytes)
+    return ([(n, _tensor_view(t), _graph(t), t.output_nr) for n, t in state.tensors.items()],
+            sorted(state.functions), state.counter, state.backward_passes, sorted(state.warned), state.held_bytes,
+            # which names hold the same tensor, the same gradient or the same version counter
+            [(n, [m for m, u in state.tensors.items() if u is t or u is t._grad],
+              [m for m, u in state.tensors.items() if u._vc is t._vc]) for n, t in state.tensors.items()])
 
 
 def cold(state, ops, returns=()):
@@ -62,3 +88,61 @@ def test_a_list_with_return_replays_and_returns_what_the_cold_run_returns():
         assert snapshot(b) == snapshot(a)
     # the first run records on a session without v, xv, s; the second on one holding them; the rest replay
     assert cache.hits == 3 and cache.misses == 2
+
+
+def _mlp_setup(rng):
+    return [T("w1", rng.uniform(-0.5, 0.5, (8, 4)).tolist(), requires_grad=True),
+            T("b1", rng.uniform(-0.5, 0.5, 8).tolist(), requires_grad=True),
+            T("w2", rng.uniform(-0.5, 0.5, (1, 8)).tolist(), requires_grad=True),
+            T("b2", rng.uniform(-0.5, 0.5, 1).tolist(), requires_grad=True),
+            T("x", rng.uniform(-1, 1, (16, 4)).tolist()), T("y", rng.uniform(-1, 1, (16, 1)).tolist())]
+
+
+PARAMS = ("w1", "b1", "w2", "b2")
+
+
+def _forward(loss="loss"):
+    return [op("linear", "x", "w1", "b1", out="h"), op("relu", "h", out="r"), op("linear", "r", "w2", "b2", out="o"),
+            op("mse_loss", "o", "y", out=loss), op("backward", loss)]
+
+
+def sgd_momentum_epoch(first: bool):
+    """One iteration of a raw loop: zero_grad (set_to_none), forward, backward, torch's SGD(momentum=0.9) step
+    under no_grad (the first step's buffer a detached clone of the gradient, as torch makes it)."""
+    ops = [op("zero_grad", list(PARAMS), set_to_none=True), *_forward()]
+    for p in PARAMS:
+        if first:
+            ops += [op("clone", f"{p}.grad", out=f"buf_{p}", no_grad=True),
+                    op("detach", f"buf_{p}", out=f"buf_{p}", no_grad=True)]
+        else:
+            ops += [op("mul_", f"buf_{p}", 0.9, no_grad=True),
+                    op("add_", f"buf_{p}", f"{p}.grad", alpha=1, no_grad=True)]
+        ops.append(op("add_", p, f"buf_{p}", alpha=-0.05, no_grad=True))
+    return ops + [op("del", "h", "r", "o")]
+
+
+def twin(setup):
+    a, b = State(), State()
+    run_program(a, setup)
+    run_program(b, setup)
+    return a, b
+
+
+def test_an_sgd_momentum_training_loop_replays_from_its_second_iteration_bit_for_bit():
+    rng = np.random.default_rng(0)
+    cache = PlanCache()
+    a, b = twin(_mlp_setup(rng))
+    for i in range(6):
+        ops = sgd_momentum_epoch(i == 0)
+        returns = ("loss", "w1", "w1.grad", "buf_w1")
+        want = observe(a, cold, ops, returns)
+        assert observe(b, planned(cache), ops, returns) == want and want[0] == "ok", want
+        assert snapshot(b) == snapshot(a)
+        assert [t.version for t in b.tensors.values()] == [t.version for t in a.tensors.values()]
+    # the first list (buffers made) records, then the loop's list records once and replays
+    assert cache.hits == 4 and cache.misses == 2, cache.stats()
+    # the replayed loss carries the cold run's graph, its saved tensors freed: a second backward fails as cold
+    again = [op("backward", "loss")]
+    assert observe(b, planned(cache), again) == observe(a, cold, again)
+    assert observe(a, cold, again)[0] == "error"
+
