@@ -55,6 +55,7 @@ counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import types
@@ -74,12 +75,15 @@ from .grad_mode import WarningSink
 from .node import Node, SavedTensor
 from .ops.creation import Owned
 from .program import (
+    _TENSOR,
+    _TENSOR_LIST,
     NAME_RE,
     AutogradRecord,
     GradEntry,
     OpOutcome,
     ProgramResult,
     State,
+    _op_layout,
     _Runner,
     graph_stats,
     resolve_quietly,
@@ -181,6 +185,7 @@ class Plan:
     lazy: tuple | None = None      # (name -> descriptor, names of preset tensors): made on a first one-shot replay
     written: tuple = ()            # positions of the inputs an in-place kernel writes into (restored if it fails)
     after: _After | None = None    # what a session replay rebuilds besides the descriptors (``_after``)
+    names: list | None = None      # a session plan's names in canonical order (``_canonical``) as recorded
 
 
 class Unplannable:
@@ -1677,7 +1682,8 @@ def _dropped_names(ops: list) -> set:
     return dropped
 
 
-def _session_key(state: State, ops: list, extra: tuple, text: bytes | None = None, strict: bool = False):
+def _session_key(state: State, ops: list, extra: tuple, text: bytes | None = None, strict: bool = False,
+                 ren: dict | None = None):
     """The key of a session list: everything of the session state the run can depend on (each tensor's name,
     shape, dtype, flags, aliasing, its gradient's; the function definitions; the warned set; the name
     counter). Not the version counters: a run depends on their moves only, and a replay moves them as the
@@ -1687,6 +1693,8 @@ def _session_key(state: State, ops: list, extra: tuple, text: bytes | None = Non
     metas, tids, vcs, bases = [], {}, {}, {}
     dropped = None
     for name, t in state.tensors.items():
+        if ren is not None:
+            name = ren[name]
         if t.__class__ is not Tensor or t._base is not None or t._fw_grad is not None \
                 or t.data.__class__ is not np.ndarray:
             return None
@@ -1959,7 +1967,132 @@ def _finish_session(plan: Plan, buf: list, state: State, preset: dict) -> Progra
     return _PlannedResult(plan, buf)
 
 
-def _pre_key(state: State, ops: list, extra: tuple):
+# ----- names: a list and the same list under other names plan alike ------------------------------------------
+#: the parameters of the actions that take tensor names (by position and by keyword)
+_NAME_PARAMS = {"backward": ((0, "tensors"), (1, "gradient"), (4, "inputs")),
+                "grad": ((0, "outputs"), (1, "inputs"), (2, "grad_outputs")),
+                "zero_grad": ((0, "tensors"),), "retain_grad": ((0, "self"),), "bind": ((0, "self"),),
+                "set_grad": ((0, "self"), (1, "grad")), "requires_grad_": ((0, "self"),)}
+_OP_KEYS = frozenset({"op", "args", "kwargs", "out", "no_grad"})
+
+
+class _Names:
+    """The canonical names of a session list (``_canonical``): the session's names in its order, then the
+    names the list brings, in the order they come."""
+
+    __slots__ = ("ren", "names")
+
+    def __init__(self, tensors: dict):
+        self.names = list(tensors)
+        self.ren = {n: f"\x00{i}" for i, n in enumerate(self.names)}
+
+    def name(self, v):
+        """A value at a position that takes a tensor name (a name, a name's ``.grad``, or any other value)."""
+        if v.__class__ is str:
+            base, dot, attr = v.partition(".")
+            c = self.ren.get(base)
+            if c is None:
+                c = self.ren[base] = f"\x00{len(self.names)}"
+                self.names.append(base)
+            return c + dot + attr
+        if v.__class__ is list:
+            return [self.name(x) for x in v]
+        return v
+
+
+def _literal_ok(v) -> bool:
+    """A literal kept as it is: no string that could read as a canonical name (the key stays one-to-one)."""
+    if v.__class__ is str:
+        return not v.startswith("\x00")
+    if v.__class__ is list or v.__class__ is tuple:
+        return all(_literal_ok(x) for x in v)
+    if v.__class__ is dict:
+        return all(_literal_ok(k) and _literal_ok(x) for k, x in v.items())
+    return True
+
+
+def _canonical(ops: list, tensors: dict):
+    """(the list with every tensor name replaced by its canonical name, ``_Names``), or None where the list has
+    a form whose names are not known by position (then it plans under its own names). Names are read where the
+    program reads names: ``out``, an op's tensor parameters (by its signature's kinds), an action's name
+    parameters, ``del``'s arguments; everything else is a literal, kept."""
+    nm = _Names(tensors)
+    name = nm.name
+    out = []
+    for o in ops:
+        if o.__class__ is not dict or not _OP_KEYS.issuperset(o):
+            return None
+        op, args, kwargs = o.get("op"), o.get("args") or [], o.get("kwargs") or {}
+        if args.__class__ is not list or kwargs.__class__ is not dict or op.__class__ is not str:
+            return None
+        if op in INPUT_OPS:
+            if not _literal_ok(kwargs):
+                return None
+            n = dict(o)
+        elif op == "del":
+            n = {**o, "args": [name(a) for a in args]}
+        elif op in _NAME_PARAMS:
+            params = _NAME_PARAMS[op]
+            pos, kws = {i for i, _ in params}, {kw for _, kw in params}
+            if not (_literal_ok([v for i, v in enumerate(args) if i not in pos])
+                    and _literal_ok({key: v for key, v in kwargs.items() if key not in kws})):
+                return None
+            n = {**o, "args": [name(v) if i in pos else v for i, v in enumerate(args)],
+                 "kwargs": {key: name(v) if key in kws else v for key, v in kwargs.items()}}
+        else:
+            spec = OPS.get(op)
+            if spec is None:
+                return None
+            pos_kinds, varargs_tensor, kinds, _ = _op_layout(spec, op)[1]
+            a = []
+            for i, v in enumerate(args):
+                kind = pos_kinds[i] if i < len(pos_kinds) else (_TENSOR if varargs_tensor else 0)
+                if kind == _TENSOR or kind == _TENSOR_LIST:
+                    a.append(name(v))
+                elif _literal_ok(v):
+                    a.append(v)
+                else:
+                    return None
+            k = {}
+            for key, v in kwargs.items():
+                kind = kinds.get(key, 0)
+                if kind == _TENSOR or kind == _TENSOR_LIST:
+                    k[key] = name(v)
+                elif _literal_ok(v) and _literal_ok(key):
+                    k[key] = v
+                else:
+                    return None
+            n = {**o, "args": a, "kwargs": k}
+        if "out" in o:
+            n["out"] = name(o["out"])
+        out.append(n)
+    return out, nm
+
+
+def _renamer(plan: Plan, names: list):
+    """recorded name -> this run's name, or None when they are the same."""
+    if plan.names is None or plan.names == names:
+        return None
+    return dict(zip(plan.names, names))
+
+
+def _renamed_plan(plan: Plan, r: dict) -> Plan:
+    """``plan`` as its result reads under this run's names (the tape, registers and pool shared)."""
+    g = r.get
+    after = plan.after
+    if after is not None:
+        after = _After(tuple([h if h is None or h == -1 or h[0] != "n" else ("n", g(h[1], h[1])) for h in after.grads]),
+                       after.deltas,
+                       tuple([e if e[0] != "acc" else ("acc", e[1], g(e[2], e[2])) for e in after.nodes]),
+                       tuple([(g(n, n), nr, i) for n, nr, i in after.graphs]))
+    return dataclasses.replace(
+        plan, namespace=[(g(n, n), d) for n, d in plan.namespace], preset=[(g(n, n), d, a) for n, d, a in plan.preset],
+        ops=[OpOutcome(o.index, o.op, [g(b, b) for b in o.bound]) for o in plan.ops],
+        changed=[g(n, n) for n in plan.changed],
+        autograd=[(i, op, [(g(n, n), c, d, a) for n, c, d, a in es]) for i, op, es in plan.autograd], after=after)
+
+
+def _pre_key(state: State, ops: list, extra: tuple, ren: dict | None = None):
     """A coarser key, cheap to build, under which a list recorded unplannable is remembered so: the op list
     (tensor data left out), the function definitions, and each session tensor's name, shape, dtype and
     requires_grad (what decides which code runs), without what the full key adds (strides, versions,
@@ -1978,7 +2111,7 @@ def _pre_key(state: State, ops: list, extra: tuple):
         if not (t.__class__ is Tensor and t._base is None and t._fw_grad is None and t.data.__class__ is np.ndarray):
             return None  # (the full key refuses it too: the session holds a view or a tangent)
         g = t._grad
-        metas.append((n, t.data.shape, t.data.dtype, t._requires_grad, t._grad_fn is None,
+        metas.append((n if ren is None else ren[n], t.data.shape, t.data.dtype, t._requires_grad, t._grad_fn is None,
                       None if g is None else (g.data.shape, g.data.dtype)))
     fns = _functions_key(state.functions)
     try:
@@ -2008,17 +2141,26 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         return None, False
     lim = kwargs.get("limits")
     respond = kwargs.get("respond", "changed")
+    pre = names = None
     extra = ("session", bool(kwargs.get("no_grad", False)), lim, kwargs.get("extra"),
              respond if isinstance(respond, str) else tuple(respond))
-    pre = None
     if carried is not None and _layout(state) == carried[1]:
         # the state a plan just left (a repeat's previous iteration): its key is the one that plan carries
         key, inputs = carried[0], [t.data for t in state.tensors.values()]
     else:
-        pre = _pre_key(state, ops, extra)
+        # a loop's list under other names each time (a client's name counter) is one key: its canonical names
+        canon = None if strict else _canonical(ops, state.tensors)
+        kops, ren = ops, None
+        if canon is not None:
+            kops, nm = canon
+            names, ren = nm.names, nm.ren
+            if not isinstance(respond, str):
+                extra = (*extra[:4], tuple([nm.name(n) for n in respond]))
+        pre = _pre_key(state, kops, extra, ren)
         if pre is None or isinstance(cache.get(pre), Unplannable):
             return None, False
-        made = _session_key(state, ops, extra, pre[0], strict)  # (the same op list text: tensor data left out)
+        # (the same op list text: tensor data left out)
+        made = _session_key(state, kops, extra, pre[0], strict, ren)
         if made is None:
             return None, False
         key, inputs = made
@@ -2029,8 +2171,11 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         buf = _guarded_replay(cache, entry, inputs, kwargs.get("control"))
         if buf is None:
             return None, None
-        res = _finish(entry, buf, state, preset) if entry.after is None else \
-            _finish_session(entry, buf, state, preset)
+        if entry.after is None:
+            res = _finish(entry, buf, state, preset)
+        else:
+            r = _renamer(entry, names)
+            res = _finish_session(entry if r is None else _renamed_plan(entry, r), buf, state, preset)
         state.held_bytes = entry.held_bytes
         return res, entry
     if isinstance(entry, Unplannable):
@@ -2050,7 +2195,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     plan = after if isinstance(after, str) else \
         _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
     if isinstance(after, _After) and isinstance(plan, Plan):
-        plan.after = after
+        plan.after, plan.names = after, names
     if isinstance(plan, str):
         cache.put(key, Unplannable(plan))
         if pre is not None:
@@ -2060,7 +2205,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     plan.held_bytes = state.held_bytes
     ins = {id(t.data) for t in preset.values()}
     plan.iter_bytes = sum(a.nbytes for a in rec.keep if a.__class__ is np.ndarray and id(a) not in ins)
-    if not any(isinstance(op, dict) and op.get("op") in INPUT_OPS for op in ops):
+    if strict and not any(isinstance(op, dict) and op.get("op") in INPUT_OPS for op in ops):
         # the key of the state this run leaves (a replay leaves the same structure): a repeat's next
         # iteration finds its plan without building it
         then = _session_key(state, ops, extra, None, strict)

@@ -146,3 +146,56 @@ def test_an_sgd_momentum_training_loop_replays_from_its_second_iteration_bit_for
     assert observe(b, planned(cache), again) == observe(a, cold, again)
     assert observe(a, cold, again)[0] == "error"
 
+
+
+def client_epoch(i: int):
+    """What gradserve.torch sends for one iteration of a loop with SGD(momentum=0.9): the previous step's
+    update (it reads the gradients bound last time), zero_grad, forward, backward, the new gradients bound,
+    the names the client dropped deleted; every name new (the client's counter), so only canonical names
+    repeat."""
+    ops = []
+    for p in PARAMS:
+        if i == 1:
+            ops += [op("clone", f"g{p}{i - 1}", out=f"c{p}", no_grad=True),
+                    op("detach", f"c{p}", out=f"buf{p}", no_grad=True)]
+        elif i > 1:
+            ops += [op("mul_", f"buf{p}", 0.9, no_grad=True),
+                    op("add_", f"buf{p}", f"g{p}{i - 1}", alpha=1, no_grad=True)]
+        if i:
+            ops.append(op("add_", p, f"buf{p}", alpha=-0.05, no_grad=True))
+    ops += [op("zero_grad", list(PARAMS), set_to_none=True), op("linear", "x", "w1", "b1", out=f"h{i}"),
+            op("relu", f"h{i}", out=f"r{i}"), op("linear", f"r{i}", "w2", "b2", out=f"o{i}"),
+            op("mse_loss", f"o{i}", "y", out=f"loss{i}"), op("backward", f"loss{i}")]
+    ops += [op("bind", f"{p}.grad", out=f"g{p}{i}") for p in PARAMS]
+    gone = [f"h{i}", f"r{i}", f"o{i}"] + ([f"loss{i - 1}"] + [f"g{p}{i - 1}" for p in PARAMS] if i else [])
+    gone += [f"c{p}" for p in PARAMS] if i == 1 else []
+    return ops + [op("del", *gone)], (f"loss{i}", *(f"{p}.grad" for p in PARAMS))
+
+
+def test_a_client_loop_under_new_names_each_iteration_replays_bit_for_bit():
+    rng = np.random.default_rng(1)
+    cache = PlanCache()
+    a, b = twin(_mlp_setup(rng))
+    for i in range(7):
+        ops, returns = client_epoch(i)
+        want = observe(a, cold, ops, returns)
+        assert observe(b, planned(cache), ops, returns) == want and want[0] == "ok", want
+        assert snapshot(b) == snapshot(a)
+    # iterations 0 and 1 are lists of their own; from 2 on the same list under other names: recorded, replayed
+    assert cache.hits == 4 and cache.misses == 3, cache.stats()
+
+
+def test_a_replay_that_fails_after_writing_in_place_leaves_the_session_as_the_cold_error_does():
+    cache = PlanCache()
+    a, b = twin(_mlp_setup(np.random.default_rng(2)) + [T("target", [0, 1]), T("z", [[0.5, 1.0], [2.0, -1.0]])])
+    step = lambda t: [op("mul_", "w1", 0.5, no_grad=True), op("add_", "b1", 1.0, no_grad=True),  # noqa: E731
+                      T("t", t), op("cross_entropy", "z", "t", out="ce")]
+    for _ in range(3):
+        assert observe(b, planned(cache), step([0, 1])) == observe(a, cold, step([0, 1]))
+    assert cache.hits == 1
+    before = snapshot(b)
+    want = observe(a, cold, step([0, 7]))
+    assert observe(b, planned(cache), step([0, 7])) == want and want[0] == "error" and want[4] == 3
+    assert cache.fallbacks == 1
+    assert snapshot(b) == snapshot(a) == before
+    assert [t.data.tobytes() for t in b.tensors.values()] == [t.data.tobytes() for t in a.tensors.values()]
