@@ -1718,7 +1718,7 @@ def _session_key(state: State, ops: list, extra: tuple, text: bytes | None = Non
             gm = (g.data.shape, g.data.dtype.str, g.data.strides, g.retains_grad, tids.setdefault(id(g), len(tids)),
                   vcs.setdefault(id(g._vc), len(vcs)), bases.setdefault(id(gb), len(bases)))
         metas.append((name, t.data.shape, t.data.dtype.str, t.data.strides, t._requires_grad, t.retains_grad,
-                      t.grad_accumulations, tids.setdefault(id(t), len(tids)),
+                      t.grad_accumulations if strict else t.grad_accumulations > 0, tids.setdefault(id(t), len(tids)),
                       vcs.setdefault(id(t._vc), len(vcs)), bases.setdefault(id(base), len(bases)), gm))
     fns = _functions_key(state.functions)
     if fns is None:
@@ -1800,6 +1800,51 @@ class _After:
     deltas: tuple
     nodes: tuple
     graphs: tuple
+    accs: tuple | None = None  # per preset tensor: its grad_accumulations after, ("abs", n) or ("rel", delta)
+
+
+# ----- gradient accumulation counts: a run moves them (a backward adds one) or resets them (zero_grad) --------
+_OFFSET = 1 << 40  # a preset tensor's count is offset by a multiple of this while a plan is recorded
+
+
+def _offset(preset: dict) -> dict | None:
+    """Offset each preset tensor's nonzero accumulation count by its own multiple of ``_OFFSET`` while a plan is
+    recorded, so that after the run a count still above ``_OFFSET`` was moved (a replay moves it by as much) and
+    one below was reset and counted anew (a replay sets it). Zero counts need nothing: moved or reset, both give
+    the same. name -> (position, count before)."""
+    offsets = {}
+    for i, (name, t) in enumerate(preset.items()):
+        if t.grad_accumulations > 0:
+            offsets[name] = (i, t.grad_accumulations)
+            t.grad_accumulations += (i + 1) * _OFFSET
+    return offsets or None
+
+
+def _unoffset(preset: dict, offsets: dict) -> tuple:
+    """Take the offsets back (after the run, or its rollback): (per preset tensor ("abs", n) or ("rel", delta),)."""
+    out = []
+    for i, (name, t) in enumerate(preset.items()):
+        v = t.grad_accumulations
+        if name in offsets and v >= _OFFSET:
+            t.grad_accumulations = v - (i + 1) * _OFFSET
+            out.append(("rel", t.grad_accumulations - offsets[name][1]))
+        else:
+            out.append(("abs", v))
+    return tuple(out)
+
+
+def _unoffset_report(res: ProgramResult, offsets: dict) -> dict:
+    """The autograd report's counts taken back; (record, entry) -> (preset position, delta) of those moved."""
+    moved = {}
+    befores = {i: b for i, b in offsets.values()}
+    for k, r in enumerate(res.autograd):
+        for j, e in enumerate(r.entries):
+            v = e.grad_accumulations
+            if v >= _OFFSET:
+                i = v // _OFFSET - 1
+                e.grad_accumulations = v - (i + 1) * _OFFSET
+                moved[(k, j)] = (i, e.grad_accumulations - befores[i])
+    return moved
 
 
 _ATTRS = ("_requires_grad", "_grad_fn", "_base", "output_nr", "retains_grad", "data", "_fw_grad")
@@ -1943,19 +1988,28 @@ def _finish_session(plan: Plan, buf: list, state: State, preset: dict) -> Progra
         vcs = _vcs(preset)
         for i, d in after.deltas:
             vcs[i][0] += d
+    if any(a.__class__ is tuple for _, _, es in plan.autograd for _, _, _, a in es):
+        bases = [t.grad_accumulations for t in preset.values()]
+        plan = dataclasses.replace(plan, autograd=[
+            (i, op, [(n, c, g, a if a.__class__ is int else bases[a[0]] + a[1]) for n, c, g, a in es])
+            for i, op, es in plan.autograd])
     ns, new = {}, {}
     for name, d in plan.namespace:
         if d is None:
             ns[name] = preset[name]
         else:
             ns[name] = new[name] = _tensor(buf, d)
-    for (name, _, accs), how in zip(plan.preset, after.grads):
+    for k, ((name, _, accs), how) in enumerate(zip(plan.preset, after.grads)):
         t = preset[name]
         if how is None:
             t._grad = None
         elif how != -1:
             t._grad = new[how[1]] if how[0] == "n" else _tensor(buf, how[1])
-        t.grad_accumulations = accs
+        if after.accs is None:
+            t.grad_accumulations = accs
+        else:
+            kind, n = after.accs[k]
+            t.grad_accumulations = n if kind == "abs" else t.grad_accumulations + n
     if after.graphs:
         built = _rebuild_graph(after.nodes, preset, new)
         for name, nr, i in after.graphs:
@@ -2187,14 +2241,23 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     before = (state.counter, state.functions, {n: t._vc[0] for n, t in preset.items()} if strict else
               _before(preset))
     passes = state.backward_passes
-    with K.recording() as rec:
-        for a in _session_inputs(preset):
-            rec.add_input(a)
-        res = run_program(state, ops, **run)
+    offsets = None if strict else _offset(preset)
+    try:
+        with K.recording() as rec:
+            for a in _session_inputs(preset):
+                rec.add_input(a)
+            res = run_program(state, ops, **run)
+    finally:
+        accs = None if offsets is None else _unoffset(preset, offsets)
+    moved = None if offsets is None else _unoffset_report(res, offsets)
     after = _session_check(state, preset, before, rec) if strict else _after(state, preset, before, rec)
     plan = after if isinstance(after, str) else \
         _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
     if isinstance(after, _After) and isinstance(plan, Plan):
+        after.accs = accs
+        if moved:
+            plan.autograd = [(i, op, [(n, c, g, moved.get((k, j), a)) for j, (n, c, g, a) in enumerate(es)])
+                             for k, (i, op, es) in enumerate(plan.autograd)]
         plan.after, plan.names = after, names
     if isinstance(plan, str):
         cache.put(key, Unplannable(plan))

@@ -33,7 +33,8 @@ def observe(state, run, ops, returns=()):
     except EngineError as e:
         return ("error", type(e).__name__, e.code, e.message, e.op_index, e.op)
     return ("ok", [(o.index, o.op, o.bound) for o in res.ops], sorted(res.changed),
-            [(r.op_index, r.op, [(e.name, _tensor_view(e.contribution)) for e in r.entries]) for r in res.autograd],
+            [(r.op_index, r.op, [(e.name, _tensor_view(e.contribution), _tensor_view(e.grad), e.grad_accumulations)
+                                 for e in r.entries]) for r in res.autograd],
             list(res.warnings), {n: _tensor_view(t) for n, t in res.returned.items()})
 
 
@@ -199,3 +200,24 @@ def test_a_replay_that_fails_after_writing_in_place_leaves_the_session_as_the_co
     assert cache.fallbacks == 1
     assert snapshot(b) == snapshot(a) == before
     assert [t.data.tobytes() for t in b.tensors.values()] == [t.data.tobytes() for t in a.tensors.values()]
+
+
+def tutorial_epoch():
+    """The tutorial's loop: MSE of w*x+b, backward, a manual SGD step under no_grad, gradients zeroed in place."""
+    return [op("mul", "w", "x", out="wx"), op("add", "wx", "b", out="p"), op("sub", "p", "y", out="d"),
+            op("pow", "d", 2, out="d2"), op("mean", "d2", out="loss"), op("backward", "loss"),
+            op("mul", "w.grad", 0.01, out="sw", no_grad=True), op("sub_", "w", "sw", no_grad=True),
+            op("mul", "b.grad", 0.01, out="sb", no_grad=True), op("sub_", "b", "sb", no_grad=True),
+            op("zero_", "w.grad"), op("zero_", "b.grad")]
+
+
+def test_the_tutorial_loop_replays_bit_for_bit():
+    cache = PlanCache()
+    xs = [1.0, 2.0, 3.0, 4.0]
+    a, b = twin([T("w", [0.5], requires_grad=True), T("b", [0.1], requires_grad=True), T("x", xs),
+                 T("y", [2 * v + 1 for v in xs])])
+    for _ in range(6):
+        want = observe(a, cold, tutorial_epoch(), ("loss",))
+        assert observe(b, planned(cache), tutorial_epoch(), ("loss",)) == want and want[0] == "ok", want
+        assert snapshot(b) == snapshot(a)
+    assert cache.hits >= 3, cache.stats()
