@@ -7,10 +7,11 @@ requires_grad, versions...), the same for every run of the same op list over inp
 * **Record.** The first run of an op list is an ordinary cold ``run_program`` with a ``Recorder`` active
   (``engine.kernel``): every kernel call of the forward and of the backward (VJPs are engine ops, so a
   backward, and a double backward under create_graph, is itself a sequence of kernel calls) goes on a tape,
-  its inputs as slots (program inputs, earlier outputs) and its static parameters as given. Provenance: an
-  array that reaches a kernel or the response without coming from an input or a kernel, an op not declared
-  ``plannable`` in the op table, an in-place write outside a kernel, a warning, or a forward-mode op make the op
-  list unplannable: it is cached as such and runs cold from then on. Only successful cold runs are cached.
+  its inputs as slots (program inputs, earlier outputs) and its static parameters as given; an in-place op's
+  write is a kernel's too. Provenance: an array that reaches a kernel or the response without coming from an
+  input or a kernel, an op not declared ``plannable`` in the op table (an in-place op: as its out-of-place op
+  is), an in-place write outside a kernel, a warning, or a forward-mode op make the op list unplannable: it
+  is cached as such and runs cold from then on. Only successful cold runs are cached.
   ``PlanCache(record_after=N)`` records at the N-th run of a structure (the app: 2, so a list run once never
   pays for recording and building; a ``repeat`` loop records at its first iteration).
 * **Key.** The op list with the data of its ``tensor`` ops left out (names, literals, flags stay), and the
@@ -41,13 +42,21 @@ requires_grad, versions...), the same for every run of the same op list over inp
   recorded or replayed alike), so the other names' arrays (a chain's intermediates) are intermediates of the
   plan, written into registers.
 
-* **Sessions and loops.** A session list whose results carry no graph plans too (``run_session_planned``;
-  its key adds the session's tensors, function definitions, warned set and name counter). A list recorded
-  unplannable is remembered under a cheap pre-key as well, so it runs cold without its full key being built.
-  A session plan carries the key (and the tensors' layout) of the state it leaves: a ``repeat``/``until``
-  iteration finds its plan by the carried key, and iterations but the stopping one replay on a lazy state
-  (no tensors built between them); a layout that does not match, or a state whose key differs, builds the
-  key and records as usual.
+* **Sessions and loops.** A session list plans too (``run_session_planned``; its key adds the session's
+  tensors and their gradients, function definitions, warned set and name counter): a training loop's
+  iteration (forward, backward, an optimizer's in-place step under no_grad, zero_grad) replays. What a replay
+  rebuilds beyond the tensors' descriptors (``_After``): the preset tensors' version counters moved as the
+  cold run moved them (versions are not in the key), their gradients replaced, dropped or written in place,
+  their accumulation counts moved or reset (only whether each is zero is in the key), and the graphs a
+  backward left on new tensors (nodes copied, their saved tensors freed). A session tensor carrying a graph
+  keys only under a name the list unbinds or rebinds before reading it. Names are keyed canonically
+  (``_canonical``: where the program reads names), so a client whose name counter gives every iteration new
+  names finds one plan. Inputs a replay writes in place are restored if a guard fires (then the cold run).
+  A list recorded unplannable is remembered under a cheap pre-key as well, so it runs cold without its full
+  key being built. A ``repeat``/``until`` loop (without in-place ops) keys strictly (no gradients, no graphs):
+  a plan carries the key (and the tensors' layout) of the state it leaves, an iteration finds its plan by the
+  carried key, and iterations but the stopping one replay on a lazy state (no tensors built between them); a
+  layout that does not match, or a state whose key differs, builds the key and records as usual.
 
 ``PlanCache`` bounds the plans of a process (entries and estimated bytes, least recently used out) and
 counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``).
