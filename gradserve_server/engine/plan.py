@@ -1889,7 +1889,7 @@ def _after(state: State, preset: dict, before: tuple, rec: K.Recorder) -> _After
             return f"the gradient of {name!r} carries a graph"
     grads = []
     for name, t in preset.items():
-        if tuple([getattr(t, a) for a in _ATTRS]) != attrs0[name]:
+        if not all(getattr(t, a) is v for a, v in zip(_ATTRS, attrs0[name])):  # (identity: data is an array)
             return f"{name!r} changed its autograd metadata"
         g, g0 = t._grad, grads0[name]
         if g is None:

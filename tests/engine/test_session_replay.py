@@ -5,6 +5,7 @@ for bit the cold run: values, gradients, versions, grad_fn names, the autograd r
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import gradserve_server.engine as E
 from gradserve_server.engine.errors import EngineError
@@ -221,3 +222,27 @@ def test_the_tutorial_loop_replays_bit_for_bit():
         assert observe(b, planned(cache), tutorial_epoch(), ("loss",)) == want and want[0] == "ok", want
         assert snapshot(b) == snapshot(a)
     assert cache.hits >= 3, cache.stats()
+
+
+FORWARD = [op("linear", "x", "w1", "b1", out="h"), op("relu", "h", out="r"), op("linear", "r", "w2", "b2", out="o"),
+           op("mse_loss", "o", "y", out="loss")]
+
+
+@pytest.mark.parametrize("ops", [
+    [*FORWARD, op("backward", "loss")],                                                  # gradients accumulate in place
+    [op("zero_grad", list(PARAMS)), *FORWARD, op("backward", "loss")],                   # zeroed in place, then summed
+    [op("set_grad", "w1", None), *FORWARD, op("backward", "loss"), op("bind", "w1.grad", out="g")],
+    [*FORWARD, op("retain_grad", "o"), op("backward", "loss")],                          # a retained graph: cold
+    [*FORWARD, op("backward", "loss", retain_graph=True)],                               # saved tensors kept: cold
+    [op("detach", "w1", out="d"), op("mul_", "d", 0.5, no_grad=True)],                   # a view of the session: cold
+    [op("mul_", "w1", 0.5, no_grad=True), op("sub_", "b1", "b2", no_grad=True), op("clone", "b1", out="c")],
+    [*FORWARD, op("backward", "loss"), op("add_", "w1", "w1.grad", alpha=-0.1, no_grad=True),
+     op("zero_", "w1.grad"), op("del", "h", "r")],
+], ids=["accumulate", "zero-in-place", "set-grad-bind", "retain", "retain-graph", "detach", "in-place", "step"])
+def test_session_lists_with_gradients_and_in_place_writes_replay_or_run_cold_exactly(ops):
+    cache = PlanCache()
+    a, b = twin(_mlp_setup(np.random.default_rng(3)))
+    for _ in range(5):
+        want = observe(a, cold, ops, ("loss", "w1.grad"))
+        assert observe(b, planned(cache), ops, ("loss", "w1.grad")) == want and want[0] == "ok", want
+        assert snapshot(b) == snapshot(a)
