@@ -1810,6 +1810,7 @@ class _After:
     nodes: tuple
     graphs: tuple
     accs: tuple | None = None  # per preset tensor: its grad_accumulations after, ("abs", n) or ("rel", delta)
+    aliases: tuple = ()        # (new name, "t" | "g", preset name): a preset tensor (its gradient before the run)
 
 
 # ----- gradient accumulation counts: a run moves them (a backward adds one) or resets them (zero_grad) --------
@@ -1873,13 +1874,22 @@ def _after(state: State, preset: dict, before: tuple, rec: K.Recorder) -> _After
     counter, functions, (grads0, vcs0, attrs0) = before
     if state.counter != counter or state.functions is not functions and state.functions != functions:
         return "the run changed the session's names or functions"
-    old = {id(t) for t in preset.values()} | {id(g) for g in grads0.values() if g is not None}
+    old = {id(t): ("t", n) for n, t in preset.items()}
+    old.update((id(g), ("g", n)) for n, g in grads0.items() if g is not None)
     pvcs = {id(vc) for vc, _ in vcs0}
-    new = {}
+    new, aliases, named = {}, [], set()
     for name, t in state.tensors.items():
         if preset.get(name) is t:
             continue
-        if id(t) in old or id(t) in new:
+        if id(t) in old:
+            # a name bound to a tensor the session held (``g = w.grad`` of a gradient kept in place): the same
+            # object after a replay, once
+            if id(t) in named:
+                return f"{name!r} names a tensor the session held under another name"
+            named.add(id(t))
+            aliases.append((name, *old[id(t)]))
+            continue
+        if id(t) in new:
             return f"{name!r} names a tensor the session held under another name"
         new[id(t)] = name
         if t._base is not None or t._fw_grad is not None or id(t._vc) in pvcs:
@@ -1916,7 +1926,7 @@ def _after(state: State, preset: dict, before: tuple, rec: K.Recorder) -> _After
         if isinstance(made, str):
             return made
         nodes, graphs = made
-    return _After(tuple(grads), deltas, nodes, graphs)
+    return _After(tuple(grads), deltas, nodes, graphs, aliases=tuple(aliases))
 
 
 _SAVED_PLAIN = (int, float, bool, str, type(None), tuple)
@@ -2003,9 +2013,13 @@ def _finish_session(plan: Plan, buf: list, state: State, preset: dict) -> Progra
             (i, op, [(n, c, g, a if a.__class__ is int else bases[a[0]] + a[1]) for n, c, g, a in es])
             for i, op, es in plan.autograd])
     ns, new = {}, {}
+    aliases = {name: preset[p] if kind == "t" else preset[p]._grad for name, kind, p in after.aliases} \
+        if after.aliases else ()
     for name, d in plan.namespace:
         if d is None:
             ns[name] = preset[name]
+        elif name in aliases:
+            ns[name] = aliases[name]
         else:
             ns[name] = new[name] = _tensor(buf, d)
     for k, ((name, _, accs), how) in enumerate(zip(plan.preset, after.grads)):
@@ -2147,7 +2161,8 @@ def _renamed_plan(plan: Plan, r: dict) -> Plan:
         after = _After(tuple([h if h is None or h == -1 or h[0] != "n" else ("n", g(h[1], h[1])) for h in after.grads]),
                        after.deltas,
                        tuple([e if e[0] != "acc" else ("acc", e[1], g(e[2], e[2])) for e in after.nodes]),
-                       tuple([(g(n, n), nr, i) for n, nr, i in after.graphs]))
+                       tuple([(g(n, n), nr, i) for n, nr, i in after.graphs]), after.accs,
+                       tuple([(g(n, n), k, g(p, p)) for n, k, p in after.aliases]))
     return dataclasses.replace(
         plan, namespace=[(g(n, n), d) for n, d in plan.namespace], preset=[(g(n, n), d, a) for n, d, a in plan.preset],
         ops=[OpOutcome(o.index, o.op, [g(b, b) for b in o.bound]) for o in plan.ops],

@@ -82,6 +82,39 @@ def test_an_sgd_momentum_loop_replays_from_its_steady_iterations_as_it_runs_cold
     close_to_torch("SGD", 12, losses, params)
 
 
+XS = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+
+
+def tutorial(torch, epochs: int) -> tuple[list, list]:
+    """The tutorial's loop: manual SGD under no_grad, gradients zeroed in place (each epoch binds the kept
+    .grad tensors to new client names)."""
+    w = torch.tensor([0.5], requires_grad=True)
+    b = torch.tensor([0.1], requires_grad=True)
+    x, y = torch.tensor(XS), torch.tensor([2.0 * v + 1.0 for v in XS])
+    losses = []
+    for _ in range(epochs):
+        loss = ((w * x + b - y) ** 2).mean()
+        loss.backward()
+        with torch.no_grad():
+            w -= 0.01 * w.grad
+            b -= 0.01 * b.grad
+        w.grad.zero_()
+        b.grad.zero_()
+        losses.append(loss.item())
+    return losses, [np.array(p.detach().tolist(), dtype=np.float32) for p in (w, b)]
+
+
+def test_the_tutorial_loop_replays_as_it_runs_cold(ctx, server, planless):
+    before = plan_counters(server.url)
+    losses, params = tutorial(gtorch, 12)
+    after = plan_counters(server.url)
+    assert after["hits"] - before["hits"] >= 8, (before, after)
+    with gradserve.session(client=gradserve.Client(planless.url)):
+        want_losses, want = tutorial(gtorch, 12)
+    assert losses == want_losses
+    assert [p.tobytes() for p in params] == [p.tobytes() for p in want]
+
+
 def test_an_adam_loop_gives_the_cold_run_s_parameters(ctx, planless):
     # (Adam's bias corrections are new literals every step, and lerp_, addcmul_, addcdiv_ have no kernels yet: its
     # requests run cold)

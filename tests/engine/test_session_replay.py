@@ -246,3 +246,23 @@ def test_session_lists_with_gradients_and_in_place_writes_replay_or_run_cold_exa
         want = observe(a, cold, ops, ("loss", "w1.grad"))
         assert observe(b, planned(cache), ops, ("loss", "w1.grad")) == want and want[0] == "ok", want
         assert snapshot(b) == snapshot(a)
+
+
+def test_a_kept_gradient_bound_to_a_new_name_each_iteration_is_the_same_tensor_after_a_replay():
+    """The torch client's tutorial loop: ``w.grad`` is summed and zeroed in place, and each iteration binds it to
+    a new name (deleting the last): after a replay that name holds the session's very gradient tensor."""
+    cache = PlanCache()
+    xs = [1.0, 2.0, 3.0, 4.0]
+    a, b = twin([T("w", [0.5], requires_grad=True), T("x", xs), T("y", [2 * v + 1 for v in xs])])
+    for i in range(6):
+        ops = [op("mul", "w", "x", out=f"p{i}"), op("sub", f"p{i}", "y", out=f"d{i}"),
+               op("pow", f"d{i}", 2, out=f"e{i}"), op("mean", f"e{i}", out=f"loss{i}"), op("backward", f"loss{i}"),
+               op("bind", "w.grad", out=f"g{i}"),
+               op("mul", f"g{i}", 0.01, out=f"s{i}", no_grad=True), op("sub_", "w", f"s{i}", no_grad=True),
+               op("zero_", f"g{i}"),
+               op("del", f"p{i}", f"d{i}", f"e{i}", f"s{i}", *([f"g{i - 1}", f"loss{i - 1}"] if i else []))]
+        want = observe(a, cold, ops, (f"loss{i}", f"g{i}"))
+        assert observe(b, planned(cache), ops, (f"loss{i}", f"g{i}")) == want and want[0] == "ok", want
+        assert snapshot(b) == snapshot(a)
+        assert b.tensors[f"g{i}"] is b.tensors["w"]._grad
+    assert cache.hits >= 3, cache.stats()
