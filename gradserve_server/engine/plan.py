@@ -1692,7 +1692,7 @@ def _dropped_names(ops: list) -> set:
 
 
 def _session_key(state: State, ops: list, extra: tuple, text: bytes | None = None, strict: bool = False,
-                 ren: dict | None = None):
+                 ren: dict | None = None, dropped: set | None = None):
     """The key of a session list: everything of the session state the run can depend on (each tensor's name,
     shape, dtype, flags, aliasing, its gradient's; the function definitions; the warned set; the name
     counter). Not the version counters: a run depends on their moves only, and a replay moves them as the
@@ -1700,10 +1700,9 @@ def _session_key(state: State, ops: list, extra: tuple, text: bytes | None = Non
     under a name the list only unbinds), a view, a gradient with a graph (``strict``: any graph or gradient,
     what a repeat loop's chained replays assume)."""
     metas, tids, vcs, bases = [], {}, {}, {}
-    dropped = None
     for name, t in state.tensors.items():
         if ren is not None:
-            name = ren[name]
+            t_name, name = name, ren[name]
         if t.__class__ is not Tensor or t._base is not None or t._fw_grad is not None \
                 or t.data.__class__ is not np.ndarray:
             return None
@@ -1711,9 +1710,9 @@ def _session_key(state: State, ops: list, extra: tuple, text: bytes | None = Non
         if t._grad_fn is not None:
             if strict:
                 return None
-            if dropped is None:
+            if dropped is None:  # (with ``ren``, the caller gives them, by the session's names)
                 dropped = _dropped_names(ops)
-            if name not in dropped or t._grad is not None:
+            if (name if ren is None else t_name) not in dropped or t._grad is not None:
                 return None
             metas.append((name, "dropped", tids.setdefault(id(t), len(tids)), vcs.setdefault(id(t._vc), len(vcs)),
                           bases.setdefault(id(base), len(bases))))
@@ -2055,35 +2054,55 @@ _OP_KEYS = frozenset({"op", "args", "kwargs", "out", "no_grad"})
 
 class _Names:
     """The canonical names of a session list (``_canonical``): the session's names in its order, then the
-    names the list brings, in the order they come."""
+    names the list brings, in the order they come; and which names the list unbinds or rebinds before it reads
+    them (``_dropped_names``, from the same pass)."""
 
-    __slots__ = ("ren", "names")
+    __slots__ = ("ren", "names", "read", "dropped")
 
     def __init__(self, tensors: dict):
         self.names = list(tensors)
         self.ren = {n: f"\x00{i}" for i, n in enumerate(self.names)}
+        self.read, self.dropped = set(), set()
 
-    def name(self, v):
-        """A value at a position that takes a tensor name (a name, a name's ``.grad``, or any other value)."""
+    def name(self, v, bind: bool = False):
+        """A value at a position that takes a tensor name (a name, a name's ``.grad``, a list of them, or any
+        other value); ``bind``: the position binds or unbinds the name (``out``, ``del``), else it reads it."""
         if v.__class__ is str:
-            base, dot, attr = v.partition(".")
-            c = self.ren.get(base)
-            if c is None:
-                c = self.ren[base] = f"\x00{len(self.names)}"
-                self.names.append(base)
-            return c + dot + attr
+            ren = self.ren
+            c = ren.get(v)
+            if c is not None:
+                base, suffix = v, ""
+            else:
+                base, dot, attr = v.partition(".")
+                suffix = dot + attr
+                c = ren.get(base)
+                if c is None:
+                    c = ren[base] = f"\x00{len(self.names)}"
+                    self.names.append(base)
+            if bind:
+                if base not in self.read:
+                    self.dropped.add(base)
+            elif base not in self.dropped:
+                self.read.add(base)
+            return c + suffix if suffix else c
         if v.__class__ is list:
-            return [self.name(x) for x in v]
+            return [self.name(x, bind) for x in v]
         return v
+
+
+_SCALARS = frozenset({int, float, bool, type(None)})
 
 
 def _literal_ok(v) -> bool:
     """A literal kept as it is: no string that could read as a canonical name (the key stays one-to-one)."""
-    if v.__class__ is str:
+    c = v.__class__
+    if c in _SCALARS:
+        return True
+    if c is str:
         return not v.startswith("\x00")
-    if v.__class__ is list or v.__class__ is tuple:
+    if c is list or c is tuple:
         return all(_literal_ok(x) for x in v)
-    if v.__class__ is dict:
+    if c is dict:
         return all(_literal_ok(k) and _literal_ok(x) for k, x in v.items())
     return True
 
@@ -2096,18 +2115,20 @@ def _canonical(ops: list, tensors: dict):
     nm = _Names(tensors)
     name = nm.name
     out = []
+    append = out.append
+    keys = _OP_KEYS.issuperset
     for o in ops:
-        if o.__class__ is not dict or not _OP_KEYS.issuperset(o):
+        if o.__class__ is not dict or not keys(o):
             return None
         op, args, kwargs = o.get("op"), o.get("args") or [], o.get("kwargs") or {}
         if args.__class__ is not list or kwargs.__class__ is not dict or op.__class__ is not str:
             return None
         if op in INPUT_OPS:
-            if not _literal_ok(kwargs):
+            if kwargs and not _literal_ok(kwargs):
                 return None
             n = dict(o)
         elif op == "del":
-            n = {**o, "args": [name(a) for a in args]}
+            n = {**o, "args": [name(a, True) for a in args]}
         elif op in _NAME_PARAMS:
             params = _NAME_PARAMS[op]
             pos, kws = {i for i, _ in params}, {kw for _, kw in params}
@@ -2121,28 +2142,33 @@ def _canonical(ops: list, tensors: dict):
             if spec is None:
                 return None
             pos_kinds, varargs_tensor, kinds, _ = _op_layout(spec, op)[1]
+            npos = len(pos_kinds)
+            rest = _TENSOR if varargs_tensor else 0
             a = []
             for i, v in enumerate(args):
-                kind = pos_kinds[i] if i < len(pos_kinds) else (_TENSOR if varargs_tensor else 0)
+                kind = pos_kinds[i] if i < npos else rest
                 if kind == _TENSOR or kind == _TENSOR_LIST:
                     a.append(name(v))
-                elif _literal_ok(v):
+                elif v.__class__ in _SCALARS or _literal_ok(v):
                     a.append(v)
                 else:
                     return None
-            k = {}
-            for key, v in kwargs.items():
-                kind = kinds.get(key, 0)
-                if kind == _TENSOR or kind == _TENSOR_LIST:
-                    k[key] = name(v)
-                elif _literal_ok(v) and _literal_ok(key):
-                    k[key] = v
-                else:
-                    return None
-            n = {**o, "args": a, "kwargs": k}
+            if kwargs:
+                k = {}
+                for key, v in kwargs.items():
+                    kind = kinds.get(key, 0)
+                    if kind == _TENSOR or kind == _TENSOR_LIST:
+                        k[key] = name(v)
+                    elif (v.__class__ in _SCALARS or _literal_ok(v)) and _literal_ok(key):
+                        k[key] = v
+                    else:
+                        return None
+                n = {**o, "args": a, "kwargs": k}
+            else:
+                n = {**o, "args": a}
         if "out" in o:
-            n["out"] = name(o["out"])
-        out.append(n)
+            n["out"] = name(o["out"], True)
+        append(n)
     return out, nm
 
 
@@ -2238,7 +2264,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         if pre is None or isinstance(cache.get(pre), Unplannable):
             return None, False
         # (the same op list text: tensor data left out)
-        made = _session_key(state, kops, extra, pre[0], strict, ren)
+        made = _session_key(state, kops, extra, pre[0], strict, ren, None if canon is None else nm.dropped)
         if made is None:
             return None, False
         key, inputs = made
