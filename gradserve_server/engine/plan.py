@@ -2093,17 +2093,19 @@ class _Names:
 _SCALARS = frozenset({int, float, bool, type(None)})
 
 
-def _literal_ok(v) -> bool:
-    """A literal kept as it is: no string that could read as a canonical name (the key stays one-to-one)."""
+def _literal_ok(v, ren: dict) -> bool:
+    """A literal kept as it is: no string that could read as a canonical name (the key stays one-to-one), nor
+    one that names a tensor (an index naming a tensor, a string an op might read as a name: the list is then
+    keyed under its own names)."""
     c = v.__class__
     if c in _SCALARS:
         return True
     if c is str:
-        return not v.startswith("\x00")
+        return not v.startswith("\x00") and v.partition(".")[0] not in ren
     if c is list or c is tuple:
-        return all(_literal_ok(x) for x in v)
+        return all(_literal_ok(x, ren) for x in v)
     if c is dict:
-        return all(_literal_ok(k) and _literal_ok(x) for k, x in v.items())
+        return all(_literal_ok(k, ren) and _literal_ok(x, ren) for k, x in v.items())
     return True
 
 
@@ -2113,7 +2115,7 @@ def _canonical(ops: list, tensors: dict):
     program reads names: ``out``, an op's tensor parameters (by its signature's kinds), an action's name
     parameters, ``del``'s arguments; everything else is a literal, kept."""
     nm = _Names(tensors)
-    name = nm.name
+    name, ren = nm.name, nm.ren
     out = []
     append = out.append
     keys = _OP_KEYS.issuperset
@@ -2124,7 +2126,7 @@ def _canonical(ops: list, tensors: dict):
         if args.__class__ is not list or kwargs.__class__ is not dict or op.__class__ is not str:
             return None
         if op in INPUT_OPS:
-            if kwargs and not _literal_ok(kwargs):
+            if kwargs and not _literal_ok(kwargs, ren):
                 return None
             n = dict(o)
         elif op == "del":
@@ -2132,8 +2134,8 @@ def _canonical(ops: list, tensors: dict):
         elif op in _NAME_PARAMS:
             params = _NAME_PARAMS[op]
             pos, kws = {i for i, _ in params}, {kw for _, kw in params}
-            if not (_literal_ok([v for i, v in enumerate(args) if i not in pos])
-                    and _literal_ok({key: v for key, v in kwargs.items() if key not in kws})):
+            if not (_literal_ok([v for i, v in enumerate(args) if i not in pos], ren)
+                    and _literal_ok({key: v for key, v in kwargs.items() if key not in kws}, ren)):
                 return None
             n = {**o, "args": [name(v) if i in pos else v for i, v in enumerate(args)],
                  "kwargs": {key: name(v) if key in kws else v for key, v in kwargs.items()}}
@@ -2149,7 +2151,7 @@ def _canonical(ops: list, tensors: dict):
                 kind = pos_kinds[i] if i < npos else rest
                 if kind == _TENSOR or kind == _TENSOR_LIST:
                     a.append(name(v))
-                elif v.__class__ in _SCALARS or _literal_ok(v):
+                elif v.__class__ in _SCALARS or _literal_ok(v, ren):
                     a.append(v)
                 else:
                     return None
@@ -2159,7 +2161,7 @@ def _canonical(ops: list, tensors: dict):
                     kind = kinds.get(key, 0)
                     if kind == _TENSOR or kind == _TENSOR_LIST:
                         k[key] = name(v)
-                    elif (v.__class__ in _SCALARS or _literal_ok(v)) and _literal_ok(key):
+                    elif (v.__class__ in _SCALARS or _literal_ok(v, ren)) and _literal_ok(key, ren):
                         k[key] = v
                     else:
                         return None

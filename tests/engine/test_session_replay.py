@@ -266,3 +266,24 @@ def test_a_kept_gradient_bound_to_a_new_name_each_iteration_is_the_same_tensor_a
         assert snapshot(b) == snapshot(a)
         assert b.tensors[f"g{i}"] is b.tensors["w"]._grad
     assert cache.hits >= 3, cache.stats()
+
+
+def test_a_list_naming_a_tensor_where_a_literal_goes_is_keyed_under_its_own_names():
+    """An index that names a tensor is not read by name position: such a list keeps its own names in its key, so
+    two sessions whose names sit in other orders never share a plan."""
+    from gradserve_server.engine.plan import _canonical
+
+    s = State()
+    run_program(s, [T("a", [1.0, 2.0, 3.0]), T("i", [0, 2])])
+    assert _canonical([op("getitem", "a", "i", out="z")], s.tensors) is None
+    assert _canonical([op("mse_loss", "a", "a", reduction="sum", out="z")], s.tensors) is not None
+    cache = PlanCache()
+    for first in ("a", "i"):
+        a, b = State(), State()
+        setup = [T("a", [1.0, 2.0, 3.0]), T("i", [0, 2])] if first == "a" else [T("i", [0, 2]), T("a", [1.0, 2.0, 3.0])]
+        run_program(a, setup)
+        run_program(b, setup)
+        for _ in range(3):
+            ops = [op("getitem", "a", "i", out="z")]
+            assert observe(b, planned(cache), ops) == observe(a, cold, ops)
+            assert snapshot(b) == snapshot(a)
