@@ -2,18 +2,26 @@
 
     python bench/client.py [--url http://127.0.0.1:8000] [--rounds 5] [--epochs 100]
 
-Two workloads, each run three ways: through ``gradserve.torch`` (torch code, one changed import), as raw
+Four workloads, each run three ways: through ``gradserve.torch`` (torch code, one changed import), as raw
 ``POST /ops`` requests batched by hand (the least a program can send: one request per iteration, with
 ``return`` naming what it reads), and in local torch when it is importable.
 
 - ``train``: the tutorial's linear regression (``y = w*x + b``, MSE, manual SGD under ``no_grad``, gradients
   zeroed in place), ``--epochs`` epochs, the loss read every epoch.
+- ``mlp-sgd``: a 4-16-1 MLP (F.linear, relu, mse_loss) trained with ``optim.SGD(momentum=0.9)``.
+- ``mlp-adam``: the same MLP with ``optim.Adam(lr=0.01)`` (torch's single-tensor update, op for op).
 - ``wx+b``: the 10-op program: make ``x``, ``w``, ``b``, ``w*x``, ``+ b``, ``backward``, read ``y`` and the
   three gradients; once per iteration, with fresh tensors.
 
 Reports requests per iteration and wall time per iteration (median over ``--rounds`` interleaved rounds),
-the client's ratio to the raw loop (target <= 1.2x) and to local torch, and the CPU time the benchmark's
-own process spends per iteration both ways (the client's cost, which the machine's load inflates less).
+the client's ratio to the raw loop (target <= 1.3x) and to local torch, the server's plan replays per
+iteration both ways (``gradserve_plan_hits_total`` in /metrics; 1.00: every iteration's request replayed a plan),
+and the CPU time the benchmark's own process spends per iteration both ways (the client's cost, which the
+machine's load inflates less). A second table puts the raw round trip of the 10-op list on a session against
+``POST /v1/eval`` of it (target <= 1.5x), a trivial FastAPI endpoint given the same body and ``GET /healthz``;
+a third splits a client iteration's time: the client's own CPU (recording, encoding, decoding), a loopback
+FastAPI round trip, and the server's share (what the raw loop takes beyond the round trip: session lock and
+store, parsing, the engine, the response).
 Without ``--url`` it starts its own server (uvicorn, one worker, rate limiting off) on a free port.
 """
 
@@ -105,6 +113,57 @@ def mlp_torch_code(torch, epochs: int) -> float:
     return value
 
 
+def mlp_adam_torch_code(torch, epochs: int) -> float:
+    """The MLP with ``optim.Adam``: the same code for gradserve.torch and torch."""
+    F = torch.nn.functional
+    params = [torch.tensor(v, requires_grad=True) for v in (W1, B1, W2, B2)]
+    w1, b1, w2, b2 = params
+    x, y = torch.tensor(MX), torch.tensor(MY)
+    opt = torch.optim.Adam(params, lr=ALR)
+    value = None
+    for _ in range(epochs):
+        opt.zero_grad()
+        loss = F.mse_loss(F.linear(F.relu(F.linear(x, w1, b1)), w2, b2), y)
+        loss.backward()
+        opt.step()
+        value = loss.item()
+    return value
+
+
+ALR, BETAS, EPS = 0.01, (0.9, 0.999), 1e-8
+
+
+def mlp_adam_raw(client: gradserve.Client, session: str, epochs: int) -> float:
+    """torch's single-tensor Adam by hand: ``exp_avg.lerp_(g, 1 - b1)``, ``exp_avg_sq.mul_(b2).addcmul_(g, g,
+    value=1 - b2)``, ``p.addcdiv_(exp_avg, exp_avg_sq.sqrt() / sqrt(bc2) + eps, value=-lr / bc1)``: the bias
+    corrections are the step's numbers, as the optimizer computes them."""
+    names = ("w1", "b1", "w2", "b2")
+    setup = [{"op": "tensor", "out": n, "args": [v], "kwargs": {"requires_grad": True}}
+             for n, v in zip(names, (W1, B1, W2, B2))]
+    setup += [{"op": "tensor", "out": "x", "args": [MX]}, {"op": "tensor", "out": "y", "args": [MY]}]
+    setup += [{"op": "zeros_like", "out": f"{k}_{n}", "args": [n]} for n in names for k in ("m", "v")]
+    client.run_ops(session, setup, returns=[])
+    b1, b2 = BETAS
+    value = None
+    for step in range(1, epochs + 1):
+        bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
+        epoch = [{"op": "zero_grad", "args": [list(names)], "kwargs": {"set_to_none": True}},
+                 {"op": "linear", "out": "h", "args": ["x", "w1", "b1"]}, {"op": "relu", "out": "r", "args": ["h"]},
+                 {"op": "linear", "out": "o", "args": ["r", "w2", "b2"]},
+                 {"op": "mse_loss", "out": "loss", "args": ["o", "y"]}, {"op": "backward", "args": ["loss"]}]
+        for n in names:
+            epoch += [{"op": "lerp_", "args": [f"m_{n}", f"{n}.grad", 1 - b1], "no_grad": True},
+                      {"op": "mul_", "args": [f"v_{n}", b2], "no_grad": True},
+                      {"op": "addcmul_", "args": [f"v_{n}", f"{n}.grad", f"{n}.grad"], "kwargs": {"value": 1 - b2},
+                       "no_grad": True},
+                      {"op": "sqrt", "out": "s", "args": [f"v_{n}"], "no_grad": True},
+                      {"op": "div", "out": "d", "args": ["s", bc2 ** 0.5], "no_grad": True},
+                      {"op": "add_", "args": ["d", EPS], "no_grad": True},
+                      {"op": "addcdiv_", "args": [n, f"m_{n}", "d"], "kwargs": {"value": -ALR / bc1}, "no_grad": True}]
+        value = client.run_ops(session, epoch, returns=["loss"])["tensors"]["loss"]["data"]
+    return value
+
+
 def mlp_raw(client: gradserve.Client, session: str, epochs: int) -> float:
     names = ("w1", "b1", "w2", "b2")
     setup = [{"op": "tensor", "out": n, "args": [v], "kwargs": {"requires_grad": True}}
@@ -164,6 +223,16 @@ def timed(fn, *args) -> tuple[float, float, object]:
     return time.perf_counter() - started, time.process_time() - cpu, result
 
 
+def plan_hits(url: str) -> float:
+    """The server's plan replays so far (``gradserve_plan_hits_total`` in /metrics)."""
+    import re
+
+    import httpx
+
+    m = re.search(r"^gradserve_plan_hits_total (\S+)$", httpx.get(f"{url}/metrics").text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
 def run(url: str, rounds: int, epochs: int) -> list[tuple]:
     import gradserve.torch as gtorch
 
@@ -171,24 +240,27 @@ def run(url: str, rounds: int, epochs: int) -> list[tuple]:
         import torch
     except ImportError:
         torch = None
-    workloads = {"train": (train_torch_code, train_raw, epochs), "mlp": (mlp_torch_code, mlp_raw, epochs),
-                 "wx+b": (wxb_torch_code, wxb_raw, epochs)}
+    workloads = {"train": (train_torch_code, train_raw, epochs), "mlp-sgd": (mlp_torch_code, mlp_raw, epochs),
+                 "mlp-adam": (mlp_adam_torch_code, mlp_adam_raw, epochs), "wx+b": (wxb_torch_code, wxb_raw, epochs)}
     rows = []
     for label, (torch_code, raw, n) in workloads.items():
         times: dict[str, list[float]] = {"client": [], "raw": [], "torch": [], "client_cpu": [], "raw_cpu": []}
         requests: dict[str, int] = {}
+        hits: dict[str, float] = {}
         results = {}
         for r in range(rounds + 1):  # round 0 warms up (catalog, connections, server caches)
             with gradserve.session(client=gradserve.Client(url)) as ctx:
                 gtorch.sync()
-                before = ctx.client.requests
+                before, replays = ctx.client.requests, plan_hits(url)
                 seconds, cpu, results["client"] = timed(torch_code, gtorch, n)
                 requests["client"] = ctx.client.requests - before
+                hits["client"] = plan_hits(url) - replays
             with gradserve.Client(url) as client:
                 session = client.create_session()["id"]
-                before = client.requests
+                before, replays = client.requests, plan_hits(url)
                 seconds_raw, cpu_raw, results["raw"] = timed(raw, client, session, n)
                 requests["raw"] = client.requests - before
+                hits["raw"] = plan_hits(url) - replays
                 client.delete_session(session)
             if torch is not None:
                 seconds_torch, _, results["torch"] = timed(torch_code, torch, n)
@@ -203,7 +275,8 @@ def run(url: str, rounds: int, epochs: int) -> list[tuple]:
         med = {k: statistics.median(v) for k, v in times.items() if v}
         rows.append((label, n, requests["client"] / n, requests["raw"] / n, med["client"], med["raw"],
                      med.get("torch"), med["client"] / med["raw"],
-                     med["client"] / med["torch"] if "torch" in med else None, med["client_cpu"], med["raw_cpu"]))
+                     med["client"] / med["torch"] if "torch" in med else None, med["client_cpu"], med["raw_cpu"],
+                     hits["client"] / n, hits["raw"] / n))
     return rows
 
 
@@ -253,12 +326,35 @@ def check(label: str, results: dict) -> None:
 
 def table(rows: list[tuple]) -> str:
     head = ("| workload | iterations | requests/iter (client) | requests/iter (raw) | ms/iter client | ms/iter raw "
-            "| ms/iter torch | client / raw | client / torch | client-process CPU ms/iter: client, raw |")
-    lines = [head, "|" + "---|" * 10]
-    for label, n, rc, rr, c, r, t, ratio, tratio, ccpu, rcpu in rows:
+            "| ms/iter torch | client / raw | client / torch | client-process CPU ms/iter: client, raw "
+            "| plan replays/iter: client, raw |")
+    lines = [head, "|" + "---|" * 11]
+    for label, n, rc, rr, c, r, t, ratio, tratio, ccpu, rcpu, hc, hr in rows:
         lines.append(f"| {label} | {n} | {rc:.2f} | {rr:.2f} | {c * 1e3:.3f} | {r * 1e3:.3f} | "
                      f"{'n/a' if t is None else f'{t * 1e3:.4f}'} | {ratio:.2f}x | "
-                     f"{'n/a' if tratio is None else f'{tratio:.0f}x'} | {ccpu * 1e3:.3f}, {rcpu * 1e3:.3f} |")
+                     f"{'n/a' if tratio is None else f'{tratio:.0f}x'} | {ccpu * 1e3:.3f}, {rcpu * 1e3:.3f} | "
+                     f"{hc:.2f}, {hr:.2f} |")
+    return "\n".join(lines)
+
+
+def breakdown(rows: list[tuple], floor_rows: list[tuple]) -> str:
+    """Where an iteration's wall time goes, client and raw: this process's CPU (the client's recording, encoding
+    and decoding; the raw loop's encoding and decoding), the loopback FastAPI round trips (the trivial endpoint's
+    time per request, times the requests), and the server's share (the rest: session lock and store, parsing,
+    the engine, the response; an approximation, the machine's other load lands there too)."""
+    trivial = {label: m for label, m, _ in floor_rows}.get("trivial FastAPI POST")
+
+    def ms(v):
+        return "n/a" if v is None else f"{v * 1e3:.3f}"
+    lines = ["| workload | way | ms/iter | process CPU | HTTP round trips | server |", "|" + "---|" * 6]
+    for row in rows:
+        label, _, req_client, req_raw, wall_client, wall_raw = row[:6]
+        cpu_client, cpu_raw = row[9:11]
+        for way, wall, cpu, req in (("client", wall_client, cpu_client, req_client),
+                                    ("raw", wall_raw, cpu_raw, req_raw)):
+            http = None if trivial is None else trivial * req
+            server = None if http is None else wall - cpu - http
+            lines.append(f"| {label} | {way} | {ms(wall)} | {ms(cpu)} | {ms(http)} | {ms(server)} |")
     return "\n".join(lines)
 
 
@@ -294,9 +390,13 @@ def main() -> int:
         a.url = server.url
     trivial = _trivial_server()
     try:
-        print(table(run(a.url, a.rounds, a.epochs)))
+        rows = run(a.url, a.rounds, a.epochs)
+        print(table(rows))
         print()
-        print(floor_table(floors(a.url, trivial.url if trivial else None, a.rounds, a.epochs)))
+        floor_rows = floors(a.url, trivial.url if trivial else None, a.rounds, a.epochs)
+        print(floor_table(floor_rows))
+        print()
+        print(breakdown(rows, floor_rows))
     finally:
         if server is not None:
             server.stop()

@@ -64,6 +64,15 @@ def astype(a: np.ndarray, dtype) -> np.ndarray:
     return a.astype(dtype)
 
 
+def zeros_like(a: np.ndarray) -> np.ndarray:
+    return np.zeros_like(a)
+
+
+def assign(target: np.ndarray, a: np.ndarray) -> None:
+    """``target[...] = a``, cast to target's dtype: an in-place op's write (``engine.ops.inplace``)."""
+    np.copyto(target, a, casting="unsafe")
+
+
 def add_into(target: np.ndarray, a: np.ndarray) -> None:
     """``target += a`` (a gradient accumulated in place, cast to target's dtype)."""
     np.add(target, a, out=target, casting="unsafe")

@@ -7,10 +7,11 @@ requires_grad, versions...), the same for every run of the same op list over inp
 * **Record.** The first run of an op list is an ordinary cold ``run_program`` with a ``Recorder`` active
   (``engine.kernel``): every kernel call of the forward and of the backward (VJPs are engine ops, so a
   backward, and a double backward under create_graph, is itself a sequence of kernel calls) goes on a tape,
-  its inputs as slots (program inputs, earlier outputs) and its static parameters as given. Provenance: an
-  array that reaches a kernel or the response without coming from an input or a kernel, an op not declared
-  ``plannable`` in the op table, an in-place write outside a kernel, a warning, or a forward-mode op make the op
-  list unplannable: it is cached as such and runs cold from then on. Only successful cold runs are cached.
+  its inputs as slots (program inputs, earlier outputs) and its static parameters as given; an in-place op's
+  write is a kernel's too. Provenance: an array that reaches a kernel or the response without coming from an
+  input or a kernel, an op not declared ``plannable`` in the op table (an in-place op: as its out-of-place op
+  is), an in-place write outside a kernel, a warning, or a forward-mode op make the op list unplannable: it
+  is cached as such and runs cold from then on. Only successful cold runs are cached.
   ``PlanCache(record_after=N)`` records at the N-th run of a structure (the app: 2, so a list run once never
   pays for recording and building; a ``repeat`` loop records at its first iteration).
 * **Key.** The op list with the data of its ``tensor`` ops left out (names, literals, flags stay), and the
@@ -41,13 +42,21 @@ requires_grad, versions...), the same for every run of the same op list over inp
   recorded or replayed alike), so the other names' arrays (a chain's intermediates) are intermediates of the
   plan, written into registers.
 
-* **Sessions and loops.** A session list whose results carry no graph plans too (``run_session_planned``;
-  its key adds the session's tensors, function definitions, warned set and name counter). A list recorded
-  unplannable is remembered under a cheap pre-key as well, so it runs cold without its full key being built.
-  A session plan carries the key (and the tensors' layout) of the state it leaves: a ``repeat``/``until``
-  iteration finds its plan by the carried key, and iterations but the stopping one replay on a lazy state
-  (no tensors built between them); a layout that does not match, or a state whose key differs, builds the
-  key and records as usual.
+* **Sessions and loops.** A session list plans too (``run_session_planned``; its key adds the session's
+  tensors and their gradients, function definitions, warned set and name counter): a training loop's
+  iteration (forward, backward, an optimizer's in-place step under no_grad, zero_grad) replays. What a replay
+  rebuilds beyond the tensors' descriptors (``_After``): the preset tensors' version counters moved as the
+  cold run moved them (versions are not in the key), their gradients replaced, dropped or written in place,
+  their accumulation counts moved or reset (only whether each is zero is in the key), and the graphs a
+  backward left on new tensors (nodes copied, their saved tensors freed). A session tensor carrying a graph
+  keys only under a name the list unbinds or rebinds before reading it. Names are keyed canonically
+  (``_canonical``: where the program reads names), so a client whose name counter gives every iteration new
+  names finds one plan. Inputs a replay writes in place are restored if a guard fires (then the cold run).
+  A list recorded unplannable is remembered under a cheap pre-key as well, so it runs cold without its full
+  key being built. A ``repeat``/``until`` loop (without in-place ops) keys strictly (no gradients, no graphs):
+  a plan carries the key (and the tensors' layout) of the state it leaves, an iteration finds its plan by the
+  carried key, and iterations but the stopping one replay on a lazy state (no tensors built between them); a
+  layout that does not match, or a state whose key differs, builds the key and records as usual.
 
 ``PlanCache`` bounds the plans of a process (entries and estimated bytes, least recently used out) and
 counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``). ``route_oneshot`` and
@@ -57,6 +66,7 @@ counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``). `
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 import threading
@@ -64,6 +74,7 @@ import types
 import weakref
 from bisect import bisect_right
 from collections import OrderedDict
+from dataclasses import dataclass
 from itertools import repeat
 
 import numpy as np
@@ -76,23 +87,29 @@ from . import route as R
 from . import sources as S
 from .functional import TRANSFORMS
 from .grad_mode import WarningSink
+from .node import Node, SavedTensor
 from .ops.creation import Owned
 from .program import (
+    _TENSOR,
+    _TENSOR_LIST,
     NAME_RE,
+    OpOutcome,
     ProgramResult,
     State,
+    _op_layout,
     _Runner,
     graph_stats,
+    resolve_quietly,
     run_program,
 )
-from .registry import OPS
+from .registry import OPS, accumulator
 from .replayed import _PLANNABLE_CALLS, Plan, _Namespace, _PlannedResult, _same_bits, _tensor
 from .tensor import Tensor, as_array
 
 #: ops whose results are program inputs: their data is not part of the key, they run cold on every request
 INPUT_OPS = frozenset({"tensor"})
 #: autograd and name actions a plan may contain (structural: no arrays of their own)
-PLANNABLE_ACTIONS = frozenset({"backward", "grad", "del", "bind", "retain_grad"})
+PLANNABLE_ACTIONS = frozenset({"backward", "grad", "del", "bind", "retain_grad", "zero_grad", "set_grad"})
 _PLAN_IDS = itertools.count(1)  # numbers a plan's compiled chunks' file names (``engine.sources``)
 _STEP_BYTES = 160      # a lower bound of a tape step's size: a plan surely too large is not compiled
 _CHECK_EVERY = 256     # replay checks the deadline every this many kernel calls
@@ -361,7 +378,7 @@ def _plannable_op(op) -> bool:
     spec = OPS.get(name) if isinstance(name, str) else None
     if spec is not None and not spec.plannable and spec.name in _PLANNABLE_CALLS:
         return _PLANNABLE_CALLS[spec.name](op.get("args") or [], op.get("kwargs") or {})
-    return spec is not None and spec.plannable and not spec.inplace
+    return spec is not None and spec.plannable
 
 
 def _plannable_name(name) -> bool | None:
@@ -374,7 +391,7 @@ def _plannable_name(name) -> bool | None:
         return False
     if not spec.plannable and spec.name in _PLANNABLE_CALLS:
         return None
-    return spec.plannable and not spec.inplace
+    return spec.plannable
 
 
 _get_op = dict.get
@@ -737,7 +754,7 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
         code, kernels, consts = (), [], []
         steps = _interpreted(tape.steps)
     plan = Plan(code, kernels, consts, steps, rec.n, tuple(rec.inputs), namespace, pre, list(res.ops),
-                list(res.changed), autograd, state.backward_passes, regs=tape.regs)
+                list(res.changed), autograd, state.backward_passes, regs=tape.regs, written=_written(rec))
     nbytes = footprint(plan)
     if nbytes > max_bytes:
         return "the plan would exceed the cache's bytes"
@@ -1246,12 +1263,29 @@ def _run_steps(chunks: list, b: list, R, chk) -> None:
             chk()
 
 
+def _written(rec: K.Recorder) -> tuple:
+    """The positions (in the replay's inputs) of the inputs whose memory an in-place kernel writes into."""
+    roots = {}
+    for i, s in enumerate(rec.inputs):
+        roots.setdefault(id(_root(rec.keep[s])), []).append(i)
+    out = set()
+    for _, _, where, _, multi in rec.steps:
+        if multi == 2:
+            out.update(roots.get(id(_root(rec.keep[where[0][1]])), ()))
+    return tuple(sorted(out))
+
+
 def _guarded_replay(cache: PlanCache, plan: Plan, inputs, control):
     """The plan's slots, or the fallback route when a kernel's guard fired (counted; the caller runs the list
-    cold, which gives the error or the result)."""
+    cold, which gives the error or the result). Inputs it writes into in place are as they were then: a replay
+    is all or nothing, as the cold run is."""
+    undo = [(a, a.copy()) for a in map(inputs.__getitem__, plan.written)] if plan.written else None
     try:
         buf = _replay(plan, inputs, control)
     except Exception as e:  # noqa: BLE001 - a guard: the cold run gives the error (or the result)
+        if undo:
+            for a, old in undo:
+                np.copyto(a, old)
         cache.count("fallbacks")
         return _fallback(e)
     cache.count("hits")
@@ -1484,19 +1518,76 @@ def _functions_key(functions: dict) -> tuple | None:
     return tuple(out)
 
 
-def _session_key(state: State, ops: list, extra: tuple, text: bytes | None = None):
+def _historyless(t) -> bool:
+    """A tensor without history: no graph, no base, no gradient of its own, no tangent."""
+    return (t.__class__ is Tensor and t._grad_fn is None and t._base is None and t._grad is None
+            and t._fw_grad is None and t.data.__class__ is np.ndarray)
+
+
+def _dropped_names(ops: list) -> set:
+    """The names the list unbinds (``del``) or binds anew (``out``) before anything could read them: a session
+    tensor under such a name may carry a graph, which the run never reads (its nodes stay the session's)."""
+    read, dropped = set(), set()
+
+    def strings(v, into):
+        if v.__class__ is str:
+            into.add(v.partition(".")[0])
+        elif v.__class__ is list or v.__class__ is tuple:
+            for x in v:
+                strings(x, into)
+        elif v.__class__ is dict:
+            for k, x in v.items():
+                strings(k, into)
+                strings(x, into)
+    for o in ops:
+        if o.__class__ is not dict:
+            return set()
+        reads, binds = set(), set()
+        for k, v in o.items():
+            if k != "op":
+                strings(v, binds if k == "out" or (k == "args" and o.get("op") == "del") else reads)
+        read.update(reads - dropped)
+        dropped.update(binds - read)
+    return dropped
+
+
+def _session_key(state: State, ops: list, extra: tuple, text: bytes | None = None, strict: bool = False,
+                 ren: dict | None = None, dropped: set | None = None):
     """The key of a session list: everything of the session state the run can depend on (each tensor's name,
-    shape, dtype, flags, version, aliasing; the function definitions; the warned set; the name counter).
-    None when a session tensor is not a plain leaf without a gradient (those run cold)."""
+    shape, dtype, flags, aliasing, its gradient's; the function definitions; the warned set; the name
+    counter). Not the version counters: a run depends on their moves only, and a replay moves them as the
+    recorded run did (``_After``). None when a session tensor has a history the run could read: a graph (but
+    under a name the list only unbinds), a view, a gradient with a graph (``strict``: any graph or gradient,
+    what a repeat loop's chained replays assume)."""
     metas, tids, vcs, bases = [], {}, {}, {}
     for name, t in state.tensors.items():
-        if not (isinstance(t, Tensor) and t._grad_fn is None and t._base is None and t._grad is None
-                and getattr(t, "_fw_grad", None) is None and t.data.__class__ is np.ndarray):
+        if ren is not None:
+            t_name, name = name, ren[name]
+        if t.__class__ is not Tensor or t._base is not None or t._fw_grad is not None \
+                or t.data.__class__ is not np.ndarray:
             return None
         base = t.data.base if t.data.base is not None else t.data
+        if t._grad_fn is not None:
+            if strict:
+                return None
+            if dropped is None:  # (with ``ren``, the caller gives them, by the session's names)
+                dropped = _dropped_names(ops)
+            if (name if ren is None else t_name) not in dropped or t._grad is not None:
+                return None
+            metas.append((name, "dropped", tids.setdefault(id(t), len(tids)), vcs.setdefault(id(t._vc), len(vcs)),
+                          bases.setdefault(id(base), len(bases))))
+            continue
+        g = t._grad
+        gm = None
+        if g is not None:
+            if strict or not _historyless(g) or g._requires_grad:
+                return None
+            gb = g.data.base if g.data.base is not None else g.data
+            gm = (g.data.shape, g.data.dtype.str, g.data.strides, g.retains_grad, tids.setdefault(id(g), len(tids)),
+                  vcs.setdefault(id(g._vc), len(vcs)), bases.setdefault(id(gb), len(bases)))
         metas.append((name, t.data.shape, t.data.dtype.str, t.data.strides, t._requires_grad, t.retains_grad,
-                      t._vc[0], t.grad_accumulations, tids.setdefault(id(t), len(tids)),
-                      vcs.setdefault(id(t._vc), len(vcs)), bases.setdefault(id(base), len(bases))))
+                      t.grad_accumulations if strict else t.grad_accumulations > 0, tids.setdefault(id(t), len(tids)),
+                      vcs.setdefault(id(t._vc), len(vcs)), bases.setdefault(id(base), len(bases)), gm))
     fns = _functions_key(state.functions)
     if fns is None:
         return None
@@ -1511,8 +1602,26 @@ def _session_key(state: State, ops: list, extra: tuple, text: bytes | None = Non
     if made is None:
         return None
     (text, imetas, ex), inputs = made
-    key = (text, (tuple(metas), imetas, fns, tuple(sorted(state.warned)), state.counter), ex)
-    return key, [t.data for t in state.tensors.values()] + inputs
+    key = (text, (tuple(metas), imetas, fns, tuple(sorted(state.warned)), state.counter, strict), ex)
+    return key, _session_inputs(state.tensors) + inputs
+
+
+def _session_inputs(tensors: dict) -> list:
+    """The arrays of a session state a run reads: each tensor's, then each gradient's (``rec.add_input``'s order)."""
+    out = [t.data for t in tensors.values()]
+    out += [t._grad.data for t in tensors.values() if t._grad is not None]
+    return out
+
+
+def _vcs(tensors: dict) -> list:
+    """The version counters of a session state (each tensor's, then its gradient's), each once, in order."""
+    seen, out = set(), []
+    for t in tensors.values():
+        for vc in (t._vc, None if t._grad is None else t._grad._vc):
+            if vc is not None and id(vc) not in seen:
+                seen.add(id(vc))
+                out.append(vc)
+    return out
 
 
 def _session_check(state: State, preset: dict, before: tuple, rec: K.Recorder) -> str | None:
@@ -1546,7 +1655,410 @@ def _session_check(state: State, preset: dict, before: tuple, rec: K.Recorder) -
     return None
 
 
-def _pre_key(state: State, ops: list, extra: tuple):
+@dataclass
+class _After:
+    """What a session replay rebuilds besides the tensors' descriptors: the preset tensors' gradients (per
+    preset tensor: None; -1, the one it had, kept (maybe written in place); ("n", name), the new tensor bound
+    to ``name``; ("d", descriptor)), the moves of the preset state's version counters ((position in ``_vcs``,
+    delta)), and the graphs of the new tensors: nodes in post order (``("acc", "p"|"n", name)``: that
+    tensor's AccumulateGrad; ``("f", node, next edges)``: a copy of ``node``, its saved tensors freed) and
+    (name, output_nr, node position) per tensor."""
+
+    grads: tuple
+    deltas: tuple
+    nodes: tuple
+    graphs: tuple
+    accs: tuple | None = None  # per preset tensor: its grad_accumulations after, ("abs", n) or ("rel", delta)
+    aliases: tuple = ()        # (new name, "t" | "g", preset name): a preset tensor (its gradient before the run)
+
+
+# ----- gradient accumulation counts: a run moves them (a backward adds one) or resets them (zero_grad) --------
+_OFFSET = 1 << 40  # a preset tensor's count is offset by a multiple of this while a plan is recorded
+
+
+def _offset(preset: dict) -> dict | None:
+    """Offset each preset tensor's nonzero accumulation count by its own multiple of ``_OFFSET`` while a plan is
+    recorded, so that after the run a count still above ``_OFFSET`` was moved (a replay moves it by as much) and
+    one below was reset and counted anew (a replay sets it). Zero counts need nothing: moved or reset, both give
+    the same. name -> (position, count before)."""
+    offsets = {}
+    for i, (name, t) in enumerate(preset.items()):
+        if t.grad_accumulations > 0:
+            offsets[name] = (i, t.grad_accumulations)
+            t.grad_accumulations += (i + 1) * _OFFSET
+    return offsets or None
+
+
+def _unoffset(preset: dict, offsets: dict) -> tuple:
+    """Take the offsets back (after the run, or its rollback): (per preset tensor ("abs", n) or ("rel", delta),)."""
+    out = []
+    for i, (name, t) in enumerate(preset.items()):
+        v = t.grad_accumulations
+        if name in offsets and v >= _OFFSET:
+            t.grad_accumulations = v - (i + 1) * _OFFSET
+            out.append(("rel", t.grad_accumulations - offsets[name][1]))
+        else:
+            out.append(("abs", v))
+    return tuple(out)
+
+
+def _unoffset_report(res: ProgramResult, offsets: dict) -> dict:
+    """The autograd report's counts taken back; (record, entry) -> (preset position, delta) of those moved."""
+    moved = {}
+    befores = {i: b for i, b in offsets.values()}
+    for k, r in enumerate(res.autograd):
+        for j, e in enumerate(r.entries):
+            v = e.grad_accumulations
+            if v >= _OFFSET:
+                i = v // _OFFSET - 1
+                e.grad_accumulations = v - (i + 1) * _OFFSET
+                moved[(k, j)] = (i, e.grad_accumulations - befores[i])
+    return moved
+
+
+_ATTRS = ("_requires_grad", "_grad_fn", "_base", "output_nr", "retains_grad", "data", "_fw_grad")
+
+
+def _before(preset: dict) -> tuple:
+    """What ``_after`` compares the preset tensors with after the run."""
+    return ({n: t._grad for n, t in preset.items()}, [(vc, vc[0]) for vc in _vcs(preset)],
+            {n: tuple([getattr(t, a) for a in _ATTRS]) for n, t in preset.items()})
+
+
+def _after(state: State, preset: dict, before: tuple, rec: K.Recorder) -> _After | str:
+    """How the cold run's final state differs from the preset one, as a replay can rebuild it; or why it
+    cannot. What a run may leave: new tensors (each under one name, without a view relationship, a graph
+    only once its backward freed it), preset tensors moved in place (their versions), their gradients
+    replaced, dropped or written in place."""
+    counter, functions, (grads0, vcs0, attrs0) = before
+    if state.counter != counter or state.functions is not functions and state.functions != functions:
+        return "the run changed the session's names or functions"
+    old = {id(t): ("t", n) for n, t in preset.items()}
+    old.update((id(g), ("g", n)) for n, g in grads0.items() if g is not None)
+    pvcs = {id(vc) for vc, _ in vcs0}
+    new, aliases, named = {}, [], set()
+    for name, t in state.tensors.items():
+        if preset.get(name) is t:
+            continue
+        if id(t) in old:
+            # a name bound to a tensor the session held (``g = w.grad`` of a gradient kept in place): the same
+            # object after a replay, once
+            if id(t) in named:
+                return f"{name!r} names a tensor the session held under another name"
+            named.add(id(t))
+            aliases.append((name, *old[id(t)]))
+            continue
+        if id(t) in new:
+            return f"{name!r} names a tensor the session held under another name"
+        new[id(t)] = name
+        if t._base is not None or t._fw_grad is not None or id(t._vc) in pvcs:
+            return f"{name!r} has a view relationship with the session"
+        g = t._grad
+        if g is not None and (not _historyless(g) or g._requires_grad or id(g._vc) in pvcs):
+            return f"the gradient of {name!r} carries a graph"
+    grads = []
+    for name, t in preset.items():
+        if not all(getattr(t, a) is v for a, v in zip(_ATTRS, attrs0[name])):  # (identity: data is an array)
+            return f"{name!r} changed its autograd metadata"
+        g, g0 = t._grad, grads0[name]
+        if g is None:
+            grads.append(None)
+            continue
+        if not _historyless(g) or g._requires_grad:
+            return f"the gradient of {name!r} carries a graph"
+        if g is g0:
+            grads.append(-1)
+        elif id(g) in new:
+            grads.append(("n", new[id(g)]))
+        elif id(g) in old or id(g._vc) in pvcs:
+            return f"the gradient of {name!r} is a tensor the session held"
+        else:
+            d = _desc(rec, g, 1)
+            if d is None:
+                return f"the gradient of {name!r} was made outside a kernel"
+            grads.append(("d", d))
+    deltas = tuple((i, vc[0] - v) for i, (vc, v) in enumerate(vcs0) if vc[0] != v)
+    roots = [(name, t) for name, t in state.tensors.items() if id(t) in new and t._grad_fn is not None]
+    nodes, graphs = (), ()
+    if roots:
+        made = _graph_template(roots, preset, new)
+        if isinstance(made, str):
+            return made
+        nodes, graphs = made
+    return _After(tuple(grads), deltas, nodes, graphs, aliases=tuple(aliases))
+
+
+_SAVED_PLAIN = (int, float, bool, str, type(None), tuple)
+
+
+def _graph_template(roots: list, preset: dict, new: dict):
+    """(nodes, graphs) of ``_After`` for the new tensors ``roots`` that carry a graph, or why not: every node
+    must hold no saved tensor any more (a backward without retain_graph freed them) and retain nothing, and
+    every AccumulateGrad be a preset or new tensor's own."""
+    order, index = [], {}
+    for _, t in roots:
+        stack = [(t._grad_fn, False)]
+        while stack:
+            n, done = stack.pop()
+            if id(n) in index:
+                continue
+            if done:
+                index[id(n)] = len(order)
+                order.append(n)
+                continue
+            stack.append((n, True))
+            if n.prim != "AccumulateGrad":
+                stack.extend((c, False) for c, _ in n.next_functions if c is not None and id(c) not in index)
+    by_id = {id(t): name for name, t in preset.items()}
+    nodes = []
+    for n in order:
+        if n.prim == "AccumulateGrad":
+            v = n.variable
+            if v is None or v._accumulator is not n:
+                return "a graph reaches an accumulator of no session tensor"
+            if id(v) in by_id:
+                nodes.append(("acc", "p", by_id[id(v)]))
+            elif id(v) in new:
+                nodes.append(("acc", "n", new[id(v)]))
+            else:
+                return "a graph reaches a leaf the session does not hold"
+            continue
+        if n.retained or n.variable is not None or n.holds_saved_tensors():
+            return "a result's graph still holds saved tensors"
+        for v in n.saved.values():
+            if v.__class__ is list:
+                if not all(x.__class__ is SavedTensor for x in v):
+                    return "a graph node saves a value a replay cannot copy"
+            elif v.__class__ is not SavedTensor and not isinstance(v, _SAVED_PLAIN):
+                return "a graph node saves a value a replay cannot copy"
+        nodes.append(("f", n, tuple([(None if c is None else index[id(c)], nr) for c, nr in n.next_functions])))
+    graphs = tuple((name, t.output_nr, index[id(t._grad_fn)]) for name, t in roots)
+    return tuple(nodes), graphs
+
+
+_new_node = Node.__new__
+
+
+def _rebuild_graph(nodes: tuple, preset: dict, new: dict) -> list:
+    """The nodes of a template (``_graph_template``), made anew for a replay's tensors; freed saved tensors are
+    shared (nothing writes a freed slot)."""
+    built = []
+    for e in nodes:
+        if e[0] == "acc":
+            built.append(accumulator(preset[e[2]] if e[1] == "p" else new[e[2]]))
+            continue
+        _, src, nexts = e
+        n = _new_node(Node)
+        n.name, n.prim, n.input_meta, n.n_outputs, n._needs = src.name, src.prim, src.input_meta, src.n_outputs, \
+            src._needs
+        n.saved = {k: list(v) if v.__class__ is list else v for k, v in src.saved.items()}
+        n.retained = n.variable = None
+        n.next_functions = tuple([(None if c is None else built[c], nr) for c, nr in nexts])
+        built.append(n)
+    return built
+
+
+def _finish_session(plan: Plan, buf: list, state: State, preset: dict) -> ProgramResult:
+    """``_finish`` for a session plan with an ``_After``: the preset tensors' versions and gradients as the
+    cold run leaves them, new tensors with their graphs."""
+    after = plan.after
+    if after.deltas:
+        vcs = _vcs(preset)
+        for i, d in after.deltas:
+            vcs[i][0] += d
+    if any(a.__class__ is tuple for _, _, es in plan.autograd for _, _, _, a in es):
+        bases = [t.grad_accumulations for t in preset.values()]
+        plan = dataclasses.replace(plan, autograd=[
+            (i, op, [(n, c, g, a if a.__class__ is int else bases[a[0]] + a[1]) for n, c, g, a in es])
+            for i, op, es in plan.autograd])
+    ns, new = {}, {}
+    aliases = {name: preset[p] if kind == "t" else preset[p]._grad for name, kind, p in after.aliases} \
+        if after.aliases else ()
+    for name, d in plan.namespace:
+        if d is None:
+            ns[name] = preset[name]
+        elif name in aliases:
+            ns[name] = aliases[name]
+        else:
+            ns[name] = new[name] = _tensor(buf, d)
+    for k, ((name, _, accs), how) in enumerate(zip(plan.preset, after.grads)):
+        t = preset[name]
+        if how is None:
+            t._grad = None
+        elif how != -1:
+            t._grad = new[how[1]] if how[0] == "n" else _tensor(buf, how[1])
+        if after.accs is None:
+            t.grad_accumulations = accs
+        else:
+            kind, n = after.accs[k]
+            t.grad_accumulations = n if kind == "abs" else t.grad_accumulations + n
+    if after.graphs:
+        built = _rebuild_graph(after.nodes, preset, new)
+        for name, nr, i in after.graphs:
+            t = new[name]
+            t._grad_fn = built[i]
+            t.output_nr = nr
+    state.tensors = ns
+    state.backward_passes += plan.backward_passes
+    return _PlannedResult(plan, buf)
+
+
+# ----- names: a list and the same list under other names plan alike ------------------------------------------
+#: the parameters of the actions that take tensor names (by position and by keyword)
+_NAME_PARAMS = {"backward": ((0, "tensors"), (1, "gradient"), (4, "inputs")),
+                "grad": ((0, "outputs"), (1, "inputs"), (2, "grad_outputs")),
+                "zero_grad": ((0, "tensors"),), "retain_grad": ((0, "self"),), "bind": ((0, "self"),),
+                "set_grad": ((0, "self"), (1, "grad")), "requires_grad_": ((0, "self"),)}
+_OP_KEYS = frozenset({"op", "args", "kwargs", "out", "no_grad"})
+
+
+class _Names:
+    """The canonical names of a session list (``_canonical``): the session's names in its order, then the
+    names the list brings, in the order they come; and which names the list unbinds or rebinds before it reads
+    them (``_dropped_names``, from the same pass)."""
+
+    __slots__ = ("ren", "names", "read", "dropped")
+
+    def __init__(self, tensors: dict):
+        self.names = list(tensors)
+        self.ren = {n: f"\x00{i}" for i, n in enumerate(self.names)}
+        self.read, self.dropped = set(), set()
+
+    def name(self, v, bind: bool = False):
+        """A value at a position that takes a tensor name (a name, a name's ``.grad``, a list of them, or any
+        other value); ``bind``: the position binds or unbinds the name (``out``, ``del``), else it reads it."""
+        if v.__class__ is str:
+            ren = self.ren
+            c = ren.get(v)
+            if c is not None:
+                base, suffix = v, ""
+            else:
+                base, dot, attr = v.partition(".")
+                suffix = dot + attr
+                c = ren.get(base)
+                if c is None:
+                    c = ren[base] = f"\x00{len(self.names)}"
+                    self.names.append(base)
+            if bind:
+                if base not in self.read:
+                    self.dropped.add(base)
+            elif base not in self.dropped:
+                self.read.add(base)
+            return c + suffix if suffix else c
+        if v.__class__ is list:
+            return [self.name(x, bind) for x in v]
+        return v
+
+
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
+def _literal_ok(v, ren: dict) -> bool:
+    """A literal kept as it is: no string that could read as a canonical name (the key stays one-to-one), nor
+    one that names a tensor (an index naming a tensor, a string an op might read as a name: the list is then
+    keyed under its own names)."""
+    c = v.__class__
+    if c in _SCALARS:
+        return True
+    if c is str:
+        return not v.startswith("\x00") and v.partition(".")[0] not in ren
+    if c is list or c is tuple:
+        return all(_literal_ok(x, ren) for x in v)
+    if c is dict:
+        return all(_literal_ok(k, ren) and _literal_ok(x, ren) for k, x in v.items())
+    return True
+
+
+def _canonical(ops: list, tensors: dict):
+    """(the list with every tensor name replaced by its canonical name, ``_Names``), or None where the list has
+    a form whose names are not known by position (then it plans under its own names). Names are read where the
+    program reads names: ``out``, an op's tensor parameters (by its signature's kinds), an action's name
+    parameters, ``del``'s arguments; everything else is a literal, kept."""
+    nm = _Names(tensors)
+    name, ren = nm.name, nm.ren
+    out = []
+    append = out.append
+    keys = _OP_KEYS.issuperset
+    for o in ops:
+        if o.__class__ is not dict or not keys(o):
+            return None
+        op, args, kwargs = o.get("op"), o.get("args") or [], o.get("kwargs") or {}
+        if args.__class__ is not list or kwargs.__class__ is not dict or op.__class__ is not str:
+            return None
+        if op in INPUT_OPS:
+            if kwargs and not _literal_ok(kwargs, ren):
+                return None
+            n = dict(o)
+        elif op == "del":
+            n = {**o, "args": [name(a, True) for a in args]}
+        elif op in _NAME_PARAMS:
+            params = _NAME_PARAMS[op]
+            pos, kws = {i for i, _ in params}, {kw for _, kw in params}
+            if not (_literal_ok([v for i, v in enumerate(args) if i not in pos], ren)
+                    and _literal_ok({key: v for key, v in kwargs.items() if key not in kws}, ren)):
+                return None
+            n = {**o, "args": [name(v) if i in pos else v for i, v in enumerate(args)],
+                 "kwargs": {key: name(v) if key in kws else v for key, v in kwargs.items()}}
+        else:
+            spec = OPS.get(op)
+            if spec is None:
+                return None
+            pos_kinds, varargs_tensor, kinds, _ = _op_layout(spec, op)[1]
+            npos = len(pos_kinds)
+            rest = _TENSOR if varargs_tensor else 0
+            a = []
+            for i, v in enumerate(args):
+                kind = pos_kinds[i] if i < npos else rest
+                if kind == _TENSOR or kind == _TENSOR_LIST:
+                    a.append(name(v))
+                elif v.__class__ in _SCALARS or _literal_ok(v, ren):
+                    a.append(v)
+                else:
+                    return None
+            if kwargs:
+                k = {}
+                for key, v in kwargs.items():
+                    kind = kinds.get(key, 0)
+                    if kind == _TENSOR or kind == _TENSOR_LIST:
+                        k[key] = name(v)
+                    elif (v.__class__ in _SCALARS or _literal_ok(v, ren)) and _literal_ok(key, ren):
+                        k[key] = v
+                    else:
+                        return None
+                n = {**o, "args": a, "kwargs": k}
+            else:
+                n = {**o, "args": a}
+        if "out" in o:
+            n["out"] = name(o["out"], True)
+        append(n)
+    return out, nm
+
+
+def _renamer(plan: Plan, names: list):
+    """recorded name -> this run's name, or None when they are the same."""
+    if plan.names is None or plan.names == names:
+        return None
+    return dict(zip(plan.names, names))
+
+
+def _renamed_plan(plan: Plan, r: dict) -> Plan:
+    """``plan`` as its result reads under this run's names (the tape, registers and pool shared)."""
+    g = r.get
+    after = plan.after
+    if after is not None:
+        after = _After(tuple([h if h is None or h == -1 or h[0] != "n" else ("n", g(h[1], h[1])) for h in after.grads]),
+                       after.deltas,
+                       tuple([e if e[0] != "acc" else ("acc", e[1], g(e[2], e[2])) for e in after.nodes]),
+                       tuple([(g(n, n), nr, i) for n, nr, i in after.graphs]), after.accs,
+                       tuple([(g(n, n), k, g(p, p)) for n, k, p in after.aliases]))
+    return dataclasses.replace(
+        plan, namespace=[(g(n, n), d) for n, d in plan.namespace], preset=[(g(n, n), d, a) for n, d, a in plan.preset],
+        ops=[OpOutcome(o.index, o.op, [g(b, b) for b in o.bound]) for o in plan.ops],
+        changed=[g(n, n) for n in plan.changed],
+        autograd=[(i, op, [(g(n, n), c, d, a) for n, c, d, a in es]) for i, op, es in plan.autograd], after=after)
+
+
+def _pre_key(state: State, ops: list, extra: tuple, ren: dict | None = None):
     """A coarser key, cheap to build, under which a list recorded unplannable is remembered so: the op list
     (tensor data left out), the function definitions, and each session tensor's name, shape, dtype and
     requires_grad (what decides which code runs), without what the full key adds (strides, versions,
@@ -1562,10 +2074,11 @@ def _pre_key(state: State, ops: list, extra: tuple):
         stripped.append(op)
     metas = []
     for n, t in state.tensors.items():
-        if not (t.__class__ is Tensor and t._grad_fn is None and t._base is None and t._grad is None
-                and t._fw_grad is None and t.data.__class__ is np.ndarray):
-            return None  # (the full key refuses it too: the session holds a graph or a gradient)
-        metas.append((n, t.data.shape, t.data.dtype, t._requires_grad))
+        if not (t.__class__ is Tensor and t._base is None and t._fw_grad is None and t.data.__class__ is np.ndarray):
+            return None  # (the full key refuses it too: the session holds a view or a tangent)
+        g = t._grad
+        metas.append((n if ren is None else ren[n], t.data.shape, t.data.dtype, t._requires_grad, t._grad_fn is None,
+                      None if g is None else (g.data.shape, g.data.dtype)))
     fns = _functions_key(state.functions)
     try:
         text = _dumps(stripped)
@@ -1582,7 +2095,7 @@ def _layout(state: State) -> tuple:
 
 
 def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plannable: bool | None = None,
-                  carried: tuple | None = None, eager: bool = False):
+                  carried: tuple | None = None, eager: bool = False, strict: bool = False):
     """One run of a session list through ``cache``: (result, plan, route) when it replayed a plan or recorded
     one, (None, False, route) without running anything when it would run cold unrecorded (unplannable,
     unkeyable, or a plan known to be unplannable), (None, None, route) when a replay's guard failed (nothing
@@ -1594,20 +2107,29 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         return None, False, R.COLD_UNPLANNABLE
     lim = kwargs.get("limits")
     respond = kwargs.get("respond", "changed")
+    pre = names = None
     extra = ("session", bool(kwargs.get("no_grad", False)), lim, kwargs.get("extra"),
              respond if isinstance(respond, str) else tuple(respond))
-    pre = None
     if carried is not None and _layout(state) == carried[1]:
         # the state a plan just left (a repeat's previous iteration): its key is the one that plan carries
         key, inputs = carried[0], [t.data for t in state.tensors.values()]
     else:
-        pre = _pre_key(state, ops, extra)
+        # a loop's list under other names each time (a client's name counter) is one key: its canonical names
+        canon = None if strict else _canonical(ops, state.tensors)
+        kops, ren = ops, None
+        if canon is not None:
+            kops, nm = canon
+            names, ren = nm.names, nm.ren
+            if not isinstance(respond, str):
+                extra = (*extra[:4], tuple([nm.name(n) for n in respond]))
+        pre = _pre_key(state, kops, extra, ren)
         if pre is None:
             return None, False, R.COLD_UNKEYABLE
         known = cache.get(pre)
         if isinstance(known, Unplannable):
             return None, False, R.Route("cold", known.code, known.reason)
-        made = _session_key(state, ops, extra, pre[0])  # (the same op list text: tensor data left out)
+        # (the same op list text: tensor data left out)
+        made = _session_key(state, kops, extra, pre[0], strict, ren, None if canon is None else nm.dropped)
         if made is None:
             return None, False, R.COLD_UNKEYABLE
         key, inputs = made
@@ -1618,7 +2140,11 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         buf = _guarded_replay(cache, entry, inputs, kwargs.get("control"))
         if buf.__class__ is not list:
             return None, None, buf
-        res = _finish(entry, buf, state, preset)
+        if entry.after is None:
+            res = _finish(entry, buf, state, preset)
+        else:
+            r = _renamer(entry, names)
+            res = _finish_session(entry if r is None else _renamed_plan(entry, r), buf, state, preset)
         state.held_bytes = entry.held_bytes
         return res, entry, R.REPLAYED
     if isinstance(entry, Unplannable):
@@ -1628,18 +2154,31 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         return None, None, R.COLD_FIRST
     cache.count("misses")
     preset = dict(state.tensors)
-    before = (state.counter, state.functions, {n: t._vc[0] for n, t in preset.items()})
+    before = (state.counter, state.functions, {n: t._vc[0] for n, t in preset.items()} if strict else
+              _before(preset))
     passes = state.backward_passes
-    with K.recording() as rec:
-        for t in preset.values():
-            rec.add_input(t.data)
-        try:
-            res = run_program(state, ops, **run)
-        except Exception as e:
-            e.route = R.RECORDED
-            raise
-    plan = _session_check(state, preset, before, rec) or \
+    offsets = None if strict else _offset(preset)
+    try:
+        with K.recording() as rec:
+            for a in _session_inputs(preset):
+                rec.add_input(a)
+            try:
+                res = run_program(state, ops, **run)
+            except Exception as e:
+                e.route = R.RECORDED
+                raise
+    finally:
+        accs = None if offsets is None else _unoffset(preset, offsets)
+    moved = None if offsets is None else _unoffset_report(res, offsets)
+    after = _session_check(state, preset, before, rec) if strict else _after(state, preset, before, rec)
+    plan = after if isinstance(after, str) else \
         _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
+    if isinstance(after, _After) and isinstance(plan, Plan):
+        after.accs = accs
+        if moved:
+            plan.autograd = [(i, op, [(n, c, g, moved.get((k, j), a)) for j, (n, c, g, a) in enumerate(es)])
+                             for k, (i, op, es) in enumerate(plan.autograd)]
+        plan.after, plan.names = after, names
     if isinstance(plan, str):
         cache.put(key, Unplannable(plan))
         if pre is not None:
@@ -1649,12 +2188,12 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     plan.held_bytes = state.held_bytes
     ins = {id(t.data) for t in preset.values()}
     plan.iter_bytes = sum(a.nbytes for a in rec.keep if a.__class__ is np.ndarray and id(a) not in ins)
-    if not any(isinstance(op, dict) and op.get("op") in INPUT_OPS for op in ops):
+    if strict and not any(isinstance(op, dict) and op.get("op") in INPUT_OPS for op in ops):
         # the key of the state this run leaves (a replay leaves the same structure): a repeat's next
         # iteration finds its plan without building it
-        after = _session_key(state, ops, extra)
-        if after is not None:
-            plan.next_key = (key if after[0] == key else after[0], _layout(state))
+        then = _session_key(state, ops, extra, None, strict)
+        if then is not None:
+            plan.next_key = (key if then[0] == key else then[0], _layout(state))
             # a repeat may run it on a lazy state (_chain_step): no gradients to give, none to rebuild
             plan.chainable = all(g is None for _, g, _ in plan.preset) and \
                 all(d is None or d[6] is None for _, d in plan.namespace)
@@ -1675,24 +2214,60 @@ def run_session_planned(cache: PlanCache | None, state: State, ops: list, *, ext
 def route_session(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (),
                   **kwargs) -> tuple[ProgramResult, R.Route]:
     """``run_session_planned``, and the route the run took (``engine.route``)."""
+    returns = kwargs.get("returns") or ()
     if cache is None:
         return _cold_session(state, ops, kwargs, R.COLD_DISABLED)
-    if kwargs.get("record") or kwargs.get("returns"):
+    if kwargs.get("record") or not _plain_refs(returns):
         return _cold_session(state, ops, kwargs, R.COLD_OPTIONS)
     plannable = _plannable_session_list(ops, state.functions)
     if kwargs.get("repeat", 1) != 1 or kwargs.get("until") is not None:
-        if plannable and isinstance(kwargs.get("repeat", 1), int) and kwargs.get("repeat", 1) >= 1:
+        # (a loop's iterations run on the session's arrays: one that writes them in place runs cold, whose journal
+        # undoes a failed loop whole)
+        if plannable and isinstance(kwargs.get("repeat", 1), int) and kwargs.get("repeat", 1) >= 1 \
+                and not _writes_in_place(ops, state.functions):
             res = _repeat(cache, state, ops, {**kwargs, "extra": extra})
             if res is not None:
-                return res, R.REPLAYED_LOOP
+                return _returned(res, state, returns), R.REPLAYED_LOOP
             return _cold_session(state, ops, kwargs, R.COLD_LOOP)
         return _cold_session(state, ops, kwargs, R.COLD_OPTIONS if plannable else R.COLD_UNPLANNABLE)
     res, planned, route = _session_step(cache, state, ops, {**kwargs, "extra": extra}, plannable)
     if res is not None:
-        return res, route
+        return _returned(res, state, returns), route
     if planned is not None:  # (None: a fallback or a deferred sighting, counted)
         cache.count("unplannable")
     return _cold_session(state, ops, kwargs, route)
+
+
+def _writes_in_place(ops: list, functions: dict) -> bool:
+    """Whether the list (or a function of the session) calls an in-place op."""
+    names = {o.get("op") for o in ops if o.__class__ is dict}
+    for f in functions.values():
+        names.update(o.get("op") for o in f.ops if o.__class__ is dict)
+    for name in names:
+        spec = OPS.get(name) if name.__class__ is str else None
+        if spec is not None and spec.inplace:
+            return True
+    return False
+
+
+def _plain_refs(returns) -> bool:
+    """Whether every name ``return`` reads is ``NAME`` or ``NAME.grad``: what a planned run reads after the
+    fact (``_returned``) without an error; anything else runs cold, which reports it."""
+    for n in returns:
+        if n.__class__ is not str:
+            return False
+        _, dot, attr = n.partition(".")
+        if dot and attr != "grad":
+            return False
+    return True
+
+
+def _returned(res: ProgramResult, state: State, returns) -> ProgramResult:
+    """``res`` with the tensors ``return`` reads after the run (what the cold run's ``returns`` gives)."""
+    if returns and not res.returned:
+        ns = state.tensors
+        res.returned = {n: resolve_quietly(ns, n) for n in returns}
+    return res
 
 
 _TENSOR_ATTRS = ("_grad", "grad_accumulations", "retains_grad", "_requires_grad")
@@ -1756,7 +2331,7 @@ def _repeat(cache: PlanCache, state: State, ops: list, kwargs: dict) -> ProgramR
                         scratch.tensors = {n: o if o.__class__ is Tensor else _tensor(o[0], o[1])
                                            for n, o in lazy.items()}
                         lazy = None
-                    res, plan, _ = _session_step(cache, scratch, ops, kwargs, True, carried, eager=True)
+                    res, plan, _ = _session_step(cache, scratch, ops, kwargs, True, carried, eager=True, strict=True)
                     if not plan:
                         raise _Abort
                 carried = plan.next_key

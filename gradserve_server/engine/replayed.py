@@ -48,16 +48,19 @@ class Plan:
     pool_cap: int = 0              # register sets kept between replays
     pool: list = field(default_factory=list)  # idle register sets
     lazy: tuple | None = None      # (name -> descriptor, names of preset tensors): made on a first one-shot replay
+    written: tuple = ()            # positions of the inputs an in-place kernel writes into (restored if it fails)
+    after: object = None           # what a session replay rebuilds besides the descriptors (``plan._After``)
+    names: list | None = None      # a session plan's names in canonical order (``plan._canonical``) as recorded
 
+
+def _true_division(args, kwargs) -> bool:
+    # true division computes through a kernel; rounding modes are value-dependent numpy
+    return isinstance(args, list) and len(args) <= 2 and isinstance(kwargs, dict) \
+        and kwargs.get("rounding_mode") is None
 
 
 #: ops plannable in some of their call forms only: op -> (args, kwargs) -> whether this call is
-_PLANNABLE_CALLS = {
-    # true division computes through a kernel; rounding modes are value-dependent numpy
-    "div": lambda args, kwargs: isinstance(args, list) and len(args) <= 2 and isinstance(kwargs, dict)
-    and kwargs.get("rounding_mode") is None,
-}
-
+_PLANNABLE_CALLS = {"div": _true_division, "div_": _true_division}
 
 
 def _same_bits(a, b) -> bool:

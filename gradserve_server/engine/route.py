@@ -28,7 +28,7 @@ REASONS = {
     "first_sighting": "a structure run fewer times than the one that records its plan (GRADSERVE_PLAN_RECORD_AFTER)",
     "cache_disabled": "plans are off (GRADSERVE_PLAN_CACHE_ENTRIES=0)",
     "request_options": "record, return (sessions), repeat or until with a list that cannot plan",
-    "unplannable_op": "an op that no plan can replay (no kernels, in place, value-dependent control)",
+    "unplannable_op": "an op that no plan can replay (no kernels, or value-dependent control)",
     "unkeyable": "the list or the state could not be keyed (a session tensor with a graph or a gradient, a "
                  "tensor op's data form)",
     "untraced_array": "an array reached a kernel or the result without coming from an input or a kernel",

@@ -326,9 +326,7 @@ def test_a_target_out_of_range_on_a_replay_falls_back_to_the_cold_error():
 
 def test_programs_with_unplannable_ops_stay_cold_and_correct():
     rng = np.random.default_rng(3)
-    for ops in ([T("x", [1.0, 2.0], requires_grad=True), op("clone", "x", out="y"), op("add_", "y", 1.0),
-                 op("sum", "y", out="s"), op("backward", "s")],                       # in place: not plannable
-                [T("x", [1.0, -2.0], requires_grad=True), op("abs", "x", out="y"),   # no kernel (yet)
+    for ops in ([T("x", [1.0, -2.0], requires_grad=True), op("abs", "x", out="y"),   # no kernel (yet)
                  op("sum", "y", out="s"), op("backward", "s")],
                 [T("x", [[1.0, 2.0], [3.0, 4.0]], requires_grad=True), T("i", [1, 0]),
                  op("getitem", "x", "i", out="y"), op("sum", "y", out="s"), op("backward", "s")]):
@@ -339,6 +337,16 @@ def test_programs_with_unplannable_ops_stay_cold_and_correct():
         assert cache.hits == 0 and cache.unplannable >= 2, cache.stats()
         ops = [dict(o) for o in ops]
         ops[0] = T("x", (np.array(ops[0]["args"][0]) + rng.standard_normal()).tolist(), requires_grad=True)
+
+
+def test_an_in_place_op_through_a_kernel_replays_bit_for_bit():
+    cache = PlanCache()
+    for v in (1.0, 2.0, 3.0, 4.0):
+        ops = [T("x", [1.0, v], requires_grad=True), op("clone", "x", out="y"), op("add_", "y", 1.0),
+               op("mul_", "y", "x"), op("sum", "y", out="s"), op("backward", "s")]
+        c, p, _ = both_ways(ops, cache)
+        assert c == p and c[0] == "ok"
+    assert cache.hits == 3 and cache.unplannable == 0, cache.stats()
 
 
 def test_a_warning_makes_a_program_unplannable():

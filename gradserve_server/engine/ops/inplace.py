@@ -19,14 +19,16 @@ import weakref
 import numpy as np
 
 from .. import dtypes as D
-from ..budget import counted_copy
+from .. import kernel as K
+from ..budget import _budget
 from ..errors import LeafInplaceError, TorchRuntimeError
 from ..forward_ad import _level as _fw_level
 from ..forward_ad import inplace_update, tangent_of
 from ..grad_mode import _grad_enabled
 from ..journal import array_, setattr_, setitem_
+from ..kernel import kcall, kinplace
 from ..node import Node, SavedTensor
-from ..registry import edge, jvp, op, record, vjp, zero_jvp
+from ..registry import OPS, edge, jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
 from ..views import _dense, has_internal_overlap, partial_overlap, rebase_error, set_history, view_positions
 from . import elementwise as E
@@ -100,6 +102,17 @@ def _check_overlap(self: Tensor, others: list, fn, args, full: bool) -> None:
             raise TorchRuntimeError(_PARTIAL_OVERLAP, code="invalid_inplace")
 
 
+def _saved_copy(a: np.ndarray) -> np.ndarray:
+    """``counted_copy`` of the old value an op saved, made by a kernel (a plan records it)."""
+    budget = _budget.get()
+    if budget is not None:
+        budget.reserve(a.nbytes, "the saved value of a tensor changed in place")
+    copy = kcall(K.copy, a)
+    if budget is not None:
+        budget.track(copy)
+    return copy
+
+
 def apply_inplace(self: Tensor, fn, *args, **kwargs) -> Tensor:
     return _apply_inplace(self, fn, args, kwargs, True)
 
@@ -143,7 +156,7 @@ def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check) -> Tensor:
             if isinstance(v, SavedTensor) and v.live() is shadow:
                 # the op saved the old value: keep a private copy with its own version counter (counted in
                 # the run's bytes, as a Tensor's data is)
-                shadow.data = counted_copy(shadow.data, "the saved value of a tensor changed in place")
+                shadow.data = _saved_copy(shadow.data)
                 shadow._vc = [v.version]
     if result.data is not self.data:
         array_(target)
@@ -151,8 +164,8 @@ def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check) -> Tensor:
             # elements written more than once (an expanded target): an unchanged one must not undo another's
             # write, as torch's masked_fill_ only writes where the mask is set
             np.copyto(target, result.data, casting="unsafe", where=result.data != self.data)
-        else:
-            np.copyto(target, result.data, casting="unsafe")
+        else:  # (through a kernel: a plan records the write and replays it)
+            kinplace(K.assign, target, result.data)
     setitem_(self._vc, 0, self._vc[0] + 1)
     if node is None:
         return self
@@ -243,7 +256,7 @@ def _(ctx, *tangents):
 
 
 def _zero(self: Tensor) -> Tensor:
-    return record("ZeroBackward0", np.zeros_like(self.data), (self,))
+    return record("ZeroBackward0", kcall(K.zeros_like, self.data), (self,))
 
 
 @vjp("ZeroBackward0", inputs=("self",), jvp=zero_jvp)
@@ -324,14 +337,22 @@ def _(ctx, self_t, src_t):
 # ----- the in-place op table ------------------------------------------------------------------------------
 
 
-def _make(name: str, fn, grad_fns: tuple, tensors=("self",), aliases=(), doc="", overlap_check=True, **facts):
+def _make(name: str, fn, grad_fns: tuple, tensors=("self",), aliases=(), doc="", overlap_check=True,
+          plannable: bool | None = None, **facts):
+    """``plannable``: default, as the out-of-place op ``name[:-1]`` is declared (the in-place op is that op on
+    a shadow, then a kernel's write)."""
+    if plannable is None:
+        base = OPS.get(name[:-1])
+        plannable = base is not None and base.plannable
+
     def inplace(self, *args, **kwargs):
         return _apply_inplace(self, fn, args, kwargs, overlap_check)
 
     inplace.__name__ = name
     inplace.__signature__ = inspect.signature(fn)  # the program resolves tensor arguments by these names
     inplace.__doc__ = doc or f"Tensor.{name}: in-place {name[:-1]}; bumps the version counter."
-    return op(name, tensors=tensors, grad_fns=grad_fns, inplace=True, aliases=aliases, **facts)(inplace)
+    return op(name, tensors=tensors, grad_fns=grad_fns, inplace=True, aliases=aliases, plannable=plannable,
+              **facts)(inplace)
 
 
 add_ = _make("add_", E.add, ("AddBackward0",), ("self", "other"), ("__iadd__", "iadd"))
@@ -407,7 +428,8 @@ def _index_fill_expanded(self: Tensor, dim, index, value) -> Tensor:
 index_fill_ = _make("index_fill_", _index_fill_expanded, ("IndexFillBackward0", "IndexFillBackward1"),
                     ("self", "index", "value"), overlap_check=False,
                     doc="Tensor.index_fill_(dim, index, value): in place; bumps the version counter.")
-zero_ = _make("zero_", _zero, ("ZeroBackward0",), doc="Tensor.zero_(): fill with zeros in place.", overlap_check=False)
+zero_ = _make("zero_", _zero, ("ZeroBackward0",), doc="Tensor.zero_(): fill with zeros in place.", overlap_check=False,
+              plannable=True)
 fill_ = _make("fill_", _fill, ("FillBackward2", "FillBackward3"), ("self", "value"),
               doc="Tensor.fill_(value): in place.", overlap_check=False,
               overloads={"method": ("(Tensor value)", "(Number value)")})

@@ -154,7 +154,7 @@ def contiguous(self):
     return record("CloneBackward0", kcall(np.ascontiguousarray, self.data), (self,))
 
 
-@op("detach", tensors=("self",), differentiable=False)
+@op("detach", tensors=("self",), differentiable=False, plannable=True)  # (no array of its own)
 def detach(self):
     """Tensor.detach(): a new leaf sharing storage and version counter with self."""
     self = require_tensor(self)
