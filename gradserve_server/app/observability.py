@@ -139,7 +139,7 @@ class _PlanCollector:
                  ("misses", "One-shot runs recorded (run cold) because no plan of their structure was cached."),
                  ("deferred", "Runs of a structure without a plan that ran cold unrecorded: sightings before "
                               "GRADSERVE_PLAN_RECORD_AFTER."),
-                 ("unplannable", "One-shot runs that cannot be planned (an op without kernels, an in-place op, a "
+                 ("unplannable", "Runs that cannot be planned (an op without kernels, a value-dependent form, a "
                                  "warning...) and ran cold."),
                  ("fallbacks", "Replays that met a value-dependent check (an index out of range...) and ran the "
                                "op list cold instead."),
