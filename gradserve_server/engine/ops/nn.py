@@ -711,7 +711,9 @@ def _nll2d_kernel(x, target, ignore_index, red, weight=None):
 def _nll2d_coef(x, target, ignore_index, weight=None):
     coef, untouched = _nll_coef(*_rows(x, target), ignore_index, weight)
     shape = (x.shape[0], *x.shape[2:], x.shape[1])
-    return np.moveaxis(coef.reshape(shape), -1, 1), np.moveaxis(untouched.reshape(shape), -1, 1)
+    # (contiguous, as torch's nll_loss2d_backward writes its gradient: a view of it is ViewBackward0)
+    return (np.ascontiguousarray(np.moveaxis(coef.reshape(shape), -1, 1)),
+            np.ascontiguousarray(np.moveaxis(untouched.reshape(shape), -1, 1)))
 
 
 @vjp("NllLoss2DBackward0", inputs=("self",),
