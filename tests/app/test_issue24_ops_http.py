@@ -98,3 +98,14 @@ def test_new_ops_refuse_bad_calls_with_torch_messages(client, session):
          "num_groups=3"),
     ):
         assert_problem(run(client, session, ops), 422, detail=detail)
+
+
+def test_movedim_of_a_0d_tensor_is_an_alias(client, session):
+    """torch's movedim of a 0-d input returns ``self.alias()`` (AliasBackward0); any other input a permute."""
+    body = ok(run(client, session, [
+        tensor("x", 2.0), tensor("v", [1.0, 2.0]),
+        {"op": "movedim", "args": ["x", 0, 0], "out": "a"}, {"op": "movedim", "args": ["x", [], []], "out": "b"},
+        {"op": "movedim", "args": ["v", [], []], "out": "p"}]))
+    t = body["tensors"]
+    assert t["a"]["grad_fn"] == t["b"]["grad_fn"] == "AliasBackward0" and t["a"]["data"] == 2.0
+    assert t["p"]["grad_fn"] == "PermuteBackward0"
