@@ -109,3 +109,18 @@ def test_movedim_of_a_0d_tensor_is_an_alias(client, session):
     t = body["tensors"]
     assert t["a"]["grad_fn"] == t["b"]["grad_fn"] == "AliasBackward0" and t["a"]["data"] == 2.0
     assert t["p"]["grad_fn"] == "PermuteBackward0"
+
+
+def test_batch_norm_of_an_empty_input_is_its_clone(client, session):
+    """torch: an empty input comes back as its clone (times weight[0], plus bias[0]); the running statistics are
+    neither checked nor updated, and training needs no more than one value per channel."""
+    body = ok(run(client, session, [
+        tensor("e", []), tensor("rm", [1.0, 2.0], requires_grad=False),
+        {"op": "batch_norm", "args": ["e", "rm", "rm"], "kwargs": {"training": True}, "out": "y"},
+        {"op": "zeros", "args": [0, 3], "kwargs": {"requires_grad": True}, "out": "z"},
+        tensor("w", [2.0, 3.0, 4.0]),
+        {"op": "batch_norm", "args": ["z", None, None, "w", "w"], "out": "yw"}]))
+    t = body["tensors"]
+    assert t["y"]["grad_fn"] == "CloneBackward0" and t["y"]["shape"] == [0]
+    assert t["yw"]["grad_fn"] == "AddBackward0" and t["yw"]["shape"] == [0, 3]
+    assert t["rm"]["data"] == [1.0, 2.0]

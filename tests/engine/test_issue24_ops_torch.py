@@ -172,6 +172,16 @@ EXPRESSIONS = [
     "(lambda rm, rv: (F.batch_norm(c3, rm, rv, training=True, momentum=0.3), rm + rv)[1])"
     "(torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64))",
     "F.batch_norm(a, None, None, training=True)",
+    # an empty input: torch returns its clone (times weight[0], plus bias[0]), checking and updating nothing
+    "F.batch_norm(torch.zeros(0, dtype=torch.float64, requires_grad=True), torch.zeros(0, dtype=torch.float64), "
+    "torch.ones(0, dtype=torch.float64), training=True)",
+    "F.batch_norm(torch.zeros(0, dtype=torch.float64, requires_grad=True), None, None)",
+    "F.batch_norm(torch.zeros(0, 3, dtype=torch.float64, requires_grad=True), None, None, v, v, training=True)",
+    "F.batch_norm(torch.zeros(0, 3, 2, dtype=torch.float64, requires_grad=True), torch.zeros(2, dtype=torch.float64), "
+    "None, v)",
+    "F.batch_norm(torch.zeros(2, 0, dtype=torch.float64, requires_grad=True), None, None, training=True)",
+    "(lambda rm: (F.batch_norm(torch.zeros(0, 3, dtype=torch.float64), rm, rm.clone(), training=True), rm)[1])"
+    "(torch.ones(3, dtype=torch.float64))",
     "F.group_norm(c3, 1)",
     "F.group_norm(c3, 3, v, v)",
     "F.group_norm(x2, 3, b1[:3], v, eps=1e-3)",
@@ -317,6 +327,7 @@ ERRORS = [
     "F.batch_norm(c3, None, None, training=False)",
     "F.batch_norm(torch.randn(1, 3, dtype=torch.float64), None, None, training=True)",
     "F.batch_norm(v, None, None, training=True)",
+    "F.batch_norm(torch.zeros(2, 0, dtype=torch.float64), None, None, torch.ones(0, dtype=torch.float64))",
     "F.batch_norm(c3, torch.zeros(2, dtype=torch.float64), torch.ones(3, dtype=torch.float64), training=True)",
     "F.batch_norm(c3, None, None, torch.ones(2, dtype=torch.float64), training=True)",
     "F.batch_norm(cls.reshape(1, 3).repeat(2, 1), None, None, training=True)",
