@@ -124,3 +124,24 @@ def test_batch_norm_of_an_empty_input_is_its_clone(client, session):
     assert t["y"]["grad_fn"] == "CloneBackward0" and t["y"]["shape"] == [0]
     assert t["yw"]["grad_fn"] == "AddBackward0" and t["yw"]["shape"] == [0, 3]
     assert t["rm"]["data"] == [1.0, 2.0]
+
+
+def test_interpolate_of_a_5d_input(client, session):
+    """torch interpolates (N, C, D, H, W) inputs in nearest, nearest-exact and area modes (UpsampleNearest3D,
+    UpsampleNearestExact3D, adaptive_avg_pool3d), and refuses an output size of 0 with its message."""
+    x = np.arange(16.0).reshape(1, 1, 2, 2, 4).tolist()
+    body = ok(run(client, session, [
+        tensor("x", x),
+        {"op": "interpolate", "args": ["x"], "kwargs": {"scale_factor": 2}, "out": "n"},
+        {"op": "interpolate", "args": ["x"], "kwargs": {"size": [1, 1, 2], "mode": "area"}, "out": "a"},
+        {"op": "interpolate", "args": ["x"], "kwargs": {"size": [2, 2, 2], "mode": "nearest-exact"}, "out": "e"},
+        {"op": "sum", "args": ["n"], "out": "s"}, {"op": "backward", "args": ["s"]}]))
+    t = body["tensors"]
+    assert t["n"]["grad_fn"] == "UpsampleNearest3DBackward0" and t["n"]["shape"] == [1, 1, 4, 4, 8]
+    assert t["a"]["grad_fn"] == "AdaptiveAvgPool3DBackward0" and t["a"]["data"] == [[[[[6.5, 8.5]]]]]
+    assert t["e"]["grad_fn"] == "UpsampleNearestExact3DBackward0"
+    assert t["e"]["data"] == [[[[[1.0, 3.0], [5.0, 7.0]], [[9.0, 11.0], [13.0, 15.0]]]]]  # (torch 2.13)
+    assert t["x"]["grad"] == np.full((1, 1, 2, 2, 4), 8.0).tolist()
+    assert_problem(run(client, session, [tensor("y", x), {"op": "interpolate", "args": ["y", [0, 1, 1]]}]), 422,
+                   detail="Input and output sizes should be greater than 0, but got input (D: 2, H: 2, W: 4) output "
+                          "(D: 0, H: 1, W: 1)")

@@ -68,6 +68,15 @@ EXPRESSIONS = [
     "F.interpolate(x1, size=3)",
     "F.interpolate(x2, scale_factor=1.7, recompute_scale_factor=True)",
     "F.interpolate(x1, scale_factor=1.3)",
+    # 5-d inputs (3 spatial dims): nearest, nearest-exact and area
+    "F.interpolate(x2.reshape(2, 3, 2, 3, 5), size=(2, 5, 7))",
+    "F.interpolate(x2.reshape(2, 3, 2, 3, 5), scale_factor=1.5)",
+    "F.interpolate(x2.reshape(2, 3, 2, 3, 5), scale_factor=(1.3, 0.5, 2), mode='nearest-exact', "
+    "recompute_scale_factor=True)",
+    "F.interpolate(x2.reshape(2, 3, 2, 3, 5), size=(4, 3, 3), mode='nearest-exact')",
+    "F.interpolate(x2.reshape(2, 3, 2, 3, 5), size=(2, 1, 3), mode='area')",
+    "F.interpolate(x2.reshape(2, 3, 2, 3, 5), size=(5, 3, 7), mode='area')",
+    "F.interpolate(x2.reshape(2, 3, 2, 3, 5), size=1, mode='area')",
     # a clone of an expanded tensor is contiguous (torch's preserve_format), so a view of it works
     "a.repeat_interleave(2, dim=0)", "c3.repeat_interleave(2, dim=0).view(-1)",
     "c3.unsqueeze(2).expand(2, 3, 2, 4).clone().view(-1)",
@@ -253,6 +262,9 @@ SECOND_ORDER = [
     ("c3", "F.scaled_dot_product_attention(c3, c3, c3, is_causal=True)"),
     ("x2", "F.interpolate(x2, size=(3, 7), mode='bicubic') ** 2"),
     ("x1", "F.interpolate(x1, size=9, mode='linear') ** 2"),
+    ("x2", "F.interpolate(x2.reshape(2, 3, 2, 3, 5), size=(3, 2, 4), mode='area') ** 2"),
+    ("x2", "F.interpolate(x2.reshape(2, 3, 2, 3, 5), size=(4, 3, 3), mode='nearest') ** 2"),
+    ("x2", "F.interpolate(x2.reshape(2, 3, 2, 3, 5), size=(1, 4, 7), mode='nearest-exact') ** 2"),
     ("a", "a.repeat_interleave(2, dim=1) ** 2"), ("a", "torch.take_along_dim(a, sidx, dim=0) ** 2"),
 ]
 
@@ -285,6 +297,13 @@ ERRORS = [
     "F.interpolate(x2, size=(2, 3, 4))",
     'F.interpolate(x2, size=3, mode="foo")',
     "F.interpolate(a, size=3)",
+    "F.interpolate(torch.ones(1, 1, 2, 2, 2), size=(0, 1, 1))",
+    "F.interpolate(torch.ones(1, 1, 2, 2), size=(0, 1), mode='bilinear')",
+    "F.interpolate(torch.ones(1, 1, 2), size=0, mode='linear')",
+    "F.interpolate(torch.ones(1, 1, 2, 2, 2), size=(-1, 2, 2), mode='area')",
+    "F.interpolate(torch.ones(1, 1, 2, 2, 2, dtype=torch.long), size=3)",
+    "F.interpolate(torch.ones(1, 1, 2, 2, 2, dtype=torch.long), size=3, mode='area')",
+    "F.interpolate(torch.ones(1, 1, 2, 2, 2), size=3, mode='bilinear')",
     "c3.movedim((0, 1), (1,))",
     "c3.movedim((0, 0), (1, 2))",
     "c3.movedim((0, 1), (2, 2))",
