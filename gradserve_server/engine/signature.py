@@ -383,9 +383,13 @@ def _derive(spec, name: str, method: bool) -> Signature:
             continue
         if p.kind == p.VAR_POSITIONAL:  # f(2, 3) or f((2, 3)): any number of positional values
             vname = _VARARGS.get(spec.name, p.name)
-            params.append(Param(vname, p.name, "", spec.name not in _VARARGS, False, False))
+            # (zeros(*sizes, size=...): torch's size may also come by keyword, one parameter under one name)
+            keyword = any(q.name == vname and q.kind == q.KEYWORD_ONLY for q in spec.params)
+            params.append(Param(vname, vname if keyword else p.name, "", spec.name not in _VARARGS, False, False))
             kw_only = varargs = True
             continue
+        if varargs and p.kind == p.KEYWORD_ONLY and p.name == _VARARGS.get(spec.name):
+            continue  # (the varargs parameter's keyword form, above)
         kw_only = kw_only or p.kind == p.KEYWORD_ONLY
         shown = "input" if (i == 0 and p.name == "self" and not method) else p.name
         if p.name in spec.tensors:
@@ -446,7 +450,8 @@ def _parse(sig: Signature, args: list, kwargs: dict, raise_: bool) -> bool:
             pass
         elif present and obj is None and sig.varargs_intlist and i == 0:  # view(None): a size is not optional
             if raise_:
-                raise TorchTypeError(f"{sig.name}(): argument '{p.name}' (position {pos + 1}) must be {p.type}, "
+                where = "" if is_kwd else f" (position {pos + 1})"
+                raise TorchTypeError(f"{sig.name}(): argument '{p.name}'{where} must be {p.type or 'tuple of ints'}, "
                                      f"not NoneType", code="invalid_argument")
             return False
         elif not present:
