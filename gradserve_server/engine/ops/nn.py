@@ -110,12 +110,18 @@ def softmax(self, dim, dtype=None):
                   {"dim": d, "result": "result"})
 
 
-@vjp("SoftmaxBackward0", inputs=("self",), saves=("dim", "result"))
-def _(ctx, grad):
-    r = ctx.result
-    if r.data.ndim == 0:  # torch's backward reads the output: under create_graph the zero is tied to it
-        return tie(grad * 0.0, r),
-    return softmax_backward_data(grad, r, ctx.dim),
+def _softmax_family_vjp(backward_data):
+    """softmax's and log_softmax's VJP: torch's ``*_backward_data`` of the saved output; of a 0-d output a zero,
+    which torch's backward computes from the output too (under create_graph it is tied to it)."""
+    def vjp_(ctx, grad):
+        r = ctx.result
+        if r.data.ndim == 0:
+            return tie(grad * 0.0, r),
+        return backward_data(grad, r, ctx.dim),
+    return vjp_
+
+
+vjp("SoftmaxBackward0", inputs=("self",), saves=("dim", "result"))(_softmax_family_vjp(softmax_backward_data))
 
 
 @jvp("SoftmaxBackward0")
@@ -158,12 +164,8 @@ def log_softmax(self, dim, dtype=None):
                   {"dim": d, "result": "result"})
 
 
-@vjp("LogSoftmaxBackward0", inputs=("self",), saves=("dim", "result"))
-def _(ctx, grad):
-    r = ctx.result
-    if r.data.ndim == 0:  # (as softmax's: tied to the output torch's backward reads)
-        return tie(grad * 0.0, r),
-    return log_softmax_backward_data(grad, r, ctx.dim),
+vjp("LogSoftmaxBackward0", inputs=("self",), saves=("dim", "result"))(
+    _softmax_family_vjp(log_softmax_backward_data))
 
 
 @jvp("LogSoftmaxBackward0")
