@@ -314,6 +314,7 @@ FUSED_BACKWARD = {
     "HuberLossBackward0": "HuberLossBackwardBackward0",
     "BinaryCrossEntropyBackward0": "BinaryCrossEntropyBackwardBackward0",
     "NllLossBackward0": "NllLossBackwardBackward0",
+    "NllLoss2DBackward0": "NllLoss2DBackwardBackward0",
     "GluBackward0": "GluBackwardBackward0",
     "ConvolutionBackward0": "ConvolutionBackwardBackward0",
     "NativeLayerNormBackward0": "NativeLayerNormBackwardBackward0",

@@ -1,9 +1,8 @@
 """``repr(tensor)`` as torch prints it (a port of torch/_tensor_str.py's formatter for gradserve's dtypes).
 
-This file is both ``gradserve_server/engine/printing.py`` and the client's ``gradserve/torch/_printing.py``
-(the client never
-imports the engine, the engine never imports the client): tests/client/test_printing.py fails when the two
-copies differ. Edit one, copy it to the other."""
+This file is also the client's ``gradserve/torch/_printing.py``: a symbolic link to it, as the client's
+``gradserve/_version.py`` is to the server's (the client never imports the engine, the engine never imports the
+client; the client's sdist and wheel hold it as a real file). Standard library and numpy only."""
 
 from __future__ import annotations
 

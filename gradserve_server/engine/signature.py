@@ -26,7 +26,7 @@ in-place ops ``sub_``, ``add_`` ... and ``view``, ``expand`` ...); ``Tensor.<op>
 from __future__ import annotations
 
 from . import torch_args
-from .errors import TorchAttributeError, TorchTypeError
+from .errors import TorchAttributeError, TorchRuntimeError, TorchTypeError, TorchValueError
 from .torch_args import ArgumentError, Param, Signature, parse_signature
 
 
@@ -84,9 +84,14 @@ def _derive(spec, name: str, method: bool) -> Signature:
         if p.kind == p.VAR_KEYWORD:
             continue
         if p.kind == p.VAR_POSITIONAL:  # f(2, 3) or f((2, 3)): any number of positional values
-            params.append(Param(spec.size_varargs or p.name, p.name, "", not spec.size_varargs, False, False))
+            vname = spec.size_varargs or p.name
+            # (zeros(*sizes, size=...): torch's size may also come by keyword, one parameter under one name)
+            keyword = any(q.name == vname and q.kind == q.KEYWORD_ONLY for q in spec.params)
+            params.append(Param(vname, vname if keyword else p.name, "", not spec.size_varargs, False, False))
             kw_only = varargs = True
             continue
+        if varargs and p.kind == p.KEYWORD_ONLY and p.name == spec.size_varargs:
+            continue  # (the varargs parameter's keyword form, above)
         kw_only = kw_only or p.kind == p.KEYWORD_ONLY
         shown = "input" if (i == 0 and p.name == "self" and not method) else p.name
         if p.name in spec.tensors:
@@ -165,13 +170,116 @@ def call_facts(spec, name: str, method: bool) -> tuple:
 
 def check_call(spec, name: str, args, kwargs: dict, method: bool, facts: tuple | None = None) -> None:
     """Refuse a call the way torch's argument parser does, before the op runs. ``args`` excludes ``self``
-    for a method call. Only tensor-typed parameters, arity and keywords decide; the op checks the rest.
-    ``facts``: ``call_facts(spec, name, method)`` when the caller holds them."""
+    for a method call. Only tensor-typed parameters, arity and keywords decide; the op checks the rest, but
+    for integers beyond 64 bits (``_refuse_out_of_range``). ``facts``: ``call_facts(spec, name, method)`` when
+    the caller holds them."""
     if facts is None:
         facts = call_facts(spec, name, method)
-    exempt, shown, derived, options, sigs = facts
-    if exempt:
+    if facts[0]:
         return
+    _check_classes(spec, name, args, kwargs, method, facts)
+    if _out_of_int64(args) or (kwargs and _out_of_int64(kwargs.values())):
+        _refuse_out_of_range(spec, facts, list(args), kwargs)
+
+
+# ----- integers beyond 64 bits ----------------------------------------------------------------------------
+# torch matches a signature by the arguments' classes (any Python int is an int), then unpacks each: an int
+# or int-list parameter (dim, size) to int64 (ValueError "Overflow when unpacking long long"; an element of a
+# list or of varargs sizes: a TypeError naming its 1-based position), a Scalar (mul's other, full's
+# fill_value, clamp's min) to int64 or, from 2**63 up, uint64 (OverflowError). A float parameter takes any int.
+
+_INT64_MIN, _INT64_MAX, _UINT64_MAX = -(1 << 63), (1 << 63) - 1, (1 << 64) - 1
+
+#: parameters torch types int, SymInt or int[] (the op table does not type them: by name)
+_INT_PARAMS = frozenset({
+    "dim", "dim0", "dim1", "dims", "start_dim", "end_dim", "k", "chunks", "sections", "diagonal", "offset", "n",
+    "num_classes", "groups", "index", "length", "repeats", "split_size", "split_size_or_sections",
+    "indices_or_sections", "upscale_factor", "downscale_factor", "kernel_size", "stride", "padding", "dilation",
+    "output_size", "output_padding", "num_samples", "size", "shape", "sizes", "source", "destination", "shifts",
+    "ignore_index", "low", "high", "steps", "dimension", "pad", "start", "end", "step", "unbiased_dims"})
+#: parameters torch types Scalar (the op table does not type them: by name)
+_SCALAR_PARAMS = frozenset({"other", "alpha", "beta", "exponent", "fill_value", "min", "max", "value",
+                            "negative_slope"})
+#: (op, parameter) pairs of those names that torch types float: any int passes (F.pad's value)
+_FLOAT_PARAMS = frozenset({("pad", "value")})
+#: ops whose start, end and step are Scalars (elsewhere, narrow's start and unfold's step, ints)
+_SCALAR_RANGES = frozenset({"arange", "range", "linspace", "logspace"})
+
+
+def _huge(v) -> bool:
+    return v.__class__ is int and not _INT64_MIN <= v <= _INT64_MAX
+
+
+def _out_of_int64(values) -> bool:
+    """Whether an argument (or an item of a list argument) is a Python int outside int64 (cheap: classes)."""
+    for v in values:
+        c = v.__class__
+        if c is int:
+            if not _INT64_MIN <= v <= _INT64_MAX:
+                return True
+        elif c is list or c is tuple:
+            for x in v:
+                if x.__class__ is int and not _INT64_MIN <= x <= _INT64_MAX:
+                    return True
+    return False
+
+
+def _kind(op_name: str, p: Param) -> str | None:
+    """'scalar', 'int' or None (a float, str... parameter: no integer range of torch's to check)."""
+    t = p.type
+    if t in ("Number", "Tensor"):  # a Python number where torch wants a Tensor is a Scalar
+        return "scalar"
+    if t in ("int", "tuple of ints"):
+        return "int"
+    if t or (op_name, p.key) in _FLOAT_PARAMS:
+        return None
+    if op_name in _SCALAR_RANGES and p.key in ("start", "end", "step"):
+        return "scalar"
+    if p.key in _INT_PARAMS:
+        return "int"
+    return "scalar" if p.key in _SCALAR_PARAMS else None
+
+
+def _unpack_error(shown: str, p: Param, pos: int) -> TorchTypeError:
+    # (torch's message then carries the C++ stack trace of THPUtils_unpackLong before its closing quote)
+    return TorchTypeError(f"{shown}(): argument '{p.name}' failed to unpack the object at pos {pos} with error "
+                          f"\"Overflow when unpacking long long\"", code="invalid_argument")
+
+
+def _refuse_out_of_range(spec, facts: tuple, args: list, kwargs: dict) -> None:
+    """Raise torch's error for the first integer argument torch cannot unpack (see above), in the order torch
+    unpacks them (the signature's)."""
+    _, shown, derived, _, sigs = facts
+    sig = derived if not sigs else next((s for s in sigs if torch_args.parse(s, args, kwargs, False)), sigs[0])
+    positional = [p for p in sig.params if not p.keyword_only]
+    if sig.varargs_intlist and positional and len(args) >= len(positional) and (
+            len(args) > len(positional) or not isinstance(args[-1], (list, tuple))):
+        # sizes given as varargs (zeros(2, 3), x.view(1, -1)): the varargs parameter's list
+        vi = len(positional) - 1
+        bound = [(p, a) for p, a in zip(positional[:vi], args)] + [(positional[vi], list(args[vi:]))]
+    else:
+        bound = list(zip(positional, args))
+    by_key = {p.key: p for p in sig.params}
+    bound += [(by_key[k], v) for k, v in kwargs.items() if k in by_key]
+    for p, v in bound:
+        kind = _kind(spec.name, p)
+        if kind is None:
+            continue
+        if isinstance(v, (list, tuple)):
+            if kind == "int":
+                for j, x in enumerate(v):
+                    if _huge(x):
+                        raise _unpack_error(shown, p, j + 1)
+        elif v.__class__ is int:
+            if kind == "int" and _huge(v):
+                raise TorchValueError("Overflow when unpacking long long", code="invalid_argument")
+            if kind == "scalar" and not _INT64_MIN <= v <= _UINT64_MAX:
+                raise TorchRuntimeError("int too big to convert" if v > 0 else "can't convert negative int to "
+                                        "unsigned", code="overflow", exception="OverflowError")
+
+
+def _check_classes(spec, name: str, args, kwargs: dict, method: bool, facts: tuple) -> None:
+    exempt, shown, derived, options, sigs = facts
     # first-level memos keyed by the call's facts (any of its signatures accepting is all that matters; the
     # Python attribute check reads classes only): a call without keywords whose argument classes a signature
     # that reads classes alone accepted before, one lookup; else one whose values parse reads the same way

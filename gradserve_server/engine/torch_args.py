@@ -176,8 +176,9 @@ def parse(sig: Signature, args: list, kwargs: dict, raise_: bool) -> bool:
             pass
         elif present and obj is None and sig.varargs_intlist and i == 0:  # view(None): a size is not optional
             if raise_:
-                raise ArgumentError(f"{sig.name}(): argument '{p.name}' (position {pos + 1}) must be {p.type}, "
-                                     f"not NoneType")
+                where = "" if is_kwd else f" (position {pos + 1})"
+                raise ArgumentError(f"{sig.name}(): argument '{p.name}'{where} must be {p.type or 'tuple of ints'}, "
+                                    f"not NoneType")
             return False
         elif not present:
             if raise_:

@@ -101,7 +101,7 @@ CASES = [
     ("nan_among_sizes", [{"op": "zeros", "args": [[2, "NaN"]]}], 422, "invalid_shape"),
     ("fractional_size", [{"op": "zeros", "args": [2.5]}], 422, "invalid_shape"),
     ("nan_as_dim", [{"op": "sum", "args": ["x", "NaN"]}], 422, "invalid_argument"),
-    ("astronomical_dim", [{"op": "sum", "args": ["x", 2**70]}], 422, "dim_out_of_range"),  # (torch: ValueError)
+    ("astronomical_dim", [{"op": "sum", "args": ["x", 2**70]}], 422, "invalid_argument"),  # (torch: ValueError)
     ("nan_range_end", [{"op": "arange", "args": [0, "NaN"]}], 422, "invalid_argument"),
     ("infinite_range", [{"op": "arange", "args": [0, "Infinity"]}], 422, "invalid_argument"),
     ("nan_literal", '{"ops": [{"op": "mul", "args": ["x", NaN]}]}', 422, "invalid_json"),

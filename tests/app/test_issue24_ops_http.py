@@ -98,3 +98,50 @@ def test_new_ops_refuse_bad_calls_with_torch_messages(client, session):
          "num_groups=3"),
     ):
         assert_problem(run(client, session, ops), 422, detail=detail)
+
+
+def test_movedim_of_a_0d_tensor_is_an_alias(client, session):
+    """torch's movedim of a 0-d input returns ``self.alias()`` (AliasBackward0); any other input a permute."""
+    body = ok(run(client, session, [
+        tensor("x", 2.0), tensor("v", [1.0, 2.0]),
+        {"op": "movedim", "args": ["x", 0, 0], "out": "a"}, {"op": "movedim", "args": ["x", [], []], "out": "b"},
+        {"op": "movedim", "args": ["v", [], []], "out": "p"}]))
+    t = body["tensors"]
+    assert t["a"]["grad_fn"] == t["b"]["grad_fn"] == "AliasBackward0" and t["a"]["data"] == 2.0
+    assert t["p"]["grad_fn"] == "PermuteBackward0"
+
+
+def test_batch_norm_of_an_empty_input_is_its_clone(client, session):
+    """torch: an empty input comes back as its clone (times weight[0], plus bias[0]); the running statistics are
+    neither checked nor updated, and training needs no more than one value per channel."""
+    body = ok(run(client, session, [
+        tensor("e", []), tensor("rm", [1.0, 2.0], requires_grad=False),
+        {"op": "batch_norm", "args": ["e", "rm", "rm"], "kwargs": {"training": True}, "out": "y"},
+        {"op": "zeros", "args": [0, 3], "kwargs": {"requires_grad": True}, "out": "z"},
+        tensor("w", [2.0, 3.0, 4.0]),
+        {"op": "batch_norm", "args": ["z", None, None, "w", "w"], "out": "yw"}]))
+    t = body["tensors"]
+    assert t["y"]["grad_fn"] == "CloneBackward0" and t["y"]["shape"] == [0]
+    assert t["yw"]["grad_fn"] == "AddBackward0" and t["yw"]["shape"] == [0, 3]
+    assert t["rm"]["data"] == [1.0, 2.0]
+
+
+def test_interpolate_of_a_5d_input(client, session):
+    """torch interpolates (N, C, D, H, W) inputs in nearest, nearest-exact and area modes (UpsampleNearest3D,
+    UpsampleNearestExact3D, adaptive_avg_pool3d), and refuses an output size of 0 with its message."""
+    x = np.arange(16.0).reshape(1, 1, 2, 2, 4).tolist()
+    body = ok(run(client, session, [
+        tensor("x", x),
+        {"op": "interpolate", "args": ["x"], "kwargs": {"scale_factor": 2}, "out": "n"},
+        {"op": "interpolate", "args": ["x"], "kwargs": {"size": [1, 1, 2], "mode": "area"}, "out": "a"},
+        {"op": "interpolate", "args": ["x"], "kwargs": {"size": [2, 2, 2], "mode": "nearest-exact"}, "out": "e"},
+        {"op": "sum", "args": ["n"], "out": "s"}, {"op": "backward", "args": ["s"]}]))
+    t = body["tensors"]
+    assert t["n"]["grad_fn"] == "UpsampleNearest3DBackward0" and t["n"]["shape"] == [1, 1, 4, 4, 8]
+    assert t["a"]["grad_fn"] == "AdaptiveAvgPool3DBackward0" and t["a"]["data"] == [[[[[6.5, 8.5]]]]]
+    assert t["e"]["grad_fn"] == "UpsampleNearestExact3DBackward0"
+    assert t["e"]["data"] == [[[[[1.0, 3.0], [5.0, 7.0]], [[9.0, 11.0], [13.0, 15.0]]]]]  # (torch 2.13)
+    assert t["x"]["grad"] == np.full((1, 1, 2, 2, 4), 8.0).tolist()
+    assert_problem(run(client, session, [tensor("y", x), {"op": "interpolate", "args": ["y", [0, 1, 1]]}]), 422,
+                   detail="Input and output sizes should be greater than 0, but got input (D: 2, H: 2, W: 4) output "
+                          "(D: 0, H: 1, W: 1)")

@@ -336,3 +336,22 @@ def test_an_ops_answer_shows_values_first_and_bookkeeping_last(client, session):
                   repeat=5, record=["x"], until="done"))
     assert list(body) == ["tensors", "records", "iterations", "autograd", "warnings", "ops"]
     assert body["iterations"] == 3 and body["records"]["x"][-1] == [0.125, 0.25]
+
+
+def test_factories_take_size_by_keyword(client, session):
+    """torch.zeros(size=(2, 3)): torch's size parameter by keyword (zeros, ones, empty, rand, randn, full), and
+    torch's messages for it given twice or as one int."""
+    body = ok(run(client, session, [
+        {"op": "zeros", "kwargs": {"size": [2, 3]}, "out": "z"},
+        {"op": "ones", "kwargs": {"size": [2], "requires_grad": True}, "out": "o"},
+        {"op": "empty", "kwargs": {"size": [0]}, "out": "e"},
+        {"op": "rand", "kwargs": {"size": [3]}, "out": "r"},
+        {"op": "randn", "kwargs": {"size": [1, 2], "dtype": "float64"}, "out": "n"},
+        {"op": "full", "kwargs": {"size": [2], "fill_value": 1.5}, "out": "f"}]))
+    t = body["tensors"]
+    assert t["z"]["shape"] == [2, 3] and t["o"]["requires_grad"] and t["e"]["shape"] == [0]
+    assert t["r"]["shape"] == [3] and t["n"]["dtype"] == "float64" and t["f"]["data"] == [1.5, 1.5]
+    assert_problem(run(client, session, [{"op": "zeros", "args": [2], "kwargs": {"size": [2]}}]), 422,
+                   detail="zeros() got multiple values for argument 'size'")
+    assert_problem(run(client, session, [{"op": "zeros", "kwargs": {"size": 2}}]), 422,
+                   detail="zeros(): argument 'size' must be tuple of ints, not int")

@@ -28,3 +28,16 @@ def test_rand_without_size_and_overflowing_expand_raise_torchs_errors(ctx):
         torch.rand().item()
     with pytest.raises(RuntimeError, match="^numel: integer multiplication overflow\n"):
         torch.zeros(1, 1).expand(2 ** 31, 2 ** 32).sum().item()
+
+
+def test_factories_take_size_by_keyword_as_torch(ctx):
+    """torch.zeros(size=(2, 3)) (and ones, empty, rand, randn, full): torch's parameter is named size."""
+    assert torch.zeros(size=(2, 3)).shape == (2, 3)
+    assert torch.ones(size=[2], dtype=torch.float64).tolist() == [1.0, 1.0]
+    assert torch.empty(size=(0,)).shape == (0,)
+    assert torch.rand(size=(2,)).shape == (2,) and torch.randn(size=(1, 2)).shape == (1, 2)
+    assert torch.full(size=(2,), fill_value=3.0).tolist() == [3.0, 3.0]
+    with pytest.raises(TypeError, match=r"^zeros\(\) got multiple values for argument 'size'"):
+        torch.zeros(2, size=(2,)).item()
+    with pytest.raises(TypeError, match=r"^zeros\(\): argument 'size' must be tuple of ints, not int"):
+        torch.zeros(size=2).item()

@@ -65,6 +65,12 @@ def test_build_writes_both_sdists_and_wheels_with_complete_metadata(dist):
             assert sdist.getmember(f"{project}-{VERSION}/LICENSE").isfile()
     client = zipfile.ZipFile(dist / f"gradserve_client-{VERSION}-py3-none-any.whl")
     assert "gradserve/py.typed" in client.namelist()
+    # the formatter linked from the engine, as a real file
+    formatter = (ROOT / "gradserve_server" / "engine" / "printing.py").read_bytes()
+    assert client.read("gradserve/torch/_printing.py") == formatter
+    with tarfile.open(dist / f"gradserve_client-{VERSION}.tar.gz") as sdist:
+        member = sdist.getmember(f"gradserve_client-{VERSION}/gradserve/torch/_printing.py")
+        assert member.isfile() and sdist.extractfile(member).read() == formatter
     client_meta = client.read(f"gradserve_client-{VERSION}.dist-info/METADATA").decode()
     assert "Requires-Dist: fastapi" not in client_meta and "gradserve-server" not in re.findall(
         r"Requires-Dist: (\S+)", client_meta)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.browser import start_chromium, stop_chromium
+from tests.docs.browser import POLL, WAIT
 from tests.docs.walkthrough import ROOT
 
 pytest.importorskip("mkdocs", reason="mkdocs is in the test extra: pip install -e '.[test]'")
@@ -148,13 +148,6 @@ def site_url(site):
     server.server_close()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    b = start_chromium()
-    yield b
-    stop_chromium(b)
-
-
 def visible_ops(browser) -> list[str]:
     return browser.execute_script("""
         return Array.from(document.querySelectorAll('#catalog-table tbody tr'))
@@ -169,7 +162,7 @@ def test_the_catalog_filter_works_in_a_browser_and_nothing_comes_from_elsewhere(
 
     catalog = op_catalog()
     browser.get(f"{site_url}/reference/ops.html")
-    wait = WebDriverWait(browser, 30)
+    wait = WebDriverWait(browser, WAIT, poll_frequency=POLL)
     box = wait.until(lambda b: b.find_element(By.ID, "catalog-filter"))
     assert len(visible_ops(browser)) == len(catalog)
 
@@ -224,7 +217,7 @@ def test_the_site_works_opened_from_the_disk(site, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    wait = WebDriverWait(browser, 30)
+    wait = WebDriverWait(browser, WAIT, poll_frequency=POLL)
     browser.get((site / "index.html").as_uri())
     link = wait.until(lambda b: b.find_element(By.LINK_TEXT, "op catalog"))
     browser.execute_script("arguments[0].click();", link)

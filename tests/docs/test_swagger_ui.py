@@ -22,7 +22,7 @@ from gradserve_server.app.examples import (
 )
 from tests.app.test_examples import as_javascript_writes_it, check_fields, close
 from tests.deploy.servers import Uvicorn
-from tests.docs.browser import SwaggerUI, start_chromium, stop_chromium
+from tests.docs.browser import SwaggerUI
 
 OPS = "ops-run_ops_v1_sessions__session_id__ops_post"
 EVAL = "ops-eval_ops_v1_eval_post"
@@ -32,13 +32,6 @@ CATALOG = "meta-op_catalog_v1_ops_get"
 CONVENIENCE = {"autograd-backward_v1_sessions__session_id__backward_post": BACKWARD_EXAMPLES,
                "autograd-grad_v1_sessions__session_id__grad_post": GRAD_EXAMPLES,
                "autograd-zero_grad_v1_sessions__session_id__zero_grad_post": ZERO_GRAD_EXAMPLES}
-
-
-@pytest.fixture(scope="module")
-def browser():
-    b = start_chromium()
-    yield b
-    stop_chromium(b)
 
 
 def assert_documented(example: dict, status: int, text: str, where: str) -> None:

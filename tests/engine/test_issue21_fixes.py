@@ -92,6 +92,20 @@ def test_elu_second_derivative_is_zero_at_zero_and_finite_for_large_x():
     np.testing.assert_allclose(gg.data, [0.0, 0.0, 0.0, 0.5518191617571635, 0.9097959895689501], rtol=1e-15)
 
 
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_nll_loss_of_an_image_batch_under_create_graph_gives_a_gradient_that_requires_grad(reduction):
+    """torch: nll_loss2d's backward reads self, so its create_graph gradient is one NllLoss2DBackwardBackward0 node
+    tied to self (requires grad, second derivative zero), as nll_loss's NllLossBackwardBackward0."""
+    x = t64(np.linspace(-1, 1, 24).reshape(2, 3, 2, 2))
+    target = tensor(np.array([[[0, 1], [2, 1]], [[0, 0], [1, 2]]]))
+    g, = grad(F["sum"](F["nll_loss"](x, target, reduction=reduction)), [x], create_graph=True)
+    assert g.requires_grad and g.grad_fn.name == "NllLoss2DBackwardBackward0"
+    assert grad(F["sum"](g), [x])[0].data.tolist() == np.zeros((2, 3, 2, 2)).tolist()
+    x3 = t64(np.linspace(-1, 1, 12).reshape(2, 3, 2))  # (N, C, d): viewed as 4-d, the gradient viewed back
+    g, = grad(F["nll_loss"](x3, tensor(np.array([[0, 1], [2, 1]]))), [x3], create_graph=True)
+    assert g.grad_fn.name == "ViewBackward0" and g.grad_fn.next_functions[0][0].name == "NllLoss2DBackwardBackward0"
+
+
 @pytest.mark.parametrize("value, expected", [(-4988429.2, 19.74666305338891), (-1000000.3, 16.098012025764003),
                                              (-123.456, 5.256979172582265), (-0.7, -2.073952793628704)])
 def test_digamma_at_negative_x_to_double_precision(value, expected):

@@ -68,6 +68,15 @@ EXPRESSIONS = [
     "F.interpolate(x1, size=3)",
     "F.interpolate(x2, scale_factor=1.7, recompute_scale_factor=True)",
     "F.interpolate(x1, scale_factor=1.3)",
+    # 5-d inputs (3 spatial dims): nearest, nearest-exact and area
+    "F.interpolate(x2.reshape(2, 3, 2, 3, 5), size=(2, 5, 7))",
+    "F.interpolate(x2.reshape(2, 3, 2, 3, 5), scale_factor=1.5)",
+    "F.interpolate(x2.reshape(2, 3, 2, 3, 5), scale_factor=(1.3, 0.5, 2), mode='nearest-exact', "
+    "recompute_scale_factor=True)",
+    "F.interpolate(x2.reshape(2, 3, 2, 3, 5), size=(4, 3, 3), mode='nearest-exact')",
+    "F.interpolate(x2.reshape(2, 3, 2, 3, 5), size=(2, 1, 3), mode='area')",
+    "F.interpolate(x2.reshape(2, 3, 2, 3, 5), size=(5, 3, 7), mode='area')",
+    "F.interpolate(x2.reshape(2, 3, 2, 3, 5), size=1, mode='area')",
     # a clone of an expanded tensor is contiguous (torch's preserve_format), so a view of it works
     "a.repeat_interleave(2, dim=0)", "c3.repeat_interleave(2, dim=0).view(-1)",
     "c3.unsqueeze(2).expand(2, 3, 2, 4).clone().view(-1)",
@@ -75,6 +84,11 @@ EXPRESSIONS = [
     "c3.movedim((0, 1), (2, 0))",
     "torch.moveaxis(c3, -1, 0)",
     "c3.movedim(1, 1)",
+    # a 0-d input: torch's movedim returns self.alias() (AliasBackward0) once the dims are checked
+    "torch.movedim(torch.tensor(2., dtype=torch.float64, requires_grad=True), 0, 0)",
+    "torch.tensor(2., dtype=torch.float64, requires_grad=True).movedim([], [])",
+    "torch.tensor(2., dtype=torch.float64, requires_grad=True).moveaxis(-1, 0)",
+    "v.movedim([], [])",
     "torch.broadcast_to(v4, (3, 4))",
     "torch.broadcast_to(a, (2, 3, 4))",
     "torch.tile(a, (2,))",
@@ -167,6 +181,17 @@ EXPRESSIONS = [
     "(lambda rm, rv: (F.batch_norm(c3, rm, rv, training=True, momentum=0.3), rm + rv)[1])"
     "(torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64))",
     "F.batch_norm(a, None, None, training=True)",
+    # an empty input: torch returns its clone (times weight[0], plus bias[0]), checking and updating nothing
+    "F.batch_norm(torch.zeros(0, dtype=torch.float64, requires_grad=True), torch.zeros(0, dtype=torch.float64), "
+    "torch.ones(0, dtype=torch.float64), training=True)",
+    "F.batch_norm(torch.zeros(0, dtype=torch.float64, requires_grad=True), None, None)",
+    # (summed: the comparison's cotangent of an empty output loses its shape)
+    "F.batch_norm(torch.zeros(0, 3, dtype=torch.float64, requires_grad=True), None, None, v, v, training=True).sum()",
+    "F.batch_norm(torch.zeros(0, 3, 2, dtype=torch.float64, requires_grad=True), torch.zeros(2, dtype=torch.float64), "
+    "None, v).sum()",
+    "F.batch_norm(torch.zeros(2, 0, dtype=torch.float64, requires_grad=True), None, None, training=True)",
+    "(lambda rm: (F.batch_norm(torch.zeros(0, 3, dtype=torch.float64), rm, rm.clone(), training=True), rm)[1])"
+    "(torch.ones(3, dtype=torch.float64))",
     "F.group_norm(c3, 1)",
     "F.group_norm(c3, 3, v, v)",
     "F.group_norm(x2, 3, b1[:3], v, eps=1e-3)",
@@ -238,6 +263,9 @@ SECOND_ORDER = [
     ("c3", "F.scaled_dot_product_attention(c3, c3, c3, is_causal=True)"),
     ("x2", "F.interpolate(x2, size=(3, 7), mode='bicubic') ** 2"),
     ("x1", "F.interpolate(x1, size=9, mode='linear') ** 2"),
+    ("x2", "F.interpolate(x2.reshape(2, 3, 2, 3, 5), size=(3, 2, 4), mode='area') ** 2"),
+    ("x2", "F.interpolate(x2.reshape(2, 3, 2, 3, 5), size=(4, 3, 3), mode='nearest') ** 2"),
+    ("x2", "F.interpolate(x2.reshape(2, 3, 2, 3, 5), size=(1, 4, 7), mode='nearest-exact') ** 2"),
     ("a", "a.repeat_interleave(2, dim=1) ** 2"), ("a", "torch.take_along_dim(a, sidx, dim=0) ** 2"),
 ]
 
@@ -270,10 +298,19 @@ ERRORS = [
     "F.interpolate(x2, size=(2, 3, 4))",
     'F.interpolate(x2, size=3, mode="foo")',
     "F.interpolate(a, size=3)",
+    "F.interpolate(torch.ones(1, 1, 2, 2, 2), size=(0, 1, 1))",
+    "F.interpolate(torch.ones(1, 1, 2, 2), size=(0, 1), mode='bilinear')",
+    "F.interpolate(torch.ones(1, 1, 2), size=0, mode='linear')",
+    "F.interpolate(torch.ones(1, 1, 2, 2, 2), size=(-1, 2, 2), mode='area')",
+    "F.interpolate(torch.ones(1, 1, 2, 2, 2, dtype=torch.long), size=3)",
+    "F.interpolate(torch.ones(1, 1, 2, 2, 2, dtype=torch.long), size=3, mode='area')",
+    "F.interpolate(torch.ones(1, 1, 2, 2, 2), size=3, mode='bilinear')",
     "c3.movedim((0, 1), (1,))",
     "c3.movedim((0, 0), (1, 2))",
     "c3.movedim((0, 1), (2, 2))",
     "c3.movedim(3, 0)",
+    "torch.movedim(torch.tensor(2.), 1, 0)",
+    "torch.movedim(torch.tensor(2.), [0, 0], [0, 0])",
     "a.tile((-1,))",
     "c3.unflatten(1, ())",
     "c3.unflatten(2, (3, 2))",
@@ -310,6 +347,7 @@ ERRORS = [
     "F.batch_norm(c3, None, None, training=False)",
     "F.batch_norm(torch.randn(1, 3, dtype=torch.float64), None, None, training=True)",
     "F.batch_norm(v, None, None, training=True)",
+    "F.batch_norm(torch.zeros(2, 0, dtype=torch.float64), None, None, torch.ones(0, dtype=torch.float64))",
     "F.batch_norm(c3, torch.zeros(2, dtype=torch.float64), torch.ones(3, dtype=torch.float64), training=True)",
     "F.batch_norm(c3, None, None, torch.ones(2, dtype=torch.float64), training=True)",
     "F.batch_norm(cls.reshape(1, 3).repeat(2, 1), None, None, training=True)",

@@ -17,7 +17,20 @@ from ..registry import op
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, shape_arg, wrap_dim
 from .creation import full, tensor
-from .shape import _slice, clone, expand, flatten, gather, index_select, permute, repeat, reshape, unsqueeze, view
+from .shape import (
+    _slice,
+    alias_view,
+    clone,
+    expand,
+    flatten,
+    gather,
+    index_select,
+    permute,
+    repeat,
+    reshape,
+    unsqueeze,
+    view,
+)
 
 
 def _dims_arg(v) -> tuple:
@@ -28,9 +41,10 @@ def _list_str(v) -> str:
     return "[" + ", ".join(str(x) for x in v) + "]"
 
 
-@op("movedim", tensors=("self",), grad_fns=("PermuteBackward0",), aliases=("moveaxis",))
+@op("movedim", tensors=("self",), grad_fns=("PermuteBackward0", "AliasBackward0"), aliases=("moveaxis",))
 def movedim(self, source, destination):
-    """torch.movedim(input, source, destination): the other dims keep their order (a PermuteBackward0)."""
+    """torch.movedim(input, source, destination): the other dims keep their order (a PermuteBackward0); of a 0-d
+    input, once the dims are checked, torch's ``self.alias()`` (AliasBackward0)."""
     self = require_tensor(self)
     src, dst = _dims_arg(source), _dims_arg(destination)
     nd = self.data.ndim
@@ -44,6 +58,8 @@ def movedim(self, source, destination):
         if len(set(wrapped)) != len(wrapped):
             raise TorchRuntimeError(f"movedim: repeated dim in `{name}` ({_list_str(given)})",
                                     code="invalid_argument")
+    if nd == 0:
+        return alias_view(self)
     order = [-1] * nd
     for a, b in zip(s, d):
         order[b] = a

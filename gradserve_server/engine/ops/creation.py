@@ -13,12 +13,12 @@ import numbers
 import numpy as np
 
 from .. import dtypes as D
-from ..errors import InvalidArgumentError, RequiresGradError, TorchRuntimeError, TorchValueError
+from ..errors import InvalidArgumentError, RequiresGradError, TorchRuntimeError, TorchTypeError, TorchValueError
 from ..grad_mode import check_numel
 from ..registry import op
 from ..tensor import Tensor
 from ..tensor import tensor as _make_tensor
-from .common import NP, is_number, require_tensor
+from .common import NOT_GIVEN, NP, is_number, require_tensor
 
 
 def _leaf(arr: np.ndarray, requires_grad: bool) -> Tensor:
@@ -52,6 +52,17 @@ def _size(size, name: str, negative_message: str | None = None, itemsize: int | 
                                 code="invalid_shape")
     check_numel(shape, itemsize=itemsize)
     return shape
+
+
+def _sizes(name: str, sizes: tuple, size) -> tuple:
+    """The size as varargs (``zeros(2, 3)``, ``zeros((2, 3))``) or by keyword (``zeros(size=(2, 3))``: torch's
+    parameter is named size; by keyword it must be a list or tuple, never one int)."""
+    if size is NOT_GIVEN:
+        return sizes
+    if not isinstance(size, (list, tuple)):
+        raise TorchTypeError(f"{name}(): argument 'size' must be tuple of ints, not {type(size).__name__}",
+                             code="invalid_shape")
+    return (size,)
 
 
 def _dtype(dtype, default: str = D.DEFAULT_FLOAT) -> str:
@@ -97,25 +108,26 @@ def _filled(name: str, size, value, dtype, requires_grad, negative_message=None)
 @op("zeros",
     size_varargs="size", cost="arguments",
     method=False, differentiable=False)
-def zeros(*size, dtype=None, requires_grad=False):
+def zeros(*sizes, size=NOT_GIVEN, dtype=None, requires_grad=False):
     """torch.zeros(*size, dtype=None, requires_grad=False)."""
-    return _filled("zeros", size, 0, dtype, requires_grad, "zeros: Dimension size must be non-negative.")
+    return _filled("zeros", _sizes("zeros", sizes, size), 0, dtype, requires_grad,
+                   "zeros: Dimension size must be non-negative.")
 
 
 @op("empty",
     size_varargs="size", cost="arguments",
     method=False, differentiable=False)
-def empty(*size, dtype=None, requires_grad=False):
+def empty(*sizes, size=NOT_GIVEN, dtype=None, requires_grad=False):
     """torch.empty(*size, dtype=None, requires_grad=False): its values are unspecified in torch; here zeros."""
-    return _filled("empty", size, 0, dtype, requires_grad)
+    return _filled("empty", _sizes("empty", sizes, size), 0, dtype, requires_grad)
 
 
 @op("ones",
     size_varargs="size", cost="arguments",
     method=False, differentiable=False)
-def ones(*size, dtype=None, requires_grad=False):
+def ones(*sizes, size=NOT_GIVEN, dtype=None, requires_grad=False):
     """torch.ones(*size, dtype=None, requires_grad=False)."""
-    return _filled("ones", size, 1, dtype, requires_grad)
+    return _filled("ones", _sizes("ones", sizes, size), 1, dtype, requires_grad)
 
 
 def _fill_dtype(fill_value) -> str:

@@ -112,12 +112,18 @@ def softmax(self, dim, dtype=None):
                   {"dim": d, "result": "result"})
 
 
-@vjp("SoftmaxBackward0", inputs=("self",), saves=("dim", "result"))
-def _(ctx, grad):
-    r = ctx.result
-    if r.data.ndim == 0:  # torch's backward reads the output: under create_graph the zero is tied to it
-        return tie(grad * 0.0, r),
-    return softmax_backward_data(grad, r, ctx.dim),
+def _softmax_family_vjp(backward_data):
+    """softmax's and log_softmax's VJP: torch's ``*_backward_data`` of the saved output; of a 0-d output a zero,
+    which torch's backward computes from the output too (under create_graph it is tied to it)."""
+    def vjp_(ctx, grad):
+        r = ctx.result
+        if r.data.ndim == 0:
+            return tie(grad * 0.0, r),
+        return backward_data(grad, r, ctx.dim),
+    return vjp_
+
+
+vjp("SoftmaxBackward0", inputs=("self",), saves=("dim", "result"))(_softmax_family_vjp(softmax_backward_data))
 
 
 @jvp()
@@ -163,12 +169,8 @@ def log_softmax(self, dim, dtype=None):
                   {"dim": d, "result": "result"})
 
 
-@vjp("LogSoftmaxBackward0", inputs=("self",), saves=("dim", "result"))
-def _(ctx, grad):
-    r = ctx.result
-    if r.data.ndim == 0:  # (as softmax's: tied to the output torch's backward reads)
-        return tie(grad * 0.0, r),
-    return log_softmax_backward_data(grad, r, ctx.dim),
+vjp("LogSoftmaxBackward0", inputs=("self",), saves=("dim", "result"))(
+    _softmax_family_vjp(log_softmax_backward_data))
 
 
 @jvp()
@@ -731,7 +733,9 @@ def _nll2d_kernel(x, target, ignore_index, red, weight=None):
 def _nll2d_coef(x, target, ignore_index, weight=None):
     coef, untouched = _nll_coef(*_rows(x, target), ignore_index, weight)
     shape = (x.shape[0], *x.shape[2:], x.shape[1])
-    return np.moveaxis(coef.reshape(shape), -1, 1), np.moveaxis(untouched.reshape(shape), -1, 1)
+    # (contiguous, as torch's nll_loss2d_backward writes its gradient: a view of it is ViewBackward0)
+    return (np.ascontiguousarray(np.moveaxis(coef.reshape(shape), -1, 1)),
+            np.ascontiguousarray(np.moveaxis(untouched.reshape(shape), -1, 1)))
 
 
 @vjp("NllLoss2DBackward0", inputs=("self",),

@@ -36,7 +36,7 @@ def _channel_view(t: Tensor, ndim: int) -> Tensor:
 
 
 @op("batch_norm", tensors=("input", "running_mean", "running_var", "weight", "bias"),
-    method=False, family="nn")
+    grad_fns=("NativeBatchNormBackward0", "CloneBackward0", "MulBackward0", "AddBackward0"), method=False, family="nn")
 def batch_norm(input, running_mean=None, running_var=None, weight=None, bias=None, training=False, momentum=0.1,
                eps=1e-05):
     """F.batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
@@ -44,6 +44,15 @@ def batch_norm(input, running_mean=None, running_var=None, weight=None, bias=Non
     the module's to keep: the functional form, as torch's, then averages with factor 0)."""
     input = require_tensor(input, "input", "batch_norm")
     x = input.data
+    if x.size == 0 and x.ndim:
+        # torch's _batch_norm_impl_index: an empty input (of any rank but 0) comes back as its clone, times
+        # weight[0], plus bias[0]; nothing else is checked, no running statistic changes
+        out = input.clone()
+        if weight is not None:
+            out = out * require_tensor(weight, "weight", "batch_norm").select(0, 0)
+        if bias is not None:
+            out = out + require_tensor(bias, "bias", "batch_norm").select(0, 0)
+        return out
     if x.ndim < 2:
         raise TorchIndexError(f"Dimension out of range (expected to be in range of [-{max(x.ndim, 1)}, "
                               f"{max(x.ndim, 1) - 1}], but got 1)", code="invalid_dim")

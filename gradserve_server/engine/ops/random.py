@@ -36,7 +36,7 @@ from ..registry import jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
 from . import elementwise as E
 from .common import NP, require_tensor
-from .creation import _check_requires_grad, _dtype, _leaf, _size
+from .creation import NOT_GIVEN, _check_requires_grad, _dtype, _leaf, _size, _sizes
 from .inplace import _make
 
 _F32, _F64 = np.float32, np.float64
@@ -268,10 +268,10 @@ def _int(name: str, arg: str, v, pos: int) -> int:
     ),
     cost="arguments",
     method=False, differentiable=False, family="creation")
-def rand(*size, generator=None, dtype=None, requires_grad=False):
+def rand(*sizes, size=NOT_GIVEN, generator=None, dtype=None, requires_grad=False):
     """torch.rand(*size, generator=None, dtype=None, requires_grad=False): uniform on [0, 1), torch's values."""
     d = _dtype(dtype)
-    shape = _size(size, "rand", itemsize=8)
+    shape = _size(_sizes("rand", sizes, size), "rand", itemsize=8)
     _float_only("check_uniform_bounds", d)
     _check_requires_grad(d, requires_grad)
     return _leaf(uniform_values(_gen("rand", generator), shape, d), requires_grad)
@@ -287,10 +287,10 @@ def rand(*size, generator=None, dtype=None, requires_grad=False):
     ),
     cost="arguments",
     method=False, differentiable=False, family="creation")
-def randn(*size, generator=None, dtype=None, requires_grad=False):
+def randn(*sizes, size=NOT_GIVEN, generator=None, dtype=None, requires_grad=False):
     """torch.randn(*size, generator=None, dtype=None, requires_grad=False): standard normal, torch's values."""
     d = _dtype(dtype)
-    shape = _size(size, "randn", itemsize=8)
+    shape = _size(_sizes("randn", sizes, size), "randn", itemsize=8)
     _float_only("normal_kernel_cpu", d)
     _check_requires_grad(d, requires_grad)
     return _leaf(normal_values(_gen("randn", generator), shape, d), requires_grad)
