@@ -51,9 +51,14 @@ from gradserve_server.app.schemas.ops import EvalRequestAdapter, OpsRequestAdapt
 from gradserve_server.app.store import Session, SessionStore
 from gradserve_server.app.store.memory import MemoryStore
 from gradserve_server.app.svg import render_svg
-from gradserve_server.engine.errors import DeadlineExceededError, LimitExceededError
-from gradserve_server.engine.grad_mode import WarningSink
-from gradserve_server.engine.plan import PlanCaches, run_planned, run_session_planned
+from gradserve_server.engine import (
+    DeadlineExceededError,
+    LimitExceededError,
+    PlanCaches,
+    WarningSink,
+    run_planned,
+    run_session_planned,
+)
 
 #: What stops an inline run that turned out not to be cheap (its bounds: INLINE_DEADLINE_SECONDS,
 #: INLINE_MAX_ELEMENTS); the request then runs in the thread pool under the real limits
