@@ -15,10 +15,13 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernel as K
-from .batching import BatchingUnsupported, sum_to_batched, vjp_rule
+from . import tensor as _tensor
+from .batching import sum_to_batched, vjp_rule
 from .budget import current_control
+from .dual import current_level
 from .errors import (
     CREATE_GRAPH_WARNING,
+    BatchingUnsupported,
     CancelledError,
     DeadlineExceededError,
     EngineError,
@@ -28,7 +31,6 @@ from .errors import (
     TorchTypeError,
     TorchValueError,
 )
-from .forward_ad import current_level
 from .grad_mode import _grad_enabled, emit_warning, set_grad_enabled
 from .journal import array_, setattr_, setitem_
 from .kernel import kcall, kinplace
@@ -826,3 +828,6 @@ def _accumulate_leaf(leaf: Tensor, g: Tensor, create_graph: bool, claimed: set) 
             with set_grad_enabled(True):
                 setattr_(leaf, "_grad", _add(old, g))
     setattr_(leaf, "grad_accumulations", leaf.grad_accumulations + 1)
+
+
+_tensor.run_backward = backward  # Tensor.backward's hook

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .dual import _level as _fw_level
+from .dual import tangent_of
 from .errors import InvalidArgumentError, TorchRuntimeError
-from .forward_ad import _level as _fw_level
-from .forward_ad import tangent_of
 from .grad_mode import _grad_enabled, set_grad_enabled
 from .journal import setattr_, setitem_
 from .node import Node, SavedTensor

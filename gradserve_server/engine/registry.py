@@ -27,14 +27,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import dtypes as D
+from .dual import _elem_strides, tangent_of
+from .dual import _level as _fw_level
 from .errors import TorchRuntimeError
-from .forward_ad import _level as _fw_level
-from .forward_ad import tangent_of, with_layout
 from .grad_mode import _grad_enabled
-from .journal import setattr_
 from .node import Node, SavedTensor
 from .tensor import Tensor
-from .views import is_grad_leaf_view, view_grad_fn
+from .views import _edge, accumulator, edge, is_grad_leaf_view, view_grad_fn  # noqa: F401  (the table's names)
 
 
 @dataclass(frozen=True)
@@ -78,6 +77,28 @@ JVPS: dict[str, Callable] = {}
 NO_JVP: dict[str, str] = {}
 _SUPPORTED = frozenset(D.NP_DTYPES.values())
 OPS: dict[str, OpSpec] = {}
+
+
+class _Ops:
+    """The ops by torch name, for code that calls an op without importing its family (``F.expand(t, shape)``):
+    the table, the batching rules and the shared helpers of the families sit below the families."""
+
+    def __getattr__(self, name: str):
+        try:
+            return OPS[name].fn
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+F = _Ops()
+
+
+def _batching_not_loaded(*args):
+    raise RuntimeError("engine.batching is not imported")  # the engine package imports it
+
+
+#: forward mode in a batched dual level (batching.forward): a hook slot, filled when batching is imported
+batched_forward = _batching_not_loaded
 
 
 def vjp(name: str, inputs: tuple[str, ...], saves: dict | tuple = (), n_outputs: int = 1):
@@ -185,32 +206,6 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
         return fn
 
     return deco
-
-
-def _edge(t: Tensor | None):
-    if t is None or not t.requires_grad:
-        return (None, 0)
-    fn = t.grad_fn if t._base is None else view_grad_fn(t)
-    if fn is not None:
-        return (fn, t.output_nr)
-    return (accumulator(t), 0)
-
-
-def accumulator(t: Tensor) -> Node | None:
-    """The leaf's AccumulateGrad node: one shared node per leaf, as in torch. None for a view made under
-    no_grad, whose requires_grad comes from its base (torch: no gradient accumulator)."""
-    node = t._accumulator
-    if node is None:
-        if t._base is not None and is_grad_leaf_view(t):
-            return None
-        node = Node("AccumulateGrad", "AccumulateGrad", ())
-        node.variable = t
-        setattr_(t, "_accumulator", node)
-    return node
-
-
-def edge(t: Tensor | None):
-    return _edge(t)
 
 
 def needs_grad(*inputs) -> bool:
@@ -408,10 +403,9 @@ def _forward(prim_name: str, outs, inputs: tuple, saved: dict | None) -> None:
         return
     level = _fw_level.get()
     if level.batch is not None:  # functional.jacobian(strategy="forward-mode", vectorize=True): batched
-        from .batching import forward  # tangents, through the primitive's batching rule
-        token = _fw_level.set(None)
+        token = _fw_level.set(None)  # tangents, through the primitive's batching rule
         try:
-            return forward(prim_name, outs, inputs, saved, tangents, level)
+            return batched_forward(prim_name, outs, inputs, saved, tangents, level)
         finally:
             _fw_level.reset(token)
     fn = JVPS.get(prim_name)
@@ -446,13 +440,26 @@ def _fit(r, out: Tensor, ref: Tensor, tangents: list):
     if r is None:
         return Tensor(np.zeros(od.shape, ref.data.dtype))
     if r.data.shape != od.shape:
-        from .ops.shape import contiguous, expand
-        return contiguous(expand(r, od.shape))
+        return F.contiguous(F.expand(r, od.shape))
     for t in tangents:
         if t is r:
-            from .ops.shape import clone
-            return clone(r)
+            return F.clone(r)
     return r
+
+
+def with_layout(tangent, like: np.ndarray):
+    """``tangent`` with the element strides of ``like`` (a copy recorded as CloneBackward0 when they differ), so
+    that views of the tensor can view its tangent."""
+    d = tangent.data
+    if d.shape == like.shape and _elem_strides(d) == _elem_strides(like):
+        return tangent
+    arr = np.empty_like(like, dtype=d.dtype)
+    np.copyto(arr, d)
+    token = _fw_level.set(None)
+    try:
+        return record("CloneBackward0", arr, (tangent,))
+    finally:
+        _fw_level.reset(token)
 
 
 def op_catalog() -> list[dict]:

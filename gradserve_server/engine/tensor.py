@@ -20,6 +20,7 @@ from .errors import (
     RequiresGradError,
     TorchRuntimeError,
     TorchValueError,
+    dim_out_of_range,
 )
 from .grad_mode import check_numel, emit_warning
 from .journal import setattr_, setitem_
@@ -32,6 +33,23 @@ from .node import Node
 VIEW_DEFAULT, VIEW_MULTI, VIEW_NO_GRAD = "default", "multi", "no_grad"
 
 _budget_get = _budget.get
+
+
+def _autograd_not_loaded(*args):
+    raise RuntimeError("engine.autograd is not imported")  # the engine package imports it
+
+
+#: torch.autograd.backward for Tensor.backward: a hook slot, filled when engine.autograd is imported
+run_backward = _autograd_not_loaded
+
+
+def wrap_dim(dim, ndim: int) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+        raise InvalidArgumentError(f"dim must be an int, not {type(dim).__name__}")
+    n = ndim if ndim > 0 else 1
+    if dim < -n or dim >= n:
+        raise dim_out_of_range(dim, ndim)
+    return int(dim) % n
 
 
 class Tensor:
@@ -117,7 +135,6 @@ class Tensor:
     def size(self, dim: int | None = None):
         if dim is None:
             return self.data.shape
-        from .ops.common import wrap_dim
         return self.data.shape[wrap_dim(dim, self.data.ndim)]
 
     def dim(self) -> int:
@@ -225,8 +242,7 @@ class Tensor:
     # ----- autograd -------------------------------------------------------------------------------
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None):
         """Tensor.backward(gradient=None, retain_graph=None, create_graph=False, inputs=None)."""
-        from .autograd import backward
-        backward(self, gradient, retain_graph, create_graph, inputs)
+        run_backward(self, gradient, retain_graph, create_graph, inputs)
 
     # ----- conversion -----------------------------------------------------------------------------
     def item(self):
@@ -269,7 +285,7 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
-        from .forward_ad import _level, tangent_of
+        from .dual import _level, tangent_of
         from .printing import tensor_repr
         return tensor_repr(self, tangent_of(self) if _level.get() is not None else None)
 

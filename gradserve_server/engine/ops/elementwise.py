@@ -13,8 +13,8 @@ import numpy as np
 
 from .. import dtypes as D
 from ..batching import SAME, batching
+from ..dual import _level as _fw_level
 from ..errors import InvalidArgumentError, TorchRuntimeError, TorchValueError
-from ..forward_ad import _level as _fw_level
 from ..grad_mode import set_grad_enabled
 from ..kernel import kcall
 from ..registry import elementwise_jvp, jvp, no_jvp, op, record, vjp, zero_jvp

@@ -20,13 +20,13 @@ import numpy as np
 
 from .. import dtypes as D
 from ..budget import counted_copy
-from ..errors import LeafInplaceError, TorchRuntimeError
-from ..forward_ad import _level as _fw_level
-from ..forward_ad import inplace_update, tangent_of
+from ..dual import _level as _fw_level
+from ..dual import tangent_of
+from ..errors import BatchingUnsupported, LeafInplaceError, TorchRuntimeError
 from ..grad_mode import _grad_enabled
 from ..journal import array_, setattr_, setitem_
 from ..node import Node, SavedTensor
-from ..registry import edge, jvp, op, record, vjp, zero_jvp
+from ..registry import edge, jvp, op, record, vjp, with_layout, zero_jvp
 from ..tensor import Tensor
 from ..views import _dense, has_internal_overlap, partial_overlap, rebase_error, set_history, view_positions
 from . import elementwise as E
@@ -214,7 +214,7 @@ def _(ctx, grad):
 @jvp("CopySlices")
 def _(ctx, *tangents):
     # never recorded through record(): an in-place op on a view updates the tangents in place instead
-    # (forward_ad.inplace_update), so forward AD through CopySlices is the in-place op's own JVP
+    # (inplace_update), so forward AD through CopySlices is the in-place op's own JVP
     raise TorchRuntimeError("CopySlices is not recorded through record()", code="internal_error")
 
 
@@ -503,3 +503,32 @@ def _(ctx, self_t, values_t):
     return out
 
 
+# ----- forward mode: the tangent of an in-place update ---------------------------------------------------
+
+
+def inplace_update(self, new_tangent) -> None:
+    """After an in-place op on ``self``: make ``self``'s tangent ``new_tangent``, in place when it has one
+    (so views share the update), else by giving it one (through its base when it is a view)."""
+    lvl = _fw_level.get()
+    if lvl.batch is not None:
+        raise BatchingUnsupported("in-place")
+    token = _fw_level.set(None)
+    try:
+        old = tangent_of(self)
+        if old is None and self._base is not None:
+            base = self._base
+            if base._fw_grad is None:
+                setattr_(base, "_fw_grad", _zeros_like(base.data, new_tangent.data.dtype))
+                lvl.tensors.append(base)
+            old = tangent_of(self)
+        if old is not None:
+            copy_(old, new_tangent)
+            return
+        setattr_(self, "_fw_grad", with_layout(new_tangent, self.data))
+        lvl.tensors.append(self)
+    finally:
+        _fw_level.reset(token)
+
+
+def _zeros_like(a: np.ndarray, dtype):
+    return Tensor(np.zeros_like(a, dtype=dtype))
