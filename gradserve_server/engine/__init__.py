@@ -18,8 +18,8 @@ from .graph import export_graph as _export_graph
 from .graph import node_lines, to_dot, to_mermaid
 from .ops.creation import Owned
 from .plan import PlanCaches, run_planned, run_session_planned
-from .program import ProgramResult, State, run_program
-from .registry import OPS, PRIMS, op_catalog
+from .program import ProgramResult, State, op_catalog, run_program
+from .registry import OPS, PRIMS
 from .serialize import dump_parts, dumps, loads
 from .tensor import Tensor, tensor
 

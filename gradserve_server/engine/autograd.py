@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernel as K
+from . import registry as _registry
 from . import tensor as _tensor
 from .batching import sum_to_batched, vjp_rule
 from .budget import current_control
@@ -831,3 +832,4 @@ def _accumulate_leaf(leaf: Tensor, g: Tensor, create_graph: bool, claimed: set) 
 
 
 _tensor.run_backward = backward  # Tensor.backward's hook
+_registry.apply_node = _apply  # CopySlices' VJP runs its saved node's

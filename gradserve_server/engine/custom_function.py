@@ -33,6 +33,16 @@ _ERROR = "Error"
 _ONCE = "trying to differentiate twice a function that was marked with @once_differentiable"
 
 
+class _NotLoaded:
+    def __getattr__(self, name):
+        raise RuntimeError("engine.program is not imported")  # the engine package imports it
+
+
+#: the eager interpreter a custom function's bodies run on (program's runner, name lookup, result and state
+#: classes, the name pattern): a hook slot engine.program fills at import, as it sits above this module
+interpreter = _NotLoaded()
+
+
 @dataclass(frozen=True, eq=False)
 class CustomFunctionDef:
     """A custom Function: ``inputs`` (a parameter name per forward argument, None for a non-tensor one),
@@ -66,7 +76,7 @@ _FIELDS = {"name", "inputs", "ops", "outputs", "saved", "non_differentiable", "m
 
 
 def _names(value, what: str, nullable: bool = False) -> tuple:
-    from .program import NAME_RE
+    NAME_RE = interpreter.NAME_RE
     if not isinstance(value, list):
         raise InvalidArgumentError(f"autograd_function: {what} must be a list of names")
     for n in value:
@@ -143,7 +153,7 @@ def from_stored(value: dict) -> CustomFunctionDef:
 def apply(runner, fdef: CustomFunctionDef, args: list) -> tuple:
     """``MyFn.apply(*args)``: run the forward body on ``runner``'s names shadowed by the parameters, with grad
     mode off; give the tensor outputs one node (when grad mode is on and a tensor input requires grad)."""
-    from .program import ProgramResult, _lookup, _Runner
+    ProgramResult, _lookup, _Runner = interpreter.ProgramResult, interpreter.lookup, interpreter.Runner
     if len(args) != len(fdef.inputs):
         raise InvalidArgumentError(f"{fdef.name}.apply() takes {len(fdef.inputs)} arguments but {len(args)} were "
                                    f"given", code="invalid_argument")
@@ -236,7 +246,8 @@ def _vjp(ctx, grads):
     """Run the backward body over the saved tensors and the output gradients; torch's checks on what it
     returns (how many gradients, None for non-tensor inputs)."""
     from .functional import from_json
-    from .program import ProgramResult, State, _lookup, _Runner
+    I = interpreter
+    ProgramResult, State, _lookup, _Runner = I.ProgramResult, I.State, I.lookup, I.Runner
     node = ctx.node
     spec = json.loads(node.saved["function"])
     grads = list(grads)

@@ -18,6 +18,7 @@ import contextlib
 import re
 from dataclasses import dataclass, field
 from time import monotonic as _monotonic
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -45,7 +46,7 @@ from .journal import Journal
 from .kernel import active as plan_recorder
 from .kernel import kcall, snapshot
 from .node import Node, SavedTensor
-from .registry import OPS
+from .registry import JVPS, OPS
 from .signature import call_facts, call_form, check_call
 from .tensor import Tensor
 
@@ -1248,3 +1249,46 @@ def _count_response(budget: Budget, result: ProgramResult, ns: dict, names) -> N
             budget.respond(e.contribution.data, "the autograd report")
             if e.grad is not None:
                 budget.respond(e.grad.data, "the autograd report")
+
+
+# custom functions run their bodies on this interpreter (custom_function sits below it and may not import it)
+custom_function.interpreter = SimpleNamespace(Runner=_Runner, lookup=_lookup, ProgramResult=ProgramResult, State=State,
+                                              NAME_RE=NAME_RE)
+
+
+def op_catalog() -> list[dict]:
+    """The op catalog served by ``GET /v1/ops``: one entry per op name (aliases listed with it)."""
+    out = []
+    seen = set()
+    for _name, spec in sorted(OPS.items()):
+        if id(spec) in seen:
+            continue
+        seen.add(id(spec))
+        args = []
+        for p in spec.params:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                kind = "varargs" if p.kind == p.VAR_POSITIONAL else "kwargs"
+                args.append({"name": p.name, "kind": kind, "tensor": p.name in spec.tensors, "required": False})
+                continue
+            entry = {"name": p.name, "tensor": p.name in spec.tensors or p.name in spec.tensor_lists,
+                     "tensor_list": p.name in spec.tensor_lists, "required": p.default is p.empty}
+            if p.default is not p.empty:
+                entry["default"] = p.default if isinstance(p.default, (int, float, str, bool, type(None))) \
+                    else repr(p.default)
+            args.append(entry)
+        missing = [g for g in spec.grad_fns if g not in JVPS]
+        out.append({"name": spec.name, "aliases": list(spec.aliases), "family": spec.family, "arguments": args,
+                    "grad_fns": list(spec.grad_fns), "differentiable": spec.differentiable,
+                    "forward_ad": spec.differentiable and bool(spec.grad_fns) and not missing,
+                    "grad_fns_without_forward_ad": missing,
+                    "inplace": spec.inplace, "method": spec.method, "doc": spec.doc, "returns": list(spec.returns)})
+    for a in ACTIONS:
+        out.append({"name": a["name"], "aliases": [], "family": "autograd",
+                    "arguments": [{"name": n, "tensor": n in a.get("tensors", (
+                                       "tensors", "outputs", "inputs", "self", "gradient", "grad_outputs", "grad",
+                                       "tensor", "tangent")),
+                                   "tensor_list": False, "required": n in ("self", "tensor", "tangent")}
+                                  for n in a["arguments"]],
+                    "grad_fns": [], "differentiable": False, "forward_ad": False, "grad_fns_without_forward_ad": [],
+                    "inplace": False, "method": False, "doc": a["doc"], "returns": []})
+    return out

@@ -101,6 +101,15 @@ def _batching_not_loaded(*args):
 batched_forward = _batching_not_loaded
 
 
+def _autograd_not_loaded(*args):
+    raise RuntimeError("engine.autograd is not imported")  # the engine package imports it
+
+
+#: run a node's VJP as the backward pass does (autograd._apply), for a VJP that runs a saved node's own
+#: (CopySlices): a hook slot, filled when autograd is imported
+apply_node = _autograd_not_loaded
+
+
 def vjp(name: str, inputs: tuple[str, ...], saves: dict | tuple = (), n_outputs: int = 1):
     """Register the VJP of a backward primitive. ``saves`` lists saved slots, or maps a slot to the inputs
     whose gradient needs it (the slot is then saved only if one of them requires grad)."""
@@ -460,42 +469,3 @@ def with_layout(tangent, like: np.ndarray):
         return record("CloneBackward0", arr, (tangent,))
     finally:
         _fw_level.reset(token)
-
-
-def op_catalog() -> list[dict]:
-    """The op catalog served by ``GET /v1/ops``: one entry per op name (aliases listed with it)."""
-    out = []
-    seen = set()
-    for _name, spec in sorted(OPS.items()):
-        if id(spec) in seen:
-            continue
-        seen.add(id(spec))
-        args = []
-        for p in spec.params:
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                kind = "varargs" if p.kind == p.VAR_POSITIONAL else "kwargs"
-                args.append({"name": p.name, "kind": kind, "tensor": p.name in spec.tensors, "required": False})
-                continue
-            entry = {"name": p.name, "tensor": p.name in spec.tensors or p.name in spec.tensor_lists,
-                     "tensor_list": p.name in spec.tensor_lists, "required": p.default is p.empty}
-            if p.default is not p.empty:
-                entry["default"] = p.default if isinstance(p.default, (int, float, str, bool, type(None))) \
-                    else repr(p.default)
-            args.append(entry)
-        missing = [g for g in spec.grad_fns if g not in JVPS]
-        out.append({"name": spec.name, "aliases": list(spec.aliases), "family": spec.family, "arguments": args,
-                    "grad_fns": list(spec.grad_fns), "differentiable": spec.differentiable,
-                    "forward_ad": spec.differentiable and bool(spec.grad_fns) and not missing,
-                    "grad_fns_without_forward_ad": missing,
-                    "inplace": spec.inplace, "method": spec.method, "doc": spec.doc, "returns": list(spec.returns)})
-    from .program import ACTIONS
-    for a in ACTIONS:
-        out.append({"name": a["name"], "aliases": [], "family": "autograd",
-                    "arguments": [{"name": n, "tensor": n in a.get("tensors", (
-                                       "tensors", "outputs", "inputs", "self", "gradient", "grad_outputs", "grad",
-                                       "tensor", "tangent")),
-                                   "tensor_list": False, "required": n in ("self", "tensor", "tangent")}
-                                  for n in a["arguments"]],
-                    "grad_fns": [], "differentiable": False, "forward_ad": False, "grad_fns_without_forward_ad": [],
-                    "inplace": False, "method": False, "doc": a["doc"], "returns": []})
-    return out

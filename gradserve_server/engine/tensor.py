@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from . import dtypes as D
+from . import node as _node
 from .budget import TRACK_MIN_BYTES, _budget
 from .errors import (
     NONLEAF_GRAD_WARNING,
@@ -41,6 +42,9 @@ def _autograd_not_loaded(*args):
 
 #: torch.autograd.backward for Tensor.backward: a hook slot, filled when engine.autograd is imported
 run_backward = _autograd_not_loaded
+#: a view's grad_fn after its base changed, and why a view may not be rebased: views.py's, which imports this
+#: module; filled when it is imported (the engine package imports every module, so the slots are always set)
+refresh_view = rebase_error = None
 
 
 def wrap_dim(dim, ndim: int) -> int:
@@ -107,7 +111,6 @@ class Tensor:
         fn = self._grad_fn
         if self._base is None or self._vc[0] == self._attr_version:
             return fn
-        from .views import refresh_view
         return refresh_view(self)
 
     @grad_fn.setter
@@ -120,7 +123,6 @@ class Tensor:
         """torch's refusal to use a view whose history cannot be rebased (None when it can be used)."""
         if self._base is None:
             return None
-        from .views import rebase_error
         return rebase_error(self, indirect)
 
     # ----- metadata -------------------------------------------------------------------------------
@@ -482,3 +484,6 @@ def wrapped_number(value, dtype: str | None = None) -> Tensor:
     t = Tensor(kcall(literal, value, D.NP_DTYPES[d]))
     t._wrapped = True
     return t
+
+
+_node.tensor_class = Tensor  # a saved output is rebuilt as a Tensor

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import tensor as _tensor
 from .dual import _level as _fw_level
 from .errors import TorchRuntimeError
 from .grad_mode import _grad_enabled
@@ -220,3 +221,6 @@ def partial_overlap(a: np.ndarray, b: np.ndarray) -> bool:
             return True
         return any(sa != sb for n, sa, sb in zip(a.shape, a.strides, b.strides) if n != 1)
     return lo_a < end_b and lo_b < end_a
+
+
+_tensor.refresh_view, _tensor.rebase_error = refresh_view, rebase_error  # Tensor.grad_fn and view_error

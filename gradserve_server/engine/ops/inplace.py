@@ -19,6 +19,7 @@ import weakref
 import numpy as np
 
 from .. import dtypes as D
+from .. import registry as R
 from ..budget import counted_copy
 from ..dual import _level as _fw_level
 from ..dual import tangent_of
@@ -189,7 +190,6 @@ def _copy_slices(base: Tensor, view: Tensor, node: Node) -> None:
 
 @vjp("CopySlices", inputs=("self",), saves=("fn", "positions", "base_sizes"))
 def _(ctx, grad):
-    from ..autograd import _apply
     from .shape import _index, _index_put_zeros, reshape
     fn = ctx.fn
     if fn is None:  # released by an earlier backward
@@ -198,7 +198,7 @@ def _(ctx, grad):
     pos = ctx.positions
     flat = reshape(grad, (-1,))
     g_view = reshape(_index(flat, [(0, pos.reshape(-1))]), pos.shape)
-    res = _apply(fn, [g_view] + [None] * (fn.n_outputs - 1))
+    res = R.apply_node(fn, [g_view] + [None] * (fn.n_outputs - 1))
     mask = np.zeros(grad.data.size, dtype=bool)
     mask[pos.reshape(-1)] = True
     g_base = E.masked_fill(grad, Tensor(mask.reshape(grad.data.shape)), 0)
