@@ -37,7 +37,7 @@ from .journal import array_, setattr_, setitem_
 from .kernel import kcall, kinplace
 from .node import Ctx, Node, SavedTensor, _freeing, release_all
 from .ops import elementwise as _ew  # (the op table is loaded before this module: gradserve_server/engine/__init__.py)
-from .ops.reduction import sum_to
+from .ops.common import sum_to
 from .ops.shape import to
 from .registry import PRIMS, edge, jvp, vjp
 from .tensor import Tensor

@@ -83,11 +83,13 @@ class _Ops:
     """The ops by torch name, for code that calls an op without importing its family (``F.expand(t, shape)``):
     the table, the batching rules and the shared helpers of the families sit below the families."""
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str):  # a name's first use only: it is then an attribute (as fast as a module's)
         try:
-            return OPS[name].fn
+            fn = OPS[name].fn
         except KeyError:
             raise AttributeError(name) from None
+        setattr(self, name, fn)
+        return fn
 
 
 F = _Ops()

@@ -218,3 +218,53 @@ def tie(g: Tensor | None, *inputs) -> Tensor | None:
         return g
     anchor = F.sum(live[0]) if len(live) == 1 else F.sum(live[0]) + sum(F.sum(t) for t in live[1:])
     return F.where(Tensor(np.zeros((), np.bool_)), anchor.to(g.dtype) if anchor.dtype != g.dtype else anchor, g)
+
+
+# ----- shared by the families' formulas ------------------------------------------------------------------
+
+#: the largest x whose exp is finite, less a margin, by item size (float32, float64)
+EXP_FINITE = {4: 88.0, 8: 709.0}
+#: a kernel of several steps writes them over its first fresh array from this size on (a new array of this size
+#: or more costs page faults; below, allocations are cheap and the out= keywords cost more than they save)
+IN_PLACE_BYTES = 1 << 16
+
+
+def zeros_like(t: Tensor) -> Tensor:
+    return Tensor(np.zeros(t.data.shape, t.data.dtype))
+
+
+def add_t(a, b):
+    """a + b over tangents, None being zero."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return F.add(a, b)
+
+
+def mul_t(t, factor):
+    """t * factor for a tangent t (None stays None)."""
+    return None if t is None else F.mul(t, factor)
+
+
+def scale_t(t, k):
+    """t * k for a number k, skipping k == 1."""
+    if t is None or k == 1:
+        return t
+    return F.mul(t, k)
+
+
+def sum_to(t: Tensor, shape: tuple) -> Tensor:
+    """Sum a broadcast gradient back to an operand's shape (torch's at::sum_to)."""
+    shape = tuple(shape)
+    if t.data.shape == shape:
+        return t
+    if not shape:
+        return F.sum(t)  # torch's sum_to: a full sum (SumBackward0) for a 0-d operand
+    lead = t.data.ndim - len(shape)
+    dims = tuple(range(lead)) + tuple(i + lead for i, s in enumerate(shape)
+                                      if s == 1 and t.data.shape[i + lead] != 1)
+    r = F.sum(t, list(dims), keepdim=True) if dims else t
+    if r.data.shape != shape:
+        r = F.view(r, shape)  # torch's sum_to: tensor.view(shape) (drops the kept leading dims)
+    return r
