@@ -38,7 +38,7 @@ from .kernel import kcall, kinplace
 from .node import Ctx, Node, SavedTensor, _freeing, release_all
 from .ops import elementwise as _ew  # (the op table is loaded before this module: gradserve_server/engine/__init__.py)
 from .ops.common import sum_to
-from .ops.shape import to
+from .ops.shape import clone, expand, stack, to
 from .registry import PRIMS, edge, jvp, vjp
 from .tensor import Tensor
 
@@ -186,7 +186,6 @@ def _grad_batched(outputs, inputs, grad_outputs, retain_graph, create_graph, all
 
 def _grad_loop(outputs, inputs, grad_outputs, batch, retain_graph, create_graph) -> list:
     """One reverse pass per batch entry (the graph retained for all but the last), stacked per input."""
-    from .ops.shape import stack
     per_input: list[list] = [[] for _ in inputs]
     for b in range(batch):
         grads = _make_grads(outputs, tuple(g[b] if isinstance(g, Tensor) else g for g in grad_outputs))
@@ -384,8 +383,7 @@ def _fused_vjp(ctx, gg):
     with set_grad_enabled(True):
         out = PRIMS[fn.prim].vjp(formula, proxies[0])[ctx.index]
     if out is not None and gg.data.shape != out.data.shape:  # the fused gradient was summed to its input's shape
-        from .ops.shape import expand
-        gg = expand(gg, out.shape)
+            gg = expand(gg, out.shape)
     if out is not None and gg.data.dtype != out.data.dtype:  # and cast to its input's dtype
         gg = to(gg, out.dtype)
     wrt = [i for i, t in enumerate(inputs) if t.requires_grad]
@@ -652,8 +650,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         if accumulate:
             contributions[t] = g
         with set_grad_enabled(create_graph):
-            from .ops.shape import clone
-            setattr_(t, "_grad", clone(g) if t._grad is None else _add(t._grad, g))
+                    setattr_(t, "_grad", clone(g) if t._grad is None else _add(t._grad, g))
         setattr_(t, "grad_accumulations", t.grad_accumulations + 1)
     if not retain_graph:
         release_all(executed)

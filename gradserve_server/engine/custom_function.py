@@ -22,6 +22,7 @@ import numpy as np
 from .dual import _level as _fw_level
 from .dual import tangent_of
 from .errors import InvalidArgumentError, TorchRuntimeError
+from .functional import _to_json, from_json, plain_copy
 from .grad_mode import _grad_enabled, set_grad_enabled
 from .journal import setattr_, setitem_
 from .node import Node, SavedTensor
@@ -63,7 +64,6 @@ class CustomFunctionDef:
     dirty: tuple = ()
 
     def to_json(self) -> dict:
-        from .functional import _to_json
         return {"autograd_function": {
             "name": self.name, "inputs": list(self.inputs), "ops": _to_json(self.ops), "outputs": list(self.outputs),
             "saved": list(self.saved), "non_differentiable": list(self.non_differentiable),
@@ -89,7 +89,6 @@ def _names(value, what: str, nullable: bool = False) -> tuple:
 
 
 def _ops(value, what: str) -> list:
-    from .functional import plain_copy
     if not isinstance(value, list) or not all(isinstance(op, dict) and isinstance(op.get("op"), str) for op in value):
         raise InvalidArgumentError(f"autograd_function: {what} must be a list of ops (objects with an 'op' field)")
     return plain_copy(value)
@@ -146,7 +145,6 @@ def definition(spec) -> CustomFunctionDef:
 
 def from_stored(value: dict) -> CustomFunctionDef:
     """A definition as ``to_json`` stored it (arrays tagged)."""
-    from .functional import from_json
     return definition(from_json(value))
 
 
@@ -230,7 +228,6 @@ def _dirty_output(t: Tensor, node: Node | None, nr: int) -> Tensor:
 
 
 def _stored(value):
-    from .functional import _to_json
     return _to_json(value)
 
 
@@ -245,7 +242,6 @@ def _body_for(bodies: list, present: list) -> dict | None:
 def _vjp(ctx, grads):
     """Run the backward body over the saved tensors and the output gradients; torch's checks on what it
     returns (how many gradients, None for non-tensor inputs)."""
-    from .functional import from_json
     I = interpreter
     ProgramResult, State, _lookup, _Runner = I.ProgramResult, I.State, I.lookup, I.Runner
     node = ctx.node

@@ -15,6 +15,8 @@ import numpy as np
 from . import dtypes as D
 from . import node as _node
 from .budget import TRACK_MIN_BYTES, _budget
+from .dual import _level as _fw_level
+from .dual import tangent_of
 from .errors import (
     NONLEAF_GRAD_WARNING,
     InvalidArgumentError,
@@ -27,6 +29,7 @@ from .grad_mode import check_numel, emit_warning
 from .journal import setattr_, setitem_
 from .kernel import kcall, literal
 from .node import Node
+from .printing import tensor_repr
 
 #: how a view was made (torch's CreationMeta): in grad mode by a single-output view op, by a function that
 #: returns several views (split, chunk, unbind), or in no_grad mode. Only "default" views may be modified in
@@ -287,9 +290,7 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
-        from .dual import _level, tangent_of
-        from .printing import tensor_repr
-        return tensor_repr(self, tangent_of(self) if _level.get() is not None else None)
+        return tensor_repr(self, tangent_of(self) if _fw_level.get() is not None else None)
 
     def __format__(self, spec: str) -> str:
         if self.data.ndim == 0:
