@@ -16,7 +16,6 @@ import numpy as np
 
 from . import kernel as K
 from . import registry as _registry
-from . import tensor as _tensor
 from .batching import sum_to_batched, vjp_rule
 from .budget import current_control
 from .dual import current_level
@@ -40,7 +39,7 @@ from .ops import elementwise as _ew  # (the op table is loaded before this modul
 from .ops.common import sum_to
 from .ops.shape import clone, expand, stack, to
 from .registry import PRIMS, edge, jvp, vjp
-from .tensor import Tensor
+from .tensor import Tensor, install_hooks
 
 
 def _size(shape) -> str:
@@ -828,5 +827,5 @@ def _accumulate_leaf(leaf: Tensor, g: Tensor, create_graph: bool, claimed: set) 
     setattr_(leaf, "grad_accumulations", leaf.grad_accumulations + 1)
 
 
-_tensor.run_backward = backward  # Tensor.backward's hook
+install_hooks(run_backward=backward)  # Tensor.backward's
 _registry.apply_node = _apply  # CopySlices' VJP runs its saved node's

@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 
 import numpy as np
 
@@ -79,20 +80,11 @@ _SUPPORTED = frozenset(D.NP_DTYPES.values())
 OPS: dict[str, OpSpec] = {}
 
 
-class _Ops:
-    """The ops by torch name, for code that calls an op without importing its family (``F.expand(t, shape)``):
-    the table, the batching rules and the shared helpers of the families sit below the families."""
-
-    def __getattr__(self, name: str):  # a name's first use only: it is then an attribute (as fast as a module's)
-        try:
-            fn = OPS[name].fn
-        except KeyError:
-            raise AttributeError(name) from None
-        setattr(self, name, fn)
-        return fn
-
-
-F = _Ops()
+#: every op by torch name (``F.expand(t, shape)``), filled by ``@op``: for code that calls an op without importing
+#: its family (the table, the batching rules and the shared helpers of the families sit below the families). A
+#: module object, so a call through it costs what a call through an imported module does (a namespace object's
+#: attribute read measured twice as slow)
+F = ModuleType("gradserve_server.engine.registry.F", "The ops by torch name, filled by @op.")
 
 
 def _batching_not_loaded(*args):
@@ -214,6 +206,7 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
             if n in OPS:
                 raise RuntimeError(f"duplicate op {n}")
             OPS[n] = spec
+            setattr(F, n, fn)
         return fn
 
     return deco

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import tensor as _tensor
 from .dual import _level as _fw_level
 from .errors import TorchRuntimeError
 from .grad_mode import _grad_enabled
 from .journal import setattr_, setitem_
 from .node import Node, short_name
-from .tensor import VIEW_DEFAULT, VIEW_MULTI, VIEW_NO_GRAD, Tensor
+from .tensor import VIEW_DEFAULT, VIEW_MULTI, VIEW_NO_GRAD, Tensor, install_hooks
 
 _MULTI = (" This view is the output of a function that returns multiple views. Such functions do not allow the "
           "output views to be modified inplace. You should replace the inplace operation by an out-of-place one.")
@@ -223,4 +222,4 @@ def partial_overlap(a: np.ndarray, b: np.ndarray) -> bool:
     return lo_a < end_b and lo_b < end_a
 
 
-_tensor.refresh_view, _tensor.rebase_error = refresh_view, rebase_error  # Tensor.grad_fn and view_error
+install_hooks(refresh_view=refresh_view, rebase_error=rebase_error)  # Tensor.grad_fn's and view_error's
