@@ -28,7 +28,7 @@ from starlette.requests import Request
 
 from gradserve_server import engine
 from gradserve_server.app.errors import REQUEST, ServerBusy
-from gradserve_server.engine.errors import CancelledError
+from gradserve_server.engine import CancelledError
 
 DEADLINE_SETTING = "GRADSERVE_REQUEST_DEADLINE_SECONDS"
 #: The light lane (``app.state.light``): cheap op lists that could not run on the event loop. Each is bounded

@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
-from gradserve_server.engine.errors import EngineError
+from gradserve_server.engine import EngineError
 
 log = logging.getLogger("gradserve")
 

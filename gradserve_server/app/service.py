@@ -51,9 +51,12 @@ from gradserve_server.app.schemas.ops import EvalRequestAdapter, OpsRequestAdapt
 from gradserve_server.app.store import Session, SessionStore
 from gradserve_server.app.store.memory import MemoryStore
 from gradserve_server.app.svg import render_svg
-from gradserve_server.engine.errors import DeadlineExceededError, LimitExceededError
-from gradserve_server.engine.grad_mode import WarningSink
-from gradserve_server.engine.plan import PlanCaches
+from gradserve_server.engine import (
+    DeadlineExceededError,
+    LimitExceededError,
+    PlanCaches,
+    WarningSink,
+)
 
 #: What stops an inline run that turned out not to be cheap (its bounds: INLINE_DEADLINE_SECONDS,
 #: INLINE_MAX_ELEMENTS); the request then runs in the thread pool under the real limits

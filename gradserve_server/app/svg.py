@@ -16,7 +16,7 @@ import subprocess
 from html import escape
 from typing import Any
 
-from gradserve_server.engine.graph import node_lines
+from gradserve_server.engine import node_lines
 
 log = logging.getLogger("gradserve")
 

@@ -15,10 +15,13 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernel as K
-from .batching import BatchingUnsupported, sum_to_batched, vjp_rule
+from . import registry as _registry
+from .batching import sum_to_batched, vjp_rule
 from .budget import current_control
+from .dual import current_level
 from .errors import (
     CREATE_GRAPH_WARNING,
+    BatchingUnsupported,
     CancelledError,
     DeadlineExceededError,
     EngineError,
@@ -28,16 +31,15 @@ from .errors import (
     TorchTypeError,
     TorchValueError,
 )
-from .forward_ad import current_level
 from .grad_mode import _grad_enabled, emit_warning, set_grad_enabled
 from .journal import array_, setattr_, setitem_
 from .kernel import kcall, kinplace
 from .node import Ctx, Node, SavedTensor, _freeing, release_all
 from .ops import elementwise as _ew  # (the op table is loaded before this module: gradserve_server/engine/__init__.py)
-from .ops.reduction import sum_to
-from .ops.shape import to
+from .ops.common import sum_to
+from .ops.shape import clone, expand, stack, to
 from .registry import PRIMS, edge, jvp, vjp
-from .tensor import Tensor
+from .tensor import Tensor, install_hooks
 
 
 def _size(shape) -> str:
@@ -183,7 +185,6 @@ def _grad_batched(outputs, inputs, grad_outputs, retain_graph, create_graph, all
 
 def _grad_loop(outputs, inputs, grad_outputs, batch, retain_graph, create_graph) -> list:
     """One reverse pass per batch entry (the graph retained for all but the last), stacked per input."""
-    from .ops.shape import stack
     per_input: list[list] = [[] for _ in inputs]
     for b in range(batch):
         grads = _make_grads(outputs, tuple(g[b] if isinstance(g, Tensor) else g for g in grad_outputs))
@@ -382,8 +383,7 @@ def _fused_vjp(ctx, gg):
     with set_grad_enabled(True):
         out = PRIMS[fn.prim].vjp(formula, proxies[0])[ctx.index]
     if out is not None and gg.data.shape != out.data.shape:  # the fused gradient was summed to its input's shape
-        from .ops.shape import expand
-        gg = expand(gg, out.shape)
+            gg = expand(gg, out.shape)
     if out is not None and gg.data.dtype != out.data.dtype:  # and cast to its input's dtype
         gg = to(gg, out.dtype)
     wrt = [i for i, t in enumerate(inputs) if t.requires_grad]
@@ -650,8 +650,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         if accumulate:
             contributions[t] = g
         with set_grad_enabled(create_graph):
-            from .ops.shape import clone
-            setattr_(t, "_grad", clone(g) if t._grad is None else _add(t._grad, g))
+                    setattr_(t, "_grad", clone(g) if t._grad is None else _add(t._grad, g))
         setattr_(t, "grad_accumulations", t.grad_accumulations + 1)
     if not retain_graph:
         release_all(executed)
@@ -827,3 +826,7 @@ def _accumulate_leaf(leaf: Tensor, g: Tensor, create_graph: bool, claimed: set) 
             with set_grad_enabled(True):
                 setattr_(leaf, "_grad", _add(old, g))
     setattr_(leaf, "grad_accumulations", leaf.grad_accumulations + 1)
+
+
+install_hooks(run_backward=backward)  # Tensor.backward's
+_registry.apply_node = _apply  # CopySlices' VJP runs its saved node's

@@ -22,19 +22,15 @@ instead, so a missing rule costs speed, never a wrong answer.
 
 from __future__ import annotations
 
-import numpy as np
-
 from . import kernel as K
+from . import registry as R
+from .errors import BatchingUnsupported
 from .kernel import kcall
-from .registry import JVPS, PRIMS, elementwise_jvp, zero_jvp
+from .registry import JVPS, PRIMS, F, JvpCtx, elementwise_jvp, per_output, zero_jvp
 from .tensor import Tensor
 
 __all__ = ["BatchingUnsupported", "batching", "SAME", "shifted", "vjp_rule", "jvp_rule", "sum_to_batched",
            "BATCH_VJP", "BATCH_JVP"]
-
-
-class BatchingUnsupported(Exception):
-    """A primitive (or a situation) with no batching rule: the caller falls back to one pass per entry."""
 
 
 #: the primitive's own formula holds over a leading batch dimension
@@ -78,8 +74,7 @@ def _same_vjp(fn):
 def _every_entry(t: Tensor, batch: int, nd: int) -> Tensor:
     if t.data.ndim > nd:
         raise BatchingUnsupported("rank")
-    from .ops.shape import expand, unsqueeze
-    return expand(unsqueeze(t, 0), (batch, *t.data.shape))
+    return F.expand(F.unsqueeze(t, 0), (batch, *t.data.shape))
 
 
 def jvp_rule(name: str):
@@ -139,9 +134,8 @@ def align(t: Tensor | None, nd: int) -> Tensor | None:
     """A batched tensor ``(B, *shape)`` as ``(B, 1.., *shape)`` of rank ``nd + 1`` (rank alignment)."""
     if t is None or t.data.ndim >= nd + 1:
         return t
-    from .ops.shape import reshape
     s = t.data.shape
-    return reshape(t, (s[0], *(1,) * (nd + 1 - len(s)), *s[1:]))
+    return F.reshape(t, (s[0], *(1,) * (nd + 1 - len(s)), *s[1:]))
 
 
 def sum_to_batched(t: Tensor, shape: tuple) -> Tensor:
@@ -150,33 +144,29 @@ def sum_to_batched(t: Tensor, shape: tuple) -> Tensor:
     s = t.data.shape[1:]
     if s == shape:
         return t
-    from .ops.reduction import sum
-    from .ops.shape import reshape
     lead = len(s) - len(shape)
     if lead < 0:
         raise BatchingUnsupported("sum_to")
     dims = [1 + i for i in range(lead)] + [1 + lead + i for i, n in enumerate(shape) if n == 1 and s[lead + i] != 1]
-    r = sum(t, dims, keepdim=True) if dims else t
+    r = F.sum(t, dims, keepdim=True) if dims else t
     target = (t.data.shape[0], *shape)
     if r.data.shape != target:
-        r = reshape(r, target)
+        r = F.reshape(r, target)
     return r
 
 
 def expand_batched(t: Tensor, batch: int, shape: tuple) -> Tensor:
     """A batched tensor (or an unbatched one, the same for every entry) as exactly ``(batch, *shape)``."""
-    from .ops.shape import contiguous, expand
     d = t.data
     if d.shape == (batch, *shape):
         return t
     if d.ndim != len(shape) + 1:
         raise BatchingUnsupported("rank")
-    return contiguous(expand(t, (batch, *shape)))
+    return F.contiguous(F.expand(t, (batch, *shape)))
 
 
 def forward(prim_name: str, outs, inputs: tuple, saved, tangents: list, level) -> None:
     """Forward mode in a batched dual level: every tangent is ``(B, *shape)``; give the outputs theirs."""
-    from .registry import JvpCtx, per_output
     rule = jvp_rule(prim_name)
     batch = level.batch
     targets = outs if outs.__class__ is tuple else (outs,)
@@ -191,21 +181,9 @@ def forward(prim_name: str, outs, inputs: tuple, saved, tangents: list, level) -
         else:
             r = expand_batched(r, batch, od.shape)
             if any(r is t for t in tangents):
-                from .ops.shape import clone
-                r = clone(r)
+                r = F.clone(r)
         o._fw_grad = r
         level.tensors.append(o)
 
 
-def view_tangent(base_tangent: Tensor, base: np.ndarray, view: np.ndarray) -> Tensor:
-    """The batched tangent of a view: each entry viewed from the base's entry as ``view`` is from ``base``
-    (the base's tangent being C-contiguous with a C-contiguous base; otherwise no rule)."""
-    bt = base_tangent.data
-    if bt.shape[1:] != base.shape or not bt.flags.c_contiguous or not base.flags.c_contiguous:
-        raise BatchingUnsupported("view layout")
-    item, titem = base.itemsize, bt.itemsize
-    off = (view.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // item
-    strides = (bt.strides[0] if bt.ndim else titem, *(s // item * titem for s in view.strides))
-    flat = bt.reshape(-1)
-    return Tensor(np.lib.stride_tricks.as_strided(flat[off:], shape=(bt.shape[0], *view.shape), strides=strides,
-                                                  writeable=False))
+R.batched_forward = forward  # the hook record() calls in a batched dual level

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .dual import _level as _fw_level
+from .dual import tangent_of
 from .errors import InvalidArgumentError, TorchRuntimeError
-from .forward_ad import _level as _fw_level
-from .forward_ad import tangent_of
+from .functional import _to_json, from_json, plain_copy
 from .grad_mode import _grad_enabled, set_grad_enabled
 from .journal import setattr_, setitem_
 from .node import Node, SavedTensor
@@ -31,6 +32,16 @@ from .tensor import Tensor
 PRIM = "CustomFunctionBackward"
 _ERROR = "Error"
 _ONCE = "trying to differentiate twice a function that was marked with @once_differentiable"
+
+
+class _NotLoaded:
+    def __getattr__(self, name):
+        raise RuntimeError("engine.program is not imported")  # the engine package imports it
+
+
+#: the eager interpreter a custom function's bodies run on (program's runner, name lookup, result and state
+#: classes, the name pattern): a hook slot engine.program fills at import, as it sits above this module
+interpreter = _NotLoaded()
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,7 +64,6 @@ class CustomFunctionDef:
     dirty: tuple = ()
 
     def to_json(self) -> dict:
-        from .functional import _to_json
         return {"autograd_function": {
             "name": self.name, "inputs": list(self.inputs), "ops": _to_json(self.ops), "outputs": list(self.outputs),
             "saved": list(self.saved), "non_differentiable": list(self.non_differentiable),
@@ -66,7 +76,7 @@ _FIELDS = {"name", "inputs", "ops", "outputs", "saved", "non_differentiable", "m
 
 
 def _names(value, what: str, nullable: bool = False) -> tuple:
-    from .program import NAME_RE
+    NAME_RE = interpreter.NAME_RE
     if not isinstance(value, list):
         raise InvalidArgumentError(f"autograd_function: {what} must be a list of names")
     for n in value:
@@ -79,7 +89,6 @@ def _names(value, what: str, nullable: bool = False) -> tuple:
 
 
 def _ops(value, what: str) -> list:
-    from .functional import plain_copy
     if not isinstance(value, list) or not all(isinstance(op, dict) and isinstance(op.get("op"), str) for op in value):
         raise InvalidArgumentError(f"autograd_function: {what} must be a list of ops (objects with an 'op' field)")
     return plain_copy(value)
@@ -136,14 +145,13 @@ def definition(spec) -> CustomFunctionDef:
 
 def from_stored(value: dict) -> CustomFunctionDef:
     """A definition as ``to_json`` stored it (arrays tagged)."""
-    from .functional import from_json
     return definition(from_json(value))
 
 
 def apply(runner, fdef: CustomFunctionDef, args: list) -> tuple:
     """``MyFn.apply(*args)``: run the forward body on ``runner``'s names shadowed by the parameters, with grad
     mode off; give the tensor outputs one node (when grad mode is on and a tensor input requires grad)."""
-    from .program import ProgramResult, _lookup, _Runner
+    ProgramResult, _lookup, _Runner = interpreter.ProgramResult, interpreter.lookup, interpreter.Runner
     if len(args) != len(fdef.inputs):
         raise InvalidArgumentError(f"{fdef.name}.apply() takes {len(fdef.inputs)} arguments but {len(args)} were "
                                    f"given", code="invalid_argument")
@@ -220,7 +228,6 @@ def _dirty_output(t: Tensor, node: Node | None, nr: int) -> Tensor:
 
 
 def _stored(value):
-    from .functional import _to_json
     return _to_json(value)
 
 
@@ -235,8 +242,8 @@ def _body_for(bodies: list, present: list) -> dict | None:
 def _vjp(ctx, grads):
     """Run the backward body over the saved tensors and the output gradients; torch's checks on what it
     returns (how many gradients, None for non-tensor inputs)."""
-    from .functional import from_json
-    from .program import ProgramResult, State, _lookup, _Runner
+    I = interpreter
+    ProgramResult, State, _lookup, _Runner = I.ProgramResult, I.State, I.lookup, I.Runner
     node = ctx.node
     spec = json.loads(node.saved["function"])
     grads = list(grads)

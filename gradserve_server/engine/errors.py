@@ -156,3 +156,7 @@ class DimensionError(TorchIndexError):
 def dim_out_of_range(dim: int, ndim: int) -> DimensionError:
     lo, hi = (-ndim, ndim - 1) if ndim > 0 else (-1, 0)
     return DimensionError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
+
+
+class BatchingUnsupported(Exception):
+    """A primitive (or a situation) with no batching rule: the caller falls back to one pass per entry."""

@@ -16,39 +16,18 @@ a stored session never holds a tangent.
 
 from __future__ import annotations
 
-import contextvars
 from collections import namedtuple
 
-import numpy as np
-
 from . import kernel as K
-from .errors import InvalidArgumentError, TorchRuntimeError, TorchValueError
+from .dual import DualLevel, _level, current_level, tangent_of  # noqa: F401  (current_level: forward_ad's too)
+from .errors import BatchingUnsupported, InvalidArgumentError, TorchRuntimeError, TorchValueError
 from .journal import setattr_
 from .kernel import kcall
+from .ops.shape import _as_view
+from .registry import record, with_layout
+from .tensor import Tensor
 
 UnpackedDualTensor = namedtuple("UnpackedDualTensor", ["primal", "tangent"])
-
-
-class DualLevel:
-    """The active level: its number and the tensors that got a tangent in it (cleared on exit)."""
-
-    __slots__ = ("index", "tensors", "op_index", "batch", "primals")
-
-    def __init__(self, index: int = 0, op_index: int | None = None):
-        self.index = index
-        self.tensors: list = []
-        # unpack_dual's primals and the views made of them, by id (kept alive here): views without a tangent
-        # of their own, none derived from their base's (torch's _fw_primal is not forward-differentiable)
-        self.primals: dict[int, object] = {}
-        self.op_index = op_index  # the program op that entered it (for the unbalanced-level error)
-        self.batch = None  # a batched level (functional.jacobian's forward mode): every tangent is (batch, ...)
-
-
-_level: contextvars.ContextVar[DualLevel | None] = contextvars.ContextVar("gradserve_dual_level", default=None)
-
-
-def current_level() -> DualLevel | None:
-    return _level.get()
 
 
 def enter_dual_level(op_index: int | None = None) -> int:
@@ -112,7 +91,6 @@ class program_dual_scope:
 
 
 def _require(v, name: str, what: str):
-    from .tensor import Tensor
     if not isinstance(v, Tensor):
         raise InvalidArgumentError(f"{what}(): argument '{name}' must be Tensor, not {type(v).__name__}")
     return v
@@ -161,8 +139,6 @@ def make_dual(tensor, tangent, *, level: int | None = None):
 
 def _dual_view(tensor):
     """The dual's primal: a view of ``tensor`` (ViewBackward0), recorded with forward mode off."""
-    from .ops.shape import _as_view
-    from .registry import record
     token = _level.set(None)
     try:
         return _as_view(record("ViewBackward0", kcall(K.view, tensor.data), (tensor,),
@@ -178,7 +154,6 @@ def unpack_dual(tensor, *, level: int | None = None) -> UnpackedDualTensor:
     tensor = _require(tensor, "tensor", "unpack_dual")
     cur = _level.get()
     if cur is not None and cur.batch is not None:  # a function that unpacks its own duals: no batching rule
-        from .batching import BatchingUnsupported
         raise BatchingUnsupported("unpack_dual")
     return _unpack(tensor, level, cur)
 
@@ -191,8 +166,6 @@ def _unpack(tensor, level, cur) -> UnpackedDualTensor:
     tangent = tangent_of(tensor) if cur is not None else None
     if tangent is not None and level != cur.index:
         raise TorchRuntimeError("Invalid level given to _fw_primal", code="invalid_dual_level")
-    from .ops.shape import _as_view
-    from .registry import record
     token = _level.set(None)
     try:
         primal = _as_view(record("Identity", tensor.data.view(), (tensor,)), tensor)
@@ -219,101 +192,4 @@ def batched_unpack(tensor) -> UnpackedDualTensor:
 
 # ----- tangents of views and in-place updates -------------------------------------------------------------
 
-
-def tangent_of(t):
-    """The tangent of ``t`` at the active level: its own, or for a view of a dual base the same view of the
-    base's tangent (torch derives it lazily too)."""
-    fw = t._fw_grad
-    if fw is None:
-        base = t._base
-        if base is not None and base._fw_grad is not None:
-            lvl = _level.get()
-            if lvl is not None and id(t) in lvl.primals:
-                return None
-            if lvl is not None and lvl.batch is not None:
-                from .batching import view_tangent
-                fw = view_tangent(base._fw_grad, base.data, t.data)
-            else:
-                fw = _view_of(base._fw_grad, base.data, t.data)
-            if fw is None:  # every tangent a tensor owns has its data's layout (record, make_dual, in-place)
-                raise TorchRuntimeError("forward AD: the base's tangent cannot be viewed like the view",
-                                        code="internal_error")
-            setattr_(t, "_fw_grad", fw)
-            lvl = _level.get()
-            if lvl is not None:
-                lvl.tensors.append(t)
-    return fw
-
-
-def _elem_strides(a: np.ndarray) -> tuple:
-    return tuple(s // a.itemsize for s in a.strides)
-
-
-def _view_of(base_tangent, base: np.ndarray, view: np.ndarray):
-    """A tensor viewing ``base_tangent`` as ``view`` views ``base`` (same element offset and strides), or None
-    when the tangent's layout differs from the base's."""
-    from .tensor import Tensor
-    bt = base_tangent.data
-    if bt.shape != base.shape or _elem_strides(bt) != _elem_strides(base):
-        return None
-    off = (view.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // base.itemsize
-    return Tensor(np.asarray(_Strided(bt, off, view.shape, _elem_strides(view))))
-
-
-class _Strided:
-    """An ``__array_interface__`` over ``owner``'s memory (kept alive by this object, the array's base)."""
-
-    def __init__(self, owner: np.ndarray, offset: int, shape: tuple, strides: tuple):
-        self.owner = owner
-        self.__array_interface__ = {
-            "shape": tuple(shape), "typestr": owner.dtype.str, "version": 3,
-            "data": (owner.__array_interface__["data"][0] + offset * owner.itemsize, False),
-            "strides": tuple(s * owner.itemsize for s in strides)}
-
-
-def with_layout(tangent, like: np.ndarray):
-    """``tangent`` with the element strides of ``like`` (a copy recorded as CloneBackward0 when they differ), so
-    that views of the tensor can view its tangent."""
-    d = tangent.data
-    if d.shape == like.shape and _elem_strides(d) == _elem_strides(like):
-        return tangent
-    arr = np.empty_like(like, dtype=d.dtype)
-    np.copyto(arr, d)
-    from .registry import record
-    token = _level.set(None)
-    try:
-        return record("CloneBackward0", arr, (tangent,))
-    finally:
-        _level.reset(token)
-
-
-def inplace_update(self, new_tangent) -> None:
-    """After an in-place op on ``self``: make ``self``'s tangent ``new_tangent``, in place when it has one
-    (so views share the update), else by giving it one (through its base when it is a view)."""
-    from .ops.inplace import copy_
-    lvl = _level.get()
-    if lvl.batch is not None:
-        from .batching import BatchingUnsupported
-        raise BatchingUnsupported("in-place")
-    token = _level.set(None)
-    try:
-        old = tangent_of(self)
-        if old is None and self._base is not None:
-            base = self._base
-            if base._fw_grad is None:
-                setattr_(base, "_fw_grad", _zeros_like(base.data, new_tangent.data.dtype))
-                lvl.tensors.append(base)
-            old = tangent_of(self)
-        if old is not None:
-            copy_(old, new_tangent)
-            return
-        setattr_(self, "_fw_grad", with_layout(new_tangent, self.data))
-        lvl.tensors.append(self)
-    finally:
-        _level.reset(token)
-
-
-def _zeros_like(a: np.ndarray, dtype):
-    from .tensor import Tensor
-    return Tensor(np.zeros_like(a, dtype=dtype))
 

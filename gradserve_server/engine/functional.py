@@ -21,9 +21,9 @@ import numpy as np
 from . import autograd
 from . import forward_ad as fw
 from . import kernel as K
-from .batching import BatchingUnsupported
 from .budget import current_budget
 from .errors import (
+    BatchingUnsupported,
     CancelledError,
     DeadlineExceededError,
     EngineError,

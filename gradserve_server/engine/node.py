@@ -19,6 +19,9 @@ from .journal import _journal
 #: after running it, the engine only at the end (a failed pass changes nothing); version errors read it
 _freeing: contextvars.ContextVar[bool] = contextvars.ContextVar("gradserve_freeing", default=False)
 
+#: the Tensor class, for a saved output rebuilt on unpack: a slot tensor.py fills at import (it imports this
+#: module for Node)
+tensor_class = None
 _CPP_NODES = {"AccumulateGrad", "CopySlices", "CopyBackwards", "NotImplemented", "Identity", "Error"}
 
 
@@ -87,8 +90,7 @@ class SavedTensor:
         return (self._data if self.is_output else self._tensor) is None
 
     def _rebuild(self, node):
-        from .tensor import Tensor
-        return Tensor(self._data, self._rg, node, self._nr, self._vc)
+        return tensor_class(self._data, self._rg, node, self._nr, self._vc)
 
     def unpack(self, node: Node):
         if self.is_output:

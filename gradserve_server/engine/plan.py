@@ -102,9 +102,10 @@ from .program import (
     resolve_quietly,
     run_program,
 )
-from .registry import OPS, accumulator
+from .registry import OPS
 from .replayed import _PLANNABLE_CALLS, Plan, _Namespace, _PlannedResult, _same_bits, _tensor
 from .tensor import Tensor, as_array
+from .views import accumulator
 
 #: ops whose results are program inputs: their data is not part of the key, they run cold on every request
 INPUT_OPS = frozenset({"tensor"})

@@ -18,6 +18,7 @@ import contextlib
 import re
 from dataclasses import dataclass, field
 from time import monotonic as _monotonic
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -45,9 +46,10 @@ from .journal import Journal
 from .kernel import active as plan_recorder
 from .kernel import kcall, snapshot
 from .node import Node, SavedTensor
-from .registry import OPS
+from .registry import JVPS, OPS, OpSpec, recorded_grad_fns
 from .signature import call_facts, call_form, check_call
 from .tensor import Tensor
+from .torch_args import signature_json
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _SLICE_RE = re.compile(r"^\s*(-?\d+)?\s*:\s*(-?\d+)?\s*(?::\s*(-?\d+)?\s*)?$")
@@ -1251,3 +1253,87 @@ def _count_response(budget: Budget, result: ProgramResult, ns: dict, names) -> N
             budget.respond(e.contribution.data, "the autograd report")
             if e.grad is not None:
                 budget.respond(e.grad.data, "the autograd report")
+
+
+# custom functions run their bodies on this interpreter (custom_function sits below it and may not import it)
+custom_function.interpreter = SimpleNamespace(Runner=_Runner, lookup=_lookup, ProgramResult=ProgramResult, State=State,
+                                              NAME_RE=NAME_RE)
+
+
+def op_catalog() -> list[dict]:
+    """The op catalog served by ``GET /v1/ops``: one entry per op name (aliases listed with it)."""
+    out = []
+    seen = set()
+    for _name, spec in sorted(OPS.items()):
+        if id(spec) in seen:
+            continue
+        seen.add(id(spec))
+        args = []
+        for p in spec.params:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                kind = "varargs" if p.kind == p.VAR_POSITIONAL else "kwargs"
+                args.append({"name": p.name, "kind": kind, "tensor": p.name in spec.tensors, "required": False})
+                continue
+            entry = {"name": p.name, "tensor": p.name in spec.tensors or p.name in spec.tensor_lists,
+                     "tensor_list": p.name in spec.tensor_lists, "required": p.default is p.empty}
+            if p.default is not p.empty:
+                entry["default"] = p.default if isinstance(p.default, (int, float, str, bool, type(None))) \
+                    else repr(p.default)
+            args.append(entry)
+        grad_fns = recorded_grad_fns(spec)
+        missing = [g for g in grad_fns if g not in JVPS]
+        out.append({"name": spec.name, "aliases": list(spec.aliases), "family": spec.family, "arguments": args,
+                    "grad_fns": list(grad_fns), "differentiable": spec.differentiable,
+                    "forward_ad": spec.differentiable and bool(grad_fns) and not missing,
+                    "grad_fns_without_forward_ad": missing,
+                    "inplace": spec.inplace, "method": spec.method, "doc": spec.doc, "returns": list(spec.returns),
+                    **_client_facts(spec)})
+    for a in ACTIONS:
+        out.append({"name": a["name"], "aliases": [], "family": "autograd",
+                    "arguments": [{"name": n, "tensor": n in a.get("tensors", (
+                                       "tensors", "outputs", "inputs", "self", "gradient", "grad_outputs", "grad",
+                                       "tensor", "tangent")),
+                                   "tensor_list": False, "required": n in ("self", "tensor", "tangent")}
+                                  for n in a["arguments"]],
+                    "grad_fns": [], "differentiable": False, "forward_ad": False, "grad_fns_without_forward_ad": [],
+                    "inplace": False, "method": False, "doc": a["doc"], "returns": [],
+                    **_client_facts(None), "cost": "calls" if a["name"] in TRANSFORMS else "inputs"})
+    return out
+
+
+def _client_facts(spec: OpSpec | None) -> dict:
+    """The declaration's facts a client needs to call an op as torch does, without asking (the catalog's
+    ``exports``, ``outputs`` ...): what a torch-like client builds its namespaces and results from."""
+    if spec is None:
+        return {"exports": [], "tuple_when": [], "variable_outputs": False, "returns_when": "", "python_result": "",
+                "changes_argument": [], "storage": "", "cast": "", "dims_of": "input", "promotion": "",
+                "cost": "inputs", "parser": None}
+    exports = [f"torch.nn.functional.{n}" for n in (spec.name, *spec.aliases)  # torch.nn.functional's families
+               if spec.family in ("nn", "conv") and "." not in n and not n.startswith("__")]
+    exports += [e for e in spec.exports if e not in exports]
+    return {"exports": exports, "tuple_when": list(spec.tuple_when), "variable_outputs": spec.variable_outputs,
+            "returns_when": spec.returns_when, "python_result": spec.python_result,
+            "changes_argument": list(spec.changes_argument), "storage": spec.storage, "cast": spec.cast,
+            "dims_of": spec.dims_of, "promotion": spec.promotion, "cost": spec.cost,
+            "parser": _parser_facts(spec)}
+
+
+def _parser_facts(spec: OpSpec) -> dict | None:
+    """How torch's argument parser takes a call of the op (``engine.signature``'s facts for it, as JSON), per
+    form: ``function`` (``torch.add(x, y)``) and, for a method, ``method`` (``x.add(y)``, self not counted);
+    ``program_form``: the form a program's call has. A client checks a call against these before sending it
+    (``torch_args``): torch's overloads, else the one signature derived from the op's. None: not parsed."""
+    program_form = "method" if call_form(spec.name, spec) else "function"
+    out = {"program_form": program_form, "hidden": spec.hidden_overload, "numbers": spec.numbers_as_tensors,
+           "python_attribute": list(spec.python_attribute) or None,
+           "no_argument_overloads": list(spec.no_argument_overloads)}
+    for form in ("function", "method"):
+        if form == "method" and not spec.method and program_form != "method":
+            continue
+        exempt, shown, derived, options, _sigs = call_facts(spec, spec.name, form == "method")
+        if exempt:
+            return None
+        keep = options is None or (form == "function" and spec.python_attribute)
+        out[form] = {"name": shown, "signature": signature_json(derived) if keep else None,
+                     "overloads": list(options) if options is not None else None}
+    return out

@@ -23,18 +23,18 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 
 import numpy as np
 
 from . import dtypes as D
+from .dual import _elem_strides, tangent_of
+from .dual import _level as _fw_level
 from .errors import TorchRuntimeError
-from .forward_ad import _level as _fw_level
-from .forward_ad import tangent_of, with_layout
 from .grad_mode import _grad_enabled
-from .journal import setattr_
 from .node import Node, SavedTensor
 from .tensor import Tensor
-from .views import is_grad_leaf_view, view_grad_fn
+from .views import _edge, accumulator, edge, is_grad_leaf_view, view_grad_fn  # noqa: F401  (the table's names)
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,30 @@ JVPS: dict[str, Callable] = {}
 NO_JVP: dict[str, str] = {}
 _SUPPORTED = frozenset(D.NP_DTYPES.values())
 OPS: dict[str, OpSpec] = {}
+
+
+#: every op by torch name (``F.expand(t, shape)``), filled by ``@op``: for code that calls an op without importing
+#: its family (the table, the batching rules and the shared helpers of the families sit below the families). A
+#: module object, so a call through it costs what a call through an imported module does (a namespace object's
+#: attribute read measured twice as slow)
+F = ModuleType("gradserve_server.engine.registry.F", "The ops by torch name, filled by @op.")
+
+
+def _batching_not_loaded(*args):
+    raise RuntimeError("engine.batching is not imported")  # the engine package imports it
+
+
+#: forward mode in a batched dual level (batching.forward): a hook slot, filled when batching is imported
+batched_forward = _batching_not_loaded
+
+
+def _autograd_not_loaded(*args):
+    raise RuntimeError("engine.autograd is not imported")  # the engine package imports it
+
+
+#: run a node's VJP as the backward pass does (autograd._apply), for a VJP that runs a saved node's own
+#: (CopySlices): a hook slot, filled when autograd is imported
+apply_node = _autograd_not_loaded
 
 
 #: the primitive the latest ``vjp`` declared: a ``jvp()`` right after it names no primitive
@@ -265,6 +289,7 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
             if n in OPS:
                 raise RuntimeError(f"duplicate op {n}")
             OPS[n] = spec
+            setattr(F, n, fn)
         return fn
 
     return deco
@@ -287,32 +312,6 @@ def recorded_grad_fns(spec: OpSpec) -> tuple[str, ...]:
         walk(inspect.unwrap(spec.fn).__code__)
         spec.grad_fns = tuple(names)
     return spec.grad_fns
-
-
-def _edge(t: Tensor | None):
-    if t is None or not t.requires_grad:
-        return (None, 0)
-    fn = t.grad_fn if t._base is None else view_grad_fn(t)
-    if fn is not None:
-        return (fn, t.output_nr)
-    return (accumulator(t), 0)
-
-
-def accumulator(t: Tensor) -> Node | None:
-    """The leaf's AccumulateGrad node: one shared node per leaf, as in torch. None for a view made under
-    no_grad, whose requires_grad comes from its base (torch: no gradient accumulator)."""
-    node = t._accumulator
-    if node is None:
-        if t._base is not None and is_grad_leaf_view(t):
-            return None
-        node = Node("AccumulateGrad", "AccumulateGrad", ())
-        node.variable = t
-        setattr_(t, "_accumulator", node)
-    return node
-
-
-def edge(t: Tensor | None):
-    return _edge(t)
 
 
 def needs_grad(*inputs) -> bool:
@@ -510,10 +509,9 @@ def _forward(prim_name: str, outs, inputs: tuple, saved: dict | None) -> None:
         return
     level = _fw_level.get()
     if level.batch is not None:  # functional.jacobian(strategy="forward-mode", vectorize=True): batched
-        from .batching import forward  # tangents, through the primitive's batching rule
-        token = _fw_level.set(None)
+        token = _fw_level.set(None)  # tangents, through the primitive's batching rule
         try:
-            return forward(prim_name, outs, inputs, saved, tangents, level)
+            return batched_forward(prim_name, outs, inputs, saved, tangents, level)
         finally:
             _fw_level.reset(token)
     fn = JVPS.get(prim_name)
@@ -548,94 +546,23 @@ def _fit(r, out: Tensor, ref: Tensor, tangents: list):
     if r is None:
         return Tensor(np.zeros(od.shape, ref.data.dtype))
     if r.data.shape != od.shape:
-        from .ops.shape import contiguous, expand
-        return contiguous(expand(r, od.shape))
+        return F.contiguous(F.expand(r, od.shape))
     for t in tangents:
         if t is r:
-            from .ops.shape import clone
-            return clone(r)
+            return F.clone(r)
     return r
 
 
-def op_catalog() -> list[dict]:
-    """The op catalog served by ``GET /v1/ops``: one entry per op name (aliases listed with it)."""
-    out = []
-    seen = set()
-    for _name, spec in sorted(OPS.items()):
-        if id(spec) in seen:
-            continue
-        seen.add(id(spec))
-        args = []
-        for p in spec.params:
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                kind = "varargs" if p.kind == p.VAR_POSITIONAL else "kwargs"
-                args.append({"name": p.name, "kind": kind, "tensor": p.name in spec.tensors, "required": False})
-                continue
-            entry = {"name": p.name, "tensor": p.name in spec.tensors or p.name in spec.tensor_lists,
-                     "tensor_list": p.name in spec.tensor_lists, "required": p.default is p.empty}
-            if p.default is not p.empty:
-                entry["default"] = p.default if isinstance(p.default, (int, float, str, bool, type(None))) \
-                    else repr(p.default)
-            args.append(entry)
-        grad_fns = recorded_grad_fns(spec)
-        missing = [g for g in grad_fns if g not in JVPS]
-        out.append({"name": spec.name, "aliases": list(spec.aliases), "family": spec.family, "arguments": args,
-                    "grad_fns": list(grad_fns), "differentiable": spec.differentiable,
-                    "forward_ad": spec.differentiable and bool(grad_fns) and not missing,
-                    "grad_fns_without_forward_ad": missing,
-                    "inplace": spec.inplace, "method": spec.method, "doc": spec.doc, "returns": list(spec.returns),
-                    **_client_facts(spec)})
-    from .functional import TRANSFORMS
-    from .program import ACTIONS
-    for a in ACTIONS:
-        out.append({"name": a["name"], "aliases": [], "family": "autograd",
-                    "arguments": [{"name": n, "tensor": n in a.get("tensors", (
-                                       "tensors", "outputs", "inputs", "self", "gradient", "grad_outputs", "grad",
-                                       "tensor", "tangent")),
-                                   "tensor_list": False, "required": n in ("self", "tensor", "tangent")}
-                                  for n in a["arguments"]],
-                    "grad_fns": [], "differentiable": False, "forward_ad": False, "grad_fns_without_forward_ad": [],
-                    "inplace": False, "method": False, "doc": a["doc"], "returns": [],
-                    **_client_facts(None), "cost": "calls" if a["name"] in TRANSFORMS else "inputs"})
-    return out
-
-
-def _client_facts(spec: OpSpec | None) -> dict:
-    """The declaration's facts a client needs to call an op as torch does, without asking (the catalog's
-    ``exports``, ``outputs`` ...): what a torch-like client builds its namespaces and results from."""
-    if spec is None:
-        return {"exports": [], "tuple_when": [], "variable_outputs": False, "returns_when": "", "python_result": "",
-                "changes_argument": [], "storage": "", "cast": "", "dims_of": "input", "promotion": "",
-                "cost": "inputs", "parser": None}
-    exports = [f"torch.nn.functional.{n}" for n in (spec.name, *spec.aliases)  # torch.nn.functional's families
-               if spec.family in ("nn", "conv") and "." not in n and not n.startswith("__")]
-    exports += [e for e in spec.exports if e not in exports]
-    return {"exports": exports, "tuple_when": list(spec.tuple_when), "variable_outputs": spec.variable_outputs,
-            "returns_when": spec.returns_when, "python_result": spec.python_result,
-            "changes_argument": list(spec.changes_argument), "storage": spec.storage, "cast": spec.cast,
-            "dims_of": spec.dims_of, "promotion": spec.promotion, "cost": spec.cost,
-            "parser": _parser_facts(spec)}
-
-
-def _parser_facts(spec: OpSpec) -> dict | None:
-    """How torch's argument parser takes a call of the op (``engine.signature``'s facts for it, as JSON), per
-    form: ``function`` (``torch.add(x, y)``) and, for a method, ``method`` (``x.add(y)``, self not counted);
-    ``program_form``: the form a program's call has. A client checks a call against these before sending it
-    (``torch_args``): torch's overloads, else the one signature derived from the op's. None: not parsed."""
-    from .signature import call_facts, call_form
-    from .torch_args import signature_json
-
-    program_form = "method" if call_form(spec.name, spec) else "function"
-    out = {"program_form": program_form, "hidden": spec.hidden_overload, "numbers": spec.numbers_as_tensors,
-           "python_attribute": list(spec.python_attribute) or None,
-           "no_argument_overloads": list(spec.no_argument_overloads)}
-    for form in ("function", "method"):
-        if form == "method" and not spec.method and program_form != "method":
-            continue
-        exempt, shown, derived, options, _sigs = call_facts(spec, spec.name, form == "method")
-        if exempt:
-            return None
-        keep = options is None or (form == "function" and spec.python_attribute)
-        out[form] = {"name": shown, "signature": signature_json(derived) if keep else None,
-                     "overloads": list(options) if options is not None else None}
-    return out
+def with_layout(tangent, like: np.ndarray):
+    """``tangent`` with the element strides of ``like`` (a copy recorded as CloneBackward0 when they differ), so
+    that views of the tensor can view its tangent."""
+    d = tangent.data
+    if d.shape == like.shape and _elem_strides(d) == _elem_strides(like):
+        return tangent
+    arr = np.empty_like(like, dtype=d.dtype)
+    np.copyto(arr, d)
+    token = _fw_level.set(None)
+    try:
+        return record("CloneBackward0", arr, (tangent,))
+    finally:
+        _fw_level.reset(token)

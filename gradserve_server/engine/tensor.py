@@ -13,18 +13,23 @@ import math
 import numpy as np
 
 from . import dtypes as D
+from . import node as _node
 from .budget import TRACK_MIN_BYTES, _budget
+from .dual import _level as _fw_level
+from .dual import tangent_of
 from .errors import (
     NONLEAF_GRAD_WARNING,
     InvalidArgumentError,
     RequiresGradError,
     TorchRuntimeError,
     TorchValueError,
+    dim_out_of_range,
 )
 from .grad_mode import check_numel, emit_warning
 from .journal import setattr_, setitem_
 from .kernel import kcall, literal
 from .node import Node
+from .printing import tensor_repr
 
 #: how a view was made (torch's CreationMeta): in grad mode by a single-output view op, by a function that
 #: returns several views (split, chunk, unbind), or in no_grad mode. Only "default" views may be modified in
@@ -32,6 +37,35 @@ from .node import Node
 VIEW_DEFAULT, VIEW_MULTI, VIEW_NO_GRAD = "default", "multi", "no_grad"
 
 _budget_get = _budget.get
+
+
+def _autograd_not_loaded(*args):
+    raise RuntimeError("engine.autograd is not imported")  # the engine package imports it
+
+
+#: torch.autograd.backward for Tensor.backward: a hook slot, filled when engine.autograd is imported
+run_backward = _autograd_not_loaded
+#: a view's grad_fn after its base changed, and why a view may not be rebased: views.py's, which imports this
+#: module; filled when it is imported (the engine package imports every module, so the slots are always set)
+refresh_view = rebase_error = None
+
+
+def install_hooks(**hooks) -> None:
+    """Fill this module's hook slots (``run_backward``, ``refresh_view``, ``rebase_error``): the modules above
+    call it at import (``from . import tensor`` could name the package's ``tensor()`` function instead)."""
+    for name, fn in hooks.items():
+        if name not in ("run_backward", "refresh_view", "rebase_error"):
+            raise KeyError(name)
+        globals()[name] = fn
+
+
+def wrap_dim(dim, ndim: int) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+        raise InvalidArgumentError(f"dim must be an int, not {type(dim).__name__}")
+    n = ndim if ndim > 0 else 1
+    if dim < -n or dim >= n:
+        raise dim_out_of_range(dim, ndim)
+    return int(dim) % n
 
 
 class Tensor:
@@ -89,7 +123,6 @@ class Tensor:
         fn = self._grad_fn
         if self._base is None or self._vc[0] == self._attr_version:
             return fn
-        from .views import refresh_view
         return refresh_view(self)
 
     @grad_fn.setter
@@ -102,7 +135,6 @@ class Tensor:
         """torch's refusal to use a view whose history cannot be rebased (None when it can be used)."""
         if self._base is None:
             return None
-        from .views import rebase_error
         return rebase_error(self, indirect)
 
     # ----- metadata -------------------------------------------------------------------------------
@@ -117,7 +149,6 @@ class Tensor:
     def size(self, dim: int | None = None):
         if dim is None:
             return self.data.shape
-        from .ops.common import wrap_dim
         return self.data.shape[wrap_dim(dim, self.data.ndim)]
 
     def dim(self) -> int:
@@ -225,8 +256,7 @@ class Tensor:
     # ----- autograd -------------------------------------------------------------------------------
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None):
         """Tensor.backward(gradient=None, retain_graph=None, create_graph=False, inputs=None)."""
-        from .autograd import backward
-        backward(self, gradient, retain_graph, create_graph, inputs)
+        run_backward(self, gradient, retain_graph, create_graph, inputs)
 
     # ----- conversion -----------------------------------------------------------------------------
     def item(self):
@@ -269,9 +299,7 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
-        from .forward_ad import _level, tangent_of
-        from .printing import tensor_repr
-        return tensor_repr(self, tangent_of(self) if _level.get() is not None else None)
+        return tensor_repr(self, tangent_of(self) if _fw_level.get() is not None else None)
 
     def __format__(self, spec: str) -> str:
         if self.data.ndim == 0:
@@ -466,3 +494,6 @@ def wrapped_number(value, dtype: str | None = None) -> Tensor:
     t = Tensor(kcall(literal, value, D.NP_DTYPES[d]))
     t._wrapped = True
     return t
+
+
+_node.tensor_class = Tensor  # a saved output is rebuilt as a Tensor

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .forward_ad import _level as _fw_level
+from .dual import _level as _fw_level
+from .errors import TorchRuntimeError
 from .grad_mode import _grad_enabled
 from .journal import setattr_, setitem_
 from .node import Node, short_name
-from .tensor import VIEW_DEFAULT, VIEW_MULTI, VIEW_NO_GRAD, Tensor
+from .tensor import VIEW_DEFAULT, VIEW_MULTI, VIEW_NO_GRAD, Tensor, install_hooks
 
 _MULTI = (" This view is the output of a function that returns multiple views. Such functions do not allow the "
           "output views to be modified inplace. You should replace the inplace operation by an out-of-place one.")
@@ -97,9 +98,34 @@ def set_history(t: Tensor, node: Node | None, output_nr: int = 0) -> None:
             setitem_(node.retained, output_nr, t)
 
 
+def _edge(t: Tensor | None):
+    if t is None or not t.requires_grad:
+        return (None, 0)
+    fn = t.grad_fn if t._base is None else view_grad_fn(t)
+    if fn is not None:
+        return (fn, t.output_nr)
+    return (accumulator(t), 0)
+
+
+def accumulator(t: Tensor) -> Node | None:
+    """The leaf's AccumulateGrad node: one shared node per leaf, as in torch. None for a view made under
+    no_grad, whose requires_grad comes from its base (torch: no gradient accumulator)."""
+    node = t._accumulator
+    if node is None:
+        if t._base is not None and is_grad_leaf_view(t):
+            return None
+        node = Node("AccumulateGrad", "AccumulateGrad", ())
+        node.variable = t
+        setattr_(t, "_accumulator", node)
+    return node
+
+
+def edge(t: Tensor | None):
+    return _edge(t)
+
+
 def base_edge(root: Tensor) -> tuple:
-    from .registry import edge
-    return edge(root)
+    return _edge(root)
 
 
 def refresh_view(t: Tensor):
@@ -127,7 +153,6 @@ def view_grad_fn(t: Tensor):
     if t._base is not None and t._vc[0] != t._attr_version:
         msg = rebase_error(t, True)
         if msg is not None:
-            from .errors import TorchRuntimeError
             raise TorchRuntimeError(msg, code="invalid_inplace")
     return t.grad_fn
 
@@ -195,3 +220,6 @@ def partial_overlap(a: np.ndarray, b: np.ndarray) -> bool:
             return True
         return any(sa != sb for n, sa, sb in zip(a.shape, a.strides, b.strides) if n != 1)
     return lo_a < end_b and lo_b < end_a
+
+
+install_hooks(refresh_view=refresh_view, rebase_error=rebase_error)  # Tensor.grad_fn's and view_error's

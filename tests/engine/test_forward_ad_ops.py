@@ -178,7 +178,7 @@ def test_every_primitive_has_a_forward_formula():
 
 
 # primitives no sample reaches through record(): the in-place-on-a-view nodes carry tangents through
-# forward_ad.inplace_update instead, Identity is unpack_dual's own primal, and a fused double-backward node
+# ops.inplace.inplace_update instead, Identity is unpack_dual's own primal, and a fused double-backward node
 # gets the tangent of its formula's ops (autograd._fused); FillBackward0/1 are fill_'s names in sessions saved
 # before torch 2.x's numbering (only loaded, never recorded)
 NOT_RECORDED = {"CopySlices", "AsStridedBackward0", "Identity", "FusedBackward", "FillBackward0", "FillBackward1"}

@@ -14,9 +14,9 @@ import math
 import numpy as np
 
 from ..kernel import direct, kcall
-from ..registry import elementwise_jvp, jvp, record, vjp
+from ..registry import F, elementwise_jvp, jvp, record, vjp
 from ..tensor import Tensor
-from .elementwise import EXP_FINITE, IN_PLACE_BYTES, exp, gt, lt, sigmoid, where, zeros_like
+from .common import EXP_FINITE, IN_PLACE_BYTES, add_t, zeros_like
 
 _SUM = np.add.reduce
 
@@ -161,8 +161,8 @@ def _(ctx, gg):
     g_self = None
     if n[1]:
         bx = x if beta == 1 else x * beta
-        s = sigmoid(bx)
-        g_self = where(gt(bx, threshold), 0.0, gg * ctx.grad_output * (beta * s * (1 - s)))
+        s = F.sigmoid(bx)
+        g_self = F.where(F.gt(bx, threshold), 0.0, gg * ctx.grad_output * (beta * s * (1 - s)))
     return g_grad, g_self
 
 
@@ -188,7 +188,7 @@ def _(ctx, gg):
     # torch's elu_double_backward: the derivative of the x <= 0 branch, kept where x < 0 only (0 at x = 0,
     # and a product with a mask, so the exp of a large x never meets a zero)
     return (elu_backward(gg, x, ctx.alpha) if n[0] else None), \
-        ((elu_backward(gg * ctx.grad_output, x, ctx.alpha) * lt(x, 0)) if n[1] else None)
+        ((elu_backward(gg * ctx.grad_output, x, ctx.alpha) * F.lt(x, 0)) if n[1] else None)
 
 
 def _softmax_backward_data(g, y, dim):
@@ -205,25 +205,22 @@ def softmax_backward_data(grad: Tensor, output: Tensor, dim: int) -> Tensor:
 @vjp("SoftmaxBackwardDataBackward0", inputs=("grad_output", "output"),
      saves={"dim": (), "grad_output": ("output",), "output": ("grad_output", "output")})
 def _(ctx, gg):
-    from .reduction import sum as sum_
     n = ctx.needs
     y, d = ctx.output, ctx.dim
     g_grad = softmax_backward_data(gg, y, d) if n[0] else None
     g_out = None
     if n[1]:
         g = ctx.grad_output
-        g_out = gg * (g - sum_(g * y, d, keepdim=True)) - g * sum_(gg * y, d, keepdim=True)
+        g_out = gg * (g - F.sum(g * y, d, keepdim=True)) - g * F.sum(gg * y, d, keepdim=True)
     return g_grad, g_out
 
 
 @jvp()
 def _(ctx, grad_output_t, output_t):
-    from .elementwise import add_t
-    from .reduction import sum as sum_
     g, y, d = ctx.grad_output, ctx.output, ctx.dim
     out = softmax_backward_data(grad_output_t, y, d) if grad_output_t is not None else None
     if output_t is not None:
-        out = add_t(out, output_t * (g - sum_(g * y, d, keepdim=True)) - y * sum_(g * output_t, d, keepdim=True))
+        out = add_t(out, output_t * (g - F.sum(g * y, d, keepdim=True)) - y * F.sum(g * output_t, d, keepdim=True))
     return out
 
 
@@ -240,22 +237,19 @@ def log_softmax_backward_data(grad: Tensor, output: Tensor, dim: int) -> Tensor:
 @vjp("LogSoftmaxBackwardDataBackward0", inputs=("grad_output", "output"),
      saves={"dim": (), "grad_output": ("output",), "output": ("grad_output", "output")})
 def _(ctx, gg):
-    from .reduction import sum as sum_
     n = ctx.needs
     y, d = ctx.output, ctx.dim
-    p = exp(y)
-    g_grad = (gg - sum_(gg * p, d, keepdim=True)) if n[0] else None
-    g_out = (-(gg * p) * sum_(ctx.grad_output, d, keepdim=True)) if n[1] else None
+    p = F.exp(y)
+    g_grad = (gg - F.sum(gg * p, d, keepdim=True)) if n[0] else None
+    g_out = (-(gg * p) * F.sum(ctx.grad_output, d, keepdim=True)) if n[1] else None
     return g_grad, g_out
 
 
 @jvp()
 def _(ctx, grad_output_t, output_t):
-    from .elementwise import add_t, exp
-    from .reduction import sum as sum_
     g, y, d = ctx.grad_output, ctx.output, ctx.dim
     out = log_softmax_backward_data(grad_output_t, y, d) if grad_output_t is not None else None
     if output_t is not None:
-        out = add_t(out, -(exp(y) * output_t) * sum_(g, d, keepdim=True))
+        out = add_t(out, -(F.exp(y) * output_t) * F.sum(g, d, keepdim=True))
     return out
 

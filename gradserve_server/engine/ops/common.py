@@ -8,10 +8,11 @@ import numpy as np
 
 from .. import dtypes as D
 from .. import kernel as K
-from ..errors import InvalidArgumentError, ShapeError, TorchRuntimeError, dim_out_of_range
-from ..grad_mode import check_numel
+from ..errors import InvalidArgumentError, ShapeError, TorchRuntimeError
+from ..grad_mode import _grad_enabled, check_numel
 from ..kernel import kcall
-from ..tensor import Tensor, wrapped_number
+from ..registry import F
+from ..tensor import Tensor, wrap_dim, wrapped_number
 
 NP = D.NP_DTYPES
 _F32 = NP[D.FLOAT32]
@@ -44,15 +45,6 @@ def require_tensor(v, name: str = "self", op: str = "") -> Tensor:
         return v
     where = f"{op}(): " if op else ""
     raise InvalidArgumentError(f"{where}argument '{name}' must be Tensor, not {type(v).__name__}")
-
-
-def wrap_dim(dim, ndim: int) -> int:
-    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
-        raise InvalidArgumentError(f"dim must be an int, not {type(dim).__name__}")
-    n = ndim if ndim > 0 else 1
-    if dim < -n or dim >= n:
-        raise dim_out_of_range(dim, ndim)
-    return int(dim) % n
 
 
 def wrap_dims(dims, ndim: int) -> tuple:
@@ -219,14 +211,60 @@ def tie(g: Tensor | None, *inputs) -> Tensor | None:
     the norms' bias): under create_graph torch's result requires grad through that input, with a zero second
     derivative. ``g`` comes back unchanged in value (``where`` of a false condition, so no sign of zero or NaN is
     touched) and tied to the inputs that require grad."""
-    from ..grad_mode import _grad_enabled
-    from .elementwise import where
-    from .reduction import sum as sum_
-
     if g is None or g.requires_grad or not _grad_enabled.get():
         return g
     live = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
     if not live:
         return g
-    anchor = sum_(live[0]) if len(live) == 1 else sum_(live[0]) + sum(sum_(t) for t in live[1:])
-    return where(Tensor(np.zeros((), np.bool_)), anchor.to(g.dtype) if anchor.dtype != g.dtype else anchor, g)
+    anchor = F.sum(live[0]) if len(live) == 1 else F.sum(live[0]) + sum(F.sum(t) for t in live[1:])
+    return F.where(Tensor(np.zeros((), np.bool_)), anchor.to(g.dtype) if anchor.dtype != g.dtype else anchor, g)
+
+
+# ----- shared by the families' formulas ------------------------------------------------------------------
+
+#: the largest x whose exp is finite, less a margin, by item size (float32, float64)
+EXP_FINITE = {4: 88.0, 8: 709.0}
+#: a kernel of several steps writes them over its first fresh array from this size on (a new array of this size
+#: or more costs page faults; below, allocations are cheap and the out= keywords cost more than they save)
+IN_PLACE_BYTES = 1 << 16
+
+
+def zeros_like(t: Tensor) -> Tensor:
+    return Tensor(np.zeros(t.data.shape, t.data.dtype))
+
+
+def add_t(a, b):
+    """a + b over tangents, None being zero."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return F.add(a, b)
+
+
+def mul_t(t, factor):
+    """t * factor for a tangent t (None stays None)."""
+    return None if t is None else F.mul(t, factor)
+
+
+def scale_t(t, k):
+    """t * k for a number k, skipping k == 1."""
+    if t is None or k == 1:
+        return t
+    return F.mul(t, k)
+
+
+def sum_to(t: Tensor, shape: tuple) -> Tensor:
+    """Sum a broadcast gradient back to an operand's shape (torch's at::sum_to)."""
+    shape = tuple(shape)
+    if t.data.shape == shape:
+        return t
+    if not shape:
+        return F.sum(t)  # torch's sum_to: a full sum (SumBackward0) for a 0-d operand
+    lead = t.data.ndim - len(shape)
+    dims = tuple(range(lead)) + tuple(i + lead for i, s in enumerate(shape)
+                                      if s == 1 and t.data.shape[i + lead] != 1)
+    r = F.sum(t, list(dims), keepdim=True) if dims else t
+    if r.data.shape != shape:
+        r = F.view(r, shape)  # torch's sum_to: tensor.view(shape) (drops the kept leading dims)
+    return r

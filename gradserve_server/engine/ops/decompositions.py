@@ -536,7 +536,7 @@ def _svd_np(a: np.ndarray, full_matrices: bool, compute_uv: bool):
 
 def _needs_uv(A: Tensor) -> bool:
     """torch's _may_require_fw_or_bw_grad: svdvals computes U and Vh when a gradient or a tangent may need them."""
-    from ..forward_ad import _level, tangent_of
+    from ..dual import _level, tangent_of
     return needs_grad(A) or (_level.get() is not None and tangent_of(A) is not None)
 
 

@@ -13,53 +13,33 @@ import numpy as np
 
 from .. import dtypes as D
 from ..batching import SAME, batching
+from ..dual import _level as _fw_level
 from ..errors import InvalidArgumentError, TorchRuntimeError, TorchValueError
-from ..forward_ad import _level as _fw_level
 from ..grad_mode import set_grad_enabled
 from ..kernel import kcall
-from ..registry import elementwise_jvp, jvp, no_jvp, op, record, vjp, zero_jvp
+from ..registry import F, elementwise_jvp, jvp, no_jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
+from . import backward as _backward  # the fused backward functions its VJPs call
 from .common import (
     _F32,
     ARRAY,
+    EXP_FINITE,
+    IN_PLACE_BYTES,
     NP,
+    add_t,
     as_operand,
     binary_operands,
     broadcast_all,
     float_data,
     is_number,
+    mul_t,
     number_as,
     require_tensor,
+    scale_t,
+    zeros_like,
 )
 
 # ----- tangent helpers for the JVPs: None is a zero tangent -----------------------------------------------
-
-
-def add_t(a, b):
-    """a + b over tangents, None being zero."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return add(a, b)
-
-
-def sub_t(a, b):
-    if b is None:
-        return a
-    return neg(b) if a is None else sub(a, b)
-
-
-def mul_t(t, factor):
-    """t * factor for a tangent t (None stays None)."""
-    return None if t is None else mul(t, factor)
-
-
-def scale_t(t, k):
-    """t * k for a number k, skipping k == 1."""
-    if t is None or k == 1:
-        return t
-    return mul(t, k)
 
 
 # ----- arithmetic ---------------------------------------------------------------------------------------
@@ -996,11 +976,6 @@ def _np_sigmoid(x):
         return np.reciprocal(t, out=t)
 
 
-#: a kernel of several steps writes them over its first fresh array from this size on (a new array of this size
-#: or more costs page faults; below, allocations are cheap and the out= keywords cost more than they save)
-IN_PLACE_BYTES = 1 << 16
-
-
 @op("sigmoid", promotion="float",
     exports=("torch.nn.functional.sigmoid", "torch.special.expit"),
     tensors=("self",), plannable=True)
@@ -1161,10 +1136,6 @@ def softplus(self, beta=1, threshold=20):
     self = _float_only(self, "softplus_cpu")
     return record("SoftplusBackward0", kcall(_softplus, self.data, beta, threshold), (self,),
                   {"beta": beta, "self": self, "threshold": threshold})
-
-
-#: the largest x whose exp is finite, less a margin, by item size (float32, float64)
-EXP_FINITE = {4: 88.0, 8: 709.0}
 
 
 def _softplus(x, beta, threshold):
@@ -1577,10 +1548,9 @@ def _(ctx, grad):
 
 @vjp("MaskedFillBackward1", inputs=("self", "value"), saves=("mask",))
 def _(ctx, grad):
-    from .reduction import sum as sum_
     n = ctx.needs
     g_self = masked_fill(grad, ctx.mask, 0) if n[0] else None
-    g_value = sum_(where(ctx.mask, grad, 0.0)) if n[1] else None
+    g_value = F.sum(where(ctx.mask, grad, 0.0)) if n[1] else None
     return g_self, g_value
 
 
@@ -1947,12 +1917,3 @@ def isnan(self):
 def isfinite(self):
     """torch.isfinite(input)."""
     return Tensor(np.isfinite(require_tensor(self).data))
-
-
-def zeros_like(t: Tensor) -> Tensor:
-    return Tensor(np.zeros(t.data.shape, t.data.dtype))
-
-
-# the fused backward functions (their module imports this one: bound here, read when a VJP runs, so that no
-# VJP pays for an import statement per call)
-from . import backward as _backward  # noqa: E402

@@ -20,15 +20,16 @@ import numpy as np
 
 from .. import dtypes as D
 from .. import kernel as K
+from .. import registry as R
 from ..budget import _budget
-from ..errors import LeafInplaceError, TorchRuntimeError
-from ..forward_ad import _level as _fw_level
-from ..forward_ad import inplace_update, tangent_of
+from ..dual import _level as _fw_level
+from ..dual import tangent_of
+from ..errors import BatchingUnsupported, LeafInplaceError, TorchRuntimeError
 from ..grad_mode import _grad_enabled
 from ..journal import array_, setattr_, setitem_
 from ..kernel import kcall, kinplace
 from ..node import Node, SavedTensor
-from ..registry import OPS, edge, jvp, op, record, vjp, zero_jvp
+from ..registry import OPS, edge, jvp, op, record, vjp, with_layout, zero_jvp
 from ..tensor import Tensor
 from ..views import _dense, has_internal_overlap, partial_overlap, rebase_error, set_history, view_positions
 from . import elementwise as E
@@ -202,7 +203,6 @@ def _copy_slices(base: Tensor, view: Tensor, node: Node) -> None:
 
 @vjp("CopySlices", inputs=("self",), saves=("fn", "positions", "base_sizes"))
 def _(ctx, grad):
-    from ..autograd import _apply
     from .shape import _index, _index_put_zeros, reshape
     fn = ctx.fn
     if fn is None:  # released by an earlier backward
@@ -211,7 +211,7 @@ def _(ctx, grad):
     pos = ctx.positions
     flat = reshape(grad, (-1,))
     g_view = reshape(_index(flat, [(0, pos.reshape(-1))]), pos.shape)
-    res = _apply(fn, [g_view] + [None] * (fn.n_outputs - 1))
+    res = R.apply_node(fn, [g_view] + [None] * (fn.n_outputs - 1))
     mask = np.zeros(grad.data.size, dtype=bool)
     mask[pos.reshape(-1)] = True
     g_base = E.masked_fill(grad, Tensor(mask.reshape(grad.data.shape)), 0)
@@ -227,7 +227,7 @@ def _(ctx, grad):
 @jvp()
 def _(ctx, *tangents):
     # never recorded through record(): an in-place op on a view updates the tangents in place instead
-    # (forward_ad.inplace_update), so forward AD through CopySlices is the in-place op's own JVP
+    # (inplace_update), so forward AD through CopySlices is the in-place op's own JVP
     raise TorchRuntimeError("CopySlices is not recorded through record()", code="internal_error")
 
 
@@ -527,3 +527,32 @@ def _(ctx, self_t, values_t):
     return out
 
 
+# ----- forward mode: the tangent of an in-place update ---------------------------------------------------
+
+
+def inplace_update(self, new_tangent) -> None:
+    """After an in-place op on ``self``: make ``self``'s tangent ``new_tangent``, in place when it has one
+    (so views share the update), else by giving it one (through its base when it is a view)."""
+    lvl = _fw_level.get()
+    if lvl.batch is not None:
+        raise BatchingUnsupported("in-place")
+    token = _fw_level.set(None)
+    try:
+        old = tangent_of(self)
+        if old is None and self._base is not None:
+            base = self._base
+            if base._fw_grad is None:
+                setattr_(base, "_fw_grad", _zeros_like(base.data, new_tangent.data.dtype))
+                lvl.tensors.append(base)
+            old = tangent_of(self)
+        if old is not None:
+            copy_(old, new_tangent)
+            return
+        setattr_(self, "_fw_grad", with_layout(new_tangent, self.data))
+        lvl.tensors.append(self)
+    finally:
+        _fw_level.reset(token)
+
+
+def _zeros_like(a: np.ndarray, dtype):
+    return Tensor(np.zeros_like(a, dtype=dtype))

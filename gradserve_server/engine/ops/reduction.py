@@ -14,7 +14,7 @@ from ..batching import batching, shifted
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import emit_warning
 from ..kernel import kcall
-from ..registry import jvp, op, record, vjp, weighted_tangent
+from ..registry import OPS, F, jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
 from .common import NOT_GIVEN, NP, float_dtype, require_tensor, wrap_dim, wrap_dims
 from .elementwise import abs as abs_
@@ -137,23 +137,6 @@ def _c(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
-def sum_to(t: Tensor, shape: tuple) -> Tensor:
-    """Sum a broadcast gradient back to an operand's shape (torch's at::sum_to)."""
-    shape = tuple(shape)
-    if t.data.shape == shape:
-        return t
-    if not shape:
-        return sum(t)  # torch's sum_to: a full sum (SumBackward0) for a 0-d operand
-    lead = t.data.ndim - len(shape)
-    dims = tuple(range(lead)) + tuple(i + lead for i, s in enumerate(shape)
-                                      if s == 1 and t.data.shape[i + lead] != 1)
-    r = sum(t, list(dims), keepdim=True) if dims else t
-    if r.data.shape != shape:
-        from .shape import view
-        r = view(r, shape)  # torch's sum_to: tensor.view(shape) (drops the kept leading dims)
-    return r
-
-
 @op("mean",
     overloads={
         "function": (
@@ -263,14 +246,13 @@ def _prod_safe_zeros_backward(grad: Tensor, x: Tensor, d: int) -> Tensor:
     """FunctionsManual's prod_safe_zeros_backward: grad times the product of the other elements along d, as
     the exclusive cumulative products from both ends (engine ops: exact with zeros, differentiable again)."""
     from .creation import ones
-    from .scan import cumprod
     from .shape import cat, narrow
     n = x.shape[d]
     ones_shape = list(x.shape)
     ones_shape[d] = 1
     one = ones(*ones_shape, dtype=x.dtype)
-    before = cumprod(cat([one, narrow(x, d, 0, n - 1)], d), d)
-    after = flip(cumprod(cat([one, flip(narrow(x, d, 1, n - 1), [d])], d), d), [d])
+    before = F.cumprod(cat([one, narrow(x, d, 0, n - 1)], d), d)
+    after = flip(F.cumprod(cat([one, flip(narrow(x, d, 1, n - 1), [d])], d), d), [d])
     return grad * (before * after)
 
 
@@ -700,8 +682,7 @@ def norm(self, p=2, dim=None, keepdim=False):
     if p == "fro" and (dim is None or isinstance(dim, int) or len(dim) <= 2):
         p = 2
     elif isinstance(p, str):  # torch.norm's other string orders ('nuc', and 'fro' over >2 dims): a matrix norm
-        from .decompositions import _matrix_norm
-        return _matrix_norm(self, p, (-2, -1) if dim is None else dim, keepdim)
+        return OPS["linalg.matrix_norm"].fn(self, p, (-2, -1) if dim is None else dim, keepdim)
     if not isinstance(p, (int, float)):
         raise InvalidArgumentError(f"norm(): p must be a number, got {p!r}")
     nd = self.data.ndim

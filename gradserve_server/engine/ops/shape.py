@@ -24,10 +24,10 @@ from ..errors import (
 )
 from ..grad_mode import check_numel
 from ..kernel import kcall
-from ..registry import jvp, op, record, vjp
+from ..registry import F, jvp, op, record, vjp
 from ..tensor import Tensor
 from ..views import as_view
-from .common import NP, require_tensor, shape_arg, wrap_dim, wrap_dims
+from .common import NP, require_tensor, shape_arg, sum_to, wrap_dim, wrap_dims
 
 INT64_MAX = 9223372036854775807
 
@@ -546,7 +546,6 @@ def expand_to(self: Tensor, target: tuple) -> Tensor:
 
 @vjp("ExpandBackward0", inputs=("self",), saves=("self_sym_sizes",))
 def _(ctx, grad):
-    from .reduction import sum_to
     return sum_to(grad, ctx.self_sym_sizes),
 
 
@@ -592,7 +591,6 @@ def repeat(self, *repeats):
 
 @vjp("RepeatBackward0", inputs=("self",), saves=("repeats", "self_sym_sizes"))
 def _(ctx, grad):
-    from .reduction import sum as sum_
     reps = tuple(ctx.repeats)
     shp = tuple(ctx.self_sym_sizes)
     # FunctionsManual repeat_backward: the leading new dims summed away one by one, then one reshape that
@@ -602,7 +600,7 @@ def _(ctx, grad):
     g = grad
     lead = len(reps) - len(shp)
     for _ in range(lead):
-        g = sum_(g, 0)
+        g = F.sum(g, 0)
     size, dims = [], []
     for r, s in zip(reps[lead:], shp):
         if r != 1:
@@ -610,7 +608,7 @@ def _(ctx, grad):
             dims.append(len(size) - 1)
         size.append(s)
     if dims:
-        g = sum_(reshape(g, tuple(size)), tuple(dims))
+        g = F.sum(reshape(g, tuple(size)), tuple(dims))
     return g,
 
 
