@@ -33,7 +33,7 @@ def test_the_op_catalog_says_what_a_client_needs_to_call_an_op_as_torch_does(cli
     assert ops["embedding"]["changes_argument"] == ["weight", "max_norm"]
     assert (ops["view"]["storage"], ops["reshape"]["storage"], ops["cat"]["storage"]) == (
         "view", "view_if_contiguous", "new")
-    assert ops["long"]["cast"] == "int64" and ops["unsqueeze"]["dims_of"] == "output"
+    assert ops["long"]["converts_to"] == "int64" and ops["unsqueeze"]["dims_of"] == "output"
     # scheduling: what a request's cost follows (inline runs are for ops whose cost follows their inputs)
     assert (ops["add"]["cost"], ops["zeros"]["cost"], ops["expand"]["cost"], ops["hessian"]["cost"],
             ops["backward"]["cost"]) == ("inputs", "arguments", "arguments", "calls", "inputs")

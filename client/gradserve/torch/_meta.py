@@ -208,7 +208,7 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
     if shape is not UNKNOWN:
         facts["shape"] = shape
     dtype = arg("dtype") if "dtype" in _arg_names(entry) else None
-    cast = entry.get("cast") or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
+    cast = entry.get("converts_to") or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
     if cast is not None and cast is not UNKNOWN and entry["family"] == "shape":  # (a conversion: its dtype)
         facts["dtype"] = cast
         if not tensors or peek(tensors[0], "dtype") in (cast, UNKNOWN):

@@ -40,7 +40,7 @@ class OpInfo(BaseModel):
                                         "argument `changed` in place when `given` is given (embedding's max_norm).")
     storage: str = Field(default="", description="The result's memory: `view` (of the first argument), "
                          "`view_if_contiguous` (reshape), `new`; empty: as its family's.")
-    cast: str = Field(default="", description="The dtype a conversion (`long`, `float`...) converts to.")
+    converts_to: str = Field(default="", description="The dtype a conversion (`long`, `float`...) converts to.")
     dims_of: str = Field(default="input", description="What dimension arguments index: `input` (the first "
                          "argument), `output` (unsqueeze) or `other`.")
     promotion: str = Field(default="", description="The result's dtype: `result_type` (torch.result_type of the "
