@@ -65,6 +65,7 @@ _UNPLANNABLE = (
     ("under another name", "session_state"),
     ("carries a", "session_state"),
     ("was changed in place", "session_state"),
+    ("autograd metadata", "session_state"),
     ("into a session array", "session_state"),
     ("outside a kernel", "untraced_array"),
     ("not an array", "untraced_array"),
