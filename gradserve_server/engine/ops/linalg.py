@@ -446,10 +446,14 @@ def baddbmm(self, batch1, batch2, beta=1, alpha=1):
     s1, s2 = batch1.shape, batch2.shape
     target = (s1[wrap_dim(0, len(s1))], s1[wrap_dim(1, len(s1))], s2[wrap_dim(2, len(s2))])
     _check_expand(self, target)
-    if not self.dtype == batch1.dtype == batch2.dtype:
-        names = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "long", D.BOOL: "bool"}
+    # torch compares input with batch1 (c10's type names), then bmm's batch1 with batch2
+    if self.dtype != batch1.dtype:
+        names = D.TYPE_META_NAMES
         raise TorchRuntimeError(f"Input dtypes must be the same, got: input {names[self.dtype]}, batch1: "
                                 f"{names[batch1.dtype]}, batch2: {names[batch2.dtype]}", code="dtype_mismatch")
+    if batch1.dtype != batch2.dtype:
+        raise TorchRuntimeError(f"expected scalar type {D.SCALAR_TYPE_NAMES[batch1.dtype]} but found "
+                                f"{D.SCALAR_TYPE_NAMES[batch2.dtype]}", code="dtype_mismatch")
     with no_grad():
         prod = bmm(batch1, batch2).data
     out = kcall(_addmm_kernel, self.data, prod, target, alpha, beta)

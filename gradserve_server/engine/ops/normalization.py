@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import TorchIndexError, TorchRuntimeError
+from ..grad_mode import is_grad_enabled
 from ..journal import array_
 from ..registry import jvp, op, record, vjp
 from ..tensor import Tensor
@@ -74,6 +75,14 @@ def batch_norm(input, running_mean=None, running_var=None, weight=None, bias=Non
     if x.dtype.kind != "f":
         raise TorchRuntimeError(f"\"batch_norm\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
+    if is_grad_enabled():
+        # torch's native_batch_norm has no derivative for its running statistics (its autograd checks them, before
+        # the kernel's mixed-type check)
+        for name, t in (("running_mean", running_mean), ("running_var", running_var)):
+            if t is not None and t.requires_grad:
+                raise TorchRuntimeError(f"The function 'native_batch_norm' is not differentiable with respect to "
+                                        f"argument '{name}'. This input cannot have requires_grad True.",
+                                        code="invalid_argument")
     _check_mixed_type(input, [weight, bias, running_mean, running_var])
     axes = (0, *range(2, x.ndim))
     bshape = (1, c) + (1,) * (x.ndim - 2)
