@@ -258,14 +258,16 @@ def _int(name: str, arg: str, v, pos: int) -> int:
 # ----- creation ----------------------------------------------------------------------------------------------
 
 
+#: torch's overloads of rand and randn, which it lists for a call without arguments
+_SIZE_OVERLOADS = tuple(
+    f"(tuple of ints size, *, {gen}Tensor out = None, torch.dtype dtype = None, torch.layout layout = None, "
+    f"torch.device device = None, bool pin_memory = False, bool requires_grad = False)"
+    for gen in ("torch.Generator generator, ", ""))
+
+
 @op("rand",
     size_varargs="size",
-    no_argument_overloads=(
-        "(tuple of ints size, *, torch.Generator generator, Tensor out = None, torch.dtype dtype = None, "
-        "torch.layout layout = None, torch.device device = None, bool pin_memory = False, bool requires_grad = False)",
-        "(tuple of ints size, *, Tensor out = None, torch.dtype dtype = None, torch.layout layout = None, "
-        "torch.device device = None, bool pin_memory = False, bool requires_grad = False)",
-    ),
+    no_argument_overloads=_SIZE_OVERLOADS,
     cost="arguments",
     method=False, differentiable=False, family="creation")
 def rand(*sizes, size=NOT_GIVEN, generator=None, dtype=None, requires_grad=False):
@@ -279,12 +281,7 @@ def rand(*sizes, size=NOT_GIVEN, generator=None, dtype=None, requires_grad=False
 
 @op("randn",
     size_varargs="size",
-    no_argument_overloads=(
-        "(tuple of ints size, *, torch.Generator generator, Tensor out = None, torch.dtype dtype = None, "
-        "torch.layout layout = None, torch.device device = None, bool pin_memory = False, bool requires_grad = False)",
-        "(tuple of ints size, *, Tensor out = None, torch.dtype dtype = None, torch.layout layout = None, "
-        "torch.device device = None, bool pin_memory = False, bool requires_grad = False)",
-    ),
+    no_argument_overloads=_SIZE_OVERLOADS,
     cost="arguments",
     method=False, differentiable=False, family="creation")
 def randn(*sizes, size=NOT_GIVEN, generator=None, dtype=None, requires_grad=False):

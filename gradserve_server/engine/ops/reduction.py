@@ -324,15 +324,19 @@ def _max_min(self, dim, keepdim, other, is_max: bool):
     return ValuesIndices(values, indices)
 
 
+#: torch's overloads of max and min (one binding each, alike)
+_MAX_MIN_OVERLOADS = {
+    "function": (
+        "(Tensor input, *, Tensor out = None)",
+        "(Tensor input, Tensor other, *, Tensor out = None)",
+        "(Tensor input, int dim, bool keepdim = False, *, tuple of Tensors out = None)",
+    ),
+    "method": ("()", "(Tensor other)", "(int dim, bool keepdim = False)"),
+}
+
+
 @op("max",
-    overloads={
-        "function": (
-            "(Tensor input, *, Tensor out = None)",
-            "(Tensor input, Tensor other, *, Tensor out = None)",
-            "(Tensor input, int dim, bool keepdim = False, *, tuple of Tensors out = None)",
-        ),
-        "method": ("()", "(Tensor other)", "(int dim, bool keepdim = False)"),
-    },
+    overloads=_MAX_MIN_OVERLOADS,
     returns=("values", "indices"), returns_when="dim",
     tensors=("self", "dim", "other"), grad_fns=("MaxBackward1", "MaxBackward0", "MaximumBackward0"))
 def max(self, dim=None, keepdim=False, other=None):
@@ -342,14 +346,7 @@ def max(self, dim=None, keepdim=False, other=None):
 
 
 @op("min",
-    overloads={
-        "function": (
-            "(Tensor input, *, Tensor out = None)",
-            "(Tensor input, Tensor other, *, Tensor out = None)",
-            "(Tensor input, int dim, bool keepdim = False, *, tuple of Tensors out = None)",
-        ),
-        "method": ("()", "(Tensor other)", "(int dim, bool keepdim = False)"),
-    },
+    overloads=_MAX_MIN_OVERLOADS,
     returns=("values", "indices"), returns_when="dim",
     tensors=("self", "dim", "other"), grad_fns=("MinBackward1", "MinBackward0", "MinimumBackward0"))
 def min(self, dim=None, keepdim=False, other=None):
