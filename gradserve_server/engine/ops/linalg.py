@@ -121,13 +121,13 @@ def _check_mm(a: Tensor, b: Tensor, first: str, second: str, with_dims: bool) ->
     _no_bool(a)
 
 
+#: torch's overloads of mm and bmm (alike)
+_MAT2_OVERLOADS = {"function": ("(Tensor input, Tensor mat2, *, Tensor out = None)",
+                                "(Tensor input, Tensor mat2, torch.dtype out_dtype, *, Tensor out = None)")}
+
+
 @op("mm",
-    overloads={
-        "function": (
-            "(Tensor input, Tensor mat2, *, Tensor out = None)",
-            "(Tensor input, Tensor mat2, torch.dtype out_dtype, *, Tensor out = None)",
-        ),
-    },
+    overloads=_MAT2_OVERLOADS,
     tensors=("self", "mat2"), plannable=True)
 def mm(self, mat2):
     """torch.mm(input, mat2): 2-D @ 2-D; saves self (if mat2 needs grad), mat2 (if self needs grad)
@@ -190,12 +190,7 @@ batching("MmBackward0", vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
 
 
 @op("bmm",
-    overloads={
-        "function": (
-            "(Tensor input, Tensor mat2, *, Tensor out = None)",
-            "(Tensor input, Tensor mat2, torch.dtype out_dtype, *, Tensor out = None)",
-        ),
-    },
+    overloads=_MAT2_OVERLOADS,
     tensors=("self", "mat2"), plannable=True)
 def bmm(self, mat2):
     """torch.bmm(input, mat2): (b, n, m) @ (b, m, p)."""
