@@ -124,3 +124,63 @@ def test_a_failing_op_of_one_thread_is_raised_in_that_thread(ctx):
         t.join(30)
     assert outcome["good"] == 6.0
     assert outcome["bad"].startswith("index 5 is out of bounds for dimension 0 with size 2"), outcome
+
+
+def test_a_name_another_thread_still_reads_is_not_deleted_with_this_thread_s_request(ctx, monkeypatch):
+    """The race behind a rare NameError: this thread's request sends the other thread's ops first; while that
+    request is in flight the other thread records an op reading a tensor and drops the tensor's last handle.
+    The ``del`` of that name must wait until the op reading it is sent."""
+    import queue
+
+    jobs: queue.Queue = queue.Queue()
+    done: queue.Queue = queue.Queue()
+
+    def worker():  # "thread A": runs what the test hands it, in order
+        while (job := jobs.get()) is not None:
+            try:
+                done.put((job(), None))
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                done.put((None, exc))
+
+    def in_a(job):
+        jobs.put(job)
+        value, error = done.get(timeout=30)
+        if error is not None:
+            raise error
+        return value
+
+    a = threading.Thread(target=worker)
+    a.start()
+    try:
+        x = torch.ones(3)
+        held = {}
+        in_a(lambda: held.update(t=x + 3))  # recorded by A, not sent
+        send_others = ctx._send_others
+
+        def then_a_reads_and_drops_t():
+            send_others()  # A's `add` is sent: t exists on the server
+            in_a(lambda: held.update(z=held.pop("t") * 2))  # A records `mul` reading t, and drops t
+
+        monkeypatch.setattr(ctx, "_send_others", then_a_reads_and_drops_t)
+        assert torch.ones(1).item() == 1.0  # this thread's request: must not `del` t yet
+        monkeypatch.undo()
+        assert in_a(lambda: held["z"].tolist()) == [8.0, 8.0, 8.0]
+    finally:
+        jobs.put(None)
+        a.join(30)
+
+
+def test_ops_of_several_threads_are_sent_in_the_order_they_were_recorded(ctx):
+    """A thread reads a tensor that the reading thread recorded and has not sent: the read sends the reading
+    thread's earlier ops, then the other thread's, then its own rest, so that every name exists when used."""
+    import contextvars
+
+    x = torch.ones(3) * 2  # recorded here, not sent
+    made = {}
+    context = contextvars.copy_context()
+    t = threading.Thread(target=lambda: context.copy().run(lambda: made.update(y=x + 1)))
+    t.start()
+    t.join(30)
+    z = x * 5
+    assert z.sum().item() == 30.0  # sends: this thread's `ones`, `mul`; the thread's `add`; then `mul` by 5
+    assert made["y"].tolist() == [3.0, 3.0, 3.0]

@@ -134,7 +134,7 @@ class Context:
         self.client = client or Client(url, api_key)
         self.session_id: str | None = None
         self.pending: list[dict] = []
-        self.sites: list[tuple | None] = []        # per pending op: (frame, lasti, lineno) of the user's line
+        self.sites: list[tuple] = []               # per pending op: (frame, lasti, lineno) of the user's line, seq
         self.made: list[tuple] = []                # per pending op: weakrefs of the handles it makes
         self.released: list[str] = []              # names of dropped handles, to `del` with the next request
         self.refs: dict[str, HandleRef] = {}      # name -> weak reference to its live handle
@@ -145,6 +145,7 @@ class Context:
         self.dual_depth = 0                        # >0 inside `with forward_ad.dual_level():`
         self.maybe_unbound: set[str] = set()       # names an op may leave unbound (unpack_dual's tangent)
         self._names = itertools.count(1)
+        self._seq = itertools.count()              # recording order across threads (the 4th field of a site)
         _LIVE.add(self)  # closed at exit: what is pending is sent (its errors raised), the session deleted
 
     def recorder(self) -> _ThreadRecorder:
@@ -156,16 +157,33 @@ class Context:
         return rec
 
     def _send_others(self) -> None:
-        """Send the unsent ops of the other threads (under ``lock``); a failure is kept for its thread."""
+        """Send, in the order they were recorded, the ops other threads recorded before this call and have not
+        sent (under ``lock``): each run of one thread's ops as a request of its own, so that a failure is
+        raised in the thread that recorded the op (kept for it; raised here if it is this thread's). What is
+        left is this thread's pending list, sent next with the read."""
         mine = self.recorder()
-        for rec in list(self._recorders):
-            if rec is mine or not rec.pending:
+        cutoff = next(self._seq)  # ops recorded after this call began need not go before this thread's read
+        while True:
+            heads = []
+            for i, rec in enumerate(list(self._recorders)):
+                with rec.lock:
+                    if rec.pending and rec.sites[0][3] < cutoff:
+                        heads.append((rec.sites[0][3], i, rec))
+            if not heads or (len(heads) == 1 and heads[0][2] is mine):
+                return
+            heads.sort(key=lambda head: head[0])
+            first, following = heads[0][2], heads[1][0] if len(heads) > 1 else cutoff
+            with first.lock:
+                limit = next((k for k, site in enumerate(first.sites) if site[3] > following), len(first.sites))
+            if first is mine:
+                self._send({}, limit)  # this thread's ops that others' ops read: its errors are raised here
                 continue
-            self._local.recorder = rec
+            self._local.recorder = first
             try:
-                self._send({})
+                self._send({}, limit)
             except Exception as exc:  # noqa: BLE001 - raised in the thread that recorded the op
-                rec.error = exc
+                if first.error is None:  # (the first failure; what follows from it fails too)
+                    first.error = exc
             finally:
                 self._local.recorder = mine
 
@@ -211,7 +229,8 @@ class Context:
         self.raise_thread_error(rec)
         with rec.lock:
             rec.pending.append(op)
-            rec.sites.append((f, f.f_lasti, f.f_lineno) if f is not None else None)
+            rec.sites.append((f, f.f_lasti, f.f_lineno, next(self._seq)) if f is not None
+                             else (None, 0, 0, next(self._seq)))
             rec.made.append(tuple(self.refs[h._name] for h in made))
             for h in made:
                 self.owners[h._name] = rec
@@ -256,11 +275,11 @@ class Context:
                 continue
             primal, tangent = self.fresh_name(), self.fresh_name()
             self.pending.append({"op": "unpack_dual", "args": [name], "out": [primal, tangent]})
-            self.sites.append(None)
+            self.sites.append((None, 0, 0, next(self._seq)))
             self.made.append(())
             probes.append((len(self.pending) - 1, name, primal, tangent))
         self.pending.append({"op": "exit_dual_level"})
-        self.sites.append(None)
+        self.sites.append((None, 0, 0, next(self._seq)))
         self.made.append(())
         for _, name, _, tangent in probes:
             if name in returns:
@@ -280,20 +299,30 @@ class Context:
         self.released.extend(unbind)
         return response
 
-    def _send(self, returns: dict[str, str]) -> dict:
-        """Send the pending ops with ``returns`` (see ``flush``)."""
+    def _send(self, returns: dict[str, str], limit: int | None = None) -> dict:
+        """Send the calling thread's pending ops (the first ``limit`` of them) with ``returns`` (see ``flush``)."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         prefetched = self._prefetch(returns)
         rec = self.recorder()
         with rec.lock:
-            pending, sites, made = rec.pending, rec.sites, rec.made
-            rec.pending, rec.sites, rec.made = [], [], []
-            for name in [n for n, owner in list(self.owners.items()) if owner is rec]:
-                del self.owners[name]
-        # a name another thread's unsent op makes is released after that op is sent
+            if limit is None or limit >= len(rec.pending):
+                pending, sites, made = rec.pending, rec.sites, rec.made
+                rec.pending, rec.sites, rec.made = [], [], []
+                for name in [n for n, owner in list(self.owners.items()) if owner is rec]:
+                    del self.owners[name]
+            else:
+                pending, sites, made = rec.pending[:limit], rec.sites[:limit], rec.made[:limit]
+                del rec.pending[:limit], rec.sites[:limit], rec.made[:limit]
+                for refs in made:
+                    for ref in refs:
+                        if self.owners.get(ref.name) is rec:
+                            del self.owners[ref.name]
+        # a name an unsent op makes or reads (another thread's, or this thread's not sent now) is released
+        # after that op is sent
         dropped, self.released = self.released, []
-        released = [n for n in dropped if n not in self.owners]
-        self.released.extend(n for n in dropped if n in self.owners)
+        held = self._held_by_unsent() if len(self._recorders) > 1 else ()
+        released = [n for n in dropped if n not in self.owners and n not in held]
+        self.released.extend(n for n in dropped if n in self.owners or n in held)
         ops = pending + ([{"op": "del", "args": released}] if released else [])
         if not ops and not returns:
             return {}
@@ -335,6 +364,29 @@ class Context:
         for message in response["warnings"]:
             warnings.warn(message, UserWarning, stacklevel=level)
         return response
+
+    def _held_by_unsent(self) -> set[str]:
+        """The names that unsent ops read: not deleted before those ops are sent (a handle dropped after its
+        last use was recorded, while another thread's request was in flight)."""
+        held: set[str] = set()
+
+        def walk(value) -> None:
+            if isinstance(value, str):
+                held.add(value.partition(".")[0])  # (``_t2.grad`` reads _t2)
+            elif isinstance(value, (list, tuple)):
+                for v in value:
+                    walk(v)
+            elif isinstance(value, dict):
+                for v in value.values():
+                    walk(v)
+
+        for rec in list(self._recorders):
+            if rec.pending:
+                with rec.lock:
+                    for op in rec.pending:
+                        walk(op.get("args"))
+                        walk(op.get("kwargs"))
+        return held
 
     def _prefetch(self, returns: dict[str, str]) -> list[tuple]:
         """Add what a request should bring back besides ``returns``: the ``.grad`` of every live leaf that
@@ -437,7 +489,7 @@ class Context:
                        f"that request was applied; the {i} before it were sent again and are applied, it and the "
                        f"{len(pending) - i - 1} after it are not")
         site = sites[i]
-        tb = types.TracebackType(None, site[0], site[1], site[2]) if site is not None else None
+        tb = types.TracebackType(None, site[0], site[1], site[2]) if site[0] is not None else None
         raise error.with_traceback(tb) from None
 
     # ----- closing ------------------------------------------------------------------------------------
