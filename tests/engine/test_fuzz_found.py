@@ -45,3 +45,49 @@ def test_batch_norm_refuses_running_statistics_that_require_grad_under_grad_mode
                             f"'{which}'. This input cannot have requires_grad True.")
     # under no_grad torch has no autograd to check: it runs (and updates nothing it should not)
     run_program(State(), ops, no_grad=True)
+
+
+@pytest.mark.parametrize("requires_grad, no_grad, base, grad_fn", [
+    (False, False, False, None),               # torch's kernel without autograd: a fresh tensor
+    (True, True, False, None),                 # no_grad: the same
+    (True, False, True, "SqueezeBackward1"),   # with autograd torch pools in 2-d and squeezes: a view
+])
+def test_max_pool1d_returns_a_view_only_when_autograd_records_it(requires_grad, no_grad, base, grad_fn):
+    state = State()
+    ops = [T("x", [[[1.0, 5.0, 2.0, 0.0]]], requires_grad=requires_grad),
+           {"op": "max_pool1d", "out": "y", "args": ["x", 2]}]
+    run_program(state, ops, no_grad=no_grad)
+    y = state.tensors["y"]
+    assert (y._base is not None) is base
+    assert (None if y.grad_fn is None else y.grad_fn.name) == grad_fn
+    # an in-place op on it: a fresh tensor stays a leaf without grad_fn (the fuzzer saw AsStridedBackward0 here)
+    run_program(state, [{"op": "add_", "args": ["y", 1.0]}], no_grad=True)
+    assert state.tensors["y"].data.tolist() == [[[6.0, 3.0]]]
+
+
+@pytest.mark.parametrize("pool", ["max_pool2d", "max_pool1d"])
+def test_max_pool_s_create_graph_gradient_is_torch_s_node(pool):
+    """Under create_graph torch's max-pool backward is a node of its own (MaxPool2DWithIndicesBackwardBackward0,
+    edges to the incoming gradient and to the input), linear in the gradient with a zero derivative for the input."""
+    torch = pytest.importorskip("torch")
+    import numpy as np
+    import torch.nn.functional as TF
+
+    from gradserve_server.engine.torch_compat import F as EF
+    from gradserve_server.engine.torch_compat import torch as etorch
+
+    def run(T, F):
+        shape = (2, 3, 5, 6) if pool == "max_pool2d" else (2, 3, 7)
+        x = T.tensor(np.random.RandomState(0).randn(*shape), dtype=T.float64, requires_grad=True)
+        y = F.max_pool2d(x, 2, stride=2, padding=1) if pool == "max_pool2d" else F.max_pool1d(x, 3)
+        v = T.tensor(np.random.RandomState(1).randn(*y.shape), dtype=T.float64, requires_grad=True)
+        (g,) = T.autograd.grad(y, x, v, create_graph=True)
+        node = g.grad_fn
+        names = [node.name(), [None if n is None else n.name() for n, _ in node.next_functions]]
+        gv, gx = T.autograd.grad((g * g).sum(), (v, x))
+        return names, np.asarray(gv.tolist()), np.asarray(gx.tolist())
+
+    ref, got = run(torch, TF), run(etorch, EF)
+    assert got[0] == ref[0]
+    np.testing.assert_array_equal(got[1], ref[1])
+    np.testing.assert_array_equal(got[2], ref[2])

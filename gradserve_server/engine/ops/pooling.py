@@ -17,10 +17,13 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .. import dtypes as D
+from ..dual import _level as _fw_level
+from ..dual import tangent_of
 from ..errors import TorchIndexError, TorchRuntimeError
-from ..registry import jvp, op, record, vjp
+from ..grad_mode import no_grad
+from ..registry import jvp, needs_grad, op, record, vjp
 from ..tensor import Tensor
-from .common import require_tensor, tie
+from .common import require_tensor, tie, zeros_like
 from .conv import col2im
 from .indexing import scatter_add
 from .linalg import matmul
@@ -155,16 +158,39 @@ def _flat_planes(t: Tensor) -> Tensor:
 @vjp("MaxPool2DWithIndicesBackward0", inputs=("self",),
      saves=("ceil_mode", "dilation", "kernel_size", "padding", "result1", "self", "stride"))
 def _(ctx, grad):
-    shape = ctx.self.data.shape
-    idx = _flat_planes(ctx.result1)
-    zeros = Tensor(np.zeros(shape[:-2] + (shape[-2] * shape[-1],), grad.data.dtype))
-    return tie(reshape(scatter_add(zeros, -1, idx, _flat_planes(grad)), shape), ctx.self),
+    return max_pool2d_backward(grad, ctx.self, ctx.result1),
+
+
+def max_pool2d_backward(grad: Tensor, self: Tensor, indices: Tensor) -> Tensor:
+    """torch's max_pool2d_with_indices_backward: each output's gradient added at its maximum's position in
+    ``self``'s shape. Under create_graph it is a node of its own, MaxPool2DWithIndicesBackwardBackward0, linear in
+    ``grad`` and with a zero derivative for ``self``."""
+    shape = self.data.shape
+    with no_grad():
+        zeros = Tensor(np.zeros(shape[:-2] + (shape[-2] * shape[-1],), grad.data.dtype))
+        out = scatter_add(zeros, -1, _flat_planes(indices), _flat_planes(grad)).data.reshape(shape)
+    return record("MaxPool2DWithIndicesBackwardBackward0", out, (grad, self), {"indices": indices, "self": self})
+
+
+def _max_pool_gather(g: Tensor, indices: Tensor) -> Tensor:
+    """The value of ``g`` (the input's shape) at each output's maximum: the double backward's map."""
+    return reshape(gather(_flat_planes(g), -1, _flat_planes(indices)), indices.data.shape)
+
+
+@vjp("MaxPool2DWithIndicesBackwardBackward0", inputs=("grad_output", "self"), saves=("indices", "self"))
+def _(ctx, gg):
+    n = ctx.needs
+    return (_max_pool_gather(gg, ctx.indices) if n[0] else None), (zeros_like(ctx.self) if n[1] else None)
 
 
 @jvp()
+def _(ctx, grad_output_t, self_t):
+    return None if grad_output_t is None else max_pool2d_backward(grad_output_t, ctx.self, ctx.indices)
+
+
+@jvp("MaxPool2DWithIndicesBackward0")
 def _(ctx, self_t):
-    idx = ctx.result1
-    return reshape(gather(_flat_planes(self_t), -1, _flat_planes(idx)), idx.data.shape)
+    return _max_pool_gather(self_t, ctx.result1)
 
 
 # ----- avg_pool2d -----------------------------------------------------------------------------------------
@@ -341,7 +367,11 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
         raise TorchRuntimeError(f"max_pool1d() Invalid computed output size: {length}", code="shape_mismatch")
     out, idx = _max_pool(unsqueeze(input, -2), "max_pool2d", k, s_, (0, p_[1]), (1, d_[1]), ceil_mode)
     out = squeeze(out, -2)
-    return (out, Tensor(idx.data.squeeze(-2))) if return_indices else out
+    if return_indices:
+        return out, Tensor(idx.data.squeeze(-2))
+    if not needs_grad(input) and (_fw_level.get() is None or tangent_of(input) is None):
+        return Tensor(np.ascontiguousarray(out.data))  # torch's kernel without autograd writes a fresh tensor
+    return out
 
 
 @op("avg_pool1d", tensors=("input",), grad_fns=("SqueezeBackward1",), method=False, family="nn")
