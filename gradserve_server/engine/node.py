@@ -13,6 +13,7 @@ from weakref import ref as _weakref
 
 from .dtypes import _FROM_NP, LEGACY_NAMES
 from .errors import VERSION_HINT, GraphFreedError, VersionMismatchError
+from .grad_mode import _grad_enabled
 from .journal import _journal
 
 #: whether the running backward frees the graph as it goes (no retain_graph): torch releases each node
@@ -32,8 +33,10 @@ class SavedTensor:
     A node's own output (``exp``'s result...) is held as torch's SavedVariable holds it: its data, version
     counter and output number, plus a weak reference to the tensor object. Holding the tensor itself would
     make a cycle (tensor -> grad_fn -> saved -> tensor), so a dropped graph would wait for the cycle
-    collector. While the tensor lives, ``tensor`` and ``unpack`` give that very object; afterwards an
-    equivalent tensor over the same data and version counter, whose grad_fn is the unpacking node."""
+    collector. While the tensor lives, ``tensor`` gives that very object, and so does ``unpack`` with grad mode
+    off (a backward without create_graph only reads its data); otherwise ``unpack`` gives, as torch's does, a new
+    tensor over the same data and version counter whose grad_fn is the unpacking node: under create_graph the
+    nodes built on it keep naming that node after an in-place op gives the tensor itself another history."""
 
     __slots__ = ("_tensor", "version", "is_output", "shape", "dtype", "_ref", "_data", "_vc", "_nr", "_rg",
                  "view_fn")
@@ -96,7 +99,7 @@ class SavedTensor:
         if self.is_output:
             if self._data is None:
                 raise GraphFreedError()
-            t = self._ref()
+            t = self._ref() if not _grad_enabled.get() else None
             if t is None:
                 t = self._rebuild(node)
         else:
@@ -267,7 +270,7 @@ class Ctx:
                 # SavedTensor.unpack's common case inline (the saved tensor alive, unmodified); anything
                 # else (an output whose tensor is gone, a freed or modified slot: its error) through unpack
                 t = v._tensor
-                if t is None and v.is_output and v._data is not None:
+                if t is None and v.is_output and v._data is not None and not _grad_enabled.get():
                     t = v._ref()
                 v = t if t is not None and t._vc[0] == v.version else v.unpack(node)
             elif isinstance(v, list):

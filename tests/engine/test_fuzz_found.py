@@ -91,3 +91,23 @@ def test_max_pool_s_create_graph_gradient_is_torch_s_node(pool):
     assert got[0] == ref[0]
     np.testing.assert_array_equal(got[1], ref[1])
     np.testing.assert_array_equal(got[2], ref[2])
+
+
+@pytest.mark.parametrize("forward, node", [
+    (lambda F, x: F.softmax(x, 1), "Softmax"), (lambda F, x: x.exp(), "Exp"), (lambda F, x: x.tanh(), "Tanh")])
+def test_an_output_modified_after_a_create_graph_gradient_is_named_by_its_node(forward, node):
+    """torch unpacks a saved output as a new tensor whose grad_fn is the saving node: the double-backward graph
+    built on it names that node (read off torch 2.13) after an in-place op gave the output another history."""
+    from gradserve_server.engine.errors import VersionMismatchError
+    from gradserve_server.engine.torch_compat import F as EF
+    from gradserve_server.engine.torch_compat import torch as etorch
+
+    x = etorch.tensor([[0.3, -1.2, 0.5], [2.0, 0.1, -0.4]], dtype=etorch.float64, requires_grad=True)
+    y = forward(EF, x)
+    (g,) = etorch.autograd.grad((y * y).sum(), x, create_graph=True)
+    y.mul_(2)
+    with pytest.raises(VersionMismatchError) as e:
+        g.sum().backward()
+    assert str(e.value).startswith("one of the variables needed for gradient computation has been modified by an "
+                                   f"inplace operation: [torch.DoubleTensor [2, 3]], which is output 0 of {node}, "
+                                   "is at version 1; expected version 0 instead.")
