@@ -7,8 +7,8 @@ may have half-applied, so nothing after an error is comparable).
 
 Step kinds: tensor creation, any op of the catalog (arguments shaped by the per-op samples of
 tests/engine/samples.py), views (including multi-output split/chunk/unbind), in-place ops on tensors
-and views (under no_grad too), retain_grad, backward and grad with every argument, set_grad,
-requires_grad_, zero_grad.
+and views (under no_grad too; the in-place random ops right after a ``manual_seed`` step, so both sides
+draw alike), retain_grad, backward and grad with every argument, set_grad, requires_grad_, zero_grad.
 """
 
 from __future__ import annotations
@@ -45,6 +45,14 @@ SKIPPED = {"rand", "randn", "dropout", "randint", "randperm", "rand_like", "rand
 SKIPPED |= {"linalg.svd", "svd"}
 INPLACE_UNARY = ("exp_", "log_", "neg_", "sqrt_", "abs_", "sigmoid_", "tanh_", "relu_", "zero_")
 INPLACE_BINARY = ("add_", "sub_", "mul_", "div_")
+# the in-place random ops and their arguments after self (each drawn after a manual_seed step)
+RANDOM_INPLACE = {
+    "uniform_": lambda g: g.rng.choice([[], [-1.0, 2.0]]),
+    "normal_": lambda g: g.rng.choice([[], [0.5, 2.0]]),
+    "bernoulli_": lambda g: [g.rng.choice([0.3, 0.5])],
+    "exponential_": lambda g: g.rng.choice([[], [2.0]]),
+    "random_": lambda g: g.rng.choice([[0, 10], [5]]),
+}
 KINDS = (("create", 8), ("op", 30), ("view", 14), ("inplace", 16), ("retain_grad", 5), ("backward", 9),
          ("grad", 8), ("set_grad", 3), ("requires_grad_", 3), ("zero_grad", 2), ("sgd", 2))
 
@@ -224,6 +232,8 @@ class Generator:
         sample = self.rng.choice(samples)
         spec = OPS[name]
         pos = [p.name for p in spec.params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        rest = next((p.name for p in spec.params if p.kind == p.VAR_POSITIONAL), None)
+        pos += [rest] * max(len(sample.args) - len(pos), 0) if rest in spec.tensors else []  # einsum's operands
         for i, a in enumerate(sample.args):
             if isinstance(a, Tensor) and (i >= len(pos) or pos[i] not in spec.tensors):
                 if name in ("max", "min") and i == 1:
@@ -352,9 +362,33 @@ class Generator:
                              data=np.asarray([self.rng.randrange(shp[d]) for _ in range(int(np.prod(ishape)))],
                                              dtype=np.int64).reshape(ishape).tolist())
             op = {"op": which, "args": [tgt, d, ix, self.operand(ishape)]}
+        elif which in ("addcmul_", "addcdiv_"):
+            t1 = self.operand(shp) if self.rng.random() < 0.3 else self.create(shp)
+            t2 = self.create(shp, data=self.data_away_from_zero(shp)) if which == "addcdiv_" else self.operand(shp)
+            op = {"op": which, "args": [tgt, t1 if isinstance(t1, str) else self.create(()), t2]}
+            if isinstance(op["args"][2], float):
+                op["args"][2] = self.create(())
+            if self.rng.random() < 0.6:
+                op["kwargs"] = {"value": self.rng.choice([0.5, -2.0, 1e-3, 1])}
+        elif which == "lerp_":
+            end = self.operand(shp)
+            end = end if isinstance(end, str) else self.create(shp)
+            weight = self.rng.choice([0.25, 0.9, -0.5]) if self.rng.random() < 0.6 else \
+                self.create(shp, rg=self.rng.random() < 0.3)
+            op = {"op": which, "args": [tgt, end, weight]}
+        elif which in RANDOM_INPLACE:
+            # both sides draw from the default generator seeded alike just before (tests/engine/test_random.py
+            # checks the streams themselves)
+            self.emit({"op": "manual_seed", "args": [self.rng.randrange(2**31)]})
+            op = {"op": which, "args": [tgt, *RANDOM_INPLACE[which](self)]}
         else:
             return
         self.emit(op)
+
+    def data_away_from_zero(self, shape):
+        """Values with |v| >= 0.5 (a divisor)."""
+        v = np.asarray(self.data(shape), dtype=np.float64)
+        return np.where(np.abs(v) < 0.5, np.where(v < 0, -0.5, 0.5) + v, v).round(2).tolist()
 
     def grad_tensors(self):
         return self.tensors(lambda t: t.requires_grad)

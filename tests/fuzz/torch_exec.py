@@ -211,8 +211,12 @@ class TorchRunner:
         if name == "retain_grad":
             self.lookup(args[0]).retain_grad()
             return
+        if name == "manual_seed":  # the engine's program action for torch.manual_seed (the default generator)
+            torch.manual_seed(args[0])
+            return
         spec = OPS[name]
         pos = [p.name for p in spec.params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        rest = next((p.name for p in spec.params if p.kind == p.VAR_POSITIONAL), None)  # einsum's *operands
 
         def conv(pname, v):
             if spec.name in ("getitem", "setitem") and pname == "index":
@@ -227,7 +231,8 @@ class TorchRunner:
                 return float(v)
             return v
 
-        a = [conv(pos[i], v) if i < len(pos) else v for i, v in enumerate(args)]
+        a = [conv(pos[i], v) if i < len(pos) else conv(rest, v) if rest is not None else v
+             for i, v in enumerate(args)]
         k = {n: conv(n, v) for n, v in kwargs.items()}
         self.bind(out, _call(spec, a, k))
 
