@@ -12,6 +12,7 @@ import contextvars
 from weakref import ref as _weakref
 
 from .dtypes import _FROM_NP, LEGACY_NAMES
+from .dual import _level
 from .errors import VERSION_HINT, GraphFreedError, VersionMismatchError
 from .grad_mode import _grad_enabled
 from .journal import _journal
@@ -92,16 +93,22 @@ class SavedTensor:
     def freed(self) -> bool:
         return (self._data if self.is_output else self._tensor) is None
 
-    def _rebuild(self, node):
-        return tensor_class(self._data, self._rg, node, self._nr, self._vc)
+    def _rebuild(self, node, live=None):
+        t = tensor_class(self._data, self._rg, node, self._nr, self._vc)
+        if live is not None and live._fw_grad is not None:  # forward over reverse: the tangent it carries
+            t._fw_grad = live._fw_grad
+            level = _level.get()
+            if level is not None:
+                level.tensors.append(t)  # (cleared with the level, as every tangent is)
+        return t
 
     def unpack(self, node: Node):
         if self.is_output:
             if self._data is None:
                 raise GraphFreedError()
-            t = self._ref() if not _grad_enabled.get() else None
-            if t is None:
-                t = self._rebuild(node)
+            t = self._ref()
+            if t is None or _grad_enabled.get():
+                t = self._rebuild(node, t)
         else:
             t = self._tensor
             if t is None:

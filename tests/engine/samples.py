@@ -220,6 +220,8 @@ SAMPLES: dict[str, list[Sample]] = {
     "mse_loss": [S(T(3), T(3)), S(T(2, 3), T(2, 3), reduction="sum"), S(T(3), T(3), reduction="none")],
     "l1_loss": [S(T(3, low=1, high=2), T(3, low=-1, high=0.5)),
                 S(T(2, 2, low=1, high=2), T(2, 2, low=-1, high=0.5), reduction="none")],
+    "kl_div": [S(T(2, 3), P(2, 3), reduction="sum"), S(T(2, 3), P(2, 3), reduction="batchmean"),
+               S(T(3), T(3), reduction="none", log_target=True)],
     "smooth_l1_loss": [S(T(3, low=0.1, high=0.5), T(3, low=-0.3, high=0.0), note="|d| < beta"),
                        S(T(3, low=2, high=3), T(3, low=-0.5, high=0.0), reduction="sum", note="|d| > beta"),
                        S(T(3, low=0.1, high=0.5), T(3, low=-0.3, high=0.0), beta=2.0)],

@@ -26,7 +26,7 @@ from ..errors import (
 from ..generator import resolve
 from ..grad_mode import _grad_enabled, emit_warning
 from ..kernel import kcall
-from ..registry import jvp, op, record, vjp, weighted_tangent
+from ..registry import F, jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
 from .backward import log_softmax_backward_data, softmax_backward_data
 from .common import binary_operands, broadcast_shapes, check_no_requires_grad, require_tensor, tie, wrap_dim
@@ -293,6 +293,35 @@ def l1_loss(input, target, reduction="mean"):
     red = _reduction(reduction)
     input, target = _loss_pair(input, target, "l1_loss")
     return _apply_reduction(abs_(input - target), red)
+
+
+_KL_DIV_MEAN = ("reduction: 'mean' divides the total loss by both the batch size and the support size.'batchmean' "
+                "divides only by the batch size, and aligns with the KL div math definition.'mean' will be changed "
+                "to behave the same as 'batchmean' in the next major release.")
+
+
+@op("kl_div",
+    tensors=("input", "target"),
+    grad_fns=("MeanBackward0", "DivBackward0", "SumBackward0", "SubBackward0", "MulBackward0"), method=False)
+def kl_div(input, target, reduction="mean", log_target=False):
+    """F.kl_div(input, target, reduction='mean', log_target=False): torch's composite, ``xlogy(target, target) -
+    target * input`` (``exp(target) * (target - input)`` for a log target) then the reduction; 'batchmean' divides
+    the sum by the batch size, and 'mean' warns as torch's F.kl_div does."""
+    input = require_tensor(input, "input", "kl_div")
+    target = require_tensor(target, "target", "kl_div")
+    if reduction == "mean":
+        emit_warning(_KL_DIV_MEAN)
+    red = _reduction("sum" if reduction == "batchmean" else reduction)
+    if input.data.dtype.kind in "biu" or target.data.dtype.kind in "biu":
+        raise TorchRuntimeError("kl_div: Integral inputs not supported.", code="invalid_dtype")
+    if log_target:
+        loss = F.exp(target) * (target - input)
+    else:
+        loss = F.xlogy(target, target) - target * input
+    loss = _apply_reduction(loss, red)
+    if reduction == "batchmean" and input.data.ndim != 0:
+        loss = loss / input.data.shape[0]
+    return loss
 
 
 def _piecewise_forward(input, target, threshold: float, small, large):

@@ -958,6 +958,7 @@ BCEWithLogitsLoss = _module("BCEWithLogitsLoss", "binary_cross_entropy_with_logi
                             ("weight", "reduction", "pos_weight"), (None, "mean", None), repr_keys=())
 SmoothL1Loss = _module("SmoothL1Loss", "smooth_l1_loss", ("reduction", "beta"), ("mean", 1.0), repr_keys=())
 HuberLoss = _module("HuberLoss", "huber_loss", ("reduction", "delta"), ("mean", 1.0), repr_keys=())
+KLDivLoss = _module("KLDivLoss", "kl_div", ("reduction", "log_target"), ("mean", False), repr_keys=())
 
 
 class ReLU6(Module):
@@ -997,4 +998,4 @@ __all__ = ["ModuleList", "ModuleDict", "Identity", "Flatten", "Unflatten", "Conv
            "BatchNorm2d", "LayerNorm", "GroupNorm", "Embedding", "RNNCell", "LSTMCell", "GRUCell", "RNN", "LSTM",
            "GRU", "MultiheadAttention", "LeakyReLU", "ELU", "GELU", "SiLU", "Softplus", "Hardtanh", "ReLU6",
            "LogSigmoid", "Softmax", "LogSoftmax", "Softmin", "GLU", "CosineSimilarity", "PairwiseDistance", "L1Loss",
-           "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss", "ParameterList"]
+           "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss", "KLDivLoss", "ParameterList"]
