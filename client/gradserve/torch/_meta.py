@@ -207,8 +207,8 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
     shape = shape_of(entry, tensors, arg)
     if shape is not UNKNOWN:
         facts["shape"] = shape
-    dtype = arg("dtype") if "dtype" in _arg_names(entry) else None
-    cast = entry.get("converts_to") or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
+    dtype = arg("dtype") if "dtype" in (_ARG_NAMES.get(entry["name"]) or _arg_names(entry)) else None
+    cast = entry["converts_to"] or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
     if cast is not None and cast is not UNKNOWN and entry["family"] == "shape":  # (a conversion: its dtype)
         facts["dtype"] = cast
         if not tensors or peek(tensors[0], "dtype") in (cast, UNKNOWN):
@@ -219,7 +219,7 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
     if cast is UNKNOWN:
         return facts
     nodes = [node(t) for t in tensors]
-    parents = tuple(n for n in nodes if n is not None and n is not UNKNOWN)
+    parents = tuple([n for n in nodes if n is not None and n is not UNKNOWN])
     if parents and UNKNOWN not in nodes:
         facts.update(requires_grad=True, is_leaf=False, node=Node(parents))
     elif parents:
@@ -250,14 +250,34 @@ def check_dims(entry: dict, arg, shape) -> None:
     if shape is UNKNOWN or dims_of == "other":
         return
     rank = max(len(shape) + (dims_of == "output"), 1)
-    for param in DIM_PARAMS:
-        if param not in _arg_names(entry):
-            continue
+    for param in _dim_params(entry):
         value = arg(param)
         for d in (value if isinstance(value, (list, tuple)) else (value,)):
             if isinstance(d, int) and not isinstance(d, bool) and not -rank <= d < rank:
                 raise error("IndexError", f"Dimension out of range (expected to be in range of [{-rank}, "
                                           f"{rank - 1}], but got {d})")
+
+
+def _dim_params(entry: dict) -> tuple:
+    """The entry's dimension arguments (DIM_PARAMS it has), in DIM_PARAMS' order."""
+    got = _DIM_PARAMS.get(entry["name"])
+    if got is None:
+        got = _DIM_PARAMS[entry["name"]] = tuple(p for p in DIM_PARAMS if p in _arg_names(entry))
+    return got
+
+
+_DIM_PARAMS: dict[str, tuple] = {}
+
+
+def _params(entry: dict) -> dict:
+    """The entry's arguments by name."""
+    got = _PARAMS.get(entry["name"])
+    if got is None:
+        got = _PARAMS[entry["name"]] = {a["name"]: a for a in entry["arguments"]}
+    return got
+
+
+_PARAMS: dict[str, dict] = {}
 
 
 def _first_shape(entry: dict, tensors: list, arg):
@@ -272,16 +292,19 @@ def shape_of(entry: dict, tensors: list, arg):
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     family, name = entry["family"], entry["name"]
     if family == "elementwise":
-        shapes = [peek(t, "shape") for t in tensors]
-        if not shapes or UNKNOWN in shapes:
+        shapes = [t._shape for t in tensors]
+        if not shapes or None in shapes:
             return UNKNOWN
-        return broadcast(shapes, len(shapes) == 2)
+        first = shapes[0]
+        if len(shapes) == 1:
+            return tuple(first)
+        return broadcast([tuple(sh) for sh in shapes], len(shapes) == 2)
     shape = _first_shape(entry, tensors, arg)
     check_dims(entry, arg, shape)
     if shape is UNKNOWN:
         return UNKNOWN
     if family == "reduction" and len(tensors) == 1:
-        params = {a["name"]: a for a in entry["arguments"]}
+        params = _params(entry)
         if "dim" not in params or "keepdim" not in params:
             return UNKNOWN
         dim = arg("dim")
@@ -579,8 +602,9 @@ _ACCEPTED: set = set()
 
 def _call_key(facts: dict, args, kwargs: dict) -> tuple | None:
     """What the parser reads of a call: each value's class and, of a tensor, whether it is 0-d (and then whether
-    it requires grad and its dtype); None when a value is a container (its items are read) or a tensor fact
-    the parser would read is unknown."""
+    it requires grad and its dtype); None when a value is a container (its items are read). A tensor fact not
+    known is part of the key as unknown: the parser raises _Unknown when it reads one (nothing is kept), so a
+    call it took with the fact unknown did not read it, and the same call again need not be parsed again."""
     out = [id(facts)]
     tensors = _parser().TENSOR_TYPES
     for v in (*args, *kwargs.values()):
@@ -590,13 +614,15 @@ def _call_key(facts: dict, args, kwargs: dict) -> tuple | None:
         if isinstance(v, tensors):  # (requires grad and dtype are read of a 0-d tensor only)
             shape = v._shape
             if shape is None:
-                return None
+                out.append((c, None))
+                continue
             if shape:
                 out.append((c, False))
                 continue
             rg, dtype = known(v).get("requires_grad", UNKNOWN), peek(v, "dtype")
             if rg is UNKNOWN or dtype is UNKNOWN:
-                return None
+                out.append((c, True, None))
+                continue
             out.append((c, True, rg, dtype))
         else:
             out.append(c)
