@@ -669,28 +669,45 @@ def _operand_names(entry: dict) -> tuple:
 def _operands(names: tuple, value) -> list | object:
     """(dtype, priority) of each argument the rule reads (``value(name)``: the call's), UNKNOWN when a dtype is not
     known here, or whether a tensor has dimensions is not known where it matters (tensors of different dtypes)."""
-    from gradserve.torch._tensor import Tensor
-
+    tensor = _tensor_class()
     out = []
     unsized = False
     for name in names:
         v = value(name)
         if v is None:
             continue
-        if isinstance(v, Tensor):
-            dt = peek(v, "dtype")
-            if dt not in FACTS:
+        c = v.__class__
+        if c is tensor or isinstance(v, tensor):
+            dt = v._dtype  # (a handle's dtype never changes: in-place ops keep it)
+            if dt is None:
                 return UNKNOWN
             shape = v._shape
-            unsized = unsized or shape is None
-            out.append((dt, P.DIM if shape is None or shape else P.ZERO))
-        elif isinstance(v, (bool, int, float)):
+            if shape is None:
+                unsized = True
+                out.append((dt, P.DIM))
+            else:
+                out.append((dt, P.DIM if shape else P.ZERO))
+        elif c is float or c is int or c is bool:
             out.append((P.number_dtype(v), P.NUMBER))
         else:
-            return UNKNOWN  # (a list, a dtype...: not an operand the rule knows)
+            return UNKNOWN  # (a list, a dtype, a numpy number...: not an operand the rule knows)
     if unsized and len({d for d, p in out if p != P.NUMBER}) > 1:
         return UNKNOWN  # (a 0-d tensor and a dimensioned one of different dtypes promote differently)
     return out
+
+
+@functools.cache
+def _positions(op: str) -> dict[str, int]:
+    from gradserve.torch import _catalog
+
+    return _catalog.positions(op)
+
+
+@functools.cache
+def _tensor_class() -> type:
+    from gradserve.torch._tensor import Tensor
+
+    return Tensor
 
 
 _PREDICTED: dict[tuple, object] = {}
@@ -704,7 +721,7 @@ def predict(entry: dict, value) -> str | object:
     operands = _operands(_operand_names(entry), value)
     if operands is UNKNOWN:
         return UNKNOWN
-    rounding = value("rounding_mode") if "rounding_mode" in _arg_names(entry) else None
+    rounding = value("rounding_mode") if entry["promotion"] == "true_divide" else None
     key = (declaration, tuple(operands), rounding)
     got = _PREDICTED.get(key)
     if got is None:
@@ -725,15 +742,18 @@ def check_inplace_dtype(entry: dict, base: dict | None, args: tuple, kwargs: dic
     dtypes, and of a result its target cannot hold (``result type Float can't be cast to the desired output type
     Long``), before anything runs."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-    from gradserve.torch import _catalog
-
     if not base or not base["promotion"] or not args:
         return
-    target = peek(args[0], "dtype") if hasattr(args[0], "_shape") else UNKNOWN
-    if target not in FACTS:
+    target = args[0]._dtype if isinstance(args[0], _tensor_class()) else None
+    if target is None:
         return
-    name = entry["name"]
-    result = predict(base, lambda param: _catalog.argument(name, param, args, kwargs))
+    positions = _positions(entry["name"])
+
+    def value(param):
+        i = positions.get(param)
+        return args[i] if i is not None and i < len(args) else kwargs.get(param)
+
+    result = predict(base, value)
     if result is UNKNOWN or P.parse(base["promotion"])[0] in ("bool", "int64"):
         return
     if not P.can_hold(result, target):
