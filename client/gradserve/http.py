@@ -86,6 +86,8 @@ class Client:
             self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
         except httpx.InvalidURL as exc:
             raise self._unreachable(exc, "is not a valid URL", "write it as http://host:port") from None
+        self._http._cookies = _Cookies()  # (httpx's own store, which its cookies setter would copy into a plain one)
+        self._urls: dict[tuple[str, str], httpx.URL] = {}
 
     # ----- plumbing -----------------------------------------------------------------------------------
     def close(self) -> None:
@@ -97,8 +99,9 @@ class Client:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def request(self, method: str, path: str, **kwargs) -> httpx.Response:
-        """Send, retrying what may be retried; raise ProblemError for any 4xx/5xx answer."""
+    def request(self, method: str, path: str | httpx.URL, **kwargs) -> httpx.Response:
+        """Send, retrying what may be retried; raise ProblemError for any 4xx/5xx answer. ``path``: a route, or
+        its absolute URL (``_url``)."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         attempt = 0
         while True:
@@ -115,13 +118,13 @@ class Client:
             except httpx.TransportError as exc:
                 if method not in IDEMPOTENT or attempt >= self.retries:
                     raise errors.ConnectionError(
-                        f"gradserve: the connection to the server at {self.url} broke during {method} {path} "
+                        f"gradserve: the connection to the server at {self.url} broke during {method} {_route(path)} "
                         f"({type(exc).__name__}: {exc or 'no detail'}); if the server stopped, its sessions and "
                         f"every tensor in them are gone; {START_HINT}", self.url, self.url_source) from None
             else:
                 if log.isEnabledFor(logging.DEBUG):
                     body = response.request.content if response.request is not None else b""
-                    log.debug("%s %s -> %d: %d bytes sent, %d received, %.1f ms", method, path,
+                    log.debug("%s %s -> %d: %d bytes sent, %d received, %.1f ms", method, _route(path),
                               response.status_code, len(body), len(response.content),
                               (time.perf_counter() - started) * 1e3)
                 if response.status_code < 400:
@@ -136,7 +139,21 @@ class Client:
             f"gradserve: cannot reach a gradserve server at {self.url} ({self.url_source}): the address {what} "
             f"({type(exc).__name__}: {exc or 'no detail'}); {hint}", self.url, self.url_source)
 
-    def _json(self, method: str, path: str, **kwargs) -> Any:
+    def _url(self, path: str, encoding: Encoding) -> httpx.URL | str:
+        """The absolute URL of a route that is called again and again (a session's ops), parsed once: httpx
+        parses a relative path and a query on every request, a third of a request's client CPU time."""
+        url = self._urls.get((path, encoding))
+        if url is None:
+            try:
+                url = httpx.URL(self.url + path, params=_enc(encoding))
+            except httpx.InvalidURL:
+                return path  # (request() says what is wrong with the address)
+            if len(self._urls) >= 64:
+                self._urls.clear()
+            self._urls[path, encoding] = url
+        return url
+
+    def _json(self, method: str, path: str | httpx.URL, **kwargs) -> Any:
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return self.request(method, path, **kwargs).json()
 
@@ -171,12 +188,13 @@ class Client:
             body["record"] = record
         if returns is not None:
             body["return"] = returns
-        path = f"/v1/sessions/{session_id}/ops"
+        url = self._url(f"/v1/sessions/{session_id}/ops", encoding)
+        params = None if isinstance(url, httpx.URL) else _enc(encoding)
         if progress is False or progress is None and not watching():
-            return self._json("POST", path, json=body, params=_enc(encoding))
+            return self._json("POST", url, json=body, params=params)
         request_id = os.urandom(12).hex()
         with Watch(self._http, request_id):
-            return self._json("POST", path, json=body, params=_enc(encoding), headers={"x-request-id": request_id})
+            return self._json("POST", url, json=body, params=params, headers={"x-request-id": request_id})
 
     def progress(self, request_id: str) -> dict:
         """``GET /v1/requests/{id}/progress``: ops run of the ops a running request runs."""
@@ -190,7 +208,8 @@ class Client:
             body["no_grad"] = True
         if returns is not None:
             body["return"] = returns
-        return self._json("POST", "/v1/eval", json=body, params=_enc(encoding))
+        url = self._url("/v1/eval", encoding)
+        return self._json("POST", url, json=body, params=None if isinstance(url, httpx.URL) else _enc(encoding))
 
     def backward(self, session_id: str, tensor: str, gradient: str | None = None, retain_graph: bool | None = None,
                  create_graph: bool = False, inputs: list[str] | None = None) -> OpsResponse:
@@ -228,6 +247,20 @@ class Client:
     def ops_catalog(self) -> list[dict]:
         """``GET /v1/ops``: every op and autograd action, with its arguments."""
         return self._json("GET", "/v1/ops")["ops"]
+
+
+class _Cookies(httpx.Cookies):
+    """httpx's cookie store, which reads a response's cookies only when it sets one (gradserve's never do; a
+    proxy's may): httpx builds urllib request and response stand-ins for every response it reads cookies of."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        if "set-cookie" in response.headers:
+            super().extract_cookies(response)
+
+
+def _route(path: str | httpx.URL) -> str:
+    """A route as messages name it (``/v1/sessions/{id}/ops``), given as a path or as ``_url``'s URL."""
+    return path if isinstance(path, str) else path.path
 
 
 def _enc(encoding: Encoding) -> dict:

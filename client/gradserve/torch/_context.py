@@ -71,17 +71,16 @@ class Storage:
 
 
 class HandleRef(weakref.ref):
-    """A weak reference to a handle that knows the handle's name: its callback releases the name."""
+    """A weak reference to a handle that knows the handle's name (set after it is made: a Python-level
+    ``__new__``/``__init__`` pair tripled the cost of a recorded op's handle): its callback releases the name."""
 
     __slots__ = ("name",)
 
-    def __new__(cls, handle, callback, name: str):
-        ref = super().__new__(cls, handle, callback)
-        ref.name = name
-        return ref
 
-    def __init__(self, handle, callback, name: str):
-        super().__init__(handle, callback)
+def handle_ref(handle, callback, name: str) -> HandleRef:
+    ref = HandleRef(handle, callback)
+    ref.name = name
+    return ref
 
 
 class _ThreadRecorder:
@@ -200,7 +199,7 @@ class Context:
 
     def adopt(self, handle) -> None:
         """Track a new handle: its name is released when it is dropped."""
-        self.refs[handle._name] = HandleRef(handle, self._dropped, handle._name)
+        self.refs[handle._name] = handle_ref(handle, self._dropped, handle._name)
 
     def _dropped(self, ref: HandleRef) -> None:
         if self.refs.get(ref.name) is ref:  # (not a handle of a lost session)
@@ -226,14 +225,19 @@ class Context:
             raise RuntimeError("gradserve: this session is closed")
         f = user_frame()
         rec = self.recorder()
-        self.raise_thread_error(rec)
+        if rec.error is not None:
+            self.raise_thread_error(rec)
         with rec.lock:
             rec.pending.append(op)
             rec.sites.append((f, f.f_lasti, f.f_lineno, next(self._seq)) if f is not None
                              else (None, 0, 0, next(self._seq)))
-            rec.made.append(tuple(self.refs[h._name] for h in made))
-            for h in made:
-                self.owners[h._name] = rec
+            if made:
+                refs, owners = self.refs, self.owners
+                rec.made.append(tuple([refs[h._name] for h in made]))
+                for h in made:
+                    owners[h._name] = rec
+            else:
+                rec.made.append(())
             return len(rec.pending) - 1
 
     # ----- sending ------------------------------------------------------------------------------------

@@ -18,6 +18,8 @@ from __future__ import annotations
 import functools
 
 from gradserve.errors import TORCH_ERRORS
+from gradserve.torch import _promotion as P
+from gradserve.torch._dtypes import FACTS
 
 UNKNOWN = object()
 #: torch's messages
@@ -81,7 +83,7 @@ def node(t):
 
 
 def is_float(dtype) -> bool | None:
-    return None if dtype is UNKNOWN or dtype is None else dtype.startswith("float")
+    return None if dtype is UNKNOWN or dtype is None else FACTS[dtype][0] == "f"
 
 
 # ----- shapes -----------------------------------------------------------------------------------------------
@@ -177,8 +179,9 @@ def creation(op: str, arg, dtype_name, requires_grad: bool) -> dict:
         elif op == "arange":
             ends = (arg("start"), arg("end"), arg("step", 1))
             dt = "int64" if all(isinstance(v, int) or v is None for v in ends) else UNKNOWN
-        else:
-            dt = UNKNOWN
+        else:  # the op's declared dtype (zeros: the default float; randint: int64; zeros_like: its input's)
+            entry = _catalog.catalog()[op]
+            dt = predict(entry, arg) if entry["promotion"] else UNKNOWN
     if requires_grad and is_float(dt) is False:
         raise error("RuntimeError", INT_REQUIRES_GRAD)
     facts = {"is_leaf": True, "requires_grad": requires_grad, "grad_fn": None, "retains_grad": False,
@@ -186,6 +189,8 @@ def creation(op: str, arg, dtype_name, requires_grad: bool) -> dict:
     shape = UNKNOWN
     if op == "tensor":
         shape = data_shape(arg("data"))
+    elif op == "arange":
+        shape = _arange_shape(arg("start"), arg("end"), arg("step", 1))
     else:
         size = next((arg(p) for p in _catalog.positions(op) if p in _catalog.SIZE_PARAMS), None)
         if size is None and _catalog.varargs(op) in _catalog.SIZE_PARAMS:
@@ -199,6 +204,17 @@ def creation(op: str, arg, dtype_name, requires_grad: bool) -> dict:
     return facts
 
 
+def _arange_shape(start, end, step) -> tuple | object:
+    """``arange``'s length for integer ends (``arange(3)``: end in ``start``'s place); UNKNOWN otherwise (float
+    ends round as the server's arithmetic does)."""
+    if end is None:
+        start, end = 0, start
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end, step)) or step == 0 or \
+            (end - start) * step < 0:
+        return UNKNOWN  # (torch refuses a step of the wrong sign: the server says so)
+    return (max(0, -((start - end) // step)),)
+
+
 def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
     """The facts of a one-output op's result: requires_grad, is_leaf and node, and the shape where the op's
     family says how (broadcasting, reductions). Raises torch's broadcast error."""
@@ -207,19 +223,25 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
     shape = shape_of(entry, tensors, arg)
     if shape is not UNKNOWN:
         facts["shape"] = shape
-    dtype = arg("dtype") if "dtype" in _arg_names(entry) else None
-    cast = entry.get("converts_to") or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
+    dtype = arg("dtype") if "dtype" in (_ARG_NAMES.get(entry["name"]) or _arg_names(entry)) else None
+    cast = entry["converts_to"] or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
     if cast is not None and cast is not UNKNOWN and entry["family"] == "shape":  # (a conversion: its dtype)
         facts["dtype"] = cast
         if not tensors or peek(tensors[0], "dtype") in (cast, UNKNOWN):
             return facts  # torch returns the tensor itself when it has the dtype already: its flags, unknown here
+    if cast is None and entry["promotion"]:
+        predicted = predict(entry, arg)
+        if predicted is not UNKNOWN:
+            facts["dtype"] = cast = predicted  # (an integral result does not require grad)
+    elif cast is not None and cast is not UNKNOWN:
+        facts["dtype"] = cast  # (dtype=: sum(x, dtype=torch.float64))
     if not grad_enabled or not entry["differentiable"] or cast is not None and is_float(cast) is False:
         facts.update(requires_grad=False, is_leaf=True, grad_fn=None, node=None)
         return facts
     if cast is UNKNOWN:
         return facts
     nodes = [node(t) for t in tensors]
-    parents = tuple(n for n in nodes if n is not None and n is not UNKNOWN)
+    parents = tuple([n for n in nodes if n is not None and n is not UNKNOWN])
     if parents and UNKNOWN not in nodes:
         facts.update(requires_grad=True, is_leaf=False, node=Node(parents))
     elif parents:
@@ -250,14 +272,34 @@ def check_dims(entry: dict, arg, shape) -> None:
     if shape is UNKNOWN or dims_of == "other":
         return
     rank = max(len(shape) + (dims_of == "output"), 1)
-    for param in DIM_PARAMS:
-        if param not in _arg_names(entry):
-            continue
+    for param in _dim_params(entry):
         value = arg(param)
         for d in (value if isinstance(value, (list, tuple)) else (value,)):
             if isinstance(d, int) and not isinstance(d, bool) and not -rank <= d < rank:
                 raise error("IndexError", f"Dimension out of range (expected to be in range of [{-rank}, "
                                           f"{rank - 1}], but got {d})")
+
+
+def _dim_params(entry: dict) -> tuple:
+    """The entry's dimension arguments (DIM_PARAMS it has), in DIM_PARAMS' order."""
+    got = _DIM_PARAMS.get(entry["name"])
+    if got is None:
+        got = _DIM_PARAMS[entry["name"]] = tuple(p for p in DIM_PARAMS if p in _arg_names(entry))
+    return got
+
+
+_DIM_PARAMS: dict[str, tuple] = {}
+
+
+def _params(entry: dict) -> dict:
+    """The entry's arguments by name."""
+    got = _PARAMS.get(entry["name"])
+    if got is None:
+        got = _PARAMS[entry["name"]] = {a["name"]: a for a in entry["arguments"]}
+    return got
+
+
+_PARAMS: dict[str, dict] = {}
 
 
 def _first_shape(entry: dict, tensors: list, arg):
@@ -272,16 +314,19 @@ def shape_of(entry: dict, tensors: list, arg):
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     family, name = entry["family"], entry["name"]
     if family == "elementwise":
-        shapes = [peek(t, "shape") for t in tensors]
-        if not shapes or UNKNOWN in shapes:
+        shapes = [t._shape for t in tensors]
+        if not shapes or None in shapes:
             return UNKNOWN
-        return broadcast(shapes, len(shapes) == 2)
+        first = shapes[0]
+        if len(shapes) == 1:
+            return tuple(first)
+        return broadcast([tuple(sh) for sh in shapes], len(shapes) == 2)
     shape = _first_shape(entry, tensors, arg)
     check_dims(entry, arg, shape)
     if shape is UNKNOWN:
         return UNKNOWN
     if family == "reduction" and len(tensors) == 1:
-        params = {a["name"]: a for a in entry["arguments"]}
+        params = _params(entry)
         if "dim" not in params or "keepdim" not in params:
             return UNKNOWN
         dim = arg("dim")
@@ -296,6 +341,8 @@ def shape_of(entry: dict, tensors: list, arg):
         if arg("keepdim", False):
             return tuple(1 if i in dims else n for i, n in enumerate(shape))
         return tuple(n for i, n in enumerate(shape) if i not in dims)
+    if entry.get("converts_to"):  # (a conversion: long, double...)
+        return shape
     if name in ("view", "reshape"):
         return view_shape(shape, arg("shape") if "shape" in _arg_names(entry) else arg("size"))
     if name in ("matmul", "mm"):
@@ -486,15 +533,13 @@ class _Unknown(Exception):
     """A fact the parser reads of a tensor (0-d, requires grad, dtype) is not known here: the server decides."""
 
 
-_KINDS = {"float32": "f", "float64": "f", "int64": "i", "int32": "i", "int16": "i", "int8": "i", "uint8": "u",
-          "bool": "b"}
 
 
 def _tensor_facts(t) -> tuple:
     shape, requires_grad, dtype = peek(t, "shape"), peek(t, "requires_grad"), peek(t, "dtype")
-    if shape is UNKNOWN or requires_grad is UNKNOWN or dtype not in _KINDS:
+    if shape is UNKNOWN or requires_grad is UNKNOWN or dtype not in FACTS:
         raise _Unknown
-    return shape == (), bool(requires_grad), _KINDS[dtype]
+    return shape == (), bool(requires_grad), FACTS[dtype][0]
 
 
 @functools.cache
@@ -579,8 +624,9 @@ _ACCEPTED: set = set()
 
 def _call_key(facts: dict, args, kwargs: dict) -> tuple | None:
     """What the parser reads of a call: each value's class and, of a tensor, whether it is 0-d (and then whether
-    it requires grad and its dtype); None when a value is a container (its items are read) or a tensor fact
-    the parser would read is unknown."""
+    it requires grad and its dtype); None when a value is a container (its items are read). A tensor fact not
+    known is part of the key as unknown: the parser raises _Unknown when it reads one (nothing is kept), so a
+    call it took with the fact unknown did not read it, and the same call again need not be parsed again."""
     out = [id(facts)]
     tensors = _parser().TENSOR_TYPES
     for v in (*args, *kwargs.values()):
@@ -590,13 +636,15 @@ def _call_key(facts: dict, args, kwargs: dict) -> tuple | None:
         if isinstance(v, tensors):  # (requires grad and dtype are read of a 0-d tensor only)
             shape = v._shape
             if shape is None:
-                return None
+                out.append((c, None))
+                continue
             if shape:
                 out.append((c, False))
                 continue
             rg, dtype = known(v).get("requires_grad", UNKNOWN), peek(v, "dtype")
             if rg is UNKNOWN or dtype is UNKNOWN:
-                return None
+                out.append((c, True, None))
+                continue
             out.append((c, True, rg, dtype))
         else:
             out.append(c)
@@ -604,72 +652,110 @@ def _call_key(facts: dict, args, kwargs: dict) -> tuple | None:
     return tuple(out)
 
 
-# ----- dtype rules of in-place ops, at the torch line ----------------------------------------------------------
-#: torch's names of the dtypes in its messages
-SCALAR_TYPE_NAMES = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "int16": "Short",
-                     "int8": "Char", "uint8": "Byte", "bool": "Bool"}
-_CATEGORY = {"b": 0, "i": 1, "u": 1, "f": 2}
-_WIDTH = {"bool": 1, "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8, "float32": 4, "float64": 8}
+# ----- dtype rules, at the torch line ---------------------------------------------------------------------------
+_OPERAND_NAMES: dict[str, tuple] = {}
 
 
-def _operand(v):
-    """(dtype, priority) of an operand of torch.result_type (2: a tensor with dimensions, 1: a 0-d tensor, 0: a
-    Python number), UNKNOWN when the client does not know it, None for what is no operand."""
+def _operand_names(entry: dict) -> tuple:
+    """The arguments a declaration's rule reads: those it names, else every tensor argument of the op."""
+    got = _OPERAND_NAMES.get(entry["name"])
+    if got is None:
+        named = P.parse(entry["promotion"])[1]
+        got = _OPERAND_NAMES[entry["name"]] = named if named is not None else tuple(
+            a["name"] for a in entry["arguments"] if a.get("tensor"))
+    return got
+
+
+def _operands(names: tuple, value) -> list | object:
+    """(dtype, priority) of each argument the rule reads (``value(name)``: the call's), UNKNOWN when a dtype is not
+    known here, or whether a tensor has dimensions is not known where it matters (tensors of different dtypes)."""
+    tensor = _tensor_class()
+    out = []
+    unsized = False
+    for name in names:
+        v = value(name)
+        if v is None:
+            continue
+        c = v.__class__
+        if c is tensor or isinstance(v, tensor):
+            dt = v._dtype  # (a handle's dtype never changes: in-place ops keep it)
+            if dt is None:
+                return UNKNOWN
+            shape = v._shape
+            if shape is None:
+                unsized = True
+                out.append((dt, P.DIM))
+            else:
+                out.append((dt, P.DIM if shape else P.ZERO))
+        elif c is float or c is int or c is bool:
+            out.append((P.number_dtype(v), P.NUMBER))
+        else:
+            return UNKNOWN  # (a list, a dtype, a numpy number...: not an operand the rule knows)
+    if unsized and len({d for d, p in out if p != P.NUMBER}) > 1:
+        return UNKNOWN  # (a 0-d tensor and a dimensioned one of different dtypes promote differently)
+    return out
+
+
+@functools.cache
+def _positions(op: str) -> dict[str, int]:
+    from gradserve.torch import _catalog
+
+    return _catalog.positions(op)
+
+
+@functools.cache
+def _tensor_class() -> type:
     from gradserve.torch._tensor import Tensor
 
-    if isinstance(v, Tensor):
-        shape, dt = peek(v, "shape"), peek(v, "dtype")
-        return UNKNOWN if shape is UNKNOWN or dt not in _KINDS else (dt, 2 if shape else 1)
-    if isinstance(v, bool):
-        return "bool", 0
-    if isinstance(v, int):
-        return "int64", 0
-    if isinstance(v, float):
-        return "float32", 0  # the default dtype
-    return None
+    return Tensor
 
 
-def _result_dtype(operands: list):
-    """torch.result_type's dtype: the highest category among the operands, from the highest-priority group
-    holding it (dimensioned tensors, then 0-d ones, then numbers), the widest there; UNKNOWN when an int8 and
-    a uint8 would meet (torch promotes them to int16: left to the server)."""
-    top = max(_CATEGORY[_KINDS[d]] for d, _ in operands)
-    for priority in (2, 1, 0):
-        group = [d for d, p in operands if p == priority and _CATEGORY[_KINDS[d]] == top]
-        if group:
-            if top == 1 and {"uint8", "int8"} <= set(group):
-                return UNKNOWN
-            return max(group, key=lambda d: _WIDTH[d])
-    return UNKNOWN
+_PREDICTED: dict[tuple, object] = {}
+
+
+def predict(entry: dict, value) -> str | object:
+    """The dtype of the op's result by its catalog ``promotion`` (``value(name)``: the call's argument), or UNKNOWN;
+    raises torch's exception for dtypes torch refuses."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    declaration = entry["promotion"]
+    operands = _operands(_operand_names(entry), value)
+    if operands is UNKNOWN:
+        return UNKNOWN
+    rounding = value("rounding_mode") if entry["promotion"] == "true_divide" else None
+    key = (declaration, tuple(operands), rounding)
+    got = _PREDICTED.get(key)
+    if got is None:
+        try:
+            got = P.predict(declaration, operands, rounding)
+        except P.Refused as refused:
+            got = refused
+        got = UNKNOWN if got is None else got
+        if len(_PREDICTED) < 65536:
+            _PREDICTED[key] = got
+    if isinstance(got, P.Refused):
+        raise error(got.kind, got.message)
+    return got
 
 
 def check_inplace_dtype(entry: dict, base: dict | None, args: tuple, kwargs: dict) -> None:
-    """torch's refusal of an in-place op whose result its target cannot hold (``result type Float can't be cast
-    to the desired output type Long``), from the out-of-place op's declared ``promotion`` (catalog ``base``)."""
+    """An in-place op, by its out-of-place op's ``promotion`` (catalog ``base``): torch's refusal of the operands'
+    dtypes, and of a result its target cannot hold (``result type Float can't be cast to the desired output type
+    Long``), before anything runs."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-    promotion = base.get("promotion") if base else None
-    if not promotion or not args:
+    if not base or not base["promotion"] or not args:
         return
-    target = _operand(args[0])
-    if target is UNKNOWN or target is None:
+    target = args[0]._dtype if isinstance(args[0], _tensor_class()) else None
+    if target is None:
         return
-    if promotion == "float" or promotion == "true_divide" and kwargs.get("rounding_mode") is None:
-        result = target[0] if _KINDS[target[0]] == "f" else "float32"
-        if promotion == "true_divide":  # the division's operands promote first
-            other = _operand(args[1] if len(args) > 1 else kwargs.get("other"))
-            if other is UNKNOWN:
-                return
-            both = _result_dtype([target, *([other] if other is not None else [])])
-            if both is UNKNOWN:
-                return
-            result = both if _KINDS[both] == "f" else "float32"
-    else:
-        other = _operand(args[1] if len(args) > 1 else kwargs.get("other"))
-        if other is UNKNOWN or other is None:
-            return
-        result = _result_dtype([target, other])
-        if result is UNKNOWN:
-            return
-    if _CATEGORY[_KINDS[result]] > _CATEGORY[_KINDS[target[0]]]:
-        raise error("RuntimeError", f"result type {SCALAR_TYPE_NAMES[result]} can't be cast to the desired output "
-                                    f"type {SCALAR_TYPE_NAMES[target[0]]}")
+    positions = _positions(entry["name"])
+
+    def value(param):
+        i = positions.get(param)
+        return args[i] if i is not None and i < len(args) else kwargs.get(param)
+
+    result = predict(base, value)
+    if result is UNKNOWN or P.parse(base["promotion"])[0] in ("bool", "int64"):
+        return
+    if not P.can_hold(result, target):
+        raise error("RuntimeError", f"result type {FACTS[result][2]} can't be cast to the desired output type "
+                                    f"{FACTS[target][2]}")

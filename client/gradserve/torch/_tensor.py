@@ -38,7 +38,7 @@ class Tensor:
     def _new(cls, ctx: Context, storage: Storage | None = None, name: str | None = None) -> Tensor:
         t = object.__new__(cls)
         t._ctx = ctx
-        t._name = name or ctx.fresh_name()
+        t._name = name or f"_t{next(ctx._names)}"  # (ctx.fresh_name(), inline: one call less per op)
         t._storage = storage or Storage()
         t._shape = t._dtype = t._view = t._array = t._view_stamp = t._known_grad = t._error = t._leaf = None
         t._dual_tangent = None  # (ctx.failures, the tangent's view or None) read inside a dual level
@@ -55,11 +55,16 @@ class Tensor:
 
     def _know(self, **meta) -> None:
         """Metadata known without asking (a new leaf, a detach, what ``_meta`` infers of an op's result)."""
-        if self._view_stamp == self._stamp():
+        self._know_facts(meta)
+
+    def _know_facts(self, meta: dict) -> None:
+        """``_know`` of a dict the caller gives away (kept as the view when there is none: not copied)."""
+        stamp = self._stamp()
+        if self._view_stamp == stamp:
             self._view = {**self._view, **meta}
         else:
-            self._view, self._array = dict(meta), None  # (values read before are stale)
-        self._view_stamp = self._stamp()
+            self._view, self._array = meta, None  # (values read before are stale)
+        self._view_stamp = stamp
         if "shape" in meta:
             self._shape = Size(meta["shape"])
         if "dtype" in meta:
@@ -567,7 +572,7 @@ def _node_class(name: str) -> type:
 # ----- recording calls ----------------------------------------------------------------------------------------
 def context_of(values) -> Context:
     for v in values:
-        if isinstance(v, Tensor):
+        if v.__class__ is Tensor or isinstance(v, Tensor):
             return v._ctx
         if isinstance(v, (list, tuple)):
             for x in v:
@@ -576,46 +581,82 @@ def context_of(values) -> Context:
     return _context.current()
 
 
+class _OpFacts:
+    """What ``call_op`` reads of an op's catalog entry on every call, read once (a call of a common op spent
+    a fifth of its time looking these up)."""
+
+    __slots__ = ("entry", "base", "inplace", "family", "creation", "shape_op", "tuple_maybe", "rtype",
+                 "python_result", "changes_argument", "base_entry")
+
+    def __init__(self, entry: dict):
+        self.entry = entry
+        self.base = entry["name"]
+        self.inplace = entry["inplace"]
+        self.family = entry["family"]
+        self.creation = self.family == "creation"
+        self.shape_op = self.family == "shape" and entry.get("storage") != "new"
+        self.tuple_maybe = builtins.bool(entry.get("variable_outputs") or entry.get("tuple_when"))
+        self.rtype = _catalog.return_type(self.base)
+        self.python_result = entry.get("python_result")
+        self.changes_argument = entry.get("changes_argument")
+        self.base_entry = _catalog.catalog().get(self.base[:-1]) if self.inplace else None
+
+
+_OP_FACTS: dict[str, _OpFacts] = {}
+
+
+def _op_facts(name: str) -> _OpFacts:
+    facts = _OP_FACTS.get(name)
+    if facts is None:
+        facts = _OP_FACTS[name] = _OpFacts(_catalog.catalog()[name])
+    return facts
+
+
 def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     """Record ``name(*args, **kwargs)`` and return what torch would: a handle, a tuple of handles, or the
     target itself for in-place ops. Only ops whose number of outputs depends on the data send at once.
     ``method``: called as a Tensor method (``args[0]`` is self), for torch's argument messages."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-    entry = _catalog.catalog()[name]
+    of = _OP_FACTS.get(name) or _op_facts(name)
+    entry = of.entry
     if kwargs:
         kwargs = _torch_kwargs(name, kwargs)
-    ctx = context_of((*args, *kwargs.values()))
+        ctx = context_of((*args, *kwargs.values()))
+    else:
+        ctx = context_of(args)
     args = _catalog.pack_sizes(name, args)
     _meta.check_arguments(entry, args, kwargs, method)  # torch's TypeError for a wrong argument, here
-    op = {"op": entry["name"], "args": [_arg(a, ctx) for a in args]}
+    base = of.base
+    op = {"op": base, "args": [_arg(a, ctx) for a in args]}
     if kwargs:
         op["kwargs"] = {k: _arg(v, ctx) for k, v in kwargs.items()}
+        tensors = _tensors((*args, *kwargs.values()))
+    else:
+        tensors = _tensors(args)
     grad_enabled = is_grad_enabled()
     if not grad_enabled:
         op["no_grad"] = True
-    tensors = _tensors((*args, *kwargs.values()))
-    base = entry["name"]
-    if entry["inplace"]:
+    if of.inplace:
         target = args[0] if args else kwargs.get("self")
         index = args[1].key if base == "setitem" and len(args) > 1 and isinstance(args[1], _Index) else None
         facts = _meta.inplace(entry, target, [t for t in tensors if t is not target], grad_enabled, index) \
             if isinstance(target, Tensor) else {}
-        _meta.check_inplace_dtype(entry, _catalog.catalog().get(base[:-1]), args, kwargs)
+        _meta.check_inplace_dtype(entry, of.base_entry, args, kwargs)
         ctx.record(op)
         target._mutated()
         if facts:
-            target._know(**facts)
+            target._know_facts(facts)
         return target
     first = next((a for a in args if isinstance(a, Tensor)), None)
-    shares = entry["family"] == "shape" and first is not None and entry.get("storage") != "new" and not (
+    shares = of.shape_op and first is not None and not (
         base == "getitem" and not _meta.basic_index(args[1].key))  # (an advanced index copies)
     storage = first._storage if shares else None
-    if _catalog.returns_tuple(entry, args, kwargs):
+    if of.tuple_maybe and _catalog.returns_tuple(entry, args, kwargs):
         op["out"] = ctx.fresh_name()
         index = ctx.record(op)
         bound = ctx.flush()["ops"][index]["bound"]
         return tuple(Tensor._new(ctx, storage, name) for name in bound)
-    rtype = _catalog.return_type(base)
+    rtype = of.rtype
     if rtype is not None and _catalog.returns_named_tuple(entry, args, kwargs):
         # a named tuple of tensors (linalg.svd's U, S, Vh; sort's values, indices): one handle per field, the
         # first sharing a shape op's storage
@@ -632,7 +673,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
             return rest or kwargs.get(param, default)
         return _catalog.argument(base, param, args, kwargs, default)
 
-    if entry["family"] == "creation":
+    if of.creation:
         dtype = arg("dtype")
         facts = _meta.creation(base, arg, dtype.name if isinstance(dtype, DType) else None,
                                builtins.bool(arg("requires_grad", False)))
@@ -644,10 +685,10 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     out = Tensor._new(ctx, storage)
     op["out"] = out._name
     ctx.record(op, (out,))
-    if entry.get("python_result"):
-        return _catalog.PYTHON_TYPES[entry["python_result"]](out.item())
-    if entry.get("changes_argument"):  # F.embedding's max_norm renormalises weight's rows in place
-        changed, given = entry["changes_argument"]
+    if of.python_result:
+        return _catalog.PYTHON_TYPES[of.python_result](out.item())
+    if of.changes_argument:  # F.embedding's max_norm renormalises weight's rows in place
+        changed, given = of.changes_argument
         target = _catalog.argument(base, changed, args, kwargs)
         if isinstance(target, Tensor) and _catalog.argument(base, given, args, kwargs) is not None:
             target._mutated()
@@ -656,8 +697,8 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
         out._shape, out._dtype = first._shape, first._dtype
         out._known_grad = (ctx.grad_epoch, None)
     else:
-        out._know(**facts)
-        if entry["family"] == "creation":  # a new leaf
+        out._know_facts(facts)
+        if of.creation:  # a new leaf
             out._known_grad = (ctx.grad_epoch, None)
     return out
 
@@ -666,10 +707,11 @@ def _tensors(values) -> list:
     """The handles among a call's arguments (in lists too), in order."""
     out = []
     for v in values:
-        if isinstance(v, Tensor):
+        c = v.__class__
+        if c is Tensor or isinstance(v, Tensor):
             out.append(v)
-        elif isinstance(v, (list, tuple)):
-            out.extend(x for x in v if isinstance(x, Tensor))
+        elif c is list or c is tuple or isinstance(v, (list, tuple)):
+            out.extend([x for x in v if isinstance(x, Tensor)])
     return out
 
 
@@ -700,6 +742,11 @@ def _torch_kwargs(op: str, kwargs: dict) -> dict:
 
 
 def _arg(value, ctx: Context):
+    c = value.__class__
+    if c is Tensor and value._error is None and value._ctx is ctx:  # (the common case, without calls)
+        return value._name
+    if c is int:
+        return value
     if isinstance(value, _Index):
         return _catalog.encode_index(value.key, ctx)
     return _catalog.encode(value, ctx)

@@ -105,7 +105,7 @@ def _filled(name: str, size, value, dtype, requires_grad, negative_message=None)
     return _leaf(np.full(shape, value, dtype=NP[d]), requires_grad)
 
 
-@op("zeros",
+@op("zeros", promotion="float",
     size_varargs="size", cost="arguments",
     method=False, differentiable=False)
 def zeros(*sizes, size=NOT_GIVEN, dtype=None, requires_grad=False):
@@ -114,7 +114,7 @@ def zeros(*sizes, size=NOT_GIVEN, dtype=None, requires_grad=False):
                    "zeros: Dimension size must be non-negative.")
 
 
-@op("empty",
+@op("empty", promotion="float",
     size_varargs="size", cost="arguments",
     method=False, differentiable=False)
 def empty(*sizes, size=NOT_GIVEN, dtype=None, requires_grad=False):
@@ -122,7 +122,7 @@ def empty(*sizes, size=NOT_GIVEN, dtype=None, requires_grad=False):
     return _filled("empty", _sizes("empty", sizes, size), 0, dtype, requires_grad)
 
 
-@op("ones",
+@op("ones", promotion="float",
     size_varargs="size", cost="arguments",
     method=False, differentiable=False)
 def ones(*sizes, size=NOT_GIVEN, dtype=None, requires_grad=False):
@@ -215,7 +215,7 @@ def _fmt(v) -> str:
     return str(v)
 
 
-@op("linspace",
+@op("linspace", promotion="float()",
     overloads={
         "function": (
             "(Tensor start, Tensor end, int steps, *, Tensor out = None, torch.dtype dtype = None, "
@@ -271,7 +271,7 @@ def linspace(start, end, steps, dtype=None, requires_grad=False):
     return _leaf(np.where(idx < half, up, down).astype(npdt), requires_grad)
 
 
-@op("eye",
+@op("eye", promotion="float",
     cost="arguments",
     method=False, differentiable=False)
 def eye(n, m=None, dtype=None, requires_grad=False):
@@ -300,19 +300,19 @@ def _like(name: str, input, value, dtype, requires_grad) -> Tensor:
     return _leaf(np.full(input.shape, value, dtype=NP[d]), requires_grad)
 
 
-@op("zeros_like", tensors=("input",), differentiable=False)
+@op("zeros_like", promotion="same", tensors=("input",), differentiable=False)
 def zeros_like(input, dtype=None, requires_grad=False):
     """torch.zeros_like(input, dtype=None, requires_grad=False): a new leaf (never tracks input)."""
     return _like("zeros_like", input, 0, dtype, requires_grad)
 
 
-@op("ones_like", tensors=("input",), differentiable=False)
+@op("ones_like", promotion="same", tensors=("input",), differentiable=False)
 def ones_like(input, dtype=None, requires_grad=False):
     """torch.ones_like(input, dtype=None, requires_grad=False)."""
     return _like("ones_like", input, 1, dtype, requires_grad)
 
 
-@op("full_like", tensors=("input",), differentiable=False)
+@op("full_like", promotion="same", tensors=("input",), differentiable=False)
 def full_like(input, fill_value, dtype=None, requires_grad=False):
     """torch.full_like(input, fill_value, dtype=None, requires_grad=False): input's dtype unless given."""
     return _like("full_like", input, _fill_number(fill_value, "full_like"), dtype, requires_grad)

@@ -108,7 +108,12 @@ def _(ctx, self_t, other_t):
 batching("AddBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("sub", promotion="result_type",
+@op("sub", promotion=(
+    "result_type | "
+    "all_bool: RuntimeError: Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
+    "`logical_xor()` operator instead. | "
+    "any_bool: RuntimeError: Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
+    "to invert a mask, use the `~` or `logical_not()` operator instead."),
     numbers_as_tensors=True, hidden_overload=True,
     overloads={
         "function": ("(Tensor input, Tensor other, *, Number alpha = 1, Tensor out = None)",),
@@ -150,7 +155,12 @@ def _(ctx, grad):
     return grad, (-grad if alpha == 1 else mul_number(-grad, alpha))
 
 
-@op("rsub",
+@op("rsub", promotion=(
+    "result_type | "
+    "all_bool: RuntimeError: Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
+    "`logical_xor()` operator instead. | "
+    "any_bool: RuntimeError: Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
+    "to invert a mask, use the `~` or `logical_not()` operator instead."),
     overloads={
         "function": (
             "(Tensor input, Tensor other, *, Number alpha = 1)",
@@ -330,7 +340,7 @@ def _(ctx, grad):
     return (z if n[0] else None), (z if n[1] else None)
 
 
-@op("floor_divide",
+@op("floor_divide", promotion='result_type | bool: NotImplementedError: "div_floor_cpu" not implemented for \'Bool\'',
     numbers_as_tensors=True,
     overloads={
         "function": ("(Tensor input, Tensor other, *, Tensor out = None)", "(Tensor input, Number other)"),
@@ -353,7 +363,7 @@ def _(ctx, grad):
     raise TorchRuntimeError(f"derivative for aten::{aten} is not implemented", code="not_differentiable")
 
 
-@op("rtruediv",
+@op("rtruediv", promotion="float",
     parsed=False,
     tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("__rtruediv__",), method=False)
 def rtruediv(self, other):
@@ -370,7 +380,7 @@ def _pow_dtype_check(dtype, exponent):
         raise TorchRuntimeError("Integers to negative integer powers are not allowed.", code="invalid_argument")
 
 
-@op("pow",
+@op("pow", promotion='result_type | bool_tensors: NotImplementedError: "pow" not implemented for \'Bool\'',
     overloads={
         "function": (
             "(Tensor input, Tensor exponent, *, Tensor out = None)",
@@ -407,7 +417,7 @@ def pow(self, exponent):
                   {"self": self, "exponent": exponent, "result": "result"})
 
 
-@op("rpow",
+@op("rpow", promotion='result_type | bool: NotImplementedError: "pow" not implemented for \'Bool\'',
     parsed=False,
     tensors=("self", "other"), grad_fns=("PowBackward2",), aliases=("__rpow__",), method=False)
 def rpow(self, other):
@@ -495,7 +505,11 @@ def _unary(prim: str, fn, self: Tensor, save: str | None, **extra):
     return record(prim, out, (self,), saved)
 
 
-@op("neg", tensors=("self",), aliases=("negative", "__neg__"), plannable=True)
+@op("neg", promotion=(
+    "same | "
+    "bool: RuntimeError: Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
+    "invert a mask, use the `~` or `logical_not()` operator instead."),
+    tensors=("self",), aliases=("negative", "__neg__"), plannable=True)
 def neg(self):
     """torch.neg(input)."""
     self = require_tensor(self)
@@ -511,7 +525,7 @@ def _(ctx, grad):
     return neg(grad),
 
 
-@op("reciprocal", tensors=("self",), plannable=True)
+@op("reciprocal", promotion="float", tensors=("self",), plannable=True)
 def reciprocal(self):
     """torch.reciprocal(input); saves its result."""
     return _unary("ReciprocalBackward0", np.reciprocal, self, "result")
@@ -534,7 +548,7 @@ def _(ctx, grad):
     return grad * ctx.result,
 
 
-@op("expm1",
+@op("expm1", promotion="float",
     exports=("torch.special.expm1",),
     tensors=("self",), plannable=True)
 def expm1(self):
@@ -558,7 +572,7 @@ def _(ctx, grad):
     return grad / ctx.self,
 
 
-@op("log1p",
+@op("log1p", promotion="float",
     exports=("torch.special.log1p",),
     tensors=("self",), plannable=True)
 def log1p(self):
@@ -586,7 +600,7 @@ def _np_rsqrt(x):
     return np.reciprocal(np.sqrt(x))
 
 
-@op("rsqrt", tensors=("self",))
+@op("rsqrt", promotion="float", tensors=("self",))
 def rsqrt(self):
     """torch.rsqrt(input); saves its result."""
     return _unary("RsqrtBackward0", _np_rsqrt, self, "result")
@@ -597,7 +611,10 @@ def _(ctx, grad):
     return -0.5 * grad * pow(ctx.result, 3),
 
 
-@op("abs", tensors=("self",), aliases=("absolute", "__abs__"))
+@op("abs", promotion=(
+    "same | "
+    'bool: NotImplementedError: "abs_cpu" not implemented for \'Bool\''),
+    tensors=("self",), aliases=("absolute", "__abs__"))
 def abs(self):
     """torch.abs(input); abs'(0) = 0."""
     self = _not_bool(self, "abs_cpu")
@@ -609,7 +626,7 @@ def _(ctx, grad):
     return grad * sign(ctx.self),
 
 
-@op("sign", tensors=("self",))
+@op("sign", promotion="same", tensors=("self",))
 def sign(self):
     """torch.sign(input); zero gradient (of a bool tensor: a copy)."""
     self = require_tensor(self)
@@ -626,7 +643,7 @@ def _(ctx, grad):
     return zeros_like(grad),
 
 
-@op("sin", tensors=("self",), plannable=True)
+@op("sin", promotion="float", tensors=("self",), plannable=True)
 def sin(self):
     """torch.sin(input); saves its input."""
     return _unary("SinBackward0", np.sin, self, "self")
@@ -645,7 +662,7 @@ def _(ctx, self_t):
 batching("SinBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("cos", tensors=("self",), plannable=True)
+@op("cos", promotion="float", tensors=("self",), plannable=True)
 def cos(self):
     """torch.cos(input); saves its input."""
     return _unary("CosBackward0", np.cos, self, "self")
@@ -656,7 +673,7 @@ def _(ctx, grad):
     return grad * -sin(ctx.self),
 
 
-@op("tan", tensors=("self",), plannable=True)
+@op("tan", promotion="float", tensors=("self",), plannable=True)
 def tan(self):
     """torch.tan(input); saves its result."""
     return _unary("TanBackward0", np.tan, self, "result")
@@ -683,7 +700,7 @@ def _(ctx, grad):
 # ----- hyperbolic and inverse trigonometric functions, log2/log10, atan2/hypot -------------------------
 
 
-@op("sinh", tensors=("self",), plannable=True)
+@op("sinh", promotion="float", tensors=("self",), plannable=True)
 def sinh(self):
     """torch.sinh(input); saves its input."""
     return _unary("SinhBackward0", np.sinh, self, "self")
@@ -702,7 +719,7 @@ def _(ctx, self_t):
 batching("SinhBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("cosh", tensors=("self",), plannable=True)
+@op("cosh", promotion="float", tensors=("self",), plannable=True)
 def cosh(self):
     """torch.cosh(input); saves its input."""
     return _unary("CoshBackward0", np.cosh, self, "self")
@@ -721,7 +738,7 @@ def _(ctx, self_t):
 batching("CoshBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("asinh", tensors=("self",), aliases=("arcsinh",))
+@op("asinh", promotion="float", tensors=("self",), aliases=("arcsinh",))
 def asinh(self):
     """torch.asinh(input); saves its input."""
     return _unary("AsinhBackward0", np.arcsinh, self, "self")
@@ -742,7 +759,7 @@ def _(ctx, self_t):
 batching("AsinhBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("acosh", tensors=("self",), aliases=("arccosh",))
+@op("acosh", promotion="float", tensors=("self",), aliases=("arccosh",))
 def acosh(self):
     """torch.acosh(input) (nan below 1); saves its input."""
     with np.errstate(invalid="ignore"):
@@ -764,7 +781,7 @@ def _(ctx, self_t):
 batching("AcoshBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("atanh", tensors=("self",), aliases=("arctanh",))
+@op("atanh", promotion="float", tensors=("self",), aliases=("arctanh",))
 def atanh(self):
     """torch.atanh(input) (±inf at ±1, nan beyond); saves its input."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -786,7 +803,7 @@ def _(ctx, self_t):
 batching("AtanhBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("asin", tensors=("self",), aliases=("arcsin",))
+@op("asin", promotion="float", tensors=("self",), aliases=("arcsin",))
 def asin(self):
     """torch.asin(input) (nan outside [-1, 1]); saves its input."""
     with np.errstate(invalid="ignore"):
@@ -808,7 +825,7 @@ def _(ctx, self_t):
 batching("AsinBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("acos", tensors=("self",), aliases=("arccos",))
+@op("acos", promotion="float", tensors=("self",), aliases=("arccos",))
 def acos(self):
     """torch.acos(input) (nan outside [-1, 1]); saves its input."""
     with np.errstate(invalid="ignore"):
@@ -830,7 +847,7 @@ def _(ctx, self_t):
 batching("AcosBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("atan", tensors=("self",), aliases=("arctan",))
+@op("atan", promotion="float", tensors=("self",), aliases=("arctan",))
 def atan(self):
     """torch.atan(input); saves its input."""
     return _unary("AtanBackward0", np.arctan, self, "self")
@@ -855,7 +872,7 @@ _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
 
 
-@op("log2", tensors=("self",))
+@op("log2", promotion="float", tensors=("self",))
 def log2(self):
     """torch.log2(input); saves its input."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -875,7 +892,7 @@ def _(ctx, self_t):
 batching("Log2Backward0", vjp=SAME, jvp=SAME)
 
 
-@op("log10", tensors=("self",))
+@op("log10", promotion="float", tensors=("self",))
 def log10(self):
     """torch.log10(input); saves its input."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -909,7 +926,7 @@ def _float_binary(name: str, self, other):
     return binary_operands(self, other, dtype)
 
 
-@op("atan2", tensors=("self", "other"), aliases=("arctan2",))
+@op("atan2", promotion="float", tensors=("self", "other"), aliases=("arctan2",))
 def atan2(self, other):
     """torch.atan2(input, other): the angle of (other, input); saves both."""
     _, a, b = _float_binary("atan2", self, other)
@@ -936,7 +953,10 @@ def _(ctx, self_t, other_t):
 batching("Atan2Backward0", vjp=SAME, jvp=SAME)
 
 
-@op("hypot", tensors=("self", "other"))
+@op("hypot", promotion=(
+    "result_type | "
+    'integral: NotImplementedError: "hypot_cpu" not implemented for \'{dtype}\''),
+    tensors=("self", "other"))
 def hypot(self, other):
     """torch.hypot(input, other) = sqrt(input**2 + other**2); saves both and the result."""
     dtype, a, b = _float_binary("hypot", self, other)
@@ -989,7 +1009,7 @@ def _(ctx, grad):
     return _backward.sigmoid_backward(grad, ctx.result),
 
 
-@op("relu",
+@op("relu", promotion="same | bool: RuntimeError: Boolean inputs not supported for relu",
     exports=("torch.nn.functional.relu",),
     tensors=("self",), plannable=True)
 def relu(self):
@@ -1007,7 +1027,7 @@ def _(ctx, grad):
     return _backward.threshold_backward(grad, ctx.result, 0),
 
 
-@op("leaky_relu",
+@op("leaky_relu", promotion='same | integral: NotImplementedError: "leaky_relu_cpu" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.leaky_relu",),
     tensors=("self",))
 def leaky_relu(self, negative_slope=0.01):
@@ -1023,7 +1043,7 @@ def _(ctx, grad):
     return where(gt(ctx.self, 0), grad, grad * ctx.negative_slope),
 
 
-@op("elu",
+@op("elu", promotion='same | integral: NotImplementedError: "elu_cpu" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.elu",),
     tensors=("self",))
 def elu(self, alpha=1.0):
@@ -1060,7 +1080,7 @@ def _erf_np(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64)).astype(x.dtype, copy=False)
 
 
-@op("erf",
+@op("erf", promotion="float",
     exports=("torch.special.erf",),
     tensors=("self",))
 def erf(self):
@@ -1074,7 +1094,7 @@ def _(ctx, grad):
     return grad * (2.0 / math.sqrt(math.pi) * exp(-(x * x))),
 
 
-@op("gelu",
+@op("gelu", promotion='same | integral: NotImplementedError: "GeluKernelImpl" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.gelu",),
     tensors=("self",))
 def gelu(self, approximate="none"):
@@ -1111,7 +1131,7 @@ def _(ctx, grad):
     return grad * (cdf + x * pdf),
 
 
-@op("silu",
+@op("silu", promotion='same | integral: NotImplementedError: "silu_cpu" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.silu",),
     tensors=("self",))
 def silu(self):
@@ -1128,7 +1148,7 @@ def _(ctx, grad):
     return grad * (s * (1 + x * (1 - s))),
 
 
-@op("softplus",
+@op("softplus", promotion='same | integral: NotImplementedError: "softplus_cpu" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.softplus",),
     tensors=("self",), plannable=True)
 def softplus(self, beta=1, threshold=20):
@@ -1186,7 +1206,7 @@ def _(ctx, grad):
     return where(logical_or(le(x, ctx.min_val), ge(x, ctx.max_val)), 0.0, grad),
 
 
-@op("logsigmoid",
+@op("logsigmoid", promotion='same | integral: NotImplementedError: "log_sigmoid_cpu" not implemented for \'{dtype}\'',
     message_name="log_sigmoid", exports=("torch.nn.functional.logsigmoid",),
     tensors=("self",))
 def logsigmoid(self):
@@ -1305,7 +1325,9 @@ def _(ctx, self_t, min_t, max_t):
     return where(lt(x, hi), s, b)
 
 
-@op("clamp_min",
+@op("clamp_min", promotion=(
+    "result_type | "
+    'bool_number: NotImplementedError: "clamp_min_scalar_cpu" not implemented for \'Bool\''),
     overloads={
         "function": (
             "(Tensor input, Tensor min, *, Tensor out = None)",
@@ -1330,7 +1352,9 @@ def _(ctx, grad):
     return where(ge(ctx.self, ctx.min), grad, 0.0),
 
 
-@op("clamp_max",
+@op("clamp_max", promotion=(
+    "result_type | "
+    'bool_number: NotImplementedError: "clamp_max_scalar_cpu" not implemented for \'Bool\''),
     overloads={
         "function": (
             "(Tensor input, Tensor max, *, Tensor out = None)",
@@ -1378,7 +1402,7 @@ def _binary_tensors(name, self, other):
     return self, other
 
 
-@op("maximum", tensors=("self", "other"))
+@op("maximum", promotion="result_type", tensors=("self", "other"))
 def maximum(self, other):
     """torch.maximum(input, other); ties split the gradient 0.5/0.5."""
     self, other = _binary_tensors("maximum", self, other)
@@ -1394,7 +1418,7 @@ def _(ctx, grad):
     return (masked_fill(half, lt(s, o), 0) if n[0] else None), (masked_fill(half, gt(s, o), 0) if n[1] else None)
 
 
-@op("minimum", tensors=("self", "other"))
+@op("minimum", promotion="result_type", tensors=("self", "other"))
 def minimum(self, other):
     """torch.minimum(input, other); ties split the gradient 0.5/0.5."""
     self, other = _binary_tensors("minimum", self, other)
@@ -1703,7 +1727,7 @@ def _remainder_np(a, b):
         return np.asarray(np.remainder(a, b))
 
 
-@op("remainder",
+@op("remainder", promotion='result_type | bool: NotImplementedError: "remainder_cpu" not implemented for \'Bool\'',
     overloads={
         "function": (
             "(Tensor input, Tensor other, *, Tensor out = None)",
@@ -1745,7 +1769,7 @@ def _(ctx, grad):
     return (grad if n[0] else None), (-grad * div(ctx.self, ctx.other, rounding_mode="floor") if n[1] else None)
 
 
-@op("nan_to_num", tensors=("self",))
+@op("nan_to_num", promotion="same", tensors=("self",))
 def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
     """torch.nan_to_num(input, nan=0.0, posinf=None, neginf=None): the infinities become the dtype's largest
     and smallest finite values unless given; integer and bool inputs come back unchanged (a copy)."""
@@ -1794,7 +1818,7 @@ def _erfinv_np(y: np.ndarray) -> np.ndarray:
     return x
 
 
-@op("erfinv", tensors=("self",))
+@op("erfinv", promotion="float", tensors=("self",))
 def erfinv(self):
     """torch.erfinv(input): integer inputs compute in float32."""
     self = require_tensor(self)
@@ -1809,7 +1833,10 @@ def _(ctx, grad):
     return 0.5 * math.sqrt(math.pi) * exp(erfinv(ctx.self) ** 2) * grad,
 
 
-@op("floor", tensors=("self",))
+@op("floor", promotion=(
+    "same | "
+    'bool: NotImplementedError: "floor_vml_cpu" not implemented for \'Bool\''),
+    tensors=("self",))
 def floor(self):
     """torch.floor(input); zero gradient."""
     self = _not_bool(self, "floor_vml_cpu")
@@ -1821,7 +1848,10 @@ def _(ctx, grad):
     return zeros_like(grad),
 
 
-@op("ceil", tensors=("self",))
+@op("ceil", promotion=(
+    "same | "
+    'bool: NotImplementedError: "ceil_vml_cpu" not implemented for \'Bool\''),
+    tensors=("self",))
 def ceil(self):
     """torch.ceil(input); zero gradient."""
     self = _not_bool(self, "ceil_vml_cpu")
@@ -1833,7 +1863,7 @@ def _(ctx, grad):
     return zeros_like(grad),
 
 
-@op("round",
+@op("round", promotion='same | bool: NotImplementedError: "round_vml_cpu" not implemented for \'Bool\'',
     overloads={
         "function": ("(Tensor input, *, Tensor out = None)", "(Tensor input, *, int decimals, Tensor out = None)"),
         "method": ("()", "(*, int decimals)"),
@@ -1880,40 +1910,49 @@ def _compare(name, npfn):
 _COMPARISON = {"function": ("(Tensor input, Tensor other, *, Tensor out = None)",
                             "(Tensor input, Number other, *, Tensor out = None)"),
                "method": ("(Tensor other)", "(Number other)")}
-eq = op("eq", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__eq__",),
+eq = op("eq", promotion="bool", tensors=("self", "other"), differentiable=False, plannable=True,
+        aliases=("__eq__",),
         overloads=_COMPARISON)(_compare("eq", np.equal))
-ne = op("ne", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__ne__", "not_equal"),
+ne = op("ne", promotion="bool", tensors=("self", "other"), differentiable=False, plannable=True,
+        aliases=("__ne__", "not_equal"),
         overloads=_COMPARISON)(_compare("ne", np.not_equal))
-gt = op("gt", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__gt__", "greater"),
+gt = op("gt", promotion="bool", tensors=("self", "other"), differentiable=False, plannable=True,
+        aliases=("__gt__", "greater"),
         overloads=_COMPARISON)(_compare("gt", np.greater))
-ge = op("ge", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__ge__", "greater_equal"),
+ge = op("ge", promotion="bool", tensors=("self", "other"), differentiable=False, plannable=True,
+        aliases=("__ge__", "greater_equal"),
         overloads=_COMPARISON)(_compare("ge", np.greater_equal))
-lt = op("lt", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__lt__", "less"),
+lt = op("lt", promotion="bool", tensors=("self", "other"), differentiable=False, plannable=True,
+        aliases=("__lt__", "less"),
         overloads=_COMPARISON)(_compare("lt", np.less))
-le = op("le", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__le__", "less_equal"),
+le = op("le", promotion="bool", tensors=("self", "other"), differentiable=False, plannable=True,
+        aliases=("__le__", "less_equal"),
         overloads=_COMPARISON)(_compare("le", np.less_equal))
-logical_and = op("logical_and", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__and__",))(
+logical_and = op("logical_and", promotion="bool", tensors=("self", "other"), differentiable=False, plannable=True,
+    aliases=("__and__",))(
     _compare("logical_and", np.logical_and))
-logical_or = op("logical_or", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__or__",))(
+logical_or = op("logical_or", promotion="bool", tensors=("self", "other"), differentiable=False, plannable=True,
+    aliases=("__or__",))(
     _compare("logical_or", np.logical_or))
-logical_xor = op("logical_xor", tensors=("self", "other"), differentiable=False, plannable=True, aliases=("__xor__",))(
+logical_xor = op("logical_xor", promotion="bool", tensors=("self", "other"), differentiable=False, plannable=True,
+    aliases=("__xor__",))(
     _compare("logical_xor", np.logical_xor))
 
 
-@op("logical_not", tensors=("self",), differentiable=False, aliases=("__invert__",), plannable=True)
+@op("logical_not", promotion="bool", tensors=("self",), differentiable=False, aliases=("__invert__",), plannable=True)
 def logical_not(self):
     """torch.logical_not(input) (``~mask`` on bool tensors)."""
     self = require_tensor(self)
     return Tensor(kcall(np.logical_not, self.data))
 
 
-@op("isnan", tensors=("self",), differentiable=False)
+@op("isnan", promotion="bool", tensors=("self",), differentiable=False)
 def isnan(self):
     """torch.isnan(input)."""
     return Tensor(np.isnan(require_tensor(self).data))
 
 
-@op("isfinite", tensors=("self",), differentiable=False)
+@op("isfinite", promotion="bool", tensors=("self",), differentiable=False)
 def isfinite(self):
     """torch.isfinite(input)."""
     return Tensor(np.isfinite(require_tensor(self).data))

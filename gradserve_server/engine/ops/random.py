@@ -265,7 +265,7 @@ _SIZE_OVERLOADS = tuple(
     for gen in ("torch.Generator generator, ", ""))
 
 
-@op("rand",
+@op("rand", promotion="float",
     size_varargs="size",
     no_argument_overloads=_SIZE_OVERLOADS,
     cost="arguments",
@@ -279,7 +279,7 @@ def rand(*sizes, size=NOT_GIVEN, generator=None, dtype=None, requires_grad=False
     return _leaf(uniform_values(_gen("rand", generator), shape, d), requires_grad)
 
 
-@op("randn",
+@op("randn", promotion="float",
     size_varargs="size",
     no_argument_overloads=_SIZE_OVERLOADS,
     cost="arguments",
@@ -308,7 +308,7 @@ def _randint(name: str, low: int, high: int, shape: tuple, d: str, generator, re
     return _leaf(vals.astype(NP[d]).reshape(shape), requires_grad)
 
 
-@op("randint",
+@op("randint", promotion="int64",
     cost="arguments",
     method=False, differentiable=False, family="creation")
 def randint(low, high=None, size=None, *, generator=None, dtype=None, requires_grad=False):
@@ -326,7 +326,7 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, requires_g
     return _randint("randint", low, high, shape, _dtype(dtype, D.INT64), generator, requires_grad)
 
 
-@op("randperm",
+@op("randperm", promotion="int64",
     cost="arguments",
     method=False, differentiable=False, family="creation")
 def randperm(n, *, generator=None, dtype=None, requires_grad=False):

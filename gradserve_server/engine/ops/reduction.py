@@ -62,7 +62,7 @@ def _sum_kernel(x, axis, keepdim, dtype):
     return _c(np.asarray(np.add.reduce(x, axis=axis, keepdims=keepdim, dtype=dtype), dtype=dtype))
 
 
-@op("sum",
+@op("sum", promotion="long",
     overloads={
         "function": (
             "(Tensor input, *, torch.dtype dtype = None)",
@@ -137,7 +137,10 @@ def _c(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
-@op("mean",
+@op("mean", promotion=(
+    "same | "
+    "integral: RuntimeError: mean(): could not infer output dtype. Input dtype must be either a floating point or "
+    "complex dtype. Got: {dtype}"),
     overloads={
         "function": (
             "(Tensor input, *, torch.dtype dtype = None, Tensor out = None)",
@@ -221,7 +224,7 @@ batching("MeanBackward1", vjp=_mean_batched_vjp,
          jvp=lambda ctx, batch, t: mean(t, _reduced_dims(ctx, t), keepdim=ctx.keepdim) if t.data.ndim > 1 else t)
 
 
-@op("prod",
+@op("prod", promotion="long",
     overloads={
         "function": (
             "(Tensor input, *, torch.dtype dtype = None)",
@@ -445,7 +448,7 @@ def _amax_amin(self, dim, keepdim, is_max):
                    "self": self})
 
 
-@op("amax",
+@op("amax", promotion="same",
     param_types={"dim": "tuple of ints", "keepdim": "bool"},
     tensors=("self",), grad_fns=("AmaxBackward0",))
 def amax(self, dim=(), keepdim=False):
@@ -453,7 +456,7 @@ def amax(self, dim=(), keepdim=False):
     return _amax_amin(self, dim, keepdim, True)
 
 
-@op("amin",
+@op("amin", promotion="same",
     param_types={"dim": "tuple of ints", "keepdim": "bool"},
     tensors=("self",), grad_fns=("AminBackward0",))
 def amin(self, dim=(), keepdim=False):
@@ -497,7 +500,7 @@ def _arg(self, dim, keepdim, is_max):
     return Tensor(np.asarray(fn(self.data, axis=d if self.data.ndim else None, keepdims=keepdim), dtype=np.int64))
 
 
-@op("argmax",
+@op("argmax", promotion="int64 | bool: RuntimeError: argmax(): does not support bool input",
     param_types={"dim": "int", "keepdim": "bool"},
     tensors=("self",), differentiable=False)
 def argmax(self, dim=None, keepdim=False):
@@ -508,7 +511,7 @@ def argmax(self, dim=None, keepdim=False):
     return _arg(self, dim, keepdim, True)
 
 
-@op("argmin",
+@op("argmin", promotion="int64 | bool: RuntimeError: argmin(): does not support bool input",
     param_types={"dim": "int", "keepdim": "bool"},
     tensors=("self",), differentiable=False)
 def argmin(self, dim=None, keepdim=False):
@@ -519,7 +522,7 @@ def argmin(self, dim=None, keepdim=False):
     return _arg(self, dim, keepdim, False)
 
 
-@op("logsumexp",
+@op("logsumexp", promotion="float",
     param_types={"dim": "tuple of ints", "keepdim": "bool"}, exports=("torch.special.logsumexp",),
     tensors=("self",))
 def logsumexp(self, dim, keepdim=False):
@@ -615,7 +618,10 @@ _VARIANCE = {
                "(bool unbiased = True)")}
 
 
-@op("var", overloads=_VARIANCE, tensors=("self",))
+@op("var", promotion=(
+    "same | "
+    "integral: RuntimeError: std and var only support floating point and complex dtypes"),
+    overloads=_VARIANCE, tensors=("self",))
 def var(self, dim=None, unbiased=None, keepdim=False, correction=None):
     """torch.var(input, dim=None, unbiased=True, keepdim=False, correction=None): unbiased by default."""
     if isinstance(dim, bool):  # torch.var(input, unbiased): the (Tensor input, bool unbiased) overload
@@ -638,7 +644,10 @@ def _(ctx, grad):
 jvp("VarBackward0")(_reduce_jvp)
 
 
-@op("std", overloads=_VARIANCE, tensors=("self",))
+@op("std", promotion=(
+    "same | "
+    "integral: RuntimeError: std and var only support floating point and complex dtypes"),
+    overloads=_VARIANCE, tensors=("self",))
 def std(self, dim=None, unbiased=None, keepdim=False, correction=None):
     """torch.std(input, dim=None, unbiased=True, keepdim=False, correction=None)."""
     if isinstance(dim, bool):  # torch.std(input, unbiased): the (Tensor input, bool unbiased) overload
@@ -663,7 +672,9 @@ def _(ctx, grad):
 jvp("StdBackward0")(_reduce_jvp)
 
 
-@op("norm",
+@op("norm", promotion=(
+    "same | "
+    "integral: RuntimeError: linalg.vector_norm: Expected a floating point or complex tensor as input. Got {dtype}"),
     python_attribute=("layout", ("self",)), exports=("torch.linalg.vector_norm", "torch.linalg.norm"),
     tensors=("self",), grad_fns=("LinalgVectorNormBackward0", "SumBackward1", "PermuteBackward0"),
     aliases=("vector_norm",))
@@ -755,7 +766,7 @@ def pow_(a, b):
     return p(a, b)
 
 
-@op("cumsum",
+@op("cumsum", promotion="long",
     param_types={"dim": "int"},
     tensors=("self",))
 def cumsum(self, dim, dtype=None):
@@ -784,7 +795,7 @@ def _(ctx, self_t):
 batching("CumsumBackward0", **shifted(sizes=(), dims=("dim",)))
 
 
-@op("flip", tensors=("self",))
+@op("flip", promotion="same", tensors=("self",))
 def flip(self, dims):
     """torch.flip(input, dims)."""
     self = require_tensor(self)

@@ -17,7 +17,7 @@ from .reduction import sum as sum_
 from .shape import transpose, unsqueeze
 
 
-@op("cumprod", tensors=("self",))
+@op("cumprod", promotion="long", tensors=("self",))
 def cumprod(self, dim, dtype=None):
     """torch.cumprod(input, dim, dtype=None); saves dim, self and the result."""
     self = require_tensor(self, "input", "cumprod")
@@ -94,7 +94,10 @@ def _(ctx, self_t):
     return transpose(out, d, last)
 
 
-@op("logcumsumexp", tensors=("self",))
+@op("logcumsumexp", promotion=(
+    "same | "
+    'integral: NotImplementedError: "logcumsumexp_out_cpu" not implemented for \'{dtype}\''),
+    tensors=("self",))
 def logcumsumexp(self, dim):
     """torch.logcumsumexp(input, dim): log(cumsum(exp(input))) computed stably; saves dim, self, result."""
     self = require_tensor(self, "input", "logcumsumexp")

@@ -89,25 +89,25 @@ def long(self):
     return to(self, D.INT64)
 
 
-@op("int", tensors=("self",), grad_fns=("ToCopyBackward0",))
+@op("int", cast="int32", tensors=("self",), grad_fns=("ToCopyBackward0",))
 def int_(self):
     """Tensor.int(): to(int32)."""
     return to(self, D.INT32)
 
 
-@op("short", tensors=("self",), grad_fns=("ToCopyBackward0",))
+@op("short", cast="int16", tensors=("self",), grad_fns=("ToCopyBackward0",))
 def short(self):
     """Tensor.short(): to(int16)."""
     return to(self, D.INT16)
 
 
-@op("char", tensors=("self",), grad_fns=("ToCopyBackward0",))
+@op("char", cast="int8", tensors=("self",), grad_fns=("ToCopyBackward0",))
 def char(self):
     """Tensor.char(): to(int8)."""
     return to(self, D.INT8)
 
 
-@op("byte", tensors=("self",), grad_fns=("ToCopyBackward0",))
+@op("byte", cast="uint8", tensors=("self",), grad_fns=("ToCopyBackward0",))
 def byte(self):
     """Tensor.byte(): to(uint8)."""
     return to(self, D.UINT8)

@@ -222,7 +222,7 @@ def _float_unary(self, name: str):
 # ----- lgamma, digamma, polygamma ---------------------------------------------------------------------
 
 
-@op("lgamma", tensors=("self",), aliases=("special.gammaln",))
+@op("lgamma", promotion="float", tensors=("self",), aliases=("special.gammaln",))
 def lgamma(self):
     """torch.lgamma(input): log|Gamma(input)| (inf at the poles); saves its input."""
     self, x = _float_unary(self, "lgamma")
@@ -242,7 +242,7 @@ def _(ctx, self_t):
 batching("LgammaBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("digamma", tensors=("self",), aliases=("special.digamma", "special.psi"))
+@op("digamma", promotion="float", tensors=("self",), aliases=("special.digamma", "special.psi"))
 def digamma(self):
     """torch.digamma(input): -inf at 0, nan at negative integers; saves its input."""
     self, x = _float_unary(self, "digamma")
@@ -262,7 +262,9 @@ def _(ctx, self_t):
 batching("DigammaBackward0", vjp=SAME, jvp=SAME)
 
 
-@op("polygamma", tensors=("self",), grad_fns=("PolygammaBackward0", "DigammaBackward0"), method=False,
+@op("polygamma", promotion=(
+    "float"),
+    tensors=("self",), grad_fns=("PolygammaBackward0", "DigammaBackward0"), method=False,
     aliases=("special.polygamma",))
 def polygamma(n, self):
     """torch.polygamma(n, input): the n-th derivative of digamma; n == 0 is digamma."""
@@ -303,7 +305,10 @@ def multigammaln(self, p):
     return record("MvlgammaBackward0", np.asarray(out, x.dtype), (self,), {"p": int(p), "self": self})
 
 
-@op("mvlgamma", tensors=("self",), grad_fns=("MvlgammaBackward0",))
+@op("mvlgamma", promotion=(
+    "float | "
+    "bool: RuntimeError: The input tensor may not be a boolean tensor."),
+    tensors=("self",), grad_fns=("MvlgammaBackward0",))
 def mvlgamma(self, p):
     """torch.mvlgamma(input, p) / Tensor.mvlgamma(p): torch.special.multigammaln."""
     return multigammaln(self, p)
@@ -333,7 +338,7 @@ batching("MvlgammaBackward0", vjp=SAME, jvp=SAME)
 # ----- xlogy, logaddexp -------------------------------------------------------------------------------
 
 
-@op("xlogy",
+@op("xlogy", promotion="float",
     overloads={
         "function": (
             "(Tensor input, Tensor other, *, Tensor out = None)",
@@ -411,7 +416,10 @@ def _(ctx, self_t):
 batching("XlogyBackward2", vjp=SAME, jvp=SAME)
 
 
-@op("logaddexp", tensors=("self", "other"))
+@op("logaddexp", promotion=(
+    "result_type | "
+    'integral: NotImplementedError: "logaddexp_cpu" not implemented for \'{dtype}\''),
+    tensors=("self", "other"))
 def logaddexp(self, other):
     """torch.logaddexp(input, other) = log(exp(input) + exp(other)), computed stably; saves both."""
     self = require_tensor(self, "input", "logaddexp")
