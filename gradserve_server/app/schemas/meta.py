@@ -43,10 +43,15 @@ class OpInfo(BaseModel):
     converts_to: str = Field(default="", description="The dtype a conversion (`long`, `float`...) converts to.")
     dims_of: str = Field(default="input", description="What dimension arguments index: `input` (the first "
                          "argument), `output` (unsqueeze) or `other`.")
-    promotion: str = Field(default="", description="The result's dtype: `result_type` (torch.result_type of the "
-                           "operands), `float` (integers give the default float), `true_divide` (float unless a "
-                           "rounding mode); empty: not declared. The op's in-place form cannot hold a result of a "
-                           "higher category than its target (torch's `result type Float can't be cast...`).")
+    promotion: str = Field(default="", description="The result's dtype: a rule, `result_type` (torch.result_type "
+                           "of the operands), `float` (integers give the default float), `true_divide` (float "
+                           "unless a rounding mode), `long` (integers give int64), `same` (the first operand's), "
+                           "`bool` or `int64`; optionally the operands it reads (`result_type(self,other)`) and, "
+                           "after ` | `, torch's refusals as `condition: ExceptionClass: message` (conditions "
+                           "`bool`, `integral`, `any_bool`, `all_bool`, `bool_tensors`, `bool_number`; `{dtype}` "
+                           "stands for the ScalarType name). Empty: not declared. The op's in-place form cannot "
+                           "hold a result of a higher category than its target (torch's `result type Float can't "
+                           "be cast...`).")
     parser: dict | None = Field(default=None, description="How torch's argument parser takes a call: per form "
                                 "(`function`, `method`) the name its messages use and torch's overloads (texts "
                                 "as torch prints them) or the one signature derived from the op's; `program_form`, "
