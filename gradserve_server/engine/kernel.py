@@ -42,9 +42,24 @@ def copy(a: np.ndarray) -> np.ndarray:
     return a.copy()
 
 
+def takes_literals(fn):
+    """Decorator: ``fn``'s number arguments may be given as 0-d float64 arrays holding the Python float (a plan's
+    lifted literal, ``Lit``), with the same result bit for bit (it converts them with ``dtype.type(v)``,
+    ``float(v)`` or ``np.asarray(v, dtype)``, never computes with the Python number directly)."""
+    fn.literals = True
+    return fn
+
+
+@takes_literals
 def literal(value, dtype) -> np.ndarray:
-    """A program literal (a Python number) as a 0-d array: a constant of the plan (the number is in its key)."""
-    return np.array(value) if dtype is None else np.asarray(value, dtype=dtype)
+    """A program literal (a Python number) as a 0-d array (a wrapped number)."""
+    return np.array(value, dtype=dtype)  # (a new array: a lifted literal's input is not handed on)
+
+
+@takes_literals
+def number_as(value, npdt) -> np.ndarray:
+    """A Python float as a 0-d array of a floating dtype (``ops.common.number_as`` of a lifted literal)."""
+    return np.asarray(npdt.type(value))
 
 
 def snapshot(a: np.ndarray) -> np.ndarray:
@@ -154,6 +169,83 @@ def _static_ok(v) -> bool:
     return False
 
 
+# ----- lifted literals -----------------------------------------------------------------------------------
+# A float of a session list is keyed by its type only (``plan._canonical``); while the list's plan is recorded
+# the op receives a ``Lit`` in its place. A Lit reads as a float to every Python-level test (isinstance, its
+# ``__class__``), and gives its value to any arithmetic, comparison or conversion (``np.float32(v)`` too),
+# noting that the value was read (``Recorder.pins``: its value then goes into the plan's key). A kernel
+# declared ``takes_literals`` gets the literal's input slot instead (a 0-d float64 array, fed anew on every
+# replay). numpy may not take it as an operand (it would compute with a float64 array where a Python float is
+# a weak scalar): that raises ``LiteralEscape``, the run is undone, and the list is keyed by all its values.
+
+class LiteralEscape(Exception):
+    """A lifted literal reached numpy outside a kernel while a plan was recorded."""
+
+
+class Lit:
+    """A lifted literal (see above): ``value`` (the float), ``index`` (its place among the list's literals),
+    ``slot`` (its input slot), ``rec`` (the recorder; None after the recording)."""
+
+    __slots__ = ("value", "index", "slot", "array", "rec")
+
+    def __init__(self, value: float, index: int, rec: Recorder):
+        self.value, self.index, self.rec = value, index, rec
+        self.array = np.array(value)  # (float64, 0-d: the Python float exactly)
+        self.slot = -1
+
+    @property
+    def __class__(self):  # noqa: F811 - reads as a float to isinstance and ``v.__class__ is float``
+        return float
+
+    def pin(self) -> float:
+        """The value, noted as read by the recording (the plan is keyed by it)."""
+        rec = self.rec
+        if rec is not None:
+            rec.pins.add(self.index)
+        return self.value
+
+    def __array__(self, dtype=None, copy=None):
+        if dtype is not None:  # a conversion to a dtype (``np.float32(v)``): what a float gives
+            return np.asarray(self.pin(), dtype)
+        rec = self.rec
+        if rec is not None:  # an operand of numpy's (a Python float would be a weak scalar there)
+            rec.escaped = True
+            raise LiteralEscape("a lifted literal reached numpy outside a kernel")
+        return np.asarray(self.value)
+
+    def __getattr__(self, name):
+        attr = getattr(self.value, name)  # (float's methods and attributes; others: AttributeError, not read)
+        self.pin()
+        return attr
+
+
+def _lit_method(name: str):
+    def method(self, *args):
+        args = [a.pin() if type(a) is Lit else a for a in args]
+        return getattr(self.pin(), name)(*args)
+    method.__name__ = name
+    return method
+
+
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "divmod", "radd", "rsub", "rmul",
+              "rtruediv", "rfloordiv", "rmod", "rpow", "rdivmod", "eq", "ne", "lt", "le", "gt", "ge", "neg", "pos",
+              "abs", "float", "int", "bool", "round", "trunc", "floor", "ceil", "hash", "repr", "str", "format",
+              "reduce", "reduce_ex", "getnewargs"):
+    setattr(Lit, f"__{_name}__", _lit_method(f"__{_name}__"))
+Lit.__copy__ = Lit.__deepcopy__ = lambda self, *memo: self.pin()
+Lit.__name__ = Lit.__qualname__ = "float"  # (``type(v).__name__`` in an error message: the cold run's words)
+
+
+def unlit(v):
+    """``v`` with every Lit in it (a tuple's, a list's) replaced by its value, pinned."""
+    if type(v) is Lit:
+        return v.pin()
+    if v.__class__ is tuple or v.__class__ is list:
+        if any(type(x) is Lit or x.__class__ is tuple or x.__class__ is list for x in v):
+            return v.__class__(unlit(x) for x in v)
+    return v
+
+
 class Recorder:
     """The tape of one cold run: ``steps`` of (kernel, argument template, slot positions, output slots)."""
 
@@ -168,6 +260,8 @@ class Recorder:
         self.reason: str | None = None      # why the run cannot be planned (None: it can)
         self.converted: set[int] = set()    # steps whose kernel returned a non-array (a numpy scalar)
         self.marks: list = []               # (slot count, op index, op name) as each op began (engine.sources)
+        self.pins: set[int] = set()         # the lifted literals whose values the run read (plan._canonical)
+        self.escaped = False                # a lifted literal reached numpy outside a kernel (LiteralEscape)
 
     def bad(self, reason: str) -> None:
         if self.reason is None:
@@ -194,9 +288,15 @@ class Recorder:
     def slot_of(self, arr) -> int | None:
         return self.slots.get(id(arr)) if arr.__class__ is _ndarray else None
 
+    def add_literal(self, lit: Lit) -> None:
+        """A lifted literal: the next input slot (its 0-d float64 array)."""
+        self.add_input(lit.array)
+        lit.slot = self.inputs[-1]
+
     def call(self, fn, args: tuple, inplace: bool = False):
         template = list(args)
         where = []
+        lifted = None
         for i, a in enumerate(args):
             if a.__class__ is _ndarray:
                 s = self.slots.get(id(a))
@@ -205,8 +305,23 @@ class Recorder:
                     s = -1
                 where.append((i, s))
                 template[i] = None
+            elif type(a) is Lit or a.__class__ is tuple:  # (a Lit's __class__ reads float)
+                if type(a) is Lit and a.rec is self and getattr(fn, "literals", False):
+                    where.append((i, a.slot))  # the literal's input slot: fed anew on every replay
+                    template[i] = None
+                    v = a.array
+                else:
+                    v = template[i] = unlit(a)
+                    if not _static_ok(v):
+                        self.bad(f"{getattr(fn, '__name__', fn)} got a non-static argument {type(v).__name__}")
+                if v is not a:
+                    if lifted is None:
+                        lifted = list(args)
+                    lifted[i] = v
             elif not _static_ok(a):
                 self.bad(f"{getattr(fn, '__name__', fn)} got a non-static argument {type(a).__name__}")
+        if lifted is not None:
+            args = tuple(lifted)
         try:
             if inplace:
                 fn(*args)

@@ -1918,12 +1918,13 @@ class _Names:
     names the list brings, in the order they come; and which names the list unbinds or rebinds before it reads
     them (``_dropped_names``, from the same pass)."""
 
-    __slots__ = ("ren", "names", "read", "dropped")
+    __slots__ = ("ren", "names", "read", "dropped", "lits")
 
     def __init__(self, tensors: dict):
         self.names = list(tensors)
         self.ren = {n: f"\x00{i}" for i, n in enumerate(self.names)}
         self.read, self.dropped = set(), set()
+        self.lits: list = []  # the lifted floats: (op index, position or keyword, value), in the list's order
 
     def name(self, v, bind: bool = False):
         """A value at a position that takes a tensor name (a name, a name's ``.grad``, a list of them, or any
@@ -1970,17 +1971,23 @@ def _literal_ok(v, ren: dict) -> bool:
     return True
 
 
+#: a lifted float's place in a canonical list (no literal string starts with NUL: ``_literal_ok``)
+_LIFTED = "\x00f"
+
+
 def _canonical(ops: list, tensors: dict):
     """(the list with every tensor name replaced by its canonical name, ``_Names``), or None where the list has
     a form whose names are not known by position (then it plans under its own names). Names are read where the
     program reads names: ``out``, an op's tensor parameters (by its signature's kinds), an action's name
-    parameters, ``del``'s arguments; everything else is a literal, kept."""
+    parameters, ``del``'s arguments; everything else is a literal, kept, but a float given to an op as an
+    argument (``nm.lits``), which is lifted: written as ``_LIFTED`` (its type, not its value), fed to the plan
+    as an input (``_with_literals``); the values the recording finds it read go into the key (``_Pinned``)."""
     nm = _Names(tensors)
-    name, ren = nm.name, nm.ren
+    name, ren, lits = nm.name, nm.ren, nm.lits
     out = []
     append = out.append
     keys = _OP_KEYS.issuperset
-    for o in ops:
+    for j, o in enumerate(ops):
         if o.__class__ is not dict or not keys(o):
             return None
         op, args, kwargs = o.get("op"), o.get("args") or [], o.get("kwargs") or {}
@@ -2009,6 +2016,10 @@ def _canonical(ops: list, tensors: dict):
             rest = _TENSOR if varargs_tensor else 0
             a = []
             for i, v in enumerate(args):
+                if v.__class__ is float:  # a float literal (an operand, alpha, a weight): keyed by its type
+                    lits.append((j, i, v))
+                    a.append(_LIFTED)
+                    continue
                 kind = pos_kinds[i] if i < npos else rest
                 if kind == _TENSOR or kind == _TENSOR_LIST:
                     a.append(name(v))
@@ -2019,6 +2030,10 @@ def _canonical(ops: list, tensors: dict):
             if kwargs:
                 k = {}
                 for key, v in kwargs.items():
+                    if v.__class__ is float and key.__class__ is str:
+                        lits.append((j, key, v))
+                        k[key] = _LIFTED
+                        continue
                     kind = kinds.get(key, 0)
                     if kind == _TENSOR or kind == _TENSOR_LIST:
                         k[key] = name(v)
@@ -2057,6 +2072,57 @@ def _renamed_plan(plan: Plan, r: dict) -> Plan:
         ops=[OpOutcome(o.index, o.op, [g(b, b) for b in o.bound]) for o in plan.ops],
         changed=[g(n, n) for n in plan.changed],
         autograd=[(i, op, [(g(n, n), c, d, a) for n, c, d, a in es]) for i, op, es in plan.autograd], after=after)
+
+
+class _Pinned:
+    """Under a lifted key: the lifted literals whose values its recording read (``kernel.Lit.pin``): its plans
+    are keyed by these values too (``(key, values)``)."""
+
+    __slots__ = ("pins",)
+    nbytes = 64
+
+    def __init__(self, pins):
+        self.pins = tuple(sorted(pins))
+
+
+def _with_literals(ops: list, lits: list, rec: K.Recorder) -> tuple[list, list]:
+    """``ops`` with each lifted float replaced by a ``kernel.Lit`` of ``rec`` (its input slot added), and the Lits."""
+    out, made = list(ops), []
+    for index, (j, where, v) in enumerate(lits):
+        lit = K.Lit(v, index, rec)
+        rec.add_literal(lit)
+        made.append(lit)
+        o = out[j]
+        if o is ops[j]:
+            o = out[j] = {**o, "args": list(o.get("args") or ()), "kwargs": dict(o.get("kwargs") or {})}
+        if where.__class__ is int:
+            o["args"][where] = lit
+        else:
+            o["kwargs"][where] = lit
+    return out, made
+
+
+def _unlit_graphs(state: State, lits: list) -> None:
+    """After a recording: the values of the Lits graph nodes saved (a replay rebuilds those nodes with the recorded
+    values: the key holds them, pinned), and no Lit left anywhere the session keeps."""
+    seen, stack = set(), []
+    for t in state.tensors.values():
+        for x in (t, t._grad):
+            if x is not None and x._grad_fn is not None:
+                stack.append(x._grad_fn)
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        saved = n.saved
+        for k, v in saved.items():
+            u = K.unlit(v)
+            if u is not v:
+                saved[k] = u
+        stack.extend(c for c, _ in n.next_functions if c is not None and id(c) not in seen)
+    for lit in lits:
+        lit.rec = None
 
 
 def _pre_key(state: State, ops: list, extra: tuple, ren: dict | None = None):
@@ -2109,6 +2175,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     lim = kwargs.get("limits")
     respond = kwargs.get("respond", "changed")
     pre = names = None
+    lits = ()
     extra = ("session", bool(kwargs.get("no_grad", False)), lim, kwargs.get("extra"),
              respond if isinstance(respond, str) else tuple(respond))
     if carried is not None and _layout(state) == carried[1]:
@@ -2120,7 +2187,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         kops, ren = ops, None
         if canon is not None:
             kops, nm = canon
-            names, ren = nm.names, nm.ren
+            names, ren, lits = nm.names, nm.ren, nm.lits
             if not isinstance(respond, str):
                 extra = (*extra[:4], tuple([nm.name(n) for n in respond]))
         pre = _pre_key(state, kops, extra, ren)
@@ -2134,7 +2201,16 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         if made is None:
             return None, False, R.COLD_UNKEYABLE
         key, inputs = made
+        if lits:  # the lifted floats are inputs, after the session's arrays (``_with_literals``' slots)
+            n = len(state.tensors) + sum(t._grad is not None for t in state.tensors.values())
+            inputs[n:n] = [np.array(v) for _, _, v in lits]
+    base = key
     entry = cache.get(key)
+    pinned = None
+    if entry.__class__ is _Pinned:
+        pinned = entry.pins
+        key = (base, tuple([lits[i][2] for i in pinned]))
+        entry = cache.get(key)
     run = {k: v for k, v in kwargs.items() if k not in ("extra", "repeat", "until")}
     if isinstance(entry, Plan):
         preset = dict(state.tensors)
@@ -2159,17 +2235,36 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
               _before(preset))
     passes = state.backward_passes
     offsets = None if strict else _offset(preset)
+    made_lits = ()
     try:
         with K.recording() as rec:
             for a in _session_inputs(preset):
                 rec.add_input(a)
+            rops = ops
+            if lits:
+                rops, made_lits = _with_literals(ops, lits, rec)
             try:
-                res = run_program(state, ops, **run)
+                res = run_program(state, rops, **run)
             except Exception as e:
-                e.route = R.RECORDED
-                raise
+                if not rec.escaped:
+                    e.route = R.RECORDED
+                    raise
+                res = None  # (undone: the cold run gives the result)
     finally:
         accs = None if offsets is None else _unoffset(preset, offsets)
+        for lit in made_lits:
+            lit.rec = None
+    if res is None:
+        # a lifted float reached numpy outside a kernel: this structure keys every float by its value
+        cache.put(base, _Pinned(range(len(lits))))
+        return None, None, R.Route("cold", "literal_escaped", "a float literal reached numpy outside a kernel")
+    if made_lits:
+        _unlit_graphs(state, made_lits)  # (pins the values graph nodes saved)
+        pins = set(rec.pins) if pinned is None else set(rec.pins).union(pinned)
+        if pinned is None or not pins.issubset(pinned):
+            if pins or pinned is not None:
+                cache.put(base, _Pinned(pins))
+            key = base if not pins else (base, tuple([lits[i][2] for i in sorted(pins)]))
     moved = None if offsets is None else _unoffset_report(res, offsets)
     after = _session_check(state, preset, before, rec) if strict else _after(state, preset, before, rec)
     plan = after if isinstance(after, str) else \
@@ -2181,7 +2276,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
                              for k, (i, op, es) in enumerate(plan.autograd)]
         plan.after, plan.names = after, names
     if isinstance(plan, str):
-        cache.put(key, Unplannable(plan))
+        cache.put(base, Unplannable(plan))
         if pre is not None:
             cache.put(pre, Unplannable(plan))
         return res, False, R.Route("cold", R.unplannable_reason(plan), plan)
