@@ -2085,10 +2085,14 @@ class _Pinned:
         self.pins = tuple(sorted(pins))
 
 
-def _with_literals(ops: list, lits: list, rec: K.Recorder) -> tuple[list, list]:
-    """``ops`` with each lifted float replaced by a ``kernel.Lit`` of ``rec`` (its input slot added), and the Lits."""
+def _with_literals(ops: list, lits: list, rec: K.Recorder, pinned: tuple | None) -> tuple[list, list]:
+    """``ops`` with each lifted float replaced by a ``kernel.Lit`` of ``rec`` (its input slot added), but the
+    ``pinned`` ones (their values are in the key), and the Lits."""
     out, made = list(ops), []
     for index, (j, where, v) in enumerate(lits):
+        if pinned is not None and index in pinned:
+            rec.add_input(np.array(v))  # (its slot, unread: the inputs keep their places)
+            continue
         lit = K.Lit(v, index, rec)
         rec.add_literal(lit)
         made.append(lit)
@@ -2242,7 +2246,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
                 rec.add_input(a)
             rops = ops
             if lits:
-                rops, made_lits = _with_literals(ops, lits, rec)
+                rops, made_lits = _with_literals(ops, lits, rec, pinned)
             try:
                 res = run_program(state, rops, **run)
             except Exception as e:
@@ -2258,7 +2262,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         # a lifted float reached numpy outside a kernel: this structure keys every float by its value
         cache.put(base, _Pinned(range(len(lits))))
         return None, None, R.Route("cold", "literal_escaped", "a float literal reached numpy outside a kernel")
-    if made_lits:
+    if lits:
         _unlit_graphs(state, made_lits)  # (pins the values graph nodes saved)
         pins = set(rec.pins) if pinned is None else set(rec.pins).union(pinned)
         if pinned is None or not pins.issubset(pinned):
