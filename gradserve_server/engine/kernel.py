@@ -257,15 +257,17 @@ class Recorder:
         self.writes: set[int] = set()       # ids of arrays written in place (engine.journal.array_)
         self.steps: list = []
         self.mutated: set[int] = set()
-        self.reason: str | None = None      # why the run cannot be planned (None: it can)
+        self.reason: str | None = None      # why the run cannot be planned (None: it can), for a person
+        self.code: str | None = None        # the same as a reason code of engine.route's (``REASONS``)
         self.converted: set[int] = set()    # steps whose kernel returned a non-array (a numpy scalar)
         self.marks: list = []               # (slot count, op index, op name) as each op began (engine.sources)
         self.pins: set[int] = set()         # the lifted literals whose values the run read (plan._canonical)
         self.escaped = False                # a lifted literal reached numpy outside a kernel (LiteralEscape)
 
-    def bad(self, reason: str) -> None:
+    def bad(self, code: str, reason: str) -> None:
+        """The run cannot be planned: ``code`` (``engine.route.REASONS``), ``reason`` (which kernel, which op)."""
         if self.reason is None:
-            self.reason = reason
+            self.code, self.reason = code, reason
 
     def _new_slot(self, arr: np.ndarray) -> int:
         s = self.n
@@ -277,7 +279,7 @@ class Recorder:
     def add_input(self, arr: np.ndarray) -> None:
         """A program input (a preset name, a tensor op's result): the next input slot."""
         if arr.__class__ is not _ndarray:
-            self.bad("an input that is not an array")
+            self.bad("untraced_array", "an input that is not an array")
             return
         self.inputs.append(self._new_slot(arr))
 
@@ -301,7 +303,7 @@ class Recorder:
             if a.__class__ is _ndarray:
                 s = self.slots.get(id(a))
                 if s is None:
-                    self.bad(f"{getattr(fn, '__name__', fn)} read an array made outside a kernel")
+                    self.bad("untraced_array", f"{getattr(fn, '__name__', fn)} read an array made outside a kernel")
                     s = -1
                 where.append((i, s))
                 template[i] = None
@@ -313,13 +315,15 @@ class Recorder:
                 else:
                     v = template[i] = unlit(a)
                     if not _static_ok(v):
-                        self.bad(f"{getattr(fn, '__name__', fn)} got a non-static argument {type(v).__name__}")
+                        self.bad("non_static_argument",
+                                 f"{getattr(fn, '__name__', fn)} got a non-static argument {type(v).__name__}")
                 if v is not a:
                     if lifted is None:
                         lifted = list(args)
                     lifted[i] = v
             elif not _static_ok(a):
-                self.bad(f"{getattr(fn, '__name__', fn)} got a non-static argument {type(a).__name__}")
+                self.bad("non_static_argument",
+                         f"{getattr(fn, '__name__', fn)} got a non-static argument {type(a).__name__}")
         if lifted is not None:
             args = tuple(lifted)
         try:
@@ -335,13 +339,13 @@ class Recorder:
             # the op may catch it and go another way, which a replay on other values would not follow; only
             # kernels whose failure depends on shapes alone (STRUCTURAL) may fail in a plannable run
             if fn not in STRUCTURAL:
-                self.bad(f"{getattr(fn, '__name__', fn)} raised")
+                self.bad("recording_raised", f"{getattr(fn, '__name__', fn)} raised")
             raise
         if out.__class__ is tuple:
             outs = []
             for o in out:
                 if o.__class__ is not _ndarray:
-                    self.bad(f"{getattr(fn, '__name__', fn)} returned a non-array")
+                    self.bad("untraced_array", f"{getattr(fn, '__name__', fn)} returned a non-array")
                     return out
                 outs.append(self._new_slot(o))
             self.steps.append((fn, tuple(template), tuple(where), tuple(outs), True))

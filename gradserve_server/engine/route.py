@@ -56,34 +56,6 @@ REASONS = {
 #: the ``not_composable`` codes
 COMPOSE_CODES = tuple(r.partition(":")[2] for r in REASONS if r.startswith("not_composable:"))
 
-#: (words of the message ``kernel.Recorder.bad`` or ``plan._build`` gave, reason), first match wins
-_UNPLANNABLE = (
-    ("exceed the cache", "too_large"),
-    ("in place outside a kernel", "inplace_outside_kernel"),
-    ("the run warned", "warning"),
-    ("non-static argument", "non_static_argument"),
-    (" raised", "recording_raised"),
-    ("the session", "session_state"),
-    ("under another name", "session_state"),
-    ("carries a", "session_state"),
-    ("was changed in place", "session_state"),
-    ("autograd metadata", "session_state"),
-    ("into a session array", "session_state"),
-    ("outside a kernel", "untraced_array"),
-    ("not an array", "untraced_array"),
-    ("non-array", "untraced_array"),
-    ("from a tensor", "untraced_array"),
-)
-
-
-def unplannable_reason(message: str) -> str:
-    """The reason of an unplannable recording's message (``Unplannable.reason``)."""
-    for words, reason in _UNPLANNABLE:
-        if words in message:
-            return reason
-    return "untraced_array"
-
-
 @dataclass(frozen=True, slots=True)
 class Route:
     """How a run went: ``name`` in ``ROUTES``, ``reason`` in ``REASONS``, ``detail`` free text."""
