@@ -53,7 +53,8 @@ def takes_literals(fn):
 @takes_literals
 def literal(value, dtype) -> np.ndarray:
     """A program literal (a Python number) as a 0-d array (a wrapped number)."""
-    return np.array(value, dtype=dtype)  # (a new array: a lifted literal's input is not handed on)
+    # (a new array, never the value given: a lifted literal's input array is not handed on)
+    return np.array(value) if dtype is None else np.array(value, dtype=dtype)
 
 
 @takes_literals
