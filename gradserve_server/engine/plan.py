@@ -2256,18 +2256,25 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
             try:
                 res = run_program(state, rops, **run)
             except Exception as e:
-                if not rec.escaped:
+                if not made_lits:
                     e.route = R.RECORDED
                     raise
-                res = None  # (undone: the cold run gives the result)
+                res = None  # (undone: the cold run below gives the result or the error)
     finally:
         accs = None if offsets is None else _unoffset(preset, offsets)
         for lit in made_lits:
             lit.rec = None
     if res is None:
-        # a lifted float reached numpy outside a kernel: this structure keys every float by its value
-        cache.put(base, _Pinned(range(len(lits))))
-        return None, None, R.Route("cold", "literal_escaped", "a float literal reached numpy outside a kernel")
+        # the run failed with stand-ins for its floats: the list fails of itself (the cold run raises its error), or
+        # a stand-in was taken where only a float can be (numpy took it as an operand: ``rec.escaped``)
+        try:
+            res = run_program(state, ops, **run)
+        except Exception as e:
+            e.route = R.RECORDED
+            raise
+        cache.put(base, _Pinned(range(len(lits))))  # (this structure keys its floats by value from now on)
+        return res, False, R.Route("cold", "literal_escaped", "numpy took a float literal as an operand" if rec.escaped
+                                   else "a float literal failed where a float does not")
     if lits:
         _unlit_graphs(state, made_lits)  # (pins the values graph nodes saved)
         pins = set(rec.pins) if pinned is None else set(rec.pins).union(pinned)

@@ -40,8 +40,8 @@ REASONS = {
     "session_state": "the run left a session state a replay could not rebuild (names, views, graphs)",
     "kernel_raised": "a kernel raised during a replay (a value-dependent check)",
     "short_list": "a one-shot list of fewer than 100 ops: not composed",
-    "literal_escaped": "a float literal reached numpy outside a kernel while the plan was recorded: the list's "
-                       "floats are keyed by their values from then on",
+    "literal_escaped": "a float literal was taken where only a float can be while the plan was recorded (numpy "
+                       "took it as an operand): the list ran cold, its floats keyed by value from then on",
     **{f"not_composable:{code}": text for code, text in {
         "op": "an op or an op form that cannot be composed",
         "form": "an argument or output form composing does not cover",

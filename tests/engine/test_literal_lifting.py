@@ -185,6 +185,27 @@ def test_a_float_a_graph_node_keeps_is_pinned():
     assert tw.cache.hits == 2
 
 
+def test_a_recording_that_fails_with_stand_ins_gives_the_cold_run_s_error_or_result(monkeypatch):
+    """A list that fails of itself gives the cold run's error (nothing cached); one that would fail only with the
+    stand-ins (a type test that a Lit fails) runs cold, right, and is keyed by value from then on."""
+    tw = Twins([T("x", [1.0, 2.0]), T("y", [1.0, 2.0, 3.0])])
+    for _ in range(2):
+        tw.run([op("add", "x", "y", alpha=0.5, out="z"), op("del", "z")])  # (a shape error, both ways)
+    assert all(r.name == "recorded" for r in tw.routes) and not tw.cache._entries
+    from gradserve_server.engine.ops import elementwise as EW
+
+    real = EW._alpha_ok
+
+    def strict(alpha, dtype):  # (a test only a real float passes)
+        if type(alpha) is not float and type(alpha) is not int:
+            raise TypeError("not a float")
+        return real(alpha, dtype)
+    monkeypatch.setattr(EW, "_alpha_ok", strict)
+    routes = [tw.run([op("add", "x", "x", alpha=v, out="z"), op("del", "z")]) for v in (0.5, 0.5, 0.5)]
+    assert routes[0] == E.Route("cold", "literal_escaped", "a float literal failed where a float does not")
+    assert [r.name for r in routes[1:]] == ["recorded", "replayed"]
+
+
 def test_a_lit_reads_as_a_float_and_notes_every_read():
     rec = K.Recorder()
     lit = K.Lit(0.1, 0, rec)
@@ -213,7 +234,7 @@ def test_an_escaping_literal_undoes_the_recording_and_runs_cold(monkeypatch):
     monkeypatch.setattr(common, "number_as", leaky)
     tw = Twins([T("x", [1.0, 2.0], requires_grad=True)])
     routes = [tw.run([op("div", "x", v, out="y", no_grad=True), op("del", "y")]) for v in [3.0, 3.0, 7.0, 7.0, 7.0]]
-    assert routes[0] == E.Route("cold", "literal_escaped", "a float literal reached numpy outside a kernel")
+    assert routes[0] == E.Route("cold", "literal_escaped", "numpy took a float literal as an operand")
     assert pins(tw.cache) == [(0,)]
     assert [r.name for r in routes[1:]] == ["recorded", "recorded", "replayed", "replayed"]
 
