@@ -44,23 +44,28 @@ def copy(a: np.ndarray) -> np.ndarray:
 
 def takes_literals(fn):
     """Decorator: ``fn``'s number arguments may be given as 0-d float64 arrays holding the Python float (a plan's
-    lifted literal, ``Lit``), with the same result bit for bit (it converts them with ``dtype.type(v)``,
-    ``float(v)`` or ``np.asarray(v, dtype)``, never computes with the Python number directly)."""
+    lifted literal, ``Lit``): it reads each through ``number`` before anything else, so it computes what it
+    computes with the float itself, bit for bit, errors included."""
     fn.literals = True
     return fn
+
+
+def number(v):
+    """A kernel's number argument as the Python number it stands for (a lifted literal's array: its float)."""
+    return float(v) if v.__class__ is np.ndarray else v
 
 
 @takes_literals
 def literal(value, dtype) -> np.ndarray:
     """A program literal (a Python number) as a 0-d array (a wrapped number)."""
-    # (a new array, never the value given: a lifted literal's input array is not handed on)
+    value = number(value)
     return np.array(value) if dtype is None else np.array(value, dtype=dtype)
 
 
 @takes_literals
 def number_as(value, npdt) -> np.ndarray:
     """A Python float as a 0-d array of a floating dtype (``ops.common.number_as`` of a lifted literal)."""
-    return np.asarray(npdt.type(value))
+    return np.asarray(npdt.type(number(value)))
 
 
 def snapshot(a: np.ndarray) -> np.ndarray:

@@ -144,6 +144,19 @@ def test_a_lifted_literal_changing_every_step_gives_the_cold_values_to_the_last_
     assert plans(tw.cache) == 1 and tw.cache.hits == 7 and not pins(tw.cache)
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int64", "bool", "float64"])
+def test_a_lifted_float_is_read_as_the_float_it_is_whatever_the_tensors_dtype(dtype):
+    """The kernels read a lifted float as the float (an int8 result of 300.7 overflows as the cold run's does, not as
+    a float64 array's cast would wrap)."""
+    data = [True, False, True] if dtype == "bool" else [1, 2, 3]
+    tw = Twins([T("a", data, dtype=dtype), T("b", data, dtype=dtype), T("f", [0.5, 1.5, 2.5], dtype="float64")])
+    for v in [2.5, 2.5, 300.7, -1e30, 2.5, float(2 ** 70), 0.25]:
+        for o in ([op("addcmul", "a", "b", "b", value=v, out="z")], [op("addcdiv", "f", "f", "f", value=v, out="z")],
+                  [op("lerp", "f", "f", v, out="z")], [op("div", "a", v, out="z")], [op("mul", "a", v, out="z")],
+                  [op("add", "a", "b", alpha=v, out="z")]):
+            tw.run(o + [op("del", "z")])
+
+
 # ----- literals that must not be lifted ---------------------------------------------------------------------
 def test_an_int_and_a_float_literal_are_different_plans_as_they_promote_differently():
     tw = Twins([T("n", [1, 2, 3]), T("x", [0.5, 1.5, 2.5])])

@@ -16,7 +16,7 @@ from ..batching import SAME, batching
 from ..dual import _level as _fw_level
 from ..errors import InvalidArgumentError, TorchRuntimeError, TorchValueError
 from ..grad_mode import set_grad_enabled
-from ..kernel import kcall, takes_literals
+from ..kernel import kcall, number, takes_literals
 from ..registry import F, elementwise_jvp, jvp, no_jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
 from . import backward as _backward  # the fused backward functions its VJPs call
@@ -1605,6 +1605,7 @@ def lerp(self, end, weight):
 def _lerp_scalar(a, b, weight, npdt):
     """lerp's kernel with a number weight (a plan may give it as a 0-d float64 array): torch's CPU kernel,
     weight < 0.5 ? self + weight * diff : end - diff * (1 - weight)."""
+    weight = number(weight)
     w = npdt.type(weight)
     diff = b - a
     return np.asarray(a + w * diff if math.fabs(float(weight)) < 0.5 else b - diff * (npdt.type(1) - w))
@@ -1654,7 +1655,7 @@ def _pointwise3(name: str, kernel: str, self, tensor1, tensor2):
 def _addcmul(a, b, c, value, npdt):
     """addcmul's kernel (operands cast to the result dtype; a plan may give ``value`` as a 0-d float64 array)."""
     a, b, c = a.astype(npdt, copy=False), b.astype(npdt, copy=False), c.astype(npdt, copy=False)
-    return np.asarray(a + npdt.type(value) * b * c, dtype=npdt)
+    return np.asarray(a + npdt.type(number(value)) * b * c, dtype=npdt)
 
 
 @takes_literals
@@ -1662,7 +1663,7 @@ def _addcdiv(a, b, c, value, npdt):
     """addcdiv's kernel: torch's self + (value * t1) / t2."""
     a, b, c = a.astype(npdt, copy=False), b.astype(npdt, copy=False), c.astype(npdt, copy=False)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.asarray(a + npdt.type(value) * b / c, dtype=npdt)
+        return np.asarray(a + npdt.type(number(value)) * b / c, dtype=npdt)
 
 
 @op("addcmul", tensors=("self", "tensor1", "tensor2"), plannable=True)
