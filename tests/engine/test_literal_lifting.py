@@ -219,6 +219,23 @@ def test_a_recording_that_fails_with_stand_ins_gives_the_cold_run_s_error_or_res
     assert [r.name for r in routes[1:]] == ["recorded", "replayed"]
 
 
+def test_no_stand_in_is_left_in_the_session_a_recording_ran_on():
+    """A graph the recorded run leaves (held, not yet backwarded: its list runs cold after the recording) keeps
+    the floats as floats: the session serialises, and reads back, as the cold twin's does."""
+    from gradserve_server.engine.serialize import dumps, loads
+
+    tw = Twins([T("x", [1.0, 2.0], requires_grad=True), T("y", [3.0, 4.0], requires_grad=True)])
+    tw.run([op("add", "x", "y", alpha=0.5, out="z"), op("lerp", "z", "y", 0.25, out="h")])
+    nodes, stack = [], [tw.b.tensors["h"].grad_fn]
+    while stack:
+        n = stack.pop()
+        nodes.append(n)
+        stack.extend(c for c, _ in n.next_functions if c is not None)
+    assert all(type(v) is not K.Lit for n in nodes for v in n.saved.values())
+    assert dumps(tw.b) == dumps(tw.a)
+    assert snapshot(loads(dumps(tw.b))) == snapshot(loads(dumps(tw.a)))
+
+
 def test_a_lit_reads_as_a_float_and_notes_every_read():
     rec = K.Recorder()
     lit = K.Lit(0.1, 0, rec)
