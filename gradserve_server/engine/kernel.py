@@ -247,8 +247,9 @@ def unlit(v):
     if type(v) is Lit:
         return v.pin()
     if v.__class__ is tuple or v.__class__ is list:
-        if any(type(x) is Lit or x.__class__ is tuple or x.__class__ is list for x in v):
-            return v.__class__(unlit(x) for x in v)
+        items = [unlit(x) for x in v]
+        if any(x is not y for x, y in zip(items, v)):
+            return v.__class__(items)
     return v
 
 
