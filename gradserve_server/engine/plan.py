@@ -2082,7 +2082,7 @@ def _renamed_plan(plan: Plan, r: dict) -> Plan:
 
 class _Pinned:
     """Under a lifted key: the lifted literals whose values its recording read (``kernel.Lit.pin``): its plans
-    are keyed by these values too (``(key, values)``)."""
+    are keyed by these values too (``(key, pins, values)``)."""
 
     __slots__ = ("pins",)
     nbytes = 64
@@ -2219,7 +2219,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     pinned = None
     if entry.__class__ is _Pinned:
         pinned = entry.pins
-        key = (base, tuple([lits[i][2] for i in pinned]))
+        key = (base, pinned, tuple([lits[i][2] for i in pinned]))
         entry = cache.get(key)
     run = {k: v for k, v in kwargs.items() if k not in ("extra", "repeat", "until")}
     if isinstance(entry, Plan):
@@ -2281,7 +2281,8 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         if pinned is None or not pins.issubset(pinned):
             if pins or pinned is not None:
                 cache.put(base, _Pinned(pins))
-            key = base if not pins else (base, tuple([lits[i][2] for i in sorted(pins)]))
+            pins = tuple(sorted(pins))  # (which floats, and their values: a key is one set's)
+            key = base if not pins else (base, pins, tuple([lits[i][2] for i in pins]))
     moved = None if offsets is None else _unoffset_report(res, offsets)
     after = _session_check(state, preset, before, rec) if strict else _after(state, preset, before, rec)
     plan = after if after.__class__ is Unplannable else \
