@@ -118,8 +118,9 @@ def binary_operands(a, b, dtype: str | None = None):
                     broadcast_shapes(ad.shape, bd.shape, ad.itemsize)
                 return _FROM_NP[ad.dtype], ad, kcall(K.astype, bd, ad.dtype)
         elif (b.__class__ is float or b.__class__ is int) and ad.dtype.kind == "f" and not a._wrapped:
-            # a float tensor with a Python number keeps the tensor's dtype (torch.result_type)
-            return _FROM_NP[ad.dtype], ad, ad.dtype.type(b)
+            # a float tensor with a Python number keeps the tensor's dtype (torch.result_type); a plan's lifted
+            # literal is converted by a kernel (engine.kernel.Lit)
+            return _FROM_NP[ad.dtype], ad, ad.dtype.type(b) if type(b) is not Lit else kcall(K.number_as, b, ad.dtype)
     ta = isinstance(a, Tensor)
     tb = isinstance(b, Tensor)
     if ta and tb:
