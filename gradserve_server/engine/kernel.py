@@ -42,9 +42,30 @@ def copy(a: np.ndarray) -> np.ndarray:
     return a.copy()
 
 
+def takes_literals(fn):
+    """Decorator: ``fn``'s number arguments may be given as 0-d float64 arrays holding the Python float (a plan's
+    lifted literal, ``Lit``): it reads each through ``number`` before anything else, so it computes what it
+    computes with the float itself, bit for bit, errors included."""
+    fn.literals = True
+    return fn
+
+
+def number(v):
+    """A kernel's number argument as the Python number it stands for (a lifted literal's array: its float)."""
+    return float(v) if v.__class__ is np.ndarray else v
+
+
+@takes_literals
 def literal(value, dtype) -> np.ndarray:
-    """A program literal (a Python number) as a 0-d array: a constant of the plan (the number is in its key)."""
-    return np.array(value) if dtype is None else np.asarray(value, dtype=dtype)
+    """A program literal (a Python number) as a 0-d array (a wrapped number)."""
+    value = number(value)
+    return np.array(value) if dtype is None else np.array(value, dtype=dtype)
+
+
+@takes_literals
+def number_as(value, npdt) -> np.ndarray:
+    """A Python float as a 0-d array of a floating dtype (``ops.common.number_as`` of a lifted literal)."""
+    return np.asarray(npdt.type(number(value)))
 
 
 def snapshot(a: np.ndarray) -> np.ndarray:
@@ -154,6 +175,84 @@ def _static_ok(v) -> bool:
     return False
 
 
+# ----- lifted literals -----------------------------------------------------------------------------------
+# A float of a session list is keyed by its type only (``plan._canonical``); while the list's plan is recorded
+# the op receives a ``Lit`` in its place. A Lit reads as a float to every Python-level test (isinstance, its
+# ``__class__``), and gives its value to any arithmetic, comparison or conversion (``np.float32(v)`` too),
+# noting that the value was read (``Recorder.pins``: its value then goes into the plan's key). A kernel
+# declared ``takes_literals`` gets the literal's input slot instead (a 0-d float64 array, fed anew on every
+# replay). numpy may not take it as an operand (it would compute with a float64 array where a Python float is
+# a weak scalar): that raises ``LiteralEscape``, the run is undone, and the list is keyed by all its values.
+
+class LiteralEscape(Exception):
+    """A lifted literal reached numpy outside a kernel while a plan was recorded."""
+
+
+class Lit:
+    """A lifted literal (see above): ``value`` (the float), ``index`` (its place among the list's literals),
+    ``slot`` (its input slot), ``rec`` (the recorder; None after the recording)."""
+
+    __slots__ = ("value", "index", "slot", "array", "rec")
+
+    def __init__(self, value: float, index: int, rec: Recorder):
+        self.value, self.index, self.rec = value, index, rec
+        self.array = np.array(value)  # (float64, 0-d: the Python float exactly)
+        self.slot = -1
+
+    @property
+    def __class__(self):  # noqa: F811 - reads as a float to isinstance and ``v.__class__ is float``
+        return float
+
+    def pin(self) -> float:
+        """The value, noted as read by the recording (the plan is keyed by it)."""
+        rec = self.rec
+        if rec is not None:
+            rec.pins.add(self.index)
+        return self.value
+
+    def __array__(self, dtype=None, copy=None):
+        if dtype is not None:  # a conversion to a dtype (``np.float32(v)``): what a float gives
+            return np.asarray(self.pin(), dtype)
+        rec = self.rec
+        if rec is not None:  # an operand of numpy's (a Python float would be a weak scalar there)
+            rec.escaped = True
+            raise LiteralEscape("a lifted literal reached numpy outside a kernel")
+        return np.asarray(self.value)
+
+    def __getattr__(self, name):
+        attr = getattr(self.value, name)  # (float's methods and attributes; others: AttributeError, not read)
+        self.pin()
+        return attr
+
+
+def _lit_method(name: str):
+    def method(self, *args):
+        args = [a.pin() if type(a) is Lit else a for a in args]
+        return getattr(self.pin(), name)(*args)
+    method.__name__ = name
+    return method
+
+
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "divmod", "radd", "rsub", "rmul",
+              "rtruediv", "rfloordiv", "rmod", "rpow", "rdivmod", "eq", "ne", "lt", "le", "gt", "ge", "neg", "pos",
+              "abs", "float", "int", "bool", "round", "trunc", "floor", "ceil", "hash", "repr", "str", "format",
+              "reduce", "reduce_ex", "getnewargs"):
+    setattr(Lit, f"__{_name}__", _lit_method(f"__{_name}__"))
+Lit.__copy__ = Lit.__deepcopy__ = lambda self, *memo: self.pin()
+Lit.__name__ = Lit.__qualname__ = "float"  # (``type(v).__name__`` in an error message: the cold run's words)
+
+
+def unlit(v):
+    """``v`` with every Lit in it (a tuple's, a list's) replaced by its value, pinned."""
+    if type(v) is Lit:
+        return v.pin()
+    if v.__class__ is tuple or v.__class__ is list:
+        items = [unlit(x) for x in v]
+        if any(x is not y for x, y in zip(items, v)):
+            return v.__class__(items)
+    return v
+
+
 class Recorder:
     """The tape of one cold run: ``steps`` of (kernel, argument template, slot positions, output slots)."""
 
@@ -165,13 +264,17 @@ class Recorder:
         self.writes: set[int] = set()       # ids of arrays written in place (engine.journal.array_)
         self.steps: list = []
         self.mutated: set[int] = set()
-        self.reason: str | None = None      # why the run cannot be planned (None: it can)
+        self.reason: str | None = None      # why the run cannot be planned (None: it can), for a person
+        self.code: str | None = None        # the same as a reason code of engine.route's (``REASONS``)
         self.converted: set[int] = set()    # steps whose kernel returned a non-array (a numpy scalar)
         self.marks: list = []               # (slot count, op index, op name) as each op began (engine.sources)
+        self.pins: set[int] = set()         # the lifted literals whose values the run read (plan._canonical)
+        self.escaped = False                # a lifted literal reached numpy outside a kernel (LiteralEscape)
 
-    def bad(self, reason: str) -> None:
+    def bad(self, code: str, reason: str) -> None:
+        """The run cannot be planned: ``code`` (``engine.route.REASONS``), ``reason`` (which kernel, which op)."""
         if self.reason is None:
-            self.reason = reason
+            self.code, self.reason = code, reason
 
     def _new_slot(self, arr: np.ndarray) -> int:
         s = self.n
@@ -183,7 +286,7 @@ class Recorder:
     def add_input(self, arr: np.ndarray) -> None:
         """A program input (a preset name, a tensor op's result): the next input slot."""
         if arr.__class__ is not _ndarray:
-            self.bad("an input that is not an array")
+            self.bad("untraced_array", "an input that is not an array")
             return
         self.inputs.append(self._new_slot(arr))
 
@@ -194,19 +297,42 @@ class Recorder:
     def slot_of(self, arr) -> int | None:
         return self.slots.get(id(arr)) if arr.__class__ is _ndarray else None
 
+    def add_literal(self, lit: Lit) -> None:
+        """A lifted literal: the next input slot (its 0-d float64 array)."""
+        self.add_input(lit.array)
+        lit.slot = self.inputs[-1]
+
     def call(self, fn, args: tuple, inplace: bool = False):
         template = list(args)
         where = []
+        lifted = None
         for i, a in enumerate(args):
             if a.__class__ is _ndarray:
                 s = self.slots.get(id(a))
                 if s is None:
-                    self.bad(f"{getattr(fn, '__name__', fn)} read an array made outside a kernel")
+                    self.bad("untraced_array", f"{getattr(fn, '__name__', fn)} read an array made outside a kernel")
                     s = -1
                 where.append((i, s))
                 template[i] = None
+            elif type(a) is Lit or a.__class__ is tuple:  # (a Lit's __class__ reads float)
+                if type(a) is Lit and a.rec is self and getattr(fn, "literals", False):
+                    where.append((i, a.slot))  # the literal's input slot: fed anew on every replay
+                    template[i] = None
+                    v = a.array
+                else:
+                    v = template[i] = unlit(a)
+                    if not _static_ok(v):
+                        self.bad("non_static_argument",
+                                 f"{getattr(fn, '__name__', fn)} got a non-static argument {type(v).__name__}")
+                if v is not a:
+                    if lifted is None:
+                        lifted = list(args)
+                    lifted[i] = v
             elif not _static_ok(a):
-                self.bad(f"{getattr(fn, '__name__', fn)} got a non-static argument {type(a).__name__}")
+                self.bad("non_static_argument",
+                         f"{getattr(fn, '__name__', fn)} got a non-static argument {type(a).__name__}")
+        if lifted is not None:
+            args = tuple(lifted)
         try:
             if inplace:
                 fn(*args)
@@ -220,13 +346,13 @@ class Recorder:
             # the op may catch it and go another way, which a replay on other values would not follow; only
             # kernels whose failure depends on shapes alone (STRUCTURAL) may fail in a plannable run
             if fn not in STRUCTURAL:
-                self.bad(f"{getattr(fn, '__name__', fn)} raised")
+                self.bad("recording_raised", f"{getattr(fn, '__name__', fn)} raised")
             raise
         if out.__class__ is tuple:
             outs = []
             for o in out:
                 if o.__class__ is not _ndarray:
-                    self.bad(f"{getattr(fn, '__name__', fn)} returned a non-array")
+                    self.bad("untraced_array", f"{getattr(fn, '__name__', fn)} returned a non-array")
                     return out
                 outs.append(self._new_slot(o))
             self.steps.append((fn, tuple(template), tuple(where), tuple(outs), True))

@@ -168,12 +168,19 @@ def footprint(root) -> int:
 
 
 class Unplannable:
+    """Why a structure cannot be planned: ``code`` (a reason of ``engine.route``'s vocabulary) and ``reason``, the
+    detail (which op, which name), given where the refusal is found (the recorder, ``_build``, ``_after``...)."""
+
     __slots__ = ("reason", "code", "nbytes")
 
-    def __init__(self, reason: str):
+    def __init__(self, code: str, reason: str):
+        assert code in R.REASONS, code
+        self.code = code
         self.reason = reason
-        self.code = R.unplannable_reason(reason)  # (``engine.route``'s vocabulary)
         self.nbytes = 64
+
+    def route(self) -> R.Route:
+        return R.Route("cold", self.code, self.reason)
 
 
 class _Seen:
@@ -689,13 +696,13 @@ def _desc(rec: K.Recorder, t, depth: int = 0):
 def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, journal_ok: bool, max_bytes: int):
     """The plan of a recorded run, or the reason it cannot be one."""
     if rec.reason is not None:
-        return rec.reason
+        return Unplannable(rec.code, rec.reason)
     if _STEP_BYTES * (len(rec.steps) + len(state.tensors)) + 256 > max_bytes:
-        return "the plan would exceed the cache's bytes"  # (known before compiling it)
+        return Unplannable("too_large", "the plan would exceed the cache's bytes")  # (known before compiling it)
     if not journal_ok:
-        return "an array was changed in place outside a kernel"
+        return Unplannable("inplace_outside_kernel", "an array was changed in place outside a kernel")
     if res.warnings:
-        return "the run warned"
+        return Unplannable("warning", "the run warned")
     namespace = []
     for name, t in state.tensors.items():
         if name in preset and preset[name] is t:
@@ -703,7 +710,7 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
             continue
         d = _desc(rec, t)
         if d is None:
-            return f"{name!r} holds an array made outside a kernel"
+            return Unplannable("untraced_array", f"{name!r} holds an array made outside a kernel")
         namespace.append((name, d))
     pre = []
     for name, t in preset.items():
@@ -711,7 +718,7 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
         if t._grad is not None:
             g = _desc(rec, t._grad, 1)
             if g is None:
-                return f"the gradient of {name!r} was made outside a kernel"
+                return Unplannable("untraced_array", f"the gradient of {name!r} was made outside a kernel")
         pre.append((name, g, int(t.grad_accumulations)))
     autograd = []
     for r in res.autograd:
@@ -720,7 +727,7 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
             c = rec.slot_of(e.contribution.data)
             g = None if e.grad is None else _desc(rec, e.grad, 1)
             if c is None or (e.grad is not None and g is None):
-                return "a gradient was made outside a kernel"
+                return Unplannable("untraced_array", "a gradient was made outside a kernel")
             entries.append((e.name, c, g, e.grad_accumulations))
         autograd.append((r.op_index, r.op, entries))
     # nothing writes in place and every array dies with the response: copies need not be made (a copy's
@@ -758,7 +765,7 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
                 list(res.changed), autograd, state.backward_passes, regs=tape.regs, written=_written(rec))
     nbytes = footprint(plan)
     if nbytes > max_bytes:
-        return "the plan would exceed the cache's bytes"
+        return Unplannable("too_large", "the plan would exceed the cache's bytes")
     # the register set a replay leaves for the next (allocated by the first replay), when it fits
     plan.pool_cap = _POOL_SETS if nbytes + _POOL_SETS * tape.reg_bytes <= max_bytes // 2 else 0
     plan.nbytes = nbytes + plan.pool_cap * tape.reg_bytes
@@ -1430,7 +1437,7 @@ def route_oneshot(cache: PlanCache | None, state: State, ops: list, *, extra: tu
         return _finish_oneshot(entry, buf, state, preset), R.REPLAYED
     if isinstance(entry, Unplannable):
         cache.count("unplannable")
-        return _cold(state, ops, kwargs, shown, R.Route("cold", entry.code, entry.reason))
+        return _cold(state, ops, kwargs, shown, entry.route())
     if not cache.records(key):
         # a structure without a plan, not recorded now: composed from per-op fragments where it can be
         res, why = _compose.run(cache, state, ops, inputs_at, inputs, key[1], kwargs, shown)
@@ -1450,10 +1457,9 @@ def route_oneshot(cache: PlanCache | None, state: State, ops: list, *, extra: tu
             raise
     _prune(state, res, shown)
     plan = _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
-    if isinstance(plan, str):
-        entry = Unplannable(plan)
-        cache.put(key, entry)
-        return res, R.Route("cold", entry.code, plan)
+    if plan.__class__ is Unplannable:
+        cache.put(key, plan)
+        return res, plan.route()
     cache.put(key, plan)
     return res, R.RECORDED
 
@@ -1625,11 +1631,11 @@ def _vcs(tensors: dict) -> list:
     return out
 
 
-def _session_check(state: State, preset: dict, before: tuple, rec: K.Recorder) -> str | None:
+def _session_check(state: State, preset: dict, before: tuple, rec: K.Recorder) -> Unplannable | None:
     """Why the cold run's final state is one a replay could not rebuild exactly (None: it can)."""
     counter, functions, versions = before
     if state.counter != counter or state.functions is not functions and state.functions != functions:
-        return "the run changed the session's names or functions"
+        return Unplannable("session_state", "the run changed the session's names or functions")
     old = {id(t) for t in preset.values()}
     grads = {id(t._grad) for t in preset.values() if t._grad is not None}
     seen, vcs = set(), {id(t._vc) for t in preset.values()}
@@ -1637,22 +1643,22 @@ def _session_check(state: State, preset: dict, before: tuple, rec: K.Recorder) -
         if preset.get(name) is t:
             continue
         if id(t) in old or id(t) in grads or id(t) in seen:
-            return f"{name!r} names a tensor the session held under another name"
+            return Unplannable("session_state", f"{name!r} names a tensor the session held under another name")
         seen.add(id(t))
         if t.requires_grad or t._grad_fn is not None or t._base is not None or t._grad is not None \
                 or getattr(t, "_fw_grad", None) is not None or id(t._vc) in vcs:
-            return f"{name!r} carries a graph, a gradient or a view relationship"
+            return Unplannable("session_state", f"{name!r} carries a graph, a gradient or a view relationship")
         vcs.add(id(t._vc))
     for name, t in preset.items():
         if t._vc[0] != versions[name]:
-            return f"{name!r} was changed in place"
+            return Unplannable("session_state", f"{name!r} was changed in place")
         g = t._grad
         if g is not None and (g.requires_grad or g._base is not None or g._grad is not None or id(g._vc) in vcs):
-            return f"the gradient of {name!r} carries a graph"
+            return Unplannable("session_state", f"the gradient of {name!r} carries a graph")
     inputs = set(rec.inputs)
     for _, _, where, _, multi in rec.steps:
         if multi == 2 and dict(where).get(0) in inputs:
-            return "a kernel wrote into a session array"
+            return Unplannable("session_state", "a kernel wrote into a session array")
     return None
 
 
@@ -1726,14 +1732,14 @@ def _before(preset: dict) -> tuple:
             {n: tuple([getattr(t, a) for a in _ATTRS]) for n, t in preset.items()})
 
 
-def _after(state: State, preset: dict, before: tuple, rec: K.Recorder) -> _After | str:
+def _after(state: State, preset: dict, before: tuple, rec: K.Recorder) -> _After | Unplannable:
     """How the cold run's final state differs from the preset one, as a replay can rebuild it; or why it
     cannot. What a run may leave: new tensors (each under one name, without a view relationship, a graph
     only once its backward freed it), preset tensors moved in place (their versions), their gradients
     replaced, dropped or written in place."""
     counter, functions, (grads0, vcs0, attrs0) = before
     if state.counter != counter or state.functions is not functions and state.functions != functions:
-        return "the run changed the session's names or functions"
+        return Unplannable("session_state", "the run changed the session's names or functions")
     old = {id(t): ("t", n) for n, t in preset.items()}
     old.update((id(g), ("g", n)) for n, g in grads0.items() if g is not None)
     pvcs = {id(vc) for vc, _ in vcs0}
@@ -1745,45 +1751,45 @@ def _after(state: State, preset: dict, before: tuple, rec: K.Recorder) -> _After
             # a name bound to a tensor the session held (``g = w.grad`` of a gradient kept in place): the same
             # object after a replay, once
             if id(t) in named:
-                return f"{name!r} names a tensor the session held under another name"
+                return Unplannable("session_state", f"{name!r} names a tensor the session held under another name")
             named.add(id(t))
             aliases.append((name, *old[id(t)]))
             continue
         if id(t) in new:
-            return f"{name!r} names a tensor the session held under another name"
+            return Unplannable("session_state", f"{name!r} names a tensor the session held under another name")
         new[id(t)] = name
         if t._base is not None or t._fw_grad is not None or id(t._vc) in pvcs:
-            return f"{name!r} has a view relationship with the session"
+            return Unplannable("session_state", f"{name!r} has a view relationship with the session")
         g = t._grad
         if g is not None and (not _historyless(g) or g._requires_grad or id(g._vc) in pvcs):
-            return f"the gradient of {name!r} carries a graph"
+            return Unplannable("session_state", f"the gradient of {name!r} carries a graph")
     grads = []
     for name, t in preset.items():
         if not all(getattr(t, a) is v for a, v in zip(_ATTRS, attrs0[name])):  # (identity: data is an array)
-            return f"{name!r} changed its autograd metadata"
+            return Unplannable("session_state", f"{name!r} changed its autograd metadata")
         g, g0 = t._grad, grads0[name]
         if g is None:
             grads.append(None)
             continue
         if not _historyless(g) or g._requires_grad:
-            return f"the gradient of {name!r} carries a graph"
+            return Unplannable("session_state", f"the gradient of {name!r} carries a graph")
         if g is g0:
             grads.append(-1)
         elif id(g) in new:
             grads.append(("n", new[id(g)]))
         elif id(g) in old or id(g._vc) in pvcs:
-            return f"the gradient of {name!r} is a tensor the session held"
+            return Unplannable("session_state", f"the gradient of {name!r} is a tensor the session held")
         else:
             d = _desc(rec, g, 1)
             if d is None:
-                return f"the gradient of {name!r} was made outside a kernel"
+                return Unplannable("untraced_array", f"the gradient of {name!r} was made outside a kernel")
             grads.append(("d", d))
     deltas = tuple((i, vc[0] - v) for i, (vc, v) in enumerate(vcs0) if vc[0] != v)
     roots = [(name, t) for name, t in state.tensors.items() if id(t) in new and t._grad_fn is not None]
     nodes, graphs = (), ()
     if roots:
         made = _graph_template(roots, preset, new)
-        if isinstance(made, str):
+        if made.__class__ is Unplannable:
             return made
         nodes, graphs = made
     return _After(tuple(grads), deltas, nodes, graphs, aliases=tuple(aliases))
@@ -1816,22 +1822,22 @@ def _graph_template(roots: list, preset: dict, new: dict):
         if n.prim == "AccumulateGrad":
             v = n.variable
             if v is None or v._accumulator is not n:
-                return "a graph reaches an accumulator of no session tensor"
+                return Unplannable("session_state", "a graph reaches an accumulator of no session tensor")
             if id(v) in by_id:
                 nodes.append(("acc", "p", by_id[id(v)]))
             elif id(v) in new:
                 nodes.append(("acc", "n", new[id(v)]))
             else:
-                return "a graph reaches a leaf the session does not hold"
+                return Unplannable("session_state", "a graph reaches a leaf the session does not hold")
             continue
         if n.retained or n.variable is not None or n.holds_saved_tensors():
-            return "a result's graph still holds saved tensors"
+            return Unplannable("session_state", "a result's graph still holds saved tensors")
         for v in n.saved.values():
             if v.__class__ is list:
                 if not all(x.__class__ is SavedTensor for x in v):
-                    return "a graph node saves a value a replay cannot copy"
+                    return Unplannable("session_state", "a graph node saves a value a replay cannot copy")
             elif v.__class__ is not SavedTensor and not isinstance(v, _SAVED_PLAIN):
-                return "a graph node saves a value a replay cannot copy"
+                return Unplannable("session_state", "a graph node saves a value a replay cannot copy")
         nodes.append(("f", n, tuple([(None if c is None else index[id(c)], nr) for c, nr in n.next_functions])))
     graphs = tuple((name, t.output_nr, index[id(t._grad_fn)]) for name, t in roots)
     return tuple(nodes), graphs
@@ -1918,12 +1924,13 @@ class _Names:
     names the list brings, in the order they come; and which names the list unbinds or rebinds before it reads
     them (``_dropped_names``, from the same pass)."""
 
-    __slots__ = ("ren", "names", "read", "dropped")
+    __slots__ = ("ren", "names", "read", "dropped", "lits")
 
     def __init__(self, tensors: dict):
         self.names = list(tensors)
         self.ren = {n: f"\x00{i}" for i, n in enumerate(self.names)}
         self.read, self.dropped = set(), set()
+        self.lits: list = []  # the lifted floats: (op index, position or keyword, value), in the list's order
 
     def name(self, v, bind: bool = False):
         """A value at a position that takes a tensor name (a name, a name's ``.grad``, a list of them, or any
@@ -1970,17 +1977,23 @@ def _literal_ok(v, ren: dict) -> bool:
     return True
 
 
+#: a lifted float's place in a canonical list (no literal string starts with NUL: ``_literal_ok``)
+_LIFTED = "\x00f"
+
+
 def _canonical(ops: list, tensors: dict):
     """(the list with every tensor name replaced by its canonical name, ``_Names``), or None where the list has
     a form whose names are not known by position (then it plans under its own names). Names are read where the
     program reads names: ``out``, an op's tensor parameters (by its signature's kinds), an action's name
-    parameters, ``del``'s arguments; everything else is a literal, kept."""
+    parameters, ``del``'s arguments; everything else is a literal, kept, but a float given to an op as an
+    argument (``nm.lits``), which is lifted: written as ``_LIFTED`` (its type, not its value), fed to the plan
+    as an input (``_with_literals``); the values the recording finds it read go into the key (``_Pinned``)."""
     nm = _Names(tensors)
-    name, ren = nm.name, nm.ren
+    name, ren, lits = nm.name, nm.ren, nm.lits
     out = []
     append = out.append
     keys = _OP_KEYS.issuperset
-    for o in ops:
+    for j, o in enumerate(ops):
         if o.__class__ is not dict or not keys(o):
             return None
         op, args, kwargs = o.get("op"), o.get("args") or [], o.get("kwargs") or {}
@@ -2009,6 +2022,10 @@ def _canonical(ops: list, tensors: dict):
             rest = _TENSOR if varargs_tensor else 0
             a = []
             for i, v in enumerate(args):
+                if v.__class__ is float:  # a float literal (an operand, alpha, a weight): keyed by its type
+                    lits.append((j, i, v))
+                    a.append(_LIFTED)
+                    continue
                 kind = pos_kinds[i] if i < npos else rest
                 if kind == _TENSOR or kind == _TENSOR_LIST:
                     a.append(name(v))
@@ -2019,6 +2036,10 @@ def _canonical(ops: list, tensors: dict):
             if kwargs:
                 k = {}
                 for key, v in kwargs.items():
+                    if v.__class__ is float and key.__class__ is str:
+                        lits.append((j, key, v))
+                        k[key] = _LIFTED
+                        continue
                     kind = kinds.get(key, 0)
                     if kind == _TENSOR or kind == _TENSOR_LIST:
                         k[key] = name(v)
@@ -2057,6 +2078,61 @@ def _renamed_plan(plan: Plan, r: dict) -> Plan:
         ops=[OpOutcome(o.index, o.op, [g(b, b) for b in o.bound]) for o in plan.ops],
         changed=[g(n, n) for n in plan.changed],
         autograd=[(i, op, [(g(n, n), c, d, a) for n, c, d, a in es]) for i, op, es in plan.autograd], after=after)
+
+
+class _Pinned:
+    """Under a lifted key: the lifted literals whose values its recording read (``kernel.Lit.pin``): its plans
+    are keyed by these values too (``(key, pins, values)``)."""
+
+    __slots__ = ("pins",)
+    nbytes = 64
+
+    def __init__(self, pins):
+        self.pins = tuple(sorted(pins))
+
+
+def _with_literals(ops: list, lits: list, rec: K.Recorder, pinned: tuple | None) -> tuple[list, list]:
+    """``ops`` with each lifted float replaced by a ``kernel.Lit`` of ``rec`` (its input slot added), but the
+    ``pinned`` ones (their values are in the key), and the Lits."""
+    out, made = list(ops), []
+    for index, (j, where, v) in enumerate(lits):
+        if pinned is not None and index in pinned:
+            rec.add_input(np.array(v))  # (its slot, unread: the inputs keep their places)
+            continue
+        lit = K.Lit(v, index, rec)
+        rec.add_literal(lit)
+        made.append(lit)
+        o = out[j]
+        if o is ops[j]:
+            o = out[j] = {**o, "args": list(o.get("args") or ()), "kwargs": dict(o.get("kwargs") or {})}
+        if where.__class__ is int:
+            o["args"][where] = lit
+        else:
+            o["kwargs"][where] = lit
+    return out, made
+
+
+def _unlit_graphs(state: State, lits: list) -> None:
+    """After a recording: the values of the Lits graph nodes saved (a replay rebuilds those nodes with the recorded
+    values: the key holds them, pinned), and no Lit left anywhere the session keeps."""
+    seen, stack = set(), []
+    for t in state.tensors.values():
+        for x in (t, t._grad):
+            if x is not None and x._grad_fn is not None:
+                stack.append(x._grad_fn)
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        saved = n.saved
+        for k, v in saved.items():
+            u = K.unlit(v)
+            if u is not v:
+                saved[k] = u
+        stack.extend(c for c, _ in n.next_functions if c is not None and id(c) not in seen)
+    for lit in lits:
+        lit.rec = None
 
 
 def _pre_key(state: State, ops: list, extra: tuple, ren: dict | None = None):
@@ -2109,6 +2185,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     lim = kwargs.get("limits")
     respond = kwargs.get("respond", "changed")
     pre = names = None
+    lits = ()
     extra = ("session", bool(kwargs.get("no_grad", False)), lim, kwargs.get("extra"),
              respond if isinstance(respond, str) else tuple(respond))
     if carried is not None and _layout(state) == carried[1]:
@@ -2120,7 +2197,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         kops, ren = ops, None
         if canon is not None:
             kops, nm = canon
-            names, ren = nm.names, nm.ren
+            names, ren, lits = nm.names, nm.ren, nm.lits
             if not isinstance(respond, str):
                 extra = (*extra[:4], tuple([nm.name(n) for n in respond]))
         pre = _pre_key(state, kops, extra, ren)
@@ -2128,13 +2205,22 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
             return None, False, R.COLD_UNKEYABLE
         known = cache.get(pre)
         if isinstance(known, Unplannable):
-            return None, False, R.Route("cold", known.code, known.reason)
+            return None, False, known.route()
         # (the same op list text: tensor data left out)
         made = _session_key(state, kops, extra, pre[0], strict, ren, None if canon is None else nm.dropped)
         if made is None:
             return None, False, R.COLD_UNKEYABLE
         key, inputs = made
+        if lits:  # the lifted floats are inputs, after the session's arrays (``_with_literals``' slots)
+            n = len(state.tensors) + sum(t._grad is not None for t in state.tensors.values())
+            inputs[n:n] = [np.array(v) for _, _, v in lits]
+    base = key
     entry = cache.get(key)
+    pinned = None
+    if entry.__class__ is _Pinned:
+        pinned = entry.pins
+        key = (base, pinned, tuple([lits[i][2] for i in pinned]))
+        entry = cache.get(key)
     run = {k: v for k, v in kwargs.items() if k not in ("extra", "repeat", "until")}
     if isinstance(entry, Plan):
         preset = dict(state.tensors)
@@ -2149,7 +2235,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         state.held_bytes = entry.held_bytes
         return res, entry, R.REPLAYED
     if isinstance(entry, Unplannable):
-        return None, False, R.Route("cold", entry.code, entry.reason)
+        return None, False, entry.route()
     if not cache.records(key, eager):
         # a sighting before the one that records: counted as deferred, not unplannable
         return None, None, R.COLD_FIRST
@@ -2159,20 +2245,47 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
               _before(preset))
     passes = state.backward_passes
     offsets = None if strict else _offset(preset)
+    made_lits = ()
     try:
         with K.recording() as rec:
             for a in _session_inputs(preset):
                 rec.add_input(a)
+            rops = ops
+            if lits:
+                rops, made_lits = _with_literals(ops, lits, rec, pinned)
             try:
-                res = run_program(state, ops, **run)
+                res = run_program(state, rops, **run)
             except Exception as e:
-                e.route = R.RECORDED
-                raise
+                if not made_lits:
+                    e.route = R.RECORDED
+                    raise
+                res = None  # (undone: the cold run below gives the result or the error)
     finally:
         accs = None if offsets is None else _unoffset(preset, offsets)
+        for lit in made_lits:
+            lit.rec = None
+    if res is None:
+        # the run failed with stand-ins for its floats: the list fails of itself (the cold run raises its error), or
+        # a stand-in was taken where only a float can be (numpy took it as an operand: ``rec.escaped``)
+        try:
+            res = run_program(state, ops, **run)
+        except Exception as e:
+            e.route = R.RECORDED
+            raise
+        cache.put(base, _Pinned(range(len(lits))))  # (this structure keys its floats by value from now on)
+        return res, False, R.Route("cold", "literal_escaped", "numpy took a float literal as an operand" if rec.escaped
+                                   else "a float literal failed where a float does not")
+    if lits:
+        _unlit_graphs(state, made_lits)  # (pins the values graph nodes saved)
+        pins = set(rec.pins) if pinned is None else set(rec.pins).union(pinned)
+        if pinned is None or not pins.issubset(pinned):
+            if pins or pinned is not None:
+                cache.put(base, _Pinned(pins))
+            pins = tuple(sorted(pins))  # (which floats, and their values: a key is one set's)
+            key = base if not pins else (base, pins, tuple([lits[i][2] for i in pins]))
     moved = None if offsets is None else _unoffset_report(res, offsets)
     after = _session_check(state, preset, before, rec) if strict else _after(state, preset, before, rec)
-    plan = after if isinstance(after, str) else \
+    plan = after if after.__class__ is Unplannable else \
         _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
     if isinstance(after, _After) and isinstance(plan, Plan):
         after.accs = accs
@@ -2180,11 +2293,11 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
             plan.autograd = [(i, op, [(n, c, g, moved.get((k, j), a)) for j, (n, c, g, a) in enumerate(es)])
                              for k, (i, op, es) in enumerate(plan.autograd)]
         plan.after, plan.names = after, names
-    if isinstance(plan, str):
-        cache.put(key, Unplannable(plan))
+    if plan.__class__ is Unplannable:
+        cache.put(base, plan)
         if pre is not None:
-            cache.put(pre, Unplannable(plan))
-        return res, False, R.Route("cold", R.unplannable_reason(plan), plan)
+            cache.put(pre, plan)
+        return res, False, plan.route()
     plan.backward_passes = state.backward_passes - passes
     plan.held_bytes = state.held_bytes
     ins = {id(t.data) for t in preset.values()}

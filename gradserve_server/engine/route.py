@@ -40,6 +40,8 @@ REASONS = {
     "session_state": "the run left a session state a replay could not rebuild (names, views, graphs)",
     "kernel_raised": "a kernel raised during a replay (a value-dependent check)",
     "short_list": "a one-shot list of fewer than 100 ops: not composed",
+    "literal_escaped": "a float literal was taken where only a float can be while the plan was recorded (numpy "
+                       "took it as an operand): the list ran cold, its floats keyed by value from then on",
     **{f"not_composable:{code}": text for code, text in {
         "op": "an op or an op form that cannot be composed",
         "form": "an argument or output form composing does not cover",
@@ -53,34 +55,6 @@ REASONS = {
 
 #: the ``not_composable`` codes
 COMPOSE_CODES = tuple(r.partition(":")[2] for r in REASONS if r.startswith("not_composable:"))
-
-#: (words of the message ``kernel.Recorder.bad`` or ``plan._build`` gave, reason), first match wins
-_UNPLANNABLE = (
-    ("exceed the cache", "too_large"),
-    ("in place outside a kernel", "inplace_outside_kernel"),
-    ("the run warned", "warning"),
-    ("non-static argument", "non_static_argument"),
-    (" raised", "recording_raised"),
-    ("the session", "session_state"),
-    ("under another name", "session_state"),
-    ("carries a", "session_state"),
-    ("was changed in place", "session_state"),
-    ("autograd metadata", "session_state"),
-    ("into a session array", "session_state"),
-    ("outside a kernel", "untraced_array"),
-    ("not an array", "untraced_array"),
-    ("non-array", "untraced_array"),
-    ("from a tensor", "untraced_array"),
-)
-
-
-def unplannable_reason(message: str) -> str:
-    """The reason of an unplannable recording's message (``Unplannable.reason``)."""
-    for words, reason in _UNPLANNABLE:
-        if words in message:
-            return reason
-    return "untraced_array"
-
 
 @dataclass(frozen=True, slots=True)
 class Route:

@@ -10,7 +10,7 @@ from .. import dtypes as D
 from .. import kernel as K
 from ..errors import InvalidArgumentError, ShapeError, TorchRuntimeError
 from ..grad_mode import _grad_enabled, check_numel
-from ..kernel import kcall
+from ..kernel import Lit, kcall
 from ..registry import F
 from ..tensor import Tensor, wrap_dim, wrapped_number
 
@@ -88,6 +88,8 @@ def broadcast_all(*shapes) -> tuple:
 def number_as(npdt: np.dtype, v):
     """A Python number as a numpy scalar of the op's computation dtype, converted as torch's TensorIterator
     casts a wrapped number (a C cast): an int outside a narrow integer type's range wraps (int8: 300 -> 44)."""
+    if type(v) is Lit and npdt.kind == "f":  # a plan's lifted literal (engine.kernel): converted by a kernel
+        return kcall(K.number_as, v, npdt)
     try:
         return npdt.type(v)
     except OverflowError:
@@ -116,8 +118,9 @@ def binary_operands(a, b, dtype: str | None = None):
                     broadcast_shapes(ad.shape, bd.shape, ad.itemsize)
                 return _FROM_NP[ad.dtype], ad, kcall(K.astype, bd, ad.dtype)
         elif (b.__class__ is float or b.__class__ is int) and ad.dtype.kind == "f" and not a._wrapped:
-            # a float tensor with a Python number keeps the tensor's dtype (torch.result_type)
-            return _FROM_NP[ad.dtype], ad, ad.dtype.type(b)
+            # a float tensor with a Python number keeps the tensor's dtype (torch.result_type); a plan's lifted
+            # literal is converted by a kernel (engine.kernel.Lit)
+            return _FROM_NP[ad.dtype], ad, ad.dtype.type(b) if type(b) is not Lit else kcall(K.number_as, b, ad.dtype)
     ta = isinstance(a, Tensor)
     tb = isinstance(b, Tensor)
     if ta and tb:

@@ -16,7 +16,7 @@ from ..batching import SAME, batching
 from ..dual import _level as _fw_level
 from ..errors import InvalidArgumentError, TorchRuntimeError, TorchValueError
 from ..grad_mode import set_grad_enabled
-from ..kernel import kcall
+from ..kernel import kcall, number, takes_literals
 from ..registry import F, elementwise_jvp, jvp, no_jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
 from . import backward as _backward  # the fused backward functions its VJPs call
@@ -1402,12 +1402,12 @@ def _binary_tensors(name, self, other):
     return self, other
 
 
-@op("maximum", promotion="result_type", tensors=("self", "other"))
+@op("maximum", promotion="result_type", tensors=("self", "other"), plannable=True)
 def maximum(self, other):
     """torch.maximum(input, other); ties split the gradient 0.5/0.5."""
     self, other = _binary_tensors("maximum", self, other)
     dtype, a, b = binary_operands(self, other)
-    return record("MaximumBackward0", np.maximum(a, b), (self, other), {"other": other, "self": self})
+    return record("MaximumBackward0", kcall(np.maximum, a, b), (self, other), {"other": other, "self": self})
 
 
 @vjp("MaximumBackward0", inputs=("self", "other"), saves=("other", "self"), jvp=elementwise_jvp)
@@ -1418,12 +1418,12 @@ def _(ctx, grad):
     return (masked_fill(half, lt(s, o), 0) if n[0] else None), (masked_fill(half, gt(s, o), 0) if n[1] else None)
 
 
-@op("minimum", promotion="result_type", tensors=("self", "other"))
+@op("minimum", promotion="result_type", tensors=("self", "other"), plannable=True)
 def minimum(self, other):
     """torch.minimum(input, other); ties split the gradient 0.5/0.5."""
     self, other = _binary_tensors("minimum", self, other)
     dtype, a, b = binary_operands(self, other)
-    return record("MinimumBackward0", np.minimum(a, b), (self, other), {"other": other, "self": self})
+    return record("MinimumBackward0", kcall(np.minimum, a, b), (self, other), {"other": other, "self": self})
 
 
 @vjp("MinimumBackward0", inputs=("self", "other"), saves=("other", "self"), jvp=elementwise_jvp)
@@ -1604,7 +1604,7 @@ _TYPEMETA = D.TYPE_META_NAMES
         ),
         "method": ("(Tensor end, Tensor weight)", "(Tensor end, Number weight)"),
     },
-    tensors=("self", "end", "weight"), grad_fns=("LerpBackward0", "LerpBackward1"))
+    tensors=("self", "end", "weight"), grad_fns=("LerpBackward0", "LerpBackward1"), plannable=True)
 def lerp(self, end, weight):
     """torch.lerp(input, end, weight): input + weight * (end - input)."""
     self = require_tensor(self)
@@ -1619,16 +1619,27 @@ def lerp(self, end, weight):
     _float_only(self, kernel)
     dtype, a, b = binary_operands(self, end)
     if isinstance(weight, Tensor):
-        w = weight.data.astype(NP[dtype], copy=False)
         broadcast_all(self.shape, end.shape, weight.shape)
-        diff = b - a  # torch's kernel: |weight| < 0.5 ? self + weight * diff : end - diff * (1 - weight)
-        out = np.where(np.abs(w) < 0.5, a + w * diff, b - diff * (NP[dtype].type(1) - w))
+        out = kcall(_lerp_tensor, a, b, weight.data, NP[dtype])
         return record("LerpBackward1", out, (self, end, weight), {"end": end, "self": self, "weight": weight})
-    w = NP[dtype].type(weight)
-    # torch's CPU kernel: weight < 0.5 ? self + weight * diff : end - diff * (1 - weight)
+    return record("LerpBackward0", kcall(_lerp_scalar, a, b, weight, NP[dtype]), (self, end), {"weight": weight})
+
+
+@takes_literals
+def _lerp_scalar(a, b, weight, npdt):
+    """lerp's kernel with a number weight (a plan may give it as a 0-d float64 array): torch's CPU kernel,
+    weight < 0.5 ? self + weight * diff : end - diff * (1 - weight)."""
+    weight = number(weight)
+    w = npdt.type(weight)
     diff = b - a
-    out = a + w * diff if math.fabs(float(weight)) < 0.5 else b - diff * (NP[dtype].type(1) - w)
-    return record("LerpBackward0", np.asarray(out), (self, end), {"weight": weight})
+    return np.asarray(a + w * diff if math.fabs(float(weight)) < 0.5 else b - diff * (npdt.type(1) - w))
+
+
+def _lerp_tensor(a, b, weight, npdt):
+    """lerp's kernel with a tensor weight: |weight| < 0.5 ? self + weight * diff : end - diff * (1 - weight)."""
+    w = weight.astype(npdt, copy=False)
+    diff = b - a
+    return np.where(np.abs(w) < 0.5, a + w * diff, b - diff * (npdt.type(1) - w))
 
 
 @vjp("LerpBackward0", inputs=("self", "end"), saves=("weight",), jvp=elementwise_jvp)
@@ -1661,16 +1672,29 @@ def _pointwise3(name: str, kernel: str, self, tensor1, tensor2):
         raise TorchRuntimeError(f"\"{kernel}\" not implemented for 'Bool'", code="invalid_dtype",
                                 exception="NotImplementedError")
     broadcast_all(self.shape, tensor1.shape, tensor2.shape)
-    npdt = NP[dtype]
-    return dtype, self, tensor1, tensor2, *(t.data.astype(npdt, copy=False) for t in (self, tensor1, tensor2))
+    return dtype, self, tensor1, tensor2
 
 
-@op("addcmul", tensors=("self", "tensor1", "tensor2"))
+@takes_literals
+def _addcmul(a, b, c, value, npdt):
+    """addcmul's kernel (operands cast to the result dtype; a plan may give ``value`` as a 0-d float64 array)."""
+    a, b, c = a.astype(npdt, copy=False), b.astype(npdt, copy=False), c.astype(npdt, copy=False)
+    return np.asarray(a + npdt.type(number(value)) * b * c, dtype=npdt)
+
+
+@takes_literals
+def _addcdiv(a, b, c, value, npdt):
+    """addcdiv's kernel: torch's self + (value * t1) / t2."""
+    a, b, c = a.astype(npdt, copy=False), b.astype(npdt, copy=False), c.astype(npdt, copy=False)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(a + npdt.type(number(value)) * b / c, dtype=npdt)
+
+
+@op("addcmul", tensors=("self", "tensor1", "tensor2"), plannable=True)
 def addcmul(self, tensor1, tensor2, value=1):
     """torch.addcmul(input, tensor1, tensor2, *, value=1): input + value * tensor1 * tensor2."""
-    dtype, self, tensor1, tensor2, a, b, c = _pointwise3("addcmul", "addcmul_cpu_out", self, tensor1, tensor2)
-    v = NP[dtype].type(value)
-    out = np.asarray(a + v * b * c, dtype=NP[dtype])
+    dtype, self, tensor1, tensor2 = _pointwise3("addcmul", "addcmul_cpu_out", self, tensor1, tensor2)
+    out = kcall(_addcmul, self.data, tensor1.data, tensor2.data, value, NP[dtype])
     return record("AddcmulBackward0", out, (self, tensor1, tensor2),
                   {"tensor1": tensor1, "tensor2": tensor2, "value": value})
 
@@ -1685,7 +1709,7 @@ def _(ctx, grad):
             (grad * ctx.tensor1 * v if n[2] else None))
 
 
-@op("addcdiv", tensors=("self", "tensor1", "tensor2"))
+@op("addcdiv", tensors=("self", "tensor1", "tensor2"), plannable=True)
 def addcdiv(self, tensor1, tensor2, value=1):
     """torch.addcdiv(input, tensor1, tensor2, *, value=1): input + value * tensor1 / tensor2 (true division;
     integer tensor1 and tensor2 are refused, as torch refuses them)."""
@@ -1701,10 +1725,8 @@ def addcdiv(self, tensor1, tensor2, value=1):
                 "(input + value * tensor1 / tensor2) for float inputs. The future addcdiv "
                 "behavior is just the latter implementation: (input + value * tensor1 / tensor2), for all dtypes.",
                 code="invalid_dtype")
-    dtype, self, tensor1, tensor2, a, b, c = _pointwise3("addcdiv", "addcdiv_cpu_out", self, tensor1, tensor2)
-    v = NP[dtype].type(value)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.asarray(a + v * b / c, dtype=NP[dtype])  # torch's kernel: self + (value * t1) / t2
+    dtype, self, tensor1, tensor2 = _pointwise3("addcdiv", "addcdiv_cpu_out", self, tensor1, tensor2)
+    out = kcall(_addcdiv, self.data, tensor1.data, tensor2.data, value, NP[dtype])
     return record("AddcdivBackward0", out, (self, tensor1, tensor2),
                   {"tensor1": tensor1, "tensor2": tensor2, "value": value})
 

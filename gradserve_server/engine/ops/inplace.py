@@ -310,8 +310,12 @@ def _copy(self: Tensor, src) -> Tensor:
     if shape != self.data.shape:
         raise TorchRuntimeError(f"output with shape [{', '.join(map(str, self.data.shape))}] doesn't match the "
                                 f"broadcast shape [{', '.join(map(str, shape))}]", code="shape_mismatch")
-    out = np.array(np.broadcast_to(src.data, shape), dtype=self.data.dtype, copy=True)
-    return record("CopyBackwards", out, (self, src))
+    return record("CopyBackwards", kcall(_copy_kernel, src.data, shape, self.data.dtype), (self, src))
+
+
+def _copy_kernel(src: np.ndarray, shape: tuple, dtype) -> np.ndarray:
+    """copy_'s kernel: ``src`` broadcast to ``shape``, cast to ``dtype``, a new array (then written in place)."""
+    return np.array(np.broadcast_to(src, shape), dtype=dtype, copy=True)
 
 
 @vjp("CopyBackwards", inputs=("self", "src"))
@@ -435,7 +439,7 @@ fill_ = _make("fill_", _fill, ("FillBackward2", "FillBackward3"), ("self", "valu
               overloads={"method": ("(Tensor value)", "(Number value)")})
 copy_ = _make("copy_", _copy, ("CopyBackwards",), ("self", "src"),
               doc="Tensor.copy_(src): copy src (broadcast, cast) into self in place.",
-              numbers_as_tensors=True, hidden_overload=True,
+              numbers_as_tensors=True, hidden_overload=True, plannable=True,
               overloads={"method": ("(Tensor other, bool non_blocking = False)",)})
 
 

@@ -1003,7 +1003,7 @@ def narrow(self, dim, start, length):
             raise TorchRuntimeError("start must be an 0-dim integral Tensor.", code="invalid_argument")
         rec = K.active()
         if rec is not None:  # the value decides the slice: a plan must not freeze it
-            rec.bad("narrow's start read from a tensor")
+            rec.bad("untraced_array", "narrow's start read from a tensor")
         start = int(start.data)
     _at_least_1d(self, "narrow() cannot be applied to a 0-dim tensor.")
     d = wrap_dim(dim, self.data.ndim)

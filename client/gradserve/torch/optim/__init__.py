@@ -24,6 +24,24 @@ class Optimizer:
         self.defaults = defaults
         self.param_groups = [{**defaults, **g, "params": list(g["params"])} for g in groups]
         self.state: dict[Tensor, dict] = {}
+        #: state tensors made with the optimizer (``_make_state``), which ``state`` takes at a parameter's first step
+        self._made: dict[Tensor, dict] = {}
+
+    def _make_state(self, *keys_of) -> None:
+        """Make each parameter's zero state tensors now (``keys_of(group)``: their keys), sent with the next request,
+        rather than at its first step, where torch makes them (``zeros_like``: the same zeros, so the same bits):
+        then a loop's first step sends the ops of every later step, and the server replays the loop one
+        iteration sooner. ``state`` (and ``state_dict()``) still gets them at the first step, as torch's."""
+        with no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    self._made[p] = {k: _op("zeros_like", p) for keys in keys_of for k in keys(group)}
+
+    def _zeros(self, p: Tensor, key: str) -> Tensor:
+        """The state tensor ``key`` of ``p``'s first step: the one made with the optimizer, else zeros now."""
+        made = self._made.get(p)
+        t = None if made is None else made.pop(key, None)
+        return t if t is not None else _op("zeros_like", p)
 
     @staticmethod
     def zero_grad_of(params: list[Tensor], set_to_none: bool = True) -> None:
@@ -74,6 +92,7 @@ class Optimizer:
                 if i in params:
                     state[params[i]] = self._client_state(params[i], saved)
         self.state = state
+        self._made.clear()  # (a parameter without loaded state makes its zeros at its first step)
         self.param_groups = [{**s, "params": g["params"]} for s, g in zip(groups, self.param_groups)]
 
     def _torch_state(self, state: dict) -> dict:
@@ -163,6 +182,7 @@ class Adam(Optimizer):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
                                   "amsgrad": amsgrad, "maximize": maximize,
                                   "decoupled_weight_decay": decoupled_weight_decay})
+        self._make_state(lambda g: ("exp_avg", "exp_avg_sq"), lambda g: ("max_exp_avg_sq",) if g["amsgrad"] else ())
 
     def _torch_state(self, state: dict) -> dict:
         """torch keeps ``step`` as a float32 scalar tensor."""
@@ -182,10 +202,11 @@ class Adam(Optimizer):
             grad = _op("neg", grad)
         if not state:
             state["step"] = 0
-            state["exp_avg"] = _op("zeros_like", p)
-            state["exp_avg_sq"] = _op("zeros_like", p)
+            state["exp_avg"] = self._zeros(p, "exp_avg")
+            state["exp_avg_sq"] = self._zeros(p, "exp_avg_sq")
             if group["amsgrad"]:
-                state["max_exp_avg_sq"] = _op("zeros_like", p)
+                state["max_exp_avg_sq"] = self._zeros(p, "max_exp_avg_sq")
+            self._made.pop(p, None)
         state["step"] += 1
         step = float(state["step"])  # torch's step is a float32 tensor read back as a float
         if group["weight_decay"]:
@@ -201,8 +222,9 @@ class Adam(Optimizer):
         step_size = group["lr"] / bias_correction1
         bias_correction2_sqrt = bias_correction2 ** 0.5
         if group["amsgrad"]:
-            state["max_exp_avg_sq"] = _op("maximum", state["max_exp_avg_sq"], exp_avg_sq)
+            # torch: maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq), the state's tensor written in place
             second = state["max_exp_avg_sq"]
+            _op("copy_", second, _op("maximum", second, exp_avg_sq))
         else:
             second = exp_avg_sq
         denom = _op("add_", _op("div", _op("sqrt", second), bias_correction2_sqrt), group["eps"])
@@ -236,6 +258,8 @@ class RMSprop(Optimizer):
         _check(alpha >= 0.0, f"Invalid alpha value: {alpha}")
         super().__init__(params, {"lr": lr, "momentum": momentum, "alpha": alpha, "eps": eps, "centered": centered,
                                   "weight_decay": weight_decay, "maximize": maximize})
+        self._make_state(lambda g: ("square_avg",), lambda g: ("momentum_buffer",) if g["momentum"] > 0 else (),
+                         lambda g: ("grad_avg",) if g["centered"] else ())
 
     _torch_state = Adam._torch_state
     _client_state = Adam._client_state
@@ -245,11 +269,12 @@ class RMSprop(Optimizer):
             grad = _op("neg", grad)
         if not state:
             state["step"] = 0
-            state["square_avg"] = _op("zeros_like", p)
+            state["square_avg"] = self._zeros(p, "square_avg")
             if group["momentum"] > 0:
-                state["momentum_buffer"] = _op("zeros_like", p)
+                state["momentum_buffer"] = self._zeros(p, "momentum_buffer")
             if group["centered"]:
-                state["grad_avg"] = _op("zeros_like", p)
+                state["grad_avg"] = self._zeros(p, "grad_avg")
+            self._made.pop(p, None)
         state["step"] += 1
         if group["weight_decay"]:
             grad = _op("add", grad, p, alpha=group["weight_decay"])
