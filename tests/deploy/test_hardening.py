@@ -62,6 +62,46 @@ def test_large_integers_beside_a_float_or_with_a_float_dtype_are_just_large_numb
     assert tensors["edge"]["dtype"] == "int64" and tensors["edge"]["data"] == [2**63 - 1, -(2**63)]
 
 
+def test_uint64_scalars_compute_where_torch_computes_and_fail_where_it_fails(client):
+    """A Scalar of 2**63 .. 2**64 - 1 (torch's uint64) beside a tensor that requires grad is recorded and
+    differentiated (it was 422 'int too big to convert'); into an int64 tensor's binary ops it wraps modulo 2**64;
+    ops converting their Scalar checked refuse it with torch's message (torch 2.13's figures, tests/app's table
+    has the rest)."""
+    ops = [{"op": "tensor", "out": "x", "args": [[1.0, 2.0]], "kwargs": {"requires_grad": True}},
+           {"op": "mul", "out": "a", "args": ["x", 2**63]}, {"op": "add", "out": "b", "args": [2**64 - 1, "a"]},
+           {"op": "sum", "out": "s", "args": ["b"]}, {"op": "backward", "args": ["s"]},
+           {"op": "tensor", "out": "i", "args": [[1, 2]]}, {"op": "mul", "out": "w", "args": ["i", 2**63]},
+           {"op": "lt", "out": "l", "args": ["i", 2**63]}]
+    for _ in range(3):  # deferred, recorded, replayed
+        answer = run_eval(client, ops, **{"return": ["b", "x.grad", "w", "l"]})
+        assert answer.status_code == 200, answer.text
+        t = answer.json()["tensors"]
+        assert t["b"]["grad_fn"] == "AddBackward0"
+        assert t["b"]["data"] == pytest.approx([2.7670116110564327e19, 3.6893488147419103e19], rel=1e-7)
+        assert t["x.grad"]["data"] == pytest.approx([9.223372036854776e18] * 2, rel=1e-7)
+        assert t["w"]["data"] == [-(2**63), 0] and t["l"]["data"] == [False, False]
+    refused = run_eval(client, [{"op": "tensor", "out": "i", "args": [[1, 2]]},
+                                {"op": "clamp", "out": "c", "args": ["i"], "kwargs": {"max": 2**63}}])
+    body = assert_problem(refused, 422, "invalid_argument")
+    assert body["exception"] == "RuntimeError"
+    assert body["detail"] == "value cannot be converted to type int64_t without overflow"
+
+
+def test_uint64_scalars_through_the_client(server):
+    import gradserve
+    import gradserve.torch as gt
+
+    with gradserve.session(client=gradserve.Client(server.url)):
+        x = gt.tensor([1.0, 2.0], requires_grad=True)
+        y = (x * 2**63 + (2**64 - 1)).sum()
+        y.backward()
+        assert y.item() == pytest.approx(6.456360425798343e19) and x.grad.tolist() == [9.223372036854776e18] * 2
+        i = gt.tensor([1, 2])
+        assert (i * 2**63).tolist() == [-(2**63), 0] and (i < 2**63).tolist() == [False, False]
+        with pytest.raises(RuntimeError, match="value cannot be converted to type int64_t without overflow"):
+            i.clamp(max=2**63).tolist()
+
+
 # ----- response limits on what is sent ---------------------------------------------------------------------
 def test_names_returned_at_meta_or_auto_level_count_as_what_is_sent(uvicorns):
     small = uvicorns({"GRADSERVE_MAX_RESPONSE_BYTES": "400000"})  # 100,000 float32 in JSON is ~1 MB

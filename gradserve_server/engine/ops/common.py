@@ -91,9 +91,10 @@ def number_as(npdt: np.dtype, v):
     try:
         return npdt.type(v)
     except OverflowError:
-        if npdt.kind not in "iu" or not isinstance(v, numbers.Integral) or not -2**63 <= v < 2**63:
+        if npdt.kind not in "iu" or not isinstance(v, numbers.Integral) or not -2**63 <= v < 2**64:
             raise
-        return np.asarray(v, np.int64).astype(npdt)[()]
+        # (2**63 .. 2**64 - 1 is torch's uint64 Scalar: its C cast into int64 wraps modulo 2**64)
+        return np.asarray(v - 2**64 if v >= 2**63 else v, np.int64).astype(npdt)[()]
 
 
 def binary_operands(a, b, dtype: str | None = None):
@@ -145,10 +146,14 @@ def binary_operands(a, b, dtype: str | None = None):
     return dtype, A, B
 
 
-def as_operand(v, dtype: str | None = None) -> Tensor:
-    """A Tensor for v: the tensor itself, or a Python number wrapped as torch wraps it."""
+def as_operand(v, dtype: str | None = None, like: Tensor | None = None) -> Tensor:
+    """A Tensor for v: the tensor itself, or a Python number wrapped as torch wraps it. ``like``: the tensor
+    the number meets, which decides how an int of 2**63 .. 2**64 - 1 (torch's uint64) stands in."""
     cls = v.__class__
     if cls is float or cls is int:  # a JSON number: no ABC check
+        if cls is int and dtype is None and like is not None and v >= 1 << 63:
+            dtype = D.of_array(like.data)
+            dtype = D.INT64 if dtype == D.BOOL else dtype
         return wrapped_number(v, dtype)
     if isinstance(v, Tensor):
         return v

@@ -83,7 +83,7 @@ def _sub_alpha(a, b, alpha):
 def add(self, other, alpha=1):
     """torch.add(input, other, alpha=1): input + alpha * other."""
     if not isinstance(self, Tensor):  # torch.add(2, x): the number is a wrapped 0-d input
-        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
+        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self, like=other)
     dtype, a, b = binary_operands(self, other)
     if alpha != 1:
         _alpha_ok(alpha, dtype)
@@ -119,7 +119,7 @@ def sub(self, other, alpha=1):
     """torch.sub(input, other, alpha=1): input - alpha * other; a number input is wrapped as a 0-d tensor
     (SubBackward0, as torch.sub(2, x) records; ``2 - x`` is rsub)."""
     if not isinstance(self, Tensor):
-        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
+        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self, like=other)
     _sub_check(self, other)
     dtype, a, b = binary_operands(self, other)
     if alpha != 1:
@@ -190,7 +190,7 @@ def _(ctx, grad):
 def mul(self, other):
     """torch.mul(input, other). A Python number is saved as a wrapped 0-d tensor, as torch does."""
     if not isinstance(self, Tensor):  # torch.mul(2, x): the number is a wrapped 0-d input
-        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
+        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self, like=other)
     dtype, a, b = binary_operands(self, other)
     out = kcall(np.multiply if dtype != D.BOOL else np.logical_and, a, b)
     if isinstance(other, Tensor):
@@ -366,6 +366,10 @@ def _rsqrt_pow(a):
 
 
 def _pow_dtype_check(dtype, exponent):
+    if NP[dtype].kind in "iu" and is_number(exponent) and exponent >= 0:
+        # a Scalar exponent is read as an int64 (2**63 fails), then converted to the input's type (int8: 300 fails)
+        _bound(exponent, D.INT64)
+        _bound(exponent, dtype)
     if not D.is_floating(dtype) and is_number(exponent) and exponent < 0:
         raise TorchRuntimeError("Integers to negative integer powers are not allowed.", code="invalid_argument")
 
@@ -1174,6 +1178,10 @@ def hardtanh(self, min_val=-1.0, max_val=1.0):
     if x.dtype.kind == "u" and (int(min_val) < 0 or int(max_val) < 0):  # the limits as the input's type
         raise TorchRuntimeError("cannot do hardtanh on an unsigned type with negative limits", code="invalid_argument")
     if x.dtype.kind != "f":  # an integer input keeps its dtype (torch clamps into it)
+        for limit in (min_val, max_val):  # an int limit is read as an int64 (2**63 fails), then converted
+            if limit.__class__ is int:    # (int8: 300 fails)
+                _bound(limit, D.INT64)
+                _bound(limit, D.of_array(x))
         out = np.clip(x.astype(np.float64), min_val, max_val).astype(x.dtype)
         return Tensor(out)
     out = np.clip(x, x.dtype.type(min_val), x.dtype.type(max_val))
@@ -1446,8 +1454,8 @@ def where(condition, self, other):
     shapes = [condition.shape] + [t.shape for t in (a, b) if t is not None]
     broadcast_all(*shapes)
     npdt = NP[dtype]
-    A = a.data.astype(npdt, copy=False) if a is not None else npdt.type(self)
-    B = b.data.astype(npdt, copy=False) if b is not None else npdt.type(other)
+    A = a.data.astype(npdt, copy=False) if a is not None else _bound(self, dtype)
+    B = b.data.astype(npdt, copy=False) if b is not None else _bound(other, dtype)
     out = np.where(condition.data, A, B)
     return record("WhereBackward0", np.asarray(out, dtype=npdt), (a, b), {"condition": condition})
 
@@ -1645,7 +1653,7 @@ def _pointwise3(name: str, kernel: str, self, tensor1, tensor2):
 def addcmul(self, tensor1, tensor2, value=1):
     """torch.addcmul(input, tensor1, tensor2, *, value=1): input + value * tensor1 * tensor2."""
     dtype, self, tensor1, tensor2, a, b, c = _pointwise3("addcmul", "addcmul_cpu_out", self, tensor1, tensor2)
-    v = NP[dtype].type(value)
+    v = _bound(value, dtype)
     out = np.asarray(a + v * b * c, dtype=NP[dtype])
     return record("AddcmulBackward0", out, (self, tensor1, tensor2),
                   {"tensor1": tensor1, "tensor2": tensor2, "value": value})
