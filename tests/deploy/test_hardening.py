@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.deploy.servers import Uvicorn
+from tests.deploy.test_resources import rss_mib
 
 
 @pytest.fixture(scope="module")
@@ -200,6 +201,42 @@ def test_a_function_body_stops_when_its_client_goes_away(strict):
         assert statuses[-1] == 200, statuses
 
 
+def test_a_function_called_by_a_transform_inside_another_function_stops_at_the_deadline(strict):
+    """Nested runs: vjp of ``outer``, whose body takes vjp of ``f`` (3,000 matmuls): the deadline holds in the
+    inner body too."""
+    outer = {"op": "function", "out": "outer", "kwargs": {"inputs": ["u"], "outputs": "z", "ops": [
+        {"op": "vjp", "args": ["f", "u"], "out": ["o", "g"]}, {"op": "sum", "args": ["g"], "out": "z"}]}}
+    with httpx.Client(base_url=strict.url, timeout=60) as c:
+        sid = c.post("/v1/sessions").json()["id"]
+        made = c.post(f"/v1/sessions/{sid}/ops", json={"ops": [*chain_function(3000, 384), outer]})
+        assert made.status_code == 200, made.text
+        started = time.monotonic()
+        late = c.post(f"/v1/sessions/{sid}/ops", json={"ops": [{"op": "vjp", "args": ["outer", "x0"],
+                                                                "out": ["o", "g"]}]})
+        elapsed = time.monotonic() - started
+        assert_problem(late, 504, "deadline_exceeded")
+        assert elapsed < 4, elapsed
+        assert set(c.get(f"/v1/sessions/{sid}").json()["tensors"]) == {"M", "x0"}  # nothing applied
+
+
+@pytest.mark.parametrize("transform", ["jacobian", "hessian"])
+def test_a_transform_result_over_the_session_bytes_is_refused_before_any_pass(uvicorns, transform):
+    """Per-run bytes, known from the shapes: a 1500 x 1500 float32 jacobian (9 MB, within the per-tensor limit)
+    or hessian under an 8 MiB session budget is refused at once, not after 1,500 passes of a 40-op body."""
+    server = uvicorns({"GRADSERVE_MAX_BYTES_PER_SESSION": str(8 << 20), "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"})
+    body = [{"op": "mul", "args": ["a", 2.0], "out": "b"}, *[{"op": "sin", "args": ["b"], "out": "b"}] * 40]
+    if transform == "hessian":
+        body.append({"op": "sum", "args": ["b"], "out": "b"})
+    ops = [{"op": "ones", "out": "x", "args": [1500], "kwargs": {"requires_grad": True}},
+           {"op": "function", "out": "f", "kwargs": {"inputs": ["a"], "outputs": "b", "ops": body}},
+           {"op": transform, "args": ["f", "x"], "out": "J"}]
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        started = time.monotonic()
+        body = assert_problem(run_eval(c, ops, **{"return": ["J"]}), 422, "limit_exceeded")
+        assert time.monotonic() - started < 2
+    assert "GRADSERVE_MAX_BYTES_PER_SESSION" in body["detail"], body
+
+
 @pytest.mark.parametrize("vectorize", [False, True])
 def test_an_oversized_jacobian_is_refused_before_any_row_pass(strict, vectorize):
     # 2100 x 2100 = 4.41M elements, over the 4M per tensor (torch would compute it); 2,100 row passes through
@@ -284,6 +321,32 @@ def test_no_key_can_observe_or_flush_another_keys_plans(uvicorns):
         figures = [line for line in c.get("/metrics").text.splitlines() if line.startswith("gradserve_plan")]
         assert figures and all("{" not in line for line in figures)  # figures of the process, none per key
         assert any(line == "gradserve_plan_cache_partitions 2.0" for line in figures)
+
+
+def test_the_plan_cache_stays_within_its_bytes_and_gives_them_back(uvicorns):
+    """One key's flood of one-off structures on a real server: the cache's measured bytes stay within
+    GRADSERVE_PLAN_CACHE_BYTES (evicting), and the process's memory does not grow with the flood (each plan of
+    these holds ~140 KB: 360 kept would be ~50 MB)."""
+    server = uvicorns({"GRADSERVE_PLAN_CACHE_BYTES": str(1 << 20), "GRADSERVE_PLAN_RECORD_AFTER": "1",
+                       "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"})
+    pid = server.proc.pid
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        def flood(ks) -> None:
+            for k in ks:
+                r = c.post("/v1/eval", json={"ops": structure(k), "return": ["w.grad"]})
+                assert r.status_code == 200, r.text
+
+        def gauge(name: str) -> float:
+            for line in c.get("/metrics").text.splitlines():
+                if line.startswith(f"gradserve_plan_cache_{name} "):
+                    return float(line.split()[1])
+            raise AssertionError(name)
+
+        flood(range(1, 120))  # past the bound: the allocator's pools and the process's memos warm
+        warm = rss_mib(pid)
+        flood(range(120, 480))  # three times as many more, each recorded
+        assert gauge("bytes") <= 1 << 20 and plan_counter(c, "evictions") > 300
+        assert rss_mib(pid) - warm < 20, (warm, rss_mib(pid))  # +77 MiB with the plans kept (1 GiB bound)
 
 
 # ----- the cheap path under load ---------------------------------------------------------------------------
