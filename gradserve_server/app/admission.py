@@ -13,14 +13,26 @@ from admission) and a cancel flag, set when the ASGI receive channel reports ``h
 checks both between ops and between backward nodes, so an abandoned request stops within one op, rolls back
 and releases its session (and its slot) instead of computing for minutes.
 
+Heavy work gives way to light work (``Priority``): while a light request is being served (on the event loop or
+in the light lane), each running heavy request's engine waits at its next check (between ops, backward
+nodes and a transform's passes), without the GIL, until no light request is left or for at most
+``HEAVY_PAUSE_SECONDS``. Without it, the loop and the light lane shared the GIL in equal turns of the switch
+interval with every heavy thread running Python (a jacobian's row passes, a function body's ops), and a cheap
+request took 4-6x its unloaded time under load (bench/mixedload.py).
+
 Everything here runs on the event loop (plain counters, no locks).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
+import os
+import threading
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -38,6 +50,79 @@ LIGHT_SLOTS = 4
 LIGHT_QUEUE = 256
 
 
+def lower_priority(nice: int, tid: int | None = None) -> None:
+    """Make a thread (this one by default) nicer; Linux schedules threads by their own niceness. Raising it
+    needs no privilege; never undone (lowering it again would)."""
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return
+    tid = threading.get_native_id() if tid is None else tid
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        if current < nice:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+    except OSError:  # a thread gone meanwhile, a platform without per-thread niceness: nothing to do
+        pass
+
+
+def lower_native_pools(nice: int) -> int:
+    """The threads no Python code started (a BLAS library's pool, started when numpy loads it), made nicer:
+    only heavy work (matmul and its family, never run inline or in the light lane) hands work to them.
+    Returns how many."""
+    if nice <= 0 or not os.path.isdir("/proc/self/task"):
+        return 0
+    python = {t.native_id for t in threading.enumerate()}
+    native = [int(tid) for tid in os.listdir("/proc/self/task") if int(tid) not in python]
+    for tid in native:
+        lower_priority(nice, tid)
+    return len(native)
+
+
+class Priority:
+    """Light requests in flight, and the heavy requests' controls to pause while there are any (on the loop).
+    ``pause_seconds``: the longest a heavy request waits at one check (``GRADSERVE_HEAVY_PAUSE_SECONDS``; past
+    it, it goes on until light work starts again from none: heavy work moves under a constant stream of light
+    requests); 0: no pauses."""
+
+    def __init__(self, pause_seconds: float):
+        self.pause_seconds = pause_seconds
+        self.pauses = 0  # heavy requests asked to pause (each waits at its next check)
+        self.light = 0
+        self.controls: set[engine.Control] = set()
+        self._clear = threading.Event()  # no light request in flight: paused heavy work goes on
+        self._clear.set()
+
+    def enter(self) -> None:
+        self.light += 1
+        if self.light == 1 and self.pause_seconds > 0:
+            self._clear.clear()
+            for control in self.controls:
+                control.pause(self._wait)
+            self.pauses += len(self.controls)
+
+    def leave(self) -> None:
+        self.light -= 1
+        if self.light == 0:
+            self._clear.set()
+
+    def watch(self, control: engine.Control) -> None:
+        self.controls.add(control)
+        if self.light and self.pause_seconds > 0:
+            control.pause(self._wait)
+            self.pauses += 1
+
+    def _wait(self) -> None:
+        """In the heavy request's thread, at the engine's check: no GIL held while waiting."""
+        self._clear.wait(self.pause_seconds)
+
+    @staticmethod
+    def mark(context: dict | None) -> bool:
+        """Whether the request (its ``errors.REQUEST`` context) still counts as light; it no longer does."""
+        if context is not None and context.get("light"):
+            context["light"] = False
+            return True
+        return False
+
+
 async def disconnected(request: Request) -> None:
     """Returns when the client has gone away (the body must have been read already)."""
     receive = request.receive
@@ -48,7 +133,13 @@ async def disconnected(request: Request) -> None:
 
 
 class HeavyWork:
-    def __init__(self, slots: int, queue: int, wait_seconds: float, deadline_seconds: float):
+    def __init__(self, slots: int, queue: int, wait_seconds: float, deadline_seconds: float,
+                 priority: Priority | None = None, nice: int = 0):
+        #: the heavy lane's requests are not light from admission on, and pause for light ones (the light lane:
+        #: None, its requests stay light); they run on threads of their own, ``nice`` (GRADSERVE_HEAVY_NICE)
+        self.priority = priority
+        self.executor = None if priority is None else ThreadPoolExecutor(
+            slots, thread_name_prefix="gradserve-heavy", initializer=functools.partial(lower_priority, nice))
         self.slots = slots
         self.queue = queue
         self.wait_seconds = wait_seconds
@@ -77,15 +168,25 @@ class HeavyWork:
     async def run(self, request: Request, fn: Callable[..., Any], *args, **kwargs) -> Any:
         """``fn(*args, control=..., **kwargs)`` in the thread pool once a slot is free."""
         watcher = asyncio.ensure_future(disconnected(request))
+        context = REQUEST.get()
+        priority = self.priority
+        if priority is not None and Priority.mark(context):
+            priority.leave()
         try:
             await self._acquire(watcher)
-            context = REQUEST.get()
             request_id = context["request_id"] if context is not None else None
+            control = None
             try:
                 control = self.control()
                 if request_id is not None:
                     self.active[request_id] = control
-                work = asyncio.ensure_future(run_in_threadpool(fn, *args, control=control, **kwargs))
+                if priority is not None:
+                    priority.watch(control)
+                if self.executor is None:
+                    work = asyncio.ensure_future(run_in_threadpool(fn, *args, control=control, **kwargs))
+                else:  # (the request's context variables go along, as run_in_threadpool's do)
+                    call = functools.partial(contextvars.copy_context().run, fn, *args, control=control, **kwargs)
+                    work = asyncio.get_running_loop().run_in_executor(self.executor, call)
                 done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
                 if work not in done:
                     control.cancel("the client disconnected")
@@ -95,6 +196,8 @@ class HeavyWork:
             finally:
                 if request_id is not None:
                     self.active.pop(request_id, None)
+                if priority is not None:
+                    priority.controls.discard(control)
                 self._release()
         finally:
             watcher.cancel()

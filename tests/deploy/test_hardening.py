@@ -5,6 +5,7 @@ or flush for another, and cheap requests that stay cheap."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -350,6 +351,27 @@ def test_the_plan_cache_stays_within_its_bytes_and_gives_them_back(uvicorns):
 
 
 # ----- the cheap path under load ---------------------------------------------------------------------------
+
+def thread_niceness(pid: int) -> dict[int, int]:
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            out[int(tid)] = int(f.read().rsplit(")", 1)[1].split()[16])  # field 19: nice
+    return out
+
+
+def test_heavy_work_runs_on_nicer_threads_than_the_event_loop(server):
+    """The heavy lane's threads (and the BLAS library's pool) run at GRADSERVE_HEAVY_NICE (10): under CPU
+    contention the event loop and light requests come first; the loop's own thread keeps its niceness."""
+    pid = server.proc.pid
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        heavy = run_eval(c, [{"op": "randn", "out": "m", "args": [400, 400]},
+                             *[{"op": "matmul", "out": "m", "args": ["m", "m"]} for _ in range(3)],
+                             {"op": "sum", "out": "s", "args": ["m"]}], **{"return": ["s"]})
+        assert heavy.status_code == 200, heavy.text
+    nice = thread_niceness(pid)
+    assert nice[pid] == 0  # the main thread: the event loop
+    assert sum(n >= 10 for n in nice.values()) >= 1, nice  # the heavy lane's thread (and BLAS's)
 def test_a_cheap_request_is_never_queued_behind_heavy_work(strict):
     heavy = {"ops": [{"op": "randn", "out": "m", "args": [600, 600]},
                      *[{"op": "matmul", "out": "m", "args": ["m", "m"]} for _ in range(400)]], "return": ["s"]}
