@@ -3,8 +3,8 @@ stops a request's work when its client goes away.
 
 Heavy: whatever runs the engine or Graphviz in the thread pool (op lists not run on the event loop, the
 autograd endpoints, SVG graphs). Light requests (health, readiness, reads, small op lists run on the event
-loop) never pass through here, so they keep answering while heavy ones run: heavy work holds at most
-``GRADSERVE_MAX_HEAVY_REQUESTS`` of the thread pool's 40 threads. Beyond those, up to
+loop) never pass through here, so they keep answering while heavy ones run: heavy work runs on
+``GRADSERVE_MAX_HEAVY_REQUESTS`` threads of its own, never the thread pool's. Beyond those, up to
 ``GRADSERVE_MAX_HEAVY_QUEUE`` requests wait in order (at most ``GRADSERVE_HEAVY_QUEUE_WAIT_SECONDS``); more
 are answered 503 ``server_busy`` with ``Retry-After`` at once, and ``/readyz`` says the server is saturated.
 
@@ -13,12 +13,12 @@ from admission) and a cancel flag, set when the ASGI receive channel reports ``h
 checks both between ops and between backward nodes, so an abandoned request stops within one op, rolls back
 and releases its session (and its slot) instead of computing for minutes.
 
-Heavy work gives way to light work (``Priority``): while a light request is being served (on the event loop or
-in the light lane), each running heavy request's engine waits at its next check (between ops, backward
-nodes and a transform's passes), without the GIL, until no light request is left or for at most
-``HEAVY_PAUSE_SECONDS``. Without it, the loop and the light lane shared the GIL in equal turns of the switch
-interval with every heavy thread running Python (a jacobian's row passes, a function body's ops), and a cheap
-request took 4-6x its unloaded time under load (bench/mixedload.py).
+Heavy work runs on threads of its own at a lower CPU priority (``GRADSERVE_HEAVY_NICE``, and the BLAS
+library's pool, which only heavy work uses, at the same): under CPU contention the event loop, the light lane
+and the reads come first. bench/mixedload.py: a cheap request's loaded p50 went from 15-35 ms to 7-12 ms on
+two shared cores, its p99 from 2.7-5.2x to 1.7-2.8x its unloaded p99. Making heavy work give way to light
+requests for the GIL as well (the engine waiting at its checks while a light request was served) measured no
+better than this alone, and was removed.
 
 Everything here runs on the event loop (plain counters, no locks).
 """
@@ -77,52 +77,6 @@ def lower_native_pools(nice: int) -> int:
     return len(native)
 
 
-class Priority:
-    """Light requests in flight, and the heavy requests' controls to pause while there are any (on the loop).
-    ``pause_seconds``: the longest a heavy request waits at one check (``GRADSERVE_HEAVY_PAUSE_SECONDS``; past
-    it, it goes on until light work starts again from none: heavy work moves under a constant stream of light
-    requests); 0: no pauses."""
-
-    def __init__(self, pause_seconds: float):
-        self.pause_seconds = pause_seconds
-        self.pauses = 0  # heavy requests asked to pause (each waits at its next check)
-        self.light = 0
-        self.controls: set[engine.Control] = set()
-        self._clear = threading.Event()  # no light request in flight: paused heavy work goes on
-        self._clear.set()
-
-    def enter(self) -> None:
-        self.light += 1
-        if self.light == 1 and self.pause_seconds > 0:
-            self._clear.clear()
-            for control in self.controls:
-                control.pause(self._wait)
-            self.pauses += len(self.controls)
-
-    def leave(self) -> None:
-        self.light -= 1
-        if self.light == 0:
-            self._clear.set()
-
-    def watch(self, control: engine.Control) -> None:
-        self.controls.add(control)
-        if self.light and self.pause_seconds > 0:
-            control.pause(self._wait)
-            self.pauses += 1
-
-    def _wait(self) -> None:
-        """In the heavy request's thread, at the engine's check: no GIL held while waiting."""
-        self._clear.wait(self.pause_seconds)
-
-    @staticmethod
-    def mark(context: dict | None) -> bool:
-        """Whether the request (its ``errors.REQUEST`` context) still counts as light; it no longer does."""
-        if context is not None and context.get("light"):
-            context["light"] = False
-            return True
-        return False
-
-
 async def disconnected(request: Request) -> None:
     """Returns when the client has gone away (the body must have been read already)."""
     receive = request.receive
@@ -134,11 +88,10 @@ async def disconnected(request: Request) -> None:
 
 class HeavyWork:
     def __init__(self, slots: int, queue: int, wait_seconds: float, deadline_seconds: float,
-                 priority: Priority | None = None, nice: int = 0):
-        #: the heavy lane's requests are not light from admission on, and pause for light ones (the light lane:
-        #: None, its requests stay light); they run on threads of their own, ``nice`` (GRADSERVE_HEAVY_NICE)
-        self.priority = priority
-        self.executor = None if priority is None else ThreadPoolExecutor(
+                 nice: int | None = None):
+        #: ``nice`` given (the heavy lane: GRADSERVE_HEAVY_NICE), its requests run on threads of their own at that
+        #: niceness; else (the light lane) in the thread pool
+        self.executor = None if nice is None else ThreadPoolExecutor(
             slots, thread_name_prefix="gradserve-heavy", initializer=functools.partial(lower_priority, nice))
         self.slots = slots
         self.queue = queue
@@ -168,20 +121,14 @@ class HeavyWork:
     async def run(self, request: Request, fn: Callable[..., Any], *args, **kwargs) -> Any:
         """``fn(*args, control=..., **kwargs)`` in the thread pool once a slot is free."""
         watcher = asyncio.ensure_future(disconnected(request))
-        context = REQUEST.get()
-        priority = self.priority
-        if priority is not None and Priority.mark(context):
-            priority.leave()
         try:
             await self._acquire(watcher)
+            context = REQUEST.get()
             request_id = context["request_id"] if context is not None else None
-            control = None
             try:
                 control = self.control()
                 if request_id is not None:
                     self.active[request_id] = control
-                if priority is not None:
-                    priority.watch(control)
                 if self.executor is None:
                     work = asyncio.ensure_future(run_in_threadpool(fn, *args, control=control, **kwargs))
                 else:  # (the request's context variables go along, as run_in_threadpool's do)
@@ -196,8 +143,6 @@ class HeavyWork:
             finally:
                 if request_id is not None:
                     self.active.pop(request_id, None)
-                if priority is not None:
-                    priority.controls.discard(control)
                 self._release()
         finally:
             watcher.cancel()

@@ -50,10 +50,6 @@ class Settings(BaseSettings):
                                  "`server_busy` with Retry-After, and `/readyz` answers 503.")
     heavy_queue_wait_seconds: float = Field(10.0, gt=0, description="Longest wait for a heavy slot (503 "
                                             "`server_busy` after it).")
-    heavy_pause_seconds: float = Field(0.1, ge=0, description="Heavy work gives way to light requests: while one "
-                                       "is being served, each heavy request waits at its next check (between ops, "
-                                       "backward nodes, a transform's passes), without the GIL, until no light "
-                                       "request is left or for at most this long; 0 turns it off.")
     heavy_nice: int = Field(10, ge=0, le=19, description="Niceness of the threads heavy requests run on (and of "
                             "the BLAS library's own threads, which only heavy work uses): the event loop and light "
                             "requests come first for the CPU; 0 turns it off. Raised once per thread, never "

@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 
 from gradserve_server._version import __version__
 from gradserve_server.app import errors
-from gradserve_server.app.admission import LIGHT_QUEUE, LIGHT_SLOTS, HeavyWork, Priority, lower_native_pools
+from gradserve_server.app.admission import LIGHT_QUEUE, LIGHT_SLOTS, HeavyWork, lower_native_pools
 from gradserve_server.app.auth import METRICS_PATH, OPEN_PATHS, Auth, KeyRing, RateLimiter, limit_storage
 from gradserve_server.app.config import Settings, get_settings
 from gradserve_server.app.memory import MemoryTrimmer, configure_gc, configure_malloc
@@ -199,11 +199,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.inflight = InFlight()
     app.state.service = SessionService(app.state.store, settings, app.state.metrics)
     app.state.metrics.watch_plans(app.state.service.plans)
-    # heavy work pauses at its engine's checks while light requests are served (app.admission.Priority)
-    app.state.priority = Priority(settings.heavy_pause_seconds)
+    # heavy work on threads of its own, nicer than the event loop's (app.admission)
     app.state.heavy = HeavyWork(settings.max_heavy_requests, settings.max_heavy_queue,
                                 settings.heavy_queue_wait_seconds, settings.request_deadline_seconds,
-                                app.state.priority, settings.heavy_nice)
+                                nice=settings.heavy_nice)
     # cheap op lists that could not run on the event loop: a lane of their own, never behind heavy work
     app.state.light = HeavyWork(LIGHT_SLOTS, LIGHT_QUEUE, settings.heavy_queue_wait_seconds, LIGHT_DEADLINE_SECONDS)
 
@@ -227,8 +226,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                            expose_headers=["X-Request-ID", "Retry-After", "Location", "WWW-Authenticate"])
     app.state.templates = RouteTemplates(lambda: app.openapi()["paths"])
     app.add_middleware(Observe, metrics=app.state.metrics, inflight=app.state.inflight,
-                       templates=app.state.templates, access=settings.access_log, headers=security_headers,
-                       priority=app.state.priority)
+                       templates=app.state.templates, access=settings.access_log, headers=security_headers)
     for module in (sessions, ops, autograd, graph, meta):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

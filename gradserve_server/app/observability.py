@@ -298,10 +298,7 @@ class Observe:
     its truncated body."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, inflight: InFlight, templates: RouteTemplates,
-                 access: bool = True, headers: Callable[[str], list[tuple[bytes, bytes]]] | None = None,
-                 priority=None):
-        #: app.admission.Priority: every request is light (heavy work pauses for it) until the heavy lane takes it
-        self.priority = priority
+                 access: bool = True, headers: Callable[[str], list[tuple[bytes, bytes]]] | None = None):
         self.app = app
         self.metrics = metrics
         self.inflight = inflight
@@ -320,10 +317,7 @@ class Observe:
                 incoming = value.decode("latin-1")
                 break
         request_id = incoming if incoming and REQUEST_ID.fullmatch(incoming) else os.urandom(16).hex()
-        priority = self.priority
-        context = {"request_id": request_id, "code": None, "engine_route": None, "light": priority is not None}
-        if priority is not None:
-            priority.enter()
+        context = {"request_id": request_id, "code": None, "engine_route": None}
         token = REQUEST.set(context)
         extra = [(b"x-request-id", request_id.encode())]
         if self.headers is not None:
@@ -354,9 +348,6 @@ class Observe:
                     await unexpected_problem(exc)(scope, receive, send_with_id)
         finally:
             self.inflight.leave()
-            if context["light"]:  # (not taken by the heavy lane)
-                context["light"] = False
-                priority.leave()
             elapsed = time.perf_counter() - started
             if context.get("disconnected"):
                 status = CLIENT_CLOSED

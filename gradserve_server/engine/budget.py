@@ -18,10 +18,8 @@ reference cycles if that is what it takes. So the estimate can only cost a measu
 that fits.
 
 ``Control`` carries a request's deadline and cancel flag. The engine checks it between ops (``repeat``
-included) and between the nodes of a backward pass: a monotonic clock read and a few attribute loads.
-Another thread may cancel it (the server does when the client disconnects), or ask it to pause: the engine
-then calls the given wait at its next check and goes on (the server makes heavy work give way to light
-requests so: a thread waiting there does not hold the GIL).
+included) and between the nodes of a backward pass: a monotonic clock read and two attribute loads.
+Another thread may cancel it (the server does when the client disconnects).
 """
 
 from __future__ import annotations
@@ -70,7 +68,7 @@ def current_control() -> Control | None:
 class Control:
     """A request's deadline (``seconds`` from now) and cancel flag, checked by the engine."""
 
-    __slots__ = ("deadline", "seconds", "reason", "setting", "done", "total", "started", "paused")
+    __slots__ = ("deadline", "seconds", "reason", "setting", "done", "total", "started")
 
     def __init__(self, seconds: float | None = None, *, setting: str = ""):
         self.seconds = seconds
@@ -81,18 +79,11 @@ class Control:
         # progress, read from another thread (the progress route): ops run of the ops the request will run
         self.done = 0
         self.total = 0
-        #: a wait the engine calls at its next check (``pause``), then goes on
-        self.paused: Callable[[], object] | None = None
 
     def cancel(self, reason: str = "cancelled") -> None:
         """From any thread: the engine stops at its next check."""
         if self.reason is None:
             self.reason = reason
-
-    def pause(self, wait: Callable[[], object]) -> None:
-        """From any thread: the engine calls ``wait()`` at its next check, then goes on (or stops, if it was
-        cancelled or its deadline passed meanwhile)."""
-        self.paused = wait
 
     @property
     def cancelled(self) -> bool:
@@ -102,10 +93,6 @@ class Control:
         return self.deadline is not None and time.monotonic() > self.deadline
 
     def check(self) -> None:
-        wait = self.paused
-        if wait is not None:
-            self.paused = None
-            wait()
         if self.reason is not None:
             raise CancelledError(f"the request was cancelled ({self.reason}); nothing was applied")
         deadline = self.deadline

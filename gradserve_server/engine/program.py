@@ -1214,9 +1214,8 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
                 keep = _ == repeat - 1 or repeat == 1 or until is not None
                 outcomes = result.ops
                 for index, spec_op in enumerate(ops):
-                    # control.check(), its common case inline: not cancelled nor paused, the deadline (if any)
-                    # not passed
-                    if control is not None and (control.reason is not None or control.paused is not None or (
+                    # control.check(), its common case inline: not cancelled, the deadline (if any) not passed
+                    if control is not None and (control.reason is not None or (
                             control.deadline is not None and _monotonic() > control.deadline)):
                         check()
                     bound = run_op(index, spec_op, no_grad)  # (op_name: read on failure, below)

@@ -238,6 +238,25 @@ def test_a_transform_result_over_the_session_bytes_is_refused_before_any_pass(uv
     assert "GRADSERVE_MAX_BYTES_PER_SESSION" in body["detail"], body
 
 
+def test_a_jacobian_over_the_response_limit_is_refused_before_any_pass_when_it_would_be_sent(uvicorns):
+    """The response limit, known from the shapes: a 1000 x 1000 jacobian returned under a 2 MB response limit is
+    refused at once (2.8 s of row passes before); reduced to its sum and not returned, it is computed."""
+    server = uvicorns({"GRADSERVE_MAX_RESPONSE_BYTES": "2000000", "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"})
+    body = [{"op": "mul", "args": ["a", 2.0], "out": "b"}, *[{"op": "sin", "args": ["b"], "out": "b"}] * 40]
+    ops = [{"op": "ones", "out": "x", "args": [1000], "kwargs": {"requires_grad": True}},
+           {"op": "function", "out": "f", "kwargs": {"inputs": ["a"], "outputs": "b", "ops": body}},
+           {"op": "jacobian", "args": ["f", "x"], "out": "J"}]
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        started = time.monotonic()
+        refused = assert_problem(run_eval(c, ops, **{"return": ["J"]}), 422, "limit_exceeded")
+        assert time.monotonic() - started < 1.5
+        assert "GRADSERVE_MAX_RESPONSE_BYTES" in refused["detail"]
+        small = [*ops[:2], {**ops[2], "args": ["f", "y"]}, {"op": "sum", "args": ["J"], "out": "s"}]
+        small.insert(0, {"op": "ones", "out": "y", "args": [200], "kwargs": {"requires_grad": True}})
+        reduced = run_eval(c, small, **{"return": ["s"]})
+        assert reduced.status_code == 200, reduced.text
+
+
 @pytest.mark.parametrize("vectorize", [False, True])
 def test_an_oversized_jacobian_is_refused_before_any_row_pass(strict, vectorize):
     # 2100 x 2100 = 4.41M elements, over the 4M per tensor (torch would compute it); 2,100 row passes through
