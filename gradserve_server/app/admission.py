@@ -15,8 +15,8 @@ and releases its session (and its slot) instead of computing for minutes.
 
 Heavy work runs on threads of its own at a lower CPU priority (``GRADSERVE_HEAVY_NICE``, and the BLAS
 library's pool, which only heavy work uses, at the same): under CPU contention the event loop, the light lane
-and the reads come first. bench/mixedload.py: a cheap request's loaded p50 went from 15-35 ms to 7-12 ms on
-two shared cores, its p99 from 2.7-5.2x to 1.7-2.8x its unloaded p99. Making heavy work give way to light
+and the reads come first. bench/mixedload.py: a cheap request's loaded p50 went from 17-29 ms to 7-12 ms on
+two shared cores, its p99 from 2.7-8.4x to 1.9-3.9x its unloaded p99. Making heavy work give way to light
 requests for the GIL as well (the engine waiting at its checks while a light request was served) measured no
 better than this alone, and was removed.
 
