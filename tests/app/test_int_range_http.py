@@ -46,6 +46,9 @@ NO_INT64 = ("RuntimeError", "value cannot be converted to type int64_t without o
 F = "float"      # x = tensor([1., 2.], requires_grad=True): the number is converted to float, the graph recorded
 I = "int"        # i = tensor([1, 2]) (int64)
 I8 = "int8"      # tensor([1, 2], dtype=int8)
+B = "bool"       # tensor([True, False]): a uint64 result would be needed, a promotion torch refuses
+PROMOTION = ("RuntimeError", "Promotion for uint16, uint32, uint64 types is not supported, attempted to promote "
+                             "Bool and UInt64")
 
 #: (torch expression, op (the tensor is "x"; "m" is x > 1), tensor, value, torch 2.13's outcome: (dtype, data,
 #: grad_fn) or (exception, message)), read off torch 2.13
@@ -106,6 +109,14 @@ UINT64_CASES = [
      ("RuntimeError", "value cannot be converted to type int8_t without overflow")),
     ("torch.where(m, i8, 300)", {"op": "where", "args": ["m", "x", 300]}, I8, 300,
      ("RuntimeError", "value cannot be converted to type int8_t without overflow")),
+    ("b + U63", {"op": "add", "args": ["x", U63]}, B, U63, PROMOTION),
+    ("U64 * b", {"op": "mul", "args": [U64, "x"]}, B, U64, PROMOTION),
+    ("b < U63", {"op": "lt", "args": ["x", U63]}, B, U63, PROMOTION),
+    ("torch.div(b, U63)", {"op": "div", "args": ["x", U63]}, B, U63, PROMOTION),
+    ("torch.where(m, b, U63)", {"op": "where", "args": ["m", "x", U63]}, B, U63, PROMOTION),
+    ("b.clamp(max=U63)", {"op": "clamp", "args": ["x"], "kwargs": {"max": U63}}, B, U63, PROMOTION),
+    ("b ** U63", {"op": "pow", "args": ["x", U63]}, B, U63, NO_INT64),
+    ("torch.full_like(b, U63)", {"op": "full_like", "args": ["x", U63]}, B, U63, ("bool", [True, True], None)),
 ]
 
 
@@ -117,7 +128,7 @@ def as_sent(data: list, dtype: str) -> list:
 
 
 def uint64_program(op: dict, kind: str) -> list[dict]:
-    x = [1.0, 2.0] if kind == F else [1, 2]
+    x = [1.0, 2.0] if kind == F else [True, False] if kind == B else [1, 2]
     kwargs = {"requires_grad": True} if kind == F else {"dtype": "int8"} if kind == I8 else {}
     return [{"op": "tensor", "out": "x", "args": [x], "kwargs": kwargs}, {"op": "gt", "out": "m", "args": ["x", 1]},
             {**op, "out": "y"}]
@@ -158,9 +169,9 @@ def test_uint64_cases_are_torch_s_live(expr, op, kind, value, expected):
     """The table above against the installed torch (its facts hold without it)."""
     torch = pytest.importorskip("torch")
     x = {F: torch.tensor([1.0, 2.0], requires_grad=True), I: torch.tensor([1, 2]),
-         I8: torch.tensor([1, 2], dtype=torch.int8)}[kind]
-    scope = {"torch": torch, "F": torch.nn.functional, "x": x, "i": x, "i8": x, "m": x > 1, "U63": U63, "U64": U64,
-             "float32": torch.float32}
+         I8: torch.tensor([1, 2], dtype=torch.int8), B: torch.tensor([True, False])}[kind]
+    scope = {"torch": torch, "F": torch.nn.functional, "x": x, "i": x, "i8": x, "b": x, "m": x > 1, "U63": U63,
+             "U64": U64, "float32": torch.float32}
     try:
         y = eval(expr, scope)  # noqa: S307 (the table's own expressions)
     except Exception as exc:  # noqa: BLE001

@@ -97,6 +97,14 @@ def number_as(npdt: np.dtype, v):
         return np.asarray(v - 2**64 if v >= 2**63 else v, np.int64).astype(npdt)[()]
 
 
+def refuse_uint64_with_bool(number, tensor_dtype: str) -> None:
+    """torch's uint64 Scalar (2**63 .. 2**64 - 1) beside a bool tensor: the result would be uint64, a promotion
+    torch refuses."""
+    if tensor_dtype == D.BOOL and number.__class__ is int and number >= 1 << 63:
+        raise TorchRuntimeError("Promotion for uint16, uint32, uint64 types is not supported, attempted to promote "
+                                "Bool and UInt64", code="invalid_dtype")
+
+
 def binary_operands(a, b, dtype: str | None = None):
     """Result dtype and numpy operands of a binary op over Tensors and Python numbers.
 
@@ -130,9 +138,11 @@ def binary_operands(a, b, dtype: str | None = None):
         if ta:
             if not is_number(b):
                 raise InvalidArgumentError(f"expected a Tensor or a number, got {type(b).__name__}")
+            refuse_uint64_with_bool(b, D.of_array(a.data))
         elif tb:
             if not is_number(a):
                 raise InvalidArgumentError(f"expected a Tensor or a number, got {type(a).__name__}")
+            refuse_uint64_with_bool(a, D.of_array(b.data))
         dtype = D.result_type(a, b)
     npdt = NP[dtype]
     if ta:
@@ -153,7 +163,7 @@ def as_operand(v, dtype: str | None = None, like: Tensor | None = None) -> Tenso
     if cls is float or cls is int:  # a JSON number: no ABC check
         if cls is int and dtype is None and like is not None and v >= 1 << 63:
             dtype = D.of_array(like.data)
-            dtype = D.INT64 if dtype == D.BOOL else dtype
+            refuse_uint64_with_bool(v, dtype)
         return wrapped_number(v, dtype)
     if isinstance(v, Tensor):
         return v

@@ -34,6 +34,7 @@ from .common import (
     is_number,
     mul_t,
     number_as,
+    refuse_uint64_with_bool,
     require_tensor,
     scale_t,
     zeros_like,
@@ -277,6 +278,9 @@ def div(self, other, rounding_mode=None):
     if rounding_mode not in _ROUNDING:
         raise TorchRuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
                                 f"'{rounding_mode}'", code="invalid_argument")
+    for number, t in ((self, other), (other, self)):
+        if isinstance(t, Tensor):
+            refuse_uint64_with_bool(number, t.dtype)
     if not isinstance(self, Tensor):  # torch.div(2, x): the number is wrapped as a 0-d tensor
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
     dtype = D.result_type(self, other)
@@ -390,6 +394,8 @@ def pow(self, exponent):
     if isinstance(self, Tensor) and not isinstance(exponent, Tensor):
         if not is_number(exponent):
             raise InvalidArgumentError(f"pow(): exponent must be a Tensor or a number, got {type(exponent).__name__}")
+        if exponent.__class__ is int and exponent >= 1 << 63 and not D.is_floating(self.dtype):
+            _bound(exponent, D.INT64)  # (read as an int64 before any promotion: torch's overflow error)
         dtype, a, b = binary_operands(self, exponent)
         _pow_dtype_check(dtype, exponent)
         if exponent == -0.5 and D.is_floating(dtype):
@@ -1252,6 +1258,8 @@ def clamp(self, min=None, max=None):
                                               max if isinstance(max, Tensor) else None),
                       {"max": max if isinstance(max, Tensor) else None,
                        "min": min if isinstance(min, Tensor) else None, "self": self})
+    for v in (min, max):
+        refuse_uint64_with_bool(v, self.dtype)
     dtype = D.result_type(self, *(v for v in (min, max) if v is not None))
     x = self.data.astype(NP[dtype], copy=False)
     out = np.clip(x, _bound(min, dtype), _bound(max, dtype))
@@ -1450,6 +1458,9 @@ def where(condition, self, other):
     fast = _where_fast(cd, self, other, a, b)
     if fast is not None:
         return record("WhereBackward0", fast, (a, b), {"condition": condition})
+    for number, t in ((self, b), (other, a)):
+        if t is not None:
+            refuse_uint64_with_bool(number, t.dtype)
     dtype = D.result_type(self, other)
     shapes = [condition.shape] + [t.shape for t in (a, b) if t is not None]
     broadcast_all(*shapes)
