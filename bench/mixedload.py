@@ -43,9 +43,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(port: int, log) -> subprocess.Popen:
+def start_server(port: int, log, extra_env: dict[str, str]) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRADSERVE_")}
-    env.update(GRADSERVE_ACCESS_LOG="false", GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND="0")
+    env.update(GRADSERVE_ACCESS_LOG="false", GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND="0", **extra_env)
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "gradserve_server.app.main:app", "--host", "127.0.0.1",
                              "--port", str(port), "--no-access-log"], cwd=ROOT, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -146,10 +146,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--heavy", type=int, default=3)
     parser.add_argument("--cheap", type=int, default=2)
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for the server (a setting to compare), repeatable")
     args = parser.parse_args()
     port = free_port()
+    extra_env = dict(item.split("=", 1) for item in args.env)
     with tempfile.NamedTemporaryFile(prefix="gradserve-mixedload-", suffix=".log", delete=False) as log:
-        proc = start_server(port, log)
+        proc = start_server(port, log, extra_env)
     try:
         url = f"http://127.0.0.1:{port}"
         phase(url, 1, 0, args.cheap)  # warm up
@@ -159,7 +162,8 @@ def main() -> None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
     print(f"mixed load: {args.cheap} cheap clients (3-op session lists), 1 /healthz client, {args.heavy} heavy "
-          f"clients (matmul chains, jacobian, hessian, vjp of a 40-matmul body), {args.seconds:g} s per phase")
+          f"clients (matmul chains, jacobian, hessian, vjp of a 40-matmul body), {args.seconds:g} s per phase"
+          + (f", server env {' '.join(args.env)}" if args.env else ""))
     print("| phase | cheap p50 ms | cheap p99 ms | cheap refused | /healthz p50 ms | /healthz p99 ms | heavy 200 | "
           "heavy 503 |")
     print("|---|---|---|---|---|---|---|---|")

@@ -50,6 +50,10 @@ class Settings(BaseSettings):
                                  "`server_busy` with Retry-After, and `/readyz` answers 503.")
     heavy_queue_wait_seconds: float = Field(10.0, gt=0, description="Longest wait for a heavy slot (503 "
                                             "`server_busy` after it).")
+    heavy_nice: int = Field(10, ge=0, le=19, description="Niceness of the threads heavy requests run on (and of "
+                            "the BLAS library's own threads, which only heavy work uses): the event loop and light "
+                            "requests come first for the CPU; 0 turns it off. Raised once per thread, never "
+                            "lowered again (that would need privileges).")
     plan_cache_entries: int = Field(256, ge=0, description="`/eval` and session op lists: most compiled plans "
                                     "(op lists recorded as kernel calls, replayed by later requests of the same "
                                     "structure) kept per API key (per client address on an open server: each "

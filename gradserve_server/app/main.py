@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 
 from gradserve_server._version import __version__
 from gradserve_server.app import errors
-from gradserve_server.app.admission import LIGHT_QUEUE, LIGHT_SLOTS, HeavyWork
+from gradserve_server.app.admission import LIGHT_QUEUE, LIGHT_SLOTS, HeavyWork, lower_native_pools
 from gradserve_server.app.auth import METRICS_PATH, OPEN_PATHS, Auth, KeyRing, RateLimiter, limit_storage
 from gradserve_server.app.config import Settings, get_settings
 from gradserve_server.app.memory import MemoryTrimmer, configure_gc, configure_malloc
@@ -83,10 +83,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # switch interval (CPython's default: 5 ms) keeps health checks and cheap requests quick under load
     switch_interval = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+    lower_native_pools(settings.heavy_nice)  # the BLAS library's threads: heavy work only (app.admission)
     try:
         yield
     finally:
         sys.setswitchinterval(switch_interval)
+        app.state.heavy.executor.shutdown(wait=False)
         undo_gc()
         # the server stops taking requests before this runs; wait for those still running (thread-pool work
         # included) before the store goes away under them
@@ -197,8 +199,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.inflight = InFlight()
     app.state.service = SessionService(app.state.store, settings, app.state.metrics)
     app.state.metrics.watch_plans(app.state.service.plans)
+    # heavy work on threads of its own, nicer than the event loop's (app.admission)
     app.state.heavy = HeavyWork(settings.max_heavy_requests, settings.max_heavy_queue,
-                                settings.heavy_queue_wait_seconds, settings.request_deadline_seconds)
+                                settings.heavy_queue_wait_seconds, settings.request_deadline_seconds,
+                                nice=settings.heavy_nice)
     # cheap op lists that could not run on the event loop: a lane of their own, never behind heavy work
     app.state.light = HeavyWork(LIGHT_SLOTS, LIGHT_QUEUE, settings.heavy_queue_wait_seconds, LIGHT_DEADLINE_SECONDS)
 

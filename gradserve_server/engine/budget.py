@@ -119,6 +119,9 @@ class Budget:
         # update and test per array
         self.room = self.max_bytes - held
         self.response = 0       # the response's bytes so far (records)
+        #: a transform runs whose result the response will surely show (``program``): it checks its result's
+        #: size against the response limit from the shapes, before any pass
+        self.sending = False
         self.measurements = 0
         self.control = control
         self.measure = measure  # -> {id(array owning memory): nbytes} reachable now
@@ -197,16 +200,30 @@ class Budget:
                                  f"nothing was applied")
 
     # ----- the response -----------------------------------------------------------------------------
+    def _response_bytes(self, arr: np.ndarray) -> int:
+        n = arr.size
+        if n <= SMALL_RESPONSE_ELEMENTS:
+            return 25 * n + 64  # enough for any encoding of a small array, without asking
+        return self.response_size(arr) if self.response_size is not None else arr.nbytes
+
+    def respond_ahead(self, shapes, what: str) -> None:
+        """Refuse, before they are computed, arrays of these (shape, dtype) the response will carry (counted
+        again when it does: nothing is added here)."""
+        if self.max_response is None:
+            return
+        size = self.response
+        for shape, dtype in shapes:  # (a broadcast zero: the shape and dtype without the memory)
+            size += self._response_bytes(np.broadcast_to(np.zeros((), dtype), shape))
+        if size > self.max_response:
+            raise LimitExceededError(f"{what} would carry about {size} bytes of tensor data; the limit "
+                                     f"is {self.max_response} bytes{self.limits.setting('max_response_bytes')}"
+                                     "; nothing was applied")
+
     def respond(self, arr: np.ndarray | None, what: str = "the response") -> None:
         """Count an array the response will carry (before it is copied or encoded)."""
         if arr is None or self.max_response is None:
             return
-        n = arr.size
-        if n <= SMALL_RESPONSE_ELEMENTS:
-            size = 25 * n + 64  # enough for any encoding of a small array, without asking
-        else:
-            size = self.response_size(arr) if self.response_size is not None else arr.nbytes
-        self.response += size
+        self.response += self._response_bytes(arr)
         if self.response > self.max_response:
             raise LimitExceededError(f"{what} would carry about {self.response} bytes of tensor data; the limit "
                                      f"is {self.max_response} bytes{self.limits.setting('max_response_bytes')}"

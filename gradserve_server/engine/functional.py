@@ -332,6 +332,9 @@ def _check_jacobian(outputs, inputs, what: str = "jacobian") -> None:
             nbytes += out.numel() * inp.numel() * itemsize
     if nbytes > budget.room:
         budget.reserve(nbytes, f"the {what} (its blocks together)")
+    if budget.sending:  # the response will show the result: its limit, from the shapes too
+        budget.respond_ahead([((*out.shape, *inp.shape), out.data.dtype) for out in outputs for inp in inputs],
+                             f"the {what} in the response")
 
 
 def _check_basis(tensors, total: int, what: str) -> None:

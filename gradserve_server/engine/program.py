@@ -244,6 +244,9 @@ class _Runner:
         self.result = result
         self.counter = state.counter
         self.backward_passes = 0
+        #: indices of this runner's ops whose results the response will surely show (``_surely_shown``; a
+        #: function body's runner: none)
+        self.shown: frozenset[int] = frozenset()
 
     # ----- argument resolution -------------------------------------------------------------------------
     def tensor_arg(self, v):
@@ -636,9 +639,20 @@ class _Runner:
 
         return call
 
-    def do_transform(self, name, args, kwargs):
+    def do_transform(self, name, args, kwargs, shown: bool = False):
         """torch.autograd.functional.<name>(func, inputs, ...): func names a function; inputs (and v) a
-        tensor or a list of tensors (a list is torch's tuple)."""
+        tensor or a list of tensors (a list is torch's tuple). ``shown``: the response will show the result
+        (a jacobian or hessian then checks the response limit from its blocks' shapes, before any pass)."""
+        budget = current_budget()
+        if budget is None:
+            return self._transform(name, args, kwargs)
+        outer, budget.sending = budget.sending, shown  # (a transform in a function body: not shown)
+        try:
+            return self._transform(name, args, kwargs)
+        finally:
+            budget.sending = outer
+
+    def _transform(self, name, args, kwargs):
         fn, params = TRANSFORMS[name]
         kw = _python_call(name, ("func", "inputs") + params, 2, args, dict(kwargs))
         for p in ("create_graph", "strict", "vectorize"):
@@ -832,7 +846,7 @@ class _Runner:
         if name == "apply":
             return self.bind(out, self.do_apply(args, kwargs))
         if name in TRANSFORMS:
-            return self.bind(out, _flatten(self.do_transform(name, args, kwargs)))
+            return self.bind(out, _flatten(self.do_transform(name, args, kwargs, index in self.shown)))
         if name == "del":
             self.do_del(args, kwargs)
             return []
@@ -1034,6 +1048,31 @@ def _flatten(value):
     return value
 
 
+def _surely_shown(ops: list, respond, repeat: int, until) -> frozenset[int]:
+    """The transforms of a one-pass op list whose results the response will show: their out names reported
+    (``respond``: every changed name, all names, or the names listed) and neither rebound nor deleted by a
+    later op."""
+    if repeat != 1 or until is not None or not isinstance(respond, (str, list)):
+        return frozenset()
+    listed = None if isinstance(respond, str) else set(respond)
+    shown = []
+    later: set = set()  # names a later op binds or deletes
+    for i in range(len(ops) - 1, -1, -1):
+        op = ops[i]
+        if not isinstance(op, dict):
+            return frozenset()
+        out = op.get("out")
+        names = [n for n in out if isinstance(n, str)] if isinstance(out, list) else [out] if isinstance(
+            out, str) else []
+        if op.get("op") in TRANSFORMS and names and later.isdisjoint(names) and (
+                listed is None or listed.issuperset(names)):
+            shown.append(i)
+        later.update(names)
+        if op.get("op") == "del":
+            later.update(a for a in op.get("args") or () if isinstance(a, str))
+    return frozenset(shown)
+
+
 def _until_reached(ns: dict, name: str) -> bool:
     """The stopping condition of a repeat loop: ``name`` must be bound to a bool tensor of one element."""
     t = ns.get(name)
@@ -1126,6 +1165,8 @@ def run_program(state: State, ops: list, *, no_grad: bool = False, repeat: int =
     before = {n: _fingerprint(t) for n, t in ns.items()}
     sink = WarningSink(set(state.warned))
     runner = _Runner(state, ns, sink, result)
+    if limits is not None and limits.max_response_bytes is not None:
+        runner.shown = _surely_shown(ops, respond, repeat, until)
     journal = Journal()
     index, op_name = None, None
     budget = None

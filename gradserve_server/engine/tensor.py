@@ -27,7 +27,7 @@ from .errors import (
 )
 from .grad_mode import check_numel, emit_warning
 from .journal import setattr_, setitem_
-from .kernel import kcall, literal
+from .kernel import astype, kcall, literal
 from .node import Node
 from .printing import tensor_repr
 
@@ -488,10 +488,24 @@ def wrapped_number(value, dtype: str | None = None) -> Tensor:
         t = Tensor(kcall(literal, value, None))  # float64 0-d
         t._wrapped = True
         return t
-    d = dtype or D.scalar_dtype(value)
-    if d == D.FLOAT32 and dtype is None:
-        d = D.FLOAT64  # torch wraps Python floats as double 0-d tensors (x * 2.5 saves float64[] 2.5)
-    t = Tensor(kcall(literal, value, D.NP_DTYPES[d]))
+    if value.__class__ is int and value > _INT64_MAX:
+        # 2**63 .. 2**64 - 1: torch wraps a uint64 0-d, a dtype the engine has not; it stands in as torch's
+        # TensorIterator casts it: to the float dtype given (a double without one), into an integer dtype
+        # modulo 2**64 (a C cast)
+        d = dtype or D.FLOAT64
+        npdt = D.NP_DTYPES[d]
+        if npdt.kind != "f":
+            data = kcall(literal, value - (1 << 64), np.dtype(np.int64))
+            t = Tensor(data if npdt == data.dtype else kcall(astype, data, npdt))
+            t._wrapped = True
+            return t
+        value = float(value)
+    else:
+        d = dtype or D.scalar_dtype(value)
+        if d == D.FLOAT32 and dtype is None:
+            d = D.FLOAT64  # torch wraps Python floats as double 0-d tensors (x * 2.5 saves float64[] 2.5)
+        npdt = D.NP_DTYPES[d]
+    t = Tensor(kcall(literal, value, npdt))
     t._wrapped = True
     return t
 

@@ -5,6 +5,7 @@ or flush for another, and cheap requests that stay cheap."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from tests.deploy.servers import Uvicorn
+from tests.deploy.test_resources import rss_mib
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +62,46 @@ def test_large_integers_beside_a_float_or_with_a_float_dtype_are_just_large_numb
     assert tensors["z"]["dtype"] == "float32" and tensors["z"]["data"] == [1.5, 1.8446744e19]
     assert tensors["f"]["data"] == 1.8446744073709552e19
     assert tensors["edge"]["dtype"] == "int64" and tensors["edge"]["data"] == [2**63 - 1, -(2**63)]
+
+
+def test_uint64_scalars_compute_where_torch_computes_and_fail_where_it_fails(client):
+    """A Scalar of 2**63 .. 2**64 - 1 (torch's uint64) beside a tensor that requires grad is recorded and
+    differentiated (it was 422 'int too big to convert'); into an int64 tensor's binary ops it wraps modulo 2**64;
+    ops converting their Scalar checked refuse it with torch's message (torch 2.13's figures, tests/app's table
+    has the rest)."""
+    ops = [{"op": "tensor", "out": "x", "args": [[1.0, 2.0]], "kwargs": {"requires_grad": True}},
+           {"op": "mul", "out": "a", "args": ["x", 2**63]}, {"op": "add", "out": "b", "args": [2**64 - 1, "a"]},
+           {"op": "sum", "out": "s", "args": ["b"]}, {"op": "backward", "args": ["s"]},
+           {"op": "tensor", "out": "i", "args": [[1, 2]]}, {"op": "mul", "out": "w", "args": ["i", 2**63]},
+           {"op": "lt", "out": "l", "args": ["i", 2**63]}]
+    for _ in range(3):  # deferred, recorded, replayed
+        answer = run_eval(client, ops, **{"return": ["b", "x.grad", "w", "l"]})
+        assert answer.status_code == 200, answer.text
+        t = answer.json()["tensors"]
+        assert t["b"]["grad_fn"] == "AddBackward0"
+        assert t["b"]["data"] == pytest.approx([2.7670116110564327e19, 3.6893488147419103e19], rel=1e-7)
+        assert t["x.grad"]["data"] == pytest.approx([9.223372036854776e18] * 2, rel=1e-7)
+        assert t["w"]["data"] == [-(2**63), 0] and t["l"]["data"] == [False, False]
+    refused = run_eval(client, [{"op": "tensor", "out": "i", "args": [[1, 2]]},
+                                {"op": "clamp", "out": "c", "args": ["i"], "kwargs": {"max": 2**63}}])
+    body = assert_problem(refused, 422, "invalid_argument")
+    assert body["exception"] == "RuntimeError"
+    assert body["detail"] == "value cannot be converted to type int64_t without overflow"
+
+
+def test_uint64_scalars_through_the_client(server):
+    import gradserve
+    import gradserve.torch as gt
+
+    with gradserve.session(client=gradserve.Client(server.url)):
+        x = gt.tensor([1.0, 2.0], requires_grad=True)
+        y = (x * 2**63 + (2**64 - 1)).sum()
+        y.backward()
+        assert y.item() == pytest.approx(6.456360425798343e19) and x.grad.tolist() == [9.223372036854776e18] * 2
+        i = gt.tensor([1, 2])
+        assert (i * 2**63).tolist() == [-(2**63), 0] and (i < 2**63).tolist() == [False, False]
+        with pytest.raises(RuntimeError, match="value cannot be converted to type int64_t without overflow"):
+            i.clamp(max=2**63).tolist()
 
 
 # ----- response limits on what is sent ---------------------------------------------------------------------
@@ -160,6 +202,61 @@ def test_a_function_body_stops_when_its_client_goes_away(strict):
         assert statuses[-1] == 200, statuses
 
 
+def test_a_function_called_by_a_transform_inside_another_function_stops_at_the_deadline(strict):
+    """Nested runs: vjp of ``outer``, whose body takes vjp of ``f`` (3,000 matmuls): the deadline holds in the
+    inner body too."""
+    outer = {"op": "function", "out": "outer", "kwargs": {"inputs": ["u"], "outputs": "z", "ops": [
+        {"op": "vjp", "args": ["f", "u"], "out": ["o", "g"]}, {"op": "sum", "args": ["g"], "out": "z"}]}}
+    with httpx.Client(base_url=strict.url, timeout=60) as c:
+        sid = c.post("/v1/sessions").json()["id"]
+        made = c.post(f"/v1/sessions/{sid}/ops", json={"ops": [*chain_function(3000, 384), outer]})
+        assert made.status_code == 200, made.text
+        started = time.monotonic()
+        late = c.post(f"/v1/sessions/{sid}/ops", json={"ops": [{"op": "vjp", "args": ["outer", "x0"],
+                                                                "out": ["o", "g"]}]})
+        elapsed = time.monotonic() - started
+        assert_problem(late, 504, "deadline_exceeded")
+        assert elapsed < 4, elapsed
+        assert set(c.get(f"/v1/sessions/{sid}").json()["tensors"]) == {"M", "x0"}  # nothing applied
+
+
+@pytest.mark.parametrize("transform", ["jacobian", "hessian"])
+def test_a_transform_result_over_the_session_bytes_is_refused_before_any_pass(uvicorns, transform):
+    """Per-run bytes, known from the shapes: a 1500 x 1500 float32 jacobian (9 MB, within the per-tensor limit)
+    or hessian under an 8 MiB session budget is refused at once, not after 1,500 passes of a 40-op body."""
+    server = uvicorns({"GRADSERVE_MAX_BYTES_PER_SESSION": str(8 << 20), "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"})
+    body = [{"op": "mul", "args": ["a", 2.0], "out": "b"}, *[{"op": "sin", "args": ["b"], "out": "b"}] * 40]
+    if transform == "hessian":
+        body.append({"op": "sum", "args": ["b"], "out": "b"})
+    ops = [{"op": "ones", "out": "x", "args": [1500], "kwargs": {"requires_grad": True}},
+           {"op": "function", "out": "f", "kwargs": {"inputs": ["a"], "outputs": "b", "ops": body}},
+           {"op": transform, "args": ["f", "x"], "out": "J"}]
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        started = time.monotonic()
+        body = assert_problem(run_eval(c, ops, **{"return": ["J"]}), 422, "limit_exceeded")
+        assert time.monotonic() - started < 2
+    assert "GRADSERVE_MAX_BYTES_PER_SESSION" in body["detail"], body
+
+
+def test_a_jacobian_over_the_response_limit_is_refused_before_any_pass_when_it_would_be_sent(uvicorns):
+    """The response limit, known from the shapes: a 1000 x 1000 jacobian returned under a 2 MB response limit is
+    refused at once (2.8 s of row passes before); reduced to its sum and not returned, it is computed."""
+    server = uvicorns({"GRADSERVE_MAX_RESPONSE_BYTES": "2000000", "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"})
+    body = [{"op": "mul", "args": ["a", 2.0], "out": "b"}, *[{"op": "sin", "args": ["b"], "out": "b"}] * 40]
+    ops = [{"op": "ones", "out": "x", "args": [1000], "kwargs": {"requires_grad": True}},
+           {"op": "function", "out": "f", "kwargs": {"inputs": ["a"], "outputs": "b", "ops": body}},
+           {"op": "jacobian", "args": ["f", "x"], "out": "J"}]
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        started = time.monotonic()
+        refused = assert_problem(run_eval(c, ops, **{"return": ["J"]}), 422, "limit_exceeded")
+        assert time.monotonic() - started < 1.5
+        assert "GRADSERVE_MAX_RESPONSE_BYTES" in refused["detail"]
+        small = [*ops[:2], {**ops[2], "args": ["f", "y"]}, {"op": "sum", "args": ["J"], "out": "s"}]
+        small.insert(0, {"op": "ones", "out": "y", "args": [200], "kwargs": {"requires_grad": True}})
+        reduced = run_eval(c, small, **{"return": ["s"]})
+        assert reduced.status_code == 200, reduced.text
+
+
 @pytest.mark.parametrize("vectorize", [False, True])
 def test_an_oversized_jacobian_is_refused_before_any_row_pass(strict, vectorize):
     # 2100 x 2100 = 4.41M elements, over the 4M per tensor (torch would compute it); 2,100 row passes through
@@ -246,7 +343,54 @@ def test_no_key_can_observe_or_flush_another_keys_plans(uvicorns):
         assert any(line == "gradserve_plan_cache_partitions 2.0" for line in figures)
 
 
+def test_the_plan_cache_stays_within_its_bytes_and_gives_them_back(uvicorns):
+    """One key's flood of one-off structures on a real server: the cache's measured bytes stay within
+    GRADSERVE_PLAN_CACHE_BYTES (evicting), and the process's memory does not grow with the flood (each plan of
+    these holds ~140 KB: 360 kept would be ~50 MB)."""
+    server = uvicorns({"GRADSERVE_PLAN_CACHE_BYTES": str(1 << 20), "GRADSERVE_PLAN_RECORD_AFTER": "1",
+                       "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"})
+    pid = server.proc.pid
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        def flood(ks) -> None:
+            for k in ks:
+                r = c.post("/v1/eval", json={"ops": structure(k), "return": ["w.grad"]})
+                assert r.status_code == 200, r.text
+
+        def gauge(name: str) -> float:
+            for line in c.get("/metrics").text.splitlines():
+                if line.startswith(f"gradserve_plan_cache_{name} "):
+                    return float(line.split()[1])
+            raise AssertionError(name)
+
+        flood(range(1, 120))  # past the bound: the allocator's pools and the process's memos warm
+        warm = rss_mib(pid)
+        flood(range(120, 480))  # three times as many more, each recorded
+        assert gauge("bytes") <= 1 << 20 and plan_counter(c, "evictions") > 300
+        assert rss_mib(pid) - warm < 20, (warm, rss_mib(pid))  # +77 MiB with the plans kept (1 GiB bound)
+
+
 # ----- the cheap path under load ---------------------------------------------------------------------------
+
+def thread_niceness(pid: int) -> dict[int, int]:
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            out[int(tid)] = int(f.read().rsplit(")", 1)[1].split()[16])  # field 19: nice
+    return out
+
+
+def test_heavy_work_runs_on_nicer_threads_than_the_event_loop(server):
+    """The heavy lane's threads (and the BLAS library's pool) run at GRADSERVE_HEAVY_NICE (10): under CPU
+    contention the event loop and light requests come first; the loop's own thread keeps its niceness."""
+    pid = server.proc.pid
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        heavy = run_eval(c, [{"op": "randn", "out": "m", "args": [400, 400]},
+                             *[{"op": "matmul", "out": "m", "args": ["m", "m"]} for _ in range(3)],
+                             {"op": "sum", "out": "s", "args": ["m"]}], **{"return": ["s"]})
+        assert heavy.status_code == 200, heavy.text
+    nice = thread_niceness(pid)
+    assert nice[pid] == 0  # the main thread: the event loop
+    assert sum(n >= 10 for n in nice.values()) >= 1, nice  # the heavy lane's thread (and BLAS's)
 def test_a_cheap_request_is_never_queued_behind_heavy_work(strict):
     heavy = {"ops": [{"op": "randn", "out": "m", "args": [600, 600]},
                      *[{"op": "matmul", "out": "m", "args": ["m", "m"]} for _ in range(400)]], "return": ["s"]}

@@ -72,3 +72,19 @@ def test_limits_are_counted_in_the_process_with_the_memory_store(uvicorns):
                        "GRADSERVE_RATE_LIMIT_BURST": "3"})
     statuses = [httpx.get(f"{server.url}/v1/sessions", headers={"X-API-Key": KEY}).status_code for _ in range(4)]
     assert statuses == [200, 200, 200, 429]
+
+
+def test_one_guesser_does_not_lock_out_the_working_clients_behind_its_address_with_the_memory_store(uvicorns):
+    """Issue 27's shared NAT: after the address's wrong-key budget is spent, keys that already worked from it go
+    on (counted in the process); keys new to it are refused whatever they are; other addresses are untouched."""
+    server = uvicorns({"GRADSERVE_API_KEYS": f"{KEY},{OTHER_KEY}", "GRADSERVE_AUTH_FAILURES_BURST": "3",
+                       "GRADSERVE_AUTH_FAILURES_PER_MINUTE": "1"})
+    with client_from("127.0.0.1", server.url) as nat, client_from(OTHER_ADDRESS, server.url) as elsewhere:
+        assert nat.get("/v1/sessions", headers={"X-API-Key": KEY}).status_code == 200  # a colleague, working
+        wrong = [nat.get("/v1/sessions", headers={"X-API-Key": f"guess-{i}"}).status_code for i in range(12)]
+        assert wrong[:3] == [401] * 3 and set(wrong[3:]) == {429}
+        for _ in range(5):  # the colleague behind the same address is not locked out
+            assert nat.get("/v1/sessions", headers={"X-API-Key": KEY}).status_code == 200
+        fresh = nat.get("/v1/sessions", headers={"X-API-Key": OTHER_KEY})
+        assert fresh.status_code == 429 and fresh.json()["code"] == "rate_limited"  # no oracle for the guesser
+        assert elsewhere.get("/v1/sessions", headers={"X-API-Key": OTHER_KEY}).status_code == 200

@@ -93,9 +93,18 @@ def number_as(npdt: np.dtype, v):
     try:
         return npdt.type(v)
     except OverflowError:
-        if npdt.kind not in "iu" or not isinstance(v, numbers.Integral) or not -2**63 <= v < 2**63:
+        if npdt.kind not in "iu" or not isinstance(v, numbers.Integral) or not -2**63 <= v < 2**64:
             raise
-        return np.asarray(v, np.int64).astype(npdt)[()]
+        # (2**63 .. 2**64 - 1 is torch's uint64 Scalar: its C cast into int64 wraps modulo 2**64)
+        return np.asarray(v - 2**64 if v >= 2**63 else v, np.int64).astype(npdt)[()]
+
+
+def refuse_uint64_with_bool(number, tensor_dtype: str) -> None:
+    """torch's uint64 Scalar (2**63 .. 2**64 - 1) beside a bool tensor: the result would be uint64, a promotion
+    torch refuses."""
+    if tensor_dtype == D.BOOL and number.__class__ is int and number >= 1 << 63:
+        raise TorchRuntimeError("Promotion for uint16, uint32, uint64 types is not supported, attempted to promote "
+                                "Bool and UInt64", code="invalid_dtype")
 
 
 def binary_operands(a, b, dtype: str | None = None):
@@ -132,9 +141,11 @@ def binary_operands(a, b, dtype: str | None = None):
         if ta:
             if not is_number(b):
                 raise InvalidArgumentError(f"expected a Tensor or a number, got {type(b).__name__}")
+            refuse_uint64_with_bool(b, D.of_array(a.data))
         elif tb:
             if not is_number(a):
                 raise InvalidArgumentError(f"expected a Tensor or a number, got {type(a).__name__}")
+            refuse_uint64_with_bool(a, D.of_array(b.data))
         dtype = D.result_type(a, b)
     npdt = NP[dtype]
     if ta:
@@ -148,10 +159,14 @@ def binary_operands(a, b, dtype: str | None = None):
     return dtype, A, B
 
 
-def as_operand(v, dtype: str | None = None) -> Tensor:
-    """A Tensor for v: the tensor itself, or a Python number wrapped as torch wraps it."""
+def as_operand(v, dtype: str | None = None, like: Tensor | None = None) -> Tensor:
+    """A Tensor for v: the tensor itself, or a Python number wrapped as torch wraps it. ``like``: the tensor
+    the number meets, which decides how an int of 2**63 .. 2**64 - 1 (torch's uint64) stands in."""
     cls = v.__class__
     if cls is float or cls is int:  # a JSON number: no ABC check
+        if cls is int and dtype is None and like is not None and v >= 1 << 63:
+            dtype = D.of_array(like.data)
+            refuse_uint64_with_bool(v, dtype)
         return wrapped_number(v, dtype)
     if isinstance(v, Tensor):
         return v

@@ -297,6 +297,9 @@ def _like(name: str, input, value, dtype, requires_grad) -> Tensor:
     d = _dtype(dtype, input.dtype)
     check_numel(input.shape, itemsize=NP[d].itemsize)
     _check_requires_grad(d, requires_grad)
+    if NP[d].kind in "iub":  # the fill is converted to the dtype, checked (int64: 2**63 fails), as full's is
+        from .elementwise import checked_scalar
+        value = checked_scalar(value, d)
     return _leaf(np.full(input.shape, value, dtype=NP[d]), requires_grad)
 
 

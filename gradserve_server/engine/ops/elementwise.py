@@ -34,6 +34,7 @@ from .common import (
     is_number,
     mul_t,
     number_as,
+    refuse_uint64_with_bool,
     require_tensor,
     scale_t,
     zeros_like,
@@ -83,7 +84,7 @@ def _sub_alpha(a, b, alpha):
 def add(self, other, alpha=1):
     """torch.add(input, other, alpha=1): input + alpha * other."""
     if not isinstance(self, Tensor):  # torch.add(2, x): the number is a wrapped 0-d input
-        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
+        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self, like=other)
     dtype, a, b = binary_operands(self, other)
     if alpha != 1:
         _alpha_ok(alpha, dtype)
@@ -124,7 +125,7 @@ def sub(self, other, alpha=1):
     """torch.sub(input, other, alpha=1): input - alpha * other; a number input is wrapped as a 0-d tensor
     (SubBackward0, as torch.sub(2, x) records; ``2 - x`` is rsub)."""
     if not isinstance(self, Tensor):
-        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
+        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self, like=other)
     _sub_check(self, other)
     dtype, a, b = binary_operands(self, other)
     if alpha != 1:
@@ -200,7 +201,7 @@ def _(ctx, grad):
 def mul(self, other):
     """torch.mul(input, other). A Python number is saved as a wrapped 0-d tensor, as torch does."""
     if not isinstance(self, Tensor):  # torch.mul(2, x): the number is a wrapped 0-d input
-        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
+        self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self, like=other)
     dtype, a, b = binary_operands(self, other)
     out = kcall(np.multiply if dtype != D.BOOL else np.logical_and, a, b)
     if isinstance(other, Tensor):
@@ -287,6 +288,9 @@ def div(self, other, rounding_mode=None):
     if rounding_mode not in _ROUNDING:
         raise TorchRuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
                                 f"'{rounding_mode}'", code="invalid_argument")
+    for value, t in ((self, other), (other, self)):
+        if isinstance(t, Tensor):
+            refuse_uint64_with_bool(value, t.dtype)
     if not isinstance(self, Tensor):  # torch.div(2, x): the number is wrapped as a 0-d tensor
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
     dtype = D.result_type(self, other)
@@ -376,6 +380,10 @@ def _rsqrt_pow(a):
 
 
 def _pow_dtype_check(dtype, exponent):
+    if NP[dtype].kind in "iu" and is_number(exponent) and exponent >= 0:
+        # a Scalar exponent is read as an int64 (2**63 fails), then converted to the input's type (int8: 300 fails)
+        _bound(exponent, D.INT64)
+        _bound(exponent, dtype)
     if not D.is_floating(dtype) and is_number(exponent) and exponent < 0:
         raise TorchRuntimeError("Integers to negative integer powers are not allowed.", code="invalid_argument")
 
@@ -396,6 +404,8 @@ def pow(self, exponent):
     if isinstance(self, Tensor) and not isinstance(exponent, Tensor):
         if not is_number(exponent):
             raise InvalidArgumentError(f"pow(): exponent must be a Tensor or a number, got {type(exponent).__name__}")
+        if exponent.__class__ is int and exponent >= 1 << 63 and not D.is_floating(self.dtype):
+            _bound(exponent, D.INT64)  # (read as an int64 before any promotion: torch's overflow error)
         dtype, a, b = binary_operands(self, exponent)
         _pow_dtype_check(dtype, exponent)
         if exponent == -0.5 and D.is_floating(dtype):
@@ -1194,6 +1204,10 @@ def hardtanh(self, min_val=-1.0, max_val=1.0):
     if x.dtype.kind == "u" and (int(min_val) < 0 or int(max_val) < 0):  # the limits as the input's type
         raise TorchRuntimeError("cannot do hardtanh on an unsigned type with negative limits", code="invalid_argument")
     if x.dtype.kind != "f":  # an integer input keeps its dtype (torch clamps into it)
+        for limit in (min_val, max_val):  # an int limit is read as an int64 (2**63 fails), then converted
+            if limit.__class__ is int:    # (int8: 300 fails)
+                _bound(limit, D.INT64)
+                _bound(limit, D.of_array(x))
         out = np.clip(x.astype(np.float64), min_val, max_val).astype(x.dtype)
         return Tensor(out)
     out = np.clip(x, x.dtype.type(min_val), x.dtype.type(max_val))
@@ -1264,6 +1278,8 @@ def clamp(self, min=None, max=None):
                                               max if isinstance(max, Tensor) else None),
                       {"max": max if isinstance(max, Tensor) else None,
                        "min": min if isinstance(min, Tensor) else None, "self": self})
+    for v in (min, max):
+        refuse_uint64_with_bool(v, self.dtype)
     dtype = D.result_type(self, *(v for v in (min, max) if v is not None))
     x = self.data.astype(NP[dtype], copy=False)
     out = np.clip(x, _bound(min, dtype), _bound(max, dtype))
@@ -1466,12 +1482,15 @@ def where(condition, self, other):
     fast = _where_fast(cd, self, other, a, b)
     if fast is not None:
         return record("WhereBackward0", fast, (a, b), {"condition": condition})
+    for value, t in ((self, b), (other, a)):
+        if t is not None:
+            refuse_uint64_with_bool(value, t.dtype)
     dtype = D.result_type(self, other)
     shapes = [condition.shape] + [t.shape for t in (a, b) if t is not None]
     broadcast_all(*shapes)
     npdt = NP[dtype]
-    A = a.data.astype(npdt, copy=False) if a is not None else npdt.type(self)
-    B = b.data.astype(npdt, copy=False) if b is not None else npdt.type(other)
+    A = a.data.astype(npdt, copy=False) if a is not None else _bound(self, dtype)
+    B = b.data.astype(npdt, copy=False) if b is not None else _bound(other, dtype)
     out = np.where(condition.data, A, B)
     return record("WhereBackward0", np.asarray(out, dtype=npdt), (a, b), {"condition": condition})
 
@@ -1694,7 +1713,9 @@ def _addcdiv(a, b, c, value, npdt):
 def addcmul(self, tensor1, tensor2, value=1):
     """torch.addcmul(input, tensor1, tensor2, *, value=1): input + value * tensor1 * tensor2."""
     dtype, self, tensor1, tensor2 = _pointwise3("addcmul", "addcmul_cpu_out", self, tensor1, tensor2)
-    out = kcall(_addcmul, self.data, tensor1.data, tensor2.data, value, NP[dtype])
+    # into an integer type the value converts as torch's checked Scalar conversion does (its overflow error)
+    v = _bound(value, dtype) if NP[dtype].kind in "iu" else value
+    out = kcall(_addcmul, self.data, tensor1.data, tensor2.data, v, NP[dtype])
     return record("AddcmulBackward0", out, (self, tensor1, tensor2),
                   {"tensor1": tensor1, "tensor2": tensor2, "value": value})
 
