@@ -34,7 +34,7 @@ from .errors import (
 from .grad_mode import _grad_enabled, emit_warning, set_grad_enabled
 from .journal import array_, setattr_, setitem_
 from .kernel import kcall, kinplace
-from .node import Ctx, Node, SavedTensor, _freeing, release_all
+from .node import ACCUMULATE_GRAD, Ctx, Node, P, SavedTensor, _freeing, node_of, release_all
 from .ops import elementwise as _ew  # (the op table is loaded before this module: gradserve_server/engine/__init__.py)
 from .ops.common import sum_to
 from .ops.shape import clone, expand, stack, to
@@ -300,32 +300,8 @@ def _topological(roots: list[Node]) -> list[Node]:
     return order
 
 
-#: backward formulas torch computes with one ATen function (derivatives.yaml: ``gelu_backward``...): under
-#: create_graph each gradient they give is one node of that function's name, whose inputs are the incoming
-#: gradient and the node's saved tensors (so it requires grad when any of them does). The engine's VJP is
-#: written in engine ops; ``_fused`` records it privately and shows it as that one node.
-FUSED_BACKWARD = {
-    "LeakyReluBackward0": "LeakyReluBackwardBackward0",
-    "EluBackward0": "EluBackwardBackward0",
-    "GeluBackward0": "GeluBackwardBackward0",
-    "HardtanhBackward0": "HardtanhBackwardBackward0",
-    "LogSigmoidBackward0": "LogSigmoidBackwardBackward0",
-    "MseLossBackward0": "MseLossBackwardBackward0",
-    "SmoothL1LossBackward0": "SmoothL1LossBackwardBackward0",
-    "HuberLossBackward0": "HuberLossBackwardBackward0",
-    "BinaryCrossEntropyBackward0": "BinaryCrossEntropyBackwardBackward0",
-    "NllLossBackward0": "NllLossBackwardBackward0",
-    "NllLoss2DBackward0": "NllLoss2DBackwardBackward0",
-    "GluBackward0": "GluBackwardBackward0",
-    "ConvolutionBackward0": "ConvolutionBackwardBackward0",
-    "NativeLayerNormBackward0": "NativeLayerNormBackwardBackward0",
-    **{f"{kind}Pad{k}DBackward0": f"{kind}Pad{k}DBackwardBackward0"
-       for kind in ("Reflection", "Replication") for k in (1, 2, 3)},
-}
-
-#: fused backwards whose double backward leaves an input it does not depend on without a gradient (torch's
-#: _convolution_double_backward, layer_norm_double_backward, glu_double_backward: undefined, not zeros)
-FUSED_NO_ZEROS = {"ConvolutionBackward0", "NativeLayerNormBackward0", "GluBackward0"}
+#: the leaf's node kind, compared by name in the pass
+_ACC = ACCUMULATE_GRAD.name
 
 
 def _tensor_slots(ctx) -> list[str]:
@@ -334,7 +310,12 @@ def _tensor_slots(ctx) -> list[str]:
 
 def _fused(node: Node, prim, ctx: Ctx, grad: Tensor, name: str) -> tuple:
     """The VJP of ``node`` under create_graph, each non-None gradient as one ``name`` node that keeps the
-    formula's inputs (the incoming gradient and the saved tensors) and recomputes it when differentiated."""
+    formula's inputs (the incoming gradient and the saved tensors) and recomputes it when differentiated.
+
+    For backward formulas torch computes with one ATen function (derivatives.yaml: ``gelu_backward``...),
+    declared with the primitive (``vjp(..., double_backward="GeluBackwardBackward0")``): under create_graph
+    each gradient they give is one node of that function's name, whose inputs are the incoming gradient and
+    the node's saved tensors (so it requires grad when any of them does)."""
     outs = prim.vjp(ctx, grad)
     originals = [grad] + [getattr(ctx, k) for k in _tensor_slots(ctx)]
     edges = tuple(edge(t) for t in originals)
@@ -354,7 +335,7 @@ def _fused(node: Node, prim, ctx: Ctx, grad: Tensor, name: str) -> tuple:
             o = sum_to(o, shape)
         if o.data.dtype != dt:
             o = to(o, dt)
-        w = Tensor(o.data, True, Node(name, "FusedBackward", edges, saved, meta))
+        w = Tensor(o.data, True, Node(name, P.FusedBackward.name, edges, saved, meta))
         if o._fw_grad is not None:  # forward over reverse: the formula's ops gave the tangent
             w._fw_grad = o._fw_grad
             current_level().tensors.append(w)
@@ -368,8 +349,8 @@ def _fused_vjp(ctx, gg):
     Each input enters through a proxy node of its own, so the formula is differentiated with respect to each
     input separately (a saved tensor that is a function of another input is held fixed)."""
     fn, inputs = ctx.fn, ctx.inputs
-    proxies = [Tensor(t.data, True, Node("AliasBackward0", "AliasBackward0", (edge(t),), None,
-                                         ((t.data.shape, t.data.dtype),))) if t.requires_grad else t
+    proxies = [Tensor(t.data, True, node_of(P.AliasBackward0, (edge(t),), None, ((t.data.shape, t.data.dtype),)))
+               if t.requires_grad else t
                for t in inputs]
     formula = Ctx.__new__(Ctx)
     slots = [k for k, v in fn.saved.items() if isinstance(v, SavedTensor) and v.dtype in ("float32", "float64")]
@@ -392,14 +373,14 @@ def _fused_vjp(ctx, gg):
         got = _run((out,), [gg], True, _grad_enabled.get(), [proxies[i] for i in wrt], accumulate=False,
                    hooks=False)
     res = [None] * len(inputs)
-    zeros = fn.prim not in FUSED_NO_ZEROS
+    zeros = PRIMS[fn.prim].double_backward_zeros
     for i, g in zip(wrt, got):
         # an input the formula does not depend on gets zeros, as torch's formulas give (``self: zeros_like``)
         res[i] = g if g is not None or not zeros else Tensor(np.zeros(inputs[i].data.shape, inputs[i].data.dtype))
     return tuple(res)
 
 
-@jvp("FusedBackward")
+@jvp()
 def _fused_jvp(ctx, *tangents):
     """Not reached through ``record``: ``_fused`` gives each fused gradient the tangent its formula's ops
     computed (forward over reverse), and ``_fused_vjp`` records ordinary ops."""
@@ -451,8 +432,8 @@ def _apply(node: Node, grads: list, needs: tuple | None = None) -> list:
     ctx = Ctx(node)
     if needs is not None:
         ctx.needs = needs
-    fused = FUSED_BACKWARD.get(node.prim)
-    if fused is not None and grads[0] is not None and _grad_enabled.get():
+    fused = prim.double_backward
+    if fused and grads[0] is not None and _grad_enabled.get():
         outs = _fused(node, prim, ctx, grads[0], fused)
     else:
         outs = prim.vjp(ctx, grads[0] if prim.n_outputs == 1 else grads)
@@ -537,10 +518,10 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
         order = () if fast else _topological(root_nodes)
     else:
         order = _topological(root_nodes)
-        targets = {n for n, _ in input_edges if n is not None and n.prim == "AccumulateGrad"}
+        targets = {n for n, _ in input_edges if n is not None and n.prim == _ACC}
         captures = {}
         for idx, (n, nr) in enumerate(input_edges):
-            if n is not None and n.prim != "AccumulateGrad":
+            if n is not None and n.prim != _ACC:
                 captures.setdefault(n, []).append((idx, nr))
         # reach: nodes from which a target or a captured non-leaf input is reachable (themselves included);
         # needed: the function nodes among them that must run to get gradients there
@@ -595,7 +576,7 @@ def _run(roots: tuple, grads: list, retain_graph: bool, create_graph: bool, inpu
                         retained.append((t, buf[nr]))
             if pruned and node not in relevant:
                 continue
-            if node.prim == "AccumulateGrad":
+            if node.prim == _ACC:
                 if buf[0] is None:
                     continue
                 if accumulate:
@@ -729,7 +710,7 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
                 x = g[nr] if multi else g
                 if x is not None:
                     retained.append((t, x))
-        if not nexts and node.prim == "AccumulateGrad":
+        if not nexts and node.prim == _ACC:
             found(node)
             found(g)
             continue
@@ -819,8 +800,8 @@ def _accumulate_leaf(leaf: Tensor, g: Tensor, create_graph: bool, claimed: set) 
             new = Tensor(kcall(K.copy, g.data))
             if g.requires_grad:
                 new.requires_grad = True
-                new.grad_fn = Node("CopyBackwards", "CopyBackwards", ((None, 0), edge(g)), None,
-                                   (None, (g.data.shape, g.data.dtype)))
+                new.grad_fn = node_of(P.CopyBackwards, ((None, 0), edge(g)), None,
+                                      (None, (g.data.shape, g.data.dtype)))
             setattr_(leaf, "_grad", new)
         else:
             with set_grad_enabled(True):

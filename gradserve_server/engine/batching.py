@@ -6,7 +6,7 @@ more, leading, dimension (the batch), and each primitive's batching rule compute
 batch entries at once, in engine ops. Because every value is a real tensor, a batched pass under
 ``create_graph`` records a real graph (differentiable again), and saved tensors are never batched.
 
-Rules sit next to the primitive's VJP/JVP in the op table (``batching("MvBackward0", vjp=..., jvp=...)``);
+Rules sit next to the primitive's VJP/JVP in the op table (``batching(P.MvBackward0, vjp=..., jvp=...)``);
 most come by family:
 
 * elementwise primitives (their forward formula is ``elementwise_jvp`` or ``zero_jvp``) need no rule: their
@@ -26,7 +26,7 @@ from . import kernel as K
 from . import registry as R
 from .errors import BatchingUnsupported
 from .kernel import kcall
-from .registry import JVPS, PRIMS, F, JvpCtx, elementwise_jvp, per_output, zero_jvp
+from .registry import JVPS, PRIMS, F, JvpCtx, Prim, elementwise_jvp, per_output, zero_jvp
 from .tensor import Tensor
 
 __all__ = ["BatchingUnsupported", "batching", "SAME", "shifted", "vjp_rule", "jvp_rule", "sum_to_batched",
@@ -40,8 +40,9 @@ BATCH_VJP: dict = {}
 BATCH_JVP: dict = {}
 
 
-def batching(name: str, vjp=None, jvp=None) -> None:
-    """Declare the batching rules of primitive ``name`` (``SAME``, ``shifted(...)`` or a function)."""
+def batching(prim: Prim, vjp=None, jvp=None) -> None:
+    """Declare the batching rules of primitive ``prim`` (its handle; ``SAME``, ``shifted(...)`` or a function)."""
+    name = prim.name
     if vjp is not None:
         BATCH_VJP[name] = vjp
     if jvp is not None:
@@ -125,7 +126,7 @@ def shifted(sizes=("self_sym_sizes",), dims=()):
     def jvp(ctx, batch, *tangents):
         if dims and any(isinstance(t, Tensor) and not t.data.ndim for t in ctx.inputs):
             raise BatchingUnsupported("0-d")
-        return JVPS[ctx._prim](_Shifted(ctx, batch, sizes, dims), *tangents)
+        return JVPS[ctx._prim.name](_Shifted(ctx, batch, sizes, dims), *tangents)
 
     return {"vjp": vjp, "jvp": jvp}
 
@@ -165,12 +166,12 @@ def expand_batched(t: Tensor, batch: int, shape: tuple) -> Tensor:
     return F.contiguous(F.expand(t, (batch, *shape)))
 
 
-def forward(prim_name: str, outs, inputs: tuple, saved, tangents: list, level) -> None:
+def forward(prim: Prim, outs, inputs: tuple, saved, tangents: list, level) -> None:
     """Forward mode in a batched dual level: every tangent is ``(B, *shape)``; give the outputs theirs."""
-    rule = jvp_rule(prim_name)
+    rule = jvp_rule(prim.name)
     batch = level.batch
     targets = outs if outs.__class__ is tuple else (outs,)
-    res = per_output(rule(JvpCtx(PRIMS.get(prim_name), inputs, saved, outs), batch, *tangents), outs)
+    res = per_output(rule(JvpCtx(prim, inputs, saved, outs), batch, *tangents), outs)
     ref = next(t for t in tangents if t is not None)
     for o, r in zip(targets, res):
         od = o.data

@@ -69,7 +69,7 @@ from . import sources as S
 from .autograd import _apply, _run_all
 from .budget import SMALL_RESPONSE_ELEMENTS, Budget
 from .grad_mode import Limits, WarningSink, set_grad_enabled
-from .node import Node, SavedTensor
+from .node import ACCUMULATE_GRAD, Node, SavedTensor
 from .program import (
     _INDEX,
     _PLAIN,
@@ -123,7 +123,7 @@ _FRAG_BYTES = 512
 _VJPS_PER_FRAG = 16
 #: actions a composed run covers (anything else: the list runs cold)
 _ACTIONS = frozenset({"backward", "del", "bind", "retain_grad"})
-_ACC = "AccumulateGrad"
+_ACC = ACCUMULATE_GRAD.name
 _CHECK_EVERY = 32  # ops between two reads of the deadline
 _CHECK_MASK = _CHECK_EVERY - 1
 _CODEGEN_MAX = 24  # a fragment of more steps or inputs is interpreted, not compiled

@@ -25,12 +25,10 @@ from .errors import InvalidArgumentError, TorchRuntimeError
 from .functional import _to_json, from_json, plain_copy
 from .grad_mode import _grad_enabled, set_grad_enabled
 from .journal import setattr_, setitem_
-from .node import Node, SavedTensor
-from .registry import PRIMS, Prim, edge, no_jvp
+from .node import Node, SavedTensor, node_of
+from .registry import P, edge, no_jvp, vjp
 from .tensor import Tensor
 
-PRIM = "CustomFunctionBackward"
-_ERROR = "Error"
 _ONCE = "trying to differentiate twice a function that was marked with @once_differentiable"
 
 
@@ -184,7 +182,8 @@ def _wrap(fdef: CustomFunctionDef, inputs: list, raw: list, saved: list) -> tupl
     differentiable = _grad_enabled.get() and any(needs)
     node = None
     if differentiable:
-        node = Node(f"{fdef.name}Backward", PRIM, tuple(edge(t) if n else (None, 0) for t, n in zip(inputs, needs)),
+        node = Node(f"{fdef.name}Backward", P.CustomFunctionBackward.name,
+                    tuple(edge(t) if n else (None, 0) for t, n in zip(inputs, needs)),
                     {}, tuple((t.data.shape, t.data.dtype) if n else None for t, n in zip(inputs, needs)), len(raw))
         node._needs = needs
     dirty = [t for p, t in zip(fdef.inputs, inputs) if p is not None and p in fdef.dirty]
@@ -293,8 +292,8 @@ def _delayed_error(results: list) -> list:
     ``Error`` node whose backward raises."""
     leaves = [None if r is None else Tensor(r.data, True) for r in results]
     live = [t for t in leaves if t is not None]
-    node = Node(_ERROR, _ERROR, tuple(edge(t) for t in live), {},
-                tuple((t.data.shape, t.data.dtype) for t in live), len(live))
+    node = node_of(P.Error, tuple(edge(t) for t in live), {}, tuple((t.data.shape, t.data.dtype) for t in live),
+                   len(live))
     out, k = [], 0
     for t in leaves:
         if t is None:
@@ -311,7 +310,7 @@ def _error_vjp(ctx, grads):
 
 # two prims whose nodes are made here, not by registry.record (their inputs and outputs vary per node): n_outputs
 # other than 1, so that the VJP gets every output's gradient
-PRIMS[PRIM] = Prim(PRIM, (), _vjp, {}, 2)
-PRIMS[_ERROR] = Prim(_ERROR, (), _error_vjp, {}, 2)
-no_jvp(PRIM, "a custom autograd.Function without a jvp staticmethod")
-no_jvp(_ERROR, "DelayedError")
+vjp("CustomFunctionBackward", inputs=(), n_outputs=2)(_vjp)
+no_jvp(P.CustomFunctionBackward, "a custom autograd.Function without a jvp staticmethod")
+vjp("Error", inputs=(), n_outputs=2, cpp=True)(_error_vjp)
+no_jvp(P.Error, "DelayedError")

@@ -2,7 +2,7 @@
 
 A tensor's tangent lives in its ``_fw_grad`` slot while a dual level is active. ``record()`` (the one place
 every differentiable primitive goes through) computes the output's tangent with the primitive's JVP, declared
-next to its VJP (``@jvp("MulBackward0")``), when a level is active and some input has a tangent; the JVP is
+next to its VJP (``@jvp(P.MulBackward0)``), when a level is active and some input has a tangent; the JVP is
 written in engine ops, so a tangent is itself differentiable in reverse mode (reverse-over-forward) and a
 VJP run inside a level propagates tangents (forward-over-reverse).
 
@@ -24,7 +24,7 @@ from .errors import BatchingUnsupported, InvalidArgumentError, TorchRuntimeError
 from .journal import setattr_
 from .kernel import kcall
 from .ops.shape import _as_view
-from .registry import record, with_layout
+from .registry import P, record, with_layout
 from .tensor import Tensor
 
 UnpackedDualTensor = namedtuple("UnpackedDualTensor", ["primal", "tangent"])
@@ -141,7 +141,7 @@ def _dual_view(tensor):
     """The dual's primal: a view of ``tensor`` (ViewBackward0), recorded with forward mode off."""
     token = _level.set(None)
     try:
-        return _as_view(record("ViewBackward0", kcall(K.view, tensor.data), (tensor,),
+        return _as_view(record(P.ViewBackward0, kcall(K.view, tensor.data), (tensor,),
                                {"self_sym_sizes": tensor.data.shape}), tensor)
     finally:
         _level.reset(token)
@@ -168,7 +168,7 @@ def _unpack(tensor, level, cur) -> UnpackedDualTensor:
         raise TorchRuntimeError("Invalid level given to _fw_primal", code="invalid_dual_level")
     token = _level.set(None)
     try:
-        primal = _as_view(record("Identity", tensor.data.view(), (tensor,)), tensor)
+        primal = _as_view(record(P.Identity, tensor.data.view(), (tensor,)), tensor)
     finally:
         _level.reset(token)
     if cur is not None:

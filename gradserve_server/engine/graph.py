@@ -17,8 +17,11 @@ import math
 import numpy as np
 
 from .errors import UnknownTensorError
-from .node import Node, SavedTensor
+from .node import ACCUMULATE_GRAD, Node, P, SavedTensor
 from .tensor import Tensor
+
+_ACC = ACCUMULATE_GRAD.name
+_COPY_SLICES = P.CopySlices.name
 
 
 def _plain(v):
@@ -104,7 +107,7 @@ def export_graph(tensors: dict, root: str | None = None) -> dict:
         for c, _ in n.next_functions:
             if c is not None:
                 node_id(c)
-        fn = n.saved.get("fn") if n.name == "CopySlices" else None
+        fn = n.saved.get("fn") if n.name == _COPY_SLICES else None
         if isinstance(fn, Node):
             node_id(fn)
 
@@ -118,9 +121,9 @@ def export_graph(tensors: dict, root: str | None = None) -> dict:
     nodes = []
     for n in order:
         entry = {"id": ids[id(n)], "name": n.name,
-                 "kind": "accumulate_grad" if n.name == "AccumulateGrad" else "function",
+                 "kind": "accumulate_grad" if n.name == _ACC else "function",
                  "next_functions": [None if c is None else [ids[id(c)], nr] for c, nr in n.next_functions]}
-        if n.name == "AccumulateGrad":
+        if n.name == _ACC:
             entry["variable"] = names_by_id.get(id(n.variable))
             entry["tensor"] = entry["variable"]
             variable = n.variable
@@ -132,7 +135,7 @@ def export_graph(tensors: dict, root: str | None = None) -> dict:
             entry["tensor_info"] = None if t is None else tensor_info(entry["tensor"], t)
         saved = []
         for slot, v in n.saved.items():
-            if slot == "function" and n.prim == "CustomFunctionBackward":
+            if slot == "function" and n.prim == P.CustomFunctionBackward.name:
                 continue  # a custom Function's backward bodies (engine.custom_function): not a saved value
             item = {"name": f"_saved_{slot}"}
             if isinstance(v, SavedTensor):

@@ -9,6 +9,8 @@ in the primitive table by name, so a graph can be serialised and restored.
 from __future__ import annotations
 
 import contextvars
+import sys
+from types import ModuleType
 from weakref import ref as _weakref
 
 from .dtypes import _FROM_NP, LEGACY_NAMES
@@ -24,7 +26,71 @@ _freeing: contextvars.ContextVar[bool] = contextvars.ContextVar("gradserve_freei
 #: the Tensor class, for a saved output rebuilt on unpack: a slot tensor.py fills at import (it imports this
 #: module for Node)
 tensor_class = None
-_CPP_NODES = {"AccumulateGrad", "CopySlices", "CopyBackwards", "NotImplemented", "Identity", "Error"}
+
+
+class Prim:
+    """A primitive: one kind of autograd node (torch's ``grad_fn`` class, ``MulBackward0``). Its name is written
+    once, where it is declared (``registry.vjp("MulBackward0", ...)``, or ``declare`` for a node without a
+    VJP); every other place holds the handle, ``P.MulBackward0``: the op that records it, its forward formula
+    and batching rules, an op's ``grad_fns``. The handle carries what the backward pass reads of it: its
+    differentiable inputs, its VJP, which input's gradient needs which saved slot, its number of outputs, the
+    name of the one node torch shows for its double backward, and whether torch writes it in C++."""
+
+    __slots__ = ("name", "inputs", "vjp", "needed_by", "n_outputs", "needed_idx", "double_backward",
+                 "double_backward_zeros", "cpp", "declared", "module")
+
+    def __init__(self, name: str, inputs: tuple = (), vjp=None, needed_by: dict | None = None, n_outputs: int = 1,
+                 needed_idx: dict | None = None):
+        self.name = name
+        self.inputs = inputs
+        self.vjp = vjp
+        self.needed_by = needed_by if needed_by is not None else {}  # saved slot -> input names needing it
+        self.n_outputs = n_outputs
+        self.needed_idx = needed_idx if needed_idx is not None else {}  # the same by input position
+        self.double_backward = ""          # torch's one node for a gradient of it under create_graph, else ""
+        self.double_backward_zeros = True  # that node gives zeros (not None) for an input it does not use
+        self.cpp = False                   # torch's class is C++-defined: named torch::autograd::<name>
+        self.declared = False
+        self.module = ""                   # the module that declares it (the one place its name is written)
+
+    def __repr__(self) -> str:
+        return f"<primitive {self.name}>"
+
+
+def _undeclared(name: str) -> Prim:
+    """``P.<name>`` before its declaration ran (a reference above it, or from a module imported first): the
+    handle, which the declaration fills. A handle never declared fails the one-place test."""
+    if not name[:1].isupper():  # a grad_fn name is a class name; anything else is a question about the module
+        raise AttributeError(name)
+    p = Prim(name)
+    setattr(P, name, p)
+    return p
+
+
+#: every primitive by its grad_fn name (``P.MulBackward0``): the handles. A module object, so that reading a
+#: handle costs what reading a module global does
+P = ModuleType("gradserve_server.engine.node.P", "The primitives by grad_fn name, filled by their declarations.")
+P.__getattr__ = _undeclared
+
+
+def declare(name: str, *, cpp: bool = False, module: str = "") -> Prim:
+    """Declare node kind ``name`` once and return its handle: a primitive (``registry.vjp`` declares those with
+    a VJP through this) or a name torch shows for a node another primitive computes."""
+    p = getattr(P, name)
+    if p.declared:
+        raise RuntimeError(f"duplicate primitive {name}")
+    p.declared = True
+    p.module = module or sys._getframe(1).f_globals.get("__name__", "")
+    if cpp:
+        p.cpp = True
+        _CPP_NODES.add(name)
+    return p
+
+
+#: node kinds whose torch class is C++-defined (declared with ``cpp=True``)
+_CPP_NODES: set[str] = set()
+#: the leaf's node (torch's AccumulateGrad): no VJP, the backward pass writes the leaf's ``.grad``
+ACCUMULATE_GRAD = declare("AccumulateGrad", cpp=True)
 
 
 class SavedTensor:
@@ -147,6 +213,12 @@ def _version_message(t, saved: SavedTensor, node: Node) -> str:
             f"expected version {saved.version} instead. {VERSION_HINT}")
 
 
+def node_of(prim: Prim, next_functions: tuple, saved: dict | None = None, input_meta: tuple = (),
+            n_outputs: int = 1) -> Node:
+    """A node of primitive ``prim`` (made directly, not by ``registry.record``: views, in-place ops, backward)."""
+    return Node(prim.name, prim.name, next_functions, saved, input_meta, n_outputs)
+
+
 class Node:
     """A backward function. ``saved`` maps torch slot names (``self``, ``other``, ``result``, ``dim``) to
     ``SavedTensor`` objects, ``None`` (slot not saved) or plain values."""
@@ -257,7 +329,7 @@ def _release_other(node: Node) -> None:
                         j.append((0, x, "tensor", x.tensor))
                     x.tensor = None
         elif isinstance(v, Node):  # CopySlices keeps the in-place op's node and drops it (torch: fn_ = nullptr)
-            if node.prim == "CopySlices":  # a fused double-backward node only refers to its formula's node
+            if node.prim == P.CopySlices.name:  # a fused double-backward node only refers to its formula's node
                 v.release()
             if j is not None:
                 j.append((1, node.saved, k, v))

@@ -87,7 +87,7 @@ from . import route as R
 from . import sources as S
 from .functional import TRANSFORMS
 from .grad_mode import WarningSink
-from .node import Node, SavedTensor
+from .node import ACCUMULATE_GRAD, Node, SavedTensor
 from .ops.creation import Owned
 from .program import (
     _TENSOR,
@@ -111,6 +111,7 @@ from .views import accumulator
 INPUT_OPS = frozenset({"tensor"})
 #: autograd and name actions a plan may contain (structural: no arrays of their own)
 PLANNABLE_ACTIONS = frozenset({"backward", "grad", "del", "bind", "retain_grad", "zero_grad", "set_grad"})
+_ACC = ACCUMULATE_GRAD.name
 _PLAN_IDS = itertools.count(1)  # numbers a plan's compiled chunks' file names (``engine.sources``)
 _STEP_BYTES = 160      # a lower bound of a tape step's size: a plan surely too large is not compiled
 _CHECK_EVERY = 256     # replay checks the deadline every this many kernel calls
@@ -1814,12 +1815,12 @@ def _graph_template(roots: list, preset: dict, new: dict):
                 order.append(n)
                 continue
             stack.append((n, True))
-            if n.prim != "AccumulateGrad":
+            if n.prim != _ACC:
                 stack.extend((c, False) for c, _ in n.next_functions if c is not None and id(c) not in index)
     by_id = {id(t): name for name, t in preset.items()}
     nodes = []
     for n in order:
-        if n.prim == "AccumulateGrad":
+        if n.prim == _ACC:
             v = n.variable
             if v is None or v._accumulator is not n:
                 return Unplannable("session_state", "a graph reaches an accumulator of no session tensor")

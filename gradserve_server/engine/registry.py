@@ -3,17 +3,19 @@
 Two kinds of entries, in the spirit of PyTorch's ``derivatives.yaml``:
 
 * **backward primitives** (``@vjp("MulBackward0", inputs=("self", "other"), saves=...)``): keyed by the
-  torch ``grad_fn`` class name, i.e. one entry per overload. Each holds the VJP, written in engine ops so
-  that it is differentiable again, the names of its differentiable inputs (the ``next_functions`` order)
-  and which saved slot is needed by which input's gradient (torch saves ``self`` of ``x * c`` only when
-  ``c`` requires grad).
-* **forward formulas** (``@jvp("MulBackward0")``, right after the VJP): the JVP of the same primitive, also
-  in engine ops (so a tangent is differentiable again); ``record`` runs it inside a dual level when an input
-  has a tangent. ``elementwise_jvp`` (derived from an elementwise VJP), ``weighted_tangent`` (reductions,
-  losses) and ``zero_jvp`` keep most entries one line; ``no_jvp`` marks a primitive torch has no formula for.
+  torch ``grad_fn`` class name, i.e. one entry per overload. The declaration is the one place that name is
+  written: every other place holds the primitive's handle, ``P.MulBackward0`` (a ``node.Prim``). Each holds
+  the VJP, written in engine ops so that it is differentiable again, the names of its differentiable inputs
+  (the ``next_functions`` order) and which saved slot is needed by which input's gradient (torch saves
+  ``self`` of ``x * c`` only when ``c`` requires grad).
+* **forward formulas** (``@jvp()`` right after the VJP; ``@jvp(P.SortBackward0)`` for one declared above):
+  the JVP of the same primitive, also in engine ops (so a tangent is differentiable again); ``record`` runs
+  it inside a dual level when an input has a tangent. ``elementwise_jvp`` (derived from an elementwise VJP),
+  ``weighted_tangent`` (reductions, losses) and ``zero_jvp`` keep most entries one line; ``no_jvp`` marks a
+  primitive torch has no formula for.
 * **public ops** (``@op("mul", tensors=("self", "other"))``): the torch function or method a program
   calls. It computes the forward with numpy, picks the primitive for the argument form
-  (``x ** 2`` -> PowBackward0, ``x ** t`` -> PowBackward1) and calls ``record``.
+  (``x ** 2`` -> ``P.PowBackward0``, ``x ** t`` -> ``P.PowBackward1``) and calls ``record``.
 
 The op catalog, program argument resolution and the op tests are generated from these tables.
 """
@@ -21,6 +23,7 @@ The op catalog, program argument resolution and the op tests are generated from 
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -32,20 +35,9 @@ from .dual import _elem_strides, tangent_of
 from .dual import _level as _fw_level
 from .errors import TorchRuntimeError
 from .grad_mode import _grad_enabled
-from .node import Node, SavedTensor
+from .node import Node, P, Prim, SavedTensor, declare
 from .tensor import Tensor
 from .views import _edge, accumulator, edge, is_grad_leaf_view, view_grad_fn  # noqa: F401  (the table's names)
-
-
-@dataclass(frozen=True)
-class Prim:
-    name: str
-    inputs: tuple[str, ...]
-    vjp: Callable
-    needed_by: dict          # saved slot -> tuple of input names whose gradient needs it (empty: always)
-    n_outputs: int = 1
-    # needed_by with input positions (edge indices) instead of names, for record's conditional saving
-    needed_idx: dict = field(default_factory=dict, compare=False)
 
 
 @dataclass
@@ -54,8 +46,8 @@ class OpSpec:
     fn: Callable
     tensors: tuple[str, ...] = ()          # parameters that take a tensor (a name in a program)
     tensor_lists: tuple[str, ...] = ()     # parameters that take a list of tensors
-    #: grad_fn names this op can produce; None: the primitives its function records, in the order it names
-    #: them (``recorded_grad_fns``), so that a grad_fn name is written where the primitive is, not again here
+    #: grad_fn names this op can produce (declared as handles, ``grad_fns=(P.ViewBackward0,)``); None: the
+    #: primitives its function records, in the order it names them (``recorded_grad_fns``)
     grad_fns: tuple[str, ...] | None = None
     differentiable: bool = True
     inplace: bool = False
@@ -162,19 +154,36 @@ apply_node = _autograd_not_loaded
 _declaring: list[str | None] = [None]
 
 
-def vjp(name: str, inputs: tuple[str, ...], saves: dict | tuple = (), n_outputs: int = 1, jvp: Callable | None = None):
-    """Register the VJP of a backward primitive. ``saves`` lists saved slots, or maps a slot to the inputs
+def vjp(name: str, inputs: tuple[str, ...], saves: dict | tuple = (), n_outputs: int = 1, jvp: Callable | None = None,
+        double_backward: str | Prim = "", double_backward_zeros: bool = True, cpp: bool = False):
+    """Declare a backward primitive by its torch grad_fn name (the one place that name is written; the code
+    refers to its handle, ``P.<name>``) with its VJP. ``saves`` lists saved slots, or maps a slot to the inputs
     whose gradient needs it (the slot is then saved only if one of them requires grad). ``jvp``: its forward
     formula when it is a shared one (``elementwise_jvp``, ``zero_jvp``...); a formula of its own follows the
-    VJP as ``@jvp()``."""
+    VJP as ``@jvp()``. ``double_backward``: the node torch shows for a gradient of it under create_graph when
+    torch computes it with one function (``"GeluBackwardBackward0"``, declared here as a node name; the handle
+    of a primitive of that name declared elsewhere; ``double_backward_zeros=False``: that function leaves an
+    input it does not use without a gradient); ``cpp``: torch's node class is C++-defined."""
     needed_by = dict(saves) if isinstance(saves, dict) else {s: () for s in saves}
     forward = jvp
+    module = sys._getframe(1).f_globals.get("__name__", "")  # the declaring module (its VJP may be shared)
 
     def deco(fn):
-        if name in PRIMS:
-            raise RuntimeError(f"duplicate primitive {name}")
-        idx = {slot: tuple(inputs.index(u) for u in users) for slot, users in needed_by.items() if users}
-        PRIMS[name] = Prim(name, tuple(inputs), fn, needed_by, n_outputs, idx)
+        p = declare(name, cpp=cpp, module=module)
+        p.inputs = tuple(inputs)
+        p.vjp = fn
+        p.needed_by = needed_by
+        p.n_outputs = n_outputs
+        p.needed_idx = {slot: tuple(inputs.index(u) for u in users) for slot, users in needed_by.items() if users}
+        if double_backward.__class__ is str:
+            if double_backward:
+                # a node name only: the backward pass makes such nodes (autograd._fused)
+                declare(double_backward, module=module)
+            p.double_backward = double_backward
+        else:
+            p.double_backward = double_backward.name
+        p.double_backward_zeros = double_backward_zeros
+        PRIMS[name] = p
         _declaring[0] = name
         if forward is not None:
             _register_jvp(name, forward)
@@ -189,9 +198,15 @@ def _register_jvp(name: str, fn: Callable) -> None:
     JVPS[name] = fn
 
 
-def jvp(name: str | None = None):
+def _name(prim: Prim) -> str:
+    if prim.__class__ is not Prim:  # a grad_fn name is written once, in its declaration
+        raise TypeError(f"expected a primitive's handle (P.{prim}), got {prim!r}")
+    return prim.name
+
+
+def jvp(prim: Prim | None = None):
     """Register the forward (JVP) formula of a backward primitive, right after its VJP (``@jvp()``: the
-    primitive the VJP just above declared; a name for one declared elsewhere):
+    primitive the VJP just above declared; its handle, ``@jvp(P.SortBackward0)``, for one declared elsewhere):
 
     ``fn(ctx, *tangents)`` gets one tangent per entry of the primitive's ``inputs`` (None: a zero tangent) and
     returns the output's tangent (a tuple for multi-output primitives; None: zero). ``ctx`` holds every value
@@ -200,10 +215,10 @@ def jvp(name: str | None = None):
     forward AD off and grad mode as it is, so a tangent is differentiable again. The engine makes the tangent
     the output's shape (broadcast), a fresh tensor, and zeros when the formula says None."""
 
-    prim = name or _declaring[0]
+    name = _name(prim) if prim is not None else _declaring[0]
 
     def deco(fn):
-        _register_jvp(prim, fn)
+        _register_jvp(name, fn)
         return fn
 
     return deco
@@ -212,8 +227,8 @@ def jvp(name: str | None = None):
 def elementwise_jvp(ctx, *tangents):
     """The JVP of an elementwise primitive from its own VJP: each input's VJP is ``grad * df/dx_i``
     (broadcasting, no reduction), so the JVP is the sum over inputs of that VJP applied to the input's
-    tangent. ``jvp("ExpBackward0")(elementwise_jvp)`` keeps such entries one line."""
-    vjp_fn = PRIMS[ctx._prim].vjp
+    tangent. ``vjp(..., jvp=elementwise_jvp)`` keeps such entries one line."""
+    vjp_fn = ctx._prim.vjp
     n = len(tangents)
     out = None
     for i, t in enumerate(tangents):
@@ -235,7 +250,7 @@ def weighted_tangent(ctx, *tangents):
     """For primitives where each input element feeds one output element (reductions, losses): the VJP with
     an all-ones gradient gives each element's derivative, so ``sum_i t_i * vjp_i(ones)`` summed over the
     reduced dimensions (by the caller) is the JVP."""
-    vjp_fn = PRIMS[ctx._prim].vjp
+    vjp_fn = ctx._prim.vjp
     n = len(tangents)
     r = ctx.result
     ones = Tensor(np.ones(r.data.shape, r.data.dtype))
@@ -250,10 +265,10 @@ def weighted_tangent(ctx, *tangents):
     return out
 
 
-def no_jvp(name: str, aten: str) -> None:
+def no_jvp(prim: Prim, aten: str) -> None:
     """Mark a primitive torch has no forward formula for; forward AD through it raises torch's
     NotImplementedError naming ``aten``."""
-    NO_JVP[name] = aten
+    NO_JVP[_name(prim)] = aten
 
 
 #: families whose ops' cost follows their inputs' sizes (an op says otherwise with ``cost=``)
@@ -261,7 +276,7 @@ _COST_OF_FAMILY = {f: "inputs" for f in ("elementwise", "reduction", "shape", "i
 
 
 def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...] = (),
-       grad_fns: tuple[str, ...] | None = None, differentiable: bool = True, inplace: bool = False,
+       grad_fns: tuple[Prim, ...] | None = None, differentiable: bool = True, inplace: bool = False,
        method: bool = True, aliases: tuple[str, ...] = (), family: str = "", returns: tuple[str, ...] = (),
        plannable: bool = False, meta_only: tuple[str, ...] = (), **facts):
     """Register a public op (torch function/method) under its torch name. ``returns``: the field names of the
@@ -273,8 +288,8 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
         sig = inspect.signature(fn)
         doc = (inspect.getdoc(fn) or "").strip().splitlines()
         spec = OpSpec(name=name, fn=fn, tensors=tuple(tensors), tensor_lists=tuple(tensor_lists),
-                      grad_fns=tuple(grad_fns) if grad_fns is not None else None, differentiable=differentiable,
-                      inplace=inplace, method=method,
+                      grad_fns=tuple(_name(g) for g in grad_fns) if grad_fns is not None else None,
+                      differentiable=differentiable, inplace=inplace, method=method,
                       family=family or fn.__module__.rsplit(".", 1)[-1], doc=doc[0] if doc else "",
                       params=tuple(sig.parameters.values()), aliases=tuple(aliases), returns=tuple(returns),
                       plannable=plannable, meta_only=tuple(meta_only), **facts)
@@ -296,17 +311,18 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
 
 
 def recorded_grad_fns(spec: OpSpec) -> tuple[str, ...]:
-    """The op's grad_fn names: as declared, else the primitives its function names (``record("ExpBackward0",
+    """The op's grad_fn names: as declared, else the primitives its function names (``record(P.ExpBackward0,
     ...)``, in its code or the code of functions defined in it), in order; found once, after every primitive
     is declared (the catalog asks)."""
     if spec.grad_fns is None:
         names: list[str] = []
 
         def walk(code) -> None:
-            for c in code.co_consts:
-                if c.__class__ is str and c in PRIMS and c not in names:
+            for c in code.co_names:
+                if c in PRIMS and c not in names:
                     names.append(c)
-                elif inspect.iscode(c):
+            for c in code.co_consts:
+                if inspect.iscode(c):
                     walk(c)
 
         walk(inspect.unwrap(spec.fn).__code__)
@@ -351,8 +367,9 @@ _SCALAR_META1 = _ScalarMeta1({dt: (m,) for dt, m in _SCALAR_META.items()})
 _NEEDS = tuple(tuple(tuple(bool(mask >> i & 1) for i in range(n)) for mask in range(1 << n)) for n in range(5))
 
 
-def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
-    """Wrap forward output(s) in Tensor(s); when grad is needed, create the node.
+def record(prim: Prim, data, inputs: tuple, saved: dict | None = None):
+    """Wrap forward output(s) in Tensor(s); when grad is needed, create the node of primitive ``prim`` (its
+    handle, ``P.ExpBackward0``).
 
     ``inputs`` are the primitive's differentiable inputs in edge order (Tensor or None for a number).
     ``saved`` maps slot -> value; a Tensor value becomes a SavedTensor, the string ``"result"`` stands
@@ -407,21 +424,22 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
     if not mask:
         outs = tuple([Tensor(d) for d in data]) if multi else Tensor(data)
         if _fw_active() is not None:
-            _forward(prim_name, outs, inputs, saved)
+            _forward(prim, outs, inputs, saved)
         return outs
     n = len(nexts)
     needs = _NEEDS[n][mask] if n <= 4 else tuple(bool(mask >> i & 1) for i in range(n))
     if n != 1:
         nexts = tuple(nexts)
         meta = tuple(meta)
-    node = Node(prim_name, prim_name, nexts, None, meta, len(data) if multi else 1)
+    name = prim.name
+    node = Node(name, name, nexts, None, meta, len(data) if multi else 1)
     node._needs = needs
     if multi:
         outs = tuple([Tensor(d, True, node, i) for i, d in enumerate(data)])
     else:
         outs = Tensor(data, True, node, 0)
     if saved:
-        needed = PRIMS[prim_name].needed_idx
+        needed = prim.needed_idx
         s = node.saved
         for slot, value in saved.items():
             if needed:
@@ -453,7 +471,7 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
             else:
                 s[slot] = value
     if _fw_active() is not None:
-        _forward(prim_name, outs, inputs, saved)
+        _forward(prim, outs, inputs, saved)
     return outs
 
 
@@ -480,7 +498,7 @@ class JvpCtx:
                 i = _output_ref(v) if v.__class__ is str else None
                 d[k] = v if i is None else (outs if v == "result" or outs.__class__ is not tuple else outs[i])
         d["result"] = outs
-        d["_prim"] = prim.name if prim is not None else None
+        d["_prim"] = prim
 
 
 _NO_FW = ("Trying to use forward AD with {} that does not support it because it has not been implemented yet.\n"
@@ -489,7 +507,7 @@ _NO_FW = ("Trying to use forward AD with {} that does not support it because it 
           "derivatives.yaml")
 
 
-def _forward(prim_name: str, outs, inputs: tuple, saved: dict | None) -> None:
+def _forward(prim: Prim, outs, inputs: tuple, saved: dict | None) -> None:
     """Forward mode: give the output(s) their tangent when some input has one (a dual level is active)."""
     tangents = []
     found = False
@@ -511,16 +529,17 @@ def _forward(prim_name: str, outs, inputs: tuple, saved: dict | None) -> None:
     if level.batch is not None:  # functional.jacobian(strategy="forward-mode", vectorize=True): batched
         token = _fw_level.set(None)  # tangents, through the primitive's batching rule
         try:
-            return batched_forward(prim_name, outs, inputs, saved, tangents, level)
+            return batched_forward(prim, outs, inputs, saved, tangents, level)
         finally:
             _fw_level.reset(token)
-    fn = JVPS.get(prim_name)
+    name = prim.name
+    fn = JVPS.get(name)
     if fn is None:
-        raise TorchRuntimeError(_NO_FW.format(NO_JVP.get(prim_name, prim_name)), code="forward_ad_not_implemented",
+        raise TorchRuntimeError(_NO_FW.format(NO_JVP.get(name, name)), code="forward_ad_not_implemented",
                                 exception="NotImplementedError")
     token = _fw_level.set(None)
     try:
-        res = per_output(fn(JvpCtx(PRIMS.get(prim_name), inputs, saved, outs), *tangents), outs)
+        res = per_output(fn(JvpCtx(prim, inputs, saved, outs), *tangents), outs)
         ref = next(t for t in tangents if t is not None)
         for o, r in zip(targets, res):
             if o.data.dtype.kind != "f":
@@ -563,6 +582,6 @@ def with_layout(tangent, like: np.ndarray):
     np.copyto(arr, d)
     token = _fw_level.set(None)
     try:
-        return record("CloneBackward0", arr, (tangent,))
+        return record(P.CloneBackward0, arr, (tangent,))
     finally:
         _fw_level.reset(token)

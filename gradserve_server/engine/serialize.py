@@ -26,7 +26,7 @@ from . import dtypes as D
 from .errors import EngineError
 from .functional import from_json
 from .generator import Generator
-from .node import Node, SavedTensor
+from .node import ACCUMULATE_GRAD, Node, SavedTensor
 from .program import State, function_def
 from .registry import PRIMS
 from .tensor import VIEW_DEFAULT, VIEW_MULTI, VIEW_NO_GRAD, Tensor
@@ -400,7 +400,7 @@ def _loads(blob: bytes) -> State:
     for n, e in zip(nodes, entries_n):
         n.name, n.prim, n.n_outputs = e["name"], e["prim"], e["n_outputs"]
         if n.name.__class__ is not str or n.n_outputs.__class__ is not int \
-                or (n.prim not in PRIMS and n.prim != "AccumulateGrad"):
+                or (n.prim not in PRIMS and n.prim != ACCUMULATE_GRAD.name):
             _bad("backward function", e)
         n.input_meta = tuple(None if m is None else (tuple(m[0]), NP[m[1]]) for m in e["input_meta"])
         nexts = []

@@ -19,7 +19,7 @@ from .dual import _level as _fw_level
 from .errors import TorchRuntimeError
 from .grad_mode import _grad_enabled
 from .journal import setattr_, setitem_
-from .node import Node, short_name
+from .node import ACCUMULATE_GRAD, Node, P, node_of, short_name
 from .tensor import VIEW_DEFAULT, VIEW_MULTI, VIEW_NO_GRAD, Tensor, install_hooks
 
 _MULTI = (" This view is the output of a function that returns multiple views. Such functions do not allow the "
@@ -114,7 +114,7 @@ def accumulator(t: Tensor) -> Node | None:
     if node is None:
         if t._base is not None and is_grad_leaf_view(t):
             return None
-        node = Node("AccumulateGrad", "AccumulateGrad", ())
+        node = node_of(ACCUMULATE_GRAD, ())
         node.variable = t
         setattr_(t, "_accumulator", node)
     return node
@@ -138,9 +138,9 @@ def refresh_view(t: Tensor):
     if rebase_error(t, True) is not None:
         return fn
     positions = view_positions(root.data, t.data)
-    node = Node("AsStridedBackward0", "AsStridedBackward0", (base_edge(root),),
-                {"positions": positions, "base_sizes": root.data.shape},
-                ((root.data.shape, root.data.dtype),))
+    node = node_of(P.AsStridedBackward0, (base_edge(root),),
+                   {"positions": positions, "base_sizes": root.data.shape},
+                   ((root.data.shape, root.data.dtype),))
     set_history(t, node, 0)
     if not t._requires_grad:
         setattr_(t, "_requires_grad", True)

@@ -21,7 +21,7 @@ import numpy as np
 from .. import dtypes as D
 from ..errors import TorchRuntimeError
 from ..grad_mode import _grad_enabled, no_grad
-from ..registry import jvp, no_jvp, op, record, vjp
+from ..registry import P, jvp, no_jvp, op, record, vjp
 from ..tensor import Tensor
 from .backward import softmax_backward_data
 from .common import require_tensor
@@ -43,7 +43,7 @@ def _safe_softmax(self, dim):
         dead = np.all(np.isneginf(x), axis=d, keepdims=True)
         if dead.any():
             out = np.where(dead, x.dtype.type(0), out)
-    return record("SafeSoftmaxBackward0", np.asarray(out, x.dtype), (self,), {"dim": d, "result": "result"})
+    return record(P.SafeSoftmaxBackward0, np.asarray(out, x.dtype), (self,), {"dim": d, "result": "result"})
 
 
 @vjp("SafeSoftmaxBackward0", inputs=("self",), saves=("dim", "result"))
@@ -101,7 +101,7 @@ def _fused(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropo
 
 
 @op("scaled_dot_product_attention", tensors=("query", "key", "value", "attn_mask"),
-    grad_fns=("ScaledDotProductFlashAttentionForCpuBackward0", "UnsafeViewBackward0", "MmBackward0"),
+    grad_fns=(P.ScaledDotProductFlashAttentionForCpuBackward0, P.UnsafeViewBackward0, P.MmBackward0),
     method=False, family="nn")
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
@@ -158,7 +158,7 @@ def _np_attention(q, k, v, mask, scale):
 def _flash(query, key, value, key_r, value_r, fmask, is_causal, scale) -> Tensor:
     mask = None if fmask is None else fmask.data
     out, lse = _np_attention(query.data, key_r.data, value_r.data, mask, scale)
-    return record("ScaledDotProductFlashAttentionForCpuBackward0", out, (query, key, value),
+    return record(P.ScaledDotProductFlashAttentionForCpuBackward0, out, (query, key, value),
                   {"attn_mask": fmask, "dropout_p": 0.0, "is_causal": is_causal, "key": key,
                    "logsumexp": Tensor(lse), "output": "result", "query": query, "scale": scale, "value": value})
 
@@ -191,11 +191,11 @@ def _(ctx, grad):
         if not needed:
             outs.append(None)
         elif _grad_enabled.get():  # create_graph: torch's backward kernel has no derivative
-            outs.append(record("NotImplemented", np.asarray(arr), (grad, ctx.query),
+            outs.append(record(P.NotImplemented, np.asarray(arr), (grad, ctx.query),
                                {"aten": "_scaled_dot_product_flash_attention_for_cpu_backward"}))
         else:
             outs.append(Tensor(np.asarray(arr)))
     return tuple(outs)
 
 
-no_jvp("ScaledDotProductFlashAttentionForCpuBackward0", "_scaled_dot_product_flash_attention_for_cpu")
+no_jvp(P.ScaledDotProductFlashAttentionForCpuBackward0, "_scaled_dot_product_flash_attention_for_cpu")

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..kernel import direct, kcall
-from ..registry import F, elementwise_jvp, jvp, record, vjp
+from ..registry import F, P, elementwise_jvp, jvp, record, vjp
 from ..tensor import Tensor
 from .common import EXP_FINITE, IN_PLACE_BYTES, add_t, zeros_like
 
@@ -41,7 +41,7 @@ def _threshold_backward(g, x, threshold):
 
 def threshold_backward(grad: Tensor, self: Tensor, threshold) -> Tensor:
     out = kcall(_threshold_backward, grad.data, self.data, threshold)
-    return record("ThresholdBackwardBackward0", out, (grad, self), {"self": self, "threshold": threshold})
+    return record(P.ThresholdBackwardBackward0, out, (grad, self), {"self": self, "threshold": threshold})
 
 
 @vjp("ThresholdBackwardBackward0", inputs=("grad_output", "self"), saves=("self", "threshold"))
@@ -86,7 +86,7 @@ def _tanh_backward(g, y):
 
 
 def tanh_backward(grad: Tensor, output: Tensor) -> Tensor:
-    return record("TanhBackwardBackward0", kcall(_tanh_backward, grad.data, output.data), (grad, output),
+    return record(P.TanhBackwardBackward0, kcall(_tanh_backward, grad.data, output.data), (grad, output),
                   {"grad_output": grad, "output": output})
 
 
@@ -109,7 +109,7 @@ def _sigmoid_backward(g, y):
 
 
 def sigmoid_backward(grad: Tensor, output: Tensor) -> Tensor:
-    return record("SigmoidBackwardBackward0", kcall(_sigmoid_backward, grad.data, output.data), (grad, output),
+    return record(P.SigmoidBackwardBackward0, kcall(_sigmoid_backward, grad.data, output.data), (grad, output),
                   {"grad_output": grad, "output": output})
 
 
@@ -147,7 +147,7 @@ _PRODUCT_FINITE = {4: 1e38, 8: 1e307}
 
 def softplus_backward(grad: Tensor, self: Tensor, beta, threshold) -> Tensor:
     out = kcall(_softplus_backward, grad.data, self.data, beta, threshold)
-    return record("SoftplusBackwardBackward0", out, (grad, self),
+    return record(P.SoftplusBackwardBackward0, out, (grad, self),
                   {"beta": beta, "grad_output": grad, "self": self, "threshold": threshold})
 
 
@@ -174,7 +174,7 @@ def _elu_backward(g, x, alpha):
 
 def elu_backward(grad: Tensor, self: Tensor, alpha) -> Tensor:
     """torch's elu_backward (scale and input_scale 1, is_result False): grad * alpha * exp(x) where x <= 0."""
-    return record("EluBackwardBackward0", kcall(_elu_backward, grad.data, self.data, alpha), (grad, self),
+    return record(P.EluBackwardBackward0, kcall(_elu_backward, grad.data, self.data, alpha), (grad, self),
                   {"alpha": alpha, "grad_output": grad, "input_scale": 1, "is_result": False, "scale": 1,
                    "self_or_result": self})
 
@@ -198,7 +198,7 @@ def _softmax_backward_data(g, y, dim):
 
 def softmax_backward_data(grad: Tensor, output: Tensor, dim: int) -> Tensor:
     out = kcall(_softmax_backward_data, grad.data, output.data, dim)
-    return record("SoftmaxBackwardDataBackward0", out, (grad, output),
+    return record(P.SoftmaxBackwardDataBackward0, out, (grad, output),
                   {"dim": dim, "grad_output": grad, "output": output})
 
 
@@ -230,7 +230,7 @@ def _log_softmax_backward_data(g, y, dim):
 
 def log_softmax_backward_data(grad: Tensor, output: Tensor, dim: int) -> Tensor:
     out = kcall(_log_softmax_backward_data, grad.data, output.data, dim)
-    return record("LogSoftmaxBackwardDataBackward0", out, (grad, output),
+    return record(P.LogSoftmaxBackwardDataBackward0, out, (grad, output),
                   {"dim": dim, "grad_output": grad, "output": output})
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import TorchRuntimeError
-from ..registry import op
+from ..registry import P, op
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, shape_arg, wrap_dim
 from .creation import full, tensor
@@ -41,7 +41,7 @@ def _list_str(v) -> str:
     return "[" + ", ".join(str(x) for x in v) + "]"
 
 
-@op("movedim", tensors=("self",), grad_fns=("PermuteBackward0", "AliasBackward0"), aliases=("moveaxis",))
+@op("movedim", tensors=("self",), grad_fns=(P.PermuteBackward0, P.AliasBackward0), aliases=("moveaxis",))
 def movedim(self, source, destination):
     """torch.movedim(input, source, destination): the other dims keep their order (a PermuteBackward0); of a 0-d
     input, once the dims are checked, torch's ``self.alias()`` (AliasBackward0)."""
@@ -68,13 +68,13 @@ def movedim(self, source, destination):
     return permute(self, order)
 
 
-@op("broadcast_to", tensors=("self",), grad_fns=("ExpandBackward0",))
+@op("broadcast_to", tensors=("self",), grad_fns=(P.ExpandBackward0,))
 def broadcast_to(self, size):
     """torch.broadcast_to(input, size): Tensor.expand with the size as one list."""
     return expand(require_tensor(self), shape_arg((size,)))
 
 
-@op("tile", tensors=("self",), grad_fns=("RepeatBackward0",))
+@op("tile", tensors=("self",), grad_fns=(P.RepeatBackward0,))
 def tile(self, dims):
     """torch.tile(input, dims): dims padded with leading ones to the input's rank, then Tensor.repeat."""
     self = require_tensor(self)
@@ -90,7 +90,7 @@ def tile(self, dims):
     return repeat(self, reps)
 
 
-@op("unflatten", tensors=("self",), grad_fns=("ViewBackward0",))
+@op("unflatten", tensors=("self",), grad_fns=(P.ViewBackward0,))
 def unflatten(self, dim, sizes):
     """torch.unflatten(input, dim, sizes): dim split into sizes (one of them may be -1), a view."""
     self = require_tensor(self)
@@ -114,7 +114,7 @@ def unflatten(self, dim, sizes):
 
 @op("view_as",
     method_only=True,
-    tensors=("self", "other"), grad_fns=("ViewBackward0",), meta_only=("other",))
+    tensors=("self", "other"), grad_fns=(P.ViewBackward0,), meta_only=("other",))
 def view_as(self, other):
     """Tensor.view_as(other): self.view(other.size())."""
     return view(require_tensor(self), require_tensor(other, "other").shape)
@@ -122,8 +122,8 @@ def view_as(self, other):
 
 @op("reshape_as",
     method_only=True,
-    tensors=("self", "other"), grad_fns=("ViewBackward0", "ReshapeAliasBackward0",
-                                                     "UnsafeViewBackward0"), meta_only=("other",))
+    tensors=("self", "other"), grad_fns=(P.ViewBackward0, P.ReshapeAliasBackward0,
+                                                     P.UnsafeViewBackward0), meta_only=("other",))
 def reshape_as(self, other):
     """Tensor.reshape_as(other): self.reshape(other.size())."""
     return reshape(require_tensor(self), require_tensor(other, "other").shape)
@@ -143,7 +143,7 @@ def reshape_as(self, other):
         ),
     },
     variable_outputs=True,
-    tensors=("self", "indices_or_sections"), grad_fns=("SliceBackward0",))
+    tensors=("self", "indices_or_sections"), grad_fns=(P.SliceBackward0,))
 def tensor_split(self, indices_or_sections, dim=0):
     """torch.tensor_split(input, indices_or_sections, dim=0): views (SliceBackward0) of nearly equal sizes
     for a number of sections, or cut at the given indices (clamped into the dim, as numpy.array_split)."""
@@ -181,7 +181,7 @@ def tensor_split(self, indices_or_sections, dim=0):
     return tuple(pieces)
 
 
-@op("take_along_dim", tensors=("self", "indices"), grad_fns=("GatherBackward0",))
+@op("take_along_dim", tensors=("self", "indices"), grad_fns=(P.GatherBackward0,))
 def take_along_dim(self, indices, dim=None):
     """torch.take_along_dim(input, indices, dim=None): gather along dim after broadcasting input and indices
     in the other dims (an ExpandBackward0 under the GatherBackward0); without dim, over the flattened input."""
@@ -218,7 +218,7 @@ def take_along_dim(self, indices, dim=None):
         ),
     },
     tensors=("self", "repeats"),
-    grad_fns=("ViewBackward0", "IndexSelectBackward0"))
+    grad_fns=(P.ViewBackward0, P.IndexSelectBackward0))
 def repeat_interleave(self, repeats=None, dim=None, output_size=None):
     """torch.repeat_interleave(input, repeats, dim=None, *, output_size=None), and
     torch.repeat_interleave(repeats) (the index each position repeats). An int count is

@@ -15,7 +15,7 @@ from numpy.lib.stride_tricks import as_strided
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchRuntimeError
 from ..grad_mode import check_numel
-from ..registry import jvp, op, record, vjp
+from ..registry import P, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import require_tensor
 from .linalg import matmul
@@ -59,7 +59,7 @@ def _geometry(ctx) -> dict:
 
 def im2col(x: Tensor, kernel_size: tuple, dilation: tuple, padding: tuple, stride: tuple) -> Tensor:
     out = _im2col_np(x.data, kernel_size, stride, padding, dilation)
-    return record("Im2ColBackward0", np.array(out, copy=True), (x,),
+    return record(P.Im2ColBackward0, np.array(out, copy=True), (x,),
                   {"dilation": list(dilation), "kernel_size": list(kernel_size), "padding": list(padding),
                    "self_sym_argsize_minus_1": x.shape[-1], "self_sym_argsize_minus_2": x.shape[-2],
                    "stride": list(stride)})
@@ -68,7 +68,7 @@ def im2col(x: Tensor, kernel_size: tuple, dilation: tuple, padding: tuple, strid
 def col2im(cols: Tensor, shape: tuple, kernel_size: tuple, dilation: tuple, padding: tuple,
            stride: tuple) -> Tensor:
     out = _col2im_np(cols.data, shape, kernel_size, stride, padding, dilation)
-    return record("Col2ImBackward0", np.array(out, copy=True), (cols,),
+    return record(P.Col2ImBackward0, np.array(out, copy=True), (cols,),
                   {"dilation": list(dilation), "kernel_size": list(kernel_size), "padding": list(padding),
                    "stride": list(stride)})
 
@@ -228,7 +228,7 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
     out = np.matmul(wm[None], cols).reshape((n, o) + out_spatial)
     if bias is not None:
         out = out + bias.data.reshape((1, o) + (1,) * nd)
-    return record("ConvolutionBackward0", np.ascontiguousarray(out, input.data.dtype), (input, weight, bias),
+    return record(P.ConvolutionBackward0, np.ascontiguousarray(out, input.data.dtype), (input, weight, bias),
                   {"bias_sym_sizes_opt": list(bias.shape) if bias is not None else [0],
                    "dilation": list(dilation), "groups": int(groups), "input": input,
                    "output_padding": [0] * nd, "padding": list(padding), "stride": list(stride),
@@ -237,7 +237,8 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
 
 @vjp("ConvolutionBackward0", inputs=("input", "weight", "bias"),
      saves={"bias_sym_sizes_opt": (), "dilation": (), "groups": (), "input": (), "output_padding": (),
-            "padding": (), "stride": (), "transposed": (), "weight": ()})
+            "padding": (), "stride": (), "transposed": (), "weight": ()},
+     double_backward="ConvolutionBackwardBackward0", double_backward_zeros=False)
 def _(ctx, grad):
     need_in, need_w, need_b = ctx.needs
     x, w, groups = ctx.input, ctx.weight, ctx.groups
@@ -287,14 +288,14 @@ def _(ctx, input_t, weight_t, bias_t):
     return out
 
 
-@op("conv1d", tensors=("input", "weight", "bias"), grad_fns=("ConvolutionBackward0",), method=False, family="conv")
+@op("conv1d", tensors=("input", "weight", "bias"), grad_fns=(P.ConvolutionBackward0,), method=False, family="conv")
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """F.conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1); padding may be 'valid'
     or 'same'; a 2-D input is one unbatched sample."""
     return _conv_nd(input, weight, bias, stride, padding, dilation, groups, 1)
 
 
-@op("conv2d", tensors=("input", "weight", "bias"), grad_fns=("ConvolutionBackward0",), method=False, family="conv")
+@op("conv2d", tensors=("input", "weight", "bias"), grad_fns=(P.ConvolutionBackward0,), method=False, family="conv")
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """F.conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1); padding may be 'valid'
     or 'same'; a 3-D input is one unbatched sample."""

@@ -24,7 +24,7 @@ import numpy as np
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, ShapeError, TorchRuntimeError
 from ..grad_mode import _grad_enabled
-from ..registry import jvp, needs_grad, op, record, vjp
+from ..registry import P, jvp, needs_grad, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, saved_int, signed_int, wrap_dim
 from .elementwise import add_t, eq, where
@@ -137,16 +137,16 @@ def _det(A: Tensor, name: str) -> Tensor:
         sign, lad = _nonfinite_slogdet(A.data)
         with np.errstate(over="ignore", invalid="ignore"):
             out = np.asarray(sign * np.exp(lad), A.data.dtype)
-    return record("LinalgDetBackward0", out, (A,), {"A": A, **_lu_slots(A.data, _det_lu, A), "result": "result"})
+    return record(P.LinalgDetBackward0, out, (A,), {"A": A, **_lu_slots(A.data, _det_lu, A), "result": "result"})
 
 
-@op("linalg.det", tensors=("A",), grad_fns=("LinalgDetBackward0",), method=False, family="linalg")
+@op("linalg.det", tensors=("A",), grad_fns=(P.LinalgDetBackward0,), method=False, family="linalg")
 def linalg_det(A):
     """torch.linalg.det(A): determinant of (batches of) square matrices; saves A, LU, pivots, result."""
     return _det(A, "linalg.det")
 
 
-@op("det", tensors=("self",), grad_fns=("LinalgDetBackward0",), family="linalg")
+@op("det", tensors=("self",), grad_fns=(P.LinalgDetBackward0,), family="linalg")
 def det(self):
     """torch.det(input): an alias of torch.linalg.det."""
     return _det(require_tensor(self, "input", "det"), "linalg.det")
@@ -201,19 +201,19 @@ def _slogdet(A: Tensor, name: str):
     A = _square_float(A, name)
     sign, lad = np.linalg.slogdet(A.data) if np.all(np.isfinite(A.data)) else _nonfinite_slogdet(A.data)
     dt = A.data.dtype
-    sign_t, lad_t = record("LinalgSlogdetBackward0", (np.asarray(sign, dt), np.asarray(lad, dt)), (A,),
+    sign_t, lad_t = record(P.LinalgSlogdetBackward0, (np.asarray(sign, dt), np.asarray(lad, dt)), (A,),
                            {"A": A, **_lu_slots(A.data, _det_lu, A), "sign": "result"})
     return SignLogabsdet(sign_t, lad_t)
 
 
-@op("linalg.slogdet", tensors=("A",), grad_fns=("LinalgSlogdetBackward0",), method=False, family="linalg",
+@op("linalg.slogdet", tensors=("A",), grad_fns=(P.LinalgSlogdetBackward0,), method=False, family="linalg",
     returns=SignLogabsdet._fields)
 def linalg_slogdet(A):
     """torch.linalg.slogdet(A) -> (sign, logabsdet); only logabsdet carries a gradient."""
     return _slogdet(A, "linalg.slogdet")
 
 
-@op("slogdet", tensors=("self",), grad_fns=("LinalgSlogdetBackward0",), family="linalg",
+@op("slogdet", tensors=("self",), grad_fns=(P.LinalgSlogdetBackward0,), family="linalg",
     returns=SignLogabsdet._fields)
 def slogdet(self):
     """torch.slogdet(input): torch.linalg.slogdet."""
@@ -266,7 +266,7 @@ def _(ctx, A_t):
     return None, sum_(diagonal(linalg_solve(ctx.A, A_t), 0, -2, -1), -1)
 
 
-@op("logdet", tensors=("self",), grad_fns=("WhereBackward0",), family="linalg")
+@op("logdet", tensors=("self",), grad_fns=(P.WhereBackward0,), family="linalg")
 def logdet(self):
     """torch.logdet(input): composite ``where(sign == -1, nan, logabsdet)`` over linalg_slogdet."""
     A = _square_float(require_tensor(self, "input", "logdet"), "logdet")
@@ -298,10 +298,10 @@ def linalg_inv(A):
         inv = np.linalg.inv(A.data)
     except np.linalg.LinAlgError:
         raise _singular(A, "linalg.inv", "inversion") from None
-    return record("LinalgInvExBackward0", _lapack_layout(inv, A.data.dtype), (A,), {"inverse": "result"})
+    return record(P.LinalgInvExBackward0, _lapack_layout(inv, A.data.dtype), (A,), {"inverse": "result"})
 
 
-@op("inverse", tensors=("self",), grad_fns=("LinalgInvExBackward0",), family="linalg")
+@op("inverse", tensors=("self",), grad_fns=(P.LinalgInvExBackward0,), family="linalg")
 def inverse(self):
     """torch.inverse(input): torch.linalg.inv."""
     return linalg_inv(require_tensor(self, "input", "inverse"))
@@ -357,7 +357,7 @@ def linalg_solve(A, B, left=True):
     x = x[..., 0] if vec else x
     # LAPACK's X is column-major (a vector case's batch of vectors too); X A = B is solved transposed: row-major
     x = _lapack_layout(x, A.data.dtype) if left else np.ascontiguousarray(x, A.data.dtype)
-    return record("LinalgSolveExBackward0", x, (A, B),
+    return record(P.LinalgSolveExBackward0, x, (A, B),
                   {"A": A, **_lu_slots(A.data, _lu, A, B), "left": left, "result": "result"})
 
 
@@ -409,7 +409,7 @@ def linalg_cholesky(A, upper=False):
                                     exception="torch.linalg.LinAlgError") from None
     L = np.linalg.cholesky(np.tril(a) + np.swapaxes(np.tril(a, -1), -1, -2))  # LAPACK reads the lower half
     out = _lapack_layout(np.swapaxes(L, -1, -2) if upper else L, a.dtype)
-    return record("LinalgCholeskyExBackward0", out, (A,), {"L": "result", "upper": upper})
+    return record(P.LinalgCholeskyExBackward0, out, (A,), {"L": "result", "upper": upper})
 
 
 def _is_pd(m: np.ndarray) -> bool:
@@ -445,7 +445,7 @@ def _solve_triangular(A: Tensor, B: Tensor, upper: bool, left: bool = True) -> T
         x = np.linalg.solve(a, b) if left else np.swapaxes(np.linalg.solve(np.swapaxes(a, -1, -2),
                                                                            np.swapaxes(b, -1, -2)), -1, -2)
     dt = np.result_type(A.data.dtype, B.data.dtype)
-    return record("LinalgSolveTriangularBackward0", _lapack_layout(x, dt), (A, B),
+    return record(P.LinalgSolveTriangularBackward0, _lapack_layout(x, dt), (A, B),
                   {"self": A, "result": "result", "upper": upper, "left": left, "unitriangular": False})
 
 
@@ -475,7 +475,7 @@ def _(ctx, A_t, B_t):
     return _solve_triangular(A, rhs, upper, left)
 
 
-@jvp("LinalgCholeskyExBackward0")
+@jvp(P.LinalgCholeskyExBackward0)
 def _(ctx, A_t):
     # FunctionsManual cholesky_jvp: dL = L phi(L^{-1} dA L^{-H}), phi = tril with a halved diagonal
     from .matrix import diagonal as diag_
@@ -542,7 +542,7 @@ def _needs_uv(A: Tensor) -> bool:
 
 def _svd(A: Tensor, full_matrices: bool):
     u, s, vh = _svd_np(A.data, full_matrices, True)
-    return record("LinalgSvdBackward0", (u, s, vh), (A,),
+    return record(P.LinalgSvdBackward0, (u, s, vh), (A,),
                   {"S": "result1", "S_sym_argsize_minus_1": s.shape[-1], "U": "result0", "Vh": "result2",
                    "full_matrices": full_matrices})
 
@@ -552,7 +552,7 @@ def _check_bool(fn: str, name: str, value) -> None:
         raise InvalidArgumentError(f"{fn}(): argument '{name}' must be bool, not {type(value).__name__}")
 
 
-@op("linalg.svd", tensors=("A",), grad_fns=("LinalgSvdBackward0",), method=False, family="linalg",
+@op("linalg.svd", tensors=("A",), grad_fns=(P.LinalgSvdBackward0,), method=False, family="linalg",
     returns=SVD._fields)
 def linalg_svd(A, full_matrices=True, driver=None):
     """torch.linalg.svd(A, full_matrices=True, *, driver=None) -> (U, S, Vh): S descending; U and Vh
@@ -565,7 +565,7 @@ def linalg_svd(A, full_matrices=True, driver=None):
     return SVD(*_svd(A, bool(full_matrices)))
 
 
-@op("svd", tensors=("self",), grad_fns=("LinalgSvdBackward0", "TransposeBackward0"), family="linalg",
+@op("svd", tensors=("self",), grad_fns=(P.LinalgSvdBackward0, P.TransposeBackward0), family="linalg",
     returns=SVDOld._fields)
 def svd(self, some=True, compute_uv=True):
     """torch.svd(input, some=True, compute_uv=True) -> (U, S, V): linalg.svd(input, full_matrices=not some) with
@@ -585,7 +585,7 @@ def svd(self, some=True, compute_uv=True):
     return SVDOld(Tensor(np.zeros(batch + (m, m), dt)), S, _mT(Tensor(np.zeros(batch + (n, n), dt))))
 
 
-@op("linalg.svdvals", tensors=("A",), grad_fns=("LinalgSvdBackward0",), method=False, family="linalg")
+@op("linalg.svdvals", tensors=("A",), grad_fns=(P.LinalgSvdBackward0,), method=False, family="linalg")
 def linalg_svdvals(A, driver=None):
     """torch.linalg.svdvals(A, *, driver=None): the singular values, descending (output 1 of the SVD node,
     U and Vh computed and saved only when a gradient or tangent may need them)."""
@@ -699,7 +699,7 @@ def _ord_value(ord):
     return ord
 
 
-@op("linalg.vector_norm", tensors=("x",), grad_fns=("LinalgVectorNormBackward0",), method=False, family="linalg")
+@op("linalg.vector_norm", tensors=("x",), grad_fns=(P.LinalgVectorNormBackward0,), method=False, family="linalg")
 def linalg_vector_norm(x, ord=2, dim=None, keepdim=False):
     """torch.linalg.vector_norm(x, ord=2, dim=None, keepdim=False) (``ord`` may be "inf"/"-inf" in JSON)."""
     x = require_tensor(x, "x", "linalg.vector_norm")
@@ -765,7 +765,7 @@ def _max_norm(norms: Tensor, d: int, keepdim: bool) -> Tensor:
     return amax(norms, d, keepdim)
 
 
-_MATRIX_NORM_FNS = ("LinalgVectorNormBackward0", "AmaxBackward0", "AminBackward0", "SumBackward1", "PermuteBackward0")
+_MATRIX_NORM_FNS = (P.LinalgVectorNormBackward0, P.AmaxBackward0, P.AminBackward0, P.SumBackward1, P.PermuteBackward0)
 
 
 @op("linalg.matrix_norm",
@@ -837,13 +837,13 @@ def _cross(self: Tensor, other: Tensor, d: int, shape: tuple, dim: int) -> Tenso
     # is the rounding error of a product, not 0
     out = np.stack([_fma(a[j], b[k], -(a[k] * b[j])) for j, k in ((1, 2), (2, 0), (0, 1))])
     out = np.moveaxis(out, 0, d)
-    return record("LinalgCrossBackward0", np.ascontiguousarray(out, a.dtype), (self, other),
+    return record(P.LinalgCrossBackward0, np.ascontiguousarray(out, a.dtype), (self, other),
                   {"dim": saved_int(dim), "other": other, "self": self})
 
 
 @op("linalg.cross",
     dims_of="other",
-    tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), method=False, family="linalg")
+    tensors=("self", "other"), grad_fns=(P.LinalgCrossBackward0,), method=False, family="linalg")
 def linalg_cross(self, other, dim=-1):
     """torch.linalg.cross(input, other, *, dim=-1): batched 3-vector cross products (batches broadcast)."""
     self = require_tensor(self, "input", "linalg.cross")
@@ -862,7 +862,7 @@ def linalg_cross(self, other, dim=-1):
 
 @op("cross",
     dims_of="other",
-    tensors=("self", "other"), grad_fns=("LinalgCrossBackward0",), family="linalg")
+    tensors=("self", "other"), grad_fns=(P.LinalgCrossBackward0,), family="linalg")
 def cross(self, other, dim=None):
     """torch.cross(input, other, dim=None): dim=None picks the first dim of size 3 of the broadcast shape
     (torch warns that this default is deprecated)."""

@@ -8,7 +8,7 @@ and one ``permute`` into the common label order; then operands are contracted le
 from __future__ import annotations
 
 from ..errors import TorchRuntimeError
-from ..registry import op
+from ..registry import P, op
 from ..tensor import Tensor
 from .common import require_tensor
 from .elementwise import mul
@@ -112,8 +112,8 @@ def _parse_lhs(lhs: str, num_ops: int) -> list:
     return op_labels
 
 
-@op("einsum", tensors=("operands",), grad_fns=("ViewBackward0", "PermuteBackward0", "SumBackward1",
-                                               "MulBackward0"), method=False, family="linalg")
+@op("einsum", tensors=("operands",), grad_fns=(P.ViewBackward0, P.PermuteBackward0, P.SumBackward1,
+                                               P.MulBackward0), method=False, family="linalg")
 def einsum(equation, *operands):
     """torch.einsum(equation, *operands) (operands may also be one list); explicit ('->') or implicit output,
     ellipsis broadcasting, repeated labels (diagonals); contracted left to right as torch does without

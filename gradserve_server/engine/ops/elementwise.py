@@ -17,7 +17,7 @@ from ..dual import _level as _fw_level
 from ..errors import InvalidArgumentError, TorchRuntimeError, TorchValueError
 from ..grad_mode import set_grad_enabled
 from ..kernel import kcall, number, takes_literals
-from ..registry import F, elementwise_jvp, jvp, no_jvp, op, record, vjp, zero_jvp
+from ..registry import F, P, Prim, elementwise_jvp, jvp, no_jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
 from . import backward as _backward  # the fused backward functions its VJPs call
 from .common import (
@@ -92,7 +92,7 @@ def add(self, other, alpha=1):
     else:
         out = kcall(np.add, a, b)
     o = other if isinstance(other, Tensor) else None
-    return record("AddBackward0", out, (self, o), {"alpha": alpha})
+    return record(P.AddBackward0, out, (self, o), {"alpha": alpha})
 
 
 @vjp("AddBackward0", inputs=("self", "other"), saves=("alpha",))
@@ -106,7 +106,7 @@ def _(ctx, self_t, other_t):
     return add_t(self_t, scale_t(other_t, ctx.alpha))
 
 
-batching("AddBackward0", vjp=SAME, jvp=SAME)
+batching(P.AddBackward0, vjp=SAME, jvp=SAME)
 
 
 @op("sub", promotion=(
@@ -134,7 +134,7 @@ def sub(self, other, alpha=1):
     else:
         out = kcall(np.subtract, a, b)
     o = other if isinstance(other, Tensor) else None
-    return record("SubBackward0", out, (self, o), {"alpha": alpha})
+    return record(P.SubBackward0, out, (self, o), {"alpha": alpha})
 
 
 def _sub_check(self, other) -> None:
@@ -178,8 +178,8 @@ def rsub(self, other, alpha=1):
     dtype, a, b = binary_operands(self, other)
     out = b - (checked_scalar(alpha, dtype) * a if alpha != 1 else a)
     if isinstance(other, Tensor):
-        return record("RsubBackward0", out, (self, other), {"alpha": alpha})
-    return record("RsubBackward1", out, (self,), {"alpha": alpha})
+        return record(P.RsubBackward0, out, (self, other), {"alpha": alpha})
+    return record(P.RsubBackward1, out, (self,), {"alpha": alpha})
 
 
 @vjp("RsubBackward0", inputs=("self", "other"), saves=("alpha",), jvp=elementwise_jvp)
@@ -205,10 +205,10 @@ def mul(self, other):
     dtype, a, b = binary_operands(self, other)
     out = kcall(np.multiply if dtype != D.BOOL else np.logical_and, a, b)
     if isinstance(other, Tensor):
-        return record("MulBackward0", out, (self, other), {"self": self, "other": other})
+        return record(P.MulBackward0, out, (self, other), {"self": self, "other": other})
     if not self.requires_grad and _fw_level.get() is None:
         return Tensor(out)
-    return record("MulBackward0", out, (self, None), {"self": self, "other": as_operand(other)})
+    return record(P.MulBackward0, out, (self, None), {"self": self, "other": as_operand(other)})
 
 
 @vjp("MulBackward0", inputs=("self", "other"), saves={"self": ("other",), "other": ("self",)})
@@ -221,13 +221,13 @@ def mul_number(t: Tensor, n) -> Tensor:
     """``tensor * number`` as torch records it inside C++ formulas (mul.Scalar -> MulBackward1)."""
     dtype, a, _ = binary_operands(t, n)
     # a has the result's dtype already (binary_operands), and so has the product: no cast after it
-    return record("MulBackward1", kcall(np.multiply, a, number_as(NP[dtype], n)), (t,), {"other": n})
+    return record(P.MulBackward1, kcall(np.multiply, a, number_as(NP[dtype], n)), (t,), {"other": n})
 
 
 def div_number(t: Tensor, n) -> Tensor:
     """``tensor / number`` as torch records it inside C++ formulas (div.Scalar -> DivBackward1)."""
     dtype, a, _ = binary_operands(t, n)
-    return record("DivBackward1", kcall(np.true_divide, a, number_as(NP[dtype], n)), (t,), {"other": n})
+    return record(P.DivBackward1, kcall(np.true_divide, a, number_as(NP[dtype], n)), (t,), {"other": n})
 
 
 @vjp("DivBackward1", inputs=("self",), saves=("other",))
@@ -251,10 +251,10 @@ def _(ctx, self_t):
 
 
 # tensor over a number: the formula scales whatever it is given, a batch of entries too
-batching("DivBackward1", vjp=SAME, jvp=SAME)
+batching(P.DivBackward1, vjp=SAME, jvp=SAME)
 
 
-@jvp("MulBackward0")
+@jvp(P.MulBackward0)
 def _(ctx, self_t, other_t):
     # torch: other_t * self_p + self_t * other_p, a missing tangent being zeros of its input's dtype (which
     # can widen a mixed-precision tangent: a float32 tangent of a float64 x times 2.0 is float64)
@@ -265,7 +265,7 @@ def _(ctx, self_t, other_t):
     return add_t(mul_t(other_t, ctx.self), mul_t(self_t, ctx.other))
 
 
-batching("MulBackward0", vjp=SAME, jvp=SAME)
+batching(P.MulBackward0, vjp=SAME, jvp=SAME)
 
 
 _ROUNDING = (None, "trunc", "floor")
@@ -281,7 +281,7 @@ _ROUNDING = (None, "trunc", "floor")
         ),
         "method": ("(Tensor other)", "(Tensor other, *, str rounding_mode)", "(Number other, *, str rounding_mode)"),
     },
-    tensors=("self", "other"), grad_fns=("DivBackward0", "DivBackward2", "MulBackward0"),
+    tensors=("self", "other"), grad_fns=(P.DivBackward0, P.DivBackward2, P.MulBackward0),
     aliases=("divide", "true_divide", "__truediv__"))
 def div(self, other, rounding_mode=None):
     """torch.div(input, other, rounding_mode=None); ``2 / p`` is reciprocal(p) * 2 as in torch."""
@@ -309,8 +309,8 @@ def div(self, other, rounding_mode=None):
     o = other if isinstance(other, Tensor) else as_operand(other)
     edge_other = other if isinstance(other, Tensor) else None
     if rounding_mode is None:
-        return record("DivBackward0", np.asarray(out), (self, edge_other), {"self": self, "other": o})
-    return record("DivBackward2", np.asarray(out), (self, edge_other),
+        return record(P.DivBackward0, np.asarray(out), (self, edge_other), {"self": self, "other": o})
+    return record(P.DivBackward2, np.asarray(out), (self, edge_other),
                   {"self": self, "other": o, "rounding_mode": rounding_mode})
 
 
@@ -358,10 +358,10 @@ def floor_divide(self, other):
     with set_grad_enabled(False):
         out = div(self, other, rounding_mode="floor")
     inputs = (self if isinstance(self, Tensor) else None, other if isinstance(other, Tensor) else None)
-    return record("NotImplemented", out.data, inputs)
+    return record(P.NotImplemented, out.data, inputs)
 
 
-@vjp("NotImplemented", inputs=("self", "other"), saves=("aten",))
+@vjp("NotImplemented", inputs=("self", "other"), saves=("aten",), cpp=True)
 def _(ctx, grad):
     aten = getattr(ctx, "aten", None) or "floor_divide"
     raise TorchRuntimeError(f"derivative for aten::{aten} is not implemented", code="not_differentiable")
@@ -369,7 +369,7 @@ def _(ctx, grad):
 
 @op("rtruediv", promotion="float",
     parsed=False,
-    tensors=("self", "other"), grad_fns=("MulBackward0",), aliases=("__rtruediv__",), method=False)
+    tensors=("self", "other"), grad_fns=(P.MulBackward0,), aliases=("__rtruediv__",), method=False)
 def rtruediv(self, other):
     """``other / self`` for a number other: reciprocal(self) * other."""
     return mul(reciprocal(self), other)
@@ -412,24 +412,24 @@ def pow(self, exponent):
             out = kcall(_rsqrt_pow, a)  # torch's kernel: rsqrt, so (-0.0)**-0.5 = -inf, (-inf)**-0.5 = nan
         else:
             out = kcall(np.power, a, b)
-        return record("PowBackward0", out, (self,), {"self": self, "exponent": exponent})
+        return record(P.PowBackward0, out, (self,), {"self": self, "exponent": exponent})
     if isinstance(self, Tensor):
         dtype, a, b = binary_operands(self, exponent)
         out = kcall(np.power, a, b)
-        return record("PowBackward1", out, (self, exponent),
+        return record(P.PowBackward1, out, (self, exponent),
                       {"self": self, "exponent": exponent, "result": "result"})
     exponent = require_tensor(exponent, "exponent", "pow")
     if not is_number(self):
         raise InvalidArgumentError(f"pow(): base must be a Tensor or a number, got {type(self).__name__}")
     dtype, a, b = binary_operands(self, exponent)
     out = np.power(a, b)
-    return record("PowBackward2", np.asarray(out), (exponent,),
+    return record(P.PowBackward2, np.asarray(out), (exponent,),
                   {"self": self, "exponent": exponent, "result": "result"})
 
 
 @op("rpow", promotion='result_type | bool: NotImplementedError: "pow" not implemented for \'Bool\'',
     parsed=False,
-    tensors=("self", "other"), grad_fns=("PowBackward2",), aliases=("__rpow__",), method=False)
+    tensors=("self", "other"), grad_fns=(P.PowBackward2,), aliases=("__rpow__",), method=False)
 def rpow(self, other):
     """``other ** self`` for a number other."""
     return pow(other, self)
@@ -469,7 +469,7 @@ def _scalar_log(v):
     return math.log(v) if v > 0 else (-math.inf if v == 0 else math.nan)
 
 
-@op("square", tensors=("self",), grad_fns=("PowBackward0",))
+@op("square", tensors=("self",), grad_fns=(P.PowBackward0,))
 def square(self):
     """torch.square(input): input ** 2 (PowBackward0)."""
     return pow(self, 2)
@@ -502,7 +502,7 @@ def _apply_float(x, fn):
     return fn(x.astype(_F32))
 
 
-def _unary(prim: str, fn, self: Tensor, save: str | None, **extra):
+def _unary(prim: Prim, fn, self: Tensor, save: str | None, **extra):
     self = require_tensor(self)
     x = self.data
     # a float input: ``fn`` (a ufunc, or a kernel of a few) is the kernel itself
@@ -527,7 +527,7 @@ def neg(self):
         raise TorchRuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
                                 "to invert a mask, use the `~` or `logical_not()` operator instead.",
                                 code="invalid_dtype")
-    return record("NegBackward0", kcall(np.negative, self.data), (self,))
+    return record(P.NegBackward0, kcall(np.negative, self.data), (self,))
 
 
 @vjp("NegBackward0", inputs=("self",), jvp=elementwise_jvp)
@@ -538,7 +538,7 @@ def _(ctx, grad):
 @op("reciprocal", promotion="float", tensors=("self",), plannable=True)
 def reciprocal(self):
     """torch.reciprocal(input); saves its result."""
-    return _unary("ReciprocalBackward0", np.reciprocal, self, "result")
+    return _unary(P.ReciprocalBackward0, np.reciprocal, self, "result")
 
 
 @vjp("ReciprocalBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
@@ -550,7 +550,7 @@ def _(ctx, grad):
 @op("exp", tensors=("self",), plannable=True, promotion="float")
 def exp(self):
     """torch.exp(input); saves its result."""
-    return _unary("ExpBackward0", np.exp, self, "result")
+    return _unary(P.ExpBackward0, np.exp, self, "result")
 
 
 @vjp("ExpBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
@@ -563,7 +563,7 @@ def _(ctx, grad):
     tensors=("self",), plannable=True)
 def expm1(self):
     """torch.expm1(input); saves its result."""
-    return _unary("Expm1Backward0", np.expm1, self, "result")
+    return _unary(P.Expm1Backward0, np.expm1, self, "result")
 
 
 @vjp("Expm1Backward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
@@ -574,7 +574,7 @@ def _(ctx, grad):
 @op("log", tensors=("self",), plannable=True, promotion="float")
 def log(self):
     """torch.log(input); saves its input."""
-    return _unary("LogBackward0", np.log, self, "self")
+    return _unary(P.LogBackward0, np.log, self, "self")
 
 
 @vjp("LogBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
@@ -587,7 +587,7 @@ def _(ctx, grad):
     tensors=("self",), plannable=True)
 def log1p(self):
     """torch.log1p(input); saves its input."""
-    return _unary("Log1PBackward0", np.log1p, self, "self")
+    return _unary(P.Log1PBackward0, np.log1p, self, "self")
 
 
 @vjp("Log1PBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
@@ -598,7 +598,7 @@ def _(ctx, grad):
 @op("sqrt", tensors=("self",), plannable=True, promotion="float")
 def sqrt(self):
     """torch.sqrt(input); saves its result."""
-    return _unary("SqrtBackward0", np.sqrt, self, "result")
+    return _unary(P.SqrtBackward0, np.sqrt, self, "result")
 
 
 @vjp("SqrtBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
@@ -613,7 +613,7 @@ def _np_rsqrt(x):
 @op("rsqrt", promotion="float", tensors=("self",))
 def rsqrt(self):
     """torch.rsqrt(input); saves its result."""
-    return _unary("RsqrtBackward0", _np_rsqrt, self, "result")
+    return _unary(P.RsqrtBackward0, _np_rsqrt, self, "result")
 
 
 @vjp("RsqrtBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
@@ -628,7 +628,7 @@ def _(ctx, grad):
 def abs(self):
     """torch.abs(input); abs'(0) = 0."""
     self = _not_bool(self, "abs_cpu")
-    return record("AbsBackward0", np.abs(self.data), (self,), {"self": self})
+    return record(P.AbsBackward0, np.abs(self.data), (self,), {"self": self})
 
 
 @vjp("AbsBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
@@ -645,7 +645,7 @@ def sign(self):
     out = np.sign(self.data)
     if out.dtype.kind == "f":
         out = np.where(np.isnan(out), out.dtype.type(0), out)  # torch: sign(nan) = 0 (so abs'(nan) = 0)
-    return record("SignBackward0", out, (self,))
+    return record(P.SignBackward0, out, (self,))
 
 
 @vjp("SignBackward0", inputs=("self",), jvp=zero_jvp)
@@ -656,7 +656,7 @@ def _(ctx, grad):
 @op("sin", promotion="float", tensors=("self",), plannable=True)
 def sin(self):
     """torch.sin(input); saves its input."""
-    return _unary("SinBackward0", np.sin, self, "self")
+    return _unary(P.SinBackward0, np.sin, self, "self")
 
 
 @vjp("SinBackward0", inputs=("self",), saves=("self",))
@@ -669,13 +669,13 @@ def _(ctx, self_t):
     return self_t * cos(ctx.self)
 
 
-batching("SinBackward0", vjp=SAME, jvp=SAME)
+batching(P.SinBackward0, vjp=SAME, jvp=SAME)
 
 
 @op("cos", promotion="float", tensors=("self",), plannable=True)
 def cos(self):
     """torch.cos(input); saves its input."""
-    return _unary("CosBackward0", np.cos, self, "self")
+    return _unary(P.CosBackward0, np.cos, self, "self")
 
 
 @vjp("CosBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
@@ -686,7 +686,7 @@ def _(ctx, grad):
 @op("tan", promotion="float", tensors=("self",), plannable=True)
 def tan(self):
     """torch.tan(input); saves its result."""
-    return _unary("TanBackward0", np.tan, self, "result")
+    return _unary(P.TanBackward0, np.tan, self, "result")
 
 
 @vjp("TanBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
@@ -699,7 +699,7 @@ def _(ctx, grad):
     tensors=("self",), plannable=True)
 def tanh(self):
     """torch.tanh(input); saves its result."""
-    return _unary("TanhBackward0", np.tanh, self, "result")
+    return _unary(P.TanhBackward0, np.tanh, self, "result")
 
 
 @vjp("TanhBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
@@ -713,7 +713,7 @@ def _(ctx, grad):
 @op("sinh", promotion="float", tensors=("self",), plannable=True)
 def sinh(self):
     """torch.sinh(input); saves its input."""
-    return _unary("SinhBackward0", np.sinh, self, "self")
+    return _unary(P.SinhBackward0, np.sinh, self, "self")
 
 
 @vjp("SinhBackward0", inputs=("self",), saves=("self",))
@@ -726,13 +726,13 @@ def _(ctx, self_t):
     return self_t * cosh(ctx.self)
 
 
-batching("SinhBackward0", vjp=SAME, jvp=SAME)
+batching(P.SinhBackward0, vjp=SAME, jvp=SAME)
 
 
 @op("cosh", promotion="float", tensors=("self",), plannable=True)
 def cosh(self):
     """torch.cosh(input); saves its input."""
-    return _unary("CoshBackward0", np.cosh, self, "self")
+    return _unary(P.CoshBackward0, np.cosh, self, "self")
 
 
 @vjp("CoshBackward0", inputs=("self",), saves=("self",))
@@ -745,13 +745,13 @@ def _(ctx, self_t):
     return self_t * sinh(ctx.self)
 
 
-batching("CoshBackward0", vjp=SAME, jvp=SAME)
+batching(P.CoshBackward0, vjp=SAME, jvp=SAME)
 
 
 @op("asinh", promotion="float", tensors=("self",), aliases=("arcsinh",))
 def asinh(self):
     """torch.asinh(input); saves its input."""
-    return _unary("AsinhBackward0", np.arcsinh, self, "self")
+    return _unary(P.AsinhBackward0, np.arcsinh, self, "self")
 
 
 @vjp("AsinhBackward0", inputs=("self",), saves=("self",))
@@ -766,14 +766,14 @@ def _(ctx, self_t):
     return self_t * rsqrt(x * x + 1)
 
 
-batching("AsinhBackward0", vjp=SAME, jvp=SAME)
+batching(P.AsinhBackward0, vjp=SAME, jvp=SAME)
 
 
 @op("acosh", promotion="float", tensors=("self",), aliases=("arccosh",))
 def acosh(self):
     """torch.acosh(input) (nan below 1); saves its input."""
     with np.errstate(invalid="ignore"):
-        return _unary("AcoshBackward0", np.arccosh, self, "self")
+        return _unary(P.AcoshBackward0, np.arccosh, self, "self")
 
 
 @vjp("AcoshBackward0", inputs=("self",), saves=("self",))
@@ -788,14 +788,14 @@ def _(ctx, self_t):
     return self_t * rsqrt(x * x - 1)
 
 
-batching("AcoshBackward0", vjp=SAME, jvp=SAME)
+batching(P.AcoshBackward0, vjp=SAME, jvp=SAME)
 
 
 @op("atanh", promotion="float", tensors=("self",), aliases=("arctanh",))
 def atanh(self):
     """torch.atanh(input) (±inf at ±1, nan beyond); saves its input."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        return _unary("AtanhBackward0", np.arctanh, self, "self")
+        return _unary(P.AtanhBackward0, np.arctanh, self, "self")
 
 
 @vjp("AtanhBackward0", inputs=("self",), saves=("self",))
@@ -810,14 +810,14 @@ def _(ctx, self_t):
     return self_t * reciprocal(1 - x * x)
 
 
-batching("AtanhBackward0", vjp=SAME, jvp=SAME)
+batching(P.AtanhBackward0, vjp=SAME, jvp=SAME)
 
 
 @op("asin", promotion="float", tensors=("self",), aliases=("arcsin",))
 def asin(self):
     """torch.asin(input) (nan outside [-1, 1]); saves its input."""
     with np.errstate(invalid="ignore"):
-        return _unary("AsinBackward0", np.arcsin, self, "self")
+        return _unary(P.AsinBackward0, np.arcsin, self, "self")
 
 
 @vjp("AsinBackward0", inputs=("self",), saves=("self",))
@@ -832,14 +832,14 @@ def _(ctx, self_t):
     return self_t * rsqrt(-x * x + 1)
 
 
-batching("AsinBackward0", vjp=SAME, jvp=SAME)
+batching(P.AsinBackward0, vjp=SAME, jvp=SAME)
 
 
 @op("acos", promotion="float", tensors=("self",), aliases=("arccos",))
 def acos(self):
     """torch.acos(input) (nan outside [-1, 1]); saves its input."""
     with np.errstate(invalid="ignore"):
-        return _unary("AcosBackward0", np.arccos, self, "self")
+        return _unary(P.AcosBackward0, np.arccos, self, "self")
 
 
 @vjp("AcosBackward0", inputs=("self",), saves=("self",))
@@ -854,13 +854,13 @@ def _(ctx, self_t):
     return self_t * -rsqrt(-x * x + 1)
 
 
-batching("AcosBackward0", vjp=SAME, jvp=SAME)
+batching(P.AcosBackward0, vjp=SAME, jvp=SAME)
 
 
 @op("atan", promotion="float", tensors=("self",), aliases=("arctan",))
 def atan(self):
     """torch.atan(input); saves its input."""
-    return _unary("AtanBackward0", np.arctan, self, "self")
+    return _unary(P.AtanBackward0, np.arctan, self, "self")
 
 
 @vjp("AtanBackward0", inputs=("self",), saves=("self",))
@@ -875,7 +875,7 @@ def _(ctx, self_t):
     return self_t / (x * x + 1)
 
 
-batching("AtanBackward0", vjp=SAME, jvp=SAME)
+batching(P.AtanBackward0, vjp=SAME, jvp=SAME)
 
 
 _LN2 = math.log(2.0)
@@ -886,7 +886,7 @@ _LN10 = math.log(10.0)
 def log2(self):
     """torch.log2(input); saves its input."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        return _unary("Log2Backward0", np.log2, self, "self")
+        return _unary(P.Log2Backward0, np.log2, self, "self")
 
 
 @vjp("Log2Backward0", inputs=("self",), saves=("self",))
@@ -899,14 +899,14 @@ def _(ctx, self_t):
     return self_t / (ctx.self * _LN2)
 
 
-batching("Log2Backward0", vjp=SAME, jvp=SAME)
+batching(P.Log2Backward0, vjp=SAME, jvp=SAME)
 
 
 @op("log10", promotion="float", tensors=("self",))
 def log10(self):
     """torch.log10(input); saves its input."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        return _unary("Log10Backward0", np.log10, self, "self")
+        return _unary(P.Log10Backward0, np.log10, self, "self")
 
 
 @vjp("Log10Backward0", inputs=("self",), saves=("self",))
@@ -919,7 +919,7 @@ def _(ctx, self_t):
     return self_t / (ctx.self * _LN10)
 
 
-batching("Log10Backward0", vjp=SAME, jvp=SAME)
+batching(P.Log10Backward0, vjp=SAME, jvp=SAME)
 
 
 def _float_binary(name: str, self, other):
@@ -940,7 +940,7 @@ def _float_binary(name: str, self, other):
 def atan2(self, other):
     """torch.atan2(input, other): the angle of (other, input); saves both."""
     _, a, b = _float_binary("atan2", self, other)
-    return record("Atan2Backward0", np.asarray(np.arctan2(a, b)), (self, other), {"other": other, "self": self})
+    return record(P.Atan2Backward0, np.asarray(np.arctan2(a, b)), (self, other), {"other": other, "self": self})
 
 
 @vjp("Atan2Backward0", inputs=("self", "other"), saves=("other", "self"))
@@ -960,7 +960,7 @@ def _(ctx, self_t, other_t):
     return add_t(mul_t(self_t, o * recip), mul_t(other_t, -s * recip))
 
 
-batching("Atan2Backward0", vjp=SAME, jvp=SAME)
+batching(P.Atan2Backward0, vjp=SAME, jvp=SAME)
 
 
 @op("hypot", promotion=(
@@ -974,7 +974,7 @@ def hypot(self, other):
     if not D.is_floating(given):
         raise TorchRuntimeError(f"\"hypot_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[given]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
-    return record("HypotBackward0", np.asarray(np.hypot(a, b)), (self, other),
+    return record(P.HypotBackward0, np.asarray(np.hypot(a, b)), (self, other),
                   {"other": other, "result": "result", "self": self})
 
 
@@ -992,7 +992,7 @@ def _(ctx, self_t, other_t):
     return add_t(mul_t(self_t, ctx.self / r), mul_t(other_t, ctx.other / r))
 
 
-batching("HypotBackward0", vjp=SAME, jvp=SAME)
+batching(P.HypotBackward0, vjp=SAME, jvp=SAME)
 
 
 def _np_sigmoid(x):
@@ -1011,7 +1011,7 @@ def _np_sigmoid(x):
     tensors=("self",), plannable=True)
 def sigmoid(self):
     """torch.sigmoid(input); saves its result."""
-    return _unary("SigmoidBackward0", _np_sigmoid, self, "result")
+    return _unary(P.SigmoidBackward0, _np_sigmoid, self, "result")
 
 
 @vjp("SigmoidBackward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
@@ -1028,7 +1028,7 @@ def relu(self):
     if self.data.dtype == np.bool_:
         raise TorchRuntimeError("Boolean inputs not supported for relu", code="invalid_dtype")
     x = self.data
-    return record("ReluBackward0", kcall(np.maximum, x, x.dtype.type(0)), (self,),
+    return record(P.ReluBackward0, kcall(np.maximum, x, x.dtype.type(0)), (self,),
                   {"result": "result"})
 
 
@@ -1045,10 +1045,11 @@ def leaky_relu(self, negative_slope=0.01):
     self = _float_only(self, "leaky_relu_cpu")
     x = float_data(self)
     out = np.where(x > 0, x, x * x.dtype.type(negative_slope))
-    return record("LeakyReluBackward0", out, (self,), {"negative_slope": negative_slope, "self": self})
+    return record(P.LeakyReluBackward0, out, (self,), {"negative_slope": negative_slope, "self": self})
 
 
-@vjp("LeakyReluBackward0", inputs=("self",), saves=("negative_slope", "self"), jvp=elementwise_jvp)
+@vjp("LeakyReluBackward0", inputs=("self",), saves=("negative_slope", "self"), jvp=elementwise_jvp,
+     double_backward="LeakyReluBackwardBackward0")
 def _(ctx, grad):
     return where(gt(ctx.self, 0), grad, grad * ctx.negative_slope),
 
@@ -1063,11 +1064,12 @@ def elu(self, alpha=1.0):
     a = x.dtype.type(alpha)
     with np.errstate(over="ignore"):
         out = np.where(x > 0, x, a * np.expm1(x))
-    return record("EluBackward0", out, (self,),
+    return record(P.EluBackward0, out, (self,),
                   {"alpha": alpha, "scale": 1, "input_scale": 1, "self": self})
 
 
-@vjp("EluBackward0", inputs=("self",), saves=("alpha", "scale", "input_scale", "self"), jvp=elementwise_jvp)
+@vjp("EluBackward0", inputs=("self",), saves=("alpha", "scale", "input_scale", "self"), jvp=elementwise_jvp,
+     double_backward=P.EluBackwardBackward0)
 def _(ctx, grad):
     return _backward.elu_backward(grad, ctx.self, ctx.alpha),
 
@@ -1095,7 +1097,7 @@ def _erf_np(x: np.ndarray) -> np.ndarray:
     tensors=("self",))
 def erf(self):
     """torch.erf(input)."""
-    return _unary("ErfBackward0", _erf, self, "self")
+    return _unary(P.ErfBackward0, _erf, self, "self")
 
 
 @vjp("ErfBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
@@ -1119,11 +1121,12 @@ def gelu(self, approximate="none"):
         out = t(0.5) * x * (t(1) + np.tanh(inner))
     else:
         out = x * t(0.5) * (t(1) + _erf(x * t(_INV_SQRT_2)))
-    return record("GeluBackward0", out.astype(x.dtype, copy=False), (self,),
+    return record(P.GeluBackward0, out.astype(x.dtype, copy=False), (self,),
                   {"approximate": approximate, "self": self})
 
 
-@vjp("GeluBackward0", inputs=("self",), saves=("approximate", "self"), jvp=elementwise_jvp)
+@vjp("GeluBackward0", inputs=("self",), saves=("approximate", "self"), jvp=elementwise_jvp,
+     double_backward="GeluBackwardBackward0")
 def _(ctx, grad):
     x = ctx.self
     if ctx.approximate == "tanh":
@@ -1148,7 +1151,7 @@ def silu(self):
     """F.silu(input) = input * sigmoid(input)."""
     self = _float_only(self, "silu_cpu")
     x = float_data(self)
-    return record("SiluBackward0", x * _np_sigmoid(x), (self,), {"self": self})
+    return record(P.SiluBackward0, x * _np_sigmoid(x), (self,), {"self": self})
 
 
 @vjp("SiluBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
@@ -1164,7 +1167,7 @@ def _(ctx, grad):
 def softplus(self, beta=1, threshold=20):
     """F.softplus(input, beta=1, threshold=20)."""
     self = _float_only(self, "softplus_cpu")
-    return record("SoftplusBackward0", kcall(_softplus, self.data, beta, threshold), (self,),
+    return record(P.SoftplusBackward0, kcall(_softplus, self.data, beta, threshold), (self,),
                   {"beta": beta, "self": self, "threshold": threshold})
 
 
@@ -1211,10 +1214,11 @@ def hardtanh(self, min_val=-1.0, max_val=1.0):
         out = np.clip(x.astype(np.float64), min_val, max_val).astype(x.dtype)
         return Tensor(out)
     out = np.clip(x, x.dtype.type(min_val), x.dtype.type(max_val))
-    return record("HardtanhBackward0", out, (self,), {"max_val": max_val, "min_val": min_val, "self": self})
+    return record(P.HardtanhBackward0, out, (self,), {"max_val": max_val, "min_val": min_val, "self": self})
 
 
-@vjp("HardtanhBackward0", inputs=("self",), saves=("max_val", "min_val", "self"), jvp=elementwise_jvp)
+@vjp("HardtanhBackward0", inputs=("self",), saves=("max_val", "min_val", "self"), jvp=elementwise_jvp,
+     double_backward="HardtanhBackwardBackward0")
 def _(ctx, grad):
     x = ctx.self
     return where(logical_or(le(x, ctx.min_val), ge(x, ctx.max_val)), 0.0, grad),
@@ -1231,11 +1235,12 @@ def logsigmoid(self):
     # torch: min(x, 0) - log1p(exp(-|x|)); buffer = exp(-|x|)
     buf = np.exp(-np.abs(x))
     out = np.minimum(x, t(0)) - np.log1p(buf)
-    return record("LogSigmoidBackward0", out.astype(x.dtype, copy=False), (self,),
+    return record(P.LogSigmoidBackward0, out.astype(x.dtype, copy=False), (self,),
                   {"buffer": Tensor(buf.astype(x.dtype, copy=False)), "self": self})
 
 
-@vjp("LogSigmoidBackward0", inputs=("self",), saves=("buffer", "self"), jvp=elementwise_jvp)
+@vjp("LogSigmoidBackward0", inputs=("self",), saves=("buffer", "self"), jvp=elementwise_jvp,
+     double_backward="LogSigmoidBackwardBackward0")
 def _(ctx, grad):
     x = ctx.self
     # d/dx logsigmoid(x) = 1 - sigmoid(x) = sigmoid(-x)
@@ -1253,7 +1258,7 @@ def _(ctx, grad):
         ),
         "method": ("(Tensor min = None, Tensor max = None)", "(Number min = None, Number max = None)"),
     },
-    tensors=("self", "min", "max"), grad_fns=("ClampBackward1", "ClampBackward0"), aliases=("clip",))
+    tensors=("self", "min", "max"), grad_fns=(P.ClampBackward1, P.ClampBackward0), aliases=("clip",))
 def clamp(self, min=None, max=None):
     """torch.clamp(input, min=None, max=None): number bounds -> ClampBackward1, tensor bounds ->
     ClampBackward0. The boundary counts as inside (gradient passes)."""
@@ -1274,7 +1279,7 @@ def clamp(self, min=None, max=None):
             broadcast_all(self.shape, hi.shape)
             out = np.minimum(out, hi.data.astype(NP[dtype], copy=False))
         out = np.array(out, copy=True) if out is x else out
-        return record("ClampBackward0", out, (self, min if isinstance(min, Tensor) else None,
+        return record(P.ClampBackward0, out, (self, min if isinstance(min, Tensor) else None,
                                               max if isinstance(max, Tensor) else None),
                       {"max": max if isinstance(max, Tensor) else None,
                        "min": min if isinstance(min, Tensor) else None, "self": self})
@@ -1283,7 +1288,7 @@ def clamp(self, min=None, max=None):
     dtype = D.result_type(self, *(v for v in (min, max) if v is not None))
     x = self.data.astype(NP[dtype], copy=False)
     out = np.clip(x, _bound(min, dtype), _bound(max, dtype))
-    return record("ClampBackward1", out, (self,), {"max": max, "min": min, "self": self})
+    return record(P.ClampBackward1, out, (self,), {"max": max, "min": min, "self": self})
 
 
 def _bound(v, dtype: str):
@@ -1351,16 +1356,16 @@ def _(ctx, self_t, min_t, max_t):
         ),
         "method": ("(Tensor min)", "(Number min)"),
     },
-    tensors=("self", "min"), grad_fns=("ClampMinBackward0", "ClampMinBackward1"))
+    tensors=("self", "min"), grad_fns=(P.ClampMinBackward0, P.ClampMinBackward1))
 def clamp_min(self, min):
     """torch.clamp_min(input, min): a number bound (ClampMinBackward0) or a tensor one (ClampMinBackward1,
     broadcast, the gradient going to ``min`` where input < min)."""
     self = require_tensor(self)
     if isinstance(min, Tensor):
-        return _clamp_one_side("ClampMinBackward1", np.maximum, self, min, "min")
+        return _clamp_one_side(P.ClampMinBackward1, np.maximum, self, min, "min")
     dtype = D.result_type(self, min)
     x = self.data.astype(NP[dtype], copy=False)
-    return record("ClampMinBackward0", np.maximum(x, _bound(min, dtype)), (self,), {"min": min, "self": self})
+    return record(P.ClampMinBackward0, np.maximum(x, _bound(min, dtype)), (self,), {"min": min, "self": self})
 
 
 @vjp("ClampMinBackward0", inputs=("self",), saves=("min", "self"), jvp=elementwise_jvp)
@@ -1378,15 +1383,15 @@ def _(ctx, grad):
         ),
         "method": ("(Tensor max)", "(Number max)"),
     },
-    tensors=("self", "max"), grad_fns=("ClampMaxBackward0", "ClampMaxBackward1"))
+    tensors=("self", "max"), grad_fns=(P.ClampMaxBackward0, P.ClampMaxBackward1))
 def clamp_max(self, max):
     """torch.clamp_max(input, max): a number bound (ClampMaxBackward0) or a tensor one (ClampMaxBackward1)."""
     self = require_tensor(self)
     if isinstance(max, Tensor):
-        return _clamp_one_side("ClampMaxBackward1", np.minimum, self, max, "max")
+        return _clamp_one_side(P.ClampMaxBackward1, np.minimum, self, max, "max")
     dtype = D.result_type(self, max)
     x = self.data.astype(NP[dtype], copy=False)
-    return record("ClampMaxBackward0", np.minimum(x, _bound(max, dtype)), (self,), {"max": max, "self": self})
+    return record(P.ClampMaxBackward0, np.minimum(x, _bound(max, dtype)), (self,), {"max": max, "self": self})
 
 
 @vjp("ClampMaxBackward0", inputs=("self",), saves=("max", "self"), jvp=elementwise_jvp)
@@ -1394,7 +1399,7 @@ def _(ctx, grad):
     return where(le(ctx.self, ctx.max), grad, 0.0),
 
 
-def _clamp_one_side(prim: str, fn, self: Tensor, bound: Tensor, slot: str) -> Tensor:
+def _clamp_one_side(prim: Prim, fn, self: Tensor, bound: Tensor, slot: str) -> Tensor:
     """clamp_min / clamp_max with a tensor bound: promoted and broadcast like a binary op, NaN kept."""
     dtype = D.result_type(self, bound)
     broadcast_all(self.shape, bound.shape)
@@ -1423,7 +1428,7 @@ def maximum(self, other):
     """torch.maximum(input, other); ties split the gradient 0.5/0.5."""
     self, other = _binary_tensors("maximum", self, other)
     dtype, a, b = binary_operands(self, other)
-    return record("MaximumBackward0", kcall(np.maximum, a, b), (self, other), {"other": other, "self": self})
+    return record(P.MaximumBackward0, kcall(np.maximum, a, b), (self, other), {"other": other, "self": self})
 
 
 @vjp("MaximumBackward0", inputs=("self", "other"), saves=("other", "self"), jvp=elementwise_jvp)
@@ -1439,7 +1444,7 @@ def minimum(self, other):
     """torch.minimum(input, other); ties split the gradient 0.5/0.5."""
     self, other = _binary_tensors("minimum", self, other)
     dtype, a, b = binary_operands(self, other)
-    return record("MinimumBackward0", kcall(np.minimum, a, b), (self, other), {"other": other, "self": self})
+    return record(P.MinimumBackward0, kcall(np.minimum, a, b), (self, other), {"other": other, "self": self})
 
 
 @vjp("MinimumBackward0", inputs=("self", "other"), saves=("other", "self"), jvp=elementwise_jvp)
@@ -1481,7 +1486,7 @@ def where(condition, self, other):
     cd = condition.data
     fast = _where_fast(cd, self, other, a, b)
     if fast is not None:
-        return record("WhereBackward0", fast, (a, b), {"condition": condition})
+        return record(P.WhereBackward0, fast, (a, b), {"condition": condition})
     for value, t in ((self, b), (other, a)):
         if t is not None:
             refuse_uint64_with_bool(value, t.dtype)
@@ -1492,7 +1497,7 @@ def where(condition, self, other):
     A = a.data.astype(npdt, copy=False) if a is not None else _bound(self, dtype)
     B = b.data.astype(npdt, copy=False) if b is not None else _bound(other, dtype)
     out = np.where(condition.data, A, B)
-    return record("WhereBackward0", np.asarray(out, dtype=npdt), (a, b), {"condition": condition})
+    return record(P.WhereBackward0, np.asarray(out, dtype=npdt), (a, b), {"condition": condition})
 
 
 def _where_fast(cd: np.ndarray, self, other, a: Tensor | None, b: Tensor | None):
@@ -1529,7 +1534,7 @@ def _(ctx, grad):
         "function": ("(Tensor input, Tensor mask, Tensor value)", "(Tensor input, Tensor mask, Number value)"),
         "method": ("(Tensor mask, Tensor value)", "(Tensor mask, Number value)"),
     },
-    tensors=("self", "mask", "value"), grad_fns=("MaskedFillBackward0", "MaskedFillBackward1"))
+    tensors=("self", "mask", "value"), grad_fns=(P.MaskedFillBackward0, P.MaskedFillBackward1))
 def masked_fill(self, mask, value):
     """Tensor.masked_fill(mask, value) with a number value."""
     self = require_tensor(self)
@@ -1550,10 +1555,10 @@ def masked_fill(self, mask, value):
     broadcast_all(mask.shape, self.shape)  # self broadcasts to a larger mask, as torch's out-of-place form does
     if value_tensor is not None:  # the Tensor-value overload (torch's MaskedFillBackward1, value's gradient)
         # (value.item() is a value: no kernel here, so a plan never freezes it)
-        return record("MaskedFillBackward1", np.where(mask.data, fill, self.data), (self, value_tensor),
+        return record(P.MaskedFillBackward1, np.where(mask.data, fill, self.data), (self, value_tensor),
                       {"mask": mask})
     out = kcall(np.where, mask.data, fill, self.data)
-    return record("MaskedFillBackward0", out, (self,), {"mask": mask})
+    return record(P.MaskedFillBackward0, out, (self,), {"mask": mask})
 
 
 # c10's names of the C types in its "value cannot be converted to type ... without overflow"
@@ -1608,8 +1613,8 @@ def _(ctx, self_t, value_t):
 
 
 
-jvp("MaskedFillBackward0")(elementwise_jvp)
-no_jvp("NotImplemented", "aten::floor_divide")
+jvp(P.MaskedFillBackward0)(elementwise_jvp)
+no_jvp(P.NotImplemented, "aten::floor_divide")
 
 
 _TYPEMETA = D.TYPE_META_NAMES
@@ -1623,7 +1628,7 @@ _TYPEMETA = D.TYPE_META_NAMES
         ),
         "method": ("(Tensor end, Tensor weight)", "(Tensor end, Number weight)"),
     },
-    tensors=("self", "end", "weight"), grad_fns=("LerpBackward0", "LerpBackward1"), plannable=True)
+    tensors=("self", "end", "weight"), grad_fns=(P.LerpBackward0, P.LerpBackward1), plannable=True)
 def lerp(self, end, weight):
     """torch.lerp(input, end, weight): input + weight * (end - input)."""
     self = require_tensor(self)
@@ -1640,8 +1645,8 @@ def lerp(self, end, weight):
     if isinstance(weight, Tensor):
         broadcast_all(self.shape, end.shape, weight.shape)
         out = kcall(_lerp_tensor, a, b, weight.data, NP[dtype])
-        return record("LerpBackward1", out, (self, end, weight), {"end": end, "self": self, "weight": weight})
-    return record("LerpBackward0", kcall(_lerp_scalar, a, b, weight, NP[dtype]), (self, end), {"weight": weight})
+        return record(P.LerpBackward1, out, (self, end, weight), {"end": end, "self": self, "weight": weight})
+    return record(P.LerpBackward0, kcall(_lerp_scalar, a, b, weight, NP[dtype]), (self, end), {"weight": weight})
 
 
 @takes_literals
@@ -1716,7 +1721,7 @@ def addcmul(self, tensor1, tensor2, value=1):
     # into an integer type the value converts as torch's checked Scalar conversion does (its overflow error)
     v = _bound(value, dtype) if NP[dtype].kind in "iu" else value
     out = kcall(_addcmul, self.data, tensor1.data, tensor2.data, v, NP[dtype])
-    return record("AddcmulBackward0", out, (self, tensor1, tensor2),
+    return record(P.AddcmulBackward0, out, (self, tensor1, tensor2),
                   {"tensor1": tensor1, "tensor2": tensor2, "value": value})
 
 
@@ -1748,7 +1753,7 @@ def addcdiv(self, tensor1, tensor2, value=1):
                 code="invalid_dtype")
     dtype, self, tensor1, tensor2 = _pointwise3("addcdiv", "addcdiv_cpu_out", self, tensor1, tensor2)
     out = kcall(_addcdiv, self.data, tensor1.data, tensor2.data, value, NP[dtype])
-    return record("AddcdivBackward0", out, (self, tensor1, tensor2),
+    return record(P.AddcdivBackward0, out, (self, tensor1, tensor2),
                   {"tensor1": tensor1, "tensor2": tensor2, "value": value})
 
 
@@ -1779,7 +1784,7 @@ def _remainder_np(a, b):
         ),
         "method": ("(Tensor other)", "(Number other)"),
     },
-    tensors=("self", "other"), grad_fns=("RemainderBackward0", "RemainderBackward1", "NotImplemented"),
+    tensors=("self", "other"), grad_fns=(P.RemainderBackward0, P.RemainderBackward1, P.NotImplemented),
     aliases=("__mod__",))
 def remainder(self, other):
     """torch.remainder(input, other): Python's modulus (the sign of the divisor); a number self
@@ -1793,10 +1798,10 @@ def remainder(self, other):
                                 exception="NotImplementedError")
     out = _remainder_np(a, b)
     if self._wrapped:  # remainder.Scalar_Tensor: no derivative in torch
-        return record("NotImplemented", out, (None, other), {"aten": "remainder"})
+        return record(P.NotImplemented, out, (None, other), {"aten": "remainder"})
     if isinstance(other, Tensor):
-        return record("RemainderBackward1", out, (self, other), {"other": other, "self": self})
-    return record("RemainderBackward0", out, (self,), {})
+        return record(P.RemainderBackward1, out, (self, other), {"other": other, "self": self})
+    return record(P.RemainderBackward0, out, (self,), {})
 
 
 @vjp("RemainderBackward0", inputs=("self",), jvp=elementwise_jvp)
@@ -1819,13 +1824,13 @@ def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
     self = require_tensor(self)
     x = self.data
     if x.dtype.kind != "f":
-        return record("NanToNumBackward0", x.copy(), (self,), {"self": self})
+        return record(P.NanToNumBackward0, x.copy(), (self,), {"self": self})
     info = np.finfo(x.dtype)
     t = x.dtype.type
     out = np.where(np.isnan(x), t(nan), x)
     out = np.where(np.isposinf(x), t(info.max if posinf is None else posinf), out)
     out = np.where(np.isneginf(x), t(info.min if neginf is None else neginf), out)
-    return record("NanToNumBackward0", np.asarray(out, x.dtype), (self,), {"self": self})
+    return record(P.NanToNumBackward0, np.asarray(out, x.dtype), (self,), {"self": self})
 
 
 @vjp("NanToNumBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
@@ -1867,7 +1872,7 @@ def erfinv(self):
     self = require_tensor(self)
     x = self.data
     dt = x.dtype if x.dtype.kind == "f" else np.dtype(np.float32)
-    return record("ErfinvBackward0", _erfinv_np(x).astype(dt), (self,), {"self": self})
+    return record(P.ErfinvBackward0, _erfinv_np(x).astype(dt), (self,), {"self": self})
 
 
 @vjp("ErfinvBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
@@ -1883,7 +1888,7 @@ def _(ctx, grad):
 def floor(self):
     """torch.floor(input); zero gradient."""
     self = _not_bool(self, "floor_vml_cpu")
-    return record("FloorBackward0", np.floor(self.data), (self,))
+    return record(P.FloorBackward0, np.floor(self.data), (self,))
 
 
 @vjp("FloorBackward0", inputs=("self",), jvp=zero_jvp)
@@ -1898,7 +1903,7 @@ def _(ctx, grad):
 def ceil(self):
     """torch.ceil(input); zero gradient."""
     self = _not_bool(self, "ceil_vml_cpu")
-    return record("CeilBackward0", np.ceil(self.data), (self,))
+    return record(P.CeilBackward0, np.ceil(self.data), (self,))
 
 
 @vjp("CeilBackward0", inputs=("self",), jvp=zero_jvp)
@@ -1912,7 +1917,7 @@ def _(ctx, grad):
         "method": ("()", "(*, int decimals)"),
     },
     exports=("torch.special.round",),
-    tensors=("self",), grad_fns=("RoundBackward0", "RoundBackward1"))
+    tensors=("self",), grad_fns=(P.RoundBackward0, P.RoundBackward1))
 def round(self, decimals=None):
     """torch.round(input, *, decimals): half to even, zero gradient; ``decimals`` given (even 0) is torch's
     ``round.decimals`` overload, RoundBackward1."""
@@ -1920,8 +1925,8 @@ def round(self, decimals=None):
         self = _float_only(self, "round_cpu")  # torch's decimals kernel is float-only
     self = _not_bool(self, "round_vml_cpu")
     if decimals is not None:
-        return record("RoundBackward1", np.round(self.data, decimals), (self,), {"decimals": decimals})
-    return record("RoundBackward0", np.round(self.data), (self,))
+        return record(P.RoundBackward1, np.round(self.data, decimals), (self,), {"decimals": decimals})
+    return record(P.RoundBackward0, np.round(self.data), (self,))
 
 
 @vjp("RoundBackward0", inputs=("self",), jvp=zero_jvp)

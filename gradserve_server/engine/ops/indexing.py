@@ -14,7 +14,7 @@ import numpy as np
 from .. import dtypes as D
 from ..budget import current_control
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
-from ..registry import jvp, op, record, vjp
+from ..registry import P, declare, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, is_number, require_tensor, saved_int, signed_int, wrap_dim
 from .elementwise import checked_scalar, mul_number
@@ -101,9 +101,9 @@ def scatter(self, dim, index, src=None, value=None):
     if src is not None:
         s = src.data.reshape(src.data.shape or (1,))
         view[_grids(ix, d)] = _src_block(s, ix)
-        return record("ScatterBackward0", out, (self, src), {"dim": saved_int(dim), "index": index})
+        return record(P.ScatterBackward0, out, (self, src), {"dim": saved_int(dim), "index": index})
     view[_grids(ix, d)] = out.dtype.type(value)
-    return record("ScatterBackward1", out, (self,), {"dim": saved_int(dim), "index": index})
+    return record(P.ScatterBackward1, out, (self,), {"dim": saved_int(dim), "index": index})
 
 
 def _gather_src(grad: Tensor, dim: int, index: Tensor, src_shape: tuple) -> Tensor:
@@ -153,7 +153,7 @@ def scatter_add(self, dim, index, src):
     view = out.reshape(out.shape or (1,))
     ix = index.data.reshape(index.data.shape or (1,))
     np.add.at(view, _grids(ix, d), _src_block(src.data.reshape(src.data.shape or (1,)), ix))
-    return record("ScatterAddBackward0", out, (self, src), {"dim": saved_int(dim), "index": index})
+    return record(P.ScatterAddBackward0, out, (self, src), {"dim": saved_int(dim), "index": index})
 
 
 @vjp("ScatterAddBackward0", inputs=("self", "src"), saves={"dim": (), "index": ("src",)})
@@ -263,7 +263,7 @@ def index_add(self, dim, index, source, alpha=1):
         np.add.at(out, _along(d, out.ndim, ix), src)
     else:
         out = out + src.reshape(())
-    return record("IndexAddBackward0", np.asarray(out, self.data.dtype), (self, source),
+    return record(P.IndexAddBackward0, np.asarray(out, self.data.dtype), (self, source),
                   {"alpha": alpha, "dim": saved_int(dim), "index": index, "source": source,
                    "source_dim": source.data.ndim})
 
@@ -303,7 +303,7 @@ def index_copy(self, dim, index, source):
         out[_along(d, out.ndim, ix)] = source.data
     else:
         out = source.data.reshape(()).copy()
-    return record("IndexCopyBackward0", np.asarray(out, self.data.dtype), (self, source),
+    return record(P.IndexCopyBackward0, np.asarray(out, self.data.dtype), (self, source),
                   {"dim": saved_int(dim), "index": index, "source": source, "source_dim": source.data.ndim})
 
 
@@ -320,7 +320,7 @@ def _(ctx, grad):
             keep[...] = 0
         g_self = grad * Tensor(keep)
         if g_self.grad_fn is not None:  # torch's node for grad.index_fill(dim, index, 0): the same product
-            g_self.grad_fn.name = "IndexFillBackward0"
+            g_self.grad_fn.name = P.IndexFillBackward0.name
     if n[1]:  # grad.index_select(dim, index): a 0-d source's [1] is summed to its shape (SumBackward0)
         g_src = index_select(grad, signed_int(ctx.dim), ctx.index) if grad.data.ndim else grad
     return g_self, g_src
@@ -342,7 +342,7 @@ def _(ctx, self_t, source_t):
         ),
         "method": ("(int dim, Tensor index, Tensor value)", "(int dim, Tensor index, Number value)"),
     },
-    tensors=("self", "index", "value"), grad_fns=("IndexFillBackward0", "IndexFillBackward1"))
+    tensors=("self", "index", "value"), grad_fns=(P.IndexFillBackward0, P.IndexFillBackward1))
 def index_fill(self, dim, index, value):
     """torch.index_fill(input, dim, index, value): out[index[i]] = value along dim; a number value is
     IndexFillBackward0, a 0-d tensor value IndexFillBackward1 (its gradient: the sum over the distinct
@@ -383,8 +383,8 @@ def index_fill(self, dim, index, value):
     elif ix.size:
         out[...] = fill
     if isinstance(value, Tensor):
-        return record("IndexFillBackward1", out, (self, value), {"dim": saved_int(dim), "index": index})
-    return record("IndexFillBackward0", out, (self,), {"dim": saved_int(dim), "index": index})
+        return record(P.IndexFillBackward1, out, (self, value), {"dim": saved_int(dim), "index": index})
+    return record(P.IndexFillBackward0, out, (self,), {"dim": saved_int(dim), "index": index})
 
 
 @vjp("IndexFillBackward0", inputs=("self",), saves=("dim", "index"))
@@ -425,7 +425,10 @@ def masked_select(self, mask):
         raise TorchRuntimeError("masked_select: expected BoolTensor for mask", code="invalid_dtype")
     shape = broadcast_shapes(self.shape, mask.shape)
     out = np.broadcast_to(self.data, shape)[np.broadcast_to(mask.data, shape)]
-    return record("MaskedSelectBackward0", np.ascontiguousarray(out), (self,), {"mask": mask, "self": self})
+    return record(P.MaskedSelectBackward0, np.ascontiguousarray(out), (self,), {"mask": mask, "self": self})
+
+
+declare("MaskedScatterBackward0")  # the node torch shows for MaskedSelectBackward0's gradient
 
 
 @vjp("MaskedSelectBackward0", inputs=("self",), saves=("mask", "self"))
@@ -433,11 +436,11 @@ def _(ctx, grad):
     shape = broadcast_shapes(ctx.self.shape, ctx.mask.shape)
     if not shape:  # 0-d input and mask: scattered as one element (numpy has no nonzero of a 0-d array)
         g = _index_put_zeros(grad, (1,), [Tensor(np.nonzero(ctx.mask.data.reshape(1))[0])],
-                             "MaskedScatterBackward0")
+                             P.MaskedScatterBackward0)
         return reshape(g, ()),
     where_true = np.nonzero(np.broadcast_to(ctx.mask.data, shape))
     return _index_put_zeros(grad, shape, [Tensor(np.asarray(w, np.int64)) for w in where_true],
-                            "MaskedScatterBackward0"),
+                            P.MaskedScatterBackward0),
 
 
 @jvp()
@@ -598,7 +601,7 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
     if not nd:
         idx, vals = idx.reshape(()), vals.reshape(())
     indices = Tensor(idx)
-    values = record("TopkBackward0", np.array(vals, copy=True), (self,),
+    values = record(P.TopkBackward0, np.array(vals, copy=True), (self,),
                     {"dim": saved_int(dim), "indices": indices, "self_sym_sizes": self.data.shape})
     return ValuesIndices(values, indices)
 
@@ -699,7 +702,7 @@ def kthvalue(self, k, dim=-1, keepdim=False):
         if not nd:
             idx, vals = idx.reshape(()), vals.reshape(())
     indices = Tensor(np.array(idx, copy=True))
-    values = record("KthvalueBackward0", np.array(vals, copy=True), (self,),
+    values = record(P.KthvalueBackward0, np.array(vals, copy=True), (self,),
                     {"dim": saved_int(dim), "indices": indices, "keepdim": keepdim, "self_sym_sizes": self.data.shape})
     return ValuesIndices(values, indices)
 
@@ -735,7 +738,7 @@ def roll(self, shifts, dims=None):
             raise TorchRuntimeError(f"shifts and dimensions must align. shifts: {len(sh)}, dims:0",
                                     code="invalid_argument")
         out = np.roll(self.data.reshape(-1), sh[0]).reshape(self.data.shape)
-        return record("RollBackward0", out, (self,), {"dims": [], "shifts": saved_int(sh)})
+        return record(P.RollBackward0, out, (self,), {"dims": [], "shifts": saved_int(sh)})
     dl = [dims] if isinstance(dims, (int, np.integer)) else list(dims)
     if len(sh) != len(dl):
         raise TorchRuntimeError(f"shifts and dimensions must align. shifts: {len(sh)}, dims:{len(dl)}",
@@ -748,7 +751,7 @@ def roll(self, shifts, dims=None):
     # torch's roll is cat of two narrows (or rolls of those, one dim at a time): a contiguous result whatever
     # the input's layout (numpy's keeps an expanded or transposed one)
     out = np.ascontiguousarray(out)
-    return record("RollBackward0", out, (self,), {"dims": saved_int(dl), "shifts": saved_int(sh)})
+    return record(P.RollBackward0, out, (self,), {"dims": saved_int(dl), "shifts": saved_int(sh)})
 
 
 @vjp("RollBackward0", inputs=("self",), saves=("dims", "shifts"))

@@ -28,8 +28,8 @@ from ..errors import BatchingUnsupported, LeafInplaceError, TorchRuntimeError
 from ..grad_mode import _grad_enabled
 from ..journal import array_, setattr_, setitem_
 from ..kernel import kcall, kinplace
-from ..node import Node, SavedTensor
-from ..registry import OPS, edge, jvp, op, record, vjp, with_layout, zero_jvp
+from ..node import Node, SavedTensor, node_of
+from ..registry import OPS, P, edge, jvp, op, record, vjp, with_layout, zero_jvp
 from ..tensor import Tensor
 from ..views import _dense, has_internal_overlap, partial_overlap, rebase_error, set_history, view_positions
 from . import elementwise as E
@@ -188,20 +188,20 @@ def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check) -> Tensor:
 
 def _copy_slices(base: Tensor, view: Tensor, node: Node) -> None:
     positions = view_positions(base.data, view.data)
-    cs = Node("CopySlices", "CopySlices", (edge(base),) + node.next_functions[1:],
-              {"fn": node, "positions": positions, "base_sizes": base.data.shape},
-              ((base.data.shape, base.data.dtype),) + node.input_meta[1:])
+    cs = node_of(P.CopySlices, (edge(base),) + node.next_functions[1:],
+                 {"fn": node, "positions": positions, "base_sizes": base.data.shape},
+                 ((base.data.shape, base.data.dtype),) + node.input_meta[1:])
     set_history(base, cs, 0)
     if not base._requires_grad:
         setattr_(base, "_requires_grad", True)
-    set_history(view, Node("AsStridedBackward0", "AsStridedBackward0", ((cs, 0),),
-                           {"positions": positions, "base_sizes": base.data.shape},
-                           ((base.data.shape, base.data.dtype),)), 0)
+    set_history(view, node_of(P.AsStridedBackward0, ((cs, 0),),
+                              {"positions": positions, "base_sizes": base.data.shape},
+                              ((base.data.shape, base.data.dtype),)), 0)
     if not view._requires_grad:
         setattr_(view, "_requires_grad", True)
 
 
-@vjp("CopySlices", inputs=("self",), saves=("fn", "positions", "base_sizes"))
+@vjp("CopySlices", inputs=("self",), saves=("fn", "positions", "base_sizes"), cpp=True)
 def _(ctx, grad):
     from .shape import _index, _index_put_zeros, reshape
     fn = ctx.fn
@@ -241,9 +241,9 @@ def _(ctx, grad):
     # FunctionsManual as_strided_backward: the gradient scattered into a flat storage, returned as
     # storage.as_strided(input geometry): under create_graph its grad_fn is AsStridedBackward0
     shape = tuple(ctx.base_sizes)
-    node = Node("AsStridedBackward0", "AsStridedBackward0", (edge(storage),),
-                {"positions": np.arange(size, dtype=np.int64).reshape(shape), "base_sizes": (size,)},
-                (((size,), storage.data.dtype),))
+    node = node_of(P.AsStridedBackward0, (edge(storage),),
+                   {"positions": np.arange(size, dtype=np.int64).reshape(shape), "base_sizes": (size,)},
+                   (((size,), storage.data.dtype),))
     return Tensor(storage.data.reshape(shape), True, node),
 
 
@@ -256,7 +256,7 @@ def _(ctx, *tangents):
 
 
 def _zero(self: Tensor) -> Tensor:
-    return record("ZeroBackward0", kcall(K.zeros_like, self.data), (self,))
+    return record(P.ZeroBackward0, kcall(K.zeros_like, self.data), (self,))
 
 
 @vjp("ZeroBackward0", inputs=("self",), jvp=zero_jvp)
@@ -273,9 +273,9 @@ def _fill(self: Tensor, value) -> Tensor:
         if has_internal_overlap(self.data):  # fill_(Tensor) checks its target, fill_(Scalar) does not
             raise TorchRuntimeError(_INTERNAL_OVERLAP, code="invalid_inplace")
         out = np.full(self.data.shape, value.data, dtype=self.data.dtype)
-        return record("FillBackward3", out, (self, value))
+        return record(P.FillBackward3, out, (self, value))
     value = E.checked_scalar(value, self.dtype) if isinstance(value, (int, float)) else value
-    return record("FillBackward2", np.full(self.data.shape, value, dtype=self.data.dtype), (self,))
+    return record(P.FillBackward2, np.full(self.data.shape, value, dtype=self.data.dtype), (self,))
 
 
 def _fill_scalar_vjp(ctx, grad):
@@ -294,13 +294,13 @@ def _fill_tensor_jvp(ctx, self_t, value_t):
 
 vjp("FillBackward2", inputs=("self",))(_fill_scalar_vjp)
 vjp("FillBackward3", inputs=("self", "value"))(_fill_tensor_vjp)
-jvp("FillBackward2")(zero_jvp)
-jvp("FillBackward3")(_fill_tensor_jvp)
+jvp(P.FillBackward2)(zero_jvp)
+jvp(P.FillBackward3)(_fill_tensor_jvp)
 # the names sessions saved before torch 2.x's numbering was followed still load
 vjp("FillBackward0", inputs=("self",))(_fill_scalar_vjp)
 vjp("FillBackward1", inputs=("self", "value"))(_fill_tensor_vjp)
-jvp("FillBackward0")(zero_jvp)
-jvp("FillBackward1")(_fill_tensor_jvp)
+jvp(P.FillBackward0)(zero_jvp)
+jvp(P.FillBackward1)(_fill_tensor_jvp)
 
 
 def _copy(self: Tensor, src) -> Tensor:
@@ -310,7 +310,7 @@ def _copy(self: Tensor, src) -> Tensor:
     if shape != self.data.shape:
         raise TorchRuntimeError(f"output with shape [{', '.join(map(str, self.data.shape))}] doesn't match the "
                                 f"broadcast shape [{', '.join(map(str, shape))}]", code="shape_mismatch")
-    return record("CopyBackwards", kcall(_copy_kernel, src.data, shape, self.data.dtype), (self, src))
+    return record(P.CopyBackwards, kcall(_copy_kernel, src.data, shape, self.data.dtype), (self, src))
 
 
 def _copy_kernel(src: np.ndarray, shape: tuple, dtype) -> np.ndarray:
@@ -318,7 +318,7 @@ def _copy_kernel(src: np.ndarray, shape: tuple, dtype) -> np.ndarray:
     return np.array(np.broadcast_to(src, shape), dtype=dtype, copy=True)
 
 
-@vjp("CopyBackwards", inputs=("self", "src"))
+@vjp("CopyBackwards", inputs=("self", "src"), cpp=True)
 def _(ctx, grad):
     n = ctx.needs
     src = None
@@ -359,22 +359,22 @@ def _make(name: str, fn, grad_fns: tuple, tensors=("self",), aliases=(), doc="",
               **facts)(inplace)
 
 
-add_ = _make("add_", E.add, ("AddBackward0",), ("self", "other"), ("__iadd__", "iadd"))
-sub_ = _make("sub_", E.sub, ("SubBackward0",), ("self", "other"), ("__isub__", "isub"))
-mul_ = _make("mul_", E.mul, ("MulBackward0",), ("self", "other"), ("__imul__", "imul"))
-div_ = _make("div_", E.div, ("DivBackward0",), ("self", "other"), ("__itruediv__", "itruediv", "idiv"))
-pow_ = _make("pow_", E.pow, ("PowBackward0", "PowBackward1"), ("self", "exponent"), ("__ipow__", "ipow"))
-exp_ = _make("exp_", E.exp, ("ExpBackward0",))
-log_ = _make("log_", E.log, ("LogBackward0",))
-neg_ = _make("neg_", E.neg, ("NegBackward0",))
-sqrt_ = _make("sqrt_", E.sqrt, ("SqrtBackward0",))
-abs_ = _make("abs_", E.abs, ("AbsBackward0",))
-sigmoid_ = _make("sigmoid_", E.sigmoid, ("SigmoidBackward0",))
-tanh_ = _make("tanh_", E.tanh, ("TanhBackward0",))
-relu_ = _make("relu_", E.relu, ("ReluBackward0",), exports=("torch.nn.functional.relu_",))
-addcmul_ = _make("addcmul_", E.addcmul, ("AddcmulBackward0",), ("self", "tensor1", "tensor2"))
-addcdiv_ = _make("addcdiv_", E.addcdiv, ("AddcdivBackward0",), ("self", "tensor1", "tensor2"))
-lerp_ = _make("lerp_", E.lerp, ("LerpBackward0", "LerpBackward1"), ("self", "end", "weight"))
+add_ = _make("add_", E.add, (P.AddBackward0,), ("self", "other"), ("__iadd__", "iadd"))
+sub_ = _make("sub_", E.sub, (P.SubBackward0,), ("self", "other"), ("__isub__", "isub"))
+mul_ = _make("mul_", E.mul, (P.MulBackward0,), ("self", "other"), ("__imul__", "imul"))
+div_ = _make("div_", E.div, (P.DivBackward0,), ("self", "other"), ("__itruediv__", "itruediv", "idiv"))
+pow_ = _make("pow_", E.pow, (P.PowBackward0, P.PowBackward1), ("self", "exponent"), ("__ipow__", "ipow"))
+exp_ = _make("exp_", E.exp, (P.ExpBackward0,))
+log_ = _make("log_", E.log, (P.LogBackward0,))
+neg_ = _make("neg_", E.neg, (P.NegBackward0,))
+sqrt_ = _make("sqrt_", E.sqrt, (P.SqrtBackward0,))
+abs_ = _make("abs_", E.abs, (P.AbsBackward0,))
+sigmoid_ = _make("sigmoid_", E.sigmoid, (P.SigmoidBackward0,))
+tanh_ = _make("tanh_", E.tanh, (P.TanhBackward0,))
+relu_ = _make("relu_", E.relu, (P.ReluBackward0,), exports=("torch.nn.functional.relu_",))
+addcmul_ = _make("addcmul_", E.addcmul, (P.AddcmulBackward0,), ("self", "tensor1", "tensor2"))
+addcdiv_ = _make("addcdiv_", E.addcdiv, (P.AddcdivBackward0,), ("self", "tensor1", "tensor2"))
+lerp_ = _make("lerp_", E.lerp, (P.LerpBackward0, P.LerpBackward1), ("self", "end", "weight"))
 def _clamp_cast_checked(fn):
     """clamp_'s out= check words the dtype the C++ way ('long int', 'bool'), unlike the other in-place ops."""
     def clamp(self, *bounds, **kw):
@@ -391,10 +391,10 @@ def _clamp_cast_checked(fn):
     return clamp
 
 
-clamp_ = _make("clamp_", _clamp_cast_checked(E.clamp), ("ClampBackward1", "ClampBackward0"), ("self", "min", "max"),
+clamp_ = _make("clamp_", _clamp_cast_checked(E.clamp), (P.ClampBackward1, P.ClampBackward0), ("self", "min", "max"),
                ("clip_",))
-clamp_min_ = _make("clamp_min_", _clamp_cast_checked(E.clamp_min), ("ClampMinBackward0",))
-clamp_max_ = _make("clamp_max_", _clamp_cast_checked(E.clamp_max), ("ClampMaxBackward0",))
+clamp_min_ = _make("clamp_min_", _clamp_cast_checked(E.clamp_min), (P.ClampMinBackward0,))
+clamp_max_ = _make("clamp_max_", _clamp_cast_checked(E.clamp_max), (P.ClampMaxBackward0,))
 
 
 def _masked_fill_inplace(self: Tensor, mask, value) -> Tensor:
@@ -405,16 +405,16 @@ def _masked_fill_inplace(self: Tensor, mask, value) -> Tensor:
     return E.masked_fill(self, mask, value)
 
 
-masked_fill_ = _make("masked_fill_", _masked_fill_inplace, ("MaskedFillBackward0",), ("self", "mask"),
+masked_fill_ = _make("masked_fill_", _masked_fill_inplace, (P.MaskedFillBackward0,), ("self", "mask"),
                      overlap_check=False)
 # the index and scatter kernels refuse a source that is the target itself too (assert_no_overlap)
-scatter_ = _make("scatter_", scatter, ("ScatterBackward0", "ScatterBackward1"), ("self", "index", "src"),
+scatter_ = _make("scatter_", scatter, (P.ScatterBackward0, P.ScatterBackward1), ("self", "index", "src"),
                  doc="Tensor.scatter_(dim, index, src | value): in-place scatter; bumps the version counter.",
                  overlap_check="any")
-scatter_add_ = _make("scatter_add_", scatter_add, ("ScatterAddBackward0",), ("self", "index", "src"),
+scatter_add_ = _make("scatter_add_", scatter_add, (P.ScatterAddBackward0,), ("self", "index", "src"),
                      overlap_check="any")
-index_add_ = _make("index_add_", index_add, ("IndexAddBackward0",), ("self", "index", "source"), overlap_check="any")
-index_copy_ = _make("index_copy_", index_copy, ("IndexCopyBackward0",), ("self", "index", "source"),
+index_add_ = _make("index_add_", index_add, (P.IndexAddBackward0,), ("self", "index", "source"), overlap_check="any")
+index_copy_ = _make("index_copy_", index_copy, (P.IndexCopyBackward0,), ("self", "index", "source"),
                     overlap_check="any")
 
 
@@ -429,15 +429,15 @@ def _index_fill_expanded(self: Tensor, dim, index, value) -> Tensor:
     return index_fill(self, dim, index, value)
 
 
-index_fill_ = _make("index_fill_", _index_fill_expanded, ("IndexFillBackward0", "IndexFillBackward1"),
+index_fill_ = _make("index_fill_", _index_fill_expanded, (P.IndexFillBackward0, P.IndexFillBackward1),
                     ("self", "index", "value"), overlap_check=False,
                     doc="Tensor.index_fill_(dim, index, value): in place; bumps the version counter.")
-zero_ = _make("zero_", _zero, ("ZeroBackward0",), doc="Tensor.zero_(): fill with zeros in place.", overlap_check=False,
+zero_ = _make("zero_", _zero, (P.ZeroBackward0,), doc="Tensor.zero_(): fill with zeros in place.", overlap_check=False,
               plannable=True)
-fill_ = _make("fill_", _fill, ("FillBackward2", "FillBackward3"), ("self", "value"),
+fill_ = _make("fill_", _fill, (P.FillBackward2, P.FillBackward3), ("self", "value"),
               doc="Tensor.fill_(value): in place.", overlap_check=False,
               overloads={"method": ("(Tensor value)", "(Number value)")})
-copy_ = _make("copy_", _copy, ("CopyBackwards",), ("self", "src"),
+copy_ = _make("copy_", _copy, (P.CopyBackwards,), ("self", "src"),
               doc="Tensor.copy_(src): copy src (broadcast, cast) into self in place.",
               numbers_as_tensors=True, hidden_overload=True, plannable=True,
               overloads={"method": ("(Tensor other, bool non_blocking = False)",)})
@@ -445,7 +445,7 @@ copy_ = _make("copy_", _copy, ("CopyBackwards",), ("self", "src"),
 
 @op("setitem",
     parsed=False,
-    tensors=("self", "index", "value"), grad_fns=("CopySlices", "CopyBackwards", "FillBackward3"),
+    tensors=("self", "index", "value"), grad_fns=(P.CopySlices, P.CopyBackwards, P.FillBackward3),
     inplace=True, aliases=("__setitem__",))
 def setitem(self, index, value):
     """``self[index] = value``: a basic index writes through a view (CopySlices), an index that selects
@@ -495,7 +495,7 @@ def _index_put(self: Tensor, idx: tuple, value) -> Tensor:
     out[positions] = np.broadcast_to(v, probe.data.shape).reshape(-1).astype(self.data.dtype)
     src = value if isinstance(value, Tensor) else None
     # the flat positions are saved as a tensor (torch saves ``indices``): freed by a backward like any
-    return record("IndexPutBackward0", out.reshape(self.data.shape), (self, src),
+    return record(P.IndexPutBackward0, out.reshape(self.data.shape), (self, src),
                   {"positions": Tensor(positions), "probe_shape": probe.data.shape})
 
 

@@ -15,7 +15,7 @@ from ..batching import align, batching
 from ..errors import ShapeError, TorchRuntimeError
 from ..grad_mode import check_numel, no_grad
 from ..kernel import direct, kcall
-from ..registry import jvp, op, record, vjp
+from ..registry import P, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, wrap_dim
 from .elementwise import add_t, mul, mul_number, scale_t
@@ -136,7 +136,7 @@ def mm(self, mat2):
     mat2 = require_tensor(mat2, "mat2", "mm")
     _check_mm(self, mat2, "self", "mat2", False)
     out = _matmul_np(self.data, mat2.data, (self.shape[0], mat2.shape[1]))
-    return record("MmBackward0", out, (self, mat2),
+    return record(P.MmBackward0, out, (self, mat2),
                   {"mat2": mat2, "mat2_sym_sizes": mat2.shape, "mat2_sym_strides": _strides(mat2.data),
                    "self": self, "self_sym_sizes": self.shape, "self_sym_strides": _strides(self.data)})
 
@@ -183,7 +183,7 @@ def _mm_batched_vjp(ctx, grad, batch):
             (matmul(transpose(ctx.self, -1, -2), grad) if n[1] else None))
 
 
-batching("MmBackward0", vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
+batching(P.MmBackward0, vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
 
 
 # ----- bmm --------------------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ def bmm(self, mat2):
         raise TorchRuntimeError(f"expected scalar type {D.SCALAR_TYPE_NAMES[self.dtype]} but found "
                                 f"{D.SCALAR_TYPE_NAMES[mat2.dtype]}", code="dtype_mismatch")
     out = _matmul_np(self.data, mat2.data, (bs, n, mat2.shape[2]))
-    return record("BmmBackward0", out, (self, mat2), {"mat2": mat2, "self": self})
+    return record(P.BmmBackward0, out, (self, mat2), {"mat2": mat2, "self": self})
 
 
 @vjp("BmmBackward0", inputs=("self", "mat2"), saves={"mat2": ("self",), "self": ("mat2",)})
@@ -224,7 +224,7 @@ def _(ctx, self_t, mat2_t):
     return add_t(None if self_t is None else bmm(self_t, ctx.mat2), None if mat2_t is None else bmm(ctx.self, mat2_t))
 
 
-batching("BmmBackward0", vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
+batching(P.BmmBackward0, vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
 
 
 # ----- mv, dot, outer ---------------------------------------------------------------------------------
@@ -246,7 +246,7 @@ def mv(self, vec):
                                 code="dtype_mismatch")
     _no_bool(self)
     out = _matmul_np(self.data, vec.data, (self.shape[0],))
-    return record("MvBackward0", out, (self, vec), {"self": self, "vec": vec})
+    return record(P.MvBackward0, out, (self, vec), {"self": self, "vec": vec})
 
 
 @vjp("MvBackward0", inputs=("self", "vec"), saves={"self": ("vec",), "vec": ("self",)})
@@ -270,7 +270,7 @@ def _mv_batched_jvp(ctx, batch, self_t, vec_t):
                  None if vec_t is None else matmul(vec_t, t(ctx.self)))
 
 
-batching("MvBackward0", vjp=_mv_batched_vjp, jvp=_mv_batched_jvp)
+batching(P.MvBackward0, vjp=_mv_batched_vjp, jvp=_mv_batched_jvp)
 
 
 def _dot_kernel(a, b):
@@ -297,7 +297,7 @@ def dot(self, tensor):
                          f"number of elements, but got {n1} and {n2} elements respectively")
     _no_bool(self, "dot")
     out = kcall(_dot_kernel, self.data, tensor.data)
-    return record("DotBackward0", out, (self, tensor), {"self": self, "tensor": tensor})
+    return record(P.DotBackward0, out, (self, tensor), {"self": self, "tensor": tensor})
 
 
 @vjp("DotBackward0", inputs=("self", "tensor"), saves={"self": ("tensor",), "tensor": ("self",)})
@@ -323,10 +323,10 @@ def _dot_batched_jvp(ctx, batch, self_t, tensor_t):
                  None if tensor_t is None else matmul(tensor_t, ctx.self))
 
 
-batching("DotBackward0", vjp=_dot_batched_vjp, jvp=_dot_batched_jvp)
+batching(P.DotBackward0, vjp=_dot_batched_vjp, jvp=_dot_batched_jvp)
 
 
-@op("outer", tensors=("self", "vec2"), grad_fns=("MulBackward0",), aliases=("ger",), plannable=True)
+@op("outer", tensors=("self", "vec2"), grad_fns=(P.MulBackward0,), aliases=("ger",), plannable=True)
 def outer(self, vec2):
     """torch.outer(input, vec2): composite ``input.reshape(n, 1) * vec2`` (MulBackward0 over
     ViewBackward0)."""
@@ -372,7 +372,7 @@ def addmm(self, mat1, mat2, beta=1, alpha=1):
     _check_expand(self, shape)
     prod = _matmul_np(mat1.data, mat2.data, shape)
     out = kcall(_addmm_kernel, self.data, prod, shape, alpha, beta)
-    return record("AddmmBackward0", out, (self, mat1, mat2),
+    return record(P.AddmmBackward0, out, (self, mat1, mat2),
                   {"alpha": alpha, "beta": beta,
                    "mat1": mat1, "mat1_sym_sizes": mat1.shape, "mat1_sym_strides": _strides(mat1.data),
                    "mat2": mat2, "mat2_sym_sizes": mat2.shape, "mat2_sym_strides": _strides(mat2.data)})
@@ -428,7 +428,7 @@ def _addmm_batched_jvp(ctx, batch, self_t, mat1_t, mat2_t):
     return add_t(scale_t(align(self_t, 2), ctx.beta), scale_t(prod, ctx.alpha))
 
 
-batching("AddmmBackward0", vjp=_addmm_batched_vjp, jvp=_addmm_batched_jvp)
+batching(P.AddmmBackward0, vjp=_addmm_batched_vjp, jvp=_addmm_batched_jvp)
 
 
 @op("baddbmm", tensors=("self", "batch1", "batch2"))
@@ -452,7 +452,7 @@ def baddbmm(self, batch1, batch2, beta=1, alpha=1):
     with no_grad():
         prod = bmm(batch1, batch2).data
     out = kcall(_addmm_kernel, self.data, prod, target, alpha, beta)
-    return record("BaddbmmBackward0", out, (self, batch1, batch2),
+    return record(P.BaddbmmBackward0, out, (self, batch1, batch2),
                   {"alpha": alpha, "batch1": batch1, "batch2": batch2, "beta": beta})
 
 
@@ -475,7 +475,7 @@ def _(ctx, self_t, batch1_t, batch2_t):
     return add_t(scale_t(self_t, ctx.beta), scale_t(prod, ctx.alpha))
 
 
-batching("BaddbmmBackward0",
+batching(P.BaddbmmBackward0,
          vjp=lambda ctx, grad, batch: (
              ((grad if ctx.beta == 1 else grad * ctx.beta) if ctx.needs[0] else None),
              scale_t(matmul(grad, _mT(ctx.batch2)), ctx.alpha) if ctx.needs[1] else None,
@@ -521,8 +521,8 @@ def _prod(shape) -> int:
 @op("matmul",
     exports=("torch.linalg.matmul",),
     tensors=("self", "other"), aliases=("__matmul__",),
-    grad_fns=("MmBackward0", "DotBackward0", "MvBackward0", "SqueezeBackward4", "UnsafeViewBackward0",
-              "CloneBackward0"), plannable=True)
+    grad_fns=(P.MmBackward0, P.DotBackward0, P.MvBackward0, P.SqueezeBackward4, P.UnsafeViewBackward0,
+              P.CloneBackward0), plannable=True)
 def matmul(self, other):
     """torch.matmul(input, other), dispatching on rank as torch's _matmul_impl: 1-D.1-D -> dot, 2-D@1-D -> mv,
     1-D@2-D -> unsqueeze/mm/squeeze, 2-D@2-D -> mm, folding into mm/mv when one side is >= 3-D and
@@ -590,7 +590,7 @@ def matmul(self, other):
 @op("rmatmul",
     parsed=False,
     tensors=("self", "other"), aliases=("__rmatmul__",), method=False,
-    grad_fns=("MmBackward0", "DotBackward0", "MvBackward0", "SqueezeBackward4", "UnsafeViewBackward0"))
+    grad_fns=(P.MmBackward0, P.DotBackward0, P.MvBackward0, P.SqueezeBackward4, P.UnsafeViewBackward0))
 def rmatmul(self, other):
     """``other @ self`` (torch's Tensor.__rmatmul__ is matmul(other, self))."""
     if not isinstance(other, Tensor):

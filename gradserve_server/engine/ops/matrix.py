@@ -12,7 +12,7 @@ import numpy as np
 from ..batching import SAME, batching
 from ..errors import ShapeError, TorchRuntimeError
 from ..grad_mode import check_numel
-from ..registry import jvp, op, record, vjp
+from ..registry import P, Prim, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import require_tensor, saved_int, signed_int, wrap_dim
 from .shape import _as_view
@@ -46,12 +46,12 @@ def diagonal(self, offset=0, dim1=0, dim2=1):
     self = require_tensor(self, "input", "diagonal")
     d1, d2 = _dims_of_diagonal(self, dim1, dim2)
     out = _diagonal_view(self.data, offset, d1, d2)
-    return _as_view(record("DiagonalBackward0", out, (self,),
+    return _as_view(record(P.DiagonalBackward0, out, (self,),
                            {"dim1": saved_int(dim1), "dim2": saved_int(dim2), "offset": saved_int(offset),
                             "self_sym_sizes": self.data.shape}), self)
 
 
-@op("linalg.diagonal", tensors=("A",), grad_fns=("DiagonalBackward0",), method=False)
+@op("linalg.diagonal", tensors=("A",), grad_fns=(P.DiagonalBackward0,), method=False)
 def linalg_diagonal(A, offset=0, dim1=-2, dim2=-1):
     """torch.linalg.diagonal(A, *, offset=0, dim1=-2, dim2=-1): diagonal over the last two dims."""
     return diagonal(require_tensor(A, "A", "linalg.diagonal"), offset, dim1, dim2)
@@ -66,12 +66,12 @@ def _diagonal_vjp(ctx, grad):
 vjp("DiagonalBackward0", inputs=("self",), saves=("dim1", "dim2", "offset", "self_sym_sizes"))(_diagonal_vjp)
 
 
-@jvp("DiagonalBackward0")
+@jvp(P.DiagonalBackward0)
 def _(ctx, self_t):
     return diagonal(self_t, signed_int(ctx.offset), signed_int(ctx.dim1), signed_int(ctx.dim2))
 
 
-@jvp("DiagonalBackward0_copy")
+@jvp(P.DiagonalBackward0_copy)
 def _(ctx, self_t):
     return diagonal(self_t, signed_int(ctx.offset), signed_int(ctx.dim1), signed_int(ctx.dim2)).clone()
 vjp("DiagonalBackward0_copy", inputs=("self",), saves=("dim1", "dim2", "offset", "self_sym_sizes"))(_diagonal_vjp)
@@ -81,7 +81,7 @@ def diagonal_backward(grad: Tensor, sizes: tuple, offset: int, dim1: int, dim2: 
     """Zeros of ``sizes`` with ``grad`` on the (offset, dim1, dim2) diagonal (torch's diagonal_backward)."""
     out = np.zeros(sizes, grad.data.dtype)
     _diagonal_view(out, offset, dim1, dim2)[...] = grad.data
-    return record("DiagonalBackwardBackward0", out, (grad,), {"dim1": dim1, "dim2": dim2, "offset": offset})
+    return record(P.DiagonalBackwardBackward0, out, (grad,), {"dim1": dim1, "dim2": dim2, "offset": offset})
 
 
 @vjp("DiagonalBackwardBackward0", inputs=("grad_output",), saves=("dim1", "dim2", "offset"))
@@ -112,7 +112,7 @@ def diag_embed(self, offset=0, dim1=-2, dim2=-1):
     check_numel(shape)
     out = np.zeros(shape, self.data.dtype)
     _diagonal_view(out, offset, d1, d2)[...] = self.data
-    return record("DiagEmbedBackward0", out, (self,),
+    return record(P.DiagEmbedBackward0, out, (self,),
                   {"dim1": saved_int(dim1), "dim2": saved_int(dim2), "offset": saved_int(offset)})
 
 
@@ -126,7 +126,7 @@ def _(ctx, self_t):
     return diag_embed(self_t, signed_int(ctx.offset), signed_int(ctx.dim1), signed_int(ctx.dim2))
 
 
-@op("diag", tensors=("self",), grad_fns=("DiagEmbedBackward0", "DiagonalBackward0_copy"))
+@op("diag", tensors=("self",), grad_fns=(P.DiagEmbedBackward0, P.DiagonalBackward0_copy))
 def diag(self, diagonal=0):
     """torch.diag(input, diagonal=0): a 1-D input becomes a diagonal matrix (diag_embed), a 2-D input gives
     its diagonal (a copy: torch's diagonal_copy, whose node class is DiagonalBackward0_copy)."""
@@ -137,7 +137,7 @@ def diag(self, diagonal=0):
     if nd == 1:
         return diag_embed(self, diagonal)
     d = _diagonal_view(self.data, diagonal, 0, 1).copy()
-    return record("DiagonalBackward0_copy", d, (self,),
+    return record(P.DiagonalBackward0_copy, d, (self,),
                   {"dim1": 0, "dim2": 1, "offset": saved_int(diagonal), "self_sym_sizes": self.data.shape})
 
 
@@ -154,7 +154,7 @@ def trace(self):
     # torch sums an integer diagonal in int64, as sum does
     out = np.asarray(np.trace(self.data, dtype=np.int64)) if self.data.dtype.kind in "iu" else \
         np.asarray(np.trace(self.data), self.data.dtype)
-    return record("TraceBackward0", out, (self,), {"self_sym_sizes": self.data.shape})
+    return record(P.TraceBackward0, out, (self,), {"self_sym_sizes": self.data.shape})
 
 
 @vjp("TraceBackward0", inputs=("self",), saves=("self_sym_sizes",))
@@ -174,7 +174,7 @@ def _(ctx, self_t):
     return trace(self_t)
 
 
-def _tri(self, diagonal: int, name: str, prim: str, npfn) -> Tensor:
+def _tri(self, diagonal: int, name: str, prim: Prim, npfn) -> Tensor:
     self = require_tensor(self, "input", name)
     if self.data.ndim < 2:
         raise TorchRuntimeError(f"{name}: input tensor must have at least 2 dimensions", code="shape_mismatch")
@@ -184,7 +184,7 @@ def _tri(self, diagonal: int, name: str, prim: str, npfn) -> Tensor:
 @op("tril", tensors=("self",))
 def tril(self, diagonal=0):
     """torch.tril(input, diagonal=0): zero above the diagonal."""
-    return _tri(self, diagonal, "tril", "TrilBackward0", np.tril)
+    return _tri(self, diagonal, "tril", P.TrilBackward0, np.tril)
 
 
 @vjp("TrilBackward0", inputs=("self",), saves=("diagonal",))
@@ -197,13 +197,13 @@ def _(ctx, self_t):
     return tril(self_t, signed_int(ctx.diagonal))
 
 
-batching("TrilBackward0", vjp=SAME, jvp=SAME)
+batching(P.TrilBackward0, vjp=SAME, jvp=SAME)
 
 
 @op("triu", tensors=("self",))
 def triu(self, diagonal=0):
     """torch.triu(input, diagonal=0): zero below the diagonal."""
-    return _tri(self, diagonal, "triu", "TriuBackward0", np.triu)
+    return _tri(self, diagonal, "triu", P.TriuBackward0, np.triu)
 
 
 @vjp("TriuBackward0", inputs=("self",), saves=("diagonal",))
@@ -216,4 +216,4 @@ def _(ctx, self_t):
     return triu(self_t, signed_int(ctx.diagonal))
 
 
-batching("TriuBackward0", vjp=SAME, jvp=SAME)
+batching(P.TriuBackward0, vjp=SAME, jvp=SAME)

@@ -26,7 +26,7 @@ from ..errors import (
 from ..generator import resolve
 from ..grad_mode import _grad_enabled, emit_warning
 from ..kernel import kcall
-from ..registry import F, jvp, op, record, vjp, weighted_tangent
+from ..registry import F, P, jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
 from .backward import log_softmax_backward_data, softmax_backward_data
 from .common import binary_operands, broadcast_shapes, check_no_requires_grad, require_tensor, tie, wrap_dim
@@ -108,7 +108,7 @@ def softmax(self, dim, dtype=None):
     """F.softmax(input, dim, dtype=None): numerically stable; saves its result and dim. ``dtype`` casts the
     input first (ToCopyBackward0), as torch does."""
     self, d, x = _softmax_input(self, dim, dtype, "softmax")
-    return record("SoftmaxBackward0", kcall(_softmax_kernel, x, d, self.shape), (self,),
+    return record(P.SoftmaxBackward0, kcall(_softmax_kernel, x, d, self.shape), (self,),
                   {"dim": d, "result": "result"})
 
 
@@ -134,7 +134,7 @@ def _(ctx, self_t):
     return r * (self_t - sum(r * self_t, ctx.dim, keepdim=True))
 
 
-batching("SoftmaxBackward0", **shifted(sizes=(), dims=("dim",)))
+batching(P.SoftmaxBackward0, **shifted(sizes=(), dims=("dim",)))
 
 
 def _softmax_kernel(x, d, shape):
@@ -165,7 +165,7 @@ def log_softmax(self, dim, dtype=None):
     """F.log_softmax(input, dim, dtype=None): x - max - log(sum(exp(x - max))); saves its result and dim."""
     self, d, x = _softmax_input(self, dim, dtype, "log_softmax")
     out = kcall(_log_softmax_kernel, x, d, self.shape)
-    return record("LogSoftmaxBackward0", out, (self,),
+    return record(P.LogSoftmaxBackward0, out, (self,),
                   {"dim": d, "result": "result"})
 
 
@@ -181,7 +181,7 @@ def _(ctx, self_t):
     return self_t - sum(exp(r) * self_t, ctx.dim, keepdim=True)
 
 
-batching("LogSoftmaxBackward0", **shifted(sizes=(), dims=("dim",)))
+batching(P.LogSoftmaxBackward0, **shifted(sizes=(), dims=("dim",)))
 
 
 # ----- linear -----------------------------------------------------------------------------------------
@@ -190,8 +190,8 @@ batching("LogSoftmaxBackward0", **shifted(sizes=(), dims=("dim",)))
 @op("linear",
     exports=("torch.nn.functional.linear",), cost="other",
     tensors=("input", "weight", "bias"), method=False,
-    grad_fns=("AddmmBackward0", "ViewBackward0", "MmBackward0", "SqueezeBackward4", "UnsafeViewBackward0",
-              "AddBackward0"), plannable=True)
+    grad_fns=(P.AddmmBackward0, P.ViewBackward0, P.MmBackward0, P.SqueezeBackward4, P.UnsafeViewBackward0,
+              P.AddBackward0), plannable=True)
 def linear(input, weight, bias=None):
     """F.linear(input, weight, bias=None) = input @ weight.t() + bias, composed as torch's at::linear:
     2-D input with bias -> addmm(bias, input, weight.t()); contiguous 1-D/3-D/N-D input with a 1-D bias ->
@@ -261,10 +261,11 @@ def mse_loss(input, target, reduction="mean"):
     input, target = _loss_pair(input, target, "mse_loss")
     _, a, b = binary_operands(input, target)
     out = kcall(_mse_kernel, a, b, red)
-    return record("MseLossBackward0", out, (input, target), {"reduction": red, "self": input, "target": target})
+    return record(P.MseLossBackward0, out, (input, target), {"reduction": red, "self": input, "target": target})
 
 
-@vjp("MseLossBackward0", inputs=("self", "target"), saves=("reduction", "self", "target"))
+@vjp("MseLossBackward0", inputs=("self", "target"), saves=("reduction", "self", "target"),
+     double_backward="MseLossBackwardBackward0")
 def _(ctx, grad):
     n = ctx.needs
     s, tg = ctx.self, ctx.target
@@ -272,7 +273,7 @@ def _(ctx, grad):
     return ((norm * (s - tg)) * grad if n[0] else None), ((norm * (tg - s)) * grad if n[1] else None)
 
 
-jvp("MseLossBackward0")(_loss_jvp)
+jvp(P.MseLossBackward0)(_loss_jvp)
 
 
 def _apply_reduction(loss: Tensor, red: int) -> Tensor:
@@ -286,7 +287,7 @@ def _apply_reduction(loss: Tensor, red: int) -> Tensor:
 
 @op("l1_loss",
     python_attribute=("size", ("target", "input")),
-    tensors=("input", "target"), grad_fns=("MeanBackward0", "SumBackward0", "AbsBackward0"),
+    tensors=("input", "target"), grad_fns=(P.MeanBackward0, P.SumBackward0, P.AbsBackward0),
     method=False)
 def l1_loss(input, target, reduction="mean"):
     """F.l1_loss(input, target, reduction='mean'): composite (input - target).abs() then the reduction."""
@@ -302,7 +303,7 @@ _KL_DIV_MEAN = ("reduction: 'mean' divides the total loss by both the batch size
 
 @op("kl_div",
     tensors=("input", "target"),
-    grad_fns=("MeanBackward0", "DivBackward0", "SumBackward0", "SubBackward0", "MulBackward0"), method=False)
+    grad_fns=(P.MeanBackward0, P.DivBackward0, P.SumBackward0, P.SubBackward0, P.MulBackward0), method=False)
 def kl_div(input, target, reduction="mean", log_target=False):
     """F.kl_div(input, target, reduction='mean', log_target=False): torch's composite, ``xlogy(target, target) -
     target * input`` (``exp(target) * (target - input)`` for a log target) then the reduction; 'batchmean' divides
@@ -346,7 +347,7 @@ def smooth_l1_loss(input, target, reduction="mean", beta=1.0):
     input, target = _loss_pair(input, target, "smooth_l1_loss")
     loss = _piecewise_forward(input, target, beta, lambda z, tp: tp(0.5) * z * z / tp(beta),
                               lambda z, tp: z - tp(0.5) * tp(beta))
-    return record("SmoothL1LossBackward0", _reduce_np(loss, red), (input, target),
+    return record(P.SmoothL1LossBackward0, _reduce_np(loss, red), (input, target),
                   {"beta": float(beta), "reduction": red, "self": input, "target": target})
 
 
@@ -357,7 +358,8 @@ def _piecewise_backward(x: Tensor, grad: Tensor, norm: float, threshold: float, 
     return where(le(x, -threshold), -out, where(ge(x, threshold), out, inner(x * norm * grad)))
 
 
-@vjp("SmoothL1LossBackward0", inputs=("self", "target"), saves=("beta", "reduction", "self", "target"))
+@vjp("SmoothL1LossBackward0", inputs=("self", "target"), saves=("beta", "reduction", "self", "target"),
+     double_backward="SmoothL1LossBackwardBackward0")
 def _(ctx, grad):
     n = ctx.needs
     beta = ctx.beta
@@ -366,7 +368,7 @@ def _(ctx, grad):
     return (g if n[0] else None), (-g if n[1] else None)
 
 
-jvp("SmoothL1LossBackward0")(_loss_jvp)
+jvp(P.SmoothL1LossBackward0)(_loss_jvp)
 
 
 @op("huber_loss",
@@ -383,11 +385,12 @@ def huber_loss(input, target, reduction="mean", delta=1.0):
                               lambda z, tp: tp(delta) * (z - tp(0.5) * tp(delta)))
     if input.data.dtype.kind == "f":  # torch's kernel writes into a loss like the input (no promotion)
         loss = loss.astype(input.data.dtype, copy=False)
-    return record("HuberLossBackward0", _reduce_np(loss, red), (input, target),
+    return record(P.HuberLossBackward0, _reduce_np(loss, red), (input, target),
                   {"delta": float(delta), "reduction": red, "self": input, "target": target})
 
 
-@vjp("HuberLossBackward0", inputs=("self", "target"), saves=("delta", "reduction", "self", "target"))
+@vjp("HuberLossBackward0", inputs=("self", "target"), saves=("delta", "reduction", "self", "target"),
+     double_backward="HuberLossBackwardBackward0")
 def _(ctx, grad):
     n = ctx.needs
     delta = ctx.delta
@@ -402,7 +405,7 @@ def _(ctx, grad):
     return (g if n[0] else None), (-g if n[1] else None)
 
 
-jvp("HuberLossBackward0")(_loss_jvp)
+jvp(P.HuberLossBackward0)(_loss_jvp)
 
 
 # ----- binary cross entropy ---------------------------------------------------------------------------
@@ -445,12 +448,13 @@ def binary_cross_entropy(input, target, weight=None, reduction="mean"):
         loss = (y - tp(1)) * np.maximum(np.log1p(-x), tp(-100)) - y * np.maximum(np.log(x), tp(-100))
     if weight is not None:
         loss = loss * weight.data.astype(x.dtype, copy=False)
-    return record("BinaryCrossEntropyBackward0", _reduce_np(loss.astype(x.dtype, copy=False), red),
+    return record(P.BinaryCrossEntropyBackward0, _reduce_np(loss.astype(x.dtype, copy=False), red),
                   (input, target), {"reduction": red, "self": input, "target": target, "weight": weight})
 
 
 @vjp("BinaryCrossEntropyBackward0", inputs=("self", "target"),
-     saves={"reduction": (), "self": (), "target": (), "weight": ()})
+     saves={"reduction": (), "self": (), "target": (), "weight": ()},
+     double_backward="BinaryCrossEntropyBackwardBackward0")
 def _(ctx, grad):
     n = ctx.needs
     x, w, red = ctx.self, ctx.weight, ctx.reduction
@@ -470,7 +474,7 @@ def _(ctx, grad):
     return g_self, g_target
 
 
-jvp("BinaryCrossEntropyBackward0")(_loss_jvp)
+jvp(P.BinaryCrossEntropyBackward0)(_loss_jvp)
 
 
 @op("binary_cross_entropy_with_logits",
@@ -510,7 +514,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None
     # torch computes (1 - target).mul_(input).sub_(...) in place: the loss has the target's (float) dtype
     out_dt = target.data.dtype if target.data.dtype.kind == "f" else x.dtype
     loss = _reduce_np(np.asarray(loss, out_dt), red)
-    return record("BinaryCrossEntropyWithLogitsBackward0", np.asarray(loss, out_dt), (input, target),
+    return record(P.BinaryCrossEntropyWithLogitsBackward0, np.asarray(loss, out_dt), (input, target),
                   {"pos_weight": pos_weight, "reduction": red, "self": input, "target": target,
                    "weight": weight})
 
@@ -543,7 +547,7 @@ def _(ctx, grad):
     return g_self, g_target
 
 
-jvp("BinaryCrossEntropyWithLogitsBackward0")(_loss_jvp)
+jvp(P.BinaryCrossEntropyWithLogitsBackward0)(_loss_jvp)
 
 
 # ----- nll_loss and cross_entropy ---------------------------------------------------------------------
@@ -623,7 +627,7 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
         out, total = kcall(_nll_kernel, input.data, target.data, ignore_index, red)
     else:
         out, total = kcall(_nll_kernel, input.data, target.data, ignore_index, red, weight.data)
-    return record("NllLossBackward0", out, (input,),
+    return record(P.NllLossBackward0, out, (input,),
                   {"ignore_index": int(ignore_index) % _UINT64, "reduction": red, "self": input, "target": target,
                    "total_weight": Tensor(total), "weight": weight})
 
@@ -698,7 +702,8 @@ def _nll_grad(x, target, ignore_index, g, weight=None):
 
 
 @vjp("NllLossBackward0", inputs=("self",),
-     saves=("ignore_index", "reduction", "self", "target", "total_weight", "weight"))
+     saves=("ignore_index", "reduction", "self", "target", "total_weight", "weight"),
+     double_backward="NllLossBackwardBackward0")
 def _(ctx, grad):
     x, red = ctx.self, ctx.reduction
     ii = ctx.ignore_index
@@ -742,7 +747,7 @@ def _nll_loss_nd(input: Tensor, target: Tensor, weight, ignore_index, red: int) 
         target = Tensor(target.data.reshape((n, 0, 0) if empty else (n, 1, -1)))
     w = None if weight is None else weight.data
     out, total = kcall(_nll2d_kernel, input.data, target.data, ignore_index, red, w)
-    out = record("NllLoss2DBackward0", out, (input,),
+    out = record(P.NllLoss2DBackward0, out, (input,),
                  {"ignore_index": int(ignore_index) % _UINT64, "reduction": red, "self": input, "target": target,
                   "total_weight": Tensor(total), "weight": weight})
     return view(out, out_shape) if red == 0 and nd != 4 else out
@@ -768,7 +773,8 @@ def _nll2d_coef(x, target, ignore_index, weight=None):
 
 
 @vjp("NllLoss2DBackward0", inputs=("self",),
-     saves=("ignore_index", "reduction", "self", "target", "total_weight", "weight"))
+     saves=("ignore_index", "reduction", "self", "target", "total_weight", "weight"),
+     double_backward="NllLoss2DBackwardBackward0")
 def _(ctx, grad):
     x, red = ctx.self, ctx.reduction
     ii = ctx.ignore_index
@@ -790,7 +796,7 @@ def _(ctx, self_t):
 @op("cross_entropy",
     message_name="cross_entropy_loss",
     tensors=("input", "target", "weight"), method=False,
-    grad_fns=("NllLossBackward0", "DivBackward1", "SumBackward0", "NegBackward0", "SumBackward1", "AddBackward0"),
+    grad_fns=(P.NllLossBackward0, P.DivBackward1, P.SumBackward0, P.NegBackward0, P.SumBackward1, P.AddBackward0),
     plannable=True)
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
     """F.cross_entropy(input, target, weight=None, ignore_index=-100, reduction='mean', label_smoothing=0.0):
@@ -889,7 +895,7 @@ def _cross_entropy_smoothing(input, target, weight, red, ignore_index, label_smo
 
 @op("dropout",
     exports=("torch.nn.functional.dropout",), changes_argument=("input", "inplace"),
-    tensors=("input",), grad_fns=("MulBackward0",), method=False)
+    tensors=("input",), grad_fns=(P.MulBackward0,), method=False)
 def dropout(input, p=0.5, training=True, inplace=False):
     """F.dropout(input, p=0.5, training=True, inplace=False): input * mask, torch's mask bit for bit
     (``bernoulli_(1 - p)`` from the running program's generator, divided by 1 - p), ``input.mul_(mask)`` with

@@ -20,7 +20,7 @@ from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import check_numel, no_grad
 from ..kernel import kcall
-from ..registry import PRIMS, jvp, op, record, vjp
+from ..registry import P, declare, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, saved_int, signed_int, wrap_dim
 from .elementwise import clamp_min, div, neg, sigmoid
@@ -35,7 +35,7 @@ _INDEX_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))  # embedding's indices:
 # ----- normalize, cosine_similarity, pairwise_distance, softmin ----------------------------------------
 
 
-@op("normalize", tensors=("input",), grad_fns=("DivBackward0",), method=False, family="nn")
+@op("normalize", tensors=("input",), grad_fns=(P.DivBackward0,), method=False, family="nn")
 def normalize(input, p=2.0, dim=1, eps=1e-12):
     """F.normalize(input, p=2.0, dim=1, eps=1e-12): input / max(||input||_p along dim, eps)."""
     input = require_tensor(input, "input", "normalize")
@@ -45,7 +45,7 @@ def normalize(input, p=2.0, dim=1, eps=1e-12):
 
 @op("cosine_similarity",
     dims_of="other",
-    tensors=("x1", "x2"), grad_fns=("SumBackward1",), method=False, family="nn")
+    tensors=("x1", "x2"), grad_fns=(P.SumBackward1,), method=False, family="nn")
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     """F.cosine_similarity(x1, x2, dim=1, eps=1e-8): each input divided by its norm (clamped at eps in place
     under no_grad, on a clone, as ATen does) and the products summed along dim."""
@@ -72,16 +72,16 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
 def _add_scalar(t: Tensor, other) -> Tensor:
     """``tensor + number`` as ATen composites record it (add.Scalar -> AddBackward1)."""
     d = t.data
-    return record("AddBackward1", np.asarray(d + d.dtype.type(other), d.dtype), (t,))
+    return record(P.AddBackward1, np.asarray(d + d.dtype.type(other), d.dtype), (t,))
 
 
 # AddBackward1 belongs with add in elementwise.py; registered here only while that module lacks it.
-if "AddBackward1" not in PRIMS:
+if not P.AddBackward1.declared:
     @vjp("AddBackward1", inputs=("self",))
     def _(ctx, grad):
         return grad,
 
-    @jvp("AddBackward1")
+    @jvp(P.AddBackward1)
     def _(ctx, self_t):
         return self_t
 
@@ -90,7 +90,7 @@ def _norm_p(self: Tensor, p: float, dim: int, keepdim: bool) -> Tensor:
     """at::norm(self, p, dim, keepdim) (NormBackward1), the C++ norm pairwise_distance calls."""
     with no_grad():  # values as linalg_vector_norm, recorded under torch's node name
         out = norm(self, p, dim, keepdim)
-    return record("NormBackward1", out.data, (self,),
+    return record(P.NormBackward1, out.data, (self,),
                   {"dim": [dim], "keepdim": keepdim, "p": float(p), "result": "result", "self": self})
 
 
@@ -98,10 +98,10 @@ def _norm_p(self: Tensor, p: float, dim: int, keepdim: bool) -> Tensor:
 def _(ctx, grad):
     shim = types.SimpleNamespace(self=ctx.self, result=ctx.result, dim=ctx.dim, keepdim=ctx.keepdim, ord=ctx.p,
                                  needs=ctx.needs, node=ctx.node)
-    return PRIMS["LinalgVectorNormBackward0"].vjp(shim, grad)
+    return P.LinalgVectorNormBackward0.vjp(shim, grad)
 
 
-@jvp("NormBackward1")
+@jvp(P.NormBackward1)
 def _(ctx, self_t):
     # norm_jvp: sum(|x|^(p-1) sgn(x) dx) / r^(p-1) along dim (p = 2: sum(x dx) / r), 0 where r == 0
     from .elementwise import abs as abs_
@@ -121,7 +121,7 @@ def _(ctx, self_t):
     return out if ctx.keepdim else out.squeeze(d)
 
 
-@op("pairwise_distance", tensors=("x1", "x2"), grad_fns=("NormBackward1",), method=False, family="nn")
+@op("pairwise_distance", tensors=("x1", "x2"), grad_fns=(P.NormBackward1,), method=False, family="nn")
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     """F.pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False) = norm(x1 - x2 + eps, p, last dim)."""
     x1 = require_tensor(x1, "x1", "pairwise_distance")
@@ -130,7 +130,7 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     return _norm_p(_add_scalar(x1 - x2, eps), p, max(out_dim - 1, 0), keepdim)
 
 
-@op("softmin", tensors=("input",), grad_fns=("SoftmaxBackward0",), method=False, family="nn")
+@op("softmin", tensors=("input",), grad_fns=(P.SoftmaxBackward0,), method=False, family="nn")
 def softmin(input, dim, dtype=None):
     """F.softmin(input, dim, dtype=None) = softmax(-input, dim)."""
     input = require_tensor(input, "input", "softmin")
@@ -159,11 +159,12 @@ def glu(input, dim=-1):
     with np.errstate(over="ignore"):
         out = a * (1 / (1 + np.exp(-b)))
     # torch keeps dim as given (a negative dim shows as its uint64 wrap, like nll_loss's ignore_index)
-    return record("GluBackward0", out.astype(input.data.dtype, copy=False), (input,),
+    return record(P.GluBackward0, out.astype(input.data.dtype, copy=False), (input,),
                   {"dim": int(dim) % _UINT64, "self": input})
 
 
-@vjp("GluBackward0", inputs=("self",), saves=("dim", "self"))
+@vjp("GluBackward0", inputs=("self",), saves=("dim", "self"), double_backward="GluBackwardBackward0",
+     double_backward_zeros=False)
 def _(ctx, grad):
     x = ctx.self
     d = ctx.dim - _UINT64 if ctx.dim >= _UINT64 // 2 else ctx.dim
@@ -247,7 +248,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if bias is not None:
         out = out + bias.data
     stat_shape = x.shape[:x.ndim - k] + (1,) * k
-    return record("NativeLayerNormBackward0", np.asarray(out, x.dtype), (input, weight, bias),
+    return record(P.NativeLayerNormBackward0, np.asarray(out, x.dtype), (input, weight, bias),
                   {"bias": bias, "eps": eps, "input": input, "normalized_shape": list(ns),
                    "result1": Tensor(mu.reshape(stat_shape).astype(x.dtype)),
                    "result2": Tensor(rstd.reshape(stat_shape)), "weight": weight})
@@ -264,7 +265,8 @@ def _layer_norm_stats(ctx) -> tuple:
 
 
 @vjp("NativeLayerNormBackward0", inputs=("input", "weight", "bias"),
-     saves=("bias", "eps", "input", "normalized_shape", "result1", "result2", "weight"))
+     saves=("bias", "eps", "input", "normalized_shape", "result1", "result2", "weight"),
+     double_backward="NativeLayerNormBackwardBackward0", double_backward_zeros=False)
 def _(ctx, grad):
     n = ctx.needs
     w = ctx.weight
@@ -326,7 +328,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
             raise TorchRuntimeError("Padding_idx must be within num_embeddings", code="invalid_argument")
         padding_idx = padding_idx % n
     out = kcall(_embedding_kernel, weight.data, input.data)
-    return record("EmbeddingBackward0", out, (weight,),
+    return record(P.EmbeddingBackward0, out, (weight,),
                   {"indices": input, "padding_idx": (-1 if padding_idx is None else padding_idx) % _UINT64,
                    "scale_grad_by_freq": scale_grad_by_freq, "sparse": sparse, "weight_sym_argsize_0": n})
 
@@ -397,6 +399,9 @@ def _padding(ctx) -> int:
     return p - _UINT64 if p >= _UINT64 // 2 else p
 
 
+declare("EmbeddingDenseBackwardBackward0")  # the node torch shows for EmbeddingBackward0's gradient
+
+
 @vjp("EmbeddingBackward0", inputs=("weight",),
      saves=("indices", "padding_idx", "scale_grad_by_freq", "sparse", "weight_sym_argsize_0"))
 def _(ctx, grad):
@@ -404,7 +409,7 @@ def _(ctx, grad):
     f = Tensor(kcall(_row_scale_kernel, ix, _padding(ctx), ctx.scale_grad_by_freq, grad.data.dtype))
     flat = (grad * f).reshape(-1, grad.shape[-1])
     return _index_put_zeros(flat, (ctx.weight_sym_argsize_0, grad.shape[-1]),
-                            [Tensor(kcall(_flat_indices, ix))], "EmbeddingDenseBackwardBackward0"),
+                            [Tensor(kcall(_flat_indices, ix))], P.EmbeddingDenseBackwardBackward0),
 
 
 def _row_scale_kernel(ix, padding_idx, scale, dtype):
@@ -475,7 +480,7 @@ def constant_pad_nd(self: Tensor, pad: list, value=0.0) -> Tensor:
         widths = [(0, 0)] * nd
         widths[d] = (max(lo, 0), max(hi, 0))
         out = np.pad(out, widths, constant_values=out.dtype.type(value) if out.dtype != np.bool_ else bool(value))
-    return record("ConstantPadNdBackward0", np.array(out, copy=True), (self,), {"pad": saved_int(list(pad))})
+    return record(P.ConstantPadNdBackward0, np.array(out, copy=True), (self,), {"pad": saved_int(list(pad))})
 
 
 @vjp("ConstantPadNdBackward0", inputs=("self",), saves=("pad",))
@@ -498,9 +503,15 @@ def _edge_index(n: int, lo: int, hi: int, mode: str) -> np.ndarray:
     return np.where(j >= n, period - j, j)
 
 
-_PAD_PRIM = {("reflect", 1): "ReflectionPad1DBackward0", ("reflect", 2): "ReflectionPad2DBackward0",
-             ("reflect", 3): "ReflectionPad3DBackward0", ("replicate", 1): "ReplicationPad1DBackward0",
-             ("replicate", 2): "ReplicationPad2DBackward0", ("replicate", 3): "ReplicationPad3DBackward0"}
+#: the reflection and replication pads by (mode, padded dims): the primitive and its double backward's node,
+#: declared below from these names
+_PAD_NAMES = {("reflect", 1): ("ReflectionPad1DBackward0", "ReflectionPad1DBackwardBackward0"),
+              ("reflect", 2): ("ReflectionPad2DBackward0", "ReflectionPad2DBackwardBackward0"),
+              ("reflect", 3): ("ReflectionPad3DBackward0", "ReflectionPad3DBackwardBackward0"),
+              ("replicate", 1): ("ReplicationPad1DBackward0", "ReplicationPad1DBackwardBackward0"),
+              ("replicate", 2): ("ReplicationPad2DBackward0", "ReplicationPad2DBackwardBackward0"),
+              ("replicate", 3): ("ReplicationPad3DBackward0", "ReplicationPad3DBackwardBackward0")}
+_PAD_PRIM = {key: getattr(P, name) for key, (name, _) in _PAD_NAMES.items()}
 
 
 def _pad_index(shape: tuple, pad: list, mode: str) -> tuple:
@@ -598,12 +609,12 @@ def _index_pad_jvp_for(mode: str):
     return fn
 
 
-for (_mode, _k), _name in _PAD_PRIM.items():
-    vjp(_name, inputs=("self",), saves=("padding", "self"))(_index_pad_vjp)
-    jvp(_name)(_index_pad_jvp_for(_mode))
+for (_mode, _k), (_name, _double) in _PAD_NAMES.items():
+    vjp(_name, inputs=("self",), saves=("padding", "self"), double_backward=_double)(_index_pad_vjp)
+    jvp()(_index_pad_jvp_for(_mode))
 
 
-@op("pad", tensors=("input",), grad_fns=("ConstantPadNdBackward0", "CopySlices") + tuple(_PAD_PRIM.values()),
+@op("pad", tensors=("input",), grad_fns=(P.ConstantPadNdBackward0, P.CopySlices) + tuple(_PAD_PRIM.values()),
     method=False,
     family="nn")
 def pad(input, pad, mode="constant", value=None):

@@ -16,7 +16,7 @@ from .. import dtypes as D
 from ..errors import TorchIndexError, TorchRuntimeError
 from ..grad_mode import is_grad_enabled
 from ..journal import array_
-from ..registry import jvp, op, record, vjp
+from ..registry import P, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import require_tensor, tie
 from .elementwise import add_t, mul_t, rsqrt
@@ -37,7 +37,7 @@ def _channel_view(t: Tensor, ndim: int) -> Tensor:
 
 
 @op("batch_norm", tensors=("input", "running_mean", "running_var", "weight", "bias"),
-    grad_fns=("NativeBatchNormBackward0", "CloneBackward0", "MulBackward0", "AddBackward0"), method=False, family="nn")
+    grad_fns=(P.NativeBatchNormBackward0, P.CloneBackward0, P.MulBackward0, P.AddBackward0), method=False, family="nn")
 def batch_norm(input, running_mean=None, running_var=None, weight=None, bias=None, training=False, momentum=0.1,
                eps=1e-05):
     """F.batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
@@ -109,7 +109,7 @@ def batch_norm(input, running_mean=None, running_var=None, weight=None, bias=Non
         out = out * weight.data.reshape(bshape)
     if bias is not None:
         out = out + bias.data.reshape(bshape)
-    return record("NativeBatchNormBackward0", np.asarray(out, x.dtype), (input, weight, bias),
+    return record(P.NativeBatchNormBackward0, np.asarray(out, x.dtype), (input, weight, bias),
                   {"eps": eps, "input": input, "result1": Tensor(save_mean), "result2": Tensor(save_invstd),
                    "running_mean": running_mean, "running_var": running_var, "training": bool(training),
                    "weight": weight})
@@ -210,7 +210,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-05):
     if bias is not None:
         out = out + bias.data.reshape(bshape)
     hxw = int(np.prod(x.shape[2:])) if x.ndim > 2 else 1
-    return record("NativeGroupNormBackward0", np.asarray(out, x.dtype), (input, weight, bias),
+    return record(P.NativeGroupNormBackward0, np.asarray(out, x.dtype), (input, weight, bias),
                   {"C": c, "HxW": hxw, "N": n, "eps": eps, "group": num_groups, "input": input,
                    "result1": Tensor(mu.reshape(n, num_groups).astype(x.dtype)),
                    "result2": Tensor(rstd.reshape(n, num_groups)), "weight": weight})

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from ..errors import TorchRuntimeError
-from ..registry import jvp, op, record, vjp
+from ..registry import P, Prim, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import require_tensor, saved_int, signed_int, wrap_dim
 from .reduction import ValuesIndices, _evenly, _evenly_jvp, _value_selecting, _value_selecting_jvp
@@ -84,7 +84,7 @@ def _median_indices(x: np.ndarray, ax: int, ignore_nan: bool) -> np.ndarray:
     return np.moveaxis(idx.astype(np.int64), -1, ax)
 
 
-def _median(name: str, prim0: str, prim1: str, self, dim, keepdim, ignore_nan: bool):
+def _median(name: str, prim0: Prim, prim1: Prim, self, dim, keepdim, ignore_nan: bool):
     self = require_tensor(self, "input", name)
     x = self.data
     if dim is None:
@@ -121,7 +121,7 @@ def _median(name: str, prim0: str, prim1: str, self, dim, keepdim, ignore_nan: b
 def median(self, dim=None, keepdim=False):
     """torch.median(input) -> the lower median; torch.median(input, dim, keepdim=False) -> (values, indices).
     A NaN makes the result NaN."""
-    return _median("median", "MedianBackward0", "MedianBackward1", self, dim, keepdim, False)
+    return _median("median", P.MedianBackward0, P.MedianBackward1, self, dim, keepdim, False)
 
 
 @op("nanmedian",
@@ -129,7 +129,7 @@ def median(self, dim=None, keepdim=False):
     tensors=("self",))
 def nanmedian(self, dim=None, keepdim=False):
     """torch.nanmedian(input[, dim, keepdim]): the lower median of the non-NaN values."""
-    return _median("nanmedian", "NanmedianBackward0", "NanmedianBackward1", self, dim, keepdim, True)
+    return _median("nanmedian", P.NanmedianBackward0, P.NanmedianBackward1, self, dim, keepdim, True)
 
 
 def _selecting(ctx, grad):
@@ -150,10 +150,10 @@ def _selecting_jvp(ctx, self_t):
 
 for _p in ("MedianBackward0", "NanmedianBackward0"):
     vjp(_p, inputs=("self",), saves=("result", "self"))(_evenly)
-    jvp(_p)(_evenly_jvp)
+    jvp()(_evenly_jvp)
 for _p in ("MedianBackward1", "NanmedianBackward1"):
     vjp(_p, inputs=("self",), saves=("dim", "indices", "keepdim", "self_sym_sizes"))(_selecting)
-    jvp(_p)(_selecting_jvp)
+    jvp()(_selecting_jvp)
 
 
 # ----- quantile -------------------------------------------------------------------------------------------------
@@ -269,12 +269,12 @@ def _rank_weights(q: Tensor, s: np.ndarray, nan: np.ndarray, below: np.ndarray, 
 
 def _unsqueeze_(t: Tensor, d: int) -> Tensor:
     """torch's ``unsqueeze_`` on a fresh result: UnsqueezeBackward1."""
-    return record("UnsqueezeBackward1", np.expand_dims(t.data, d), (t,), {"dim": d})
+    return record(P.UnsqueezeBackward1, np.expand_dims(t.data, d), (t,), {"dim": d})
 
 
 def _transpose_(t: Tensor, d0: int, d1: int) -> Tensor:
     """torch's ``transpose_`` on a fresh result: TransposeBackward1."""
-    return record("TransposeBackward1", np.ascontiguousarray(np.swapaxes(t.data, d0, d1)), (t,),
+    return record(P.TransposeBackward1, np.ascontiguousarray(np.swapaxes(t.data, d0, d1)), (t,),
                   {"dim0": d0, "dim1": saved_int(d1 - t.data.ndim)})
 
 
@@ -312,14 +312,14 @@ _QUANTILE = {
                '(float q, int dim = None, bool keepdim = False, *, str interpolation = "linear")')}
 
 
-@op("quantile", overloads=_QUANTILE, tensors=("self", "q"), grad_fns=("SqueezeBackward4",))
+@op("quantile", overloads=_QUANTILE, tensors=("self", "q"), grad_fns=(P.SqueezeBackward4,))
 def quantile(self, q, dim=None, keepdim=False, interpolation="linear"):
     """torch.quantile(input, q, dim=None, keepdim=False, *, interpolation='linear'): q a number or a 1-D tensor
     (its dim first in the result); NaN where a slice holds one."""
     return _quantile("quantile", self, q, dim, keepdim, interpolation, False)
 
 
-@op("nanquantile", overloads=_QUANTILE, tensors=("self", "q"), grad_fns=("SqueezeBackward4",))
+@op("nanquantile", overloads=_QUANTILE, tensors=("self", "q"), grad_fns=(P.SqueezeBackward4,))
 def nanquantile(self, q, dim=None, keepdim=False, interpolation="linear"):
     """torch.nanquantile(...): the quantile of the non-NaN values (NaN for a slice of NaNs only)."""
     return _quantile("nanquantile", self, q, dim, keepdim, interpolation, True)

@@ -21,7 +21,7 @@ from ..dual import _level as _fw_level
 from ..dual import tangent_of
 from ..errors import TorchIndexError, TorchRuntimeError
 from ..grad_mode import no_grad
-from ..registry import jvp, needs_grad, op, record, vjp
+from ..registry import P, jvp, needs_grad, op, record, vjp
 from ..tensor import Tensor
 from .common import require_tensor, tie, zeros_like
 from .conv import col2im
@@ -110,7 +110,7 @@ def _windows(xp: np.ndarray, k, s, d, out) -> np.ndarray:
 
 @op("max_pool2d",
     tuple_when=("return_indices",),
-    tensors=("input",), grad_fns=("MaxPool2DWithIndicesBackward0",), method=False, family="nn",
+    tensors=("input",), grad_fns=(P.MaxPool2DWithIndicesBackward0,), method=False, family="nn",
     aliases=("max_pool2d_with_indices",))
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """F.max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
@@ -143,7 +143,7 @@ def _max_pool(input: Tensor, name, kernel_size, stride, padding, dilation, ceil_
     row = oi * s[0] - p[0] + (pos // k[1]) * d[0]
     col = oj * s[1] - p[1] + (pos % k[1]) * d[1]
     indices = Tensor((row * x.shape[-1] + col).astype(np.int64))
-    result = record("MaxPool2DWithIndicesBackward0", np.ascontiguousarray(vals, x.dtype), (input,),
+    result = record(P.MaxPool2DWithIndicesBackward0, np.ascontiguousarray(vals, x.dtype), (input,),
                     {"ceil_mode": bool(ceil_mode), "dilation": list(d), "kernel_size": list(k), "padding": list(p),
                      "result1": indices, "self": input, "stride": list(s)})
     return result, indices
@@ -169,7 +169,7 @@ def max_pool2d_backward(grad: Tensor, self: Tensor, indices: Tensor) -> Tensor:
     with no_grad():
         zeros = Tensor(np.zeros(shape[:-2] + (shape[-2] * shape[-1],), grad.data.dtype))
         out = scatter_add(zeros, -1, _flat_planes(indices), _flat_planes(grad)).data.reshape(shape)
-    return record("MaxPool2DWithIndicesBackwardBackward0", out, (grad, self), {"indices": indices, "self": self})
+    return record(P.MaxPool2DWithIndicesBackwardBackward0, out, (grad, self), {"indices": indices, "self": self})
 
 
 def _max_pool_gather(g: Tensor, indices: Tensor) -> Tensor:
@@ -188,7 +188,7 @@ def _(ctx, grad_output_t, self_t):
     return None if grad_output_t is None else max_pool2d_backward(grad_output_t, ctx.self, ctx.indices)
 
 
-@jvp("MaxPool2DWithIndicesBackward0")
+@jvp(P.MaxPool2DWithIndicesBackward0)
 def _(ctx, self_t):
     return _max_pool_gather(self_t, ctx.result1)
 
@@ -217,7 +217,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
         vals = sums / div.astype(x.dtype)
     else:  # integer pooling divides and truncates like torch's integer kernel
         vals = np.trunc(sums / div).astype(x.dtype)
-    return record("AvgPool2DBackward0", np.ascontiguousarray(vals, x.dtype), (input,),
+    return record(P.AvgPool2DBackward0, np.ascontiguousarray(vals, x.dtype), (input,),
                   {"ceil_mode": bool(ceil_mode), "count_include_pad": bool(count_include_pad),
                    "divisor_override": divisor_override, "kernel_size": list(k), "padding": list(p), "self": input,
                    "stride": list(s)})
@@ -279,7 +279,7 @@ def _adaptive_matrix(n: int, o: int, dtype) -> np.ndarray:
     return a
 
 
-@op("adaptive_avg_pool2d", tensors=("input",), grad_fns=("AdaptiveAvgPool2DBackward0", "MeanBackward1"),
+@op("adaptive_avg_pool2d", tensors=("input",), grad_fns=(P.AdaptiveAvgPool2DBackward0, P.MeanBackward1),
     method=False, family="nn")
 def adaptive_avg_pool2d(input, output_size):
     """F.adaptive_avg_pool2d(input, output_size): None in output_size keeps that size; a 1x1 output is
@@ -312,7 +312,7 @@ def adaptive_avg_pool2d(input, output_size):
         for j in range(size[1]):
             w0, w1 = (j * w) // size[1], -((-(j + 1) * w) // size[1])
             vals[..., i, j] = x[..., h0:h1, w0:w1].sum(axis=(-2, -1)) / x.dtype.type((h1 - h0) * (w1 - w0))
-    return record("AdaptiveAvgPool2DBackward0", vals, (input,), {"self": input})
+    return record(P.AdaptiveAvgPool2DBackward0, vals, (input,), {"self": input})
 
 
 def _adaptive_matrices(ctx, out: tuple, dtype) -> tuple[Tensor, Tensor]:
@@ -350,7 +350,7 @@ def _one(v, default=None):
 
 @op("max_pool1d",
     tuple_when=("return_indices",),
-    tensors=("input",), grad_fns=("SqueezeBackward1",), method=False, family="nn")
+    tensors=("input",), grad_fns=(P.SqueezeBackward1,), method=False, family="nn")
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """F.max_pool1d(...): max_pool2d over (..., 1, L) with a (1, k) window."""
     input = require_tensor(input, "input", "max_pool1d")
@@ -374,7 +374,7 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return out
 
 
-@op("avg_pool1d", tensors=("input",), grad_fns=("SqueezeBackward1",), method=False, family="nn")
+@op("avg_pool1d", tensors=("input",), grad_fns=(P.SqueezeBackward1,), method=False, family="nn")
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
     """F.avg_pool1d(...): avg_pool2d over (..., 1, L) with a (1, k) window."""
     input = require_tensor(input, "input", "avg_pool1d")
@@ -384,7 +384,7 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
                               count_include_pad), -2)
 
 
-@op("adaptive_avg_pool1d", tensors=("input",), grad_fns=("SqueezeBackward1",), method=False, family="nn")
+@op("adaptive_avg_pool1d", tensors=("input",), grad_fns=(P.SqueezeBackward1,), method=False, family="nn")
 def adaptive_avg_pool1d(input, output_size):
     """F.adaptive_avg_pool1d(input, output_size)."""
     input = require_tensor(input, "input", "adaptive_avg_pool1d")

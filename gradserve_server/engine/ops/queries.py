@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes as D
 from ..errors import TorchRuntimeError
 from ..grad_mode import set_grad_enabled
-from ..registry import no_jvp, op, record, vjp
+from ..registry import P, no_jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, wrap_dim, wrap_dims
 from .reduction import sort
@@ -159,7 +159,7 @@ def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=Non
         flat = x.reshape(-1)
         values, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True, equal_nan=False)
         inverse = inverse.reshape(x.shape)
-        prim = "Unique2Backward0"
+        prim = P.Unique2Backward0
     else:
         d = wrap_dim(dim, x.ndim)
         if x.shape[d] == 0 and x.size == 0 and x.ndim > 1:
@@ -167,7 +167,7 @@ def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=Non
         else:
             values, inverse, counts = np.unique(x, return_inverse=True, return_counts=True, axis=d)
         inverse = inverse.reshape(-1)
-        prim = "UniqueDimBackward0"
+        prim = P.UniqueDimBackward0
     out = record(prim, np.ascontiguousarray(values, dtype=x.dtype), (self,), {})
     extra = []
     if return_inverse:
@@ -185,6 +185,6 @@ def _not_implemented(aten: str):
 
 
 vjp("Unique2Backward0", inputs=("self",))(_not_implemented("_unique2"))
-no_jvp("Unique2Backward0", "_unique2")
+no_jvp(P.Unique2Backward0, "_unique2")
 vjp("UniqueDimBackward0", inputs=("self",))(_not_implemented("unique_dim"))
-no_jvp("UniqueDimBackward0", "unique_dim")
+no_jvp(P.UniqueDimBackward0, "unique_dim")

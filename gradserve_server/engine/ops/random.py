@@ -32,7 +32,7 @@ from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchRuntimeError, TorchTypeError
 from ..generator import Generator, resolve
 from ..grad_mode import check_numel
-from ..registry import jvp, op, record, vjp, zero_jvp
+from ..registry import P, jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
 from . import elementwise as E
 from .common import NP, require_tensor
@@ -394,7 +394,7 @@ def _uniform(self: Tensor, from_=0.0, to=1.0, *, generator=None) -> Tensor:
         raise TorchRuntimeError(f"uniform_ expects to return a [from, to) range, but found from={_g(lo)} > "
                                 f"to={_g(hi)}", code="invalid_argument")
     vals = uniform_values(_gen("uniform_", generator), self.shape, self.dtype, lo, hi)
-    return record("UniformBackward0", _memory_order(self.data, vals), (self,))
+    return record(P.UniformBackward0, _memory_order(self.data, vals), (self,))
 
 
 def _normal(self: Tensor, mean=0.0, std=1.0, *, generator=None) -> Tensor:
@@ -404,7 +404,7 @@ def _normal(self: Tensor, mean=0.0, std=1.0, *, generator=None) -> Tensor:
         raise TorchRuntimeError(f"normal expects std >= 0.0, but found std {_g(std)}", code="invalid_argument")
     vals = normal_values(_gen("normal_", generator), self.shape, self.dtype, mean, std,
                          self.data.flags.c_contiguous)
-    return record("NormalBackward0", _memory_order(self.data, vals), (self,))
+    return record(P.NormalBackward0, _memory_order(self.data, vals), (self,))
 
 
 def _bernoulli_inplace(self: Tensor, p=0.5, *, generator=None) -> Tensor:
@@ -424,12 +424,12 @@ def _bernoulli_inplace(self: Tensor, p=0.5, *, generator=None) -> Tensor:
         g = _gen("bernoulli_", generator)
         u = (uniform_float if p.dtype == D.FLOAT32 else uniform_double)(g, self.numel())
         keep = _memory_order(self.data, u.reshape(self.shape)) < probs
-        return record("BernoulliBackward1", keep.astype(self.data.dtype), (self, p))
+        return record(P.BernoulliBackward1, keep.astype(self.data.dtype), (self, p))
     p = _number("bernoulli_", "p", p)
     if not 0.0 <= p <= 1.0:
         raise TorchRuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={_g(p)}", code="invalid_argument")
     keep = uniform_double(_gen("bernoulli_", generator), self.numel()) < p
-    return record("BernoulliBackward2", _memory_order(self.data, keep.astype(self.data.dtype)).reshape(self.shape),
+    return record(P.BernoulliBackward2, _memory_order(self.data, keep.astype(self.data.dtype)).reshape(self.shape),
                   (self,))
 
 
@@ -437,7 +437,7 @@ def _random(self: Tensor, from_=None, to=None, *, generator=None) -> Tensor:
     """random_(): torch's uniform_int_distribution (int64: a two-word draw modulo 2**63, float32: a word modulo
     2**24 + 1, float64: two words modulo 2**53 + 1, bool: a word's low bit); random_(to), random_(from, to):
     random_from_to."""
-    prim = "RandomBackward1" if from_ is not None and to is None else "RandomBackward0"
+    prim = P.RandomBackward1 if from_ is not None and to is None else P.RandomBackward0
     if from_ is not None and to is None:
         from_, to = 0, from_
     g = _gen("random_", generator)
@@ -451,7 +451,7 @@ def _random(self: Tensor, from_=None, to=None, *, generator=None) -> Tensor:
             vals = (g.random64(n) % np.uint64((1 << 53) + 1)).astype(_F64)
         else:
             vals = (g.random(n) & np.uint64(1)).astype(bool)
-        prim = "RandomBackward2"
+        prim = P.RandomBackward2
     else:
         low = _int("random_", "from", from_, 1)
         high = _int("random_", "to", to, 2)
@@ -472,7 +472,7 @@ def _exponential(self: Tensor, lambd=1.0, *, generator=None) -> Tensor:
         raise TorchRuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={_g(lambd)}",
                                 code="invalid_argument")
     vals = exponential_values(_gen("exponential_", generator), self.numel(), self.dtype, lambd)
-    return record("ExponentialBackward0", _memory_order(self.data, vals.reshape(self.shape)), (self,))
+    return record(P.ExponentialBackward0, _memory_order(self.data, vals.reshape(self.shape)), (self,))
 
 
 def _exponential(self: Tensor, lambd=1.0, *, generator=None) -> Tensor:
@@ -482,7 +482,7 @@ def _exponential(self: Tensor, lambd=1.0, *, generator=None) -> Tensor:
         raise TorchRuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={_g(lambd)}",
                                 code="invalid_argument")
     vals = exponential_values(_gen("exponential_", generator), self.numel(), self.dtype, lambd)
-    return record("ExponentialBackward0", _memory_order(self.data, vals.reshape(self.shape)), (self,))
+    return record(P.ExponentialBackward0, _memory_order(self.data, vals.reshape(self.shape)), (self,))
 
 
 def _g(v: float) -> str:
@@ -492,18 +492,17 @@ def _g(v: float) -> str:
 
 for _prim in ("UniformBackward0", "NormalBackward0", "BernoulliBackward2", "BernoulliBackward0", "RandomBackward0",
               "RandomBackward1", "RandomBackward2", "ExponentialBackward0"):
-    vjp(_prim, inputs=("self",))(lambda ctx, grad: (E.zeros_like(grad),))
-    jvp(_prim)(zero_jvp)
+    vjp(_prim, inputs=("self",), jvp=zero_jvp)(lambda ctx, grad: (E.zeros_like(grad),))
 
-uniform_ = _make("uniform_", _uniform, ("UniformBackward0",),
+uniform_ = _make("uniform_", _uniform, (P.UniformBackward0,),
                  doc="Tensor.uniform_(from=0, to=1, *, generator=None): torch's uniform values, in place.")
-normal_ = _make("normal_", _normal, ("NormalBackward0",),
+normal_ = _make("normal_", _normal, (P.NormalBackward0,),
                 doc="Tensor.normal_(mean=0, std=1, *, generator=None): torch's normal values, in place.")
-random_ = _make("random_", _random, ("RandomBackward0", "RandomBackward1", "RandomBackward2"),
+random_ = _make("random_", _random, (P.RandomBackward0, P.RandomBackward1, P.RandomBackward2),
                 doc="Tensor.random_(from=0, to=None, *, generator=None): torch's integers in place, any dtype.")
-exponential_ = _make("exponential_", _exponential, ("ExponentialBackward0",),
+exponential_ = _make("exponential_", _exponential, (P.ExponentialBackward0,),
                      doc="Tensor.exponential_(lambd=1, *, generator=None): -log1p(-u) / lambd of double uniforms.")
-bernoulli_ = _make("bernoulli_", _bernoulli_inplace, ("BernoulliBackward2", "BernoulliBackward1"), ("self", "p"),
+bernoulli_ = _make("bernoulli_", _bernoulli_inplace, (P.BernoulliBackward2, P.BernoulliBackward1), ("self", "p"),
                    doc="Tensor.bernoulli_(p=0.5, *, generator=None): 1 with probability p (a float or a tensor), "
                        "in place.",
                    overloads={"method": ("(Tensor p, *, torch.Generator generator = None)",
@@ -511,17 +510,15 @@ bernoulli_ = _make("bernoulli_", _bernoulli_inplace, ("BernoulliBackward2", "Ber
 
 
 vjp("BernoulliBackward1", inputs=("self", "p"))(lambda ctx, grad: (E.zeros_like(grad), E.zeros_like(grad)))
-jvp("BernoulliBackward1")(zero_jvp)
-vjp("NormalBackward1", inputs=("mean",))(lambda ctx, grad: (E.zeros_like(grad),))
-vjp("NormalBackward2", inputs=("std",))(lambda ctx, grad: (E.zeros_like(grad),))
-vjp("NormalBackward3", inputs=("mean", "std"))(lambda ctx, grad: (E.zeros_like(grad), E.zeros_like(grad)))
-for _prim in ("NormalBackward1", "NormalBackward2", "NormalBackward3"):
-    jvp(_prim)(zero_jvp)
+jvp(P.BernoulliBackward1)(zero_jvp)
+vjp("NormalBackward1", inputs=("mean",), jvp=zero_jvp)(lambda ctx, grad: (E.zeros_like(grad),))
+vjp("NormalBackward2", inputs=("std",), jvp=zero_jvp)(lambda ctx, grad: (E.zeros_like(grad),))
+vjp("NormalBackward3", inputs=("mean", "std"), jvp=zero_jvp)(lambda ctx, grad: (E.zeros_like(grad), E.zeros_like(grad)))
 
 
 @op("normal",
     parsed=False,
-    tensors=("mean", "std"), grad_fns=("NormalBackward1", "NormalBackward2", "NormalBackward3"),
+    tensors=("mean", "std"), grad_fns=(P.NormalBackward1, P.NormalBackward2, P.NormalBackward3),
     method=False)
 def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, requires_grad=False):
     """torch.normal(mean, std, size=None, *, generator=None): numbers and a size (``normal_`` on a new tensor),
@@ -551,15 +548,15 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, requires_gra
             raise TorchRuntimeError(f"normal expects std >= 0.0, but found std {_g(sd)}", code="invalid_argument")
         _float_only("normal_kernel_cpu", mean.dtype)
         vals = normal_values(g, mean.shape, mean.dtype, 0.0, sd) + mean.data
-        return record("NormalBackward1", vals, (mean,))
+        return record(P.NormalBackward1, vals, (mean,))
     _float_only("normal_kernel_cpu", std.dtype)
     if mt:
         from .common import broadcast_shapes
         shape = broadcast_shapes(mean.data.shape, std.data.shape)
         vals = normal_values(g, shape, std.dtype, 0.0, 1.0) * std.data + mean.data
-        return record("NormalBackward3", vals.astype(std.data.dtype), (mean, std))
+        return record(P.NormalBackward3, vals.astype(std.data.dtype), (mean, std))
     m = NP[std.dtype].type(_number("normal", "mean", mean))
-    return record("NormalBackward2", normal_values(g, std.shape, std.dtype, 0.0, 1.0) * std.data + m, (std,))
+    return record(P.NormalBackward2, normal_values(g, std.shape, std.dtype, 0.0, 1.0) * std.data + m, (std,))
 
 
 @op("bernoulli", tensors=("input",))
@@ -575,7 +572,7 @@ def bernoulli(input, *, generator=None):
                                 code="invalid_argument")
     g = _gen("bernoulli", generator)
     u = (uniform_float if input.dtype == D.FLOAT32 else uniform_double)(g, p.size)
-    return record("BernoulliBackward0", (u < p.reshape(-1)).astype(p.dtype).reshape(p.shape), (input,))
+    return record(P.BernoulliBackward0, (u < p.reshape(-1)).astype(p.dtype).reshape(p.shape), (input,))
 
 
 @op("multinomial", tensors=("input",), differentiable=False)

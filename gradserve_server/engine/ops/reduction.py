@@ -14,7 +14,7 @@ from ..batching import batching, shifted
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import emit_warning
 from ..kernel import kcall
-from ..registry import OPS, F, jvp, op, record, vjp, weighted_tangent
+from ..registry import OPS, F, P, jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
 from .common import NOT_GIVEN, NP, float_dtype, require_tensor, wrap_dim, wrap_dims
 from .elementwise import abs as abs_
@@ -82,9 +82,9 @@ def sum(self, dim=None, keepdim=False, dtype=None):
     dims = _dims(dim, nd)
     if dim is None and not keepdim:  # sum(x, None, keepdim=True) is the dim overload over every dim
         out = kcall(_sum_kernel, self.data, None, False, out_dt)
-        return record("SumBackward0", out, (self,), {"self_sym_sizes": self.data.shape})
+        return record(P.SumBackward0, out, (self,), {"self_sym_sizes": self.data.shape})
     out = kcall(_sum_kernel, self.data, _axis(dims, nd), keepdim, out_dt)
-    return record("SumBackward1", out, (self,),
+    return record(P.SumBackward1, out, (self,),
                   {"dim": list(dims) if dims is not None else [], "keepdim": keepdim,
                    "self_sym_sizes": self.data.shape})
 
@@ -126,9 +126,9 @@ def _reduced_dims(ctx, t: Tensor) -> list:
     return [d + 1 if d >= 0 else d for d in dims]
 
 
-batching("SumBackward0", vjp=lambda ctx, grad, batch: (_restore_batched(grad, ctx, batch),),
+batching(P.SumBackward0, vjp=lambda ctx, grad, batch: (_restore_batched(grad, ctx, batch),),
          jvp=lambda ctx, batch, t: sum(t, _reduced_dims(ctx, t)) if t.data.ndim > 1 else t)
-batching("SumBackward1", vjp=lambda ctx, grad, batch: (_restore_batched(grad, ctx, batch),),
+batching(P.SumBackward1, vjp=lambda ctx, grad, batch: (_restore_batched(grad, ctx, batch),),
          jvp=lambda ctx, batch, t: sum(t, _reduced_dims(ctx, t), keepdim=ctx.keepdim) if t.data.ndim > 1 else t)
 
 
@@ -164,10 +164,10 @@ def mean(self, dim=None, keepdim=False, dtype=None):
     dims = _dims(dim, nd)
     if dim is None and not keepdim:  # mean(x, None, keepdim=True): the dim overload over every dim
         out = kcall(_mean_all, self.data, NP[out_dtype])
-        return record("MeanBackward0", out, (self,),
+        return record(P.MeanBackward0, out, (self,),
                       {"self_sym_numel": int(self.data.size), "self_sym_sizes": self.data.shape})
     out = kcall(_mean_dims, self.data, NP[out_dtype], _axis(dims, nd), keepdim)
-    return record("MeanBackward1", out, (self,),
+    return record(P.MeanBackward1, out, (self,),
                   {"dim": list(dims) if dims is not None else [], "keepdim": keepdim,
                    "self_sym_numel": int(self.data.size), "self_sym_sizes": self.data.shape})
 
@@ -218,9 +218,9 @@ def _mean_batched_vjp(ctx, grad, batch):
     return _restore_batched(grad, ctx, batch) / n,
 
 
-batching("MeanBackward0", vjp=_mean_batched_vjp,
+batching(P.MeanBackward0, vjp=_mean_batched_vjp,
          jvp=lambda ctx, batch, t: mean(t, _reduced_dims(ctx, t)) if t.data.ndim > 1 else t)
-batching("MeanBackward1", vjp=_mean_batched_vjp,
+batching(P.MeanBackward1, vjp=_mean_batched_vjp,
          jvp=lambda ctx, batch, t: mean(t, _reduced_dims(ctx, t), keepdim=ctx.keepdim) if t.data.ndim > 1 else t)
 
 
@@ -239,10 +239,10 @@ def prod(self, dim=None, keepdim=False, dtype=None):
     out_dt = NP[_acc_dtype(self, dtype)]
     if dim is None:
         out = np.asarray(np.prod(self.data, dtype=out_dt), dtype=out_dt)
-        return record("ProdBackward0", out, (self,), {"result": "result", "self": self})
+        return record(P.ProdBackward0, out, (self,), {"result": "result", "self": self})
     d = wrap_dim(dim, self.data.ndim)
     out = np.asarray(np.prod(self.data, axis=d if self.data.ndim else None, keepdims=keepdim, dtype=out_dt))
-    return record("ProdBackward1", _c(out), (self,), {"dim": d, "keepdim": keepdim, "result": "result", "self": self})
+    return record(P.ProdBackward1, _c(out), (self,), {"dim": d, "keepdim": keepdim, "result": "result", "self": self})
 
 
 def _prod_safe_zeros_backward(grad: Tensor, x: Tensor, d: int) -> Tensor:
@@ -309,7 +309,7 @@ def _max_min(self, dim, keepdim, other, is_max: bool):
         out = np.asarray(np.max(self.data) if is_max else np.min(self.data))
         if self.data.dtype.kind == "f" and np.isnan(self.data).any():
             out = np.asarray(np.nan, self.data.dtype)
-        return record("MaxBackward1" if is_max else "MinBackward1", out, (self,), {"result": "result", "self": self})
+        return record(P.MaxBackward1 if is_max else P.MinBackward1, out, (self,), {"result": "result", "self": self})
     nd = self.data.ndim
     d = wrap_dim(dim, nd)
     if nd and self.data.shape[d] == 0:
@@ -322,7 +322,7 @@ def _max_min(self, dim, keepdim, other, is_max: bool):
     if nd and not keepdim:
         vals = np.squeeze(vals, axis=d)
     indices = Tensor(_c(idx))
-    values = record("MaxBackward0" if is_max else "MinBackward0", _c(np.asarray(vals)), (self,),
+    values = record(P.MaxBackward0 if is_max else P.MinBackward0, _c(np.asarray(vals)), (self,),
                     {"dim": d, "indices": indices, "keepdim": keepdim, "self_sym_sizes": self.data.shape})
     return ValuesIndices(values, indices)
 
@@ -341,7 +341,7 @@ _MAX_MIN_OVERLOADS = {
 @op("max",
     overloads=_MAX_MIN_OVERLOADS,
     returns=("values", "indices"), returns_when="dim",
-    tensors=("self", "dim", "other"), grad_fns=("MaxBackward1", "MaxBackward0", "MaximumBackward0"))
+    tensors=("self", "dim", "other"), grad_fns=(P.MaxBackward1, P.MaxBackward0, P.MaximumBackward0))
 def max(self, dim=None, keepdim=False, other=None):
     """torch.max(input) (MaxBackward1, ties split evenly), torch.max(input, dim, keepdim) -> (values, indices)
     (MaxBackward0), torch.max(input, other) -> maximum (``other`` by keyword or in dim's position)."""
@@ -351,7 +351,7 @@ def max(self, dim=None, keepdim=False, other=None):
 @op("min",
     overloads=_MAX_MIN_OVERLOADS,
     returns=("values", "indices"), returns_when="dim",
-    tensors=("self", "dim", "other"), grad_fns=("MinBackward1", "MinBackward0", "MinimumBackward0"))
+    tensors=("self", "dim", "other"), grad_fns=(P.MinBackward1, P.MinBackward0, P.MinimumBackward0))
 def min(self, dim=None, keepdim=False, other=None):
     """torch.min: see max."""
     return _max_min(self, dim, keepdim, other, False)
@@ -397,9 +397,9 @@ def _evenly(ctx, grad):
 
 
 vjp("MaxBackward1", inputs=("self",), saves=("result", "self"))(_evenly)
-jvp("MaxBackward1")(_evenly_jvp)
+jvp(P.MaxBackward1)(_evenly_jvp)
 vjp("MinBackward1", inputs=("self",), saves=("result", "self"))(_evenly)
-jvp("MinBackward1")(_evenly_jvp)
+jvp(P.MinBackward1)(_evenly_jvp)
 
 
 def _value_selecting(ctx, grad):
@@ -419,13 +419,13 @@ def _scatter_into_zeros(src: Tensor, shape: tuple, dim: int, index: np.ndarray) 
     from .shape import _index_put_zeros
     grids = list(np.indices(index.shape, sparse=True))
     grids[dim] = index
-    return _index_put_zeros(src, shape, [Tensor(np.asarray(g)) for g in grids], "ScatterBackward0")
+    return _index_put_zeros(src, shape, [Tensor(np.asarray(g)) for g in grids], P.ScatterBackward0)
 
 
 vjp("MaxBackward0", inputs=("self",), saves=("dim", "indices", "keepdim", "self_sym_sizes"))(_value_selecting)
-jvp("MaxBackward0")(_value_selecting_jvp)
+jvp(P.MaxBackward0)(_value_selecting_jvp)
 vjp("MinBackward0", inputs=("self",), saves=("dim", "indices", "keepdim", "self_sym_sizes"))(_value_selecting)
-jvp("MinBackward0")(_value_selecting_jvp)
+jvp(P.MinBackward0)(_value_selecting_jvp)
 
 
 def _amax_amin(self, dim, keepdim, is_max):
@@ -443,14 +443,14 @@ def _amax_amin(self, dim, keepdim, is_max):
                                       code="empty_reduction")
     fn = np.max if is_max else np.min
     out = np.asarray(fn(self.data, axis=_axis(dims, nd), keepdims=keepdim))
-    return record("AmaxBackward0" if is_max else "AminBackward0", _c(out), (self,),
+    return record(P.AmaxBackward0 if is_max else P.AminBackward0, _c(out), (self,),
                   {"dim": list(dims) if dims is not None else [], "keepdim": keepdim, "result": "result",
                    "self": self})
 
 
 @op("amax", promotion="same",
     param_types={"dim": "tuple of ints", "keepdim": "bool"},
-    tensors=("self",), grad_fns=("AmaxBackward0",))
+    tensors=("self",), grad_fns=(P.AmaxBackward0,))
 def amax(self, dim=(), keepdim=False):
     """torch.amax(input, dim=(), keepdim=False); ties split evenly."""
     return _amax_amin(self, dim, keepdim, True)
@@ -458,7 +458,7 @@ def amax(self, dim=(), keepdim=False):
 
 @op("amin", promotion="same",
     param_types={"dim": "tuple of ints", "keepdim": "bool"},
-    tensors=("self",), grad_fns=("AminBackward0",))
+    tensors=("self",), grad_fns=(P.AminBackward0,))
 def amin(self, dim=(), keepdim=False):
     """torch.amin(input, dim=(), keepdim=False); ties split evenly."""
     return _amax_amin(self, dim, keepdim, False)
@@ -480,9 +480,9 @@ def _to_float(mask: Tensor, dtype: str) -> Tensor:
 
 
 vjp("AmaxBackward0", inputs=("self",), saves=("dim", "keepdim", "result", "self"))(_amax_backward)
-jvp("AmaxBackward0")(_reduce_jvp)
+jvp(P.AmaxBackward0)(_reduce_jvp)
 vjp("AminBackward0", inputs=("self",), saves=("dim", "keepdim", "result", "self"))(_amax_backward)
-jvp("AminBackward0")(_reduce_jvp)
+jvp(P.AminBackward0)(_reduce_jvp)
 
 
 def _arg(self, dim, keepdim, is_max):
@@ -538,7 +538,7 @@ def logsumexp(self, dim, keepdim=False):
         out = np.log(np.sum(np.exp(x - m), axis=ax, keepdims=True)) + m
     if not keepdim:
         out = np.squeeze(out, axis=ax) if nd else out.reshape(())
-    return record("LogsumexpBackward0", _c(np.asarray(out, x.dtype)), (self,),
+    return record(P.LogsumexpBackward0, _c(np.asarray(out, x.dtype)), (self,),
                   {"dim": list(dims) if dims is not None else list(range(nd)), "keepdim": keepdim,
                    "result": "result", "self": self})
 
@@ -629,7 +629,7 @@ def var(self, dim=None, unbiased=None, keepdim=False, correction=None):
     self = require_tensor(self)
     corr, saved_corr = _correction(unbiased, correction)
     dims, out = _var_forward(self, dim, corr, keepdim)
-    return record("VarBackward0", _c(out), (self,),
+    return record(P.VarBackward0, _c(out), (self,),
                   {"correction": saved_corr, "dim": list(dims) if dims is not None else None, "keepdim": keepdim,
                    "self": self})
 
@@ -641,7 +641,7 @@ def _(ctx, grad):
     return _var_backward(grad, ctx.self, dims, corr, ctx.keepdim),
 
 
-jvp("VarBackward0")(_reduce_jvp)
+jvp(P.VarBackward0)(_reduce_jvp)
 
 
 @op("std", promotion=(
@@ -655,7 +655,7 @@ def std(self, dim=None, unbiased=None, keepdim=False, correction=None):
     self = require_tensor(self)
     corr, saved_corr = _correction(unbiased, correction)
     dims, out = _var_forward(self, dim, corr, keepdim)
-    return record("StdBackward0", _c(np.sqrt(out)), (self,),
+    return record(P.StdBackward0, _c(np.sqrt(out)), (self,),
                   {"correction": saved_corr, "dim": list(dims) if dims is not None else None, "keepdim": keepdim,
                    "result": "result", "self": self})
 
@@ -669,14 +669,14 @@ def _(ctx, grad):
     return _var_backward(masked_fill(grad / (r * 2), eq(r, 0), 0), ctx.self, dims, corr, ctx.keepdim),
 
 
-jvp("StdBackward0")(_reduce_jvp)
+jvp(P.StdBackward0)(_reduce_jvp)
 
 
 @op("norm", promotion=(
     "same | "
     "integral: RuntimeError: linalg.vector_norm: Expected a floating point or complex tensor as input. Got {dtype}"),
     python_attribute=("layout", ("self",)), exports=("torch.linalg.vector_norm", "torch.linalg.norm"),
-    tensors=("self",), grad_fns=("LinalgVectorNormBackward0", "SumBackward1", "PermuteBackward0"),
+    tensors=("self",), grad_fns=(P.LinalgVectorNormBackward0, P.SumBackward1, P.PermuteBackward0),
     aliases=("vector_norm",))
 def norm(self, p=2, dim=None, keepdim=False):
     """torch.norm / torch.linalg.vector_norm(input, ord=2, dim=None, keepdim=False); torch.norm's 'nuc' (and
@@ -711,7 +711,7 @@ def norm(self, p=2, dim=None, keepdim=False):
         out = np.sum(a != 0, axis=ax, keepdims=keepdim).astype(a.dtype)
     else:
         out = np.power(np.sum(np.power(a, a.dtype.type(p)), axis=ax, keepdims=keepdim), a.dtype.type(1.0 / p))
-    return record("LinalgVectorNormBackward0", _c(np.asarray(out, a.dtype)), (self,),
+    return record(P.LinalgVectorNormBackward0, _c(np.asarray(out, a.dtype)), (self,),
                   {"dim": list(dims) if dims is not None else None, "keepdim": keepdim, "ord": p,
                    "result": "result", "self": self})
 
@@ -758,7 +758,7 @@ def _(ctx, grad):
     return scaled * masked_fill(g / pow_(r, p - 1), eq(r, 0), 0),
 
 
-jvp("LinalgVectorNormBackward0")(_reduce_jvp)
+jvp(P.LinalgVectorNormBackward0)(_reduce_jvp)
 
 
 def pow_(a, b):
@@ -776,7 +776,7 @@ def cumsum(self, dim, dtype=None):
     d = wrap_dim(dim, nd)
     out_dt = NP[_acc_dtype(self, dtype)]
     out = np.cumsum(self.data, axis=d, dtype=out_dt) if nd else self.data.astype(out_dt).copy()
-    return record("CumsumBackward0", out, (self,), {"dim": d})
+    return record(P.CumsumBackward0, out, (self,), {"dim": d})
 
 
 @vjp("CumsumBackward0", inputs=("self",), saves=("dim",))
@@ -792,7 +792,7 @@ def _(ctx, self_t):
     return cumsum(self_t, ctx.dim) if self_t.data.ndim else self_t
 
 
-batching("CumsumBackward0", **shifted(sizes=(), dims=("dim",)))
+batching(P.CumsumBackward0, **shifted(sizes=(), dims=("dim",)))
 
 
 @op("flip", promotion="same", tensors=("self",))
@@ -801,7 +801,7 @@ def flip(self, dims):
     self = require_tensor(self)
     w = wrap_dims(dims, self.data.ndim)
     out = np.flip(self.data, axis=w).copy() if self.data.ndim else self.data.copy()
-    return record("FlipBackward0", out, (self,), {"dims": list(w)})
+    return record(P.FlipBackward0, out, (self,), {"dims": list(w)})
 
 
 @vjp("FlipBackward0", inputs=("self",), saves=("dims",))
@@ -814,7 +814,7 @@ def _(ctx, self_t):
     return flip(self_t, ctx.dims)
 
 
-batching("FlipBackward0", **shifted(sizes=(), dims=("dims",)))
+batching(P.FlipBackward0, **shifted(sizes=(), dims=("dims",)))
 
 
 @op("sort",
@@ -852,7 +852,7 @@ def sort(self, dim=-1, descending=False, stable=NOT_GIVEN):
             idx = np.flip(np.argsort(self.data, axis=d, kind="stable"), axis=d).astype(np.int64)
         vals = np.take_along_axis(self.data, idx, axis=d)
     indices = Tensor(idx)
-    values = record("SortBackward0" if stable is NOT_GIVEN else "SortBackward1", vals, (self,),
+    values = record(P.SortBackward0 if stable is NOT_GIVEN else P.SortBackward1, vals, (self,),
                     {"dim": dim, "indices": indices, "self_sym_sizes": self.data.shape})
     return ValuesIndices(values, indices)
 
@@ -866,8 +866,8 @@ def _(ctx, grad):
     return _scatter_into_zeros(grad, shp, wrap_dim(ctx.dim, len(shp)), ctx.indices.data),
 
 
-@jvp("SortBackward1")
-@jvp("SortBackward0")
+@jvp(P.SortBackward1)
+@jvp(P.SortBackward0)
 def _(ctx, self_t):
     if not self_t.data.ndim:
         return self_t

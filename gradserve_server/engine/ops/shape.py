@@ -24,7 +24,7 @@ from ..errors import (
 )
 from ..grad_mode import check_numel
 from ..kernel import kcall
-from ..registry import F, jvp, op, record, vjp
+from ..registry import F, P, Prim, declare, jvp, op, record, vjp
 from ..tensor import Tensor
 from ..views import as_view
 from .common import NP, require_tensor, shape_arg, sum_to, wrap_dim, wrap_dims
@@ -49,7 +49,7 @@ def to(self, dtype=None, non_blocking=False, copy=False):
     dtype = D.canonical(dtype) if dtype is not None else self.dtype
     if dtype == self.dtype and not copy:
         return self
-    return record("ToCopyBackward0", kcall(K.astype, self.data, NP[dtype]), (self,))
+    return record(P.ToCopyBackward0, kcall(K.astype, self.data, NP[dtype]), (self,))
 
 
 @vjp("ToCopyBackward0", inputs=("self",))
@@ -62,12 +62,12 @@ def _(ctx, self_t):
     return to(self_t, ctx.result.dtype, copy=True)
 
 
-batching("ToCopyBackward0", vjp=SAME, jvp=SAME)
+batching(P.ToCopyBackward0, vjp=SAME, jvp=SAME)
 
 
 @op("float",
     method_only=True, cast="float32",
-    tensors=("self",), grad_fns=("ToCopyBackward0",))
+    tensors=("self",), grad_fns=(P.ToCopyBackward0,))
 def float_(self):
     """Tensor.float(): to(float32)."""
     return to(self, D.FLOAT32)
@@ -75,7 +75,7 @@ def float_(self):
 
 @op("double",
     method_only=True, cast="float64",
-    tensors=("self",), grad_fns=("ToCopyBackward0",))
+    tensors=("self",), grad_fns=(P.ToCopyBackward0,))
 def double(self):
     """Tensor.double(): to(float64)."""
     return to(self, D.FLOAT64)
@@ -83,31 +83,31 @@ def double(self):
 
 @op("long",
     method_only=True, cast="int64",
-    tensors=("self",), grad_fns=("ToCopyBackward0",))
+    tensors=("self",), grad_fns=(P.ToCopyBackward0,))
 def long(self):
     """Tensor.long(): to(int64)."""
     return to(self, D.INT64)
 
 
-@op("int", cast="int32", tensors=("self",), grad_fns=("ToCopyBackward0",))
+@op("int", cast="int32", tensors=("self",), grad_fns=(P.ToCopyBackward0,))
 def int_(self):
     """Tensor.int(): to(int32)."""
     return to(self, D.INT32)
 
 
-@op("short", cast="int16", tensors=("self",), grad_fns=("ToCopyBackward0",))
+@op("short", cast="int16", tensors=("self",), grad_fns=(P.ToCopyBackward0,))
 def short(self):
     """Tensor.short(): to(int16)."""
     return to(self, D.INT16)
 
 
-@op("char", cast="int8", tensors=("self",), grad_fns=("ToCopyBackward0",))
+@op("char", cast="int8", tensors=("self",), grad_fns=(P.ToCopyBackward0,))
 def char(self):
     """Tensor.char(): to(int8)."""
     return to(self, D.INT8)
 
 
-@op("byte", cast="uint8", tensors=("self",), grad_fns=("ToCopyBackward0",))
+@op("byte", cast="uint8", tensors=("self",), grad_fns=(P.ToCopyBackward0,))
 def byte(self):
     """Tensor.byte(): to(uint8)."""
     return to(self, D.UINT8)
@@ -127,7 +127,7 @@ def bool_(self):
 def clone(self):
     """torch.clone(input)."""
     self = require_tensor(self)
-    return record("CloneBackward0", kcall(_clone, self.data), (self,))
+    return record(P.CloneBackward0, kcall(_clone, self.data), (self,))
 
 
 @vjp("CloneBackward0", inputs=("self",))
@@ -140,7 +140,7 @@ def _(ctx, self_t):
     return clone(self_t)
 
 
-batching("CloneBackward0", vjp=SAME, jvp=SAME)
+batching(P.CloneBackward0, vjp=SAME, jvp=SAME)
 
 
 @op("contiguous",
@@ -151,7 +151,7 @@ def contiguous(self):
     self = require_tensor(self)
     if self.data.flags.c_contiguous:
         return self
-    return record("CloneBackward0", kcall(np.ascontiguousarray, self.data), (self,))
+    return record(P.CloneBackward0, kcall(np.ascontiguousarray, self.data), (self,))
 
 
 @op("detach", tensors=("self",), differentiable=False, plannable=True)  # (no array of its own)
@@ -280,7 +280,7 @@ def view(self, *shape):
     if out is None:
         raise ShapeError("view size is not compatible with input tensor's size and stride (at least one dimension "
                          "spans across two contiguous subspaces). Use .reshape(...) instead.")
-    return _as_view(record("ViewBackward0", out, (self,), {"self_sym_sizes": self.data.shape}), self)
+    return _as_view(record(P.ViewBackward0, out, (self,), {"self_sym_sizes": self.data.shape}), self)
 
 
 @vjp("ViewBackward0", inputs=("self",), saves=("self_sym_sizes",))
@@ -296,12 +296,12 @@ def _(ctx, self_t):
 #: the batching rules of every reshaping primitive (view, reshape, squeeze): reshape each entry
 RESHAPE_BATCHED = {"vjp": lambda ctx, grad, batch: (reshape(grad, (batch, *ctx.self_sym_sizes)),),
                    "jvp": lambda ctx, batch, t: reshape(t, (batch, *ctx.result.data.shape))}
-batching("ViewBackward0", **RESHAPE_BATCHED)
+batching(P.ViewBackward0, **RESHAPE_BATCHED)
 
 
 @op("reshape",
     size_varargs="shape", storage="view_if_contiguous",
-    tensors=("self",), grad_fns=("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0"),
+    tensors=("self",), grad_fns=(P.ViewBackward0, P.ReshapeAliasBackward0, P.UnsafeViewBackward0),
     plannable=True)
 def reshape(self, *shape):
     """torch.reshape(input, shape): a view when the layout allows (ViewBackward0 from a contiguous input,
@@ -311,7 +311,7 @@ def reshape(self, *shape):
     out = _try_view(self.data, shape)
     if out is not None:
         # torch's reshape of a non-contiguous tensor that still allows a view is _reshape_alias
-        prim = "ViewBackward0" if self.data.flags.c_contiguous else "ReshapeAliasBackward0"
+        prim = P.ViewBackward0 if self.data.flags.c_contiguous else P.ReshapeAliasBackward0
         return _as_view(record(prim, out, (self,), {"self_sym_sizes": self.data.shape}), self)
     c = clone(self)
     return _unsafe_view(c, shape)
@@ -327,11 +327,11 @@ def _(ctx, self_t):
     return reshape(self_t, ctx.result.shape)
 
 
-batching("ReshapeAliasBackward0", **RESHAPE_BATCHED)
+batching(P.ReshapeAliasBackward0, **RESHAPE_BATCHED)
 
 
 def _unsafe_view(self: Tensor, shape: tuple) -> Tensor:
-    return record("UnsafeViewBackward0", kcall(_reshape, self.data, shape), (self,),
+    return record(P.UnsafeViewBackward0, kcall(_reshape, self.data, shape), (self,),
                   {"self_sym_sizes": self.data.shape})
 
 
@@ -345,12 +345,12 @@ def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
 
-batching("UnsafeViewBackward0", **RESHAPE_BATCHED)
+batching(P.UnsafeViewBackward0, **RESHAPE_BATCHED)
 
 
 @op("flatten",
     param_types={"start_dim": "int", "end_dim": "int"}, storage="view_if_contiguous",
-    tensors=("self",), grad_fns=("ViewBackward0", "UnsafeViewBackward0"))
+    tensors=("self",), grad_fns=(P.ViewBackward0, P.UnsafeViewBackward0))
 def flatten(self, start_dim=0, end_dim=-1):
     """torch.flatten(input, start_dim=0, end_dim=-1); returns self for a 1-D input."""
     self = require_tensor(self)
@@ -378,30 +378,30 @@ def flatten(self, start_dim=0, end_dim=-1):
         "method": ("()", "(int dim)", "(tuple of ints dim)"),
     },
     storage="view",
-    tensors=("self",), grad_fns=("SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2"), plannable=True)
+    tensors=("self",), grad_fns=(P.SqueezeBackward0, P.SqueezeBackward1, P.SqueezeBackward2), plannable=True)
 def squeeze(self, dim=None):
     """torch.squeeze(input, dim=None): SqueezeBackward0 (all), 1 (an int dim), 2 (a tuple of dims)."""
     self = require_tensor(self)
     shp = self.data.shape
     if dim is None:
         out = kcall(_reshape, self.data, tuple(s for s in shp if s != 1))
-        return _as_view(record("SqueezeBackward0", out, (self,), {"self_sym_sizes": shp}), self)
+        return _as_view(record(P.SqueezeBackward0, out, (self,), {"self_sym_sizes": shp}), self)
     if isinstance(dim, (list, tuple)):
         dims = wrap_dims(dim, self.data.ndim)
         keep = tuple(s for i, s in enumerate(shp) if not (i in dims and s == 1))
         out = kcall(_reshape, self.data, keep)
-        return _as_view(record("SqueezeBackward2", out, (self,), {"dim": list(dims), "self_sym_sizes": shp}), self)
+        return _as_view(record(P.SqueezeBackward2, out, (self,), {"dim": list(dims), "self_sym_sizes": shp}), self)
     d = wrap_dim(dim, self.data.ndim)
     keep = tuple(s for i, s in enumerate(shp) if not (i == d and s == 1))
     out = kcall(_reshape, self.data, keep)
-    return _as_view(record("SqueezeBackward1", out, (self,), {"dim": d, "self_sym_sizes": shp}), self)
+    return _as_view(record(P.SqueezeBackward1, out, (self,), {"dim": d, "self_sym_sizes": shp}), self)
 
 
 def _squeeze_dim(self: Tensor, d: int) -> Tensor:
     """squeeze(dim) as used inside matmul: SqueezeBackward4 (torch's squeeze.dim on a fresh result)."""
     shp = self.data.shape
     out = kcall(_reshape, self.data, shp[:d] + shp[d + 1:])
-    return record("SqueezeBackward4", out, (self,), {"dim": d, "self_sym_sizes": shp})
+    return record(P.SqueezeBackward4, out, (self,), {"dim": d, "self_sym_sizes": shp})
 
 
 def _unsqueeze_to(grad: Tensor, dims, sizes: tuple) -> Tensor:
@@ -454,7 +454,7 @@ def _(ctx, self_t):
     return reshape(self_t, ctx.result.data.shape)
 
 
-for _name in ("SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2", "SqueezeBackward4"):
+for _name in (P.SqueezeBackward0, P.SqueezeBackward1, P.SqueezeBackward2, P.SqueezeBackward4):
     batching(_name, **RESHAPE_BATCHED)
 
 
@@ -467,7 +467,7 @@ def unsqueeze(self, dim):
     d = wrap_dim(dim, self.data.ndim + 1)
     shp = self.data.shape
     out = kcall(_reshape, self.data, shp[:d] + (1,) + shp[d:])  # np.expand_dims' own reshape
-    return _as_view(record("UnsqueezeBackward0", out, (self,), {"dim": d}), self)
+    return _as_view(record(P.UnsqueezeBackward0, out, (self,), {"dim": d}), self)
 
 
 @vjp("UnsqueezeBackward0", inputs=("self",), saves=("dim",))
@@ -480,12 +480,12 @@ def _(ctx, self_t):
     return unsqueeze(self_t, ctx.dim)
 
 
-batching("UnsqueezeBackward0", **shifted(sizes=(), dims=("dim",)))
+batching(P.UnsqueezeBackward0, **shifted(sizes=(), dims=("dim",)))
 
 
 @op("expand",
     method_only=True, size_varargs="size", storage="view", cost="arguments",
-    tensors=("self",), grad_fns=("ExpandBackward0",), plannable=True)
+    tensors=("self",), grad_fns=(P.ExpandBackward0,), plannable=True)
 def expand(self, *sizes):
     """Tensor.expand(*sizes); -1 keeps a dimension."""
     self = require_tensor(self)
@@ -541,7 +541,7 @@ def expand_to(self: Tensor, target: tuple) -> Tensor:
         out = kcall(_reshape, self.data, target)  # nothing repeated: a writeable view (no internal overlap)
     else:
         out = kcall(_broadcast_to, self.data, target)
-    return _as_view(record("ExpandBackward0", out, (self,), {"self_sym_sizes": shp}), self)
+    return _as_view(record(P.ExpandBackward0, out, (self,), {"self_sym_sizes": shp}), self)
 
 
 @vjp("ExpandBackward0", inputs=("self",), saves=("self_sym_sizes",))
@@ -560,13 +560,13 @@ def _expand_batched_jvp(ctx, batch, self_t):
     return expand(reshape(self_t, (batch, *(1,) * (len(shape) + 1 - len(s)), *s[1:])), (batch, *shape))
 
 
-batching("ExpandBackward0", vjp=lambda ctx, grad, batch: (sum_to_batched(grad, ctx.self_sym_sizes),),
+batching(P.ExpandBackward0, vjp=lambda ctx, grad, batch: (sum_to_batched(grad, ctx.self_sym_sizes),),
          jvp=_expand_batched_jvp)
 
 
 @op("expand_as",
     method_only=True, storage="view", cost="arguments",
-    tensors=("self", "other"), grad_fns=("ExpandBackward0",), meta_only=("other",))
+    tensors=("self", "other"), grad_fns=(P.ExpandBackward0,), meta_only=("other",))
 def expand_as(self, other):
     """Tensor.expand_as(other)."""
     return expand(self, require_tensor(other, "other").shape)
@@ -586,7 +586,7 @@ def repeat(self, *repeats):
     padded = (1,) * (len(reps) - len(shp)) + shp
     check_numel(tuple(a * b for a, b in zip(padded, reps)), itemsize=self.data.itemsize)
     out = np.tile(self.data.reshape(padded), reps)
-    return record("RepeatBackward0", out, (self,), {"repeats": list(reps), "self_sym_sizes": shp})
+    return record(P.RepeatBackward0, out, (self,), {"repeats": list(reps), "self_sym_sizes": shp})
 
 
 @vjp("RepeatBackward0", inputs=("self",), saves=("repeats", "self_sym_sizes"))
@@ -626,7 +626,7 @@ def t(self):
     if self.data.ndim > 2:
         raise TorchRuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.data.ndim}D",
                                 code="shape_mismatch")
-    return _as_view(record("TBackward0", kcall(_transpose, self.data), (self,)), self)
+    return _as_view(record(P.TBackward0, kcall(_transpose, self.data), (self,)), self)
 
 
 @vjp("TBackward0", inputs=("self",))
@@ -643,7 +643,7 @@ def _t_batched(x: Tensor) -> Tensor:
     return transpose(x, 1, 2) if x.data.ndim == 3 else x
 
 
-batching("TBackward0", vjp=lambda ctx, grad, batch: (_t_batched(grad),), jvp=lambda ctx, batch, x: _t_batched(x))
+batching(P.TBackward0, vjp=lambda ctx, grad, batch: (_t_batched(grad),), jvp=lambda ctx, batch, x: _t_batched(x))
 
 
 @op("transpose",
@@ -655,7 +655,7 @@ def transpose(self, dim0, dim1):
     nd = self.data.ndim
     d0, d1 = wrap_dim(dim0, nd), wrap_dim(dim1, nd)
     out = kcall(_swapaxes, self.data, d0, d1) if nd else kcall(_reshape, self.data, ())
-    return _as_view(record("TransposeBackward0", out, (self,), {"dim0": d0, "dim1": d1}), self)
+    return _as_view(record(P.TransposeBackward0, out, (self,), {"dim0": d0, "dim1": d1}), self)
 
 
 @vjp("TransposeBackward0", inputs=("self",), saves=("dim0", "dim1"))
@@ -668,7 +668,7 @@ def _(ctx, self_t):
     return transpose(self_t, ctx.dim0, ctx.dim1)
 
 
-batching("TransposeBackward0", **shifted(sizes=(), dims=("dim0", "dim1")))
+batching(P.TransposeBackward0, **shifted(sizes=(), dims=("dim0", "dim1")))
 
 
 @op("permute",
@@ -684,7 +684,7 @@ def permute(self, *dims):
                                 f"length of the desired ordering of dimensions i.e. input.dim() = {nd} is not equal "
                                 f"to len(dims) = {len(dims)}".replace("(sparse_coo)", ""), code="shape_mismatch")
     w = wrap_dims(dims, nd)
-    return _as_view(record("PermuteBackward0", np.transpose(self.data, w), (self,), {"dims": list(w)}), self)
+    return _as_view(record(P.PermuteBackward0, np.transpose(self.data, w), (self,), {"dims": list(w)}), self)
 
 
 @vjp("PermuteBackward0", inputs=("self",), saves=("dims",))
@@ -707,7 +707,7 @@ def _permute_batched_vjp(ctx, grad, batch):
     return permute(grad, [0, *(i + 1 for i in inv)]),
 
 
-batching("PermuteBackward0", vjp=_permute_batched_vjp,
+batching(P.PermuteBackward0, vjp=_permute_batched_vjp,
          jvp=lambda ctx, batch, x: permute(x, [0, *(d + 1 for d in ctx.dims)]))
 
 
@@ -762,7 +762,7 @@ def cat(tensors, dim=0):
             for x in ts if not (x.data.ndim == 1 and x.data.size == 0)]
     out = kcall(_concat, d, *arrs) if arrs else kcall(K.zeros, (0,), NP[dtype])
     sizes = [x.data.shape if x.data.ndim else () for x in ts]
-    return record("CatBackward0", out, tuple(ts), {"dim": d, "sizes": sizes})
+    return record(P.CatBackward0, out, tuple(ts), {"dim": d, "sizes": sizes})
 
 
 def _cat_slices(ctx, grad, lead: int = 0) -> tuple:
@@ -813,7 +813,7 @@ def stack(tensors, dim=0):
     else:
         npdt = NP[D.result_type(*ts)]
         out = kcall(_stack_arrays, d, *(a if a.dtype == npdt else kcall(K.astype, a, npdt) for a in arrs))
-    return record("StackBackward0", out, tuple(ts), {"dim": d})
+    return record(P.StackBackward0, out, tuple(ts), {"dim": d})
 
 
 @vjp("StackBackward0", inputs=(), saves=("dim",))
@@ -838,9 +838,9 @@ def _zeros_for_missing_batched(inputs, tangents, batch) -> list:
             for x, t in zip(inputs, tangents)]
 
 
-batching("CatBackward0", vjp=_cat_batched_vjp,
+batching(P.CatBackward0, vjp=_cat_batched_vjp,
          jvp=lambda ctx, batch, *ts: cat(_zeros_for_missing_batched(ctx.inputs, ts, batch), ctx.dim + 1))
-batching("StackBackward0", vjp=shifted(sizes=(), dims=("dim",))["vjp"],
+batching(P.StackBackward0, vjp=shifted(sizes=(), dims=("dim",))["vjp"],
          jvp=lambda ctx, batch, *ts: stack(_zeros_for_missing_batched(ctx.inputs, ts, batch), ctx.dim + 1))
 
 
@@ -863,7 +863,7 @@ def _split_sizes(n: int, split_size: int) -> list:
     return sizes or [0]
 
 
-def _split(self: Tensor, sizes: list, d: int, prim: str, saved: dict) -> tuple:
+def _split(self: Tensor, sizes: list, d: int, prim: Prim, saved: dict) -> tuple:
     offs = [0]
     for n in sizes:
         offs.append(offs[-1] + n)
@@ -874,7 +874,7 @@ def _split(self: Tensor, sizes: list, d: int, prim: str, saved: dict) -> tuple:
 
 @op("split",
     python_attribute=("split", ("self",)), variable_outputs=True,
-    tensors=("self",), grad_fns=("SplitBackward0", "SplitWithSizesBackward0"), plannable=True)
+    tensors=("self",), grad_fns=(P.SplitBackward0, P.SplitWithSizesBackward0), plannable=True)
 def split(self, split_size_or_sections, dim=0):
     """torch.split(tensor, split_size_or_sections, dim=0): a tuple of views."""
     self = require_tensor(self)
@@ -886,11 +886,11 @@ def split(self, split_size_or_sections, dim=0):
         if sum(sizes) != n or any(s < 0 for s in sizes):
             raise TorchRuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size "
                                     f"at dimension {d}), but got split_sizes={sizes}", code="invalid_argument")
-        return _split(self, sizes, d, "SplitWithSizesBackward0",
+        return _split(self, sizes, d, P.SplitWithSizesBackward0,
                       {"dim": d, "self_sym_sizes": self.data.shape, "split_sizes": sizes})
     size = int(split_size_or_sections)
     sizes = _split_sizes(n, size)
-    return _split(self, sizes, d, "SplitBackward0",
+    return _split(self, sizes, d, P.SplitBackward0,
                   {"dim": d, "self_sym_sizes": self.data.shape, "split_size": size})
 
 
@@ -942,7 +942,7 @@ def _(ctx, self_t):
 
 @op("chunk",
     param_types={"chunks": "int", "dim": "int"}, variable_outputs=True,
-    tensors=("self",), grad_fns=("SplitBackward0",), plannable=True)
+    tensors=("self",), grad_fns=(P.SplitBackward0,), plannable=True)
 def chunk(self, chunks, dim=0):
     """torch.chunk(input, chunks, dim=0)."""
     self = require_tensor(self)
@@ -968,7 +968,7 @@ def unbind(self, dim=0):
         raise TorchIndexError("Dimension specified as 0 but tensor has no dimensions", code="dim_out_of_range")
     # basic indexing: real views of self's buffer (np.take would copy)
     arrs = tuple(self.data[(slice(None),) * d + (i, Ellipsis)] for i in range(self.data.shape[d]))
-    outs = record("UnbindBackward0", arrs, (self,), {"dim": d})
+    outs = record(P.UnbindBackward0, arrs, (self,), {"dim": d})
     return tuple(_as_view(o, self, multi=True) for o in outs)
 
 
@@ -994,7 +994,7 @@ def _(ctx, self_t):
         "method": ("(int dim, Tensor start, int length)", "(int dim, int start, int length)"),
     },
     storage="view",
-    tensors=("self", "start"), grad_fns=("SliceBackward0",), plannable=True)
+    tensors=("self", "start"), grad_fns=(P.SliceBackward0,), plannable=True)
 def narrow(self, dim, start, length):
     """torch.narrow(input, dim, start, length); ``start`` an int or a 0-d integer tensor."""
     self = require_tensor(self)
@@ -1024,7 +1024,7 @@ def narrow(self, dim, start, length):
 
 def _slice(self: Tensor, d: int, start: int, end: int, step: int) -> Tensor:
     idx = (slice(None),) * d + (slice(start, end, step),)
-    return _as_view(record("SliceBackward0", kcall(_basic_take, self.data, idx), (self,),
+    return _as_view(record(P.SliceBackward0, kcall(_basic_take, self.data, idx), (self,),
                            {"dim": d, "end": end, "self_sym_sizes": self.data.shape, "start": start,
                             "step": step}), self)
 
@@ -1032,7 +1032,7 @@ def _slice(self: Tensor, d: int, start: int, end: int, step: int) -> Tensor:
 @vjp("SliceBackward0", inputs=("self",), saves=("dim", "end", "self_sym_sizes", "start", "step"))
 def _(ctx, grad):
     return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (slice(ctx.start, ctx.end, ctx.step),),
-                  "SliceBackwardBackward0"),
+                  P.SliceBackwardBackward0),
 
 
 @jvp()
@@ -1040,7 +1040,7 @@ def _(ctx, self_t):
     return _slice(self_t, ctx.dim, ctx.start, ctx.end, ctx.step)
 
 
-batching("SliceBackward0", **shifted(dims=("dim",)))
+batching(P.SliceBackward0, **shifted(dims=("dim",)))
 
 
 def select(self, dim, index):
@@ -1060,7 +1060,7 @@ def _select(self: Tensor, d: int, index: int) -> Tensor:
     """``select`` for a wrapped dim and an index in range (a backward formula's), without its checks."""
     i = index % self.data.shape[d]
     out = kcall(_basic_take, self.data, (slice(None),) * d + (i, Ellipsis))  # Ellipsis keeps a 0-d result a view
-    return _as_view(record("SelectBackward0", out, (self,),
+    return _as_view(record(P.SelectBackward0, out, (self,),
                            {"dim": d, "index": index, "self_sym_sizes": self.data.shape}), self)
 
 
@@ -1079,13 +1079,13 @@ def _select_op(self, dim, index):
 _select_op.__name__ = "select"
 op("select",
    param_types={"dim": "int", "index": "int"}, storage="view",
-   tensors=("self",), grad_fns=("SelectBackward0",), plannable=True)(_select_op)
+   tensors=("self",), grad_fns=(P.SelectBackward0,), plannable=True)(_select_op)
 
 
 @vjp("SelectBackward0", inputs=("self",), saves=("dim", "index", "self_sym_sizes"))
 def _(ctx, grad):
     n = ctx.self_sym_sizes[ctx.dim]
-    return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (ctx.index % n,), "SelectBackwardBackward0"),
+    return _embed(grad, ctx.self_sym_sizes, (slice(None),) * ctx.dim + (ctx.index % n,), P.SelectBackwardBackward0),
 
 
 @jvp()
@@ -1093,10 +1093,10 @@ def _(ctx, self_t):
     return select(self_t, ctx.dim, ctx.index)
 
 
-batching("SelectBackward0", **shifted(dims=("dim",)))
+batching(P.SelectBackward0, **shifted(dims=("dim",)))
 
 
-def _embed(grad: Tensor, shape: tuple, index: tuple, name: str) -> Tensor:
+def _embed(grad: Tensor, shape: tuple, index: tuple, name: Prim) -> Tensor:
     """Zeros of ``shape`` with ``grad`` written at a basic index (the VJP of select/slice: torch's
     select_backward / slice_backward, whose nodes under create_graph are ``name``)."""
     out = kcall(_embed_kernel, grad.data, tuple(shape), index)
@@ -1124,8 +1124,8 @@ def _embed_vjp(ctx, grad):
     return _basic_index(grad, idx),
 
 
-@jvp("SelectBackwardBackward0")
-@jvp("SliceBackwardBackward0")
+@jvp(P.SelectBackwardBackward0)
+@jvp(P.SliceBackwardBackward0)
 def _embed_jvp(ctx, grad_t):
     return _embed(grad_t, ctx.result.data.shape, _index_from_data(ctx.index), ctx._prim)
 
@@ -1169,8 +1169,8 @@ def _is_advanced(it) -> bool:
 
 @op("getitem",
     parsed=False,
-    tensors=("self", "index"), grad_fns=("SelectBackward0", "SliceBackward0", "IndexBackward0",
-                                                   "UnsqueezeBackward0"), aliases=("__getitem__",), plannable=True)
+    tensors=("self", "index"), grad_fns=(P.SelectBackward0, P.SliceBackward0, P.IndexBackward0,
+                                                   P.UnsqueezeBackward0), aliases=("__getitem__",), plannable=True)
 def getitem(self, index):
     """``input[index]``: ints select, slices slice, None adds a dim, Ellipsis, int lists / int or bool
     tensors index (IndexBackward0)."""
@@ -1254,7 +1254,7 @@ def _getitem(self, index, alias: bool):
     if advanced:
         out = _index(out, advanced)
     if out is self and alias:
-        out = _as_view(record("AliasBackward0", self.data.view(), (self,)), self)
+        out = _as_view(record(P.AliasBackward0, self.data.view(), (self,)), self)
     return out
 
 
@@ -1273,15 +1273,15 @@ def _(ctx, self_t):
     return alias_view(self_t)
 
 
-batching("AliasBackward0", vjp=SAME, jvp=SAME)
+batching(P.AliasBackward0, vjp=SAME, jvp=SAME)
 
 
 def alias_view(t: Tensor) -> Tensor:
-    return _as_view(record("AliasBackward0", t.data.view(), (t,)), t)
+    return _as_view(record(P.AliasBackward0, t.data.view(), (t,)), t)
 
 
 # the primal of forward_ad.unpack_dual: a view without the tangent (torch's C++ node torch::autograd::Identity)
-@vjp("Identity", inputs=("self",))
+@vjp("Identity", inputs=("self",), cpp=True)
 def _(ctx, grad):
     return grad,
 
@@ -1291,7 +1291,7 @@ def _(ctx, self_t):
     return alias_view(self_t)
 
 
-batching("Identity", vjp=SAME, jvp=SAME)
+batching(P.Identity, vjp=SAME, jvp=SAME)
 
 
 def _index(self: Tensor, advanced: list) -> Tensor:
@@ -1314,13 +1314,16 @@ def _index(self: Tensor, advanced: list) -> Tensor:
         raise TorchIndexError(str(e), code="invalid_index") from None
     check_numel(out.shape, itemsize=out.itemsize)
     indices = [Tensor(np.asarray(i)) if not isinstance(i, slice) else None for i in idx]
-    return record("IndexBackward0", np.array(out, copy=True), (self,),
+    return record(P.IndexBackward0, np.array(out, copy=True), (self,),
                   {"indices": indices, "self_sym_sizes": self.data.shape})
+
+
+declare("IndexPutImplBackward0")  # the node torch shows for IndexBackward0's gradient (computed by _index_put_zeros)
 
 
 @vjp("IndexBackward0", inputs=("self",), saves=("indices", "self_sym_sizes"))
 def _(ctx, grad):
-    return _index_put_zeros(grad, ctx.self_sym_sizes, ctx.indices, "IndexPutImplBackward0"),
+    return _index_put_zeros(grad, ctx.self_sym_sizes, ctx.indices, P.IndexPutImplBackward0),
 
 
 @jvp()
@@ -1336,15 +1339,15 @@ def _indices_tuple(indices) -> tuple:
     return tuple(slice(None) if i is None else i.data for i in indices)
 
 
-def _index_put_zeros(values: Tensor, shape: tuple, indices: list, name: str | None = None) -> Tensor:
+def _index_put_zeros(values: Tensor, shape: tuple, indices: list, name: Prim | None = None) -> Tensor:
     """Zeros of ``shape`` with ``values`` added at ``indices``: the backward formulas of the index-reading ops.
     ``name``: the node as torch's formula shows it under create_graph (``ScatterBackward0`` for sort's
     ``zeros.scatter(dim, indices, grad)``, ``IndexAddBackward0`` for index_select's ...); its backward is
     the same gather of the incoming gradient."""
     out = kcall(_put_zeros_kernel, values.data, tuple(shape), *_indices_tuple(indices))
-    res = record("IndexPutAccBackward", out, (values,), {"indices": indices})
+    res = record(P.IndexPutAccBackward, out, (values,), {"indices": indices})
     if name is not None and res.grad_fn is not None:
-        res.grad_fn.name = name
+        res.grad_fn.name = name.name
     return res
 
 
@@ -1361,7 +1364,7 @@ def _(ctx, grad):
 
 def _index_by(t: Tensor, indices: list) -> Tensor:
     """``t[indices]`` for saved advanced indices (IndexBackward0)."""
-    return record("IndexBackward0", kcall(_take_kernel, t.data, *_indices_tuple(indices)), (t,),
+    return record(P.IndexBackward0, kcall(_take_kernel, t.data, *_indices_tuple(indices)), (t,),
                   {"indices": indices, "self_sym_sizes": t.data.shape})
 
 
@@ -1392,7 +1395,7 @@ def index_select(self, dim, index):
     if ix.size and (ix.max() >= n or ix.min() < -n):
         raise TorchIndexError("index out of range in self", code="index_out_of_range")
     out = np.take(self.data, ix, axis=d) if self.data.ndim else self.data.reshape(1)[ix].reshape(())
-    return record("IndexSelectBackward0", out, (self,),
+    return record(P.IndexSelectBackward0, out, (self,),
                   {"dim": d, "index": index, "self_sym_sizes": self.data.shape})
 
 
@@ -1410,7 +1413,7 @@ def _(ctx, grad):
     ix = ctx.index.data.reshape(-1)
     ix_b = Tensor(ix.reshape([-1 if k == d else 1 for k in range(len(shp))]))
     full[d] = ix_b
-    return _index_put_zeros(grad, shp, full, "IndexAddBackward0"),
+    return _index_put_zeros(grad, shp, full, P.IndexAddBackward0),
 
 
 @jvp()
@@ -1418,7 +1421,7 @@ def _(ctx, self_t):
     return index_select(self_t, ctx.dim, ctx.index)
 
 
-batching("IndexSelectBackward0", **shifted(dims=("dim",)))
+batching(P.IndexSelectBackward0, **shifted(dims=("dim",)))
 
 
 @op("gather",
@@ -1439,7 +1442,7 @@ def gather(self, dim, index, sparse_grad=False):
             raise TorchRuntimeError(f"index {int(ix.max())} is out of bounds for dimension {d} with size {n}",
                                     code="index_out_of_range")
         out = self.data.reshape(-1)[ix].reshape(index.data.shape)
-        return record("GatherBackward0", out, (self,),
+        return record(P.GatherBackward0, out, (self,),
                       {"dim": d, "index": index, "self": self, "sparse_grad": sparse_grad})
     if index.data.ndim != self.data.ndim:
         raise TorchRuntimeError("Index tensor must have the same number of dimensions as input tensor",
@@ -1455,7 +1458,7 @@ def gather(self, dim, index, sparse_grad=False):
                                 code="index_out_of_range")
     src = self.data[tuple(slice(0, s) if k != d else slice(None) for k, s in enumerate(index.data.shape))]
     out = np.take_along_axis(src, index.data, axis=d)
-    return record("GatherBackward0", out, (self,),
+    return record(P.GatherBackward0, out, (self,),
                   {"dim": d, "index": index, "self": self, "sparse_grad": sparse_grad})
 
 
@@ -1469,7 +1472,7 @@ def _(ctx, grad):
         return reshape(flat, shp),
     grids = list(np.indices(ix.shape, sparse=True))
     grids[d] = ix
-    return _index_put_zeros(grad, shp, [Tensor(np.asarray(g)) for g in grids], "ScatterAddBackward0"),
+    return _index_put_zeros(grad, shp, [Tensor(np.asarray(g)) for g in grids], P.ScatterAddBackward0),
 
 
 @jvp()

@@ -18,7 +18,7 @@ from .. import dtypes as D
 from ..batching import SAME, batching
 from ..budget import current_control
 from ..errors import InvalidArgumentError, TorchRuntimeError
-from ..registry import jvp, op, record, vjp
+from ..registry import P, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import NP, binary_operands, float_data, is_number, require_tensor
 from .elementwise import add_t, eq, exp, le, logical_and, masked_fill, mul_t
@@ -226,7 +226,7 @@ def _float_unary(self, name: str):
 def lgamma(self):
     """torch.lgamma(input): log|Gamma(input)| (inf at the poles); saves its input."""
     self, x = _float_unary(self, "lgamma")
-    return record("LgammaBackward0", _lgamma_np(x), (self,), {"self": self})
+    return record(P.LgammaBackward0, _lgamma_np(x), (self,), {"self": self})
 
 
 @vjp("LgammaBackward0", inputs=("self",), saves=("self",))
@@ -239,14 +239,14 @@ def _(ctx, self_t):
     return self_t * digamma(ctx.self)
 
 
-batching("LgammaBackward0", vjp=SAME, jvp=SAME)
+batching(P.LgammaBackward0, vjp=SAME, jvp=SAME)
 
 
 @op("digamma", promotion="float", tensors=("self",), aliases=("special.digamma", "special.psi"))
 def digamma(self):
     """torch.digamma(input): -inf at 0, nan at negative integers; saves its input."""
     self, x = _float_unary(self, "digamma")
-    return record("DigammaBackward0", _digamma64(x).astype(x.dtype), (self,), {"self": self})
+    return record(P.DigammaBackward0, _digamma64(x).astype(x.dtype), (self,), {"self": self})
 
 
 @vjp("DigammaBackward0", inputs=("self",), saves=("self",))
@@ -259,12 +259,12 @@ def _(ctx, self_t):
     return self_t * polygamma(1, ctx.self)
 
 
-batching("DigammaBackward0", vjp=SAME, jvp=SAME)
+batching(P.DigammaBackward0, vjp=SAME, jvp=SAME)
 
 
 @op("polygamma", promotion=(
     "float"),
-    tensors=("self",), grad_fns=("PolygammaBackward0", "DigammaBackward0"), method=False,
+    tensors=("self",), grad_fns=(P.PolygammaBackward0, P.DigammaBackward0), method=False,
     aliases=("special.polygamma",))
 def polygamma(n, self):
     """torch.polygamma(n, input): the n-th derivative of digamma; n == 0 is digamma."""
@@ -274,7 +274,7 @@ def polygamma(n, self):
         raise TorchRuntimeError("polygamma(n, x) does not support negative n.", code="invalid_argument")
     self, x = _float_unary(self, "polygamma")
     out = _digamma64(x) if n == 0 else _polygamma(int(n), x)  # n == 0: digamma's values, torch's node name
-    return record("PolygammaBackward0", out.astype(x.dtype), (self,),
+    return record(P.PolygammaBackward0, out.astype(x.dtype), (self,),
                   {"n": int(n), "self": self})
 
 
@@ -288,7 +288,7 @@ def _(ctx, self_t):
     return self_t * polygamma(ctx.n + 1, ctx.self)
 
 
-batching("PolygammaBackward0", vjp=SAME, jvp=SAME)
+batching(P.PolygammaBackward0, vjp=SAME, jvp=SAME)
 
 
 @op("special.multigammaln", tensors=("self",), method=False)
@@ -302,13 +302,13 @@ def multigammaln(self, p):
     x = float_data(self)  # torch 2.13 no longer checks the domain (x > (p-1)/2): lgamma's values outside it
     args = np.arange(-p * 0.5 + 0.5, 0.5, 0.5).astype(x.dtype) + x[..., None]
     out = _lgamma_np(args).sum(-1) + x.dtype.type(p * (p - 1) * math.log(math.pi) / 4)
-    return record("MvlgammaBackward0", np.asarray(out, x.dtype), (self,), {"p": int(p), "self": self})
+    return record(P.MvlgammaBackward0, np.asarray(out, x.dtype), (self,), {"p": int(p), "self": self})
 
 
 @op("mvlgamma", promotion=(
     "float | "
     "bool: RuntimeError: The input tensor may not be a boolean tensor."),
-    tensors=("self",), grad_fns=("MvlgammaBackward0",))
+    tensors=("self",), grad_fns=(P.MvlgammaBackward0,))
 def mvlgamma(self, p):
     """torch.mvlgamma(input, p) / Tensor.mvlgamma(p): torch.special.multigammaln."""
     return multigammaln(self, p)
@@ -332,7 +332,7 @@ def _(ctx, self_t):
     return self_t * sum_(digamma(unsqueeze(x, -1) + offsets), -1)
 
 
-batching("MvlgammaBackward0", vjp=SAME, jvp=SAME)
+batching(P.MvlgammaBackward0, vjp=SAME, jvp=SAME)
 
 
 # ----- xlogy, logaddexp -------------------------------------------------------------------------------
@@ -364,10 +364,10 @@ def xlogy(self, other):
         out = np.where((a == 0) & ~np.isnan(b), NP[dtype].type(0), a * np.log(b))
     out = np.asarray(out, NP[dtype])
     if isinstance(self, Tensor) and isinstance(other, Tensor):
-        return record("XlogyBackward0", out, (self, other), {"other": other, "self": self})
+        return record(P.XlogyBackward0, out, (self, other), {"other": other, "self": self})
     if isinstance(other, Tensor):
-        return record("XlogyBackward1", out, (other,), {"other": other, "self": self})
-    return record("XlogyBackward2", out, (self,), {"other": other, "self": self})
+        return record(P.XlogyBackward1, out, (other,), {"other": other, "self": self})
+    return record(P.XlogyBackward2, out, (self,), {"other": other, "self": self})
 
 
 @vjp("XlogyBackward0", inputs=("self", "other"), saves=("other", "self"))
@@ -385,7 +385,7 @@ def _(ctx, self_t, other_t):
     return add_t(t_self, mul_t(other_t, s / o))
 
 
-batching("XlogyBackward0", vjp=SAME, jvp=SAME)
+batching(P.XlogyBackward0, vjp=SAME, jvp=SAME)
 
 
 @vjp("XlogyBackward1", inputs=("other",), saves=("other", "self"))
@@ -398,7 +398,7 @@ def _(ctx, other_t):
     return other_t * ctx.self / ctx.other
 
 
-batching("XlogyBackward1", vjp=SAME, jvp=SAME)
+batching(P.XlogyBackward1, vjp=SAME, jvp=SAME)
 
 
 @vjp("XlogyBackward2", inputs=("self",), saves=("other", "self"))
@@ -413,7 +413,7 @@ def _(ctx, self_t):
     return t if ctx.other > 0 else masked_fill(t, eq(ctx.self, 0.0), 0.0)
 
 
-batching("XlogyBackward2", vjp=SAME, jvp=SAME)
+batching(P.XlogyBackward2, vjp=SAME, jvp=SAME)
 
 
 @op("logaddexp", promotion=(
@@ -428,7 +428,7 @@ def logaddexp(self, other):
     if not D.is_floating(dtype):
         raise TorchRuntimeError(f"\"logaddexp_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
-    return record("LogaddexpBackward0", np.asarray(np.logaddexp(a, b)), (self, other), {"other": other, "self": self})
+    return record(P.LogaddexpBackward0, np.asarray(np.logaddexp(a, b)), (self, other), {"other": other, "self": self})
 
 
 @vjp("LogaddexpBackward0", inputs=("self", "other"), saves=("other", "self"))
@@ -445,4 +445,4 @@ def _(ctx, self_t, other_t):
                  None if other_t is None else other_t / (exp(s - o) + 1))
 
 
-batching("LogaddexpBackward0", vjp=SAME, jvp=SAME)
+batching(P.LogaddexpBackward0, vjp=SAME, jvp=SAME)

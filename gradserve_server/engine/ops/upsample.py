@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import TorchRuntimeError
-from ..registry import jvp, op, record, vjp
+from ..registry import P, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import require_tensor, tie
 from .linalg import matmul
@@ -28,12 +28,14 @@ from .reduction import mean
 from .shape import reshape
 
 _MODES = ("nearest", "linear", "bilinear", "bicubic", "trilinear", "area", "nearest-exact")
-_PRIM = {("nearest", 1): "UpsampleNearest1DBackward0", ("nearest", 2): "UpsampleNearest2DBackward0",
-         ("nearest-exact", 1): "UpsampleNearestExact1DBackward0",
-         ("nearest-exact", 2): "UpsampleNearestExact2DBackward0",
-         ("linear", 1): "UpsampleLinear1DBackward0", ("bilinear", 2): "UpsampleBilinear2DBackward0",
-         ("bicubic", 2): "UpsampleBicubic2DBackward0", ("nearest", 3): "UpsampleNearest3DBackward0",
-         ("nearest-exact", 3): "UpsampleNearestExact3DBackward0"}
+#: the upsample primitives by (mode, spatial dims), declared below (``_declare``) from these names
+_NAMES = {("nearest", 1): "UpsampleNearest1DBackward0", ("nearest", 2): "UpsampleNearest2DBackward0",
+          ("nearest-exact", 1): "UpsampleNearestExact1DBackward0",
+          ("nearest-exact", 2): "UpsampleNearestExact2DBackward0",
+          ("linear", 1): "UpsampleLinear1DBackward0", ("bilinear", 2): "UpsampleBilinear2DBackward0",
+          ("bicubic", 2): "UpsampleBicubic2DBackward0", ("nearest", 3): "UpsampleNearest3DBackward0",
+          ("nearest-exact", 3): "UpsampleNearestExact3DBackward0"}
+_PRIM = {key: getattr(P, name) for key, name in _NAMES.items()}
 _SCALES = {1: ("scales",), 2: ("scales_h", "scales_w"), 3: ("scales_d", "scales_h", "scales_w")}
 
 
@@ -83,8 +85,8 @@ def _matrix(mode: str, n_in: int, n_out: int, scale, align_corners: bool, dtype)
     return a.astype(dtype)
 
 
-@op("interpolate", tensors=("input",), grad_fns=tuple(_PRIM.values()) + ("AdaptiveAvgPool2DBackward0",
-    "SqueezeBackward1", "AdaptiveAvgPool3DBackward0", "MeanBackward1"), method=False, family="nn",
+@op("interpolate", tensors=("input",), grad_fns=tuple(_PRIM.values()) + (P.AdaptiveAvgPool2DBackward0,
+    P.SqueezeBackward1, P.AdaptiveAvgPool3DBackward0, P.MeanBackward1), method=False, family="nn",
     aliases=("upsample",))
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False):
@@ -181,7 +183,7 @@ def _declare(prim: str, mode: str, nd: int) -> None:
             return _apply3d(grad, *(a.t() for a in m)),
         return (matmul(grad, m[0]) if nd == 1 else matmul(matmul(m[0].t(), grad), m[1])),
 
-    @jvp(prim)
+    @jvp()
     def _(ctx, self_t):
         m = _mats(ctx, mode, self_t.data.dtype)
         if nd == 3:
@@ -189,8 +191,8 @@ def _declare(prim: str, mode: str, nd: int) -> None:
         return matmul(self_t, m[0].t()) if nd == 1 else matmul(matmul(m[0], self_t), m[1].t())
 
 
-for (_mode, _nd), _prim in _PRIM.items():
-    _declare(_prim, _mode, _nd)
+for (_mode, _nd), _name in _NAMES.items():
+    _declare(_name, _mode, _nd)
 
 
 # ----- area in 3-d: torch's adaptive_avg_pool3d ------------------------------------------------------------
@@ -218,7 +220,7 @@ def _adaptive_avg_pool3d(input: Tensor, size: list) -> Tensor:
                 cell = x[..., d0:d1, h0:h1, w0:w1]
                 vals[..., i, j, k] = cell.sum(axis=(-3, -2, -1)) / x.dtype.type(cell.shape[-3] * cell.shape[-2]
                                                                                  * cell.shape[-1])
-    return record("AdaptiveAvgPool3DBackward0", vals, (input,), {"self": input})
+    return record(P.AdaptiveAvgPool3DBackward0, vals, (input,), {"self": input})
 
 
 def _adaptive_matrices3d(ctx, out: tuple, dtype) -> list:
@@ -231,6 +233,6 @@ def _(ctx, grad):
     return tie(_apply3d(grad, *(a.t() for a in m)), ctx.self),
 
 
-@jvp("AdaptiveAvgPool3DBackward0")
+@jvp(P.AdaptiveAvgPool3DBackward0)
 def _(ctx, self_t):
     return _apply3d(self_t, *_adaptive_matrices3d(ctx, ctx.result.data.shape[-3:], self_t.data.dtype))
