@@ -235,10 +235,10 @@ def encode_json(arr: np.ndarray) -> Any:
     """A value orjson serialises (with OPT_SERIALIZE_NUMPY) as the tensor's nested lists or number."""
     if arr.ndim == 0:  # the common scalar, without array-wide checks
         value = arr[()]
-        if arr.dtype.kind == "f" and not math.isfinite(value):
+        if arr.dtype.kind in "fV" and not math.isfinite(value):
             return _json_with_nonfinite(arr)
         return value  # a numpy scalar: orjson writes float32 in its shortest form
-    if arr.dtype.kind == "f" and arr.size and not np.isfinite(arr).all():
+    if arr.dtype.kind in "fV" and arr.size and not np.isfinite(arr).all():
         return _json_with_nonfinite(arr)
     if arr.ndim == 0:
         return arr[()]  # a numpy scalar: orjson writes float32 in its shortest form

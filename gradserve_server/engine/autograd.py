@@ -329,7 +329,7 @@ FUSED_NO_ZEROS = {"ConvolutionBackward0", "NativeLayerNormBackward0", "GluBackwa
 
 
 def _tensor_slots(ctx) -> list[str]:
-    return [k for k, v in ctx.__dict__.items() if isinstance(v, Tensor) and v.data.dtype.kind == "f"]
+    return [k for k, v in ctx.__dict__.items() if isinstance(v, Tensor) and v.data.dtype.kind in "fV"]
 
 
 def _fused(node: Node, prim, ctx: Ctx, grad: Tensor, name: str) -> tuple:

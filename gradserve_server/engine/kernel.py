@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextvars
 import types
 
+import ml_dtypes
 import numpy as np
 
 _recorder: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("gradserve_plan_recorder",
@@ -126,11 +127,65 @@ def takes_out(fn) -> bool:
     return (fn.__class__ is np.ufunc and fn.nout == 1) or getattr(fn, "takes_out", False)
 
 
+# ----- float16 and bfloat16: computed in float32, rounded once ---------------------------------------------
+# torch's CPU kernels load float16/bfloat16 values as float32, compute the whole kernel there (its scalars
+# and accumulators too) and round the result once; numpy's loops round after every step. ``kcall`` runs a
+# kernel whose array arguments are of one of these types on float32 copies (a dtype argument naming that type
+# becomes float32) and rounds its float32 results back. Not when a dtype argument names another type (a
+# conversion, or an explicit accumulation type: it runs as written), nor when a result is a view of an
+# argument (a view kernel runs on the array itself, so that the view shares its base's buffer).
+
+_F32 = np.dtype(np.float32)
+_HALF = frozenset((np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)))
+
+
+def _dtype_arg(a) -> np.dtype | None:
+    if a.__class__ is np.dtype or isinstance(a, np.dtype):
+        return a
+    if isinstance(a, type) and issubclass(a, np.generic):
+        return np.dtype(a)
+    return None
+
+
+def _half_of(args) -> np.dtype | None:
+    """The reduced-precision dtype of a kernel call to run in float32, or None."""
+    found = None
+    named = []
+    for a in args:
+        if a.__class__ is _ndarray:
+            dt = a.dtype
+            if dt in _HALF:
+                if found is not None and found != dt:
+                    return None
+                found = dt
+        else:
+            dt = _dtype_arg(a)
+            if dt is not None:
+                named.append(dt)
+    if found is None or any(dt != found for dt in named):
+        return None
+    return found
+
+
+def _in_f32(fn, args, half: np.dtype):
+    wide = tuple(a.astype(_F32) if a.__class__ is _ndarray and a.dtype == half
+                 else (_F32 if _dtype_arg(a) == half else a) for a in args)
+    out = fn(*wide)
+    outs = out if out.__class__ is tuple else (out,)
+    arrays = [w for w in wide if w.__class__ is _ndarray]
+    if any(o.__class__ is _ndarray and o.base is not None and any(np.may_share_memory(o, w) for w in arrays)
+           for o in outs):
+        return fn(*args)  # a view kernel
+    rounded = tuple(np.asarray(o).astype(half) if np.asarray(o).dtype == _F32 else o for o in outs)
+    return rounded if out.__class__ is tuple else rounded[0]
+
+
 def kcall(fn, *args):
     """Run ``fn(*args)`` (a kernel); while recording, note the call on the tape."""
     rec = _get()
     if rec is None:
-        out = fn(*args)
+        half = _half_of(args)
+        out = fn(*args) if half is None else _in_f32(fn, args, half)
         return out if out.__class__ is _ndarray or out.__class__ is tuple else np.asarray(out)
     return rec.call(fn, args)
 
@@ -207,12 +262,15 @@ class Recorder:
                 template[i] = None
             elif not _static_ok(a):
                 self.bad(f"{getattr(fn, '__name__', fn)} got a non-static argument {type(a).__name__}")
+        half = None if inplace else _half_of(args)
+        if half is not None:
+            self.bad("a float16/bfloat16 kernel (computed in float32 by the eager path)")
         try:
             if inplace:
                 fn(*args)
                 out = args[0]
             else:
-                out = fn(*args)
+                out = fn(*args) if half is None else _in_f32(fn, args, half)
                 if out.__class__ is not _ndarray and out.__class__ is not tuple:
                     out = np.asarray(out)
                     self.converted.add(len(self.steps))

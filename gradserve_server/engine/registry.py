@@ -367,7 +367,7 @@ def record(prim_name: str, data, inputs: tuple, saved: dict | None = None):
             raise TorchRuntimeError(f"result dtype {data.dtype} is not supported ({', '.join(D.NAMES)})",
                                     code="invalid_dtype")
     mask = 0
-    if not _grad_on() or not (multi or dt.kind == "f"):  # int and bool results never require grad
+    if not _grad_on() or not (multi or dt.kind in "fV"):  # int and bool results never require grad
         pass
     elif len(inputs) == 1:  # one input (unary ops, ops with a number operand): no lists
         t = inputs[0]
@@ -505,7 +505,7 @@ def _forward(prim_name: str, outs, inputs: tuple, saved: dict | None) -> None:
     if not found:
         return
     targets = outs if outs.__class__ is tuple else (outs,)
-    if not any(o.data.dtype.kind == "f" for o in targets):
+    if not any(o.data.dtype.kind in "fV" for o in targets):
         return
     level = _fw_level.get()
     if level.batch is not None:  # functional.jacobian(strategy="forward-mode", vectorize=True): batched
@@ -523,7 +523,7 @@ def _forward(prim_name: str, outs, inputs: tuple, saved: dict | None) -> None:
         res = per_output(fn(JvpCtx(PRIMS.get(prim_name), inputs, saved, outs), *tangents), outs)
         ref = next(t for t in tangents if t is not None)
         for o, r in zip(targets, res):
-            if o.data.dtype.kind != "f":
+            if o.data.dtype.kind not in "fV":
                 continue
             o._fw_grad = with_layout(_fit(r, o, ref, tangents), o.data)
             level.tensors.append(o)

@@ -75,7 +75,7 @@ def _check(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropo
         raise TorchRuntimeError(f"Expected query, key, and value to have the same dtype, but got query.dtype: "
                                 f"{n[query.dtype]} key.dtype: {n[key.dtype]} and value.dtype: {n[value.dtype]} "
                                 "instead.", code="dtype_mismatch")
-    if query.data.dtype.kind != "f":
+    if query.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"Expected query, key, and value to be floating point, but got "
                                 f"{D.SCALAR_TYPE_NAMES[query.dtype]}", code="invalid_dtype")
     if is_causal and mask is not None:

@@ -51,7 +51,7 @@ def _square_float(A: Tensor, name: str, arg: str = "A") -> Tensor:
     if A.shape[-1] != A.shape[-2]:
         raise ShapeError(f"{name}: {arg} must be batches of square matrices, but they are {A.shape[-2]} by "
                          f"{A.shape[-1]} matrices")
-    if A.data.dtype.kind != "f":
+    if A.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"{name}: Expected a floating point or complex tensor as input. Got "
                                 f"{D.SCALAR_TYPE_NAMES[A.dtype]}", code="invalid_dtype")
     return A
@@ -500,7 +500,7 @@ def _svd_input(A, name: str = "linalg.svd") -> Tensor:
     A = require_tensor(A, "A", name)
     if A.data.ndim < 2:
         raise ShapeError("linalg.svd: The input tensor A must have at least 2 dimensions.")
-    if A.data.dtype.kind != "f":
+    if A.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"linalg.svd: Expected a floating point or complex tensor as input. Got "
                                 f"{D.SCALAR_TYPE_NAMES[A.dtype]}", code="invalid_dtype")
     return A
@@ -722,7 +722,7 @@ def _matrix_norm(A: Tensor, ord, dim, keepdim: bool) -> Tensor:
     nd = A.data.ndim
     if nd < 2:
         raise ShapeError("linalg.matrix_norm: The input tensor A must have at least 2 dimensions.")
-    if A.data.dtype.kind != "f":
+    if A.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"linalg.matrix_norm: Expected a floating point or complex tensor as input. Got "
                                 f"{D.SCALAR_TYPE_NAMES[A.dtype]}", code="invalid_dtype")
     dim = [dim] if isinstance(dim, int) else list(dim)
@@ -798,7 +798,7 @@ def linalg_norm(A, ord=None, dim=None, keepdim=False):
         return _matrix_norm(A, ord, dim if dim is not None else [0, 1], keepdim)
     if ord is not None and ((dim is not None and len(dim) == 2) or (dim is None and A.data.ndim == 2)):
         return _matrix_norm(A, ord, dim if dim is not None else [0, 1], keepdim)
-    if A.data.dtype.kind != "f":
+    if A.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
                                 f"{D.SCALAR_TYPE_NAMES[A.dtype]}", code="invalid_dtype")
     return _vector_norm(A, 2 if ord is None else ord, dim, keepdim)

@@ -34,6 +34,7 @@ from .common import (
     is_number,
     mul_t,
     number_as,
+    opmath_number,
     require_tensor,
     scale_t,
     zeros_like,
@@ -192,6 +193,8 @@ def mul(self, other):
     if not isinstance(self, Tensor):  # torch.mul(2, x): the number is a wrapped 0-d input
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
     dtype, a, b = binary_operands(self, other)
+    if not isinstance(other, Tensor) and dtype != D.BOOL:
+        b = opmath_number(a.dtype, other)
     out = kcall(np.multiply if dtype != D.BOOL else np.logical_and, a, b)
     if isinstance(other, Tensor):
         return record("MulBackward0", out, (self, other), {"self": self, "other": other})
@@ -210,13 +213,13 @@ def mul_number(t: Tensor, n) -> Tensor:
     """``tensor * number`` as torch records it inside C++ formulas (mul.Scalar -> MulBackward1)."""
     dtype, a, _ = binary_operands(t, n)
     # a has the result's dtype already (binary_operands), and so has the product: no cast after it
-    return record("MulBackward1", kcall(np.multiply, a, number_as(NP[dtype], n)), (t,), {"other": n})
+    return record("MulBackward1", kcall(np.multiply, a, opmath_number(NP[dtype], n)), (t,), {"other": n})
 
 
 def div_number(t: Tensor, n) -> Tensor:
     """``tensor / number`` as torch records it inside C++ formulas (div.Scalar -> DivBackward1)."""
     dtype, a, _ = binary_operands(t, n)
-    return record("DivBackward1", kcall(np.true_divide, a, number_as(NP[dtype], n)), (t,), {"other": n})
+    return record("DivBackward1", kcall(np.true_divide, a, opmath_number(NP[dtype], n)), (t,), {"other": n})
 
 
 @vjp("DivBackward1", inputs=("self",), saves=("other",))
@@ -284,6 +287,8 @@ def div(self, other, rounding_mode=None):
         dtype = D.DEFAULT_FLOAT
     dtype, a, b = binary_operands(self, other, dtype)
     if rounding_mode is None:
+        if not isinstance(other, Tensor):
+            b = opmath_number(a.dtype, other)
         out = kcall(np.true_divide, a, b)
     elif D.is_floating(dtype):
         out = _div_floor_floating(a, b) if rounding_mode == "floor" else np.trunc(a / b)
@@ -471,7 +476,7 @@ def _float_only(self, kernel: str) -> Tensor:
     """torch's activation kernels exist for floating dtypes only:
     NotImplementedError '"silu_cpu" not implemented for 'Long''."""
     self = require_tensor(self)
-    if self.data.dtype.kind != "f":
+    if self.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"\"{kernel}\" not implemented for '{D.SCALAR_TYPE_NAMES[self.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
     return self
@@ -486,7 +491,7 @@ def _unary(prim: str, fn, self: Tensor, save: str | None, **extra):
     self = require_tensor(self)
     x = self.data
     # a float input: ``fn`` (a ufunc, or a kernel of a few) is the kernel itself
-    out = kcall(fn, x) if x.dtype.kind == "f" else kcall(_apply_float, x, fn)
+    out = kcall(fn, x) if x.dtype.kind in "fV" else kcall(_apply_float, x, fn)
     saved = dict(extra)
     if save == "self":
         saved["self"] = self
@@ -616,7 +621,7 @@ def sign(self):
     if self.data.dtype == np.bool_:
         return Tensor(self.data.copy())
     out = np.sign(self.data)
-    if out.dtype.kind == "f":
+    if out.dtype.kind in "fV":
         out = np.where(np.isnan(out), out.dtype.type(0), out)  # torch: sign(nan) = 0 (so abs'(nan) = 0)
     return record("SignBackward0", out, (self,))
 
@@ -1173,7 +1178,7 @@ def hardtanh(self, min_val=-1.0, max_val=1.0):
     x = self.data
     if x.dtype.kind == "u" and (int(min_val) < 0 or int(max_val) < 0):  # the limits as the input's type
         raise TorchRuntimeError("cannot do hardtanh on an unsigned type with negative limits", code="invalid_argument")
-    if x.dtype.kind != "f":  # an integer input keeps its dtype (torch clamps into it)
+    if x.dtype.kind not in "fV":  # an integer input keeps its dtype (torch clamps into it)
         out = np.clip(x.astype(np.float64), min_val, max_val).astype(x.dtype)
         return Tensor(out)
     out = np.clip(x, x.dtype.type(min_val), x.dtype.type(max_val))
@@ -1464,12 +1469,12 @@ def _where_fast(cd: np.ndarray, self, other, a: Tensor | None, b: Tensor | None)
             if bd.shape != cd.shape or bd.dtype != ad.dtype or b._wrapped:
                 return None
             return np.where(cd, ad, bd)
-        if other.__class__ is float and ad.dtype.kind == "f":
+        if other.__class__ is float and ad.dtype.kind in "fV":
             return np.where(cd, ad, ad.dtype.type(other))
         return None
     if b is not None and self.__class__ is float:
         bd = b.data
-        if bd.shape == cd.shape and bd.dtype.kind == "f" and not b._wrapped:
+        if bd.shape == cd.shape and bd.dtype.kind in "fV" and not b._wrapped:
             return np.where(cd, bd.dtype.type(self), bd)
     return None
 
@@ -1515,7 +1520,8 @@ def masked_fill(self, mask, value):
 
 # c10's names of the C types in its "value cannot be converted to type ... without overflow"
 _OVERFLOW_NAMES = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "int64_t", D.INT32: "int", D.INT16: "int16_t",
-                   D.INT8: "int8_t", D.UINT8: "uint8_t", D.BOOL: "bool"}
+                   D.INT8: "int8_t", D.UINT8: "uint8_t", D.BOOL: "bool", D.FLOAT16: "c10::Half",
+                   D.BFLOAT16: "c10::BFloat16"}
 
 
 def checked_scalar(value, dtype: str):
@@ -1534,7 +1540,7 @@ def checked_scalar(value, dtype: str):
         if npdt == NP[D.INT64] and isinstance(v, float):
             bad = bad or v >= 2.0**63  # (2**63 - 1 reads back as 2.0**63)
     elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
-        bad = math.fabs(float(value)) > float(np.finfo(npdt).max)
+        bad = math.fabs(float(value)) > float(D.finfo(npdt).max)
     if bad:
         raise TorchRuntimeError(f"value cannot be converted to type {_OVERFLOW_NAMES[dtype]} without overflow",
                                 code="invalid_argument")
@@ -1751,7 +1757,7 @@ def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
     and smallest finite values unless given; integer and bool inputs come back unchanged (a copy)."""
     self = require_tensor(self)
     x = self.data
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fV":
         return record("NanToNumBackward0", x.copy(), (self,), {"self": self})
     info = np.finfo(x.dtype)
     t = x.dtype.type
@@ -1799,7 +1805,7 @@ def erfinv(self):
     """torch.erfinv(input): integer inputs compute in float32."""
     self = require_tensor(self)
     x = self.data
-    dt = x.dtype if x.dtype.kind == "f" else np.dtype(np.float32)
+    dt = x.dtype if x.dtype.kind in "fV" else np.dtype(np.float32)
     return record("ErfinvBackward0", _erfinv_np(x).astype(dt), (self,), {"self": self})
 
 

@@ -48,7 +48,7 @@ def _no_bool(a: Tensor, kernel: str = "addmm_impl_cpu_") -> None:
 
 def _matmul_np(a: np.ndarray, b: np.ndarray, shape: tuple) -> np.ndarray:
     check_numel(shape, itemsize=max(a.itemsize, b.itemsize))
-    if a.shape[-1] == 1 and a.ndim == b.ndim and a.dtype == b.dtype and a.dtype.kind == "f":
+    if a.shape[-1] == 1 and a.ndim == b.ndim and a.dtype == b.dtype and a.dtype.kind in "fV":
         n, m = a.shape[-2], b.shape[-1]
         if _gemm_keeps_products(a.shape, n, m):
             return kcall(_outer_exact_kernel, a, b, shape)

@@ -152,7 +152,7 @@ def glu(input, dim=-1):
     if n % 2:
         raise TorchRuntimeError(f"Halving dimension must be even, but dimension {d} is size {n}",
                                 code="shape_mismatch")
-    if input.data.dtype.kind != "f":
+    if input.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"\"glu_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
     a, b = np.split(input.data, 2, axis=d)
@@ -233,7 +233,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
         raise TorchRuntimeError(f"Given normalized_shape={_shape_str(ns)}, expected input with shape "
                                 f"[*, {', '.join(str(s) for s in ns)}], but got input of size{_shape_str(input.shape)}",
                                 code="shape_mismatch")
-    if input.data.dtype.kind != "f":
+    if input.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"\"LayerNormKernelImpl\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
     x = input.data
@@ -338,7 +338,7 @@ def _embedding_renorm(weight: Tensor, input: Tensor, max_norm: float, norm_type:
     Bad indices are refused before any row changes (torch renormalises the rows before the first bad one)."""
     from ..journal import array_, setitem_
     from .inplace import _writeable
-    if weight.data.dtype.kind != "f":
+    if weight.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"norm(): input dtype should be either floating point or complex. Got "
                                 f"{D.SCALAR_TYPE_NAMES[weight.dtype]} instead.", code="invalid_dtype")
     n = weight.shape[0]

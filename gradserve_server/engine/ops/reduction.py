@@ -304,7 +304,7 @@ def _max_min(self, dim, keepdim, other, is_max: bool):
             raise TorchRuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
                                     f"Specify the reduction dim with the 'dim' argument.", code="empty_reduction")
         out = np.asarray(np.max(self.data) if is_max else np.min(self.data))
-        if self.data.dtype.kind == "f" and np.isnan(self.data).any():
+        if self.data.dtype.kind in "fV" and np.isnan(self.data).any():
             out = np.asarray(np.nan, self.data.dtype)
         return record("MaxBackward1" if is_max else "MinBackward1", out, (self,), {"result": "result", "self": self})
     nd = self.data.ndim
@@ -830,7 +830,7 @@ def sort(self, dim=-1, descending=False, stable=NOT_GIVEN):
         vals = self.data.copy()
     else:
         x = self.data
-        if descending and x.dtype.kind == "f":  # torch orders NaN above everything: first when descending
+        if descending and x.dtype.kind in "fV":  # torch orders NaN above everything: first when descending
             nan = np.isnan(x)
             idx = np.lexsort((np.where(nan, 0, -x), ~nan), axis=d).astype(np.int64)
         else:
