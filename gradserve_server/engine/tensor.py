@@ -432,7 +432,7 @@ def as_array(data, dtype: str | None = None) -> np.ndarray:
         return arr.astype(D.NP_DTYPES[dtype]) if dtype and D.of_array(arr) != dtype else arr.copy()
     if isinstance(data, np.ndarray):
         arr = data
-        if arr.dtype.kind in "fV" and dtype is None and arr.dtype != np.float64 and arr.dtype != np.float32:
+        if arr.dtype.kind == "f" and dtype is None and arr.dtype not in D.NP_FLOATS:  # float128
             arr = arr.astype(np.float32)
     else:
         _nesting_depth(data)
@@ -459,7 +459,7 @@ def as_array(data, dtype: str | None = None) -> np.ndarray:
                                         code="invalid_tensor_data")
         elif dtype in _NARROW_INTS and arr.size and arr.dtype.kind in "fiu":
             _check_int_range(arr, dtype)
-    if arr.dtype.kind not in "fiub":
+    if arr.dtype.kind not in "fiub" and arr.dtype not in D.NP_FLOATS:
         raise InvalidArgumentError(f"unsupported tensor data of dtype {arr.dtype}", code="invalid_tensor_data")
     if arr.dtype.kind in "iu" and arr.dtype not in _KEPT_INTS:  # a numpy array of a dtype torch keeps stays so
         arr = arr.astype(np.int64)
