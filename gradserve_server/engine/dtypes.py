@@ -93,6 +93,11 @@ def finfo(npdt: np.dtype):
     return ml_dtypes.finfo(npdt)
 
 
+def is_half(npdt: np.dtype) -> bool:
+    """float16 or bfloat16, as a numpy dtype."""
+    return npdt in _HALF_NP
+
+
 def compute_dtype(npdt: np.dtype) -> np.dtype:
     """The dtype torch's CPU kernels compute a dtype's values in: float32 for float16/bfloat16 (the result
     is rounded back once), the dtype itself otherwise."""

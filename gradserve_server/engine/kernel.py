@@ -25,6 +25,8 @@ _recorder: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("gra
                                                                              default=None)
 _get = _recorder.get
 _ndarray = np.ndarray
+_F32 = np.dtype(np.float32)
+_HALF = frozenset((np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)))
 #: static arguments: literals, dtypes and the kernels' own helpers (functions are code, never values)
 _STATIC = (int, float, bool, str, type(None), np.generic, np.dtype, slice, type, np.ufunc, types.FunctionType,
            types.BuiltinFunctionType, type(Ellipsis))
@@ -62,6 +64,10 @@ def broadcast_to(a: np.ndarray, shape: tuple) -> np.ndarray:
 
 
 def astype(a: np.ndarray, dtype) -> np.ndarray:
+    """``a`` converted to ``dtype``; to float16/bfloat16 through float32, as c10 converts (a double rounding
+    numpy's direct cast does not do: float64 1 + 2**-11 + 2**-40 is float16 1.0 in torch)."""
+    if dtype in _HALF and a.dtype != _F32 and a.dtype not in _HALF:
+        return a.astype(_F32).astype(dtype)
     return a.astype(dtype)
 
 
@@ -134,10 +140,6 @@ def takes_out(fn) -> bool:
 # becomes float32) and rounds its float32 results back. Not when a dtype argument names another type (a
 # conversion, or an explicit accumulation type: it runs as written), nor when a result is a view of an
 # argument (a view kernel runs on the array itself, so that the view shares its base's buffer).
-
-_F32 = np.dtype(np.float32)
-_HALF = frozenset((np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)))
-
 
 def _dtype_arg(a) -> np.dtype | None:
     if a.__class__ is np.dtype or isinstance(a, np.dtype):

@@ -27,7 +27,7 @@ from .errors import (
 )
 from .grad_mode import check_numel, emit_warning
 from .journal import setattr_, setitem_
-from .kernel import kcall, literal
+from .kernel import astype, kcall, literal
 from .node import Node
 from .printing import tensor_repr
 
@@ -467,7 +467,8 @@ def as_array(data, dtype: str | None = None) -> np.ndarray:
     if dtype is not None:
         target = D.NP_DTYPES[dtype]
         if arr.dtype != target:
-            arr = arr.astype(target)
+            with np.errstate(over="ignore"):  # a float beyond a narrower float type's range is inf, as in torch
+                arr = astype(arr, target)
     if not arr.flags.writeable or not arr.flags.c_contiguous or arr is data:
         arr = np.array(arr, copy=True, order="C")
     return arr

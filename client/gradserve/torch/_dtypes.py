@@ -1,4 +1,7 @@
-"""``torch.float32`` and friends (the dtypes gradserve's engine has), and ``torch.Size``."""
+"""``torch.float32`` and friends (the dtypes gradserve's engine has), and ``torch.Size``.
+
+The client holds values as numpy arrays: float16 as numpy's own, bfloat16 (which numpy lacks) as its bits in
+uint16 (a float32's upper half), widened to float32 where a value is read (``item``, ``tolist``, ``repr``)."""
 
 from __future__ import annotations
 
@@ -18,11 +21,11 @@ class dtype:
 
     @property
     def is_floating_point(self) -> bool:
-        return self.name.startswith("float")
+        return self.name in FLOATING
 
     @property
     def itemsize(self) -> int:
-        return np.dtype(self.name).itemsize
+        return 2 if self.name == "bfloat16" else np.dtype(self.name).itemsize
 
     def __reduce__(self):
         return by_name, (self.name,)
@@ -36,7 +39,25 @@ int16 = dtype("int16")
 int8 = dtype("int8")
 uint8 = dtype("uint8")
 bool = dtype("bool")  # noqa: A001 - torch.bool
-DTYPES = {d.name: d for d in (float32, float64, int64, int32, int16, int8, uint8, bool)}
+float16 = dtype("float16")
+bfloat16 = dtype("bfloat16")
+DTYPES = {d.name: d for d in (float32, float64, int64, int32, int16, int8, uint8, bool, float16, bfloat16)}
+FLOATING = frozenset(("float32", "float64", "float16", "bfloat16"))
+#: the numpy dtype the client holds a dtype's values in (bfloat16: its bits)
+NP_HELD = {name: np.dtype("uint16") if name == "bfloat16" else np.dtype(name) for name in DTYPES}
+
+
+def refuse_numpy(name: str) -> None:
+    """torch's refusal of ``numpy()`` for a dtype numpy lacks."""
+    if name == "bfloat16":
+        raise TypeError("Got unsupported ScalarType BFloat16")
+
+
+def readable(a: np.ndarray, name: str) -> np.ndarray:
+    """Values as Python reads them (``item``, ``tolist``): bfloat16's bits widened to float32 (exact)."""
+    if name == "bfloat16" and a.dtype == np.uint16:
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    return a
 
 
 def by_name(name: str) -> dtype:

@@ -81,7 +81,7 @@ def node(t):
 
 
 def is_float(dtype) -> bool | None:
-    return None if dtype is UNKNOWN or dtype is None else dtype.startswith("float")
+    return None if dtype is UNKNOWN or dtype is None else dtype.startswith(("float", "bfloat"))
 
 
 # ----- shapes -----------------------------------------------------------------------------------------------

@@ -1079,6 +1079,16 @@ def _(ctx, grad):
     return grad * (2.0 / math.sqrt(math.pi) * exp(-(x * x))),
 
 
+def _gelu_kernel(x, approximate):
+    t = x.dtype.type
+    if approximate == "tanh":
+        inner = t(_SQRT_2_OVER_PI) * (x + t(0.044715) * x * x * x)
+        out = t(0.5) * x * (t(1) + np.tanh(inner))
+    else:
+        out = x * t(0.5) * (t(1) + _erf(x * t(_INV_SQRT_2)))
+    return out.astype(x.dtype, copy=False)
+
+
 @op("gelu",
     exports=("torch.nn.functional.gelu",),
     tensors=("self",))
@@ -1087,14 +1097,8 @@ def gelu(self, approximate="none"):
     self = _float_only(self, "GeluKernelImpl")
     if approximate not in ("none", "tanh"):
         raise TorchRuntimeError("approximate argument must be either none or tanh.", code="invalid_argument")
-    x = float_data(self)
-    t = x.dtype.type
-    if approximate == "tanh":
-        inner = t(_SQRT_2_OVER_PI) * (x + t(0.044715) * x * x * x)
-        out = t(0.5) * x * (t(1) + np.tanh(inner))
-    else:
-        out = x * t(0.5) * (t(1) + _erf(x * t(_INV_SQRT_2)))
-    return record("GeluBackward0", out.astype(x.dtype, copy=False), (self,),
+    out = kcall(_gelu_kernel, float_data(self), approximate)  # (float16/bfloat16: in float32, rounded once)
+    return record("GeluBackward0", out, (self,),
                   {"approximate": approximate, "self": self})
 
 
@@ -1251,7 +1255,7 @@ def clamp(self, min=None, max=None):
                        "min": min if isinstance(min, Tensor) else None, "self": self})
     dtype = D.result_type(self, *(v for v in (min, max) if v is not None))
     x = self.data.astype(NP[dtype], copy=False)
-    out = np.clip(x, _bound(min, dtype), _bound(max, dtype))
+    out = np.clip(x, _bound(min, dtype), _bound(max, dtype)).astype(x.dtype, copy=False)  # (bfloat16 has no clip)
     return record("ClampBackward1", out, (self,), {"max": max, "min": min, "self": self})
 
 

@@ -81,6 +81,22 @@ def double(self):
     return to(self, D.FLOAT64)
 
 
+@op("half",
+    method_only=True, cast="float16",
+    tensors=("self",), grad_fns=("ToCopyBackward0",))
+def half(self):
+    """Tensor.half(): to(float16)."""
+    return to(self, D.FLOAT16)
+
+
+@op("bfloat16",
+    method_only=True, cast="bfloat16",
+    tensors=("self",), grad_fns=("ToCopyBackward0",))
+def bfloat16(self):
+    """Tensor.bfloat16(): to(bfloat16)."""
+    return to(self, D.BFLOAT16)
+
+
 @op("long",
     method_only=True, cast="int64",
     tensors=("self",), grad_fns=("ToCopyBackward0",))
