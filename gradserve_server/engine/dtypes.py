@@ -179,3 +179,39 @@ def result_type(*operands) -> str:
 def can_cast(src: str, dst: str) -> bool:
     """torch.can_cast for in-place results: no float->int, no int->bool."""
     return _category(src) <= _category(dst)
+
+
+# ----- what torch's CPU kernels refuse for float16/bfloat16 ------------------------------------------------
+# op -> (exception class, message with {} for the ScalarType name ("Half", "BFloat16"), the argument (its
+# position in the call, its keyword name, the values) that makes it refuse, or None: always); torch 2.13's text
+_LU = ("NotImplementedError", "\"lu_cpu\" not implemented for '{}'", None)
+_SVD = ("NotImplementedError", "\"linalg_svd_cpu\" not implemented for '{}'", None)
+_INV = ("RuntimeError", "linalg.inv: Low precision dtypes not supported. Got {}", None)
+_SLOGDET = ("RuntimeError", "linalg.slogdet: Low precision dtypes not supported. Got {}", None)
+_QUANTILE = ("RuntimeError", "quantile() input tensor must be either float or double dtype", None)
+_MATRIX_NORM = ("RuntimeError", "linalg.matrix_norm: Low precision dtypes not supported. Got {}",
+                (1, "ord", frozenset((2, -2, "nuc"))))
+HALF_REFUSALS = {
+    "det": _LU, "linalg.det": _LU, "linalg.solve": _LU,
+    "inverse": _INV, "linalg.inv": _INV,
+    "linalg.cholesky": ("NotImplementedError", "\"cholesky_cpu\" not implemented for '{}'", None),
+    "slogdet": _SLOGDET, "linalg.slogdet": _SLOGDET,
+    "logdet": ("RuntimeError", "logdet: Low precision dtypes not supported. Got {}", None),
+    "svd": _SVD, "linalg.svd": _SVD, "linalg.svdvals": _SVD,
+    "quantile": _QUANTILE, "nanquantile": _QUANTILE,
+    "linalg.matrix_norm": _MATRIX_NORM, "linalg.norm": _MATRIX_NORM,
+}
+
+
+def half_refusal(op: str, dtype: str, args: tuple, kwargs: dict) -> tuple[str, str] | None:
+    """(exception class, message) when torch's CPU kernel of ``op`` refuses ``dtype`` with these arguments."""
+    rule = HALF_REFUSALS.get(op) if dtype in HALF_TYPES else None
+    if rule is None:
+        return None
+    exception, message, when = rule
+    if when is not None:
+        pos, name, values = when
+        v = args[pos] if len(args) > pos else kwargs.get(name)
+        if v.__class__ not in (int, float, str) or v not in values:
+            return None
+    return exception, message.format(SCALAR_TYPE_NAMES[dtype])

@@ -20,6 +20,7 @@ The op catalog, program argument resolution and the op tests are generated from 
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -270,6 +271,8 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
     recorded and replayed."""
 
     def deco(fn):
+        if name in D.HALF_REFUSALS:
+            fn = _refusing_half(name, fn)
         sig = inspect.signature(fn)
         doc = (inspect.getdoc(fn) or "").strip().splitlines()
         spec = OpSpec(name=name, fn=fn, tensors=tuple(tensors), tensor_lists=tuple(tensor_lists),
@@ -293,6 +296,19 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
         return fn
 
     return deco
+
+
+def _refusing_half(name: str, fn):
+    """``fn`` refusing a float16/bfloat16 first argument as torch's CPU kernel does (``dtypes.HALF_REFUSALS``)."""
+    @functools.wraps(fn)
+    def checked(*args, **kwargs):
+        first = args[0] if args else next(iter(kwargs.values()), None)
+        if isinstance(first, Tensor) and D.is_half(first.data.dtype):
+            refusal = D.half_refusal(name, first.dtype, args, kwargs)
+            if refusal is not None:
+                raise TorchRuntimeError(refusal[1], code="invalid_dtype", exception=refusal[0])
+        return fn(*args, **kwargs)
+    return checked
 
 
 def recorded_grad_fns(spec: OpSpec) -> tuple[str, ...]:

@@ -193,8 +193,10 @@ def mul(self, other):
     if not isinstance(self, Tensor):  # torch.mul(2, x): the number is a wrapped 0-d input
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
     dtype, a, b = binary_operands(self, other)
-    if not isinstance(other, Tensor) and dtype != D.BOOL:
-        b = opmath_number(a.dtype, other)
+    if dtype != D.BOOL and (not isinstance(other, Tensor) or (other.data.ndim == 0 and other.data.dtype != a.dtype)):
+        # torch's CPU kernel reads a scalar operand (a number, or a 0-d tensor of another dtype) in its opmath
+        # type: float32 for a float16/bfloat16 result, unrounded
+        b = opmath_number(a.dtype, other if not isinstance(other, Tensor) else other.data[()])
     out = kcall(np.multiply if dtype != D.BOOL else np.logical_and, a, b)
     if isinstance(other, Tensor):
         return record("MulBackward0", out, (self, other), {"self": self, "other": other})
@@ -1019,7 +1021,8 @@ def leaky_relu(self, negative_slope=0.01):
     """F.leaky_relu(input, negative_slope=0.01); leaky_relu'(0) = negative_slope."""
     self = _float_only(self, "leaky_relu_cpu")
     x = float_data(self)
-    out = np.where(x > 0, x, x * x.dtype.type(negative_slope))
+    xc = x.astype(D.compute_dtype(x.dtype), copy=False)  # float16/bfloat16: in float32, rounded once
+    out = np.where(xc > 0, xc, xc * xc.dtype.type(negative_slope)).astype(x.dtype, copy=False)
     return record("LeakyReluBackward0", out, (self,), {"negative_slope": negative_slope, "self": self})
 
 
@@ -1035,9 +1038,10 @@ def elu(self, alpha=1.0):
     """F.elu(input, alpha=1.0)."""
     self = _float_only(self, "elu_cpu")
     x = float_data(self)
+    dt, x = x.dtype, x.astype(D.compute_dtype(x.dtype), copy=False)  # float16/bfloat16: in float32, rounded once
     a = x.dtype.type(alpha)
     with np.errstate(over="ignore"):
-        out = np.where(x > 0, x, a * np.expm1(x))
+        out = np.where(x > 0, x, a * np.expm1(x)).astype(dt, copy=False)
     return record("EluBackward0", out, (self,),
                   {"alpha": alpha, "scale": 1, "input_scale": 1, "self": self})
 
@@ -1127,7 +1131,8 @@ def silu(self):
     """F.silu(input) = input * sigmoid(input)."""
     self = _float_only(self, "silu_cpu")
     x = float_data(self)
-    return record("SiluBackward0", x * _np_sigmoid(x), (self,), {"self": self})
+    xc = x.astype(D.compute_dtype(x.dtype), copy=False)  # float16/bfloat16: in float32, rounded once
+    return record("SiluBackward0", (xc * _np_sigmoid(xc)).astype(x.dtype, copy=False), (self,), {"self": self})
 
 
 @vjp("SiluBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
@@ -1185,7 +1190,7 @@ def hardtanh(self, min_val=-1.0, max_val=1.0):
     if x.dtype.kind not in "fV":  # an integer input keeps its dtype (torch clamps into it)
         out = np.clip(x.astype(np.float64), min_val, max_val).astype(x.dtype)
         return Tensor(out)
-    out = np.clip(x, x.dtype.type(min_val), x.dtype.type(max_val))
+    out = np.clip(x, x.dtype.type(min_val), x.dtype.type(max_val)).astype(x.dtype, copy=False)  # (bfloat16)
     return record("HardtanhBackward0", out, (self,), {"max_val": max_val, "min_val": min_val, "self": self})
 
 
@@ -1202,12 +1207,13 @@ def logsigmoid(self):
     """F.logsigmoid(input); saves input and a buffer like torch's CPU kernel."""
     self = _float_only(self, "log_sigmoid_cpu")
     x = float_data(self)
+    dt, x = x.dtype, x.astype(D.compute_dtype(x.dtype), copy=False)  # float16/bfloat16: in float32, rounded once
     t = x.dtype.type
     # torch: min(x, 0) - log1p(exp(-|x|)); buffer = exp(-|x|)
     buf = np.exp(-np.abs(x))
     out = np.minimum(x, t(0)) - np.log1p(buf)
-    return record("LogSigmoidBackward0", out.astype(x.dtype, copy=False), (self,),
-                  {"buffer": Tensor(buf.astype(x.dtype, copy=False)), "self": self})
+    return record("LogSigmoidBackward0", out.astype(dt, copy=False), (self,),
+                  {"buffer": Tensor(buf.astype(dt, copy=False)), "self": self})
 
 
 @vjp("LogSigmoidBackward0", inputs=("self",), saves=("buffer", "self"), jvp=elementwise_jvp)
@@ -1604,17 +1610,19 @@ def lerp(self, end, weight):
                                 f"{_TYPEMETA[weight.dtype]}", code="invalid_dtype")
     _float_only(self, kernel)
     dtype, a, b = binary_operands(self, end)
+    cd = D.compute_dtype(NP[dtype])  # float16/bfloat16: in float32, rounded once
+    a, b = a.astype(cd, copy=False), b.astype(cd, copy=False)
     if isinstance(weight, Tensor):
-        w = weight.data.astype(NP[dtype], copy=False)
+        w = weight.data.astype(cd, copy=False)
         broadcast_all(self.shape, end.shape, weight.shape)
         diff = b - a  # torch's kernel: |weight| < 0.5 ? self + weight * diff : end - diff * (1 - weight)
-        out = np.where(np.abs(w) < 0.5, a + w * diff, b - diff * (NP[dtype].type(1) - w))
+        out = np.where(np.abs(w) < 0.5, a + w * diff, b - diff * (cd.type(1) - w)).astype(NP[dtype], copy=False)
         return record("LerpBackward1", out, (self, end, weight), {"end": end, "self": self, "weight": weight})
-    w = NP[dtype].type(weight)
+    w = cd.type(weight)
     # torch's CPU kernel: weight < 0.5 ? self + weight * diff : end - diff * (1 - weight)
     diff = b - a
-    out = a + w * diff if math.fabs(float(weight)) < 0.5 else b - diff * (NP[dtype].type(1) - w)
-    return record("LerpBackward0", np.asarray(out), (self, end), {"weight": weight})
+    out = a + w * diff if math.fabs(float(weight)) < 0.5 else b - diff * (cd.type(1) - w)
+    return record("LerpBackward0", np.asarray(out).astype(NP[dtype], copy=False), (self, end), {"weight": weight})
 
 
 @vjp("LerpBackward0", inputs=("self", "end"), saves=("weight",), jvp=elementwise_jvp)
@@ -1763,7 +1771,7 @@ def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
     x = self.data
     if x.dtype.kind not in "fV":
         return record("NanToNumBackward0", x.copy(), (self,), {"self": self})
-    info = np.finfo(x.dtype)
+    info = D.finfo(x.dtype)
     t = x.dtype.type
     out = np.where(np.isnan(x), t(nan), x)
     out = np.where(np.isposinf(x), t(info.max if posinf is None else posinf), out)
