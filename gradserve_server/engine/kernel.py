@@ -26,7 +26,8 @@ _recorder: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("gra
 _get = _recorder.get
 _ndarray = np.ndarray
 _F32 = np.dtype(np.float32)
-_HALF = frozenset((np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)))
+_F16, _BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
+_HALF = frozenset((_F16, _BF16))
 #: static arguments: literals, dtypes and the kernels' own helpers (functions are code, never values)
 _STATIC = (int, float, bool, str, type(None), np.generic, np.dtype, slice, type, np.ufunc, types.FunctionType,
            types.BuiltinFunctionType, type(Ellipsis))
@@ -150,22 +151,23 @@ def _dtype_arg(a) -> np.dtype | None:
 
 
 def _half_of(args) -> np.dtype | None:
-    """The reduced-precision dtype of a kernel call to run in float32, or None."""
+    """The reduced-precision dtype of a kernel call to run in float32, or None (the common case: one identity
+    test per array argument, numpy's dtype objects being singletons)."""
     found = None
-    named = []
     for a in args:
         if a.__class__ is _ndarray:
             dt = a.dtype
-            if dt in _HALF:
-                if found is not None and found != dt:
+            if dt is _F16 or dt is _BF16:
+                if found is not None and dt is not found:
                     return None
                 found = dt
-        else:
-            dt = _dtype_arg(a)
-            if dt is not None:
-                named.append(dt)
-    if found is None or any(dt != found for dt in named):
+    if found is None:
         return None
+    for a in args:
+        if a.__class__ is not _ndarray:
+            dt = _dtype_arg(a)
+            if dt is not None and dt != found:
+                return None
     return found
 
 
