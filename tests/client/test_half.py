@@ -46,6 +46,8 @@ def test_values_and_reprs_are_torchs(ctx):
     (x * 3).sum().backward()
     assert x.grad.dtype is torch.float16 and repr(x.grad) == "tensor([3., 3., 3.], dtype=torch.float16)"
     assert repr(b + x) == "tensor([ 0.2001,  3.0000, -4.5000], grad_fn=<AddBackward0>)"  # float32
+    assert x.type() == "torch.HalfTensor" and b.type() == "torch.BFloat16Tensor"
+    assert x.detach().type(torch.bfloat16).dtype is torch.bfloat16
 
 
 def test_numpy_of_float16_works_and_of_bfloat16_raises_torchs_type_error(ctx):
