@@ -203,12 +203,16 @@ HALF_REFUSALS = {
 }
 
 
-def half_refusal(op: str, dtype: str, args: tuple, kwargs: dict) -> tuple[str, str] | None:
-    """(exception class, message) when torch's CPU kernel of ``op`` refuses ``dtype`` with these arguments."""
+def half_refusal(op: str, dtype: str, args: tuple, kwargs: dict, empty: bool = False) -> tuple[str, str] | None:
+    """(exception class, message) when torch's CPU kernel of ``op`` refuses ``dtype`` with these arguments;
+    ``empty``: the input has no elements (torch then never reaches a kernel's "not implemented for" dispatch,
+    while its explicit checks, RuntimeErrors, still refuse)."""
     rule = HALF_REFUSALS.get(op) if dtype in HALF_TYPES else None
     if rule is None:
         return None
     exception, message, when = rule
+    if empty and exception == "NotImplementedError":
+        return None
     if when is not None:
         pos, name, values = when
         v = args[pos] if len(args) > pos else kwargs.get(name)

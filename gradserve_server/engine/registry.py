@@ -304,7 +304,7 @@ def _refusing_half(name: str, fn):
     def checked(*args, **kwargs):
         first = args[0] if args else next(iter(kwargs.values()), None)
         if isinstance(first, Tensor) and D.is_half(first.data.dtype):
-            refusal = D.half_refusal(name, first.dtype, args, kwargs)
+            refusal = D.half_refusal(name, first.dtype, args, kwargs, first.data.size == 0)
             if refusal is not None:
                 raise TorchRuntimeError(refusal[1], code="invalid_dtype", exception=refusal[0])
         return fn(*args, **kwargs)

@@ -132,7 +132,8 @@ def _nonfinite_slogdet(a: np.ndarray):
 def _det(A: Tensor, name: str) -> Tensor:
     A = _square_float(A, name)
     if np.all(np.isfinite(A.data)):
-        out = np.asarray(np.linalg.det(A.data), A.data.dtype)
+        # (float16/bfloat16 reach here empty only, which numpy's LAPACK does not take in those types)
+        out = np.asarray(np.linalg.det(A.data.astype(D.compute_dtype(A.data.dtype), copy=False)), A.data.dtype)
     else:
         sign, lad = _nonfinite_slogdet(A.data)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -345,8 +346,9 @@ def linalg_solve(A, B, left=True):
                          f"{'AX = B' if left else 'XA = B'} ({A.shape[-2]}x{A.shape[-1]} and "
                          f"{b.shape[-2]}x{b.shape[-1]})")
     batch = broadcast_shapes(A.shape[:-2], b.shape[:-2])
-    a = np.broadcast_to(A.data, batch + (n, n))
-    rhs = np.broadcast_to(b, batch + b.shape[-2:])
+    cd = D.compute_dtype(A.data.dtype)  # (float16/bfloat16 reach here empty only, as for det)
+    a = np.broadcast_to(A.data.astype(cd, copy=False), batch + (n, n))
+    rhs = np.broadcast_to(b.astype(cd, copy=False), batch + b.shape[-2:])
     try:
         if left:
             x = np.linalg.solve(a, rhs)
@@ -407,7 +409,8 @@ def linalg_cholesky(A, upper=False):
                                     f"the input is not positive-definite (the leading minor of order {order} is "
                                     f"not positive-definite).", code="not_positive_definite",
                                     exception="torch.linalg.LinAlgError") from None
-    L = np.linalg.cholesky(np.tril(a) + np.swapaxes(np.tril(a, -1), -1, -2))  # LAPACK reads the lower half
+    a_ = a.astype(D.compute_dtype(a.dtype), copy=False)  # (float16/bfloat16: empty only, as for det)
+    L = np.linalg.cholesky(np.tril(a_) + np.swapaxes(np.tril(a_, -1), -1, -2))  # LAPACK reads the lower half
     out = _lapack_layout(np.swapaxes(L, -1, -2) if upper else L, a.dtype)
     return record("LinalgCholeskyExBackward0", out, (A,), {"L": "result", "upper": upper})
 

@@ -703,7 +703,7 @@ def norm(self, p=2, dim=None, keepdim=False):
     ax = _axis(dims, nd)
     if (p < 0 or p == np.inf) and self.data.size == 0:
         _no_identity_norm(self, p, dim, dims)
-    a = np.abs(self.data)
+    a = np.abs(self.data).astype(D.compute_dtype(self.data.dtype), copy=False)  # float16/bfloat16: in float32
     if p == 2:
         out = np.sqrt(np.sum(a * a, axis=ax, keepdims=keepdim))
     elif p == 1:
@@ -716,7 +716,7 @@ def norm(self, p=2, dim=None, keepdim=False):
         out = np.sum(a != 0, axis=ax, keepdims=keepdim).astype(a.dtype)
     else:
         out = np.power(np.sum(np.power(a, a.dtype.type(p)), axis=ax, keepdims=keepdim), a.dtype.type(1.0 / p))
-    return record("LinalgVectorNormBackward0", _c(np.asarray(out, a.dtype)), (self,),
+    return record("LinalgVectorNormBackward0", _c(np.asarray(out, self.data.dtype)), (self,),
                   {"dim": list(dims) if dims is not None else None, "keepdim": keepdim, "ord": p,
                    "result": "result", "self": self})
 
