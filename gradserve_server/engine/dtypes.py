@@ -199,7 +199,8 @@ HALF_REFUSALS = {
     "logdet": ("RuntimeError", "logdet: Low precision dtypes not supported. Got {}", None),
     "svd": _SVD, "linalg.svd": _SVD, "linalg.svdvals": _SVD,
     "quantile": _QUANTILE, "nanquantile": _QUANTILE,
-    "linalg.matrix_norm": _MATRIX_NORM, "linalg.norm": _MATRIX_NORM,
+    "linalg.matrix_norm": _MATRIX_NORM,
+    "linalg.norm": _MATRIX_NORM,  # a matrix norm only: see half_refusal
 }
 
 
@@ -217,5 +218,10 @@ def half_refusal(op: str, dtype: str, args: tuple, kwargs: dict, empty: bool = F
         pos, name, values = when
         v = args[pos] if len(args) > pos else kwargs.get(name)
         if v.__class__ not in (int, float, str) or v not in values:
+            return None
+    if op == "linalg.norm":  # linalg.norm is a matrix norm for a 2-d input without dim, or with two dims
+        dim = args[2] if len(args) > 2 else kwargs.get("dim")
+        ndim = args[0].data.ndim if args and hasattr(args[0], "data") else 0
+        if not ((dim is None and ndim == 2) or (isinstance(dim, (list, tuple)) and len(dim) == 2 and ndim >= 2)):
             return None
     return exception, message.format(SCALAR_TYPE_NAMES[dtype])

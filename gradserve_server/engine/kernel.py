@@ -139,8 +139,9 @@ def takes_out(fn) -> bool:
 # and accumulators too) and round the result once; numpy's loops round after every step. ``kcall`` runs a
 # kernel whose array arguments are of one of these types on float32 copies (a dtype argument naming that type
 # becomes float32) and rounds its float32 results back. Not when a dtype argument names another type (a
-# conversion, or an explicit accumulation type: it runs as written), nor when a result is a view of an
-# argument (a view kernel runs on the array itself, so that the view shares its base's buffer).
+# conversion, or an explicit accumulation type: it runs as written), nor on an expanded array (zero strides, a
+# layout a copy loses), nor when a result is a view of an argument (a view kernel runs on the array itself, so
+# that the view shares its base's buffer).
 
 def _dtype_arg(a) -> np.dtype | None:
     if a.__class__ is np.dtype or isinstance(a, np.dtype):
@@ -168,6 +169,8 @@ def _half_of(args) -> np.dtype | None:
             dt = _dtype_arg(a)
             if dt is not None and dt != found:
                 return None
+        elif 0 in a.strides and any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape)):
+            return None  # an expanded array: a float32 copy would not keep its layout, which a kernel may read
     return found
 
 

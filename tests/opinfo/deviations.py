@@ -57,7 +57,14 @@ DEVIATIONS: dict[tuple[str, str, str], str] = {
     ("randn", "float32", "values differ"): _RANDOM,
     # F.dropout(training=True): which elements are zeroed is random (and so every gradient through it)
     **{("nn.functional.dropout", cls, "values differ"): _RANDOM
-       for cls in ("forward", "reverse", "gradgrad", "forward_ad", "float32")},
+       for cls in ("forward", "reverse", "gradgrad", "forward_ad", "float32", "float16 forward", "float16 reverse",
+                   "bfloat16 forward", "bfloat16 reverse")},
+    **{(op, f"{dt} reverse", "values differ"): (
+        "a float16/bfloat16 gradient torch computes in one float32 kernel and the engine as a composition of engine "
+        "ops, each rounded to the type: where the gradient is a small difference of large terms (normalize's "
+        "projection, logcumsumexp's weighted sums) the roundings show beyond two ulps of the result "
+        "(docs/explanation/deviations.md, float16 and bfloat16)")
+       for op in ("nn.functional.normalize", "logcumsumexp") for dt in ("float16", "bfloat16")},
 }
 
 _CONSTANT_GRAD = ("backward(create_graph=True) through a formula that yields a constant: torch's gradient "
