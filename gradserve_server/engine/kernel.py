@@ -139,9 +139,9 @@ def takes_out(fn) -> bool:
 # and accumulators too) and round the result once; numpy's loops round after every step. ``kcall`` runs a
 # kernel whose array arguments are of one of these types on float32 copies (a dtype argument naming that type
 # becomes float32) and rounds its float32 results back. Not when a dtype argument names another type (a
-# conversion, or an explicit accumulation type: it runs as written), nor on an expanded array (zero strides, a
-# layout a copy loses), nor when a result is a view of an argument (a view kernel runs on the array itself, so
-# that the view shares its base's buffer).
+# conversion, or an explicit accumulation type: it runs as written), nor when a result is a view of an
+# argument (a view kernel runs on the array itself, so that the view shares its base's buffer). An expanded
+# argument stays expanded (``_widen``): kernels such as clone read its layout.
 
 def _dtype_arg(a) -> np.dtype | None:
     if a.__class__ is np.dtype or isinstance(a, np.dtype):
@@ -169,13 +169,20 @@ def _half_of(args) -> np.dtype | None:
             dt = _dtype_arg(a)
             if dt is not None and dt != found:
                 return None
-        elif 0 in a.strides and any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape)):
-            return None  # an expanded array: a float32 copy would not keep its layout, which a kernel may read
     return found
 
 
+def _widen(a: np.ndarray) -> np.ndarray:
+    """A float32 copy of ``a`` with its layout where a kernel may read it: an expanded array (zero strides, as
+    torch's expand makes them) stays expanded, over a float32 copy of the values it repeats."""
+    if 0 in a.strides and any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape)):
+        one = tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(a.strides, a.shape))
+        return np.broadcast_to(a[one].astype(_F32), a.shape)
+    return a.astype(_F32)
+
+
 def _in_f32(fn, args, half: np.dtype):
-    wide = tuple(a.astype(_F32) if a.__class__ is _ndarray and a.dtype == half
+    wide = tuple(_widen(a) if a.__class__ is _ndarray and a.dtype == half
                  else (_F32 if _dtype_arg(a) == half else a) for a in args)
     out = fn(*wide)
     outs = out if out.__class__ is tuple else (out,)
