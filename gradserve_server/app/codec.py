@@ -14,6 +14,7 @@ import secrets
 import sys
 from typing import Any, Literal
 
+import ml_dtypes
 import numpy as np
 import orjson
 import pybase64
@@ -27,7 +28,11 @@ NONFINITE_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.i
 
 WIRE_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int64": np.dtype("<i8"),
                "int32": np.dtype("<i4"), "int16": np.dtype("<i2"), "int8": np.dtype("i1"), "uint8": np.dtype("u1"),
-               "bool": np.dtype("?")}
+               "bool": np.dtype("?"), "float16": np.dtype("<f2"),
+               # bfloat16: the upper 16 bits of a float32, little-endian (ml_dtypes' layout, and torch's)
+               "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+#: float16/bfloat16 values written as JSON numbers: as float32 (which holds each exactly), in its shortest form
+_WIDENED = frozenset((np.dtype("<f2"), np.dtype(ml_dtypes.bfloat16)))
 PAYLOAD_KEYS = frozenset({"dtype", "shape", "encoding", "data"})
 
 #: Strings of ``"data"`` members at least this long are lifted out of large bodies (see ``lift_blobs``)
@@ -233,12 +238,14 @@ def _json_with_nonfinite(arr: np.ndarray) -> Any:
 
 def encode_json(arr: np.ndarray) -> Any:
     """A value orjson serialises (with OPT_SERIALIZE_NUMPY) as the tensor's nested lists or number."""
+    if arr.dtype in _WIDENED:
+        arr = arr.astype(np.float32)
     if arr.ndim == 0:  # the common scalar, without array-wide checks
         value = arr[()]
-        if arr.dtype.kind == "f" and not math.isfinite(value):
+        if arr.dtype.kind in "fV" and not math.isfinite(value):
             return _json_with_nonfinite(arr)
         return value  # a numpy scalar: orjson writes float32 in its shortest form
-    if arr.dtype.kind == "f" and arr.size and not np.isfinite(arr).all():
+    if arr.dtype.kind in "fV" and arr.size and not np.isfinite(arr).all():
         return _json_with_nonfinite(arr)
     if arr.ndim == 0:
         return arr[()]  # a numpy scalar: orjson writes float32 in its shortest form
@@ -256,7 +263,10 @@ _ENCODED_AS.update({wire: (name, wire) for name, wire in WIRE_DTYPES.items()})
 def encode_base64(arr: np.ndarray) -> dict:
     found = _ENCODED_AS.get(arr.dtype)
     name, wire = found if found is not None else (arr.dtype.name, WIRE_DTYPES[arr.dtype.name])
-    data = pybase64.b64encode(np.ascontiguousarray(arr, dtype=wire).data)  # (base64's bytes, SIMD)
+    buf = np.ascontiguousarray(arr, dtype=wire)
+    if wire.kind == "V":  # bfloat16 exports no buffer: its bits as uint16
+        buf = buf.view(np.uint16)
+    data = pybase64.b64encode(buf.data)  # (base64's bytes, SIMD)
     # orjson >= 3.9 embeds pre-serialised JSON without re-encoding it (base64 needs no escaping)
     text = orjson.Fragment(b"".join((b'"', data, b'"'))) if hasattr(orjson, "Fragment") else data.decode("ascii")
     return {"dtype": name, "shape": list(arr.shape), "encoding": "base64", "data": text}
@@ -270,7 +280,7 @@ def encode(arr: np.ndarray, encoding: Encoding) -> Any:
 #: form), float64 "-2.2250738585072014e-308,", int64 "-9223372036854775808,", int32 "-2147483648,", int16
 #: "-32768,", int8 "-128,", uint8 "255,", bool "false,"
 _JSON_ELEMENT_BYTES = {("f", 4): 16, ("f", 8): 25, ("i", 8): 21, ("i", 4): 12, ("i", 2): 7, ("i", 1): 5,
-                       ("u", 1): 4, ("b", 1): 6}
+                       ("u", 1): 4, ("b", 1): 6, ("f", 2): 16, ("V", 2): 16}  # (float16/bfloat16 as float32)
 
 
 def encoded_size(arr: np.ndarray, encoding: Encoding) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import dtypes as D
 from . import kernel as K
 from . import registry as _registry
 from .batching import sum_to_batched, vjp_rule
@@ -305,7 +306,7 @@ _ACC = ACCUMULATE_GRAD.name
 
 
 def _tensor_slots(ctx) -> list[str]:
-    return [k for k, v in ctx.__dict__.items() if isinstance(v, Tensor) and v.data.dtype.kind == "f"]
+    return [k for k, v in ctx.__dict__.items() if isinstance(v, Tensor) and v.data.dtype.kind in "fV"]
 
 
 def _fused(node: Node, prim, ctx: Ctx, grad: Tensor, name: str) -> tuple:
@@ -436,8 +437,25 @@ def _apply(node: Node, grads: list, needs: tuple | None = None) -> list:
     if fused and grads[0] is not None and _grad_enabled.get():
         outs = _fused(node, prim, ctx, grads[0], fused)
     else:
+        if node.prim in HALF_IN_FLOAT32 and not _grad_enabled.get():
+            grads = [_widened(g) for g in grads]
         outs = prim.vjp(ctx, grads[0] if prim.n_outputs == 1 else grads)
     return _conform(node, outs)
+
+
+#: backward formulas torch computes in one float32 kernel for float16/bfloat16 (the normalisations: their
+#: gradient is a small difference of large terms, which rounding each step of the engine's formula would lose).
+#: The incoming gradient is widened to float32, so the formula runs there; ``_conform`` rounds the result once.
+#: Not under create_graph, where the formula is recorded as torch records it.
+HALF_IN_FLOAT32 = frozenset(p.name for p in (P.NativeLayerNormBackward0, P.NativeGroupNormBackward0,
+                                                P.NativeBatchNormBackward0))
+_F32 = np.dtype(np.float32)
+
+
+def _widened(g):
+    if g is None or not D.is_half(g.data.dtype):
+        return g
+    return Tensor(kcall(K.astype, g.data, _F32))
 
 
 def _conform(node: Node, outs) -> list | tuple:

@@ -175,7 +175,7 @@ def forward(prim: Prim, outs, inputs: tuple, saved, tangents: list, level) -> No
     ref = next(t for t in tangents if t is not None)
     for o, r in zip(targets, res):
         od = o.data
-        if od.dtype.kind != "f":
+        if od.dtype.kind not in "fV":
             continue
         if r is None:
             r = Tensor(kcall(K.zeros, (batch, *od.shape), ref.data.dtype))

@@ -189,7 +189,7 @@ def _wrap(fdef: CustomFunctionDef, inputs: list, raw: list, saved: list) -> tupl
     dirty = [t for p, t in zip(fdef.inputs, inputs) if p is not None and p in fdef.dirty]
     outs = []
     for i, (name, o) in enumerate(zip(fdef.outputs, raw)):
-        rg = node is not None and name not in fdef.non_differentiable and o.data.dtype.kind == "f"
+        rg = node is not None and name not in fdef.non_differentiable and o.data.dtype.kind in "fV"
         if any(o is t for t in dirty):
             outs.append(_dirty_output(o, node if rg else None, i))
             continue

@@ -107,10 +107,10 @@ def make_dual(tensor, tangent, *, level: int | None = None):
     if (level if level is not None else (cur.index if cur is not None else -1)) < 0:
         raise TorchRuntimeError("Trying to create a dual Tensor for forward AD but no level exists, make sure to "
                                 "enter_dual_level() first.", code="no_dual_level")
-    if tensor.data.dtype.kind != "f":
+    if tensor.data.dtype.kind not in "fV":
         raise TorchValueError(f"Expected primal to be floating point or complex, but got: torch.{tensor.dtype}",
                               code="invalid_dtype")
-    if tangent.data.dtype.kind != "f":
+    if tangent.data.dtype.kind not in "fV":
         raise TorchValueError(f"Expected tangent to be floating point or complex, but got: torch.{tangent.dtype}",
                               code="invalid_dtype")
     if cur is None:

@@ -18,12 +18,16 @@ from __future__ import annotations
 import contextvars
 import types
 
+import ml_dtypes
 import numpy as np
 
 _recorder: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("gradserve_plan_recorder",
                                                                              default=None)
 _get = _recorder.get
 _ndarray = np.ndarray
+_F32 = np.dtype(np.float32)
+_F16, _BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
+_HALF = frozenset((_F16, _BF16))
 #: static arguments: literals, dtypes and the kernels' own helpers (functions are code, never values)
 _STATIC = (int, float, bool, str, type(None), np.generic, np.dtype, slice, type, np.ufunc, types.FunctionType,
            types.BuiltinFunctionType, type(Ellipsis))
@@ -82,6 +86,10 @@ def broadcast_to(a: np.ndarray, shape: tuple) -> np.ndarray:
 
 
 def astype(a: np.ndarray, dtype) -> np.ndarray:
+    """``a`` converted to ``dtype``; to float16/bfloat16 through float32, as c10 converts (a double rounding
+    numpy's direct cast does not do: float64 1 + 2**-11 + 2**-40 is float16 1.0 in torch)."""
+    if dtype in _HALF and a.dtype != _F32 and a.dtype not in _HALF:
+        return a.astype(_F32).astype(dtype)
     return a.astype(dtype)
 
 
@@ -147,11 +155,72 @@ def takes_out(fn) -> bool:
     return (fn.__class__ is np.ufunc and fn.nout == 1) or getattr(fn, "takes_out", False)
 
 
+# ----- float16 and bfloat16: computed in float32, rounded once ---------------------------------------------
+# torch's CPU kernels load float16/bfloat16 values as float32, compute the whole kernel there (its scalars
+# and accumulators too) and round the result once; numpy's loops round after every step. ``kcall`` runs a
+# kernel whose array arguments are of one of these types on float32 copies (a dtype argument naming that type
+# becomes float32) and rounds its float32 results back. Not when a dtype argument names another type (a
+# conversion, or an explicit accumulation type: it runs as written), nor when a result is a view of an
+# argument (a view kernel runs on the array itself, so that the view shares its base's buffer). An expanded
+# argument stays expanded (``_widen``): kernels such as clone read its layout.
+
+def _dtype_arg(a) -> np.dtype | None:
+    if a.__class__ is np.dtype or isinstance(a, np.dtype):
+        return a
+    if isinstance(a, type) and issubclass(a, np.generic):
+        return np.dtype(a)
+    return None
+
+
+def _half_of(args) -> np.dtype | None:
+    """The reduced-precision dtype of a kernel call to run in float32, or None (the common case: one identity
+    test per array argument, numpy's dtype objects being singletons)."""
+    found = None
+    for a in args:
+        if a.__class__ is _ndarray:
+            dt = a.dtype
+            if dt is _F16 or dt is _BF16:
+                if found is not None and dt is not found:
+                    return None
+                found = dt
+    if found is None:
+        return None
+    for a in args:
+        if a.__class__ is not _ndarray:
+            dt = _dtype_arg(a)
+            if dt is not None and dt != found:
+                return None
+    return found
+
+
+def _widen(a: np.ndarray) -> np.ndarray:
+    """A float32 copy of ``a`` with its layout where a kernel may read it: an expanded array (zero strides, as
+    torch's expand makes them) stays expanded, over a float32 copy of the values it repeats."""
+    if 0 in a.strides and any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape)):
+        one = tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(a.strides, a.shape))
+        return np.broadcast_to(a[one].astype(_F32), a.shape)
+    return a.astype(_F32)
+
+
+def _in_f32(fn, args, half: np.dtype):
+    wide = tuple(_widen(a) if a.__class__ is _ndarray and a.dtype == half
+                 else (_F32 if _dtype_arg(a) == half else a) for a in args)
+    out = fn(*wide)
+    outs = out if out.__class__ is tuple else (out,)
+    arrays = [w for w in wide if w.__class__ is _ndarray]
+    if any(o.__class__ is _ndarray and o.base is not None and any(np.may_share_memory(o, w) for w in arrays)
+           for o in outs):
+        return fn(*args)  # a view kernel
+    rounded = tuple(np.asarray(o).astype(half) if np.asarray(o).dtype == _F32 else o for o in outs)
+    return rounded if out.__class__ is tuple else rounded[0]
+
+
 def kcall(fn, *args):
     """Run ``fn(*args)`` (a kernel); while recording, note the call on the tape."""
     rec = _get()
     if rec is None:
-        out = fn(*args)
+        half = _half_of(args)
+        out = fn(*args) if half is None else _in_f32(fn, args, half)
         return out if out.__class__ is _ndarray or out.__class__ is tuple else np.asarray(out)
     return rec.call(fn, args)
 
@@ -333,12 +402,15 @@ class Recorder:
                          f"{getattr(fn, '__name__', fn)} got a non-static argument {type(a).__name__}")
         if lifted is not None:
             args = tuple(lifted)
+        half = None if inplace else _half_of(args)
+        if half is not None:
+            self.bad("half_precision", "a float16/bfloat16 kernel (computed in float32 by the eager path)")
         try:
             if inplace:
                 fn(*args)
                 out = args[0]
             else:
-                out = fn(*args)
+                out = fn(*args) if half is None else _in_f32(fn, args, half)
                 if out.__class__ is not _ndarray and out.__class__ is not tuple:
                     out = np.asarray(out)
                     self.converted.add(len(self.steps))

@@ -487,7 +487,7 @@ def _direct_input(data, dtype, rg, adopt: bool = False) -> np.ndarray | None:
     if cls is np.ndarray:
         # as_array: an array of a dtype the engine keeps, asked for no other, is copied (C order, writable)
         if (dtype is None or data.dtype == D.NP_DTYPES[dtype]) and data.dtype in _KEPT \
-                and (not rg or data.dtype.kind == "f"):
+                and (not rg or data.dtype.kind in "fV"):
             return np.array(data, copy=True, order="C")
         return None
     if cls is float:
@@ -507,7 +507,7 @@ def _direct_input(data, dtype, rg, adopt: bool = False) -> np.ndarray | None:
                 return None  # a narrow integer type: as_array checks the range (torch's overflow error)
             if arr.dtype != target:
                 arr = arr.astype(target)
-        if rg and arr.dtype.kind != "f":
+        if rg and arr.dtype.kind not in "fV":
             return None
         return arr
     return None
@@ -518,7 +518,7 @@ def _kept(owned: Owned, rg: bool, dtype: str | None = None) -> np.ndarray | None
     None: the op's copy is made."""
     arr = owned.array
     if owned.taken or arr.__class__ is not np.ndarray or arr.base is not None or arr.dtype not in _KEPT \
-            or (dtype is not None and arr.dtype != D.NP_DTYPES[dtype]) or (rg and arr.dtype.kind != "f"):
+            or (dtype is not None and arr.dtype != D.NP_DTYPES[dtype]) or (rg and arr.dtype.kind not in "fV"):
         return None
     flags = arr.flags
     if not (flags.c_contiguous and flags.writeable and flags.aligned):
@@ -572,7 +572,7 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: 
                     if rg.__class__ is bool and not data.taken and arr.__class__ is np.ndarray and arr.base is None:
                         ds = _DTYPE_STR.get(arr.dtype)
                         # (flags.carray: C-contiguous, writeable and aligned)
-                        if ds is not None and arr.flags.carray and (not rg or arr.dtype.kind == "f"):
+                        if ds is not None and arr.flags.carray and (not rg or arr.dtype.kind in "fV"):
                             data.taken = True
                             metas.append((arr.shape, ds, rg))
                             inputs.append(arr)
@@ -656,7 +656,7 @@ def _run_inputs(rest: list, inputs: list, metas: list) -> bool:
                 if form is not None:
                     data, dtype, rg = form
                     arr = as_array(data.array if data.__class__ is Owned else data, dtype)
-                    if rg and arr.dtype.kind != "f":
+                    if rg and arr.dtype.kind not in "fV":
                         return False
                 else:
                     if runner is None:

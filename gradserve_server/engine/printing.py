@@ -14,6 +14,17 @@ PRECISION = 4
 LINEWIDTH = 80
 THRESHOLD = 1000
 EDGEITEMS = 3
+_FLOATING = frozenset(("float32", "float64", "float16", "bfloat16"))
+
+
+def widened(a: np.ndarray, dtype: str) -> np.ndarray:
+    """float16/bfloat16 values as float32, which holds them exactly (torch formats them as float32). The client
+    carries bfloat16 as its uint16 bits (the upper half of a float32's), the engine as ml_dtypes' bfloat16."""
+    if dtype == "bfloat16" and a.dtype == np.uint16:
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    if dtype == "float16" or dtype == "bfloat16":
+        return a.astype(np.float32)
+    return a
 
 
 class _Formatter:
@@ -110,7 +121,7 @@ def tensor_repr(t, tangent=None) -> str:
 def tangent_str(a: np.ndarray, dtype: str, grad_fn: str | None, requires_grad: bool) -> str:
     """A tangent as torch's ``f"tangent={tangent}"`` shows it: its repr, a 0-d one as its item (Tensor.__format__)."""
     if a.ndim == 0:
-        return str(a.item())
+        return str(widened(a, dtype).item())
     return format_tensor(a, dtype, grad_fn, requires_grad)
 
 
@@ -118,6 +129,7 @@ def format_tensor(a: np.ndarray, dtype: str, grad_fn: str | None, requires_grad:
                   tangent: str | None = None) -> str:
     """torch's ``repr`` of a tensor holding ``a``, with its ``grad_fn`` name and ``requires_grad``; ``tangent``
     (from ``tangent_str``) for a dual tensor, as the last suffix."""
+    a = widened(a, dtype)
     prefix = "tensor("
     indent = len(prefix)
     suffixes = []
@@ -128,7 +140,7 @@ def format_tensor(a: np.ndarray, dtype: str, grad_fn: str | None, requires_grad:
         body = "[]"
         suffixes.append(f"size=({', '.join(map(str, a.shape))}{',' if a.ndim == 1 else ''})")
     else:
-        fmt = _Formatter(_summarized(a) if summarize else a, a.dtype.kind == "f")
+        fmt = _Formatter(_summarized(a) if summarize else a, dtype in _FLOATING)
         body = _str(a, indent, fmt, summarize)
     if dtype not in ("float32", "int64", "bool"):
         suffixes.append(f"dtype=torch.{dtype}")

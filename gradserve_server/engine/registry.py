@@ -22,6 +22,7 @@ The op catalog, program argument resolution and the op tests are generated from 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 from collections.abc import Callable
@@ -285,6 +286,8 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
     recorded and replayed."""
 
     def deco(fn):
+        if name in D.HALF_REFUSALS:
+            fn = _refusing_half(name, fn)
         sig = inspect.signature(fn)
         doc = (inspect.getdoc(fn) or "").strip().splitlines()
         spec = OpSpec(name=name, fn=fn, tensors=tuple(tensors), tensor_lists=tuple(tensor_lists),
@@ -308,6 +311,19 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
         return fn
 
     return deco
+
+
+def _refusing_half(name: str, fn):
+    """``fn`` refusing a float16/bfloat16 first argument as torch's CPU kernel does (``dtypes.HALF_REFUSALS``)."""
+    @functools.wraps(fn)
+    def checked(*args, **kwargs):
+        first = args[0] if args else next(iter(kwargs.values()), None)
+        if isinstance(first, Tensor) and D.is_half(first.data.dtype):
+            refusal = D.half_refusal(name, first.dtype, args, kwargs, first.data.size == 0)
+            if refusal is not None:
+                raise TorchRuntimeError(refusal[1], code="invalid_dtype", exception=refusal[0])
+        return fn(*args, **kwargs)
+    return checked
 
 
 def recorded_grad_fns(spec: OpSpec) -> tuple[str, ...]:
@@ -384,7 +400,7 @@ def record(prim: Prim, data, inputs: tuple, saved: dict | None = None):
             raise TorchRuntimeError(f"result dtype {data.dtype} is not supported ({', '.join(D.NAMES)})",
                                     code="invalid_dtype")
     mask = 0
-    if not _grad_on() or not (multi or dt.kind == "f"):  # int and bool results never require grad
+    if not _grad_on() or not (multi or dt.kind in "fV"):  # int and bool results never require grad
         pass
     elif len(inputs) == 1:  # one input (unary ops, ops with a number operand): no lists
         t = inputs[0]
@@ -523,7 +539,7 @@ def _forward(prim: Prim, outs, inputs: tuple, saved: dict | None) -> None:
     if not found:
         return
     targets = outs if outs.__class__ is tuple else (outs,)
-    if not any(o.data.dtype.kind == "f" for o in targets):
+    if not any(o.data.dtype.kind in "fV" for o in targets):
         return
     level = _fw_level.get()
     if level.batch is not None:  # functional.jacobian(strategy="forward-mode", vectorize=True): batched
@@ -542,7 +558,7 @@ def _forward(prim: Prim, outs, inputs: tuple, saved: dict | None) -> None:
         res = per_output(fn(JvpCtx(prim, inputs, saved, outs), *tangents), outs)
         ref = next(t for t in tangents if t is not None)
         for o, r in zip(targets, res):
-            if o.data.dtype.kind != "f":
+            if o.data.dtype.kind not in "fV":
                 continue
             o._fw_grad = with_layout(_fit(r, o, ref, tangents), o.data)
             level.tensors.append(o)

@@ -178,7 +178,7 @@ class Tensor:
 
     @property
     def is_floating_point(self) -> bool:
-        return self.data.dtype.kind == "f"
+        return self.data.dtype.kind in "fV"
 
     # ----- .grad ----------------------------------------------------------------------------------
     @property
@@ -220,7 +220,7 @@ class Tensor:
                     "you can only change requires_grad flags of leaf variables. If you want to use a computed "
                     "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().")
             return self
-        if requires_grad and self.data.dtype.kind != "f":
+        if requires_grad and self.data.dtype.kind not in "fV":
             raise RequiresGradError("only Tensors of floating point dtype can require gradients")
         setattr_(self, "_requires_grad", bool(requires_grad))
         return self
@@ -229,7 +229,7 @@ class Tensor:
         """``t.requires_grad = value`` (the attribute form has its own torch message)."""
         if self.grad_fn is not None and not value:
             self.requires_grad_(False)
-        if value and self.data.dtype.kind != "f":
+        if value and self.data.dtype.kind not in "fV":
             raise RequiresGradError("only Tensors of floating point and complex dtype can require gradients")
         if self.grad_fn is None:
             setattr_(self, "_requires_grad", bool(value))
@@ -392,7 +392,7 @@ def _out_of_int64(data, arr: np.ndarray, dtype: str | None) -> np.ndarray:
     or bool dtype, they are just large numbers. numpy would have made uint64, float64 or object arrays."""
     kind = arr.dtype.kind
     if kind not in "uO":
-        if kind != "f" or not arr.size:
+        if kind not in "fV" or not arr.size:
             return arr
         with np.errstate(invalid="ignore"):
             if not (np.abs(arr) >= 2.0**63).any():
@@ -432,7 +432,7 @@ def as_array(data, dtype: str | None = None) -> np.ndarray:
         return arr.astype(D.NP_DTYPES[dtype]) if dtype and D.of_array(arr) != dtype else arr.copy()
     if isinstance(data, np.ndarray):
         arr = data
-        if arr.dtype.kind == "f" and dtype is None and arr.dtype != np.float64 and arr.dtype != np.float32:
+        if arr.dtype.kind == "f" and dtype is None and arr.dtype not in D.NP_FLOATS:  # float128
             arr = arr.astype(np.float32)
     else:
         _nesting_depth(data)
@@ -449,9 +449,9 @@ def as_array(data, dtype: str | None = None) -> np.ndarray:
         if arr.dtype.kind in "USO":
             raise InvalidArgumentError("tensor data must be numbers, booleans or nested lists of them",
                                        code="invalid_tensor_data")
-        if arr.dtype.kind == "f" and dtype is None:
+        if arr.dtype.kind in "fV" and dtype is None:
             arr = arr.astype(np.float32)
-        if arr.dtype.kind == "f" and dtype == D.INT64 and arr.size:
+        if arr.dtype.kind in "fV" and dtype == D.INT64 and arr.size:
             with np.errstate(invalid="ignore"):
                 ok = np.isfinite(arr).all() and (np.abs(arr) < 2.0**63).all()
             if not ok:
@@ -459,7 +459,7 @@ def as_array(data, dtype: str | None = None) -> np.ndarray:
                                         code="invalid_tensor_data")
         elif dtype in _NARROW_INTS and arr.size and arr.dtype.kind in "fiu":
             _check_int_range(arr, dtype)
-    if arr.dtype.kind not in "fiub":
+    if arr.dtype.kind not in "fiub" and arr.dtype not in D.NP_FLOATS:
         raise InvalidArgumentError(f"unsupported tensor data of dtype {arr.dtype}", code="invalid_tensor_data")
     if arr.dtype.kind in "iu" and arr.dtype not in _KEPT_INTS:  # a numpy array of a dtype torch keeps stays so
         arr = arr.astype(np.int64)
@@ -467,7 +467,8 @@ def as_array(data, dtype: str | None = None) -> np.ndarray:
     if dtype is not None:
         target = D.NP_DTYPES[dtype]
         if arr.dtype != target:
-            arr = arr.astype(target)
+            with np.errstate(over="ignore"):  # a float beyond a narrower float type's range is inf, as in torch
+                arr = astype(arr, target)
     if not arr.flags.writeable or not arr.flags.c_contiguous or arr is data:
         arr = np.array(arr, copy=True, order="C")
     return arr
@@ -477,7 +478,7 @@ def tensor(data, dtype=None, requires_grad: bool = False) -> Tensor:
     """``torch.tensor(data, dtype=None, requires_grad=False)``."""
     dtype = D.canonical(dtype)
     arr = as_array(data, dtype)
-    if requires_grad and arr.dtype.kind != "f":
+    if requires_grad and arr.dtype.kind not in "fV":
         raise RequiresGradError("Only Tensors of floating point and complex dtype can require gradients")
     return Tensor(arr, requires_grad=bool(requires_grad))
 

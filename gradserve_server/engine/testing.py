@@ -80,7 +80,7 @@ def _analytical(fn, inputs, diff) -> list[list[np.ndarray]]:
             jac.append([np.zeros((0, inputs[i].data.size)) for i in diff])
             continue
         rows = [np.zeros((out.data.size, inputs[i].data.size)) for i in diff]
-        if out.requires_grad and out.data.dtype.kind == "f":
+        if out.requires_grad and out.data.dtype.kind in "fV":
             for r in range(out.data.size):
                 onehot = np.zeros(out.data.size, dtype=out.data.dtype)
                 onehot[r] = 1

@@ -476,7 +476,7 @@ torch = _OpNamespace(
     Tensor=Tensor, Size=Size, tensor=tensor,
     float32="float32", float="float32", float64="float64", double="float64",
     int64="int64", long="int64", int32="int32", int="int32", int16="int16", short="int16", int8="int8",
-    uint8="uint8", bool="bool",
+    uint8="uint8", bool="bool", float16="float16", half="float16", bfloat16="bfloat16",
     ones=_creation("ones", 1), zeros=_creation("zeros", 0), arange=arange,
     ones_like=_like("ones_like", 1), zeros_like=_like("zeros_like", 0),
     no_grad=_engine.no_grad, enable_grad=_engine.enable_grad, set_grad_enabled=_engine.set_grad_enabled,

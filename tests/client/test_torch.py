@@ -107,7 +107,7 @@ def test_every_catalog_op_is_a_function_and_methods_where_the_catalog_says(ctx, 
     for entry in catalog:
         if entry["family"] == "autograd":
             continue
-        if entry["name"] in ("bool", "float", "double", "long", "int", "short"):  # torch.int: dtype, x.int(): method
+        if entry["name"] in ("bool", "float", "double", "half", "bfloat16", "long", "int", "short"):  # dtypes; methods
             assert isinstance(getattr(torch, entry["name"]), torch.dtype)
         elif "." in entry["name"]:  # a submodule's function: linalg.det is torch.linalg.det
             prefix, rest = entry["name"].split(".")

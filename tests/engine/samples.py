@@ -87,6 +87,8 @@ def sym(a):
 
 # float32 outputs: central differences need a larger step to rise above float32 rounding
 F32_TOL = {"eps": 1e-2, "atol": 1e-4, "rtol": 1e-3}
+#: through float16/bfloat16 (8 or 11 significant bits): a step large against their rounding
+HALF_TOL = {"eps": 0.25, "atol": 5e-2, "rtol": 5e-2}
 
 
 def _unary(make=lambda *s: T(*s)):
@@ -166,6 +168,8 @@ SAMPLES: dict[str, list[Sample]] = {
     "to": [S(T(3), "float64", note="same dtype"), S(T(3), "float32", note="float64 -> float32", tol=F32_TOL)],
     "float": [S(T(3), tol=F32_TOL)],
     "double": [S(T(3))],
+    "half": [S(T(3), tol=HALF_TOL)],
+    "bfloat16": [S(T(3), tol=HALF_TOL)],
     "long": [S(T(3, low=0.1, high=0.9), note="int64 result: no gradient")],
     "int": [S(T(3, low=0.1, high=0.9), note="int32 result: no gradient")],
     "short": [S(T(3, low=0.1, high=0.9), note="int16 result: no gradient")],

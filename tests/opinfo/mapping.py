@@ -214,6 +214,8 @@ CATALOG_OP: dict[str, str] = {
     "scatter": "scatter",
     "bool": "bool",
     "double": "double",
+    "half": "half",
+    "bfloat16": "bfloat16",
     "float": "float",
     "long": "long",
     "zeros_like": "zeros_like",

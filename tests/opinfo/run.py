@@ -21,7 +21,7 @@ import torch
 
 from .deviations import classify
 from .mapping import CATALOG_OP, opinfo_name
-from .suite import EngineTimeout, Mismatch, NotExpressible, Phases, error_input, seeded
+from .suite import HALF, HALF_INEXACT, EngineTimeout, Mismatch, NotExpressible, Phases, error_input, seeded
 from .transport import HttpEval
 
 
@@ -61,6 +61,7 @@ class Stats:
         self.errors_agree = Counter()
         self.http = Counter()
         self.ops_without_samples = []
+        self.half = Counter()                    # float16/bfloat16 samples run
 
     def add(self, m: Mismatch):
         self.mismatches.append(m)
@@ -69,7 +70,7 @@ class Stats:
         return {"samples": dict(self.samples), "mismatches": [asdict(m) for m in self.mismatches],
                 "not_expressible": {r: dict(c) for r, c in self.not_expressible.items()},
                 "errors_total": dict(self.errors_total), "errors_agree": dict(self.errors_agree),
-                "http": dict(self.http)}
+                "http": dict(self.http), "half": dict(self.half), "half_inexact": dict(HALF_INEXACT)}
 
 
 def run_op(info, stats: Stats, samples: int | None, reference: int | None, http: HttpEval | None = None):
@@ -139,6 +140,8 @@ def run_op(info, stats: Stats, samples: int | None, reference: int | None, http:
             stats.samples[name] += 1
             for cls, detail in found[:1]:
                 stats.add(Mismatch(name, "float32", index, "float32" if cls == "forward" else cls, detail))
+    for half in HALF:
+        run_half(info, stats, samples, half, failed)
     errors = (lambda: info.error_inputs("cpu")) if info.error_inputs_func is not None else (lambda: ())
     for index, ei in enumerate(_samples(errors, samples, failed)):
         try:
@@ -155,6 +158,58 @@ def run_op(info, stats: Stats, samples: int | None, reference: int | None, http:
             stats.add(Mismatch(name, "error", index, e[0], e[1]))
     if not stats.samples[name]:
         stats.ops_without_samples.append(name)
+
+
+def _cast_sample(sample, dtype):
+    """A float32 sample with its floating tensors cast to ``dtype`` (for an op torch refuses in that dtype)."""
+    def cast(v):
+        if isinstance(v, torch.Tensor):
+            return v.detach().to(dtype) if v.dtype == torch.float32 else v
+        if isinstance(v, (list, tuple)) and not isinstance(v, torch.Size):
+            return type(v)(cast(x) for x in v) if not hasattr(v, "_fields") else type(v)(*(cast(x) for x in v))
+        if isinstance(v, dict):
+            return {k: cast(x) for k, x in v.items()}
+        return v
+    return sample.__class__(cast(sample.input), args=cast(tuple(sample.args)), kwargs=cast(dict(sample.kwargs)))
+
+
+def run_half(info, stats: Stats, samples: int | None, dtype, failed) -> None:
+    """float16/bfloat16: the OpInfo's samples of that dtype (forward values; gradients, in that dtype, where it
+    supports autograd), or, where torch does not support the dtype on the CPU, float32 samples cast to it, whose
+    refusal (torch's class and message) the engine must give."""
+    name = opinfo_name(info)
+    catalog = CATALOG_OP[name]
+    label = str(dtype).removeprefix("torch.")
+    supported = dtype in info.supported_dtypes("cpu")
+    if supported:
+        grad = info.supports_autograd and dtype in info.supported_backward_dtypes("cpu")
+        gen = lambda: info.sample_inputs("cpu", dtype, requires_grad=grad)  # noqa: E731
+    elif torch.float32 in info.supported_dtypes("cpu"):
+        grad = False
+        gen = lambda: (_cast_sample(s, dtype) for s in info.sample_inputs("cpu", torch.float32))  # noqa: E731
+    else:
+        return
+    for index, sample in enumerate(_samples(gen, samples if supported else 1, failed)):
+        try:
+            ph = Phases(info, catalog, sample, seeded(name, label, index), grad)
+            found = [("forward", *f) for f in ph.forward(check_grad_fn=grad)]
+            if grad:
+                found += [("reverse", *f) for f in ph.reverse()]
+        except NotExpressible as exc:
+            stats.not_expressible[exc.reason][name] += 1
+            continue
+        except EngineTimeout as exc:
+            found = [("timeout", "timeout", str(exc))]
+        except Exception as exc:  # noqa: BLE001 - the suite's own failure on a sample: a mismatch to read
+            found = [("harness", "harness", f"{type(exc).__name__}: {exc}")]
+        stats.samples[name] += 1
+        stats.half[label] += 1
+        seen = set()
+        for _, cls, detail in found:
+            if cls in seen:
+                continue
+            seen.add(cls)
+            stats.add(Mismatch(name, label, index, f"{label} {cls}", detail))
 
 
 def run(names=None, samples: int | None = None, reference: int | None = 10, http: bool = True,
@@ -207,6 +262,11 @@ def report(stats: Stats, per_op: bool = True) -> str:
         by_cls = Counter(m.cls for m in ms)
         lines.append(f"{label}: {len(ms)} in {len({m.op for m in ms})} ops "
                      f"({', '.join(f'{c} {n}' for c, n in by_cls.most_common()) or 'none'})")
+    inexact = {o: n for o, n in HALF_INEXACT.items() if o in ops}
+    worst = ", ".join(f"{o} {n}" for o, n in sorted(inexact.items(), key=lambda kv: -kv[1])[:8])
+    lines.append(f"float16/bfloat16 samples: {stats.half['float16']}/{stats.half['bfloat16']}; comparisons within "
+                 f"two units in the last place but not bit for bit: {sum(inexact.values())}"
+                 f"{f' ({worst})' if worst else ''}")
     pct = 100.0 * agree_e / total_e if total_e else 100.0
     lines.append(f"error_inputs agreement: {agree_e} of {total_e} ({pct:.1f}%)")
     ne = sorted(stats.not_expressible.items(), key=lambda kv: -sum(kv[1].values()))

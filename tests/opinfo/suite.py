@@ -13,7 +13,10 @@ program so that a failure is attributed to the phase that failed:
 * ``float32``: the float32 samples' forward values;
 * ``error``: ``error_inputs``: torch's exception class and message (or the OpInfo's regex for it).
 
-A sample the op list cannot express (a complex or float16 tensor, ``out=``, a callable, a device, ...)
+* ``float16``/``bfloat16``: where the OpInfo supports the dtype on the CPU, its samples' forward values (and
+  gradients, in the tensor's dtype); where it does not, a float32 sample cast to it, for torch's refusal.
+
+A sample the op list cannot express (a complex or uint16 tensor, ``out=``, a callable, a device, ...)
 raises ``NotExpressible(reason)`` before anything runs: the figures count it by reason.
 """
 
@@ -27,6 +30,7 @@ import warnings
 import zlib
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -36,12 +40,27 @@ from gradserve_server.engine.errors import EngineError
 
 from .mapping import ARGUMENT_ORDER, ON_A_CLONE, opinfo_name
 
-DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.int64: "int64", torch.bool: "bool"}
+DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.int64: "int64", torch.bool: "bool",
+          torch.int32: "int32", torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8",
+          torch.float16: "float16", torch.bfloat16: "bfloat16"}
+HALF = (torch.float16, torch.bfloat16)
 #: keyword arguments the op list has no way to say (a tensor to write into, a device, a memory layout)
 UNSAYABLE_KWARGS = ("out", "device", "layout", "pin_memory", "memory_format", "generator")
 # rtol, atol (atol scaled by the reference's largest magnitude: gradients that cancel to ~0 carry rounding
 # noise proportional to the terms that cancelled)
-TOL = {"float64": (1e-7, 1e-10), "float32": (1e-4, 1e-5)}
+TOL = {"float64": (1e-7, 1e-10), "float32": (1e-4, 1e-5),
+       # two units in the last place: torch rounds a float32 result once, the engine too where its kernel is one
+       # (values that are not bit-exact are counted apart: ``HALF_INEXACT``)
+       "float16": (2 * 2.0**-10, 2.0**-10), "bfloat16": (2 * 2.0**-7, 2.0**-7)}
+#: half-precision comparisons within the tolerance but not bit for bit, by OpInfo name (the figures print them)
+HALF_INEXACT: dict[str, int] = {}
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A tensor's values as numpy holds them: bfloat16 (which torch's numpy() refuses) as ml_dtypes' type."""
+    if t.dtype == torch.bfloat16:
+        return t.detach().view(torch.int16).numpy(force=True).view(ml_dtypes.bfloat16)
+    return t.detach().resolve_conj().numpy(force=True)
 
 
 #: ops whose result depends on the input's memory layout (contiguous() copies a non-contiguous input, view
@@ -145,7 +164,7 @@ def creation_op(t: torch.Tensor, name: str, requires_grad: bool) -> dict:
     if t.numel() == 0:  # nested lists cannot say (0, 3)
         return {"op": "zeros", "args": list(t.shape), "kwargs": kwargs, "out": name}
     # an array: the engine takes it as it is (HttpEval writes it as JSON lists)
-    return {"op": "tensor", "args": [t.detach().numpy().copy()], "kwargs": kwargs, "out": name}
+    return {"op": "tensor", "args": [to_numpy(t).copy()], "kwargs": kwargs, "out": name}
 
 
 @dataclass
@@ -282,10 +301,10 @@ def run_engine(ops: list[dict], names: list[str]) -> Outcome:
 def as_array(t: torch.Tensor) -> tuple:
     if t.layout != torch.strided:  # embedding(sparse=True)'s gradient: compared by value (deviations.py)
         t = t.to_dense()
-    return t.detach().resolve_conj().numpy(force=True), DTYPES.get(t.dtype, str(t.dtype))
+    return to_numpy(t), DTYPES.get(t.dtype, str(t.dtype))
 
 
-def tensor_diff(ref, got, zero_is_none: bool = False) -> str | None:
+def tensor_diff(ref, got, zero_is_none: bool = False, op: str = "") -> str | None:
     """Why ``got`` (array, dtype) differs from ``ref`` (array, dtype), or None. ``zero_is_none``: a missing
     gradient equals zeros (torch's None for an unused input, an engine's materialised zeros, or back)."""
     if ref is None or got is None:
@@ -310,6 +329,8 @@ def tensor_diff(ref, got, zero_is_none: bool = False) -> str | None:
             pts = ", ".join(f"{tuple(int(i) for i in b)}: torch {xf[tuple(b)]!r} engine {yf[tuple(b)]!r}"
                             for b in bad)
             return f"values differ at {int((~same).sum())} of {x.size} ({pts})"
+        if xd in ("float16", "bfloat16") and not np.array_equal(xf, yf, equal_nan=True):
+            HALF_INEXACT[op] = HALF_INEXACT.get(op, 0) + 1
         return None
     if not np.array_equal(x, y):
         return f"values differ: torch {x.tolist()!r:.120} engine {y.tolist()!r:.120}"
@@ -393,7 +414,7 @@ class Phases:
             return [("refused", f"engine raised {got.error[0]}: {got.error[1][:300]}")]
         found = []
         for i, (r, g) in enumerate(zip(outs, got.tensors)):
-            d = tensor_diff(as_array(r), g)
+            d = tensor_diff(as_array(r), g, op=opinfo_name(self.info))
             if d:
                 cls = d.split(":")[0] if d.startswith(("dtype", "shape")) else "forward"
                 found.append((cls, f"output {i}: {d}"))
@@ -457,7 +478,7 @@ class Phases:
             return [(cls, f"engine raised {got.error[0]}: {got.error[1][:300]}")]
         found = []
         for k, (r, g) in enumerate(zip(ref, got.tensors)):
-            d = tensor_diff(None if r is None else as_array(r), g, zero_is_none=True)
+            d = tensor_diff(None if r is None else as_array(r), g, zero_is_none=True, op=opinfo_name(self.info))
             if d:
                 found.append((cls, f"input {k}: {d}"))
         return found

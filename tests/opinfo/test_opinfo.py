@@ -90,9 +90,24 @@ def test_samples_the_op_list_cannot_say_are_counted_by_reason(opinfo):
 
     from tests.opinfo.suite import NotExpressible, encode
     for sample, reason in [(SampleInput(torch.ones(2, dtype=torch.complex128)), "complex tensor"),
-                           (SampleInput(torch.ones(2, dtype=torch.float16)), "float16 tensor"),
+                           (SampleInput(torch.ones(2, dtype=torch.uint16)), "uint16 tensor"),
                            (SampleInput(torch.ones(2), kwargs={"out": torch.ones(2)}), "out="),
                            (SampleInput(torch.ones(2), args=(lambda x: x,)), "callable argument")]:
         with pytest.raises(NotExpressible) as exc:
             encode("abs", sample)
         assert exc.value.reason == reason
+
+
+def test_half_comparison_counts_one_ulp_and_reports_four(opinfo):
+    """float16/bfloat16 values: within two units in the last place they pass but are counted as not bit for bit
+    (the figures print them); further off they are a mismatch."""
+    import ml_dtypes
+    import numpy as np
+
+    from tests.opinfo.suite import HALF_INEXACT, tensor_diff
+    for name, npdt, ulp in (("float16", np.float16, 2.0**-10), ("bfloat16", ml_dtypes.bfloat16, 2.0**-7)):
+        ref = np.array([1.0, 1.5], npdt)
+        before = HALF_INEXACT.get("probe", 0)
+        assert tensor_diff((ref, name), ((ref.astype(np.float32) + ulp).astype(npdt), name), op="probe") is None
+        assert HALF_INEXACT["probe"] == before + 1
+        assert tensor_diff((ref, name), ((ref.astype(np.float32) + 4 * ulp).astype(npdt), name)) is not None

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from tests.fuzz.harness import HTTP_RIG
 
 from .suite import Outcome, Phases, plain, run_engine
 
-_NP = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool": np.bool_}
+_NP = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool": np.bool_, "int32": np.int32,
+       "int16": np.int16, "int8": np.int8, "uint8": np.uint8, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 _SPECIAL = {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}
 
 

@@ -20,7 +20,7 @@ import numpy as _np
 from gradserve.torch import _namespace
 from gradserve.torch._context import session, sync
 from gradserve.torch._device import device
-from gradserve.torch._dtypes import Size, dtype, float32, float64, int8, int16, int32, int64, uint8
+from gradserve.torch._dtypes import Size, bfloat16, dtype, float16, float32, float64, int8, int16, int32, int64, uint8
 from gradserve.torch._dtypes import bool as bool  # noqa: PLC0414 - torch.bool
 from gradserve.torch._grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from gradserve.torch._legacy import BoolTensor, DoubleTensor, FloatTensor, LongTensor
@@ -41,6 +41,7 @@ double = float64
 long = int64
 int = int32  # noqa: A001 - torch.int
 short = int16
+half = float16
 
 __getattr__, __dir__ = _namespace.install(globals(), "torch")
 
@@ -54,7 +55,7 @@ def from_numpy(a) -> Tensor:
 
 
 __all__ = ["Tensor", "Size", "dtype", "float32", "float64", "int64", "int32", "int16", "int8", "uint8", "bool",
-           "float", "double", "long", "int", "short", "no_grad",
+           "float", "double", "long", "int", "short", "float16", "half", "bfloat16", "no_grad",
            "enable_grad", "set_grad_enabled", "is_grad_enabled", "inference_mode", "session", "sync", "is_tensor",
            "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "Generator", "default_generator",
            "from_numpy", "device", "FloatTensor", "DoubleTensor", "LongTensor", "BoolTensor", "save", "load"]

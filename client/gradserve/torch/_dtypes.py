@@ -1,13 +1,18 @@
-"""``torch.float32`` and friends (the dtypes gradserve's engine has), and ``torch.Size``."""
+"""``torch.float32`` and friends (the dtypes gradserve's engine has), and ``torch.Size``.
+
+The client holds values as numpy arrays: float16 as numpy's own, bfloat16 (which numpy lacks) as its bits in
+uint16 (a float32's upper half), widened to float32 where a value is read (``item``, ``tolist``, ``repr``)."""
 
 from __future__ import annotations
+
+import numpy as np
 
 #: per dtype the server has: its kind ("b" bool, "u" unsigned, "i" signed, "f" floating), its size in bytes and
 #: torch's ScalarType name (``Got: Long``): the table the client's dtype rules read (``_promotion``); the engine's
 #: ``dtypes`` holds the same facts (a test compares them), so a dtype the engine gains needs one line here
 FACTS = {"bool": ("b", 1, "Bool"), "uint8": ("u", 1, "Byte"), "int8": ("i", 1, "Char"), "int16": ("i", 2, "Short"),
          "int32": ("i", 4, "Int"), "int64": ("i", 8, "Long"), "float32": ("f", 4, "Float"),
-         "float64": ("f", 8, "Double")}
+         "float64": ("f", 8, "Double"), "float16": ("f", 2, "Half"), "bfloat16": ("f", 2, "BFloat16")}
 #: torch's default floating dtype (what an integer input of a float function gives)
 DEFAULT_FLOAT = "float32"
 
@@ -43,7 +48,25 @@ int16 = dtype("int16")
 int8 = dtype("int8")
 uint8 = dtype("uint8")
 bool = dtype("bool")  # noqa: A001 - torch.bool
-DTYPES = {d.name: d for d in (float32, float64, int64, int32, int16, int8, uint8, bool)}
+float16 = dtype("float16")
+bfloat16 = dtype("bfloat16")
+DTYPES = {d.name: d for d in (float32, float64, int64, int32, int16, int8, uint8, bool, float16, bfloat16)}
+FLOATING = frozenset(("float32", "float64", "float16", "bfloat16"))
+#: the numpy dtype the client holds a dtype's values in (bfloat16: its bits)
+NP_HELD = {name: np.dtype("uint16") if name == "bfloat16" else np.dtype(name) for name in DTYPES}
+
+
+def refuse_numpy(name: str) -> None:
+    """torch's refusal of ``numpy()`` for a dtype numpy lacks."""
+    if name == "bfloat16":
+        raise TypeError("Got unsupported ScalarType BFloat16")
+
+
+def readable(a: np.ndarray, name: str) -> np.ndarray:
+    """Values as Python reads them (``item``, ``tolist``): bfloat16's bits widened to float32 (exact)."""
+    if name == "bfloat16" and a.dtype == np.uint16:
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    return a
 
 
 def by_name(name: str) -> dtype:

@@ -11,7 +11,9 @@ from gradserve.torch._dtypes import DTYPES, Size, dtype
 
 #: dtype name -> the legacy type name torch gives it (Tensor.type())
 TYPE_NAMES = {"float32": "torch.FloatTensor", "float64": "torch.DoubleTensor", "int64": "torch.LongTensor",
-              "bool": "torch.BoolTensor"}
+              "bool": "torch.BoolTensor", "int32": "torch.IntTensor", "int16": "torch.ShortTensor",
+              "int8": "torch.CharTensor", "uint8": "torch.ByteTensor", "float16": "torch.HalfTensor",
+              "bfloat16": "torch.BFloat16Tensor"}
 
 
 def type_name(dt: dtype) -> str:

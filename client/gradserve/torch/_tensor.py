@@ -17,7 +17,7 @@ import numpy as np
 
 from gradserve.torch import _catalog, _context, _device, _legacy, _meta
 from gradserve.torch._context import Context, Storage
-from gradserve.torch._dtypes import Size, by_name
+from gradserve.torch._dtypes import NP_HELD, Size, by_name, readable, refuse_numpy
 from gradserve.torch._dtypes import dtype as DType
 from gradserve.torch._grad_mode import is_grad_enabled, no_grad
 from gradserve.torch._printing import format_tensor, tangent_str
@@ -222,10 +222,12 @@ class Tensor:
         if self.requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
                                "instead.")
+        refuse_numpy(self.dtype.name)
         return np.array(self._data())
 
     def __array__(self, dtype=None, copy=None):
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        refuse_numpy(self.dtype.name)
         a = np.array(self._data())
         return a.astype(dtype) if dtype is not None else a
 
@@ -753,9 +755,10 @@ def _arg(value, ctx: Context):
 
 
 def _decode(data) -> np.ndarray:
-    """A base64 payload (what the recorder asks for) -> a read-only array."""
+    """A base64 payload (what the recorder asks for) -> a read-only array (bfloat16: widened to float32)."""
     raw = base64.b64decode(data["data"])
-    return np.frombuffer(raw, dtype=np.dtype(data["dtype"]).newbyteorder("<")).reshape(data["shape"])
+    held = np.frombuffer(raw, dtype=NP_HELD[data["dtype"]].newbyteorder("<")).reshape(data["shape"])
+    return readable(held, data["dtype"])
 
 
 # ----- autograd entry points ---------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, WithJsonSchema
 
-DTYPES = ("float32", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
-Dtype = Literal["float32", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"]
+DTYPES = ("float32", "float64", "int64", "int32", "int16", "int8", "uint8", "bool", "float16", "bfloat16")
+Dtype = Literal["float32", "float64", "int64", "int32", "int16", "int8", "uint8", "bool", "float16", "bfloat16"]
 
 
 class Base64Tensor(BaseModel):

@@ -29,7 +29,7 @@ from .elementwise import _TYPEMETA, add, mul_number
 from .linalg import matmul
 from .nn import _softmax_kernel, dropout
 from .reduction import sum as sum_
-from .shape import expand, reshape, transpose, unsqueeze
+from .shape import expand, reshape, to, transpose, unsqueeze
 
 
 @op("_safe_softmax", tensors=("self",), method=False)
@@ -75,7 +75,7 @@ def _check(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropo
         raise TorchRuntimeError(f"Expected query, key, and value to have the same dtype, but got query.dtype: "
                                 f"{n[query.dtype]} key.dtype: {n[key.dtype]} and value.dtype: {n[value.dtype]} "
                                 "instead.", code="dtype_mismatch")
-    if query.data.dtype.kind != "f":
+    if query.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"Expected query, key, and value to be floating point, but got "
                                 f"{D.SCALAR_TYPE_NAMES[query.dtype]}", code="invalid_dtype")
     if is_causal and mask is not None:
@@ -101,7 +101,8 @@ def _fused(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropo
 
 
 @op("scaled_dot_product_attention", tensors=("query", "key", "value", "attn_mask"),
-    grad_fns=(P.ScaledDotProductFlashAttentionForCpuBackward0, P.UnsafeViewBackward0, P.MmBackward0),
+    grad_fns=(P.ScaledDotProductFlashAttentionForCpuBackward0, P.UnsafeViewBackward0, P.MmBackward0,
+              P.ToCopyBackward0),
     method=False, family="nn")
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
@@ -122,6 +123,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         key_r, value_r = key, value
     if _fused(query, key, value, mask, dropout_p, enable_gqa):
         return _flash(query, key, value, key_r, value_r, fmask, bool(is_causal), s)
+    half = query.dtype if D.is_half(query.data.dtype) else None
+    if half:  # torch's math route computes float16/bfloat16 in float32 and converts the result back
+        query, key_r, value_r = (to(t, D.FLOAT32) for t in (query, key_r, value_r))
+        if fmask is not None and D.is_half(fmask.data.dtype):
+            fmask = to(fmask, D.FLOAT32)
     sf = math.sqrt(s)
     attn = matmul(mul_number(query, sf), mul_number(transpose(key_r, -2, -1), sf))
     if fmask is not None:
@@ -129,7 +135,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     attn = _safe_softmax(attn, -1)
     if dropout_p > 0:
         attn = dropout(attn, dropout_p, True)
-    return matmul(attn, value_r)
+    out = matmul(attn, value_r)
+    return to(out, half) if half else out
 
 
 def _repeat_heads(t: Tensor, rep: int) -> Tensor:

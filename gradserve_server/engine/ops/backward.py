@@ -60,7 +60,7 @@ def _ones(g) -> bool:
     """Whether ``g`` is one real value broadcast (every stride 0: a sum's seed gradient) and that value is 1:
     then ``g * t`` is ``t`` bit for bit (``t`` an arithmetic result, never a signalling NaN) and need not be
     made."""
-    return g.ndim > 0 and g.size > 0 and g.dtype.kind == "f" and not any(g.strides) and bool(g[(0,) * g.ndim] == 1)
+    return g.ndim > 0 and g.size > 0 and g.dtype.kind in "fV" and not any(g.strides) and bool(g[(0,) * g.ndim] == 1)
 
 
 def _tanh_backward_into(g, y, out):

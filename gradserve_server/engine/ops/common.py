@@ -107,6 +107,14 @@ def refuse_uint64_with_bool(number, tensor_dtype: str) -> None:
                                 "Bool and UInt64", code="invalid_dtype")
 
 
+def opmath_number(npdt: np.dtype, v):
+    """A Python number as the kernel of a ``tensor op number`` call computes with it: in float32 for a
+    float16/bfloat16 tensor (torch's CPU kernels read a scalar operand as their float32 opmath type, the
+    result is rounded once), else as ``number_as``."""
+    cd = D.compute_dtype(npdt)
+    return cd.type(v) if cd is not npdt else number_as(npdt, v)
+
+
 def binary_operands(a, b, dtype: str | None = None):
     """Result dtype and numpy operands of a binary op over Tensors and Python numbers.
 
@@ -120,13 +128,13 @@ def binary_operands(a, b, dtype: str | None = None):
                 if ad.shape != bd.shape:
                     broadcast_shapes(ad.shape, bd.shape, ad.itemsize)
                 return _FROM_NP[ad.dtype], ad, bd
-            if b._wrapped and ad.dtype.kind == "f" and not a._wrapped:
+            if b._wrapped and ad.dtype.kind in "fV" and not a._wrapped:
                 # a float tensor with a wrapped number (``grad * 2.5`` in a VJP): the tensor's dtype, as
                 # torch.result_type gives whatever the number's kind
                 if ad.shape != bd.shape:
                     broadcast_shapes(ad.shape, bd.shape, ad.itemsize)
                 return _FROM_NP[ad.dtype], ad, kcall(K.astype, bd, ad.dtype)
-        elif (b.__class__ is float or b.__class__ is int) and ad.dtype.kind == "f" and not a._wrapped:
+        elif (b.__class__ is float or b.__class__ is int) and ad.dtype.kind in "fV" and not a._wrapped:
             # a float tensor with a Python number keeps the tensor's dtype (torch.result_type); a plan's lifted
             # literal is converted by a kernel (engine.kernel.Lit)
             return _FROM_NP[ad.dtype], ad, ad.dtype.type(b) if type(b) is not Lit else kcall(K.number_as, b, ad.dtype)
@@ -177,11 +185,11 @@ def as_operand(v, dtype: str | None = None, like: Tensor | None = None) -> Tenso
 
 def float_dtype(t: Tensor) -> str:
     """Integer/bool inputs of ops such as exp and sqrt compute in the default float dtype."""
-    return D.of_array(t.data) if t.data.dtype.kind == "f" else D.DEFAULT_FLOAT
+    return D.of_array(t.data) if t.data.dtype.kind in "fV" else D.DEFAULT_FLOAT
 
 
 def float_data(t: Tensor) -> np.ndarray:
-    return t.data if t.data.dtype.kind == "f" else t.data.astype(_F32)
+    return t.data if t.data.dtype.kind in "fV" else t.data.astype(_F32)
 
 
 def shape_arg(size) -> tuple:

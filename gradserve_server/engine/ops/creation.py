@@ -22,7 +22,7 @@ from .common import NOT_GIVEN, NP, is_number, require_tensor
 
 
 def _leaf(arr: np.ndarray, requires_grad: bool) -> Tensor:
-    if requires_grad and arr.dtype.kind != "f":
+    if requires_grad and arr.dtype.kind not in "fV":
         raise RequiresGradError("Only Tensors of floating point and complex dtype can require gradients")
     return Tensor(arr, requires_grad=bool(requires_grad))
 

@@ -51,7 +51,7 @@ def _square_float(A: Tensor, name: str, arg: str = "A") -> Tensor:
     if A.shape[-1] != A.shape[-2]:
         raise ShapeError(f"{name}: {arg} must be batches of square matrices, but they are {A.shape[-2]} by "
                          f"{A.shape[-1]} matrices")
-    if A.data.dtype.kind != "f":
+    if A.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"{name}: Expected a floating point or complex tensor as input. Got "
                                 f"{D.SCALAR_TYPE_NAMES[A.dtype]}", code="invalid_dtype")
     return A
@@ -132,7 +132,8 @@ def _nonfinite_slogdet(a: np.ndarray):
 def _det(A: Tensor, name: str) -> Tensor:
     A = _square_float(A, name)
     if np.all(np.isfinite(A.data)):
-        out = np.asarray(np.linalg.det(A.data), A.data.dtype)
+        # (float16/bfloat16 reach here empty only, which numpy's LAPACK does not take in those types)
+        out = np.asarray(np.linalg.det(A.data.astype(D.compute_dtype(A.data.dtype), copy=False)), A.data.dtype)
     else:
         sign, lad = _nonfinite_slogdet(A.data)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -345,8 +346,9 @@ def linalg_solve(A, B, left=True):
                          f"{'AX = B' if left else 'XA = B'} ({A.shape[-2]}x{A.shape[-1]} and "
                          f"{b.shape[-2]}x{b.shape[-1]})")
     batch = broadcast_shapes(A.shape[:-2], b.shape[:-2])
-    a = np.broadcast_to(A.data, batch + (n, n))
-    rhs = np.broadcast_to(b, batch + b.shape[-2:])
+    cd = D.compute_dtype(A.data.dtype)  # (float16/bfloat16 reach here empty only, as for det)
+    a = np.broadcast_to(A.data.astype(cd, copy=False), batch + (n, n))
+    rhs = np.broadcast_to(b.astype(cd, copy=False), batch + b.shape[-2:])
     try:
         if left:
             x = np.linalg.solve(a, rhs)
@@ -407,7 +409,8 @@ def linalg_cholesky(A, upper=False):
                                     f"the input is not positive-definite (the leading minor of order {order} is "
                                     f"not positive-definite).", code="not_positive_definite",
                                     exception="torch.linalg.LinAlgError") from None
-    L = np.linalg.cholesky(np.tril(a) + np.swapaxes(np.tril(a, -1), -1, -2))  # LAPACK reads the lower half
+    a_ = a.astype(D.compute_dtype(a.dtype), copy=False)  # (float16/bfloat16: empty only, as for det)
+    L = np.linalg.cholesky(np.tril(a_) + np.swapaxes(np.tril(a_, -1), -1, -2))  # LAPACK reads the lower half
     out = _lapack_layout(np.swapaxes(L, -1, -2) if upper else L, a.dtype)
     return record(P.LinalgCholeskyExBackward0, out, (A,), {"L": "result", "upper": upper})
 
@@ -500,7 +503,7 @@ def _svd_input(A, name: str = "linalg.svd") -> Tensor:
     A = require_tensor(A, "A", name)
     if A.data.ndim < 2:
         raise ShapeError("linalg.svd: The input tensor A must have at least 2 dimensions.")
-    if A.data.dtype.kind != "f":
+    if A.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"linalg.svd: Expected a floating point or complex tensor as input. Got "
                                 f"{D.SCALAR_TYPE_NAMES[A.dtype]}", code="invalid_dtype")
     return A
@@ -722,7 +725,7 @@ def _matrix_norm(A: Tensor, ord, dim, keepdim: bool) -> Tensor:
     nd = A.data.ndim
     if nd < 2:
         raise ShapeError("linalg.matrix_norm: The input tensor A must have at least 2 dimensions.")
-    if A.data.dtype.kind != "f":
+    if A.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"linalg.matrix_norm: Expected a floating point or complex tensor as input. Got "
                                 f"{D.SCALAR_TYPE_NAMES[A.dtype]}", code="invalid_dtype")
     dim = [dim] if isinstance(dim, int) else list(dim)
@@ -798,7 +801,7 @@ def linalg_norm(A, ord=None, dim=None, keepdim=False):
         return _matrix_norm(A, ord, dim if dim is not None else [0, 1], keepdim)
     if ord is not None and ((dim is not None and len(dim) == 2) or (dim is None and A.data.ndim == 2)):
         return _matrix_norm(A, ord, dim if dim is not None else [0, 1], keepdim)
-    if A.data.dtype.kind != "f":
+    if A.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
                                 f"{D.SCALAR_TYPE_NAMES[A.dtype]}", code="invalid_dtype")
     return _vector_norm(A, 2 if ord is None else ord, dim, keepdim)

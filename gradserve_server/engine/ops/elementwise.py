@@ -34,6 +34,7 @@ from .common import (
     is_number,
     mul_t,
     number_as,
+    opmath_number,
     refuse_uint64_with_bool,
     require_tensor,
     scale_t,
@@ -203,6 +204,10 @@ def mul(self, other):
     if not isinstance(self, Tensor):  # torch.mul(2, x): the number is a wrapped 0-d input
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self, like=other)
     dtype, a, b = binary_operands(self, other)
+    if dtype != D.BOOL and (not isinstance(other, Tensor) or (other.data.ndim == 0 and other.data.dtype != a.dtype)):
+        # torch's CPU kernel reads a scalar operand (a number, or a 0-d tensor of another dtype) in its opmath
+        # type: float32 for a float16/bfloat16 result, unrounded
+        b = opmath_number(a.dtype, other if not isinstance(other, Tensor) else other.data[()])
     out = kcall(np.multiply if dtype != D.BOOL else np.logical_and, a, b)
     if isinstance(other, Tensor):
         return record(P.MulBackward0, out, (self, other), {"self": self, "other": other})
@@ -221,13 +226,13 @@ def mul_number(t: Tensor, n) -> Tensor:
     """``tensor * number`` as torch records it inside C++ formulas (mul.Scalar -> MulBackward1)."""
     dtype, a, _ = binary_operands(t, n)
     # a has the result's dtype already (binary_operands), and so has the product: no cast after it
-    return record(P.MulBackward1, kcall(np.multiply, a, number_as(NP[dtype], n)), (t,), {"other": n})
+    return record(P.MulBackward1, kcall(np.multiply, a, opmath_number(NP[dtype], n)), (t,), {"other": n})
 
 
 def div_number(t: Tensor, n) -> Tensor:
     """``tensor / number`` as torch records it inside C++ formulas (div.Scalar -> DivBackward1)."""
     dtype, a, _ = binary_operands(t, n)
-    return record(P.DivBackward1, kcall(np.true_divide, a, number_as(NP[dtype], n)), (t,), {"other": n})
+    return record(P.DivBackward1, kcall(np.true_divide, a, opmath_number(NP[dtype], n)), (t,), {"other": n})
 
 
 @vjp("DivBackward1", inputs=("self",), saves=("other",))
@@ -298,6 +303,8 @@ def div(self, other, rounding_mode=None):
         dtype = D.DEFAULT_FLOAT
     dtype, a, b = binary_operands(self, other, dtype)
     if rounding_mode is None:
+        if not isinstance(other, Tensor):
+            b = opmath_number(a.dtype, other)
         out = kcall(np.true_divide, a, b)
     elif D.is_floating(dtype):
         out = _div_floor_floating(a, b) if rounding_mode == "floor" else np.trunc(a / b)
@@ -491,7 +498,7 @@ def _float_only(self, kernel: str) -> Tensor:
     """torch's activation kernels exist for floating dtypes only:
     NotImplementedError '"silu_cpu" not implemented for 'Long''."""
     self = require_tensor(self)
-    if self.data.dtype.kind != "f":
+    if self.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"\"{kernel}\" not implemented for '{D.SCALAR_TYPE_NAMES[self.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
     return self
@@ -506,7 +513,7 @@ def _unary(prim: Prim, fn, self: Tensor, save: str | None, **extra):
     self = require_tensor(self)
     x = self.data
     # a float input: ``fn`` (a ufunc, or a kernel of a few) is the kernel itself
-    out = kcall(fn, x) if x.dtype.kind == "f" else kcall(_apply_float, x, fn)
+    out = kcall(fn, x) if x.dtype.kind in "fV" else kcall(_apply_float, x, fn)
     saved = dict(extra)
     if save == "self":
         saved["self"] = self
@@ -643,7 +650,7 @@ def sign(self):
     if self.data.dtype == np.bool_:
         return Tensor(self.data.copy())
     out = np.sign(self.data)
-    if out.dtype.kind == "f":
+    if out.dtype.kind in "fV":
         out = np.where(np.isnan(out), out.dtype.type(0), out)  # torch: sign(nan) = 0 (so abs'(nan) = 0)
     return record(P.SignBackward0, out, (self,))
 
@@ -1044,7 +1051,8 @@ def leaky_relu(self, negative_slope=0.01):
     """F.leaky_relu(input, negative_slope=0.01); leaky_relu'(0) = negative_slope."""
     self = _float_only(self, "leaky_relu_cpu")
     x = float_data(self)
-    out = np.where(x > 0, x, x * x.dtype.type(negative_slope))
+    xc = x.astype(D.compute_dtype(x.dtype), copy=False)  # float16/bfloat16: in float32, rounded once
+    out = np.where(xc > 0, xc, xc * xc.dtype.type(negative_slope)).astype(x.dtype, copy=False)
     return record(P.LeakyReluBackward0, out, (self,), {"negative_slope": negative_slope, "self": self})
 
 
@@ -1061,9 +1069,10 @@ def elu(self, alpha=1.0):
     """F.elu(input, alpha=1.0)."""
     self = _float_only(self, "elu_cpu")
     x = float_data(self)
+    dt, x = x.dtype, x.astype(D.compute_dtype(x.dtype), copy=False)  # float16/bfloat16: in float32, rounded once
     a = x.dtype.type(alpha)
     with np.errstate(over="ignore"):
-        out = np.where(x > 0, x, a * np.expm1(x))
+        out = np.where(x > 0, x, a * np.expm1(x)).astype(dt, copy=False)
     return record(P.EluBackward0, out, (self,),
                   {"alpha": alpha, "scale": 1, "input_scale": 1, "self": self})
 
@@ -1106,6 +1115,16 @@ def _(ctx, grad):
     return grad * (2.0 / math.sqrt(math.pi) * exp(-(x * x))),
 
 
+def _gelu_kernel(x, approximate):
+    t = x.dtype.type
+    if approximate == "tanh":
+        inner = t(_SQRT_2_OVER_PI) * (x + t(0.044715) * x * x * x)
+        out = t(0.5) * x * (t(1) + np.tanh(inner))
+    else:
+        out = x * t(0.5) * (t(1) + _erf(x * t(_INV_SQRT_2)))
+    return out.astype(x.dtype, copy=False)
+
+
 @op("gelu", promotion='same | integral: NotImplementedError: "GeluKernelImpl" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.gelu",),
     tensors=("self",))
@@ -1114,14 +1133,8 @@ def gelu(self, approximate="none"):
     self = _float_only(self, "GeluKernelImpl")
     if approximate not in ("none", "tanh"):
         raise TorchRuntimeError("approximate argument must be either none or tanh.", code="invalid_argument")
-    x = float_data(self)
-    t = x.dtype.type
-    if approximate == "tanh":
-        inner = t(_SQRT_2_OVER_PI) * (x + t(0.044715) * x * x * x)
-        out = t(0.5) * x * (t(1) + np.tanh(inner))
-    else:
-        out = x * t(0.5) * (t(1) + _erf(x * t(_INV_SQRT_2)))
-    return record(P.GeluBackward0, out.astype(x.dtype, copy=False), (self,),
+    out = kcall(_gelu_kernel, float_data(self), approximate)  # (float16/bfloat16: in float32, rounded once)
+    return record(P.GeluBackward0, out, (self,),
                   {"approximate": approximate, "self": self})
 
 
@@ -1151,7 +1164,8 @@ def silu(self):
     """F.silu(input) = input * sigmoid(input)."""
     self = _float_only(self, "silu_cpu")
     x = float_data(self)
-    return record(P.SiluBackward0, x * _np_sigmoid(x), (self,), {"self": self})
+    xc = x.astype(D.compute_dtype(x.dtype), copy=False)  # float16/bfloat16: in float32, rounded once
+    return record(P.SiluBackward0, (xc * _np_sigmoid(xc)).astype(x.dtype, copy=False), (self,), {"self": self})
 
 
 @vjp("SiluBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
@@ -1206,14 +1220,14 @@ def hardtanh(self, min_val=-1.0, max_val=1.0):
     x = self.data
     if x.dtype.kind == "u" and (int(min_val) < 0 or int(max_val) < 0):  # the limits as the input's type
         raise TorchRuntimeError("cannot do hardtanh on an unsigned type with negative limits", code="invalid_argument")
-    if x.dtype.kind != "f":  # an integer input keeps its dtype (torch clamps into it)
+    if x.dtype.kind not in "fV":  # an integer input keeps its dtype (torch clamps into it)
         for limit in (min_val, max_val):  # an int limit is read as an int64 (2**63 fails), then converted
             if limit.__class__ is int:    # (int8: 300 fails)
                 _bound(limit, D.INT64)
                 _bound(limit, D.of_array(x))
         out = np.clip(x.astype(np.float64), min_val, max_val).astype(x.dtype)
         return Tensor(out)
-    out = np.clip(x, x.dtype.type(min_val), x.dtype.type(max_val))
+    out = np.clip(x, x.dtype.type(min_val), x.dtype.type(max_val)).astype(x.dtype, copy=False)  # (bfloat16)
     return record(P.HardtanhBackward0, out, (self,), {"max_val": max_val, "min_val": min_val, "self": self})
 
 
@@ -1231,12 +1245,13 @@ def logsigmoid(self):
     """F.logsigmoid(input); saves input and a buffer like torch's CPU kernel."""
     self = _float_only(self, "log_sigmoid_cpu")
     x = float_data(self)
+    dt, x = x.dtype, x.astype(D.compute_dtype(x.dtype), copy=False)  # float16/bfloat16: in float32, rounded once
     t = x.dtype.type
     # torch: min(x, 0) - log1p(exp(-|x|)); buffer = exp(-|x|)
     buf = np.exp(-np.abs(x))
     out = np.minimum(x, t(0)) - np.log1p(buf)
-    return record(P.LogSigmoidBackward0, out.astype(x.dtype, copy=False), (self,),
-                  {"buffer": Tensor(buf.astype(x.dtype, copy=False)), "self": self})
+    return record(P.LogSigmoidBackward0, out.astype(dt, copy=False), (self,),
+                  {"buffer": Tensor(buf.astype(dt, copy=False)), "self": self})
 
 
 @vjp("LogSigmoidBackward0", inputs=("self",), saves=("buffer", "self"), jvp=elementwise_jvp,
@@ -1287,7 +1302,7 @@ def clamp(self, min=None, max=None):
         refuse_uint64_with_bool(v, self.dtype)
     dtype = D.result_type(self, *(v for v in (min, max) if v is not None))
     x = self.data.astype(NP[dtype], copy=False)
-    out = np.clip(x, _bound(min, dtype), _bound(max, dtype))
+    out = np.clip(x, _bound(min, dtype), _bound(max, dtype)).astype(x.dtype, copy=False)  # (bfloat16 has no clip)
     return record(P.ClampBackward1, out, (self,), {"max": max, "min": min, "self": self})
 
 
@@ -1512,12 +1527,12 @@ def _where_fast(cd: np.ndarray, self, other, a: Tensor | None, b: Tensor | None)
             if bd.shape != cd.shape or bd.dtype != ad.dtype or b._wrapped:
                 return None
             return np.where(cd, ad, bd)
-        if other.__class__ is float and ad.dtype.kind == "f":
+        if other.__class__ is float and ad.dtype.kind in "fV":
             return np.where(cd, ad, ad.dtype.type(other))
         return None
     if b is not None and self.__class__ is float:
         bd = b.data
-        if bd.shape == cd.shape and bd.dtype.kind == "f" and not b._wrapped:
+        if bd.shape == cd.shape and bd.dtype.kind in "fV" and not b._wrapped:
             return np.where(cd, bd.dtype.type(self), bd)
     return None
 
@@ -1563,7 +1578,8 @@ def masked_fill(self, mask, value):
 
 # c10's names of the C types in its "value cannot be converted to type ... without overflow"
 _OVERFLOW_NAMES = {D.FLOAT32: "float", D.FLOAT64: "double", D.INT64: "int64_t", D.INT32: "int", D.INT16: "int16_t",
-                   D.INT8: "int8_t", D.UINT8: "uint8_t", D.BOOL: "bool"}
+                   D.INT8: "int8_t", D.UINT8: "uint8_t", D.BOOL: "bool", D.FLOAT16: "c10::Half",
+                   D.BFLOAT16: "c10::BFloat16"}
 
 
 def checked_scalar(value, dtype: str):
@@ -1582,7 +1598,7 @@ def checked_scalar(value, dtype: str):
         if npdt == NP[D.INT64] and isinstance(v, float):
             bad = bad or v >= 2.0**63  # (2**63 - 1 reads back as 2.0**63)
     elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
-        bad = math.fabs(float(value)) > float(np.finfo(npdt).max)
+        bad = math.fabs(float(value)) > float(D.finfo(npdt).max)
     if bad:
         raise TorchRuntimeError(f"value cannot be converted to type {_OVERFLOW_NAMES[dtype]} without overflow",
                                 code="invalid_argument")
@@ -1642,6 +1658,8 @@ def lerp(self, end, weight):
                                 f"{_TYPEMETA[weight.dtype]}", code="invalid_dtype")
     _float_only(self, kernel)
     dtype, a, b = binary_operands(self, end)
+    cd = D.compute_dtype(NP[dtype])  # float16/bfloat16: in float32, rounded once
+    a, b = a.astype(cd, copy=False), b.astype(cd, copy=False)
     if isinstance(weight, Tensor):
         broadcast_all(self.shape, end.shape, weight.shape)
         out = kcall(_lerp_tensor, a, b, weight.data, NP[dtype])
@@ -1823,9 +1841,9 @@ def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
     and smallest finite values unless given; integer and bool inputs come back unchanged (a copy)."""
     self = require_tensor(self)
     x = self.data
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fV":
         return record(P.NanToNumBackward0, x.copy(), (self,), {"self": self})
-    info = np.finfo(x.dtype)
+    info = D.finfo(x.dtype)
     t = x.dtype.type
     out = np.where(np.isnan(x), t(nan), x)
     out = np.where(np.isposinf(x), t(info.max if posinf is None else posinf), out)
@@ -1871,7 +1889,7 @@ def erfinv(self):
     """torch.erfinv(input): integer inputs compute in float32."""
     self = require_tensor(self)
     x = self.data
-    dt = x.dtype if x.dtype.kind == "f" else np.dtype(np.float32)
+    dt = x.dtype if x.dtype.kind in "fV" else np.dtype(np.float32)
     return record(P.ErfinvBackward0, _erfinv_np(x).astype(dt), (self,), {"self": self})
 
 

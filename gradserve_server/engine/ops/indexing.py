@@ -27,7 +27,7 @@ def _dims_list(shape) -> str:
 
 
 def _check_index(name: str, self: Tensor, dim: int, index: Tensor, src: Tensor | None) -> None:
-    if index.data.dtype != np.int64 and index.data.dtype != np.int32:
+    if index.data.size and index.data.dtype != np.int64 and index.data.dtype != np.int32:  # (torch: not if empty)
         # scatter_add and scatter_reduce share scatter's check and its name
         raise TorchRuntimeError("scatter(): Expected dtype int32/int64 for index", code="invalid_dtype")
     if src is not None and src.dtype != self.dtype:

@@ -14,7 +14,7 @@ from .. import dtypes as D
 from ..batching import align, batching
 from ..errors import ShapeError, TorchRuntimeError
 from ..grad_mode import check_numel, no_grad
-from ..kernel import direct, kcall
+from ..kernel import astype, direct, kcall
 from ..registry import P, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, wrap_dim
@@ -48,7 +48,7 @@ def _no_bool(a: Tensor, kernel: str = "addmm_impl_cpu_") -> None:
 
 def _matmul_np(a: np.ndarray, b: np.ndarray, shape: tuple) -> np.ndarray:
     check_numel(shape, itemsize=max(a.itemsize, b.itemsize))
-    if a.shape[-1] == 1 and a.ndim == b.ndim and a.dtype == b.dtype and a.dtype.kind == "f":
+    if a.shape[-1] == 1 and a.ndim == b.ndim and a.dtype == b.dtype and a.dtype.kind in "fV":
         n, m = a.shape[-2], b.shape[-1]
         if _gemm_keeps_products(a.shape, n, m):
             return kcall(_outer_exact_kernel, a, b, shape)
@@ -370,7 +370,10 @@ def addmm(self, mat1, mat2, beta=1, alpha=1):
     _check_mm(mat1, mat2, "mat1", "mat2", True)
     shape = (mat1.shape[0], mat2.shape[1])
     _check_expand(self, shape)
-    prod = _matmul_np(mat1.data, mat2.data, shape)
+    m1, m2 = mat1.data, mat2.data
+    if D.is_half(m1.dtype):  # torch's reduced-precision addmm: the product stays float32 until the bias is added
+        m1, m2 = kcall(astype, m1, D.NP_DTYPES[D.FLOAT32]), kcall(astype, m2, D.NP_DTYPES[D.FLOAT32])
+    prod = _matmul_np(m1, m2, shape)
     out = kcall(_addmm_kernel, self.data, prod, shape, alpha, beta)
     return record(P.AddmmBackward0, out, (self, mat1, mat2),
                   {"alpha": alpha, "beta": beta,

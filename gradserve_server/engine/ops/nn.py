@@ -92,7 +92,7 @@ def _softmax_input(self, dim, dtype, name: str):
     d = wrap_dim(dim, self.data.ndim)
     if dtype is not None:
         self = to(self, D.canonical(dtype))
-    if self.data.dtype.kind != "f":
+    if self.data.dtype.kind not in "fV":
         last = d == max(self.data.ndim - 1, 0)
         kernel = f"{name}_lastdim_kernel_impl" if last else f"{name}_kernel_impl"
         raise TorchRuntimeError(f"\"{kernel}\" not implemented for '{D.SCALAR_TYPE_NAMES[self.dtype]}'",
@@ -383,7 +383,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0):
     input, target = _loss_pair(input, target, "huber_loss")
     loss = _piecewise_forward(input, target, delta, lambda z, tp: tp(0.5) * z * z,
                               lambda z, tp: tp(delta) * (z - tp(0.5) * tp(delta)))
-    if input.data.dtype.kind == "f":  # torch's kernel writes into a loss like the input (no promotion)
+    if input.data.dtype.kind in "fV":  # torch's kernel writes into a loss like the input (no promotion)
         loss = loss.astype(input.data.dtype, copy=False)
     return record(P.HuberLossBackward0, _reduce_np(loss, red), (input, target),
                   {"delta": float(delta), "reduction": red, "self": input, "target": target})
@@ -435,7 +435,7 @@ def binary_cross_entropy(input, target, weight=None, reduction="mean"):
         raise TorchRuntimeError(f"Found dtype {D.SCALAR_TYPE_NAMES[target.dtype]} but expected "
                                 f"{D.SCALAR_TYPE_NAMES[input.dtype]}", code="invalid_dtype")
     _, x, y = binary_operands(input, target)
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fV":
         raise TorchRuntimeError(f"\"binary_cross_entropy\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
     bad_x, bad_y = ~((x >= 0) & (x <= 1)), ~((y >= 0) & (y <= 1))
@@ -496,7 +496,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None
         pos_weight = require_tensor(pos_weight, "pos_weight", "binary_cross_entropy_with_logits")
     check_no_requires_grad(weight, "weight", "binary_cross_entropy_with_logits")
     check_no_requires_grad(pos_weight, "pos_weight", "binary_cross_entropy_with_logits")
-    if input.data.dtype.kind != "f":  # torch's log_sigmoid kernel is float-only
+    if input.data.dtype.kind not in "fV":  # torch's log_sigmoid kernel is float-only
         raise TorchRuntimeError(f"\"log_sigmoid_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
     if weight is not None:
@@ -512,7 +512,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None
     if weight is not None:
         loss = loss * weight.data.astype(x.dtype)
     # torch computes (1 - target).mul_(input).sub_(...) in place: the loss has the target's (float) dtype
-    out_dt = target.data.dtype if target.data.dtype.kind == "f" else x.dtype
+    out_dt = target.data.dtype if target.data.dtype.kind in "fV" else x.dtype
     loss = _reduce_np(np.asarray(loss, out_dt), red)
     return record(P.BinaryCrossEntropyWithLogitsBackward0, np.asarray(loss, out_dt), (input, target),
                   {"pos_weight": pos_weight, "reduction": red, "self": input, "target": target,
@@ -588,7 +588,7 @@ def _nll_check(input: Tensor, target: Tensor, weight: Tensor | None) -> None:
     if target.data.dtype != np.int64 and target.data.dtype != np.uint8:
         raise TorchRuntimeError(f"expected target dtype to be Long or Byte, but got "
                                 f"{D.SCALAR_TYPE_NAMES[target.dtype]}", code="invalid_dtype")
-    if input.data.dtype.kind != "f":
+    if input.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"\"nll_loss_out_frame\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
     if weight is not None and weight.dtype != input.dtype:  # the kernel reads weight as the input's scalar type
@@ -811,7 +811,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
         raise InvalidArgumentError("cross_entropy(): label_smoothing must be a float")
     class_dim = 0 if input.data.ndim == 1 else 1
     if input.shape == target.shape:
-        if target.data.dtype.kind != "f":
+        if target.data.dtype.kind not in "fV":
             raise TorchRuntimeError(f"Expected floating point type for target with class probabilities, got "
                                     f"{D.SCALAR_TYPE_NAMES[target.dtype]}", code="invalid_dtype")
         if ignore_index >= 0:
@@ -820,7 +820,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
         return _cross_entropy_probs(input, target, weight, red, label_smoothing, class_dim)
     if input.data.ndim < 1:  # torch takes the class dim 1 of a 0-d input
         raise dim_out_of_range(1, 0)
-    if input.data.dtype.kind != "f":  # torch's log_softmax runs first
+    if input.data.dtype.kind not in "fV":  # torch's log_softmax runs first
         raise TorchRuntimeError(f"\"log_softmax_lastdim_kernel_impl\" not implemented for "
                                 f"'{D.SCALAR_TYPE_NAMES[input.dtype]}'", code="invalid_dtype",
                                 exception="NotImplementedError")
@@ -913,7 +913,7 @@ def dropout(input, p=0.5, training=True, inplace=False):
     if p == 0 or not training or input.numel() == 0:
         return input
     dt = input.data.dtype
-    if dt.kind != "f":
+    if dt.kind not in "fV":
         raise TorchRuntimeError(f"result type Float can't be cast to the desired output type "
                                 f"{D.SCALAR_TYPE_NAMES[input.dtype]}", code="invalid_dtype")
     times = mul

@@ -152,7 +152,7 @@ def glu(input, dim=-1):
     if n % 2:
         raise TorchRuntimeError(f"Halving dimension must be even, but dimension {d} is size {n}",
                                 code="shape_mismatch")
-    if input.data.dtype.kind != "f":
+    if input.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"\"glu_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
     a, b = np.split(input.data, 2, axis=d)
@@ -234,24 +234,26 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
         raise TorchRuntimeError(f"Given normalized_shape={_shape_str(ns)}, expected input with shape "
                                 f"[*, {', '.join(str(s) for s in ns)}], but got input of size{_shape_str(input.shape)}",
                                 code="shape_mismatch")
-    if input.data.dtype.kind != "f":
+    if input.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"\"LayerNormKernelImpl\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
-    x = input.data
+    dt = input.data.dtype
+    cd = D.compute_dtype(dt)  # float16/bfloat16: the statistics and the result in float32, rounded once
+    x = input.data.astype(cd, copy=False)
     axes = tuple(range(x.ndim - k, x.ndim))
     mu = x.mean(axis=axes, keepdims=True)
     var = ((x - mu) ** 2).mean(axis=axes, keepdims=True)
-    rstd = (1 / np.sqrt(var + x.dtype.type(eps))).astype(x.dtype)
+    rstd = (1 / np.sqrt(var + cd.type(eps))).astype(cd)
     out = (x - mu) * rstd
     if weight is not None:
-        out = out * weight.data
+        out = out * weight.data.astype(cd, copy=False)
     if bias is not None:
-        out = out + bias.data
+        out = out + bias.data.astype(cd, copy=False)
     stat_shape = x.shape[:x.ndim - k] + (1,) * k
-    return record(P.NativeLayerNormBackward0, np.asarray(out, x.dtype), (input, weight, bias),
+    return record(P.NativeLayerNormBackward0, np.asarray(out, dt), (input, weight, bias),
                   {"bias": bias, "eps": eps, "input": input, "normalized_shape": list(ns),
-                   "result1": Tensor(mu.reshape(stat_shape).astype(x.dtype)),
-                   "result2": Tensor(rstd.reshape(stat_shape)), "weight": weight})
+                   "result1": Tensor(mu.reshape(stat_shape).astype(dt)),
+                   "result2": Tensor(rstd.reshape(stat_shape).astype(dt)), "weight": weight})
 
 
 def _layer_norm_stats(ctx) -> tuple:
@@ -340,7 +342,7 @@ def _embedding_renorm(weight: Tensor, input: Tensor, max_norm: float, norm_type:
     Bad indices are refused before any row changes (torch renormalises the rows before the first bad one)."""
     from ..journal import array_, setitem_
     from .inplace import _writeable
-    if weight.data.dtype.kind != "f":
+    if weight.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"norm(): input dtype should be either floating point or complex. Got "
                                 f"{D.SCALAR_TYPE_NAMES[weight.dtype]} instead.", code="invalid_dtype")
     n = weight.shape[0]

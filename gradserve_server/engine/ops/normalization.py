@@ -72,7 +72,7 @@ def batch_norm(input, running_mean=None, running_var=None, weight=None, bias=Non
             if t.data.size != c:
                 raise TorchRuntimeError(f"{name} should contain {c} elements not {t.data.size}",
                                         code="shape_mismatch")
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fV":
         raise TorchRuntimeError(f"\"batch_norm\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
     if is_grad_enabled():
@@ -194,7 +194,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-05):
                 raise TorchRuntimeError(f"Expected {name} to be a vector of size equal to the number of channels in "
                                         f"input, but got {name} of shape {ts} and input of shape {shape_s}",
                                         code="shape_mismatch")
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fV":
         raise TorchRuntimeError(f"\"GroupNormKernelImpl\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
     _check_mixed_type(input, [weight, bias])

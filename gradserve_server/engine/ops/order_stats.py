@@ -26,11 +26,11 @@ from .reduction import ValuesIndices, _evenly, _evenly_jvp, _value_selecting, _v
 def _lower_median(x: np.ndarray, ignore_nan: bool):
     flat = x.reshape(-1)
     if ignore_nan:
-        flat = flat[~np.isnan(flat)] if flat.dtype.kind == "f" else flat
-    elif flat.dtype.kind == "f" and np.isnan(flat).any():
+        flat = flat[~np.isnan(flat)] if flat.dtype.kind in "fV" else flat
+    elif flat.dtype.kind in "fV" and np.isnan(flat).any():
         return flat.dtype.type(np.nan)
     if flat.size == 0:
-        return x.dtype.type(np.nan) if x.dtype.kind == "f" else x.dtype.type(0)
+        return x.dtype.type(np.nan) if x.dtype.kind in "fV" else x.dtype.type(0)
     return np.partition(flat, (flat.size - 1) // 2)[(flat.size - 1) // 2]
 
 
@@ -64,7 +64,7 @@ def _median_indices(x: np.ndarray, ax: int, ignore_nan: bool) -> np.ndarray:
     """The chosen index of each slice along ``ax`` (keepdim layout)."""
     moved = np.moveaxis(x, ax, -1)
     n = moved.shape[-1]
-    if moved.dtype.kind == "f":
+    if moved.dtype.kind in "fV":
         nan = np.isnan(moved)
         key = np.where(nan, np.inf, moved)
         order = np.argsort(key, axis=-1, kind="stable")  # NaNs last, in order (inf ties kept stable below)
@@ -103,7 +103,7 @@ def _median(name: str, prim0: Prim, prim1: Prim, self, dim, keepdim, ignore_nan:
                               code="invalid_argument")
     idx = _median_indices(x, d, ignore_nan)
     vals = np.take_along_axis(x, idx, axis=d)
-    if ignore_nan and x.dtype.kind == "f":  # an all-NaN slice: NaN (its index stays 0)
+    if ignore_nan and x.dtype.kind in "fV":  # an all-NaN slice: NaN (its index stays 0)
         allnan = np.isnan(x).all(axis=d, keepdims=True)
         vals = np.where(allnan, x.dtype.type(np.nan), vals)
     if not keepdim:
@@ -171,7 +171,7 @@ def _quantile(name: str, self, q, dim, keepdim: bool, interpolation: str, ignore
 
     self = require_tensor(self, "input", name)
     x = self.data
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fV":
         raise TorchRuntimeError(f"{name}() input tensor must be either float or double dtype", code="invalid_dtype")
     if interpolation not in _INTERPOLATIONS:
         raise TorchRuntimeError(f"{name}() interpolation must be one of linear, lower, higher, midpoint or nearest, "

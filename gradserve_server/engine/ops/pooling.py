@@ -126,11 +126,11 @@ def _max_pool(input: Tensor, name, kernel_size, stride, padding, dilation, ceil_
     if x.dtype == np.bool_:
         raise TorchRuntimeError("\"max_pool2d\" not implemented for 'Bool'", code="invalid_dtype",
                                 exception="NotImplementedError")
-    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    low = -np.inf if x.dtype.kind in "fV" else np.iinfo(x.dtype).min
     xp = _padded(x, k, s, p, d, out, low)
     win = _windows(xp, k, s, d, out).reshape(x.shape[:-2] + out + (k[0] * k[1],))
     pos = win.argmax(axis=-1)  # the first maximum (np.argmax also stops at a first NaN)
-    if x.dtype.kind == "f":
+    if x.dtype.kind in "fV":
         nan = np.isnan(win)
         has_nan = nan.any(axis=-1)
         if has_nan.any():  # torch's loop takes every NaN it meets: the last one wins
@@ -212,8 +212,8 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
                                 exception="NotImplementedError")
     div = _avg_divisors(x.shape[-2:], k, s, p, out, count_include_pad, divisor_override)
     xp = _padded(x, k, s, p, (1, 1), out, 0)
-    sums = _windows(xp, k, s, (1, 1), out).sum(axis=(-2, -1), dtype=np.float64 if x.dtype.kind != "f" else x.dtype)
-    if x.dtype.kind == "f":
+    sums = _windows(xp, k, s, (1, 1), out).sum(axis=(-2, -1), dtype=np.float64 if x.dtype.kind not in "fV" else x.dtype)
+    if x.dtype.kind in "fV":
         vals = sums / div.astype(x.dtype)
     else:  # integer pooling divides and truncates like torch's integer kernel
         vals = np.trunc(sums / div).astype(x.dtype)
@@ -300,7 +300,7 @@ def adaptive_avg_pool2d(input, output_size):
     if x.ndim not in (3, 4):
         raise TorchRuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got "
                                 f"[{', '.join(str(v) for v in x.shape)}]", code="shape_mismatch")
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fV":
         raise TorchRuntimeError(f"\"adaptive_avg_pool2d\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
     if size == (1, 1):

@@ -62,7 +62,7 @@ def count_nonzero(self, dim=None):
 def _inf_test(self, fn) -> Tensor:
     self = require_tensor(self)
     x = self.data
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fV":
         return Tensor(np.zeros(x.shape, np.bool_))
     return Tensor(np.asarray(fn(x), dtype=np.bool_))
 
@@ -99,7 +99,7 @@ def _close(self, other, rtol, atol, equal_nan) -> np.ndarray:
     a, b = self.data, other.data
     if a.dtype == np.bool_:
         return np.asarray(a == b)
-    if a.dtype.kind != "f":
+    if a.dtype.kind not in "fV":
         a, b = a.astype(np.float64), b.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         # torch: equal values (infinities included) are close; finite ones within atol + rtol * |other|

@@ -200,6 +200,8 @@ def normal_values(g: Generator, shape: tuple, dtype: str, mean: float = 0.0, std
 
 def uniform_values(g: Generator, shape: tuple, dtype: str, low: float = 0.0, high: float = 1.0) -> np.ndarray:
     n = math.prod(shape)
+    if dtype in D.HALF_TYPES:  # torch draws float16/bfloat16 uniforms as float32 ones, rounded
+        return uniform_float(g, n, low, high).astype(NP[dtype]).reshape(shape)
     fn = uniform_float if dtype == D.FLOAT32 else uniform_double
     return fn(g, n, low, high).reshape(shape)
 

@@ -238,11 +238,26 @@ def prod(self, dim=None, keepdim=False, dtype=None):
     self = require_tensor(self)
     out_dt = NP[_acc_dtype(self, dtype)]
     if dim is None:
-        out = np.asarray(np.prod(self.data, dtype=out_dt), dtype=out_dt)
+        out = _half_prod(self.data, None, False) if D.is_half(out_dt) and self.data.dtype == out_dt else \
+            np.asarray(np.prod(self.data, dtype=out_dt), dtype=out_dt)
         return record(P.ProdBackward0, out, (self,), {"result": "result", "self": self})
     d = wrap_dim(dim, self.data.ndim)
-    out = np.asarray(np.prod(self.data, axis=d if self.data.ndim else None, keepdims=keepdim, dtype=out_dt))
+    if D.is_half(out_dt) and self.data.dtype == out_dt and self.data.ndim:
+        out = _half_prod(self.data, d, keepdim)
+    else:
+        out = np.asarray(np.prod(self.data, axis=d if self.data.ndim else None, keepdims=keepdim, dtype=out_dt))
     return record(P.ProdBackward1, _c(out), (self,), {"dim": d, "keepdim": keepdim, "result": "result", "self": self})
+
+
+def _half_prod(x: np.ndarray, axis, keepdim: bool) -> np.ndarray:
+    """torch's float16/bfloat16 prod: a running product rounded at each step (not float32's)."""
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    if x.shape[axis] == 0:
+        return np.ones(np.delete(x.shape, axis) if not keepdim else
+                       tuple(1 if i == axis else n for i, n in enumerate(x.shape)), x.dtype)
+    out = np.take(np.multiply.accumulate(x, axis=axis), [x.shape[axis] - 1], axis=axis)
+    return np.array(out if keepdim else np.squeeze(out, axis), order="C")
 
 
 def _prod_safe_zeros_backward(grad: Tensor, x: Tensor, d: int) -> Tensor:
@@ -307,7 +322,7 @@ def _max_min(self, dim, keepdim, other, is_max: bool):
             raise TorchRuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
                                     f"Specify the reduction dim with the 'dim' argument.", code="empty_reduction")
         out = np.asarray(np.max(self.data) if is_max else np.min(self.data))
-        if self.data.dtype.kind == "f" and np.isnan(self.data).any():
+        if self.data.dtype.kind in "fV" and np.isnan(self.data).any():
             out = np.asarray(np.nan, self.data.dtype)
         return record(P.MaxBackward1 if is_max else P.MinBackward1, out, (self,), {"result": "result", "self": self})
     nd = self.data.ndim
@@ -572,9 +587,10 @@ def _correction(unbiased, correction) -> tuple:
 
 
 def _var_forward(self: Tensor, dim, correction, keepdim):
+    """(dims, the variance in the computation dtype: float32 for float16/bfloat16, rounded by the caller)."""
     nd = self.data.ndim
     dims = _dims(dim, nd)
-    x = self.data
+    x = self.data.astype(D.compute_dtype(self.data.dtype), copy=False)
     if not D.is_floating(self.dtype):
         raise TorchRuntimeError("std and var only support floating point and complex dtypes", code="invalid_dtype")
     ax = _axis(dims, nd)
@@ -629,7 +645,7 @@ def var(self, dim=None, unbiased=None, keepdim=False, correction=None):
     self = require_tensor(self)
     corr, saved_corr = _correction(unbiased, correction)
     dims, out = _var_forward(self, dim, corr, keepdim)
-    return record(P.VarBackward0, _c(out), (self,),
+    return record(P.VarBackward0, _c(out.astype(self.data.dtype, copy=False)), (self,),
                   {"correction": saved_corr, "dim": list(dims) if dims is not None else None, "keepdim": keepdim,
                    "self": self})
 
@@ -655,7 +671,7 @@ def std(self, dim=None, unbiased=None, keepdim=False, correction=None):
     self = require_tensor(self)
     corr, saved_corr = _correction(unbiased, correction)
     dims, out = _var_forward(self, dim, corr, keepdim)
-    return record(P.StdBackward0, _c(np.sqrt(out)), (self,),
+    return record(P.StdBackward0, _c(np.sqrt(out).astype(self.data.dtype, copy=False)), (self,),
                   {"correction": saved_corr, "dim": list(dims) if dims is not None else None, "keepdim": keepdim,
                    "result": "result", "self": self})
 
@@ -698,7 +714,7 @@ def norm(self, p=2, dim=None, keepdim=False):
     ax = _axis(dims, nd)
     if (p < 0 or p == np.inf) and self.data.size == 0:
         _no_identity_norm(self, p, dim, dims)
-    a = np.abs(self.data)
+    a = np.abs(self.data).astype(D.compute_dtype(self.data.dtype), copy=False)  # float16/bfloat16: in float32
     if p == 2:
         out = np.sqrt(np.sum(a * a, axis=ax, keepdims=keepdim))
     elif p == 1:
@@ -711,7 +727,7 @@ def norm(self, p=2, dim=None, keepdim=False):
         out = np.sum(a != 0, axis=ax, keepdims=keepdim).astype(a.dtype)
     else:
         out = np.power(np.sum(np.power(a, a.dtype.type(p)), axis=ax, keepdims=keepdim), a.dtype.type(1.0 / p))
-    return record(P.LinalgVectorNormBackward0, _c(np.asarray(out, a.dtype)), (self,),
+    return record(P.LinalgVectorNormBackward0, _c(np.asarray(out, self.data.dtype)), (self,),
                   {"dim": list(dims) if dims is not None else None, "keepdim": keepdim, "ord": p,
                    "result": "result", "self": self})
 
@@ -775,7 +791,8 @@ def cumsum(self, dim, dtype=None):
     nd = self.data.ndim
     d = wrap_dim(dim, nd)
     out_dt = NP[_acc_dtype(self, dtype)]
-    out = np.cumsum(self.data, axis=d, dtype=out_dt) if nd else self.data.astype(out_dt).copy()
+    out = np.cumsum(self.data, axis=d, dtype=D.compute_dtype(out_dt)).astype(out_dt, copy=False) if nd \
+        else self.data.astype(out_dt).copy()  # (float16/bfloat16: accumulated in float32, as torch does)
     return record(P.CumsumBackward0, out, (self,), {"dim": d})
 
 
@@ -841,7 +858,7 @@ def sort(self, dim=-1, descending=False, stable=NOT_GIVEN):
         vals = self.data.copy()
     else:
         x = self.data
-        if descending and x.dtype.kind == "f":  # torch orders NaN above everything: first when descending
+        if descending and x.dtype.kind in "fV":  # torch orders NaN above everything: first when descending
             nan = np.isnan(x)
             idx = np.lexsort((np.where(nan, 0, -x), ~nan), axis=d).astype(np.int64)
         else:

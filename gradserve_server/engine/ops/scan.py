@@ -121,7 +121,7 @@ def _(ctx, grad):
     if x.data.ndim == 0:
         return grad,
     # FunctionsManual logcumsumexp_backward: positive and negative parts of grad in log space
-    lowest = float(np.finfo(grad.data.dtype).min)
+    lowest = float(D.finfo(grad.data.dtype).min)
     log_abs = log(abs_(grad))
     pos = where(gt(grad, 0), log_abs, lowest)
     neg = where(lt(grad, 0), log_abs, lowest)

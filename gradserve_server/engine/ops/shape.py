@@ -81,6 +81,22 @@ def double(self):
     return to(self, D.FLOAT64)
 
 
+@op("half",
+    method_only=True, cast="float16",
+    tensors=("self",), grad_fns=(P.ToCopyBackward0,))
+def half(self):
+    """Tensor.half(): to(float16)."""
+    return to(self, D.FLOAT16)
+
+
+@op("bfloat16",
+    method_only=True, cast="bfloat16",
+    tensors=("self",), grad_fns=(P.ToCopyBackward0,))
+def bfloat16(self):
+    """Tensor.bfloat16(): to(bfloat16)."""
+    return to(self, D.BFLOAT16)
+
+
 @op("long",
     method_only=True, cast="int64",
     tensors=("self",), grad_fns=(P.ToCopyBackward0,))
@@ -1431,9 +1447,12 @@ def gather(self, dim, index, sparse_grad=False):
     """torch.gather(input, dim, index)."""
     self = require_tensor(self)
     index = require_tensor(index, "index", "gather")
-    if index.data.dtype != np.int64 and index.data.dtype != np.int32:
+    if index.data.size and index.data.dtype != np.int64 and index.data.dtype != np.int32:  # (torch: not if empty)
         raise TorchRuntimeError("gather(): Expected dtype int32/int64 for index", code="invalid_dtype")
     d = wrap_dim(dim, self.data.ndim)
+    if not index.data.size:  # torch: an empty result of the index's shape, whatever its rank and dtype
+        return record(P.GatherBackward0, np.zeros(index.data.shape, self.data.dtype), (self,),
+                      {"dim": d, "index": index, "self": self, "sparse_grad": sparse_grad})
     if self.data.ndim <= 1 and index.data.ndim <= 1 and 0 in (self.data.ndim, index.data.ndim):
         # torch compares max(ndim, 1): a 0-d input or index gathers as a 1-element vector
         n = self.data.size
@@ -1467,6 +1486,8 @@ def _(ctx, grad):
     shp = ctx.self.data.shape
     d = ctx.dim
     ix = ctx.index.data
+    if not ix.size:  # an empty index (of any rank): nothing gathered, a zero gradient
+        return Tensor(np.zeros(shp, grad.data.dtype)),
     if len(shp) == 0 or ix.ndim == 0:  # the 0-d forms: scatter into the flat input
         flat = _index_put_zeros(reshape(grad, (-1,)), (int(np.prod(shp)),), [Tensor(ix.reshape(-1))])
         return reshape(flat, shp),

@@ -134,7 +134,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         shown = [", ".join(f"{k}: {v}" for k, v in zip(names, sizes)) for sizes in (spatial, out)]
         raise TorchRuntimeError(f"Input and output sizes should be greater than 0, but got input ({shown[0]})"
                                 f"{' and' if nd == 1 else ''} output ({shown[1]})", code="invalid_argument")
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fV":
         kernel = "compute_indices_weights_nearest" if nd == 3 else f"upsample_{mode.replace('-', '_')}{nd}d"
         raise TorchRuntimeError(f"\"{kernel}\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
@@ -206,7 +206,7 @@ def _adaptive_avg_pool3d(input: Tensor, size: list) -> Tensor:
     if min(size) < 0:
         raise TorchRuntimeError(f"adaptive_avg_pool3d: elements of output_size must be greater than or equal to 0 "
                                 f"but received {{{size[0]}, {size[1]},{size[2]}}}", code="invalid_argument")
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fV":
         raise TorchRuntimeError(f"\"adaptive_avg_pool3d_cpu\" not implemented for "
                                 f"'{D.SCALAR_TYPE_NAMES[input.dtype]}'", code="invalid_dtype",
                                 exception="NotImplementedError")
