@@ -90,9 +90,11 @@ class HeavyWork:
     def __init__(self, slots: int, queue: int, wait_seconds: float, deadline_seconds: float,
                  nice: int | None = None):
         #: ``nice`` given (the heavy lane: GRADSERVE_HEAVY_NICE), its requests run on threads of their own at that
-        #: niceness; else (the light lane) in the thread pool
-        self.executor = None if nice is None else ThreadPoolExecutor(
-            slots, thread_name_prefix="gradserve-heavy", initializer=functools.partial(lower_priority, nice))
+        #: niceness (made at the first request, shut down by ``close`` at the app's shutdown, made again if the
+        #: app serves after that: an app object may live through several lifespans); else (the light lane) in
+        #: the thread pool
+        self.nice = nice
+        self._executor: ThreadPoolExecutor | None = None
         self.slots = slots
         self.queue = queue
         self.wait_seconds = wait_seconds
@@ -103,6 +105,21 @@ class HeavyWork:
         self.cancelled = 0
         #: request id -> the Control of a heavy request running now (its progress, for GET /v1/requests/...)
         self.active: dict[str, engine.Control] = {}
+
+    @property
+    def executor(self) -> ThreadPoolExecutor | None:
+        if self.nice is None:
+            return None
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.slots, thread_name_prefix="gradserve-heavy",
+                                                initializer=functools.partial(lower_priority, self.nice))
+        return self._executor
+
+    def close(self) -> None:
+        """Shut the lane's threads down (the app's shutdown); a later request makes new ones."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
 
     @property
     def queued(self) -> int:

@@ -88,7 +88,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         sys.setswitchinterval(switch_interval)
-        app.state.heavy.executor.shutdown(wait=False)
+        app.state.heavy.close()
         undo_gc()
         # the server stops taking requests before this runs; wait for those still running (thread-pool work
         # included) before the store goes away under them

@@ -50,3 +50,15 @@ def test_heavy_requests_run_on_nicer_threads_of_their_own():
     assert heavy_thread_niceness(min(19, base + 7)) == min(19, base + 7)
     assert heavy_thread_niceness(0) == base  # 0 turns it off
     assert make_client().app.state.light.executor is None  # the light lane: the thread pool, as nice as the loop
+
+
+def test_an_app_serves_heavy_requests_again_after_a_shutdown():
+    """The lane's threads end with the app's lifespan; an app object that serves again (a second lifespan, or
+    requests without one, as in-process test clients send) makes new ones instead of failing with a 500."""
+    client = make_client()
+    ops = {"ops": [{"op": "randn", "out": "m", "args": [200, 200]}, {"op": "matmul", "out": "p", "args": ["m", "m"]},
+                   {"op": "sum", "out": "s", "args": ["p"]}], "return": ["s"]}
+    for _ in range(2):
+        with client:
+            ok(client.post("/v1/eval", json=ops))
+    ok(client.post("/v1/eval", json=ops))  # no lifespan at all
