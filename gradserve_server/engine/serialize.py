@@ -214,6 +214,8 @@ def _raw(own: np.ndarray) -> memoryview:
     ``np.ravel(own, order="K").tobytes()``, minus the copy)."""
     if not own.flags.c_contiguous:
         own = np.ravel(own, order="K")  # Fortran order or permuted axes: a view, in memory order
+    if own.dtype.kind == "V":  # bfloat16 (an extension type) has no buffer format: its bytes through a uint8 view
+        return memoryview(own.reshape(-1).view(np.uint8))
     return memoryview(own).cast("B")
 
 

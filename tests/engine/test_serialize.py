@@ -523,3 +523,23 @@ def test_restored_tensors_take_part_in_forward_mode():
     run_program(restored, ops)
     np.testing.assert_array_equal(restored.tensors["t"].data, np.cos([0.5, -1.0]) * [1.0, 2.0])
     assert restored.tensors["x"]._fw_grad is None
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_sessions_round_trip_with_their_graphs(dtype):
+    """A session holding float16/bfloat16 tensors (values, a graph, a gradient, a transposed view) is stored and
+    read back as it was (the Redis store's path; bfloat16 has no buffer format of its own)."""
+    s = E.State()
+    E.run_program(s, [{"op": "tensor", "out": "x", "args": [[[1.5, -2.25, 3.0], [0.1, 7.0, -0.5]]],
+                       "kwargs": {"dtype": dtype, "requires_grad": True}},
+                      {"op": "mul", "out": "y", "args": ["x", "x"]}, {"op": "t", "out": "xt", "args": ["x"]},
+                      {"op": "sum", "out": "l", "args": ["y"]}])
+    s2 = E.loads(E.dumps(s))
+    for name in ("x", "y", "xt"):
+        a, b = s.tensors[name], s2.tensors[name]
+        assert b.dtype == a.dtype == dtype and b.data.strides == a.data.strides
+        assert np.array_equal(b.data.astype(np.float32), a.data.astype(np.float32)), name
+    E.run_program(s2, [{"op": "backward", "args": ["l"]}])
+    np.testing.assert_array_equal(s2.tensors["x"].grad.data.astype(np.float32),
+                                  (2 * s.tensors["x"].data.astype(np.float32)).astype(D.NP_DTYPES[dtype]).astype(
+                                      np.float32))

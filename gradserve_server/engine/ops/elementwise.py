@@ -1657,9 +1657,7 @@ def lerp(self, end, weight):
         raise TorchRuntimeError(f"expected dtype {_TYPEMETA[self.dtype]} for `weight` but got dtype "
                                 f"{_TYPEMETA[weight.dtype]}", code="invalid_dtype")
     _float_only(self, kernel)
-    dtype, a, b = binary_operands(self, end)
-    cd = D.compute_dtype(NP[dtype])  # float16/bfloat16: in float32, rounded once
-    a, b = a.astype(cd, copy=False), b.astype(cd, copy=False)
+    dtype, a, b = binary_operands(self, end)  # (float16/bfloat16: the kernels run in float32, rounded once: kcall)
     if isinstance(weight, Tensor):
         broadcast_all(self.shape, end.shape, weight.shape)
         out = kcall(_lerp_tensor, a, b, weight.data, NP[dtype])
