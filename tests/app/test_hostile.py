@@ -33,7 +33,7 @@ CASES = [
     ("expand_beyond_limit", [{"op": "repeat", "args": ["x", 10**6, 10**6]}], 422, "limit_exceeded"),
     ("arange_beyond_limit", [{"op": "arange", "args": [0, 10**12]}], 422, "limit_exceeded"),
     ("unknown_op", [{"op": "no_such_op", "args": ["x"]}], 422, "unknown_op"),
-    ("unknown_dtype", [{"op": "tensor", "args": [[1, 2]], "kwargs": {"dtype": "float16"}}], 422, "unknown_dtype"),
+    ("unknown_dtype", [{"op": "tensor", "args": [[1, 2]], "kwargs": {"dtype": "float8_e4m3fn"}}], 422, "unknown_dtype"),
     ("unknown_tensor", [{"op": "exp", "args": ["nope"]}], 404, "unknown_tensor"),
     ("index_out_of_range", [{"op": "getitem", "args": ["x", [[0, 5]]]}], 422, "index_out_of_range"),
     ("dim_out_of_range", [{"op": "sum", "args": ["x", 3]}], 422, "dim_out_of_range"),

@@ -94,7 +94,7 @@ def test_the_client_dtype_table_is_the_engines():
         assert size == np_dtype.itemsize
         assert scalar == engine_dtypes.SCALAR_TYPE_NAMES[name]
         assert (kind == "f") == engine_dtypes.is_floating(name)
-        assert kind == {"b": "b", "u": "u", "i": "i", "f": "f"}[np_dtype.kind]
+        assert kind == {"b": "b", "u": "u", "i": "i", "f": "f", "V": "f"}[np_dtype.kind]  # (V: ml_dtypes' bfloat16)
     assert DEFAULT_FLOAT == engine_dtypes.DEFAULT_FLOAT
 
 
