@@ -30,19 +30,26 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "conformance_ops.js
 RTOL = 1e-6
 
 
+HALF = ("float16", "bfloat16")
+
+
 def _encode(v):
-    """A comparable record of a value: tensors as dtype, shape, values and grad_fn name."""
+    """A comparable record of a value: tensors as dtype, shape, values (float16/bfloat16 widened to float32,
+    exactly) and grad_fn name."""
     if isinstance(v, (tuple, list)):
         return [_encode(x) for x in v]
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
     if hasattr(v, "_t"):  # the engine's torch facade
         t = v._t
-        return {"dtype": t.dtype, "shape": list(t.shape), "values": np.asarray(t.data).tolist(),
+        a = np.asarray(t.data)
+        return {"dtype": t.dtype, "shape": list(t.shape), "values": (a.astype(np.float32) if t.dtype in HALF
+                                                                      else a).tolist(),
                 "grad_fn": t.grad_fn.name if t.grad_fn is not None else None}
     if hasattr(v, "detach"):  # a real torch tensor
-        return {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape),
-                "values": v.detach().numpy().tolist(),
+        dt = str(v.dtype).removeprefix("torch.")
+        t = v.detach()
+        return {"dtype": dt, "shape": list(v.shape), "values": (t.float() if dt in HALF else t).numpy().tolist(),
                 "grad_fn": type(v.grad_fn).__name__ if v.grad_fn is not None else None}
     return repr(v)
 

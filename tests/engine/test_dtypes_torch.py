@@ -28,15 +28,15 @@ KINDS = {"dim": "torch.zeros(2, dtype=torch.{})", "zero": "torch.zeros((), dtype
 SCALARS = {"True": True, "2": 2, "2.5": 2.5}
 
 
-def _operands():
-    out = {f"{k}:{d}": (tmpl.format(d), k, d) for k, tmpl in KINDS.items() for d in DTYPES}
+def _operands(dtypes=DTYPES):
+    out = {f"{k}:{d}": (tmpl.format(d), k, d) for k, tmpl in KINDS.items() for d in dtypes}
     out.update({f"number:{s}": (s, "number", v) for s, v in SCALARS.items()})
     return out
 
 
-def promotion_table(torch_mod) -> dict:
+def promotion_table(torch_mod, dtypes=DTYPES) -> dict:
     """result_type(x, y) for every pair of operands, by 'kind:dtype' keys."""
-    ops = _operands()
+    ops = _operands(dtypes)
     table = {}
     for ka, (ca, _, _) in ops.items():
         for kb, (cb, _, _) in ops.items():

@@ -23,54 +23,20 @@ from gradserve_server.engine.torch_compat import F as EF
 from gradserve_server.engine.torch_compat import torch as etorch
 
 from .half_cases import CASES, INEXACT
+from .test_conformance_ops import HALF, _encode
+from .test_dtypes_torch import _operands as _dtype_operands
+from .test_dtypes_torch import promotion_table as _dtype_promotion_table
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "half_cases.json"
-HALF = ("float16", "bfloat16")
 DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
-KINDS = {"dim": "torch.zeros(2, dtype=torch.{})", "zero": "torch.zeros((), dtype=torch.{})"}
-SCALARS = {"True": True, "2": 2, "2.5": 2.5}
 
 
 def _operands():
-    out = {f"{k}:{d}": (tmpl.format(d), k, d) for k, tmpl in KINDS.items() for d in DTYPES}
-    out.update({f"number:{s}": (s, "number", v) for s, v in SCALARS.items()})
-    return out
+    return _dtype_operands(DTYPES)
 
 
 def promotion_table(torch_mod) -> dict:
-    ops = _operands()
-    table = {}
-    for ka, (ca, _, _) in ops.items():
-        for kb, (cb, _, _) in ops.items():
-            if ka.startswith("number") and kb.startswith("number"):
-                continue
-            table[f"{ka} {kb}"] = str(torch_mod.result_type(eval(ca, {"torch": torch_mod}),  # noqa: S307
-                                                            eval(cb, {"torch": torch_mod}))).removeprefix("torch.")
-    return table
-
-
-# ----- running a case -----------------------------------------------------------------------------------------
-
-def _encode(v):
-    """A comparable record: tensors as dtype, shape, values (float16/bfloat16 widened to float32, exactly) and
-    grad_fn name."""
-    if isinstance(v, (tuple, list)):
-        return [_encode(x) for x in v]
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    if hasattr(v, "_t"):  # the engine's torch facade
-        t = v._t
-        a = np.asarray(t.data)
-        values = (a.astype(np.float32) if t.dtype in HALF else a).tolist()
-        return {"dtype": t.dtype, "shape": list(t.shape), "values": values,
-                "grad_fn": t.grad_fn.name if t.grad_fn is not None else None}
-    if hasattr(v, "detach"):  # a real torch tensor
-        dt = str(v.dtype).removeprefix("torch.")
-        t = v.detach()
-        values = (t.float() if dt in HALF else t).numpy().tolist()
-        return {"dtype": dt, "shape": list(v.shape), "values": values,
-                "grad_fn": type(v.grad_fn).__name__ if v.grad_fn is not None else None}
-    return repr(v)
+    return _dtype_promotion_table(torch_mod, DTYPES)
 
 
 def run_case(code: str, dtype: str, torch_mod, functional) -> dict:
