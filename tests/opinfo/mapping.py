@@ -248,6 +248,7 @@ CATALOG_OP: dict[str, str] = {
     "erf": "erf",
     "nn.functional.smooth_l1_loss": "smooth_l1_loss",
     "nn.functional.l1_loss": "l1_loss",
+    "nn.functional.kl_div": "kl_div",
     "lgamma": "lgamma",
     "logdet": "logdet",
     "log_softmax": "log_softmax",

@@ -96,7 +96,8 @@ def run_op(info, stats: Stats, samples: int | None, reference: int | None, http:
         if dtype is None:
             break
         for index, sample in enumerate(_samples(gen_fn, limit, failed)):
-            try:
+            def phases(sample=sample, kind=kind, index=index) -> list:
+                nonlocal sent_http
                 ph = Phases(info, catalog, sample, seeded(name, kind, index), differentiable)
                 found = [("forward", *f) for f in ph.forward(check_grad_fn=differentiable)]
                 if differentiable:
@@ -111,20 +112,9 @@ def run_op(info, stats: Stats, samples: int | None, reference: int | None, http:
                     stats.http[name] += 1
                     if d:
                         found.append(("http", "http", d))
-            except NotExpressible as exc:
-                stats.not_expressible[exc.reason][name] += 1
-                continue
-            except EngineTimeout as exc:
-                found = [("timeout", "timeout", str(exc))]
-            except Exception as exc:  # noqa: BLE001 - the suite's own failure on a sample: a mismatch to read
-                found = [("harness", "harness", f"{type(exc).__name__}: {exc}")]
-            stats.samples[name] += 1
-            seen = set()
-            for _, cls, detail in found:
-                if cls in seen:  # one mismatch per class per sample
-                    continue
-                seen.add(cls)
-                stats.add(Mismatch(name, kind, index, cls, detail))
+                return found
+
+            _record(stats, name, kind, index, _findings(stats, name, phases))
     # float32: forward values only
     if torch.float32 in info.supported_dtypes("cpu"):
         for index, sample in enumerate(_samples(lambda: info.sample_inputs("cpu", torch.float32), samples,
@@ -190,26 +180,42 @@ def run_half(info, stats: Stats, samples: int | None, dtype, failed) -> None:
     else:
         return
     for index, sample in enumerate(_samples(gen, samples if supported else 1, failed)):
-        try:
+        def phases(sample=sample, index=index) -> list:
             ph = Phases(info, catalog, sample, seeded(name, label, index), grad)
             found = [("forward", *f) for f in ph.forward(check_grad_fn=grad)]
             if grad:
                 found += [("reverse", *f) for f in ph.reverse()]
-        except NotExpressible as exc:
-            stats.not_expressible[exc.reason][name] += 1
-            continue
-        except EngineTimeout as exc:
-            found = [("timeout", "timeout", str(exc))]
-        except Exception as exc:  # noqa: BLE001 - the suite's own failure on a sample: a mismatch to read
-            found = [("harness", "harness", f"{type(exc).__name__}: {exc}")]
-        stats.samples[name] += 1
-        stats.half[label] += 1
-        seen = set()
-        for _, cls, detail in found:
-            if cls in seen:
-                continue
+            return found
+
+        if _record(stats, name, label, index, _findings(stats, name, phases), f"{label} "):
+            stats.half[label] += 1
+
+
+def _findings(stats: Stats, name: str, phases) -> list | None:
+    """What ``phases()`` found on one sample: a timeout or the suite's own failure is a finding to read; None
+    for a sample the program format cannot express (counted as such)."""
+    try:
+        return phases()
+    except NotExpressible as exc:
+        stats.not_expressible[exc.reason][name] += 1
+        return None
+    except EngineTimeout as exc:
+        return [("timeout", "timeout", str(exc))]
+    except Exception as exc:  # noqa: BLE001 - the suite's own failure on a sample: a mismatch to read
+        return [("harness", "harness", f"{type(exc).__name__}: {exc}")]
+
+
+def _record(stats: Stats, name: str, where: str, index: int, found: list | None, prefix: str = "") -> bool:
+    """Count a checked sample and its mismatches, one per class; False for a sample not checked (None)."""
+    if found is None:
+        return False
+    stats.samples[name] += 1
+    seen = set()
+    for _, cls, detail in found:
+        if cls not in seen:
             seen.add(cls)
-            stats.add(Mismatch(name, label, index, f"{label} {cls}", detail))
+            stats.add(Mismatch(name, where, index, prefix + cls, detail))
+    return True
 
 
 def run(names=None, samples: int | None = None, reference: int | None = 10, http: bool = True,
