@@ -16,6 +16,7 @@ import pytest
 
 import gradserve
 import gradserve.torch as gtorch
+from bench.client import RouteSpy
 from tests.deploy.servers import Uvicorn
 
 W1, B1 = np.random.default_rng(1).uniform(-0.5, 0.5, (16, 4)), np.random.default_rng(2).uniform(-0.5, 0.5, 16)
@@ -56,24 +57,6 @@ def fresh(tmp_path):
     srv.start()
     yield srv
     srv.stop()
-
-
-class RouteSpy(httpx.HTTPTransport):
-    """Asks every op list request for its route and keeps (route, reason) per request, in order."""
-
-    def __init__(self):
-        super().__init__()
-        self.routes: list[tuple[str, str]] = []
-
-    def handle_request(self, request):
-        ops = request.method == "POST" and request.url.path.endswith("/ops")
-        if ops:
-            request.headers["x-gradserve-debug"] = "route"
-        response = super().handle_request(request)
-        if ops:
-            m = re.match(r"(\w+); reason=([\w:]+)", response.headers.get("x-gradserve-route", ""))
-            self.routes.append((m.group(1), m.group(2)) if m else (None, None))
-        return response
 
 
 def routes_of(url: str, run) -> tuple[list, object]:

@@ -10,29 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gradserve_server.engine as E
-import gradserve_server.engine.route as R
-from gradserve_server.engine.errors import EngineError
-from gradserve_server.engine.plan import PlanCache, _training_step, route_session
+from gradserve_server.engine.plan import PlanCache, _training_step
 from gradserve_server.engine.program import State, run_program
 
-from .test_session_plan import observe, snapshot
+from .test_literal_lifting import LIMITS, T, Twins, op
 
-LIMITS = E.Limits()
 NAMES = ("w1", "b1", "w2", "b2")
-
-
-def T(name, data, **kw):
-    return {"op": "tensor", "out": name, "args": [data], "kwargs": kw}
-
-
-def op(name, *args, out=None, no_grad=False, **kwargs):
-    o = {"op": name, "args": list(args), "kwargs": kwargs}
-    if out is not None:
-        o["out"] = out
-    if no_grad:
-        o["no_grad"] = True
-    return o
 
 
 def setup(seed: int = 0) -> list:
@@ -92,74 +75,38 @@ def loop(update, iterations: int) -> list:
     return lists
 
 
-def run_both(lists: list, cache: PlanCache) -> list:
-    """Each list cold on one state and through ``cache`` on another: the same result (or error) and state after
-    each, bit for bit; the routes the planned runs took."""
-    a, b = State(), State()
-    routes = []
-
-    def planned(state, ops):
-        res, route = route_session(cache, state, ops, limits=LIMITS, extra=("json",))
-        routes.append((route.name, route.reason))
-        return res
-
-    def cold(state, ops):
-        return run_program(state, ops, limits=LIMITS)
-
-    for ops in lists:
-        assert observe(b, planned, ops) == observe(a, cold, ops)
-        assert snapshot(b) == snapshot(a)
-    return routes
-
-
 @pytest.mark.parametrize("record_after", [2, 3])
 @pytest.mark.parametrize("update", ["sgd", "adam"])
 def test_a_training_loop_records_its_step_at_first_sighting_and_replays_from_its_third_request(update, record_after):
     make = sgd if update == "sgd" else adam
-    cache = PlanCache(record_after=record_after)
-    routes = run_both(loop(make, 8), cache)
+    tw = Twins([], PlanCache(record_after=record_after))
+    routes = [(r.name, r.reason) for r in map(tw.run, loop(make, 8))]
     assert routes[1] == ("recorded", "training_step"), routes
     assert routes[2:] == [("replayed", "plan_hit")] * 6, routes
-    assert cache.hits == 6 and cache.fallbacks == 0
+    assert tw.cache.hits == 6 and tw.cache.fallbacks == 0
 
 
 def test_a_list_without_an_update_waits_for_its_record_after_sighting():
     """A forward and backward alone, or an in-place op outside no_grad, is no training step: deferred as before."""
-    cache = PlanCache(record_after=2)
-    state = State()
-    run_program(state, setup())
+    tw = Twins(setup(), PlanCache(record_after=2))
     fwd = [op("linear", "x", "w1", "b1", out="h"), op("sum", "h", out="s"), op("backward", "s"),
            op("zero_grad", list(NAMES), set_to_none=True), op("del", "h", "s")]
     assert not _training_step(fwd)
     assert not _training_step(fwd + [op("mul_", "x", 2.0)])           # in place, but with grad mode on
     assert not _training_step([op("add_", "x", 1.0, no_grad=True)])    # an update without a backward
     assert _training_step(fwd + [op("add_", "x", 1.0, no_grad=True)])
-    routes = []
-    for _ in range(3):
-        res, route = route_session(cache, state, fwd, limits=LIMITS, extra=("json",))
-        routes.append((route.name, route.reason))
+    routes = [(r.name, r.reason) for r in (tw.run(fwd) for _ in range(3))]
     assert routes == [("cold", "first_sighting"), ("recorded", "no_plan"), ("replayed", "plan_hit")]
 
 
 def test_a_training_step_that_fails_at_its_first_sighting_gives_the_cold_error_and_leaves_the_state():
-    cache = PlanCache(record_after=2)
     lists = loop(sgd, 2)
+    tw = Twins(lists[0], PlanCache(record_after=2))
     bad = lists[1][:-1] + [op("add_", "w1", "x", no_grad=True), lists[1][-1]]  # shapes (8, 3) and (16, 3)
-    a, b = State(), State()
-    for s in (a, b):
-        run_program(s, lists[0], limits=LIMITS)
-    before = snapshot(b)
-    try:
-        route_session(cache, b, bad, limits=LIMITS, extra=("json",))
-    except EngineError as e:
-        assert e.route == R.RECORDED_STEP
-    else:
-        raise AssertionError("the list should fail")
-    with pytest.raises(EngineError) as cold:
-        run_program(a, bad, limits=LIMITS)
-    assert snapshot(b) == before == snapshot(a)
-    assert cold.value.op_index == len(bad) - 2
-    assert cache.hits == 0
+    failed = tw.run(bad)  # (the error and the state it leaves: the cold run's)
+    assert failed.name == "recorded" and failed.reason == "training_step"
+    assert tw.cache.hits == 0 and len(tw.cache) == 0
+    assert tw.run(lists[1]) == failed
 
 
 SPECIAL = np.array([0.0, -0.0, 1.5, -2.25, np.inf, -np.inf, np.nan, 1e-42, -1e-42, 3.4e38], dtype=np.float64)
