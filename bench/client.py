@@ -16,6 +16,8 @@ Four workloads, each run three ways: through ``gradserve.torch`` (torch code, on
 Reports requests per iteration and wall time per iteration (median over ``--rounds`` interleaved rounds),
 the client's ratio to the raw loop (target <= 1.3x) and to local torch, the server's plan replays per
 iteration both ways (``gradserve_plan_hits_total`` in /metrics; 1.00: every iteration's request replayed a plan),
+the first iteration whose request replayed a plan on a fresh cache (round 0, read off the ``X-Gradserve-Route``
+header; a raw loop's set-up request not counted),
 and the CPU time the benchmark's own process spends per iteration both ways (the client's cost, which the
 machine's load inflates less). A second table puts the raw round trip of the 10-op list on a session against
 ``POST /v1/eval`` of it (target <= 1.5x), a trivial FastAPI endpoint given the same body and ``GET /healthz``;
@@ -28,6 +30,7 @@ Without ``--url`` it starts its own server (uvicorn, one worker, rate limiting o
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import tempfile
@@ -36,6 +39,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
 
 import gradserve  # noqa: E402
 
@@ -225,12 +230,34 @@ def timed(fn, *args) -> tuple[float, float, object]:
 
 def plan_hits(url: str) -> float:
     """The server's plan replays so far (``gradserve_plan_hits_total`` in /metrics)."""
-    import re
-
-    import httpx
-
     m = re.search(r"^gradserve_plan_hits_total (\S+)$", httpx.get(f"{url}/metrics").text, re.M)
     return float(m.group(1)) if m else 0.0
+
+
+class RouteSpy(httpx.HTTPTransport):
+    """An httpx transport that asks each op list request for its route (``X-Gradserve-Debug: route``) and keeps
+    (route, reason) per request, in order (tests/client/test_training_replay.py reads it too)."""
+
+    def __init__(self):
+        super().__init__()
+        self.routes: list[tuple[str | None, str | None]] = []
+
+    def handle_request(self, request):
+        ops = request.method == "POST" and request.url.path.endswith("/ops")
+        if ops:
+            request.headers["x-gradserve-debug"] = "route"
+        response = super().handle_request(request)
+        if ops:
+            m = re.match(r"(\w+); reason=([\w:]+)", response.headers.get("x-gradserve-route", ""))
+            self.routes.append((m.group(1), m.group(2)) if m else (None, None))
+        return response
+
+    def first_replay(self, skip: int = 0) -> int | None:
+        """The loop's first request (1-based, after ``skip`` set-up requests) that replayed a plan."""
+        for i, (route, _) in enumerate(self.routes[skip:]):
+            if route == "replayed":
+                return i + 1
+        return None
 
 
 def run(url: str, rounds: int, epochs: int) -> list[tuple]:
@@ -247,21 +274,28 @@ def run(url: str, rounds: int, epochs: int) -> list[tuple]:
         times: dict[str, list[float]] = {"client": [], "raw": [], "torch": [], "client_cpu": [], "raw_cpu": []}
         requests: dict[str, int] = {}
         hits: dict[str, float] = {}
+        first: dict[str, int | None] = {}
         results = {}
         for r in range(rounds + 1):  # round 0 warms up (catalog, connections, server caches)
-            with gradserve.session(client=gradserve.Client(url)) as ctx:
+            # (round 0 meets the workload's lists first: where its loops first replay is read off its routes)
+            spies = {"client": RouteSpy(), "raw": RouteSpy()} if r == 0 else {}
+            with gradserve.session(client=gradserve.Client(url, transport=spies.get("client"))) as ctx:
                 gtorch.sync()
                 before, replays = ctx.client.requests, plan_hits(url)
                 seconds, cpu, results["client"] = timed(torch_code, gtorch, n)
                 requests["client"] = ctx.client.requests - before
                 hits["client"] = plan_hits(url) - replays
-            with gradserve.Client(url) as client:
+            with gradserve.Client(url, transport=spies.get("raw")) as client:
                 session = client.create_session()["id"]
                 before, replays = client.requests, plan_hits(url)
                 seconds_raw, cpu_raw, results["raw"] = timed(raw, client, session, n)
                 requests["raw"] = client.requests - before
                 hits["raw"] = plan_hits(url) - replays
                 client.delete_session(session)
+            if spies:
+                # (the raw loops but wx+b send their set-up as a request of its own)
+                first = {"client": spies["client"].first_replay(),
+                         "raw": spies["raw"].first_replay(0 if label == "wx+b" else 1)}
             if torch is not None:
                 seconds_torch, _, results["torch"] = timed(torch_code, torch, n)
             if r:
@@ -276,7 +310,7 @@ def run(url: str, rounds: int, epochs: int) -> list[tuple]:
         rows.append((label, n, requests["client"] / n, requests["raw"] / n, med["client"], med["raw"],
                      med.get("torch"), med["client"] / med["raw"],
                      med["client"] / med["torch"] if "torch" in med else None, med["client_cpu"], med["raw_cpu"],
-                     hits["client"] / n, hits["raw"] / n))
+                     hits["client"] / n, hits["raw"] / n, first["client"], first["raw"]))
     return rows
 
 
@@ -327,13 +361,13 @@ def check(label: str, results: dict) -> None:
 def table(rows: list[tuple]) -> str:
     head = ("| workload | iterations | requests/iter (client) | requests/iter (raw) | ms/iter client | ms/iter raw "
             "| ms/iter torch | client / raw | client / torch | client-process CPU ms/iter: client, raw "
-            "| plan replays/iter: client, raw |")
-    lines = [head, "|" + "---|" * 11]
-    for label, n, rc, rr, c, r, t, ratio, tratio, ccpu, rcpu, hc, hr in rows:
+            "| plan replays/iter: client, raw | first replayed iteration: client, raw |")
+    lines = [head, "|" + "---|" * 12]
+    for label, n, rc, rr, c, r, t, ratio, tratio, ccpu, rcpu, hc, hr, fc, fr in rows:
         lines.append(f"| {label} | {n} | {rc:.2f} | {rr:.2f} | {c * 1e3:.3f} | {r * 1e3:.3f} | "
                      f"{'n/a' if t is None else f'{t * 1e3:.4f}'} | {ratio:.2f}x | "
                      f"{'n/a' if tratio is None else f'{tratio:.0f}x'} | {ccpu * 1e3:.3f}, {rcpu * 1e3:.3f} | "
-                     f"{hc:.2f}, {hr:.2f} |")
+                     f"{hc:.2f}, {hr:.2f} | {fc or 'none'}, {fr or 'none'} |")
     return "\n".join(lines)
 
 

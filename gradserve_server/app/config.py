@@ -69,7 +69,8 @@ class Settings(BaseSettings):
     plan_record_after: int = Field(2, ge=1, description="`/eval` and session op lists: the run of an op list's "
                                    "structure that records its plan (1: the first; 2: the second, so a structure "
                                    "run once never pays for recording, which costs up to ~3x its cold run); loops "
-                                   "(`repeat`) record on their first iteration.")
+                                   "(`repeat`) record on their first iteration, and so does a session list with a "
+                                   "backward and an in-place update under no_grad (a training loop's iteration).")
     plan_fragment_entries: int = Field(4096, ge=0, description="`/eval`: most per-op fragments kept per process for "
                                        "composed runs (a list of 100+ ops without a plan runs from fragments of the "
                                        "op forms it repeats instead of op by op; also bounded at 32 MiB); 0 turns "

@@ -13,7 +13,8 @@ requires_grad, versions...), the same for every run of the same op list over inp
   is), an in-place write outside a kernel, a warning, or a forward-mode op make the op list unplannable: it
   is cached as such and runs cold from then on. Only successful cold runs are cached.
   ``PlanCache(record_after=N)`` records at the N-th run of a structure (the app: 2, so a list run once never
-  pays for recording and building; a ``repeat`` loop records at its first iteration).
+  pays for recording and building; a ``repeat`` loop records at its first iteration, and so does a session list
+  that is recognisably a training loop's iteration: ``_training_step``).
 * **Key.** The op list with the data of its ``tensor`` ops left out (names, literals, flags stay), and the
   inputs' shapes, dtypes and requires_grad flags, the grad mode, the limits and the response encoding. The
   ``tensor`` ops' arrays are made while the key is built: a Python number, or an array of a dtype the op
@@ -2237,7 +2238,9 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         return res, entry, R.REPLAYED
     if isinstance(entry, Unplannable):
         return None, False, entry.route()
-    if not cache.records(key, eager):
+    # (a training step records at its first sighting: ``_training_step``)
+    recorded = R.RECORDED_STEP if not eager and cache.record_after > 1 and _training_step(ops) else R.RECORDED
+    if not cache.records(key, eager or recorded is R.RECORDED_STEP):
         # a sighting before the one that records: counted as deferred, not unplannable
         return None, None, R.COLD_FIRST
     cache.count("misses")
@@ -2258,7 +2261,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
                 res = run_program(state, rops, **run)
             except Exception as e:
                 if not made_lits:
-                    e.route = R.RECORDED
+                    e.route = recorded
                     raise
                 res = None  # (undone: the cold run below gives the result or the error)
     finally:
@@ -2271,7 +2274,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
         try:
             res = run_program(state, ops, **run)
         except Exception as e:
-            e.route = R.RECORDED
+            e.route = recorded
             raise
         cache.put(base, _Pinned(range(len(lits))))  # (this structure keys its floats by value from now on)
         return res, False, R.Route("cold", "literal_escaped", "numpy took a float literal as an operand" if rec.escaped
@@ -2313,7 +2316,26 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
             plan.chainable = all(g is None for _, g, _ in plan.preset) and \
                 all(d is None or d[6] is None for _, d in plan.namespace)
     cache.put(key, plan)
-    return res, plan, R.RECORDED
+    return res, plan, recorded
+
+
+def _training_step(ops: list) -> bool:
+    """Whether a session list is recognisably a training loop's iteration, which the loop sends again: it runs a
+    backward and writes a tensor in place under ``no_grad`` (an optimizer's update; ``gradserve.torch`` sends
+    the last step's update with the next forward and backward). Its plan is recorded at its first sighting, so a
+    client loop replays from its third request: its first makes the tensors and has no update yet, its second is
+    the loop's list (an optimizer's first step sends the ops of every later one)."""
+    backward = update = False
+    for o in ops:
+        if o.__class__ is not dict:
+            return False
+        name = o.get("op")
+        if name == "backward" or name == "grad":
+            backward = True
+        elif o.get("no_grad") is True and name.__class__ is str:
+            spec = OPS.get(name)
+            update = update or (spec is not None and spec.inplace)
+    return backward and update
 
 
 def run_session_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (),

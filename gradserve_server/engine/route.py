@@ -25,6 +25,9 @@ REASONS = {
     "loop": "a repeat/until loop whose iterations replayed their plans",
     "loop_aborted": "a repeat/until loop that could not replay its iterations (an iteration's plan, a limit)",
     "no_plan": "no plan of this structure was cached, and this run records one",
+    "training_step": "no plan of this structure was cached, and this run records one at its first sighting: a "
+                     "session list with a backward and an in-place update under no_grad (a training loop's "
+                     "iteration, which the loop sends again)",
     "first_sighting": "a structure run fewer times than the one that records its plan (GRADSERVE_PLAN_RECORD_AFTER)",
     "cache_disabled": "plans are off (GRADSERVE_PLAN_CACHE_ENTRIES=0)",
     "request_options": "record, return (sessions), repeat or until with a list that cannot plan",
@@ -79,6 +82,7 @@ class Route:
 REPLAYED = Route("replayed", "plan_hit")
 REPLAYED_LOOP = Route("replayed", "loop")
 RECORDED = Route("recorded", "no_plan")
+RECORDED_STEP = Route("recorded", "training_step")
 COMPOSED = Route("composed", "first_sighting")
 COLD_FIRST = Route("cold", "first_sighting")
 COLD_DISABLED = Route("cold", "cache_disabled")

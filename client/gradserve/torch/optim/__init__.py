@@ -5,6 +5,7 @@ with the request that ran the backward, so this costs no request either)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from gradserve.torch._grad_mode import no_grad
@@ -27,21 +28,25 @@ class Optimizer:
         #: state tensors made with the optimizer (``_make_state``), which ``state`` takes at a parameter's first step
         self._made: dict[Tensor, dict] = {}
 
-    def _make_state(self, *keys_of) -> None:
+    def _make_state(self, *keys_of, fill: float | None = None) -> None:
         """Make each parameter's zero state tensors now (``keys_of(group)``: their keys), sent with the next request,
-        rather than at its first step, where torch makes them (``zeros_like``: the same zeros, so the same bits):
-        then a loop's first step sends the ops of every later step, and the server replays the loop one
-        iteration sooner. ``state`` (and ``state_dict()``) still gets them at the first step, as torch's."""
+        rather than at its first step, where torch makes them (``zeros_like``: the same zeros, so the same bits;
+        ``fill``: ``full_like`` of it, SGD's -0.0 buffer): then a loop's first step sends the ops of every later
+        step, and the server replays the loop one iteration sooner. ``state`` (and ``state_dict()``) still gets
+        them at the first step, as torch's."""
         with no_grad():
             for group in self.param_groups:
                 for p in group["params"]:
-                    self._made[p] = {k: _op("zeros_like", p) for keys in keys_of for k in keys(group)}
+                    self._made[p] = {k: self._zeros(p, None, fill) for keys in keys_of for k in keys(group)}
 
-    def _zeros(self, p: Tensor, key: str) -> Tensor:
-        """The state tensor ``key`` of ``p``'s first step: the one made with the optimizer, else zeros now."""
-        made = self._made.get(p)
+    def _zeros(self, p: Tensor, key: str | None, fill: float | None = None) -> Tensor:
+        """The state tensor ``key`` of ``p``'s first step: the one made with the optimizer, else zeros (``fill``s)
+        now (``key`` None: made now)."""
+        made = None if key is None else self._made.get(p)
         t = None if made is None else made.pop(key, None)
-        return t if t is not None else _op("zeros_like", p)
+        if t is not None:
+            return t
+        return _op("zeros_like", p) if fill is None else _op("full_like", p, fill)
 
     @staticmethod
     def zero_grad_of(params: list[Tensor], set_to_none: bool = True) -> None:
@@ -146,6 +151,7 @@ class SGD(Optimizer):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, {"lr": lr, "momentum": momentum, "dampening": dampening,
                                   "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize})
+        self._make_state(lambda g: ("momentum_buffer",) if _steady_first_step(g["momentum"]) else (), fill=-0.0)
 
     def _update(self, p, grad, group, state):
         d_p = grad if not group["maximize"] else _op("neg", grad)
@@ -154,10 +160,19 @@ class SGD(Optimizer):
         momentum = group["momentum"]
         if momentum:
             buf = state.get("momentum_buffer")
+            damping = 1 - group["dampening"]
+            if buf is None and _steady_first_step(momentum):
+                # torch's first step clones d_p into the buffer. Here the buffer is -0.0s made with the optimizer
+                # and the first step runs every later step's ops: -0.0 * momentum is -0.0, the additive identity
+                # (-0.0 + x is x bit for bit: zeros of either sign, infinities, quiet NaNs), and alpha is 1 (of
+                # 1 - dampening's type: the first step has no dampening), so the buffer is d_p's bits and the
+                # loop's second request is already its steady list (the server replays it from the third)
+                buf = state["momentum_buffer"] = self._zeros(p, "momentum_buffer", -0.0)
+                damping = 1.0 if isinstance(damping, float) else 1
             if buf is None:
                 buf = state["momentum_buffer"] = _op("detach", _op("clone", d_p))
             else:
-                _op("add_", _op("mul_", buf, momentum), d_p, alpha=1 - group["dampening"])
+                _op("add_", _op("mul_", buf, momentum), d_p, alpha=damping)
             d_p = _op("add", d_p, buf, alpha=momentum) if group["nesterov"] else buf
         _op("add_", p, d_p, alpha=-group["lr"])
 
@@ -333,6 +348,12 @@ class Adagrad(Optimizer):
         _op("addcmul_", state["sum"], grad, grad, value=1)
         std = _op("add_", _op("sqrt", state["sum"]), group["eps"])
         _op("addcdiv_", p, grad, std, value=-clr)
+
+
+def _steady_first_step(momentum) -> bool:
+    """Whether SGD's first step can run the steady step's ops on a buffer of -0.0s (``SGD._update``): a finite
+    positive, finite momentum (-0.0 * -m is +0.0, -0.0 * inf is NaN)."""
+    return momentum > 0 and math.isfinite(momentum)
 
 
 def _check(ok: bool, message: str) -> None:
