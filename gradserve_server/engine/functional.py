@@ -554,6 +554,9 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, out
     if outer_jacobian_strategy not in ("forward-mode", "reverse-mode"):
         raise TorchRuntimeError('Expected strategy to be either "forward-mode" or "reverse-mode".',
                                 code="invalid_argument", exception="AssertionError")
+    # its blocks are (*inp_i.shape, *inp_j.shape) whatever the function computes (it must return one element):
+    # refused from the inputs' shapes before any pass, the first included, in either strategy
+    _check_jacobian(inputs, inputs, "hessian")
 
     def ensure_single_output_function(*inp):
         out = func(*inp)
