@@ -448,6 +448,8 @@ def test_heavy_work_runs_on_nicer_threads_than_the_event_loop(server):
     nice = thread_niceness(pid)
     assert nice[pid] == 0  # the main thread: the event loop
     assert sum(n >= 10 for n in nice.values()) >= 1, nice  # the heavy lane's thread (and BLAS's)
+
+
 def test_a_cheap_request_is_never_queued_behind_heavy_work(strict):
     heavy = {"ops": [{"op": "randn", "out": "m", "args": [600, 600]},
                      *[{"op": "matmul", "out": "m", "args": ["m", "m"]} for _ in range(400)]], "return": ["s"]}
