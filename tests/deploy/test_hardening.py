@@ -304,6 +304,27 @@ def test_a_forward_mode_jacobian_over_the_limits_is_refused_before_its_pass(stri
         assert answer.json()["tensors"]["J"]["shape"] == [20, 20, 20]
 
 
+def test_batched_gradients_over_the_limits_are_refused_before_any_pass(strict):
+    """``grad(..., is_grads_batched=True)``: the gradients are (batch, *x.shape), known before any pass; 5000 x
+    1000 (5M elements, over the 4M per tensor) is refused at once (it was 504: the batched pass did not fit, and
+    the loop of 5,000 passes it fell back to took the 1 s deadline)."""
+    def ops(batch: int) -> list[dict]:
+        return [{"op": "ones", "out": "x", "args": [1000], "kwargs": {"requires_grad": True}},
+                {"op": "mul", "args": ["x", 2.0], "out": "b"}, *sines(40), {"op": "sum", "args": ["b"], "out": "s"},
+                {"op": "ones", "out": "v", "args": [batch]},
+                {"op": "grad", "args": [["s"], ["x"]], "out": ["g"],
+                 "kwargs": {"grad_outputs": ["v"], "is_grads_batched": True}}]
+
+    with httpx.Client(base_url=strict.url, timeout=60) as c:
+        started = time.monotonic()
+        body = assert_problem(run_eval(c, ops(5000), **{"return": ["g"]}), 422, "limit_exceeded")
+        assert time.monotonic() - started < 1, body
+        assert "batched gradient of shape [5000, 1000] would have 5000000 elements" in body["detail"], body
+        answer = run_eval(c, ops(10), **{"return": ["g"]})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["tensors"]["g"]["shape"] == [10, 1000]
+
+
 @pytest.mark.parametrize("strategy", ["reverse-mode", "forward-mode"])
 def test_a_hessian_over_the_response_limit_is_refused_from_its_inputs_shapes(uvicorns, strategy):
     """A hessian's blocks are (*x.shape, *x.shape) whatever its function computes: 1000 x 1000 returned under a
