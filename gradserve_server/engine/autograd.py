@@ -32,7 +32,7 @@ from .errors import (
     TorchTypeError,
     TorchValueError,
 )
-from .grad_mode import _grad_enabled, emit_warning, set_grad_enabled
+from .grad_mode import _grad_enabled, check_results, emit_warning, set_grad_enabled
 from .journal import array_, setattr_, setitem_
 from .kernel import kcall, kinplace
 from .node import ACCUMULATE_GRAD, Ctx, Node, P, SavedTensor, _freeing, node_of, release_all
@@ -178,6 +178,10 @@ def _grad_batched(outputs, inputs, grad_outputs, retain_graph, create_graph, all
             "vmap: Expected all tensors to have the same size in the mapped dimension, got sizes "
             f"[{', '.join(map(str, sizes))}] for the mapped dimension", code="invalid_gradient")
     batch = sizes[0] if sizes else 1
+    # the gradients are (batch, *inp.shape) each: refused from the shapes before the batched pass (and before
+    # the loop of ``batch`` passes it falls back to when a batch does not fit)
+    check_results([((batch, *inp.shape), inp.data.dtype) for inp in inputs], "batched gradients",
+                  "batched gradient")
     batched = _grad_batched_pass(outputs, inputs, grad_outputs, batch, retain_graph, create_graph)
     if batched is None:
         batched = _grad_loop(outputs, inputs, grad_outputs, batch, retain_graph, create_graph)

@@ -31,7 +31,7 @@ from .errors import (
     TorchRuntimeError,
     TorchTypeError,
 )
-from .grad_mode import _grad_enabled, check_numel, set_grad_enabled
+from .grad_mode import _grad_enabled, check_numel, check_results, set_grad_enabled
 from .kernel import kcall
 from .tensor import Tensor
 
@@ -318,23 +318,13 @@ def check_control() -> None:
 
 
 def _check_jacobian(outputs, inputs, what: str = "jacobian") -> None:
-    """A Jacobian's blocks, ``(*out.shape, *inp.shape)`` each, and the standard basis its passes use,
-    refused before any row pass when one passes the per-tensor limit or all of them the run's bytes: the
-    shapes say it all, so nothing is computed for a result that could not be kept."""
+    """A Jacobian's blocks, ``(*out.shape, *inp.shape)`` each, refused before any row pass when one passes the
+    per-tensor limit, all of them the run's bytes, or (when the response will show them) the response limit:
+    the shapes say it all, so nothing is computed for a result that could not be kept."""
     budget = current_budget()
-    if budget is None:
-        return
-    nbytes = 0
-    for out in outputs:
-        for inp in inputs:
-            itemsize = inp.data.dtype.itemsize
-            check_numel((*out.shape, *inp.shape), f"{what} block", itemsize)
-            nbytes += out.numel() * inp.numel() * itemsize
-    if nbytes > budget.room:
-        budget.reserve(nbytes, f"the {what} (its blocks together)")
-    if budget.sending:  # the response will show the result: its limit, from the shapes too
-        budget.respond_ahead([((*out.shape, *inp.shape), out.data.dtype) for out in outputs for inp in inputs],
-                             f"the {what} in the response")
+    if budget is not None:
+        check_results([((*out.shape, *inp.shape), inp.data.dtype) for out in outputs for inp in inputs], what,
+                      f"{what} block", shown=budget.sending)
 
 
 def _check_basis(tensors, total: int, what: str) -> None:
@@ -554,6 +544,9 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, out
     if outer_jacobian_strategy not in ("forward-mode", "reverse-mode"):
         raise TorchRuntimeError('Expected strategy to be either "forward-mode" or "reverse-mode".',
                                 code="invalid_argument", exception="AssertionError")
+    # its blocks are (*inp_i.shape, *inp_j.shape) whatever the function computes (it must return one element):
+    # refused from the inputs' shapes before any pass, the first included, in either strategy
+    _check_jacobian(inputs, inputs, "hessian")
 
     def ensure_single_output_function(*inp):
         out = func(*inp)

@@ -162,3 +162,24 @@ def check_numel(shape, what: str = "tensor", itemsize: int | None = None) -> Non
             f"{b.max_elements} elements per tensor{b.limits.setting('max_elements_per_tensor')}")
     if itemsize is not None and n * itemsize > b.room:  # Budget.reserve's test first: the message only if asked
         b.reserve(n * itemsize, f"a {what} of shape {list(shape)}")
+
+
+def check_results(blocks, what: str, each: str, shown: bool = False) -> None:
+    """Refuse, before any pass makes them, results known from their shapes (a transform's blocks, a batched
+    pass's gradients): ``blocks`` of (shape, dtype), each against the per-tensor limit (called ``each``), all
+    together against the run's bytes, and when ``shown`` (the response will carry them) its limit."""
+    b = _budget.get()
+    if b is None:
+        return
+    nbytes = 0
+    for shape, dtype in blocks:
+        itemsize = dtype.itemsize
+        check_numel(shape, each, itemsize)
+        n = itemsize
+        for s in shape:
+            n *= s
+        nbytes += n
+    if nbytes > b.room:
+        b.reserve(nbytes, f"the {what} (its blocks together)")
+    if shown:
+        b.respond_ahead(blocks, f"the {what} in the response")

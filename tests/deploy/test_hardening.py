@@ -270,6 +270,84 @@ def test_an_oversized_jacobian_is_refused_before_any_row_pass(strict, vectorize)
     assert "4410000 elements" in body["detail"] and "GRADSERVE_MAX_ELEMENTS_PER_TENSOR" in body["detail"]
 
 
+def sines(n: int) -> list[dict]:
+    return [{"op": "sin", "args": ["b"], "out": "b"}] * n
+
+
+def test_a_forward_mode_jacobian_over_the_limits_is_refused_before_its_pass(strict):
+    """``strategy="forward-mode"`` (``vectorize=True``): a square 2100 x 2100 jacobian is refused from the inputs'
+    shapes (its standard basis, the same size); a tall one (200 inputs, 200 x 200 outputs: 8M elements) at the
+    op of its one batched pass that would make the oversized tangent, before numpy allocates it: 40 sines over
+    8M-element tangents would take the 1 s deadline (504), a loop of 200 passes longer still."""
+    square = [{"op": "ones", "out": "x", "args": [2100], "kwargs": {"requires_grad": True}},
+              {"op": "function", "out": "f", "kwargs": {"inputs": ["a"], "outputs": "b", "ops": [
+                  {"op": "mul", "args": ["a", 2.0], "out": "b"}, *sines(40)]}}]
+    tall = [{"op": "ones", "out": "x", "args": [200], "kwargs": {"requires_grad": True}},
+            {"op": "function", "out": "f", "kwargs": {"inputs": ["a"], "outputs": "b", "ops": [
+                {"op": "unsqueeze", "args": ["a", 1], "out": "p"}, {"op": "unsqueeze", "args": ["a", 0], "out": "q"},
+                {"op": "mul", "args": ["p", "q"], "out": "b"}, *sines(40)]}}]
+    forward = {"op": "jacobian", "args": ["f", "x"], "out": "J",
+               "kwargs": {"vectorize": True, "strategy": "forward-mode"}}
+    with httpx.Client(base_url=strict.url, timeout=60) as c:
+        for ops, elements in ((square, 4410000), (tall, 8000000)):
+            for returned in (True, False):  # sent or reduced: the per-tensor limit holds either way
+                run = [*ops, forward] if returned else [*ops, forward, {"op": "sum", "args": ["J"], "out": "s"}]
+                started = time.monotonic()
+                body = assert_problem(run_eval(c, run, **{"return": ["J" if returned else "s"]}), 422,
+                                      "limit_exceeded")
+                assert time.monotonic() - started < 1, body
+                assert f"{elements} elements" in body["detail"], body
+                assert "GRADSERVE_MAX_ELEMENTS_PER_TENSOR" in body["detail"], body
+        small = [*tall[:1], {**tall[0], "args": [20], "out": "y"}, tall[1], {**forward, "args": ["f", "y"]}]
+        answer = run_eval(c, small, **{"return": ["J"]})  # within the limits: computed, (20, 20, 20)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["tensors"]["J"]["shape"] == [20, 20, 20]
+
+
+def test_batched_gradients_over_the_limits_are_refused_before_any_pass(strict):
+    """``grad(..., is_grads_batched=True)``: the gradients are (batch, *x.shape), known before any pass; 5000 x
+    1000 (5M elements, over the 4M per tensor) is refused at once (it was 504: the batched pass did not fit, and
+    the loop of 5,000 passes it fell back to took the 1 s deadline)."""
+    def ops(batch: int) -> list[dict]:
+        return [{"op": "ones", "out": "x", "args": [1000], "kwargs": {"requires_grad": True}},
+                {"op": "mul", "args": ["x", 2.0], "out": "b"}, *sines(40), {"op": "sum", "args": ["b"], "out": "s"},
+                {"op": "ones", "out": "v", "args": [batch]},
+                {"op": "grad", "args": [["s"], ["x"]], "out": ["g"],
+                 "kwargs": {"grad_outputs": ["v"], "is_grads_batched": True}}]
+
+    with httpx.Client(base_url=strict.url, timeout=60) as c:
+        started = time.monotonic()
+        body = assert_problem(run_eval(c, ops(5000), **{"return": ["g"]}), 422, "limit_exceeded")
+        assert time.monotonic() - started < 1, body
+        assert "batched gradient of shape [5000, 1000] would have 5000000 elements" in body["detail"], body
+        answer = run_eval(c, ops(10), **{"return": ["g"]})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["tensors"]["g"]["shape"] == [10, 1000]
+
+
+@pytest.mark.parametrize("strategy", ["reverse-mode", "forward-mode"])
+def test_a_hessian_over_the_response_limit_is_refused_from_its_inputs_shapes(uvicorns, strategy):
+    """A hessian's blocks are (*x.shape, *x.shape) whatever its function computes: 1000 x 1000 returned under a
+    2 MB response limit is refused before any pass (forward-mode's one batched forward-over-reverse pass ran
+    first before, and the refusal named the inner jacobian), within a 1 s deadline its passes would pass."""
+    server = uvicorns({"GRADSERVE_MAX_RESPONSE_BYTES": "2000000", "GRADSERVE_REQUEST_DEADLINE_SECONDS": "1",
+                       "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"})
+    ops = [{"op": "ones", "out": "x", "args": [1000], "kwargs": {"requires_grad": True}},
+           {"op": "function", "out": "f", "kwargs": {"inputs": ["a"], "outputs": "b", "ops": [
+               {"op": "mul", "args": ["a", 2.0], "out": "b"}, *sines(40), {"op": "sum", "args": ["b"], "out": "b"}]}},
+           {"op": "hessian", "args": ["f", "x"], "out": "H",
+            "kwargs": {"vectorize": True, "outer_jacobian_strategy": strategy}}]
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        started = time.monotonic()
+        body = assert_problem(run_eval(c, ops, **{"return": ["H"]}), 422, "limit_exceeded")
+        assert time.monotonic() - started < 0.5, body
+        assert "the hessian in the response would carry about 16000004 bytes" in body["detail"], body
+        small = [{**ops[0], "args": [30]}, ops[1], ops[2]]
+        answer = run_eval(c, small, **{"return": ["H"]})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["tensors"]["H"]["shape"] == [30, 30]
+
+
 def test_a_jacobian_within_the_limits_is_still_computed(client):
     ops = [{"op": "tensor", "out": "x", "args": [[1.0, 2.0, 3.0]], "kwargs": {"requires_grad": True}},
            {"op": "function", "out": "f", "kwargs": {"inputs": ["a"], "outputs": "b",
@@ -391,6 +469,8 @@ def test_heavy_work_runs_on_nicer_threads_than_the_event_loop(server):
     nice = thread_niceness(pid)
     assert nice[pid] == 0  # the main thread: the event loop
     assert sum(n >= 10 for n in nice.values()) >= 1, nice  # the heavy lane's thread (and BLAS's)
+
+
 def test_a_cheap_request_is_never_queued_behind_heavy_work(strict):
     heavy = {"ops": [{"op": "randn", "out": "m", "args": [600, 600]},
                      *[{"op": "matmul", "out": "m", "args": ["m", "m"]} for _ in range(400)]], "return": ["s"]}
