@@ -70,3 +70,25 @@ def test_client_half_reprs_match_live_torch(ctx):
         exec(code, mine)
         exec(code, theirs)
         assert repr(mine["x"]) == repr(theirs["x"]), code
+
+
+def test_seeded_half_draws_through_the_client_are_torchs_numbers(ctx):
+    """randn, normal_, rand and uniform_ of float16/bfloat16 at sizes around torch's block kernel: the values of
+    the committed fixture of torch's draws (tests/fixtures/torch_random_half.json), bfloat16 read as float32."""
+    import ml_dtypes
+
+    from tests.engine.random_cases import HALF_FIXTURE, digest
+
+    rows = {(r["seed"], r["case"]): r["r"] for r in json.loads(HALF_FIXTURE.read_text())["cases"]}
+    draws = {"randn": lambda n, dt: torch.randn(n, dtype=dt), "rand": lambda n, dt: torch.rand(n, dtype=dt),
+             "normal_": lambda n, dt: torch.empty(n, dtype=dt).normal_(-2.7, 11.3),
+             "uniform_": lambda n, dt: torch.zeros(n, dtype=dt).uniform_(-0.3, 0.7)}
+    bad = []
+    for dtype, held in (("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16)):
+        for name, draw in draws.items():
+            for n in (1, 15, 16, 17, 33, 100):
+                torch.manual_seed(0)
+                t = draw(n, getattr(torch, dtype))
+                if digest(np.array(t.tolist(), np.float32).astype(held)) != rows[(0, f"{name}[{n},{dtype}]")]:
+                    bad.append(f"{name}[{n},{dtype}]")
+    assert not bad

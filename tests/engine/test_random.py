@@ -14,10 +14,12 @@ from gradserve_server.engine import State, dumps, loads, run_program
 from gradserve_server.engine.errors import EngineError
 from gradserve_server.engine.generator import Generator, Generators, use
 
-from .random_cases import FIXTURE, SEEDS, cases, digest, run_torch
+from .random_cases import FIXTURE, HALF_FIXTURE, HALF_SEEDS, SEEDS, cases, digest, half_cases, run_torch
 
 _FIXTURE = json.loads(FIXTURE.read_text())["cases"]
 _CASES = dict(cases())
+_HALF_FIXTURE = json.loads(HALF_FIXTURE.read_text())["cases"]
+_HALF_CASES = dict(half_cases())
 
 
 def _run(seed: int, ops: list) -> State:
@@ -40,6 +42,36 @@ def test_every_case_matches_torchs_fixture(seed):
         state = _run(seed, _CASES[row["case"]])
         if digest(state.tensors["r"].data) != row["r"] or _state_sha(state) != row["state_sha256"]:
             bad.append(row["case"])
+    assert not bad
+
+
+def _mismatches(rows: list, programs: dict) -> list:
+    bad = []
+    for row in rows:
+        state = _run(row["seed"], programs[row["case"]])
+        if digest(state.tensors["r"].data) != row["r"] or _state_sha(state) != row["state_sha256"]:
+            bad.append(row["case"])
+    return bad
+
+
+@pytest.mark.parametrize("seed", HALF_SEEDS)
+def test_float16_and_bfloat16_draws_match_torchs_fixture(seed):
+    """randn/normal_ at every size to 64 and some large ones (torch's block kernel from 16 values on), rand,
+    uniform_, the *_like forms, exponential_, bernoulli_, dropout, random_: values and generator state."""
+    rows = [r for r in _HALF_FIXTURE if r["seed"] == seed]
+    assert len(rows) == len(_HALF_CASES)
+    assert not _mismatches(rows, _HALF_CASES)
+
+
+def test_float16_and_bfloat16_draws_against_torch_itself():
+    torch = pytest.importorskip("torch")
+    bad = []
+    for seed in (2**40 + 1, 12345):
+        for name, ops in half_cases():
+            want, state_bytes = run_torch(torch, seed, ops)
+            state = _run(seed, ops)
+            if digest(state.tensors["r"].data) != want["r"] or state.generator.get_state() != state_bytes:
+                bad.append((seed, name))
     assert not bad
 
 
