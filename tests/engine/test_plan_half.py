@@ -8,12 +8,21 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import gradserve_server.engine as E
 from gradserve_server.engine.plan import Plan, PlanCache
 from gradserve_server.engine.tensor import Tensor
 
 from .samples import SAMPLES, Sample
-from .test_plan import PLANNED_OPS, PROGRAMS, _program, both_ways, draws, observe, planned, tape_mode  # noqa: F401
+from .test_plan import (
+    PLANNED_OPS,
+    PROGRAMS,
+    _cases,
+    _program,
+    both_ways,
+    draws,
+    observe,
+    planned,
+    tape_mode,  # noqa: F401 - a fixture
+)
 
 HALF = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
 
@@ -42,21 +51,9 @@ def _perturbed(t):
     return (d.astype(np.float32) * (1 + 0.05 * rng.standard_normal(d.shape)).astype(np.float32)).astype(d.dtype)
 
 
-def _cases():
-    out = []
-    for name, samples in SAMPLES.items():
-        spec = E.OPS.get(name)
-        if spec is None or spec.inplace:
-            continue
-        for i, s in enumerate(samples):
-            if _program(name, s, lambda t: t.data) is not None:
-                out.append(pytest.param(name, i, id=f"{name}-{i}"))
-    return out
-
-
-def _run_both_ways(name: str, i: int, dtype: str):
+def _run_both_ways(name: str, sample: Sample, dtype: str):
     """(replayed at least once, routes): asserts cold == recorded == replayed, on two sets of values."""
-    half = _half_sample(SAMPLES[name][i], HALF[dtype])
+    half = _half_sample(sample, HALF[dtype])
     if half is None:
         return None
     ops = _program(name, half, lambda t: t.data)
@@ -71,9 +68,9 @@ def _run_both_ways(name: str, i: int, dtype: str):
 
 
 @pytest.mark.parametrize("dtype", list(HALF))
-@pytest.mark.parametrize("name,i", _cases())
-def test_every_op_sample_in_half_precision_runs_the_same_cold_and_replayed(name, i, dtype):
-    _run_both_ways(name, i, dtype)
+@pytest.mark.parametrize("name,sample", _cases())
+def test_every_op_sample_in_half_precision_runs_the_same_cold_and_replayed(name, sample, dtype):
+    _run_both_ways(name, sample, dtype)
 
 
 @pytest.mark.parametrize("dtype", list(HALF))
@@ -81,7 +78,7 @@ def test_the_benchmark_ops_replay_in_half_precision_not_just_run_cold(dtype):
     """No ``half_precision`` route any more: the benchmark ops' half programs are planned and replayed."""
     cold = {}
     for name in PLANNED_OPS:
-        results = [_run_both_ways(name, i, dtype) for i in range(len(SAMPLES.get(name, ())))]
+        results = [_run_both_ways(name, sample, dtype) for sample in SAMPLES.get(name, ())]
         results = [r for r in results if r is not None]
         if results and not any(replayed for replayed, _ in results):
             cold[name] = sorted({r.reason for _, routes in results for r in routes})
