@@ -92,3 +92,26 @@ def test_seeded_half_draws_through_the_client_are_torchs_numbers(ctx):
                 if digest(np.array(t.tolist(), np.float32).astype(held)) != rows[(0, f"{name}[{n},{dtype}]")]:
                     bad.append(f"{name}[{n},{dtype}]")
     assert not bad
+
+
+def test_half_attention_through_the_client_gives_torchs_recorded_bits(ctx):
+    """scaled_dot_product_attention of 4-d float16/bfloat16 inputs (torch's flash route) and its gradients through
+    the client: the bits of tests/fixtures/torch_attention_half.json."""
+    from tests.engine.attention_half_cases import FIXTURE as ATTENTION
+    from tests.engine.attention_half_cases import NP, digest, inputs, options
+
+    recorded = json.loads(ATTENTION.read_text())["cases"]
+    bad = []
+    for name in ("small", "gqa", "keys_16"):
+        for dtype in NP:
+            x, dt = inputs(name, dtype), getattr(torch, dtype)
+            q, k, v, g = (torch.tensor(x[n].astype(np.float32), dtype=dt) for n in ("query", "key", "value", "grad"))
+            for t in (q, k, v):
+                t.requires_grad_()
+            out = F.scaled_dot_product_attention(q, k, v, **options(name))
+            assert out.grad_fn.name() == "ScaledDotProductFlashAttentionForCpuBackward0"
+            out.backward(g)
+            got = [digest(np.array(t.tolist(), np.float32).astype(NP[dtype])) for t in (out, q.grad, k.grad, v.grad)]
+            if got != [recorded[f"{name}[{dtype}]"][key] for key in ("out", "dq", "dk", "dv")]:
+                bad.append(f"{name}[{dtype}]")
+    assert not bad
