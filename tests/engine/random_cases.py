@@ -119,6 +119,12 @@ def half_cases() -> list[tuple[str, list]]:
         ]
     out += [(f"random_full[{dt}]", [_op("empty", 40, dtype=dt, out="r"), _op("random_", "r")])
             for dt in (*HALF, "int32", "int16", "int8", "uint8")]
+    # random_(from, to) and randint past the integers a floating dtype holds: torch moves the bounds to ones it holds
+    for dt, low, high in (("float16", -50, 3000), ("bfloat16", 0, 2**40), ("float32", -(2**25) - 7, 2**25),
+                          ("float64", 0, 2**60), ("float16", 2047, 2049), ("bfloat16", -300, 7)):
+        out.append((f"random_bounds[{dt},{low},{high}]", [_op("empty", 40, dtype=dt, out="r"),
+                                                          _op("random_", "r", low, high)]))
+    out.append(("randint_bounds[float16]", [_op("randint", -50, 3000, [40], dtype="float16", out="r")]))
     # uniform_ where many draws round to the upper bound in the dtype (torch writes the lower one instead)
     for dt, low in (("float16", 100.0), ("bfloat16", 100.0), ("float32", 1e6), ("float64", 2.0**53)):
         out.append((f"uniform_upper_bound[{dt}]", [_op("empty", 300, dtype=dt, out="r"),

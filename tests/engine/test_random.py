@@ -203,3 +203,29 @@ def test_multinomial_checks_its_result_against_the_limits_before_drawing():
         run_program(state, [{"op": "multinomial", "args": ["p", 10**9, True], "out": "r"}],
                     limits=Limits(max_elements_per_tensor=10**6))
     assert e.value.code == "limit_exceeded" and state.generator.get_state() == before
+
+
+@pytest.mark.parametrize("dtype,low,high,message", [
+    ("float16", 0, 70000, "to - 1 is out of bounds for c10::Half"),
+    ("float16", -70000, 5, "from is out of bounds for c10::Half"),
+    ("bfloat16", 0, 2**40 * 2**90, None),  # (past int64: refused by the argument parser, before any bound)
+])
+def test_random_bounds_past_a_half_dtypes_range_are_torchs_errors_and_change_nothing(dtype, low, high, message):
+    state = State()
+    run_program(state, [{"op": "manual_seed", "args": [3]}, {"op": "zeros", "args": [4], "kwargs": {"dtype": dtype},
+                                                              "out": "r"}])
+    before = state.generator.get_state()
+    with pytest.raises(EngineError) as e:
+        run_program(state, [{"op": "random_", "args": ["r", low, high]}])
+    if message is not None:
+        assert e.value.message == message and type(e.value).__name__ == "TorchRuntimeError"
+    assert state.generator.get_state() == before and not state.tensors["r"].data.any()
+
+
+def test_random_bounds_past_a_floating_dtypes_integers_warn_as_torch():
+    res = run_program(State(), [{"op": "empty", "args": [3], "kwargs": {"dtype": "float16"}, "out": "r"},
+                                {"op": "random_", "args": ["r", -50, 3000]}])
+    assert list(res.warnings) == [
+        "to - 1 is out of bounds [-(2^11), 2^11]. Due to precision limitations c10::Half can support discrete "
+        "uniform distribution only within this range. This warning will become an error in version 1.7 release, "
+        "please fix the code in advance"]

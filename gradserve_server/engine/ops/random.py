@@ -19,8 +19,9 @@ reproduced here:
 * smaller normals draw pairs through ``normal_distribution<double>`` (log1p, cos and sin of libm), keeping
   the second value of a pair on the generator for the next normal draw;
 * integers: ``word % range + low`` with one word when the range is below 2**32, else two;
-* bernoulli: a double uniform (float for a float32 ``p`` tensor) ``< p``; exponential: ``-log1p(-u) / lambd``
-  of a double uniform (libm's log1p).
+* bernoulli: a double uniform (float for a ``p`` tensor of another floating dtype than float64) ``< p``;
+  exponential: ``-log1p(-u) / lambd`` of a double uniform (libm's log1p);
+* random_(from, to) and randint into a floating dtype: bounds it cannot hold moved to ones it can (``_float_bounds``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from .. import dtypes as D
 from .. import kernel as K
 from ..errors import InvalidArgumentError, TorchRuntimeError, TorchTypeError
 from ..generator import Generator, resolve
-from ..grad_mode import check_numel
+from ..grad_mode import check_numel, emit_warning
 from ..registry import P, jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
 from . import elementwise as E
@@ -314,6 +315,8 @@ def _randint_bounds(name: str, a, b) -> tuple[int, int]:
 
 def _randint(name: str, low: int, high: int, shape: tuple, d: str, generator, requires_grad) -> Tensor:
     _check_requires_grad(d, requires_grad)
+    if D.is_floating(d):
+        low, high = _float_bounds(d, low, high)
     vals = integer_values(_gen(name, generator), math.prod(shape), low, high)
     return _leaf(K.astype(vals, NP[d]).reshape(shape), requires_grad)
 
@@ -419,7 +422,8 @@ def _normal(self: Tensor, mean=0.0, std=1.0, *, generator=None) -> Tensor:
 
 def _bernoulli_inplace(self: Tensor, p=0.5, *, generator=None) -> Tensor:
     """bernoulli_(p): a double uniform < p per element; bernoulli_(Tensor p): p expanded to self, a double
-    uniform (float32 p: a float one) < p (torch's two overloads, BernoulliBackward2 and BernoulliBackward1)."""
+    uniform (a float one for a p of another floating dtype than float64) < p (torch's two overloads,
+    BernoulliBackward2 and BernoulliBackward1)."""
     if isinstance(p, Tensor):
         if not D.is_floating(p.dtype):
             raise TorchRuntimeError(f"\"bernoulli_tensor_cpu_p_\" not implemented for "
@@ -432,7 +436,7 @@ def _bernoulli_inplace(self: Tensor, p=0.5, *, generator=None) -> Tensor:
                                     "error message be improved?  If so, please report an enhancement request to "
                                     "PyTorch.)", code="invalid_argument")
         g = _gen("bernoulli_", generator)
-        u = (uniform_float if p.dtype == D.FLOAT32 else uniform_double)(g, self.numel())
+        u = (uniform_double if p.dtype == D.FLOAT64 else uniform_float)(g, self.numel())
         keep = _memory_order(self.data, u.reshape(self.shape)) < probs
         return record(P.BernoulliBackward1, keep.astype(self.data.dtype), (self, p))
     p = _number("bernoulli_", "p", p)
@@ -448,6 +452,43 @@ def _bernoulli_inplace(self: Tensor, p=0.5, *, generator=None) -> Tensor:
 _RANDOM_SPAN = {D.INT64: 1 << 63, D.INT32: 1 << 31, D.INT16: 1 << 15, D.INT8: 1 << 7, D.UINT8: 1 << 8,
                 D.FLOAT64: (1 << 53) + 1, D.FLOAT32: (1 << 24) + 1, D.FLOAT16: (1 << 11) + 1,
                 D.BFLOAT16: (1 << 8) + 1}
+
+
+#: a floating dtype's significand digits: it holds every integer of magnitude up to 2**digits
+_DIGITS = {D.FLOAT64: 53, D.FLOAT32: 24, D.FLOAT16: 11, D.BFLOAT16: 8}
+
+
+def _as_dtype_int(v: int, dtype: str) -> int:
+    """int64 -> dtype -> int64 as a C cast does it (a value the dtype cannot hold, inf, reads as int64's minimum)."""
+    x = K.astype(np.array([v], np.int64), NP[dtype])[0]
+    return int(x) if np.isfinite(x) else -(1 << 63)
+
+
+def _float_bounds(dtype: str, low: int, high: int) -> tuple[int, int]:
+    """random_(from, to) (and randint) into a floating dtype, as torch bounds it: a ``from`` whose from + 1 the
+    dtype rounds below it moves up, a ``to`` whose to - 1 it rounds to ``to`` or above moves down (by the dtype's
+    spacing there); both must fit the dtype's range; past 2**digits a UserWarning says the draws are not
+    uniform over the integers."""
+    digits = _DIGITS[dtype]
+    up = _as_dtype_int(low + 1, dtype)
+    if up < low:
+        low = up + (1 << (abs(low + 1).bit_length() - 1 - digits + 1))
+    down = _as_dtype_int(high - 1, dtype)
+    if down >= high:
+        high = down - (1 << (abs(high - 1).bit_length() - 1 - digits + 1))
+    if low >= high:
+        raise TorchRuntimeError(f"random_ expects 'from' casted to dtype to be less than 'to' casted to dtype, but "
+                                f"got from={low} >= to={high}", code="invalid_argument")
+    name, top = D.TYPE_META_NAMES[dtype], float(D.finfo(NP[dtype]).max)
+    for what, v in (("from", low), ("to - 1", high - 1)):
+        if not -top <= v <= top:
+            raise TorchRuntimeError(f"{what} is out of bounds for {name}", code="invalid_argument")
+    for what, v in (("from", low), ("to - 1", high - 1)):
+        if not -(1 << digits) <= v <= 1 << digits:
+            emit_warning(f"{what} is out of bounds [-(2^{digits}), 2^{digits}]. Due to precision limitations {name} "
+                         f"can support discrete uniform distribution only within this range. This warning will "
+                         f"become an error in version 1.7 release, please fix the code in advance")
+    return low, high
 
 
 def _random(self: Tensor, from_=None, to=None, *, generator=None) -> Tensor:
@@ -474,6 +515,8 @@ def _random(self: Tensor, from_=None, to=None, *, generator=None) -> Tensor:
         if self.dtype == D.BOOL and (low < 0 or high - 1 > 1):
             raise TorchRuntimeError(("from is out of bounds for bool" if low < 0 else "to - 1 is out of bounds for "
                                      "bool"), code="invalid_argument")
+        if D.is_floating(self.dtype):
+            low, high = _float_bounds(self.dtype, low, high)
         vals = K.astype(integer_values(g, n, low, high), dt)
     return record(prim, _memory_order(self.data, vals.reshape(self.shape)), (self,))
 
@@ -575,7 +618,7 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, requires_gra
 @op("bernoulli", tensors=("input",))
 def bernoulli(input, *, generator=None):
     """torch.bernoulli(input, *, generator=None): 1 where a uniform draw falls below input's probability (a
-    double draw for float64 probabilities, a float one for float32), in input's dtype."""
+    double draw for float64 probabilities, a float one for the others), in input's dtype."""
     input = require_tensor(input, "input", "bernoulli")
     _float_only("bernoulli_tensor_cpu_p_", input.dtype)
     p = input.data
@@ -584,7 +627,7 @@ def bernoulli(input, *, generator=None):
                                 "message be improved?  If so, please report an enhancement request to PyTorch.)",
                                 code="invalid_argument")
     g = _gen("bernoulli", generator)
-    u = (uniform_float if input.dtype == D.FLOAT32 else uniform_double)(g, p.size)
+    u = (uniform_double if input.dtype == D.FLOAT64 else uniform_float)(g, p.size)
     return record(P.BernoulliBackward0, (u < p.reshape(-1)).astype(p.dtype).reshape(p.shape), (input,))
 
 
