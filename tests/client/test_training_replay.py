@@ -62,15 +62,13 @@ OPTIMIZERS = {
 }
 
 
-def train(torch, optimizer: str, epochs: int, dtype: str = "float32", optimizers: dict = OPTIMIZERS
-          ) -> tuple[list, list]:
-    """The tutorial's MLP loop: F.linear, relu, mse_loss, ``optim.<optimizer>``, ``loss.item()`` every epoch (in
-    ``dtype``: test_half_training_replay.py runs it in float16/bfloat16)."""
-    F, dt = torch.nn.functional, getattr(torch, dtype)
-    params = [torch.tensor(v.astype(np.float32).tolist(), dtype=dt, requires_grad=True) for v in (W1, B1, W2, B2)]
+def train(torch, optimizer: str, epochs: int) -> tuple[list, list]:
+    """The tutorial's MLP loop: F.linear, relu, mse_loss, ``optim.<optimizer>``, ``loss.item()`` every epoch."""
+    F = torch.nn.functional
+    params = [torch.tensor(v.astype(np.float32).tolist(), requires_grad=True) for v in (W1, B1, W2, B2)]
     w1, b1, w2, b2 = params
-    x, y = (torch.tensor(v.astype(np.float32).tolist(), dtype=dt) for v in (X, Y))
-    opt = optimizers[optimizer](torch.optim, params)
+    x, y = torch.tensor(X.astype(np.float32).tolist()), torch.tensor(Y.astype(np.float32).tolist())
+    opt = OPTIMIZERS[optimizer](torch.optim, params)
     losses = []
     for _ in range(epochs):
         opt.zero_grad()
