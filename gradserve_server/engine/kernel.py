@@ -16,6 +16,7 @@ program unplannable (``Recorder.bad``), so a value computed outside a kernel is 
 from __future__ import annotations
 
 import contextvars
+import functools
 import types
 
 import ml_dtypes
@@ -215,6 +216,27 @@ def _in_f32(fn, args, half: np.dtype):
     return rounded if out.__class__ is tuple else rounded[0]
 
 
+class _InFloat32:
+    """A float16/bfloat16 kernel call as a plan's step: ``fn`` run by ``_in_f32`` (on float32 copies, its results
+    rounded once), so that a replay computes what the cold run computed, bit for bit."""
+
+    __slots__ = ("fn", "half", "__name__")
+
+    def __init__(self, fn, half: np.dtype):
+        self.fn, self.half = fn, half
+        self.__name__ = f"{getattr(fn, '__name__', 'kernel')}_in_float32"
+
+    def __call__(self, *args):
+        return _in_f32(self.fn, args, self.half)
+
+
+@functools.lru_cache(maxsize=1024)
+def in_float32(fn, half: np.dtype) -> _InFloat32:
+    """The step that runs ``fn`` in float32 for ``half`` arrays (one per kernel and type: a plan's common
+    subexpressions stay common)."""
+    return _InFloat32(fn, half)
+
+
 def kcall(fn, *args):
     """Run ``fn(*args)`` (a kernel); while recording, note the call on the tape."""
     rec = _get()
@@ -403,8 +425,6 @@ class Recorder:
         if lifted is not None:
             args = tuple(lifted)
         half = None if inplace else _half_of(args)
-        if half is not None:
-            self.bad("half_precision", "a float16/bfloat16 kernel (computed in float32 by the eager path)")
         try:
             if inplace:
                 fn(*args)
@@ -420,6 +440,7 @@ class Recorder:
             if fn not in STRUCTURAL:
                 self.bad("recording_raised", f"{getattr(fn, '__name__', fn)} raised")
             raise
+        step = fn if half is None else in_float32(fn, half)  # (a replay runs the kernel as the cold run did)
         if out.__class__ is tuple:
             outs = []
             for o in out:
@@ -427,9 +448,9 @@ class Recorder:
                     self.bad("untraced_array", f"{getattr(fn, '__name__', fn)} returned a non-array")
                     return out
                 outs.append(self._new_slot(o))
-            self.steps.append((fn, tuple(template), tuple(where), tuple(outs), True))
+            self.steps.append((step, tuple(template), tuple(where), tuple(outs), True))
         else:
-            self.steps.append((fn, tuple(template), tuple(where), self._new_slot(out), 2 if inplace else False))
+            self.steps.append((step, tuple(template), tuple(where), self._new_slot(out), 2 if inplace else False))
         return out
 
 

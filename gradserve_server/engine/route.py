@@ -36,7 +36,6 @@ REASONS = {
                  "tensor op's data form)",
     "untraced_array": "an array reached a kernel or the result without coming from an input or a kernel",
     "non_static_argument": "a kernel got an argument a plan cannot hold",
-    "half_precision": "a float16/bfloat16 kernel: computed in float32 and rounded once by the eager path, not planned",
     "recording_raised": "a kernel raised while the plan was recorded",
     "inplace_outside_kernel": "an array was changed in place outside a kernel",
     "warning": "the run warned",

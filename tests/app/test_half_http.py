@@ -75,3 +75,23 @@ def test_backward_through_half_tensor_gives_grad_of_its_dtype(client, session, d
     want = np.exp(np.array([0.5, -1.0, 2.0], np.float32)).astype(NP[dtype])  # exp computed in float32, rounded
     np.testing.assert_array_equal(got, want)
     assert body["tensors"]["e"]["dtype"] == dtype
+
+
+def test_seeded_half_draws_over_http_are_torchs_numbers(client, session):
+    """randn/normal_ of float16/bfloat16 around torch's block kernel (16 values on) and past it, and rand, over
+    HTTP: the values of the committed fixture of torch's draws (tests/fixtures/torch_random_half.json)."""
+    import json
+
+    from tests.engine.random_cases import HALF_FIXTURE, digest
+
+    rows = {(r["seed"], r["case"]): r["r"] for r in json.loads(HALF_FIXTURE.read_text())["cases"]}
+    bad = []
+    for dtype in HALF:
+        for case, op in ((f"randn[{n},{dtype}]", {"op": "randn", "args": [n], "kwargs": {"dtype": dtype}})
+                         for n in (15, 16, 17, 40, 1000)):
+            ok(run(client, session, [{"op": "manual_seed", "args": [0]}, {**op, "out": "r"}]))
+            got = ok(client.get(f"/v1/sessions/{session}/tensors/r", params={"encoding": "base64"}))["data"]
+            values = np.frombuffer(base64.b64decode(got["data"]), NP[dtype]).reshape(got["shape"])
+            if digest(values) != rows[(0, case)]:
+                bad.append(case)
+    assert not bad

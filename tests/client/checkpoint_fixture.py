@@ -1,5 +1,6 @@
-"""Writes ``tests/fixtures/torch_checkpoint.pt`` with real torch (2.13) and, beside it, what torch reads back
-from it (``torch_checkpoint.json``), so that the client's ``torch.load`` is checked against a file torch wrote
+"""Writes ``tests/fixtures/torch_checkpoint.pt`` and ``torch_half_checkpoint.pt`` (float16 and bfloat16
+tensors, a half model's state dict) with real torch (2.13) and, beside each, what torch reads back from it
+(``.json``), so that the client's ``torch.load`` is checked against a file torch wrote
 where torch is not installed. Run it by hand: ``.venv/bin/python -m tests.client.checkpoint_fixture``."""
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from pathlib import Path
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CHECKPOINT = FIXTURES / "torch_checkpoint.pt"
 EXPECTED = FIXTURES / "torch_checkpoint.json"
+HALF_CHECKPOINT = FIXTURES / "torch_half_checkpoint.pt"
+HALF_EXPECTED = FIXTURES / "torch_half_checkpoint.json"
 
 
 def describe(value):
@@ -54,13 +57,30 @@ def build():
             "dtype": torch.float64, "scalar": torch.tensor(3.0), "empty": torch.zeros(0, 2)}
 
 
+def build_half():
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 3) * 100  # (values whose float16 and bfloat16 roundings differ from float32's)
+    special = torch.tensor([0.0, -0.0, 1e-7, 65504.0, 1e5, float("inf"), -float("inf"), 2**-24, 3e38])
+    half = torch.nn.Linear(3, 2).half()
+    bf = torch.nn.Linear(3, 2).bfloat16()
+    return {"f16": x.half(), "bf16": x.bfloat16(), "f16_view": x.half().t()[1:], "bf16_view": x.bfloat16()[:, 2],
+            "f16_special": special.half(), "bf16_special": special.bfloat16(),
+            "half_model": half.state_dict(), "bf16_model": bf.state_dict(),
+            "bf16_param": torch.nn.Parameter(torch.tensor([1.5, -2.25]).bfloat16()),
+            "f16_leaf": torch.tensor([0.1, 0.2], dtype=torch.float16, requires_grad=True),
+            "bf16_scalar": torch.tensor(0.1, dtype=torch.bfloat16), "f16_empty": torch.zeros(0, 2).half(),
+            "dtypes": [torch.float16, torch.bfloat16, torch.half]}
+
+
 def main() -> None:
     import torch
 
     assert torch.__version__.startswith("2.13"), torch.__version__
-    torch.save(build(), CHECKPOINT)
-    loaded = torch.load(CHECKPOINT)
-    EXPECTED.write_text(json.dumps(describe(loaded)) + "\n")
+    for obj, path, expected in ((build(), CHECKPOINT, EXPECTED), (build_half(), HALF_CHECKPOINT, HALF_EXPECTED)):
+        torch.save(obj, path)
+        expected.write_text(json.dumps(describe(torch.load(path))) + "\n")
 
 
 if __name__ == "__main__":

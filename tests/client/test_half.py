@@ -70,3 +70,48 @@ def test_client_half_reprs_match_live_torch(ctx):
         exec(code, mine)
         exec(code, theirs)
         assert repr(mine["x"]) == repr(theirs["x"]), code
+
+
+def test_seeded_half_draws_through_the_client_are_torchs_numbers(ctx):
+    """randn, normal_, rand and uniform_ of float16/bfloat16 at sizes around torch's block kernel: the values of
+    the committed fixture of torch's draws (tests/fixtures/torch_random_half.json), bfloat16 read as float32."""
+    import ml_dtypes
+
+    from tests.engine.random_cases import HALF_FIXTURE, digest
+
+    rows = {(r["seed"], r["case"]): r["r"] for r in json.loads(HALF_FIXTURE.read_text())["cases"]}
+    draws = {"randn": lambda n, dt: torch.randn(n, dtype=dt), "rand": lambda n, dt: torch.rand(n, dtype=dt),
+             "normal_": lambda n, dt: torch.empty(n, dtype=dt).normal_(-2.7, 11.3),
+             "uniform_": lambda n, dt: torch.zeros(n, dtype=dt).uniform_(-0.3, 0.7)}
+    bad = []
+    for dtype, held in (("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16)):
+        for name, draw in draws.items():
+            for n in (1, 15, 16, 17, 33, 100):
+                torch.manual_seed(0)
+                t = draw(n, getattr(torch, dtype))
+                if digest(np.array(t.tolist(), np.float32).astype(held)) != rows[(0, f"{name}[{n},{dtype}]")]:
+                    bad.append(f"{name}[{n},{dtype}]")
+    assert not bad
+
+
+def test_half_attention_through_the_client_gives_torchs_recorded_bits(ctx):
+    """scaled_dot_product_attention of 4-d float16/bfloat16 inputs (torch's flash route) and its gradients through
+    the client: the bits of tests/fixtures/torch_attention_half.json."""
+    from tests.engine.attention_half_cases import FIXTURE as ATTENTION
+    from tests.engine.attention_half_cases import NP, digest, inputs, options
+
+    recorded = json.loads(ATTENTION.read_text())["cases"]
+    bad = []
+    for name in ("small", "gqa", "keys_16"):
+        for dtype in NP:
+            x, dt = inputs(name, dtype), getattr(torch, dtype)
+            q, k, v, g = (torch.tensor(x[n].astype(np.float32), dtype=dt) for n in ("query", "key", "value", "grad"))
+            for t in (q, k, v):
+                t.requires_grad_()
+            out = F.scaled_dot_product_attention(q, k, v, **options(name))
+            assert out.grad_fn.name() == "ScaledDotProductFlashAttentionForCpuBackward0"
+            out.backward(g)
+            got = [digest(np.array(t.tolist(), np.float32).astype(NP[dtype])) for t in (out, q.grad, k.grad, v.grad)]
+            if got != [recorded[f"{name}[{dtype}]"][key] for key in ("out", "dq", "dk", "dv")]:
+                bad.append(f"{name}[{dtype}]")
+    assert not bad

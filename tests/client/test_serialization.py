@@ -13,7 +13,7 @@ import pytest
 
 import gradserve.torch as torch
 from gradserve.torch import nn, optim
-from tests.client.checkpoint_fixture import CHECKPOINT, EXPECTED, describe
+from tests.client.checkpoint_fixture import CHECKPOINT, EXPECTED, HALF_CHECKPOINT, HALF_EXPECTED, describe
 
 
 def test_a_file_torch_wrote_loads_with_torch_s_values(ctx):
@@ -39,6 +39,25 @@ def test_a_file_torch_wrote_loads_into_a_model_and_optimizer(ctx):
     assert list(model.parameters())[0].tolist() != before
 
 
+def test_a_half_precision_file_torch_wrote_loads_with_torch_s_values(ctx):
+    loaded = torch.load(HALF_CHECKPOINT)
+    assert describe(loaded) == json.loads(HALF_EXPECTED.read_text())  # float16/bfloat16 values exactly
+    assert loaded["f16"].dtype is torch.float16 and loaded["bf16_view"].dtype is torch.bfloat16
+    assert loaded["dtypes"] == [torch.float16, torch.bfloat16, torch.float16]
+    assert isinstance(loaded["bf16_param"], nn.Parameter) and loaded["f16_leaf"].is_leaf
+    # the loaded tensors compute in their dtype on the server
+    assert (loaded["bf16"] * 2).dtype is torch.bfloat16
+    assert (loaded["f16"] * 2).tolist() == [[2 * v for v in row] for row in loaded["f16"].tolist()]
+
+
+def test_a_half_model_loads_torch_s_half_state_dict(ctx):
+    ckpt = torch.load(HALF_CHECKPOINT)
+    for key, dtype in (("half_model", torch.float16), ("bf16_model", torch.bfloat16)):
+        model = nn.Linear(3, 2).to(dtype)
+        assert repr(model.load_state_dict(ckpt[key])) == "<All keys matched successfully>"
+        assert model.weight.dtype is dtype and model.weight.tolist() == ckpt[key]["weight"].tolist()
+
+
 def _round_trip(obj, path=None):
     if path is not None:
         torch.save(obj, path)
@@ -59,6 +78,15 @@ def test_the_client_s_files_load_back(ctx, tmp_path):
         assert back["nested"][0].shape == torch.Size([0]) and back["nested"][1] == (1, "a", None)
         assert isinstance(back["p"], nn.Parameter) and back["p"].requires_grad
         assert back["size"] == torch.Size([1, 2]) and back["dtype"] is torch.int64 and back["scalar"] == 2.5
+    half = {"h": torch.tensor([0.1, -65504.0, 6e-8], dtype=torch.float16),
+            "b": torch.tensor([[0.1, 3e38], [-1e-38, 7.0]]).bfloat16(), "bp": nn.Parameter(torch.ones(2).bfloat16()),
+            "e": torch.zeros(0, 3, dtype=torch.bfloat16), "s": torch.tensor(0.3, dtype=torch.bfloat16),
+            "dt": [torch.float16, torch.bfloat16], "i": torch.tensor([-3, 7], dtype=torch.int8)}
+    back = _round_trip(half)
+    for k in ("h", "b", "e", "s", "i"):
+        assert back[k].dtype is half[k].dtype and back[k].tolist() == half[k].tolist(), k
+    assert isinstance(back["bp"], nn.Parameter) and back["bp"].dtype is torch.bfloat16
+    assert back["dt"] == [torch.float16, torch.bfloat16]
     names = zipfile.ZipFile(tmp_path / "ckpt.pt").namelist()
     assert names[:4] == ["ckpt/data.pkl", "ckpt/.format_version", "ckpt/.storage_alignment", "ckpt/byteorder"]
     assert "ckpt/data/0" in names and names[-2:] == ["ckpt/version", "ckpt/.data/serialization_id"]

@@ -14,10 +14,12 @@ from gradserve_server.engine import State, dumps, loads, run_program
 from gradserve_server.engine.errors import EngineError
 from gradserve_server.engine.generator import Generator, Generators, use
 
-from .random_cases import FIXTURE, SEEDS, cases, digest, run_torch
+from .random_cases import FIXTURE, HALF_FIXTURE, HALF_SEEDS, SEEDS, cases, digest, half_cases, run_torch
 
 _FIXTURE = json.loads(FIXTURE.read_text())["cases"]
 _CASES = dict(cases())
+_HALF_FIXTURE = json.loads(HALF_FIXTURE.read_text())["cases"]
+_HALF_CASES = dict(half_cases())
 
 
 def _run(seed: int, ops: list) -> State:
@@ -40,6 +42,36 @@ def test_every_case_matches_torchs_fixture(seed):
         state = _run(seed, _CASES[row["case"]])
         if digest(state.tensors["r"].data) != row["r"] or _state_sha(state) != row["state_sha256"]:
             bad.append(row["case"])
+    assert not bad
+
+
+def _mismatches(rows: list, programs: dict) -> list:
+    bad = []
+    for row in rows:
+        state = _run(row["seed"], programs[row["case"]])
+        if digest(state.tensors["r"].data) != row["r"] or _state_sha(state) != row["state_sha256"]:
+            bad.append(row["case"])
+    return bad
+
+
+@pytest.mark.parametrize("seed", HALF_SEEDS)
+def test_float16_and_bfloat16_draws_match_torchs_fixture(seed):
+    """randn/normal_ at every size to 64 and some large ones (torch's block kernel from 16 values on), rand,
+    uniform_, the *_like forms, exponential_, bernoulli_, dropout, random_: values and generator state."""
+    rows = [r for r in _HALF_FIXTURE if r["seed"] == seed]
+    assert len(rows) == len(_HALF_CASES)
+    assert not _mismatches(rows, _HALF_CASES)
+
+
+def test_float16_and_bfloat16_draws_against_torch_itself():
+    torch = pytest.importorskip("torch")
+    bad = []
+    for seed in (2**40 + 1, 12345):
+        for name, ops in half_cases():
+            want, state_bytes = run_torch(torch, seed, ops)
+            state = _run(seed, ops)
+            if digest(state.tensors["r"].data) != want["r"] or state.generator.get_state() != state_bytes:
+                bad.append((seed, name))
     assert not bad
 
 
@@ -171,3 +203,29 @@ def test_multinomial_checks_its_result_against_the_limits_before_drawing():
         run_program(state, [{"op": "multinomial", "args": ["p", 10**9, True], "out": "r"}],
                     limits=Limits(max_elements_per_tensor=10**6))
     assert e.value.code == "limit_exceeded" and state.generator.get_state() == before
+
+
+@pytest.mark.parametrize("dtype,low,high,message", [
+    ("float16", 0, 70000, "to - 1 is out of bounds for c10::Half"),
+    ("float16", -70000, 5, "from is out of bounds for c10::Half"),
+    ("bfloat16", 0, 2**40 * 2**90, None),  # (past int64: refused by the argument parser, before any bound)
+])
+def test_random_bounds_past_a_half_dtypes_range_are_torchs_errors_and_change_nothing(dtype, low, high, message):
+    state = State()
+    run_program(state, [{"op": "manual_seed", "args": [3]}, {"op": "zeros", "args": [4], "kwargs": {"dtype": dtype},
+                                                              "out": "r"}])
+    before = state.generator.get_state()
+    with pytest.raises(EngineError) as e:
+        run_program(state, [{"op": "random_", "args": ["r", low, high]}])
+    if message is not None:
+        assert e.value.message == message and type(e.value).__name__ == "TorchRuntimeError"
+    assert state.generator.get_state() == before and not state.tensors["r"].data.any()
+
+
+def test_random_bounds_past_a_floating_dtypes_integers_warn_as_torch():
+    res = run_program(State(), [{"op": "empty", "args": [3], "kwargs": {"dtype": "float16"}, "out": "r"},
+                                {"op": "random_", "args": ["r", -50, 3000]}])
+    assert list(res.warnings) == [
+        "to - 1 is out of bounds [-(2^11), 2^11]. Due to precision limitations c10::Half can support discrete "
+        "uniform distribution only within this range. This warning will become an error in version 1.7 release, "
+        "please fix the code in advance"]

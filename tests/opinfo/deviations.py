@@ -24,11 +24,8 @@ DEVIATIONS: dict[tuple[str, str, str], str] = {
         "stream of the generator; the values agree without dropout)")
        for cls in ("forward", "reverse", "gradgrad", "float32")},
     **{("nn.functional.scaled_dot_product_attention", f"{dt} {cls}", "values differ"): (
-        "float16/bfloat16 attention: with dropout_p > 0 the mask is random (as above); without, 4-d inputs take "
-        "torch's fused CPU flash kernel, whose half-precision arithmetic the engine's flash path (in float32, "
-        "rounded once) does not reproduce: measured on the OpInfo samples, forward values differ beyond two ulps "
-        "at up to 9 of 384 elements (under 2%), the input's gradient more (a few elements off by the gradient's "
-        "scale); the 3-d math route agrees (open: reproduce torch's flash kernel in half precision)")
+        "float16/bfloat16 attention with dropout_p > 0: the mask is random (as above); without dropout both routes "
+        "agree (the fused flash kernel's blocked float32 arithmetic is reproduced: bit for bit on the samples)")
        for dt in ("float16", "bfloat16") for cls in ("forward", "reverse")},
     **{("new_empty", cls, ""): (
         "Tensor.new_empty's values are uninitialised memory in torch; the engine's are zeros (shape and dtype agree)")

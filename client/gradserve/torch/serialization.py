@@ -29,16 +29,18 @@ import zipfile
 import numpy as np
 
 from gradserve.torch import _device
-from gradserve.torch._dtypes import Size, by_name, dtype
+from gradserve.torch._dtypes import NP_HELD, Size, by_name, dtype, readable
 
-#: torch's storage class names <-> numpy dtypes (the client's server has the first four)
+#: torch's storage class names <-> the client's dtype names (every dtype the server has)
 STORAGE_DTYPES = {"FloatStorage": "float32", "DoubleStorage": "float64", "LongStorage": "int64",
                   "BoolStorage": "bool", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8",
-                  "ByteStorage": "uint8", "HalfStorage": "float16"}
-STORAGE_OF = {"float32": "FloatStorage", "float64": "DoubleStorage", "int64": "LongStorage", "bool": "BoolStorage"}
-#: the dtype names torch pickles (``torch.float32`` ...) that the client has
+                  "ByteStorage": "uint8", "HalfStorage": "float16", "BFloat16Storage": "bfloat16"}
+STORAGE_OF = {name: storage for storage, name in STORAGE_DTYPES.items()}
+#: the dtype names torch pickles (``torch.float32`` ...) and their aliases
 DTYPE_NAMES = {"float32": "float32", "float": "float32", "float64": "float64", "double": "float64",
-               "int64": "int64", "long": "int64", "bool": "bool"}
+               "int64": "int64", "long": "int64", "bool": "bool", "int32": "int32", "int": "int32",
+               "int16": "int16", "short": "int16", "int8": "int8", "uint8": "uint8", "float16": "float16",
+               "half": "float16", "bfloat16": "bfloat16"}
 ALIGNMENT = 64
 MISSING_CUDA = ("Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False. If you are "
                 "running on a CPU-only machine, please use torch.load with map_location=torch.device('cpu') to map "
@@ -59,12 +61,13 @@ class _Global:
 
 
 class _StorageRef:
-    """A tensor's values in the file: written as ``data/<key>``, referred to by a persistent id."""
+    """A tensor's values in the file: written as ``data/<key>`` (``array`` holds the bytes: bfloat16 as its uint16
+    bits), referred to by a persistent id naming ``dtype``'s storage class."""
 
-    __slots__ = ("key", "array")
+    __slots__ = ("key", "array", "dtype")
 
-    def __init__(self, key: str, array: np.ndarray):
-        self.key, self.array = key, array
+    def __init__(self, key: str, array: np.ndarray, dtype: str):
+        self.key, self.array, self.dtype = key, array, dtype
 
 
 class _Data:
@@ -93,7 +96,7 @@ class _Pickler(pickle._Pickler):  # the Python pickler: it lets ``save`` write a
 
     def persistent_id(self, obj):
         if isinstance(obj, _StorageRef):
-            return ("storage", _global("torch", STORAGE_OF[obj.array.dtype.name]), obj.key, "cpu", obj.array.size)
+            return ("storage", _global("torch", STORAGE_OF[obj.dtype]), obj.key, "cpu", obj.array.size)
         return None
 
     def reducer_override(self, obj):
@@ -115,12 +118,21 @@ class _Pickler(pickle._Pickler):  # the Python pickler: it lets ``save`` write a
 
     def _tensor(self, t, requires_grad: bool):
         """``_rebuild_tensor_v2`` of a new storage holding ``t``'s values (contiguous)."""
-        a = np.asarray(t._data(), order="C")  # (ascontiguousarray would make a 0-d tensor 1-d)
-        ref = _StorageRef(str(len(self.storages)), a)
+        name = t.dtype.name
+        a = _held(np.asarray(t._data(), order="C"), name)  # (ascontiguousarray would make a 0-d tensor 1-d)
+        ref = _StorageRef(str(len(self.storages)), a, name)
         self.storages.append(ref)
         stride = tuple(int(np.prod(a.shape[i + 1:], dtype=np.int64)) for i in range(a.ndim))
         return (_global("torch._utils", "_rebuild_tensor_v2"),
                 (ref, 0, tuple(a.shape), stride, requires_grad, collections.OrderedDict()))
+
+
+def _held(a: np.ndarray, name: str) -> np.ndarray:
+    """A tensor's values as its storage's bytes: bfloat16 (read as float32, which holds it exactly) as the upper
+    16 bits of each float32; the other dtypes as they are."""
+    if name == "bfloat16" and a.dtype == np.float32:
+        return (a.view(np.uint32) >> 16).astype(np.uint16)
+    return a
 
 
 _GLOBALS: dict[tuple, _Global] = {}
@@ -219,9 +231,6 @@ def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=Fals
     """A client tensor with the values of ``storage`` seen through (offset, size, stride), checked to lie within
     the storage."""
     array, name = storage
-    if name not in STORAGE_OF:
-        raise RuntimeError(f"gradserve: torch.load: the file has a tensor of dtype torch.{name}; the server has "
-                           f"float32, float64, int64 and bool")
     ints = (storage_offset, *size, *stride)
     if not all(isinstance(i, int) and i >= 0 for i in ints) or len(size) != len(stride):
         raise RuntimeError(f"gradserve: torch.load: invalid tensor geometry: offset {storage_offset}, size "
@@ -235,14 +244,18 @@ def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=Fals
                                f"stride {list(stride)}) does not fit its storage of {array.size} elements")
         view = np.lib.stride_tricks.as_strided(array[storage_offset:], shape=tuple(size),
                                                strides=tuple(st * array.dtype.itemsize for st in stride))
-    return _client_tensor(np.array(view), bool(requires_grad))
+    return _client_tensor(np.array(view), name, bool(requires_grad))
 
 
-def _client_tensor(a: np.ndarray, requires_grad: bool):
+def _client_tensor(a: np.ndarray, name: str, requires_grad: bool):
+    """A new leaf of dtype ``name`` holding ``a`` (bfloat16's bits go as float32 values, converted exactly)."""
     from gradserve.torch._tensor import call_op
 
-    t = call_op("tensor", (a,), {"requires_grad": requires_grad} if requires_grad else {})
-    t._shape, t._dtype = Size(a.shape), a.dtype.name
+    kwargs = {"requires_grad": True} if requires_grad else {}
+    if name == "bfloat16":
+        a, kwargs["dtype"] = readable(a, name), by_name(name)
+    t = call_op("tensor", (a,), kwargs)
+    t._shape, t._dtype = Size(a.shape), name
     return t
 
 
@@ -310,6 +323,9 @@ class _Unpickler(pickle._Unpickler):
         elif module in _compat_pickle.IMPORT_MAPPING:
             module = _compat_pickle.IMPORT_MAPPING[module]
         found = self._allowed.get((module, name))
+        if found is None and module == "torch" and name.endswith("Storage"):
+            raise RuntimeError(f"gradserve: torch.load: the file has a tensor stored as torch.{name}; the server's "
+                               f"dtypes are {', '.join(STORAGE_OF)}")
         if found is None:
             _refuse(module, name)
         return found
@@ -323,7 +339,7 @@ class _Unpickler(pickle._Unpickler):
         if str(location).startswith("cuda") and self._map_location is None:
             raise RuntimeError(MISSING_CUDA)
         if key not in self._loaded:
-            np_dtype = np.dtype(STORAGE_DTYPES[storage_type]).newbyteorder("<")
+            np_dtype = NP_HELD[STORAGE_DTYPES[storage_type]].newbyteorder("<")
             raw = self._read_record(f"data/{key}", numel * np_dtype.itemsize)
             self._loaded[key] = (np.frombuffer(raw, dtype=np_dtype).astype(np_dtype.newbyteorder("=")),
                                  STORAGE_DTYPES[storage_type])

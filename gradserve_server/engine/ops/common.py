@@ -88,7 +88,7 @@ def broadcast_all(*shapes) -> tuple:
 def number_as(npdt: np.dtype, v):
     """A Python number as a numpy scalar of the op's computation dtype, converted as torch's TensorIterator
     casts a wrapped number (a C cast): an int outside a narrow integer type's range wraps (int8: 300 -> 44)."""
-    if type(v) is Lit and npdt.kind == "f":  # a plan's lifted literal (engine.kernel): converted by a kernel
+    if type(v) is Lit and D.is_float_np(npdt):  # a plan's lifted literal (engine.kernel): converted by a kernel
         return kcall(K.number_as, v, npdt)
     try:
         return npdt.type(v)
@@ -111,8 +111,7 @@ def opmath_number(npdt: np.dtype, v):
     """A Python number as the kernel of a ``tensor op number`` call computes with it: in float32 for a
     float16/bfloat16 tensor (torch's CPU kernels read a scalar operand as their float32 opmath type, the
     result is rounded once), else as ``number_as``."""
-    cd = D.compute_dtype(npdt)
-    return cd.type(v) if cd is not npdt else number_as(npdt, v)
+    return number_as(D.compute_dtype(npdt), v)  # (a plan's lifted literal: through a kernel, not pinned)
 
 
 def binary_operands(a, b, dtype: str | None = None):

@@ -1602,7 +1602,10 @@ def checked_scalar(value, dtype: str):
     if bad:
         raise TorchRuntimeError(f"value cannot be converted to type {_OVERFLOW_NAMES[dtype]} without overflow",
                                 code="invalid_argument")
-    return number_as(npdt, int(value)) if npdt.kind in "iu" else npdt.type(value)
+    if npdt.kind in "iu":
+        return number_as(npdt, int(value))
+    # (bfloat16's constructor takes real floats only: a plan's lifted literal converts through a kernel)
+    return npdt.type(value) if npdt.kind == "f" else number_as(npdt, value)
 
 
 @vjp("MaskedFillBackward0", inputs=("self",), saves=("mask",))

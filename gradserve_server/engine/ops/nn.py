@@ -922,5 +922,7 @@ def dropout(input, p=0.5, training=True, inplace=False):
     if p == 1:
         return times(input, Tensor(np.zeros((), dt)))
     keep = uniform_double(resolve(None, "dropout"), input.numel()).reshape(input.shape) < (1.0 - p)
-    mask = np.where(keep, dt.type(1) / dt.type(1.0 - p), dt.type(0)).astype(dt, copy=False)
+    # torch divides the mask by 1 - p, a Python number: in float32 for float16/bfloat16, rounded once
+    ct = D.compute_dtype(dt).type
+    mask = np.where(keep, ct(1) / ct(1.0 - p), ct(0)).astype(dt, copy=False)
     return times(input, Tensor(mask))

@@ -12,14 +12,16 @@ reproduced here:
   the tensor's dtype;
 * normals of 16 elements or more of a contiguous tensor (``normal_fill``): uniforms for every element, then
   Box-Muller on each block of 16 (``u1 = 1 - x[j]``, ``u2 = x[j + 8]``), the last partial block redrawn from
-  16 fresh uniforms. float32 runs the AVX2 kernel (Cephes-style polynomial log and sincos in float32, fused
+  16 fresh uniforms (float16/bfloat16: uniforms for the whole blocks only, then the float32 kernel, its
+  results rounded). float32 runs the AVX2 kernel (Cephes-style polynomial log and sincos in float32, fused
   multiply-adds where the compiler contracted them); float64 uses libm's log, cos and sin (``math``: numpy's
   SIMD loops round differently);
 * smaller normals draw pairs through ``normal_distribution<double>`` (log1p, cos and sin of libm), keeping
   the second value of a pair on the generator for the next normal draw;
 * integers: ``word % range + low`` with one word when the range is below 2**32, else two;
-* bernoulli: a double uniform (float for a float32 ``p`` tensor) ``< p``; exponential: ``-log1p(-u) / lambd``
-  of a double uniform (libm's log1p).
+* bernoulli: a double uniform (float for a ``p`` tensor of another floating dtype than float64) ``< p``;
+  exponential: ``-log1p(-u) / lambd`` of a double uniform (libm's log1p);
+* random_(from, to) and randint into a floating dtype: bounds it cannot hold moved to ones it can (``_float_bounds``).
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ import math
 import numpy as np
 
 from .. import dtypes as D
+from .. import kernel as K
 from ..errors import InvalidArgumentError, TorchRuntimeError, TorchTypeError
 from ..generator import Generator, resolve
-from ..grad_mode import check_numel
+from ..grad_mode import check_numel, emit_warning
 from ..registry import P, jvp, op, record, vjp, zero_jvp
 from ..tensor import Tensor
 from . import elementwise as E
@@ -158,14 +161,17 @@ def _box_muller16_double(u: np.ndarray, mean: float, std: float) -> np.ndarray:
 
 
 def _normal_fill(g: Generator, n: int, dtype: str, mean: float, std: float) -> np.ndarray:
-    uniform, block = (uniform_float, _box_muller16_float) if dtype == D.FLOAT32 else \
+    half = dtype in D.HALF_TYPES
+    uniform, block = (uniform_float, _box_muller16_float) if dtype == D.FLOAT32 or half else \
         (uniform_double, _box_muller16_double)
     full = n // 16 * 16
-    out = np.empty(n, NP[dtype])
-    out[:full] = block(uniform(g, n)[:full], mean, std)
+    out = np.empty(n, _F32 if half else NP[dtype])
+    # float16/bfloat16 run the float32 kernel, drawing uniforms for the whole blocks only (float32 and float64 draw
+    # one per element, the partial block's wasted), and round its results once
+    out[:full] = block(uniform(g, full if half else n)[:full], mean, std)
     if n % 16:  # torch redraws the last 16 values
         out[n - 16:] = block(uniform(g, 16), mean, std)
-    return out
+    return out.astype(NP[dtype]) if half else out
 
 
 def _normal_pairs(g: Generator, n: int, mean: float, std: float) -> np.ndarray:
@@ -195,15 +201,18 @@ def normal_values(g: Generator, shape: tuple, dtype: str, mean: float = 0.0, std
     n = math.prod(shape)
     if n >= 16 and contiguous:
         return _normal_fill(g, n, dtype, mean, std).reshape(shape)
-    return _normal_pairs(g, n, mean, std).astype(NP[dtype]).reshape(shape)
+    return K.astype(_normal_pairs(g, n, mean, std), NP[dtype]).reshape(shape)
 
 
 def uniform_values(g: Generator, shape: tuple, dtype: str, low: float = 0.0, high: float = 1.0) -> np.ndarray:
+    """What torch's uniform_ writes: a value that rounds to ``high`` in the dtype is ``low`` instead (so that
+    the range stays half-open)."""
     n = math.prod(shape)
-    if dtype in D.HALF_TYPES:  # torch draws float16/bfloat16 uniforms as float32 ones, rounded
-        return uniform_float(g, n, low, high).astype(NP[dtype]).reshape(shape)
-    fn = uniform_float if dtype == D.FLOAT32 else uniform_double
-    return fn(g, n, low, high).reshape(shape)
+    fn = uniform_double if dtype == D.FLOAT64 else uniform_float  # float16/bfloat16: float32 draws, rounded
+    out = fn(g, n, low, high).astype(NP[dtype], copy=False)
+    top, bottom = (K.astype(np.asarray(v, _F64), NP[dtype]) for v in (high, low))
+    out[out == top] = bottom
+    return out.reshape(shape)
 
 
 def integer_values(g: Generator, n: int, low: int, high: int) -> np.ndarray:
@@ -229,7 +238,7 @@ def permutation(g: Generator, n: int) -> np.ndarray:
 
 def exponential_values(g: Generator, n: int, dtype: str, lambd: float = 1.0) -> np.ndarray:
     u = uniform_double(g, n)
-    return np.array([-1.0 / lambd * math.log1p(-v) for v in u.tolist()], _F64).astype(NP[dtype])
+    return K.astype(np.array([-1.0 / lambd * math.log1p(-v) for v in u.tolist()], _F64), NP[dtype])
 
 
 # ----- argument checks ---------------------------------------------------------------------------------------
@@ -306,8 +315,10 @@ def _randint_bounds(name: str, a, b) -> tuple[int, int]:
 
 def _randint(name: str, low: int, high: int, shape: tuple, d: str, generator, requires_grad) -> Tensor:
     _check_requires_grad(d, requires_grad)
+    if D.is_floating(d):
+        low, high = _float_bounds(d, low, high)
     vals = integer_values(_gen(name, generator), math.prod(shape), low, high)
-    return _leaf(vals.astype(NP[d]).reshape(shape), requires_grad)
+    return _leaf(K.astype(vals, NP[d]).reshape(shape), requires_grad)
 
 
 @op("randint", promotion="int64",
@@ -339,7 +350,7 @@ def randperm(n, *, generator=None, dtype=None, requires_grad=False):
     d = _dtype(dtype, D.INT64)
     _size((n,), "randperm", itemsize=8)
     _check_requires_grad(d, requires_grad)
-    return _leaf(permutation(_gen("randperm", generator), n).astype(NP[d]), requires_grad)
+    return _leaf(K.astype(permutation(_gen("randperm", generator), n), NP[d]), requires_grad)
 
 
 def _like_dtype(input: Tensor, dtype) -> str:
@@ -411,7 +422,8 @@ def _normal(self: Tensor, mean=0.0, std=1.0, *, generator=None) -> Tensor:
 
 def _bernoulli_inplace(self: Tensor, p=0.5, *, generator=None) -> Tensor:
     """bernoulli_(p): a double uniform < p per element; bernoulli_(Tensor p): p expanded to self, a double
-    uniform (float32 p: a float one) < p (torch's two overloads, BernoulliBackward2 and BernoulliBackward1)."""
+    uniform (a float one for a p of another floating dtype than float64) < p (torch's two overloads,
+    BernoulliBackward2 and BernoulliBackward1)."""
     if isinstance(p, Tensor):
         if not D.is_floating(p.dtype):
             raise TorchRuntimeError(f"\"bernoulli_tensor_cpu_p_\" not implemented for "
@@ -424,7 +436,7 @@ def _bernoulli_inplace(self: Tensor, p=0.5, *, generator=None) -> Tensor:
                                     "error message be improved?  If so, please report an enhancement request to "
                                     "PyTorch.)", code="invalid_argument")
         g = _gen("bernoulli_", generator)
-        u = (uniform_float if p.dtype == D.FLOAT32 else uniform_double)(g, self.numel())
+        u = (uniform_double if p.dtype == D.FLOAT64 else uniform_float)(g, self.numel())
         keep = _memory_order(self.data, u.reshape(self.shape)) < probs
         return record(P.BernoulliBackward1, keep.astype(self.data.dtype), (self, p))
     p = _number("bernoulli_", "p", p)
@@ -435,24 +447,64 @@ def _bernoulli_inplace(self: Tensor, p=0.5, *, generator=None) -> Tensor:
                   (self,))
 
 
+#: random_()'s modulus per dtype: an integer type's max + 1, a floating type's 2**digits + 1 (its consecutive
+#: integers); int64 and float64 draw two words, the others one
+_RANDOM_SPAN = {D.INT64: 1 << 63, D.INT32: 1 << 31, D.INT16: 1 << 15, D.INT8: 1 << 7, D.UINT8: 1 << 8,
+                D.FLOAT64: (1 << 53) + 1, D.FLOAT32: (1 << 24) + 1, D.FLOAT16: (1 << 11) + 1,
+                D.BFLOAT16: (1 << 8) + 1}
+
+
+#: a floating dtype's significand digits: it holds every integer of magnitude up to 2**digits
+_DIGITS = {D.FLOAT64: 53, D.FLOAT32: 24, D.FLOAT16: 11, D.BFLOAT16: 8}
+
+
+def _as_dtype_int(v: int, dtype: str) -> int:
+    """int64 -> dtype -> int64 as a C cast does it (a value the dtype cannot hold, inf, reads as int64's minimum)."""
+    x = K.astype(np.array([v], np.int64), NP[dtype])[0]
+    return int(x) if np.isfinite(x) else -(1 << 63)
+
+
+def _float_bounds(dtype: str, low: int, high: int) -> tuple[int, int]:
+    """random_(from, to) (and randint) into a floating dtype, as torch bounds it: a ``from`` whose from + 1 the
+    dtype rounds below it moves up, a ``to`` whose to - 1 it rounds to ``to`` or above moves down (by the dtype's
+    spacing there); both must fit the dtype's range; past 2**digits a UserWarning says the draws are not
+    uniform over the integers."""
+    digits = _DIGITS[dtype]
+    up = _as_dtype_int(low + 1, dtype)
+    if up < low:
+        low = up + (1 << (abs(low + 1).bit_length() - 1 - digits + 1))
+    down = _as_dtype_int(high - 1, dtype)
+    if down >= high:
+        high = down - (1 << (abs(high - 1).bit_length() - 1 - digits + 1))
+    if low >= high:
+        raise TorchRuntimeError(f"random_ expects 'from' casted to dtype to be less than 'to' casted to dtype, but "
+                                f"got from={low} >= to={high}", code="invalid_argument")
+    name, top = D.TYPE_META_NAMES[dtype], float(D.finfo(NP[dtype]).max)
+    for what, v in (("from", low), ("to - 1", high - 1)):
+        if not -top <= v <= top:
+            raise TorchRuntimeError(f"{what} is out of bounds for {name}", code="invalid_argument")
+    for what, v in (("from", low), ("to - 1", high - 1)):
+        if not -(1 << digits) <= v <= 1 << digits:
+            emit_warning(f"{what} is out of bounds [-(2^{digits}), 2^{digits}]. Due to precision limitations {name} "
+                         f"can support discrete uniform distribution only within this range. This warning will "
+                         f"become an error in version 1.7 release, please fix the code in advance")
+    return low, high
+
+
 def _random(self: Tensor, from_=None, to=None, *, generator=None) -> Tensor:
-    """random_(): torch's uniform_int_distribution (int64: a two-word draw modulo 2**63, float32: a word modulo
-    2**24 + 1, float64: two words modulo 2**53 + 1, bool: a word's low bit); random_(to), random_(from, to):
-    random_from_to."""
+    """random_(): torch's uniform_int_distribution (a word modulo ``_RANDOM_SPAN``, bool: a word's low bit);
+    random_(to), random_(from, to): random_from_to."""
     prim = P.RandomBackward1 if from_ is not None and to is None else P.RandomBackward0
     if from_ is not None and to is None:
         from_, to = 0, from_
     g = _gen("random_", generator)
     n, dt = self.numel(), self.data.dtype
     if to is None:
-        if self.dtype == D.INT64:
-            vals = (g.random64(n) % np.uint64(1 << 63)).astype(np.int64)
-        elif self.dtype == D.FLOAT32:
-            vals = (g.random(n) % np.uint64((1 << 24) + 1)).astype(_F32)
-        elif self.dtype == D.FLOAT64:
-            vals = (g.random64(n) % np.uint64((1 << 53) + 1)).astype(_F64)
-        else:
+        if self.dtype == D.BOOL:
             vals = (g.random(n) & np.uint64(1)).astype(bool)
+        else:
+            words = g.random64(n) if self.dtype in (D.INT64, D.FLOAT64) else g.random(n)
+            vals = K.astype(words % np.uint64(_RANDOM_SPAN[self.dtype]), dt)
         prim = P.RandomBackward2
     else:
         low = _int("random_", "from", from_, 1)
@@ -463,7 +515,9 @@ def _random(self: Tensor, from_=None, to=None, *, generator=None) -> Tensor:
         if self.dtype == D.BOOL and (low < 0 or high - 1 > 1):
             raise TorchRuntimeError(("from is out of bounds for bool" if low < 0 else "to - 1 is out of bounds for "
                                      "bool"), code="invalid_argument")
-        vals = integer_values(g, n, low, high).astype(dt)
+        if D.is_floating(self.dtype):
+            low, high = _float_bounds(self.dtype, low, high)
+        vals = K.astype(integer_values(g, n, low, high), dt)
     return record(prim, _memory_order(self.data, vals.reshape(self.shape)), (self,))
 
 
@@ -564,7 +618,7 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, requires_gra
 @op("bernoulli", tensors=("input",))
 def bernoulli(input, *, generator=None):
     """torch.bernoulli(input, *, generator=None): 1 where a uniform draw falls below input's probability (a
-    double draw for float64 probabilities, a float one for float32), in input's dtype."""
+    double draw for float64 probabilities, a float one for the others), in input's dtype."""
     input = require_tensor(input, "input", "bernoulli")
     _float_only("bernoulli_tensor_cpu_p_", input.dtype)
     p = input.data
@@ -573,7 +627,7 @@ def bernoulli(input, *, generator=None):
                                 "message be improved?  If so, please report an enhancement request to PyTorch.)",
                                 code="invalid_argument")
     g = _gen("bernoulli", generator)
-    u = (uniform_float if input.dtype == D.FLOAT32 else uniform_double)(g, p.size)
+    u = (uniform_double if input.dtype == D.FLOAT64 else uniform_float)(g, p.size)
     return record(P.BernoulliBackward0, (u < p.reshape(-1)).astype(p.dtype).reshape(p.shape), (input,))
 
 
