@@ -31,10 +31,10 @@ requires_grad, versions...), the same for every run of the same op list over inp
 * **Composed first runs.** A one-shot list without a plan that is not recorded now (a structure's first
   sighting under ``record_after=2``) is composed from per-op fragments where it can be (``engine.compose``),
   else run cold; either way what the caller observes is the cold run's.
-* **The tape** (``_Tape``) is the recorded calls made cheaper where nothing can tell: constants computed
-  once, repeated calls once, kernels called through their direct forms (their ufuncs, array methods),
-  intermediates no caller sees written into buffers a replay reuses, copies of arrays that die with the
-  response left out; each checked against the recorded arrays, bit for bit and layout for layout.
+* **The tape** (``tape.Tape``: the executor plans and fragments share) is the recorded calls made cheaper where
+  nothing can tell: constants computed once, repeated calls once, kernels called through their direct forms (their
+  ufuncs, array methods), intermediates no caller sees written into buffers a replay reuses, copies of arrays that
+  die with the response left out; each checked against the recorded arrays, bit for bit and layout for layout.
 * **What a one-shot response shows.** Without ``return`` a ``/v1/eval`` response shows every named tensor, so
   every name's array is a result. With ``return`` (``respond``: a list of names, part of the key) it shows
   those names, and its autograd report points at the ``out`` names of ``grad`` ops and at the tensors each
