@@ -545,7 +545,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
         if recipe is not None:
             _takes(recipe, recipe.refs)
         return f, tuple(slots)
-    made = T.fragment(rec, slots)
+    made = T.fragment(rec, slots, [i for r in graph or () for k, i in r.refs if k == 2])
     if made is None:
         return _no(11), None
     steps, nbytes, maxsize, consts = made

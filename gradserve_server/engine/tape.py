@@ -78,6 +78,16 @@ def groups(arrays: dict) -> dict:
     return group
 
 
+def _step_groups(rec: K.Recorder, steps: list) -> dict:
+    """``groups`` of the inputs' and the steps' slots."""
+    arrs = rec.keep
+    used = {s: arrs[s] for s in rec.inputs}
+    for st in steps:
+        for s in (st[3] if st[4] is True else (st[3],)):
+            used[s] = arrs[s]
+    return groups(used)
+
+
 def copy_renames(rec: K.Recorder) -> dict:
     """slot -> the slot it is a copy of (followed to the first array), for the copies a plan leaves out: those
     whose result has the layout of the array copied (strides, writeable; a copy of a broadcast or of a
@@ -298,11 +308,7 @@ class Tape:
     def __init__(self, rec: K.Recorder, keep: set, ren: dict):
         arrs = rec.keep
         steps = extract(rec, ren)
-        used = {s: arrs[s] for s in rec.inputs}
-        for st in steps:
-            for s in (st[3] if st[4] is True else (st[3],)):
-                used[s] = arrs[s]
-        group = groups(used)
+        group = _step_groups(rec, steps)
         written = set()
         for _, _, where, out, multi, _ in steps:
             if multi == 2:  # (in place: the target and the slot naming it after the write)
@@ -435,11 +441,15 @@ class Tape:
         return _same_bits(r, a)
 
 
-def fragment(rec: K.Recorder, escaping: list):
+def fragment(rec: K.Recorder, escaping: list, saved=()):
     """The recorded steps of one op (or one VJP) as a fragment runs them, its slots the recorder's (its inputs
-    first): constants folded where the constant is not, nor shares memory with, an array the fragment hands
-    out (``escaping``). (steps, bytes and largest size of the arrays the remaining steps make, slot ->
-    constant), or None: a step a fragment cannot take (in place, an array made outside a kernel)."""
+    first), optimised as far as is safe for code that threads share and whose results all escape: constants
+    folded where the constant is not, nor shares memory with, an array the fragment hands out (``escaping``),
+    and repeated calls made once (``cse``; ``saved``: arrays its nodes save, returned too). No registers (a
+    fragment's intermediates die with its call; its outputs escape) and no direct forms (each costs a check
+    when the fragment is made, and most fragments are made by a run that meets them only a few times).
+    (steps, bytes and largest size of the arrays the remaining steps make, slot -> constant), or None: a step
+    a fragment cannot take (in place, an array made outside a kernel)."""
     for _, _, where, _, multi in rec.steps:
         if multi == 2 or any(s < 0 for _, s in where):
             return None
@@ -447,6 +457,8 @@ def fragment(rec: K.Recorder, escaping: list):
     roots = {id(root(arrs[s])) for s in escaping}
     steps, consts = fold(extract(rec), arrs, lambda outs: all(
         o not in escaping and id(root(arrs[o])) not in roots for o in outs), FRAGMENT_CONST_BYTES)
+    if len(steps) > 1:
+        steps, _ = cse(steps, arrs, _step_groups(rec, steps), {*escaping, *saved}, ())
     nbytes = maxsize = 0
     for st in steps:
         for s in (st[3] if st[4] is True else (st[3],)):
