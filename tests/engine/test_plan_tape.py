@@ -1,10 +1,9 @@
-"""The tape a plan replays (gradserve_server/engine/plan.py ``_Tape``): constants folded when the plan is built,
-kernels called
-through their direct forms, intermediates written into registers (buffers a replay reuses), copies left out.
-Each is only an optimisation: a replay gives the cold run's bits and layouts (tests/engine/test_plan.py runs
-the op suite and the programs both ways); here, each mechanism is shown to be used, to keep an intermediate's
-buffer while a view of it lives, to refuse a direct form that does not give the kernel's bits, and to keep
-concurrent replays of one plan apart."""
+"""The tape a plan replays (gradserve_server/engine/tape.py ``Tape``, the executor plans and compose's fragments
+share): constants folded when the plan is built, kernels called through their direct forms, intermediates written
+into registers (buffers a replay reuses), copies left out. Each is only an optimisation: a replay gives the cold
+run's bits and layouts (tests/engine/test_plan.py runs the op suite and the programs both ways); here, each
+mechanism is shown to be used, to keep an intermediate's buffer while a view of it lives, to refuse a direct form
+that does not give the kernel's bits, and to keep concurrent replays of one plan apart."""
 
 from __future__ import annotations
 
@@ -123,6 +122,70 @@ def test_a_constant_that_reaches_the_caller_is_made_on_every_replay():
     assert tape.steps[0][0] is K.ones
     b1, b2 = tape_module.replay(plan, [x], None), tape_module.replay(plan, [x], None)
     assert b1[a] is not b2[a] and b1[a].flags.writeable
+
+
+def _fragment(fn, inputs):
+    """``tape.fragment`` of ``fn(*inputs)`` (its returned arrays escape), and the slots returned."""
+    with K.recording() as rec:
+        for a in inputs:
+            rec.add_input(a)
+        outs = fn(*inputs)
+    ret = [rec.slot_of(o) for o in outs]
+    return tape_module.fragment(rec, ret), ret
+
+
+def _repeats(x, y):
+    a = K.kcall(np.multiply, x, y)
+    b = K.kcall(np.multiply, x, y)   # the same call again: made once
+    c = K.kcall(np.sin, a)
+    return (K.kcall(np.add, c, K.kcall(np.sin, b)),)
+
+
+def test_a_fragment_gets_the_optimisers_common_calls_and_folded_constants():
+    x, y = np.linspace(-1, 1, 4), np.full(4, 3.0)
+    (steps, nbytes, _, consts), ret = _fragment(_repeats, [x, y])
+    assert [st[0] for st in steps] == [np.multiply, np.sin, np.add]
+    assert nbytes == 3 * x.nbytes  # (the arrays its remaining steps make)
+    f = tape_module.compile_fragment(steps, 2, ret, "repeats")
+    for k in range(3):
+        assert _bits(f(x + k, y)[0]) == _bits(_repeats(x + k, y)[0])
+
+    def lit(x):
+        c = K.kcall(K.astype, K.kcall(K.literal, 1.01, None), np.dtype(np.float32))
+        return (K.kcall(np.multiply, x, c),)
+    x32 = x.astype(np.float32)
+    (steps, _, _, consts), ret = _fragment(lit, [x32])
+    assert [st[0] for st in steps] == [np.multiply] and len(consts) == 2
+    assert _bits(tape_module.compile_fragment(steps, 1, ret)(x32 * 2)[0]) == _bits(lit(x32 * 2)[0])
+
+
+def test_a_call_whose_result_escapes_is_not_merged_nor_folded():
+    def fn(x, y):
+        one = K.kcall(K.ones, (4,), np.dtype(np.float64))
+        return K.kcall(np.multiply, x, y), K.kcall(np.multiply, x, y), K.kcall(np.add, x, one), one
+    (steps, _, _, consts), ret = _fragment(fn, [np.ones(4), np.full(4, 2.0)])
+    assert [st[0] for st in steps] == [K.ones, np.multiply, np.multiply, np.add] and not consts
+    a, b, c, one = tape_module.compile_fragment(steps, 2, ret)(np.ones(4), np.full(4, 2.0))
+    assert a is not b and c.tolist() == [2.0] * 4 and one is not c
+
+
+def test_a_long_fragment_is_interpreted_with_the_compiled_ones_results(monkeypatch):
+    def fn(x):
+        h = x
+        for _ in range(6):
+            h = K.kcall(np.add, K.kcall(np.sin, h), K.kcall(np.sum, h))  # (a 0-d sum: a numpy scalar made an array)
+        return h, K.kcall(np.sum, h)
+    x = np.linspace(0, 1, 5)
+    (steps, _, _, _), ret = _fragment(fn, [x])
+    compiled = tape_module.compile_fragment(steps, 1, ret, "long")
+    assert compiled.__code__.co_filename.startswith("<gradserve fragment")
+    monkeypatch.setattr(tape_module, "FRAGMENT_CODEGEN_MAX", len(steps) - 1)
+    looped = tape_module.compile_fragment(steps, 1, ret, "long")
+    assert looped.__code__.co_filename == tape_module.__file__  # (the loop)
+    for k in range(2):
+        want = fn(x + k)
+        for got in (compiled(x + k), looped(x + k)):
+            assert [_bits(g) for g in got] == [_bits(w) for w in want] and got[1].__class__ is np.ndarray
 
 
 CHAIN = [T("x", None, requires_grad=True)] + [
