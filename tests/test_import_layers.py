@@ -40,9 +40,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("custom_function", "functional"),
     # 6. the eager interpreter
     ("program",),
-    # 7. the trace layer: what a replay returns, generated code's sources, per-op composition, whole-list plans,
-    # and the one dispatch over them
-    ("replayed", "sources", "compose", "plan", "dispatch"),
+    # 7. the trace layer: what a replay returns, generated code's sources, the one executor (steps, optimiser,
+    # code generator, interpreter), per-op composition, whole-list plans, and the one dispatch over them
+    ("replayed", "sources", "tape", "compose", "plan", "dispatch"),
     # 8. the surface
     ("serialize", "torch_compat", "graph", "testing", ""),
 )

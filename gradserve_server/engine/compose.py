@@ -6,23 +6,23 @@ Python per op). Most ops of a long list repeat: the same op on inputs of the sam
 ``compose`` runs such a list from **fragments**, recorded once per op form and kept in a bounded cache
 (``Fragments``, owned by the ``PlanCache``; its counters in ``PlanCache.stats()`` and /metrics):
 
-* **Forward fragment** (``_Frag``), keyed by the op's name, its arguments with each tensor name replaced by
-  its tensor's (shape, dtype, strides, requires_grad) and which argument is which tensor (aliasing), literals
-  kept (typed: ``1``, ``1.0``, ``True``, ``-0.0`` differ; getitem's literal indices), the form of ``out`` and
-  the op's grad mode. Made on a miss by running the op once through the real engine (``_Runner.run_op`` on a
-  throwaway namespace of fresh leaf tensors over the run's own arrays) under a ``kernel.Recorder``: its kernel
-  steps (slots relative to the op: its inputs, then its own; constants folded), compiled at the fragment's
-  first hit into one straight-line function (``_codegen``; the code of one structure compiled once per process),
-  or, one kernel call on the op's inputs, called by the loop itself; its outputs and their flags; and the recipes of
-  the nodes it made (``_graph``: the outputs' node and, for a composite op such as cross_entropy, the nodes it
-  made inside, children first: primitive, which input or inner node each edge comes from, which saved slot is
-  which input, output or array of the fragment, the static saved values). The miss's own arrays are the run's
-  results (nothing runs twice). An op is not composable (its key remembered as such) when anything is not
-  certainly reproducible from that: the recorder's provenance reasons, a warning, an in-place write, an output
-  that is an input, a view whose requires_grad is not its history's (made under no_grad of a base that
-  requires grad), an edge leading outside the op, a saved value of another kind, a forward-mode tangent...
-  An op of many tensor inputs (a stack of 1000, whose form hardly repeats) runs **live**: unrecorded, as the
-  cold run runs it, its VJP through the engine too; only its node's recipe is kept for the run.
+* **Forward fragment** (``_Frag``), keyed by the op's name, its arguments with each tensor name replaced by its
+  tensor's (shape, dtype, strides, requires_grad) and which argument is which tensor (aliasing), literals kept
+  (typed: ``1``, ``1.0``, ``True``, ``-0.0`` differ; getitem's literal indices), the form of ``out`` and the op's
+  grad mode. Made on a miss by running the op once through the real engine (``_Runner.run_op`` on a throwaway
+  namespace of fresh leaf tensors over the run's own arrays) under a ``kernel.Recorder``: its kernel steps
+  (``tape.fragment``: slots relative to the op, its inputs then its own; constants folded), compiled at the
+  fragment's first hit into one straight-line function (``tape.compile_fragment``; the code of one structure
+  compiled once per process), or, one kernel call on the op's inputs, called by the loop itself; its outputs and
+  their flags; and the recipes of the nodes it made (``_graph``: the outputs' node and, for a composite op such as
+  cross_entropy, the nodes it made inside, children first: primitive, which input or inner node each edge comes
+  from, which saved slot is which input, output or array of the fragment, the static saved values). The miss's own
+  arrays are the run's results (nothing runs twice). An op is not composable (its key remembered as such) when
+  anything is not certainly reproducible from that: the recorder's provenance reasons, a warning, an in-place
+  write, an output that is an input, a view whose requires_grad is not its history's (made under no_grad of a base
+  that requires grad), an edge leading outside the op, a saved value of another kind, a forward-mode tangent... An
+  op of many tensor inputs (a stack of 1000, whose form hardly repeats) runs **live**: unrecorded, as the cold run
+  runs it, its VJP through the engine too; only its node's recipe is kept for the run.
 * **Backward.** ``backward`` of one root (with a gradient tensor, retain_graph; not inputs/create_graph; once
   per list) runs the engine's own schedule (``autograd._run_all``) over light nodes made from the recipes
   (edges to producer nodes, or to one accumulator per leaf), with gradients as arrays: each node's VJP is a
@@ -31,7 +31,7 @@ Python per op). Most ops of a long list repeat: the same op on inputs of the sam
   recorder. Two gradients of one input are summed as ``_add_unrecorded`` sums them (the same kernel); the seed,
   the leaves' ``.grad`` (``_accumulate_leaf``'s copy rule), retain_grad's clones and the autograd report
   (``_Runner.report``) are made as the engine makes them. As in a replayed plan of a one-shot run
-  (``plan._copy_renames``), copies of arrays that die with the response (the report's snapshots, a leaf's
+  (``tape.copy_renames``), copies of arrays that die with the response (the report's snapshots, a leaf's
   private ``.grad`` copy) are the arrays themselves when the copy would have their layout: nothing in a composed
   run writes in place. ``del``, ``bind`` (of a name or a leaf's ``.grad``) and ``retain_grad`` are covered.
 * **Result.** The namespace, op outcomes, ``changed`` and the autograd report as a ``Plan`` of no steps
@@ -52,7 +52,6 @@ no trace.
 
 from __future__ import annotations
 
-import functools
 import struct
 import threading
 from bisect import bisect_left, bisect_right
@@ -65,7 +64,7 @@ import numpy as np
 
 from . import kernel as K
 from . import route as R
-from . import sources as S
+from . import tape as T
 from .autograd import _apply, _run_all
 from .budget import SMALL_RESPONSE_ELEMENTS, Budget
 from .grad_mode import Limits, WarningSink, set_grad_enabled
@@ -83,7 +82,7 @@ from .program import (
     _Runner,
 )
 from .registry import OPS
-from .replayed import _PLANNABLE_CALLS, Plan, _Namespace, _PlannedResult, _same_bits
+from .replayed import _PLANNABLE_CALLS, Plan, _Namespace, _PlannedResult
 from .tensor import Tensor
 
 _ndarray = np.ndarray
@@ -126,7 +125,6 @@ _ACTIONS = frozenset({"backward", "del", "bind", "retain_grad"})
 _ACC = ACCUMULATE_GRAD.name
 _CHECK_EVERY = 32  # ops between two reads of the deadline
 _CHECK_MASK = _CHECK_EVERY - 1
-_CODEGEN_MAX = 24  # a fragment of more steps or inputs is interpreted, not compiled
 
 
 class _GiveUp(Exception):
@@ -420,143 +418,18 @@ def _form(name):
     return f
 
 
-# ----- steps -------------------------------------------------------------------------------------------------
-def _root(a):
-    while True:
-        b = a.base if a.__class__ is _ndarray else None
-        if b is None:
-            return a
-        a = b
-
-
-def _steps(rec: K.Recorder, escaping: list):
-    """The recorded steps as a fragment runs them: (fn, template, where, out, multi), and constants folded
-    (a step of no input array, or only constants: run once, its result read-only and a static argument of
-    the steps reading it) where the constant is not, nor shares memory with, an array the fragment hands
-    out. Also (bytes, largest size) of the arrays the remaining steps make, and the constants. None: a step
-    it cannot take (in place)."""
-    arrs = rec.keep
-    roots = {id(_root(arrs[s])) for s in escaping}
-    consts: dict = {}
-    out_steps = []
-    nbytes = maxsize = 0
-    for fn, tmpl, where, out, multi in rec.steps:
-        if multi == 2 or any(s < 0 for _, s in where):
-            return None
-        if multi is False and all(s in consts for _, s in where) and out not in escaping and \
-                id(_root(arrs[out])) not in roots:
-            args = list(tmpl)
-            for p, s in where:
-                args[p] = consts[s]
-            try:
-                r = fn(*args)
-                if r.__class__ is not _ndarray:
-                    r = _asarray(r)
-                if r.base is None:
-                    r = np.array(r, order="K")
-            except Exception:  # noqa: BLE001 - not a constant then
-                r = None
-            if r is not None and r.nbytes <= 1 << 16 and _same_bits(r, arrs[out]):
-                r.flags.writeable = False
-                consts[out] = r
-                continue
-        if consts and any(s in consts for _, s in where):
-            tmpl = list(tmpl)
-            for p, s in where:
-                if s in consts:
-                    tmpl[p] = consts[s]
-            tmpl = tuple(tmpl)
-            where = tuple([(p, s) for p, s in where if s not in consts])
-        for s in (out if multi is True else (out,)):
-            a = arrs[s]
-            if a.__class__ is _ndarray:
-                nbytes += a.nbytes
-                if a.size > maxsize:
-                    maxsize = a.size
-        out_steps.append((fn, tmpl, where, out, multi))
-    return out_steps, nbytes, maxsize, consts
-
-
+# ----- steps (``engine.tape``) ----------------------------------------------------------------------------
 def _compiled(owner):
-    """A fragment's function, compiled at its first use (``_codegen``: a fragment made by a miss whose form never
-    comes again is never compiled); ``owner.code`` holds (steps, inputs, slots returned) until then. Fragments
-    are shared between threads: another run may have compiled it since this one read ``owner.fn`` (``fn`` is
-    set before ``code`` is cleared)."""
+    """A fragment's function, compiled at its first use (``tape.compile_fragment``: a fragment made by a miss
+    whose form never comes again is never compiled); ``owner.code`` holds (steps, inputs, slots returned) until
+    then. Fragments are shared between threads: another run may have compiled it since this one read
+    ``owner.fn`` (``fn`` is set before ``code`` is cleared)."""
     code = owner.code
     if code is None:
         return owner.fn
-    fn = owner.fn = _codegen(*code)
+    fn = owner.fn = T.compile_fragment(*code)
     owner.code = None
     return fn
-
-
-def _label(name) -> str:
-    """An op's or node's name for a generated line's comment (printable, short)."""
-    return "".join(c if c.isalnum() or c in "_." else "?" for c in str(name))[:40]
-
-
-def _interpreter(steps: list, m: int, ret: list):
-    """``_codegen``'s function for a long fragment (compiling it would cost more than it saves): a loop."""
-    ret = tuple(ret)
-    n = 1 + max([m - 1, *ret, *[s for st in steps for s in (st[3] if st[4] is True else (st[3],))]])
-
-    def f(*ins):
-        loc = [None] * n
-        loc[:m] = ins
-        for fn, tmpl, where, out, multi in steps:
-            if where:
-                args = list(tmpl)
-                for p, s in where:
-                    args[p] = loc[s]
-                r = fn(*args)
-            else:
-                r = fn(*tmpl)
-            if multi is True:
-                for s, o in zip(out, r):
-                    loc[s] = o
-            else:
-                loc[out] = r if r.__class__ is _ndarray else _asarray(r)
-        return tuple([None if s < 0 else loc[s] for s in ret])
-    return f
-
-
-def _codegen(steps: list, m: int, ret: list, label: str = "?"):
-    """The steps as one Python function of the ``m`` input arrays returning the arrays of slots ``ret`` (-1:
-    None), each kernel called as ``kernel.kcall`` calls it (a numpy scalar made a 0-d array): straight-line
-    code, kernels and constants bound in its closure; each call's line says the op (``label``) and kernel it
-    runs (``engine.sources``)."""
-    if len(steps) > _CODEGEN_MAX or m > _CODEGEN_MAX:
-        return _interpreter(steps, m, ret)
-    names: list = []
-    values: list = []
-
-    def bind(v) -> str:
-        names.append(f"k{len(names)}")
-        values.append(v)
-        return names[-1]
-    body = []
-    for fn, tmpl, where, out, multi in steps:
-        slots = dict(where)
-        args = [f"s{slots[i]}" if i in slots else bind(v) for i, v in enumerate(tmpl)]
-        call = f"{bind(fn)}({', '.join(args)})"
-        why = f"  # op {label} ({getattr(fn, '__name__', '?')})"
-        if multi is True:
-            body.append(f"  {', '.join(f's{o}' for o in out)}, = {call}{why}")
-        else:
-            body.append(f"  x = {call}{why}")
-            body.append(f"  s{out} = x if x.__class__ is N else A(x)")
-    body.append("  return (" + "".join("None, " if s < 0 else f"s{s}, " for s in ret) + ")")
-    src = "\n".join([f"def make({', '.join(['N', 'A', *names])}):",
-                     f" def f({', '.join(f's{i}' for i in range(m))}):", *body, " return f"])
-    return _maker(src)(_ndarray, _asarray, *values)
-
-
-@functools.lru_cache(maxsize=1024)
-def _maker(src: str):
-    """``_codegen``'s compiled code by its source text, which depends only on the steps' structure (slots, arity;
-    the kernels and constants are the closure's values): a form met again (in a later run, another fragment of
-    the same shape) is not compiled again. Memoised: a pure function of its argument."""
-    return S.compile_function(src, "fragment", "make", tie=False)
 
 
 # ----- making fragments --------------------------------------------------------------------------------------
@@ -672,7 +545,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
         if recipe is not None:
             _takes(recipe, recipe.refs)
         return f, tuple(slots)
-    made = _steps(rec, slots)
+    made = T.fragment(rec, slots, [i for r in graph or () for k, i in r.refs if k == 2])
     if made is None:
         return _no(11), None
     steps, nbytes, maxsize, consts = made
@@ -690,10 +563,10 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
         _takes(r, tuple(refs))
 
     f = _Frag()
-    f.fn, f.code = None, (steps, m, ret, _label(op.get("op")))
+    f.fn, f.code = None, (steps, m, ret, T.label(op.get("op")))
     f.k = None
     if len(steps) == 1 and m <= 2:
-        kfn, tmpl, where, o, multi = steps[0]
+        kfn, tmpl, where, o, multi = steps[0][:5]
         if multi is False and ret == [o] and where == ((0, 0), (1, 1))[:m]:
             f.k, f.pre, f.two = kfn, tuple(tmpl[m:]), m == 2
     f.cbytes = sum(c.nbytes for c in consts.values())
@@ -1000,12 +873,12 @@ def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list, budget=None)
     for _ in range(len(recipe.edges) - len(slots)):  # (one gradient per edge: _run_all's apply)
         slots.append(-1)
         res.append(None)
-    made = _steps(rec, [s for s in slots if s >= 0])
+    made = T.fragment(rec, [s for s in slots if s >= 0])
     if made is None:
         return _no(16), None
     steps, nbytes, maxsize, consts = made
     f = _VjpFrag()
-    f.fn, f.code = None, (steps, len(ins), slots, _label(recipe.name))
+    f.fn, f.code = None, (steps, len(ins), slots, T.label(recipe.name))
     f.cbytes = sum(c.nbytes for c in consts.values())
     f.nbytes, f.maxsize = nbytes, maxsize
     return f, tuple(res)
@@ -1152,7 +1025,7 @@ def _copy_is_itself(a) -> bool:
 
 def _alias_or_copy(a):
     """``kernel.snapshot(a)`` where nothing writes in place and every array dies with the response: ``a``
-    itself when the copy would have its layout (``plan._copy_renames``' rule)."""
+    itself when the copy would have its layout (``tape.copy_renames``' rule)."""
     if _copy_is_itself(a):
         return a
     return np.array(a, copy=True)
@@ -1420,7 +1293,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                         raise _GiveUp  # (the call-form check reads nothing the key holds not: a hit passed it)
                     run.hits += hits
                     hits = 0
-                    if len(vs) > _CODEGEN_MAX:  # (a wide op: run live, nothing kept)
+                    if len(vs) > T.FRAGMENT_CODEGEN_MAX:  # (a wide op: run live, nothing kept)
                         frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns, live=True)
                     else:
                         run.miss(index, ns)

@@ -32,10 +32,10 @@ requires_grad, versions...), the same for every run of the same op list over inp
 * **Composed first runs.** A one-shot list without a plan that is not recorded now (a structure's first
   sighting under ``record_after=2``) is composed from per-op fragments where it can be (``engine.compose``),
   else run cold; either way what the caller observes is the cold run's.
-* **The tape** (``_Tape``) is the recorded calls made cheaper where nothing can tell: constants computed
-  once, repeated calls once, kernels called through their direct forms (their ufuncs, array methods),
-  intermediates no caller sees written into buffers a replay reuses, copies of arrays that die with the
-  response left out; each checked against the recorded arrays, bit for bit and layout for layout.
+* **The tape** (``tape.Tape``: the executor plans and fragments share) is the recorded calls made cheaper where
+  nothing can tell: constants computed once, repeated calls once, kernels called through their direct forms (their
+  ufuncs, array methods), intermediates no caller sees written into buffers a replay reuses, copies of arrays that
+  die with the response left out; each checked against the recorded arrays, bit for bit and layout for layout.
 * **What a one-shot response shows.** Without ``return`` a ``/v1/eval`` response shows every named tensor, so
   every name's array is a result. With ``return`` (``respond``: a list of names, part of the key) it shows
   those names, and its autograd report points at the ``out`` names of ``grad`` ops and at the tensors each
@@ -68,12 +68,10 @@ counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``). `
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import sys
 import threading
 import types
 import weakref
-from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import repeat
@@ -86,6 +84,7 @@ from . import dtypes as D
 from . import kernel as K
 from . import route as R
 from . import sources as S
+from . import tape as T
 from .functional import TRANSFORMS
 from .grad_mode import WarningSink
 from .node import ACCUMULATE_GRAD, Node, SavedTensor
@@ -104,7 +103,7 @@ from .program import (
     run_program,
 )
 from .registry import OPS
-from .replayed import _PLANNABLE_CALLS, Plan, _Namespace, _PlannedResult, _same_bits, _tensor
+from .replayed import _PLANNABLE_CALLS, Plan, _Namespace, _PlannedResult, _tensor
 from .tensor import Tensor, as_array
 from .views import accumulator
 
@@ -113,12 +112,8 @@ INPUT_OPS = frozenset({"tensor"})
 #: autograd and name actions a plan may contain (structural: no arrays of their own)
 PLANNABLE_ACTIONS = frozenset({"backward", "grad", "del", "bind", "retain_grad", "zero_grad", "set_grad"})
 _ACC = ACCUMULATE_GRAD.name
-_PLAN_IDS = itertools.count(1)  # numbers a plan's compiled chunks' file names (``engine.sources``)
 _STEP_BYTES = 160      # a lower bound of a tape step's size: a plan surely too large is not compiled
-_CHECK_EVERY = 256     # replay checks the deadline every this many kernel calls
 _CHECK_LOOP = 64       # a planned repeat loop checks it every this many iterations too
-_CHUNK = 2000          # kernel calls per compiled function of a plan
-_COMPILE_MAX_STEPS = 20_000  # longer tapes are interpreted (compiling them would cost more than it saves)
 
 
 _CONTAINERS = (list, tuple, dict, set, frozenset)
@@ -735,7 +730,7 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
     # nothing writes in place and every array dies with the response: copies need not be made (a copy's
     # result is the array it copies)
     alias = not preset and not any(step[4] == 2 for step in rec.steps)
-    ren = _copy_renames(rec) if alias else {}
+    ren = T.copy_renames(rec) if alias else {}
     if ren:
         namespace = [(n, _renamed(d, ren)) for n, d in namespace]
         pre = [(n, _renamed(g, ren), a) for n, g, a in pre]
@@ -756,15 +751,15 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
         for e in es:
             grads(e[2])
     with np.errstate(all="ignore"):  # (the kernels run here as in a replay)
-        tape = _Tape(rec, keep, ren)
-    if len(tape.steps) <= _COMPILE_MAX_STEPS:
-        code, kernels, consts = _compile(tape.steps, _origins(rec))
+        tape = T.Tape(rec, keep, ren)
+    if len(tape.steps) <= T.COMPILE_MAX_STEPS:
+        code, kernels, consts = T.compile_tape(tape.steps, T.origins(rec))
         steps = []
     else:  # compiling costs more than it saves once: a long tape is interpreted
         code, kernels, consts = (), [], []
-        steps = _interpreted(tape.steps)
+        steps = T.interpreted(tape.steps)
     plan = Plan(code, kernels, consts, steps, rec.n, tuple(rec.inputs), namespace, pre, list(res.ops),
-                list(res.changed), autograd, state.backward_passes, regs=tape.regs, written=_written(rec))
+                list(res.changed), autograd, state.backward_passes, regs=tape.regs, written=T.written_inputs(rec))
     nbytes = footprint(plan)
     if nbytes > max_bytes:
         return Unplannable("too_large", "the plan would exceed the cache's bytes")
@@ -774,33 +769,9 @@ def _build(rec: K.Recorder, state: State, preset: dict, res: ProgramResult, jour
     return plan
 
 
-# ----- the tape: what a replay runs ------------------------------------------------------------------------
-#: copies a plan may replace by the array itself when nothing in it writes in place and no array of it
-#: outlives the response (a one-shot run of its own): the report's snapshots, a leaf's private .grad copy
-_COPIES = frozenset({K.snapshot, K.copy})
+# ----- the tape: what a replay runs (``engine.tape``) ----------------------------------------------------
 _POOL_SETS = 1          # idle register sets a plan keeps (a replay takes one; concurrent replays make more)
-_CONST_MAX_BYTES = 1 << 20  # a larger constant is made on every replay (a plan's bytes count its constants)
-#: ufuncs whose every element is one correctly rounded operation on the same elements of the inputs: the
-#: same bits whatever loop numpy takes, so one may write over an input (``out=`` the input's own buffer)
-_EXACT_UFUNCS = frozenset({np.add, np.subtract, np.multiply, np.true_divide, np.negative})
-#: ufuncs a register is passed to by keyword (numpy deprecates a third positional argument for these; a keyword
-#: costs every other call ~0.2 us)
-_OUT_BY_KEYWORD = frozenset({np.maximum, np.minimum})
-
-
-def _copy_renames(rec: K.Recorder) -> dict:
-    """slot -> the slot it is a copy of (followed to the first array), for the copies a plan leaves out: those
-    whose result has the layout of the array copied (strides, writeable; a copy of a broadcast or of a
-    strided view is made)."""
-    ren = {}
-    arrs = rec.keep
-    for fn, _, where, out, multi in rec.steps:
-        if fn in _COPIES and not multi:
-            src = where[0][1]
-            a, c = arrs[src], arrs[out]
-            if a.strides == c.strides and a.dtype == c.dtype and a.flags.writeable:
-                ren[out] = ren.get(src, src)
-    return ren
+_replay_quiet = T.replay_quiet  # (what a planned repeat loop replays its iterations with)
 
 
 def _renamed(d, ren):
@@ -809,489 +780,13 @@ def _renamed(d, ren):
     return (ren.get(d[0], d[0]), *d[1:6], _renamed(d[6], ren))
 
 
-def _root(a):
-    """The object owning an array's memory: its base, followed (an ndarray's, a memoryview's object, a
-    strided view's DummyArray's)."""
-    while True:
-        c = a.__class__
-        b = a.base if c is np.ndarray else a.obj if c is memoryview else getattr(a, "base", None)
-        if b is None:
-            return a
-        a = b
-
-
-def _groups(arrays: dict) -> dict:
-    """slot -> its memory group (the smallest slot of the group): the slots whose recorded arrays have one
-    owner of their memory, an array and its views. (Every recorded array is alive until the plan is built:
-    the owners' identities are distinct.)"""
-    first: dict = {}
-    group = {}
-    for s in sorted(arrays):
-        group[s] = first.setdefault(id(_root(arrays[s])), s)
-    return group
-
-
-def _static_key(v):
-    """A static argument as a key: equal only for arguments a kernel cannot tell apart (the type and every
-    bit: 0.0 and -0.0 differ, NaNs by payload; arrays, the plan's constants, by identity)."""
-    c = v.__class__
-    if v is None or c is bool or c is int or c is str:
-        return c, v
-    if c is float:
-        return c, v.hex() if v == v else repr(np.float64(v).tobytes())
-    if isinstance(v, np.generic):
-        return c, v.tobytes()
-    if c is tuple:
-        return c, tuple([_static_key(x) for x in v])
-    if c is slice:
-        return c, _static_key(v.start), _static_key(v.stop), _static_key(v.step)
-    if c is np.ndarray:
-        return c, id(v)
-    return c, v  # dtypes, types, functions, Ellipsis (hashable; equal when the same)
-
-
-def _cse_key(fn, tmpl, where):
-    slots = dict(where)
-    try:
-        key = (fn, tuple([("slot", slots[i]) if i in slots else _static_key(v) for i, v in enumerate(tmpl)]))
-        hash(key)
-    except TypeError:
-        return None
-    return key
-
-
-class _Tape:
-    """The recorded steps made into the steps a replay runs, each one's result the recorded one bit for bit:
-
-    * copies the plan leaves out (``ren``) are not run: their slot reads the array copied;
-    * **constants**: a step without inputs from the run (a literal, a seed of ones) or only constants among
-      them is run here, once, when its result never reaches the caller and nothing writes into it; its
-      result (read-only) is a static argument of the steps reading it;
-    * **common steps**: a step that repeats an earlier one (same kernel, slots and static arguments) reads its
-      result (``_cse``);
-    * **direct calls**: a kernel with a direct form (``kernel.direct_form``: its ufunc, the array method a
-      numpy function calls) is called as that;
-    * **registers**: an intermediate made by a ufunc-like call (``kernel.takes_out``) that never reaches the
-      caller, C-contiguous and owning its memory, is written into a buffer of the plan (``out=``), a buffer
-      another such intermediate freed before (liveness over the intermediate and its views), or, for an
-      exact elementwise ufunc, the buffer of an input that dies with the step. A replay takes a set of
-      buffers of its own (``_replay_quiet``): concurrent replays never share one.
-
-    Memory groups (an array and its views, by the owner of their memory) decide what may be folded, shared
-    or reused: nothing in a group the caller sees, that holds an input, or that is written in place. Each
-    direct form and register is checked on the recorded arrays (the same bits, dtype, shape and strides as
-    the kernel gave) before it is used. ``steps``: (fn, template, where, out, multi, conv, reg, free);
-    ``conv``: the call may return a numpy scalar (made an array); ``reg``: the register the result is
-    written into (-1: none)."""
-
-    def __init__(self, rec: K.Recorder, keep: set, ren: dict):
-        arrs = rec.keep
-        steps = []
-        for i, (fn, tmpl, where, out, multi) in enumerate(rec.steps):
-            if out in ren and not multi:
-                continue
-            if ren:
-                where = tuple([(p, ren.get(s, s)) for p, s in where])
-            # a kernel returns a numpy scalar only for a 0-d result (an array of more dimensions is an array)
-            conv = i in rec.converted or (multi is False and arrs[out].ndim == 0)
-            steps.append((fn, tmpl, where, out, multi, conv))
-        used = {s: arrs[s] for s in rec.inputs}
-        for st in steps:
-            for s in (st[3] if st[4] is True else (st[3],)):
-                used[s] = arrs[s]
-        group = _groups(used)
-        written = set()
-        for _, _, where, out, multi, _ in steps:
-            if multi == 2:  # (in place: the target and the slot naming it after the write)
-                written.add(group[where[0][1]])
-                written.add(group[out])
-        self.written = written
-        # groups that are not the plan's to fold or reuse: shown to the caller, inputs, written in place
-        bad = {group[s] for s in keep if s in group} | {group[s] for s in rec.inputs} | written
-        self.const_bytes = 0
-        steps = self._fold(steps, arrs, group, bad)
-        steps, group = self._cse(steps, arrs, group, keep)
-        bad = {group[g] for g in bad}
-        self.regs: list = []
-        self.reg_bytes = 0
-        self._checked: dict = {}
-        steps = self._direct(steps, arrs, group, bad, keep)
-        self.steps = self._frees(steps, keep)
-
-    def _fold(self, steps, arrs, group, bad) -> list:
-        consts: dict = {}
-        out_steps = []
-        for st in steps:
-            fn, tmpl, where, out, multi, conv = st
-            if multi != 2 and all(s in consts for _, s in where):
-                outs = out if multi is True else (out,)
-                vals = None
-                if all(group[o] not in bad for o in outs):
-                    args = list(tmpl)
-                    for p, s in where:
-                        args[p] = consts[s]
-                    try:
-                        r = fn(*args)
-                        vals = tuple(r) if multi is True else (r if r.__class__ is np.ndarray else np.asarray(r),)
-                        # an array of its own, the plan's alone (a kernel might hand out one it keeps)
-                        vals = tuple([np.array(v, order="K") if v.__class__ is np.ndarray and v.base is None
-                                      else v for v in vals])
-                    except Exception:  # noqa: BLE001 - not a constant then: the step stays
-                        vals = None
-                if vals is not None and len(vals) == len(outs) and \
-                        sum(v.nbytes for v in vals if v.base is None) <= _CONST_MAX_BYTES and \
-                        all(_same_bits(v, arrs[o]) for v, o in zip(vals, outs)):
-                    for v, o in zip(vals, outs):
-                        v.flags.writeable = False  # (a kernel writing into it fails: the run falls back)
-                        consts[o] = v
-                        self.const_bytes += v.nbytes if v.base is None else 0
-                    continue
-            if any(s in consts for _, s in where):
-                tmpl = list(tmpl)
-                for p, s in where:
-                    if s in consts:
-                        tmpl[p] = consts[s]
-                tmpl = tuple(tmpl)
-                where = tuple([(p, s) for p, s in where if s not in consts])
-            out_steps.append((fn, tmpl, where, out, multi, conv))
-        return out_steps
-
-    def _cse(self, steps, arrs, group, keep):
-        """Steps that repeat an earlier step (the same kernel on the same slots and static arguments) read its
-        result instead: a kernel's result is a function of its arguments, so the two are the same bits, when
-        neither is shown to the caller and nothing writes in place into either or into what they read. The
-        memory group of the repeat joins the earlier result's (its views now view that)."""
-        written = self.written
-        seen: dict = {}
-        ren: dict = {}
-        parent: dict = {}
-        shown = {group[k] for k in keep if k in group}
-
-        def find(g):
-            while g in parent:
-                g = parent[g]
-            return g
-        out = []
-        for fn, tmpl, where, o, multi, conv in steps:
-            if ren:
-                where = tuple([(p, ren.get(s, s)) for p, s in where])
-            if multi is False and o not in keep and not (written and (group[o] in written or any(
-                    group[s] in written for _, s in where))):
-                key = _cse_key(fn, tmpl, where)
-                first = seen.get(key) if key is not None else None
-                if first is not None:
-                    a, b = find(group[o]), find(group[first])
-                    # an array of its own, shown (or a view of it shown): its memory stays its own
-                    if arrs[o].base is not None or (a not in shown and b not in shown):
-                        ren[o] = first
-                        if a != b:
-                            parent[max(a, b)] = min(a, b)
-                            if a in shown or b in shown:
-                                shown.add(min(a, b))
-                        continue
-                if key is not None:
-                    seen[key] = o
-            out.append((fn, tmpl, where, o, multi, conv))
-        if parent:
-            group = {s: find(g) for s, g in group.items()}
-        return out, group
-
-    def _direct(self, steps, arrs, group, bad, keep) -> list:
-        # last use of each slot, and of each group (an array is needed while any view of it is)
-        last: dict = {}
-        for i, (_, _, where, out, multi, _) in enumerate(steps):
-            for _, s in where:
-                last[s] = i
-            for s in (out if multi is True else (out,)):
-                last.setdefault(s, i)
-        gend: dict = {}
-        for s, i in last.items():
-            g = group.get(s, s)
-            if gend.get(g, -1) < i:
-                gend[g] = i
-        written = self.written
-        forms: dict = {}
-        slot_reg: dict = {}
-        free_regs: dict = {}
-        release: dict = {}
-        out_steps = []
-        for i, st in enumerate(steps):
-            fn, tmpl, where, out, multi, conv = st
-            reg = -1
-            has = forms.get(fn)
-            if has is None:
-                has = forms[fn] = fn.__class__ is np.ufunc or getattr(fn, "direct", None) is not None or \
-                    fn in K._NUMPY_FORMS
-            if has and multi is False and not (written and any(group[s] in written for _, s in where)):
-                st = self._form(fn, tmpl, where, arrs, arrs[out], group[out] == out and out not in bad)
-                if st is not None:
-                    fn, tmpl, where, reg_ok = st
-                    if reg_ok:
-                        a = arrs[out]
-                        key = (a.shape, a.dtype.str)
-                        spare = free_regs.get(key)
-                        # an exact elementwise ufunc may write over an input register that dies here
-                        dying = [(key, slot_reg[s]) for _, s in where if s in slot_reg and gend[group[s]] == i
-                                 and (key, slot_reg[s]) in release.get(i, ())] if fn in _EXACT_UFUNCS else ()
-                        if dying:
-                            release[i].remove(dying[0])
-                            reg = dying[0][1]
-                        elif spare:
-                            reg = spare.pop()
-                        else:
-                            reg = len(self.regs)
-                            self.regs.append((a.shape, a.dtype))
-                            self.reg_bytes += a.nbytes
-                        release.setdefault(gend[out], []).append((key, reg))
-                        slot_reg[out] = reg
-                        conv = False
-            out_steps.append((fn, tmpl, where, out, multi, conv, reg))
-            for key, r in release.pop(i, ()):
-                free_regs.setdefault(key, []).append(r)
-        return out_steps
-
-    def _form(self, fn, tmpl, where, arrs, a, may_reg: bool):
-        """(callable, template, where, register) of the step's direct form, checked on the recorded arrays
-        (``a``: the recorded result), or None. ``register``: the result goes into a register (``may_reg``: it
-        may, as far as its lifetime goes). A direct form gives the kernel's bits for every input of the same
-        shapes, dtypes and layouts: it is checked once per such signature."""
-        args = list(tmpl)
-        for p, s in where:
-            args[p] = arrs[s]
-        try:
-            form = K.direct_form(fn, tuple(args))
-        except Exception:  # noqa: BLE001 - no direct form for these arguments
-            return None
-        if form is None:
-            return None
-        call, cargs = form
-        slot_of = {id(arrs[s]): s for _, s in where}
-        if len(slot_of) != len({s for _, s in where}):
-            return None  # (one array in two slots)
-        ntmpl, nwhere, sig = [], [], [fn, call, a.dtype.str, a.shape, a.strides]
-        for p, x in enumerate(cargs):
-            if x.__class__ is np.ndarray and id(x) in slot_of:
-                nwhere.append((p, slot_of[id(x)]))
-                ntmpl.append(None)
-            elif (x.__class__ is np.ndarray and not x.flags.writeable and any(x is v for v in tmpl)) \
-                    or K._static_ok(x):
-                ntmpl.append(x)  # a static argument, or a constant of the plan
-            else:
-                return None
-            sig.append((x.dtype.str, x.shape, x.strides) if x.__class__ is np.ndarray else _static_key(x))
-        may_reg = may_reg and a.base is None and a.flags.c_contiguous and a.size > 0 and K.takes_out(call)
-        sig.append(may_reg)
-        try:
-            sig = tuple(sig)
-            verdict = self._checked.get(sig)
-        except TypeError:  # (an unhashable static argument: checked here, not remembered)
-            sig, verdict = None, None
-        if verdict is None:
-            verdict = self._check(call, cargs, a, may_reg)
-            if sig is not None:
-                self._checked[sig] = verdict
-        if verdict is False:
-            return None
-        return call, tuple(ntmpl), tuple(nwhere), verdict == "reg"
-
-    @staticmethod
-    def _check(call, cargs, a, may_reg):
-        """"reg" when ``call`` gives ``a`` writing into a buffer, True when it gives it, False when neither."""
-        try:
-            if may_reg:
-                o = np.empty(a.shape, a.dtype)
-                r = call(*cargs, out=o) if call in _OUT_BY_KEYWORD else call(*cargs, o)
-                if r is o and _same_bits(o, a):
-                    return "reg"
-            r = call(*cargs)  # (a form that only writes into a buffer raises here)
-        except Exception:  # noqa: BLE001 - not usable so
-            return False
-        if r.__class__ is not np.ndarray and a.ndim == 0:
-            r = np.asarray(r)
-        return _same_bits(r, a)
-
-    @staticmethod
-    def _frees(steps, keep) -> list:
-        last: dict = {}
-        regs = set()
-        for i, (_, _, where, out, multi, _, reg) in enumerate(steps):
-            for _, s in where:
-                last[s] = i
-            for s in (out if multi is True else (out,)):
-                last.setdefault(s, i)
-            if reg >= 0:
-                regs.add(out)
-        frees = [[] for _ in steps]
-        for s, i in last.items():
-            if s not in keep and s not in regs:
-                frees[i].append(s)
-        return [(*st, tuple(frees[i])) for i, st in enumerate(steps)]
-
-
-# ----- replay ----------------------------------------------------------------------------------------------
-def _origins(rec: K.Recorder):
-    """Which op a recorded slot comes from, as a generated line's comment says it (``op 3 mul``): the op whose
-    start (``Recorder.marks``: the slot count when it began) is the last at or before the slot."""
-    marks = rec.marks
-    starts = [m[0] for m in marks]
-
-    def origin(slot: int) -> str:
-        i = bisect_right(starts, slot) - 1
-        return f"op {marks[i][1]} {marks[i][2]!s:.40}" if i >= 0 else "input"
-    return origin
-
-
-def _compile(steps: list, origin=None) -> tuple:
-    """The tape as Python functions of straight-line code, one per ``_CHUNK`` kernel calls: each step one line
-    (``b[5] = k[0](b[1], c[2])``: slots, kernels, constants and registers by index), so a replay pays one call
-    per kernel and nothing to interpret. Each chunk is registered with ``linecache`` under a name of its own
-    (``engine.sources``), each call's line ending in a comment naming the op (``origin``: by its output slot)
-    and the kernel it runs."""
-    tag = next(_PLAN_IDS)
-    kernels: list = []
-    kidx: dict = {}
-    consts: list = []
-    chunks = []
-    for lo in range(0, len(steps), _CHUNK):
-        lines = ["def run(b, k, c, chk, N, A, R):"]
-        for j, (fn, template, where, out, multi, conv, reg, free) in enumerate(steps[lo:lo + _CHUNK]):
-            ki = kidx.get(id(fn))
-            if ki is None:
-                ki = kidx[id(fn)] = len(kernels)
-                kernels.append(fn)
-            args = []
-            slots = dict(where)
-            for i, v in enumerate(template):
-                if i in slots:
-                    args.append(f"b[{slots[i]}]")
-                else:
-                    args.append(f"c[{len(consts)}]")
-                    consts.append(v)
-            if reg >= 0:
-                args.append(f"out=R[{reg}]" if fn in _OUT_BY_KEYWORD else f"R[{reg}]")
-            call = f"k[{ki}]({', '.join(args)})"
-            why = ""
-            if origin is not None:
-                name = "".join(c if c.isalnum() or c in "_." else "?" for c in getattr(fn, "__name__", "?"))[:40]
-                why = f"  # {origin(out[0] if multi is True else out)} ({name})"
-            if multi is True:
-                lines.append(f" {', '.join(f'b[{o}]' for o in out)}, = {call}{why}")
-            elif multi:  # in place: the target is the first argument
-                lines.append(f" {call}; b[{out}] = b[{slots[0]}]{why}")
-            elif conv:
-                lines.append(f" x = {call}; b[{out}] = x if x.__class__ is N else A(x){why}")
-            else:
-                lines.append(f" b[{out}] = {call}{why}")
-            if free:
-                lines.append(f" {' = '.join(f'b[{f}]' for f in free)} = None")
-            if j % _CHECK_EVERY == _CHECK_EVERY - 1:
-                lines.append(" if chk is not None: chk()")
-        chunks.append(S.compile_function("\n".join(lines) + "\n", f"plan {tag:x} chunk {lo // _CHUNK}",
-                                         numbered=False))
-    return tuple(chunks), kernels, consts
-
-
-def _interpreted(steps: list) -> list:
-    """The tape for ``_run_steps``, in chunks of ``_CHECK_EVERY`` steps: (kind, fn, x, y, z, out, conv, free),
-    the common call shapes (one or two slots, constants after them, a register last) as kinds of their own so
-    that a step costs little more than its call."""
-    out = []
-    for fn, tmpl, where, o, multi, conv, reg, free in steps:
-        n, slots = len(tmpl), dict(where)
-        if multi is not False:
-            st = (9 if multi is True else 10, fn, tmpl, where, reg, o, conv, free)
-        elif reg >= 0 and fn in _OUT_BY_KEYWORD:  # (the generic kind: its register by keyword)
-            st = (8, fn, tmpl, where, reg, o, conv, free)
-        elif n == 1 and 0 in slots:
-            st = (0 if reg < 0 else 4, fn, slots[0], None, reg, o, conv, free)
-        elif n == 2 and 0 in slots and 1 in slots:
-            st = (1 if reg < 0 else 5, fn, slots[0], slots[1], reg, o, conv, free)
-        elif n == 2 and 0 in slots:
-            st = (2 if reg < 0 else 6, fn, slots[0], tmpl[1], reg, o, conv, free)
-        elif n == 2 and 1 in slots:
-            st = (3 if reg < 0 else 7, fn, slots[1], tmpl[0], reg, o, conv, free)
-        elif reg < 0 and n > 2 and list(slots) == [0]:
-            st = (11, fn, slots[0], tmpl[1:], reg, o, conv, free)
-        elif reg < 0 and n > 2 and sorted(slots) == [0, 1]:
-            st = (12, fn, slots[0], slots[1], tmpl[2:], o, conv, free)
-        else:
-            st = (8, fn, tmpl, where, reg, o, conv, free)
-        out.append(st)
-    return [out[i:i + _CHECK_EVERY] for i in range(0, len(out), _CHECK_EVERY)]
-
-
-def _run_steps(chunks: list, b: list, R, chk) -> None:
-    N, A = np.ndarray, np.asarray
-    for chunk in chunks:
-        for kind, fn, x, y, z, out, conv, free in chunk:
-            if kind == 1:
-                r = fn(b[x], b[y])
-            elif kind == 5:
-                r = fn(b[x], b[y], R[z])
-            elif kind == 2:
-                r = fn(b[x], y)
-            elif kind == 11:
-                r = fn(b[x], *y)
-            elif kind == 0:
-                r = fn(b[x])
-            elif kind == 12:
-                r = fn(b[x], b[y], *z)
-            elif kind == 6:
-                r = fn(b[x], y, R[z])
-            elif kind == 4:
-                r = fn(b[x], R[z])
-            elif kind == 3:
-                r = fn(y, b[x])
-            elif kind == 7:
-                r = fn(y, b[x], R[z])
-            else:
-                args = list(x)
-                for i, s in y:
-                    args[i] = b[s]
-                if kind == 9:
-                    for s, o in zip(out, fn(*args)):
-                        b[s] = o
-                    if free:
-                        for s in free:
-                            b[s] = None
-                    continue
-                if kind == 10:  # in place: the target is the first argument
-                    fn(*args)
-                    b[out] = args[0]
-                    if free:
-                        for s in free:
-                            b[s] = None
-                    continue
-                r = fn(*args) if z < 0 else fn(*args, out=R[z]) if fn in _OUT_BY_KEYWORD else fn(*args, R[z])
-            if conv and r.__class__ is not N:
-                r = A(r)
-            b[out] = r
-            if free:
-                for s in free:
-                    b[s] = None
-        if chk is not None:
-            chk()
-
-
-def _written(rec: K.Recorder) -> tuple:
-    """The positions (in the replay's inputs) of the inputs whose memory an in-place kernel writes into."""
-    roots = {}
-    for i, s in enumerate(rec.inputs):
-        roots.setdefault(id(_root(rec.keep[s])), []).append(i)
-    out = set()
-    for _, _, where, _, multi in rec.steps:
-        if multi == 2:
-            out.update(roots.get(id(_root(rec.keep[where[0][1]])), ()))
-    return tuple(sorted(out))
-
-
 def _guarded_replay(cache: PlanCache, plan: Plan, inputs, control):
     """The plan's slots, or the fallback route when a kernel's guard fired (counted; the caller runs the list
     cold, which gives the error or the result). Inputs it writes into in place are as they were then: a replay
     is all or nothing, as the cold run is."""
     undo = [(a, a.copy()) for a in map(inputs.__getitem__, plan.written)] if plan.written else None
     try:
-        buf = _replay(plan, inputs, control)
+        buf = T.replay(plan, inputs, control)
     except Exception as e:  # noqa: BLE001 - a guard: the cold run gives the error (or the result)
         if undo:
             for a, old in undo:
@@ -1311,34 +806,6 @@ def _fallback(e: Exception) -> R.Route:
         tb = tb.tb_next
     # (the exception's type, not its message: a message may quote values; the error the cold run gives has it)
     return R.Route("fallback", "kernel_raised", f"{at}{': ' if at else ''}{type(e).__name__}")
-
-
-def _replay(plan: Plan, inputs: list, control) -> list:
-    with np.errstate(all="ignore"):
-        return _replay_quiet(plan, inputs, control)
-
-
-def _replay_quiet(plan: Plan, inputs: list, control) -> list:
-    """``_replay`` where numpy's floating-point errors are already ignored (as the cold run ignores them)."""
-    buf = [None] * plan.n_slots
-    for s, a in zip(plan.input_slots, inputs):
-        buf[s] = a
-    chk = control.check if control is not None else None
-    R = None
-    if plan.regs:  # a register set of this replay's own (list.pop/append are atomic)
-        try:
-            R = plan.pool.pop()
-        except IndexError:
-            R = [np.empty(shape, dtype) for shape, dtype in plan.regs]
-    if plan.code:
-        k, c = plan.kernels, plan.consts
-        for run in plan.code:
-            run(buf, k, c, chk, np.ndarray, np.asarray, R)
-    else:
-        _run_steps(plan.steps, buf, R, chk)
-    if R is not None and len(plan.pool) < plan.pool_cap:
-        plan.pool.append(R)  # (nothing the result holds is in it: registers are never shown)
-    return buf
 
 
 def _finish(plan: Plan, buf: list, state: State, preset: dict) -> ProgramResult:

@@ -27,7 +27,7 @@ class _Name:
 
 @dataclass
 class Plan:
-    code: tuple              # compiled functions of the tape (``_compile``); empty: ``steps`` are interpreted
+    code: tuple              # compiled functions of the tape (``tape.compile_tape``); empty: ``steps`` are interpreted
     kernels: list
     consts: list
     steps: list
@@ -44,7 +44,7 @@ class Plan:
     next_key: tuple | None = None  # (key, layout) of the session state the run leaves (session plans)
     chainable: bool = False        # a repeat may replay it without building the state between iterations
     iter_bytes: int = 0            # bytes of the arrays one run makes (session plans)
-    regs: list = field(default_factory=list)  # (shape, dtype) of the registers (_Tape) a replay writes into
+    regs: list = field(default_factory=list)  # (shape, dtype) of the registers (tape.Tape) a replay writes into
     pool_cap: int = 0              # register sets kept between replays
     pool: list = field(default_factory=list)  # idle register sets
     lazy: tuple | None = None      # (name -> descriptor, names of preset tensors): made on a first one-shot replay

@@ -13,6 +13,7 @@ import pytest
 import gradserve_server.engine as E
 import gradserve_server.engine.compose as compose_module
 import gradserve_server.engine.plan as plan_module
+import gradserve_server.engine.tape as tape_module
 from gradserve_server.engine.errors import EngineError
 from gradserve_server.engine.plan import PlanCache, _plannable_op, _scan, run_planned
 from gradserve_server.engine.program import State
@@ -611,14 +612,15 @@ def test_inputs_bind_as_cold_wherever_they_are(layout):
 
 
 def test_codegen_compiles_a_structure_once_and_binds_each_fragments_own_values():
-    """``_codegen``'s source depends only on the steps' structure: a second fragment of the same structure
-    reuses the compiled code (``_maker``), with its own kernels and constants."""
+    """``tape.compile_fragment``'s source depends only on the steps' structure: a second fragment of the same
+    structure reuses the compiled code (``_maker``), with its own kernels and constants."""
     def steps(c):
-        return [(np.multiply, (None, c), ((0, 0),), 1, False), (np.add, (None, None), ((0, 1), (1, 0)), 2, False)]
-    f1 = compose_module._codegen(steps(np.float32(2.0)), 1, [2])
-    n = compose_module._maker.cache_info().currsize
-    f2 = compose_module._codegen(steps(np.float32(3.0)), 1, [2])
-    assert compose_module._maker.cache_info().currsize == n and f1.__code__ is f2.__code__
+        return [(np.multiply, (None, c), ((0, 0),), 1, False, True, -1, ()),
+                (np.add, (None, None), ((0, 1), (1, 0)), 2, False, True, -1, ())]
+    f1 = tape_module.compile_fragment(steps(np.float32(2.0)), 1, [2])
+    n = tape_module._maker.cache_info().currsize
+    f2 = tape_module.compile_fragment(steps(np.float32(3.0)), 1, [2])
+    assert tape_module._maker.cache_info().currsize == n and f1.__code__ is f2.__code__
     x = np.asarray(np.float32(1.5))
     (a,), (b,) = f1(x), f2(x)
     assert a.__class__ is np.ndarray and a.tolist() == 1.5 * 2 + 1.5 and b.tolist() == 1.5 * 3 + 1.5

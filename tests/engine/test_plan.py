@@ -14,6 +14,7 @@ import pytest
 
 import gradserve_server.engine as E
 import gradserve_server.engine.plan as plan_module
+import gradserve_server.engine.tape as tape_module
 from gradserve_server.engine.errors import EngineError
 from gradserve_server.engine.plan import Plan, PlanCache, Unplannable, _plannable_op, run_planned
 from gradserve_server.engine.program import State, run_program
@@ -165,7 +166,7 @@ def _cases():
 def tape_mode(request, monkeypatch):
     """Plans run as compiled code, or (long tapes) interpreted step by step."""
     if request.param == "interpreted":
-        monkeypatch.setattr(plan_module, "_COMPILE_MAX_STEPS", 0)
+        monkeypatch.setattr(tape_module, "COMPILE_MAX_STEPS", 0)
     return request.param
 
 

@@ -1,10 +1,9 @@
-"""The tape a plan replays (gradserve_server/engine/plan.py ``_Tape``): constants folded when the plan is built,
-kernels called
-through their direct forms, intermediates written into registers (buffers a replay reuses), copies left out.
-Each is only an optimisation: a replay gives the cold run's bits and layouts (tests/engine/test_plan.py runs
-the op suite and the programs both ways); here, each mechanism is shown to be used, to keep an intermediate's
-buffer while a view of it lives, to refuse a direct form that does not give the kernel's bits, and to keep
-concurrent replays of one plan apart."""
+"""The tape a plan replays (gradserve_server/engine/tape.py ``Tape``, the executor plans and compose's fragments
+share): constants folded when the plan is built, kernels called through their direct forms, intermediates written
+into registers (buffers a replay reuses), copies left out. Each is only an optimisation: a replay gives the cold
+run's bits and layouts (tests/engine/test_plan.py runs the op suite and the programs both ways); here, each
+mechanism is shown to be used, to keep an intermediate's buffer while a view of it lives, to refuse a direct form
+that does not give the kernel's bits, and to keep concurrent replays of one plan apart."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ import pytest
 
 import gradserve_server.engine.kernel as K
 import gradserve_server.engine.plan as plan_module
+import gradserve_server.engine.tape as tape_module
 from gradserve_server.engine.ops import backward as BW
 from gradserve_server.engine.ops import shape as S
 from gradserve_server.engine.plan import Plan, PlanCache
@@ -33,11 +33,11 @@ def _tape_plan(fn, inputs, interpreted=False):
         outs = fn(*inputs)
     assert rec.reason is None, rec.reason
     keep = {rec.slot_of(o) for o in outs}
-    tape = plan_module._Tape(rec, keep, {})
+    tape = tape_module.Tape(rec, keep, {})
     if interpreted:
-        code, kernels, consts, steps = (), [], [], plan_module._interpreted(tape.steps)
+        code, kernels, consts, steps = (), [], [], tape_module.interpreted(tape.steps)
     else:
-        (code, kernels, consts), steps = plan_module._compile(tape.steps), []
+        (code, kernels, consts), steps = tape_module.compile_tape(tape.steps), []
     plan = Plan(code, kernels, consts, steps, rec.n, tuple(rec.inputs), [], [], [], [], [], 0, regs=tape.regs,
                 pool_cap=2)
     return plan, tape, [rec.slot_of(o) for o in outs]
@@ -61,7 +61,7 @@ def test_a_register_is_not_reused_while_a_view_of_its_array_lives(interpreted):
     assert len(tape.regs) == 2
     for _ in range(3):
         x2, y2 = (rng.standard_normal((2, 3)).astype(np.float32) for _ in range(2))
-        buf = plan_module._replay(plan, [x2, y2], None)
+        buf = tape_module.replay(plan, [x2, y2], None)
         assert _bits(buf[out]) == _bits(fn(x2, y2)[0])
 
 
@@ -78,7 +78,7 @@ def test_registers_are_reused_once_their_arrays_die(interpreted):
     assert len(tape.regs) == 2
     assert [st[6] for st in tape.steps[:4]] == [0, 1, 1, 0]
     for k in range(3):
-        buf = plan_module._replay(plan, [x + k], None)
+        buf = tape_module.replay(plan, [x + k], None)
         assert _bits(buf[out]) == _bits(fn(x + k)[0])
 
 
@@ -95,7 +95,7 @@ def test_a_direct_form_that_does_not_give_the_kernels_bits_is_not_used():
     x, y = np.ones(3), np.full(3, 2.0)
     plan, tape, (out,) = _tape_plan(fn, [x, y])
     assert [st[0] for st in tape.steps] == [np.multiply, _wrong]
-    buf = plan_module._replay(plan, [x * 3, y], None)
+    buf = tape_module.replay(plan, [x * 3, y], None)
     assert _bits(buf[out]) == _bits(fn(x * 3, y)[0])
 
 
@@ -109,7 +109,7 @@ def test_a_literal_and_its_cast_are_constants_of_the_plan_and_read_only():
     assert [st[0] for st in tape.steps] == [np.multiply]
     const = tape.steps[0][1][1]
     assert const.dtype == np.float32 and not const.flags.writeable
-    buf = plan_module._replay(plan, [x * 2], None)
+    buf = tape_module.replay(plan, [x * 2], None)
     assert _bits(buf[out]) == _bits(fn(x * 2)[0]) and buf[out].flags.writeable
 
 
@@ -120,8 +120,72 @@ def test_a_constant_that_reaches_the_caller_is_made_on_every_replay():
     x = np.zeros(3, np.float32)
     plan, tape, (a, _) = _tape_plan(fn, [x])
     assert tape.steps[0][0] is K.ones
-    b1, b2 = plan_module._replay(plan, [x], None), plan_module._replay(plan, [x], None)
+    b1, b2 = tape_module.replay(plan, [x], None), tape_module.replay(plan, [x], None)
     assert b1[a] is not b2[a] and b1[a].flags.writeable
+
+
+def _fragment(fn, inputs):
+    """``tape.fragment`` of ``fn(*inputs)`` (its returned arrays escape), and the slots returned."""
+    with K.recording() as rec:
+        for a in inputs:
+            rec.add_input(a)
+        outs = fn(*inputs)
+    ret = [rec.slot_of(o) for o in outs]
+    return tape_module.fragment(rec, ret), ret
+
+
+def _repeats(x, y):
+    a = K.kcall(np.multiply, x, y)
+    b = K.kcall(np.multiply, x, y)   # the same call again: made once
+    c = K.kcall(np.sin, a)
+    return (K.kcall(np.add, c, K.kcall(np.sin, b)),)
+
+
+def test_a_fragment_gets_the_optimisers_common_calls_and_folded_constants():
+    x, y = np.linspace(-1, 1, 4), np.full(4, 3.0)
+    (steps, nbytes, _, consts), ret = _fragment(_repeats, [x, y])
+    assert [st[0] for st in steps] == [np.multiply, np.sin, np.add]
+    assert nbytes == 3 * x.nbytes  # (the arrays its remaining steps make)
+    f = tape_module.compile_fragment(steps, 2, ret, "repeats")
+    for k in range(3):
+        assert _bits(f(x + k, y)[0]) == _bits(_repeats(x + k, y)[0])
+
+    def lit(x):
+        c = K.kcall(K.astype, K.kcall(K.literal, 1.01, None), np.dtype(np.float32))
+        return (K.kcall(np.multiply, x, c),)
+    x32 = x.astype(np.float32)
+    (steps, _, _, consts), ret = _fragment(lit, [x32])
+    assert [st[0] for st in steps] == [np.multiply] and len(consts) == 2
+    assert _bits(tape_module.compile_fragment(steps, 1, ret)(x32 * 2)[0]) == _bits(lit(x32 * 2)[0])
+
+
+def test_a_call_whose_result_escapes_is_not_merged_nor_folded():
+    def fn(x, y):
+        one = K.kcall(K.ones, (4,), np.dtype(np.float64))
+        return K.kcall(np.multiply, x, y), K.kcall(np.multiply, x, y), K.kcall(np.add, x, one), one
+    (steps, _, _, consts), ret = _fragment(fn, [np.ones(4), np.full(4, 2.0)])
+    assert [st[0] for st in steps] == [K.ones, np.multiply, np.multiply, np.add] and not consts
+    a, b, c, one = tape_module.compile_fragment(steps, 2, ret)(np.ones(4), np.full(4, 2.0))
+    assert a is not b and c.tolist() == [2.0] * 4 and one is not c
+
+
+def test_a_long_fragment_is_interpreted_with_the_compiled_ones_results(monkeypatch):
+    def fn(x):
+        h = x
+        for _ in range(6):
+            h = K.kcall(np.add, K.kcall(np.sin, h), K.kcall(np.sum, h))  # (a 0-d sum: a numpy scalar made an array)
+        return h, K.kcall(np.sum, h)
+    x = np.linspace(0, 1, 5)
+    (steps, _, _, _), ret = _fragment(fn, [x])
+    compiled = tape_module.compile_fragment(steps, 1, ret, "long")
+    assert compiled.__code__.co_filename.startswith("<gradserve fragment")
+    monkeypatch.setattr(tape_module, "FRAGMENT_CODEGEN_MAX", len(steps) - 1)
+    looped = tape_module.compile_fragment(steps, 1, ret, "long")
+    assert looped.__code__.co_filename == tape_module.__file__  # (the loop)
+    for k in range(2):
+        want = fn(x + k)
+        for got in (compiled(x + k), looped(x + k)):
+            assert [_bits(g) for g in got] == [_bits(w) for w in want] and got[1].__class__ is np.ndarray
 
 
 CHAIN = [T("x", None, requires_grad=True)] + [
@@ -158,7 +222,7 @@ def test_the_chain_plan_folds_its_literals_and_writes_its_backward_into_register
 @pytest.mark.parametrize("tape_mode", ["compiled", "interpreted"])
 def test_one_plan_replayed_by_many_threads_at_once_gives_each_its_cold_result(tape_mode, monkeypatch):
     if tape_mode == "interpreted":
-        monkeypatch.setattr(plan_module, "_COMPILE_MAX_STEPS", 0)
+        monkeypatch.setattr(tape_module, "COMPILE_MAX_STEPS", 0)
     cache, plan, _ = _recorded_chain(2)
     programs = [[_chain(np.random.default_rng(100 + 10 * t + k)) for k in range(6)] for t in range(4)]
     expected = [[observe(cold, ops) for ops in progs] for progs in programs]
@@ -220,7 +284,7 @@ def _expected_names(ops, respond):
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_a_run_showing_some_names_keeps_those_and_the_reports_names_cold_and_replayed(name, interpreted, monkeypatch):
     if interpreted:
-        monkeypatch.setattr(plan_module, "_COMPILE_MAX_STEPS", 0)
+        monkeypatch.setattr(tape_module, "COMPILE_MAX_STEPS", 0)
     r = draws(11)
     ops = PROGRAMS[name](r)
     outs = [o["out"] for o in ops if isinstance(o.get("out"), str)]
@@ -241,7 +305,7 @@ def test_the_chain_showing_its_loss_and_gradient_reuses_its_intermediates_and_ne
     registers with its backward, tanh's backward included: a register is never what a result holds, so the
     results of earlier replays stay what their cold runs give however many replays follow."""
     if tape_mode == "interpreted":
-        monkeypatch.setattr(plan_module, "_COMPILE_MAX_STEPS", 0)
+        monkeypatch.setattr(tape_module, "COMPILE_MAX_STEPS", 0)
     respond = ["total", "x.grad"]
     cache = PlanCache()
     rng = np.random.default_rng(4)
@@ -273,7 +337,7 @@ def test_relu_writes_into_a_register_by_keyword(tape_mode, monkeypatch):
     a third positional argument for np.maximum, which would warn on every replay."""
     import warnings
     if tape_mode == "interpreted":
-        monkeypatch.setattr(plan_module, "_COMPILE_MAX_STEPS", 0)
+        monkeypatch.setattr(tape_module, "COMPILE_MAX_STEPS", 0)
     rng = np.random.default_rng(9)
     x, w = rng.standard_normal((64, 32)).astype(np.float32), rng.standard_normal((32, 16)).astype(np.float32)
     ops = [T("x", x.tolist(), dtype="float32"), T("w", w.tolist(), dtype="float32", requires_grad=True),
