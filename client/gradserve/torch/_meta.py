@@ -139,27 +139,36 @@ def _fits(data, shape: tuple, depth: int) -> bool:
 
 
 def data_dtype(data):
-    """torch.tensor's dtype for Python data: bool, int64 or a float (UNKNOWN: which float is the server's)."""
+    """torch.tensor's dtype for ``data``, as torch infers it: an array's or a numpy number's own dtype, a Python
+    float the default float, an int int64, a bool bool, and a sequence its items' dtypes promoted (an empty one:
+    the default float); UNKNOWN for what the client cannot send or does not know (a complex, a tensor)."""
     import numpy as np
 
-    if isinstance(data, np.ndarray):  # torch.tensor keeps an array's dtype (one the server has)
+    if isinstance(data, (np.ndarray, np.generic)):  # torch.tensor keeps its dtype (one the server has)
         from gradserve.torch._catalog import DTYPES
         return data.dtype.name if data.dtype.name in DTYPES else UNKNOWN
-    kinds = set()
-    stack = [data]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, (list, tuple)):
-            stack.extend(v)
-        elif isinstance(v, bool):
-            kinds.add("bool")
-        elif isinstance(v, int):
-            kinds.add("int64")
-        else:
-            return UNKNOWN
-    if kinds == {"bool"}:
+    if isinstance(data, (list, tuple)):
+        out = None
+        for v in data:
+            d = data_dtype(v)
+            if d is UNKNOWN:
+                return UNKNOWN
+            out = d if out is None or out == d else P.promote(out, d)
+        return P.DEFAULT_FLOAT if out is None else out
+    if isinstance(data, bool):
         return "bool"
-    return "int64" if kinds == {"int64"} or kinds == {"bool", "int64"} else UNKNOWN
+    if isinstance(data, int):
+        return "int64"
+    return P.DEFAULT_FLOAT if isinstance(data, float) else UNKNOWN
+
+
+def has_numpy_number(data) -> bool:
+    """Does ``data`` hold a numpy number (which the wire sends as a Python one: its dtype is sent beside)?"""
+    import numpy as np
+
+    if isinstance(data, (list, tuple)):
+        return any(has_numpy_number(v) for v in data)
+    return isinstance(data, np.generic)
 
 
 # ----- an op's facts ------------------------------------------------------------------------------------------

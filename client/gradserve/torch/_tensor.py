@@ -15,7 +15,7 @@ import functools
 
 import numpy as np
 
-from gradserve.torch import _catalog, _context, _device, _legacy, _meta
+from gradserve.torch import _catalog, _checks, _context, _device, _legacy, _meta
 from gradserve.torch._context import Context, Storage
 from gradserve.torch._dtypes import NP_HELD, Size, by_name, readable, refuse_numpy
 from gradserve.torch._dtypes import dtype as DType
@@ -447,10 +447,12 @@ class Tensor:
             from gradserve.torch._namespace import missing
 
             raise missing(f"'Tensor' object has no attribute '{name}'")
-        def method(*args, **kwargs):
+        def method(self, *args, **kwargs):
             __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
             return call_op(op, (self, *args), kwargs, method=True)
-        return method
+        method.__name__ = method.__qualname__ = name
+        setattr(Tensor, name, method)  # made once: the next x.name() is found on the class, without __getattr__
+        return method.__get__(self)
 
     # ----- operators --------------------------------------------------------------------------------------
     def __getitem__(self, key):
@@ -588,7 +590,7 @@ class _OpFacts:
     a fifth of its time looking these up)."""
 
     __slots__ = ("entry", "base", "inplace", "family", "creation", "shape_op", "tuple_maybe", "rtype",
-                 "python_result", "changes_argument", "base_entry")
+                 "python_result", "changes_argument", "base_entry", "checks")
 
     def __init__(self, entry: dict):
         self.entry = entry
@@ -602,6 +604,8 @@ class _OpFacts:
         self.python_result = entry.get("python_result")
         self.changes_argument = entry.get("changes_argument")
         self.base_entry = _catalog.catalog().get(self.base[:-1]) if self.inplace else None
+        # the op's checks (an in-place op's: its out-of-place op's too, which it takes the arguments of)
+        self.checks = (*entry.get("checks", ()), *(self.base_entry or {}).get("checks", ()))
 
 
 _OP_FACTS: dict[str, _OpFacts] = {}
@@ -629,6 +633,10 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     args = _catalog.pack_sizes(name, args)
     _meta.check_arguments(entry, args, kwargs, method)  # torch's TypeError for a wrong argument, here
     base = of.base
+    if of.checks:  # torch's refusals from the arguments' metadata, here
+        broken = _checks.first_failure(of.checks, lambda param: _catalog.argument(base, param, args, kwargs))
+        if broken is not None:
+            raise _meta.error(*broken)
     op = {"op": base, "args": [_arg(a, ctx) for a in args]}
     if kwargs:
         op["kwargs"] = {k: _arg(v, ctx) for k, v in kwargs.items()}
@@ -679,6 +687,8 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
         dtype = arg("dtype")
         facts = _meta.creation(base, arg, dtype.name if isinstance(dtype, DType) else None,
                                builtins.bool(arg("requires_grad", False)))
+        if base == "tensor" and dtype is None and "dtype" in facts and _meta.has_numpy_number(arg("data")):
+            op.setdefault("kwargs", {})["dtype"] = facts["dtype"]  # (np.float64(2.0) would arrive as a float)
     elif base != "detach":
         facts = _meta.result(entry, tensors, arg, grad_enabled)
         if first is not None and grad_enabled and facts.get("requires_grad") and _meta.view_of_leaf(
@@ -782,8 +792,36 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     if kwargs:
         op["kwargs"] = kwargs
     ctx.record(op)
-    ctx.grad_epoch += 1
+    advance_grad_epoch(ctx, in_place=not create_graph)
     ctx.flush(deferrable=True)
+
+
+#: the parts of a view an in-place change of the tensor's values makes stale
+_VALUE_KEYS = frozenset({"data", "version", "grad_accumulations", "name"})
+
+
+def advance_grad_epoch(ctx: Context, in_place: bool, detached: bool = False) -> None:
+    """An op that may change the ``.grad`` of leaves was recorded: every known gradient is stale. ``in_place``:
+    it changes an existing ``.grad`` only in place (backward without create_graph accumulates into it, as torch's
+    AccumulateGrad does; ``zero_grad(set_to_none=False)``), so a leaf's gradient known to be a tensor is still
+    that tensor, its metadata known: nothing is bound or asked for it again. ``detached``: the op also detaches
+    it (zero_grad's ``detach_()`` or ``requires_grad_(False)``)."""
+    kept = []
+    if in_place:
+        for ref in list(ctx.refs.values()):
+            leaf = ref()
+            if leaf is not None and leaf._param and leaf._grad_known():
+                g = leaf._known_grad[1]
+                if g is not None and g._error is None:
+                    meta = {k: v for k, v in _meta.known(g).items() if k not in _VALUE_KEYS}
+                    if detached and meta:
+                        meta.update(requires_grad=False, is_leaf=True, grad_fn=None, node=None)
+                    kept.append((leaf, g, meta))
+    ctx.grad_epoch += 1
+    for leaf, g, meta in kept:
+        leaf._known_grad = (ctx.grad_epoch, g)
+        if meta:
+            g._know_facts(meta)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=None,

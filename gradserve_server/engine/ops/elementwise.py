@@ -1265,7 +1265,7 @@ def _(ctx, grad):
 # ----- clamp, maximum, where, masked_fill, lerp --------------------------------------------------------
 
 
-@op("clamp",
+@op("clamp", checks=("given(min,max) | RuntimeError: torch.clamp: At least one of 'min' or 'max' must not be None",),
     overloads={
         "function": (
             "(Tensor input, Tensor min = None, Tensor max = None, *, Tensor out = None)",
@@ -1470,7 +1470,9 @@ def _(ctx, grad):
     return (masked_fill(half, gt(s, o), 0) if n[0] else None), (masked_fill(half, lt(s, o), 0) if n[1] else None)
 
 
-@op("where",
+@op("where", promotion="result_type(self,other)", checks=(
+    "dtype(condition)=bool,uint8 if self | RuntimeError: where expected condition to be a boolean tensor, but got a "
+    "tensor with dtype {dtype}",),
     overloads={
         "function": (
             "(Tensor condition)",

@@ -582,7 +582,9 @@ def _topk_as_torch(x: np.ndarray, ax: int, k: int, largest: bool, sorted_: bool,
     idx[...] = np.moveaxis(flat.reshape(out.shape), -1, ax)
 
 
-@op("topk", tensors=("self",), returns=ValuesIndices._fields)
+@op("topk", checks=("dtype(self)=!bool | RuntimeError: topk does not support bool dtypes on CPU",
+                    "k_in_range(self,k,dim) | RuntimeError: selected index k out of range"),
+    tensors=("self",), returns=ValuesIndices._fields)
 def topk(self, k, dim=-1, largest=True, sorted=True):
     """torch.topk(input, k, dim=-1, largest=True, sorted=True) -> (values, indices)."""
     self = require_tensor(self, "input", "topk")

@@ -35,7 +35,10 @@ _INDEX_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))  # embedding's indices:
 # ----- normalize, cosine_similarity, pairwise_distance, softmin ----------------------------------------
 
 
-@op("normalize", tensors=("input",), grad_fns=(P.DivBackward0,), method=False, family="nn")
+@op("normalize", checks=(
+    "dtype(input)=floating | RuntimeError: linalg.vector_norm: Expected a floating point or complex tensor as input. "
+    "Got {dtype}",),
+    tensors=("input",), grad_fns=(P.DivBackward0,), method=False, family="nn")
 def normalize(input, p=2.0, dim=1, eps=1e-12):
     """F.normalize(input, p=2.0, dim=1, eps=1e-12): input / max(||input||_p along dim, eps)."""
     input = require_tensor(input, "input", "normalize")
@@ -208,7 +211,9 @@ def _check_mixed_type(input: Tensor, params: list) -> None:
                                     f"{D.SCALAR_TYPE_NAMES[t.dtype]}", code="dtype_mismatch")
 
 
-@op("layer_norm", tensors=("input", "weight", "bias"), method=False,
+@op("layer_norm", checks=(
+    'dtype(input)=floating | NotImplementedError: "LayerNormKernelImpl" not implemented for \'{dtype}\'',),
+    tensors=("input", "weight", "bias"), method=False,
     family="nn")
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """F.layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5): normalization over the
