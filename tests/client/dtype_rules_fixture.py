@@ -140,10 +140,10 @@ def make(torch, kind: str):
     return t[0].clone() if where == "zero" else t
 
 
-def outcome(torch, fn, kinds: tuple[str, ...], kwargs: dict):
+def outcome(torch, fn, args: list, kwargs: dict):
+    """The dtype of ``fn(*args, **kwargs)``'s (first) result, or torch's exception as [class, message]."""
     import warnings
 
-    args = [make(torch, k) for k in kinds]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -172,20 +172,8 @@ def spec_value(torch, value):
 
 
 def check_outcome(torch, op: str, args: list, kwargs: dict):
-    import warnings
-
-    fn = torch_callable(torch, op)
-    call_args = [spec_value(torch, a) for a in args]
     call_kwargs = {k: getattr(torch, v) if k == "dtype" else spec_value(torch, v) for k, v in kwargs.items()}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out = fn(*call_args, **call_kwargs)
-    except Exception as e:  # noqa: BLE001 - torch's exception is the fact recorded
-        return {"error": [type(e).__name__, str(e)]}
-    if isinstance(out, tuple):
-        out = out[0]
-    return str(out.dtype).removeprefix("torch.")
+    return outcome(torch, torch_callable(torch, op), [spec_value(torch, a) for a in args], call_kwargs)
 
 
 def build() -> dict:
@@ -203,7 +191,7 @@ def build() -> dict:
         if fn is None:
             continue
         extra = EXTRA.get(entry["name"], {})
-        out["ops"][entry["name"]] = {" ".join(k): outcome(torch, fn, k, extra)
+        out["ops"][entry["name"]] = {" ".join(k): outcome(torch, fn, [make(torch, kind) for kind in k], extra)
                                      for k in operand_kinds(n, list(dtypes.NAMES))}
     out["checks"] = {case_key(op, args, kwargs): check_outcome(torch, op, args, kwargs)
                      for op, cases in CHECK_CASES.items() for args, kwargs in cases}

@@ -341,3 +341,23 @@ def test_tensor_data_dtypes_are_known_at_the_line_and_are_torchs(ctx):
     for k, t in made.items():  # the server made what the client said
         t._ctx.flush({t._name: "meta"})
         assert t._view["dtype"] == cases[k][1], k
+
+
+def test_small_tensor_literals_are_read_without_a_request_and_hold_the_servers_values(ctx):
+    import gradserve.torch as torch
+
+    data = {"float": [0.1, 2.5, -1e-8], "int": [[1, 2], [3, -4]], "bool": [True, False], "scalar": 0.3,
+            "half": ([0.1, 65504.0], torch.float16), "double": ([0.1], torch.float64)}
+    made = {k: torch.tensor(*(v if isinstance(v, tuple) else (v,))) for k, v in data.items()}
+    torch.sync()
+    before = ctx.client.requests
+    local = {k: t.tolist() for k, t in made.items()}
+    assert ctx.client.requests == before
+    for k, t in made.items():  # the server's values, read back
+        t._array = None
+        assert t.tolist() == local[k], k
+    assert ctx.client.requests > before
+    big = torch.tensor([0.5] * 65)  # (larger literals are read from the server)
+    torch.sync()
+    before = ctx.client.requests
+    assert big.tolist() == [0.5] * 65 and ctx.client.requests == before + 1

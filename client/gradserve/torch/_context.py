@@ -401,8 +401,9 @@ class Context:
         for refs in self.made:
             for ref in refs:
                 handle = ref()
-                if handle is not None and (handle._view_stamp != handle._stamp() or "name" not in handle._view):
-                    returns.setdefault(handle._name, "auto")  # (not a view the server sent: one the client inferred)
+                if handle is not None and (handle._view_stamp != handle._stamp() or "name" not in handle._view
+                                           and handle._array is None):  # (a view the client inferred, values unknown)
+                    returns.setdefault(handle._name, "auto")
         prefetched = []
         mine = self.recorder()
         for ref in list(self.refs.values()):

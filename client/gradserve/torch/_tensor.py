@@ -631,27 +631,36 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     else:
         ctx = context_of(args)
     args = _catalog.pack_sizes(name, args)
-    _meta.check_arguments(entry, args, kwargs, method)  # torch's TypeError for a wrong argument, here
+    grad_enabled = is_grad_enabled()
+    key = None if of.creation else _decision_key(name, method, grad_enabled, args, kwargs)
+    decided = _DECIDED.get(key) if key is not None else None
     base = of.base
-    if of.checks:  # torch's refusals from the arguments' metadata, here
-        broken = _checks.first_failure(of.checks, lambda param: _catalog.argument(base, param, args, kwargs))
-        if broken is not None:
-            raise _meta.error(*broken)
+    if decided is None:
+        _meta.check_arguments(entry, args, kwargs, method)  # torch's TypeError for a wrong argument, here
+        if of.checks:  # torch's refusals from the arguments' metadata, here
+            broken = _checks.first_failure(of.checks, lambda param: _catalog.argument(base, param, args, kwargs))
+            if broken is not None:
+                raise _meta.error(*broken)
     op = {"op": base, "args": [_arg(a, ctx) for a in args]}
     if kwargs:
         op["kwargs"] = {k: _arg(v, ctx) for k, v in kwargs.items()}
         tensors = _tensors((*args, *kwargs.values()))
     else:
         tensors = _tensors(args)
-    grad_enabled = is_grad_enabled()
     if not grad_enabled:
         op["no_grad"] = True
     if of.inplace:
         target = args[0] if args else kwargs.get("self")
         index = args[1].key if base == "setitem" and len(args) > 1 and isinstance(args[1], _Index) else None
-        facts = _meta.inplace(entry, target, [t for t in tensors if t is not target], grad_enabled, index) \
-            if isinstance(target, Tensor) else {}
-        _meta.check_inplace_dtype(entry, of.base_entry, args, kwargs)
+        inputs = [target, *[t for t in tensors if t is not target]]
+        if decided is not None:
+            facts = _decided_facts(decided, inputs)
+        else:
+            facts = _meta.inplace(entry, target, inputs[1:], grad_enabled, index) \
+                if isinstance(target, Tensor) else {}
+            _meta.check_inplace_dtype(entry, of.base_entry, args, kwargs)
+            if key is not None and isinstance(target, Tensor):
+                _decide(key, facts, _meta.known(target).get("node"))
         ctx.record(op)
         target._mutated()
         if facts:
@@ -689,11 +698,16 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
                                builtins.bool(arg("requires_grad", False)))
         if base == "tensor" and dtype is None and "dtype" in facts and _meta.has_numpy_number(arg("data")):
             op.setdefault("kwargs", {})["dtype"] = facts["dtype"]  # (np.float64(2.0) would arrive as a float)
+        literal = _literal(arg("data"), facts) if base == "tensor" else None
+    elif base != "detach" and decided is not None:
+        facts = _decided_facts(decided, tensors)
     elif base != "detach":
         facts = _meta.result(entry, tensors, arg, grad_enabled)
         if first is not None and grad_enabled and facts.get("requires_grad") and _meta.view_of_leaf(
                 entry, first, args[1].key if base == "getitem" and isinstance(args[1], _Index) else None):
             facts["view_of_leaf"] = True
+        if key is not None:
+            _decide(key, facts)
     out = Tensor._new(ctx, storage)
     op["out"] = out._name
     ctx.record(op, (out,))
@@ -712,7 +726,94 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
         out._know_facts(facts)
         if of.creation:  # a new leaf
             out._known_grad = (ctx.grad_epoch, None)
+            if literal is not None:
+                out._array = literal
     return out
+
+
+#: the most elements of a torch.tensor literal whose values the client keeps (what it sent: nothing to ask back)
+_LITERAL_MAX = 64
+
+
+def _literal(data, facts: dict) -> np.ndarray | None:
+    """The values of ``torch.tensor(data)`` for small Python data of a dtype numpy holds as is, read-only; else None."""
+    dtype, shape = facts.get("dtype"), facts.get("shape")
+    if dtype is None or dtype == "bfloat16" or shape is None or Size(shape).numel() > _LITERAL_MAX or \
+            isinstance(data, np.ndarray) or _meta.has_numpy_number(data):
+        return None
+    try:
+        a = np.array(data, dtype=NP_HELD[dtype])
+    except (OverflowError, ValueError, TypeError):  # (torch's error for such data is the server's)
+        return None
+    a.setflags(write=False)
+    return a
+
+
+#: what ``call_op`` decided from a call's metadata (torch's checks passed; the facts of its result, or of its
+#: in-place target, and where their node comes from), by what the deciding reads of the call (``_decision_key``):
+#: a loop's calls are decided once. Its size is bounded: a program of ever new shapes starts it over.
+_DECIDED: dict[tuple, tuple] = {}
+_NO_FACT = object()
+
+
+def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwargs: dict) -> tuple | None:
+    """What deciding a call reads: per argument its class and value, or of a handle its shape, dtype and the flags
+    the client knows (requires_grad, is_leaf, view_of_leaf, whether it has a node), and which arguments are one
+    handle; None for an argument that is neither (an index, an array...): such calls are decided each time."""
+    parts = [name, method, grad_enabled]
+    seen: dict[int, int] = {}
+    for v in (*args, *kwargs.values()):
+        part = _arg_key(v, seen)
+        if part is None:
+            return None
+        parts.append(part)
+    if kwargs:
+        parts.append(tuple(kwargs))
+    return tuple(parts)
+
+
+def _arg_key(v, seen: dict):
+    c = v.__class__
+    if c is int or c is float or c is bool or c is str or v is None or c is DType:
+        return (c, v)
+    if isinstance(v, Tensor):
+        first = seen.setdefault(id(v), len(seen))  # (x.add_(x) is not x.add_(y))
+        view = v._view
+        if view is None or v._view_stamp != v._stamp():
+            return (c, first, v._shape, v._dtype)
+        return (c, first, v._shape, v._dtype, view.get("requires_grad", _NO_FACT), view.get("is_leaf", _NO_FACT),
+                view.get("view_of_leaf", _NO_FACT), "node" in view)
+    if c is list or c is tuple:
+        parts = []
+        for x in v:
+            part = _arg_key(x, seen)
+            if part is None:
+                return None
+            parts.append(part)
+        return (c, tuple(parts))
+    return None
+
+
+def _decide(key: tuple, facts: dict, target_node=_NO_FACT) -> None:
+    """Keep what was decided: the facts without their node, and how the node is made again (``tensors``: of the
+    inputs' nodes; ``target``: the in-place target's own)."""
+    node = facts.get("node", _NO_FACT)
+    how = None if node is _NO_FACT or node is None else "target" if node is target_node else "tensors"
+    if len(_DECIDED) >= 4096:
+        _DECIDED.clear()
+    _DECIDED[key] = ({k: v for k, v in facts.items() if k != "node" or how is None}, how)
+
+
+def _decided_facts(decided: tuple, inputs: list) -> dict:
+    """The facts decided before, for this call's ``inputs`` (an in-place op's target first): its node anew."""
+    kept, how = decided
+    facts = dict(kept)
+    if how == "tensors":
+        nodes = [_meta.node(t) for t in inputs]
+        facts["node"] = _meta.Node(tuple([n for n in nodes if n is not None and n is not _meta.UNKNOWN]))
+    elif how == "target":
+        facts["node"] = _meta.known(inputs[0]).get("node")
+    return facts
 
 
 def _tensors(values) -> list:
