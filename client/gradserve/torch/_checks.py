@@ -15,6 +15,8 @@ rule fills in. The rules (a failure fills ``{dtype}`` etc. as listed):
     class_target(input,target)  a loss's target is class indices (int64, uint8) or probabilities (a float tensor
                              of the input's shape) -> {dtype}
     same_dtype(a,b)          tensors ``a`` and ``b`` have one dtype -> {a}, {b} (ScalarType names)
+    matmul_dtype(a,b)=form   a matrix product's operands have one dtype (form ``mm``, ``linear``: {a}, {b} as C++
+                             type names; ``dot``: ScalarType names)
     min_dims(a)=n            ``a`` has at least n dimensions
     square(a)                ``a``'s last two dimensions are equal -> {rows}, {cols}
     given(a,b)               one of them is given
@@ -141,6 +143,31 @@ def _same_dtype(a, b, _):
     return None if da == db else {"a": FACTS[da][2], "b": FACTS[db][2]}
 
 
+#: the C++ type names torch's matrix-product messages use (``expected m1 and m2 to have the same dtype, but got:
+#: float != double``)
+CPP_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "int32": "int", "int16": "short int",
+             "int8": "signed char", "uint8": "unsigned char", "bool": "bool", "float16": "c10::Half",
+             "bfloat16": "c10::BFloat16"}
+
+
+def _matmul_dtype(a, b, form: str):
+    """Operands of a matrix product of different dtypes, where torch's message is known: ``mm`` (the second is a
+    matrix: mm, matmul of 1-3+ by 2 dimensions), ``linear`` (the same, the second transposed: linear's weight),
+    ``dot`` (two vectors). Shapes that do not multiply are left to the shape check, which torch makes first."""
+    (da, x), (db, y) = _tensor_facts(a), _tensor_facts(b)
+    if da is None or db is None or x is None or y is None or da == db or not x:
+        return UNKNOWN
+    if form == "dot":
+        if len(x) == 1 and len(y) == 1:  # (before the sizes)
+            return {"a": FACTS[da][2], "b": FACTS[db][2]}
+        return UNKNOWN
+    if form == "linear" and len(y) == 2:
+        y = (y[1], y[0])
+    if len(y) != 2 or x[-1] != y[0]:
+        return UNKNOWN
+    return {"a": CPP_NAMES[da], "b": CPP_NAMES[db]}
+
+
 def _min_dims(t, n: str):
     _, shape = _tensor_facts(t)
     if shape is None:
@@ -249,7 +276,8 @@ def _conv_bias(weight, bias, _):
 
 
 RULES = {"dtype": _dtype, "dtype_lastdim": _dtype_lastdim, "dtype_innerdim": _dtype_innerdim,
-         "class_target": _class_target, "same_dtype": _same_dtype, "min_dims": _min_dims, "square": _square,
+         "class_target": _class_target, "matmul_dtype": _matmul_dtype, "same_dtype": _same_dtype,
+         "min_dims": _min_dims, "square": _square,
          "given": _given,
          "nonempty": _nonempty, "nonempty_dim": _nonempty_dim, "k_in_range": _k_in_range,
          "conv_input": _conv_input, "conv_groups": _conv_groups, "conv_channels": _conv_channels,

@@ -196,6 +196,8 @@ batching(P.LogSoftmaxBackward0, **shifted(sizes=(), dims=("dim",)))
 
 
 @op("linear",
+    checks=("matmul_dtype(input,weight)=linear | RuntimeError: expected m1 and m2 to have the same dtype, but got: "
+            "{a} != {b}",),
     exports=("torch.nn.functional.linear",), cost="other",
     tensors=("input", "weight", "bias"), method=False,
     grad_fns=(P.AddmmBackward0, P.ViewBackward0, P.MmBackward0, P.SqueezeBackward4, P.UnsafeViewBackward0,
