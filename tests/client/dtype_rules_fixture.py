@@ -59,7 +59,9 @@ CHECK_CASES: dict[str, list[tuple[list, dict]]] = {
     "cross_entropy": [(["float32[2,3]", "int32[2]"], {}), (["float32[2,3]", "int64[2]"], {}),
                       (["float32[2,3]", "float32[2,3]"], {}), (["float32[2,3]", "bool[2]"], {}),
                       (["float32[2,3]", "float32[2]"], {}), (["int64[2,3]", "int64[2]"], {}),
-                      (["int64[2,3]", "float32[2]"], {}), (["float64[2,3]", "float32[2,3]"], {})],
+                      (["int64[2,3]", "float32[2]"], {}), (["float64[2,3]", "float32[2,3]"], {}),
+                      (["int64[2,3,4]", "int64[2,4]"], {}), (["int64[3]", "int64[]"], {}),
+                      (["float32[2,3,4]", "int32[2,4]"], {})],
     "binary_cross_entropy": [(["float32[3]", "int64[3]"], {}), (["float32[3]", "float64[3]"], {}),
                              (["float32[3]", "float32[3]"], {}), (["float64[3]", "float32[3]"], {}),
                              (["int64[3]", "int64[3]"], {}), (["int64[3]", "float32[3]"], {})],
@@ -90,6 +92,24 @@ CHECK_CASES: dict[str, list[tuple[list, dict]]] = {
                (["float32[3]", "float64[2,3]"], {}), (["int64[2,3]", "float32[2,3]"], {}),
                (["float32[2,3]", "float64[2,4]"], {}), (["float32[2,3]", "float32[2,3]", "float64[2]"], {}),
                (["float32[2,3]", "float32[2,3]"], {})],
+    "embedding": [([f"{d}[2]", "float32[4,3]"], {}) for d in ("float32", "float64", "float16", "bfloat16", "uint8",
+                                                            "int8", "int16", "int32", "int64", "bool")],
+    "one_hot": [(["float32[2]"], {}), (["int32[2]"], {}), (["bool[2]"], {})],
+    "index_select": [(["float32[2,3]", 1, "float32[2]"], {}), (["float32[2,3]", 1, "int16[2]"], {}),
+                     (["float32[2,3]", 1, "int32[2]"], {}), (["float32[2,3]", 1, "int64[2]"], {})],
+    "gather": [(["float32[2,3]", 1, "float32[2,1]"], {}), (["float32[2,3]", 1, "int32[2,1]"], {}),
+               (["float32[2,3]", 1, "uint8[2,1]"], {})],
+    "scatter": [(["float32[2,3]", 1, "float32[2,1]"], {"value": 1.0}),
+                (["float32[2,3]", 1, "int32[2,1]"], {"value": 1.0}),
+                (["float32[2,3]", 1, "int16[2,1]", "float32[2,1]"], {})],
+    "scatter_add": [(["float32[2,3]", 1, "float32[2,1]", "float32[2,1]"], {}),
+                    (["float32[2,3]", 1, "int64[2,1]", "float32[2,1]"], {})],
+    "masked_fill": [([ "float32[2,3]", f"{d}[2,3]", 0.0], {}) for d in ("float32", "int64", "int32", "uint8", "float16",
+                                                                     "bool")],
+    "masked_select": [(["float32[2,3]", "float32[2,3]"], {}), (["float32[2,3]", "uint8[2,3]"], {}),
+                      (["float32[2,3]", "bool[2,3]"], {})],
+    "batch_norm": [(["int64[2,3]", "float32[3]", "float32[3]"], {}), (["int64[2,3]", None, None], {"training": True}),
+                   (["float32[2,3]", None, None], {"training": True}), (["bool[2,3]", None, None], {"training": True})],
     "conv1d": [(["float32[1,2,5]", "float32[4,3,3]"], {}), (["float32[2,5]", "float32[4,3,3]"], {}),
                (["float32[1,2,5,5]", "float32[4,3,3]"], {}), (["float32[1,6,5]", "float32[4,3,3]"], {"groups": 2}),
                (["float32[1,6,5]", "float32[3,3,3]"], {"groups": 2}), (["float32[5]", "float32[4,3,3]"], {}),
@@ -185,7 +205,8 @@ def spec_value(torch, value):
 
 def check_outcome(torch, op: str, args: list, kwargs: dict):
     call_kwargs = {k: getattr(torch, v) if k == "dtype" else spec_value(torch, v) for k, v in kwargs.items()}
-    return outcome(torch, torch_callable(torch, op), [spec_value(torch, a) for a in args], call_kwargs)
+    fn = getattr(torch.nn.functional, op, None) or torch_callable(torch, op)  # (F.embedding, not aten's order)
+    return outcome(torch, fn, [spec_value(torch, a) for a in args], call_kwargs)
 
 
 def build() -> dict:

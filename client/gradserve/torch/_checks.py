@@ -5,11 +5,11 @@ with torch's class and message, and nothing is sent. A check whose facts the cli
 dtype the server has not said) is left to the server, which raises the same error at the next sync.
 
 A declaration is ``"rule(arguments)[=value][ if|unless names] | ExceptionClass: message"``; ``if a,b``: only when
-one of them is given (not None); ``unless a,b``: only when none is. ``{...}`` in the message stands for what the
-rule fills in. The rules (a failure fills ``{dtype}`` etc. as listed):
+one of them is given (not None); ``unless a,b``: only when none is; an argument written as a number is that number.
+``{...}`` in the message stands for what the rule fills in. The rules (a failure fills ``{dtype}`` etc. as listed):
 
     dtype(a)=d1,d2,...       a tensor ``a`` has one of these dtypes (``floating``: any float; ``=!d1,...``: none of
-                             them) -> {dtype}
+                             them) -> {dtype} (ScalarType name), {cpp} (C++ type name), {tensor_type} (legacy)
     dtype_lastdim(a,dim)=... the same when ``dim`` is ``a``'s last dimension (softmax's kernels are named so)
     dtype_innerdim(a,dim)=.. the same when it is another
     class_target(input,target)  a loss's target is class indices (int64, uint8) or probabilities (a float tensor
@@ -70,7 +70,8 @@ def failure(declaration: str, value) -> tuple[str, str] | None:
         given = any(value(n) is not None for n in names)
         if given != (when == "if"):
             return None
-    filled = RULES[rule](*[value(a) for a in arguments], setting) if rule in RULES else UNKNOWN
+    given = [int(a) if a.lstrip("-").isdigit() else value(a) for a in arguments]  # (a number: itself)
+    filled = RULES[rule](*given, setting) if rule in RULES else UNKNOWN
     if filled is None or filled is UNKNOWN:
         return None
     return kind, message.format_map(filled)
@@ -101,7 +102,8 @@ def _dtype(t, allowed: str):
     refused = allowed.startswith("!")
     listed = set(allowed.lstrip("!").split(","))
     inside = dtype in listed or "floating" in listed and FACTS[dtype][0] == "f"
-    return None if inside != refused else {"dtype": FACTS[dtype][2]}
+    return None if inside != refused else {"dtype": FACTS[dtype][2], "cpp": CPP_NAMES[dtype],
+                                           "tensor_type": TENSOR_TYPES[dtype]}
 
 
 def _is_last_dim(t, dim) -> bool | None:
@@ -148,6 +150,13 @@ def _same_dtype(a, b, _):
 CPP_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "int32": "int", "int16": "short int",
              "int8": "signed char", "uint8": "unsigned char", "bool": "bool", "float16": "c10::Half",
              "bfloat16": "c10::BFloat16"}
+
+
+#: the legacy tensor type names some of torch's argument checks print (embedding's indices)
+TENSOR_TYPES = {"float32": "torch.FloatTensor", "float64": "torch.DoubleTensor", "float16": "torch.HalfTensor",
+                "bfloat16": "CPUBFloat16Type", "uint8": "torch.ByteTensor", "int8": "torch.CharTensor",
+                "int16": "torch.ShortTensor", "int32": "torch.IntTensor", "int64": "torch.LongTensor",
+                "bool": "CPUBoolType"}
 
 
 def _matmul_dtype(a, b, form: str):

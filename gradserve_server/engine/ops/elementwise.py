@@ -1547,6 +1547,8 @@ def _(ctx, grad):
 
 
 @op("masked_fill",
+    checks=("dtype(mask)=bool | RuntimeError: masked_fill_ only supports boolean masks, but got mask with dtype "
+            "{cpp}",),
     overloads={
         "function": ("(Tensor input, Tensor mask, Tensor value)", "(Tensor input, Tensor mask, Number value)"),
         "method": ("(Tensor mask, Tensor value)", "(Tensor mask, Number value)"),

@@ -809,7 +809,12 @@ def _(ctx, self_t):
 
 
 @op("cross_entropy", checks=(
-    'dtype(input)=floating | NotImplementedError: "log_softmax_lastdim_kernel_impl" not implemented for \'{dtype}\'',
+    # (log_softmax over the class dimension: 0 of a (C,) input, 1 of (N, C, ...), the last of two)
+    'dtype_lastdim(input,0)=floating | NotImplementedError: "log_softmax_lastdim_kernel_impl" not implemented for '
+    "'{dtype}'",
+    'dtype_lastdim(input,1)=floating | NotImplementedError: "log_softmax_lastdim_kernel_impl" not implemented for '
+    "'{dtype}'",
+    'dtype_innerdim(input,1)=floating | NotImplementedError: "log_softmax_kernel_impl" not implemented for \'{dtype}\'',
     "class_target(input,target) | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}"),
     message_name="cross_entropy_loss",
     tensors=("input", "target", "weight"), method=False,

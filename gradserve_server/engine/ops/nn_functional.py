@@ -304,7 +304,9 @@ def _(ctx, input_t, weight_t, bias_t):
 # ----- embedding, one_hot -----------------------------------------------------------------------------
 
 
-@op("embedding",
+@op("embedding", checks=(
+    "dtype(input)=int64,int32 | RuntimeError: Expected tensor for argument #1 'indices' to have one of the "
+    "following scalar types: Long, Int; but got {tensor_type} instead (while checking arguments for embedding)",),
     changes_argument=("weight", "max_norm"),
     tensors=("input", "weight"), method=False, family="nn",
     plannable=True)
@@ -432,7 +434,9 @@ def _(ctx, weight_t):
     return embedding(ctx.indices, weight_t)
 
 
-@op("one_hot", tensors=("tensor",), differentiable=False, method=False, family="nn")
+@op("one_hot",
+    checks=("dtype(tensor)=int64 | RuntimeError: one_hot is only applicable to index tensor of type LongTensor.",),
+    tensors=("tensor",), differentiable=False, method=False, family="nn")
 def one_hot(tensor, num_classes=-1):
     """F.one_hot(tensor, num_classes=-1): int64 one-hot rows (num_classes = max + 1 when -1)."""
     tensor = require_tensor(tensor, "tensor", "one_hot")
