@@ -854,11 +854,14 @@ def _torch_kwargs(op: str, kwargs: dict) -> dict:
     return out
 
 
+_INF = float("inf")
+
+
 def _arg(value, ctx: Context):
     c = value.__class__
     if c is Tensor and value._error is None and value._ctx is ctx:  # (the common case, without calls)
         return value._name
-    if c is int:
+    if c is int or c is float and -_INF < value < _INF:  # (NaN and the infinities: the wire's strings)
         return value
     if isinstance(value, _Index):
         return _catalog.encode_index(value.key, ctx)
