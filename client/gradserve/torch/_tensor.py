@@ -17,7 +17,7 @@ import numpy as np
 
 from gradserve.torch import _catalog, _checks, _context, _device, _legacy, _meta
 from gradserve.torch._context import Context, Storage
-from gradserve.torch._dtypes import NP_HELD, Size, by_name, readable, refuse_numpy
+from gradserve.torch._dtypes import FLOATING, NP_HELD, Size, by_name, readable, refuse_numpy
 from gradserve.torch._dtypes import dtype as DType
 from gradserve.torch._grad_mode import is_grad_enabled, no_grad
 from gradserve.torch._printing import format_tensor, tangent_str
@@ -741,6 +741,9 @@ def _literal(data, facts: dict) -> np.ndarray | None:
     if dtype is None or dtype == "bfloat16" or shape is None or Size(shape).numel() > _LITERAL_MAX or \
             isinstance(data, np.ndarray) or _meta.has_numpy_number(data):
         return None
+    natural = _meta.data_dtype(data)
+    if natural != dtype and natural != "bool" and not (natural == "int64" and dtype in FLOATING):
+        return None  # (a float cast to an integer type: the server's conversion, NaN included)
     try:
         a = np.array(data, dtype=NP_HELD[dtype])
     except (OverflowError, ValueError, TypeError):  # (torch's error for such data is the server's)
