@@ -22,9 +22,9 @@ from tests.engine.test_dtypes_torch import FIXTURE as PROMOTION_FIXTURE
 RECORDED = json.loads(FIXTURE.read_text())
 CATALOG = {e["name"]: e for e in E.op_catalog()}
 #: ops of the fixture the table declares no rule for (the client leaves their dtype to the server): a rule that
-#: reads more than the operands (square is pow(x, 2); hardtanh refuses uint8 by its limits' values; clamp's refusal
-#: of bool names min or max, and its in-place form's message another dtype spelling); sort returns a named tuple
-UNDECLARED = {"clamp", "hardtanh", "sort", "square"}
+#: reads more than the operands (square is pow(x, 2); hardtanh refuses uint8 by its limits' values); sort returns a
+#: named tuple
+UNDECLARED = {"hardtanh", "sort", "square"}
 
 
 def operands(key: str) -> list[tuple[str, int]]:
@@ -115,14 +115,36 @@ def _value_of(entry: dict, args: list, kwargs: dict):
     return value
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _catalog_of_this_engine():
+    """The catalog the client reads, from the engine in this process (what a server of this code serves): the
+    in-place checks look argument positions up in it, without a server."""
+    from gradserve.torch import _catalog
+
+    if not _catalog._CATALOG:
+        for entry in E.op_catalog():
+            for name in (entry["name"], *entry.get("aliases", ())):
+                _catalog._CATALOG.setdefault(name, entry)
+    yield
+
+
 def client_verdict(op: str, args: list, kwargs: dict):
     """What the client decides of the call before sending it: torch's error (class, message) from the op's checks or
     its dtype rule, the result's dtype, or None (left to the server)."""
     entry = CATALOG[op]
     value = _value_of(entry, args, kwargs)
-    broken = _checks.first_failure(entry["checks"], value)
+    checks = (*entry["checks"], *(CATALOG[op[:-1]]["checks"] if entry["inplace"] else ()))  # (as call_op reads)
+    broken = _checks.first_failure(checks, value)
     if broken is not None:
         return {"error": list(broken)}
+    if entry["inplace"]:  # the target must hold the out-of-place op's result
+        positions = [a["name"] for a in entry["arguments"]]
+        args = [value(n) for n in positions[:len(args)]]
+        try:
+            _meta.check_inplace_dtype(entry, CATALOG[op[:-1]], tuple(args), {k: value(k) for k in kwargs})
+        except Exception as e:  # noqa: BLE001 - torch's class, raised by the client
+            return {"error": [type(e).__name__, str(e)]}
+        return None
     when = value(entry["returns_when"]) if entry["returns_when"] else True  # (max(x, y): y in dim's place)
     if not entry["promotion"] or entry["returns"] and when is not None and not isinstance(when, Tensor):
         return None  # (no rule, or a named tuple: its dtypes are the server's)

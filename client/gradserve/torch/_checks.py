@@ -20,6 +20,10 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     min_dims(a)=n            ``a`` has at least n dimensions
     square(a)                ``a``'s last two dimensions are equal -> {rows}, {cols}
     given(a,b)               one of them is given
+    number_bounds_cast(a,b,...)  each Python number among b... gives a result type ``a`` can hold (clamp_) ->
+                             {result}, {cpp}
+    bool_bounds(a,min,max)=form  not a bool ``a`` clamped by bool bounds (form: ``min``/``max`` a number alone,
+                             ``both`` numbers, ``tensors``)
     nonempty(a)              ``a`` has elements
     nonempty_dim(a,dim)      ``a`` has elements along ``dim`` (an int) -> {dim}
     k_in_range(a,k,dim)      0 <= k <= a.size(dim) (dim: -1 when not given)
@@ -33,6 +37,7 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
 
 from __future__ import annotations
 
+from gradserve.torch import _promotion as P
 from gradserve.torch._dtypes import FACTS
 
 #: a check's verdict when a fact it reads is not known here
@@ -177,6 +182,36 @@ def _matmul_dtype(a, b, form: str):
     return {"a": CPP_NAMES[da], "b": CPP_NAMES[db]}
 
 
+def _number_bounds_cast(t, *bounds_and_setting):
+    """clamp_'s Scalar overload: each number bound's result type with the target fits the target -> {result}
+    (ScalarType name), {cpp} (the target's C++ type name)."""
+    dtype, _ = _tensor_facts(t)
+    if dtype is None:
+        return UNKNOWN
+    for bound in bounds_and_setting[:-1]:
+        if isinstance(bound, (bool, int, float)):
+            result = P.result_type([(dtype, P.DIM), (P.number_dtype(bound), P.NUMBER)])
+            if not P.can_hold(result, dtype):
+                return {"result": FACTS[result][2], "cpp": CPP_NAMES[dtype]}
+    return None
+
+
+def _bool_bounds(t, low, high, form: str):
+    """clamp of a bool tensor by bool bounds, which torch's kernels refuse: ``min``, ``max`` (that number bound
+    alone), ``both`` (two numbers), ``tensors`` (two bool tensors)."""
+    dtype, _ = _tensor_facts(t)
+    if dtype != "bool":
+        return UNKNOWN if dtype is None else None
+    number = {name: isinstance(v, bool) for name, v in (("min", low), ("max", high))}
+    if form in ("min", "max"):
+        other = high if form == "min" else low
+        return {} if number[form] and other is None else None
+    if form == "both":
+        return {} if number["min"] and number["max"] else None
+    dtypes = (_tensor_facts(low)[0], _tensor_facts(high)[0])
+    return {} if dtypes == ("bool", "bool") else None
+
+
 def _min_dims(t, n: str):
     _, shape = _tensor_facts(t)
     if shape is None:
@@ -285,7 +320,8 @@ def _conv_bias(weight, bias, _):
 
 
 RULES = {"dtype": _dtype, "dtype_lastdim": _dtype_lastdim, "dtype_innerdim": _dtype_innerdim,
-         "class_target": _class_target, "matmul_dtype": _matmul_dtype, "same_dtype": _same_dtype,
+         "class_target": _class_target, "matmul_dtype": _matmul_dtype, "number_bounds_cast": _number_bounds_cast,
+         "bool_bounds": _bool_bounds, "same_dtype": _same_dtype,
          "min_dims": _min_dims, "square": _square,
          "given": _given,
          "nonempty": _nonempty, "nonempty_dim": _nonempty_dim, "k_in_range": _k_in_range,

@@ -1265,7 +1265,12 @@ def _(ctx, grad):
 # ----- clamp, maximum, where, masked_fill, lerp --------------------------------------------------------
 
 
-@op("clamp", checks=("given(min,max) | RuntimeError: torch.clamp: At least one of 'min' or 'max' must not be None",),
+@op("clamp", promotion="result_type(self,min,max)", checks=(
+    "given(min,max) | RuntimeError: torch.clamp: At least one of 'min' or 'max' must not be None",
+    "bool_bounds(self,min,max)=min | NotImplementedError: \"clamp_min_scalar_cpu\" not implemented for 'Bool'",
+    "bool_bounds(self,min,max)=max | NotImplementedError: \"clamp_max_scalar_cpu\" not implemented for 'Bool'",
+    "bool_bounds(self,min,max)=both | NotImplementedError: \"clamp_scalar_cpu\" not implemented for 'Bool'",
+    "bool_bounds(self,min,max)=tensors | NotImplementedError: \"clamp_cpu\" not implemented for 'Bool'"),
     overloads={
         "function": (
             "(Tensor input, Tensor min = None, Tensor max = None, *, Tensor out = None)",
