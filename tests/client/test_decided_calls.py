@@ -28,7 +28,7 @@ def _program(torch) -> list:
         loss.backward()
         with torch.no_grad():
             for p in (w, b):
-                note(p.add_(p.grad, alpha=-0.1))
+                note(p.add_(p.grad, alpha=-0.1 * (step + 1)))  # (a float of another value: the same decision)
                 note(p.grad.add_(p.grad))  # one handle twice
         for call in (lambda: w.add_(1.0), lambda: x + torch.ones(4), lambda: torch.where(x, x, x)):
             try:

@@ -760,9 +760,10 @@ _NO_FACT = object()
 
 
 def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwargs: dict) -> tuple | None:
-    """What deciding a call reads: per argument its class and value, or of a handle its shape, dtype and the flags
-    the client knows (requires_grad, is_leaf, view_of_leaf, whether it has a node), and which arguments are one
-    handle; None for an argument that is neither (an index, an array...): such calls are decided each time."""
+    """What deciding a call reads: per argument its class and value (a float: its class), or of a handle its shape,
+    dtype and the flags the client knows (requires_grad, is_leaf, view_of_leaf, whether it has a node), and which
+    arguments are one handle; None for an argument that is neither (an index, an array...): such calls are decided
+    each time."""
     parts = [name, method, grad_enabled]
     seen: dict[int, int] = {}
     for v in (*args, *kwargs.values()):
@@ -777,7 +778,9 @@ def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwar
 
 def _arg_key(v, seen: dict):
     c = v.__class__
-    if c is int or c is float or c is bool or c is str or v is None or c is DType:
+    if c is float:  # (no decision reads a float's value, only that it is one: an optimizer's step sizes change)
+        return c
+    if c is int or c is bool or c is str or v is None or c is DType:
         return (c, v)
     if isinstance(v, Tensor):
         first = seen.setdefault(id(v), len(seen))  # (x.add_(x) is not x.add_(y))
