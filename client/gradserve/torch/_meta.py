@@ -162,6 +162,17 @@ def data_dtype(data):
     return P.DEFAULT_FLOAT if isinstance(data, float) else UNKNOWN
 
 
+def _number_kind(value) -> str | None:
+    """``bool``, ``int`` or ``float`` for a Python or numpy number, else None (a tensor...)."""
+    import numpy as np
+
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, (int, np.integer)):
+        return "int"
+    return "float" if isinstance(value, (float, np.floating)) else None
+
+
 def has_numpy_number(data) -> bool:
     """Does ``data`` hold a numpy number (which the wire sends as a Python one: its dtype is sent beside)?"""
     import numpy as np
@@ -182,12 +193,12 @@ def creation(op: str, arg, dtype_name, requires_grad: bool) -> dict:
     if dt is None:
         if op == "tensor":
             dt = data_dtype(arg("data"))
-        elif op == "full":
-            fill = arg("fill_value")
-            dt = "bool" if isinstance(fill, bool) else "int64" if isinstance(fill, int) else UNKNOWN
+        elif op == "full":  # (a number's kind: a numpy number counts as the Python number it is sent as)
+            kind = _number_kind(arg("fill_value"))
+            dt = {"bool": "bool", "int": "int64", "float": P.DEFAULT_FLOAT}.get(kind, UNKNOWN)
         elif op == "arange":
-            ends = (arg("start"), arg("end"), arg("step", 1))
-            dt = "int64" if all(isinstance(v, int) or v is None for v in ends) else UNKNOWN
+            kinds = {_number_kind(v) for v in (arg("start"), arg("end"), arg("step", 1)) if v is not None}
+            dt = UNKNOWN if kinds - {"bool", "int", "float"} else P.DEFAULT_FLOAT if "float" in kinds else "int64"
         else:  # the op's declared dtype (zeros: the default float; randint: int64; zeros_like: its input's)
             entry = _catalog.catalog()[op]
             dt = predict(entry, arg) if entry["promotion"] else UNKNOWN
