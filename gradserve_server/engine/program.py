@@ -1348,14 +1348,14 @@ def _client_facts(spec: OpSpec | None) -> dict:
     if spec is None:
         return {"exports": [], "tuple_when": [], "variable_outputs": False, "returns_when": "", "python_result": "",
                 "changes_argument": [], "storage": "", "converts_to": "", "dims_of": "input", "promotion": "",
-                "cost": "inputs", "parser": None}
+                "checks": [], "cost": "inputs", "parser": None}
     exports = [f"torch.nn.functional.{n}" for n in (spec.name, *spec.aliases)  # torch.nn.functional's families
                if spec.family in ("nn", "conv") and "." not in n and not n.startswith("__")]
     exports += [e for e in spec.exports if e not in exports]
     return {"exports": exports, "tuple_when": list(spec.tuple_when), "variable_outputs": spec.variable_outputs,
             "returns_when": spec.returns_when, "python_result": spec.python_result,
             "changes_argument": list(spec.changes_argument), "storage": spec.storage, "converts_to": spec.cast,
-            "dims_of": spec.dims_of, "promotion": spec.promotion, "cost": spec.cost,
+            "dims_of": spec.dims_of, "promotion": spec.promotion, "checks": list(spec.checks), "cost": spec.cost,
             "parser": _parser_facts(spec)}
 
 

@@ -112,6 +112,10 @@ class OpSpec:
     #: "float" (an integer input gives the default float: exp), "true_divide" (float unless a rounding mode);
     #: "" not declared. Its in-place form refuses a result its target cannot hold, before anything runs
     promotion: str = ""
+    #: torch's refusals decided from arguments' metadata (dtypes, shapes, which are given), each
+    #: ``"rule(arguments)[=value][ if|unless names] | ExceptionClass: message"``, tried in order; the rules are
+    #: named in ``gradserve.torch._checks`` (a client raises them at the call's line)
+    checks: tuple[str, ...] = ()
     #: scheduling: "inputs" (cost follows the inputs' sizes: may run inline), "arguments" (sizes come from
     #: arguments: creation, expand), "other"; "" the family's
     cost: str = ""

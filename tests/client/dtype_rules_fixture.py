@@ -1,8 +1,10 @@
 """Writes ``tests/client/dtype_rules.json``: what torch (2.13) gives for the unary and binary ops of the op table
 (elementwise ops, reductions, special functions) called on each dtype, and on each pair of dtypes, as tensors with
-dimensions, 0-d tensors and Python numbers: the result's dtype, or the exception's class and message. The
-client's dtype rules (``promotion`` in the catalog) are checked against it where torch is not installed
-(``test_dtype_rules.py``). Run it by hand: ``.venv/bin/python -m tests.client.dtype_rules_fixture``."""
+dimensions, 0-d tensors and Python numbers: the result's dtype, or the exception's class and message; and for the
+calls of ``CHECK_CASES`` (the ops with ``checks`` declared: where, clamp, max, sort, topk, nn losses, linalg, conv),
+the first result's dtype or the exception. The client's dtype rules (``promotion`` in the catalog) and checks are
+checked against it where torch is not installed (``test_dtype_rules.py``). Run it by hand:
+``.venv/bin/python -m tests.client.dtype_rules_fixture``."""
 
 from __future__ import annotations
 
@@ -16,7 +18,123 @@ REFLECTED = {"rpow": lambda a, b: b ** a, "rsub": lambda a, b: b - a, "rtruediv"
 NUMBERS = {"int": 2, "float": 2.5, "bool": True}
 #: what else a call needs (a dimension, an order), given by keyword
 EXTRA = {"cumsum": {"dim": 0}, "cumprod": {"dim": 0}, "logcumsumexp": {"dim": 0}, "logsumexp": {"dim": 0},
-         "flip": {"dims": [0]}, "mvlgamma": {"p": 1}, "clamp": {"min": 0}}
+         "flip": {"dims": [0]}, "mvlgamma": {"p": 1}, "special.multigammaln": {"p": 1},
+         "clamp": {"min": 0}}
+
+
+#: calls of the ops with ``checks`` (and their dtype rules): positional arguments and keywords, a tensor written
+#: ``dtype[d0,d1]`` (``float32[]``: 0-d), anything else a JSON value
+CHECK_CASES: dict[str, list[tuple[list, dict]]] = {
+    "where": [(["bool[2,3]", "float32[2,3]", "float32[2,3]"], {}),
+              (["float32[2,3]", "float32[2,3]", "float32[2,3]"], {}),
+              (["int64[2,3]", "float32[2,3]", "int64[2,3]"], {}), (["bool[2,3]", "int64[2,3]", "float32[2,3]"], {}),
+              (["bool[2,3]", "int64[2,3]", 2.5], {}), (["bool[2,3]", "float32[2,3]", "float16[2,3]"], {}),
+              (["bool[2,3]", "int32[3]", "int64[]"], {}), (["uint8[3]", "float32[3]", "float32[3]"], {})],
+    "clamp": [(["float32[3]"], {}), (["int64[3]"], {}), (["bool[3]"], {"min": 0}), (["int64[3]"], {"min": 0.5}),
+              (["int64[3]"], {"min": True}), (["int64[3]"], {"min": "float32[3]"}),
+              (["float32[3]"], {"max": "int64[3]"}), (["int32[3]"], {"min": 1, "max": 2}),
+              (["float16[3]"], {"min": 0.5}), (["bool[3]"], {"min": True}), (["bool[3]"], {"max": False}),
+              (["bool[3]"], {"min": True, "max": True}), (["bool[3]"], {"min": "bool[3]"}),
+              (["bool[3]"], {"min": "bool[3]", "max": "bool[3]"}), (["bool[3]"], {"min": True, "max": 2}),
+              (["int64[3]"], {"min": "float32[]"}), (["int32[3]"], {"min": "int64[3]"}),
+              (["float16[3]"], {"min": "float32[3]"})],
+    "clamp_": [(["int64[3]"], {"min": 0.5}), (["int64[3]"], {"max": 0.5}), (["int64[3]"], {"min": "float32[3]"}),
+               (["bool[3]"], {"min": 1}), (["float16[3]"], {"min": "float32[3]"}), (["bool[3]"], {"min": True}),
+               (["int32[3]"], {"min": 1, "max": 2.5}), (["float32[3]"], {})],
+    "clamp_min_": [(["int64[3]", 0.5], {}), (["bool[3]", 2], {}), (["int64[3]", 2], {})],
+    "clamp_max_": [(["uint8[3]", 0.5], {})],
+    "max": [(["bool[2,3]"], {}), (["float32[0]", "int64[3]"], {}), (["int64[0]"], {"dim": 0}),
+            (["int64[2,3]"], {"dim": 0}), (["float32[2,3]", "int64[2,3]"], {}),
+            (["bool[2,3]", "bool[2,3]"], {}), (["float32[0]"], {}), (["float32[0,3]"], {"dim": 0}),
+            (["float32[0,3]"], {"dim": 1}), (["float32[3,0]"], {"dim": -1}), (["float32[0]", "float32[0]"], {}),
+            (["int32[]"], {})],
+    "min": [(["float32[0]"], {}), (["float32[0,3]"], {"dim": 0}), (["int16[2]", "int32[2]"], {}),
+            (["float64[2]"], {"dim": 0})],
+    "argsort": [(["bool[3]"], {}), (["float32[2,3]"], {})],
+    "topk": [(["bool[3]", 1], {}), (["float32[2,3]", 5], {}), (["float32[2,3]", -1], {}), (["int64[2,3]", 1], {}),
+             (["float32[2,3]", 2], {"dim": 0}), (["float32[2,3]", 3], {"dim": 0}), (["float32[]", 1], {}),
+             (["float32[]", 2], {}), (["float32[2,3]", 3], {})],
+    "softmax": [(["int64[3]", 0], {}), (["bool[3]", 0], {}), (["float32[3]", 0], {}), (["int64[2,3]", 0], {}),
+                (["int64[2,3]", -1], {}), (["int32[2,3]", 1], {}), (["int64[]", 0], {}),
+                (["int64[3]", 0], {"dtype": "float64"}), (["float16[3]", 0], {})],
+    "log_softmax": [(["int32[3]", 0], {}), (["float64[3]", 0], {}), (["int64[2,3]", 0], {})],
+    "layer_norm": [(["int64[2,3]", [3]], {}), (["float32[2,3]", [3]], {}), (["bool[2,3]", [3]], {})],
+    "normalize": [(["int64[2,3]"], {}), (["float32[2,3]"], {}), (["bool[2,3]"], {})],
+    "mse_loss": [(["int64[3]", "int64[3]"], {}), (["float32[3]", "int64[3]"], {}), (["int64[3]", "float32[3]"], {}),
+                 (["bool[3]", "bool[3]"], {}), (["float32[3]", "float64[3]"], {})],
+    "nll_loss": [(["float32[2,3]", "float32[2]"], {}), (["float32[2,3]", "int32[2]"], {}),
+                 (["float32[2,3]", "int64[2]"], {}), (["float32[2,3]", "uint8[2]"], {}),
+                 (["int64[2,3]", "int64[2]"], {}), (["int64[2,3]", "float32[2]"], {})],
+    "cross_entropy": [(["float32[2,3]", "int32[2]"], {}), (["float32[2,3]", "int64[2]"], {}),
+                      (["float32[2,3]", "float32[2,3]"], {}), (["float32[2,3]", "bool[2]"], {}),
+                      (["float32[2,3]", "float32[2]"], {}), (["int64[2,3]", "int64[2]"], {}),
+                      (["int64[2,3]", "float32[2]"], {}), (["float64[2,3]", "float32[2,3]"], {}),
+                      (["int64[2,3,4]", "int64[2,4]"], {}), (["int64[3]", "int64[]"], {}),
+                      (["float32[2,3,4]", "int32[2,4]"], {})],
+    "binary_cross_entropy": [(["float32[3]", "int64[3]"], {}), (["float32[3]", "float64[3]"], {}),
+                             (["float32[3]", "float32[3]"], {}), (["float64[3]", "float32[3]"], {}),
+                             (["int64[3]", "int64[3]"], {}), (["int64[3]", "float32[3]"], {})],
+    "linalg.inv": [(["int64[3,3]"], {}), (["float32[2,3]"], {}), (["float32[3]"], {}), (["int64[3]"], {}),
+                   (["int64[2,3]"], {}), (["float32[]"], {})],
+    "inverse": [(["int64[3,3]"], {}), (["float32[2,3]"], {}), (["float32[3]"], {})],
+    "linalg.det": [(["int64[3,3]"], {}), (["float32[2,3]"], {}), (["float32[3]"], {}), (["float64[2,2,2]"], {})],
+    "det": [(["int64[3,3]"], {}), (["float32[2,3]"], {}), (["float32[3]"], {})],
+    "logdet": [(["int64[3,3]"], {}), (["float32[2,3]"], {}), (["float32[3]"], {})],
+    "linalg.slogdet": [(["int64[3,3]"], {}), (["float32[2,3]"], {}), (["float32[3]"], {})],
+    "linalg.solve": [(["int64[3,3]", "int64[3,3]"], {}), (["float32[2,3]", "float32[2,3]"], {}),
+                     (["float32[3]", "float32[3]"], {}), (["float32[3,3]", "int64[3,3]"], {})],
+    "linalg.cholesky": [(["int64[3,3]"], {}), (["float32[2,3]"], {}), (["float32[3]"], {})],
+    "linalg.svd": [(["int64[3,3]"], {}), (["float32[3]"], {}), (["float32[2,3]"], {})],
+    "linalg.svdvals": [(["int64[3,3]"], {}), (["float32[3]"], {})],
+    "linalg.vector_norm": [(["int64[3]"], {}), (["float32[3]"], {}), (["bool[3]"], {})],
+    "linalg.matrix_norm": [(["int64[3,3]"], {}), (["float32[3]"], {}), (["float32[2,3]"], {}), (["int64[3]"], {})],
+    "linalg.norm": [(["int64[3]"], {}), (["float32[3]"], {}), (["int64[3,3]"], {}), (["bool[3]"], {})],
+    "mm": [([f"{d}[2,3]", "float32[3,2]"], {}) for d in ("float64", "int64", "int32", "int16", "int8", "uint8", "bool",
+                                                          "float16", "bfloat16")]
+    + [(["float32[2,3]", "float64[4,2]"], {}), (["float32[2,3]", "float32[3,2]"], {})],
+    "matmul": [(["float32[3]", "float64[3]"], {}), (["float32[3]", "float64[3,2]"], {}),
+               (["float32[4,2,3]", "float64[3,2]"], {}), (["float32[2,3]", "int64[3,2]"], {}),
+               (["float32[2,3]", "float64[4,2]"], {}), (["float32[3]", "float64[4]"], {}),
+               (["float32[2,3]", "float64[3]"], {}), (["float32[2,3]", "float64[4,3,2]"], {}),
+               (["float32[2,3]", "float32[3,2]"], {})],
+    "linear": [(["float32[2,3]", "float64[2,3]"], {}), (["float32[4,2,3]", "float64[2,3]"], {}),
+               (["float32[3]", "float64[2,3]"], {}), (["int64[2,3]", "float32[2,3]"], {}),
+               (["float32[2,3]", "float64[2,4]"], {}), (["float32[2,3]", "float32[2,3]", "float64[2]"], {}),
+               (["float32[2,3]", "float32[2,3]"], {})],
+    "embedding": [([f"{d}[2]", "float32[4,3]"], {}) for d in ("float32", "float64", "float16", "bfloat16", "uint8",
+                                                            "int8", "int16", "int32", "int64", "bool")],
+    "one_hot": [(["float32[2]"], {}), (["int32[2]"], {}), (["bool[2]"], {})],
+    "index_select": [(["float32[2,3]", 1, "float32[2]"], {}), (["float32[2,3]", 1, "int16[2]"], {}),
+                     (["float32[2,3]", 1, "int32[2]"], {}), (["float32[2,3]", 1, "int64[2]"], {})],
+    "gather": [(["float32[2,3]", 1, "float32[2,1]"], {}), (["float32[2,3]", 1, "int32[2,1]"], {}),
+               (["float32[2,3]", 1, "uint8[2,1]"], {})],
+    "scatter": [(["float32[2,3]", 1, "float32[2,1]"], {"value": 1.0}),
+                (["float32[2,3]", 1, "int32[2,1]"], {"value": 1.0}),
+                (["float32[2,3]", 1, "int16[2,1]", "float32[2,1]"], {})],
+    "scatter_add": [(["float32[2,3]", 1, "float32[2,1]", "float32[2,1]"], {}),
+                    (["float32[2,3]", 1, "int64[2,1]", "float32[2,1]"], {})],
+    "masked_fill": [([ "float32[2,3]", f"{d}[2,3]", 0.0], {}) for d in ("float32", "int64", "int32", "uint8", "float16",
+                                                                     "bool")],
+    "masked_select": [(["float32[2,3]", "float32[2,3]"], {}), (["float32[2,3]", "uint8[2,3]"], {}),
+                      (["float32[2,3]", "bool[2,3]"], {})],
+    "batch_norm": [(["int64[2,3]", "float32[3]", "float32[3]"], {}), (["int64[2,3]", None, None], {"training": True}),
+                   (["float32[2,3]", None, None], {"training": True}), (["bool[2,3]", None, None], {"training": True})],
+    "conv1d": [(["float32[1,2,5]", "float32[4,3,3]"], {}), (["float32[2,5]", "float32[4,3,3]"], {}),
+               (["float32[1,2,5,5]", "float32[4,3,3]"], {}), (["float32[1,6,5]", "float32[4,3,3]"], {"groups": 2}),
+               (["float32[1,6,5]", "float32[3,3,3]"], {"groups": 2}), (["float32[5]", "float32[4,3,3]"], {}),
+               (["float32[1,3,5]", "float32[4,3,3]", "float32[3]"], {}),
+               (["float32[1,3,5]", "float32[4,3,3]", "float32[1,4]"], {})],
+    "conv2d": [(["float32[2,3]", "float32[4,3,3,3]"], {}), (["float32[1,2,5,5]", "float32[4,3,3,3]"], {}),
+               (["float32[1,6,5,5]", "float32[4,3,3,3]"], {"groups": 2}),
+               (["float32[1,6,5,5]", "float32[3,3,3,3]"], {"groups": 2}),
+               (["float32[1,3,5,5]", "float32[4,3,3,3]", "float32[3]"], {}),
+               (["float32[3,5,5]", "float32[4,2,3,3]"], {}), (["float32[1,3,5,5]", "float32[4,3,3,3]"], {}),
+               (["float32[1,3,5,5,5]", "float32[4,3,3,3]"], {}),
+               (["float32[2,5,5]", "float32[4,3,3,3]", "float32[5]"], {}),
+               (["int64[1,3,5,5]", "float32[4,3,3,3]"], {}), (["int64[1,2,5,5]", "float32[4,3,3,3]"], {}),
+               (["float32[1,3,5,5]", "float64[4,3,3,3]"], {}), (["int64[1,3,5,5]", "int64[4,3,3,3]"], {}),
+               (["float32[2,5]", "float64[4,3,3,3]"], {})],
+}
 
 
 def operand_kinds(arity: int, dtypes: list[str]) -> list[tuple[str, ...]]:
@@ -39,6 +157,9 @@ def arity(entry: dict) -> int | None:
 
 
 def torch_callable(torch, name: str):
+    if "." in name:  # linalg.inv
+        space, _, attr = name.partition(".")
+        return getattr(getattr(torch, space), attr)
     if name in REFLECTED:
         return REFLECTED[name]
     if name == "polygamma":  # polygamma(n, input)
@@ -60,10 +181,10 @@ def make(torch, kind: str):
     return t[0].clone() if where == "zero" else t
 
 
-def outcome(torch, fn, kinds: tuple[str, ...], kwargs: dict):
+def outcome(torch, fn, args: list, kwargs: dict):
+    """The dtype of ``fn(*args, **kwargs)``'s (first) result, or torch's exception as [class, message]."""
     import warnings
 
-    args = [make(torch, k) for k in kinds]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -73,6 +194,28 @@ def outcome(torch, fn, kinds: tuple[str, ...], kwargs: dict):
     if isinstance(out, tuple):
         out = out[0]
     return str(out.dtype).removeprefix("torch.")
+
+
+def case_key(op: str, args: list, kwargs: dict) -> str:
+    """A call as the fixture names it: ``where(bool[2,3], float32[2,3], 2.5)``."""
+    parts = [str(a) if isinstance(a, str) else json.dumps(a) for a in args]
+    parts += [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in kwargs.items()]
+    return f"{op}({', '.join(parts)})"
+
+
+def spec_value(torch, value):
+    """A case's argument for torch: ``dtype[shape]`` a tensor (ones), a dtype name given as ``dtype=`` a dtype."""
+    if isinstance(value, str) and value.endswith("]"):
+        dtype, _, dims = value[:-1].partition("[")
+        shape = [int(d) for d in dims.split(",") if d]
+        return torch.ones(shape, dtype=getattr(torch, dtype))
+    return value
+
+
+def check_outcome(torch, op: str, args: list, kwargs: dict):
+    call_kwargs = {k: getattr(torch, v) if k == "dtype" else spec_value(torch, v) for k, v in kwargs.items()}
+    fn = getattr(torch.nn.functional, op, None) or torch_callable(torch, op)  # (F.embedding, not aten's order)
+    return outcome(torch, fn, [spec_value(torch, a) for a in args], call_kwargs)
 
 
 def build() -> dict:
@@ -90,8 +233,10 @@ def build() -> dict:
         if fn is None:
             continue
         extra = EXTRA.get(entry["name"], {})
-        out["ops"][entry["name"]] = {" ".join(k): outcome(torch, fn, k, extra)
+        out["ops"][entry["name"]] = {" ".join(k): outcome(torch, fn, [make(torch, kind) for kind in k], extra)
                                      for k in operand_kinds(n, list(dtypes.NAMES))}
+    out["checks"] = {case_key(op, args, kwargs): check_outcome(torch, op, args, kwargs)
+                     for op, cases in CHECK_CASES.items() for args, kwargs in cases}
     return out
 
 

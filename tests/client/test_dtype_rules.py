@@ -12,17 +12,19 @@ import pytest
 
 import gradserve.torch._promotion as P
 import gradserve_server.engine as E
-from gradserve.torch._dtypes import DEFAULT_FLOAT, FACTS
+from gradserve.torch import _checks, _meta
+from gradserve.torch._dtypes import DEFAULT_FLOAT, DTYPES, FACTS, Size
+from gradserve.torch._tensor import Tensor
 from gradserve_server.engine import dtypes as engine_dtypes
-from tests.client.dtype_rules_fixture import EXTRA, FIXTURE, NUMBERS
+from tests.client.dtype_rules_fixture import CHECK_CASES, EXTRA, FIXTURE, NUMBERS, case_key
 from tests.engine.test_dtypes_torch import FIXTURE as PROMOTION_FIXTURE
 
 RECORDED = json.loads(FIXTURE.read_text())
 CATALOG = {e["name"]: e for e in E.op_catalog()}
 #: ops of the fixture the table declares no rule for (the client leaves their dtype to the server): a rule that
-#: reads more than the operands (square is pow(x, 2); hardtanh refuses uint8 by its limits' values) or ops whose
-#: overloads differ in kind (max(x) and max(x, y)); sort returns a named tuple
-UNDECLARED = {"clamp", "hardtanh", "max", "min", "sort", "square"}
+#: reads more than the operands (square is pow(x, 2); hardtanh refuses uint8 by its limits' values); sort returns a
+#: named tuple
+UNDECLARED = {"hardtanh", "sort", "square"}
 
 
 def operands(key: str) -> list[tuple[str, int]]:
@@ -77,6 +79,116 @@ def test_the_fixture_covers_every_engine_dtype_and_the_declared_unary_and_binary
     assert declared <= set(RECORDED["ops"])
 
 
+# ----- checks: torch's refusals from arguments' metadata ------------------------------------------------------------
+#: recorded calls torch refuses for a reason other than a declared check: the client's shape inference (broadcasting,
+#: matrix products' shapes, which torch checks before their dtypes), and refusals no check declares (the server
+#: raises them at the next sync): matmul's matrix-vector and batched forms, linear's bias of another dtype
+LEFT_TO_OTHER_CHECKS = {"max(float32[0], int64[3])", "mm(float32[2,3], float64[4,2])",
+                        "matmul(float32[2,3], float64[4,2])", "linear(float32[2,3], float64[2,4])"}
+NOT_DECLARED = {"matmul(float32[2,3], float64[3])", "matmul(float32[2,3], float64[4,3,2])",
+                "linear(float32[2,3], float32[2,3], float64[2])"}
+
+
+def _handle(spec: str) -> Tensor:
+    """A handle whose dtype and shape are known (``float32[2,3]``), as after a request; nothing is sent."""
+    dtype, _, dims = spec[:-1].partition("[")
+    t = object.__new__(Tensor)
+    t._dtype, t._shape = dtype, Size(int(d) for d in dims.split(",") if d)
+    t._view = t._view_stamp = None
+    return t
+
+
+def _value_of(entry: dict, args: list, kwargs: dict):
+    """``value(name)`` of a call (as ``call_op`` gives the rules): positional by the catalog's order, else keyword."""
+    positions = []
+    for a in entry["arguments"]:
+        if a.get("kind") in ("varargs", "kwargs"):
+            break
+        positions.append(a["name"])
+    given = dict(zip(positions, args)) | kwargs
+
+    def value(name):
+        v = given.get(name)
+        if isinstance(v, str) and v.endswith("]"):
+            return _handle(v)
+        return DTYPES[v] if name == "dtype" and v is not None else v
+    return value
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _catalog_of_this_engine():
+    """The catalog the client reads, from the engine in this process (what a server of this code serves): the
+    in-place checks look argument positions up in it, without a server."""
+    from gradserve.torch import _catalog
+
+    if not _catalog._CATALOG:
+        for entry in E.op_catalog():
+            for name in (entry["name"], *entry.get("aliases", ())):
+                _catalog._CATALOG.setdefault(name, entry)
+    yield
+
+
+def client_verdict(op: str, args: list, kwargs: dict):
+    """What the client decides of the call before sending it: torch's error (class, message) from the op's checks or
+    its dtype rule, the result's dtype, or None (left to the server)."""
+    entry = CATALOG[op]
+    value = _value_of(entry, args, kwargs)
+    checks = (*entry["checks"], *(CATALOG[op[:-1]]["checks"] if entry["inplace"] else ()))  # (as call_op reads)
+    broken = _checks.first_failure(checks, value)
+    if broken is not None:
+        return {"error": list(broken)}
+    if entry["inplace"]:  # the target must hold the out-of-place op's result
+        positions = [a["name"] for a in entry["arguments"]]
+        args = [value(n) for n in positions[:len(args)]]
+        try:
+            _meta.check_inplace_dtype(entry, CATALOG[op[:-1]], tuple(args), {k: value(k) for k in kwargs})
+        except Exception as e:  # noqa: BLE001 - torch's class, raised by the client
+            return {"error": [type(e).__name__, str(e)]}
+        return None
+    when = value(entry["returns_when"]) if entry["returns_when"] else True  # (max(x, y): y in dim's place)
+    if not entry["promotion"] or entry["returns"] and when is not None and not isinstance(when, Tensor):
+        return None  # (no rule, or a named tuple: its dtypes are the server's)
+    if value("dtype") is not None and any(a["name"] == "dtype" for a in entry["arguments"]):
+        return value("dtype").name  # (dtype= casts)
+    try:
+        got = _meta.predict(entry, value)
+    except Exception as e:  # noqa: BLE001 - torch's class, raised by the client
+        return {"error": [type(e).__name__, str(e)]}
+    return None if got is _meta.UNKNOWN else got
+
+
+def check_disagreements(recorded: dict) -> list[str]:
+    wrong = []
+    for op, cases in CHECK_CASES.items():
+        for args, kwargs in cases:
+            key = case_key(op, args, kwargs)
+            want, got = recorded[key], client_verdict(op, args, kwargs)
+            if isinstance(want, dict):
+                if key in LEFT_TO_OTHER_CHECKS or key in NOT_DECLARED:
+                    if got is not None and "error" in got:
+                        wrong.append(f"{key}: the checks refuse it ({got}); torch's refusal is another's: {want}")
+                elif got != want:
+                    wrong.append(f"{key}: client {got}, torch {want}")
+            elif got is not None and got != want:
+                wrong.append(f"{key}: client {got}, torch {want}")
+    return wrong
+
+
+def test_every_declared_check_raises_torchs_error_or_lets_the_call_through():
+    wrong = check_disagreements(RECORDED["checks"])
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_check_cases_cover_every_op_with_checks_and_each_rule():
+    with_checks = {name for name, e in CATALOG.items() if e["checks"]}
+    assert with_checks <= set(CHECK_CASES)
+    used = {_checks.parse(d)[0] for e in CATALOG.values() for d in e["checks"]}
+    assert used == set(_checks.RULES)
+    refused = {case_key(op, a, k) for op, cases in CHECK_CASES.items() for a, k in cases
+               if isinstance(RECORDED["checks"][case_key(op, a, k)], dict)}
+    assert len(refused) > 60  # (most cases are refusals; the rest are calls the rules must let through)
+
+
 def test_declarations_parse_into_known_rules_and_conditions():
     for entry in CATALOG.values():
         if entry["promotion"]:
@@ -119,7 +231,9 @@ def test_the_fixture_is_what_torch_gives():
 
     live = build()
     assert live["ops"] == RECORDED["ops"]
+    assert live["checks"] == RECORDED["checks"]
     assert not disagreements(live["ops"])
+    assert not check_disagreements(live["checks"])
 
 
 # ----- through a server: at the line, nothing sent -----------------------------------------------------------------
@@ -192,3 +306,85 @@ def test_result_dtypes_are_known_without_a_request_and_are_the_servers(ctx):
     for k, t in results.items():  # the server's view agrees
         t._ctx.flush({t._name: "meta"})
         assert t.dtype is known[k], k
+
+
+def test_metadata_refusals_of_the_checked_families_raise_at_their_line(ctx):
+    import gradserve.torch as torch
+
+    F = torch.nn.functional
+    x, cond, square = torch.ones(2, 3), torch.ones(2, 3), torch.ones(3, 3, dtype=torch.long)
+    torch.sync()
+    _raises_here(ctx, lambda: torch.where(cond, x, x), RuntimeError,
+                 "where expected condition to be a boolean tensor, but got a tensor with dtype Float")
+    _raises_here(ctx, lambda: torch.clamp(x), RuntimeError,
+                 "torch.clamp: At least one of 'min' or 'max' must not be None")
+    _raises_here(ctx, lambda: x.clamp_(), RuntimeError, "torch.clamp: At least one of 'min' or 'max' must not be None")
+    _raises_here(ctx, lambda: torch.max(torch.ones(0)), RuntimeError,
+                 "max(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim "
+                 "with the 'dim' argument.")
+    _raises_here(ctx, lambda: torch.topk(x, 5), RuntimeError, "selected index k out of range")
+    _raises_here(ctx, lambda: torch.linalg.inv(square), RuntimeError,
+                 "linalg.inv: Expected a floating point or complex tensor as input. Got Long")
+    _raises_here(ctx, lambda: torch.linalg.svd(torch.ones(3)), RuntimeError,
+                 "linalg.svd: The input tensor A must have at least 2 dimensions.")
+    _raises_here(ctx, lambda: x.det(), RuntimeError,
+                 "linalg.det: A must be batches of square matrices, but they are 2 by 3 matrices")
+    _raises_here(ctx, lambda: F.conv2d(torch.ones(1, 2, 5, 5), torch.ones(4, 3, 3, 3)), RuntimeError,
+                 "Given groups=1, weight of size [4, 3, 3, 3], expected input[1, 2, 5, 5] to have 3 channels, but "
+                 "got 2 channels instead")
+    _raises_here(ctx, lambda: F.nll_loss(x, torch.tensor([0.0, 1.0])), RuntimeError,
+                 "expected target dtype to be Long or Byte, but got Float")
+    _raises_here(ctx, lambda: F.softmax(torch.tensor([1, 2]), dim=0), NotImplementedError,
+                 "\"softmax_lastdim_kernel_impl\" not implemented for 'Long'")
+    # the same calls with what torch takes go through, their dtypes known without asking
+    before = ctx.client.requests
+    ok = [torch.where(cond > 0, x, 2), F.softmax(torch.tensor([1, 2]), dim=0, dtype=torch.float64),
+          torch.clamp(x, min=0), torch.max(x, torch.tensor(1.0))]
+    assert [t.dtype for t in ok[:2]] == [torch.float32, torch.float64] and ctx.client.requests == before
+    assert F.nll_loss(x.log_softmax(1), torch.tensor([0, 2])).item() == pytest.approx(1.0986123, abs=1e-6)
+    assert torch.linalg.inv(square.double() + torch.eye(3)).shape == (3, 3)
+
+
+def test_tensor_data_dtypes_are_known_at_the_line_and_are_torchs(ctx):
+    import numpy as np
+
+    import gradserve.torch as torch
+
+    cases = {"float": (1.0, "float32"), "ints": ([1, 2], "int64"), "bool": (True, "bool"),
+             "nested mixed": ([[1.0, 2], [3, 4]], "float32"), "bools and ints": ([True, 1], "int64"),
+             "empty": ([], "float32"), "numpy float64 number": (np.float64(2.0), "float64"),
+             "numpy int32 number": (np.int32(3), "int32"), "numpy uint8 number": (np.uint8(3), "uint8"),
+             "list with a float64 number": ([np.float64(1.0), 2.0], "float64"),
+             "list with an int32 number": ([np.int32(1), 2], "int64"), "int32 array": (np.arange(2, dtype="int32"),
+                                                                                     "int32")}
+    torch.sync()
+    before = ctx.client.requests
+    made = {k: torch.tensor(v) for k, (v, _) in cases.items()}
+    assert {k: t.dtype.name for k, t in made.items()} == {k: d for k, (_, d) in cases.items()}
+    assert ctx.client.requests == before  # known at the line
+    _raises_here(ctx, lambda: torch.where(made["float"], made["ints"], made["ints"]), RuntimeError,
+                 "where expected condition to be a boolean tensor, but got a tensor with dtype Float")
+    torch.sync()
+    for k, t in made.items():  # the server made what the client said
+        t._ctx.flush({t._name: "meta"})
+        assert t._view["dtype"] == cases[k][1], k
+
+
+def test_small_tensor_literals_are_read_without_a_request_and_hold_the_servers_values(ctx):
+    import gradserve.torch as torch
+
+    data = {"float": [0.1, 2.5, -1e-8], "int": [[1, 2], [3, -4]], "bool": [True, False], "scalar": 0.3,
+            "half": ([0.1, 65504.0], torch.float16), "double": ([0.1], torch.float64)}
+    made = {k: torch.tensor(*(v if isinstance(v, tuple) else (v,))) for k, v in data.items()}
+    torch.sync()
+    before = ctx.client.requests
+    local = {k: t.tolist() for k, t in made.items()}
+    assert ctx.client.requests == before
+    for k, t in made.items():  # the server's values, read back
+        t._array = None
+        assert t.tolist() == local[k], k
+    assert ctx.client.requests > before
+    big = torch.tensor([0.5] * 65)  # (larger literals are read from the server)
+    torch.sync()
+    before = ctx.client.requests
+    assert big.tolist() == [0.5] * 65 and ctx.client.requests == before + 1

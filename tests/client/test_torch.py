@@ -302,7 +302,7 @@ def test_dropped_handles_release_their_names_and_a_long_loop_stays_bounded(ctx, 
 
 def test_session_is_deleted_on_exit_of_gradserve_session(server, http):
     with gradserve.session(client=gradserve.Client(server.url)) as c:
-        torch.tensor([1.0]).tolist()
+        (torch.tensor([1.0]) * 2).tolist()  # (a literal alone is read without the server)
         sid = c.session_id
         assert http.get_session(sid)["id"] == sid
     with pytest.raises(gradserve.ProblemError) as info:

@@ -50,6 +50,25 @@ def is_tensor(obj) -> bool:
     return isinstance(obj, Tensor)
 
 
+def get_default_dtype() -> dtype:
+    """``torch.get_default_dtype()``: the float that Python floats and integer inputs of float functions give: the
+    server's, float32."""
+    return float32
+
+
+def set_default_dtype(d) -> None:
+    """``torch.set_default_dtype(d)``: torch's TypeError for what is not a floating dtype; float32 is the default
+    already. The server computes with float32 as its default float, so another one is refused here, at the line
+    (give ``dtype=`` to the calls that make tensors instead)."""
+    if not isinstance(d, dtype):
+        raise TypeError("invalid dtype object: only floating-point types are supported as the default type")
+    if not d.is_floating_point:
+        raise TypeError("only floating-point types are supported as the default type")
+    if d is not float32:
+        raise NotImplementedError(f"gradserve: the server's default floating dtype is float32; set_default_dtype({d}) "
+                                  f"is not supported: pass dtype={d} where tensors are made")
+
+
 def from_numpy(a) -> Tensor:
     return __getattr__("tensor")(_np.asarray(a))
 
@@ -58,7 +77,8 @@ __all__ = ["Tensor", "Size", "dtype", "float32", "float64", "int64", "int32", "i
            "float", "double", "long", "int", "short", "float16", "half", "bfloat16", "no_grad",
            "enable_grad", "set_grad_enabled", "is_grad_enabled", "inference_mode", "session", "sync", "is_tensor",
            "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "Generator", "default_generator",
-           "from_numpy", "device", "FloatTensor", "DoubleTensor", "LongTensor", "BoolTensor", "save", "load"]
+           "from_numpy", "get_default_dtype", "set_default_dtype",
+           "device", "FloatTensor", "DoubleTensor", "LongTensor", "BoolTensor", "save", "load"]
 
 # torch.nn, torch.optim... as attributes, as torch has them (import_module: a `from . import nn` would ask the
 # module's __getattr__ first, i.e. the server's catalog)

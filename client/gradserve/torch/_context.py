@@ -46,9 +46,22 @@ PER_REQUEST = frozenset({"GRADSERVE_REQUEST_DEADLINE_SECONDS", "GRADSERVE_MAX_OP
 def user_frame():
     """The innermost frame outside this package: the user's line."""
     f = sys._getframe(1)
-    while f is not None and f.f_globals.get("__name__", "").startswith(_PACKAGE):
+    ours = _OURS
+    while f is not None:
+        code = f.f_code
+        mine = ours.get(code)
+        if mine is None:
+            if len(ours) >= 4096:  # (a program that execs new code objects: start over)
+                ours.clear()
+            mine = ours[code] = f.f_globals.get("__name__", "").startswith(_PACKAGE)
+        if not mine:
+            return f
         f = f.f_back
-    return f
+    return None
+
+
+#: per code object: is it this package's? (record asks on every op, for each frame up to the user's)
+_OURS: dict = {}
 
 
 def user_stacklevel() -> int:
@@ -401,8 +414,9 @@ class Context:
         for refs in self.made:
             for ref in refs:
                 handle = ref()
-                if handle is not None and (handle._view_stamp != handle._stamp() or "name" not in handle._view):
-                    returns.setdefault(handle._name, "auto")  # (not a view the server sent: one the client inferred)
+                if handle is not None and (handle._view_stamp != handle._stamp() or "name" not in handle._view
+                                           and handle._array is None):  # (a view the client inferred, values unknown)
+                    returns.setdefault(handle._name, "auto")
         prefetched = []
         mine = self.recorder()
         for ref in list(self.refs.values()):

@@ -139,27 +139,47 @@ def _fits(data, shape: tuple, depth: int) -> bool:
 
 
 def data_dtype(data):
-    """torch.tensor's dtype for Python data: bool, int64 or a float (UNKNOWN: which float is the server's)."""
+    """torch.tensor's dtype for ``data``, as torch infers it: an array's or a numpy number's own dtype, a Python
+    float the default float, an int int64, a bool bool, and a sequence its items' dtypes promoted (an empty one:
+    the default float); UNKNOWN for what the client cannot send or does not know (a complex, a tensor)."""
     import numpy as np
 
-    if isinstance(data, np.ndarray):  # torch.tensor keeps an array's dtype (one the server has)
+    if isinstance(data, (np.ndarray, np.generic)):  # torch.tensor keeps its dtype (one the server has)
         from gradserve.torch._catalog import DTYPES
         return data.dtype.name if data.dtype.name in DTYPES else UNKNOWN
-    kinds = set()
-    stack = [data]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, (list, tuple)):
-            stack.extend(v)
-        elif isinstance(v, bool):
-            kinds.add("bool")
-        elif isinstance(v, int):
-            kinds.add("int64")
-        else:
-            return UNKNOWN
-    if kinds == {"bool"}:
+    if isinstance(data, (list, tuple)):
+        out = None
+        for v in data:
+            d = data_dtype(v)
+            if d is UNKNOWN:
+                return UNKNOWN
+            out = d if out is None or out == d else P.promote(out, d)
+        return P.DEFAULT_FLOAT if out is None else out
+    if isinstance(data, bool):
         return "bool"
-    return "int64" if kinds == {"int64"} or kinds == {"bool", "int64"} else UNKNOWN
+    if isinstance(data, int):
+        return "int64"
+    return P.DEFAULT_FLOAT if isinstance(data, float) else UNKNOWN
+
+
+def _number_kind(value) -> str | None:
+    """``bool``, ``int`` or ``float`` for a Python or numpy number, else None (a tensor...)."""
+    import numpy as np
+
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, (int, np.integer)):
+        return "int"
+    return "float" if isinstance(value, (float, np.floating)) else None
+
+
+def has_numpy_number(data) -> bool:
+    """Does ``data`` hold a numpy number (which the wire sends as a Python one: its dtype is sent beside)?"""
+    import numpy as np
+
+    if isinstance(data, (list, tuple)):
+        return any(has_numpy_number(v) for v in data)
+    return isinstance(data, np.generic)
 
 
 # ----- an op's facts ------------------------------------------------------------------------------------------
@@ -173,12 +193,12 @@ def creation(op: str, arg, dtype_name, requires_grad: bool) -> dict:
     if dt is None:
         if op == "tensor":
             dt = data_dtype(arg("data"))
-        elif op == "full":
-            fill = arg("fill_value")
-            dt = "bool" if isinstance(fill, bool) else "int64" if isinstance(fill, int) else UNKNOWN
+        elif op == "full":  # (a number's kind: a numpy number counts as the Python number it is sent as)
+            kind = _number_kind(arg("fill_value"))
+            dt = {"bool": "bool", "int": "int64", "float": P.DEFAULT_FLOAT}.get(kind, UNKNOWN)
         elif op == "arange":
-            ends = (arg("start"), arg("end"), arg("step", 1))
-            dt = "int64" if all(isinstance(v, int) or v is None for v in ends) else UNKNOWN
+            kinds = {_number_kind(v) for v in (arg("start"), arg("end"), arg("step", 1)) if v is not None}
+            dt = UNKNOWN if kinds - {"bool", "int", "float"} else P.DEFAULT_FLOAT if "float" in kinds else "int64"
         else:  # the op's declared dtype (zeros: the default float; randint: int64; zeros_like: its input's)
             entry = _catalog.catalog()[op]
             dt = predict(entry, arg) if entry["promotion"] else UNKNOWN

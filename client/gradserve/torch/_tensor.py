@@ -15,9 +15,9 @@ import functools
 
 import numpy as np
 
-from gradserve.torch import _catalog, _context, _device, _legacy, _meta
+from gradserve.torch import _catalog, _checks, _context, _device, _legacy, _meta
 from gradserve.torch._context import Context, Storage
-from gradserve.torch._dtypes import NP_HELD, Size, by_name, readable, refuse_numpy
+from gradserve.torch._dtypes import FLOATING, NP_HELD, Size, by_name, readable, refuse_numpy
 from gradserve.torch._dtypes import dtype as DType
 from gradserve.torch._grad_mode import is_grad_enabled, no_grad
 from gradserve.torch._printing import format_tensor, tangent_str
@@ -447,10 +447,12 @@ class Tensor:
             from gradserve.torch._namespace import missing
 
             raise missing(f"'Tensor' object has no attribute '{name}'")
-        def method(*args, **kwargs):
+        def method(self, *args, **kwargs):
             __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
             return call_op(op, (self, *args), kwargs, method=True)
-        return method
+        method.__name__ = method.__qualname__ = name
+        setattr(Tensor, name, method)  # made once: the next x.name() is found on the class, without __getattr__
+        return method.__get__(self)
 
     # ----- operators --------------------------------------------------------------------------------------
     def __getitem__(self, key):
@@ -588,7 +590,7 @@ class _OpFacts:
     a fifth of its time looking these up)."""
 
     __slots__ = ("entry", "base", "inplace", "family", "creation", "shape_op", "tuple_maybe", "rtype",
-                 "python_result", "changes_argument", "base_entry")
+                 "python_result", "changes_argument", "base_entry", "checks")
 
     def __init__(self, entry: dict):
         self.entry = entry
@@ -602,6 +604,8 @@ class _OpFacts:
         self.python_result = entry.get("python_result")
         self.changes_argument = entry.get("changes_argument")
         self.base_entry = _catalog.catalog().get(self.base[:-1]) if self.inplace else None
+        # the op's checks (an in-place op's: its out-of-place op's too, which it takes the arguments of)
+        self.checks = (*entry.get("checks", ()), *(self.base_entry or {}).get("checks", ()))
 
 
 _OP_FACTS: dict[str, _OpFacts] = {}
@@ -627,23 +631,36 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     else:
         ctx = context_of(args)
     args = _catalog.pack_sizes(name, args)
-    _meta.check_arguments(entry, args, kwargs, method)  # torch's TypeError for a wrong argument, here
+    grad_enabled = is_grad_enabled()
+    key = None if of.creation else _decision_key(name, method, grad_enabled, args, kwargs)
+    decided = _DECIDED.get(key) if key is not None else None
     base = of.base
+    if decided is None:
+        _meta.check_arguments(entry, args, kwargs, method)  # torch's TypeError for a wrong argument, here
+        if of.checks:  # torch's refusals from the arguments' metadata, here
+            broken = _checks.first_failure(of.checks, lambda param: _catalog.argument(base, param, args, kwargs))
+            if broken is not None:
+                raise _meta.error(*broken)
     op = {"op": base, "args": [_arg(a, ctx) for a in args]}
     if kwargs:
         op["kwargs"] = {k: _arg(v, ctx) for k, v in kwargs.items()}
         tensors = _tensors((*args, *kwargs.values()))
     else:
         tensors = _tensors(args)
-    grad_enabled = is_grad_enabled()
     if not grad_enabled:
         op["no_grad"] = True
     if of.inplace:
         target = args[0] if args else kwargs.get("self")
         index = args[1].key if base == "setitem" and len(args) > 1 and isinstance(args[1], _Index) else None
-        facts = _meta.inplace(entry, target, [t for t in tensors if t is not target], grad_enabled, index) \
-            if isinstance(target, Tensor) else {}
-        _meta.check_inplace_dtype(entry, of.base_entry, args, kwargs)
+        inputs = [target, *[t for t in tensors if t is not target]]
+        if decided is not None:
+            facts = _decided_facts(decided, inputs)
+        else:
+            facts = _meta.inplace(entry, target, inputs[1:], grad_enabled, index) \
+                if isinstance(target, Tensor) else {}
+            _meta.check_inplace_dtype(entry, of.base_entry, args, kwargs)
+            if key is not None and isinstance(target, Tensor):
+                _decide(key, facts, _meta.known(target).get("node"))
         ctx.record(op)
         target._mutated()
         if facts:
@@ -679,11 +696,18 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
         dtype = arg("dtype")
         facts = _meta.creation(base, arg, dtype.name if isinstance(dtype, DType) else None,
                                builtins.bool(arg("requires_grad", False)))
+        if base == "tensor" and dtype is None and "dtype" in facts and _meta.has_numpy_number(arg("data")):
+            op.setdefault("kwargs", {})["dtype"] = facts["dtype"]  # (np.float64(2.0) would arrive as a float)
+        literal = _literal(arg("data"), facts) if base == "tensor" else None
+    elif base != "detach" and decided is not None:
+        facts = _decided_facts(decided, tensors)
     elif base != "detach":
         facts = _meta.result(entry, tensors, arg, grad_enabled)
         if first is not None and grad_enabled and facts.get("requires_grad") and _meta.view_of_leaf(
                 entry, first, args[1].key if base == "getitem" and isinstance(args[1], _Index) else None):
             facts["view_of_leaf"] = True
+        if key is not None:
+            _decide(key, facts)
     out = Tensor._new(ctx, storage)
     op["out"] = out._name
     ctx.record(op, (out,))
@@ -702,7 +726,100 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
         out._know_facts(facts)
         if of.creation:  # a new leaf
             out._known_grad = (ctx.grad_epoch, None)
+            if literal is not None:
+                out._array = literal
     return out
+
+
+#: the most elements of a torch.tensor literal whose values the client keeps (what it sent: nothing to ask back)
+_LITERAL_MAX = 64
+
+
+def _literal(data, facts: dict) -> np.ndarray | None:
+    """The values of ``torch.tensor(data)`` for small Python data of a dtype numpy holds as is, read-only; else None."""
+    dtype, shape = facts.get("dtype"), facts.get("shape")
+    if dtype is None or dtype == "bfloat16" or shape is None or Size(shape).numel() > _LITERAL_MAX or \
+            isinstance(data, np.ndarray) or _meta.has_numpy_number(data):
+        return None
+    natural = _meta.data_dtype(data)
+    if natural != dtype and natural != "bool" and not (natural == "int64" and dtype in FLOATING):
+        return None  # (a float cast to an integer type: the server's conversion, NaN included)
+    try:
+        a = np.array(data, dtype=NP_HELD[dtype])
+    except (OverflowError, ValueError, TypeError):  # (torch's error for such data is the server's)
+        return None
+    a.setflags(write=False)
+    return a
+
+
+#: what ``call_op`` decided from a call's metadata (torch's checks passed; the facts of its result, or of its
+#: in-place target, and where their node comes from), by what the deciding reads of the call (``_decision_key``):
+#: a loop's calls are decided once. Its size is bounded: a program of ever new shapes starts it over.
+_DECIDED: dict[tuple, tuple] = {}
+_NO_FACT = object()
+
+
+def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwargs: dict) -> tuple | None:
+    """What deciding a call reads: per argument its class and value (a float: its class), or of a handle its shape,
+    dtype and the flags the client knows (requires_grad, is_leaf, view_of_leaf, whether it has a node), and which
+    arguments are one handle; None for an argument that is neither (an index, an array...): such calls are decided
+    each time."""
+    parts = [name, method, grad_enabled]
+    seen: dict[int, int] = {}
+    for v in (*args, *kwargs.values()):
+        part = _arg_key(v, seen)
+        if part is None:
+            return None
+        parts.append(part)
+    if kwargs:
+        parts.append(tuple(kwargs))
+    return tuple(parts)
+
+
+def _arg_key(v, seen: dict):
+    c = v.__class__
+    if c is float:  # (no decision reads a float's value, only that it is one: an optimizer's step sizes change)
+        return c
+    if c is int or c is bool or c is str or v is None or c is DType:
+        return (c, v)
+    if isinstance(v, Tensor):
+        first = seen.setdefault(id(v), len(seen))  # (x.add_(x) is not x.add_(y))
+        view = v._view
+        if view is None or v._view_stamp != v._stamp():
+            return (c, first, v._shape, v._dtype)
+        return (c, first, v._shape, v._dtype, view.get("requires_grad", _NO_FACT), view.get("is_leaf", _NO_FACT),
+                view.get("view_of_leaf", _NO_FACT), "node" in view)
+    if c is list or c is tuple:
+        parts = []
+        for x in v:
+            part = _arg_key(x, seen)
+            if part is None:
+                return None
+            parts.append(part)
+        return (c, tuple(parts))
+    return None
+
+
+def _decide(key: tuple, facts: dict, target_node=_NO_FACT) -> None:
+    """Keep what was decided: the facts without their node, and how the node is made again (``tensors``: of the
+    inputs' nodes; ``target``: the in-place target's own)."""
+    node = facts.get("node", _NO_FACT)
+    how = None if node is _NO_FACT or node is None else "target" if node is target_node else "tensors"
+    if len(_DECIDED) >= 4096:
+        _DECIDED.clear()
+    _DECIDED[key] = ({k: v for k, v in facts.items() if k != "node" or how is None}, how)
+
+
+def _decided_facts(decided: tuple, inputs: list) -> dict:
+    """The facts decided before, for this call's ``inputs`` (an in-place op's target first): its node anew."""
+    kept, how = decided
+    facts = dict(kept)
+    if how == "tensors":
+        nodes = [_meta.node(t) for t in inputs]
+        facts["node"] = _meta.Node(tuple([n for n in nodes if n is not None and n is not _meta.UNKNOWN]))
+    elif how == "target":
+        facts["node"] = _meta.known(inputs[0]).get("node")
+    return facts
 
 
 def _tensors(values) -> list:
@@ -743,11 +860,14 @@ def _torch_kwargs(op: str, kwargs: dict) -> dict:
     return out
 
 
+_INF = float("inf")
+
+
 def _arg(value, ctx: Context):
     c = value.__class__
     if c is Tensor and value._error is None and value._ctx is ctx:  # (the common case, without calls)
         return value._name
-    if c is int:
+    if c is int or c is float and -_INF < value < _INF:  # (NaN and the infinities: the wire's strings)
         return value
     if isinstance(value, _Index):
         return _catalog.encode_index(value.key, ctx)
@@ -782,8 +902,36 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     if kwargs:
         op["kwargs"] = kwargs
     ctx.record(op)
-    ctx.grad_epoch += 1
+    advance_grad_epoch(ctx, in_place=not create_graph)
     ctx.flush(deferrable=True)
+
+
+#: the parts of a view an in-place change of the tensor's values makes stale
+_VALUE_KEYS = frozenset({"data", "version", "grad_accumulations", "name"})
+
+
+def advance_grad_epoch(ctx: Context, in_place: bool, detached: bool = False) -> None:
+    """An op that may change the ``.grad`` of leaves was recorded: every known gradient is stale. ``in_place``:
+    it changes an existing ``.grad`` only in place (backward without create_graph accumulates into it, as torch's
+    AccumulateGrad does; ``zero_grad(set_to_none=False)``), so a leaf's gradient known to be a tensor is still
+    that tensor, its metadata known: nothing is bound or asked for it again. ``detached``: the op also detaches
+    it (zero_grad's ``detach_()`` or ``requires_grad_(False)``)."""
+    kept = []
+    if in_place:
+        for ref in list(ctx.refs.values()):
+            leaf = ref()
+            if leaf is not None and leaf._param and leaf._grad_known():
+                g = leaf._known_grad[1]
+                if g is not None and g._error is None:
+                    meta = {k: v for k, v in _meta.known(g).items() if k not in _VALUE_KEYS}
+                    if detached and meta:
+                        meta.update(requires_grad=False, is_leaf=True, grad_fn=None, node=None)
+                    kept.append((leaf, g, meta))
+    ctx.grad_epoch += 1
+    for leaf, g, meta in kept:
+        leaf._known_grad = (ctx.grad_epoch, g)
+        if meta:
+            g._know_facts(meta)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=None,

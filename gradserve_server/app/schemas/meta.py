@@ -52,6 +52,10 @@ class OpInfo(BaseModel):
                            "stands for the ScalarType name). Empty: not declared. The op's in-place form cannot "
                            "hold a result of a higher category than its target (torch's `result type Float can't "
                            "be cast...`).")
+    checks: list[str] = Field(default_factory=list, description="torch's refusals decided from the arguments' "
+                              "metadata (dtypes, shapes, which arguments are given), tried in order: "
+                              "`rule(arguments)[=value][ if|unless names] | ExceptionClass: message`, `{...}` standing "
+                              "for what the rule fills in (the rules: `gradserve.torch._checks`).")
     parser: dict | None = Field(default=None, description="How torch's argument parser takes a call: per form "
                                 "(`function`, `method`) the name its messages use and torch's overloads (texts "
                                 "as torch prints them) or the one signature derived from the op's; `program_form`, "

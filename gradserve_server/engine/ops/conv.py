@@ -288,14 +288,30 @@ def _(ctx, input_t, weight_t, bias_t):
     return out
 
 
-@op("conv1d", tensors=("input", "weight", "bias"), grad_fns=(P.ConvolutionBackward0,), method=False, family="conv")
+def _conv_checks(n: int) -> tuple[str, ...]:
+    """torch's checks of an n-d convolution's arguments' shapes and dtypes, in torch's order: the ``checks`` a
+    client raises at the call's line."""
+    return (f"conv_input(input)={n} | RuntimeError: Expected {{unbatched}}D (unbatched) or {{batched}}D (batched) "
+            f"input to conv{n}d, but got input of size: {{shape}}",
+            "conv_groups(weight,groups) | RuntimeError: Given groups={groups}, expected weight to be divisible by "
+            "{groups} at dimension 0, but got weight of size [{weight}] instead",
+            "conv_channels(input,weight,groups) | RuntimeError: Given groups={groups}, weight of size {weight}, "
+            "expected input{input} to have {expected} channels, but got {got} channels instead",
+            "conv_bias(weight,bias) | RuntimeError: Given weight of size {weight}, expected bias to be 1-dimensional "
+            "with {out} elements, but got bias of size {bias} instead",
+            "same_dtype(input,weight) | RuntimeError: expected scalar type {a} but found {b}")
+
+
+@op("conv1d", checks=_conv_checks(1),
+    tensors=("input", "weight", "bias"), grad_fns=(P.ConvolutionBackward0,), method=False, family="conv")
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """F.conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1); padding may be 'valid'
     or 'same'; a 2-D input is one unbatched sample."""
     return _conv_nd(input, weight, bias, stride, padding, dilation, groups, 1)
 
 
-@op("conv2d", tensors=("input", "weight", "bias"), grad_fns=(P.ConvolutionBackward0,), method=False, family="conv")
+@op("conv2d", checks=_conv_checks(2),
+    tensors=("input", "weight", "bias"), grad_fns=(P.ConvolutionBackward0,), method=False, family="conv")
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """F.conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1); padding may be 'valid'
     or 'same'; a 3-D input is one unbatched sample."""

@@ -40,6 +40,16 @@ SVD = namedtuple("SVD", ["U", "S", "Vh"])          # torch.return_types.linalg_s
 SVDOld = namedtuple("SVDOld", ["U", "S", "V"])     # torch.return_types.svd
 
 
+def _matrix_checks(name: str, arg: str = "A", square: bool = True) -> tuple[str, ...]:
+    """torch's checks of a linalg input ``arg`` (its messages call it A, prefixed ``name``): at least 2 dimensions,
+    square matrices (``square``), a floating dtype; the ``checks`` a client raises at the call's line."""
+    return (f"min_dims({arg})=2 | RuntimeError: {name}: The input tensor A must have at least 2 dimensions.",
+            *([f"square({arg}) | RuntimeError: {name}: A must be batches of square matrices, but they are {{rows}} by "
+               f"{{cols}} matrices"] if square else []),
+            f"dtype({arg})=floating | RuntimeError: {name}: Expected a floating point or complex tensor as input. "
+            f"Got {{dtype}}")
+
+
 def _mT(x: Tensor) -> Tensor:
     return transpose(x, -2, -1)
 
@@ -141,13 +151,15 @@ def _det(A: Tensor, name: str) -> Tensor:
     return record(P.LinalgDetBackward0, out, (A,), {"A": A, **_lu_slots(A.data, _det_lu, A), "result": "result"})
 
 
-@op("linalg.det", tensors=("A",), grad_fns=(P.LinalgDetBackward0,), method=False, family="linalg")
+@op("linalg.det", checks=_matrix_checks("linalg.det"),
+    tensors=("A",), grad_fns=(P.LinalgDetBackward0,), method=False, family="linalg")
 def linalg_det(A):
     """torch.linalg.det(A): determinant of (batches of) square matrices; saves A, LU, pivots, result."""
     return _det(A, "linalg.det")
 
 
-@op("det", tensors=("self",), grad_fns=(P.LinalgDetBackward0,), family="linalg")
+@op("det", checks=_matrix_checks("linalg.det", "self"),
+    tensors=("self",), grad_fns=(P.LinalgDetBackward0,), family="linalg")
 def det(self):
     """torch.det(input): an alias of torch.linalg.det."""
     return _det(require_tensor(self, "input", "det"), "linalg.det")
@@ -207,7 +219,8 @@ def _slogdet(A: Tensor, name: str):
     return SignLogabsdet(sign_t, lad_t)
 
 
-@op("linalg.slogdet", tensors=("A",), grad_fns=(P.LinalgSlogdetBackward0,), method=False, family="linalg",
+@op("linalg.slogdet", checks=_matrix_checks("linalg.slogdet"),
+    tensors=("A",), grad_fns=(P.LinalgSlogdetBackward0,), method=False, family="linalg",
     returns=SignLogabsdet._fields)
 def linalg_slogdet(A):
     """torch.linalg.slogdet(A) -> (sign, logabsdet); only logabsdet carries a gradient."""
@@ -267,7 +280,7 @@ def _(ctx, A_t):
     return None, sum_(diagonal(linalg_solve(ctx.A, A_t), 0, -2, -1), -1)
 
 
-@op("logdet", tensors=("self",), grad_fns=(P.WhereBackward0,), family="linalg")
+@op("logdet", checks=_matrix_checks("logdet", "self"), tensors=("self",), grad_fns=(P.WhereBackward0,), family="linalg")
 def logdet(self):
     """torch.logdet(input): composite ``where(sign == -1, nan, logabsdet)`` over linalg_slogdet."""
     A = _square_float(require_tensor(self, "input", "logdet"), "logdet")
@@ -291,7 +304,7 @@ def _singular(A: Tensor, name: str, what: str) -> TorchRuntimeError:
                              code="singular_matrix", exception="torch.linalg.LinAlgError")
 
 
-@op("linalg.inv", tensors=("A",), method=False, family="linalg")
+@op("linalg.inv", checks=_matrix_checks("linalg.inv"), tensors=("A",), method=False, family="linalg")
 def linalg_inv(A):
     """torch.linalg.inv(A) (linalg_inv_ex under the hood); saves the inverse."""
     A = _square_float(A, "linalg.inv")
@@ -302,7 +315,8 @@ def linalg_inv(A):
     return record(P.LinalgInvExBackward0, _lapack_layout(inv, A.data.dtype), (A,), {"inverse": "result"})
 
 
-@op("inverse", tensors=("self",), grad_fns=(P.LinalgInvExBackward0,), family="linalg")
+@op("inverse", checks=_matrix_checks("linalg.inv", "self"),
+    tensors=("self",), grad_fns=(P.LinalgInvExBackward0,), family="linalg")
 def inverse(self):
     """torch.inverse(input): torch.linalg.inv."""
     return linalg_inv(require_tensor(self, "input", "inverse"))
@@ -325,7 +339,11 @@ def _vector_rhs(A: Tensor, B: Tensor) -> bool:
     return B.data.ndim == 1 or (B.data.ndim == A.data.ndim - 1 and B.shape == A.shape[:-1])
 
 
-@op("linalg.solve", tensors=("A", "B"), method=False, family="linalg")
+@op("linalg.solve", checks=(
+    *_matrix_checks("linalg.solve"),
+    "same_dtype(A,B) | RuntimeError: linalg.solve: Expected A and B to have the same dtype, but found A of type {a} "
+    "and B of type {b} instead"),
+    tensors=("A", "B"), method=False, family="linalg")
 def linalg_solve(A, B, left=True):
     """torch.linalg.solve(A, B, *, left=True): X with A X = B (left) or X A = B; B may be a vector."""
     A = _square_float(A, "linalg.solve")
@@ -393,7 +411,7 @@ def _(ctx, A_t, B_t):
     return linalg_solve(A, rhs, left=left)
 
 
-@op("linalg.cholesky", tensors=("A",), method=False, family="linalg")
+@op("linalg.cholesky", checks=_matrix_checks("linalg.cholesky"), tensors=("A",), method=False, family="linalg")
 def linalg_cholesky(A, upper=False):
     """torch.linalg.cholesky(A, *, upper=False): L with A = L L^H (or U = L^H); saves L and upper."""
     A = _square_float(A, "linalg.cholesky")
@@ -555,7 +573,8 @@ def _check_bool(fn: str, name: str, value) -> None:
         raise InvalidArgumentError(f"{fn}(): argument '{name}' must be bool, not {type(value).__name__}")
 
 
-@op("linalg.svd", tensors=("A",), grad_fns=(P.LinalgSvdBackward0,), method=False, family="linalg",
+@op("linalg.svd", checks=_matrix_checks("linalg.svd", square=False),
+    tensors=("A",), grad_fns=(P.LinalgSvdBackward0,), method=False, family="linalg",
     returns=SVD._fields)
 def linalg_svd(A, full_matrices=True, driver=None):
     """torch.linalg.svd(A, full_matrices=True, *, driver=None) -> (U, S, Vh): S descending; U and Vh
@@ -588,7 +607,8 @@ def svd(self, some=True, compute_uv=True):
     return SVDOld(Tensor(np.zeros(batch + (m, m), dt)), S, _mT(Tensor(np.zeros(batch + (n, n), dt))))
 
 
-@op("linalg.svdvals", tensors=("A",), grad_fns=(P.LinalgSvdBackward0,), method=False, family="linalg")
+@op("linalg.svdvals", checks=_matrix_checks("linalg.svd", square=False),
+    tensors=("A",), grad_fns=(P.LinalgSvdBackward0,), method=False, family="linalg")
 def linalg_svdvals(A, driver=None):
     """torch.linalg.svdvals(A, *, driver=None): the singular values, descending (output 1 of the SVD node,
     U and Vh computed and saved only when a gradient or tangent may need them)."""
@@ -702,7 +722,10 @@ def _ord_value(ord):
     return ord
 
 
-@op("linalg.vector_norm", tensors=("x",), grad_fns=(P.LinalgVectorNormBackward0,), method=False, family="linalg")
+@op("linalg.vector_norm", checks=(
+    "dtype(x)=floating | RuntimeError: linalg.vector_norm: Expected a floating point or complex tensor as input. "
+    "Got {dtype}",),
+    tensors=("x",), grad_fns=(P.LinalgVectorNormBackward0,), method=False, family="linalg")
 def linalg_vector_norm(x, ord=2, dim=None, keepdim=False):
     """torch.linalg.vector_norm(x, ord=2, dim=None, keepdim=False) (``ord`` may be "inf"/"-inf" in JSON)."""
     x = require_tensor(x, "x", "linalg.vector_norm")
@@ -771,7 +794,7 @@ def _max_norm(norms: Tensor, d: int, keepdim: bool) -> Tensor:
 _MATRIX_NORM_FNS = (P.LinalgVectorNormBackward0, P.AmaxBackward0, P.AminBackward0, P.SumBackward1, P.PermuteBackward0)
 
 
-@op("linalg.matrix_norm",
+@op("linalg.matrix_norm", checks=_matrix_checks("linalg.matrix_norm", square=False),
     dims_of="other",
     tensors=("A",), grad_fns=_MATRIX_NORM_FNS, method=False, family="linalg")
 def linalg_matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False):
@@ -781,7 +804,10 @@ def linalg_matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False):
     return _matrix_norm(A, _ord_value(ord), dim, keepdim)
 
 
-@op("linalg.norm", tensors=("A",), grad_fns=_MATRIX_NORM_FNS, method=False, family="linalg")
+@op("linalg.norm", checks=(  # (a vector norm of the flattened input without ord)
+    "dtype(A)=floating unless ord | RuntimeError: linalg.vector_norm: Expected a floating point or complex tensor as "
+    "input. Got {dtype}",),
+    tensors=("A",), grad_fns=_MATRIX_NORM_FNS, method=False, family="linalg")
 def linalg_norm(A, ord=None, dim=None, keepdim=False):
     """torch.linalg.norm(A, ord=None, dim=None, keepdim=False): a vector norm over one dim (or the flattened
     input when ord and dim are None), a matrix norm ('fro', 'nuc', 2, -2, 1, -1, inf, -inf) over two."""

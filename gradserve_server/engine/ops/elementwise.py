@@ -1265,7 +1265,12 @@ def _(ctx, grad):
 # ----- clamp, maximum, where, masked_fill, lerp --------------------------------------------------------
 
 
-@op("clamp",
+@op("clamp", promotion="result_type(self,min,max)", checks=(
+    "given(min,max) | RuntimeError: torch.clamp: At least one of 'min' or 'max' must not be None",
+    "bool_bounds(self,min,max)=min | NotImplementedError: \"clamp_min_scalar_cpu\" not implemented for 'Bool'",
+    "bool_bounds(self,min,max)=max | NotImplementedError: \"clamp_max_scalar_cpu\" not implemented for 'Bool'",
+    "bool_bounds(self,min,max)=both | NotImplementedError: \"clamp_scalar_cpu\" not implemented for 'Bool'",
+    "bool_bounds(self,min,max)=tensors | NotImplementedError: \"clamp_cpu\" not implemented for 'Bool'"),
     overloads={
         "function": (
             "(Tensor input, Tensor min = None, Tensor max = None, *, Tensor out = None)",
@@ -1470,7 +1475,9 @@ def _(ctx, grad):
     return (masked_fill(half, gt(s, o), 0) if n[0] else None), (masked_fill(half, lt(s, o), 0) if n[1] else None)
 
 
-@op("where",
+@op("where", promotion="result_type(self,other)", checks=(
+    "dtype(condition)=bool,uint8 if self | RuntimeError: where expected condition to be a boolean tensor, but got a "
+    "tensor with dtype {dtype}",),
     overloads={
         "function": (
             "(Tensor condition)",
@@ -1545,6 +1552,8 @@ def _(ctx, grad):
 
 
 @op("masked_fill",
+    checks=("dtype(mask)=bool | RuntimeError: masked_fill_ only supports boolean masks, but got mask with dtype "
+            "{cpp}",),
     overloads={
         "function": ("(Tensor input, Tensor mask, Tensor value)", "(Tensor input, Tensor mask, Number value)"),
         "method": ("(Tensor mask, Tensor value)", "(Tensor mask, Number value)"),

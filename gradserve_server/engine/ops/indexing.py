@@ -67,6 +67,7 @@ def _src_block(src: np.ndarray, index: np.ndarray) -> np.ndarray:
 
 
 @op("scatter",
+    checks=("dtype(index)=int64,int32 | RuntimeError: scatter(): Expected dtype int32/int64 for index",),
     overloads={
         "function": (
             "(Tensor input, int dim, Tensor index, Tensor src, *, Tensor out = None)",
@@ -141,7 +142,9 @@ def _(ctx, self_t):
     return scatter(self_t, signed_int(ctx.dim), ctx.index, value=0.0)
 
 
-@op("scatter_add", tensors=("self", "index", "src"))
+@op("scatter_add",
+    checks=("dtype(index)=int64,int32 | RuntimeError: scatter(): Expected dtype int32/int64 for index",),
+    tensors=("self", "index", "src"))
 def scatter_add(self, dim, index, src):
     """torch.scatter_add(input, dim, index, src): out[index[i][j]][j] += src[i][j] for dim 0."""
     self = require_tensor(self, "input", "scatter_add")
@@ -416,7 +419,8 @@ def _(ctx, self_t, value_t):
     return index_fill(base, signed_int(ctx.dim), ctx.index, value_t if value_t is not None else 0.0)
 
 
-@op("masked_select", tensors=("self", "mask"))
+@op("masked_select", checks=("dtype(mask)=bool | RuntimeError: masked_select: expected BoolTensor for mask",),
+    tensors=("self", "mask"))
 def masked_select(self, mask):
     """torch.masked_select(input, mask): the elements where the (broadcast) mask is true, as a 1-D tensor."""
     self = require_tensor(self, "input", "masked_select")
@@ -582,7 +586,9 @@ def _topk_as_torch(x: np.ndarray, ax: int, k: int, largest: bool, sorted_: bool,
     idx[...] = np.moveaxis(flat.reshape(out.shape), -1, ax)
 
 
-@op("topk", tensors=("self",), returns=ValuesIndices._fields)
+@op("topk", checks=("dtype(self)=!bool | RuntimeError: topk does not support bool dtypes on CPU",
+                    "k_in_range(self,k,dim) | RuntimeError: selected index k out of range"),
+    tensors=("self",), returns=ValuesIndices._fields)
 def topk(self, k, dim=-1, largest=True, sorted=True):
     """torch.topk(input, k, dim=-1, largest=True, sorted=True) -> (values, indices)."""
     self = require_tensor(self, "input", "topk")

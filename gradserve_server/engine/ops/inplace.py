@@ -391,10 +391,14 @@ def _clamp_cast_checked(fn):
     return clamp
 
 
+#: the same check, for a client to make at the call's line (``gradserve.torch._checks``)
+_CAST_MESSAGE = "RuntimeError: result type {result} can't be cast to the desired output type {cpp}"
 clamp_ = _make("clamp_", _clamp_cast_checked(E.clamp), (P.ClampBackward1, P.ClampBackward0), ("self", "min", "max"),
-               ("clip_",))
-clamp_min_ = _make("clamp_min_", _clamp_cast_checked(E.clamp_min), (P.ClampMinBackward0,))
-clamp_max_ = _make("clamp_max_", _clamp_cast_checked(E.clamp_max), (P.ClampMaxBackward0,))
+               ("clip_",), checks=(f"number_bounds_cast(self,min,max) | {_CAST_MESSAGE}",))
+clamp_min_ = _make("clamp_min_", _clamp_cast_checked(E.clamp_min), (P.ClampMinBackward0,),
+                   checks=(f"number_bounds_cast(self,min) | {_CAST_MESSAGE}",))
+clamp_max_ = _make("clamp_max_", _clamp_cast_checked(E.clamp_max), (P.ClampMaxBackward0,),
+                   checks=(f"number_bounds_cast(self,max) | {_CAST_MESSAGE}",))
 
 
 def _masked_fill_inplace(self: Tensor, mask, value) -> Tensor:

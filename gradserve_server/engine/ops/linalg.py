@@ -127,6 +127,8 @@ _MAT2_OVERLOADS = {"function": ("(Tensor input, Tensor mat2, *, Tensor out = Non
 
 
 @op("mm",
+    checks=("matmul_dtype(self,mat2)=mm | RuntimeError: expected m1 and m2 to have the same dtype, but got: {a} != "
+            "{b}",),
     overloads=_MAT2_OVERLOADS,
     tensors=("self", "mat2"), plannable=True)
 def mm(self, mat2):
@@ -522,6 +524,10 @@ def _prod(shape) -> int:
 
 
 @op("matmul",
+    checks=("matmul_dtype(self,other)=mm | RuntimeError: expected m1 and m2 to have the same dtype, but got: {a} != "
+            "{b}",
+            "matmul_dtype(self,other)=dot | RuntimeError: dot : expected both vectors to have same dtype, but found "
+            "{a} and {b}"),
     exports=("torch.linalg.matmul",),
     tensors=("self", "other"), aliases=("__matmul__",),
     grad_fns=(P.MmBackward0, P.DotBackward0, P.MvBackward0, P.SqueezeBackward4, P.UnsafeViewBackward0,

@@ -101,7 +101,11 @@ def _softmax_input(self, dim, dtype, name: str):
     return self, d, x
 
 
-@op("softmax",
+@op("softmax", promotion="same", checks=(  # (dtype= casts first)
+    "dtype_lastdim(self,dim)=floating unless dtype | NotImplementedError: \"softmax_lastdim_kernel_impl\" not "
+    "implemented for '{dtype}'",
+    "dtype_innerdim(self,dim)=floating unless dtype | NotImplementedError: \"softmax_kernel_impl\" not implemented "
+    "for '{dtype}'"),
     python_attribute=("softmax", ("self",)), exports=("torch.nn.functional.softmax", "torch.special.softmax"),
     tensors=("self",), plannable=True)
 def softmax(self, dim, dtype=None):
@@ -157,7 +161,11 @@ def _log_softmax_kernel(x, d, shape):
     return out.reshape(shape).astype(x.dtype, copy=False)
 
 
-@op("log_softmax",
+@op("log_softmax", promotion="same", checks=(
+    "dtype_lastdim(self,dim)=floating unless dtype | NotImplementedError: \"log_softmax_lastdim_kernel_impl\" not "
+    "implemented for '{dtype}'",
+    "dtype_innerdim(self,dim)=floating unless dtype | NotImplementedError: \"log_softmax_kernel_impl\" not "
+    "implemented for '{dtype}'"),
     python_attribute=("log_softmax", ("self",)),
     exports=("torch.nn.functional.log_softmax", "torch.special.log_softmax"),
     tensors=("self",), plannable=True)
@@ -188,6 +196,8 @@ batching(P.LogSoftmaxBackward0, **shifted(sizes=(), dims=("dim",)))
 
 
 @op("linear",
+    checks=("matmul_dtype(input,weight)=linear | RuntimeError: expected m1 and m2 to have the same dtype, but got: "
+            "{a} != {b}",),
     exports=("torch.nn.functional.linear",), cost="other",
     tensors=("input", "weight", "bias"), method=False,
     grad_fns=(P.AddmmBackward0, P.ViewBackward0, P.MmBackward0, P.SqueezeBackward4, P.UnsafeViewBackward0,
@@ -252,7 +262,8 @@ def _mse_kernel(a, b, red):
     return _reduce_np(diff * diff, red)
 
 
-@op("mse_loss",
+@op("mse_loss", promotion='result_type(input,target) | integral: NotImplementedError: "mse_cpu" not '
+    "implemented for '{dtype}'",
     python_attribute=("size", ("target", "input")),
     tensors=("input", "target"), method=False, plannable=True)
 def mse_loss(input, target, reduction="mean"):
@@ -413,7 +424,9 @@ jvp(P.HuberLossBackward0)(_loss_jvp)
 _BCE_EPS = 1e-12
 
 
-@op("binary_cross_entropy",
+@op("binary_cross_entropy", checks=(
+    "same_dtype(target,input) | RuntimeError: Found dtype {a} but expected {b}",
+    'dtype(input)=floating | NotImplementedError: "binary_cross_entropy" not implemented for \'{dtype}\''),
     python_attribute=("size", ("target", "input")),
     tensors=("input", "target", "weight"), method=False)
 def binary_cross_entropy(input, target, weight=None, reduction="mean"):
@@ -608,7 +621,9 @@ def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, 
     return np.where(valid, w[safe], dtype.type(0)).astype(dtype, copy=False), safe, valid
 
 
-@op("nll_loss",
+@op("nll_loss", checks=(
+    "dtype(target)=int64,uint8 | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}",
+    'dtype(input)=floating | NotImplementedError: "nll_loss_out_frame" not implemented for \'{dtype}\''),
     message_name="nll_loss_nd",
     tensors=("input", "target", "weight"), method=False, plannable=True)
 def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
@@ -793,7 +808,14 @@ def _(ctx, self_t):
     return sum(w, 1) if ctx.reduction == 0 else sum(w)
 
 
-@op("cross_entropy",
+@op("cross_entropy", checks=(
+    # (log_softmax over the class dimension: 0 of a (C,) input, 1 of (N, C, ...), the last of two)
+    'dtype_lastdim(input,0)=floating | NotImplementedError: "log_softmax_lastdim_kernel_impl" not implemented for '
+    "'{dtype}'",
+    'dtype_lastdim(input,1)=floating | NotImplementedError: "log_softmax_lastdim_kernel_impl" not implemented for '
+    "'{dtype}'",
+    'dtype_innerdim(input,1)=floating | NotImplementedError: "log_softmax_kernel_impl" not implemented for \'{dtype}\'',
+    "class_target(input,target) | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}"),
     message_name="cross_entropy_loss",
     tensors=("input", "target", "weight"), method=False,
     grad_fns=(P.NllLossBackward0, P.DivBackward1, P.SumBackward0, P.NegBackward0, P.SumBackward1, P.AddBackward0),

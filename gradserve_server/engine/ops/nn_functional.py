@@ -35,7 +35,10 @@ _INDEX_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))  # embedding's indices:
 # ----- normalize, cosine_similarity, pairwise_distance, softmin ----------------------------------------
 
 
-@op("normalize", tensors=("input",), grad_fns=(P.DivBackward0,), method=False, family="nn")
+@op("normalize", checks=(
+    "dtype(input)=floating | RuntimeError: linalg.vector_norm: Expected a floating point or complex tensor as input. "
+    "Got {dtype}",),
+    tensors=("input",), grad_fns=(P.DivBackward0,), method=False, family="nn")
 def normalize(input, p=2.0, dim=1, eps=1e-12):
     """F.normalize(input, p=2.0, dim=1, eps=1e-12): input / max(||input||_p along dim, eps)."""
     input = require_tensor(input, "input", "normalize")
@@ -208,7 +211,9 @@ def _check_mixed_type(input: Tensor, params: list) -> None:
                                     f"{D.SCALAR_TYPE_NAMES[t.dtype]}", code="dtype_mismatch")
 
 
-@op("layer_norm", tensors=("input", "weight", "bias"), method=False,
+@op("layer_norm", checks=(
+    'dtype(input)=floating | NotImplementedError: "LayerNormKernelImpl" not implemented for \'{dtype}\'',),
+    tensors=("input", "weight", "bias"), method=False,
     family="nn")
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """F.layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5): normalization over the
@@ -299,7 +304,9 @@ def _(ctx, input_t, weight_t, bias_t):
 # ----- embedding, one_hot -----------------------------------------------------------------------------
 
 
-@op("embedding",
+@op("embedding", checks=(
+    "dtype(input)=int64,int32 | RuntimeError: Expected tensor for argument #1 'indices' to have one of the "
+    "following scalar types: Long, Int; but got {tensor_type} instead (while checking arguments for embedding)",),
     changes_argument=("weight", "max_norm"),
     tensors=("input", "weight"), method=False, family="nn",
     plannable=True)
@@ -427,7 +434,9 @@ def _(ctx, weight_t):
     return embedding(ctx.indices, weight_t)
 
 
-@op("one_hot", tensors=("tensor",), differentiable=False, method=False, family="nn")
+@op("one_hot",
+    checks=("dtype(tensor)=int64 | RuntimeError: one_hot is only applicable to index tensor of type LongTensor.",),
+    tensors=("tensor",), differentiable=False, method=False, family="nn")
 def one_hot(tensor, num_classes=-1):
     """F.one_hot(tensor, num_classes=-1): int64 one-hot rows (num_classes = max + 1 when -1)."""
     tensor = require_tensor(tensor, "tensor", "one_hot")

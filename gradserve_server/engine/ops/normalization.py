@@ -36,7 +36,9 @@ def _channel_view(t: Tensor, ndim: int) -> Tensor:
     return reshape(t, (1, -1) + (1,) * (ndim - 2))
 
 
-@op("batch_norm", tensors=("input", "running_mean", "running_var", "weight", "bias"),
+@op("batch_norm",
+    checks=('dtype(input)=floating | NotImplementedError: "batch_norm" not implemented for \'{dtype}\'',),
+    tensors=("input", "running_mean", "running_var", "weight", "bias"),
     grad_fns=(P.NativeBatchNormBackward0, P.CloneBackward0, P.MulBackward0, P.AddBackward0), method=False, family="nn")
 def batch_norm(input, running_mean=None, running_var=None, weight=None, bias=None, training=False, momentum=0.1,
                eps=1e-05):

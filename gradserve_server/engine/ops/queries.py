@@ -139,7 +139,7 @@ def nonzero(self, as_tuple=False):
     return Tensor(np.argwhere(x).astype(np.int64))
 
 
-@op("argsort", tensors=("self",), differentiable=False)
+@op("argsort", promotion="int64", tensors=("self",), differentiable=False)
 def argsort(self, dim=-1, descending=False, stable=False):
     """torch.argsort(input, dim=-1, descending=False, stable=False): sort's indices."""
     self = require_tensor(self)

@@ -353,7 +353,10 @@ _MAX_MIN_OVERLOADS = {
 }
 
 
-@op("max",
+@op("max", promotion="result_type(self,dim,other)", checks=(  # (max(x, y) passes y in dim's place)
+    "nonempty(self) unless dim,other | RuntimeError: max(): Expected reduction dim to be specified for input.numel() "
+    "== 0. Specify the reduction dim with the 'dim' argument.",
+    "nonempty_dim(self,dim) | IndexError: max(): Expected reduction dim {dim} to have non-zero size."),
     overloads=_MAX_MIN_OVERLOADS,
     returns=("values", "indices"), returns_when="dim",
     tensors=("self", "dim", "other"), grad_fns=(P.MaxBackward1, P.MaxBackward0, P.MaximumBackward0))
@@ -363,7 +366,10 @@ def max(self, dim=None, keepdim=False, other=None):
     return _max_min(self, dim, keepdim, other, True)
 
 
-@op("min",
+@op("min", promotion="result_type(self,dim,other)", checks=(
+    "nonempty(self) unless dim,other | RuntimeError: min(): Expected reduction dim to be specified for input.numel() "
+    "== 0. Specify the reduction dim with the 'dim' argument.",
+    "nonempty_dim(self,dim) | IndexError: min(): Expected reduction dim {dim} to have non-zero size."),
     overloads=_MAX_MIN_OVERLOADS,
     returns=("values", "indices"), returns_when="dim",
     tensors=("self", "dim", "other"), grad_fns=(P.MinBackward1, P.MinBackward0, P.MinimumBackward0))

@@ -1390,6 +1390,7 @@ def _(ctx, values_t):
 
 
 @op("index_select",
+    checks=("dtype(index)=int64,int32 | RuntimeError: index_select(): Expected dtype int32 or int64 for index",),
     param_types={"dim": "int"}, storage="new",
     tensors=("self", "index"))
 def index_select(self, dim, index):
@@ -1441,6 +1442,7 @@ batching(P.IndexSelectBackward0, **shifted(dims=("dim",)))
 
 
 @op("gather",
+    checks=("dtype(index)=int64,int32 | RuntimeError: gather(): Expected dtype int32/int64 for index",),
     param_types={"dim": "int"}, storage="new",
     tensors=("self", "index"))
 def gather(self, dim, index, sparse_grad=False):

@@ -291,7 +291,10 @@ def _(ctx, self_t):
 batching(P.PolygammaBackward0, vjp=SAME, jvp=SAME)
 
 
-@op("special.multigammaln", tensors=("self",), method=False)
+@op("special.multigammaln", promotion=(
+    "float | "
+    "bool: RuntimeError: The input tensor may not be a boolean tensor."),
+    tensors=("self",), method=False)
 def multigammaln(self, p):
     """torch.special.multigammaln(input, p) (= torch.mvlgamma): sum_i lgamma(input - i/2) + p(p-1)/4 log(pi)."""
     self = require_tensor(self, "input", "multigammaln")

@@ -9,7 +9,7 @@ import math
 from collections.abc import Iterable
 
 from gradserve.torch._grad_mode import no_grad
-from gradserve.torch._tensor import Tensor, call_op
+from gradserve.torch._tensor import Tensor, advance_grad_epoch, call_op
 
 
 class Optimizer:
@@ -59,7 +59,7 @@ class Optimizer:
             for p in params:
                 p._known_grad = (ctx.grad_epoch, None)
         else:
-            ctx.grad_epoch += 1  # gradients zeroed in place
+            advance_grad_epoch(ctx, in_place=True, detached=True)  # zeroed in place
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.zero_grad_of([p for g in self.param_groups for p in g["params"]], set_to_none)

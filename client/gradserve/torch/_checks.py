@@ -1,0 +1,329 @@
+"""torch's refusals that depend on arguments' metadata only, from the op table's ``checks`` declarations (the
+catalog's): ``where`` of a float condition, ``linalg.inv`` of a non-square or integer matrix, ``conv2d`` of an input
+whose channels are not the weight's, ``nll_loss`` of a float target... are raised at the line that made the call,
+with torch's class and message, and nothing is sent. A check whose facts the client does not know (a shape or
+dtype the server has not said) is left to the server, which raises the same error at the next sync.
+
+A declaration is ``"rule(arguments)[=value][ if|unless names] | ExceptionClass: message"``; ``if a,b``: only when
+one of them is given (not None); ``unless a,b``: only when none is; an argument written as a number is that number.
+``{...}`` in the message stands for what the rule fills in. The rules (a failure fills ``{dtype}`` etc. as listed):
+
+    dtype(a)=d1,d2,...       a tensor ``a`` has one of these dtypes (``floating``: any float; ``=!d1,...``: none of
+                             them) -> {dtype} (ScalarType name), {cpp} (C++ type name), {tensor_type} (legacy)
+    dtype_lastdim(a,dim)=... the same when ``dim`` is ``a``'s last dimension (softmax's kernels are named so)
+    dtype_innerdim(a,dim)=.. the same when it is another
+    class_target(input,target)  a loss's target is class indices (int64, uint8) or probabilities (a float tensor
+                             of the input's shape) -> {dtype}
+    same_dtype(a,b)          tensors ``a`` and ``b`` have one dtype -> {a}, {b} (ScalarType names)
+    matmul_dtype(a,b)=form   a matrix product's operands have one dtype (form ``mm``, ``linear``: {a}, {b} as C++
+                             type names; ``dot``: ScalarType names)
+    min_dims(a)=n            ``a`` has at least n dimensions
+    square(a)                ``a``'s last two dimensions are equal -> {rows}, {cols}
+    given(a,b)               one of them is given
+    number_bounds_cast(a,b,...)  each Python number among b... gives a result type ``a`` can hold (clamp_) ->
+                             {result}, {cpp}
+    bool_bounds(a,min,max)=form  not a bool ``a`` clamped by bool bounds (form: ``min``/``max`` a number alone,
+                             ``both`` numbers, ``tensors``)
+    nonempty(a)              ``a`` has elements
+    nonempty_dim(a,dim)      ``a`` has elements along ``dim`` (an int) -> {dim}
+    k_in_range(a,k,dim)      0 <= k <= a.size(dim) (dim: -1 when not given)
+    conv_input(input)=n      an n-d convolution's input has n+1 (unbatched) or n+2 dimensions -> {unbatched},
+                             {batched}, {shape}
+    conv_groups(weight,groups)           the weight's out channels divide by groups -> {groups}, {weight}
+    conv_channels(input,weight,groups)   the input has weight.size(1) * groups channels -> {groups}, {weight},
+                                         {input} (as batched), {expected}, {got}
+    conv_bias(weight,bias)   a bias is 1-d with weight.size(0) elements -> {weight}, {out}, {bias}
+"""
+
+from __future__ import annotations
+
+from gradserve.torch import _promotion as P
+from gradserve.torch._dtypes import FACTS
+
+#: a check's verdict when a fact it reads is not known here
+UNKNOWN = object()
+_PARSED: dict[str, tuple] = {}
+
+
+def parse(declaration: str) -> tuple[str, tuple[str, ...], str, str, tuple[str, ...], str, str]:
+    """(rule, arguments, value, ``if``/``unless``/"", its names, exception class, message)."""
+    got = _PARSED.get(declaration)
+    if got is None:
+        head, _, tail = declaration.partition(" | ")
+        kind, _, message = tail.partition(": ")
+        head, when, names = _split_when(head.strip())
+        call, _, value = head.partition("=")
+        rule, _, rest = call.partition("(")
+        arguments = tuple(a.strip() for a in rest.rstrip(")").split(",") if a.strip())
+        got = _PARSED[declaration] = (rule.strip(), arguments, value.strip(), when, names, kind.strip(), message)
+    return got
+
+
+def _split_when(head: str) -> tuple[str, str, tuple[str, ...]]:
+    for word in (" if ", " unless "):
+        before, sep, names = head.partition(word)
+        if sep:
+            return before, word.strip(), tuple(n.strip() for n in names.split(","))
+    return head, "", ()
+
+
+def failure(declaration: str, value) -> tuple[str, str] | None:
+    """(exception class, message) when the call breaks the declared rule, else None (kept, or not known here).
+    ``value(name)``: the call's argument ``name`` (None when not given)."""
+    rule, arguments, setting, when, names, kind, message = parse(declaration)
+    if when:
+        given = any(value(n) is not None for n in names)
+        if given != (when == "if"):
+            return None
+    given = [int(a) if a.lstrip("-").isdigit() else value(a) for a in arguments]  # (a number: itself)
+    filled = RULES[rule](*given, setting) if rule in RULES else UNKNOWN
+    if filled is None or filled is UNKNOWN:
+        return None
+    return kind, message.format_map(filled)
+
+
+def first_failure(declarations, value) -> tuple[str, str] | None:
+    for declaration in declarations:
+        got = failure(declaration, value)
+        if got is not None:
+            return got
+    return None
+
+
+# ----- the rules: None (kept), UNKNOWN, or the message's fields (broken) -----------------------------------------
+def _tensor_facts(t):
+    """(dtype or None, shape tuple or None) of a handle; (None, None) for anything else."""
+    from gradserve.torch._tensor import Tensor
+
+    if not isinstance(t, Tensor):
+        return None, None
+    return t._dtype, (tuple(t._shape) if t._shape is not None else None)
+
+
+def _dtype(t, allowed: str):
+    dtype, _ = _tensor_facts(t)
+    if dtype is None:
+        return UNKNOWN
+    refused = allowed.startswith("!")
+    listed = set(allowed.lstrip("!").split(","))
+    inside = dtype in listed or "floating" in listed and FACTS[dtype][0] == "f"
+    return None if inside != refused else {"dtype": FACTS[dtype][2], "cpp": CPP_NAMES[dtype],
+                                           "tensor_type": TENSOR_TYPES[dtype]}
+
+
+def _is_last_dim(t, dim) -> bool | None:
+    """Is ``dim`` ``t``'s last dimension (a 0-d tensor's only one)? None: not known, or not a valid dim."""
+    _, shape = _tensor_facts(t)
+    if shape is None or not isinstance(dim, int) or isinstance(dim, bool):
+        return None
+    rank = max(len(shape), 1)
+    return dim % rank == rank - 1 if -rank <= dim < rank else None
+
+
+def _dtype_lastdim(t, dim, allowed: str):
+    return _dtype(t, allowed) if _is_last_dim(t, dim) is True else None
+
+
+def _dtype_innerdim(t, dim, allowed: str):
+    return _dtype(t, allowed) if _is_last_dim(t, dim) is False else None
+
+
+def _class_target(inp, target, _):
+    """A loss's target: class indices (int64 or uint8), or probabilities (a float target of the input's shape)."""
+    (_, x), (dtype, y) = _tensor_facts(inp), _tensor_facts(target)
+    if dtype is None:
+        return UNKNOWN
+    if dtype in ("int64", "uint8"):
+        return None
+    if FACTS[dtype][0] == "f":
+        if x is None or y is None:
+            return UNKNOWN
+        if x == y:
+            return None
+    return {"dtype": FACTS[dtype][2]}
+
+
+def _same_dtype(a, b, _):
+    (da, _), (db, _) = _tensor_facts(a), _tensor_facts(b)
+    if da is None or db is None:
+        return UNKNOWN
+    return None if da == db else {"a": FACTS[da][2], "b": FACTS[db][2]}
+
+
+#: the C++ type names torch's matrix-product messages use (``expected m1 and m2 to have the same dtype, but got:
+#: float != double``)
+CPP_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "int32": "int", "int16": "short int",
+             "int8": "signed char", "uint8": "unsigned char", "bool": "bool", "float16": "c10::Half",
+             "bfloat16": "c10::BFloat16"}
+
+
+#: the legacy tensor type names some of torch's argument checks print (embedding's indices)
+TENSOR_TYPES = {"float32": "torch.FloatTensor", "float64": "torch.DoubleTensor", "float16": "torch.HalfTensor",
+                "bfloat16": "CPUBFloat16Type", "uint8": "torch.ByteTensor", "int8": "torch.CharTensor",
+                "int16": "torch.ShortTensor", "int32": "torch.IntTensor", "int64": "torch.LongTensor",
+                "bool": "CPUBoolType"}
+
+
+def _matmul_dtype(a, b, form: str):
+    """Operands of a matrix product of different dtypes, where torch's message is known: ``mm`` (the second is a
+    matrix: mm, matmul of 1-3+ by 2 dimensions), ``linear`` (the same, the second transposed: linear's weight),
+    ``dot`` (two vectors). Shapes that do not multiply are left to the shape check, which torch makes first."""
+    (da, x), (db, y) = _tensor_facts(a), _tensor_facts(b)
+    if da is None or db is None or x is None or y is None or da == db or not x:
+        return UNKNOWN
+    if form == "dot":
+        if len(x) == 1 and len(y) == 1:  # (before the sizes)
+            return {"a": FACTS[da][2], "b": FACTS[db][2]}
+        return UNKNOWN
+    if form == "linear" and len(y) == 2:
+        y = (y[1], y[0])
+    if len(y) != 2 or x[-1] != y[0]:
+        return UNKNOWN
+    return {"a": CPP_NAMES[da], "b": CPP_NAMES[db]}
+
+
+def _number_bounds_cast(t, *bounds_and_setting):
+    """clamp_'s Scalar overload: each number bound's result type with the target fits the target -> {result}
+    (ScalarType name), {cpp} (the target's C++ type name)."""
+    dtype, _ = _tensor_facts(t)
+    if dtype is None:
+        return UNKNOWN
+    for bound in bounds_and_setting[:-1]:
+        if isinstance(bound, (bool, int, float)):
+            result = P.result_type([(dtype, P.DIM), (P.number_dtype(bound), P.NUMBER)])
+            if not P.can_hold(result, dtype):
+                return {"result": FACTS[result][2], "cpp": CPP_NAMES[dtype]}
+    return None
+
+
+def _bool_bounds(t, low, high, form: str):
+    """clamp of a bool tensor by bool bounds, which torch's kernels refuse: ``min``, ``max`` (that number bound
+    alone), ``both`` (two numbers), ``tensors`` (two bool tensors)."""
+    dtype, _ = _tensor_facts(t)
+    if dtype != "bool":
+        return UNKNOWN if dtype is None else None
+    number = {name: isinstance(v, bool) for name, v in (("min", low), ("max", high))}
+    if form in ("min", "max"):
+        other = high if form == "min" else low
+        return {} if number[form] and other is None else None
+    if form == "both":
+        return {} if number["min"] and number["max"] else None
+    dtypes = (_tensor_facts(low)[0], _tensor_facts(high)[0])
+    return {} if dtypes == ("bool", "bool") else None
+
+
+def _min_dims(t, n: str):
+    _, shape = _tensor_facts(t)
+    if shape is None:
+        return UNKNOWN
+    return None if len(shape) >= int(n) else {}
+
+
+def _square(t, _):
+    _, shape = _tensor_facts(t)
+    if shape is None or len(shape) < 2:
+        return UNKNOWN
+    return None if shape[-1] == shape[-2] else {"rows": shape[-2], "cols": shape[-1]}
+
+
+def _given(*values):
+    return None if any(v is not None for v in values[:-1]) else {}
+
+
+def _numel(shape: tuple) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _nonempty(t, _):
+    _, shape = _tensor_facts(t)
+    if shape is None:
+        return UNKNOWN
+    return None if _numel(shape) else {}
+
+
+def _dim_size(shape: tuple, dim):
+    """``shape``'s size along ``dim`` (a 0-d tensor has one element along 0 and -1), or None when out of range."""
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        return None
+    sizes = shape or (1,)
+    return sizes[dim] if -len(sizes) <= dim < len(sizes) else None
+
+
+def _nonempty_dim(t, dim, _):
+    _, shape = _tensor_facts(t)
+    if shape is None or dim is None:
+        return UNKNOWN
+    size = _dim_size(shape, dim)
+    if size is None:
+        return UNKNOWN  # (the dimension check's IndexError comes first)
+    return None if size else {"dim": dim % max(len(shape), 1)}
+
+
+def _k_in_range(t, k, dim, _):
+    _, shape = _tensor_facts(t)
+    if shape is None or not isinstance(k, int) or isinstance(k, bool):
+        return UNKNOWN
+    size = _dim_size(shape, -1 if dim is None else dim)
+    if size is None:
+        return UNKNOWN
+    return None if 0 <= k <= size else {}
+
+
+def _conv_input(t, n: str):
+    _, shape = _tensor_facts(t)
+    if shape is None:
+        return UNKNOWN
+    n = int(n)
+    return None if len(shape) in (n + 1, n + 2) else {"unbatched": n + 1, "batched": n + 2, "shape": list(shape)}
+
+
+def _conv_shapes(inp, weight):
+    """(input's shape as batched, weight's shape) when both are known and fit an n-d convolution, else None."""
+    (_, x), (_, w) = _tensor_facts(inp), _tensor_facts(weight)
+    if x is None or w is None or len(w) < 3 or len(x) not in (len(w) - 1, len(w)):
+        return None
+    return (x if len(x) == len(w) else (1, *x)), w
+
+
+def _groups(groups) -> int | None:
+    if groups is None:
+        return 1
+    return groups if isinstance(groups, int) and not isinstance(groups, bool) and groups > 0 else None
+
+
+def _conv_groups(weight, groups, _):
+    _, w = _tensor_facts(weight)
+    g = _groups(groups)
+    if w is None or g is None or len(w) < 3:
+        return UNKNOWN
+    return None if w[0] % g == 0 else {"groups": g, "weight": list(w)}
+
+
+def _conv_channels(inp, weight, groups, _):
+    shapes, g = _conv_shapes(inp, weight), _groups(groups)
+    if shapes is None or g is None:
+        return UNKNOWN
+    x, w = shapes
+    expected = w[1] * g
+    return None if x[1] == expected else {"groups": g, "weight": list(w), "input": list(x), "expected": expected,
+                                          "got": x[1]}
+
+
+def _conv_bias(weight, bias, _):
+    (_, w), (_, b) = _tensor_facts(weight), _tensor_facts(bias)
+    if w is None or b is None or not w:
+        return UNKNOWN
+    return None if b == (w[0],) else {"weight": list(w), "out": w[0], "bias": list(b)}
+
+
+RULES = {"dtype": _dtype, "dtype_lastdim": _dtype_lastdim, "dtype_innerdim": _dtype_innerdim,
+         "class_target": _class_target, "matmul_dtype": _matmul_dtype, "number_bounds_cast": _number_bounds_cast,
+         "bool_bounds": _bool_bounds, "same_dtype": _same_dtype,
+         "min_dims": _min_dims, "square": _square,
+         "given": _given,
+         "nonempty": _nonempty, "nonempty_dim": _nonempty_dim, "k_in_range": _k_in_range,
+         "conv_input": _conv_input, "conv_groups": _conv_groups, "conv_channels": _conv_channels,
+         "conv_bias": _conv_bias}
