@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import pytest
 
 from gradserve_server import engine
@@ -96,7 +95,7 @@ def snapshot(state, result=None, error=None) -> dict:
             "error": None if error is None else (type(error).__name__, error.code, str(error))}
 
 
-def run_both(monkeypatch, ops: list, lim: Limits = Limits()) -> tuple[dict, dict, list]:
+def run_both(monkeypatch, ops: list, lim: Limits | None = None) -> tuple[dict, dict, list]:
     """The program run with the probe and without it (each on a fresh session, the same seed); what the probe
     returned each time it ran."""
     real, told = EF._probe_outputs, []
@@ -111,7 +110,7 @@ def run_both(monkeypatch, ops: list, lim: Limits = Limits()) -> tuple[dict, dict
         state = engine.State()
         engine.run_program(state, [{"op": "manual_seed", "args": [1234]}])
         try:
-            result = engine.run_program(state, ops, limits=lim)
+            result = engine.run_program(state, ops, limits=lim or Limits())
             out.append(snapshot(state, result))
         except EngineError as e:
             out.append(snapshot(state, error=e))
@@ -136,7 +135,6 @@ def test_the_differential_tests_can_fail(monkeypatch):
     real = EF._probe_outputs
 
     def leaky(func, inputs):
-        engine.run_program(engine.State(), [])  # (nothing) then a draw from the running generators
         from gradserve_server.engine.generator import running
         running().get().random(1)
         return real(func, inputs)
@@ -252,3 +250,22 @@ def test_a_function_that_takes_its_own_forward_mode_jacobian_stops_at_once():
     with pytest.raises(EngineError) as err:
         engine.run_program(engine.State(), ops, limits=Limits())
     assert err.value.code == "nested_dual_level" and time.monotonic() - started < 1
+
+
+def test_a_recorded_plan_holds_the_pass_alone(monkeypatch):
+    """A session's forward-mode jacobian of a function writing in place is recorded, then replayed: the probe's
+    write (undone by its journal, outside any kernel) is not on the plan's tape, so every replay writes once,
+    as the eager interpreter does."""
+    from gradserve_server.engine.dispatch import dispatch
+    from gradserve_server.engine.plan import PlanCache
+    setup = program([{"op": "add_", "args": ["w", 1.0]}, {"op": "mul", "args": ["a", "w"], "out": "y"}])[:-1]
+    ops = program([])[-1:]
+    cache, planned, eager = PlanCache(), engine.State(), engine.State()
+    for state in (planned, eager):
+        engine.run_program(state, setup)
+    routes = []
+    for _ in range(4):
+        routes.append(dispatch(cache, planned, ops, session=True, limits=Limits(), respond="all")[1].name)
+        engine.run_program(eager, ops, limits=Limits())
+        assert snapshot(planned) == snapshot(eager)
+    assert routes == ["recorded", "recorded", "replayed", "replayed"]
