@@ -386,12 +386,14 @@ def _jvp_batched(func, inputs, basis, total):
 
 
 def _probe_outputs(func, inputs):
-    """The function's outputs' shapes, from one plain call (no tangents: about 1/N of the batched pass) that
-    leaves no trace: inside a dual level as the batched pass has, under a journal rolled back after it (in-place
-    writes, version counters, grads, histories), drawing from copies of the run's generators, warning into a
-    sink of its own, and unseen by a plan being recorded (its tape stays the one the pass alone makes). It runs
-    under the run's deadline and limits. None when the call fails: the pass then runs as it would have and
-    says what it says (its error, or its result refused from its shapes after it)."""
+    """The function's outputs' shapes, from one plain call (no tangents: a forward of the function, where the
+    batched pass carries N basis vectors through it) that leaves no trace: inside a dual level as the batched
+    pass has, under a journal rolled back after it (in-place writes, version counters, grads, histories),
+    drawing from copies of the run's generators, warning into a sink of its own, and unseen by a plan being
+    recorded (its tape stays the one the pass alone makes). It runs under the run's deadline and limits. None
+    when the call fails: the pass then runs as it would have and says what it says (its error, or its result
+    refused from its shapes after it). A Python ``func`` with effects of its own (outside the engine's
+    journal) sees them twice."""
     journal = Journal()
     table = G._running.get()
     gens = G.Generators() if table is None else G.Generators(table.default, table.named)
