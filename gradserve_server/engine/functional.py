@@ -9,7 +9,10 @@ outputs were a tuple, a tensor otherwise). ``func`` is any callable over engine 
 Where torch vmaps (``vectorize=True``), the engine batches (``engine.batching``): reverse mode is one
 ``grad(..., is_grads_batched=True)`` over the standard basis of the outputs, forward mode one dual pass of
 the function whose tangents carry the whole basis of the inputs. When an op on the way has no batching rule,
-the transform runs one pass per basis vector instead (the same values, to float tolerance).
+the transform runs one pass per basis vector instead (the same values, to float tolerance). Under limits, every
+transform's result is refused from its blocks' shapes before the pass that makes it: the inputs' shapes for a
+hessian, the function's one forward for a reverse-mode jacobian, and for a forward-mode one a plain call of the
+function that leaves no trace (``_probe_outputs``).
 """
 
 from __future__ import annotations
@@ -408,7 +411,7 @@ def _probe_outputs(func, inputs):
             K._recorder.reset(rec_token)
             G.reset(gens_token)
             journal.rollback()
-    except (DeadlineExceededError, CancelledError, RecursionError):  # (a function that transforms itself)
+    except (DeadlineExceededError, CancelledError, RecursionError):  # (the pass would meet them as surely)
         raise
     except Exception:  # noqa: BLE001 - whatever the call hit, the pass meets it again and reports it as today
         return None
