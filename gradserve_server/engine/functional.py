@@ -9,17 +9,22 @@ outputs were a tuple, a tensor otherwise). ``func`` is any callable over engine 
 Where torch vmaps (``vectorize=True``), the engine batches (``engine.batching``): reverse mode is one
 ``grad(..., is_grads_batched=True)`` over the standard basis of the outputs, forward mode one dual pass of
 the function whose tangents carry the whole basis of the inputs. When an op on the way has no batching rule,
-the transform runs one pass per basis vector instead (the same values, to float tolerance).
+the transform runs one pass per basis vector instead (the same values, to float tolerance). Under limits, every
+transform's result is refused from its blocks' shapes before the pass that makes it: the inputs' shapes for a
+hessian, the function's one forward for a reverse-mode jacobian, and for a forward-mode one a plain call of the
+function that leaves no trace (``_probe_outputs``).
 """
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import autograd
 from . import forward_ad as fw
+from . import generator as G
 from . import kernel as K
 from .budget import current_budget
 from .errors import (
@@ -31,7 +36,8 @@ from .errors import (
     TorchRuntimeError,
     TorchTypeError,
 )
-from .grad_mode import _grad_enabled, check_numel, check_results, set_grad_enabled
+from .grad_mode import WarningSink, _grad_enabled, _warning_sink, check_numel, check_results, set_grad_enabled
+from .journal import Journal
 from .kernel import kcall
 from .tensor import Tensor
 
@@ -317,13 +323,13 @@ def check_control() -> None:
         budget.check()
 
 
-def _check_jacobian(outputs, inputs, what: str = "jacobian") -> None:
-    """A Jacobian's blocks, ``(*out.shape, *inp.shape)`` each, refused before any row pass when one passes the
+def _check_jacobian(out_shapes, inputs, what: str = "jacobian") -> None:
+    """A Jacobian's blocks, ``(*out_shape, *inp.shape)`` each, refused before any row pass when one passes the
     per-tensor limit, all of them the run's bytes, or (when the response will show them) the response limit:
     the shapes say it all, so nothing is computed for a result that could not be kept."""
     budget = current_budget()
     if budget is not None:
-        check_results([((*out.shape, *inp.shape), inp.data.dtype) for out in outputs for inp in inputs], what,
+        check_results([((*out, *inp.shape), inp.data.dtype) for out in out_shapes for inp in inputs], what,
                       f"{what} block", shown=budget.sending)
 
 
@@ -382,6 +388,40 @@ def _jvp_batched(func, inputs, basis, total):
     return is_outputs_tuple, primals, tangents
 
 
+def _probe_outputs(func, inputs):
+    """The function's outputs' shapes, from one plain call (no tangents: a forward of the function, where the
+    batched pass carries N basis vectors through it) that leaves no trace: inside a dual level as the batched
+    pass has, under a journal rolled back after it (in-place writes, version counters, grads, histories),
+    drawing from copies of the run's generators, warning into a sink of its own, and unseen by a plan being
+    recorded (its tape stays the one the pass alone makes). It runs under the run's deadline and limits. None
+    when the call fails: the pass then runs as it would have and says what it says (its error, or its result
+    refused from its shapes after it). A Python ``func`` with effects of its own (outside the engine's
+    journal) sees them twice."""
+    journal = Journal()
+    table = G._running.get()
+    gens = G.Generators() if table is None else G.Generators(table.default, table.named)
+    outer = _warning_sink.get()
+    sink = WarningSink(set(outer.seen) if outer is not None else None)
+    try:
+        gens_token, rec_token = G.use(gens), K._recorder.set(None)
+        try:
+            with journal, sink, fw.dual_level():
+                return tuple(out.shape for out in _as_tuple(func(*inputs), "outputs")[1])
+        finally:
+            K._recorder.reset(rec_token)
+            G.reset(gens_token)
+            journal.rollback()
+    except (DeadlineExceededError, CancelledError, RecursionError):  # (the pass would meet them as surely)
+        raise
+    except Exception:  # noqa: BLE001 - whatever the call hit, the pass meets it again and reports it as today
+        return None
+
+
+#: a forward-mode jacobian is running (its probe or its pass): one nested in its function probes nothing, so
+#: that nesting costs one extra call of the outermost function, not one per level
+_in_jacfwd: contextvars.ContextVar[bool] = contextvars.ContextVar("gradserve_in_jacfwd", default=False)
+
+
 def _jacobian_row(tangent, out, inputs, numels) -> list:
     """The batched tangents ``(total, *out.shape)`` as one Jacobian block per input, ``(*out.shape, *inp.shape)``
     (torch: the batch moved last, then split per input); a tangent's graph is kept (forward-over-reverse)."""
@@ -393,7 +433,11 @@ def _jacobian_row(tangent, out, inputs, numels) -> list:
     return [piece.reshape((*out.shape, *inp.shape)) for piece, inp in zip(jac.split(list(numels), -1), inputs)]
 
 
-def _jacfwd(func, inputs, strict=False, vectorize=False):
+def _jacfwd(func, inputs, strict=False, vectorize=False, probe=True):
+    """The forward-mode jacobian (torch: a vmapped jvp). Its one batched pass learns the outputs' shapes only as
+    it makes the tangents that are the result; under limits (``probe``: the caller does not know the blocks'
+    shapes already), one plain call of the function (``_probe_outputs``) tells them first, and the blocks are
+    refused from them before the basis is made and the pass runs."""
     if strict:
         raise TorchRuntimeError('torch.autograd.functional.jacobian: `strict=True` and `strategy="forward-mode"` '
                                 'are not supported together (yet). Please either set `strict=False` or '
@@ -406,11 +450,26 @@ def _jacfwd(func, inputs, strict=False, vectorize=False):
     numels = tuple(inp.numel() for inp in inputs)
     total = sum(numels)
     _check_basis(inputs, total, "jacobian")
+    nested = _in_jacfwd.get()
+    token = _in_jacfwd.set(True)
+    try:
+        if probe and not nested and current_budget() is not None:
+            shapes = _probe_outputs(func, inputs)
+            if shapes is not None:
+                _check_jacobian(shapes, inputs)
+        return _jacfwd_passes(func, inputs, numels, is_inputs_tuple)
+    finally:
+        _in_jacfwd.reset(token)
+
+
+def _jacfwd_passes(func, inputs, numels, is_inputs_tuple):
+    """The forward-mode jacobian's batched pass, or its loop of one pass per basis vector."""
+    total = sum(numels)
     basis = _standard_basis(inputs, numels)
     batched = _jvp_batched(func, inputs, basis, total)
     if batched is not None:
         is_outputs_tuple, primals, tangents = batched
-        _check_jacobian(primals, inputs)  # (its one pass made the tangents; the blocks are still to come)
+        _check_jacobian([p.shape for p in primals], inputs)  # (again: a probe that failed told nothing)
         result = [_jacobian_row(tan, out, inputs, numels) for tan, out in zip(tangents, primals)]
         return _tuple_postprocess(result, (is_outputs_tuple, is_inputs_tuple))
     columns = None  # per output: list of tangents (one per basis vector)
@@ -418,7 +477,7 @@ def _jacfwd(func, inputs, strict=False, vectorize=False):
     for k in range(total):
         check_control()
         if k == 1:  # the first pass told the outputs' shapes: the result is refused before the others
-            _check_jacobian(primals, inputs)
+            _check_jacobian([p.shape for p in primals], inputs)
         with fw.dual_level():
             duals = tuple(fw.make_dual(inp, Tensor(np.ascontiguousarray(b.data[k].reshape(inp.shape))))
                           for inp, b in zip(inputs, basis))
@@ -453,6 +512,11 @@ def _jacfwd(func, inputs, strict=False, vectorize=False):
 
 def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, strategy="reverse-mode"):
     """torch.autograd.functional.jacobian."""
+    return _jacobian(func, inputs, create_graph, strict, vectorize, strategy)
+
+
+def _jacobian(func, inputs, create_graph, strict, vectorize, strategy, probe=True):
+    """``jacobian``; ``probe`` False: the caller refused the blocks from their shapes already (a hessian)."""
     if strategy not in ("forward-mode", "reverse-mode"):
         raise TorchRuntimeError('Expected strategy to be either "forward-mode" or "reverse-mode". Hint: If your '
                                 'function has more outputs than inputs, "forward-mode" tends to be more performant. '
@@ -464,14 +528,14 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
                                     'mode"` are not supported together (yet). Please either set `create_graph=False` '
                                     'or `strategy="reverse-mode"`.', code="not_implemented",
                                     exception="NotImplementedError")
-        return _jacfwd(func, inputs, strict, vectorize)
+        return _jacfwd(func, inputs, strict, vectorize, probe)
     with set_grad_enabled(True):
         is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "jacobian")
         inputs = _grad_preprocess(inputs, create_graph=create_graph, need_graph=True)
         outputs = func(*inputs)
         is_outputs_tuple, outputs = _as_tuple(outputs, "outputs of the user-provided function", "jacobian")
         _check_requires_grad(outputs, "outputs", strict=strict)
-        _check_jacobian(outputs, inputs)
+        _check_jacobian([out.shape for out in outputs], inputs)
         if vectorize:
             if strict:
                 raise TorchRuntimeError("torch.autograd.functional.jacobian: `strict=True` and `vectorized=True` are "
@@ -546,7 +610,7 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, out
                                 code="invalid_argument", exception="AssertionError")
     # its blocks are (*inp_i.shape, *inp_j.shape) whatever the function computes (it must return one element):
     # refused from the inputs' shapes before any pass, the first included, in either strategy
-    _check_jacobian(inputs, inputs, "hessian")
+    _check_jacobian([inp.shape for inp in inputs], inputs, "hessian")
 
     def ensure_single_output_function(*inp):
         out = func(*inp)
@@ -567,8 +631,7 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, out
         _check_requires_grad(jac, "jacobian", strict=strict)
         return jac
 
-    res = jacobian(jac_func, inputs, create_graph=create_graph, strict=strict, vectorize=vectorize,
-                   strategy=outer_jacobian_strategy)
+    res = _jacobian(jac_func, inputs, create_graph, strict, vectorize, outer_jacobian_strategy, probe=False)
     return _tuple_postprocess(res, (is_inputs_tuple, is_inputs_tuple))
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from gradserve_server.app.config import Settings
 from gradserve_server.app.main import create_app
-from tests.app.conftest import assert_problem, ok, run
+from tests.app.conftest import assert_problem, make_client, ok, run
 
 RNG = np.random.default_rng(12)
 W = RNG.standard_normal((4, 3))
@@ -415,3 +415,27 @@ def test_vectorized_transforms_match_torch_with_and_without_batching_rules(clien
     np.testing.assert_allclose(data(body, "Hg"), want, rtol=1e-10, atol=1e-12)
     want = F.hessian(lambda x: (torch.cumprod(x, 0) ** 3).sum(), x0, vectorize=True).numpy()
     np.testing.assert_allclose(data(body, "Hc"), want, rtol=1e-10, atol=1e-12)
+
+
+def test_a_forward_mode_jacobian_drawing_random_numbers_answers_as_without_its_shape_probe(monkeypatch):
+    """Over HTTP, in a session kept between requests (recorded, then replayed plans included): the jacobian,
+    the session's generator after it and the warnings are those of the same requests without the probe
+    (``functional._probe_outputs``), and the probe did tell the shapes."""
+    from gradserve_server.engine import functional as EF
+    real, told = EF._probe_outputs, []
+    ops = [{"op": "function", "out": "h", "kwargs": {"inputs": ["x"], "outputs": "y", "ops": [
+               {"op": "randn", "args": [3], "out": "r"}, {"op": "add_", "args": ["w", 1.0]},
+               {"op": "mul", "args": ["x", "r"], "out": "p"}, {"op": "cross", "args": ["p", "w"], "out": "y"}]}},
+           {"op": "jacobian", "args": ["h", "x0"], "kwargs": {"vectorize": True, "strategy": "forward-mode"},
+            "out": "J"}, {"op": "randn", "args": [2], "out": "after"}]
+    answers = []
+    for probe in (lambda f, i: told.append(real(f, i)) or told[-1], lambda f, i: None):
+        monkeypatch.setattr(EF, "_probe_outputs", probe)
+        with make_client() as c:
+            sid = c.post("/v1/sessions").json()["id"]
+            ok(run(c, sid, [*SETUP, lit("w", [1.0, 2.0, 3.0]), {"op": "manual_seed", "args": [3]}]))
+            got = [ok(run(c, sid, ops, **{"return": ["J", "after", "w"]})) for _ in range(3)]
+            answers.append([(b["tensors"], b.get("warnings")) for b in got])
+    assert answers[0] == answers[1]
+    assert told and all(shapes == ((3,),) for shapes in told)
+    assert answers[0][0][1] and answers[0][0][0]["w"]["data"] != answers[0][1][0]["w"]["data"]

@@ -304,6 +304,49 @@ def test_a_forward_mode_jacobian_over_the_limits_is_refused_before_its_pass(stri
         assert answer.json()["tensors"]["J"]["shape"] == [20, 20, 20]
 
 
+def forward_jacobian(n: int, m: int, tail: list[dict], outputs="b") -> list[dict]:
+    """x of n elements (no grad); f(a) = 40 sines of the outer product of a with a ramp of m, then ``tail``; its
+    forward-mode jacobian J (a list of names for a tuple of outputs)."""
+    body = [{"op": "arange", "args": [m], "kwargs": {"dtype": "float32"}, "out": "r"},
+            {"op": "unsqueeze", "args": ["a", 1], "out": "p"}, {"op": "mul", "args": ["p", "r"], "out": "b"},
+            *sines(40), *tail]
+    out = "J" if isinstance(outputs, str) else [f"J{i}" for i in range(len(outputs))]
+    return [{"op": "ones", "out": "x", "args": [n]},
+            {"op": "function", "out": "f", "kwargs": {"inputs": ["a"], "outputs": outputs, "ops": body}},
+            {"op": "jacobian", "args": ["f", "x"], "out": out,
+             "kwargs": {"vectorize": True, "strategy": "forward-mode"}}]
+
+
+def test_a_forward_mode_result_over_each_limit_is_refused_from_its_shapes_before_its_batched_pass(uvicorns):
+    """The outputs' shapes come from one plain call of the function before the batched pass (its tangents
+    carry 100 basis vectors, and a dual level keeps each op's): the blocks are refused from them, per tensor,
+    per session and in the response, in ms (4-6 ms each). Without that call the pass ran first and stopped
+    where its tangents passed the session's 24 MiB, with that message instead (31-48 ms here; 0.1-0.25 s under
+    the default 256 MiB): the messages below come from the blocks' shapes only."""
+    server = uvicorns({"GRADSERVE_MAX_BYTES_PER_SESSION": str(24 << 20), "GRADSERVE_MAX_RESPONSE_BYTES": "2000000",
+                       "GRADSERVE_REQUEST_DEADLINE_SECONDS": "5", "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"})
+    expanded = [{"op": "expand", "args": ["b", [3, 100, 100]], "out": "e"},
+                *[{"op": "mul", "args": ["e", k], "out": f"o{k:g}"} for k in (2.0, 3.0, 4.0)]]
+    cases = [  # per tensor: 6M elements over 4M; per session: 3 x 12 MB over 24 MiB; response: 1M elements over 2 MB
+        (forward_jacobian(100, 200, [{"op": "expand", "args": ["b", [3, 100, 200]], "out": "b"}]),
+         "jacobian block of shape [3, 100, 200, 100] would have 6000000 elements", "GRADSERVE_MAX_ELEMENTS_PER_TENSOR"),
+        (forward_jacobian(100, 100, expanded, ["o2", "o3", "o4"]),
+         "the jacobian (its blocks together) needs 36000000 bytes", "GRADSERVE_MAX_BYTES_PER_SESSION"),
+        (forward_jacobian(100, 100, []),
+         "the jacobian in the response would carry about", "GRADSERVE_MAX_RESPONSE_BYTES")]
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        for ops, words, setting in cases:
+            returned = ops[-1]["out"] if isinstance(ops[-1]["out"], list) else [ops[-1]["out"]]
+            started = time.monotonic()
+            body = assert_problem(run_eval(c, ops, **{"return": returned}), 422, "limit_exceeded")
+            assert time.monotonic() - started < 0.5, body
+            assert words in body["detail"] and setting in body["detail"], body
+        small = forward_jacobian(10, 20, [])  # within the limits: computed, (10, 20, 10)
+        answer = run_eval(c, small, **{"return": ["J"]})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["tensors"]["J"]["shape"] == [10, 20, 10]
+
+
 def test_batched_gradients_over_the_limits_are_refused_before_any_pass(strict):
     """``grad(..., is_grads_batched=True)``: the gradients are (batch, *x.shape), known before any pass; 5000 x
     1000 (5M elements, over the 4M per tensor) is refused at once (it was 504: the batched pass did not fit, and
