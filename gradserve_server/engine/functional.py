@@ -381,7 +381,7 @@ def _jvp_batched(func, inputs, basis, total):
                 primals.append(primal)
                 tangents.append(tangent if tangent is not None else
                                 Tensor(kcall(K.zeros, (total, *primal.shape), primal.data.dtype)))
-    except (DeadlineExceededError, CancelledError):
+    except (DeadlineExceededError, CancelledError, G.RandomInVmapError):
         raise
     except (BatchingUnsupported, EngineError):  # as autograd._grad_batched_pass: the loop decides
         return None
@@ -457,7 +457,11 @@ def _jacfwd(func, inputs, strict=False, vectorize=False, probe=True):
             shapes = _probe_outputs(func, inputs)
             if shapes is not None:
                 _check_jacobian(shapes, inputs)
-        return _jacfwd_passes(func, inputs, numels, is_inputs_tuple)
+        vmap = G.in_vmap()  # (the probe is not torch's: it ran unmarked, from copies of the generators)
+        try:
+            return _jacfwd_passes(func, inputs, numels, is_inputs_tuple)
+        finally:
+            G._in_vmap.reset(vmap)
     finally:
         _in_jacfwd.reset(token)
 

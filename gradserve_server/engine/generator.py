@@ -196,8 +196,25 @@ def reset(token) -> None:
     _running.reset(token)
 
 
+#: inside torch's legacy vmap (a forward-mode jacobian's pass, ``engine.functional``): every op that draws
+#: random numbers (they all come here for their generator) refuses, before drawing, as torch's does
+_in_vmap: contextvars.ContextVar[bool] = contextvars.ContextVar("gradserve_in_vmap", default=False)
+
+
+class RandomInVmapError(TorchRuntimeError):
+    """A random op inside a vmapped pass (not a batching gap the caller may loop around: torch refuses)."""
+
+
+def in_vmap():
+    """Mark the running pass as torch's vmap until ``_in_vmap.reset(token)``."""
+    return _in_vmap.set(True)
+
+
 def resolve(generator, op: str) -> Generator:
     """An op's ``generator=`` argument: None (the default generator), a Generator, or a generator's name."""
+    if _in_vmap.get():
+        raise RandomInVmapError("vmap: We do not yet support calling random operations inside of vmap. Please "
+                                "perform random operations outside of vmap as a workaround")
     if generator is None or isinstance(generator, str):
         return running().get(generator)
     if isinstance(generator, Generator):

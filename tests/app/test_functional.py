@@ -417,15 +417,16 @@ def test_vectorized_transforms_match_torch_with_and_without_batching_rules(clien
     np.testing.assert_allclose(data(body, "Hc"), want, rtol=1e-10, atol=1e-12)
 
 
-def test_a_forward_mode_jacobian_drawing_random_numbers_answers_as_without_its_shape_probe(monkeypatch):
-    """Over HTTP, in a session kept between requests (recorded, then replayed plans included): the jacobian,
-    the session's generator after it and the warnings are those of the same requests without the probe
-    (``functional._probe_outputs``), and the probe did tell the shapes."""
+def test_a_forward_mode_jacobian_writing_in_place_answers_as_without_its_shape_probe(monkeypatch):
+    """Over HTTP, in a session kept between requests (recorded, then replayed plans included): the jacobian of a
+    body that writes into a session tensor and warns, the session's generator after it and the warnings are those
+    of the same requests without the probe (``functional._probe_outputs``), and the probe did tell the shapes.
+    (Its body draws no random numbers: inside the pass torch refuses them, below.)"""
     from gradserve_server.engine import functional as EF
     real, told = EF._probe_outputs, []
     ops = [{"op": "function", "out": "h", "kwargs": {"inputs": ["x"], "outputs": "y", "ops": [
-               {"op": "randn", "args": [3], "out": "r"}, {"op": "add_", "args": ["w", 1.0]},
-               {"op": "mul", "args": ["x", "r"], "out": "p"}, {"op": "cross", "args": ["p", "w"], "out": "y"}]}},
+               {"op": "add_", "args": ["w", 1.0]}, {"op": "mul", "args": ["x", "w"], "out": "p"},
+               {"op": "cross", "args": ["p", "w"], "out": "y"}]}},
            {"op": "jacobian", "args": ["h", "x0"], "kwargs": {"vectorize": True, "strategy": "forward-mode"},
             "out": "J"}, {"op": "randn", "args": [2], "out": "after"}]
     answers = []
@@ -439,3 +440,53 @@ def test_a_forward_mode_jacobian_drawing_random_numbers_answers_as_without_its_s
     assert answers[0] == answers[1]
     assert told and all(shapes == ((3,),) for shapes in told)
     assert answers[0][0][1] and answers[0][0][0]["w"]["data"] != answers[0][1][0]["w"]["data"]
+
+
+#: torch 2.13's refusal of a random op inside the vmapped pass of a forward-mode jacobian (its legacy vmap)
+RANDOM_IN_VMAP = ("vmap: We do not yet support calling random operations inside of vmap. Please perform random "
+                  "operations outside of vmap as a workaround")
+NOISY = {"op": "function", "out": "noisy", "kwargs": {"inputs": ["x"], "outputs": "y", "ops": [
+    {"op": "randn", "args": [3], "out": "r"}, {"op": "mul", "args": ["x", "r"], "out": "y"}]}}
+
+
+@pytest.mark.parametrize("transform", [
+    {"op": "jacobian", "args": ["noisy", "x0"], "kwargs": {"vectorize": True, "strategy": "forward-mode"}},
+    {"op": "hessian", "args": ["noisy_sum", "x0"],
+     "kwargs": {"vectorize": True, "outer_jacobian_strategy": "forward-mode"}}], ids=["jacobian", "hessian"])
+def test_a_random_op_inside_a_forward_mode_jacobian_is_refused_as_torch_refuses_it(client, fs, session, transform):
+    """torch runs a forward-mode jacobian's function under vmap, which refuses random ops (before drawing): a 422
+    with its message, nothing applied, the generator where it was; reverse mode calls the function outside vmap."""
+    noisy_sum = {"op": "function", "out": "noisy_sum", "kwargs": {"inputs": ["x"], "outputs": "s", "ops": [
+        {"op": "randn", "args": [3], "out": "r"}, {"op": "mul", "args": ["x", "r"], "out": "y"},
+        {"op": "sum", "args": ["y"], "out": "s"}]}}
+    ok(run(client, fs, [NOISY, noisy_sum, {"op": "manual_seed", "args": [7]}]))
+    assert_problem(run(client, fs, [{**transform, "out": "J"}, {"op": "randn", "args": [3], "out": "after"}]),
+                   422, "runtime_error", RANDOM_IN_VMAP)
+    body = ok(run(client, fs, [{"op": "randn", "args": [3], "out": "after"}]))
+    ok(run(client, session, [{"op": "manual_seed", "args": [7]}]))
+    want = ok(run(client, session, [{"op": "randn", "args": [3], "out": "after"}]))
+    assert data(body, "after").tobytes() == data(want, "after").tobytes()
+    reverse = {"op": "jacobian", "args": ["noisy", "x0"], "kwargs": {"vectorize": True}, "out": "J"}
+    assert data(ok(run(client, fs, [reverse])), "J").shape == (3, 3)
+    torch = pytest.importorskip("torch")
+    from torch.autograd.functional import hessian, jacobian
+    with pytest.raises(RuntimeError) as e:
+        if transform["op"] == "jacobian":
+            jacobian(lambda x: x * torch.randn(3), torch.tensor(X0), vectorize=True, strategy="forward-mode")
+        else:
+            hessian(lambda x: (x * torch.randn(3)).sum(), torch.tensor(X0), vectorize=True,
+                    outer_jacobian_strategy="forward-mode")
+    assert str(e.value) == RANDOM_IN_VMAP
+
+
+def test_dropout_that_draws_nothing_runs_inside_a_forward_mode_jacobian(client, fs):
+    """p=0, p=1 and eval-mode dropout draw nothing: torch's vmap lets them through, and so does the engine."""
+    ops = [{"op": "function", "out": f"d{i}", "kwargs": {"inputs": ["x"], "outputs": "y", "ops": [
+        {"op": "dropout", "args": ["x"], "kwargs": kw, "out": "y"}]}}
+        for i, kw in enumerate([{"p": 0.0}, {"p": 1.0}, {"p": 0.5, "training": False}])]
+    ops += [{"op": "jacobian", "args": [f"d{i}", "x0"], "kwargs": {"vectorize": True, "strategy": "forward-mode"},
+             "out": f"J{i}"} for i in range(3)]
+    body = ok(run(client, fs, ops))
+    np.testing.assert_array_equal(data(body, "J0"), np.eye(3))
+    np.testing.assert_array_equal(data(body, "J1"), np.zeros((3, 3)))
+    np.testing.assert_array_equal(data(body, "J2"), np.eye(3))
