@@ -53,7 +53,6 @@ no trace.
 from __future__ import annotations
 
 import struct
-import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from itertools import islice, repeat
@@ -81,8 +80,8 @@ from .program import (
     _op_layout,
     _Runner,
 )
-from .registry import OPS
-from .replayed import _PLANNABLE_CALLS, Plan, _Namespace, _PlannedResult
+from .registry import OPS, traceable
+from .replayed import Plan, _Namespace, _PlannedResult
 from .tensor import Tensor
 
 _ndarray = np.ndarray
@@ -113,12 +112,9 @@ _LOOK_AGAIN = 1000
 #: sighting of them costs little cold (and a plan is recorded at the second); a list whose forms never repeat
 #: pays about two ops' worth for the attempt (the look-ahead), ~3% at this length (``bench/norepeat.py``)
 _MIN_OPS = 100
-#: fragments a cache keeps (forward op forms; each keeps at most ``_VJPS_PER_FRAG`` VJP forms)
+#: fragments a cache keeps by default (forward op forms; each keeps at most ``_VJPS_PER_FRAG`` VJP forms); their
+#: bytes are measured and bounded with the plans' (``plan.PlanCache``)
 FRAGMENT_ENTRIES = 4096
-#: bytes the fragments of a cache may hold: their folded constants (each at most 64 KiB) and an estimate of
-#: their code and recipes (``_FRAG_BYTES`` per forward or VJP fragment)
-FRAGMENT_BYTES = 32 << 20
-_FRAG_BYTES = 512
 _VJPS_PER_FRAG = 16
 #: actions a composed run covers (anything else: the list runs cold)
 _ACTIONS = frozenset({"backward", "del", "bind", "retain_grad"})
@@ -136,83 +132,30 @@ def _no(why: int):
     return None
 
 
-class Fragments:
-    """The fragments of a process (a ``PlanCache`` owns one): op key -> ``_Frag``, or None for an op form
-    that is not composable. Bounded in entries and in bytes (``bytes``: every fragment's folded constants and
-    ``_FRAG_BYTES`` for its code, its VJP fragments' included; oldest out). Lookups are plain dict operations
-    (atomic under the GIL), so concurrent runs share it; additions and evictions take a lock. A fragment is
-    immutable once made, except its recipes' dicts of VJP fragments, which grow through ``add_vjp``."""
-
-    def __init__(self, max_entries: int = FRAGMENT_ENTRIES, max_bytes: int = FRAGMENT_BYTES):
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self.ops: dict = {}
-        self.bytes = 0
-        self._lock = threading.Lock()
-
-    def put(self, key, frag) -> None:
-        cost = _FRAG_BYTES + (frag.cbytes if frag is not None else 0)
-        with self._lock:
-            d = self.ops
-            while d and (len(d) >= self.max_entries or self.bytes + cost > self.max_bytes):
-                self.bytes -= _cost(d.pop(next(iter(d))))
-            if cost <= self.max_bytes:
-                d[key] = frag
-                self.bytes += cost
-
-    def evict_oldest(self) -> int:
-        """Drop the oldest fragment (a ``PlanCaches`` over its bound takes bytes back); the bytes it freed."""
-        with self._lock:
-            d = self.ops
-            if not d:
-                return 0
-            cost = _cost(d.pop(next(iter(d))))
-            self.bytes -= cost
-            return cost
-
-    def add_vjp(self, recipe, key, vf) -> None:
-        """Keep ``vf`` as ``recipe``'s VJP fragment for ``key`` (at most ``_VJPS_PER_FRAG`` per recipe), counted
-        in ``bytes`` (an addition that would pass the bound is not kept)."""
-        cost = _FRAG_BYTES + vf.cbytes
-        with self._lock:
-            if len(recipe.vjps) < _VJPS_PER_FRAG and self.bytes + cost <= self.max_bytes:
-                recipe.vjps[key] = vf
-                self.bytes += cost
-
-
-def _cost(frag) -> int:
-    """The bytes ``Fragments`` counts for a forward fragment (None: an uncomposable marker) and its VJPs."""
-    if frag is None:
-        return _FRAG_BYTES
-    n = _FRAG_BYTES + frag.cbytes
-    for r in frag.graph if frag.graph is not None else (frag.recipe,):  # (a composite's graph ends with its recipe)
-        if r is not None:
-            n += sum(_FRAG_BYTES + v.cbytes for v in r.vjps.values())
-    return n
-
-
 class _Frag:
     """A forward fragment. ``fn(*input arrays)`` -> its outputs' arrays, then the saved arrays it made itself
     (``recipe.saved_at``); ``binds`` (position in ``out`` or -1 for a name, output index) in the order the op
     binds its outputs; ``rgs`` each output's requires_grad; ``recipe`` the node (None: none);
-    ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes. ``k`` (None: not
+    ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes; ``used``: hit since the
+    cache's eviction last passed it (``plan.PlanCache``). ``k`` (None: not
     so): a fragment of one kernel call on its one or (``two``) two input arrays, in order, then the constants
     ``pre``, returning its one output: the caller calls it, ``fn``'s call without its frame. ``mode`` (0: none
     of these) the common forms of one output that requires grad, bound to a name, and one node (``_mode``);
     ``inline``: both (``k`` and a ``mode``)."""
 
     __slots__ = ("fn", "code", "nout", "binds", "rgs", "recipe", "nbytes", "maxsize", "single", "rg0", "graph",
-                 "cbytes", "k", "pre", "two", "mode", "inline")
+                 "cbytes", "k", "pre", "two", "mode", "inline", "used")
 
 
 class _Recipe:
     """A node as a forward fragment makes it: ``edges`` per edge the op input it comes from (-1: none),
     ``refs`` the distinct saved arrays ((0, input j), (1, output i), (2, a saved array the op made itself),
     (3, a constant array)), ``saved`` (slot, ref index or -1, static value) in the node's order, ``nrs`` each
-    output's output_nr; ``vjps``: the VJP fragments, by the gradients' layout; ``cls``: the light node class."""
+    output's output_nr; ``vjps``: the VJP fragments, by the gradients' layout; ``cls``: the light node class;
+    ``owner``: the cache key of the forward fragment it belongs to (its VJP fragments' bytes are counted there)."""
 
     __slots__ = ("prim", "name", "n_outputs", "input_meta", "needs", "edges", "refs", "saved", "nrs", "in_rg",
-                 "out_rg", "vjps", "cls", "take", "fixed", "star", "live", "own")
+                 "out_rg", "vjps", "cls", "take", "fixed", "star", "live", "own", "owner")
 
 
 class _VjpFrag:
@@ -398,21 +341,16 @@ _FORMS: dict = {}
 def _form(name):
     f = _FORMS.get(name)
     if f is None:
-        spec = OPS.get(name) if name.__class__ is str else None
+        t = traceable(name)  # (the op table's declaration: every call, none, or a call-form check)
+        spec = OPS[name] if t is not False else None
         if spec is None or spec.inplace:
             f = False
         else:
-            check = None
-            if not spec.plannable:
-                check = _PLANNABLE_CALLS.get(spec.name)
-            if spec.plannable or check is not None:
-                pos_kinds, varargs_tensor, kinds, vname = _op_layout(spec, name)[1]
-                # (the forms ``_compose`` keys inline: a tensor first, then (2) a tensor or a literal)
-                fast = 0 if not pos_kinds or pos_kinds[0] != _TENSOR else \
-                    2 if len(pos_kinds) > 1 and pos_kinds[1] <= _TENSOR else 1
-                f = False if varargs_tensor else (spec, pos_kinds, kinds, vname, check, fast)
-            else:
-                f = False
+            pos_kinds, varargs_tensor, kinds, vname = _op_layout(spec, name)[1]
+            # (the forms ``_compose`` keys inline: a tensor first, then (2) a tensor or a literal)
+            fast = 0 if not pos_kinds or pos_kinds[0] != _TENSOR else \
+                2 if len(pos_kinds) > 1 and pos_kinds[1] <= _TENSOR else 1
+            f = False if varargs_tensor else (spec, pos_kinds, kinds, vname, None if t is True else t, fast)
         if name.__class__ is str:
             _FORMS[name] = f
     return f
@@ -534,6 +472,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
     if rec is None:  # (live: the arrays themselves; the bytes as the budget counted them)
         f = _Frag()
         f.fn = f.k = None
+        f.used = False
         f.cbytes = 0
         f.nout = len(slots)
         f.nbytes, f.maxsize = budget.total(), max(a.size for a in slots)
@@ -565,6 +504,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
     f = _Frag()
     f.fn, f.code = None, (steps, m, ret, T.label(op.get("op")))
     f.k = None
+    f.used = False
     if len(steps) == 1 and m <= 2:
         kfn, tmpl, where, o, multi = steps[0][:5]
         if multi is False and ret == [o] and where == ((0, 0), (1, 1))[:m]:
@@ -768,6 +708,7 @@ def _recipe(node, temps: list, outs_t, rec, accs: dict, index: dict):
         else:
             return None
     r = _Recipe()
+    r.owner = None
     r.prim, r.name, r.n_outputs = node.prim, node.name, node.n_outputs
     r.input_meta, r.needs = node.input_meta, node.needs
     r.edges = tuple(edges)
@@ -888,8 +829,8 @@ def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list, budget=None)
 class _Run:
     """One composed run's counters and limits, and its VJP (``apply``) for ``_run_all``."""
 
-    def __init__(self, frags: Fragments, limits):
-        self.frags = frags
+    def __init__(self, cache, limits):
+        self.cache = cache  # (a ``plan.PlanCache``: the fragments' table)
         self.hits = self.misses = 0
         self.nbytes = 0
         self.nodes = 0
@@ -987,7 +928,8 @@ class _Run:
             vf, res = _make_vjp(recipe, gl, saved, ins)
             if vf is None:
                 raise _GiveUp
-            self.frags.add_vjp(recipe, key, vf)
+            if len(recipe.vjps) < _VJPS_PER_FRAG:
+                self.cache.add_vjp(recipe.owner, recipe.vjps, key, vf)
             self.made(vf.nbytes, vf.maxsize)
             return res
         self.hits += 1
@@ -1031,12 +973,12 @@ def _alias_or_copy(a):
     return np.array(a, copy=True)
 
 
-def compose(frags: Fragments, state: State, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict,
+def compose(cache, state: State, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict,
             shown):
     """The one-shot run of ``ops`` (inputs: the arrays ``plan._key`` made for the ``tensor`` ops at
     ``inputs_at``) composed from fragments: ((plan, buffer) or None when it gives up, the run's counters)."""
     limits = kwargs.get("limits")
-    run = _Run(frags, limits)
+    run = _Run(cache, limits)
     run.slack = max(_MISS_SLACK, len(ops) // _MISS_PER)
     run.ops, run.inputs_at, run.metas = ops, inputs_at, metas
     if state.tensors or state.functions:
@@ -1156,8 +1098,8 @@ def _plain_names(names: list) -> bool:
 
 
 def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict, shown):
-    frags = run.frags.ops
-    put = run.frags.put
+    frags = run.cache.table
+    put = run.cache.put_fragment
     no_grad_all = bool(kwargs.get("no_grad", False))
     control = kwargs.get("control")
     ns: dict = {}
@@ -1278,6 +1220,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
             frag = frags.get(key, _ABSENT)
             if frag.__class__ is _Frag and frag.inline:  # (a hit of one kernel call and a node form: all inline)
                 hits += 1
+                frag.used = True  # (the cache's least-recently-used order, applied when its eviction meets it)
                 k = frag.k
                 r0 = k(v[0], w[0], *frag.pre) if frag.two else k(v[0], *frag.pre)
                 if r0.__class__ is not _ndarray:
@@ -1298,6 +1241,10 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                     else:
                         run.miss(index, ns)
                         frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns)
+                        if frag is not None:
+                            for r in frag.graph or (frag.recipe,):
+                                if r is not None:
+                                    r.owner = key
                         put(key, frag)
                     if frag is None:
                         raise _GiveUp("op")
@@ -1305,6 +1252,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                     raise _GiveUp("op")
                 else:
                     hits += 1
+                    frag.used = True
                     k = frag.k
                     if k is not None:  # (one kernel call: ``fn`` inline)
                         r0 = k(v[0], w[0], *frag.pre) if frag.two else k(v[0], *frag.pre)
@@ -1803,9 +1751,9 @@ def run(cache, state: State, ops: list, inputs_at: list, inputs: list, metas: tu
     or (None, the cold route and why: nothing changed, the caller runs the list cold)."""
     if len(ops) - len(inputs_at) < _MIN_OPS:
         return None, R.COLD_SHORT
-    if not cache.fragments.max_entries:
+    if cache.fragment_entries <= 0:
         return None, _NOT_COMPOSABLE["disabled"]
-    made, r = compose(cache.fragments, state, ops, inputs_at, inputs, metas, kwargs, shown)
+    made, r = compose(cache, state, ops, inputs_at, inputs, metas, kwargs, shown)
     cache.count_compose(r.hits, r.misses, made is not None)
     if made is None:
         if r.at is None and not r.detail:
