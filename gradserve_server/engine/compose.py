@@ -13,7 +13,7 @@ Python per op). Most ops of a long list repeat: the same op on inputs of the sam
   namespace of fresh leaf tensors over the run's own arrays) under a ``kernel.Recorder``: its kernel steps
   (``tape.fragment``: slots relative to the op, its inputs then its own; constants folded), compiled at the
   fragment's first hit into one straight-line function (``tape.compile_fragment``; the code of one structure
-  compiled once per process), or, one kernel call on the op's inputs, called by the loop itself; its outputs and
+  compiled once per cache partition), or, one kernel call on the op's inputs, called by the loop itself; its outputs and
   their flags; and the recipes of the nodes it made (``_graph``: the outputs' node and, for a composite op such as
   cross_entropy, the nodes it made inside, children first: primitive, which input or inner node each edge comes
   from, which saved slot is which input, output or array of the fragment, the static saved values). The miss's own
@@ -357,15 +357,16 @@ def _form(name):
 
 
 # ----- steps (``engine.tape``) ----------------------------------------------------------------------------
-def _compiled(owner):
+def _compiled(owner, cache=None):
     """A fragment's function, compiled at its first use (``tape.compile_fragment``: a fragment made by a miss
-    whose form never comes again is never compiled); ``owner.code`` holds (steps, inputs, slots returned) until
-    then. Fragments are shared between threads: another run may have compiled it since this one read
-    ``owner.fn`` (``fn`` is set before ``code`` is cleared)."""
+    whose form never comes again is never compiled; the code of one structure compiled once per ``cache``
+    partition, ``PlanCache.maker``); ``owner.code`` holds (steps, inputs, slots returned) until then. Fragments
+    are shared between threads: another run may have compiled it since this one read ``owner.fn`` (``fn`` is
+    set before ``code`` is cleared)."""
     code = owner.code
     if code is None:
         return owner.fn
-    fn = owner.fn = T.compile_fragment(*code)
+    fn = owner.fn = T.compile_fragment(*code, maker=cache.maker if cache is not None else None)
     owner.code = None
     return fn
 
@@ -898,7 +899,7 @@ class _Run:
             raise _GiveUp
         if not h % _CHECK_EVERY and self.control is not None:
             self.control.check()  # (a deadline or a cancellation stops a long pass between nodes)
-        fn = vf.fn or _compiled(vf)
+        fn = vf.fn or _compiled(vf, self.cache)
         return fn(g, *saved) if recipe.star else fn(g, saved)
 
     def _apply_slow(self, recipe, grads, saved) -> tuple:
@@ -936,7 +937,7 @@ class _Run:
         self.made(vf.nbytes, vf.maxsize)
         if self.control is not None:
             self.control.check()
-        return (vf.fn or _compiled(vf))(*ins)
+        return (vf.fn or _compiled(vf, self.cache))(*ins)
 
 
 def _add(a, b):
@@ -1261,7 +1262,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                         res = (r0,)
                     else:
                         n = len(vs)
-                        fn = frag.fn or _compiled(frag)
+                        fn = frag.fn or _compiled(frag, run.cache)
                         res = fn(vs[0][0]) if n == 1 else fn(vs[0][0], vs[1][0]) if n == 2 else \
                             fn(*[v[0] for v in vs])
                         r0 = res[0]

@@ -267,6 +267,20 @@ class PlanCache:
         if self.on_grow is not None:
             self.on_grow()
 
+    def maker(self, src: str):
+        """The compiled maker of a fragment's source (``tape.compile_fragment``), kept as a fragment entry of this
+        partition (measured, least recently used out): a form met again here is not compiled again, and no
+        partition's compile times tell what another's ran (a process-wide memo would)."""
+        key = (_CODE, src)
+        with self._lock:
+            make = self._entries.get(key)
+            if make is not None:
+                self._entries.move_to_end(key)
+                return make
+        make = T.compile_maker(src)
+        self._add(key, make, footprint((key, make)), self._fsizes)
+        return make
+
     def _add(self, key, entry, size: int, sizes: dict) -> None:
         bound = self.max_entries if sizes is self._sizes else self.fragment_entries
         if bound <= 0 or size > self.max_bytes:
@@ -299,7 +313,7 @@ class PlanCache:
                 continue
             if is_frag:
                 e = entries[k]
-                if e is not None and e.used:
+                if getattr(e, "used", False):  # (a forward fragment hit since; None, a maker: no flag)
                     e.used = False
                     used.append(k)
                     continue
@@ -359,6 +373,7 @@ class PlanCache:
 
 
 _ABSENT = object()
+_CODE = object()  # a compiled fragment maker's key: (_CODE, its source)
 _COUNTERS = ("hits", "misses", "unplannable", "fallbacks", "evictions", "deferred", "composed", "uncomposable",
              "fragment_hits", "fragment_misses")
 

@@ -409,9 +409,10 @@ def test_giving_up_leaves_owned_inputs_and_the_state_untouched():
     assert owned.array.tobytes() == data.tobytes()
 
 
-def _frags(cache) -> dict:
-    """The fragments a ``PlanCache`` holds (key -> fragment, None for an uncomposable form)."""
-    return {k: cache.table[k] for k in list(cache._fsizes)}
+def _frags(cache, makers: bool = False) -> dict:
+    """The fragments a ``PlanCache`` holds (key -> fragment, None for an uncomposable form; ``makers``: and the
+    compiled code of its fragments' sources, ``PlanCache.maker``)."""
+    return {k: cache.table[k] for k in list(cache._fsizes) if makers or k[0] is not plan_module._CODE}
 
 
 def test_fragments_are_bounded(monkeypatch):
@@ -421,7 +422,7 @@ def test_fragments_are_bounded(monkeypatch):
     for name in sorted(PROGRAMS):
         both(PROGRAMS[name](r), cache)
     assert cache.fragments <= 4 and cache.evictions > 0
-    assert cache.stats()["fragments"] == len(_frags(cache)) == cache.fragments
+    assert cache.stats()["fragments"] == len(_frags(cache, makers=True)) == cache.fragments
 
 
 def test_fragments_share_the_caches_one_measured_bytes_bound_constants_and_vjps_included():
@@ -438,7 +439,7 @@ def test_fragments_share_the_caches_one_measured_bytes_bound_constants_and_vjps_
     assert any(f is not None and f.recipe is not None and f.recipe.vjps for f in frags.values())
     # the counted bytes are the true ones: what the entries hold now, measured again (code compiled since a
     # fragment was made replaces its steps: close, not equal)
-    again = sum(plan_module.footprint((k, f)) for k, f in frags.items())
+    again = sum(plan_module.footprint((k, f)) for k, f in _frags(cache, makers=True).items())
     assert 0.8 * again <= sum(cache._fsizes.values()) <= 1.25 * again, (sum(cache._fsizes.values()), again)
     small = PlanCache(record_after=1_000_000, max_bytes=full // 3)
     for name in sorted(PROGRAMS):
@@ -639,16 +640,21 @@ def test_inputs_bind_as_cold_wherever_they_are(layout):
     assert cache.composed == 2
 
 
-def test_codegen_compiles_a_structure_once_and_binds_each_fragments_own_values():
+def test_codegen_compiles_a_structure_once_per_partition_and_binds_each_fragments_own_values():
     """``tape.compile_fragment``'s source depends only on the steps' structure: a second fragment of the same
-    structure reuses the compiled code (``_maker``), with its own kernels and constants."""
+    structure reuses the compiled code (``PlanCache.maker``: in the same cache partition only, counted as its
+    entry), with its own kernels and constants."""
     def steps(c):
         return [(np.multiply, (None, c), ((0, 0),), 1, False, True, -1, ()),
                 (np.add, (None, None), ((0, 1), (1, 0)), 2, False, True, -1, ())]
-    f1 = tape_module.compile_fragment(steps(np.float32(2.0)), 1, [2])
-    n = tape_module._maker.cache_info().currsize
-    f2 = tape_module.compile_fragment(steps(np.float32(3.0)), 1, [2])
-    assert tape_module._maker.cache_info().currsize == n and f1.__code__ is f2.__code__
+    cache, other = PlanCache(), PlanCache()
+    f1 = tape_module.compile_fragment(steps(np.float32(2.0)), 1, [2], maker=cache.maker)
+    n, held = cache.fragments, cache.bytes
+    assert n == 1 and held > 0
+    f2 = tape_module.compile_fragment(steps(np.float32(3.0)), 1, [2], maker=cache.maker)
+    assert cache.fragments == n and cache.bytes == held and f1.__code__ is f2.__code__
+    f3 = tape_module.compile_fragment(steps(np.float32(3.0)), 1, [2], maker=other.maker)
+    assert f3.__code__ is not f1.__code__ and other.fragments == 1
     x = np.asarray(np.float32(1.5))
     (a,), (b,) = f1(x), f2(x)
     assert a.__class__ is np.ndarray and a.tolist() == 1.5 * 2 + 1.5 and b.tolist() == 1.5 * 3 + 1.5
