@@ -52,7 +52,6 @@ no trace.
 
 from __future__ import annotations
 
-import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from itertools import islice, repeat
@@ -92,7 +91,6 @@ _nbytes = attrgetter("nbytes")
 _size = attrgetter("size")
 _isidentifier = str.isidentifier
 _isascii = str.isascii
-_F64 = struct.Struct("<d")
 
 #: a run gives up once its fragment misses outnumber its hits by more than this many, or by one per
 #: ``_MISS_PER`` ops of the list if that is more (a miss costs a few times the op run cold: a list whose forms do not
@@ -123,8 +121,7 @@ _CHECK_EVERY = 32  # ops between two reads of the deadline
 _CHECK_MASK = _CHECK_EVERY - 1
 
 
-class _GiveUp(Exception):
-    """A composed run gives up; ``args[0]``: why (``route.COMPOSE_CODES``, default ``form``)."""
+_GiveUp = T.GiveUp  # (a composed run gives up; ``args[0]``: why, ``route.COMPOSE_CODES``, default ``form``)
 
 
 def _no(why: int):
@@ -201,18 +198,7 @@ class _Acc:
 _KW = object()  # separates positional arguments from keyword arguments in a key
 
 
-def _lit(v):
-    """A literal as a key: typed (1, 1.0 and True differ), every bit of a float (-0.0, NaN payloads)."""
-    c = v.__class__
-    if c is str or v is None:
-        return v
-    if c is float:
-        return (float, v) if v == v and v != 0.0 else ("f", _F64.pack(v))
-    if c is int or c is bool:
-        return (c, v)
-    if c is list or c is tuple:
-        return (c, tuple([_lit(x) for x in v]))
-    raise _GiveUp  # (a dict, an Owned array...: not a form a fragment covers)
+_lit = T.literal_key  # a literal in a key: typed, every bit of a float (the trace layer's one rule)
 
 
 def _tensor(a: str, ns: dict, key: list, vs: list) -> None:
@@ -1476,7 +1462,7 @@ def _key_of(form, args: list, kw: dict, ns: dict, key: list, vs: list) -> None:
             vs.clear()
             return _op_key(form, args, kw, ns, key, vs)
         elif c is float:
-            key.append((float, a) if a == a and a != 0.0 else ("f", _F64.pack(a)))
+            key.append((float, a) if a == a and a != 0.0 else _lit(a))  # (``_lit``'s rule, its common case inline)
         elif c is int or c is bool:
             key.append((c, a))
         else:

@@ -1762,7 +1762,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     pinned = None
     if entry.__class__ is _Pinned:
         pinned = entry.pins
-        key = (base, pinned, tuple([lits[i][2] for i in pinned]))
+        key = (base, pinned, tuple([T.literal_key(lits[i][2]) for i in pinned]))
         entry = cache.get(key)
     run = {k: v for k, v in kwargs.items() if k not in ("extra", "repeat", "until")}
     if isinstance(entry, Plan):
@@ -1827,7 +1827,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
             if pins or pinned is not None:
                 cache.put(base, _Pinned(pins))
             pins = tuple(sorted(pins))  # (which floats, and their values: a key is one set's)
-            key = base if not pins else (base, pins, tuple([lits[i][2] for i in pins]))
+            key = base if not pins else (base, pins, tuple([T.literal_key(lits[i][2]) for i in pins]))
     moved = None if offsets is None else _unoffset_report(res, offsets)
     after = _session_check(state, preset, before, rec) if strict else _after(state, preset, before, rec)
     plan = after if after.__class__ is Unplannable else \

@@ -26,6 +26,7 @@ fragments (``engine.compose``) alike.
 from __future__ import annotations
 
 import itertools
+import struct
 from bisect import bisect_right
 
 import numpy as np
@@ -52,6 +53,31 @@ _EXACT_UFUNCS = frozenset({np.add, np.subtract, np.multiply, np.true_divide, np.
 _OUT_BY_KEYWORD = frozenset({np.maximum, np.minimum})
 _ndarray = np.ndarray
 _asarray = np.asarray
+
+
+# ----- keys --------------------------------------------------------------------------------------------------
+class GiveUp(Exception):
+    """A trace gives up (a composed run: ``engine.compose``; ``args[0]``: why, ``route.COMPOSE_CODES``)."""
+
+
+_F64 = struct.Struct("<d")
+
+
+def literal_key(v):
+    """A literal as a key, typed (1, 1.0 and True differ) and every bit of a float (-0.0, infinities, NaN
+    payloads where ``==`` would not tell them: -0.0 equals 0.0, a NaN never equals itself): per-op fragment keys
+    (``engine.compose``) and the float values a session plan is pinned on (``engine.plan``). A form no key
+    covers (a dict, an Owned array...) raises ``GiveUp``."""
+    c = v.__class__
+    if c is str or v is None:
+        return v
+    if c is float:
+        return (float, v) if v == v and v != 0.0 else ("f", _F64.pack(v))
+    if c is int or c is bool:
+        return (c, v)
+    if c is list or c is tuple:
+        return (c, tuple([literal_key(x) for x in v]))
+    raise GiveUp
 
 
 # ----- extraction --------------------------------------------------------------------------------------------
