@@ -3,8 +3,8 @@
 A ``/v1/eval`` run of an op list never seen before (no plan of its structure: ``engine.plan``) would run op by
 op through the object engine (a Tensor, a Node, SavedTensors, the checks of ``_Runner.run_op`` and the VJP's
 Python per op). Most ops of a long list repeat: the same op on inputs of the same shapes, dtypes and flags.
-``compose`` runs such a list from **fragments**, recorded once per op form and kept in a bounded cache
-(``Fragments``, owned by the ``PlanCache``; its counters in ``PlanCache.stats()`` and /metrics):
+``compose`` runs such a list from **fragments**, recorded once per op form and kept in the key's
+``plan.PlanCache`` with its plans (one table, bytes and counters; ``PlanCache.stats()`` and /metrics):
 
 * **Forward fragment** (``_Frag``), keyed by the op's name, its arguments with each tensor name replaced by its
   tensor's (shape, dtype, strides, requires_grad) and which argument is which tensor (aliasing), literals kept

@@ -59,8 +59,9 @@ requires_grad, versions...), the same for every run of the same op list over inp
   carried key, and iterations but the stopping one replay on a lazy state (no tensors built between them); a
   layout that does not match, or a state whose key differs, builds the key and records as usual.
 
-``PlanCache`` bounds the plans of a process (entries and estimated bytes, least recently used out) and
-counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``). ``route_oneshot`` and
+``PlanCache`` is the trace layer's one cache (per key: ``PlanCaches``): plans and per-op fragments in one table,
+bounded in entries and measured bytes (least recently used out), with one set of counters: hits, misses,
+unplannable runs, fallbacks, evictions, composed runs and fragment hits and misses (``/metrics``). ``route_oneshot`` and
 ``route_session`` (what ``engine.dispatch`` calls) return with the result the route the run took and why
 (``engine.route``), decided where each decision above is made.
 """
