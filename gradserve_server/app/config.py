@@ -60,9 +60,10 @@ class Settings(BaseSettings):
                                     "has a cache of its own, which no other can observe or flush), least "
                                     "recently used out; 0 turns plans off.")
     plan_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, description="Most bytes of compiled plans and "
-                                  "fragments per process, all keys together (measured: every object a plan "
-                                  "holds; plans hold no tensor data); past it, the key holding the most gives "
-                                  "back its oldest first.")
+                                  "per-op fragments per process, all keys together (measured: every object a "
+                                  "plan or a fragment holds, its compiled code and its key included; they hold "
+                                  "no tensor data); past it, the key holding the most gives back its least "
+                                  "recently used first.")
     plan_cache_partitions: int = Field(64, ge=1, description="Most plan caches kept (one per API key, or per "
                                        "client address on an open server); the least recently used is dropped "
                                        "whole.")
@@ -71,12 +72,13 @@ class Settings(BaseSettings):
                                    "run once never pays for recording, which costs up to ~3x its cold run); loops "
                                    "(`repeat`) record on their first iteration, and so does a session list with a "
                                    "backward and an in-place update under no_grad (a training loop's iteration).")
-    plan_fragment_entries: int = Field(4096, ge=0, description="`/eval`: most per-op fragments kept per process for "
+    plan_fragment_entries: int = Field(4096, ge=0, description="`/eval`: most per-op fragments kept per API key "
+                                       "(per client address on an open server), in the key's plan cache, for "
                                        "composed runs (a list of 100+ ops without a plan runs from fragments of the "
-                                       "op forms it repeats instead of op by op; also bounded at 32 MiB); 0 turns "
-                                       "composition off (such lists then run op by op). Counted in `/metrics` "
-                                       "(`gradserve_plan_composed`, `_uncomposable`, `_fragment_hits`, "
-                                       "`_fragment_misses`).")
+                                       "op forms it repeats instead of op by op); their bytes count in "
+                                       "`GRADSERVE_PLAN_CACHE_BYTES`; 0 turns composition off (such lists then run "
+                                       "op by op). Counted in `/metrics` (`gradserve_plan_composed`, "
+                                       "`_uncomposable`, `_fragment_hits`, `_fragment_misses`).")
     max_graph_render_nodes: int = Field(1000, ge=1, description="Most graph nodes drawn as SVG, DOT or Mermaid "
                                         "(422 `limit_exceeded` above; the JSON graph has no such limit).")
     graph_render_timeout_seconds: float = Field(5.0, gt=0, description="Longest Graphviz `dot` run for an SVG; "

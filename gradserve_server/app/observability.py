@@ -143,7 +143,8 @@ class _PlanCollector:
                                  "warning...) and ran cold."),
                  ("fallbacks", "Replays that met a value-dependent check (an index out of range...) and ran the "
                                "op list cold instead."),
-                 ("evictions", "Plans dropped to stay within GRADSERVE_PLAN_CACHE_ENTRIES / _BYTES."),
+                 ("evictions", "Plans and fragments dropped to stay within GRADSERVE_PLAN_CACHE_ENTRIES, "
+                               "_FRAGMENT_ENTRIES and _CACHE_BYTES."),
                 ("composed", "One-shot runs without a plan composed from per-op fragments (engine.compose)."),
                 ("uncomposable", "One-shot runs without a plan that could not be composed and ran op by op."),
                 ("fragment_hits", "Ops and backward nodes of composed runs that found their fragment."),
@@ -160,7 +161,8 @@ class _PlanCollector:
             yield counter
         for name, help_text in (("entries", "Plans (and unplannable markers) cached in this process."),
                                 ("bytes", "Bytes of the plans and fragments cached in this process (measured)."),
-                                ("fragments", "Per-op fragments (and uncomposable markers) cached in this process."),
+                                ("fragments", "Per-op fragments (uncomposable markers and compiled fragment code "
+                                              "included) cached in this process."),
                                 ("partitions", "Plan caches kept: one per API key (per client address on an open "
                                                "server).")):
             gauge = GaugeMetricFamily(f"gradserve_plan_cache_{name}", help_text)

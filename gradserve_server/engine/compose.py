@@ -3,8 +3,8 @@
 A ``/v1/eval`` run of an op list never seen before (no plan of its structure: ``engine.plan``) would run op by
 op through the object engine (a Tensor, a Node, SavedTensors, the checks of ``_Runner.run_op`` and the VJP's
 Python per op). Most ops of a long list repeat: the same op on inputs of the same shapes, dtypes and flags.
-``compose`` runs such a list from **fragments**, recorded once per op form and kept in a bounded cache
-(``Fragments``, owned by the ``PlanCache``; its counters in ``PlanCache.stats()`` and /metrics):
+``compose`` runs such a list from **fragments**, recorded once per op form and kept in the key's
+``plan.PlanCache`` with its plans (one table, bytes and counters; ``PlanCache.stats()`` and /metrics):
 
 * **Forward fragment** (``_Frag``), keyed by the op's name, its arguments with each tensor name replaced by its
   tensor's (shape, dtype, strides, requires_grad) and which argument is which tensor (aliasing), literals kept
@@ -13,7 +13,7 @@ Python per op). Most ops of a long list repeat: the same op on inputs of the sam
   namespace of fresh leaf tensors over the run's own arrays) under a ``kernel.Recorder``: its kernel steps
   (``tape.fragment``: slots relative to the op, its inputs then its own; constants folded), compiled at the
   fragment's first hit into one straight-line function (``tape.compile_fragment``; the code of one structure
-  compiled once per process), or, one kernel call on the op's inputs, called by the loop itself; its outputs and
+  compiled once per cache partition), or, one kernel call on the op's inputs, called by the loop itself; its outputs and
   their flags; and the recipes of the nodes it made (``_graph``: the outputs' node and, for a composite op such as
   cross_entropy, the nodes it made inside, children first: primitive, which input or inner node each edge comes
   from, which saved slot is which input, output or array of the fragment, the static saved values). The miss's own
@@ -52,8 +52,6 @@ no trace.
 
 from __future__ import annotations
 
-import struct
-import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from itertools import islice, repeat
@@ -81,8 +79,8 @@ from .program import (
     _op_layout,
     _Runner,
 )
-from .registry import OPS
-from .replayed import _PLANNABLE_CALLS, Plan, _Namespace, _PlannedResult
+from .registry import OPS, traceable
+from .replayed import Plan, _Namespace, _PlannedResult
 from .tensor import Tensor
 
 _ndarray = np.ndarray
@@ -93,7 +91,6 @@ _nbytes = attrgetter("nbytes")
 _size = attrgetter("size")
 _isidentifier = str.isidentifier
 _isascii = str.isascii
-_F64 = struct.Struct("<d")
 
 #: a run gives up once its fragment misses outnumber its hits by more than this many, or by one per
 #: ``_MISS_PER`` ops of the list if that is more (a miss costs a few times the op run cold: a list whose forms do not
@@ -113,12 +110,9 @@ _LOOK_AGAIN = 1000
 #: sighting of them costs little cold (and a plan is recorded at the second); a list whose forms never repeat
 #: pays about two ops' worth for the attempt (the look-ahead), ~3% at this length (``bench/norepeat.py``)
 _MIN_OPS = 100
-#: fragments a cache keeps (forward op forms; each keeps at most ``_VJPS_PER_FRAG`` VJP forms)
+#: fragments a cache keeps by default (forward op forms; each keeps at most ``_VJPS_PER_FRAG`` VJP forms); their
+#: bytes are measured and bounded with the plans' (``plan.PlanCache``)
 FRAGMENT_ENTRIES = 4096
-#: bytes the fragments of a cache may hold: their folded constants (each at most 64 KiB) and an estimate of
-#: their code and recipes (``_FRAG_BYTES`` per forward or VJP fragment)
-FRAGMENT_BYTES = 32 << 20
-_FRAG_BYTES = 512
 _VJPS_PER_FRAG = 16
 #: actions a composed run covers (anything else: the list runs cold)
 _ACTIONS = frozenset({"backward", "del", "bind", "retain_grad"})
@@ -127,8 +121,7 @@ _CHECK_EVERY = 32  # ops between two reads of the deadline
 _CHECK_MASK = _CHECK_EVERY - 1
 
 
-class _GiveUp(Exception):
-    """A composed run gives up; ``args[0]``: why (``route.COMPOSE_CODES``, default ``form``)."""
+_GiveUp = T.GiveUp  # (a composed run gives up; ``args[0]``: why, ``route.COMPOSE_CODES``, default ``form``)
 
 
 def _no(why: int):
@@ -136,83 +129,30 @@ def _no(why: int):
     return None
 
 
-class Fragments:
-    """The fragments of a process (a ``PlanCache`` owns one): op key -> ``_Frag``, or None for an op form
-    that is not composable. Bounded in entries and in bytes (``bytes``: every fragment's folded constants and
-    ``_FRAG_BYTES`` for its code, its VJP fragments' included; oldest out). Lookups are plain dict operations
-    (atomic under the GIL), so concurrent runs share it; additions and evictions take a lock. A fragment is
-    immutable once made, except its recipes' dicts of VJP fragments, which grow through ``add_vjp``."""
-
-    def __init__(self, max_entries: int = FRAGMENT_ENTRIES, max_bytes: int = FRAGMENT_BYTES):
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self.ops: dict = {}
-        self.bytes = 0
-        self._lock = threading.Lock()
-
-    def put(self, key, frag) -> None:
-        cost = _FRAG_BYTES + (frag.cbytes if frag is not None else 0)
-        with self._lock:
-            d = self.ops
-            while d and (len(d) >= self.max_entries or self.bytes + cost > self.max_bytes):
-                self.bytes -= _cost(d.pop(next(iter(d))))
-            if cost <= self.max_bytes:
-                d[key] = frag
-                self.bytes += cost
-
-    def evict_oldest(self) -> int:
-        """Drop the oldest fragment (a ``PlanCaches`` over its bound takes bytes back); the bytes it freed."""
-        with self._lock:
-            d = self.ops
-            if not d:
-                return 0
-            cost = _cost(d.pop(next(iter(d))))
-            self.bytes -= cost
-            return cost
-
-    def add_vjp(self, recipe, key, vf) -> None:
-        """Keep ``vf`` as ``recipe``'s VJP fragment for ``key`` (at most ``_VJPS_PER_FRAG`` per recipe), counted
-        in ``bytes`` (an addition that would pass the bound is not kept)."""
-        cost = _FRAG_BYTES + vf.cbytes
-        with self._lock:
-            if len(recipe.vjps) < _VJPS_PER_FRAG and self.bytes + cost <= self.max_bytes:
-                recipe.vjps[key] = vf
-                self.bytes += cost
-
-
-def _cost(frag) -> int:
-    """The bytes ``Fragments`` counts for a forward fragment (None: an uncomposable marker) and its VJPs."""
-    if frag is None:
-        return _FRAG_BYTES
-    n = _FRAG_BYTES + frag.cbytes
-    for r in frag.graph if frag.graph is not None else (frag.recipe,):  # (a composite's graph ends with its recipe)
-        if r is not None:
-            n += sum(_FRAG_BYTES + v.cbytes for v in r.vjps.values())
-    return n
-
-
 class _Frag:
     """A forward fragment. ``fn(*input arrays)`` -> its outputs' arrays, then the saved arrays it made itself
     (``recipe.saved_at``); ``binds`` (position in ``out`` or -1 for a name, output index) in the order the op
     binds its outputs; ``rgs`` each output's requires_grad; ``recipe`` the node (None: none);
-    ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes. ``k`` (None: not
+    ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes; ``used``: hit since the
+    cache's eviction last passed it (``plan.PlanCache``). ``k`` (None: not
     so): a fragment of one kernel call on its one or (``two``) two input arrays, in order, then the constants
     ``pre``, returning its one output: the caller calls it, ``fn``'s call without its frame. ``mode`` (0: none
     of these) the common forms of one output that requires grad, bound to a name, and one node (``_mode``);
     ``inline``: both (``k`` and a ``mode``)."""
 
     __slots__ = ("fn", "code", "nout", "binds", "rgs", "recipe", "nbytes", "maxsize", "single", "rg0", "graph",
-                 "cbytes", "k", "pre", "two", "mode", "inline")
+                 "cbytes", "k", "pre", "two", "mode", "inline", "used")
 
 
 class _Recipe:
     """A node as a forward fragment makes it: ``edges`` per edge the op input it comes from (-1: none),
     ``refs`` the distinct saved arrays ((0, input j), (1, output i), (2, a saved array the op made itself),
     (3, a constant array)), ``saved`` (slot, ref index or -1, static value) in the node's order, ``nrs`` each
-    output's output_nr; ``vjps``: the VJP fragments, by the gradients' layout; ``cls``: the light node class."""
+    output's output_nr; ``vjps``: the VJP fragments, by the gradients' layout; ``cls``: the light node class;
+    ``owner``: the cache key of the forward fragment it belongs to (its VJP fragments' bytes are counted there)."""
 
     __slots__ = ("prim", "name", "n_outputs", "input_meta", "needs", "edges", "refs", "saved", "nrs", "in_rg",
-                 "out_rg", "vjps", "cls", "take", "fixed", "star", "live", "own")
+                 "out_rg", "vjps", "cls", "take", "fixed", "star", "live", "own", "owner")
 
 
 class _VjpFrag:
@@ -258,18 +198,7 @@ class _Acc:
 _KW = object()  # separates positional arguments from keyword arguments in a key
 
 
-def _lit(v):
-    """A literal as a key: typed (1, 1.0 and True differ), every bit of a float (-0.0, NaN payloads)."""
-    c = v.__class__
-    if c is str or v is None:
-        return v
-    if c is float:
-        return (float, v) if v == v and v != 0.0 else ("f", _F64.pack(v))
-    if c is int or c is bool:
-        return (c, v)
-    if c is list or c is tuple:
-        return (c, tuple([_lit(x) for x in v]))
-    raise _GiveUp  # (a dict, an Owned array...: not a form a fragment covers)
+_lit = T.literal_key  # a literal in a key: typed, every bit of a float (the trace layer's one rule)
 
 
 def _tensor(a: str, ns: dict, key: list, vs: list) -> None:
@@ -398,36 +327,32 @@ _FORMS: dict = {}
 def _form(name):
     f = _FORMS.get(name)
     if f is None:
-        spec = OPS.get(name) if name.__class__ is str else None
+        t = traceable(name)  # (the op table's declaration: every call, none, or a call-form check)
+        spec = OPS[name] if t is not False else None
         if spec is None or spec.inplace:
             f = False
         else:
-            check = None
-            if not spec.plannable:
-                check = _PLANNABLE_CALLS.get(spec.name)
-            if spec.plannable or check is not None:
-                pos_kinds, varargs_tensor, kinds, vname = _op_layout(spec, name)[1]
-                # (the forms ``_compose`` keys inline: a tensor first, then (2) a tensor or a literal)
-                fast = 0 if not pos_kinds or pos_kinds[0] != _TENSOR else \
-                    2 if len(pos_kinds) > 1 and pos_kinds[1] <= _TENSOR else 1
-                f = False if varargs_tensor else (spec, pos_kinds, kinds, vname, check, fast)
-            else:
-                f = False
+            pos_kinds, varargs_tensor, kinds, vname = _op_layout(spec, name)[1]
+            # (the forms ``_compose`` keys inline: a tensor first, then (2) a tensor or a literal)
+            fast = 0 if not pos_kinds or pos_kinds[0] != _TENSOR else \
+                2 if len(pos_kinds) > 1 and pos_kinds[1] <= _TENSOR else 1
+            f = False if varargs_tensor else (spec, pos_kinds, kinds, vname, None if t is True else t, fast)
         if name.__class__ is str:
             _FORMS[name] = f
     return f
 
 
 # ----- steps (``engine.tape``) ----------------------------------------------------------------------------
-def _compiled(owner):
+def _compiled(owner, cache=None):
     """A fragment's function, compiled at its first use (``tape.compile_fragment``: a fragment made by a miss
-    whose form never comes again is never compiled); ``owner.code`` holds (steps, inputs, slots returned) until
-    then. Fragments are shared between threads: another run may have compiled it since this one read
-    ``owner.fn`` (``fn`` is set before ``code`` is cleared)."""
+    whose form never comes again is never compiled; the code of one structure compiled once per ``cache``
+    partition, ``PlanCache.maker``); ``owner.code`` holds (steps, inputs, slots returned) until then. Fragments
+    are shared between threads: another run may have compiled it since this one read ``owner.fn`` (``fn`` is
+    set before ``code`` is cleared)."""
     code = owner.code
     if code is None:
         return owner.fn
-    fn = owner.fn = T.compile_fragment(*code)
+    fn = owner.fn = T.compile_fragment(*code, maker=cache.maker if cache is not None else None)
     owner.code = None
     return fn
 
@@ -534,6 +459,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
     if rec is None:  # (live: the arrays themselves; the bytes as the budget counted them)
         f = _Frag()
         f.fn = f.k = None
+        f.used = False
         f.cbytes = 0
         f.nout = len(slots)
         f.nbytes, f.maxsize = budget.total(), max(a.size for a in slots)
@@ -565,6 +491,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
     f = _Frag()
     f.fn, f.code = None, (steps, m, ret, T.label(op.get("op")))
     f.k = None
+    f.used = False
     if len(steps) == 1 and m <= 2:
         kfn, tmpl, where, o, multi = steps[0][:5]
         if multi is False and ret == [o] and where == ((0, 0), (1, 1))[:m]:
@@ -768,6 +695,7 @@ def _recipe(node, temps: list, outs_t, rec, accs: dict, index: dict):
         else:
             return None
     r = _Recipe()
+    r.owner = None
     r.prim, r.name, r.n_outputs = node.prim, node.name, node.n_outputs
     r.input_meta, r.needs = node.input_meta, node.needs
     r.edges = tuple(edges)
@@ -888,8 +816,8 @@ def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list, budget=None)
 class _Run:
     """One composed run's counters and limits, and its VJP (``apply``) for ``_run_all``."""
 
-    def __init__(self, frags: Fragments, limits):
-        self.frags = frags
+    def __init__(self, cache, limits):
+        self.cache = cache  # (a ``plan.PlanCache``: the fragments' table)
         self.hits = self.misses = 0
         self.nbytes = 0
         self.nodes = 0
@@ -957,7 +885,7 @@ class _Run:
             raise _GiveUp
         if not h % _CHECK_EVERY and self.control is not None:
             self.control.check()  # (a deadline or a cancellation stops a long pass between nodes)
-        fn = vf.fn or _compiled(vf)
+        fn = vf.fn or _compiled(vf, self.cache)
         return fn(g, *saved) if recipe.star else fn(g, saved)
 
     def _apply_slow(self, recipe, grads, saved) -> tuple:
@@ -987,14 +915,15 @@ class _Run:
             vf, res = _make_vjp(recipe, gl, saved, ins)
             if vf is None:
                 raise _GiveUp
-            self.frags.add_vjp(recipe, key, vf)
+            if len(recipe.vjps) < _VJPS_PER_FRAG:
+                self.cache.add_vjp(recipe.owner, recipe.vjps, key, vf)
             self.made(vf.nbytes, vf.maxsize)
             return res
         self.hits += 1
         self.made(vf.nbytes, vf.maxsize)
         if self.control is not None:
             self.control.check()
-        return (vf.fn or _compiled(vf))(*ins)
+        return (vf.fn or _compiled(vf, self.cache))(*ins)
 
 
 def _add(a, b):
@@ -1031,12 +960,12 @@ def _alias_or_copy(a):
     return np.array(a, copy=True)
 
 
-def compose(frags: Fragments, state: State, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict,
+def compose(cache, state: State, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict,
             shown):
     """The one-shot run of ``ops`` (inputs: the arrays ``plan._key`` made for the ``tensor`` ops at
     ``inputs_at``) composed from fragments: ((plan, buffer) or None when it gives up, the run's counters)."""
     limits = kwargs.get("limits")
-    run = _Run(frags, limits)
+    run = _Run(cache, limits)
     run.slack = max(_MISS_SLACK, len(ops) // _MISS_PER)
     run.ops, run.inputs_at, run.metas = ops, inputs_at, metas
     if state.tensors or state.functions:
@@ -1156,8 +1085,8 @@ def _plain_names(names: list) -> bool:
 
 
 def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict, shown):
-    frags = run.frags.ops
-    put = run.frags.put
+    frags = run.cache.table
+    put = run.cache.put_fragment
     no_grad_all = bool(kwargs.get("no_grad", False))
     control = kwargs.get("control")
     ns: dict = {}
@@ -1278,6 +1207,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
             frag = frags.get(key, _ABSENT)
             if frag.__class__ is _Frag and frag.inline:  # (a hit of one kernel call and a node form: all inline)
                 hits += 1
+                frag.used = True  # (the cache's least-recently-used order, applied when its eviction meets it)
                 k = frag.k
                 r0 = k(v[0], w[0], *frag.pre) if frag.two else k(v[0], *frag.pre)
                 if r0.__class__ is not _ndarray:
@@ -1298,6 +1228,10 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                     else:
                         run.miss(index, ns)
                         frag, res = _make_frag(index, op, no_grad_all, vs, run.limits, ns)
+                        if frag is not None:
+                            for r in frag.graph or (frag.recipe,):
+                                if r is not None:
+                                    r.owner = key
                         put(key, frag)
                     if frag is None:
                         raise _GiveUp("op")
@@ -1305,6 +1239,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                     raise _GiveUp("op")
                 else:
                     hits += 1
+                    frag.used = True
                     k = frag.k
                     if k is not None:  # (one kernel call: ``fn`` inline)
                         r0 = k(v[0], w[0], *frag.pre) if frag.two else k(v[0], *frag.pre)
@@ -1313,7 +1248,7 @@ def _compose(run: _Run, ops: list, inputs_at: list, inputs: list, metas: tuple, 
                         res = (r0,)
                     else:
                         n = len(vs)
-                        fn = frag.fn or _compiled(frag)
+                        fn = frag.fn or _compiled(frag, run.cache)
                         res = fn(vs[0][0]) if n == 1 else fn(vs[0][0], vs[1][0]) if n == 2 else \
                             fn(*[v[0] for v in vs])
                         r0 = res[0]
@@ -1527,7 +1462,7 @@ def _key_of(form, args: list, kw: dict, ns: dict, key: list, vs: list) -> None:
             vs.clear()
             return _op_key(form, args, kw, ns, key, vs)
         elif c is float:
-            key.append((float, a) if a == a and a != 0.0 else ("f", _F64.pack(a)))
+            key.append((float, a) if a == a and a != 0.0 else _lit(a))  # (``_lit``'s rule, its common case inline)
         elif c is int or c is bool:
             key.append((c, a))
         else:
@@ -1803,9 +1738,9 @@ def run(cache, state: State, ops: list, inputs_at: list, inputs: list, metas: tu
     or (None, the cold route and why: nothing changed, the caller runs the list cold)."""
     if len(ops) - len(inputs_at) < _MIN_OPS:
         return None, R.COLD_SHORT
-    if not cache.fragments.max_entries:
+    if cache.fragment_entries <= 0:
         return None, _NOT_COMPOSABLE["disabled"]
-    made, r = compose(cache.fragments, state, ops, inputs_at, inputs, metas, kwargs, shown)
+    made, r = compose(cache, state, ops, inputs_at, inputs, metas, kwargs, shown)
     cache.count_compose(r.hits, r.misses, made is not None)
     if made is None:
         if r.at is None and not r.detail:

@@ -59,8 +59,9 @@ requires_grad, versions...), the same for every run of the same op list over inp
   carried key, and iterations but the stopping one replay on a lazy state (no tensors built between them); a
   layout that does not match, or a state whose key differs, builds the key and records as usual.
 
-``PlanCache`` bounds the plans of a process (entries and estimated bytes, least recently used out) and
-counts hits, misses, unplannable runs, fallbacks and evictions (``/metrics``). ``route_oneshot`` and
+``PlanCache`` is the trace layer's one cache (per key: ``PlanCaches``): plans and per-op fragments in one table,
+bounded in entries and measured bytes (least recently used out), with one set of counters: hits, misses,
+unplannable runs, fallbacks, evictions, composed runs and fragment hits and misses (``/metrics``). ``route_oneshot`` and
 ``route_session`` (what ``engine.dispatch`` calls) return with the result the route the run took and why
 (``engine.route``), decided where each decision above is made.
 """
@@ -87,7 +88,7 @@ from . import sources as S
 from . import tape as T
 from .functional import TRANSFORMS
 from .grad_mode import WarningSink
-from .node import ACCUMULATE_GRAD, Node, SavedTensor
+from .node import ACCUMULATE_GRAD, Node, Prim, SavedTensor
 from .ops.creation import Owned
 from .program import (
     _TENSOR,
@@ -102,8 +103,8 @@ from .program import (
     resolve_quietly,
     run_program,
 )
-from .registry import OPS
-from .replayed import _PLANNABLE_CALLS, Plan, _Namespace, _PlannedResult, _tensor
+from .registry import OPS, traceable
+from .replayed import Plan, _Namespace, _PlannedResult, _tensor
 from .tensor import Tensor, as_array
 from .views import accumulator
 
@@ -118,7 +119,7 @@ _CHECK_LOOP = 64       # a planned repeat loop checks it every this many iterati
 
 _CONTAINERS = (list, tuple, dict, set, frozenset)
 #: what a plan refers to but shares with the process (the op table's kernels, types, numpy's functions)
-_SHARED = (type, type(np), type(len), np.ufunc, np.dtype)
+_SHARED = (type, type(np), type(len), np.ufunc, np.dtype, Prim)
 
 
 def footprint(root) -> int:
@@ -191,24 +192,34 @@ class _Seen:
 
 
 class PlanCache:
-    """The plans of a process: at most ``max_entries`` entries and ``max_bytes`` estimated bytes (least
-    recently used out). Thread-safe (one-shot runs happen on worker threads)."""
+    """The trace layer's cache of one partition (``PlanCaches``: one per API key): whole-list plans (with the
+    markers of structures seen, unplannable or pinned) and per-op fragments (``engine.compose``: forward
+    fragments, their VJP fragments, uncomposable markers) in **one** table, with one accounting of bytes (every
+    entry's ``footprint``, its key's included: what evicting it gives back), one eviction policy and one set of
+    counters. Bounds: ``max_entries`` plans and markers, ``fragment_entries`` fragments (0: nothing composes),
+    ``max_bytes`` bytes of both. Eviction: least recently used out (over a count bound, of that kind; over the
+    bytes bound, of either). A plan's use moves it at once (``get``, one per run); a fragment's hits, found by
+    the composed run's hot loop without a lock, set its ``used`` flag, and the eviction moves a flagged
+    fragment to the young end instead of dropping it (its use applied when eviction reaches it). Thread-safe
+    (one-shot runs happen on worker threads): lookups are plain dict reads, changes take the lock."""
 
     def __init__(self, max_entries: int = 256, max_bytes: int = 64 << 20, record_after: int = 1,
                  fragment_entries: int | None = None):
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self.fragment_entries = _compose.FRAGMENT_ENTRIES if fragment_entries is None else fragment_entries
         self.record_after = record_after  # the sighting of a structure that records its plan (1: the first)
+        #: key -> entry, least recently used first: plans and markers (``_sizes``), fragments (``_fsizes``;
+        #: composed runs read it directly: ``table``)
         self._entries: OrderedDict = OrderedDict()
-        self._sizes: dict = {}  # key -> the bytes counted for its entry
+        self.table = self._entries
+        self._sizes: dict = {}   # plan or marker key -> the bytes counted for it
+        self._fsizes: dict = {}  # fragment key -> the bytes counted for it and its VJP fragments
         self._lock = threading.Lock()
         self.on_grow = None  # called after an entry was added (``PlanCaches``: the bound over all partitions)
         self.bytes = 0
         self.hits = self.misses = self.unplannable = self.fallbacks = self.evictions = self.deferred = 0
-        # runs without a plan composed from per-op fragments (engine.compose): its fragment cache, and counts of
-        # fragments found and made, runs composed and runs given up (then run cold)
-        # (``fragment_entries``: its entries bound, default compose.FRAGMENT_ENTRIES; 0: nothing composes)
-        self.fragments = _compose.Fragments() if fragment_entries is None else _compose.Fragments(fragment_entries)
+        # composed runs (engine.compose): fragments found and made, runs composed and runs given up (then cold)
         self.fragment_hits = self.fragment_misses = self.composed = self.uncomposable = 0
 
     def records(self, key, eager: bool = False) -> bool:
@@ -236,39 +247,100 @@ class PlanCache:
             return entry
 
     def put(self, key, entry) -> None:
-        size = entry.nbytes + footprint(key)  # (a key holds the op list's text and its tensors' metadata)
-        if self.max_entries <= 0 or size > self.max_bytes:
-            return
+        """Keep a plan or a marker (``entry.nbytes``: its measured footprint)."""
+        self._add(key, entry, entry.nbytes + footprint(key), self._sizes)
+
+    def put_fragment(self, key, frag) -> None:
+        """Keep a forward fragment (None: the op form is not composable), measured with its key."""
+        self._add(key, frag, footprint((key, frag)), self._fsizes)
+
+    def add_vjp(self, owner, vjps: dict, key, vf) -> None:
+        """Keep ``vf`` in ``vjps`` (a recipe's VJP fragments) under ``key``, its bytes counted with the forward
+        fragment ``owner`` (the key it is kept under; not kept any more: the recipe dies with the run)."""
+        size = footprint((key, vf))
         with self._lock:
-            if self._entries.pop(key, None) is not None:
-                self.bytes -= self._sizes.pop(key)
-            self._entries[key] = entry
-            self._sizes[key] = size
+            vjps[key] = vf
+            if owner not in self._fsizes:
+                return
+            self._fsizes[owner] += size
             self.bytes += size
-            while len(self._entries) > self.max_entries or self.bytes > self.max_bytes:
-                self._evict_oldest()
+            self._shrink()
         if self.on_grow is not None:
             self.on_grow()
 
-    def _evict_oldest(self) -> int:
-        """Drop the least recently used entry (the caller holds the lock); its bytes."""
-        k, _ = self._entries.popitem(last=False)
-        size = self._sizes.pop(k)
+    def maker(self, src: str):
+        """The compiled maker of a fragment's source (``tape.compile_fragment``), kept as a fragment entry of this
+        partition (measured, least recently used out): a form met again here is not compiled again, and no
+        partition's compile times tell what another's ran (a process-wide memo would)."""
+        key = (_CODE, src)
+        with self._lock:
+            make = self._entries.get(key)
+            if make is not None:
+                self._entries.move_to_end(key)
+                return make
+        make = T.compile_maker(src)
+        self._add(key, make, footprint((key, make)), self._fsizes)
+        return make
+
+    def _add(self, key, entry, size: int, sizes: dict) -> None:
+        bound = self.max_entries if sizes is self._sizes else self.fragment_entries
+        if bound <= 0 or size > self.max_bytes:
+            return
+        with self._lock:
+            if self._entries.pop(key, _ABSENT) is not _ABSENT:
+                self.bytes -= self._sizes.pop(key, 0) + self._fsizes.pop(key, 0)
+            self._entries[key] = entry
+            sizes[key] = size
+            self.bytes += size
+            while len(sizes) > bound:
+                self._evict_oldest(sizes)
+            self._shrink()
+        if self.on_grow is not None:
+            self.on_grow()
+
+    def _shrink(self) -> None:
+        while self.bytes > self.max_bytes and self._entries:
+            self._evict_oldest()
+
+    def _evict_oldest(self, kind: dict | None = None) -> int:
+        """Drop the least recently used entry (of ``kind``: ``_sizes`` or ``_fsizes``; None: either), a
+        fragment flagged ``used`` moved young instead (the caller holds the lock); the bytes it freed."""
+        entries, fsizes = self._entries, self._fsizes
+        used = []
+        victim = _ABSENT
+        for k in entries:
+            is_frag = k in fsizes
+            if kind is not None and is_frag is not (kind is fsizes):
+                continue
+            if is_frag:
+                e = entries[k]
+                if getattr(e, "used", False):  # (a forward fragment hit since; None, a maker: no flag)
+                    e.used = False
+                    used.append(k)
+                    continue
+            victim = k
+            break
+        for k in used:
+            entries.move_to_end(k)
+        if victim is _ABSENT:  # (every one flagged: the oldest of them, now unflagged)
+            if not used:
+                return 0
+            victim = used[0]
+        del entries[victim]
+        size = self._sizes.pop(victim, 0) + fsizes.pop(victim, 0)
         self.bytes -= size
         self.evictions += 1
         return size
 
     def evict_oldest(self) -> int:
-        """Drop the least recently used entry, else the oldest fragment; the bytes freed (0: nothing left)."""
+        """Drop the least recently used entry, plan or fragment; the bytes freed (0: nothing left)."""
         with self._lock:
-            if self._entries:
-                return self._evict_oldest()
-        return self.fragments.evict_oldest()
+            return self._evict_oldest() if self._entries else 0
 
     @property
     def held(self) -> int:
-        """Bytes of its plans and of its fragments."""
-        return self.bytes + self.fragments.bytes
+        """Bytes of its plans and fragments (``bytes``)."""
+        return self.bytes
 
     def count(self, what: str, n: int = 1) -> None:
         with self._lock:
@@ -283,18 +355,26 @@ class PlanCache:
             else:
                 self.uncomposable += 1
 
+    @property
+    def fragments(self) -> int:
+        """The fragments (and uncomposable markers) it holds."""
+        return len(self._fsizes)
+
     def __len__(self) -> int:
-        return len(self._entries)
+        """The plans and markers it holds."""
+        return len(self._sizes)
 
     def stats(self) -> dict:
         with self._lock:
-            return {"entries": len(self._entries), "bytes": self.bytes, "hits": self.hits, "misses": self.misses,
+            return {"entries": len(self._sizes), "bytes": self.bytes, "hits": self.hits, "misses": self.misses,
                     "unplannable": self.unplannable, "fallbacks": self.fallbacks, "evictions": self.evictions,
                     "deferred": self.deferred, "composed": self.composed, "uncomposable": self.uncomposable,
                     "fragment_hits": self.fragment_hits, "fragment_misses": self.fragment_misses,
-                    "fragments": len(self.fragments.ops)}
+                    "fragments": len(self._fsizes)}
 
 
+_ABSENT = object()
+_CODE = object()  # a compiled fragment maker's key: (_CODE, its source)
 _COUNTERS = ("hits", "misses", "unplannable", "fallbacks", "evictions", "deferred", "composed", "uncomposable",
              "fragment_hits", "fragment_misses")
 
@@ -375,28 +455,23 @@ def _fresh_leaf(t) -> bool:
 
 
 def _plannable_op(op) -> bool:
+    """Whether the op (a program's op object) can be planned: an action or input op a plan holds, or a call
+    the op table's declaration says is traceable (``registry.traceable``)."""
     if not isinstance(op, dict):
         return False
     name = op.get("op")
     if name in PLANNABLE_ACTIONS or name in INPUT_OPS:
         return True
-    spec = OPS.get(name) if isinstance(name, str) else None
-    if spec is not None and not spec.plannable and spec.name in _PLANNABLE_CALLS:
-        return _PLANNABLE_CALLS[spec.name](op.get("args") or [], op.get("kwargs") or {})
-    return spec is not None and spec.plannable
+    t = traceable(name)
+    return t if t.__class__ is bool else t(op.get("args") or [], op.get("kwargs") or {})
 
 
 def _plannable_name(name) -> bool | None:
-    """Whether every op called ``name`` is plannable (True/False), or None when that depends on the call
-    (``_PLANNABLE_CALLS``)."""
+    """Whether every op called ``name`` is plannable (True/False), or None when that depends on the call."""
     if name in PLANNABLE_ACTIONS or name in INPUT_OPS:
         return True
-    spec = OPS.get(name) if isinstance(name, str) else None
-    if spec is None:
-        return False
-    if not spec.plannable and spec.name in _PLANNABLE_CALLS:
-        return None
-    return spec.plannable
+    t = traceable(name)
+    return t if t.__class__ is bool else None
 
 
 _get_op = dict.get
@@ -1688,7 +1763,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     pinned = None
     if entry.__class__ is _Pinned:
         pinned = entry.pins
-        key = (base, pinned, tuple([lits[i][2] for i in pinned]))
+        key = (base, pinned, tuple([T.literal_key(lits[i][2]) for i in pinned]))
         entry = cache.get(key)
     run = {k: v for k, v in kwargs.items() if k not in ("extra", "repeat", "until")}
     if isinstance(entry, Plan):
@@ -1753,7 +1828,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
             if pins or pinned is not None:
                 cache.put(base, _Pinned(pins))
             pins = tuple(sorted(pins))  # (which floats, and their values: a key is one set's)
-            key = base if not pins else (base, pins, tuple([lits[i][2] for i in pins]))
+            key = base if not pins else (base, pins, tuple([T.literal_key(lits[i][2]) for i in pins]))
     moved = None if offsets is None else _unoffset_report(res, offsets)
     after = _session_check(state, preset, before, rec) if strict else _after(state, preset, before, rec)
     plan = after if after.__class__ is Unplannable else \

@@ -60,6 +60,9 @@ class OpSpec:
     returns: tuple[str, ...] = ()          # field names of a named-tuple result (torch.return_types), else ()
     #: computes every array through kernels (engine.kernel.kcall), value checks inside them: may be planned
     plannable: bool = False
+    #: plannable in some call forms only (``plannable`` False): ``(args, kwargs) -> bool``, whether a program's
+    #: call (its op's ``args`` and ``kwargs``, as written) is one of them (div without a rounding mode)
+    plannable_when: Callable | None = None
     #: tensor parameters read for their metadata only (expand_as's ``other``): no gradient edge, so torch
     #: never reads their history (a view that may not be rebased is not refused there)
     meta_only: tuple[str, ...] = ()
@@ -287,7 +290,7 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
     """Register a public op (torch function/method) under its torch name. ``returns``: the field names of the
     named tuple it returns (``("U", "S", "Vh")``), listed in the catalog so that a client builds the same.
     ``plannable``: the op computes through kernels only (``engine.kernel``), so a program of such ops can be
-    recorded and replayed."""
+    recorded and replayed (``plannable_when=``: in the call forms it accepts only; ``traceable``)."""
 
     def deco(fn):
         if name in D.HALF_REFUSALS:
@@ -315,6 +318,16 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
         return fn
 
     return deco
+
+
+def traceable(name):
+    """Whether a call of the op ``name`` can be traced (recorded as kernel calls and replayed: ``engine.plan``,
+    ``engine.compose``), from its declaration: True for every call, False for none (no such op, no kernels),
+    or the declaration's ``plannable_when`` check, ``(args, kwargs) -> bool``, when that depends on the call."""
+    spec = OPS.get(name) if name.__class__ is str else None
+    if spec is None:
+        return False
+    return True if spec.plannable else spec.plannable_when or False
 
 
 def _refusing_half(name: str, fn):

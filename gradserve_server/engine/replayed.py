@@ -1,8 +1,8 @@
 """What a replay leaves, shared by whole-list plans (``engine.plan``) and composed runs (``engine.compose``):
 the ``Plan`` record, the result and namespace a replay or a composed run hands back (tensors made from
-descriptors when read), the bit-for-bit array comparison both check their shortcuts with, and the ops
-plannable in some call forms only. Both modules import this one; neither imports the other's internals
-(``plan`` calls ``compose`` through its public ``run``, ``Fragments``)."""
+descriptors when read), and the bit-for-bit array comparison both check their shortcuts with. Both modules
+import this one; neither imports the other's internals (``plan`` calls ``compose`` through its public ``run``
+with its ``PlanCache``, which holds the fragments too)."""
 
 from __future__ import annotations
 
@@ -51,16 +51,6 @@ class Plan:
     written: tuple = ()            # positions of the inputs an in-place kernel writes into (restored if it fails)
     after: object = None           # what a session replay rebuilds besides the descriptors (``plan._After``)
     names: list | None = None      # a session plan's names in canonical order (``plan._canonical``) as recorded
-
-
-def _true_division(args, kwargs) -> bool:
-    # true division computes through a kernel; rounding modes are value-dependent numpy
-    return isinstance(args, list) and len(args) <= 2 and isinstance(kwargs, dict) \
-        and kwargs.get("rounding_mode") is None
-
-
-#: ops plannable in some of their call forms only: op -> (args, kwargs) -> whether this call is
-_PLANNABLE_CALLS = {"div": _true_division, "div_": _true_division}
 
 
 def _same_bits(a, b) -> bool:

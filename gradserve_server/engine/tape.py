@@ -25,8 +25,8 @@ fragments (``engine.compose``) alike.
 
 from __future__ import annotations
 
-import functools
 import itertools
+import struct
 from bisect import bisect_right
 
 import numpy as np
@@ -53,6 +53,31 @@ _EXACT_UFUNCS = frozenset({np.add, np.subtract, np.multiply, np.true_divide, np.
 _OUT_BY_KEYWORD = frozenset({np.maximum, np.minimum})
 _ndarray = np.ndarray
 _asarray = np.asarray
+
+
+# ----- keys --------------------------------------------------------------------------------------------------
+class GiveUp(Exception):
+    """A trace gives up (a composed run: ``engine.compose``; ``args[0]``: why, ``route.COMPOSE_CODES``)."""
+
+
+_F64 = struct.Struct("<d")
+
+
+def literal_key(v):
+    """A literal as a key, typed (1, 1.0 and True differ) and every bit of a float (-0.0, infinities, NaN
+    payloads where ``==`` would not tell them: -0.0 equals 0.0, a NaN never equals itself): per-op fragment keys
+    (``engine.compose``) and the float values a session plan is pinned on (``engine.plan``). A form no key
+    covers (a dict, an Owned array...) raises ``GiveUp``."""
+    c = v.__class__
+    if c is str or v is None:
+        return v
+    if c is float:
+        return (float, v) if v == v and v != 0.0 else ("f", _F64.pack(v))
+    if c is int or c is bool:
+        return (c, v)
+    if c is list or c is tuple:
+        return (c, tuple([literal_key(x) for x in v]))
+    raise GiveUp
 
 
 # ----- extraction --------------------------------------------------------------------------------------------
@@ -535,10 +560,13 @@ def compile_tape(steps: list, origin=None) -> tuple:
     return tuple(chunks), kernels, consts
 
 
-def compile_fragment(steps: list, m: int, ret: list, name: str = "?"):
+def compile_fragment(steps: list, m: int, ret: list, name: str = "?", maker=None):
     """A fragment's steps as one Python function of its ``m`` input arrays (slots 0..m-1) returning the arrays
     of slots ``ret`` (-1: None): straight-line code over locals, kernels and constants bound in its closure, each
-    call's line naming the op (``name``) and the kernel it runs. A long fragment is interpreted instead."""
+    call's line naming the op (``name``) and the kernel it runs. A long fragment is interpreted instead. The
+    source depends only on the steps' structure (slots, arity, op and kernel names; the kernels and constants
+    are the closure's values): ``maker(src)`` (``plan.PlanCache.maker``: a cache partition's memo, so that a
+    form met again in that partition is not compiled again) gives its compiled maker; None: ``compile_maker``."""
     if len(steps) > FRAGMENT_CODEGEN_MAX or m > FRAGMENT_CODEGEN_MAX:
         return fragment_interpreter(steps, m, ret)
     names: list = []
@@ -560,14 +588,12 @@ def compile_fragment(steps: list, m: int, ret: list, name: str = "?"):
     body.append("  return (" + "".join("None, " if s < 0 else f"s{s}, " for s in ret) + ")")
     src = "\n".join([f"def make({', '.join(['N', 'A', *names])}):",
                      f" def f({', '.join(f's{i}' for i in range(m))}):", *body, " return f"])
-    return _maker(src)(_ndarray, _asarray, *values)
+    return (maker or compile_maker)(src)(_ndarray, _asarray, *values)
 
 
-@functools.lru_cache(maxsize=1024)
-def _maker(src: str):
-    """``compile_fragment``'s compiled code by its source text, which depends only on the steps' structure
-    (slots, arity; the kernels and constants are the closure's values): a form met again (in a later run,
-    another fragment of the same shape) is not compiled again. Memoised: a pure function of its argument."""
+def compile_maker(src: str):
+    """``compile_fragment``'s source compiled: ``make(N, A, *closure values) -> f`` (registered with
+    ``linecache`` until ``sources.MAX_ENTRIES`` newer ones push it out: fragments made by it may outlive it)."""
     return S.compile_function(src, "fragment", "make", tie=False)
 
 

@@ -427,6 +427,7 @@ def test_a_small_request_whose_function_does_heavy_work_does_not_stall_the_event
 
 # ----- the plan cache: one per key -------------------------------------------------------------------------
 ALICE, BOB = "hardening-alice-0123456789abcdef", "hardening-bob-0123456789abcdef"
+DEBUG_ROUTE = {"X-Gradserve-Debug": "route"}
 
 
 def structure(k: int) -> list[dict]:
@@ -462,6 +463,43 @@ def test_no_key_can_observe_or_flush_another_keys_plans(uvicorns):
         figures = [line for line in c.get("/metrics").text.splitlines() if line.startswith("gradserve_plan")]
         assert figures and all("{" not in line for line in figures)  # figures of the process, none per key
         assert any(line == "gradserve_plan_cache_partitions 2.0" for line in figures)
+
+
+def repeating(n: int, size: int = 3) -> list[dict]:
+    """A one-shot list of ``n`` muls of one form on a ``size``-vector, a sum and a backward: composed from per-op
+    fragments at its structure's first sighting (``n`` >= 100)."""
+    return [{"op": "tensor", "out": "y0", "args": [[0.5] * size], "kwargs": {"requires_grad": True}},
+            *[{"op": "mul", "out": f"y{i + 1}", "args": [f"y{i}", 1.001]} for i in range(n)],
+            {"op": "sum", "out": "s", "args": [f"y{n}"]}, {"op": "backward", "args": ["s"]}]
+
+
+def test_no_key_can_observe_or_flush_another_keys_fragments(uvicorns):
+    """Per-op fragments (composed runs) live in each key's own cache with its plans: a list another key's run
+    made fragments for misses as a fresh cache does (with one table for all it would hit: a faster run tells
+    someone ran those forms), and a key flooding its fragment bound evicts its own fragments only."""
+    server = uvicorns({"GRADSERVE_API_KEYS": f"{ALICE},{BOB}", "GRADSERVE_PLAN_FRAGMENT_ENTRIES": "8",
+                       "GRADSERVE_RATE_LIMIT_PER_SECOND": "0"})
+    alice, bob = ({"X-API-Key": key} for key in (ALICE, BOB))
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        def composed(headers, ops) -> tuple[float, float]:
+            before = [plan_counter(c, name) for name in ("composed", "fragment_misses", "fragment_hits")]
+            r = c.post("/v1/eval", json={"ops": ops, "return": ["s"]}, headers={**headers, **DEBUG_ROUTE})
+            assert r.status_code == 200, r.text
+            assert r.headers["x-gradserve-route"].startswith("composed"), r.headers["x-gradserve-route"]
+            after = [plan_counter(c, name) for name in ("composed", "fragment_misses", "fragment_hits")]
+            assert after[0] == before[0] + 1
+            return after[1] - before[1], after[2] - before[2]
+
+        fresh = composed(alice, repeating(120))
+        assert fresh[0] > 0 and fresh[1] > 100
+        assert composed(bob, repeating(121))[0] == fresh[0]  # Alice's fragments are not Bob's: he misses as she did
+        assert composed(alice, repeating(122))[0] == 0  # hers are there
+        for size in range(4, 16):  # Bob's flood of forms of his own: past his bound of 8, his own go
+            composed(bob, repeating(110, size))
+        assert composed(alice, repeating(123))[0] == 0  # hers are still there
+        assert composed(bob, repeating(124))[0] == fresh[0]  # his first ones were evicted
+        figures = [line for line in c.get("/metrics").text.splitlines() if line.startswith("gradserve_plan")]
+        assert figures and all("{" not in line for line in figures)  # figures of the process, none per key
 
 
 def test_the_plan_cache_stays_within_its_bytes_and_gives_them_back(uvicorns):

@@ -268,7 +268,7 @@ def test_a_list_that_never_repeats_gives_up_before_recording_anything(monkeypatc
     c, p = both(ops, cache)
     assert p == c and c[0] == "ok"
     assert cache.composed == 0 and cache.uncomposable == 1
-    assert cache.fragment_misses == 0 and cache.fragment_hits == 0 and not cache.fragments.ops
+    assert cache.fragment_misses == 0 and cache.fragment_hits == 0 and cache.fragments == 0
 
 
 def test_a_never_repeating_list_of_known_forms_composes_from_hits(monkeypatch):
@@ -341,7 +341,7 @@ def test_a_long_prologue_then_a_loop_composes_in_a_long_list(monkeypatch, prolog
         short = fresh_cache()
         c, p = both(head + body(40), short)
         assert p == c and c[0] == "ok"
-        assert short.uncomposable == 1 and short.fragment_misses == 0 and not short.fragments.ops, short.stats()
+        assert short.uncomposable == 1 and short.fragment_misses == 0 and short.fragments == 0, short.stats()
 
 
 @pytest.mark.parametrize("on", ["inputs", "leading inputs", "intermediates"])
@@ -368,7 +368,7 @@ def test_forms_that_differ_only_in_shape_give_up_early(monkeypatch, on):
     assert p == c and c[0] == "ok"
     assert cache.composed == 0 and cache.uncomposable == 1
     recorded = MISS_SLACK if on == "intermediates" else 0
-    assert cache.fragment_misses == recorded == len(cache.fragments.ops), cache.stats()
+    assert cache.fragment_misses == recorded == cache.fragments, cache.stats()
 
 
 def test_a_long_list_that_meets_all_its_forms_first_still_composes(monkeypatch):
@@ -409,34 +409,63 @@ def test_giving_up_leaves_owned_inputs_and_the_state_untouched():
     assert owned.array.tobytes() == data.tobytes()
 
 
+def _frags(cache, makers: bool = False) -> dict:
+    """The fragments a ``PlanCache`` holds (key -> fragment, None for an uncomposable form; ``makers``: and the
+    compiled code of its fragments' sources, ``PlanCache.maker``)."""
+    return {k: cache.table[k] for k in list(cache._fsizes) if makers or k[0] is not plan_module._CODE}
+
+
 def test_fragments_are_bounded(monkeypatch):
     cache = PlanCache(record_after=1_000_000)
-    cache.fragments.max_entries = 4
+    cache.fragment_entries = 4
     r = draws(2)
     for name in sorted(PROGRAMS):
         both(PROGRAMS[name](r), cache)
-    assert len(cache.fragments.ops) <= 4
-    assert cache.stats()["fragments"] == len(cache.fragments.ops)
+    assert cache.fragments <= 4 and cache.evictions > 0
+    assert cache.stats()["fragments"] == len(_frags(cache, makers=True)) == cache.fragments
 
 
-def test_fragments_are_bounded_in_bytes_constants_and_vjps_included():
+def test_fragments_share_the_caches_one_measured_bytes_bound_constants_and_vjps_included():
+    """Fragments and plans are one table with one accounting: each fragment counted as ``footprint`` measures it
+    and its key (its VJP fragments added as they come), within the one ``max_bytes``, least recently used out."""
     cache = PlanCache(record_after=1_000_000)
-    frags = cache.fragments
     r = draws(2)
     for name in sorted(PROGRAMS):
         both(PROGRAMS[name](r), cache)
-    full = frags.bytes
-    assert full == sum(compose_module._cost(f) for f in frags.ops.values())
-    assert any(f is not None and f.cbytes for f in frags.ops.values())  # (constants are counted)
-    assert any(f is not None and f.recipe is not None and f.recipe.vjps for f in frags.ops.values())
-    small = PlanCache(record_after=1_000_000)
-    small.fragments.max_bytes = full // 3
+    frags = _frags(cache)
+    full = cache.bytes
+    assert full == sum(cache._sizes.values()) + sum(cache._fsizes.values())
+    assert any(f is not None and f.cbytes for f in frags.values())  # (constants: counted by footprint)
+    assert any(f is not None and f.recipe is not None and f.recipe.vjps for f in frags.values())
+    # the counted bytes are the true ones: what the entries hold now, measured again (code compiled since a
+    # fragment was made replaces its steps: close, not equal)
+    again = sum(plan_module.footprint((k, f)) for k, f in _frags(cache, makers=True).items())
+    assert 0.8 * again <= sum(cache._fsizes.values()) <= 1.25 * again, (sum(cache._fsizes.values()), again)
+    small = PlanCache(record_after=1_000_000, max_bytes=full // 3)
     for name in sorted(PROGRAMS):
         c, p = both(PROGRAMS[name](r), small)
         assert p == c
-        assert small.fragments.bytes <= full // 3
-        assert small.fragments.bytes == sum(compose_module._cost(f) for f in small.fragments.ops.values())
-    assert 0 < len(small.fragments.ops) < len(frags.ops)
+        assert small.bytes <= full // 3
+        assert small.bytes == sum(small._sizes.values()) + sum(small._fsizes.values())
+    assert 0 < small.fragments < len(frags) and small.evictions > 0
+
+
+def test_a_fragment_hit_since_the_eviction_last_passed_it_is_kept_as_recently_used():
+    """One eviction policy over plans and fragments: least recently used out; a fragment's hits (flagged by the
+    composed run without a lock) count as uses when the eviction reaches it."""
+    cache = PlanCache(max_entries=8, fragment_entries=3)
+    a, b, c, d = (compose_module._Frag() for _ in range(4))
+    for f in (a, b, c, d):
+        f.used, f.graph, f.recipe = False, None, None
+    for key, f in (("a", a), ("b", b), ("c", c)):
+        cache.put_fragment((key,), f)
+    a.used = True  # (a hit)
+    cache.put_fragment(("d",), d)
+    assert set(_frags(cache)) == {("a",), ("c",), ("d",)} and not a.used
+    cache.put((b"plan",), plan_module._Seen(1))
+    cache.put_fragment(("e",), None)  # (an uncomposable form: no flag)
+    assert set(_frags(cache)) == {("a",), ("d",), ("e",)} and cache.get((b"plan",)) is not None
+    assert len(cache) == 1 and cache.evictions == 2
 
 
 def test_ops_of_the_suite_are_named_in_samples():
@@ -562,7 +591,7 @@ def test_a_one_kernel_fragment_is_called_inline_as_its_function_would_be():
     for _ in range(2):
         c, p = both(ops, cache)
         assert p == c and c[0] == "ok"
-    frags = [f for f in cache.fragments.ops.values() if f is not None]
+    frags = [f for f in _frags(cache).values() if f is not None]
     assert sum(f.k is not None for f in frags) >= 3 and any(f.k is None for f in frags)
     for f in frags:
         if f.k is not None:
@@ -590,7 +619,7 @@ def test_short_tensor_lists_key_their_aliasing():
         c, p = both(ops, cache)
         assert p == c and c[0] == "ok"
     assert cache.composed == 2
-    stacks = [k for k, f in cache.fragments.ops.items() if k[0] == "stack" and f is not None]
+    stacks = [k for k, f in _frags(cache).items() if k[0] == "stack" and f is not None]
     assert len(stacks) >= 3  # (aa, ab/ay, bab: three forms)
 
 
@@ -611,16 +640,21 @@ def test_inputs_bind_as_cold_wherever_they_are(layout):
     assert cache.composed == 2
 
 
-def test_codegen_compiles_a_structure_once_and_binds_each_fragments_own_values():
+def test_codegen_compiles_a_structure_once_per_partition_and_binds_each_fragments_own_values():
     """``tape.compile_fragment``'s source depends only on the steps' structure: a second fragment of the same
-    structure reuses the compiled code (``_maker``), with its own kernels and constants."""
+    structure reuses the compiled code (``PlanCache.maker``: in the same cache partition only, counted as its
+    entry), with its own kernels and constants."""
     def steps(c):
         return [(np.multiply, (None, c), ((0, 0),), 1, False, True, -1, ()),
                 (np.add, (None, None), ((0, 1), (1, 0)), 2, False, True, -1, ())]
-    f1 = tape_module.compile_fragment(steps(np.float32(2.0)), 1, [2])
-    n = tape_module._maker.cache_info().currsize
-    f2 = tape_module.compile_fragment(steps(np.float32(3.0)), 1, [2])
-    assert tape_module._maker.cache_info().currsize == n and f1.__code__ is f2.__code__
+    cache, other = PlanCache(), PlanCache()
+    f1 = tape_module.compile_fragment(steps(np.float32(2.0)), 1, [2], maker=cache.maker)
+    n, held = cache.fragments, cache.bytes
+    assert n == 1 and held > 0
+    f2 = tape_module.compile_fragment(steps(np.float32(3.0)), 1, [2], maker=cache.maker)
+    assert cache.fragments == n and cache.bytes == held and f1.__code__ is f2.__code__
+    f3 = tape_module.compile_fragment(steps(np.float32(3.0)), 1, [2], maker=other.maker)
+    assert f3.__code__ is not f1.__code__ and other.fragments == 1
     x = np.asarray(np.float32(1.5))
     (a,), (b,) = f1(x), f2(x)
     assert a.__class__ is np.ndarray and a.tolist() == 1.5 * 2 + 1.5 and b.tolist() == 1.5 * 3 + 1.5
@@ -660,7 +694,7 @@ def test_the_inline_node_forms_make_the_nodes_the_general_code_makes():
             c, p = both(ops, cache)
             assert p == c and c[0] == "ok"
     assert cache.composed == 2
-    modes = {f.mode for f in cache.fragments.ops.values() if f is not None}
+    modes = {f.mode for f in _frags(cache).values() if f is not None}
     assert {1, 2, 3, 4} <= modes, modes
     # the accumulators the inline forms make (without ``_Acc.__init__``) have every field set
     accs = [e[0][0] for e in runs[-1].leaves.values()]

@@ -340,7 +340,7 @@ def fuzz(seed: int, lists: int, slack_default_every: int = 2, failures: list | N
     rng = random.Random(seed)
     cache = PlanCache(record_after=1_000_000)
     small = PlanCache(record_after=1_000_000)  # (fragments evicted while a run uses them)
-    small.fragments.max_entries = 12
+    small.fragment_entries = 12
     pool: list = []
     s = seed * 100_003
     ok = 0

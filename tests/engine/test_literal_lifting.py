@@ -189,6 +189,17 @@ def test_a_value_an_op_branches_on_is_pinned_and_each_value_gets_its_plan():
     assert plans(tw.cache) == 5 and tw.cache.hits == 2
 
 
+def test_a_pinned_float_is_keyed_by_its_bits_so_minus_zero_and_nan_get_plans_of_their_own():
+    """A pinned value is keyed as fragment keys type a literal (``tape.literal_key``): -0.0 == 0.0 would replay
+    alpha=0.0's plan for alpha=-0.0 (x + 0.0*y is 0.0 where x + -0.0*y is -0.0 for x = -0.0, y > 0), and a NaN
+    (never == itself) would never find its plan."""
+    tw = Twins([T("x", [-0.0, 1.0]), T("y", [1.0, 1.0])])
+    for alpha in (0.0, 0.0, -0.0, -0.0, float("nan"), float("nan"), 0.0):
+        tw.run([op("add", "x", "y", alpha=alpha, out="a"), op("del", "a")])
+    assert pins(tw.cache) == [(0,)]
+    assert plans(tw.cache) == 3 and tw.cache.hits == 4
+
+
 def test_a_float_a_graph_node_keeps_is_pinned():
     """add's alpha saved on AddBackward0 (a session tensor's graph, rebuilt by a replay) is keyed by value."""
     tw = Twins([T("x", [1.0, 2.0], requires_grad=True), T("y", [3.0, 4.0], requires_grad=True)])

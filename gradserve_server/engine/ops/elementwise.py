@@ -276,6 +276,13 @@ batching(P.MulBackward0, vjp=SAME, jvp=SAME)
 _ROUNDING = (None, "trunc", "floor")
 
 
+def _true_division(args, kwargs) -> bool:
+    """div's traceable calls: true division computes through a kernel; the rounding modes are value-dependent
+    numpy."""
+    return isinstance(args, list) and len(args) <= 2 and isinstance(kwargs, dict) \
+        and kwargs.get("rounding_mode") is None
+
+
 @op("div", promotion="true_divide",
     numbers_as_tensors=True,
     overloads={
@@ -287,7 +294,7 @@ _ROUNDING = (None, "trunc", "floor")
         "method": ("(Tensor other)", "(Tensor other, *, str rounding_mode)", "(Number other, *, str rounding_mode)"),
     },
     tensors=("self", "other"), grad_fns=(P.DivBackward0, P.DivBackward2, P.MulBackward0),
-    aliases=("divide", "true_divide", "__truediv__"))
+    aliases=("divide", "true_divide", "__truediv__"), plannable_when=_true_division)
 def div(self, other, rounding_mode=None):
     """torch.div(input, other, rounding_mode=None); ``2 / p`` is reciprocal(p) * 2 as in torch."""
     if rounding_mode not in _ROUNDING:

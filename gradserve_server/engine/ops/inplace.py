@@ -343,11 +343,13 @@ def _(ctx, self_t, src_t):
 
 def _make(name: str, fn, grad_fns: tuple, tensors=("self",), aliases=(), doc="", overlap_check=True,
           plannable: bool | None = None, **facts):
-    """``plannable``: default, as the out-of-place op ``name[:-1]`` is declared (the in-place op is that op on
-    a shadow, then a kernel's write)."""
+    """``plannable`` (and ``plannable_when``): default, as the out-of-place op ``name[:-1]`` is declared (the
+    in-place op is that op on a shadow, then a kernel's write)."""
     if plannable is None:
         base = OPS.get(name[:-1])
         plannable = base is not None and base.plannable
+        if base is not None and base.plannable_when is not None:
+            facts.setdefault("plannable_when", base.plannable_when)
 
     def inplace(self, *args, **kwargs):
         return _apply_inplace(self, fn, args, kwargs, overlap_check)
