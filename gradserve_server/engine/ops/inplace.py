@@ -318,6 +318,9 @@ def _copy_kernel(src: np.ndarray, shape: tuple, dtype) -> np.ndarray:
     return np.array(np.broadcast_to(src, shape), dtype=dtype, copy=True)
 
 
+K.MOVES.add(_copy_kernel)  # (of one dtype: a copy keeps every bit, a bfloat16 NaN's payload too)
+
+
 @vjp("CopyBackwards", inputs=("self", "src"), cpp=True)
 def _(ctx, grad):
     n = ctx.needs
