@@ -25,3 +25,4 @@ def test_reflected_bitwise_operands(ctx):
     i = torch.tensor([1, 6, -3])
     assert (True & i).tolist() == [1, 0, 1] and (1 | torch.tensor([True, False])).tolist() == [1, 1]
     assert (3 ^ i).dtype is torch.int64 and (3 ^ i).tolist() == [2, 5, -2]
+    assert (i << 2).tolist() == [4, 24, -12] and (i >> 1).tolist() == [0, 3, -2]

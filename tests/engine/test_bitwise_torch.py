@@ -1,8 +1,9 @@
-"""Bitwise ops (``&``, ``|``, ``^``, ``~``, ``bitwise_and/or/xor/not``) against torch 2.13: on the bits of integers
-and bools with torch.result_type's dtype (the engine used to take ``&`` for logical_and: int16 ``6 & 3`` was
-``True``, not ``2``), a floating result type refused with torch's exception and message, over every pair of the
-engine's dtypes and with numbers. torch's outcomes are in ``tests/fixtures/bitwise.json``, recomputed live when
-torch is installed. Re-record with ``python -m tests.engine.test_bitwise_torch --record``."""
+"""Bitwise ops (``&``, ``|``, ``^``, ``~``, ``<<``, ``>>`` and their ``bitwise_*`` functions) against torch 2.13:
+on the bits of integers and bools with torch.result_type's dtype (the engine used to take ``&`` for logical_and:
+int16 ``6 & 3`` was ``True``, not ``2``), a floating result type (a bool one, shifting) refused with torch's
+exception and message, over every pair of the engine's dtypes and with numbers. torch's outcomes are in
+``tests/fixtures/bitwise.json``, recomputed live when torch is installed. Re-record with
+``python -m tests.engine.test_bitwise_torch --record``."""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ _DATA = "a = torch.tensor([1, 6, -3, 0, 127]).to(A)\nb = torch.tensor([3, 5, -1,
 CASES = {}
 for _a in DTYPES:
     for _b in DTYPES:
-        for _sym in ("&", "|", "^"):
+        for _sym in ("&", "|", "^", "<<", ">>"):
             CASES[f"a {_sym} b[{_a},{_b}]"] = (_a, _b, f"r = a {_sym} b")
     for _code in ("r = ~a", "r = torch.bitwise_not(a)", "r = a & 6", "r = a | True", "r = a ^ 300", "r = a & 1.5",
-                  "r = torch.bitwise_and(a, torch.tensor(2))", "r = torch.bitwise_xor(12, a)", "r = a.bitwise_or(5)"):
+                  "r = torch.bitwise_and(a, torch.tensor(2))", "r = torch.bitwise_xor(12, a)", "r = a.bitwise_or(5)",
+                  "r = a << 3", "r = a >> 9", "r = torch.bitwise_left_shift(2, a)", "r = a.bitwise_right_shift(1)"):
         CASES[f"{_code}[{_a}]"] = (_a, "int64", _code)
 
 

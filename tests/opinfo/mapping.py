@@ -117,6 +117,8 @@ CATALOG_OP: dict[str, str] = {
     "bitwise_or": "bitwise_or",
     "bitwise_xor": "bitwise_xor",
     "bitwise_not": "bitwise_not",
+    "bitwise_left_shift": "bitwise_left_shift",
+    "bitwise_right_shift": "bitwise_right_shift",
     "lt": "lt",
     "masked_fill": "masked_fill",
     "masked_select": "masked_select",

@@ -482,7 +482,8 @@ for _dunder, _op in {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__r
                      "__floordiv__": "floor_divide", "__eq__": "eq", "__ne__": "ne", "__lt__": "lt", "__le__": "le",
                      "__gt__": "gt", "__ge__": "ge", "__and__": "bitwise_and", "__or__": "bitwise_or",
                      "__xor__": "bitwise_xor", "__rand__": "bitwise_and", "__ror__": "bitwise_or",
-                     "__rxor__": "bitwise_xor", "__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_",
+                     "__rxor__": "bitwise_xor", "__lshift__": "bitwise_left_shift",
+                     "__rshift__": "bitwise_right_shift", "__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_",
                      "__itruediv__": "div_", "__ipow__": "pow_"}.items():
     setattr(Tensor, _dunder, _binary(_op))
 for _dunder, _op in {"__neg__": "neg", "__abs__": "abs", "__invert__": "invert"}.items():

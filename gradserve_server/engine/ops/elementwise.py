@@ -2013,19 +2013,22 @@ def logical_not(self):
 # ----- bitwise ops: on the bits of integers and bools, never their truth values -----------------------------------
 
 
-def _refuse_floating(kernel: str, dtype: str) -> None:
-    """torch's CPU bitwise kernels exist for integers and bool only: a floating result type is refused."""
-    if D.is_floating(dtype):
+def _refuse_floating(kernel: str, dtype: str, bool_too: bool = False) -> None:
+    """torch's CPU bitwise kernels exist for integers and bool only (shifts: integers only): a floating result type
+    is refused."""
+    if D.is_floating(dtype) or bool_too and dtype == D.BOOL:
         raise TorchRuntimeError(f"\"{kernel}\" not implemented for '{D.SCALAR_TYPE_NAMES[dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
 
 
 def _bitwise(name: str, npfn, kernel: str):
+    shift = "shift" in name
+
     def fn(self, other):
         if not isinstance(self, Tensor):
             other = require_tensor(other, "other", name)
         dtype, a, b = binary_operands(self, other)
-        _refuse_floating(kernel, dtype)
+        _refuse_floating(kernel, dtype, bool_too=shift)
         return Tensor(kcall(npfn, a, b))
 
     fn.__name__ = name
@@ -2047,6 +2050,13 @@ bitwise_or = op("bitwise_or", tensors=("self", "other"), differentiable=False,
 bitwise_xor = op("bitwise_xor", tensors=("self", "other"), differentiable=False,
                  plannable=True, aliases=("__xor__",), overloads=_BITWISE)(
     _bitwise("bitwise_xor", np.bitwise_xor, "bitwise_xor_cpu"))
+# (numpy's shifts are torch's: a count past the width gives 0, or -1 shifting a negative number right)
+bitwise_left_shift = op("bitwise_left_shift", tensors=("self", "other"), differentiable=False,
+                        plannable=True, aliases=("__lshift__",), overloads=_BITWISE)(
+    _bitwise("bitwise_left_shift", np.left_shift, "lshift_cpu"))
+bitwise_right_shift = op("bitwise_right_shift", tensors=("self", "other"), differentiable=False,
+                         plannable=True, aliases=("__rshift__",), overloads=_BITWISE)(
+    _bitwise("bitwise_right_shift", np.right_shift, "rshift_cpu"))
 
 
 @op("bitwise_not", tensors=("self",), differentiable=False, plannable=True)
