@@ -26,7 +26,10 @@ for _a in DTYPES:
             CASES[f"a {_sym} b[{_a},{_b}]"] = (_a, _b, f"r = a {_sym} b")
     for _code in ("r = ~a", "r = torch.bitwise_not(a)", "r = a & 6", "r = a | True", "r = a ^ 300", "r = a & 1.5",
                   "r = torch.bitwise_and(a, torch.tensor(2))", "r = torch.bitwise_xor(12, a)", "r = a.bitwise_or(5)",
-                  "r = a << 3", "r = a >> 9", "r = torch.bitwise_left_shift(2, a)", "r = a.bitwise_right_shift(1)"):
+                  "r = a << 3", "r = a >> 9", "r = torch.bitwise_left_shift(2, a)", "r = a.bitwise_right_shift(1)",
+                  # in place: the result type must fit the target (checked before a floating type is refused)
+                  "r = a.bitwise_and_(b)", "r = a.bitwise_or_(3)", "a ^= True\nr = a", "a <<= 1\nr = a",
+                  "a >>= b\nr = a", "r = a.bitwise_not_()", "r = b.bitwise_xor_(a)"):
         CASES[f"{_code}[{_a}]"] = (_a, "int64", _code)
 
 
