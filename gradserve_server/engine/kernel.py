@@ -111,6 +111,11 @@ def add_into(target: np.ndarray, a: np.ndarray) -> None:
 #: kernels whose errors depend on shapes and strides alone (registered by their modules)
 STRUCTURAL: set = set()
 
+#: kernels that only move, select or reinterpret elements (clone, slices, joins, views; registered by their
+#: modules): on float16/bfloat16 arrays they run as they are, not in float32, so the bits come through as torch's
+#: copies keep them (a bfloat16 NaN's payload: ml_dtypes' rounding from float32 makes it the canonical NaN)
+MOVES: set = set()
+
 
 # ----- direct forms: what a plan may call instead of a kernel ------------------------------------------------
 # A kernel may carry ``direct``: a function of the kernel's arguments (as recorded: arrays and static values)
@@ -242,6 +247,8 @@ def kcall(fn, *args):
     rec = _get()
     if rec is None:
         half = _half_of(args)
+        if half is not None and fn in MOVES:
+            half = None
         out = fn(*args) if half is None else _in_f32(fn, args, half)
         return out if out.__class__ is _ndarray or out.__class__ is tuple else np.asarray(out)
     return rec.call(fn, args)
@@ -424,7 +431,7 @@ class Recorder:
                          f"{getattr(fn, '__name__', fn)} got a non-static argument {type(a).__name__}")
         if lifted is not None:
             args = tuple(lifted)
-        half = None if inplace else _half_of(args)
+        half = None if inplace or fn in MOVES else _half_of(args)
         try:
             if inplace:
                 fn(*args)

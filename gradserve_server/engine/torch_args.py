@@ -78,7 +78,8 @@ class Signature:
 _VALUE_TYPES = frozenset({"Number", "int", "tuple of ints"})
 
 def _tname(v) -> str:
-    return type(v).__name__
+    # a dtype object is torch's class (the engine's dtypes are names, str, and show as str)
+    return "torch.dtype" if isinstance(v, DTYPE_TYPES) and not isinstance(v, str) else type(v).__name__
 
 
 def _is_tensor(v) -> bool:

@@ -26,6 +26,10 @@ CATALOG = {e["name"]: e for e in E.op_catalog()}
 #: named tuple
 UNDECLARED = {"hardtanh", "sort", "square"}
 
+#: nor for the bitwise ops: they refuse the floating types torch.result_type gives
+UNDECLARED |= {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift",
+               "bitwise_right_shift"}
+
 
 def operands(key: str) -> list[tuple[str, int]]:
     out = []

@@ -57,6 +57,16 @@ KINDS = (("create", 8), ("op", 30), ("view", 14), ("inplace", 16), ("retain_grad
          ("grad", 8), ("set_grad", 3), ("requires_grad_", 3), ("zero_grad", 2), ("sgd", 2))
 
 
+#: Tensor.view(dtype)'s targets per source dtype: mostly of the same element size (any layout), some smaller or
+#: larger (torch's layout rules), integers read as floats kept to float32/float64 (no half-precision arithmetic on
+#: reinterpreted bits later in the program)
+VIEW_DTYPES = {"float32": ("int32", "int32", "float32", "int16", "uint8", "float64"),
+               "float64": ("int64", "int64", "float32", "int32"),
+               "int64": ("float64", "int32", "int64"), "int32": ("float32", "int64"), "bool": ("uint8", "int8"),
+               "float16": ("int16", "uint8"), "bfloat16": ("int16", "uint8"), "int16": ("int8",),
+               "int8": ("uint8", "bool"), "uint8": ("int8",)}
+
+
 def catalog_ops() -> list[str]:
     """Every op of the catalog the generator can call out of place (primary names)."""
     names = sorted({s.name for s in OPS.values()})
@@ -272,6 +282,14 @@ class Generator:
                 opts.append(("expand_as", [self.pick(others)]))
         else:
             opts += [("getitem", [[]]), ("t", []), ("view", [1])]
+        # Tensor.view(dtype): the bits reinterpreted, the last dimension scaled between element sizes (a layout
+        # torch refuses ends the program on its message); of a tensor made from data and unchanged only, whose
+        # bits are torch's exactly (a computed value's last bits are compared with a tolerance, its bits are not)
+        if t._version == 0 and any(o["op"] == "tensor" and o.get("out") == src for o in self.program) and \
+                self.rng.random() < 0.3:
+            dtype = self.rng.choice(VIEW_DTYPES[str(t.dtype).replace("torch.", "")])
+            self.emit({"op": "view", "out": self.name(), "args": [src], "kwargs": {"dtype": dtype}})
+            return
         op, extra = self.rng.choice(opts)
         if op == "getitem":
             args = [src, extra[0]]

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 from gradserve_server.engine.registry import OPS
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64, "bool": torch.bool}
+DTYPES = {name: getattr(torch, name) for name in ("float32", "float64", "float16", "bfloat16", "int64", "int32",
+                                                  "int16", "int8", "uint8", "bool")}
 _SLICE_RE = re.compile(r"^\s*(-?\d+)?\s*:\s*(-?\d+)?\s*(?::\s*(-?\d+)?\s*)?$")
 # ops whose engine name is not torch's function name
 _REFLECTED = {"rtruediv": "__rtruediv__", "rpow": "__rpow__", "rmatmul": "__rmatmul__"}

@@ -239,6 +239,10 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
     """The facts of a one-output op's result: requires_grad, is_leaf and node, and the shape where the op's
     family says how (broadcasting, reductions). Raises torch's broadcast error."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    if entry["name"] == "view" and tensors:
+        target = _view_dtype(arg)
+        if target is not None:
+            return view_dtype(tensors[0], target)
     facts: dict = {}
     shape = shape_of(entry, tensors, arg)
     if shape is not UNKNOWN:
@@ -268,6 +272,31 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
         facts.update(requires_grad=True, is_leaf=False)
     elif UNKNOWN not in nodes:
         facts.update(requires_grad=False, is_leaf=True, grad_fn=None, node=None)
+    return facts
+
+
+def _view_dtype(arg) -> str | None:
+    """The dtype of ``Tensor.view(dtype)`` (positional or ``dtype=``), or None: ``view(*shape)``."""
+    target = arg("dtype")
+    if target is None:
+        rest = arg("shape")
+        target = rest[0] if isinstance(rest, (list, tuple)) and len(rest) == 1 else None
+    return getattr(target, "name", None) if target.__class__.__name__ == "dtype" else None
+
+
+def view_dtype(t, target: str) -> dict:
+    """The facts of ``t.view(target)``, as torch makes it: never requires grad (no grad_fn, a leaf, whatever
+    ``t`` is), ``target``'s dtype, the last dimension scaled between element sizes (its errors, which need the
+    strides, are the server's)."""
+    facts = {"dtype": target, "requires_grad": False, "is_leaf": True, "grad_fn": None, "node": None}
+    shape, source = peek(t, "shape"), peek(t, "dtype")
+    if shape is UNKNOWN or source is UNKNOWN:
+        return facts
+    have, want = FACTS[source][1], FACTS[target][1]
+    if have == want:
+        facts["shape"] = shape
+    elif shape and (have > want or shape[-1] % (want // have) == 0):
+        facts["shape"] = (*shape[:-1], shape[-1] * have // want)
     return facts
 
 

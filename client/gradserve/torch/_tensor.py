@@ -482,11 +482,15 @@ for _dunder, _op in {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__r
                      "__mul__": "mul", "__rmul__": "mul", "__truediv__": "div", "__rtruediv__": "rtruediv",
                      "__pow__": "pow", "__rpow__": "rpow", "__matmul__": "matmul", "__rmatmul__": "rmatmul",
                      "__floordiv__": "floor_divide", "__eq__": "eq", "__ne__": "ne", "__lt__": "lt", "__le__": "le",
-                     "__gt__": "gt", "__ge__": "ge", "__and__": "logical_and", "__or__": "logical_or",
-                     "__xor__": "logical_xor", "__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_",
-                     "__itruediv__": "div_", "__ipow__": "pow_"}.items():
+                     "__gt__": "gt", "__ge__": "ge", "__and__": "bitwise_and", "__or__": "bitwise_or",
+                     "__xor__": "bitwise_xor", "__rand__": "bitwise_and", "__ror__": "bitwise_or",
+                     "__rxor__": "bitwise_xor", "__lshift__": "bitwise_left_shift",
+                     "__rshift__": "bitwise_right_shift", "__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_",
+                     "__itruediv__": "div_", "__ipow__": "pow_", "__iand__": "bitwise_and_", "__ior__": "bitwise_or_",
+                     "__ixor__": "bitwise_xor_", "__ilshift__": "bitwise_left_shift_",
+                     "__irshift__": "bitwise_right_shift_"}.items():
     setattr(Tensor, _dunder, _binary(_op))
-for _dunder, _op in {"__neg__": "neg", "__abs__": "abs", "__invert__": "logical_not"}.items():
+for _dunder, _op in {"__neg__": "neg", "__abs__": "abs", "__invert__": "invert"}.items():
     setattr(Tensor, _dunder, _unary(_op))
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from .. import dtypes as D
 from ..batching import SAME, batching
 from ..dual import _level as _fw_level
-from ..errors import InvalidArgumentError, TorchRuntimeError, TorchValueError
+from ..errors import InvalidArgumentError, TorchRuntimeError, TorchTypeError, TorchValueError
 from ..grad_mode import set_grad_enabled
 from ..kernel import kcall, number, takes_literals
 from ..registry import F, P, Prim, elementwise_jvp, jvp, no_jvp, op, record, vjp, zero_jvp
@@ -2011,22 +2011,85 @@ lt = op("lt", promotion="bool", tensors=("self", "other"), differentiable=False,
 le = op("le", promotion="bool", tensors=("self", "other"), differentiable=False, plannable=True,
         aliases=("__le__", "less_equal"),
         overloads=_COMPARISON)(_compare("le", np.less_equal))
-logical_and = op("logical_and", promotion="bool", tensors=("self", "other"), differentiable=False, plannable=True,
-    aliases=("__and__",))(
+logical_and = op("logical_and", promotion="bool", tensors=("self", "other"), differentiable=False, plannable=True)(
     _compare("logical_and", np.logical_and))
-logical_or = op("logical_or", promotion="bool", tensors=("self", "other"), differentiable=False, plannable=True,
-    aliases=("__or__",))(
+logical_or = op("logical_or", promotion="bool", tensors=("self", "other"), differentiable=False, plannable=True)(
     _compare("logical_or", np.logical_or))
-logical_xor = op("logical_xor", promotion="bool", tensors=("self", "other"), differentiable=False, plannable=True,
-    aliases=("__xor__",))(
+logical_xor = op("logical_xor", promotion="bool", tensors=("self", "other"), differentiable=False, plannable=True)(
     _compare("logical_xor", np.logical_xor))
 
 
-@op("logical_not", promotion="bool", tensors=("self",), differentiable=False, aliases=("__invert__",), plannable=True)
+@op("logical_not", promotion="bool", tensors=("self",), differentiable=False, plannable=True)
 def logical_not(self):
-    """torch.logical_not(input) (``~mask`` on bool tensors)."""
+    """torch.logical_not(input)."""
     self = require_tensor(self)
     return Tensor(kcall(np.logical_not, self.data))
+
+
+# ----- bitwise ops: on the bits of integers and bools, never their truth values -----------------------------------
+
+
+def _refuse_floating(kernel: str, dtype: str, bool_too: bool = False) -> None:
+    """torch's CPU bitwise kernels exist for integers and bool only (shifts: integers only): a floating result type
+    is refused."""
+    if D.is_floating(dtype) or bool_too and dtype == D.BOOL:
+        raise TorchRuntimeError(f"\"{kernel}\" not implemented for '{D.SCALAR_TYPE_NAMES[dtype]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
+
+
+def _bitwise(name: str, npfn, kernel: str):
+    shift = "shift" in name
+
+    def fn(self, other):
+        if not isinstance(self, Tensor):
+            other = require_tensor(other, "other", name)
+        dtype, a, b = binary_operands(self, other)
+        _refuse_floating(kernel, dtype, bool_too=shift)
+        return Tensor(kcall(npfn, a, b))
+
+    fn.__name__ = name
+    fn.__doc__ = (f"torch.{name}(input, other): on the bits of integer and bool operands (torch.result_type's "
+                  f"dtype; a number wraps into it), refusing a floating result type as torch's {kernel} does.")
+    return fn
+
+
+#: (no promotion declared: the client's dtype rules would not refuse a floating type; the server decides)
+_BITWISE = {"function": ("(Tensor input, Tensor other, *, Tensor out = None)", "(Number self, Tensor other)",
+                         "(Tensor input, Number other, *, Tensor out = None)"),
+            "method": ("(Tensor other)", "(Number other)")}
+bitwise_and = op("bitwise_and", tensors=("self", "other"), differentiable=False,
+                 plannable=True, aliases=("__and__",), overloads=_BITWISE)(
+    _bitwise("bitwise_and", np.bitwise_and, "bitwise_and_cpu"))
+bitwise_or = op("bitwise_or", tensors=("self", "other"), differentiable=False,
+                plannable=True, aliases=("__or__",), overloads=_BITWISE)(
+    _bitwise("bitwise_or", np.bitwise_or, "bitwise_or_cpu"))
+bitwise_xor = op("bitwise_xor", tensors=("self", "other"), differentiable=False,
+                 plannable=True, aliases=("__xor__",), overloads=_BITWISE)(
+    _bitwise("bitwise_xor", np.bitwise_xor, "bitwise_xor_cpu"))
+# (numpy's shifts are torch's: a count past the width gives 0, or -1 shifting a negative number right)
+bitwise_left_shift = op("bitwise_left_shift", tensors=("self", "other"), differentiable=False,
+                        plannable=True, aliases=("__lshift__",), overloads=_BITWISE)(
+    _bitwise("bitwise_left_shift", np.left_shift, "lshift_cpu"))
+bitwise_right_shift = op("bitwise_right_shift", tensors=("self", "other"), differentiable=False,
+                         plannable=True, aliases=("__rshift__",), overloads=_BITWISE)(
+    _bitwise("bitwise_right_shift", np.right_shift, "rshift_cpu"))
+
+
+@op("bitwise_not", tensors=("self",), differentiable=False, plannable=True)
+def bitwise_not(self):
+    """torch.bitwise_not(input): the bits inverted (a bool's truth value), integers and bool only."""
+    self = require_tensor(self)
+    _refuse_floating("bitwise_not_cpu", self.dtype)
+    return Tensor(kcall(np.invert, self.data))
+
+
+@op("invert", tensors=("self",), differentiable=False, plannable=True, aliases=("__invert__",), method=False)
+def invert(self):
+    """``~x``: bitwise_not, refusing a floating tensor with the TypeError torch's Python operator raises."""
+    self = require_tensor(self)
+    if D.is_floating(self.dtype):
+        raise TorchTypeError("~ (operator.invert) is only implemented on integer and Boolean-type tensors")
+    return bitwise_not(self)
 
 
 @op("isnan", promotion="bool", tensors=("self",), differentiable=False)

@@ -318,6 +318,9 @@ def _copy_kernel(src: np.ndarray, shape: tuple, dtype) -> np.ndarray:
     return np.array(np.broadcast_to(src, shape), dtype=dtype, copy=True)
 
 
+K.MOVES.add(_copy_kernel)  # (of one dtype: a copy keeps every bit, a bfloat16 NaN's payload too)
+
+
 @vjp("CopyBackwards", inputs=("self", "src"), cpp=True)
 def _(ctx, grad):
     n = ctx.needs
@@ -361,6 +364,23 @@ def _make(name: str, fn, grad_fns: tuple, tensors=("self",), aliases=(), doc="",
               **facts)(inplace)
 
 
+_BITWISE_METHOD = {"method": ("(Tensor other)", "(Number other)")}
+
+
+def _cast_before_kernel(fn):
+    """An in-place bitwise op: torch checks that the result type fits the target (``i.bitwise_and_(f)``: Float
+    into Long) before its kernel refuses a floating type."""
+    def checked(self, other):
+        res = D.result_type(self, other)
+        if not D.can_cast(res, self.dtype):
+            raise TorchRuntimeError(f"result type {D.SCALAR_TYPE_NAMES[res]} can't be cast to the desired output "
+                                    f"type {D.SCALAR_TYPE_NAMES[self.dtype]}", code="invalid_dtype")
+        return fn(self, other)
+
+    checked.__signature__ = inspect.signature(fn)
+    return checked
+
+
 add_ = _make("add_", E.add, (P.AddBackward0,), ("self", "other"), ("__iadd__", "iadd"))
 sub_ = _make("sub_", E.sub, (P.SubBackward0,), ("self", "other"), ("__isub__", "isub"))
 mul_ = _make("mul_", E.mul, (P.MulBackward0,), ("self", "other"), ("__imul__", "imul"))
@@ -374,6 +394,18 @@ abs_ = _make("abs_", E.abs, (P.AbsBackward0,))
 sigmoid_ = _make("sigmoid_", E.sigmoid, (P.SigmoidBackward0,))
 tanh_ = _make("tanh_", E.tanh, (P.TanhBackward0,))
 relu_ = _make("relu_", E.relu, (P.ReluBackward0,), exports=("torch.nn.functional.relu_",))
+bitwise_and_ = _make("bitwise_and_", _cast_before_kernel(E.bitwise_and), (), ("self", "other"),
+                     ("__iand__", "iand"), differentiable=False, overloads=_BITWISE_METHOD)
+bitwise_or_ = _make("bitwise_or_", _cast_before_kernel(E.bitwise_or), (), ("self", "other"),
+                    ("__ior__", "ior"), differentiable=False, overloads=_BITWISE_METHOD)
+bitwise_xor_ = _make("bitwise_xor_", _cast_before_kernel(E.bitwise_xor), (), ("self", "other"),
+                     ("__ixor__", "ixor"), differentiable=False, overloads=_BITWISE_METHOD)
+bitwise_left_shift_ = _make("bitwise_left_shift_", _cast_before_kernel(E.bitwise_left_shift), (), ("self", "other"),
+                            ("__ilshift__", "ilshift"), differentiable=False, overloads=_BITWISE_METHOD)
+bitwise_right_shift_ = _make("bitwise_right_shift_", _cast_before_kernel(E.bitwise_right_shift), (),
+                             ("self", "other"), ("__irshift__", "irshift"), differentiable=False,
+                             overloads=_BITWISE_METHOD)
+bitwise_not_ = _make("bitwise_not_", E.bitwise_not, (), differentiable=False)
 addcmul_ = _make("addcmul_", E.addcmul, (P.AddcmulBackward0,), ("self", "tensor1", "tensor2"))
 addcdiv_ = _make("addcdiv_", E.addcdiv, (P.AddcdivBackward0,), ("self", "tensor1", "tensor2"))
 lerp_ = _make("lerp_", E.lerp, (P.LerpBackward0, P.LerpBackward1), ("self", "end", "weight"))

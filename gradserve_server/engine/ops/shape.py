@@ -27,7 +27,7 @@ from ..kernel import kcall
 from ..registry import F, P, Prim, declare, jvp, op, record, vjp
 from ..tensor import Tensor
 from ..views import as_view
-from .common import NP, require_tensor, shape_arg, sum_to, wrap_dim, wrap_dims
+from .common import NOT_GIVEN, NP, require_tensor, shape_arg, sum_to, wrap_dim, wrap_dims
 
 INT64_MAX = 9223372036854775807
 
@@ -286,17 +286,87 @@ def _split_kernel(a, d, offsets):
     },
     storage="view",
     tensors=("self",), plannable=True)
-def view(self, *shape):
-    """Tensor.view(*shape): fails on a non-viewable layout with torch's message."""
+def view(self, *shape, size=NOT_GIVEN, dtype=NOT_GIVEN):
+    """Tensor.view(*shape): fails on a non-viewable layout with torch's message. Tensor.view(dtype): self's
+    bits reinterpreted (``view_dtype``)."""
     self = require_tensor(self)
+    if dtype is not NOT_GIVEN:  # (the parser refuses dtype= with a size)
+        return view_dtype(self, dtype)
+    if size is not NOT_GIVEN:
+        shape = (size,)
     if len(shape) == 1 and isinstance(shape[0], str):
-        return to(self, shape[0])
+        return view_dtype(self, shape[0])
     shape = _infer_shape(shape_arg(shape), self.data.size)
     out = _try_view(self.data, shape)
     if out is None:
         raise ShapeError("view size is not compatible with input tensor's size and stride (at least one dimension "
                          "spans across two contiguous subspaces). Use .reshape(...) instead.")
     return _as_view(record(P.ViewBackward0, out, (self,), {"self_sym_sizes": self.data.shape}), self)
+
+
+def view_dtype(self: Tensor, dtype) -> Tensor:
+    """Tensor.view(dtype), torch's view.dtype: self's bytes read as ``dtype``, sharing storage and version counter
+    (a write through either is seen by the other) but, as in torch, no autograd view: no ``_base``, no grad_fn,
+    never requires grad, no tangent. Between element sizes the last dimension scales, under torch's layout rules
+    (``_view_dtype_error``)."""
+    dtype = D.canonical(dtype)
+    npdt = NP[dtype]
+    refused = _view_dtype_error(self, npdt) if npdt.itemsize != self.data.itemsize else None
+    if refused is not None:
+        condition, got = refused
+        raise TorchRuntimeError(f"{condition} to view {D.SCALAR_TYPE_NAMES[self.dtype]} as "
+                                f"{D.SCALAR_TYPE_NAMES[dtype]} (different element sizes)"
+                                + ("" if got is None else f", but got {got}"), code="invalid_view")
+    return Tensor(kcall(_view_as, self.data, npdt), vc=self._vc)
+
+
+def _view_dtype_error(self: Tensor, npdt: np.dtype) -> tuple | None:
+    """torch's conditions on viewing self as a dtype of another element size, in torch's order: the first one
+    failed (its text, the value torch shows or None), or None."""
+    a = self.data
+    if a.ndim == 0:
+        return "self.dim() cannot be 0", None
+    strides = _torch_strides(a)
+    if a.itemsize > npdt.itemsize:  # smaller elements: the last dimension grows
+        return None if strides[-1] == 1 else ("self.stride(-1) must be 1", strides[-1])
+    ratio = npdt.itemsize // a.itemsize
+    if a.shape[-1] % ratio:
+        return f"self.size(-1) must be divisible by {ratio}", a.shape[-1]
+    offset = _storage_offset(self)
+    if offset % ratio:
+        return f"self.storage_offset() must be divisible by {ratio}", offset
+    if strides[-1] != 1:
+        return "self.stride(-1) must be 1", strides[-1]
+    for d, st in enumerate(strides[:-1]):
+        if st % ratio:
+            return f"self.stride({d}) must be divisible by {ratio}", st
+    return None
+
+
+def _torch_strides(a: np.ndarray) -> list:
+    """``a``'s strides in elements, as torch would show them: numpy leaves an empty array's strides at 0 where
+    torch has its contiguous ones (each dimension counted as at least 1)."""
+    strides = [st // a.itemsize for st in a.strides]
+    if a.size == 0:
+        step = 1
+        for d in range(a.ndim - 1, -1, -1):
+            strides[d] = strides[d] or step
+            step *= max(a.shape[d], 1)
+    return strides
+
+
+def _storage_offset(t: Tensor) -> int:
+    """torch's storage_offset(), in elements: where ``t`` starts in its view base's buffer (0 for a non-view)."""
+    if t._base is None:
+        return 0
+    start = t.data.__array_interface__["data"][0]
+    return (start - t._base.data.__array_interface__["data"][0]) // t.data.itemsize
+
+
+@K.direct(lambda arr, npdt: (np.ndarray.view, (arr, npdt)))
+def _view_as(arr, npdt):
+    """``arr``'s bytes as ``npdt``, a view (the caller has checked torch's layout rules, stricter than numpy's)."""
+    return arr.view(npdt)
 
 
 @vjp("ViewBackward0", inputs=("self",), saves=("self_sym_sizes",))
@@ -1502,3 +1572,9 @@ def _(ctx, grad):
 def _(ctx, self_t):
     return gather(self_t, ctx.dim, ctx.index)
 
+
+
+# the kernels above that only move elements run on float16/bfloat16 arrays as they are (kernel.MOVES): a copy, a
+# join or a view keeps every bit, as torch's do
+K.MOVES.update((_view, _view_as, _reshape, _transpose, _swapaxes, _basic_take, _broadcast_to, _clone, _concat,
+                _stack_arrays, _split_kernel, _take_kernel, _embed_kernel, np.ascontiguousarray))
