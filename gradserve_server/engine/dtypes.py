@@ -44,6 +44,16 @@ ALIASES = {
 LEGACY_NAMES = {FLOAT32: "FloatTensor", FLOAT64: "DoubleTensor", INT64: "LongTensor", BOOL: "BoolTensor",
                 INT32: "IntTensor", INT16: "ShortTensor", INT8: "CharTensor",
                 UINT8: "ByteTensor", FLOAT16: "HalfTensor", BFLOAT16: "BFloat16Tensor"}
+
+
+def type_string(dtype) -> str:
+    """How torch's messages name a CPU tensor's type (``toString``): its legacy class ("torch.FloatTensor"), or,
+    for the dtypes without one on the CPU backend, the backend's type name ("CPUBoolType", "CPUBFloat16Type")."""
+    if dtype == BOOL or dtype == BFLOAT16:
+        return f"CPU{SCALAR_TYPE_NAMES[dtype]}Type"
+    return f"torch.{LEGACY_NAMES[dtype]}"
+
+
 # torch's ScalarType names ("Float", "Long"), used in messages such as "Got: Long"
 SCALAR_TYPE_NAMES = {FLOAT32: "Float", FLOAT64: "Double", INT64: "Long", BOOL: "Bool",
                      INT32: "Int", INT16: "Short", INT8: "Char", UINT8: "Byte", FLOAT16: "Half",

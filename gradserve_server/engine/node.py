@@ -13,7 +13,7 @@ import sys
 from types import ModuleType
 from weakref import ref as _weakref
 
-from .dtypes import _FROM_NP, LEGACY_NAMES
+from .dtypes import _FROM_NP, type_string
 from .dual import _level
 from .errors import VERSION_HINT, GraphFreedError, VersionMismatchError
 from .grad_mode import _grad_enabled
@@ -209,7 +209,7 @@ def _version_message(t, saved: SavedTensor, node: Node) -> str:
         nr = saved._nr if saved.is_output else t.output_nr
         where = f", which is output {nr} of {short_name(producer.name)},"
     return (f"one of the variables needed for gradient computation has been modified by an inplace "
-            f"operation: [torch.{LEGACY_NAMES[t.dtype]} {shape}]{where} is at version {t._vc[0]}; "
+            f"operation: [{type_string(t.dtype)} {shape}]{where} is at version {t._vc[0]}; "
             f"expected version {saved.version} instead. {VERSION_HINT}")
 
 

@@ -111,3 +111,34 @@ def test_an_output_modified_after_a_create_graph_gradient_is_named_by_its_node(f
     assert str(e.value).startswith("one of the variables needed for gradient computation has been modified by an "
                                    f"inplace operation: [torch.DoubleTensor [2, 3]], which is output 0 of {node}, "
                                    "is at version 1; expected version 0 instead.")
+
+
+def test_lerp__checks_its_dtypes_before_the_target_s_overlap():
+    """torch's lerp_ checks `end`'s and `weight`'s dtypes (its meta function) before its TensorIterator refuses an
+    expanded target."""
+    base = [T("o", [1.0]), {"op": "expand", "args": ["o", [3]], "out": "a"}, T("e", [1.0, 1.0, 1.0], dtype="float64")]
+    refusals = [({"op": "lerp_", "args": ["a", "e", 0.5]}, "expected dtype float for `end` but got dtype double"),
+                ({"op": "lerp_", "args": ["a", "o", "e"]}, "expected dtype float for `weight` but got dtype double")]
+    for op, message in refusals:
+        with pytest.raises(EngineError) as e:
+            run_program(State(), [*base, op])
+        assert str(e.value) == message
+    with pytest.raises(EngineError) as e:
+        run_program(State(), [*base, T("f", [1.0, 1.0, 1.0]), {"op": "lerp_", "args": ["a", "f", 0.5]}])
+    assert str(e.value).startswith("unsupported operation: more than one element of the written-to tensor")
+
+
+@pytest.mark.parametrize("dtype, name", [("bfloat16", "CPUBFloat16Type"), ("bool", "CPUBoolType"),
+                                         ("float16", "torch.HalfTensor"), ("int32", "torch.IntTensor")])
+def test_messages_name_a_tensor_type_as_torch_s_tostring_does(dtype, name):
+    """torch names a CPU tensor's type by its legacy class, but bool and bfloat16, which have none: the backend's
+    type name (a version mismatch's message, expand's)."""
+    ops = [T("x", [1.0, 2.0, 3.0], requires_grad=True), T("w", [1, 0, 1], dtype=dtype),
+           {"op": "mul", "args": ["x", "w"], "out": "y"}, {"op": "sum", "args": ["y"], "out": "s"},
+           {"op": "fill_", "args": ["w", 1]}, {"op": "backward", "args": ["s"]}]
+    with pytest.raises(EngineError) as e:
+        run_program(State(), ops)
+    assert f"operation: [{name} [3]] is at version 1; expected version 0 instead." in str(e.value)
+    with pytest.raises(EngineError) as e:
+        run_program(State(), [T("w", [1, 0, 1], dtype=dtype), {"op": "expand", "args": ["w", []]}])
+    assert str(e.value).startswith(f"expand({name}{{[3]}}, size=[]): the number of sizes provided (0)")

@@ -127,8 +127,8 @@ def _check_weight_type(input: Tensor, weight: Tensor, groups: int, nd: int) -> N
     mkldnn = input.dtype == D.FLOAT32 and (
         groups > 1 or (ksize[-1] > 3 and ksize[-2] > 3) or shape[0] > 1 or int(np.prod(shape[:4])) > 20480)
     if mkldnn:
-        raise TorchRuntimeError(f"Input type (torch.{D.LEGACY_NAMES[input.dtype]}) and weight type (torch."
-                                f"{D.LEGACY_NAMES[weight.dtype]}) should be the same or input should be a MKLDNN "
+        raise TorchRuntimeError(f"Input type ({D.type_string(input.dtype)}) and weight type ("
+                                f"{D.type_string(weight.dtype)}) should be the same or input should be a MKLDNN "
                                 f"tensor and weight is a dense tensor", code="dtype_mismatch")
     raise TorchRuntimeError(f"expected scalar type {D.SCALAR_TYPE_NAMES[input.dtype]} but found "
                             f"{D.SCALAR_TYPE_NAMES[weight.dtype]}", code="dtype_mismatch")

@@ -1668,14 +1668,8 @@ def lerp(self, end, weight):
     """torch.lerp(input, end, weight): input + weight * (end - input)."""
     self = require_tensor(self)
     end = require_tensor(end, "end", "lerp")
-    kernel = "lerp_kernel_tensor" if isinstance(weight, Tensor) else "lerp_kernel_scalar"
-    if end.dtype != self.dtype:
-        raise TorchRuntimeError(f"expected dtype {_TYPEMETA[self.dtype]} for `end` but got dtype "
-                                f"{_TYPEMETA[end.dtype]}", code="invalid_dtype")
-    if isinstance(weight, Tensor) and weight.data.ndim > 0 and weight.dtype != self.dtype:
-        raise TorchRuntimeError(f"expected dtype {_TYPEMETA[self.dtype]} for `weight` but got dtype "
-                                f"{_TYPEMETA[weight.dtype]}", code="invalid_dtype")
-    _float_only(self, kernel)
+    lerp_dtypes(self, end, weight)
+    _float_only(self, "lerp_kernel_tensor" if isinstance(weight, Tensor) else "lerp_kernel_scalar")
     dtype, a, b = binary_operands(self, end)  # (float16/bfloat16: the kernels run in float32, rounded once: kcall)
     if isinstance(weight, Tensor):
         broadcast_all(self.shape, end.shape, weight.shape)
@@ -1685,6 +1679,16 @@ def lerp(self, end, weight):
 
 
 @takes_literals
+def lerp_dtypes(self, end, weight) -> None:
+    """lerp's dtype checks (torch's meta function: before an in-place lerp_'s overlap checks)."""
+    if isinstance(end, Tensor) and end.dtype != self.dtype:
+        raise TorchRuntimeError(f"expected dtype {_TYPEMETA[self.dtype]} for `end` but got dtype "
+                                f"{_TYPEMETA[end.dtype]}", code="invalid_dtype")
+    if isinstance(weight, Tensor) and weight.data.ndim > 0 and weight.dtype != self.dtype:
+        raise TorchRuntimeError(f"expected dtype {_TYPEMETA[self.dtype]} for `weight` but got dtype "
+                                f"{_TYPEMETA[weight.dtype]}", code="invalid_dtype")
+
+
 def _lerp_scalar(a, b, weight, npdt):
     """lerp's kernel with a number weight (a plan may give it as a 0-d float64 array): torch's CPU kernel,
     weight < 0.5 ? self + weight * diff : end - diff * (1 - weight)."""

@@ -118,14 +118,17 @@ def apply_inplace(self: Tensor, fn, *args, **kwargs) -> Tensor:
     return _apply_inplace(self, fn, args, kwargs, True)
 
 
-def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check) -> Tensor:
-    """``overlap_check``: refuse a target whose elements overlap (an expanded tensor) or that partly
+def _apply_inplace(self: Tensor, fn, args, kwargs, overlap_check, meta=None) -> Tensor:
+    """``meta``: the op's own argument checks that torch makes before its TensorIterator's (``lerp_``'s dtypes),
+    called as the op. ``overlap_check``: refuse a target whose elements overlap (an expanded tensor) or that partly
     overlaps an input, as torch's TensorIterator does; fill_, zero_ and masked_fill_ turn it off (only
     fill_ with a tensor value checks the target, in ``_fill``). ``"any"``: also refuse an input that is the
     target itself (torch's assert_no_overlap in the index and scatter kernels)."""
     self = require_tensor(self)
     others = _tensor_args(args, kwargs)
     check_inplace(self, others)
+    if meta is not None:
+        meta(self, *args, **kwargs)
     if overlap_check is True:  # TensorIterator's checks come first; the index kernels' after their own
         _check_overlap(self, others, fn, args, False)
     target = _writeable(self.data)
@@ -345,9 +348,10 @@ def _(ctx, self_t, src_t):
 
 
 def _make(name: str, fn, grad_fns: tuple, tensors=("self",), aliases=(), doc="", overlap_check=True,
-          plannable: bool | None = None, **facts):
-    """``plannable`` (and ``plannable_when``): default, as the out-of-place op ``name[:-1]`` is declared (the
-    in-place op is that op on a shadow, then a kernel's write)."""
+          plannable: bool | None = None, meta=None, **facts):
+    """``meta``: checks before the target's overlap checks (``_apply_inplace``). ``plannable`` (and
+    ``plannable_when``): default, as the out-of-place op ``name[:-1]`` is declared (the in-place op is that op on a
+    shadow, then a kernel's write)."""
     if plannable is None:
         base = OPS.get(name[:-1])
         plannable = base is not None and base.plannable
@@ -355,7 +359,7 @@ def _make(name: str, fn, grad_fns: tuple, tensors=("self",), aliases=(), doc="",
             facts.setdefault("plannable_when", base.plannable_when)
 
     def inplace(self, *args, **kwargs):
-        return _apply_inplace(self, fn, args, kwargs, overlap_check)
+        return _apply_inplace(self, fn, args, kwargs, overlap_check, meta)
 
     inplace.__name__ = name
     inplace.__signature__ = inspect.signature(fn)  # the program resolves tensor arguments by these names
@@ -408,7 +412,7 @@ bitwise_right_shift_ = _make("bitwise_right_shift_", _cast_before_kernel(E.bitwi
 bitwise_not_ = _make("bitwise_not_", E.bitwise_not, (), differentiable=False)
 addcmul_ = _make("addcmul_", E.addcmul, (P.AddcmulBackward0,), ("self", "tensor1", "tensor2"))
 addcdiv_ = _make("addcdiv_", E.addcdiv, (P.AddcdivBackward0,), ("self", "tensor1", "tensor2"))
-lerp_ = _make("lerp_", E.lerp, (P.LerpBackward0, P.LerpBackward1), ("self", "end", "weight"))
+lerp_ = _make("lerp_", E.lerp, (P.LerpBackward0, P.LerpBackward1), ("self", "end", "weight"), meta=E.lerp_dtypes)
 def _clamp_cast_checked(fn):
     """clamp_'s out= check words the dtype the C++ way ('long int', 'bool'), unlike the other in-place ops."""
     def clamp(self, *bounds, **kw):

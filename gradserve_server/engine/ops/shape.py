@@ -582,7 +582,7 @@ def expand(self, *sizes):
                                  f"\"Overflow when unpacking long long", code="invalid_shape")
     shp = self.data.shape
     if len(sizes) < len(shp):
-        raise TorchRuntimeError(f"expand(torch.{D.LEGACY_NAMES[self.dtype]}{{[{', '.join(map(str, shp))}]}}, "
+        raise TorchRuntimeError(f"expand({D.type_string(self.dtype)}{{[{', '.join(map(str, shp))}]}}, "
                                 f"size=[{', '.join(map(str, sizes))}]): "
                                 f"the number of sizes provided ({len(sizes)}) must be greater or equal to the number "
                                 f"of dimensions in the tensor ({len(shp)})", code="shape_mismatch")
