@@ -37,11 +37,21 @@ class WarningSink:
         return False
 
 
+#: the TORCH_WARN_ONCE warnings given outside any sink (the engine called as a library): torch gives each once per
+#: process, whatever Python's warning filters and registries say, so this one set is per process too (a run with a
+#: sink, as the service's, keeps its own history: ``WarningSink.seen``)
+_WARNED_ONCE: set = set()
+
+
 def emit_warning(message: str, once_key: str | None = None) -> None:
     """Give a UserWarning the way torch does: into the active sink, else through ``warnings``.
-    ``once_key`` marks torch's TORCH_WARN_ONCE warnings (once per sink history)."""
+    ``once_key`` marks torch's TORCH_WARN_ONCE warnings (once per sink history; without a sink, once per process)."""
     sink = _warning_sink.get()
     if sink is None:
+        if once_key is not None:
+            if once_key in _WARNED_ONCE:
+                return
+            _WARNED_ONCE.add(once_key)
         import warnings
         warnings.warn(message, UserWarning, stacklevel=3)
         return

@@ -74,7 +74,10 @@ def unwrap(v):
 
 
 def _call(fn, args, kwargs):
-    return wrap(fn(*unwrap(args), **{k: unwrap(v) for k, v in kwargs.items()}))
+    """An engine op on unwrapped arguments, its kernels' floating-point conditions quiet (torch warns nothing
+    for a log of 0 or a 0/0; ``run_program`` runs its ops so too)."""
+    with np.errstate(all="ignore"):
+        return wrap(fn(*unwrap(args), **{k: unwrap(v) for k, v in kwargs.items()}))
 
 
 def _forward(fn):
@@ -205,7 +208,7 @@ class Tensor:
         return "cpu"
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        _engine.backward(self._t, unwrap(gradient), retain_graph, create_graph, unwrap(inputs))
+        _backward(self, gradient, retain_graph, create_graph, inputs)
 
     def __getattr__(self, attr: str):
         value = getattr(object.__getattribute__(self, "_t"), attr)
@@ -358,12 +361,14 @@ def _like(name: str, fill):
 
 def _grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
           allow_unused=None, is_grads_batched=False, materialize_grads=False):
-    return wrap(_engine.grad(unwrap(outputs), unwrap(inputs), unwrap(grad_outputs), retain_graph, create_graph,
-                             allow_unused, is_grads_batched, materialize_grads))
+    with np.errstate(all="ignore"):
+        return wrap(_engine.grad(unwrap(outputs), unwrap(inputs), unwrap(grad_outputs), retain_graph, create_graph,
+                                 allow_unused, is_grads_batched, materialize_grads))
 
 
 def _backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
-    _engine.backward(unwrap(tensors), unwrap(grad_tensors), retain_graph, create_graph, unwrap(inputs))
+    with np.errstate(all="ignore"):
+        _engine.backward(unwrap(tensors), unwrap(grad_tensors), retain_graph, create_graph, unwrap(inputs))
 
 
 # ----- nn and optim (minimal) ---------------------------------------------------------------------------

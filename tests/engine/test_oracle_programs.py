@@ -31,13 +31,7 @@ ATOMIC_BACKWARD = "partial_accumulation_when_second_backward_fails"
 
 # What the engine does not match yet, one reason per program id. strict: a fixed gap fails the run until
 # it is removed from this list.
-_FP_WARNINGS = ("engine bug: numpy's floating-point RuntimeWarnings escape to the caller ('divide by zero "
-                "encountered in divide/power/log', 'invalid value encountered in multiply/power'); torch warns "
-                "nothing: the kernels should run under np.errstate(all='ignore')")
-KNOWN_GAPS: dict[str, str] = {
-    "nondifferentiable_points": _FP_WARNINGS,
-    "pow_edge_cases": _FP_WARNINGS,
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _programs():
@@ -157,11 +151,7 @@ def _warn_once_cases():
         return []
 
 
-WARN_ONCE_GAPS: dict[str, str] = {
-    "create_graph_backward_second": (
-        "engine differs: the create_graph warning is issued on every backward(create_graph=True) (Python's "
-        "default filter shows it again from another line); torch warns once per process"),
-}
+WARN_ONCE_GAPS: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
