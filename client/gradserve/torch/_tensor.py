@@ -27,7 +27,7 @@ class Tensor:
     """A handle to a tensor held by the server; behaves as ``torch.Tensor``."""
 
     __slots__ = ("_ctx", "_name", "_storage", "_shape", "_dtype", "_view", "_array", "_view_stamp", "_param",
-                 "_known_grad", "_error", "_dual_tangent", "_leaf", "__weakref__")
+                 "_known_grad", "_error", "_dual_tangent", "_leaf", "_seen", "__weakref__")
 
     # ----- making handles -----------------------------------------------------------------------------
     def __new__(cls, *args, **kwargs):
@@ -43,6 +43,7 @@ class Tensor:
         t._shape = t._dtype = t._view = t._array = t._view_stamp = t._known_grad = t._error = t._leaf = None
         t._dual_tangent = None  # (ctx.failures, the tangent's view or None) read inside a dual level
         t._param = False
+        t._seen = -1  # (the storage's ``memory`` count its values were read at)
         ctx.adopt(t)
         return t
 
@@ -80,6 +81,7 @@ class Tensor:
         self._shape = Size(view["shape"])
         self._dtype = view["dtype"]
         self._array = view.get("data")  # decoded when read (_data)
+        self._seen = self._storage.memory[0]
         if view["is_leaf"] and view["requires_grad"]:
             self._param = True
 
@@ -97,7 +99,9 @@ class Tensor:
         return self._name
 
     def _mutated(self) -> None:
-        self._storage.version += 1
+        s = self._storage
+        s.version += 1
+        s.memory[0] += 1
 
     # ----- reading --------------------------------------------------------------------------------------
     def _fetch(self, level: str) -> dict:
@@ -112,13 +116,14 @@ class Tensor:
 
     def _meta(self, key: str):
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        if self._view_stamp != self._stamp() or key not in self._view:
+        if self._view_stamp != self._stamp() or key not in self._view or key in _VALUE_KEYS and \
+                self._seen != self._storage.memory[0]:
             self._fetch("auto")
         return self._view[key]
 
     def _data(self) -> np.ndarray:
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        if self._view_stamp != self._stamp() or self._array is None:
+        if self._view_stamp != self._stamp() or self._array is None or self._seen != self._storage.memory[0]:
             self._fetch("full")
         if isinstance(self._array, dict):
             self._array = _decode(self._array)
@@ -670,6 +675,8 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     shares = of.shape_op and first is not None and not (
         base == "getitem" and not _meta.basic_index(args[1].key))  # (an advanced index copies)
     storage = first._storage if shares else None
+    if base == "detach" and storage is not None:  # (its values are first's, its autograd facts its own)
+        storage = Storage(storage.is_grad, storage.memory)
     if of.tuple_maybe and _catalog.returns_tuple(entry, args, kwargs):
         op["out"] = ctx.fresh_name()
         index = ctx.record(op)
@@ -680,8 +687,12 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
         # a named tuple of tensors (linalg.svd's U, S, Vh; sort's values, indices): one handle per field, the
         # first sharing a shape op's storage
         outs = tuple(Tensor._new(ctx, storage if i == 0 else None) for i in range(len(rtype._fields)))
+        fields = _meta.named_results(entry, tensors, lambda p, d=None: _catalog.argument(base, p, args, kwargs, d),
+                                     grad_enabled) if decided is None else None
         op["out"] = [t._name for t in outs]
         ctx.record(op, outs)
+        for out, facts in zip(outs, fields or ()):
+            out._know_facts(facts)
         return rtype(*outs)
 
     def arg(param, default=None):
@@ -727,7 +738,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
         if of.creation:  # a new leaf
             out._known_grad = (ctx.grad_epoch, None)
             if literal is not None:
-                out._array = literal
+                out._array, out._seen = literal, 0
     return out
 
 
