@@ -255,6 +255,31 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
             facts["dtype"] = cast = predicted  # (an integral result does not require grad)
     elif cast is not None and cast is not UNKNOWN:
         facts["dtype"] = cast  # (dtype=: sum(x, dtype=torch.float64))
+    return _flags(facts, entry, tensors, grad_enabled, cast)
+
+
+def named_results(entry: dict, tensors: list, arg, grad_enabled: bool) -> list[dict] | None:
+    """The facts of each field of a named-tuple result (sort's values and indices) by the fields' rules of the
+    entry's ``promotion`` (``same => same,int64``), the shape where the family says how; None: not declared."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    rules = P.fields(entry["promotion"]) if entry["promotion"] else ()
+    if not rules:
+        return None
+    shape = shape_of(entry, tensors, arg)  # (torch's IndexError for a dim out of range, here)
+    operands = _operands(_operand_names(entry), arg)
+    out = []
+    for rule in rules:
+        facts: dict = {} if shape is UNKNOWN else {"shape": shape}
+        dtype = UNKNOWN if operands is UNKNOWN else P.predict(rule, operands)
+        if dtype is not UNKNOWN and dtype is not None:
+            facts["dtype"] = dtype
+        out.append(_flags(facts, entry, tensors, grad_enabled, facts.get("dtype", UNKNOWN)))
+    return out
+
+
+def _flags(facts: dict, entry: dict, tensors: list, grad_enabled: bool, cast) -> dict:
+    """``facts`` of a result of dtype ``cast`` (None: the rule's, not known; UNKNOWN) with its autograd flags and
+    node, where the client knows them."""
     if not grad_enabled or not entry["differentiable"] or cast is not None and is_float(cast) is False:
         facts.update(requires_grad=False, is_leaf=True, grad_fn=None, node=None)
         return facts
