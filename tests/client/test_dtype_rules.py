@@ -82,11 +82,13 @@ def test_the_fixture_covers_every_engine_dtype_and_the_declared_unary_and_binary
 # ----- checks: torch's refusals from arguments' metadata ------------------------------------------------------------
 #: recorded calls torch refuses for a reason other than a declared check: the client's shape inference (broadcasting,
 #: matrix products' shapes, which torch checks before their dtypes), and refusals no check declares (the server
-#: raises them at the next sync): matmul's matrix-vector and batched forms, linear's bias of another dtype
+#: raises them at the next sync)
 LEFT_TO_OTHER_CHECKS = {"max(float32[0], int64[3])", "mm(float32[2,3], float64[4,2])",
-                        "matmul(float32[2,3], float64[4,2])", "linear(float32[2,3], float64[2,4])"}
-NOT_DECLARED = {"matmul(float32[2,3], float64[3])", "matmul(float32[2,3], float64[4,3,2])",
-                "linear(float32[2,3], float32[2,3], float64[2])"}
+                        "matmul(float32[2,3], float64[4,2])", "linear(float32[2,3], float64[2,4])",
+                        "matmul(float64[5,2,3], float32[5,4,2])", "matmul(float32[2,3], int64[4])",
+                        "mv(float32[2,3], float64[4])", "bmm(float32[5,2,3], float64[5,4,2])",
+                        "bmm(float32[5,2,3], float64[1,3,2])"}
+NOT_DECLARED: set[str] = set()
 
 
 def _handle(spec: str) -> Tensor:

@@ -16,7 +16,8 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
                              of the input's shape) -> {dtype}
     same_dtype(a,b)          tensors ``a`` and ``b`` have one dtype -> {a}, {b} (ScalarType names)
     matmul_dtype(a,b)=form   a matrix product's operands have one dtype (form ``mm``, ``linear``: {a}, {b} as C++
-                             type names; ``dot``: ScalarType names)
+                             type names; ``dot``, ``mv`` (a matrix by a vector), ``batched`` (by a stack of
+                             matrices), ``bmm`` (stacks of one size): ScalarType names), when their shapes multiply
     min_dims(a)=n            ``a`` has at least n dimensions
     square(a)                ``a``'s last two dimensions are equal -> {rows}, {cols}
     given(a,b)               one of them is given
@@ -167,19 +168,29 @@ TENSOR_TYPES = {"float32": "torch.FloatTensor", "float64": "torch.DoubleTensor",
 def _matmul_dtype(a, b, form: str):
     """Operands of a matrix product of different dtypes, where torch's message is known: ``mm`` (the second is a
     matrix: mm, matmul of 1-3+ by 2 dimensions), ``linear`` (the same, the second transposed: linear's weight),
-    ``dot`` (two vectors). Shapes that do not multiply are left to the shape check, which torch makes first."""
+    ``dot`` (two vectors), ``mv`` (2+ by 1 dimensions: mv, matmul), ``batched`` (any by 3+ dimensions, batches
+    broadcast: matmul), ``bmm`` (batches of one size). Shapes that do not multiply are left to the shape check,
+    which torch makes first."""
     (da, x), (db, y) = _tensor_facts(a), _tensor_facts(b)
     if da is None or db is None or x is None or y is None or da == db or not x:
         return UNKNOWN
+    names = {"a": FACTS[da][2], "b": FACTS[db][2]}
     if form == "dot":
-        if len(x) == 1 and len(y) == 1:  # (before the sizes)
-            return {"a": FACTS[da][2], "b": FACTS[db][2]}
-        return UNKNOWN
+        return names if len(x) == 1 and len(y) == 1 else UNKNOWN  # (before the sizes)
+    if form == "mv":
+        return names if len(x) >= 2 and len(y) == 1 and x[-1] == y[0] else UNKNOWN
+    if form in ("batched", "bmm"):  # (bmm: one batch size, not broadcast)
+        batches = x[:-2] == y[:-2] if form == "bmm" else _broadcasts(x[:-2], y[:-2])
+        return names if len(y) >= 3 and x[-1] == y[-2] and batches else UNKNOWN
     if form == "linear" and len(y) == 2:
         y = (y[1], y[0])
     if len(y) != 2 or x[-1] != y[0]:
         return UNKNOWN
     return {"a": CPP_NAMES[da], "b": CPP_NAMES[db]}
+
+
+def _broadcasts(x: tuple, y: tuple) -> bool:
+    return all(m == n or m == 1 or n == 1 for m, n in zip(reversed(x), reversed(y)))
 
 
 def _number_bounds_cast(t, *bounds_and_setting):

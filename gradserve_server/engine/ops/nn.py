@@ -196,8 +196,11 @@ batching(P.LogSoftmaxBackward0, **shifted(sizes=(), dims=("dim",)))
 
 
 @op("linear",
-    checks=("matmul_dtype(input,weight)=linear | RuntimeError: expected m1 and m2 to have the same dtype, but got: "
-            "{a} != {b}",),
+    checks=("same_dtype(bias,weight) | RuntimeError: self and mat2 must have the same dtype, but got {a} and {b}",
+            "same_dtype(input,weight) if bias | RuntimeError: mat1 and mat2 must have the same dtype, but got {a} and "
+            "{b}",
+            "matmul_dtype(input,weight)=linear | RuntimeError: expected m1 and m2 to have the same dtype, but got: "
+            "{a} != {b}"),
     exports=("torch.nn.functional.linear",), cost="other",
     tensors=("input", "weight", "bias"), method=False,
     grad_fns=(P.AddmmBackward0, P.ViewBackward0, P.MmBackward0, P.SqueezeBackward4, P.UnsafeViewBackward0,
