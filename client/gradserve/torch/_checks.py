@@ -30,6 +30,12 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     k_in_range(a,k,dim)      0 <= k <= a.size(dim) (dim: -1 when not given)
     conv_input(input)=n      an n-d convolution's input has n+1 (unbatched) or n+2 dimensions -> {unbatched},
                              {batched}, {shape}
+    conv_stride(weight,stride,padding)=n an n-d convolution's stride (an int, or n ints) fits the weight's
+                                         dimensions -> {k} (the weight's spatial dimensions), {stride} (as n ints)
+    conv_weight(input,weight,padding)=n  the input (as batched) has the weight's dimensions -> {dims}, {weight},
+                                         {got}, {input}
+    conv_kernel(input,weight,padding,dilation)=n  the (padded) input is no smaller than the (dilated) kernel ->
+                                         {input}, {kernel} (the sizes joined by `` x ``)
     conv_groups(weight,groups)           the weight's out channels divide by groups -> {groups}, {weight}
     conv_channels(input,weight,groups)   the input has weight.size(1) * groups channels -> {groups}, {weight},
                                          {input} (as batched), {expected}, {got}
@@ -299,6 +305,54 @@ def _conv_shapes(inp, weight):
     return (x if len(x) == len(w) else (1, *x)), w
 
 
+def _ints(value, n: int) -> list | None:
+    """A convolution's int-or-ints argument as a list (an int: n of it); None when it is neither."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value] * n
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return list(value)
+    return None
+
+
+def _conv_stride(weight, stride, padding, n: str):
+    _, w = _tensor_facts(weight)
+    given = _ints(1 if stride is None else stride, int(n))
+    if w is None or len(w) < 3 or given is None or isinstance(padding, str):
+        return UNKNOWN  # (a padding mode takes another path, with its own messages)
+    k = len(w) - 2
+    return None if len(given) in (1, k) else {"k": k, "stride": given}
+
+
+def _batched(x: tuple, n: int) -> tuple:
+    return (1, *x) if len(x) == n + 1 else x
+
+
+def _conv_weight(inp, weight, padding, n: str):
+    (_, x), (_, w) = _tensor_facts(inp), _tensor_facts(weight)
+    if x is None or w is None or len(w) < 3 or isinstance(padding, str):
+        return UNKNOWN
+    b = _batched(x, int(n))
+    return None if len(b) == len(w) else {"dims": len(w), "weight": list(w), "got": len(b), "input": list(b)}
+
+
+def _conv_kernel(inp, weight, padding, dilation, n: str):
+    (_, x), (_, w) = _tensor_facts(inp), _tensor_facts(weight)
+    n = int(n)
+    pads = [0] * n if padding == "valid" else _ints(0 if padding is None else padding, n)
+    dils = _ints(1 if dilation is None else dilation, n)
+    if x is None or w is None or pads is None or dils is None or len(w) != n + 2:
+        return UNKNOWN  # (padding="same" pads the input to fit)
+    b = _batched(x, n)
+    if len(b) != n + 2 or len(pads) not in (1, n) or len(dils) not in (1, n):
+        return UNKNOWN
+    pads, dils = pads * (n // len(pads)), dils * (n // len(dils))
+    padded = [b[2 + i] + 2 * pads[i] for i in range(n)]
+    kernel = [dils[i] * (w[2 + i] - 1) + 1 for i in range(n)]
+    if all(p >= k for p, k in zip(padded, kernel)):
+        return None
+    return {"input": " x ".join(map(str, padded)), "kernel": " x ".join(map(str, kernel))}
+
+
 def _groups(groups) -> int | None:
     if groups is None:
         return 1
@@ -336,5 +390,6 @@ RULES = {"dtype": _dtype, "dtype_lastdim": _dtype_lastdim, "dtype_innerdim": _dt
          "min_dims": _min_dims, "square": _square,
          "given": _given,
          "nonempty": _nonempty, "nonempty_dim": _nonempty_dim, "k_in_range": _k_in_range,
-         "conv_input": _conv_input, "conv_groups": _conv_groups, "conv_channels": _conv_channels,
+         "conv_input": _conv_input, "conv_stride": _conv_stride, "conv_weight": _conv_weight,
+         "conv_kernel": _conv_kernel, "conv_groups": _conv_groups, "conv_channels": _conv_channels,
          "conv_bias": _conv_bias}
