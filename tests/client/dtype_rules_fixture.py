@@ -138,6 +138,25 @@ CHECK_CASES: dict[str, list[tuple[list, dict]]] = {
                (["float32[1,3,5]", "float32[4,3,3]", "float32[1,4]"], {}), (["float32[3,5]", "float32[4,3,3,3]"], {}),
                (["float32[1,3,5]", "float32[4,3,3,3]"], {}), (["float32[1,3,2]", "float32[4,3,5]"], {"padding": 1}),
                (["float32[1,3,2]", "float32[4,3,3]"], {"dilation": 2})],
+    "cat": [([[]], {}), ([["float32[2,3]", "float32[2,4]"]], {}), ([["float32[2,3]", "float32[3,3]"]], {"dim": 1}),
+            ([["float32[2,3]", "float32[3]"]], {}), ([["float32[2,3]", "float32[2,3]"]], {"dim": 2}),
+            ([["float32[0]", "float32[2,3]", "float32[2,4]"]], {}),
+            ([["float32[2,3]", "float32[2,4]", "float32[3]"]], {}),
+            ([["float32[2,3]", "float32[3]", "float32[2,4]"]], {}), ([["float32[2,3]", "float32[4,3]"]], {}),
+            ([["float32[2,3]", "float32[2,5]"]], {"dim": -1})],
+    "stack": [([[]], {}), ([["float32[2,3]", "float32[3,2]"]], {}),
+              ([["float32[2,3]", "float32[2,3]", "float32[3]"]], {}),
+              ([["float32[2,3]", "float32[2,3]"]], {})],
+    "expand": [(["float32[3,4]", [2, 3]], {}), (["float32[3,4]", [3, 5]], {}), (["float32[3,4]", [2, 3, 4]], {}),
+               (["float32[3,1]", [3, 5]], {}), (["float32[3,4]", [-1, 4]], {}), (["float32[3,4]", [4, -1]], {}),
+               (["float32[1,4]", [2, 3, 5]], {})],
+    "permute": [(["float32[3,4]", [0]], {}), (["float32[3,4]", [0, 0]], {}), (["float32[3,4]", [1, -1]], {}),
+                (["float32[3,4]", [1, 0]], {}), (["float32[3,4,2]", [2, 0, 1, 3]], {})],
+    "unflatten": [(["float32[12]", 0, [5, -1]], {}), (["float32[12]", 0, [3, 5]], {}),
+                  (["float32[2,12]", -1, [3, 4]], {}),
+                  (["float32[2,12]", 1, [3, -1]], {}), (["float32[2,12]", 1, [0, -1]], {})],
+    "sum": [(["float32[2,3]", [0, 0]], {}), (["float32[2,3]", [0, -2]], {}), (["float32[2,3]", [0, 1]], {}),
+            (["int64[2,3]", [1, -1]], {})],
     "conv2d": [(["float32[2,3]", "float32[4,3,3,3]"], {}), (["float32[1,2,5,5]", "float32[4,3,3,3]"], {}),
                (["float32[1,6,5,5]", "float32[4,3,3,3]"], {"groups": 2}),
                (["float32[1,6,5,5]", "float32[3,3,3,3]"], {"groups": 2}),
@@ -190,7 +209,7 @@ def torch_callable(torch, name: str):
         return REFLECTED[name]
     if name == "polygamma":  # polygamma(n, input)
         return lambda x: torch.polygamma(1, x)
-    for space in (torch, torch.nn.functional, torch.special):
+    for space in (torch, torch.nn.functional, torch.special, torch.Tensor):  # (Tensor: expand, a method only)
         fn = getattr(space, name, None)
         if fn is not None:
             return fn
@@ -235,6 +254,8 @@ def spec_value(torch, value):
         dtype, _, dims = value[:-1].partition("[")
         shape = [int(d) for d in dims.split(",") if d]
         return torch.ones(shape, dtype=getattr(torch, dtype))
+    if isinstance(value, list) and any(isinstance(v, str) for v in value):  # (a list of tensors: cat's)
+        return [spec_value(torch, v) for v in value]
     return value
 
 

@@ -105,15 +105,19 @@ def _value_of(entry: dict, args: list, kwargs: dict):
     """``value(name)`` of a call (as ``call_op`` gives the rules): positional by the catalog's order, else keyword."""
     positions = []
     for a in entry["arguments"]:
-        if a.get("kind") in ("varargs", "kwargs"):
+        if a.get("kind") == "kwargs":
             break
         positions.append(a["name"])
+        if a.get("kind") == "varargs":  # (given as one list: x.expand([2, 3]))
+            break
     given = dict(zip(positions, args)) | kwargs
 
     def value(name):
         v = given.get(name)
         if isinstance(v, str) and v.endswith("]"):
             return _handle(v)
+        if isinstance(v, list) and any(isinstance(x, str) for x in v):
+            return [_handle(x) for x in v]
         return DTYPES[v] if name == "dtype" and v is not None else v
     return value
 

@@ -36,6 +36,19 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
                                          {got}, {input}
     conv_kernel(input,weight,padding,dilation)=n  the (padded) input is no smaller than the (dilated) kernel ->
                                          {input}, {kernel} (the sizes joined by `` x ``)
+    nonempty_list(tensors)   a list of tensors is not empty
+    list_dim(tensors,dim)    ``dim`` indexes the first tensor of the list (one with elements, as torch.cat skips
+                             1-d empty ones) -> {low}, {high}, {dim}
+    cat_ranks(tensors)       the first tensor that does not fit the first does not have its dimensions -> {a}, {b}
+    cat_sizes(tensors,dim)   ... nor its sizes but along ``dim`` -> {dim}, {want}, {got}, {i} (the tensor's number)
+    stack_shapes(tensors)    the tensors have one shape -> {first}, {other}, {i}
+    expand_size(a,size)      ``a`` expands to ``size`` (a -1 keeps a size) -> {want}, {have}, {dim}, {target},
+                             {shape}
+    permute_rank(a,dims)     ``dims`` has ``a``'s dimensions -> {rank}, {n}
+    permute_unique(a,dims)   ``dims`` has each dimension once
+    reduce_dims_unique(a,dim)   a reduction's dims (a list) name each dimension once -> {dim}
+    unflatten_sizes(a,dim,sizes)  ``sizes`` (one -1 at most) multiply up to ``a``'s size along ``dim`` -> {sizes},
+                             {dim}, {size}
     conv_groups(weight,groups)           the weight's out channels divide by groups -> {groups}, {weight}
     conv_channels(input,weight,groups)   the input has weight.size(1) * groups channels -> {groups}, {weight},
                                          {input} (as batched), {expected}, {got}
@@ -384,6 +397,143 @@ def _conv_bias(weight, bias, _):
     return None if b == (w[0],) else {"weight": list(w), "out": w[0], "bias": list(b)}
 
 
+def _shapes(tensors) -> list | None:
+    """The shapes of a list of tensors, when every one is known."""
+    if not isinstance(tensors, (list, tuple)):
+        return None
+    shapes = [_tensor_facts(t)[1] for t in tensors]
+    return None if any(sh is None for sh in shapes) else shapes
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _nonempty_list(tensors, _):
+    if not isinstance(tensors, (list, tuple)):
+        return UNKNOWN
+    return None if tensors else {}
+
+
+def _cat_first(shapes: list):
+    """The first shape torch.cat reads (a 1-d empty tensor is skipped), or None."""
+    return next((sh for sh in shapes if sh != (0,)), None)
+
+
+def _list_dim(tensors, dim, _):
+    shapes = _shapes(tensors)
+    first = _cat_first(shapes) if shapes else None
+    dim = 0 if dim is None else dim
+    if first is None or not _int(dim):
+        return UNKNOWN
+    rank = max(len(first), 1)
+    return None if -rank <= dim < rank else {"low": -rank, "high": rank - 1, "dim": dim}
+
+
+def _cat_scan(tensors, dim):
+    """(kind, fields) of the first tensor torch.cat refuses (``rank`` or ``size``), None, or UNKNOWN."""
+    shapes = _shapes(tensors)
+    first = _cat_first(shapes) if shapes else None
+    dim = 0 if dim is None else dim
+    if first is None or not _int(dim) or not -len(first) <= dim < max(len(first), 1):
+        return UNKNOWN
+    d = dim % len(first)
+    for i, sh in enumerate(shapes):
+        if sh == (0,):
+            continue
+        if len(sh) != len(first):
+            return "rank", {"a": len(first), "b": len(sh)}
+        for j, (m, n) in enumerate(zip(first, sh)):
+            if j != d and m != n:
+                return "size", {"dim": d, "want": m, "got": n, "i": i}
+    return None
+
+
+def _cat_ranks(tensors, _):
+    got = _cat_scan(tensors, 0) if _shapes(tensors) and _cat_first(_shapes(tensors)) else UNKNOWN
+    if got is UNKNOWN or got is None:
+        return got
+    return got[1] if got[0] == "rank" else None
+
+
+def _cat_sizes(tensors, dim, _):
+    got = _cat_scan(tensors, dim)
+    if got is UNKNOWN or got is None:
+        return got
+    return got[1] if got[0] == "size" else None
+
+
+def _stack_shapes(tensors, _):
+    shapes = _shapes(tensors)
+    if not shapes:
+        return UNKNOWN
+    i = next((i for i, sh in enumerate(shapes) if sh != shapes[0]), None)
+    return None if i is None else {"first": list(shapes[0]), "other": list(shapes[i]), "i": i}
+
+
+def _expand_size(t, size, _):
+    _, shape = _tensor_facts(t)
+    if shape is None or not isinstance(size, (list, tuple)) or not all(_int(d) for d in size) or \
+            len(size) < len(shape):
+        return UNKNOWN
+    for i in range(len(size) - 1, -1, -1):
+        j = i - (len(size) - len(shape))
+        have = shape[j] if j >= 0 else None
+        want = size[i]
+        if have is not None and want != -1 and have != want and have != 1:
+            return {"want": want, "have": have, "dim": i, "target": list(size), "shape": list(shape)}
+    return None
+
+
+def _dims_list(dims):
+    if _int(dims):
+        return [dims]
+    return list(dims) if isinstance(dims, (list, tuple)) and all(_int(d) for d in dims) else None
+
+
+def _permute_rank(t, dims, _):
+    _, shape = _tensor_facts(t)
+    dims = _dims_list(dims)
+    if shape is None or dims is None:
+        return UNKNOWN
+    return None if len(dims) == len(shape) else {"rank": len(shape), "n": len(dims)}
+
+
+def _permute_unique(t, dims, _):
+    _, shape = _tensor_facts(t)
+    dims = _dims_list(dims)
+    if shape is None or dims is None or not all(-max(len(shape), 1) <= d < max(len(shape), 1) for d in dims):
+        return UNKNOWN
+    wrapped = [d % max(len(shape), 1) for d in dims]
+    return None if len(set(wrapped)) == len(wrapped) else {}
+
+
+def _reduce_dims_unique(t, dim, _):
+    _, shape = _tensor_facts(t)
+    if shape is None or not isinstance(dim, (list, tuple)) or not all(_int(d) for d in dim):
+        return UNKNOWN
+    rank = max(len(shape), 1)
+    if not all(-rank <= d < rank for d in dim):
+        return UNKNOWN
+    seen = set()
+    for d in dim:
+        if d % rank in seen:
+            return {"dim": d % rank}
+        seen.add(d % rank)
+    return None
+
+
+def _unflatten_sizes(t, dim, sizes, _):
+    _, shape = _tensor_facts(t)
+    if shape is None or not _int(dim) or not isinstance(sizes, (list, tuple)) or not all(_int(d) for d in sizes) \
+            or not -len(shape) <= dim < max(len(shape), 1) or not shape or list(sizes).count(-1) > 1:
+        return UNKNOWN
+    size = shape[dim]
+    known = _numel(tuple(d for d in sizes if d != -1))
+    fits = (known != 0 and size % known == 0) if -1 in sizes else known == size
+    return None if fits else {"sizes": list(sizes), "dim": dim % len(shape), "size": size}
+
+
 RULES = {"dtype": _dtype, "dtype_lastdim": _dtype_lastdim, "dtype_innerdim": _dtype_innerdim,
          "class_target": _class_target, "matmul_dtype": _matmul_dtype, "number_bounds_cast": _number_bounds_cast,
          "bool_bounds": _bool_bounds, "same_dtype": _same_dtype,
@@ -392,4 +542,7 @@ RULES = {"dtype": _dtype, "dtype_lastdim": _dtype_lastdim, "dtype_innerdim": _dt
          "nonempty": _nonempty, "nonempty_dim": _nonempty_dim, "k_in_range": _k_in_range,
          "conv_input": _conv_input, "conv_stride": _conv_stride, "conv_weight": _conv_weight,
          "conv_kernel": _conv_kernel, "conv_groups": _conv_groups, "conv_channels": _conv_channels,
-         "conv_bias": _conv_bias}
+         "conv_bias": _conv_bias, "nonempty_list": _nonempty_list, "list_dim": _list_dim, "cat_ranks": _cat_ranks,
+         "cat_sizes": _cat_sizes, "stack_shapes": _stack_shapes, "expand_size": _expand_size,
+         "permute_rank": _permute_rank, "permute_unique": _permute_unique,
+         "reduce_dims_unique": _reduce_dims_unique, "unflatten_sizes": _unflatten_sizes}

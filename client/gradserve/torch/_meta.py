@@ -88,11 +88,15 @@ def is_float(dtype) -> bool | None:
 
 # ----- shapes -----------------------------------------------------------------------------------------------
 def broadcast(shapes: list[tuple], two: bool) -> tuple | object:
-    """torch's broadcast of ``shapes`` with its message for two tensors; UNKNOWN (left to the server) for a
-    mismatch among more."""
+    """torch's broadcast of ``shapes`` with its message: more than two are broadcast pairwise, in order, as
+    torch's TensorIterator does (``tensor a`` is the shape so far)."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     first = shapes[0]
     if all(s == first for s in shapes):
+        return first
+    if not two:
+        for shape in shapes[1:]:
+            first = broadcast([first, shape], True)
         return first
     n = max(len(s) for s in shapes)
     out = [1] * n
@@ -225,14 +229,18 @@ def creation(op: str, arg, dtype_name, requires_grad: bool) -> dict:
 
 
 def _arange_shape(start, end, step) -> tuple | object:
-    """``arange``'s length for integer ends (``arange(3)``: end in ``start``'s place); UNKNOWN otherwise (float
-    ends round as the server's arithmetic does)."""
+    """``arange``'s length (``arange(3)``: end in ``start``'s place): for ints exactly, for floats as torch counts
+    it, ``ceil((end - start) / step)`` in double precision; UNKNOWN for anything else."""
+    import math
+
     if end is None:
         start, end = 0, start
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end, step)) or step == 0 or \
-            (end - start) * step < 0:
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, end, step)) or step == 0 \
+            or (end - start) * step < 0 or not all(math.isfinite(v) for v in (start, end, step)):
         return UNKNOWN  # (torch refuses a step of the wrong sign: the server says so)
-    return (max(0, -((start - end) // step)),)
+    if all(isinstance(v, int) for v in (start, end, step)):
+        return (max(0, -((start - end) // step)),)
+    return (max(0, math.ceil((end - start) / step)),)
 
 
 def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:

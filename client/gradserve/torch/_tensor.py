@@ -643,7 +643,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     if decided is None:
         _meta.check_arguments(entry, args, kwargs, method)  # torch's TypeError for a wrong argument, here
         if of.checks:  # torch's refusals from the arguments' metadata, here
-            broken = _checks.first_failure(of.checks, lambda param: _catalog.argument(base, param, args, kwargs))
+            broken = _checks.first_failure(of.checks, lambda param: _argument(base, param, args, kwargs))
             if broken is not None:
                 raise _meta.error(*broken)
     op = {"op": base, "args": [_arg(a, ctx) for a in args]}
@@ -696,12 +696,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
         return rtype(*outs)
 
     def arg(param, default=None):
-        if param == _catalog.varargs(base):  # x.view(2, 3) and x.view((2, 3)) alike
-            rest = args[len(_catalog.positions(base)):]
-            if len(rest) == 1 and isinstance(rest[0], (list, tuple)):
-                return rest[0]
-            return rest or kwargs.get(param, default)
-        return _catalog.argument(base, param, args, kwargs, default)
+        return _argument(base, param, args, kwargs, default)
 
     if of.creation:
         dtype = arg("dtype")
@@ -740,6 +735,16 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
             if literal is not None:
                 out._array, out._seen = literal, 0
     return out
+
+
+def _argument(base: str, param: str, args: tuple, kwargs: dict, default=None):
+    """The call's argument ``param``: ``*size``-style parameters too (``x.view(2, 3)`` and ``x.view((2, 3))``)."""
+    if param == _catalog.varargs(base):
+        rest = args[len(_catalog.positions(base)):]
+        if len(rest) == 1 and isinstance(rest[0], (list, tuple)):
+            return rest[0]
+        return rest or kwargs.get(param, default)
+    return _catalog.argument(base, param, args, kwargs, default)
 
 
 #: the most elements of a torch.tensor literal whose values the client keeps (what it sent: nothing to ask back)

@@ -63,6 +63,7 @@ def _sum_kernel(x, axis, keepdim, dtype):
 
 
 @op("sum", promotion="long",
+    checks=("reduce_dims_unique(self,dim) | RuntimeError: dim {dim} appears multiple times in the list of dims",),
     overloads={
         "function": (
             "(Tensor input, *, torch.dtype dtype = None)",
