@@ -49,6 +49,15 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     reduce_dims_unique(a,dim)   a reduction's dims (a list) name each dimension once -> {dim}
     unflatten_sizes(a,dim,sizes)  ``sizes`` (one -1 at most) multiply up to ``a``'s size along ``dim`` -> {sizes},
                              {dim}, {size}
+    dim_order(a,start,end)   dimension ``start`` of ``a`` does not come after ``end`` (as wrapped)
+    broadcasts(a,b)          the shapes of ``a`` and ``b`` broadcast, in that order -> {a}, {b}, {dim}
+    dims(a)=n                ``a`` has n dimensions
+    repeats_cover(a,repeats) ``repeats`` has at least ``a``'s dimensions
+    linear_shapes(input,weight)  the input's last size is the weight's (2-d) second -> {rows}, {k}, {wk}, {out}
+    bmm_shapes(a,b)          3-d ``b`` is [a.size(0), a.size(2), ...] -> {batch}, {k}, {got}
+    batch_sizes(input,target)    a target has the (batched) input's batch size -> {a}, {b}
+    multi_target(input,target)   a target of class indices for a 2-d input has one dimension
+    same_size(input,target)  ``target`` has ``input``'s shape -> {a}, {b}
     conv_groups(weight,groups)           the weight's out channels divide by groups -> {groups}, {weight}
     conv_channels(input,weight,groups)   the input has weight.size(1) * groups channels -> {groups}, {weight},
                                          {input} (as batched), {expected}, {got}
@@ -534,6 +543,81 @@ def _unflatten_sizes(t, dim, sizes, _):
     return None if fits else {"sizes": list(sizes), "dim": dim % len(shape), "size": size}
 
 
+def _broadcasts_rule(a, b, _):
+    (_, x), (_, y) = _tensor_facts(a), _tensor_facts(b)
+    if x is None or y is None:
+        return UNKNOWN
+    n = max(len(x), len(y))
+    for off in range(n):
+        m = x[len(x) - 1 - off] if off < len(x) else 1
+        k = y[len(y) - 1 - off] if off < len(y) else 1
+        if m != k and m != 1 and k != 1:
+            return {"a": m, "b": k, "dim": n - 1 - off}
+    return None
+
+
+def _dim_order(t, start, end, _):
+    _, shape = _tensor_facts(t)
+    start, end = 0 if start is None else start, -1 if end is None else end
+    rank = max(len(shape), 1) if shape is not None else 0
+    if shape is None or not _int(start) or not _int(end) or not (-rank <= start < rank and -rank <= end < rank):
+        return UNKNOWN
+    return None if start % rank <= end % rank else {}
+
+
+def _dims(t, n: str):
+    _, shape = _tensor_facts(t)
+    if shape is None:
+        return UNKNOWN
+    return None if len(shape) == int(n) else {}
+
+
+def _repeats_cover(t, repeats, _):
+    _, shape = _tensor_facts(t)
+    given = _dims_list(repeats)
+    if shape is None or given is None:
+        return UNKNOWN
+    return None if len(given) >= len(shape) else {}
+
+
+def _linear_shapes(inp, weight, _):
+    (_, x), (_, w) = _tensor_facts(inp), _tensor_facts(weight)
+    if x is None or w is None or len(x) < 2 or len(w) != 2:
+        return UNKNOWN
+    return None if x[-1] == w[1] else {"rows": _numel(x[:-1]), "k": x[-1], "wk": w[1], "out": w[0]}
+
+
+def _bmm_shapes(a, b, _):
+    (_, x), (_, y) = _tensor_facts(a), _tensor_facts(b)
+    if x is None or y is None or len(x) != 3 or len(y) != 3:
+        return UNKNOWN
+    return None if (y[0], y[1]) == (x[0], x[2]) else {"batch": x[0], "k": x[2], "got": [y[0], y[1]]}
+
+
+def _batch_sizes(inp, target, _):
+    (_, x), (dt, y) = _tensor_facts(inp), _tensor_facts(target)
+    if x is None or y is None or dt is None:
+        return UNKNOWN
+    if len(x) < 2 or not y:
+        return None
+    return None if x[0] == y[0] else {"a": x[0], "b": y[0]}
+
+
+def _multi_target(inp, target, _):
+    (_, x), (dt, y) = _tensor_facts(inp), _tensor_facts(target)
+    if x is None or y is None or dt is None:
+        return UNKNOWN
+    probabilities = FACTS[dt][0] == "f" and x == y
+    return {} if len(x) == 2 and len(y) >= 2 and not probabilities else None
+
+
+def _same_size(inp, target, _):
+    (_, x), (_, y) = _tensor_facts(inp), _tensor_facts(target)
+    if x is None or y is None:
+        return UNKNOWN
+    return None if x == y else {"a": list(x), "b": list(y)}
+
+
 RULES = {"dtype": _dtype, "dtype_lastdim": _dtype_lastdim, "dtype_innerdim": _dtype_innerdim,
          "class_target": _class_target, "matmul_dtype": _matmul_dtype, "number_bounds_cast": _number_bounds_cast,
          "bool_bounds": _bool_bounds, "same_dtype": _same_dtype,
@@ -545,4 +629,7 @@ RULES = {"dtype": _dtype, "dtype_lastdim": _dtype_lastdim, "dtype_innerdim": _dt
          "conv_bias": _conv_bias, "nonempty_list": _nonempty_list, "list_dim": _list_dim, "cat_ranks": _cat_ranks,
          "cat_sizes": _cat_sizes, "stack_shapes": _stack_shapes, "expand_size": _expand_size,
          "permute_rank": _permute_rank, "permute_unique": _permute_unique,
-         "reduce_dims_unique": _reduce_dims_unique, "unflatten_sizes": _unflatten_sizes}
+         "reduce_dims_unique": _reduce_dims_unique, "unflatten_sizes": _unflatten_sizes,
+         "broadcasts": _broadcasts_rule, "dims": _dims, "repeats_cover": _repeats_cover,
+         "linear_shapes": _linear_shapes, "bmm_shapes": _bmm_shapes, "batch_sizes": _batch_sizes,
+         "same_size": _same_size, "dim_order": _dim_order, "multi_target": _multi_target}

@@ -313,7 +313,7 @@ _ARG_NAMES: dict[str, frozenset] = {}
 
 
 #: dimension arguments, checked against the rank of the op's first argument as torch's maybe_wrap_dim does
-DIM_PARAMS = ("dim", "dim0", "dim1", "dims", "start_dim", "end_dim")
+DIM_PARAMS = ("dim", "dim0", "dim1", "dims", "start_dim", "end_dim", "source", "destination")
 
 
 def check_dims(entry: dict, arg, shape) -> None:

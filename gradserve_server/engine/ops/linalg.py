@@ -192,7 +192,11 @@ batching(P.MmBackward0, vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
 
 
 @op("bmm",
-    checks=("matmul_dtype(self,mat2)=bmm | RuntimeError: expected scalar type {a} but found {b}",),
+    checks=("dims(self)=3 | RuntimeError: batch1 must be a 3D tensor",
+            "dims(mat2)=3 | RuntimeError: batch2 must be a 3D tensor",
+            "bmm_shapes(self,mat2) | RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "
+            "[{batch}, {k}] but got: {got}.",
+            "matmul_dtype(self,mat2)=bmm | RuntimeError: expected scalar type {a} but found {b}"),
     overloads=_MAT2_OVERLOADS,
     tensors=("self", "mat2"), plannable=True)
 def bmm(self, mat2):

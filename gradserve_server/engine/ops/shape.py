@@ -365,6 +365,8 @@ batching(P.UnsafeViewBackward0, **RESHAPE_BATCHED)
 
 
 @op("flatten",
+    checks=("dim_order(self,start_dim,end_dim) | RuntimeError: flatten() has invalid args: start_dim cannot come after "
+            "end_dim",),
     param_types={"start_dim": "int", "end_dim": "int"}, storage="view_if_contiguous",
     tensors=("self",), grad_fns=(P.ViewBackward0, P.UnsafeViewBackward0))
 def flatten(self, start_dim=0, end_dim=-1):
@@ -591,6 +593,8 @@ def expand_as(self, other):
 
 
 @op("repeat",
+    checks=("repeats_cover(self,repeats) | RuntimeError: Number of dimensions of repeat dims can not be smaller than "
+            "number of dimensions of tensor",),
     method_only=True, size_varargs="repeats", storage="new", cost="arguments",
     tensors=("self",))
 def repeat(self, *repeats):
