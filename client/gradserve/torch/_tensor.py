@@ -65,6 +65,7 @@ class Tensor:
             self._view = {**self._view, **meta}
         else:
             self._view, self._array = meta, None  # (values read before are stale)
+            self._seen = self._storage.memory[0]  # (what it says, a new leaf's version, is now's)
         self._view_stamp = stamp
         if "shape" in meta:
             self._shape = Size(meta["shape"])
