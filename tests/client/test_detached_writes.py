@@ -6,16 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-
-def _requests(ctx, monkeypatch) -> list:
-    sent = []
-    real = ctx.client.run_ops
-
-    def spy(session_id, ops, **kwargs):
-        sent.append([op["op"] for op in ops])
-        return real(session_id, ops, **kwargs)
-    monkeypatch.setattr(ctx.client, "run_ops", spy)
-    return sent
+from tests.client.test_grads_kept import _ops_sent as _requests
 
 
 @pytest.mark.parametrize("alias", ["detach", "data"])
