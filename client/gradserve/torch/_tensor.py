@@ -688,8 +688,13 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
         # a named tuple of tensors (linalg.svd's U, S, Vh; sort's values, indices): one handle per field, the
         # first sharing a shape op's storage
         outs = tuple(Tensor._new(ctx, storage if i == 0 else None) for i in range(len(rtype._fields)))
-        fields = _meta.named_results(entry, tensors, lambda p, d=None: _catalog.argument(base, p, args, kwargs, d),
-                                     grad_enabled) if decided is None else None
+        if decided is not None:  # (decided before: each field's facts, its node anew)
+            fields = [_decided_facts(d, tensors) for d in decided[0]]
+        else:
+            fields = _meta.named_results(entry, tensors, lambda p, d=None: _argument(base, p, args, kwargs, d),
+                                         grad_enabled) or []
+            if key is not None:
+                _remember(key, (tuple(_decision(f) for f in fields), "fields"))
         op["out"] = [t._name for t in outs]
         ctx.record(op, outs)
         for out, facts in zip(outs, fields or ()):
@@ -820,11 +825,19 @@ def _arg_key(v, seen: dict):
 def _decide(key: tuple, facts: dict, target_node=_NO_FACT) -> None:
     """Keep what was decided: the facts without their node, and how the node is made again (``tensors``: of the
     inputs' nodes; ``target``: the in-place target's own)."""
+    _remember(key, _decision(facts, target_node))
+
+
+def _decision(facts: dict, target_node=_NO_FACT) -> tuple:
     node = facts.get("node", _NO_FACT)
     how = None if node is _NO_FACT or node is None else "target" if node is target_node else "tensors"
+    return {k: v for k, v in facts.items() if k != "node" or how is None}, how
+
+
+def _remember(key: tuple, decision: tuple) -> None:
     if len(_DECIDED) >= 4096:
         _DECIDED.clear()
-    _DECIDED[key] = ({k: v for k, v in facts.items() if k != "node" or how is None}, how)
+    _DECIDED[key] = decision
 
 
 def _decided_facts(decided: tuple, inputs: list) -> dict:
