@@ -113,7 +113,8 @@ class OpSpec:
     dims_of: str = "input"
     #: the result's dtype: "result_type" (torch.result_type of the tensor and number operands: add, mul),
     #: "float" (an integer input gives the default float: exp), "true_divide" (float unless a rounding mode);
-    #: "" not declared. Its in-place form refuses a result its target cannot hold, before anything runs
+    #: "" not declared. Its in-place form refuses a result its target cannot hold, before anything runs. An op
+    #: returning a named tuple declares its fields' rules after " => " ("same => same,int64": sort's values, indices)
     promotion: str = ""
     #: torch's refusals decided from arguments' metadata (dtypes, shapes, which are given), each
     #: ``"rule(arguments)[=value][ if|unless names] | ExceptionClass: message"``, tried in order; the rules are

@@ -24,7 +24,7 @@ CATALOG = {e["name"]: e for e in E.op_catalog()}
 #: ops of the fixture the table declares no rule for (the client leaves their dtype to the server): a rule that
 #: reads more than the operands (square is pow(x, 2); hardtanh refuses uint8 by its limits' values); sort returns a
 #: named tuple
-UNDECLARED = {"hardtanh", "sort", "square"}
+UNDECLARED = {"hardtanh", "square"}
 
 #: nor for the bitwise ops: they refuse the floating types torch.result_type gives
 UNDECLARED |= {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift",
@@ -86,11 +86,13 @@ def test_the_fixture_covers_every_engine_dtype_and_the_declared_unary_and_binary
 # ----- checks: torch's refusals from arguments' metadata ------------------------------------------------------------
 #: recorded calls torch refuses for a reason other than a declared check: the client's shape inference (broadcasting,
 #: matrix products' shapes, which torch checks before their dtypes), and refusals no check declares (the server
-#: raises them at the next sync): matmul's matrix-vector and batched forms, linear's bias of another dtype
+#: raises them at the next sync)
 LEFT_TO_OTHER_CHECKS = {"max(float32[0], int64[3])", "mm(float32[2,3], float64[4,2])",
-                        "matmul(float32[2,3], float64[4,2])", "linear(float32[2,3], float64[2,4])"}
-NOT_DECLARED = {"matmul(float32[2,3], float64[3])", "matmul(float32[2,3], float64[4,3,2])",
-                "linear(float32[2,3], float32[2,3], float64[2])"}
+                        "matmul(float32[2,3], float64[4,2])",
+                        "matmul(float64[5,2,3], float32[5,4,2])", "matmul(float32[2,3], int64[4])",
+                        "mv(float32[2,3], float64[4])", "movedim(float32[2,3], 0, 2)",
+                        "conv2d(float32[1,3,5,5], float32[4,3,3], padding=same)"}  # (a padding mode's own path)
+NOT_DECLARED: set[str] = set()
 
 
 def _handle(spec: str) -> Tensor:
@@ -106,15 +108,19 @@ def _value_of(entry: dict, args: list, kwargs: dict):
     """``value(name)`` of a call (as ``call_op`` gives the rules): positional by the catalog's order, else keyword."""
     positions = []
     for a in entry["arguments"]:
-        if a.get("kind") in ("varargs", "kwargs"):
+        if a.get("kind") == "kwargs":
             break
         positions.append(a["name"])
+        if a.get("kind") == "varargs":  # (given as one list: x.expand([2, 3]))
+            break
     given = dict(zip(positions, args)) | kwargs
 
     def value(name):
         v = given.get(name)
         if isinstance(v, str) and v.endswith("]"):
             return _handle(v)
+        if isinstance(v, list) and any(isinstance(x, str) for x in v):
+            return [_handle(x) for x in v]
         return DTYPES[v] if name == "dtype" and v is not None else v
     return value
 

@@ -74,13 +74,16 @@ def user_stacklevel() -> int:
 
 class Storage:
     """What handles that may share memory on the server share: in-place changes bump ``version``, which
-    invalidates every cached view of them. ``is_grad``: a gradient, changed in place by backward too."""
+    invalidates every cached view of them. ``is_grad``: a gradient, changed in place by backward too.
+    ``memory``: a count of in-place changes shared with the detached aliases of these handles (``w.detach()``
+    shares ``w``'s values, not its autograd facts: a change through it invalidates ``w``'s values only)."""
 
-    __slots__ = ("version", "is_grad")
+    __slots__ = ("version", "is_grad", "memory")
 
-    def __init__(self, is_grad: bool = False):
+    def __init__(self, is_grad: bool = False, memory: list | None = None):
         self.version = 0
         self.is_grad = is_grad
+        self.memory = [0] if memory is None else memory
 
 
 class HandleRef(weakref.ref):

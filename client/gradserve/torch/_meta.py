@@ -88,11 +88,15 @@ def is_float(dtype) -> bool | None:
 
 # ----- shapes -----------------------------------------------------------------------------------------------
 def broadcast(shapes: list[tuple], two: bool) -> tuple | object:
-    """torch's broadcast of ``shapes`` with its message for two tensors; UNKNOWN (left to the server) for a
-    mismatch among more."""
+    """torch's broadcast of ``shapes`` with its message: more than two are broadcast pairwise, in order, as
+    torch's TensorIterator does (``tensor a`` is the shape so far)."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     first = shapes[0]
     if all(s == first for s in shapes):
+        return first
+    if not two:
+        for shape in shapes[1:]:
+            first = broadcast([first, shape], True)
         return first
     n = max(len(s) for s in shapes)
     out = [1] * n
@@ -225,14 +229,18 @@ def creation(op: str, arg, dtype_name, requires_grad: bool) -> dict:
 
 
 def _arange_shape(start, end, step) -> tuple | object:
-    """``arange``'s length for integer ends (``arange(3)``: end in ``start``'s place); UNKNOWN otherwise (float
-    ends round as the server's arithmetic does)."""
+    """``arange``'s length (``arange(3)``: end in ``start``'s place): for ints exactly, for floats as torch counts
+    it, ``ceil((end - start) / step)`` in double precision; UNKNOWN for anything else."""
+    import math
+
     if end is None:
         start, end = 0, start
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end, step)) or step == 0 or \
-            (end - start) * step < 0:
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, end, step)) or step == 0 \
+            or (end - start) * step < 0 or not all(math.isfinite(v) for v in (start, end, step)):
         return UNKNOWN  # (torch refuses a step of the wrong sign: the server says so)
-    return (max(0, -((start - end) // step)),)
+    if all(isinstance(v, int) for v in (start, end, step)):
+        return (max(0, -((start - end) // step)),)
+    return (max(0, math.ceil((end - start) / step)),)
 
 
 def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
@@ -259,6 +267,31 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
             facts["dtype"] = cast = predicted  # (an integral result does not require grad)
     elif cast is not None and cast is not UNKNOWN:
         facts["dtype"] = cast  # (dtype=: sum(x, dtype=torch.float64))
+    return _flags(facts, entry, tensors, grad_enabled, cast)
+
+
+def named_results(entry: dict, tensors: list, arg, grad_enabled: bool) -> list[dict] | None:
+    """The facts of each field of a named-tuple result (sort's values and indices) by the fields' rules of the
+    entry's ``promotion`` (``same => same,int64``), the shape where the family says how; None: not declared."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    rules = P.fields(entry["promotion"]) if entry["promotion"] else ()
+    if not rules:
+        return None
+    shape = shape_of(entry, tensors, arg)  # (torch's IndexError for a dim out of range, here)
+    operands = _operands(_operand_names(entry), arg)
+    out = []
+    for rule in rules:
+        facts: dict = {} if shape is UNKNOWN else {"shape": shape}
+        dtype = UNKNOWN if operands is UNKNOWN else P.predict(rule, operands)
+        if dtype is not UNKNOWN and dtype is not None:
+            facts["dtype"] = dtype
+        out.append(_flags(facts, entry, tensors, grad_enabled, facts.get("dtype", UNKNOWN)))
+    return out
+
+
+def _flags(facts: dict, entry: dict, tensors: list, grad_enabled: bool, cast) -> dict:
+    """``facts`` of a result of dtype ``cast`` (None: the rule's, not known; UNKNOWN) with its autograd flags and
+    node, where the client knows them."""
     if not grad_enabled or not entry["differentiable"] or cast is not None and is_float(cast) is False:
         facts.update(requires_grad=False, is_leaf=True, grad_fn=None, node=None)
         return facts
@@ -309,7 +342,7 @@ _ARG_NAMES: dict[str, frozenset] = {}
 
 
 #: dimension arguments, checked against the rank of the op's first argument as torch's maybe_wrap_dim does
-DIM_PARAMS = ("dim", "dim0", "dim1", "dims", "start_dim", "end_dim")
+DIM_PARAMS = ("dim", "dim0", "dim1", "dims", "start_dim", "end_dim", "source", "destination")
 
 
 def check_dims(entry: dict, arg, shape) -> None:

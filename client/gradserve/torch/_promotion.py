@@ -17,6 +17,10 @@ A declaration is a rule, optionally with the operands it reads and the refusals 
                                     a refusal: when the operands' result_type is not floating, torch's exception
                                     class and message ({dtype}: the ScalarType name, ``Long``)
 
+An op returning a named tuple (``returns``) declares its fields' dtypes after `` => ``, one rule each:
+``same => same,int64`` (sort's values keep the input's dtype, its indices are int64); the rule before them is its
+one-tensor form's (``max(x, y)``).
+
 Refusal conditions: ``bool`` (the operands' result_type is bool), ``integral`` (it is not floating), ``any_bool``
 (an operand is bool, tensor or number), ``all_bool`` (every operand is), ``bool_tensors`` (every operand is a bool
 tensor), ``bool_number`` (the result_type is bool and an operand is a Python number). They are tried in order.
@@ -104,6 +108,7 @@ def parse(declaration: str) -> tuple[str, tuple[str, ...] | None, tuple[tuple[st
     got = _PARSED.get(declaration)
     if got is None:
         head, *rest = [part.strip() for part in declaration.split(" | ")]
+        head = head.partition(" => ")[0]
         rule, sep, names = head.partition("(")
         operands = tuple(n.strip() for n in names.rstrip(")").split(",") if n.strip()) if sep else None
         refusals = []
@@ -113,6 +118,18 @@ def parse(declaration: str) -> tuple[str, tuple[str, ...] | None, tuple[tuple[st
             refusals.append((condition, kind, message))
         got = _PARSED[declaration] = (rule, operands, tuple(refusals))
     return got
+
+
+def fields(declaration: str) -> tuple[str, ...]:
+    """The rules of a named tuple's fields (``same => same,int64``: ``("same", "int64")``), or ()."""
+    got = _FIELDS.get(declaration)
+    if got is None:
+        tail = declaration.split(" | ")[0].partition(" => ")[2]
+        got = _FIELDS[declaration] = tuple(r.strip() for r in tail.split(",") if r.strip())
+    return got
+
+
+_FIELDS: dict[str, tuple] = {}
 
 
 def predict(declaration: str, operands: list[tuple[str, int]], rounding_mode=None) -> str | None:

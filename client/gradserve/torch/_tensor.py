@@ -27,7 +27,7 @@ class Tensor:
     """A handle to a tensor held by the server; behaves as ``torch.Tensor``."""
 
     __slots__ = ("_ctx", "_name", "_storage", "_shape", "_dtype", "_view", "_array", "_view_stamp", "_param",
-                 "_known_grad", "_error", "_dual_tangent", "_leaf", "__weakref__")
+                 "_known_grad", "_error", "_dual_tangent", "_leaf", "_seen", "__weakref__")
 
     # ----- making handles -----------------------------------------------------------------------------
     def __new__(cls, *args, **kwargs):
@@ -43,6 +43,7 @@ class Tensor:
         t._shape = t._dtype = t._view = t._array = t._view_stamp = t._known_grad = t._error = t._leaf = None
         t._dual_tangent = None  # (ctx.failures, the tangent's view or None) read inside a dual level
         t._param = False
+        t._seen = -1  # (the storage's ``memory`` count its values were read at)
         ctx.adopt(t)
         return t
 
@@ -64,6 +65,7 @@ class Tensor:
             self._view = {**self._view, **meta}
         else:
             self._view, self._array = meta, None  # (values read before are stale)
+            self._seen = self._storage.memory[0]  # (what it says, a new leaf's version, is now's)
         self._view_stamp = stamp
         if "shape" in meta:
             self._shape = Size(meta["shape"])
@@ -80,6 +82,7 @@ class Tensor:
         self._shape = Size(view["shape"])
         self._dtype = view["dtype"]
         self._array = view.get("data")  # decoded when read (_data)
+        self._seen = self._storage.memory[0]
         if view["is_leaf"] and view["requires_grad"]:
             self._param = True
 
@@ -97,7 +100,9 @@ class Tensor:
         return self._name
 
     def _mutated(self) -> None:
-        self._storage.version += 1
+        s = self._storage
+        s.version += 1
+        s.memory[0] += 1
 
     # ----- reading --------------------------------------------------------------------------------------
     def _fetch(self, level: str) -> dict:
@@ -112,13 +117,14 @@ class Tensor:
 
     def _meta(self, key: str):
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        if self._view_stamp != self._stamp() or key not in self._view:
+        if self._view_stamp != self._stamp() or key not in self._view or key in _VALUE_KEYS and \
+                self._seen != self._storage.memory[0]:
             self._fetch("auto")
         return self._view[key]
 
     def _data(self) -> np.ndarray:
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        if self._view_stamp != self._stamp() or self._array is None:
+        if self._view_stamp != self._stamp() or self._array is None or self._seen != self._storage.memory[0]:
             self._fetch("full")
         if isinstance(self._array, dict):
             self._array = _decode(self._array)
@@ -642,7 +648,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     if decided is None:
         _meta.check_arguments(entry, args, kwargs, method)  # torch's TypeError for a wrong argument, here
         if of.checks:  # torch's refusals from the arguments' metadata, here
-            broken = _checks.first_failure(of.checks, lambda param: _catalog.argument(base, param, args, kwargs))
+            broken = _checks.first_failure(of.checks, lambda param: _argument(base, param, args, kwargs))
             if broken is not None:
                 raise _meta.error(*broken)
     op = {"op": base, "args": [_arg(a, ctx) for a in args]}
@@ -674,6 +680,8 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     shares = of.shape_op and first is not None and not (
         base == "getitem" and not _meta.basic_index(args[1].key))  # (an advanced index copies)
     storage = first._storage if shares else None
+    if base == "detach" and storage is not None:  # (its values are first's, its autograd facts its own)
+        storage = Storage(storage.is_grad, storage.memory)
     if of.tuple_maybe and _catalog.returns_tuple(entry, args, kwargs):
         op["out"] = ctx.fresh_name()
         index = ctx.record(op)
@@ -684,17 +692,21 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
         # a named tuple of tensors (linalg.svd's U, S, Vh; sort's values, indices): one handle per field, the
         # first sharing a shape op's storage
         outs = tuple(Tensor._new(ctx, storage if i == 0 else None) for i in range(len(rtype._fields)))
+        if decided is not None:  # (decided before: each field's facts, its node anew)
+            fields = [_decided_facts(d, tensors) for d in decided[0]]
+        else:
+            fields = _meta.named_results(entry, tensors, lambda p, d=None: _argument(base, p, args, kwargs, d),
+                                         grad_enabled) or []
+            if key is not None:
+                _remember(key, (tuple(_decision(f) for f in fields), "fields"))
         op["out"] = [t._name for t in outs]
         ctx.record(op, outs)
+        for out, facts in zip(outs, fields or ()):
+            out._know_facts(facts)
         return rtype(*outs)
 
     def arg(param, default=None):
-        if param == _catalog.varargs(base):  # x.view(2, 3) and x.view((2, 3)) alike
-            rest = args[len(_catalog.positions(base)):]
-            if len(rest) == 1 and isinstance(rest[0], (list, tuple)):
-                return rest[0]
-            return rest or kwargs.get(param, default)
-        return _catalog.argument(base, param, args, kwargs, default)
+        return _argument(base, param, args, kwargs, default)
 
     if of.creation:
         dtype = arg("dtype")
@@ -731,8 +743,18 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
         if of.creation:  # a new leaf
             out._known_grad = (ctx.grad_epoch, None)
             if literal is not None:
-                out._array = literal
+                out._array, out._seen = literal, 0
     return out
+
+
+def _argument(base: str, param: str, args: tuple, kwargs: dict, default=None):
+    """The call's argument ``param``: ``*size``-style parameters too (``x.view(2, 3)`` and ``x.view((2, 3))``)."""
+    if param == _catalog.varargs(base):
+        rest = args[len(_catalog.positions(base)):]
+        if len(rest) == 1 and isinstance(rest[0], (list, tuple)):
+            return rest[0]
+        return rest or kwargs.get(param, default)
+    return _catalog.argument(base, param, args, kwargs, default)
 
 
 #: the most elements of a torch.tensor literal whose values the client keeps (what it sent: nothing to ask back)
@@ -807,11 +829,19 @@ def _arg_key(v, seen: dict):
 def _decide(key: tuple, facts: dict, target_node=_NO_FACT) -> None:
     """Keep what was decided: the facts without their node, and how the node is made again (``tensors``: of the
     inputs' nodes; ``target``: the in-place target's own)."""
+    _remember(key, _decision(facts, target_node))
+
+
+def _decision(facts: dict, target_node=_NO_FACT) -> tuple:
     node = facts.get("node", _NO_FACT)
     how = None if node is _NO_FACT or node is None else "target" if node is target_node else "tensors"
+    return {k: v for k, v in facts.items() if k != "node" or how is None}, how
+
+
+def _remember(key: tuple, decision: tuple) -> None:
     if len(_DECIDED) >= 4096:
         _DECIDED.clear()
-    _DECIDED[key] = ({k: v for k, v in facts.items() if k != "node" or how is None}, how)
+    _DECIDED[key] = decision
 
 
 def _decided_facts(decided: tuple, inputs: list) -> dict:

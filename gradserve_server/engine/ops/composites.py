@@ -90,7 +90,9 @@ def tile(self, dims):
     return repeat(self, reps)
 
 
-@op("unflatten", tensors=("self",), grad_fns=(P.ViewBackward0,))
+@op("unflatten", tensors=("self",), grad_fns=(P.ViewBackward0,),
+    checks=("unflatten_sizes(self,dim,sizes) | RuntimeError: unflatten: Provided sizes {sizes} don't multiply up to "
+            "the size of dim {dim} ({size}) in the input tensor",))
 def unflatten(self, dim, sizes):
     """torch.unflatten(input, dim, sizes): dim split into sizes (one of them may be -1), a view."""
     self = require_tensor(self)

@@ -293,12 +293,18 @@ def _conv_checks(n: int) -> tuple[str, ...]:
     client raises at the call's line."""
     return (f"conv_input(input)={n} | RuntimeError: Expected {{unbatched}}D (unbatched) or {{batched}}D (batched) "
             f"input to conv{n}d, but got input of size: {{shape}}",
+            f"conv_stride(weight,stride,padding)={n} | RuntimeError: expected stride to be a single integer value or "
+            "a list of {k} values to match the convolution dimensions, but got stride={stride}",
+            f"conv_weight(input,weight,padding)={n} | RuntimeError: Expected {{dims}}-dimensional input for "
+            "{dims}-dimensional weight {weight}, but got {got}-dimensional input of size {input} instead",
             "conv_groups(weight,groups) | RuntimeError: Given groups={groups}, expected weight to be divisible by "
             "{groups} at dimension 0, but got weight of size [{weight}] instead",
             "conv_channels(input,weight,groups) | RuntimeError: Given groups={groups}, weight of size {weight}, "
             "expected input{input} to have {expected} channels, but got {got} channels instead",
             "conv_bias(weight,bias) | RuntimeError: Given weight of size {weight}, expected bias to be 1-dimensional "
             "with {out} elements, but got bias of size {bias} instead",
+            f"conv_kernel(input,weight,padding,dilation)={n} | RuntimeError: Calculated padded input size per channel: "
+            "({input}). Kernel size: ({kernel}). Kernel size can't be greater than actual input size",
             "same_dtype(input,weight) | RuntimeError: expected scalar type {a} but found {b}")
 
 

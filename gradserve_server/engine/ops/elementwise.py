@@ -1559,8 +1559,10 @@ def _(ctx, grad):
 
 
 @op("masked_fill",
-    checks=("dtype(mask)=bool | RuntimeError: masked_fill_ only supports boolean masks, but got mask with dtype "
-            "{cpp}",),
+    checks=("broadcasts(mask,self) | RuntimeError: The size of tensor a ({a}) must match the size of tensor b ({b}) "
+            "at non-singleton dimension {dim}",
+            "dtype(mask)=bool | RuntimeError: masked_fill_ only supports boolean masks, but got mask with dtype "
+            "{cpp}"),
     overloads={
         "function": ("(Tensor input, Tensor mask, Tensor value)", "(Tensor input, Tensor mask, Number value)"),
         "method": ("(Tensor mask, Tensor value)", "(Tensor mask, Number value)"),

@@ -586,8 +586,9 @@ def _topk_as_torch(x: np.ndarray, ax: int, k: int, largest: bool, sorted_: bool,
     idx[...] = np.moveaxis(flat.reshape(out.shape), -1, ax)
 
 
-@op("topk", checks=("dtype(self)=!bool | RuntimeError: topk does not support bool dtypes on CPU",
-                    "k_in_range(self,k,dim) | RuntimeError: selected index k out of range"),
+@op("topk", promotion="same => same,int64",
+    checks=("dtype(self)=!bool | RuntimeError: topk does not support bool dtypes on CPU",
+            "k_in_range(self,k,dim) | RuntimeError: selected index k out of range"),
     tensors=("self",), returns=ValuesIndices._fields)
 def topk(self, k, dim=-1, largest=True, sorted=True):
     """torch.topk(input, k, dim=-1, largest=True, sorted=True) -> (values, indices)."""
@@ -688,7 +689,7 @@ def _kth_ties_as_torch(x: np.ndarray, ax: int, k: int, idx: np.ndarray) -> None:
     idx[...] = np.moveaxis(out.reshape(np.moveaxis(idx, ax, -1).shape), -1, ax)
 
 
-@op("kthvalue", tensors=("self",), returns=ValuesIndices._fields)
+@op("kthvalue", promotion="same => same,int64", tensors=("self",), returns=ValuesIndices._fields)
 def kthvalue(self, k, dim=-1, keepdim=False):
     """torch.kthvalue(input, k, dim=-1, keepdim=False) -> (values, indices): the k-th smallest (1-based)."""
     self = require_tensor(self, "input", "kthvalue")

@@ -192,6 +192,11 @@ batching(P.MmBackward0, vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
 
 
 @op("bmm",
+    checks=("dims(self)=3 | RuntimeError: batch1 must be a 3D tensor",
+            "dims(mat2)=3 | RuntimeError: batch2 must be a 3D tensor",
+            "bmm_shapes(self,mat2) | RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "
+            "[{batch}, {k}] but got: {got}.",
+            "matmul_dtype(self,mat2)=bmm | RuntimeError: expected scalar type {a} but found {b}"),
     overloads=_MAT2_OVERLOADS,
     tensors=("self", "mat2"), plannable=True)
 def bmm(self, mat2):
@@ -232,7 +237,9 @@ batching(P.BmmBackward0, vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
 # ----- mv, dot, outer ---------------------------------------------------------------------------------
 
 
-@op("mv", tensors=("self", "vec"), plannable=True)
+@op("mv", tensors=("self", "vec"), plannable=True,
+    checks=("matmul_dtype(self,vec)=mv | RuntimeError: addmv input tensors must have the same dtype, but got {b}, {a}, "
+            "and {b}",))
 def mv(self, vec):
     """torch.mv(input, vec): matrix @ vector."""
     self = require_tensor(self, "self", "mv")
@@ -527,7 +534,10 @@ def _prod(shape) -> int:
     checks=("matmul_dtype(self,other)=mm | RuntimeError: expected m1 and m2 to have the same dtype, but got: {a} != "
             "{b}",
             "matmul_dtype(self,other)=dot | RuntimeError: dot : expected both vectors to have same dtype, but found "
-            "{a} and {b}"),
+            "{a} and {b}",
+            "matmul_dtype(self,other)=mv | RuntimeError: addmv input tensors must have the same dtype, but got {b}, "
+            "{a}, and {b}",
+            "matmul_dtype(self,other)=batched | RuntimeError: expected scalar type {a} but found {b}"),
     exports=("torch.linalg.matmul",),
     tensors=("self", "other"), aliases=("__matmul__",),
     grad_fns=(P.MmBackward0, P.DotBackward0, P.MvBackward0, P.SqueezeBackward4, P.UnsafeViewBackward0,

@@ -196,8 +196,13 @@ batching(P.LogSoftmaxBackward0, **shifted(sizes=(), dims=("dim",)))
 
 
 @op("linear",
-    checks=("matmul_dtype(input,weight)=linear | RuntimeError: expected m1 and m2 to have the same dtype, but got: "
-            "{a} != {b}",),
+    checks=("same_dtype(bias,weight) | RuntimeError: self and mat2 must have the same dtype, but got {a} and {b}",
+            "same_dtype(input,weight) if bias | RuntimeError: mat1 and mat2 must have the same dtype, but got {a} and "
+            "{b}",
+            "linear_shapes(input,weight) | RuntimeError: mat1 and mat2 shapes cannot be multiplied ({rows}x{k} and "
+            "{wk}x{out})",
+            "matmul_dtype(input,weight)=linear | RuntimeError: expected m1 and m2 to have the same dtype, but got: "
+            "{a} != {b}"),
     exports=("torch.nn.functional.linear",), cost="other",
     tensors=("input", "weight", "bias"), method=False,
     grad_fns=(P.AddmmBackward0, P.ViewBackward0, P.MmBackward0, P.SqueezeBackward4, P.UnsafeViewBackward0,
@@ -264,6 +269,8 @@ def _mse_kernel(a, b, red):
 
 @op("mse_loss", promotion='result_type(input,target) | integral: NotImplementedError: "mse_cpu" not '
     "implemented for '{dtype}'",
+    checks=("broadcasts(input,target) | RuntimeError: The size of tensor a ({a}) must match the size of tensor b "
+            "({b}) at non-singleton dimension {dim}",),
     python_attribute=("size", ("target", "input")),
     tensors=("input", "target"), method=False, plannable=True)
 def mse_loss(input, target, reduction="mean"):
@@ -425,6 +432,8 @@ _BCE_EPS = 1e-12
 
 
 @op("binary_cross_entropy", checks=(
+    "same_size(input,target) | ValueError: Using a target size (torch.Size({b})) that is different to the input "
+    "size (torch.Size({a})) is deprecated. Please ensure they have the same size.",
     "same_dtype(target,input) | RuntimeError: Found dtype {a} but expected {b}",
     'dtype(input)=floating | NotImplementedError: "binary_cross_entropy" not implemented for \'{dtype}\''),
     python_attribute=("size", ("target", "input")),
@@ -622,6 +631,8 @@ def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, 
 
 
 @op("nll_loss", checks=(
+    "batch_sizes(input,target) | ValueError: Expected input batch_size ({a}) to match target batch_size ({b}).",
+    "multi_target(input,target) | RuntimeError: 0D or 1D target tensor expected, multi-target not supported",
     "dtype(target)=int64,uint8 | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}",
     'dtype(input)=floating | NotImplementedError: "nll_loss_out_frame" not implemented for \'{dtype}\''),
     message_name="nll_loss_nd",
@@ -815,6 +826,8 @@ def _(ctx, self_t):
     'dtype_lastdim(input,1)=floating | NotImplementedError: "log_softmax_lastdim_kernel_impl" not implemented for '
     "'{dtype}'",
     'dtype_innerdim(input,1)=floating | NotImplementedError: "log_softmax_kernel_impl" not implemented for \'{dtype}\'',
+    "batch_sizes(input,target) | ValueError: Expected input batch_size ({a}) to match target batch_size ({b}).",
+    "multi_target(input,target) | RuntimeError: 0D or 1D target tensor expected, multi-target not supported",
     "class_target(input,target) | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}"),
     message_name="cross_entropy_loss",
     tensors=("input", "target", "weight"), method=False,

@@ -115,7 +115,7 @@ def _median(name: str, prim0: Prim, prim1: Prim, self, dim, keepdim, ignore_nan:
     return ValuesIndices(values, indices)
 
 
-@op("median",
+@op("median", promotion="same => same,int64",
     returns=("values", "indices"), returns_when="dim",
     tensors=("self",))
 def median(self, dim=None, keepdim=False):
@@ -124,7 +124,7 @@ def median(self, dim=None, keepdim=False):
     return _median("median", P.MedianBackward0, P.MedianBackward1, self, dim, keepdim, False)
 
 
-@op("nanmedian",
+@op("nanmedian", promotion="same => same,int64",
     returns=("values", "indices"), returns_when="dim",
     tensors=("self",))
 def nanmedian(self, dim=None, keepdim=False):

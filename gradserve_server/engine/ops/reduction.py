@@ -63,6 +63,7 @@ def _sum_kernel(x, axis, keepdim, dtype):
 
 
 @op("sum", promotion="long",
+    checks=("reduce_dims_unique(self,dim) | RuntimeError: dim {dim} appears multiple times in the list of dims",),
     overloads={
         "function": (
             "(Tensor input, *, torch.dtype dtype = None)",
@@ -353,7 +354,7 @@ _MAX_MIN_OVERLOADS = {
 }
 
 
-@op("max", promotion="result_type(self,dim,other)", checks=(  # (max(x, y) passes y in dim's place)
+@op("max", promotion="result_type(self,dim,other) => same,int64", checks=(  # (max(x, y) passes y in dim's place)
     "nonempty(self) unless dim,other | RuntimeError: max(): Expected reduction dim to be specified for input.numel() "
     "== 0. Specify the reduction dim with the 'dim' argument.",
     "nonempty_dim(self,dim) | IndexError: max(): Expected reduction dim {dim} to have non-zero size."),
@@ -366,7 +367,7 @@ def max(self, dim=None, keepdim=False, other=None):
     return _max_min(self, dim, keepdim, other, True)
 
 
-@op("min", promotion="result_type(self,dim,other)", checks=(
+@op("min", promotion="result_type(self,dim,other) => same,int64", checks=(
     "nonempty(self) unless dim,other | RuntimeError: min(): Expected reduction dim to be specified for input.numel() "
     "== 0. Specify the reduction dim with the 'dim' argument.",
     "nonempty_dim(self,dim) | IndexError: min(): Expected reduction dim {dim} to have non-zero size."),
@@ -840,7 +841,7 @@ def _(ctx, self_t):
 batching(P.FlipBackward0, **shifted(sizes=(), dims=("dims",)))
 
 
-@op("sort",
+@op("sort", promotion="same => same,int64",
     overloads={
         "function": (
             "(Tensor input, *, bool stable, int dim = -1, bool descending = False, tuple of Tensors out = None)",

@@ -435,6 +435,8 @@ batching(P.UnsafeViewBackward0, **RESHAPE_BATCHED)
 
 
 @op("flatten",
+    checks=("dim_order(self,start_dim,end_dim) | RuntimeError: flatten() has invalid args: start_dim cannot come after "
+            "end_dim",),
     param_types={"start_dim": "int", "end_dim": "int"}, storage="view_if_contiguous",
     tensors=("self",), grad_fns=(P.ViewBackward0, P.UnsafeViewBackward0))
 def flatten(self, start_dim=0, end_dim=-1):
@@ -570,6 +572,8 @@ batching(P.UnsqueezeBackward0, **shifted(sizes=(), dims=("dim",)))
 
 
 @op("expand",
+    checks=("expand_size(self,sizes) | RuntimeError: The expanded size of the tensor ({want}) must match the existing "
+            "size ({have}) at non-singleton dimension {dim}.  Target sizes: {target}.  Tensor sizes: {shape}",),
     method_only=True, size_varargs="size", storage="view", cost="arguments",
     tensors=("self",), grad_fns=(P.ExpandBackward0,), plannable=True)
 def expand(self, *sizes):
@@ -659,6 +663,8 @@ def expand_as(self, other):
 
 
 @op("repeat",
+    checks=("repeats_cover(self,repeats) | RuntimeError: Number of dimensions of repeat dims can not be smaller than "
+            "number of dimensions of tensor",),
     method_only=True, size_varargs="repeats", storage="new", cost="arguments",
     tensors=("self",))
 def repeat(self, *repeats):
@@ -758,6 +764,10 @@ batching(P.TransposeBackward0, **shifted(sizes=(), dims=("dim0", "dim1")))
 
 
 @op("permute",
+    checks=("permute_rank(self,dims) | RuntimeError: permute(sparse_coo): number of dimensions in the tensor input "
+            "does not match the length of the desired ordering of dimensions i.e. input.dim() = {rank} is not equal "
+            "to len(dims) = {n}",
+            "permute_unique(self,dims) | RuntimeError: permute(): duplicate dims are not allowed."),
     size_varargs="dims", storage="view",
     tensors=("self",))
 def permute(self, *dims):
@@ -815,6 +825,12 @@ def _tensor_list(tensors, name: str) -> list:
 
 
 @op("cat",
+    checks=("nonempty_list(tensors) | ValueError: torch.cat(): expected a non-empty list of Tensors",
+            "list_dim(tensors,dim) | IndexError: Dimension out of range (expected to be in range of [{low}, {high}], "
+            "but got {dim})",
+            "cat_ranks(tensors) | RuntimeError: Tensors must have same number of dimensions: got {a} and {b}",
+            "cat_sizes(tensors,dim) | RuntimeError: Sizes of tensors must match except in dimension {dim}. Expected "
+            "size {want} but got size {got} for tensor number {i} in the list."),
     storage="new", dims_of="other",
     tensor_lists=("tensors",), method=False, aliases=("concat", "concatenate"),
     plannable=True)
@@ -879,6 +895,9 @@ def _(ctx, *tangents):
 
 
 @op("stack",
+    checks=("nonempty_list(tensors) | RuntimeError: stack expects a non-empty TensorList",
+            "stack_shapes(tensors) | RuntimeError: stack expects each tensor to be equal size, but got {first} at "
+            "entry 0 and {other} at entry {i}"),
     storage="new", dims_of="other",
     tensor_lists=("tensors",), method=False, plannable=True)
 def stack(tensors, dim=0):
