@@ -1680,7 +1680,6 @@ def lerp(self, end, weight):
     return record(P.LerpBackward0, kcall(_lerp_scalar, a, b, weight, NP[dtype]), (self, end), {"weight": weight})
 
 
-@takes_literals
 def lerp_dtypes(self, end, weight) -> None:
     """lerp's dtype checks (torch's meta function: before an in-place lerp_'s overlap checks)."""
     if isinstance(end, Tensor) and end.dtype != self.dtype:
@@ -1691,6 +1690,7 @@ def lerp_dtypes(self, end, weight) -> None:
                                 f"{_TYPEMETA[weight.dtype]}", code="invalid_dtype")
 
 
+@takes_literals
 def _lerp_scalar(a, b, weight, npdt):
     """lerp's kernel with a number weight (a plan may give it as a 0-d float64 array): torch's CPU kernel,
     weight < 0.5 ? self + weight * diff : end - diff * (1 - weight)."""
