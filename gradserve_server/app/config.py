@@ -40,12 +40,15 @@ class Settings(BaseSettings):
                                             "between ops, in `repeat` and between the nodes of a backward pass (504 "
                                             "`deadline_exceeded` after it, nothing applied, the session's lock "
                                             "released).")
-    max_heavy_requests: int = Field(default_factory=lambda: max(2, os.cpu_count() or 2), ge=1,
+    max_heavy_requests: int = Field(default_factory=lambda: max(1, (os.cpu_count() or 2) - 1), ge=1,
                                     description="Heavy requests computing at once: op lists that do not run on the "
                                     "event loop, `/backward`, `/grad`, `/zero_grad`, SVG graphs. Light requests "
                                     "(health, readiness, reads, small op lists) never wait for them. A heavy request "
                                     "whose client disconnects is stopped at the engine's next check (499 `cancelled` "
-                                    "in the log and metrics); default: the number of CPUs, at least 2.")
+                                    "in the log and metrics); default: one less than the number of CPUs, at least "
+                                    "1 (a CPU stays with the event loop and light requests: on two cores a cheap "
+                                    "request's p99 under heavy load was 4.8-8.5x its unloaded p99 with two slots, "
+                                    "1.7-2.2x with one, and heavy throughput did not drop; `bench/mixedload.py`).")
     max_heavy_queue: int = Field(16, ge=0, description="Heavy requests waiting for a slot; beyond it 503 "
                                  "`server_busy` with Retry-After, and `/readyz` answers 503.")
     heavy_queue_wait_seconds: float = Field(10.0, gt=0, description="Longest wait for a heavy slot (503 "
