@@ -2063,22 +2063,19 @@ def _bitwise(name: str, npfn, kernel: str):
 _BITWISE = {"function": ("(Tensor input, Tensor other, *, Tensor out = None)", "(Number self, Tensor other)",
                          "(Tensor input, Number other, *, Tensor out = None)"),
             "method": ("(Tensor other)", "(Number other)")}
-bitwise_and = op("bitwise_and", tensors=("self", "other"), differentiable=False,
-                 plannable=True, aliases=("__and__",), overloads=_BITWISE)(
-    _bitwise("bitwise_and", np.bitwise_and, "bitwise_and_cpu"))
-bitwise_or = op("bitwise_or", tensors=("self", "other"), differentiable=False,
-                plannable=True, aliases=("__or__",), overloads=_BITWISE)(
-    _bitwise("bitwise_or", np.bitwise_or, "bitwise_or_cpu"))
-bitwise_xor = op("bitwise_xor", tensors=("self", "other"), differentiable=False,
-                 plannable=True, aliases=("__xor__",), overloads=_BITWISE)(
-    _bitwise("bitwise_xor", np.bitwise_xor, "bitwise_xor_cpu"))
+
+def _binary_bitwise(name: str, ufunc, kernel: str, alias: str):
+    """A binary bitwise op's declaration: integer/bool operands, torch's kernel name in its dtype refusal."""
+    return op(name, tensors=("self", "other"), differentiable=False, plannable=True, aliases=(alias,),
+              overloads=_BITWISE)(_bitwise(name, ufunc, kernel))
+
+
+bitwise_and = _binary_bitwise("bitwise_and", np.bitwise_and, "bitwise_and_cpu", "__and__")
+bitwise_or = _binary_bitwise("bitwise_or", np.bitwise_or, "bitwise_or_cpu", "__or__")
+bitwise_xor = _binary_bitwise("bitwise_xor", np.bitwise_xor, "bitwise_xor_cpu", "__xor__")
 # (numpy's shifts are torch's: a count past the width gives 0, or -1 shifting a negative number right)
-bitwise_left_shift = op("bitwise_left_shift", tensors=("self", "other"), differentiable=False,
-                        plannable=True, aliases=("__lshift__",), overloads=_BITWISE)(
-    _bitwise("bitwise_left_shift", np.left_shift, "lshift_cpu"))
-bitwise_right_shift = op("bitwise_right_shift", tensors=("self", "other"), differentiable=False,
-                         plannable=True, aliases=("__rshift__",), overloads=_BITWISE)(
-    _bitwise("bitwise_right_shift", np.right_shift, "rshift_cpu"))
+bitwise_left_shift = _binary_bitwise("bitwise_left_shift", np.left_shift, "lshift_cpu", "__lshift__")
+bitwise_right_shift = _binary_bitwise("bitwise_right_shift", np.right_shift, "rshift_cpu", "__rshift__")
 
 
 @op("bitwise_not", tensors=("self",), differentiable=False, plannable=True)
