@@ -6,7 +6,8 @@
                                              (--port N, --host H to change; --no-access-log: no JSON line per
                                              request either)
     python3 dev.py test [pytest args...]     create .venv, install .[test] and ./client pinned, run ruff and pytest
-                                             (installs redis-server and graphviz first when missing, as root)
+                                             on every CPU (pytest-xdist; -n 0: in one process), installing
+                                             redis-server, graphviz and chromium first when missing, as root
     python3 dev.py docs [mkdocs build args...]
                                              build the documentation site into site/ (mkdocs, strict: a broken
                                              link fails); open site/index.html
@@ -123,12 +124,21 @@ def ensure_system_tools() -> None:
             return
 
 
+def parallel(args: list[str]) -> list[str]:
+    """pytest's arguments with one worker per CPU (pytest-xdist), each test file on one worker (its module's
+    servers started once), unless they choose the workers themselves (`-n 0`: one process, as plain pytest)."""
+    if any(a in ("-n", "--numprocesses") or a.startswith(("-n", "--numprocesses=", "--dist")) for a in args) \
+            or "no:xdist" in args:
+        return args
+    return ["-n", str(max(1, os.cpu_count() or 1)), "--dist", "loadfile", *args]
+
+
 def test(args: list[str]) -> int:
     ensure_env("test")
     ensure_system_tools()
     try:
         run(PYTHON, "-m", "ruff", "check", ".")
-        run(PYTHON, "-m", "pytest", *args)
+        run(PYTHON, "-m", "pytest", *parallel(args))
     except subprocess.CalledProcessError as exc:
         return exc.returncode
     return 0

@@ -54,8 +54,29 @@ def assert_problem(response, status: int, code: str | None = None, detail: str |
     return body
 
 
-#: generated cases of the OpenAPI fuzzing (tests/app/test_fuzz_openapi.py), reported in the terminal summary
+#: generated cases of the OpenAPI fuzzing (tests/app/test_fuzz_openapi.py), reported in the terminal summary (a
+#: pytest-xdist worker sends its counts to the controller when it finishes)
 FUZZ_CASES: Counter[str] = Counter()
+
+
+def pytest_collection_modifyitems(items):
+    """schemathesis gives every operation's test of one function the same node id (the operation is only in its
+    name): pytest-xdist schedules tests by node id and would run one of them, so each gets its operation in it."""
+    for item in items:
+        if getattr(item, "operation_label", None) and not item.nodeid.endswith(f"::{item.name}"):
+            if hasattr(item, "_id"):  # pytest 9: a NodeId, its parent's id and its name
+                item._id = item.parent.id.child(item.name)
+            else:
+                item._nodeid = f"{item.parent.nodeid}::{item.name}"
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["fuzz_cases"] = dict(FUZZ_CASES)
+
+
+def pytest_testnodedown(node, error):
+    FUZZ_CASES.update(getattr(node, "workeroutput", {}).get("fuzz_cases", {}))
 
 
 def pytest_terminal_summary(terminalreporter):
