@@ -151,7 +151,10 @@ CHECK_CASES: dict[str, list[tuple[list, dict]]] = {
                (["float32[1,3,5]", "float32[4,3,3]", "float32[3]"], {}),
                (["float32[1,3,5]", "float32[4,3,3]", "float32[1,4]"], {}), (["float32[3,5]", "float32[4,3,3,3]"], {}),
                (["float32[1,3,5]", "float32[4,3,3,3]"], {}), (["float32[1,3,2]", "float32[4,3,5]"], {"padding": 1}),
-               (["float32[1,3,2]", "float32[4,3,3]"], {"dilation": 2})],
+               (["float32[1,3,2]", "float32[4,3,3]"], {"dilation": 2}),
+               (["float32[3,5]", "float32[4,3]"], {"padding": "same"}), (["float32[3,5]", "float32[4,3]"], {}),
+               (["float32[3,5]", "float32[4,3,3,3]"], {"padding": "same"}),
+               (["float32[3,5]", "float32[4,3]"], {"padding": "foo"})],
     "cat": [([[]], {}), ([["float32[2,3]", "float32[2,4]"]], {}), ([["float32[2,3]", "float32[3,3]"]], {"dim": 1}),
             ([["float32[2,3]", "float32[3]"]], {}), ([["float32[2,3]", "float32[2,3]"]], {"dim": 2}),
             ([["float32[0]", "float32[2,3]", "float32[2,4]"]], {}),
@@ -196,7 +199,20 @@ CHECK_CASES: dict[str, list[tuple[list, dict]]] = {
                (["float32[3,2,6]", "float32[4,3,3,3]"], {}), (["float32[1,3,2,2]", "float64[4,3,3,3]"], {}),
                (["float32[1,2,2,2]", "float32[4,3,3,3]"], {}),
                (["float32[1,3,2,2]", "float32[4,3,3,3]", "float32[5]"], {}),
-               (["float32[1,3,5,5]", "float32[4,3,3,3]"], {"stride": [2, 1]})],
+               (["float32[1,3,5,5]", "float32[4,3,3,3]"], {"stride": [2, 1]}),
+               # padding modes: their own path (issue 25)
+               (["float32[3,5,5]", "float32[4,3,3]"], {"padding": "same"}),
+               (["float32[1,3,5,5]", "float32[4,3,3,3,3]"], {"padding": "same"}),
+               (["float32[1,3,5,5]", "float32[4,3,3]"], {"padding": "valid"}),
+               (["float32[1,3,5,5]", "float32[3]"], {"padding": "same"}), (["float32[1,3,5,5]", "float32[3]"], {}),
+               (["float32[1,3,5,5]", "float32[4,3,3,3]"], {"padding": "SAME"}),
+               (["float32[1,3,5,5]", "float32[4,3,3,3]"], {"padding": "same", "stride": 2}),
+               (["float32[1,3,5,5]", "float32[4,3,3,3]"], {"padding": "same", "stride": [1, 1, 1]}),
+               (["float32[1,3,5,5]", "float32[4,3,3,3]"], {"padding": "same", "dilation": [1, 2, 1]}),
+               (["float32[1,3,5,5]", "float32[4,3,3]"], {"padding": "same", "stride": [1, 1, 1]}),
+               (["float32[1,4,5,5]", "float32[4,3,3,3]"], {"padding": "same"}),
+               (["float32[1,3,5,5]", "float32[4,3,3,3]", "float32[3]"], {"padding": "same"}),
+               (["float32[1,3,5,5]", "float32[4,3,3,3]"], {"padding": "same", "stride": [1, 1]})],
 }
 
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import functools
 
 from gradserve.errors import TORCH_ERRORS
+from gradserve.torch import _layout as L
 from gradserve.torch import _promotion as P
-from gradserve.torch._dtypes import FACTS
+from gradserve.torch._dtypes import FACTS, default_float
 
 UNKNOWN = object()
 #: torch's messages
@@ -158,12 +159,12 @@ def data_dtype(data):
             if d is UNKNOWN:
                 return UNKNOWN
             out = d if out is None or out == d else P.promote(out, d)
-        return P.DEFAULT_FLOAT if out is None else out
+        return default_float() if out is None else out
     if isinstance(data, bool):
         return "bool"
     if isinstance(data, int):
         return "int64"
-    return P.DEFAULT_FLOAT if isinstance(data, float) else UNKNOWN
+    return default_float() if isinstance(data, float) else UNKNOWN
 
 
 def _number_kind(value) -> str | None:
@@ -199,10 +200,10 @@ def creation(op: str, arg, dtype_name, requires_grad: bool) -> dict:
             dt = data_dtype(arg("data"))
         elif op == "full":  # (a number's kind: a numpy number counts as the Python number it is sent as)
             kind = _number_kind(arg("fill_value"))
-            dt = {"bool": "bool", "int": "int64", "float": P.DEFAULT_FLOAT}.get(kind, UNKNOWN)
+            dt = {"bool": "bool", "int": "int64", "float": default_float()}.get(kind, UNKNOWN)
         elif op == "arange":
             kinds = {_number_kind(v) for v in (arg("start"), arg("end"), arg("step", 1)) if v is not None}
-            dt = UNKNOWN if kinds - {"bool", "int", "float"} else P.DEFAULT_FLOAT if "float" in kinds else "int64"
+            dt = UNKNOWN if kinds - {"bool", "int", "float"} else default_float() if "float" in kinds else "int64"
         else:  # the op's declared dtype (zeros: the default float; randint: int64; zeros_like: its input's)
             entry = _catalog.catalog()[op]
             dt = predict(entry, arg) if entry["promotion"] else UNKNOWN
@@ -223,6 +224,7 @@ def creation(op: str, arg, dtype_name, requires_grad: bool) -> dict:
             shape = tuple(size)
     if shape is not UNKNOWN:
         facts["shape"] = shape
+        facts["layout"] = (L.contiguous(shape), 0)
     if dt is not UNKNOWN:
         facts["dtype"] = dt
     return facts
@@ -253,13 +255,22 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
             return view_dtype(tensors[0], target)
     facts: dict = {}
     shape = shape_of(entry, tensors, arg)
+    shape, layout = layout_of(entry, tensors, arg, shape)
     if shape is not UNKNOWN:
         facts["shape"] = shape
+    if layout is not None:
+        facts["layout"] = layout
+    if entry["name"] in L.VIEWS and tensors and tensors[0]._dtype is not None:
+        facts["dtype"] = tensors[0]._dtype  # (a view, or a copy of one dtype)
     dtype = arg("dtype") if "dtype" in (_ARG_NAMES.get(entry["name"]) or _arg_names(entry)) else None
     cast = entry["converts_to"] or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
     if cast is not None and cast is not UNKNOWN and entry["family"] == "shape":  # (a conversion: its dtype)
         facts["dtype"] = cast
         if not tensors or peek(tensors[0], "dtype") in (cast, UNKNOWN):
+            facts.pop("layout", None)  # (itself, or a copy that keeps a dense layout)
+            if tensors and tensors[0]._layout is not None and tensors[0]._shape is not None and \
+                    L.dense(tuple(tensors[0]._shape), tensors[0]._layout[0]):
+                facts["layout"] = tensors[0]._layout
             return facts  # torch returns the tensor itself when it has the dtype already: its flags, unknown here
     if cast is None and entry["promotion"]:
         predicted = predict(entry, arg)
@@ -279,9 +290,15 @@ def named_results(entry: dict, tensors: list, arg, grad_enabled: bool) -> list[d
         return None
     shape = shape_of(entry, tensors, arg)  # (torch's IndexError for a dim out of range, here)
     operands = _operands(_operand_names(entry), arg)
+    layout = None
+    if shape is not UNKNOWN and len(tensors) == 1 and tensors[0]._layout is not None and \
+            L.is_contiguous(tuple(tensors[0]._shape), tensors[0]._layout[0]):
+        layout = (L.contiguous(shape), 0)  # (of an input of another layout: torch's sort keeps it, topk not)
     out = []
     for rule in rules:
         facts: dict = {} if shape is UNKNOWN else {"shape": shape}
+        if layout is not None:
+            facts["layout"] = layout
         dtype = UNKNOWN if operands is UNKNOWN else P.predict(rule, operands)
         if dtype is not UNKNOWN and dtype is not None:
             facts["dtype"] = dtype
@@ -331,6 +348,95 @@ def view_dtype(t, target: str) -> dict:
     elif shape and (have > want or shape[-1] % (want // have) == 0):
         facts["shape"] = (*shape[:-1], shape[-1] * have // want)
     return facts
+
+
+def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
+    """(shape, layout) of a one-output op's result: a view's shape and layout from its input's (torch's view
+    error, raised here, when the input's strides do not allow it), an elementwise result's as torch lays it out, a
+    contiguous one of contiguous inputs where the op's family makes one; layout None where not known."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    name = entry["name"]
+    view = L.VIEWS.get(name)
+    if view is not None:
+        first = _first_tensor(entry, tensors, arg)
+        if first is None or first._shape is None:
+            return shape, None
+        have = tuple(first._shape)
+        if name in L.NEEDS_SHAPE:
+            if shape is UNKNOWN:
+                shape = _target_shape(name, have, tensors, arg)
+                if shape is UNKNOWN:
+                    return shape, None
+        layout = first._layout
+        got = view(have, layout or (L.contiguous(have), 0), _with_defaults(entry, arg), shape)
+        if got is None:
+            return shape, None
+        return got[0], (got[1] if layout is not None else None)
+    if name in L.PRESERVING and shape is UNKNOWN and len(tensors) == 1 and tensors[0]._shape is not None:
+        shape = tuple(tensors[0]._shape)  # (clone, to: the input's shape)
+    if shape is UNKNOWN or not tensors and entry["family"] != "creation":
+        return shape, None
+    if len(shape) <= 1 and entry["family"] != "elementwise":
+        return shape, (L.contiguous(shape), 0)  # (a new tensor of one dimension or none)
+    layouts = [t._layout for t in tensors]
+    if None in layouts:
+        return shape, None
+    if entry["family"] == "elementwise":
+        return shape, (L.elementwise(shape, [(tuple(t._shape), lay[0]) for t, lay in zip(tensors, layouts)]), 0)
+    if name in L.PRESERVING and len(tensors) == 1:
+        return shape, (L.preserved(shape, layouts[0][0]), 0)
+    if (entry["family"] in L.CONTIGUOUS_FAMILIES or name in L.CONTIGUOUS_LINALG) and all(
+            L.is_contiguous(tuple(t._shape), lay[0]) for t, lay in zip(tensors, layouts)):
+        return shape, (L.contiguous(shape), 0)
+    return shape, None
+
+
+def _first_tensor(entry: dict, tensors: list, arg):
+    first = entry["arguments"][0] if entry["arguments"] else None
+    value = arg(first["name"]) if first is not None else None
+    return value if any(value is t for t in tensors) else None
+
+
+def _with_defaults(entry: dict, arg):
+    """``arg`` with the op's declared defaults for what the call does not give."""
+    params = _params(entry)
+
+    def value(name, default=None):
+        got = arg(name)
+        if got is None and name in params:
+            got = params[name].get("default")
+        return default if got is None or isinstance(got, str) and got.startswith("<") else got
+    return value
+
+
+def _target_shape(name: str, have: tuple, tensors: list, arg):
+    """The shape of view_as, reshape_as, unflatten and flatten (view, reshape: ``shape_of``'s)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    if name in ("view_as", "reshape_as"):
+        other = arg("other")
+        return view_shape(have, tuple(other._shape)) if any(other is t for t in tensors) and \
+            other._shape is not None else UNKNOWN
+    if name == "flatten":
+        start, end = arg("start_dim"), arg("end_dim")
+        start, end = 0 if start is None else start, -1 if end is None else end
+        if not have:
+            return (1,)
+        n = len(have)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and -n <= d < n for d in (start, end)):
+            return UNKNOWN
+        start, end = start % n, end % n
+        if start > end:
+            return UNKNOWN
+        return (*have[:start], _numel(have[start:end + 1]), *have[end + 1:])
+    dim, sizes = arg("dim"), arg("sizes")  # unflatten (its sizes checked by the op's checks)
+    n = len(have)
+    if not isinstance(dim, int) or isinstance(dim, bool) or not have or not -n <= dim < n or \
+            not isinstance(sizes, (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool)
+                                                            for d in sizes):
+        return UNKNOWN
+    dim %= n
+    inner = view_shape((have[dim],), sizes)
+    return UNKNOWN if inner is UNKNOWN else (*have[:dim], *inner, *have[dim + 1:])
 
 
 def _arg_names(entry: dict) -> frozenset:
@@ -407,11 +513,23 @@ def shape_of(entry: dict, tensors: list, arg):
     check_dims(entry, arg, shape)
     if shape is UNKNOWN:
         return UNKNOWN
-    if family == "reduction" and len(tensors) == 1:
+    if (family == "reduction" or entry.get("returns")) and len(tensors) == 1:
         params = _params(entry)
-        if "dim" not in params or "keepdim" not in params:
+        if "dim" not in params:
             return UNKNOWN
         dim = arg("dim")
+        if dim is None:
+            dim = params["dim"].get("default", 0)
+            dim = dim if dim is None or isinstance(dim, int) else UNKNOWN
+        if "keepdim" not in params:  # (sort: the input's shape; topk: k along dim)
+            k = arg("k")
+            if not entry.get("returns") or not isinstance(dim, int) or isinstance(dim, bool):
+                return UNKNOWN
+            if "k" not in params:
+                return shape
+            if not isinstance(k, int) or isinstance(k, bool) or not shape and k > 1:
+                return UNKNOWN
+            return shape if not shape else (*shape[:dim % len(shape)], k, *shape[dim % len(shape) + 1:])
         if dim is None and params["dim"].get("default", 0) is None:
             dims = range(len(shape))
         elif isinstance(dim, int) and not isinstance(dim, bool) or isinstance(dim, (list, tuple)) and dim:
