@@ -212,6 +212,16 @@ def creation(op: str, arg, dtype_name, requires_grad: bool) -> dict:
     facts = {"is_leaf": True, "requires_grad": requires_grad, "grad_fn": None, "retains_grad": False,
              "version": 0}
     shape = UNKNOWN
+    if op.endswith("_like"):  # (the input's shape, its layout kept where dense: torch's preserve_format)
+        like = arg(_catalog.catalog()[op]["arguments"][0]["name"])
+        like_shape = getattr(like, "_shape", None)
+        if like_shape is not None:
+            facts["shape"] = shape = tuple(like_shape)
+            if like._layout is not None:
+                facts["layout"] = (L.preserved(shape, like._layout[0]), 0)
+        if dt is not UNKNOWN:
+            facts["dtype"] = dt
+        return facts
     if op == "tensor":
         shape = data_shape(arg("data"))
     elif op == "arange":

@@ -63,6 +63,9 @@ class Tensor:
         """Record ``g = owner.grad`` (a ``bind`` op) and return the handle ``g``."""
         g = cls._new(ctx, Storage(is_grad=True))
         ctx.record({"op": "bind", "args": [f"{owner._name}.grad"], "out": g._name}, (g,))
+        layout = owner._layout  # (torch lays a leaf's gradient out as the leaf when it is dense)
+        if layout is not None and owner._shape is not None and _layout.dense(tuple(owner._shape), layout[0]):
+            g._layout = (layout[0], 0)
         return g
 
     def _know(self, **meta) -> None:
@@ -873,7 +876,21 @@ def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwar
     each time."""
     parts = [name, method, grad_enabled]
     seen: dict[int, int] = {}
-    for v in (*args, *kwargs.values()):
+    for v in ((*args, *kwargs.values()) if kwargs else args):
+        c = v.__class__
+        if c is Tensor:  # (the common cases inline: a loop's every op asks)
+            first = seen.setdefault(id(v), len(seen))
+            view, s, ctx = v._view, v._storage, v._ctx
+            if view is None or v._view_stamp != (s.version, ctx.grad_epoch if s.is_grad else 0, ctx.failures):
+                parts.append((c, first, v._shape, v._dtype, v._layout))
+            else:
+                get = view.get
+                parts.append((c, first, v._shape, v._dtype, v._layout, get("requires_grad", _NO_FACT),
+                              get("is_leaf", _NO_FACT), get("view_of_leaf", _NO_FACT), "node" in view))
+            continue
+        if c is float:
+            parts.append(c)
+            continue
         part = _arg_key(v, seen)
         if part is None:
             return None
