@@ -17,6 +17,18 @@ VIEW_ERROR = ("view size is not compatible with input tensor's size and stride (
               "two contiguous subspaces). Use .reshape(...) instead.")
 
 
+#: a layout known to be row-major before its shape is (the result of an op of a contiguous family, shape unknown)
+ROW_MAJOR = "row-major"
+
+
+def of(t) -> tuple | None:
+    """Handle ``t``'s (strides, offset), or None when not known."""
+    layout = t._layout
+    if layout is ROW_MAJOR:
+        return None if t._shape is None else (contiguous(tuple(t._shape)), 0)
+    return layout
+
+
 def contiguous(shape: tuple) -> tuple:
     """Row-major strides of ``shape`` (a dimension of size 0 counts as 1, as torch's)."""
     strides, step = [0] * len(shape), 1
@@ -342,6 +354,8 @@ PRESERVING = frozenset({"clone", "to", "float", "double", "half", "bfloat16", "l
 #: families whose results are contiguous when their inputs are (linear algebra's solvers are column-major: not here)
 CONTIGUOUS_FAMILIES = frozenset({"reduction", "nn", "conv", "creation", "scan", "queries", "indexing", "order_stats",
                                  "special", "random", "matrix", "composites", "shape", "attention"})
+#: ops of those families whose results are laid out otherwise (nonzero's is column-major)
+NOT_CONTIGUOUS = frozenset({"nonzero", "einsum"})
 CONTIGUOUS_LINALG = frozenset({"matmul", "rmatmul", "mm", "bmm", "addmm", "baddbmm", "dot", "mv", "outer", "cross",
                                "linalg.cross", "det", "linalg.det", "logdet", "linalg.vector_norm",
                                "linalg.matrix_norm", "linalg.norm", "linalg.svdvals"})

@@ -217,8 +217,8 @@ def creation(op: str, arg, dtype_name, requires_grad: bool) -> dict:
         like_shape = getattr(like, "_shape", None)
         if like_shape is not None:
             facts["shape"] = shape = tuple(like_shape)
-            if like._layout is not None:
-                facts["layout"] = (L.preserved(shape, like._layout[0]), 0)
+            if L.of(like) is not None:
+                facts["layout"] = (L.preserved(shape, L.of(like)[0]), 0)
         if dt is not UNKNOWN:
             facts["dtype"] = dt
         return facts
@@ -278,9 +278,8 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
         facts["dtype"] = cast
         if not tensors or peek(tensors[0], "dtype") in (cast, UNKNOWN):
             facts.pop("layout", None)  # (itself, or a copy that keeps a dense layout)
-            if tensors and tensors[0]._layout is not None and tensors[0]._shape is not None and \
-                    L.dense(tuple(tensors[0]._shape), tensors[0]._layout[0]):
-                facts["layout"] = tensors[0]._layout
+            if tensors and L.of(tensors[0]) is not None and L.dense(tuple(tensors[0]._shape), L.of(tensors[0])[0]):
+                facts["layout"] = L.of(tensors[0])
             return facts  # torch returns the tensor itself when it has the dtype already: its flags, unknown here
     if cast is None and entry["promotion"]:
         predicted = predict(entry, arg)
@@ -301,8 +300,8 @@ def named_results(entry: dict, tensors: list, arg, grad_enabled: bool) -> list[d
     shape = shape_of(entry, tensors, arg)  # (torch's IndexError for a dim out of range, here)
     operands = _operands(_operand_names(entry), arg)
     layout = None
-    if shape is not UNKNOWN and len(tensors) == 1 and tensors[0]._layout is not None and \
-            L.is_contiguous(tuple(tensors[0]._shape), tensors[0]._layout[0]):
+    if shape is not UNKNOWN and len(tensors) == 1 and L.of(tensors[0]) is not None and \
+            L.is_contiguous(tuple(tensors[0]._shape), L.of(tensors[0])[0]):
         layout = (L.contiguous(shape), 0)  # (of an input of another layout: torch's sort keeps it, topk not)
     out = []
     for rule in rules:
@@ -377,28 +376,37 @@ def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
                 shape = _target_shape(name, have, tensors, arg)
                 if shape is UNKNOWN:
                     return shape, None
-        layout = first._layout
+        layout = L.of(first)
         got = view(have, layout or (L.contiguous(have), 0), _with_defaults(entry, arg), shape)
         if got is None:
             return shape, None
         return got[0], (got[1] if layout is not None else None)
     if name in L.PRESERVING and shape is UNKNOWN and len(tensors) == 1 and tensors[0]._shape is not None:
         shape = tuple(tensors[0]._shape)  # (clone, to: the input's shape)
-    if shape is UNKNOWN or not tensors and entry["family"] != "creation":
+    if not tensors and entry["family"] != "creation":
         return shape, None
-    if len(shape) <= 1 and entry["family"] != "elementwise":
+    layouts = [L.of(t) for t in tensors]
+    if shape is UNKNOWN:  # (row-major, when its shape is known, as the contiguous families' below)
+        return shape, (L.ROW_MAJOR if None not in layouts and _contiguous_result(entry, tensors, layouts) else None)
+    if len(shape) <= 1 and entry["family"] != "elementwise" and name not in L.NOT_CONTIGUOUS:
         return shape, (L.contiguous(shape), 0)  # (a new tensor of one dimension or none)
-    layouts = [t._layout for t in tensors]
     if None in layouts:
         return shape, None
     if entry["family"] == "elementwise":
         return shape, (L.elementwise(shape, [(tuple(t._shape), lay[0]) for t, lay in zip(tensors, layouts)]), 0)
     if name in L.PRESERVING and len(tensors) == 1:
         return shape, (L.preserved(shape, layouts[0][0]), 0)
-    if (entry["family"] in L.CONTIGUOUS_FAMILIES or name in L.CONTIGUOUS_LINALG) and all(
-            L.is_contiguous(tuple(t._shape), lay[0]) for t, lay in zip(tensors, layouts)):
+    if _contiguous_result(entry, tensors, layouts):
         return shape, (L.contiguous(shape), 0)
     return shape, None
+
+
+def _contiguous_result(entry: dict, tensors: list, layouts: list) -> bool:
+    """An op of a family whose results are row-major for row-major inputs, and inputs that are."""
+    name = entry["name"]
+    return (entry["family"] in L.CONTIGUOUS_FAMILIES and name not in L.NOT_CONTIGUOUS and name not in L.PRESERVING
+            or name in L.CONTIGUOUS_LINALG) and entry["family"] != "elementwise" and all(
+        L.is_contiguous(tuple(t._shape), lay[0]) for t, lay in zip(tensors, layouts))
 
 
 def _first_tensor(entry: dict, tensors: list, arg):
@@ -461,6 +469,10 @@ _ARG_NAMES: dict[str, frozenset] = {}
 DIM_PARAMS = ("dim", "dim0", "dim1", "dims", "start_dim", "end_dim", "source", "destination")
 
 
+#: ops whose ``dims`` argument counts repetitions, not dimensions
+COUNTS_NAMED_DIMS = frozenset({"tile"})
+
+
 def check_dims(entry: dict, arg, shape) -> None:
     """torch's IndexError for a dimension argument out of range of the first argument's rank."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
@@ -482,7 +494,8 @@ def _dim_params(entry: dict) -> tuple:
     """The entry's dimension arguments (DIM_PARAMS it has), in DIM_PARAMS' order."""
     got = _DIM_PARAMS.get(entry["name"])
     if got is None:
-        got = _DIM_PARAMS[entry["name"]] = tuple(p for p in DIM_PARAMS if p in _arg_names(entry))
+        got = _DIM_PARAMS[entry["name"]] = tuple(p for p in DIM_PARAMS if p in _arg_names(entry)
+                                                 and not (p == "dims" and entry["name"] in COUNTS_NAMED_DIMS))
     return got
 
 

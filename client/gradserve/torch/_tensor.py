@@ -63,8 +63,8 @@ class Tensor:
         """Record ``g = owner.grad`` (a ``bind`` op) and return the handle ``g``."""
         g = cls._new(ctx, Storage(is_grad=True))
         ctx.record({"op": "bind", "args": [f"{owner._name}.grad"], "out": g._name}, (g,))
-        layout = owner._layout  # (torch lays a leaf's gradient out as the leaf when it is dense)
-        if layout is not None and owner._shape is not None and _layout.dense(tuple(owner._shape), layout[0]):
+        layout = _layout.of(owner)  # (torch lays a leaf's gradient out as the leaf when it is dense)
+        if layout is not None and _layout.dense(tuple(owner._shape), layout[0]):
             g._layout = (layout[0], 0)
         return g
 
@@ -178,11 +178,14 @@ class Tensor:
 
     def _strides(self) -> tuple:
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        if self._layout is None:
+        if self._layout is _layout.ROW_MAJOR and self._shape is None:
+            self._meta("shape")  # (row-major: its strides follow from its shape)
+        layout = _layout.of(self)
+        if layout is None:
             raise NotImplementedError("gradserve: the strides of this tensor are not known to the client (it knows "
                                       "those of new tensors, views and elementwise results); .contiguous() gives "
                                       "a tensor whose strides it knows")
-        return self._layout[0]
+        return layout[0]
 
     def stride(self, dim: int | None = None):
         """torch's strides (in elements), as the client lays the tensor out (``_layout``)."""
@@ -207,7 +210,7 @@ class Tensor:
     def storage_offset(self) -> int:
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         self._strides()
-        return self._layout[1]
+        return _layout.of(self)[1]
 
     @property
     def dtype(self):
