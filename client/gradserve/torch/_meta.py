@@ -300,8 +300,8 @@ def named_results(entry: dict, tensors: list, arg, grad_enabled: bool) -> list[d
     shape = shape_of(entry, tensors, arg)  # (torch's IndexError for a dim out of range, here)
     operands = _operands(_operand_names(entry), arg)
     layout = None
-    if shape is not UNKNOWN and len(tensors) == 1 and L.of(tensors[0]) is not None and \
-            L.is_contiguous(tuple(tensors[0]._shape), L.of(tensors[0])[0]):
+    if shape is not UNKNOWN and len(tensors) == 1 and entry["family"] in L.CONTIGUOUS_FAMILIES and \
+            L.of(tensors[0]) is not None and L.is_contiguous(tuple(tensors[0]._shape), L.of(tensors[0])[0]):
         layout = (L.contiguous(shape), 0)  # (of an input of another layout: torch's sort keeps it, topk not)
     out = []
     for rule in rules:
