@@ -713,6 +713,9 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
         tensors = _tensors(args)
     if not grad_enabled:
         op["no_grad"] = True
+    if not tensors and _DEFAULT[0] != DEFAULT_FLOAT and of.family == "random" and "dtype" in _meta._arg_names(entry) \
+            and _argument(base, "dtype", args, kwargs) is None:
+        op.setdefault("kwargs", {})["dtype"] = _DEFAULT[0]  # (normal(0., 1., size): torch's default dtype)
     if of.inplace:
         target = args[0] if args else kwargs.get("self")
         index = args[1].key if base == "setitem" and len(args) > 1 and isinstance(args[1], _Index) else None
