@@ -19,6 +19,7 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
                              type names; ``dot``, ``mv`` (a matrix by a vector), ``batched`` (by a stack of
                              matrices), ``bmm`` (stacks of one size): ScalarType names), when their shapes multiply
     min_dims(a)=n            ``a`` has at least n dimensions
+    max_dims(a)=n            ``a`` has at most n dimensions -> {dims} (its number)
     square(a)                ``a``'s last two dimensions are equal -> {rows}, {cols}
     given(a,b)               one of them is given
     number_bounds_cast(a,b,...)  each Python number among b... gives a result type ``a`` can hold (clamp_) ->
@@ -262,6 +263,13 @@ def _min_dims(t, n: str):
     if shape is None:
         return UNKNOWN
     return None if len(shape) >= int(n) else {}
+
+
+def _max_dims(t, n: str):
+    _, shape = _tensor_facts(t)
+    if shape is None:
+        return UNKNOWN
+    return None if len(shape) <= int(n) else {"dims": len(shape)}
 
 
 def _square(t, _):
@@ -660,7 +668,7 @@ def _same_size(inp, target, _):
 RULES = {"dtype": _dtype, "dtype_lastdim": _dtype_lastdim, "dtype_innerdim": _dtype_innerdim,
          "class_target": _class_target, "matmul_dtype": _matmul_dtype, "number_bounds_cast": _number_bounds_cast,
          "bool_bounds": _bool_bounds, "same_dtype": _same_dtype,
-         "min_dims": _min_dims, "square": _square,
+         "min_dims": _min_dims, "max_dims": _max_dims, "square": _square,
          "given": _given,
          "nonempty": _nonempty, "nonempty_dim": _nonempty_dim, "k_in_range": _k_in_range,
          "conv_input": _conv_input, "padding_mode": _padding_mode, "conv_same_weight": _conv_same_weight,

@@ -300,9 +300,12 @@ def named_results(entry: dict, tensors: list, arg, grad_enabled: bool) -> list[d
     shape = shape_of(entry, tensors, arg)  # (torch's IndexError for a dim out of range, here)
     operands = _operands(_operand_names(entry), arg)
     layout = None
-    if shape is not UNKNOWN and len(tensors) == 1 and entry["family"] in L.CONTIGUOUS_FAMILIES and \
-            L.of(tensors[0]) is not None and L.is_contiguous(tuple(tensors[0]._shape), L.of(tensors[0])[0]):
-        layout = (L.contiguous(shape), 0)  # (of an input of another layout: torch's sort keeps it, topk not)
+    have = L.of(tensors[0]) if shape is not UNKNOWN and len(tensors) == 1 else None
+    if have is not None and entry["name"] == "sort":
+        layout = (L.preserved(shape, have[0]), 0)  # (sort keeps its input's layout)
+    elif have is not None and entry["family"] in L.CONTIGUOUS_FAMILIES and have[0] == L.contiguous(
+            tuple(tensors[0]._shape)):
+        layout = (L.contiguous(shape), 0)  # (topk, kthvalue, max(dim)... of a row-major input)
     out = []
     for rule in rules:
         facts: dict = {} if shape is UNKNOWN else {"shape": shape}
@@ -402,11 +405,12 @@ def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
 
 
 def _contiguous_result(entry: dict, tensors: list, layouts: list) -> bool:
-    """An op of a family whose results are row-major for row-major inputs, and inputs that are."""
+    """An op of a family whose results are row-major for row-major inputs, and inputs that are (the strides of
+    their dimensions of size 1 too: some ops keep those)."""
     name = entry["name"]
     return (entry["family"] in L.CONTIGUOUS_FAMILIES and name not in L.NOT_CONTIGUOUS and name not in L.PRESERVING
             or name in L.CONTIGUOUS_LINALG) and entry["family"] != "elementwise" and all(
-        L.is_contiguous(tuple(t._shape), lay[0]) for t, lay in zip(tensors, layouts))
+        lay[0] == L.contiguous(tuple(t._shape)) for t, lay in zip(tensors, layouts))  # (size-1 strides too)
 
 
 def _first_tensor(entry: dict, tensors: list, arg):
@@ -466,7 +470,7 @@ _ARG_NAMES: dict[str, frozenset] = {}
 
 
 #: dimension arguments, checked against the rank of the op's first argument as torch's maybe_wrap_dim does
-DIM_PARAMS = ("dim", "dim0", "dim1", "dims", "start_dim", "end_dim", "source", "destination")
+DIM_PARAMS = ("dim", "dim0", "dim1", "dim2", "dims", "start_dim", "end_dim", "source", "destination")
 
 
 #: ops whose ``dims`` argument counts repetitions, not dimensions
@@ -484,6 +488,8 @@ def check_dims(entry: dict, arg, shape) -> None:
     rank = max(len(shape) + (dims_of == "output"), 1)
     for param in _dim_params(entry):
         value = arg(param)
+        if value is None:  # (a dimension not given: its declared default, diagonal's dim2=1 of a 1-d tensor too)
+            value = _params(entry)[param].get("default")
         for d in (value if isinstance(value, (list, tuple)) else (value,)):
             if isinstance(d, int) and not isinstance(d, bool) and not -rank <= d < rank:
                 raise error("IndexError", f"Dimension out of range (expected to be in range of [{-rank}, "
