@@ -41,7 +41,7 @@ class Tensor:
 
     # ----- making handles -----------------------------------------------------------------------------
     def __new__(cls, *args, **kwargs):
-        """The legacy constructor ``torch.Tensor(data)`` / ``torch.Tensor(2, 3)``: a float32 tensor."""
+        """The legacy constructor ``torch.Tensor(data)`` / ``torch.Tensor(2, 3)``: a tensor of the default dtype."""
         return _legacy.construct(by_name(default_float()), args, kwargs, "new")
 
     @classmethod
@@ -190,16 +190,17 @@ class Tensor:
     def stride(self, dim: int | None = None):
         """torch's strides (in elements), as the client lays the tensor out (``_layout``)."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        if dim is not None and (not isinstance(dim, int) or isinstance(dim, builtins.bool)):
+            raise TypeError(f"stride(): argument 'dim' (position 1) must be int, not {type(dim).__name__}")
         strides = self._strides()
         if dim is None:
             return strides
-        n = max(len(strides), 1)
-        if not isinstance(dim, int) or isinstance(dim, builtins.bool) or not -n <= dim < n:
-            if not isinstance(dim, int):
-                raise TypeError(f"stride() received an invalid combination of arguments - got "
-                                f"({type(dim).__name__}), but expected one of:\n * (int dim)\n * ()\n")
+        if not strides:
+            raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+        n = len(strides)
+        if not -n <= dim < n:
             raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
-        return strides[dim] if strides else 1
+        return strides[dim]
 
     def is_contiguous(self, memory_format=None) -> bool:
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
