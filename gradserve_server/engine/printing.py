@@ -10,6 +10,9 @@ import math
 
 import numpy as np
 
+#: the default dtype (``torch.get_default_dtype()``, which a tensor's repr does not name): the client's changes
+#: with ``set_default_dtype``
+DEFAULT_DTYPE = ["float32"]
 PRECISION = 4
 LINEWIDTH = 80
 THRESHOLD = 1000
@@ -142,7 +145,7 @@ def format_tensor(a: np.ndarray, dtype: str, grad_fn: str | None, requires_grad:
     else:
         fmt = _Formatter(_summarized(a) if summarize else a, dtype in _FLOATING)
         body = _str(a, indent, fmt, summarize)
-    if dtype not in ("float32", "int64", "bool"):
+    if dtype not in (DEFAULT_DTYPE[0], "int64", "bool"):
         suffixes.append(f"dtype=torch.{dtype}")
     if grad_fn is not None:
         suffixes.append(f"grad_fn=<{grad_fn}>")

@@ -17,7 +17,7 @@ import importlib as _importlib
 
 import numpy as _np
 
-from gradserve.torch import _namespace
+from gradserve.torch import _dtypes, _namespace
 from gradserve.torch._context import session, sync
 from gradserve.torch._device import device
 from gradserve.torch._dtypes import Size, bfloat16, dtype, float16, float32, float64, int8, int16, int32, int64, uint8
@@ -51,22 +51,25 @@ def is_tensor(obj) -> bool:
 
 
 def get_default_dtype() -> dtype:
-    """``torch.get_default_dtype()``: the float that Python floats and integer inputs of float functions give: the
-    server's, float32."""
-    return float32
+    """``torch.get_default_dtype()``: the float that Python floats and integer inputs of float functions give."""
+    return _dtypes.by_name(_dtypes.default_float())
 
 
 def set_default_dtype(d) -> None:
-    """``torch.set_default_dtype(d)``: torch's TypeError for what is not a floating dtype; float32 is the default
-    already. The server computes with float32 as its default float, so another one is refused here, at the line
-    (give ``dtype=`` to the calls that make tensors instead)."""
+    """``torch.set_default_dtype(d)``: torch's TypeError for what is not a floating dtype. The server computes with
+    float32 as its default float; under another, the client sends the dtype torch would use (a factory's dtype=,
+    an integer operand converted where torch's result is of the default dtype)."""
     if not isinstance(d, dtype):
         raise TypeError("invalid dtype object: only floating-point types are supported as the default type")
     if not d.is_floating_point:
         raise TypeError("only floating-point types are supported as the default type")
-    if d is not float32:
-        raise NotImplementedError(f"gradserve: the server's default floating dtype is float32; set_default_dtype({d}) "
-                                  f"is not supported: pass dtype={d} where tensors are made")
+    if d.name != _dtypes.default_float():
+        _dtypes._DEFAULT[0] = d.name
+        from gradserve.torch import _meta, _printing, _tensor
+
+        _printing.DEFAULT_DTYPE[0] = d.name
+        _tensor._DECIDED.clear()  # (what was decided read the default dtype)
+        _meta._PREDICTED.clear()
 
 
 def from_numpy(a) -> Tensor:

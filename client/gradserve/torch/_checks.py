@@ -19,6 +19,7 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
                              type names; ``dot``, ``mv`` (a matrix by a vector), ``batched`` (by a stack of
                              matrices), ``bmm`` (stacks of one size): ScalarType names), when their shapes multiply
     min_dims(a)=n            ``a`` has at least n dimensions
+    max_dims(a)=n            ``a`` has at most n dimensions -> {dims} (its number)
     square(a)                ``a``'s last two dimensions are equal -> {rows}, {cols}
     given(a,b)               one of them is given
     number_bounds_cast(a,b,...)  each Python number among b... gives a result type ``a`` can hold (clamp_) ->
@@ -30,6 +31,12 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     k_in_range(a,k,dim)      0 <= k <= a.size(dim) (dim: -1 when not given)
     conv_input(input)=n      an n-d convolution's input has n+1 (unbatched) or n+2 dimensions -> {unbatched},
                              {batched}, {shape}
+    padding_mode(padding)    a convolution's padding, when a string, is ``same`` or ``valid`` -> {padding}
+    conv_same_weight(input,weight,padding)=n  padding ``same``: the input (as batched) has the weight's dimensions
+                                         -> {dims}, {weight}, {got}, {input}
+    conv_same_broadcast(weight,a,padding)  padding ``same``: ``a`` (stride, dilation) is an int, or one or
+                                         weight.dim() - 2 ints -> {dims}
+    conv_same_strided(stride,padding)    padding ``same``: every stride is 1
     conv_stride(weight,stride,padding)=n an n-d convolution's stride (an int, or n ints) fits the weight's
                                          dimensions -> {k} (the weight's spatial dimensions), {stride} (as n ints)
     conv_weight(input,weight,padding)=n  the input (as batched) has the weight's dimensions -> {dims}, {weight},
@@ -258,6 +265,13 @@ def _min_dims(t, n: str):
     return None if len(shape) >= int(n) else {}
 
 
+def _max_dims(t, n: str):
+    _, shape = _tensor_facts(t)
+    if shape is None:
+        return UNKNOWN
+    return None if len(shape) <= int(n) else {"dims": len(shape)}
+
+
 def _square(t, _):
     _, shape = _tensor_facts(t)
     if shape is None or len(shape) < 2:
@@ -336,11 +350,44 @@ def _ints(value, n: int) -> list | None:
     return None
 
 
+def _padding_mode(padding, _):
+    return {"padding": padding} if isinstance(padding, str) and padding not in ("same", "valid") else None
+
+
+def _conv_same_weight(inp, weight, padding, n: str):
+    if padding != "same":
+        return None
+    (_, x), (_, w) = _tensor_facts(inp), _tensor_facts(weight)
+    if x is None or w is None:
+        return UNKNOWN
+    b = _batched(x, int(n))
+    return None if len(b) == len(w) else {"dims": len(w), "weight": list(w), "got": len(b), "input": list(b)}
+
+
+def _conv_same_broadcast(weight, value, padding, _):
+    if padding != "same":
+        return None
+    _, w = _tensor_facts(weight)
+    given = _ints(1 if value is None else value, 1)
+    if w is None or given is None:
+        return UNKNOWN
+    return None if len(given) in (1, len(w) - 2) else {"dims": len(w) - 2}
+
+
+def _conv_same_strided(stride, padding, _):
+    if padding != "same":
+        return None
+    given = _ints(1 if stride is None else stride, 1)
+    if given is None:
+        return UNKNOWN
+    return None if all(s == 1 for s in given) else {}
+
+
 def _conv_stride(weight, stride, padding, n: str):
     _, w = _tensor_facts(weight)
     given = _ints(1 if stride is None else stride, int(n))
-    if w is None or len(w) < 3 or given is None or isinstance(padding, str):
-        return UNKNOWN  # (a padding mode takes another path, with its own messages)
+    if w is None or len(w) < 3 or given is None or padding not in ("same", "valid") and isinstance(padding, str):
+        return UNKNOWN  # (a padding mode's string is checked before)
     k = len(w) - 2
     return None if len(given) in (1, k) else {"k": k, "stride": given}
 
@@ -351,7 +398,7 @@ def _batched(x: tuple, n: int) -> tuple:
 
 def _conv_weight(inp, weight, padding, n: str):
     (_, x), (_, w) = _tensor_facts(inp), _tensor_facts(weight)
-    if x is None or w is None or len(w) < 3 or isinstance(padding, str):
+    if x is None or w is None or len(w) < 3 or padding not in ("same", "valid") and isinstance(padding, str):
         return UNKNOWN
     b = _batched(x, int(n))
     return None if len(b) == len(w) else {"dims": len(w), "weight": list(w), "got": len(b), "input": list(b)}
@@ -621,10 +668,12 @@ def _same_size(inp, target, _):
 RULES = {"dtype": _dtype, "dtype_lastdim": _dtype_lastdim, "dtype_innerdim": _dtype_innerdim,
          "class_target": _class_target, "matmul_dtype": _matmul_dtype, "number_bounds_cast": _number_bounds_cast,
          "bool_bounds": _bool_bounds, "same_dtype": _same_dtype,
-         "min_dims": _min_dims, "square": _square,
+         "min_dims": _min_dims, "max_dims": _max_dims, "square": _square,
          "given": _given,
          "nonempty": _nonempty, "nonempty_dim": _nonempty_dim, "k_in_range": _k_in_range,
-         "conv_input": _conv_input, "conv_stride": _conv_stride, "conv_weight": _conv_weight,
+         "conv_input": _conv_input, "padding_mode": _padding_mode, "conv_same_weight": _conv_same_weight,
+         "conv_same_broadcast": _conv_same_broadcast, "conv_same_strided": _conv_same_strided,
+         "conv_stride": _conv_stride, "conv_weight": _conv_weight,
          "conv_kernel": _conv_kernel, "conv_groups": _conv_groups, "conv_channels": _conv_channels,
          "conv_bias": _conv_bias, "nonempty_list": _nonempty_list, "list_dim": _list_dim, "cat_ranks": _cat_ranks,
          "cat_sizes": _cat_sizes, "stack_shapes": _stack_shapes, "expand_size": _expand_size,

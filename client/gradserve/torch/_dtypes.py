@@ -13,8 +13,15 @@ import numpy as np
 FACTS = {"bool": ("b", 1, "Bool"), "uint8": ("u", 1, "Byte"), "int8": ("i", 1, "Char"), "int16": ("i", 2, "Short"),
          "int32": ("i", 4, "Int"), "int64": ("i", 8, "Long"), "float32": ("f", 4, "Float"),
          "float64": ("f", 8, "Double"), "float16": ("f", 2, "Half"), "bfloat16": ("f", 2, "BFloat16")}
-#: torch's default floating dtype (what an integer input of a float function gives)
+#: the server's default floating dtype (what an integer input of a float function gives there)
 DEFAULT_FLOAT = "float32"
+#: torch's default floating dtype in this process (``set_default_dtype``): where it is not the server's, the client
+#: sends the dtype torch would take from it (``_meta.default_casts``)
+_DEFAULT = [DEFAULT_FLOAT]
+
+
+def default_float() -> str:
+    return _DEFAULT[0]
 
 
 class dtype:

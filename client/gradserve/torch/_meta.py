@@ -18,8 +18,9 @@ from __future__ import annotations
 import functools
 
 from gradserve.errors import TORCH_ERRORS
+from gradserve.torch import _layout as L
 from gradserve.torch import _promotion as P
-from gradserve.torch._dtypes import FACTS
+from gradserve.torch._dtypes import FACTS, default_float
 
 UNKNOWN = object()
 #: torch's messages
@@ -158,12 +159,12 @@ def data_dtype(data):
             if d is UNKNOWN:
                 return UNKNOWN
             out = d if out is None or out == d else P.promote(out, d)
-        return P.DEFAULT_FLOAT if out is None else out
+        return default_float() if out is None else out
     if isinstance(data, bool):
         return "bool"
     if isinstance(data, int):
         return "int64"
-    return P.DEFAULT_FLOAT if isinstance(data, float) else UNKNOWN
+    return default_float() if isinstance(data, float) else UNKNOWN
 
 
 def _number_kind(value) -> str | None:
@@ -199,10 +200,10 @@ def creation(op: str, arg, dtype_name, requires_grad: bool) -> dict:
             dt = data_dtype(arg("data"))
         elif op == "full":  # (a number's kind: a numpy number counts as the Python number it is sent as)
             kind = _number_kind(arg("fill_value"))
-            dt = {"bool": "bool", "int": "int64", "float": P.DEFAULT_FLOAT}.get(kind, UNKNOWN)
+            dt = {"bool": "bool", "int": "int64", "float": default_float()}.get(kind, UNKNOWN)
         elif op == "arange":
             kinds = {_number_kind(v) for v in (arg("start"), arg("end"), arg("step", 1)) if v is not None}
-            dt = UNKNOWN if kinds - {"bool", "int", "float"} else P.DEFAULT_FLOAT if "float" in kinds else "int64"
+            dt = UNKNOWN if kinds - {"bool", "int", "float"} else default_float() if "float" in kinds else "int64"
         else:  # the op's declared dtype (zeros: the default float; randint: int64; zeros_like: its input's)
             entry = _catalog.catalog()[op]
             dt = predict(entry, arg) if entry["promotion"] else UNKNOWN
@@ -211,6 +212,16 @@ def creation(op: str, arg, dtype_name, requires_grad: bool) -> dict:
     facts = {"is_leaf": True, "requires_grad": requires_grad, "grad_fn": None, "retains_grad": False,
              "version": 0}
     shape = UNKNOWN
+    if op.endswith("_like"):  # (the input's shape, its layout kept where dense: torch's preserve_format)
+        like = arg(_catalog.catalog()[op]["arguments"][0]["name"])
+        like_shape = getattr(like, "_shape", None)
+        if like_shape is not None:
+            facts["shape"] = shape = tuple(like_shape)
+            if L.of(like) is not None:
+                facts["layout"] = (L.preserved(shape, L.of(like)[0]), 0)
+        if dt is not UNKNOWN:
+            facts["dtype"] = dt
+        return facts
     if op == "tensor":
         shape = data_shape(arg("data"))
     elif op == "arange":
@@ -223,6 +234,7 @@ def creation(op: str, arg, dtype_name, requires_grad: bool) -> dict:
             shape = tuple(size)
     if shape is not UNKNOWN:
         facts["shape"] = shape
+        facts["layout"] = (L.contiguous(shape), 0)
     if dt is not UNKNOWN:
         facts["dtype"] = dt
     return facts
@@ -253,13 +265,21 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
             return view_dtype(tensors[0], target)
     facts: dict = {}
     shape = shape_of(entry, tensors, arg)
+    shape, layout = layout_of(entry, tensors, arg, shape)
     if shape is not UNKNOWN:
         facts["shape"] = shape
+    if layout is not None:
+        facts["layout"] = layout
+    if entry["name"] in L.VIEWS and tensors and tensors[0]._dtype is not None:
+        facts["dtype"] = tensors[0]._dtype  # (a view, or a copy of one dtype)
     dtype = arg("dtype") if "dtype" in (_ARG_NAMES.get(entry["name"]) or _arg_names(entry)) else None
     cast = entry["converts_to"] or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
     if cast is not None and cast is not UNKNOWN and entry["family"] == "shape":  # (a conversion: its dtype)
         facts["dtype"] = cast
         if not tensors or peek(tensors[0], "dtype") in (cast, UNKNOWN):
+            facts.pop("layout", None)  # (itself, or a copy that keeps a dense layout)
+            if tensors and L.of(tensors[0]) is not None and L.dense(tuple(tensors[0]._shape), L.of(tensors[0])[0]):
+                facts["layout"] = L.of(tensors[0])
             return facts  # torch returns the tensor itself when it has the dtype already: its flags, unknown here
     if cast is None and entry["promotion"]:
         predicted = predict(entry, arg)
@@ -279,9 +299,18 @@ def named_results(entry: dict, tensors: list, arg, grad_enabled: bool) -> list[d
         return None
     shape = shape_of(entry, tensors, arg)  # (torch's IndexError for a dim out of range, here)
     operands = _operands(_operand_names(entry), arg)
+    layout = None
+    have = L.of(tensors[0]) if shape is not UNKNOWN and len(tensors) == 1 else None
+    if have is not None and entry["name"] == "sort":
+        layout = (L.preserved(shape, have[0]), 0)  # (sort keeps its input's layout)
+    elif have is not None and entry["family"] in L.CONTIGUOUS_FAMILIES and have[0] == L.contiguous(
+            tuple(tensors[0]._shape)):
+        layout = (L.contiguous(shape), 0)  # (topk, kthvalue, max(dim)... of a row-major input)
     out = []
     for rule in rules:
         facts: dict = {} if shape is UNKNOWN else {"shape": shape}
+        if layout is not None:
+            facts["layout"] = layout
         dtype = UNKNOWN if operands is UNKNOWN else P.predict(rule, operands)
         if dtype is not UNKNOWN and dtype is not None:
             facts["dtype"] = dtype
@@ -333,6 +362,105 @@ def view_dtype(t, target: str) -> dict:
     return facts
 
 
+def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
+    """(shape, layout) of a one-output op's result: a view's shape and layout from its input's (torch's view
+    error, raised here, when the input's strides do not allow it), an elementwise result's as torch lays it out, a
+    contiguous one of contiguous inputs where the op's family makes one; layout None where not known."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    name = entry["name"]
+    view = L.VIEWS.get(name)
+    if view is not None:
+        first = _first_tensor(entry, tensors, arg)
+        if first is None or first._shape is None:
+            return shape, None
+        have = tuple(first._shape)
+        if name in L.NEEDS_SHAPE:
+            if shape is UNKNOWN:
+                shape = _target_shape(name, have, tensors, arg)
+                if shape is UNKNOWN:
+                    return shape, None
+        layout = L.of(first)
+        got = view(have, layout or (L.contiguous(have), 0), _with_defaults(entry, arg), shape)
+        if got is None:
+            return shape, None
+        return got[0], (got[1] if layout is not None else None)
+    if name in L.PRESERVING and shape is UNKNOWN and len(tensors) == 1 and tensors[0]._shape is not None:
+        shape = tuple(tensors[0]._shape)  # (clone, to: the input's shape)
+    if not tensors and entry["family"] != "creation":
+        return shape, None
+    layouts = [L.of(t) for t in tensors]
+    if shape is UNKNOWN:  # (row-major, when its shape is known, as the contiguous families' below)
+        return shape, (L.ROW_MAJOR if None not in layouts and _contiguous_result(entry, tensors, layouts) else None)
+    if len(shape) <= 1 and entry["family"] != "elementwise" and name not in L.NOT_CONTIGUOUS:
+        return shape, (L.contiguous(shape), 0)  # (a new tensor of one dimension or none)
+    if None in layouts:
+        return shape, None
+    if entry["family"] == "elementwise":
+        return shape, (L.elementwise(shape, [(tuple(t._shape), lay[0]) for t, lay in zip(tensors, layouts)]), 0)
+    if name in L.PRESERVING and len(tensors) == 1:
+        return shape, (L.preserved(shape, layouts[0][0]), 0)
+    if _contiguous_result(entry, tensors, layouts):
+        return shape, (L.contiguous(shape), 0)
+    return shape, None
+
+
+def _contiguous_result(entry: dict, tensors: list, layouts: list) -> bool:
+    """An op of a family whose results are row-major for row-major inputs, and inputs that are (the strides of
+    their dimensions of size 1 too: some ops keep those)."""
+    name = entry["name"]
+    return (entry["family"] in L.CONTIGUOUS_FAMILIES and name not in L.NOT_CONTIGUOUS and name not in L.PRESERVING
+            or name in L.CONTIGUOUS_LINALG) and entry["family"] != "elementwise" and all(
+        lay[0] == L.contiguous(tuple(t._shape)) for t, lay in zip(tensors, layouts))  # (size-1 strides too)
+
+
+def _first_tensor(entry: dict, tensors: list, arg):
+    first = entry["arguments"][0] if entry["arguments"] else None
+    value = arg(first["name"]) if first is not None else None
+    return value if any(value is t for t in tensors) else None
+
+
+def _with_defaults(entry: dict, arg):
+    """``arg`` with the op's declared defaults for what the call does not give."""
+    params = _params(entry)
+
+    def value(name, default=None):
+        got = arg(name)
+        if got is None and name in params:
+            got = params[name].get("default")
+        return default if got is None or isinstance(got, str) and got.startswith("<") else got
+    return value
+
+
+def _target_shape(name: str, have: tuple, tensors: list, arg):
+    """The shape of view_as, reshape_as, unflatten and flatten (view, reshape: ``shape_of``'s)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    if name in ("view_as", "reshape_as"):
+        other = arg("other")
+        return view_shape(have, tuple(other._shape)) if any(other is t for t in tensors) and \
+            other._shape is not None else UNKNOWN
+    if name == "flatten":
+        start, end = arg("start_dim"), arg("end_dim")
+        start, end = 0 if start is None else start, -1 if end is None else end
+        if not have:
+            return (1,)
+        n = len(have)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and -n <= d < n for d in (start, end)):
+            return UNKNOWN
+        start, end = start % n, end % n
+        if start > end:
+            return UNKNOWN
+        return (*have[:start], _numel(have[start:end + 1]), *have[end + 1:])
+    dim, sizes = arg("dim"), arg("sizes")  # unflatten (its sizes checked by the op's checks)
+    n = len(have)
+    if not isinstance(dim, int) or isinstance(dim, bool) or not have or not -n <= dim < n or \
+            not isinstance(sizes, (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool)
+                                                            for d in sizes):
+        return UNKNOWN
+    dim %= n
+    inner = view_shape((have[dim],), sizes)
+    return UNKNOWN if inner is UNKNOWN else (*have[:dim], *inner, *have[dim + 1:])
+
+
 def _arg_names(entry: dict) -> frozenset:
     return _ARG_NAMES.get(entry["name"]) or _ARG_NAMES.setdefault(
         entry["name"], frozenset(a["name"] for a in entry["arguments"]))
@@ -342,7 +470,11 @@ _ARG_NAMES: dict[str, frozenset] = {}
 
 
 #: dimension arguments, checked against the rank of the op's first argument as torch's maybe_wrap_dim does
-DIM_PARAMS = ("dim", "dim0", "dim1", "dims", "start_dim", "end_dim", "source", "destination")
+DIM_PARAMS = ("dim", "dim0", "dim1", "dim2", "dims", "start_dim", "end_dim", "source", "destination")
+
+
+#: ops whose ``dims`` argument counts repetitions, not dimensions
+COUNTS_NAMED_DIMS = frozenset({"tile"})
 
 
 def check_dims(entry: dict, arg, shape) -> None:
@@ -356,6 +488,8 @@ def check_dims(entry: dict, arg, shape) -> None:
     rank = max(len(shape) + (dims_of == "output"), 1)
     for param in _dim_params(entry):
         value = arg(param)
+        if value is None:  # (a dimension not given: its declared default, diagonal's dim2=1 of a 1-d tensor too)
+            value = _params(entry)[param].get("default")
         for d in (value if isinstance(value, (list, tuple)) else (value,)):
             if isinstance(d, int) and not isinstance(d, bool) and not -rank <= d < rank:
                 raise error("IndexError", f"Dimension out of range (expected to be in range of [{-rank}, "
@@ -366,7 +500,8 @@ def _dim_params(entry: dict) -> tuple:
     """The entry's dimension arguments (DIM_PARAMS it has), in DIM_PARAMS' order."""
     got = _DIM_PARAMS.get(entry["name"])
     if got is None:
-        got = _DIM_PARAMS[entry["name"]] = tuple(p for p in DIM_PARAMS if p in _arg_names(entry))
+        got = _DIM_PARAMS[entry["name"]] = tuple(p for p in DIM_PARAMS if p in _arg_names(entry)
+                                                 and not (p == "dims" and entry["name"] in COUNTS_NAMED_DIMS))
     return got
 
 
@@ -407,11 +542,23 @@ def shape_of(entry: dict, tensors: list, arg):
     check_dims(entry, arg, shape)
     if shape is UNKNOWN:
         return UNKNOWN
-    if family == "reduction" and len(tensors) == 1:
+    if (family == "reduction" or entry.get("returns")) and len(tensors) == 1:
         params = _params(entry)
-        if "dim" not in params or "keepdim" not in params:
+        if "dim" not in params:
             return UNKNOWN
         dim = arg("dim")
+        if dim is None:
+            dim = params["dim"].get("default", 0)
+            dim = dim if dim is None or isinstance(dim, int) else UNKNOWN
+        if "keepdim" not in params:  # (sort: the input's shape; topk: k along dim)
+            k = arg("k")
+            if not entry.get("returns") or not isinstance(dim, int) or isinstance(dim, bool):
+                return UNKNOWN
+            if "k" not in params:
+                return shape
+            if not isinstance(k, int) or isinstance(k, bool) or not shape and k > 1:
+                return UNKNOWN
+            return shape if not shape else (*shape[:dim % len(shape)], k, *shape[dim % len(shape) + 1:])
         if dim is None and params["dim"].get("default", 0) is None:
             dims = range(len(shape))
         elif isinstance(dim, int) and not isinstance(dim, bool) or isinstance(dim, (list, tuple)) and dim:

@@ -29,7 +29,7 @@ Everything is read from the dtype table ``_dtypes.FACTS``.
 
 from __future__ import annotations
 
-from gradserve.torch._dtypes import DEFAULT_FLOAT, FACTS
+from gradserve.torch._dtypes import FACTS, default_float
 
 #: a dtype's category in torch's promotion: bool < integral < floating
 CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2}
@@ -60,7 +60,7 @@ def promote(a: str, b: str) -> str:
     if ka == kb:
         if sa != sb:
             return a if sa > sb else b
-        return DEFAULT_FLOAT if ka == "f" else a  # (two floats of one size: float16 and bfloat16 give float32)
+        return "float32" if ka == "f" else a  # (two floats of one size: float16 and bfloat16 give float32)
     unsigned, signed = (a, b) if ka == "u" else (b, a)
     if FACTS[signed][1] > FACTS[unsigned][1]:
         return signed
@@ -71,7 +71,7 @@ def number_dtype(value) -> str:
     """The dtype of a Python number as an operand."""
     if isinstance(value, bool):
         return "bool"
-    return "int64" if isinstance(value, int) else DEFAULT_FLOAT
+    return "int64" if isinstance(value, int) else default_float()
 
 
 def result_type(operands: list[tuple[str, int]]) -> str | None:
@@ -139,7 +139,7 @@ def predict(declaration: str, operands: list[tuple[str, int]], rounding_mode=Non
     if rule in ("bool", "int64") and not refusals:
         return rule
     if not operands:  # (a creation op's: float() is the default float)
-        return DEFAULT_FLOAT if rule == "float" else rule if rule in ("bool", "int64") else None
+        return default_float() if rule == "float" else rule if rule in ("bool", "int64") else None
     promoted = result_type(operands)
     for condition, kind, message in refusals:
         if _holds(condition, promoted, operands):
@@ -147,7 +147,7 @@ def predict(declaration: str, operands: list[tuple[str, int]], rounding_mode=Non
     if rule == "result_type" or rule == "true_divide" and rounding_mode is not None:
         return promoted
     if rule in ("float", "true_divide"):
-        return promoted if is_floating(promoted) else DEFAULT_FLOAT
+        return promoted if is_floating(promoted) else default_float()
     if rule == "long":
         return promoted if is_floating(promoted) else "int64"
     if rule == "same":

@@ -15,9 +15,19 @@ import functools
 
 import numpy as np
 
-from gradserve.torch import _catalog, _checks, _context, _device, _legacy, _meta
+from gradserve.torch import _catalog, _checks, _context, _device, _layout, _legacy, _meta
 from gradserve.torch._context import Context, Storage
-from gradserve.torch._dtypes import FLOATING, NP_HELD, Size, by_name, readable, refuse_numpy
+from gradserve.torch._dtypes import (
+    _DEFAULT,
+    DEFAULT_FLOAT,
+    FLOATING,
+    NP_HELD,
+    Size,
+    by_name,
+    default_float,
+    readable,
+    refuse_numpy,
+)
 from gradserve.torch._dtypes import dtype as DType
 from gradserve.torch._grad_mode import is_grad_enabled, no_grad
 from gradserve.torch._printing import format_tensor, tangent_str
@@ -27,12 +37,12 @@ class Tensor:
     """A handle to a tensor held by the server; behaves as ``torch.Tensor``."""
 
     __slots__ = ("_ctx", "_name", "_storage", "_shape", "_dtype", "_view", "_array", "_view_stamp", "_param",
-                 "_known_grad", "_error", "_dual_tangent", "_leaf", "_seen", "__weakref__")
+                 "_known_grad", "_error", "_dual_tangent", "_leaf", "_seen", "_layout", "__weakref__")
 
     # ----- making handles -----------------------------------------------------------------------------
     def __new__(cls, *args, **kwargs):
-        """The legacy constructor ``torch.Tensor(data)`` / ``torch.Tensor(2, 3)``: a float32 tensor."""
-        return _legacy.construct(by_name("float32"), args, kwargs, "new")
+        """The legacy constructor ``torch.Tensor(data)`` / ``torch.Tensor(2, 3)``: a tensor of the default dtype."""
+        return _legacy.construct(by_name(default_float()), args, kwargs, "new")
 
     @classmethod
     def _new(cls, ctx: Context, storage: Storage | None = None, name: str | None = None) -> Tensor:
@@ -41,6 +51,7 @@ class Tensor:
         t._name = name or f"_t{next(ctx._names)}"  # (ctx.fresh_name(), inline: one call less per op)
         t._storage = storage or Storage()
         t._shape = t._dtype = t._view = t._array = t._view_stamp = t._known_grad = t._error = t._leaf = None
+        t._layout = None  # ((strides, storage offset) in elements, when the client knows them: ``_layout``)
         t._dual_tangent = None  # (ctx.failures, the tangent's view or None) read inside a dual level
         t._param = False
         t._seen = -1  # (the storage's ``memory`` count its values were read at)
@@ -52,6 +63,9 @@ class Tensor:
         """Record ``g = owner.grad`` (a ``bind`` op) and return the handle ``g``."""
         g = cls._new(ctx, Storage(is_grad=True))
         ctx.record({"op": "bind", "args": [f"{owner._name}.grad"], "out": g._name}, (g,))
+        layout = _layout.of(owner)  # (torch lays a leaf's gradient out as the leaf when it is dense)
+        if layout is not None and _layout.dense(tuple(owner._shape), layout[0]):
+            g._layout = (layout[0], 0)
         return g
 
     def _know(self, **meta) -> None:
@@ -71,6 +85,8 @@ class Tensor:
             self._shape = Size(meta["shape"])
         if "dtype" in meta:
             self._dtype = meta["dtype"]
+        if "layout" in meta:
+            self._layout = meta["layout"]
         if meta.get("is_leaf") and meta.get("requires_grad"):
             self._param = True
 
@@ -159,6 +175,43 @@ class Tensor:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
+
+    def _strides(self) -> tuple:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        if self._layout is _layout.ROW_MAJOR and self._shape is None:
+            self._meta("shape")  # (row-major: its strides follow from its shape)
+        layout = _layout.of(self)
+        if layout is None:
+            raise NotImplementedError("gradserve: the strides of this tensor are not known to the client (it knows "
+                                      "those of new tensors, views and elementwise results); .contiguous() gives "
+                                      "a tensor whose strides it knows")
+        return layout[0]
+
+    def stride(self, dim: int | None = None):
+        """torch's strides (in elements), as the client lays the tensor out (``_layout``)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        if dim is not None and (not isinstance(dim, int) or isinstance(dim, builtins.bool)):
+            raise TypeError(f"stride(): argument 'dim' (position 1) must be int, not {type(dim).__name__}")
+        strides = self._strides()
+        if dim is None:
+            return strides
+        if not strides:
+            raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+        n = len(strides)
+        if not -n <= dim < n:
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+        return strides[dim]
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        if memory_format is not None:
+            raise NotImplementedError("gradserve: is_contiguous(memory_format=...) is not supported")
+        return _layout.is_contiguous(tuple(self.shape), self._strides())
+
+    def storage_offset(self) -> int:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        self._strides()
+        return _layout.of(self)[1]
 
     @property
     def dtype(self):
@@ -651,6 +704,8 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
             broken = _checks.first_failure(of.checks, lambda param: _argument(base, param, args, kwargs))
             if broken is not None:
                 raise _meta.error(*broken)
+    if _DEFAULT[0] != DEFAULT_FLOAT and not of.creation:  # (set_default_dtype: the server's default is another)
+        args, kwargs = _default_casts(entry, args, kwargs)
     op = {"op": base, "args": [_arg(a, ctx) for a in args]}
     if kwargs:
         op["kwargs"] = {k: _arg(v, ctx) for k, v in kwargs.items()}
@@ -659,6 +714,9 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
         tensors = _tensors(args)
     if not grad_enabled:
         op["no_grad"] = True
+    if not tensors and _DEFAULT[0] != DEFAULT_FLOAT and of.family == "random" and "dtype" in _meta._arg_names(entry) \
+            and _argument(base, "dtype", args, kwargs) is None:
+        op.setdefault("kwargs", {})["dtype"] = _DEFAULT[0]  # (normal(0., 1., size): torch's default dtype)
     if of.inplace:
         target = args[0] if args else kwargs.get("self")
         index = args[1].key if base == "setitem" and len(args) > 1 and isinstance(args[1], _Index) else None
@@ -714,6 +772,8 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
                                builtins.bool(arg("requires_grad", False)))
         if base == "tensor" and dtype is None and "dtype" in facts and _meta.has_numpy_number(arg("data")):
             op.setdefault("kwargs", {})["dtype"] = facts["dtype"]  # (np.float64(2.0) would arrive as a float)
+        elif dtype is None and _DEFAULT[0] != DEFAULT_FLOAT and facts.get("dtype") == _DEFAULT[0]:
+            op.setdefault("kwargs", {})["dtype"] = facts["dtype"]  # (torch's default dtype, not the server's)
         literal = _literal(arg("data"), facts) if base == "tensor" else None
     elif base != "detach" and decided is not None:
         facts = _decided_facts(decided, tensors)
@@ -736,7 +796,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
             target._mutated()
     if base == "detach":
         out._know(is_leaf=True, requires_grad=False, grad_fn=None)
-        out._shape, out._dtype = first._shape, first._dtype
+        out._shape, out._dtype, out._layout = first._shape, first._dtype, first._layout
         out._known_grad = (ctx.grad_epoch, None)
     else:
         out._know_facts(facts)
@@ -745,6 +805,37 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
             if literal is not None:
                 out._array, out._seen = literal, 0
     return out
+
+
+def _default_casts(entry: dict, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Under another default dtype than the server's (``set_default_dtype``): the call with its integral and bool
+    tensor operands converted to the default dtype where torch's result is of it (an int tensor times a Python
+    float, an int tensor's exp), so that the server computes what torch does, in that dtype."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    if not entry["promotion"] or _meta.P.fields(entry["promotion"]):
+        return args, kwargs
+    base = entry["name"]
+    rule_of = entry if not entry["inplace"] else _op_facts(base).base_entry
+    if not rule_of or not rule_of["promotion"]:
+        return args, kwargs
+    try:
+        result = _meta.predict(rule_of, lambda p, d=None: _argument(base, p, args, kwargs, d))
+    except Exception:  # noqa: BLE001 - torch's refusal: raised by the checks that follow, as without a cast
+        return args, kwargs
+    if result != _DEFAULT[0]:
+        return args, kwargs
+    target = by_name(result)
+    positions = _catalog.positions(base)
+    args, kwargs = list(args), dict(kwargs)
+    for name in _meta._operand_names(rule_of):
+        i = positions.get(name)
+        where, key = (args, i) if i is not None and i < len(args) else (kwargs, name)
+        value = where[key] if where is args or key in where else None
+        if isinstance(value, Tensor) and value._dtype is not None and value._dtype not in FLOATING and \
+                not (entry["inplace"] and value is args[0]):
+            with no_grad():
+                where[key] = call_op("to", (value, target), {})
+    return tuple(args), kwargs
 
 
 def _argument(base: str, param: str, args: tuple, kwargs: dict, default=None):
@@ -792,7 +883,21 @@ def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwar
     each time."""
     parts = [name, method, grad_enabled]
     seen: dict[int, int] = {}
-    for v in (*args, *kwargs.values()):
+    for v in ((*args, *kwargs.values()) if kwargs else args):
+        c = v.__class__
+        if c is Tensor:  # (the common cases inline: a loop's every op asks)
+            first = seen.setdefault(id(v), len(seen))
+            view, s, ctx = v._view, v._storage, v._ctx
+            if view is None or v._view_stamp != (s.version, ctx.grad_epoch if s.is_grad else 0, ctx.failures):
+                parts.append((c, first, v._shape, v._dtype, v._layout))
+            else:
+                get = view.get
+                parts.append((c, first, v._shape, v._dtype, v._layout, get("requires_grad", _NO_FACT),
+                              get("is_leaf", _NO_FACT), get("view_of_leaf", _NO_FACT), "node" in view))
+            continue
+        if c is float:
+            parts.append(c)
+            continue
         part = _arg_key(v, seen)
         if part is None:
             return None
@@ -812,9 +917,9 @@ def _arg_key(v, seen: dict):
         first = seen.setdefault(id(v), len(seen))  # (x.add_(x) is not x.add_(y))
         view = v._view
         if view is None or v._view_stamp != v._stamp():
-            return (c, first, v._shape, v._dtype)
-        return (c, first, v._shape, v._dtype, view.get("requires_grad", _NO_FACT), view.get("is_leaf", _NO_FACT),
-                view.get("view_of_leaf", _NO_FACT), "node" in view)
+            return (c, first, v._shape, v._dtype, v._layout)
+        return (c, first, v._shape, v._dtype, v._layout, view.get("requires_grad", _NO_FACT),
+                view.get("is_leaf", _NO_FACT), view.get("view_of_leaf", _NO_FACT), "node" in view)
     if c is list or c is tuple:
         parts = []
         for x in v:

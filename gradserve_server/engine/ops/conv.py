@@ -293,6 +293,15 @@ def _conv_checks(n: int) -> tuple[str, ...]:
     client raises at the call's line."""
     return (f"conv_input(input)={n} | RuntimeError: Expected {{unbatched}}D (unbatched) or {{batched}}D (batched) "
             f"input to conv{n}d, but got input of size: {{shape}}",
+            "padding_mode(padding) | RuntimeError: Invalid padding string: '{padding}'",
+            "min_dims(weight)=3 | RuntimeError: weight should have at least three dimensions",
+            f"conv_same_weight(input,weight,padding)={n} | RuntimeError: Expected {{dims}}-dimensional input for "
+            "{dims}-dimensional weight{weight}, but got {got}-dimensional input of size {input} instead",
+            "conv_same_broadcast(weight,stride,padding) | RuntimeError: stride cannot broadcast to {dims} dimensions",
+            "conv_same_broadcast(weight,dilation,padding) | RuntimeError: dilation cannot broadcast to {dims} "
+            "dimensions",
+            "conv_same_strided(stride,padding) | RuntimeError: padding='same' is not supported for strided "
+            "convolutions",
             f"conv_stride(weight,stride,padding)={n} | RuntimeError: expected stride to be a single integer value or "
             "a list of {k} values to match the convolution dimensions, but got stride={stride}",
             f"conv_weight(input,weight,padding)={n} | RuntimeError: Expected {{dims}}-dimensional input for "

@@ -710,7 +710,8 @@ def _(ctx, self_t):
 
 
 @op("t",
-    storage="view",
+    storage="view", checks=("max_dims(self)=2 | RuntimeError: t() expects a tensor with <= 2 dimensions, but self "
+                            "is {dims}D",),
     tensors=("self",), plannable=True)
 def t(self):
     """Tensor.t(): transpose of a <= 2-D tensor."""

@@ -360,7 +360,7 @@ class Linear(Module):
             _device.check(device)
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        dtype = dtype if dtype is not None else torch.float32
+        dtype = dtype if dtype is not None else torch.get_default_dtype()
         self.weight = Parameter(torch.zeros(out_features, in_features, dtype=dtype))
         self.bias = Parameter(torch.zeros(out_features, dtype=dtype)) if bias else None
         self.reset_parameters()

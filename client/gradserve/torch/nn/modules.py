@@ -214,7 +214,7 @@ class _ConvNd(Module):
         self.kernel_size, self.stride, self.dilation = _tuple(kernel_size, n), _tuple(stride, n), _tuple(dilation, n)
         self.padding = padding if isinstance(padding, str) else _tuple(padding, n)
         self.padding_mode = padding_mode
-        dtype = dtype if dtype is not None else torch.float32
+        dtype = dtype if dtype is not None else torch.get_default_dtype()
         self.weight = Parameter(torch.zeros(out_channels, in_channels // groups, *self.kernel_size, dtype=dtype))
         self.bias = Parameter(torch.zeros(out_channels, dtype=dtype)) if bias else None
         if not bias:
@@ -369,7 +369,7 @@ class _BatchNorm(Module):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats, self._bias = affine, track_running_stats, bias
-        dtype = dtype if dtype is not None else torch.float32
+        dtype = dtype if dtype is not None else torch.get_default_dtype()
         if affine:
             self.weight = Parameter(torch.ones(num_features, dtype=dtype))
             if bias:
@@ -443,7 +443,7 @@ class LayerNorm(Module):
         self.normalized_shape = tuple(normalized_shape) if isinstance(normalized_shape, (list, tuple)) else \
             (normalized_shape,)
         self.eps, self.elementwise_affine, self._bias = eps, elementwise_affine, bias
-        dtype = dtype if dtype is not None else torch.float32
+        dtype = dtype if dtype is not None else torch.get_default_dtype()
         if elementwise_affine:
             self.weight = Parameter(torch.ones(*self.normalized_shape, dtype=dtype))
             if bias:
@@ -471,7 +471,7 @@ class GroupNorm(Module):
             raise ValueError("num_channels must be divisible by num_groups")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         self._bias = bias
-        dtype = dtype if dtype is not None else torch.float32
+        dtype = dtype if dtype is not None else torch.get_default_dtype()
         if affine:
             self.weight = Parameter(torch.ones(num_channels, dtype=dtype))
             if bias:
@@ -506,7 +506,7 @@ class Embedding(Module):
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
         if _weight is None:
-            dtype = dtype if dtype is not None else torch.float32
+            dtype = dtype if dtype is not None else torch.get_default_dtype()
             self.weight = Parameter(torch.zeros(num_embeddings, embedding_dim, dtype=dtype),
                                     requires_grad=not _freeze)
             self.reset_parameters()
@@ -580,7 +580,7 @@ class _RNNCellBase(Module):
         super().__init__()
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         g = self._gates * hidden_size
-        dtype = dtype if dtype is not None else torch.float32
+        dtype = dtype if dtype is not None else torch.get_default_dtype()
         self.weight_ih = Parameter(torch.zeros(g, input_size, dtype=dtype))
         self.weight_hh = Parameter(torch.zeros(g, hidden_size, dtype=dtype))
         if bias:
@@ -672,7 +672,7 @@ class _RNNBase(Module):
         self.bidirectional, self.proj_size, self.nonlinearity = bidirectional, proj_size, nonlinearity
         dirs = 2 if bidirectional else 1
         g = self._gates * hidden_size
-        dtype = dtype if dtype is not None else torch.float32
+        dtype = dtype if dtype is not None else torch.get_default_dtype()
         self._flat_weights_names = []
         for layer in range(num_layers):
             for d in range(dirs):
@@ -806,7 +806,7 @@ class MultiheadAttention(Module):
         self.head_dim = embed_dim // num_heads
         self.kdim = self.vdim = embed_dim
         self._qkv_same_embed_dim = True
-        dtype = dtype if dtype is not None else torch.float32
+        dtype = dtype if dtype is not None else torch.get_default_dtype()
         self.in_proj_weight = Parameter(torch.zeros(3 * embed_dim, embed_dim, dtype=dtype))
         self.register_parameter("q_proj_weight", None)
         self.register_parameter("k_proj_weight", None)
