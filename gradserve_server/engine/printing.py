@@ -10,9 +10,6 @@ import math
 
 import numpy as np
 
-#: the default dtype (``torch.get_default_dtype()``, which a tensor's repr does not name): the client's changes
-#: with ``set_default_dtype``
-DEFAULT_DTYPE = ["float32"]
 PRECISION = 4
 LINEWIDTH = 80
 THRESHOLD = 1000
@@ -121,17 +118,19 @@ def tensor_repr(t, tangent=None) -> str:
     return format_tensor(t.data, t.dtype, t.grad_fn.name if t.grad_fn is not None else None, t.requires_grad, tan)
 
 
-def tangent_str(a: np.ndarray, dtype: str, grad_fn: str | None, requires_grad: bool) -> str:
+def tangent_str(a: np.ndarray, dtype: str, grad_fn: str | None, requires_grad: bool,
+                default_dtype: str = "float32") -> str:
     """A tangent as torch's ``f"tangent={tangent}"`` shows it: its repr, a 0-d one as its item (Tensor.__format__)."""
     if a.ndim == 0:
         return str(widened(a, dtype).item())
-    return format_tensor(a, dtype, grad_fn, requires_grad)
+    return format_tensor(a, dtype, grad_fn, requires_grad, default_dtype=default_dtype)
 
 
 def format_tensor(a: np.ndarray, dtype: str, grad_fn: str | None, requires_grad: bool,
-                  tangent: str | None = None) -> str:
+                  tangent: str | None = None, default_dtype: str = "float32") -> str:
     """torch's ``repr`` of a tensor holding ``a``, with its ``grad_fn`` name and ``requires_grad``; ``tangent``
-    (from ``tangent_str``) for a dual tensor, as the last suffix."""
+    (from ``tangent_str``) for a dual tensor, as the last suffix; ``default_dtype``: the dtype a repr does not name
+    (``torch.get_default_dtype()``, which the client's ``set_default_dtype`` changes; the server's is float32)."""
     a = widened(a, dtype)
     prefix = "tensor("
     indent = len(prefix)
@@ -145,7 +144,7 @@ def format_tensor(a: np.ndarray, dtype: str, grad_fn: str | None, requires_grad:
     else:
         fmt = _Formatter(_summarized(a) if summarize else a, dtype in _FLOATING)
         body = _str(a, indent, fmt, summarize)
-    if dtype not in (DEFAULT_DTYPE[0], "int64", "bool"):
+    if dtype not in (default_dtype, "int64", "bool"):
         suffixes.append(f"dtype=torch.{dtype}")
     if grad_fn is not None:
         suffixes.append(f"grad_fn=<{grad_fn}>")

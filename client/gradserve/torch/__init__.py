@@ -65,9 +65,8 @@ def set_default_dtype(d) -> None:
         raise TypeError("only floating-point types are supported as the default type")
     if d.name != _dtypes.default_float():
         _dtypes._DEFAULT[0] = d.name
-        from gradserve.torch import _meta, _printing, _tensor
+        from gradserve.torch import _meta, _tensor
 
-        _printing.DEFAULT_DTYPE[0] = d.name
         _tensor._DECIDED.clear()  # (what was decided read the default dtype)
         _meta._PREDICTED.clear()
 

@@ -321,9 +321,10 @@ class Tensor:
             if view is not None:
                 data = view.get("data")
                 tangent = tangent_str(_decode(data) if isinstance(data, dict) else np.asarray(data), view["dtype"],
-                                      view["grad_fn"], view["requires_grad"])
+                                      view["grad_fn"], view["requires_grad"], default_float())
         a = self._data()
-        return format_tensor(a, self._dtype, self._meta("grad_fn"), self._meta("requires_grad"), tangent)
+        return format_tensor(a, self._dtype, self._meta("grad_fn"), self._meta("requires_grad"), tangent,
+                             default_float())
 
     def __format__(self, spec: str) -> str:
         # torch: a 0-d Tensor (not a subclass) formats as its item, even with an empty spec
