@@ -238,7 +238,8 @@ _DUNDERS = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
             "__neg__", "__pos__", "__abs__", "__invert__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
             "__ge__", "__and__", "__or__", "__xor__", "__lshift__", "__rshift__", "__getitem__", "__setitem__",
             "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ipow__", "__imatmul__", "__iand__", "__ior__",
-            "__ixor__", "__ilshift__", "__irshift__", "__len__", "__bool__", "__float__", "__int__", "__index__")
+            "__ixor__", "__ilshift__", "__irshift__", "__imod__", "__len__", "__bool__", "__float__", "__int__",
+            "__index__")
 
 
 def _install_dunders() -> None:

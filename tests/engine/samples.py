@@ -434,6 +434,25 @@ SAMPLES: dict[str, list[Sample]] = {
 }
 
 
+#: the in-place forms declared from their op (``ops/inplace.py``'s ``_inplace_of``) take their op's samples whose
+#: first argument is a tensor of the result's shape and dtype (those the in-place form can write into itself)
+INPLACE_FORMS = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "floor",
+                 "ceil", "round", "sign", "square", "erf", "erfinv", "expm1", "log1p", "log2", "log10", "reciprocal",
+                 "rsqrt", "digamma", "lgamma", "nan_to_num", "atan2", "hypot", "xlogy", "remainder", "cumsum",
+                 "cumprod", "tril", "triu", "addmm", "baddbmm")
+
+
+def _writes_into_first(name: str, sample: Sample) -> bool:
+    first = sample.args[0] if sample.args else None
+    if not isinstance(first, Tensor):
+        return False
+    out = OPS[name].fn(*sample.args, **sample.kwargs)
+    return isinstance(out, Tensor) and out.data.shape == first.data.shape and out.dtype == first.dtype
+
+
+for _name in INPLACE_FORMS:
+    SAMPLES[f"{_name}_"] = [s for s in SAMPLES[_name] if _writes_into_first(_name, s)]
+
 def differentiable_ops() -> list[str]:
     """Every differentiable op of the table that takes a tensor, by its primary name (aliases share the
     entry). Creation ops (``ones``, ``arange``) take no tensor, so there is nothing to differentiate."""

@@ -43,8 +43,11 @@ SKIPPED = {"rand", "randn", "dropout", "randint", "randperm", "rand_like", "rand
 # singular vectors are defined up to a sign per (U column, Vh row) pair, and numpy's LAPACK and torch's MKL pick
 # differently about a third of the time (docs/explanation/deviations.md); svdvals and the norms through it are drawn
 SKIPPED |= {"linalg.svd", "svd"}
-INPLACE_UNARY = ("exp_", "log_", "neg_", "sqrt_", "abs_", "sigmoid_", "tanh_", "relu_", "zero_")
-INPLACE_BINARY = ("add_", "sub_", "mul_", "div_")
+INPLACE_UNARY = ("exp_", "log_", "neg_", "sqrt_", "abs_", "sigmoid_", "tanh_", "relu_", "zero_", "sin_", "cos_",
+                 "tan_", "asin_", "acos_", "atan_", "sinh_", "cosh_", "floor_",
+                 "ceil_", "round_", "sign_", "square_", "erf_", "erfinv_", "expm1_", "log1p_", "log2_", "log10_",
+                 "reciprocal_", "rsqrt_", "digamma_", "lgamma_", "nan_to_num_")
+INPLACE_BINARY = ("add_", "sub_", "mul_", "div_", "atan2_", "hypot_", "remainder_", "xlogy_")
 # the in-place random ops and their arguments after self (each drawn after a manual_seed step)
 RANDOM_INPLACE = {
     "uniform_": lambda g: g.rng.choice([[], [-1.0, 2.0]]),

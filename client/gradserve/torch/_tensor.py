@@ -548,7 +548,7 @@ for _dunder, _op in {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__r
                      "__rshift__": "bitwise_right_shift", "__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_",
                      "__itruediv__": "div_", "__ipow__": "pow_", "__iand__": "bitwise_and_", "__ior__": "bitwise_or_",
                      "__ixor__": "bitwise_xor_", "__ilshift__": "bitwise_left_shift_",
-                     "__irshift__": "bitwise_right_shift_"}.items():
+                     "__irshift__": "bitwise_right_shift_", "__imod__": "remainder_"}.items():
     setattr(Tensor, _dunder, _binary(_op))
 for _dunder, _op in {"__neg__": "neg", "__abs__": "abs", "__invert__": "invert"}.items():
     setattr(Tensor, _dunder, _unary(_op))

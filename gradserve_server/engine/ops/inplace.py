@@ -33,6 +33,7 @@ from ..registry import OPS, P, edge, jvp, op, record, vjp, with_layout, zero_jvp
 from ..tensor import Tensor
 from ..views import _dense, has_internal_overlap, partial_overlap, rebase_error, set_history, view_positions
 from . import elementwise as E
+from . import linalg, matrix, reduction, scan, special  # noqa: F401  (ops whose in-place forms are declared here)
 from .common import require_tensor
 from .indexing import index_add, index_copy, index_fill, scatter, scatter_add
 
@@ -362,6 +363,8 @@ def _make(name: str, fn, grad_fns: tuple, tensors=("self",), aliases=(), doc="",
         return _apply_inplace(self, fn, args, kwargs, overlap_check, meta)
 
     inplace.__name__ = name
+    if grad_fns is None:  # the grad_fn names are those ``fn`` records (``registry.recorded_grad_fns`` walks it)
+        inplace.__wrapped__ = fn
     inplace.__signature__ = inspect.signature(fn)  # the program resolves tensor arguments by these names
     inplace.__doc__ = doc or f"Tensor.{name}: in-place {name[:-1]}; bumps the version counter."
     return op(name, tensors=tensors, grad_fns=grad_fns, inplace=True, aliases=aliases, plannable=plannable,
@@ -386,15 +389,16 @@ def _cast_before_kernel(fn):
 
 
 add_ = _make("add_", E.add, (P.AddBackward0,), ("self", "other"), ("__iadd__", "iadd"))
-sub_ = _make("sub_", E.sub, (P.SubBackward0,), ("self", "other"), ("__isub__", "isub"))
-mul_ = _make("mul_", E.mul, (P.MulBackward0,), ("self", "other"), ("__imul__", "imul"))
-div_ = _make("div_", E.div, (P.DivBackward0,), ("self", "other"), ("__itruediv__", "itruediv", "idiv"))
+sub_ = _make("sub_", E.sub, (P.SubBackward0,), ("self", "other"), ("__isub__", "isub", "subtract_"))
+mul_ = _make("mul_", E.mul, (P.MulBackward0,), ("self", "other"), ("__imul__", "imul", "multiply_"))
+div_ = _make("div_", E.div, (P.DivBackward0,), ("self", "other"),
+             ("__itruediv__", "itruediv", "idiv", "divide_", "true_divide_"))
 pow_ = _make("pow_", E.pow, (P.PowBackward0, P.PowBackward1), ("self", "exponent"), ("__ipow__", "ipow"))
 exp_ = _make("exp_", E.exp, (P.ExpBackward0,))
 log_ = _make("log_", E.log, (P.LogBackward0,))
-neg_ = _make("neg_", E.neg, (P.NegBackward0,))
+neg_ = _make("neg_", E.neg, (P.NegBackward0,), aliases=("negative_",))
 sqrt_ = _make("sqrt_", E.sqrt, (P.SqrtBackward0,))
-abs_ = _make("abs_", E.abs, (P.AbsBackward0,))
+abs_ = _make("abs_", E.abs, (P.AbsBackward0,), aliases=("absolute_",))
 sigmoid_ = _make("sigmoid_", E.sigmoid, (P.SigmoidBackward0,))
 tanh_ = _make("tanh_", E.tanh, (P.TanhBackward0,))
 relu_ = _make("relu_", E.relu, (P.ReluBackward0,), exports=("torch.nn.functional.relu_",))
@@ -437,6 +441,30 @@ clamp_min_ = _make("clamp_min_", _clamp_cast_checked(E.clamp_min), (P.ClampMinBa
                    checks=(f"number_bounds_cast(self,min) | {_CAST_MESSAGE}",))
 clamp_max_ = _make("clamp_max_", _clamp_cast_checked(E.clamp_max), (P.ClampMaxBackward0,),
                    checks=(f"number_bounds_cast(self,max) | {_CAST_MESSAGE}",))
+
+
+def _inplace_of(base: str, aliases: tuple = ()):
+    """``base_``: torch's in-place form of ``base``, declared from ``base``'s declaration (its function on a shadow,
+    its grad_fn names, tensor arguments, method overloads, and its spelled-out aliases: ``arcsin_``)."""
+    spec = OPS[base]
+    grad_fns = None if spec.grad_fns is None else tuple(getattr(P, n) for n in spec.grad_fns)
+    aliases = tuple(f"{a}_" for a in spec.aliases if a.isidentifier() and not a.startswith("_")) + aliases
+    facts = {"overloads": {"method": spec.overloads["method"]}} if "method" in (spec.overloads or {}) else {}
+    return _make(f"{base}_", spec.fn, grad_fns, spec.tensors, aliases,
+                 doc=f"Tensor.{base}_: in-place {base}; bumps the version counter.", **facts)
+
+
+#: the in-place forms torch's Tensor has of the elementwise, scan and triangle ops, each written as its op is
+#: (an out-of-place result of another dtype than the target's, or of another shape, is refused as torch refuses it)
+sin_, cos_, tan_, asin_, acos_, atan_ = map(_inplace_of, ("sin", "cos", "tan", "asin", "acos", "atan"))
+sinh_, cosh_ = map(_inplace_of, ("sinh", "cosh"))  # (asinh_, acosh_, atanh_: torch gives them a grad_fn that refuses)
+floor_, ceil_, round_, sign_, square_ = map(_inplace_of, ("floor", "ceil", "round", "sign", "square"))
+erf_, erfinv_, expm1_, log1p_, log2_, log10_ = map(_inplace_of, ("erf", "erfinv", "expm1", "log1p", "log2", "log10"))
+reciprocal_, rsqrt_, digamma_, lgamma_ = map(_inplace_of, ("reciprocal", "rsqrt", "digamma", "lgamma"))
+nan_to_num_, atan2_, hypot_, xlogy_ = map(_inplace_of, ("nan_to_num", "atan2", "hypot", "xlogy"))
+remainder_ = _inplace_of("remainder", ("__imod__", "imod"))
+cumsum_, cumprod_, tril_, triu_, addmm_, baddbmm_ = map(_inplace_of,
+                                                        ("cumsum", "cumprod", "tril", "triu", "addmm", "baddbmm"))
 
 
 def _masked_fill_inplace(self: Tensor, mask, value) -> Tensor:

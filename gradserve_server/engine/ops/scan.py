@@ -7,7 +7,7 @@ import numpy as np
 from .. import dtypes as D
 from ..errors import TorchRuntimeError
 from ..grad_mode import _grad_enabled
-from ..registry import P, jvp, op, record, vjp
+from ..registry import OPS, P, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import NP, require_tensor, saved_int, signed_int, wrap_dim
 from .elementwise import abs as abs_
@@ -56,7 +56,6 @@ def _cumprod_backward_graph(grad: Tensor, x: Tensor, d: int) -> Tensor:
     """FunctionsManual cumprod_backward's O(n^2) form for a double backward through zeros: each slice k of the
     gradient is sum_{j >= k} grad_j prod_{i <= j, i != k} x_i, copied into a zeros tensor (CopySlices)."""
     from .creation import ones, zeros
-    from .inplace import copy_
     from .reduction import prod
     from .shape import cat, expand_as, narrow, select
     n = x.shape[d]
@@ -73,7 +72,7 @@ def _cumprod_backward_graph(grad: Tensor, x: Tensor, d: int) -> Tensor:
             until_k = prod(narrow(x, d, 0, k), d, True)
             after = cumprod(narrow(x, d, k + 1, n - k - 1), d)
             omitted = cat([until_k, expand_as(until_k, after) * after], d)
-        copy_(select(out, d, k), sum_(narrow(grad, d, k, n - k) * omitted, d))
+        OPS["copy_"].fn(select(out, d, k), sum_(narrow(grad, d, k, n - k) * omitted, d))
     return out
 
 
