@@ -39,6 +39,9 @@ for _dtype in ("float64", "float32"):
                   "r = x.triu_(1)", "r = x.nan_to_num_(nan=0.5)", "x %= o\nr = x",
                   "r = x.addmm_(o.t(), torch.ones(3, 3, dtype=D), beta=0.5, alpha=2)",
                   "r = x.unsqueeze(0).baddbmm_(o.t().unsqueeze(0), torch.ones(1, 3, 3, dtype=D))",
+                  # masked_fill_ with a 0-d tensor value (its gradient: MaskedFillBackward1)
+                  "v = (w[0, 1] * 2).detach().requires_grad_()\nr = x.masked_fill_(o > 0, v)\nr.sum().backward()"
+                  "\nr = v.grad", "r = x.masked_fill_(o > 0, o[1, 1])", "r = x.masked_fill_(o > 0, o[0])",
                   # refusals: torch's, before anything is written
                   "r = w.sin_()", "r = x.tril_(0)[0].cumsum_(1)", "r = x[0].atan2_(o)",
                   "r = torch.tensor([3, -4]).sin_()", "r = torch.tensor([3, -4]).remainder_(1.5)",

@@ -475,8 +475,9 @@ def _masked_fill_inplace(self: Tensor, mask, value) -> Tensor:
     return E.masked_fill(self, mask, value)
 
 
-masked_fill_ = _make("masked_fill_", _masked_fill_inplace, (P.MaskedFillBackward0,), ("self", "mask"),
-                     overlap_check=False)
+masked_fill_ = _make("masked_fill_", _masked_fill_inplace, (P.MaskedFillBackward0, P.MaskedFillBackward1),
+                     ("self", "mask", "value"), overlap_check=False,
+                     overloads={"method": ("(Tensor mask, Tensor value)", "(Tensor mask, Number value)")})
 # the index and scatter kernels refuse a source that is the target itself too (assert_no_overlap)
 scatter_ = _make("scatter_", scatter, (P.ScatterBackward0, P.ScatterBackward1), ("self", "index", "src"),
                  doc="Tensor.scatter_(dim, index, src | value): in-place scatter; bumps the version counter.",
