@@ -1786,7 +1786,9 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     if keyed.__class__ is R.Route:
         return None, False, keyed
     key, base, entry, inputs, names, lits, pinned, pre, extra = keyed
-    run = {k: v for k, v in kwargs.items() if k not in ("extra", "repeat", "until")}
+    run = {k: v for k, v in kwargs.items() if k not in ("extra", "repeat", "until", "run_limits")}
+    if "run_limits" in kwargs:  # (a segment's: keyed under the list's limits, run under its own share of them)
+        run["limits"] = kwargs["run_limits"]
     if isinstance(entry, Plan):
         preset = dict(state.tensors)
         buf = _guarded_replay(cache, entry, inputs, kwargs.get("control"))
@@ -1963,7 +1965,8 @@ _SEGMENT_ACTIONS = frozenset({"backward", "zero_grad", "bind", "del", "set_grad"
 
 def _tail_del(o: dict) -> bool:
     """A ``del`` of plain names, nothing else: what ends a client's list (the names it let go of)."""
-    return o.get("op") == "del" and o.keys() <= {"op", "args"} and all(a.__class__ is str for a in o.get("args") or ())
+    return o.get("op") == "del" and o.keys() <= {"op", "args", "kwargs"} and not o.get("kwargs") \
+        and all(a.__class__ is str for a in o.get("args") or ())
 
 
 def _segments(ops: list, functions: dict) -> list | None:
@@ -2146,18 +2149,31 @@ def _merge(state: State, sub: State, names) -> None:
     state.tensors = ns
 
 
-def _run_segment(cache: PlanCache, state: State, seg: list, names: set, kwargs: dict, respond) -> tuple:
+def _run_segment(cache: PlanCache, state: State, seg: list, names: set, kwargs: dict, respond,
+                 copies: int | None = None) -> tuple:
     """One segment on a state of the tensors it names: replayed, recorded (at its first sighting) or cold; its
-    result, its route and the plan it replayed (else None)."""
+    result, its route and the plan it replayed (else None). Its run counts its own tensors' bytes: with limits,
+    it runs (keyed as the list's limits say) under a bytes bound less what the rest of the session holds and
+    ``copies`` (the undo copies the whole list's cold run would hold), so it fails where that run would."""
     sub = _sub_state(state, {n: t for n, t in state.tensors.items() if n in names})
     run = {**kwargs, "respond": respond}
+    limits = kwargs.get("limits")
+    if limits is not None:
+        sub.held_bytes = own = graph_stats(sub.tensors.values())[1]
+        room = limits.max_bytes - (graph_stats(state.tensors.values())[1] - own) - copies
+        if room <= own:
+            raise _SegmentFailed
+        run["run_limits"] = dataclasses.replace(limits, max_bytes=room)
     plan = None
     try:
         res, planned, route = _session_step(cache, sub, seg, run, eager=True)
         if res is None:
             if planned is not None:  # (None: a replay's guard fired, nothing changed; counted)
                 cache.count("unplannable")
-            run = {k: v for k, v in run.items() if k not in ("extra", "repeat", "until")}
+            own = run.get("run_limits")
+            run = {k: v for k, v in run.items() if k not in ("extra", "repeat", "until", "run_limits")}
+            if own is not None:
+                run["limits"] = own
             res = run_program(sub, seg, **run)
         elif route is R.REPLAYED:
             plan = planned
@@ -2289,6 +2305,11 @@ def _run_segments(cache: PlanCache, state: State, ops: list, cuts: list, kwargs:
     if control is not None and not control.total:
         control.total = len(ops)
     result, routes, made, replays = ProgramResult(), [], 0, []
+    if limits is not None:
+        # the undo copies the cold run of the whole list holds of what it writes (every array it may write)
+        start = state.held_bytes if state.held_bytes is not None else graph_stats(tensors.values())[1]
+        copies = sum(a.nbytes for _, _, _, a, _ in undo.kept) + \
+            sum(tensors[n].data.nbytes for n in _written(ops) if n in tensors)
     try:
         for a, b, tail in cuts:
             seg = ops[a:b]
@@ -2304,13 +2325,14 @@ def _run_segments(cache: PlanCache, state: State, ops: list, cuts: list, kwargs:
                 [n for n in respond if n.partition(".")[0] in names or n.partition(".")[0] not in state.tensors]
             sub_names = [n for n in state.tensors if n in names]
             arrays = len(sub_names) + sum(state.tensors[n]._grad is not None for n in sub_names)
-            res, route, plan = _run_segment(cache, state, seg, names, kwargs, shown)
+            res, route, plan = _run_segment(cache, state, seg, names, kwargs, shown,
+                                            None if limits is None else copies)
             routes.append((b - a, route.name))
             replays.append((plan, sub_names, arrays))
             result.ops += [OpOutcome(o.index + a, o.op, list(o.bound)) for o in res.ops]
             result.autograd += [AutogradRecord(r.op_index + a, r.op, r.entries) for r in res.autograd]
             result.warnings += res.warnings
-            if route.name == "replayed":
+            if route.name == "replayed":  # (a replay counts nothing: every array its recording made, bounded)
                 made += res._plan.iter_bytes
         ns = state.tensors
         old = undo.tensors
@@ -2318,10 +2340,7 @@ def _run_segments(cache: PlanCache, state: State, ops: list, cuts: list, kwargs:
         if limits is not None:
             # the checks the whole list's cold run makes at its end, and its peak bytes bounded from above
             nodes, nbytes = graph_stats(ns.values())
-            held = undo.fields["held_bytes"]
-            if held is None:
-                held = graph_stats(undo.tensors.values())[1]
-            if nodes > limits.max_nodes or held + made + nbytes > limits.max_bytes:
+            if nodes > limits.max_nodes or start + copies + made + nbytes > limits.max_bytes:
                 raise _SegmentFailed
             if limits.max_response_bytes is not None:
                 budget = Budget(limits, response_size=kwargs.get("response_size"))
@@ -2335,7 +2354,7 @@ def _run_segments(cache: PlanCache, state: State, ops: list, cuts: list, kwargs:
             state.held_bytes = None
     except _SegmentFailed:
         undo.restore(state)
-        return _cold_session(state, ops, kwargs, R.FALLBACK_SEGMENTS)
+        return _cold_session(state, ops, {k: v for k, v in kwargs.items() if k != "extra"}, R.FALLBACK_SEGMENTS)
     if whole is not None and whole[2] is None and all(p is not None for p, _, _ in replays):
         # every planned segment replayed: the whole list's key holds them from now on (``_chained``)
         chain = _chain_of(whole, ops, cuts, replays, result.changed, state.held_bytes)
