@@ -1963,6 +1963,10 @@ def route_session(cache: PlanCache | None, state: State, ops: list, *, extra: tu
 _SEGMENT_ACTIONS = frozenset({"backward", "zero_grad", "bind", "del", "set_grad", "retain_grad", "requires_grad_"})
 
 
+#: what a prefix holds besides ops under no_grad: creations, zero_grad, dels
+_PREFIX_OPS = INPUT_OPS | {"zero_grad", "del"}
+
+
 def _tail_del(o: dict) -> bool:
     """A ``del`` of plain names, nothing else: what ends a client's list (the names it let go of)."""
     return o.get("op") == "del" and o.keys() <= {"op", "args", "kwargs"} and not o.get("kwargs") \
@@ -1971,7 +1975,7 @@ def _tail_del(o: dict) -> bool:
 
 def _segments(ops: list, functions: dict) -> list | None:
     """Where a session list with a backward cuts into segments, as (start, end) index ranges: a prefix of ops
-    under ``no_grad``, creations and ``zero_grad`` (a client's last update, or its tensors and optimizer
+    under ``no_grad``, creations, ``zero_grad`` and ``del`` s (a client's last update, or its tensors and optimizer
     state), the grad-mode part (forward, backward, gradients bound to names), and a tail of ``del`` s. None:
     not a list of that shape (one part only, an op a segment may not hold, a grad-mode part that cannot plan,
     or a segment that unbinds a name and binds it again: its place in the session's order is then not the one
@@ -1992,8 +1996,7 @@ def _segments(ops: list, functions: dict) -> list | None:
     while end > 0 and _tail_del(ops[end - 1]):
         end -= 1
     start = 0
-    while start < end and (ops[start].get("no_grad") is True or ops[start].get("op") in INPUT_OPS
-                           or ops[start].get("op") == "zero_grad"):
+    while start < end and (ops[start].get("no_grad") is True or ops[start].get("op") in _PREFIX_OPS):
         start += 1
     grad = ops[start:end]
     if (start == 0 and end == n) or not any(o.get("op") == "backward" for o in grad) \
