@@ -1941,7 +1941,10 @@ def route_session(cache: PlanCache | None, state: State, ops: list, *, extra: tu
         res = _chained(cache, state, ops, entry, whole, kwargs)
         if res is not None:
             return _returned(res, state, returns), R.REPLAYED_SEGMENTS
-    if cache.segments and not isinstance(entry, (Plan, Unplannable)) and not kwargs.get("no_grad"):
+    if cache.segments and not isinstance(entry, (Plan, Unplannable)) and not kwargs.get("no_grad") \
+            and (not plannable or _training_step(ops)):
+        # (a list that plans whole, a training step's aside, does: a loop's first request, which cannot, records
+        # its forward and backward as a segment, and its second, a training step, replays them)
         cuts = _segments(ops, state.functions)
         if cuts is not None:
             # (a training loop's list: its parts plan on their own, so that the grad-mode part its first request

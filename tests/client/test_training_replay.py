@@ -189,13 +189,14 @@ def tutorial(torch, epochs: int) -> tuple[list, list]:
 
 
 def test_the_tutorial_loop_replays_from_its_third_request_as_it_runs_cold(fresh, planless):
-    """The tutorial's second request zeroes the gradients in place before its forward (not under no_grad: part
-    of its grad-mode segment), so that segment accumulates into gradients where the first request's made them:
-    a structure of its own, recorded in the second request and replayed from the third (with the update
-    before it: replayed segments, chained from the fourth)."""
+    """The tutorial's first request (tensors, forward, backward: a list that plans whole) runs as it did; its
+    second zeroes the gradients in place before its forward (not under no_grad: part of its grad-mode segment),
+    so that segment accumulates into gradients where the first request's made them: a structure of its own,
+    recorded in the second request and replayed from the third (with the update before it: replayed segments,
+    chained from the fourth)."""
     routes, (losses, params) = routes_of(fresh.url, lambda: tutorial(gtorch, EPOCHS))
     loop = routes[:EPOCHS]
-    assert loop[:2] == [("recorded", "segments")] * 2, routes
+    assert loop[1] == ("recorded", "segments"), routes  # (the first plans whole: its first sighting, cold)
     assert loop[2:] == [("replayed", "segments")] * (EPOCHS - 2), routes
     with gradserve.session(client=gradserve.Client(planless.url)):
         want_losses, want = tutorial(gtorch, EPOCHS)

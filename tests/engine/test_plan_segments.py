@@ -83,7 +83,8 @@ def test_a_guard_in_a_chained_part_undoes_the_part_before_it():
                        op("backward", f"l{k}"), op("bind", "w.grad", out=f"g{k}")] + \
             [op("del", f"e{k}", *([f"g{k - 1}", f"l{k - 1}"] if k else []))]
     tw = Twins(made, PlanCache(record_after=2))
-    assert routes_of(tw, [request(k) for k in range(5)])[1:] == [("replayed", "segments")] * 4
+    # (the first request plans whole: no update in it; the second, a training step, records its segments)
+    assert routes_of(tw, [request(k) for k in range(5)])[2:] == [("replayed", "segments")] * 3
     assert tw.routes[-1].detail == E.route.REPLAYED_SEGMENTS.detail
     failed = tw.run(request(5, shift=9))  # i + 9: out of range for 5 rows
     assert (failed.name, failed.reason) == ("fallback", "segments")
@@ -131,6 +132,18 @@ def test_the_limits_checked_range_meets_errors_and_passes():
         except E.EngineError:
             outcomes.add("error")
     assert outcomes == {"ok", "error"}
+
+
+def test_a_list_that_plans_whole_is_not_cut():
+    """A forward and backward on fresh tensors, sent again and again (no update: no training step): its whole
+    list plans, as before segments."""
+    rng = np.random.default_rng(5)
+    tw = Twins([], PlanCache(record_after=2))
+    lists = [[T("w", rng.standard_normal(3).tolist(), requires_grad=True), T("x", rng.standard_normal(3).tolist()),
+              op("mul", "w", "x", out="y"), op("sum", "y", out="s"), op("backward", "s"), op("del", "y")]
+             for _ in range(5)]
+    routes = routes_of(tw, lists)
+    assert all(reason != "segments" for _, reason in routes) and routes[-1] == ("replayed", "plan_hit"), routes
 
 
 def test_without_segments_the_loop_plans_whole():
