@@ -2250,8 +2250,11 @@ def _chained(cache: PlanCache, state: State, ops: list, chain: _Segmented, whole
             inputs += [t._grad.data for t in sub.values() if t._grad is not None]
             inputs += [np.array(v) for v in lits]
             if a == chain.parts[0][0] and len(chain.parts) > 1:
-                # (what a later segment's failure puts back: the first one's tensors, the arrays it writes)
-                undo = _Undo(state, sub, (), [inputs[i] for i in plan.written])
+                # what a later part's failure puts back: what a replay moves of the first part's tensors (gradients,
+                # counts, versions), the arrays it writes, the session's namespace (a new dict after it) and counts
+                undo = (tensors, state.backward_passes, state.held_bytes,
+                        [(t, t._grad, t.grad_accumulations, t._vc[0], None if t._grad is None else t._grad._vc[0])
+                         for t in sub.values()], [(inputs[i], inputs[i].copy()) for i in plan.written])
             buf = _guarded_replay(cache, plan, inputs, control)
             if buf.__class__ is not list:
                 raise _SegmentFailed
@@ -2269,7 +2272,13 @@ def _chained(cache: PlanCache, state: State, ops: list, chain: _Segmented, whole
             _apply_dels(state, ops, chain.parts[-1][1], result)
     except (_SegmentFailed, KeyError):
         if undo is not None:
-            undo.restore(state)
+            state.tensors, state.backward_passes, state.held_bytes, kept, arrays = undo
+            for t, g, accs, version, gversion in kept:
+                t._grad, t.grad_accumulations, t._vc[0] = g, accs, version
+                if g is not None:
+                    g._vc[0] = gversion
+            for arr, old in arrays:
+                np.copyto(arr, old)
         return None
     state.held_bytes = chain.held
     result.changed = [wn[i] for i in chain.changed]
