@@ -2236,43 +2236,49 @@ def _chained(cache: PlanCache, state: State, ops: list, chain: _Segmented, whole
     control = kwargs.get("control")
     undo = None
     result = ProgramResult()
+    # the namespace the parts leave, updated in place (a kept name keeps its place, a new one comes last; the
+    # structure, checked when the entry was made, unbinds and rebinds no name in a part); the session's own is kept
+    full, passes = state.tensors, state.backward_passes
+    ns = dict(full)
     try:
         for a, _, plan, sub_idx, name_idx, lit_idx in chain.parts:
-            tensors = state.tensors
             sub = {}
             for i in sub_idx:
                 n = wn[i]
-                sub[n] = tensors[n]
+                sub[n] = ns[n]
             lits = [wl[i][2] for i in lit_idx]
             if plan.pins is not None and tuple([T.literal_key(lits[p]) for p in plan.pins[0]]) != plan.pins[1]:
                 raise _SegmentFailed
             inputs = [t.data for t in sub.values()]
             inputs += [t._grad.data for t in sub.values() if t._grad is not None]
             inputs += [np.array(v) for v in lits]
-            if a == chain.parts[0][0] and len(chain.parts) > 1:
+            if undo is None and len(chain.parts) > 1:
                 # what a later part's failure puts back: what a replay moves of the first part's tensors (gradients,
-                # counts, versions), the arrays it writes, the session's namespace (a new dict after it) and counts
-                undo = (tensors, state.backward_passes, state.held_bytes,
-                        [(t, t._grad, t.grad_accumulations, t._vc[0], None if t._grad is None else t._grad._vc[0])
+                # counts, versions) and the arrays it writes
+                undo = ([(t, t._grad, t.grad_accumulations, t._vc[0], None if t._grad is None else t._grad._vc[0])
                          for t in sub.values()], [(inputs[i], inputs[i].copy()) for i in plan.written])
             buf = _guarded_replay(cache, plan, inputs, control)
             if buf.__class__ is not list:
                 raise _SegmentFailed
-            st = _sub_state(state, sub)
             if plan.after is None:
-                res = _finish(plan, buf, st, dict(sub))
+                res = _finish(plan, buf, state, sub)
             else:
                 r = _renamer(plan, [wn[i] for i in name_idx])
-                res = _finish_session(plan if r is None else _renamed_plan(plan, r), buf, st, dict(sub))
-            st.held_bytes = None
-            _merge(state, st, sub)
+                res = _finish_session(plan if r is None else _renamed_plan(plan, r), buf, state, sub)
+            after = state.tensors
+            for n in sub:
+                if n not in after:
+                    del ns[n]
+            ns.update(after)
             result.ops += [OpOutcome(o.index + a, o.op, list(o.bound)) for o in res.ops]
             result.autograd += [AutogradRecord(r.op_index + a, r.op, r.entries) for r in res.autograd]
+        state.tensors = ns
         if chain.tail:
             _apply_dels(state, ops, chain.parts[-1][1], result)
     except (_SegmentFailed, KeyError):
+        state.tensors, state.backward_passes = full, passes
         if undo is not None:
-            state.tensors, state.backward_passes, state.held_bytes, kept, arrays = undo
+            kept, arrays = undo
             for t, g, accs, version, gversion in kept:
                 t._grad, t.grad_accumulations, t._vc[0] = g, accs, version
                 if g is not None:
