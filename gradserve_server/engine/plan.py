@@ -2072,26 +2072,12 @@ _STATE_FIELDS = ("functions", "backward_passes", "warned", "counter", "held_byte
 _UNDO_ATTRS = ("_requires_grad", "_grad_fn", "_grad", "retains_grad", "grad_accumulations", "output_nr")
 
 
-def _written(ops: list) -> set:
-    """The names whose arrays a list may write in place: an in-place op's ``self``, an ``out=`` argument (and
-    every gradient, which a backward or ``zero_grad`` may write: ``_Undo`` keeps those)."""
-    out = set()
-    for o in ops:
-        spec = OPS.get(o.get("op"))
-        args, kw = o.get("args") or (), o.get("kwargs") or {}
-        if spec is not None and spec.inplace and args and args[0].__class__ is str:
-            out.add(args[0].partition(".")[0])
-        if kw.__class__ is dict and "out" in kw:
-            out.update(_named([{"args": kw["out"]}], None))
-    return out
-
-
 class _Undo:
     """What the segments may change, kept so that a failed segment (or a check after them) leaves the session as
-    it was: the state's fields and namespace, each named tensor's (and its gradient's) attributes and version,
-    and the contents of the arrays the segments may write (``_written``, gradients)."""
+    it was: the state's fields and namespace, each named tensor's (and its gradient's) attributes, version and
+    array contents (an op may write an argument besides ``self``: batch_norm's running statistics)."""
 
-    def __init__(self, state: State, names, written: set, arrays: list | None = None):
+    def __init__(self, state: State, names):
         self.fields = {f: getattr(state, f) for f in _STATE_FIELDS}
         self.fields["warned"] = set(state.warned)
         if state.generator is not None or state.generators:  # (plain data a random op moves)
@@ -2105,19 +2091,14 @@ class _Undo:
             for x in (t, t._grad):
                 if x is not None and id(x) not in seen:
                     seen.add(id(x))
-                    data = x.data.copy() if arrays is None and (x is not t or n in written) else None
-                    self.kept.append((x, [getattr(x, a) for a in _UNDO_ATTRS], x._vc[0], x.data, data))
-        for a in arrays or ():  # (``arrays``: the only ones the segments may write, given)
-            self.kept.append((None, None, None, a, a.copy()))
+                    self.kept.append((x, [getattr(x, a) for a in _UNDO_ATTRS], x._vc[0], x.data, x.data.copy()))
 
     def restore(self, state: State) -> None:
         for x, attrs, version, arr, data in self.kept:
-            if x is not None:
-                for a, v in zip(_UNDO_ATTRS, attrs):
-                    setattr(x, a, v)
-                x._vc[0] = version
-            if data is not None:
-                np.copyto(arr, data)
+            for a, v in zip(_UNDO_ATTRS, attrs):
+                setattr(x, a, v)
+            x._vc[0] = version
+            np.copyto(arr, data)
         for f, v in self.fields.items():
             setattr(state, f, v)
         state.tensors = self.tensors
@@ -2199,8 +2180,8 @@ class _Segmented:
 
     def __init__(self, parts, tail, changed, held):
         self.parts, self.tail, self.changed, self.held = parts, tail, changed, held
-        # (its plans are counted under their own keys, where they stay while they are used)
-        self.nbytes = footprint((changed, held, [p[:2] + p[3:] for p in parts])) + 64
+        # (its plans counted again: evicted under their own keys, they stay alive while this entry holds them)
+        self.nbytes = footprint((changed, held, [p[:2] + p[3:] for p in parts])) + 64 + sum(p[2].nbytes for p in parts)
 
 
 def _chain_of(whole: tuple, ops: list, cuts: list, replayed: list, changed: list, held) -> _Segmented | None:
@@ -2321,16 +2302,15 @@ def _run_segments(cache: PlanCache, state: State, ops: list, cuts: list, kwargs:
             named |= names
     # (a name no segment mentions does not change: ``_apart``)
     before = {n: _fingerprint(tensors[n]) for n in named}
-    undo = _Undo(state, named, _written(ops))
+    undo = _Undo(state, named)
     control = kwargs.get("control")
     if control is not None and not control.total:
         control.total = len(ops)
     result, routes, made, replays = ProgramResult(), [], 0, []
     if limits is not None:
-        # the undo copies the cold run of the whole list holds of what it writes (every array it may write)
+        # (the undo copies the cold run of the whole list holds of what it writes: at most every named array)
         start = state.held_bytes if state.held_bytes is not None else graph_stats(tensors.values())[1]
-        copies = sum(a.nbytes for _, _, _, a, _ in undo.kept) + \
-            sum(tensors[n].data.nbytes for n in _written(ops) if n in tensors)
+        copies = sum(a.nbytes for _, _, _, a, _ in undo.kept)
     try:
         for a, b, tail in cuts:
             seg = ops[a:b]
