@@ -169,3 +169,28 @@ def test_a_small_cache_evicts_and_stays_exact(entries):
     tw = Twins([], PlanCache(record_after=2, max_entries=entries))
     routes_of(tw, loop(adam, 8))
     assert len(tw.cache) <= entries
+
+
+def test_a_failure_after_a_part_that_wrote_a_session_tensor_puts_it_back():
+    """The grad-mode part writes a session tensor in place (a count kept beside the model) and the op after it
+    fails: the count, the update before it and everything else are as they were, and the error is the cold
+    run's."""
+    rng = np.random.default_rng(7)
+    made = [T("w", rng.standard_normal((4, 3)).tolist(), requires_grad=True),
+            T("x", rng.standard_normal((6, 4)).tolist()), T("rm", [0.0] * 3), T("rv", [1.0, 2.0, 3.0]),
+            op("zeros_like", "w", out="buf", no_grad=True)]
+
+    def request(k: int, bad: bool = False) -> list:
+        head = [op("add_", "buf", f"g{k - 1}", no_grad=True), op("add_", "w", "buf", alpha=-0.1, no_grad=True),
+                op("zero_grad", ["w"], set_to_none=True)] if k else []
+        tail = [op("add", "x", "w", out="oops")] if bad else []  # (6, 4) + (4, 3)
+        return head + [op("matmul", "x", "w", out=f"h{k}"), op("add_", "rm", 1.0),
+                       op("mul", f"h{k}", "rv", out=f"n{k}"), op("sum", f"n{k}", out=f"l{k}"),
+                       op("backward", f"l{k}"), op("bind", "w.grad", out=f"g{k}"),
+                       *tail, op("del", f"h{k}", f"n{k}", *([f"g{k - 1}", f"l{k - 1}"] if k else []))]
+    tw = Twins(made, PlanCache(record_after=2))
+    routes = routes_of(tw, [request(k) for k in range(4)])
+    assert routes[-1] == ("replayed", "segments"), routes
+    failed = tw.run(request(4, bad=True))
+    assert (failed.name, failed.reason) == ("fallback", "segments")
+    assert routes_of(tw, [request(4)]) == [("replayed", "segments")]
