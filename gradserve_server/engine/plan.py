@@ -1770,13 +1770,15 @@ def _keyed(cache: PlanCache, state: State, ops: list, kwargs: dict, carried: tup
 
 
 def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plannable: bool | None = None,
-                  carried: tuple | None = None, eager: bool = False, strict: bool = False, keyed=None):
+                  carried: tuple | None = None, eager: bool = False, strict: bool = False, keyed=None,
+                  recorded: R.Route | None = None):
     """One run of a session list through ``cache``: (result, plan, route) when it replayed a plan or recorded
     one, (None, False, route) without running anything when it would run cold unrecorded (unplannable,
     unkeyable, or a plan known to be unplannable), (None, None, route) when a replay's guard failed (nothing
     changed) or the run is a deferred sighting (both counted already), (result, False, route) when it ran cold
     recording and turned out unplannable. ``route``: the way the run went, or goes (``engine.route``).
-    ``keyed``: the list's ``_keyed`` on this state, when the caller has it."""
+    ``keyed``: the list's ``_keyed`` on this state, when the caller has it; ``recorded``: the route of a run that
+    records (its reason: why it records now)."""
     if plannable is None:
         plannable = _plannable_session_list(ops, state.functions)
     if not plannable:
@@ -1804,7 +1806,8 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
     if isinstance(entry, Unplannable):
         return None, False, entry.route()
     # (a training step records at its first sighting: ``_training_step``)
-    recorded = R.RECORDED_STEP if not eager and cache.record_after > 1 and _training_step(ops) else R.RECORDED
+    if recorded is None:
+        recorded = R.RECORDED_STEP if not eager and cache.record_after > 1 and _training_step(ops) else R.RECORDED
     if not cache.records(key, eager or recorded is R.RECORDED_STEP):
         # a sighting before the one that records: counted as deferred, not unplannable
         return None, None, R.COLD_FIRST
@@ -1937,10 +1940,14 @@ def route_session(cache: PlanCache | None, state: State, ops: list, *, extra: tu
     kw = {**kwargs, "extra": extra}
     whole = _keyed(cache, state, ops, kw) if plannable else None  # (the whole list's key first: the fast path)
     entry = None if whole is None or whole.__class__ is R.Route else whole[2]
-    if entry.__class__ is _Segmented:
-        res = _chained(cache, state, ops, entry, whole, kwargs)
+    if entry is _FUSE:
+        # every segment of this structure replayed in an earlier run: the whole list records its plan now (as a
+        # training step's first sighting does), and later runs replay that one plan, as without segments
+        res, planned, route = _session_step(cache, state, ops, kw, plannable, eager=True, keyed=whole,
+                                            recorded=R.RECORDED_FUSED)
         if res is not None:
-            return _returned(res, state, returns), R.REPLAYED_SEGMENTS
+            return _returned(res, state, returns), route
+        return _cold_session(state, ops, kwargs, route)
     if cache.segments and not isinstance(entry, (Plan, Unplannable)) and not kwargs.get("no_grad") \
             and (not plannable or _training_step(ops)):
         # (a list that plans whole, a training step's aside, does: a loop's first request, which cannot, records
@@ -1950,7 +1957,7 @@ def route_session(cache: PlanCache | None, state: State, ops: list, *, extra: tu
             # (a training loop's list: its parts plan on their own, so that the grad-mode part its first request
             # recorded replays in its second; None: a segment's tensors alias others, nothing run)
             done = _run_segments(cache, state, ops, cuts, {**kwargs, "extra": (extra, "segment")},
-                                 whole if entry is None and whole.__class__ is tuple else None)
+                                 whole[0] if entry is None and whole.__class__ is tuple else None)
             if done is not None:
                 return _returned(done[0], state, returns), done[1]
     res, planned, route = _session_step(cache, state, ops, kw, plannable, keyed=whole)
@@ -2139,7 +2146,7 @@ def _merge(state: State, sub: State, names) -> None:
 def _run_segment(cache: PlanCache, state: State, seg: list, names: set, kwargs: dict, respond,
                  copies: int | None = None) -> tuple:
     """One segment on a state of the tensors it names: replayed, recorded (at its first sighting) or cold; its
-    result, its route and the plan it replayed (else None). Its run counts its own tensors' bytes: with limits,
+    result and its route. Its run counts its own tensors' bytes: with limits,
     it runs (keyed as the list's limits say) under a bytes bound less what the rest of the session holds and
     ``copies`` (the undo copies the whole list's cold run would hold), so it fails where that run would."""
     sub = _sub_state(state, {n: t for n, t in state.tensors.items() if n in names})
@@ -2151,7 +2158,6 @@ def _run_segment(cache: PlanCache, state: State, seg: list, names: set, kwargs: 
         if room <= own:
             raise _SegmentFailed
         run["run_limits"] = dataclasses.replace(limits, max_bytes=room)
-    plan = None
     try:
         res, planned, route = _session_step(cache, sub, seg, run, eager=True)
         if res is None:
@@ -2162,114 +2168,22 @@ def _run_segment(cache: PlanCache, state: State, seg: list, names: set, kwargs: 
             if own is not None:
                 run["limits"] = own
             res = run_program(sub, seg, **run)
-        elif route is R.REPLAYED:
-            plan = planned
     except Exception as e:
         raise _SegmentFailed from e
     _merge(state, sub, names)
-    return res, route, plan
+    return res, route
 
 
-class _Segmented:
-    """Under a whole list's key: the plans of its segments, replayed one after another (``_chained``) once every
-    segment of a run of that structure replayed. Per planned segment: (start, end, plan, its tensors' places in
-    the whole list's canonical names, its own canonical names' places, its lifted literals' places); whether a
-    tail of dels follows; the places of the changed names; the bytes held after."""
+class _Fuse:
+    """Under a whole list's key: every segment of a run of this structure replayed (``_run_segments``), so its next
+    run records the whole list's plan (``route_session``): one plan replayed per run from then on, the steady state
+    of a list planned whole (two plans replayed one after another cost 15-40% more on a small model)."""
 
-    __slots__ = ("parts", "tail", "changed", "held", "nbytes")
-
-    def __init__(self, parts, tail, changed, held):
-        self.parts, self.tail, self.changed, self.held = parts, tail, changed, held
-        # (its plans counted again: evicted under their own keys, they stay alive while this entry holds them)
-        self.nbytes = footprint((changed, held, [p[:2] + p[3:] for p in parts])) + 64 + sum(p[2].nbytes for p in parts)
+    __slots__ = ()
+    nbytes = 64
 
 
-def _chain_of(whole: tuple, ops: list, cuts: list, replayed: list, changed: list, held) -> _Segmented | None:
-    """The ``_Segmented`` entry of a run whose planned segments all replayed (``replayed``: per planned segment,
-    its plan, its tensors' names in order and how many arrays they had), or None when a name or a literal has no
-    place in the whole list's canonical ones."""
-    wn, wl = whole[4], whole[5]
-    if wn is None:
-        return None
-    pos = {n: i for i, n in enumerate(wn)}
-    lpos = {(i, p): k for k, (i, p, _) in enumerate(wl)}
-    parts = []
-    try:
-        for (a, b, _), (plan, sub_names, arrays) in zip([c for c in cuts if not c[2]], replayed):
-            canon = _canonical(ops[a:b], dict.fromkeys(sub_names))
-            if canon is None:
-                return None
-            nm = canon[1]
-            if len(plan.input_slots) != arrays + len(nm.lits):
-                return None
-            parts.append((a, b, plan, tuple(pos[n] for n in sub_names), tuple(pos[n] for n in nm.names),
-                          tuple(lpos[(a + i, p)] for i, p, _ in nm.lits)))
-        return _Segmented(tuple(parts), cuts[-1][2], tuple(pos[n] for n in changed), held)
-    except KeyError:
-        return None
-
-
-def _chained(cache: PlanCache, state: State, ops: list, chain: _Segmented, whole: tuple, kwargs: dict):
-    """A run through a ``_Segmented`` entry: each segment's plan replayed on the tensors at its places (the whole
-    list's key stands for every segment's), no segment keyed again. None (the state as it was): a replay's
-    guard fired or a literal a plan is pinned on differs (the caller runs the list's segments one by one)."""
-    wn, wl = whole[4], whole[5]
-    control = kwargs.get("control")
-    undo = None
-    result = ProgramResult()
-    # the namespace the parts leave, updated in place (a kept name keeps its place, a new one comes last; the
-    # structure, checked when the entry was made, unbinds and rebinds no name in a part); the session's own is kept
-    full, passes = state.tensors, state.backward_passes
-    ns = dict(full)
-    try:
-        for a, _, plan, sub_idx, name_idx, lit_idx in chain.parts:
-            sub = {}
-            for i in sub_idx:
-                n = wn[i]
-                sub[n] = ns[n]
-            lits = [wl[i][2] for i in lit_idx]
-            if plan.pins is not None and tuple([T.literal_key(lits[p]) for p in plan.pins[0]]) != plan.pins[1]:
-                raise _SegmentFailed
-            inputs = [t.data for t in sub.values()]
-            inputs += [t._grad.data for t in sub.values() if t._grad is not None]
-            inputs += [np.array(v) for v in lits]
-            if undo is None and len(chain.parts) > 1:
-                # what a later part's failure puts back: what a replay moves of the first part's tensors (gradients,
-                # counts, versions) and the arrays it writes
-                undo = ([(t, t._grad, t.grad_accumulations, t._vc[0], None if t._grad is None else t._grad._vc[0])
-                         for t in sub.values()], [(inputs[i], inputs[i].copy()) for i in plan.written])
-            buf = _guarded_replay(cache, plan, inputs, control)
-            if buf.__class__ is not list:
-                raise _SegmentFailed
-            if plan.after is None:
-                res = _finish(plan, buf, state, sub)
-            else:
-                r = _renamer(plan, [wn[i] for i in name_idx])
-                res = _finish_session(plan if r is None else _renamed_plan(plan, r), buf, state, sub)
-            after = state.tensors
-            for n in sub:
-                if n not in after:
-                    del ns[n]
-            ns.update(after)
-            result.ops += [OpOutcome(o.index + a, o.op, list(o.bound)) for o in res.ops]
-            result.autograd += [AutogradRecord(r.op_index + a, r.op, r.entries) for r in res.autograd]
-        state.tensors = ns
-        if chain.tail:
-            _apply_dels(state, ops, chain.parts[-1][1], result)
-    except (_SegmentFailed, KeyError):
-        state.tensors, state.backward_passes = full, passes
-        if undo is not None:
-            kept, arrays = undo
-            for t, g, accs, version, gversion in kept:
-                t._grad, t.grad_accumulations, t._vc[0] = g, accs, version
-                if g is not None:
-                    g._vc[0] = gversion
-            for arr, old in arrays:
-                np.copyto(arr, old)
-        return None
-    state.held_bytes = chain.held
-    result.changed = [wn[i] for i in chain.changed]
-    return result
+_FUSE = _Fuse()
 
 
 def _apply_dels(state: State, ops: list, start: int, result: ProgramResult) -> None:
@@ -2282,15 +2196,15 @@ def _apply_dels(state: State, ops: list, start: int, result: ProgramResult) -> N
         result.ops.append(OpOutcome(i, "del", []))
 
 
-def _run_segments(cache: PlanCache, state: State, ops: list, cuts: list, kwargs: dict, whole: tuple | None = None):
+def _run_segments(cache: PlanCache, state: State, ops: list, cuts: list, kwargs: dict, whole=None):
     """A session list run as its segments (``_segments``) one after another on the session's state, each keyed
     on the tensors it names, so that the grad-mode part a client sends with its first update replays the plan
     its first request recorded. One transaction: a segment that raises, or a limit the whole list's cold run
     would meet, puts the state back and the list runs whole, cold (which gives the result or the error, at its
     op index). The result is the whole list's: op outcomes and autograd records at their indices, warnings in
     order, ``changed`` taken as the cold run takes it. None (nothing run): a segment's tensors share an array, a
-    counter or a tensor with others in the session. ``whole``: the whole list's ``_keyed``, under whose key a run
-    whose planned segments all replayed leaves a ``_Segmented`` entry."""
+    counter or a tensor with others in the session. ``whole``: the whole list's key, under which a run whose
+    planned segments all replayed leaves the ``_Fuse`` marker."""
     tensors = state.tensors
     limits, respond = kwargs.get("limits"), kwargs.get("respond", "changed")
     named = set()
@@ -2306,7 +2220,7 @@ def _run_segments(cache: PlanCache, state: State, ops: list, cuts: list, kwargs:
     control = kwargs.get("control")
     if control is not None and not control.total:
         control.total = len(ops)
-    result, routes, made, replays = ProgramResult(), [], 0, []
+    result, routes, made = ProgramResult(), [], 0
     if limits is not None:
         # (the undo copies the cold run of the whole list holds of what it writes: at most every named array)
         start = state.held_bytes if state.held_bytes is not None else graph_stats(tensors.values())[1]
@@ -2324,12 +2238,8 @@ def _run_segments(cache: PlanCache, state: State, ops: list, cuts: list, kwargs:
             # (a list of names is what the response shows: this segment's, and those it may make)
             shown = respond if respond.__class__ is str else \
                 [n for n in respond if n.partition(".")[0] in names or n.partition(".")[0] not in state.tensors]
-            sub_names = [n for n in state.tensors if n in names]
-            arrays = len(sub_names) + sum(state.tensors[n]._grad is not None for n in sub_names)
-            res, route, plan = _run_segment(cache, state, seg, names, kwargs, shown,
-                                            None if limits is None else copies)
+            res, route = _run_segment(cache, state, seg, names, kwargs, shown, None if limits is None else copies)
             routes.append((b - a, route.name))
-            replays.append((plan, sub_names, arrays))
             result.ops += [OpOutcome(o.index + a, o.op, list(o.bound)) for o in res.ops]
             result.autograd += [AutogradRecord(r.op_index + a, r.op, r.entries) for r in res.autograd]
             result.warnings += res.warnings
@@ -2356,11 +2266,8 @@ def _run_segments(cache: PlanCache, state: State, ops: list, cuts: list, kwargs:
     except _SegmentFailed:
         undo.restore(state)
         return _cold_session(state, ops, {k: v for k, v in kwargs.items() if k != "extra"}, R.FALLBACK_SEGMENTS)
-    if whole is not None and whole[2] is None and all(p is not None for p, _, _ in replays):
-        # every planned segment replayed: the whole list's key holds them from now on (``_chained``)
-        chain = _chain_of(whole, ops, cuts, replays, result.changed, state.held_bytes)
-        if chain is not None:
-            cache.put(whole[0], chain)
+    if whole is not None and all(r in ("replayed", "applied") for _, r in routes):
+        cache.put(whole, _FUSE)  # (every planned segment replayed: the next run records the whole list)
     replayed = sum(r == "replayed" for _, r in routes)
     recorded = sum(r == "recorded" for _, r in routes)
     detail = f"{replayed} of {len(cuts)} segments replayed: " + ", ".join(f"{n} ops {r}" for n, r in routes)

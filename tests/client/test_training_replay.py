@@ -1,10 +1,10 @@
 """A training loop through gradserve.torch replays on the server from its second request: the first makes the
 tensors and runs the first forward and backward (the list runs in segments: its forward and backward, recorded
 at their first sighting, on their own), the second (the first update, zero_grad, the next forward and backward)
-replays that forward and backward (its update, never seen, recorded), and every later one replays both
-segments (from the fourth, chained under the whole list's key), with SGD's momentum and with Adam, AdamW
-(amsgrad), RMSprop and Adagrad, the loss read before or after ``step()``, ``zero_grad()`` at the loop's top or
-after ``step()``: each request's route is read from its ``X-Gradserve-Route`` header (asked for with
+replays that forward and backward (its update, never seen, recorded), the third replays both segments, the fourth
+records the whole list's plan (segments fused) and every later one replays that one plan, with SGD's momentum
+and with Adam, AdamW (amsgrad), RMSprop and Adagrad, the loss read before or after ``step()``, ``zero_grad()`` at
+the loop's top or after ``step()``: each request's route is read from its ``X-Gradserve-Route`` header (asked for with
 ``X-Gradserve-Debug: route``) and counted in /metrics. Its losses and parameters are, bit for bit, those of the
 same loop on a server without plans, and torch's to float32 rounding (with torch installed). A server with
 ``GRADSERVE_PLAN_SEGMENTS=false`` plans the loop's list whole: it replays from the third request."""
@@ -139,13 +139,16 @@ EPOCHS = 8
 def test_a_training_loop_replays_from_its_second_request_as_it_runs_cold(fresh, planless, optimizer, sync, zero):
     before, after = sync == "item-before-step", zero == "zero-after-step"
     replays = route_count(fresh.url, "replayed", "segments")
+    fused = route_count(fresh.url, "recorded", "segments_fused")
     routes, (losses, params) = routes_of(fresh.url, lambda: train(gtorch, optimizer, EPOCHS, before, after))
     # one request per iteration (the last one reads the parameters, with the last update): the first makes the
-    # tensors and records its forward and backward as a segment, every later one replays it
+    # tensors and records its forward and backward as a segment, the second and third replay segments, the fourth
+    # records the whole list, every later one replays it
     loop = routes[:EPOCHS]
-    assert loop[0] == ("recorded", "segments"), routes
-    assert loop[1:] == [("replayed", "segments")] * (EPOCHS - 1), routes
-    assert route_count(fresh.url, "replayed", "segments") - replays == EPOCHS - 1
+    assert loop == [("recorded", "segments"), ("replayed", "segments"), ("replayed", "segments"),
+                    ("recorded", "segments_fused")] + [("replayed", "plan_hit")] * (EPOCHS - 4), routes
+    assert route_count(fresh.url, "replayed", "segments") - replays == 2
+    assert route_count(fresh.url, "recorded", "segments_fused") - fused == 1
     assert route_count(fresh.url, "recorded", "training_step") == 0
     want_losses, want = cold(planless.url, optimizer, EPOCHS, before, after)
     assert losses == want_losses
@@ -192,12 +195,13 @@ def test_the_tutorial_loop_replays_from_its_third_request_as_it_runs_cold(fresh,
     """The tutorial's first request (tensors, forward, backward: a list that plans whole) runs as it did; its
     second zeroes the gradients in place before its forward (not under no_grad: part of its grad-mode segment),
     so that segment accumulates into gradients where the first request's made them: a structure of its own,
-    recorded in the second request and replayed from the third (with the update before it: replayed segments,
-    chained from the fourth)."""
+    recorded in the second request and replayed in the third (with the update before it: replayed segments); the
+    fourth records the whole list, which every later one replays."""
     routes, (losses, params) = routes_of(fresh.url, lambda: tutorial(gtorch, EPOCHS))
     loop = routes[:EPOCHS]
     assert loop[1] == ("recorded", "segments"), routes  # (the first plans whole: its first sighting, cold)
-    assert loop[2:] == [("replayed", "segments")] * (EPOCHS - 2), routes
+    assert loop[2:] == [("replayed", "segments"), ("recorded", "segments_fused")] + \
+        [("replayed", "plan_hit")] * (EPOCHS - 4), routes
     with gradserve.session(client=gradserve.Client(planless.url)):
         want_losses, want = tutorial(gtorch, EPOCHS)
     assert losses == want_losses

@@ -124,10 +124,12 @@ def test_an_adam_loop_replays_one_plan_though_its_bias_corrections_change_every_
     tw = Twins(adam_setup(np.random.default_rng(0), amsgrad), PlanCache(record_after=2, segments=segments))
     routes = [tw.run(adam_step(k, amsgrad=amsgrad, decoupled=decoupled, schedule=schedule)) for k in range(1, 11)]
     # (names are canonical: step 1's list is the loop's, recorded at its first sighting as a training step; the
-    # others replay; in segments: the update's and the forward and backward's plans, each one for every step)
+    # others replay; in segments: the update's and the forward and backward's plans, replayed in step 2, then the
+    # whole list's, recorded in step 3: each one for every step)
     if segments:
-        assert [(r.name, r.reason) for r in routes] == [("recorded", "segments")] + [("replayed", "segments")] * 9
-        assert tw.cache.hits == 18 and plans(tw.cache) == 2
+        assert [(r.name, r.reason) for r in routes] == [("recorded", "segments"), ("replayed", "segments"),
+                                                        ("recorded", "segments_fused")] + [("replayed", "plan_hit")] * 7
+        assert tw.cache.hits == 2 + 7 and plans(tw.cache) == 3
     else:
         assert [(r.name, r.reason) for r in routes] == [("recorded", "training_step")] + [("replayed", "plan_hit")] * 9
         assert tw.cache.hits == 9 and plans(tw.cache) == 1

@@ -1,8 +1,9 @@
-"""Segment plans (engine.plan ``_segments``, ``_run_segments``, ``_chained``): a training loop's session list runs
+"""Segment plans (engine.plan ``_segments``, ``_run_segments``, ``_Fuse``): a training loop's session list runs
 as its prefix under no_grad (the last update, zero_grad, or the tensors and optimizer state the first request
 makes), its grad-mode part (forward, backward, gradients bound to names) and its trailing ``del`` s, each part keyed
 on the session tensors it names, so the grad-mode part the first request recorded replays in the second; once
-every part replayed, the whole list's key holds them chained. Every run is compared with the eager interpreter's
+every part replayed, the next run records the whole list's plan (route recorded/segments_fused), which every later
+run replays as one plan, as without segments. Every run is compared with the eager interpreter's
 (state in its order, versions, gradients, graphs, accumulation counts, held bytes; result, ``changed``, autograd
 report; error) bit for bit, failures included: a part that fails after another ran leaves the session as it was
 and the list's cold run gives its error at its index."""
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 import gradserve_server.engine as E
-from gradserve_server.engine.plan import PlanCache, _segments
+from gradserve_server.engine.plan import _FUSE, Plan, PlanCache, _segments
 
 from .test_literal_lifting import T, Twins, op
 from .test_plan_training import adam, body, loop, setup, sgd
@@ -29,12 +30,12 @@ def test_a_training_loop_replays_from_its_second_request(update, record_after):
     make = sgd if update == "sgd" else adam
     tw = Twins([], PlanCache(record_after=record_after))
     routes = routes_of(tw, loop(make, 8))
-    assert routes[0] == ("recorded", "segments"), routes
-    assert routes[1:] == [("replayed", "segments")] * 7, routes
-    # the second request replays its forward and backward (its update recorded), the third both, and from the
-    # fourth the whole list's key holds them chained
-    assert [r.detail for r in tw.routes[3:]] == [E.route.REPLAYED_SEGMENTS.detail] * 5
+    # the second request replays its forward and backward (its update recorded), the third both; the fourth records
+    # the whole list's plan, which every later one replays
+    assert routes == [("recorded", "segments"), ("replayed", "segments"), ("replayed", "segments"),
+                      ("recorded", "segments_fused")] + [("replayed", "plan_hit")] * 4, routes
     assert tw.cache.fallbacks == 0
+    assert _FUSE not in tw.cache._entries.values()
 
 
 def test_the_cuts():
@@ -63,32 +64,45 @@ def test_a_failing_forward_after_the_update_leaves_the_state_and_gives_the_cold_
     bad = lists[1][:k] + [op("add", "x", "w1", out="oops")] + lists[1][k:]  # (16, 3) + (8, 3)
     failed = tw.run(bad)
     assert (failed.name, failed.reason) == ("fallback", "segments")
-    # the same request as sent next: the state was left as it was
-    assert routes_of(tw, lists[1:]) == [("replayed", "segments")] * 2
+    # the same request as sent next: the state was left as it was (the update's plan, recorded before the failure,
+    # kept: both parts replay, and the next request fuses them)
+    assert routes_of(tw, lists[1:]) == [("replayed", "segments"), ("recorded", "segments_fused")]
 
 
-def test_a_guard_in_a_chained_part_undoes_the_part_before_it():
-    """A replay whose kernel raises (an index out of range, known from the values only) in the grad-mode part,
-    after the update part replayed: the update is put back, the list runs cold and gives the error, the session
-    is the cold run's."""
+#: the routes of ``test_an_index_out_of_range_gives_the_cold_error_and_state``'s requests
+EMBEDDING_ROUTES = [("cold", "first_sighting"), ("recorded", "segments"), ("replayed", "segments"),
+                    ("recorded", "segments_fused"), ("replayed", "plan_hit")]
+
+
+@pytest.mark.parametrize("at", [2, 3, 5])
+def test_an_index_out_of_range_gives_the_cold_error_and_state(at):
+    """A kernel that raises (an index out of range, known from the values only: the structure is the loop's) in
+    the grad-mode part, after the update ran: in segments (2: a replay's guard, after the update's part replayed),
+    in the run that fuses them (3: the whole list recording) or in the whole list's plan (5: its guard). The update
+    is put back, the error and the session are the cold run's, and the same request sent next goes on as the loop
+    would have (the fusing run that failed fuses then)."""
     rng = np.random.default_rng(3)
     made = [T("w", rng.standard_normal((5, 3)).tolist(), requires_grad=True), T("i", [0, 2, 4]),
-            T("step", [1]), op("zeros_like", "w", out="buf", no_grad=True)]
+            T("shift", [0]), op("zeros_like", "w", out="buf", no_grad=True)]
 
-    def request(k: int, shift: int = 0) -> list:
+    def request(k: int) -> list:
         head = [op("mul_", "buf", 0.9, no_grad=True), op("add_", "buf", f"g{k - 1}", no_grad=True),
-                op("add_", "w", "buf", alpha=-0.1, no_grad=True), op("add_", "i", "step", alpha=shift, no_grad=True),
+                op("add_", "w", "buf", alpha=-0.1, no_grad=True), op("add_", "i", "shift", no_grad=True),
                 op("zero_grad", ["w"], set_to_none=True)] if k else []
         return head + [op("embedding", "i", "w", out=f"e{k}"), op("sum", f"e{k}", out=f"l{k}"),
                        op("backward", f"l{k}"), op("bind", "w.grad", out=f"g{k}")] + \
             [op("del", f"e{k}", *([f"g{k - 1}", f"l{k - 1}"] if k else []))]
     tw = Twins(made, PlanCache(record_after=2))
-    # (the first request plans whole: no update in it; the second, a training step, records its segments)
-    assert routes_of(tw, [request(k) for k in range(5)])[2:] == [("replayed", "segments")] * 3
-    assert tw.routes[-1].detail == E.route.REPLAYED_SEGMENTS.detail
-    failed = tw.run(request(5, shift=9))  # i + 9: out of range for 5 rows
-    assert (failed.name, failed.reason) == ("fallback", "segments")
-    assert tw.cache.fallbacks >= 1
+    # (the first request plans whole: no update in it, its first sighting; the second, a training step, records its
+    # segments, the third replays them, the fourth records the whole list)
+    assert routes_of(tw, [request(k) for k in range(at)]) == EMBEDDING_ROUTES[:at]
+    tw.run([op("fill_", "shift", 9, no_grad=True)])  # i + 9: out of range for 5 rows
+    failed = tw.run(request(at))
+    assert (failed.name, failed.reason) == {2: ("fallback", "segments"), 3: ("recorded", "segments_fused"),
+                                            5: ("fallback", "kernel_raised")}[at]
+    assert tw.cache.fallbacks == (at != 3)
+    tw.run([op("fill_", "shift", 0, no_grad=True)])
+    assert routes_of(tw, [request(at)]) == [EMBEDDING_ROUTES[min(at, 4)]]
 
 
 def test_names_keep_their_places():
@@ -163,9 +177,8 @@ def test_a_segment_whose_tensors_alias_others_plans_whole():
 
 @pytest.mark.parametrize("entries", [1, 2, 3])
 def test_a_small_cache_evicts_and_stays_exact(entries):
-    """Segment plans and the whole list's chained entry are plans of one table, bounded as plans are: with room
-    for fewer than the loop needs, entries are evicted (the chain keeps its plans alive while it is held) and
-    every run is still the cold run's."""
+    """Segment plans, the fuse marker and the whole list's plan are entries of one table, bounded as plans are:
+    with room for fewer than the loop needs, entries are evicted and every run is still the cold run's."""
     tw = Twins([], PlanCache(record_after=2, max_entries=entries))
     routes_of(tw, loop(adam, 8))
     assert len(tw.cache) <= entries
@@ -189,8 +202,34 @@ def test_a_failure_after_a_part_that_wrote_a_session_tensor_puts_it_back():
                        op("backward", f"l{k}"), op("bind", "w.grad", out=f"g{k}"),
                        *tail, op("del", f"h{k}", f"n{k}", *([f"g{k - 1}", f"l{k - 1}"] if k else []))]
     tw = Twins(made, PlanCache(record_after=2))
-    routes = routes_of(tw, [request(k) for k in range(4)])
+    routes = routes_of(tw, [request(k) for k in range(3)])
     assert routes[-1] == ("replayed", "segments"), routes
-    failed = tw.run(request(4, bad=True))
+    failed = tw.run(request(3, bad=True))
     assert (failed.name, failed.reason) == ("fallback", "segments")
-    assert routes_of(tw, [request(4)]) == [("replayed", "segments")]
+    assert routes_of(tw, [request(3), request(4)]) == [("recorded", "segments_fused"), ("replayed", "plan_hit")]
+
+
+def _accounted(cache: PlanCache) -> bool:
+    return cache.bytes == sum(cache._sizes.values()) + sum(cache._fsizes.values())
+
+
+@pytest.mark.parametrize("update", ["sgd", "adam"])
+def test_the_fusing_run_replaces_the_marker_with_the_whole_list_s_plan(update):
+    """Once every part replayed, the whole list's key holds the fuse marker (a few bytes, counted); the next run
+    records the whole list's plan in its place (under that key, or under its pinned floats' key, the marker
+    replaced by the pins: the bytes counted, the marker's given back), and later runs replay that plan: what each
+    leaves is the cold run's."""
+    lists = loop(sgd if update == "sgd" else adam, 6)
+    tw = Twins([], PlanCache(record_after=2))
+    routes_of(tw, lists[:3])
+    (key,) = [k for k, e in tw.cache._entries.items() if e is _FUSE]
+    assert _accounted(tw.cache)
+    before, sizes = tw.cache.bytes, dict(tw.cache._sizes)
+    assert routes_of(tw, lists[3:4]) == [("recorded", "segments_fused")]
+    assert _FUSE not in tw.cache._entries.values() and _accounted(tw.cache)
+    made = [k for k in tw.cache._sizes if k not in sizes]
+    plans = [tw.cache._entries[k] for k in [key, *made] if isinstance(tw.cache._entries[k], Plan)]
+    assert len(plans) == 1
+    assert tw.cache.bytes == before - sizes[key] + tw.cache._sizes[key] + sum(tw.cache._sizes[k] for k in made)
+    assert routes_of(tw, lists[4:]) == [("replayed", "plan_hit")] * 2
+    assert tw.cache.hits >= 2
