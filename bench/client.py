@@ -1,6 +1,6 @@
 """Client benchmark: gradserve.torch against hand-batched /ops requests and against local torch.
 
-    python bench/client.py [--url http://127.0.0.1:8000] [--rounds 5] [--epochs 100]
+    python bench/client.py [--url http://127.0.0.1:8000] [--rounds 5] [--epochs 100] [--no-segments]
 
 Four workloads, each run three ways: through ``gradserve.torch`` (torch code, one changed import), as raw
 ``POST /ops`` requests batched by hand (the least a program can send: one request per iteration, with
@@ -14,8 +14,9 @@ Four workloads, each run three ways: through ``gradserve.torch`` (torch code, on
   three gradients; once per iteration, with fresh tensors.
 
 Reports requests per iteration and wall time per iteration (median over ``--rounds`` interleaved rounds),
-the client's ratio to the raw loop (target <= 1.3x) and to local torch, the server's plan replays per
-iteration both ways (``gradserve_plan_hits_total`` in /metrics; 1.00: every iteration's request replayed a plan),
+the client's ratio to the raw loop (target <= 1.3x) and to local torch, the server's replayed requests per
+iteration both ways (``gradserve_route_total{route="replayed"}`` in /metrics; 1.00: every iteration's request
+replayed, a whole-list plan or its segments' plans),
 the first iteration whose request replayed a plan on a fresh cache (round 0, read off the ``X-Gradserve-Route``
 header; a raw loop's set-up request not counted),
 and the CPU time the benchmark's own process spends per iteration both ways (the client's cost, which the
@@ -229,9 +230,10 @@ def timed(fn, *args) -> tuple[float, float, object]:
 
 
 def plan_hits(url: str) -> float:
-    """The server's plan replays so far (``gradserve_plan_hits_total`` in /metrics)."""
-    m = re.search(r"^gradserve_plan_hits_total (\S+)$", httpx.get(f"{url}/metrics").text, re.M)
-    return float(m.group(1)) if m else 0.0
+    """The server's runs that replayed so far (``gradserve_route_total{route="replayed"}`` in /metrics, over its
+    reasons: a request whose list replayed a plan, or its segments' plans, counts once)."""
+    text = httpx.get(f"{url}/metrics").text
+    return sum(float(v) for v in re.findall(r'^gradserve_route_total\{[^}]*route="replayed"[^}]*\} (\S+)$', text, re.M))
 
 
 class RouteSpy(httpx.HTTPTransport):
@@ -361,7 +363,7 @@ def check(label: str, results: dict) -> None:
 def table(rows: list[tuple]) -> str:
     head = ("| workload | iterations | requests/iter (client) | requests/iter (raw) | ms/iter client | ms/iter raw "
             "| ms/iter torch | client / raw | client / torch | client-process CPU ms/iter: client, raw "
-            "| plan replays/iter: client, raw | first replayed iteration: client, raw |")
+            "| replayed requests/iter: client, raw | first replayed iteration: client, raw |")
     lines = [head, "|" + "---|" * 12]
     for label, n, rc, rr, c, r, t, ratio, tratio, ccpu, rcpu, hc, hr, fc, fr in rows:
         lines.append(f"| {label} | {n} | {rc:.2f} | {rr:.2f} | {c * 1e3:.3f} | {r * 1e3:.3f} | "
@@ -413,13 +415,16 @@ def main() -> int:
     ap.add_argument("--url", help="a running server (default: start one)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=100)
+    ap.add_argument("--no-segments", action="store_true",
+                    help="the started server plans session lists whole only (GRADSERVE_PLAN_SEGMENTS=false)")
     a = ap.parse_args()
     server = None
     if a.url is None:
         from tests.deploy.servers import Uvicorn
 
         log = Path(tempfile.mkdtemp(prefix="gradserve-bench-")) / "uvicorn.log"
-        no_rate = {"GRADSERVE_RATE_LIMIT_PER_SECOND": "0", "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"}
+        no_rate = {"GRADSERVE_RATE_LIMIT_PER_SECOND": "0", "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0",
+                   **({"GRADSERVE_PLAN_SEGMENTS": "false"} if a.no_segments else {})}
         server = Uvicorn.for_app(no_rate, log).start()  # one load generator, one address
         a.url = server.url
     trivial = _trivial_server()

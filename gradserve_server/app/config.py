@@ -75,6 +75,11 @@ class Settings(BaseSettings):
                                    "run once never pays for recording, which costs up to ~3x its cold run); loops "
                                    "(`repeat`) record on their first iteration, and so does a session list with a "
                                    "backward and an in-place update under no_grad (a training loop's iteration).")
+    plan_segments: bool = Field(True, description="Session op lists: a training loop's list (a prefix under "
+                                "no_grad, its forward and backward, its trailing dels) runs in segments, each "
+                                "keyed on the session tensors it names and replayed on its own, so a client loop's "
+                                "second request replays the forward and backward its first recorded; false: such a "
+                                "list plans whole only (its loop replays from its third request).")
     plan_fragment_entries: int = Field(4096, ge=0, description="`/eval`: most per-op fragments kept per API key "
                                        "(per client address on an open server), in the key's plan cache, for "
                                        "composed runs (a list of 100+ ops without a plan runs from fragments of the "

@@ -183,7 +183,8 @@ class SessionService:
         #: server): no key can observe or flush another's; bounded, counted in /metrics for the process only
         self.plans = PlanCaches(settings.plan_cache_partitions, settings.plan_cache_entries,
                                 settings.plan_cache_bytes, settings.plan_record_after,
-                                fragment_entries=settings.plan_fragment_entries) \
+                                fragment_entries=settings.plan_fragment_entries,
+                                segments=settings.plan_segments) \
             if settings.plan_cache_entries > 0 else None
         self.inline_ops = inline_op_names()
         #: sessions whose last run was slow or left large named tensors: never run on the event loop

@@ -51,6 +51,7 @@ class Plan:
     written: tuple = ()            # positions of the inputs an in-place kernel writes into (restored if it fails)
     after: object = None           # what a session replay rebuilds besides the descriptors (``plan._After``)
     names: list | None = None      # a session plan's names in canonical order (``plan._canonical``) as recorded
+    pins: tuple | None = None      # (positions, values' keys) of the lifted literals it is pinned on
 
 
 def _same_bits(a, b) -> bool:

@@ -28,6 +28,13 @@ REASONS = {
     "training_step": "no plan of this structure was cached, and this run records one at its first sighting: a "
                      "session list with a backward and an in-place update under no_grad (a training loop's "
                      "iteration, which the loop sends again)",
+    "segments": "a training loop's list ran in segments (its prefix under no_grad, its grad-mode part, its "
+                "trailing dels), each keyed on the session tensors it names and replayed, recorded or run on its "
+                "own (the route: replayed when one segment replayed; the detail says which); fallback: a segment "
+                "raised or the whole list would meet a limit, and the list ran whole, op by op",
+    "segments_fused": "every segment of this training loop's list replayed in an earlier run: this run records the "
+                      "whole list's plan (op by op, as a training step's first sighting does), which every later "
+                      "run replays as one plan",
     "first_sighting": "a structure run fewer times than the one that records its plan (GRADSERVE_PLAN_RECORD_AFTER)",
     "cache_disabled": "plans are off (GRADSERVE_PLAN_CACHE_ENTRIES=0)",
     "request_options": "record, return (sessions), repeat or until with a list that cannot plan",
@@ -90,3 +97,5 @@ COLD_UNPLANNABLE = Route("cold", "unplannable_op")
 COLD_UNKEYABLE = Route("cold", "unkeyable")
 COLD_SHORT = Route("cold", "short_list")
 COLD_LOOP = Route("cold", "loop_aborted")
+FALLBACK_SEGMENTS = Route("fallback", "segments")
+RECORDED_FUSED = Route("recorded", "segments_fused")

@@ -1,10 +1,13 @@
-"""A training loop through gradserve.torch replays on the server from its third request: the first makes the
-tensors and runs the first forward and backward, the second (the first update, zero_grad, the next forward and
-backward) is the loop's list, recorded at its first sighting (a training step), and every later one replays it,
-with SGD's momentum and with Adam, AdamW (amsgrad), RMSprop and Adagrad, the loss read before or after
-``step()``: each request's route is read from its ``X-Gradserve-Route`` header (asked for with
+"""A training loop through gradserve.torch replays on the server from its second request: the first makes the
+tensors and runs the first forward and backward (the list runs in segments: its forward and backward, recorded
+at their first sighting, on their own), the second (the first update, zero_grad, the next forward and backward)
+replays that forward and backward (its update, never seen, recorded), the third replays both segments, the fourth
+records the whole list's plan (segments fused) and every later one replays that one plan, with SGD's momentum
+and with Adam, AdamW (amsgrad), RMSprop and Adagrad, the loss read before or after ``step()``, ``zero_grad()`` at
+the loop's top or after ``step()``: each request's route is read from its ``X-Gradserve-Route`` header (asked for with
 ``X-Gradserve-Debug: route``) and counted in /metrics. Its losses and parameters are, bit for bit, those of the
-same loop on a server without plans, and torch's to float32 rounding (with torch installed)."""
+same loop on a server without plans, and torch's to float32 rounding (with torch installed). A server with
+``GRADSERVE_PLAN_SEGMENTS=false`` plans the loop's list whole: it replays from the third request."""
 
 from __future__ import annotations
 
@@ -36,25 +39,39 @@ def planless(tmp_path_factory):
     srv.stop()
 
 
-def cold(url: str, optimizer: str, epochs: int, item_before_step: bool = False) -> tuple[list, list]:
+def cold(url: str, optimizer: str, epochs: int, item_before_step: bool = False, zero_after: bool = False):
     with gradserve.session(client=gradserve.Client(url)):
-        return train(gtorch, optimizer, epochs, item_before_step)
+        return train(gtorch, optimizer, epochs, item_before_step, zero_after)
 
 
-def close_to_torch(optimizer: str, epochs: int, losses: list, params: list, item_before_step: bool = False) -> None:
+def close_to_torch(optimizer: str, epochs: int, losses: list, params: list, item_before_step: bool = False,
+                   zero_after: bool = False) -> None:
     torch = pytest.importorskip("torch")
-    want_losses, want = train(torch, optimizer, epochs, item_before_step)
+    want_losses, want = train(torch, optimizer, epochs, item_before_step, zero_after)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
     for got, exp in zip(params, want):
         np.testing.assert_allclose(got, exp, rtol=1e-4, atol=1e-6)
 
 
+def _server(path, **env):
+    srv = Uvicorn.for_app({"GRADSERVE_RATE_LIMIT_PER_SECOND": "0", "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0",
+                           **env}, path / "uvicorn.log")
+    srv.start()
+    return srv
+
+
 @pytest.fixture
 def fresh(tmp_path):
     """A server of its own (a fresh plan cache): which request of a loop replays does not depend on other tests."""
-    env = {"GRADSERVE_RATE_LIMIT_PER_SECOND": "0", "GRADSERVE_CLIENT_RATE_LIMIT_PER_SECOND": "0"}
-    srv = Uvicorn.for_app(env, tmp_path / "uvicorn.log")
-    srv.start()
+    srv = _server(tmp_path)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def whole(tmp_path):
+    """A fresh server that plans a session list whole only (no segments)."""
+    srv = _server(tmp_path, GRADSERVE_PLAN_SEGMENTS="false")
     yield srv
     srv.stop()
 
@@ -88,9 +105,10 @@ OPTIMIZERS = {
 }
 
 
-def train(torch, optimizer: str, epochs: int, item_before_step: bool = False) -> tuple[list, list]:
+def train(torch, optimizer: str, epochs: int, item_before_step: bool = False,
+          zero_after: bool = False) -> tuple[list, list]:
     """The tutorial's MLP loop: F.linear, relu, mse_loss, ``optim.<optimizer>``, ``loss.item()`` every epoch (after
-    ``step()``, or before it)."""
+    ``step()``, or before it), ``zero_grad()`` at the loop's top (or after ``step()``)."""
     F = torch.nn.functional
     params = [torch.tensor(v.astype(np.float32).tolist(), requires_grad=True) for v in (W1, B1, W2, B2)]
     w1, b1, w2, b2 = params
@@ -98,12 +116,15 @@ def train(torch, optimizer: str, epochs: int, item_before_step: bool = False) ->
     opt = OPTIMIZERS[optimizer](torch.optim, params)
     losses = []
     for _ in range(epochs):
-        opt.zero_grad()
+        if not zero_after:
+            opt.zero_grad()
         loss = F.mse_loss(F.linear(F.relu(F.linear(x, w1, b1)), w2, b2), y)
         loss.backward()
         if item_before_step:
             losses.append(loss.item())
         opt.step()
+        if zero_after:
+            opt.zero_grad()
         if not item_before_step:
             losses.append(loss.item())
     return losses, [np.array(p.detach().tolist(), dtype=np.float32) for p in params]
@@ -112,23 +133,40 @@ def train(torch, optimizer: str, epochs: int, item_before_step: bool = False) ->
 EPOCHS = 8
 
 
+@pytest.mark.parametrize("zero", ["zero-at-top", "zero-after-step"])
 @pytest.mark.parametrize("sync", ["item-after-step", "item-before-step"])
 @pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
-def test_a_training_loop_replays_from_its_third_request_as_it_runs_cold(fresh, planless, optimizer, sync):
-    before = sync == "item-before-step"
-    replays = route_count(fresh.url, "replayed", "plan_hit")
-    routes, (losses, params) = routes_of(fresh.url, lambda: train(gtorch, optimizer, EPOCHS, before))
+def test_a_training_loop_replays_from_its_second_request_as_it_runs_cold(fresh, planless, optimizer, sync, zero):
+    before, after = sync == "item-before-step", zero == "zero-after-step"
+    replays = route_count(fresh.url, "replayed", "segments")
+    fused = route_count(fresh.url, "recorded", "segments_fused")
+    routes, (losses, params) = routes_of(fresh.url, lambda: train(gtorch, optimizer, EPOCHS, before, after))
     # one request per iteration (the last one reads the parameters, with the last update): the first makes the
-    # tensors, the second is the loop's list, recorded at its first sighting, and the third on replay it
+    # tensors and records its forward and backward as a segment, the second and third replay segments, the fourth
+    # records the whole list, every later one replays it
+    loop = routes[:EPOCHS]
+    assert loop == [("recorded", "segments"), ("replayed", "segments"), ("replayed", "segments"),
+                    ("recorded", "segments_fused")] + [("replayed", "plan_hit")] * (EPOCHS - 4), routes
+    assert route_count(fresh.url, "replayed", "segments") - replays == 2
+    assert route_count(fresh.url, "recorded", "segments_fused") - fused == 1
+    assert route_count(fresh.url, "recorded", "training_step") == 0
+    want_losses, want = cold(planless.url, optimizer, EPOCHS, before, after)
+    assert losses == want_losses
+    assert [p.tobytes() for p in params] == [p.tobytes() for p in want]
+    close_to_torch(optimizer, EPOCHS, losses, params, before, after)
+
+
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+def test_without_segments_a_loop_replays_from_its_third_request(whole, planless, optimizer):
+    """``GRADSERVE_PLAN_SEGMENTS=false``: the loop's list plans whole, recorded at its first sighting (the second
+    request, a training step), replayed from the third; the same bits."""
+    routes, (losses, params) = routes_of(whole.url, lambda: train(gtorch, optimizer, EPOCHS))
     loop = routes[:EPOCHS]
     assert loop[1] == ("recorded", "training_step"), routes
     assert loop[2:] == [("replayed", "plan_hit")] * (EPOCHS - 2), routes
-    assert route_count(fresh.url, "replayed", "plan_hit") - replays == EPOCHS - 2
-    assert route_count(fresh.url, "recorded", "training_step") == 1
-    want_losses, want = cold(planless.url, optimizer, EPOCHS, before)
+    want_losses, want = cold(planless.url, optimizer, EPOCHS)
     assert losses == want_losses
     assert [p.tobytes() for p in params] == [p.tobytes() for p in want]
-    close_to_torch(optimizer, EPOCHS, losses, params, before)
 
 
 XS = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
@@ -153,14 +191,17 @@ def tutorial(torch, epochs: int) -> tuple[list, list]:
     return losses, [np.array(p.detach().tolist(), dtype=np.float32) for p in (w, b)]
 
 
-def test_the_tutorial_loop_replays_from_its_fourth_request_as_it_runs_cold(fresh, planless):
-    """The client lets go of the last iteration's ``w.grad`` names one request late: its second request holds one
-    generation of them, every later one two, so the steady list comes with the third (recorded) and replays from
-    the fourth."""
+def test_the_tutorial_loop_replays_from_its_third_request_as_it_runs_cold(fresh, planless):
+    """The tutorial's first request (tensors, forward, backward: a list that plans whole) runs as it did; its
+    second zeroes the gradients in place before its forward (not under no_grad: part of its grad-mode segment),
+    so that segment accumulates into gradients where the first request's made them: a structure of its own,
+    recorded in the second request and replayed in the third (with the update before it: replayed segments); the
+    fourth records the whole list, which every later one replays."""
     routes, (losses, params) = routes_of(fresh.url, lambda: tutorial(gtorch, EPOCHS))
     loop = routes[:EPOCHS]
-    assert loop[1:3] == [("recorded", "training_step")] * 2, routes
-    assert loop[3:] == [("replayed", "plan_hit")] * (EPOCHS - 3), routes
+    assert loop[1] == ("recorded", "segments"), routes  # (the first plans whole: its first sighting, cold)
+    assert loop[2:] == [("replayed", "segments"), ("recorded", "segments_fused")] + \
+        [("replayed", "plan_hit")] * (EPOCHS - 4), routes
     with gradserve.session(client=gradserve.Client(planless.url)):
         want_losses, want = tutorial(gtorch, EPOCHS)
     assert losses == want_losses

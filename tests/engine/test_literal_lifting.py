@@ -118,13 +118,21 @@ def adam_step(k, lr=0.01, b1=0.9, b2=0.999, eps=1e-8, amsgrad=False, decoupled=0
 @pytest.mark.parametrize("amsgrad,decoupled,schedule", [(False, 0.0, False), (True, 0.0, False), (False, 0.01, False),
                                                          (True, 0.01, False), (False, 0.01, True)],
                          ids=["adam", "adam-amsgrad", "adamw", "adamw-amsgrad", "adamw-lr-schedule"])
-def test_an_adam_loop_replays_one_plan_though_its_bias_corrections_change_every_step(amsgrad, decoupled, schedule):
-    tw = Twins(adam_setup(np.random.default_rng(0), amsgrad), PlanCache(record_after=2))
+@pytest.mark.parametrize("segments", [False, True], ids=["whole", "segments"])
+def test_an_adam_loop_replays_one_plan_though_its_bias_corrections_change_every_step(amsgrad, decoupled, schedule,
+                                                                                     segments):
+    tw = Twins(adam_setup(np.random.default_rng(0), amsgrad), PlanCache(record_after=2, segments=segments))
     routes = [tw.run(adam_step(k, amsgrad=amsgrad, decoupled=decoupled, schedule=schedule)) for k in range(1, 11)]
     # (names are canonical: step 1's list is the loop's, recorded at its first sighting as a training step; the
-    # others replay)
-    assert [(r.name, r.reason) for r in routes] == [("recorded", "training_step")] + [("replayed", "plan_hit")] * 9
-    assert tw.cache.hits == 9 and plans(tw.cache) == 1
+    # others replay; in segments: the update's and the forward and backward's plans, replayed in step 2, then the
+    # whole list's, recorded in step 3: each one for every step)
+    if segments:
+        assert [(r.name, r.reason) for r in routes] == [("recorded", "segments"), ("replayed", "segments"),
+                                                        ("recorded", "segments_fused")] + [("replayed", "plan_hit")] * 7
+        assert tw.cache.hits == 2 + 7 and plans(tw.cache) == 3
+    else:
+        assert [(r.name, r.reason) for r in routes] == [("recorded", "training_step")] + [("replayed", "plan_hit")] * 9
+        assert tw.cache.hits == 9 and plans(tw.cache) == 1
     # the step's floats (lerp's weight, mul_'s factor, addcmul's value, div's divisor, add_'s eps, addcdiv's
     # value; AdamW's decay factor, which an lr schedule changes every step) are all plan inputs: none is pinned
     assert not pins(tw.cache)

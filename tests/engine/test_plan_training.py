@@ -1,4 +1,5 @@
-"""A training loop's session lists through plans (engine.plan.route_session): a list with a backward and an in-place
+"""A training loop's session lists through plans (engine.plan.route_session), planned whole (``segments=False``;
+with segments, tests/engine/test_plan_segments.py): a list with a backward and an in-place
 update under no_grad (what gradserve.torch sends for a loop's iteration: the last step's update, zero_grad, the
 next forward and backward) records its plan at its first sighting, whatever ``record_after``, and replays from its
 second; any other list still waits for its ``record_after``-th. Every run is compared with the eager interpreter's
@@ -79,7 +80,7 @@ def loop(update, iterations: int) -> list:
 @pytest.mark.parametrize("update", ["sgd", "adam"])
 def test_a_training_loop_records_its_step_at_first_sighting_and_replays_from_its_third_request(update, record_after):
     make = sgd if update == "sgd" else adam
-    tw = Twins([], PlanCache(record_after=record_after))
+    tw = Twins([], PlanCache(record_after=record_after, segments=False))
     routes = [(r.name, r.reason) for r in map(tw.run, loop(make, 8))]
     assert routes[1] == ("recorded", "training_step"), routes
     assert routes[2:] == [("replayed", "plan_hit")] * 6, routes
@@ -88,7 +89,7 @@ def test_a_training_loop_records_its_step_at_first_sighting_and_replays_from_its
 
 def test_a_list_without_an_update_waits_for_its_record_after_sighting():
     """A forward and backward alone, or an in-place op outside no_grad, is no training step: deferred as before."""
-    tw = Twins(setup(), PlanCache(record_after=2))
+    tw = Twins(setup(), PlanCache(record_after=2, segments=False))
     fwd = [op("linear", "x", "w1", "b1", out="h"), op("sum", "h", out="s"), op("backward", "s"),
            op("zero_grad", list(NAMES), set_to_none=True), op("del", "h", "s")]
     assert not _training_step(fwd)
@@ -101,7 +102,7 @@ def test_a_list_without_an_update_waits_for_its_record_after_sighting():
 
 def test_a_training_step_that_fails_at_its_first_sighting_gives_the_cold_error_and_leaves_the_state():
     lists = loop(sgd, 2)
-    tw = Twins(lists[0], PlanCache(record_after=2))
+    tw = Twins(lists[0], PlanCache(record_after=2, segments=False))
     bad = lists[1][:-1] + [op("add_", "w1", "x", no_grad=True), lists[1][-1]]  # shapes (8, 3) and (16, 3)
     failed = tw.run(bad)  # (the error and the state it leaves: the cold run's)
     assert failed.name == "recorded" and failed.reason == "training_step"
