@@ -356,6 +356,14 @@ SAMPLES: dict[str, list[Sample]] = {
     "addcdiv": [S(T(3), T(3), P(3)), S(T(2, 3), T(3), P(2, 1), value=-0.5)],
     "remainder": [S(T(3, low=0.1, high=0.6), 0.7), S(P(3), T(3, low=2.5, high=3.0))],
     "nan_to_num": [S(T(3)), S(T(2, 2), nan=1.0)],
+    "trunc": [S(away(3), note="zero gradient")],
+    "frac": [S(T(3, low=-2.0, high=2.0)), S(T(2, 2))],
+    "exp2": [S(T(3)), S(T(2, 3, low=-3.0, high=3.0))],
+    "deg2rad": [S(T(3, low=-90.0, high=90.0))],
+    "rad2deg": [S(T(2, 3))],
+    "sgn": [S(away(3), note="zero gradient")],
+    "sinc": [S(T(3, low=0.2, high=1.5)), S(T(2, 3, low=-2.5, high=-0.3))],
+    "logit": [S(T(3, low=0.1, high=0.9)), S(T(2, 3, low=0.05, high=0.95), 0.2, note="eps: zero outside")],
     "erfinv": [S(T(3, low=-0.8, high=0.8)), S(T(2, 2, low=-0.5, high=0.9))],
     "baddbmm": [S(T(2, 2, 3), T(2, 2, 4), T(2, 4, 3)), S(T(3), T(2, 2, 4), T(2, 4, 3), beta=0.5, alpha=2)],
     "batch_norm": [S(T(4, 3), None, None, training=True), S(T(2, 3, 4), None, None, T(3), T(3), training=True),
@@ -440,7 +448,8 @@ SAMPLES: dict[str, list[Sample]] = {
 INPLACE_FORMS = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "floor",
                  "ceil", "round", "sign", "square", "erf", "erfinv", "expm1", "log1p", "log2", "log10", "reciprocal",
                  "rsqrt", "digamma", "lgamma", "nan_to_num", "atan2", "hypot", "xlogy", "remainder", "cumsum",
-                 "cumprod", "tril", "triu", "addmm", "baddbmm")
+                 "cumprod", "tril", "triu", "addmm", "baddbmm", "trunc", "frac", "exp2", "deg2rad", "rad2deg", "sgn",
+                 "sinc", "logit")
 
 
 def _writes_into_first(name: str, sample: Sample) -> bool:

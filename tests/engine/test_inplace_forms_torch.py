@@ -25,7 +25,8 @@ _DATA = ("w = torch.tensor([[0.31, -0.72, 0.55], [1.4, -0.05, 0.9]], dtype=D, re
          "x = w * 1.5\n")
 _UNARY = ("sin", "cos", "tan", "asin", "acos", "atan", "arcsin", "arccos", "arctan", "sinh", "cosh", "floor", "ceil",
           "round", "sign", "square", "erf", "erfinv", "expm1", "log1p", "log2", "log10", "reciprocal", "rsqrt",
-          "digamma", "lgamma", "nan_to_num", "absolute", "negative")
+          "digamma", "lgamma", "nan_to_num", "absolute", "negative", "trunc", "fix", "frac", "exp2", "deg2rad",
+          "rad2deg", "sinc", "logit")  # (sgn_: torch's gradient of a real sgn is a zero tensor without storage)
 _BINARY = ("atan2", "arctan2", "hypot", "xlogy", "remainder", "divide", "true_divide", "multiply", "subtract")
 CASES: dict[str, str] = {}
 for _dtype in ("float64", "float32"):
@@ -36,7 +37,9 @@ for _dtype in ("float64", "float32"):
         CASES[f"x.{_n}_(o)[{_dtype}]"] = f"r = x.{_n}_(o)"
         CASES[f"x.{_n}_(0.7)[{_dtype}]"] = f"r = x.{_n}_(0.7)"
     for _code in ("r = x.round_(decimals=1)", "r = x.cumsum_(1)", "r = x.cumprod_(0)", "r = x.tril_()",
-                  "r = x.triu_(1)", "r = x.nan_to_num_(nan=0.5)", "x %= o\nr = x",
+                  "r = x.triu_(1)", "r = x.nan_to_num_(nan=0.5)", "x %= o\nr = x", "r = x.logit_(eps=0.25)",
+                  "r = torch.tensor([3, -4]).trunc_()", "r = torch.tensor([3, -4]).frac_()",
+                  "r = torch.tensor([True]).trunc_()",
                   "r = x.addmm_(o.t(), torch.ones(3, 3, dtype=D), beta=0.5, alpha=2)",
                   "r = x.unsqueeze(0).baddbmm_(o.t().unsqueeze(0), torch.ones(1, 3, 3, dtype=D))",
                   # masked_fill_ with a 0-d tensor value (its gradient: MaskedFillBackward1)

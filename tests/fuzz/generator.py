@@ -46,7 +46,8 @@ SKIPPED |= {"linalg.svd", "svd"}
 INPLACE_UNARY = ("exp_", "log_", "neg_", "sqrt_", "abs_", "sigmoid_", "tanh_", "relu_", "zero_", "sin_", "cos_",
                  "tan_", "asin_", "acos_", "atan_", "sinh_", "cosh_", "floor_",
                  "ceil_", "round_", "sign_", "square_", "erf_", "erfinv_", "expm1_", "log1p_", "log2_", "log10_",
-                 "reciprocal_", "rsqrt_", "digamma_", "lgamma_", "nan_to_num_")
+                 "reciprocal_", "rsqrt_", "digamma_", "lgamma_", "nan_to_num_", "trunc_", "frac_", "exp2_", "deg2rad_",
+                 "rad2deg_", "sgn_", "sinc_", "logit_")
 INPLACE_BINARY = ("add_", "sub_", "mul_", "div_", "atan2_", "hypot_", "remainder_", "xlogy_")
 # the in-place random ops and their arguments after self (each drawn after a manual_seed step)
 RANDOM_INPLACE = {

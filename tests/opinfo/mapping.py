@@ -7,6 +7,15 @@ the sample's call is sent as. An entry not listed here is outside the catalog (t
 from __future__ import annotations
 
 CATALOG_OP: dict[str, str] = {
+    # ----- elementwise ops added with their in-place forms
+    "trunc": "trunc",
+    "frac": "frac",
+    "exp2": "exp2",
+    "deg2rad": "deg2rad",
+    "rad2deg": "rad2deg",
+    "sgn": "sgn",
+    "sinc": "sinc",
+    "logit": "logit",
     # ----- issue 24's ops
     "baddbmm": "baddbmm",
     "addcmul": "addcmul",

@@ -2105,3 +2105,154 @@ def isnan(self):
 def isfinite(self):
     """torch.isfinite(input)."""
     return Tensor(np.isfinite(require_tensor(self).data))
+
+
+# ----- trunc, frac, exp2, deg2rad, rad2deg, sgn, sinc, logit ----------------------------------------------------
+@op("trunc", promotion=(
+    "same | "
+    'bool: NotImplementedError: "trunc_vml_cpu" not implemented for \'Bool\''),
+    tensors=("self",), aliases=("fix",))
+def trunc(self):
+    """torch.trunc(input) (torch.fix); zero gradient; an integral tensor is its own truncation."""
+    self = _not_bool(self, "trunc_vml_cpu")
+    return record(P.TruncBackward0, np.trunc(self.data) if D.is_floating(self.dtype) else self.data.copy(), (self,))
+
+
+@vjp("TruncBackward0", inputs=("self",), jvp=zero_jvp)
+def _(ctx, grad):
+    return zeros_like(grad),
+
+
+@op("frac", promotion=(
+    "same | "
+    'integral: NotImplementedError: "frac_cpu" not implemented for \'{dtype}\''),
+    tensors=("self",))
+def frac(self):
+    """torch.frac(input) = input - trunc(input); its gradient is the incoming one."""
+    self = require_tensor(self)
+    if not D.is_floating(self.dtype):
+        raise TorchRuntimeError(f"\"frac_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[self.dtype]}'",
+                                code="invalid_dtype", exception="NotImplementedError")
+    x = self.data
+    return record(P.FracBackward0, kcall(np.subtract, x, np.trunc(x)), (self,))
+
+
+@vjp("FracBackward0", inputs=("self",), jvp=elementwise_jvp)
+def _(ctx, grad):
+    return grad,
+
+
+@op("exp2", promotion="float", exports=("torch.special.exp2",), tensors=("self",))
+def exp2(self):
+    """torch.exp2(input) = 2 ** input; saves its result."""
+    return _unary(P.Exp2Backward0, np.exp2, self, "result")
+
+
+@vjp("Exp2Backward0", inputs=("self",), saves=("result",), jvp=elementwise_jvp)
+def _(ctx, grad):
+    return mul_number(grad * ctx.result, math.log(2.0)),  # grad * result * M_LN2
+
+
+def _floating(self: Tensor) -> Tensor:
+    """``self``, or an integral or bool tensor's values in the default float dtype (a tensor without history)."""
+    return self if D.is_floating(self.dtype) else Tensor(self.data.astype(_F32))
+
+
+#: torch's constants for deg2rad and rad2deg (M_PI_180, M_180_PI)
+_PI_180 = math.pi / 180
+_180_PI = 180 / math.pi
+
+
+@op("deg2rad", promotion="float", tensors=("self",))
+def deg2rad(self):
+    """torch.deg2rad(input) = input * (pi / 180), multiplied as torch's mul by a number."""
+    self = require_tensor(self)
+    return record(P.Deg2RadBackward0, mul_number(Tensor(_floating(self).data), _PI_180).data, (self,))
+
+
+@vjp("Deg2RadBackward0", inputs=("self",), jvp=elementwise_jvp)
+def _(ctx, grad):
+    return mul_number(grad, _PI_180),
+
+
+@op("rad2deg", promotion="float", tensors=("self",))
+def rad2deg(self):
+    """torch.rad2deg(input) = input * (180 / pi), multiplied as torch's mul by a number."""
+    self = require_tensor(self)
+    return record(P.Rad2DegBackward0, mul_number(Tensor(_floating(self).data), _180_PI).data, (self,))
+
+
+@vjp("Rad2DegBackward0", inputs=("self",), jvp=elementwise_jvp)
+def _(ctx, grad):
+    return mul_number(grad, _180_PI),
+
+
+@op("sgn", promotion="same", tensors=("self",))
+def sgn(self):
+    """torch.sgn(input): sign for real tensors (0 for 0 and nan), with its own zero-gradient node."""
+    self = require_tensor(self)
+    return record(P.SgnBackward0, sign(Tensor(self.data)).data, (self,))
+
+
+@vjp("SgnBackward0", inputs=("self",), jvp=zero_jvp)
+def _(ctx, grad):
+    return zeros_like(grad),
+
+
+def _np_sinc(x):
+    p = x * x.dtype.type(math.pi)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.sin(p) / p
+    return np.where(x == 0, x.dtype.type(1), out)
+
+
+@op("sinc", promotion="float", exports=("torch.special.sinc",), tensors=("self",))
+def sinc(self):
+    """torch.sinc(input) = sin(pi x) / (pi x), 1 at 0; saves its input."""
+    return _unary(P.SincBackward0, _np_sinc, self, "self")
+
+
+@vjp("SincBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
+def _(ctx, grad):
+    # FunctionsManual sinc_backward: (pi x cos(pi x) - sin(pi x)) / (pi x^2), 0 where x is 0
+    x = ctx.self
+    x_pi = mul_number(x, math.pi)
+    x_sq_pi = mul_number(x * x, math.pi)
+    out = grad * (x_pi * cos(x_pi) - sin(x_pi)) / x_sq_pi
+    return where(eq(x_sq_pi, 0.0), zeros_like(out), out),
+
+
+def _times_inf(g):
+    with np.errstate(invalid="ignore"):
+        return g * g.dtype.type(math.inf)
+
+
+def _np_logit(x):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.log(x / (x.dtype.type(1) - x))
+
+
+def _np_logit_eps(x, eps):
+    return _np_logit(np.clip(x, x.dtype.type(eps), x.dtype.type(1 - eps)))
+
+
+@op("logit", promotion="float", exports=("torch.special.logit",), tensors=("self",))
+def logit(self, eps=None):
+    """torch.logit(input, eps=None) = log(x / (1 - x)), x clamped to [eps, 1 - eps] when eps is given."""
+    self = require_tensor(self)
+    x = _floating(self).data
+    out = kcall(_np_logit, x) if eps is None else kcall(_np_logit_eps, x, eps)
+    return record(P.LogitBackward0, out, (self,), {"self": self, "eps": eps})
+
+
+@vjp("LogitBackward0", inputs=("self",), saves=("self", "eps"), jvp=elementwise_jvp)
+def _(ctx, grad):
+    # torch's logit_backward kernel: grad / (x (1 - x)), grad * inf at 0 and 1 (either zero's sign); outside [0, 1]
+    # nan, or with eps zero outside [eps, 1 - eps]
+    x, eps = ctx.self, ctx.eps
+    # (grad * inf as a value without history: a gradient of gradient through it would be 0 * inf)
+    edge = Tensor(kcall(_times_inf, grad.data))
+    out = where(logical_or(eq(x, 0.0), eq(x, 1.0)), edge, grad / (x * (1 - x)))
+    lo, hi = (0.0, 1.0) if eps is None else (eps, 1 - eps)
+    outside = logical_or(lt(x, lo), gt(x, hi))
+    return masked_fill(out, outside, math.nan if eps is None else 0.0),

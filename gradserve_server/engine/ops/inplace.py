@@ -463,6 +463,8 @@ erf_, erfinv_, expm1_, log1p_, log2_, log10_ = map(_inplace_of, ("erf", "erfinv"
 reciprocal_, rsqrt_, digamma_, lgamma_ = map(_inplace_of, ("reciprocal", "rsqrt", "digamma", "lgamma"))
 nan_to_num_, atan2_, hypot_, xlogy_ = map(_inplace_of, ("nan_to_num", "atan2", "hypot", "xlogy"))
 remainder_ = _inplace_of("remainder", ("__imod__", "imod"))
+trunc_, frac_, exp2_, deg2rad_, rad2deg_ = map(_inplace_of, ("trunc", "frac", "exp2", "deg2rad", "rad2deg"))
+sgn_, sinc_, logit_ = map(_inplace_of, ("sgn", "sinc", "logit"))
 cumsum_, cumprod_, tril_, triu_, addmm_, baddbmm_ = map(_inplace_of,
                                                         ("cumsum", "cumprod", "tril", "triu", "addmm", "baddbmm"))
 
