@@ -141,7 +141,8 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
     if bias is not None:
         bias = require_tensor(bias, "bias", name)
         if bias.dtype != input.dtype:  # torch's conv{1,2,3}d check this first, before the input's rank
-            raise TorchRuntimeError(f"Input type ({D.C_NAMES[input.dtype]}) and bias type ({D.C_NAMES[bias.dtype]}) "
+            names = D.TYPE_META_NAMES  # (C++ names: "long int")
+            raise TorchRuntimeError(f"Input type ({names[input.dtype]}) and bias type ({names[bias.dtype]}) "
                                     f"should be the same", code="dtype_mismatch")
     if input.data.ndim not in (nd + 1, nd + 2):
         raise TorchRuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {name}, but got "
@@ -153,8 +154,9 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
         raise TorchRuntimeError("weight should have at least three dimensions", code="shape_mismatch") \
             if weight.data.ndim < 3 else \
             TorchRuntimeError(f"Expected {weight.data.ndim}-dimensional input for {weight.data.ndim}-dimensional "
-                              f"weight {_sizes(weight.shape)}, but got {input.data.ndim}-dimensional input of size "
-                              f"{_sizes(input.shape)} instead", code="shape_mismatch")
+                              f"weight{'' if isinstance(padding, str) else ' '}{_sizes(weight.shape)}, but got "
+                              f"{input.data.ndim}-dimensional input of size {_sizes(input.shape)} instead",
+                              code="shape_mismatch")  # (a padding mode's path words it without the space)
     stride = _tuple(stride, nd, "stride")
     dilation = _tuple(dilation, nd, "dilation")
     if not isinstance(groups, (int, np.integer)) or groups < 1:
@@ -291,19 +293,25 @@ def _(ctx, input_t, weight_t, bias_t):
 def _conv_checks(n: int) -> tuple[str, ...]:
     """torch's checks of an n-d convolution's arguments' shapes and dtypes, in torch's order: the ``checks`` a
     client raises at the call's line."""
-    return (f"conv_input(input)={n} | RuntimeError: Expected {{unbatched}}D (unbatched) or {{batched}}D (batched) "
+    return ("same_cpp_dtype(input,bias) if bias | RuntimeError: Input type ({a}) and bias type ({b}) should be the "
+            "same",  # (first, before the input's rank)
+            f"conv_input(input)={n} | RuntimeError: Expected {{unbatched}}D (unbatched) or {{batched}}D (batched) "
             f"input to conv{n}d, but got input of size: {{shape}}",
             f"conv_stride(weight,stride,padding)={n} | RuntimeError: expected stride to be a single integer value or "
             "a list of {k} values to match the convolution dimensions, but got stride={stride}",
             f"conv_weight(input,weight,padding)={n} | RuntimeError: Expected {{dims}}-dimensional input for "
             "{dims}-dimensional weight {weight}, but got {got}-dimensional input of size {input} instead",
-            "conv_groups(weight,groups) | RuntimeError: Given groups={groups}, expected weight to be divisible by "
+            "conv_groups(weight,groups,stride,padding,dilation) | RuntimeError: Given groups={groups}, expected weight "
+            "to be divisible by "
             "{groups} at dimension 0, but got weight of size [{weight}] instead",
-            "conv_channels(input,weight,groups) | RuntimeError: Given groups={groups}, weight of size {weight}, "
+            "conv_channels(input,weight,groups,stride,padding,dilation) | RuntimeError: Given groups={groups}, weight "
+            "of size {weight}, "
             "expected input{input} to have {expected} channels, but got {got} channels instead",
-            "conv_bias(weight,bias) | RuntimeError: Given weight of size {weight}, expected bias to be 1-dimensional "
+            "conv_bias(weight,bias,stride,padding,dilation) | RuntimeError: Given weight of size {weight}, expected "
+            "bias to be 1-dimensional "
             "with {out} elements, but got bias of size {bias} instead",
-            f"conv_kernel(input,weight,padding,dilation)={n} | RuntimeError: Calculated padded input size per channel: "
+            f"conv_kernel(input,weight,padding,dilation,stride)={n} | RuntimeError: Calculated padded input size per "
+            "channel: "
             "({input}). Kernel size: ({kernel}). Kernel size can't be greater than actual input size",
             "same_dtype(input,weight) | RuntimeError: expected scalar type {a} but found {b}")
 
