@@ -692,9 +692,21 @@ def _dumps(obj, default=None, nulls: int = 0) -> bytes:
         text = orjson.dumps(obj, default=default, option=orjson.OPT_SERIALIZE_NUMPY)
     except TypeError:
         text = orjson.dumps(obj, default=default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-    if text.count(b"null") != nulls:  # (inf, -inf and NaN are written null too: their bits follow)
+    if text.count(b"null") != nulls and not _only_none_outs(obj, text, nulls):  # (inf, -inf, NaN: null too)
         return bytes(memoryview(text)) + b"\0" + T.null_bits(obj)
     return bytes(memoryview(text))
+
+
+def _only_none_outs(ops, text: bytes, nulls: int) -> bool:
+    """Whether the ``null``s of an op list's text beyond ``nulls`` are its ops' ``"out": None`` (a ``backward``'s),
+    counted by C-level passes, so that such a list is keyed without ``tape.null_bits``' walk."""
+    if ops.__class__ is not list:
+        return False
+    try:
+        outs = list(map(dict.get, ops, repeat("out"), repeat(0))).count(None)
+    except TypeError:  # (an op that is not a dict)
+        return False
+    return text.count(b"null") == nulls + outs
 
 
 def _dumps_owned(ops: list, left: list, nulls: int) -> bytes | None:
@@ -717,7 +729,7 @@ def _dumps_owned(ops: list, left: list, nulls: int) -> bytes | None:
         except TypeError:
             left[0] = -1
             return None
-    if text.count(b"null") != nulls:  # (as ``_dumps``: an Owned, written null, keys as a None)
+    if text.count(b"null") != nulls and not _only_none_outs(ops, text, nulls):  # (as ``_dumps``; an Owned: a None)
         return text + b"\0" + T.null_bits(ops)
     return text
 

@@ -63,4 +63,8 @@ def test_the_text_key_keeps_a_finite_lists_bytes():
     keys = {_dumps(_ops(c)) for c in (math.inf, -math.inf, math.nan, _NAN_PAYLOAD, None, np.float64(math.inf))}
     assert len(keys) == 5  # (np.float64(inf) is inf)
     assert _dumps([None, math.inf]) != _dumps([math.inf, None])
+    backward = [*_ops(2.5), {"op": "backward", "args": ["z"], "out": None}]  # (a None out: no walk, no suffix)
+    assert b"\0" not in _dumps(backward)
+    backward[1]["args"][1] = math.inf
+    assert _dumps(backward).endswith(b"\0f" + struct.pack("<d", math.inf) + b"n")
     assert _dumps({"a": np.array([1.0, np.inf])}) != _dumps({"a": np.array([1.0, -np.inf])})
