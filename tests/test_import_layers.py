@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, ...], ...] = (
     # 1. core object model: tensors, graph nodes, the modes (grad, forward AD level, vmap level), budgets
     # (route: the fixed vocabulary of the ways a run goes, which an error of any layer may carry)
-    ("dtypes", "errors", "route", "journal", "budget", "kernel", "grad_mode", "dual", "generator", "printing",
+    ("rules", "dtypes", "errors", "route", "journal", "budget", "kernel", "grad_mode", "dual", "generator", "printing",
      "node", "tensor", "views"),
     # 2. the op table, the argument parser and the batching rules (declared with the ops, run by autodiff);
     # torch_args is torch's parser itself, with no engine import (the client links it)

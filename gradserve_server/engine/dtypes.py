@@ -159,6 +159,11 @@ def scalar_dtype(v) -> str:
     return DEFAULT_FLOAT
 
 
+def with_number(dtype: str, v) -> str:
+    """torch.result_type of a tensor of ``dtype`` (with dimensions) and the Python number ``v``."""
+    return _combine(dtype, scalar_dtype(v))
+
+
 def result_type(*operands) -> str:
     """torch.result_type over tensors (objects with ``.data``) and Python numbers.
 

@@ -672,7 +672,7 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: 
     if text is None:
         if owned:
             left = [owned]
-            text = _dumps_owned(stripped, left)
+            text = _dumps_owned(stripped, left, len(made))
             if left[0]:  # (an Owned elsewhere than as an input's data: every input's data left out the usual way)
                 text = None
                 stripped = list(stripped)
@@ -681,25 +681,42 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: 
                     stripped[i] = {**ops[i], "args": _NO_DATA if len(args) == 1 else [None, *args[1:]]}
         if text is None:
             try:
-                text = _dumps(stripped)
+                text = _dumps(stripped, nulls=len(made))
             except TypeError:
                 return None
     return (text, tuple(metas), extra), inputs
 
 
-def _dumps(obj, default=None) -> bytes:
+def _dumps(obj, default=None, nulls: int = 0) -> bytes:
     """``orjson.dumps(obj, default=default, option=OPT_SERIALIZE_NUMPY | OPT_NON_STR_KEYS)``: the same bytes,
     tried first without OPT_NON_STR_KEYS (which costs orjson ~40% more on a long op list), a dict of another key
     than a str (a TypeError then) written again with it. Copied to its exact size: it becomes a cache key, and
-    orjson's own bytes object keeps the buffer it grew (16 KiB for a 300-byte text)."""
+    orjson's own bytes object keeps the buffer it grew (16 KiB for a 300-byte text). orjson writes inf, -inf and
+    every NaN as ``null``, as it writes None: a text with more ``null``s than ``nulls`` (the Nones the caller put
+    in for the input ops' data) is followed by a NUL byte and ``tape.null_bits`` (each null's value, a float by
+    its bits, as ``tape.literal_key`` keys it), so that ``x * inf`` and ``x * -inf`` have two keys."""
     try:
         text = orjson.dumps(obj, default=default, option=orjson.OPT_SERIALIZE_NUMPY)
     except TypeError:
         text = orjson.dumps(obj, default=default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    if text.count(b"null") != nulls and not _only_none_outs(obj, text, nulls):  # (inf, -inf, NaN: null too)
+        return bytes(memoryview(text)) + b"\0" + T.null_bits(obj)
     return bytes(memoryview(text))
 
 
-def _dumps_owned(ops: list, left: list) -> bytes | None:
+def _only_none_outs(ops, text: bytes, nulls: int) -> bool:
+    """Whether the ``null``s of an op list's text beyond ``nulls`` are its ops' ``"out": None`` (a ``backward``'s),
+    counted by C-level passes, so that such a list is keyed without ``tape.null_bits``' walk."""
+    if ops.__class__ is not list:
+        return False
+    try:
+        outs = list(map(dict.get, ops, repeat("out"), repeat(0))).count(None)
+    except TypeError:  # (an op that is not a dict)
+        return False
+    return text.count(b"null") == nulls + outs
+
+
+def _dumps_owned(ops: list, left: list, nulls: int) -> bytes | None:
     """The op list's text with each ``Owned`` written as null (what ``{**op, "args": [None]}`` writes for an
     input op of one argument); ``left[0]``: the Owned arguments expected, counted down (not 0 after: an Owned
     somewhere else, so the text is not the stripped list's)."""
@@ -711,15 +728,17 @@ def _dumps_owned(ops: list, left: list) -> bytes | None:
             return None
         raise TypeError
     try:
-        return orjson.dumps(ops, default=hook, option=orjson.OPT_SERIALIZE_NUMPY)
+        text = orjson.dumps(ops, default=hook, option=orjson.OPT_SERIALIZE_NUMPY)
     except TypeError:
-        pass
-    left[0] = expected  # (again with non-str keys: ``_dumps``)
-    try:
-        return orjson.dumps(ops, default=hook, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-    except TypeError:
-        left[0] = -1
-        return None
+        left[0] = expected  # (again with non-str keys: ``_dumps``)
+        try:
+            text = orjson.dumps(ops, default=hook, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+        except TypeError:
+            left[0] = -1
+            return None
+    if text.count(b"null") != nulls and not _only_none_outs(ops, text, nulls):  # (as ``_dumps``; an Owned: a None)
+        return text + b"\0" + T.null_bits(ops)
+    return text
 
 
 def _run_inputs(rest: list, inputs: list, metas: list) -> bool:
@@ -1068,7 +1087,7 @@ def _functions_key(functions: dict) -> tuple | None:
         text = _FN_TEXT.get(f)
         if text is None:
             try:
-                text = orjson.dumps(f.to_json(), option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+                text = _dumps(f.to_json())
             except TypeError:
                 return None
             _FN_TEXT[f] = text
@@ -1694,11 +1713,13 @@ def _pre_key(state: State, ops: list, extra: tuple, ren: dict | None = None):
     (only a cost: a cold run is always exact). None when the list cannot be keyed (nor planned: a session
     tensor that is not a plain leaf without a gradient)."""
     stripped = []
+    nulls = 0  # (the Nones written for the input ops' data)
     for op in ops:
         if not isinstance(op, dict):
             return None
         if op.get("op") in INPUT_OPS and op.get("args"):
             op = {**op, "args": [None, *op["args"][1:]]}
+            nulls += 1
         stripped.append(op)
     metas = []
     for n, t in state.tensors.items():
@@ -1709,7 +1730,7 @@ def _pre_key(state: State, ops: list, extra: tuple, ren: dict | None = None):
                       None if g is None else (g.data.shape, g.data.dtype)))
     fns = _functions_key(state.functions)
     try:
-        text = _dumps(stripped)
+        text = _dumps(stripped, nulls=nulls)
     except TypeError:
         return None
     if fns is None:

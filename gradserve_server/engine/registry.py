@@ -32,9 +32,10 @@ from types import ModuleType
 import numpy as np
 
 from . import dtypes as D
+from . import rules
 from .dual import _elem_strides, tangent_of
 from .dual import _level as _fw_level
-from .errors import TorchRuntimeError
+from .errors import TorchIndexError, TorchRuntimeError, TorchTypeError, TorchValueError
 from .grad_mode import _grad_enabled
 from .node import Node, P, Prim, SavedTensor, declare
 from .tensor import Tensor
@@ -329,6 +330,57 @@ def traceable(name):
     if spec is None:
         return False
     return True if spec.plannable else spec.plannable_when or False
+
+
+def _tensor_facts(value):
+    if value.__class__ is Tensor or isinstance(value, Tensor):
+        dt = _DTYPE_NAMES.get(value.data.dtype)  # (None for an array the engine has no dtype of)
+        return (dt, value.data.shape) if dt is not None else (None, None)
+    return None, None
+
+
+_DTYPE_NAMES = {np_dt: name for name, np_dt in D.NP_DTYPES.items()}
+
+
+rules.bind(_tensor_facts, D.with_number, D.can_cast)  # (every tensor fact known: only malformed arguments are UNKNOWN)
+_EXCEPTIONS = {"RuntimeError": TorchRuntimeError, "ValueError": TorchValueError, "TypeError": TorchTypeError,
+               "IndexError": TorchIndexError}
+#: the engine's error code of a broken rule (what the hand-written raises the rules replaced said)
+_CODES = {"dtype": "invalid_dtype", "index_dtype": "invalid_dtype", "dtype_lastdim": "invalid_dtype",
+          "dtype_innerdim": "invalid_dtype", "class_target": "invalid_dtype", "number_bounds_cast": "invalid_dtype",
+          "bool_bounds": "invalid_dtype", "same_dtype": "dtype_mismatch", "same_cpp_dtype": "dtype_mismatch",
+          "matmul_dtype": "dtype_mismatch", "given": "invalid_argument", "nonempty_list": "invalid_argument",
+          "dim_order": "invalid_argument", "nonempty": "empty_reduction", "nonempty_dim": "empty_reduction",
+          "k_in_range": "index_out_of_range", "list_dim": "dim_out_of_range", "unflatten_sizes": "invalid_shape"}
+
+
+def rule_error(kind: str, message: str, rule: str):
+    """The engine error of a broken ``checks`` rule: torch's class ``kind``, the declared message."""
+    cls = _EXCEPTIONS.get(kind, TorchRuntimeError)
+    return cls(message, code=_CODES.get(rule, "shape_mismatch"), exception=kind)
+
+
+def declared_failure(op: str, **arguments):
+    """``broken_check``'s error, or None when ``op``'s declared checks all pass ``arguments`` (for a case the op
+    cannot tell more cheaply: a bool input of clamp)."""
+    for declaration in OPS[op].checks:
+        broken = rules.failure(declaration, arguments.get)
+        if broken is not None:
+            return rule_error(*broken, rules.parse(declaration)[0])
+    return None
+
+
+def broken_check(op: str, **arguments):
+    """The error of the first of ``op``'s declared ``checks`` that its ``arguments`` (by parameter name, a missing one
+    None) break, with the declaration's message: the op detects a refusal where torch makes it, in torch's order
+    among its other checks, and raises this (``raise broken_check("cat", tensors=tensors, dim=dim)``), so that the
+    message is written once, in the declaration (the client raises the same at the call's line). Nothing is
+    evaluated on a call that passes."""
+    err = declared_failure(op, **arguments)
+    if err is not None:
+        return err
+    return TorchRuntimeError(f"{op}(): invalid arguments (none of its declared checks words it: a gradserve bug)",
+                             code="invalid_argument")
 
 
 def _refusing_half(name: str, fn):

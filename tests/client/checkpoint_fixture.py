@@ -13,6 +13,10 @@ CHECKPOINT = FIXTURES / "torch_checkpoint.pt"
 EXPECTED = FIXTURES / "torch_checkpoint.json"
 HALF_CHECKPOINT = FIXTURES / "torch_half_checkpoint.pt"
 HALF_EXPECTED = FIXTURES / "torch_half_checkpoint.json"
+#: float16 and bfloat16 NaNs with payloads (torch wrote them; their bits are ``NAN_BITS``, as int16)
+NAN_CHECKPOINT = FIXTURES / "torch_nan_payloads.pt"
+NAN_BITS = {"float16": [0x7C01, 0x7E55, -0x01FF, 0x7FFF, 0x7E00, 0x3C00],
+            "bfloat16": [0x7FC1, -0x007F, 0x7F81, 0x7FFF, 0x7FC0, 0x3F80]}
 
 
 def describe(value):
@@ -74,6 +78,18 @@ def build_half():
             "dtypes": [torch.float16, torch.bfloat16, torch.half]}
 
 
+def build_nans():
+    import torch
+
+    out = {}
+    for name, bits in NAN_BITS.items():
+        t = torch.tensor(bits, dtype=torch.int16).view(getattr(torch, name))
+        out[name] = t.clone()
+        out[name + "_leaf"] = t.clone().requires_grad_()
+        out[name + "_param"] = torch.nn.Parameter(t.clone())
+    return out
+
+
 def main() -> None:
     import torch
 
@@ -81,6 +97,9 @@ def main() -> None:
     for obj, path, expected in ((build(), CHECKPOINT, EXPECTED), (build_half(), HALF_CHECKPOINT, HALF_EXPECTED)):
         torch.save(obj, path)
         expected.write_text(json.dumps(describe(torch.load(path))) + "\n")
+    torch.save(build_nans(), NAN_CHECKPOINT)
+    for key, t in torch.load(NAN_CHECKPOINT).items():
+        assert t.view(torch.int16).tolist() == NAN_BITS[key.split("_")[0]], key
 
 
 if __name__ == "__main__":

@@ -13,7 +13,15 @@ import pytest
 
 import gradserve.torch as torch
 from gradserve.torch import nn, optim
-from tests.client.checkpoint_fixture import CHECKPOINT, EXPECTED, HALF_CHECKPOINT, HALF_EXPECTED, describe
+from tests.client.checkpoint_fixture import (
+    CHECKPOINT,
+    EXPECTED,
+    HALF_CHECKPOINT,
+    HALF_EXPECTED,
+    NAN_BITS,
+    NAN_CHECKPOINT,
+    describe,
+)
 
 
 def test_a_file_torch_wrote_loads_with_torch_s_values(ctx):
@@ -56,6 +64,28 @@ def test_a_half_model_loads_torch_s_half_state_dict(ctx):
         model = nn.Linear(3, 2).to(dtype)
         assert repr(model.load_state_dict(ckpt[key])) == "<All keys matched successfully>"
         assert model.weight.dtype is dtype and model.weight.tolist() == ckpt[key]["weight"].tolist()
+
+
+def _storage_bits(data: bytes) -> dict:
+    """A file's storages' bytes, by the key under ``data/``."""
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        return {n.rsplit("/", 1)[1]: z.read(n) for n in z.namelist() if n.rsplit("/", 2)[-2] == "data"}
+
+
+def test_half_nans_load_and_save_bit_for_bit(ctx):
+    """float16 and bfloat16 NaNs (both signs, quiet and signalling, with payloads) that torch wrote load with their
+    bits, as leaves and parameters, and the client's file holds the same bytes (torch reads it: the bits of
+    test_serialization_torch.py's round trip)."""
+    loaded = torch.load(NAN_CHECKPOINT)
+    for key, t in loaded.items():
+        name = key.split("_")[0]
+        assert t.dtype is getattr(torch, name) and t.view(torch.int16).tolist() == NAN_BITS[name], key
+        assert t.is_leaf and t.requires_grad == (not key.endswith(name)), key
+    assert isinstance(loaded["bfloat16_param"], nn.Parameter)
+    out = io.BytesIO()
+    torch.save(loaded, out)
+    with open(NAN_CHECKPOINT, "rb") as f:
+        assert sorted(_storage_bits(out.getvalue()).values()) == sorted(_storage_bits(f.read()).values())
 
 
 def _round_trip(obj, path=None):

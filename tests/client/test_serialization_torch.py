@@ -129,9 +129,12 @@ def test_a_torch_tensor_of_a_dtype_the_server_lacks_fails_clearly(ctx):
 
 
 def _bits(t):
-    """A torch tensor's bits (float16/bfloat16 as int16), to compare values exactly (-0.0 too); a NaN as one
-    value (a bfloat16 NaN's payload is not kept: deviations.md)."""
-    return torch.where(t.isnan(), float("nan"), t).contiguous().view(torch.int16).tolist()
+    """A torch tensor's bits (float16/bfloat16 as int16), to compare values exactly: -0.0 and NaN payloads too."""
+    return t.detach().contiguous().view(torch.int16).tolist()
+
+
+#: NaNs of both signs, quiet and signalling, with payloads (their bits, as int16), per type
+_NANS = {"float16": [0x7C01, 0x7E55, -0x01FF, 0x7FFF, 0x7E00], "bfloat16": [0x7FC1, -0x007F, 0x7F81, 0x7FFF, 0x7FC0]}
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -141,8 +144,10 @@ def test_half_tensors_and_state_dicts_move_between_torch_and_the_client_bit_for_
     x = torch.randn(5, 7) * 300
     special = torch.tensor([0.0, -0.0, 1e-8, 65504.0, 7e4, float("inf"), float("nan"), 2**-25, -3e38])
     model = torch.nn.Sequential(torch.nn.Linear(7, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)).to(tdt)
+    nans = torch.tensor(_NANS[dtype], dtype=torch.int16).view(tdt)
     obj = {"x": x.to(tdt), "view": x.to(tdt).t()[2:5], "special": special.to(tdt), "model": model.state_dict(),
-           "p": torch.nn.Parameter(x[0].to(tdt)), "leaf": x[1].to(tdt).requires_grad_(), "dtype": tdt}
+           "p": torch.nn.Parameter(x[0].to(tdt)), "leaf": x[1].to(tdt).requires_grad_(), "dtype": tdt,
+           "nans": nans.clone(), "nan_leaf": nans.clone().requires_grad_(), "nan_param": torch.nn.Parameter(nans)}
     buf = io.BytesIO()
     torch.save(obj, buf)
     buf.seek(0)
@@ -158,7 +163,8 @@ def test_half_tensors_and_state_dicts_move_between_torch_and_the_client_bit_for_
     out.seek(0)
     back = torch.load(out)
     assert back["dtype"] is tdt and isinstance(back["p"], torch.nn.Parameter) and back["leaf"].requires_grad
-    for k in ("x", "view", "special", "p", "leaf"):
+    assert back["nan_leaf"].requires_grad and isinstance(back["nan_param"], torch.nn.Parameter)
+    for k in ("x", "view", "special", "p", "leaf", "nans", "nan_leaf", "nan_param"):
         assert back[k].dtype is tdt and _bits(back[k]) == _bits(obj[k]), k
     assert list(back["model"]) == list(model.state_dict())
     for k, v in model.state_dict().items():

@@ -248,13 +248,20 @@ def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=Fals
 
 
 def _client_tensor(a: np.ndarray, name: str, requires_grad: bool):
-    """A new leaf of dtype ``name`` holding ``a`` (bfloat16's bits go as float32 values, converted exactly)."""
+    """A new leaf of dtype ``name`` holding ``a`` bit for bit (bfloat16's bits go as float32 values, converted
+    exactly; a NaN's payload bits would not survive that conversion, torch's own, which makes every NaN its one
+    quiet NaN: with a NaN they go as int16 bits, viewed as bfloat16 and copied into a new leaf)."""
     from gradserve.torch._tensor import call_op
 
     kwargs = {"requires_grad": True} if requires_grad else {}
-    if name == "bfloat16":
-        a, kwargs["dtype"] = readable(a, name), by_name(name)
-    t = call_op("tensor", (a,), kwargs)
+    if name == "bfloat16" and a.size and ((a & 0x7FFF) > 0x7F80).any():
+        t = call_op("tensor", (a.view(np.int16),), {}).view(by_name(name)).clone()
+        if requires_grad:
+            t.requires_grad_()
+    else:
+        if name == "bfloat16":
+            a, kwargs["dtype"] = readable(a, name), by_name(name)
+        t = call_op("tensor", (a,), kwargs)
     t._shape, t._dtype = Size(a.shape), name
     return t
 

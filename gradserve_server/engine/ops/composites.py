@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..errors import TorchRuntimeError
-from ..registry import P, op
+from ..registry import P, broken_check, op
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, shape_arg, wrap_dim
 from .creation import full, tensor
@@ -100,16 +100,15 @@ def unflatten(self, dim, sizes):
     if not sizes:
         raise TorchRuntimeError("unflatten: sizes must be non-empty", code="invalid_argument")
     d = wrap_dim(dim, self.data.ndim)
-    n = self.data.shape[d] if self.data.ndim else 1
     if sizes.count(-1) > 1:
         raise TorchRuntimeError("only one dimension can be inferred", code="invalid_shape")
+    n = self.data.shape[d] if self.data.ndim else 1
     known = 1
     for s in sizes:
         if s != -1:
             known *= s
     if (-1 in sizes and (known == 0 or n % known)) or (-1 not in sizes and known != n):
-        raise TorchRuntimeError(f"unflatten: Provided sizes {_list_str(sizes)} don't multiply up to the size of dim "
-                                f"{dim} ({n}) in the input tensor", code="invalid_shape")
+        raise broken_check("unflatten", self=self, dim=dim, sizes=sizes)
     shape = self.data.shape
     return view(self, (*shape[:d], *sizes, *shape[d + 1:]))
 

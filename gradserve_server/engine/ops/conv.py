@@ -15,7 +15,7 @@ from numpy.lib.stride_tricks import as_strided
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchRuntimeError
 from ..grad_mode import check_numel
-from ..registry import P, jvp, op, record, vjp
+from ..registry import P, broken_check, declared_failure, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import require_tensor
 from .linalg import matmul
@@ -141,7 +141,8 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
     if bias is not None:
         bias = require_tensor(bias, "bias", name)
         if bias.dtype != input.dtype:  # torch's conv{1,2,3}d check this first, before the input's rank
-            raise TorchRuntimeError(f"Input type ({D.C_NAMES[input.dtype]}) and bias type ({D.C_NAMES[bias.dtype]}) "
+            names = D.TYPE_META_NAMES  # (C++ names: "long int")
+            raise TorchRuntimeError(f"Input type ({names[input.dtype]}) and bias type ({names[bias.dtype]}) "
                                     f"should be the same", code="dtype_mismatch")
     if input.data.ndim not in (nd + 1, nd + 2):
         raise TorchRuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {name}, but got "
@@ -149,23 +150,23 @@ def _conv_nd(input, weight, bias, stride, padding, dilation, groups, nd: int):
     if input.data.ndim == nd + 1:  # unbatched: torch unsqueezes, convolves and squeezes
         out = _conv_nd(unsqueeze(input, 0), weight, bias, stride, padding, dilation, groups, nd)
         return squeeze(out, 0)
-    if weight.data.ndim != nd + 2:
-        raise TorchRuntimeError("weight should have at least three dimensions", code="shape_mismatch") \
-            if weight.data.ndim < 3 else \
-            TorchRuntimeError(f"Expected {weight.data.ndim}-dimensional input for {weight.data.ndim}-dimensional "
-                              f"weight {_sizes(weight.shape)}, but got {input.data.ndim}-dimensional input of size "
-                              f"{_sizes(input.shape)} instead", code="shape_mismatch")
+    if weight.data.ndim != nd + 2:  # (the declaration words it: a padding mode's path without the space)
+        raise broken_check(name, input=input, weight=weight, bias=bias, stride=stride, padding=padding,
+                           dilation=dilation, groups=groups)
+    if isinstance(padding, str):  # a padding mode's checks (stride and dilation broadcast) precede their forms'
+        err = declared_failure(name, input=input, weight=weight, bias=bias, stride=stride, padding=padding,
+                               dilation=dilation, groups=groups)
+        if err is not None:
+            raise err
     stride = _tuple(stride, nd, "stride")
     dilation = _tuple(dilation, nd, "dilation")
     if not isinstance(groups, (int, np.integer)) or groups < 1:
         raise TorchRuntimeError("non-positive groups is not supported", code="invalid_argument")
     ksize = weight.shape[2:]
     if isinstance(padding, str):
-        if padding not in ("valid", "same"):
-            raise TorchRuntimeError(f"Invalid padding string: '{padding}'", code="invalid_argument")
-        if padding == "same" and any(s != 1 for s in stride):
-            raise TorchRuntimeError("padding='same' is not supported for strided convolutions",
-                                    code="invalid_argument")
+        if padding not in ("valid", "same") or padding == "same" and any(s != 1 for s in stride):
+            raise broken_check(name, input=input, weight=weight, bias=bias, stride=stride, padding=padding,
+                               dilation=dilation, groups=groups)
         if padding == "valid":
             padding = (0,) * nd
         else:
@@ -291,7 +292,9 @@ def _(ctx, input_t, weight_t, bias_t):
 def _conv_checks(n: int) -> tuple[str, ...]:
     """torch's checks of an n-d convolution's arguments' shapes and dtypes, in torch's order: the ``checks`` a
     client raises at the call's line."""
-    return (f"conv_input(input)={n} | RuntimeError: Expected {{unbatched}}D (unbatched) or {{batched}}D (batched) "
+    return ("same_cpp_dtype(input,bias) if bias | RuntimeError: Input type ({a}) and bias type ({b}) should be the "
+            "same",  # (first, before the input's rank)
+            f"conv_input(input)={n} | RuntimeError: Expected {{unbatched}}D (unbatched) or {{batched}}D (batched) "
             f"input to conv{n}d, but got input of size: {{shape}}",
             "padding_mode(padding) | RuntimeError: Invalid padding string: '{padding}'",
             "min_dims(weight)=3 | RuntimeError: weight should have at least three dimensions",
@@ -306,13 +309,17 @@ def _conv_checks(n: int) -> tuple[str, ...]:
             "a list of {k} values to match the convolution dimensions, but got stride={stride}",
             f"conv_weight(input,weight,padding)={n} | RuntimeError: Expected {{dims}}-dimensional input for "
             "{dims}-dimensional weight {weight}, but got {got}-dimensional input of size {input} instead",
-            "conv_groups(weight,groups) | RuntimeError: Given groups={groups}, expected weight to be divisible by "
+            "conv_groups(weight,groups,stride,padding,dilation) | RuntimeError: Given groups={groups}, expected weight "
+            "to be divisible by "
             "{groups} at dimension 0, but got weight of size [{weight}] instead",
-            "conv_channels(input,weight,groups) | RuntimeError: Given groups={groups}, weight of size {weight}, "
+            "conv_channels(input,weight,groups,stride,padding,dilation) | RuntimeError: Given groups={groups}, weight "
+            "of size {weight}, "
             "expected input{input} to have {expected} channels, but got {got} channels instead",
-            "conv_bias(weight,bias) | RuntimeError: Given weight of size {weight}, expected bias to be 1-dimensional "
+            "conv_bias(weight,bias,stride,padding,dilation) | RuntimeError: Given weight of size {weight}, expected "
+            "bias to be 1-dimensional "
             "with {out} elements, but got bias of size {bias} instead",
-            f"conv_kernel(input,weight,padding,dilation)={n} | RuntimeError: Calculated padded input size per channel: "
+            f"conv_kernel(input,weight,padding,dilation,stride)={n} | RuntimeError: Calculated padded input size per "
+            "channel: "
             "({input}). Kernel size: ({kernel}). Kernel size can't be greater than actual input size",
             "same_dtype(input,weight) | RuntimeError: expected scalar type {a} but found {b}")
 

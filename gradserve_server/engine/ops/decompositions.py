@@ -24,7 +24,7 @@ import numpy as np
 from .. import dtypes as D
 from ..errors import InvalidArgumentError, ShapeError, TorchRuntimeError
 from ..grad_mode import _grad_enabled
-from ..registry import P, jvp, needs_grad, op, record, vjp
+from ..registry import P, broken_check, jvp, needs_grad, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, saved_int, signed_int, wrap_dim
 from .elementwise import add_t, eq, where
@@ -55,15 +55,11 @@ def _mT(x: Tensor) -> Tensor:
 
 
 def _square_float(A: Tensor, name: str, arg: str = "A") -> Tensor:
+    """A linalg op's input ``A``: batches of square float matrices, else the error of the op's declared
+    ``_matrix_checks`` (``name``: the op whose messages are the caller's)."""
     A = require_tensor(A, arg, name)
-    if A.data.ndim < 2:
-        raise ShapeError(f"{name}: The input tensor {arg} must have at least 2 dimensions.")
-    if A.shape[-1] != A.shape[-2]:
-        raise ShapeError(f"{name}: {arg} must be batches of square matrices, but they are {A.shape[-2]} by "
-                         f"{A.shape[-1]} matrices")
-    if A.data.dtype.kind not in "fV":
-        raise TorchRuntimeError(f"{name}: Expected a floating point or complex tensor as input. Got "
-                                f"{D.SCALAR_TYPE_NAMES[A.dtype]}", code="invalid_dtype")
+    if A.data.ndim < 2 or A.shape[-1] != A.shape[-2] or A.data.dtype.kind not in "fV":
+        raise broken_check(name, A=A, self=A)
     return A
 
 
@@ -227,7 +223,8 @@ def linalg_slogdet(A):
     return _slogdet(A, "linalg.slogdet")
 
 
-@op("slogdet", tensors=("self",), grad_fns=(P.LinalgSlogdetBackward0,), family="linalg",
+@op("slogdet", checks=_matrix_checks("linalg.slogdet", "self"),
+    tensors=("self",), grad_fns=(P.LinalgSlogdetBackward0,), family="linalg",
     returns=SignLogabsdet._fields)
 def slogdet(self):
     """torch.slogdet(input): torch.linalg.slogdet."""
@@ -349,9 +346,7 @@ def linalg_solve(A, B, left=True):
     A = _square_float(A, "linalg.solve")
     B = require_tensor(B, "B", "linalg.solve")
     if A.dtype != B.dtype:
-        raise TorchRuntimeError(f"linalg.solve: Expected A and B to have the same dtype, but found "
-                                f"A of type {D.SCALAR_TYPE_NAMES[A.dtype]} and B of type "
-                                f"{D.SCALAR_TYPE_NAMES[B.dtype]} instead", code="dtype_mismatch")
+        raise broken_check("linalg.solve", A=A, B=B)
     vec = _vector_rhs(A, B)
     n = A.shape[-1]
     b = B.data[..., None] if vec else B.data

@@ -17,7 +17,20 @@ from ..dual import _level as _fw_level
 from ..errors import InvalidArgumentError, TorchRuntimeError, TorchTypeError, TorchValueError
 from ..grad_mode import set_grad_enabled
 from ..kernel import kcall, number, takes_literals
-from ..registry import F, P, Prim, elementwise_jvp, jvp, no_jvp, op, record, vjp, zero_jvp
+from ..registry import (
+    F,
+    P,
+    Prim,
+    broken_check,
+    declared_failure,
+    elementwise_jvp,
+    jvp,
+    no_jvp,
+    op,
+    record,
+    vjp,
+    zero_jvp,
+)
 from ..tensor import Tensor
 from . import backward as _backward  # the fused backward functions its VJPs call
 from .common import (
@@ -1290,9 +1303,10 @@ def clamp(self, min=None, max=None):
     """torch.clamp(input, min=None, max=None): number bounds -> ClampBackward1, tensor bounds ->
     ClampBackward0. The boundary counts as inside (gradient passes)."""
     self = require_tensor(self)
-    if min is None and max is None:
-        raise TorchRuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None",
-                                code="invalid_argument")
+    if (min is None and max is None) or self.data.dtype == np.bool_:  # (bool bounds of a bool: no kernel)
+        err = declared_failure("clamp", self=self, min=min, max=max)
+        if err is not None:
+            raise err
     if isinstance(min, Tensor) or isinstance(max, Tensor):
         lo = as_operand(min) if min is not None else None
         hi = as_operand(max) if max is not None else None
@@ -1505,8 +1519,7 @@ def where(condition, self, other):
                      "future version of PyTorch. Use a boolean condition instead.")
         condition = Tensor(condition.data != 0)
     if condition.data.dtype != np.bool_:
-        raise TorchRuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
-                                f"{D.SCALAR_TYPE_NAMES[condition.dtype]}", code="invalid_dtype")
+        raise broken_check("where", condition=condition, self=self)
     for v in (self, other):
         if not isinstance(v, Tensor) and not is_number(v):
             raise InvalidArgumentError(f"where(): expected a Tensor or a number, got {type(v).__name__}")
@@ -1573,8 +1586,7 @@ def masked_fill(self, mask, value):
     self = require_tensor(self)
     mask = require_tensor(mask, "mask", "masked_fill")
     if mask.data.dtype != np.bool_:
-        raise TorchRuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
-                                f"{D.C_NAMES[mask.dtype]}", code="invalid_dtype")
+        raise broken_check("masked_fill", self=self, mask=mask)
     if isinstance(value, Tensor):
         if value.data.ndim != 0:
             raise TorchRuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor "

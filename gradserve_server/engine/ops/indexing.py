@@ -14,7 +14,7 @@ import numpy as np
 from .. import dtypes as D
 from ..budget import current_control
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
-from ..registry import P, declare, jvp, op, record, vjp
+from ..registry import P, broken_check, declare, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, is_number, require_tensor, saved_int, signed_int, wrap_dim
 from .elementwise import checked_scalar, mul_number
@@ -28,8 +28,7 @@ def _dims_list(shape) -> str:
 
 def _check_index(name: str, self: Tensor, dim: int, index: Tensor, src: Tensor | None) -> None:
     if index.data.size and index.data.dtype != np.int64 and index.data.dtype != np.int32:  # (torch: not if empty)
-        # scatter_add and scatter_reduce share scatter's check and its name
-        raise TorchRuntimeError("scatter(): Expected dtype int32/int64 for index", code="invalid_dtype")
+        raise broken_check(name, index=index)  # (scatter's message, scatter_add's too)
     if src is not None and src.dtype != self.dtype:
         # scatter_add and scatter_reduce share scatter's check and its name
         raise TorchRuntimeError("scatter(): Expected self.dtype to be equal to src.dtype", code="dtype_mismatch")
@@ -67,7 +66,7 @@ def _src_block(src: np.ndarray, index: np.ndarray) -> np.ndarray:
 
 
 @op("scatter",
-    checks=("dtype(index)=int64,int32 | RuntimeError: scatter(): Expected dtype int32/int64 for index",),
+    checks=("index_dtype(index)=int64,int32 | RuntimeError: scatter(): Expected dtype int32/int64 for index",),
     overloads={
         "function": (
             "(Tensor input, int dim, Tensor index, Tensor src, *, Tensor out = None)",
@@ -99,6 +98,7 @@ def scatter(self, dim, index, src=None, value=None):
     out = self.data.copy()
     view = out.reshape(out.shape or (1,))
     ix = index.data.reshape(index.data.shape or (1,))
+    ix = ix if ix.size else ix.astype(np.int64)  # (an empty index of any dtype: nothing is written, as in torch)
     if src is not None:
         s = src.data.reshape(src.data.shape or (1,))
         view[_grids(ix, d)] = _src_block(s, ix)
@@ -143,7 +143,7 @@ def _(ctx, self_t):
 
 
 @op("scatter_add",
-    checks=("dtype(index)=int64,int32 | RuntimeError: scatter(): Expected dtype int32/int64 for index",),
+    checks=("index_dtype(index)=int64,int32 | RuntimeError: scatter(): Expected dtype int32/int64 for index",),
     tensors=("self", "index", "src"))
 def scatter_add(self, dim, index, src):
     """torch.scatter_add(input, dim, index, src): out[index[i][j]][j] += src[i][j] for dim 0."""
@@ -155,6 +155,7 @@ def scatter_add(self, dim, index, src):
     out = self.data.copy()
     view = out.reshape(out.shape or (1,))
     ix = index.data.reshape(index.data.shape or (1,))
+    ix = ix if ix.size else ix.astype(np.int64)  # (an empty index of any dtype: nothing is written, as in torch)
     np.add.at(view, _grids(ix, d), _src_block(src.data.reshape(src.data.shape or (1,)), ix))
     return record(P.ScatterAddBackward0, out, (self, src), {"dim": saved_int(dim), "index": index})
 
@@ -426,7 +427,7 @@ def masked_select(self, mask):
     self = require_tensor(self, "input", "masked_select")
     mask = require_tensor(mask, "mask", "masked_select")
     if mask.data.dtype != np.bool_:
-        raise TorchRuntimeError("masked_select: expected BoolTensor for mask", code="invalid_dtype")
+        raise broken_check("masked_select", mask=mask)
     shape = broadcast_shapes(self.shape, mask.shape)
     out = np.broadcast_to(self.data, shape)[np.broadcast_to(mask.data, shape)]
     return record(P.MaskedSelectBackward0, np.ascontiguousarray(out), (self,), {"mask": mask, "self": self})
@@ -593,11 +594,13 @@ def _topk_as_torch(x: np.ndarray, ax: int, k: int, largest: bool, sorted_: bool,
 def topk(self, k, dim=-1, largest=True, sorted=True):
     """torch.topk(input, k, dim=-1, largest=True, sorted=True) -> (values, indices)."""
     self = require_tensor(self, "input", "topk")
+    if self.data.dtype == np.bool_:
+        raise broken_check("topk", self=self, k=k, dim=dim)
     nd = self.data.ndim
     d = wrap_dim(dim, nd)
     n = self.data.shape[d] if nd else 1
     if k < 0 or k > n:
-        raise TorchRuntimeError("selected index k out of range", code="index_out_of_range")
+        raise broken_check("topk", self=self, k=k, dim=dim)
     x = self.data if nd else self.data.reshape(1)
     # ~x orders integers in reverse without -x's wrap-around (int8's -(-128), any uint8)
     key = (~x if x.dtype.kind in "iu" else -x) if largest else x

@@ -29,7 +29,7 @@ from ..grad_mode import _grad_enabled
 from ..journal import array_, setattr_, setitem_
 from ..kernel import kcall, kinplace
 from ..node import Node, SavedTensor, node_of
-from ..registry import OPS, P, edge, jvp, op, record, vjp, with_layout, zero_jvp
+from ..registry import OPS, P, broken_check, edge, jvp, op, record, vjp, with_layout, zero_jvp
 from ..tensor import Tensor
 from ..views import _dense, has_internal_overlap, partial_overlap, rebase_error, set_history, view_positions
 from . import elementwise as E
@@ -417,29 +417,29 @@ bitwise_not_ = _make("bitwise_not_", E.bitwise_not, (), differentiable=False)
 addcmul_ = _make("addcmul_", E.addcmul, (P.AddcmulBackward0,), ("self", "tensor1", "tensor2"))
 addcdiv_ = _make("addcdiv_", E.addcdiv, (P.AddcdivBackward0,), ("self", "tensor1", "tensor2"))
 lerp_ = _make("lerp_", E.lerp, (P.LerpBackward0, P.LerpBackward1), ("self", "end", "weight"), meta=E.lerp_dtypes)
-def _clamp_cast_checked(fn):
-    """clamp_'s out= check words the dtype the C++ way ('long int', 'bool'), unlike the other in-place ops."""
+def _clamp_cast_checked(name: str, fn):
+    """clamp_'s check of its number bounds (the Scalar overload), before the other in-place ops' result check: its
+    declared message words the target's dtype the C++ way ('long int', 'bool')."""
+    names = list(inspect.signature(fn).parameters)[1:]
+
     def clamp(self, *bounds, **kw):
         for b in list(bounds) + list(kw.values()):
             if isinstance(b, Tensor) or b is None or isinstance(b, str):  # number bounds only (the Scalar overload)
                 continue
-            res = D.result_type(self, b)
-            if not D.can_cast(res, self.dtype):
-                raise TorchRuntimeError(f"result type {D.SCALAR_TYPE_NAMES[res]} can't be cast to the desired output "
-                                        f"type {E._TYPEMETA[self.dtype]}", code="invalid_dtype")
+            if not D.can_cast(D.result_type(self, b), self.dtype):
+                raise broken_check(name, self=self, **dict(zip(names, bounds)), **kw)
         return fn(self, *bounds, **kw)
 
     clamp.__signature__ = inspect.signature(fn)
     return clamp
 
 
-#: the same check, for a client to make at the call's line (``gradserve.torch._checks``)
 _CAST_MESSAGE = "RuntimeError: result type {result} can't be cast to the desired output type {cpp}"
-clamp_ = _make("clamp_", _clamp_cast_checked(E.clamp), (P.ClampBackward1, P.ClampBackward0), ("self", "min", "max"),
-               ("clip_",), checks=(f"number_bounds_cast(self,min,max) | {_CAST_MESSAGE}",))
-clamp_min_ = _make("clamp_min_", _clamp_cast_checked(E.clamp_min), (P.ClampMinBackward0,),
+clamp_ = _make("clamp_", _clamp_cast_checked("clamp_", E.clamp), (P.ClampBackward1, P.ClampBackward0),
+               ("self", "min", "max"), ("clip_",), checks=(f"number_bounds_cast(self,min,max) | {_CAST_MESSAGE}",))
+clamp_min_ = _make("clamp_min_", _clamp_cast_checked("clamp_min_", E.clamp_min), (P.ClampMinBackward0,),
                    checks=(f"number_bounds_cast(self,min) | {_CAST_MESSAGE}",))
-clamp_max_ = _make("clamp_max_", _clamp_cast_checked(E.clamp_max), (P.ClampMaxBackward0,),
+clamp_max_ = _make("clamp_max_", _clamp_cast_checked("clamp_max_", E.clamp_max), (P.ClampMaxBackward0,),
                    checks=(f"number_bounds_cast(self,max) | {_CAST_MESSAGE}",))
 
 

@@ -15,7 +15,7 @@ from ..batching import align, batching
 from ..errors import ShapeError, TorchRuntimeError
 from ..grad_mode import check_numel, no_grad
 from ..kernel import astype, direct, kcall
-from ..registry import P, jvp, op, record, vjp
+from ..registry import P, broken_check, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, wrap_dim
 from .elementwise import add_t, mul, mul_number, scale_t
@@ -196,6 +196,7 @@ batching(P.MmBackward0, vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
             "dims(mat2)=3 | RuntimeError: batch2 must be a 3D tensor",
             "bmm_shapes(self,mat2) | RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "
             "[{batch}, {k}] but got: {got}.",
+            "dtype(self)=!bool | NotImplementedError: \"bmm\" not implemented for 'Bool'",  # (before the dtypes)
             "matmul_dtype(self,mat2)=bmm | RuntimeError: expected scalar type {a} but found {b}"),
     overloads=_MAT2_OVERLOADS,
     tensors=("self", "mat2"), plannable=True)
@@ -203,18 +204,10 @@ def bmm(self, mat2):
     """torch.bmm(input, mat2): (b, n, m) @ (b, m, p)."""
     self = require_tensor(self, "self", "bmm")
     mat2 = require_tensor(mat2, "mat2", "bmm")
-    if self.data.ndim != 3:
-        raise ShapeError("batch1 must be a 3D tensor")
-    if mat2.data.ndim != 3:
-        raise ShapeError("batch2 must be a 3D tensor")
+    if self.data.ndim != 3 or mat2.data.ndim != 3 or mat2.shape[:2] != (self.shape[0], self.shape[2]) or \
+            self.data.dtype == np.bool_ or self.dtype != mat2.dtype:  # (torch: no bool kernel, before the dtypes)
+        raise broken_check("bmm", self=self, mat2=mat2)
     bs, n, m = self.shape
-    if mat2.shape[0] != bs or mat2.shape[1] != m:
-        raise ShapeError(f"Expected size for first two dimensions of batch2 tensor to be: [{bs}, {m}] "
-                         f"but got: [{mat2.shape[0]}, {mat2.shape[1]}].")
-    _no_bool(self, "bmm")  # torch: no bool kernel, before the dtype check
-    if self.dtype != mat2.dtype:
-        raise TorchRuntimeError(f"expected scalar type {D.SCALAR_TYPE_NAMES[self.dtype]} but found "
-                                f"{D.SCALAR_TYPE_NAMES[mat2.dtype]}", code="dtype_mismatch")
     out = _matmul_np(self.data, mat2.data, (bs, n, mat2.shape[2]))
     return record(P.BmmBackward0, out, (self, mat2), {"mat2": mat2, "self": self})
 

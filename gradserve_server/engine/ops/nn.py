@@ -26,7 +26,7 @@ from ..errors import (
 from ..generator import resolve
 from ..grad_mode import _grad_enabled, emit_warning
 from ..kernel import kcall
-from ..registry import F, P, jvp, op, record, vjp, weighted_tangent
+from ..registry import F, P, broken_check, jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
 from .backward import log_softmax_backward_data, softmax_backward_data
 from .common import binary_operands, broadcast_shapes, check_no_requires_grad, require_tensor, tie, wrap_dim
@@ -434,8 +434,10 @@ _BCE_EPS = 1e-12
 @op("binary_cross_entropy", checks=(
     "same_size(input,target) | ValueError: Using a target size (torch.Size({b})) that is different to the input "
     "size (torch.Size({a})) is deprecated. Please ensure they have the same size.",
-    "same_dtype(target,input) | RuntimeError: Found dtype {a} but expected {b}",
-    'dtype(input)=floating | NotImplementedError: "binary_cross_entropy" not implemented for \'{dtype}\''),
+    # (a weight's broadcasting and requires_grad come first)
+    "same_dtype(target,input) unless weight | RuntimeError: Found dtype {a} but expected {b}",
+    'dtype(input)=floating unless weight | NotImplementedError: "binary_cross_entropy" not implemented for '
+    "'{dtype}'"),
     python_attribute=("size", ("target", "input")),
     tensors=("input", "target", "weight"), method=False)
 def binary_cross_entropy(input, target, weight=None, reduction="mean"):
@@ -827,7 +829,8 @@ def _(ctx, self_t):
     "'{dtype}'",
     'dtype_innerdim(input,1)=floating | NotImplementedError: "log_softmax_kernel_impl" not implemented for \'{dtype}\'',
     "batch_sizes(input,target) | ValueError: Expected input batch_size ({a}) to match target batch_size ({b}).",
-    "multi_target(input,target) | RuntimeError: 0D or 1D target tensor expected, multi-target not supported",
+    "multi_target(input,target)=probabilities | RuntimeError: 0D or 1D target tensor expected, multi-target not "
+    "supported",
     "class_target(input,target) | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}"),
     message_name="cross_entropy_loss",
     tensors=("input", "target", "weight"), method=False,
@@ -856,9 +859,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     if input.data.ndim < 1:  # torch takes the class dim 1 of a 0-d input
         raise dim_out_of_range(1, 0)
     if input.data.dtype.kind not in "fV":  # torch's log_softmax runs first
-        raise TorchRuntimeError(f"\"log_softmax_lastdim_kernel_impl\" not implemented for "
-                                f"'{D.SCALAR_TYPE_NAMES[input.dtype]}'", code="invalid_dtype",
-                                exception="NotImplementedError")
+        raise broken_check("cross_entropy", input=input, target=target)
     if label_smoothing > 0.0:
         if label_smoothing > 1.0:
             raise TorchRuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}",

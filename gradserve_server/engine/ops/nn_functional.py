@@ -20,7 +20,7 @@ from .. import dtypes as D
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import check_numel, no_grad
 from ..kernel import kcall
-from ..registry import P, declare, jvp, op, record, vjp
+from ..registry import P, broken_check, declare, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import broadcast_shapes, require_tensor, saved_int, signed_int, wrap_dim
 from .elementwise import clamp_min, div, neg, sigmoid
@@ -305,8 +305,9 @@ def _(ctx, input_t, weight_t, bias_t):
 
 
 @op("embedding", checks=(
-    "dtype(input)=int64,int32 | RuntimeError: Expected tensor for argument #1 'indices' to have one of the "
-    "following scalar types: Long, Int; but got {tensor_type} instead (while checking arguments for embedding)",),
+    "dtype(input)=int64,int32 unless max_norm | RuntimeError: Expected tensor for argument #1 'indices' to have one "
+    "of the following scalar types: Long, Int; but got {tensor_type} instead (while checking arguments for "
+    "embedding)",),
     changes_argument=("weight", "max_norm"),
     tensors=("input", "weight"), method=False, family="nn",
     plannable=True)
@@ -324,9 +325,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
                                 f"types: Long, Int; but got torch.{D.SCALAR_TYPE_NAMES[input.dtype]}Tensor instead "
                                 f"(while checking arguments for embedding_renorm_)", code="invalid_dtype")
     if input.data.dtype not in _INDEX_DTYPES:
-        raise TorchRuntimeError(f"Expected tensor for argument #1 'indices' to have one of the following scalar "
-                                f"types: Long, Int; but got torch.{D.SCALAR_TYPE_NAMES[input.dtype]}Tensor instead "
-                                f"(while checking arguments for embedding)", code="invalid_dtype")
+        raise broken_check("embedding", input=input)
     if weight.data.ndim != 2:
         raise TorchRuntimeError("'weight' must be 2-D", code="shape_mismatch")
     n = weight.shape[0]
@@ -441,8 +440,7 @@ def one_hot(tensor, num_classes=-1):
     """F.one_hot(tensor, num_classes=-1): int64 one-hot rows (num_classes = max + 1 when -1)."""
     tensor = require_tensor(tensor, "tensor", "one_hot")
     if tensor.data.dtype != np.int64:
-        raise TorchRuntimeError("one_hot is only applicable to index tensor of type LongTensor.",
-                                code="invalid_dtype")
+        raise broken_check("one_hot", tensor=tensor)
     x = tensor.data
     if x.size and x.min() < 0:
         raise TorchRuntimeError("Class values must be non-negative.", code="invalid_argument")

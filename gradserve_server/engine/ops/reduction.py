@@ -14,7 +14,7 @@ from ..batching import batching, shifted
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..grad_mode import emit_warning
 from ..kernel import kcall
-from ..registry import OPS, F, P, jvp, op, record, vjp, weighted_tangent
+from ..registry import OPS, F, P, broken_check, jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
 from .common import NOT_GIVEN, NP, float_dtype, require_tensor, wrap_dim, wrap_dims
 from .elementwise import abs as abs_
@@ -311,7 +311,6 @@ ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
 
 
 def _max_min(self, dim, keepdim, other, is_max: bool):
-    name = "max" if is_max else "min"
     self = require_tensor(self)
     if isinstance(dim, Tensor) and other is None:
         dim, other = None, dim
@@ -320,8 +319,7 @@ def _max_min(self, dim, keepdim, other, is_max: bool):
         return maximum(self, other) if is_max else minimum(self, other)
     if dim is None:
         if self.data.size == 0:
-            raise TorchRuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
-                                    f"Specify the reduction dim with the 'dim' argument.", code="empty_reduction")
+            raise broken_check("max" if is_max else "min", self=self)
         out = np.asarray(np.max(self.data) if is_max else np.min(self.data))
         if self.data.dtype.kind in "fV" and np.isnan(self.data).any():
             out = np.asarray(np.nan, self.data.dtype)
@@ -329,7 +327,7 @@ def _max_min(self, dim, keepdim, other, is_max: bool):
     nd = self.data.ndim
     d = wrap_dim(dim, nd)
     if nd and self.data.shape[d] == 0:
-        raise TorchIndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.", code="empty_reduction")
+        raise broken_check("max" if is_max else "min", self=self, dim=dim)
     ax = d if nd else None
     idx = np.argmax(self.data, axis=ax, keepdims=keepdim) if is_max else np.argmin(self.data, axis=ax, keepdims=keepdim)
     idx = np.asarray(idx, dtype=np.int64)

@@ -20,11 +20,10 @@ from ..errors import (
     TorchIndexError,
     TorchRuntimeError,
     TorchTypeError,
-    TorchValueError,
 )
 from ..grad_mode import check_numel
 from ..kernel import kcall
-from ..registry import F, P, Prim, declare, jvp, op, record, vjp
+from ..registry import F, P, Prim, broken_check, declare, jvp, op, record, vjp
 from ..tensor import Tensor
 from ..views import as_view
 from .common import NOT_GIVEN, NP, require_tensor, shape_arg, sum_to, wrap_dim, wrap_dims
@@ -449,8 +448,7 @@ def flatten(self, start_dim=0, end_dim=-1):
     s = wrap_dim(start_dim, nd)
     e = wrap_dim(end_dim, nd)
     if s > e:
-        raise TorchRuntimeError("flatten() has invalid args: start_dim cannot come after end_dim",
-                                code="invalid_argument")
+        raise broken_check("flatten", self=self, start_dim=start_dim, end_dim=end_dim)
     if s == e:
         return self
     shp = self.data.shape
@@ -605,9 +603,7 @@ def expand(self, *sizes):
         elif cur == 1 or cur == s:
             target.append(s)
         else:
-            raise ShapeError(f"The expanded size of the tensor ({s}) must match the existing size ({cur}) at "
-                             f"non-singleton dimension {i}.  Target sizes: [{', '.join(map(str, sizes))}].  "
-                             f"Tensor sizes: [{', '.join(map(str, shp))}]")
+            raise broken_check("expand", self=self, sizes=sizes)
     numel = 1
     for s in target:  # torch's numel: a running int64 product, refused once it overflows (a 0 after is too late)
         numel *= s
@@ -673,8 +669,7 @@ def repeat(self, *repeats):
     reps = shape_arg(repeats)
     shp = self.data.shape
     if len(reps) < len(shp):
-        raise TorchRuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions "
-                                "of tensor", code="shape_mismatch")
+        raise broken_check("repeat", self=self, repeats=reps)
     padded = (1,) * (len(reps) - len(shp)) + shp
     check_numel(tuple(a * b for a, b in zip(padded, reps)), itemsize=self.data.itemsize)
     out = np.tile(self.data.reshape(padded), reps)
@@ -717,8 +712,7 @@ def t(self):
     """Tensor.t(): transpose of a <= 2-D tensor."""
     self = require_tensor(self)
     if self.data.ndim > 2:
-        raise TorchRuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.data.ndim}D",
-                                code="shape_mismatch")
+        raise broken_check("t", self=self)
     return _as_view(record(P.TBackward0, kcall(_transpose, self.data), (self,)), self)
 
 
@@ -775,12 +769,11 @@ def permute(self, *dims):
     """torch.permute(input, dims)."""
     self = require_tensor(self)
     dims = shape_arg(dims) if dims else ()
-    nd = self.data.ndim
-    if len(dims) != nd:
-        raise TorchRuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match the "
-                                f"length of the desired ordering of dimensions i.e. input.dim() = {nd} is not equal "
-                                f"to len(dims) = {len(dims)}".replace("(sparse_coo)", ""), code="shape_mismatch")
-    w = wrap_dims(dims, nd)
+    if len(dims) != self.data.ndim:
+        raise broken_check("permute", self=self, dims=dims)
+    w = tuple(wrap_dim(d, self.data.ndim) for d in dims)
+    if len(set(w)) != len(w):
+        raise broken_check("permute", self=self, dims=dims)
     return _as_view(record(P.PermuteBackward0, np.transpose(self.data, w), (self,), {"dims": list(w)}), self)
 
 
@@ -815,10 +808,8 @@ def _tensor_list(tensors, name: str) -> list:
     if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
         raise InvalidArgumentError(f"{name}(): argument 'tensors' must be tuple of Tensors, not "
                                    f"{type(tensors).__name__}")
-    if not tensors:  # torch's checks differ: cat's is in Python (a ValueError), stack's in ATen
-        if name == "cat":
-            raise TorchValueError("torch.cat(): expected a non-empty list of Tensors", code="invalid_argument")
-        raise TorchRuntimeError(f"{name} expects a non-empty TensorList", code="invalid_argument")
+    if not tensors:  # (torch's checks differ: cat's is in Python, a ValueError, stack's in ATen)
+        raise broken_check(name, tensors=tensors)
     for i, x in enumerate(tensors):
         if not isinstance(x, Tensor):
             raise InvalidArgumentError(f"expected Tensor as element {i} in argument 0, but got {type(x).__name__}")
@@ -847,16 +838,11 @@ def cat(tensors, dim=0):
     # every tensor a legacy empty one: torch wraps no dim (any dim gives the (0,) result)
     all_legacy = ref.data.ndim == 1 and ref.data.size == 0
     d = 0 if all_legacy else wrap_dim(dim, ref.data.ndim)
-    for i, x in enumerate(ts):
+    for x in ts:
         if x.data.ndim == 1 and x.data.size == 0:
             continue  # legacy: empty 1-D tensors are skipped
-        if x.data.ndim != ref.data.ndim:
-            raise ShapeError(f"Tensors must have same number of dimensions: got {ref.data.ndim} and {x.data.ndim}")
-        for k in range(ref.data.ndim):
-            if k != d and x.data.shape[k] != ref.data.shape[k]:
-                raise ShapeError(f"Sizes of tensors must match except in dimension {d}. Expected size "
-                                 f"{ref.data.shape[k]} but got size {x.data.shape[k]} for tensor number {i} in the "
-                                 f"list.")
+        if x.data.shape[:d] != ref.data.shape[:d] or x.data.shape[d + 1:] != ref.data.shape[d + 1:]:
+            raise broken_check("cat", tensors=tensors, dim=dim)  # (another rank, or sizes but along d)
     dtype = D.result_type(*ts) if len({x.data.dtype for x in ts}) > 1 else ts[0].dtype
     out_shape = list(ref.data.shape)
     out_shape[d] = sum(x.data.shape[d] for x in ts if not (x.data.ndim == 1 and x.data.size == 0))
@@ -905,10 +891,9 @@ def stack(tensors, dim=0):
     """torch.stack(tensors, dim=0)."""
     ts = _tensor_list(tensors, "stack")
     shp = ts[0].data.shape
-    for i, x in enumerate(ts):
+    for x in ts:
         if x.data.shape != shp:
-            raise ShapeError(f"stack expects each tensor to be equal size, but got [{', '.join(map(str, shp))}] at "
-                             f"entry 0 and [{', '.join(map(str, x.data.shape))}] at entry {i}")
+            raise broken_check("stack", tensors=tensors)
     d = wrap_dim(dim, len(shp) + 1)
     check_numel((len(ts),) + shp, itemsize=max(x.data.itemsize for x in ts))
     arrs = [x.data for x in ts]
@@ -1487,10 +1472,8 @@ def index_select(self, dim, index):
     """torch.index_select(input, dim, index)."""
     self = require_tensor(self)
     index = require_tensor(index, "index", "index_select")
-    if index.data.dtype.kind not in "iu":
-        raise TorchRuntimeError("index_select(): Expected dtype int32/int64 for index", code="invalid_dtype")
     if index.data.dtype != np.int64 and index.data.dtype != np.int32:
-        raise TorchRuntimeError("index_select(): Expected dtype int32 or int64 for index", code="invalid_dtype")
+        raise broken_check("index_select", index=index)
     if index.data.ndim > 1:
         raise TorchIndexError("index_select(): Index is supposed to be a vector", code="invalid_index")
     d = wrap_dim(dim, self.data.ndim)
@@ -1532,7 +1515,7 @@ batching(P.IndexSelectBackward0, **shifted(dims=("dim",)))
 
 
 @op("gather",
-    checks=("dtype(index)=int64,int32 | RuntimeError: gather(): Expected dtype int32/int64 for index",),
+    checks=("index_dtype(index)=int64,int32 | RuntimeError: gather(): Expected dtype int32/int64 for index",),
     param_types={"dim": "int"}, storage="new",
     tensors=("self", "index"))
 def gather(self, dim, index, sparse_grad=False):
@@ -1540,7 +1523,7 @@ def gather(self, dim, index, sparse_grad=False):
     self = require_tensor(self)
     index = require_tensor(index, "index", "gather")
     if index.data.size and index.data.dtype != np.int64 and index.data.dtype != np.int32:  # (torch: not if empty)
-        raise TorchRuntimeError("gather(): Expected dtype int32/int64 for index", code="invalid_dtype")
+        raise broken_check("gather", index=index)
     d = wrap_dim(dim, self.data.ndim)
     if not index.data.size:  # torch: an empty result of the index's shape, whatever its rank and dtype
         return record(P.GatherBackward0, np.zeros(index.data.shape, self.data.dtype), (self,),

@@ -1,0 +1,1 @@
+../../../gradserve_server/engine/rules.py

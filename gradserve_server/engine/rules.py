@@ -1,0 +1,738 @@
+"""torch's refusals that depend on arguments' metadata only: the evaluator of the op table's ``checks``
+declarations, shared by the engine (``registry.broken_check`` raises them where an op detects a refusal) and the
+client (``gradserve.torch._checks`` raises them at the line that made the call; the client links this file, as it
+links ``printing`` and ``torch_args``, so it imports nothing). Each side binds what it knows of a tensor (``bind``):
+the client leaves a check whose facts it does not know (a shape or dtype the server has not said) to the server,
+which raises the same error; the engine knows every fact.
+
+A declaration is ``"rule(arguments)[=value][ if|unless names] | ExceptionClass: message"``; ``if a,b``: only when
+one of them is given (not None); ``unless a,b``: only when none is; an argument written as a number is that number.
+``{...}`` in the message stands for what the rule fills in. The rules (a failure fills ``{dtype}`` etc. as listed):
+
+    dtype(a)=d1,d2,...       a tensor ``a`` has one of these dtypes (``floating``: any float; ``=!d1,...``: none of
+                             them) -> {dtype} (ScalarType name), {cpp} (C++ type name), {tensor_type} (legacy)
+    index_dtype(a)=d1,...    the same when ``a`` has elements (torch checks no dtype of an empty index)
+    dtype_lastdim(a,dim)=... the same when ``dim`` is ``a``'s last dimension (softmax's kernels are named so)
+    dtype_innerdim(a,dim)=.. the same when it is another
+    class_target(input,target)  a loss's target is class indices (int64, uint8) or probabilities (a float tensor
+                             of the input's shape) -> {dtype}
+    same_dtype(a,b)          tensors ``a`` and ``b`` have one dtype -> {a}, {b} (ScalarType names)
+    same_cpp_dtype(a,b)      the same -> {a}, {b} (C++ type names: ``long int``)
+    matmul_dtype(a,b)=form   a matrix product's operands have one dtype (form ``mm``, ``linear``: {a}, {b} as C++
+                             type names; ``dot``, ``mv`` (a matrix by a vector), ``batched`` (by a stack of
+                             matrices), ``bmm`` (stacks of one size): ScalarType names), when their shapes multiply
+    min_dims(a)=n            ``a`` has at least n dimensions
+    max_dims(a)=n            ``a`` has at most n dimensions -> {dims} (its number)
+    square(a)                ``a``'s last two dimensions are equal -> {rows}, {cols}
+    given(a,b)               one of them is given
+    number_bounds_cast(a,b,...)  each Python number among b... gives a result type ``a`` can hold (clamp_) ->
+                             {result}, {cpp}
+    bool_bounds(a,min,max)=form  not a bool ``a`` clamped by bool bounds (form: ``min``/``max`` a number alone,
+                             ``both`` numbers, ``tensors``)
+    nonempty(a)              ``a`` has elements
+    nonempty_dim(a,dim)      ``a`` has elements along ``dim`` (an int) -> {dim}
+    k_in_range(a,k,dim)      0 <= k <= a.size(dim) (dim: -1 when not given)
+    conv_input(input)=n      an n-d convolution's input has n+1 (unbatched) or n+2 dimensions -> {unbatched},
+                             {batched}, {shape}
+    padding_mode(padding)    a convolution's padding, when a string, is ``same`` or ``valid`` -> {padding}
+    conv_same_weight(input,weight,padding)=n  padding ``same``: the input (as batched) has the weight's dimensions
+                                         -> {dims}, {weight}, {got}, {input}
+    conv_same_broadcast(weight,a,padding)  padding ``same``: ``a`` (stride, dilation) is an int, or one or
+                                         weight.dim() - 2 ints -> {dims}
+    conv_same_strided(stride,padding)    padding ``same``: every stride is 1
+    conv_stride(weight,stride,padding)=n an n-d convolution's stride (an int, or n ints) fits the weight's
+                                         dimensions -> {k} (the weight's spatial dimensions), {stride} (as n ints)
+    conv_weight(input,weight,padding)=n  the input (as batched) has the weight's dimensions -> {dims}, {weight},
+                                         {got}, {input}
+    conv_kernel(input,weight,padding,dilation,stride)=n  the (padded) input is no smaller than the (dilated) kernel ->
+                                         {input}, {kernel} (the sizes joined by `` x ``)
+    nonempty_list(tensors)   a list of tensors is not empty
+    list_dim(tensors,dim)    ``dim`` indexes the first tensor of the list (one with elements, as torch.cat skips
+                             1-d empty ones) -> {low}, {high}, {dim}
+    cat_ranks(tensors)       the first tensor that does not fit the first does not have its dimensions -> {a}, {b}
+    cat_sizes(tensors,dim)   ... nor its sizes but along ``dim`` -> {dim}, {want}, {got}, {i} (the tensor's number)
+    stack_shapes(tensors)    the tensors have one shape -> {first}, {other}, {i}
+    expand_size(a,size)      ``a`` expands to ``size`` (a -1 keeps a size) -> {want}, {have}, {dim}, {target},
+                             {shape}
+    permute_rank(a,dims)     ``dims`` has ``a``'s dimensions -> {rank}, {n}
+    permute_unique(a,dims)   ``dims`` has each dimension once
+    reduce_dims_unique(a,dim)   a reduction's dims (a list) name each dimension once -> {dim}
+    unflatten_sizes(a,dim,sizes)  ``sizes`` (one -1 at most) multiply up to ``a``'s size along ``dim`` -> {sizes},
+                             {dim}, {size}
+    dim_order(a,start,end)   dimension ``start`` of ``a`` does not come after ``end`` (as wrapped)
+    broadcasts(a,b)          the shapes of ``a`` and ``b`` broadcast, in that order -> {a}, {b}, {dim}
+    dims(a)=n                ``a`` has n dimensions
+    repeats_cover(a,repeats) ``repeats`` has at least ``a``'s dimensions
+    linear_shapes(input,weight)  the input's last size is the weight's (2-d) second -> {rows}, {k}, {wk}, {out}
+    bmm_shapes(a,b)          3-d ``b`` is [a.size(0), a.size(2), ...] -> {batch}, {k}, {got}
+    batch_sizes(input,target)    a target has the (batched) input's batch size -> {a}, {b}
+    multi_target(input,target)[=probabilities]  a target for a 2-d input has one dimension (``probabilities``: or
+                             the input's shape, which cross_entropy reads as class probabilities)
+    same_size(input,target)  ``target`` has ``input``'s shape -> {a}, {b}
+    conv_groups(weight,groups,...)       the weight's out channels (at least groups) divide by groups -> {groups},
+                                         {weight}
+    conv_channels(input,weight,groups,...)  the input has weight.size(1) * groups channels -> {groups}, {weight},
+                                         {input} (as batched), {expected}, {got}
+    conv_bias(weight,bias,...)  a bias is 1-d with weight.size(0) elements -> {weight}, {out}, {bias}
+                             (``...``: ``stride,padding,dilation``, which torch checks first: a non-positive
+                             stride or dilation, a negative padding leave the call to the op's own checks)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+#: per dtype: its kind ("b", "u", "i", "f") and torch's ScalarType name (``Long``)
+FACTS = {"bool": ("b", "Bool"), "uint8": ("u", "Byte"), "int8": ("i", "Char"), "int16": ("i", "Short"),
+         "int32": ("i", "Int"), "int64": ("i", "Long"), "float32": ("f", "Float"), "float64": ("f", "Double"),
+         "float16": ("f", "Half"), "bfloat16": ("f", "BFloat16")}
+#: a check's verdict when a fact it reads is not known here
+UNKNOWN = object()
+_PARSED: dict[str, tuple] = {}
+
+
+def parse(declaration: str) -> tuple[str, tuple[str, ...], str, str, tuple[str, ...], str, str]:
+    """(rule, arguments, value, ``if``/``unless``/"", its names, exception class, message)."""
+    got = _PARSED.get(declaration)
+    if got is None:
+        head, _, tail = declaration.partition(" | ")
+        kind, _, message = tail.partition(": ")
+        head, when, names = _split_when(head.strip())
+        call, _, value = head.partition("=")
+        rule, _, rest = call.partition("(")
+        arguments = tuple(a.strip() for a in rest.rstrip(")").split(",") if a.strip())
+        got = _PARSED[declaration] = (rule.strip(), arguments, value.strip(), when, names, kind.strip(), message)
+    return got
+
+
+def _split_when(head: str) -> tuple[str, str, tuple[str, ...]]:
+    for word in (" if ", " unless "):
+        before, sep, names = head.partition(word)
+        if sep:
+            return before, word.strip(), tuple(n.strip() for n in names.split(","))
+    return head, "", ()
+
+
+def failure(declaration: str, value) -> tuple[str, str] | None:
+    """(exception class, message) when the call breaks the declared rule, else None (kept, or not known here).
+    ``value(name)``: the call's argument ``name`` (None when not given)."""
+    rule, arguments, setting, when, names, kind, message = parse(declaration)
+    if when:
+        given = any(value(n) is not None for n in names)
+        if given != (when == "if"):
+            return None
+    given = [int(a) if a.lstrip("-").isdigit() else value(a) for a in arguments]  # (a number: itself)
+    filled = RULES[rule](*given, setting) if rule in RULES else UNKNOWN
+    if filled is None or filled is UNKNOWN:
+        return None
+    return kind, message.format_map(filled)
+
+
+def first_failure(declarations, value) -> tuple[str, str] | None:
+    for declaration in declarations:
+        got = failure(declaration, value)
+        if got is not None:
+            return got
+    return None
+
+
+# ----- the rules: None (kept), UNKNOWN, or the message's fields (broken) -----------------------------------------
+def _no_facts(t):
+    return None, None
+
+
+def _unbound(*args):
+    raise RuntimeError("rules.bind was not called")
+
+
+#: (dtype name or None, shape tuple or None) of an argument ((None, None): not a tensor, or not known): bound
+_tensor_facts: Callable = _no_facts
+#: (tensor dtype, Python number) -> torch.result_type of the two; (result, target) -> whether target holds result
+_number_result: Callable = _unbound
+_can_hold: Callable = _unbound
+
+
+def bind(tensor_facts: Callable, number_result: Callable, can_hold: Callable) -> None:
+    """Give the rules what this side knows: ``tensor_facts(value)`` -> (dtype name or None, shape tuple or None);
+    ``number_result(dtype, number)`` -> the result type of a tensor of ``dtype`` with a Python number;
+    ``can_hold(result, target)`` -> whether an in-place target of dtype ``target`` holds a ``result``."""
+    global _tensor_facts, _number_result, _can_hold
+    _tensor_facts, _number_result, _can_hold = tensor_facts, number_result, can_hold
+
+
+def _dtype(t, allowed: str):
+    dtype, _ = _tensor_facts(t)
+    if dtype is None:
+        return UNKNOWN
+    refused = allowed.startswith("!")
+    listed = set(allowed.lstrip("!").split(","))
+    inside = dtype in listed or "floating" in listed and FACTS[dtype][0] == "f"
+    return None if inside != refused else {"dtype": FACTS[dtype][1], "cpp": CPP_NAMES[dtype],
+                                           "tensor_type": TENSOR_TYPES[dtype]}
+
+
+def _index_dtype(t, allowed: str):
+    _, shape = _tensor_facts(t)
+    if shape is None:
+        return UNKNOWN
+    return _dtype(t, allowed) if _numel(shape) else None
+
+
+def _is_last_dim(t, dim) -> bool | None:
+    """Is ``dim`` ``t``'s last dimension (a 0-d tensor's only one)? None: not known, or not a valid dim."""
+    _, shape = _tensor_facts(t)
+    if shape is None or not isinstance(dim, int) or isinstance(dim, bool):
+        return None
+    rank = max(len(shape), 1)
+    return dim % rank == rank - 1 if -rank <= dim < rank else None
+
+
+def _dtype_lastdim(t, dim, allowed: str):
+    return _dtype(t, allowed) if _is_last_dim(t, dim) is True else None
+
+
+def _dtype_innerdim(t, dim, allowed: str):
+    return _dtype(t, allowed) if _is_last_dim(t, dim) is False else None
+
+
+def _class_target(inp, target, _):
+    """A loss's target: class indices (int64 or uint8), or probabilities (a float target of the input's shape)."""
+    (_, x), (dtype, y) = _tensor_facts(inp), _tensor_facts(target)
+    if dtype is None:
+        return UNKNOWN
+    if dtype in ("int64", "uint8"):
+        return None
+    if FACTS[dtype][0] == "f":
+        if x is None or y is None:
+            return UNKNOWN
+        if x == y:
+            return None
+    return {"dtype": FACTS[dtype][1]}
+
+
+def _same_cpp_dtype(a, b, _):
+    (da, _), (db, _) = _tensor_facts(a), _tensor_facts(b)
+    if da is None or db is None:
+        return UNKNOWN
+    return None if da == db else {"a": CPP_NAMES[da], "b": CPP_NAMES[db]}
+
+
+def _same_dtype(a, b, _):
+    (da, _), (db, _) = _tensor_facts(a), _tensor_facts(b)
+    if da is None or db is None:
+        return UNKNOWN
+    return None if da == db else {"a": FACTS[da][1], "b": FACTS[db][1]}
+
+
+#: the C++ type names torch's matrix-product messages use (``expected m1 and m2 to have the same dtype, but got:
+#: float != double``)
+CPP_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "int32": "int", "int16": "short int",
+             "int8": "signed char", "uint8": "unsigned char", "bool": "bool", "float16": "c10::Half",
+             "bfloat16": "c10::BFloat16"}
+
+
+#: the legacy tensor type names some of torch's argument checks print (embedding's indices)
+TENSOR_TYPES = {"float32": "torch.FloatTensor", "float64": "torch.DoubleTensor", "float16": "torch.HalfTensor",
+                "bfloat16": "CPUBFloat16Type", "uint8": "torch.ByteTensor", "int8": "torch.CharTensor",
+                "int16": "torch.ShortTensor", "int32": "torch.IntTensor", "int64": "torch.LongTensor",
+                "bool": "CPUBoolType"}
+
+
+def _matmul_dtype(a, b, form: str):
+    """Operands of a matrix product of different dtypes, where torch's message is known: ``mm`` (the second is a
+    matrix: mm, matmul of 1-3+ by 2 dimensions), ``linear`` (the same, the second transposed: linear's weight),
+    ``dot`` (two vectors), ``mv`` (2+ by 1 dimensions: mv, matmul), ``batched`` (any by 3+ dimensions, batches
+    broadcast: matmul), ``bmm`` (batches of one size). Shapes that do not multiply are left to the shape check,
+    which torch makes first."""
+    (da, x), (db, y) = _tensor_facts(a), _tensor_facts(b)
+    if da is None or db is None or x is None or y is None or da == db or not x:
+        return UNKNOWN
+    names = {"a": FACTS[da][1], "b": FACTS[db][1]}
+    if form == "dot":
+        return names if len(x) == 1 and len(y) == 1 else UNKNOWN  # (before the sizes)
+    if form == "mv":
+        return names if len(x) >= 2 and len(y) == 1 and x[-1] == y[0] else UNKNOWN
+    if form in ("batched", "bmm"):  # (bmm: one batch size, not broadcast)
+        batches = x[:-2] == y[:-2] if form == "bmm" else _broadcasts(x[:-2], y[:-2])
+        return names if len(y) >= 3 and x[-1] == y[-2] and batches else UNKNOWN
+    if form == "linear" and len(y) == 2:
+        y = (y[1], y[0])
+    if len(y) != 2 or x[-1] != y[0]:
+        return UNKNOWN
+    return {"a": CPP_NAMES[da], "b": CPP_NAMES[db]}
+
+
+def _broadcasts(x: tuple, y: tuple) -> bool:
+    return all(m == n or m == 1 or n == 1 for m, n in zip(reversed(x), reversed(y)))
+
+
+def _number_bounds_cast(t, *bounds_and_setting):
+    """clamp_'s Scalar overload: each number bound's result type with the target fits the target -> {result}
+    (ScalarType name), {cpp} (the target's C++ type name)."""
+    dtype, _ = _tensor_facts(t)
+    if dtype is None:
+        return UNKNOWN
+    for bound in bounds_and_setting[:-1]:
+        if isinstance(bound, (bool, int, float)):
+            result = _number_result(dtype, bound)
+            if not _can_hold(result, dtype):
+                return {"result": FACTS[result][1], "cpp": CPP_NAMES[dtype]}
+    return None
+
+
+def _bool_bounds(t, low, high, form: str):
+    """clamp of a bool tensor by bool bounds, which torch's kernels refuse: ``min``, ``max`` (that number bound
+    alone), ``both`` (two numbers), ``tensors`` (two bool tensors)."""
+    dtype, _ = _tensor_facts(t)
+    if dtype != "bool":
+        return UNKNOWN if dtype is None else None
+    number = {name: isinstance(v, bool) for name, v in (("min", low), ("max", high))}
+    if form in ("min", "max"):
+        other = high if form == "min" else low
+        return {} if number[form] and other is None else None
+    if form == "both":
+        return {} if number["min"] and number["max"] else None
+    dtypes = (_tensor_facts(low)[0], _tensor_facts(high)[0])
+    return {} if dtypes == ("bool", "bool") else None
+
+
+def _min_dims(t, n: str):
+    _, shape = _tensor_facts(t)
+    if shape is None:
+        return UNKNOWN
+    return None if len(shape) >= int(n) else {}
+
+
+def _max_dims(t, n: str):
+    _, shape = _tensor_facts(t)
+    if shape is None:
+        return UNKNOWN
+    return None if len(shape) <= int(n) else {"dims": len(shape)}
+
+
+def _square(t, _):
+    _, shape = _tensor_facts(t)
+    if shape is None or len(shape) < 2:
+        return UNKNOWN
+    return None if shape[-1] == shape[-2] else {"rows": shape[-2], "cols": shape[-1]}
+
+
+def _given(*values):
+    return None if any(v is not None for v in values[:-1]) else {}
+
+
+def _numel(shape: tuple) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _nonempty(t, _):
+    _, shape = _tensor_facts(t)
+    if shape is None:
+        return UNKNOWN
+    return None if _numel(shape) else {}
+
+
+def _dim_size(shape: tuple, dim):
+    """``shape``'s size along ``dim`` (a 0-d tensor has one element along 0 and -1), or None when out of range."""
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        return None
+    sizes = shape or (1,)
+    return sizes[dim] if -len(sizes) <= dim < len(sizes) else None
+
+
+def _nonempty_dim(t, dim, _):
+    _, shape = _tensor_facts(t)
+    if shape is None or dim is None:
+        return UNKNOWN
+    size = _dim_size(shape, dim)
+    if size is None:
+        return UNKNOWN  # (the dimension check's IndexError comes first)
+    return None if size else {"dim": dim % max(len(shape), 1)}
+
+
+def _k_in_range(t, k, dim, _):
+    _, shape = _tensor_facts(t)
+    if shape is None or not isinstance(k, int) or isinstance(k, bool):
+        return UNKNOWN
+    size = _dim_size(shape, -1 if dim is None else dim)
+    if size is None:
+        return UNKNOWN
+    return None if 0 <= k <= size else {}
+
+
+def _conv_input(t, n: str):
+    _, shape = _tensor_facts(t)
+    if shape is None:
+        return UNKNOWN
+    n = int(n)
+    return None if len(shape) in (n + 1, n + 2) else {"unbatched": n + 1, "batched": n + 2, "shape": list(shape)}
+
+
+def _conv_shapes(inp, weight):
+    """(input's shape as batched, weight's shape) when both are known and fit an n-d convolution, else None."""
+    (_, x), (_, w) = _tensor_facts(inp), _tensor_facts(weight)
+    if x is None or w is None or len(w) < 3 or len(x) not in (len(w) - 1, len(w)):
+        return None
+    return (x if len(x) == len(w) else (1, *x)), w
+
+
+def _ints(value, n: int) -> list | None:
+    """A convolution's int-or-ints argument as a list (an int: n of it); None when it is neither."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value] * n
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return list(value)
+    return None
+
+
+def _padding_mode(padding, _):
+    return {"padding": padding} if isinstance(padding, str) and padding not in ("same", "valid") else None
+
+
+def _conv_same_weight(inp, weight, padding, n: str):
+    if padding != "same":
+        return None
+    (_, x), (_, w) = _tensor_facts(inp), _tensor_facts(weight)
+    if x is None or w is None:
+        return UNKNOWN
+    b = _batched(x, int(n))
+    return None if len(b) == len(w) else {"dims": len(w), "weight": list(w), "got": len(b), "input": list(b)}
+
+
+def _conv_same_broadcast(weight, value, padding, _):
+    if padding != "same":
+        return None
+    _, w = _tensor_facts(weight)
+    given = _ints(1 if value is None else value, 1)
+    if w is None or given is None:
+        return UNKNOWN
+    return None if len(given) in (1, len(w) - 2) else {"dims": len(w) - 2}
+
+
+def _conv_same_strided(stride, padding, _):
+    if padding != "same":
+        return None
+    given = _ints(1 if stride is None else stride, 1)
+    if given is None:
+        return UNKNOWN
+    return None if all(s == 1 for s in given) else {}
+
+
+def _conv_stride(weight, stride, padding, n: str):
+    _, w = _tensor_facts(weight)
+    given = _ints(1 if stride is None else stride, int(n))
+    if w is None or len(w) < 3 or given is None or padding not in ("same", "valid") and isinstance(padding, str):
+        return UNKNOWN  # (a padding mode's string is checked before)
+    k = len(w) - 2
+    return None if len(given) in (1, k) else {"k": k, "stride": given}
+
+
+def _batched(x: tuple, n: int) -> tuple:
+    return (1, *x) if len(x) == n + 1 else x
+
+
+def _conv_weight(inp, weight, padding, n: str):
+    (_, x), (_, w) = _tensor_facts(inp), _tensor_facts(weight)
+    if x is None or w is None or len(w) < 3 or padding not in ("same", "valid") and isinstance(padding, str):
+        return UNKNOWN
+    b = _batched(x, int(n))
+    return None if len(b) == len(w) else {"dims": len(w), "weight": list(w), "got": len(b), "input": list(b)}
+
+
+def _conv_params(stride, padding, dilation) -> bool:
+    """A convolution's stride, padding and dilation pass torch's checks of their signs (made before the shapes')."""
+    strides, dils = _ints(1 if stride is None else stride, 1), _ints(1 if dilation is None else dilation, 1)
+    pads = [0] if padding in ("valid", "same") else _ints(0 if padding is None else padding, 1)
+    return (strides is not None and dils is not None and pads is not None and all(s > 0 for s in strides)
+            and all(d > 0 for d in dils) and all(p >= 0 for p in pads))
+
+
+def _conv_kernel(inp, weight, padding, dilation, stride, n: str):
+    if not _conv_params(stride, padding, dilation):
+        return UNKNOWN
+    (_, x), (_, w) = _tensor_facts(inp), _tensor_facts(weight)
+    n = int(n)
+    pads = [0] * n if padding == "valid" else _ints(0 if padding is None else padding, n)
+    dils = _ints(1 if dilation is None else dilation, n)
+    if x is None or w is None or pads is None or dils is None or len(w) != n + 2:
+        return UNKNOWN  # (padding="same" pads the input to fit)
+    b = _batched(x, n)
+    if len(b) != n + 2 or len(pads) not in (1, n) or len(dils) not in (1, n):
+        return UNKNOWN
+    pads, dils = pads * (n // len(pads)), dils * (n // len(dils))
+    padded = [b[2 + i] + 2 * pads[i] for i in range(n)]
+    kernel = [dils[i] * (w[2 + i] - 1) + 1 for i in range(n)]
+    if all(p >= k for p, k in zip(padded, kernel)):
+        return None
+    return {"input": " x ".join(map(str, padded)), "kernel": " x ".join(map(str, kernel))}
+
+
+def _groups(groups) -> int | None:
+    if groups is None:
+        return 1
+    return groups if isinstance(groups, int) and not isinstance(groups, bool) and groups > 0 else None
+
+
+def _conv_groups(weight, groups, stride, padding, dilation, _):
+    _, w = _tensor_facts(weight)
+    g = _groups(groups)
+    if w is None or g is None or len(w) < 3 or w[0] < g or not _conv_params(stride, padding, dilation):
+        return UNKNOWN  # (fewer out channels than groups: the op's own check, first)
+    return None if w[0] % g == 0 else {"groups": g, "weight": list(w)}
+
+
+def _conv_channels(inp, weight, groups, stride, padding, dilation, _):
+    shapes, g = _conv_shapes(inp, weight), _groups(groups)
+    if shapes is None or g is None or shapes[1][0] < g or not _conv_params(stride, padding, dilation):
+        return UNKNOWN
+    x, w = shapes
+    expected = w[1] * g
+    return None if x[1] == expected else {"groups": g, "weight": list(w), "input": list(x), "expected": expected,
+                                          "got": x[1]}
+
+
+def _conv_bias(weight, bias, stride, padding, dilation, _):
+    (_, w), (_, b) = _tensor_facts(weight), _tensor_facts(bias)
+    if w is None or b is None or not w or not _conv_params(stride, padding, dilation):
+        return UNKNOWN
+    return None if b == (w[0],) else {"weight": list(w), "out": w[0], "bias": list(b)}
+
+
+def _shapes(tensors) -> list | None:
+    """The shapes of a list of tensors, when every one is known."""
+    if not isinstance(tensors, (list, tuple)):
+        return None
+    shapes = [_tensor_facts(t)[1] for t in tensors]
+    return None if any(sh is None for sh in shapes) else shapes
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _nonempty_list(tensors, _):
+    if not isinstance(tensors, (list, tuple)):
+        return UNKNOWN
+    return None if tensors else {}
+
+
+def _cat_first(shapes: list):
+    """The first shape torch.cat reads (a 1-d empty tensor is skipped), or None; None too when a tensor is 0-d
+    (torch refuses it first, a check of the op's own)."""
+    if any(sh == () for sh in shapes):
+        return None
+    return next((sh for sh in shapes if sh != (0,)), None)
+
+
+def _list_dim(tensors, dim, _):
+    shapes = _shapes(tensors)
+    first = _cat_first(shapes) if shapes else None
+    dim = 0 if dim is None else dim
+    if first is None or not _int(dim):
+        return UNKNOWN
+    rank = max(len(first), 1)
+    return None if -rank <= dim < rank else {"low": -rank, "high": rank - 1, "dim": dim}
+
+
+def _cat_scan(tensors, dim):
+    """(kind, fields) of the first tensor torch.cat refuses (``rank`` or ``size``), None, or UNKNOWN."""
+    shapes = _shapes(tensors)
+    first = _cat_first(shapes) if shapes else None
+    dim = 0 if dim is None else dim
+    if first is None or not _int(dim) or not -len(first) <= dim < max(len(first), 1):
+        return UNKNOWN
+    d = dim % len(first)
+    for i, sh in enumerate(shapes):
+        if sh == (0,):
+            continue
+        if len(sh) != len(first):
+            return "rank", {"a": len(first), "b": len(sh)}
+        for j, (m, n) in enumerate(zip(first, sh)):
+            if j != d and m != n:
+                return "size", {"dim": d, "want": m, "got": n, "i": i}
+    return None
+
+
+def _cat_ranks(tensors, _):
+    got = _cat_scan(tensors, 0) if _shapes(tensors) and _cat_first(_shapes(tensors)) else UNKNOWN
+    if got is UNKNOWN or got is None:
+        return got
+    return got[1] if got[0] == "rank" else None
+
+
+def _cat_sizes(tensors, dim, _):
+    got = _cat_scan(tensors, dim)
+    if got is UNKNOWN or got is None:
+        return got
+    return got[1] if got[0] == "size" else None
+
+
+def _stack_shapes(tensors, _):
+    shapes = _shapes(tensors)
+    if not shapes:
+        return UNKNOWN
+    i = next((i for i, sh in enumerate(shapes) if sh != shapes[0]), None)
+    return None if i is None else {"first": list(shapes[0]), "other": list(shapes[i]), "i": i}
+
+
+def _expand_size(t, size, _):
+    _, shape = _tensor_facts(t)
+    if shape is None or not isinstance(size, (list, tuple)) or not all(_int(d) for d in size) or \
+            len(size) < len(shape):
+        return UNKNOWN
+    for i in range(len(size) - 1, -1, -1):
+        j = i - (len(size) - len(shape))
+        have = shape[j] if j >= 0 else None
+        want = size[i]
+        if have is not None and want != -1 and have != want and have != 1:
+            return {"want": want, "have": have, "dim": i, "target": list(size), "shape": list(shape)}
+    return None
+
+
+def _dims_list(dims):
+    if _int(dims):
+        return [dims]
+    return list(dims) if isinstance(dims, (list, tuple)) and all(_int(d) for d in dims) else None
+
+
+def _permute_rank(t, dims, _):
+    _, shape = _tensor_facts(t)
+    dims = _dims_list(dims)
+    if shape is None or dims is None:
+        return UNKNOWN
+    return None if len(dims) == len(shape) else {"rank": len(shape), "n": len(dims)}
+
+
+def _permute_unique(t, dims, _):
+    _, shape = _tensor_facts(t)
+    dims = _dims_list(dims)
+    if shape is None or dims is None or not all(-max(len(shape), 1) <= d < max(len(shape), 1) for d in dims):
+        return UNKNOWN
+    wrapped = [d % max(len(shape), 1) for d in dims]
+    return None if len(set(wrapped)) == len(wrapped) else {}
+
+
+def _reduce_dims_unique(t, dim, _):
+    _, shape = _tensor_facts(t)
+    if shape is None or not isinstance(dim, (list, tuple)) or not all(_int(d) for d in dim):
+        return UNKNOWN
+    rank = max(len(shape), 1)
+    if not all(-rank <= d < rank for d in dim):
+        return UNKNOWN
+    seen = set()
+    for d in dim:
+        if d % rank in seen:
+            return {"dim": d % rank}
+        seen.add(d % rank)
+    return None
+
+
+def _unflatten_sizes(t, dim, sizes, _):
+    _, shape = _tensor_facts(t)
+    if shape is None or not _int(dim) or not isinstance(sizes, (list, tuple)) or not all(_int(d) for d in sizes) \
+            or not sizes or list(sizes).count(-1) > 1:
+        return UNKNOWN
+    size = _dim_size(shape, dim)  # (a 0-d tensor: one element along dim 0 or -1)
+    if size is None:
+        return UNKNOWN
+    known = _numel(tuple(d for d in sizes if d != -1))
+    fits = (known != 0 and size % known == 0) if -1 in sizes else known == size
+    return None if fits else {"sizes": list(sizes), "dim": dim % max(len(shape), 1), "size": size}
+
+
+def _broadcasts_rule(a, b, _):
+    (_, x), (_, y) = _tensor_facts(a), _tensor_facts(b)
+    if x is None or y is None:
+        return UNKNOWN
+    n = max(len(x), len(y))
+    for off in range(n):
+        m = x[len(x) - 1 - off] if off < len(x) else 1
+        k = y[len(y) - 1 - off] if off < len(y) else 1
+        if m != k and m != 1 and k != 1:
+            return {"a": m, "b": k, "dim": n - 1 - off}
+    return None
+
+
+def _dim_order(t, start, end, _):
+    _, shape = _tensor_facts(t)
+    start, end = 0 if start is None else start, -1 if end is None else end
+    rank = max(len(shape), 1) if shape is not None else 0
+    if shape is None or not _int(start) or not _int(end) or not (-rank <= start < rank and -rank <= end < rank):
+        return UNKNOWN
+    return None if start % rank <= end % rank else {}
+
+
+def _dims(t, n: str):
+    _, shape = _tensor_facts(t)
+    if shape is None:
+        return UNKNOWN
+    return None if len(shape) == int(n) else {}
+
+
+def _repeats_cover(t, repeats, _):
+    _, shape = _tensor_facts(t)
+    given = _dims_list(repeats)
+    if shape is None or given is None:
+        return UNKNOWN
+    return None if len(given) >= len(shape) else {}
+
+
+def _linear_shapes(inp, weight, _):
+    (_, x), (_, w) = _tensor_facts(inp), _tensor_facts(weight)
+    if x is None or w is None or len(x) < 2 or len(w) != 2:
+        return UNKNOWN
+    return None if x[-1] == w[1] else {"rows": _numel(x[:-1]), "k": x[-1], "wk": w[1], "out": w[0]}
+
+
+def _bmm_shapes(a, b, _):
+    (_, x), (_, y) = _tensor_facts(a), _tensor_facts(b)
+    if x is None or y is None or len(x) != 3 or len(y) != 3:
+        return UNKNOWN
+    return None if (y[0], y[1]) == (x[0], x[2]) else {"batch": x[0], "k": x[2], "got": [y[0], y[1]]}
+
+
+def _batch_sizes(inp, target, _):
+    (_, x), (dt, y) = _tensor_facts(inp), _tensor_facts(target)
+    if x is None or y is None or dt is None:
+        return UNKNOWN
+    if len(x) < 2 or not y:
+        return None
+    return None if x[0] == y[0] else {"a": x[0], "b": y[0]}
+
+
+def _multi_target(inp, target, setting):
+    (_, x), (dt, y) = _tensor_facts(inp), _tensor_facts(target)
+    if x is None or y is None or dt is None:
+        return UNKNOWN
+    probabilities = setting == "probabilities" and x == y  # (cross_entropy: a target of the input's shape)
+    return {} if len(x) == 2 and len(y) >= 2 and not probabilities else None
+
+
+def _same_size(inp, target, _):
+    (_, x), (_, y) = _tensor_facts(inp), _tensor_facts(target)
+    if x is None or y is None:
+        return UNKNOWN
+    return None if x == y else {"a": list(x), "b": list(y)}
+
+
+RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_lastdim,
+         "dtype_innerdim": _dtype_innerdim,
+         "class_target": _class_target, "matmul_dtype": _matmul_dtype, "number_bounds_cast": _number_bounds_cast,
+         "bool_bounds": _bool_bounds, "same_dtype": _same_dtype, "same_cpp_dtype": _same_cpp_dtype,
+         "min_dims": _min_dims, "max_dims": _max_dims, "square": _square,
+         "given": _given,
+         "nonempty": _nonempty, "nonempty_dim": _nonempty_dim, "k_in_range": _k_in_range,
+         "conv_input": _conv_input, "padding_mode": _padding_mode, "conv_same_weight": _conv_same_weight,
+         "conv_same_broadcast": _conv_same_broadcast, "conv_same_strided": _conv_same_strided,
+         "conv_stride": _conv_stride, "conv_weight": _conv_weight,
+         "conv_kernel": _conv_kernel, "conv_groups": _conv_groups, "conv_channels": _conv_channels,
+         "conv_bias": _conv_bias, "nonempty_list": _nonempty_list, "list_dim": _list_dim, "cat_ranks": _cat_ranks,
+         "cat_sizes": _cat_sizes, "stack_shapes": _stack_shapes, "expand_size": _expand_size,
+         "permute_rank": _permute_rank, "permute_unique": _permute_unique,
+         "reduce_dims_unique": _reduce_dims_unique, "unflatten_sizes": _unflatten_sizes,
+         "broadcasts": _broadcasts_rule, "dims": _dims, "repeats_cover": _repeats_cover,
+         "linear_shapes": _linear_shapes, "bmm_shapes": _bmm_shapes, "batch_sizes": _batch_sizes,
+         "same_size": _same_size, "dim_order": _dim_order, "multi_target": _multi_target}
