@@ -2123,11 +2123,11 @@ def isfinite(self):
 @op("trunc", promotion=(
     "same | "
     'bool: NotImplementedError: "trunc_vml_cpu" not implemented for \'Bool\''),
-    tensors=("self",), aliases=("fix",))
+    tensors=("self",), aliases=("fix",), plannable=True)
 def trunc(self):
     """torch.trunc(input) (torch.fix); zero gradient; an integral tensor is its own truncation."""
     self = _not_bool(self, "trunc_vml_cpu")
-    return record(P.TruncBackward0, np.trunc(self.data) if D.is_floating(self.dtype) else self.data.copy(), (self,))
+    return record(P.TruncBackward0, kcall(np.trunc if D.is_floating(self.dtype) else np.copy, self.data), (self,))
 
 
 @vjp("TruncBackward0", inputs=("self",), jvp=zero_jvp)
@@ -2135,18 +2135,21 @@ def _(ctx, grad):
     return zeros_like(grad),
 
 
+def _np_frac(x):
+    return x - np.trunc(x)
+
+
 @op("frac", promotion=(
     "same | "
     'integral: NotImplementedError: "frac_cpu" not implemented for \'{dtype}\''),
-    tensors=("self",))
+    tensors=("self",), plannable=True)
 def frac(self):
     """torch.frac(input) = input - trunc(input); its gradient is the incoming one."""
     self = require_tensor(self)
     if not D.is_floating(self.dtype):
         raise TorchRuntimeError(f"\"frac_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[self.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
-    x = self.data
-    return record(P.FracBackward0, kcall(np.subtract, x, np.trunc(x)), (self,))
+    return record(P.FracBackward0, kcall(_np_frac, self.data), (self,))
 
 
 @vjp("FracBackward0", inputs=("self",), jvp=elementwise_jvp)
@@ -2154,7 +2157,7 @@ def _(ctx, grad):
     return grad,
 
 
-@op("exp2", promotion="float", exports=("torch.special.exp2",), tensors=("self",))
+@op("exp2", promotion="float", exports=("torch.special.exp2",), tensors=("self",), plannable=True)
 def exp2(self):
     """torch.exp2(input) = 2 ** input; saves its result."""
     return _unary(P.Exp2Backward0, np.exp2, self, "result")
@@ -2167,7 +2170,11 @@ def _(ctx, grad):
 
 def _floating(self: Tensor) -> Tensor:
     """``self``, or an integral or bool tensor's values in the default float dtype (a tensor without history)."""
-    return self if D.is_floating(self.dtype) else Tensor(self.data.astype(_F32))
+    return self if D.is_floating(self.dtype) else Tensor(kcall(_to_f32, self.data))
+
+
+def _to_f32(x):
+    return x.astype(_F32)
 
 
 #: torch's constants for deg2rad and rad2deg (M_PI_180, M_180_PI)
@@ -2175,7 +2182,7 @@ _PI_180 = math.pi / 180
 _180_PI = 180 / math.pi
 
 
-@op("deg2rad", promotion="float", tensors=("self",))
+@op("deg2rad", promotion="float", tensors=("self",), plannable=True)
 def deg2rad(self):
     """torch.deg2rad(input) = input * (pi / 180), multiplied as torch's mul by a number."""
     self = require_tensor(self)
@@ -2187,7 +2194,7 @@ def _(ctx, grad):
     return mul_number(grad, _PI_180),
 
 
-@op("rad2deg", promotion="float", tensors=("self",))
+@op("rad2deg", promotion="float", tensors=("self",), plannable=True)
 def rad2deg(self):
     """torch.rad2deg(input) = input * (180 / pi), multiplied as torch's mul by a number."""
     self = require_tensor(self)
@@ -2199,11 +2206,18 @@ def _(ctx, grad):
     return mul_number(grad, _180_PI),
 
 
-@op("sgn", promotion="same", tensors=("self",))
+def _np_sgn(x):
+    if x.dtype == np.bool_:
+        return x.copy()
+    out = np.sign(x)
+    return np.where(np.isnan(out), out.dtype.type(0), out) if out.dtype.kind in "fV" else out
+
+
+@op("sgn", promotion="same", tensors=("self",), plannable=True)
 def sgn(self):
     """torch.sgn(input): sign for real tensors (0 for 0 and nan), with its own zero-gradient node."""
     self = require_tensor(self)
-    return record(P.SgnBackward0, sign(Tensor(self.data)).data, (self,))
+    return record(P.SgnBackward0, kcall(_np_sgn, self.data), (self,))
 
 
 @vjp("SgnBackward0", inputs=("self",), jvp=zero_jvp)
@@ -2218,7 +2232,7 @@ def _np_sinc(x):
     return np.where(x == 0, x.dtype.type(1), out)
 
 
-@op("sinc", promotion="float", exports=("torch.special.sinc",), tensors=("self",))
+@op("sinc", promotion="float", exports=("torch.special.sinc",), tensors=("self",), plannable=True)
 def sinc(self):
     """torch.sinc(input) = sin(pi x) / (pi x), 1 at 0; saves its input."""
     return _unary(P.SincBackward0, _np_sinc, self, "self")
@@ -2248,7 +2262,7 @@ def _np_logit_eps(x, eps):
     return _np_logit(np.clip(x, x.dtype.type(eps), x.dtype.type(1 - eps)))
 
 
-@op("logit", promotion="float", exports=("torch.special.logit",), tensors=("self",))
+@op("logit", promotion="float", exports=("torch.special.logit",), tensors=("self",), plannable=True)
 def logit(self, eps=None):
     """torch.logit(input, eps=None) = log(x / (1 - x)), x clamped to [eps, 1 - eps] when eps is given."""
     self = require_tensor(self)
