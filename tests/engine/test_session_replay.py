@@ -132,7 +132,7 @@ def twin(setup):
 
 def test_an_sgd_momentum_training_loop_replays_from_its_second_iteration_bit_for_bit():
     rng = np.random.default_rng(0)
-    cache = PlanCache()
+    cache = PlanCache(segments=False)  # (the whole-list counts; segments: test_plan_segments.py)
     a, b = twin(_mlp_setup(rng))
     for i in range(6):
         ops = sgd_momentum_epoch(i == 0)
@@ -176,7 +176,7 @@ def client_epoch(i: int):
 
 def test_a_client_loop_under_new_names_each_iteration_replays_bit_for_bit():
     rng = np.random.default_rng(1)
-    cache = PlanCache()
+    cache = PlanCache(segments=False)  # (the whole-list counts; segments: test_plan_segments.py)
     a, b = twin(_mlp_setup(rng))
     for i in range(7):
         ops, returns = client_epoch(i)
