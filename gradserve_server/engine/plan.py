@@ -693,27 +693,16 @@ def _dumps(obj, default=None, nulls: int = 0) -> bytes:
     than a str (a TypeError then) written again with it. Copied to its exact size: it becomes a cache key, and
     orjson's own bytes object keeps the buffer it grew (16 KiB for a 300-byte text). orjson writes inf, -inf and
     every NaN as ``null``, as it writes None: a text with more ``null``s than ``nulls`` (the Nones the caller put
-    in for the input ops' data) is followed by a NUL byte and ``tape.null_bits`` (each null's value, a float by
-    its bits, as ``tape.literal_key`` keys it), so that ``x * inf`` and ``x * -inf`` have two keys."""
+    in for the input ops' data) and its ops' ``"out":null``s (two C-level counts) is followed by a NUL byte and
+    ``tape.null_bits`` (each null's value, a float by its bits, as ``tape.literal_key`` keys it), so that
+    ``x * inf`` and ``x * -inf`` have two keys."""
     try:
         text = orjson.dumps(obj, default=default, option=orjson.OPT_SERIALIZE_NUMPY)
     except TypeError:
         text = orjson.dumps(obj, default=default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-    if text.count(b"null") != nulls and not _only_none_outs(obj, text, nulls):  # (inf, -inf, NaN: null too)
+    if text.count(b"null") != nulls + text.count(b'"out":null'):  # (inf, -inf, NaN: null too)
         return bytes(memoryview(text)) + b"\0" + T.null_bits(obj)
     return bytes(memoryview(text))
-
-
-def _only_none_outs(ops, text: bytes, nulls: int) -> bool:
-    """Whether the ``null``s of an op list's text beyond ``nulls`` are its ops' ``"out": None`` (a ``backward``'s),
-    counted by C-level passes, so that such a list is keyed without ``tape.null_bits``' walk."""
-    if ops.__class__ is not list:
-        return False
-    try:
-        outs = list(map(dict.get, ops, repeat("out"), repeat(0))).count(None)
-    except TypeError:  # (an op that is not a dict)
-        return False
-    return text.count(b"null") == nulls + outs
 
 
 def _dumps_owned(ops: list, left: list, nulls: int) -> bytes | None:
@@ -736,7 +725,7 @@ def _dumps_owned(ops: list, left: list, nulls: int) -> bytes | None:
         except TypeError:
             left[0] = -1
             return None
-    if text.count(b"null") != nulls and not _only_none_outs(ops, text, nulls):  # (as ``_dumps``; an Owned: a None)
+    if text.count(b"null") != nulls + text.count(b'"out":null'):  # (as ``_dumps``; an Owned: a None)
         return text + b"\0" + T.null_bits(ops)
     return text
 
