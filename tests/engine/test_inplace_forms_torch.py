@@ -9,7 +9,6 @@ live when torch is installed; the client runs the same cases against a live serv
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -17,6 +16,8 @@ import numpy as np
 import pytest
 
 from gradserve_server.engine.torch_compat import torch as etorch
+
+from .torch_cases import not_torchs, record, recorded_cases
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "inplace_forms.json"
 
@@ -75,7 +76,7 @@ def run_case(key: str, torch_mod) -> dict:
 
 @pytest.fixture(scope="module")
 def recorded() -> dict:
-    return json.loads(FIXTURE.read_text())["cases"]
+    return recorded_cases(FIXTURE)
 
 
 def test_every_case_is_recorded(recorded):
@@ -122,16 +123,9 @@ def test_fixture_has_the_facts(recorded):
 
 
 def test_recorded_outcomes_are_what_torch_does(recorded):
-    torch = pytest.importorskip("torch")
-    wrong = [k for k in CASES if run_case(k, torch) != recorded[k]]
+    wrong = not_torchs(CASES, run_case, recorded)
     assert not wrong, wrong[:20]
 
 
-def record() -> None:
-    import torch
-    out = {"torch": torch.__version__, "cases": {k: run_case(k, torch) for k in CASES}}
-    FIXTURE.write_text(json.dumps(out, separators=(",", ":"), sort_keys=True) + "\n")
-
-
 if __name__ == "__main__" and "--record" in sys.argv:
-    record()
+    record(FIXTURE, CASES, run_case)

@@ -6,7 +6,6 @@ Re-record with ``python -m tests.engine.test_view_dtype_torch --record``."""
 
 from __future__ import annotations
 
-import json
 import sys
 import warnings
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from gradserve_server.engine.torch_compat import torch as etorch
 from gradserve_server.engine.torch_compat import unwrap
 
+from .torch_cases import not_torchs, record, recorded_cases
 from .view_dtype_cases import case_code, cases
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "view_dtype.json"
@@ -70,7 +70,7 @@ def run_case(key: str, torch_mod, layout, suffix: str = "") -> dict:
 
 @pytest.fixture(scope="module")
 def recorded() -> dict:
-    return json.loads(FIXTURE.read_text())["cases"]
+    return recorded_cases(FIXTURE)
 
 
 def test_every_case_is_recorded(recorded):
@@ -98,8 +98,7 @@ def test_fixture_covers_every_refusal_and_reinterprets_bits(recorded):
 
 
 def test_recorded_outcomes_are_what_torch_does(recorded):
-    torch = pytest.importorskip("torch")
-    wrong = [k for k in CASES if run_case(k, torch, _torch_layout) != recorded[k]]
+    wrong = not_torchs(CASES, lambda k, t: run_case(k, t, _torch_layout), recorded)
     assert not wrong, wrong[:20]
 
 
@@ -156,11 +155,5 @@ def test_dtype_views_share_the_version_counter_and_carry_no_autograd_as_in_torch
     assert check(torch) == want
 
 
-def record() -> None:
-    import torch
-    out = {"torch": torch.__version__, "cases": {k: run_case(k, torch, _torch_layout) for k in CASES}}
-    FIXTURE.write_text(json.dumps(out, separators=(",", ":"), sort_keys=True) + "\n")
-
-
 if __name__ == "__main__" and "--record" in sys.argv:
-    record()
+    record(FIXTURE, CASES, lambda k, t: run_case(k, t, _torch_layout))
