@@ -669,10 +669,15 @@ def sign(self):
     self = require_tensor(self)
     if self.data.dtype == np.bool_:
         return Tensor(self.data.copy())
-    out = np.sign(self.data)
-    if out.dtype.kind in "fV":
-        out = np.where(np.isnan(out), out.dtype.type(0), out)  # torch: sign(nan) = 0 (so abs'(nan) = 0)
-    return record(P.SignBackward0, out, (self,))
+    return record(P.SignBackward0, _np_sign(self.data), (self,))
+
+
+def _np_sign(x):
+    """sign's and sgn's kernel: a bool tensor's copy; torch's sign(nan) = 0 (so abs'(nan) = 0)."""
+    if x.dtype == np.bool_:
+        return x.copy()
+    out = np.sign(x)
+    return np.where(np.isnan(out), out.dtype.type(0), out) if out.dtype.kind in "fV" else out
 
 
 @vjp("SignBackward0", inputs=("self",), jvp=zero_jvp)
@@ -2182,11 +2187,17 @@ _PI_180 = math.pi / 180
 _180_PI = 180 / math.pi
 
 
+def _scaled(prim: Prim, self, factor: float) -> Tensor:
+    """deg2rad's and rad2deg's forward: ``self * factor`` as torch's mul by a number, in the default float dtype for
+    an integral or bool input."""
+    self = require_tensor(self)
+    return record(prim, mul_number(Tensor(_floating(self).data), factor).data, (self,))
+
+
 @op("deg2rad", promotion="float", tensors=("self",), plannable=True)
 def deg2rad(self):
-    """torch.deg2rad(input) = input * (pi / 180), multiplied as torch's mul by a number."""
-    self = require_tensor(self)
-    return record(P.Deg2RadBackward0, mul_number(Tensor(_floating(self).data), _PI_180).data, (self,))
+    """torch.deg2rad(input) = input * (pi / 180)."""
+    return _scaled(P.Deg2RadBackward0, self, _PI_180)
 
 
 @vjp("Deg2RadBackward0", inputs=("self",), jvp=elementwise_jvp)
@@ -2196,9 +2207,8 @@ def _(ctx, grad):
 
 @op("rad2deg", promotion="float", tensors=("self",), plannable=True)
 def rad2deg(self):
-    """torch.rad2deg(input) = input * (180 / pi), multiplied as torch's mul by a number."""
-    self = require_tensor(self)
-    return record(P.Rad2DegBackward0, mul_number(Tensor(_floating(self).data), _180_PI).data, (self,))
+    """torch.rad2deg(input) = input * (180 / pi)."""
+    return _scaled(P.Rad2DegBackward0, self, _180_PI)
 
 
 @vjp("Rad2DegBackward0", inputs=("self",), jvp=elementwise_jvp)
@@ -2206,18 +2216,11 @@ def _(ctx, grad):
     return mul_number(grad, _180_PI),
 
 
-def _np_sgn(x):
-    if x.dtype == np.bool_:
-        return x.copy()
-    out = np.sign(x)
-    return np.where(np.isnan(out), out.dtype.type(0), out) if out.dtype.kind in "fV" else out
-
-
 @op("sgn", promotion="same", tensors=("self",), plannable=True)
 def sgn(self):
     """torch.sgn(input): sign for real tensors (0 for 0 and nan), with its own zero-gradient node."""
     self = require_tensor(self)
-    return record(P.SgnBackward0, kcall(_np_sgn, self.data), (self,))
+    return record(P.SgnBackward0, kcall(_np_sign, self.data), (self,))
 
 
 @vjp("SgnBackward0", inputs=("self",), jvp=zero_jvp)
