@@ -169,6 +169,8 @@ class Context:
         if rec is None:
             rec = self._local.recorder = _ThreadRecorder()
             self._recorders.append(rec)  # kept after its thread ends: its unsent ops are sent by the next request
+            if len(self._recorders) == 2:  # (a second thread: gradients are bound to names of their own)
+                self.materialize_all()
         return rec
 
     def _send_others(self) -> None:
@@ -220,7 +222,40 @@ class Context:
     def _dropped(self, ref: HandleRef) -> None:
         if self.refs.get(ref.name) is ref:  # (not a handle of a lost session)
             del self.refs[ref.name]
-            self.released.append(ref.name)
+            if "." not in ref.name:  # (a leaf's gradient under its ``x.grad`` name: nothing bound to release)
+                self.released.append(ref.name)
+
+    # ----- gradients under their leaf's name --------------------------------------------------------------
+    # A leaf's gradient the client fetches (``_prefetch``: the ``.grad`` of every parameter after a backward) is a
+    # handle named ``x.grad``, as the raw API names it: nothing is bound for it, and ops read it by that name (an
+    # optimizer's step is then the list a hand-written loop sends). That name stays right while the leaf's
+    # gradient is that tensor. Before an op that may replace it is recorded (``zero_grad`` to None, ``x.grad =``,
+    # a backward with create_graph), or when the leaf's own name is released, a handle still held under it is
+    # bound to a name of its own (``bind``, where the raw API would bind it): ``materialize``. With more than one
+    # recording thread, gradients are bound at once, as before.
+    def aliasing(self) -> bool:
+        """Gradients may be handles named ``x.grad`` (one recording thread, not tracing, no dual level)."""
+        return len(self._recorders) <= 1 and not self.tracing and not self.dual_depth
+
+    def materialize(self, alias: str) -> str | None:
+        """Bind the live handle named ``alias`` (``x.grad``), if any, to a name of its own; return that name."""
+        ref = self.refs.get(alias)
+        handle = ref() if ref is not None else None
+        if handle is None:
+            return None
+        name = self.fresh_name()
+        del self.refs[alias]
+        handle._name = name
+        self.refs[name] = handle_ref(handle, self._dropped, name)
+        self.record({"op": "bind", "args": [alias], "out": name}, (handle,))
+        return name
+
+    def materialize_all(self, returns: dict[str, str] | None = None) -> None:
+        """``materialize`` every gradient handle held under its leaf's name (a read's ``returns`` renamed)."""
+        for alias in [n for n in self.refs if "." in n]:
+            bound = self.materialize(alias)
+            if bound is not None and returns is not None and alias in returns:
+                returns[bound] = returns.pop(alias)
 
     def handle(self, name: str):
         """The live handle named ``name``, or None."""
@@ -289,6 +324,7 @@ class Context:
         name rebound to the dual tensor). The tangents of the handles read come back too, for ``repr``."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         probes = []
+        self.materialize_all(returns)  # (each name below is unpacked and may be rebound: a name of its own)
         for name, ref in list(self.refs.items()):
             handle = ref()
             if handle is None or handle._error is not None or name in self.maybe_unbound:
@@ -322,6 +358,12 @@ class Context:
     def _send(self, returns: dict[str, str], limit: int | None = None) -> dict:
         """Send the calling thread's pending ops (the first ``limit`` of them) with ``returns`` (see ``flush``)."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        for name in self.released:  # (a leaf dropped while a handle of its gradient lives under its name)
+            alias = name + ".grad"
+            if alias in self.refs:
+                bound = self.materialize(alias)
+                if bound is not None and alias in returns:  # (asked for under the name it had)
+                    returns[bound] = returns.pop(alias)
         prefetched = self._prefetch(returns)
         rec = self.recorder()
         with rec.lock:
@@ -422,12 +464,17 @@ class Context:
                     returns.setdefault(handle._name, "auto")
         prefetched = []
         mine = self.recorder()
+        aliasing = self.aliasing()
         for ref in list(self.refs.values()):
             handle = ref()
             if handle is not None and handle._param and handle._error is None and not handle._grad_known() \
                     and self.owners.get(handle._name, mine) is mine:  # (not a leaf another thread has not sent)
-                prefetched.append((handle, Tensor._bound_grad(self, handle)))
-                returns.setdefault(f"{handle._name}.grad", "auto")
+                alias = f"{handle._name}.grad"
+                grad = self.handle(alias) if aliasing else None  # (one held already: still that gradient)
+                if grad is None:
+                    grad = Tensor._alias_grad(self, handle) if aliasing else Tensor._bound_grad(self, handle)
+                prefetched.append((handle, grad))
+                returns.setdefault(alias, "auto")
         return prefetched
 
     def _check_bound(self, outcomes: list[dict], pending: list[dict], made: list[tuple]) -> None:

@@ -61,12 +61,24 @@ class Tensor:
     @classmethod
     def _bound_grad(cls, ctx: Context, owner: Tensor) -> Tensor:
         """Record ``g = owner.grad`` (a ``bind`` op) and return the handle ``g``."""
+        if "." in owner._name:  # (a gradient under its leaf's name: ``x.grad.grad`` names nothing)
+            ctx.materialize(owner._name)
         g = cls._new(ctx, Storage(is_grad=True))
         ctx.record({"op": "bind", "args": [f"{owner._name}.grad"], "out": g._name}, (g,))
+        g._grad_layout(owner)
+        return g
+
+    @classmethod
+    def _alias_grad(cls, ctx: Context, owner: Tensor) -> Tensor:
+        """The handle of ``owner.grad`` named ``owner.grad``: nothing recorded (``Context.materialize``)."""
+        g = cls._new(ctx, Storage(is_grad=True), f"{owner._name}.grad")
+        g._grad_layout(owner)
+        return g
+
+    def _grad_layout(self, owner: Tensor) -> None:
         layout = _layout.of(owner)  # (torch lays a leaf's gradient out as the leaf when it is dense)
         if layout is not None and _layout.dense(tuple(owner._shape), layout[0]):
-            g._layout = (layout[0], 0)
-        return g
+            self._layout = (layout[0], 0)
 
     def _know(self, **meta) -> None:
         """Metadata known without asking (a new leaf, a detach, what ``_meta`` infers of an op's result)."""
@@ -395,6 +407,8 @@ class Tensor:
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         _meta.set_grad(self, value)
         ctx = self._ctx
+        self._known_grad = None
+        ctx.materialize(f"{self._name}.grad")  # (a handle of the gradient it replaces, still held)
         ctx.record({"op": "set_grad", "args": [self._ref(ctx), None if value is None else value._ref(ctx)]})
         self._known_grad = (ctx.grad_epoch, value)
 
@@ -1041,6 +1055,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     op = {"op": "backward", "args": [_arg(roots[0] if single else roots, ctx)]}
     if kwargs:
         op["kwargs"] = kwargs
+    if create_graph:  # (it replaces the leaves' gradients: handles of the old ones get names of their own)
+        ctx.materialize_all()
     ctx.record(op)
     advance_grad_epoch(ctx, in_place=not create_graph)
     ctx.flush(deferrable=True)

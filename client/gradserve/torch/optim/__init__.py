@@ -54,11 +54,14 @@ class Optimizer:
         if not params:
             return
         ctx = params[0]._ctx
-        ctx.record({"op": "zero_grad", "args": [[p._ref(ctx) for p in params]], "kwargs": {"set_to_none": set_to_none}})
+        op = {"op": "zero_grad", "args": [[p._ref(ctx) for p in params]], "kwargs": {"set_to_none": set_to_none}}
         if set_to_none:
             for p in params:
                 p._known_grad = (ctx.grad_epoch, None)
-        else:
+            for p in params:  # (a handle of a gradient it drops, still held: a name of its own)
+                ctx.materialize(f"{p._name}.grad")
+        ctx.record(op)
+        if not set_to_none:
             advance_grad_epoch(ctx, in_place=True, detached=True)  # zeroed in place
 
     def zero_grad(self, set_to_none: bool = True) -> None:
