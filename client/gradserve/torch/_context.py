@@ -291,6 +291,20 @@ class Context:
                 rec.made.append(())
             return len(rec.pending) - 1
 
+    def record_all(self, ops: list[dict]) -> None:
+        """``record`` each of ``ops`` (which make no handles), from one user line."""
+        if self.closed:
+            raise RuntimeError("gradserve: this session is closed")
+        f = user_frame()
+        rec = self.recorder()
+        if rec.error is not None:
+            self.raise_thread_error(rec)
+        site = (f, f.f_lasti, f.f_lineno) if f is not None else (None, 0, 0)
+        with rec.lock:
+            rec.pending.extend(ops)
+            rec.sites.extend([(*site, next(self._seq)) for _ in ops])
+            rec.made.extend([()] * len(ops))
+
     # ----- sending ------------------------------------------------------------------------------------
     def flush(self, returns: dict[str, str] | None = None, deferrable: bool = False) -> dict:
         """Send the pending ops (and ``del`` of released names) as one request; ``returns`` maps names to
