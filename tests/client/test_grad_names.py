@@ -163,3 +163,20 @@ def test_a_second_thread_binds_the_kept_gradients(ctx):
     opt.zero_grad()
     (w * 5).sum().backward()
     assert g.tolist() == [3.0, 3.0] and w.grad.tolist() == [5.0, 5.0]
+
+
+def test_a_bind_the_server_did_not_apply_leaves_the_gradient_readable(ctx):
+    """A failed request applies nothing from its failing op on: ``zero_grad`` did not run, so the gradient a kept
+    handle names is still its leaf's ``.grad`` (the handle is not an error as a tensor the request made is)."""
+    w = gtorch.tensor([1.0, 2.0], requires_grad=True)
+    (w * 3).sum().backward()
+    g = w.grad
+    assert g._name == f"{w._name}.grad"
+    opt = gtorch.optim.SGD([w], lr=1.0)
+    bad = gtorch.ones(2)[gtorch.tensor([5])]  # (an index only the server can check)
+    opt.zero_grad()  # binds g first, then drops w.grad
+    with pytest.raises(IndexError):
+        gtorch.sync()
+    assert g._name == f"{w._name}.grad" and g.tolist() == [3.0, 3.0]
+    with pytest.raises(RuntimeError, match="never computed"):
+        bad.tolist()

@@ -250,6 +250,19 @@ class Context:
         self.record({"op": "bind", "args": [alias], "out": name}, (handle,))
         return name
 
+    def _unbound(self, op: dict, refs: tuple) -> bool:
+        """A ``bind`` of a gradient that ``materialize`` recorded and the server did not apply: its handle takes its
+        leaf's name again (the op it preceded, which would have replaced the gradient, was not applied either)."""
+        alias = op["args"][0]
+        handle = refs[0]() if len(refs) == 1 else None
+        if handle is None or not isinstance(alias, str) or "." not in alias or handle._name != op["out"] or \
+                not self.aliasing() or self.handle(alias) is not None:
+            return False
+        del self.refs[handle._name]
+        handle._name = alias
+        self.refs[alias] = handle_ref(handle, self._dropped, alias)
+        return True
+
     def materialize_all(self, returns: dict[str, str] | None = None) -> None:
         """``materialize`` every gradient handle held under its leaf's name (a read's ``returns`` renamed)."""
         for alias in [n for n in self.refs if "." in n]:
@@ -466,7 +479,8 @@ class Context:
 
     def _prefetch(self, returns: dict[str, str]) -> list[tuple]:
         """Add what a request should bring back besides ``returns``: the ``.grad`` of every live leaf that
-        requires grad whose gradient is not known (bound to a new handle), and, at the ``auto`` level (data
+        requires grad whose gradient is not known (a handle named ``x.grad``, see ``materialize``; bound to a new name
+        with more than one recording thread), and, at the ``auto`` level (data
         only for small tensors), live handles made by the pending ops whose view is not known."""
         from gradserve.torch._tensor import Tensor
 
@@ -507,6 +521,8 @@ class Context:
         self.failures += 1
         self.grad_epoch += 1
         for op, refs in zip(ops, made):
+            if op["op"] == "bind" and self._unbound(op, refs):
+                continue
             for ref in refs:
                 handle = ref()
                 if handle is not None:

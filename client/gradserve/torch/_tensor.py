@@ -381,7 +381,8 @@ class Tensor:
     # ----- autograd -------------------------------------------------------------------------------------
     @property
     def grad(self):
-        """``x.grad``: None or the gradient tensor itself (a handle bound to it). Sends what is pending unless
+        """``x.grad``: None or the gradient tensor itself (a handle of it: a leaf's fetched gradient is named
+        ``x.grad`` until something may replace it, ``Context.materialize``). Sends what is pending unless
         it is already known (the gradients of leaves come back with every request after a backward)."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._grad_known():
