@@ -449,9 +449,10 @@ class Context:
             if view is not None:
                 grad._set_view(view)
             owner._known_grad = (self.grad_epoch, grad if view is not None else None)
-        level = user_stacklevel()
-        for message in response["warnings"]:
-            warnings.warn(message, UserWarning, stacklevel=level)
+        if response["warnings"]:
+            level = user_stacklevel()
+            for message in response["warnings"]:
+                warnings.warn(message, UserWarning, stacklevel=level)
         return response
 
     def _held_by_unsent(self) -> set[str]:
