@@ -173,8 +173,8 @@ XS = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
 
 
 def tutorial(torch, epochs: int) -> tuple[list, list]:
-    """The tutorial's loop: manual SGD under no_grad, gradients zeroed in place (each epoch binds the kept
-    .grad tensors to new client names)."""
+    """The tutorial's loop: manual SGD under no_grad, gradients zeroed in place (the client reads the kept .grad
+    tensors by their leaves' names, ``w.grad``, as a hand-written list does: nothing bound)."""
     w = torch.tensor([0.5], requires_grad=True)
     b = torch.tensor([0.1], requires_grad=True)
     x, y = torch.tensor(XS), torch.tensor([2.0 * v + 1.0 for v in XS])
@@ -191,17 +191,17 @@ def tutorial(torch, epochs: int) -> tuple[list, list]:
     return losses, [np.array(p.detach().tolist(), dtype=np.float32) for p in (w, b)]
 
 
-def test_the_tutorial_loop_replays_from_its_third_request_as_it_runs_cold(fresh, planless):
+def test_the_tutorial_loop_replays_from_its_fourth_request_as_it_runs_cold(fresh, planless):
     """The tutorial's first request (tensors, forward, backward: a list that plans whole) runs as it did; its
     second zeroes the gradients in place before its forward (not under no_grad: part of its grad-mode segment),
     so that segment accumulates into gradients where the first request's made them: a structure of its own,
-    recorded in the second request and replayed in the third (with the update before it: replayed segments); the
-    fourth records the whole list, which every later one replays."""
+    recorded in the second request. The client names the gradients by their leaves' names (``_t1.grad``: nothing
+    bound), so the third request is the second's list over the same session (a hand-written loop's), met a second
+    time: it records the whole list, which every later one replays."""
     routes, (losses, params) = routes_of(fresh.url, lambda: tutorial(gtorch, EPOCHS))
     loop = routes[:EPOCHS]
     assert loop[1] == ("recorded", "segments"), routes  # (the first plans whole: its first sighting, cold)
-    assert loop[2:] == [("replayed", "segments"), ("recorded", "segments_fused")] + \
-        [("replayed", "plan_hit")] * (EPOCHS - 4), routes
+    assert loop[2:] == [("recorded", "training_step")] + [("replayed", "plan_hit")] * (EPOCHS - 3), routes
     with gradserve.session(client=gradserve.Client(planless.url)):
         want_losses, want = tutorial(gtorch, EPOCHS)
     assert losses == want_losses

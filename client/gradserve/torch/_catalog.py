@@ -95,7 +95,7 @@ def methods() -> dict[str, str]:
 # ----- arguments ----------------------------------------------------------------------------------------
 def pack_sizes(op: str, args: tuple) -> tuple:
     """``x.view(2, 3)`` -> ``x.view([2, 3])``: trailing ints for a size parameter become one list."""
-    i = _size_param(op)
+    i = size_param(op)
     if i is not None:
         tail = args[i:]
         if tail and all(isinstance(a, int) and not isinstance(a, bool) for a in tail):
@@ -104,7 +104,7 @@ def pack_sizes(op: str, args: tuple) -> tuple:
 
 
 @functools.cache
-def _size_param(op: str) -> int | None:
+def size_param(op: str) -> int | None:
     """The position of ``op``'s size (or dims) parameter, if it has one (a tensor parameter, as
     repeat_interleave's ``repeats``, is not a size)."""
     tensors = {a["name"] for a in catalog()[op]["arguments"] if a.get("tensor")}

@@ -169,6 +169,8 @@ class Context:
         if rec is None:
             rec = self._local.recorder = _ThreadRecorder()
             self._recorders.append(rec)  # kept after its thread ends: its unsent ops are sent by the next request
+            if len(self._recorders) == 2:  # (a second thread: gradients are bound to names of their own)
+                self.materialize_all()
         return rec
 
     def _send_others(self) -> None:
@@ -220,7 +222,53 @@ class Context:
     def _dropped(self, ref: HandleRef) -> None:
         if self.refs.get(ref.name) is ref:  # (not a handle of a lost session)
             del self.refs[ref.name]
-            self.released.append(ref.name)
+            if "." not in ref.name:  # (a leaf's gradient under its ``x.grad`` name: nothing bound to release)
+                self.released.append(ref.name)
+
+    # ----- gradients under their leaf's name --------------------------------------------------------------
+    # A leaf's gradient the client fetches (``_prefetch``: the ``.grad`` of every parameter after a backward) is a
+    # handle named ``x.grad``, as the raw API names it: nothing is bound for it, and ops read it by that name (an
+    # optimizer's step is then the list a hand-written loop sends). That name stays right while the leaf's
+    # gradient is that tensor. Before an op that may replace it is recorded (``zero_grad`` to None, ``x.grad =``,
+    # a backward with create_graph), or when the leaf's own name is released, a handle still held under it is
+    # bound to a name of its own (``bind``, where the raw API would bind it): ``materialize``. With more than one
+    # recording thread, gradients are bound at once, as before.
+    def aliasing(self) -> bool:
+        """Gradients may be handles named ``x.grad`` (one recording thread, not tracing, no dual level)."""
+        return len(self._recorders) <= 1 and not self.tracing and not self.dual_depth
+
+    def materialize(self, alias: str) -> str | None:
+        """Bind the live handle named ``alias`` (``x.grad``), if any, to a name of its own; return that name."""
+        ref = self.refs.get(alias)
+        handle = ref() if ref is not None else None
+        if handle is None:
+            return None
+        name = self.fresh_name()
+        del self.refs[alias]
+        handle._name = name
+        self.refs[name] = handle_ref(handle, self._dropped, name)
+        self.record({"op": "bind", "args": [alias], "out": name}, (handle,))
+        return name
+
+    def _unbound(self, op: dict, refs: tuple) -> bool:
+        """A ``bind`` of a gradient that ``materialize`` recorded and the server did not apply: its handle takes its
+        leaf's name again (the op it preceded, which would have replaced the gradient, was not applied either)."""
+        alias = op["args"][0]
+        handle = refs[0]() if len(refs) == 1 else None
+        if handle is None or not isinstance(alias, str) or "." not in alias or handle._name != op["out"] or \
+                not self.aliasing() or self.handle(alias) is not None:
+            return False
+        del self.refs[handle._name]
+        handle._name = alias
+        self.refs[alias] = handle_ref(handle, self._dropped, alias)
+        return True
+
+    def materialize_all(self, returns: dict[str, str] | None = None) -> None:
+        """``materialize`` every gradient handle held under its leaf's name (a read's ``returns`` renamed)."""
+        for alias in [n for n in self.refs if "." in n]:
+            bound = self.materialize(alias)
+            if bound is not None and returns is not None and alias in returns:
+                returns[bound] = returns.pop(alias)
 
     def handle(self, name: str):
         """The live handle named ``name``, or None."""
@@ -256,6 +304,20 @@ class Context:
                 rec.made.append(())
             return len(rec.pending) - 1
 
+    def record_all(self, ops: list[dict]) -> None:
+        """``record`` each of ``ops`` (which make no handles), from one user line."""
+        if self.closed:
+            raise RuntimeError("gradserve: this session is closed")
+        f = user_frame()
+        rec = self.recorder()
+        if rec.error is not None:
+            self.raise_thread_error(rec)
+        site = (f, f.f_lasti, f.f_lineno) if f is not None else (None, 0, 0)
+        with rec.lock:
+            rec.pending.extend(ops)
+            rec.sites.extend([(*site, next(self._seq)) for _ in ops])
+            rec.made.extend([()] * len(ops))
+
     # ----- sending ------------------------------------------------------------------------------------
     def flush(self, returns: dict[str, str] | None = None, deferrable: bool = False) -> dict:
         """Send the pending ops (and ``del`` of released names) as one request; ``returns`` maps names to
@@ -289,6 +351,7 @@ class Context:
         name rebound to the dual tensor). The tangents of the handles read come back too, for ``repr``."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         probes = []
+        self.materialize_all(returns)  # (each name below is unpacked and may be rebound: a name of its own)
         for name, ref in list(self.refs.items()):
             handle = ref()
             if handle is None or handle._error is not None or name in self.maybe_unbound:
@@ -322,6 +385,12 @@ class Context:
     def _send(self, returns: dict[str, str], limit: int | None = None) -> dict:
         """Send the calling thread's pending ops (the first ``limit`` of them) with ``returns`` (see ``flush``)."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        for name in self.released:  # (a leaf dropped while a handle of its gradient lives under its name)
+            alias = name + ".grad"
+            if alias in self.refs:
+                bound = self.materialize(alias)
+                if bound is not None and alias in returns:  # (asked for under the name it had)
+                    returns[bound] = returns.pop(alias)
         prefetched = self._prefetch(returns)
         rec = self.recorder()
         with rec.lock:
@@ -380,9 +449,10 @@ class Context:
             if view is not None:
                 grad._set_view(view)
             owner._known_grad = (self.grad_epoch, grad if view is not None else None)
-        level = user_stacklevel()
-        for message in response["warnings"]:
-            warnings.warn(message, UserWarning, stacklevel=level)
+        if response["warnings"]:
+            level = user_stacklevel()
+            for message in response["warnings"]:
+                warnings.warn(message, UserWarning, stacklevel=level)
         return response
 
     def _held_by_unsent(self) -> set[str]:
@@ -410,7 +480,8 @@ class Context:
 
     def _prefetch(self, returns: dict[str, str]) -> list[tuple]:
         """Add what a request should bring back besides ``returns``: the ``.grad`` of every live leaf that
-        requires grad whose gradient is not known (bound to a new handle), and, at the ``auto`` level (data
+        requires grad whose gradient is not known (a handle named ``x.grad``, see ``materialize``; bound to a new name
+        with more than one recording thread), and, at the ``auto`` level (data
         only for small tensors), live handles made by the pending ops whose view is not known."""
         from gradserve.torch._tensor import Tensor
 
@@ -422,12 +493,17 @@ class Context:
                     returns.setdefault(handle._name, "auto")
         prefetched = []
         mine = self.recorder()
+        aliasing = self.aliasing()
         for ref in list(self.refs.values()):
             handle = ref()
             if handle is not None and handle._param and handle._error is None and not handle._grad_known() \
                     and self.owners.get(handle._name, mine) is mine:  # (not a leaf another thread has not sent)
-                prefetched.append((handle, Tensor._bound_grad(self, handle)))
-                returns.setdefault(f"{handle._name}.grad", "auto")
+                alias = f"{handle._name}.grad"
+                grad = self.handle(alias) if aliasing else None  # (one held already: still that gradient)
+                if grad is None:
+                    grad = Tensor._alias_grad(self, handle) if aliasing else Tensor._bound_grad(self, handle)
+                prefetched.append((handle, grad))
+                returns.setdefault(alias, "auto")
         return prefetched
 
     def _check_bound(self, outcomes: list[dict], pending: list[dict], made: list[tuple]) -> None:
@@ -446,6 +522,8 @@ class Context:
         self.failures += 1
         self.grad_epoch += 1
         for op, refs in zip(ops, made):
+            if op["op"] == "bind" and self._unbound(op, refs):
+                continue
             for ref in refs:
                 handle = ref()
                 if handle is not None:

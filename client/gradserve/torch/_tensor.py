@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import builtins
 import functools
+import threading
 
 import numpy as np
 
@@ -61,12 +62,24 @@ class Tensor:
     @classmethod
     def _bound_grad(cls, ctx: Context, owner: Tensor) -> Tensor:
         """Record ``g = owner.grad`` (a ``bind`` op) and return the handle ``g``."""
+        if "." in owner._name:  # (a gradient under its leaf's name: ``x.grad.grad`` names nothing)
+            ctx.materialize(owner._name)
         g = cls._new(ctx, Storage(is_grad=True))
         ctx.record({"op": "bind", "args": [f"{owner._name}.grad"], "out": g._name}, (g,))
+        g._grad_layout(owner)
+        return g
+
+    @classmethod
+    def _alias_grad(cls, ctx: Context, owner: Tensor) -> Tensor:
+        """The handle of ``owner.grad`` named ``owner.grad``: nothing recorded (``Context.materialize``)."""
+        g = cls._new(ctx, Storage(is_grad=True), f"{owner._name}.grad")
+        g._grad_layout(owner)
+        return g
+
+    def _grad_layout(self, owner: Tensor) -> None:
         layout = _layout.of(owner)  # (torch lays a leaf's gradient out as the leaf when it is dense)
         if layout is not None and _layout.dense(tuple(owner._shape), layout[0]):
-            g._layout = (layout[0], 0)
-        return g
+            self._layout = (layout[0], 0)
 
     def _know(self, **meta) -> None:
         """Metadata known without asking (a new leaf, a detach, what ``_meta`` infers of an op's result)."""
@@ -368,7 +381,8 @@ class Tensor:
     # ----- autograd -------------------------------------------------------------------------------------
     @property
     def grad(self):
-        """``x.grad``: None or the gradient tensor itself (a handle bound to it). Sends what is pending unless
+        """``x.grad``: None or the gradient tensor itself (a handle of it: a leaf's fetched gradient is named
+        ``x.grad`` until something may replace it, ``Context.materialize``). Sends what is pending unless
         it is already known (the gradients of leaves come back with every request after a backward)."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._grad_known():
@@ -395,6 +409,8 @@ class Tensor:
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         _meta.set_grad(self, value)
         ctx = self._ctx
+        self._known_grad = None
+        ctx.materialize(f"{self._name}.grad")  # (a handle of the gradient it replaces, still held)
         ctx.record({"op": "set_grad", "args": [self._ref(ctx), None if value is None else value._ref(ctx)]})
         self._known_grad = (ctx.grad_epoch, value)
 
@@ -654,7 +670,7 @@ class _OpFacts:
     a fifth of its time looking these up)."""
 
     __slots__ = ("entry", "base", "inplace", "family", "creation", "shape_op", "tuple_maybe", "rtype",
-                 "python_result", "changes_argument", "base_entry", "checks")
+                 "python_result", "changes_argument", "base_entry", "checks", "sizes", "plain_kwargs")
 
     def __init__(self, entry: dict):
         self.entry = entry
@@ -670,6 +686,8 @@ class _OpFacts:
         self.base_entry = _catalog.catalog().get(self.base[:-1]) if self.inplace else None
         # the op's checks (an in-place op's: its out-of-place op's too, which it takes the arguments of)
         self.checks = (*entry.get("checks", ()), *(self.base_entry or {}).get("checks", ()))
+        self.sizes = _catalog.size_param(self.base) is not None  # (``pack_sizes`` has work to do)
+        self.plain_kwargs: set[tuple] = set()  # keyword sets ``_torch_kwargs`` passes as they are
 
 
 _OP_FACTS: dict[str, _OpFacts] = {}
@@ -689,12 +707,21 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     of = _OP_FACTS.get(name) or _op_facts(name)
     entry = of.entry
+    if _CAPTURE.count is not None:
+        _CAPTURE.count[0] += 1
+    first = args[0] if args else None
     if kwargs:
-        kwargs = _torch_kwargs(name, kwargs)
-        ctx = context_of((*args, *kwargs.values()))
+        keys = tuple(kwargs)
+        if keys not in of.plain_kwargs:
+            renamed = _torch_kwargs(name, kwargs)
+            if tuple(renamed) == keys and len(of.plain_kwargs) < 64 and "device" not in keys:
+                of.plain_kwargs.add(keys)
+            kwargs = renamed
+        ctx = first._ctx if first.__class__ is Tensor else context_of((*args, *kwargs.values()))
     else:
-        ctx = context_of(args)
-    args = _catalog.pack_sizes(name, args)
+        ctx = first._ctx if first.__class__ is Tensor else context_of(args)
+    if of.sizes:
+        args = _catalog.pack_sizes(name, args)
     grad_enabled = is_grad_enabled()
     key = None if of.creation else _decision_key(name, method, grad_enabled, args, kwargs)
     decided = _DECIDED.get(key) if key is not None else None
@@ -724,6 +751,9 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
         inputs = [target, *[t for t in tensors if t is not target]]
         if decided is not None:
             facts = _decided_facts(decided, inputs)
+            captured = _CAPTURE.calls
+            if captured is not None:  # (an optimizer's step, kept to be recorded again: ``replay_inplace``)
+                captured.append((op, target, decided, inputs[1:]))
         else:
             facts = _meta.inplace(entry, target, inputs[1:], grad_enabled, index) \
                 if isinstance(target, Tensor) else {}
@@ -806,6 +836,45 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
             if literal is not None:
                 out._array, out._seen = literal, 0
     return out
+
+
+class _Capture(threading.local):
+    """This thread's ``capture_inplace``, while it runs: the decided in-place calls recorded, and [the calls made]."""
+    calls: list | None = None
+    count: list | None = None
+
+
+_CAPTURE = _Capture()
+
+
+def capture_inplace(fn) -> list | None:
+    """Run ``fn()`` and return what it recorded if every call it made was an in-place op decided from metadata the
+    client knew (``_DECIDED``): (op, target, decision, other inputs) per op, for ``replay_inplace``; else None."""
+    if _CAPTURE.calls is not None:  # (not nested)
+        fn()
+        return None
+    _CAPTURE.calls, _CAPTURE.count = [], [0]
+    try:
+        fn()
+        captured, calls = _CAPTURE.calls, _CAPTURE.count[0]
+    finally:
+        _CAPTURE.calls = _CAPTURE.count = None
+    return captured if len(captured) == calls else None
+
+
+def replay_inplace(ctx: Context, captured: list, handles: list) -> None:
+    """Record ``capture_inplace``'s calls again as ``call_op`` records a decided in-place call: the same op, the
+    target's version moved, its facts the decision's; the calls' tensors given as positions in ``handles`` (the
+    captured list holds no handle: a gradient it held would have to be bound before zero_grad drops it). The
+    caller makes sure the calls are the same calls, on handles of the same names and metadata (``arg_key`` of
+    each), so every decision is the one ``call_op`` would take."""
+    ctx.record_all([dict(op) for op, _, _, _ in captured])
+    for _, target, decided, others in captured:
+        target = handles[target]
+        target._mutated()
+        facts = _decided_facts(decided, [target, *[handles[i] for i in others]])
+        if facts:
+            target._know_facts(facts)
 
 
 def _default_casts(entry: dict, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -899,7 +968,7 @@ def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwar
         if c is float:
             parts.append(c)
             continue
-        part = _arg_key(v, seen)
+        part = arg_key(v, seen)
         if part is None:
             return None
         parts.append(part)
@@ -908,7 +977,7 @@ def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwar
     return tuple(parts)
 
 
-def _arg_key(v, seen: dict):
+def arg_key(v, seen: dict):
     c = v.__class__
     if c is float:  # (no decision reads a float's value, only that it is one: an optimizer's step sizes change)
         return c
@@ -924,7 +993,7 @@ def _arg_key(v, seen: dict):
     if c is list or c is tuple:
         parts = []
         for x in v:
-            part = _arg_key(x, seen)
+            part = arg_key(x, seen)
             if part is None:
                 return None
             parts.append(part)
@@ -1041,6 +1110,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     op = {"op": "backward", "args": [_arg(roots[0] if single else roots, ctx)]}
     if kwargs:
         op["kwargs"] = kwargs
+    if create_graph:  # (it replaces the leaves' gradients: handles of the old ones get names of their own)
+        ctx.materialize_all()
     ctx.record(op)
     advance_grad_epoch(ctx, in_place=not create_graph)
     ctx.flush(deferrable=True)

@@ -212,6 +212,7 @@ def _outside(fn):
     try:
         return fn()
     finally:
+        ctx.materialize_all()  # (what fn fetched, before the trace goes on)
         active.append(rec)
         ctx.tracing += 1
         rec.saved = ctx.pending, ctx.sites, ctx.made  # what fn recorded and did not send stays outside
@@ -227,6 +228,7 @@ class _Recording:
 
     def __enter__(self):
         ctx = self.ctx
+        ctx.materialize_all()  # (a traced body names gradients by names of their own)
         self.saved = ctx.pending, ctx.sites, ctx.made
         ctx.pending, ctx.sites, ctx.made = [], [], []
         ctx.tracing += 1

@@ -31,6 +31,7 @@ def _trace(ctx: Context, func, inputs) -> tuple[dict, bool]:
         if isinstance(x, Tensor):
             p._shape, p._dtype = x._shape, x._dtype
         params.append(p)
+    ctx.materialize_all()  # (a traced body names gradients by names of their own)
     saved = ctx.pending, ctx.sites, ctx.made
     ctx.pending, ctx.sites, ctx.made = [], [], []
     ctx.tracing += 1

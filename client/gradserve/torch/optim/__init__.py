@@ -8,14 +8,19 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from gradserve.torch._dtypes import default_float
 from gradserve.torch._grad_mode import no_grad
-from gradserve.torch._tensor import Tensor, advance_grad_epoch, call_op
+from gradserve.torch._tensor import Tensor, advance_grad_epoch, arg_key, call_op, capture_inplace, replay_inplace
 
 
 class Optimizer:
     #: the group options torch's optimizer has and this client's does not use, with torch's defaults: written into
     #: state_dict()'s param groups so that torch's load_state_dict finds every key it writes itself
     _torch_group_options: dict = {}
+    #: ``_update`` records ops only (no Python state of its own): a step like the last one records its ops again
+    #: without working them out (``_replay``)
+    _pure_update = False
+    _last_step: tuple | None = None
 
     def __init__(self, params: Iterable, defaults: dict):
         params = list(params)
@@ -54,11 +59,14 @@ class Optimizer:
         if not params:
             return
         ctx = params[0]._ctx
-        ctx.record({"op": "zero_grad", "args": [[p._ref(ctx) for p in params]], "kwargs": {"set_to_none": set_to_none}})
+        op = {"op": "zero_grad", "args": [[p._ref(ctx) for p in params]], "kwargs": {"set_to_none": set_to_none}}
         if set_to_none:
             for p in params:
                 p._known_grad = (ctx.grad_epoch, None)
-        else:
+            for p in params:  # (a handle of a gradient it drops, still held: a name of its own)
+                ctx.materialize(f"{p._name}.grad")
+        ctx.record(op)
+        if not set_to_none:
             advance_grad_epoch(ctx, in_place=True, detached=True)  # zeroed in place
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -124,12 +132,54 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         with no_grad():
-            for group in self.param_groups:
-                for p in group["params"]:
-                    g = p.grad
-                    if g is not None:
-                        self._update(p, g, group, self.state.setdefault(p, {}))
+            work = [(p, p.grad, group) for group in self.param_groups for p in group["params"]]
+            if not self._pure_update or not work:
+                self._steps(work)
+                return loss
+            key = self._step_key(work)
+            last = self._last_step
+            if key is not None and last is not None and last[0] == key:
+                replay_inplace(work[0][0]._ctx, last[1], self._step_handles(work))
+                return loss
+            self._last_step = None
+            handles = self._step_handles(work)  # (before the step: state it makes is not read by a replay)
+            captured = capture_inplace(lambda: self._steps(work))
+            if key is not None and captured is not None:
+                position = {id(t): i for i, t in enumerate(handles)}
+                if all(id(t) in position for _, target, _, others in captured for t in (target, *others)):
+                    self._last_step = (key, [(op, position[id(target)], decided, [position[id(t)] for t in others])
+                                             for op, target, decided, others in captured])
         return loss
+
+    def _step_handles(self, work: list) -> list:
+        """The handles a step reads, in ``_step_key``'s order: each parameter, its gradient, its state's tensors."""
+        out = []
+        for p, g, _ in work:
+            out += [p, g, *[v for v in (self.state.get(p) or {}).values() if isinstance(v, Tensor)]]
+        return out
+
+    def _steps(self, work: list) -> None:
+        for p, g, group in work:
+            if g is not None:
+                self._update(p, g, group, self.state.setdefault(p, {}))
+
+    def _step_key(self, work: list) -> tuple | None:
+        """What ``_update`` reads, for each parameter: its handle, its gradient's and its state's (names and the
+        metadata ``call_op`` decides from), and the group's options; None when a step cannot be replayed."""
+        seen: dict[int, int] = {}
+        parts: list = [default_float()]
+        for p, g, group in work:
+            if p._error is not None or g is not None and g._error is not None:
+                return None
+            state = self.state.get(p)
+            held = ()
+            if state:
+                held = tuple((k, arg_key(v, seen), v._name) if isinstance(v, Tensor) else (k, v)
+                             for k, v in state.items())
+            parts.append((arg_key(p, seen), p._name, None if g is None else (arg_key(g, seen), g._name), held,
+                          id(group)))
+        parts.append(tuple(tuple((k, v) for k, v in group.items() if k != "params") for group in self.param_groups))
+        return tuple(parts)
 
     def _update(self, p: Tensor, grad: Tensor, group: dict, state: dict) -> None:
         raise NotImplementedError
@@ -144,6 +194,7 @@ class SGD(Optimizer):
     maximize=False)``."""
 
     _torch_group_options = {"foreach": None, "differentiable": False, "fused": None}
+    _pure_update = True
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0, dampening: float = 0,
                  weight_decay: float = 0, nesterov: bool = False, *, maximize: bool = False):
