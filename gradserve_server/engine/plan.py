@@ -127,6 +127,12 @@ _CONTAINERS = (list, tuple, dict, set, frozenset)
 _SHARED = (type, type(np), type(len), np.ufunc, np.dtype, Prim)
 
 
+#: exact types that hold no references of their own (counted by ``sys.getsizeof`` alone), and the containers
+#: walked by their items; ``footprint``'s fast path for the bulk of a plan (its tuples, ints and strings)
+_ATOMS = frozenset((int, float, complex, str, bytes))
+_SEQS = frozenset((tuple, list, set, frozenset))
+
+
 def footprint(root) -> int:
     """The bytes a plan (or a key) really holds: every object reachable from it, counted once, by
     ``sys.getsizeof`` (arrays by their buffers), except what the process shares (kernels defined in modules,
@@ -135,16 +141,30 @@ def footprint(root) -> int:
     stack = [root]
     total = 0
     getsizeof = sys.getsizeof
+    pop, push, extend, mark = stack.pop, stack.append, stack.extend, seen.add
     while stack:
-        obj = stack.pop()
+        obj = pop()
+        t = type(obj)
+        if t is tuple or t in _SEQS or t in _ATOMS or t is dict:  # (the exact types: a subclass walks below)
+            i = id(obj)
+            if i in seen:
+                continue
+            mark(i)
+            total += getsizeof(obj)
+            if t is dict:
+                extend(obj.keys())
+                extend(obj.values())
+            elif t not in _ATOMS:
+                extend(obj)
+            continue
         if obj is None or obj.__class__ is bool or id(obj) in seen or isinstance(obj, _SHARED):
             continue
-        seen.add(id(obj))
+        mark(id(obj))
         cls = obj.__class__
         if cls is np.ndarray:
             total += getsizeof(obj) + (obj.nbytes if obj.base is None else 0)
             if obj.base is not None:
-                stack.append(obj.base)
+                push(obj.base)
             continue
         if isinstance(obj, types.FunctionType):
             code = obj.__code__
@@ -153,20 +173,20 @@ def footprint(root) -> int:
             total += (getsizeof(obj) + getsizeof(code) + getsizeof(code.co_linetable)  # (bytecode: inside code)
                       + getsizeof(code.co_exceptiontable) + getsizeof(obj.__globals__)
                       + S.source_bytes(code.co_filename))  # (its source, held by linecache while it lives)
-            stack.extend(code.co_consts)
-            stack.extend(code.co_names)
+            extend(code.co_consts)
+            extend(code.co_names)
             continue
         total += getsizeof(obj)
         if isinstance(obj, _CONTAINERS):
             if cls is dict:
-                stack.extend(obj.keys())
-                stack.extend(obj.values())
+                extend(obj.keys())
+                extend(obj.values())
             else:
-                stack.extend(obj)
+                extend(obj)
         elif hasattr(obj, "__dict__"):
-            stack.append(obj.__dict__)
+            push(obj.__dict__)
         elif hasattr(obj, "__slots__"):
-            stack.extend(getattr(obj, name, None) for name in obj.__slots__)
+            extend(getattr(obj, name, None) for name in obj.__slots__)
     return total
 
 
