@@ -5,10 +5,14 @@ Timing whole processes cannot resolve a 20 us replay: start-up, imports and set-
 than the figure. So each tree gets one long-lived worker process (its own Python, its own ``bench/engine.py`` and
 engine), which sets a workload up once and then times one column on request; the driver asks the two workers in
 turn, A B B A A B ..., so only one of them runs at any time, a drift of the machine's speed hits both alike, and
-each round gives one ratio A/B. A round's figure is the minimum of ``--repeat`` timed calls (batches of calls for
-the microsecond workloads, as bench/engine.py times them), their untimed preparation (the op list's fresh input
-arrays, a fresh plan cache for "cold") outside the timed region. The report is the median and range of the
-per-round ratios, and each side's minimum over the rounds.
+each round gives one ratio A/B. Both workers are moved to the same processor for a round, each processor in
+turn: a worker left where the scheduler put it can sit for the whole run on a processor another process keeps
+busy (the numpy column, the same code in both, read 0.64 so). The rounds are spread over ``--spawns`` pairs of
+fresh workers: a process can also be a few per cent slower than another for the whole of its life (where its
+arrays fell in memory: numpy's column again, 1.06 with every round on one processor). A round's figure is the
+minimum of ``--repeat`` timed calls (batches of calls for the microsecond workloads, as bench/engine.py times
+them), their untimed preparation (the op list's fresh input arrays, a fresh plan cache for "cold") outside the
+timed region. The report is the median and range of the per-round ratios, and each side's minimum over rounds.
 
 The numpy and torch columns run the same code in both trees: their ratios show the noise level of the run.
 
@@ -135,43 +139,50 @@ def main() -> None:
     ap.add_argument("--cols", default=",".join(COLUMNS), help="comma-separated columns: " + ",".join(COLUMNS))
     ap.add_argument("--rounds", type=int, default=7, help="A/B pairs per cell")
     ap.add_argument("--repeat", type=int, default=3, help="timed calls (or batches) per round and side")
+    ap.add_argument("--spawns", type=int, default=3, help="pairs of worker processes the rounds are spread over")
     opts = ap.parse_args()
     if opts.worker:
         return worker(Path(opts.worker))
     if not opts.vs:
         ap.error("--vs is required")
-    a, b = Worker(opts.python, here), Worker(opts.vs_python, Path(opts.vs).resolve())
-    print(f"A: {a.engine}\nB: {b.engine}\n{opts.rounds} rounds (A B, then B A, alternately) x {opts.repeat} calls "
-          "a side; ratio A/B of the rounds' minima: median (min-max) over rounds; A, B: minimum over rounds",
-          flush=True)
+    cpus = sorted(os.sched_getaffinity(0))
     keys = [k for k in _spec_keys() if not opts.only or k in opts.only.split(",")]
     cols = [c for c in opts.cols.split(",") if c]
-    rows = []
-    try:
-        for key in keys:
-            cells = []
-            for col in cols:
-                ta, tb, ratios = [], [], []
-                for r in range(opts.rounds):
-                    order = (a, b) if r % 2 == 0 else (b, a)
-                    got = {id(w): w.time(key, col, opts.repeat) for w in order}
-                    x, y = got[id(a)], got[id(b)]
-                    if x is None or y is None:
-                        break
-                    ta.append(x)
-                    tb.append(y)
-                    ratios.append(x / y)
-                cells.append((ta, tb, ratios))
-                print(f"  {key:10} {col:9} " + _cell(ta, tb, ratios, absolute=True), flush=True)
-            rows.append((key, cells))
-    finally:
-        a.close()
-        b.close()
+    cells = {(k, c): ([], [], []) for k in keys for c in cols}  # (A times, B times, ratios)
+    print(f"{opts.rounds} rounds a cell (A B, then B A, alternately) x {opts.repeat} calls a side, over "
+          f"{opts.spawns} pairs of worker processes; ratio A/B of the rounds' minima: median (min-max) over rounds; "
+          "A, B: minimum over rounds", flush=True)
+    for spawn in range(opts.spawns):
+        a, b = Worker(opts.python, here), Worker(opts.vs_python, Path(opts.vs).resolve())
+        if not spawn:
+            print(f"A: {a.engine}\nB: {b.engine}", flush=True)
+        lo, hi = opts.rounds * spawn // opts.spawns, opts.rounds * (spawn + 1) // opts.spawns
+        try:
+            for key in keys:
+                for col in cols:
+                    ta, tb, ratios = cells[key, col]
+                    for r in range(lo, hi):
+                        order = (a, b) if r % 2 == 0 else (b, a)
+                        cpu = {cpus[(r // 2) % len(cpus)]}  # (both on one processor, each processor in turn)
+                        for w in order:
+                            os.sched_setaffinity(w.proc.pid, cpu)
+                        got = {id(w): w.time(key, col, opts.repeat) for w in order}
+                        x, y = got[id(a)], got[id(b)]
+                        if x is None or y is None:
+                            break
+                        ta.append(x)
+                        tb.append(y)
+                        ratios.append(x / y)
+                    if spawn == opts.spawns - 1:
+                        print(f"  {key:10} {col:9} " + _cell(ta, tb, ratios, absolute=True), flush=True)
+        finally:
+            a.close()
+            b.close()
     width = 22
     print("\n| workload   | " + " | ".join(f"{c:>{width}}" for c in cols) + " |")
     print("|------------|" + "|".join("-" * (width + 2) for _ in cols) + "|")
-    for key, cells in rows:
-        print(f"| {key:10} | " + " | ".join(f"{_cell(*c):>{width}}" for c in cells) + " |")
+    for key in keys:
+        print(f"| {key:10} | " + " | ".join(f"{_cell(*cells[key, c]):>{width}}" for c in cols) + " |")
 
 
 def _cell(ta, tb, ratios, absolute=False) -> str:
