@@ -770,7 +770,10 @@ def _dumps_owned(ops: list, left: list, nulls: int, later: list | None = None) -
         except TypeError:
             left[0] = -1
             return None
-    return _nulls_keyed(text, ops, nulls, later)  # (as ``_dumps``; an Owned: a None)
+    if later is not None:  # (``_nulls_keyed``'s first case, inline: a replay's path)
+        later += (ops, nulls)
+        return text
+    return _nulls_keyed(text, ops, nulls, None)  # (as ``_dumps``; an Owned: a None)
 
 
 def _run_inputs(rest: list, inputs: list, metas: list) -> bool:
@@ -1031,8 +1034,7 @@ def _oneshot(cache: PlanCache | None, state: State, ops: list, extra: tuple, kwa
     lim = kwargs.get("limits")
     later: list = []
     made = _key(state, ops, (bool(kwargs.get("no_grad", False)), lim, extra,
-                             respond if isinstance(respond, str) else tuple(respond)), inputs_at, adopt=True,
-                later=later)
+                             respond if isinstance(respond, str) else tuple(respond)), inputs_at, None, True, later)
     if made is None:
         cache.count("unplannable")
         return _cold(state, ops, kwargs, shown, R.COLD_UNKEYABLE)
