@@ -183,6 +183,11 @@ def main() -> None:
     print("|------------|" + "|".join("-" * (width + 2) for _ in cols) + "|")
     for key in keys:
         print(f"| {key:10} | " + " | ".join(f"{_cell(*cells[key, c]):>{width}}" for c in cols) + " |")
+    print("\nminimum times over the rounds, A / B")
+    print("| workload   | " + " | ".join(f"{c:>{width}}" for c in cols) + " |")
+    print("|------------|" + "|".join("-" * (width + 2) for _ in cols) + "|")
+    for key in keys:
+        print(f"| {key:10} | " + " | ".join(f"{_times(*cells[key, c]):>{width}}" for c in cols) + " |")
 
 
 def _cell(ta, tb, ratios, absolute=False) -> str:
@@ -192,6 +197,10 @@ def _cell(ta, tb, ratios, absolute=False) -> str:
     if absolute:
         s += f"  A {fmt(min(ta))}  B {fmt(min(tb))}"
     return s
+
+
+def _times(ta, tb, _ratios) -> str:
+    return f"{fmt(min(ta))} / {fmt(min(tb))}" if ta and tb else "-"
 
 
 def _spec_keys():
