@@ -127,6 +127,12 @@ _CONTAINERS = (list, tuple, dict, set, frozenset)
 _SHARED = (type, type(np), type(len), np.ufunc, np.dtype, Prim)
 
 
+#: exact types that hold no references of their own (counted by ``sys.getsizeof`` alone), and the containers
+#: walked by their items; ``footprint``'s fast path for the bulk of a plan (its tuples, ints and strings)
+_ATOMS = frozenset((int, float, complex, str, bytes))
+_SEQS = frozenset((tuple, list, set, frozenset))
+
+
 def footprint(root) -> int:
     """The bytes a plan (or a key) really holds: every object reachable from it, counted once, by
     ``sys.getsizeof`` (arrays by their buffers), except what the process shares (kernels defined in modules,
@@ -135,16 +141,30 @@ def footprint(root) -> int:
     stack = [root]
     total = 0
     getsizeof = sys.getsizeof
+    pop, push, extend, mark = stack.pop, stack.append, stack.extend, seen.add
     while stack:
-        obj = stack.pop()
+        obj = pop()
+        t = type(obj)
+        if t is tuple or t in _SEQS or t in _ATOMS or t is dict:  # (the exact types: a subclass walks below)
+            i = id(obj)
+            if i in seen:
+                continue
+            mark(i)
+            total += getsizeof(obj)
+            if t is dict:
+                extend(obj.keys())
+                extend(obj.values())
+            elif t not in _ATOMS:
+                extend(obj)
+            continue
         if obj is None or obj.__class__ is bool or id(obj) in seen or isinstance(obj, _SHARED):
             continue
-        seen.add(id(obj))
+        mark(id(obj))
         cls = obj.__class__
         if cls is np.ndarray:
             total += getsizeof(obj) + (obj.nbytes if obj.base is None else 0)
             if obj.base is not None:
-                stack.append(obj.base)
+                push(obj.base)
             continue
         if isinstance(obj, types.FunctionType):
             code = obj.__code__
@@ -153,20 +173,20 @@ def footprint(root) -> int:
             total += (getsizeof(obj) + getsizeof(code) + getsizeof(code.co_linetable)  # (bytecode: inside code)
                       + getsizeof(code.co_exceptiontable) + getsizeof(obj.__globals__)
                       + S.source_bytes(code.co_filename))  # (its source, held by linecache while it lives)
-            stack.extend(code.co_consts)
-            stack.extend(code.co_names)
+            extend(code.co_consts)
+            extend(code.co_names)
             continue
         total += getsizeof(obj)
         if isinstance(obj, _CONTAINERS):
             if cls is dict:
-                stack.extend(obj.keys())
-                stack.extend(obj.values())
+                extend(obj.keys())
+                extend(obj.values())
             else:
-                stack.extend(obj)
+                extend(obj)
         elif hasattr(obj, "__dict__"):
-            stack.append(obj.__dict__)
+            push(obj.__dict__)
         elif hasattr(obj, "__slots__"):
-            stack.extend(getattr(obj, name, None) for name in obj.__slots__)
+            extend(getattr(obj, name, None) for name in obj.__slots__)
     return total
 
 
@@ -614,11 +634,12 @@ _DTYPE_STR = {dt: dt.str for dt in _KEPT}
 
 
 def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: bytes | None = None,
-         adopt: bool = False):
+         adopt: bool = False, later: list | None = None):
     """(key, input arrays) or None when the run cannot be planned at all; input ops run here (as the program
     runs them: the same arrays), and their results' structure goes into the key. ``made``: the positions of
     the input ops (``_scan``), ``text``: the op list's text (``_pre_key``'s), when the caller has them;
-    ``adopt``: a one-shot run, which may keep ``Owned`` arrays (``_direct_input``)."""
+    ``adopt``: a one-shot run, which may keep ``Owned`` arrays (``_direct_input``). ``later``: a list the
+    text's ``null`` check is left to (``_nulls_later``: the text made is then the bare one)."""
     inputs, metas = [], []
     for name, t in state.tensors.items():
         if not _fresh_leaf(t):
@@ -672,22 +693,24 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: 
     if text is None:
         if owned:
             left = [owned]
-            text = _dumps_owned(stripped, left, len(made))
+            text = _dumps_owned(stripped, left, len(made), later)
             if left[0]:  # (an Owned elsewhere than as an input's data: every input's data left out the usual way)
                 text = None
+                if later:
+                    later.clear()
                 stripped = list(stripped)
                 for i in made:
                     args = ops[i]["args"]
                     stripped[i] = {**ops[i], "args": _NO_DATA if len(args) == 1 else [None, *args[1:]]}
         if text is None:
             try:
-                text = _dumps(stripped, nulls=len(made))
+                text = _dumps(stripped, nulls=len(made), later=later)
             except TypeError:
                 return None
     return (text, tuple(metas), extra), inputs
 
 
-def _dumps(obj, default=None, nulls: int = 0) -> bytes:
+def _dumps(obj, default=None, nulls: int = 0, later: list | None = None) -> bytes:
     """``orjson.dumps(obj, default=default, option=OPT_SERIALIZE_NUMPY | OPT_NON_STR_KEYS)``: the same bytes,
     tried first without OPT_NON_STR_KEYS (which costs orjson ~40% more on a long op list), a dict of another key
     than a str (a TypeError then) written again with it. Copied to its exact size: it becomes a cache key, and
@@ -695,17 +718,39 @@ def _dumps(obj, default=None, nulls: int = 0) -> bytes:
     every NaN as ``null``, as it writes None: a text with more ``null``s than ``nulls`` (the Nones the caller put
     in for the input ops' data) and its ops' ``"out":null``s (two C-level counts) is followed by a NUL byte and
     ``tape.null_bits`` (each null's value, a float by its bits, as ``tape.literal_key`` keys it), so that
-    ``x * inf`` and ``x * -inf`` have two keys."""
+    ``x * inf`` and ``x * -inf`` have two keys. ``later``: that check is left to the caller (``_nulls_later``)."""
     try:
         text = orjson.dumps(obj, default=default, option=orjson.OPT_SERIALIZE_NUMPY)
     except TypeError:
         text = orjson.dumps(obj, default=default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-    if text.count(b"null") != nulls + text.count(b'"out":null'):  # (inf, -inf, NaN: null too)
-        return bytes(memoryview(text)) + b"\0" + T.null_bits(obj)
-    return bytes(memoryview(text))
+    return _nulls_keyed(bytes(memoryview(text)), obj, nulls, later)
 
 
-def _dumps_owned(ops: list, left: list, nulls: int) -> bytes | None:
+def _nulls_keyed(text: bytes, obj, nulls: int, later: list | None) -> bytes:
+    """``text``, followed by a NUL byte and ``tape.null_bits(obj)`` when it holds more ``null``s than ``nulls``
+    and its ops' ``"out":null``s (inf, -inf, NaN: null too; two C-level counts); with ``later`` (a list), the
+    bare text, the check left to ``_nulls_later`` (``later`` gets what it needs)."""
+    if later is not None:
+        later += (obj, nulls)
+        return text
+    if text.count(b"null") != nulls + text.count(b'"out":null'):
+        return text + b"\0" + T.null_bits(obj)
+    return text
+
+
+def _nulls_later(key: tuple, later: list) -> tuple:
+    """The key ``_key(..., later=later)`` would have made without ``later``: its text checked now. A key's text
+    that is its bare op-list text passed the check when it was made (the suffix starts with a NUL byte, which
+    orjson never writes, and whether the check passes is a function of the text alone), so a lookup by the
+    bare text finds only what the checked key would: a caller looks that up first and checks on a miss only
+    (a replayed finite list pays no count)."""
+    if not later:
+        return key
+    text = _nulls_keyed(key[0], later[0], later[1], None)
+    return key if text is key[0] else (text, *key[1:])
+
+
+def _dumps_owned(ops: list, left: list, nulls: int, later: list | None = None) -> bytes | None:
     """The op list's text with each ``Owned`` written as null (what ``{**op, "args": [None]}`` writes for an
     input op of one argument); ``left[0]``: the Owned arguments expected, counted down (not 0 after: an Owned
     somewhere else, so the text is not the stripped list's)."""
@@ -725,9 +770,10 @@ def _dumps_owned(ops: list, left: list, nulls: int) -> bytes | None:
         except TypeError:
             left[0] = -1
             return None
-    if text.count(b"null") != nulls + text.count(b'"out":null'):  # (as ``_dumps``; an Owned: a None)
-        return text + b"\0" + T.null_bits(ops)
-    return text
+    if later is not None:  # (``_nulls_keyed``'s first case, inline: a replay's path)
+        later += (ops, nulls)
+        return text
+    return _nulls_keyed(text, ops, nulls, None)  # (as ``_dumps``; an Owned: a None)
 
 
 def _run_inputs(rest: list, inputs: list, metas: list) -> bool:
@@ -963,12 +1009,17 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
     that records one. What the caller can observe is the cold run's, bit for bit. With ``respond`` a list of
     names (``/v1/eval``'s ``return``), what the caller can observe is those names, the autograd report and the
     names it points at: ``state.tensors`` is left with only these (``_prune``), whichever way the run went."""
-    return route_oneshot(cache, state, ops, extra=extra, **kwargs)[0]
+    return _oneshot(cache, state, ops, extra, kwargs)[0]
 
 
 def route_oneshot(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (),
                   **kwargs) -> tuple[ProgramResult, R.Route]:
     """``run_planned``, and the route the run took (``engine.route``)."""
+    return _oneshot(cache, state, ops, extra, kwargs)
+
+
+def _oneshot(cache: PlanCache | None, state: State, ops: list, extra: tuple, kwargs: dict):
+    # (both entry points' body; the keyword arguments passed on as the dict they are, not unpacked again)
     respond = kwargs.get("respond", "changed")
     shown = _shown(ops, respond) if isinstance(ops, list) else None
     if cache is None:
@@ -981,13 +1032,19 @@ def route_oneshot(cache: PlanCache | None, state: State, ops: list, *, extra: tu
         cache.count("unplannable")
         return _cold(state, ops, kwargs, shown, R.COLD_UNPLANNABLE)
     lim = kwargs.get("limits")
+    later: list = []
     made = _key(state, ops, (bool(kwargs.get("no_grad", False)), lim, extra,
-                             respond if isinstance(respond, str) else tuple(respond)), inputs_at, adopt=True)
+                             respond if isinstance(respond, str) else tuple(respond)), inputs_at, None, True, later)
     if made is None:
         cache.count("unplannable")
         return _cold(state, ops, kwargs, shown, R.COLD_UNKEYABLE)
     key, inputs = made
-    entry = cache.get(key)
+    entry = cache.get(key)  # (by the bare text: the null check only on a miss, ``_nulls_later``)
+    if entry is None and later:
+        checked = _nulls_later(key, later)
+        if checked is not key:
+            key = checked
+            entry = cache.get(key)
     if isinstance(entry, Plan):
         preset = dict(state.tensors)
         buf = _guarded_replay(cache, entry, inputs, kwargs.get("control"))

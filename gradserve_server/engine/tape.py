@@ -274,7 +274,10 @@ def origins(rec: K.Recorder):
 
 def label(name) -> str:
     """A name for a generated line's comment (printable, short)."""
-    return "".join(c if c.isalnum() or c in "_." else "?" for c in str(name))[:40]
+    s = str(name)
+    if s.isascii() and s.replace("_", "a").replace(".", "a").isalnum():  # (a kernel's or an op's name: as it is)
+        return s[:40]
+    return "".join(c if c.isalnum() or c in "_." else "?" for c in s)[:40]
 
 
 # ----- the optimiser ---------------------------------------------------------------------------------------

@@ -21,8 +21,10 @@ LIMITS = E.Limits()
 _NAN_PAYLOAD = struct.unpack("<d", struct.pack("<Q", 0x7FF8_0000_0000_0BAD))[0]
 
 
-def _ops(c, data=(1.0, -2.0, 0.0)):
-    return [{"op": "tensor", "args": [list(data)], "out": "x"}, {"op": "mul", "args": ["x", c], "out": "y"},
+def _ops(c, data=(1.0, -2.0, 0.0), owned=False):
+    # owned: the input's data as /v1/eval hands it over (an ``Owned`` array, left out of the text by orjson's hook)
+    x = E.Owned(np.array(data)) if owned else list(data)
+    return [{"op": "tensor", "args": [x], "out": "x"}, {"op": "mul", "args": ["x", c], "out": "y"},
             {"op": "add", "args": ["y", 1], "out": "z"}]
 
 
@@ -39,9 +41,12 @@ def _cold(state, ops):
     return run_program(state, ops, limits=LIMITS, respond="all")
 
 
+@pytest.mark.parametrize("owned", [False, True])
 @pytest.mark.parametrize("order", [(math.inf, -math.inf, math.nan, _NAN_PAYLOAD, None, 2.0, -0.0, 0.0),
                                    (math.nan, _NAN_PAYLOAD, -math.inf, math.inf, 0.0, -0.0, None)])
-def test_a_plan_replays_only_for_the_bits_it_was_recorded_for(order):
+def test_a_plan_replays_only_for_the_bits_it_was_recorded_for(order, owned):
+    # (a replay looks its plan up by the bare text first, checking the text's nulls on a miss only: a text with a
+    # non-finite float's null never finds a plan that way, whatever was recorded before it)
     cache = PlanCache()
     routes = []
 
@@ -51,8 +56,7 @@ def test_a_plan_replays_only_for_the_bits_it_was_recorded_for(order):
         return res
 
     for c in order * 2:  # (each value twice over: the second pass replays what the first recorded)
-        ops = _ops(c)
-        assert _observe(traced, ops) == _observe(_cold, ops), (c, routes)
+        assert _observe(traced, _ops(c, owned=owned)) == _observe(_cold, _ops(c, owned=owned)), (c, routes)
     assert "replayed" in routes
 
 
