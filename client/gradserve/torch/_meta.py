@@ -264,6 +264,9 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
         if target is not None:
             return view_dtype(tensors[0], target)
     facts: dict = {}
+    if entry["name"] in L.VIEWS and tensors and tensors[0]._shape is None and \
+            tensors[0]._layout.__class__ is L.Deferred and tensors[0]._layout != L.ROW_MAJOR:
+        tensors[0].shape  # noqa: B018 - (asked: a view of a column-major result may fail, at this line)
     shape = shape_of(entry, tensors, arg)
     shape, layout = layout_of(entry, tensors, arg, shape)
     if shape is not UNKNOWN:
@@ -296,21 +299,26 @@ def named_results(entry: dict, tensors: list, arg, grad_enabled: bool) -> list[d
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     rules = P.fields(entry["promotion"]) if entry["promotion"] else ()
     if not rules:
-        return None
+        fixed = L.NAMED_LAYOUTS.get(entry["name"])  # (svd's fields' layouts, whatever their dtypes)
+        return None if fixed is None else [{"layout": layout} for layout in fixed(_with_defaults(entry, arg))]
     shape = shape_of(entry, tensors, arg)  # (torch's IndexError for a dim out of range, here)
     operands = _operands(_operand_names(entry), arg)
     layout = None
     have = L.of(tensors[0]) if shape is not UNKNOWN and len(tensors) == 1 else None
-    if have is not None and entry["name"] == "sort":
+    fixed = L.NAMED_LAYOUTS.get(entry["name"])
+    if fixed is not None:  # (svd's: one per field, whatever the input's layout)
+        layout = list(fixed(_with_defaults(entry, arg)))
+    elif have is not None and entry["name"] == "sort":
         layout = (L.preserved(shape, have[0]), 0)  # (sort keeps its input's layout)
     elif have is not None and entry["family"] in L.CONTIGUOUS_FAMILIES and have[0] == L.contiguous(
             tuple(tensors[0]._shape)):
         layout = (L.contiguous(shape), 0)  # (topk, kthvalue, max(dim)... of a row-major input)
     out = []
-    for rule in rules:
+    for i, rule in enumerate(rules):
         facts: dict = {} if shape is UNKNOWN else {"shape": shape}
-        if layout is not None:
-            facts["layout"] = layout
+        field = layout[i] if isinstance(layout, list) else layout
+        if field is not None:
+            facts["layout"] = field
         dtype = UNKNOWN if operands is UNKNOWN else P.predict(rule, operands)
         if dtype is not UNKNOWN and dtype is not None:
             facts["dtype"] = dtype
@@ -388,6 +396,10 @@ def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
         shape = tuple(tensors[0]._shape)  # (clone, to: the input's shape)
     if not tensors and entry["family"] != "creation":
         return shape, None
+    fixed = L.RESULT_LAYOUTS.get(name)
+    if fixed is not None:  # (laid out whatever its inputs' layouts)
+        layout = fixed(_with_defaults(entry, arg))
+        return shape, (layout if shape is UNKNOWN else layout.resolve(tuple(shape)))
     layouts = [L.of(t) for t in tensors]
     if shape is UNKNOWN:  # (row-major, when its shape is known, as the contiguous families' below)
         return shape, (L.ROW_MAJOR if None not in layouts and _contiguous_result(entry, tensors, layouts) else None)
@@ -574,10 +586,17 @@ def shape_of(entry: dict, tensors: list, arg):
         return shape
     if name in ("view", "reshape"):
         return view_shape(shape, arg("shape") if "shape" in _arg_names(entry) else arg("size"))
+    if name in _SQUARE_SHAPES:  # (batches of square matrices: torch's error for others, the server's)
+        return _SQUARE_SHAPES[name](shape) if len(shape) >= 2 and shape[-1] == shape[-2] else UNKNOWN
     if name in ("matmul", "mm"):
         other = arg("other") if "other" in _arg_names(entry) else arg("mat2")
         return matmul_shape(shape, peek(other, "shape") if any(other is t for t in tensors) else UNKNOWN)
     return UNKNOWN
+
+
+#: ops of batches of square matrices: their result's shape
+_SQUARE_SHAPES = {"linalg.inv": tuple, "inverse": tuple, "linalg.cholesky": tuple, "det": lambda s: s[:-2],
+                  "linalg.det": lambda s: s[:-2], "logdet": lambda s: s[:-2]}
 
 
 def view_shape(shape: tuple, size) -> tuple | object:

@@ -178,8 +178,8 @@ class Tensor:
 
     def _strides(self) -> tuple:
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        if self._layout is _layout.ROW_MAJOR and self._shape is None:
-            self._meta("shape")  # (row-major: its strides follow from its shape)
+        if self._layout.__class__ is _layout.Deferred and self._shape is None:
+            self._meta("shape")  # (row-major, column-major...: its strides follow from its shape)
         layout = _layout.of(self)
         if layout is None:
             raise NotImplementedError("gradserve: the strides of this tensor are not known to the client (it knows "
@@ -744,8 +744,13 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     if of.tuple_maybe and _catalog.returns_tuple(entry, args, kwargs):
         op["out"] = ctx.fresh_name()
         index = ctx.record(op)
-        bound = ctx.flush()["ops"][index]["bound"]
-        return tuple(Tensor._new(ctx, storage, name) for name in bound)
+        # (the input's metadata comes back with the outcome where the pieces' layouts need its shape)
+        asks = {first._name: "auto"} if first is not None and first._shape is None and first._error is None and \
+            base in _PIECES else None
+        bound = ctx.flush(asks)["ops"][index]["bound"]
+        outs = tuple(Tensor._new(ctx, storage, name) for name in bound)
+        _know_pieces(base, first, outs, lambda p, d=None: _argument(base, p, args, kwargs, d))
+        return outs
     rtype = of.rtype
     if rtype is not None and _catalog.returns_named_tuple(entry, args, kwargs):
         # a named tuple of tensors (linalg.svd's U, S, Vh; sort's values, indices): one handle per field, the
@@ -808,6 +813,26 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     return out
 
 
+#: ops whose tuple of results are views of their input (``_layout.pieces``); nonzero(as_tuple=True): its columns
+_PIECES = frozenset({"split", "chunk", "unbind", "tensor_split"})
+
+
+def _know_pieces(base: str, first, outs: tuple, arg) -> None:
+    """The shapes and layouts of a tuple result's pieces, where the client can tell them."""
+    if base == "nonzero":
+        for i, out in enumerate(outs):
+            out._know_facts({"dtype": "int64", "layout": _layout.Deferred("nonzero-column", i)})
+        return
+    if base not in _PIECES or first is None or first._shape is None:
+        return
+    got = _layout.pieces(base, tuple(first._shape), _layout.of(first), arg, len(outs))
+    for out, (shape, layout) in zip(outs, got or ()):
+        facts = {"shape": shape, "layout": layout}
+        if first._dtype is not None:
+            facts["dtype"] = first._dtype
+        out._know_facts(facts)
+
+
 def _default_casts(entry: dict, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """Under another default dtype than the server's (``set_default_dtype``): the call with its integral and bool
     tensor operands converted to the default dtype where torch's result is of it (an int tensor times a Python
@@ -849,6 +874,8 @@ def _argument(base: str, param: str, args: tuple, kwargs: dict, default=None):
     return _catalog.argument(base, param, args, kwargs, default)
 
 
+_Deferred = _layout.Deferred
+
 #: the most elements of a torch.tensor literal whose values the client keeps (what it sent: nothing to ask back)
 _LITERAL_MAX = 64
 
@@ -888,6 +915,8 @@ def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwar
         c = v.__class__
         if c is Tensor:  # (the common cases inline: a loop's every op asks)
             first = seen.setdefault(id(v), len(seen))
+            if v._shape is None and v._layout.__class__ is _Deferred and v._layout != _layout.ROW_MAJOR:
+                return None  # (its strides follow from a shape not known yet: a view of it is decided by asking)
             view, s, ctx = v._view, v._storage, v._ctx
             if view is None or v._view_stamp != (s.version, ctx.grad_epoch if s.is_grad else 0, ctx.failures):
                 parts.append((c, first, v._shape, v._dtype, v._layout))
@@ -915,6 +944,8 @@ def _arg_key(v, seen: dict):
     if c is int or c is bool or c is str or v is None or c is DType:
         return (c, v)
     if isinstance(v, Tensor):
+        if v._shape is None and v._layout.__class__ is _Deferred and v._layout != _layout.ROW_MAJOR:
+            return None
         first = seen.setdefault(id(v), len(seen))  # (x.add_(x) is not x.add_(y))
         view = v._view
         if view is None or v._view_stamp != v._stamp():
