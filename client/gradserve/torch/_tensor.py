@@ -502,7 +502,7 @@ class Tensor:
     def __getattr__(self, name: str):
         if name.startswith("_"):  # not a catalog method (an unset slot, a protocol probe): no catalog fetch
             raise AttributeError(f"'Tensor' object has no attribute '{name}'")
-        op = _catalog.methods().get(name)
+        op = _catalog.covered("Tensor")[0].get(name)
         if op is None:
             from gradserve.torch._namespace import missing
 
