@@ -801,16 +801,17 @@ def _parser():
     return _torch_args
 
 
-def _signatures(facts: dict, numbers: bool) -> tuple:
-    """(derived signature or None, torch's overload texts or None, their parsed signatures) of one form, kept in
-    the catalog entry's facts once made."""
-    made = facts.get("_parsed")
+def _signatures(facts: dict, numbers: bool, shown: str) -> tuple:
+    """(derived signature or None, torch's overload texts or None, their parsed signatures) of one form, named
+    ``shown`` in their messages, kept in the catalog entry's facts once made."""
+    made = facts.setdefault("_parsed", {}).get(shown)
     if made is None:
         ta = _parser()
-        derived = ta.signature_from_json(facts["signature"]) if facts["signature"] is not None else None
+        derived = facts["signature"]
+        derived = ta.signature_from_json({**derived, "name": shown}) if derived is not None else None
         options = tuple(facts["overloads"]) if facts["overloads"] is not None else None
-        sigs = tuple(ta.parse_signature(facts["name"], o, numbers) for o in options) if options else None
-        made = facts["_parsed"] = (derived, options, sigs)
+        sigs = tuple(ta.parse_signature(shown, o, numbers) for o in options) if options else None
+        made = facts["_parsed"][shown] = (derived, options, sigs)
     return made
 
 
@@ -828,11 +829,13 @@ def _plain(v):
     return v
 
 
-def check_arguments(entry: dict, args: tuple, kwargs: dict, method: bool = False) -> None:
+def check_arguments(entry: dict, args: tuple, kwargs: dict, method: bool = False, spelling: str | None = None) -> None:
     """torch's argument parser on this call, from the catalog's ``parser`` facts of the op (what the server's
     engine.signature checks): a wrong argument raises torch's TypeError (or, for a torch function written in
     Python, its AttributeError) here, and nothing is sent. ``method``: called as a Tensor method (``args`` holds
-    self first). A call whose check reads a tensor fact the client does not know is left to the server."""
+    self first); ``spelling``: the name the user called, which torch's messages give where it is one of the
+    op's aliases (``arctan2(): ...``) and the op has no message name of its own. A call whose check reads a
+    tensor fact the client does not know is left to the server."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     parser = entry.get("parser")
     if not parser:
@@ -849,14 +852,17 @@ def check_arguments(entry: dict, args: tuple, kwargs: dict, method: bool = False
     key = _call_key(facts, args, kwargs)
     if key is not None and key in _ACCEPTED:
         return
-    derived, options, sigs = _signatures(facts, parser["numbers"])
+    shown = facts["name"]
+    if spelling in entry["aliases"] and shown == entry["name"]:
+        shown = spelling.replace(".", "_")  # (torch.special.psi is special_psi to torch's parser)
+    derived, options, sigs = _signatures(facts, parser["numbers"], shown)
     args = [_plain(a) for a in args]
     kwargs = {k: _plain(v) for k, v in kwargs.items()}
     try:
         if form == "function" and parser["python_attribute"]:
             attribute, order = parser["python_attribute"]
             ta.python_attribute(attribute, tuple(order), derived, args, kwargs)
-        ta.refuse(facts["name"], derived, options, sigs, parser["hidden"], args, kwargs,
+        ta.refuse(shown, derived, options, sigs, parser["hidden"], args, kwargs,
                   tuple(parser["no_argument_overloads"]))
     except _Unknown:
         return

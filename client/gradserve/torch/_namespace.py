@@ -18,9 +18,12 @@ def function(namespace: str, name: str):
     if op is None:
         raise missing(f"module '{namespace}' has no attribute '{name}'")
 
+    called = name if namespace == "torch" else f"{namespace.removeprefix('torch.')}.{name}"
+    spelling = called if called != op else None  # (an alias: torch.arctan2(...) names arctan2 in its messages)
+
     def fn(*args, **kwargs):
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        return call_op(op, args, kwargs)
+        return call_op(op, args, kwargs, False, spelling)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__module__ = namespace

@@ -507,9 +507,11 @@ class Tensor:
             from gradserve.torch._namespace import missing
 
             raise missing(f"'Tensor' object has no attribute '{name}'")
+        spelling = name if name != op else None  # (an alias: x.arctan2(...) names arctan2 in its messages)
+
         def method(self, *args, **kwargs):
             __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-            return call_op(op, (self, *args), kwargs, method=True)
+            return call_op(op, (self, *args), kwargs, True, spelling)
         method.__name__ = method.__qualname__ = name
         setattr(Tensor, name, method)  # made once: the next x.name() is found on the class, without __getattr__
         return method.__get__(self)
@@ -682,10 +684,11 @@ def _op_facts(name: str) -> _OpFacts:
     return facts
 
 
-def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
+def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling: str | None = None):
     """Record ``name(*args, **kwargs)`` and return what torch would: a handle, a tuple of handles, or the
     target itself for in-place ops. Only ops whose number of outputs depends on the data send at once.
-    ``method``: called as a Tensor method (``args[0]`` is self), for torch's argument messages."""
+    ``method``: called as a Tensor method (``args[0]`` is self), for torch's argument messages; ``spelling``: the
+    alias of the op the user called (``arctan2``), which they name."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     of = _OP_FACTS.get(name) or _op_facts(name)
     entry = of.entry
@@ -700,7 +703,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     decided = _DECIDED.get(key) if key is not None else None
     base = of.base
     if decided is None:
-        _meta.check_arguments(entry, args, kwargs, method)  # torch's TypeError for a wrong argument, here
+        _meta.check_arguments(entry, args, kwargs, method, spelling)  # torch's TypeError for a wrong argument, here
         if of.checks:  # torch's refusals from the arguments' metadata, here
             broken = _checks.first_failure(of.checks, lambda param: _argument(base, param, args, kwargs))
             if broken is not None:
