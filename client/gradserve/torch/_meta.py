@@ -590,7 +590,11 @@ def shape_of(entry: dict, tensors: list, arg):
         return _SQUARE_SHAPES[name](shape) if len(shape) >= 2 and shape[-1] == shape[-2] else UNKNOWN
     if name in ("matmul", "mm"):
         other = arg("other") if "other" in _arg_names(entry) else arg("mat2")
-        return matmul_shape(shape, peek(other, "shape") if any(other is t for t in tensors) else UNKNOWN)
+        known = any(other is t for t in tensors)
+        layouts = (L.of(tensors[0]) if tensors else None, L.of(other) if known else None)
+        grads = tuple(_requires_grad(t) for t in (tensors[0] if tensors else None, other if known else None))
+        return matmul_shape(shape, peek(other, "shape") if known else UNKNOWN, name == "matmul",
+                            tuple(None if lay is None else lay[0] for lay in layouts), grads)
     return UNKNOWN
 
 
@@ -624,27 +628,80 @@ def view_shape(shape: tuple, size) -> tuple | object:
     return tuple(size)
 
 
-def matmul_shape(a, b) -> tuple | object:
-    """``matmul`` of 1-D and 2-D operands, with torch's messages (higher ranks: left to the server)."""
+def matmul_shape(a, b, batched: bool = True, strides: tuple = (None, None), grads: tuple = (None, None)) \
+        -> tuple | object:
+    """``matmul``'s result shape, with torch's messages, by torch's routes: a dot, ``mv``, ``mm`` (a 1-D left
+    operand as a row), the operand of more dimensions folded into one matrix for ``mm``/``mv`` with the other
+    where torch folds it (``_folds``), else ``bmm`` over the broadcast batch dimensions. ``strides`` and
+    ``grads`` (requires_grad): the operands' (None: not known; a refusal whose message depends on them is the
+    server's). ``batched=False`` (``mm``): 2-D operands only."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-    if b is UNKNOWN or len(a) not in (1, 2) or len(b) not in (1, 2):
-        return UNKNOWN
-    if len(a) == 2 and len(b) == 2:
-        if a[1] != b[0]:
-            raise error("RuntimeError", f"mat1 and mat2 shapes cannot be multiplied ({a[0]}x{a[1]} and "
-                                        f"{b[0]}x{b[1]})")
-        return (a[0], b[1])
-    if len(a) == 2:
-        if a[1] != b[0]:
-            raise error("RuntimeError", f"size mismatch, got input ({a[0]}), mat ({a[0]}x{a[1]}), vec ({b[0]})")
-        return (a[0],)
-    if len(b) == 1:
+    if b is UNKNOWN or not a or not b or not batched and (len(a) != 2 or len(b) != 2):
+        return UNKNOWN  # (0-d operands: torch's message is the server's)
+    if len(a) == 1 and len(b) == 1:
         if a[0] != b[0]:
             raise error("RuntimeError", f"inconsistent tensor size, expected tensor [{a[0]}] and src [{b[0]}] to "
                                         f"have the same number of elements, but got {a[0]} and {b[0]} elements "
                                         f"respectively")
         return ()
-    return UNKNOWN  # 1-D @ 2-D: torch's message names the unsqueezed operand; the server gives it
+    a2 = a if len(a) >= 2 else (1, a[0])  # (a 1-D operand as a row, or as a column on the right)
+    b2 = b if len(b) >= 2 else (b[0], 1)
+    batch = broadcast([tuple(a2[:-2]), tuple(b2[:-2])], True) if len(a) > 2 or len(b) > 2 else ()
+    out = (*batch, *(a[-2:-1] if len(a) >= 2 else ()), *(b[-1:] if len(b) >= 2 else ()))
+    if a2[-1] == b2[-2]:
+        return out
+    if len(a) == len(b) == 3 and (a[0] == 1) != (b[0] == 1):  # (torch drops a batch of one that requires grad)
+        one = 0 if a[0] == 1 else 1
+        if grads[one] is None:
+            return UNKNOWN
+        if grads[one]:
+            squeezed = [a, b]
+            squeezed[one] = squeezed[one][1:]
+            return matmul_shape(*squeezed, True, strides, grads)
+    left = len(a) >= len(b)  # (the operand of more dimensions, transposed when it is the right one)
+    big, small = (a2, b) if left or len(b) <= 2 else ((*b[:-2], b[-1], b[-2]), a if len(a) != 2 else (a[1], a[0]))
+    fold = len(big) <= 2 or _folds(big, strides[0] if left else _swap_last(strides[1]), len(small),
+                                   grads[1] if left else grads[0], len(a))
+    if fold is None:
+        return UNKNOWN
+    if fold:  # mv, mm, or either of the bigger operand as one matrix
+        rows, k = _numel(big[:-1]), big[-1]
+        if len(small) == 1:
+            raise error("RuntimeError", f"size mismatch, got input ({rows}), mat ({rows}x{k}), vec ({small[0]})")
+        raise error("RuntimeError", f"mat1 and mat2 shapes cannot be multiplied ({rows}x{k} and "
+                                    f"{small[0]}x{small[1]})")
+    n = _numel(batch)
+    raise error("RuntimeError", f"Expected size for first two dimensions of batch2 tensor to be: [{n}, {a2[-1]}] "
+                                f"but got: [{n}, {b2[-2]}].")
+
+
+def _requires_grad(t) -> bool | None:
+    value = UNKNOWN if t is None else peek(t, "requires_grad")
+    return None if value is UNKNOWN else bool(value)
+
+
+def _swap_last(strides):
+    return None if strides is None else (*strides[:-2], strides[-1], strides[-2])
+
+
+def _folds(shape: tuple, strides, small: int, small_grad, left: int) -> bool | None:
+    """Does torch's matmul fold the operand of more dimensions (``shape``, ``strides``, transposed when it is the
+    right one) into one matrix for the other (of ``small`` dimensions, requiring grad or not; the left operand
+    has ``left``)? Where the other requires grad, always; where the left operand is a matrix, never; else where
+    the fold is a view (its leading dimensions nested). None: what decides is not known."""
+    if len(shape) < 3 or small > 2:
+        return False
+    if small_grad is None:
+        return None
+    if small_grad:
+        return True
+    if left == 2:
+        return False
+    if _numel(shape) == 0:
+        return True
+    if strides is None:
+        return None
+    return all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(len(shape) - 2))
 
 
 def basic_index(key) -> bool:
