@@ -543,7 +543,8 @@ def _unary(op: str):
 for _dunder, _op in {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": "rsub",
                      "__mul__": "mul", "__rmul__": "mul", "__truediv__": "div", "__rtruediv__": "rtruediv",
                      "__pow__": "pow", "__rpow__": "rpow", "__matmul__": "matmul", "__rmatmul__": "rmatmul",
-                     "__floordiv__": "floor_divide", "__eq__": "eq", "__ne__": "ne", "__lt__": "lt", "__le__": "le",
+                     "__floordiv__": "floor_divide", "__mod__": "remainder", "__eq__": "eq", "__ne__": "ne",
+                     "__lt__": "lt", "__le__": "le",
                      "__gt__": "gt", "__ge__": "ge", "__and__": "bitwise_and", "__or__": "bitwise_or",
                      "__xor__": "bitwise_xor", "__rand__": "bitwise_and", "__ror__": "bitwise_or",
                      "__rxor__": "bitwise_xor", "__lshift__": "bitwise_left_shift",
@@ -554,6 +555,15 @@ for _dunder, _op in {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__r
     setattr(Tensor, _dunder, _binary(_op))
 for _dunder, _op in {"__neg__": "neg", "__abs__": "abs", "__invert__": "invert"}.items():
     setattr(Tensor, _dunder, _unary(_op))
+
+
+def _rmod(self, other):
+    """``7 % x``: torch's remainder(Number, Tensor)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    return call_op("remainder", (other, self), {})
+
+
+Tensor.__rmod__ = _rmod
 
 
 def _compare_with_none(op: str, when_none: bool):
@@ -739,6 +749,9 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
             target._know_facts(facts)
         return target
     first = next((a for a in args if isinstance(a, Tensor)), None)
+    if base == "contiguous" and first is not None and not kwargs and _layout.of(first) is not None and \
+            _layout.is_contiguous(tuple(first._shape), _layout.of(first)[0]):
+        return first  # (torch returns the tensor itself: its flags, its identity)
     shares = of.shape_op and first is not None and not (
         base == "getitem" and not _meta.basic_index(args[1].key))  # (an advanced index copies)
     storage = first._storage if shares else None
