@@ -91,8 +91,10 @@ class Tensor:
             self._param = True
 
     def _set_view(self, view: dict) -> None:
-        if self._view is not None and self._view_stamp == self._stamp() and "node" in self._view:
-            view["node"] = self._view["node"]  # the client's graph node is not in the server's view
+        if self._view is not None and self._view_stamp == self._stamp():
+            for key in _CLIENT_FACTS:  # (the client's graph node and view facts are not in the server's view)
+                if key in self._view:
+                    view[key] = self._view[key]
         self._view = view
         self._view_stamp = self._stamp()
         self._shape = Size(view["shape"])
@@ -1092,6 +1094,10 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     advance_grad_epoch(ctx, in_place=not create_graph)
     ctx.flush(deferrable=True)
 
+
+#: what the client knows of a handle that the server's view of it does not say (kept when that view arrives):
+#: its autograd graph node, and whether it is a view of a leaf that requires grad (in-place ops refuse it)
+_CLIENT_FACTS = ("node", "view_of_leaf")
 
 #: the parts of a view an in-place change of the tensor's values makes stale
 _VALUE_KEYS = frozenset({"data", "version", "grad_accumulations", "name"})
