@@ -368,11 +368,15 @@ def _viewed(shape, layout, arg, out):
 
 
 def _reshaped(shape, layout, arg, out):
-    """reshape, flatten: a view where the layout allows, else a contiguous copy."""
-    if tuple(shape) == tuple(out):
-        return out, layout
+    """reshape, reshape_as: a view where the layout allows (its strides computed anew, a size-1 dimension's
+    too, even to the same shape), else a contiguous copy."""
     strides = view(tuple(shape), layout[0], tuple(out))
     return out, ((strides, layout[1]) if strides is not None else (contiguous(out), 0))
+
+
+def _flattened(shape, layout, arg, out):
+    """flatten: the tensor itself where nothing is flattened, else as reshape."""
+    return (out, layout) if tuple(shape) == tuple(out) else _reshaped(shape, layout, arg, out)
 
 
 def _contiguous(shape, layout, arg, out):
@@ -389,7 +393,7 @@ VIEWS = {"t": _t, "transpose": _transpose, "permute": _permute, "movedim": _move
          "expand_as": _expand, "broadcast_to": _expand, "unsqueeze": _unsqueeze, "squeeze": _squeeze,
          "narrow": _narrow, "select": _select, "diagonal": _diagonal, "linalg.diagonal": _diagonal,
          "getitem": _getitem, "view": _viewed, "view_as": _viewed, "unflatten": _viewed, "reshape": _reshaped,
-         "reshape_as": _reshaped, "flatten": _reshaped, "contiguous": _contiguous, "detach": _same}
+         "reshape_as": _reshaped, "flatten": _flattened, "contiguous": _contiguous, "detach": _same}
 NEEDS_SHAPE = frozenset({"view", "view_as", "unflatten", "reshape", "reshape_as", "flatten"})
 #: copies that keep their input's layout (preserve_format)
 PRESERVING = frozenset({"clone", "to", "float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte",
