@@ -61,7 +61,8 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
                              {dim}, {size}
     dim_order(a,start,end)   dimension ``start`` of ``a`` does not come after ``end`` (as wrapped)
     broadcasts(a,b)          the shapes of ``a`` and ``b`` broadcast, in that order -> {a}, {b}, {dim}
-    dims(a)=n                ``a`` has n dimensions
+    dims(a)=n                ``a`` has n dimensions -> {dims} (its number)
+    ranks(a,b)=n,m           ``a`` has n dimensions and ``b`` m -> {a}, {b} (their numbers)
     repeats_cover(a,repeats) ``repeats`` has at least ``a``'s dimensions
     linear_shapes(input,weight)  the input's last size is the weight's (2-d) second -> {rows}, {k}, {wk}, {out}
     bmm_shapes(a,b)          3-d ``b`` is [a.size(0), a.size(2), ...] -> {batch}, {k}, {got}
@@ -669,7 +670,15 @@ def _dims(t, n: str):
     _, shape = _tensor_facts(t)
     if shape is None:
         return UNKNOWN
-    return None if len(shape) == int(n) else {}
+    return None if len(shape) == int(n) else {"dims": len(shape)}
+
+
+def _ranks(a, b, ns: str):
+    (_, x), (_, y) = _tensor_facts(a), _tensor_facts(b)
+    if x is None or y is None:
+        return UNKNOWN
+    n, m = (int(v) for v in ns.split(","))
+    return None if (len(x), len(y)) == (n, m) else {"a": len(x), "b": len(y)}
 
 
 def _repeats_cover(t, repeats, _):
@@ -733,6 +742,6 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
          "cat_sizes": _cat_sizes, "stack_shapes": _stack_shapes, "expand_size": _expand_size,
          "permute_rank": _permute_rank, "permute_unique": _permute_unique,
          "reduce_dims_unique": _reduce_dims_unique, "unflatten_sizes": _unflatten_sizes,
-         "broadcasts": _broadcasts_rule, "dims": _dims, "repeats_cover": _repeats_cover,
+         "broadcasts": _broadcasts_rule, "dims": _dims, "ranks": _ranks, "repeats_cover": _repeats_cover,
          "linear_shapes": _linear_shapes, "bmm_shapes": _bmm_shapes, "batch_sizes": _batch_sizes,
          "same_size": _same_size, "dim_order": _dim_order, "multi_target": _multi_target}

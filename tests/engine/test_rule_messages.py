@@ -59,7 +59,6 @@ KNOWN: dict[tuple[str, str], str] = {
     (_E + "inplace", "masked_fill_ only supports boolean masks, but got mask with dtype "):
         "setitem with a uint8 mask fills through masked_fill_ in torch: another op's check",
     (_E + "linalg", "addmv input tensors must have the same dtype, but got "): _SHARED + " (matmul's vector forms)",
-    (_E + "linalg", "dot : expected both vectors to have same dtype, but found "): _SHARED + " (matmul of vectors)",
     (_E + "linalg", "expected m1 and m2 to have the same dtype, but got: "): _SHARED + " (addmm, matmul, linear)",
     (_E + "linalg", "expected scalar type "): _SHARED + " (torch's generic dtype check)",
     (_E + "nn", " can't be cast to the desired output type "): "dropout of an integer input (no declared rule)",
