@@ -52,6 +52,8 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     cat_ranks(tensors)       the first tensor that does not fit the first does not have its dimensions -> {a}, {b}
     cat_sizes(tensors,dim)   ... nor its sizes but along ``dim`` -> {dim}, {want}, {got}, {i} (the tensor's number)
     stack_shapes(tensors)    the tensors have one shape -> {first}, {other}, {i}
+    expand_rank(a,size)      ``size`` (a list, or a tensor's shape) has at least ``a``'s dimensions -> {tensor_type},
+                             {shape}, {size} (joined by ``, ``), {n} (the sizes' number), {dims}
     expand_size(a,size)      ``a`` expands to ``size`` (a -1 keeps a size) -> {want}, {have}, {dim}, {target},
                              {shape}
     permute_rank(a,dims)     ``dims`` has ``a``'s dimensions -> {rank}, {n}
@@ -579,10 +581,28 @@ def _stack_shapes(tensors, _):
     return None if i is None else {"first": list(shapes[0]), "other": list(shapes[i]), "i": i}
 
 
+def _target_size(size):
+    """A size argument as a list of ints (a tensor: its shape, as expand_as reads it), or None."""
+    if isinstance(size, (list, tuple)):
+        return list(size) if all(_int(d) for d in size) else None
+    _, shape = _tensor_facts(size)
+    return None if shape is None else list(shape)
+
+
+def _expand_rank(t, size, _):
+    dtype, shape = _tensor_facts(t)
+    size = _target_size(size)
+    if shape is None or dtype is None or size is None:
+        return UNKNOWN
+    return None if len(size) >= len(shape) else {
+        "tensor_type": TENSOR_TYPES[dtype], "shape": ", ".join(map(str, shape)), "size": ", ".join(map(str, size)),
+        "n": len(size), "dims": len(shape)}
+
+
 def _expand_size(t, size, _):
     _, shape = _tensor_facts(t)
-    if shape is None or not isinstance(size, (list, tuple)) or not all(_int(d) for d in size) or \
-            len(size) < len(shape):
+    size = _target_size(size)
+    if shape is None or size is None or len(size) < len(shape):
         return UNKNOWN
     for i in range(len(size) - 1, -1, -1):
         j = i - (len(size) - len(shape))
@@ -739,7 +759,8 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
          "conv_stride": _conv_stride, "conv_weight": _conv_weight,
          "conv_kernel": _conv_kernel, "conv_groups": _conv_groups, "conv_channels": _conv_channels,
          "conv_bias": _conv_bias, "nonempty_list": _nonempty_list, "list_dim": _list_dim, "cat_ranks": _cat_ranks,
-         "cat_sizes": _cat_sizes, "stack_shapes": _stack_shapes, "expand_size": _expand_size,
+         "cat_sizes": _cat_sizes, "stack_shapes": _stack_shapes, "expand_rank": _expand_rank,
+         "expand_size": _expand_size,
          "permute_rank": _permute_rank, "permute_unique": _permute_unique,
          "reduce_dims_unique": _reduce_dims_unique, "unflatten_sizes": _unflatten_sizes,
          "broadcasts": _broadcasts_rule, "dims": _dims, "ranks": _ranks, "repeats_cover": _repeats_cover,
