@@ -26,6 +26,10 @@ UNKNOWN = object()
 #: torch's messages
 LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
 VIEW_OF_LEAF_INPLACE = "a view of a leaf Variable that requires grad is being used in an in-place operation."
+#: an output of split, chunk or unbind that requires grad, modified in place ({0}: its number, {1}: its node's name)
+MULTI_VIEW_INPLACE = ("Output {0} of {1} is a view and is being modified inplace. This view is the output of a "
+                      "function that returns multiple views. Such functions do not allow the output views to be "
+                      "modified inplace. You should replace the inplace operation by an out-of-place one.")
 NON_LEAF_FLAG = ("you can only change requires_grad flags of leaf variables. If you want to use a computed "
                  "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().")
 INT_REQUIRES_GRAD = "Only Tensors of floating point and complex dtype can require gradients"
@@ -733,6 +737,9 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
     facts_of = known(target)
     leaf, requires_grad = facts_of.get("is_leaf", UNKNOWN), facts_of.get("requires_grad", UNKNOWN)
     on_view = facts_of.get("view_of_leaf") is True
+    multi = facts_of.get("multi_view")
+    if grad_enabled and multi is not None:
+        raise error("RuntimeError", MULTI_VIEW_INPLACE.format(*multi))
     if grad_enabled and (on_view or index is not None and view_of_leaf(None, target, index)):
         raise error("RuntimeError", VIEW_OF_LEAF_INPLACE)
     if grad_enabled and leaf is True and requires_grad is True:

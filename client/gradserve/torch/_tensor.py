@@ -833,6 +833,8 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
 
 #: ops whose tuple of results are views of their input (``_layout.pieces``); nonzero(as_tuple=True): its columns
 _PIECES = frozenset({"split", "chunk", "unbind", "tensor_split"})
+#: those whose views are the outputs of one node (tensor_split's are slices each): the node's short name
+_MULTI_VIEW_NODES = {"split": "Split", "chunk": "Split", "unbind": "Unbind"}
 
 
 def _know_pieces(base: str, first, outs: tuple, arg) -> None:
@@ -844,10 +846,16 @@ def _know_pieces(base: str, first, outs: tuple, arg) -> None:
     if base not in _PIECES or first is None or first._shape is None:
         return
     got = _layout.pieces(base, tuple(first._shape), _layout.of(first), arg, len(outs))
-    for out, (shape, layout) in zip(outs, got or ()):
+    # outputs of one node (split's, unbind's) that require grad: torch refuses to modify them in place
+    node = _MULTI_VIEW_NODES.get(base) if is_grad_enabled() and _meta.peek(first, "requires_grad") is True else None
+    if node == "Split" and isinstance(arg("split_size_or_sections"), (list, tuple)):
+        node = "SplitWithSizes"
+    for i, (out, (shape, layout)) in enumerate(zip(outs, got or ())):
         facts = {"shape": shape, "layout": layout}
         if first._dtype is not None:
             facts["dtype"] = first._dtype
+        if node is not None:
+            facts["multi_view"] = (i, node)
         out._know_facts(facts)
 
 
@@ -924,9 +932,9 @@ _NO_FACT = object()
 
 def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwargs: dict) -> tuple | None:
     """What deciding a call reads: per argument its class and value (a float: its class), or of a handle its shape,
-    dtype and the flags the client knows (requires_grad, is_leaf, view_of_leaf, whether it has a node), and which
-    arguments are one handle; None for an argument that is neither (an index, an array...): such calls are decided
-    each time."""
+    dtype and the flags the client knows (requires_grad, is_leaf, view_of_leaf, multi_view, whether it has a node),
+    and which arguments are one handle; None for an argument that is neither (an index, an array...): such calls are
+    decided each time."""
     parts = [name, method, grad_enabled]
     seen: dict[int, int] = {}
     for v in ((*args, *kwargs.values()) if kwargs else args):
@@ -941,7 +949,8 @@ def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwar
             else:
                 get = view.get
                 parts.append((c, first, v._shape, v._dtype, v._layout, get("requires_grad", _NO_FACT),
-                              get("is_leaf", _NO_FACT), get("view_of_leaf", _NO_FACT), "node" in view))
+                              get("is_leaf", _NO_FACT), get("view_of_leaf", _NO_FACT), get("multi_view"),
+                              "node" in view))
             continue
         if c is float:
             parts.append(c)
@@ -969,7 +978,8 @@ def _arg_key(v, seen: dict):
         if view is None or v._view_stamp != v._stamp():
             return (c, first, v._shape, v._dtype, v._layout)
         return (c, first, v._shape, v._dtype, v._layout, view.get("requires_grad", _NO_FACT),
-                view.get("is_leaf", _NO_FACT), view.get("view_of_leaf", _NO_FACT), "node" in view)
+                view.get("is_leaf", _NO_FACT), view.get("view_of_leaf", _NO_FACT), view.get("multi_view"),
+                "node" in view)
     if c is list or c is tuple:
         parts = []
         for x in v:
@@ -1097,7 +1107,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
 
 #: what the client knows of a handle that the server's view of it does not say (kept when that view arrives):
 #: its autograd graph node, and whether it is a view of a leaf that requires grad (in-place ops refuse it)
-_CLIENT_FACTS = ("node", "view_of_leaf")
+_CLIENT_FACTS = ("node", "view_of_leaf", "multi_view")
 
 #: the parts of a view an in-place change of the tensor's values makes stale
 _VALUE_KEYS = frozenset({"data", "version", "grad_accumulations", "name"})
