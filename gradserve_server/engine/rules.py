@@ -52,6 +52,11 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     cat_ranks(tensors)       the first tensor that does not fit the first does not have its dimensions -> {a}, {b}
     cat_sizes(tensors,dim)   ... nor its sizes but along ``dim`` -> {dim}, {want}, {got}, {i} (the tensor's number)
     stack_shapes(tensors)    the tensors have one shape -> {first}, {other}, {i}
+    index_count(a,index)     an index (the client's wraps its ``key``) names at most ``a``'s dimensions (an int,
+                             a slice, an int list or tensor one each; a bool tensor its dimensions) -> {dims}
+    index_bounds(a,index)    each int of a basic index (ints, slices, None, Ellipsis) is in range of the dimension
+                             it selects -> {index}, {dim} (its place in the index, Ellipsis counting the dimensions
+                             it spans), {size}
     expand_rank(a,size)      ``size`` (a list, or a tensor's shape) has at least ``a``'s dimensions -> {tensor_type},
                              {shape}, {size} (joined by ``, ``), {n} (the sizes' number), {dims}
     expand_size(a,size)      ``a`` expands to ``size`` (a -1 keeps a size) -> {want}, {have}, {dim}, {target},
@@ -581,6 +586,72 @@ def _stack_shapes(tensors, _):
     return None if i is None else {"first": list(shapes[0]), "other": list(shapes[i]), "i": i}
 
 
+def _index_items(index) -> list:
+    key = getattr(index, "key", index)  # (the client's index argument holds the key)
+    return list(key) if isinstance(key, tuple) else [key]
+
+
+def _list_dims(v) -> int | None:
+    """The dimensions a list index spans: one for ints, a nested list of bools its depth; None: not known here."""
+    if all(_int(x) for x in v):
+        return 1
+    if all(isinstance(x, bool) for x in v):
+        return 1
+    if v and all(isinstance(x, list) for x in v):
+        inner = {_list_dims(x) for x in v}
+        return None if len(inner) != 1 or None in inner or not all(
+            isinstance(y, bool) for x in v for y in x) else 1 + inner.pop()
+    return None
+
+
+def _index_count(t, index, _):
+    _, shape = _tensor_facts(t)
+    if not shape:  # (a 0-d tensor's message is another)
+        return UNKNOWN
+    consumed = 0
+    for k in _index_items(index):
+        if k is None or k is Ellipsis:
+            continue
+        if _int(k) or isinstance(k, slice):
+            consumed += 1
+        elif isinstance(k, list):
+            n = _list_dims(k)
+            if n is None:
+                return UNKNOWN
+            consumed += n
+        else:
+            dtype, sh = _tensor_facts(k)
+            if dtype is None or sh is None:
+                return UNKNOWN
+            consumed += max(len(sh), 1) if dtype == "bool" else 1
+    return None if consumed <= len(shape) else {"dims": len(shape)}
+
+
+def _index_bounds(t, index, _):
+    _, shape = _tensor_facts(t)
+    items = _index_items(index)
+    if not shape or not all(k is None or k is Ellipsis or isinstance(k, slice) or _int(k) for k in items) or \
+            sum(1 for k in items if k is Ellipsis) > 1:
+        return UNKNOWN
+    consumed = sum(1 for k in items if k is not None and k is not Ellipsis)
+    if consumed > len(shape):
+        return UNKNOWN
+    place = source = 0
+    for k in items:
+        if k is Ellipsis:
+            place += len(shape) - consumed
+            source += len(shape) - consumed
+        elif k is None:
+            place += 1
+        else:
+            n = shape[source]
+            if _int(k) and not -n <= k < n:
+                return {"index": k, "dim": place, "size": n}
+            place += 1
+            source += 1
+    return None
+
+
 def _target_size(size):
     """A size argument as a list of ints (a tensor: its shape, as expand_as reads it), or None."""
     if isinstance(size, (list, tuple)):
@@ -760,6 +831,7 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
          "conv_kernel": _conv_kernel, "conv_groups": _conv_groups, "conv_channels": _conv_channels,
          "conv_bias": _conv_bias, "nonempty_list": _nonempty_list, "list_dim": _list_dim, "cat_ranks": _cat_ranks,
          "cat_sizes": _cat_sizes, "stack_shapes": _stack_shapes, "expand_rank": _expand_rank,
+         "index_count": _index_count, "index_bounds": _index_bounds,
          "expand_size": _expand_size,
          "permute_rank": _permute_rank, "permute_unique": _permute_unique,
          "reduce_dims_unique": _reduce_dims_unique, "unflatten_sizes": _unflatten_sizes,

@@ -182,6 +182,9 @@ CHECK_CASES: dict[str, list[tuple[list, dict]]] = {
                (["float32[3,1]", [3, 5]], {}), (["float32[3,4]", [-1, 4]], {}), (["float32[3,4]", [4, -1]], {}),
                (["float32[1,4]", [2, 3, 5]], {}), (["float64[4,4,1]", [3]], {}), (["bool[2,3]", [3]], {}),
                (["int64[2,3]", []], {})],
+    "getitem": [(["float32[2,3]", [0, 0, 0]], {}), (["float32[2,3]", [None, 0, 5]], {}), (["int64[2,3]", 2], {}),
+                (["float32[2,3]", [1, -4]], {}), (["float32[2,3]", [0, -3]], {}), (["bool[2,3]", [None, None, 1]], {}),
+                (["float32[2,3,4]", [None, 1, 2, 3, None]], {}), (["float32[2,3]", [[0, 1], 0, 1]], {})],
     "expand_as": [(["float32[3,1]", "int64[3,5]"], {}), (["float64[4,4,1]", "float32[4,4]"], {}),
                   (["float32[3,4]", "float32[2,3]"], {})],
     "broadcast_to": [(["float32[3,1]", [3, 5]], {}), (["bool[4,4,1]", [4]], {}), (["float32[3,4]", [3, 5]], {})],
@@ -261,6 +264,8 @@ def torch_callable(torch, name: str):
         return getattr(getattr(torch, space), attr)
     if name in REFLECTED:
         return REFLECTED[name]
+    if name == "getitem":  # t[index] (a JSON list: a tuple index)
+        return lambda t, index: t[tuple(index) if isinstance(index, list) else index]
     if name == "polygamma":  # polygamma(n, input)
         return lambda x: torch.polygamma(1, x)
     for space in (torch, torch.nn.functional, torch.special, torch.Tensor):  # (Tensor: expand, a method only)

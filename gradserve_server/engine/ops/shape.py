@@ -1263,7 +1263,13 @@ def _is_advanced(it) -> bool:
     return isinstance(it, (list, Tensor, np.ndarray)) and not isinstance(it, bool)
 
 
-@op("getitem",
+#: basic indexing's refusals (getitem's; setitem's, which indexes through getitem, at the run)
+INDEX_CHECKS = ("index_count(self,index) | IndexError: too many indices for tensor of dimension {dims}",
+                "index_bounds(self,index) | IndexError: index {index} is out of bounds for dimension {dim} with size "
+                "{size}")
+
+
+@op("getitem", checks=INDEX_CHECKS,
     parsed=False,
     tensors=("self", "index"), grad_fns=(P.SelectBackward0, P.SliceBackward0, P.IndexBackward0,
                                                    P.UnsqueezeBackward0), aliases=("__getitem__",), plannable=True)
@@ -1292,7 +1298,8 @@ def _getitem(self, index, alias: bool):
             consumed += 1
     nd = self.data.ndim
     if consumed > nd:
-        raise TorchIndexError(f"too many indices for tensor of dimension {nd}", code="invalid_index")
+        raise broken_check("getitem", self=self, index=index)
+    given = index
     if n_ell:
         pos = next(i for i, it in enumerate(index) if it is Ellipsis)
         index = index[:pos] + (slice(None),) * (nd - consumed) + index[pos + 1:]
@@ -1321,6 +1328,10 @@ def _getitem(self, index, alias: bool):
                 advanced.append((d, np.asarray(it)))
                 d += 1
             else:
+                n = out.data.shape[d]
+                if not -n <= it < n:  # (torch names the index's place, not the dimension of the result so far)
+                    raise broken_check("getitem", self=self, index=tuple(
+                        int(k) if isinstance(k, np.integer) else k for k in given))
                 out = select(out, d, int(it))
         elif _is_advanced(it):
             arr = it.data if isinstance(it, Tensor) else np.asarray(it)
