@@ -123,3 +123,15 @@ def test_elementwise_results_are_laid_out_as_torchs(seed):
         if len(operands) <= 2 else None
     if got is not None:
         assert got == want.stride(), [(tuple(o.shape), o.stride()) for o in operands]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_elementwise_results_with_a_python_number_are_laid_out_as_torchs(seed):
+    rng = random.Random(seed)
+    n = rng.randrange(1, 4)
+    shape = [rng.choice([1, 1, 2, 3]) for _ in range(n)]
+    perm = rng.sample(range(n), n)
+    t = torch.zeros([shape[p] for p in perm]).permute([perm.index(d) for d in range(n)])
+    # (a number is an operand of its own: inputs of one shape no longer keep their strides as they are)
+    assert L.elementwise(tuple(t.shape), [(tuple(t.shape), t.stride())], True) == (t * 2).stride(), t.stride()
+    assert L.elementwise(tuple(t.shape), [(tuple(t.shape), t.stride())]) == (t + torch.zeros_like(t)).stride()

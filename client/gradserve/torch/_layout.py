@@ -138,14 +138,14 @@ def view(shape: tuple, strides: tuple, size: tuple) -> tuple | None:
     return tuple(out) if v == -1 else None
 
 
-def elementwise(shape: tuple, inputs: list) -> tuple:
+def elementwise(shape: tuple, inputs: list, number: bool = False) -> tuple:
     """The strides of an elementwise result of broadcast ``shape`` from ``inputs`` ((shape, strides) each, in
     argument order), as TensorIterator allocates it: inputs of one shape all contiguous, or all dense with the
-    same strides, give those; otherwise the dimensions are ordered by the inputs' strides (a broadcast one
-    does not decide; the first input that tells decides; equal strides: the smaller size first) and the result
-    is dense in that order."""
+    same strides, give those (not with a Python ``number`` among the operands: a 0-d operand of its own);
+    otherwise the dimensions are ordered by the inputs' strides (a broadcast one does not decide; the first input
+    that tells decides; equal strides: the smaller size first) and the result is dense in that order."""
     n = len(shape)
-    if all(s == shape for s, _ in inputs):
+    if not number and all(s == shape for s, _ in inputs):
         if all(is_contiguous(s, st) for s, st in inputs):
             return contiguous(shape)
         first = inputs[0][1]

@@ -412,7 +412,9 @@ def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
     if None in layouts:
         return shape, None
     if entry["family"] == "elementwise":
-        return shape, (L.elementwise(shape, [(tuple(t._shape), lay[0]) for t, lay in zip(tensors, layouts)]), 0)
+        number = any(a.get("tensor") and _number_kind(arg(a["name"])) is not None for a in entry["arguments"])
+        return shape, (L.elementwise(shape, [(tuple(t._shape), lay[0]) for t, lay in zip(tensors, layouts)],
+                                     number), 0)
     if name in L.PRESERVING and len(tensors) == 1:
         return shape, (L.preserved(shape, layouts[0][0]), 0)
     if _contiguous_result(entry, tensors, layouts):

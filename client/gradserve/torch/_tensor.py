@@ -752,7 +752,9 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
         return target
     first = next((a for a in args if isinstance(a, Tensor)), None)
     if base == "contiguous" and first is not None and not kwargs and _layout.of(first) is not None and \
-            _layout.is_contiguous(tuple(first._shape), _layout.of(first)[0]):
+            _layout.is_contiguous(tuple(first._shape), _layout.of(first)[0]) or base == "flatten" and \
+            _flattens_nothing(first, _argument(base, "start_dim", args, kwargs, 0),
+                              _argument(base, "end_dim", args, kwargs, -1)):
         return first  # (torch returns the tensor itself: its flags, its identity)
     shares = of.shape_op and first is not None and not (
         base == "getitem" and not _meta.basic_index(args[1].key))  # (an advanced index copies)
@@ -829,6 +831,13 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
             if literal is not None:
                 out._array, out._seen = literal, 0
     return out
+
+
+def _flattens_nothing(t, start, end) -> bool:
+    """``t.flatten(start, end)`` of one dimension: torch returns ``t`` itself (a 0-d tensor becomes 1-d)."""
+    n = len(t._shape) if isinstance(t, Tensor) and t._shape is not None else 0
+    return n > 0 and all(isinstance(d, int) and not isinstance(d, builtins.bool) and -n <= d < n
+                         for d in (start, end)) and start % n == end % n
 
 
 #: ops whose tuple of results are views of their input (``_layout.pieces``); nonzero(as_tuple=True): its columns
