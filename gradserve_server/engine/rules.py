@@ -782,9 +782,9 @@ def _repeats_cover(t, repeats, _):
 
 def _linear_shapes(inp, weight, _):
     (_, x), (_, w) = _tensor_facts(inp), _tensor_facts(weight)
-    if x is None or w is None or len(x) < 2 or len(w) != 2:
+    if x is None or w is None or not x or len(w) != 2:
         return UNKNOWN
-    return None if x[-1] == w[1] else {"rows": _numel(x[:-1]), "k": x[-1], "wk": w[1], "out": w[0]}
+    return None if x[-1] == w[1] else {"rows": _numel(x[:-1]), "k": x[-1], "wk": w[1], "out": w[0]}  # (1-d: a row)
 
 
 def _bmm_shapes(a, b, _):

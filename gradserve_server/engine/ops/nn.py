@@ -196,7 +196,8 @@ batching(P.LogSoftmaxBackward0, **shifted(sizes=(), dims=("dim",)))
 
 
 @op("linear",
-    checks=("same_dtype(bias,weight) | RuntimeError: self and mat2 must have the same dtype, but got {a} and {b}",
+    checks=("max_dims(weight)=2 | RuntimeError: t() expects a tensor with <= 2 dimensions, but self is {dims}D",
+            "same_dtype(bias,weight) | RuntimeError: self and mat2 must have the same dtype, but got {a} and {b}",
             "same_dtype(input,weight) if bias | RuntimeError: mat1 and mat2 must have the same dtype, but got {a} and "
             "{b}",
             "linear_shapes(input,weight) | RuntimeError: mat1 and mat2 shapes cannot be multiplied ({rows}x{k} and "
