@@ -412,7 +412,10 @@ def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
     if None in layouts:
         return shape, None
     if entry["family"] == "elementwise":
-        number = any(a.get("tensor") and _number_kind(arg(a["name"])) is not None for a in entry["arguments"])
+        # (a number given for a binary op's operand is a 0-d tensor operand to TensorIterator; clamp's bounds,
+        # pow's exponent are Scalars of its kernel)
+        number = any(a["name"] in ("self", "other") and _number_kind(arg(a["name"])) is not None
+                     for a in entry["arguments"])
         return shape, (L.elementwise(shape, [(tuple(t._shape), lay[0]) for t, lay in zip(tensors, layouts)],
                                      number), 0)
     if name in L.PRESERVING and len(tensors) == 1:
