@@ -70,6 +70,7 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     broadcasts(a,b)          the shapes of ``a`` and ``b`` broadcast, in that order -> {a}, {b}, {dim}
     dims(a)=n                ``a`` has n dimensions -> {dims} (its number)
     ranks(a,b)=n,m           ``a`` has n dimensions and ``b`` m -> {a}, {b} (their numbers)
+    min_ranks(a,b)=n         ``a`` and ``b`` have at least n dimensions each -> {a}, {b} (their numbers)
     repeats_cover(a,repeats) ``repeats`` has at least ``a``'s dimensions
     linear_shapes(input,weight)  the input's last size is the weight's (2-d) second -> {rows}, {k}, {wk}, {out}
     bmm_shapes(a,b)          3-d ``b`` is [a.size(0), a.size(2), ...] -> {batch}, {k}, {got}
@@ -764,6 +765,13 @@ def _dims(t, n: str):
     return None if len(shape) == int(n) else {"dims": len(shape)}
 
 
+def _min_ranks(a, b, n: str):
+    (_, x), (_, y) = _tensor_facts(a), _tensor_facts(b)
+    if x is None or y is None:
+        return UNKNOWN
+    return None if len(x) >= int(n) and len(y) >= int(n) else {"a": len(x), "b": len(y)}
+
+
 def _ranks(a, b, ns: str):
     (_, x), (_, y) = _tensor_facts(a), _tensor_facts(b)
     if x is None or y is None:
@@ -835,6 +843,7 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
          "expand_size": _expand_size,
          "permute_rank": _permute_rank, "permute_unique": _permute_unique,
          "reduce_dims_unique": _reduce_dims_unique, "unflatten_sizes": _unflatten_sizes,
-         "broadcasts": _broadcasts_rule, "dims": _dims, "ranks": _ranks, "repeats_cover": _repeats_cover,
+         "broadcasts": _broadcasts_rule, "dims": _dims, "ranks": _ranks, "min_ranks": _min_ranks,
+         "repeats_cover": _repeats_cover,
          "linear_shapes": _linear_shapes, "bmm_shapes": _bmm_shapes, "batch_sizes": _batch_sizes,
          "same_size": _same_size, "dim_order": _dim_order, "multi_target": _multi_target}

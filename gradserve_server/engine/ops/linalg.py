@@ -525,7 +525,9 @@ def _prod(shape) -> int:
 
 
 @op("matmul",
-    checks=("matmul_dtype(self,other)=mm | RuntimeError: expected m1 and m2 to have the same dtype, but got: {a} != "
+    checks=("min_ranks(self,other)=1 | RuntimeError: both arguments to matmul need to be at least 1D, but they are "
+            "{a}D and {b}D",
+            "matmul_dtype(self,other)=mm | RuntimeError: expected m1 and m2 to have the same dtype, but got: {a} != "
             "{b}",
             "matmul_dtype(self,other)=dot | RuntimeError: dot : expected both vectors to have same dtype, but found "
             "{a} and {b}",
@@ -544,7 +546,7 @@ def matmul(self, other):
     other = require_tensor(other, "other", "matmul")
     d1, d2 = self.data.ndim, other.data.ndim
     if d1 == 0 or d2 == 0:
-        raise ShapeError(f"both arguments to matmul need to be at least 1D, but they are {d1}D and {d2}D")
+        raise broken_check("matmul", self=self, other=other)
     if d1 == 1 and d2 == 1:
         return dot(self, other)
     if d1 == 2 and d2 == 1:
