@@ -52,6 +52,13 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     cat_ranks(tensors)       the first tensor that does not fit the first does not have its dimensions -> {a}, {b}
     cat_sizes(tensors,dim)   ... nor its sizes but along ``dim`` -> {dim}, {want}, {got}, {i} (the tensor's number)
     stack_shapes(tensors)    the tensors have one shape -> {first}, {other}, {i}
+    index_count(a,index)     an index (the client's wraps its ``key``) names at most ``a``'s dimensions (an int,
+                             a slice, an int list or tensor one each; a bool tensor its dimensions) -> {dims}
+    index_bounds(a,index)    each int of a basic index (ints, slices, None, Ellipsis) is in range of the dimension
+                             it selects -> {index}, {dim} (its place in the index, Ellipsis counting the dimensions
+                             it spans), {size}
+    expand_rank(a,size)      ``size`` (a list, or a tensor's shape) has at least ``a``'s dimensions -> {tensor_type},
+                             {shape}, {size} (joined by ``, ``), {n} (the sizes' number), {dims}
     expand_size(a,size)      ``a`` expands to ``size`` (a -1 keeps a size) -> {want}, {have}, {dim}, {target},
                              {shape}
     permute_rank(a,dims)     ``dims`` has ``a``'s dimensions -> {rank}, {n}
@@ -61,7 +68,9 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
                              {dim}, {size}
     dim_order(a,start,end)   dimension ``start`` of ``a`` does not come after ``end`` (as wrapped)
     broadcasts(a,b)          the shapes of ``a`` and ``b`` broadcast, in that order -> {a}, {b}, {dim}
-    dims(a)=n                ``a`` has n dimensions
+    dims(a)=n                ``a`` has n dimensions -> {dims} (its number)
+    ranks(a,b)=n,m           ``a`` has n dimensions and ``b`` m -> {a}, {b} (their numbers)
+    min_ranks(a,b)=n         ``a`` and ``b`` have at least n dimensions each -> {a}, {b} (their numbers)
     repeats_cover(a,repeats) ``repeats`` has at least ``a``'s dimensions
     linear_shapes(input,weight)  the input's last size is the weight's (2-d) second -> {rows}, {k}, {wk}, {out}
     bmm_shapes(a,b)          3-d ``b`` is [a.size(0), a.size(2), ...] -> {batch}, {k}, {got}
@@ -578,10 +587,94 @@ def _stack_shapes(tensors, _):
     return None if i is None else {"first": list(shapes[0]), "other": list(shapes[i]), "i": i}
 
 
+def _index_items(index) -> list:
+    key = getattr(index, "key", index)  # (the client's index argument holds the key)
+    return list(key) if isinstance(key, tuple) else [key]
+
+
+def _list_dims(v) -> int | None:
+    """The dimensions a list index spans: one for ints, a nested list of bools its depth; None: not known here."""
+    if all(_int(x) for x in v):
+        return 1
+    if all(isinstance(x, bool) for x in v):
+        return 1
+    if v and all(isinstance(x, list) for x in v):
+        inner = {_list_dims(x) for x in v}
+        return None if len(inner) != 1 or None in inner or not all(
+            isinstance(y, bool) for x in v for y in x) else 1 + inner.pop()
+    return None
+
+
+def _index_count(t, index, _):
+    _, shape = _tensor_facts(t)
+    if not shape:  # (a 0-d tensor's message is another)
+        return UNKNOWN
+    consumed = 0
+    for k in _index_items(index):
+        if k is None or k is Ellipsis:
+            continue
+        if _int(k) or isinstance(k, slice):
+            consumed += 1
+        elif isinstance(k, list):
+            n = _list_dims(k)
+            if n is None:
+                return UNKNOWN
+            consumed += n
+        else:
+            dtype, sh = _tensor_facts(k)
+            if dtype is None or sh is None:
+                return UNKNOWN
+            consumed += max(len(sh), 1) if dtype == "bool" else 1
+    return None if consumed <= len(shape) else {"dims": len(shape)}
+
+
+def _index_bounds(t, index, _):
+    _, shape = _tensor_facts(t)
+    items = _index_items(index)
+    if not shape or not all(k is None or k is Ellipsis or isinstance(k, slice) or _int(k) for k in items) or \
+            sum(1 for k in items if k is Ellipsis) > 1:
+        return UNKNOWN
+    consumed = sum(1 for k in items if k is not None and k is not Ellipsis)
+    if consumed > len(shape):
+        return UNKNOWN
+    place = source = 0
+    for k in items:
+        if k is Ellipsis:
+            place += len(shape) - consumed
+            source += len(shape) - consumed
+        elif k is None:
+            place += 1
+        else:
+            n = shape[source]
+            if _int(k) and not -n <= k < n:
+                return {"index": k, "dim": place, "size": n}
+            place += 1
+            source += 1
+    return None
+
+
+def _target_size(size):
+    """A size argument as a list of ints (a tensor: its shape, as expand_as reads it), or None."""
+    if isinstance(size, (list, tuple)):
+        return list(size) if all(_int(d) for d in size) else None
+    _, shape = _tensor_facts(size)
+    return None if shape is None else list(shape)
+
+
+def _expand_rank(t, size, _):
+    dtype, shape = _tensor_facts(t)
+    size = _target_size(size)
+    if shape is None or dtype is None or size is None:
+        return UNKNOWN
+    return None if len(size) >= len(shape) else {
+        "tensor_type": TENSOR_TYPES[dtype], "shape": ", ".join(map(str, shape)), "size": ", ".join(map(str, size)),
+        "n": len(size), "dims": len(shape)}
+
+
 def _expand_size(t, size, _):
     _, shape = _tensor_facts(t)
-    if shape is None or not isinstance(size, (list, tuple)) or not all(_int(d) for d in size) or \
-            len(size) < len(shape):
+    size = _target_size(size)
+    if shape is None or size is None or len(size) < len(shape):
         return UNKNOWN
     for i in range(len(size) - 1, -1, -1):
         j = i - (len(size) - len(shape))
@@ -669,7 +762,22 @@ def _dims(t, n: str):
     _, shape = _tensor_facts(t)
     if shape is None:
         return UNKNOWN
-    return None if len(shape) == int(n) else {}
+    return None if len(shape) == int(n) else {"dims": len(shape)}
+
+
+def _min_ranks(a, b, n: str):
+    (_, x), (_, y) = _tensor_facts(a), _tensor_facts(b)
+    if x is None or y is None:
+        return UNKNOWN
+    return None if len(x) >= int(n) and len(y) >= int(n) else {"a": len(x), "b": len(y)}
+
+
+def _ranks(a, b, ns: str):
+    (_, x), (_, y) = _tensor_facts(a), _tensor_facts(b)
+    if x is None or y is None:
+        return UNKNOWN
+    n, m = (int(v) for v in ns.split(","))
+    return None if (len(x), len(y)) == (n, m) else {"a": len(x), "b": len(y)}
 
 
 def _repeats_cover(t, repeats, _):
@@ -682,9 +790,9 @@ def _repeats_cover(t, repeats, _):
 
 def _linear_shapes(inp, weight, _):
     (_, x), (_, w) = _tensor_facts(inp), _tensor_facts(weight)
-    if x is None or w is None or len(x) < 2 or len(w) != 2:
+    if x is None or w is None or not x or len(w) != 2:
         return UNKNOWN
-    return None if x[-1] == w[1] else {"rows": _numel(x[:-1]), "k": x[-1], "wk": w[1], "out": w[0]}
+    return None if x[-1] == w[1] else {"rows": _numel(x[:-1]), "k": x[-1], "wk": w[1], "out": w[0]}  # (1-d: a row)
 
 
 def _bmm_shapes(a, b, _):
@@ -730,9 +838,12 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
          "conv_stride": _conv_stride, "conv_weight": _conv_weight,
          "conv_kernel": _conv_kernel, "conv_groups": _conv_groups, "conv_channels": _conv_channels,
          "conv_bias": _conv_bias, "nonempty_list": _nonempty_list, "list_dim": _list_dim, "cat_ranks": _cat_ranks,
-         "cat_sizes": _cat_sizes, "stack_shapes": _stack_shapes, "expand_size": _expand_size,
+         "cat_sizes": _cat_sizes, "stack_shapes": _stack_shapes, "expand_rank": _expand_rank,
+         "index_count": _index_count, "index_bounds": _index_bounds,
+         "expand_size": _expand_size,
          "permute_rank": _permute_rank, "permute_unique": _permute_unique,
          "reduce_dims_unique": _reduce_dims_unique, "unflatten_sizes": _unflatten_sizes,
-         "broadcasts": _broadcasts_rule, "dims": _dims, "repeats_cover": _repeats_cover,
+         "broadcasts": _broadcasts_rule, "dims": _dims, "ranks": _ranks, "min_ranks": _min_ranks,
+         "repeats_cover": _repeats_cover,
          "linear_shapes": _linear_shapes, "bmm_shapes": _bmm_shapes, "batch_sizes": _batch_sizes,
          "same_size": _same_size, "dim_order": _dim_order, "multi_target": _multi_target}

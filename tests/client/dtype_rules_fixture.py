@@ -102,7 +102,13 @@ CHECK_CASES: dict[str, list[tuple[list, dict]]] = {
     "linalg.norm": [(["int64[3]"], {}), (["float32[3]"], {}), (["int64[3,3]"], {}), (["bool[3]"], {})],
     "mm": [([f"{d}[2,3]", "float32[3,2]"], {}) for d in ("float64", "int64", "int32", "int16", "int8", "uint8", "bool",
                                                           "float16", "bfloat16")]
-    + [(["float32[2,3]", "float64[4,2]"], {}), (["float32[2,3]", "float32[3,2]"], {})],
+    + [(["float32[2,3]", "float64[4,2]"], {}), (["float32[2,3]", "float32[3,2]"], {}),
+       (["float32[3]", "float64[3,2]"], {}), (["float32[2,3]", "float32[3]"], {})],
+    "dot": [(["float32[2,3]", "float32[3]"], {}), (["float32[3]", "float64[3]"], {}), (["int64[3]", "int64[3]"], {})],
+    "outer": [(["float32[2,3]", "float32[3]"], {}), (["float32[3]", "float32[3,1]"], {}),
+              (["float32[3]", "int64[2]"], {})],
+    "tril": [(["float32[3]"], {}), (["int64[2,3]"], {})],
+    "triu": [(["float32[]"], {}), (["bool[2,3,2]"], {})],
     "matmul": [(["float32[3]", "float64[3]"], {}), (["float32[3]", "float64[3,2]"], {}),
                (["float32[4,2,3]", "float64[3,2]"], {}), (["float32[2,3]", "int64[3,2]"], {}),
                (["float32[2,3]", "float64[4,2]"], {}), (["float32[3]", "float64[4]"], {}),
@@ -110,16 +116,21 @@ CHECK_CASES: dict[str, list[tuple[list, dict]]] = {
                (["float32[2,3]", "float32[3,2]"], {}), (["float64[5,2,3]", "float32[3]"], {}),
                (["float64[3]", "float32[5,3,2]"], {}), (["float64[5,2,3]", "float32[1,3,2]"], {}),
                (["float64[5,2,3]", "float32[5,4,2]"], {}), (["float32[5,2,3]", "int64[5,3,2]"], {}),
-               (["float32[2,3]", "int64[4]"], {}), (["float64[2,5,2,3]", "float32[5,3,2]"], {})],
+               (["float32[2,3]", "int64[4]"], {}), (["float64[2,5,2,3]", "float32[5,3,2]"], {}),
+               (["float32[]", "float64[2,3]"], {}), (["float32[3]", "float32[]"], {})],
     "mv": [(["float32[2,3]", "float64[3]"], {}), (["float64[2,3]", "float32[3]"], {}),
            (["float32[2,3]", "int64[3]"], {}), (["float32[2,3]", "float64[4]"], {}),
-           (["float32[2,3]", "float32[3]"], {})],
+           (["float32[2,3]", "float32[3]"], {}), (["float32[3]", "float64[3]"], {}),
+           (["float32[2,3]", "float32[3,1]"], {})],
     "bmm": [(["float32[5,2,3]", "float64[5,3,2]"], {}), (["int64[5,2,3]", "float32[5,3,2]"], {}),
             (["float32[5,2,3]", "float64[5,4,2]"], {}), (["float32[5,2,3]", "float64[1,3,2]"], {}),
             (["float32[5,2,3]", "float32[5,3,2]"], {}), (["float32[2,3]", "float32[2,3]"], {}),
             (["float32[2,2,3]", "float32[3,3,2]"], {}), (["float32[2,2,3]", "float32[3,2]"], {}),
             (["float32[2,3]", "float64[2,3,2]"], {}), (["float32[2,2,3]", "float64[2,4,2]"], {})],
-    "linear": [(["float32[2,3]", "float64[2,3]"], {}), (["float32[4,2,3]", "float64[2,3]"], {}),
+    "linear": [(["float32[]", "float32[]"], {}), (["float32[2]", "float64[]"], {}),
+               (["float32[2]", "float32[3,3]"], {}), (["float32[2,3]", "float64[2,3,4]"], {}),
+               (["float32[3]", "float32[3,2]", "float32[3]"], {}), (["float32[2]", "float32[2,3,4]"], {}),
+               (["float32[2,3]", "float64[2,3]"], {}), (["float32[4,2,3]", "float64[2,3]"], {}),
                (["float32[3]", "float64[2,3]"], {}), (["int64[2,3]", "float32[2,3]"], {}),
                (["float32[2,3]", "float64[2,4]"], {}), (["float32[2,3]", "float32[2,3]", "float64[2]"], {}),
                (["float32[2,3]", "float32[2,3]"], {}), (["float64[2,3]", "float32[4,3]", "float32[4]"], {}),
@@ -173,7 +184,14 @@ CHECK_CASES: dict[str, list[tuple[list, dict]]] = {
               ([["float32[2,3]", "float32[2,3]"]], {})],
     "expand": [(["float32[3,4]", [2, 3]], {}), (["float32[3,4]", [3, 5]], {}), (["float32[3,4]", [2, 3, 4]], {}),
                (["float32[3,1]", [3, 5]], {}), (["float32[3,4]", [-1, 4]], {}), (["float32[3,4]", [4, -1]], {}),
-               (["float32[1,4]", [2, 3, 5]], {})],
+               (["float32[1,4]", [2, 3, 5]], {}), (["float64[4,4,1]", [3]], {}), (["bool[2,3]", [3]], {}),
+               (["int64[2,3]", []], {})],
+    "getitem": [(["float32[2,3]", [0, 0, 0]], {}), (["float32[2,3]", [None, 0, 5]], {}), (["int64[2,3]", 2], {}),
+                (["float32[2,3]", [1, -4]], {}), (["float32[2,3]", [0, -3]], {}), (["bool[2,3]", [None, None, 1]], {}),
+                (["float32[2,3,4]", [None, 1, 2, 3, None]], {}), (["float32[2,3]", [[0, 1], 0, 1]], {})],
+    "expand_as": [(["float32[3,1]", "int64[3,5]"], {}), (["float64[4,4,1]", "float32[4,4]"], {}),
+                  (["float32[3,4]", "float32[2,3]"], {})],
+    "broadcast_to": [(["float32[3,1]", [3, 5]], {}), (["bool[4,4,1]", [4]], {}), (["float32[3,4]", [3, 5]], {})],
     "permute": [(["float32[3,4]", [0]], {}), (["float32[3,4]", [0, 0]], {}), (["float32[3,4]", [1, -1]], {}),
                 (["float32[3,4]", [1, 0]], {}), (["float32[3,4,2]", [2, 0, 1, 3]], {})],
     "unflatten": [(["float32[12]", 0, [5, -1]], {}), (["float32[12]", 0, [3, 5]], {}),
@@ -250,6 +268,8 @@ def torch_callable(torch, name: str):
         return getattr(getattr(torch, space), attr)
     if name in REFLECTED:
         return REFLECTED[name]
+    if name == "getitem":  # t[index] (a JSON list: a tuple index)
+        return lambda t, index: t[tuple(index) if isinstance(index, list) else index]
     if name == "polygamma":  # polygamma(n, input)
         return lambda x: torch.polygamma(1, x)
     for space in (torch, torch.nn.functional, torch.special, torch.Tensor):  # (Tensor: expand, a method only)

@@ -109,3 +109,37 @@ def test_an_inplace_result_its_target_holds_runs(ctx, code):
     torch = pytest.importorskip("torch")
     assert _run_cast(torch, code) is None and _run_cast(gtorch, code) is None
     ctx.flush()
+
+
+#: wrong calls of an op ``{f}`` (its spelling), as a method and as a function
+ALIAS_CALLS = ["x.{f}(0.7)", "t.{f}(x, 0.7)", "x.{f}('a')", "t.{f}(x, 'a')", "t.{f}(x, 'a', 'a', 'a', foo=1)",
+               "x.{f}(foo=1)"]
+#: aliases torch declares with overloads of their own (Number overloads shown, numpy's parameter names, another
+#: parameter order): the message names the alias, with the op's overloads (deviations.md)
+OWN_SIGNATURES = {"divide", "divide_", "true_divide", "true_divide_", "multiply", "multiply_", "subtract",
+                  "subtract_", "swapaxes"}
+#: not a parser message: the engine declares torch's in-place ``float_power_`` an alias of ``pow``, so that
+#: ``x.float_power_(0.7)`` of a float32 x returns pow's result where torch refuses (the base is not float64)
+NOT_TORCHS = {"float_power_"}
+
+
+def test_an_aliases_argument_messages_name_the_alias_as_torchs_do(ctx):
+    torch = pytest.importorskip("torch")
+    from gradserve.torch import _catalog
+
+    checked, wrong = 0, {}
+    for entry in {e["name"]: e for e in _catalog.catalog().values()}.values():
+        for alias in entry["aliases"]:
+            if alias.startswith("__") or not hasattr(torch.Tensor, alias) and not hasattr(torch, alias) and \
+                    "." not in alias:
+                continue  # (a name of the engine's own, not torch's)
+            for call in ALIAS_CALLS:
+                if "." in alias and call.startswith("x."):
+                    continue
+                own, spelled_call = call.format(f=entry["name"]), call.format(f=alias)
+                if _run(torch, own) != _run(gtorch, own) or "has no attribute" in str(_run(torch, spelled_call)):
+                    continue  # (only where the op's own message is torch's)
+                checked += 1
+                if _run(gtorch, spelled_call) != _run(torch, spelled_call):
+                    wrong.setdefault(alias, []).append(spelled_call)
+    assert checked > 100 and set(wrong) == OWN_SIGNATURES | NOT_TORCHS, wrong

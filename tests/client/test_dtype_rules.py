@@ -117,6 +117,8 @@ def _value_of(entry: dict, args: list, kwargs: dict):
         if a.get("kind") == "varargs":  # (given as one list: x.expand([2, 3]))
             break
     given = dict(zip(positions, args)) | kwargs
+    if entry["name"] == "getitem" and isinstance(given.get("index"), list):
+        given["index"] = tuple(given["index"])  # (the fixture writes a tuple index as a list)
 
     def value(name):
         v = given.get(name)

@@ -78,8 +78,10 @@ def test_chains_of_views_have_torchs_strides_and_views_fail_where_torchs_do(seed
         assert got[0] == tuple(t.shape)
         assert got[1] == (t.stride(), t.storage_offset()), f"{got[1]} != {t.stride()}"
         assert L.is_contiguous(got[0], got[1][0]) == t.is_contiguous()
-        target = [t.numel()] if rng.random() < 0.5 else [-1, *t.shape[-1:]] if t.dim() else [1]
-        if target[0] == -1 and t.numel() == 0:
+        pick = rng.random()
+        target = [t.numel()] if pick < 0.4 else list(t.shape) if pick < 0.6 else [-1, *t.shape[-1:]] if t.dim() \
+            else [1]  # (the same shape too: a view's strides are computed anew, a size-1 dimension's included)
+        if target and target[0] == -1 and t.numel() == 0:
             continue
         try:
             want = t.view(target)
@@ -92,6 +94,8 @@ def test_chains_of_views_have_torchs_strides_and_views_fail_where_torchs_do(seed
         else:
             viewed = L.VIEWS["view"](got[0], got[1], {}.get, tuple(want.shape))
             assert viewed[1] == (want.stride(), want.storage_offset())
+            reshaped = L.VIEWS["reshape"](got[0], got[1], {}.get, tuple(want.shape))
+            assert reshaped[1] == (t.reshape(target).stride(), t.reshape(target).storage_offset())
         assert L.preserved(got[0], got[1][0]) == t.clone().stride()
 
 
@@ -119,3 +123,15 @@ def test_elementwise_results_are_laid_out_as_torchs(seed):
         if len(operands) <= 2 else None
     if got is not None:
         assert got == want.stride(), [(tuple(o.shape), o.stride()) for o in operands]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_elementwise_results_with_a_python_number_are_laid_out_as_torchs(seed):
+    rng = random.Random(seed)
+    n = rng.randrange(1, 4)
+    shape = [rng.choice([1, 1, 2, 3]) for _ in range(n)]
+    perm = rng.sample(range(n), n)
+    t = torch.zeros([shape[p] for p in perm]).permute([perm.index(d) for d in range(n)])
+    # (a number is an operand of its own: inputs of one shape no longer keep their strides as they are)
+    assert L.elementwise(tuple(t.shape), [(tuple(t.shape), t.stride())], True) == (t * 2).stride(), t.stride()
+    assert L.elementwise(tuple(t.shape), [(tuple(t.shape), t.stride())]) == (t + torch.zeros_like(t)).stride()

@@ -142,3 +142,24 @@ def test_messages_name_a_tensor_type_as_torch_s_tostring_does(dtype, name):
     with pytest.raises(EngineError) as e:
         run_program(State(), [T("w", [1, 0, 1], dtype=dtype), {"op": "expand", "args": ["w", []]}])
     assert str(e.value).startswith(f"expand({name}{{[3]}}, size=[]): the number of sizes provided (0)")
+
+
+#: integer powers with negative integer exponents, as torch 2.13 computes them (numpy refuses them: a ValueError)
+INT_POWERS = [  # (base, exponent, dtype, torch's result)
+    ([2, 3, 1, -1, -1, 0, -2, 5], [-1, -2, -3, -3, -2, -1, -1, 0], "int64", [0, 0, 1, -1, 1, 0, 0, 1]),
+    ([1, -1, 4], [-5, -5, -1], "int8", [1, -1, 0]),
+    (2, [-1, 0, 3], "int64", [0, 1, 8]),
+]
+
+
+@pytest.mark.parametrize("base, exponent, dtype, want", INT_POWERS)
+def test_integer_powers_with_negative_tensor_exponents_are_torchs(base, exponent, dtype, want):
+    ops = [T("e", exponent, dtype=dtype), {"op": "pow", "args": [base, "e"], "out": "r"}]
+    if isinstance(base, list):
+        ops = [T("b", base, dtype=dtype), *ops[:1], {"op": "pow", "args": ["b", "e"], "out": "r"}]
+    state = State()
+    run_program(state, ops)
+    assert state.tensors["r"].data.tolist() == want
+    torch = pytest.importorskip("torch")
+    t_base = torch.tensor(base, dtype=getattr(torch, dtype)) if isinstance(base, list) else base
+    assert torch.pow(t_base, torch.tensor(exponent, dtype=getattr(torch, dtype))).tolist() == want

@@ -64,8 +64,22 @@ def catalog() -> dict[str, dict]:
 @functools.cache
 def names_in(namespace: str) -> dict[str, str]:
     """Public name -> op name of the catalog's ops in ``namespace`` (``torch``, ``torch.nn.functional``...)."""
+    return public_names(catalog(), namespace)
+
+
+@functools.cache
+def methods() -> dict[str, str]:
+    return public_names(catalog(), "Tensor")
+
+
+def public_names(entries: dict[str, dict], namespace: str) -> dict[str, str]:
+    """Public name -> op name of ``entries`` (the catalog by op name and alias) in ``namespace``; ``Tensor``:
+    the Tensor methods."""
     out: dict[str, str] = {}
-    for name, entry in catalog().items():
+    if namespace == "Tensor":
+        return {name: entry["name"] for name, entry in entries.items()
+                if entry["method"] and not name.startswith("__") and "." not in name}
+    for name, entry in entries.items():
         if name.startswith("__") or entry["family"] == "autograd" and "namespaces" not in entry:
             continue
         prefix, dot, rest = name.rpartition(".")
@@ -78,7 +92,7 @@ def names_in(namespace: str) -> dict[str, str]:
                 out[name] = entry["name"]
         elif namespace == "torch":
             out[name] = entry["name"]
-    for entry in catalog().values():  # the catalog's own submodule entries (linalg.norm...) come first
+    for entry in entries.values():  # the catalog's own submodule entries (linalg.norm...) come first
         for public in entry.get("exports", ()):
             where, _, rest = public.rpartition(".")
             if where == namespace:
@@ -86,10 +100,17 @@ def names_in(namespace: str) -> dict[str, str]:
     return out
 
 
-@functools.cache
-def methods() -> dict[str, str]:
-    return {name: entry["name"] for name, entry in catalog().items()
-            if entry["method"] and not name.startswith("__") and "." not in name}
+def covered(namespace: str) -> tuple[dict[str, str], bool]:
+    """(public name -> op name in ``namespace``, whether the server's catalog said so): the catalog's, or where no
+    server answers, the names the client was built with (``_covered``), so that a name it lacks is still torch's
+    AttributeError, and ``hasattr`` says False, without a server."""
+    from gradserve.errors import ConnectionError as Unreachable
+
+    try:
+        return (methods() if namespace == "Tensor" else names_in(namespace)), True
+    except Unreachable:
+        from gradserve.torch._covered import NAMES
+        return NAMES.get(namespace, {}), False
 
 
 # ----- arguments ----------------------------------------------------------------------------------------

@@ -2,11 +2,14 @@
 ``.storage_offset()`` and the view error (``view size is not compatible with input tensor's size and stride``)
 at the torch line.
 
-A handle's layout is ``(strides, offset)`` in elements, or None when the client cannot tell. New tensors are
-contiguous; a view takes its base's layout through the view's geometry (``VIEWS``, by op name); an elementwise
-op lays its result out as torch's TensorIterator does (dimensions sorted by the inputs' strides); a copy that
-preserves the layout (clone, a dtype conversion) keeps dense strides; other ops give a contiguous result of
-contiguous inputs, and an unknown layout otherwise (``stride()`` then says the client cannot tell).
+A handle's layout is ``(strides, offset)`` in elements, a ``Deferred`` one that follows from the shape once that is
+known (row-major, LAPACK's column-major, nonzero's), or None when the client cannot tell. New tensors are
+contiguous; a view takes its base's layout through the view's geometry (``VIEWS``, by op name), and the pieces of
+split, chunk, unbind and tensor_split are views too (``pieces``); an elementwise op lays its result out as torch's
+TensorIterator does (dimensions sorted by the inputs' strides); a copy that preserves the layout (clone, a dtype
+conversion) keeps dense strides; linear algebra lays its results out whatever its inputs' (``RESULT_LAYOUTS``);
+other ops give a contiguous result of contiguous inputs, and an unknown layout otherwise (``stride()`` then says
+the client cannot tell).
 """
 
 from __future__ import annotations
@@ -17,16 +20,56 @@ VIEW_ERROR = ("view size is not compatible with input tensor's size and stride (
               "two contiguous subspaces). Use .reshape(...) instead.")
 
 
+class Deferred:
+    """A layout known before the shape is: its (strides, offset) once the shape is (``resolve``). ``kind``:
+    ``row-major``; ``column-major`` (LAPACK's results: the last two dimensions transposed, the batch row-major);
+    ``nonzero`` (``(1, n)`` for n rows: torch allocates it transposed, n itself even when 0); ``nonzero-column``
+    (``index``-th of ``nonzero(as_tuple=True)``'s columns: a view of that, at ``index * n``)."""
+
+    __slots__ = ("kind", "index")
+
+    def __init__(self, kind: str, index: int = 0):
+        self.kind, self.index = kind, index
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Deferred) and (self.kind, self.index) == (other.kind, other.index)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.index))
+
+    def __repr__(self) -> str:
+        return f"Deferred({self.kind!r}, {self.index})"
+
+    def resolve(self, shape: tuple) -> tuple:
+        if self.kind == "row-major":
+            return contiguous(shape), 0
+        if self.kind == "column-major":
+            return column_major(shape), 0
+        if self.kind == "nonzero":
+            return (1, shape[0]), 0
+        return (1,), self.index * shape[0]
+
+
 #: a layout known to be row-major before its shape is (the result of an op of a contiguous family, shape unknown)
-ROW_MAJOR = "row-major"
+ROW_MAJOR = Deferred("row-major")
+#: LAPACK's layout (inv, cholesky, solve, svd's U and Vh): each matrix column-major, the batch row-major
+COLUMN_MAJOR = Deferred("column-major")
 
 
 def of(t) -> tuple | None:
     """Handle ``t``'s (strides, offset), or None when not known."""
     layout = t._layout
-    if layout is ROW_MAJOR:
-        return None if t._shape is None else (contiguous(tuple(t._shape)), 0)
+    if layout.__class__ is Deferred:
+        return None if t._shape is None else layout.resolve(tuple(t._shape))
     return layout
+
+
+def column_major(shape: tuple) -> tuple:
+    """LAPACK's strides of ``shape``: the last two dimensions' order reversed (a vector's are row-major)."""
+    if len(shape) < 2:
+        return contiguous(shape)
+    *batch, m, n = contiguous((*shape[:-2], shape[-1], shape[-2]))
+    return (*batch, n, m)
 
 
 def contiguous(shape: tuple) -> tuple:
@@ -95,14 +138,14 @@ def view(shape: tuple, strides: tuple, size: tuple) -> tuple | None:
     return tuple(out) if v == -1 else None
 
 
-def elementwise(shape: tuple, inputs: list) -> tuple:
+def elementwise(shape: tuple, inputs: list, number: bool = False) -> tuple:
     """The strides of an elementwise result of broadcast ``shape`` from ``inputs`` ((shape, strides) each, in
     argument order), as TensorIterator allocates it: inputs of one shape all contiguous, or all dense with the
-    same strides, give those; otherwise the dimensions are ordered by the inputs' strides (a broadcast one
-    does not decide; the first input that tells decides; equal strides: the smaller size first) and the result
-    is dense in that order."""
+    same strides, give those (not with a Python ``number`` among the operands: a 0-d operand of its own);
+    otherwise the dimensions are ordered by the inputs' strides (a broadcast one does not decide; the first input
+    that tells decides; equal strides: the smaller size first) and the result is dense in that order."""
     n = len(shape)
-    if all(s == shape for s, _ in inputs):
+    if not number and all(s == shape for s, _ in inputs):
         if all(is_contiguous(s, st) for s, st in inputs):
             return contiguous(shape)
         first = inputs[0][1]
@@ -325,11 +368,15 @@ def _viewed(shape, layout, arg, out):
 
 
 def _reshaped(shape, layout, arg, out):
-    """reshape, flatten: a view where the layout allows, else a contiguous copy."""
-    if tuple(shape) == tuple(out):
-        return out, layout
+    """reshape, reshape_as: a view where the layout allows (its strides computed anew, a size-1 dimension's
+    too, even to the same shape), else a contiguous copy."""
     strides = view(tuple(shape), layout[0], tuple(out))
     return out, ((strides, layout[1]) if strides is not None else (contiguous(out), 0))
+
+
+def _flattened(shape, layout, arg, out):
+    """flatten: the tensor itself where nothing is flattened, else as reshape."""
+    return (out, layout) if tuple(shape) == tuple(out) else _reshaped(shape, layout, arg, out)
 
 
 def _contiguous(shape, layout, arg, out):
@@ -346,7 +393,7 @@ VIEWS = {"t": _t, "transpose": _transpose, "permute": _permute, "movedim": _move
          "expand_as": _expand, "broadcast_to": _expand, "unsqueeze": _unsqueeze, "squeeze": _squeeze,
          "narrow": _narrow, "select": _select, "diagonal": _diagonal, "linalg.diagonal": _diagonal,
          "getitem": _getitem, "view": _viewed, "view_as": _viewed, "unflatten": _viewed, "reshape": _reshaped,
-         "reshape_as": _reshaped, "flatten": _reshaped, "contiguous": _contiguous, "detach": _same}
+         "reshape_as": _reshaped, "flatten": _flattened, "contiguous": _contiguous, "detach": _same}
 NEEDS_SHAPE = frozenset({"view", "view_as", "unflatten", "reshape", "reshape_as", "flatten"})
 #: copies that keep their input's layout (preserve_format)
 PRESERVING = frozenset({"clone", "to", "float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte",
@@ -359,3 +406,80 @@ NOT_CONTIGUOUS = frozenset({"nonzero", "einsum"})
 CONTIGUOUS_LINALG = frozenset({"matmul", "rmatmul", "mm", "bmm", "addmm", "baddbmm", "dot", "mv", "outer", "cross",
                                "linalg.cross", "det", "linalg.det", "logdet", "linalg.vector_norm",
                                "linalg.matrix_norm", "linalg.norm", "linalg.svdvals"})
+
+
+# ----- results laid out whatever the inputs' layouts: (the call's ``arg(name)``) -> a Deferred layout --------------
+def _solve(arg):
+    return ROW_MAJOR if arg("left") is False else COLUMN_MAJOR  # (left=False solves the transposed system)
+
+
+def _svd(arg):
+    # torch.svd's V is linalg.svd's Vh transposed; without compute_uv its U and V are zeros, V made as Vh is
+    return (COLUMN_MAJOR, ROW_MAJOR, ROW_MAJOR) if arg("compute_uv") is not False else (ROW_MAJOR, ROW_MAJOR,
+                                                                                          COLUMN_MAJOR)
+
+
+_ROW_MAJOR_OPS = ("matmul", "__matmul__", "__rmatmul__", "rmatmul", "mm", "bmm", "addmm", "baddbmm", "dot", "mv",
+                  "outer", "ger", "inner_1d", "cross", "linalg.cross", "det", "linalg.det", "logdet",
+                  "linalg.svdvals")
+#: one-output ops whose result's layout does not follow their inputs' (matmul's is row-major even of transposed
+#: operands; LAPACK's column-major; nonzero's transposed), as a function of the call's arguments
+RESULT_LAYOUTS = {**{name: (lambda arg: ROW_MAJOR) for name in _ROW_MAJOR_OPS},
+                  "linalg.inv": lambda arg: COLUMN_MAJOR, "inverse": lambda arg: COLUMN_MAJOR,
+                  "linalg.cholesky": lambda arg: COLUMN_MAJOR, "linalg.solve": _solve,
+                  "nonzero": lambda arg: Deferred("nonzero")}
+#: the same for named-tuple results, one layout per field
+NAMED_LAYOUTS = {"svd": _svd, "linalg.svd": lambda arg: (COLUMN_MAJOR, ROW_MAJOR, COLUMN_MAJOR),
+                 "slogdet": lambda arg: (ROW_MAJOR, ROW_MAJOR), "linalg.slogdet": lambda arg: (ROW_MAJOR, ROW_MAJOR)}
+
+
+# ----- the pieces of split, chunk, unbind, tensor_split: views of the input, each (shape, layout) -------------------
+def pieces(name: str, shape: tuple, layout: tuple | None, arg, count: int) -> list | None:
+    """The ``count`` pieces (the server says how many) of ``name`` on an input of ``shape`` and ``layout`` (None:
+    the pieces' shapes only), or None where the call is not understood."""
+    dim = arg("dim")
+    d = _wrap(0 if dim is None else dim, len(shape))
+    if d is None or not shape:
+        return None
+    n = shape[d]
+    strides, offset = layout if layout is not None else (None, 0)
+    if name == "unbind":
+        if count != n:
+            return None
+        return [((*shape[:d], *shape[d + 1:]), None if layout is None else
+                 ((*strides[:d], *strides[d + 1:]), offset + i * strides[d])) for i in range(n)]
+    starts = _starts(name, n, arg, count)
+    if starts is None or len(starts) != count:
+        return None
+    return [((*shape[:d], length, *shape[d + 1:]), None if layout is None else (strides, offset + start * strides[d]))
+            for start, length in starts]
+
+
+def _starts(name: str, n: int, arg, count: int) -> list | None:
+    """Each piece's (start, length) along the split dimension of size ``n``."""
+    if name == "split" or name == "chunk":
+        size = arg("split_size_or_sections") if name == "split" else arg("chunks")
+        if _ints(size):
+            out, start = [], 0
+            for length in size:
+                out.append((start, length))
+                start += length
+            return out
+        if not _ints((size,)) or size <= 0:
+            return None
+        if name == "chunk":
+            size = -(-n // size)
+            if size == 0:
+                return [(0, 0)] * count
+        return [(i * size, min(size, n - i * size)) for i in range(count)]
+    if name == "tensor_split":
+        sections = arg("indices_or_sections")
+        if _ints(sections):
+            bounds = [0, *(min(max(i + n if i < 0 else i, 0), n) for i in sections), n]
+            return [(bounds[i], max(bounds[i + 1] - bounds[i], 0)) for i in range(len(bounds) - 1)]
+        if not _ints((sections,)) or sections <= 0:
+            return None
+        small, extra = divmod(n, sections)
+        lengths = [small + 1] * extra + [small] * (sections - extra)
+        return [(sum(lengths[:i]), lengths[i]) for i in range(sections)]
+    return None

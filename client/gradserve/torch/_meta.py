@@ -26,6 +26,10 @@ UNKNOWN = object()
 #: torch's messages
 LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
 VIEW_OF_LEAF_INPLACE = "a view of a leaf Variable that requires grad is being used in an in-place operation."
+#: an output of split, chunk or unbind that requires grad, modified in place ({0}: its number, {1}: its node's name)
+MULTI_VIEW_INPLACE = ("Output {0} of {1} is a view and is being modified inplace. This view is the output of a "
+                      "function that returns multiple views. Such functions do not allow the output views to be "
+                      "modified inplace. You should replace the inplace operation by an out-of-place one.")
 NON_LEAF_FLAG = ("you can only change requires_grad flags of leaf variables. If you want to use a computed "
                  "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().")
 INT_REQUIRES_GRAD = "Only Tensors of floating point and complex dtype can require gradients"
@@ -264,6 +268,9 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
         if target is not None:
             return view_dtype(tensors[0], target)
     facts: dict = {}
+    if entry["name"] in L.VIEWS and tensors and tensors[0]._shape is None and \
+            tensors[0]._layout.__class__ is L.Deferred and tensors[0]._layout != L.ROW_MAJOR:
+        tensors[0].shape  # noqa: B018 - (asked: a view of a column-major result may fail, at this line)
     shape = shape_of(entry, tensors, arg)
     shape, layout = layout_of(entry, tensors, arg, shape)
     if shape is not UNKNOWN:
@@ -296,21 +303,26 @@ def named_results(entry: dict, tensors: list, arg, grad_enabled: bool) -> list[d
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     rules = P.fields(entry["promotion"]) if entry["promotion"] else ()
     if not rules:
-        return None
+        fixed = L.NAMED_LAYOUTS.get(entry["name"])  # (svd's fields' layouts, whatever their dtypes)
+        return None if fixed is None else [{"layout": layout} for layout in fixed(_with_defaults(entry, arg))]
     shape = shape_of(entry, tensors, arg)  # (torch's IndexError for a dim out of range, here)
     operands = _operands(_operand_names(entry), arg)
     layout = None
     have = L.of(tensors[0]) if shape is not UNKNOWN and len(tensors) == 1 else None
-    if have is not None and entry["name"] == "sort":
+    fixed = L.NAMED_LAYOUTS.get(entry["name"])
+    if fixed is not None:  # (svd's: one per field, whatever the input's layout)
+        layout = list(fixed(_with_defaults(entry, arg)))
+    elif have is not None and entry["name"] == "sort":
         layout = (L.preserved(shape, have[0]), 0)  # (sort keeps its input's layout)
     elif have is not None and entry["family"] in L.CONTIGUOUS_FAMILIES and have[0] == L.contiguous(
             tuple(tensors[0]._shape)):
         layout = (L.contiguous(shape), 0)  # (topk, kthvalue, max(dim)... of a row-major input)
     out = []
-    for rule in rules:
+    for i, rule in enumerate(rules):
         facts: dict = {} if shape is UNKNOWN else {"shape": shape}
-        if layout is not None:
-            facts["layout"] = layout
+        field = layout[i] if isinstance(layout, list) else layout
+        if field is not None:
+            facts["layout"] = field
         dtype = UNKNOWN if operands is UNKNOWN else P.predict(rule, operands)
         if dtype is not UNKNOWN and dtype is not None:
             facts["dtype"] = dtype
@@ -388,6 +400,10 @@ def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
         shape = tuple(tensors[0]._shape)  # (clone, to: the input's shape)
     if not tensors and entry["family"] != "creation":
         return shape, None
+    fixed = L.RESULT_LAYOUTS.get(name)
+    if fixed is not None:  # (laid out whatever its inputs' layouts)
+        layout = fixed(_with_defaults(entry, arg))
+        return shape, (layout if shape is UNKNOWN else layout.resolve(tuple(shape)))
     layouts = [L.of(t) for t in tensors]
     if shape is UNKNOWN:  # (row-major, when its shape is known, as the contiguous families' below)
         return shape, (L.ROW_MAJOR if None not in layouts and _contiguous_result(entry, tensors, layouts) else None)
@@ -396,7 +412,12 @@ def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
     if None in layouts:
         return shape, None
     if entry["family"] == "elementwise":
-        return shape, (L.elementwise(shape, [(tuple(t._shape), lay[0]) for t, lay in zip(tensors, layouts)]), 0)
+        # (a number given for a binary op's operand is a 0-d tensor operand to TensorIterator; clamp's bounds,
+        # pow's exponent are Scalars of its kernel)
+        number = any(a["name"] in ("self", "other") and _number_kind(arg(a["name"])) is not None
+                     for a in entry["arguments"])
+        return shape, (L.elementwise(shape, [(tuple(t._shape), lay[0]) for t, lay in zip(tensors, layouts)],
+                                     number), 0)
     if name in L.PRESERVING and len(tensors) == 1:
         return shape, (L.preserved(shape, layouts[0][0]), 0)
     if _contiguous_result(entry, tensors, layouts):
@@ -574,10 +595,21 @@ def shape_of(entry: dict, tensors: list, arg):
         return shape
     if name in ("view", "reshape"):
         return view_shape(shape, arg("shape") if "shape" in _arg_names(entry) else arg("size"))
+    if name in _SQUARE_SHAPES:  # (batches of square matrices: torch's error for others, the server's)
+        return _SQUARE_SHAPES[name](shape) if len(shape) >= 2 and shape[-1] == shape[-2] else UNKNOWN
     if name in ("matmul", "mm"):
         other = arg("other") if "other" in _arg_names(entry) else arg("mat2")
-        return matmul_shape(shape, peek(other, "shape") if any(other is t for t in tensors) else UNKNOWN)
+        known = any(other is t for t in tensors)
+        layouts = (L.of(tensors[0]) if tensors else None, L.of(other) if known else None)
+        grads = tuple(_requires_grad(t) for t in (tensors[0] if tensors else None, other if known else None))
+        return matmul_shape(shape, peek(other, "shape") if known else UNKNOWN, name == "matmul",
+                            tuple(None if lay is None else lay[0] for lay in layouts), grads)
     return UNKNOWN
+
+
+#: ops of batches of square matrices: their result's shape
+_SQUARE_SHAPES = {"linalg.inv": tuple, "inverse": tuple, "linalg.cholesky": tuple, "det": lambda s: s[:-2],
+                  "linalg.det": lambda s: s[:-2], "logdet": lambda s: s[:-2]}
 
 
 def view_shape(shape: tuple, size) -> tuple | object:
@@ -605,27 +637,80 @@ def view_shape(shape: tuple, size) -> tuple | object:
     return tuple(size)
 
 
-def matmul_shape(a, b) -> tuple | object:
-    """``matmul`` of 1-D and 2-D operands, with torch's messages (higher ranks: left to the server)."""
+def matmul_shape(a, b, batched: bool = True, strides: tuple = (None, None), grads: tuple = (None, None)) \
+        -> tuple | object:
+    """``matmul``'s result shape, with torch's messages, by torch's routes: a dot, ``mv``, ``mm`` (a 1-D left
+    operand as a row), the operand of more dimensions folded into one matrix for ``mm``/``mv`` with the other
+    where torch folds it (``_folds``), else ``bmm`` over the broadcast batch dimensions. ``strides`` and
+    ``grads`` (requires_grad): the operands' (None: not known; a refusal whose message depends on them is the
+    server's). ``batched=False`` (``mm``): 2-D operands only."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-    if b is UNKNOWN or len(a) not in (1, 2) or len(b) not in (1, 2):
-        return UNKNOWN
-    if len(a) == 2 and len(b) == 2:
-        if a[1] != b[0]:
-            raise error("RuntimeError", f"mat1 and mat2 shapes cannot be multiplied ({a[0]}x{a[1]} and "
-                                        f"{b[0]}x{b[1]})")
-        return (a[0], b[1])
-    if len(a) == 2:
-        if a[1] != b[0]:
-            raise error("RuntimeError", f"size mismatch, got input ({a[0]}), mat ({a[0]}x{a[1]}), vec ({b[0]})")
-        return (a[0],)
-    if len(b) == 1:
+    if b is UNKNOWN or not a or not b or not batched and (len(a) != 2 or len(b) != 2):
+        return UNKNOWN  # (0-d operands: torch's message is the server's)
+    if len(a) == 1 and len(b) == 1:
         if a[0] != b[0]:
             raise error("RuntimeError", f"inconsistent tensor size, expected tensor [{a[0]}] and src [{b[0]}] to "
                                         f"have the same number of elements, but got {a[0]} and {b[0]} elements "
                                         f"respectively")
         return ()
-    return UNKNOWN  # 1-D @ 2-D: torch's message names the unsqueezed operand; the server gives it
+    a2 = a if len(a) >= 2 else (1, a[0])  # (a 1-D operand as a row, or as a column on the right)
+    b2 = b if len(b) >= 2 else (b[0], 1)
+    batch = broadcast([tuple(a2[:-2]), tuple(b2[:-2])], True) if len(a) > 2 or len(b) > 2 else ()
+    out = (*batch, *(a[-2:-1] if len(a) >= 2 else ()), *(b[-1:] if len(b) >= 2 else ()))
+    if a2[-1] == b2[-2]:
+        return out
+    if len(a) == len(b) == 3 and (a[0] == 1) != (b[0] == 1):  # (torch drops a batch of one that requires grad)
+        one = 0 if a[0] == 1 else 1
+        if grads[one] is None:
+            return UNKNOWN
+        if grads[one]:
+            squeezed = [a, b]
+            squeezed[one] = squeezed[one][1:]
+            return matmul_shape(*squeezed, True, strides, grads)
+    left = len(a) >= len(b)  # (the operand of more dimensions, transposed when it is the right one)
+    big, small = (a2, b) if left or len(b) <= 2 else ((*b[:-2], b[-1], b[-2]), a if len(a) != 2 else (a[1], a[0]))
+    fold = len(big) <= 2 or _folds(big, strides[0] if left else _swap_last(strides[1]), len(small),
+                                   grads[1] if left else grads[0], len(a))
+    if fold is None:
+        return UNKNOWN
+    if fold:  # mv, mm, or either of the bigger operand as one matrix
+        rows, k = _numel(big[:-1]), big[-1]
+        if len(small) == 1:
+            raise error("RuntimeError", f"size mismatch, got input ({rows}), mat ({rows}x{k}), vec ({small[0]})")
+        raise error("RuntimeError", f"mat1 and mat2 shapes cannot be multiplied ({rows}x{k} and "
+                                    f"{small[0]}x{small[1]})")
+    n = _numel(batch)
+    raise error("RuntimeError", f"Expected size for first two dimensions of batch2 tensor to be: [{n}, {a2[-1]}] "
+                                f"but got: [{n}, {b2[-2]}].")
+
+
+def _requires_grad(t) -> bool | None:
+    value = UNKNOWN if t is None else peek(t, "requires_grad")
+    return None if value is UNKNOWN else bool(value)
+
+
+def _swap_last(strides):
+    return None if strides is None else (*strides[:-2], strides[-1], strides[-2])
+
+
+def _folds(shape: tuple, strides, small: int, small_grad, left: int) -> bool | None:
+    """Does torch's matmul fold the operand of more dimensions (``shape``, ``strides``, transposed when it is the
+    right one) into one matrix for the other (of ``small`` dimensions, requiring grad or not; the left operand
+    has ``left``)? Where the other requires grad, always; where the left operand is a matrix, never; else where
+    the fold is a view (its leading dimensions nested). None: what decides is not known."""
+    if len(shape) < 3 or small > 2:
+        return False
+    if small_grad is None:
+        return None
+    if small_grad:
+        return True
+    if left == 2:
+        return False
+    if _numel(shape) == 0:
+        return True
+    if strides is None:
+        return None
+    return all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(len(shape) - 2))
 
 
 def basic_index(key) -> bool:
@@ -657,6 +742,9 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
     facts_of = known(target)
     leaf, requires_grad = facts_of.get("is_leaf", UNKNOWN), facts_of.get("requires_grad", UNKNOWN)
     on_view = facts_of.get("view_of_leaf") is True
+    multi = facts_of.get("multi_view")
+    if grad_enabled and multi is not None:
+        raise error("RuntimeError", MULTI_VIEW_INPLACE.format(*multi))
     if grad_enabled and (on_view or index is not None and view_of_leaf(None, target, index)):
         raise error("RuntimeError", VIEW_OF_LEAF_INPLACE)
     if grad_enabled and leaf is True and requires_grad is True:
@@ -782,16 +870,17 @@ def _parser():
     return _torch_args
 
 
-def _signatures(facts: dict, numbers: bool) -> tuple:
-    """(derived signature or None, torch's overload texts or None, their parsed signatures) of one form, kept in
-    the catalog entry's facts once made."""
-    made = facts.get("_parsed")
+def _signatures(facts: dict, numbers: bool, shown: str) -> tuple:
+    """(derived signature or None, torch's overload texts or None, their parsed signatures) of one form, named
+    ``shown`` in their messages, kept in the catalog entry's facts once made."""
+    made = facts.setdefault("_parsed", {}).get(shown)
     if made is None:
         ta = _parser()
-        derived = ta.signature_from_json(facts["signature"]) if facts["signature"] is not None else None
+        derived = facts["signature"]
+        derived = ta.signature_from_json({**derived, "name": shown}) if derived is not None else None
         options = tuple(facts["overloads"]) if facts["overloads"] is not None else None
-        sigs = tuple(ta.parse_signature(facts["name"], o, numbers) for o in options) if options else None
-        made = facts["_parsed"] = (derived, options, sigs)
+        sigs = tuple(ta.parse_signature(shown, o, numbers) for o in options) if options else None
+        made = facts["_parsed"][shown] = (derived, options, sigs)
     return made
 
 
@@ -809,11 +898,13 @@ def _plain(v):
     return v
 
 
-def check_arguments(entry: dict, args: tuple, kwargs: dict, method: bool = False) -> None:
+def check_arguments(entry: dict, args: tuple, kwargs: dict, method: bool = False, spelling: str | None = None) -> None:
     """torch's argument parser on this call, from the catalog's ``parser`` facts of the op (what the server's
     engine.signature checks): a wrong argument raises torch's TypeError (or, for a torch function written in
     Python, its AttributeError) here, and nothing is sent. ``method``: called as a Tensor method (``args`` holds
-    self first). A call whose check reads a tensor fact the client does not know is left to the server."""
+    self first); ``spelling``: the name the user called, which torch's messages give where it is one of the
+    op's aliases (``arctan2(): ...``) and the op has no message name of its own. A call whose check reads a
+    tensor fact the client does not know is left to the server."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     parser = entry.get("parser")
     if not parser:
@@ -830,14 +921,17 @@ def check_arguments(entry: dict, args: tuple, kwargs: dict, method: bool = False
     key = _call_key(facts, args, kwargs)
     if key is not None and key in _ACCEPTED:
         return
-    derived, options, sigs = _signatures(facts, parser["numbers"])
+    shown = facts["name"]
+    if spelling in entry["aliases"] and shown == entry["name"]:
+        shown = spelling.replace(".", "_")  # (torch.special.psi is special_psi to torch's parser)
+    derived, options, sigs = _signatures(facts, parser["numbers"], shown)
     args = [_plain(a) for a in args]
     kwargs = {k: _plain(v) for k, v in kwargs.items()}
     try:
         if form == "function" and parser["python_attribute"]:
             attribute, order = parser["python_attribute"]
             ta.python_attribute(attribute, tuple(order), derived, args, kwargs)
-        ta.refuse(facts["name"], derived, options, sigs, parser["hidden"], args, kwargs,
+        ta.refuse(shown, derived, options, sigs, parser["hidden"], args, kwargs,
                   tuple(parser["no_argument_overloads"]))
     except _Unknown:
         return

@@ -104,8 +104,10 @@ class Tensor:
             self._param = True
 
     def _set_view(self, view: dict) -> None:
-        if self._view is not None and self._view_stamp == self._stamp() and "node" in self._view:
-            view["node"] = self._view["node"]  # the client's graph node is not in the server's view
+        if self._view is not None and self._view_stamp == self._stamp():
+            for key in _CLIENT_FACTS:  # (the client's graph node and view facts are not in the server's view)
+                if key in self._view:
+                    view[key] = self._view[key]
         self._view = view
         self._view_stamp = self._stamp()
         self._shape = Size(view["shape"])
@@ -191,8 +193,8 @@ class Tensor:
 
     def _strides(self) -> tuple:
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        if self._layout is _layout.ROW_MAJOR and self._shape is None:
-            self._meta("shape")  # (row-major: its strides follow from its shape)
+        if self._layout.__class__ is _layout.Deferred and self._shape is None:
+            self._meta("shape")  # (row-major, column-major...: its strides follow from its shape)
         layout = _layout.of(self)
         if layout is None:
             raise NotImplementedError("gradserve: the strides of this tensor are not known to the client (it knows "
@@ -518,14 +520,16 @@ class Tensor:
     def __getattr__(self, name: str):
         if name.startswith("_"):  # not a catalog method (an unset slot, a protocol probe): no catalog fetch
             raise AttributeError(f"'Tensor' object has no attribute '{name}'")
-        op = _catalog.methods().get(name)
+        op = _catalog.covered("Tensor")[0].get(name)
         if op is None:
             from gradserve.torch._namespace import missing
 
             raise missing(f"'Tensor' object has no attribute '{name}'")
+        spelling = name if name != op else None  # (an alias: x.arctan2(...) names arctan2 in its messages)
+
         def method(self, *args, **kwargs):
             __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-            return call_op(op, (self, *args), kwargs, method=True)
+            return call_op(op, (self, *args), kwargs, True, spelling)
         method.__name__ = method.__qualname__ = name
         setattr(Tensor, name, method)  # made once: the next x.name() is found on the class, without __getattr__
         return method.__get__(self)
@@ -557,7 +561,8 @@ def _unary(op: str):
 for _dunder, _op in {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": "rsub",
                      "__mul__": "mul", "__rmul__": "mul", "__truediv__": "div", "__rtruediv__": "rtruediv",
                      "__pow__": "pow", "__rpow__": "rpow", "__matmul__": "matmul", "__rmatmul__": "rmatmul",
-                     "__floordiv__": "floor_divide", "__eq__": "eq", "__ne__": "ne", "__lt__": "lt", "__le__": "le",
+                     "__floordiv__": "floor_divide", "__mod__": "remainder", "__eq__": "eq", "__ne__": "ne",
+                     "__lt__": "lt", "__le__": "le",
                      "__gt__": "gt", "__ge__": "ge", "__and__": "bitwise_and", "__or__": "bitwise_or",
                      "__xor__": "bitwise_xor", "__rand__": "bitwise_and", "__ror__": "bitwise_or",
                      "__rxor__": "bitwise_xor", "__lshift__": "bitwise_left_shift",
@@ -568,6 +573,15 @@ for _dunder, _op in {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__r
     setattr(Tensor, _dunder, _binary(_op))
 for _dunder, _op in {"__neg__": "neg", "__abs__": "abs", "__invert__": "invert"}.items():
     setattr(Tensor, _dunder, _unary(_op))
+
+
+def _rmod(self, other):
+    """``7 % x``: torch's remainder(Number, Tensor)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    return call_op("remainder", (other, self), {})
+
+
+Tensor.__rmod__ = _rmod
 
 
 def _compare_with_none(op: str, when_none: bool):
@@ -700,10 +714,11 @@ def _op_facts(name: str) -> _OpFacts:
     return facts
 
 
-def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
+def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling: str | None = None):
     """Record ``name(*args, **kwargs)`` and return what torch would: a handle, a tuple of handles, or the
     target itself for in-place ops. Only ops whose number of outputs depends on the data send at once.
-    ``method``: called as a Tensor method (``args[0]`` is self), for torch's argument messages."""
+    ``method``: called as a Tensor method (``args[0]`` is self), for torch's argument messages; ``spelling``: the
+    alias of the op the user called (``arctan2``), which they name."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     of = _OP_FACTS.get(name) or _op_facts(name)
     entry = of.entry
@@ -727,7 +742,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     decided = _DECIDED.get(key) if key is not None else None
     base = of.base
     if decided is None:
-        _meta.check_arguments(entry, args, kwargs, method)  # torch's TypeError for a wrong argument, here
+        _meta.check_arguments(entry, args, kwargs, method, spelling)  # torch's TypeError for a wrong argument, here
         if of.checks:  # torch's refusals from the arguments' metadata, here
             broken = _checks.first_failure(of.checks, lambda param: _argument(base, param, args, kwargs))
             if broken is not None:
@@ -766,6 +781,11 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
             target._know_facts(facts)
         return target
     first = next((a for a in args if isinstance(a, Tensor)), None)
+    if base == "contiguous" and first is not None and not kwargs and _layout.of(first) is not None and \
+            _layout.is_contiguous(tuple(first._shape), _layout.of(first)[0]) or base == "flatten" and \
+            _flattens_nothing(first, _argument(base, "start_dim", args, kwargs, 0),
+                              _argument(base, "end_dim", args, kwargs, -1)):
+        return first  # (torch returns the tensor itself: its flags, its identity)
     shares = of.shape_op and first is not None and not (
         base == "getitem" and not _meta.basic_index(args[1].key))  # (an advanced index copies)
     storage = first._storage if shares else None
@@ -774,8 +794,13 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
     if of.tuple_maybe and _catalog.returns_tuple(entry, args, kwargs):
         op["out"] = ctx.fresh_name()
         index = ctx.record(op)
-        bound = ctx.flush()["ops"][index]["bound"]
-        return tuple(Tensor._new(ctx, storage, name) for name in bound)
+        # (the input's metadata comes back with the outcome where the pieces' layouts need its shape)
+        asks = {first._name: "auto"} if first is not None and first._shape is None and first._error is None and \
+            base in _PIECES else None
+        bound = ctx.flush(asks)["ops"][index]["bound"]
+        outs = tuple(Tensor._new(ctx, storage, name) for name in bound)
+        _know_pieces(base, first, outs, lambda p, d=None: _argument(base, p, args, kwargs, d))
+        return outs
     rtype = of.rtype
     if rtype is not None and _catalog.returns_named_tuple(entry, args, kwargs):
         # a named tuple of tensors (linalg.svd's U, S, Vh; sort's values, indices): one handle per field, the
@@ -836,6 +861,41 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False):
             if literal is not None:
                 out._array, out._seen = literal, 0
     return out
+
+
+def _flattens_nothing(t, start, end) -> bool:
+    """``t.flatten(start, end)`` of one dimension: torch returns ``t`` itself (a 0-d tensor becomes 1-d)."""
+    n = len(t._shape) if isinstance(t, Tensor) and t._shape is not None else 0
+    return n > 0 and all(isinstance(d, int) and not isinstance(d, builtins.bool) and -n <= d < n
+                         for d in (start, end)) and start % n == end % n
+
+
+#: ops whose tuple of results are views of their input (``_layout.pieces``); nonzero(as_tuple=True): its columns
+_PIECES = frozenset({"split", "chunk", "unbind", "tensor_split"})
+#: those whose views are the outputs of one node (tensor_split's are slices each): the node's short name
+_MULTI_VIEW_NODES = {"split": "Split", "chunk": "Split", "unbind": "Unbind"}
+
+
+def _know_pieces(base: str, first, outs: tuple, arg) -> None:
+    """The shapes and layouts of a tuple result's pieces, where the client can tell them."""
+    if base == "nonzero":
+        for i, out in enumerate(outs):
+            out._know_facts({"dtype": "int64", "layout": _layout.Deferred("nonzero-column", i)})
+        return
+    if base not in _PIECES or first is None or first._shape is None:
+        return
+    got = _layout.pieces(base, tuple(first._shape), _layout.of(first), arg, len(outs))
+    # outputs of one node (split's, unbind's) that require grad: torch refuses to modify them in place
+    node = _MULTI_VIEW_NODES.get(base) if is_grad_enabled() and _meta.peek(first, "requires_grad") is True else None
+    if node == "Split" and isinstance(arg("split_size_or_sections"), (list, tuple)):
+        node = "SplitWithSizes"
+    for i, (out, (shape, layout)) in enumerate(zip(outs, got or ())):
+        facts = {"shape": shape, "layout": layout}
+        if first._dtype is not None:
+            facts["dtype"] = first._dtype
+        if node is not None:
+            facts["multi_view"] = (i, node)
+        out._know_facts(facts)
 
 
 class _Capture(threading.local):
@@ -918,6 +978,8 @@ def _argument(base: str, param: str, args: tuple, kwargs: dict, default=None):
     return _catalog.argument(base, param, args, kwargs, default)
 
 
+_Deferred = _layout.Deferred
+
 #: the most elements of a torch.tensor literal whose values the client keeps (what it sent: nothing to ask back)
 _LITERAL_MAX = 64
 
@@ -948,22 +1010,25 @@ _NO_FACT = object()
 
 def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwargs: dict) -> tuple | None:
     """What deciding a call reads: per argument its class and value (a float: its class), or of a handle its shape,
-    dtype and the flags the client knows (requires_grad, is_leaf, view_of_leaf, whether it has a node), and which
-    arguments are one handle; None for an argument that is neither (an index, an array...): such calls are decided
-    each time."""
+    dtype and the flags the client knows (requires_grad, is_leaf, view_of_leaf, multi_view, whether it has a node),
+    and which arguments are one handle; None for an argument that is neither (an index, an array...): such calls are
+    decided each time."""
     parts = [name, method, grad_enabled]
     seen: dict[int, int] = {}
     for v in ((*args, *kwargs.values()) if kwargs else args):
         c = v.__class__
         if c is Tensor:  # (the common cases inline: a loop's every op asks)
             first = seen.setdefault(id(v), len(seen))
+            if v._shape is None and v._layout.__class__ is _Deferred and v._layout != _layout.ROW_MAJOR:
+                return None  # (its strides follow from a shape not known yet: a view of it is decided by asking)
             view, s, ctx = v._view, v._storage, v._ctx
             if view is None or v._view_stamp != (s.version, ctx.grad_epoch if s.is_grad else 0, ctx.failures):
                 parts.append((c, first, v._shape, v._dtype, v._layout))
             else:
                 get = view.get
                 parts.append((c, first, v._shape, v._dtype, v._layout, get("requires_grad", _NO_FACT),
-                              get("is_leaf", _NO_FACT), get("view_of_leaf", _NO_FACT), "node" in view))
+                              get("is_leaf", _NO_FACT), get("view_of_leaf", _NO_FACT), get("multi_view"),
+                              "node" in view))
             continue
         if c is float:
             parts.append(c)
@@ -984,12 +1049,15 @@ def arg_key(v, seen: dict):
     if c is int or c is bool or c is str or v is None or c is DType:
         return (c, v)
     if isinstance(v, Tensor):
+        if v._shape is None and v._layout.__class__ is _Deferred and v._layout != _layout.ROW_MAJOR:
+            return None
         first = seen.setdefault(id(v), len(seen))  # (x.add_(x) is not x.add_(y))
         view = v._view
         if view is None or v._view_stamp != v._stamp():
             return (c, first, v._shape, v._dtype, v._layout)
         return (c, first, v._shape, v._dtype, v._layout, view.get("requires_grad", _NO_FACT),
-                view.get("is_leaf", _NO_FACT), view.get("view_of_leaf", _NO_FACT), "node" in view)
+                view.get("is_leaf", _NO_FACT), view.get("view_of_leaf", _NO_FACT), view.get("multi_view"),
+                "node" in view)
     if c is list or c is tuple:
         parts = []
         for x in v:
@@ -1116,6 +1184,10 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     advance_grad_epoch(ctx, in_place=not create_graph)
     ctx.flush(deferrable=True)
 
+
+#: what the client knows of a handle that the server's view of it does not say (kept when that view arrives):
+#: its autograd graph node, and whether it is a view of a leaf that requires grad (in-place ops refuse it)
+_CLIENT_FACTS = ("node", "view_of_leaf", "multi_view")
 
 #: the parts of a view an in-place change of the tensor's values makes stale
 _VALUE_KEYS = frozenset({"data", "version", "grad_accumulations", "name"})

@@ -22,6 +22,7 @@ from .shape import (
     alias_view,
     clone,
     expand,
+    expand_checks,
     flatten,
     gather,
     index_select,
@@ -68,7 +69,7 @@ def movedim(self, source, destination):
     return permute(self, order)
 
 
-@op("broadcast_to", tensors=("self",), grad_fns=(P.ExpandBackward0,))
+@op("broadcast_to", tensors=("self",), grad_fns=(P.ExpandBackward0,), checks=expand_checks("size"))
 def broadcast_to(self, size):
     """torch.broadcast_to(input, size): Tensor.expand with the size as one list."""
     return expand(require_tensor(self), shape_arg((size,)))

@@ -139,11 +139,12 @@ def _det(A: Tensor, name: str) -> Tensor:
     A = _square_float(A, name)
     if np.all(np.isfinite(A.data)):
         # (float16/bfloat16 reach here empty only, which numpy's LAPACK does not take in those types)
-        out = np.asarray(np.linalg.det(A.data.astype(D.compute_dtype(A.data.dtype), copy=False)), A.data.dtype)
+        out = np.array(np.linalg.det(A.data.astype(D.compute_dtype(A.data.dtype), copy=False)), A.data.dtype,
+                       order="C")  # (row-major, as torch's, whatever the order of A's batch dimensions)
     else:
         sign, lad = _nonfinite_slogdet(A.data)
         with np.errstate(over="ignore", invalid="ignore"):
-            out = np.asarray(sign * np.exp(lad), A.data.dtype)
+            out = np.array(sign * np.exp(lad), A.data.dtype, order="C")
     return record(P.LinalgDetBackward0, out, (A,), {"A": A, **_lu_slots(A.data, _det_lu, A), "result": "result"})
 
 
@@ -210,7 +211,8 @@ def _slogdet(A: Tensor, name: str):
     A = _square_float(A, name)
     sign, lad = np.linalg.slogdet(A.data) if np.all(np.isfinite(A.data)) else _nonfinite_slogdet(A.data)
     dt = A.data.dtype
-    sign_t, lad_t = record(P.LinalgSlogdetBackward0, (np.asarray(sign, dt), np.asarray(lad, dt)), (A,),
+    sign_t, lad_t = record(P.LinalgSlogdetBackward0, (np.array(sign, dt, order="C"), np.array(lad, dt, order="C")),
+                           (A,),
                            {"A": A, **_lu_slots(A.data, _det_lu, A), "sign": "result"})
     return SignLogabsdet(sign_t, lad_t)
 
@@ -545,9 +547,9 @@ def _svd_np(a: np.ndarray, full_matrices: bool, compute_uv: bool):
         return _col_major(u), s, _col_major(vh)
     with np.errstate(all="ignore"):
         if not compute_uv:
-            return None, np.linalg.svd(a, compute_uv=False).astype(dt, copy=False), None
+            return None, np.ascontiguousarray(np.linalg.svd(a, compute_uv=False), dt), None
         u, s, vh = np.linalg.svd(a, full_matrices=full_matrices)
-    return _col_major(u.astype(dt, copy=False)), s.astype(dt, copy=False), _col_major(vh.astype(dt, copy=False))
+    return _col_major(u.astype(dt, copy=False)), np.ascontiguousarray(s, dt), _col_major(vh.astype(dt, copy=False))
 
 
 def _needs_uv(A: Tensor) -> bool:

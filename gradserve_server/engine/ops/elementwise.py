@@ -406,6 +406,17 @@ def _rsqrt_pow(a):
     return np.reciprocal(np.sqrt(a))
 
 
+def _int_power(a, b):
+    """np.power of integers, with torch's results for negative exponents (numpy refuses them): 1 ** n is 1,
+    (-1) ** n is -1 for odd n and 1 for even, anything else 0."""
+    neg = b < 0
+    if not neg.any():
+        return np.power(a, b)
+    out = np.power(a, np.where(neg, 0, b))
+    minus_one = np.where(b % 2 != 0, -1, 1)
+    return np.where(neg, np.where(a == 1, 1, np.where(a == -1, minus_one, 0)), out).astype(out.dtype, copy=False)
+
+
 def _pow_dtype_check(dtype, exponent):
     if NP[dtype].kind in "iu" and is_number(exponent) and exponent >= 0:
         # a Scalar exponent is read as an int64 (2**63 fails), then converted to the input's type (int8: 300 fails)
@@ -442,14 +453,14 @@ def pow(self, exponent):
         return record(P.PowBackward0, out, (self,), {"self": self, "exponent": exponent})
     if isinstance(self, Tensor):
         dtype, a, b = binary_operands(self, exponent)
-        out = kcall(np.power, a, b)
+        out = kcall(_int_power if NP[dtype].kind in "iu" else np.power, a, b)
         return record(P.PowBackward1, out, (self, exponent),
                       {"self": self, "exponent": exponent, "result": "result"})
     exponent = require_tensor(exponent, "exponent", "pow")
     if not is_number(self):
         raise InvalidArgumentError(f"pow(): base must be a Tensor or a number, got {type(self).__name__}")
     dtype, a, b = binary_operands(self, exponent)
-    out = np.power(a, b)
+    out = (_int_power if NP[dtype].kind in "iu" else np.power)(a, b)
     return record(P.PowBackward2, np.asarray(out), (exponent,),
                   {"self": self, "exponent": exponent, "result": "result"})
 

@@ -109,11 +109,8 @@ def _matmul_kernel(a: np.ndarray, b: np.ndarray, shape: tuple) -> np.ndarray:
 # ----- mm ---------------------------------------------------------------------------------------------
 
 
-def _check_mm(a: Tensor, b: Tensor, first: str, second: str, with_dims: bool) -> None:
-    for name, m in ((first, a), (second, b)):
-        if m.data.ndim != 2:
-            tail = f", got {m.data.ndim}-D tensor" if with_dims else ""
-            raise ShapeError(f"{name} must be a matrix{tail}")
+def _check_mm(a: Tensor, b: Tensor) -> None:
+    """The checks of two matrices' product torch makes after their dimensions': sizes, dtypes."""
     if a.shape[1] != b.shape[0]:
         raise ShapeError(f"mat1 and mat2 shapes cannot be multiplied ({_dims_str(a.shape)} and "
                          f"{_dims_str(b.shape)})")
@@ -127,8 +124,9 @@ _MAT2_OVERLOADS = {"function": ("(Tensor input, Tensor mat2, *, Tensor out = Non
 
 
 @op("mm",
-    checks=("matmul_dtype(self,mat2)=mm | RuntimeError: expected m1 and m2 to have the same dtype, but got: {a} != "
-            "{b}",),
+    checks=("dims(self)=2 | RuntimeError: self must be a matrix", "dims(mat2)=2 | RuntimeError: mat2 must be a matrix",
+            "matmul_dtype(self,mat2)=mm | RuntimeError: expected m1 and m2 to have the same dtype, but got: {a} != "
+            "{b}"),
     overloads=_MAT2_OVERLOADS,
     tensors=("self", "mat2"), plannable=True)
 def mm(self, mat2):
@@ -136,7 +134,9 @@ def mm(self, mat2):
     and their sizes and strides."""
     self = require_tensor(self, "self", "mm")
     mat2 = require_tensor(mat2, "mat2", "mm")
-    _check_mm(self, mat2, "self", "mat2", False)
+    if self.data.ndim != 2 or mat2.data.ndim != 2:
+        raise broken_check("mm", self=self, mat2=mat2)
+    _check_mm(self, mat2)
     out = _matmul_np(self.data, mat2.data, (self.shape[0], mat2.shape[1]))
     return record(P.MmBackward0, out, (self, mat2),
                   {"mat2": mat2, "mat2_sym_sizes": mat2.shape, "mat2_sym_strides": _strides(mat2.data),
@@ -231,14 +231,15 @@ batching(P.BmmBackward0, vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
 
 
 @op("mv", tensors=("self", "vec"), plannable=True,
-    checks=("matmul_dtype(self,vec)=mv | RuntimeError: addmv input tensors must have the same dtype, but got {b}, {a}, "
-            "and {b}",))
+    checks=("ranks(self,vec)=2,1 | RuntimeError: vector + matrix @ vector expected, got 1, {a}, {b}",
+            "matmul_dtype(self,vec)=mv | RuntimeError: addmv input tensors must have the same dtype, but got {b}, {a}, "
+            "and {b}"))
 def mv(self, vec):
     """torch.mv(input, vec): matrix @ vector."""
     self = require_tensor(self, "self", "mv")
     vec = require_tensor(vec, "vec", "mv")
     if self.data.ndim != 2 or vec.data.ndim != 1:
-        raise ShapeError(f"vector + matrix @ vector expected, got 1, {self.data.ndim}, {vec.data.ndim}")
+        raise broken_check("mv", self=self, vec=vec)
     if self.shape[1] != vec.shape[0]:
         raise ShapeError(f"size mismatch, got input ({self.shape[0]}), mat ({_dims_str(self.shape)}), "
                          f"vec ({vec.shape[0]})")
@@ -281,18 +282,17 @@ def _dot_kernel(a, b):
 
 
 @op("dot",
+    checks=("ranks(self,tensor)=1,1 | RuntimeError: 1D tensors expected, but got {a}D and {b}D tensors",
+            "matmul_dtype(self,tensor)=dot | RuntimeError: dot : expected both vectors to have same dtype, but found "
+            "{a} and {b}"),
     exports=("torch.linalg.vecdot",),
     tensors=("self", "tensor"), aliases=("inner_1d",), plannable=True)
 def dot(self, tensor):
     """torch.dot(input, tensor): 1-D . 1-D, a 0-d result."""
     self = require_tensor(self, "self", "dot")
     tensor = require_tensor(tensor, "tensor", "dot")
-    if self.data.ndim != 1 or tensor.data.ndim != 1:
-        raise ShapeError(f"1D tensors expected, but got {self.data.ndim}D and {tensor.data.ndim}D tensors")
-    if self.dtype != tensor.dtype:  # torch checks the dtypes before the sizes
-        raise TorchRuntimeError(f"dot : expected both vectors to have same dtype, but found "
-                                f"{D.SCALAR_TYPE_NAMES[self.dtype]} and {D.SCALAR_TYPE_NAMES[tensor.dtype]}",
-                                code="dtype_mismatch")
+    if self.data.ndim != 1 or tensor.data.ndim != 1 or self.dtype != tensor.dtype:  # (the dtypes before the sizes)
+        raise broken_check("dot", self=self, tensor=tensor)
     if self.shape[0] != tensor.shape[0]:
         n1, n2 = self.shape[0], tensor.shape[0]
         raise ShapeError(f"inconsistent tensor size, expected tensor [{n1}] and src [{n2}] to have the same "
@@ -328,15 +328,16 @@ def _dot_batched_jvp(ctx, batch, self_t, tensor_t):
 batching(P.DotBackward0, vjp=_dot_batched_vjp, jvp=_dot_batched_jvp)
 
 
-@op("outer", tensors=("self", "vec2"), grad_fns=(P.MulBackward0,), aliases=("ger",), plannable=True)
+@op("outer", tensors=("self", "vec2"), grad_fns=(P.MulBackward0,), aliases=("ger",), plannable=True,
+    checks=("dims(self)=1 | RuntimeError: outer: Expected 1-D argument self, but got {dims}-D",
+            "dims(vec2)=1 | RuntimeError: outer: Expected 1-D argument vec2, but got {dims}-D"))
 def outer(self, vec2):
     """torch.outer(input, vec2): composite ``input.reshape(n, 1) * vec2`` (MulBackward0 over
     ViewBackward0)."""
     self = require_tensor(self, "self", "outer")
     vec2 = require_tensor(vec2, "vec2", "outer")
-    for name, v in (("self", self), ("vec2", vec2)):
-        if v.data.ndim != 1:
-            raise ShapeError(f"outer: Expected 1-D argument {name}, but got {v.data.ndim}-D")
+    if self.data.ndim != 1 or vec2.data.ndim != 1:
+        raise broken_check("outer", self=self, vec2=vec2)
     check_numel((self.shape[0], vec2.shape[0]), itemsize=max(self.data.itemsize, vec2.data.itemsize))
     return mul(reshape(self, (self.shape[0], 1)), vec2)
 
@@ -369,7 +370,7 @@ def addmm(self, mat1, mat2, beta=1, alpha=1):
             raise TorchRuntimeError(f"{name} and mat2 must have the same dtype, but got "
                                     f"{D.SCALAR_TYPE_NAMES[a.dtype]} and {D.SCALAR_TYPE_NAMES[mat2.dtype]}",
                                     code="dtype_mismatch")
-    _check_mm(mat1, mat2, "mat1", "mat2", True)
+    _check_mm(mat1, mat2)
     shape = (mat1.shape[0], mat2.shape[1])
     _check_expand(self, shape)
     m1, m2 = mat1.data, mat2.data
@@ -524,7 +525,9 @@ def _prod(shape) -> int:
 
 
 @op("matmul",
-    checks=("matmul_dtype(self,other)=mm | RuntimeError: expected m1 and m2 to have the same dtype, but got: {a} != "
+    checks=("min_ranks(self,other)=1 | RuntimeError: both arguments to matmul need to be at least 1D, but they are "
+            "{a}D and {b}D",
+            "matmul_dtype(self,other)=mm | RuntimeError: expected m1 and m2 to have the same dtype, but got: {a} != "
             "{b}",
             "matmul_dtype(self,other)=dot | RuntimeError: dot : expected both vectors to have same dtype, but found "
             "{a} and {b}",
@@ -543,7 +546,7 @@ def matmul(self, other):
     other = require_tensor(other, "other", "matmul")
     d1, d2 = self.data.ndim, other.data.ndim
     if d1 == 0 or d2 == 0:
-        raise ShapeError(f"both arguments to matmul need to be at least 1D, but they are {d1}D and {d2}D")
+        raise broken_check("matmul", self=self, other=other)
     if d1 == 1 and d2 == 1:
         return dot(self, other)
     if d1 == 2 and d2 == 1:

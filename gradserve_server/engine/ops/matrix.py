@@ -12,7 +12,7 @@ import numpy as np
 from ..batching import SAME, batching
 from ..errors import ShapeError, TorchRuntimeError
 from ..grad_mode import check_numel
-from ..registry import P, Prim, jvp, op, record, vjp
+from ..registry import P, Prim, broken_check, jvp, op, record, vjp
 from ..tensor import Tensor
 from .common import require_tensor, saved_int, signed_int, wrap_dim
 from .shape import _as_view
@@ -177,11 +177,12 @@ def _(ctx, self_t):
 def _tri(self, diagonal: int, name: str, prim: Prim, npfn) -> Tensor:
     self = require_tensor(self, "input", name)
     if self.data.ndim < 2:
-        raise TorchRuntimeError(f"{name}: input tensor must have at least 2 dimensions", code="shape_mismatch")
+        raise broken_check(name, self=self)
     return record(prim, npfn(self.data, diagonal), (self,), {"diagonal": saved_int(diagonal)})
 
 
-@op("tril", tensors=("self",))
+@op("tril", tensors=("self",),
+    checks=("min_dims(self)=2 | RuntimeError: tril: input tensor must have at least 2 dimensions",))
 def tril(self, diagonal=0):
     """torch.tril(input, diagonal=0): zero above the diagonal."""
     return _tri(self, diagonal, "tril", P.TrilBackward0, np.tril)
@@ -200,7 +201,8 @@ def _(ctx, self_t):
 batching(P.TrilBackward0, vjp=SAME, jvp=SAME)
 
 
-@op("triu", tensors=("self",))
+@op("triu", tensors=("self",),
+    checks=("min_dims(self)=2 | RuntimeError: triu: input tensor must have at least 2 dimensions",))
 def triu(self, diagonal=0):
     """torch.triu(input, diagonal=0): zero below the diagonal."""
     return _tri(self, diagonal, "triu", P.TriuBackward0, np.triu)

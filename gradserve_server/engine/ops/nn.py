@@ -196,7 +196,10 @@ batching(P.LogSoftmaxBackward0, **shifted(sizes=(), dims=("dim",)))
 
 
 @op("linear",
-    checks=("same_dtype(bias,weight) | RuntimeError: self and mat2 must have the same dtype, but got {a} and {b}",
+    checks=("min_ranks(input,weight)=1 | RuntimeError: both arguments to linear need to be at least 1D, but they are "
+            "{a}D and {b}D",
+            "max_dims(weight)=2 | RuntimeError: t() expects a tensor with <= 2 dimensions, but self is {dims}D",
+            "same_dtype(bias,weight) | RuntimeError: self and mat2 must have the same dtype, but got {a} and {b}",
             "same_dtype(input,weight) if bias | RuntimeError: mat1 and mat2 must have the same dtype, but got {a} and "
             "{b}",
             "linear_shapes(input,weight) | RuntimeError: mat1 and mat2 shapes cannot be multiplied ({rows}x{k} and "
@@ -217,8 +220,7 @@ def linear(input, weight, bias=None):
         bias = require_tensor(bias, "bias", "linear")
     nd = input.data.ndim
     if nd == 0 or weight.data.ndim == 0:
-        raise ShapeError(f"both arguments to linear need to be at least 1D, but they are {nd}D and "
-                         f"{weight.data.ndim}D")
+        raise broken_check("linear", input=input, weight=weight, bias=bias)
     if nd == 2 and bias is not None:
         return addmm(bias, input, t(weight))
     if bias is not None and nd >= 1 and input.data.flags.c_contiguous and bias.data.flags.c_contiguous \

@@ -569,9 +569,17 @@ def _(ctx, self_t):
 batching(P.UnsqueezeBackward0, **shifted(sizes=(), dims=("dim",)))
 
 
+def expand_checks(size: str) -> tuple[str, ...]:
+    """expand's refusals of a target ``size`` (the argument's name: expand_as's other, broadcast_to's size)."""
+    return (f"expand_rank(self,{size}) | RuntimeError: expand({{tensor_type}}{{{{[{{shape}}]}}}}, size=[{{size}}]): "
+            "the number of sizes provided ({n}) must be greater or equal to the number of dimensions in the tensor "
+            "({dims})",
+            f"expand_size(self,{size}) | RuntimeError: The expanded size of the tensor ({{want}}) must match the "
+            "existing size ({have}) at non-singleton dimension {dim}.  Target sizes: {target}.  Tensor sizes: {shape}")
+
+
 @op("expand",
-    checks=("expand_size(self,sizes) | RuntimeError: The expanded size of the tensor ({want}) must match the existing "
-            "size ({have}) at non-singleton dimension {dim}.  Target sizes: {target}.  Tensor sizes: {shape}",),
+    checks=expand_checks("sizes"),
     method_only=True, size_varargs="size", storage="view", cost="arguments",
     tensors=("self",), grad_fns=(P.ExpandBackward0,), plannable=True)
 def expand(self, *sizes):
@@ -584,10 +592,7 @@ def expand(self, *sizes):
                                  f"\"Overflow when unpacking long long", code="invalid_shape")
     shp = self.data.shape
     if len(sizes) < len(shp):
-        raise TorchRuntimeError(f"expand({D.type_string(self.dtype)}{{[{', '.join(map(str, shp))}]}}, "
-                                f"size=[{', '.join(map(str, sizes))}]): "
-                                f"the number of sizes provided ({len(sizes)}) must be greater or equal to the number "
-                                f"of dimensions in the tensor ({len(shp)})", code="shape_mismatch")
+        raise broken_check("expand", self=self, sizes=sizes)
     lead = len(sizes) - len(shp)
     target = []
     for i, s in enumerate(sizes):
@@ -650,7 +655,7 @@ batching(P.ExpandBackward0, vjp=lambda ctx, grad, batch: (sum_to_batched(grad, c
          jvp=_expand_batched_jvp)
 
 
-@op("expand_as",
+@op("expand_as", checks=expand_checks("other"),
     method_only=True, storage="view", cost="arguments",
     tensors=("self", "other"), grad_fns=(P.ExpandBackward0,), meta_only=("other",))
 def expand_as(self, other):
@@ -1258,7 +1263,13 @@ def _is_advanced(it) -> bool:
     return isinstance(it, (list, Tensor, np.ndarray)) and not isinstance(it, bool)
 
 
-@op("getitem",
+#: basic indexing's refusals (getitem's; setitem's, which indexes through getitem, at the run)
+INDEX_CHECKS = ("index_count(self,index) | IndexError: too many indices for tensor of dimension {dims}",
+                "index_bounds(self,index) | IndexError: index {index} is out of bounds for dimension {dim} with size "
+                "{size}")
+
+
+@op("getitem", checks=INDEX_CHECKS,
     parsed=False,
     tensors=("self", "index"), grad_fns=(P.SelectBackward0, P.SliceBackward0, P.IndexBackward0,
                                                    P.UnsqueezeBackward0), aliases=("__getitem__",), plannable=True)
@@ -1287,7 +1298,8 @@ def _getitem(self, index, alias: bool):
             consumed += 1
     nd = self.data.ndim
     if consumed > nd:
-        raise TorchIndexError(f"too many indices for tensor of dimension {nd}", code="invalid_index")
+        raise broken_check("getitem", self=self, index=index)
+    given = index
     if n_ell:
         pos = next(i for i, it in enumerate(index) if it is Ellipsis)
         index = index[:pos] + (slice(None),) * (nd - consumed) + index[pos + 1:]
@@ -1316,6 +1328,10 @@ def _getitem(self, index, alias: bool):
                 advanced.append((d, np.asarray(it)))
                 d += 1
             else:
+                n = out.data.shape[d]
+                if not -n <= it < n:  # (torch names the index's place, not the dimension of the result so far)
+                    raise broken_check("getitem", self=self, index=tuple(
+                        int(k) if isinstance(k, np.integer) else k for k in given))
                 out = select(out, d, int(it))
         elif _is_advanced(it):
             arr = it.data if isinstance(it, Tensor) else np.asarray(it)

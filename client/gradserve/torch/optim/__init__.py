@@ -172,12 +172,15 @@ class Optimizer:
             if p._error is not None or g is not None and g._error is not None:
                 return None
             state = self.state.get(p)
+            keys = [arg_key(p, seen), None if g is None else arg_key(g, seen)]
             held = ()
             if state:
                 held = tuple((k, arg_key(v, seen), v._name) if isinstance(v, Tensor) else (k, v)
                              for k, v in state.items())
-            parts.append((arg_key(p, seen), p._name, None if g is None else (arg_key(g, seen), g._name), held,
-                          id(group)))
+                keys += [part[1] for part in held if len(part) == 3]
+            if any(k is None for k in keys[:1] + keys[2:]) or g is not None and keys[1] is None:
+                return None  # (a tensor whose metadata call_op decides by asking: worked out each time)
+            parts.append((keys[0], p._name, None if g is None else (keys[1], g._name), held, id(group)))
         parts.append(tuple(tuple((k, v) for k, v in group.items() if k != "params") for group in self.param_groups))
         return tuple(parts)
 
