@@ -273,7 +273,10 @@ def _static_ok(v) -> bool:
     if isinstance(v, _STATIC):
         return True
     if v.__class__ is tuple:
-        return all(_static_ok(x) for x in v)
+        for x in v:  # (a loop, not all() over a generator: most are a shape's or an index's few items)
+            if not (x.__class__ is int or isinstance(x, _STATIC) or _static_ok(x)):
+                return False
+        return True
     return False
 
 
@@ -349,6 +352,12 @@ def unlit(v):
     if type(v) is Lit:
         return v.pin()
     if v.__class__ is tuple or v.__class__ is list:
+        for x in v:  # (most are flat, of ints: nothing to replace)
+            t = type(x)
+            if t is Lit or t is tuple or t is list:
+                break
+        else:
+            return v
         items = [unlit(x) for x in v]
         if any(x is not y for x, y in zip(items, v)):
             return v.__class__(items)

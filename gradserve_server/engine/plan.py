@@ -241,6 +241,8 @@ class PlanCache:
         self.table = self._entries
         self._sizes: dict = {}   # plan or marker key -> the bytes counted for it
         self._fsizes: dict = {}  # fragment key -> the bytes counted for it and its VJP fragments
+        self._formed: dict = {}  # a fragment form measured -> its structure's bytes (``_measure``)
+        self._forms: dict = {}   # fragment key -> the forms measured on it (dropped with it)
         self._lock = threading.Lock()
         self.on_grow = None  # called after an entry was added (``PlanCaches``: the bound over all partitions)
         self.bytes = 0
@@ -277,22 +279,51 @@ class PlanCache:
         self._add(key, entry, entry.nbytes + footprint(key), self._sizes)
 
     def put_fragment(self, key, frag) -> None:
-        """Keep a forward fragment (None: the op form is not composable), measured with its key."""
-        self._add(key, frag, footprint((key, frag)), self._fsizes)
+        """Keep a forward fragment (None: the op form is not composable), measured with its key (``_measure``)."""
+        form = _form(key) if frag is not None else None
+        size, base = self._measure(form, key, frag)
+        self._add(key, frag, size, self._fsizes, form if base is not None else None, base)
 
     def add_vjp(self, owner, vjps: dict, key, vf) -> None:
         """Keep ``vf`` in ``vjps`` (a recipe's VJP fragments) under ``key``, its bytes counted with the forward
         fragment ``owner`` (the key it is kept under; not kept any more: the recipe dies with the run)."""
-        size = footprint((key, vf))
+        form = _form(owner)
+        size, base = self._measure(None if form is None else (form, key), key, vf)
         with self._lock:
             vjps[key] = vf
             if owner not in self._fsizes:
                 return
+            if base is not None:
+                self._remember(owner, (form, key), base)
             self._fsizes[owner] += size
             self.bytes += size
             self._shrink()
         if self.on_grow is not None:
             self.on_grow()
+
+    def _measure(self, form, key, frag) -> tuple:
+        """The bytes of fragment ``frag`` kept under ``key``: ``footprint``, except for a form measured before
+        (``form``: its key's, ``_form``; None: measure it). Fragments whose keys differ only in the values of their
+        top-level int or float literals (``x[t]`` for t = 0..99: a composed LSTM's one-off forms) are made by the
+        same code with the same structure: the first of a form is measured, and each later one counted as its
+        structure (the first's ``footprint`` less its constant arrays as ``footprint`` counts them) plus its own
+        constant arrays (``cbytes``). Returns (bytes, the structure's bytes to remember for ``form`` or None); the
+        memo entry lives as long as the fragment measured for it and is counted with it (``_remember``).
+        ``tests/engine/test_compose.py`` pins the counts against a re-measure of every fragment."""
+        if form is None:
+            return footprint((key, frag)), None
+        own = 2 * frag.cbytes  # (an array owning its data: its size, data included, and its buffer)
+        base = self._formed.get(form)
+        if base is not None:
+            return base + own, None
+        size = footprint((key, frag))
+        memo = _MEMO_ENTRY + sys.getsizeof(form) + (sys.getsizeof(form[0]) if form[0].__class__ is tuple else 0)
+        return size + memo, size - own
+
+    def _remember(self, key, form, base: int) -> None:
+        """Remember ``form``'s structure bytes, dropped with the fragment kept under ``key`` (the lock held)."""
+        self._formed[form] = base
+        self._forms.setdefault(key, []).append(form)
 
     def maker(self, src: str):
         """The compiled maker of a fragment's source (``tape.compile_fragment``), kept as a fragment entry of this
@@ -308,13 +339,16 @@ class PlanCache:
         self._add(key, make, footprint((key, make)), self._fsizes)
         return make
 
-    def _add(self, key, entry, size: int, sizes: dict) -> None:
+    def _add(self, key, entry, size: int, sizes: dict, form=None, base: int = 0) -> None:
         bound = self.max_entries if sizes is self._sizes else self.fragment_entries
         if bound <= 0 or size > self.max_bytes:
             return
         with self._lock:
             if self._entries.pop(key, _ABSENT) is not _ABSENT:
                 self.bytes -= self._sizes.pop(key, 0) + self._fsizes.pop(key, 0)
+                self._forget(key)
+            if form is not None:
+                self._remember(key, form, base)
             self._entries[key] = entry
             sizes[key] = size
             self.bytes += size
@@ -354,9 +388,14 @@ class PlanCache:
             victim = used[0]
         del entries[victim]
         size = self._sizes.pop(victim, 0) + fsizes.pop(victim, 0)
+        self._forget(victim)
         self.bytes -= size
         self.evictions += 1
         return size
+
+    def _forget(self, key) -> None:
+        for form in self._forms.pop(key, ()):
+            self._formed.pop(form, None)
 
     def evict_oldest(self) -> int:
         """Drop the least recently used entry, plan or fragment; the bytes freed (0: nothing left)."""
@@ -400,6 +439,24 @@ class PlanCache:
 
 
 _ABSENT = object()
+#: a memo entry's share of the dicts holding it (``PlanCache._formed``, ``_forms``: a slot in each, a list),
+#: besides its form's own tuples (its items are its key's)
+_MEMO_ENTRY = 160
+
+
+def _form(key):
+    """A forward fragment's key with the values of its top-level int and float literals left out
+    (``tape.literal_key``'s ``(int, 3)``), or None when it has none: the form whose fragments
+    ``PlanCache._measure`` counts by one measure."""
+    form = None
+    for i, x in enumerate(key):
+        if x.__class__ is tuple and len(x) == 2 and (x[0] is int or x[0] is float):
+            if form is None:
+                form = list(key)
+            form[i] = x[0]
+    return None if form is None else tuple(form)
+
+
 _CODE = object()  # a compiled fragment maker's key: (_CODE, its source)
 _COUNTERS = ("hits", "misses", "unplannable", "fallbacks", "evictions", "deferred", "composed", "uncomposable",
              "fragment_hits", "fragment_misses")

@@ -512,11 +512,12 @@ def fragment(rec: K.Recorder, escaping: list, saved=()):
         if multi == 2 or any(s < 0 for _, s in where):
             return None
     arrs = rec.keep
-    roots = {id(root(arrs[s])) for s in escaping}
-    steps, consts = fold(extract(rec), arrs, lambda outs: all(
-        o not in escaping and id(root(arrs[o])) not in roots for o in outs), FRAGMENT_CONST_BYTES)
-    if len(steps) > 1:
-        steps, _ = cse(steps, arrs, _step_groups(rec, steps), {*escaping, *saved}, ())
+    if len(rec.steps) == 1 and rec.steps[0][2]:  # (one call reading an input: nothing to fold, nothing repeated)
+        fn, tmpl, where, out, multi = rec.steps[0]
+        steps, consts = [(fn, tmpl, where, out, multi, 0 in rec.converted or (
+            multi is False and arrs[out].ndim == 0))], {}
+    else:
+        steps, consts = optimised(rec, escaping, saved)
     nbytes = maxsize = 0
     for st in steps:
         for s in (st[3] if st[4] is True else (st[3],)):
@@ -526,6 +527,17 @@ def fragment(rec: K.Recorder, escaping: list, saved=()):
                 if a.size > maxsize:
                     maxsize = a.size
     return [(*st, -1, ()) for st in steps], nbytes, maxsize, consts
+
+
+def optimised(rec: K.Recorder, escaping: list, saved=()) -> tuple:
+    """``fragment``'s steps, constants folded and repeated calls made once: (steps, slot -> constant)."""
+    arrs = rec.keep
+    roots = {id(root(arrs[s])) for s in escaping}
+    steps, consts = fold(extract(rec), arrs, lambda outs: all(
+        o not in escaping and id(root(arrs[o])) not in roots for o in outs), FRAGMENT_CONST_BYTES)
+    if len(steps) > 1:
+        steps, _ = cse(steps, arrs, _step_groups(rec, steps), {*escaping, *saved}, ())
+    return steps, consts
 
 
 # ----- code generation ---------------------------------------------------------------------------------------

@@ -450,6 +450,35 @@ def test_fragments_share_the_caches_one_measured_bytes_bound_constants_and_vjps_
     assert 0 < small.fragments < len(frags) and small.evictions > 0
 
 
+def test_fragments_of_one_form_are_counted_by_one_measure_within_the_band_of_each_ones_re_measure():
+    """``x[t]`` for t = 0..N (an LSTM's one-off forms) and a mul by a different float each time: fragments whose
+    keys differ only in int or float literals are counted by their form's one measure plus their own constant
+    arrays (``PlanCache._measure``); each count stays within the band of a re-measure of that fragment (its VJP
+    fragments included), the memo lives only as long as the fragment it was measured on, and the bytes bound
+    holds with a cache too small for them all."""
+    rng = np.random.default_rng(5)
+    ops = _lstm(rng, 24)
+    ops[-1:-1] = [{"op": "mul", "args": [f"h{t}", 0.5 + t], "out": f"m{t}"} for t in range(24)]
+    cache = fresh_cache()
+    c, p = both(ops, cache)
+    assert p == c and c[0] == "ok" and cache.composed == 1, cache.stats()
+    frags = _frags(cache)
+    getitems = [k for k in frags if k[0] == "getitem"]
+    assert len(getitems) == 24 and 0 < len(cache._formed) < len(getitems)  # (most of them counted by the memo)
+    for k, f in frags.items():
+        again = plan_module.footprint((k, f))
+        assert 0.8 * again <= cache._fsizes[k] <= 1.25 * again, (k, cache._fsizes[k], again)
+    again = sum(plan_module.footprint((k, f)) for k, f in _frags(cache, makers=True).items())
+    assert 0.95 * again <= sum(cache._fsizes.values()) <= 1.1 * again, (sum(cache._fsizes.values()), again)
+    assert cache.bytes == sum(cache._fsizes.values()) + sum(cache._sizes.values())
+    small = PlanCache(record_after=1_000_000, max_bytes=cache.bytes // 4)
+    c, p = both(ops, small)
+    assert p == c and small.evictions > 0 and small.bytes <= cache.bytes // 4
+    assert small.bytes == sum(small._fsizes.values()) + sum(small._sizes.values())
+    assert set(small._forms) <= set(small._fsizes)  # (a memo entry goes with the fragment it was measured on)
+    assert sorted(map(repr, small._formed)) == sorted(repr(f) for fs in small._forms.values() for f in fs)
+
+
 def test_a_fragment_hit_since_the_eviction_last_passed_it_is_kept_as_recently_used():
     """One eviction policy over plans and fragments: least recently used out; a fragment's hits (flagged by the
     composed run without a lock) count as uses when the eviction reaches it."""

@@ -340,3 +340,15 @@ def test_every_op_sample_with_a_float_runs_as_it_runs_cold_whatever_its_floats(n
     other = _with(call, places, lambda v: v * 0.75 + 0.03125)
     for c in (call, other, call, other):
         tw.run(body(c))
+
+
+def test_a_lifted_literal_inside_a_tuple_argument_is_replaced_and_pinned():
+    """``kernel.unlit``: a Lit anywhere in a tuple or list argument (a shape, an index) is replaced by its value
+    and pinned; a flat tuple of plain values comes back as it is (the same object)."""
+    rec = K.Recorder()
+    lit = K.Lit(2.5, 3, rec)
+    flat = (1, 2, Ellipsis)
+    assert K.unlit(flat) is flat and not rec.pins
+    got = K.unlit((1, (lit, 4)))
+    assert got == (1, (2.5, 4)) and type(got[1][0]) is float and rec.pins == {3}
+    assert K.unlit([lit]) == [2.5] and K._static_ok((1, (2, None), slice(1, 2))) and not K._static_ok((1, [2]))

@@ -159,6 +159,27 @@ def test_a_fragment_gets_the_optimisers_common_calls_and_folded_constants():
     assert _bits(tape_module.compile_fragment(steps, 1, ret)(x32 * 2)[0]) == _bits(lit(x32 * 2)[0])
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: (K.kcall(np.sin, x),),
+    lambda x: (K.kcall(np.sum, x),),  # (a 0-d result: converted)
+    lambda x: (K.kcall(np.multiply, x, 2.5),),
+    lambda x: K.kcall(np.divmod, x, 0.5),  # (several outputs)
+    lambda x: (K.kcall(np.add, x, x),),
+], ids=["unary", "zero_d", "literal", "multi", "same_input"])
+def test_a_one_call_fragment_takes_the_short_way_to_the_optimisers_steps(fn):
+    """A fragment of one call reading an input has nothing to fold or merge: ``fragment`` skips the optimiser,
+    and gives what it would (``optimised``), bytes and sizes included."""
+    x = np.linspace(-1, 1, 4)
+    (steps, nbytes, maxsize, consts), ret = _fragment(fn, [x])
+    assert len(steps) == 1 and not consts
+    with K.recording() as rec:
+        rec.add_input(x)
+        outs = fn(x)
+    full, consts = tape_module.optimised(rec, [rec.slot_of(o) for o in outs])
+    assert [(*st, -1, ()) for st in full] == steps and not consts
+    assert nbytes == sum(o.nbytes for o in outs) and maxsize == max(o.size for o in outs)
+
+
 def test_a_call_whose_result_escapes_is_not_merged_nor_folded():
     def fn(x, y):
         one = K.kcall(K.ones, (4,), np.dtype(np.float64))
