@@ -64,7 +64,11 @@ def test_a_replayed_step_records_what_working_it_out_records(server, monkeypatch
     want, sent_worked_out = _run(server, monkeypatch, False)
     assert got == want
     assert sent == sent_worked_out
+
+
+def test_the_replayed_steps_train_as_torch_does(server, monkeypatch):
     torch = pytest.importorskip("torch")
+    got, _ = _run(server, monkeypatch, True)
     expected = _program(torch)
     assert got[:16] == pytest.approx(expected[:16], rel=1e-4)  # (float32 matmuls: summation order)
     for a, e in zip(got[16:], expected[16:]):
