@@ -283,18 +283,23 @@ class Context:
         return self.session_id
 
     # ----- recording ----------------------------------------------------------------------------------
-    def record(self, op: dict, made: tuple = ()) -> int:
-        """Append an op; ``made``: the handles it binds. Returns its index in the pending list."""
+    def _recording(self) -> tuple[_ThreadRecorder, tuple]:
+        """The calling thread's recorder (its other thread's error raised first) and the user's line: an op's site
+        without its sequence number."""
         if self.closed:
             raise RuntimeError("gradserve: this session is closed")
         f = user_frame()
         rec = self.recorder()
         if rec.error is not None:
             self.raise_thread_error(rec)
+        return rec, ((f, f.f_lasti, f.f_lineno) if f is not None else (None, 0, 0))
+
+    def record(self, op: dict, made: tuple = ()) -> int:
+        """Append an op; ``made``: the handles it binds. Returns its index in the pending list."""
+        rec, site = self._recording()
         with rec.lock:
             rec.pending.append(op)
-            rec.sites.append((f, f.f_lasti, f.f_lineno, next(self._seq)) if f is not None
-                             else (None, 0, 0, next(self._seq)))
+            rec.sites.append((*site, next(self._seq)))
             if made:
                 refs, owners = self.refs, self.owners
                 rec.made.append(tuple([refs[h._name] for h in made]))
@@ -306,13 +311,7 @@ class Context:
 
     def record_all(self, ops: list[dict]) -> None:
         """``record`` each of ``ops`` (which make no handles), from one user line."""
-        if self.closed:
-            raise RuntimeError("gradserve: this session is closed")
-        f = user_frame()
-        rec = self.recorder()
-        if rec.error is not None:
-            self.raise_thread_error(rec)
-        site = (f, f.f_lasti, f.f_lineno) if f is not None else (None, 0, 0)
+        rec, site = self._recording()
         with rec.lock:
             rec.pending.extend(ops)
             rec.sites.extend([(*site, next(self._seq)) for _ in ops])
