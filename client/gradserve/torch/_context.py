@@ -43,9 +43,12 @@ PER_REQUEST = frozenset({"GRADSERVE_REQUEST_DEADLINE_SECONDS", "GRADSERVE_MAX_OP
                          "GRADSERVE_MAX_BODY_BYTES", "GRADSERVE_MAX_OP_EXECUTIONS", "GRADSERVE_MAX_RESPONSE_BYTES"})
 
 
-def user_frame():
-    """The innermost frame outside this package: the user's line."""
-    f = sys._getframe(1)
+def user_frame(start=None):
+    """The innermost frame outside this package: the user's line. ``start``: a frame the walk may start from (a
+    frame of this package's call chain): each frame the walk reads of a call in progress is made into a frame object,
+    so a caller that took its own caller's frame saves the frames between (in a loop, most of a recorded op's cost
+    of finding its line)."""
+    f = sys._getframe(1) if start is None else start
     ours = _OURS
     while f is not None:
         code = f.f_code
@@ -283,20 +286,21 @@ class Context:
         return self.session_id
 
     # ----- recording ----------------------------------------------------------------------------------
-    def _recording(self) -> tuple[_ThreadRecorder, tuple]:
-        """The calling thread's recorder (its other thread's error raised first) and the user's line: an op's site
-        without its sequence number."""
+    def _recording(self, frame=None) -> tuple[_ThreadRecorder, tuple]:
+        """The calling thread's recorder (its other thread's error raised first) and the user's line (looked for
+        from ``frame`` on, when given): an op's site without its sequence number."""
         if self.closed:
             raise RuntimeError("gradserve: this session is closed")
-        f = user_frame()
+        f = user_frame(frame)
         rec = self.recorder()
         if rec.error is not None:
             self.raise_thread_error(rec)
         return rec, ((f, f.f_lasti, f.f_lineno) if f is not None else (None, 0, 0))
 
-    def record(self, op: dict, made: tuple = ()) -> int:
-        """Append an op; ``made``: the handles it binds. Returns its index in the pending list."""
-        rec, site = self._recording()
+    def record(self, op: dict, made: tuple = (), frame=None) -> int:
+        """Append an op; ``made``: the handles it binds; ``frame``: where to look for the user's line from (a frame of
+        the caller's chain). Returns its index in the pending list."""
+        rec, site = self._recording(frame)
         with rec.lock:
             rec.pending.append(op)
             rec.sites.append((*site, next(self._seq)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import builtins
 import functools
+import sys
 import threading
 
 import numpy as np
@@ -720,6 +721,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
     ``method``: called as a Tensor method (``args[0]`` is self), for torch's argument messages; ``spelling``: the
     alias of the op the user called (``arctan2``), which they name."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    caller = sys._getframe(1)  # (where ``record`` looks for the user's line from: ``user_frame``)
     of = _OP_FACTS.get(name) or _op_facts(name)
     entry = of.entry
     if _CAPTURE.count is not None:
@@ -775,7 +777,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
             _meta.check_inplace_dtype(entry, of.base_entry, args, kwargs)
             if key is not None and isinstance(target, Tensor):
                 _decide(key, facts, _meta.known(target).get("node"))
-        ctx.record(op)
+        ctx.record(op, (), caller)
         target._mutated()
         if facts:
             target._know_facts(facts)
@@ -842,7 +844,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
             _decide(key, facts)
     out = Tensor._new(ctx, storage)
     op["out"] = out._name
-    ctx.record(op, (out,))
+    ctx.record(op, (out,), caller)
     if of.python_result:
         return _catalog.PYTHON_TYPES[of.python_result](out.item())
     if of.changes_argument:  # F.embedding's max_norm renormalises weight's rows in place
