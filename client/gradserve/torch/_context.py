@@ -240,17 +240,23 @@ class Context:
         """Gradients may be handles named ``x.grad`` (one recording thread, not tracing, no dual level)."""
         return len(self._recorders) <= 1 and not self.tracing and not self.dual_depth
 
-    def materialize(self, alias: str) -> str | None:
-        """Bind the live handle named ``alias`` (``x.grad``), if any, to a name of its own; return that name."""
+    def materialize(self, alias: str, returns: dict[str, str] | None = None) -> None:
+        """Bind the live handle named ``alias`` (``x.grad``), if any, to a name of its own (and ask a read's
+        ``returns`` for it under that name)."""
         ref = self.refs.get(alias)
         handle = ref() if ref is not None else None
         if handle is None:
-            return None
-        name = self.fresh_name()
-        del self.refs[alias]
+            return
+        name = self._rename(handle, self.fresh_name())
+        self.record({"op": "bind", "args": [alias], "out": name}, (handle,))
+        if returns is not None and alias in returns:
+            returns[name] = returns.pop(alias)
+
+    def _rename(self, handle, name: str) -> str:
+        """Track ``handle`` under ``name`` instead of its own."""
+        del self.refs[handle._name]
         handle._name = name
         self.refs[name] = handle_ref(handle, self._dropped, name)
-        self.record({"op": "bind", "args": [alias], "out": name}, (handle,))
         return name
 
     def _unbound(self, op: dict, refs: tuple) -> bool:
@@ -261,17 +267,13 @@ class Context:
         if handle is None or not isinstance(alias, str) or "." not in alias or handle._name != op["out"] or \
                 not self.aliasing() or self.handle(alias) is not None:
             return False
-        del self.refs[handle._name]
-        handle._name = alias
-        self.refs[alias] = handle_ref(handle, self._dropped, alias)
+        self._rename(handle, alias)
         return True
 
     def materialize_all(self, returns: dict[str, str] | None = None) -> None:
         """``materialize`` every gradient handle held under its leaf's name (a read's ``returns`` renamed)."""
         for alias in [n for n in self.refs if "." in n]:
-            bound = self.materialize(alias)
-            if bound is not None and returns is not None and alias in returns:
-                returns[bound] = returns.pop(alias)
+            self.materialize(alias, returns)
 
     def handle(self, name: str):
         """The live handle named ``name``, or None."""
@@ -389,11 +391,8 @@ class Context:
         """Send the calling thread's pending ops (the first ``limit`` of them) with ``returns`` (see ``flush``)."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         for name in self.released:  # (a leaf dropped while a handle of its gradient lives under its name)
-            alias = name + ".grad"
-            if alias in self.refs:
-                bound = self.materialize(alias)
-                if bound is not None and alias in returns:  # (asked for under the name it had)
-                    returns[bound] = returns.pop(alias)
+            if name + ".grad" in self.refs:
+                self.materialize(name + ".grad", returns)
         prefetched = self._prefetch(returns)
         rec = self.recorder()
         with rec.lock:

@@ -17,8 +17,8 @@ class Optimizer:
     #: the group options torch's optimizer has and this client's does not use, with torch's defaults: written into
     #: state_dict()'s param groups so that torch's load_state_dict finds every key it writes itself
     _torch_group_options: dict = {}
-    #: ``_update`` records ops only (no Python state of its own): a step like the last one records its ops again
-    #: without working them out (``_replay``)
+    #: ``_update`` records ops only (no Python state of its own): a step like the last one (``_step_key``) records
+    #: its ops again without working them out (``replay_inplace``)
     _pure_update = False
     _last_step: tuple | None = None
 
