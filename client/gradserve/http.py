@@ -8,7 +8,9 @@
 
 One ``httpx.Client`` (connection reuse), a timeout on every request, and retries only where a retry cannot
 apply a change twice: idempotent requests (GET, DELETE) on transport errors and on 503, any request whose
-connection could not be opened. Every problem answer is raised as ``ProblemError``.
+connection could not be opened, and any request the server refused for now before doing anything (``LATER``: its
+rate limit, a busy session, every heavy slot taken), after the ``Retry-After`` it asks for, within ``max_wait``
+seconds a request. Every problem answer is raised as ``ProblemError``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 START_HINT = ("start one with `python3 dev.py serve` (or `uvicorn gradserve_server.app.main:app`), or set "
               "GRADSERVE_URL to the address of a running server")
 IDEMPOTENT = frozenset({"GET", "HEAD", "DELETE", "PUT"})
+#: the refusals the server answers before doing anything, to be sent again after ``Retry-After`` (whatever the method:
+#: nothing was applied); not a session count or quota (their wait is a minute: raised) nor a store that could not be
+#: reached (a failed save may have reached it)
+LATER = frozenset({(429, "rate_limited"), (409, "session_busy"), (503, "server_busy")})
 Encoding = Literal["json", "base64"]
 GraphFormat = Literal["json", "dot", "mermaid", "svg"]
 
@@ -69,10 +75,12 @@ class OpsResponse(TypedDict):
 class Client:
     """The HTTP API, one method per route. ``url`` defaults to ``GRADSERVE_URL`` (else
     http://127.0.0.1:8000), ``api_key`` to ``GRADSERVE_API_KEY``. ``requests`` counts the HTTP requests
-    sent (retries included)."""
+    sent (retries included). ``max_wait``: the seconds one request may spend waiting out the server's refusals
+    for now (``LATER``: its rate limit, a busy session, a full queue) before the refusal is raised; 0 raises
+    the first."""
 
     def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 60.0,
-                 retries: int = 2, transport: httpx.BaseTransport | None = None):
+                 retries: int = 2, max_wait: float = 30.0, transport: httpx.BaseTransport | None = None):
         env = os.environ.get("GRADSERVE_URL")
         #: where the URL came from, for error messages
         self.url_source = "given to the client" if url else "from GRADSERVE_URL" if env else \
@@ -81,7 +89,9 @@ class Client:
         api_key = api_key if api_key is not None else os.environ.get("GRADSERVE_API_KEY")
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self.retries = retries
+        self.max_wait = max_wait
         self.requests = 0
+        self.waited = 0.0  # seconds spent waiting out refusals for now (``LATER``), over all requests
         try:
             self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
         except httpx.InvalidURL as exc:
@@ -103,7 +113,7 @@ class Client:
         """Send, retrying what may be retried; raise ProblemError for any 4xx/5xx answer. ``path``: a route, or
         its absolute URL (``_url``)."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        attempt = 0
+        attempt, waited = 0, 0.0
         while True:
             self.requests += 1
             started = time.perf_counter()
@@ -129,10 +139,37 @@ class Client:
                               (time.perf_counter() - started) * 1e3)
                 if response.status_code < 400:
                     return response
+                wait = self._later(response, method, path, waited)
+                if wait is not None:
+                    time.sleep(wait)
+                    waited += wait
+                    self.waited += wait
+                    continue
                 if response.status_code != 503 or method not in IDEMPOTENT or attempt >= self.retries:
                     raise _problem(response)
             attempt += 1
             time.sleep(min(0.05 * 2 ** attempt, 1.0))
+
+    def _later(self, response: httpx.Response, method: str, path, waited: float) -> float | None:
+        """The seconds to wait before sending a request the server refused for now (``LATER``), or None: another
+        answer, or a wait past what is left of ``max_wait``. The first wait of a client is logged as a warning (a
+        loop that outruns the server's rate limit slows down to it; the warning says why), later ones at INFO."""
+        if response.status_code not in (429, 409, 503):
+            return None
+        problem = _problem(response)
+        if (response.status_code, problem.code) not in LATER:
+            return None
+        try:
+            wait = max(0.0, float(response.headers.get("retry-after", "1")))
+        except ValueError:  # (an HTTP date: not what this server sends)
+            wait = 1.0
+        if waited + wait > self.max_wait:
+            return None
+        level = logging.WARNING if not self.waited else logging.INFO
+        log.log(level, "gradserve: the server at %s refused %s %s for now (%s: %s); waiting %g s and sending it "
+                "again (at most %g s a request: gradserve.Client(max_wait=...))", self.url, method, _route(path),
+                problem.code, problem.detail, wait, self.max_wait)
+        return wait
 
     def _unreachable(self, exc: Exception, what: str, hint: str = START_HINT) -> errors.ConnectionError:
         return errors.ConnectionError(
