@@ -1354,7 +1354,8 @@ def _client_facts(spec: OpSpec | None) -> dict:
     exports += [e for e in spec.exports if e not in exports]
     return {"exports": exports, "tuple_when": list(spec.tuple_when), "variable_outputs": spec.variable_outputs,
             "returns_when": spec.returns_when, "python_result": spec.python_result,
-            "changes_argument": list(spec.changes_argument), "storage": spec.storage, "converts_to": spec.cast,
+            "changes_argument": [list(pair) for pair in spec.changes_argument], "storage": spec.storage,
+            "converts_to": spec.cast,
             "dims_of": spec.dims_of, "promotion": spec.promotion, "checks": list(spec.checks), "cost": spec.cost,
             "parser": _parser_facts(spec)}
 

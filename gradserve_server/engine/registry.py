@@ -104,8 +104,9 @@ class OpSpec:
     returns_when: str = ""
     #: torch's result is a Python value of this type ("bool"): the server binds a 0-d tensor, read at once
     python_result: str = ""
-    #: (changed, given): an out-of-place op that changes argument ``changed`` in place when ``given`` is given
-    changes_argument: tuple[str, ...] = ()
+    #: ((changed, given), ...): an out-of-place op that changes argument ``changed`` in place when argument
+    #: ``given`` is given (neither None nor False: embedding's max_norm, batch_norm's training)
+    changes_argument: tuple[tuple[str, str], ...] = ()
     #: the result's storage: "view" (of the first argument), "view_if_contiguous", "new"; "" the family's
     storage: str = ""
     #: the dtype a conversion op (``long``, ``float``...) converts to

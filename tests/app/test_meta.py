@@ -30,7 +30,8 @@ def test_the_op_catalog_says_what_a_client_needs_to_call_an_op_as_torch_does(cli
     assert (ops["max"]["returns"], ops["max"]["returns_when"]) == (["values", "indices"], "dim")
     assert ops["max_pool2d"]["tuple_when"] == ["return_indices"] and ops["split"]["variable_outputs"] is True
     assert ops["allclose"]["python_result"] == "bool"
-    assert ops["embedding"]["changes_argument"] == ["weight", "max_norm"]
+    assert ops["embedding"]["changes_argument"] == [["weight", "max_norm"]]
+    assert ops["batch_norm"]["changes_argument"] == [["running_mean", "training"], ["running_var", "training"]]
     assert (ops["view"]["storage"], ops["reshape"]["storage"], ops["cat"]["storage"]) == (
         "view", "view_if_contiguous", "new")
     assert ops["long"]["converts_to"] == "int64" and ops["unsqueeze"]["dims_of"] == "output"

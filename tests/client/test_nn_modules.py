@@ -98,6 +98,29 @@ def test_batch_norm_eval_mode_uses_running_statistics(ctx):
     assert outs[0][3] == outs[1][3] == 1
 
 
+def test_running_statistics_read_between_training_steps_are_the_newest(ctx):
+    # batch_norm changes its running statistics in place on the server: a value the client read before is stale
+    # after the next training step (the client had kept showing the first step's)
+    layer = nn.BatchNorm1d(2)
+    x = torch.arange(8.0).reshape(4, 2)
+    xs = np.arange(8.0).reshape(4, 2)
+    mean, var = np.zeros(2), np.ones(2)
+    for k in range(1, 4):
+        layer(x * k)
+        mean = 0.9 * mean + 0.1 * (xs * k).mean(0)
+        var = 0.9 * var + 0.1 * (xs * k).var(0, ddof=1)
+        np.testing.assert_allclose(_arr(layer.running_mean), mean, rtol=1e-6)
+        np.testing.assert_allclose(_arr(layer.running_var), var, rtol=1e-6)
+    with torch.no_grad():  # (under no_grad too: the statistics are not autograd's)
+        layer(x)
+    mean = 0.9 * mean + 0.1 * xs.mean(0)
+    np.testing.assert_allclose(_arr(layer.running_mean), mean, rtol=1e-6)
+    layer.eval()
+    layer(x * 5)  # (evaluation mode reads them and leaves them)
+    np.testing.assert_allclose(_arr(layer.running_mean), mean, rtol=1e-6)
+    assert int(layer.num_batches_tracked) == 4 and layer.running_mean._version == 1  # (reset_parameters' zero_)
+
+
 def test_module_api_that_model_code_uses(ctx):
     model = nn.Sequential(collections.OrderedDict([("conv", nn.Conv2d(1, 2, 3)), ("bn", nn.BatchNorm2d(2)),
                                                    ("act", nn.ReLU())]))

@@ -697,7 +697,9 @@ class _OpFacts:
         self.tuple_maybe = builtins.bool(entry.get("variable_outputs") or entry.get("tuple_when"))
         self.rtype = _catalog.return_type(self.base)
         self.python_result = entry.get("python_result")
-        self.changes_argument = entry.get("changes_argument")
+        changes = entry.get("changes_argument") or ()
+        # ([changed, given] pairs; an older server sends one pair, flat)
+        self.changes_argument = [changes] if changes and isinstance(changes[0], str) else changes
         self.base_entry = _catalog.catalog().get(self.base[:-1]) if self.inplace else None
         # the op's checks (an in-place op's: its out-of-place op's too, which it takes the arguments of)
         self.checks = (*entry.get("checks", ()), *(self.base_entry or {}).get("checks", ()))
@@ -847,11 +849,11 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
     ctx.record(op, (out,), caller)
     if of.python_result:
         return _catalog.PYTHON_TYPES[of.python_result](out.item())
-    if of.changes_argument:  # F.embedding's max_norm renormalises weight's rows in place
-        changed, given = of.changes_argument
-        target = _catalog.argument(base, changed, args, kwargs)
-        if isinstance(target, Tensor) and _catalog.argument(base, given, args, kwargs) is not None:
-            target._mutated()
+    if of.changes_argument:  # F.embedding's max_norm renormalises weight's rows, batch_norm its running statistics
+        for changed, given in of.changes_argument:
+            target = _catalog.argument(base, changed, args, kwargs)
+            if isinstance(target, Tensor) and _catalog.argument(base, given, args, kwargs) not in (None, False):
+                target._mutated()
     if base == "detach":
         out._know(is_leaf=True, requires_grad=False, grad_fn=None)
         out._shape, out._dtype, out._layout = first._shape, first._dtype, first._layout

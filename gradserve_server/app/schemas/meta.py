@@ -36,8 +36,10 @@ class OpInfo(BaseModel):
                                    "the data (split, chunk, unbind): the response's `bound` lists the names given.")
     python_result: str = Field(default="", description="torch returns a Python value of this type (`bool` for "
                                "allclose); the op binds a 0-d tensor.")
-    changes_argument: list[str] = Field(default_factory=list, description="[changed, given]: the op changes "
-                                        "argument `changed` in place when `given` is given (embedding's max_norm).")
+    changes_argument: list[list[str]] = Field(default_factory=list, description="[[changed, given], ...]: the op "
+                                              "changes argument `changed` in place when argument `given` is given, "
+                                              "neither null nor false (embedding's max_norm, batch_norm's "
+                                              "training).")
     storage: str = Field(default="", description="The result's memory: `view` (of the first argument), "
                          "`view_if_contiguous` (reshape), `new`; empty: as its family's.")
     converts_to: str = Field(default="", description="The dtype a conversion (`long`, `float`...) converts to.")

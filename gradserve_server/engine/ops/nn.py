@@ -932,7 +932,7 @@ def _cross_entropy_smoothing(input, target, weight, red, ignore_index, label_smo
 
 
 @op("dropout",
-    exports=("torch.nn.functional.dropout",), changes_argument=("input", "inplace"),
+    exports=("torch.nn.functional.dropout",), changes_argument=(("input", "inplace"),),
     tensors=("input",), grad_fns=(P.MulBackward0,), method=False)
 def dropout(input, p=0.5, training=True, inplace=False):
     """F.dropout(input, p=0.5, training=True, inplace=False): input * mask, torch's mask bit for bit

@@ -308,7 +308,7 @@ def _(ctx, input_t, weight_t, bias_t):
     "dtype(input)=int64,int32 unless max_norm | RuntimeError: Expected tensor for argument #1 'indices' to have one "
     "of the following scalar types: Long, Int; but got {tensor_type} instead (while checking arguments for "
     "embedding)",),
-    changes_argument=("weight", "max_norm"),
+    changes_argument=(("weight", "max_norm"),),
     tensors=("input", "weight"), method=False, family="nn",
     plannable=True)
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,

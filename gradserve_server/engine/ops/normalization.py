@@ -39,6 +39,7 @@ def _channel_view(t: Tensor, ndim: int) -> Tensor:
 @op("batch_norm",
     checks=('dtype(input)=floating | NotImplementedError: "batch_norm" not implemented for \'{dtype}\'',),
     tensors=("input", "running_mean", "running_var", "weight", "bias"),
+    changes_argument=(("running_mean", "training"), ("running_var", "training")),
     grad_fns=(P.NativeBatchNormBackward0, P.CloneBackward0, P.MulBackward0, P.AddBackward0), method=False, family="nn")
 def batch_norm(input, running_mean=None, running_var=None, weight=None, bias=None, training=False, momentum=0.1,
                eps=1e-05):
