@@ -418,6 +418,8 @@ SAMPLES: dict[str, list[Sample]] = {
     "sigmoid_": [S(T(3))],
     "tanh_": [S(T(3))],
     "relu_": [S(away(3))],
+    "leaky_relu_": [S(away(3)), S(away(2, 3), 0.2)],
+    "elu_": [S(away(3)), S(away(2, 3), alpha=0.5)],
     "clamp_": [S(away(4, gap=0.6), -0.5, 0.5)],
     "clamp_min_": [S(away(3, gap=0.2), 0.0)],
     "clamp_max_": [S(away(3, gap=0.2), 0.0)],
@@ -449,7 +451,7 @@ INPLACE_FORMS = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "f
                  "ceil", "round", "sign", "square", "erf", "erfinv", "expm1", "log1p", "log2", "log10", "reciprocal",
                  "rsqrt", "digamma", "lgamma", "nan_to_num", "atan2", "hypot", "xlogy", "remainder", "cumsum",
                  "cumprod", "tril", "triu", "addmm", "baddbmm", "trunc", "frac", "exp2", "deg2rad", "rad2deg", "sgn",
-                 "sinc", "logit")
+                 "sinc", "logit", "hardtanh", "silu")
 
 
 def _writes_into_first(name: str, sample: Sample) -> bool:

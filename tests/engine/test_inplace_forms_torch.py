@@ -49,7 +49,16 @@ for _dtype in ("float64", "float32"):
                   # refusals: torch's, before anything is written
                   "r = w.sin_()", "r = x.tril_(0)[0].cumsum_(1)", "r = x[0].atan2_(o)",
                   "r = torch.tensor([3, -4]).sin_()", "r = torch.tensor([3, -4]).remainder_(1.5)",
-                  "r = torch.tensor([3, -4]).floor_()", "r = torch.tensor([[3, -4]]).cumsum_(0)"):
+                  "r = torch.tensor([3, -4]).floor_()", "r = torch.tensor([[3, -4]]).cumsum_(0)",
+                  # the activations torch.nn.functional writes in place (leaky_relu_ and elu_ save their result:
+                  # Backward1, which refuses a negative slope when the backward pass reaches it)
+                  "r = torch.nn.functional.leaky_relu_(x, 0.2)", "r = torch.nn.functional.leaky_relu_(x[0])\nr = x",
+                  "r = torch.nn.functional.elu_(x)", "r = torch.nn.functional.elu_(x, 0.5)",
+                  "r = torch.nn.functional.elu_(x[1], 2.0)\nr = x", "r = torch.nn.functional.hardtanh_(x, -0.5, 0.5)",
+                  "r = torch.nn.functional.relu_(x)", "r = torch.nn.functional.leaky_relu_(x, -0.5)",
+                  "r = torch.nn.functional.elu_(x, -0.5)", "r = torch.nn.functional.leaky_relu_(w)",
+                  "r = torch.nn.functional.elu_(torch.tensor([3, -4]))",
+                  "r = torch.nn.functional.hardtanh_(torch.tensor([3, -4]))"):
         CASES[f"{_code}[{_dtype}]"] = _code
 
 

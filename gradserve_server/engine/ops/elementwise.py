@@ -1085,11 +1085,15 @@ def _(ctx, grad):
     tensors=("self",))
 def leaky_relu(self, negative_slope=0.01):
     """F.leaky_relu(input, negative_slope=0.01); leaky_relu'(0) = negative_slope."""
+    self, out = _leaky_relu(self, negative_slope)
+    return record(P.LeakyReluBackward0, out, (self,), {"negative_slope": negative_slope, "self": self})
+
+
+def _leaky_relu(self, negative_slope) -> tuple:
     self = _float_only(self, "leaky_relu_cpu")
     x = float_data(self)
     xc = x.astype(D.compute_dtype(x.dtype), copy=False)  # float16/bfloat16: in float32, rounded once
-    out = np.where(xc > 0, xc, xc * xc.dtype.type(negative_slope)).astype(x.dtype, copy=False)
-    return record(P.LeakyReluBackward0, out, (self,), {"negative_slope": negative_slope, "self": self})
+    return self, np.where(xc > 0, xc, xc * xc.dtype.type(negative_slope)).astype(x.dtype, copy=False)
 
 
 @vjp("LeakyReluBackward0", inputs=("self",), saves=("negative_slope", "self"), jvp=elementwise_jvp,
@@ -1098,25 +1102,66 @@ def _(ctx, grad):
     return where(gt(ctx.self, 0), grad, grad * ctx.negative_slope),
 
 
+def leaky_relu_on_result(self, negative_slope=0.01):
+    """leaky_relu as its in-place form (``leaky_relu_``) records it: LeakyReluBackward1 saves the result."""
+    self, out = _leaky_relu(self, negative_slope)
+    return record(P.LeakyReluBackward1, out, (self,), {"negative_slope": negative_slope, "result": "result"})
+
+
+@vjp("LeakyReluBackward1", inputs=("self",), saves=("negative_slope", "result"), jvp=elementwise_jvp,
+     double_backward=P.LeakyReluBackwardBackward0)
+def _(ctx, grad):
+    if ctx.negative_slope < 0:  # (the result's sign no longer says the input's)
+        raise TorchRuntimeError("In-place leakyReLu backward calculation is triggered with a negative slope which is "
+                                "not supported. This is caused by calling in-place forward function with a negative "
+                                "slope, please call out-of-place version instead. File an issue at "
+                                "https://github.com/pytorch/pytorch if you do require supporting in-place leakRelu "
+                                "backward calculation with negative slope", code="invalid_argument")
+    return where(gt(ctx.result, 0), grad, grad * ctx.negative_slope),
+
+
 @op("elu", promotion='same | integral: NotImplementedError: "elu_cpu" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.elu",),
     tensors=("self",))
 def elu(self, alpha=1.0):
     """F.elu(input, alpha=1.0)."""
+    self, out = _elu(self, alpha)
+    return record(P.EluBackward0, out, (self,),
+                  {"alpha": alpha, "scale": 1, "input_scale": 1, "self": self})
+
+
+def _elu(self, alpha) -> tuple:
     self = _float_only(self, "elu_cpu")
     x = float_data(self)
     dt, x = x.dtype, x.astype(D.compute_dtype(x.dtype), copy=False)  # float16/bfloat16: in float32, rounded once
     a = x.dtype.type(alpha)
     with np.errstate(over="ignore"):
-        out = np.where(x > 0, x, a * np.expm1(x)).astype(dt, copy=False)
-    return record(P.EluBackward0, out, (self,),
-                  {"alpha": alpha, "scale": 1, "input_scale": 1, "self": self})
+        return self, np.where(x > 0, x, a * np.expm1(x)).astype(dt, copy=False)
 
 
 @vjp("EluBackward0", inputs=("self",), saves=("alpha", "scale", "input_scale", "self"), jvp=elementwise_jvp,
      double_backward=P.EluBackwardBackward0)
 def _(ctx, grad):
     return _backward.elu_backward(grad, ctx.self, ctx.alpha),
+
+
+def elu_on_result(self, alpha=1.0):
+    """elu as its in-place form (``elu_``) records it: EluBackward1 saves the result."""
+    self, out = _elu(self, alpha)
+    return record(P.EluBackward1, out, (self,), {"alpha": alpha, "scale": 1, "input_scale": 1, "result": "result"})
+
+
+@vjp("EluBackward1", inputs=("self",), saves=("alpha", "scale", "input_scale", "result"), jvp=elementwise_jvp,
+     double_backward=P.EluBackwardBackward0)
+def _(ctx, grad):
+    if ctx.alpha < 0:  # (the result's sign no longer says the input's)
+        raise TorchRuntimeError("In-place elu backward calculation is triggered with a negative slope which is not "
+                                "supported. This is caused by calling in-place forward function with a negative "
+                                "slope, please call out-of-place version instead.", code="invalid_argument")
+    y = ctx.result
+    # torch's elu_backward on the result: grad * (y + alpha) where y <= 0; its own gradient in y is kept where
+    # y < 0 only (elu_double_backward), so y = 0 takes the same value by a branch constant in y
+    return where(lt(y, 0), grad * (y + ctx.alpha), where(eq(y, 0), grad * ctx.alpha, grad)),
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)

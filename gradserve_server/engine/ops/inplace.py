@@ -443,13 +443,15 @@ clamp_max_ = _make("clamp_max_", _clamp_cast_checked("clamp_max_", E.clamp_max),
                    checks=(f"number_bounds_cast(self,max) | {_CAST_MESSAGE}",))
 
 
-def _inplace_of(base: str, aliases: tuple = ()):
+def _inplace_of(base: str, aliases: tuple = (), **facts):
     """``base_``: torch's in-place form of ``base``, declared from ``base``'s declaration (its function on a shadow,
-    its grad_fn names, tensor arguments, method overloads, and its spelled-out aliases: ``arcsin_``)."""
+    its grad_fn names, tensor arguments, method overloads, and its spelled-out aliases: ``arcsin_``); ``facts``:
+    the form's own (``method=False``, ``exports``)."""
     spec = OPS[base]
     grad_fns = None if spec.grad_fns is None else tuple(getattr(P, n) for n in spec.grad_fns)
     aliases = tuple(f"{a}_" for a in spec.aliases if a.isidentifier() and not a.startswith("_")) + aliases
-    facts = {"overloads": {"method": spec.overloads["method"]}} if "method" in (spec.overloads or {}) else {}
+    if "method" in (spec.overloads or {}):
+        facts.setdefault("overloads", {"method": spec.overloads["method"]})
     return _make(f"{base}_", spec.fn, grad_fns, spec.tensors, aliases,
                  doc=f"Tensor.{base}_: in-place {base}; bumps the version counter.", **facts)
 
@@ -467,6 +469,18 @@ trunc_, frac_, exp2_, deg2rad_, rad2deg_ = map(_inplace_of, ("trunc", "frac", "e
 sgn_, sinc_, logit_ = map(_inplace_of, ("sgn", "sinc", "logit"))
 cumsum_, cumprod_, tril_, triu_, addmm_, baddbmm_ = map(_inplace_of,
                                                         ("cumsum", "cumprod", "tril", "triu", "addmm", "baddbmm"))
+
+
+# the activations torch.nn.functional writes in place (``F.leaky_relu(x, inplace=True)``, ``nn.ReLU6(inplace=True)``):
+# functions of torch.nn.functional (silu_ of none), not Tensor methods; leaky_relu_ and elu_ record the nodes that
+# save the result (torch's Backward1), hardtanh_ and silu_ their op's, which save the input
+leaky_relu_ = _make("leaky_relu_", E.leaky_relu_on_result, (P.LeakyReluBackward1,), method=False,
+                    exports=("torch.nn.functional.leaky_relu_",),
+                    doc="F.leaky_relu_(input, negative_slope=0.01): in place; bumps the version counter.")
+elu_ = _make("elu_", E.elu_on_result, (P.EluBackward1,), method=False, exports=("torch.nn.functional.elu_",),
+             doc="F.elu_(input, alpha=1.0): in place; bumps the version counter.")
+hardtanh_ = _inplace_of("hardtanh", method=False, exports=("torch.nn.functional.hardtanh_",))
+silu_ = _inplace_of("silu", method=False, exports=())
 
 
 def _masked_fill_inplace(self: Tensor, mask, value) -> Tensor:

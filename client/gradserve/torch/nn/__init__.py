@@ -447,11 +447,23 @@ def _activation(name: str):
         def forward(self, input: Tensor) -> Tensor:
             return getattr(F, name)(input)
 
-    Activation.__name__ = Activation.__qualname__ = {"relu": "ReLU", "tanh": "Tanh", "sigmoid": "Sigmoid"}[name]
+    Activation.__name__ = Activation.__qualname__ = {"tanh": "Tanh", "sigmoid": "Sigmoid"}[name]
     return Activation
 
 
-ReLU, Tanh, Sigmoid = _activation("relu"), _activation("tanh"), _activation("sigmoid")
+Tanh, Sigmoid = _activation("tanh"), _activation("sigmoid")
+
+
+class ReLU(Module):
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.relu(input, inplace=self.inplace)
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
 
 class MSELoss(Module):

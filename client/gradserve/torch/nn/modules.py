@@ -925,39 +925,47 @@ _NonDynamicallyQuantizableLinear = _nd_linear()
 # ----- activations and losses as modules ------------------------------------------------------------------------
 
 
-def _module(name: str, fn: str, params: tuple = (), defaults: tuple = (), repr_keys: tuple | None = None):
-    """A module whose forward is ``F.<fn>(input, **its arguments)`` and whose repr lists them as torch's does."""
+def _module(name: str, fn: str, params: tuple = (), defaults: tuple = (), repr_keys: tuple | None = None,
+            inplace: bool = False):
+    """A module whose forward is ``F.<fn>(input, **its arguments)`` and whose repr lists them as torch's does.
+    ``inplace``: it takes torch's ``inplace=False`` last, passes it on, and its repr says ``inplace=True`` when set."""
+    if inplace:
+        params, defaults = (*params, "inplace"), (*defaults, False)
 
     def __init__(self, *args, **kwargs):
         Module.__init__(self)
+        if len(args) > len(params):
+            raise TypeError(f"{name}.__init__() takes from 1 to {len(params) + 1} positional arguments but "
+                            f"{len(args) + 1} were given")
         values = dict(zip(params, defaults))
         values.update(zip(params, args))
         for k, v in kwargs.items():
-            if k not in params and k != "inplace":
+            if k not in params:
                 raise TypeError(f"{name}.__init__() got an unexpected keyword argument '{k}'")
             values[k] = v
         for k, v in values.items():
             setattr(self, k, v)
 
     def forward(self, input: Tensor, *rest) -> Tensor:
-        kwargs = {k: getattr(self, k) for k in params if k != "inplace"}
+        kwargs = {k: getattr(self, k) for k in params}
         return getattr(F, fn)(input, *rest, **kwargs)
 
     def extra_repr(self) -> str:
-        keys = params if repr_keys is None else repr_keys
-        return ", ".join(f"{k}={getattr(self, k)!r}" if isinstance(getattr(self, k), str) else
-                         f"{k}={getattr(self, k)}" for k in keys)
+        keys = [k for k in (params if repr_keys is None else repr_keys) if k != "inplace"]
+        shown = [f"{k}={getattr(self, k)!r}" if isinstance(getattr(self, k), str) else f"{k}={getattr(self, k)}"
+                 for k in keys]
+        return ", ".join(shown + (["inplace=True"] if getattr(self, "inplace", False) else []))
 
     return type(name, (Module,), {"__init__": __init__, "forward": forward, "extra_repr": extra_repr,
                                   "__module__": __name__})
 
 
-LeakyReLU = _module("LeakyReLU", "leaky_relu", ("negative_slope",), (0.01,))
-ELU = _module("ELU", "elu", ("alpha",), (1.0,))
+LeakyReLU = _module("LeakyReLU", "leaky_relu", ("negative_slope",), (0.01,), inplace=True)
+ELU = _module("ELU", "elu", ("alpha",), (1.0,), inplace=True)
 GELU = _module("GELU", "gelu", ("approximate",), ("none",))
-SiLU = _module("SiLU", "silu")
+SiLU = _module("SiLU", "silu", inplace=True)
 Softplus = _module("Softplus", "softplus", ("beta", "threshold"), (1.0, 20.0))
-Hardtanh = _module("Hardtanh", "hardtanh", ("min_val", "max_val"), (-1.0, 1.0))
+Hardtanh = _module("Hardtanh", "hardtanh", ("min_val", "max_val"), (-1.0, 1.0), inplace=True)
 LogSigmoid = _module("LogSigmoid", "logsigmoid")
 Softmax = _module("Softmax", "softmax", ("dim",), (None,))
 LogSoftmax = _module("LogSoftmax", "log_softmax", ("dim",), (None,))
@@ -982,7 +990,10 @@ class ReLU6(Module):
         self.inplace = inplace
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.hardtanh(input, 0.0, 6.0)
+        return F.relu6(input, self.inplace)
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
 
 class ParameterList(Module):
