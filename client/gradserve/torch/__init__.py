@@ -24,6 +24,27 @@ from gradserve.torch._dtypes import Size, bfloat16, dtype, float16, float32, flo
 from gradserve.torch._dtypes import bool as bool  # noqa: PLC0414 - torch.bool
 from gradserve.torch._grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from gradserve.torch._legacy import BoolTensor, DoubleTensor, FloatTensor, LongTensor
+from gradserve.torch._python import (
+    are_deterministic_algorithms_enabled,
+    as_tensor,
+    can_cast,
+    compile,  # noqa: A004 - torch.compile
+    empty_like,
+    equal,
+    finfo,
+    get_float32_matmul_precision,
+    iinfo,
+    is_complex,
+    is_floating_point,
+    is_nonzero,
+    meshgrid,
+    numel,
+    promote_types,
+    result_type,
+    set_float32_matmul_precision,
+    typename,
+    use_deterministic_algorithms,
+)
 from gradserve.torch._random import (
     Generator,
     default_generator,
@@ -80,10 +101,13 @@ __all__ = ["Tensor", "Size", "dtype", "float32", "float64", "int64", "int32", "i
            "enable_grad", "set_grad_enabled", "is_grad_enabled", "inference_mode", "session", "sync", "is_tensor",
            "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "Generator", "default_generator",
            "from_numpy", "get_default_dtype", "set_default_dtype",
-           "device", "FloatTensor", "DoubleTensor", "LongTensor", "BoolTensor", "save", "load"]
+           "device", "FloatTensor", "DoubleTensor", "LongTensor", "BoolTensor", "save", "load", "finfo", "iinfo",
+           "promote_types", "result_type", "can_cast", "numel", "is_floating_point", "is_complex", "is_nonzero",
+           "equal", "typename", "as_tensor", "empty_like", "meshgrid", "compile", "use_deterministic_algorithms",
+           "are_deterministic_algorithms_enabled", "set_float32_matmul_precision", "get_float32_matmul_precision"]
 
 # torch.nn, torch.optim... as attributes, as torch has them (import_module: a `from . import nn` would ask the
 # module's __getattr__ first, i.e. the server's catalog)
-for _sub in ("autograd", "cuda", "func", "linalg", "nn", "optim", "random", "special", "utils"):
+for _sub in ("autograd", "backends", "cuda", "func", "linalg", "nn", "optim", "random", "special", "testing", "utils"):
     _importlib.import_module(f"{__name__}.{_sub}")
 vmap = func.vmap  # noqa: F821 - torch.vmap is torch.func.vmap (the submodule was just imported)

@@ -474,6 +474,68 @@ class Tensor:
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         return call_op("permute", (self, list(range(self.dim() - 1, -1, -1))), {})
 
+    @property
+    def mT(self) -> Tensor:  # noqa: N802 - torch's name
+        """``x.mT``: the last two dimensions transposed (of a matrix or a batch of them)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        if self.dim() < 2:
+            raise RuntimeError(f"tensor.mT is only supported on matrices or batches of matrices. Got {self.dim()}-D "
+                               f"tensor.")
+        return call_op("transpose", (self, -2, -1), {})
+
+    mH = mT  # (real dtypes only: the conjugate is the tensor)
+
+    @property
+    def H(self) -> Tensor:  # noqa: N802 - torch's name
+        """``x.H``: a matrix transposed (conjugated: real dtypes only here)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        if self.dim() != 2:
+            more = ". For batches of matrices, consider using tensor.mH" if self.dim() > 2 else ""
+            raise RuntimeError(f"tensor.H is only supported on matrices (2-D tensors). Got {self.dim()}-D tensor"
+                               f"{more}" + ("" if more else "."))
+        return call_op("transpose", (self, 0, 1), {})
+
+    def type_as(self, other) -> Tensor:
+        """``x.type_as(other)``: ``x`` in ``other``'s dtype (``x`` itself when it has it)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        if not isinstance(other, Tensor):
+            raise TypeError(f"type_as(): argument 'other' (position 1) must be Tensor, not {type(other).__name__}")
+        return self.to(other.dtype)
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def nelement(self) -> int:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        return self.numel()
+
+    def ndimension(self) -> int:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        return self.dim()
+
+    def equal(self, other) -> builtins.bool:
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        from gradserve.torch._python import equal
+
+        return equal(self, other)
+
+    def sum_to_size(self, *size) -> Tensor:
+        """``x.sum_to_size(*size)``: summed over the dimensions ``size`` broadcasts ``x`` along (torch's sum with
+        keepdim over those, then a view dropping the leading ones)."""
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        if len(size) == 1 and isinstance(size[0], (list, tuple)):
+            size = tuple(size[0])
+        shape = tuple(self.shape)
+        lead = len(shape) - len(size)
+        if lead < 0 or any(s != 1 and s != n for s, n in zip(size, shape[lead:])):
+            raise RuntimeError(f"size {{[{', '.join(map(str, size))}]}} is not expandable to size "
+                               f"{{[{', '.join(map(str, shape))}]}}.")
+        if tuple(size) == shape:
+            return self
+        dims = list(range(lead)) + [lead + i for i, s in enumerate(size) if s == 1 and shape[lead + i] != 1]
+        out = call_op("sum", (self, dims), {"keepdim": True}) if dims else self
+        return call_op("view", (out, list(size)), {}) if lead else out
+
     def to(self, *args, **kwargs) -> Tensor:
         """``x.to(dtype)``, ``x.to(device)``, ``x.to(device, dtype)``, ``x.to(other)``, with ``non_blocking``,
         ``copy`` and ``memory_format``: devices are checked (cpu only, see ``_device``); ``self`` comes back
