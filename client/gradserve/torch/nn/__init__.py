@@ -59,6 +59,59 @@ def _quoted(keys: list[str]) -> str:
     return ", ".join(f'"{k}"' for k in keys)
 
 
+class RemovableHandle:
+    """What a ``register_*_hook`` returns (torch.utils.hooks.RemovableHandle): ``remove()`` takes the hook out; a
+    ``with`` block removes it at its end."""
+
+    _next_id = [0]
+
+    def __init__(self, table: dict):
+        self._table = table
+        self.id = RemovableHandle._next_id[0]
+        RemovableHandle._next_id[0] += 1
+
+    def remove(self) -> None:
+        self._table.pop(self.id, None)
+
+    def __enter__(self) -> RemovableHandle:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+def _call_with_hooks(module, hooks: dict, args: tuple, kwargs: dict):
+    """torch's Module call with hooks: the pre-hooks (in order, each seeing the previous one's arguments), forward,
+    then the forward hooks (each seeing the previous one's output)."""
+    for hook, flags in list(hooks["pre"].values()):
+        if flags["with_kwargs"]:
+            result = hook(module, args, kwargs)
+            if result is not None:
+                if not (isinstance(result, tuple) and len(result) == 2):
+                    raise RuntimeError(f"forward pre-hook must return None or a tuple of (new_args, new_kwargs), but "
+                                       f"got {result}.")
+                args, kwargs = result
+        else:
+            result = hook(module, args)
+            if result is not None:
+                args = result if isinstance(result, tuple) else (result,)
+    try:
+        output = module.forward(*args, **kwargs)
+    except Exception:
+        for hook, flags in list(hooks["post"].values()):
+            if flags["always_call"]:
+                try:
+                    hook(module, args, kwargs, None) if flags["with_kwargs"] else hook(module, args, None)
+                except Exception:  # noqa: BLE001, S110 - torch raises forward's exception, not the hook's
+                    pass
+        raise
+    for hook, flags in list(hooks["post"].values()):
+        result = hook(module, args, kwargs, output) if flags["with_kwargs"] else hook(module, args, output)
+        if result is not None:
+            output = result
+    return output
+
+
 class Module:
     """``torch.nn.Module``: attributes that are Parameters or Modules are registered in assignment order."""
 
@@ -194,7 +247,37 @@ class Module:
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        hooks = self.__dict__.get("_hooks")
+        if not hooks:
+            return self.forward(*args, **kwargs)
+        return _call_with_hooks(self, hooks, args, kwargs)
+
+    def register_forward_pre_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False) -> RemovableHandle:
+        """``hook(module, args)`` (``with_kwargs``: ``hook(module, args, kwargs)``) before each forward; what it
+        returns, unless None, replaces the arguments (a non-tuple is the one argument; with kwargs, an
+        ``(args, kwargs)`` pair)."""
+        return self._add_hook("pre", hook, prepend, with_kwargs=with_kwargs)
+
+    def register_forward_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False,
+                              always_call: bool = False) -> RemovableHandle:
+        """``hook(module, args, output)`` (``with_kwargs``: ``hook(module, args, kwargs, output)``) after each
+        forward; what it returns, unless None, replaces the output; ``always_call``: called when forward raises
+        too."""
+        return self._add_hook("post", hook, prepend, with_kwargs=with_kwargs, always_call=always_call)
+
+    def _add_hook(self, kind: str, hook, prepend: bool, **flags) -> RemovableHandle:
+        hooks = self.__dict__.get("_hooks")
+        if hooks is None:
+            hooks = {"pre": {}, "post": {}}
+            object.__setattr__(self, "_hooks", hooks)
+        handle = RemovableHandle(hooks[kind])
+        table = hooks[kind]
+        table[handle.id] = (hook, flags)
+        if prepend:
+            table_items = list(table.items())
+            table.clear()
+            table.update([table_items[-1], *table_items[:-1]])
+        return handle
 
     def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Parameter]]:
         seen: set[int] = set()
