@@ -347,7 +347,9 @@ class Tensor:
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if type(self) is Tensor and self.dim() == 0:
             return format(self.item(), spec)
-        return format(repr(self), spec)
+        if spec:  # (object.__format__'s refusal, which names the class)
+            raise TypeError(f"unsupported format string passed to {type(self).__name__}.__format__")
+        return str(self)
 
     __hash__ = object.__hash__
 
