@@ -14,6 +14,7 @@ says so); see docs/tutorial/client.md for sync points, errors and name release.
 from __future__ import annotations
 
 import importlib as _importlib
+import math as _math
 
 import numpy as _np
 
@@ -27,6 +28,7 @@ from gradserve.torch._legacy import BoolTensor, DoubleTensor, FloatTensor, LongT
 from gradserve.torch._python import (
     are_deterministic_algorithms_enabled,
     as_tensor,
+    broadcast_tensors,
     can_cast,
     compile,  # noqa: A004 - torch.compile
     empty_like,
@@ -57,6 +59,7 @@ from gradserve.torch._random import (
 from gradserve.torch._tensor import Tensor
 from gradserve.torch.serialization import load, save
 
+pi, e, inf, nan = _math.pi, _math.e, _math.inf, _math.nan  # torch's constants
 float = float32  # noqa: A001 - torch.float
 double = float64
 long = int64
@@ -103,11 +106,13 @@ __all__ = ["Tensor", "Size", "dtype", "float32", "float64", "int64", "int32", "i
            "from_numpy", "get_default_dtype", "set_default_dtype",
            "device", "FloatTensor", "DoubleTensor", "LongTensor", "BoolTensor", "save", "load", "finfo", "iinfo",
            "promote_types", "result_type", "can_cast", "numel", "is_floating_point", "is_complex", "is_nonzero",
-           "equal", "typename", "as_tensor", "empty_like", "meshgrid", "compile", "use_deterministic_algorithms",
+           "equal", "typename", "as_tensor", "broadcast_tensors", "empty_like", "meshgrid", "compile",
+           "use_deterministic_algorithms", "pi", "e", "inf", "nan",
            "are_deterministic_algorithms_enabled", "set_float32_matmul_precision", "get_float32_matmul_precision"]
 
 # torch.nn, torch.optim... as attributes, as torch has them (import_module: a `from . import nn` would ask the
 # module's __getattr__ first, i.e. the server's catalog)
-for _sub in ("autograd", "backends", "cuda", "func", "linalg", "nn", "optim", "random", "special", "testing", "utils"):
+for _sub in ("autograd", "backends", "cuda", "distributions", "func", "linalg", "nn", "optim", "random", "special",
+             "testing", "utils"):
     _importlib.import_module(f"{__name__}.{_sub}")
 vmap = func.vmap  # noqa: F821 - torch.vmap is torch.func.vmap (the submodule was just imported)

@@ -88,6 +88,22 @@ class Size(tuple):
 
     __str__ = __repr__
 
+    # (torch's Size stays a Size through concatenation, repetition and slicing, with a tuple on either side)
+    def __add__(self, other):
+        return Size(tuple(self) + tuple(other)) if isinstance(other, tuple) else NotImplemented
+
+    def __radd__(self, other):
+        return Size(tuple(other) + tuple(self)) if isinstance(other, tuple) else NotImplemented
+
+    def __mul__(self, n):
+        return Size(tuple(self) * n) if isinstance(n, int) else NotImplemented
+
+    __rmul__ = __mul__
+
+    def __getitem__(self, key):
+        got = tuple.__getitem__(self, key)
+        return Size(got) if isinstance(key, slice) else got
+
     def numel(self) -> int:
         n = 1
         for d in self:
