@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable
 
@@ -31,8 +32,18 @@ class LRScheduler:
                                    "optimizer")
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
         self.last_epoch = last_epoch
+        self._is_initial = False
+        self._initial_step()
+
+    def _initial_step(self) -> None:
+        """The step a scheduler takes when made (``_is_initial`` while it runs: a schedule resumed at an epoch
+        keeps the groups' rates)."""
         self._step_count = 0
-        self.step()
+        self._is_initial = True
+        try:
+            self.step()
+        finally:
+            self._is_initial = False
 
     def get_lr(self) -> list[float]:
         raise NotImplementedError
@@ -44,6 +55,9 @@ class LRScheduler:
         if self._step_count == 1 and not getattr(self.optimizer, "_opt_called", False):
             warnings.warn(_ORDER_WARNING, UserWarning, stacklevel=2)
         self._step_count += 1
+        self._update_lr(epoch)
+
+    def _update_lr(self, epoch: int | None = None) -> None:
         if epoch is None:
             self.last_epoch += 1
             values = self.get_lr()
@@ -92,6 +106,10 @@ class MultiStepLR(LRScheduler):
             return self._lrs()
         return [lr * self.gamma ** self.milestones[self.last_epoch] for lr in self._lrs()]
 
+    def _get_closed_form_lr(self) -> list[float]:
+        milestones = sorted(self.milestones.elements())
+        return [base * self.gamma ** bisect_right(milestones, self.last_epoch) for base in self.base_lrs]
+
 
 class ExponentialLR(LRScheduler):
     def __init__(self, optimizer, gamma: float, last_epoch: int = -1):
@@ -102,6 +120,9 @@ class ExponentialLR(LRScheduler):
         if self.last_epoch == 0:
             return self._lrs()
         return [lr * self.gamma for lr in self._lrs()]
+
+    def _get_closed_form_lr(self) -> list[float]:
+        return [base * self.gamma ** self.last_epoch for base in self.base_lrs]
 
 
 class CosineAnnealingLR(LRScheduler):
@@ -119,6 +140,10 @@ class CosineAnnealingLR(LRScheduler):
             return [lr + (base - lo) * (1 - math.cos(math.pi / t)) / 2 for lr, base in zip(self._lrs(), self.base_lrs)]
         return [(1 + math.cos(math.pi * e / t)) / (1 + math.cos(math.pi * (e - 1) / t)) * (lr - lo) + lo
                 for lr in self._lrs()]
+
+    def _get_closed_form_lr(self) -> list[float]:
+        return [self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
+                for base in self.base_lrs]
 
 
 class LambdaLR(LRScheduler):
@@ -138,6 +163,204 @@ class LambdaLR(LRScheduler):
     def state_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "lr_lambdas")} | {
             "lr_lambdas": [None] * len(self.lr_lambdas)}
+
+
+class MultiplicativeLR(LRScheduler):
+    """Each step multiplies the rates by ``lr_lambda(epoch)``."""
+
+    def __init__(self, optimizer, lr_lambda: Callable | list, last_epoch: int = -1):
+        n = len(optimizer.param_groups)
+        if isinstance(lr_lambda, (list, tuple)):
+            if len(lr_lambda) != n:
+                raise ValueError(f"Expected {n} lr_lambdas, but got {len(lr_lambda)}")
+            self.lr_lambdas = list(lr_lambda)
+        else:
+            self.lr_lambdas = [lr_lambda] * n
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        if self._is_initial:
+            return self._lrs()
+        return [lr * fn(self.last_epoch) for fn, lr in zip(self.lr_lambdas, self._lrs())]
+
+    state_dict = LambdaLR.state_dict
+
+
+class LinearLR(LRScheduler):
+    """The rates go from ``start_factor`` to ``end_factor`` times the base rate over ``total_iters`` steps."""
+
+    def __init__(self, optimizer, start_factor: float = 1.0 / 3, end_factor: float = 1.0, total_iters: int = 5,
+                 last_epoch: int = -1):
+        if start_factor > 1.0 or start_factor <= 0:
+            raise ValueError("Starting multiplicative factor expected to be greater than 0 and less or equal to 1.")
+        if end_factor > 1.0 or end_factor < 0:
+            raise ValueError("Ending multiplicative factor expected to be between 0 and 1.")
+        self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        if self.last_epoch == 0:
+            return [lr * self.start_factor for lr in self._lrs()]
+        if self._is_initial or self.last_epoch > self.total_iters:
+            return self._lrs()
+        span = self.end_factor - self.start_factor
+        return [lr * (1.0 + span / (self.total_iters * self.start_factor + (self.last_epoch - 1) * span))
+                for lr in self._lrs()]
+
+    def _get_closed_form_lr(self) -> list[float]:
+        return [base * (self.start_factor + (self.end_factor - self.start_factor)
+                        * min(self.total_iters, self.last_epoch) / self.total_iters) for base in self.base_lrs]
+
+
+class ConstantLR(LRScheduler):
+    """The rates are ``factor`` times the base rate for ``total_iters`` steps."""
+
+    def __init__(self, optimizer, factor: float = 1.0 / 3, total_iters: int = 5, last_epoch: int = -1):
+        if factor > 1.0 or factor < 0:
+            raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
+        self.factor, self.total_iters = factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        if self.last_epoch == 0:
+            return [lr * self.factor for lr in self._lrs()]
+        if self.last_epoch != self.total_iters:
+            return self._lrs()
+        return [lr * (1.0 / self.factor) for lr in self._lrs()]
+
+    def _get_closed_form_lr(self) -> list[float]:
+        return [base * (self.factor + (self.last_epoch >= self.total_iters) * (1 - self.factor))
+                for base in self.base_lrs]
+
+
+class PolynomialLR(LRScheduler):
+    """The rates decay to 0 over ``total_iters`` steps as a polynomial of degree ``power``."""
+
+    def __init__(self, optimizer, total_iters: int = 5, power: float = 1.0, last_epoch: int = -1):
+        self.total_iters, self.power = total_iters, power
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        if self._is_initial or self.last_epoch > self.total_iters:
+            return self._lrs()
+        decay = ((1.0 - self.last_epoch / self.total_iters)
+                 / (1.0 - (self.last_epoch - 1) / self.total_iters)) ** self.power
+        return [lr * decay for lr in self._lrs()]
+
+    def _get_closed_form_lr(self) -> list[float]:
+        return [base * (1.0 - min(self.total_iters, self.last_epoch) / self.total_iters) ** self.power
+                for base in self.base_lrs]
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """Cosine annealing from the base rate to ``eta_min`` over ``T_0`` steps, restarting, each period ``T_mult``
+    times the last."""
+
+    def __init__(self, optimizer, T_0: int, T_mult: int = 1, eta_min: float = 0.0,  # noqa: N803 - torch's
+                 last_epoch: int = -1):
+        if T_0 <= 0 or not isinstance(T_0, int):
+            raise ValueError(f"Expected positive integer T_0, but got {T_0}")
+        if T_mult < 1 or not isinstance(T_mult, int):
+            raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        if not isinstance(eta_min, (float, int)):
+            raise ValueError(f"Expected float or int eta_min, but got {eta_min} of type {type(eta_min)}")
+        self.T_0 = self.T_i = T_0
+        self.T_mult, self.eta_min, self.T_cur = T_mult, eta_min, last_epoch
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        return [self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2
+                for base in self.base_lrs]
+
+    def step(self, epoch=None) -> None:
+        if epoch is None and self.last_epoch < 0:
+            epoch = 0
+        if epoch is None:
+            epoch = self.last_epoch + 1
+            self.T_cur = self.T_cur + 1
+            if self.T_cur >= self.T_i:
+                self.T_cur = self.T_cur % self.T_i
+                self.T_i = self.T_i * self.T_mult
+        else:
+            if epoch < 0:
+                raise ValueError(f"Expected non-negative epoch, but got {epoch}")
+            if epoch >= self.T_0:
+                if self.T_mult == 1:
+                    self.T_cur = epoch % self.T_0
+                else:
+                    n = int(math.log((epoch / self.T_0 * (self.T_mult - 1) + 1), self.T_mult))
+                    self.T_cur = epoch - self.T_0 * (self.T_mult ** n - 1) / (self.T_mult - 1)
+                    self.T_i = self.T_0 * self.T_mult ** n
+            else:
+                self.T_i = self.T_0
+                self.T_cur = epoch
+        self.last_epoch = math.floor(epoch)
+        for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
+            group["lr"] = lr
+        self._last_lr = self._lrs()
+
+
+class SequentialLR(LRScheduler):
+    """``schedulers`` one after another, switching at each of ``milestones`` (the next one starting from epoch 0)."""
+
+    def __init__(self, optimizer, schedulers: list, milestones: list, last_epoch: int = -1):
+        name = type(self).__name__
+        if len(schedulers) < 1:
+            raise ValueError(f"{name} expects at least one scheduler, but got no scheduler.")
+        for i, scheduler in enumerate(schedulers):
+            if not hasattr(scheduler, "optimizer"):
+                raise TypeError(f"{name} at index {i} should have `optimizer` as its attribute.")
+            if isinstance(scheduler, ReduceLROnPlateau):
+                raise ValueError(f"{name} does not support `ReduceLROnPlateau` scheduler as it requires additional "
+                                 f"kwargs to be specified when calling `step`, but got one at index {i} in the "
+                                 f"given schedulers sequence.")
+            if optimizer != scheduler.optimizer:
+                raise ValueError(f"{name} expects all schedulers to belong to the same optimizer, but got scheduler "
+                                 f"{type(scheduler).__name__} at index {i} has {scheduler.optimizer}, which is "
+                                 f"different from {type(optimizer).__name__}.")
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError(f"Sequential Schedulers expects number of schedulers provided to be one more than the "
+                             f"number of milestone points, but got number of schedulers {len(schedulers)} and the "
+                             f"number of milestones to be equal to {len(milestones)}")
+        self._schedulers, self._milestones = schedulers, milestones
+        self.last_epoch = last_epoch + 1
+        self.optimizer = optimizer
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"]
+        self._undo(self)
+        first = self._schedulers[bisect_right(self._milestones, 0)]
+        first._initial_step()
+        self._last_lr = first.get_last_lr()
+
+    def _undo(self, scheduler) -> None:
+        """Take back the step each scheduler (and each one nested in another sequence) took when it was made."""
+        if hasattr(scheduler, "_schedulers"):
+            for inner in scheduler._schedulers:
+                self._undo(inner)
+        elif hasattr(scheduler, "last_epoch"):
+            scheduler.last_epoch -= 1
+
+    def step(self) -> None:
+        self.last_epoch += 1
+        i = bisect_right(self._milestones, self.last_epoch)
+        scheduler = self._schedulers[i]
+        if i > 0 and self._milestones[i - 1] == self.last_epoch:
+            scheduler._update_lr(0)
+        else:
+            scheduler.step()
+        self._last_lr = scheduler.get_last_lr()
+
+    def state_dict(self) -> dict:
+        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        inner = state_dict.pop("_schedulers")
+        self.__dict__.update(state_dict)
+        state_dict["_schedulers"] = inner
+        for scheduler, state in zip(self._schedulers, inner):
+            scheduler.load_state_dict(state)
 
 
 class OneCycleLR(LRScheduler):
@@ -294,4 +517,5 @@ class ReduceLROnPlateau(LRScheduler):
 
 
 __all__ = ["LRScheduler", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LambdaLR", "OneCycleLR",
-           "ReduceLROnPlateau"]
+           "ReduceLROnPlateau", "MultiplicativeLR", "LinearLR", "ConstantLR", "PolynomialLR",
+           "CosineAnnealingWarmRestarts", "SequentialLR"]
