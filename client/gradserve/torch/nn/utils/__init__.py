@@ -61,4 +61,4 @@ def vector_to_parameters(vec: Tensor, parameters) -> None:
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters"]
 
-from gradserve.torch.nn.utils import rnn  # noqa: E402 - torch.nn.utils.rnn as an attribute, as torch has it
+from gradserve.torch.nn.utils import rnn  # noqa: E402, F401 - torch.nn.utils.rnn as an attribute, as torch has it
