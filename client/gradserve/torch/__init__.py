@@ -115,4 +115,6 @@ __all__ = ["Tensor", "Size", "dtype", "float32", "float64", "int64", "int32", "i
 for _sub in ("autograd", "backends", "cuda", "distributions", "func", "linalg", "nn", "optim", "random", "special",
              "testing", "utils"):
     _importlib.import_module(f"{__name__}.{_sub}")
+is_anomaly_enabled = autograd.is_anomaly_enabled  # noqa: F821 - torch's, from the submodule just imported
+is_anomaly_check_nan_enabled = autograd.is_anomaly_check_nan_enabled  # noqa: F821
 vmap = func.vmap  # noqa: F821 - torch.vmap is torch.func.vmap (the submodule was just imported)

@@ -101,3 +101,59 @@ def kaiming_normal_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu", gener
     fan = _calculate_correct_fan(tensor, mode)
     std = calculate_gain(nonlinearity, a) / math.sqrt(fan)
     return normal_(tensor, 0, std, generator)
+
+
+def eye_(tensor):
+    """The identity matrix written into a 2-d ``tensor`` (ones on the diagonal of its top-left square)."""
+    if tensor.ndimension() != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    with torch.no_grad():
+        tensor.copy_(torch.eye(*tensor.shape, dtype=tensor.dtype))
+    return tensor
+
+
+def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
+    """Normal values truncated to ``[a, b]``, drawn as torch draws them (the same numbers for a seed). Where most
+    of the mass lies inside (more than 0.3), normal draws out of range are drawn again; else uniform proposals in
+    ``[a, b]`` are accepted against the normal density, those rejected proposed again. Each round reads whether any
+    is left (a sync)."""
+    def cdf(x: float) -> float:
+        return (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
+
+    if mean < a - 2 * std or mean > b + 2 * std:
+        import warnings
+
+        warnings.warn("mean is more than 2 std from [a, b] in nn.init.trunc_normal_. The distribution of values may "
+                      "be incorrect.", stacklevel=2)
+    with torch.no_grad():
+        if cdf((b - mean) / std) - cdf((a - mean) / std) > 0.3:
+            lo, hi = tensor.new_tensor(a).item(), tensor.new_tensor(b).item()  # (the bounds in the tensor's dtype)
+            drawn = tensor.normal_(mean, std, generator=generator)
+            outside = (drawn < lo) | (drawn > hi)
+            while outside.any():
+                drawn = torch.where(outside, torch.empty_like(drawn).normal_(mean, std, generator=generator), drawn)
+                outside = (drawn < lo) | (drawn > hi)
+            if drawn is not tensor:
+                tensor.copy_(drawn)
+            return tensor
+        peak = max(a, min(mean, b))
+        log_peak = -0.5 * ((peak - mean) / std) ** 2
+        proposal, accept = torch.empty_like(tensor), torch.empty_like(tensor)
+
+        def log_density_excess(x):  # (written into x: log of the density relative to its peak)
+            return x.sub_(mean).div_(std).pow_(2).mul_(-0.5).sub_(log_peak)
+
+        tensor.uniform_(a, b, generator=generator)
+        proposal.copy_(tensor)
+        rejected = accept.uniform_(generator=generator).log_().gt(log_density_excess(proposal))
+        if rejected.any():
+            result = tensor
+            while True:
+                proposal.uniform_(a, b, generator=generator)
+                result = torch.where(rejected, proposal, result)
+                excess = log_density_excess(proposal)
+                rejected = torch.where(rejected, accept.uniform_(generator=generator).log_().gt(excess), rejected)
+                if not rejected.any():
+                    break
+            tensor.copy_(result)
+        return tensor
