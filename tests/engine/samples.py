@@ -125,6 +125,13 @@ SAMPLES: dict[str, list[Sample]] = {
     "erf": _unary(),
     "relu": _unary(away),
     "leaky_relu": [S(away(3)), S(away(2, 3), 0.2)],
+    "hardswish": [S(away(4, gap=0.3, high=4)), S(away(2, 3))],
+    "hardsigmoid": [S(away(4, gap=0.3, high=4), gradgrad=False, note="torch: NotImplemented twice"),
+                    S(away(2, 3), gradgrad=False)],
+    "mish": [S(T(4)), S(T(2, 3))],
+    "selu": [S(away(3)), S(away(2, 3))],
+    "celu": [S(away(3)), S(away(2, 3), 0.5)],
+    "threshold": [S(away(3), 0.0, 0.5), S(away(2, 3), -0.3, 2.0)],
     "elu": [S(away(3)), S(away(2, 3), alpha=0.5)],
     "gelu": [S(T(3)), S(T(2, 3), approximate="tanh")],
     "silu": _unary(),
@@ -419,6 +426,9 @@ SAMPLES: dict[str, list[Sample]] = {
     "tanh_": [S(T(3))],
     "relu_": [S(away(3))],
     "leaky_relu_": [S(away(3)), S(away(2, 3), 0.2)],
+    "selu_": [S(away(3)), S(away(2, 3))],
+    "celu_": [S(away(3)), S(away(2, 3), 0.5)],
+    "threshold_": [S(away(3), 0.0, 0.5), S(away(2, 3), -0.3, 2.0)],
     "elu_": [S(away(3)), S(away(2, 3), alpha=0.5)],
     "clamp_": [S(away(4, gap=0.6), -0.5, 0.5)],
     "clamp_min_": [S(away(3, gap=0.2), 0.0)],
@@ -451,7 +461,7 @@ INPLACE_FORMS = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "f
                  "ceil", "round", "sign", "square", "erf", "erfinv", "expm1", "log1p", "log2", "log10", "reciprocal",
                  "rsqrt", "digamma", "lgamma", "nan_to_num", "atan2", "hypot", "xlogy", "remainder", "cumsum",
                  "cumprod", "tril", "triu", "addmm", "baddbmm", "trunc", "frac", "exp2", "deg2rad", "rad2deg", "sgn",
-                 "sinc", "logit", "hardtanh", "silu")
+                 "sinc", "logit", "hardtanh", "silu", "hardswish", "hardsigmoid", "mish")
 
 
 def _writes_into_first(name: str, sample: Sample) -> bool:

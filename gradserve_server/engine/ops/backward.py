@@ -166,17 +166,20 @@ def _(ctx, gg):
     return g_grad, g_self
 
 
-def _elu_backward(g, x, alpha):
+def _elu_backward(g, x, alpha, scale=1, input_scale=1):
     t = x.dtype.type
+    negcoef, poscoef, negiptcoef = t(alpha * scale), t(scale), t(input_scale)  # (torch's coefficients, in x's type)
     with np.errstate(over="ignore", invalid="ignore"):  # exp(x) of a large x is in the branch not taken
-        return np.where(x <= 0, g * (t(alpha) * np.exp(x)), g).astype(np.result_type(g, x), copy=False)
+        neg = g * negiptcoef * negcoef * np.exp(x * negiptcoef)
+        return np.where(x <= 0, neg, g * poscoef).astype(np.result_type(g, x), copy=False)
 
 
-def elu_backward(grad: Tensor, self: Tensor, alpha) -> Tensor:
-    """torch's elu_backward (scale and input_scale 1, is_result False): grad * alpha * exp(x) where x <= 0."""
-    return record(P.EluBackwardBackward0, kcall(_elu_backward, grad.data, self.data, alpha), (grad, self),
-                  {"alpha": alpha, "grad_output": grad, "input_scale": 1, "is_result": False, "scale": 1,
-                   "self_or_result": self})
+def elu_backward(grad: Tensor, self: Tensor, alpha, scale=1, input_scale=1) -> Tensor:
+    """torch's elu_backward (is_result False): grad * input_scale * alpha * scale * exp(x * input_scale) where
+    x <= 0, grad * scale elsewhere (elu: both scales 1; selu: scale; celu: input_scale 1/alpha)."""
+    return record(P.EluBackwardBackward0, kcall(_elu_backward, grad.data, self.data, alpha, scale, input_scale),
+                  (grad, self), {"alpha": alpha, "grad_output": grad, "input_scale": input_scale, "is_result": False,
+                                 "scale": scale, "self_or_result": self})
 
 
 @vjp("EluBackwardBackward0", inputs=("grad_output", "self_or_result"),
@@ -185,10 +188,11 @@ def elu_backward(grad: Tensor, self: Tensor, alpha) -> Tensor:
 def _(ctx, gg):
     n = ctx.needs
     x = ctx.self_or_result
+    a, s, i = ctx.alpha, ctx.scale, ctx.input_scale
     # torch's elu_double_backward: the derivative of the x <= 0 branch, kept where x < 0 only (0 at x = 0,
     # and a product with a mask, so the exp of a large x never meets a zero)
-    return (elu_backward(gg, x, ctx.alpha) if n[0] else None), \
-        ((elu_backward(gg * ctx.grad_output, x, ctx.alpha) * F.lt(x, 0)) if n[1] else None)
+    return (elu_backward(gg, x, a, s, i) if n[0] else None), \
+        ((elu_backward(gg * ctx.grad_output * i, x, a, s, i) * F.lt(x, 0)) if n[1] else None)
 
 
 def _softmax_backward_data(g, y, dim):

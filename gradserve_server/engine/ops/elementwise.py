@@ -1130,38 +1130,101 @@ def elu(self, alpha=1.0):
                   {"alpha": alpha, "scale": 1, "input_scale": 1, "self": self})
 
 
-def _elu(self, alpha) -> tuple:
+def _elu(self, alpha, scale=1, input_scale=1) -> tuple:
+    """torch's elu kernel: x * scale where x > 0, else expm1(x * input_scale) * alpha * scale (its coefficients
+    in the compute type)."""
     self = _float_only(self, "elu_cpu")
     x = float_data(self)
     dt, x = x.dtype, x.astype(D.compute_dtype(x.dtype), copy=False)  # float16/bfloat16: in float32, rounded once
-    a = x.dtype.type(alpha)
+    t = x.dtype.type
     with np.errstate(over="ignore"):
-        return self, np.where(x > 0, x, a * np.expm1(x)).astype(dt, copy=False)
+        if scale == 1 and input_scale == 1:
+            return self, np.where(x > 0, x, t(alpha) * np.expm1(x)).astype(dt, copy=False)
+        neg = np.expm1(x * t(input_scale)) * t(alpha * scale)
+        return self, np.where(x > 0, x * t(scale), neg).astype(dt, copy=False)
 
 
 @vjp("EluBackward0", inputs=("self",), saves=("alpha", "scale", "input_scale", "self"), jvp=elementwise_jvp,
      double_backward=P.EluBackwardBackward0)
 def _(ctx, grad):
-    return _backward.elu_backward(grad, ctx.self, ctx.alpha),
+    return _backward.elu_backward(grad, ctx.self, ctx.alpha, ctx.scale, ctx.input_scale),
 
 
-def elu_on_result(self, alpha=1.0):
-    """elu as its in-place form (``elu_``) records it: EluBackward1 saves the result."""
-    self, out = _elu(self, alpha)
-    return record(P.EluBackward1, out, (self,), {"alpha": alpha, "scale": 1, "input_scale": 1, "result": "result"})
+#: selu's constants (torch's, to the digits it writes them with)
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+@op("selu", promotion='same | integral: NotImplementedError: "elu_cpu" not implemented for \'{dtype}\'',
+    exports=("torch.nn.functional.selu",),
+    tensors=("self",), method=False)
+def selu(self):
+    """torch.selu(input): elu with torch's alpha and scale (its node is EluBackward0, which saves them)."""
+    self, out = _elu(self, _SELU_ALPHA, _SELU_SCALE)
+    return record(P.EluBackward0, out, (self,),
+                  {"alpha": _SELU_ALPHA, "scale": _SELU_SCALE, "input_scale": 1, "self": self})
+
+
+@op("celu", promotion='same | integral: NotImplementedError: "elu_cpu" not implemented for \'{dtype}\'',
+    exports=("torch.nn.functional.celu",),
+    tensors=("self",), method=False)
+def celu(self, alpha=1.0):
+    """torch.celu(input, alpha=1.0): elu with input scale 1/alpha."""
+    if alpha == 0:
+        raise TorchRuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU", code="invalid_argument")
+    self, out = _elu(self, alpha, 1, 1.0 / alpha)
+    return record(P.CeluBackward0, out, (self,), {"alpha": alpha, "self": self})
+
+
+@vjp("CeluBackward0", inputs=("self",), saves=("alpha", "self"), jvp=elementwise_jvp,
+     double_backward=P.EluBackwardBackward0)
+def _(ctx, grad):
+    return _backward.elu_backward(grad, ctx.self, ctx.alpha, 1, 1.0 / ctx.alpha),
+
+
+def selu_on_result(self):
+    """selu as its in-place form (``selu_``) records it: EluBackward1 saves the result."""
+    return elu_on_result(self, _SELU_ALPHA, _SELU_SCALE, 1)
+
+
+def celu_on_result(self, alpha=1.0):
+    """celu as its in-place form (``celu_``) records it: CeluBackward1 saves the result."""
+    if alpha == 0:
+        raise TorchRuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU", code="invalid_argument")
+    self, out = _elu(self, alpha, 1, 1.0 / alpha)
+    return record(P.CeluBackward1, out, (self,), {"alpha": alpha, "result": "result"})
+
+
+@vjp("CeluBackward1", inputs=("self",), saves=("alpha", "result"), jvp=elementwise_jvp,
+     double_backward=P.EluBackwardBackward0)
+def _(ctx, grad):
+    return _elu_backward_on_result(grad, ctx.result, ctx.alpha, 1, 1.0 / ctx.alpha),
+
+
+def elu_on_result(self, alpha=1.0, scale=1, input_scale=1):
+    """elu as its in-place form (``elu_``, ``selu_``) records it: EluBackward1 saves the result."""
+    self, out = _elu(self, alpha, scale, input_scale)
+    return record(P.EluBackward1, out, (self,),
+                  {"alpha": alpha, "scale": scale, "input_scale": input_scale, "result": "result"})
+
+
+def _elu_backward_on_result(grad, y, alpha, scale, input_scale):
+    """torch's elu_backward on the result ``y``: grad * input_scale * (y + alpha * scale) where y <= 0, grad * scale
+    elsewhere; its own gradient in y is kept where y < 0 only (elu_double_backward), so y = 0 takes the same value
+    by a branch constant in y."""
+    if alpha < 0:  # (the result's sign no longer says the input's)
+        raise TorchRuntimeError("In-place elu backward calculation is triggered with a negative slope which is not "
+                                "supported. This is caused by calling in-place forward function with a negative "
+                                "slope, please call out-of-place version instead.", code="invalid_argument")
+    negcoef = alpha * scale
+    below = grad * input_scale * (y + negcoef) if input_scale != 1 else grad * (y + negcoef)
+    at_zero = grad * (input_scale * negcoef)
+    return where(lt(y, 0), below, where(eq(y, 0), at_zero, grad * scale if scale != 1 else grad))
 
 
 @vjp("EluBackward1", inputs=("self",), saves=("alpha", "scale", "input_scale", "result"), jvp=elementwise_jvp,
      double_backward=P.EluBackwardBackward0)
 def _(ctx, grad):
-    if ctx.alpha < 0:  # (the result's sign no longer says the input's)
-        raise TorchRuntimeError("In-place elu backward calculation is triggered with a negative slope which is not "
-                                "supported. This is caused by calling in-place forward function with a negative "
-                                "slope, please call out-of-place version instead.", code="invalid_argument")
-    y = ctx.result
-    # torch's elu_backward on the result: grad * (y + alpha) where y <= 0; its own gradient in y is kept where
-    # y < 0 only (elu_double_backward), so y = 0 takes the same value by a branch constant in y
-    return where(lt(y, 0), grad * (y + ctx.alpha), where(eq(y, 0), grad * ctx.alpha, grad)),
+    return _elu_backward_on_result(grad, ctx.result, ctx.alpha, ctx.scale, ctx.input_scale),
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -1254,6 +1317,113 @@ def _(ctx, grad):
     x = ctx.self
     s = sigmoid(x)
     return grad * (s * (1 + x * (1 - s))),
+
+
+def _activation_data(self, kernel: str) -> tuple:
+    """(the checked input, its values in the dtype torch computes them in: float32 for float16/bfloat16)."""
+    self = _float_only(self, kernel)
+    x = float_data(self)
+    return self, x, x.astype(D.compute_dtype(x.dtype), copy=False)
+
+
+@op("hardswish", promotion='same | integral: NotImplementedError: "hardswish_cpu" not implemented for \'{dtype}\'',
+    exports=("torch.nn.functional.hardswish",),
+    tensors=("self",), method=False)
+def hardswish(self):
+    """F.hardswish(input) = input * relu6(input + 3) / 6."""
+    self, x, xc = _activation_data(self, "hardswish_cpu")
+    t = xc.dtype.type
+    out = xc * np.minimum(np.maximum(xc + t(3), t(0)), t(6)) / t(6)
+    return record(P.HardswishBackward0, out.astype(x.dtype, copy=False), (self,), {"self": self})
+
+
+@vjp("HardswishBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp,
+     double_backward="HardswishBackwardBackward0")
+def _(ctx, grad):
+    x = ctx.self
+    # torch's hardswish_backward: 0 up to -3, grad * (x / 3 + 1/2) below 3, grad from 3 on
+    return where(le(x, -3.0), 0.0, where(lt(x, 3.0), grad * (x / 3.0 + 0.5), grad)),
+
+
+@op("hardsigmoid", promotion='same | integral: NotImplementedError: "hardsigmoid_cpu" not implemented for '
+    '\'{dtype}\'',
+    exports=("torch.nn.functional.hardsigmoid",),
+    tensors=("self",), method=False)
+def hardsigmoid(self):
+    """F.hardsigmoid(input) = relu6(input + 3) / 6."""
+    self, x, xc = _activation_data(self, "hardsigmoid_cpu")
+    t = xc.dtype.type
+    out = np.minimum(np.maximum(xc + t(3), t(0)), t(6)) / t(6)
+    return record(P.HardsigmoidBackward0, out.astype(x.dtype, copy=False), (self,), {"self": self})
+
+
+def _hardsigmoid_backward(g, x):
+    t = g.dtype.type
+    return np.where((x > -3) & (x < 3), g * t(1.0 / 6), t(0))
+
+
+@vjp("HardsigmoidBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
+def _(ctx, grad):
+    # torch's hardsigmoid_backward (grad * 1/6 inside (-3, 3)) has no derivative of its own: under create_graph
+    # its result's node is NotImplemented
+    out = _hardsigmoid_backward(grad.data, ctx.self.data)
+    return record(P.NotImplemented, out, (grad, ctx.self), {"aten": "hardsigmoid_backward"}),
+
+
+@op("mish", promotion='same | integral: NotImplementedError: "mish_cpu" not implemented for \'{dtype}\'',
+    exports=("torch.nn.functional.mish",),
+    tensors=("self",), method=False)
+def mish(self):
+    """F.mish(input) = input * tanh(softplus(input))."""
+    self, x, xc = _activation_data(self, "mish_cpu")
+    with np.errstate(over="ignore"):
+        out = xc * np.tanh(np.log1p(np.exp(xc)))
+    return record(P.MishBackward0, out.astype(x.dtype, copy=False), (self,), {"self": self})
+
+
+@vjp("MishBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
+def _(ctx, grad):
+    # torch's mish_backward, in differentiable ops (its gradient is these ops')
+    x = ctx.self
+    s = sigmoid(x)
+    t = tanh(log1p(exp(x)))
+    return grad * (t + x * s * (1 - t * t)),
+
+
+@op("threshold",
+    exports=("torch.nn.functional.threshold",),
+    tensors=("self",), method=False)
+def threshold(self, threshold, value):
+    """torch.threshold(input, threshold, value): value where input <= threshold, else input."""
+    return _threshold(self, threshold, value, P.ThresholdBackward0)
+
+
+def _threshold(self, threshold, value, prim):
+    self = require_tensor(self)
+    x = self.data
+    if x.dtype == np.bool_:
+        raise TorchRuntimeError("\"threshold_cpu\" not implemented for 'Bool'", code="invalid_dtype",
+                                exception="NotImplementedError")
+    t = x.dtype.type
+    out = np.where(x <= threshold, t(value), x).astype(x.dtype, copy=False)
+    if x.dtype.kind not in "fV":
+        return Tensor(out)
+    return record(prim, out, (self,), {"self": self, "threshold": threshold})
+
+
+@vjp("ThresholdBackward0", inputs=("self",), saves=("self", "threshold"), jvp=elementwise_jvp)
+def _(ctx, grad):
+    return _backward.threshold_backward(grad, ctx.self, ctx.threshold),
+
+
+def threshold_in_place(self, threshold, value):
+    """threshold as its in-place form (``threshold_``) records it: ThresholdBackward1 (the input saved)."""
+    return _threshold(self, threshold, value, P.ThresholdBackward1)
+
+
+@vjp("ThresholdBackward1", inputs=("self",), saves=("self", "threshold"), jvp=elementwise_jvp)
+def _(ctx, grad):
+    return _backward.threshold_backward(grad, ctx.self, ctx.threshold),
 
 
 @op("softplus", promotion='same | integral: NotImplementedError: "softplus_cpu" not implemented for \'{dtype}\'',
@@ -1884,7 +2054,7 @@ def _(ctx, grad):
 
 def _remainder_np(a, b):
     if a.dtype.kind in "iu" and np.any(np.asarray(b) == 0):
-        raise TorchRuntimeError("ZeroDivisionError", code="invalid_argument")
+        raise TorchRuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU", code="invalid_argument")
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.asarray(np.remainder(a, b))
 

@@ -481,6 +481,15 @@ elu_ = _make("elu_", E.elu_on_result, (P.EluBackward1,), method=False, exports=(
              doc="F.elu_(input, alpha=1.0): in place; bumps the version counter.")
 hardtanh_ = _inplace_of("hardtanh", method=False, exports=("torch.nn.functional.hardtanh_",))
 silu_ = _inplace_of("silu", method=False, exports=())
+hardswish_, hardsigmoid_, mish_ = (_inplace_of(n, method=False, exports=())
+                                   for n in ("hardswish", "hardsigmoid", "mish"))
+selu_ = _make("selu_", E.selu_on_result, (P.EluBackward1,), method=False, exports=("torch.nn.functional.selu_",),
+              doc="torch.selu_(input): in place; bumps the version counter.")
+celu_ = _make("celu_", E.celu_on_result, (P.CeluBackward1,), method=False, exports=("torch.nn.functional.celu_",),
+              doc="torch.celu_(input, alpha=1.0): in place; bumps the version counter.")
+threshold_ = _make("threshold_", E.threshold_in_place, (P.ThresholdBackward1,), method=False,
+                   exports=("torch.nn.functional.threshold_",),
+                   doc="torch.threshold_(input, threshold, value): in place; bumps the version counter.")
 
 
 def _masked_fill_inplace(self: Tensor, mask, value) -> Tensor:

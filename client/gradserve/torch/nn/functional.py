@@ -49,6 +49,49 @@ def silu(input, inplace: bool = False):
     return _activation("silu", input, inplace=inplace)
 
 
-for _fn in (relu, leaky_relu, elu, hardtanh, relu6, silu):
+def hardswish(input, inplace: bool = False):
+    __tracebackhide__ = True
+    return _activation("hardswish", input, inplace=inplace)
+
+
+def hardsigmoid(input, inplace: bool = False):
+    __tracebackhide__ = True
+    return _activation("hardsigmoid", input, inplace=inplace)
+
+
+def mish(input, inplace: bool = False):
+    __tracebackhide__ = True
+    return _activation("mish", input, inplace=inplace)
+
+
+def selu(input, inplace: bool = False):
+    __tracebackhide__ = True
+    return _activation("selu", input, inplace=inplace)
+
+
+def celu(input, alpha: float = 1.0, inplace: bool = False):
+    __tracebackhide__ = True
+    return _activation("celu", input, alpha, inplace=inplace)
+
+
+def threshold(input, threshold: float, value: float, inplace: bool = False):
+    __tracebackhide__ = True
+    return _activation("threshold", input, threshold, value, inplace=inplace)
+
+
+def softsign(input):
+    """torch's softsign: ``input / (input.abs() + 1)`` (its grad_fn is DivBackward0)."""
+    __tracebackhide__ = True
+    return input / (input.abs() + 1)
+
+
+def tanhshrink(input):
+    """torch's tanhshrink: ``input - input.tanh()`` (its grad_fn is SubBackward0)."""
+    __tracebackhide__ = True
+    return input - input.tanh()
+
+
+for _fn in (relu, leaky_relu, elu, hardtanh, relu6, silu, hardswish, hardsigmoid, mish, selu, celu, threshold,
+            softsign, tanhshrink):
     _fn.__module__ = "torch.nn.functional"  # (as torch's own, and the catalog's functions here)
 del _fn

@@ -926,9 +926,10 @@ _NonDynamicallyQuantizableLinear = _nd_linear()
 
 
 def _module(name: str, fn: str, params: tuple = (), defaults: tuple = (), repr_keys: tuple | None = None,
-            inplace: bool = False):
+            inplace: bool | str = False):
     """A module whose forward is ``F.<fn>(input, **its arguments)`` and whose repr lists them as torch's does.
-    ``inplace``: it takes torch's ``inplace=False`` last, passes it on, and its repr says ``inplace=True`` when set."""
+    ``inplace``: it takes torch's ``inplace=False`` last, passes it on, and its repr says ``inplace=True`` when set
+    (``"unshown"``: torch's repr of it does not)."""
     if inplace:
         params, defaults = (*params, "inplace"), (*defaults, False)
 
@@ -954,7 +955,8 @@ def _module(name: str, fn: str, params: tuple = (), defaults: tuple = (), repr_k
         keys = [k for k in (params if repr_keys is None else repr_keys) if k != "inplace"]
         shown = [f"{k}={getattr(self, k)!r}" if isinstance(getattr(self, k), str) else f"{k}={getattr(self, k)}"
                  for k in keys]
-        return ", ".join(shown + (["inplace=True"] if getattr(self, "inplace", False) else []))
+        shows = inplace is True and getattr(self, "inplace", False)
+        return ", ".join(shown + (["inplace=True"] if shows else []))
 
     return type(name, (Module,), {"__init__": __init__, "forward": forward, "extra_repr": extra_repr,
                                   "__module__": __name__})
@@ -965,6 +967,14 @@ ELU = _module("ELU", "elu", ("alpha",), (1.0,), inplace=True)
 GELU = _module("GELU", "gelu", ("approximate",), ("none",))
 SiLU = _module("SiLU", "silu", inplace=True)
 Softplus = _module("Softplus", "softplus", ("beta", "threshold"), (1.0, 20.0))
+Hardswish = _module("Hardswish", "hardswish", inplace="unshown")
+Hardsigmoid = _module("Hardsigmoid", "hardsigmoid", inplace="unshown")
+Mish = _module("Mish", "mish", inplace=True)
+SELU = _module("SELU", "selu", inplace=True)
+CELU = _module("CELU", "celu", ("alpha",), (1.0,), inplace=True)
+Threshold = _module("Threshold", "threshold", ("threshold", "value"), (None, None), inplace=True)
+Softsign = _module("Softsign", "softsign")
+Tanhshrink = _module("Tanhshrink", "tanhshrink")
 Hardtanh = _module("Hardtanh", "hardtanh", ("min_val", "max_val"), (-1.0, 1.0), inplace=True)
 LogSigmoid = _module("LogSigmoid", "logsigmoid")
 Softmax = _module("Softmax", "softmax", ("dim",), (None,))
@@ -1023,5 +1033,6 @@ __all__ = ["ModuleList", "ModuleDict", "Identity", "Flatten", "Unflatten", "Conv
            "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "Upsample", "BatchNorm1d",
            "BatchNorm2d", "LayerNorm", "GroupNorm", "Embedding", "RNNCell", "LSTMCell", "GRUCell", "RNN", "LSTM",
            "GRU", "MultiheadAttention", "LeakyReLU", "ELU", "GELU", "SiLU", "Softplus", "Hardtanh", "ReLU6",
+           "Hardswish", "Hardsigmoid", "Mish", "SELU", "CELU", "Threshold", "Softsign", "Tanhshrink",
            "LogSigmoid", "Softmax", "LogSoftmax", "Softmin", "GLU", "CosineSimilarity", "PairwiseDistance", "L1Loss",
            "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss", "KLDivLoss", "ParameterList"]
