@@ -435,7 +435,7 @@ def _pow_dtype_check(dtype, exponent):
         ),
         "method": ("(Tensor exponent)", "(Number exponent)"),
     },
-    tensors=("self", "exponent"), aliases=("__pow__", "float_power_"), plannable=True)
+    tensors=("self", "exponent"), aliases=("__pow__",), plannable=True)
 def pow(self, exponent):
     """torch.pow(input, exponent): tensor**number (PowBackward0), tensor**tensor (PowBackward1),
     number**tensor (PowBackward2)."""
@@ -463,6 +463,25 @@ def pow(self, exponent):
     out = (_int_power if NP[dtype].kind in "iu" else np.power)(a, b)
     return record(P.PowBackward2, np.asarray(out), (exponent,),
                   {"self": self, "exponent": exponent, "result": "result"})
+
+
+@op("float_power", promotion="float64",
+    overloads={
+        "function": (
+            "(Tensor input, Tensor exponent, *, Tensor out = None)",
+            "(Number self, Tensor exponent, *, Tensor out = None)",
+            "(Tensor input, Number exponent, *, Tensor out = None)",
+        ),
+        "method": ("(Tensor exponent)", "(Number exponent)"),
+    },
+    tensors=("self", "exponent"), grad_fns=(P.PowBackward0, P.PowBackward1, P.PowBackward2))
+def float_power(self, exponent):
+    """torch.float_power(input, exponent): pow in double precision, the tensors converted to float64 first
+    (ToCopyBackward0 under the PowBackward node of a float32 input), a number exponent read as a double."""
+    base = F.double(self) if isinstance(self, Tensor) else float(self) if is_number(self) else self
+    power = F.double(exponent) if isinstance(exponent, Tensor) else float(exponent) if is_number(exponent) \
+        else exponent
+    return pow(base, power)
 
 
 @op("rpow", promotion='result_type | bool: NotImplementedError: "pow" not implemented for \'Bool\'',
