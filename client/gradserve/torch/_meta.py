@@ -333,7 +333,10 @@ def named_results(entry: dict, tensors: list, arg, grad_enabled: bool) -> list[d
 def _flags(facts: dict, entry: dict, tensors: list, grad_enabled: bool, cast) -> dict:
     """``facts`` of a result of dtype ``cast`` (None: the rule's, not known; UNKNOWN) with its autograd flags and
     node, where the client knows them."""
-    if not grad_enabled or not entry["differentiable"] or cast is not None and is_float(cast) is False:
+    # (an op without a derivative that records a node, floor_divide's NotImplemented, still makes a result that
+    # requires grad: its backward is what fails)
+    if not grad_enabled or not (entry["differentiable"] or entry["grad_fns"]) or cast is not None and \
+            is_float(cast) is False:
         facts.update(requires_grad=False, is_leaf=True, grad_fn=None, node=None)
         return facts
     if cast is UNKNOWN:
