@@ -96,7 +96,8 @@ class OpSpec:
     # ----- where the op appears and what it returns (the client builds its namespaces and results from these)
     #: public names beyond torch.<name> (and Tensor.<name> when ``method``): "torch.special.expit", ...
     exports: tuple[str, ...] = ()
-    #: arguments that make the result a tuple when true (max_pool2d's return_indices), else one tensor
+    #: arguments that make the result a tuple when true (max_pool2d's return_indices), else one tensor; ``!name``:
+    #: when ``name`` is not given (torch.where(condition))
     tuple_when: tuple[str, ...] = ()
     #: the number of outputs depends on the data or arguments (split, chunk, unbind)
     variable_outputs: bool = False

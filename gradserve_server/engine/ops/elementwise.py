@@ -38,6 +38,7 @@ from .common import (
     ARRAY,
     EXP_FINITE,
     IN_PLACE_BYTES,
+    NOT_GIVEN,
     NP,
     add_t,
     as_operand,
@@ -1544,9 +1545,12 @@ def _(ctx, grad):
         ),
         "method": ("(Tensor condition, Tensor other)", "(Tensor condition, Number other)"),
     },
-    tensors=("condition", "self", "other"))
-def where(condition, self, other):
-    """torch.where(condition, input, other); numbers allowed for input/other."""
+    tensors=("condition", "self", "other"), tuple_when=("!self",))
+def where(condition, self=NOT_GIVEN, other=NOT_GIVEN):
+    """torch.where(condition, input, other); numbers allowed for input/other. torch.where(condition) alone is
+    torch.nonzero(condition, as_tuple=True)."""
+    if self is NOT_GIVEN and other is NOT_GIVEN:
+        return F.nonzero(condition, as_tuple=True)
     condition = require_tensor(condition, "condition", "where")
     if condition.data.dtype == np.uint8:  # still read as a mask by torch (deprecated, with its warning)
         from ..grad_mode import emit_warning
