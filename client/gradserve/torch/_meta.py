@@ -271,6 +271,11 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
     if entry["name"] in L.VIEWS and tensors and tensors[0]._shape is None and \
             tensors[0]._layout.__class__ is L.Deferred and tensors[0]._layout != L.ROW_MAJOR:
         tensors[0].shape  # noqa: B018 - (asked: a view of a column-major result may fail, at this line)
+    dtype = arg("dtype") if "dtype" in (_ARG_NAMES.get(entry["name"]) or _arg_names(entry)) else None
+    cast = entry["converts_to"] or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
+    # (torch refuses a dtype before a dimension out of range: an op that checks the dimension first declares
+    # it among its checks, ``dim_range``, which come before this)
+    predicted = predict(entry, arg) if cast is None and entry["promotion"] else UNKNOWN
     shape = shape_of(entry, tensors, arg)
     shape, layout = layout_of(entry, tensors, arg, shape)
     if shape is not UNKNOWN:
@@ -279,8 +284,6 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
         facts["layout"] = layout
     if entry["name"] in L.VIEWS and tensors and tensors[0]._dtype is not None:
         facts["dtype"] = tensors[0]._dtype  # (a view, or a copy of one dtype)
-    dtype = arg("dtype") if "dtype" in (_ARG_NAMES.get(entry["name"]) or _arg_names(entry)) else None
-    cast = entry["converts_to"] or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
     if cast is not None and cast is not UNKNOWN and entry["family"] == "shape":  # (a conversion: its dtype)
         facts["dtype"] = cast
         if not tensors or peek(tensors[0], "dtype") in (cast, UNKNOWN):
@@ -289,7 +292,6 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
                 facts["layout"] = L.of(tensors[0])
             return facts  # torch returns the tensor itself when it has the dtype already: its flags, unknown here
     if cast is None and entry["promotion"]:
-        predicted = predict(entry, arg)
         if predicted is not UNKNOWN:
             facts["dtype"] = cast = predicted  # (an integral result does not require grad)
     elif cast is not None and cast is not UNKNOWN:

@@ -34,7 +34,7 @@ from ..tensor import Tensor
 from ..views import _dense, has_internal_overlap, partial_overlap, rebase_error, set_history, view_positions
 from . import elementwise as E
 from . import linalg, matrix, reduction, scan, special  # noqa: F401  (ops whose in-place forms are declared here)
-from .common import require_tensor
+from .common import INDEX_CHECKS, require_tensor
 from .indexing import index_add, index_copy, index_fill, scatter, scatter_add
 
 _LEAF = "a leaf Variable that requires grad is being used in an in-place operation."
@@ -530,7 +530,7 @@ copy_ = _make("copy_", _copy, (P.CopyBackwards,), ("self", "src"),
               overloads={"method": ("(Tensor other, bool non_blocking = False)",)})
 
 
-@op("setitem",
+@op("setitem", checks=INDEX_CHECKS,
     parsed=False,
     tensors=("self", "index", "value"), grad_fns=(P.CopySlices, P.CopyBackwards, P.FillBackward3),
     inplace=True, aliases=("__setitem__",))

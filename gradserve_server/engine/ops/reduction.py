@@ -593,11 +593,11 @@ def _correction(unbiased, correction) -> tuple:
 
 def _var_forward(self: Tensor, dim, correction, keepdim):
     """(dims, the variance in the computation dtype: float32 for float16/bfloat16, rounded by the caller)."""
+    if not D.is_floating(self.dtype):  # (torch checks the dtype before the dims)
+        raise TorchRuntimeError("std and var only support floating point and complex dtypes", code="invalid_dtype")
     nd = self.data.ndim
     dims = _dims(dim, nd)
     x = self.data.astype(D.compute_dtype(self.data.dtype), copy=False)
-    if not D.is_floating(self.dtype):
-        raise TorchRuntimeError("std and var only support floating point and complex dtypes", code="invalid_dtype")
     ax = _axis(dims, nd)
     n = x.size if dims is None or nd == 0 else int(np.prod([x.shape[d] for d in dims]))
     dof = n - correction
