@@ -85,6 +85,22 @@ def test_linear_algebra_and_nonzero_results_are_laid_out_as_torchs(ctx, seed):
     assert got == want, (name, shapes)
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_matmul_of_a_matrix_that_requires_grad_by_a_batch_is_laid_out_as_torchs_transposed_fold(ctx, seed):
+    rng = random.Random(seed)
+    batch = rng.choice([(2,), (1,), (0,), (3, 2)])
+    n, k, p = rng.choice([0, 1, 2, 3]), rng.choice([1, 3]), rng.choice([0, 1, 2, 4])
+    grad, left = rng.random() < 0.7, rng.random() < 0.7
+    shapes = [(n, k), (*batch, k, p)] if left else [(*batch, n, k), (k, p)]
+    pairs = [_pair(rng, s) for s in shapes]
+    results = []
+    for i in range(2):  # (torch, the client)
+        a, b = (pair[i].detach() for pair in pairs)
+        (a if left else b).requires_grad_(grad)
+        results.append(_layouts(a @ b))
+    assert results[1] == results[0], (shapes, grad)
+
+
 def _pieces_call(rng: random.Random, shape: tuple):
     d = rng.randrange(-len(shape), len(shape))
     n = shape[d]

@@ -24,7 +24,9 @@ class Deferred:
     """A layout known before the shape is: its (strides, offset) once the shape is (``resolve``). ``kind``:
     ``row-major``; ``column-major`` (LAPACK's results: the last two dimensions transposed, the batch row-major);
     ``nonzero`` (``(1, n)`` for n rows: torch allocates it transposed, n itself even when 0); ``nonzero-column``
-    (``index``-th of ``nonzero(as_tuple=True)``'s columns: a view of that, at ``index * n``)."""
+    (``index``-th of ``nonzero(as_tuple=True)``'s columns: a view of that, at ``index * n``); ``transposed-fold``
+    (matmul of a matrix that requires grad by a batch: torch multiplies the batch transposed and folded, and
+    transposes the product back, copied to row-major unless that is contiguous already: a row or a column)."""
 
     __slots__ = ("kind", "index")
 
@@ -47,6 +49,9 @@ class Deferred:
             return column_major(shape), 0
         if self.kind == "nonzero":
             return (1, shape[0]), 0
+        if self.kind == "transposed-fold":
+            folded = column_major(shape)
+            return (folded if is_contiguous(shape, folded) else contiguous(shape)), 0
         return (1,), self.index * shape[0]
 
 
@@ -422,9 +427,24 @@ def _svd(arg):
 _ROW_MAJOR_OPS = ("matmul", "__matmul__", "__rmatmul__", "rmatmul", "mm", "bmm", "addmm", "baddbmm", "dot", "mv",
                   "outer", "ger", "inner_1d", "cross", "linalg.cross", "det", "linalg.det", "logdet",
                   "linalg.svdvals")
+def _matmul(arg, first: str = "self", second: str = "other"):
+    """matmul's layout: row-major, but for a matrix that requires grad by a batch (torch's transposed fold;
+    ``_meta._folds`` says when torch folds); None where whether the matrix requires grad is not known."""
+    from gradserve.torch._meta import UNKNOWN, peek
+
+    a, b = arg(first), arg(second)
+    a_shape, b_shape = getattr(a, "_shape", None), getattr(b, "_shape", None)
+    if a_shape is None or b_shape is None or len(a_shape) != 2 or len(b_shape) < 3:
+        return ROW_MAJOR
+    grad = peek(a, "requires_grad")
+    return None if grad is UNKNOWN else TRANSPOSED_FOLD if grad else ROW_MAJOR
+
+
+TRANSPOSED_FOLD = Deferred("transposed-fold")
 #: one-output ops whose result's layout does not follow their inputs' (matmul's is row-major even of transposed
 #: operands; LAPACK's column-major; nonzero's transposed), as a function of the call's arguments
 RESULT_LAYOUTS = {**{name: (lambda arg: ROW_MAJOR) for name in _ROW_MAJOR_OPS},
+                  "matmul": _matmul, "rmatmul": lambda arg: _matmul(arg, "other", "self"),
                   "linalg.inv": lambda arg: COLUMN_MAJOR, "inverse": lambda arg: COLUMN_MAJOR,
                   "linalg.cholesky": lambda arg: COLUMN_MAJOR, "linalg.solve": _solve,
                   "nonzero": lambda arg: Deferred("nonzero")}

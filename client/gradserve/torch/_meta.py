@@ -408,7 +408,7 @@ def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
     fixed = L.RESULT_LAYOUTS.get(name)
     if fixed is not None:  # (laid out whatever its inputs' layouts)
         layout = fixed(_with_defaults(entry, arg))
-        return shape, (layout if shape is UNKNOWN else layout.resolve(tuple(shape)))
+        return shape, (layout if shape is UNKNOWN or layout is None else layout.resolve(tuple(shape)))
     layouts = [L.of(t) for t in tensors]
     if shape is UNKNOWN:  # (row-major, when its shape is known, as the contiguous families' below)
         return shape, (L.ROW_MAJOR if None not in layouts and _contiguous_result(entry, tensors, layouts) else None)
