@@ -538,6 +538,21 @@ def _cat_first(shapes: list):
     return next((sh for sh in shapes if sh != (0,)), None)
 
 
+def channels_last_like(shape: tuple, strides: tuple) -> bool:
+    """torch's suggest_memory_format (a layout fact, not a rule: the engine's cat and the client's layouts read it):
+    are a 4-d (5-d) tensor's strides those of channels_last (channels_last_3d)? Dimension 1 innermost, then the last
+    ones backwards, then 0; ambiguous cases (a trivial channel dimension, an N111 tensor) are row-major."""
+    order = {4: (1, 3, 2, 0), 5: (1, 4, 3, 2, 0)}.get(len(shape))
+    if order is None or strides[1] == 0:
+        return False
+    low = 0
+    for d in order:
+        if shape[d] == 0 or strides[d] < low or d == 0 and low == strides[1]:
+            return False
+        low = strides[d] * (shape[d] if shape[d] > 1 else 1)
+    return True
+
+
 def _dim_range(t, dim, _):
     _, shape = _tensor_facts(t)
     if dim is None:

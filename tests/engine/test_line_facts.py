@@ -91,3 +91,29 @@ def test_an_int_out_of_range_in_an_index_says_torchs_words(index, message):
 ])
 def test_a_dimension_and_a_dtype_are_refused_in_torchs_order(call, want):
     assert _refusal(call)[1] == want
+
+
+def _strides(t) -> tuple:
+    return tuple(st // t.data.itemsize for st in t.data.strides)
+
+
+@pytest.mark.parametrize(("name", "call"), [
+    ("softmax", lambda x: F.softmax(x, 0)), ("log_softmax", lambda x: F.log_softmax(x, 1)),
+    ("cumsum", lambda x: F.cumsum(x, 0)), ("cumprod", lambda x: F.cumprod(x, 1)),
+    ("logcumsumexp", lambda x: F.logcumsumexp(x, 0)), ("cat", lambda x: F.cat([x, x], 0)),
+    ("sum", lambda x: F.sum(F.unsqueeze(x, 0), [0], keepdim=False))])
+def test_results_of_a_transposed_tensor_are_row_major_as_torchs(name, call):
+    """torch 2.13 allocates these row-major whatever the input's layout (numpy kept the input's): a view of the
+    result that torch allows is allowed here."""
+    x = F.t(E.tensor(np.arange(12.0).reshape(3, 4)))
+    out = call(x)
+    assert out.data.flags.c_contiguous, name
+    assert F.view(out, (-1,)).data.shape == (out.data.size,)
+
+
+def test_cat_of_channels_last_inputs_is_channels_last_as_torchs():
+    x = F.permute(E.tensor(np.ones((2, 4, 5, 3))), [0, 3, 1, 2])  # (2, 3, 4, 5), channels innermost
+    out = F.cat([x, x], 0)
+    assert _strides(out) == (60, 1, 15, 3)  # torch: (60, 1, 15, 3)
+    assert F.view(F.permute(out, [0, 2, 3, 1]), (-1,)).data.shape == (240,)
+    assert _strides(F.cat([x, E.tensor(np.ones((2, 3, 4, 5)))], 1)) == (120, 20, 5, 1)

@@ -314,11 +314,13 @@ def named_results(entry: dict, tensors: list, arg, grad_enabled: bool) -> list[d
     fixed = L.NAMED_LAYOUTS.get(entry["name"])
     if fixed is not None:  # (svd's: one per field, whatever the input's layout)
         layout = list(fixed(_with_defaults(entry, arg)))
-    elif have is not None and entry["name"] == "sort":
-        layout = (L.preserved(shape, have[0]), 0)  # (sort keeps its input's layout)
+    elif entry["name"] == "sort":
+        layout = None if have is None else (L.preserved(shape, have[0]), 0)  # (sort keeps its input's layout)
+    elif shape is not UNKNOWN and entry["family"] in L.ROW_MAJOR_FAMILIES:
+        layout = (L.contiguous(shape), 0)  # (max(dim), median(dim)... whatever the input's layout)
     elif have is not None and entry["family"] in L.CONTIGUOUS_FAMILIES and have[0] == L.contiguous(
             tuple(tensors[0]._shape)):
-        layout = (L.contiguous(shape), 0)  # (topk, kthvalue, max(dim)... of a row-major input)
+        layout = (L.contiguous(shape), 0)  # (topk, kthvalue... of a row-major input)
     out = []
     for i, rule in enumerate(rules):
         facts: dict = {} if shape is UNKNOWN else {"shape": shape}
@@ -409,6 +411,8 @@ def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
     if fixed is not None:  # (laid out whatever its inputs' layouts)
         layout = fixed(_with_defaults(entry, arg))
         return shape, (layout if shape is UNKNOWN or layout is None else layout.resolve(tuple(shape)))
+    if name in L.ROW_MAJOR_OPS or entry["family"] in L.ROW_MAJOR_FAMILIES and name not in L.PRESERVING:
+        return shape, (L.ROW_MAJOR if shape is UNKNOWN else (L.contiguous(shape), 0))
     layouts = [L.of(t) for t in tensors]
     if shape is UNKNOWN:  # (row-major, when its shape is known, as the contiguous families' below)
         return shape, (L.ROW_MAJOR if None not in layouts and _contiguous_result(entry, tensors, layouts) else None)

@@ -247,6 +247,12 @@ def tie(g: Tensor | None, *inputs) -> Tensor | None:
 
 # ----- shared by the families' formulas ------------------------------------------------------------------
 
+def row_major(a: np.ndarray) -> np.ndarray:
+    """A new result as torch allocates it, row-major (numpy's reductions, scans and joins keep their input's
+    layout, which a later view would read)."""
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
 #: a dimension argument checked before the op's other checks (gather, topk, argmax...; a declared rule: the client
 #: raises it in that order too)
 DIM_FIRST = ("dim_range(self,dim) | IndexError: Dimension out of range (expected to be in range of [{low}, {high}], "

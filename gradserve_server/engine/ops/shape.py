@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import dtypes as D
 from .. import kernel as K
+from .. import rules
 from ..batching import SAME, batching, shifted, sum_to_batched
 from ..errors import (
     InvalidArgumentError,
@@ -26,7 +27,18 @@ from ..kernel import kcall
 from ..registry import F, P, Prim, broken_check, declare, declared_failure, jvp, op, record, vjp
 from ..tensor import Tensor
 from ..views import as_view
-from .common import DIM_FIRST, INDEX_CHECKS, NOT_GIVEN, NP, require_tensor, shape_arg, sum_to, wrap_dim, wrap_dims
+from .common import (
+    DIM_FIRST,
+    INDEX_CHECKS,
+    NOT_GIVEN,
+    NP,
+    require_tensor,
+    row_major,
+    shape_arg,
+    sum_to,
+    wrap_dim,
+    wrap_dims,
+)
 
 INT64_MAX = 9223372036854775807
 
@@ -266,7 +278,12 @@ def _embed_kernel(g, shape, index):
 
 
 def _concat(axis, *arrs):
-    return np.concatenate(arrs, axis=axis)
+    out = np.concatenate(arrs, axis=axis)
+    if out.ndim in (4, 5) and all(rules.channels_last_like(a.shape, tuple(_torch_strides(a))) for a in arrs):
+        # torch lays cat's result out channels_last when every input is: its channels innermost here too
+        inner = (0, *range(2, out.ndim), 1)
+        return np.ascontiguousarray(out.transpose(inner)).transpose(np.argsort(inner))
+    return row_major(out)  # (torch's otherwise: np.concatenate keeps its inputs' layout)
 
 
 def _stack_arrays(d, *arrs):
