@@ -427,15 +427,19 @@ def _pow_dtype_check(dtype, exponent):
         raise TorchRuntimeError("Integers to negative integer powers are not allowed.", code="invalid_argument")
 
 
+#: torch's overloads of pow, which float_power has too
+_POW_OVERLOADS = {
+    "function": (
+        "(Tensor input, Tensor exponent, *, Tensor out = None)",
+        "(Number self, Tensor exponent, *, Tensor out = None)",
+        "(Tensor input, Number exponent, *, Tensor out = None)",
+    ),
+    "method": ("(Tensor exponent)", "(Number exponent)"),
+}
+
+
 @op("pow", promotion='result_type | bool_tensors: NotImplementedError: "pow" not implemented for \'Bool\'',
-    overloads={
-        "function": (
-            "(Tensor input, Tensor exponent, *, Tensor out = None)",
-            "(Number self, Tensor exponent, *, Tensor out = None)",
-            "(Tensor input, Number exponent, *, Tensor out = None)",
-        ),
-        "method": ("(Tensor exponent)", "(Number exponent)"),
-    },
+    overloads=_POW_OVERLOADS,
     tensors=("self", "exponent"), aliases=("__pow__",), plannable=True)
 def pow(self, exponent):
     """torch.pow(input, exponent): tensor**number (PowBackward0), tensor**tensor (PowBackward1),
@@ -467,14 +471,7 @@ def pow(self, exponent):
 
 
 @op("float_power", promotion="float64",
-    overloads={
-        "function": (
-            "(Tensor input, Tensor exponent, *, Tensor out = None)",
-            "(Number self, Tensor exponent, *, Tensor out = None)",
-            "(Tensor input, Number exponent, *, Tensor out = None)",
-        ),
-        "method": ("(Tensor exponent)", "(Number exponent)"),
-    },
+    overloads=_POW_OVERLOADS,
     tensors=("self", "exponent"), grad_fns=(P.PowBackward0, P.PowBackward1, P.PowBackward2))
 def float_power(self, exponent):
     """torch.float_power(input, exponent): pow in double precision, the tensors converted to float64 first
