@@ -273,10 +273,17 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
         tensors[0].shape  # noqa: B018 - (asked: a view of a column-major result may fail, at this line)
     dtype = arg("dtype") if "dtype" in (_ARG_NAMES.get(entry["name"]) or _arg_names(entry)) else None
     cast = entry["converts_to"] or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
-    # (torch refuses a dtype before a dimension out of range: an op that checks the dimension first declares
-    # it among its checks, ``dim_range``, which come before this)
-    predicted = predict(entry, arg) if cast is None and entry["promotion"] else UNKNOWN
+    # (torch refuses a dtype before a dimension out of range or shapes that do not broadcast, but for a kernel's
+    # NotImplementedError, which comes after every shape check; an op that checks a dimension first declares it
+    # among its checks, ``dim_range``, which come before this)
+    kernel_refusal = None
+    try:
+        predicted = predict(entry, arg) if cast is None and entry["promotion"] else UNKNOWN
+    except NotImplementedError as refusal:
+        kernel_refusal, predicted = refusal, UNKNOWN
     shape = shape_of(entry, tensors, arg)
+    if kernel_refusal is not None:
+        raise kernel_refusal
     shape, layout = layout_of(entry, tensors, arg, shape)
     if shape is not UNKNOWN:
         facts["shape"] = shape
