@@ -96,7 +96,8 @@ class OpSpec:
     # ----- where the op appears and what it returns (the client builds its namespaces and results from these)
     #: public names beyond torch.<name> (and Tensor.<name> when ``method``): "torch.special.expit", ...
     exports: tuple[str, ...] = ()
-    #: arguments that make the result a tuple when true (max_pool2d's return_indices), else one tensor
+    #: arguments that make the result a tuple when true (max_pool2d's return_indices), else one tensor; ``!name``:
+    #: when ``name`` is not given (torch.where(condition))
     tuple_when: tuple[str, ...] = ()
     #: the number of outputs depends on the data or arguments (split, chunk, unbind)
     variable_outputs: bool = False
@@ -352,7 +353,8 @@ _CODES = {"dtype": "invalid_dtype", "index_dtype": "invalid_dtype", "dtype_lastd
           "bool_bounds": "invalid_dtype", "same_dtype": "dtype_mismatch", "same_cpp_dtype": "dtype_mismatch",
           "matmul_dtype": "dtype_mismatch", "given": "invalid_argument", "nonempty_list": "invalid_argument",
           "dim_order": "invalid_argument", "nonempty": "empty_reduction", "nonempty_dim": "empty_reduction",
-          "k_in_range": "index_out_of_range", "list_dim": "dim_out_of_range", "unflatten_sizes": "invalid_shape"}
+          "k_in_range": "index_out_of_range", "list_dim": "dim_out_of_range", "dim_range": "dim_out_of_range",
+          "unflatten_sizes": "invalid_shape"}
 
 
 def rule_error(kind: str, message: str, rule: str):

@@ -47,6 +47,8 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     conv_kernel(input,weight,padding,dilation,stride)=n  the (padded) input is no smaller than the (dilated) kernel ->
                                          {input}, {kernel} (the sizes joined by `` x ``)
     nonempty_list(tensors)   a list of tensors is not empty
+    dim_range(a,dim)         ``dim`` (an int, or None: not given) indexes ``a`` (a 0-d tensor as one dimension),
+                             for an op that checks it before its other checks -> {low}, {high}, {dim}
     list_dim(tensors,dim)    ``dim`` indexes the first tensor of the list (one with elements, as torch.cat skips
                              1-d empty ones) -> {low}, {high}, {dim}
     cat_ranks(tensors)       the first tensor that does not fit the first does not have its dimensions -> {a}, {b}
@@ -54,9 +56,9 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     stack_shapes(tensors)    the tensors have one shape -> {first}, {other}, {i}
     index_count(a,index)     an index (the client's wraps its ``key``) names at most ``a``'s dimensions (an int,
                              a slice, an int list or tensor one each; a bool tensor its dimensions) -> {dims}
-    index_bounds(a,index)    each int of a basic index (ints, slices, None, Ellipsis) is in range of the dimension
-                             it selects -> {index}, {dim} (its place in the index, Ellipsis counting the dimensions
-                             it spans), {size}
+    index_bounds(a,index)    each int of an index is in range of the dimension it selects (an int tensor or list
+                             spans one, a bool one its dimensions, Ellipsis what the others leave) -> {index}, {dim}
+                             (its place in the index: every item counts one, Ellipsis and None too), {size}
     expand_rank(a,size)      ``size`` (a list, or a tensor's shape) has at least ``a``'s dimensions -> {tensor_type},
                              {shape}, {size} (joined by ``, ``), {n} (the sizes' number), {dims}
     expand_size(a,size)      ``a`` expands to ``size`` (a -1 keeps a size) -> {want}, {have}, {dim}, {target},
@@ -536,6 +538,31 @@ def _cat_first(shapes: list):
     return next((sh for sh in shapes if sh != (0,)), None)
 
 
+def channels_last_like(shape: tuple, strides: tuple) -> bool:
+    """torch's suggest_memory_format (a layout fact, not a rule: the engine's cat and the client's layouts read it):
+    are a 4-d (5-d) tensor's strides those of channels_last (channels_last_3d)? Dimension 1 innermost, then the last
+    ones backwards, then 0; ambiguous cases (a trivial channel dimension, an N111 tensor) are row-major."""
+    order = {4: (1, 3, 2, 0), 5: (1, 4, 3, 2, 0)}.get(len(shape))
+    if order is None or strides[1] == 0:
+        return False
+    low = 0
+    for d in order:
+        if shape[d] == 0 or strides[d] < low or d == 0 and low == strides[1]:
+            return False
+        low = strides[d] * (shape[d] if shape[d] > 1 else 1)
+    return True
+
+
+def _dim_range(t, dim, _):
+    _, shape = _tensor_facts(t)
+    if dim is None:
+        return None
+    if shape is None or not _int(dim):
+        return UNKNOWN
+    rank = max(len(shape), 1)
+    return None if -rank <= dim < rank else {"low": -rank, "high": rank - 1, "dim": dim}
+
+
 def _list_dim(tensors, dim, _):
     shapes = _shapes(tensors)
     first = _cat_first(shapes) if shapes else None
@@ -593,8 +620,9 @@ def _index_items(index) -> list:
 
 
 def _list_dims(v) -> int | None:
-    """The dimensions a list index spans: one for ints, a nested list of bools its depth; None: not known here."""
-    if all(_int(x) for x in v):
+    """The dimensions a list index spans: one for ints (nested too), a nested list of bools its depth; None: not
+    known here."""
+    if all(_int(x) for x in v) or _all_ints(v):
         return 1
     if all(isinstance(x, bool) for x in v):
         return 1
@@ -603,6 +631,11 @@ def _list_dims(v) -> int | None:
         return None if len(inner) != 1 or None in inner or not all(
             isinstance(y, bool) for x in v for y in x) else 1 + inner.pop()
     return None
+
+
+def _all_ints(v) -> bool:
+    """A nested list of ints (not bools), at least one."""
+    return bool(v) and all(_all_ints(x) if isinstance(x, list) else _int(x) for x in v)
 
 
 def _index_count(t, index, _):
@@ -631,25 +664,35 @@ def _index_count(t, index, _):
 def _index_bounds(t, index, _):
     _, shape = _tensor_facts(t)
     items = _index_items(index)
-    if not shape or not all(k is None or k is Ellipsis or isinstance(k, slice) or _int(k) for k in items) or \
-            sum(1 for k in items if k is Ellipsis) > 1:
+    if not shape or sum(1 for k in items if k is Ellipsis) > 1:
         return UNKNOWN
-    consumed = sum(1 for k in items if k is not None and k is not Ellipsis)
+    spans = []
+    for k in items:
+        if k is None or k is Ellipsis:
+            spans.append(0)
+        elif _int(k) or isinstance(k, slice):
+            spans.append(1)
+        elif isinstance(k, list):
+            n = _list_dims(k)
+            if n is None:
+                return UNKNOWN
+            spans.append(n)
+        else:
+            dtype, sh = _tensor_facts(k)
+            if dtype is None or sh is None:
+                return UNKNOWN
+            spans.append(max(len(sh), 1) if dtype == "bool" else 1)
+    consumed = sum(spans)
     if consumed > len(shape):
         return UNKNOWN
-    place = source = 0
-    for k in items:
+    source = 0
+    for place, (k, span) in enumerate(zip(items, spans)):
         if k is Ellipsis:
-            place += len(shape) - consumed
             source += len(shape) - consumed
-        elif k is None:
-            place += 1
-        else:
-            n = shape[source]
-            if _int(k) and not -n <= k < n:
-                return {"index": k, "dim": place, "size": n}
-            place += 1
-            source += 1
+            continue
+        if _int(k) and not -shape[source] <= k < shape[source]:
+            return {"index": k, "dim": place, "size": shape[source]}
+        source += span
     return None
 
 
@@ -839,7 +882,7 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
          "conv_kernel": _conv_kernel, "conv_groups": _conv_groups, "conv_channels": _conv_channels,
          "conv_bias": _conv_bias, "nonempty_list": _nonempty_list, "list_dim": _list_dim, "cat_ranks": _cat_ranks,
          "cat_sizes": _cat_sizes, "stack_shapes": _stack_shapes, "expand_rank": _expand_rank,
-         "index_count": _index_count, "index_bounds": _index_bounds,
+         "index_count": _index_count, "dim_range": _dim_range, "index_bounds": _index_bounds,
          "expand_size": _expand_size,
          "permute_rank": _permute_rank, "permute_unique": _permute_unique,
          "reduce_dims_unique": _reduce_dims_unique, "unflatten_sizes": _unflatten_sizes,

@@ -51,12 +51,14 @@ CHECK_CASES: dict[str, list[tuple[list, dict]]] = {
     "min": [(["float32[0]"], {}), (["float32[0,3]"], {"dim": 0}), (["int16[2]", "int32[2]"], {}),
             (["float64[2]"], {"dim": 0})],
     "argsort": [(["bool[3]"], {}), (["float32[2,3]"], {})],
-    "topk": [(["bool[3]", 1], {}), (["float32[2,3]", 5], {}), (["float32[2,3]", -1], {}), (["int64[2,3]", 1], {}),
+    "topk": [(["bool[3]", 1], {}), (["bool[3]", 1], {"dim": 5}),
+             (["float32[2,3]", 5], {}), (["float32[2,3]", -1], {}), (["int64[2,3]", 1], {}),
              (["float32[2,3]", 2], {"dim": 0}), (["float32[2,3]", 3], {"dim": 0}), (["float32[]", 1], {}),
              (["float32[]", 2], {}), (["float32[2,3]", 3], {})],
     "softmax": [(["int64[3]", 0], {}), (["bool[3]", 0], {}), (["float32[3]", 0], {}), (["int64[2,3]", 0], {}),
                 (["int64[2,3]", -1], {}), (["int32[2,3]", 1], {}), (["int64[]", 0], {}),
                 (["int64[3]", 0], {"dtype": "float64"}), (["float16[3]", 0], {})],
+    "logcumsumexp": [(["int64[3]", 5], {}), (["int64[3]", 0], {}), (["float32[3]", 0], {})],
     "log_softmax": [(["int32[3]", 0], {}), (["float64[3]", 0], {}), (["int64[2,3]", 0], {})],
     "layer_norm": [(["int64[2,3]", [3]], {}), (["float32[2,3]", [3]], {}), (["bool[2,3]", [3]], {})],
     "normalize": [(["int64[2,3]"], {}), (["float32[2,3]"], {}), (["bool[2,3]"], {})],
@@ -143,11 +145,14 @@ CHECK_CASES: dict[str, list[tuple[list, dict]]] = {
                                                             "int8", "int16", "int32", "int64", "bool")]
     + [(["float32[2]", "float32[4,3]"], {"max_norm": 1.0}), (["int64[2]", "float32[4,3]"], {"max_norm": 1.0})],
     "one_hot": [(["float32[2]"], {}), (["int32[2]"], {}), (["bool[2]"], {})],
-    "index_select": [(["float32[2,3]", 1, "float32[2]"], {}), (["float32[2,3]", 1, "int16[2]"], {}),
+    "index_select": [(["float32[2,3]", 5, "float32[2]"], {}), (["float32[2,3]", 1, "float32[2]"], {}),
+                     (["float32[2,3]", 1, "int16[2]"], {}),
                      (["float32[2,3]", 1, "int32[2]"], {}), (["float32[2,3]", 1, "int64[2]"], {})],
-    "gather": [(["float32[2,3]", 1, "float32[2,1]"], {}), (["float32[2,3]", 1, "int32[2,1]"], {}),
+    "gather": [(["float32[2,3]", 5, "float32[2,1]"], {}), (["float32[2,3]", -3, "int64[2,1]"], {}),
+               (["float32[2,3]", 1, "float32[2,1]"], {}), (["float32[2,3]", 1, "int32[2,1]"], {}),
                (["float32[2,3]", 1, "uint8[2,1]"], {}), (["float32[2,3]", 1, "float32[0,1]"], {})],
     "scatter": [(["float32[2,3]", 1, "float32[2,1]"], {"value": 1.0}),
+                (["float32[2,3]", 2, "float32[2,1]"], {"value": 1.0}),
                 (["float32[2,3]", 1, "int32[2,1]"], {"value": 1.0}),
                 (["float32[2,3]", 1, "int16[2,1]", "float32[2,1]"], {}),
                 (["float32[2,3]", 1, "float32[0,1]"], {"value": 1.0})],
@@ -186,7 +191,11 @@ CHECK_CASES: dict[str, list[tuple[list, dict]]] = {
                (["float32[3,1]", [3, 5]], {}), (["float32[3,4]", [-1, 4]], {}), (["float32[3,4]", [4, -1]], {}),
                (["float32[1,4]", [2, 3, 5]], {}), (["float64[4,4,1]", [3]], {}), (["bool[2,3]", [3]], {}),
                (["int64[2,3]", []], {})],
-    "getitem": [(["float32[2,3]", [0, 0, 0]], {}), (["float32[2,3]", [None, 0, 5]], {}), (["int64[2,3]", 2], {}),
+    "setitem": [(["float32[2,3]", 5, 1.0], {}), (["float32[2,3]", [None, 1, 7], 1.0], {}),
+                (["float32[2,3]", [1, 2], 1.0], {})],
+    "float_power_": [(["float32[3]", 2], {}), (["int64[3]", 2.5], {}), (["bool[3]", 2], {}), (["float64[3]", 2], {})],
+    "getitem": [(["float32[2,3]", [0, 0, 0]], {}), (["float32[2,3,4]", [None, 1, 7]], {}),
+                (["float32[2,3]", [None, 0, 5]], {}), (["int64[2,3]", 2], {}),
                 (["float32[2,3]", [1, -4]], {}), (["float32[2,3]", [0, -3]], {}), (["bool[2,3]", [None, None, 1]], {}),
                 (["float32[2,3,4]", [None, 1, 2, 3, None]], {}), (["float32[2,3]", [[0, 1], 0, 1]], {})],
     "expand_as": [(["float32[3,1]", "int64[3,5]"], {}), (["float64[4,4,1]", "float32[4,4]"], {}),
@@ -257,7 +266,10 @@ def operand_kinds(arity: int, dtypes: list[str]) -> list[tuple[str, ...]]:
 
 
 def arity(entry: dict) -> int | None:
-    """1 or 2: the op's required tensor arguments (None: another arity, not tried)."""
+    """1 or 2: the op's required tensor arguments (None: another arity, or a call of them that returns a tuple:
+    where(condition), not tried)."""
+    if entry.get("tuple_when"):
+        return None
     required = [a for a in entry["arguments"] if a.get("tensor") and "default" not in a and a.get("required", True)]
     return len(required) if len(required) in (1, 2) and not any(a.get("tensor_list") for a in required) else None
 
@@ -270,6 +282,8 @@ def torch_callable(torch, name: str):
         return REFLECTED[name]
     if name == "getitem":  # t[index] (a JSON list: a tuple index)
         return lambda t, index: t[tuple(index) if isinstance(index, list) else index]
+    if name == "setitem":  # t[index] = value
+        return _setitem
     if name == "polygamma":  # polygamma(n, input)
         return lambda x: torch.polygamma(1, x)
     for space in (torch, torch.nn.functional, torch.special, torch.Tensor):  # (Tensor: expand, a method only)
@@ -277,6 +291,11 @@ def torch_callable(torch, name: str):
         if fn is not None:
             return fn
     return None
+
+
+def _setitem(t, index, value):
+    t[tuple(index) if isinstance(index, list) else index] = value
+    return t
 
 
 def make(torch, kind: str):

@@ -117,7 +117,7 @@ def _value_of(entry: dict, args: list, kwargs: dict):
         if a.get("kind") == "varargs":  # (given as one list: x.expand([2, 3]))
             break
     given = dict(zip(positions, args)) | kwargs
-    if entry["name"] == "getitem" and isinstance(given.get("index"), list):
+    if entry["name"] in ("getitem", "setitem") and isinstance(given.get("index"), list):
         given["index"] = tuple(given["index"])  # (the fixture writes a tuple index as a list)
 
     def value(name):
@@ -148,7 +148,8 @@ def client_verdict(op: str, args: list, kwargs: dict):
     its dtype rule, the result's dtype, or None (left to the server)."""
     entry = CATALOG[op]
     value = _value_of(entry, args, kwargs)
-    checks = (*entry["checks"], *(CATALOG[op[:-1]]["checks"] if entry["inplace"] else ()))  # (as call_op reads)
+    base = CATALOG.get(op[:-1]) if entry["inplace"] else None  # (setitem has none)
+    checks = (*entry["checks"], *(base["checks"] if base else ()))  # (as call_op reads)
     broken = _checks.first_failure(checks, value)
     if broken is not None:
         return {"error": list(broken)}
@@ -156,7 +157,7 @@ def client_verdict(op: str, args: list, kwargs: dict):
         positions = [a["name"] for a in entry["arguments"]]
         args = [value(n) for n in positions[:len(args)]]
         try:
-            _meta.check_inplace_dtype(entry, CATALOG[op[:-1]], tuple(args), {k: value(k) for k in kwargs})
+            _meta.check_inplace_dtype(entry, base, tuple(args), {k: value(k) for k in kwargs})
         except Exception as e:  # noqa: BLE001 - torch's class, raised by the client
             return {"error": [type(e).__name__, str(e)]}
         return None
@@ -208,7 +209,8 @@ def test_declarations_parse_into_known_rules_and_conditions():
     for entry in CATALOG.values():
         if entry["promotion"]:
             rule, _, refusals = P.parse(entry["promotion"])
-            assert rule in ("result_type", "float", "true_divide", "long", "same", "bool", "int64"), entry["name"]
+            assert rule in ("result_type", "float", "true_divide", "long", "same", "bool", "int64", "float64"), \
+                entry["name"]
             for condition, kind, message in refusals:
                 assert condition in ("bool", "integral", "any_bool", "all_bool", "bool_tensors", "bool_number")
                 assert kind in ("RuntimeError", "NotImplementedError") and message, entry["name"]

@@ -155,8 +155,8 @@ def engine_outcome(op: str, args: list, kwargs: dict):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             values = [_engine_value(a) for a in args]
-            if op == "getitem" and isinstance(values[1], list):  # (the fixture writes a tuple index as a list)
-                values[1] = tuple(values[1])
+            if op in ("getitem", "setitem") and isinstance(values[1], list):
+                values[1] = tuple(values[1])  # (the fixture writes a tuple index as a list)
             out = OPS[op].fn(*values, **{k: _engine_value(v) for k, v in kwargs.items()})
     except EngineError as e:
         return {"error": [e.exception, e.message]}

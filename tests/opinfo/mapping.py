@@ -182,6 +182,7 @@ CATALOG_OP: dict[str, str] = {
     "outer": "outer",
     "permute": "permute",
     "pow": "pow",
+    "float_power": "float_power",
     "roll": "roll",
     "round": "round",
     "round.decimals_0": "round",

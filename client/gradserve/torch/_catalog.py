@@ -49,6 +49,7 @@ def returns_named_tuple(entry: dict, args: tuple, kwargs: dict) -> bool:
 def returns_tuple(entry: dict, args: tuple, kwargs: dict) -> bool:
     """Does this call return a plain tuple of tensors (split's pieces, max_pool2d(return_indices=True))?"""
     return entry.get("variable_outputs", False) or any(
+        argument(entry["name"], flag[1:], args, kwargs) is None if flag[0] == "!" else
         argument(entry["name"], flag, args, kwargs) for flag in entry.get("tuple_when", ()))
 
 

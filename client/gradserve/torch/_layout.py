@@ -14,6 +14,8 @@ the client cannot tell).
 
 from __future__ import annotations
 
+from gradserve.torch._rules import channels_last_like
+
 UNKNOWN = None
 #: torch's message for a view its input's strides do not allow
 VIEW_ERROR = ("view size is not compatible with input tensor's size and stride (at least one dimension spans across "
@@ -24,7 +26,10 @@ class Deferred:
     """A layout known before the shape is: its (strides, offset) once the shape is (``resolve``). ``kind``:
     ``row-major``; ``column-major`` (LAPACK's results: the last two dimensions transposed, the batch row-major);
     ``nonzero`` (``(1, n)`` for n rows: torch allocates it transposed, n itself even when 0); ``nonzero-column``
-    (``index``-th of ``nonzero(as_tuple=True)``'s columns: a view of that, at ``index * n``)."""
+    (``index``-th of ``nonzero(as_tuple=True)``'s columns: a view of that, at ``index * n``); ``transposed-fold``
+    (matmul of a matrix that requires grad by a batch: torch multiplies the batch transposed and folded, and
+    transposes the product back, copied to row-major unless that is contiguous already: a row or a column);
+    ``channels-last`` (a 4-d or 5-d tensor's channels innermost: cat of inputs laid out so)."""
 
     __slots__ = ("kind", "index")
 
@@ -47,6 +52,11 @@ class Deferred:
             return column_major(shape), 0
         if self.kind == "nonzero":
             return (1, shape[0]), 0
+        if self.kind == "channels-last":
+            return channels_last(shape), 0
+        if self.kind == "transposed-fold":
+            folded = column_major(shape)
+            return (folded if is_contiguous(shape, folded) else contiguous(shape)), 0
         return (1,), self.index * shape[0]
 
 
@@ -70,6 +80,15 @@ def column_major(shape: tuple) -> tuple:
         return contiguous(shape)
     *batch, m, n = contiguous((*shape[:-2], shape[-1], shape[-2]))
     return (*batch, n, m)
+
+
+def channels_last(shape: tuple) -> tuple:
+    """The strides torch allocates a channels_last (4-d) or channels_last_3d (5-d) tensor of ``shape`` with."""
+    strides, step = [0] * len(shape), 1
+    for d in (1, *range(len(shape) - 1, 1, -1), 0):
+        strides[d] = step
+        step *= shape[d]
+    return tuple(strides)
 
 
 def contiguous(shape: tuple) -> tuple:
@@ -397,7 +416,7 @@ VIEWS = {"t": _t, "transpose": _transpose, "permute": _permute, "movedim": _move
 NEEDS_SHAPE = frozenset({"view", "view_as", "unflatten", "reshape", "reshape_as", "flatten"})
 #: copies that keep their input's layout (preserve_format)
 PRESERVING = frozenset({"clone", "to", "float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte",
-                        "bool"})
+                        "bool", "flip"})
 #: families whose results are contiguous when their inputs are (linear algebra's solvers are column-major: not here)
 CONTIGUOUS_FAMILIES = frozenset({"reduction", "nn", "conv", "creation", "scan", "queries", "indexing", "order_stats",
                                  "special", "random", "matrix", "composites", "shape", "attention"})
@@ -422,9 +441,46 @@ def _svd(arg):
 _ROW_MAJOR_OPS = ("matmul", "__matmul__", "__rmatmul__", "rmatmul", "mm", "bmm", "addmm", "baddbmm", "dot", "mv",
                   "outer", "ger", "inner_1d", "cross", "linalg.cross", "det", "linalg.det", "logdet",
                   "linalg.svdvals")
+def _matmul(arg, first: str = "self", second: str = "other"):
+    """matmul's layout: row-major, but for a matrix that requires grad by a batch (torch's transposed fold;
+    ``_meta._folds`` says when torch folds); None where whether the matrix requires grad is not known."""
+    from gradserve.torch._meta import UNKNOWN, peek
+
+    a, b = arg(first), arg(second)
+    a_shape, b_shape = getattr(a, "_shape", None), getattr(b, "_shape", None)
+    if a_shape is None or b_shape is None or len(a_shape) != 2 or len(b_shape) < 3:
+        return ROW_MAJOR
+    grad = peek(a, "requires_grad")
+    return None if grad is UNKNOWN else TRANSPOSED_FOLD if grad else ROW_MAJOR
+
+
+TRANSPOSED_FOLD = Deferred("transposed-fold")
+CHANNELS_LAST = Deferred("channels-last")
+
+
+def _cat(arg):
+    """cat's layout, as torch chooses it: channels_last when every input is laid out so (4-d, or 5-d), else
+    row-major (the first row-major input decides); None where an input's layout is not known."""
+    chosen = None
+    for t in arg("tensors") or ():
+        layout = of(t) if hasattr(t, "_layout") else None
+        if layout is None:
+            return None
+        rank = len(t._shape) if channels_last_like(tuple(t._shape), layout[0]) else 0
+        if rank == 0 or chosen not in (None, rank):
+            return ROW_MAJOR
+        chosen = rank
+    return None if chosen is None else CHANNELS_LAST
+
+
+#: results row-major whatever their inputs' layouts: the families' (reductions, scans, medians; not flip, which
+#: preserves its input's, nor sort's named tuple) and these ops' (softmax makes its input contiguous)
+ROW_MAJOR_FAMILIES = frozenset({"reduction", "scan", "order_stats"})
+ROW_MAJOR_OPS = frozenset({"softmax", "log_softmax", "softmin", "_safe_softmax"})
 #: one-output ops whose result's layout does not follow their inputs' (matmul's is row-major even of transposed
 #: operands; LAPACK's column-major; nonzero's transposed), as a function of the call's arguments
 RESULT_LAYOUTS = {**{name: (lambda arg: ROW_MAJOR) for name in _ROW_MAJOR_OPS},
+                  "matmul": _matmul, "rmatmul": lambda arg: _matmul(arg, "other", "self"), "cat": _cat,
                   "linalg.inv": lambda arg: COLUMN_MAJOR, "inverse": lambda arg: COLUMN_MAJOR,
                   "linalg.cholesky": lambda arg: COLUMN_MAJOR, "linalg.solve": _solve,
                   "nonzero": lambda arg: Deferred("nonzero")}

@@ -271,7 +271,19 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
     if entry["name"] in L.VIEWS and tensors and tensors[0]._shape is None and \
             tensors[0]._layout.__class__ is L.Deferred and tensors[0]._layout != L.ROW_MAJOR:
         tensors[0].shape  # noqa: B018 - (asked: a view of a column-major result may fail, at this line)
+    dtype = arg("dtype") if "dtype" in (_ARG_NAMES.get(entry["name"]) or _arg_names(entry)) else None
+    cast = entry["converts_to"] or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
+    # (torch refuses a dtype before a dimension out of range or shapes that do not broadcast, but for a kernel's
+    # NotImplementedError, which comes after every shape check; an op that checks a dimension first declares it
+    # among its checks, ``dim_range``, which come before this)
+    kernel_refusal = None
+    try:
+        predicted = predict(entry, arg) if cast is None and entry["promotion"] else UNKNOWN
+    except NotImplementedError as refusal:
+        kernel_refusal, predicted = refusal, UNKNOWN
     shape = shape_of(entry, tensors, arg)
+    if kernel_refusal is not None:
+        raise kernel_refusal
     shape, layout = layout_of(entry, tensors, arg, shape)
     if shape is not UNKNOWN:
         facts["shape"] = shape
@@ -279,8 +291,6 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
         facts["layout"] = layout
     if entry["name"] in L.VIEWS and tensors and tensors[0]._dtype is not None:
         facts["dtype"] = tensors[0]._dtype  # (a view, or a copy of one dtype)
-    dtype = arg("dtype") if "dtype" in (_ARG_NAMES.get(entry["name"]) or _arg_names(entry)) else None
-    cast = entry["converts_to"] or (getattr(dtype, "name", UNKNOWN) if dtype is not None else None)
     if cast is not None and cast is not UNKNOWN and entry["family"] == "shape":  # (a conversion: its dtype)
         facts["dtype"] = cast
         if not tensors or peek(tensors[0], "dtype") in (cast, UNKNOWN):
@@ -289,7 +299,6 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
                 facts["layout"] = L.of(tensors[0])
             return facts  # torch returns the tensor itself when it has the dtype already: its flags, unknown here
     if cast is None and entry["promotion"]:
-        predicted = predict(entry, arg)
         if predicted is not UNKNOWN:
             facts["dtype"] = cast = predicted  # (an integral result does not require grad)
     elif cast is not None and cast is not UNKNOWN:
@@ -312,11 +321,13 @@ def named_results(entry: dict, tensors: list, arg, grad_enabled: bool) -> list[d
     fixed = L.NAMED_LAYOUTS.get(entry["name"])
     if fixed is not None:  # (svd's: one per field, whatever the input's layout)
         layout = list(fixed(_with_defaults(entry, arg)))
-    elif have is not None and entry["name"] == "sort":
-        layout = (L.preserved(shape, have[0]), 0)  # (sort keeps its input's layout)
+    elif entry["name"] == "sort":
+        layout = None if have is None else (L.preserved(shape, have[0]), 0)  # (sort keeps its input's layout)
+    elif shape is not UNKNOWN and entry["family"] in L.ROW_MAJOR_FAMILIES:
+        layout = (L.contiguous(shape), 0)  # (max(dim), median(dim)... whatever the input's layout)
     elif have is not None and entry["family"] in L.CONTIGUOUS_FAMILIES and have[0] == L.contiguous(
             tuple(tensors[0]._shape)):
-        layout = (L.contiguous(shape), 0)  # (topk, kthvalue, max(dim)... of a row-major input)
+        layout = (L.contiguous(shape), 0)  # (topk, kthvalue... of a row-major input)
     out = []
     for i, rule in enumerate(rules):
         facts: dict = {} if shape is UNKNOWN else {"shape": shape}
@@ -333,7 +344,10 @@ def named_results(entry: dict, tensors: list, arg, grad_enabled: bool) -> list[d
 def _flags(facts: dict, entry: dict, tensors: list, grad_enabled: bool, cast) -> dict:
     """``facts`` of a result of dtype ``cast`` (None: the rule's, not known; UNKNOWN) with its autograd flags and
     node, where the client knows them."""
-    if not grad_enabled or not entry["differentiable"] or cast is not None and is_float(cast) is False:
+    # (an op without a derivative that records a node, floor_divide's NotImplemented, still makes a result that
+    # requires grad: its backward is what fails)
+    if not grad_enabled or not (entry["differentiable"] or entry["grad_fns"]) or cast is not None and \
+            is_float(cast) is False:
         facts.update(requires_grad=False, is_leaf=True, grad_fn=None, node=None)
         return facts
     if cast is UNKNOWN:
@@ -403,7 +417,9 @@ def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
     fixed = L.RESULT_LAYOUTS.get(name)
     if fixed is not None:  # (laid out whatever its inputs' layouts)
         layout = fixed(_with_defaults(entry, arg))
-        return shape, (layout if shape is UNKNOWN else layout.resolve(tuple(shape)))
+        return shape, (layout if shape is UNKNOWN or layout is None else layout.resolve(tuple(shape)))
+    if name in L.ROW_MAJOR_OPS or entry["family"] in L.ROW_MAJOR_FAMILIES and name not in L.PRESERVING:
+        return shape, (L.ROW_MAJOR if shape is UNKNOWN else (L.contiguous(shape), 0))
     layouts = [L.of(t) for t in tensors]
     if shape is UNKNOWN:  # (row-major, when its shape is known, as the contiguous families' below)
         return shape, (L.ROW_MAJOR if None not in layouts and _contiguous_result(entry, tensors, layouts) else None)

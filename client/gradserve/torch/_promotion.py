@@ -10,7 +10,7 @@ A declaration is a rule, optionally with the operands it reads and the refusals 
     true_divide                     float, unless a rounding_mode is given: result_type (div)
     long                            the same, then an integral or bool dtype gives int64 (sum, cumsum)
     same                            the first operand's dtype (neg, relu, amax)
-    bool / int64                    that dtype (comparisons; argmax)
+    bool / int64 / float64          that dtype (comparisons; argmax; float_power)
     result_type(self,other)         the operands: those arguments (default: every tensor argument; ``float()``:
                                     none, the default float: linspace)
     ... | integral: RuntimeError: mean(): ... Got: {dtype}
@@ -136,10 +136,10 @@ def predict(declaration: str, operands: list[tuple[str, int]], rounding_mode=Non
     """The result's dtype under ``declaration`` for (dtype, priority) operands; raises ``Refused``. None: not
     decided by the rule."""
     rule, _, refusals = parse(declaration)
-    if rule in ("bool", "int64") and not refusals:
+    if rule in _FIXED and not refusals:
         return rule
     if not operands:  # (a creation op's: float() is the default float)
-        return default_float() if rule == "float" else rule if rule in ("bool", "int64") else None
+        return default_float() if rule == "float" else rule if rule in _FIXED else None
     promoted = result_type(operands)
     for condition, kind, message in refusals:
         if _holds(condition, promoted, operands):
@@ -152,9 +152,13 @@ def predict(declaration: str, operands: list[tuple[str, int]], rounding_mode=Non
         return promoted if is_floating(promoted) else "int64"
     if rule == "same":
         return operands[0][0]
-    if rule in ("bool", "int64"):
+    if rule in _FIXED:
         return rule
     return None
+
+
+#: rules that name their result's dtype
+_FIXED = frozenset({"bool", "int64", "float64"})
 
 
 def _holds(condition: str, promoted: str, operands: list[tuple[str, int]]) -> bool:

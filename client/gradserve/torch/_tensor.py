@@ -946,7 +946,7 @@ _MULTI_VIEW_NODES = {"split": "Split", "chunk": "Split", "unbind": "Unbind"}
 
 def _know_pieces(base: str, first, outs: tuple, arg) -> None:
     """The shapes and layouts of a tuple result's pieces, where the client can tell them."""
-    if base == "nonzero":
+    if base == "nonzero" or base == "where":  # (where(condition) is nonzero(condition, as_tuple=True))
         for i, out in enumerate(outs):
             out._know_facts({"dtype": "int64", "layout": _layout.Deferred("nonzero-column", i)})
         return

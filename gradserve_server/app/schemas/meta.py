@@ -31,7 +31,8 @@ class OpInfo(BaseModel):
     exports: list[str] = Field(default_factory=list, description="Public names beyond torch.<name> and "
                                "Tensor.<name> (`torch.nn.functional.relu`, `torch.special.expit`).")
     tuple_when: list[str] = Field(default_factory=list, description="Arguments that make the result a tuple of "
-                                  "tensors when true (max_pool2d's `return_indices`).")
+                                  "tensors when true (max_pool2d's `return_indices`); `!name`: when `name` is not "
+                                  "given (`torch.where(condition)`).")
     variable_outputs: bool = Field(default=False, description="The number of outputs depends on the arguments or "
                                    "the data (split, chunk, unbind): the response's `bound` lists the names given.")
     python_result: str = Field(default="", description="torch returns a Python value of this type (`bool` for "

@@ -247,6 +247,20 @@ def tie(g: Tensor | None, *inputs) -> Tensor | None:
 
 # ----- shared by the families' formulas ------------------------------------------------------------------
 
+def row_major(a: np.ndarray) -> np.ndarray:
+    """A new result as torch allocates it, row-major (numpy's reductions, scans and joins keep their input's
+    layout, which a later view would read)."""
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+#: a dimension argument checked before the op's other checks (gather, topk, argmax...; a declared rule: the client
+#: raises it in that order too)
+DIM_FIRST = ("dim_range(self,dim) | IndexError: Dimension out of range (expected to be in range of [{low}, {high}], "
+             "but got {dim})")
+#: indexing's refusals from the index's metadata (getitem's and setitem's, which indexes through getitem)
+INDEX_CHECKS = ("index_count(self,index) | IndexError: too many indices for tensor of dimension {dims}",
+                "index_bounds(self,index) | IndexError: index {index} is out of bounds for dimension {dim} with size "
+                "{size}")
 #: the largest x whose exp is finite, less a margin, by item size (float32, float64)
 EXP_FINITE = {4: 88.0, 8: 709.0}
 #: a kernel of several steps writes them over its first fresh array from this size on (a new array of this size

@@ -38,6 +38,7 @@ from .common import (
     ARRAY,
     EXP_FINITE,
     IN_PLACE_BYTES,
+    NOT_GIVEN,
     NP,
     add_t,
     as_operand,
@@ -426,16 +427,20 @@ def _pow_dtype_check(dtype, exponent):
         raise TorchRuntimeError("Integers to negative integer powers are not allowed.", code="invalid_argument")
 
 
+#: torch's overloads of pow, which float_power has too
+_POW_OVERLOADS = {
+    "function": (
+        "(Tensor input, Tensor exponent, *, Tensor out = None)",
+        "(Number self, Tensor exponent, *, Tensor out = None)",
+        "(Tensor input, Number exponent, *, Tensor out = None)",
+    ),
+    "method": ("(Tensor exponent)", "(Number exponent)"),
+}
+
+
 @op("pow", promotion='result_type | bool_tensors: NotImplementedError: "pow" not implemented for \'Bool\'',
-    overloads={
-        "function": (
-            "(Tensor input, Tensor exponent, *, Tensor out = None)",
-            "(Number self, Tensor exponent, *, Tensor out = None)",
-            "(Tensor input, Number exponent, *, Tensor out = None)",
-        ),
-        "method": ("(Tensor exponent)", "(Number exponent)"),
-    },
-    tensors=("self", "exponent"), aliases=("__pow__", "float_power_"), plannable=True)
+    overloads=_POW_OVERLOADS,
+    tensors=("self", "exponent"), aliases=("__pow__",), plannable=True)
 def pow(self, exponent):
     """torch.pow(input, exponent): tensor**number (PowBackward0), tensor**tensor (PowBackward1),
     number**tensor (PowBackward2)."""
@@ -463,6 +468,18 @@ def pow(self, exponent):
     out = (_int_power if NP[dtype].kind in "iu" else np.power)(a, b)
     return record(P.PowBackward2, np.asarray(out), (exponent,),
                   {"self": self, "exponent": exponent, "result": "result"})
+
+
+@op("float_power", promotion="float64",
+    overloads=_POW_OVERLOADS,
+    tensors=("self", "exponent"), grad_fns=(P.PowBackward0, P.PowBackward1, P.PowBackward2))
+def float_power(self, exponent):
+    """torch.float_power(input, exponent): pow in double precision, the tensors converted to float64 first
+    (ToCopyBackward0 under the PowBackward node of a float32 input), a number exponent read as a double."""
+    base = F.double(self) if isinstance(self, Tensor) else float(self) if is_number(self) else self
+    power = F.double(exponent) if isinstance(exponent, Tensor) else float(exponent) if is_number(exponent) \
+        else exponent
+    return pow(base, power)
 
 
 @op("rpow", promotion='result_type | bool: NotImplementedError: "pow" not implemented for \'Bool\'',
@@ -1740,9 +1757,12 @@ def _(ctx, grad):
         ),
         "method": ("(Tensor condition, Tensor other)", "(Tensor condition, Number other)"),
     },
-    tensors=("condition", "self", "other"))
-def where(condition, self, other):
-    """torch.where(condition, input, other); numbers allowed for input/other."""
+    tensors=("condition", "self", "other"), tuple_when=("!self",))
+def where(condition, self=NOT_GIVEN, other=NOT_GIVEN):
+    """torch.where(condition, input, other); numbers allowed for input/other. torch.where(condition) alone is
+    torch.nonzero(condition, as_tuple=True)."""
+    if self is NOT_GIVEN and other is NOT_GIVEN:
+        return F.nonzero(condition, as_tuple=True)
     condition = require_tensor(condition, "condition", "where")
     if condition.data.dtype == np.uint8:  # still read as a mask by torch (deprecated, with its warning)
         from ..grad_mode import emit_warning

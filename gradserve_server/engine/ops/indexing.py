@@ -16,7 +16,7 @@ from ..budget import current_control
 from ..errors import InvalidArgumentError, TorchIndexError, TorchRuntimeError
 from ..registry import P, broken_check, declare, jvp, op, record, vjp
 from ..tensor import Tensor
-from .common import broadcast_shapes, is_number, require_tensor, saved_int, signed_int, wrap_dim
+from .common import DIM_FIRST, broadcast_shapes, is_number, require_tensor, saved_int, signed_int, wrap_dim
 from .elementwise import checked_scalar, mul_number
 from .reduction import ValuesIndices, _scatter_into_zeros, _value_selecting
 from .shape import _index_put_zeros, expand, gather, index_select, reshape
@@ -66,7 +66,8 @@ def _src_block(src: np.ndarray, index: np.ndarray) -> np.ndarray:
 
 
 @op("scatter",
-    checks=("index_dtype(index)=int64,int32 | RuntimeError: scatter(): Expected dtype int32/int64 for index",),
+    checks=(DIM_FIRST,
+            "index_dtype(index)=int64,int32 | RuntimeError: scatter(): Expected dtype int32/int64 for index"),
     overloads={
         "function": (
             "(Tensor input, int dim, Tensor index, Tensor src, *, Tensor out = None)",
@@ -143,7 +144,8 @@ def _(ctx, self_t):
 
 
 @op("scatter_add",
-    checks=("index_dtype(index)=int64,int32 | RuntimeError: scatter(): Expected dtype int32/int64 for index",),
+    checks=(DIM_FIRST,
+            "index_dtype(index)=int64,int32 | RuntimeError: scatter(): Expected dtype int32/int64 for index"),
     tensors=("self", "index", "src"))
 def scatter_add(self, dim, index, src):
     """torch.scatter_add(input, dim, index, src): out[index[i][j]][j] += src[i][j] for dim 0."""
@@ -588,7 +590,7 @@ def _topk_as_torch(x: np.ndarray, ax: int, k: int, largest: bool, sorted_: bool,
 
 
 @op("topk", promotion="same => same,int64",
-    checks=("dtype(self)=!bool | RuntimeError: topk does not support bool dtypes on CPU",
+    checks=(DIM_FIRST, "dtype(self)=!bool | RuntimeError: topk does not support bool dtypes on CPU",
             "k_in_range(self,k,dim) | RuntimeError: selected index k out of range"),
     tensors=("self",), returns=ValuesIndices._fields)
 def topk(self, k, dim=-1, largest=True, sorted=True):

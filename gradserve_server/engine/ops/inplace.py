@@ -34,7 +34,7 @@ from ..tensor import Tensor
 from ..views import _dense, has_internal_overlap, partial_overlap, rebase_error, set_history, view_positions
 from . import elementwise as E
 from . import linalg, matrix, reduction, scan, special  # noqa: F401  (ops whose in-place forms are declared here)
-from .common import require_tensor
+from .common import INDEX_CHECKS, require_tensor
 from .indexing import index_add, index_copy, index_fill, scatter, scatter_add
 
 _LEAF = "a leaf Variable that requires grad is being used in an in-place operation."
@@ -394,6 +394,20 @@ mul_ = _make("mul_", E.mul, (P.MulBackward0,), ("self", "other"), ("__imul__", "
 div_ = _make("div_", E.div, (P.DivBackward0,), ("self", "other"),
              ("__itruediv__", "itruediv", "idiv", "divide_", "true_divide_"))
 pow_ = _make("pow_", E.pow, (P.PowBackward0, P.PowBackward1), ("self", "exponent"), ("__ipow__", "ipow"))
+
+
+@op("float_power_", checks=("dtype(self)=float64 | RuntimeError: the base given to float_power_ has dtype {dtype} but "
+                            "the operation's result requires dtype Double",),
+    tensors=("self", "exponent"), grad_fns=(P.PowBackward0, P.PowBackward1), inplace=True)
+def float_power_(self, exponent):
+    """Tensor.float_power_(exponent): pow_ of a float64 tensor by the exponent as a double; torch refuses any
+    other base before anything else (a leaf's in-place error comes after)."""
+    self = require_tensor(self)
+    if self.data.dtype != np.float64:
+        raise broken_check("float_power_", self=self)
+    return _apply_inplace(self, E.float_power, (exponent,), {}, True)
+
+
 exp_ = _make("exp_", E.exp, (P.ExpBackward0,))
 log_ = _make("log_", E.log, (P.LogBackward0,))
 neg_ = _make("neg_", E.neg, (P.NegBackward0,), aliases=("negative_",))
@@ -539,7 +553,7 @@ copy_ = _make("copy_", _copy, (P.CopyBackwards,), ("self", "src"),
               overloads={"method": ("(Tensor other, bool non_blocking = False)",)})
 
 
-@op("setitem",
+@op("setitem", checks=INDEX_CHECKS,
     parsed=False,
     tensors=("self", "index", "value"), grad_fns=(P.CopySlices, P.CopyBackwards, P.FillBackward3),
     inplace=True, aliases=("__setitem__",))

@@ -29,7 +29,7 @@ from ..kernel import kcall
 from ..registry import F, P, broken_check, jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
 from .backward import log_softmax_backward_data, softmax_backward_data
-from .common import binary_operands, broadcast_shapes, check_no_requires_grad, require_tensor, tie, wrap_dim
+from .common import binary_operands, broadcast_shapes, check_no_requires_grad, require_tensor, row_major, tie, wrap_dim
 from .elementwise import abs as abs_
 from .elementwise import (
     add,
@@ -148,7 +148,7 @@ def _softmax_kernel(x, d, shape):
         s = _SUM(e, axis=d, keepdims=True)
         # torch's last-dim kernel multiplies by the reciprocal of the sum, the strided one divides
         out = e * (x.dtype.type(1) / s) if d == x.ndim - 1 else e / s
-    return out.reshape(shape).astype(x.dtype, copy=False)
+    return row_major(out.reshape(shape).astype(x.dtype, copy=False))  # (torch's: contiguous, whatever x's)
 
 
 def _log_softmax_kernel(x, d, shape):
@@ -158,7 +158,7 @@ def _log_softmax_kernel(x, d, shape):
             out = shifted - np.log(_SUM(np.exp(shifted), axis=d, keepdims=True))
         else:
             out = x.copy()
-    return out.reshape(shape).astype(x.dtype, copy=False)
+    return row_major(out.reshape(shape).astype(x.dtype, copy=False))
 
 
 @op("log_softmax", promotion="same", checks=(

@@ -16,7 +16,7 @@ from ..grad_mode import emit_warning
 from ..kernel import kcall
 from ..registry import OPS, F, P, broken_check, jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
-from .common import NOT_GIVEN, NP, float_dtype, require_tensor, wrap_dim, wrap_dims
+from .common import NOT_GIVEN, NP, float_dtype, require_tensor, row_major, wrap_dim, wrap_dims
 from .elementwise import abs as abs_
 from .elementwise import div_number, eq, exp, masked_fill, sign
 from .shape import expand, expand_to, reshape, unsqueeze
@@ -133,9 +133,7 @@ batching(P.SumBackward1, vjp=lambda ctx, grad, batch: (_restore_batched(grad, ct
          jvp=lambda ctx, batch, t: sum(t, _reduced_dims(ctx, t), keepdim=ctx.keepdim) if t.data.ndim > 1 else t)
 
 
-def _c(a: np.ndarray) -> np.ndarray:
-    """A reduction's result as torch allocates it: contiguous (numpy's reductions keep the input's layout)."""
-    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+_c = row_major  # (a reduction's result: contiguous, as torch allocates it)
 
 
 @op("mean", promotion=(
@@ -593,11 +591,11 @@ def _correction(unbiased, correction) -> tuple:
 
 def _var_forward(self: Tensor, dim, correction, keepdim):
     """(dims, the variance in the computation dtype: float32 for float16/bfloat16, rounded by the caller)."""
+    if not D.is_floating(self.dtype):  # (torch checks the dtype before the dims)
+        raise TorchRuntimeError("std and var only support floating point and complex dtypes", code="invalid_dtype")
     nd = self.data.ndim
     dims = _dims(dim, nd)
     x = self.data.astype(D.compute_dtype(self.data.dtype), copy=False)
-    if not D.is_floating(self.dtype):
-        raise TorchRuntimeError("std and var only support floating point and complex dtypes", code="invalid_dtype")
     ax = _axis(dims, nd)
     n = x.size if dims is None or nd == 0 else int(np.prod([x.shape[d] for d in dims]))
     dof = n - correction
@@ -798,7 +796,7 @@ def cumsum(self, dim, dtype=None):
     out_dt = NP[_acc_dtype(self, dtype)]
     out = np.cumsum(self.data, axis=d, dtype=D.compute_dtype(out_dt)).astype(out_dt, copy=False) if nd \
         else self.data.astype(out_dt).copy()  # (float16/bfloat16: accumulated in float32, as torch does)
-    return record(P.CumsumBackward0, out, (self,), {"dim": d})
+    return record(P.CumsumBackward0, _c(out), (self,), {"dim": d})
 
 
 @vjp("CumsumBackward0", inputs=("self",), saves=("dim",))

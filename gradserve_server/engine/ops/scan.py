@@ -7,9 +7,9 @@ import numpy as np
 from .. import dtypes as D
 from ..errors import TorchRuntimeError
 from ..grad_mode import _grad_enabled
-from ..registry import OPS, P, jvp, op, record, vjp
+from ..registry import OPS, P, declared_failure, jvp, op, record, vjp
 from ..tensor import Tensor
-from .common import NP, require_tensor, saved_int, signed_int, wrap_dim
+from .common import DIM_FIRST, NP, require_tensor, row_major, saved_int, signed_int, wrap_dim
 from .elementwise import abs as abs_
 from .elementwise import exp, gt, log, lt, where
 from .reduction import _acc_dtype, cumsum, flip
@@ -25,7 +25,8 @@ def cumprod(self, dim, dtype=None):
     d = wrap_dim(dim, nd)
     out_dt = NP[_acc_dtype(self, dtype)]
     out = np.cumprod(self.data, axis=d, dtype=out_dt) if nd else self.data.astype(out_dt).copy()
-    return record(P.CumprodBackward0, out, (self,), {"dim": saved_int(dim), "result": "result", "self": self})
+    return record(P.CumprodBackward0, row_major(out), (self,),
+                  {"dim": saved_int(dim), "result": "result", "self": self})
 
 
 def _rev_cumsum(x: Tensor, d: int) -> Tensor:
@@ -96,13 +97,14 @@ def _(ctx, self_t):
 @op("logcumsumexp", promotion=(
     "same | "
     'integral: NotImplementedError: "logcumsumexp_out_cpu" not implemented for \'{dtype}\''),
-    tensors=("self",))
+    checks=(DIM_FIRST,), tensors=("self",))
 def logcumsumexp(self, dim):
     """torch.logcumsumexp(input, dim): log(cumsum(exp(input))) computed stably; saves dim, self, result."""
     self = require_tensor(self, "input", "logcumsumexp")
     if not D.is_floating(self.dtype):
-        raise TorchRuntimeError(f"\"logcumsumexp_out_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[self.dtype]}'",
-                                code="invalid_dtype", exception="NotImplementedError")
+        raise declared_failure("logcumsumexp", self=self, dim=dim) or TorchRuntimeError(
+            f"\"logcumsumexp_out_cpu\" not implemented for '{D.SCALAR_TYPE_NAMES[self.dtype]}'",
+            code="invalid_dtype", exception="NotImplementedError")
     nd = self.data.ndim
     d = wrap_dim(dim, nd)
     x = self.data
@@ -110,7 +112,7 @@ def logcumsumexp(self, dim):
         out = np.logaddexp.accumulate(x, axis=d)
     else:
         out = x.copy()
-    return record(P.LogcumsumexpBackward0, np.asarray(out, x.dtype), (self,),
+    return record(P.LogcumsumexpBackward0, row_major(np.asarray(out, x.dtype)), (self,),
                   {"dim": saved_int(dim), "result": "result", "self": self})
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import dtypes as D
 from .. import kernel as K
+from .. import rules
 from ..batching import SAME, batching, shifted, sum_to_batched
 from ..errors import (
     InvalidArgumentError,
@@ -23,10 +24,21 @@ from ..errors import (
 )
 from ..grad_mode import check_numel
 from ..kernel import kcall
-from ..registry import F, P, Prim, broken_check, declare, jvp, op, record, vjp
+from ..registry import F, P, Prim, broken_check, declare, declared_failure, jvp, op, record, vjp
 from ..tensor import Tensor
 from ..views import as_view
-from .common import NOT_GIVEN, NP, require_tensor, shape_arg, sum_to, wrap_dim, wrap_dims
+from .common import (
+    DIM_FIRST,
+    INDEX_CHECKS,
+    NOT_GIVEN,
+    NP,
+    require_tensor,
+    row_major,
+    shape_arg,
+    sum_to,
+    wrap_dim,
+    wrap_dims,
+)
 
 INT64_MAX = 9223372036854775807
 
@@ -266,7 +278,12 @@ def _embed_kernel(g, shape, index):
 
 
 def _concat(axis, *arrs):
-    return np.concatenate(arrs, axis=axis)
+    out = np.concatenate(arrs, axis=axis)
+    if out.ndim in (4, 5) and all(rules.channels_last_like(a.shape, tuple(_torch_strides(a))) for a in arrs):
+        # torch lays cat's result out channels_last when every input is: its channels innermost here too
+        inner = (0, *range(2, out.ndim), 1)
+        return np.ascontiguousarray(out.transpose(inner)).transpose(np.argsort(inner))
+    return row_major(out)  # (torch's otherwise: np.concatenate keeps its inputs' layout)
 
 
 def _stack_arrays(d, *arrs):
@@ -1263,12 +1280,6 @@ def _is_advanced(it) -> bool:
     return isinstance(it, (list, Tensor, np.ndarray)) and not isinstance(it, bool)
 
 
-#: basic indexing's refusals (getitem's; setitem's, which indexes through getitem, at the run)
-INDEX_CHECKS = ("index_count(self,index) | IndexError: too many indices for tensor of dimension {dims}",
-                "index_bounds(self,index) | IndexError: index {index} is out of bounds for dimension {dim} with size "
-                "{size}")
-
-
 @op("getitem", checks=INDEX_CHECKS,
     parsed=False,
     tensors=("self", "index"), grad_fns=(P.SelectBackward0, P.SliceBackward0, P.IndexBackward0,
@@ -1324,14 +1335,13 @@ def _getitem(self, index, alias: bool):
         elif isinstance(it, bool):
             raise TorchIndexError("boolean scalar indices are not supported", code="invalid_index")
         elif isinstance(it, (int, np.integer)):
+            n = out.data.shape[d]
+            if not -n <= it < n:  # (torch names the index's place, not the dimension of the result so far)
+                raise broken_check("getitem", self=self, index=_plain_index(given))
             if advanced:
                 advanced.append((d, np.asarray(it)))
                 d += 1
             else:
-                n = out.data.shape[d]
-                if not -n <= it < n:  # (torch names the index's place, not the dimension of the result so far)
-                    raise broken_check("getitem", self=self, index=tuple(
-                        int(k) if isinstance(k, np.integer) else k for k in given))
                 out = select(out, d, int(it))
         elif _is_advanced(it):
             arr = it.data if isinstance(it, Tensor) else np.asarray(it)
@@ -1350,6 +1360,10 @@ def _getitem(self, index, alias: bool):
                                           code="invalid_index")
                 n = out.data.shape[d]
                 if arr.size and (arr.max() >= n or arr.min() < -n):
+                    # (torch selects by the index's ints before it reads a tensor's values)
+                    first = declared_failure("getitem", self=self, index=_plain_index(given))
+                    if first is not None:
+                        raise first
                     bad = int(arr.max()) if arr.max() >= n else int(arr.min())
                     raise TorchIndexError(f"index {bad} is out of bounds for dimension {d} with size {n}",
                                           code="index_out_of_range")
@@ -1363,6 +1377,11 @@ def _getitem(self, index, alias: bool):
     if out is self and alias:
         out = _as_view(record(P.AliasBackward0, self.data.view(), (self,)), self)
     return out
+
+
+def _plain_index(index: tuple) -> tuple:
+    """``index`` with numpy ints as Python ints, as the checks read an index."""
+    return tuple(int(k) if isinstance(k, np.integer) else k for k in index)
 
 
 def basic_getitem(self: Tensor, index) -> Tensor:
@@ -1481,7 +1500,8 @@ def _(ctx, values_t):
 
 
 @op("index_select",
-    checks=("dtype(index)=int64,int32 | RuntimeError: index_select(): Expected dtype int32 or int64 for index",),
+    checks=(DIM_FIRST,
+            "dtype(index)=int64,int32 | RuntimeError: index_select(): Expected dtype int32 or int64 for index"),
     param_types={"dim": "int"}, storage="new",
     tensors=("self", "index"))
 def index_select(self, dim, index):
@@ -1489,7 +1509,7 @@ def index_select(self, dim, index):
     self = require_tensor(self)
     index = require_tensor(index, "index", "index_select")
     if index.data.dtype != np.int64 and index.data.dtype != np.int32:
-        raise broken_check("index_select", index=index)
+        raise broken_check("index_select", self=self, dim=dim, index=index)
     if index.data.ndim > 1:
         raise TorchIndexError("index_select(): Index is supposed to be a vector", code="invalid_index")
     d = wrap_dim(dim, self.data.ndim)
@@ -1531,7 +1551,8 @@ batching(P.IndexSelectBackward0, **shifted(dims=("dim",)))
 
 
 @op("gather",
-    checks=("index_dtype(index)=int64,int32 | RuntimeError: gather(): Expected dtype int32/int64 for index",),
+    checks=(DIM_FIRST, "index_dtype(index)=int64,int32 | RuntimeError: gather(): Expected dtype int32/int64 for "
+                        "index"),
     param_types={"dim": "int"}, storage="new",
     tensors=("self", "index"))
 def gather(self, dim, index, sparse_grad=False):
@@ -1539,7 +1560,7 @@ def gather(self, dim, index, sparse_grad=False):
     self = require_tensor(self)
     index = require_tensor(index, "index", "gather")
     if index.data.size and index.data.dtype != np.int64 and index.data.dtype != np.int32:  # (torch: not if empty)
-        raise broken_check("gather", index=index)
+        raise broken_check("gather", self=self, dim=dim, index=index)
     d = wrap_dim(dim, self.data.ndim)
     if not index.data.size:  # torch: an empty result of the index's shape, whatever its rank and dtype
         return record(P.GatherBackward0, np.zeros(index.data.shape, self.data.dtype), (self,),
