@@ -1407,7 +1407,7 @@ def _(ctx, grad):
     return grad * (t + x * s * (1 - t * t)),
 
 
-@op("threshold",
+@op("threshold", promotion='same | bool: NotImplementedError: "threshold_cpu" not implemented for \'Bool\'',
     exports=("torch.nn.functional.threshold",),
     tensors=("self",), method=False)
 def threshold(self, threshold, value):
