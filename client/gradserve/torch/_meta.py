@@ -797,11 +797,13 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
 
 @functools.cache
 def _broadcasts_in_place(name: str) -> bool:
-    """An in-place op whose out-of-place form is elementwise (``add_``: ``add``) broadcasts into its target."""
+    """An in-place op whose out-of-place form is elementwise (``add_``: ``add``), or that is itself (``copy_``),
+    broadcasts into its target."""
     from gradserve.torch import _catalog
 
-    base = _catalog.catalog().get(name.removesuffix("_"))
-    return base is not None and base["family"] == "elementwise"
+    table = _catalog.catalog()
+    base = table.get(name.removesuffix("_"))
+    return (base is not None and base["family"] == "elementwise") or table[name]["family"] == "elementwise"
 
 
 def set_requires_grad(t, flag: bool, setter: bool) -> None:

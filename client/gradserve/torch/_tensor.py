@@ -634,7 +634,8 @@ for _dunder, _op in {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__r
                      "__rshift__": "bitwise_right_shift", "__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_",
                      "__itruediv__": "div_", "__ipow__": "pow_", "__iand__": "bitwise_and_", "__ior__": "bitwise_or_",
                      "__ixor__": "bitwise_xor_", "__ilshift__": "bitwise_left_shift_",
-                     "__irshift__": "bitwise_right_shift_", "__imod__": "remainder_"}.items():
+                     "__irshift__": "bitwise_right_shift_", "__imod__": "remainder_",
+                     "__ifloordiv__": "floor_divide_"}.items():
     setattr(Tensor, _dunder, _binary(_op))
 for _dunder, _op in {"__neg__": "neg", "__abs__": "abs", "__invert__": "invert"}.items():
     setattr(Tensor, _dunder, _unary(_op))
@@ -647,6 +648,26 @@ def _rmod(self, other):
 
 
 Tensor.__rmod__ = _rmod
+
+
+def _rfloordiv(self, other):
+    """``7 // x``: torch's floor_divide(Number, Tensor)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    return call_op("floor_divide", (other, self), {})
+
+
+Tensor.__rfloordiv__ = _rfloordiv
+
+
+def _where(self, condition, y):
+    """``x.where(condition, y)``: torch.where(condition, x, y) (the method's self is where's input, not its
+    condition)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    _meta.check_arguments(_op_facts("where").entry, (self, condition, y), {}, True, None)  # (the method's messages)
+    return call_op("where", (condition, self, y), {})
+
+
+Tensor.where = _where
 
 
 def _compare_with_none(op: str, when_none: bool):

@@ -375,14 +375,19 @@ def _(ctx, grad):
 @op("floor_divide", promotion='result_type | bool: NotImplementedError: "div_floor_cpu" not implemented for \'Bool\'',
     numbers_as_tensors=True,
     overloads={
-        "function": ("(Tensor input, Tensor other, *, Tensor out = None)", "(Tensor input, Number other)"),
+        "function": ("(Tensor input, Tensor other, *, Tensor out = None)", "(Number self, Tensor other)",
+                     "(Tensor input, Number other)"),
         "method": ("(Tensor other)", "(Number other)"),
     },
     tensors=("self", "other"), differentiable=False,
     aliases=("__floordiv__",))
 def floor_divide(self, other):
-    """torch.floor_divide(input, other) (``a // b``): no derivative in torch, so a float result that needs
-    grad gets the ``NotImplemented`` node, whose backward raises torch's error."""
+    """torch.floor_divide(input, other) (``a // b``; ``5 // t`` is floor_divide(5, t), the number a tensor operand
+    as remainder's): no derivative in torch, so a float result that needs grad gets the ``NotImplemented`` node,
+    whose backward raises torch's error."""
+    if not isinstance(self, Tensor) and isinstance(other, Tensor):
+        self = _number_tensor(self)
+        self._wrapped = True
     with set_grad_enabled(False):
         out = div(self, other, rounding_mode="floor")
     inputs = (self if isinstance(self, Tensor) else None, other if isinstance(other, Tensor) else None)

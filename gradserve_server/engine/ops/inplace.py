@@ -479,6 +479,7 @@ erf_, erfinv_, expm1_, log1p_, log2_, log10_ = map(_inplace_of, ("erf", "erfinv"
 reciprocal_, rsqrt_, digamma_, lgamma_ = map(_inplace_of, ("reciprocal", "rsqrt", "digamma", "lgamma"))
 nan_to_num_, atan2_, hypot_, xlogy_ = map(_inplace_of, ("nan_to_num", "atan2", "hypot", "xlogy"))
 remainder_ = _inplace_of("remainder", ("__imod__", "imod"))
+floor_divide_ = _inplace_of("floor_divide", ("__ifloordiv__", "ifloordiv"))
 trunc_, frac_, exp2_, deg2rad_, rad2deg_ = map(_inplace_of, ("trunc", "frac", "exp2", "deg2rad", "rad2deg"))
 sgn_, sinc_, logit_ = map(_inplace_of, ("sgn", "sinc", "logit"))
 cumsum_, cumprod_, tril_, triu_, addmm_, baddbmm_ = map(_inplace_of,
@@ -549,7 +550,7 @@ fill_ = _make("fill_", _fill, (P.FillBackward2, P.FillBackward3), ("self", "valu
               overloads={"method": ("(Tensor value)", "(Number value)")})
 copy_ = _make("copy_", _copy, (P.CopyBackwards,), ("self", "src"),
               doc="Tensor.copy_(src): copy src (broadcast, cast) into self in place.",
-              numbers_as_tensors=True, hidden_overload=True, plannable=True,
+              numbers_as_tensors=True, hidden_overload=True, plannable=True, family="elementwise",  # (broadcasts)
               overloads={"method": ("(Tensor other, bool non_blocking = False)",)})
 
 

@@ -350,7 +350,7 @@ batching(P.MvlgammaBackward0, vjp=SAME, jvp=SAME)
         ),
         "method": ("(Tensor other)", "(Number other)"),
     },
-    tensors=("self", "other"), aliases=("special.xlogy",))
+    tensors=("self", "other"), aliases=("special.xlogy",), family="elementwise")  # (it broadcasts, as add does)
 def xlogy(self, other):
     """torch.xlogy(input, other) = input * log(other), 0 where input == 0 (unless other is nan); either side
     may be a number (XlogyBackward1: number input, XlogyBackward2: number other)."""
@@ -422,7 +422,7 @@ batching(P.XlogyBackward2, vjp=SAME, jvp=SAME)
 @op("logaddexp", promotion=(
     "result_type | "
     'integral: NotImplementedError: "logaddexp_cpu" not implemented for \'{dtype}\''),
-    tensors=("self", "other"))
+    tensors=("self", "other"), family="elementwise")  # (it broadcasts, as add does)
 def logaddexp(self, other):
     """torch.logaddexp(input, other) = log(exp(input) + exp(other)), computed stably; saves both."""
     self = require_tensor(self, "input", "logaddexp")

@@ -3,6 +3,7 @@ makes it (a tensor filled with the padding value, each sequence copied into its 
 
 from __future__ import annotations
 
+import gradserve.torch as torch
 from gradserve.torch._tensor import Tensor
 
 
@@ -19,7 +20,7 @@ def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.
     longest = max(s.size(0) for s in sequences)
     trailing = list(first.shape[1:])
     dims = [len(sequences), longest, *trailing] if batch_first else [longest, len(sequences), *trailing]
-    out = first.new_full(dims, padding_value)
+    out = torch.full(dims, padding_value, dtype=first.dtype)  # (torch's new_full; a factory's shape is known here)
     for i, seq in enumerate(sequences):
         n = seq.size(0)
         start = longest - n if padding_side == "left" else 0
