@@ -1144,7 +1144,7 @@ def _(ctx, grad):
 
 @op("elu", promotion='same | integral: NotImplementedError: "elu_cpu" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.elu",),
-    tensors=("self",))
+    tensors=("self",), plannable=True)
 def elu(self, alpha=1.0):
     """F.elu(input, alpha=1.0)."""
     self, out = _elu(self, alpha)
@@ -1152,18 +1152,19 @@ def elu(self, alpha=1.0):
                   {"alpha": alpha, "scale": 1, "input_scale": 1, "self": self})
 
 
-def _elu(self, alpha, scale=1, input_scale=1) -> tuple:
-    """torch's elu kernel: x * scale where x > 0, else expm1(x * input_scale) * alpha * scale (its coefficients
-    in the compute type)."""
-    self = _float_only(self, "elu_cpu")
-    x = float_data(self)
-    dt, x = x.dtype, x.astype(D.compute_dtype(x.dtype), copy=False)  # float16/bfloat16: in float32, rounded once
+def _elu_kernel(x, alpha, scale, input_scale):
     t = x.dtype.type
     with np.errstate(over="ignore"):
         if scale == 1 and input_scale == 1:
-            return self, np.where(x > 0, x, t(alpha) * np.expm1(x)).astype(dt, copy=False)
-        neg = np.expm1(x * t(input_scale)) * t(alpha * scale)
-        return self, np.where(x > 0, x * t(scale), neg).astype(dt, copy=False)
+            return np.where(x > 0, x, t(alpha) * np.expm1(x))
+        return np.where(x > 0, x * t(scale), np.expm1(x * t(input_scale)) * t(alpha * scale))
+
+
+def _elu(self, alpha, scale=1, input_scale=1) -> tuple:
+    """torch's elu kernel: x * scale where x > 0, else expm1(x * input_scale) * alpha * scale (its coefficients
+    in the compute type: float32 for float16/bfloat16, rounded once)."""
+    self = _float_only(self, "elu_cpu")
+    return self, kcall(_elu_kernel, self.data, alpha, scale, input_scale)
 
 
 @vjp("EluBackward0", inputs=("self",), saves=("alpha", "scale", "input_scale", "self"), jvp=elementwise_jvp,
@@ -1178,7 +1179,7 @@ _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804
 
 @op("selu", promotion='same | integral: NotImplementedError: "elu_cpu" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.selu",),
-    tensors=("self",), method=False)
+    tensors=("self",), method=False, plannable=True)
 def selu(self):
     """torch.selu(input): elu with torch's alpha and scale (its node is EluBackward0, which saves them)."""
     self, out = _elu(self, _SELU_ALPHA, _SELU_SCALE)
@@ -1188,7 +1189,7 @@ def selu(self):
 
 @op("celu", promotion='same | integral: NotImplementedError: "elu_cpu" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.celu",),
-    tensors=("self",), method=False)
+    tensors=("self",), method=False, plannable=True)
 def celu(self, alpha=1.0):
     """torch.celu(input, alpha=1.0): elu with input scale 1/alpha."""
     if alpha == 0:
@@ -1341,22 +1342,18 @@ def _(ctx, grad):
     return grad * (s * (1 + x * (1 - s))),
 
 
-def _activation_data(self, kernel: str) -> tuple:
-    """(the checked input, its values in the dtype torch computes them in: float32 for float16/bfloat16)."""
-    self = _float_only(self, kernel)
-    x = float_data(self)
-    return self, x, x.astype(D.compute_dtype(x.dtype), copy=False)
+def _hardswish(x):
+    t = x.dtype.type
+    return x * np.minimum(np.maximum(x + t(3), t(0)), t(6)) / t(6)
 
 
 @op("hardswish", promotion='same | integral: NotImplementedError: "hardswish_cpu" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.hardswish",),
-    tensors=("self",), method=False)
+    tensors=("self",), method=False, plannable=True)
 def hardswish(self):
     """F.hardswish(input) = input * relu6(input + 3) / 6."""
-    self, x, xc = _activation_data(self, "hardswish_cpu")
-    t = xc.dtype.type
-    out = xc * np.minimum(np.maximum(xc + t(3), t(0)), t(6)) / t(6)
-    return record(P.HardswishBackward0, out.astype(x.dtype, copy=False), (self,), {"self": self})
+    self = _float_only(self, "hardswish_cpu")
+    return record(P.HardswishBackward0, kcall(_hardswish, self.data), (self,), {"self": self})
 
 
 @vjp("HardswishBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp,
@@ -1367,16 +1364,19 @@ def _(ctx, grad):
     return where(le(x, -3.0), 0.0, where(lt(x, 3.0), grad * (x / 3.0 + 0.5), grad)),
 
 
+def _hardsigmoid(x):
+    t = x.dtype.type
+    return np.minimum(np.maximum(x + t(3), t(0)), t(6)) / t(6)
+
+
 @op("hardsigmoid", promotion='same | integral: NotImplementedError: "hardsigmoid_cpu" not implemented for '
     '\'{dtype}\'',
     exports=("torch.nn.functional.hardsigmoid",),
-    tensors=("self",), method=False)
+    tensors=("self",), method=False, plannable=True)
 def hardsigmoid(self):
     """F.hardsigmoid(input) = relu6(input + 3) / 6."""
-    self, x, xc = _activation_data(self, "hardsigmoid_cpu")
-    t = xc.dtype.type
-    out = np.minimum(np.maximum(xc + t(3), t(0)), t(6)) / t(6)
-    return record(P.HardsigmoidBackward0, out.astype(x.dtype, copy=False), (self,), {"self": self})
+    self = _float_only(self, "hardsigmoid_cpu")
+    return record(P.HardsigmoidBackward0, kcall(_hardsigmoid, self.data), (self,), {"self": self})
 
 
 def _hardsigmoid_backward(g, x):
@@ -1388,19 +1388,22 @@ def _hardsigmoid_backward(g, x):
 def _(ctx, grad):
     # torch's hardsigmoid_backward (grad * 1/6 inside (-3, 3)) has no derivative of its own: under create_graph
     # its result's node is NotImplemented
-    out = _hardsigmoid_backward(grad.data, ctx.self.data)
+    out = kcall(_hardsigmoid_backward, grad.data, ctx.self.data)
     return record(P.NotImplemented, out, (grad, ctx.self), {"aten": "hardsigmoid_backward"}),
+
+
+def _mish(x):
+    with np.errstate(over="ignore"):
+        return x * np.tanh(np.log1p(np.exp(x)))
 
 
 @op("mish", promotion='same | integral: NotImplementedError: "mish_cpu" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.mish",),
-    tensors=("self",), method=False)
+    tensors=("self",), method=False, plannable=True)
 def mish(self):
     """F.mish(input) = input * tanh(softplus(input))."""
-    self, x, xc = _activation_data(self, "mish_cpu")
-    with np.errstate(over="ignore"):
-        out = xc * np.tanh(np.log1p(np.exp(xc)))
-    return record(P.MishBackward0, out.astype(x.dtype, copy=False), (self,), {"self": self})
+    self = _float_only(self, "mish_cpu")
+    return record(P.MishBackward0, kcall(_mish, self.data), (self,), {"self": self})
 
 
 @vjp("MishBackward0", inputs=("self",), saves=("self",), jvp=elementwise_jvp)
@@ -1412,9 +1415,13 @@ def _(ctx, grad):
     return grad * (t + x * s * (1 - t * t)),
 
 
+def _threshold_kernel(x, threshold, value):
+    return np.where(x <= threshold, x.dtype.type(value), x)
+
+
 @op("threshold", promotion='same | bool: NotImplementedError: "threshold_cpu" not implemented for \'Bool\'',
     exports=("torch.nn.functional.threshold",),
-    tensors=("self",), method=False)
+    tensors=("self",), method=False, plannable=True)
 def threshold(self, threshold, value):
     """torch.threshold(input, threshold, value): value where input <= threshold, else input."""
     return _threshold(self, threshold, value, P.ThresholdBackward0)
@@ -1426,8 +1433,7 @@ def _threshold(self, threshold, value, prim):
     if x.dtype == np.bool_:
         raise TorchRuntimeError("\"threshold_cpu\" not implemented for 'Bool'", code="invalid_dtype",
                                 exception="NotImplementedError")
-    t = x.dtype.type
-    out = np.where(x <= threshold, t(value), x).astype(x.dtype, copy=False)
+    out = kcall(_threshold_kernel, x, threshold, value)
     if x.dtype.kind not in "fV":
         return Tensor(out)
     return record(prim, out, (self,), {"self": self, "threshold": threshold})
@@ -2079,7 +2085,7 @@ def _(ctx, grad):
 
 def _remainder_np(a, b):
     if a.dtype.kind in "iu" and np.any(np.asarray(b) == 0):
-        raise TorchRuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU", code="invalid_argument")
+        raise TorchRuntimeError("ZeroDivisionError", code="invalid_argument")
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.asarray(np.remainder(a, b))
 

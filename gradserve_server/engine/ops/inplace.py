@@ -466,6 +466,7 @@ def _inplace_of(base: str, aliases: tuple = (), **facts):
     aliases = tuple(f"{a}_" for a in spec.aliases if a.isidentifier() and not a.startswith("_")) + aliases
     if "method" in (spec.overloads or {}):
         facts.setdefault("overloads", {"method": spec.overloads["method"]})
+    facts.setdefault("differentiable", spec.differentiable)
     return _make(f"{base}_", spec.fn, grad_fns, spec.tensors, aliases,
                  doc=f"Tensor.{base}_: in-place {base}; bumps the version counter.", **facts)
 
