@@ -28,8 +28,8 @@ import pytest
 import gradserve_server.engine as E
 import gradserve_server.engine.compose as compose_module
 from gradserve_server.engine.plan import PlanCache, _plannable_op, run_planned
-from gradserve_server.engine.registry import OPS
 from gradserve_server.engine.program import State
+from gradserve_server.engine.registry import OPS
 
 from .test_plan import observe
 
