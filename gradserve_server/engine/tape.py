@@ -608,10 +608,11 @@ def compile_tape(steps: list, origin=None) -> tuple:
 def compile_fragment(steps: list, m: int, ret: list, name: str = "?", maker=None):
     """A fragment's steps as one Python function of its ``m`` input arrays (slots 0..m-1) returning the arrays
     of slots ``ret`` (-1: None): straight-line code over locals, kernels and constants bound in its closure, each
-    call's line naming the op (``name``) and the kernel it runs. A long fragment is interpreted instead. The
-    source depends only on the steps' structure (slots, arity, op and kernel names; the kernels and constants
-    are the closure's values): ``maker(src)`` (``plan.PlanCache.maker``: a cache partition's memo, so that a
-    form met again in that partition is not compiled again) gives its compiled maker; None: ``compile_maker``."""
+    call's line naming the op (``name``, made a ``label`` here) and the kernel it runs. A long fragment is
+    interpreted instead. The source depends only on the steps' structure (slots, arity, op and kernel names;
+    the kernels and constants are the closure's values): ``maker(src)`` (``plan.PlanCache.maker``: a cache
+    partition's memo, so that a form met again in that partition is not compiled again) gives its compiled
+    maker; None: ``compile_maker``."""
     if len(steps) > FRAGMENT_CODEGEN_MAX or m > FRAGMENT_CODEGEN_MAX:
         return fragment_interpreter(steps, m, ret)
     names: list = []
@@ -624,6 +625,8 @@ def compile_fragment(steps: list, m: int, ret: list, name: str = "?", maker=None
 
     def slot(s) -> str:
         return f"s{s}"
+
+    name = label(name)
 
     def origin(_):
         return f"op {name}"
