@@ -61,9 +61,9 @@ requires_grad, versions...), the same for every run of the same op list over inp
 
 ``PlanCache`` is the trace layer's one cache (per key: ``PlanCaches``): plans and per-op fragments in one table,
 bounded in entries and measured bytes (least recently used out), with one set of counters: hits, misses,
-unplannable runs, fallbacks, evictions, composed runs and fragment hits and misses (``/metrics``). ``route_oneshot`` and
-``route_session`` (what ``engine.dispatch`` calls) return with the result the route the run took and why
-(``engine.route``), decided where each decision above is made.
+unplannable runs, fallbacks, evictions, composed runs and fragment hits and misses (``/metrics``). ``run_planned``
+(its result's ``route``) and ``route_session`` (what ``engine.dispatch`` calls) give with the result the route the
+run took and why (``engine.route``), decided where each decision above is made.
 """
 
 from __future__ import annotations
@@ -1118,18 +1118,8 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
     tensors that are the run's inputs), through ``cache``: a replayed plan when there is one, else a cold run
     that records one. What the caller can observe is the cold run's, bit for bit. With ``respond`` a list of
     names (``/v1/eval``'s ``return``), what the caller can observe is those names, the autograd report and the
-    names it points at: ``state.tensors`` is left with only these (``_prune``), whichever way the run went."""
-    return _oneshot(cache, state, ops, extra, kwargs)[0]
-
-
-def route_oneshot(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (),
-                  **kwargs) -> tuple[ProgramResult, R.Route]:
-    """``run_planned``, and the route the run took (``engine.route``)."""
-    return _oneshot(cache, state, ops, extra, kwargs)
-
-
-def _oneshot(cache: PlanCache | None, state: State, ops: list, extra: tuple, kwargs: dict):
-    # (both entry points' body; the keyword arguments passed on as the dict they are, not unpacked again)
+    names it points at: ``state.tensors`` is left with only these (``_prune``), whichever way the run went.
+    The result's ``route`` is the route the run took (``engine.route``; a replay's: its class's)."""
     respond = kwargs.get("respond", "changed")
     shown = _shown(ops, respond) if isinstance(ops, list) else None
     if cache is None:
@@ -1160,7 +1150,7 @@ def _oneshot(cache: PlanCache | None, state: State, ops: list, extra: tuple, kwa
         buf = _guarded_replay(cache, entry, inputs, kwargs.get("control"))
         if buf.__class__ is not list:
             return _cold(state, ops, kwargs, shown, buf)
-        return _finish_oneshot(entry, buf, state, preset), R.REPLAYED
+        return _finish_oneshot(entry, buf, state, preset)  # (its route: ``_PlannedResult.route``, REPLAYED)
     if isinstance(entry, Unplannable):
         cache.count("unplannable")
         return _cold(state, ops, kwargs, shown, entry.route())
@@ -1168,7 +1158,8 @@ def _oneshot(cache: PlanCache | None, state: State, ops: list, extra: tuple, kwa
         # a structure without a plan, not recorded now: composed from per-op fragments where it can be
         res, why = _compose.run(cache, state, ops, inputs_at, inputs, key[1], kwargs, shown)
         if res is not None:
-            return res, R.COMPOSED
+            res.route = R.COMPOSED
+            return res
         return _cold(state, ops, kwargs, shown, why)
     cache.count("misses")
     preset = dict(state.tensors)
@@ -1183,22 +1174,29 @@ def _oneshot(cache: PlanCache | None, state: State, ops: list, extra: tuple, kwa
             raise
     _prune(state, res, shown)
     plan = _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
-    if plan.__class__ is Unplannable:
-        cache.put(key, plan)
-        return res, plan.route()
     cache.put(key, plan)
-    return res, R.RECORDED
+    res.route = plan.route() if plan.__class__ is Unplannable else R.RECORDED
+    return res
+
+
+def route_oneshot(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (),
+                  **kwargs) -> tuple[ProgramResult, R.Route]:
+    """``run_planned``, and the route the run took (``engine.route``)."""
+    res = run_planned(cache, state, ops, extra=extra, **kwargs)
+    return res, res.route
 
 
 def _cold(state: State, ops: list, kwargs: dict, shown: frozenset | None, route: R.Route):
-    """The cold run and ``route``; an error it raises carries ``route`` (``.route``: the app reports it)."""
+    """The cold run, its result's ``route`` ``route``; an error it raises carries ``route`` (``.route``: the app
+    reports it)."""
     try:
         res = run_program(state, ops, **kwargs)
     except Exception as e:
         e.route = route
         raise
     _prune(state, res, shown)
-    return res, route
+    res.route = route
+    return res
 
 
 def _cold_session(state: State, ops: list, kwargs: dict, route: R.Route):
