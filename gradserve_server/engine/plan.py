@@ -176,6 +176,10 @@ def footprint(root, skip=()) -> int:
                       + S.source_bytes(code.co_filename))  # (its source, held by linecache while it lives)
             extend(code.co_consts)
             extend(code.co_names)
+            if obj.__closure__:  # (a fragment's function: its kernels, shared, and its constants, its own)
+                for cell in obj.__closure__:
+                    total += getsizeof(cell)
+                    push(cell.cell_contents)
             continue
         total += getsizeof(obj)
         if isinstance(obj, _CONTAINERS):

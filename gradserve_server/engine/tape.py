@@ -730,17 +730,24 @@ def run_steps(chunks: list, b: list, R, chk) -> None:
 
 def fragment_interpreter(steps: list, m: int, ret: list):
     """``compile_fragment``'s function for a long fragment (compiling it would cost more than it saves): the
-    loop interpreter over a buffer of the fragment's slots."""
+    loop interpreter over a buffer of the fragment's slots (an object whose slots hold its steps, constants
+    included, for ``plan.footprint`` to count)."""
     ret = tuple(ret)
     n = 1 + max([m - 1, *ret, *[s for st in steps for s in (st[3] if st[4] is True else (st[3],))]])
-    chunks = interpreted(steps)
+    return _Interpreted(interpreted(steps), n, m, ret)
 
-    def f(*ins):
-        b = [None] * n
-        b[:m] = ins
-        run_steps(chunks, b, None, None)
-        return tuple([None if s < 0 else b[s] for s in ret])
-    return f
+
+class _Interpreted:
+    __slots__ = ("chunks", "n", "m", "ret")
+
+    def __init__(self, chunks: list, n: int, m: int, ret: tuple):
+        self.chunks, self.n, self.m, self.ret = chunks, n, m, ret
+
+    def __call__(self, *ins):
+        b = [None] * self.n
+        b[:self.m] = ins
+        run_steps(self.chunks, b, None, None)
+        return tuple([None if s < 0 else b[s] for s in self.ret])
 
 
 # ----- replay ------------------------------------------------------------------------------------------------
