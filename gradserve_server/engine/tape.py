@@ -509,8 +509,11 @@ def fragment(rec: K.Recorder, escaping: list, saved=()):
     (steps, bytes and largest size of the arrays the remaining steps make, slot -> constant), or None: a step
     a fragment cannot take (in place, an array made outside a kernel)."""
     for _, _, where, _, multi in rec.steps:
-        if multi == 2 or any(s < 0 for _, s in where):
+        if multi == 2:
             return None
+        for _, s in where:  # (a loop, not any() over a generator: a step reads one or two slots)
+            if s < 0:
+                return None
     arrs = rec.keep
     if len(rec.steps) == 1 and rec.steps[0][2]:  # (one call reading an input: nothing to fold, nothing repeated)
         fn, tmpl, where, out, multi = rec.steps[0]
