@@ -225,7 +225,8 @@ class PlanCache:
     """The trace layer's cache of one partition (``PlanCaches``: one per API key): whole-list plans (with the
     markers of structures seen, unplannable or pinned) and per-op fragments (``engine.compose``: forward
     fragments, their VJP fragments, uncomposable markers) in **one** table, with one accounting of bytes (every
-    entry's ``footprint``, its key's included: what evicting it gives back), one eviction policy and one set of
+    entry's ``footprint``, its key's included: what evicting it gives back; a composed run's new fragments measured
+    as the next run that may add entries begins, ``settle``), one eviction policy and one set of
     counters. Bounds: ``max_entries`` plans and markers, ``fragment_entries`` fragments (0: nothing composes),
     ``max_bytes`` bytes of both. Eviction: least recently used out (over a count bound, of that kind; over the
     bytes bound, of either). A plan's use moves it at once (``get``, one per run); a fragment's hits, found by
