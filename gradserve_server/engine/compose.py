@@ -489,7 +489,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
         _takes(r, tuple(refs))
 
     f = _Frag()
-    f.fn, f.code = None, (steps, m, ret, T.label(op.get("op")))
+    f.fn, f.code = None, (steps, m, ret, op.get("op"))  # (the name made a label when compiled)
     f.k = None
     f.used = False
     if len(steps) == 1 and m <= 2:
@@ -508,6 +508,14 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
     f.mode = _mode(f)
     f.inline = f.k is not None and f.mode != 0
     return f, tuple([rec.keep[s] for s in ret])
+
+
+def vjp_dicts(frag) -> list:
+    """The VJP dicts of forward fragment ``frag``'s recipes (None: an uncomposable marker): what
+    ``plan.PlanCache`` counts as each VJP fragment comes, not with the forward fragment's own bytes."""
+    if frag is None:
+        return []
+    return [r.vjps for r in (frag.graph if frag.graph is not None else (frag.recipe,)) if r is not None]
 
 
 def _mode(f) -> int:
@@ -806,7 +814,7 @@ def _make_vjp(recipe: _Recipe, grads: list, saved: list, ins: list, budget=None)
         return _no(16), None
     steps, nbytes, maxsize, consts = made
     f = _VjpFrag()
-    f.fn, f.code = None, (steps, len(ins), slots, T.label(recipe.name))
+    f.fn, f.code = None, (steps, len(ins), slots, recipe.name)
     f.cbytes = sum(c.nbytes for c in consts.values())
     f.nbytes, f.maxsize = nbytes, maxsize
     return f, tuple(res)

@@ -269,6 +269,16 @@ def kinplace(fn, target: np.ndarray, *args):
     return rec.call(fn, (target, *args), inplace=True)
 
 
+def _plain(v: tuple) -> bool:
+    """A tuple of ints, slices, None and Ellipsis only (a shape, a basic index: the common tuple arguments):
+    static, and holding no lifted literal (``unlit`` would return it as it is)."""
+    for x in v:
+        c = x.__class__
+        if c is not int and c is not slice and x is not None and x is not Ellipsis:
+            return False
+    return True
+
+
 def _static_ok(v) -> bool:
     if isinstance(v, _STATIC):
         return True
@@ -417,15 +427,22 @@ class Recorder:
         template = list(args)
         where = []
         lifted = None
+        half = False  # (a float16/bfloat16 array among them: ``_half_of`` decides then)
+        slots = self.slots
         for i, a in enumerate(args):
-            if a.__class__ is _ndarray:
-                s = self.slots.get(id(a))
+            c = a.__class__
+            if c is _ndarray:
+                s = slots.get(id(a))
                 if s is None:
                     self.bad("untraced_array", f"{getattr(fn, '__name__', fn)} read an array made outside a kernel")
                     s = -1
                 where.append((i, s))
                 template[i] = None
-            elif type(a) is Lit or a.__class__ is tuple:  # (a Lit's __class__ reads float)
+                if a.dtype is _F16 or a.dtype is _BF16:
+                    half = True
+            elif c is tuple and _plain(a):  # (a shape, an index: nothing lifted in it, static)
+                continue
+            elif type(a) is Lit or c is tuple:  # (a Lit's __class__ reads float)
                 if type(a) is Lit and a.rec is self and getattr(fn, "literals", False):
                     where.append((i, a.slot))  # the literal's input slot: fed anew on every replay
                     template[i] = None
@@ -444,7 +461,7 @@ class Recorder:
                          f"{getattr(fn, '__name__', fn)} got a non-static argument {type(a).__name__}")
         if lifted is not None:
             args = tuple(lifted)
-        half = None if inplace or fn in MOVES else _half_of(args)
+        half = None if not half or inplace or fn in MOVES else _half_of(args)
         try:
             if inplace:
                 fn(*args)

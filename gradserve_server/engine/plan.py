@@ -61,9 +61,9 @@ requires_grad, versions...), the same for every run of the same op list over inp
 
 ``PlanCache`` is the trace layer's one cache (per key: ``PlanCaches``): plans and per-op fragments in one table,
 bounded in entries and measured bytes (least recently used out), with one set of counters: hits, misses,
-unplannable runs, fallbacks, evictions, composed runs and fragment hits and misses (``/metrics``). ``route_oneshot`` and
-``route_session`` (what ``engine.dispatch`` calls) return with the result the route the run took and why
-(``engine.route``), decided where each decision above is made.
+unplannable runs, fallbacks, evictions, composed runs and fragment hits and misses (``/metrics``). ``run_planned``
+(its result's ``route``) and ``route_session`` (what ``engine.dispatch`` calls) give with the result the route the
+run took and why (``engine.route``), decided where each decision above is made.
 """
 
 from __future__ import annotations
@@ -133,11 +133,12 @@ _ATOMS = frozenset((int, float, complex, str, bytes))
 _SEQS = frozenset((tuple, list, set, frozenset))
 
 
-def footprint(root) -> int:
+def footprint(root, skip=()) -> int:
     """The bytes a plan (or a key) really holds: every object reachable from it, counted once, by
     ``sys.getsizeof`` (arrays by their buffers), except what the process shares (kernels defined in modules,
-    types, numpy's functions): what evicting it gives back, so that the cache's bytes bound is a true one."""
-    seen: set[int] = set()
+    types, numpy's functions): what evicting it gives back, so that the cache's bytes bound is a true one.
+    ``skip``: objects counted elsewhere (neither they nor what only they reach)."""
+    seen: set[int] = set(map(id, skip))
     stack = [root]
     total = 0
     getsizeof = sys.getsizeof
@@ -175,6 +176,10 @@ def footprint(root) -> int:
                       + S.source_bytes(code.co_filename))  # (its source, held by linecache while it lives)
             extend(code.co_consts)
             extend(code.co_names)
+            if obj.__closure__:  # (a fragment's function: its kernels, shared, and its constants, its own)
+                for cell in obj.__closure__:
+                    total += getsizeof(cell)
+                    push(cell.cell_contents)
             continue
         total += getsizeof(obj)
         if isinstance(obj, _CONTAINERS):
@@ -220,7 +225,8 @@ class PlanCache:
     """The trace layer's cache of one partition (``PlanCaches``: one per API key): whole-list plans (with the
     markers of structures seen, unplannable or pinned) and per-op fragments (``engine.compose``: forward
     fragments, their VJP fragments, uncomposable markers) in **one** table, with one accounting of bytes (every
-    entry's ``footprint``, its key's included: what evicting it gives back), one eviction policy and one set of
+    entry's ``footprint``, its key's included: what evicting it gives back; a composed run's new fragments measured
+    as the next run that may add entries begins, ``settle``), one eviction policy and one set of
     counters. Bounds: ``max_entries`` plans and markers, ``fragment_entries`` fragments (0: nothing composes),
     ``max_bytes`` bytes of both. Eviction: least recently used out (over a count bound, of that kind; over the
     bytes bound, of either). A plan's use moves it at once (``get``, one per run); a fragment's hits, found by
@@ -243,6 +249,9 @@ class PlanCache:
         self._fsizes: dict = {}  # fragment key -> the bytes counted for it and its VJP fragments
         self._formed: dict = {}  # a fragment form measured -> its structure's bytes (``_measure``)
         self._forms: dict = {}   # fragment key -> the forms measured on it (dropped with it)
+        #: fragments kept but not measured yet (``settle``): (key, fragment, VJP key or None, bytes counted, the
+        #: entry under key then)
+        self._pending: list = []
         self._lock = threading.Lock()
         self.on_grow = None  # called after an entry was added (``PlanCaches``: the bound over all partitions)
         self.bytes = 0
@@ -255,6 +264,8 @@ class PlanCache:
         ``record_after``-th sighting (or ``eager``: a loop, known to run it again). An earlier sighting is
         remembered (a ``_Seen`` entry, bounded like the plans) and counted as ``deferred``: a structure run once
         never pays for recording and building a plan (for a long list, ~3x its cold run)."""
+        if self._pending:
+            self.settle()
         if eager or self.record_after <= 1:
             return True
         with self._lock:
@@ -276,32 +287,63 @@ class PlanCache:
 
     def put(self, key, entry) -> None:
         """Keep a plan or a marker (``entry.nbytes``: its measured footprint)."""
+        if self._pending:
+            self.settle()
         self._add(key, entry, entry.nbytes + footprint(key), self._sizes)
 
     def put_fragment(self, key, frag) -> None:
-        """Keep a forward fragment (None: the op form is not composable), measured with its key (``_measure``)."""
-        form = _form(key) if frag is not None else None
-        size, base = self._measure(form, key, frag)
-        self._add(key, frag, size, self._fsizes, form if base is not None else None, base)
-
-    def add_vjp(self, owner, vjps: dict, key, vf) -> None:
-        """Keep ``vf`` in ``vjps`` (a recipe's VJP fragments) under ``key``, its bytes counted with the forward
-        fragment ``owner`` (the key it is kept under; not kept any more: the recipe dies with the run)."""
-        form = _form(owner)
-        size, base = self._measure(None if form is None else (form, key), key, vf)
+        """Keep a forward fragment (None: the op form is not composable), counted by ``_unmeasured`` until the
+        next ``settle`` measures it with its key (``_measure``)."""
+        size = _unmeasured(frag)
         with self._lock:
-            vjps[key] = vf
-            if owner not in self._fsizes:
-                return
-            if base is not None:
-                self._remember(owner, (form, key), base)
-            self._fsizes[owner] += size
-            self.bytes += size
-            self._shrink()
+            if self._add_locked(key, frag, size, self._fsizes):
+                self._pending.append((key, frag, None, size, frag))
         if self.on_grow is not None:
             self.on_grow()
 
-    def _measure(self, form, key, frag) -> tuple:
+    def add_vjp(self, owner, vjps: dict, key, vf) -> None:
+        """Keep ``vf`` in ``vjps`` (a recipe's VJP fragments) under ``key``, its bytes counted with the forward
+        fragment ``owner`` (the key it is kept under; not kept any more: the recipe dies with the run), by
+        ``_unmeasured`` until the next ``settle``."""
+        size = _UNMEASURED + 2 * vf.cbytes  # (``_unmeasured``, inline)
+        with self._lock:
+            vjps[key] = vf
+            fsizes = self._fsizes
+            if owner not in fsizes:
+                return
+            self._pending.append((owner, vf, key, size, self._entries.get(owner)))
+            fsizes[owner] += size
+            self.bytes += size
+            if self.bytes > self.max_bytes:
+                self._shrink()
+        if self.on_grow is not None:
+            self.on_grow()
+
+    def settle(self) -> None:
+        """Measure the fragments kept since the last settle (``put_fragment``, ``add_vjp``: counted until then by
+        their constant arrays and ``_UNMEASURED``), so that the bytes bound holds on their measured bytes before
+        a run's work: called as a run that may add entries begins (``records``, ``put``), and by ``stats``. A
+        composed run's own fragments are measured after its response, not on its path (``footprint`` walks
+        every object of each: a first LSTM run's ~35 new forms cost it ~1.5 ms); what it made is bounded in
+        number (``fragment_entries``) and in array bytes (counted at once) meanwhile."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+            for key, obj, vkey, counted, entry in pending:
+                if self._entries.get(key) is not entry or key not in self._fsizes:
+                    continue  # (evicted since: its count went with it)
+                form = _form(key) if obj is not None else None
+                if vkey is None:
+                    size, base = self._measure(form, key, obj, _compose.vjp_dicts(obj))
+                else:
+                    form = None if form is None else (form, vkey)
+                    size, base = self._measure(form, vkey, obj)
+                if base is not None:
+                    self._remember(key, form, base)
+                self._fsizes[key] += size - counted
+                self.bytes += size - counted
+            self._shrink()
+
+    def _measure(self, form, key, frag, skip=()) -> tuple:
         """The bytes of fragment ``frag`` kept under ``key``: ``footprint``, except for a form measured before
         (``form``: its key's, ``_form``; None: measure it). Fragments whose keys differ only in the values of their
         top-level int or float literals (``x[t]`` for t = 0..99: a composed LSTM's one-off forms) are made by the
@@ -311,12 +353,12 @@ class PlanCache:
         memo entry lives as long as the fragment measured for it and is counted with it (``_remember``).
         ``tests/engine/test_compose.py`` pins the counts against a re-measure of every fragment."""
         if form is None:
-            return footprint((key, frag)), None
+            return footprint((key, frag), skip) + _EMPTY_DICT * len(skip), None
         own = 2 * frag.cbytes  # (an array owning its data: its size, data included, and its buffer)
         base = self._formed.get(form)
         if base is not None:
             return base + own, None
-        size = footprint((key, frag))
+        size = footprint((key, frag), skip) + _EMPTY_DICT * len(skip)
         memo = _MEMO_ENTRY + sys.getsizeof(form) + (sys.getsizeof(form[0]) if form[0].__class__ is tuple else 0)
         return size + memo, size - own
 
@@ -339,24 +381,28 @@ class PlanCache:
         self._add(key, make, footprint((key, make)), self._fsizes)
         return make
 
-    def _add(self, key, entry, size: int, sizes: dict, form=None, base: int = 0) -> None:
-        bound = self.max_entries if sizes is self._sizes else self.fragment_entries
-        if bound <= 0 or size > self.max_bytes:
-            return
+    def _add(self, key, entry, size: int, sizes: dict) -> None:
         with self._lock:
-            if self._entries.pop(key, _ABSENT) is not _ABSENT:
-                self.bytes -= self._sizes.pop(key, 0) + self._fsizes.pop(key, 0)
-                self._forget(key)
-            if form is not None:
-                self._remember(key, form, base)
-            self._entries[key] = entry
-            sizes[key] = size
-            self.bytes += size
-            while len(sizes) > bound:
-                self._evict_oldest(sizes)
-            self._shrink()
+            self._add_locked(key, entry, size, sizes)
         if self.on_grow is not None:
             self.on_grow()
+
+    def _add_locked(self, key, entry, size: int, sizes: dict) -> bool:
+        """``_add``'s body (the lock held): whether the entry was kept."""
+        bound = self.max_entries if sizes is self._sizes else self.fragment_entries
+        if bound <= 0 or size > self.max_bytes:
+            return False
+        if self._entries.pop(key, _ABSENT) is not _ABSENT:
+            self.bytes -= self._sizes.pop(key, 0) + self._fsizes.pop(key, 0)
+            self._forget(key)
+        self._entries[key] = entry
+        sizes[key] = size
+        self.bytes += size
+        while len(sizes) > bound:
+            self._evict_oldest(sizes)
+        if self.bytes > self.max_bytes:
+            self._shrink()
+        return True
 
     def _shrink(self) -> None:
         while self.bytes > self.max_bytes and self._entries:
@@ -430,6 +476,8 @@ class PlanCache:
         return len(self._sizes)
 
     def stats(self) -> dict:
+        if self._pending:
+            self.settle()
         with self._lock:
             return {"entries": len(self._sizes), "bytes": self.bytes, "hits": self.hits, "misses": self.misses,
                     "unplannable": self.unplannable, "fallbacks": self.fallbacks, "evictions": self.evictions,
@@ -439,6 +487,19 @@ class PlanCache:
 
 
 _ABSENT = object()
+#: a fragment's bytes besides its constant arrays' until ``PlanCache.settle`` measures it (a small fragment's
+#: order: most measure 1-4 KiB)
+_UNMEASURED = 2048
+_EMPTY_DICT = sys.getsizeof({})  # (a recipe's VJP dict as a forward fragment is kept: its VJPs counted as they come)
+
+
+def _unmeasured(frag) -> int:
+    """What a fragment (None: an uncomposable marker) is counted by until it is measured: its constant arrays
+    as ``footprint`` counts them (an array owning its data: its size, data included, and its buffer) and
+    ``_UNMEASURED``."""
+    return _UNMEASURED + (2 * frag.cbytes if frag is not None else 0)
+
+
 #: a memo entry's share of the dicts holding it (``PlanCache._formed``, ``_forms``: a slot in each, a list),
 #: besides its form's own tuples (its items are its key's)
 _MEMO_ENTRY = 160
@@ -1065,18 +1126,8 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
     tensors that are the run's inputs), through ``cache``: a replayed plan when there is one, else a cold run
     that records one. What the caller can observe is the cold run's, bit for bit. With ``respond`` a list of
     names (``/v1/eval``'s ``return``), what the caller can observe is those names, the autograd report and the
-    names it points at: ``state.tensors`` is left with only these (``_prune``), whichever way the run went."""
-    return _oneshot(cache, state, ops, extra, kwargs)[0]
-
-
-def route_oneshot(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (),
-                  **kwargs) -> tuple[ProgramResult, R.Route]:
-    """``run_planned``, and the route the run took (``engine.route``)."""
-    return _oneshot(cache, state, ops, extra, kwargs)
-
-
-def _oneshot(cache: PlanCache | None, state: State, ops: list, extra: tuple, kwargs: dict):
-    # (both entry points' body; the keyword arguments passed on as the dict they are, not unpacked again)
+    names it points at: ``state.tensors`` is left with only these (``_prune``), whichever way the run went.
+    The result's ``route`` is the route the run took (``engine.route``; a replay's: its class's)."""
     respond = kwargs.get("respond", "changed")
     shown = _shown(ops, respond) if isinstance(ops, list) else None
     if cache is None:
@@ -1107,7 +1158,7 @@ def _oneshot(cache: PlanCache | None, state: State, ops: list, extra: tuple, kwa
         buf = _guarded_replay(cache, entry, inputs, kwargs.get("control"))
         if buf.__class__ is not list:
             return _cold(state, ops, kwargs, shown, buf)
-        return _finish_oneshot(entry, buf, state, preset), R.REPLAYED
+        return _finish_oneshot(entry, buf, state, preset)  # (its route: ``_PlannedResult.route``, REPLAYED)
     if isinstance(entry, Unplannable):
         cache.count("unplannable")
         return _cold(state, ops, kwargs, shown, entry.route())
@@ -1115,7 +1166,8 @@ def _oneshot(cache: PlanCache | None, state: State, ops: list, extra: tuple, kwa
         # a structure without a plan, not recorded now: composed from per-op fragments where it can be
         res, why = _compose.run(cache, state, ops, inputs_at, inputs, key[1], kwargs, shown)
         if res is not None:
-            return res, R.COMPOSED
+            res.route = R.COMPOSED
+            return res
         return _cold(state, ops, kwargs, shown, why)
     cache.count("misses")
     preset = dict(state.tensors)
@@ -1130,22 +1182,29 @@ def _oneshot(cache: PlanCache | None, state: State, ops: list, extra: tuple, kwa
             raise
     _prune(state, res, shown)
     plan = _build(rec, state, preset, res, not rec.unknown_writes(), cache.max_bytes)
-    if plan.__class__ is Unplannable:
-        cache.put(key, plan)
-        return res, plan.route()
     cache.put(key, plan)
-    return res, R.RECORDED
+    res.route = plan.route() if plan.__class__ is Unplannable else R.RECORDED
+    return res
+
+
+def route_oneshot(cache: PlanCache | None, state: State, ops: list, *, extra: tuple = (),
+                  **kwargs) -> tuple[ProgramResult, R.Route]:
+    """``run_planned``, and the route the run took (``engine.route``)."""
+    res = run_planned(cache, state, ops, extra=extra, **kwargs)
+    return res, res.route
 
 
 def _cold(state: State, ops: list, kwargs: dict, shown: frozenset | None, route: R.Route):
-    """The cold run and ``route``; an error it raises carries ``route`` (``.route``: the app reports it)."""
+    """The cold run, its result's ``route`` ``route``; an error it raises carries ``route`` (``.route``: the app
+    reports it)."""
     try:
         res = run_program(state, ops, **kwargs)
     except Exception as e:
         e.route = route
         raise
     _prune(state, res, shown)
-    return res, route
+    res.route = route
+    return res
 
 
 def _cold_session(state: State, ops: list, kwargs: dict, route: R.Route):

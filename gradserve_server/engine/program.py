@@ -218,6 +218,7 @@ class ProgramResult:
     warnings: list[str] = field(default_factory=list)
     returned: dict[str, object] = field(default_factory=dict)
     iterations: int = 1   # how many times the list ran (fewer than repeat when `until` stopped it)
+    route = None  # (not a field) the route a planned one-shot run took (``engine.route``; ``plan.run_planned``)
 
 
 def _snapshot(t: Tensor | None) -> Tensor | None:

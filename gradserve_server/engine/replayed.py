@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import route as R
 from .program import AutogradRecord, GradEntry, OpOutcome, ProgramResult
 from .tensor import Tensor
 
@@ -106,6 +107,8 @@ class _PlannedResult(ProgramResult):
     """A replay's result: ``ops``, ``changed`` and ``autograd`` are made from the plan on first access (a
     one-shot response reads the autograd report only, a repeat's inner iterations none of them); what they
     hold is what ``_finish`` always made."""
+
+    route = R.REPLAYED  # (``plan.run_planned``'s route of a replay; a composed run sets its own)
 
     def __init__(self, plan: Plan, buf: list):
         self._plan, self._buf = plan, buf

@@ -509,8 +509,11 @@ def fragment(rec: K.Recorder, escaping: list, saved=()):
     (steps, bytes and largest size of the arrays the remaining steps make, slot -> constant), or None: a step
     a fragment cannot take (in place, an array made outside a kernel)."""
     for _, _, where, _, multi in rec.steps:
-        if multi == 2 or any(s < 0 for _, s in where):
+        if multi == 2:
             return None
+        for _, s in where:  # (a loop, not any() over a generator: a step reads one or two slots)
+            if s < 0:
+                return None
     arrs = rec.keep
     if len(rec.steps) == 1 and rec.steps[0][2]:  # (one call reading an input: nothing to fold, nothing repeated)
         fn, tmpl, where, out, multi = rec.steps[0]
@@ -608,10 +611,11 @@ def compile_tape(steps: list, origin=None) -> tuple:
 def compile_fragment(steps: list, m: int, ret: list, name: str = "?", maker=None):
     """A fragment's steps as one Python function of its ``m`` input arrays (slots 0..m-1) returning the arrays
     of slots ``ret`` (-1: None): straight-line code over locals, kernels and constants bound in its closure, each
-    call's line naming the op (``name``) and the kernel it runs. A long fragment is interpreted instead. The
-    source depends only on the steps' structure (slots, arity, op and kernel names; the kernels and constants
-    are the closure's values): ``maker(src)`` (``plan.PlanCache.maker``: a cache partition's memo, so that a
-    form met again in that partition is not compiled again) gives its compiled maker; None: ``compile_maker``."""
+    call's line naming the op (``name``, made a ``label`` here) and the kernel it runs. A long fragment is
+    interpreted instead. The source depends only on the steps' structure (slots, arity, op and kernel names;
+    the kernels and constants are the closure's values): ``maker(src)`` (``plan.PlanCache.maker``: a cache
+    partition's memo, so that a form met again in that partition is not compiled again) gives its compiled
+    maker; None: ``compile_maker``."""
     if len(steps) > FRAGMENT_CODEGEN_MAX or m > FRAGMENT_CODEGEN_MAX:
         return fragment_interpreter(steps, m, ret)
     names: list = []
@@ -624,6 +628,8 @@ def compile_fragment(steps: list, m: int, ret: list, name: str = "?", maker=None
 
     def slot(s) -> str:
         return f"s{s}"
+
+    name = label(name)
 
     def origin(_):
         return f"op {name}"
@@ -727,17 +733,24 @@ def run_steps(chunks: list, b: list, R, chk) -> None:
 
 def fragment_interpreter(steps: list, m: int, ret: list):
     """``compile_fragment``'s function for a long fragment (compiling it would cost more than it saves): the
-    loop interpreter over a buffer of the fragment's slots."""
+    loop interpreter over a buffer of the fragment's slots (an object whose slots hold its steps, constants
+    included, for ``plan.footprint`` to count)."""
     ret = tuple(ret)
     n = 1 + max([m - 1, *ret, *[s for st in steps for s in (st[3] if st[4] is True else (st[3],))]])
-    chunks = interpreted(steps)
+    return _Interpreted(interpreted(steps), n, m, ret)
 
-    def f(*ins):
-        b = [None] * n
-        b[:m] = ins
-        run_steps(chunks, b, None, None)
-        return tuple([None if s < 0 else b[s] for s in ret])
-    return f
+
+class _Interpreted:
+    __slots__ = ("chunks", "n", "m", "ret")
+
+    def __init__(self, chunks: list, n: int, m: int, ret: tuple):
+        self.chunks, self.n, self.m, self.ret = chunks, n, m, ret
+
+    def __call__(self, *ins):
+        b = [None] * self.n
+        b[:self.m] = ins
+        run_steps(self.chunks, b, None, None)
+        return tuple([None if s < 0 else b[s] for s in self.ret])
 
 
 # ----- replay ------------------------------------------------------------------------------------------------
