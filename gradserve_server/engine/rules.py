@@ -52,11 +52,18 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     cat_ranks(tensors)       the first tensor that does not fit the first does not have its dimensions -> {a}, {b}
     cat_sizes(tensors,dim)   ... nor its sizes but along ``dim`` -> {dim}, {want}, {got}, {i} (the tensor's number)
     stack_shapes(tensors)    the tensors have one shape -> {first}, {other}, {i}
+    zero_dim_index(a,index)=int|slice  a 0-d ``a`` is not indexed by one int (or one slice), not in a tuple
     index_count(a,index)     an index (the client's wraps its ``key``) names at most ``a``'s dimensions (an int,
                              a slice, an int list or tensor one each; a bool tensor its dimensions) -> {dims}
     index_bounds(a,index)    each int of a basic index (ints, slices, None, Ellipsis) is in range of the dimension
                              it selects -> {index}, {dim} (its place in the index, Ellipsis counting the dimensions
                              it spans), {size}
+    index_in_dim(a,dim,index)  an int ``index`` is in range of ``a``'s (at least 1-d) dimension ``dim`` -> {index},
+                             {shape}, {dim} (wrapped)
+    narrow_bounds(a,dim,start,length)=part  narrow's: ``length`` (part) is not negative; ``start`` in range of the
+                             dimension (part ``start``: {low}, {high}, {start}); and ``end``: start + length fits in it
+                             -> {start} (wrapped), {length}, {size}
+    index_tensor_dtypes(index)  the tensors of an index are int64, int32, uint8 or bool
     expand_rank(a,size)      ``size`` (a list, or a tensor's shape) has at least ``a``'s dimensions -> {tensor_type},
                              {shape}, {size} (joined by ``, ``), {n} (the sizes' number), {dims}
     expand_size(a,size)      ``a`` expands to ``size`` (a -1 keeps a size) -> {want}, {have}, {dim}, {target},
@@ -605,10 +612,23 @@ def _list_dims(v) -> int | None:
     return None
 
 
+def _zero_dim_index(t, index, form: str):
+    _, shape = _tensor_facts(t)
+    key = getattr(index, "key", index)
+    if shape is None:
+        return UNKNOWN
+    if shape or isinstance(key, tuple):
+        return None
+    return {} if (_int(key) if form == "int" else isinstance(key, slice)) else None
+
+
 def _index_count(t, index, _):
     _, shape = _tensor_facts(t)
-    if not shape:  # (a 0-d tensor's message is another)
+    if shape is None:
         return UNKNOWN
+    key = getattr(index, "key", index)
+    if not shape and not isinstance(key, tuple) and (_int(key) or isinstance(key, slice)):
+        return None  # (zero_dim_index's)
     consumed = 0
     for k in _index_items(index):
         if k is None or k is Ellipsis:
@@ -651,6 +671,39 @@ def _index_bounds(t, index, _):
             place += 1
             source += 1
     return None
+
+
+def _index_tensor_dtypes(index, _):
+    for k in _index_items(index):
+        dtype, _shape = _tensor_facts(k)
+        if dtype is None and _shape is not None:
+            return UNKNOWN
+        if dtype is not None and dtype not in ("int64", "int32", "uint8", "bool"):
+            return {}
+    return None
+
+
+def _index_in_dim(t, dim, index, _):
+    _, shape = _tensor_facts(t)
+    if shape is None or not shape or not _int(index):
+        return UNKNOWN
+    size = _dim_size(shape, dim)
+    if size is None:
+        return None  # (the dimension's own error)
+    return None if -size <= index < size else {"index": index, "shape": list(shape), "dim": dim % len(shape)}
+
+
+def _narrow_bounds(t, dim, start, length, part: str):
+    _, shape = _tensor_facts(t)
+    if shape is None or not shape or not _int(start) or not _int(length):
+        return UNKNOWN
+    n = _dim_size(shape, dim)
+    if n is None or length < 0:
+        return {} if n is not None and part == "length" else None
+    if part == "start":
+        return None if -n <= start <= n else {"low": -n, "high": n, "start": start}
+    start = start + n if start < 0 else start
+    return None if part != "end" or start <= n - length else {"start": start, "length": length, "size": n}
 
 
 def _target_size(size):
@@ -839,7 +892,9 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
          "conv_kernel": _conv_kernel, "conv_groups": _conv_groups, "conv_channels": _conv_channels,
          "conv_bias": _conv_bias, "nonempty_list": _nonempty_list, "list_dim": _list_dim, "cat_ranks": _cat_ranks,
          "cat_sizes": _cat_sizes, "stack_shapes": _stack_shapes, "expand_rank": _expand_rank,
-         "index_count": _index_count, "index_bounds": _index_bounds,
+         "index_count": _index_count, "index_bounds": _index_bounds, "zero_dim_index": _zero_dim_index,
+         "index_tensor_dtypes": _index_tensor_dtypes, "index_in_dim": _index_in_dim,
+         "narrow_bounds": _narrow_bounds,
          "expand_size": _expand_size,
          "permute_rank": _permute_rank, "permute_unique": _permute_unique,
          "reduce_dims_unique": _reduce_dims_unique, "unflatten_sizes": _unflatten_sizes,

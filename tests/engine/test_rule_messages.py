@@ -41,6 +41,12 @@ KNOWN: dict[tuple[str, str], str] = {
     (_E + "indexing", " is out of bounds for dimension "): _INDEX_VALUES,
     (_E + "shape", " is out of bounds for dimension "): _INDEX_VALUES + "; and select(), the helper other ops index "
                                                         "with (getitem raises its declaration first)",
+    (_E + "nn_functional", " out of range for tensor of size "): _INDEX_VALUES + " (embedding's max_norm selects a "
+                                                                                "row by an index's value)",
+    (_E + "nn_functional", "narrow(): length must be non-negative."): "F.pad's negative padding (torch narrows)",
+    (_E + "shape", "select() cannot be applied to a 0-dim tensor."): "select(), the helper other ops index with",
+    (_E + "shape", "tensors used as indices must be long, int, byte or bool tensors"):
+        "a list of numbers that are not ints (the declaration reads the index's tensors)",
     (_E + "common", " appears multiple times in the list of dims"): _SHARED + " (wrap_dims: every multi-dim op)",
     (_E + "common", "The size of tensor a ("): _SHARED + " (broadcast_shapes: every broadcasting op)",
     (_E + "conv", ") should be the same"): _INTERLEAVED + " (and MKLDNN's dtype message, line 130)",

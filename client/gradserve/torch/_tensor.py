@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import builtins
 import functools
+import numbers
 import sys
 import threading
 
@@ -546,10 +547,22 @@ class Tensor:
 
 
 def _binary(op: str):
+    """An operator of torch's: an operand that is not a tensor or a number (``None``, a list), or a TypeError of
+    the call, is NotImplemented, so that Python tries the other operand and says ``unsupported operand type(s) for
+    *: 'Tensor' and 'NoneType'`` as it does for torch."""
     def operator(self, other):
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        return call_op(op, (self, other), {})
+        if not isinstance(other, _OPERANDS):
+            return NotImplemented
+        try:
+            return call_op(op, (self, other), {})
+        except TypeError:
+            return NotImplemented
     return operator
+
+
+#: what torch's operators take (numpy arrays: numpy's own operators decide)
+_OPERANDS = (Tensor, numbers.Number, np.generic, np.ndarray)
 
 
 def _unary(op: str):

@@ -1089,6 +1089,12 @@ def _(ctx, self_t):
         ),
         "method": ("(int dim, Tensor start, int length)", "(int dim, int start, int length)"),
     },
+    checks=("min_dims(self)=1 | RuntimeError: narrow() cannot be applied to a 0-dim tensor.",
+            "narrow_bounds(self,dim,start,length)=length | RuntimeError: narrow(): length must be non-negative.",
+            "narrow_bounds(self,dim,start,length)=start | IndexError: start out of range (expected to be in range of "
+            "[{low}, {high}], but got {start})",
+            "narrow_bounds(self,dim,start,length)=end | RuntimeError: start ({start}) + length ({length}) exceeds "
+            "dimension size ({size})."),
     storage="view",
     tensors=("self", "start"), grad_fns=(P.SliceBackward0,), plannable=True)
 def narrow(self, dim, start, length):
@@ -1101,21 +1107,14 @@ def narrow(self, dim, start, length):
         if rec is not None:  # the value decides the slice: a plan must not freeze it
             rec.bad("untraced_array", "narrow's start read from a tensor")
         start = int(start.data)
-    _at_least_1d(self, "narrow() cannot be applied to a 0-dim tensor.")
+    if not self.data.ndim:
+        raise broken_check("narrow", self=self, dim=dim, start=start, length=length)
     d = wrap_dim(dim, self.data.ndim)
     n = self.data.shape[d]
-    # torch's order: length, then start's range, then start + length
-    if length < 0:
-        raise TorchRuntimeError("narrow(): length must be non-negative.", code="index_out_of_range")
-    if not -n <= start <= n:
-        raise TorchIndexError(f"start out of range (expected to be in range of [{-n}, {n}], but got {start})",
-                              code="index_out_of_range")
-    if start < 0:
-        start += n
-    if start > n - length:
-        raise TorchRuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({n}).",
-                                code="index_out_of_range")
-    return _slice(self, d, start, start + length, 1)
+    begin = start + n if start < 0 else start
+    if length < 0 or not -n <= start <= n or begin > n - length:  # (torch's order: the declared checks')
+        raise broken_check("narrow", self=self, dim=dim, start=start, length=length)
+    return _slice(self, d, begin, begin + length, 1)
 
 
 def _slice(self: Tensor, d: int, start: int, end: int, step: int) -> Tensor:
@@ -1167,13 +1166,17 @@ def _select_op(self, dim, index):
         d = wrap_dim(dim, self.data.ndim)
         n = self.data.shape[d]
         if index < -n or index >= n:
-            raise TorchIndexError(f"select(): index {index} out of range for tensor of size "
-                                  f"{list(self.data.shape)} at dimension {d}", code="index_out_of_range")
+            raise broken_check("select", self=self, dim=dim, index=index)
+    elif not self.data.ndim:
+        raise broken_check("select", self=self, dim=dim, index=index)
     return select(self, dim, index)
 
 
 _select_op.__name__ = "select"
 op("select",
+   checks=("min_dims(self)=1 | IndexError: select() cannot be applied to a 0-dim tensor.",
+           "index_in_dim(self,dim,index) | IndexError: select(): index {index} out of range for tensor of size "
+           "{shape} at dimension {dim}"),
    param_types={"dim": "int", "index": "int"}, storage="view",
    tensors=("self",), grad_fns=(P.SelectBackward0,), plannable=True)(_select_op)
 
@@ -1264,9 +1267,14 @@ def _is_advanced(it) -> bool:
 
 
 #: basic indexing's refusals (getitem's; setitem's, which indexes through getitem, at the run)
-INDEX_CHECKS = ("index_count(self,index) | IndexError: too many indices for tensor of dimension {dims}",
+INDEX_CHECKS = ("zero_dim_index(self,index)=int | IndexError: invalid index of a 0-dim tensor. Use `tensor.item()` in "
+                "Python or `tensor.item<T>()` in C++ to convert a 0-dim tensor to a number",
+                "zero_dim_index(self,index)=slice | IndexError: slice() cannot be applied to a 0-dim tensor.",
+                "index_count(self,index) | IndexError: too many indices for tensor of dimension {dims}",
                 "index_bounds(self,index) | IndexError: index {index} is out of bounds for dimension {dim} with size "
-                "{size}")
+                "{size}",
+                "index_tensor_dtypes(index) | IndexError: tensors used as indices must be long, int, byte or bool "
+                "tensors")
 
 
 @op("getitem", checks=INDEX_CHECKS,
@@ -1283,6 +1291,8 @@ def _getitem(self, index, alias: bool):
     self = require_tensor(self)
     # torch's getitem records x[:] as a slice; x[:, :] and setitem's indexing skip full slices
     single_slice = alias and isinstance(index, slice)
+    if self.data.ndim == 0 and (isinstance(index, (int, np.integer, slice)) and not isinstance(index, bool)):
+        raise broken_check("getitem", self=self, index=index)
     index = _normalize_index(index)
     # expand Ellipsis
     n_ell = sum(1 for it in index if it is Ellipsis)
@@ -1345,7 +1355,9 @@ def _getitem(self, index, alias: bool):
             else:
                 if arr.size == 0:
                     arr = arr.astype(np.int64)
-                if arr.dtype.kind not in "iu" or (isinstance(it, Tensor) and arr.dtype not in _INDEX_DTYPES):
+                if isinstance(it, Tensor) and arr.dtype not in _INDEX_DTYPES:
+                    raise broken_check("getitem", self=self, index=given)
+                if arr.dtype.kind not in "iu":
                     raise TorchIndexError("tensors used as indices must be long, int, byte or bool tensors",
                                           code="invalid_index")
                 n = out.data.shape[d]
