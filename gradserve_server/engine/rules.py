@@ -63,6 +63,8 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     narrow_bounds(a,dim,start,length)=part  narrow's: ``length`` (part) is not negative; ``start`` in range of the
                              dimension (part ``start``: {low}, {high}, {start}); and ``end``: start + length fits in it
                              -> {start} (wrapped), {length}, {size}
+    gather_shapes(a,dim,index)=part  a non-empty ``index`` has ``a``'s dimensions (part ``ranks``; 0-d counts as 1-d)
+                             and (``sizes``) no larger sizes but along ``dim`` -> {dim}, {index}, {self}, {along}
     index_tensor_dtypes(index)  the tensors of an index are int64, int32, uint8 or bool
     expand_rank(a,size)      ``size`` (a list, or a tensor's shape) has at least ``a``'s dimensions -> {tensor_type},
                              {shape}, {size} (joined by ``, ``), {n} (the sizes' number), {dims}
@@ -706,6 +708,19 @@ def _narrow_bounds(t, dim, start, length, part: str):
     return None if part != "end" or start <= n - length else {"start": start, "length": length, "size": n}
 
 
+def _gather_shapes(t, dim, index, part: str):
+    (_, x), (_, y) = _tensor_facts(t), _tensor_facts(index)
+    if x is None or y is None:
+        return UNKNOWN
+    if not _numel(y) or _dim_size(x, dim) is None:
+        return None  # (an empty index gathers nothing; a dimension out of range: its own error)
+    if max(len(x), 1) != max(len(y), 1):
+        return {} if part == "ranks" else None
+    d = dim % max(len(x), 1)
+    k = next((k for k in range(len(x)) if k != d and y[k] > x[k]), None)
+    return None if part != "sizes" or k is None else {"dim": k, "index": list(y), "self": list(x), "along": d}
+
+
 def _target_size(size):
     """A size argument as a list of ints (a tensor: its shape, as expand_as reads it), or None."""
     if isinstance(size, (list, tuple)):
@@ -894,7 +909,7 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
          "cat_sizes": _cat_sizes, "stack_shapes": _stack_shapes, "expand_rank": _expand_rank,
          "index_count": _index_count, "index_bounds": _index_bounds, "zero_dim_index": _zero_dim_index,
          "index_tensor_dtypes": _index_tensor_dtypes, "index_in_dim": _index_in_dim,
-         "narrow_bounds": _narrow_bounds,
+         "narrow_bounds": _narrow_bounds, "gather_shapes": _gather_shapes,
          "expand_size": _expand_size,
          "permute_rank": _permute_rank, "permute_unique": _permute_unique,
          "reduce_dims_unique": _reduce_dims_unique, "unflatten_sizes": _unflatten_sizes,

@@ -204,6 +204,8 @@ def take_along_dim(self, indices, dim=None):
     common = list(broadcast_shapes(tuple(a), tuple(b)))
     self_shape, index_shape = list(common), list(common)
     self_shape[d], index_shape[d] = self.data.shape[d], indices.data.shape[d]
+    if (indices.data < 0).any():  # (torch's take_along_dim reads a negative index from the end; gather does not)
+        indices = Tensor(np.where(indices.data < 0, indices.data + self.data.shape[d], indices.data))
     return gather(expand(self, tuple(self_shape)), d, expand(indices, tuple(index_shape)))
 
 

@@ -1510,7 +1510,11 @@ def index_select(self, dim, index):
     if self.data.ndim == 0 and ix.size != 1:
         raise TorchRuntimeError(f"index_select(): Index to scalar can have only 1 value, got {ix.size} value(s)",
                                 code="invalid_index")
-    if ix.size and (ix.max() >= n or ix.min() < -n):
+    bad = ix[(ix < 0) | (ix >= n)]  # (torch's CPU kernel takes no negative index)
+    if bad.size:
+        if d == 1 and self.data.ndim > 1:  # (its kernel for dim 1 says it its own way)
+            raise TorchRuntimeError(f"INDICES element is out of DATA bounds, id={int(bad[0])} axis_dim={n}",
+                                    code="index_out_of_range")
         raise TorchIndexError("index out of range in self", code="index_out_of_range")
     out = np.take(self.data, ix, axis=d) if self.data.ndim else self.data.reshape(1)[ix].reshape(())
     return record(P.IndexSelectBackward0, out, (self,),
@@ -1543,7 +1547,11 @@ batching(P.IndexSelectBackward0, **shifted(dims=("dim",)))
 
 
 @op("gather",
-    checks=("index_dtype(index)=int64,int32 | RuntimeError: gather(): Expected dtype int32/int64 for index",),
+    checks=("index_dtype(index)=int64,int32 | RuntimeError: gather(): Expected dtype int32/int64 for index",
+            "gather_shapes(self,dim,index)=ranks | RuntimeError: Index tensor must have the same number of dimensions "
+            "as input tensor",
+            "gather_shapes(self,dim,index)=sizes | RuntimeError: Size does not match at dimension {dim} expected index "
+            "{index} to be no larger than self {self} apart from dimension {along}"),
     param_types={"dim": "int"}, storage="new",
     tensors=("self", "index"))
 def gather(self, dim, index, sparse_grad=False):
@@ -1560,28 +1568,26 @@ def gather(self, dim, index, sparse_grad=False):
         # torch compares max(ndim, 1): a 0-d input or index gathers as a 1-element vector
         n = self.data.size
         ix = index.data.reshape(-1)
-        if ix.size and (ix.max() >= n or ix.min() < -n):
-            raise TorchRuntimeError(f"index {int(ix.max())} is out of bounds for dimension {d} with size {n}",
-                                    code="index_out_of_range")
+        _gather_bounds(ix, d, n)
         out = self.data.reshape(-1)[ix].reshape(index.data.shape)
         return record(P.GatherBackward0, out, (self,),
                       {"dim": d, "index": index, "self": self, "sparse_grad": sparse_grad})
-    if index.data.ndim != self.data.ndim:
-        raise TorchRuntimeError("Index tensor must have the same number of dimensions as input tensor",
-                                code="shape_mismatch")
-    for k in range(self.data.ndim):
-        if k != d and index.data.shape[k] > self.data.shape[k]:
-            raise TorchRuntimeError(f"Size does not match at dimension {k} expected index "
-                                    f"{list(index.data.shape)} to be no larger than self {list(self.data.shape)} "
-                                    f"apart from dimension {d}", code="shape_mismatch")
-    n = self.data.shape[d] if self.data.ndim else 1
-    if index.data.size and (index.data.max() >= n or index.data.min() < -n):
-        raise TorchRuntimeError(f"index {int(index.data.max())} is out of bounds for dimension {d} with size {n}",
-                                code="index_out_of_range")
+    if index.data.ndim != self.data.ndim or any(
+            k != d and index.data.shape[k] > self.data.shape[k] for k in range(self.data.ndim)):
+        raise broken_check("gather", self=self, dim=dim, index=index)
+    _gather_bounds(index.data, d, self.data.shape[d] if self.data.ndim else 1)
     src = self.data[tuple(slice(0, s) if k != d else slice(None) for k, s in enumerate(index.data.shape))]
     out = np.take_along_axis(src, index.data, axis=d)
     return record(P.GatherBackward0, out, (self,),
                   {"dim": d, "index": index, "self": self, "sparse_grad": sparse_grad})
+
+
+def _gather_bounds(ix: np.ndarray, d: int, n: int) -> None:
+    """torch's CPU kernel's: the first index (in order) out of [0, n); a negative one too."""
+    bad = ix[(ix < 0) | (ix >= n)]
+    if bad.size:
+        raise TorchRuntimeError(f"index {int(bad.flat[0])} is out of bounds for dimension {d} with size {n}",
+                                code="index_out_of_range")
 
 
 @vjp("GatherBackward0", inputs=("self",), saves=("dim", "index", "self", "sparse_grad"))
