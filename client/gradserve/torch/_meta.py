@@ -721,9 +721,9 @@ def basic_index(key) -> bool:
 
 
 def view_of_leaf(entry: dict | None, base, index=None) -> bool:
-    """Is the result of the op of catalog ``entry`` on ``base`` a view of a leaf that requires grad? (None:
-    getitem.) The entry's ``storage`` says: a view, or (reshape, flatten) a view of a contiguous tensor,
-    which a leaf always is here."""
+    """Is the result of the op of catalog ``entry`` on ``base`` a view of a leaf (torch's ``_base.is_leaf``, which
+    makes an in-place op on the view refused once it requires grad)? (None: getitem.) The entry's ``storage``
+    says: a view, or (reshape, flatten) a view of a contiguous tensor, which a leaf always is here."""
     if entry is None or entry["name"] == "getitem":
         views = basic_index(index)
     else:
@@ -731,8 +731,7 @@ def view_of_leaf(entry: dict | None, base, index=None) -> bool:
         views = storage == "view" or storage == "view_if_contiguous" and peek(base, "is_leaf") is True
     if not views:
         return False
-    leaf = peek(base, "is_leaf") is True and peek(base, "requires_grad") is True
-    return leaf or peek(base, "view_of_leaf") is True
+    return peek(base, "is_leaf") is True or peek(base, "view_of_leaf") is True
 
 
 def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -> dict:
@@ -745,7 +744,7 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
     multi = facts_of.get("multi_view")
     if grad_enabled and multi is not None:
         raise error("RuntimeError", MULTI_VIEW_INPLACE.format(*multi))
-    if grad_enabled and (on_view or index is not None and view_of_leaf(None, target, index)):
+    if grad_enabled and requires_grad is True and (on_view or index is not None and view_of_leaf(None, target, index)):
         raise error("RuntimeError", VIEW_OF_LEAF_INPLACE)
     if grad_enabled and leaf is True and requires_grad is True:
         raise error("RuntimeError", LEAF_INPLACE)
