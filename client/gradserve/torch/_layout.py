@@ -351,7 +351,7 @@ def _getitem(shape, layout, arg, out):
                 return None
             start, _, step = k.indices(shape[d])
             length = len(range(*k.indices(shape[d])))
-            offset += (start if length else 0) * strides[d]
+            offset += start * strides[d]  # (an empty slice's too: torch moves to its clamped start)
             sizes.append(length)
             out_strides.append(strides[d] * step)
         d += 1

@@ -26,6 +26,11 @@ UNKNOWN = object()
 #: torch's messages
 LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
 VIEW_OF_LEAF_INPLACE = "a view of a leaf Variable that requires grad is being used in an in-place operation."
+NO_GRAD_VIEW_INPLACE = ("A view was created in no_grad mode and is being modified inplace with grad mode enabled. "
+                        "Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify your "
+                        "code by moving both the view and the inplace either both inside the no_grad block (if you "
+                        "don't want the inplace to be tracked) or both outside (if you want the inplace to be "
+                        "tracked).")
 #: an output of split, chunk or unbind that requires grad, modified in place ({0}: its number, {1}: its node's name)
 MULTI_VIEW_INPLACE = ("Output {0} of {1} is a view and is being modified inplace. This view is the output of a "
                       "function that returns multiple views. Such functions do not allow the output views to be "
@@ -734,6 +739,20 @@ def view_of_leaf(entry: dict | None, base, index=None) -> bool:
     return peek(base, "is_leaf") is True or peek(base, "view_of_leaf") is True
 
 
+def no_grad_view(entry: dict, base, index, facts: dict) -> None:
+    """torch: a view made under ``no_grad`` of a tensor that requires grad requires grad too (without a grad_fn; an
+    in-place op on it under grad mode has its own error, the server's); a copy (``reshape`` of a transposed
+    tensor) does not. Where the client cannot tell, the flags are the server's."""
+    requires_grad = peek(base, "requires_grad")
+    if requires_grad is False:
+        return
+    for fact in ("requires_grad", "is_leaf", "grad_fn", "node"):
+        facts.pop(fact, None)
+    views = entry.get("storage") == "view" or entry["name"] == "getitem" and basic_index(index)
+    if requires_grad is True and views:
+        facts.update(requires_grad=True, grad_fn=None, view_of_leaf="no_grad")  # (view_of_leaf: its in-place error)
+
+
 def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -> dict:
     """Check an in-place op on ``target`` as torch does; the target's facts after it. ``index``: setitem's key
     (a basic index writes through a view of the target)."""
@@ -744,6 +763,8 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
     multi = facts_of.get("multi_view")
     if grad_enabled and multi is not None:
         raise error("RuntimeError", MULTI_VIEW_INPLACE.format(*multi))
+    if grad_enabled and requires_grad is True and facts_of.get("view_of_leaf") == "no_grad":
+        raise error("RuntimeError", NO_GRAD_VIEW_INPLACE)
     if grad_enabled and requires_grad is True and (on_view or index is not None and view_of_leaf(None, target, index)):
         raise error("RuntimeError", VIEW_OF_LEAF_INPLACE)
     if grad_enabled and leaf is True and requires_grad is True:
@@ -757,8 +778,8 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
                 raise error("RuntimeError", f"output with shape {list(shape)} doesn't match the broadcast shape "
                                             f"{list(out)}")
     facts: dict = {} if shape is UNKNOWN else {"shape": shape}
-    if on_view:
-        facts["view_of_leaf"] = True
+    if on_view or facts_of.get("view_of_leaf") == "no_grad":
+        facts["view_of_leaf"] = facts_of["view_of_leaf"]
     if not grad_enabled or not entry["differentiable"]:
         if requires_grad is not UNKNOWN and leaf is not UNKNOWN:
             facts.update(requires_grad=requires_grad, is_leaf=leaf)

@@ -852,9 +852,11 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
         facts = _decided_facts(decided, tensors)
     elif base != "detach":
         facts = _meta.result(entry, tensors, arg, grad_enabled)
-        if first is not None and grad_enabled and _meta.view_of_leaf(
-                entry, first, args[1].key if base == "getitem" and isinstance(args[1], _Index) else None):
+        index = args[1].key if base == "getitem" and isinstance(args[1], _Index) else None
+        if first is not None and grad_enabled and _meta.view_of_leaf(entry, first, index):
             facts["view_of_leaf"] = True
+        elif first is not None and not grad_enabled and base in _layout.VIEWS:
+            _meta.no_grad_view(entry, first, index, facts)
         if key is not None:
             _decide(key, facts)
     out = Tensor._new(ctx, storage)
