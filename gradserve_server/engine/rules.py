@@ -86,6 +86,10 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     batch_sizes(input,target)    a target has the (batched) input's batch size -> {a}, {b}
     multi_target(input,target)[=probabilities]  a target for a 2-d input has one dimension (``probabilities``: or
                              the input's shape, which cross_entropy reads as class probabilities)
+    spatial_target(input,target)=part  the target of an input of 3 or more dimensions (N, C, d1...) is (N, d1...)
+                             (part ``size`` -> {want}, {got}; of 4: ``rank4`` 3-d -> {dims}, ``size4`` -> {input},
+                             {target})
+    probability_target(input,target)  a target of the input's shape (probabilities) is floating -> {dtype}
     same_size(input,target)  ``target`` has ``input``'s shape -> {a}, {b}
     conv_groups(weight,groups,...)       the weight's out channels (at least groups) divide by groups -> {groups},
                                          {weight}
@@ -884,7 +888,26 @@ def _multi_target(inp, target, setting):
     if x is None or y is None or dt is None:
         return UNKNOWN
     probabilities = setting == "probabilities" and x == y  # (cross_entropy: a target of the input's shape)
-    return {} if len(x) == 2 and len(y) >= 2 and not probabilities else None
+    return {} if 1 <= len(x) <= 2 and len(y) >= 2 and not probabilities else None
+
+
+def _spatial_target(inp, target, part: str):
+    (_, x), (_, y) = _tensor_facts(inp), _tensor_facts(target)
+    if x is None or y is None or len(x) < 3 or x == y:  # (x == y: cross_entropy's probabilities)
+        return UNKNOWN if x is None or y is None else None
+    if len(x) != 4:
+        want = [x[0], *x[2:]]
+        return {"want": want, "got": list(y)} if part == "size" and list(y) != want else None
+    if part == "rank4":
+        return {"dims": len(y)} if len(y) != 3 else None
+    return {"input": list(x), "target": list(y)} if part == "size4" and len(y) == 3 and y[1:] != x[2:] else None
+
+
+def _probability_target(inp, target, _):
+    (_, x), (dt, y) = _tensor_facts(inp), _tensor_facts(target)
+    if x is None or y is None or dt is None:
+        return UNKNOWN
+    return {"dtype": FACTS[dt][1]} if x == y and FACTS[dt][0] != "f" else None
 
 
 def _same_size(inp, target, _):
@@ -916,4 +939,5 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
          "broadcasts": _broadcasts_rule, "dims": _dims, "ranks": _ranks, "min_ranks": _min_ranks,
          "repeats_cover": _repeats_cover,
          "linear_shapes": _linear_shapes, "bmm_shapes": _bmm_shapes, "batch_sizes": _batch_sizes,
-         "same_size": _same_size, "dim_order": _dim_order, "multi_target": _multi_target}
+         "same_size": _same_size, "dim_order": _dim_order, "multi_target": _multi_target,
+         "spatial_target": _spatial_target, "probability_target": _probability_target}

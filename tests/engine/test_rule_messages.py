@@ -78,6 +78,10 @@ KNOWN: dict[tuple[str, str], str] = {
     (_E + "nn", '"nll_loss_out_frame" not implemented for \''): _INTERLEAVED + " (_nll_check, cross_entropy's too)",
     (_E + "nn", "0D or 1D target tensor expected, multi-target not supported"): _INTERLEAVED + " (_nll_check)",
     (_E + "nn", "Expected input batch_size ("): _INTERLEAVED + " (_nll_check)",
+    (_E + "nn", "only batches of spatial targets supported (3D tensors) but got targets of dimension: "):
+        _INTERLEAVED + " (_nll_check)",
+    (_E + "nn", "Expected target size "): _INTERLEAVED + " (_nll_check)",
+    (_E + "nn", "size mismatch (got input: "): _INTERLEAVED + " (_nll_check; a 1-d input's own too)",
     (_E + "nn", "expected scalar type "): _INTERLEAVED + " (_nll_check's weight)",
     (_E + "nn", "expected target dtype to be Long or Byte, but got "): _INTERLEAVED + " (_nll_check)",
     (_E + "nn_functional", '"LayerNormKernelImpl" not implemented for \''): _INTERLEAVED + " (normalized_shape)",

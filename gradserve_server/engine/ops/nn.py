@@ -636,6 +636,10 @@ def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, 
 
 @op("nll_loss", checks=(
     "batch_sizes(input,target) | ValueError: Expected input batch_size ({a}) to match target batch_size ({b}).",
+    "spatial_target(input,target)=size | RuntimeError: Expected target size {want}, got {got}",
+    "spatial_target(input,target)=rank4 | RuntimeError: only batches of spatial targets supported (3D tensors) but "
+    "got targets of dimension: {dims}",
+    "spatial_target(input,target)=size4 | RuntimeError: size mismatch (got input: {input} , target: {target}",
     "multi_target(input,target) | RuntimeError: 0D or 1D target tensor expected, multi-target not supported",
     "dtype(target)=int64,uint8 | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}",
     'dtype(input)=floating | NotImplementedError: "nll_loss_out_frame" not implemented for \'{dtype}\''),
@@ -824,6 +828,8 @@ def _(ctx, self_t):
 
 
 @op("cross_entropy", checks=(
+    "probability_target(input,target) | RuntimeError: Expected floating point type for target with class "
+    "probabilities, got {dtype}",
     # (log_softmax over the class dimension: 0 of a (C,) input, 1 of (N, C, ...), the last of two)
     'dtype_lastdim(input,0)=floating | NotImplementedError: "log_softmax_lastdim_kernel_impl" not implemented for '
     "'{dtype}'",
@@ -831,6 +837,10 @@ def _(ctx, self_t):
     "'{dtype}'",
     'dtype_innerdim(input,1)=floating | NotImplementedError: "log_softmax_kernel_impl" not implemented for \'{dtype}\'',
     "batch_sizes(input,target) | ValueError: Expected input batch_size ({a}) to match target batch_size ({b}).",
+    "spatial_target(input,target)=size | RuntimeError: Expected target size {want}, got {got}",
+    "spatial_target(input,target)=rank4 | RuntimeError: only batches of spatial targets supported (3D tensors) but "
+    "got targets of dimension: {dims}",
+    "spatial_target(input,target)=size4 | RuntimeError: size mismatch (got input: {input} , target: {target}",
     "multi_target(input,target)=probabilities | RuntimeError: 0D or 1D target tensor expected, multi-target not "
     "supported",
     "class_target(input,target) | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}"),
@@ -852,8 +862,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     class_dim = 0 if input.data.ndim == 1 else 1
     if input.shape == target.shape:
         if target.data.dtype.kind not in "fV":
-            raise TorchRuntimeError(f"Expected floating point type for target with class probabilities, got "
-                                    f"{D.SCALAR_TYPE_NAMES[target.dtype]}", code="invalid_dtype")
+            raise broken_check("cross_entropy", input=input, target=target)
         if ignore_index >= 0:
             raise TorchRuntimeError("ignore_index is not supported for floating point target",
                                     code="invalid_argument")
