@@ -21,6 +21,8 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     matmul_dtype(a,b)=form   a matrix product's operands have one dtype (form ``mm``, ``linear``: {a}, {b} as C++
                              type names; ``dot``, ``mv`` (a matrix by a vector), ``batched`` (by a stack of
                              matrices), ``bmm`` (stacks of one size): ScalarType names), when their shapes multiply
+    bool_product(a,b)=form   not two bool tensors of a matrix product of that form (as matmul_dtype's) whose sizes
+                             multiply: torch's CPU kernels (dot, addmv, addmm, bmm) have none for bool
     min_dims(a)=n            ``a`` has at least n dimensions
     max_dims(a)=n            ``a`` has at most n dimensions -> {dims} (its number)
     square(a)                ``a``'s last two dimensions are equal -> {rows}, {cols}
@@ -260,28 +262,48 @@ TENSOR_TYPES = {"float32": "torch.FloatTensor", "float64": "torch.DoubleTensor",
                 "bool": "CPUBoolType"}
 
 
-def _matmul_dtype(a, b, form: str):
-    """Operands of a matrix product of different dtypes, where torch's message is known: ``mm`` (the second is a
-    matrix: mm, matmul of 1-3+ by 2 dimensions), ``linear`` (the same, the second transposed: linear's weight),
-    ``dot`` (two vectors), ``mv`` (2+ by 1 dimensions: mv, matmul), ``batched`` (any by 3+ dimensions, batches
-    broadcast: matmul), ``bmm`` (batches of one size). Shapes that do not multiply are left to the shape check,
-    which torch makes first."""
-    (da, x), (db, y) = _tensor_facts(a), _tensor_facts(b)
-    if da is None or db is None or x is None or y is None or da == db or not x:
-        return UNKNOWN
-    names = {"a": FACTS[da][1], "b": FACTS[db][1]}
+def _product_form(x: tuple, y: tuple, form: str) -> bool:
+    """Do shapes ``x`` and ``y`` make a matrix product of ``form`` whose sizes multiply: ``mm`` (the second is a
+    matrix), ``linear`` (the same, the second transposed: linear's weight), ``dot`` (two vectors, any sizes: torch
+    checks their dtypes first), ``mv`` (2+ by 1 dimensions), ``batched`` (any by 3+ dimensions, batches
+    broadcast), ``bmm`` (batches of one size)?"""
+    if not x:
+        return False
     if form == "dot":
-        return names if len(x) == 1 and len(y) == 1 else UNKNOWN  # (before the sizes)
+        return len(x) == 1 and len(y) == 1
     if form == "mv":
-        return names if len(x) >= 2 and len(y) == 1 and x[-1] == y[0] else UNKNOWN
+        return len(x) >= 2 and len(y) == 1 and x[-1] == y[0]
     if form in ("batched", "bmm"):  # (bmm: one batch size, not broadcast)
         batches = x[:-2] == y[:-2] if form == "bmm" else _broadcasts(x[:-2], y[:-2])
-        return names if len(y) >= 3 and x[-1] == y[-2] and batches else UNKNOWN
+        return len(y) >= 3 and x[-1] == y[-2] and batches
     if form == "linear" and len(y) == 2:
         y = (y[1], y[0])
-    if len(y) != 2 or x[-1] != y[0]:
+    return len(y) == 2 and x[-1] == y[0]
+
+
+def _matmul_dtype(a, b, form: str):
+    """Operands of a matrix product of ``form`` (``_product_form``) of different dtypes, where torch's message is
+    known (``mm``, ``linear``: C++ type names). Shapes that do not multiply are left to the shape check, which torch
+    makes first."""
+    (da, x), (db, y) = _tensor_facts(a), _tensor_facts(b)
+    if da is None or db is None or x is None or y is None or da == db or not _product_form(x, y, form):
         return UNKNOWN
-    return {"a": CPP_NAMES[da], "b": CPP_NAMES[db]}
+    if form in ("mm", "linear"):
+        return {"a": CPP_NAMES[da], "b": CPP_NAMES[db]}
+    return {"a": FACTS[da][1], "b": FACTS[db][1]}
+
+
+def _bool_product(a, b, form: str):
+    """Bool operands of a matrix product of ``form`` whose sizes multiply (``dot``: of one size): torch's CPU
+    kernels have none for them. ``mm`` and ``linear`` here: a left operand of at most two dimensions (``linear``:
+    any, its input is folded)."""
+    (da, x), (db, y) = _tensor_facts(a), _tensor_facts(b)
+    if da is None or db is None or x is None or y is None:
+        return UNKNOWN
+    if (da, db) != ("bool", "bool") or not _product_form(x, y, form) or form == "dot" and x != y or \
+            form == "mm" and len(x) > 2:
+        return None
+    return {}
 
 
 def _broadcasts(x: tuple, y: tuple) -> bool:
@@ -919,7 +941,8 @@ def _same_size(inp, target, _):
 
 RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_lastdim,
          "dtype_innerdim": _dtype_innerdim,
-         "class_target": _class_target, "matmul_dtype": _matmul_dtype, "number_bounds_cast": _number_bounds_cast,
+         "class_target": _class_target, "matmul_dtype": _matmul_dtype, "bool_product": _bool_product,
+         "number_bounds_cast": _number_bounds_cast,
          "bool_bounds": _bool_bounds, "same_dtype": _same_dtype, "same_cpp_dtype": _same_cpp_dtype,
          "min_dims": _min_dims, "max_dims": _max_dims, "square": _square,
          "given": _given,

@@ -258,6 +258,19 @@ CHECK_CASES: dict[str, list[tuple[list, dict]]] = {
                (["float32[1,3,5,5]", "float32[4,3,3,3]", "float32[3]"], {"padding": "same"}),
                (["float32[1,3,5,5]", "float32[4,3,3,3]"], {"padding": "same", "stride": [1, 1]})],
 }
+#: matrix products of bool tensors (torch's CPU kernels have none), and F.linear of a vector weight (a dot or an mv)
+for _op, _cases in {
+    "matmul": [(["bool[3]", "bool[3]"], {}), (["bool[2,3]", "bool[3]"], {}), (["bool[2,3]", "bool[3,2]"], {}),
+               (["bool[3]", "bool[2,3,2]"], {}), (["bool[2,3]", "bool[4]"], {}), (["bool[3]", "float32[3]"], {})],
+    "mv": [(["bool[2,3]", "bool[3]"], {}), (["float32[2,3]", "float32[4]"], {})],
+    "dot": [(["bool[3]", "bool[3]"], {}), (["float32[3]", "float32[4]"], {})],
+    "mm": [(["bool[2,3]", "bool[3,2]"], {})],
+    "linear": [(["float32[3,4]", "int64[4]"], {}), (["float32[4]", "int64[4]"], {}),
+               (["float32[4]", "float32[3]"], {}), (["float32[2,16]", "float32[2]"], {}), (["bool[4]", "bool[4]"], {}),
+               (["bool[3,4]", "bool[3,4]"], {}), (["bool[5,2,3]", "bool[3]"], {}),
+               (["float32[5,2,3]", "float32[4]"], {})],
+}.items():
+    CHECK_CASES[_op] = CHECK_CASES[_op] + _cases
 
 
 def operand_kinds(arity: int, dtypes: list[str]) -> list[tuple[str, ...]]:

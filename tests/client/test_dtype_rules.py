@@ -91,6 +91,9 @@ LEFT_TO_OTHER_CHECKS = {"max(float32[0], int64[3])", "mm(float32[2,3], float64[4
                         "matmul(float32[2,3], float64[4,2])",
                         "matmul(float64[5,2,3], float32[5,4,2])", "matmul(float32[2,3], int64[4])",
                         "mv(float32[2,3], float64[4])", "movedim(float32[2,3], 0, 2)",
+                        "dot(float32[3], float32[4])", "matmul(bool[2,3], bool[4])", "mv(float32[2,3], float32[4])",
+                        "linear(float32[4], float32[3])", "linear(float32[2,16], float32[2])",
+                        "linear(float32[5,2,3], float32[4])",
                         # torch refuses these first with a check of the op's own, which the rules leave to it
                         "embedding(float32[2], float32[4,3], max_norm=1.0)",
                         'cat(["float32[2,3]", "float32[]"])', 'cat(["float32[]", "float32[2,3]"], dim=1)',

@@ -602,14 +602,21 @@ def shape_of(entry: dict, tensors: list, arg):
         return view_shape(shape, arg("shape") if "shape" in _arg_names(entry) else arg("size"))
     if name in _SQUARE_SHAPES:  # (batches of square matrices: torch's error for others, the server's)
         return _SQUARE_SHAPES[name](shape) if len(shape) >= 2 and shape[-1] == shape[-2] else UNKNOWN
-    if name in ("matmul", "mm"):
-        other = arg("other") if "other" in _arg_names(entry) else arg("mat2")
+    if name in _PRODUCTS:
+        other = arg(_PRODUCTS[name])
         known = any(other is t for t in tensors)
+        if name == "linear" and (not known or len(peek(other, "shape")) != 1):
+            return UNKNOWN  # (a matrix weight: declared checks; a vector: input @ weight, a dot or an mv)
         layouts = (L.of(tensors[0]) if tensors else None, L.of(other) if known else None)
         grads = tuple(_requires_grad(t) for t in (tensors[0] if tensors else None, other if known else None))
-        return matmul_shape(shape, peek(other, "shape") if known else UNKNOWN, name == "matmul",
-                            tuple(None if lay is None else lay[0] for lay in layouts), grads)
+        out = matmul_shape(shape, peek(other, "shape") if known else UNKNOWN, name != "mm",
+                           tuple(None if lay is None else lay[0] for lay in layouts), grads)
+        return UNKNOWN if name == "linear" and arg("bias") is not None else out
     return UNKNOWN
+
+
+#: matrix products whose shapes are matmul's, by the name of their second operand
+_PRODUCTS = {"matmul": "other", "mm": "mat2", "mv": "vec", "dot": "tensor", "linear": "weight"}
 
 
 #: ops of batches of square matrices: their result's shape

@@ -205,7 +205,15 @@ batching(P.LogSoftmaxBackward0, **shifted(sizes=(), dims=("dim",)))
             "linear_shapes(input,weight) | RuntimeError: mat1 and mat2 shapes cannot be multiplied ({rows}x{k} and "
             "{wk}x{out})",
             "matmul_dtype(input,weight)=linear | RuntimeError: expected m1 and m2 to have the same dtype, but got: "
-            "{a} != {b}"),
+            "{a} != {b}",
+            # (a 1-d weight: input @ weight, a dot or an mv)
+            "matmul_dtype(input,weight)=dot | RuntimeError: dot : expected both vectors to have same dtype, but found "
+            "{a} and {b}",
+            "matmul_dtype(input,weight)=mv | RuntimeError: addmv input tensors must have the same dtype, but got {b}, "
+            "{a}, and {b}",
+            "bool_product(input,weight)=linear | NotImplementedError: \"addmm_impl_cpu_\" not implemented for 'Bool'",
+            "bool_product(input,weight)=dot | NotImplementedError: \"dot\" not implemented for 'Bool'",
+            "bool_product(input,weight)=mv | NotImplementedError: \"addmv_impl_cpu\" not implemented for 'Bool'"),
     exports=("torch.nn.functional.linear",), cost="other",
     tensors=("input", "weight", "bias"), method=False,
     grad_fns=(P.AddmmBackward0, P.ViewBackward0, P.MmBackward0, P.SqueezeBackward4, P.UnsafeViewBackward0,
