@@ -265,12 +265,15 @@ for _op, _cases in {
     "mv": [(["bool[2,3]", "bool[3]"], {}), (["float32[2,3]", "float32[4]"], {})],
     "dot": [(["bool[3]", "bool[3]"], {}), (["float32[3]", "float32[4]"], {})],
     "mm": [(["bool[2,3]", "bool[3,2]"], {})],
+    "roll": [(["float32[]", 1, 0], {}), (["float32[]", 1, -1], {}), (["float32[]", 1, 3], {}),
+             (["float32[2]", 1, 0], {})],
+    "topk": [(["bool[3]", 5], {"dim": 0}), (["bool[3]", 2], {"dim": 0})],
     "linear": [(["float32[3,4]", "int64[4]"], {}), (["float32[4]", "int64[4]"], {}),
                (["float32[4]", "float32[3]"], {}), (["float32[2,16]", "float32[2]"], {}), (["bool[4]", "bool[4]"], {}),
                (["bool[3,4]", "bool[3,4]"], {}), (["bool[5,2,3]", "bool[3]"], {}),
                (["float32[5,2,3]", "float32[4]"], {})],
 }.items():
-    CHECK_CASES[_op] = CHECK_CASES[_op] + _cases
+    CHECK_CASES[_op] = CHECK_CASES.get(_op, []) + _cases
 
 
 def operand_kinds(arity: int, dtypes: list[str]) -> list[tuple[str, ...]]:

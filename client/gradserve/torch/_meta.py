@@ -777,13 +777,6 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
     if grad_enabled and leaf is True and requires_grad is True:
         raise error("RuntimeError", LEAF_INPLACE)
     shape = peek(target, "shape")
-    if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN:
-        shapes = [shape, *(peek(t, "shape") for t in others)]
-        if UNKNOWN not in shapes:
-            out = broadcast(shapes, len(shapes) == 2)
-            if out is not UNKNOWN and out != shape:
-                raise error("RuntimeError", f"output with shape {list(shape)} doesn't match the broadcast shape "
-                                            f"{list(out)}")
     facts: dict = {} if shape is UNKNOWN else {"shape": shape}
     if on_view or facts_of.get("view_of_leaf") == "no_grad":
         facts["view_of_leaf"] = facts_of["view_of_leaf"]
@@ -1087,15 +1080,30 @@ def predict(entry: dict, value) -> str | object:
     return got
 
 
-def check_inplace_dtype(entry: dict, base: dict | None, args: tuple, kwargs: dict) -> None:
-    """An in-place op, by its out-of-place op's ``promotion`` (catalog ``base``): torch's refusal of the operands'
-    dtypes, and of a result its target cannot hold (``result type Float can't be cast to the desired output type
-    Long``), before anything runs."""
+def _check_inplace_broadcast(entry: dict, target, others: list) -> None:
+    """torch's error for operands that broadcast to another shape than an in-place op's target."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-    if not base or not base["promotion"] or not args:
-        return
-    target = args[0]._dtype if isinstance(args[0], _tensor_class()) else None
-    if target is None:
+    shape = peek(target, "shape")
+    if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN:
+        shapes = [shape, *(peek(t, "shape") for t in others)]
+        if UNKNOWN not in shapes:
+            out = broadcast(shapes, len(shapes) == 2)
+            if out is not UNKNOWN and out != shape:
+                raise error("RuntimeError", f"output with shape {list(shape)} doesn't match the broadcast shape "
+                                            f"{list(out)}")
+
+
+def check_inplace_dtype(entry: dict, base: dict | None, args: tuple, kwargs: dict, others: list = ()) -> None:
+    """An in-place op, by its out-of-place op's ``promotion`` (catalog ``base``), in torch's order: its refusal of
+    the operands' dtypes (``-`` of bools), operands that do not broadcast to the target's shape (``others``: the
+    tensors besides the target), and a result the target cannot hold (``result type Float can't be cast to the
+    desired output type Long``), before anything runs."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    tensor = args[0] if args and isinstance(args[0], _tensor_class()) else None
+    target = tensor._dtype if tensor is not None else None
+    if not base or not base["promotion"] or target is None:
+        if tensor is not None:
+            _check_inplace_broadcast(entry, tensor, others)
         return
     positions = _positions(entry["name"])
 
@@ -1104,6 +1112,7 @@ def check_inplace_dtype(entry: dict, base: dict | None, args: tuple, kwargs: dic
         return args[i] if i is not None and i < len(args) else kwargs.get(param)
 
     result = predict(base, value)
+    _check_inplace_broadcast(entry, tensor, others)
     if result is UNKNOWN or P.parse(base["promotion"])[0] in ("bool", "int64"):
         return
     if not P.can_hold(result, target):

@@ -789,7 +789,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
         else:
             facts = _meta.inplace(entry, target, inputs[1:], grad_enabled, index) \
                 if isinstance(target, Tensor) else {}
-            _meta.check_inplace_dtype(entry, of.base_entry, args, kwargs)
+            _meta.check_inplace_dtype(entry, of.base_entry, args, kwargs, inputs[1:])
             if key is not None and isinstance(target, Tensor):
                 _decide(key, facts, _meta.known(target).get("node"))
         ctx.record(op, (), caller)
