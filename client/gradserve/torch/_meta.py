@@ -21,6 +21,7 @@ from gradserve.errors import TORCH_ERRORS
 from gradserve.torch import _layout as L
 from gradserve.torch import _promotion as P
 from gradserve.torch._dtypes import FACTS, default_float
+from gradserve.torch._grad_mode import is_grad_enabled
 
 UNKNOWN = object()
 #: torch's messages
@@ -31,6 +32,8 @@ NO_GRAD_VIEW_INPLACE = ("A view was created in no_grad mode and is being modifie
                         "code by moving both the view and the inplace either both inside the no_grad block (if you "
                         "don't want the inplace to be tracked) or both outside (if you want the inplace to be "
                         "tracked).")
+INTERNAL_OVERLAP = ("unsupported operation: more than one element of the written-to tensor refers to a single memory "
+                    "location. Please clone() the tensor before performing the operation.")
 #: an output of split, chunk or unbind that requires grad, modified in place ({0}: its number, {1}: its node's name)
 MULTI_VIEW_INPLACE = ("Output {0} of {1} is a view and is being modified inplace. This view is the output of a "
                       "function that returns multiple views. Such functions do not allow the output views to be "
@@ -756,6 +759,8 @@ def no_grad_view(entry: dict, base, index, facts: dict) -> None:
     for fact in ("requires_grad", "is_leaf", "grad_fn", "node"):
         facts.pop(fact, None)
     views = entry.get("storage") == "view" or entry["name"] == "getitem" and basic_index(index)
+    if peek(base, "is_leaf") is True and peek(base, "view_of_leaf") is not UNKNOWN:
+        return  # (a view made a leaf by requires_grad_(): its base's flag decides, which the client does not know)
     if requires_grad is True and views:
         facts.update(requires_grad=True, grad_fn=None, view_of_leaf="no_grad")  # (view_of_leaf: its in-place error)
 
@@ -1081,9 +1086,16 @@ def predict(entry: dict, value) -> str | object:
 
 
 def _check_inplace_broadcast(entry: dict, target, others: list) -> None:
-    """torch's error for operands that broadcast to another shape than an in-place op's target."""
+    """torch's errors for an elementwise in-place op's target whose elements share memory (an expanded tensor),
+    then for operands that broadcast to another shape than the target's."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     shape = peek(target, "shape")
+    layout = L.of(target) if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN else None
+    if layout is not None and any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0])):
+        # (under grad mode torch's leaf checks come first: decided here where the tensor does not require grad)
+        if not is_grad_enabled() or (target.requires_grad if peek(target, "requires_grad") is UNKNOWN
+                                     else peek(target, "requires_grad")) is False:
+            raise error("RuntimeError", INTERNAL_OVERLAP)
     if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN:
         shapes = [shape, *(peek(t, "shape") for t in others)]
         if UNKNOWN not in shapes:
