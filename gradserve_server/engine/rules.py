@@ -67,6 +67,8 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
                              -> {start} (wrapped), {length}, {size}
     gather_shapes(a,dim,index)=part  a non-empty ``index`` has ``a``'s dimensions (part ``ranks``; 0-d counts as 1-d)
                              and (``sizes``) no larger sizes but along ``dim`` -> {dim}, {index}, {self}, {along}
+    dim_in_range(a,dim)      ``dim`` indexes ``a`` (a 0-d tensor: 0 or -1), where torch checks it before the op's
+                             other checks -> {low}, {high}, {dim}
     zero_dim_dims(a,dims)=given|wrapped  a 0-d ``a`` is given no dimension (roll's, unflatten's) -> {dim} (the first
                              as given, or as wrapped when in range)
     index_tensor_dtypes(index)  the tensors of an index are int64, int32, uint8 or bool
@@ -749,6 +751,14 @@ def _gather_shapes(t, dim, index, part: str):
     return None if part != "sizes" or k is None else {"dim": k, "index": list(y), "self": list(x), "along": d}
 
 
+def _dim_in_range(t, dim, _):
+    _, shape = _tensor_facts(t)
+    if shape is None or not _int(dim):
+        return UNKNOWN if shape is None else None
+    rank = max(len(shape), 1)
+    return None if -rank <= dim < rank else {"low": -rank, "high": rank - 1, "dim": dim}
+
+
 def _zero_dim_dims(t, dims, form: str):
     _, shape = _tensor_facts(t)
     first = dims[0] if isinstance(dims, (list, tuple)) and dims else dims
@@ -970,7 +980,7 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
          "index_count": _index_count, "index_bounds": _index_bounds, "zero_dim_index": _zero_dim_index,
          "index_tensor_dtypes": _index_tensor_dtypes, "index_in_dim": _index_in_dim,
          "narrow_bounds": _narrow_bounds, "gather_shapes": _gather_shapes,
-         "zero_dim_dims": _zero_dim_dims,
+         "zero_dim_dims": _zero_dim_dims, "dim_in_range": _dim_in_range,
          "expand_size": _expand_size,
          "permute_rank": _permute_rank, "permute_unique": _permute_unique,
          "reduce_dims_unique": _reduce_dims_unique, "unflatten_sizes": _unflatten_sizes,

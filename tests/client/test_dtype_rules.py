@@ -106,6 +106,7 @@ def _handle(spec: str) -> Tensor:
     dtype, _, dims = spec[:-1].partition("[")
     t = object.__new__(Tensor)
     t._dtype, t._shape = dtype, Size(int(d) for d in dims.split(",") if d)
+    t._layout = None  # (not known)
     t._view = t._view_stamp = None
     return t
 

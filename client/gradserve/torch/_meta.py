@@ -34,6 +34,8 @@ NO_GRAD_VIEW_INPLACE = ("A view was created in no_grad mode and is being modifie
                         "tracked).")
 INTERNAL_OVERLAP = ("unsupported operation: more than one element of the written-to tensor refers to a single memory "
                     "location. Please clone() the tensor before performing the operation.")
+PARTIAL_OVERLAP = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+                   "single memory location. Please clone() the tensor before performing the operation.")
 #: an output of split, chunk or unbind that requires grad, modified in place ({0}: its number, {1}: its node's name)
 MULTI_VIEW_INPLACE = ("Output {0} of {1} is a view and is being modified inplace. This view is the output of a "
                       "function that returns multiple views. Such functions do not allow the output views to be "
@@ -1091,11 +1093,13 @@ def _check_inplace_broadcast(entry: dict, target, others: list) -> None:
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     shape = peek(target, "shape")
     layout = L.of(target) if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN else None
-    if layout is not None and any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0])):
+    if layout is not None and (any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0])) or any(
+            _partly_overlap(target, shape, layout, t) for t in others)):
         # (under grad mode torch's leaf checks come first: decided here where the tensor does not require grad)
         if not is_grad_enabled() or (target.requires_grad if peek(target, "requires_grad") is UNKNOWN
                                      else peek(target, "requires_grad")) is False:
-            raise error("RuntimeError", INTERNAL_OVERLAP)
+            internal = any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0]))
+            raise error("RuntimeError", INTERNAL_OVERLAP if internal else PARTIAL_OVERLAP)
     if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN:
         shapes = [shape, *(peek(t, "shape") for t in others)]
         if UNKNOWN not in shapes:
@@ -1103,6 +1107,21 @@ def _check_inplace_broadcast(entry: dict, target, others: list) -> None:
             if out is not UNKNOWN and out != shape:
                 raise error("RuntimeError", f"output with shape {list(shape)} doesn't match the broadcast shape "
                                             f"{list(out)}")
+
+
+def _partly_overlap(target, shape: tuple, layout: tuple, other) -> bool:
+    """torch's partial overlap of an in-place op's target and an operand sharing its memory: both dense (else torch
+    cannot tell, and lets it through), not the same elements in the same order, their ranges intersecting."""
+    if not hasattr(other, "_storage") or other is target or (
+            other._storage is not target._storage and other._storage.memory is not target._storage.memory):
+        return False
+    have, other_shape = L.of(other), peek(other, "shape")
+    if have is None or other_shape is UNKNOWN or not L.dense(shape, layout[0]) or \
+            not L.dense(other_shape, have[0]) or not _numel(shape) or not _numel(other_shape):
+        return False
+    if (shape, tuple(layout[0]), layout[1]) == (other_shape, tuple(have[0]), have[1]):
+        return False  # (the very elements: torch allows x.add_(x))
+    return layout[1] < have[1] + _numel(other_shape) and have[1] < layout[1] + _numel(shape)
 
 
 def check_inplace_dtype(entry: dict, base: dict | None, args: tuple, kwargs: dict, others: list = ()) -> None:

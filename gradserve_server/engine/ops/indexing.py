@@ -588,7 +588,9 @@ def _topk_as_torch(x: np.ndarray, ax: int, k: int, largest: bool, sorted_: bool,
 
 
 @op("topk", promotion="same => same,int64",
-    checks=("k_in_range(self,k,dim) | RuntimeError: selected index k out of range",
+    checks=("dim_in_range(self,dim) | IndexError: Dimension out of range (expected to be in range of [{low}, {high}], "
+            "but got {dim})",
+            "k_in_range(self,k,dim) | RuntimeError: selected index k out of range",
             "dtype(self)=!bool | RuntimeError: topk does not support bool dtypes on CPU"),
     tensors=("self",), returns=ValuesIndices._fields)
 def topk(self, k, dim=-1, largest=True, sorted=True):
