@@ -54,7 +54,8 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     cat_ranks(tensors)       the first tensor that does not fit the first does not have its dimensions -> {a}, {b}
     cat_sizes(tensors,dim)   ... nor its sizes but along ``dim`` -> {dim}, {want}, {got}, {i} (the tensor's number)
     stack_shapes(tensors)    the tensors have one shape -> {first}, {other}, {i}
-    zero_dim_index(a,index)=int|slice  a 0-d ``a`` is not indexed by one int (or one slice), not in a tuple
+    zero_dim_index(a,index)=zero|int|slice  a 0-d ``a`` is not indexed by one int (0; another -> {index}) or one
+                             slice, not in a tuple
     index_count(a,index)     an index (the client's wraps its ``key``) names at most ``a``'s dimensions (an int,
                              a slice, an int list or tensor one each; a bool tensor its dimensions) -> {dims}
     index_bounds(a,index)    each int of a basic index (ints, slices, None, Ellipsis) is in range of the dimension
@@ -651,7 +652,11 @@ def _zero_dim_index(t, index, form: str):
         return UNKNOWN
     if shape or isinstance(key, tuple):
         return None
-    return {} if (_int(key) if form == "int" else isinstance(key, slice)) else None
+    if form == "slice":
+        return {} if isinstance(key, slice) else None
+    if not _int(key) or (key == 0) != (form == "zero"):
+        return None
+    return {"index": key}
 
 
 def _index_count(t, index, _):

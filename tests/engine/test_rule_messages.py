@@ -44,6 +44,8 @@ KNOWN: dict[tuple[str, str], str] = {
     (_E + "nn_functional", " out of range for tensor of size "): _INDEX_VALUES + " (embedding's max_norm selects a "
                                                                                 "row by an index's value)",
     (_E + "nn_functional", "narrow(): length must be non-negative."): "F.pad's negative padding (torch narrows)",
+    ("gradserve_server.engine.autograd", " is out of bounds for dimension 0 with size 0"):
+        "grad(is_grads_batched=True) of an empty batch, which torch indexes",
     (_E + "indexing", "Dimension specified as "): "index_add/index_copy's 0-d source: their own check, not roll's",
     (_E + "shape", "Dimension specified as "): "unbind's own check of a 0-d tensor",
     (_E + "shape", "select() cannot be applied to a 0-dim tensor."): "select(), the helper other ops index with",

@@ -240,6 +240,8 @@ def _movedim(shape, layout, arg, out):
     src, dst = [_wrap(d, n) for d in src], [_wrap(d, n) for d in dst]
     if None in src or None in dst or len(set(src)) != len(src) or len(set(dst)) != len(dst):
         return None
+    if not n:
+        return tuple(shape), layout  # (a 0-d tensor's dimension 0 or -1: itself)
     order = [None] * n
     for s, d in zip(src, dst):
         order[d] = s

@@ -1267,8 +1267,10 @@ def _is_advanced(it) -> bool:
 
 
 #: basic indexing's refusals (getitem's; setitem's, which indexes through getitem, at the run)
-INDEX_CHECKS = ("zero_dim_index(self,index)=int | IndexError: invalid index of a 0-dim tensor. Use `tensor.item()` in "
-                "Python or `tensor.item<T>()` in C++ to convert a 0-dim tensor to a number",
+INDEX_CHECKS = ("zero_dim_index(self,index)=zero | IndexError: invalid index of a 0-dim tensor. Use `tensor.item()` "
+                "in Python or `tensor.item<T>()` in C++ to convert a 0-dim tensor to a number",
+                "zero_dim_index(self,index)=int | IndexError: index {index} is out of bounds for dimension 0 with "
+                "size 0",
                 "zero_dim_index(self,index)=slice | IndexError: slice() cannot be applied to a 0-dim tensor.",
                 "index_count(self,index) | IndexError: too many indices for tensor of dimension {dims}",
                 "index_bounds(self,index) | IndexError: index {index} is out of bounds for dimension {dim} with size "
