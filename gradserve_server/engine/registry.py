@@ -354,7 +354,9 @@ _CODES = {"dtype": "invalid_dtype", "index_dtype": "invalid_dtype", "dtype_lastd
           "matmul_dtype": "dtype_mismatch", "given": "invalid_argument", "nonempty_list": "invalid_argument",
           "dim_order": "invalid_argument", "nonempty": "empty_reduction", "nonempty_dim": "empty_reduction",
           "k_in_range": "index_out_of_range", "list_dim": "dim_out_of_range", "dim_range": "dim_out_of_range",
-          "unflatten_sizes": "invalid_shape"}
+          "unflatten_sizes": "invalid_shape", "index_in_dim": "index_out_of_range",
+          "narrow_bounds": "index_out_of_range", "zero_dim_index": "invalid_index",
+          "index_tensor_dtypes": "invalid_index"}
 
 
 def rule_error(kind: str, message: str, rule: str):

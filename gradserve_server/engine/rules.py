@@ -21,6 +21,8 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     matmul_dtype(a,b)=form   a matrix product's operands have one dtype (form ``mm``, ``linear``: {a}, {b} as C++
                              type names; ``dot``, ``mv`` (a matrix by a vector), ``batched`` (by a stack of
                              matrices), ``bmm`` (stacks of one size): ScalarType names), when their shapes multiply
+    bool_product(a,b)=form   not two bool tensors of a matrix product of that form (as matmul_dtype's) whose sizes
+                             multiply: torch's CPU kernels (dot, addmv, addmm, bmm) have none for bool
     min_dims(a)=n            ``a`` has at least n dimensions
     max_dims(a)=n            ``a`` has at most n dimensions -> {dims} (its number)
     square(a)                ``a``'s last two dimensions are equal -> {rows}, {cols}
@@ -54,11 +56,23 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     cat_ranks(tensors)       the first tensor that does not fit the first does not have its dimensions -> {a}, {b}
     cat_sizes(tensors,dim)   ... nor its sizes but along ``dim`` -> {dim}, {want}, {got}, {i} (the tensor's number)
     stack_shapes(tensors)    the tensors have one shape -> {first}, {other}, {i}
+    zero_dim_index(a,index)=zero|int|slice  a 0-d ``a`` is not indexed by one int (0; another -> {index}) or one
+                             slice, not in a tuple
     index_count(a,index)     an index (the client's wraps its ``key``) names at most ``a``'s dimensions (an int,
                              a slice, an int list or tensor one each; a bool tensor its dimensions) -> {dims}
     index_bounds(a,index)    each int of an index is in range of the dimension it selects (an int tensor or list
                              spans one, a bool one its dimensions, Ellipsis what the others leave) -> {index}, {dim}
                              (its place in the index: every item counts one, Ellipsis and None too), {size}
+    index_in_dim(a,dim,index)  an int ``index`` is in range of ``a``'s (at least 1-d) dimension ``dim`` -> {index},
+                             {shape}, {dim} (wrapped)
+    narrow_bounds(a,dim,start,length)=part  narrow's: ``length`` (part) is not negative; ``start`` in range of the
+                             dimension (part ``start``: {low}, {high}, {start}); and ``end``: start + length fits in it
+                             -> {start} (wrapped), {length}, {size}
+    gather_shapes(a,dim,index)=part  a non-empty ``index`` has ``a``'s dimensions (part ``ranks``; 0-d counts as 1-d)
+                             and (``sizes``) no larger sizes but along ``dim`` -> {dim}, {index}, {self}, {along}
+    zero_dim_dims(a,dims)=given|wrapped  a 0-d ``a`` is given no dimension (roll's, unflatten's) -> {dim} (the first
+                             as given, or as wrapped when in range)
+    index_tensor_dtypes(index)  the tensors of an index are int64, int32, uint8 or bool
     expand_rank(a,size)      ``size`` (a list, or a tensor's shape) has at least ``a``'s dimensions -> {tensor_type},
                              {shape}, {size} (joined by ``, ``), {n} (the sizes' number), {dims}
     expand_size(a,size)      ``a`` expands to ``size`` (a -1 keeps a size) -> {want}, {have}, {dim}, {target},
@@ -79,6 +93,10 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     batch_sizes(input,target)    a target has the (batched) input's batch size -> {a}, {b}
     multi_target(input,target)[=probabilities]  a target for a 2-d input has one dimension (``probabilities``: or
                              the input's shape, which cross_entropy reads as class probabilities)
+    spatial_target(input,target)=part  the target of an input of 3 or more dimensions (N, C, d1...) is (N, d1...)
+                             (part ``size`` -> {want}, {got}; of 4: ``rank4`` 3-d -> {dims}, ``size4`` -> {input},
+                             {target})
+    probability_target(input,target)  a target of the input's shape (probabilities) is floating -> {dtype}
     same_size(input,target)  ``target`` has ``input``'s shape -> {a}, {b}
     conv_groups(weight,groups,...)       the weight's out channels (at least groups) divide by groups -> {groups},
                                          {weight}
@@ -249,28 +267,48 @@ TENSOR_TYPES = {"float32": "torch.FloatTensor", "float64": "torch.DoubleTensor",
                 "bool": "CPUBoolType"}
 
 
-def _matmul_dtype(a, b, form: str):
-    """Operands of a matrix product of different dtypes, where torch's message is known: ``mm`` (the second is a
-    matrix: mm, matmul of 1-3+ by 2 dimensions), ``linear`` (the same, the second transposed: linear's weight),
-    ``dot`` (two vectors), ``mv`` (2+ by 1 dimensions: mv, matmul), ``batched`` (any by 3+ dimensions, batches
-    broadcast: matmul), ``bmm`` (batches of one size). Shapes that do not multiply are left to the shape check,
-    which torch makes first."""
-    (da, x), (db, y) = _tensor_facts(a), _tensor_facts(b)
-    if da is None or db is None or x is None or y is None or da == db or not x:
-        return UNKNOWN
-    names = {"a": FACTS[da][1], "b": FACTS[db][1]}
+def _product_form(x: tuple, y: tuple, form: str) -> bool:
+    """Do shapes ``x`` and ``y`` make a matrix product of ``form`` whose sizes multiply: ``mm`` (the second is a
+    matrix), ``linear`` (the same, the second transposed: linear's weight), ``dot`` (two vectors, any sizes: torch
+    checks their dtypes first), ``mv`` (2+ by 1 dimensions), ``batched`` (any by 3+ dimensions, batches
+    broadcast), ``bmm`` (batches of one size)?"""
+    if not x:
+        return False
     if form == "dot":
-        return names if len(x) == 1 and len(y) == 1 else UNKNOWN  # (before the sizes)
+        return len(x) == 1 and len(y) == 1
     if form == "mv":
-        return names if len(x) >= 2 and len(y) == 1 and x[-1] == y[0] else UNKNOWN
+        return len(x) >= 2 and len(y) == 1 and x[-1] == y[0]
     if form in ("batched", "bmm"):  # (bmm: one batch size, not broadcast)
         batches = x[:-2] == y[:-2] if form == "bmm" else _broadcasts(x[:-2], y[:-2])
-        return names if len(y) >= 3 and x[-1] == y[-2] and batches else UNKNOWN
+        return len(y) >= 3 and x[-1] == y[-2] and batches
     if form == "linear" and len(y) == 2:
         y = (y[1], y[0])
-    if len(y) != 2 or x[-1] != y[0]:
+    return len(y) == 2 and x[-1] == y[0]
+
+
+def _matmul_dtype(a, b, form: str):
+    """Operands of a matrix product of ``form`` (``_product_form``) of different dtypes, where torch's message is
+    known (``mm``, ``linear``: C++ type names). Shapes that do not multiply are left to the shape check, which torch
+    makes first."""
+    (da, x), (db, y) = _tensor_facts(a), _tensor_facts(b)
+    if da is None or db is None or x is None or y is None or da == db or not _product_form(x, y, form):
         return UNKNOWN
-    return {"a": CPP_NAMES[da], "b": CPP_NAMES[db]}
+    if form in ("mm", "linear"):
+        return {"a": CPP_NAMES[da], "b": CPP_NAMES[db]}
+    return {"a": FACTS[da][1], "b": FACTS[db][1]}
+
+
+def _bool_product(a, b, form: str):
+    """Bool operands of a matrix product of ``form`` whose sizes multiply (``dot``: of one size): torch's CPU
+    kernels have none for them. ``mm`` and ``linear`` here: a left operand of at most two dimensions (``linear``:
+    any, its input is folded)."""
+    (da, x), (db, y) = _tensor_facts(a), _tensor_facts(b)
+    if da is None or db is None or x is None or y is None:
+        return UNKNOWN
+    if (da, db) != ("bool", "bool") or not _product_form(x, y, form) or form == "dot" and x != y or \
+            form == "mm" and len(x) > 2:
+        return None
+    return {}
 
 
 def _broadcasts(x: tuple, y: tuple) -> bool:
@@ -638,10 +676,27 @@ def _all_ints(v) -> bool:
     return bool(v) and all(_all_ints(x) if isinstance(x, list) else _int(x) for x in v)
 
 
+def _zero_dim_index(t, index, form: str):
+    _, shape = _tensor_facts(t)
+    key = getattr(index, "key", index)
+    if shape is None:
+        return UNKNOWN
+    if shape or isinstance(key, tuple):
+        return None
+    if form == "slice":
+        return {} if isinstance(key, slice) else None
+    if not _int(key) or (key == 0) != (form == "zero"):
+        return None
+    return {"index": key}
+
+
 def _index_count(t, index, _):
     _, shape = _tensor_facts(t)
-    if not shape:  # (a 0-d tensor's message is another)
+    if shape is None:
         return UNKNOWN
+    key = getattr(index, "key", index)
+    if not shape and not isinstance(key, tuple) and (_int(key) or isinstance(key, slice)):
+        return None  # (zero_dim_index's)
     consumed = 0
     for k in _index_items(index):
         if k is None or k is Ellipsis:
@@ -694,6 +749,64 @@ def _index_bounds(t, index, _):
             return {"index": k, "dim": place, "size": shape[source]}
         source += span
     return None
+
+
+def _index_tensor_dtypes(index, _):
+    for k in _index_items(index):
+        dtype, _shape = _tensor_facts(k)
+        if dtype is None and _shape is not None:
+            return UNKNOWN
+        if dtype is not None and dtype not in ("int64", "int32", "uint8", "bool"):
+            return {}
+    return None
+
+
+def _index_in_dim(t, dim, index, _):
+    _, shape = _tensor_facts(t)
+    if shape is None or not shape or not _int(index):
+        return UNKNOWN
+    size = _dim_size(shape, dim)
+    if size is None:
+        return None  # (the dimension's own error)
+    return None if -size <= index < size else {"index": index, "shape": list(shape), "dim": dim % len(shape)}
+
+
+def _narrow_bounds(t, dim, start, length, part: str):
+    _, shape = _tensor_facts(t)
+    if shape is None or not shape or not _int(start) or not _int(length):
+        return UNKNOWN
+    n = _dim_size(shape, dim)
+    if n is None or length < 0:
+        return {} if n is not None and part == "length" else None
+    if part == "start":
+        return None if -n <= start <= n else {"low": -n, "high": n, "start": start}
+    start = start + n if start < 0 else start
+    return None if part != "end" or start <= n - length else {"start": start, "length": length, "size": n}
+
+
+def _gather_shapes(t, dim, index, part: str):
+    (_, x), (_, y) = _tensor_facts(t), _tensor_facts(index)
+    if x is None or y is None:
+        return UNKNOWN
+    if not _numel(y) or _dim_size(x, dim) is None:
+        return None  # (an empty index gathers nothing; a dimension out of range: its own error)
+    if max(len(x), 1) != max(len(y), 1):
+        return {} if part == "ranks" else None
+    d = dim % max(len(x), 1)
+    k = next((k for k in range(len(x)) if k != d and y[k] > x[k]), None)
+    return None if part != "sizes" or k is None else {"dim": k, "index": list(y), "self": list(x), "along": d}
+
+
+def _zero_dim_dims(t, dims, form: str):
+    _, shape = _tensor_facts(t)
+    first = dims[0] if isinstance(dims, (list, tuple)) and dims else dims
+    if shape is None or not _int(first):
+        return UNKNOWN if shape is None else None
+    if shape:
+        return None
+    if form == "wrapped":
+        return {"dim": 0} if -1 <= first <= 0 else None  # (out of range: the dimension's own error)
+    return {"dim": first}
 
 
 def _target_size(size):
@@ -859,7 +972,26 @@ def _multi_target(inp, target, setting):
     if x is None or y is None or dt is None:
         return UNKNOWN
     probabilities = setting == "probabilities" and x == y  # (cross_entropy: a target of the input's shape)
-    return {} if len(x) == 2 and len(y) >= 2 and not probabilities else None
+    return {} if 1 <= len(x) <= 2 and len(y) >= 2 and not probabilities else None
+
+
+def _spatial_target(inp, target, part: str):
+    (_, x), (_, y) = _tensor_facts(inp), _tensor_facts(target)
+    if x is None or y is None or len(x) < 3 or x == y:  # (x == y: cross_entropy's probabilities)
+        return UNKNOWN if x is None or y is None else None
+    if len(x) != 4:
+        want = [x[0], *x[2:]]
+        return {"want": want, "got": list(y)} if part == "size" and list(y) != want else None
+    if part == "rank4":
+        return {"dims": len(y)} if len(y) != 3 else None
+    return {"input": list(x), "target": list(y)} if part == "size4" and len(y) == 3 and y[1:] != x[2:] else None
+
+
+def _probability_target(inp, target, _):
+    (_, x), (dt, y) = _tensor_facts(inp), _tensor_facts(target)
+    if x is None or y is None or dt is None:
+        return UNKNOWN
+    return {"dtype": FACTS[dt][1]} if x == y and FACTS[dt][0] != "f" else None
 
 
 def _same_size(inp, target, _):
@@ -871,7 +1003,8 @@ def _same_size(inp, target, _):
 
 RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_lastdim,
          "dtype_innerdim": _dtype_innerdim,
-         "class_target": _class_target, "matmul_dtype": _matmul_dtype, "number_bounds_cast": _number_bounds_cast,
+         "class_target": _class_target, "matmul_dtype": _matmul_dtype, "bool_product": _bool_product,
+         "number_bounds_cast": _number_bounds_cast,
          "bool_bounds": _bool_bounds, "same_dtype": _same_dtype, "same_cpp_dtype": _same_cpp_dtype,
          "min_dims": _min_dims, "max_dims": _max_dims, "square": _square,
          "given": _given,
@@ -883,10 +1016,14 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
          "conv_bias": _conv_bias, "nonempty_list": _nonempty_list, "list_dim": _list_dim, "cat_ranks": _cat_ranks,
          "cat_sizes": _cat_sizes, "stack_shapes": _stack_shapes, "expand_rank": _expand_rank,
          "index_count": _index_count, "dim_range": _dim_range, "index_bounds": _index_bounds,
+         "zero_dim_index": _zero_dim_index, "index_tensor_dtypes": _index_tensor_dtypes,
+         "index_in_dim": _index_in_dim, "narrow_bounds": _narrow_bounds, "gather_shapes": _gather_shapes,
+         "zero_dim_dims": _zero_dim_dims,
          "expand_size": _expand_size,
          "permute_rank": _permute_rank, "permute_unique": _permute_unique,
          "reduce_dims_unique": _reduce_dims_unique, "unflatten_sizes": _unflatten_sizes,
          "broadcasts": _broadcasts_rule, "dims": _dims, "ranks": _ranks, "min_ranks": _min_ranks,
          "repeats_cover": _repeats_cover,
          "linear_shapes": _linear_shapes, "bmm_shapes": _bmm_shapes, "batch_sizes": _batch_sizes,
-         "same_size": _same_size, "dim_order": _dim_order, "multi_target": _multi_target}
+         "same_size": _same_size, "dim_order": _dim_order, "multi_target": _multi_target,
+         "spatial_target": _spatial_target, "probability_target": _probability_target}

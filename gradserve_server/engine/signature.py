@@ -159,7 +159,7 @@ def call_facts(spec, name: str, method: bool) -> tuple:
         if not spec.parsed or name.startswith("__"):
             facts = (True, None, None, None, None)
         else:
-            shown = spec.message_name or name
+            shown = spec.message_name or name.replace(".", "_")  # (torch.linalg.det is linalg_det to its parser)
             options = spec.overloads.get("method" if method else "function")
             numbers_ok = spec.numbers_as_tensors
             sigs = None if options is None else tuple(_parsed(shown, o, numbers_ok) for o in options)

@@ -91,8 +91,11 @@ LEFT_TO_OTHER_CHECKS = {"max(float32[0], int64[3])", "mm(float32[2,3], float64[4
                         "matmul(float32[2,3], float64[4,2])",
                         "matmul(float64[5,2,3], float32[5,4,2])", "matmul(float32[2,3], int64[4])",
                         "mv(float32[2,3], float64[4])", "movedim(float32[2,3], 0, 2)",
+                        "dot(float32[3], float32[4])", "matmul(bool[2,3], bool[4])", "mv(float32[2,3], float32[4])",
+                        "linear(float32[4], float32[3])", "linear(float32[2,16], float32[2])",
+                        "linear(float32[5,2,3], float32[4])",
                         # torch refuses these first with a check of the op's own, which the rules leave to it
-                        "cross_entropy(float32[2,3], int64[2,3])", "embedding(float32[2], float32[4,3], max_norm=1.0)",
+                        "embedding(float32[2], float32[4,3], max_norm=1.0)",
                         'cat(["float32[2,3]", "float32[]"])', 'cat(["float32[]", "float32[2,3]"], dim=1)',
                         "unflatten(float32[2,3], 1, [])"}
 NOT_DECLARED: set[str] = set()
@@ -103,6 +106,7 @@ def _handle(spec: str) -> Tensor:
     dtype, _, dims = spec[:-1].partition("[")
     t = object.__new__(Tensor)
     t._dtype, t._shape = dtype, Size(int(d) for d in dims.split(",") if d)
+    t._layout = None  # (not known)
     t._view = t._view_stamp = None
     return t
 

@@ -41,6 +41,16 @@ KNOWN: dict[tuple[str, str], str] = {
     (_E + "indexing", " is out of bounds for dimension "): _INDEX_VALUES,
     (_E + "shape", " is out of bounds for dimension "): _INDEX_VALUES + "; and select(), the helper other ops index "
                                                         "with (getitem raises its declaration first)",
+    (_E + "nn_functional", " out of range for tensor of size "): _INDEX_VALUES + " (embedding's max_norm selects a "
+                                                                                "row by an index's value)",
+    (_E + "nn_functional", "narrow(): length must be non-negative."): "F.pad's negative padding (torch narrows)",
+    ("gradserve_server.engine.autograd", " is out of bounds for dimension 0 with size 0"):
+        "grad(is_grads_batched=True) of an empty batch, which torch indexes",
+    (_E + "indexing", "Dimension specified as "): "index_add/index_copy's 0-d source: their own check, not roll's",
+    (_E + "shape", "Dimension specified as "): "unbind's own check of a 0-d tensor",
+    (_E + "shape", "select() cannot be applied to a 0-dim tensor."): "select(), the helper other ops index with",
+    (_E + "shape", "tensors used as indices must be long, int, byte or bool tensors"):
+        "a list of numbers that are not ints (the declaration reads the index's tensors)",
     (_E + "common", " appears multiple times in the list of dims"): _SHARED + " (wrap_dims: every multi-dim op)",
     (_E + "common", "The size of tensor a ("): _SHARED + " (broadcast_shapes: every broadcasting op)",
     (_E + "conv", ") should be the same"): _INTERLEAVED + " (and MKLDNN's dtype message, line 130)",
@@ -72,6 +82,10 @@ KNOWN: dict[tuple[str, str], str] = {
     (_E + "nn", '"nll_loss_out_frame" not implemented for \''): _INTERLEAVED + " (_nll_check, cross_entropy's too)",
     (_E + "nn", "0D or 1D target tensor expected, multi-target not supported"): _INTERLEAVED + " (_nll_check)",
     (_E + "nn", "Expected input batch_size ("): _INTERLEAVED + " (_nll_check)",
+    (_E + "nn", "only batches of spatial targets supported (3D tensors) but got targets of dimension: "):
+        _INTERLEAVED + " (_nll_check)",
+    (_E + "nn", "Expected target size "): _INTERLEAVED + " (_nll_check)",
+    (_E + "nn", "size mismatch (got input: "): _INTERLEAVED + " (_nll_check; a 1-d input's own too)",
     (_E + "nn", "expected scalar type "): _INTERLEAVED + " (_nll_check's weight)",
     (_E + "nn", "expected target dtype to be Long or Byte, but got "): _INTERLEAVED + " (_nll_check)",
     (_E + "nn_functional", '"LayerNormKernelImpl" not implemented for \''): _INTERLEAVED + " (normalized_shape)",

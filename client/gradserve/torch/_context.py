@@ -157,7 +157,7 @@ class Context:
         self.released: list[str] = []              # names of dropped handles, to `del` with the next request
         self.refs: dict[str, HandleRef] = {}      # name -> weak reference to its live handle
         self.grad_epoch = 0                        # +1 when any .grad may have changed (backward, ...)
-        self.failures = 0                          # +1 per failed request: every cached view is stale
+        self.failures = 0                          # +1 per failed request
         self.closed = False
         self.tracing = 0                           # >0 while a function for autograd.functional is traced
         self.dual_depth = 0                        # >0 inside `with forward_ad.dual_level():`
@@ -521,8 +521,18 @@ class Context:
                             f"call it through gradserve.Client to get every output")
 
     def _lost(self, ops: list[dict], made: list[tuple], why: str, cause: BaseException | None = None) -> None:
+        """``ops`` were not applied: their results are errors, and what the client inferred of the tensors they
+        name (an in-place op's target, a flag set) is stale; the facts of the others stay true."""
         self.failures += 1
         self.grad_epoch += 1
+        for op in ops:
+            if not _changes_its_arguments(op["op"]):
+                continue
+            for name in _names(op):
+                ref = self.refs.get(name)
+                handle = ref() if ref is not None else None
+                if handle is not None:
+                    handle._storage.version += 1
         for op, refs in zip(ops, made):
             if op["op"] == "bind" and self._unbound(op, refs):
                 continue
@@ -616,6 +626,27 @@ class Context:
             except Exception:  # noqa: BLE001 - best effort (at exit, the server may be gone)
                 pass
         self.client.close()
+
+
+def _changes_its_arguments(name: str) -> bool:
+    """An op (an in-place one, ``F.embedding(max_norm=)``) or action (``requires_grad_``, ``backward``...) that may
+    change what the client knows of the tensors it names; the catalog's other ops only make new ones."""
+    from gradserve.torch import _catalog
+
+    entry = _catalog.catalog().get(name)
+    return entry is None or entry["inplace"] or bool(entry.get("changes_argument"))
+
+
+def _names(value):
+    """The strings of an op (its name, arguments, outputs), where the names of the tensors it uses are."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _names(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _names(v)
 
 
 def _variable_names(ctx: Context) -> list[str]:

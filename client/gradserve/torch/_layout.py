@@ -259,6 +259,8 @@ def _movedim(shape, layout, arg, out):
     src, dst = [_wrap(d, n) for d in src], [_wrap(d, n) for d in dst]
     if None in src or None in dst or len(set(src)) != len(src) or len(set(dst)) != len(dst):
         return None
+    if not n:
+        return tuple(shape), layout  # (a 0-d tensor's dimension 0 or -1: itself)
     order = [None] * n
     for s, d in zip(src, dst):
         order[d] = s
@@ -370,7 +372,7 @@ def _getitem(shape, layout, arg, out):
                 return None
             start, _, step = k.indices(shape[d])
             length = len(range(*k.indices(shape[d])))
-            offset += (start if length else 0) * strides[d]
+            offset += start * strides[d]  # (an empty slice's too: torch moves to its clamped start)
             sizes.append(length)
             out_strides.append(strides[d] * step)
         d += 1

@@ -21,11 +21,21 @@ from gradserve.errors import TORCH_ERRORS
 from gradserve.torch import _layout as L
 from gradserve.torch import _promotion as P
 from gradserve.torch._dtypes import FACTS, default_float
+from gradserve.torch._grad_mode import is_grad_enabled
 
 UNKNOWN = object()
 #: torch's messages
 LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
 VIEW_OF_LEAF_INPLACE = "a view of a leaf Variable that requires grad is being used in an in-place operation."
+NO_GRAD_VIEW_INPLACE = ("A view was created in no_grad mode and is being modified inplace with grad mode enabled. "
+                        "Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify your "
+                        "code by moving both the view and the inplace either both inside the no_grad block (if you "
+                        "don't want the inplace to be tracked) or both outside (if you want the inplace to be "
+                        "tracked).")
+INTERNAL_OVERLAP = ("unsupported operation: more than one element of the written-to tensor refers to a single memory "
+                    "location. Please clone() the tensor before performing the operation.")
+PARTIAL_OVERLAP = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+                   "single memory location. Please clone() the tensor before performing the operation.")
 #: an output of split, chunk or unbind that requires grad, modified in place ({0}: its number, {1}: its node's name)
 MULTI_VIEW_INPLACE = ("Output {0} of {1} is a view and is being modified inplace. This view is the output of a "
                       "function that returns multiple views. Such functions do not allow the output views to be "
@@ -613,14 +623,21 @@ def shape_of(entry: dict, tensors: list, arg):
         return view_shape(shape, arg("shape") if "shape" in _arg_names(entry) else arg("size"))
     if name in _SQUARE_SHAPES:  # (batches of square matrices: torch's error for others, the server's)
         return _SQUARE_SHAPES[name](shape) if len(shape) >= 2 and shape[-1] == shape[-2] else UNKNOWN
-    if name in ("matmul", "mm"):
-        other = arg("other") if "other" in _arg_names(entry) else arg("mat2")
+    if name in _PRODUCTS:
+        other = arg(_PRODUCTS[name])
         known = any(other is t for t in tensors)
+        if name == "linear" and (not known or len(peek(other, "shape")) != 1):
+            return UNKNOWN  # (a matrix weight: declared checks; a vector: input @ weight, a dot or an mv)
         layouts = (L.of(tensors[0]) if tensors else None, L.of(other) if known else None)
         grads = tuple(_requires_grad(t) for t in (tensors[0] if tensors else None, other if known else None))
-        return matmul_shape(shape, peek(other, "shape") if known else UNKNOWN, name == "matmul",
-                            tuple(None if lay is None else lay[0] for lay in layouts), grads)
+        out = matmul_shape(shape, peek(other, "shape") if known else UNKNOWN, name != "mm",
+                           tuple(None if lay is None else lay[0] for lay in layouts), grads)
+        return UNKNOWN if name == "linear" and arg("bias") is not None else out
     return UNKNOWN
+
+
+#: matrix products whose shapes are matmul's, by the name of their second operand
+_PRODUCTS = {"matmul": "other", "mm": "mat2", "mv": "vec", "dot": "tensor", "linear": "weight"}
 
 
 #: ops of batches of square matrices: their result's shape
@@ -737,9 +754,9 @@ def basic_index(key) -> bool:
 
 
 def view_of_leaf(entry: dict | None, base, index=None) -> bool:
-    """Is the result of the op of catalog ``entry`` on ``base`` a view of a leaf that requires grad? (None:
-    getitem.) The entry's ``storage`` says: a view, or (reshape, flatten) a view of a contiguous tensor,
-    which a leaf always is here."""
+    """Is the result of the op of catalog ``entry`` on ``base`` a view of a leaf (torch's ``_base.is_leaf``, which
+    makes an in-place op on the view refused once it requires grad)? (None: getitem.) The entry's ``storage``
+    says: a view, or (reshape, flatten) a view of a contiguous tensor, which a leaf always is here."""
     if entry is None or entry["name"] == "getitem":
         views = basic_index(index)
     else:
@@ -747,8 +764,23 @@ def view_of_leaf(entry: dict | None, base, index=None) -> bool:
         views = storage == "view" or storage == "view_if_contiguous" and peek(base, "is_leaf") is True
     if not views:
         return False
-    leaf = peek(base, "is_leaf") is True and peek(base, "requires_grad") is True
-    return leaf or peek(base, "view_of_leaf") is True
+    return peek(base, "is_leaf") is True or peek(base, "view_of_leaf") is True
+
+
+def no_grad_view(entry: dict, base, index, facts: dict) -> None:
+    """torch: a view made under ``no_grad`` of a tensor that requires grad requires grad too (without a grad_fn; an
+    in-place op on it under grad mode has its own error, the server's); a copy (``reshape`` of a transposed
+    tensor) does not. Where the client cannot tell, the flags are the server's."""
+    requires_grad = peek(base, "requires_grad")
+    if requires_grad is False:
+        return
+    for fact in ("requires_grad", "is_leaf", "grad_fn", "node"):
+        facts.pop(fact, None)
+    views = entry.get("storage") == "view" or entry["name"] == "getitem" and basic_index(index)
+    if peek(base, "is_leaf") is True and peek(base, "view_of_leaf") is not UNKNOWN:
+        return  # (a view made a leaf by requires_grad_(): its base's flag decides, which the client does not know)
+    if requires_grad is True and views:
+        facts.update(requires_grad=True, grad_fn=None, view_of_leaf="no_grad")  # (view_of_leaf: its in-place error)
 
 
 def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -> dict:
@@ -761,21 +793,16 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
     multi = facts_of.get("multi_view")
     if grad_enabled and multi is not None:
         raise error("RuntimeError", MULTI_VIEW_INPLACE.format(*multi))
-    if grad_enabled and (on_view or index is not None and view_of_leaf(None, target, index)):
+    if grad_enabled and requires_grad is True and facts_of.get("view_of_leaf") == "no_grad":
+        raise error("RuntimeError", NO_GRAD_VIEW_INPLACE)
+    if grad_enabled and requires_grad is True and (on_view or index is not None and view_of_leaf(None, target, index)):
         raise error("RuntimeError", VIEW_OF_LEAF_INPLACE)
     if grad_enabled and leaf is True and requires_grad is True:
         raise error("RuntimeError", LEAF_INPLACE)
     shape = peek(target, "shape")
-    if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN:
-        shapes = [shape, *(peek(t, "shape") for t in others)]
-        if UNKNOWN not in shapes:
-            out = broadcast(shapes, len(shapes) == 2)
-            if out is not UNKNOWN and out != shape:
-                raise error("RuntimeError", f"output with shape {list(shape)} doesn't match the broadcast shape "
-                                            f"{list(out)}")
     facts: dict = {} if shape is UNKNOWN else {"shape": shape}
-    if on_view:
-        facts["view_of_leaf"] = True
+    if on_view or facts_of.get("view_of_leaf") == "no_grad":
+        facts["view_of_leaf"] = facts_of["view_of_leaf"]
     if not grad_enabled or not entry["differentiable"]:
         if requires_grad is not UNKNOWN and leaf is not UNKNOWN:
             facts.update(requires_grad=requires_grad, is_leaf=leaf)
@@ -1078,15 +1105,54 @@ def predict(entry: dict, value) -> str | object:
     return got
 
 
-def check_inplace_dtype(entry: dict, base: dict | None, args: tuple, kwargs: dict) -> None:
-    """An in-place op, by its out-of-place op's ``promotion`` (catalog ``base``): torch's refusal of the operands'
-    dtypes, and of a result its target cannot hold (``result type Float can't be cast to the desired output type
-    Long``), before anything runs."""
+def _check_inplace_broadcast(entry: dict, target, others: list) -> None:
+    """torch's errors for an elementwise in-place op's target whose elements share memory (an expanded tensor),
+    then for operands that broadcast to another shape than the target's."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-    if not base or not base["promotion"] or not args:
-        return
-    target = args[0]._dtype if isinstance(args[0], _tensor_class()) else None
-    if target is None:
+    shape = peek(target, "shape")
+    layout = L.of(target) if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN else None
+    if layout is not None and (any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0])) or any(
+            _partly_overlap(target, shape, layout, t) for t in others)):
+        # (under grad mode torch's leaf checks come first: decided here where the tensor does not require grad)
+        if not is_grad_enabled() or (target.requires_grad if peek(target, "requires_grad") is UNKNOWN
+                                     else peek(target, "requires_grad")) is False:
+            internal = any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0]))
+            raise error("RuntimeError", INTERNAL_OVERLAP if internal else PARTIAL_OVERLAP)
+    if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN:
+        shapes = [shape, *(peek(t, "shape") for t in others)]
+        if UNKNOWN not in shapes:
+            out = broadcast(shapes, len(shapes) == 2)
+            if out is not UNKNOWN and out != shape:
+                raise error("RuntimeError", f"output with shape {list(shape)} doesn't match the broadcast shape "
+                                            f"{list(out)}")
+
+
+def _partly_overlap(target, shape: tuple, layout: tuple, other) -> bool:
+    """torch's partial overlap of an in-place op's target and an operand sharing its memory: both dense (else torch
+    cannot tell, and lets it through), not the same elements in the same order, their ranges intersecting."""
+    if not hasattr(other, "_storage") or other is target or (
+            other._storage is not target._storage and other._storage.memory is not target._storage.memory):
+        return False
+    have, other_shape = L.of(other), peek(other, "shape")
+    if have is None or other_shape is UNKNOWN or not L.dense(shape, layout[0]) or \
+            not L.dense(other_shape, have[0]) or not _numel(shape) or not _numel(other_shape):
+        return False
+    if (shape, tuple(layout[0]), layout[1]) == (other_shape, tuple(have[0]), have[1]):
+        return False  # (the very elements: torch allows x.add_(x))
+    return layout[1] < have[1] + _numel(other_shape) and have[1] < layout[1] + _numel(shape)
+
+
+def check_inplace_dtype(entry: dict, base: dict | None, args: tuple, kwargs: dict, others: list = ()) -> None:
+    """An in-place op, by its out-of-place op's ``promotion`` (catalog ``base``), in torch's order: its refusal of
+    the operands' dtypes (``-`` of bools), operands that do not broadcast to the target's shape (``others``: the
+    tensors besides the target), and a result the target cannot hold (``result type Float can't be cast to the
+    desired output type Long``), before anything runs."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    tensor = args[0] if args and isinstance(args[0], _tensor_class()) else None
+    target = tensor._dtype if tensor is not None else None
+    if not base or not base["promotion"] or target is None:
+        if tensor is not None:
+            _check_inplace_broadcast(entry, tensor, others)
         return
     positions = _positions(entry["name"])
 
@@ -1095,6 +1161,7 @@ def check_inplace_dtype(entry: dict, base: dict | None, args: tuple, kwargs: dic
         return args[i] if i is not None and i < len(args) else kwargs.get(param)
 
     result = predict(base, value)
+    _check_inplace_broadcast(entry, tensor, others)
     if result is UNKNOWN or P.parse(base["promotion"])[0] in ("bool", "int64"):
         return
     if not P.can_hold(result, target):

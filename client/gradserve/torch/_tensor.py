@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import builtins
 import functools
+import numbers
 import sys
 import threading
 
@@ -120,7 +121,7 @@ class Tensor:
 
     def _stamp(self) -> tuple:
         s, ctx = self._storage, self._ctx
-        return (s.version, ctx.grad_epoch if s.is_grad else 0, ctx.failures)
+        return (s.version, ctx.grad_epoch if s.is_grad else 0)
 
     def _ref(self, ctx: Context) -> str:
         """This handle's name in an op recorded into ``ctx``."""
@@ -434,9 +435,11 @@ class Tensor:
         ctx = self._ctx
         ctx.record({"op": "requires_grad_", "args": [self._ref(ctx), requires_grad]})
         known_leaf = self._view_stamp == self._stamp() and self._view.get("is_leaf")
-        self._mutated()
+        on_leaf = known_leaf and self._view.get("view_of_leaf")  # (a view of a leaf stays one)
+        self._view_stamp = None  # (this tensor's flags change; those of others sharing its memory do not)
         if known_leaf:
-            self._know(is_leaf=True, requires_grad=requires_grad, grad_fn=None)
+            self._know(is_leaf=True, requires_grad=requires_grad, grad_fn=None,
+                       **({"view_of_leaf": True} if on_leaf else {}))
         self._param = builtins.bool(known_leaf and requires_grad)
         return self
 
@@ -610,10 +613,22 @@ class Tensor:
 
 
 def _binary(op: str):
+    """An operator of torch's: an operand that is not a tensor or a number (``None``, a list), or a TypeError of
+    the call, is NotImplemented, so that Python tries the other operand and says ``unsupported operand type(s) for
+    *: 'Tensor' and 'NoneType'`` as it does for torch."""
     def operator(self, other):
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        return call_op(op, (self, other), {})
+        if not isinstance(other, _OPERANDS):
+            return NotImplemented
+        try:
+            return call_op(op, (self, other), {})
+        except TypeError:
+            return NotImplemented
     return operator
+
+
+#: what torch's operators take (numpy arrays: numpy's own operators decide)
+_OPERANDS = (Tensor, numbers.Number, np.generic, np.ndarray)
 
 
 def _unary(op: str):
@@ -861,7 +876,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
         else:
             facts = _meta.inplace(entry, target, inputs[1:], grad_enabled, index) \
                 if isinstance(target, Tensor) else {}
-            _meta.check_inplace_dtype(entry, of.base_entry, args, kwargs)
+            _meta.check_inplace_dtype(entry, of.base_entry, args, kwargs, inputs[1:])
             if key is not None and isinstance(target, Tensor):
                 _decide(key, facts, _meta.known(target).get("node"))
         ctx.record(op, (), caller)
@@ -924,9 +939,11 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
         facts = _decided_facts(decided, tensors)
     elif base != "detach":
         facts = _meta.result(entry, tensors, arg, grad_enabled)
-        if first is not None and grad_enabled and facts.get("requires_grad") and _meta.view_of_leaf(
-                entry, first, args[1].key if base == "getitem" and isinstance(args[1], _Index) else None):
+        index = args[1].key if base == "getitem" and isinstance(args[1], _Index) else None
+        if first is not None and grad_enabled and _meta.view_of_leaf(entry, first, index):
             facts["view_of_leaf"] = True
+        elif first is not None and not grad_enabled and base in _layout.VIEWS:
+            _meta.no_grad_view(entry, first, index, facts)
         if key is not None:
             _decide(key, facts)
     out = Tensor._new(ctx, storage)
@@ -1111,7 +1128,7 @@ def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwar
             if v._shape is None and v._layout.__class__ is _Deferred and v._layout != _layout.ROW_MAJOR:
                 return None  # (its strides follow from a shape not known yet: a view of it is decided by asking)
             view, s, ctx = v._view, v._storage, v._ctx
-            if view is None or v._view_stamp != (s.version, ctx.grad_epoch if s.is_grad else 0, ctx.failures):
+            if view is None or v._view_stamp != (s.version, ctx.grad_epoch if s.is_grad else 0):
                 parts.append((c, first, v._shape, v._dtype, v._layout))
             else:
                 get = view.get

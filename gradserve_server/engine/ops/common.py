@@ -258,9 +258,16 @@ def row_major(a: np.ndarray) -> np.ndarray:
 DIM_FIRST = ("dim_range(self,dim) | IndexError: Dimension out of range (expected to be in range of [{low}, {high}], "
              "but got {dim})")
 #: indexing's refusals from the index's metadata (getitem's and setitem's, which indexes through getitem)
-INDEX_CHECKS = ("index_count(self,index) | IndexError: too many indices for tensor of dimension {dims}",
+INDEX_CHECKS = ("zero_dim_index(self,index)=zero | IndexError: invalid index of a 0-dim tensor. Use `tensor.item()` "
+                "in Python or `tensor.item<T>()` in C++ to convert a 0-dim tensor to a number",
+                "zero_dim_index(self,index)=int | IndexError: index {index} is out of bounds for dimension 0 with "
+                "size 0",
+                "zero_dim_index(self,index)=slice | IndexError: slice() cannot be applied to a 0-dim tensor.",
+                "index_count(self,index) | IndexError: too many indices for tensor of dimension {dims}",
                 "index_bounds(self,index) | IndexError: index {index} is out of bounds for dimension {dim} with size "
-                "{size}")
+                "{size}",
+                "index_tensor_dtypes(index) | IndexError: tensors used as indices must be long, int, byte or bool "
+                "tensors")
 #: the largest x whose exp is finite, less a margin, by item size (float32, float64)
 EXP_FINITE = {4: 88.0, 8: 709.0}
 #: a kernel of several steps writes them over its first fresh array from this size on (a new array of this size

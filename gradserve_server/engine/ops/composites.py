@@ -92,8 +92,10 @@ def tile(self, dims):
 
 
 @op("unflatten", tensors=("self",), grad_fns=(P.ViewBackward0,),
-    checks=("unflatten_sizes(self,dim,sizes) | RuntimeError: unflatten: Provided sizes {sizes} don't multiply up to "
-            "the size of dim {dim} ({size}) in the input tensor",))
+    checks=("zero_dim_dims(self,dim)=wrapped | RuntimeError: unflatten got an unexpected error:\nDimension specified "
+            "as {dim} but tensor has no dimensions",
+            "unflatten_sizes(self,dim,sizes) | RuntimeError: unflatten: Provided sizes {sizes} don't multiply up to "
+            "the size of dim {dim} ({size}) in the input tensor"))
 def unflatten(self, dim, sizes):
     """torch.unflatten(input, dim, sizes): dim split into sizes (one of them may be -1), a view."""
     self = require_tensor(self)
@@ -101,6 +103,8 @@ def unflatten(self, dim, sizes):
     if not sizes:
         raise TorchRuntimeError("unflatten: sizes must be non-empty", code="invalid_argument")
     d = wrap_dim(dim, self.data.ndim)
+    if not self.data.ndim:
+        raise broken_check("unflatten", self=self, dim=dim, sizes=sizes)
     if sizes.count(-1) > 1:
         raise TorchRuntimeError("only one dimension can be inferred", code="invalid_shape")
     n = self.data.shape[d] if self.data.ndim else 1
@@ -204,6 +208,8 @@ def take_along_dim(self, indices, dim=None):
     common = list(broadcast_shapes(tuple(a), tuple(b)))
     self_shape, index_shape = list(common), list(common)
     self_shape[d], index_shape[d] = self.data.shape[d], indices.data.shape[d]
+    if (indices.data < 0).any():  # (torch's take_along_dim reads a negative index from the end; gather does not)
+        indices = Tensor(np.where(indices.data < 0, indices.data + self.data.shape[d], indices.data))
     return gather(expand(self, tuple(self_shape)), d, expand(indices, tuple(index_shape)))
 
 

@@ -590,18 +590,16 @@ def _topk_as_torch(x: np.ndarray, ax: int, k: int, largest: bool, sorted_: bool,
 
 
 @op("topk", promotion="same => same,int64",
-    checks=(DIM_FIRST, "dtype(self)=!bool | RuntimeError: topk does not support bool dtypes on CPU",
-            "k_in_range(self,k,dim) | RuntimeError: selected index k out of range"),
+    checks=(DIM_FIRST, "k_in_range(self,k,dim) | RuntimeError: selected index k out of range",
+            "dtype(self)=!bool | RuntimeError: topk does not support bool dtypes on CPU"),
     tensors=("self",), returns=ValuesIndices._fields)
 def topk(self, k, dim=-1, largest=True, sorted=True):
     """torch.topk(input, k, dim=-1, largest=True, sorted=True) -> (values, indices)."""
     self = require_tensor(self, "input", "topk")
-    if self.data.dtype == np.bool_:
-        raise broken_check("topk", self=self, k=k, dim=dim)
     nd = self.data.ndim
     d = wrap_dim(dim, nd)
     n = self.data.shape[d] if nd else 1
-    if k < 0 or k > n:
+    if k < 0 or k > n or self.data.dtype == np.bool_:  # (torch: k's range before the dtype)
         raise broken_check("topk", self=self, k=k, dim=dim)
     x = self.data if nd else self.data.reshape(1)
     # ~x orders integers in reverse without -x's wrap-around (int8's -(-128), any uint8)
@@ -738,7 +736,8 @@ def _(ctx, self_t):
     return out if ctx.keepdim else squeeze(out, d)
 
 
-@op("roll", tensors=("self",))
+@op("roll", tensors=("self",),
+    checks=("zero_dim_dims(self,dims)=given | IndexError: Dimension specified as {dim} but tensor has no dimensions",))
 def roll(self, shifts, dims=None):
     """torch.roll(input, shifts, dims=None): without dims the flattened input is rolled."""
     self = require_tensor(self, "input", "roll")
@@ -756,8 +755,7 @@ def roll(self, shifts, dims=None):
         raise TorchRuntimeError(f"shifts and dimensions must align. shifts: {len(sh)}, dims:{len(dl)}",
                                 code="invalid_argument")
     if not self.data.ndim:  # roll's own dim check: no dim of a 0-d tensor is valid (wrap_dim allows 0 and -1)
-        raise TorchIndexError(f"Dimension specified as {dl[0]} but tensor has no dimensions",
-                              code="index_out_of_range")
+        raise broken_check("roll", self=self, dims=dims)
     w = [wrap_dim(x, self.data.ndim) for x in dl]
     out = np.roll(self.data, sh, axis=w)
     # torch's roll is cat of two narrows (or rolls of those, one dim at a time): a contiguous result whatever

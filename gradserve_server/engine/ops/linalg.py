@@ -126,7 +126,8 @@ _MAT2_OVERLOADS = {"function": ("(Tensor input, Tensor mat2, *, Tensor out = Non
 @op("mm",
     checks=("dims(self)=2 | RuntimeError: self must be a matrix", "dims(mat2)=2 | RuntimeError: mat2 must be a matrix",
             "matmul_dtype(self,mat2)=mm | RuntimeError: expected m1 and m2 to have the same dtype, but got: {a} != "
-            "{b}"),
+            "{b}",
+            "bool_product(self,mat2)=mm | NotImplementedError: \"addmm_impl_cpu_\" not implemented for 'Bool'"),
     overloads=_MAT2_OVERLOADS,
     tensors=("self", "mat2"), plannable=True)
 def mm(self, mat2):
@@ -233,7 +234,8 @@ batching(P.BmmBackward0, vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
 @op("mv", tensors=("self", "vec"), plannable=True,
     checks=("ranks(self,vec)=2,1 | RuntimeError: vector + matrix @ vector expected, got 1, {a}, {b}",
             "matmul_dtype(self,vec)=mv | RuntimeError: addmv input tensors must have the same dtype, but got {b}, {a}, "
-            "and {b}"))
+            "and {b}",
+            "bool_product(self,vec)=mv | NotImplementedError: \"addmv_impl_cpu\" not implemented for 'Bool'"))
 def mv(self, vec):
     """torch.mv(input, vec): matrix @ vector."""
     self = require_tensor(self, "self", "mv")
@@ -247,7 +249,7 @@ def mv(self, vec):
         v, m = D.SCALAR_TYPE_NAMES[vec.dtype], D.SCALAR_TYPE_NAMES[self.dtype]
         raise TorchRuntimeError(f"addmv input tensors must have the same dtype, but got {v}, {m}, and {v}",
                                 code="dtype_mismatch")
-    _no_bool(self)
+    _no_bool(self, "addmv_impl_cpu")
     out = _matmul_np(self.data, vec.data, (self.shape[0],))
     return record(P.MvBackward0, out, (self, vec), {"self": self, "vec": vec})
 
@@ -284,7 +286,8 @@ def _dot_kernel(a, b):
 @op("dot",
     checks=("ranks(self,tensor)=1,1 | RuntimeError: 1D tensors expected, but got {a}D and {b}D tensors",
             "matmul_dtype(self,tensor)=dot | RuntimeError: dot : expected both vectors to have same dtype, but found "
-            "{a} and {b}"),
+            "{a} and {b}",
+            "bool_product(self,tensor)=dot | NotImplementedError: \"dot\" not implemented for 'Bool'"),
     exports=("torch.linalg.vecdot",),
     tensors=("self", "tensor"), aliases=("inner_1d",), plannable=True)
 def dot(self, tensor):
@@ -533,7 +536,11 @@ def _prod(shape) -> int:
             "{a} and {b}",
             "matmul_dtype(self,other)=mv | RuntimeError: addmv input tensors must have the same dtype, but got {b}, "
             "{a}, and {b}",
-            "matmul_dtype(self,other)=batched | RuntimeError: expected scalar type {a} but found {b}"),
+            "matmul_dtype(self,other)=batched | RuntimeError: expected scalar type {a} but found {b}",
+            "bool_product(self,other)=dot | NotImplementedError: \"dot\" not implemented for 'Bool'",
+            "bool_product(self,other)=mv | NotImplementedError: \"addmv_impl_cpu\" not implemented for 'Bool'",
+            "bool_product(self,other)=mm | NotImplementedError: \"addmm_impl_cpu_\" not implemented for 'Bool'",
+            "bool_product(self,other)=batched | NotImplementedError: \"bmm\" not implemented for 'Bool'"),
     exports=("torch.linalg.matmul",),
     tensors=("self", "other"), aliases=("__matmul__",),
     grad_fns=(P.MmBackward0, P.DotBackward0, P.MvBackward0, P.SqueezeBackward4, P.UnsafeViewBackward0,

@@ -205,7 +205,15 @@ batching(P.LogSoftmaxBackward0, **shifted(sizes=(), dims=("dim",)))
             "linear_shapes(input,weight) | RuntimeError: mat1 and mat2 shapes cannot be multiplied ({rows}x{k} and "
             "{wk}x{out})",
             "matmul_dtype(input,weight)=linear | RuntimeError: expected m1 and m2 to have the same dtype, but got: "
-            "{a} != {b}"),
+            "{a} != {b}",
+            # (a 1-d weight: input @ weight, a dot or an mv)
+            "matmul_dtype(input,weight)=dot | RuntimeError: dot : expected both vectors to have same dtype, but found "
+            "{a} and {b}",
+            "matmul_dtype(input,weight)=mv | RuntimeError: addmv input tensors must have the same dtype, but got {b}, "
+            "{a}, and {b}",
+            "bool_product(input,weight)=linear | NotImplementedError: \"addmm_impl_cpu_\" not implemented for 'Bool'",
+            "bool_product(input,weight)=dot | NotImplementedError: \"dot\" not implemented for 'Bool'",
+            "bool_product(input,weight)=mv | NotImplementedError: \"addmv_impl_cpu\" not implemented for 'Bool'"),
     exports=("torch.nn.functional.linear",), cost="other",
     tensors=("input", "weight", "bias"), method=False,
     grad_fns=(P.AddmmBackward0, P.ViewBackward0, P.MmBackward0, P.SqueezeBackward4, P.UnsafeViewBackward0,
@@ -636,6 +644,10 @@ def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, 
 
 @op("nll_loss", checks=(
     "batch_sizes(input,target) | ValueError: Expected input batch_size ({a}) to match target batch_size ({b}).",
+    "spatial_target(input,target)=size | RuntimeError: Expected target size {want}, got {got}",
+    "spatial_target(input,target)=rank4 | RuntimeError: only batches of spatial targets supported (3D tensors) but "
+    "got targets of dimension: {dims}",
+    "spatial_target(input,target)=size4 | RuntimeError: size mismatch (got input: {input} , target: {target}",
     "multi_target(input,target) | RuntimeError: 0D or 1D target tensor expected, multi-target not supported",
     "dtype(target)=int64,uint8 | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}",
     'dtype(input)=floating | NotImplementedError: "nll_loss_out_frame" not implemented for \'{dtype}\''),
@@ -824,6 +836,8 @@ def _(ctx, self_t):
 
 
 @op("cross_entropy", checks=(
+    "probability_target(input,target) | RuntimeError: Expected floating point type for target with class "
+    "probabilities, got {dtype}",
     # (log_softmax over the class dimension: 0 of a (C,) input, 1 of (N, C, ...), the last of two)
     'dtype_lastdim(input,0)=floating | NotImplementedError: "log_softmax_lastdim_kernel_impl" not implemented for '
     "'{dtype}'",
@@ -831,6 +845,10 @@ def _(ctx, self_t):
     "'{dtype}'",
     'dtype_innerdim(input,1)=floating | NotImplementedError: "log_softmax_kernel_impl" not implemented for \'{dtype}\'',
     "batch_sizes(input,target) | ValueError: Expected input batch_size ({a}) to match target batch_size ({b}).",
+    "spatial_target(input,target)=size | RuntimeError: Expected target size {want}, got {got}",
+    "spatial_target(input,target)=rank4 | RuntimeError: only batches of spatial targets supported (3D tensors) but "
+    "got targets of dimension: {dims}",
+    "spatial_target(input,target)=size4 | RuntimeError: size mismatch (got input: {input} , target: {target}",
     "multi_target(input,target)=probabilities | RuntimeError: 0D or 1D target tensor expected, multi-target not "
     "supported",
     "class_target(input,target) | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}"),
@@ -852,8 +870,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     class_dim = 0 if input.data.ndim == 1 else 1
     if input.shape == target.shape:
         if target.data.dtype.kind not in "fV":
-            raise TorchRuntimeError(f"Expected floating point type for target with class probabilities, got "
-                                    f"{D.SCALAR_TYPE_NAMES[target.dtype]}", code="invalid_dtype")
+            raise broken_check("cross_entropy", input=input, target=target)
         if ignore_index >= 0:
             raise TorchRuntimeError("ignore_index is not supported for floating point target",
                                     code="invalid_argument")

@@ -519,24 +519,26 @@ def _arg(self, dim, keepdim, is_max):
 
 
 @op("argmax", promotion="int64 | bool: RuntimeError: argmax(): does not support bool input",
+    checks=("dtype(self)=!bool | RuntimeError: argmax(): does not support bool input",),  # (before the dim's range)
     param_types={"dim": "int", "keepdim": "bool"},
     tensors=("self",), differentiable=False)
 def argmax(self, dim=None, keepdim=False):
     """torch.argmax(input, dim=None, keepdim=False): int64, no grad."""
     self = require_tensor(self)
     if self.data.dtype == np.bool_:
-        raise TorchRuntimeError("argmax(): does not support bool input", code="invalid_dtype")
+        raise broken_check("argmax", self=self)
     return _arg(self, dim, keepdim, True)
 
 
 @op("argmin", promotion="int64 | bool: RuntimeError: argmin(): does not support bool input",
+    checks=("dtype(self)=!bool | RuntimeError: argmin(): does not support bool input",),  # (before the dim's range)
     param_types={"dim": "int", "keepdim": "bool"},
     tensors=("self",), differentiable=False)
 def argmin(self, dim=None, keepdim=False):
     """torch.argmin(input, dim=None, keepdim=False): int64, no grad."""
     self = require_tensor(self)
     if self.data.dtype == np.bool_:
-        raise TorchRuntimeError("argmin(): does not support bool input", code="invalid_dtype")
+        raise broken_check("argmin", self=self)
     return _arg(self, dim, keepdim, False)
 
 

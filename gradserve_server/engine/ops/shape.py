@@ -1106,6 +1106,12 @@ def _(ctx, self_t):
         ),
         "method": ("(int dim, Tensor start, int length)", "(int dim, int start, int length)"),
     },
+    checks=("min_dims(self)=1 | RuntimeError: narrow() cannot be applied to a 0-dim tensor.",
+            "narrow_bounds(self,dim,start,length)=length | RuntimeError: narrow(): length must be non-negative.",
+            "narrow_bounds(self,dim,start,length)=start | IndexError: start out of range (expected to be in range of "
+            "[{low}, {high}], but got {start})",
+            "narrow_bounds(self,dim,start,length)=end | RuntimeError: start ({start}) + length ({length}) exceeds "
+            "dimension size ({size})."),
     storage="view",
     tensors=("self", "start"), grad_fns=(P.SliceBackward0,), plannable=True)
 def narrow(self, dim, start, length):
@@ -1118,21 +1124,14 @@ def narrow(self, dim, start, length):
         if rec is not None:  # the value decides the slice: a plan must not freeze it
             rec.bad("untraced_array", "narrow's start read from a tensor")
         start = int(start.data)
-    _at_least_1d(self, "narrow() cannot be applied to a 0-dim tensor.")
+    if not self.data.ndim:
+        raise broken_check("narrow", self=self, dim=dim, start=start, length=length)
     d = wrap_dim(dim, self.data.ndim)
     n = self.data.shape[d]
-    # torch's order: length, then start's range, then start + length
-    if length < 0:
-        raise TorchRuntimeError("narrow(): length must be non-negative.", code="index_out_of_range")
-    if not -n <= start <= n:
-        raise TorchIndexError(f"start out of range (expected to be in range of [{-n}, {n}], but got {start})",
-                              code="index_out_of_range")
-    if start < 0:
-        start += n
-    if start > n - length:
-        raise TorchRuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({n}).",
-                                code="index_out_of_range")
-    return _slice(self, d, start, start + length, 1)
+    begin = start + n if start < 0 else start
+    if length < 0 or not -n <= start <= n or begin > n - length:  # (torch's order: the declared checks')
+        raise broken_check("narrow", self=self, dim=dim, start=start, length=length)
+    return _slice(self, d, begin, begin + length, 1)
 
 
 def _slice(self: Tensor, d: int, start: int, end: int, step: int) -> Tensor:
@@ -1184,13 +1183,17 @@ def _select_op(self, dim, index):
         d = wrap_dim(dim, self.data.ndim)
         n = self.data.shape[d]
         if index < -n or index >= n:
-            raise TorchIndexError(f"select(): index {index} out of range for tensor of size "
-                                  f"{list(self.data.shape)} at dimension {d}", code="index_out_of_range")
+            raise broken_check("select", self=self, dim=dim, index=index)
+    elif not self.data.ndim:
+        raise broken_check("select", self=self, dim=dim, index=index)
     return select(self, dim, index)
 
 
 _select_op.__name__ = "select"
 op("select",
+   checks=("min_dims(self)=1 | IndexError: select() cannot be applied to a 0-dim tensor.",
+           "index_in_dim(self,dim,index) | IndexError: select(): index {index} out of range for tensor of size "
+           "{shape} at dimension {dim}"),
    param_types={"dim": "int", "index": "int"}, storage="view",
    tensors=("self",), grad_fns=(P.SelectBackward0,), plannable=True)(_select_op)
 
@@ -1294,6 +1297,8 @@ def _getitem(self, index, alias: bool):
     self = require_tensor(self)
     # torch's getitem records x[:] as a slice; x[:, :] and setitem's indexing skip full slices
     single_slice = alias and isinstance(index, slice)
+    if self.data.ndim == 0 and (isinstance(index, (int, np.integer, slice)) and not isinstance(index, bool)):
+        raise broken_check("getitem", self=self, index=index)
     index = _normalize_index(index)
     # expand Ellipsis
     n_ell = sum(1 for it in index if it is Ellipsis)
@@ -1355,7 +1360,9 @@ def _getitem(self, index, alias: bool):
             else:
                 if arr.size == 0:
                     arr = arr.astype(np.int64)
-                if arr.dtype.kind not in "iu" or (isinstance(it, Tensor) and arr.dtype not in _INDEX_DTYPES):
+                if isinstance(it, Tensor) and arr.dtype not in _INDEX_DTYPES:
+                    raise broken_check("getitem", self=self, index=given)
+                if arr.dtype.kind not in "iu":
                     raise TorchIndexError("tensors used as indices must be long, int, byte or bool tensors",
                                           code="invalid_index")
                 n = out.data.shape[d]
@@ -1518,7 +1525,11 @@ def index_select(self, dim, index):
     if self.data.ndim == 0 and ix.size != 1:
         raise TorchRuntimeError(f"index_select(): Index to scalar can have only 1 value, got {ix.size} value(s)",
                                 code="invalid_index")
-    if ix.size and (ix.max() >= n or ix.min() < -n):
+    bad = ix[(ix < 0) | (ix >= n)]  # (torch's CPU kernel takes no negative index)
+    if bad.size:
+        if d == 1 and self.data.ndim > 1:  # (its kernel for dim 1 says it its own way)
+            raise TorchRuntimeError(f"INDICES element is out of DATA bounds, id={int(bad[0])} axis_dim={n}",
+                                    code="index_out_of_range")
         raise TorchIndexError("index out of range in self", code="index_out_of_range")
     out = np.take(self.data, ix, axis=d) if self.data.ndim else self.data.reshape(1)[ix].reshape(())
     return record(P.IndexSelectBackward0, out, (self,),
@@ -1552,7 +1563,11 @@ batching(P.IndexSelectBackward0, **shifted(dims=("dim",)))
 
 @op("gather",
     checks=(DIM_FIRST, "index_dtype(index)=int64,int32 | RuntimeError: gather(): Expected dtype int32/int64 for "
-                        "index"),
+                        "index",
+            "gather_shapes(self,dim,index)=ranks | RuntimeError: Index tensor must have the same number of "
+            "dimensions as input tensor",
+            "gather_shapes(self,dim,index)=sizes | RuntimeError: Size does not match at dimension {dim} expected "
+            "index {index} to be no larger than self {self} apart from dimension {along}"),
     param_types={"dim": "int"}, storage="new",
     tensors=("self", "index"))
 def gather(self, dim, index, sparse_grad=False):
@@ -1569,28 +1584,26 @@ def gather(self, dim, index, sparse_grad=False):
         # torch compares max(ndim, 1): a 0-d input or index gathers as a 1-element vector
         n = self.data.size
         ix = index.data.reshape(-1)
-        if ix.size and (ix.max() >= n or ix.min() < -n):
-            raise TorchRuntimeError(f"index {int(ix.max())} is out of bounds for dimension {d} with size {n}",
-                                    code="index_out_of_range")
+        _gather_bounds(ix, d, n)
         out = self.data.reshape(-1)[ix].reshape(index.data.shape)
         return record(P.GatherBackward0, out, (self,),
                       {"dim": d, "index": index, "self": self, "sparse_grad": sparse_grad})
-    if index.data.ndim != self.data.ndim:
-        raise TorchRuntimeError("Index tensor must have the same number of dimensions as input tensor",
-                                code="shape_mismatch")
-    for k in range(self.data.ndim):
-        if k != d and index.data.shape[k] > self.data.shape[k]:
-            raise TorchRuntimeError(f"Size does not match at dimension {k} expected index "
-                                    f"{list(index.data.shape)} to be no larger than self {list(self.data.shape)} "
-                                    f"apart from dimension {d}", code="shape_mismatch")
-    n = self.data.shape[d] if self.data.ndim else 1
-    if index.data.size and (index.data.max() >= n or index.data.min() < -n):
-        raise TorchRuntimeError(f"index {int(index.data.max())} is out of bounds for dimension {d} with size {n}",
-                                code="index_out_of_range")
+    if index.data.ndim != self.data.ndim or any(
+            k != d and index.data.shape[k] > self.data.shape[k] for k in range(self.data.ndim)):
+        raise broken_check("gather", self=self, dim=dim, index=index)
+    _gather_bounds(index.data, d, self.data.shape[d] if self.data.ndim else 1)
     src = self.data[tuple(slice(0, s) if k != d else slice(None) for k, s in enumerate(index.data.shape))]
     out = np.take_along_axis(src, index.data, axis=d)
     return record(P.GatherBackward0, out, (self,),
                   {"dim": d, "index": index, "self": self, "sparse_grad": sparse_grad})
+
+
+def _gather_bounds(ix: np.ndarray, d: int, n: int) -> None:
+    """torch's CPU kernel's: the first index (in order) out of [0, n); a negative one too."""
+    bad = ix[(ix < 0) | (ix >= n)]
+    if bad.size:
+        raise TorchRuntimeError(f"index {int(bad.flat[0])} is out of bounds for dimension {d} with size {n}",
+                                code="index_out_of_range")
 
 
 @vjp("GatherBackward0", inputs=("self",), saves=("dim", "index", "self", "sparse_grad"))
