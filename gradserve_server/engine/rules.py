@@ -712,7 +712,7 @@ def _index_count(t, index, _):
             dtype, sh = _tensor_facts(k)
             if dtype is None or sh is None:
                 return UNKNOWN
-            consumed += max(len(sh), 1) if dtype == "bool" else 1
+            consumed += len(sh) if dtype == "bool" else 1  # (a 0-d bool mask adds a dimension, consuming none)
     return None if consumed <= len(shape) else {"dims": len(shape)}
 
 

@@ -1306,10 +1306,10 @@ def _getitem(self, index, alias: bool):
         raise TorchIndexError("an index can only have a single ellipsis ('...')", code="invalid_index")
     consumed = 0
     for it in index:
-        if it is None or it is Ellipsis:
-            continue
+        if it is None or it is Ellipsis or isinstance(it, bool):
+            continue  # (a bool, as a 0-d mask, adds a dimension)
         if isinstance(it, Tensor) and it.data.dtype == np.bool_:
-            consumed += max(it.data.ndim, 1)
+            consumed += it.data.ndim
         else:
             consumed += 1
     nd = self.data.ndim
@@ -1337,8 +1337,11 @@ def _getitem(self, index, alias: bool):
             if (start, stop, step) != (0, out.data.shape[d], 1) or single_slice:
                 out = _slice(out, d, start, stop, step)
             d += 1
-        elif isinstance(it, bool):
-            raise TorchIndexError("boolean scalar indices are not supported", code="invalid_index")
+        elif isinstance(it, bool) or isinstance(it, Tensor) and it.data.dtype == np.bool_ and not it.data.ndim:
+            # a 0-d mask (True, tensor(False)): a new dimension of size 1, masked (torch's one IndexBackward0)
+            out = unsqueeze(out, d)
+            advanced.append((d, np.array([bool(it if isinstance(it, bool) else it.data)])))
+            d += 1
         elif isinstance(it, (int, np.integer)):
             n = out.data.shape[d]
             if not -n <= it < n:  # (torch names the index's place, not the dimension of the result so far)
