@@ -146,15 +146,19 @@ class CosineAnnealingLR(LRScheduler):
                 for base in self.base_lrs]
 
 
+def _lambdas(optimizer, lr_lambda) -> list:
+    """One function per parameter group: the list given (of the groups' number), or the one function for each."""
+    n = len(optimizer.param_groups)
+    if isinstance(lr_lambda, (list, tuple)):
+        if len(lr_lambda) != n:
+            raise ValueError(f"Expected {n} lr_lambdas, but got {len(lr_lambda)}")
+        return list(lr_lambda)
+    return [lr_lambda] * n
+
+
 class LambdaLR(LRScheduler):
     def __init__(self, optimizer, lr_lambda: Callable | list, last_epoch: int = -1):
-        n = len(optimizer.param_groups)
-        if isinstance(lr_lambda, (list, tuple)):
-            if len(lr_lambda) != n:
-                raise ValueError(f"Expected {n} lr_lambdas, but got {len(lr_lambda)}")
-            self.lr_lambdas = list(lr_lambda)
-        else:
-            self.lr_lambdas = [lr_lambda] * n
+        self.lr_lambdas = _lambdas(optimizer, lr_lambda)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
@@ -169,21 +173,15 @@ class MultiplicativeLR(LRScheduler):
     """Each step multiplies the rates by ``lr_lambda(epoch)``."""
 
     def __init__(self, optimizer, lr_lambda: Callable | list, last_epoch: int = -1):
-        n = len(optimizer.param_groups)
-        if isinstance(lr_lambda, (list, tuple)):
-            if len(lr_lambda) != n:
-                raise ValueError(f"Expected {n} lr_lambdas, but got {len(lr_lambda)}")
-            self.lr_lambdas = list(lr_lambda)
-        else:
-            self.lr_lambdas = [lr_lambda] * n
+        self.lr_lambdas = _lambdas(optimizer, lr_lambda)
         super().__init__(optimizer, last_epoch)
+
+    state_dict = LambdaLR.state_dict
 
     def get_lr(self) -> list[float]:
         if self._is_initial:
             return self._lrs()
         return [lr * fn(self.last_epoch) for fn, lr in zip(self.lr_lambdas, self._lrs())]
-
-    state_dict = LambdaLR.state_dict
 
 
 class LinearLR(LRScheduler):
