@@ -1348,6 +1348,7 @@ def _client_facts(spec: OpSpec | None) -> dict:
     ``exports``, ``outputs`` ...): what a torch-like client builds its namespaces and results from."""
     if spec is None:
         return {"exports": [], "tuple_when": [], "variable_outputs": False, "returns_when": "", "python_result": "",
+                "meta_only": [],
                 "changes_argument": [], "storage": "", "converts_to": "", "dims_of": "input", "promotion": "",
                 "checks": [], "cost": "inputs", "parser": None}
     exports = [f"torch.nn.functional.{n}" for n in (spec.name, *spec.aliases)  # torch.nn.functional's families
@@ -1355,6 +1356,7 @@ def _client_facts(spec: OpSpec | None) -> dict:
     exports += [e for e in spec.exports if e not in exports]
     return {"exports": exports, "tuple_when": list(spec.tuple_when), "variable_outputs": spec.variable_outputs,
             "returns_when": spec.returns_when, "python_result": spec.python_result,
+            "meta_only": list(spec.meta_only),
             "changes_argument": [list(pair) for pair in spec.changes_argument], "storage": spec.storage,
             "converts_to": spec.cast,
             "dims_of": spec.dims_of, "promotion": spec.promotion, "checks": list(spec.checks), "cost": spec.cost,

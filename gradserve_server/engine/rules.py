@@ -53,6 +53,7 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
                              for an op that checks it before its other checks -> {low}, {high}, {dim}
     list_dim(tensors,dim)    ``dim`` indexes the first tensor of the list (one with elements, as torch.cat skips
                              1-d empty ones) -> {low}, {high}, {dim}
+    cat_zero_dim(tensors)    no tensor of the list is 0-d -> {i} (the first's place)
     cat_ranks(tensors)       the first tensor that does not fit the first does not have its dimensions -> {a}, {b}
     cat_sizes(tensors,dim)   ... nor its sizes but along ``dim`` -> {dim}, {want}, {got}, {i} (the tensor's number)
     stack_shapes(tensors)    the tensors have one shape -> {first}, {other}, {i}
@@ -630,6 +631,14 @@ def _cat_scan(tensors, dim):
     return None
 
 
+def _cat_zero_dim(tensors, _):
+    shapes = _shapes(tensors)
+    if shapes is None:
+        return UNKNOWN
+    i = next((i for i, sh in enumerate(shapes) if sh == ()), None)
+    return None if i is None else {"i": i}
+
+
 def _cat_ranks(tensors, _):
     got = _cat_scan(tensors, 0) if _shapes(tensors) and _cat_first(_shapes(tensors)) else UNKNOWN
     if got is UNKNOWN or got is None:
@@ -1014,6 +1023,7 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
          "conv_stride": _conv_stride, "conv_weight": _conv_weight,
          "conv_kernel": _conv_kernel, "conv_groups": _conv_groups, "conv_channels": _conv_channels,
          "conv_bias": _conv_bias, "nonempty_list": _nonempty_list, "list_dim": _list_dim, "cat_ranks": _cat_ranks,
+         "cat_zero_dim": _cat_zero_dim,
          "cat_sizes": _cat_sizes, "stack_shapes": _stack_shapes, "expand_rank": _expand_rank,
          "index_count": _index_count, "dim_range": _dim_range, "index_bounds": _index_bounds,
          "zero_dim_index": _zero_dim_index, "index_tensor_dtypes": _index_tensor_dtypes,

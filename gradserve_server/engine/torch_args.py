@@ -186,7 +186,11 @@ def parse(sig: Signature, args: list, kwargs: dict, raise_: bool) -> bool:
                 raise _missing(sig, i)
             return False
         elif _matches(p.type, obj, p.numbers):
-            pass
+            if p.type == "tuple of Tensors":  # (torch's parser refuses an element at once, whatever the overloads)
+                bad = next((j for j, x in enumerate(obj) if not _is_tensor(x)), None)
+                if bad is not None:
+                    raise ArgumentError(f"expected Tensor as element {bad} in argument {i}, but got "
+                                        f"{_tname(obj[bad])}")
         elif raise_:
             if is_kwd:
                 raise ArgumentError(f"{sig.name}(): argument '{p.name}' must be {p.type}, not {_tname(obj)}")

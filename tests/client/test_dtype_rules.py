@@ -96,7 +96,6 @@ LEFT_TO_OTHER_CHECKS = {"max(float32[0], int64[3])", "mm(float32[2,3], float64[4
                         "linear(float32[5,2,3], float32[4])",
                         # torch refuses these first with a check of the op's own, which the rules leave to it
                         "embedding(float32[2], float32[4,3], max_norm=1.0)",
-                        'cat(["float32[2,3]", "float32[]"])', 'cat(["float32[]", "float32[2,3]"], dim=1)',
                         "unflatten(float32[2,3], 1, [])"}
 NOT_DECLARED: set[str] = set()
 

@@ -313,6 +313,11 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
             facts["dtype"] = cast = predicted  # (an integral result does not require grad)
     elif cast is not None and cast is not UNKNOWN:
         facts["dtype"] = cast  # (dtype=: sum(x, dtype=torch.float64))
+    meta_only = entry.get("meta_only")
+    if meta_only:  # (view_as's other gives only a shape: the result does not require grad for it)
+        shapes_only = [arg(name) for name in meta_only]
+        read = arg(entry["arguments"][0]["name"])  # (x.view_as(x): x is read as well)
+        tensors = [t for t in tensors if t is read or not any(t is s for s in shapes_only)]
     return _flags(facts, entry, tensors, grad_enabled, cast)
 
 

@@ -35,6 +35,9 @@ class OpInfo(BaseModel):
                                   "given (`torch.where(condition)`).")
     variable_outputs: bool = Field(default=False, description="The number of outputs depends on the arguments or "
                                    "the data (split, chunk, unbind): the response's `bound` lists the names given.")
+    meta_only: list[str] = Field(default_factory=list, description="Tensor arguments read for their metadata "
+                                 "only (view_as's `other`, a shape): no edge to them, and a result does not require "
+                                 "grad for them.")
     python_result: str = Field(default="", description="torch returns a Python value of this type (`bool` for "
                                "allclose); the op binds a 0-d tensor.")
     changes_argument: list[list[str]] = Field(default_factory=list, description="[[changed, given], ...]: the op "

@@ -840,6 +840,7 @@ def _tensor_list(tensors, name: str) -> list:
 
 @op("cat",
     checks=("nonempty_list(tensors) | ValueError: torch.cat(): expected a non-empty list of Tensors",
+            "cat_zero_dim(tensors) | RuntimeError: zero-dimensional tensor (at position {i}) cannot be concatenated",
             "list_dim(tensors,dim) | IndexError: Dimension out of range (expected to be in range of [{low}, {high}], "
             "but got {dim})",
             "cat_ranks(tensors) | RuntimeError: Tensors must have same number of dimensions: got {a} and {b}",
@@ -853,10 +854,8 @@ def cat(tensors, dim=0):
     ts = _tensor_list(tensors, "cat")
     # the shape to match: the first tensor that is not a legacy empty (0,) one (those are skipped)
     ref = next((x for x in ts if not (x.data.ndim == 1 and x.data.size == 0)), ts[0])
-    for i, x in enumerate(ts):
-        if x.data.ndim == 0:
-            raise TorchRuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated",
-                                    code="shape_mismatch")
+    if any(x.data.ndim == 0 for x in ts):
+        raise broken_check("cat", tensors=ts, dim=dim)
     # every tensor a legacy empty one: torch wraps no dim (any dim gives the (0,) result)
     all_legacy = ref.data.ndim == 1 and ref.data.size == 0
     d = 0 if all_legacy else wrap_dim(dim, ref.data.ndim)
