@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from gradserve.torch import _dtypes, _promotion
+from gradserve.torch import _dtypes, _meta, _promotion
 from gradserve.torch._context import user_stacklevel
 from gradserve.torch._tensor import Tensor, call_op
 
@@ -179,22 +179,6 @@ def empty_like(input, *, dtype=None, layout=None, device=None, requires_grad: bu
     return call_op("zeros_like", (_tensor_arg("empty_like", input),), kwargs)
 
 
-def _infer_size(a: tuple, b: tuple) -> tuple:
-    """The broadcast of two shapes, with torch's message for the first pair of sizes (from the right) that
-    cannot broadcast."""
-    n = max(len(a), len(b))
-    out = [0] * n
-    for i in range(n - 1, -1, -1):
-        k = n - 1 - i
-        sa = a[len(a) - 1 - k] if len(a) - 1 - k >= 0 else 1
-        sb = b[len(b) - 1 - k] if len(b) - 1 - k >= 0 else 1
-        if sa != sb and sa != 1 and sb != 1:
-            raise RuntimeError(f"The size of tensor a ({sa}) must match the size of tensor b ({sb}) at non-singleton "
-                               f"dimension {i}")
-        out[i] = sb if sa == 1 else sa
-    return tuple(out)
-
-
 def broadcast_tensors(*tensors) -> tuple:
     """``torch.broadcast_tensors``: each tensor expanded to the shapes' broadcast (a tensor of that shape is
     returned itself, as torch returns it)."""
@@ -203,7 +187,7 @@ def broadcast_tensors(*tensors) -> tuple:
             raise TypeError(f"expected Tensor as element {i} in argument 0, but got {type(t).__name__}")
     shape: tuple = ()
     for t in tensors:
-        shape = _infer_size(shape, tuple(t.shape))
+        shape = _meta.broadcast([shape, tuple(t.shape)], True)  # (torch's pairwise message)
     return tuple(t if tuple(t.shape) == shape else call_op("expand", (t, list(shape)), {}) for t in tensors)
 
 

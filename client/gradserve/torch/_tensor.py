@@ -656,22 +656,15 @@ for _dunder, _op in {"__neg__": "neg", "__abs__": "abs", "__invert__": "invert"}
     setattr(Tensor, _dunder, _unary(_op))
 
 
-def _rmod(self, other):
-    """``7 % x``: torch's remainder(Number, Tensor)."""
-    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-    return call_op("remainder", (other, self), {})
+def _reflected(op: str):
+    """``7 % x``, ``7 // x``: torch's ``op(Number, Tensor)``."""
+    def operator(self, other):
+        __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+        return call_op(op, (other, self), {})
+    return operator
 
 
-Tensor.__rmod__ = _rmod
-
-
-def _rfloordiv(self, other):
-    """``7 // x``: torch's floor_divide(Number, Tensor)."""
-    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-    return call_op("floor_divide", (other, self), {})
-
-
-Tensor.__rfloordiv__ = _rfloordiv
+Tensor.__rmod__, Tensor.__rfloordiv__ = _reflected("remainder"), _reflected("floor_divide")
 
 
 def _where(self, condition, y):

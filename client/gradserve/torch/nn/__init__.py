@@ -537,18 +537,6 @@ def _activation(name: str):
 Tanh, Sigmoid = _activation("tanh"), _activation("sigmoid")
 
 
-class ReLU(Module):
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-        self.inplace = inplace
-
-    def forward(self, input: Tensor) -> Tensor:
-        return F.relu(input, inplace=self.inplace)
-
-    def extra_repr(self) -> str:
-        return "inplace=True" if self.inplace else ""
-
-
 class MSELoss(Module):
     def __init__(self, reduction: str = "mean"):
         super().__init__()
@@ -579,7 +567,7 @@ from gradserve.torch.nn import utils  # noqa: E402
 
 globals().update({name: getattr(_modules, name) for name in _modules.__all__})
 
-__all__ = ["Module", "Parameter", "Linear", "Sequential", "ReLU", "Tanh", "Sigmoid", "MSELoss", "CrossEntropyLoss",
+__all__ = ["Module", "Parameter", "Linear", "Sequential", "Tanh", "Sigmoid", "MSELoss", "CrossEntropyLoss",
            "functional"]
 __all__ += [*_modules.__all__, "utils", "init", "Dropout"]
 

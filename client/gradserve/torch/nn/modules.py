@@ -976,6 +976,8 @@ Threshold = _module("Threshold", "threshold", ("threshold", "value"), (None, Non
 Softsign = _module("Softsign", "softsign")
 Tanhshrink = _module("Tanhshrink", "tanhshrink")
 Hardtanh = _module("Hardtanh", "hardtanh", ("min_val", "max_val"), (-1.0, 1.0), inplace=True)
+ReLU = _module("ReLU", "relu", inplace=True)
+ReLU6 = _module("ReLU6", "relu6", inplace=True)
 LogSigmoid = _module("LogSigmoid", "logsigmoid")
 Softmax = _module("Softmax", "softmax", ("dim",), (None,))
 LogSoftmax = _module("LogSoftmax", "log_softmax", ("dim",), (None,))
@@ -992,18 +994,6 @@ BCEWithLogitsLoss = _module("BCEWithLogitsLoss", "binary_cross_entropy_with_logi
 SmoothL1Loss = _module("SmoothL1Loss", "smooth_l1_loss", ("reduction", "beta"), ("mean", 1.0), repr_keys=())
 HuberLoss = _module("HuberLoss", "huber_loss", ("reduction", "delta"), ("mean", 1.0), repr_keys=())
 KLDivLoss = _module("KLDivLoss", "kl_div", ("reduction", "log_target"), ("mean", False), repr_keys=())
-
-
-class ReLU6(Module):
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-        self.inplace = inplace
-
-    def forward(self, input: Tensor) -> Tensor:
-        return F.relu6(input, self.inplace)
-
-    def extra_repr(self) -> str:
-        return "inplace=True" if self.inplace else ""
 
 
 class ParameterList(Module):
@@ -1032,7 +1022,7 @@ class ParameterList(Module):
 __all__ = ["ModuleList", "ModuleDict", "Identity", "Flatten", "Unflatten", "Conv1d", "Conv2d", "MaxPool1d", "MaxPool2d",
            "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "Upsample", "BatchNorm1d",
            "BatchNorm2d", "LayerNorm", "GroupNorm", "Embedding", "RNNCell", "LSTMCell", "GRUCell", "RNN", "LSTM",
-           "GRU", "MultiheadAttention", "LeakyReLU", "ELU", "GELU", "SiLU", "Softplus", "Hardtanh", "ReLU6",
+           "GRU", "MultiheadAttention", "LeakyReLU", "ELU", "GELU", "SiLU", "Softplus", "Hardtanh", "ReLU", "ReLU6",
            "Hardswish", "Hardsigmoid", "Mish", "SELU", "CELU", "Threshold", "Softsign", "Tanhshrink",
            "LogSigmoid", "Softmax", "LogSoftmax", "Softmin", "GLU", "CosineSimilarity", "PairwiseDistance", "L1Loss",
            "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss", "KLDivLoss", "ParameterList"]
