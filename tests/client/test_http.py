@@ -126,3 +126,19 @@ def test_the_client_imports_neither_the_server_nor_the_engine():
             "print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_importing_the_torch_module_sends_nothing():
+    # (a submodule importing a sibling through ``from gradserve.torch import x`` while gradserve.torch is being
+    # imported asks its __getattr__, the server's catalog: the import tried the server and slept through retries)
+    import subprocess
+    import sys
+
+    code = ("import httpx\n"
+            "def refuse(*a, **k):\n"
+            "    raise SystemExit('a request at import')\n"
+            "httpx.Client.request = httpx.Client.send = refuse\n"
+            "import gradserve.torch, gradserve.torch.distributions, gradserve.torch.nn\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd="/")
+    assert out.stdout.strip() == "ok", out.stdout + out.stderr

@@ -6,6 +6,7 @@ of a kind. Samples draw on the session's generator as torch's draw on its own: t
 from __future__ import annotations
 
 import math
+import sys
 from numbers import Number
 
 import gradserve.torch as torch
@@ -364,4 +365,4 @@ __all__ = ["Distribution", "Normal", "Uniform", "Bernoulli", "Categorical", "con
 
 from gradserve.torch.distributions import kl  # noqa: E402 - its pairs need the classes above
 
-kl._register_builtin()
+kl._register_builtin(sys.modules[__name__])

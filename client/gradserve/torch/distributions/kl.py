@@ -41,9 +41,11 @@ def kl_divergence(p, q):
     return fn(p, q)
 
 
-def _register_builtin() -> None:
+def _register_builtin(D) -> None:
+    """The pairs of one kind, of the distributions module ``D`` (handed over: while it is being imported,
+    ``from gradserve.torch import distributions`` would ask gradserve.torch's ``__getattr__``, i.e. the server's
+    catalog)."""
     import gradserve.torch as torch
-    from gradserve.torch import distributions as D
 
     @register_kl(D.Normal, D.Normal)
     def _kl_normal_normal(p, q):
