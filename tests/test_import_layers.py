@@ -41,8 +41,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # 6. the eager interpreter
     ("program",),
     # 7. the trace layer: what a replay returns, generated code's sources, the one executor (steps, optimiser,
-    # code generator, interpreter), per-op composition, whole-list plans, and the one dispatch over them
-    ("replayed", "sources", "tape", "compose", "plan", "dispatch"),
+    # code generator, interpreter), the one keyer, per-op composition, whole-list plans, and the one dispatch over them
+    ("replayed", "sources", "tape", "trace_key", "compose", "plan", "dispatch"),
     # 8. the surface
     ("serialize", "torch_compat", "graph", "testing", ""),
 )

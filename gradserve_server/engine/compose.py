@@ -68,20 +68,15 @@ from .budget import SMALL_RESPONSE_ELEMENTS, Budget
 from .grad_mode import Limits, WarningSink, set_grad_enabled
 from .node import ACCUMULATE_GRAD, Node, SavedTensor
 from .program import (
-    _INDEX,
-    _PLAIN,
-    _SLICE_RE,
     _TENSOR,
-    _TENSOR_LIST,
     OpOutcome,
     ProgramResult,
     State,
-    _op_layout,
     _Runner,
 )
-from .registry import OPS, traceable
 from .replayed import Plan, _Namespace, _PlannedResult
 from .tensor import Tensor
+from .trace_key import _FORMS, _NO_NAMES, _form, _key_of, _lit, _names, _op_sig
 
 _ndarray = np.ndarray
 _asarray = np.asarray
@@ -195,151 +190,22 @@ class _Acc:
 
 
 # ----- keys --------------------------------------------------------------------------------------------------
-_KW = object()  # separates positional arguments from keyword arguments in a key
 
 
-_lit = T.literal_key  # a literal in a key: typed, every bit of a float (the trace layer's one rule)
 
 
-def _tensor(a: str, ns: dict, key: list, vs: list) -> None:
-    """A tensor argument into the key: its variable's meta the first time, its input index after."""
-    v = ns.get(a)
-    if v is None:
-        raise _GiveUp  # (an unbound name, "x.grad": the cold run resolves or refuses it)
-    for j, w in enumerate(vs):
-        if w is v:
-            key.append(j)  # (an int: a literal is never a bare int in a key)
-            return
-    vs.append(v)
-    x = v[0]
-    key += (x.shape, x.dtype, x.strides, v[1])
 
 
-def _op_key(form, args: list, kwargs: dict, ns: dict, key: list, vs: list) -> None:
-    """The arguments' part of an op's key (appended to ``key``), its distinct input variables into ``vs``."""
-    pos_kinds, kinds, vname = form[1], form[2], form[3]
-    npos = len(pos_kinds)
-    many = len(args) > 8
-    seen: dict = {}
-    for i, a in enumerate(args):
-        k = pos_kinds[i] if i < npos else _PLAIN
-        if k == _TENSOR and a.__class__ is str:
-            _tensor(a, ns, key, vs) if not many else _tensor_many(a, ns, key, vs, seen)
-        elif k == _PLAIN or k == _TENSOR:
-            key.append(_lit(a))
-        elif k == _INDEX:
-            key.append(_index(a))
-        elif k == _TENSOR_LIST and a.__class__ is list:
-            if not vs and _names_key(a, ns, key, vs):
-                continue
-            key.append(("L", len(a)))
-            big = many or len(a) > 8
-            for x in a:
-                if x.__class__ is not str:
-                    key.append(_lit(x))
-                elif big:
-                    _tensor_many(x, ns, key, vs, seen)
-                else:
-                    _tensor(x, ns, key, vs)
-        else:
-            raise _GiveUp
-    if kwargs:
-        key.append(_KW)
-        for kname, a in kwargs.items():
-            key.append(kname)
-            k = kinds.get(kname)
-            if k is None or kname == vname:
-                raise _GiveUp
-            if k == _TENSOR and a.__class__ is str:
-                _tensor_many(a, ns, key, vs, seen)
-            elif k == _PLAIN or k == _TENSOR:
-                key.append(_lit(a))
-            elif k == _TENSOR_LIST and a.__class__ is list:
-                key.append(("L", len(a)))
-                for x in a:
-                    if x.__class__ is str:
-                        _tensor_many(x, ns, key, vs, seen)
-                    else:
-                        key.append(_lit(x))
-            else:
-                raise _GiveUp
 
 
-def _names_key(a: list, ns: dict, key: list, vs: list) -> bool:
-    """A tensor list argument of names of distinct variables, none of them an input met before (``vs`` empty):
-    its part of the key as ``_op_key`` makes it, in a few C-level passes; False (nothing done): not so."""
-    try:
-        vl = list(map(ns.get, a))
-    except TypeError:  # (an unhashable literal)
-        return False
-    if None in vl or len(set(map(id, vl))) != len(vl):
-        return False
-    key.append(("L", len(a)))
-    for v in vl:
-        x = v[0]
-        key += (x.shape, x.dtype, x.strides, v[1])
-    vs += vl
-    return True
 
 
-def _index(v):
-    """An index argument (``getitem``'s) as a key: its literal form, when it names no tensor (ints, None,
-    "...", "a:b:c" slices, {"slice": [...]}, lists of ints); else a _GiveUp."""
-    c = v.__class__
-    if c is str:
-        if v == "..." or _SLICE_RE.match(v):
-            return v
-        raise _GiveUp  # (a tensor name)
-    if c is dict:
-        if set(v) != {"slice"} or v["slice"].__class__ is not list or \
-                not all(x is None or x.__class__ is int for x in v["slice"]):
-            raise _GiveUp
-        return ("S", tuple(v["slice"]))
-    if c is list:
-        return (list, tuple([_index(x) for x in v]))
-    return _lit(v)
 
 
-def _tensor_many(a: str, ns: dict, key: list, vs: list, seen: dict) -> None:
-    """``_tensor`` for an op of many tensor arguments (a stack of 1000): the input indices by a dict."""
-    v = ns.get(a)
-    if v is None:
-        raise _GiveUp
-    if not seen and vs:
-        for j, w in enumerate(vs):
-            seen[id(w)] = j
-    j = seen.get(id(v))
-    if j is not None:
-        key.append(j)
-        return
-    seen[id(v)] = len(vs)
-    vs.append(v)
-    x = v[0]
-    key += (x.shape, x.dtype, x.strides, v[1])
 
 
-#: op name -> (spec, positional kinds, {keyword: kind}, *args name, the call-form check or None, which inline key
-#: form ``_compose`` may use: 0 none, 1 a tensor first, 2 a tensor then a tensor or a literal); False for an op a
-#: fragment never covers (no kernels, in place)
-_FORMS: dict = {}
 
 
-def _form(name):
-    f = _FORMS.get(name)
-    if f is None:
-        t = traceable(name)  # (the op table's declaration: every call, none, or a call-form check)
-        spec = OPS[name] if t is not False else None
-        if spec is None or spec.inplace:
-            f = False
-        else:
-            pos_kinds, varargs_tensor, kinds, vname = _op_layout(spec, name)[1]
-            # (the forms ``_compose`` keys inline: a tensor first, then (2) a tensor or a literal)
-            fast = 0 if not pos_kinds or pos_kinds[0] != _TENSOR else \
-                2 if len(pos_kinds) > 1 and pos_kinds[1] <= _TENSOR else 1
-            f = False if varargs_tensor else (spec, pos_kinds, kinds, vname, None if t is True else t, fast)
-        if name.__class__ is str:
-            _FORMS[name] = f
-    return f
 
 
 # ----- steps (``engine.tape``) ----------------------------------------------------------------------------
@@ -566,22 +432,6 @@ class _no_recording:
         return False
 
 
-def _names(op: dict) -> list:
-    """Every string among an op's arguments (the names a throwaway namespace must map)."""
-    out = []
-
-    def walk(v):
-        if v.__class__ is str:
-            out.append(v)
-        elif v.__class__ is list or v.__class__ is tuple:
-            for x in v:
-                walk(x)
-        elif v.__class__ is dict:
-            for x in v.values():
-                walk(x)
-    walk(op.get("args") or [])
-    walk(op.get("kwargs") or {})
-    return out
 
 
 def _static(v) -> bool:
@@ -990,46 +840,12 @@ def compose(cache, state: State, ops: list, inputs_at: list, inputs: list, metas
     return made, run
 
 
-def _sig(v):
-    """A signature of an op's arguments that equal op forms share (``_lit``'s literals, coarser: every string, a
-    tensor's name or not, is None; numbers by value)."""
-    c = v.__class__
-    if c is str:
-        return None
-    if c is list or c is tuple:
-        return tuple([_sig(x) for x in v])
-    if c is dict:
-        return tuple([(k, _sig(x)) for k, x in v.items()])
-    if c is float or c is int or c is bool or v is None:
-        return v
-    return c  # (an array, an Owned...: by kind)
 
 
-_FLAT = frozenset({float, int, bool, type(None)})
-_NO_NAMES: dict = {}  # (read only)
 
 
-def _op_sig(op, ns: dict = _NO_NAMES, ahead: dict = _NO_NAMES):
-    """``_sig`` of an op's name, no_grad flag, arguments and keyword arguments (none and ``{}`` alike); the common
-    argument lists (one or two names or numbers) without ``_sig``'s calls, a name there as its tensor's (shape,
-    dtype, requires_grad) when it is bound (``ns``: the composed loop's names) or an input ahead (``ahead``: its
-    ``metas`` entry; ops on inputs of other shapes are other forms), else None."""
-    args = op.get("args")
-    if args.__class__ is list and len(args) <= 2:
-        args = tuple([_arg_sig(a, ns, ahead) for a in args])
-    else:
-        args = _sig(args)
-    kw = op.get("kwargs")
-    return op.get("op"), op.get("no_grad"), args, _sig(kw) if kw else None
 
 
-def _arg_sig(a, ns: dict, ahead: dict):
-    """``_op_sig``'s signature of one argument: a name as its tensor's (shape, dtype, requires_grad) when bound
-    (``ns``) or an input ahead (``ahead``), else None; a number as itself; anything else ``_sig``'s."""
-    if a.__class__ is str:
-        v = ns.get(a)
-        return ahead.get(a) if v is None else (v[0].shape, v[0].dtype.str, v[1])
-    return a if a.__class__ in _FLAT else _sig(a)
 
 
 _NOT_LOOKED_AT = _ACTIONS | {"tensor"}
@@ -1435,46 +1251,6 @@ class _Descs(Mapping):
         return len(self._vars)
 
 
-def _key_of(form, args: list, kw: dict, ns: dict, key: list, vs: list) -> None:
-    """An op's key after its head: ``_op_key``, inline for a few positional arguments (tensor names and scalar
-    literals)."""
-    pk = form[1]
-    if kw or len(args) > 4 or len(args) > len(pk):
-        return _op_key(form, args, kw, ns, key, vs)
-    for i, a in enumerate(args):
-        c = a.__class__
-        k = pk[i]
-        if c is str and k == _TENSOR:
-            v = ns.get(a)
-            if v is None:
-                raise _GiveUp
-            for j, w in enumerate(vs):
-                if w is v:
-                    key.append(j)
-                    break
-            else:
-                vs.append(v)
-                x = v[0]
-                key += (x.shape, x.dtype, x.strides, v[1])
-        elif k == _TENSOR_LIST and c is list and len(a) <= 8:  # (a short list: ``_op_key``'s key, inline)
-            if not vs and _names_key(a, ns, key, vs):
-                continue
-            key.append(("L", len(a)))
-            for b in a:
-                if b.__class__ is str:
-                    _tensor(b, ns, key, vs)
-                else:
-                    key.append(_lit(b))
-        elif k != _PLAIN and k != _TENSOR:
-            del key[3:]
-            vs.clear()
-            return _op_key(form, args, kw, ns, key, vs)
-        elif c is float:
-            key.append((float, a) if a == a and a != 0.0 else _lit(a))  # (``_lit``'s rule, its common case inline)
-        elif c is int or c is bool:
-            key.append((c, a))
-        else:
-            key.append(_lit(a))
 
 
 _NO_EDGE = (None, 0)

@@ -26,14 +26,12 @@ fragments (``engine.compose``) alike.
 from __future__ import annotations
 
 import itertools
-import struct
 from bisect import bisect_right
 
 import numpy as np
 
 from . import kernel as K
 from . import sources as S
-from .ops.creation import Owned
 from .replayed import _same_bits
 
 _PLAN_IDS = itertools.count(1)  # numbers a plan's compiled chunks' file names (``engine.sources``)
@@ -61,53 +59,12 @@ class GiveUp(Exception):
     """A trace gives up (a composed run: ``engine.compose``; ``args[0]``: why, ``route.COMPOSE_CODES``)."""
 
 
-_F64 = struct.Struct("<d")
 
 
-def literal_key(v):
-    """A literal as a key, typed (1, 1.0 and True differ) and every bit of a float (-0.0, infinities, NaN
-    payloads where ``==`` would not tell them: -0.0 equals 0.0, a NaN never equals itself): per-op fragment keys
-    (``engine.compose``) and the float values a session plan is pinned on (``engine.plan``). A form no key
-    covers (a dict, an Owned array...) raises ``GiveUp``."""
-    c = v.__class__
-    if c is str or v is None:
-        return v
-    if c is float:
-        return (float, v) if v == v and v != 0.0 else ("f", _F64.pack(v))
-    if c is int or c is bool:
-        return (c, v)
-    if c is list or c is tuple:
-        return (c, tuple([literal_key(x) for x in v]))
-    raise GiveUp
 
 
-def null_bits(obj) -> bytes:
-    """What an op list's JSON text (orjson's, a whole-list plan key: ``engine.plan``) does not tell: orjson
-    writes inf, -inf and every NaN as ``null``, as it writes None. Each ``null`` of the text in order: ``n`` for a
-    None, ``f`` and the float's bits (``literal_key``'s) for a non-finite float, ``a`` and the bytes of a float
-    array holding one. Appended to the text where it holds a ``null`` (a finite list without None pays only that
-    search), it keys those values bit for bit, as ``literal_key`` does."""
-    out: list[bytes] = []
-    _nulls(obj, out)
-    return b"".join(out)
 
 
-def _nulls(v, out: list) -> None:
-    c = v.__class__
-    if v is None or c is Owned:  # (``plan._dumps_owned`` writes an Owned as null, as the None it stands for)
-        out.append(b"n")
-    elif c is dict:
-        for x in v.values():
-            _nulls(x, out)
-    elif c is list or c is tuple:
-        for x in v:
-            _nulls(x, out)
-    elif c is float or isinstance(v, (float, np.floating)):
-        if v != v or v in (np.inf, -np.inf):
-            out.append(b"f" + _F64.pack(float(v)))
-    elif c is np.ndarray:
-        if v.dtype.kind in "fV" and v.size and not np.isfinite(v).all():
-            out.append(b"a" + np.ascontiguousarray(v).tobytes())
 
 
 # ----- extraction --------------------------------------------------------------------------------------------

@@ -15,9 +15,10 @@ import gradserve_server.engine.compose as compose_module
 import gradserve_server.engine.plan as plan_module
 import gradserve_server.engine.tape as tape_module
 from gradserve_server.engine.errors import EngineError
-from gradserve_server.engine.plan import PlanCache, _plannable_op, _scan, run_planned
+from gradserve_server.engine.plan import PlanCache, run_planned
 from gradserve_server.engine.program import State
 from gradserve_server.engine.registry import OPS
+from gradserve_server.engine.trace_key import _plannable_op, _scan
 
 from .samples import SAMPLES
 from .test_plan import PROGRAMS, _cases, _perturb_literal, _perturbed, _program, _same, draws, observe, traced

@@ -27,9 +27,10 @@ import pytest
 
 import gradserve_server.engine as E
 import gradserve_server.engine.compose as compose_module
-from gradserve_server.engine.plan import PlanCache, _plannable_op, run_planned
+from gradserve_server.engine.plan import PlanCache, run_planned
 from gradserve_server.engine.program import State
 from gradserve_server.engine.registry import OPS
+from gradserve_server.engine.trace_key import _plannable_op
 
 from .test_plan import observe
 

@@ -198,7 +198,7 @@ def test_a_value_an_op_branches_on_is_pinned_and_each_value_gets_its_plan():
 
 
 def test_a_pinned_float_is_keyed_by_its_bits_so_minus_zero_and_nan_get_plans_of_their_own():
-    """A pinned value is keyed as fragment keys type a literal (``tape.literal_key``): -0.0 == 0.0 would replay
+    """A pinned value is keyed as fragment keys type a literal (``trace_key.literal_key``): -0.0 == 0.0 would replay
     alpha=0.0's plan for alpha=-0.0 (x + 0.0*y is 0.0 where x + -0.0*y is -0.0 for x = -0.0, y > 0), and a NaN
     (never == itself) would never find its plan."""
     tw = Twins([T("x", [-0.0, 1.0]), T("y", [1.0, 1.0])])

@@ -15,10 +15,12 @@ import pytest
 import gradserve_server.engine as E
 import gradserve_server.engine.plan as plan_module
 import gradserve_server.engine.tape as tape_module
+import gradserve_server.engine.trace_key as keyer
 from gradserve_server.engine.errors import EngineError
-from gradserve_server.engine.plan import Plan, PlanCache, Unplannable, _plannable_op, run_planned
+from gradserve_server.engine.plan import Plan, PlanCache, Unplannable, run_planned
 from gradserve_server.engine.program import State, run_program
 from gradserve_server.engine.tensor import Tensor
+from gradserve_server.engine.trace_key import _plannable_op
 
 from .samples import SAMPLES, _call
 
@@ -485,7 +487,7 @@ def test_input_tensor_ops_give_the_arrays_the_op_gives_or_leave_the_run_cold():
     checked = 0
     for data, kwargs in _input_cases():
         ops = [{"op": "tensor", "args": [data], "kwargs": dict(kwargs), "out": "x"}]
-        made = plan_module._key(State(), ops, ())
+        made = keyer._key(State(), ops, ())
         state = State()
         try:
             run_program(state, [{"op": "tensor", "args": [data], "kwargs": dict(kwargs), "out": "x"}])
@@ -513,10 +515,10 @@ def test_a_float_input_casts_to_float32_as_the_op_casts_it():
     ops = [T(f"x{i}", float(v)) for i, v in enumerate(vals)]
     ops += [T("a", np.arange(3.0, dtype=np.float32), requires_grad=True), T("i", np.arange(3)),
             T("d", 0.5, dtype="float64", requires_grad=True), T("k", 3), T("f", True)]
-    (_, metas, _), inputs = plan_module._key(State(), ops, ())
+    (_, metas, _), inputs = keyer._key(State(), ops, ())
     with pytest.MonkeyPatch.context() as mp:  # (the common forms never take the general way)
-        mp.setattr(plan_module, "_run_inputs", None)
-        assert plan_module._key(State(), ops[-5:] + [T("s", 2.5, requires_grad=True)], ()) is not None
+        mp.setattr(keyer, "_run_inputs", None)
+        assert keyer._key(State(), ops[-5:] + [T("s", 2.5, requires_grad=True)], ()) is not None
     state = State()
     run_program(state, ops)
     assert [a.tobytes() for a in inputs] == [t.data.tobytes() for t in state.tensors.values()]
@@ -703,9 +705,9 @@ def test_owned_input_arrays_are_kept_only_when_the_copy_would_be_them():
     for data, kwargs in _input_cases():
         arr = _owned_copy(data)
         owned = E.Owned(arr)
-        made = plan_module._key(State(), [{"op": "tensor", "args": [owned], "kwargs": dict(kwargs), "out": "x"}],
+        made = keyer._key(State(), [{"op": "tensor", "args": [owned], "kwargs": dict(kwargs), "out": "x"}],
                                 (), adopt=True)
-        plain = plan_module._key(State(), [{"op": "tensor", "args": [arr], "kwargs": dict(kwargs), "out": "x"}], ())
+        plain = keyer._key(State(), [{"op": "tensor", "args": [arr], "kwargs": dict(kwargs), "out": "x"}], ())
         state = State()
         try:
             run_program(state, [{"op": "tensor", "args": [E.Owned(arr)], "kwargs": dict(kwargs), "out": "x"}])
@@ -737,10 +739,10 @@ def test_an_owned_array_is_kept_once_and_only_by_a_one_shot_run():
     a = np.arange(6.0, dtype=np.float32).reshape(2, 3).copy()
     owned = E.Owned(a)
     ops = [T("x", owned, requires_grad=True), T("y", owned)]
-    (_, _, _), inputs = plan_module._key(State(), ops, (), adopt=True)
+    (_, _, _), inputs = keyer._key(State(), ops, (), adopt=True)
     assert inputs[0] is a and inputs[1] is not a and _array_facts(inputs[1]) == _array_facts(a)
     b = np.ones(3, np.float32)
-    (_, _, _), inputs = plan_module._key(State(), [T("x", E.Owned(b))], ())  # (a session's key: adopt=False)
+    (_, _, _), inputs = keyer._key(State(), [T("x", E.Owned(b))], ())  # (a session's key: adopt=False)
     assert inputs[0] is not b
     # a plain array is the caller's: a tensor op over it copies, cold and replayed
     cache = PlanCache()
@@ -804,11 +806,11 @@ def test_an_owned_inputs_key_is_the_plain_arrays_and_an_owned_elsewhere_gives_no
     that is not a tensor op's data is not keyed (the list runs cold, which refuses it as the op does)."""
     a = np.ones((2, 3), np.float32)
     rest = [op("mul", "x", 2.0, out="y"), op("sum", "y", out="s")]
-    key_owned = plan_module._key(State(), [T("x", E.Owned(a.copy()), requires_grad=True), *rest], (), adopt=True)
-    key_plain = plan_module._key(State(), [T("x", a.copy(), requires_grad=True), *rest], ())
-    key_list = plan_module._key(State(), [T("x", a.tolist(), requires_grad=True), *rest], ())
+    key_owned = keyer._key(State(), [T("x", E.Owned(a.copy()), requires_grad=True), *rest], (), adopt=True)
+    key_plain = keyer._key(State(), [T("x", a.copy(), requires_grad=True), *rest], ())
+    key_list = keyer._key(State(), [T("x", a.tolist(), requires_grad=True), *rest], ())
     assert key_owned[0] == key_plain[0] == key_list[0]
-    assert plan_module._key(State(), [T("x", E.Owned(a.copy())), op("mul", "x", E.Owned(a.copy()), out="y")], (),
+    assert keyer._key(State(), [T("x", E.Owned(a.copy())), op("mul", "x", E.Owned(a.copy()), out="y")], (),
                             adopt=True) is None
 
 
@@ -828,15 +830,15 @@ def test_the_key_text_is_orjsons_with_non_str_keys(obj):
         want = orjson.dumps(obj, option=option)
     except TypeError:
         with pytest.raises(TypeError):
-            plan_module._dumps(obj)
-        assert plan_module._dumps_owned(obj, [0], 0) is None
+            keyer._dumps(obj)
+        assert keyer._dumps_owned(obj, [0], 0) is None
         return
     nulls = want.count(b"null")
-    assert plan_module._dumps(obj, nulls=nulls) == want
-    assert plan_module._dumps(obj) == (want + b"\0n" if nulls else want)
+    assert keyer._dumps(obj, nulls=nulls) == want
+    assert keyer._dumps(obj) == (want + b"\0n" if nulls else want)
     owned = [{"op": "tensor", "args": [E.Owned(np.ones(2))], "out": "x"}, *obj]
     left = [1]
-    assert plan_module._dumps_owned(owned, left, 1 + nulls) == orjson.dumps([{**owned[0], "args": [None]}, *obj],
+    assert keyer._dumps_owned(owned, left, 1 + nulls) == orjson.dumps([{**owned[0], "args": [None]}, *obj],
                                                                             option=option)
     assert left == [0]
 
@@ -847,4 +849,4 @@ def test_scan_finds_the_input_ops_wherever_they_are(layout):
     m = {"op": "mul", "args": ["x", 2.0], "out": "x"}
     ops = {"first": [t, t, m, m], "interleaved": [t, m, t, m], "last": [m, m, t], "none": [m, m],
            "all": [t, t, t]}[layout]
-    assert plan_module._scan(ops) == [i for i, o in enumerate(ops) if o["op"] == "tensor"]
+    assert keyer._scan(ops) == [i for i, o in enumerate(ops) if o["op"] == "tensor"]
