@@ -1,5 +1,11 @@
 """Composed one-shot runs: an op list that has no plan runs as a sequence of per-op fragments.
 
+The trace layer at the granularity of one op (``engine.plan``: of a whole list), with the same steps in the
+same places: an op is keyed by ``engine.trace_key`` (``_key_of``, its common forms inline in ``_compose``'s
+loop; a VJP's by ``_vjp_key``), traced by ``kernel.Recorder`` (``_make_frag``), optimised and executed by
+``engine.tape``, its result read through ``engine.replayed``, cached in ``plan.PlanCache``. This module holds
+what only a per-op run needs: light nodes, the backward over them, and when to give up.
+
 A ``/v1/eval`` run of an op list never seen before (no plan of its structure: ``engine.plan``) would run op by
 op through the object engine (a Tensor, a Node, SavedTensors, the checks of ``_Runner.run_op`` and the VJP's
 Python per op). Most ops of a long list repeat: the same op on inputs of the same shapes, dtypes and flags.
@@ -76,7 +82,7 @@ from .program import (
 )
 from .replayed import Plan, _Namespace, _PlannedResult
 from .tensor import Tensor
-from .trace_key import _FORMS, _NO_NAMES, _form, _key_of, _lit, _names, _op_sig
+from .trace_key import _FORMS, _NO_NAMES, _form, _key_of, _lit, _names, _op_sig, _vjp_key
 
 _ndarray = np.ndarray
 _asarray = np.asarray
@@ -187,25 +193,6 @@ class _Acc:
 # a variable (a tensor of the run) is a tuple (array, requires_grad, ((node, output_nr),) or None, its slot in the
 # run's buffer): the third is the next_functions of a node whose one edge leads to it; a leaf that requires grad
 # has an ``_Acc`` (``_Run.leaves``, by the variable's id) once an edge or a backward needs it
-
-
-# ----- keys --------------------------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ----- steps (``engine.tape``) ----------------------------------------------------------------------------
@@ -430,8 +417,6 @@ class _no_recording:
 
     def __exit__(self, *exc):
         return False
-
-
 
 
 def _static(v) -> bool:
@@ -734,7 +719,7 @@ class _Run:
                     return self._apply_slow(recipe, [g], saved)
         elif saved is g:
             return self._apply_slow(recipe, [g], (saved,))
-        vf = recipe.vjps.get((g.shape, g.dtype, g.strides))
+        vf = recipe.vjps.get((g.shape, g.dtype, g.strides))  # (``trace_key._vjp_key``'s first form, inline)
         if vf is None:
             return self._apply_slow(recipe, [g], saved if recipe.star else (saved,))
         n = self.nbytes = self.nbytes + vf.nbytes
@@ -762,11 +747,7 @@ class _Run:
                 raise _GiveUp
             self.made(budget.total(), max([0, *[a.size for a in res if a is not None]]))
             return res
-        if recipe.n_outputs == 1 and len(ins) == 1 + len(saved):
-            key = (gl[0].shape, gl[0].dtype, gl[0].strides)
-        else:
-            pat = tuple([-1 if a is None else next(i for i, b in enumerate(ins) if a is b) for a in (*gl, *saved)])
-            key = (tuple([None if g is None else (g.shape, g.dtype, g.strides) for g in gl]), pat)
+        key = _vjp_key(gl, saved, ins, recipe.n_outputs)
         vf = recipe.vjps.get(key)
         if vf is None:
             self.miss()
@@ -838,14 +819,6 @@ def compose(cache, state: State, ops: list, inputs_at: list, inputs: list, metas
         made, run.why = None, "raised"
         run.detail = type(e).__name__  # (not its message, which may quote values: the cold run's error has it)
     return made, run
-
-
-
-
-
-
-
-
 
 
 _NOT_LOOKED_AT = _ACTIONS | {"tensor"}
@@ -1249,8 +1222,6 @@ class _Descs(Mapping):
 
     def __len__(self) -> int:
         return len(self._vars)
-
-
 
 
 _NO_EDGE = (None, 0)

@@ -1,5 +1,11 @@
 """Plans: an op list that ran once compiles into a tape of kernel calls that later runs replay.
 
+The trace layer at the granularity of a whole list (``engine.compose``: of one op). Each step has one place:
+a list is keyed by ``engine.trace_key``, traced by ``kernel.Recorder`` (here: ``run_planned``,
+``_session_step``), optimised and executed by ``engine.tape``, rebuilt for the caller by ``engine.replayed``,
+cached in ``PlanCache`` (below), and routed by ``engine.dispatch``. This module holds what only a whole list
+needs: the cache, building a plan from a recording, sessions, segments and loops.
+
 Where a plan applies nothing can observe the difference: a one-shot run (``/v1/eval``: a fresh namespace,
 thrown away after the response), whose response is values, gradients and structural metadata (grad_fn names,
 requires_grad, versions...), the same for every run of the same op list over inputs of the same shapes.
@@ -15,13 +21,13 @@ requires_grad, versions...), the same for every run of the same op list over inp
   ``PlanCache(record_after=N)`` records at the N-th run of a structure (the app: 2, so a list run once never
   pays for recording and building; a ``repeat`` loop records at its first iteration, and so does a session list
   that is recognisably a training loop's iteration: ``_training_step``).
-* **Key.** The op list with the data of its ``tensor`` ops left out (names, literals, flags stay), and the
-  inputs' shapes, dtypes and requires_grad flags, the grad mode, the limits and the response encoding. The
-  ``tensor`` ops' arrays are made while the key is built: a Python number, or an array of a dtype the op
-  keeps, by ``tensor.as_array``'s own steps (no op dispatch); list data by ``as_array``; any other form by
+* **Key** (``trace_key._key``). The op list with the data of its ``tensor`` ops left out (names, literals, flags
+  stay), and the inputs' shapes, dtypes and requires_grad flags, the grad mode, the limits and the response
+  encoding. The ``tensor`` ops' arrays are made while the key is built: a Python number, or an array of a dtype
+  the op keeps, by ``tensor.as_array``'s own steps (no op dispatch); list data by ``as_array``; any other form by
   the op itself, as the program runs it. A form that fails gives no key (the cold run reports it). An array
-  handed over with its op (``Owned``: the service's freshly decoded base64 payload) is kept as it is, not
-  copied, by a one-shot run when the copy would be indistinguishable from it (``_direct_input``).
+  handed over with its op (``Owned``: the service's freshly decoded base64 payload) is kept as it is, not copied,
+  by a one-shot run when the copy would be indistinguishable from it (``_direct_input``).
 * **Replay.** A flat loop over (kernel, argument slots), freeing each slot after its last use; the final
   namespace and autograd report are rebuilt from the recorded structure and the replayed arrays: for a
   one-shot run lazily (``_Namespace``: a tensor is made when first read, in the cold run's name order;
@@ -43,21 +49,21 @@ requires_grad, versions...), the same for every run of the same op list over inp
   recorded or replayed alike), so the other names' arrays (a chain's intermediates) are intermediates of the
   plan, written into registers.
 
-* **Sessions and loops.** A session list plans too (``run_session_planned``; its key adds the session's
-  tensors and their gradients, function definitions, warned set and name counter): a training loop's
-  iteration (forward, backward, an optimizer's in-place step under no_grad, zero_grad) replays. What a replay
-  rebuilds beyond the tensors' descriptors (``_After``): the preset tensors' version counters moved as the
-  cold run moved them (versions are not in the key), their gradients replaced, dropped or written in place,
-  their accumulation counts moved or reset (only whether each is zero is in the key), and the graphs a
-  backward left on new tensors (nodes copied, their saved tensors freed). A session tensor carrying a graph
-  keys only under a name the list unbinds or rebinds before reading it. Names are keyed canonically
-  (``_canonical``: where the program reads names), so a client whose name counter gives every iteration new
-  names finds one plan. Inputs a replay writes in place are restored if a guard fires (then the cold run).
-  A list recorded unplannable is remembered under a cheap pre-key as well, so it runs cold without its full
-  key being built. A ``repeat``/``until`` loop (without in-place ops) keys strictly (no gradients, no graphs):
-  a plan carries the key (and the tensors' layout) of the state it leaves, an iteration finds its plan by the
-  carried key, and iterations but the stopping one replay on a lazy state (no tensors built between them); a
-  layout that does not match, or a state whose key differs, builds the key and records as usual.
+* **Sessions and loops.** A session list plans too (``run_session_planned``; its key adds the session's tensors
+  and their gradients, function definitions, warned set and name counter): a training loop's iteration (forward,
+  backward, an optimizer's in-place step under no_grad, zero_grad) replays. What a replay rebuilds beyond the
+  tensors' descriptors (``_After``): the preset tensors' version counters moved as the cold run moved them
+  (versions are not in the key), their gradients replaced, dropped or written in place, their accumulation counts
+  moved or reset (only whether each is zero is in the key), and the graphs a backward left on new tensors (nodes
+  copied, their saved tensors freed). A session tensor carrying a graph keys only under a name the list unbinds
+  or rebinds before reading it (``trace_key._session_key``). Names are keyed canonically
+  (``trace_key._canonical``: where the program reads names), so a client whose name counter gives every iteration
+  new names finds one plan. Inputs a replay writes in place are restored if a guard fires (then the cold run). A
+  list recorded unplannable is remembered under a cheap pre-key as well, so it runs cold without its full key
+  being built. A ``repeat``/``until`` loop (without in-place ops) keys strictly (no gradients, no graphs): a plan
+  carries the key (and the tensors' layout) of the state it leaves, an iteration finds its plan by the carried
+  key, and iterations but the stopping one replay on a lazy state (no tensors built between them); a layout that
+  does not match, or a state whose key differs, builds the key and records as usual.
 
 ``PlanCache`` is the trace layer's one cache (per key: ``PlanCaches``): plans and per-op fragments in one table,
 bounded in entries and measured bytes (least recently used out), with one set of counters: hits, misses,
@@ -109,12 +115,12 @@ from .trace_key import (
     _layout,
     _literal_form,
     _nulls_later,
+    _pinned_key,
     _plannable_op,
     _pre_key,
     _scan,
     _session_inputs,
     _session_key,
-    literal_key,
 )
 from .views import accumulator
 
@@ -506,8 +512,6 @@ def _unmeasured(frag) -> int:
 _MEMO_ENTRY = 160
 
 
-
-
 _CODE = object()  # a compiled fragment maker's key: (_CODE, its source)
 _COUNTERS = ("hits", "misses", "unplannable", "fallbacks", "evictions", "deferred", "composed", "uncomposable",
              "fragment_hits", "fragment_misses")
@@ -580,39 +584,6 @@ class PlanCaches:
                 out[name] += stats[name]
             out["bytes"] += cache.held
         return out
-
-
-# ----- the key ---------------------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ----- recording -------------------------------------------------------------------------------------------
@@ -928,18 +899,6 @@ def _plannable_session_list(ops, functions: dict) -> bool:
     return _scan(ops) is not None or all(_plannable_session_op(op, functions) for op in ops)
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 def _vcs(tensors: dict) -> list:
     """The version counters of a session state (each tensor's, then its gradient's), each once, in order."""
     seen, out = set(), []
@@ -1230,19 +1189,6 @@ def _finish_session(plan: Plan, buf: list, state: State, preset: dict) -> Progra
     return _PlannedResult(plan, buf)
 
 
-# ----- names: a list and the same list under other names plan alike ------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
 def _renamer(plan: Plan, names: list):
     """recorded name -> this run's name, or None when they are the same."""
     if plan.names is None or plan.names == names:
@@ -1322,10 +1268,6 @@ def _unlit_graphs(state: State, lits: list) -> None:
         lit.rec = None
 
 
-
-
-
-
 def _keyed(cache: PlanCache, state: State, ops: list, kwargs: dict, carried: tuple | None = None,
            strict: bool = False):
     """A session list's key on ``state`` and what a run of it needs: (key, base key (before pins), the cache's
@@ -1368,7 +1310,7 @@ def _keyed(cache: PlanCache, state: State, ops: list, kwargs: dict, carried: tup
     pinned = None
     if entry.__class__ is _Pinned:
         pinned = entry.pins
-        key = (base, pinned, tuple([literal_key(lits[i][2]) for i in pinned]))
+        key = _pinned_key(base, pinned, lits)
         entry = cache.get(key)
     return key, base, entry, inputs, names, lits, pinned, pre, extra
 
@@ -1458,7 +1400,7 @@ def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plann
             if pins or pinned is not None:
                 cache.put(base, _Pinned(pins))
             pins = tuple(sorted(pins))  # (which floats, and their values: a key is one set's)
-            key = base if not pins else (base, pins, tuple([literal_key(lits[i][2]) for i in pins]))
+            key = base if not pins else _pinned_key(base, pins, lits)
     moved = None if offsets is None else _unoffset_report(res, offsets)
     after = _session_check(state, preset, before, rec) if strict else _after(state, preset, before, rec)
     plan = after if after.__class__ is Unplannable else \

@@ -54,17 +54,8 @@ _ndarray = np.ndarray
 _asarray = np.asarray
 
 
-# ----- keys --------------------------------------------------------------------------------------------------
 class GiveUp(Exception):
     """A trace gives up (a composed run: ``engine.compose``; ``args[0]``: why, ``route.COMPOSE_CODES``)."""
-
-
-
-
-
-
-
-
 
 
 # ----- extraction --------------------------------------------------------------------------------------------
@@ -684,8 +675,6 @@ def run_steps(chunks: list, b: list, R, chk) -> None:
                     b[s] = None
         if chk is not None:
             chk()
-
-
 
 
 def fragment_interpreter(steps: list, m: int, ret: list):

@@ -20,7 +20,9 @@ makes by one rule: what the run can observe, and nothing else.
 * **An op** (a fragment, ``_key_of``): the op's name, grad mode, the form of its ``out``, then its arguments by
   the op table's kinds (``_form``): tensors as above, literals by ``literal_key``, getitem's indices by
   ``_index``. ``compose._compose`` builds the commonest forms of this key (one tensor; a tensor and a tensor or a
-  number) inline, the same tuples. ``_op_sig`` is the coarser signature compose's look-ahead compares.
+  number) inline, the same tuples. A VJP fragment's key (``_vjp_key``): its gradients' layouts and aliasing.
+  ``_literal_form``: a key with its int and float values left out, the form the cache measures fragments by;
+  ``_op_sig``: the coarser signature compose's look-ahead compares.
 * **Plannability** (``_scan``, ``_plannable_op``): whether the op table declares every op of a list traceable.
 
 Where a list is traced, optimised, executed and cached: ``kernel.Recorder`` records it, ``tape`` folds, optimises,
@@ -95,7 +97,6 @@ def _nulls(v, out: list) -> None:
             out.append(b"a" + np.ascontiguousarray(v).tobytes())
 
 
-
 # ----- lists: one-shot and session keys ---------------------------------------------------------------
 #: ops whose results are program inputs: their data is not part of the key, they run cold on every request
 INPUT_OPS = frozenset({"tensor"})
@@ -103,19 +104,6 @@ INPUT_OPS = frozenset({"tensor"})
 
 #: autograd and name actions a plan may contain (structural: no arrays of their own)
 PLANNABLE_ACTIONS = frozenset({"backward", "grad", "del", "bind", "retain_grad", "zero_grad", "set_grad"})
-
-
-def _literal_form(key):
-    """A forward fragment's key with the values of its top-level int and float literals left out
-    (``tape.literal_key``'s ``(int, 3)``), or None when it has none: the form whose fragments
-    ``PlanCache._measure`` counts by one measure."""
-    form = None
-    for i, x in enumerate(key):
-        if x.__class__ is tuple and len(x) == 2 and (x[0] is int or x[0] is float):
-            if form is None:
-                form = list(key)
-            form[i] = x[0]
-    return None if form is None else tuple(form)
 
 
 def _fresh_leaf(t) -> bool:
@@ -274,6 +262,12 @@ def _kept(owned: Owned, rg: bool, dtype: str | None = None) -> np.ndarray | None
 _NO_DATA = [None]
 
 
+def _without_data(op: dict) -> dict:
+    """An input op as a list's text keys it: its data left out (a None in its place)."""
+    args = op["args"]
+    return {**op, "args": _NO_DATA if len(args) == 1 else [None, *args[1:]]}
+
+
 #: the dtypes ``as_array`` keeps an array in when no dtype is asked for
 _KEPT = frozenset(D.NP_DTYPES.values())
 
@@ -328,7 +322,7 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: 
             elif text is None:
                 if stripped is ops:
                     stripped = list(ops)
-                stripped[i] = {**op, "args": _NO_DATA if len(args) == 1 else [None, *args[1:]]}
+                stripped[i] = _without_data(op)
             form = _input_form(op)
             arr = None if form is None else _direct_input(*form, adopt)
             if arr is None:
@@ -349,8 +343,7 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: 
                     later.clear()
                 stripped = list(stripped)
                 for i in made:
-                    args = ops[i]["args"]
-                    stripped[i] = {**ops[i], "args": _NO_DATA if len(args) == 1 else [None, *args[1:]]}
+                    stripped[i] = _without_data(ops[i])
         if text is None:
             try:
                 text = _dumps(stripped, nulls=len(made), later=later)
@@ -455,6 +448,7 @@ def _run_inputs(rest: list, inputs: list, metas: list) -> bool:
     return not sink.messages
 
 
+# ----- session lists: the session's state, canonical names, the pre-key ------------------------------------
 #: a function definition's JSON text: a FunctionDef is frozen plain data (its ops a private deep copy, arrays
 #: read-only), so the text of one object never changes
 _FN_TEXT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -481,30 +475,34 @@ def _historyless(t) -> bool:
             and t._fw_grad is None and t.data.__class__ is np.ndarray)
 
 
+def _strings(v, add, keys: bool = False) -> None:
+    """Every string in ``v``, through lists, tuples and dict values (``keys``: and dict keys), to ``add``."""
+    c = v.__class__
+    if c is str:
+        add(v)
+    elif c is list or c is tuple:
+        for x in v:
+            _strings(x, add, keys)
+    elif c is dict:
+        for k, x in v.items():
+            if keys:
+                _strings(k, add, keys)
+            _strings(x, add, keys)
+
+
 def _dropped_names(ops: list) -> set:
     """The names the list unbinds (``del``) or binds anew (``out``) before anything could read them: a session
     tensor under such a name may carry a graph, which the run never reads (its nodes stay the session's)."""
     read, dropped = set(), set()
-
-    def strings(v, into):
-        if v.__class__ is str:
-            into.add(v.partition(".")[0])
-        elif v.__class__ is list or v.__class__ is tuple:
-            for x in v:
-                strings(x, into)
-        elif v.__class__ is dict:
-            for k, x in v.items():
-                strings(k, into)
-                strings(x, into)
     for o in ops:
         if o.__class__ is not dict:
             return set()
-        reads, binds = set(), set()
+        reads, binds = [], []
         for k, v in o.items():
             if k != "op":
-                strings(v, binds if k == "out" or (k == "args" and o.get("op") == "del") else reads)
-        read.update(reads - dropped)
-        dropped.update(binds - read)
+                _strings(v, (binds if k == "out" or (k == "args" and o.get("op") == "del") else reads).append, True)
+        read.update({n.partition(".")[0] for n in reads} - dropped)
+        dropped.update({n.partition(".")[0] for n in binds} - read)
     return dropped
 
 
@@ -717,6 +715,12 @@ def _canonical(ops: list, tensors: dict):
     return out, nm
 
 
+def _pinned_key(base: tuple, pins: tuple, lits: list) -> tuple:
+    """A session list's key (``base``) with the values of its pinned lifted floats (``pins``: their indices in
+    ``lits``, ``_Names.lits``), each keyed as a literal (``literal_key``: -0.0 and 0.0 differ)."""
+    return (base, pins, tuple([literal_key(lits[i][2]) for i in pins]))
+
+
 def _pre_key(state: State, ops: list, extra: tuple, ren: dict | None = None):
     """A coarser key, cheap to build, under which a list recorded unplannable is remembered so: the op list
     (tensor data left out), the function definitions, and each session tensor's name, shape, dtype and
@@ -730,7 +734,7 @@ def _pre_key(state: State, ops: list, extra: tuple, ren: dict | None = None):
         if not isinstance(op, dict):
             return None
         if op.get("op") in INPUT_OPS and op.get("args"):
-            op = {**op, "args": [None, *op["args"][1:]]}
+            op = _without_data(op)
             nulls += 1
         stripped.append(op)
     metas = []
@@ -755,7 +759,6 @@ def _layout(state: State) -> tuple:
     return tuple([(n, t.data.shape, t.data.dtype, t.data.strides) for n, t in state.tensors.items()])
 
 
-
 # ----- ops: a fragment's key ---------------------------------------------------------------------------
 _KW = object()  # separates positional arguments from keyword arguments in a key
 
@@ -763,15 +766,27 @@ _KW = object()  # separates positional arguments from keyword arguments in a key
 _lit = literal_key  # (the common form's name in the keys below)
 
 
-def _tensor(a: str, ns: dict, key: list, vs: list) -> None:
-    """A tensor argument into the key: its variable's meta the first time, its input index after."""
+def _tensor(a: str, ns: dict, key: list, vs: list, seen: dict | None = None) -> None:
+    """A tensor argument into the key: its variable's descriptor (shape, dtype, strides, requires_grad) the first
+    time, its input index after, found in ``vs`` or, for an op of many tensor arguments (a stack of 1000), by
+    ``seen`` (variable ids to indices, filled as it goes)."""
     v = ns.get(a)
     if v is None:
         raise GiveUp  # (an unbound name, "x.grad": the cold run resolves or refuses it)
-    for j, w in enumerate(vs):
-        if w is v:
-            key.append(j)  # (an int: a literal is never a bare int in a key)
+    if seen is None:
+        for j, w in enumerate(vs):
+            if w is v:
+                key.append(j)  # (an int: a literal is never a bare int in a key)
+                return
+    else:
+        if not seen and vs:
+            for j, w in enumerate(vs):
+                seen[id(w)] = j
+        j = seen.get(id(v))
+        if j is not None:
+            key.append(j)
             return
+        seen[id(v)] = len(vs)
     vs.append(v)
     x = v[0]
     key += (x.shape, x.dtype, x.strides, v[1])
@@ -786,7 +801,7 @@ def _op_key(form, args: list, kwargs: dict, ns: dict, key: list, vs: list) -> No
     for i, a in enumerate(args):
         k = pos_kinds[i] if i < npos else _PLAIN
         if k == _TENSOR and a.__class__ is str:
-            _tensor(a, ns, key, vs) if not many else _tensor_many(a, ns, key, vs, seen)
+            _tensor(a, ns, key, vs, seen if many else None)
         elif k == _PLAIN or k == _TENSOR:
             key.append(_lit(a))
         elif k == _INDEX:
@@ -799,10 +814,8 @@ def _op_key(form, args: list, kwargs: dict, ns: dict, key: list, vs: list) -> No
             for x in a:
                 if x.__class__ is not str:
                     key.append(_lit(x))
-                elif big:
-                    _tensor_many(x, ns, key, vs, seen)
                 else:
-                    _tensor(x, ns, key, vs)
+                    _tensor(x, ns, key, vs, seen if big else None)
         else:
             raise GiveUp
     if kwargs:
@@ -813,14 +826,14 @@ def _op_key(form, args: list, kwargs: dict, ns: dict, key: list, vs: list) -> No
             if k is None or kname == vname:
                 raise GiveUp
             if k == _TENSOR and a.__class__ is str:
-                _tensor_many(a, ns, key, vs, seen)
+                _tensor(a, ns, key, vs, seen)
             elif k == _PLAIN or k == _TENSOR:
                 key.append(_lit(a))
             elif k == _TENSOR_LIST and a.__class__ is list:
                 key.append(("L", len(a)))
                 for x in a:
                     if x.__class__ is str:
-                        _tensor_many(x, ns, key, vs, seen)
+                        _tensor(x, ns, key, vs, seen)
                     else:
                         key.append(_lit(x))
             else:
@@ -862,24 +875,6 @@ def _index(v):
     return _lit(v)
 
 
-def _tensor_many(a: str, ns: dict, key: list, vs: list, seen: dict) -> None:
-    """``_tensor`` for an op of many tensor arguments (a stack of 1000): the input indices by a dict."""
-    v = ns.get(a)
-    if v is None:
-        raise GiveUp
-    if not seen and vs:
-        for j, w in enumerate(vs):
-            seen[id(w)] = j
-    j = seen.get(id(v))
-    if j is not None:
-        key.append(j)
-        return
-    seen[id(v)] = len(vs)
-    vs.append(v)
-    x = v[0]
-    key += (x.shape, x.dtype, x.strides, v[1])
-
-
 #: op name -> (spec, positional kinds, {keyword: kind}, *args name, the call-form check or None, which inline key
 #: form ``_compose`` may use: 0 none, 1 a tensor first, 2 a tensor then a tensor or a literal); False for an op a
 #: fragment never covers (no kernels, in place)
@@ -906,19 +901,9 @@ def _form(name):
 
 def _names(op: dict) -> list:
     """Every string among an op's arguments (the names a throwaway namespace must map)."""
-    out = []
-
-    def walk(v):
-        if v.__class__ is str:
-            out.append(v)
-        elif v.__class__ is list or v.__class__ is tuple:
-            for x in v:
-                walk(x)
-        elif v.__class__ is dict:
-            for x in v.values():
-                walk(x)
-    walk(op.get("args") or [])
-    walk(op.get("kwargs") or {})
+    out: list = []
+    _strings(op.get("args") or [], out.append)
+    _strings(op.get("kwargs") or {}, out.append)
     return out
 
 
@@ -935,9 +920,6 @@ def _sig(v):
     if c is float or c is int or c is bool or v is None:
         return v
     return c  # (an array, an Owned...: by kind)
-
-
-_FLAT = frozenset({float, int, bool, type(None)})
 
 
 _NO_NAMES: dict = {}  # (read only)
@@ -963,7 +945,20 @@ def _arg_sig(a, ns: dict, ahead: dict):
     if a.__class__ is str:
         v = ns.get(a)
         return ahead.get(a) if v is None else (v[0].shape, v[0].dtype.str, v[1])
-    return a if a.__class__ in _FLAT else _sig(a)
+    return a if a.__class__ in _SCALARS else _sig(a)
+
+
+def _literal_form(key):
+    """A forward fragment's key with the values of its top-level int and float literals left out
+    (``literal_key``'s ``(int, 3)``), or None when it has none: the form whose fragments
+    ``PlanCache._measure`` counts by one measure."""
+    form = None
+    for i, x in enumerate(key):
+        if x.__class__ is tuple and len(x) == 2 and (x[0] is int or x[0] is float):
+            if form is None:
+                form = list(key)
+            form[i] = x[0]
+    return None if form is None else tuple(form)
 
 
 def _key_of(form, args: list, kw: dict, ns: dict, key: list, vs: list) -> None:
@@ -1006,3 +1001,15 @@ def _key_of(form, args: list, kw: dict, ns: dict, key: list, vs: list) -> None:
             key.append((c, a))
         else:
             key.append(_lit(a))
+
+
+def _vjp_key(grads: list, saved, ins: list, n_outputs: int) -> tuple:
+    """A VJP fragment's key, within its recipe (``compose._Recipe.vjps``): the incoming gradients' layout (shape,
+    dtype, strides; None: no gradient for that output) and, where one of the VJP's inputs (``ins``: the distinct
+    arrays of the gradients, then of the saved arrays) is met twice, which is which. A single-output node's one
+    gradient that is no saved array: its layout alone (``compose._Run.apply`` looks that form up inline)."""
+    if n_outputs == 1 and len(ins) == 1 + len(saved):
+        g = grads[0]
+        return (g.shape, g.dtype, g.strides)
+    pat = tuple([-1 if a is None else next(i for i, b in enumerate(ins) if a is b) for a in (*grads, *saved)])
+    return (tuple([None if g is None else (g.shape, g.dtype, g.strides) for g in grads]), pat)

@@ -16,9 +16,9 @@ import gradserve_server.engine.plan as plan_module
 import gradserve_server.engine.tape as tape_module
 from gradserve_server.engine.errors import EngineError
 from gradserve_server.engine.plan import PlanCache, run_planned
-from gradserve_server.engine.program import State
+from gradserve_server.engine.program import State, run_program
 from gradserve_server.engine.registry import OPS
-from gradserve_server.engine.trace_key import _plannable_op, _scan
+from gradserve_server.engine.trace_key import _form, _key_of, _plannable_op, _scan
 
 from .samples import SAMPLES
 from .test_plan import PROGRAMS, _cases, _perturb_literal, _perturbed, _program, _same, draws, observe, traced
@@ -806,3 +806,26 @@ def test_multi_output_nodes_and_bound_grads_compose_as_they_run_cold(respond):
         c, p = both(ops, cache, respond=respond)
         assert p == c and c[0] == "ok"
     assert cache.composed == 3, cache.stats()
+
+
+def test_the_loop_keys_fragments_as_the_keyer_does():
+    """``_compose``'s loop builds the commonest fragment keys inline (one tensor; a tensor and a number or another
+    tensor), the rest through ``trace_key._key_of``: every key it put in the cache is the one ``_key_of`` makes of
+    that op on the cold run's tensors, so the keyer's one rule holds for every form."""
+    cache = fresh_cache()
+    ops = _scalar_graph(30, draws(5))
+    c, p = both(ops, cache)
+    assert p == c and cache.composed == 1
+    state = State()
+    run_program(state, ops)
+    ns = {n: (t.data, t.requires_grad, None, 0) for n, t in state.tensors.items()}
+    made = set()
+    for op in ops:
+        if op["op"] in ("tensor", "backward"):
+            continue
+        key, vs = [op["op"], True, 0], []
+        _key_of(_form(op["op"]), op["args"], op.get("kwargs") or {}, ns, key, vs)
+        if len(vs) <= tape_module.FRAGMENT_CODEGEN_MAX:  # (a wider op runs live: nothing kept)
+            made.add(tuple(key))
+    kept = {k for k in cache.table if k.__class__ is tuple and k and k[0].__class__ is str}
+    assert kept == made and {k[0] for k in kept} == {"softplus", "mul", "stack", "softmax", "sum"}
