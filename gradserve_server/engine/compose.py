@@ -75,7 +75,6 @@ from .grad_mode import Limits, WarningSink, set_grad_enabled
 from .node import ACCUMULATE_GRAD, Node, SavedTensor
 from .program import (
     _TENSOR,
-    OpOutcome,
     ProgramResult,
     State,
     _Runner,
@@ -1471,23 +1470,6 @@ def _backward(run: _Run, root: tuple, ns: dict, control, gradient: tuple | None 
 _ABSENT = object()
 
 
-class _Result(_PlannedResult):
-    """A composed run's result: ``_PlannedResult`` whose plan holds its op outcomes as (the op list, {index:
-    names bound} where that is not [its out name]): made from the list when first read."""
-
-    @property
-    def ops(self) -> list:
-        if self._ops is None:
-            ops, special = self._plan.ops
-            self._ops = [OpOutcome(i, op.get("op"), list(special[i]) if i in special else [op.get("out")])
-                         for i, op in enumerate(ops)]
-        return self._ops
-
-    @ops.setter
-    def ops(self, value) -> None:
-        self._ops = value
-
-
 def run(cache, state: State, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict, shown):
     """``compose`` through ``cache`` (a ``plan.PlanCache``: its fragments, its counters): (the run's result, None),
     or (None, the cold route and why: nothing changed, the caller runs the list cold)."""
@@ -1507,7 +1489,7 @@ def run(cache, state: State, ops: list, inputs_at: list, inputs: list, metas: tu
     plan, buf = made
     state.tensors = _Namespace(buf, plan.namespace, {})
     state.backward_passes += plan.backward_passes
-    return _Result(plan, buf), None
+    return _PlannedResult(plan, buf), None
 
 
 _NOT_COMPOSABLE = {code: R.Route("cold", f"not_composable:{code}") for code in R.COMPOSE_CODES}

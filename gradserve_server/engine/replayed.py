@@ -104,9 +104,10 @@ def _plain(buf, s) -> Tensor:
 
 
 class _PlannedResult(ProgramResult):
-    """A replay's result: ``ops``, ``changed`` and ``autograd`` are made from the plan on first access (a
-    one-shot response reads the autograd report only, a repeat's inner iterations none of them); what they
-    hold is what ``_finish`` always made."""
+    """A replay's or a composed run's result: ``ops``, ``changed`` and ``autograd`` are made from the plan on
+    first access (a one-shot response reads the autograd report only, a repeat's inner iterations none of them);
+    what they hold is what ``_finish`` always made. A composed run's plan holds its op outcomes as (the op list,
+    {index: names bound} where that is not [its out name])."""
 
     route = R.REPLAYED  # (``plan.run_planned``'s route of a replay; a composed run sets its own)
 
@@ -118,7 +119,13 @@ class _PlannedResult(ProgramResult):
     @property
     def ops(self) -> list:
         if self._ops is None:
-            self._ops = [OpOutcome(o.index, o.op, list(o.bound)) for o in self._plan.ops]
+            ops = self._plan.ops
+            if ops.__class__ is tuple:  # (a composed run's)
+                ops, special = ops
+                self._ops = [OpOutcome(i, op.get("op"), list(special[i]) if i in special else [op.get("out")])
+                             for i, op in enumerate(ops)]
+            else:
+                self._ops = [OpOutcome(o.index, o.op, list(o.bound)) for o in ops]
         return self._ops
 
     @ops.setter
