@@ -276,6 +276,12 @@ _KEPT = frozenset(D.NP_DTYPES.values())
 _DTYPE_STR = {dt: dt.str for dt in _KEPT}
 
 
+def _input_meta(arr: np.ndarray, rg: bool) -> tuple:
+    """A list input's part of its key (``_key``'s metas): shape, dtype (its ``str``) and requires_grad; also what
+    compose's look-ahead reads a bound name as (``_arg_sig``)."""
+    return (arr.shape, _DTYPE_STR.get(arr.dtype) or arr.dtype.str, rg)
+
+
 def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: bytes | None = None,
          adopt: bool = False, later: list | None = None):
     """(key, input arrays) or None when the run cannot be planned at all; input ops run here (as the program
@@ -316,7 +322,7 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: 
                         # (flags.carray: C-contiguous, writeable and aligned)
                         if ds is not None and arr.flags.carray and (not rg or arr.dtype.kind in "fV"):
                             data.taken = True
-                            metas.append((arr.shape, ds, rg))
+                            metas.append((arr.shape, ds, rg))  # (``_input_meta``, inline: a replay's path)
                             inputs.append(arr)
                             continue
             elif text is None:
@@ -329,7 +335,7 @@ def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: 
                 rest.append((len(inputs), op, form))
                 metas.append(None)
             else:
-                metas.append((arr.shape, _DTYPE_STR.get(arr.dtype) or arr.dtype.str, form[2]))
+                metas.append(_input_meta(arr, form[2]))
             inputs.append(arr)
         if rest and not _run_inputs(rest, inputs, metas):
             return None
@@ -442,7 +448,7 @@ def _run_inputs(rest: list, inputs: list, metas: list) -> bool:
                         return False
                     arr, rg = t.data, t._requires_grad
                 inputs[at] = arr
-                metas[at] = (arr.shape, arr.dtype.str, rg)
+                metas[at] = _input_meta(arr, rg)
     except Exception:  # noqa: BLE001 - the cold run reports it, with its op index
         return False
     return not sink.messages
@@ -944,7 +950,7 @@ def _arg_sig(a, ns: dict, ahead: dict):
     (``ns``) or an input ahead (``ahead``), else None; a number as itself; anything else ``_sig``'s."""
     if a.__class__ is str:
         v = ns.get(a)
-        return ahead.get(a) if v is None else (v[0].shape, v[0].dtype.str, v[1])
+        return ahead.get(a) if v is None else _input_meta(v[0], v[1])
     return a if a.__class__ in _SCALARS else _sig(a)
 
 
