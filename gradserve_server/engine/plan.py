@@ -110,6 +110,7 @@ from .tensor import Tensor
 from .trace_key import (
     INPUT_OPS,
     _canonical,
+    _code_key,
     _historyless,
     _key,
     _layout,
@@ -378,7 +379,7 @@ class PlanCache:
         """The compiled maker of a fragment's source (``tape.compile_fragment``), kept as a fragment entry of this
         partition (measured, least recently used out): a form met again here is not compiled again, and no
         partition's compile times tell what another's ran (a process-wide memo would)."""
-        key = (_CODE, src)
+        key = _code_key(src)
         with self._lock:
             make = self._entries.get(key)
             if make is not None:
@@ -512,7 +513,6 @@ def _unmeasured(frag) -> int:
 _MEMO_ENTRY = 160
 
 
-_CODE = object()  # a compiled fragment maker's key: (_CODE, its source)
 _COUNTERS = ("hits", "misses", "unplannable", "fallbacks", "evictions", "deferred", "composed", "uncomposable",
              "fragment_hits", "fragment_misses")
 

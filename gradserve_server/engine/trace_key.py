@@ -22,7 +22,7 @@ makes by one rule: what the run can observe, and nothing else.
   ``_index``. ``compose._compose`` builds the commonest forms of this key (one tensor; a tensor and a tensor or a
   number) inline, the same tuples. A VJP fragment's key (``_vjp_key``): its gradients' layouts and aliasing.
   ``_literal_form``: a key with its int and float values left out, the form the cache measures fragments by;
-  ``_op_sig``: the coarser signature compose's look-ahead compares.
+  ``_op_sig``: the coarser signature compose's look-ahead compares; ``_code_key``: a fragment's compiled code.
 * **Plannability** (``_scan``, ``_plannable_op``): whether the op table declares every op of a list traceable.
 
 Where a list is traced, optimised, executed and cached: ``kernel.Recorder`` records it, ``tape`` folds, optimises,
@@ -1019,3 +1019,12 @@ def _vjp_key(grads: list, saved, ins: list, n_outputs: int) -> tuple:
         return (g.shape, g.dtype, g.strides)
     pat = tuple([-1 if a is None else next(i for i, b in enumerate(ins) if a is b) for a in (*grads, *saved)])
     return (tuple([None if g is None else (g.shape, g.dtype, g.strides) for g in grads]), pat)
+
+
+_CODE = object()  # (a compiled maker's key is (_CODE, its source): no list's or op's key starts so)
+
+
+def _code_key(src: str) -> tuple:
+    """The key a fragment's compiled maker is kept under in its partition's table (``plan.PlanCache.maker``):
+    its source, one entry per structure whatever the constants."""
+    return (_CODE, src)

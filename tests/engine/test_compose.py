@@ -14,6 +14,7 @@ import gradserve_server.engine as E
 import gradserve_server.engine.compose as compose_module
 import gradserve_server.engine.plan as plan_module
 import gradserve_server.engine.tape as tape_module
+import gradserve_server.engine.trace_key as trace_key_module
 from gradserve_server.engine.errors import EngineError
 from gradserve_server.engine.plan import PlanCache, run_planned
 from gradserve_server.engine.program import State, run_program
@@ -415,7 +416,7 @@ def test_giving_up_leaves_owned_inputs_and_the_state_untouched():
 def _frags(cache, makers: bool = False) -> dict:
     """The fragments a ``PlanCache`` holds (key -> fragment, None for an uncomposable form; ``makers``: and the
     compiled code of its fragments' sources, ``PlanCache.maker``)."""
-    return {k: cache.table[k] for k in list(cache._fsizes) if makers or k[0] is not plan_module._CODE}
+    return {k: cache.table[k] for k in list(cache._fsizes) if makers or k[0] is not trace_key_module._CODE}
 
 
 def test_fragments_are_bounded(monkeypatch):
