@@ -162,6 +162,7 @@ class Context:
         self.tracing = 0                           # >0 while a function for autograd.functional is traced
         self.dual_depth = 0                        # >0 inside `with forward_ad.dual_level():`
         self.maybe_unbound: set[str] = set()       # names an op may leave unbound (unpack_dual's tangent)
+        self.grad_level = "meta"                   # the view level of prefetched gradients (``_prefetch``)
         self._names = itertools.count(1)
         self._seq = itertools.count()              # recording order across threads (the 4th field of a site)
         _LIVE.add(self)  # closed at exit: what is pending is sent (its errors raised), the session deleted
@@ -483,8 +484,11 @@ class Context:
     def _prefetch(self, returns: dict[str, str]) -> list[tuple]:
         """Add what a request should bring back besides ``returns``: the ``.grad`` of every live leaf that
         requires grad whose gradient is not known (a handle named ``x.grad``, see ``materialize``; bound to a new name
-        with more than one recording thread), and, at the ``auto`` level (data
-        only for small tensors), live handles made by the pending ops whose view is not known."""
+        with more than one recording thread), at ``grad_level``: ``meta`` (whether there is one, its metadata)
+        until the program reads a gradient's values, ``auto`` from then on (data for small tensors: a training loop
+        that only steps with its gradients is not sent their values every iteration, one that prints them reads
+        them from what came back); and, at the ``auto`` level (data only for small tensors), live handles made by
+        the pending ops whose view is not known."""
         from gradserve.torch._tensor import Tensor
 
         for refs in self.made:
@@ -505,7 +509,7 @@ class Context:
                 if grad is None:
                     grad = Tensor._alias_grad(self, handle) if aliasing else Tensor._bound_grad(self, handle)
                 prefetched.append((handle, grad))
-                returns.setdefault(alias, "auto")
+                returns.setdefault(alias, self.grad_level)
         return prefetched
 
     def _check_bound(self, outcomes: list[dict], pending: list[dict], made: list[tuple]) -> None:

@@ -80,7 +80,15 @@ class Tensor:
 
     def _grad_layout(self, owner: Tensor) -> None:
         layout = _layout.of(owner)  # (torch lays a leaf's gradient out as the leaf when it is dense)
-        if layout is not None and _layout.dense(tuple(owner._shape), layout[0]):
+        if layout is None:
+            return
+        key = (owner._shape, layout[0])
+        dense = _DENSE.get(key)
+        if dense is None:
+            if len(_DENSE) >= 1024:
+                _DENSE.clear()
+            dense = _DENSE[key] = _layout.dense(tuple(owner._shape), layout[0])
+        if dense:
             self._layout = (layout[0], 0)
 
     def _know(self, **meta) -> None:
@@ -158,6 +166,8 @@ class Tensor:
     def _data(self) -> np.ndarray:
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._view_stamp != self._stamp() or self._array is None or self._seen != self._storage.memory[0]:
+            if self._storage.is_grad:  # (a gradient's values are read: prefetched gradients come with theirs)
+                self._ctx.grad_level = "auto"
             self._fetch("full")
         if isinstance(self._array, dict):
             self._array = _decode(self._array)
@@ -778,7 +788,7 @@ class _OpFacts:
     a fifth of its time looking these up)."""
 
     __slots__ = ("entry", "base", "inplace", "family", "creation", "shape_op", "tuple_maybe", "rtype",
-                 "python_result", "changes_argument", "base_entry", "checks", "sizes", "plain_kwargs")
+                 "python_result", "changes_argument", "base_entry", "checks", "sizes", "plain_kwargs", "plain")
 
     def __init__(self, entry: dict):
         self.entry = entry
@@ -798,6 +808,11 @@ class _OpFacts:
         self.checks = (*entry.get("checks", ()), *(self.base_entry or {}).get("checks", ()))
         self.sizes = _catalog.size_param(self.base) is not None  # (``pack_sizes`` has work to do)
         self.plain_kwargs: set[tuple] = set()  # keyword sets ``_torch_kwargs`` passes as they are
+        # one new tensor of its own storage, the facts of a decided call all there is to know of it (``call_op``'s
+        # short way): not in place, not a creation or a view, one result, no Python value, no argument changed
+        self.plain = not (self.inplace or self.creation or self.shape_op or self.tuple_maybe or
+                          self.rtype is not None or self.python_result or self.changes_argument or
+                          self.base in ("detach", "contiguous", "flatten", "getitem"))
 
 
 _OP_FACTS: dict[str, _OpFacts] = {}
@@ -838,6 +853,21 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
     key = None if of.creation else _decision_key(name, method, grad_enabled, args, kwargs)
     decided = _DECIDED.get(key) if key is not None else None
     base = of.base
+    if decided is not None and of.plain and _DEFAULT[0] == DEFAULT_FLOAT:  # a loop's call, decided before
+        op = {"op": base, "args": [_arg(a, ctx) for a in args]}
+        if kwargs:
+            op["kwargs"] = {k: _arg(v, ctx) for k, v in kwargs.items()}
+            tensors = _tensors((*args, *kwargs.values()))
+        else:
+            tensors = _tensors(args)
+        if not grad_enabled:
+            op["no_grad"] = True
+        facts = _decided_facts(decided, tensors)
+        out = Tensor._new(ctx)
+        op["out"] = out._name
+        ctx.record(op, (out,), caller)
+        out._know_facts(facts)
+        return out
     if decided is None:
         _meta.check_arguments(entry, args, kwargs, method, spelling)  # torch's TypeError for a wrong argument, here
         if of.checks:  # torch's refusals from the arguments' metadata, here
@@ -1028,6 +1058,20 @@ def replay_inplace(ctx: Context, captured: list, handles: list) -> None:
     caller makes sure the calls are the same calls, on handles of the same names and metadata (``arg_key`` of
     each), so every decision is the one ``call_op`` would take."""
     ctx.record_all([dict(op) for op, _, _, _ in captured])
+    last: dict[int, dict] = {}  # target -> its last call's facts (when no call's node is made from its inputs)
+    for _, target, decided, _ in captured:
+        if decided[1] is not None:
+            break
+        last[target] = decided[0]
+    else:
+        if len({id(handles[t]._storage) for t in last}) == len(last):
+            # each call replaces its target's facts, and none reads another's: its last call's facts, once
+            for _, target, _, _ in captured:
+                handles[target]._mutated()
+            for target, kept in last.items():
+                if kept:
+                    handles[target]._know_facts(dict(kept))
+            return
     for _, target, decided, others in captured:
         target = handles[target]
         target._mutated()
@@ -1078,6 +1122,9 @@ def _argument(base: str, param: str, args: tuple, kwargs: dict, default=None):
 
 
 _Deferred = _layout.Deferred
+
+#: (shape, strides) -> dense (``_layout.dense``): a leaf's gradient handle is made after every backward
+_DENSE: dict[tuple, bool] = {}
 
 #: the most elements of a torch.tensor literal whose values the client keeps (what it sent: nothing to ask back)
 _LITERAL_MAX = 64
