@@ -276,6 +276,17 @@ class Context:
         for alias in [n for n in self.refs if "." in n]:
             self.materialize(alias, returns)
 
+    def grads_read(self) -> dict[str, str]:
+        """The program reads a gradient's values: from now on prefetched gradients come with theirs (``_prefetch``);
+        returns the gradient handles held under their leaf's name whose values are not known, to ask for now."""
+        self.grad_level = "auto"
+        asks = {}
+        for name, ref in self.refs.items():
+            handle = ref() if "." in name else None
+            if handle is not None and handle._error is None and handle._array is None:
+                asks[name] = "auto"
+        return asks
+
     def handle(self, name: str):
         """The live handle named ``name``, or None."""
         ref = self.refs.get(name)

@@ -146,12 +146,13 @@ class Tensor:
         s.memory[0] += 1
 
     # ----- reading --------------------------------------------------------------------------------------
-    def _fetch(self, level: str) -> dict:
+    def _fetch(self, level: str, also: dict | None = None) -> dict:
+        """Ask for this handle's view at ``level`` (and for ``also``'s names at theirs, in the same request)."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._error is not None:
             self._ctx.raise_thread_error()
             raise self._error
-        view = self._ctx.flush({self._name: level}).get("tensors", {}).get(self._name)
+        view = self._ctx.flush({**(also or {}), self._name: level}).get("tensors", {}).get(self._name)
         if view is None:
             raise self._error or RuntimeError(f"gradserve: {self._name} is not bound in the session")
         return self._view
@@ -166,9 +167,10 @@ class Tensor:
     def _data(self) -> np.ndarray:
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._view_stamp != self._stamp() or self._array is None or self._seen != self._storage.memory[0]:
-            if self._storage.is_grad:  # (a gradient's values are read: prefetched gradients come with theirs)
-                self._ctx.grad_level = "auto"
-            self._fetch("full")
+            also = None
+            if self._storage.is_grad and self._ctx.grad_level != "auto":
+                also = self._ctx.grads_read()  # (the program reads gradients' values: the others' come along)
+            self._fetch("full", also)
         if isinstance(self._array, dict):
             self._array = _decode(self._array)
         return self._array
