@@ -314,10 +314,16 @@ class Context:
     def record(self, op: dict, made: tuple = (), frame=None) -> int:
         """Append an op; ``made``: the handles it binds; ``frame``: where to look for the user's line from (a frame of
         the caller's chain). Returns its index in the pending list."""
-        rec, site = self._recording(frame)
+        if self.closed:  # (``_recording``, inline: every op is recorded here)
+            raise RuntimeError("gradserve: this session is closed")
+        f = user_frame(frame)
+        rec = getattr(self._local, "recorder", None) or self.recorder()
+        if rec.error is not None:
+            self.raise_thread_error(rec)
         with rec.lock:
             rec.pending.append(op)
-            rec.sites.append((*site, next(self._seq)))
+            rec.sites.append((f, f.f_lasti, f.f_lineno, next(self._seq)) if f is not None else
+                             (None, 0, 0, next(self._seq)))
             if made:
                 refs, owners = self.refs, self.owners
                 rec.made.append(tuple([refs[h._name] for h in made]))

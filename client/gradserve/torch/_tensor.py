@@ -790,7 +790,8 @@ class _OpFacts:
     a fifth of its time looking these up)."""
 
     __slots__ = ("entry", "base", "inplace", "family", "creation", "shape_op", "tuple_maybe", "rtype",
-                 "python_result", "changes_argument", "base_entry", "checks", "sizes", "plain_kwargs", "plain")
+                 "python_result", "changes_argument", "base_entry", "checks", "sizes", "plain_kwargs", "plain",
+                 "quick")
 
     def __init__(self, entry: dict):
         self.entry = entry
@@ -815,6 +816,7 @@ class _OpFacts:
         self.plain = not (self.inplace or self.creation or self.shape_op or self.tuple_maybe or
                           self.rtype is not None or self.python_result or self.changes_argument or
                           self.base in ("detach", "contiguous", "flatten", "getitem"))
+        self.quick = self.plain and not self.sizes  # (and called without keywords: ``call_op``'s shortest way)
 
 
 _OP_FACTS: dict[str, _OpFacts] = {}
@@ -835,6 +837,23 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     caller = sys._getframe(1)  # (where ``record`` looks for the user's line from: ``user_frame``)
     of = _OP_FACTS.get(name) or _op_facts(name)
+    if of.quick and not kwargs and _CAPTURE.count is None and _DEFAULT[0] == DEFAULT_FLOAT:
+        # a loop's call of a plain op, decided before (``_decision_key``): the short way below, without the rest
+        first = args[0] if args else None
+        ctx = first._ctx if first.__class__ is Tensor else context_of(args)
+        grad_enabled = is_grad_enabled()
+        key = _decision_key(name, method, grad_enabled, args, kwargs)
+        decided = _DECIDED.get(key) if key is not None else None
+        if decided is not None:
+            op = {"op": of.base, "args": [_arg(a, ctx) for a in args]}
+            if not grad_enabled:
+                op["no_grad"] = True
+            facts = _decided_facts(decided, _tensors(args))
+            out = Tensor._new(ctx)
+            op["out"] = out._name
+            ctx.record(op, (out,), caller)
+            out._know_facts(facts)
+            return out
     entry = of.entry
     if _CAPTURE.count is not None:
         _CAPTURE.count[0] += 1
