@@ -105,7 +105,8 @@ class Tensor:
             self._seen = self._storage.memory[0]  # (what it says, a new leaf's version, is now's)
         self._view_stamp = stamp
         if "shape" in meta:
-            self._shape = Size(meta["shape"])
+            shape = meta["shape"]
+            self._shape = shape if shape.__class__ is Size else Size(shape)
         if "dtype" in meta:
             self._dtype = meta["dtype"]
         if "layout" in meta:
@@ -630,7 +631,8 @@ def _binary(op: str):
     *: 'Tensor' and 'NoneType'`` as it does for torch."""
     def operator(self, other):
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        if not isinstance(other, _OPERANDS):
+        c = other.__class__  # (a tensor or a Python number first: numbers.Number's check is an ABC's)
+        if c is not Tensor and c is not float and c is not int and not isinstance(other, _OPERANDS):
             return NotImplemented
         try:
             return call_op(op, (self, other), {})
