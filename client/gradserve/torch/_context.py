@@ -165,6 +165,7 @@ class Context:
         self.grad_level = "meta"                   # the view level of prefetched gradients (``_prefetch``)
         self._names = itertools.count(1)
         self._seq = itertools.count()              # recording order across threads (the 4th field of a site)
+        self._on_drop = self._dropped              # (the bound method, made once: every new handle's callback)
         _LIVE.add(self)  # closed at exit: what is pending is sent (its errors raised), the session deleted
 
     def recorder(self) -> _ThreadRecorder:
@@ -221,7 +222,10 @@ class Context:
 
     def adopt(self, handle) -> None:
         """Track a new handle: its name is released when it is dropped."""
-        self.refs[handle._name] = handle_ref(handle, self._dropped, handle._name)
+        name = handle._name
+        ref = HandleRef(handle, self._on_drop)
+        ref.name = name
+        self.refs[name] = ref
 
     def _dropped(self, ref: HandleRef) -> None:
         if self.refs.get(ref.name) is ref:  # (not a handle of a lost session)
@@ -324,7 +328,11 @@ class Context:
             rec.pending.append(op)
             rec.sites.append((f, f.f_lasti, f.f_lineno, next(self._seq)) if f is not None else
                              (None, 0, 0, next(self._seq)))
-            if made:
+            if len(made) == 1:  # (an op's one result, the common case)
+                name = made[0]._name
+                rec.made.append((self.refs[name],))
+                self.owners[name] = rec
+            elif made:
                 refs, owners = self.refs, self.owners
                 rec.made.append(tuple([refs[h._name] for h in made]))
                 for h in made:
@@ -506,8 +514,7 @@ class Context:
         that only steps with its gradients is not sent their values every iteration, one that prints them reads
         them from what came back); and, at the ``auto`` level (data only for small tensors), live handles made by
         the pending ops whose view is not known."""
-        from gradserve.torch._tensor import Tensor
-
+        Tensor = _tensor_class()
         for refs in self.made:
             for ref in refs:
                 handle = ref()
@@ -532,8 +539,11 @@ class Context:
     def _check_bound(self, outcomes: list[dict], pending: list[dict], made: list[tuple]) -> None:
         """A handle whose op bound other names (an op the client took for one-output returned several)."""
         for outcome, op, refs in zip(outcomes, pending, made):
+            if not refs:  # (no handle to mark: most ops of a loop, in-place ones)
+                continue
             out = op.get("out")
-            if isinstance(out, str) and op["op"] != "bind" and outcome["bound"] != [out]:
+            bound = outcome["bound"]
+            if isinstance(out, str) and op["op"] != "bind" and (len(bound) != 1 or bound[0] != out):
                 for ref in refs:
                     handle = ref()
                     if handle is not None:
@@ -647,6 +657,19 @@ class Context:
             except Exception:  # noqa: BLE001 - best effort (at exit, the server may be gone)
                 pass
         self.client.close()
+
+
+def _tensor_class() -> type:
+    """``gradserve.torch._tensor.Tensor`` (imported at the first request: that module imports this one)."""
+    global _TENSOR
+    if _TENSOR is None:
+        from gradserve.torch._tensor import Tensor
+
+        _TENSOR = Tensor
+    return _TENSOR
+
+
+_TENSOR: type | None = None
 
 
 def _changes_its_arguments(name: str) -> bool:

@@ -97,7 +97,8 @@ class Tensor:
 
     def _know_facts(self, meta: dict) -> None:
         """``_know`` of a dict the caller gives away (kept as the view when there is none: not copied)."""
-        stamp = self._stamp()
+        s = self._storage  # (``_stamp()``, inline)
+        stamp = (s.version, self._ctx.grad_epoch if s.is_grad else 0)
         if self._view_stamp == stamp:
             self._view = {**self._view, **meta}
         else:
@@ -793,7 +794,7 @@ class _OpFacts:
 
     __slots__ = ("entry", "base", "inplace", "family", "creation", "shape_op", "tuple_maybe", "rtype",
                  "python_result", "changes_argument", "base_entry", "checks", "sizes", "plain_kwargs", "plain",
-                 "quick")
+                 "quick", "quick_inplace")
 
     def __init__(self, entry: dict):
         self.entry = entry
@@ -819,6 +820,7 @@ class _OpFacts:
                           self.rtype is not None or self.python_result or self.changes_argument or
                           self.base in ("detach", "contiguous", "flatten", "getitem"))
         self.quick = self.plain and not self.sizes  # (and called without keywords: ``call_op``'s shortest way)
+        self.quick_inplace = self.inplace and not self.sizes and self.base != "setitem"  # (its in-place one)
 
 
 _OP_FACTS: dict[str, _OpFacts] = {}
@@ -839,10 +841,12 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     caller = sys._getframe(1)  # (where ``record`` looks for the user's line from: ``user_frame``)
     of = _OP_FACTS.get(name) or _op_facts(name)
-    if of.quick and not kwargs and _CAPTURE.count is None and _DEFAULT[0] == DEFAULT_FLOAT:
-        # a loop's call of a plain op, decided before (``_decision_key``): the short way below, without the rest
-        first = args[0] if args else None
-        ctx = first._ctx if first.__class__ is Tensor else context_of(args)
+    if (of.quick or of.quick_inplace) and not kwargs and _CAPTURE.count is None and _DEFAULT[0] == DEFAULT_FLOAT \
+            and args and args[0].__class__ is Tensor:
+        # a loop's call of a plain op or an in-place one, decided before (``_decision_key``): the short way below,
+        # without the rest (what the rest does for such a call, in the same order)
+        target = args[0]
+        ctx = target._ctx
         grad_enabled = is_grad_enabled()
         key = _decision_key(name, method, grad_enabled, args, kwargs)
         decided = _DECIDED.get(key) if key is not None else None
@@ -850,12 +854,20 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
             op = {"op": of.base, "args": [_arg(a, ctx) for a in args]}
             if not grad_enabled:
                 op["no_grad"] = True
-            facts = _decided_facts(decided, _tensors(args))
-            out = Tensor._new(ctx)
-            op["out"] = out._name
-            ctx.record(op, (out,), caller)
-            out._know_facts(facts)
-            return out
+            tensors = _tensors(args)
+            if of.quick:
+                facts = _decided_facts(decided, tensors)
+                out = Tensor._new(ctx)
+                op["out"] = out._name
+                ctx.record(op, (out,), caller)
+                out._know_facts(facts)
+                return out
+            facts = _decided_facts(decided, [target, *[t for t in tensors if t is not target]])
+            ctx.record(op, (), caller)
+            target._mutated()
+            if facts:
+                target._know_facts(facts)
+            return target
     entry = of.entry
     if _CAPTURE.count is not None:
         _CAPTURE.count[0] += 1
@@ -1320,10 +1332,17 @@ def _arg(value, ctx: Context):
     return _catalog.encode(value, ctx)
 
 
+#: dtype name -> its little-endian numpy dtype (the wire's byte order)
+_LITTLE: dict[str, np.dtype] = {}
+
+
 def _decode(data) -> np.ndarray:
     """A base64 payload (what the recorder asks for) -> a read-only array (bfloat16: widened to float32)."""
     raw = base64.b64decode(data["data"])
-    held = np.frombuffer(raw, dtype=NP_HELD[data["dtype"]].newbyteorder("<")).reshape(data["shape"])
+    little = _LITTLE.get(data["dtype"])
+    if little is None:
+        little = _LITTLE[data["dtype"]] = NP_HELD[data["dtype"]].newbyteorder("<")
+    held = np.frombuffer(raw, dtype=little).reshape(data["shape"])
     return readable(held, data["dtype"])
 
 
