@@ -1273,8 +1273,14 @@ def _decided_facts(decided: tuple, inputs: list) -> dict:
     kept, how = decided
     facts = dict(kept)
     if how == "tensors":
-        nodes = [_meta.node(t) for t in inputs]
-        facts["node"] = _meta.Node(tuple([n for n in nodes if n is not None and n is not _meta.UNKNOWN]))
+        node, unknown, parents = _meta.node, _meta.UNKNOWN, []
+        for t in inputs:
+            view = t._view
+            if view is not None and view.get("requires_grad"):  # (the others have none, or none the client knows)
+                n = node(t)
+                if n is not None and n is not unknown:
+                    parents.append(n)
+        facts["node"] = _meta.Node(tuple(parents))
     elif how == "target":
         facts["node"] = _meta.known(inputs[0]).get("node")
     return facts
