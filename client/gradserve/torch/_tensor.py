@@ -856,12 +856,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
                 op["no_grad"] = True
             tensors = _tensors(args)
             if of.quick:
-                facts = _decided_facts(decided, tensors)
-                out = Tensor._new(ctx)
-                op["out"] = out._name
-                ctx.record(op, (out,), caller)
-                out._know_facts(facts)
-                return out
+                return _decided_result(ctx, op, decided, tensors, caller)
             facts = _decided_facts(decided, [target, *[t for t in tensors if t is not target]])
             ctx.record(op, (), caller)
             target._mutated()
@@ -888,21 +883,6 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
     key = None if of.creation else _decision_key(name, method, grad_enabled, args, kwargs)
     decided = _DECIDED.get(key) if key is not None else None
     base = of.base
-    if decided is not None and of.plain and _DEFAULT[0] == DEFAULT_FLOAT:  # a loop's call, decided before
-        op = {"op": base, "args": [_arg(a, ctx) for a in args]}
-        if kwargs:
-            op["kwargs"] = {k: _arg(v, ctx) for k, v in kwargs.items()}
-            tensors = _tensors((*args, *kwargs.values()))
-        else:
-            tensors = _tensors(args)
-        if not grad_enabled:
-            op["no_grad"] = True
-        facts = _decided_facts(decided, tensors)
-        out = Tensor._new(ctx)
-        op["out"] = out._name
-        ctx.record(op, (out,), caller)
-        out._know_facts(facts)
-        return out
     if decided is None:
         _meta.check_arguments(entry, args, kwargs, method, spelling)  # torch's TypeError for a wrong argument, here
         if of.checks:  # torch's refusals from the arguments' metadata, here
@@ -922,6 +902,8 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
     if not tensors and _DEFAULT[0] != DEFAULT_FLOAT and of.family == "random" and "dtype" in _meta._arg_names(entry) \
             and _argument(base, "dtype", args, kwargs) is None:
         op.setdefault("kwargs", {})["dtype"] = _DEFAULT[0]  # (normal(0., 1., size): torch's default dtype)
+    if decided is not None and of.plain:  # a loop's call, decided before, that the shortest way did not take
+        return _decided_result(ctx, op, decided, tensors, caller)
     if of.inplace:
         target = args[0] if args else kwargs.get("self")
         index = args[1].key if base == "setitem" and len(args) > 1 and isinstance(args[1], _Index) else None
@@ -1024,6 +1006,17 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
             out._known_grad = (ctx.grad_epoch, None)
             if literal is not None:
                 out._array, out._seen = literal, 0
+    return out
+
+
+def _decided_result(ctx: Context, op: dict, decided: tuple, tensors: list, caller) -> Tensor:
+    """Record ``op``, a decided call of a plain op (``_OpFacts.plain``), and return its result's handle, its facts
+    the decision's."""
+    facts = _decided_facts(decided, tensors)
+    out = Tensor._new(ctx)
+    op["out"] = out._name
+    ctx.record(op, (out,), caller)
+    out._know_facts(facts)
     return out
 
 
