@@ -285,7 +285,7 @@ class Context:
         returns the gradient handles held under their leaf's name whose values are not known, to ask for now."""
         self.grad_level = "auto"
         asks = {}
-        for name, ref in self.refs.items():
+        for name, ref in list(self.refs.items()):  # (a handle dropped meanwhile leaves it: a copy)
             handle = ref() if "." in name else None
             if handle is not None and handle._error is None and handle._array is None:
                 asks[name] = "auto"
