@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 
 import gradserve.torch as gtorch
@@ -180,3 +181,46 @@ def test_a_bind_the_server_did_not_apply_leaves_the_gradient_readable(ctx):
     assert g._name == f"{w._name}.grad" and g.tolist() == [3.0, 3.0]
     with pytest.raises(RuntimeError, match="never computed"):
         bad.tolist()
+
+
+def _returns(ctx, monkeypatch) -> list:
+    """The ``return`` of each op list request the client sends from now on."""
+    asked = []
+    real = ctx.client.run_ops
+
+    def spy(session_id, ops, **kwargs):
+        asked.append(dict(kwargs.get("returns") or {}))
+        return real(session_id, ops, **kwargs)
+    monkeypatch.setattr(ctx.client, "run_ops", spy)
+    return asked
+
+
+def test_gradients_come_without_values_until_the_program_reads_one(ctx, monkeypatch):
+    """A loop that only steps with its gradients is not sent their values; the first read of one brings every
+    gradient held under its leaf's name in that one request, and from then on they come with their values."""
+    w = gtorch.tensor([0.5, -1.0], requires_grad=True)
+    b = gtorch.tensor(0.1, requires_grad=True)
+    x = gtorch.tensor([1.0, 2.0])
+    opt = gtorch.optim.SGD([w, b], lr=0.1)
+    asked = _returns(ctx, monkeypatch)
+    for _ in range(3):
+        opt.zero_grad()
+        (w * x + b).pow(2).sum().backward()
+        opt.step()
+    levels = {name: level for r in asked for name, level in r.items() if name.endswith(".grad")}
+    assert levels and set(levels.values()) == {"meta"}, asked
+    opt.zero_grad()
+    (w * x + b).pow(2).sum().backward()
+    gw, gb = w.grad, b.grad  # (known: no request)
+    before = len(asked)
+    values = (gw.tolist(), gb.item())
+    stored = ctx.client.tensor(ctx.session_id, f"{w._name}.grad")["data"], \
+        ctx.client.tensor(ctx.session_id, f"{b._name}.grad")["data"]
+    assert [np.float32(v).tolist() for v in values] == [np.float32(v).tolist() for v in stored]  # (the server's)
+    assert len(asked) == before + 1  # one request, for both gradients
+    assert b.grad.item() == values[1] and len(asked) == before + 1
+    del gw, gb
+    opt.zero_grad()
+    (w * x + b).pow(2).sum().backward()
+    assert {level for name, level in asked[-1].items() if name.endswith(".grad")} == {"auto"}, asked[-1]
+    assert w.grad.tolist() and len(asked) == before + 2  # prefetched with its values

@@ -162,8 +162,10 @@ class Context:
         self.tracing = 0                           # >0 while a function for autograd.functional is traced
         self.dual_depth = 0                        # >0 inside `with forward_ad.dual_level():`
         self.maybe_unbound: set[str] = set()       # names an op may leave unbound (unpack_dual's tangent)
+        self.grad_level = "meta"                   # the view level of prefetched gradients (``_prefetch``)
         self._names = itertools.count(1)
         self._seq = itertools.count()              # recording order across threads (the 4th field of a site)
+        self._on_drop = self._dropped              # (the bound method, made once: every new handle's callback)
         _LIVE.add(self)  # closed at exit: what is pending is sent (its errors raised), the session deleted
 
     def recorder(self) -> _ThreadRecorder:
@@ -220,7 +222,10 @@ class Context:
 
     def adopt(self, handle) -> None:
         """Track a new handle: its name is released when it is dropped."""
-        self.refs[handle._name] = handle_ref(handle, self._dropped, handle._name)
+        name = handle._name
+        ref = HandleRef(handle, self._on_drop)
+        ref.name = name
+        self.refs[name] = ref
 
     def _dropped(self, ref: HandleRef) -> None:
         if self.refs.get(ref.name) is ref:  # (not a handle of a lost session)
@@ -275,6 +280,17 @@ class Context:
         for alias in [n for n in self.refs if "." in n]:
             self.materialize(alias, returns)
 
+    def grads_read(self) -> dict[str, str]:
+        """The program reads a gradient's values: from now on prefetched gradients come with theirs (``_prefetch``);
+        returns the gradient handles held under their leaf's name whose values are not known, to ask for now."""
+        self.grad_level = "auto"
+        asks = {}
+        for name, ref in list(self.refs.items()):  # (a handle dropped meanwhile leaves it: a copy)
+            handle = ref() if "." in name else None
+            if handle is not None and handle._error is None and handle._array is None:
+                asks[name] = "auto"
+        return asks
+
     def handle(self, name: str):
         """The live handle named ``name``, or None."""
         ref = self.refs.get(name)
@@ -302,11 +318,21 @@ class Context:
     def record(self, op: dict, made: tuple = (), frame=None) -> int:
         """Append an op; ``made``: the handles it binds; ``frame``: where to look for the user's line from (a frame of
         the caller's chain). Returns its index in the pending list."""
-        rec, site = self._recording(frame)
+        if self.closed:  # (``_recording``, inline: every op is recorded here)
+            raise RuntimeError("gradserve: this session is closed")
+        f = user_frame(frame)
+        rec = getattr(self._local, "recorder", None) or self.recorder()
+        if rec.error is not None:
+            self.raise_thread_error(rec)
         with rec.lock:
             rec.pending.append(op)
-            rec.sites.append((*site, next(self._seq)))
-            if made:
+            rec.sites.append((f, f.f_lasti, f.f_lineno, next(self._seq)) if f is not None else
+                             (None, 0, 0, next(self._seq)))
+            if len(made) == 1:  # (an op's one result, the common case)
+                name = made[0]._name
+                rec.made.append((self.refs[name],))
+                self.owners[name] = rec
+            elif made:
                 refs, owners = self.refs, self.owners
                 rec.made.append(tuple([refs[h._name] for h in made]))
                 for h in made:
@@ -483,10 +509,12 @@ class Context:
     def _prefetch(self, returns: dict[str, str]) -> list[tuple]:
         """Add what a request should bring back besides ``returns``: the ``.grad`` of every live leaf that
         requires grad whose gradient is not known (a handle named ``x.grad``, see ``materialize``; bound to a new name
-        with more than one recording thread), and, at the ``auto`` level (data
-        only for small tensors), live handles made by the pending ops whose view is not known."""
-        from gradserve.torch._tensor import Tensor
-
+        with more than one recording thread), at ``grad_level``: ``meta`` (whether there is one, its metadata)
+        until the program reads a gradient's values, ``auto`` from then on (data for small tensors: a training loop
+        that only steps with its gradients is not sent their values every iteration, one that prints them reads
+        them from what came back); and, at the ``auto`` level (data only for small tensors), live handles made by
+        the pending ops whose view is not known."""
+        Tensor = _tensor_class()
         for refs in self.made:
             for ref in refs:
                 handle = ref()
@@ -505,14 +533,17 @@ class Context:
                 if grad is None:
                     grad = Tensor._alias_grad(self, handle) if aliasing else Tensor._bound_grad(self, handle)
                 prefetched.append((handle, grad))
-                returns.setdefault(alias, "auto")
+                returns.setdefault(alias, self.grad_level)
         return prefetched
 
     def _check_bound(self, outcomes: list[dict], pending: list[dict], made: list[tuple]) -> None:
         """A handle whose op bound other names (an op the client took for one-output returned several)."""
         for outcome, op, refs in zip(outcomes, pending, made):
+            if not refs:  # (no handle to mark: most ops of a loop, in-place ones)
+                continue
             out = op.get("out")
-            if isinstance(out, str) and op["op"] != "bind" and outcome["bound"] != [out]:
+            bound = outcome["bound"]
+            if isinstance(out, str) and op["op"] != "bind" and (len(bound) != 1 or bound[0] != out):
                 for ref in refs:
                     handle = ref()
                     if handle is not None:
@@ -626,6 +657,19 @@ class Context:
             except Exception:  # noqa: BLE001 - best effort (at exit, the server may be gone)
                 pass
         self.client.close()
+
+
+def _tensor_class() -> type:
+    """``gradserve.torch._tensor.Tensor`` (imported at the first request: that module imports this one)."""
+    global _TENSOR
+    if _TENSOR is None:
+        from gradserve.torch._tensor import Tensor
+
+        _TENSOR = Tensor
+    return _TENSOR
+
+
+_TENSOR: type | None = None
 
 
 def _changes_its_arguments(name: str) -> bool:

@@ -80,7 +80,15 @@ class Tensor:
 
     def _grad_layout(self, owner: Tensor) -> None:
         layout = _layout.of(owner)  # (torch lays a leaf's gradient out as the leaf when it is dense)
-        if layout is not None and _layout.dense(tuple(owner._shape), layout[0]):
+        if layout is None:
+            return
+        key = (owner._shape, layout[0])
+        dense = _DENSE.get(key)
+        if dense is None:
+            if len(_DENSE) >= 1024:
+                _DENSE.clear()
+            dense = _DENSE[key] = _layout.dense(tuple(owner._shape), layout[0])
+        if dense:
             self._layout = (layout[0], 0)
 
     def _know(self, **meta) -> None:
@@ -89,7 +97,8 @@ class Tensor:
 
     def _know_facts(self, meta: dict) -> None:
         """``_know`` of a dict the caller gives away (kept as the view when there is none: not copied)."""
-        stamp = self._stamp()
+        s = self._storage  # (``_stamp()``, inline)
+        stamp = (s.version, self._ctx.grad_epoch if s.is_grad else 0)
         if self._view_stamp == stamp:
             self._view = {**self._view, **meta}
         else:
@@ -97,7 +106,8 @@ class Tensor:
             self._seen = self._storage.memory[0]  # (what it says, a new leaf's version, is now's)
         self._view_stamp = stamp
         if "shape" in meta:
-            self._shape = Size(meta["shape"])
+            shape = meta["shape"]
+            self._shape = shape if shape.__class__ is Size else Size(shape)
         if "dtype" in meta:
             self._dtype = meta["dtype"]
         if "layout" in meta:
@@ -138,12 +148,13 @@ class Tensor:
         s.memory[0] += 1
 
     # ----- reading --------------------------------------------------------------------------------------
-    def _fetch(self, level: str) -> dict:
+    def _fetch(self, level: str, also: dict | None = None) -> dict:
+        """Ask for this handle's view at ``level`` (and for ``also``'s names at theirs, in the same request)."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._error is not None:
             self._ctx.raise_thread_error()
             raise self._error
-        view = self._ctx.flush({self._name: level}).get("tensors", {}).get(self._name)
+        view = self._ctx.flush({**(also or {}), self._name: level}).get("tensors", {}).get(self._name)
         if view is None:
             raise self._error or RuntimeError(f"gradserve: {self._name} is not bound in the session")
         return self._view
@@ -158,7 +169,10 @@ class Tensor:
     def _data(self) -> np.ndarray:
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         if self._view_stamp != self._stamp() or self._array is None or self._seen != self._storage.memory[0]:
-            self._fetch("full")
+            also = None
+            if self._storage.is_grad and self._ctx.grad_level != "auto":
+                also = self._ctx.grads_read()  # (the program reads gradients' values: the others' come along)
+            self._fetch("full", also)
         if isinstance(self._array, dict):
             self._array = _decode(self._array)
         return self._array
@@ -618,7 +632,8 @@ def _binary(op: str):
     *: 'Tensor' and 'NoneType'`` as it does for torch."""
     def operator(self, other):
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        if not isinstance(other, _OPERANDS):
+        c = other.__class__  # (a tensor or a Python number first: numbers.Number's check is an ABC's)
+        if c is not Tensor and c is not float and c is not int and not isinstance(other, _OPERANDS):
             return NotImplemented
         try:
             return call_op(op, (self, other), {})
@@ -778,7 +793,8 @@ class _OpFacts:
     a fifth of its time looking these up)."""
 
     __slots__ = ("entry", "base", "inplace", "family", "creation", "shape_op", "tuple_maybe", "rtype",
-                 "python_result", "changes_argument", "base_entry", "checks", "sizes", "plain_kwargs")
+                 "python_result", "changes_argument", "base_entry", "checks", "sizes", "plain_kwargs", "plain",
+                 "quick", "quick_inplace")
 
     def __init__(self, entry: dict):
         self.entry = entry
@@ -798,6 +814,13 @@ class _OpFacts:
         self.checks = (*entry.get("checks", ()), *(self.base_entry or {}).get("checks", ()))
         self.sizes = _catalog.size_param(self.base) is not None  # (``pack_sizes`` has work to do)
         self.plain_kwargs: set[tuple] = set()  # keyword sets ``_torch_kwargs`` passes as they are
+        # one new tensor of its own storage, the facts of a decided call all there is to know of it (``call_op``'s
+        # short way): not in place, not a creation or a view, one result, no Python value, no argument changed
+        self.plain = not (self.inplace or self.creation or self.shape_op or self.tuple_maybe or
+                          self.rtype is not None or self.python_result or self.changes_argument or
+                          self.base in ("detach", "contiguous", "flatten", "getitem"))
+        self.quick = self.plain and not self.sizes  # (and called without keywords: ``call_op``'s shortest way)
+        self.quick_inplace = self.inplace and not self.sizes and self.base != "setitem"  # (its in-place one)
 
 
 _OP_FACTS: dict[str, _OpFacts] = {}
@@ -818,6 +841,28 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     caller = sys._getframe(1)  # (where ``record`` looks for the user's line from: ``user_frame``)
     of = _OP_FACTS.get(name) or _op_facts(name)
+    if (of.quick or of.quick_inplace) and not kwargs and _CAPTURE.count is None and _DEFAULT[0] == DEFAULT_FLOAT \
+            and args and args[0].__class__ is Tensor:
+        # a loop's call of a plain op or an in-place one, decided before (``_decision_key``): the short way below,
+        # without the rest (what the rest does for such a call, in the same order)
+        target = args[0]
+        ctx = target._ctx
+        grad_enabled = is_grad_enabled()
+        key = _decision_key(name, method, grad_enabled, args, kwargs)
+        decided = _DECIDED.get(key) if key is not None else None
+        if decided is not None:
+            op = {"op": of.base, "args": [_arg(a, ctx) for a in args]}
+            if not grad_enabled:
+                op["no_grad"] = True
+            tensors = _tensors(args)
+            if of.quick:
+                return _decided_result(ctx, op, decided, tensors, caller)
+            facts = _decided_facts(decided, [target, *[t for t in tensors if t is not target]])
+            ctx.record(op, (), caller)
+            target._mutated()
+            if facts:
+                target._know_facts(facts)
+            return target
     entry = of.entry
     if _CAPTURE.count is not None:
         _CAPTURE.count[0] += 1
@@ -857,6 +902,8 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
     if not tensors and _DEFAULT[0] != DEFAULT_FLOAT and of.family == "random" and "dtype" in _meta._arg_names(entry) \
             and _argument(base, "dtype", args, kwargs) is None:
         op.setdefault("kwargs", {})["dtype"] = _DEFAULT[0]  # (normal(0., 1., size): torch's default dtype)
+    if decided is not None and of.plain:  # a loop's call, decided before, that the shortest way did not take
+        return _decided_result(ctx, op, decided, tensors, caller)
     if of.inplace:
         target = args[0] if args else kwargs.get("self")
         index = args[1].key if base == "setitem" and len(args) > 1 and isinstance(args[1], _Index) else None
@@ -962,6 +1009,17 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
     return out
 
 
+def _decided_result(ctx: Context, op: dict, decided: tuple, tensors: list, caller) -> Tensor:
+    """Record ``op``, a decided call of a plain op (``_OpFacts.plain``), and return its result's handle, its facts
+    the decision's."""
+    facts = _decided_facts(decided, tensors)
+    out = Tensor._new(ctx)
+    op["out"] = out._name
+    ctx.record(op, (out,), caller)
+    out._know_facts(facts)
+    return out
+
+
 def _flattens_nothing(t, start, end) -> bool:
     """``t.flatten(start, end)`` of one dimension: torch returns ``t`` itself (a 0-d tensor becomes 1-d)."""
     n = len(t._shape) if isinstance(t, Tensor) and t._shape is not None else 0
@@ -1028,6 +1086,20 @@ def replay_inplace(ctx: Context, captured: list, handles: list) -> None:
     caller makes sure the calls are the same calls, on handles of the same names and metadata (``arg_key`` of
     each), so every decision is the one ``call_op`` would take."""
     ctx.record_all([dict(op) for op, _, _, _ in captured])
+    last: dict[int, dict] = {}  # target -> its last call's facts (when no call's node is made from its inputs)
+    for _, target, decided, _ in captured:
+        if decided[1] is not None:
+            break
+        last[target] = decided[0]
+    else:
+        if len({id(handles[t]._storage) for t in last}) == len(last):
+            # each call replaces its target's facts, and none reads another's: its last call's facts, once
+            for _, target, _, _ in captured:
+                handles[target]._mutated()
+            for target, kept in last.items():
+                if kept:
+                    handles[target]._know_facts(dict(kept))
+            return
     for _, target, decided, others in captured:
         target = handles[target]
         target._mutated()
@@ -1078,6 +1150,9 @@ def _argument(base: str, param: str, args: tuple, kwargs: dict, default=None):
 
 
 _Deferred = _layout.Deferred
+
+#: (shape, strides) -> dense (``_layout.dense``): a leaf's gradient handle is made after every backward
+_DENSE: dict[tuple, bool] = {}
 
 #: the most elements of a torch.tensor literal whose values the client keeps (what it sent: nothing to ask back)
 _LITERAL_MAX = 64
@@ -1191,8 +1266,14 @@ def _decided_facts(decided: tuple, inputs: list) -> dict:
     kept, how = decided
     facts = dict(kept)
     if how == "tensors":
-        nodes = [_meta.node(t) for t in inputs]
-        facts["node"] = _meta.Node(tuple([n for n in nodes if n is not None and n is not _meta.UNKNOWN]))
+        node, unknown, parents = _meta.node, _meta.UNKNOWN, []
+        for t in inputs:
+            view = t._view
+            if view is not None and view.get("requires_grad"):  # (the others have none, or none the client knows)
+                n = node(t)
+                if n is not None and n is not unknown:
+                    parents.append(n)
+        facts["node"] = _meta.Node(tuple(parents))
     elif how == "target":
         facts["node"] = _meta.known(inputs[0]).get("node")
     return facts
@@ -1250,10 +1331,17 @@ def _arg(value, ctx: Context):
     return _catalog.encode(value, ctx)
 
 
+#: dtype name -> its little-endian numpy dtype (the wire's byte order)
+_LITTLE: dict[str, np.dtype] = {}
+
+
 def _decode(data) -> np.ndarray:
     """A base64 payload (what the recorder asks for) -> a read-only array (bfloat16: widened to float32)."""
     raw = base64.b64decode(data["data"])
-    held = np.frombuffer(raw, dtype=NP_HELD[data["dtype"]].newbyteorder("<")).reshape(data["shape"])
+    little = _LITTLE.get(data["dtype"])
+    if little is None:
+        little = _LITTLE[data["dtype"]] = NP_HELD[data["dtype"]].newbyteorder("<")
+    held = np.frombuffer(raw, dtype=little).reshape(data["shape"])
     return readable(held, data["dtype"])
 
 

@@ -171,17 +171,27 @@ class Optimizer:
         for p, g, group in work:
             if p._error is not None or g is not None and g._error is not None:
                 return None
+            # (None: a tensor whose metadata call_op decides by asking: worked out each time)
+            p_key = arg_key(p, seen)
+            g_key = None if g is None else arg_key(g, seen)
+            if p_key is None or g is not None and g_key is None:
+                return None
             state = self.state.get(p)
-            keys = [arg_key(p, seen), None if g is None else arg_key(g, seen)]
-            held = ()
+            held: tuple | list = ()
             if state:
-                held = tuple((k, arg_key(v, seen), v._name) if isinstance(v, Tensor) else (k, v)
-                             for k, v in state.items())
-                keys += [part[1] for part in held if len(part) == 3]
-            if any(k is None for k in keys[:1] + keys[2:]) or g is not None and keys[1] is None:
-                return None  # (a tensor whose metadata call_op decides by asking: worked out each time)
-            parts.append((keys[0], p._name, None if g is None else (keys[1], g._name), held, id(group)))
-        parts.append(tuple(tuple((k, v) for k, v in group.items() if k != "params") for group in self.param_groups))
+                held = []
+                for k, v in state.items():
+                    if isinstance(v, Tensor):
+                        v_key = arg_key(v, seen)
+                        if v_key is None:
+                            return None
+                        held.append((k, v_key, v._name))
+                    else:
+                        held.append((k, v))
+                held = tuple(held)
+            parts.append((p_key, p._name, None if g is None else (g_key, g._name), held, id(group)))
+        parts.append(tuple([tuple([(k, v) for k, v in group.items() if k != "params"])
+                            for group in self.param_groups]))
         return tuple(parts)
 
     def _update(self, p: Tensor, grad: Tensor, group: dict, state: dict) -> None:
