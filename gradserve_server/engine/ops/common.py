@@ -114,6 +114,43 @@ def opmath_number(npdt: np.dtype, v):
     return number_as(D.compute_dtype(npdt), v)  # (a plan's lifted literal: through a kernel, not pinned)
 
 
+_SPLIT = 134217729.0  # 2**27 + 1: Dekker's split of a float64 into two halves of 26 bits
+
+
+def fma(x, y, z, npdt: np.dtype):
+    """``x * y + z`` in ``npdt`` rounded once, as torch's CPU kernels compute ``add``/``sub`` with ``alpha``,
+    ``addcmul`` and ``lerp`` in float32 and float64 (a fused multiply-add: two roundings differ in the last bit
+    for about a quarter of the elements). float32: the product and sum in float64, exact but for a tie;
+    float64: the product's and the sum's exact errors (Dekker, Knuth) added back before the one rounding, and
+    where that overflows on the way (a product beyond float64 of a finite result), extended precision. Other
+    dtypes (integers, and float16/bfloat16, which ``kcall`` hands to kernels in float32) as written."""
+    if npdt == np.float32:
+        f64 = np.float64
+        return (np.asarray(x, f64) * np.asarray(y, f64) + np.asarray(z, f64)).astype(np.float32, copy=False)
+    if npdt != np.float64:
+        return np.asarray(x * y + z)
+    x, y, z = np.asarray(x, np.float64), np.asarray(y, np.float64), np.asarray(z, np.float64)
+    with np.errstate(all="ignore"):
+        p = x * y
+        t = _SPLIT * x
+        xh = t - (t - x)
+        xl = x - xh
+        t = _SPLIT * y
+        yh = t - (t - y)
+        yl = y - yh
+        low = ((xh * yh - p) + xh * yl + xl * yh) + xl * yl  # p + low == x * y exactly
+        s = p + z
+        back = s - p
+        low = low + ((p - (s - back)) + (z - back))  # s + low: x * y + z but for the rounding of low
+        out = np.where(low == 0, s, s + low)  # (a zero low part keeps s's sign: -0.0 + -0.0 is -0.0)
+        bad = ~np.isfinite(out)
+        if bad.any():
+            ext = np.longdouble
+            wide = (x.astype(ext) * y.astype(ext) + z.astype(ext)).astype(np.float64)
+            out = np.where(bad, wide, out)
+    return out
+
+
 def binary_operands(a, b, dtype: str | None = None):
     """Result dtype and numpy operands of a binary op over Tensors and Python numbers.
 

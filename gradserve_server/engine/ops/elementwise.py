@@ -45,6 +45,7 @@ from .common import (
     binary_operands,
     broadcast_all,
     float_data,
+    fma,
     is_number,
     mul_t,
     number_as,
@@ -82,11 +83,13 @@ def _alpha_ok(alpha, dtype: str):
 
 
 def _add_alpha(a, b, alpha):
-    return a + alpha * b
+    """``a + alpha * b`` fused (torch's CPU kernel rounds once in float32 and float64)."""
+    return fma(alpha, b, a, np.result_type(a, b))
 
 
 def _sub_alpha(a, b, alpha):
-    return a - alpha * b
+    """``a - alpha * b``: torch's sub is add with ``-alpha``, fused."""
+    return fma(-alpha, b, a, np.result_type(a, b))
 
 
 @op("add", promotion="result_type",
@@ -1971,14 +1974,16 @@ def _lerp_scalar(a, b, weight, npdt):
     weight = number(weight)
     w = npdt.type(weight)
     diff = b - a
-    return np.asarray(a + w * diff if math.fabs(float(weight)) < 0.5 else b - diff * (npdt.type(1) - w))
+    if math.fabs(float(weight)) < 0.5:
+        return fma(w, diff, a, npdt)
+    return fma(-diff, npdt.type(1) - w, b, npdt)
 
 
 def _lerp_tensor(a, b, weight, npdt):
     """lerp's kernel with a tensor weight: |weight| < 0.5 ? self + weight * diff : end - diff * (1 - weight)."""
     w = weight.astype(npdt, copy=False)
     diff = b - a
-    return np.where(np.abs(w) < 0.5, a + w * diff, b - diff * (npdt.type(1) - w))
+    return np.where(np.abs(w) < 0.5, fma(w, diff, a, npdt), fma(-diff, npdt.type(1) - w, b, npdt))
 
 
 @vjp("LerpBackward0", inputs=("self", "end"), saves=("weight",), jvp=elementwise_jvp)
@@ -2018,7 +2023,8 @@ def _pointwise3(name: str, kernel: str, self, tensor1, tensor2):
 def _addcmul(a, b, c, value, npdt):
     """addcmul's kernel (operands cast to the result dtype; a plan may give ``value`` as a 0-d float64 array)."""
     a, b, c = a.astype(npdt, copy=False), b.astype(npdt, copy=False), c.astype(npdt, copy=False)
-    return np.asarray(a + npdt.type(number(value)) * b * c, dtype=npdt)
+    # torch: (value * t1) * t2 + self, fused
+    return np.asarray(fma(npdt.type(number(value)) * b, c, a, npdt), dtype=npdt)
 
 
 @takes_literals
