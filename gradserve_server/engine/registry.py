@@ -356,7 +356,9 @@ _CODES = {"dtype": "invalid_dtype", "index_dtype": "invalid_dtype", "dtype_lastd
           "k_in_range": "index_out_of_range", "list_dim": "dim_out_of_range", "dim_range": "dim_out_of_range",
           "unflatten_sizes": "invalid_shape", "index_in_dim": "index_out_of_range",
           "narrow_bounds": "index_out_of_range", "zero_dim_index": "invalid_index",
-          "index_tensor_dtypes": "invalid_index", "cat_zero_dim": "shape_mismatch"}
+          "index_tensor_dtypes": "invalid_index", "cat_zero_dim": "shape_mismatch",
+          "index_masks": "invalid_index", "class_dim": "dim_out_of_range", "probability_ignore": "invalid_argument",
+          "not_zero": "invalid_argument"}
 
 
 def rule_error(kind: str, message: str, rule: str):

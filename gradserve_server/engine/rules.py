@@ -64,6 +64,9 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     index_bounds(a,index)    each int of an index is in range of the dimension it selects (an int tensor or list
                              spans one, a bool one its dimensions, Ellipsis what the others leave) -> {index}, {dim}
                              (its place in the index: every item counts one, Ellipsis and None too), {size}
+    index_masks(a,index)     each bool (or uint8) mask of an index has the sizes of the dimensions it covers, in
+                             ``a`` as the index's ints, slices and Nones leave it -> {mask}, {i} (the mask's
+                             dimension), {shape} (that tensor's), {dim} (its dimension)
     index_in_dim(a,dim,index)  an int ``index`` is in range of ``a``'s (at least 1-d) dimension ``dim`` -> {index},
                              {shape}, {dim} (wrapped)
     narrow_bounds(a,dim,start,length)=part  narrow's: ``length`` (part) is not negative; ``start`` in range of the
@@ -99,6 +102,13 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
                              {target})
     probability_target(input,target)  a target of the input's shape (probabilities) is floating -> {dtype}
     same_size(input,target)  ``target`` has ``input``'s shape -> {a}, {b}
+    probability_ignore(input,target,ignore_index)  a target of the input's shape (probabilities) comes with no
+                             ``ignore_index`` (a negative one: none)
+    class_dim(input,target)=part  cross_entropy's class dimension (1, of a 0-d input too; 0 of a 1-d one) is there:
+                             part ``probabilities``, a 0-d input and target; ``scalar``, a 0-d input and a target of
+                             another shape; ``vector``: a 1-d input takes a 1-d target of one element (or of its
+                             shape: probabilities) -> {size}
+    not_zero(a)              a number ``a`` (when given) is not 0
     conv_groups(weight,groups,...)       the weight's out channels (at least groups) divide by groups -> {groups},
                                          {weight}
     conv_channels(input,weight,groups,...)  the input has weight.size(1) * groups channels -> {groups}, {weight},
@@ -770,6 +780,75 @@ def _index_tensor_dtypes(index, _):
     return None
 
 
+def _mask_shape(k) -> tuple | None:
+    """The shape of a bool mask among an index's items (a bool or uint8 tensor, a list of bools, nested alike),
+    None when ``k`` is no mask; UNKNOWN when it is a tensor whose facts are not known here."""
+    if isinstance(k, list):
+        if k and all(isinstance(x, bool) for x in k):
+            return (len(k),)
+        inner = [_mask_shape(x) if isinstance(x, list) else None for x in k]
+        return (len(k), *inner[0]) if k and None not in inner and UNKNOWN not in inner and len(set(inner)) == 1 \
+            else None
+    if k is None or k is Ellipsis or isinstance(k, (int, float, slice)):
+        return None
+    dtype, shape = _tensor_facts(k)
+    if dtype is None or shape is None:
+        return UNKNOWN
+    return shape if dtype in ("bool", "uint8") else None
+
+
+def _index_masks(t, index, _):
+    _, shape = _tensor_facts(t)
+    key = getattr(index, "key", index)
+    if shape is None:
+        return UNKNOWN
+    # (a list holding a list is read as a tuple of indices, as numpy once did)
+    items = key if isinstance(key, list) and any(isinstance(x, list) for x in key) else _index_items(index)
+    masks = [_mask_shape(k) for k in items]
+    if all(m is None for m in masks):
+        return None
+    if UNKNOWN in masks or sum(1 for k in items if k is Ellipsis) > 1:
+        return UNKNOWN
+    spans = []
+    for k, mask in zip(items, masks):
+        if mask is not None:
+            spans.append(len(mask))
+        elif k is None or k is Ellipsis:
+            spans.append(0)
+        elif _int(k) or isinstance(k, slice) or isinstance(k, list) or _tensor_facts(k)[1] is not None:
+            spans.append(1)
+        else:
+            return UNKNOWN
+    rest = len(shape) - sum(spans)
+    if rest < 0:
+        return UNKNOWN  # (index_count's)
+    indexed, places, source = [], [], 0  # (the tensor as the index's ints, slices and Nones leave it)
+    for k, mask, span in zip(items, masks, spans):
+        if k is Ellipsis:
+            indexed += shape[source:source + rest]
+            source += rest
+        elif k is None or mask == ():
+            indexed.append(1)  # (a 0-d mask: a new dimension of one, which it keeps)
+        elif _int(k):
+            source += 1
+        elif isinstance(k, slice):
+            if not all(v is None or _int(v) for v in (k.start, k.stop, k.step)) or (k.step or 1) <= 0:
+                return UNKNOWN
+            indexed.append(len(range(*k.indices(shape[source]))))
+            source += 1
+        else:
+            if mask is not None:
+                places.append((mask, len(indexed)))
+            indexed += shape[source:source + span]
+            source += span
+    indexed += shape[source:]
+    for mask, at in places:
+        j = next((j for j, m in enumerate(mask) if m != indexed[at + j]), None)
+        if j is not None:
+            return {"mask": list(mask), "i": j, "shape": indexed, "dim": at + j}
+    return None
+
+
 def _index_in_dim(t, dim, index, _):
     _, shape = _tensor_facts(t)
     if shape is None or not shape or not _int(index):
@@ -1010,6 +1089,28 @@ def _same_size(inp, target, _):
     return None if x == y else {"a": list(x), "b": list(y)}
 
 
+def _probability_ignore(inp, target, ignore_index, _):
+    (_, x), (_, y) = _tensor_facts(inp), _tensor_facts(target)
+    if x is None or y is None:
+        return UNKNOWN
+    return {} if x == y and _int(ignore_index) and ignore_index >= 0 else None
+
+
+def _class_dim(inp, target, part: str):
+    (_, x), (dt, y) = _tensor_facts(inp), _tensor_facts(target)
+    if x is None or y is None or dt is None:
+        return UNKNOWN
+    if part == "probabilities":
+        return {} if x == y == () else None
+    if part == "scalar":
+        return {} if x == () and y != () else None
+    return {"size": y[0]} if len(x) == 1 and len(y) == 1 and y[0] != 1 and x != y else None
+
+
+def _not_zero(a, _):
+    return {} if a is not None and not isinstance(a, bool) and isinstance(a, (int, float)) and a == 0 else None
+
+
 RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_lastdim,
          "dtype_innerdim": _dtype_innerdim,
          "class_target": _class_target, "matmul_dtype": _matmul_dtype, "bool_product": _bool_product,
@@ -1036,4 +1137,6 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
          "repeats_cover": _repeats_cover,
          "linear_shapes": _linear_shapes, "bmm_shapes": _bmm_shapes, "batch_sizes": _batch_sizes,
          "same_size": _same_size, "dim_order": _dim_order, "multi_target": _multi_target,
-         "spatial_target": _spatial_target, "probability_target": _probability_target}
+         "spatial_target": _spatial_target, "probability_target": _probability_target, "class_dim": _class_dim,
+         "probability_ignore": _probability_ignore,
+         "index_masks": _index_masks, "not_zero": _not_zero}

@@ -121,7 +121,8 @@ def _value_of(entry: dict, args: list, kwargs: dict):
             break
     given = dict(zip(positions, args)) | kwargs
     if entry["name"] in ("getitem", "setitem") and isinstance(given.get("index"), list):
-        given["index"] = tuple(given["index"])  # (the fixture writes a tuple index as a list)
+        given["index"] = tuple(_handle(x) if isinstance(x, str) else x  # (the fixture writes a tuple index as a
+                               for x in given["index"])  # list; a mask as a tensor's spec)
 
     def value(name):
         v = given.get(name)

@@ -267,7 +267,9 @@ INDEX_CHECKS = ("zero_dim_index(self,index)=zero | IndexError: invalid index of 
                 "index_bounds(self,index) | IndexError: index {index} is out of bounds for dimension {dim} with size "
                 "{size}",
                 "index_tensor_dtypes(index) | IndexError: tensors used as indices must be long, int, byte or bool "
-                "tensors")
+                "tensors",
+                "index_masks(self,index) | IndexError: The shape of the mask {mask} at index {i} does not match the "
+                "shape of the indexed tensor {shape} at index {dim}")
 #: the largest x whose exp is finite, less a margin, by item size (float32, float64)
 EXP_FINITE = {4: 88.0, 8: 709.0}
 #: a kernel of several steps writes them over its first fresh array from this size on (a new array of this size

@@ -612,16 +612,15 @@ def _nll_check(input: Tensor, target: Tensor, weight: Tensor | None) -> None:
                              f"{_dims_list(target.shape)}")
     elif target.data.ndim > 1:
         raise ShapeError("0D or 1D target tensor expected, multi-target not supported")
+    if target.data.dtype != np.int64 and target.data.dtype != np.uint8:
+        raise TorchRuntimeError(f"expected target dtype to be Long or Byte, but got "
+                                f"{D.SCALAR_TYPE_NAMES[target.dtype]}", code="invalid_dtype")
     if nd == 1 and target.data.ndim == 1 and target.shape[0] != 1:
-        raise ShapeError(f"size mismatch (got input: {_dims_list(input.shape)}, target: "
-                         f"{_dims_list(target.shape)})")
+        raise broken_check("nll_loss", input=input, target=target)
     n_classes = input.shape[1] if nd > 1 else input.shape[0]
     if weight is not None and (weight.data.ndim != 1 or weight.numel() != n_classes):
         raise ShapeError(f"weight tensor should be defined either for all {n_classes} classes or no classes but "
                          f"got weight tensor of shape: {_dims_list(weight.shape)}")
-    if target.data.dtype != np.int64 and target.data.dtype != np.uint8:
-        raise TorchRuntimeError(f"expected target dtype to be Long or Byte, but got "
-                                f"{D.SCALAR_TYPE_NAMES[target.dtype]}", code="invalid_dtype")
     if input.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"\"nll_loss_out_frame\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
@@ -642,6 +641,11 @@ def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, 
     return np.where(valid, w[safe], dtype.type(0)).astype(dtype, copy=False), safe, valid
 
 
+#: nll_loss's (and so cross_entropy's) check of a 1-d input's target
+CLASS_DIM_VECTOR = ("class_dim(input,target)=vector | ValueError: For 1D input, 1D target must have size 1, but got "
+                    "target size: {size}")
+
+
 @op("nll_loss", checks=(
     "batch_sizes(input,target) | ValueError: Expected input batch_size ({a}) to match target batch_size ({b}).",
     "spatial_target(input,target)=size | RuntimeError: Expected target size {want}, got {got}",
@@ -650,6 +654,7 @@ def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, 
     "spatial_target(input,target)=size4 | RuntimeError: size mismatch (got input: {input} , target: {target}",
     "multi_target(input,target) | RuntimeError: 0D or 1D target tensor expected, multi-target not supported",
     "dtype(target)=int64,uint8 | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}",
+    CLASS_DIM_VECTOR,
     'dtype(input)=floating | NotImplementedError: "nll_loss_out_frame" not implemented for \'{dtype}\''),
     message_name="nll_loss_nd",
     tensors=("input", "target", "weight"), method=False, plannable=True)
@@ -838,6 +843,12 @@ def _(ctx, self_t):
 @op("cross_entropy", checks=(
     "probability_target(input,target) | RuntimeError: Expected floating point type for target with class "
     "probabilities, got {dtype}",
+    "probability_ignore(input,target,ignore_index) | RuntimeError: ignore_index is not supported for floating point "
+    "target",
+    "class_dim(input,target)=probabilities | IndexError: Dimension specified as 1 but tensor has no "
+    "dimensions",
+    "class_dim(input,target)=scalar | IndexError: Dimension out of range (expected to be in range of [-1, 0], but got "
+    "1)",
     # (log_softmax over the class dimension: 0 of a (C,) input, 1 of (N, C, ...), the last of two)
     'dtype_lastdim(input,0)=floating | NotImplementedError: "log_softmax_lastdim_kernel_impl" not implemented for '
     "'{dtype}'",
@@ -851,7 +862,8 @@ def _(ctx, self_t):
     "spatial_target(input,target)=size4 | RuntimeError: size mismatch (got input: {input} , target: {target}",
     "multi_target(input,target)=probabilities | RuntimeError: 0D or 1D target tensor expected, multi-target not "
     "supported",
-    "class_target(input,target) | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}"),
+    "class_target(input,target) | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}",
+    CLASS_DIM_VECTOR),
     message_name="cross_entropy_loss",
     tensors=("input", "target", "weight"), method=False,
     grad_fns=(P.NllLossBackward0, P.DivBackward1, P.SumBackward0, P.NegBackward0, P.SumBackward1, P.AddBackward0),
@@ -871,9 +883,8 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     if input.shape == target.shape:
         if target.data.dtype.kind not in "fV":
             raise broken_check("cross_entropy", input=input, target=target)
-        if ignore_index >= 0:
-            raise TorchRuntimeError("ignore_index is not supported for floating point target",
-                                    code="invalid_argument")
+        if ignore_index >= 0 or input.data.ndim == 0:  # (a 0-d input: its class dimension, 1, is not there)
+            raise broken_check("cross_entropy", input=input, target=target, ignore_index=ignore_index)
         return _cross_entropy_probs(input, target, weight, red, label_smoothing, class_dim)
     if input.data.ndim < 1:  # torch takes the class dim 1 of a 0-d input
         raise dim_out_of_range(1, 0)

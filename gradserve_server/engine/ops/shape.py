@@ -1353,10 +1353,9 @@ def _getitem(self, index, alias: bool):
         elif _is_advanced(it):
             arr = it.data if isinstance(it, Tensor) else np.asarray(it)
             if arr.dtype == np.bool_:
-                if arr.shape != out.data.shape[d:d + arr.ndim]:
-                    raise TorchIndexError(f"The shape of the mask {list(arr.shape)} at index 0 does not match the "
-                                          f"shape of the indexed tensor {list(out.data.shape)} at index {d}",
-                                          code="invalid_index")
+                if arr.shape != out.data.shape[d:d + arr.ndim]:  # (the checks read a mask array as a list)
+                    raise broken_check("getitem", self=self, index=tuple(
+                        k.tolist() if isinstance(k, np.ndarray) else k for k in _plain_index(given)))
                 advanced.append((d, arr))  # torch saves the mask itself (_saved_indices: bool)
                 d += max(arr.ndim, 1)
             else:
@@ -1509,7 +1508,7 @@ def _(ctx, values_t):
 
 
 @op("index_select",
-    checks=(DIM_FIRST,
+    checks=(DIM_FIRST, "max_dims(index)=1 | IndexError: index_select(): Index is supposed to be a vector",
             "dtype(index)=int64,int32 | RuntimeError: index_select(): Expected dtype int32 or int64 for index"),
     param_types={"dim": "int"}, storage="new",
     tensors=("self", "index"))
@@ -1517,10 +1516,8 @@ def index_select(self, dim, index):
     """torch.index_select(input, dim, index)."""
     self = require_tensor(self)
     index = require_tensor(index, "index", "index_select")
-    if index.data.dtype != np.int64 and index.data.dtype != np.int32:
+    if index.data.dtype != np.int64 and index.data.dtype != np.int32 or index.data.ndim > 1:
         raise broken_check("index_select", self=self, dim=dim, index=index)
-    if index.data.ndim > 1:
-        raise TorchIndexError("index_select(): Index is supposed to be a vector", code="invalid_index")
     d = wrap_dim(dim, self.data.ndim)
     n = self.data.shape[d] if self.data.ndim else 1
     ix = index.data.reshape(-1)
