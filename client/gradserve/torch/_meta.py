@@ -772,6 +772,38 @@ def view_of_leaf(entry: dict | None, base, index=None) -> bool:
     return peek(base, "is_leaf") is True or peek(base, "view_of_leaf") is True
 
 
+#: view ops whose result is a view where its input's layout allows one (else a copy)
+_VIEW_IF_CONTIGUOUS = frozenset({"reshape", "reshape_as", "flatten"})
+
+
+def grad_view(entry: dict, base, index, facts: dict) -> None:
+    """The facts of a view made under grad mode that its in-place ops read: a view of a leaf (``view_of_leaf``);
+    a view of an output of split, chunk or unbind that requires grad (``multi_view``: torch refuses an in-place op
+    on it too, naming the view's own node, which the client reads from the server then)."""
+    if view_of_leaf(entry, base, index):
+        facts["view_of_leaf"] = True
+    if peek(base, "multi_view") is UNKNOWN:
+        return
+    name = entry["name"]
+    if name == "getitem":
+        views = basic_index(index)
+    elif name in _VIEW_IF_CONTIGUOUS:  # (a view where the layout allows one)
+        layout, shape = L.of(base), facts.get("shape")
+        views = layout is not None and shape is not None and L.view(tuple(base._shape), layout[0], tuple(shape)) \
+            is not None
+    else:
+        views = entry.get("storage") == "view" or name in L.VIEWS and name not in ("contiguous", "detach")
+    if views:
+        facts["multi_view"] = (0, None)
+
+
+def multi_view_node(target) -> str:
+    """The short name of the node of ``target``, a view (of a view) of a multi-output op's output: ``T`` of
+    ``TBackward0``, as torch's message names it."""
+    name = type(target.grad_fn).__name__
+    return name[:name.rindex("Backward")] if "Backward" in name else name
+
+
 def no_grad_view(entry: dict, base, index, facts: dict) -> None:
     """torch: a view made under ``no_grad`` of a tensor that requires grad requires grad too (without a grad_fn; an
     in-place op on it under grad mode has its own error, the server's); a copy (``reshape`` of a transposed
@@ -797,7 +829,7 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
     on_view = facts_of.get("view_of_leaf") is True
     multi = facts_of.get("multi_view")
     if grad_enabled and multi is not None:
-        raise error("RuntimeError", MULTI_VIEW_INPLACE.format(*multi))
+        raise error("RuntimeError", MULTI_VIEW_INPLACE.format(multi[0], multi[1] or multi_view_node(target)))
     if grad_enabled and requires_grad is True and facts_of.get("view_of_leaf") == "no_grad":
         raise error("RuntimeError", NO_GRAD_VIEW_INPLACE)
     if grad_enabled and requires_grad is True and (on_view or index is not None and view_of_leaf(None, target, index)):

@@ -933,8 +933,8 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
     elif base != "detach":
         facts = _meta.result(entry, tensors, arg, grad_enabled)
         index = args[1].key if base == "getitem" and isinstance(args[1], _Index) else None
-        if first is not None and grad_enabled and _meta.view_of_leaf(entry, first, index):
-            facts["view_of_leaf"] = True
+        if first is not None and grad_enabled:
+            _meta.grad_view(entry, first, index, facts)
         elif first is not None and not grad_enabled and base in _layout.VIEWS:
             _meta.no_grad_view(entry, first, index, facts)
         if key is not None:
