@@ -294,7 +294,7 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
     shape = shape_of(entry, tensors, arg)
     if kernel_refusal is not None:
         raise kernel_refusal
-    shape, layout = layout_of(entry, tensors, arg, shape)
+    shape, layout = layout_of(entry, tensors, arg, shape, predicted)
     if shape is not UNKNOWN:
         facts["shape"] = shape
     if layout is not None:
@@ -403,10 +403,11 @@ def view_dtype(t, target: str) -> dict:
     return facts
 
 
-def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
-    """(shape, layout) of a one-output op's result: a view's shape and layout from its input's (torch's view
-    error, raised here, when the input's strides do not allow it), an elementwise result's as torch lays it out, a
-    contiguous one of contiguous inputs where the op's family makes one; layout None where not known."""
+def layout_of(entry: dict, tensors: list, arg, shape, dtype=UNKNOWN) -> tuple:
+    """(shape, layout) of a one-output op's result (of ``dtype``, where known): a view's shape and layout from its
+    input's (torch's view error, raised here, when the input's strides do not allow it), an elementwise result's as
+    torch lays it out, a contiguous one of contiguous inputs where the op's family makes one; layout None where not
+    known."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     name = entry["name"]
     view = L.VIEWS.get(name)
@@ -438,8 +439,9 @@ def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
     layouts = [L.of(t) for t in tensors]
     if shape is UNKNOWN:  # (row-major, when its shape is known, as the contiguous families' below)
         return shape, (L.ROW_MAJOR if None not in layouts and _contiguous_result(entry, tensors, layouts) else None)
-    if len(shape) <= 1 and entry["family"] != "elementwise" and name not in L.NOT_CONTIGUOUS:
-        return shape, (L.contiguous(shape), 0)  # (a new tensor of one dimension or none)
+    if len(shape) <= 1 and entry["family"] != "elementwise" and name not in L.NOT_CONTIGUOUS and \
+            name not in L.PRESERVING:
+        return shape, (L.contiguous(shape), 0)  # (a new tensor of one dimension or none; a copy keeps a dense one's)
     if None in layouts:
         return shape, None
     if entry["family"] == "elementwise":
@@ -447,8 +449,14 @@ def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
         # pow's exponent are Scalars of its kernel)
         number = any(a["name"] in ("self", "other") and _number_kind(arg(a["name"])) is not None
                      for a in entry["arguments"])
-        return shape, (L.elementwise(shape, [(tuple(t._shape), lay[0]) for t, lay in zip(tensors, layouts)],
-                                     number), 0)
+        # (TensorIterator converts an input of another dtype than the one it computes in first: ``to``, which
+        # keeps a dense layout and makes another dense)
+        common = dtype if dtype is not UNKNOWN and dtype != "bool" else None  # (a comparison: not known here)
+        condition = arg("condition") if entry["name"] == "where" else None
+        return shape, (L.elementwise(shape, [
+            (tuple(t._shape), L.preserved(tuple(t._shape), lay[0]) if common is not None and t._dtype is not None
+             and t._dtype != common and t is not condition else lay[0]) for t, lay in zip(tensors, layouts)],
+            number), 0)
     if name in L.PRESERVING and len(tensors) == 1:
         return shape, (L.preserved(shape, layouts[0][0]), 0)
     if _contiguous_result(entry, tensors, layouts):
