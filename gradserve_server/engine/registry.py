@@ -344,7 +344,15 @@ def _tensor_facts(value):
 _DTYPE_NAMES = {np_dt: name for name, np_dt in D.NP_DTYPES.items()}
 
 
-rules.bind(_tensor_facts, D.with_number, D.can_cast)  # (every tensor fact known: only malformed arguments are UNKNOWN)
+def _route_facts(value):
+    if isinstance(value, Tensor):
+        a = value.data
+        return value.requires_grad, tuple(s // a.itemsize for s in a.strides) if a.itemsize else (0,) * a.ndim
+    return None, None
+
+
+rules.bind(_tensor_facts, D.with_number, D.can_cast, _route_facts)  # (every tensor fact known: only malformed
+#                                                                    arguments are UNKNOWN)
 _EXCEPTIONS = {"RuntimeError": TorchRuntimeError, "ValueError": TorchValueError, "TypeError": TorchTypeError,
                "IndexError": TorchIndexError}
 #: the engine's error code of a broken rule (what the hand-written raises the rules replaced said)

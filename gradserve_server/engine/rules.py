@@ -20,9 +20,13 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     same_cpp_dtype(a,b)      the same -> {a}, {b} (C++ type names: ``long int``)
     matmul_dtype(a,b)=form   a matrix product's operands have one dtype (form ``mm``, ``linear``: {a}, {b} as C++
                              type names; ``dot``, ``mv`` (a matrix by a vector), ``batched`` (by a stack of
-                             matrices), ``bmm`` (stacks of one size): ScalarType names), when their shapes multiply
+                             matrices), ``bmm`` (stacks of one size), ``linear_batched``: ScalarType names), when
+                             their shapes multiply; of mixed ranks (3+ dimensions by 1 or 2), the route torch's
+                             matmul takes (``_matmul_route``: folded into ``mv``/``mm``, the operands swapped where
+                             the right one is the larger, or ``batched``), which reads requires_grad and strides
     bool_product(a,b)=form   not two bool tensors of a matrix product of that form (as matmul_dtype's) whose sizes
-                             multiply: torch's CPU kernels (dot, addmv, addmm, bmm) have none for bool
+                             multiply: torch's CPU kernels (dot, addmv, addmm, bmm) have none for bool; ``batched``:
+                             not a bool left operand (bmm's kernel is chosen by it, before the dtypes are compared)
     min_dims(a)=n            ``a`` has at least n dimensions
     max_dims(a)=n            ``a`` has at most n dimensions -> {dims} (its number)
     square(a)                ``a``'s last two dimensions are equal -> {rows}, {cols}
@@ -190,14 +194,18 @@ _tensor_facts: Callable = _no_facts
 #: (tensor dtype, Python number) -> torch.result_type of the two; (result, target) -> whether target holds result
 _number_result: Callable = _unbound
 _can_hold: Callable = _unbound
+#: (requires_grad or None, strides or None) of a tensor argument: what decides matmul's route (``matmul_route``)
+_route_facts: Callable = _no_facts
 
 
-def bind(tensor_facts: Callable, number_result: Callable, can_hold: Callable) -> None:
+def bind(tensor_facts: Callable, number_result: Callable, can_hold: Callable, route_facts: Callable = _no_facts) \
+        -> None:
     """Give the rules what this side knows: ``tensor_facts(value)`` -> (dtype name or None, shape tuple or None);
     ``number_result(dtype, number)`` -> the result type of a tensor of ``dtype`` with a Python number;
-    ``can_hold(result, target)`` -> whether an in-place target of dtype ``target`` holds a ``result``."""
-    global _tensor_facts, _number_result, _can_hold
-    _tensor_facts, _number_result, _can_hold = tensor_facts, number_result, can_hold
+    ``can_hold(result, target)`` -> whether an in-place target of dtype ``target`` holds a ``result``;
+    ``route_facts(value)`` -> (requires_grad or None, strides or None) of a tensor."""
+    global _tensor_facts, _number_result, _can_hold, _route_facts
+    _tensor_facts, _number_result, _can_hold, _route_facts = tensor_facts, number_result, can_hold, route_facts
 
 
 def _dtype(t, allowed: str):
@@ -297,27 +305,101 @@ def _product_form(x: tuple, y: tuple, form: str) -> bool:
     return len(y) == 2 and x[-1] == y[0]
 
 
-def _matmul_dtype(a, b, form: str):
-    """Operands of a matrix product of ``form`` (``_product_form``) of different dtypes, where torch's message is
-    known (``mm``, ``linear``: C++ type names). Shapes that do not multiply are left to the shape check, which torch
-    makes first."""
-    (da, x), (db, y) = _tensor_facts(a), _tensor_facts(b)
-    if da is None or db is None or x is None or y is None or da == db or not _product_form(x, y, form):
+def matmul_folds(shape: tuple, strides, small: int, small_grad, left: int) -> bool | None:
+    """Does torch's matmul fold the operand of more dimensions (``shape``, ``strides``, transposed when it is the
+    right one) into one matrix for the other (of ``small`` dimensions, requiring grad or not; the left operand
+    has ``left``)? Where the other requires grad, always; where the left operand is a matrix, never; else where
+    the fold is a view (its leading dimensions nested). None: what decides is not known."""
+    if len(shape) < 3 or small > 2:
+        return False
+    if small_grad is None:
+        return None
+    if small_grad:
+        return True
+    if left == 2:
+        return False
+    if _numel(shape) == 0:
+        return True
+    if strides is None:
+        return None
+    return all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(len(shape) - 2))
+
+
+def swap_last(strides):
+    return None if strides is None else (*strides[:-2], strides[-1], strides[-2])
+
+
+def _mixed(x: tuple, y: tuple) -> bool:
+    """One operand of 3 or more dimensions, the other of 1 or 2: matmul's route depends on whether it folds."""
+    return min(len(x), len(y)) >= 1 and (len(x) >= 3) != (len(y) >= 3)
+
+
+def _matmul_route(a, b, x: tuple, y: tuple, transposed: bool):
+    """(form, swapped) of ``a @ b`` of mixed ranks (``_mixed``; ``transposed``: ``b`` is read transposed, as linear
+    reads its weight) as torch's matmul runs it: the larger folded into one matrix for ``mv`` or ``mm`` (the right
+    operand transposed, and so the operands swapped, where it is the larger), else ``batched`` (bmm); UNKNOWN where
+    what decides is not known here."""
+    left = len(x) >= len(y)
+    (ga, sa), (gb, sb) = _route_facts(a), _route_facts(b)
+    if transposed and sb is not None and len(sb) == 2:
+        sb = swap_last(sb)
+    big = x if left else (*y[:-2], y[-1], y[-2])
+    small = len(y) if left else len(x)
+    fold = matmul_folds(big, sa if left else swap_last(sb), small, gb if left else ga, len(x))
+    if fold is None:
         return UNKNOWN
+    return ("mv" if small == 1 else "mm", not left) if fold else ("batched", False)
+
+
+def _multiplies(x: tuple, y: tuple) -> bool:
+    return x[-1] == (y[0] if len(y) == 1 else y[-2])
+
+
+def _product(a, b, form: str):
+    """The operands' (dtypes, swapped) where ``a``, ``b`` make a matrix product of ``form`` whose sizes multiply
+    (``_product_form``; of mixed ranks, where matmul takes that route: ``linear``, ``linear_batched`` as linear
+    takes it, its weight transposed), None where they do not; UNKNOWN where not known here."""
+    (da, x), (db, y) = _tensor_facts(a), _tensor_facts(b)
+    if da is None or db is None or x is None or y is None:
+        return UNKNOWN
+    transposed = form.startswith("linear")
+    routed = {"linear": "mm", "linear_batched": "batched"}.get(form, form)
+    if transposed and len(y) == 2:
+        y = (y[1], y[0])
+    if routed in ("mm", "mv", "batched") and _mixed(x, y):
+        route = _matmul_route(a, b, x, y, transposed)
+        if route is UNKNOWN:
+            return UNKNOWN
+        return ((da, db), route[1]) if route[0] == routed and _multiplies(x, y) else None
+    if form == "linear_batched" or not _product_form(x, y, "mm" if transposed else form):
+        return None
+    return (da, db), False
+
+
+def _matmul_dtype(a, b, form: str):
+    """Operands of a matrix product of ``form`` (``_product``) of different dtypes, where torch's message is known
+    (``mm``, ``linear``: C++ type names). Shapes that do not multiply are left to the shape check, which torch makes
+    first."""
+    got = _product(a, b, form)
+    if got is None or got is UNKNOWN or got[0][0] == got[0][1]:
+        return None if got is None else UNKNOWN
+    da, db = reversed(got[0]) if got[1] else got[0]
     if form in ("mm", "linear"):
         return {"a": CPP_NAMES[da], "b": CPP_NAMES[db]}
     return {"a": FACTS[da][1], "b": FACTS[db][1]}
 
 
 def _bool_product(a, b, form: str):
-    """Bool operands of a matrix product of ``form`` whose sizes multiply (``dot``: of one size): torch's CPU
-    kernels have none for them. ``mm`` and ``linear`` here: a left operand of at most two dimensions (``linear``:
-    any, its input is folded)."""
-    (da, x), (db, y) = _tensor_facts(a), _tensor_facts(b)
-    if da is None or db is None or x is None or y is None:
-        return UNKNOWN
-    if (da, db) != ("bool", "bool") or not _product_form(x, y, form) or form == "dot" and x != y or \
-            form == "mm" and len(x) > 2:
+    """Bool operands of a matrix product of ``form`` (``_product``; ``dot``: of one size): torch's CPU kernels
+    have none for them; ``batched``: a bool left operand (bmm's kernel is chosen by it, before the dtypes are
+    compared). ``mm`` of ranks not mixed: a left operand of at most two dimensions."""
+    got = _product(a, b, form)
+    if got is None or got is UNKNOWN:
+        return got
+    (da, db), _ = got
+    x, y = _tensor_facts(a)[1], _tensor_facts(b)[1]
+    if (da, db) != ("bool", "bool") and not (form.endswith("batched") and da == "bool") or \
+            form == "dot" and x != y or form == "mm" and len(x) > 2 and not _mixed(x, y):
         return None
     return {}
 

@@ -284,9 +284,11 @@ def _expand(shape, layout, arg, out):
     if any(d < 0 for d in target):
         return None
     strides, offset = layout
+    if not shape:  # (a 0-d tensor expands with strides 0 only)
+        return target, ((0,) * len(target), offset)
     out = [st if shape[i] == target[lead + i] else 0 for i, st in enumerate(strides)]
     for d in range(lead - 1, -1, -1):  # (a new dimension of one: as if unsqueezed, a larger one: 0)
-        out.insert(0, 0 if target[d] != 1 else out[0] * target[d + 1] if d + 1 < len(target) else 1)
+        out.insert(0, 0 if target[d] != 1 else out[0] * target[d + 1])
     return target, (tuple(out), offset)
 
 
@@ -451,7 +453,7 @@ _ROW_MAJOR_OPS = ("matmul", "__matmul__", "__rmatmul__", "rmatmul", "mm", "bmm",
                   "linalg.svdvals")
 def _matmul(arg, first: str = "self", second: str = "other"):
     """matmul's layout: row-major, but for a matrix that requires grad by a batch (torch's transposed fold;
-    ``_meta._folds`` says when torch folds); None where whether the matrix requires grad is not known."""
+    ``_rules.matmul_folds`` says when torch folds); None where whether the matrix requires grad is not known."""
     from gradserve.torch._meta import UNKNOWN, peek
 
     a, b = arg(first), arg(second)

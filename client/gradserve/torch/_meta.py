@@ -20,6 +20,7 @@ import functools
 from gradserve.errors import TORCH_ERRORS
 from gradserve.torch import _layout as L
 from gradserve.torch import _promotion as P
+from gradserve.torch import _rules
 from gradserve.torch._dtypes import FACTS, default_float
 from gradserve.torch._grad_mode import is_grad_enabled
 
@@ -687,7 +688,7 @@ def matmul_shape(a, b, batched: bool = True, strides: tuple = (None, None), grad
         -> tuple | object:
     """``matmul``'s result shape, with torch's messages, by torch's routes: a dot, ``mv``, ``mm`` (a 1-D left
     operand as a row), the operand of more dimensions folded into one matrix for ``mm``/``mv`` with the other
-    where torch folds it (``_folds``), else ``bmm`` over the broadcast batch dimensions. ``strides`` and
+    where torch folds it (``_rules.matmul_folds``), else ``bmm`` over the broadcast batch dimensions. ``strides`` and
     ``grads`` (requires_grad): the operands' (None: not known; a refusal whose message depends on them is the
     server's). ``batched=False`` (``mm``): 2-D operands only."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
@@ -715,8 +716,8 @@ def matmul_shape(a, b, batched: bool = True, strides: tuple = (None, None), grad
             return matmul_shape(*squeezed, True, strides, grads)
     left = len(a) >= len(b)  # (the operand of more dimensions, transposed when it is the right one)
     big, small = (a2, b) if left or len(b) <= 2 else ((*b[:-2], b[-1], b[-2]), a if len(a) != 2 else (a[1], a[0]))
-    fold = len(big) <= 2 or _folds(big, strides[0] if left else _swap_last(strides[1]), len(small),
-                                   grads[1] if left else grads[0], len(a))
+    fold = len(big) <= 2 or _rules.matmul_folds(big, strides[0] if left else _rules.swap_last(strides[1]),
+                                                len(small), grads[1] if left else grads[0], len(a))
     if fold is None:
         return UNKNOWN
     if fold:  # mv, mm, or either of the bigger operand as one matrix
@@ -733,30 +734,6 @@ def matmul_shape(a, b, batched: bool = True, strides: tuple = (None, None), grad
 def _requires_grad(t) -> bool | None:
     value = UNKNOWN if t is None else peek(t, "requires_grad")
     return None if value is UNKNOWN else bool(value)
-
-
-def _swap_last(strides):
-    return None if strides is None else (*strides[:-2], strides[-1], strides[-2])
-
-
-def _folds(shape: tuple, strides, small: int, small_grad, left: int) -> bool | None:
-    """Does torch's matmul fold the operand of more dimensions (``shape``, ``strides``, transposed when it is the
-    right one) into one matrix for the other (of ``small`` dimensions, requiring grad or not; the left operand
-    has ``left``)? Where the other requires grad, always; where the left operand is a matrix, never; else where
-    the fold is a view (its leading dimensions nested). None: what decides is not known."""
-    if len(shape) < 3 or small > 2:
-        return False
-    if small_grad is None:
-        return None
-    if small_grad:
-        return True
-    if left == 2:
-        return False
-    if _numel(shape) == 0:
-        return True
-    if strides is None:
-        return None
-    return all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(len(shape) - 2))
 
 
 def basic_index(key) -> bool:
@@ -781,7 +758,15 @@ def view_of_leaf(entry: dict | None, base, index=None) -> bool:
 
 
 #: view ops whose result is a view where its input's layout allows one (else a copy)
-_VIEW_IF_CONTIGUOUS = frozenset({"reshape", "reshape_as", "flatten"})
+RESHAPES = frozenset({"reshape", "reshape_as", "flatten"})
+
+
+def copies(base, facts: dict) -> bool:
+    """Is a reshape of ``base`` to ``facts``' shape a copy (the input's layout allows no view of it)? False where
+    not known."""
+    layout, shape = L.of(base), facts.get("shape")
+    return layout is not None and shape is not None and base._shape is not None and \
+        L.view(tuple(base._shape), layout[0], tuple(shape)) is None
 
 
 def grad_view(entry: dict, base, index, facts: dict) -> None:
@@ -795,14 +780,35 @@ def grad_view(entry: dict, base, index, facts: dict) -> None:
     name = entry["name"]
     if name == "getitem":
         views = basic_index(index)
-    elif name in _VIEW_IF_CONTIGUOUS:  # (a view where the layout allows one)
-        layout, shape = L.of(base), facts.get("shape")
-        views = layout is not None and shape is not None and L.view(tuple(base._shape), layout[0], tuple(shape)) \
-            is not None
+    elif name in RESHAPES:  # (a view where the layout allows one)
+        views = L.of(base) is not None and facts.get("shape") is not None and not copies(base, facts)
     else:
         views = entry.get("storage") == "view" or name in L.VIEWS and name not in ("contiguous", "detach")
     if views:
-        facts["multi_view"] = (0, None)
+        facts["multi_view"] = (0, None, *peek(base, "multi_view")[2:])
+
+
+#: ops whose pieces are views that are the outputs of one node (tensor_split's are slices each): its short name
+_MULTI_VIEW_NODES = {"split": "Split", "chunk": "Split", "unbind": "Unbind"}
+
+
+def piece_facts(name: str, base, i: int, arg) -> dict:
+    """The autograd facts of piece ``i`` of ``name`` (split, chunk, unbind, tensor_split) of ``base``, made under
+    grad mode: a view of a leaf where ``base`` is one (or a view of one); where ``base`` requires grad, no leaf; an
+    output of one node (split's, unbind's), which torch refuses to modify in place where it requires grad
+    (``multi_view``: (i, node), or (i, node, "unsure") where whether it does is not known: ``inplace`` asks)."""
+    if not is_grad_enabled():
+        return {}
+    facts = {"view_of_leaf": True} if peek(base, "is_leaf") is True or peek(base, "view_of_leaf") is True else {}
+    node = _MULTI_VIEW_NODES.get(name)
+    if node == "Split" and isinstance(arg("split_size_or_sections"), (list, tuple)):
+        node = "SplitWithSizes"
+    requires_grad = peek(base, "requires_grad")
+    if requires_grad is True:
+        facts.update(requires_grad=True, is_leaf=False)
+    if node is not None and requires_grad is not False:  # (not known: asked at an in-place op on it, "unsure")
+        facts["multi_view"] = (i, node) if requires_grad is True else (i, node, "unsure")
+    return facts
 
 
 def multi_view_node(target) -> str:
@@ -836,7 +842,7 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
     leaf, requires_grad = facts_of.get("is_leaf", UNKNOWN), facts_of.get("requires_grad", UNKNOWN)
     on_view = facts_of.get("view_of_leaf") is True
     multi = facts_of.get("multi_view")
-    if grad_enabled and multi is not None:
+    if grad_enabled and multi is not None and (len(multi) == 2 or target.requires_grad):
         raise error("RuntimeError", MULTI_VIEW_INPLACE.format(multi[0], multi[1] or multi_view_node(target)))
     if grad_enabled and requires_grad is True and facts_of.get("view_of_leaf") == "no_grad":
         raise error("RuntimeError", NO_GRAD_VIEW_INPLACE)
@@ -862,6 +868,8 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
         return facts
     if parents:
         facts.update(requires_grad=True, is_leaf=False, node=Node(parents))
+        if facts.get("view_of_leaf") is True:  # (its base, the leaf, is no longer one: it has CopySlices)
+            del facts["view_of_leaf"]
     elif leaf is not UNKNOWN:
         facts.update(requires_grad=False, is_leaf=leaf, node=None)
     return facts
@@ -1150,19 +1158,21 @@ def predict(entry: dict, value) -> str | object:
     return got
 
 
+def check_overlap(entry: dict, args: tuple, kwargs: dict) -> None:
+    """An in-place op's memory overlap errors (``_check_overlap``), which torch's TensorIterator raises before it
+    compares the operands' shapes (so before the op's declared checks)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    target = args[0] if args else kwargs.get("self")
+    if isinstance(target, _tensor_class()):
+        _check_overlap(entry, target, [t for t in (*args[1:], *kwargs.values()) if isinstance(t, _tensor_class())])
+
+
 def _check_inplace_broadcast(entry: dict, target, others: list) -> None:
     """torch's errors for an elementwise in-place op's target whose elements share memory (an expanded tensor),
     then for operands that broadcast to another shape than the target's."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    _check_overlap(entry, target, others, after_autograd=True)
     shape = peek(target, "shape")
-    layout = L.of(target) if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN else None
-    if layout is not None and (any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0])) or any(
-            _partly_overlap(target, shape, layout, t) for t in others)):
-        # (under grad mode torch's leaf checks come first: decided here where the tensor does not require grad)
-        if not is_grad_enabled() or (target.requires_grad if peek(target, "requires_grad") is UNKNOWN
-                                     else peek(target, "requires_grad")) is False:
-            internal = any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0]))
-            raise error("RuntimeError", INTERNAL_OVERLAP if internal else PARTIAL_OVERLAP)
     if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN:
         shapes = [shape, *(peek(t, "shape") for t in others)]
         if UNKNOWN not in shapes:
@@ -1170,6 +1180,23 @@ def _check_inplace_broadcast(entry: dict, target, others: list) -> None:
             if out is not UNKNOWN and out != shape:
                 raise error("RuntimeError", f"output with shape {list(shape)} doesn't match the broadcast shape "
                                             f"{list(out)}")
+
+
+def _check_overlap(entry: dict, target, others: list, after_autograd: bool = False) -> None:
+    """torch's errors for an elementwise in-place op's target whose elements share memory (an expanded tensor), or
+    that partly overlaps an operand (``after_autograd``: the target's autograd checks, which torch makes first,
+    passed)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    shape = peek(target, "shape")
+    layout = L.of(target) if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN else None
+    if layout is not None and (any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0])) or any(
+            _partly_overlap(target, shape, layout, t) for t in others)):
+        # (under grad mode torch's leaf checks come first: decided here where the tensor does not require grad)
+        if after_autograd or not is_grad_enabled() or (
+                target.requires_grad if peek(target, "requires_grad") is UNKNOWN else peek(target, "requires_grad")) \
+                is False:
+            internal = any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0]))
+            raise error("RuntimeError", INTERNAL_OVERLAP if internal else PARTIAL_OVERLAP)
 
 
 def _partly_overlap(target, shape: tuple, layout: tuple, other) -> bool:

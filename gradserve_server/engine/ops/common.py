@@ -257,6 +257,8 @@ def row_major(a: np.ndarray) -> np.ndarray:
 #: raises it in that order too)
 DIM_FIRST = ("dim_range(self,dim) | IndexError: Dimension out of range (expected to be in range of [{low}, {high}], "
              "but got {dim})")
+#: an op that takes a dimension of a tensor that has none (mv's matrix, unbind's input)
+NO_DIMENSIONS = "min_dims(self)=1 | IndexError: Dimension specified as 0 but tensor has no dimensions"
 #: indexing's refusals from the index's metadata (getitem's and setitem's, which indexes through getitem)
 INDEX_CHECKS = ("zero_dim_index(self,index)=zero | IndexError: invalid index of a 0-dim tensor. Use `tensor.item()` "
                 "in Python or `tensor.item<T>()` in C++ to convert a 0-dim tensor to a number",

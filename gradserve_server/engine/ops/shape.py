@@ -30,6 +30,7 @@ from ..views import as_view
 from .common import (
     DIM_FIRST,
     INDEX_CHECKS,
+    NO_DIMENSIONS,
     NOT_GIVEN,
     NP,
     require_tensor,
@@ -1070,6 +1071,7 @@ def chunk(self, chunks, dim=0):
 
 
 @op("unbind",
+    checks=(DIM_FIRST, NO_DIMENSIONS),
     param_types={"dim": "int"}, variable_outputs=True,
     tensors=("self",))
 def unbind(self, dim=0):
@@ -1077,7 +1079,7 @@ def unbind(self, dim=0):
     self = require_tensor(self)
     d = wrap_dim(dim, self.data.ndim)
     if self.data.ndim == 0:
-        raise TorchIndexError("Dimension specified as 0 but tensor has no dimensions", code="dim_out_of_range")
+        raise broken_check("unbind", self=self, dim=dim)
     # basic indexing: real views of self's buffer (np.take would copy)
     arrs = tuple(self.data[(slice(None),) * d + (i, Ellipsis)] for i in range(self.data.shape[d]))
     outs = record(P.UnbindBackward0, arrs, (self,), {"dim": d})
