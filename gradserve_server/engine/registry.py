@@ -366,7 +366,7 @@ _CODES = {"dtype": "invalid_dtype", "index_dtype": "invalid_dtype", "dtype_lastd
           "narrow_bounds": "index_out_of_range", "zero_dim_index": "invalid_index",
           "index_tensor_dtypes": "invalid_index", "cat_zero_dim": "shape_mismatch",
           "index_masks": "invalid_index", "class_dim": "dim_out_of_range", "probability_ignore": "invalid_argument",
-          "not_zero": "invalid_argument"}
+          "not_zero": "invalid_argument", "scalar_index": "invalid_index"}
 
 
 def rule_error(kind: str, message: str, rule: str):

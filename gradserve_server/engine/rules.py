@@ -113,6 +113,7 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
                              another shape; ``vector``: a 1-d input takes a 1-d target of one element (or of its
                              shape: probabilities) -> {size}
     not_zero(a)              a number ``a`` (when given) is not 0
+    scalar_index(a,index)    a 0-d ``a`` is indexed by one element (index_select's) -> {n} (the index's elements)
     conv_groups(weight,groups,...)       the weight's out channels (at least groups) divide by groups -> {groups},
                                          {weight}
     conv_channels(input,weight,groups,...)  the input has weight.size(1) * groups channels -> {groups}, {weight},
@@ -1189,6 +1190,13 @@ def _class_dim(inp, target, part: str):
     return {"size": y[0]} if len(x) == 1 and len(y) == 1 and y[0] != 1 and x != y else None
 
 
+def _scalar_index(t, index, _):
+    (_, x), (_, y) = _tensor_facts(t), _tensor_facts(index)
+    if x is None or y is None:
+        return UNKNOWN
+    return {"n": _numel(y)} if not x and _numel(y) != 1 else None
+
+
 def _not_zero(a, _):
     return {} if a is not None and not isinstance(a, bool) and isinstance(a, (int, float)) and a == 0 else None
 
@@ -1221,4 +1229,4 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
          "same_size": _same_size, "dim_order": _dim_order, "multi_target": _multi_target,
          "spatial_target": _spatial_target, "probability_target": _probability_target, "class_dim": _class_dim,
          "probability_ignore": _probability_ignore,
-         "index_masks": _index_masks, "not_zero": _not_zero}
+         "index_masks": _index_masks, "not_zero": _not_zero, "scalar_index": _scalar_index}

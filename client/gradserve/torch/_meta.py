@@ -37,10 +37,13 @@ INTERNAL_OVERLAP = ("unsupported operation: more than one element of the written
                     "location. Please clone() the tensor before performing the operation.")
 PARTIAL_OVERLAP = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
                    "single memory location. Please clone() the tensor before performing the operation.")
+_MULTI_VIEW = (" This view is the output of a function that returns multiple views. Such functions do not allow the "
+               "output views to be modified inplace. You should replace the inplace operation by an out-of-place one.")
 #: an output of split, chunk or unbind that requires grad, modified in place ({0}: its number, {1}: its node's name)
-MULTI_VIEW_INPLACE = ("Output {0} of {1} is a view and is being modified inplace. This view is the output of a "
-                      "function that returns multiple views. Such functions do not allow the output views to be "
-                      "modified inplace. You should replace the inplace operation by an out-of-place one.")
+MULTI_VIEW_INPLACE = "Output {0} of {1} is a view and is being modified inplace." + _MULTI_VIEW
+#: one that does not (no node), modified in place by an op that makes it require grad
+NO_GRAD_MULTI_VIEW_INPLACE = ("A view was created in no_grad mode and is being modified inplace with grad mode "
+                              "enabled." + _MULTI_VIEW)
 NON_LEAF_FLAG = ("you can only change requires_grad flags of leaf variables. If you want to use a computed "
                  "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().")
 INT_REQUIRES_GRAD = "Only Tensors of floating point and complex dtype can require gradients"
@@ -743,15 +746,14 @@ def basic_index(key) -> bool:
                for k in items)
 
 
-def view_of_leaf(entry: dict | None, base, index=None) -> bool:
-    """Is the result of the op of catalog ``entry`` on ``base`` a view of a leaf (torch's ``_base.is_leaf``, which
-    makes an in-place op on the view refused once it requires grad)? (None: getitem.) The entry's ``storage``
-    says: a view, or (reshape, flatten) a view of a contiguous tensor, which a leaf always is here."""
-    if entry is None or entry["name"] == "getitem":
-        views = basic_index(index)
-    else:
-        storage = entry.get("storage")
-        views = storage == "view" or storage == "view_if_contiguous" and peek(base, "is_leaf") is True
+def view_of_leaf(entry: dict | None, base, index=None, facts: dict | None = None) -> bool:
+    """Is the result (of ``facts``) of the op of catalog ``entry`` on ``base`` a view of a leaf (torch's
+    ``_base.is_leaf``, which makes an in-place op on the view refused once it requires grad)? (None: getitem.)
+    A reshape whose layout is not known here is taken for a view of a leaf, which is contiguous where it was made
+    so."""
+    views = is_view(entry, base, index, facts or {})
+    if views is None:
+        views = peek(base, "is_leaf") is True
     if not views:
         return False
     return peek(base, "is_leaf") is True or peek(base, "view_of_leaf") is True
@@ -759,32 +761,45 @@ def view_of_leaf(entry: dict | None, base, index=None) -> bool:
 
 #: view ops whose result is a view where its input's layout allows one (else a copy)
 RESHAPES = frozenset({"reshape", "reshape_as", "flatten"})
+#: ops of the client's shape family whose result may be a copy of their input: reshapes, conversions (to another
+#: dtype), contiguous (of a tensor that is not)
+MAY_COPY = RESHAPES | (L.PRESERVING - {"clone", "flip"}) | {"contiguous"}
 
 
-def copies(base, facts: dict) -> bool:
-    """Is a reshape of ``base`` to ``facts``' shape a copy (the input's layout allows no view of it)? False where
-    not known."""
-    layout, shape = L.of(base), facts.get("shape")
-    return layout is not None and shape is not None and base._shape is not None and \
-        L.view(tuple(base._shape), layout[0], tuple(shape)) is None
+def copies(name: str, base, facts: dict) -> bool:
+    """Is the result of ``name`` (one of ``MAY_COPY``, of ``facts``) of ``base`` a copy, where the client can tell?
+    A reshape that the input's layout allows no view of, a conversion to another dtype, contiguous of a tensor that
+    is not."""
+    if name in RESHAPES:
+        layout, shape = L.of(base), facts.get("shape")
+        return layout is not None and shape is not None and base._shape is not None and \
+            L.view(tuple(base._shape), layout[0], tuple(shape)) is None
+    if name == "contiguous":
+        layout = L.of(base)
+        return layout is not None and not L.is_contiguous(tuple(base._shape), layout[0])
+    dtype = facts.get("dtype")
+    return dtype is not None and base._dtype is not None and dtype != base._dtype
+
+
+def is_view(entry: dict | None, base, index, facts: dict) -> bool | None:
+    """Is the result of the op of catalog ``entry`` (None: getitem) on ``base`` a view of it (a basic index, a
+    view op of any family, a reshape that its layout allows; not a conversion, which returns the tensor itself or
+    a copy)? None where the layout that decides is not known."""
+    name = "getitem" if entry is None else entry["name"]
+    if name == "getitem":
+        return basic_index(index)
+    if name in RESHAPES:
+        return None if L.of(base) is None or facts.get("shape") is None else not copies(name, base, facts)
+    return entry.get("storage") == "view" or name in L.VIEWS and name not in MAY_COPY and name != "detach"
 
 
 def grad_view(entry: dict, base, index, facts: dict) -> None:
     """The facts of a view made under grad mode that its in-place ops read: a view of a leaf (``view_of_leaf``);
     a view of an output of split, chunk or unbind that requires grad (``multi_view``: torch refuses an in-place op
     on it too, naming the view's own node, which the client reads from the server then)."""
-    if view_of_leaf(entry, base, index):
+    if view_of_leaf(entry, base, index, facts):
         facts["view_of_leaf"] = True
-    if peek(base, "multi_view") is UNKNOWN:
-        return
-    name = entry["name"]
-    if name == "getitem":
-        views = basic_index(index)
-    elif name in RESHAPES:  # (a view where the layout allows one)
-        views = L.of(base) is not None and facts.get("shape") is not None and not copies(base, facts)
-    else:
-        views = entry.get("storage") == "view" or name in L.VIEWS and name not in ("contiguous", "detach")
-    if views:
+    if peek(base, "multi_view") is not UNKNOWN and is_view(entry, base, index, facts):
         facts["multi_view"] = (0, None, *peek(base, "multi_view")[2:])
 
 
@@ -795,8 +810,7 @@ _MULTI_VIEW_NODES = {"split": "Split", "chunk": "Split", "unbind": "Unbind"}
 def piece_facts(name: str, base, i: int, arg) -> dict:
     """The autograd facts of piece ``i`` of ``name`` (split, chunk, unbind, tensor_split) of ``base``, made under
     grad mode: a view of a leaf where ``base`` is one (or a view of one); where ``base`` requires grad, no leaf; an
-    output of one node (split's, unbind's), which torch refuses to modify in place where it requires grad
-    (``multi_view``: (i, node), or (i, node, "unsure") where whether it does is not known: ``inplace`` asks)."""
+    output of one node (split's, unbind's), which torch refuses to modify in place (``_check_multi_view``)."""
     if not is_grad_enabled():
         return {}
     facts = {"view_of_leaf": True} if peek(base, "is_leaf") is True or peek(base, "view_of_leaf") is True else {}
@@ -806,9 +820,24 @@ def piece_facts(name: str, base, i: int, arg) -> dict:
     requires_grad = peek(base, "requires_grad")
     if requires_grad is True:
         facts.update(requires_grad=True, is_leaf=False)
-    if node is not None and requires_grad is not False:  # (not known: asked at an in-place op on it, "unsure")
-        facts["multi_view"] = (i, node) if requires_grad is True else (i, node, "unsure")
+    if node is not None:  # (whether it requires grad not known: asked at an in-place op on it, "unsure")
+        facts["multi_view"] = (i, node) if requires_grad is True else (
+            i, node, "no_grad" if requires_grad is False else "unsure")
     return facts
+
+
+def _check_multi_view(target, multi: tuple, others: list) -> None:
+    """torch's refusal of an in-place op on an output of split, chunk or unbind (or a view of one): ``multi`` is
+    (i, node) where it requires grad, (i, node, "unsure") where that is not known (asked), (i, node, "no_grad")
+    where it does not: refused then where an operand requires grad (known here)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    kind = multi[2] if len(multi) > 2 else None
+    if kind == "unsure":
+        kind = None if target.requires_grad else "no_grad"
+    if kind is None:
+        raise error("RuntimeError", MULTI_VIEW_INPLACE.format(multi[0], multi[1] or multi_view_node(target)))
+    if any(peek(t, "requires_grad") is True for t in others):
+        raise error("RuntimeError", NO_GRAD_MULTI_VIEW_INPLACE)
 
 
 def multi_view_node(target) -> str:
@@ -842,8 +871,8 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
     leaf, requires_grad = facts_of.get("is_leaf", UNKNOWN), facts_of.get("requires_grad", UNKNOWN)
     on_view = facts_of.get("view_of_leaf") is True
     multi = facts_of.get("multi_view")
-    if grad_enabled and multi is not None and (len(multi) == 2 or target.requires_grad):
-        raise error("RuntimeError", MULTI_VIEW_INPLACE.format(multi[0], multi[1] or multi_view_node(target)))
+    if grad_enabled and multi is not None:
+        _check_multi_view(target, multi, others)
     if grad_enabled and requires_grad is True and facts_of.get("view_of_leaf") == "no_grad":
         raise error("RuntimeError", NO_GRAD_VIEW_INPLACE)
     if grad_enabled and requires_grad is True and (on_view or index is not None and view_of_leaf(None, target, index)):
@@ -854,6 +883,8 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
     facts: dict = {} if shape is UNKNOWN else {"shape": shape}
     if on_view or facts_of.get("view_of_leaf") == "no_grad":
         facts["view_of_leaf"] = facts_of["view_of_leaf"]
+    if multi is not None:  # (an output of split... that an in-place op did not make require grad stays one)
+        facts["multi_view"] = multi
     if not grad_enabled or not entry["differentiable"]:
         if requires_grad is not UNKNOWN and leaf is not UNKNOWN:
             facts.update(requires_grad=requires_grad, is_leaf=leaf)

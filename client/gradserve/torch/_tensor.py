@@ -944,8 +944,8 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
             _meta.no_grad_view(entry, first, index, facts)
         if key is not None:
             _decide(key, facts)
-    if storage is not None and base in _meta.RESHAPES and _meta.copies(first, facts):
-        storage = None  # (a reshape that copies: memory of its own)
+    if storage is not None and base in _meta.MAY_COPY and _meta.copies(base, first, facts):
+        storage = None  # (a copy: memory of its own)
     out = Tensor._new(ctx, storage)
     op["out"] = out._name
     ctx.record(op, (out,), caller)

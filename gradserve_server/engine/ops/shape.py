@@ -1511,6 +1511,8 @@ def _(ctx, values_t):
 
 @op("index_select",
     checks=(DIM_FIRST, "max_dims(index)=1 | IndexError: index_select(): Index is supposed to be a vector",
+            "scalar_index(self,index) | RuntimeError: index_select(): Index to scalar can have only 1 value, got {n} "
+            "value(s)",
             "dtype(index)=int64,int32 | RuntimeError: index_select(): Expected dtype int32 or int64 for index"),
     param_types={"dim": "int"}, storage="new",
     tensors=("self", "index"))
@@ -1524,8 +1526,7 @@ def index_select(self, dim, index):
     n = self.data.shape[d] if self.data.ndim else 1
     ix = index.data.reshape(-1)
     if self.data.ndim == 0 and ix.size != 1:
-        raise TorchRuntimeError(f"index_select(): Index to scalar can have only 1 value, got {ix.size} value(s)",
-                                code="invalid_index")
+        raise broken_check("index_select", self=self, dim=dim, index=index)
     bad = ix[(ix < 0) | (ix >= n)]  # (torch's CPU kernel takes no negative index)
     if bad.size:
         if d == 1 and self.data.ndim > 1:  # (its kernel for dim 1 says it its own way)
