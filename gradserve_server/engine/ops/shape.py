@@ -1374,7 +1374,8 @@ def _getitem(self, index, alias: bool):
                     first = declared_failure("getitem", self=self, index=_plain_index(given))
                     if first is not None:
                         raise first
-                    bad = int(arr.max()) if arr.max() >= n else int(arr.min())
+                    flat = arr.ravel(order="K")  # (torch's kernel meets the first bad one in the index's memory order)
+                    bad = int(flat[(flat >= n) | (flat < -n)][0])
                     raise TorchIndexError(f"index {bad} is out of bounds for dimension {d} with size {n}",
                                           code="index_out_of_range")
                 advanced.append((d, arr.astype(np.int64)))
