@@ -98,7 +98,7 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     repeats_cover(a,repeats) ``repeats`` has at least ``a``'s dimensions
     linear_shapes(input,weight)  the input's last size is the weight's (2-d) second -> {rows}, {k}, {wk}, {out}
     bmm_shapes(a,b)          3-d ``b`` is [a.size(0), a.size(2), ...] -> {batch}, {k}, {got}
-    batch_sizes(input,target)    a target has the (batched) input's batch size -> {a}, {b}
+    batch_sizes(input,target)    a target has the (batched) input's batch size (a 0-d one: 0) -> {a}, {b}
     multi_target(input,target)[=probabilities]  a target for a 2-d input has one dimension (``probabilities``: or
                              the input's shape, which cross_entropy reads as class probabilities)
     spatial_target(input,target)=part  the target of an input of 3 or more dimensions (N, C, d1...) is (N, d1...)
@@ -1133,9 +1133,10 @@ def _batch_sizes(inp, target, _):
     (_, x), (dt, y) = _tensor_facts(inp), _tensor_facts(target)
     if x is None or y is None or dt is None:
         return UNKNOWN
-    if len(x) < 2 or not y:
+    if len(x) < 2:
         return None
-    return None if x[0] == y[0] else {"a": x[0], "b": y[0]}
+    b = y[0] if y else 0  # (torch counts a 0-d target as a batch of 0)
+    return None if x[0] == b else {"a": x[0], "b": b}
 
 
 def _multi_target(inp, target, setting):

@@ -24,6 +24,7 @@ RECORDED = json.loads(FIXTURE.read_text())
 VALUE_ERRORS = (
     ("IndexError", re.compile(r"index out of range in self")),
     ("IndexError", re.compile(r"index -?\d+ is out of bounds for dimension \d+ with size \d+")),
+    ("IndexError", re.compile(r"index is out of bounds for dimension with size 0")),
     ("RuntimeError", re.compile(r"index -?\d+ is out of bounds for dimension \d+ with size \d+")),
     ("RuntimeError", re.compile(r"INDICES element is out of DATA bounds, id=-?\d+ axis_dim=\d+")),
     ("IndexError", re.compile(r"Target -?\d+ is out of bounds\.")),

@@ -126,3 +126,10 @@ def test_an_index_tensor_out_of_range_names_the_first_bad_value_as_torch_meets_i
     x = E.tensor(np.zeros((1, 4)))
     message = f"index {bad} is out of bounds for dimension 0 with size 1"
     assert _refusal(F.getitem, x, E.tensor(index)) == ("IndexError", message)
+
+
+def test_an_index_tensor_into_an_empty_dimension_says_torchs_words():
+    message = "index is out of bounds for dimension with size 0"
+    assert _refusal(F.getitem, E.tensor(np.zeros((2, 0))), (slice(None), E.tensor(np.array([0])))) == \
+        ("IndexError", message)
+    assert _refusal(F.getitem, E.tensor(np.zeros(0)), E.tensor(np.array([-1]))) == ("IndexError", message)

@@ -80,7 +80,6 @@ KNOWN: dict[tuple[str, str], str] = {
     (_E + "nn", '"binary_cross_entropy" not implemented for \''): _INTERLEAVED + " (weight, reduction)",
     (_E + "nn", '"nll_loss_out_frame" not implemented for \''): _INTERLEAVED + " (_nll_check, cross_entropy's too)",
     (_E + "nn", "0D or 1D target tensor expected, multi-target not supported"): _INTERLEAVED + " (_nll_check)",
-    (_E + "nn", "Expected input batch_size ("): _INTERLEAVED + " (_nll_check)",
     (_E + "nn", "only batches of spatial targets supported (3D tensors) but got targets of dimension: "):
         _INTERLEAVED + " (_nll_check)",
     (_E + "nn", "Expected target size "): _INTERLEAVED + " (_nll_check)",

@@ -598,9 +598,8 @@ def _nll_check(input: Tensor, target: Tensor, weight: Tensor | None) -> None:
     nd = input.data.ndim
     if nd < 1:
         raise TorchValueError(f"Expected 1 or more dimensions (got {nd})", code="shape_mismatch")
-    if nd != 1 and input.shape[0] != (target.shape[0] if target.data.ndim else None):
-        raise TorchValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
-                              f"({target.shape[0] if target.data.ndim else 1}).", code="shape_mismatch")
+    if nd != 1 and input.shape[0] != (target.shape[0] if target.data.ndim else 0):
+        raise broken_check("nll_loss", input=input, target=target)
     check_no_requires_grad(weight, "weight", "nll_loss_forward")  # nll_loss_nd's checks came first
     if nd == 4:  # nll_loss2d
         if target.data.ndim != 3:

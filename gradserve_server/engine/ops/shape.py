@@ -1376,7 +1376,8 @@ def _getitem(self, index, alias: bool):
                         raise first
                     flat = arr.ravel(order="K")  # (torch's kernel meets the first bad one in the index's memory order)
                     bad = int(flat[(flat >= n) | (flat < -n)][0])
-                    raise TorchIndexError(f"index {bad} is out of bounds for dimension {d} with size {n}",
+                    raise TorchIndexError(f"index {bad} is out of bounds for dimension {d} with size {n}" if n else
+                                          "index is out of bounds for dimension with size 0",  # (torch's words)
                                           code="index_out_of_range")
                 advanced.append((d, arr.astype(np.int64)))
                 d += 1
