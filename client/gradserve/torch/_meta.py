@@ -814,15 +814,18 @@ def piece_facts(name: str, base, i: int, arg) -> dict:
     if not is_grad_enabled():
         return {}
     facts = {"view_of_leaf": True} if peek(base, "is_leaf") is True or peek(base, "view_of_leaf") is True else {}
-    node = _MULTI_VIEW_NODES.get(name)
-    if node == "Split" and isinstance(arg("split_size_or_sections"), (list, tuple)):
-        node = "SplitWithSizes"
+    short = _MULTI_VIEW_NODES.get(name)
+    if short == "Split" and isinstance(arg("split_size_or_sections"), (list, tuple)):
+        short = "SplitWithSizes"
     requires_grad = peek(base, "requires_grad")
     if requires_grad is True:
         facts.update(requires_grad=True, is_leaf=False)
-    if node is not None:  # (whether it requires grad not known: asked at an in-place op on it, "unsure")
-        facts["multi_view"] = (i, node) if requires_grad is True else (
-            i, node, "no_grad" if requires_grad is False else "unsure")
+        parent = node(base)  # (the pieces' node: of the op on base)
+        if parent is not UNKNOWN and parent is not None:
+            facts["node"] = Node((parent,))
+    if short is not None:  # (whether it requires grad not known: asked at an in-place op on it, "unsure")
+        facts["multi_view"] = (i, short) if requires_grad is True else (
+            i, short, "no_grad" if requires_grad is False else "unsure")
     return facts
 
 

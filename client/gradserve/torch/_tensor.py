@@ -989,11 +989,14 @@ def _know_pieces(base: str, first, outs: tuple, arg) -> None:
     if base not in _PIECES or first is None or first._shape is None:
         return
     got = _layout.pieces(base, tuple(first._shape), _layout.of(first), arg, len(outs))
-    for i, (out, (shape, layout)) in enumerate(zip(outs, got or ())):
-        facts = {"shape": shape, "layout": layout, **_meta.piece_facts(base, first, i, arg)}
+    for i, out in enumerate(outs):
+        facts = _meta.piece_facts(base, first, i, arg)  # (its autograd facts, where its layout is not known too)
+        if got:
+            facts.update(shape=got[i][0], layout=got[i][1])
         if first._dtype is not None:
             facts["dtype"] = first._dtype
-        out._know_facts(facts)
+        if facts:
+            out._know_facts(facts)
 
 
 class _Capture(threading.local):
