@@ -335,18 +335,15 @@ def _mixed(x: tuple, y: tuple) -> bool:
     return min(len(x), len(y)) >= 1 and (len(x) >= 3) != (len(y) >= 3)
 
 
-def _matmul_route(a, b, x: tuple, y: tuple, transposed: bool):
-    """(form, swapped) of ``a @ b`` of mixed ranks (``_mixed``; ``transposed``: ``b`` is read transposed, as linear
-    reads its weight) as torch's matmul runs it: the larger folded into one matrix for ``mv`` or ``mm`` (the right
-    operand transposed, and so the operands swapped, where it is the larger), else ``batched`` (bmm); UNKNOWN where
-    what decides is not known here."""
+def _matmul_route(x: tuple, y: tuple, fa: tuple, fb: tuple):
+    """(form, swapped) of a product of shapes ``x`` and ``y`` of mixed ranks (``_mixed``; ``fa``, ``fb``: the
+    operands' ``_route_facts``) as torch's matmul runs it: the larger folded into one matrix for ``mv`` or ``mm``
+    (the right operand transposed, and so the operands swapped, where it is the larger), else ``batched`` (bmm);
+    UNKNOWN where what decides is not known here."""
     left = len(x) >= len(y)
-    (ga, sa), (gb, sb) = _route_facts(a), _route_facts(b)
-    if transposed and sb is not None and len(sb) == 2:
-        sb = swap_last(sb)
     big = x if left else (*y[:-2], y[-1], y[-2])
     small = len(y) if left else len(x)
-    fold = matmul_folds(big, sa if left else swap_last(sb), small, gb if left else ga, len(x))
+    fold = matmul_folds(big, fa[1] if left else swap_last(fb[1]), small, fb[0] if left else fa[0], len(x))
     if fold is None:
         return UNKNOWN
     return ("mv" if small == 1 else "mm", not left) if fold else ("batched", False)
@@ -354,6 +351,23 @@ def _matmul_route(a, b, x: tuple, y: tuple, transposed: bool):
 
 def _multiplies(x: tuple, y: tuple) -> bool:
     return x[-1] == (y[0] if len(y) == 1 else y[-2])
+
+
+def _squeezed(x: tuple, y: tuple, fa: tuple, fb: tuple):
+    """torch's matmul of two stacks of matrices whose batches differ drops a batch of one that requires grad (the
+    left one's first): the shapes and facts it goes on with, or UNKNOWN."""
+    if len(x) != 3 or len(y) != 3 or x[0] == y[0]:
+        return x, y, fa, fb
+    for one in (0, 1):
+        shape, (grad, strides) = (x, fa) if one == 0 else (y, fb)
+        if shape[0] != 1:
+            continue
+        if grad is None:
+            return UNKNOWN
+        if grad:
+            facts = (grad, None if strides is None else tuple(strides[1:]))
+            return (x[1:], y, facts, fb) if one == 0 else (x, y[1:], fa, facts)
+    return x, y, fa, fb
 
 
 def _product(a, b, form: str):
@@ -365,10 +379,16 @@ def _product(a, b, form: str):
         return UNKNOWN
     transposed = form.startswith("linear")
     routed = {"linear": "mm", "linear_batched": "batched"}.get(form, form)
+    fa, fb = _route_facts(a), _route_facts(b)
     if transposed and len(y) == 2:
-        y = (y[1], y[0])
+        y, fb = (y[1], y[0]), (fb[0], swap_last(fb[1]))
+    if routed in ("mm", "mv", "batched") and not transposed:
+        squeezed = _squeezed(x, y, fa, fb)
+        if squeezed is UNKNOWN:
+            return UNKNOWN
+        x, y, fa, fb = squeezed
     if routed in ("mm", "mv", "batched") and _mixed(x, y):
-        route = _matmul_route(a, b, x, y, transposed)
+        route = _matmul_route(x, y, fa, fb)
         if route is UNKNOWN:
             return UNKNOWN
         return ((da, db), route[1]) if route[0] == routed and _multiplies(x, y) else None
