@@ -96,7 +96,8 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     ranks(a,b)=n,m           ``a`` has n dimensions and ``b`` m -> {a}, {b} (their numbers)
     min_ranks(a,b)=n         ``a`` and ``b`` have at least n dimensions each -> {a}, {b} (their numbers)
     repeats_cover(a,repeats) ``repeats`` has at least ``a``'s dimensions
-    linear_shapes(input,weight)  the input's last size is the weight's (2-d) second -> {rows}, {k}, {wk}, {out}
+    linear_shapes(input,weight)[=batched]  the input's last size is the weight's (2-d) second -> {rows}, {k}, {wk},
+                             {out}; ``batched``: where matmul's route is bmm -> {batch}, {k}, {got}
     bmm_shapes(a,b)          3-d ``b`` is [a.size(0), a.size(2), ...] -> {batch}, {k}, {got}
     batch_sizes(input,target)    a target has the (batched) input's batch size (a 0-d one: 0) -> {a}, {b}
     multi_target(input,target)[=probabilities]  a target for a 2-d input has one dimension (``probabilities``: or
@@ -1135,11 +1136,22 @@ def _repeats_cover(t, repeats, _):
     return None if len(given) >= len(shape) else {}
 
 
-def _linear_shapes(inp, weight, _):
+def _linear_shapes(inp, weight, part: str):
     (_, x), (_, w) = _tensor_facts(inp), _tensor_facts(weight)
     if x is None or w is None or not x or len(w) != 2:
         return UNKNOWN
-    return None if x[-1] == w[1] else {"rows": _numel(x[:-1]), "k": x[-1], "wk": w[1], "out": w[0]}  # (1-d: a row)
+    if x[-1] == w[1]:
+        return None
+    batched = False
+    if len(x) >= 3:  # (matmul's route with the weight transposed: folded into mm, or bmm)
+        fa, fb = _route_facts(inp), _route_facts(weight)
+        route = _matmul_route(x, (w[1], w[0]), fa, (fb[0], swap_last(fb[1])))
+        if route is UNKNOWN:
+            return UNKNOWN
+        batched = route[0] == "batched"
+    if part == "batched":
+        return {"batch": _numel(x[:-2]), "k": x[-1], "got": w[1]} if batched else None
+    return None if batched else {"rows": _numel(x[:-1]), "k": x[-1], "wk": w[1], "out": w[0]}  # (1-d: a row)
 
 
 def _bmm_shapes(a, b, _):

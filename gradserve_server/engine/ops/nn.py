@@ -204,6 +204,8 @@ batching(P.LogSoftmaxBackward0, **shifted(sizes=(), dims=("dim",)))
             "{b}",
             "linear_shapes(input,weight) | RuntimeError: mat1 and mat2 shapes cannot be multiplied ({rows}x{k} and "
             "{wk}x{out})",
+            "linear_shapes(input,weight)=batched | RuntimeError: Expected size for first two dimensions of batch2 "
+            "tensor to be: [{batch}, {k}] but got: [{batch}, {got}].",
             "matmul_dtype(input,weight)=linear | RuntimeError: expected m1 and m2 to have the same dtype, but got: "
             "{a} != {b}",
             # (a 1-d weight: input @ weight, a dot or an mv)
