@@ -144,7 +144,7 @@ def format_tensor(a: np.ndarray, dtype: str, grad_fn: str | None, requires_grad:
     else:
         fmt = _Formatter(_summarized(a) if summarize else a, dtype in _FLOATING)
         body = _str(a, indent, fmt, summarize)
-    if dtype not in (default_dtype, "int64", "bool"):
+    if dtype != default_dtype and (a.size == 0 or dtype not in ("int64", "bool")):  # (no element tells an empty one's)
         suffixes.append(f"dtype=torch.{dtype}")
     if grad_fn is not None:
         suffixes.append(f"grad_fn=<{grad_fn}>")

@@ -344,7 +344,15 @@ def _tensor_facts(value):
 _DTYPE_NAMES = {np_dt: name for name, np_dt in D.NP_DTYPES.items()}
 
 
-rules.bind(_tensor_facts, D.with_number, D.can_cast)  # (every tensor fact known: only malformed arguments are UNKNOWN)
+def _route_facts(value):
+    if isinstance(value, Tensor):
+        a = value.data
+        return value.requires_grad, tuple(s // a.itemsize for s in a.strides) if a.itemsize else (0,) * a.ndim
+    return None, None
+
+
+rules.bind(_tensor_facts, D.with_number, D.can_cast, _route_facts)  # (every tensor fact known: only malformed
+#                                                                    arguments are UNKNOWN)
 _EXCEPTIONS = {"RuntimeError": TorchRuntimeError, "ValueError": TorchValueError, "TypeError": TorchTypeError,
                "IndexError": TorchIndexError}
 #: the engine's error code of a broken rule (what the hand-written raises the rules replaced said)
@@ -356,7 +364,9 @@ _CODES = {"dtype": "invalid_dtype", "index_dtype": "invalid_dtype", "dtype_lastd
           "k_in_range": "index_out_of_range", "list_dim": "dim_out_of_range", "dim_range": "dim_out_of_range",
           "unflatten_sizes": "invalid_shape", "index_in_dim": "index_out_of_range",
           "narrow_bounds": "index_out_of_range", "zero_dim_index": "invalid_index",
-          "index_tensor_dtypes": "invalid_index", "cat_zero_dim": "shape_mismatch"}
+          "index_tensor_dtypes": "invalid_index", "cat_zero_dim": "shape_mismatch",
+          "index_masks": "invalid_index", "class_dim": "dim_out_of_range", "probability_ignore": "invalid_argument",
+          "not_zero": "invalid_argument", "scalar_index": "invalid_index"}
 
 
 def rule_error(kind: str, message: str, rule: str):

@@ -20,9 +20,13 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     same_cpp_dtype(a,b)      the same -> {a}, {b} (C++ type names: ``long int``)
     matmul_dtype(a,b)=form   a matrix product's operands have one dtype (form ``mm``, ``linear``: {a}, {b} as C++
                              type names; ``dot``, ``mv`` (a matrix by a vector), ``batched`` (by a stack of
-                             matrices), ``bmm`` (stacks of one size): ScalarType names), when their shapes multiply
+                             matrices), ``bmm`` (stacks of one size), ``linear_batched``: ScalarType names), when
+                             their shapes multiply; of mixed ranks (3+ dimensions by 1 or 2), the route torch's
+                             matmul takes (``_matmul_route``: folded into ``mv``/``mm``, the operands swapped where
+                             the right one is the larger, or ``batched``), which reads requires_grad and strides
     bool_product(a,b)=form   not two bool tensors of a matrix product of that form (as matmul_dtype's) whose sizes
-                             multiply: torch's CPU kernels (dot, addmv, addmm, bmm) have none for bool
+                             multiply: torch's CPU kernels (dot, addmv, addmm, bmm) have none for bool; ``batched``:
+                             not a bool left operand (bmm's kernel is chosen by it, before the dtypes are compared)
     min_dims(a)=n            ``a`` has at least n dimensions
     max_dims(a)=n            ``a`` has at most n dimensions -> {dims} (its number)
     square(a)                ``a``'s last two dimensions are equal -> {rows}, {cols}
@@ -64,6 +68,9 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     index_bounds(a,index)    each int of an index is in range of the dimension it selects (an int tensor or list
                              spans one, a bool one its dimensions, Ellipsis what the others leave) -> {index}, {dim}
                              (its place in the index: every item counts one, Ellipsis and None too), {size}
+    index_masks(a,index)     each bool (or uint8) mask of an index has the sizes of the dimensions it covers, in
+                             ``a`` as the index's ints, slices and Nones leave it -> {mask}, {i} (the mask's
+                             dimension), {shape} (that tensor's), {dim} (its dimension)
     index_in_dim(a,dim,index)  an int ``index`` is in range of ``a``'s (at least 1-d) dimension ``dim`` -> {index},
                              {shape}, {dim} (wrapped)
     narrow_bounds(a,dim,start,length)=part  narrow's: ``length`` (part) is not negative; ``start`` in range of the
@@ -89,9 +96,10 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
     ranks(a,b)=n,m           ``a`` has n dimensions and ``b`` m -> {a}, {b} (their numbers)
     min_ranks(a,b)=n         ``a`` and ``b`` have at least n dimensions each -> {a}, {b} (their numbers)
     repeats_cover(a,repeats) ``repeats`` has at least ``a``'s dimensions
-    linear_shapes(input,weight)  the input's last size is the weight's (2-d) second -> {rows}, {k}, {wk}, {out}
+    linear_shapes(input,weight)[=batched]  the input's last size is the weight's (2-d) second -> {rows}, {k}, {wk},
+                             {out}; ``batched``: where matmul's route is bmm -> {batch}, {k}, {got}
     bmm_shapes(a,b)          3-d ``b`` is [a.size(0), a.size(2), ...] -> {batch}, {k}, {got}
-    batch_sizes(input,target)    a target has the (batched) input's batch size -> {a}, {b}
+    batch_sizes(input,target)    a target has the (batched) input's batch size (a 0-d one: 0) -> {a}, {b}
     multi_target(input,target)[=probabilities]  a target for a 2-d input has one dimension (``probabilities``: or
                              the input's shape, which cross_entropy reads as class probabilities)
     spatial_target(input,target)=part  the target of an input of 3 or more dimensions (N, C, d1...) is (N, d1...)
@@ -99,6 +107,14 @@ one of them is given (not None); ``unless a,b``: only when none is; an argument 
                              {target})
     probability_target(input,target)  a target of the input's shape (probabilities) is floating -> {dtype}
     same_size(input,target)  ``target`` has ``input``'s shape -> {a}, {b}
+    probability_ignore(input,target,ignore_index)  a target of the input's shape (probabilities) comes with no
+                             ``ignore_index`` (a negative one: none)
+    class_dim(input,target)=part  cross_entropy's class dimension (1, of a 0-d input too; 0 of a 1-d one) is there:
+                             part ``probabilities``, a 0-d input and target; ``scalar``, a 0-d input and a target of
+                             another shape; ``vector``: a 1-d input takes a 1-d target of one element (or of its
+                             shape: probabilities) -> {size}
+    not_zero(a)              a number ``a`` (when given) is not 0
+    scalar_index(a,index)    a 0-d ``a`` is indexed by one element (index_select's) -> {n} (the index's elements)
     conv_groups(weight,groups,...)       the weight's out channels (at least groups) divide by groups -> {groups},
                                          {weight}
     conv_channels(input,weight,groups,...)  the input has weight.size(1) * groups channels -> {groups}, {weight},
@@ -180,14 +196,18 @@ _tensor_facts: Callable = _no_facts
 #: (tensor dtype, Python number) -> torch.result_type of the two; (result, target) -> whether target holds result
 _number_result: Callable = _unbound
 _can_hold: Callable = _unbound
+#: (requires_grad or None, strides or None) of a tensor argument: what decides matmul's route (``matmul_route``)
+_route_facts: Callable = _no_facts
 
 
-def bind(tensor_facts: Callable, number_result: Callable, can_hold: Callable) -> None:
+def bind(tensor_facts: Callable, number_result: Callable, can_hold: Callable, route_facts: Callable = _no_facts) \
+        -> None:
     """Give the rules what this side knows: ``tensor_facts(value)`` -> (dtype name or None, shape tuple or None);
     ``number_result(dtype, number)`` -> the result type of a tensor of ``dtype`` with a Python number;
-    ``can_hold(result, target)`` -> whether an in-place target of dtype ``target`` holds a ``result``."""
-    global _tensor_facts, _number_result, _can_hold
-    _tensor_facts, _number_result, _can_hold = tensor_facts, number_result, can_hold
+    ``can_hold(result, target)`` -> whether an in-place target of dtype ``target`` holds a ``result``;
+    ``route_facts(value)`` -> (requires_grad or None, strides or None) of a tensor."""
+    global _tensor_facts, _number_result, _can_hold, _route_facts
+    _tensor_facts, _number_result, _can_hold, _route_facts = tensor_facts, number_result, can_hold, route_facts
 
 
 def _dtype(t, allowed: str):
@@ -287,27 +307,121 @@ def _product_form(x: tuple, y: tuple, form: str) -> bool:
     return len(y) == 2 and x[-1] == y[0]
 
 
-def _matmul_dtype(a, b, form: str):
-    """Operands of a matrix product of ``form`` (``_product_form``) of different dtypes, where torch's message is
-    known (``mm``, ``linear``: C++ type names). Shapes that do not multiply are left to the shape check, which torch
-    makes first."""
-    (da, x), (db, y) = _tensor_facts(a), _tensor_facts(b)
-    if da is None or db is None or x is None or y is None or da == db or not _product_form(x, y, form):
+def matmul_folds(shape: tuple, strides, small: int, small_grad, left: int) -> bool | None:
+    """Does torch's matmul fold the operand of more dimensions (``shape``, ``strides``, transposed when it is the
+    right one) into one matrix for the other (of ``small`` dimensions, requiring grad or not; the left operand
+    has ``left``)? Where the other requires grad, always; where the left operand is a matrix, never; else where
+    the fold is a view (its leading dimensions nested). None: what decides is not known."""
+    if len(shape) < 3 or small > 2:
+        return False
+    if small_grad is None:
+        return None
+    if small_grad:
+        return True
+    if left == 2:
+        return False
+    if _numel(shape) == 0:
+        return True
+    if strides is None:
+        return None
+    return all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(len(shape) - 2))
+
+
+def swap_last(strides):
+    return None if strides is None else (*strides[:-2], strides[-1], strides[-2])
+
+
+def _mixed(x: tuple, y: tuple) -> bool:
+    """One operand of 3 or more dimensions, the other of 1 or 2: matmul's route depends on whether it folds."""
+    return min(len(x), len(y)) >= 1 and (len(x) >= 3) != (len(y) >= 3)
+
+
+def _matmul_route(x: tuple, y: tuple, fa: tuple, fb: tuple):
+    """(form, swapped) of a product of shapes ``x`` and ``y`` of mixed ranks (``_mixed``; ``fa``, ``fb``: the
+    operands' ``_route_facts``) as torch's matmul runs it: the larger folded into one matrix for ``mv`` or ``mm``
+    (the right operand transposed, and so the operands swapped, where it is the larger), else ``batched`` (bmm);
+    UNKNOWN where what decides is not known here."""
+    left = len(x) >= len(y)
+    big = x if left else (*y[:-2], y[-1], y[-2])
+    small = len(y) if left else len(x)
+    fold = matmul_folds(big, fa[1] if left else swap_last(fb[1]), small, fb[0] if left else fa[0], len(x))
+    if fold is None:
         return UNKNOWN
+    return ("mv" if small == 1 else "mm", not left) if fold else ("batched", False)
+
+
+def _multiplies(x: tuple, y: tuple) -> bool:
+    return x[-1] == (y[0] if len(y) == 1 else y[-2])
+
+
+def _squeezed(x: tuple, y: tuple, fa: tuple, fb: tuple):
+    """torch's matmul of two stacks of matrices whose batches differ drops a batch of one that requires grad (the
+    left one's first): the shapes and facts it goes on with, or UNKNOWN."""
+    if len(x) != 3 or len(y) != 3 or x[0] == y[0]:
+        return x, y, fa, fb
+    for one in (0, 1):
+        shape, (grad, strides) = (x, fa) if one == 0 else (y, fb)
+        if shape[0] != 1:
+            continue
+        if grad is None:
+            return UNKNOWN
+        if grad:
+            facts = (grad, None if strides is None else tuple(strides[1:]))
+            return (x[1:], y, facts, fb) if one == 0 else (x, y[1:], fa, facts)
+    return x, y, fa, fb
+
+
+def _product(a, b, form: str):
+    """The operands' (dtypes, swapped) where ``a``, ``b`` make a matrix product of ``form`` whose sizes multiply
+    (``_product_form``; of mixed ranks, where matmul takes that route: ``linear``, ``linear_batched`` as linear
+    takes it, its weight transposed), None where they do not; UNKNOWN where not known here."""
+    (da, x), (db, y) = _tensor_facts(a), _tensor_facts(b)
+    if da is None or db is None or x is None or y is None:
+        return UNKNOWN
+    transposed = form.startswith("linear")
+    routed = {"linear": "mm", "linear_batched": "batched"}.get(form, form)
+    fa, fb = _route_facts(a), _route_facts(b)
+    if transposed and len(y) == 2:
+        y, fb = (y[1], y[0]), (fb[0], swap_last(fb[1]))
+    if routed in ("mm", "mv", "batched") and not transposed:
+        squeezed = _squeezed(x, y, fa, fb)
+        if squeezed is UNKNOWN:
+            return UNKNOWN
+        x, y, fa, fb = squeezed
+    if routed in ("mm", "mv", "batched") and _mixed(x, y):
+        route = _matmul_route(x, y, fa, fb)
+        if route is UNKNOWN:
+            return UNKNOWN
+        return ((da, db), route[1]) if route[0] == routed and _multiplies(x, y) else None
+    if form == "linear_batched" or not _product_form(x, y, "mm" if transposed else form):
+        return None
+    return (da, db), False
+
+
+def _matmul_dtype(a, b, form: str):
+    """Operands of a matrix product of ``form`` (``_product``) of different dtypes, where torch's message is known
+    (``mm``, ``linear``: C++ type names). Shapes that do not multiply are left to the shape check, which torch makes
+    first."""
+    got = _product(a, b, form)
+    if got is None or got is UNKNOWN or got[0][0] == got[0][1]:
+        return None if got is None else UNKNOWN
+    da, db = reversed(got[0]) if got[1] else got[0]
     if form in ("mm", "linear"):
         return {"a": CPP_NAMES[da], "b": CPP_NAMES[db]}
     return {"a": FACTS[da][1], "b": FACTS[db][1]}
 
 
 def _bool_product(a, b, form: str):
-    """Bool operands of a matrix product of ``form`` whose sizes multiply (``dot``: of one size): torch's CPU
-    kernels have none for them. ``mm`` and ``linear`` here: a left operand of at most two dimensions (``linear``:
-    any, its input is folded)."""
-    (da, x), (db, y) = _tensor_facts(a), _tensor_facts(b)
-    if da is None or db is None or x is None or y is None:
-        return UNKNOWN
-    if (da, db) != ("bool", "bool") or not _product_form(x, y, form) or form == "dot" and x != y or \
-            form == "mm" and len(x) > 2:
+    """Bool operands of a matrix product of ``form`` (``_product``; ``dot``: of one size): torch's CPU kernels
+    have none for them; ``batched``: a bool left operand (bmm's kernel is chosen by it, before the dtypes are
+    compared). ``mm`` of ranks not mixed: a left operand of at most two dimensions."""
+    got = _product(a, b, form)
+    if got is None or got is UNKNOWN:
+        return got
+    (da, db), _ = got
+    x, y = _tensor_facts(a)[1], _tensor_facts(b)[1]
+    if (da, db) != ("bool", "bool") and not (form.endswith("batched") and da == "bool") or \
+            form == "dot" and x != y or form == "mm" and len(x) > 2 and not _mixed(x, y):
         return None
     return {}
 
@@ -770,6 +884,75 @@ def _index_tensor_dtypes(index, _):
     return None
 
 
+def _mask_shape(k) -> tuple | None:
+    """The shape of a bool mask among an index's items (a bool or uint8 tensor, a list of bools, nested alike),
+    None when ``k`` is no mask; UNKNOWN when it is a tensor whose facts are not known here."""
+    if isinstance(k, list):
+        if k and all(isinstance(x, bool) for x in k):
+            return (len(k),)
+        inner = [_mask_shape(x) if isinstance(x, list) else None for x in k]
+        return (len(k), *inner[0]) if k and None not in inner and UNKNOWN not in inner and len(set(inner)) == 1 \
+            else None
+    if k is None or k is Ellipsis or isinstance(k, (int, float, slice)):
+        return None
+    dtype, shape = _tensor_facts(k)
+    if dtype is None or shape is None:
+        return UNKNOWN
+    return shape if dtype in ("bool", "uint8") else None
+
+
+def _index_masks(t, index, _):
+    _, shape = _tensor_facts(t)
+    key = getattr(index, "key", index)
+    if shape is None:
+        return UNKNOWN
+    # (a list holding a list is read as a tuple of indices, as numpy once did)
+    items = key if isinstance(key, list) and any(isinstance(x, list) for x in key) else _index_items(index)
+    masks = [_mask_shape(k) for k in items]
+    if all(m is None for m in masks):
+        return None
+    if UNKNOWN in masks or sum(1 for k in items if k is Ellipsis) > 1:
+        return UNKNOWN
+    spans = []
+    for k, mask in zip(items, masks):
+        if mask is not None:
+            spans.append(len(mask))
+        elif k is None or k is Ellipsis:
+            spans.append(0)
+        elif _int(k) or isinstance(k, slice) or isinstance(k, list) or _tensor_facts(k)[1] is not None:
+            spans.append(1)
+        else:
+            return UNKNOWN
+    rest = len(shape) - sum(spans)
+    if rest < 0:
+        return UNKNOWN  # (index_count's)
+    indexed, places, source = [], [], 0  # (the tensor as the index's ints, slices and Nones leave it)
+    for k, mask, span in zip(items, masks, spans):
+        if k is Ellipsis:
+            indexed += shape[source:source + rest]
+            source += rest
+        elif k is None or mask == ():
+            indexed.append(1)  # (a 0-d mask: a new dimension of one, which it keeps)
+        elif _int(k):
+            source += 1
+        elif isinstance(k, slice):
+            if not all(v is None or _int(v) for v in (k.start, k.stop, k.step)) or (k.step or 1) <= 0:
+                return UNKNOWN
+            indexed.append(len(range(*k.indices(shape[source]))))
+            source += 1
+        else:
+            if mask is not None:
+                places.append((mask, len(indexed)))
+            indexed += shape[source:source + span]
+            source += span
+    indexed += shape[source:]
+    for mask, at in places:
+        j = next((j for j, m in enumerate(mask) if m != indexed[at + j]), None)
+        if j is not None:
+            return {"mask": list(mask), "i": j, "shape": indexed, "dim": at + j}
+    return None
+
+
 def _index_in_dim(t, dim, index, _):
     _, shape = _tensor_facts(t)
     if shape is None or not shape or not _int(index):
@@ -953,11 +1136,22 @@ def _repeats_cover(t, repeats, _):
     return None if len(given) >= len(shape) else {}
 
 
-def _linear_shapes(inp, weight, _):
+def _linear_shapes(inp, weight, part: str):
     (_, x), (_, w) = _tensor_facts(inp), _tensor_facts(weight)
     if x is None or w is None or not x or len(w) != 2:
         return UNKNOWN
-    return None if x[-1] == w[1] else {"rows": _numel(x[:-1]), "k": x[-1], "wk": w[1], "out": w[0]}  # (1-d: a row)
+    if x[-1] == w[1]:
+        return None
+    batched = False
+    if len(x) >= 3:  # (matmul's route with the weight transposed: folded into mm, or bmm)
+        fa, fb = _route_facts(inp), _route_facts(weight)
+        route = _matmul_route(x, (w[1], w[0]), fa, (fb[0], swap_last(fb[1])))
+        if route is UNKNOWN:
+            return UNKNOWN
+        batched = route[0] == "batched"
+    if part == "batched":
+        return {"batch": _numel(x[:-2]), "k": x[-1], "got": w[1]} if batched else None
+    return None if batched else {"rows": _numel(x[:-1]), "k": x[-1], "wk": w[1], "out": w[0]}  # (1-d: a row)
 
 
 def _bmm_shapes(a, b, _):
@@ -971,9 +1165,10 @@ def _batch_sizes(inp, target, _):
     (_, x), (dt, y) = _tensor_facts(inp), _tensor_facts(target)
     if x is None or y is None or dt is None:
         return UNKNOWN
-    if len(x) < 2 or not y:
+    if len(x) < 2:
         return None
-    return None if x[0] == y[0] else {"a": x[0], "b": y[0]}
+    b = y[0] if y else 0  # (torch counts a 0-d target as a batch of 0)
+    return None if x[0] == b else {"a": x[0], "b": b}
 
 
 def _multi_target(inp, target, setting):
@@ -1010,6 +1205,35 @@ def _same_size(inp, target, _):
     return None if x == y else {"a": list(x), "b": list(y)}
 
 
+def _probability_ignore(inp, target, ignore_index, _):
+    (_, x), (_, y) = _tensor_facts(inp), _tensor_facts(target)
+    if x is None or y is None:
+        return UNKNOWN
+    return {} if x == y and _int(ignore_index) and ignore_index >= 0 else None
+
+
+def _class_dim(inp, target, part: str):
+    (_, x), (dt, y) = _tensor_facts(inp), _tensor_facts(target)
+    if x is None or y is None or dt is None:
+        return UNKNOWN
+    if part == "probabilities":
+        return {} if x == y == () else None
+    if part == "scalar":
+        return {} if x == () and y != () else None
+    return {"size": y[0]} if len(x) == 1 and len(y) == 1 and y[0] != 1 and x != y else None
+
+
+def _scalar_index(t, index, _):
+    (_, x), (_, y) = _tensor_facts(t), _tensor_facts(index)
+    if x is None or y is None:
+        return UNKNOWN
+    return {"n": _numel(y)} if not x and _numel(y) != 1 else None
+
+
+def _not_zero(a, _):
+    return {} if a is not None and not isinstance(a, bool) and isinstance(a, (int, float)) and a == 0 else None
+
+
 RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_lastdim,
          "dtype_innerdim": _dtype_innerdim,
          "class_target": _class_target, "matmul_dtype": _matmul_dtype, "bool_product": _bool_product,
@@ -1036,4 +1260,6 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
          "repeats_cover": _repeats_cover,
          "linear_shapes": _linear_shapes, "bmm_shapes": _bmm_shapes, "batch_sizes": _batch_sizes,
          "same_size": _same_size, "dim_order": _dim_order, "multi_target": _multi_target,
-         "spatial_target": _spatial_target, "probability_target": _probability_target}
+         "spatial_target": _spatial_target, "probability_target": _probability_target, "class_dim": _class_dim,
+         "probability_ignore": _probability_ignore,
+         "index_masks": _index_masks, "not_zero": _not_zero, "scalar_index": _scalar_index}

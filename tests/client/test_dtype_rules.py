@@ -7,6 +7,7 @@ real server, those errors are raised at the line that made the call, with nothin
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,6 +15,7 @@ import gradserve.torch._promotion as P
 import gradserve_server.engine as E
 from gradserve.torch import _checks, _meta
 from gradserve.torch._dtypes import DEFAULT_FLOAT, DTYPES, FACTS, Size
+from gradserve.torch._layout import ROW_MAJOR
 from gradserve.torch._tensor import Tensor
 from gradserve_server.engine import dtypes as engine_dtypes
 from tests.client.dtype_rules_fixture import CHECK_CASES, EXTRA, FIXTURE, NUMBERS, case_key
@@ -101,12 +103,14 @@ NOT_DECLARED: set[str] = set()
 
 
 def _handle(spec: str) -> Tensor:
-    """A handle whose dtype and shape are known (``float32[2,3]``), as after a request; nothing is sent."""
+    """A handle whose dtype and shape are known (``float32[2,3]``), as after a request, and what the fixture's
+    tensors (``torch.ones``) are: row-major, not requiring grad (what decides matmul's route); nothing is sent."""
     dtype, _, dims = spec[:-1].partition("[")
     t = object.__new__(Tensor)
     t._dtype, t._shape = dtype, Size(int(d) for d in dims.split(",") if d)
-    t._layout = None  # (not known)
-    t._view = t._view_stamp = None
+    t._layout = ROW_MAJOR
+    t._storage, t._ctx = SimpleNamespace(version=0, is_grad=False), None
+    t._view, t._view_stamp = {"requires_grad": False}, t._stamp()
     return t
 
 
@@ -121,7 +125,8 @@ def _value_of(entry: dict, args: list, kwargs: dict):
             break
     given = dict(zip(positions, args)) | kwargs
     if entry["name"] in ("getitem", "setitem") and isinstance(given.get("index"), list):
-        given["index"] = tuple(given["index"])  # (the fixture writes a tuple index as a list)
+        given["index"] = tuple(_handle(x) if isinstance(x, str) else x  # (the fixture writes a tuple index as a
+                               for x in given["index"])  # list; a mask as a tensor's spec)
 
     def value(name):
         v = given.get(name)

@@ -117,3 +117,19 @@ def test_cat_of_channels_last_inputs_is_channels_last_as_torchs():
     assert _strides(out) == (60, 1, 15, 3)  # torch: (60, 1, 15, 3)
     assert F.view(F.permute(out, [0, 2, 3, 1]), (-1,)).data.shape == (240,)
     assert _strides(F.cat([x, E.tensor(np.ones((2, 3, 4, 5)))], 1)) == (120, 20, 5, 1)
+
+
+@pytest.mark.parametrize(("index", "bad"), [
+    (np.array([[0, 3], [-9, 1]]), 3), (np.array([3, -9]), 3), (np.array([-9, 3]), -9),
+    (np.array([[-2, -1, 0], [1, 2, 3]]).T, -2)])  # (a transposed index: its memory order, as torch's kernel)
+def test_an_index_tensor_out_of_range_names_the_first_bad_value_as_torch_meets_it(index, bad):
+    x = E.tensor(np.zeros((1, 4)))
+    message = f"index {bad} is out of bounds for dimension 0 with size 1"
+    assert _refusal(F.getitem, x, E.tensor(index)) == ("IndexError", message)
+
+
+def test_an_index_tensor_into_an_empty_dimension_says_torchs_words():
+    message = "index is out of bounds for dimension with size 0"
+    assert _refusal(F.getitem, E.tensor(np.zeros((2, 0))), (slice(None), E.tensor(np.array([0])))) == \
+        ("IndexError", message)
+    assert _refusal(F.getitem, E.tensor(np.zeros(0)), E.tensor(np.array([-1]))) == ("IndexError", message)

@@ -47,7 +47,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("gradserve_server.engine.autograd", " is out of bounds for dimension 0 with size 0"):
         "grad(is_grads_batched=True) of an empty batch, which torch indexes",
     (_E + "indexing", "Dimension specified as "): "index_add/index_copy's 0-d source: their own check, not roll's",
-    (_E + "shape", "Dimension specified as "): "unbind's own check of a 0-d tensor",
     (_E + "shape", "select() cannot be applied to a 0-dim tensor."): "select(), the helper other ops index with",
     (_E + "shape", "tensors used as indices must be long, int, byte or bool tensors"):
         "a list of numbers that are not ints (the declaration reads the index's tensors)",
@@ -81,7 +80,6 @@ KNOWN: dict[tuple[str, str], str] = {
     (_E + "nn", '"binary_cross_entropy" not implemented for \''): _INTERLEAVED + " (weight, reduction)",
     (_E + "nn", '"nll_loss_out_frame" not implemented for \''): _INTERLEAVED + " (_nll_check, cross_entropy's too)",
     (_E + "nn", "0D or 1D target tensor expected, multi-target not supported"): _INTERLEAVED + " (_nll_check)",
-    (_E + "nn", "Expected input batch_size ("): _INTERLEAVED + " (_nll_check)",
     (_E + "nn", "only batches of spatial targets supported (3D tensors) but got targets of dimension: "):
         _INTERLEAVED + " (_nll_check)",
     (_E + "nn", "Expected target size "): _INTERLEAVED + " (_nll_check)",

@@ -27,4 +27,15 @@ def _number_result(dtype: str, number) -> str:
     return P.result_type([(dtype, P.DIM), (P.number_dtype(number), P.NUMBER)])
 
 
-_rules.bind(_tensor_facts, _number_result, P.can_hold)
+def _route_facts(t):
+    """(requires_grad or None, strides or None) of a handle, where the client knows them."""
+    from gradserve.torch import _layout, _meta
+    from gradserve.torch._tensor import Tensor
+
+    if not isinstance(t, Tensor):
+        return None, None
+    grad, layout = _meta.peek(t, "requires_grad"), _layout.of(t)
+    return (None if grad is _meta.UNKNOWN else bool(grad)), (None if layout is None else tuple(layout[0]))
+
+
+_rules.bind(_tensor_facts, _number_result, P.can_hold, _route_facts)

@@ -29,7 +29,9 @@ class Deferred:
     (``index``-th of ``nonzero(as_tuple=True)``'s columns: a view of that, at ``index * n``); ``transposed-fold``
     (matmul of a matrix that requires grad by a batch: torch multiplies the batch transposed and folded, and
     transposes the product back, copied to row-major unless that is contiguous already: a row or a column);
-    ``channels-last`` (a 4-d or 5-d tensor's channels innermost: cat of inputs laid out so)."""
+    ``channels-last`` (a 4-d or 5-d tensor's channels innermost: cat of inputs laid out so); ``outer`` (torch's
+    outer product is the elementwise product of a column by a row: row-major, but for an empty column by a row of
+    one)."""
 
     __slots__ = ("kind", "index")
 
@@ -54,6 +56,8 @@ class Deferred:
             return (1, shape[0]), 0
         if self.kind == "channels-last":
             return channels_last(shape), 0
+        if self.kind == "outer":
+            return elementwise(shape, [((shape[0], 1), (1, 1)), ((shape[1],), (1,))]), 0
         if self.kind == "transposed-fold":
             folded = column_major(shape)
             return (folded if is_contiguous(shape, folded) else contiguous(shape)), 0
@@ -280,8 +284,12 @@ def _expand(shape, layout, arg, out):
     if any(d < 0 for d in target):
         return None
     strides, offset = layout
-    return target, (tuple([0] * lead + [st if shape[i] == target[lead + i] else 0 for i, st in enumerate(strides)]),
-                    offset)
+    if not shape:  # (a 0-d tensor expands with strides 0 only)
+        return target, ((0,) * len(target), offset)
+    out = [st if shape[i] == target[lead + i] else 0 for i, st in enumerate(strides)]
+    for d in range(lead - 1, -1, -1):  # (a new dimension of one: as if unsqueezed, a larger one: 0)
+        out.insert(0, 0 if target[d] != 1 else out[0] * target[d + 1])
+    return target, (tuple(out), offset)
 
 
 def _unsqueeze(shape, layout, arg, out):
@@ -445,7 +453,7 @@ _ROW_MAJOR_OPS = ("matmul", "__matmul__", "__rmatmul__", "rmatmul", "mm", "bmm",
                   "linalg.svdvals")
 def _matmul(arg, first: str = "self", second: str = "other"):
     """matmul's layout: row-major, but for a matrix that requires grad by a batch (torch's transposed fold;
-    ``_meta._folds`` says when torch folds); None where whether the matrix requires grad is not known."""
+    ``_rules.matmul_folds`` says when torch folds); None where whether the matrix requires grad is not known."""
     from gradserve.torch._meta import UNKNOWN, peek
 
     a, b = arg(first), arg(second)
@@ -457,6 +465,7 @@ def _matmul(arg, first: str = "self", second: str = "other"):
 
 
 TRANSPOSED_FOLD = Deferred("transposed-fold")
+OUTER = Deferred("outer")
 CHANNELS_LAST = Deferred("channels-last")
 
 
@@ -485,7 +494,8 @@ RESULT_LAYOUTS = {**{name: (lambda arg: ROW_MAJOR) for name in _ROW_MAJOR_OPS},
                   "matmul": _matmul, "rmatmul": lambda arg: _matmul(arg, "other", "self"), "cat": _cat,
                   "linalg.inv": lambda arg: COLUMN_MAJOR, "inverse": lambda arg: COLUMN_MAJOR,
                   "linalg.cholesky": lambda arg: COLUMN_MAJOR, "linalg.solve": _solve,
-                  "nonzero": lambda arg: Deferred("nonzero")}
+                  "nonzero": lambda arg: Deferred("nonzero"), "outer": lambda arg: OUTER, "ger": lambda arg: OUTER,
+                  "masked_fill": lambda arg: ROW_MAJOR}  # (masked_fill fills a contiguous clone)
 #: the same for named-tuple results, one layout per field
 NAMED_LAYOUTS = {"svd": _svd, "linalg.svd": lambda arg: (COLUMN_MAJOR, ROW_MAJOR, COLUMN_MAJOR),
                  "slogdet": lambda arg: (ROW_MAJOR, ROW_MAJOR), "linalg.slogdet": lambda arg: (ROW_MAJOR, ROW_MAJOR)}

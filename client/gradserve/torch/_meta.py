@@ -20,6 +20,7 @@ import functools
 from gradserve.errors import TORCH_ERRORS
 from gradserve.torch import _layout as L
 from gradserve.torch import _promotion as P
+from gradserve.torch import _rules
 from gradserve.torch._dtypes import FACTS, default_float
 from gradserve.torch._grad_mode import is_grad_enabled
 
@@ -36,10 +37,13 @@ INTERNAL_OVERLAP = ("unsupported operation: more than one element of the written
                     "location. Please clone() the tensor before performing the operation.")
 PARTIAL_OVERLAP = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
                    "single memory location. Please clone() the tensor before performing the operation.")
+_MULTI_VIEW = (" This view is the output of a function that returns multiple views. Such functions do not allow the "
+               "output views to be modified inplace. You should replace the inplace operation by an out-of-place one.")
 #: an output of split, chunk or unbind that requires grad, modified in place ({0}: its number, {1}: its node's name)
-MULTI_VIEW_INPLACE = ("Output {0} of {1} is a view and is being modified inplace. This view is the output of a "
-                      "function that returns multiple views. Such functions do not allow the output views to be "
-                      "modified inplace. You should replace the inplace operation by an out-of-place one.")
+MULTI_VIEW_INPLACE = "Output {0} of {1} is a view and is being modified inplace." + _MULTI_VIEW
+#: one that does not (no node), modified in place by an op that makes it require grad
+NO_GRAD_MULTI_VIEW_INPLACE = ("A view was created in no_grad mode and is being modified inplace with grad mode "
+                              "enabled." + _MULTI_VIEW)
 NON_LEAF_FLAG = ("you can only change requires_grad flags of leaf variables. If you want to use a computed "
                  "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().")
 INT_REQUIRES_GRAD = "Only Tensors of floating point and complex dtype can require gradients"
@@ -294,7 +298,7 @@ def result(entry: dict, tensors: list, arg, grad_enabled: bool) -> dict:
     shape = shape_of(entry, tensors, arg)
     if kernel_refusal is not None:
         raise kernel_refusal
-    shape, layout = layout_of(entry, tensors, arg, shape)
+    shape, layout = layout_of(entry, tensors, arg, shape, predicted)
     if shape is not UNKNOWN:
         facts["shape"] = shape
     if layout is not None:
@@ -403,10 +407,11 @@ def view_dtype(t, target: str) -> dict:
     return facts
 
 
-def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
-    """(shape, layout) of a one-output op's result: a view's shape and layout from its input's (torch's view
-    error, raised here, when the input's strides do not allow it), an elementwise result's as torch lays it out, a
-    contiguous one of contiguous inputs where the op's family makes one; layout None where not known."""
+def layout_of(entry: dict, tensors: list, arg, shape, dtype=UNKNOWN) -> tuple:
+    """(shape, layout) of a one-output op's result (of ``dtype``, where known): a view's shape and layout from its
+    input's (torch's view error, raised here, when the input's strides do not allow it), an elementwise result's as
+    torch lays it out, a contiguous one of contiguous inputs where the op's family makes one; layout None where not
+    known."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     name = entry["name"]
     view = L.VIEWS.get(name)
@@ -438,8 +443,9 @@ def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
     layouts = [L.of(t) for t in tensors]
     if shape is UNKNOWN:  # (row-major, when its shape is known, as the contiguous families' below)
         return shape, (L.ROW_MAJOR if None not in layouts and _contiguous_result(entry, tensors, layouts) else None)
-    if len(shape) <= 1 and entry["family"] != "elementwise" and name not in L.NOT_CONTIGUOUS:
-        return shape, (L.contiguous(shape), 0)  # (a new tensor of one dimension or none)
+    if len(shape) <= 1 and entry["family"] != "elementwise" and name not in L.NOT_CONTIGUOUS and \
+            name not in L.PRESERVING:
+        return shape, (L.contiguous(shape), 0)  # (a new tensor of one dimension or none; a copy keeps a dense one's)
     if None in layouts:
         return shape, None
     if entry["family"] == "elementwise":
@@ -447,8 +453,14 @@ def layout_of(entry: dict, tensors: list, arg, shape) -> tuple:
         # pow's exponent are Scalars of its kernel)
         number = any(a["name"] in ("self", "other") and _number_kind(arg(a["name"])) is not None
                      for a in entry["arguments"])
-        return shape, (L.elementwise(shape, [(tuple(t._shape), lay[0]) for t, lay in zip(tensors, layouts)],
-                                     number), 0)
+        # (TensorIterator converts an input of another dtype than the one it computes in first: ``to``, which
+        # keeps a dense layout and makes another dense)
+        common = dtype if dtype is not UNKNOWN and dtype != "bool" else None  # (a comparison: not known here)
+        condition = arg("condition") if entry["name"] == "where" else None
+        return shape, (L.elementwise(shape, [
+            (tuple(t._shape), L.preserved(tuple(t._shape), lay[0]) if common is not None and t._dtype is not None
+             and t._dtype != common and t is not condition else lay[0]) for t, lay in zip(tensors, layouts)],
+            number), 0)
     if name in L.PRESERVING and len(tensors) == 1:
         return shape, (L.preserved(shape, layouts[0][0]), 0)
     if _contiguous_result(entry, tensors, layouts):
@@ -679,7 +691,7 @@ def matmul_shape(a, b, batched: bool = True, strides: tuple = (None, None), grad
         -> tuple | object:
     """``matmul``'s result shape, with torch's messages, by torch's routes: a dot, ``mv``, ``mm`` (a 1-D left
     operand as a row), the operand of more dimensions folded into one matrix for ``mm``/``mv`` with the other
-    where torch folds it (``_folds``), else ``bmm`` over the broadcast batch dimensions. ``strides`` and
+    where torch folds it (``_rules.matmul_folds``), else ``bmm`` over the broadcast batch dimensions. ``strides`` and
     ``grads`` (requires_grad): the operands' (None: not known; a refusal whose message depends on them is the
     server's). ``batched=False`` (``mm``): 2-D operands only."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
@@ -707,8 +719,8 @@ def matmul_shape(a, b, batched: bool = True, strides: tuple = (None, None), grad
             return matmul_shape(*squeezed, True, strides, grads)
     left = len(a) >= len(b)  # (the operand of more dimensions, transposed when it is the right one)
     big, small = (a2, b) if left or len(b) <= 2 else ((*b[:-2], b[-1], b[-2]), a if len(a) != 2 else (a[1], a[0]))
-    fold = len(big) <= 2 or _folds(big, strides[0] if left else _swap_last(strides[1]), len(small),
-                                   grads[1] if left else grads[0], len(a))
+    fold = len(big) <= 2 or _rules.matmul_folds(big, strides[0] if left else _rules.swap_last(strides[1]),
+                                                len(small), grads[1] if left else grads[0], len(a))
     if fold is None:
         return UNKNOWN
     if fold:  # mv, mm, or either of the bigger operand as one matrix
@@ -727,30 +739,6 @@ def _requires_grad(t) -> bool | None:
     return None if value is UNKNOWN else bool(value)
 
 
-def _swap_last(strides):
-    return None if strides is None else (*strides[:-2], strides[-1], strides[-2])
-
-
-def _folds(shape: tuple, strides, small: int, small_grad, left: int) -> bool | None:
-    """Does torch's matmul fold the operand of more dimensions (``shape``, ``strides``, transposed when it is the
-    right one) into one matrix for the other (of ``small`` dimensions, requiring grad or not; the left operand
-    has ``left``)? Where the other requires grad, always; where the left operand is a matrix, never; else where
-    the fold is a view (its leading dimensions nested). None: what decides is not known."""
-    if len(shape) < 3 or small > 2:
-        return False
-    if small_grad is None:
-        return None
-    if small_grad:
-        return True
-    if left == 2:
-        return False
-    if _numel(shape) == 0:
-        return True
-    if strides is None:
-        return None
-    return all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(len(shape) - 2))
-
-
 def basic_index(key) -> bool:
     """An index torch applies as a view (ints, slices, None, Ellipsis), not an advanced one (tensors, lists)."""
     items = key if isinstance(key, tuple) else (key,)
@@ -758,18 +746,108 @@ def basic_index(key) -> bool:
                for k in items)
 
 
-def view_of_leaf(entry: dict | None, base, index=None) -> bool:
-    """Is the result of the op of catalog ``entry`` on ``base`` a view of a leaf (torch's ``_base.is_leaf``, which
-    makes an in-place op on the view refused once it requires grad)? (None: getitem.) The entry's ``storage``
-    says: a view, or (reshape, flatten) a view of a contiguous tensor, which a leaf always is here."""
-    if entry is None or entry["name"] == "getitem":
-        views = basic_index(index)
-    else:
-        storage = entry.get("storage")
-        views = storage == "view" or storage == "view_if_contiguous" and peek(base, "is_leaf") is True
+def view_of_leaf(entry: dict | None, base, index=None, facts: dict | None = None) -> bool:
+    """Is the result (of ``facts``) of the op of catalog ``entry`` on ``base`` a view of a leaf (torch's
+    ``_base.is_leaf``, which makes an in-place op on the view refused once it requires grad)? (None: getitem.)
+    A reshape whose layout is not known here is taken for a view of a leaf, which is contiguous where it was made
+    so."""
+    views = is_view(entry, base, index, facts or {})
+    if views is None:
+        views = peek(base, "is_leaf") is True
     if not views:
         return False
     return peek(base, "is_leaf") is True or peek(base, "view_of_leaf") is True
+
+
+#: view ops whose result is a view where its input's layout allows one (else a copy)
+RESHAPES = frozenset({"reshape", "reshape_as", "flatten"})
+#: ops of the client's shape family whose result may be a copy of their input: reshapes, conversions (to another
+#: dtype), contiguous (of a tensor that is not)
+MAY_COPY = RESHAPES | (L.PRESERVING - {"clone", "flip"}) | {"contiguous"}
+
+
+def copies(name: str, base, facts: dict) -> bool:
+    """Is the result of ``name`` (one of ``MAY_COPY``, of ``facts``) of ``base`` a copy, where the client can tell?
+    A reshape that the input's layout allows no view of, a conversion to another dtype, contiguous of a tensor that
+    is not."""
+    if name in RESHAPES:
+        layout, shape = L.of(base), facts.get("shape")
+        return layout is not None and shape is not None and base._shape is not None and \
+            L.view(tuple(base._shape), layout[0], tuple(shape)) is None
+    if name == "contiguous":
+        layout = L.of(base)
+        return layout is not None and not L.is_contiguous(tuple(base._shape), layout[0])
+    dtype = facts.get("dtype")
+    return dtype is not None and base._dtype is not None and dtype != base._dtype
+
+
+def is_view(entry: dict | None, base, index, facts: dict) -> bool | None:
+    """Is the result of the op of catalog ``entry`` (None: getitem) on ``base`` a view of it (a basic index, a
+    view op of any family, a reshape that its layout allows; not a conversion, which returns the tensor itself or
+    a copy)? None where the layout that decides is not known."""
+    name = "getitem" if entry is None else entry["name"]
+    if name == "getitem":
+        return basic_index(index)
+    if name in RESHAPES:
+        return None if L.of(base) is None or facts.get("shape") is None else not copies(name, base, facts)
+    return entry.get("storage") == "view" or name in L.VIEWS and name not in MAY_COPY and name != "detach"
+
+
+def grad_view(entry: dict, base, index, facts: dict) -> None:
+    """The facts of a view made under grad mode that its in-place ops read: a view of a leaf (``view_of_leaf``);
+    a view of an output of split, chunk or unbind that requires grad (``multi_view``: torch refuses an in-place op
+    on it too, naming the view's own node, which the client reads from the server then)."""
+    if view_of_leaf(entry, base, index, facts):
+        facts["view_of_leaf"] = True
+    if peek(base, "multi_view") is not UNKNOWN and is_view(entry, base, index, facts):
+        facts["multi_view"] = (0, None, *peek(base, "multi_view")[2:])
+
+
+#: ops whose pieces are views that are the outputs of one node (tensor_split's are slices each): its short name
+_MULTI_VIEW_NODES = {"split": "Split", "chunk": "Split", "unbind": "Unbind"}
+
+
+def piece_facts(name: str, base, i: int, arg) -> dict:
+    """The autograd facts of piece ``i`` of ``name`` (split, chunk, unbind, tensor_split) of ``base``, made under
+    grad mode: a view of a leaf where ``base`` is one (or a view of one); where ``base`` requires grad, no leaf; an
+    output of one node (split's, unbind's), which torch refuses to modify in place (``_check_multi_view``)."""
+    if not is_grad_enabled():
+        return {}
+    facts = {"view_of_leaf": True} if peek(base, "is_leaf") is True or peek(base, "view_of_leaf") is True else {}
+    short = _MULTI_VIEW_NODES.get(name)
+    if short == "Split" and isinstance(arg("split_size_or_sections"), (list, tuple)):
+        short = "SplitWithSizes"
+    requires_grad = peek(base, "requires_grad")
+    if requires_grad is True:
+        facts.update(requires_grad=True, is_leaf=False)
+        parent = node(base)  # (the pieces' node: of the op on base)
+        if parent is not UNKNOWN and parent is not None:
+            facts["node"] = Node((parent,))
+    if short is not None:  # (whether it requires grad not known: asked at an in-place op on it, "unsure")
+        facts["multi_view"] = (i, short) if requires_grad is True else (
+            i, short, "no_grad" if requires_grad is False else "unsure")
+    return facts
+
+
+def _check_multi_view(target, multi: tuple, others: list) -> None:
+    """torch's refusal of an in-place op on an output of split, chunk or unbind (or a view of one): ``multi`` is
+    (i, node) where it requires grad, (i, node, "unsure") where that is not known (asked), (i, node, "no_grad")
+    where it does not: refused then where an operand requires grad (known here)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    kind = multi[2] if len(multi) > 2 else None
+    if kind == "unsure":
+        kind = None if target.requires_grad else "no_grad"
+    if kind is None:
+        raise error("RuntimeError", MULTI_VIEW_INPLACE.format(multi[0], multi[1] or multi_view_node(target)))
+    if any(peek(t, "requires_grad") is True for t in others):
+        raise error("RuntimeError", NO_GRAD_MULTI_VIEW_INPLACE)
+
+
+def multi_view_node(target) -> str:
+    """The short name of the node of ``target``, a view (of a view) of a multi-output op's output: ``T`` of
+    ``TBackward0``, as torch's message names it."""
+    name = type(target.grad_fn).__name__
+    return name[:name.rindex("Backward")] if "Backward" in name else name
 
 
 def no_grad_view(entry: dict, base, index, facts: dict) -> None:
@@ -797,7 +875,7 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
     on_view = facts_of.get("view_of_leaf") is True
     multi = facts_of.get("multi_view")
     if grad_enabled and multi is not None:
-        raise error("RuntimeError", MULTI_VIEW_INPLACE.format(*multi))
+        _check_multi_view(target, multi, others)
     if grad_enabled and requires_grad is True and facts_of.get("view_of_leaf") == "no_grad":
         raise error("RuntimeError", NO_GRAD_VIEW_INPLACE)
     if grad_enabled and requires_grad is True and (on_view or index is not None and view_of_leaf(None, target, index)):
@@ -808,6 +886,8 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
     facts: dict = {} if shape is UNKNOWN else {"shape": shape}
     if on_view or facts_of.get("view_of_leaf") == "no_grad":
         facts["view_of_leaf"] = facts_of["view_of_leaf"]
+    if multi is not None:  # (an output of split... that an in-place op did not make require grad stays one)
+        facts["multi_view"] = multi
     if not grad_enabled or not entry["differentiable"]:
         if requires_grad is not UNKNOWN and leaf is not UNKNOWN:
             facts.update(requires_grad=requires_grad, is_leaf=leaf)
@@ -822,6 +902,8 @@ def inplace(entry: dict, target, others: list, grad_enabled: bool, index=None) -
         return facts
     if parents:
         facts.update(requires_grad=True, is_leaf=False, node=Node(parents))
+        if facts.get("view_of_leaf") is True:  # (its base, the leaf, is no longer one: it has CopySlices)
+            del facts["view_of_leaf"]
     elif leaf is not UNKNOWN:
         facts.update(requires_grad=False, is_leaf=leaf, node=None)
     return facts
@@ -1110,19 +1192,21 @@ def predict(entry: dict, value) -> str | object:
     return got
 
 
+def check_overlap(entry: dict, args: tuple, kwargs: dict) -> None:
+    """An in-place op's memory overlap errors (``_check_overlap``), which torch's TensorIterator raises before it
+    compares the operands' shapes (so before the op's declared checks)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    target = args[0] if args else kwargs.get("self")
+    if isinstance(target, _tensor_class()):
+        _check_overlap(entry, target, [t for t in (*args[1:], *kwargs.values()) if isinstance(t, _tensor_class())])
+
+
 def _check_inplace_broadcast(entry: dict, target, others: list) -> None:
     """torch's errors for an elementwise in-place op's target whose elements share memory (an expanded tensor),
     then for operands that broadcast to another shape than the target's."""
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    _check_overlap(entry, target, others, after_autograd=True)
     shape = peek(target, "shape")
-    layout = L.of(target) if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN else None
-    if layout is not None and (any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0])) or any(
-            _partly_overlap(target, shape, layout, t) for t in others)):
-        # (under grad mode torch's leaf checks come first: decided here where the tensor does not require grad)
-        if not is_grad_enabled() or (target.requires_grad if peek(target, "requires_grad") is UNKNOWN
-                                     else peek(target, "requires_grad")) is False:
-            internal = any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0]))
-            raise error("RuntimeError", INTERNAL_OVERLAP if internal else PARTIAL_OVERLAP)
     if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN:
         shapes = [shape, *(peek(t, "shape") for t in others)]
         if UNKNOWN not in shapes:
@@ -1130,6 +1214,23 @@ def _check_inplace_broadcast(entry: dict, target, others: list) -> None:
             if out is not UNKNOWN and out != shape:
                 raise error("RuntimeError", f"output with shape {list(shape)} doesn't match the broadcast shape "
                                             f"{list(out)}")
+
+
+def _check_overlap(entry: dict, target, others: list, after_autograd: bool = False) -> None:
+    """torch's errors for an elementwise in-place op's target whose elements share memory (an expanded tensor), or
+    that partly overlaps an operand (``after_autograd``: the target's autograd checks, which torch makes first,
+    passed)."""
+    __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+    shape = peek(target, "shape")
+    layout = L.of(target) if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN else None
+    if layout is not None and (any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0])) or any(
+            _partly_overlap(target, shape, layout, t) for t in others)):
+        # (under grad mode torch's leaf checks come first: decided here where the tensor does not require grad)
+        if after_autograd or not is_grad_enabled() or (
+                target.requires_grad if peek(target, "requires_grad") is UNKNOWN else peek(target, "requires_grad")) \
+                is False:
+            internal = any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0]))
+            raise error("RuntimeError", INTERNAL_OVERLAP if internal else PARTIAL_OVERLAP)
 
 
 def _partly_overlap(target, shape: tuple, layout: tuple, other) -> bool:

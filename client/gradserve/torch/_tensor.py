@@ -802,7 +802,10 @@ class _OpFacts:
         self.inplace = entry["inplace"]
         self.family = entry["family"]
         self.creation = self.family == "creation"
-        self.shape_op = self.family == "shape" and entry.get("storage") != "new"
+        # (an op whose result may share its input's memory: the shape family's, and views of other families:
+        # diagonal, movedim, view_as, unflatten, tensor_split)
+        self.shape_op = self.family == "shape" and entry.get("storage") != "new" or \
+            entry.get("storage") == "view" or self.base in _layout.VIEWS or self.base in _PIECES
         self.tuple_maybe = builtins.bool(entry.get("variable_outputs") or entry.get("tuple_when"))
         self.rtype = _catalog.return_type(self.base)
         self.python_result = entry.get("python_result")
@@ -888,6 +891,8 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
         if of.checks:  # torch's refusals from the arguments' metadata, here
             broken = _checks.first_failure(of.checks, lambda param: _argument(base, param, args, kwargs))
             if broken is not None:
+                if of.inplace:  # (its memory overlap comes before the shapes' checks)
+                    _meta.check_overlap(entry, args, kwargs)
                 raise _meta.error(*broken)
     if _DEFAULT[0] != DEFAULT_FLOAT and not of.creation:  # (set_default_dtype: the server's default is another)
         args, kwargs = _default_casts(entry, args, kwargs)
@@ -980,12 +985,14 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
     elif base != "detach":
         facts = _meta.result(entry, tensors, arg, grad_enabled)
         index = args[1].key if base == "getitem" and isinstance(args[1], _Index) else None
-        if first is not None and grad_enabled and _meta.view_of_leaf(entry, first, index):
-            facts["view_of_leaf"] = True
+        if first is not None and grad_enabled:
+            _meta.grad_view(entry, first, index, facts)
         elif first is not None and not grad_enabled and base in _layout.VIEWS:
             _meta.no_grad_view(entry, first, index, facts)
         if key is not None:
             _decide(key, facts)
+    if storage is not None and base in _meta.MAY_COPY and _meta.copies(base, first, facts):
+        storage = None  # (a copy: memory of its own)
     out = Tensor._new(ctx, storage)
     op["out"] = out._name
     ctx.record(op, (out,), caller)
@@ -1029,8 +1036,6 @@ def _flattens_nothing(t, start, end) -> bool:
 
 #: ops whose tuple of results are views of their input (``_layout.pieces``); nonzero(as_tuple=True): its columns
 _PIECES = frozenset({"split", "chunk", "unbind", "tensor_split"})
-#: those whose views are the outputs of one node (tensor_split's are slices each): the node's short name
-_MULTI_VIEW_NODES = {"split": "Split", "chunk": "Split", "unbind": "Unbind"}
 
 
 def _know_pieces(base: str, first, outs: tuple, arg) -> None:
@@ -1042,17 +1047,14 @@ def _know_pieces(base: str, first, outs: tuple, arg) -> None:
     if base not in _PIECES or first is None or first._shape is None:
         return
     got = _layout.pieces(base, tuple(first._shape), _layout.of(first), arg, len(outs))
-    # outputs of one node (split's, unbind's) that require grad: torch refuses to modify them in place
-    node = _MULTI_VIEW_NODES.get(base) if is_grad_enabled() and _meta.peek(first, "requires_grad") is True else None
-    if node == "Split" and isinstance(arg("split_size_or_sections"), (list, tuple)):
-        node = "SplitWithSizes"
-    for i, (out, (shape, layout)) in enumerate(zip(outs, got or ())):
-        facts = {"shape": shape, "layout": layout}
+    for i, out in enumerate(outs):
+        facts = _meta.piece_facts(base, first, i, arg)  # (its autograd facts, where its layout is not known too)
+        if got:
+            facts.update(shape=got[i][0], layout=got[i][1])
         if first._dtype is not None:
             facts["dtype"] = first._dtype
-        if node is not None:
-            facts["multi_view"] = (i, node)
-        out._know_facts(facts)
+        if facts:
+            out._know_facts(facts)
 
 
 class _Capture(threading.local):

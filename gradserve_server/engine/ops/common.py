@@ -294,6 +294,8 @@ def row_major(a: np.ndarray) -> np.ndarray:
 #: raises it in that order too)
 DIM_FIRST = ("dim_range(self,dim) | IndexError: Dimension out of range (expected to be in range of [{low}, {high}], "
              "but got {dim})")
+#: an op that takes a dimension of a tensor that has none (mv's matrix, unbind's input)
+NO_DIMENSIONS = "min_dims(self)=1 | IndexError: Dimension specified as 0 but tensor has no dimensions"
 #: indexing's refusals from the index's metadata (getitem's and setitem's, which indexes through getitem)
 INDEX_CHECKS = ("zero_dim_index(self,index)=zero | IndexError: invalid index of a 0-dim tensor. Use `tensor.item()` "
                 "in Python or `tensor.item<T>()` in C++ to convert a 0-dim tensor to a number",
@@ -304,7 +306,9 @@ INDEX_CHECKS = ("zero_dim_index(self,index)=zero | IndexError: invalid index of 
                 "index_bounds(self,index) | IndexError: index {index} is out of bounds for dimension {dim} with size "
                 "{size}",
                 "index_tensor_dtypes(index) | IndexError: tensors used as indices must be long, int, byte or bool "
-                "tensors")
+                "tensors",
+                "index_masks(self,index) | IndexError: The shape of the mask {mask} at index {i} does not match the "
+                "shape of the indexed tensor {shape} at index {dim}")
 #: the largest x whose exp is finite, less a margin, by item size (float32, float64)
 EXP_FINITE = {4: 88.0, 8: 709.0}
 #: a kernel of several steps writes them over its first fresh array from this size on (a new array of this size

@@ -1191,12 +1191,13 @@ def selu(self):
 
 
 @op("celu", promotion='same | integral: NotImplementedError: "elu_cpu" not implemented for \'{dtype}\'',
+    checks=("not_zero(alpha) | RuntimeError: ZeroDivisionError: alpha cannot be 0 for CELU",),
     exports=("torch.nn.functional.celu",),
     tensors=("self",), method=False, plannable=True)
 def celu(self, alpha=1.0):
     """torch.celu(input, alpha=1.0): elu with input scale 1/alpha."""
     if alpha == 0:
-        raise TorchRuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU", code="invalid_argument")
+        raise broken_check("celu", alpha=alpha)
     self, out = _elu(self, alpha, 1, 1.0 / alpha)
     return record(P.CeluBackward0, out, (self,), {"alpha": alpha, "self": self})
 
@@ -1215,7 +1216,7 @@ def selu_on_result(self):
 def celu_on_result(self, alpha=1.0):
     """celu as its in-place form (``celu_``) records it: CeluBackward1 saves the result."""
     if alpha == 0:
-        raise TorchRuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU", code="invalid_argument")
+        raise broken_check("celu", alpha=alpha)
     self, out = _elu(self, alpha, 1, 1.0 / alpha)
     return record(P.CeluBackward1, out, (self,), {"alpha": alpha, "result": "result"})
 

@@ -17,7 +17,7 @@ from ..grad_mode import check_numel, no_grad
 from ..kernel import astype, direct, kcall
 from ..registry import P, broken_check, jvp, op, record, vjp
 from ..tensor import Tensor
-from .common import broadcast_shapes, require_tensor, wrap_dim
+from .common import NO_DIMENSIONS, broadcast_shapes, require_tensor, wrap_dim
 from .elementwise import add_t, mul, mul_number, scale_t
 from .shape import _squeeze_dim, _unsafe_view, contiguous, expand, reshape, squeeze, t, transpose, unsqueeze
 
@@ -232,7 +232,8 @@ batching(P.BmmBackward0, vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
 
 
 @op("mv", tensors=("self", "vec"), plannable=True,
-    checks=("ranks(self,vec)=2,1 | RuntimeError: vector + matrix @ vector expected, got 1, {a}, {b}",
+    checks=(NO_DIMENSIONS,
+            "ranks(self,vec)=2,1 | RuntimeError: vector + matrix @ vector expected, got 1, {a}, {b}",
             "matmul_dtype(self,vec)=mv | RuntimeError: addmv input tensors must have the same dtype, but got {b}, {a}, "
             "and {b}",
             "bool_product(self,vec)=mv | NotImplementedError: \"addmv_impl_cpu\" not implemented for 'Bool'"))
@@ -536,11 +537,11 @@ def _prod(shape) -> int:
             "{a} and {b}",
             "matmul_dtype(self,other)=mv | RuntimeError: addmv input tensors must have the same dtype, but got {b}, "
             "{a}, and {b}",
+            "bool_product(self,other)=batched | NotImplementedError: \"bmm\" not implemented for 'Bool'",  # (first)
             "matmul_dtype(self,other)=batched | RuntimeError: expected scalar type {a} but found {b}",
             "bool_product(self,other)=dot | NotImplementedError: \"dot\" not implemented for 'Bool'",
             "bool_product(self,other)=mv | NotImplementedError: \"addmv_impl_cpu\" not implemented for 'Bool'",
-            "bool_product(self,other)=mm | NotImplementedError: \"addmm_impl_cpu_\" not implemented for 'Bool'",
-            "bool_product(self,other)=batched | NotImplementedError: \"bmm\" not implemented for 'Bool'"),
+            "bool_product(self,other)=mm | NotImplementedError: \"addmm_impl_cpu_\" not implemented for 'Bool'"),
     exports=("torch.linalg.matmul",),
     tensors=("self", "other"), aliases=("__matmul__",),
     grad_fns=(P.MmBackward0, P.DotBackward0, P.MvBackward0, P.SqueezeBackward4, P.UnsafeViewBackward0,

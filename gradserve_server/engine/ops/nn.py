@@ -204,6 +204,8 @@ batching(P.LogSoftmaxBackward0, **shifted(sizes=(), dims=("dim",)))
             "{b}",
             "linear_shapes(input,weight) | RuntimeError: mat1 and mat2 shapes cannot be multiplied ({rows}x{k} and "
             "{wk}x{out})",
+            "linear_shapes(input,weight)=batched | RuntimeError: Expected size for first two dimensions of batch2 "
+            "tensor to be: [{batch}, {k}] but got: [{batch}, {got}].",
             "matmul_dtype(input,weight)=linear | RuntimeError: expected m1 and m2 to have the same dtype, but got: "
             "{a} != {b}",
             # (a 1-d weight: input @ weight, a dot or an mv)
@@ -211,6 +213,9 @@ batching(P.LogSoftmaxBackward0, **shifted(sizes=(), dims=("dim",)))
             "{a} and {b}",
             "matmul_dtype(input,weight)=mv | RuntimeError: addmv input tensors must have the same dtype, but got {b}, "
             "{a}, and {b}",
+            # (an input of 3 or more dimensions that matmul does not fold: bmm's, whose kernel is chosen first)
+            "bool_product(input,weight)=linear_batched | NotImplementedError: \"bmm\" not implemented for 'Bool'",
+            "matmul_dtype(input,weight)=linear_batched | RuntimeError: expected scalar type {a} but found {b}",
             "bool_product(input,weight)=linear | NotImplementedError: \"addmm_impl_cpu_\" not implemented for 'Bool'",
             "bool_product(input,weight)=dot | NotImplementedError: \"dot\" not implemented for 'Bool'",
             "bool_product(input,weight)=mv | NotImplementedError: \"addmv_impl_cpu\" not implemented for 'Bool'"),
@@ -595,9 +600,8 @@ def _nll_check(input: Tensor, target: Tensor, weight: Tensor | None) -> None:
     nd = input.data.ndim
     if nd < 1:
         raise TorchValueError(f"Expected 1 or more dimensions (got {nd})", code="shape_mismatch")
-    if nd != 1 and input.shape[0] != (target.shape[0] if target.data.ndim else None):
-        raise TorchValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
-                              f"({target.shape[0] if target.data.ndim else 1}).", code="shape_mismatch")
+    if nd != 1 and input.shape[0] != (target.shape[0] if target.data.ndim else 0):
+        raise broken_check("nll_loss", input=input, target=target)
     check_no_requires_grad(weight, "weight", "nll_loss_forward")  # nll_loss_nd's checks came first
     if nd == 4:  # nll_loss2d
         if target.data.ndim != 3:
@@ -612,16 +616,15 @@ def _nll_check(input: Tensor, target: Tensor, weight: Tensor | None) -> None:
                              f"{_dims_list(target.shape)}")
     elif target.data.ndim > 1:
         raise ShapeError("0D or 1D target tensor expected, multi-target not supported")
+    if target.data.dtype != np.int64 and target.data.dtype != np.uint8:
+        raise TorchRuntimeError(f"expected target dtype to be Long or Byte, but got "
+                                f"{D.SCALAR_TYPE_NAMES[target.dtype]}", code="invalid_dtype")
     if nd == 1 and target.data.ndim == 1 and target.shape[0] != 1:
-        raise ShapeError(f"size mismatch (got input: {_dims_list(input.shape)}, target: "
-                         f"{_dims_list(target.shape)})")
+        raise broken_check("nll_loss", input=input, target=target)
     n_classes = input.shape[1] if nd > 1 else input.shape[0]
     if weight is not None and (weight.data.ndim != 1 or weight.numel() != n_classes):
         raise ShapeError(f"weight tensor should be defined either for all {n_classes} classes or no classes but "
                          f"got weight tensor of shape: {_dims_list(weight.shape)}")
-    if target.data.dtype != np.int64 and target.data.dtype != np.uint8:
-        raise TorchRuntimeError(f"expected target dtype to be Long or Byte, but got "
-                                f"{D.SCALAR_TYPE_NAMES[target.dtype]}", code="invalid_dtype")
     if input.data.dtype.kind not in "fV":
         raise TorchRuntimeError(f"\"nll_loss_out_frame\" not implemented for '{D.SCALAR_TYPE_NAMES[input.dtype]}'",
                                 code="invalid_dtype", exception="NotImplementedError")
@@ -642,6 +645,11 @@ def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, 
     return np.where(valid, w[safe], dtype.type(0)).astype(dtype, copy=False), safe, valid
 
 
+#: nll_loss's (and so cross_entropy's) check of a 1-d input's target
+CLASS_DIM_VECTOR = ("class_dim(input,target)=vector | ValueError: For 1D input, 1D target must have size 1, but got "
+                    "target size: {size}")
+
+
 @op("nll_loss", checks=(
     "batch_sizes(input,target) | ValueError: Expected input batch_size ({a}) to match target batch_size ({b}).",
     "spatial_target(input,target)=size | RuntimeError: Expected target size {want}, got {got}",
@@ -650,6 +658,7 @@ def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, 
     "spatial_target(input,target)=size4 | RuntimeError: size mismatch (got input: {input} , target: {target}",
     "multi_target(input,target) | RuntimeError: 0D or 1D target tensor expected, multi-target not supported",
     "dtype(target)=int64,uint8 | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}",
+    CLASS_DIM_VECTOR,
     'dtype(input)=floating | NotImplementedError: "nll_loss_out_frame" not implemented for \'{dtype}\''),
     message_name="nll_loss_nd",
     tensors=("input", "target", "weight"), method=False, plannable=True)
@@ -838,6 +847,12 @@ def _(ctx, self_t):
 @op("cross_entropy", checks=(
     "probability_target(input,target) | RuntimeError: Expected floating point type for target with class "
     "probabilities, got {dtype}",
+    "probability_ignore(input,target,ignore_index) | RuntimeError: ignore_index is not supported for floating point "
+    "target",
+    "class_dim(input,target)=probabilities | IndexError: Dimension specified as 1 but tensor has no "
+    "dimensions",
+    "class_dim(input,target)=scalar | IndexError: Dimension out of range (expected to be in range of [-1, 0], but got "
+    "1)",
     # (log_softmax over the class dimension: 0 of a (C,) input, 1 of (N, C, ...), the last of two)
     'dtype_lastdim(input,0)=floating | NotImplementedError: "log_softmax_lastdim_kernel_impl" not implemented for '
     "'{dtype}'",
@@ -851,7 +866,8 @@ def _(ctx, self_t):
     "spatial_target(input,target)=size4 | RuntimeError: size mismatch (got input: {input} , target: {target}",
     "multi_target(input,target)=probabilities | RuntimeError: 0D or 1D target tensor expected, multi-target not "
     "supported",
-    "class_target(input,target) | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}"),
+    "class_target(input,target) | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}",
+    CLASS_DIM_VECTOR),
     message_name="cross_entropy_loss",
     tensors=("input", "target", "weight"), method=False,
     grad_fns=(P.NllLossBackward0, P.DivBackward1, P.SumBackward0, P.NegBackward0, P.SumBackward1, P.AddBackward0),
@@ -871,9 +887,8 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     if input.shape == target.shape:
         if target.data.dtype.kind not in "fV":
             raise broken_check("cross_entropy", input=input, target=target)
-        if ignore_index >= 0:
-            raise TorchRuntimeError("ignore_index is not supported for floating point target",
-                                    code="invalid_argument")
+        if ignore_index >= 0 or input.data.ndim == 0:  # (a 0-d input: its class dimension, 1, is not there)
+            raise broken_check("cross_entropy", input=input, target=target, ignore_index=ignore_index)
         return _cross_entropy_probs(input, target, weight, red, label_smoothing, class_dim)
     if input.data.ndim < 1:  # torch takes the class dim 1 of a 0-d input
         raise dim_out_of_range(1, 0)

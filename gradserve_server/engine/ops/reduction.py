@@ -16,7 +16,7 @@ from ..grad_mode import emit_warning
 from ..kernel import kcall
 from ..registry import OPS, F, P, broken_check, jvp, op, record, vjp, weighted_tangent
 from ..tensor import Tensor
-from .common import NOT_GIVEN, NP, float_dtype, require_tensor, row_major, wrap_dim, wrap_dims
+from .common import DIM_FIRST, NOT_GIVEN, NP, float_dtype, require_tensor, row_major, wrap_dim, wrap_dims
 from .elementwise import abs as abs_
 from .elementwise import div_number, eq, exp, masked_fill, sign
 from .shape import expand, expand_to, reshape, unsqueeze
@@ -503,12 +503,19 @@ vjp("AminBackward0", inputs=("self",), saves=("dim", "keepdim", "result", "self"
 jvp(P.AminBackward0)(_reduce_jvp)
 
 
+def _arg_checks(name: str) -> tuple:
+    """argmax's and argmin's refusals of a dim out of range, of an empty input: without a dim, or along an empty
+    dim."""
+    return (DIM_FIRST, f"nonempty(self) unless dim | IndexError: {name}(): Expected reduction dim to be specified for "
+            "input.numel() == 0.",
+            f"nonempty_dim(self,dim) | IndexError: {name}(): Expected reduction dim {{dim}} to have non-zero size.")
+
+
 def _arg(self, dim, keepdim, is_max):
     self = require_tensor(self)
     fn = np.argmax if is_max else np.argmin
-    if self.data.size == 0:
-        raise TorchIndexError(f"{'argmax' if is_max else 'argmin'}(): Expected reduction dim to be specified for "
-                              f"input.numel() == 0.", code="empty_reduction")
+    if self.data.size == 0 and (dim is None or not self.data.shape[wrap_dim(dim, self.data.ndim)]):
+        raise broken_check("argmax" if is_max else "argmin", self=self, dim=dim)
     if dim is None:
         out = np.asarray(fn(self.data), dtype=np.int64)
         if keepdim:
@@ -519,7 +526,8 @@ def _arg(self, dim, keepdim, is_max):
 
 
 @op("argmax", promotion="int64 | bool: RuntimeError: argmax(): does not support bool input",
-    checks=("dtype(self)=!bool | RuntimeError: argmax(): does not support bool input",),  # (before the dim's range)
+    checks=("dtype(self)=!bool | RuntimeError: argmax(): does not support bool input",  # (before the dim's range)
+            *_arg_checks("argmax")),
     param_types={"dim": "int", "keepdim": "bool"},
     tensors=("self",), differentiable=False)
 def argmax(self, dim=None, keepdim=False):
@@ -531,7 +539,8 @@ def argmax(self, dim=None, keepdim=False):
 
 
 @op("argmin", promotion="int64 | bool: RuntimeError: argmin(): does not support bool input",
-    checks=("dtype(self)=!bool | RuntimeError: argmin(): does not support bool input",),  # (before the dim's range)
+    checks=("dtype(self)=!bool | RuntimeError: argmin(): does not support bool input",  # (before the dim's range)
+            *_arg_checks("argmin")),
     param_types={"dim": "int", "keepdim": "bool"},
     tensors=("self",), differentiable=False)
 def argmin(self, dim=None, keepdim=False):

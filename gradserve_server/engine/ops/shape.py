@@ -30,6 +30,7 @@ from ..views import as_view
 from .common import (
     DIM_FIRST,
     INDEX_CHECKS,
+    NO_DIMENSIONS,
     NOT_GIVEN,
     NP,
     require_tensor,
@@ -1070,6 +1071,7 @@ def chunk(self, chunks, dim=0):
 
 
 @op("unbind",
+    checks=(DIM_FIRST, NO_DIMENSIONS),
     param_types={"dim": "int"}, variable_outputs=True,
     tensors=("self",))
 def unbind(self, dim=0):
@@ -1077,7 +1079,7 @@ def unbind(self, dim=0):
     self = require_tensor(self)
     d = wrap_dim(dim, self.data.ndim)
     if self.data.ndim == 0:
-        raise TorchIndexError("Dimension specified as 0 but tensor has no dimensions", code="dim_out_of_range")
+        raise broken_check("unbind", self=self, dim=dim)
     # basic indexing: real views of self's buffer (np.take would copy)
     arrs = tuple(self.data[(slice(None),) * d + (i, Ellipsis)] for i in range(self.data.shape[d]))
     outs = record(P.UnbindBackward0, arrs, (self,), {"dim": d})
@@ -1353,10 +1355,9 @@ def _getitem(self, index, alias: bool):
         elif _is_advanced(it):
             arr = it.data if isinstance(it, Tensor) else np.asarray(it)
             if arr.dtype == np.bool_:
-                if arr.shape != out.data.shape[d:d + arr.ndim]:
-                    raise TorchIndexError(f"The shape of the mask {list(arr.shape)} at index 0 does not match the "
-                                          f"shape of the indexed tensor {list(out.data.shape)} at index {d}",
-                                          code="invalid_index")
+                if arr.shape != out.data.shape[d:d + arr.ndim]:  # (the checks read a mask array as a list)
+                    raise broken_check("getitem", self=self, index=tuple(
+                        k.tolist() if isinstance(k, np.ndarray) else k for k in _plain_index(given)))
                 advanced.append((d, arr))  # torch saves the mask itself (_saved_indices: bool)
                 d += max(arr.ndim, 1)
             else:
@@ -1373,8 +1374,10 @@ def _getitem(self, index, alias: bool):
                     first = declared_failure("getitem", self=self, index=_plain_index(given))
                     if first is not None:
                         raise first
-                    bad = int(arr.max()) if arr.max() >= n else int(arr.min())
-                    raise TorchIndexError(f"index {bad} is out of bounds for dimension {d} with size {n}",
+                    flat = arr.ravel(order="K")  # (torch's kernel meets the first bad one in the index's memory order)
+                    bad = int(flat[(flat >= n) | (flat < -n)][0])
+                    raise TorchIndexError(f"index {bad} is out of bounds for dimension {d} with size {n}" if n else
+                                          "index is out of bounds for dimension with size 0",  # (torch's words)
                                           code="index_out_of_range")
                 advanced.append((d, arr.astype(np.int64)))
                 d += 1
@@ -1509,7 +1512,9 @@ def _(ctx, values_t):
 
 
 @op("index_select",
-    checks=(DIM_FIRST,
+    checks=(DIM_FIRST, "max_dims(index)=1 | IndexError: index_select(): Index is supposed to be a vector",
+            "scalar_index(self,index) | RuntimeError: index_select(): Index to scalar can have only 1 value, got {n} "
+            "value(s)",
             "dtype(index)=int64,int32 | RuntimeError: index_select(): Expected dtype int32 or int64 for index"),
     param_types={"dim": "int"}, storage="new",
     tensors=("self", "index"))
@@ -1517,16 +1522,13 @@ def index_select(self, dim, index):
     """torch.index_select(input, dim, index)."""
     self = require_tensor(self)
     index = require_tensor(index, "index", "index_select")
-    if index.data.dtype != np.int64 and index.data.dtype != np.int32:
+    if index.data.dtype != np.int64 and index.data.dtype != np.int32 or index.data.ndim > 1:
         raise broken_check("index_select", self=self, dim=dim, index=index)
-    if index.data.ndim > 1:
-        raise TorchIndexError("index_select(): Index is supposed to be a vector", code="invalid_index")
     d = wrap_dim(dim, self.data.ndim)
     n = self.data.shape[d] if self.data.ndim else 1
     ix = index.data.reshape(-1)
     if self.data.ndim == 0 and ix.size != 1:
-        raise TorchRuntimeError(f"index_select(): Index to scalar can have only 1 value, got {ix.size} value(s)",
-                                code="invalid_index")
+        raise broken_check("index_select", self=self, dim=dim, index=index)
     bad = ix[(ix < 0) | (ix >= n)]  # (torch's CPU kernel takes no negative index)
     if bad.size:
         if d == 1 and self.data.ndim > 1:  # (its kernel for dim 1 says it its own way)
