@@ -422,7 +422,8 @@ VIEWS = {"t": _t, "transpose": _transpose, "permute": _permute, "movedim": _move
          "expand_as": _expand, "broadcast_to": _expand, "unsqueeze": _unsqueeze, "squeeze": _squeeze,
          "narrow": _narrow, "select": _select, "diagonal": _diagonal, "linalg.diagonal": _diagonal,
          "getitem": _getitem, "view": _viewed, "view_as": _viewed, "unflatten": _viewed, "reshape": _reshaped,
-         "reshape_as": _reshaped, "flatten": _flattened, "contiguous": _contiguous, "detach": _same}
+         "reshape_as": _reshaped, "flatten": _flattened, "contiguous": _contiguous, "detach": _same,
+         "variable_data": _same}
 NEEDS_SHAPE = frozenset({"view", "view_as", "unflatten", "reshape", "reshape_as", "flatten"})
 #: copies that keep their input's layout (preserve_format)
 PRESERVING = frozenset({"clone", "to", "float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte",

@@ -790,7 +790,8 @@ def is_view(entry: dict | None, base, index, facts: dict) -> bool | None:
         return basic_index(index)
     if name in RESHAPES:
         return None if L.of(base) is None or facts.get("shape") is None else not copies(name, base, facts)
-    return entry.get("storage") == "view" or name in L.VIEWS and name not in MAY_COPY and name != "detach"
+    return entry.get("storage") == "view" or name in L.VIEWS and name not in MAY_COPY and \
+        name not in ("detach", "variable_data")
 
 
 def grad_view(entry: dict, base, index, facts: dict) -> None:

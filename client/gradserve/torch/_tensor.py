@@ -469,9 +469,10 @@ class Tensor:
 
     @property
     def data(self) -> Tensor:
-        """``x.data``: a detached alias (shares the values, no history)."""
+        """``x.data``: a detached alias (shares the values, no history) with a version counter of its own (torch's
+        ``variable_data``: a change through it is invisible to autograd, where ``detach()`` shares the counter)."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        return self.detach()
+        return call_op("variable_data", (self,), {}, method=True)
 
     @data.setter
     def data(self, value: Tensor) -> None:
@@ -821,7 +822,7 @@ class _OpFacts:
         # short way): not in place, not a creation or a view, one result, no Python value, no argument changed
         self.plain = not (self.inplace or self.creation or self.shape_op or self.tuple_maybe or
                           self.rtype is not None or self.python_result or self.changes_argument or
-                          self.base in ("detach", "contiguous", "flatten", "getitem"))
+                          self.base in ("detach", "variable_data", "contiguous", "flatten", "getitem"))
         self.quick = self.plain and not self.sizes  # (and called without keywords: ``call_op``'s shortest way)
         self.quick_inplace = self.inplace and not self.sizes and self.base != "setitem"  # (its in-place one)
 
@@ -938,7 +939,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
     shares = of.shape_op and first is not None and not (
         base == "getitem" and not _meta.basic_index(args[1].key))  # (an advanced index copies)
     storage = first._storage if shares else None
-    if base == "detach" and storage is not None:  # (its values are first's, its autograd facts its own)
+    if base in _DETACHES and storage is not None:  # (its values are first's, its autograd facts its own)
         storage = Storage(storage.is_grad, storage.memory)
     if of.tuple_maybe and _catalog.returns_tuple(entry, args, kwargs):
         op["out"] = ctx.fresh_name()
@@ -980,9 +981,9 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
         elif dtype is None and _DEFAULT[0] != DEFAULT_FLOAT and facts.get("dtype") == _DEFAULT[0]:
             op.setdefault("kwargs", {})["dtype"] = facts["dtype"]  # (torch's default dtype, not the server's)
         literal = _literal(arg("data"), facts) if base == "tensor" else None
-    elif base != "detach" and decided is not None:
+    elif base not in _DETACHES and decided is not None:
         facts = _decided_facts(decided, tensors)
-    elif base != "detach":
+    elif base not in _DETACHES:
         facts = _meta.result(entry, tensors, arg, grad_enabled)
         index = args[1].key if base == "getitem" and isinstance(args[1], _Index) else None
         if first is not None and grad_enabled:
@@ -1003,7 +1004,7 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
             target = _catalog.argument(base, changed, args, kwargs)
             if isinstance(target, Tensor) and _catalog.argument(base, given, args, kwargs) not in (None, False):
                 target._mutated()
-    if base == "detach":
+    if base in _DETACHES:
         out._know(is_leaf=True, requires_grad=False, grad_fn=None)
         out._shape, out._dtype, out._layout = first._shape, first._dtype, first._layout
         out._known_grad = (ctx.grad_epoch, None)
@@ -1152,6 +1153,9 @@ def _argument(base: str, param: str, args: tuple, kwargs: dict, default=None):
 
 
 _Deferred = _layout.Deferred
+
+#: the detached aliases: ``x.detach()`` (sharing the version counter on the server) and ``x.data`` (not)
+_DETACHES = ("detach", "variable_data")
 
 #: (shape, strides) -> dense (``_layout.dense``): a leaf's gradient handle is made after every backward
 _DENSE: dict[tuple, bool] = {}

@@ -189,6 +189,15 @@ def detach(self):
     return Tensor(self.data, vc=self._vc)
 
 
+@op("variable_data", tensors=("self",), differentiable=False, plannable=True, method_only=True)
+def variable_data(self):
+    """Tensor.data: a new leaf sharing self's storage but not its version counter (torch's ``variable_data``):
+    an in-place change through it is invisible to autograd (``w.data.mul_(2)`` between a forward that saved ``w``
+    and its backward is not refused, and ``w._version`` stays)."""
+    self = require_tensor(self)
+    return Tensor(self.data)
+
+
 # ----- reshape family ----------------------------------------------------------------------------------
 
 
