@@ -33,6 +33,7 @@ import weakref
 
 from gradserve.errors import ProblemError, SessionLostError, is_ours, torch_error, user_traceback
 from gradserve.http import Client
+from gradserve.torch._meta import _tensor_class
 
 _PACKAGE = __name__.split(".")[0] + "."
 log = logging.getLogger("gradserve")
@@ -657,19 +658,6 @@ class Context:
             except Exception:  # noqa: BLE001 - best effort (at exit, the server may be gone)
                 pass
         self.client.close()
-
-
-def _tensor_class() -> type:
-    """``gradserve.torch._tensor.Tensor`` (imported at the first request: that module imports this one)."""
-    global _TENSOR
-    if _TENSOR is None:
-        from gradserve.torch._tensor import Tensor
-
-        _TENSOR = Tensor
-    return _TENSOR
-
-
-_TENSOR: type | None = None
 
 
 def _changes_its_arguments(name: str) -> bool:

@@ -759,6 +759,9 @@ def view_of_leaf(entry: dict | None, base, index=None, facts: dict | None = None
     return peek(base, "is_leaf") is True or peek(base, "view_of_leaf") is True
 
 
+#: the detached aliases: ``x.detach()`` (sharing the version counter on the server) and ``x.data`` (not): values
+#: shared, autograd facts their own
+DETACHES = frozenset({"detach", "variable_data"})
 #: view ops whose result is a view where its input's layout allows one (else a copy)
 RESHAPES = frozenset({"reshape", "reshape_as", "flatten"})
 #: ops of the client's shape family whose result may be a copy of their input: reshapes, conversions (to another
@@ -790,8 +793,7 @@ def is_view(entry: dict | None, base, index, facts: dict) -> bool | None:
         return basic_index(index)
     if name in RESHAPES:
         return None if L.of(base) is None or facts.get("shape") is None else not copies(name, base, facts)
-    return entry.get("storage") == "view" or name in L.VIEWS and name not in MAY_COPY and \
-        name not in ("detach", "variable_data")
+    return entry.get("storage") == "view" or name in L.VIEWS and name not in MAY_COPY and name not in DETACHES
 
 
 def grad_view(entry: dict, base, index, facts: dict) -> None:
@@ -1224,13 +1226,14 @@ def _check_overlap(entry: dict, target, others: list, after_autograd: bool = Fal
     __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
     shape = peek(target, "shape")
     layout = L.of(target) if _broadcasts_in_place(entry["name"]) and shape is not UNKNOWN else None
-    if layout is not None and (any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0])) or any(
-            _partly_overlap(target, shape, layout, t) for t in others)):
+    if layout is None:
+        return
+    internal = any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0]))
+    if internal or any(_partly_overlap(target, shape, layout, t) for t in others):
         # (under grad mode torch's leaf checks come first: decided here where the tensor does not require grad)
         if after_autograd or not is_grad_enabled() or (
                 target.requires_grad if peek(target, "requires_grad") is UNKNOWN else peek(target, "requires_grad")) \
                 is False:
-            internal = any(n > 1 and stride == 0 for n, stride in zip(shape, layout[0]))
             raise error("RuntimeError", INTERNAL_OVERLAP if internal else PARTIAL_OVERLAP)
 
 

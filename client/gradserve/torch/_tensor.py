@@ -822,7 +822,7 @@ class _OpFacts:
         # short way): not in place, not a creation or a view, one result, no Python value, no argument changed
         self.plain = not (self.inplace or self.creation or self.shape_op or self.tuple_maybe or
                           self.rtype is not None or self.python_result or self.changes_argument or
-                          self.base in ("detach", "variable_data", "contiguous", "flatten", "getitem"))
+                          self.base in _meta.DETACHES or self.base in ("contiguous", "flatten", "getitem"))
         self.quick = self.plain and not self.sizes  # (and called without keywords: ``call_op``'s shortest way)
         self.quick_inplace = self.inplace and not self.sizes and self.base != "setitem"  # (its in-place one)
 
@@ -1154,8 +1154,7 @@ def _argument(base: str, param: str, args: tuple, kwargs: dict, default=None):
 
 _Deferred = _layout.Deferred
 
-#: the detached aliases: ``x.detach()`` (sharing the version counter on the server) and ``x.data`` (not)
-_DETACHES = ("detach", "variable_data")
+_DETACHES = _meta.DETACHES
 
 #: (shape, strides) -> dense (``_layout.dense``): a leaf's gradient handle is made after every backward
 _DENSE: dict[tuple, bool] = {}

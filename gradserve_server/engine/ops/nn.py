@@ -645,17 +645,21 @@ def _nll_weights(n_classes: int, target: np.ndarray, weight: np.ndarray | None, 
     return np.where(valid, w[safe], dtype.type(0)).astype(dtype, copy=False), safe, valid
 
 
+#: nll_loss's (and so cross_entropy's) checks of a class-index target's shape against its input's
+TARGET_SHAPES = (
+    "batch_sizes(input,target) | ValueError: Expected input batch_size ({a}) to match target batch_size ({b}).",
+    "spatial_target(input,target)=size | RuntimeError: Expected target size {want}, got {got}",
+    "spatial_target(input,target)=rank4 | RuntimeError: only batches of spatial targets supported (3D tensors) but "
+    "got targets of dimension: {dims}",
+    "spatial_target(input,target)=size4 | RuntimeError: size mismatch (got input: {input} , target: {target}",
+)
 #: nll_loss's (and so cross_entropy's) check of a 1-d input's target
 CLASS_DIM_VECTOR = ("class_dim(input,target)=vector | ValueError: For 1D input, 1D target must have size 1, but got "
                     "target size: {size}")
 
 
 @op("nll_loss", checks=(
-    "batch_sizes(input,target) | ValueError: Expected input batch_size ({a}) to match target batch_size ({b}).",
-    "spatial_target(input,target)=size | RuntimeError: Expected target size {want}, got {got}",
-    "spatial_target(input,target)=rank4 | RuntimeError: only batches of spatial targets supported (3D tensors) but "
-    "got targets of dimension: {dims}",
-    "spatial_target(input,target)=size4 | RuntimeError: size mismatch (got input: {input} , target: {target}",
+    *TARGET_SHAPES,
     "multi_target(input,target) | RuntimeError: 0D or 1D target tensor expected, multi-target not supported",
     "dtype(target)=int64,uint8 | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}",
     CLASS_DIM_VECTOR,
@@ -859,11 +863,7 @@ def _(ctx, self_t):
     'dtype_lastdim(input,1)=floating | NotImplementedError: "log_softmax_lastdim_kernel_impl" not implemented for '
     "'{dtype}'",
     'dtype_innerdim(input,1)=floating | NotImplementedError: "log_softmax_kernel_impl" not implemented for \'{dtype}\'',
-    "batch_sizes(input,target) | ValueError: Expected input batch_size ({a}) to match target batch_size ({b}).",
-    "spatial_target(input,target)=size | RuntimeError: Expected target size {want}, got {got}",
-    "spatial_target(input,target)=rank4 | RuntimeError: only batches of spatial targets supported (3D tensors) but "
-    "got targets of dimension: {dims}",
-    "spatial_target(input,target)=size4 | RuntimeError: size mismatch (got input: {input} , target: {target}",
+    *TARGET_SHAPES,
     "multi_target(input,target)=probabilities | RuntimeError: 0D or 1D target tensor expected, multi-target not "
     "supported",
     "class_target(input,target) | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}",
