@@ -52,7 +52,10 @@ class Tensor:
         t = object.__new__(cls)
         t._ctx = ctx
         t._name = name or f"_t{next(ctx._names)}"  # (ctx.fresh_name(), inline: one call less per op)
-        t._storage = storage or Storage()
+        if storage is None:
+            storage = Storage()
+            storage.root = t._name
+        t._storage = storage
         t._shape = t._dtype = t._view = t._array = t._view_stamp = t._known_grad = t._error = t._leaf = None
         t._layout = None  # ((strides, storage offset) in elements, when the client knows them: ``_layout``)
         t._dual_tangent = None  # (ctx.failures, the tangent's view or None) read inside a dual level
@@ -449,6 +452,8 @@ class Tensor:
         ctx = self._ctx
         ctx.record({"op": "requires_grad_", "args": [self._ref(ctx), requires_grad]})
         known_leaf = self._view_stamp == self._stamp() and self._view.get("is_leaf")
+        if self._storage.root in (None, self._name):  # (a view's requires_grad follows its base's in torch: what
+            self._storage.version += 1              # the client knew of the views of this one is stale)
         on_leaf = known_leaf and self._view.get("view_of_leaf")  # (a view of a leaf stays one)
         self._view_stamp = None  # (this tensor's flags change; those of others sharing its memory do not)
         if known_leaf:
@@ -609,9 +614,13 @@ class Tensor:
 
             raise missing(f"'Tensor' object has no attribute '{name}'")
         spelling = name if name != op else None  # (an alias: x.arctan2(...) names arctan2 in its messages)
+        entry = _catalog.catalog()[op]
+        converts_to = (entry["converts_to"] or None) if entry["family"] == "shape" else None
 
         def method(self, *args, **kwargs):
             __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
+            if converts_to is not None and not args and not kwargs and _meta.peek(self, "dtype") == converts_to:
+                return self  # x.float() of a float32 tensor is x itself in torch (x.to(its dtype) too)
             return call_op(op, (self, *args), kwargs, True, spelling)
         method.__name__ = method.__qualname__ = name
         setattr(Tensor, name, method)  # made once: the next x.name() is found on the class, without __getattr__
