@@ -159,3 +159,20 @@ def test_clip_grad_and_parameter_vectors(ctx):
     assert tuple(vec.shape) == (8,)
     nn.utils.vector_to_parameters(torch.arange(8.0), lin.parameters())
     assert lin.weight.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]] and lin.bias.tolist() == [6.0, 7.0]
+
+
+@pytest.mark.parametrize(("args", "kwargs", "message"), [
+    ((), {}, "Threshold.__init__() missing 2 required positional arguments: 'threshold' and 'value'"),
+    ((0.1,), {}, "Threshold.__init__() missing 1 required positional argument: 'value'"),
+    ((0.1, 2.0, True, 5), {}, "Threshold.__init__() takes from 3 to 4 positional arguments but 5 were given"),
+    ((0.1, 2.0), {"bad": 1}, "Threshold.__init__() got an unexpected keyword argument 'bad'")])
+def test_a_modules_required_arguments_are_required(args, kwargs, message):
+    """torch 2.13's messages (Python's own, for ``nn.Threshold``'s signature); a module made without a server."""
+    with pytest.raises(TypeError) as caught:
+        nn.Threshold(*args, **kwargs)
+    assert str(caught.value) == message
+    assert repr(nn.Threshold(threshold=1.0, value=0.0)) == "Threshold(threshold=1.0, value=0.0)"
+    t = pytest.importorskip("torch")
+    with pytest.raises(TypeError) as theirs:
+        t.nn.Threshold(*args, **kwargs)
+    assert str(theirs.value) == message

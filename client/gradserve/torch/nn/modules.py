@@ -925,25 +925,34 @@ _NonDynamicallyQuantizableLinear = _nd_linear()
 # ----- activations and losses as modules ------------------------------------------------------------------------
 
 
+_REQUIRED = object()  # (a parameter of a module's __init__ without a default)
+
+
 def _module(name: str, fn: str, params: tuple = (), defaults: tuple = (), repr_keys: tuple | None = None,
             inplace: bool | str = False):
     """A module whose forward is ``F.<fn>(input, **its arguments)`` and whose repr lists them as torch's does.
     ``inplace``: it takes torch's ``inplace=False`` last, passes it on, and its repr says ``inplace=True`` when set
-    (``"unshown"``: torch's repr of it does not)."""
+    (``"unshown"``: torch's repr of it does not). A default of ``_REQUIRED``: the argument must be given."""
     if inplace:
         params, defaults = (*params, "inplace"), (*defaults, False)
 
     def __init__(self, *args, **kwargs):
         Module.__init__(self)
         if len(args) > len(params):
-            raise TypeError(f"{name}.__init__() takes from 1 to {len(params) + 1} positional arguments but "
-                            f"{len(args) + 1} were given")
+            least = 1 + sum(d is _REQUIRED for d in defaults)
+            takes = f"{least}" if least == len(params) + 1 else f"from {least} to {len(params) + 1}"
+            raise TypeError(f"{name}.__init__() takes {takes} positional arguments but {len(args) + 1} were given")
         values = dict(zip(params, defaults))
         values.update(zip(params, args))
         for k, v in kwargs.items():
             if k not in params:
                 raise TypeError(f"{name}.__init__() got an unexpected keyword argument '{k}'")
             values[k] = v
+        missing = [f"'{k}'" for k, v in values.items() if v is _REQUIRED]
+        if missing:
+            said = missing[0] if len(missing) == 1 else f"{', '.join(missing[:-1])} and {missing[-1]}"
+            raise TypeError(f"{name}.__init__() missing {len(missing)} required positional "
+                            f"argument{'s' if len(missing) > 1 else ''}: {said}")
         for k, v in values.items():
             setattr(self, k, v)
 
@@ -972,7 +981,7 @@ Hardsigmoid = _module("Hardsigmoid", "hardsigmoid", inplace="unshown")
 Mish = _module("Mish", "mish", inplace=True)
 SELU = _module("SELU", "selu", inplace=True)
 CELU = _module("CELU", "celu", ("alpha",), (1.0,), inplace=True)
-Threshold = _module("Threshold", "threshold", ("threshold", "value"), (None, None), inplace=True)
+Threshold = _module("Threshold", "threshold", ("threshold", "value"), (_REQUIRED, _REQUIRED), inplace=True)
 Softsign = _module("Softsign", "softsign")
 Tanhshrink = _module("Tanhshrink", "tanhshrink")
 Hardtanh = _module("Hardtanh", "hardtanh", ("min_val", "max_val"), (-1.0, 1.0), inplace=True)
