@@ -46,7 +46,7 @@ from .journal import Journal
 from .kernel import active as plan_recorder
 from .kernel import kcall, snapshot
 from .node import Node, SavedTensor
-from .registry import JVPS, OPS, OpSpec, recorded_grad_fns
+from .registry import JVPS, OPS, OpSpec, public_names, recorded_grad_fns
 from .signature import call_facts, call_form, check_call
 from .tensor import Tensor
 from .torch_args import signature_json
@@ -1347,14 +1347,17 @@ def _client_facts(spec: OpSpec | None) -> dict:
     """The declaration's facts a client needs to call an op as torch does, without asking (the catalog's
     ``exports``, ``outputs`` ...): what a torch-like client builds its namespaces and results from."""
     if spec is None:
-        return {"exports": [], "tuple_when": [], "variable_outputs": False, "returns_when": "", "python_result": "",
+        return {"functions": [], "methods": [],
+                "exports": [], "tuple_when": [], "variable_outputs": False, "returns_when": "", "python_result": "",
                 "meta_only": [],
                 "changes_argument": [], "storage": "", "converts_to": "", "dims_of": "input", "promotion": "",
                 "checks": [], "cost": "inputs", "parser": None}
     exports = [f"torch.nn.functional.{n}" for n in (spec.name, *spec.aliases)  # torch.nn.functional's families
                if spec.family in ("nn", "conv") and "." not in n and not n.startswith("__")]
     exports += [e for e in spec.exports if e not in exports]
-    return {"exports": exports, "tuple_when": list(spec.tuple_when), "variable_outputs": spec.variable_outputs,
+    functions, methods = public_names(spec)
+    return {"functions": functions, "methods": methods,
+            "exports": exports, "tuple_when": list(spec.tuple_when), "variable_outputs": spec.variable_outputs,
             "returns_when": spec.returns_when, "python_result": spec.python_result,
             "meta_only": list(spec.meta_only),
             "changes_argument": [list(pair) for pair in spec.changes_argument], "storage": spec.storage,

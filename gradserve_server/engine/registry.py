@@ -96,6 +96,10 @@ class OpSpec:
     # ----- where the op appears and what it returns (the client builds its namespaces and results from these)
     #: public names beyond torch.<name> (and Tensor.<name> when ``method``): "torch.special.expit", ...
     exports: tuple[str, ...] = ()
+    #: which of the op's names (its name and aliases) torch binds as ``torch.<name>``, and as ``Tensor.<name>``;
+    #: None: the default (``public_names``)
+    functions: tuple[str, ...] | None = None
+    methods: tuple[str, ...] | None = None
     #: arguments that make the result a tuple when true (max_pool2d's return_indices), else one tensor; ``!name``:
     #: when ``name`` is not given (torch.where(condition))
     tuple_when: tuple[str, ...] = ()
@@ -126,6 +130,19 @@ class OpSpec:
     #: scheduling: "inputs" (cost follows the inputs' sizes: may run inline), "arguments" (sizes come from
     #: arguments: creation, expand), "other"; "" the family's
     cost: str = ""
+
+
+def public_names(spec: OpSpec) -> tuple[list[str], list[str]]:
+    """(the names torch binds as ``torch.<name>``, as ``Tensor.<name>``) of the op's name and aliases: as declared
+    (``functions``, ``methods``), else every name but the program's own spellings (``__iadd__`` and its ``iadd``,
+    a dotted submodule name), as a function unless ``method_only``, an in-place op (``x.add_()``; torch's few
+    ``torch.abs_`` are declared) or one of torch.nn.functional's families, and as a method when ``method``."""
+    names = [n for n in (spec.name, *spec.aliases)
+             if not n.startswith("__") and "." not in n and (n == spec.name or f"__{n}__" not in spec.aliases)]
+    functions = spec.functions if spec.functions is not None else () if \
+        spec.method_only or spec.inplace or spec.family in ("nn", "conv") else names
+    methods = spec.methods if spec.methods is not None else names if spec.method or spec.method_only else ()
+    return [n for n in names if n in functions], [n for n in names if n in methods]
 
 
 _fw_active = _fw_level.get  # bound once: record() asks on every call (a non-None level: forward mode is on)

@@ -112,10 +112,16 @@ def test_every_catalog_op_is_a_function_and_methods_where_the_catalog_says(ctx, 
         elif "." in entry["name"]:  # a submodule's function: linalg.det is torch.linalg.det
             prefix, rest = entry["name"].split(".")
             assert callable(getattr(getattr(torch, prefix), rest)), entry["name"]
-        else:
-            assert callable(getattr(torch, entry["name"])), entry["name"]
-        if entry["method"]:
-            assert callable(getattr(torch.tensor(1.0), entry["name"])), entry["name"]
+        for name in entry["functions"]:
+            assert callable(getattr(torch, name)), name
+        for name in entry["methods"]:
+            assert callable(getattr(torch.tensor(1.0), name)), name
+        for name in (entry["name"], *entry["aliases"]):  # (the op's other names: not torch's, so not the client's)
+            dtype = isinstance(getattr(torch, name, None), torch.dtype)  # (torch.int: a dtype, not the op)
+            if "." not in name and name not in entry["functions"] and not name.startswith("__") and not dtype:
+                assert not hasattr(torch, name), name
+            if name not in entry["methods"] and not name.startswith("__"):
+                assert not hasattr(torch.tensor(1.0), name), name
     assert callable(F.mse_loss) and callable(F.relu) and callable(F.cross_entropy) and callable(F.softmax)
     assert callable(torch.linalg.vector_norm) and callable(torch.special.expm1)
     with pytest.raises(AttributeError):

@@ -77,21 +77,14 @@ def public_names(entries: dict[str, dict], namespace: str) -> dict[str, str]:
     """Public name -> op name of ``entries`` (the catalog by op name and alias) in ``namespace``; ``Tensor``:
     the Tensor methods."""
     out: dict[str, str] = {}
-    if namespace == "Tensor":
-        return {name: entry["name"] for name, entry in entries.items()
-                if entry["method"] and not name.startswith("__") and "." not in name}
+    if namespace == "Tensor":  # (the op's names torch binds as methods: ``add_``, not ``iadd``, nor ``gelu``)
+        return {name: entry["name"] for name, entry in entries.items() if name in entry["methods"]}
     for name, entry in entries.items():
-        if name.startswith("__") or entry["family"] == "autograd" and "namespaces" not in entry:
-            continue
         prefix, dot, rest = name.rpartition(".")
         if dot:  # a torch submodule's function: "linalg.det" is torch.linalg.det, "special.gammaln" ...
-            if namespace == f"torch.{prefix}":
+            if namespace == f"torch.{prefix}" and not name.startswith("__"):
                 out[rest] = entry["name"]
-            continue
-        if "namespaces" in entry:
-            if namespace in entry["namespaces"]:
-                out[name] = entry["name"]
-        elif namespace == "torch":
+        elif namespace == "torch" and name in entry["functions"]:
             out[name] = entry["name"]
     for entry in entries.values():  # the catalog's own submodule entries (linalg.norm...) come first
         for public in entry.get("exports", ()):

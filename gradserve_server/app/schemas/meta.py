@@ -28,8 +28,12 @@ class OpInfo(BaseModel):
     returns_when: str = Field(default="", description="The argument whose presence makes the result the `returns` "
                               "named tuple (`dim` for max: `max(x)` is a tensor, `max(x, 0)` values and indices); "
                               "empty: always.")
-    exports: list[str] = Field(default_factory=list, description="Public names beyond torch.<name> and "
-                               "Tensor.<name> (`torch.nn.functional.relu`, `torch.special.expit`).")
+    functions: list[str] = Field(default_factory=list, description="The op's names (its name and aliases) torch "
+                                 "binds as `torch.<name>` (`add_` is not one; `abs_` is).")
+    methods: list[str] = Field(default_factory=list, description="The op's names torch binds as `Tensor.<name>` "
+                               "(`gelu` is not one: `torch.nn.functional.gelu` only).")
+    exports: list[str] = Field(default_factory=list, description="Public names beyond `functions` and `methods` "
+                               "(`torch.nn.functional.relu`, `torch.special.expit`).")
     tuple_when: list[str] = Field(default_factory=list, description="Arguments that make the result a tuple of "
                                   "tensors when true (max_pool2d's `return_indices`); `!name`: when `name` is not "
                                   "given (`torch.where(condition)`).")

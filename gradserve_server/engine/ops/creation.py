@@ -303,19 +303,19 @@ def _like(name: str, input, value, dtype, requires_grad) -> Tensor:
     return _leaf(np.full(input.shape, value, dtype=NP[d]), requires_grad)
 
 
-@op("zeros_like", promotion="same", tensors=("input",), differentiable=False)
+@op("zeros_like", methods=(), promotion="same", tensors=("input",), differentiable=False)
 def zeros_like(input, dtype=None, requires_grad=False):
     """torch.zeros_like(input, dtype=None, requires_grad=False): a new leaf (never tracks input)."""
     return _like("zeros_like", input, 0, dtype, requires_grad)
 
 
-@op("ones_like", promotion="same", tensors=("input",), differentiable=False)
+@op("ones_like", methods=(), promotion="same", tensors=("input",), differentiable=False)
 def ones_like(input, dtype=None, requires_grad=False):
     """torch.ones_like(input, dtype=None, requires_grad=False)."""
     return _like("ones_like", input, 1, dtype, requires_grad)
 
 
-@op("full_like", promotion="same", tensors=("input",), differentiable=False)
+@op("full_like", methods=(), promotion="same", tensors=("input",), differentiable=False)
 def full_like(input, fill_value, dtype=None, requires_grad=False):
     """torch.full_like(input, fill_value, dtype=None, requires_grad=False): input's dtype unless given."""
     return _like("full_like", input, _fill_number(fill_value, "full_like"), dtype, requires_grad)

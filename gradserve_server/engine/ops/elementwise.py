@@ -174,7 +174,7 @@ def _(ctx, grad):
     return grad, (-grad if alpha == 1 else mul_number(-grad, alpha))
 
 
-@op("rsub", promotion=(
+@op("rsub", methods=(), promotion=(
     "result_type | "
     "all_bool: RuntimeError: Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
     "`logical_xor()` operator instead. | "
@@ -403,7 +403,7 @@ def _(ctx, grad):
     raise TorchRuntimeError(f"derivative for aten::{aten} is not implemented", code="not_differentiable")
 
 
-@op("rtruediv", promotion="float",
+@op("rtruediv", functions=(), promotion="float",
     parsed=False,
     tensors=("self", "other"), grad_fns=(P.MulBackward0,), aliases=("__rtruediv__",), method=False)
 def rtruediv(self, other):
@@ -490,7 +490,7 @@ def float_power(self, exponent):
     return pow(base, power)
 
 
-@op("rpow", promotion='result_type | bool: NotImplementedError: "pow" not implemented for \'Bool\'',
+@op("rpow", functions=(), promotion='result_type | bool: NotImplementedError: "pow" not implemented for \'Bool\'',
     parsed=False,
     tensors=("self", "other"), grad_fns=(P.PowBackward2,), aliases=("__rpow__",), method=False)
 def rpow(self, other):
@@ -1105,7 +1105,8 @@ def _(ctx, grad):
     return _backward.threshold_backward(grad, ctx.result, 0),
 
 
-@op("leaky_relu", promotion='same | integral: NotImplementedError: "leaky_relu_cpu" not implemented for \'{dtype}\'',
+@op("leaky_relu", functions=(), methods=(),
+    promotion='same | integral: NotImplementedError: "leaky_relu_cpu" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.leaky_relu",),
     tensors=("self",))
 def leaky_relu(self, negative_slope=0.01):
@@ -1145,7 +1146,8 @@ def _(ctx, grad):
     return where(gt(ctx.result, 0), grad, grad * ctx.negative_slope),
 
 
-@op("elu", promotion='same | integral: NotImplementedError: "elu_cpu" not implemented for \'{dtype}\'',
+@op("elu", functions=(), methods=(),
+    promotion='same | integral: NotImplementedError: "elu_cpu" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.elu",),
     tensors=("self",), plannable=True)
 def elu(self, alpha=1.0):
@@ -1296,7 +1298,8 @@ def _gelu_kernel(x, approximate):
     return out.astype(x.dtype, copy=False)
 
 
-@op("gelu", promotion='same | integral: NotImplementedError: "GeluKernelImpl" not implemented for \'{dtype}\'',
+@op("gelu", functions=(), methods=(),
+    promotion='same | integral: NotImplementedError: "GeluKernelImpl" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.gelu",),
     tensors=("self",))
 def gelu(self, approximate="none"):
@@ -1328,7 +1331,8 @@ def _(ctx, grad):
     return grad * (cdf + x * pdf),
 
 
-@op("silu", promotion='same | integral: NotImplementedError: "silu_cpu" not implemented for \'{dtype}\'',
+@op("silu", functions=(), methods=(),
+    promotion='same | integral: NotImplementedError: "silu_cpu" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.silu",),
     tensors=("self",))
 def silu(self):
@@ -1351,7 +1355,8 @@ def _hardswish(x):
     return x * np.minimum(np.maximum(x + t(3), t(0)), t(6)) / t(6)
 
 
-@op("hardswish", promotion='same | integral: NotImplementedError: "hardswish_cpu" not implemented for \'{dtype}\'',
+@op("hardswish", functions=(),
+    promotion='same | integral: NotImplementedError: "hardswish_cpu" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.hardswish",),
     tensors=("self",), method=False, plannable=True)
 def hardswish(self):
@@ -1373,7 +1378,8 @@ def _hardsigmoid(x):
     return np.minimum(np.maximum(x + t(3), t(0)), t(6)) / t(6)
 
 
-@op("hardsigmoid", promotion='same | integral: NotImplementedError: "hardsigmoid_cpu" not implemented for '
+@op("hardsigmoid", functions=(),
+    promotion='same | integral: NotImplementedError: "hardsigmoid_cpu" not implemented for '
     '\'{dtype}\'',
     exports=("torch.nn.functional.hardsigmoid",),
     tensors=("self",), method=False, plannable=True)
@@ -1401,7 +1407,7 @@ def _mish(x):
         return x * np.tanh(np.log1p(np.exp(x)))
 
 
-@op("mish", promotion='same | integral: NotImplementedError: "mish_cpu" not implemented for \'{dtype}\'',
+@op("mish", functions=(), promotion='same | integral: NotImplementedError: "mish_cpu" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.mish",),
     tensors=("self",), method=False, plannable=True)
 def mish(self):
@@ -1458,7 +1464,8 @@ def _(ctx, grad):
     return _backward.threshold_backward(grad, ctx.self, ctx.threshold),
 
 
-@op("softplus", promotion='same | integral: NotImplementedError: "softplus_cpu" not implemented for \'{dtype}\'',
+@op("softplus", functions=(), methods=(),
+    promotion='same | integral: NotImplementedError: "softplus_cpu" not implemented for \'{dtype}\'',
     exports=("torch.nn.functional.softplus",),
     tensors=("self",), plannable=True)
 def softplus(self, beta=1, threshold=20):
@@ -1490,7 +1497,7 @@ def _(ctx, grad):
     return _backward.softplus_backward(grad, ctx.self, ctx.beta, ctx.threshold),
 
 
-@op("hardtanh",
+@op("hardtanh", functions=(), methods=(),
     exports=("torch.nn.functional.hardtanh",),
     tensors=("self",))
 def hardtanh(self, min_val=-1.0, max_val=1.0):
@@ -1521,7 +1528,8 @@ def _(ctx, grad):
     return where(logical_or(le(x, ctx.min_val), ge(x, ctx.max_val)), 0.0, grad),
 
 
-@op("logsigmoid", promotion='same | integral: NotImplementedError: "log_sigmoid_cpu" not implemented for \'{dtype}\'',
+@op("logsigmoid", functions=(), methods=(),
+    promotion='same | integral: NotImplementedError: "log_sigmoid_cpu" not implemented for \'{dtype}\'',
     message_name="log_sigmoid", exports=("torch.nn.functional.logsigmoid",),
     tensors=("self",))
 def logsigmoid(self):
@@ -2367,7 +2375,8 @@ def bitwise_not(self):
     return Tensor(kcall(np.invert, self.data))
 
 
-@op("invert", tensors=("self",), differentiable=False, plannable=True, aliases=("__invert__",), method=False)
+@op("invert", functions=(),
+    tensors=("self",), differentiable=False, plannable=True, aliases=("__invert__",), method=False)
 def invert(self):
     """``~x``: bitwise_not, refusing a floating tensor with the TypeError torch's Python operator raises."""
     self = require_tensor(self)

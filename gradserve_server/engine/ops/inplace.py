@@ -348,11 +348,21 @@ def _(ctx, self_t, src_t):
 # ----- the in-place op table ------------------------------------------------------------------------------
 
 
+#: the in-place forms torch binds as functions too (``torch.abs_(x)``); the others are Tensor methods only
+_TORCH_FUNCTIONS = frozenset((
+    "abs_", "acos_", "arccos_", "arcsin_", "arctan_", "asin_", "atan_", "ceil_", "celu_", "clamp_", "clamp_max_",
+    "clamp_min_", "clip_", "cos_", "cosh_", "deg2rad_", "erf_", "exp2_", "exp_", "expm1_", "fill_", "fix_", "floor_",
+    "frac_", "log10_", "log1p_", "log2_", "log_", "logit_", "nan_to_num_", "neg_", "negative_", "rad2deg_",
+    "reciprocal_", "relu_", "round_", "rsqrt_", "selu_", "sigmoid_", "sin_", "sinc_", "sinh_", "sqrt_", "square_",
+    "tan_", "tanh_", "threshold_", "trunc_", "xlogy_", "zero_"))
+
+
 def _make(name: str, fn, grad_fns: tuple, tensors=("self",), aliases=(), doc="", overlap_check=True,
           plannable: bool | None = None, meta=None, **facts):
     """``meta``: checks before the target's overlap checks (``_apply_inplace``). ``plannable`` (and
     ``plannable_when``): default, as the out-of-place op ``name[:-1]`` is declared (the in-place op is that op on a
-    shadow, then a kernel's write)."""
+    shadow, then a kernel's write). Its names torch binds as functions: those of ``_TORCH_FUNCTIONS``."""
+    facts.setdefault("functions", tuple(n for n in (name, *aliases) if n in _TORCH_FUNCTIONS))
     if plannable is None:
         base = OPS.get(name[:-1])
         plannable = base is not None and base.plannable
@@ -392,7 +402,8 @@ add_ = _make("add_", E.add, (P.AddBackward0,), ("self", "other"), ("__iadd__", "
 sub_ = _make("sub_", E.sub, (P.SubBackward0,), ("self", "other"), ("__isub__", "isub", "subtract_"))
 mul_ = _make("mul_", E.mul, (P.MulBackward0,), ("self", "other"), ("__imul__", "imul", "multiply_"))
 div_ = _make("div_", E.div, (P.DivBackward0,), ("self", "other"),
-             ("__itruediv__", "itruediv", "idiv", "divide_", "true_divide_"))
+             ("__itruediv__", "itruediv", "idiv", "divide_", "true_divide_"),
+             methods=("div_", "divide_", "true_divide_"))  # (idiv: a program's spelling only)
 pow_ = _make("pow_", E.pow, (P.PowBackward0, P.PowBackward1), ("self", "exponent"), ("__ipow__", "ipow"))
 
 
@@ -555,7 +566,7 @@ copy_ = _make("copy_", _copy, (P.CopyBackwards,), ("self", "src"),
               overloads={"method": ("(Tensor other, bool non_blocking = False)",)})
 
 
-@op("setitem", checks=INDEX_CHECKS,
+@op("setitem", methods=(), checks=INDEX_CHECKS,
     parsed=False,
     tensors=("self", "index", "value"), grad_fns=(P.CopySlices, P.CopyBackwards, P.FillBackward3),
     inplace=True, aliases=("__setitem__",))

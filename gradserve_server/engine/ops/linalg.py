@@ -284,7 +284,7 @@ def _dot_kernel(a, b):
     return np.asarray(np.dot(a, b) + a.dtype.type(0), dtype=a.dtype)
 
 
-@op("dot",
+@op("dot", functions=("dot",), methods=("dot",),
     checks=("ranks(self,tensor)=1,1 | RuntimeError: 1D tensors expected, but got {a}D and {b}D tensors",
             "matmul_dtype(self,tensor)=dot | RuntimeError: dot : expected both vectors to have same dtype, but found "
             "{a} and {b}",
@@ -610,7 +610,7 @@ def matmul(self, other):
     return _unsafe_view(res, out_shape)
 
 
-@op("rmatmul",
+@op("rmatmul", functions=(),
     parsed=False,
     tensors=("self", "other"), aliases=("__rmatmul__",), method=False,
     grad_fns=(P.MmBackward0, P.DotBackward0, P.MvBackward0, P.SqueezeBackward4, P.UnsafeViewBackward0))

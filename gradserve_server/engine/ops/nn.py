@@ -101,7 +101,7 @@ def _softmax_input(self, dim, dtype, name: str):
     return self, d, x
 
 
-@op("softmax", promotion="same", checks=(  # (dtype= casts first)
+@op("softmax", functions=("softmax",), promotion="same", checks=(  # (dtype= casts first)
     "dtype_lastdim(self,dim)=floating unless dtype | NotImplementedError: \"softmax_lastdim_kernel_impl\" not "
     "implemented for '{dtype}'",
     "dtype_innerdim(self,dim)=floating unless dtype | NotImplementedError: \"softmax_kernel_impl\" not implemented "
@@ -161,7 +161,7 @@ def _log_softmax_kernel(x, d, shape):
     return row_major(out.reshape(shape).astype(x.dtype, copy=False))
 
 
-@op("log_softmax", promotion="same", checks=(
+@op("log_softmax", functions=("log_softmax",), promotion="same", checks=(
     "dtype_lastdim(self,dim)=floating unless dtype | NotImplementedError: \"log_softmax_lastdim_kernel_impl\" not "
     "implemented for '{dtype}'",
     "dtype_innerdim(self,dim)=floating unless dtype | NotImplementedError: \"log_softmax_kernel_impl\" not "
@@ -334,7 +334,7 @@ _KL_DIV_MEAN = ("reduction: 'mean' divides the total loss by both the batch size
                 "to behave the same as 'batchmean' in the next major release.")
 
 
-@op("kl_div",
+@op("kl_div", functions=("kl_div",),
     tensors=("input", "target"),
     grad_fns=(P.MeanBackward0, P.DivBackward0, P.SumBackward0, P.SubBackward0, P.MulBackward0), method=False)
 def kl_div(input, target, reduction="mean", log_target=False):
@@ -516,7 +516,7 @@ def _(ctx, grad):
 jvp(P.BinaryCrossEntropyBackward0)(_loss_jvp)
 
 
-@op("binary_cross_entropy_with_logits",
+@op("binary_cross_entropy_with_logits", functions=("binary_cross_entropy_with_logits",),
     python_attribute=("size", ("target", "input")),
     tensors=("input", "target", "weight", "pos_weight"),
     method=False)
@@ -963,7 +963,7 @@ def _cross_entropy_smoothing(input, target, weight, red, ignore_index, label_smo
 # ----- dropout ----------------------------------------------------------------------------------------
 
 
-@op("dropout",
+@op("dropout", functions=("dropout",),
     exports=("torch.nn.functional.dropout",), changes_argument=(("input", "inplace"),),
     tensors=("input",), grad_fns=(P.MulBackward0,), method=False)
 def dropout(input, p=0.5, training=True, inplace=False):

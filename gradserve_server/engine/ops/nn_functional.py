@@ -46,7 +46,7 @@ def normalize(input, p=2.0, dim=1, eps=1e-12):
     return div(input, denom)
 
 
-@op("cosine_similarity",
+@op("cosine_similarity", functions=("cosine_similarity",),
     dims_of="other",
     tensors=("x1", "x2"), grad_fns=(P.SumBackward1,), method=False, family="nn")
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
@@ -124,7 +124,8 @@ def _(ctx, self_t):
     return out if ctx.keepdim else out.squeeze(d)
 
 
-@op("pairwise_distance", tensors=("x1", "x2"), grad_fns=(P.NormBackward1,), method=False, family="nn")
+@op("pairwise_distance", functions=("pairwise_distance",),
+    tensors=("x1", "x2"), grad_fns=(P.NormBackward1,), method=False, family="nn")
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     """F.pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False) = norm(x1 - x2 + eps, p, last dim)."""
     x1 = require_tensor(x1, "x1", "pairwise_distance")
@@ -211,7 +212,7 @@ def _check_mixed_type(input: Tensor, params: list) -> None:
                                     f"{D.SCALAR_TYPE_NAMES[t.dtype]}", code="dtype_mismatch")
 
 
-@op("layer_norm", checks=(
+@op("layer_norm", functions=("layer_norm",), checks=(
     'dtype(input)=floating | NotImplementedError: "LayerNormKernelImpl" not implemented for \'{dtype}\'',),
     tensors=("input", "weight", "bias"), method=False,
     family="nn")
@@ -304,7 +305,7 @@ def _(ctx, input_t, weight_t, bias_t):
 # ----- embedding, one_hot -----------------------------------------------------------------------------
 
 
-@op("embedding", checks=(
+@op("embedding", functions=("embedding",), checks=(
     "dtype(input)=int64,int32 unless max_norm | RuntimeError: Expected tensor for argument #1 'indices' to have one "
     "of the following scalar types: Long, Int; but got {tensor_type} instead (while checking arguments for "
     "embedding)",),

@@ -108,7 +108,7 @@ def _windows(xp: np.ndarray, k, s, d, out) -> np.ndarray:
 # ----- max_pool2d -----------------------------------------------------------------------------------------
 
 
-@op("max_pool2d",
+@op("max_pool2d", functions=("max_pool2d",),
     tuple_when=("return_indices",),
     tensors=("input",), grad_fns=(P.MaxPool2DWithIndicesBackward0,), method=False, family="nn",
     aliases=("max_pool2d_with_indices",))
@@ -348,7 +348,7 @@ def _one(v, default=None):
     return (1, int(v[0] if isinstance(v, (list, tuple)) else v))
 
 
-@op("max_pool1d",
+@op("max_pool1d", functions=("max_pool1d",),
     tuple_when=("return_indices",),
     tensors=("input",), grad_fns=(P.SqueezeBackward1,), method=False, family="nn")
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
@@ -374,7 +374,8 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return out
 
 
-@op("avg_pool1d", tensors=("input",), grad_fns=(P.SqueezeBackward1,), method=False, family="nn")
+@op("avg_pool1d", functions=("avg_pool1d",),
+    tensors=("input",), grad_fns=(P.SqueezeBackward1,), method=False, family="nn")
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
     """F.avg_pool1d(...): avg_pool2d over (..., 1, L) with a (1, k) window."""
     input = require_tensor(input, "input", "avg_pool1d")
@@ -384,7 +385,8 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
                               count_include_pad), -2)
 
 
-@op("adaptive_avg_pool1d", tensors=("input",), grad_fns=(P.SqueezeBackward1,), method=False, family="nn")
+@op("adaptive_avg_pool1d", functions=("adaptive_avg_pool1d",),
+    tensors=("input",), grad_fns=(P.SqueezeBackward1,), method=False, family="nn")
 def adaptive_avg_pool1d(input, output_size):
     """F.adaptive_avg_pool1d(input, output_size)."""
     input = require_tensor(input, "input", "adaptive_avg_pool1d")

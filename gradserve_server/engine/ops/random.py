@@ -357,7 +357,7 @@ def _like_dtype(input: Tensor, dtype) -> str:
     return input.dtype if dtype is None else D.canonical(dtype)
 
 
-@op("rand_like", tensors=("input",), differentiable=False, family="creation")
+@op("rand_like", methods=(), tensors=("input",), differentiable=False, family="creation")
 def rand_like(input, *, generator=None, dtype=None, requires_grad=False):
     """torch.rand_like(input, generator=None, dtype=None, requires_grad=False)."""
     input = require_tensor(input, "input", "rand_like")
@@ -367,7 +367,7 @@ def rand_like(input, *, generator=None, dtype=None, requires_grad=False):
     return _leaf(uniform_values(_gen("rand_like", generator), input.shape, d), requires_grad)
 
 
-@op("randn_like", tensors=("input",), differentiable=False, family="creation")
+@op("randn_like", methods=(), tensors=("input",), differentiable=False, family="creation")
 def randn_like(input, *, generator=None, dtype=None, requires_grad=False):
     """torch.randn_like(input, generator=None, dtype=None, requires_grad=False)."""
     input = require_tensor(input, "input", "randn_like")
@@ -377,7 +377,7 @@ def randn_like(input, *, generator=None, dtype=None, requires_grad=False):
     return _leaf(normal_values(_gen("randn_like", generator), input.shape, d), requires_grad)
 
 
-@op("randint_like", tensors=("input",), differentiable=False, family="creation")
+@op("randint_like", methods=(), tensors=("input",), differentiable=False, family="creation")
 def randint_like(input, low, high=None, *, generator=None, dtype=None, requires_grad=False):
     """torch.randint_like(input, low=0, high, generator=None, dtype=None, requires_grad=False)."""
     input = require_tensor(input, "input", "randint_like")

@@ -702,7 +702,7 @@ def _(ctx, grad):
 jvp(P.StdBackward0)(_reduce_jvp)
 
 
-@op("norm", promotion=(
+@op("norm", functions=("norm",), methods=("norm",), promotion=(
     "same | "
     "integral: RuntimeError: linalg.vector_norm: Expected a floating point or complex tensor as input. Got {dtype}"),
     python_attribute=("layout", ("self",)), exports=("torch.linalg.vector_norm", "torch.linalg.norm"),

@@ -117,25 +117,25 @@ def long(self):
     return to(self, D.INT64)
 
 
-@op("int", cast="int32", tensors=("self",), grad_fns=(P.ToCopyBackward0,))
+@op("int", functions=(), cast="int32", tensors=("self",), grad_fns=(P.ToCopyBackward0,))
 def int_(self):
     """Tensor.int(): to(int32)."""
     return to(self, D.INT32)
 
 
-@op("short", cast="int16", tensors=("self",), grad_fns=(P.ToCopyBackward0,))
+@op("short", functions=(), cast="int16", tensors=("self",), grad_fns=(P.ToCopyBackward0,))
 def short(self):
     """Tensor.short(): to(int16)."""
     return to(self, D.INT16)
 
 
-@op("char", cast="int8", tensors=("self",), grad_fns=(P.ToCopyBackward0,))
+@op("char", functions=(), cast="int8", tensors=("self",), grad_fns=(P.ToCopyBackward0,))
 def char(self):
     """Tensor.char(): to(int8)."""
     return to(self, D.INT8)
 
 
-@op("byte", cast="uint8", tensors=("self",), grad_fns=(P.ToCopyBackward0,))
+@op("byte", functions=(), cast="uint8", tensors=("self",), grad_fns=(P.ToCopyBackward0,))
 def byte(self):
     """Tensor.byte(): to(uint8)."""
     return to(self, D.UINT8)
@@ -189,7 +189,7 @@ def detach(self):
     return Tensor(self.data, vc=self._vc)
 
 
-@op("variable_data", tensors=("self",), differentiable=False, plannable=True, method_only=True)
+@op("variable_data", methods=(), tensors=("self",), differentiable=False, plannable=True, method_only=True)
 def variable_data(self):
     """Tensor.data: a new leaf sharing self's storage but not its version counter (torch's ``variable_data``):
     an in-place change through it is invisible to autograd (``w.data.mul_(2)`` between a forward that saved ``w``
@@ -1293,7 +1293,7 @@ def _is_advanced(it) -> bool:
     return isinstance(it, (list, Tensor, np.ndarray)) and not isinstance(it, bool)
 
 
-@op("getitem", checks=INDEX_CHECKS,
+@op("getitem", functions=(), methods=(), checks=INDEX_CHECKS,
     parsed=False,
     tensors=("self", "index"), grad_fns=(P.SelectBackward0, P.SliceBackward0, P.IndexBackward0,
                                                    P.UnsqueezeBackward0), aliases=("__getitem__",), plannable=True)
