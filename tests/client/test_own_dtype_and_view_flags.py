@@ -67,3 +67,19 @@ def test_the_same_against_torch(ctx):
                 t.arange(3).long().dtype == t.int64]
 
     assert program(torch) == program(torch_)
+
+
+@pytest.mark.parametrize("make", ["reshape_as", "view_as", "reshape"])
+def test_an_inplace_op_on_a_no_grad_reshape_view_is_refused_at_its_line(ctx, monkeypatch, make):
+    """A reshape of a contiguous leaf that requires grad, made under ``no_grad``, is a view of it (torch: requires
+    grad, no grad_fn); an in-place op on it under grad mode is torch's no_grad-view error, at the line."""
+    import gradserve.torch as torch
+
+    c = torch.ones(2)
+    r0 = c.detach().requires_grad_()
+    with torch.no_grad():
+        r2 = r0.reshape(2) if make == "reshape" else getattr(r0, make)(c)
+    sent = _requests(ctx, monkeypatch)
+    with pytest.raises(RuntimeError, match="A view was created in no_grad mode and is being modified inplace"):
+        r2.add_(1)
+    assert sent == [] and r2.requires_grad and r2.grad_fn is None and sent == []

@@ -862,7 +862,7 @@ def no_grad_view(entry: dict, base, index, facts: dict) -> None:
         return
     for fact in ("requires_grad", "is_leaf", "grad_fn", "node"):
         facts.pop(fact, None)
-    views = entry.get("storage") == "view" or entry["name"] == "getitem" and basic_index(index)
+    views = is_view(entry if entry["name"] != "getitem" else None, base, index, facts)  # (reshape_as: by layout)
     if peek(base, "is_leaf") is True and peek(base, "view_of_leaf") is not UNKNOWN:
         return  # (a view made a leaf by requires_grad_(): its base's flag decides, which the client does not know)
     if requires_grad is True and views:
