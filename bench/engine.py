@@ -3,8 +3,8 @@ same computation (the practical floor) and to torch eager when torch is importab
 
 Each workload runs three ways: "direct" (engine ops called from Python, as a library user would), "cold"
 (the same computation as a JSON-shaped op list, as ``/v1/eval`` runs a list it has never seen: through
-``engine.plan.run_planned`` with a fresh plan cache per run, ``PlanCache(record_after=2)`` as the service
-sets it, so nothing is carried between runs: no plan, and the per-op fragments of ``engine.compose`` only
+``engine.trace.plan.run_planned`` with a fresh plan cache per run, ``PlanCache(record_after=2)`` as the service
+sets it, so nothing is carried between runs: no plan, and the per-op fragments of ``engine.trace.compose`` only
 within the run) and "replayed" (the same op list through one plan cache: its first run records a plan of
 kernel calls, later runs replay it). Both run the ``/v1/eval`` form: the inputs are ``tensor`` ops over the
 data as the service hands it to the engine after decoding a base64 payload: a fresh array of the op's own,
@@ -60,7 +60,8 @@ from gradserve_server.engine.ops import nn as NN
 from gradserve_server.engine.ops import nn_functional as NF
 from gradserve_server.engine.ops import reduction as R
 from gradserve_server.engine.ops import shape as S
-from gradserve_server.engine.plan import PlanCache, run_planned  # noqa: E402
+from gradserve_server.engine.trace.cache import PlanCache
+from gradserve_server.engine.trace.plan import run_planned  # noqa: E402
 
 try:
     import torch
@@ -104,7 +105,7 @@ def timeit_batched(fn, repeat: int, inner: int) -> float:
 def program(inputs: dict, ops: list, params=(), returns=None):
     """The workload as an op list through run_program, as the service runs it (fresh namespace over the
     inputs, the default limits as the byte budget, a deadline): cold, nothing is reused between calls.
-    ``run.replayed`` is the same through a plan cache (engine.plan, as ``/v1/eval`` runs): its first call
+    ``run.replayed`` is the same through a plan cache (engine.trace.plan, as ``/v1/eval`` runs): its first call
     records the plan, later calls replay it. ``returns``: the request's ``return`` (the names the response
     shows, the values the numpy floor computes); None: a request without one, whose response shows every
     named tensor (each intermediate is then a result the run must keep)."""
@@ -749,7 +750,7 @@ def main() -> None:
                 ratio(tr, tt), goal, f"{met(te, cold_target)}/{met(tp, cold_target)}/{met(tr, repl_target)}"]
         print("| " + " | ".join(f"{v:>{w}}" if i else f"{v:{w}}" for i, (v, w) in enumerate(zip(vals, widths))) + " |")
     print("\n'direct': engine ops called from Python; 'cold': the op list as /v1/eval runs it the first time (a fresh "
-          "plan cache\nper run: composed from per-op fragments, engine.compose, or run op by op); 'replayed': the "
+          "plan cache\nper run: composed from per-op fragments, trace.compose, or run op by op); 'replayed': the "
           "same op list\nthrough a plan cache after its first run recorded the plan. 'no Nx': the column is N times "
           "its target (ratio / target).")
 

@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import gradserve_server.engine as E  # noqa: E402
 from bench.engine import timeit, torch  # noqa: E402  (the same timer; torch pinned to one thread, or None)
 from gradserve_server.app.memory import configure_gc  # noqa: E402
-from gradserve_server.engine.plan import PlanCache, run_session_planned  # noqa: E402
+from gradserve_server.engine.trace.cache import PlanCache
+from gradserve_server.engine.trace.plan import run_session_planned  # noqa: E402
 
 RNG = np.random.default_rng(0)
 W = RNG.standard_normal((100, 100)) / 10
@@ -110,7 +111,7 @@ def main() -> None:
     for name, op in WORKLOADS.items():
         ops = [op]
         t_eng = timeit(lambda ops=ops: E.run_program(st, ops), repeat)
-        # the session's plan (engine.plan.run_session_planned: a replay when the list plans, else cold)
+        # the session's plan (engine.trace.plan.run_session_planned: a replay when the list plans, else cold)
         t_pl = timeit(lambda ops=ops: run_session_planned(cache, st, ops), repeat)
         if name in tw:
             t_tor = timeit(tw[name], repeat)

@@ -1,4 +1,4 @@
-"""What a one-shot list whose op forms never repeat pays for the composition attempt (engine.compose).
+"""What a one-shot list whose op forms never repeat pays for the composition attempt (engine.trace.compose).
 
 The first ``/v1/eval`` run of a list without a plan (``run_planned`` with a fresh ``PlanCache(record_after=2)``, as
 the service sets it) tries to compose it from per-op fragments when it has at least ``compose._MIN_OPS`` ops; a
@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import gradserve_server.engine as E  # noqa: E402
 from gradserve_server.app.config import Settings  # noqa: E402
 from gradserve_server.app.memory import configure_gc, configure_malloc  # noqa: E402
-from gradserve_server.engine.plan import PlanCache, run_planned  # noqa: E402
+from gradserve_server.engine.trace.cache import PlanCache
+from gradserve_server.engine.trace.plan import run_planned  # noqa: E402
 
 
 def chain(n: int) -> list:

@@ -4,7 +4,7 @@
 
 The request lists are gradserve.torch's own: the 4-16-1 MLP loop of tests/client/test_training_replay.py with SGD
 (momentum) and Adam, captured from the client against a server started here (plans off). They run on fresh
-engine sessions through ``engine.dispatch`` with segments on and off (``PlanCache(segments=...)``; off is the
+engine sessions through ``engine.trace.dispatch`` with segments on and off (``PlanCache(segments=...)``; off is the
 whole-list planning a server with ``GRADSERVE_PLAN_SEGMENTS=false`` does). Printed per optimizer: the CPU time of
 requests 1 to 5 and of the steady state (each run's median from request 11 on), medians of ``--rounds`` fresh
 runs alternating on and off, with the routes; then the steady state of both sessions in one run, their requests
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import gradserve  # noqa: E402
 import gradserve.torch as gtorch  # noqa: E402
 import gradserve_server.engine as E  # noqa: E402
-from gradserve_server.engine.plan import PlanCache  # noqa: E402
+from gradserve_server.engine.trace.cache import PlanCache  # noqa: E402
 
 OPTIMIZERS = ("SGD", "Adam")
 LIMITS = E.Limits(max_response_bytes=8 << 20)

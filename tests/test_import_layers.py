@@ -22,8 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: a hook slot the upper module fills at import (``engine/__init__`` imports every layer, so hooks are set).
 LAYERS: tuple[tuple[str, ...], ...] = (
     # 1. core object model: tensors, graph nodes, the modes (grad, forward AD level, vmap level), budgets
-    # (route: the fixed vocabulary of the ways a run goes, which an error of any layer may carry)
-    ("rules", "dtypes", "errors", "route", "journal", "budget", "kernel", "grad_mode", "dual", "generator", "printing",
+    ("rules", "dtypes", "errors", "journal", "budget", "kernel", "grad_mode", "dual", "generator", "printing",
      "node", "tensor", "views"),
     # 2. the op table, the argument parser and the batching rules (declared with the ops, run by autodiff);
     # torch_args is torch's parser itself, with no engine import (the client links it)
@@ -40,9 +39,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("custom_function", "functional"),
     # 6. the eager interpreter
     ("program",),
-    # 7. the trace layer: what a replay returns, generated code's sources, the one executor (steps, optimiser,
-    # code generator, interpreter), the one keyer, per-op composition, whole-list plans, and the one dispatch over them
-    ("replayed", "sources", "tape", "trace_key", "compose", "plan", "dispatch"),
+    # 7. the trace layer, one package: the routes' vocabulary, what a replay returns, generated code's sources, the
+    # one executor (steps, optimiser, code generator, interpreter), the one keyer, per-op composition, the one
+    # cache, whole-list plans, and the one dispatch over them
+    ("trace", "trace.route", "trace.replayed", "trace.sources", "trace.tape", "trace.key", "trace.compose",
+     "trace.cache", "trace.plan", "trace.dispatch"),
     # 8. the surface
     ("serialize", "torch_compat", "graph", "testing", ""),
 )

@@ -132,7 +132,7 @@ class _StoreCollector:
 
 
 class _PlanCollector:
-    """The plan caches of this process (engine.plan.PlanCaches), summed, read when scraped: figures of the
+    """The plan caches of this process (engine.trace.cache.PlanCaches), summed, read when scraped: figures of the
     process, never of one key."""
 
     _COUNTERS = (("hits", "One-shot runs replayed from a compiled plan."),
@@ -145,7 +145,7 @@ class _PlanCollector:
                                "op list cold instead."),
                  ("evictions", "Plans and fragments dropped to stay within GRADSERVE_PLAN_CACHE_ENTRIES, "
                                "_FRAGMENT_ENTRIES and _CACHE_BYTES."),
-                ("composed", "One-shot runs without a plan composed from per-op fragments (engine.compose)."),
+                ("composed", "One-shot runs without a plan composed from per-op fragments (engine.trace.compose)."),
                 ("uncomposable", "One-shot runs without a plan that could not be composed and ran op by op."),
                 ("fragment_hits", "Ops and backward nodes of composed runs that found their fragment."),
                 ("fragment_misses", "Ops and backward nodes of composed runs that recorded a new fragment."))
@@ -191,7 +191,7 @@ class Metrics:
         self.routes = Counter("gradserve_route", "Op list runs (/v1/eval, session ops) by the route they took "
                               "and why (docs: explanation/plans.md).", ["route", "reason"], registry=self.registry)
         self.registry.register(_StoreCollector(store))
-        self.plans = None  # the service's engine.plan.PlanCaches, read when scraped
+        self.plans = None  # the service's engine.trace.cache.PlanCaches, read when scraped
         #: (method, route template, status) -> the requests counter's and latency histogram's series. Bounded:
         #: routes are templates (never raw paths) and methods and statuses few
         self._children: dict[tuple[str, str, int], tuple] = {}

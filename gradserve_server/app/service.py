@@ -179,7 +179,7 @@ class SessionService:
         self.store = store
         self.settings = settings
         self.metrics = metrics  # app.observability.Metrics: backward passes run
-        #: compiled plans of op lists (engine.plan), one cache per API key (per client address on an open
+        #: compiled plans of op lists (engine.trace.plan), one cache per API key (per client address on an open
         #: server): no key can observe or flush another's; bounded, counted in /metrics for the process only
         self.plans = PlanCaches(settings.plan_cache_partitions, settings.plan_cache_entries,
                                 settings.plan_cache_bytes, settings.plan_record_after,

@@ -12,19 +12,20 @@ from __future__ import annotations
 from . import ops  # noqa: F401  (registers ops, binds Tensor methods)
 from .autograd import backward, grad
 from .budget import Control
-from .dispatch import dispatch
 from .errors import CancelledError, DeadlineExceededError, EngineError, LimitExceededError
 from .forward_ad import dual_level, enter_dual_level, exit_dual_level, make_dual, unpack_dual
 from .grad_mode import Limits, WarningSink, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .graph import export_graph as _export_graph
 from .graph import node_lines, to_dot, to_mermaid
 from .ops.creation import Owned
-from .plan import PlanCaches, run_planned, run_session_planned
 from .program import ProgramResult, State, op_catalog, run_program
 from .registry import OPS, PRIMS
-from .route import REASONS, ROUTES, Route
 from .serialize import dump_parts, dumps, loads
 from .tensor import Tensor, tensor
+from .trace.cache import PlanCaches
+from .trace.dispatch import dispatch
+from .trace.plan import run_planned, run_session_planned
+from .trace.route import REASONS, ROUTES, Route
 
 
 def export_graph(state_or_tensors, root: str | None = None) -> dict:

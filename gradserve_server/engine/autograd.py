@@ -679,7 +679,7 @@ def _run_all(roots: list, buffers: dict, create_graph: bool, hooks: bool, contro
 
     ``apply(node, g)`` (default ``_apply_edges``) runs a node's VJP on its gradient ``g`` and gives at least one
     gradient (or None) per edge; ``add(a, b)`` sums two gradients of one input (default: ``_add``, or
-    ``_add_unrecorded`` where nothing records): ``engine.compose`` runs this same schedule over its own light
+    ``_add_unrecorded`` where nothing records): ``engine.trace.compose`` runs this same schedule over its own light
     nodes, with gradients as arrays."""
     deps = _dependencies(roots)
     ready: list = []

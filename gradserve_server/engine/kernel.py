@@ -1,5 +1,5 @@
 """Kernels: the pure numpy functions plannable ops compute with, and the recorder that turns a cold run into a
-plan's tape (see ``engine.plan``).
+plan's tape (see ``engine.trace.plan``).
 
 An op declared ``plannable`` in the op table computes every array it makes through ``kcall(kernel, *args)``:
 ``kernel`` is a module-level function of numpy arrays and static parameters (numbers, shapes, dtypes) that
@@ -386,14 +386,14 @@ class Recorder:
         self.steps: list = []
         self.mutated: set[int] = set()
         self.reason: str | None = None      # why the run cannot be planned (None: it can), for a person
-        self.code: str | None = None        # the same as a reason code of engine.route's (``REASONS``)
+        self.code: str | None = None        # the same as a reason code of engine.trace.route's (``REASONS``)
         self.converted: set[int] = set()    # steps whose kernel returned a non-array (a numpy scalar)
-        self.marks: list = []               # (slot count, op index, op name) as each op began (engine.sources)
+        self.marks: list = []               # (slot count, op index, op name) as each op began (engine.trace.sources)
         self.pins: set[int] = set()         # the lifted literals whose values the run read (plan._canonical)
         self.escaped = False                # a lifted literal reached numpy outside a kernel (LiteralEscape)
 
     def bad(self, code: str, reason: str) -> None:
-        """The run cannot be planned: ``code`` (``engine.route.REASONS``), ``reason`` (which kernel, which op)."""
+        """The run cannot be planned: ``code`` (``engine.trace.route.REASONS``), ``reason`` (which kernel, which op)."""
         if self.reason is None:
             self.code, self.reason = code, reason
 

@@ -218,7 +218,7 @@ class ProgramResult:
     warnings: list[str] = field(default_factory=list)
     returned: dict[str, object] = field(default_factory=dict)
     iterations: int = 1   # how many times the list ran (fewer than repeat when `until` stopped it)
-    route = None  # (not a field) the route a planned one-shot run took (``engine.route``; ``plan.run_planned``)
+    route = None  # (not a field) the route a planned one-shot run took (``engine.trace.route``; ``plan.run_planned``)
 
 
 def _snapshot(t: Tensor | None) -> Tensor | None:
@@ -717,7 +717,7 @@ class _Runner:
             finally:
                 _grad_enabled.reset(token)
         rec = plan_recorder()
-        if rec is not None:  # a plan being recorded: the op its next kernel calls come from (engine.sources)
+        if rec is not None:  # a plan being recorded: the op its next kernel calls come from (engine.trace.sources)
             rec.marks.append((rec.n, index, name))
         if name in _ACTION_NAMES:
             return self._action(index, name, args, kwargs, out)
@@ -750,7 +750,7 @@ class _Runner:
                 raise refused
         if name == "tensor":
             rec = plan_recorder()
-            if rec is not None:  # a plan being recorded (engine.plan): the tensor is a program input
+            if rec is not None:  # a plan being recorded (engine.trace.plan): the tensor is a program input
                 rec.add_input(value.data)
         if value.__class__ is Tensor and out.__class__ is str:  # the common case of bind()
             ns = self.ns

@@ -342,8 +342,8 @@ def op(name: str, *, tensors: tuple[str, ...] = (), tensor_lists: tuple[str, ...
 
 
 def traceable(name):
-    """Whether a call of the op ``name`` can be traced (recorded as kernel calls and replayed: ``engine.plan``,
-    ``engine.compose``), from its declaration: True for every call, False for none (no such op, no kernels),
+    """Whether a call of the op ``name`` can be traced (recorded as kernel calls and replayed: ``engine.trace.plan``,
+    ``engine.trace.compose``), from its declaration: True for every call, False for none (no such op, no kernels),
     or the declaration's ``plannable_when`` check, ``(args, kwargs) -> bool``, when that depends on the call."""
     spec = OPS.get(name) if name.__class__ is str else None
     if spec is None:

@@ -1,6 +1,6 @@
-"""/v1/eval of a list without a plan, composed from per-op fragments (gradserve_server/engine/compose.py): the response
-is the
-cold run's byte for byte (a server with plans off as the reference), and /metrics counts the composed runs."""
+"""/v1/eval of a list without a plan, composed from per-op fragments (gradserve_server/engine/trace/compose.py): the
+response is the cold run's byte for byte (a server with plans off as the reference), and /metrics counts the composed
+runs."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""/v1/eval through compiled plans (gradserve_server/engine/plan.py): a repeated op list is replayed, and the response
-is the
-cold run's byte for byte (with plans turned off as the reference); guards, unplannable lists and the cache's
-counters in /metrics, all through the HTTP API."""
+"""/v1/eval through compiled plans (gradserve_server/engine/trace/plan.py): a repeated op list is replayed, and the
+response is the cold run's byte for byte (with plans turned off as the reference); guards, unplannable lists and the
+cache's counters in /metrics, all through the HTTP API."""
 
 from __future__ import annotations
 
@@ -323,7 +322,7 @@ def test_only_a_one_shot_runs_tensor_op_payloads_are_handed_over_and_a_replay_ke
     op's data in /v1/eval; a session's ops and other ops' payloads are the usual read-only arrays (copied by the
     engine). A replayed eval keeps each handed-over array as its input tensor's data."""
     from gradserve_server.engine import Owned
-    from gradserve_server.engine.plan import run_planned
+    from gradserve_server.engine.trace.plan import run_planned
     rng = np.random.default_rng(10)
     x = rng.standard_normal((6, 4)).astype(np.float32)
     body = {"ops": [T("x", _b64(x), requires_grad=True), op("mul", "x", 2.0, out="y"),

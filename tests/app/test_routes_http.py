@@ -1,4 +1,4 @@
-"""Which way an op list ran (engine/route.py), through the HTTP API: the `X-Gradserve-Route` header a request asks
+"""Which way an op list ran (engine/trace/route.py), through the HTTP API: the `X-Gradserve-Route` header a request asks
 for with `X-Gradserve-Debug: route`, the `gradserve_route_total{route,reason}` counter in /metrics and the access
 log line's `engine_route`/`engine_reason`, for /v1/eval and session op lists."""
 

@@ -1,9 +1,8 @@
-"""Composed one-shot runs (gradserve_server/engine/compose.py): a list without a plan runs from per-op fragments, and
-everything
-a client can observe must be what the plain cold run gives, bit for bit: values, dtypes, layouts, grads,
-grad_fn names, flags, versions, accumulation counts, op outcomes, changed, the autograd report, errors and
-their op index. Each suite counts how many runs actually composed (the cache's counters), so that a suite
-cannot pass by always giving up."""
+"""Composed one-shot runs (gradserve_server/engine/trace/compose.py): a list without a plan runs from per-op
+fragments, and everything a client can observe must be what the plain cold run gives, bit for bit: values, dtypes,
+layouts, grads, grad_fn names, flags, versions, accumulation counts, op outcomes, changed, the autograd report, errors
+and their op index. Each suite counts how many runs actually composed (the cache's counters), so that a suite cannot
+pass by always giving up."""
 
 from __future__ import annotations
 
@@ -11,15 +10,17 @@ import numpy as np
 import pytest
 
 import gradserve_server.engine as E
-import gradserve_server.engine.compose as compose_module
-import gradserve_server.engine.plan as plan_module
-import gradserve_server.engine.tape as tape_module
-import gradserve_server.engine.trace_key as trace_key_module
+import gradserve_server.engine.trace.cache as cache_module
+import gradserve_server.engine.trace.compose as compose_module
+import gradserve_server.engine.trace.key as trace_key_module
+import gradserve_server.engine.trace.plan as plan_module
+import gradserve_server.engine.trace.tape as tape_module
 from gradserve_server.engine.errors import EngineError
-from gradserve_server.engine.plan import PlanCache, run_planned
 from gradserve_server.engine.program import State, run_program
 from gradserve_server.engine.registry import OPS
-from gradserve_server.engine.trace_key import _form, _key_of, _plannable_op, _scan
+from gradserve_server.engine.trace.cache import PlanCache
+from gradserve_server.engine.trace.key import _form, _key_of, _plannable_op, _scan
+from gradserve_server.engine.trace.plan import run_planned
 
 from .samples import SAMPLES
 from .test_plan import PROGRAMS, _cases, _perturb_literal, _perturbed, _program, _same, draws, observe, traced
@@ -528,7 +529,7 @@ def test_a_fragment_hit_since_the_eviction_last_passed_it_is_kept_as_recently_us
     a.used = True  # (a hit)
     cache.put_fragment(("d",), d)
     assert set(_frags(cache)) == {("a",), ("c",), ("d",)} and not a.used
-    cache.put((b"plan",), plan_module._Seen(1))
+    cache.put((b"plan",), cache_module._Seen(1))
     cache.put_fragment(("e",), None)  # (an uncomposable form: no flag)
     assert set(_frags(cache)) == {("a",), ("d",), ("e",)} and cache.get((b"plan",)) is not None
     assert len(cache) == 1 and cache.evictions == 2
@@ -811,7 +812,7 @@ def test_multi_output_nodes_and_bound_grads_compose_as_they_run_cold(respond):
 
 def test_the_loop_keys_fragments_as_the_keyer_does():
     """``_compose``'s loop builds the commonest fragment keys inline (one tensor; a tensor and a number or another
-    tensor), the rest through ``trace_key._key_of``: every key it put in the cache is the one ``_key_of`` makes of
+    tensor), the rest through ``key._key_of``: every key it put in the cache is the one ``_key_of`` makes of
     that op on the cold run's tensors, so the keyer's one rule holds for every form."""
     cache = fresh_cache()
     ops = _scalar_graph(30, draws(5))

@@ -1,4 +1,4 @@
-"""Differential stress test of composed runs (gradserve_server/engine/compose.py) against the cold path, at scale.
+"""Differential stress test of composed runs (gradserve_server/engine/trace/compose.py) against the cold path, at scale.
 
 Long repetitive one-shot lists are made from the differential fuzzer's programs (tests/fuzz/generator.py): a few
 base programs (their plannable ops), each body repeated in blocks with renamed names; a repetition reads the base
@@ -26,11 +26,12 @@ import numpy as np
 import pytest
 
 import gradserve_server.engine as E
-import gradserve_server.engine.compose as compose_module
-from gradserve_server.engine.plan import PlanCache, run_planned
+import gradserve_server.engine.trace.compose as compose_module
 from gradserve_server.engine.program import State
 from gradserve_server.engine.registry import OPS
-from gradserve_server.engine.trace_key import _plannable_op
+from gradserve_server.engine.trace.cache import PlanCache
+from gradserve_server.engine.trace.key import _plannable_op
+from gradserve_server.engine.trace.plan import run_planned
 
 from .test_plan import observe
 

@@ -260,8 +260,8 @@ def test_a_recorded_plan_holds_the_pass_alone(monkeypatch):
     """A session's forward-mode jacobian of a function writing in place is recorded, then replayed: the probe's
     write (undone by its journal, outside any kernel) is not on the plan's tape, so every replay writes once,
     as the eager interpreter does."""
-    from gradserve_server.engine.dispatch import dispatch
-    from gradserve_server.engine.plan import PlanCache
+    from gradserve_server.engine.trace.cache import PlanCache
+    from gradserve_server.engine.trace.dispatch import dispatch
     setup = program([{"op": "add_", "args": ["w", 1.0]}, {"op": "mul", "args": ["a", "w"], "out": "y"}])[:-1]
     ops = program([])[-1:]
     cache, planned, eager = PlanCache(), engine.State(), engine.State()

@@ -1,4 +1,4 @@
-"""Lifted literals: a session list's floats are plan inputs, keyed by their type, not their value (engine.plan
+"""Lifted literals: a session list's floats are plan inputs, keyed by their type, not their value (engine.trace.plan
 ``_canonical``, engine.kernel ``Lit``). A list run with other floats replays the same plan; a float whose value
 the run reads outside a kernel (a branch, a conversion, a value a graph node keeps) is pinned into the key;
 ints, bools and everything else stay in the key. Whatever the route, every run gives the cold run's result and
@@ -12,8 +12,9 @@ import pytest
 
 import gradserve_server.engine as E
 from gradserve_server.engine import kernel as K
-from gradserve_server.engine.plan import Plan, PlanCache, _Pinned
 from gradserve_server.engine.program import State, run_program
+from gradserve_server.engine.trace.cache import PlanCache
+from gradserve_server.engine.trace.plan import Plan, _Pinned
 
 from .samples import SAMPLES
 from .test_plan import _program, _same
@@ -198,7 +199,7 @@ def test_a_value_an_op_branches_on_is_pinned_and_each_value_gets_its_plan():
 
 
 def test_a_pinned_float_is_keyed_by_its_bits_so_minus_zero_and_nan_get_plans_of_their_own():
-    """A pinned value is keyed as fragment keys type a literal (``trace_key.literal_key``): -0.0 == 0.0 would replay
+    """A pinned value is keyed as fragment keys type a literal (``key.literal_key``): -0.0 == 0.0 would replay
     alpha=0.0's plan for alpha=-0.0 (x + 0.0*y is 0.0 where x + -0.0*y is -0.0 for x = -0.0, y > 0), and a NaN
     (never == itself) would never find its plan."""
     tw = Twins([T("x", [-0.0, 1.0]), T("y", [1.0, 1.0])])

@@ -1,10 +1,8 @@
-"""Plans (gradserve_server/engine/plan.py): every program runs cold and through the plan cache (recorded, then replayed
-on the
-same and on other input values), and everything a client can observe must be the same bit for bit: values,
-gradients, grad_fn names, flags, versions, accumulation counts, the autograd report, warnings, errors and
-their op index. The op suite is the per-op samples (tests/engine/samples.py), each made into an op list;
-then guards (a value-dependent error on a replay falls back to the cold run), unplannable programs, and the
-cache's bounds."""
+"""Plans (gradserve_server/engine/trace/plan.py): every program runs cold and through the plan cache (recorded, then
+replayed on the same and on other input values), and everything a client can observe must be the same bit for bit:
+values, gradients, grad_fn names, flags, versions, accumulation counts, the autograd report, warnings, errors and
+their op index. The op suite is the per-op samples (tests/engine/samples.py), each made into an op list; then guards
+(a value-dependent error on a replay falls back to the cold run), unplannable programs, and the cache's bounds."""
 
 from __future__ import annotations
 
@@ -13,14 +11,15 @@ import orjson
 import pytest
 
 import gradserve_server.engine as E
-import gradserve_server.engine.plan as plan_module
-import gradserve_server.engine.tape as tape_module
-import gradserve_server.engine.trace_key as keyer
+import gradserve_server.engine.trace.key as keyer
+import gradserve_server.engine.trace.plan as plan_module
+import gradserve_server.engine.trace.tape as tape_module
 from gradserve_server.engine.errors import EngineError
-from gradserve_server.engine.plan import Plan, PlanCache, Unplannable, run_planned
 from gradserve_server.engine.program import State, run_program
 from gradserve_server.engine.tensor import Tensor
-from gradserve_server.engine.trace_key import _plannable_op
+from gradserve_server.engine.trace.cache import PlanCache, Unplannable
+from gradserve_server.engine.trace.key import _plannable_op
+from gradserve_server.engine.trace.plan import Plan, run_planned
 
 from .samples import SAMPLES, _call
 
@@ -57,7 +56,7 @@ def cold(state, ops):
 
 
 def traced(cache, routes: list | None = None, **kw):
-    """A one-shot run through the one dispatch (``engine.dispatch``: replayed, recorded, composed, cold or fallen
+    """A one-shot run through the one dispatch (``engine.trace.dispatch``: replayed, recorded, composed, cold or fallen
     back), the route of each run appended to ``routes`` (that of a run that raised too: its error's ``route``)."""
     kw = {"limits": LIMITS, "respond": "all", "extra": ("json",), **kw}
 

@@ -8,8 +8,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from gradserve_server.engine.plan import Plan, PlanCache
 from gradserve_server.engine.tensor import Tensor
+from gradserve_server.engine.trace.cache import PlanCache
+from gradserve_server.engine.trace.plan import Plan
 
 from .samples import SAMPLES, Sample
 from .test_plan import (

@@ -1,8 +1,8 @@
 """Whole-list plan keys tell every float literal apart (issue #22, one keyer): the key of an op list is its JSON
 text (orjson's), which writes inf, -inf and every NaN as ``null``, as it writes None. Through the engine API
 (which, unlike HTTP's strict JSON, takes non-finite numbers), a plan recorded for ``x * inf`` must not replay for
-``x * -inf``, ``x * nan`` or ``x * None``; the text key carries those values' bits (``trace_key.null_bits``), as the
-per-op fragment keys (``trace_key.literal_key``) do."""
+``x * -inf``, ``x * nan`` or ``x * None``; the text key carries those values' bits (``key.null_bits``), as the
+per-op fragment keys (``key.literal_key``) do."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 
 import gradserve_server.engine as E
 from gradserve_server.engine.errors import EngineError
-from gradserve_server.engine.plan import PlanCache
 from gradserve_server.engine.program import State, run_program
-from gradserve_server.engine.trace_key import _dumps
+from gradserve_server.engine.trace.cache import PlanCache
+from gradserve_server.engine.trace.key import _dumps
 
 LIMITS = E.Limits()
 _NAN_PAYLOAD = struct.unpack("<d", struct.pack("<Q", 0x7FF8_0000_0000_0BAD))[0]

@@ -7,7 +7,8 @@ import gc
 import tracemalloc
 
 from gradserve_server import engine
-from gradserve_server.engine.plan import PlanCache, PlanCaches, run_planned
+from gradserve_server.engine.trace.cache import PlanCache, PlanCaches
+from gradserve_server.engine.trace.plan import run_planned
 
 LIMITS = engine.Limits(max_elements_per_tensor=4_000_000, max_bytes=256 << 20, max_response_bytes=128 << 20)
 

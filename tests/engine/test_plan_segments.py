@@ -1,4 +1,4 @@
-"""Segment plans (engine.plan ``_segments``, ``_run_segments``, ``_Fuse``): a training loop's session list runs
+"""Segment plans (engine.trace.plan ``_segments``, ``_run_segments``, ``_Fuse``): a training loop's session list runs
 as its prefix under no_grad (the last update, zero_grad, or the tensors and optimizer state the first request
 makes), its grad-mode part (forward, backward, gradients bound to names) and its trailing ``del`` s, each part keyed
 on the session tensors it names, so the grad-mode part the first request recorded replays in the second; once
@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import gradserve_server.engine as E
-from gradserve_server.engine.plan import _FUSE, Plan, PlanCache, _segments
+from gradserve_server.engine.trace.cache import PlanCache
+from gradserve_server.engine.trace.plan import _FUSE, Plan, _segments
 
 from .test_literal_lifting import T, Twins, op
 from .test_plan_training import adam, body, loop, setup, sgd

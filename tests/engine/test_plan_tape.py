@@ -1,4 +1,4 @@
-"""The tape a plan replays (gradserve_server/engine/tape.py ``Tape``, the executor plans and compose's fragments
+"""The tape a plan replays (gradserve_server/engine/trace/tape.py ``Tape``, the executor plans and compose's fragments
 share): constants folded when the plan is built, kernels called through their direct forms, intermediates written
 into registers (buffers a replay reuses), copies left out. Each is only an optimisation: a replay gives the cold
 run's bits and layouts (tests/engine/test_plan.py runs the op suite and the programs both ways); here, each
@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 import gradserve_server.engine.kernel as K
-import gradserve_server.engine.plan as plan_module
-import gradserve_server.engine.tape as tape_module
+import gradserve_server.engine.trace.plan as plan_module
+import gradserve_server.engine.trace.tape as tape_module
 from gradserve_server.engine.ops import backward as BW
 from gradserve_server.engine.ops import shape as S
-from gradserve_server.engine.plan import Plan, PlanCache
 from gradserve_server.engine.program import State, run_program
+from gradserve_server.engine.trace.cache import PlanCache
+from gradserve_server.engine.trace.plan import Plan
 
 from .test_plan import LIMITS, PROGRAMS, T, both_ways, cold, draws, observe, op, planned
 from .test_plan import _tensor_view as _view
@@ -202,7 +203,7 @@ def test_a_long_fragment_is_interpreted_with_the_compiled_ones_results(monkeypat
     assert compiled.__code__.co_filename.startswith("<gradserve fragment")
     monkeypatch.setattr(tape_module, "FRAGMENT_CODEGEN_MAX", len(steps) - 1)
     looped = tape_module.compile_fragment(steps, 1, ret, "long")
-    assert looped.__class__ is tape_module._Interpreted  # (the loop; its steps where plan.footprint counts them)
+    assert looped.__class__ is tape_module._Interpreted  # (the loop; its steps where cache.footprint counts them)
     assert plan_module.footprint(looped) > 100 * len(steps)  # (a step's tuple alone: ~100 bytes)
     for k in range(2):
         want = fn(x + k)

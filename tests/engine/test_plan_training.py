@@ -1,4 +1,4 @@
-"""A training loop's session lists through plans (engine.plan.route_session), planned whole (``segments=False``;
+"""A training loop's session lists through plans (engine.trace.plan.route_session), planned whole (``segments=False``;
 with segments, tests/engine/test_plan_segments.py): a list with a backward and an in-place
 update under no_grad (what gradserve.torch sends for a loop's iteration: the last step's update, zero_grad, the
 next forward and backward) records its plan at its first sighting, whatever ``record_after``, and replays from its
@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gradserve_server.engine.plan import PlanCache, _training_step
 from gradserve_server.engine.program import State, run_program
+from gradserve_server.engine.trace.cache import PlanCache
+from gradserve_server.engine.trace.plan import _training_step
 
 from .test_literal_lifting import LIMITS, T, Twins, op
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import gradserve_server.engine as E
-from gradserve_server.engine.plan import PlanCache, run_session_planned
+from gradserve_server.engine.trace.cache import PlanCache
+from gradserve_server.engine.trace.plan import run_session_planned
 
 OPS = [{"op": "mul", "args": ["a", 2.0], "out": "b"}, {"op": "add", "args": ["b", 1.0], "out": "a"}]
 

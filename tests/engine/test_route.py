@@ -1,5 +1,5 @@
-"""The one dispatch's routes (engine/route.py, engine/dispatch.py) and generated code a traceback can read
-(engine/sources.py): each route and a representative reason as the engine gives them, and the source line
+"""The one dispatch's routes (engine/trace/route.py, engine/trace/dispatch.py) and generated code a traceback can read
+(engine/trace/sources.py): each route and a representative reason as the engine gives them, and the source line
 (with the op it comes from) of a replayed plan and of a composed fragment."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import traceback
 import pytest
 
 import gradserve_server.engine as E
-import gradserve_server.engine.plan as plan_module
+import gradserve_server.engine.trace.plan as plan_module
 from gradserve_server.engine import kernel as K
-from gradserve_server.engine import route as R
-from gradserve_server.engine import sources
-from gradserve_server.engine.plan import PlanCache, Unplannable
 from gradserve_server.engine.program import State
+from gradserve_server.engine.trace import route as R
+from gradserve_server.engine.trace import sources
+from gradserve_server.engine.trace.cache import PlanCache, Unplannable
 
 from .test_compose import _scalar_graph
 from .test_plan import PROGRAMS, T, draws, traced

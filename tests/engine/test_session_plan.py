@@ -1,4 +1,4 @@
-"""Session op lists through plans (engine.plan.run_session_planned): a list whose results carry no graph is
+"""Session op lists through plans (engine.trace.plan.run_session_planned): a list whose results carry no graph is
 replayed, and the session state and result are the cold run's bit for bit; guards fall back, lists whose
 results carry a graph stay cold, a failed list leaves the state as it was."""
 
@@ -9,8 +9,9 @@ import pytest
 
 import gradserve_server.engine as E
 from gradserve_server.engine.errors import EngineError
-from gradserve_server.engine.plan import Plan, PlanCache, Unplannable, run_session_planned
 from gradserve_server.engine.program import State, run_program
+from gradserve_server.engine.trace.cache import PlanCache, Unplannable
+from gradserve_server.engine.trace.plan import Plan, run_session_planned
 
 from .test_plan import _tensor_view
 
@@ -226,7 +227,7 @@ def test_vectorized_jacobians_and_hessians_of_a_session_function_replay_bit_for_
 def test_a_repeat_loop_carries_the_next_key_and_a_changed_state_misses(change, monkeypatch):
     """Iteration k+1 looks its plan up by the key iteration k's plan carries (no key is built on a hit); a
     state whose shape or dtype changes after the first iteration is another key: it records, then replays."""
-    import gradserve_server.engine.plan as P
+    import gradserve_server.engine.trace.plan as P
     built = []
     real = P._session_key
     monkeypatch.setattr(P, "_session_key", lambda *a: built.append(1) or real(*a))
@@ -247,7 +248,7 @@ def test_a_repeat_loop_carries_the_next_key_and_a_changed_state_misses(change, m
 
 
 def test_a_list_recorded_unplannable_runs_cold_without_its_full_key_and_a_changed_state_plans(monkeypatch):
-    import gradserve_server.engine.plan as P
+    import gradserve_server.engine.trace.plan as P
     built = []
     real = P._session_key
     monkeypatch.setattr(P, "_session_key", lambda *a: built.append(1) or real(*a))

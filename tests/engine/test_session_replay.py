@@ -9,8 +9,9 @@ import pytest
 
 import gradserve_server.engine as E
 from gradserve_server.engine.errors import EngineError
-from gradserve_server.engine.plan import PlanCache, run_session_planned
 from gradserve_server.engine.program import State, run_program
+from gradserve_server.engine.trace.cache import PlanCache
+from gradserve_server.engine.trace.plan import run_session_planned
 
 from .test_plan import _tensor_view
 
@@ -271,7 +272,7 @@ def test_a_kept_gradient_bound_to_a_new_name_each_iteration_is_the_same_tensor_a
 def test_a_list_naming_a_tensor_where_a_literal_goes_is_keyed_under_its_own_names():
     """An index that names a tensor is not read by name position: such a list keeps its own names in its key, so
     two sessions whose names sit in other orders never share a plan."""
-    from gradserve_server.engine.trace_key import _canonical
+    from gradserve_server.engine.trace.key import _canonical
 
     s = State()
     run_program(s, [T("a", [1.0, 2.0, 3.0]), T("i", [0, 2])])

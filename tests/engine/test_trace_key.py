@@ -1,4 +1,4 @@
-"""The trace layer's one keyer (``engine.trace_key``): the pieces plans and fragments share give one answer
+"""The trace layer's one keyer (``engine.trace.key``): the pieces plans and fragments share give one answer
 whichever of them asks."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from gradserve_server.engine.program import State
-from gradserve_server.engine.trace_key import (
+from gradserve_server.engine.trace.key import (
     _dropped_names,
     _key,
     _names,

@@ -74,9 +74,9 @@ class Owned:
     caller made ``arr`` for this op alone (the service's freshly decoded payload) and holds it nowhere else.
 
     The op itself copies it as any array (``torch.tensor``'s semantics: a cold run, a session, a loop). A one-shot
-    run through a plan (``engine.plan.run_planned``) may keep ``arr`` as the tensor's data instead, once, when
+    run through a plan (``engine.trace.plan.run_planned``) may keep ``arr`` as the tensor's data instead, once, when
     the copy would be indistinguishable from it: ``arr`` C-contiguous, writable, owning its memory, in native
-    byte order and of the dtype the op gives it (``engine.plan._direct_input``)."""
+    byte order and of the dtype the op gives it (``engine.trace.plan._direct_input``)."""
 
     __slots__ = ("array", "taken")
 

@@ -1,7 +1,7 @@
-"""What a replay leaves, shared by whole-list plans (``engine.plan``) and composed runs (``engine.compose``):
-the ``Plan`` record, the result and namespace a replay or a composed run hands back (tensors made from
-descriptors when read), and the bit-for-bit array comparison both check their shortcuts with. Both modules
-import this one; neither imports the other's internals (``plan`` calls ``compose`` through its public ``run``
+"""What a replay leaves, shared by whole-list plans (``engine.trace.plan``) and composed runs
+(``engine.trace.compose``): the ``Plan`` record, the result and namespace a replay or a composed run hands back
+(tensors made from descriptors when read), and the bit-for-bit array comparison both check their shortcuts with. Both
+modules import this one; neither imports the other's internals (``plan`` calls ``compose`` through its public ``run``
 with its ``PlanCache``, which holds the fragments too)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..program import AutogradRecord, GradEntry, OpOutcome, ProgramResult
+from ..tensor import Tensor
 from . import route as R
-from .program import AutogradRecord, GradEntry, OpOutcome, ProgramResult
-from .tensor import Tensor
 
 
 class _Name:

@@ -1,6 +1,6 @@
 """The trace layer's one executor: the recorded kernel calls of a run (``kernel.Recorder``) made into steps,
-optimised, and run as generated code or by a loop, for whole-list plans (``engine.plan``) and per-op
-fragments (``engine.compose``) alike.
+optimised, and run as generated code or by a loop, for whole-list plans (``engine.trace.plan``) and per-op
+fragments (``engine.trace.compose``) alike.
 
 * **The step** (the IR): ``(fn, template, where, out, multi, conv, reg, free)``. ``fn`` the kernel (or its
   direct form), ``template`` its positional arguments with ``None`` where ``where``'s ``(position, slot)``
@@ -17,7 +17,7 @@ fragments (``engine.compose``) alike.
   slots in a buffer ``b``, deadline checks every ``CHECK_EVERY`` calls) and a fragment's closure
   (``compile_fragment``: slots as locals, its outputs returned). Every line ends in a comment naming the op
   and the kernel it runs (``# op 3 mul (multiply)``), and every function is registered with ``linecache``
-  (``engine.sources``), so tracebacks and profilers show it.
+  (``engine.trace.sources``), so tracebacks and profilers show it.
 * **The loop interpreter** (``interpreted``, ``run_steps``) for what compiling would cost more than it saves:
   a long tape (checked against the deadline every chunk), a long fragment.
 * **Replay** (``replay``): a plan's slots from its inputs, with a register set of the replay's own.
@@ -30,11 +30,11 @@ from bisect import bisect_right
 
 import numpy as np
 
-from . import kernel as K
+from .. import kernel as K
 from . import sources as S
 from .replayed import _same_bits
 
-_PLAN_IDS = itertools.count(1)  # numbers a plan's compiled chunks' file names (``engine.sources``)
+_PLAN_IDS = itertools.count(1)  # numbers a plan's compiled chunks' file names (``engine.trace.sources``)
 CHECK_EVERY = 256      # a replay checks the deadline every this many kernel calls
 CHUNK = 2000           # kernel calls per compiled function of a plan
 COMPILE_MAX_STEPS = 20_000  # longer tapes are interpreted (compiling them would cost more than it saves)
@@ -55,7 +55,7 @@ _asarray = np.asarray
 
 
 class GiveUp(Exception):
-    """A trace gives up (a composed run: ``engine.compose``; ``args[0]``: why, ``route.COMPOSE_CODES``)."""
+    """A trace gives up (a composed run: ``engine.trace.compose``; ``args[0]``: why, ``route.COMPOSE_CODES``)."""
 
 
 # ----- extraction --------------------------------------------------------------------------------------------
@@ -524,7 +524,7 @@ def compile_tape(steps: list, origin=None) -> tuple:
     """A plan's steps as Python functions of straight-line code, one per ``CHUNK`` kernel calls: each step one
     line (``b[5] = k[0](b[1], c[2])``: slots, kernels, constants and registers by index), so a replay pays one
     call per kernel and nothing to interpret; the deadline is read every ``CHECK_EVERY`` calls. Each chunk is
-    registered with ``linecache`` under a name of its own (``engine.sources``), each call's line ending in a
+    registered with ``linecache`` under a name of its own (``engine.trace.sources``), each call's line ending in a
     comment naming the op (``origin``: by its output slot) and the kernel it runs."""
     tag = next(_PLAN_IDS)
     kernels: list = []
@@ -561,7 +561,7 @@ def compile_fragment(steps: list, m: int, ret: list, name: str = "?", maker=None
     of slots ``ret`` (-1: None): straight-line code over locals, kernels and constants bound in its closure, each
     call's line naming the op (``name``, made a ``label`` here) and the kernel it runs. A long fragment is
     interpreted instead. The source depends only on the steps' structure (slots, arity, op and kernel names;
-    the kernels and constants are the closure's values): ``maker(src)`` (``plan.PlanCache.maker``: a cache
+    the kernels and constants are the closure's values): ``maker(src)`` (``cache.PlanCache.maker``: a cache
     partition's memo, so that a form met again in that partition is not compiled again) gives its compiled
     maker; None: ``compile_maker``."""
     if len(steps) > FRAGMENT_CODEGEN_MAX or m > FRAGMENT_CODEGEN_MAX:
@@ -680,7 +680,7 @@ def run_steps(chunks: list, b: list, R, chk) -> None:
 def fragment_interpreter(steps: list, m: int, ret: list):
     """``compile_fragment``'s function for a long fragment (compiling it would cost more than it saves): the
     loop interpreter over a buffer of the fragment's slots (an object whose slots hold its steps, constants
-    included, for ``plan.footprint`` to count)."""
+    included, for ``cache.footprint`` to count)."""
     ret = tuple(ret)
     n = 1 + max([m - 1, *ret, *[s for st in steps for s in (st[3] if st[4] is True else (st[3],))]])
     return _Interpreted(interpreted(steps), n, m, ret)

@@ -1,16 +1,16 @@
 """Composed one-shot runs: an op list that has no plan runs as a sequence of per-op fragments.
 
-The trace layer at the granularity of one op (``engine.plan``: of a whole list), with the same steps in the
-same places: an op is keyed by ``engine.trace_key`` (``_key_of``, its common forms inline in ``_compose``'s
-loop; a VJP's by ``_vjp_key``), traced by ``kernel.Recorder`` (``_make_frag``), optimised and executed by
-``engine.tape``, its result read through ``engine.replayed``, cached in ``plan.PlanCache``. This module holds
-what only a per-op run needs: light nodes, the backward over them, and when to give up.
+The trace layer at the granularity of one op (``engine.trace.plan``: of a whole list), with the same steps in the same
+places: an op is keyed by ``engine.trace.key`` (``_key_of``, its common forms inline in ``_compose``'s loop; a VJP's
+by ``_vjp_key``), traced by ``kernel.Recorder`` (``_make_frag``), optimised and executed by ``engine.trace.tape``, its
+result read through ``engine.trace.replayed``, cached in ``cache.PlanCache``. This module holds what only a per-op run
+needs: light nodes, the backward over them, and when to give up.
 
-A ``/v1/eval`` run of an op list never seen before (no plan of its structure: ``engine.plan``) would run op by
+A ``/v1/eval`` run of an op list never seen before (no plan of its structure: ``engine.trace.plan``) would run op by
 op through the object engine (a Tensor, a Node, SavedTensors, the checks of ``_Runner.run_op`` and the VJP's
 Python per op). Most ops of a long list repeat: the same op on inputs of the same shapes, dtypes and flags.
 ``compose`` runs such a list from **fragments**, recorded once per op form and kept in the key's
-``plan.PlanCache`` with its plans (one table, bytes and counters; ``PlanCache.stats()`` and /metrics):
+``cache.PlanCache`` with its plans (one table, bytes and counters; ``PlanCache.stats()`` and /metrics):
 
 * **Forward fragment** (``_Frag``), keyed by the op's name, its arguments with each tensor name replaced by its
   tensor's (shape, dtype, strides, requires_grad) and which argument is which tensor (aliasing), literals kept
@@ -45,7 +45,7 @@ Python per op). Most ops of a long list repeat: the same op on inputs of the sam
   their descriptors too, made when read; the outcomes made from the op list when read).
 
 Whatever cannot be composed gives up before anything is visible: the caller then runs the list cold (which
-gives the result, or the error and its op index; its route says why: ``not_composable:<code>``, ``engine.route``,
+gives the result, or the error and its op index; its route says why: ``not_composable:<code>``, ``engine.trace.route``,
 and at which op). It gives up on an op or action it does not cover, any
 exception (a kernel's value check, the deadline), a run whose bytes (every array it made, an upper bound) or
 nodes could come near the limits, a response over its bytes limit, and early when the fragments it meets are
@@ -66,22 +66,22 @@ from time import monotonic as _monotonic
 
 import numpy as np
 
-from . import kernel as K
-from . import route as R
-from . import tape as T
-from .autograd import _apply, _run_all
-from .budget import SMALL_RESPONSE_ELEMENTS, Budget
-from .grad_mode import Limits, WarningSink, set_grad_enabled
-from .node import ACCUMULATE_GRAD, Node, SavedTensor
-from .program import (
+from .. import kernel as K
+from ..autograd import _apply, _run_all
+from ..budget import SMALL_RESPONSE_ELEMENTS, Budget
+from ..grad_mode import Limits, WarningSink, set_grad_enabled
+from ..node import ACCUMULATE_GRAD, Node, SavedTensor
+from ..program import (
     _TENSOR,
     ProgramResult,
     State,
     _Runner,
 )
+from ..tensor import Tensor
+from . import route as R
+from . import tape as T
+from .key import _FORMS, _NO_NAMES, _form, _key_of, _lit, _names, _op_sig, _vjp_key
 from .replayed import Plan, _Namespace, _PlannedResult
-from .tensor import Tensor
-from .trace_key import _FORMS, _NO_NAMES, _form, _key_of, _lit, _names, _op_sig, _vjp_key
 
 _ndarray = np.ndarray
 _asarray = np.asarray
@@ -111,7 +111,7 @@ _LOOK_AGAIN = 1000
 #: pays about two ops' worth for the attempt (the look-ahead), ~3% at this length (``bench/norepeat.py``)
 _MIN_OPS = 100
 #: fragments a cache keeps by default (forward op forms; each keeps at most ``_VJPS_PER_FRAG`` VJP forms); their
-#: bytes are measured and bounded with the plans' (``plan.PlanCache``)
+#: bytes are measured and bounded with the plans' (``cache.PlanCache``)
 FRAGMENT_ENTRIES = 4096
 _VJPS_PER_FRAG = 16
 #: actions a composed run covers (anything else: the list runs cold)
@@ -134,7 +134,7 @@ class _Frag:
     (``recipe.saved_at``); ``binds`` (position in ``out`` or -1 for a name, output index) in the order the op
     binds its outputs; ``rgs`` each output's requires_grad; ``recipe`` the node (None: none);
     ``nbytes``/``maxsize`` the bytes and the largest element count of the arrays it makes; ``used``: hit since the
-    cache's eviction last passed it (``plan.PlanCache``). ``k`` (None: not
+    cache's eviction last passed it (``cache.PlanCache``). ``k`` (None: not
     so): a fragment of one kernel call on its one or (``two``) two input arrays, in order, then the constants
     ``pre``, returning its one output: the caller calls it, ``fn``'s call without its frame. ``mode`` (0: none
     of these) the common forms of one output that requires grad, bound to a name, and one node (``_mode``);
@@ -194,7 +194,7 @@ class _Acc:
 # has an ``_Acc`` (``_Run.leaves``, by the variable's id) once an edge or a backward needs it
 
 
-# ----- steps (``engine.tape``) ----------------------------------------------------------------------------
+# ----- steps (``engine.trace.tape``) ----------------------------------------------------------------------------
 def _compiled(owner, cache=None):
     """A fragment's function, compiled at its first use (``tape.compile_fragment``: a fragment made by a miss
     whose form never comes again is never compiled; the code of one structure compiled once per ``cache``
@@ -364,7 +364,7 @@ def _make_frag(index: int, op: dict, no_grad_all: bool, vs: list, limits, ns: di
 
 def vjp_dicts(frag) -> list:
     """The VJP dicts of forward fragment ``frag``'s recipes (None: an uncomposable marker): what
-    ``plan.PlanCache`` counts as each VJP fragment comes, not with the forward fragment's own bytes."""
+    ``cache.PlanCache`` counts as each VJP fragment comes, not with the forward fragment's own bytes."""
     if frag is None:
         return []
     return [r.vjps for r in (frag.graph if frag.graph is not None else (frag.recipe,)) if r is not None]
@@ -659,7 +659,7 @@ class _Run:
     """One composed run's counters and limits, and its VJP (``apply``) for ``_run_all``."""
 
     def __init__(self, cache, limits):
-        self.cache = cache  # (a ``plan.PlanCache``: the fragments' table)
+        self.cache = cache  # (a ``cache.PlanCache``: the fragments' table)
         self.hits = self.misses = 0
         self.nbytes = 0
         self.nodes = 0
@@ -718,7 +718,7 @@ class _Run:
                     return self._apply_slow(recipe, [g], saved)
         elif saved is g:
             return self._apply_slow(recipe, [g], (saved,))
-        vf = recipe.vjps.get((g.shape, g.dtype, g.strides))  # (``trace_key._vjp_key``'s first form, inline)
+        vf = recipe.vjps.get((g.shape, g.dtype, g.strides))  # (``key._vjp_key``'s first form, inline)
         if vf is None:
             return self._apply_slow(recipe, [g], saved if recipe.star else (saved,))
         n = self.nbytes = self.nbytes + vf.nbytes
@@ -1471,7 +1471,7 @@ _ABSENT = object()
 
 
 def run(cache, state: State, ops: list, inputs_at: list, inputs: list, metas: tuple, kwargs: dict, shown):
-    """``compose`` through ``cache`` (a ``plan.PlanCache``: its fragments, its counters): (the run's result, None),
+    """``compose`` through ``cache`` (a ``cache.PlanCache``: its fragments, its counters): (the run's result, None),
     or (None, the cold route and why: nothing changed, the caller runs the list cold)."""
     if len(ops) - len(inputs_at) < _MIN_OPS:
         return None, R.COLD_SHORT

@@ -1,10 +1,9 @@
-"""Which way an op list ran, and why: the ``Route`` a dispatch (``engine.dispatch``) returns with its result.
+"""Which way an op list ran, and why: the ``Route`` a dispatch (``engine.trace.dispatch``) returns with its result.
 
-An op list runs one of three ways, all giving what the eager interpreter (``engine.program``) gives, bit for
-bit: replayed from a compiled plan (``engine.plan``), composed from per-op fragments (``engine.compose``), or
-op by op (cold). A route is a name from ``ROUTES`` and a reason from ``REASONS`` (both fixed: they label
-metrics), and a free-text ``detail`` (which op, at which index) for logs and debugging only.
-"""
+An op list runs one of three ways, all giving what the eager interpreter (``engine.program``) gives, bit for bit:
+replayed from a compiled plan (``engine.trace.plan``), composed from per-op fragments (``engine.trace.compose``), or
+op by op (cold). A route is a name from ``ROUTES`` and a reason from ``REASONS`` (both fixed: they label metrics), and
+a free-text ``detail`` (which op, at which index) for logs and debugging only. """
 
 from __future__ import annotations
 

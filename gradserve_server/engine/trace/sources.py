@@ -1,7 +1,7 @@
 """Generated code that a traceback or a profiler can read: each compiled plan chunk and composed fragment
-(``engine.tape``'s code generator, for ``engine.plan`` and ``engine.compose``) gets a file name of its own
-(``<gradserve plan 1a chunk 0>``) and its source in ``linecache``, and each generated line ends in a comment naming
-the op it runs (``# op 3 mul``).
+(``engine.trace.tape``'s code generator, for ``engine.trace.plan`` and ``engine.trace.compose``) gets a file name of
+its own (``<gradserve plan 1a chunk 0>``) and its source in ``linecache``, and each generated line ends in a comment
+naming the op it runs (``# op 3 mul``).
 
 The entries are bounded: one lives as long as the function compiled from it (removed when a plan or fragment
 is evicted and freed), and at most ``MAX_ENTRIES`` are kept (the oldest dropped first: its traceback lines
@@ -16,7 +16,7 @@ import threading
 import weakref
 from collections import OrderedDict
 
-#: every generated file name starts so (``plan.footprint`` counts such code as the plan's own)
+#: every generated file name starts so (``cache.footprint`` counts such code as the plan's own)
 PREFIX = "<gradserve "
 MAX_ENTRIES = 4096
 

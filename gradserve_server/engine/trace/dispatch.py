@@ -1,5 +1,5 @@
 """The one way into a run of an op list: ``dispatch`` picks the route (replay a plan, record one, compose
-from fragments, run op by op) and returns the result with the ``Route`` it took (``engine.route``).
+from fragments, run op by op) and returns the result with the ``Route`` it took (``engine.trace.route``).
 
 Which route applies is decided where the facts are (``plan.run_planned`` for a one-shot run,
 ``plan.route_session`` for a session's, ``compose.run`` for a list without a plan); this is the function the
@@ -10,8 +10,9 @@ are the eager interpreter's (``program.run_program``) bit for bit; an error rais
 
 from __future__ import annotations
 
-from .plan import PlanCache, route_session, run_planned
-from .program import ProgramResult, State
+from ..program import ProgramResult, State
+from .cache import PlanCache
+from .plan import route_session, run_planned
 from .route import Route
 
 

@@ -1,7 +1,7 @@
 """The trace layer's one keyer: every key a list, an op or a literal is cached under is made here.
 
-A plan (``engine.plan``) and a fragment (``engine.compose``) are one thing at two granularities, a traced op
-list: a whole list, or one op of it. Both are looked up in one table (``plan.PlanCache``) under keys this module
+A plan (``engine.trace.plan``) and a fragment (``engine.trace.compose``) are one thing at two granularities, a traced op
+list: a whole list, or one op of it. Both are looked up in one table (``cache.PlanCache``) under keys this module
 makes by one rule: what the run can observe, and nothing else.
 
 * **Literals** (``literal_key``): typed (``1``, ``1.0`` and ``True`` differ), a float by every bit where ``==``
@@ -26,7 +26,7 @@ makes by one rule: what the run can observe, and nothing else.
 * **Plannability** (``_scan``, ``_plannable_op``): whether the op table declares every op of a list traceable.
 
 Where a list is traced, optimised, executed and cached: ``kernel.Recorder`` records it, ``tape`` folds, optimises,
-compiles or interprets its steps, ``replayed`` rebuilds what a replay returns, ``plan.PlanCache`` holds plans and
+compiles or interprets its steps, ``replayed`` rebuilds what a replay returns, ``cache.PlanCache`` holds plans and
 fragments under these keys, and ``dispatch`` picks the route.
 """
 
@@ -39,13 +39,13 @@ from itertools import repeat
 import numpy as np
 import orjson
 
-from . import dtypes as D
-from .grad_mode import WarningSink
-from .ops.creation import Owned
-from .program import _INDEX, _PLAIN, _SLICE_RE, _TENSOR, _TENSOR_LIST, ProgramResult, State, _op_layout, _Runner
-from .registry import OPS, traceable
+from .. import dtypes as D
+from ..grad_mode import WarningSink
+from ..ops.creation import Owned
+from ..program import _INDEX, _PLAIN, _SLICE_RE, _TENSOR, _TENSOR_LIST, ProgramResult, State, _op_layout, _Runner
+from ..registry import OPS, traceable
+from ..tensor import Tensor, as_array
 from .tape import GiveUp
-from .tensor import Tensor, as_array
 
 # ----- literals --------------------------------------------------------------------------------------------
 _F64 = struct.Struct("<d")
@@ -54,7 +54,7 @@ _F64 = struct.Struct("<d")
 def literal_key(v):
     """A literal as a key, typed (1, 1.0 and True differ) and every bit of a float (-0.0, infinities, NaN
     payloads where ``==`` would not tell them: -0.0 equals 0.0, a NaN never equals itself): per-op fragment keys
-    (``engine.compose``) and the float values a session plan is pinned on (``engine.plan``). A form no key
+    (``engine.trace.compose``) and the float values a session plan is pinned on (``engine.trace.plan``). A form no key
     covers (a dict, an Owned array...) raises ``GiveUp``."""
     c = v.__class__
     if c is str or v is None:
@@ -69,7 +69,7 @@ def literal_key(v):
 
 
 def null_bits(obj) -> bytes:
-    """What an op list's JSON text (orjson's, a whole-list plan key: ``engine.plan``) does not tell: orjson
+    """What an op list's JSON text (orjson's, a whole-list plan key: ``engine.trace.plan``) does not tell: orjson
     writes inf, -inf and every NaN as ``null``, as it writes None. Each ``null`` of the text in order: ``n`` for a
     None, ``f`` and the float's bits (``literal_key``'s) for a non-finite float, ``a`` and the bytes of a float
     array holding one. Appended to the text where it holds a ``null`` (a finite list without None pays only that
@@ -1025,6 +1025,6 @@ _CODE = object()  # (a compiled maker's key is (_CODE, its source): no list's or
 
 
 def _code_key(src: str) -> tuple:
-    """The key a fragment's compiled maker is kept under in its partition's table (``plan.PlanCache.maker``):
+    """The key a fragment's compiled maker is kept under in its partition's table (``cache.PlanCache.maker``):
     its source, one entry per structure whatever the constants."""
     return (_CODE, src)
