@@ -1351,7 +1351,7 @@ def _client_facts(spec: OpSpec | None) -> dict:
                 "exports": [], "tuple_when": [], "variable_outputs": False, "returns_when": "", "python_result": "",
                 "meta_only": [],
                 "changes_argument": [], "storage": "", "converts_to": "", "dims_of": "input", "promotion": "",
-                "checks": [], "cost": "inputs", "parser": None}
+                "checks": [], "shape": "", "cost": "inputs", "parser": None}
     exports = [f"torch.nn.functional.{n}" for n in (spec.name, *spec.aliases)  # torch.nn.functional's families
                if spec.family in ("nn", "conv") and "." not in n and not n.startswith("__")]
     exports += [e for e in spec.exports if e not in exports]
@@ -1362,7 +1362,8 @@ def _client_facts(spec: OpSpec | None) -> dict:
             "meta_only": list(spec.meta_only),
             "changes_argument": [list(pair) for pair in spec.changes_argument], "storage": spec.storage,
             "converts_to": spec.cast,
-            "dims_of": spec.dims_of, "promotion": spec.promotion, "checks": list(spec.checks), "cost": spec.cost,
+            "dims_of": spec.dims_of, "promotion": spec.promotion, "checks": list(spec.checks), "shape": spec.shape,
+            "cost": spec.cost,
             "parser": _parser_facts(spec)}
 
 

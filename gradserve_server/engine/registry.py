@@ -127,6 +127,10 @@ class OpSpec:
     #: ``"rule(arguments)[=value][ if|unless names] | ExceptionClass: message"``, tried in order; the rules are
     #: named in ``gradserve.torch._checks`` (a client raises them at the call's line)
     checks: tuple[str, ...] = ()
+    #: the result's shape by a rule of ``engine.rules`` (``"conv(input,weight,stride,padding,dilation)=2"``), where
+    #: the family does not say it; a client knows a result's shape without asking (tests/engine/test_shape_rules.py
+    #: checks every declaration against the op samples' results)
+    shape: str = ""
     #: scheduling: "inputs" (cost follows the inputs' sizes: may run inline), "arguments" (sizes come from
     #: arguments: creation, expand), "other"; "" the family's
     cost: str = ""

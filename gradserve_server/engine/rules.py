@@ -1263,3 +1263,256 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
          "spatial_target": _spatial_target, "probability_target": _probability_target, "class_dim": _class_dim,
          "probability_ignore": _probability_ignore,
          "index_masks": _index_masks, "not_zero": _not_zero, "scalar_index": _scalar_index}
+
+
+# ----- result shapes: the op table's ``shape`` declarations --------------------------------------------------------
+# A declaration is ``"rule(arguments)[=setting]"``, the arguments read as a check's are; a rule gives the result's
+# shape (a tuple) for a call whose checks passed, or UNKNOWN where a fact it reads is not known here (or the call
+# is one the rule does not cover: the server's result says). The rules:
+#
+#     same(a)                          ``a``'s shape (softmax, dropout, layer_norm, cumsum...)
+#     loss(input,target,reduction)=kind  () for a reduction; for ``none``, kind ``pointwise``: the two broadcast,
+#                                      ``class``: an integer target's shape
+#     linear(input,weight)             input's shape with the last size ``weight.size(0)`` (a matrix weight)
+#     conv(input,weight,stride,padding,dilation)=n   an n-d convolution's output ((unbatched) input's batch, the
+#                                      weight's out channels, the spatial sizes; padding ``same``/``valid`` too)
+#     pool(input,kernel_size,stride,padding,dilation,ceil_mode,return_indices)=n  an n-d max/avg pool's output
+#     adaptive_pool(input,output_size)=n  the input's leading sizes and ``output_size`` (None: the input's size)
+#     embedding(input,weight)          input's shape and ``weight.size(1)``
+#     cat(tensors,dim)                 the tensors' shape (the first torch reads) with ``dim`` summed
+#     stack(tensors,dim)               their one shape with a new dimension of their number at ``dim``
+#     index_shape(index)               the index tensor's shape (gather)
+#     index_select(input,dim,index)    input's shape with ``dim`` the index's number of elements
+#     pad(input,pad)                   the last dimensions grown by ``pad``'s pairs (last dimension first)
+#     interpolate(input,size,scale_factor)  the leading two sizes and ``size``, or each spatial size times its
+#                                      scale, floored
+#     bmm(a,b)                         ``[a.size(0), a.size(1), b.size(2)]``
+#     sizes(size)                      the size given (ints, or one list of them: ``new_zeros``)
+#     repeat(a,repeats)                ``a``'s shape, 1s in front to ``repeats``' length, times ``repeats``
+#     one_hot(a,num_classes)           ``a``'s shape and ``num_classes`` (-1: the data's maximum, not known)
+def result_shape(declaration: str, value):
+    """The result's shape by the declared rule, or UNKNOWN. ``value(name)``: the call's argument (None: not
+    given)."""
+    rule, arguments, setting, _, _, _, _ = parse(declaration)
+    given = [int(a) if a.lstrip("-").isdigit() else value(a) for a in arguments]
+    try:
+        shape = SHAPES[rule](*given, setting)
+    except (TypeError, ValueError, IndexError, ZeroDivisionError):  # (an argument of a form no rule reads)
+        return UNKNOWN
+    return shape
+
+
+def _shape_of(t):
+    shape = _tensor_facts(t)[1]
+    return UNKNOWN if shape is None else tuple(shape)
+
+
+def _same_shape(a, _):
+    return _shape_of(a)
+
+
+def _loss_shape(inp, target, reduction, kind: str):
+    if reduction in (None, "mean", "sum", "batchmean"):
+        return ()
+    if reduction != "none":
+        return UNKNOWN
+    x, (dtype, y) = _shape_of(inp), _tensor_facts(target)
+    if kind == "class":
+        return UNKNOWN if y is None or dtype is None or FACTS.get(dtype, ("f",))[0] == "f" else tuple(y)
+    if x is UNKNOWN or y is None:
+        return UNKNOWN
+    return _broadcast_shape(x, tuple(y))
+
+
+def _broadcast_shape(x: tuple, y: tuple):
+    n = max(len(x), len(y))
+    x, y = (1,) * (n - len(x)) + x, (1,) * (n - len(y)) + y
+    if any(a != b and a != 1 and b != 1 for a, b in zip(x, y)):
+        return UNKNOWN
+    return tuple(b if a == 1 else a for a, b in zip(x, y))
+
+
+def _linear_shape(inp, weight, _):
+    x, w = _shape_of(inp), _shape_of(weight)
+    if x is UNKNOWN or w is UNKNOWN or not x or len(w) != 2 or x[-1] != w[-1]:
+        return UNKNOWN  # (a vector weight: matmul's rules, with their errors)
+    return (*x[:-1], w[0])
+
+
+def _spatial(value, n: int, default: int):
+    if value is None or isinstance(value, (list, tuple)) and not value:
+        return [default] * n
+    got = _ints(value, n)
+    if got is not None and len(got) == 1:
+        got = got * n
+    return got if got is not None and len(got) == n else None
+
+
+def _conv_shape(inp, weight, stride, padding, dilation, n: str):
+    k = int(n)
+    x, w = _shape_of(inp), _shape_of(weight)
+    if x is UNKNOWN or w is UNKNOWN or len(w) != k + 2 or len(x) not in (k + 1, k + 2):
+        return UNKNOWN
+    strides, dilations = _spatial(stride, k, 1), _spatial(dilation, k, 1)
+    if strides is None or dilations is None or min(strides) < 1 or min(dilations) < 1:
+        return UNKNOWN
+    sizes = x[-k:]
+    kernel = w[2:]
+    if padding == "same":
+        out = list(sizes)
+    else:
+        pads = [0] * k if padding == "valid" else _spatial(padding, k, 0)
+        if pads is None or min(pads) < 0:
+            return UNKNOWN
+        out = [(s + 2 * p - d * (q - 1) - 1) // st + 1
+               for s, p, d, q, st in zip(sizes, pads, dilations, kernel, strides)]
+    if min(out) < 1:
+        return UNKNOWN
+    return (*x[:-k - 1], w[0], *out)
+
+
+def _pool_shape(inp, kernel_size, stride, padding, dilation, ceil_mode, return_indices, n: str):
+    k = int(n)
+    x = _shape_of(inp)
+    if x is UNKNOWN or return_indices or len(x) not in (k + 1, k + 2):
+        return UNKNOWN
+    kernel = _spatial(kernel_size, k, 1)
+    strides = kernel if stride is None or isinstance(stride, (list, tuple)) and not stride else _spatial(stride, k, 1)
+    pads, dilations = _spatial(padding, k, 0), _spatial(dilation, k, 1)
+    if None in (kernel, strides, pads, dilations) or min(kernel) < 1 or min(strides) < 1 or min(pads) < 0 or \
+            min(dilations) < 1 or any(2 * p > q for p, q in zip(pads, kernel)):
+        return UNKNOWN
+    out = []
+    for size, q, st, p, d in zip(x[-k:], kernel, strides, pads, dilations):
+        span = size + 2 * p - d * (q - 1) - 1
+        o = (span + (st - 1 if ceil_mode else 0)) // st + 1
+        if ceil_mode and (o - 1) * st >= size + p:
+            o -= 1
+        out.append(o)
+    if min(out) < 1:
+        return UNKNOWN
+    return (*x[:-k], *out)
+
+
+def _adaptive_pool_shape(inp, output_size, n: str):
+    k = int(n)
+    x = _shape_of(inp)
+    if x is UNKNOWN or len(x) not in (k + 1, k + 2):
+        return UNKNOWN
+    sizes = [output_size] * k if _int(output_size) or output_size is None else list(output_size)
+    if len(sizes) != k or any(s is not None and (not _int(s) or s < 0) for s in sizes):
+        return UNKNOWN
+    return (*x[:-k], *(s if s is not None else own for s, own in zip(sizes, x[-k:])))
+
+
+def _embedding_shape(inp, weight, _):
+    x, w = _shape_of(inp), _shape_of(weight)
+    return UNKNOWN if x is UNKNOWN or w is UNKNOWN or len(w) != 2 else (*x, w[1])
+
+
+def _cat_shape(tensors, dim, _):
+    shapes = _shapes(tensors)
+    first = _cat_first(shapes) if shapes else None
+    dim = 0 if dim is None else dim
+    if first is None or not _int(dim) or not -len(first) <= dim < len(first):
+        return UNKNOWN
+    d = dim % len(first)
+    parts = [sh for sh in shapes if sh != (0,)]
+    if any(len(sh) != len(first) or any(a != b for i, (a, b) in enumerate(zip(sh, first)) if i != d)
+           for sh in parts):
+        return UNKNOWN
+    return (*first[:d], sum(sh[d] for sh in parts), *first[d + 1:])
+
+
+def _stack_shape(tensors, dim, _):
+    shapes = _shapes(tensors)
+    dim = 0 if dim is None else dim
+    if not shapes or any(sh != shapes[0] for sh in shapes) or not _int(dim):
+        return UNKNOWN
+    first = tuple(shapes[0])
+    if not -len(first) - 1 <= dim <= len(first):
+        return UNKNOWN
+    d = dim % (len(first) + 1)
+    return (*first[:d], len(shapes), *first[d:])
+
+
+def _index_shape(index, _):
+    return _shape_of(index)
+
+
+def _index_select_shape(inp, dim, index, _):
+    x, i = _shape_of(inp), _shape_of(index)
+    if x is UNKNOWN or i is UNKNOWN or not _int(dim) or len(i) > 1:
+        return UNKNOWN
+    if not x:
+        return () if _numel(i) == 1 and dim in (0, -1) else UNKNOWN
+    if not -len(x) <= dim < len(x):
+        return UNKNOWN
+    d = dim % len(x)
+    return (*x[:d], _numel(i), *x[d + 1:])
+
+
+def _pad_shape(inp, pad, _):
+    x = _shape_of(inp)
+    if x is UNKNOWN or not isinstance(pad, (list, tuple)) or len(pad) % 2 or len(pad) // 2 > len(x) or \
+            not all(_int(p) for p in pad):
+        return UNKNOWN
+    out = list(x)
+    for i in range(len(pad) // 2):
+        out[-1 - i] += pad[2 * i] + pad[2 * i + 1]
+    return UNKNOWN if min(out, default=1) < 0 else tuple(out)
+
+
+def _interpolate_shape(inp, size, scale_factor, _):
+    x = _shape_of(inp)
+    if x is UNKNOWN or len(x) < 3 or (size is None) == (scale_factor is None):
+        return UNKNOWN
+    k = len(x) - 2
+    if size is not None:
+        sizes = [size] * k if _int(size) else list(size)
+        if len(sizes) != k or not all(_int(s) and s > 0 for s in sizes):
+            return UNKNOWN
+        return (*x[:2], *sizes)
+    scales = [scale_factor] * k if isinstance(scale_factor, (int, float)) and not isinstance(scale_factor, bool) \
+        else list(scale_factor)
+    if len(scales) != k or not all(isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0 for s in scales):
+        return UNKNOWN
+    out = [int(float(s) * float(c) // 1) for s, c in zip(x[2:], scales)]
+    return UNKNOWN if min(out) < 1 else (*x[:2], *out)
+
+
+def _bmm_shape(a, b, _):
+    x, y = _shape_of(a), _shape_of(b)
+    if x is UNKNOWN or y is UNKNOWN or len(x) != 3 or len(y) != 3 or x[0] != y[0] or x[2] != y[1]:
+        return UNKNOWN
+    return (x[0], x[1], y[2])
+
+
+def _sizes_shape(size, _):
+    sizes = list(size) if isinstance(size, (list, tuple)) else [size]
+    if len(sizes) == 1 and isinstance(sizes[0], (list, tuple)):
+        sizes = list(sizes[0])
+    return tuple(sizes) if all(_int(s) and s >= 0 for s in sizes) else UNKNOWN
+
+
+def _repeat_shape(a, repeats, _):
+    x = _shape_of(a)
+    reps = list(repeats) if isinstance(repeats, (list, tuple)) else [repeats]
+    if len(reps) == 1 and isinstance(reps[0], (list, tuple)):
+        reps = list(reps[0])
+    if x is UNKNOWN or len(reps) < len(x) or not all(_int(r) and r >= 0 for r in reps):
+        return UNKNOWN
+    x = (1,) * (len(reps) - len(x)) + x
+    return tuple(s * r for s, r in zip(x, reps))
+
+
+def _one_hot_shape(a, num_classes, _):
+    x = _shape_of(a)
+    return UNKNOWN if x is UNKNOWN or not _int(num_classes) or num_classes < 0 else (*x, num_classes)
+
+
+SHAPES = {"same": _same_shape, "loss": _loss_shape, "linear": _linear_shape, "conv": _conv_shape,
+          "pool": _pool_shape, "adaptive_pool": _adaptive_pool_shape, "embedding": _embedding_shape,
+          "cat": _cat_shape, "stack": _stack_shape, "index_shape": _index_shape,
+          "index_select": _index_select_shape, "pad": _pad_shape, "interpolate": _interpolate_shape,
+          "bmm": _bmm_shape, "sizes": _sizes_shape, "repeat": _repeat_shape, "one_hot": _one_hot_shape}

@@ -604,6 +604,10 @@ def shape_of(entry: dict, tensors: list, arg):
         return broadcast([tuple(sh) for sh in shapes], len(shapes) == 2)
     shape = _first_shape(entry, tensors, arg)
     check_dims(entry, arg, shape)
+    if entry.get("shape"):  # (declared: conv, pooling, cat, losses... by a rule of the op table's)
+        declared = _rules.result_shape(entry["shape"], arg)
+        if declared is not _rules.UNKNOWN:
+            return declared
     if shape is UNKNOWN:
         return UNKNOWN
     if (family == "reduction" or entry.get("returns")) and len(tensors) == 1:

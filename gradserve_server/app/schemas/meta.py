@@ -66,6 +66,10 @@ class OpInfo(BaseModel):
                               "metadata (dtypes, shapes, which arguments are given), tried in order: "
                               "`rule(arguments)[=value][ if|unless names] | ExceptionClass: message`, `{...}` standing "
                               "for what the rule fills in (the rules: `gradserve.torch._checks`).")
+    shape: str = Field(default="", description="The result's shape by a rule (`conv(input,weight,stride,padding,"
+                       "dilation)=2`, `cat(tensors,dim)`; the rules: `gradserve_server/engine/rules.py`), where the "
+                       "op's family does not say it; empty: the family's (elementwise broadcasting, reductions) or "
+                       "not known before the op runs.")
     parser: dict | None = Field(default=None, description="How torch's argument parser takes a call: per form "
                                 "(`function`, `method`) the name its messages use and torch's overloads (texts "
                                 "as torch prints them) or the one signature derived from the op's; `program_form`, "

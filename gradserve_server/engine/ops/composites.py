@@ -287,7 +287,7 @@ def _new_dtype(self: Tensor, dtype):
     return self.dtype if dtype is None else dtype
 
 
-@op("new_zeros",
+@op("new_zeros", shape="sizes(size)",
     method_only=True,
     tensors=("self",), differentiable=False)
 def new_zeros(self, *size, dtype=None, requires_grad=False):
@@ -296,7 +296,7 @@ def new_zeros(self, *size, dtype=None, requires_grad=False):
     return full(list(shape_arg(size)), 0, dtype=_new_dtype(self, dtype), requires_grad=requires_grad)
 
 
-@op("new_ones",
+@op("new_ones", shape="sizes(size)",
     method_only=True,
     tensors=("self",), differentiable=False)
 def new_ones(self, *size, dtype=None, requires_grad=False):
@@ -305,7 +305,7 @@ def new_ones(self, *size, dtype=None, requires_grad=False):
     return full(list(shape_arg(size)), 1, dtype=_new_dtype(self, dtype), requires_grad=requires_grad)
 
 
-@op("new_empty",
+@op("new_empty", shape="sizes(size)",
     method_only=True,
     tensors=("self",), differentiable=False)
 def new_empty(self, *size, dtype=None, requires_grad=False):
@@ -314,7 +314,7 @@ def new_empty(self, *size, dtype=None, requires_grad=False):
     return full(list(shape_arg(size)), 0, dtype=_new_dtype(self, dtype), requires_grad=requires_grad)
 
 
-@op("new_full",
+@op("new_full", shape="sizes(size)",
     method_only=True,
     tensors=("self",), differentiable=False)
 def new_full(self, size, fill_value, dtype=None, requires_grad=False):

@@ -321,7 +321,7 @@ def _conv_checks(n: int) -> tuple[str, ...]:
             "same_dtype(input,weight) | RuntimeError: expected scalar type {a} but found {b}")
 
 
-@op("conv1d", functions=("conv1d",), checks=_conv_checks(1),
+@op("conv1d", shape="conv(input,weight,stride,padding,dilation)=1", functions=("conv1d",), checks=_conv_checks(1),
     tensors=("input", "weight", "bias"), grad_fns=(P.ConvolutionBackward0,), method=False, family="conv")
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """F.conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1); padding may be 'valid'
@@ -329,7 +329,7 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _conv_nd(input, weight, bias, stride, padding, dilation, groups, 1)
 
 
-@op("conv2d", functions=("conv2d",), checks=_conv_checks(2),
+@op("conv2d", shape="conv(input,weight,stride,padding,dilation)=2", functions=("conv2d",), checks=_conv_checks(2),
     tensors=("input", "weight", "bias"), grad_fns=(P.ConvolutionBackward0,), method=False, family="conv")
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """F.conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1); padding may be 'valid'

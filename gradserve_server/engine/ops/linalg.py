@@ -192,7 +192,7 @@ batching(P.MmBackward0, vjp=_mm_batched_vjp, jvp=_mm_batched_jvp)
 # ----- bmm --------------------------------------------------------------------------------------------
 
 
-@op("bmm",
+@op("bmm", shape="bmm(self,mat2)",
     checks=("dims(self)=3 | RuntimeError: batch1 must be a 3D tensor",
             "dims(mat2)=3 | RuntimeError: batch2 must be a 3D tensor",
             "bmm_shapes(self,mat2) | RuntimeError: Expected size for first two dimensions of batch2 tensor to be: "

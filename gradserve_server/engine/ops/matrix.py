@@ -181,7 +181,7 @@ def _tri(self, diagonal: int, name: str, prim: Prim, npfn) -> Tensor:
     return record(prim, npfn(self.data, diagonal), (self,), {"diagonal": saved_int(diagonal)})
 
 
-@op("tril", tensors=("self",),
+@op("tril", shape="same(self)", tensors=("self",),
     checks=("min_dims(self)=2 | RuntimeError: tril: input tensor must have at least 2 dimensions",))
 def tril(self, diagonal=0):
     """torch.tril(input, diagonal=0): zero above the diagonal."""
@@ -201,7 +201,7 @@ def _(ctx, self_t):
 batching(P.TrilBackward0, vjp=SAME, jvp=SAME)
 
 
-@op("triu", tensors=("self",),
+@op("triu", shape="same(self)", tensors=("self",),
     checks=("min_dims(self)=2 | RuntimeError: triu: input tensor must have at least 2 dimensions",))
 def triu(self, diagonal=0):
     """torch.triu(input, diagonal=0): zero below the diagonal."""

@@ -101,7 +101,7 @@ def _softmax_input(self, dim, dtype, name: str):
     return self, d, x
 
 
-@op("softmax", functions=("softmax",), promotion="same", checks=(  # (dtype= casts first)
+@op("softmax", shape="same(self)", functions=("softmax",), promotion="same", checks=(  # (dtype= casts first)
     "dtype_lastdim(self,dim)=floating unless dtype | NotImplementedError: \"softmax_lastdim_kernel_impl\" not "
     "implemented for '{dtype}'",
     "dtype_innerdim(self,dim)=floating unless dtype | NotImplementedError: \"softmax_kernel_impl\" not implemented "
@@ -161,7 +161,7 @@ def _log_softmax_kernel(x, d, shape):
     return row_major(out.reshape(shape).astype(x.dtype, copy=False))
 
 
-@op("log_softmax", functions=("log_softmax",), promotion="same", checks=(
+@op("log_softmax", shape="same(self)", functions=("log_softmax",), promotion="same", checks=(
     "dtype_lastdim(self,dim)=floating unless dtype | NotImplementedError: \"log_softmax_lastdim_kernel_impl\" not "
     "implemented for '{dtype}'",
     "dtype_innerdim(self,dim)=floating unless dtype | NotImplementedError: \"log_softmax_kernel_impl\" not "
@@ -195,7 +195,7 @@ batching(P.LogSoftmaxBackward0, **shifted(sizes=(), dims=("dim",)))
 # ----- linear -----------------------------------------------------------------------------------------
 
 
-@op("linear",
+@op("linear", shape="linear(input,weight)",
     checks=("min_ranks(input,weight)=1 | RuntimeError: both arguments to linear need to be at least 1D, but they are "
             "{a}D and {b}D",
             "max_dims(weight)=2 | RuntimeError: t() expects a tensor with <= 2 dimensions, but self is {dims}D",
@@ -282,7 +282,8 @@ def _mse_kernel(a, b, red):
     return _reduce_np(diff * diff, red)
 
 
-@op("mse_loss", promotion='result_type(input,target) | integral: NotImplementedError: "mse_cpu" not '
+@op("mse_loss", shape="loss(input,target,reduction)=pointwise",
+    promotion='result_type(input,target) | integral: NotImplementedError: "mse_cpu" not '
     "implemented for '{dtype}'",
     checks=("broadcasts(input,target) | RuntimeError: The size of tensor a ({a}) must match the size of tensor b "
             "({b}) at non-singleton dimension {dim}",),
@@ -318,7 +319,7 @@ def _apply_reduction(loss: Tensor, red: int) -> Tensor:
     return loss
 
 
-@op("l1_loss",
+@op("l1_loss", shape="loss(input,target,reduction)=pointwise",
     python_attribute=("size", ("target", "input")),
     tensors=("input", "target"), grad_fns=(P.MeanBackward0, P.SumBackward0, P.AbsBackward0),
     method=False)
@@ -334,7 +335,7 @@ _KL_DIV_MEAN = ("reduction: 'mean' divides the total loss by both the batch size
                 "to behave the same as 'batchmean' in the next major release.")
 
 
-@op("kl_div", functions=("kl_div",),
+@op("kl_div", shape="loss(input,target,reduction)=pointwise", functions=("kl_div",),
     tensors=("input", "target"),
     grad_fns=(P.MeanBackward0, P.DivBackward0, P.SumBackward0, P.SubBackward0, P.MulBackward0), method=False)
 def kl_div(input, target, reduction="mean", log_target=False):
@@ -365,7 +366,7 @@ def _piecewise_forward(input, target, threshold: float, small, large):
     return np.where(z < tp(threshold), small(z, tp), large(z, tp)).astype(z.dtype, copy=False)
 
 
-@op("smooth_l1_loss",
+@op("smooth_l1_loss", shape="loss(input,target,reduction)=pointwise",
     python_attribute=("size", ("target", "input")),
     tensors=("input", "target"), method=False)
 def smooth_l1_loss(input, target, reduction="mean", beta=1.0):
@@ -404,7 +405,7 @@ def _(ctx, grad):
 jvp(P.SmoothL1LossBackward0)(_loss_jvp)
 
 
-@op("huber_loss",
+@op("huber_loss", shape="loss(input,target,reduction)=pointwise",
     python_attribute=("size", ("target", "input")),
     tensors=("input", "target"), method=False)
 def huber_loss(input, target, reduction="mean", delta=1.0):
@@ -446,7 +447,7 @@ jvp(P.HuberLossBackward0)(_loss_jvp)
 _BCE_EPS = 1e-12
 
 
-@op("binary_cross_entropy", checks=(
+@op("binary_cross_entropy", shape="loss(input,target,reduction)=pointwise", checks=(
     "same_size(input,target) | ValueError: Using a target size (torch.Size({b})) that is different to the input "
     "size (torch.Size({a})) is deprecated. Please ensure they have the same size.",
     # (a weight's broadcasting and requires_grad come first)
@@ -516,7 +517,8 @@ def _(ctx, grad):
 jvp(P.BinaryCrossEntropyBackward0)(_loss_jvp)
 
 
-@op("binary_cross_entropy_with_logits", functions=("binary_cross_entropy_with_logits",),
+@op("binary_cross_entropy_with_logits", shape="loss(input,target,reduction)=pointwise",
+    functions=("binary_cross_entropy_with_logits",),
     python_attribute=("size", ("target", "input")),
     tensors=("input", "target", "weight", "pos_weight"),
     method=False)
@@ -658,7 +660,7 @@ CLASS_DIM_VECTOR = ("class_dim(input,target)=vector | ValueError: For 1D input, 
                     "target size: {size}")
 
 
-@op("nll_loss", checks=(
+@op("nll_loss", shape="loss(input,target,reduction)=class", checks=(
     *TARGET_SHAPES,
     "multi_target(input,target) | RuntimeError: 0D or 1D target tensor expected, multi-target not supported",
     "dtype(target)=int64,uint8 | RuntimeError: expected target dtype to be Long or Byte, but got {dtype}",
@@ -848,7 +850,7 @@ def _(ctx, self_t):
     return sum(w, 1) if ctx.reduction == 0 else sum(w)
 
 
-@op("cross_entropy", checks=(
+@op("cross_entropy", shape="loss(input,target,reduction)=class", checks=(
     "probability_target(input,target) | RuntimeError: Expected floating point type for target with class "
     "probabilities, got {dtype}",
     "probability_ignore(input,target,ignore_index) | RuntimeError: ignore_index is not supported for floating point "
@@ -963,7 +965,7 @@ def _cross_entropy_smoothing(input, target, weight, red, ignore_index, label_smo
 # ----- dropout ----------------------------------------------------------------------------------------
 
 
-@op("dropout", functions=("dropout",),
+@op("dropout", shape="same(input)", functions=("dropout",),
     exports=("torch.nn.functional.dropout",), changes_argument=(("input", "inplace"),),
     tensors=("input",), grad_fns=(P.MulBackward0,), method=False)
 def dropout(input, p=0.5, training=True, inplace=False):

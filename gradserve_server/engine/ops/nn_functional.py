@@ -35,7 +35,7 @@ _INDEX_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))  # embedding's indices:
 # ----- normalize, cosine_similarity, pairwise_distance, softmin ----------------------------------------
 
 
-@op("normalize", checks=(
+@op("normalize", shape="same(input)", checks=(
     "dtype(input)=floating | RuntimeError: linalg.vector_norm: Expected a floating point or complex tensor as input. "
     "Got {dtype}",),
     tensors=("input",), grad_fns=(P.DivBackward0,), method=False, family="nn")
@@ -134,7 +134,7 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     return _norm_p(_add_scalar(x1 - x2, eps), p, max(out_dim - 1, 0), keepdim)
 
 
-@op("softmin", tensors=("input",), grad_fns=(P.SoftmaxBackward0,), method=False, family="nn")
+@op("softmin", shape="same(input)", tensors=("input",), grad_fns=(P.SoftmaxBackward0,), method=False, family="nn")
 def softmin(input, dim, dtype=None):
     """F.softmin(input, dim, dtype=None) = softmax(-input, dim)."""
     input = require_tensor(input, "input", "softmin")
@@ -212,7 +212,7 @@ def _check_mixed_type(input: Tensor, params: list) -> None:
                                     f"{D.SCALAR_TYPE_NAMES[t.dtype]}", code="dtype_mismatch")
 
 
-@op("layer_norm", functions=("layer_norm",), checks=(
+@op("layer_norm", shape="same(input)", functions=("layer_norm",), checks=(
     'dtype(input)=floating | NotImplementedError: "LayerNormKernelImpl" not implemented for \'{dtype}\'',),
     tensors=("input", "weight", "bias"), method=False,
     family="nn")
@@ -305,7 +305,7 @@ def _(ctx, input_t, weight_t, bias_t):
 # ----- embedding, one_hot -----------------------------------------------------------------------------
 
 
-@op("embedding", functions=("embedding",), checks=(
+@op("embedding", shape="embedding(input,weight)", functions=("embedding",), checks=(
     "dtype(input)=int64,int32 unless max_norm | RuntimeError: Expected tensor for argument #1 'indices' to have one "
     "of the following scalar types: Long, Int; but got {tensor_type} instead (while checking arguments for "
     "embedding)",),
@@ -434,7 +434,7 @@ def _(ctx, weight_t):
     return embedding(ctx.indices, weight_t)
 
 
-@op("one_hot",
+@op("one_hot", shape="one_hot(tensor,num_classes)",
     checks=("dtype(tensor)=int64 | RuntimeError: one_hot is only applicable to index tensor of type LongTensor.",),
     tensors=("tensor",), differentiable=False, method=False, family="nn")
 def one_hot(tensor, num_classes=-1):
@@ -624,7 +624,8 @@ for (_mode, _k), (_name, _double) in _PAD_NAMES.items():
     jvp()(_index_pad_jvp_for(_mode))
 
 
-@op("pad", tensors=("input",), grad_fns=(P.ConstantPadNdBackward0, P.CopySlices) + tuple(_PAD_PRIM.values()),
+@op("pad", shape="pad(input,pad)",
+    tensors=("input",), grad_fns=(P.ConstantPadNdBackward0, P.CopySlices) + tuple(_PAD_PRIM.values()),
     method=False,
     family="nn")
 def pad(input, pad, mode="constant", value=None):

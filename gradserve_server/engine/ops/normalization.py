@@ -36,7 +36,7 @@ def _channel_view(t: Tensor, ndim: int) -> Tensor:
     return reshape(t, (1, -1) + (1,) * (ndim - 2))
 
 
-@op("batch_norm", functions=("batch_norm",),
+@op("batch_norm", shape="same(input)", functions=("batch_norm",),
     checks=('dtype(input)=floating | NotImplementedError: "batch_norm" not implemented for \'{dtype}\'',),
     tensors=("input", "running_mean", "running_var", "weight", "bias"),
     changes_argument=(("running_mean", "training"), ("running_var", "training")),
@@ -174,7 +174,7 @@ def _(ctx, input_t, weight_t, bias_t):
 # ----- group_norm ---------------------------------------------------------------------------------------
 
 
-@op("group_norm", functions=("group_norm",), tensors=("input", "weight", "bias"), method=False,
+@op("group_norm", shape="same(input)", functions=("group_norm",), tensors=("input", "weight", "bias"), method=False,
     family="nn")
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-05):
     """F.group_norm(input, num_groups, weight=None, bias=None, eps=1e-05): each sample's channels in

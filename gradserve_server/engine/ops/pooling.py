@@ -108,7 +108,8 @@ def _windows(xp: np.ndarray, k, s, d, out) -> np.ndarray:
 # ----- max_pool2d -----------------------------------------------------------------------------------------
 
 
-@op("max_pool2d", functions=("max_pool2d",),
+@op("max_pool2d", shape="pool(input,kernel_size,stride,padding,dilation,ceil_mode,return_indices)=2",
+    functions=("max_pool2d",),
     tuple_when=("return_indices",),
     tensors=("input",), grad_fns=(P.MaxPool2DWithIndicesBackward0,), method=False, family="nn",
     aliases=("max_pool2d_with_indices",))
@@ -196,7 +197,8 @@ def _(ctx, self_t):
 # ----- avg_pool2d -----------------------------------------------------------------------------------------
 
 
-@op("avg_pool2d", tensors=("input",), method=False, family="nn")
+@op("avg_pool2d", shape="pool(input,kernel_size,stride,padding,1,ceil_mode,0)=2",
+    tensors=("input",), method=False, family="nn")
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     """F.avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
@@ -279,7 +281,8 @@ def _adaptive_matrix(n: int, o: int, dtype) -> np.ndarray:
     return a
 
 
-@op("adaptive_avg_pool2d", tensors=("input",), grad_fns=(P.AdaptiveAvgPool2DBackward0, P.MeanBackward1),
+@op("adaptive_avg_pool2d", shape="adaptive_pool(input,output_size)=2",
+    tensors=("input",), grad_fns=(P.AdaptiveAvgPool2DBackward0, P.MeanBackward1),
     method=False, family="nn")
 def adaptive_avg_pool2d(input, output_size):
     """F.adaptive_avg_pool2d(input, output_size): None in output_size keeps that size; a 1x1 output is
@@ -348,7 +351,8 @@ def _one(v, default=None):
     return (1, int(v[0] if isinstance(v, (list, tuple)) else v))
 
 
-@op("max_pool1d", functions=("max_pool1d",),
+@op("max_pool1d", shape="pool(input,kernel_size,stride,padding,dilation,ceil_mode,return_indices)=1",
+    functions=("max_pool1d",),
     tuple_when=("return_indices",),
     tensors=("input",), grad_fns=(P.SqueezeBackward1,), method=False, family="nn")
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
@@ -374,7 +378,7 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return out
 
 
-@op("avg_pool1d", functions=("avg_pool1d",),
+@op("avg_pool1d", shape="pool(input,kernel_size,stride,padding,1,ceil_mode,0)=1", functions=("avg_pool1d",),
     tensors=("input",), grad_fns=(P.SqueezeBackward1,), method=False, family="nn")
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
     """F.avg_pool1d(...): avg_pool2d over (..., 1, L) with a (1, k) window."""
@@ -385,7 +389,7 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
                               count_include_pad), -2)
 
 
-@op("adaptive_avg_pool1d", functions=("adaptive_avg_pool1d",),
+@op("adaptive_avg_pool1d", shape="adaptive_pool(input,output_size)=1", functions=("adaptive_avg_pool1d",),
     tensors=("input",), grad_fns=(P.SqueezeBackward1,), method=False, family="nn")
 def adaptive_avg_pool1d(input, output_size):
     """F.adaptive_avg_pool1d(input, output_size)."""

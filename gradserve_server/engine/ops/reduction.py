@@ -796,7 +796,7 @@ def pow_(a, b):
     return p(a, b)
 
 
-@op("cumsum", promotion="long",
+@op("cumsum", shape="same(self)", promotion="long",
     param_types={"dim": "int"},
     tensors=("self",))
 def cumsum(self, dim, dtype=None):

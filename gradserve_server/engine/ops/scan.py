@@ -17,7 +17,7 @@ from .reduction import sum as sum_
 from .shape import transpose, unsqueeze
 
 
-@op("cumprod", promotion="long", tensors=("self",))
+@op("cumprod", shape="same(self)", promotion="long", tensors=("self",))
 def cumprod(self, dim, dtype=None):
     """torch.cumprod(input, dim, dtype=None); saves dim, self and the result."""
     self = require_tensor(self, "input", "cumprod")
@@ -94,7 +94,7 @@ def _(ctx, self_t):
     return transpose(out, d, last)
 
 
-@op("logcumsumexp", promotion=(
+@op("logcumsumexp", shape="same(self)", promotion=(
     "same | "
     'integral: NotImplementedError: "logcumsumexp_out_cpu" not implemented for \'{dtype}\''),
     checks=(DIM_FIRST,), tensors=("self",))

@@ -690,7 +690,7 @@ def expand_as(self, other):
     return expand(self, require_tensor(other, "other").shape)
 
 
-@op("repeat",
+@op("repeat", shape="repeat(self,repeats)",
     checks=("repeats_cover(self,repeats) | RuntimeError: Number of dimensions of repeat dims can not be smaller than "
             "number of dimensions of tensor",),
     method_only=True, size_varargs="repeats", storage="new", cost="arguments",
@@ -848,7 +848,7 @@ def _tensor_list(tensors, name: str) -> list:
     return list(tensors)
 
 
-@op("cat",
+@op("cat", shape="cat(tensors,dim)",
     checks=("nonempty_list(tensors) | ValueError: torch.cat(): expected a non-empty list of Tensors",
             "cat_zero_dim(tensors) | RuntimeError: zero-dimensional tensor (at position {i}) cannot be concatenated",
             "list_dim(tensors,dim) | IndexError: Dimension out of range (expected to be in range of [{low}, {high}], "
@@ -912,7 +912,7 @@ def _(ctx, *tangents):
     return cat(_zeros_for_missing(ctx.inputs, tangents), ctx.dim)
 
 
-@op("stack",
+@op("stack", shape="stack(tensors,dim)",
     checks=("nonempty_list(tensors) | RuntimeError: stack expects a non-empty TensorList",
             "stack_shapes(tensors) | RuntimeError: stack expects each tensor to be equal size, but got {first} at "
             "entry 0 and {other} at entry {i}"),
@@ -1520,7 +1520,7 @@ def _(ctx, values_t):
     return _index_put_zeros(values_t, ctx.result.data.shape, ctx.indices)
 
 
-@op("index_select",
+@op("index_select", shape="index_select(self,dim,index)",
     checks=(DIM_FIRST, "max_dims(index)=1 | IndexError: index_select(): Index is supposed to be a vector",
             "scalar_index(self,index) | RuntimeError: index_select(): Index to scalar can have only 1 value, got {n} "
             "value(s)",
@@ -1574,7 +1574,7 @@ def _(ctx, self_t):
 batching(P.IndexSelectBackward0, **shifted(dims=("dim",)))
 
 
-@op("gather",
+@op("gather", shape="index_shape(index)",
     checks=(DIM_FIRST, "index_dtype(index)=int64,int32 | RuntimeError: gather(): Expected dtype int32/int64 for "
                         "index",
             "gather_shapes(self,dim,index)=ranks | RuntimeError: Index tensor must have the same number of "

@@ -85,7 +85,8 @@ def _matrix(mode: str, n_in: int, n_out: int, scale, align_corners: bool, dtype)
     return a.astype(dtype)
 
 
-@op("interpolate", tensors=("input",), grad_fns=tuple(_PRIM.values()) + (P.AdaptiveAvgPool2DBackward0,
+@op("interpolate", shape="interpolate(input,size,scale_factor)",
+    tensors=("input",), grad_fns=tuple(_PRIM.values()) + (P.AdaptiveAvgPool2DBackward0,
     P.SqueezeBackward1, P.AdaptiveAvgPool3DBackward0, P.MeanBackward1), method=False, family="nn",
     aliases=("upsample",))
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
