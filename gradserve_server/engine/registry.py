@@ -119,7 +119,8 @@ class OpSpec:
     #: what dimension arguments index: "input" (the first argument), "output" (unsqueeze), "other"
     dims_of: str = "input"
     #: the result's dtype: "result_type" (torch.result_type of the tensor and number operands: add, mul),
-    #: "float" (an integer input gives the default float: exp), "true_divide" (float unless a rounding mode);
+    #: "float" (an integer input gives the default float: exp), "true_divide" (float unless a rounding mode),
+    #: "broadcast_type" (result_type of the operands once broadcast: mse_loss);
     #: "" not declared. Its in-place form refuses a result its target cannot hold, before anything runs. An op
     #: returning a named tuple declares its fields' rules after " => " ("same => same,int64": sort's values, indices)
     promotion: str = ""

@@ -63,6 +63,8 @@ CHECK_CASES: dict[str, list[tuple[list, dict]]] = {
     "layer_norm": [(["int64[2,3]", [3]], {}), (["float32[2,3]", [3]], {}), (["bool[2,3]", [3]], {})],
     "normalize": [(["int64[2,3]"], {}), (["float32[2,3]"], {}), (["bool[2,3]"], {})],
     "mse_loss": [(["float32[4,3]", "float32[4]"], {}), (["int64[4,3]", "int64[4]"], {}),
+                 (["float32[2,4]", "float64[]"], {}), (["float64[]", "float32[2,4]"], {}),
+                 (["float32[]", "float64[]"], {}), (["float16[3]", "float32[3]"], {}),
                  (["int64[3]", "int64[3]"], {}), (["float32[3]", "int64[3]"], {}), (["int64[3]", "float32[3]"], {}),
                  (["bool[3]", "bool[3]"], {}), (["float32[3]", "float64[3]"], {})],
     "nll_loss": [(["float32[4,3]", "int64[]"], {}), (["float32[1,3]", "float32[]"], {}),

@@ -217,8 +217,8 @@ def test_declarations_parse_into_known_rules_and_conditions():
     for entry in CATALOG.values():
         if entry["promotion"]:
             rule, _, refusals = P.parse(entry["promotion"])
-            assert rule in ("result_type", "float", "true_divide", "long", "same", "bool", "int64", "float64"), \
-                entry["name"]
+            assert rule in ("result_type", "broadcast_type", "float", "true_divide", "long", "same", "bool", "int64",
+                            "float64"), entry["name"]
             for condition, kind, message in refusals:
                 assert condition in ("bool", "integral", "any_bool", "all_bool", "bool_tensors", "bool_number")
                 assert kind in ("RuntimeError", "NotImplementedError") and message, entry["name"]

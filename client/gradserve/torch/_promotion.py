@@ -11,6 +11,8 @@ A declaration is a rule, optionally with the operands it reads and the refusals 
     long                            the same, then an integral or bool dtype gives int64 (sum, cumsum)
     same                            the first operand's dtype (neg, relu, amax)
     bool / int64 / float64          that dtype (comparisons; argmax; float_power)
+    broadcast_type                  result_type of the operands broadcast first (torch.broadcast_tensors: a
+                                    0-d tensor among tensors with dimensions counts as one of them: mse_loss)
     result_type(self,other)         the operands: those arguments (default: every tensor argument; ``float()``:
                                     none, the default float: linspace)
     ... | integral: RuntimeError: mean(): ... Got: {dtype}
@@ -140,6 +142,10 @@ def predict(declaration: str, operands: list[tuple[str, int]], rounding_mode=Non
         return rule
     if not operands:  # (a creation op's: float() is the default float)
         return default_float() if rule == "float" else rule if rule in _FIXED else None
+    if rule == "broadcast_type":
+        if any(p == DIM for _, p in operands):  # (broadcast, every tensor has the dimensions)
+            operands = [(d, DIM if p == ZERO else p) for d, p in operands]
+        rule = "result_type"
     promoted = result_type(operands)
     for condition, kind, message in refusals:
         if _holds(condition, promoted, operands):

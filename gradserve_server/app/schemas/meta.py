@@ -54,7 +54,8 @@ class OpInfo(BaseModel):
     dims_of: str = Field(default="input", description="What dimension arguments index: `input` (the first "
                          "argument), `output` (unsqueeze) or `other`.")
     promotion: str = Field(default="", description="The result's dtype: a rule, `result_type` (torch.result_type "
-                           "of the operands), `float` (integers give the default float), `true_divide` (float "
+                           "of the operands), `broadcast_type` (the same, of the operands once broadcast: "
+                           "`mse_loss`), `float` (integers give the default float), `true_divide` (float "
                            "unless a rounding mode), `long` (integers give int64), `same` (the first operand's), "
                            "`bool` or `int64`; optionally the operands it reads (`result_type(self,other)`) and, "
                            "after ` | `, torch's refusals as `condition: ExceptionClass: message` (conditions "

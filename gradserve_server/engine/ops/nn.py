@@ -283,7 +283,7 @@ def _mse_kernel(a, b, red):
 
 
 @op("mse_loss", shape="loss(input,target,reduction)=pointwise",
-    promotion='result_type(input,target) | integral: NotImplementedError: "mse_cpu" not '
+    promotion='broadcast_type(input,target) | integral: NotImplementedError: "mse_cpu" not '
     "implemented for '{dtype}'",
     checks=("broadcasts(input,target) | RuntimeError: The size of tensor a ({a}) must match the size of tensor b "
             "({b}) at non-singleton dimension {dim}",),
