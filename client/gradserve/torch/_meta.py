@@ -427,6 +427,9 @@ def layout_of(entry: dict, tensors: list, arg, shape, dtype=UNKNOWN) -> tuple:
                     return shape, None
         layout = L.of(first)
         got = view(have, layout or (L.contiguous(have), 0), _with_defaults(entry, arg), shape)
+        if got is None and name == "getitem" and shape is UNKNOWN:  # (an advanced index: a copy, its shape)
+            index = arg("index")
+            return advanced_index_shape(have, getattr(index, "key", index)), None
         if got is None:
             return shape, None
         return got[0], (got[1] if layout is not None else None)
@@ -741,6 +744,79 @@ def matmul_shape(a, b, batched: bool = True, strides: tuple = (None, None), grad
 def _requires_grad(t) -> bool | None:
     value = UNKNOWN if t is None else peek(t, "requires_grad")
     return None if value is UNKNOWN else bool(value)
+
+
+def advanced_index_shape(shape: tuple, key):
+    """The shape of ``x[key]`` for an advanced index (integer tensors or lists of ints, with ints, slices and an
+    Ellipsis), as torch gives it: the ints select first (``x[0, :, idx]`` is ``x[0][:, idx]``, where numpy differs),
+    then the index arrays broadcast, their shape in their place when they are adjacent, else first; UNKNOWN for a
+    mask (its count is the data's), a ``None`` among them, an index out of range or shapes that do not broadcast
+    (the server's errors)."""
+    items = list(key) if isinstance(key, tuple) else [key]
+    ellipses = [i for i, k in enumerate(items) if k is Ellipsis]  # (by identity: a tensor's == is an op)
+    if len(ellipses) > 1 or any(k is None for k in items):
+        return UNKNOWN
+    arrays = []
+    for k in items:
+        if isinstance(k, _tensor_class()):
+            dtype = peek(k, "dtype")
+            if k._shape is None or dtype is UNKNOWN or dtype not in ("int64", "int32", "int16", "int8"):
+                return UNKNOWN  # (a mask: uint8/bool; a float index: torch's error)
+            arrays.append(tuple(k._shape))
+        elif isinstance(k, (list, tuple)):
+            got = _list_index_shape(k)
+            if got is UNKNOWN:
+                return UNKNOWN
+            arrays.append(got)
+        elif not (k is Ellipsis or isinstance(k, slice) or isinstance(k, int) and not isinstance(k, bool)):
+            return UNKNOWN
+    if not arrays:
+        return UNKNOWN
+    consumed = len(items) - len(ellipses)
+    if consumed > len(shape):
+        return UNKNOWN
+    if ellipses:
+        items[ellipses[0]:ellipses[0] + 1] = [slice(None)] * (len(shape) - consumed)
+    items += [slice(None)] * (len(shape) - len(items))
+    sizes, places, indexed = [], [], []
+    for d, k in enumerate(items):
+        if isinstance(k, slice):
+            if k.step is not None and k.step <= 0 or not all(v is None or isinstance(v, int) and not isinstance(v, bool)
+                                                              for v in (k.start, k.stop, k.step)):
+                return UNKNOWN
+            sizes.append(len(range(*k.indices(shape[d]))))
+            continue
+        if isinstance(k, int):  # (torch selects first: the dimension goes, as in a basic index)
+            if not -shape[d] <= k < shape[d]:
+                return UNKNOWN
+            continue
+        indexed.append(arrays.pop(0))
+        places.append(len(sizes))
+        sizes.append(None)
+    together = indexed[0]
+    for other in indexed[1:]:  # (shapes that do not broadcast: torch's "shape mismatch" IndexError, the server's)
+        together = _rules._broadcast_shape(together, other)
+        if together is _rules.UNKNOWN:
+            return UNKNOWN
+    rest = [n for n in sizes if n is not None]
+    if places == list(range(places[0], places[-1] + 1)):
+        before = sum(1 for n in sizes[:places[0]] if n is not None)
+        return (*rest[:before], *together, *rest[before:])
+    return (*together, *rest)
+
+
+def _list_index_shape(k) -> tuple | object:
+    """The shape of a nested list of ints used as an index (torch reads it as an int64 tensor), or UNKNOWN."""
+    shape, level = [], [k]
+    while level and all(isinstance(v, (list, tuple)) for v in level):
+        sizes = {len(v) for v in level}
+        if len(sizes) != 1 or not sizes.pop():
+            return UNKNOWN  # (ragged, or empty: torch's own reading)
+        shape.append(len(level[0]))
+        level = [x for v in level for x in v]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in level):
+        return UNKNOWN  # (bools: a mask; floats: an error)
+    return tuple(shape)
 
 
 def basic_index(key) -> bool:
