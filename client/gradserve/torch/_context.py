@@ -342,6 +342,24 @@ class Context:
                 rec.made.append(())
             return len(rec.pending) - 1
 
+    def record_made(self, op: dict, handle, frame=None) -> None:
+        """``record`` of an op that makes one new handle (``adopt`` of it too): a loop's common op, its steps inline."""
+        if self.closed:
+            raise RuntimeError("gradserve: this session is closed")
+        name = handle._name
+        ref = self.refs[name] = HandleRef(handle, self._on_drop)  # (``adopt``)
+        ref.name = name
+        f = user_frame(frame)
+        rec = getattr(self._local, "recorder", None) or self.recorder()
+        if rec.error is not None:
+            self.raise_thread_error(rec)
+        with rec.lock:
+            rec.pending.append(op)
+            rec.sites.append((f, f.f_lasti, f.f_lineno, next(self._seq)) if f is not None else
+                             (None, 0, 0, next(self._seq)))
+            rec.made.append((ref,))
+            self.owners[name] = rec
+
     def record_all(self, ops: list[dict]) -> None:
         """``record`` each of ``ops`` (which make no handles), from one user line."""
         rec, site = self._recording()
@@ -358,14 +376,15 @@ class Context:
         While a function is traced nothing can be sent; inside a dual level a ``deferrable`` send (one made
         only to raise errors early, as ``backward``'s) waits for the level's exit, and any other raises."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        if self.tracing:
+        rec = getattr(self._local, "recorder", None) or self.recorder()  # (its fields read once, not as properties)
+        if rec.tracing:
             raise RuntimeError("gradserve: a function given to torch.autograd.functional, or a custom "
                                "autograd.Function's forward or backward, is traced into one op list: it cannot read "
                                "tensor values or metadata the client does not know yet, nor call backward (use "
                                "torch.autograd.grad)")
-        rec = self.recorder()
-        self.raise_thread_error(rec)
-        if self.dual_depth:
+        if rec.error is not None:
+            self.raise_thread_error(rec)
+        if rec.dual_depth:
             if deferrable:
                 return {}
             with self.lock:
@@ -426,8 +445,11 @@ class Context:
             if limit is None or limit >= len(rec.pending):
                 pending, sites, made = rec.pending, rec.sites, rec.made
                 rec.pending, rec.sites, rec.made = [], [], []
-                for name in [n for n, owner in list(self.owners.items()) if owner is rec]:
-                    del self.owners[name]
+                if len(self._recorders) <= 1:  # (every name in owners is this recorder's)
+                    self.owners.clear()
+                else:
+                    for name in [n for n, owner in list(self.owners.items()) if owner is rec]:
+                        del self.owners[name]
             else:
                 pending, sites, made = rec.pending[:limit], rec.sites[:limit], rec.made[:limit]
                 del rec.pending[:limit], rec.sites[:limit], rec.made[:limit]
@@ -438,15 +460,18 @@ class Context:
         # a name an unsent op makes or reads (another thread's, or this thread's not sent now) is released
         # after that op is sent
         dropped, self.released = self.released, []
-        held = self._held_by_unsent() if len(self._recorders) > 1 else ()
-        released = [n for n in dropped if n not in self.owners and n not in held]
-        self.released.extend(n for n in dropped if n in self.owners or n in held)
+        if self.owners or len(self._recorders) > 1:
+            held = self._held_by_unsent() if len(self._recorders) > 1 else ()
+            released = [n for n in dropped if n not in self.owners and n not in held]
+            self.released.extend(n for n in dropped if n in self.owners or n in held)
+        else:  # (nothing unsent: every dropped name goes)
+            released = dropped
         ops = pending + ([{"op": "del", "args": released}] if released else [])
         if not ops and not returns:
             return {}
         started = time.perf_counter()
         try:
-            response = self.client.run_ops(self.session(), ops, returns=returns, encoding="base64")
+            response = self.client.run_ops(self.session(), ops, returns=returns, encoding="base64", fast_json=True)
         except ProblemError as exc:
             self.released.extend(released)
             if exc.code == "session_not_found" and self.session_id is not None:
@@ -516,19 +541,25 @@ class Context:
         them from what came back); and, at the ``auto`` level (data only for small tensors), live handles made by
         the pending ops whose view is not known."""
         Tensor = _tensor_class()
+        epoch = self.grad_epoch
         for refs in self.made:
             for ref in refs:
                 handle = ref()
-                if handle is not None and (handle._view_stamp != handle._stamp() or "name" not in handle._view
-                                           and handle._array is None):  # (a view the client inferred, values unknown)
+                if handle is None:
+                    continue
+                s = handle._storage  # (``_stamp()``, inline)
+                if handle._view_stamp != (s.version, epoch if s.is_grad else 0) or "name" not in handle._view \
+                        and handle._array is None:  # (a view the client inferred, values unknown)
                     returns.setdefault(handle._name, "auto")
         prefetched = []
         mine = self.recorder()
-        aliasing = self.aliasing()
+        aliasing = len(self._recorders) <= 1 and not mine.tracing and not mine.dual_depth  # (``aliasing()``)
+        owners = self.owners
         for ref in list(self.refs.values()):
             handle = ref()
-            if handle is not None and handle._param and handle._error is None and not handle._grad_known() \
-                    and self.owners.get(handle._name, mine) is mine:  # (not a leaf another thread has not sent)
+            if handle is not None and handle._param and handle._error is None and not (
+                    handle._known_grad is not None and handle._known_grad[0] == epoch) \
+                    and (not owners or owners.get(handle._name, mine) is mine):  # (not another thread's unsent leaf)
                 alias = f"{handle._name}.grad"
                 grad = self.handle(alias) if aliasing else None  # (one held already: still that gradient)
                 if grad is None:
@@ -625,7 +656,7 @@ class Context:
         self._lost(pending[i:], made[i:], f"an op before it in the same request failed: {exc.detail}", error)
         if i > 0:
             try:
-                self.client.run_ops(self.session(), pending[:i], returns={}, encoding="base64")
+                self.client.run_ops(self.session(), pending[:i], returns={}, encoding="base64", fast_json=True)
             except ProblemError as again:  # e.g. the session expired meanwhile
                 self._lost(pending[:i], made[:i], f"re-sending it failed: {again.detail}", error)
         error.add_note(f"gradserve: op {i} of the {len(pending)} sent together failed ({pending[i]['op']}): nothing of "

@@ -9,7 +9,7 @@ pending; ``backward`` sends too, so that its errors are raised at its line, as t
 
 from __future__ import annotations
 
-import base64
+import binascii
 import builtins
 import functools
 import numbers
@@ -855,12 +855,13 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
         key = _decision_key(name, method, grad_enabled, args, kwargs)
         decided = _DECIDED.get(key) if key is not None else None
         if decided is not None:
-            op = {"op": of.base, "args": [_arg(a, ctx) for a in args]}
+            op = {"op": of.base, "args": [a._name if a.__class__ is Tensor and a._error is None and a._ctx is ctx
+                                          else _arg(a, ctx) for a in args]}
             if not grad_enabled:
                 op["no_grad"] = True
-            tensors = _tensors(args)
             if of.quick:
-                return _decided_result(ctx, op, decided, tensors, caller)
+                return _quick_result(ctx, op, decided, args, caller)
+            tensors = _tensors(args)
             facts = _decided_facts(decided, [target, *[t for t in tensors if t is not target]])
             ctx.record(op, (), caller)
             target._mutated()
@@ -1026,6 +1027,42 @@ def _decided_result(ctx: Context, op: dict, decided: tuple, tensors: list, calle
     ctx.record(op, (out,), caller)
     out._know_facts(facts)
     return out
+
+
+def _quick_result(ctx: Context, op: dict, decided: tuple, args: tuple, caller) -> Tensor:
+    """``_decided_result`` of ``call_op``'s shortest way (a plain op's decided call, its arguments handles and numbers):
+    the new handle made and told its facts at once (what ``Tensor._new`` and ``_know_facts`` do for a new handle)."""
+    kept, how = decided
+    facts = dict(kept)
+    if how == "tensors":
+        node, unknown, parents = _meta.node, _meta.UNKNOWN, []
+        for t in args if all(a.__class__ is not list and a.__class__ is not tuple for a in args) else _tensors(args):
+            if t.__class__ is Tensor or isinstance(t, Tensor):  # (``_decided_facts``'s, for the call's handles)
+                view = t._view
+                if view is not None and view.get("requires_grad"):
+                    n = node(t)
+                    if n is not None and n is not unknown:
+                        parents.append(n)
+        facts["node"] = _meta.Node(tuple(parents))
+    elif how == "target":
+        facts["node"] = _meta.known(args[0]).get("node")
+    out = object.__new__(Tensor)
+    out._ctx = ctx
+    name = out._name = f"_t{next(ctx._names)}"
+    out._storage = Storage()
+    out._array = out._known_grad = out._error = out._dual_tangent = out._leaf = None
+    out._view, out._view_stamp, out._seen = facts, _NEW_STAMP, 0
+    shape = facts.get("shape")
+    out._shape = shape if shape is None or shape.__class__ is Size else Size(shape)
+    out._dtype, out._layout = facts.get("dtype"), facts.get("layout")
+    out._param = builtins.bool(facts.get("is_leaf") and facts.get("requires_grad"))
+    op["out"] = name
+    ctx.record_made(op, out, caller)
+    return out
+
+
+#: the stamp of a new handle's facts (``Tensor._stamp`` of a new storage)
+_NEW_STAMP = (0, 0)
 
 
 def _flattens_nothing(t, start, end) -> bool:
@@ -1342,7 +1379,7 @@ _LITTLE: dict[str, np.dtype] = {}
 
 def _decode(data) -> np.ndarray:
     """A base64 payload (what the recorder asks for) -> a read-only array (bfloat16: widened to float32)."""
-    raw = base64.b64decode(data["data"])
+    raw = binascii.a2b_base64(data["data"])  # (base64.b64decode's own call, without its argument checks)
     little = _LITTLE.get(data["dtype"])
     if little is None:
         little = _LITTLE[data["dtype"]] = NP_HELD[data["dtype"]].newbyteorder("<")
@@ -1398,9 +1435,11 @@ def advance_grad_epoch(ctx: Context, in_place: bool, detached: bool = False) -> 
             if leaf is not None and leaf._param and leaf._grad_known():
                 g = leaf._known_grad[1]
                 if g is not None and g._error is None:
-                    meta = {k: v for k, v in _meta.known(g).items() if k not in _VALUE_KEYS}
+                    meta = _meta.known(g)  # (a view dict is never changed: shared as it is when it has no value key)
+                    if not _VALUE_KEYS.isdisjoint(meta):
+                        meta = {k: v for k, v in meta.items() if k not in _VALUE_KEYS}
                     if detached and meta:
-                        meta.update(requires_grad=False, is_leaf=True, grad_fn=None, node=None)
+                        meta = {**meta, "requires_grad": False, "is_leaf": True, "grad_fn": None, "node": None}
                     kept.append((leaf, g, meta))
     ctx.grad_epoch += 1
     for leaf, g, meta in kept:
