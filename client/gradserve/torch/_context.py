@@ -500,7 +500,7 @@ class Context:
                 handle._set_view(view)
         for owner, grad in prefetched:
             view = response["tensors"].get(f"{owner._name}.grad")
-            if view is not None:
+            if view is not None and grad._view is not view:  # (not set above, under its name)
                 grad._set_view(view)
             owner._known_grad = (self.grad_epoch, grad if view is not None else None)
         if response["warnings"]:

@@ -1233,18 +1233,21 @@ def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwar
     seen: dict[int, int] = {}
     for v in ((*args, *kwargs.values()) if kwargs else args):
         c = v.__class__
-        if c is Tensor:  # (the common cases inline: a loop's every op asks)
+        if c is Tensor:  # (``_handle_key``, inline: a loop's every op asks)
+            shape, layout = v._shape, v._layout
+            if shape is None and layout.__class__ is _Deferred and layout != _layout.ROW_MAJOR:
+                return None
             first = seen.setdefault(id(v), len(seen))
-            if v._shape is None and v._layout.__class__ is _Deferred and v._layout != _layout.ROW_MAJOR:
-                return None  # (its strides follow from a shape not known yet: a view of it is decided by asking)
-            view, s, ctx = v._view, v._storage, v._ctx
-            if view is None or v._view_stamp != (s.version, ctx.grad_epoch if s.is_grad else 0):
-                parts.append((c, first, v._shape, v._dtype, v._layout))
-            else:
-                get = view.get
-                parts.append((c, first, v._shape, v._dtype, v._layout, get("requires_grad", _NO_FACT),
-                              get("is_leaf", _NO_FACT), get("view_of_leaf", _NO_FACT), get("multi_view"),
-                              "node" in view))
+            view = v._view
+            if view is not None:
+                s = v._storage
+                if v._view_stamp == (s.version, v._ctx.grad_epoch if s.is_grad else 0):
+                    get = view.get
+                    parts.append((c, first, shape, v._dtype, layout, get("requires_grad", _NO_FACT),
+                                  get("is_leaf", _NO_FACT), get("view_of_leaf", _NO_FACT), get("multi_view"),
+                                  "node" in view))
+                    continue
+            parts.append((c, first, shape, v._dtype, layout))
             continue
         if c is float:
             parts.append(c)
@@ -1258,22 +1261,34 @@ def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwar
     return tuple(parts)
 
 
+def _handle_key(v: Tensor, seen: dict) -> tuple | None:
+    """``arg_key`` of a handle: its class, which of the call's handles it is, its shape, dtype and layout, and the
+    flags its valid view holds; None when its strides follow from a shape not known yet (a view of it is decided
+    by asking). (A handle's slots are read through ``Tensor.__getattr__``'s slower lookup: each is read once.)"""
+    shape, layout = v._shape, v._layout
+    if shape is None and layout.__class__ is _Deferred and layout != _layout.ROW_MAJOR:
+        return None
+    first = seen.setdefault(id(v), len(seen))  # (x.add_(x) is not x.add_(y))
+    view = v._view
+    if view is not None:
+        s = v._storage  # (``_stamp()``, inline)
+        if v._view_stamp == (s.version, v._ctx.grad_epoch if s.is_grad else 0):
+            get = view.get
+            return (v.__class__, first, shape, v._dtype, layout, get("requires_grad", _NO_FACT),
+                    get("is_leaf", _NO_FACT), get("view_of_leaf", _NO_FACT), get("multi_view"), "node" in view)
+    return (v.__class__, first, shape, v._dtype, layout)
+
+
 def arg_key(v, seen: dict):
     c = v.__class__
+    if c is Tensor:
+        return _handle_key(v, seen)
     if c is float:  # (no decision reads a float's value, only that it is one: an optimizer's step sizes change)
         return c
     if c is int or c is bool or c is str or v is None or c is DType:
         return (c, v)
     if isinstance(v, Tensor):
-        if v._shape is None and v._layout.__class__ is _Deferred and v._layout != _layout.ROW_MAJOR:
-            return None
-        first = seen.setdefault(id(v), len(seen))  # (x.add_(x) is not x.add_(y))
-        view = v._view
-        if view is None or v._view_stamp != v._stamp():
-            return (c, first, v._shape, v._dtype, v._layout)
-        return (c, first, v._shape, v._dtype, v._layout, view.get("requires_grad", _NO_FACT),
-                view.get("is_leaf", _NO_FACT), view.get("view_of_leaf", _NO_FACT), view.get("multi_view"),
-                "node" in view)
+        return _handle_key(v, seen)
     if c is list or c is tuple:
         parts = []
         for x in v:
