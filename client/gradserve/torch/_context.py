@@ -64,6 +64,16 @@ def user_frame(start=None):
     return None
 
 
+def line_of(code: types.CodeType, lasti: int) -> int:
+    """The line of the instruction at offset ``lasti`` of ``code`` (a frame's ``f_lineno`` when its ``f_lasti`` was
+    ``lasti``): a site keeps the offset and its line is found when a failure needs it (``f_lineno`` reads the
+    code's line table from its start: in a loop at a long module's top level, most of an op's recording)."""
+    for start, end, line in code.co_lines():
+        if start <= lasti < end and line is not None:
+            return line
+    return code.co_firstlineno
+
+
 #: per code object: is it this package's? (record asks on every op, for each frame up to the user's)
 _OURS: dict = {}
 
@@ -153,7 +163,7 @@ class Context:
         self.client = client or Client(url, api_key)
         self.session_id: str | None = None
         self.pending: list[dict] = []
-        self.sites: list[tuple] = []               # per pending op: (frame, lasti, lineno) of the user's line, seq
+        self.sites: list[tuple] = []               # per pending op: (frame, lasti, None) of the user's line, seq
         self.made: list[tuple] = []                # per pending op: weakrefs of the handles it makes
         self.released: list[str] = []              # names of dropped handles, to `del` with the next request
         self.refs: dict[str, HandleRef] = {}      # name -> weak reference to its live handle
@@ -314,7 +324,7 @@ class Context:
         rec = self.recorder()
         if rec.error is not None:
             self.raise_thread_error(rec)
-        return rec, ((f, f.f_lasti, f.f_lineno) if f is not None else (None, 0, 0))
+        return rec, ((f, f.f_lasti, None) if f is not None else (None, 0, 0))
 
     def record(self, op: dict, made: tuple = (), frame=None) -> int:
         """Append an op; ``made``: the handles it binds; ``frame``: where to look for the user's line from (a frame of
@@ -327,7 +337,7 @@ class Context:
             self.raise_thread_error(rec)
         with rec.lock:
             rec.pending.append(op)
-            rec.sites.append((f, f.f_lasti, f.f_lineno, next(self._seq)) if f is not None else
+            rec.sites.append((f, f.f_lasti, None, next(self._seq)) if f is not None else
                              (None, 0, 0, next(self._seq)))
             if len(made) == 1:  # (an op's one result, the common case)
                 name = made[0]._name
@@ -355,7 +365,7 @@ class Context:
             self.raise_thread_error(rec)
         with rec.lock:
             rec.pending.append(op)
-            rec.sites.append((f, f.f_lasti, f.f_lineno, next(self._seq)) if f is not None else
+            rec.sites.append((f, f.f_lasti, None, next(self._seq)) if f is not None else
                              (None, 0, 0, next(self._seq)))
             rec.made.append((ref,))
             self.owners[name] = rec
@@ -663,7 +673,8 @@ class Context:
                        f"that request was applied; the {i} before it were sent again and are applied, it and the "
                        f"{len(pending) - i - 1} after it are not")
         site = sites[i]
-        tb = types.TracebackType(None, site[0], site[1], site[2]) if site[0] is not None else None
+        tb = types.TracebackType(None, site[0], site[1], line_of(site[0].f_code, site[1])) if site[0] is not None \
+            else None
         raise error.with_traceback(tb) from None
 
     # ----- closing ------------------------------------------------------------------------------------
