@@ -53,12 +53,12 @@ def user_frame(start=None):
     ours = _OURS
     while f is not None:
         code = f.f_code
-        mine = ours.get(code)
-        if mine is None:
+        known = ours.get(id(code))
+        if known is None:
             if len(ours) >= 4096:  # (a program that execs new code objects: start over)
                 ours.clear()
-            mine = ours[code] = f.f_globals.get("__name__", "").startswith(_PACKAGE)
-        if not mine:
+            known = ours[id(code)] = (code, f.f_globals.get("__name__", "").startswith(_PACKAGE))
+        if not known[1]:
             return f
         f = f.f_back
     return None
@@ -74,7 +74,9 @@ def line_of(code: types.CodeType, lasti: int) -> int:
     return code.co_firstlineno
 
 
-#: per code object: is it this package's? (record asks on every op, for each frame up to the user's)
+#: per code object, by its id: (the code object, is it this package's?) (record asks on every op, for each frame up to
+#: the user's). By id: a code object's hash is worked out anew each time from its bytecode, constants and names (a
+#: long module's: most of an op's recording); the code object is held, so that its id names no other while kept.
 _OURS: dict = {}
 
 
