@@ -32,7 +32,7 @@ from gradserve.torch._dtypes import (
     refuse_numpy,
 )
 from gradserve.torch._dtypes import dtype as DType
-from gradserve.torch._grad_mode import is_grad_enabled, no_grad
+from gradserve.torch._grad_mode import _enabled, is_grad_enabled, no_grad
 from gradserve.torch._printing import format_tensor, tangent_str
 
 
@@ -847,27 +847,11 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
     of = _OP_FACTS.get(name) or _op_facts(name)
     if (of.quick or of.quick_inplace) and not kwargs and _CAPTURE.count is None and _DEFAULT[0] == DEFAULT_FLOAT \
             and args and args[0].__class__ is Tensor:
-        # a loop's call of a plain op or an in-place one, decided before (``_decision_key``): the short way below,
-        # without the rest (what the rest does for such a call, in the same order)
-        target = args[0]
-        ctx = target._ctx
-        grad_enabled = is_grad_enabled()
-        key = _decision_key(name, method, grad_enabled, args, kwargs)
-        decided = _DECIDED.get(key) if key is not None else None
-        if decided is not None:
-            op = {"op": of.base, "args": [a._name if a.__class__ is Tensor and a._error is None and a._ctx is ctx
-                                          else _arg(a, ctx) for a in args]}
-            if not grad_enabled:
-                op["no_grad"] = True
-            if of.quick:
-                return _quick_result(ctx, op, decided, args, caller)
-            tensors = _tensors(args)
-            facts = _decided_facts(decided, [target, *[t for t in tensors if t is not target]])
-            ctx.record(op, (), caller)
-            target._mutated()
-            if facts:
-                target._know_facts(facts)
-            return target
+        # a loop's call of a plain op or an in-place one, decided before (``_decision_key``): the short way, without
+        # the rest (what the rest does for such a call, in the same order)
+        out = _quick_call(name, of, args, method, caller)
+        if out is not _UNDECIDED:
+            return out
     entry = of.entry
     if _CAPTURE.count is not None:
         _CAPTURE.count[0] += 1
@@ -1029,23 +1013,87 @@ def _decided_result(ctx: Context, op: dict, decided: tuple, tensors: list, calle
     return out
 
 
-def _quick_result(ctx: Context, op: dict, decided: tuple, args: tuple, caller) -> Tensor:
-    """``_decided_result`` of ``call_op``'s shortest way (a plain op's decided call, its arguments handles and numbers):
-    the new handle made and told its facts at once (what ``Tensor._new`` and ``_know_facts`` do for a new handle)."""
+#: ``_quick_call``'s answer for a call it did not take (not decided before, or not of the arguments it takes)
+_UNDECIDED = object()
+
+
+def _quick_call(name: str, of: _OpFacts, args: tuple, method: bool, caller):
+    """``call_op``'s shortest way: a call without keywords of a plain op (``_OpFacts.quick``) or an in-place one
+    (``quick_inplace``), its arguments handles of its context, numbers and the like (no list), decided before: its
+    decision key (``_decision_key``'s), the op's argument names and the new node's parents read in one pass over the
+    arguments (a handle's slots are read through ``Tensor.__getattr__``'s slower lookup: each once), then the new
+    handle made and told its facts at once (what ``Tensor._new`` and ``_know_facts`` do for a new handle).
+    ``_UNDECIDED`` when the call is not one of those: ``call_op`` takes its general way."""
+    target = args[0]
+    ctx = target._ctx
+    grad_enabled = _grad_enabled()
+    parts: list = [name, method, grad_enabled]
+    names = []
+    seen: dict[int, int] = {}
+    parents_of = []  # (handle, its view) of the handles whose view says they require grad
+    for v in args:
+        c = v.__class__
+        if c is float:
+            parts.append(c)
+            names.append(_arg(v, ctx))
+            continue
+        if c is not Tensor and not isinstance(v, Tensor):  # (a Parameter is a handle too)
+            part = None if c is list or c is tuple else arg_key(v, seen)  # (a list: the general way)
+            if part is None:
+                return _UNDECIDED
+            parts.append(part)
+            names.append(_arg(v, ctx))
+            continue
+        shape, layout, view, of_ctx = v._shape, v._layout, v._view, v._ctx
+        if shape is None and layout.__class__ is _Deferred and layout != _layout.ROW_MAJOR or \
+                of_ctx is not ctx or v._error is not None:
+            return _UNDECIDED
+        first = seen.setdefault(id(v), len(seen))
+        names.append(v._name)
+        if view is not None:
+            s = v._storage  # (``_stamp()``, inline)
+            if v._view_stamp == (s.version, of_ctx.grad_epoch if s.is_grad else 0):
+                get = view.get
+                requires_grad = get("requires_grad", _NO_FACT)
+                parts.append((c, first, shape, v._dtype, layout, requires_grad, get("is_leaf", _NO_FACT),
+                              get("view_of_leaf", _NO_FACT), get("multi_view"), "node" in view))
+                if requires_grad is not _NO_FACT and requires_grad:
+                    parents_of.append((v, view))
+                continue
+        parts.append((c, first, shape, v._dtype, layout))
+    decided = _DECIDED.get(tuple(parts))
+    if decided is None:
+        return _UNDECIDED
+    op = {"op": of.base, "args": names}
+    if not grad_enabled:
+        op["no_grad"] = True
+    if not of.quick:  # (in place)
+        tensors = _tensors(args)
+        facts = _decided_facts(decided, [target, *[t for t in tensors if t is not target]])
+        ctx.record(op, (), caller)
+        target._mutated()
+        if facts:
+            target._know_facts(facts)
+        return target
     kept, how = decided
     facts = dict(kept)
-    if how == "tensors":
-        node, unknown, parents = _meta.node, _meta.UNKNOWN, []
-        for t in args if all(a.__class__ is not list and a.__class__ is not tuple for a in args) else _tensors(args):
-            if t.__class__ is Tensor or isinstance(t, Tensor):  # (``_decided_facts``'s, for the call's handles)
-                view = t._view
-                if view is not None and view.get("requires_grad"):
-                    n = node(t)
-                    if n is not None and n is not unknown:
-                        parents.append(n)
+    if how == "tensors":  # (``_decided_facts``: the nodes of the inputs that require grad, ``_meta.node``'s)
+        parents, unknown = [], _meta.UNKNOWN
+        for v, view in parents_of:
+            leaf = view.get("is_leaf", unknown)
+            if leaf is True:
+                n = v._leaf
+                if n is None:
+                    n = v._leaf = _meta.Node()
+            elif leaf is unknown:
+                continue
+            else:
+                n = view.get("node", unknown)
+            if n is not None and n is not unknown:
+                parents.append(n)
         facts["node"] = _meta.Node(tuple(parents))
     elif how == "target":
-        facts["node"] = _meta.known(args[0]).get("node")
+        facts["node"] = _meta.known(target).get("node")
     out = object.__new__(Tensor)
     out._ctx = ctx
     name = out._name = f"_t{next(ctx._names)}"
@@ -1063,6 +1111,7 @@ def _quick_result(ctx: Context, op: dict, decided: tuple, args: tuple, caller) -
 
 #: the stamp of a new handle's facts (``Tensor._stamp`` of a new storage)
 _NEW_STAMP = (0, 0)
+_grad_enabled = _enabled.get  # (``is_grad_enabled``, without its call)
 
 
 def _flattens_nothing(t, start, end) -> bool:
