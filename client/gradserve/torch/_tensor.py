@@ -103,7 +103,7 @@ class Tensor:
             self._view = {**self._view, **meta}
         else:
             self._view, self._array = meta, None  # (values read before are stale)
-            self._seen = self._storage.memory[0]  # (what it says, a new leaf's version, is now's)
+            self._seen = s.memory[0]  # (what it says, a new leaf's version, is now's)
         self._view_stamp = stamp
         if "shape" in meta:
             shape = meta["shape"]
@@ -1174,7 +1174,7 @@ def replay_inplace(ctx: Context, captured: list, handles: list) -> None:
     captured list holds no handle: a gradient it held would have to be bound before zero_grad drops it). The
     caller makes sure the calls are the same calls, on handles of the same names and metadata (``arg_key`` of
     each), so every decision is the one ``call_op`` would take."""
-    ctx.record_all([dict(op) for op, _, _, _ in captured])
+    ctx.record_all([op for op, _, _, _ in captured])  # (the same dicts each time: a recorded op is never changed)
     last: dict[int, dict] = {}  # target -> its last call's facts (when no call's node is made from its inputs)
     for _, target, decided, _ in captured:
         if decided[1] is not None:
@@ -1282,7 +1282,7 @@ def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwar
     seen: dict[int, int] = {}
     for v in ((*args, *kwargs.values()) if kwargs else args):
         c = v.__class__
-        if c is Tensor:  # (``_handle_key``, inline: a loop's every op asks)
+        if c is Tensor:  # (``handle_key``, inline: a loop's every op asks)
             shape, layout = v._shape, v._layout
             if shape is None and layout.__class__ is _Deferred and layout != _layout.ROW_MAJOR:
                 return None
@@ -1310,7 +1310,7 @@ def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwar
     return tuple(parts)
 
 
-def _handle_key(v: Tensor, seen: dict) -> tuple | None:
+def handle_key(v: Tensor, seen: dict) -> tuple | None:
     """``arg_key`` of a handle: its class, which of the call's handles it is, its shape, dtype and layout, and the
     flags its valid view holds; None when its strides follow from a shape not known yet (a view of it is decided
     by asking). (A handle's slots are read through ``Tensor.__getattr__``'s slower lookup: each is read once.)"""
@@ -1331,13 +1331,13 @@ def _handle_key(v: Tensor, seen: dict) -> tuple | None:
 def arg_key(v, seen: dict):
     c = v.__class__
     if c is Tensor:
-        return _handle_key(v, seen)
+        return handle_key(v, seen)
     if c is float:  # (no decision reads a float's value, only that it is one: an optimizer's step sizes change)
         return c
     if c is int or c is bool or c is str or v is None or c is DType:
         return (c, v)
     if isinstance(v, Tensor):
-        return _handle_key(v, seen)
+        return handle_key(v, seen)
     if c is list or c is tuple:
         parts = []
         for x in v:
@@ -1358,7 +1358,11 @@ def _decide(key: tuple, facts: dict, target_node=_NO_FACT) -> None:
 def _decision(facts: dict, target_node=_NO_FACT) -> tuple:
     node = facts.get("node", _NO_FACT)
     how = None if node is _NO_FACT or node is None else "target" if node is target_node else "tensors"
-    return {k: v for k, v in facts.items() if k != "node" or how is None}, how
+    kept = {k: v for k, v in facts.items() if k != "node" or how is None}
+    shape = kept.get("shape")
+    if shape is not None and shape.__class__ is tuple:  # (as a handle keeps it: made once, not at each use)
+        kept["shape"] = Size(shape)
+    return kept, how
 
 
 def _remember(key: tuple, decision: tuple) -> None:
