@@ -405,9 +405,9 @@ class Tensor:
         ``x.grad`` until something may replace it, ``Context.materialize``). Sends what is pending unless
         it is already known (the gradients of leaves come back with every request after a backward)."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        if self._grad_known():
-            return self._known_grad[1]
-        ctx = self._ctx
+        known, ctx = self._known_grad, self._ctx  # (``_grad_known()``, inline: a loop reads its gradients each step)
+        if known is not None and known[0] == ctx.grad_epoch:
+            return known[1]
         if self._param:
             ctx.flush()
             if self._grad_known():
@@ -1498,10 +1498,14 @@ def advance_grad_epoch(ctx: Context, in_place: bool, detached: bool = False) -> 
     it (zero_grad's ``detach_()`` or ``requires_grad_(False)``)."""
     kept = []
     if in_place:
+        epoch = ctx.grad_epoch
         for ref in list(ctx.refs.values()):
             leaf = ref()
-            if leaf is not None and leaf._param and leaf._grad_known():
-                g = leaf._known_grad[1]
+            if leaf is None or not leaf._param:
+                continue
+            known = leaf._known_grad  # (``_grad_known()``, inline)
+            if known is not None and known[0] == epoch:
+                g = known[1]
                 if g is not None and g._error is None:
                     meta = _meta.known(g)  # (a view dict is never changed: shared as it is when it has no value key)
                     if not _VALUE_KEYS.isdisjoint(meta):
