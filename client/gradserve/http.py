@@ -329,7 +329,8 @@ def dumps(body: Any) -> bytes:
 
 def loads(content: bytes) -> Any:
     """A JSON answer: orjson's reading where it reads it (what it refuses, such as ``NaN``, the standard
-    library's, as ``httpx.Response.json``)."""
+    library's, as ``httpx.Response.json``). orjson reads an integer past 64 bits as a float: the server writes its
+    answers with orjson, which refuses to write one."""
     if orjson is not None:
         try:
             return orjson.loads(content)
