@@ -328,9 +328,14 @@ class Context:
             self.raise_thread_error(rec)
         return rec, ((f, f.f_lasti, None) if f is not None else (None, 0, 0))
 
-    def record(self, op: dict, made: tuple = (), frame=None) -> int:
+    def record(self, op: dict, made: tuple = (), frame=None, adopt: bool = False) -> int:
         """Append an op; ``made``: the handles it binds; ``frame``: where to look for the user's line from (a frame of
-        the caller's chain). Returns its index in the pending list."""
+        the caller's chain); ``adopt``: ``made`` are new handles, tracked here (``adopt``, inline). Returns its index in
+        the pending list."""
+        if adopt:
+            for h in made:
+                ref = self.refs[h._name] = HandleRef(h, self._on_drop)
+                ref.name = h._name
         if self.closed:  # (``_recording``, inline: every op is recorded here)
             raise RuntimeError("gradserve: this session is closed")
         f = user_frame(frame)
@@ -353,24 +358,6 @@ class Context:
             else:
                 rec.made.append(())
             return len(rec.pending) - 1
-
-    def record_made(self, op: dict, handle, frame=None) -> None:
-        """``record`` of an op that makes one new handle (``adopt`` of it too): a loop's common op, its steps inline."""
-        if self.closed:
-            raise RuntimeError("gradserve: this session is closed")
-        name = handle._name
-        ref = self.refs[name] = HandleRef(handle, self._on_drop)  # (``adopt``)
-        ref.name = name
-        f = user_frame(frame)
-        rec = getattr(self._local, "recorder", None) or self.recorder()
-        if rec.error is not None:
-            self.raise_thread_error(rec)
-        with rec.lock:
-            rec.pending.append(op)
-            rec.sites.append((f, f.f_lasti, None, next(self._seq)) if f is not None else
-                             (None, 0, 0, next(self._seq)))
-            rec.made.append((ref,))
-            self.owners[name] = rec
 
     def record_all(self, ops: list[dict]) -> None:
         """``record`` each of ``ops`` (which make no handles), from one user line."""

@@ -1105,7 +1105,7 @@ def _quick_call(name: str, of: _OpFacts, args: tuple, method: bool, caller):
     out._dtype, out._layout = facts.get("dtype"), facts.get("layout")
     out._param = builtins.bool(facts.get("is_leaf") and facts.get("requires_grad"))
     op["out"] = name
-    ctx.record_made(op, out, caller)
+    ctx.record(op, (out,), caller, True)
     return out
 
 
