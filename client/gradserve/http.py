@@ -15,6 +15,7 @@ seconds a request. Every problem answer is raised as ``ProblemError``.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -26,6 +27,11 @@ from gradserve import errors
 from gradserve.errors import ProblemError
 from gradserve.progress import Watch
 from gradserve.progress import enabled as watching
+
+try:  # (optional: the client needs httpx and numpy only; with orjson the recorder's requests encode faster)
+    import orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    orjson = None
 
 log = logging.getLogger("gradserve")
 
@@ -211,10 +217,11 @@ class Client:
     # ----- op lists -----------------------------------------------------------------------------------
     def run_ops(self, session_id: str, ops: list[dict], *, no_grad: bool = False, repeat: int = 1,
                 record: list[str] | None = None, returns: list[str] | dict[str, str] | None = None,
-                encoding: Encoding = "json", progress: bool | None = None) -> OpsResponse:
+                encoding: Encoding = "json", progress: bool | None = None, fast_json: bool = False) -> OpsResponse:
         """``POST /ops``: atomic. ``returns``: the request's ``return`` (names, or {name: "full" | "meta" |
         "auto"}): only those tensors come back. ``progress``: draw a bar on stderr if it runs long (None: on a
-        terminal, unless ``GRADSERVE_PROGRESS=0``; see ``gradserve.progress``)."""
+        terminal, unless ``GRADSERVE_PROGRESS=0``; see ``gradserve.progress``). ``fast_json``: the body encoded
+        and the answer decoded with orjson when it is installed (``dumps``, ``loads``: the same JSON either way)."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         body: dict[str, Any] = {"ops": ops}
         if no_grad:
@@ -227,11 +234,18 @@ class Client:
             body["return"] = returns
         url = self._url(f"/v1/sessions/{session_id}/ops", encoding)
         params = None if isinstance(url, httpx.URL) else _enc(encoding)
+        if fast_json and orjson is not None:
+            sent = {"content": dumps(body), "headers": _JSON_HEADERS}
+        else:
+            sent = {"json": body}
         if progress is False or progress is None and not watching():
-            return self._json("POST", url, json=body, params=params)
-        request_id = os.urandom(12).hex()
-        with Watch(self._http, request_id):
-            return self._json("POST", url, json=body, params=params, headers={"x-request-id": request_id})
+            response = self.request("POST", url, params=params, **sent)
+        else:
+            request_id = os.urandom(12).hex()
+            with Watch(self._http, request_id):
+                response = self.request("POST", url, params=params,
+                                        **{**sent, "headers": {**sent.get("headers", {}), "x-request-id": request_id}})
+        return loads(response.content) if fast_json else response.json()
 
     def progress(self, request_id: str) -> dict:
         """``GET /v1/requests/{id}/progress``: ops run of the ops a running request runs."""
@@ -293,6 +307,36 @@ class _Cookies(httpx.Cookies):
     def extract_cookies(self, response: httpx.Response) -> None:
         if "set-cookie" in response.headers:
             super().extract_cookies(response)
+
+
+_JSON_HEADERS = {"content-type": "application/json"}
+
+
+def dumps(body: Any) -> bytes:
+    """``body`` as JSON, the bytes httpx writes for ``json=`` (compact, UTF-8, NaN and the infinities refused):
+    orjson's where they are the same, else the standard library's. orjson writes a non-finite float as ``null`` and
+    refuses what the standard library takes (an int past 64 bits, a float subclass, a non-str key): a text with a
+    ``null`` in it, or a refusal, is encoded again by the standard library, which raises what httpx would."""
+    if orjson is not None:
+        try:
+            text = orjson.dumps(body)
+        except TypeError:
+            text = None
+        if text is not None and b"null" not in text:
+            return text
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def loads(content: bytes) -> Any:
+    """A JSON answer: orjson's reading where it reads it (what it refuses, such as ``NaN``, the standard
+    library's, as ``httpx.Response.json``). orjson reads an integer past 64 bits as a float: the server writes its
+    answers with orjson, which refuses to write one."""
+    if orjson is not None:
+        try:
+            return orjson.loads(content)
+        except ValueError:
+            pass
+    return json.loads(content)
 
 
 def _route(path: str | httpx.URL) -> str:

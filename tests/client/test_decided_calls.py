@@ -48,6 +48,7 @@ def test_kept_decisions_give_the_facts_and_errors_deciding_each_call_gives(ctx, 
     with_kept = _program(torch)
     assert _tensor._DECIDED  # (the program's calls were kept)
     monkeypatch.setattr(_tensor, "_decision_key", lambda *args: None)
+    monkeypatch.setattr(_tensor, "_quick_call", lambda *args: _tensor._UNDECIDED)  # (its own reading of the key)
     each_time = _program(torch)
     assert with_kept == each_time
     assert with_kept.count("no error") == 0 and len(with_kept) == 36
@@ -66,3 +67,60 @@ def test_a_kept_decision_is_not_reused_for_a_handle_of_other_flags(ctx, flags):
                 t.add_(1.0)
         else:
             assert t.add_(1.0).requires_grad is requires_grad
+
+
+def test_the_short_way_reads_the_key_the_general_way_keeps(ctx, monkeypatch):
+    """``_quick_call`` reads a call's decision key in its own pass: for the calls it takes, the key
+    ``_decision_key`` makes (else a decision kept by one would not be found by the other, or another's be found)."""
+    import gradserve.torch as torch
+
+    read = []
+    real = _tensor._DECIDED
+
+    class Spy(dict):
+        def get(self, key, default=None):
+            read.append(key)
+            return real.get(key, default)
+
+    w = torch.tensor([[0.5, -0.2], [0.1, 0.3], [0.2, 0.1]], requires_grad=True)
+    x, p = torch.ones(3, 2), torch.nn.Parameter(torch.ones(2))
+    calls = [("mul", (w, x)), ("mul", (x, x)), ("add", (x, 2.0)), ("add", (x, p)), ("mul", (x, True)),
+             ("add_", (x, x)), ("pow", (w, 2)), ("div", (x, float("nan")))]
+    for op, args in calls:
+        _tensor.call_op(op, args, {})  # (decided by the general way)
+    monkeypatch.setattr(_tensor, "_DECIDED", Spy())
+    for grad_mode in (True, False):
+        with torch.set_grad_enabled(grad_mode):
+            for op, args in calls:
+                read.clear()
+                want = _tensor._decision_key(op, False, grad_mode, args, {})  # (before: add_ changes x)
+                _tensor.call_op(op, args, {})
+                assert read and read[0] == want, op
+
+
+def test_a_loop_whose_metadata_changes_at_some_iteration_is_decided_anew(ctx):
+    """A loop's calls are taken the short way once decided; at the iteration where a dtype, a shape,
+    requires_grad or the grad mode changes, the call is decided again: the facts and refusals are torch's."""
+    torch = pytest.importorskip("torch")
+    import gradserve.torch as gtorch
+
+    def run(lib) -> list:
+        seen = []
+        for k in range(6):
+            dtype = lib.float64 if k >= 2 else lib.float32
+            n = 3 if k >= 3 else 2
+            a = lib.ones(n, dtype=dtype, requires_grad=k >= 4)
+            b = lib.ones(n) * 2
+            with lib.set_grad_enabled(k != 5):
+                c = a * b
+                d = (c + a).exp()
+                seen.append((str(c.dtype), tuple(c.shape), c.requires_grad, c.is_leaf, str(d.dtype),
+                             d.requires_grad, d.grad_fn is None))
+                try:
+                    a.add_(1.0)
+                    seen.append(("add_", a.requires_grad, str(a.dtype)))
+                except RuntimeError as e:
+                    seen.append(("refused", str(e)))
+        return seen
+
+    assert run(gtorch) == run(torch)

@@ -53,18 +53,30 @@ def user_frame(start=None):
     ours = _OURS
     while f is not None:
         code = f.f_code
-        mine = ours.get(code)
-        if mine is None:
+        known = ours.get(id(code))
+        if known is None:
             if len(ours) >= 4096:  # (a program that execs new code objects: start over)
                 ours.clear()
-            mine = ours[code] = f.f_globals.get("__name__", "").startswith(_PACKAGE)
-        if not mine:
+            known = ours[id(code)] = (code, f.f_globals.get("__name__", "").startswith(_PACKAGE))
+        if not known[1]:
             return f
         f = f.f_back
     return None
 
 
-#: per code object: is it this package's? (record asks on every op, for each frame up to the user's)
+def line_of(code: types.CodeType, lasti: int) -> int:
+    """The line of the instruction at offset ``lasti`` of ``code`` (a frame's ``f_lineno`` when its ``f_lasti`` was
+    ``lasti``): a site keeps the offset and its line is found when a failure needs it (``f_lineno`` reads the
+    code's line table from its start: in a loop at a long module's top level, most of an op's recording)."""
+    for start, end, line in code.co_lines():
+        if start <= lasti < end and line is not None:
+            return line
+    return code.co_firstlineno
+
+
+#: per code object, by its id: (the code object, is it this package's?) (record asks on every op, for each frame up to
+#: the user's). By id: a code object's hash is worked out anew each time from its bytecode, constants and names (a
+#: long module's: most of an op's recording); the code object is held, so that its id names no other while kept.
 _OURS: dict = {}
 
 
@@ -154,7 +166,7 @@ class Context:
         self.client = client or Client(url, api_key)
         self.session_id: str | None = None
         self.pending: list[dict] = []
-        self.sites: list[tuple] = []               # per pending op: (frame, lasti, lineno) of the user's line, seq
+        self.sites: list[tuple] = []               # per pending op: (frame, lasti, None) of the user's line, seq
         self.made: list[tuple] = []                # per pending op: weakrefs of the handles it makes
         self.released: list[str] = []              # names of dropped handles, to `del` with the next request
         self.refs: dict[str, HandleRef] = {}      # name -> weak reference to its live handle
@@ -315,11 +327,16 @@ class Context:
         rec = self.recorder()
         if rec.error is not None:
             self.raise_thread_error(rec)
-        return rec, ((f, f.f_lasti, f.f_lineno) if f is not None else (None, 0, 0))
+        return rec, ((f, f.f_lasti, None) if f is not None else (None, 0, 0))
 
-    def record(self, op: dict, made: tuple = (), frame=None) -> int:
+    def record(self, op: dict, made: tuple = (), frame=None, adopt: bool = False) -> int:
         """Append an op; ``made``: the handles it binds; ``frame``: where to look for the user's line from (a frame of
-        the caller's chain). Returns its index in the pending list."""
+        the caller's chain); ``adopt``: ``made`` are new handles, tracked here (``adopt``, inline). Returns its index in
+        the pending list."""
+        if adopt:
+            for h in made:
+                ref = self.refs[h._name] = HandleRef(h, self._on_drop)
+                ref.name = h._name
         if self.closed:  # (``_recording``, inline: every op is recorded here)
             raise RuntimeError("gradserve: this session is closed")
         f = user_frame(frame)
@@ -328,7 +345,7 @@ class Context:
             self.raise_thread_error(rec)
         with rec.lock:
             rec.pending.append(op)
-            rec.sites.append((f, f.f_lasti, f.f_lineno, next(self._seq)) if f is not None else
+            rec.sites.append((f, f.f_lasti, None, next(self._seq)) if f is not None else
                              (None, 0, 0, next(self._seq)))
             if len(made) == 1:  # (an op's one result, the common case)
                 name = made[0]._name
@@ -359,14 +376,15 @@ class Context:
         While a function is traced nothing can be sent; inside a dual level a ``deferrable`` send (one made
         only to raise errors early, as ``backward``'s) waits for the level's exit, and any other raises."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        if self.tracing:
+        rec = getattr(self._local, "recorder", None) or self.recorder()  # (its fields read once, not as properties)
+        if rec.tracing:
             raise RuntimeError("gradserve: a function given to torch.autograd.functional, or a custom "
                                "autograd.Function's forward or backward, is traced into one op list: it cannot read "
                                "tensor values or metadata the client does not know yet, nor call backward (use "
                                "torch.autograd.grad)")
-        rec = self.recorder()
-        self.raise_thread_error(rec)
-        if self.dual_depth:
+        if rec.error is not None:
+            self.raise_thread_error(rec)
+        if rec.dual_depth:
             if deferrable:
                 return {}
             with self.lock:
@@ -427,8 +445,11 @@ class Context:
             if limit is None or limit >= len(rec.pending):
                 pending, sites, made = rec.pending, rec.sites, rec.made
                 rec.pending, rec.sites, rec.made = [], [], []
-                for name in [n for n, owner in list(self.owners.items()) if owner is rec]:
-                    del self.owners[name]
+                if len(self._recorders) <= 1:  # (every name in owners is this recorder's)
+                    self.owners.clear()
+                else:
+                    for name in [n for n, owner in list(self.owners.items()) if owner is rec]:
+                        del self.owners[name]
             else:
                 pending, sites, made = rec.pending[:limit], rec.sites[:limit], rec.made[:limit]
                 del rec.pending[:limit], rec.sites[:limit], rec.made[:limit]
@@ -439,15 +460,18 @@ class Context:
         # a name an unsent op makes or reads (another thread's, or this thread's not sent now) is released
         # after that op is sent
         dropped, self.released = self.released, []
-        held = self._held_by_unsent() if len(self._recorders) > 1 else ()
-        released = [n for n in dropped if n not in self.owners and n not in held]
-        self.released.extend(n for n in dropped if n in self.owners or n in held)
+        if self.owners or len(self._recorders) > 1:
+            held = self._held_by_unsent() if len(self._recorders) > 1 else ()
+            released = [n for n in dropped if n not in self.owners and n not in held]
+            self.released.extend(n for n in dropped if n in self.owners or n in held)
+        else:  # (nothing unsent: every dropped name goes)
+            released = dropped
         ops = pending + ([{"op": "del", "args": released}] if released else [])
         if not ops and not returns:
             return {}
         started = time.perf_counter()
         try:
-            response = self.client.run_ops(self.session(), ops, returns=returns, encoding="base64")
+            response = self.client.run_ops(self.session(), ops, returns=returns, encoding="base64", fast_json=True)
         except ProblemError as exc:
             self.released.extend(released)
             if exc.code == "session_not_found" and self.session_id is not None:
@@ -476,7 +500,7 @@ class Context:
                 handle._set_view(view)
         for owner, grad in prefetched:
             view = response["tensors"].get(f"{owner._name}.grad")
-            if view is not None:
+            if view is not None and grad._view is not view:  # (not set above, under its name)
                 grad._set_view(view)
             owner._known_grad = (self.grad_epoch, grad if view is not None else None)
         if response["warnings"]:
@@ -517,19 +541,25 @@ class Context:
         them from what came back); and, at the ``auto`` level (data only for small tensors), live handles made by
         the pending ops whose view is not known."""
         Tensor = _tensor_class()
+        epoch = self.grad_epoch
         for refs in self.made:
             for ref in refs:
                 handle = ref()
-                if handle is not None and (handle._view_stamp != handle._stamp() or "name" not in handle._view
-                                           and handle._array is None):  # (a view the client inferred, values unknown)
+                if handle is None:
+                    continue
+                s = handle._storage  # (``_stamp()``, inline)
+                if handle._view_stamp != (s.version, epoch if s.is_grad else 0) or "name" not in handle._view \
+                        and handle._array is None:  # (a view the client inferred, values unknown)
                     returns.setdefault(handle._name, "auto")
         prefetched = []
         mine = self.recorder()
-        aliasing = self.aliasing()
+        aliasing = len(self._recorders) <= 1 and not mine.tracing and not mine.dual_depth  # (``aliasing()``)
+        owners = self.owners
         for ref in list(self.refs.values()):
             handle = ref()
-            if handle is not None and handle._param and handle._error is None and not handle._grad_known() \
-                    and self.owners.get(handle._name, mine) is mine:  # (not a leaf another thread has not sent)
+            if handle is not None and handle._param and handle._error is None and not (
+                    handle._known_grad is not None and handle._known_grad[0] == epoch) \
+                    and (not owners or owners.get(handle._name, mine) is mine):  # (not another thread's unsent leaf)
                 alias = f"{handle._name}.grad"
                 grad = self.handle(alias) if aliasing else None  # (one held already: still that gradient)
                 if grad is None:
@@ -626,14 +656,15 @@ class Context:
         self._lost(pending[i:], made[i:], f"an op before it in the same request failed: {exc.detail}", error)
         if i > 0:
             try:
-                self.client.run_ops(self.session(), pending[:i], returns={}, encoding="base64")
+                self.client.run_ops(self.session(), pending[:i], returns={}, encoding="base64", fast_json=True)
             except ProblemError as again:  # e.g. the session expired meanwhile
                 self._lost(pending[:i], made[:i], f"re-sending it failed: {again.detail}", error)
         error.add_note(f"gradserve: op {i} of the {len(pending)} sent together failed ({pending[i]['op']}): nothing of "
                        f"that request was applied; the {i} before it were sent again and are applied, it and the "
                        f"{len(pending) - i - 1} after it are not")
         site = sites[i]
-        tb = types.TracebackType(None, site[0], site[1], site[2]) if site[0] is not None else None
+        tb = types.TracebackType(None, site[0], site[1], line_of(site[0].f_code, site[1])) if site[0] is not None \
+            else None
         raise error.with_traceback(tb) from None
 
     # ----- closing ------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ pending; ``backward`` sends too, so that its errors are raised at its line, as t
 
 from __future__ import annotations
 
-import base64
+import binascii
 import builtins
 import functools
 import numbers
@@ -32,7 +32,7 @@ from gradserve.torch._dtypes import (
     refuse_numpy,
 )
 from gradserve.torch._dtypes import dtype as DType
-from gradserve.torch._grad_mode import is_grad_enabled, no_grad
+from gradserve.torch._grad_mode import _enabled, is_grad_enabled, no_grad
 from gradserve.torch._printing import format_tensor, tangent_str
 
 
@@ -106,7 +106,7 @@ class Tensor:
             self._view = {**self._view, **meta}
         else:
             self._view, self._array = meta, None  # (values read before are stale)
-            self._seen = self._storage.memory[0]  # (what it says, a new leaf's version, is now's)
+            self._seen = s.memory[0]  # (what it says, a new leaf's version, is now's)
         self._view_stamp = stamp
         if "shape" in meta:
             shape = meta["shape"]
@@ -408,9 +408,9 @@ class Tensor:
         ``x.grad`` until something may replace it, ``Context.materialize``). Sends what is pending unless
         it is already known (the gradients of leaves come back with every request after a backward)."""
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
-        if self._grad_known():
-            return self._known_grad[1]
-        ctx = self._ctx
+        known, ctx = self._known_grad, self._ctx  # (``_grad_known()``, inline: a loop reads its gradients each step)
+        if known is not None and known[0] == ctx.grad_epoch:
+            return known[1]
         if self._param:
             ctx.flush()
             if self._grad_known():
@@ -856,26 +856,11 @@ def call_op(name: str, args: tuple, kwargs: dict, method: bool = False, spelling
     of = _OP_FACTS.get(name) or _op_facts(name)
     if (of.quick or of.quick_inplace) and not kwargs and _CAPTURE.count is None and _DEFAULT[0] == DEFAULT_FLOAT \
             and args and args[0].__class__ is Tensor:
-        # a loop's call of a plain op or an in-place one, decided before (``_decision_key``): the short way below,
-        # without the rest (what the rest does for such a call, in the same order)
-        target = args[0]
-        ctx = target._ctx
-        grad_enabled = is_grad_enabled()
-        key = _decision_key(name, method, grad_enabled, args, kwargs)
-        decided = _DECIDED.get(key) if key is not None else None
-        if decided is not None:
-            op = {"op": of.base, "args": [_arg(a, ctx) for a in args]}
-            if not grad_enabled:
-                op["no_grad"] = True
-            tensors = _tensors(args)
-            if of.quick:
-                return _decided_result(ctx, op, decided, tensors, caller)
-            facts = _decided_facts(decided, [target, *[t for t in tensors if t is not target]])
-            ctx.record(op, (), caller)
-            target._mutated()
-            if facts:
-                target._know_facts(facts)
-            return target
+        # a loop's call of a plain op or an in-place one, decided before (``_decision_key``): the short way, without
+        # the rest (what the rest does for such a call, in the same order)
+        out = _quick_call(name, of, args, method, caller)
+        if out is not _UNDECIDED:
+            return out
     entry = of.entry
     if _CAPTURE.count is not None:
         _CAPTURE.count[0] += 1
@@ -1037,6 +1022,107 @@ def _decided_result(ctx: Context, op: dict, decided: tuple, tensors: list, calle
     return out
 
 
+#: ``_quick_call``'s answer for a call it did not take (not decided before, or not of the arguments it takes)
+_UNDECIDED = object()
+
+
+def _quick_call(name: str, of: _OpFacts, args: tuple, method: bool, caller):
+    """``call_op``'s shortest way: a call without keywords of a plain op (``_OpFacts.quick``) or an in-place one
+    (``quick_inplace``), its arguments handles of its context, numbers and the like (no list), decided before: its
+    decision key (``_decision_key``'s), the op's argument names and the new node's parents read in one pass over the
+    arguments (a handle's slots are read through ``Tensor.__getattr__``'s slower lookup: each once), then the new
+    handle made and told its facts at once (what ``Tensor._new`` and ``_know_facts`` do for a new handle).
+    ``_UNDECIDED`` when the call is not one of those: ``call_op`` takes its general way."""
+    target = args[0]
+    ctx = target._ctx
+    grad_enabled = _grad_enabled()
+    parts: list = [name, method, grad_enabled]
+    names = []
+    seen: dict[int, int] = {}
+    parents_of = []  # (handle, its view) of the handles whose view says they require grad
+    for v in args:
+        c = v.__class__
+        if c is float:
+            parts.append(c)
+            names.append(_arg(v, ctx))
+            continue
+        if c is not Tensor and not isinstance(v, Tensor):  # (a Parameter is a handle too)
+            part = None if c is list or c is tuple else arg_key(v, seen)  # (a list: the general way)
+            if part is None:
+                return _UNDECIDED
+            parts.append(part)
+            names.append(_arg(v, ctx))
+            continue
+        shape, layout, view, of_ctx = v._shape, v._layout, v._view, v._ctx
+        if shape is None and layout.__class__ is _Deferred and layout != _layout.ROW_MAJOR or \
+                of_ctx is not ctx or v._error is not None:
+            return _UNDECIDED
+        first = seen.setdefault(id(v), len(seen))
+        names.append(v._name)
+        if view is not None:
+            s = v._storage  # (``_stamp()``, inline)
+            if v._view_stamp == (s.version, of_ctx.grad_epoch if s.is_grad else 0):
+                get = view.get
+                requires_grad = get("requires_grad", _NO_FACT)
+                parts.append((c, first, shape, v._dtype, layout, requires_grad, get("is_leaf", _NO_FACT),
+                              get("view_of_leaf", _NO_FACT), get("multi_view"), "node" in view))
+                if requires_grad is not _NO_FACT and requires_grad:
+                    parents_of.append((v, view))
+                continue
+        parts.append((c, first, shape, v._dtype, layout))
+    decided = _DECIDED.get(tuple(parts))
+    if decided is None:
+        return _UNDECIDED
+    op = {"op": of.base, "args": names}
+    if not grad_enabled:
+        op["no_grad"] = True
+    if not of.quick:  # (in place)
+        tensors = _tensors(args)
+        facts = _decided_facts(decided, [target, *[t for t in tensors if t is not target]])
+        ctx.record(op, (), caller)
+        target._mutated()
+        if facts:
+            target._know_facts(facts)
+        return target
+    kept, how = decided
+    facts = dict(kept)
+    if how == "tensors":  # (``_decided_facts``: the nodes of the inputs that require grad, ``_meta.node``'s)
+        parents, unknown = [], _meta.UNKNOWN
+        for v, view in parents_of:
+            leaf = view.get("is_leaf", unknown)
+            if leaf is True:
+                n = v._leaf
+                if n is None:
+                    n = v._leaf = _meta.Node()
+            elif leaf is unknown:
+                continue
+            else:
+                n = view.get("node", unknown)
+            if n is not None and n is not unknown:
+                parents.append(n)
+        facts["node"] = _meta.Node(tuple(parents))
+    elif how == "target":
+        facts["node"] = _meta.known(target).get("node")
+    out = object.__new__(Tensor)
+    out._ctx = ctx
+    name = out._name = f"_t{next(ctx._names)}"
+    out._storage = Storage()
+    out._array = out._known_grad = out._error = out._dual_tangent = out._leaf = None
+    out._view, out._view_stamp, out._seen = facts, _NEW_STAMP, 0
+    shape = facts.get("shape")
+    out._shape = shape if shape is None or shape.__class__ is Size else Size(shape)
+    out._dtype, out._layout = facts.get("dtype"), facts.get("layout")
+    out._param = builtins.bool(facts.get("is_leaf") and facts.get("requires_grad"))
+    op["out"] = name
+    ctx.record(op, (out,), caller, True)
+    return out
+
+
+#: the stamp of a new handle's facts (``Tensor._stamp`` of a new storage)
+_NEW_STAMP = (0, 0)
+_grad_enabled = _enabled.get  # (``is_grad_enabled``, without its call)
+
+
 def _flattens_nothing(t, start, end) -> bool:
     """``t.flatten(start, end)`` of one dimension: torch returns ``t`` itself (a 0-d tensor becomes 1-d)."""
     n = len(t._shape) if isinstance(t, Tensor) and t._shape is not None else 0
@@ -1097,7 +1183,7 @@ def replay_inplace(ctx: Context, captured: list, handles: list) -> None:
     captured list holds no handle: a gradient it held would have to be bound before zero_grad drops it). The
     caller makes sure the calls are the same calls, on handles of the same names and metadata (``arg_key`` of
     each), so every decision is the one ``call_op`` would take."""
-    ctx.record_all([dict(op) for op, _, _, _ in captured])
+    ctx.record_all([op for op, _, _, _ in captured])  # (the same dicts each time: a recorded op is never changed)
     last: dict[int, dict] = {}  # target -> its last call's facts (when no call's node is made from its inputs)
     for _, target, decided, _ in captured:
         if decided[1] is not None:
@@ -1205,18 +1291,21 @@ def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwar
     seen: dict[int, int] = {}
     for v in ((*args, *kwargs.values()) if kwargs else args):
         c = v.__class__
-        if c is Tensor:  # (the common cases inline: a loop's every op asks)
+        if c is Tensor:  # (``handle_key``, inline: a loop's every op asks)
+            shape, layout = v._shape, v._layout
+            if shape is None and layout.__class__ is _Deferred and layout != _layout.ROW_MAJOR:
+                return None
             first = seen.setdefault(id(v), len(seen))
-            if v._shape is None and v._layout.__class__ is _Deferred and v._layout != _layout.ROW_MAJOR:
-                return None  # (its strides follow from a shape not known yet: a view of it is decided by asking)
-            view, s, ctx = v._view, v._storage, v._ctx
-            if view is None or v._view_stamp != (s.version, ctx.grad_epoch if s.is_grad else 0):
-                parts.append((c, first, v._shape, v._dtype, v._layout))
-            else:
-                get = view.get
-                parts.append((c, first, v._shape, v._dtype, v._layout, get("requires_grad", _NO_FACT),
-                              get("is_leaf", _NO_FACT), get("view_of_leaf", _NO_FACT), get("multi_view"),
-                              "node" in view))
+            view = v._view
+            if view is not None:
+                s = v._storage
+                if v._view_stamp == (s.version, v._ctx.grad_epoch if s.is_grad else 0):
+                    get = view.get
+                    parts.append((c, first, shape, v._dtype, layout, get("requires_grad", _NO_FACT),
+                                  get("is_leaf", _NO_FACT), get("view_of_leaf", _NO_FACT), get("multi_view"),
+                                  "node" in view))
+                    continue
+            parts.append((c, first, shape, v._dtype, layout))
             continue
         if c is float:
             parts.append(c)
@@ -1230,22 +1319,34 @@ def _decision_key(name: str, method: bool, grad_enabled: bool, args: tuple, kwar
     return tuple(parts)
 
 
+def handle_key(v: Tensor, seen: dict) -> tuple | None:
+    """``arg_key`` of a handle: its class, which of the call's handles it is, its shape, dtype and layout, and the
+    flags its valid view holds; None when its strides follow from a shape not known yet (a view of it is decided
+    by asking). (A handle's slots are read through ``Tensor.__getattr__``'s slower lookup: each is read once.)"""
+    shape, layout = v._shape, v._layout
+    if shape is None and layout.__class__ is _Deferred and layout != _layout.ROW_MAJOR:
+        return None
+    first = seen.setdefault(id(v), len(seen))  # (x.add_(x) is not x.add_(y))
+    view = v._view
+    if view is not None:
+        s = v._storage  # (``_stamp()``, inline)
+        if v._view_stamp == (s.version, v._ctx.grad_epoch if s.is_grad else 0):
+            get = view.get
+            return (v.__class__, first, shape, v._dtype, layout, get("requires_grad", _NO_FACT),
+                    get("is_leaf", _NO_FACT), get("view_of_leaf", _NO_FACT), get("multi_view"), "node" in view)
+    return (v.__class__, first, shape, v._dtype, layout)
+
+
 def arg_key(v, seen: dict):
     c = v.__class__
+    if c is Tensor:
+        return handle_key(v, seen)
     if c is float:  # (no decision reads a float's value, only that it is one: an optimizer's step sizes change)
         return c
     if c is int or c is bool or c is str or v is None or c is DType:
         return (c, v)
     if isinstance(v, Tensor):
-        if v._shape is None and v._layout.__class__ is _Deferred and v._layout != _layout.ROW_MAJOR:
-            return None
-        first = seen.setdefault(id(v), len(seen))  # (x.add_(x) is not x.add_(y))
-        view = v._view
-        if view is None or v._view_stamp != v._stamp():
-            return (c, first, v._shape, v._dtype, v._layout)
-        return (c, first, v._shape, v._dtype, v._layout, view.get("requires_grad", _NO_FACT),
-                view.get("is_leaf", _NO_FACT), view.get("view_of_leaf", _NO_FACT), view.get("multi_view"),
-                "node" in view)
+        return handle_key(v, seen)
     if c is list or c is tuple:
         parts = []
         for x in v:
@@ -1266,7 +1367,11 @@ def _decide(key: tuple, facts: dict, target_node=_NO_FACT) -> None:
 def _decision(facts: dict, target_node=_NO_FACT) -> tuple:
     node = facts.get("node", _NO_FACT)
     how = None if node is _NO_FACT or node is None else "target" if node is target_node else "tensors"
-    return {k: v for k, v in facts.items() if k != "node" or how is None}, how
+    kept = {k: v for k, v in facts.items() if k != "node" or how is None}
+    shape = kept.get("shape")
+    if shape is not None and shape.__class__ is tuple:  # (as a handle keeps it: made once, not at each use)
+        kept["shape"] = Size(shape)
+    return kept, how
 
 
 def _remember(key: tuple, decision: tuple) -> None:
@@ -1351,7 +1456,7 @@ _LITTLE: dict[str, np.dtype] = {}
 
 def _decode(data) -> np.ndarray:
     """A base64 payload (what the recorder asks for) -> a read-only array (bfloat16: widened to float32)."""
-    raw = base64.b64decode(data["data"])
+    raw = binascii.a2b_base64(data["data"])  # (base64.b64decode's own call, without its argument checks)
     little = _LITTLE.get(data["dtype"])
     if little is None:
         little = _LITTLE[data["dtype"]] = NP_HELD[data["dtype"]].newbyteorder("<")
@@ -1402,14 +1507,20 @@ def advance_grad_epoch(ctx: Context, in_place: bool, detached: bool = False) -> 
     it (zero_grad's ``detach_()`` or ``requires_grad_(False)``)."""
     kept = []
     if in_place:
+        epoch = ctx.grad_epoch
         for ref in list(ctx.refs.values()):
             leaf = ref()
-            if leaf is not None and leaf._param and leaf._grad_known():
-                g = leaf._known_grad[1]
+            if leaf is None or not leaf._param:
+                continue
+            known = leaf._known_grad  # (``_grad_known()``, inline)
+            if known is not None and known[0] == epoch:
+                g = known[1]
                 if g is not None and g._error is None:
-                    meta = {k: v for k, v in _meta.known(g).items() if k not in _VALUE_KEYS}
+                    meta = _meta.known(g)  # (a view dict is never changed: shared as it is when it has no value key)
+                    if not _VALUE_KEYS.isdisjoint(meta):
+                        meta = {k: v for k, v in meta.items() if k not in _VALUE_KEYS}
                     if detached and meta:
-                        meta.update(requires_grad=False, is_leaf=True, grad_fn=None, node=None)
+                        meta = {**meta, "requires_grad": False, "is_leaf": True, "grad_fn": None, "node": None}
                     kept.append((leaf, g, meta))
     ctx.grad_epoch += 1
     for leaf, g, meta in kept:

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from gradserve.torch._dtypes import default_float
 from gradserve.torch._grad_mode import no_grad
-from gradserve.torch._tensor import Tensor, advance_grad_epoch, arg_key, call_op, capture_inplace, replay_inplace
+from gradserve.torch._tensor import Tensor, advance_grad_epoch, call_op, capture_inplace, handle_key, replay_inplace
 
 
 class Optimizer:
@@ -172,8 +172,8 @@ class Optimizer:
             if p._error is not None or g is not None and g._error is not None:
                 return None
             # (None: a tensor whose metadata call_op decides by asking: worked out each time)
-            p_key = arg_key(p, seen)
-            g_key = None if g is None else arg_key(g, seen)
+            p_key = handle_key(p, seen)
+            g_key = None if g is None else handle_key(g, seen)
             if p_key is None or g is not None and g_key is None:
                 return None
             state = self.state.get(p)
@@ -182,7 +182,7 @@ class Optimizer:
                 held = []
                 for k, v in state.items():
                     if isinstance(v, Tensor):
-                        v_key = arg_key(v, seen)
+                        v_key = handle_key(v, seen)
                         if v_key is None:
                             return None
                         held.append((k, v_key, v._name))
