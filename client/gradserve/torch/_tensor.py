@@ -1106,7 +1106,8 @@ def _quick_call(name: str, of: _OpFacts, args: tuple, method: bool, caller):
     out = object.__new__(Tensor)
     out._ctx = ctx
     name = out._name = f"_t{next(ctx._names)}"
-    out._storage = Storage()
+    out._storage = storage = Storage()
+    storage.root = name  # (a new tensor: its views follow its requires_grad)
     out._array = out._known_grad = out._error = out._dual_tangent = out._leaf = None
     out._view, out._view_stamp, out._seen = facts, _NEW_STAMP, 0
     shape = facts.get("shape")
