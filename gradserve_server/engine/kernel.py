@@ -440,8 +440,9 @@ class Recorder:
                     s = -1
                 where.append((i, s))
                 template[i] = None
-                if a.dtype is _F16 or a.dtype is _BF16:
-                    half = True
+                if not half:
+                    dt = a.dtype
+                    half = dt is _F16 or dt is _BF16
             elif c is tuple and _plain(a):  # (a shape, an index: nothing lifted in it, static)
                 continue
             elif type(a) is Lit or c is tuple:  # (a Lit's __class__ reads float)
