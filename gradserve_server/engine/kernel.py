@@ -246,14 +246,16 @@ def kcall(fn, *args):
     """Run ``fn(*args)`` (a kernel); while recording, note the call on the tape."""
     rec = _get()
     if rec is None:
-        half = None
         for a in args:  # (no float16/bfloat16 array, the common case: decided here, without a call)
-            if a.__class__ is _ndarray and (a.dtype is _F16 or a.dtype is _BF16):
-                half = _half_of(args)
-                if half is not None and fn in MOVES:
-                    half = None
-                break
-        out = fn(*args) if half is None else _in_f32(fn, args, half)
+            if type(a) is _ndarray:
+                dt = a.dtype
+                if dt is _F16 or dt is _BF16:
+                    half = _half_of(args)
+                    if half is not None and fn not in MOVES:
+                        out = _in_f32(fn, args, half)
+                        return out if out.__class__ is _ndarray or out.__class__ is tuple else np.asarray(out)
+                    break
+        out = fn(*args)
         return out if out.__class__ is _ndarray or out.__class__ is tuple else np.asarray(out)
     return rec.call(fn, args)
 
@@ -438,8 +440,9 @@ class Recorder:
                     s = -1
                 where.append((i, s))
                 template[i] = None
-                if a.dtype is _F16 or a.dtype is _BF16:
-                    half = True
+                if not half:
+                    dt = a.dtype
+                    half = dt is _F16 or dt is _BF16
             elif c is tuple and _plain(a):  # (a shape, an index: nothing lifted in it, static)
                 continue
             elif type(a) is Lit or c is tuple:  # (a Lit's __class__ reads float)

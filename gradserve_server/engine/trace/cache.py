@@ -34,7 +34,7 @@ def footprint(root, skip=()) -> int:
     ``sys.getsizeof`` (arrays by their buffers), except what the process shares (kernels defined in modules,
     types, numpy's functions): what evicting it gives back, so that the cache's bytes bound is a true one.
     ``skip``: objects counted elsewhere (neither they nor what only they reach)."""
-    seen: set[int] = set(map(id, skip))
+    seen: set[int] = set(map(id, skip)) if skip else set()
     stack = [root]
     total = 0
     getsizeof = sys.getsizeof
@@ -48,11 +48,19 @@ def footprint(root, skip=()) -> int:
                 continue
             mark(i)
             total += getsizeof(obj)
-            if t is dict:
-                extend(obj.keys())
-                extend(obj.values())
-            elif t not in _ATOMS:
-                extend(obj)
+            if t in _ATOMS:
+                continue
+            # the items: an atom counted here (most of a key's objects), None and bools skipped, as the walk
+            # would; anything else walked
+            for x in ((*obj.keys(), *obj.values()) if t is dict else obj):
+                c = type(x)
+                if c in _ATOMS:
+                    i = id(x)
+                    if i not in seen:
+                        mark(i)
+                        total += getsizeof(x)
+                elif x is not None and c is not bool:
+                    push(x)
             continue
         if obj is None or obj.__class__ is bool or id(obj) in seen or isinstance(obj, _SHARED):
             continue

@@ -13,10 +13,11 @@ makes by one rule: what the run can observe, and nothing else.
   counter or a base (``_session_key``).
 * **A list** (``_key``): its JSON text with the input ops' data left out (``_dumps``; the bare text is the
   replayed lookup's key, a dict lookup on it, the ``null`` check left to a miss: ``_nulls_later``), the inputs'
-  metas (the input ops' arrays are made while it is built: ``_direct_input``), and the caller's extra (grad mode,
-  limits, response). A session list adds the session's state (``_session_key``) and is keyed under canonical
-  names (``_canonical``: the names a client's counter gives each iteration read as one list, its float
-  operands lifted to inputs); ``_pre_key`` is the cheap key a list known unplannable is remembered under.
+  metas (the input ops' arrays are made while it is built: ``_direct_input``), and the caller's part
+  (``caller_key``: grad mode, limits, response). A session list adds the session's state (``_session_key``) and
+  is keyed under canonical names (``_canonical``: the names a client's counter gives each iteration read as one
+  list, its float operands lifted to inputs); ``_pre_key`` is the cheap key a list known unplannable is
+  remembered under.
 * **An op** (a fragment, ``_key_of``): the op's name, grad mode, the form of its ``out``, then its arguments by
   the op table's kinds (``_form``): tensors as above, literals by ``literal_key``, getitem's indices by
   ``_index``. ``compose._compose`` builds the commonest forms of this key (one tensor; a tensor and a tensor or a
@@ -280,6 +281,17 @@ def _input_meta(arr: np.ndarray, rg: bool) -> tuple:
     """A list input's part of its key (``_key``'s metas): shape, dtype (its ``str``) and requires_grad; also what
     compose's look-ahead reads a bound name as (``_arg_sig``)."""
     return (arr.shape, _DTYPE_STR.get(arr.dtype) or arr.dtype.str, rg)
+
+
+def caller_key(kwargs: dict, extra, session: bool = False, respond=None) -> tuple:
+    """The caller's part of a list's key (its ``extra``): grad mode, limits, the caller's own ``extra`` and what
+    the response shows (``respond``, by default ``kwargs``'; a list of names as a tuple); a session list's
+    starts with ``"session"``."""
+    if respond is None:
+        respond = kwargs.get("respond", "changed")
+    part = (bool(kwargs.get("no_grad", False)), kwargs.get("limits"), extra,
+            respond if isinstance(respond, str) else tuple(respond))
+    return ("session", *part) if session else part
 
 
 def _key(state: State, ops: list, extra: tuple, made: list | None = None, text: bytes | None = None,

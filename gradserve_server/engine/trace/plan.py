@@ -121,6 +121,7 @@ from .key import (
     _scan,
     _session_inputs,
     _session_key,
+    caller_key,
 )
 from .replayed import Plan, _Namespace, _PlannedResult, _tensor
 
@@ -344,10 +345,8 @@ def run_planned(cache: PlanCache | None, state: State, ops: list, *, extra: tupl
     if inputs_at is None:
         cache.count("unplannable")
         return _cold(state, ops, kwargs, shown, R.COLD_UNPLANNABLE)
-    lim = kwargs.get("limits")
     later: list = []
-    made = _key(state, ops, (bool(kwargs.get("no_grad", False)), lim, extra,
-                             respond if isinstance(respond, str) else tuple(respond)), inputs_at, None, True, later)
+    made = _key(state, ops, caller_key(kwargs, extra, respond=respond), inputs_at, None, True, later)
     if made is None:
         cache.count("unplannable")
         return _cold(state, ops, kwargs, shown, R.COLD_UNKEYABLE)
@@ -816,12 +815,10 @@ def _keyed(cache: PlanCache, state: State, ops: list, kwargs: dict, carried: tup
     """A session list's key on ``state`` and what a run of it needs: (key, base key (before pins), the cache's
     entry, the inputs, the canonical names, the lifted literals, the pinned literals, the pre-key, the key's
     extra); or the route of a list that cannot be keyed (unkeyable, known unplannable)."""
-    lim = kwargs.get("limits")
     respond = kwargs.get("respond", "changed")
     pre = names = None
     lits = ()
-    extra = ("session", bool(kwargs.get("no_grad", False)), lim, kwargs.get("extra"),
-             respond if isinstance(respond, str) else tuple(respond))
+    extra = caller_key(kwargs, kwargs.get("extra"), True, respond)
     if carried is not None and _layout(state) == carried[1]:
         # the state a plan just left (a repeat's previous iteration): its key is the one that plan carries
         key, inputs = carried[0], [t.data for t in state.tensors.values()]
@@ -833,7 +830,7 @@ def _keyed(cache: PlanCache, state: State, ops: list, kwargs: dict, carried: tup
             kops, nm = canon
             names, ren, lits = nm.names, nm.ren, nm.lits
             if not isinstance(respond, str):
-                extra = (*extra[:4], tuple([nm.name(n) for n in respond]))
+                extra = caller_key(kwargs, kwargs.get("extra"), True, [nm.name(n) for n in respond])
         pre = _pre_key(state, kops, extra, ren)
         if pre is None:
             return R.COLD_UNKEYABLE
