@@ -83,3 +83,21 @@ def test_an_inplace_op_on_a_no_grad_reshape_view_is_refused_at_its_line(ctx, mon
     with pytest.raises(RuntimeError, match="A view was created in no_grad mode and is being modified inplace"):
         r2.add_(1)
     assert sent == [] and r2.requires_grad and r2.grad_fn is None and sent == []
+
+
+def test_an_inplace_op_on_a_view_made_before_its_base_required_grad_is_refused_at_its_line(ctx, monkeypatch):
+    """torch 2.13: ``w = v[1:]; v.requires_grad_(); w.add_(1)`` raises "a view of a leaf Variable that requires grad
+    is being used in an in-place operation.", with nothing changed; so does a view of the view."""
+    import gradserve.torch as torch
+
+    v = torch.ones(4)
+    w = v[1:]
+    u = w[:2]
+    v.requires_grad_()
+    sent = _requests(ctx, monkeypatch)
+    for view in (w, u):
+        with pytest.raises(RuntimeError, match="a view of a leaf Variable that requires grad is being used in an "
+                                               "in-place operation"):
+            view.add_(1)
+    assert sent == [] and w.requires_grad and w.is_leaf and sent == []
+    assert v.detach().tolist() == [1.0] * 4

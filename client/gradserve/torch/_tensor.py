@@ -452,8 +452,12 @@ class Tensor:
         ctx = self._ctx
         ctx.record({"op": "requires_grad_", "args": [self._ref(ctx), requires_grad]})
         known_leaf = self._view_stamp == self._stamp() and self._view.get("is_leaf")
-        if self._storage.root in (None, self._name):  # (a view's requires_grad follows its base's in torch: what
-            self._storage.version += 1              # the client knew of the views of this one is stale)
+        storage = self._storage
+        if storage.root in (None, self._name):  # (a view's requires_grad follows its base's in torch: what the
+            before = self._stamp()               # client knew of the views of this one is stale)
+            storage.version += 1
+            if storage.root == self._name:
+                _follow_base(self, before, requires_grad)
         on_leaf = known_leaf and self._view.get("view_of_leaf")  # (a view of a leaf stays one)
         self._view_stamp = None  # (this tensor's flags change; those of others sharing its memory do not)
         if known_leaf:
@@ -634,6 +638,21 @@ class Tensor:
     def __setitem__(self, key, value) -> None:
         __tracebackhide__ = True  # (IPython and pytest hide the client's frames)
         call_op("setitem", (self, _Index(key), value), {})
+
+
+def _follow_base(base: Tensor, before: tuple, requires_grad: bool) -> None:
+    """After ``base.requires_grad_()``: a view of it the client knows as a view of a leaf made in grad mode (no node
+    of its own) now requires grad as its base does (torch: a view's requires_grad is its base's), still a leaf, so
+    that an in-place op on it is refused at its line; what else the client knew of the views is left stale."""
+    storage, after = base._storage, base._stamp()
+    for ref in list(base._ctx.refs.values()):
+        view = ref()
+        if view is None or view is base or view._storage is not storage or view._view_stamp != before:
+            continue
+        facts = view._view
+        if facts.get("view_of_leaf") is True and facts.get("is_leaf") is True and facts.get("grad_fn", 0) is None:
+            view._view = {k: v for k, v in facts.items() if k != "node"} | {"requires_grad": requires_grad}
+            view._view_stamp = after
 
 
 def _binary(op: str):
