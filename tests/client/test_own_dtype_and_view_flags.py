@@ -101,3 +101,14 @@ def test_an_inplace_op_on_a_view_made_before_its_base_required_grad_is_refused_a
             view.add_(1)
     assert sent == [] and w.requires_grad and w.is_leaf and sent == []
     assert v.detach().tolist() == [1.0] * 4
+
+
+def test_a_view_changed_in_place_before_its_base_required_grad_gets_a_node(ctx):
+    """torch 2.13: ``r = a.t().mul_(2); a.requires_grad_()`` leaves ``r`` a view whose version moved since it was
+    made: read after, it is not a leaf, its node ``AsStridedBackward0``."""
+    import gradserve.torch as torch
+
+    a = torch.ones(4, 3)
+    r = a.t().mul_(2)
+    a.requires_grad_()
+    assert (r.requires_grad, r.is_leaf, type(r.grad_fn).__name__) == (True, False, "AsStridedBackward0")

@@ -456,8 +456,8 @@ class Tensor:
         if storage.root in (None, self._name):  # (a view's requires_grad follows its base's in torch: what the
             before = self._stamp()               # client knew of the views of this one is stale)
             storage.version += 1
-            if storage.root == self._name:
-                _follow_base(self, before, requires_grad)
+            if storage.root == self._name and not storage.memory[0]:  # (a base changed in place: its views'
+                _follow_base(self, before, requires_grad)                 # nodes are made anew, the server's)
         on_leaf = known_leaf and self._view.get("view_of_leaf")  # (a view of a leaf stays one)
         self._view_stamp = None  # (this tensor's flags change; those of others sharing its memory do not)
         if known_leaf:
@@ -641,9 +641,11 @@ class Tensor:
 
 
 def _follow_base(base: Tensor, before: tuple, requires_grad: bool) -> None:
-    """After ``base.requires_grad_()``: a view of it the client knows as a view of a leaf made in grad mode (no node
-    of its own) now requires grad as its base does (torch: a view's requires_grad is its base's), still a leaf, so
-    that an in-place op on it is refused at its line; what else the client knew of the views is left stale."""
+    """After ``base.requires_grad_()`` on a base never changed in place: a view of it the client knows as a view of a
+    leaf made in grad mode (no node of its own) now requires grad as its base does (torch: a view's requires_grad
+    is its base's), still a leaf, so that an in-place op on it is refused at its line; what else the client knew of
+    the views is left stale. (Once the base or a view changed in place, torch gives such a view an
+    ``AsStridedBackward0`` node when it is next read: the server's facts.)"""
     storage, after = base._storage, base._stamp()
     for ref in list(base._ctx.refs.values()):
         view = ref()
