@@ -1290,6 +1290,8 @@ RULES = {"dtype": _dtype, "index_dtype": _index_dtype, "dtype_lastdim": _dtype_l
 #     sizes(size)                      the size given (ints, or one list of them: ``new_zeros``)
 #     repeat(a,repeats)                ``a``'s shape, 1s in front to ``repeats``' length, times ``repeats``
 #     one_hot(a,num_classes)           ``a``'s shape and ``num_classes`` (-1: the data's maximum, not known)
+#     einsum(equation,operands)        the output subscripts' sizes (implicit: the ellipsis, then the labels met
+#                                      once, upper case first), an ellipsis broadcast, a size 1 broadcast
 def result_shape(declaration: str, value):
     """The result's shape by the declared rule, or UNKNOWN. ``value(name)``: the call's argument (None: not
     given)."""
@@ -1511,8 +1513,73 @@ def _one_hot_shape(a, num_classes, _):
     return UNKNOWN if x is UNKNOWN or not _int(num_classes) or num_classes < 0 else (*x, num_classes)
 
 
+def _einsum_terms(text: str):
+    """A side of an einsum equation as a list of labels and None for its ellipsis, or None when malformed."""
+    out, i = [], 0
+    text = text.replace(" ", "")
+    while i < len(text):
+        if text.startswith("...", i):
+            if None in out:
+                return None
+            out.append(None)
+            i += 3
+        elif text[i].isascii() and text[i].isalpha():
+            out.append(text[i])
+            i += 1
+        else:
+            return None
+    return out
+
+
+def _einsum_shape(equation, operands, _):
+    if not isinstance(equation, str) or not isinstance(operands, (list, tuple)):
+        return UNKNOWN
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = operands[0]
+    shapes = [_shape_of(t) for t in operands]
+    lhs, arrow, rhs = equation.partition("->")
+    terms = [_einsum_terms(t) for t in lhs.split(",")]
+    if UNKNOWN in shapes or not shapes or len(terms) != len(shapes) or any(t is None for t in terms):
+        return UNKNOWN
+    sizes: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    ellipsis: tuple = ()
+    for term, shape in zip(terms, shapes):
+        labels = [c for c in term if c is not None]
+        extra = len(shape) - len(labels)
+        if extra < 0 or extra and None not in term:
+            return UNKNOWN
+        dims, at = [], 0
+        for c in term:
+            if c is None:
+                got = _broadcast_shape(ellipsis, tuple(shape[at:at + extra]))
+                if got is UNKNOWN:
+                    return UNKNOWN
+                ellipsis, at = got, at + extra
+            else:
+                dims.append((c, shape[at]))
+                at += 1
+        for c, n in dims:
+            counts[c] = counts.get(c, 0) + 1
+            have = sizes.get(c, n)
+            if have != n and have != 1 and n != 1:
+                return UNKNOWN
+            sizes[c] = n if have == 1 else have
+    if not arrow:
+        once = sorted((c for c, k in counts.items() if k == 1), key=lambda c: (c.islower(), c))
+        return (*ellipsis, *(sizes[c] for c in once))
+    out = _einsum_terms(rhs)
+    if out is None or any(c is not None and (c not in sizes or out.count(c) > 1) for c in out):
+        return UNKNOWN
+    shape: list = []
+    for c in out:
+        shape.extend(ellipsis if c is None else (sizes[c],))
+    return tuple(shape)
+
+
 SHAPES = {"same": _same_shape, "loss": _loss_shape, "linear": _linear_shape, "conv": _conv_shape,
           "pool": _pool_shape, "adaptive_pool": _adaptive_pool_shape, "embedding": _embedding_shape,
           "cat": _cat_shape, "stack": _stack_shape, "index_shape": _index_shape,
           "index_select": _index_select_shape, "pad": _pad_shape, "interpolate": _interpolate_shape,
-          "bmm": _bmm_shape, "sizes": _sizes_shape, "repeat": _repeat_shape, "one_hot": _one_hot_shape}
+          "bmm": _bmm_shape, "sizes": _sizes_shape, "repeat": _repeat_shape, "one_hot": _one_hot_shape,
+          "einsum": _einsum_shape}

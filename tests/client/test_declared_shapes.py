@@ -20,7 +20,8 @@ EXPRESSIONS = [
     "m.index_select(0, i)", "F.pad(x, (1, 1))", "F.interpolate(x, scale_factor=2)", "F.dropout(m, 0.5)",
     "F.layer_norm(m, (6,))", "F.batch_norm(x, torch.zeros(3), torch.ones(3))",
     "torch.bmm(torch.ones(2, 3, 4), torch.ones(2, 4, 5))", "m.new_zeros(3, 2)", "m.new_full((2,), 1.0)",
-    "m.repeat(2, 1, 1)", "F.one_hot(i, 4)", "m.cumsum(1)", "torch.tril(m)",
+    "m.repeat(2, 1, 1)", "F.one_hot(i, 4)", "m.cumsum(1)", "torch.tril(m)", "torch.einsum('ij,kj->ik', m, m)",
+    "torch.einsum('bchw,oc->bohw', x, w[:, :, 0, 0])", "torch.einsum('...j,j', m, v)",
     # advanced indexing (a copy: its shape from the index's; torch applies ints first, where numpy differs)
     "x[k]", "x[k, 1:3]", "x[:, i]", "x[torch.arange(2), i[:2]]", "x[..., i]", "x[k, :, i]", "x[0, :, i]",
     "x[j]", "x[j, 1]", "x[:, j, 2:5]", "x[1:2, [1, 2, 0]]", "x[[[0, 1], [1, 0]], 0]", "x[k, i, torch.tensor(2)]",

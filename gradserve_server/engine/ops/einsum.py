@@ -112,8 +112,9 @@ def _parse_lhs(lhs: str, num_ops: int) -> list:
     return op_labels
 
 
-@op("einsum", tensors=("operands",), grad_fns=(P.ViewBackward0, P.PermuteBackward0, P.SumBackward1,
-                                               P.MulBackward0), method=False, family="linalg")
+@op("einsum", shape="einsum(equation,operands)",
+    tensors=("operands",), grad_fns=(P.ViewBackward0, P.PermuteBackward0, P.SumBackward1, P.MulBackward0),
+    method=False, family="linalg")
 def einsum(equation, *operands):
     """torch.einsum(equation, *operands) (operands may also be one list); explicit ('->') or implicit output,
     ellipsis broadcasting, repeated labels (diagonals); contracted left to right as torch does without
