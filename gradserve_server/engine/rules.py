@@ -619,14 +619,13 @@ def _conv_kernel(inp, weight, padding, dilation, stride, n: str):
         return UNKNOWN
     (_, x), (_, w) = _tensor_facts(inp), _tensor_facts(weight)
     n = int(n)
-    pads = [0] * n if padding == "valid" else _ints(0 if padding is None else padding, n)
-    dils = _ints(1 if dilation is None else dilation, n)
+    pads = [0] * n if padding == "valid" else _spatial(padding, n, 0)
+    dils = _spatial(dilation, n, 1)
     if x is None or w is None or pads is None or dils is None or len(w) != n + 2:
         return UNKNOWN  # (padding="same" pads the input to fit)
     b = _batched(x, n)
-    if len(b) != n + 2 or len(pads) not in (1, n) or len(dils) not in (1, n):
+    if len(b) != n + 2:
         return UNKNOWN
-    pads, dils = pads * (n // len(pads)), dils * (n // len(dils))
     padded = [b[2 + i] + 2 * pads[i] for i in range(n)]
     kernel = [dils[i] * (w[2 + i] - 1) + 1 for i in range(n)]
     if all(p >= k for p, k in zip(padded, kernel)):
@@ -1327,10 +1326,10 @@ def _loss_shape(inp, target, reduction, kind: str):
 
 
 def _broadcast_shape(x: tuple, y: tuple):
+    if not _broadcasts(x, y):
+        return UNKNOWN
     n = max(len(x), len(y))
     x, y = (1,) * (n - len(x)) + x, (1,) * (n - len(y)) + y
-    if any(a != b and a != 1 and b != 1 for a, b in zip(x, y)):
-        return UNKNOWN
     return tuple(b if a == 1 else a for a, b in zip(x, y))
 
 
@@ -1342,9 +1341,9 @@ def _linear_shape(inp, weight, _):
 
 
 def _spatial(value, n: int, default: int):
-    if value is None or isinstance(value, (list, tuple)) and not value:
-        return [default] * n
-    got = _ints(value, n)
+    """An int-or-ints argument of an n-d convolution or pooling (None: ``default``) as n ints (one int given as a
+    list of one: that int n times), or None."""
+    got = _ints(default if value is None else value, n)
     if got is not None and len(got) == 1:
         got = got * n
     return got if got is not None and len(got) == n else None

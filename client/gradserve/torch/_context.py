@@ -94,13 +94,14 @@ class Storage:
     ``memory``: a count of in-place changes shared with the detached aliases of these handles (``w.detach()``
     shares ``w``'s values, not its autograd facts: a change through it invalidates ``w``'s values only)."""
 
-    __slots__ = ("version", "is_grad", "memory", "root")
+    __slots__ = ("version", "is_grad", "memory", "root", "shared")
 
     def __init__(self, is_grad: bool = False, memory: list | None = None):
         self.version = 0
         self.is_grad = is_grad
         self.memory = [0] if memory is None else memory
         self.root = None  # (the name of the handle made with it, whose views follow its requires_grad; None: not known)
+        self.shared = False  # (another handle was made with it: a view, a piece)
 
 
 class HandleRef(weakref.ref):

@@ -55,6 +55,8 @@ class Tensor:
         if storage is None:
             storage = Storage()
             storage.root = t._name
+        else:
+            storage.shared = True
         t._storage = storage
         t._shape = t._dtype = t._view = t._array = t._view_stamp = t._known_grad = t._error = t._leaf = None
         t._layout = None  # ((strides, storage offset) in elements, when the client knows them: ``_layout``)
@@ -453,8 +455,8 @@ class Tensor:
         ctx.record({"op": "requires_grad_", "args": [self._ref(ctx), requires_grad]})
         known_leaf = self._view_stamp == self._stamp() and self._view.get("is_leaf")
         storage = self._storage
-        if storage.root in (None, self._name):  # (a view's requires_grad follows its base's in torch: what the
-            before = self._stamp()               # client knew of the views of this one is stale)
+        if storage.shared and storage.root in (None, self._name):  # (a view's requires_grad follows its base's in
+            before = self._stamp()                                   # torch: what was known of its views is stale)
             storage.version += 1
             if storage.root == self._name and not storage.memory[0]:  # (a base changed in place: its views'
                 _follow_base(self, before, requires_grad)                 # nodes are made anew, the server's)
