@@ -39,6 +39,16 @@ import time
 from pathlib import Path
 
 COLUMNS = ("direct", "cold", "replayed", "numpy", "torch")
+#: bench/functional.py's workloads (issue #22: "bench/functional.py ... unchanged or better"), by key: its
+#: workload's name (``WORKLOADS``), or None for its repeat loop. Their "cold" column is ``run_program`` on the
+#: session's state (functional.py's "engine"), "replayed" the session's plan (its "planned"); no other column.
+FUNCTIONAL = {
+    "f-jac-rev": "jacobian 100->100 tanh, vectorize, reverse-mode",
+    "f-jac-fwd": "jacobian 100->100 tanh, vectorize, forward-mode",
+    "f-hessian": "hessian, 50 parameters (vectorize)",
+    "f-hvp": "hvp, 50 parameters",
+    "f-euler": None,
+}
 
 
 def _load_engine_bench(root: Path):
@@ -48,6 +58,42 @@ def _load_engine_bench(root: Path):
     return mod
 
 
+def _load_functional_bench(root: Path):
+    # (functional.py puts its own tree first on sys.path and imports its engine, PlanCache, run_session_planned)
+    spec = importlib.util.spec_from_file_location("functional_bench", root / "bench" / "functional.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _functional_columns(F, key: str) -> dict:
+    """A bench/functional.py workload's columns: its op on a session state holding the functions, run cold and
+    through the session's plan cache (its first run records); the repeat loop as functional.py runs it."""
+    import numpy as np  # (here: the worker has set OPENBLAS_NUM_THREADS)
+
+    E = F.E
+    cache = F.PlanCache()
+    name = FUNCTIONAL[key]
+    if name is not None:
+        st = F.engine_state()
+        ops = [F.WORKLOADS[name]]
+        cols = {"cold": lambda: E.run_program(st, ops), "replayed": lambda: F.run_session_planned(cache, st, ops)}
+    else:
+        y0 = np.random.default_rng(0).standard_normal(10)
+        step = [{"op": "pow", "args": ["y", 3], "out": "y3"}, {"op": "sin", "args": ["t"], "out": "st"},
+                {"op": "sub", "args": ["st", "y3"], "out": "f"}, {"op": "mul", "args": ["f", 0.01], "out": "hf"},
+                {"op": "add", "args": ["y", "hf"], "out": "y"}, {"op": "add", "args": ["t", 0.01], "out": "t"}]
+
+        def fresh():
+            s = E.State()
+            E.run_program(s, [F._lit("y", y0), F._lit("t", np.zeros(1))])
+            return s
+        cols = {"cold": lambda: E.run_program(fresh(), step, repeat=200),
+                "replayed": lambda: F.run_session_planned(cache, fresh(), step, repeat=200)}
+    cols["replayed"]()  # records the plan
+    return cols
+
+
 def worker(root: Path) -> None:
     """Serve timing requests on stdin, one JSON object a line: {"workload", "column", "repeat"} -> seconds."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -55,6 +101,10 @@ def worker(root: Path) -> None:
     B.configure_malloc(B.Settings())
     specs = {key: (make, measure) for key, _name, make, _vs, _target, measure in B.SPECS}
     current = None  # (key, {column: callable}, undo_gc, timer)
+    F = None  # bench/functional.py, loaded for its workloads
+
+    def batched(fn, _quick):  # (a functional workload: batches of 20 calls, timed as _measure sets the timer)
+        return B.timeit_batched(fn, 5, 20)
     out = sys.stdout
     print(json.dumps({"engine": B.E.__file__}), file=out, flush=True)
     for line in sys.stdin:
@@ -65,13 +115,18 @@ def worker(root: Path) -> None:
                 current[2]()
                 current = None
                 gc.collect()
-            make, measure = specs[key]
-            eng, prog, npy, tor = make()
-            prog.replayed()  # records the plan
+            if key in FUNCTIONAL:
+                if F is None:
+                    F = _load_functional_bench(root)
+                cols, measure = _functional_columns(F, key), batched
+            else:
+                make, measure = specs[key]
+                eng, prog, npy, tor = make()
+                prog.replayed()  # records the plan
+                cols = {"direct": eng, "cold": prog.cold, "replayed": prog.replayed, "numpy": npy, "torch": tor}
             undo_gc = B.configure_gc()
-            cols = {"direct": eng, "cold": prog.cold, "replayed": prog.replayed, "numpy": npy, "torch": tor}
             current = (key, cols, undo_gc, measure)
-        fn = current[1][column]
+        fn = current[1].get(column)
         if fn is None:
             print(json.dumps({"seconds": None}), file=out, flush=True)
             continue
@@ -146,7 +201,7 @@ def main() -> None:
     if not opts.vs:
         ap.error("--vs is required")
     cpus = sorted(os.sched_getaffinity(0))
-    keys = [k for k in _spec_keys() if not opts.only or k in opts.only.split(",")]
+    keys = [k for k in (*_spec_keys(), *FUNCTIONAL) if not opts.only or k in opts.only.split(",")]
     cols = [c for c in opts.cols.split(",") if c]
     cells = {(k, c): ([], [], []) for k in keys for c in cols}  # (A times, B times, ratios)
     print(f"{opts.rounds} rounds a cell (A B, then B A, alternately) x {opts.repeat} calls a side, over "

@@ -510,5 +510,6 @@ class recording:
         return False
 
 
-def active() -> Recorder | None:
-    return _get()
+#: the recorder of the plan being recorded in this context, or None (the ContextVar's own getter: no Python frame
+#: on the eager interpreter's per-op path)
+active = _get

@@ -177,8 +177,15 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool, facts: tuple |
         facts = call_facts(spec, name, method)
     if facts[0]:
         return
-    _check_classes(spec, name, args, kwargs, method, facts)
-    if _out_of_int64(args) or (kwargs and _out_of_int64(kwargs.values())):
+    if not kwargs:  # (the common call: its classes accepted before, one lookup; a huge int only among ints)
+        fast = (id(facts), *map(type, args))
+        if fast not in _ACCEPTED:
+            _check_classes(spec, name, args, kwargs, method, facts, fast)
+        if (int in fast or list in fast or tuple in fast) and _out_of_int64(args):
+            _refuse_out_of_range(spec, facts, list(args), kwargs)
+        return
+    _check_classes(spec, name, args, kwargs, method, facts, None)
+    if _out_of_int64(args) or _out_of_int64(kwargs.values()):
         _refuse_out_of_range(spec, facts, list(args), kwargs)
 
 
@@ -278,15 +285,13 @@ def _refuse_out_of_range(spec, facts: tuple, args: list, kwargs: dict) -> None:
                                         "unsigned", code="overflow", exception="OverflowError")
 
 
-def _check_classes(spec, name: str, args, kwargs: dict, method: bool, facts: tuple) -> None:
+def _check_classes(spec, name: str, args, kwargs: dict, method: bool, facts: tuple, fast: tuple | None) -> None:
     exempt, shown, derived, options, sigs = facts
     # first-level memos keyed by the call's facts (any of its signatures accepting is all that matters; the
     # Python attribute check reads classes only): a call without keywords whose argument classes a signature
-    # that reads classes alone accepted before, one lookup; else one whose values parse reads the same way
-    # (``_value_facts``, finer than classes) as an accepted one
-    fast = (id(facts), *map(type, args)) if not kwargs else None
-    if fast is not None and fast in _ACCEPTED:
-        return
+    # that reads classes alone accepted before, one lookup (``fast``, (id(facts), *classes), tried by
+    # ``check_call``); else one whose values parse reads the same way (``_value_facts``, finer than classes) as
+    # an accepted one
     if _TENSOR is None:
         _tensor_class()
     if args.__class__ is not list:
