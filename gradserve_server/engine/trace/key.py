@@ -665,6 +665,10 @@ def _canonical(ops: list, tensors: dict):
     parameters, ``del``'s arguments; everything else is a literal, kept, but a float given to an op as an
     argument (``nm.lits``), which is lifted: written as ``_LIFTED`` (its type, not its value), fed to the plan
     as an input (``_with_literals``); the values the recording finds it read go into the key (``_Pinned``)."""
+    for o in ops:  # (a form without canonical names, a transform's call: refused before the names are made)
+        op = o.get("op") if o.__class__ is dict else None
+        if op not in OPS and op not in INPUT_OPS and op != "del" and op not in _NAME_PARAMS:
+            return None
     nm = _Names(tensors)
     name, ren, lits = nm.name, nm.ren, nm.lits
     out = []

@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -431,7 +432,19 @@ def _plannable_session_op(op, functions: dict, depth: int = 0) -> bool:
     args, kwargs = op.get("args") or [], op.get("kwargs") or {}
     fname = args[0] if args else kwargs.get("func")
     fdef = functions.get(fname) if isinstance(fname, str) else None
-    return fdef is not None and all(_plannable_session_op(o, functions, depth + 1) for o in fdef.ops)
+    if fdef is None:
+        return False
+    if _FN_PLAIN.get(fdef):  # (a definition whose ops are all plannable calls: so whatever the session's names)
+        return True
+    plain = all(_plannable_op(o) for o in fdef.ops)
+    if plain:
+        _FN_PLAIN[fdef] = True
+        return True
+    return all(_plannable_session_op(o, functions, depth + 1) for o in fdef.ops)
+
+
+#: function definitions (immutable) whose every op ``_plannable_op`` accepts, remembered while they live
+_FN_PLAIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _plannable_session_list(ops, functions: dict) -> bool:
