@@ -511,6 +511,7 @@ class _After:
     graphs: tuple
     accs: tuple | None = None  # per preset tensor: its grad_accumulations after, ("abs", n) or ("rel", delta)
     aliases: tuple = ()        # (new name, "t" | "g", preset name): a preset tensor (its gradient before the run)
+    relative: bool | None = None  # whether an autograd entry's accumulations are relative (set at the first replay)
 
 
 # ----- gradient accumulation counts: a run moves them (a backward adds one) or resets them (zero_grad) --------
@@ -707,21 +708,29 @@ def _finish_session(plan: Plan, buf: list, state: State, preset: dict) -> Progra
         vcs = _vcs(preset)
         for i, d in after.deltas:
             vcs[i][0] += d
-    if any(a.__class__ is tuple for _, _, es in plan.autograd for _, _, _, a in es):
+    relative = after.relative
+    if relative is None:
+        relative = after.relative = any(a.__class__ is tuple for _, _, es in plan.autograd for _, _, _, a in es)
+    if relative:
         bases = [t.grad_accumulations for t in preset.values()]
         plan = dataclasses.replace(plan, autograd=[
             (i, op, [(n, c, g, a if a.__class__ is int else bases[a[0]] + a[1]) for n, c, g, a in es])
             for i, op, es in plan.autograd])
     ns, new = {}, {}
-    aliases = {name: preset[p] if kind == "t" else preset[p]._grad for name, kind, p in after.aliases} \
-        if after.aliases else ()
-    for name, d in plan.namespace:
-        if d is None:
-            ns[name] = preset[name]
-        elif name in aliases:
-            ns[name] = aliases[name]
-        else:
-            ns[name] = new[name] = _tensor(buf, d)
+    if after.aliases:
+        aliases = {name: preset[p] if kind == "t" else preset[p]._grad for name, kind, p in after.aliases}
+        for name, d in plan.namespace:
+            if d is None:
+                ns[name] = preset[name]
+            elif name in aliases:
+                ns[name] = aliases[name]
+            else:
+                ns[name] = new[name] = _tensor(buf, d)
+    else:
+        for name, d in plan.namespace:
+            ns[name] = preset[name] if d is None else _tensor(buf, d)
+            if d is not None:
+                new[name] = ns[name]
     for k, ((name, _, accs), how) in enumerate(zip(plan.preset, after.grads)):
         t = preset[name]
         if how is None:
