@@ -316,7 +316,7 @@ def _check_classes(spec, name: str, args, kwargs: dict, method: bool, facts: tup
                 torch_args.refuse(shown, derived, None, None, False, args, kwargs, spec.no_argument_overloads)
                 _remember(k)
             _remember(seen)
-            if derived.by_class:
+            if fast is not None and derived.decided_by(fast[1:]):
                 _remember(fast)
             return
         keys = []
@@ -327,7 +327,7 @@ def _check_classes(spec, name: str, args, kwargs: dict, method: bool, facts: tup
                 k = None if values is None else (id(s), *values)
             if k is not None and k in _ACCEPTED:
                 _remember(seen)
-                if s.by_class:
+                if fast is not None and s.decided_by(fast[1:]):
                     _remember(fast)
                 return
             keys.append(k)
@@ -335,7 +335,7 @@ def _check_classes(spec, name: str, args, kwargs: dict, method: bool, facts: tup
             if torch_args.parse(s, args, kwargs, False):
                 _remember(k)
                 _remember(seen)
-                if s.by_class:
+                if fast is not None and s.decided_by(fast[1:]):
                     _remember(fast)
                 return  # one of torch's overloads takes it: the op checks the rest
         torch_args.refuse(shown, derived, options, sigs, spec.hidden_overload, args, kwargs)

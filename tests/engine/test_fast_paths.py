@@ -176,6 +176,28 @@ def test_signature_memo_by_value_facts_for_positional_arguments():
             assert str(err.value).startswith(f"sum() received an invalid combination of arguments - got ({got})")
 
 
+def test_signature_memo_by_classes_where_tensors_meet_tensor_parameters(monkeypatch):
+    """add(x, y): add's overloads have a Number parameter (alpha), but positional tensors meet Tensor parameters
+    only, so the classes decide the call (``Signature.decided_by``): the second call reads no value facts. A
+    positional tensor that meets an int parameter (sum's dim) is still told apart by its facts."""
+    from gradserve_server.engine import signature as SG
+    from gradserve_server.engine.errors import TorchTypeError
+    from gradserve_server.engine.program import State, run_program
+    st = State()
+    st.tensors = {"x": tensor([1.0, 2.0], requires_grad=True), "y": tensor([3.0, 4.0]), "z": tensor(0.0)}
+    run_program(st, [{"op": "add", "args": ["x", "y"], "out": "a"}])
+    read = []
+    real = SG._value_facts
+    monkeypatch.setattr(SG, "_value_facts", lambda *a: read.append(a) or real(*a))
+    run_program(st, [{"op": "add", "args": ["x", "y"], "out": "a"}, {"op": "add", "args": ["y", "x"], "out": "b"}])
+    assert st.tensors["a"].data.tolist() == st.tensors["b"].data.tolist() == [4.0, 6.0]
+    assert not read
+    run_program(st, [{"op": "sum", "args": ["x", 0]}])
+    with pytest.raises(TorchTypeError):
+        run_program(st, [{"op": "sum", "args": ["x", "z"]}])
+    assert read  # (sum(x, tensor) is decided by the tensor's facts)
+
+
 def test_nodes_of_one_input_and_of_many_inputs_keep_their_metadata_and_needs():
     """record()'s shared tuples (0-d input metadata, needs by mask) and its one-input path: the same
     input_meta, needs, edges and gradients as for any other node."""
