@@ -177,15 +177,13 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool, facts: tuple |
         facts = call_facts(spec, name, method)
     if facts[0]:
         return
-    if not kwargs:  # (the common call: its classes accepted before, one lookup; a huge int only among ints)
-        fast = (id(facts), *map(type, args))
-        if fast not in _ACCEPTED:
-            _check_classes(spec, name, args, kwargs, method, facts, fast)
-        if (int in fast or list in fast or tuple in fast) and _out_of_int64(args):
-            _refuse_out_of_range(spec, facts, list(args), kwargs)
-        return
-    _check_classes(spec, name, args, kwargs, method, facts, None)
-    if _out_of_int64(args) or _out_of_int64(kwargs.values()):
+    # (the common call: its classes accepted before, one lookup; a huge int only among ints). The key: the
+    # positional arguments' classes, then the keywords and their classes (a keyword is a str, never a class)
+    fast = (id(facts), *map(type, args), *kwargs, *map(type, kwargs.values())) if kwargs else \
+        (id(facts), *map(type, args))
+    if fast not in _ACCEPTED:
+        _check_classes(spec, name, args, kwargs, method, facts, fast)
+    if (int in fast or list in fast or tuple in fast) and (_out_of_int64(args) or _out_of_int64(kwargs.values())):
         _refuse_out_of_range(spec, facts, list(args), kwargs)
 
 
@@ -285,7 +283,7 @@ def _refuse_out_of_range(spec, facts: tuple, args: list, kwargs: dict) -> None:
                                         "unsigned", code="overflow", exception="OverflowError")
 
 
-def _check_classes(spec, name: str, args, kwargs: dict, method: bool, facts: tuple, fast: tuple | None) -> None:
+def _check_classes(spec, name: str, args, kwargs: dict, method: bool, facts: tuple, fast: tuple) -> None:
     exempt, shown, derived, options, sigs = facts
     # first-level memos keyed by the call's facts (any of its signatures accepting is all that matters; the
     # Python attribute check reads classes only): a call without keywords whose argument classes a signature
@@ -316,7 +314,7 @@ def _check_classes(spec, name: str, args, kwargs: dict, method: bool, facts: tup
                 torch_args.refuse(shown, derived, None, None, False, args, kwargs, spec.no_argument_overloads)
                 _remember(k)
             _remember(seen)
-            if fast is not None and derived.decided_by(fast[1:]):
+            if derived.decided_by(*classes):
                 _remember(fast)
             return
         keys = []
@@ -327,7 +325,7 @@ def _check_classes(spec, name: str, args, kwargs: dict, method: bool, facts: tup
                 k = None if values is None else (id(s), *values)
             if k is not None and k in _ACCEPTED:
                 _remember(seen)
-                if fast is not None and s.decided_by(fast[1:]):
+                if s.decided_by(*classes):
                     _remember(fast)
                 return
             keys.append(k)
@@ -335,7 +333,7 @@ def _check_classes(spec, name: str, args, kwargs: dict, method: bool, facts: tup
             if torch_args.parse(s, args, kwargs, False):
                 _remember(k)
                 _remember(seen)
-                if fast is not None and s.decided_by(fast[1:]):
+                if s.decided_by(*classes):
                     _remember(fast)
                 return  # one of torch's overloads takes it: the op checks the rest
         torch_args.refuse(shown, derived, options, sigs, spec.hidden_overload, args, kwargs)

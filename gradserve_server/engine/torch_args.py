@@ -74,17 +74,19 @@ class Signature:
         return not self.varargs_intlist and not any(p.type in _VALUE_TYPES for p in self.params)
 
 
-    def decided_by(self, classes: tuple) -> bool:
-        """Whether a call without keywords whose positional arguments are of ``classes`` is decided by these
-        classes alone: no value-reading parameter (``_VALUE_TYPES``) receives a tensor (a 0-d one passes for a
-        number) or, where it takes ints, a list or tuple (its items are read). ``add(x, y)`` so, though add's
-        ``alpha`` is a Number: its tensors meet Tensor parameters."""
+    def decided_by(self, classes: tuple, keywords: tuple = ()) -> bool:
+        """Whether a call whose positional arguments are of ``classes`` and whose keywords are ``keywords``
+        ((key, class) pairs) is decided by these classes alone: no value-reading parameter (``_VALUE_TYPES``)
+        receives a tensor (a 0-d one passes for a number) or, where it takes ints, a list or tuple (its items
+        are read). ``add(x, y)`` so, though add's ``alpha`` is a Number: its tensors meet Tensor parameters."""
         if self.by_class:
             return True
         if self.varargs_intlist:
             return False
-        for p, c in zip((p for p in self.params if not p.keyword_only), classes):
-            t = p.type
+        by_key = {p.key: p for p in self.params}
+        for p, c in (*zip((p for p in self.params if not p.keyword_only), classes),
+                     *((by_key.get(k), c) for k, c in keywords)):
+            t = "" if p is None else p.type
             if t in _VALUE_TYPES and (issubclass(c, TENSOR_TYPES)
                                       or (t == "tuple of ints" and issubclass(c, (list, tuple)))):
                 return False

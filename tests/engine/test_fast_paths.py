@@ -185,13 +185,21 @@ def test_signature_memo_by_classes_where_tensors_meet_tensor_parameters(monkeypa
     from gradserve_server.engine.program import State, run_program
     st = State()
     st.tensors = {"x": tensor([1.0, 2.0], requires_grad=True), "y": tensor([3.0, 4.0]), "z": tensor(0.0)}
-    run_program(st, [{"op": "add", "args": ["x", "y"], "out": "a"}])
+    keyed = [{"op": "add", "args": ["x", "y"], "kwargs": {"alpha": 2}, "out": "c"},
+             {"op": "sum", "args": ["x"], "kwargs": {"dim": 0, "keepdim": True}, "out": "d"}]
+    run_program(st, [{"op": "add", "args": ["x", "y"], "out": "a"}, *keyed])
     read = []
     real = SG._value_facts
     monkeypatch.setattr(SG, "_value_facts", lambda *a: read.append(a) or real(*a))
     run_program(st, [{"op": "add", "args": ["x", "y"], "out": "a"}, {"op": "add", "args": ["y", "x"], "out": "b"}])
     assert st.tensors["a"].data.tolist() == st.tensors["b"].data.tolist() == [4.0, 6.0]
+    run_program(st, keyed)  # (keywords too: their names and classes are part of the key)
+    assert st.tensors["c"].data.tolist() == [7.0, 10.0] and st.tensors["d"].data.tolist() == [3.0]
     assert not read
+    with pytest.raises(TorchTypeError) as err:
+        run_program(st, [{"op": "add", "args": ["x", "y"], "kwargs": {"alpha": "z"}}])  # another class: parsed
+    assert read and "argument 'alpha' must be Number, not str" in str(err.value)
+    read.clear()
     run_program(st, [{"op": "sum", "args": ["x", 0]}])
     with pytest.raises(TorchTypeError):
         run_program(st, [{"op": "sum", "args": ["x", "z"]}])
