@@ -496,3 +496,20 @@ def test_nll_backward_one_pass_and_formula_agree_through_autograd():
             grads.append(g)
         same(grads[0].data, grads[1].data)
         assert grads[0].grad_fn is None and grads[1].grad_fn is not None
+
+
+def test_mean_of_all_elements_is_numpys_mean_bit_for_bit():
+    """``_mean_all`` takes np.mean's steps for float32/float64 without its dispatch layers: the same bits for
+    every shape, layout and magnitude (an overflowing sum, infinities, NaN), and NaN for an empty input."""
+    from gradserve_server.engine.ops.reduction import _mean_all
+    rng = np.random.default_rng(7)
+    for dt in (np.float32, np.float64):
+        cases = [(rng.standard_normal(shape) * scale).astype(dt)
+                 for shape in [(1,), (7,), (3, 5), (1000,), (257, 33), (2, 3, 4, 5)] for scale in (1e-30, 1.0, 1e30)]
+        cases += [np.array(v, dt) for v in ([np.inf, -np.inf], [np.nan, 1.0], [np.inf, 1.0], 2.5)]
+        cases += [np.ones((3, 4), dt)[:, ::2], np.full(10, np.finfo(dt).max, dt)]
+        with np.errstate(all="ignore"):
+            for x in cases:
+                got, want = _mean_all(x, np.dtype(dt)), np.asarray(np.mean(x), dtype=dt)
+                assert got.dtype == want.dtype and got.shape == () and got.tobytes() == want.tobytes(), (x, got, want)
+        assert np.isnan(_mean_all(np.zeros(0, dt), np.dtype(dt)))

@@ -171,10 +171,21 @@ def mean(self, dim=None, keepdim=False, dtype=None):
                    "self_sym_numel": int(self.data.size), "self_sym_sizes": self.data.shape})
 
 
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
 def _mean_all(x, dtype):
     x = x.astype(dtype, copy=False)
+    dt, n = x.dtype, x.size
+    if not n:
+        return np.asarray(np.nan, dtype=dt)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.asarray(np.mean(x), dtype=x.dtype) if x.size else np.asarray(np.nan, dtype=x.dtype)
+        if dt is _F32 or dt is _F64:
+            # np.mean's own steps for a float32/float64 array, bit for bit, without its dispatch layers (a replay's
+            # path): the sum in the array's dtype, over the count as an intp (in float64), rounded to the dtype
+            s = np.add.reduce(x, axis=None)
+            return np.asarray(s.dtype.type(s / np.intp(n)), dtype=dt)
+        return np.asarray(np.mean(x), dtype=dt)
 
 
 def _mean_dims(x, dtype, axis, keepdim):
