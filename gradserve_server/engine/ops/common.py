@@ -16,6 +16,7 @@ from ..tensor import Tensor, wrap_dim, wrapped_number
 
 NP = D.NP_DTYPES
 _F32 = NP[D.FLOAT32]
+_F16, _BF16 = NP[D.FLOAT16], NP[D.BFLOAT16]
 _FROM_NP = D._FROM_NP
 
 try:  # numpy >= 2.3: ``out=...`` makes a ufunc (or a ufunc's reduce) return an array, even a 0-d one
@@ -111,7 +112,13 @@ def opmath_number(npdt: np.dtype, v):
     """A Python number as the kernel of a ``tensor op number`` call computes with it: in float32 for a
     float16/bfloat16 tensor (torch's CPU kernels read a scalar operand as their float32 opmath type, the
     result is rounded once), else as ``number_as``."""
-    return number_as(D.compute_dtype(npdt), v)  # (a plan's lifted literal: through a kernel, not pinned)
+    # (a plan's lifted literal: through a kernel, not pinned)
+    return number_as(_F32 if npdt is _F16 or npdt is _BF16 else npdt, v)
+
+
+def is_half(npdt: np.dtype) -> bool:
+    """float16 or bfloat16 (numpy's dtype objects of these are singletons)."""
+    return npdt is _F16 or npdt is _BF16
 
 
 _SPLIT = 134217729.0  # 2**27 + 1: Dekker's split of a float64 into two halves of 26 bits

@@ -46,6 +46,7 @@ from .common import (
     broadcast_all,
     float_data,
     fma,
+    is_half,
     is_number,
     mul_t,
     number_as,
@@ -221,9 +222,9 @@ def mul(self, other):
     if not isinstance(self, Tensor):  # torch.mul(2, x): the number is a wrapped 0-d input
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self, like=other)
     dtype, a, b = binary_operands(self, other)
-    if dtype != D.BOOL and (not isinstance(other, Tensor) or (other.data.ndim == 0 and other.data.dtype != a.dtype)):
+    if is_half(a.dtype) and (not isinstance(other, Tensor) or (other.data.ndim == 0 and other.data.dtype != a.dtype)):
         # torch's CPU kernel reads a scalar operand (a number, or a 0-d tensor of another dtype) in its opmath
-        # type: float32 for a float16/bfloat16 result, unrounded
+        # type: float32 for a float16/bfloat16 result, unrounded (another dtype: binary_operands' conversion is it)
         b = opmath_number(a.dtype, other if not isinstance(other, Tensor) else other.data[()])
     out = kcall(np.multiply if dtype != D.BOOL else np.logical_and, a, b)
     if isinstance(other, Tensor):
@@ -327,7 +328,7 @@ def div(self, other, rounding_mode=None):
         dtype = D.DEFAULT_FLOAT
     dtype, a, b = binary_operands(self, other, dtype)
     if rounding_mode is None:
-        if not isinstance(other, Tensor):
+        if is_half(a.dtype) and not isinstance(other, Tensor):  # (another dtype: binary_operands' conversion is it)
             b = opmath_number(a.dtype, other)
         out = kcall(np.true_divide, a, b)
     elif D.is_floating(dtype):
