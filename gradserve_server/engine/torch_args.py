@@ -73,7 +73,6 @@ class Signature:
         """Whether the arguments' classes alone decide ``_parse`` (no parameter whose check reads a value)."""
         return not self.varargs_intlist and not any(p.type in _VALUE_TYPES for p in self.params)
 
-
     def decided_by(self, classes: tuple, keywords: tuple = ()) -> bool:
         """Whether a call whose positional arguments are of ``classes`` and whose keywords are ``keywords``
         ((key, class) pairs) is decided by these classes alone: no value-reading parameter (``_VALUE_TYPES``)

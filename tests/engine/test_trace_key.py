@@ -72,3 +72,22 @@ def test_a_vjp_key_tells_a_gradient_that_is_a_saved_array():
     aliased = _vjp_key([g], (g,), [g], 1)
     assert aliased == ((((2, 2), np.dtype(np.float32), (8, 4)),), (0, 0))
     assert _vjp_key([g, None], (s,), [g, s], 2) == ((((2, 2), np.dtype(np.float32), (8, 4)), None), (0, -1, 1))
+
+
+def test_canonical_names_refuse_a_list_with_an_op_they_cannot_name_before_making_any():
+    """A transform's call, an unknown or malformed op name (a list, an object, None): no canonical names (the
+    list is keyed under its own), and no TypeError from an unhashable name; a session run of such a list gives
+    the engine's own error."""
+    import pytest
+
+    from gradserve_server.engine.errors import EngineError
+    from gradserve_server.engine.trace.cache import PlanCache
+    from gradserve_server.engine.trace.key import _canonical
+    from gradserve_server.engine.trace.plan import run_session_planned
+    for bad in ([{"op": ["mul"], "args": []}], [{"op": {"a": 1}}], [{"op": None}], [3],
+                [{"op": "jacobian", "args": ["f", "x"]}], [{"op": "no_such_op", "args": []}]):
+        assert _canonical(bad, {}) is None
+    assert _canonical([{"op": "mul", "args": ["x", 2.0], "out": "y"}], {}) is not None
+    for bad in ([{"op": ["mul"], "args": []}], [{"op": {"a": 1}}]):
+        with pytest.raises(EngineError):
+            run_session_planned(PlanCache(), State(), bad)

@@ -119,6 +119,8 @@ def _plannable_op(op) -> bool:
     if not isinstance(op, dict):
         return False
     name = op.get("op")
+    if name.__class__ is not str:  # (a malformed name, maybe unhashable: the cold run refuses it)
+        return False
     if name in PLANNABLE_ACTIONS or name in INPUT_OPS:
         return True
     t = traceable(name)
@@ -667,7 +669,8 @@ def _canonical(ops: list, tensors: dict):
     as an input (``_with_literals``); the values the recording finds it read go into the key (``_Pinned``)."""
     for o in ops:  # (a form without canonical names, a transform's call: refused before the names are made)
         op = o.get("op") if o.__class__ is dict else None
-        if op not in OPS and op not in INPUT_OPS and op != "del" and op not in _NAME_PARAMS:
+        if op.__class__ is not str or (op not in OPS and op not in INPUT_OPS and op != "del"
+                                       and op not in _NAME_PARAMS):
             return None
     nm = _Names(tensors)
     name, ren, lits = nm.name, nm.ren, nm.lits

@@ -427,7 +427,7 @@ def _plannable_session_op(op, functions: dict, depth: int = 0) -> bool:
     function whose ops are all plannable (transforms of transforms up to a few levels)."""
     if _plannable_op(op):
         return True
-    if not isinstance(op, dict) or op.get("op") not in TRANSFORMS or depth > 3:
+    if not isinstance(op, dict) or op.get("op").__class__ is not str or op["op"] not in TRANSFORMS or depth > 3:
         return False
     args, kwargs = op.get("args") or [], op.get("kwargs") or {}
     fname = args[0] if args else kwargs.get("func")
@@ -728,9 +728,10 @@ def _finish_session(plan: Plan, buf: list, state: State, preset: dict) -> Progra
                 ns[name] = new[name] = _tensor(buf, d)
     else:
         for name, d in plan.namespace:
-            ns[name] = preset[name] if d is None else _tensor(buf, d)
-            if d is not None:
-                new[name] = ns[name]
+            if d is None:
+                ns[name] = preset[name]
+            else:
+                ns[name] = new[name] = _tensor(buf, d)
     for k, ((name, _, accs), how) in enumerate(zip(plan.preset, after.grads)):
         t = preset[name]
         if how is None:
