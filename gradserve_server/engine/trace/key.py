@@ -750,8 +750,9 @@ def _pre_key(state: State, ops: list, extra: tuple, ren: dict | None = None):
     """A coarser key, cheap to build, under which a list recorded unplannable is remembered so: the op list
     (tensor data left out), the function definitions, and each session tensor's name, shape, dtype and
     requires_grad (what decides which code runs), without what the full key adds (strides, versions,
-    aliasing, the warned set, the name counter). A list it marks runs cold without its full key being built
-    (only a cost: a cold run is always exact). None when the list cannot be keyed (nor planned: a session
+    aliasing, the warned set, the name counter). Looked up where the full key finds no plan: a list it marks
+    runs cold, and a state that differs only in what the full key adds is not recorded again (a cold run is
+    always exact). None when the list cannot be keyed (nor planned: a session
     tensor that is not a plain leaf without a gradient)."""
     stripped = []
     nulls = 0  # (the Nones written for the input ops' data)

@@ -59,11 +59,12 @@ requires_grad, versions...), the same for every run of the same op list over inp
   or rebinds before reading it (``key._session_key``). Names are keyed canonically
   (``key._canonical``: where the program reads names), so a client whose name counter gives every iteration
   new names finds one plan. Inputs a replay writes in place are restored if a guard fires (then the cold run). A
-  list recorded unplannable is remembered under a cheap pre-key as well, so it runs cold without its full key
-  being built. A ``repeat``/``until`` loop (without in-place ops) keys strictly (no gradients, no graphs): a plan
-  carries the key (and the tensors' layout) of the state it leaves, an iteration finds its plan by the carried
-  key, and iterations but the stopping one replay on a lazy state (no tensors built between them); a layout that
-  does not match, or a state whose key differs, builds the key and records as usual.
+  list recorded unplannable is remembered under a coarser pre-key as well, looked up where the full key finds
+  no plan (the full key first: a list with a plan replays without making its pre-key). A ``repeat``/``until``
+  loop (without in-place ops) keys strictly (no gradients, no graphs): a plan carries the key (and the tensors'
+  layout) of the state it leaves, an iteration finds its plan by the carried key, and iterations but the stopping
+  one replay on a lazy state (no tensors built between them); a layout that does not match, or a state whose key
+  differs, builds the key and records as usual.
 
 ``PlanCache`` is the trace layer's one cache (per key: ``PlanCaches``): plans and per-op fragments in one table,
 bounded in entries and measured bytes (least recently used out), with one set of counters: hits, misses,
@@ -839,7 +840,7 @@ def _keyed(cache: PlanCache, state: State, ops: list, kwargs: dict, carried: tup
     entry, the inputs, the canonical names, the lifted literals, the pinned literals, the pre-key, the key's
     extra); or the route of a list that cannot be keyed (unkeyable, known unplannable)."""
     respond = kwargs.get("respond", "changed")
-    pre = names = None
+    pre = names = kops = ren = None
     lits = ()
     extra = caller_key(kwargs, kwargs.get("extra"), True, respond)
     if carried is not None and _layout(state) == carried[1]:
@@ -854,16 +855,13 @@ def _keyed(cache: PlanCache, state: State, ops: list, kwargs: dict, carried: tup
             names, ren, lits = nm.names, nm.ren, nm.lits
             if not isinstance(respond, str):
                 extra = caller_key(kwargs, kwargs.get("extra"), True, [nm.name(n) for n in respond])
-        pre = _pre_key(state, kops, extra, ren)
-        if pre is None:
-            return R.COLD_UNKEYABLE
-        known = cache.get(pre)
-        if isinstance(known, Unplannable):
-            return known.route()
-        # (the same op list text: tensor data left out)
-        made = _session_key(state, kops, extra, pre[0], strict, ren, None if canon is None else nm.dropped)
+        # the full key first: a list with a plan (the common request) replays without its pre-key; the pre-key
+        # is made where the full key finds no plan (a list marked unplannable under it runs cold, as before)
+        made = _session_key(state, kops, extra, None, strict, ren, None if canon is None else nm.dropped)
         if made is None:
-            return R.COLD_UNKEYABLE
+            pre = _pre_key(state, kops, extra, ren)
+            known = None if pre is None else cache.get(pre)
+            return known.route() if isinstance(known, Unplannable) else R.COLD_UNKEYABLE
         key, inputs = made
         if lits:  # the lifted floats are inputs, after the session's arrays (``_with_literals``' slots)
             n = len(state.tensors) + sum(t._grad is not None for t in state.tensors.values())
@@ -875,6 +873,13 @@ def _keyed(cache: PlanCache, state: State, ops: list, kwargs: dict, carried: tup
         pinned = entry.pins
         key = _pinned_key(base, pinned, lits)
         entry = cache.get(key)
+    if kops is not None and not isinstance(entry, Plan):
+        pre = _pre_key(state, kops, extra, ren)
+        if pre is None:
+            return R.COLD_UNKEYABLE
+        known = cache.get(pre)
+        if isinstance(known, Unplannable):
+            return known.route()
     return key, base, entry, inputs, names, lits, pinned, pre, extra
 
 
