@@ -122,12 +122,18 @@ def _remember(key) -> None:
 
 def _value_fact(v):
     """What ``torch_args.parse`` reads of a value beyond its class: of a tensor, whether it is 0-d, requires grad
-    and its dtype's kind; of anything else its class. None for a list, tuple or dict (its items are read)."""
+    and its dtype's kind; of a list or tuple of ints, that (every int is read alike); of anything else its class.
+    None for another list, tuple or dict (its items are read)."""
     c = v.__class__
     if c is _TENSOR:  # the common case first (bound by check_call's first call)
         d = v.data
         return c, d.ndim == 0, bool(v.requires_grad), d.dtype.kind
-    if c is list or c is tuple or c is dict or isinstance(v, (list, tuple, dict)):
+    if c is list or c is tuple:  # (a shape, dims: parse reads each item's class; an int is an int whatever its
+        for x in v:              # value, a huge one refused apart, ``_out_of_int64``; an empty one apart: a
+            if x.__class__ is not int:  # tensor list's parameter takes it, not a list of ints)
+                return None
+        return (c, "ints") if v else (c, "empty")
+    if c is dict or isinstance(v, (list, tuple, dict)):
         return None
     if _is_tensor(v):
         d = v.data

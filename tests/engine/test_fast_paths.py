@@ -371,3 +371,32 @@ def test_a_leaf_that_no_longer_requires_grad_gets_no_grad(pruned):
     assert x.grad is None and x.grad_accumulations == 0
     assert w.grad is not None and w.grad_accumulations == 1
     assert w.grad.data.tobytes() == np.array([1.0, 2.0, 3.0], np.float32).tobytes()
+
+
+def test_signature_memo_of_a_list_of_ints_reads_its_classes_not_its_values():
+    """A shape or dims given as a list or tuple of ints is remembered as such (``x.reshape((2, 3))`` again: no
+    parse), a huge int in it is still refused, an empty list is told apart from one of ints (a tensor list's
+    parameter takes the one, refuses the other with torch's message), and a list of floats is parsed anew."""
+    import gradserve_server.engine.torch_args as TA
+    from gradserve_server.engine.errors import EngineError, TorchTypeError, TorchValueError
+    from gradserve_server.engine.program import State, run_program
+    st = State()
+    st.tensors = {"x": tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])}
+    run_program(st, [{"op": "reshape", "args": ["x", [2, 3]], "out": "y"}])
+    parsed = []
+    real = TA.parse
+    TA.parse = lambda *a: parsed.append(a[0].name) or real(*a)
+    try:
+        run_program(st, [{"op": "reshape", "args": ["x", [3, 2]], "out": "y"}])
+        assert st.tensors["y"].data.shape == (3, 2) and not parsed
+        with pytest.raises((TorchTypeError, TorchValueError)):
+            run_program(st, [{"op": "reshape", "args": ["x", [2, 1 << 70]]}])
+        with pytest.raises(EngineError):
+            run_program(st, [{"op": "reshape", "args": ["x", [2.0, 3.0]]}])
+    finally:
+        TA.parse = real
+    with pytest.raises(Exception) as err:  # noqa: PT011 - the empty list is the op's to refuse
+        run_program(st, [{"op": "cat", "args": [[]]}])
+    with pytest.raises(EngineError) as err:
+        run_program(st, [{"op": "cat", "args": [[1, 2]]}])
+    assert "expected Tensor as element 0" in str(err.value)

@@ -319,7 +319,7 @@ def div(self, other, rounding_mode=None):
         raise TorchRuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
                                 f"'{rounding_mode}'", code="invalid_argument")
     for value, t in ((self, other), (other, self)):
-        if isinstance(t, Tensor):
+        if value.__class__ is int and value >= 1 << 63 and isinstance(t, Tensor):  # (refused beside a bool tensor)
             refuse_uint64_with_bool(value, t.dtype)
     if not isinstance(self, Tensor):  # torch.div(2, x): the number is wrapped as a 0-d tensor
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
