@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gradserve_server.engine as E  # noqa: E402
+from bench import euler  # noqa: E402  (the repeat workload, as data)
 from bench.engine import timeit, torch  # noqa: E402  (the same timer; torch pinned to one thread, or None)
 from gradserve_server.app.memory import configure_gc  # noqa: E402
 from gradserve_server.engine.trace.cache import PlanCache
@@ -122,19 +123,17 @@ def main() -> None:
     # a `repeat` loop of a session list without a graph (an explicit Euler step of dy/dt = -y^3 + sin(t) on a
     # 10-dimensional state, 200 steps): every iteration replays the plan the first recorded
     y0 = RNG.standard_normal(10)
-    step = [{"op": "pow", "args": ["y", 3], "out": "y3"}, {"op": "sin", "args": ["t"], "out": "st"},
-            {"op": "sub", "args": ["st", "y3"], "out": "f"}, {"op": "mul", "args": ["f", 0.01], "out": "hf"},
-            {"op": "add", "args": ["y", "hf"], "out": "y"}, {"op": "add", "args": ["t", 0.01], "out": "t"}]
+    step, n = euler.STEP, euler.REPEAT
 
     def fresh():
         s = E.State()
-        E.run_program(s, [_lit("y", y0), _lit("t", np.zeros(1))])
+        E.run_program(s, euler.state_ops(y0, np.zeros(1)))
         return s
-    t_cold = timeit(lambda: E.run_program(fresh(), step, repeat=200), repeat)
-    t_rep = timeit(lambda: run_session_planned(cache, fresh(), step, repeat=200), repeat)
+    t_cold = timeit(lambda: E.run_program(fresh(), step, repeat=n), repeat)
+    t_rep = timeit(lambda: run_session_planned(cache, fresh(), step, repeat=n), repeat)
     a, b = fresh(), fresh()
-    E.run_program(a, step, repeat=200)
-    run_session_planned(cache, b, step, repeat=200)
+    E.run_program(a, step, repeat=n)
+    run_session_planned(cache, b, step, repeat=n)
     assert a.tensors["y"].data.tobytes() == b.tensors["y"].data.tobytes()
     line = f"{'repeat 200 of an Euler step (10-dim)':<50} {t_cold * 1e3:>10.3f} {t_rep * 1e3:>10.3f}"
     if torch is not None:

@@ -78,18 +78,18 @@ def _functional_columns(F, key: str) -> dict:
         st = F.engine_state()
         ops = [F.WORKLOADS[name]]
         cols = {"cold": lambda: E.run_program(st, ops), "replayed": lambda: F.run_session_planned(cache, st, ops)}
-    else:
-        y0 = np.random.default_rng(0).standard_normal(10)
-        step = [{"op": "pow", "args": ["y", 3], "out": "y3"}, {"op": "sin", "args": ["t"], "out": "st"},
-                {"op": "sub", "args": ["st", "y3"], "out": "f"}, {"op": "mul", "args": ["f", 0.01], "out": "hf"},
-                {"op": "add", "args": ["y", "hf"], "out": "y"}, {"op": "add", "args": ["t", 0.01], "out": "t"}]
+    else:  # (the repeat workload's list from this tree's bench/euler.py, plain data: the other tree may predate it)
+        spec = importlib.util.spec_from_file_location("euler_bench", Path(__file__).resolve().parent / "euler.py")
+        euler = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(euler)
+        y0, step, n = np.random.default_rng(0).standard_normal(10), euler.STEP, euler.REPEAT
 
         def fresh():
             s = E.State()
-            E.run_program(s, [F._lit("y", y0), F._lit("t", np.zeros(1))])
+            E.run_program(s, euler.state_ops(y0, np.zeros(1)))
             return s
-        cols = {"cold": lambda: E.run_program(fresh(), step, repeat=200),
-                "replayed": lambda: F.run_session_planned(cache, fresh(), step, repeat=200)}
+        cols = {"cold": lambda: E.run_program(fresh(), step, repeat=n),
+                "replayed": lambda: F.run_session_planned(cache, fresh(), step, repeat=n)}
     cols["replayed"]()  # records the plan
     return cols
 

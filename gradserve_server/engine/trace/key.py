@@ -752,8 +752,8 @@ def _pre_key(state: State, ops: list, extra: tuple, ren: dict | None = None):
     requires_grad (what decides which code runs), without what the full key adds (strides, versions,
     aliasing, the warned set, the name counter). Looked up where the full key finds no plan: a list it marks
     runs cold, and a state that differs only in what the full key adds is not recorded again (a cold run is
-    always exact). None when the list cannot be keyed (nor planned: a session
-    tensor that is not a plain leaf without a gradient)."""
+    always exact). None when the list cannot be keyed (nor planned: a session tensor that is not a plain leaf
+    without a gradient)."""
     stripped = []
     nulls = 0  # (the Nones written for the input ops' data)
     for op in ops:

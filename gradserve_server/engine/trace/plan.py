@@ -435,10 +435,8 @@ def _plannable_session_op(op, functions: dict, depth: int = 0) -> bool:
     fdef = functions.get(fname) if isinstance(fname, str) else None
     if fdef is None:
         return False
-    if _FN_PLAIN.get(fdef):  # (a definition whose ops are all plannable calls: so whatever the session's names)
-        return True
-    plain = all(_plannable_op(o) for o in fdef.ops)
-    if plain:
+    # (a definition whose ops are all plannable calls is so whatever the session's names: remembered)
+    if _FN_PLAIN.get(fdef) or all(_plannable_op(o) for o in fdef.ops):
         _FN_PLAIN[fdef] = True
         return True
     return all(_plannable_session_op(o, functions, depth + 1) for o in fdef.ops)
@@ -718,21 +716,15 @@ def _finish_session(plan: Plan, buf: list, state: State, preset: dict) -> Progra
             (i, op, [(n, c, g, a if a.__class__ is int else bases[a[0]] + a[1]) for n, c, g, a in es])
             for i, op, es in plan.autograd])
     ns, new = {}, {}
-    if after.aliases:
-        aliases = {name: preset[p] if kind == "t" else preset[p]._grad for name, kind, p in after.aliases}
-        for name, d in plan.namespace:
-            if d is None:
-                ns[name] = preset[name]
-            elif name in aliases:
-                ns[name] = aliases[name]
-            else:
-                ns[name] = new[name] = _tensor(buf, d)
-    else:
-        for name, d in plan.namespace:
-            if d is None:
-                ns[name] = preset[name]
-            else:
-                ns[name] = new[name] = _tensor(buf, d)
+    aliases = {name: preset[p] if kind == "t" else preset[p]._grad for name, kind, p in after.aliases} \
+        if after.aliases else ()
+    for name, d in plan.namespace:
+        if d is None:
+            ns[name] = preset[name]
+        elif name in aliases:
+            ns[name] = aliases[name]
+        else:
+            ns[name] = new[name] = _tensor(buf, d)
     for k, ((name, _, accs), how) in enumerate(zip(plan.preset, after.grads)):
         t = preset[name]
         if how is None:
@@ -859,9 +851,8 @@ def _keyed(cache: PlanCache, state: State, ops: list, kwargs: dict, carried: tup
         # is made where the full key finds no plan (a list marked unplannable under it runs cold, as before)
         made = _session_key(state, kops, extra, None, strict, ren, None if canon is None else nm.dropped)
         if made is None:
-            pre = _pre_key(state, kops, extra, ren)
-            known = None if pre is None else cache.get(pre)
-            return known.route() if isinstance(known, Unplannable) else R.COLD_UNKEYABLE
+            pre = _marked(cache, state, kops, extra, ren)
+            return pre if pre.__class__ is R.Route else R.COLD_UNKEYABLE
         key, inputs = made
         if lits:  # the lifted floats are inputs, after the session's arrays (``_with_literals``' slots)
             n = len(state.tensors) + sum(t._grad is not None for t in state.tensors.values())
@@ -874,13 +865,20 @@ def _keyed(cache: PlanCache, state: State, ops: list, kwargs: dict, carried: tup
         key = _pinned_key(base, pinned, lits)
         entry = cache.get(key)
     if kops is not None and not isinstance(entry, Plan):
-        pre = _pre_key(state, kops, extra, ren)
-        if pre is None:
-            return R.COLD_UNKEYABLE
-        known = cache.get(pre)
-        if isinstance(known, Unplannable):
-            return known.route()
+        pre = _marked(cache, state, kops, extra, ren)
+        if pre.__class__ is R.Route:
+            return pre
     return key, base, entry, inputs, names, lits, pinned, pre, extra
+
+
+def _marked(cache: PlanCache, state: State, ops: list, extra: tuple, ren: dict | None):
+    """A session list's pre-key (``key._pre_key``), or the route it runs: known unplannable (marked under the
+    pre-key), or unkeyable (no pre-key)."""
+    pre = _pre_key(state, ops, extra, ren)
+    if pre is None:
+        return R.COLD_UNKEYABLE
+    known = cache.get(pre)
+    return known.route() if isinstance(known, Unplannable) else pre
 
 
 def _session_step(cache: PlanCache, state: State, ops: list, kwargs: dict, plannable: bool | None = None,
