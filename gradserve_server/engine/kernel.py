@@ -247,7 +247,7 @@ def kcall(fn, *args):
     rec = _get()
     if rec is None:
         for a in args:  # (no float16/bfloat16 array, the common case: decided here, without a call)
-            if type(a) is _ndarray:
+            if a.__class__ is _ndarray:
                 dt = a.dtype
                 if dt is _F16 or dt is _BF16:
                     half = _half_of(args)

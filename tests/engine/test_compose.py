@@ -707,10 +707,11 @@ def test_inputs_bind_as_cold_wherever_they_are(layout):
     assert cache.composed == 2
 
 
-def test_codegen_compiles_a_structure_once_per_partition_and_binds_each_fragments_own_values():
+def test_codegen_compiles_a_structure_once_and_binds_each_fragments_own_values():
     """``tape.compile_fragment``'s source depends only on the steps' structure: a second fragment of the same
-    structure reuses the compiled code (``PlanCache.maker``: in the same cache partition only, counted as its
-    entry), with its own kernels and constants."""
+    structure reuses the compiled code (``PlanCache.maker``, counted as the partition's entry; another partition
+    binds the same code from ``tape.shared_maker`` and counts an entry of its own), with its own kernels and
+    constants."""
     def steps(c):
         return [(np.multiply, (None, c), ((0, 0),), 1, False, True, -1, ()),
                 (np.add, (None, None), ((0, 1), (1, 0)), 2, False, True, -1, ())]
@@ -721,7 +722,7 @@ def test_codegen_compiles_a_structure_once_per_partition_and_binds_each_fragment
     f2 = tape_module.compile_fragment(steps(np.float32(3.0)), 1, [2], maker=cache.maker)
     assert cache.fragments == n and cache.bytes == held and f1.__code__ is f2.__code__
     f3 = tape_module.compile_fragment(steps(np.float32(3.0)), 1, [2], maker=other.maker)
-    assert f3.__code__ is not f1.__code__ and other.fragments == 1
+    assert f3.__code__ is f1.__code__ and other.fragments == 1 and other.bytes == held
     x = np.asarray(np.float32(1.5))
     (a,), (b,) = f1(x), f2(x)
     assert a.__class__ is np.ndarray and a.tolist() == 1.5 * 2 + 1.5 and b.tolist() == 1.5 * 3 + 1.5

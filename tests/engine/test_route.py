@@ -76,6 +76,27 @@ def test_a_composed_fragment_has_its_source_and_op_in_linecache():
     assert any("# op stack (_stack_arrays)" in t for t in texts) and any("# op MulBackward0 (" in t for t in texts)
 
 
+def test_a_fragment_source_another_partition_compiled_is_shared_and_still_readable():
+    """A fragment's compiled maker comes from the process-wide memo of sources (``tape.shared_maker``) when any
+    partition compiled that source before; its ``linecache`` entry is registered again if newer entries pushed it
+    out, so a traceback through it still reads the line and its op."""
+    r = draws(2)
+    ops = _scalar_graph(30, r)
+    first, second = PlanCache(record_after=1_000_000), PlanCache(record_after=1_000_000)
+    for cache in (first, first, second, second):
+        assert run(cache, ops) == R.COMPOSED
+    makers = [{id(m): m for m in c._entries.values() if getattr(m, "__name__", "") == "make"} for c in
+              (first, second)]
+    shared = set(makers[0]) & set(makers[1])
+    assert shared  # (the same compiled makers, each partition's entry)
+    name = makers[0][shared.pop()].__code__.co_filename
+    assert name.startswith("<gradserve fragment ")
+    del linecache.cache[name]  # (as if MAX_ENTRIES newer sources had pushed it out)
+    third = PlanCache(record_after=1_000_000)
+    assert run(third, ops) == R.COMPOSED and third.fragments  # (it compiles nothing: all from the memo)
+    assert "# op " in "".join(linecache.getlines(name))
+
+
 def test_each_cold_route_says_why():
     r = draws(3)
     short = PROGRAMS["scalar"](r)

@@ -46,7 +46,6 @@ from .common import (
     broadcast_all,
     float_data,
     fma,
-    is_half,
     is_number,
     mul_t,
     number_as,
@@ -56,6 +55,8 @@ from .common import (
     scale_t,
     zeros_like,
 )
+
+_F16, _BF16 = NP[D.FLOAT16], NP[D.BFLOAT16]
 
 # ----- tangent helpers for the JVPs: None is a zero tangent -----------------------------------------------
 
@@ -222,7 +223,9 @@ def mul(self, other):
     if not isinstance(self, Tensor):  # torch.mul(2, x): the number is a wrapped 0-d input
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self, like=other)
     dtype, a, b = binary_operands(self, other)
-    if is_half(a.dtype) and (not isinstance(other, Tensor) or (other.data.ndim == 0 and other.data.dtype != a.dtype)):
+    dt = a.dtype
+    if (dt is _F16 or dt is _BF16) and (not isinstance(other, Tensor)
+                                        or (other.data.ndim == 0 and other.data.dtype != dt)):
         # torch's CPU kernel reads a scalar operand (a number, or a 0-d tensor of another dtype) in its opmath
         # type: float32 for a float16/bfloat16 result, unrounded (another dtype: binary_operands' conversion is it)
         b = opmath_number(a.dtype, other if not isinstance(other, Tensor) else other.data[()])
@@ -318,9 +321,10 @@ def div(self, other, rounding_mode=None):
     if rounding_mode not in _ROUNDING:
         raise TorchRuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
                                 f"'{rounding_mode}'", code="invalid_argument")
-    for value, t in ((self, other), (other, self)):
-        if value.__class__ is int and value >= 1 << 63 and isinstance(t, Tensor):  # (refused beside a bool tensor)
-            refuse_uint64_with_bool(value, t.dtype)
+    if (self.__class__ is int and self >= 1 << 63) or (other.__class__ is int and other >= 1 << 63):
+        for value, t in ((self, other), (other, self)):
+            if value.__class__ is int and value >= 1 << 63 and isinstance(t, Tensor):  # (refused beside a bool tensor)
+                refuse_uint64_with_bool(value, t.dtype)
     if not isinstance(self, Tensor):  # torch.div(2, x): the number is wrapped as a 0-d tensor
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
     dtype = D.result_type(self, other)
@@ -328,7 +332,8 @@ def div(self, other, rounding_mode=None):
         dtype = D.DEFAULT_FLOAT
     dtype, a, b = binary_operands(self, other, dtype)
     if rounding_mode is None:
-        if is_half(a.dtype) and not isinstance(other, Tensor):  # (another dtype: binary_operands' conversion is it)
+        # (a half result reads a number in float32; another dtype: binary_operands' conversion is it)
+        if (a.dtype is _F16 or a.dtype is _BF16) and not isinstance(other, Tensor):
             b = opmath_number(a.dtype, other)
         out = kcall(np.true_divide, a, b)
     elif D.is_floating(dtype):

@@ -273,15 +273,16 @@ class PlanCache:
 
     def maker(self, src: str):
         """The compiled maker of a fragment's source (``tape.compile_fragment``), kept as a fragment entry of this
-        partition (measured, least recently used out): a form met again here is not compiled again, and no
-        partition's compile times tell what another's ran (a process-wide memo would)."""
+        partition (measured, least recently used out), so a form met again here is looked up here; on a miss, from
+        the process-wide memo of compiled sources (``tape.shared_maker``: the code of a source another partition
+        compiled is the same code)."""
         key = _code_key(src)
         with self._lock:
             make = self._entries.get(key)
             if make is not None:
                 self._entries.move_to_end(key)
                 return make
-        make = T.compile_maker(src)
+        make = T.shared_maker(src)
         self._add(key, make, footprint((key, make)), self._fsizes)
         return make
 

@@ -41,6 +41,19 @@ def compile_function(src: str, what: str, fn_name: str = "run", tie: bool = True
     namespace: dict = {}
     exec(compile(src, filename, "exec"), namespace)  # noqa: S102 - our own code
     fn = namespace.pop(fn_name)
+    _register(filename, src)
+    if tie:
+        weakref.finalize(fn, _forget, filename)
+    return fn
+
+
+def register(filename: str, src: str) -> None:
+    """Register ``src`` under ``filename`` again if newer entries have pushed it out (its code lives on)."""
+    if filename not in linecache.cache:
+        _register(filename, src)
+
+
+def _register(filename: str, src: str) -> None:
     lines = src.splitlines(keepends=True)
     with _lock:
         _names[filename] = None
@@ -49,9 +62,6 @@ def compile_function(src: str, what: str, fn_name: str = "run", tie: bool = True
             linecache.cache.pop(old, None)
     # (mtime None: ``linecache.checkcache`` keeps it; there is no file to compare with)
     linecache.cache[filename] = (len(src), None, lines, filename)
-    if tie:
-        weakref.finalize(fn, _forget, filename)
-    return fn
 
 
 def source_bytes(filename: str) -> int:
