@@ -260,6 +260,17 @@ def kcall(fn, *args):
     return rec.call(fn, args)
 
 
+def kcall_plain(fn, *args):
+    """``kcall`` for a caller that has made sure no float16/bfloat16 array is among ``args`` (the arrays of a
+    binary op's ``binary_operands``, all of the dtype it tested; a unary op's input): the same call, without
+    ``kcall``'s test of each argument (about 150 ns of a 400 ns call). Recording is unchanged."""
+    rec = _get()
+    if rec is None:
+        out = fn(*args)
+        return out if out.__class__ is _ndarray or out.__class__ is tuple else np.asarray(out)
+    return rec.call(fn, args)
+
+
 def kinplace(fn, target: np.ndarray, *args):
     """A kernel that writes into ``target`` (an accumulation): recorded like ``kcall``; the recorder also
     notes that ``target``'s contents changed through a kernel (other in-place writes make a run unplannable)."""

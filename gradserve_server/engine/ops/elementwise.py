@@ -16,7 +16,7 @@ from ..batching import SAME, batching
 from ..dual import _level as _fw_level
 from ..errors import InvalidArgumentError, TorchRuntimeError, TorchTypeError, TorchValueError
 from ..grad_mode import set_grad_enabled
-from ..kernel import kcall, number, takes_literals
+from ..kernel import kcall, kcall_plain, number, takes_literals
 from ..registry import (
     F,
     P,
@@ -106,11 +106,12 @@ def add(self, other, alpha=1):
     if not isinstance(self, Tensor):  # torch.add(2, x): the number is a wrapped 0-d input
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self, like=other)
     dtype, a, b = binary_operands(self, other)
+    call = kcall if a.dtype is _F16 or a.dtype is _BF16 else kcall_plain  # (b: an array or number of a's dtype)
     if alpha != 1:
         _alpha_ok(alpha, dtype)
-        out = kcall(_add_alpha, a, b, checked_scalar(alpha, dtype))
+        out = call(_add_alpha, a, b, checked_scalar(alpha, dtype))
     else:
-        out = kcall(np.add, a, b)
+        out = call(np.add, a, b)
     o = other if isinstance(other, Tensor) else None
     return record(P.AddBackward0, out, (self, o), {"alpha": alpha})
 
@@ -148,11 +149,12 @@ def sub(self, other, alpha=1):
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self, like=other)
     _sub_check(self, other)
     dtype, a, b = binary_operands(self, other)
+    call = kcall if a.dtype is _F16 or a.dtype is _BF16 else kcall_plain  # (b: an array or number of a's dtype)
     if alpha != 1:
         _alpha_ok(alpha, dtype)
-        out = kcall(_sub_alpha, a, b, checked_scalar(alpha, dtype))
+        out = call(_sub_alpha, a, b, checked_scalar(alpha, dtype))
     else:
-        out = kcall(np.subtract, a, b)
+        out = call(np.subtract, a, b)
     o = other if isinstance(other, Tensor) else None
     return record(P.SubBackward0, out, (self, o), {"alpha": alpha})
 
@@ -224,12 +226,15 @@ def mul(self, other):
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self, like=other)
     dtype, a, b = binary_operands(self, other)
     dt = a.dtype
-    if (dt is _F16 or dt is _BF16) and (not isinstance(other, Tensor)
-                                        or (other.data.ndim == 0 and other.data.dtype != dt)):
-        # torch's CPU kernel reads a scalar operand (a number, or a 0-d tensor of another dtype) in its opmath
-        # type: float32 for a float16/bfloat16 result, unrounded (another dtype: binary_operands' conversion is it)
-        b = opmath_number(a.dtype, other if not isinstance(other, Tensor) else other.data[()])
-    out = kcall(np.multiply if dtype != D.BOOL else np.logical_and, a, b)
+    if dt is _F16 or dt is _BF16:
+        if not isinstance(other, Tensor) or (other.data.ndim == 0 and other.data.dtype != dt):
+            # torch's CPU kernel reads a scalar operand (a number, or a 0-d tensor of another dtype) in its
+            # opmath type: float32 for a float16/bfloat16 result, unrounded (another dtype: binary_operands'
+            # conversion is it)
+            b = opmath_number(dt, other if not isinstance(other, Tensor) else other.data[()])
+        out = kcall(np.multiply, a, b)
+    else:  # (b: an array or number of a's dtype)
+        out = kcall_plain(np.multiply if dtype != D.BOOL else np.logical_and, a, b)
     if isinstance(other, Tensor):
         return record(P.MulBackward0, out, (self, other), {"self": self, "other": other})
     if not self.requires_grad and _fw_level.get() is None:
@@ -332,10 +337,13 @@ def div(self, other, rounding_mode=None):
         dtype = D.DEFAULT_FLOAT
     dtype, a, b = binary_operands(self, other, dtype)
     if rounding_mode is None:
-        # (a half result reads a number in float32; another dtype: binary_operands' conversion is it)
-        if (a.dtype is _F16 or a.dtype is _BF16) and not isinstance(other, Tensor):
-            b = opmath_number(a.dtype, other)
-        out = kcall(np.true_divide, a, b)
+        if a.dtype is _F16 or a.dtype is _BF16:
+            # (a half result reads a number in float32; another dtype: binary_operands' conversion is it)
+            if not isinstance(other, Tensor):
+                b = opmath_number(a.dtype, other)
+            out = kcall(np.true_divide, a, b)
+        else:  # (b: an array or number of a's dtype)
+            out = kcall_plain(np.true_divide, a, b)
     elif D.is_floating(dtype):
         out = _div_floor_floating(a, b) if rounding_mode == "floor" else np.trunc(a / b)
         out = out.astype(NP[dtype], copy=False)
@@ -575,7 +583,11 @@ def _unary(prim: Prim, fn, self: Tensor, save: str | None, **extra):
     self = require_tensor(self)
     x = self.data
     # a float input: ``fn`` (a ufunc, or a kernel of a few) is the kernel itself
-    out = kcall(fn, x) if x.dtype.kind in "fV" else kcall(_apply_float, x, fn)
+    dt = x.dtype
+    if dt is _F16 or dt is _BF16:
+        out = kcall(fn, x)
+    else:  # (an int or bool input: in float32, _apply_float)
+        out = kcall_plain(fn, x) if dt.kind == "f" else kcall_plain(_apply_float, x, fn)
     saved = dict(extra)
     if save == "self":
         saved["self"] = self
