@@ -1,5 +1,6 @@
 """Speed gate: this tree's engine against another tree's (issue #22: "no workload more than 5% slower cold or 3%
-slower replayed than before the redesign"), measured pair by pair on bench/engine.py's workloads.
+slower replayed than before the redesign"), measured pair by pair on bench/engine.py's workloads, bench/functional.py's
+(``f-`` rows: cold, and through the session's plan) and bench/norepeat.py's one-shot lists (``nr-`` rows: cold).
 
 Timing whole processes cannot resolve a 20 us replay: start-up, imports and set-up cost seconds and vary by more
 than the figure. So each tree gets one long-lived worker process (its own Python, its own ``bench/engine.py`` and
@@ -50,17 +51,17 @@ FUNCTIONAL = {
     "f-euler": None,
 }
 
+#: bench/norepeat.py's one-shot lists of ``NOREPEAT_OPS`` ops (issue #22: "bench/norepeat.py ... unchanged or
+#: better"), by key: its list maker. One column, "cold": the list's first run as ``/v1/eval`` runs it (a fresh
+#: ``PlanCache(record_after=2)``: composition tried, given up, the list run op by op).
+NOREPEAT = {"nr-chain": "chain", "nr-mixed": "mixed", "nr-shapes": "shapes"}
+NOREPEAT_OPS = 200
 
-def _load_engine_bench(root: Path):
-    spec = importlib.util.spec_from_file_location("engine_bench", root / "bench" / "engine.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
-
-def _load_functional_bench(root: Path):
-    # (functional.py puts its own tree first on sys.path and imports its engine, PlanCache, run_session_planned)
-    spec = importlib.util.spec_from_file_location("functional_bench", root / "bench" / "functional.py")
+def _load_bench(root: Path, name: str):
+    """``<root>/bench/<name>.py`` as a module of its own (engine.py, functional.py and norepeat.py put their own
+    tree first on sys.path and import its engine)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", root / "bench" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -94,14 +95,29 @@ def _functional_columns(F, key: str) -> dict:
     return cols
 
 
+def _norepeat_columns(N, key: str) -> dict:
+    """A bench/norepeat.py list's "cold" column: a fresh list and plan cache each run, made untimed."""
+    E = N.E
+    limits = E.Limits()
+    make = getattr(N, NOREPEAT[key])
+    fresh: list = []
+
+    def cold():
+        ops, cache = fresh.pop() if fresh else (make(NOREPEAT_OPS), N.PlanCache(record_after=2))
+        return N.run_planned(cache, E.State(), ops, limits=limits, control=E.Control(3600.0), respond="all",
+                             extra=("json",))
+    cold.prepare = lambda: fresh.append((make(NOREPEAT_OPS), N.PlanCache(record_after=2)))
+    return {"cold": cold}
+
+
 def worker(root: Path) -> None:
     """Serve timing requests on stdin, one JSON object a line: {"workload", "column", "repeat"} -> seconds."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    B = _load_engine_bench(root)
+    B = _load_bench(root, "engine")
     B.configure_malloc(B.Settings())
     specs = {key: (make, measure) for key, _name, make, _vs, _target, measure in B.SPECS}
     current = None  # (key, {column: callable}, undo_gc, timer)
-    F = None  # bench/functional.py, loaded for its workloads
+    F = N = None  # bench/functional.py and bench/norepeat.py, loaded for their workloads
 
     def batched(fn, _quick):  # (a functional workload: batches of 20 calls, timed as _measure sets the timer)
         return B.timeit_batched(fn, 5, 20)
@@ -117,8 +133,12 @@ def worker(root: Path) -> None:
                 gc.collect()
             if key in FUNCTIONAL:
                 if F is None:
-                    F = _load_functional_bench(root)
+                    F = _load_bench(root, "functional")
                 cols, measure = _functional_columns(F, key), batched
+            elif key in NOREPEAT:
+                if N is None:
+                    N = _load_bench(root, "norepeat")
+                cols, measure = _norepeat_columns(N, key), lambda fn, _quick: B.timeit(fn, 5)
             else:
                 make, measure = specs[key]
                 eng, prog, npy, tor = make()
@@ -201,7 +221,7 @@ def main() -> None:
     if not opts.vs:
         ap.error("--vs is required")
     cpus = sorted(os.sched_getaffinity(0))
-    keys = [k for k in (*_spec_keys(), *FUNCTIONAL) if not opts.only or k in opts.only.split(",")]
+    keys = [k for k in (*_spec_keys(), *FUNCTIONAL, *NOREPEAT) if not opts.only or k in opts.only.split(",")]
     cols = [c for c in opts.cols.split(",") if c]
     cells = {(k, c): ([], [], []) for k in keys for c in cols}  # (A times, B times, ratios)
     print(f"{opts.rounds} rounds a cell (A B, then B A, alternately) x {opts.repeat} calls a side, over "
