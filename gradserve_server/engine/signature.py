@@ -110,14 +110,22 @@ _CALLS: dict[tuple, tuple] = {}
 
 #: calls ``torch_args.parse`` accepted, by signature (one of the cached ones, so its id is stable) and argument classes
 #: where the classes alone decide (``Signature.by_class``), else what it reads of each value
-#: (``_value_facts``); bounded
-_ACCEPTED: set = set()
+#: (``_value_facts``); bounded. The value: whether an int, list or tuple is among the key's classes (``check_call``'s
+#: class key then looks for integers beyond 64 bits; decided once here, by identity, not on every call)
+_ACCEPTED: dict = {}
 _ACCEPTED_MAX = 65536
 
 
 def _remember(key) -> None:
     if key is not None and len(_ACCEPTED) < _ACCEPTED_MAX:
-        _ACCEPTED.add(key)
+        _ACCEPTED[key] = _with_ints(key)
+
+
+def _with_ints(key: tuple) -> bool:
+    for c in key:
+        if c is int or c is list or c is tuple:
+            return True
+    return False
 
 
 def _value_fact(v):
@@ -187,9 +195,11 @@ def check_call(spec, name: str, args, kwargs: dict, method: bool, facts: tuple |
     # positional arguments' classes, then the keywords and their classes (a keyword is a str, never a class)
     fast = (id(facts), *map(type, args), *kwargs, *map(type, kwargs.values())) if kwargs else \
         (id(facts), *map(type, args))
-    if fast not in _ACCEPTED:
+    ints = _ACCEPTED.get(fast)
+    if ints is None:
         _check_classes(spec, name, args, kwargs, method, facts, fast)
-    if (int in fast or list in fast or tuple in fast) and (_out_of_int64(args) or _out_of_int64(kwargs.values())):
+        ints = _with_ints(fast)
+    if ints and (_out_of_int64(args) or _out_of_int64(kwargs.values())):
         _refuse_out_of_range(spec, facts, list(args), kwargs)
 
 

@@ -95,3 +95,17 @@ def test_the_expected_outcomes_are_torch_s(expr, op, expected):
         assert got == expected
     else:
         assert expected is None
+
+
+@pytest.mark.parametrize("small, big", [
+    ({"op": "narrow", "args": ["x", 0, 0, 1]}, {"op": "narrow", "args": ["x", 0, 0, B]}),
+    ({"op": "topk", "args": ["x"], "kwargs": {"k": 1}}, {"op": "topk", "args": ["x"], "kwargs": {"k": B}}),
+    ({"op": "pad", "args": ["x", [1, 1]]}, {"op": "pad", "args": ["x", [B, 1]]}),
+])
+def test_a_huge_int_is_refused_after_a_call_of_the_same_classes_was_accepted(small, big):
+    """The argument check remembers an accepted call by its classes (with whether an int or a list is among
+    them, decided once): the next call of those classes still has its ints read, and one beyond 64 bits refused."""
+    assert engine_outcome(small) is None
+    assert engine_outcome(small) is None
+    expected = next(c[2] for c in CASES if c[1] == big)
+    assert expected is not None and engine_outcome(big) == expected
