@@ -27,7 +27,7 @@ from .errors import (
 )
 from .grad_mode import check_numel, emit_warning
 from .journal import setattr_, setitem_
-from .kernel import astype, kcall, literal
+from .kernel import astype, kcall, kcall_plain, literal
 from .node import Node
 from .printing import tensor_repr
 
@@ -486,7 +486,7 @@ def tensor(data, dtype=None, requires_grad: bool = False) -> Tensor:
 def wrapped_number(value, dtype: str | None = None) -> Tensor:
     """A Python number as torch wraps it for an op: a 0-d tensor flagged as a wrapped number."""
     if dtype is None and value.__class__ is float:
-        t = Tensor(kcall(literal, value, None))  # float64 0-d
+        t = Tensor(kcall_plain(literal, value, None))  # float64 0-d (a number and None: no half array)
         t._wrapped = True
         return t
     if value.__class__ is int and value > _INT64_MAX:
