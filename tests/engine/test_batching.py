@@ -155,7 +155,7 @@ def test_batched_jvp_equals_the_loop(op_name, sample):
     _BATCHED_SAMPLES["jvp"] += 1
 
 
-def test_every_rule_is_exercised():
+def test_every_rule_is_exercised(whole_module):
     """Runs last (definition order): every declared rule ran on some sample, and most samples batch."""
     if not _RAN_VJP:
         pytest.skip("run with the tests of this module")

@@ -184,7 +184,7 @@ def test_every_primitive_has_a_forward_formula():
 NOT_RECORDED = {"CopySlices", "AsStridedBackward0", "Identity", "FusedBackward", "FillBackward0", "FillBackward1"}
 
 
-def test_samples_reach_every_forward_formula():
+def test_samples_reach_every_forward_formula(whole_module):
     """Runs last in this module (pytest keeps definition order): the JVP tests above fill _REACHED."""
     if not _REACHED:
         pytest.skip("run with the JVP tests of this module")
