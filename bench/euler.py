@@ -12,6 +12,11 @@ STEP = [{"op": "pow", "args": ["y", 3], "out": "y3"}, {"op": "sin", "args": ["t"
 REPEAT = 200
 
 
+def float64_tensor(name: str, a) -> dict:
+    """The op that makes ``name`` a float64 tensor over ``a`` (bench/functional.py's inputs too)."""
+    return {"op": "tensor", "args": [a], "kwargs": {"dtype": "float64"}, "out": name}
+
+
 def state_ops(y0, t0) -> list:
     """The ops that make the session's state: ``y`` and ``t`` as float64 tensors over ``y0`` and ``t0``."""
-    return [{"op": "tensor", "args": [v], "kwargs": {"dtype": "float64"}, "out": n} for n, v in (("y", y0), ("t", t0))]
+    return [float64_tensor("y", y0), float64_tensor("t", t0)]

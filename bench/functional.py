@@ -37,9 +37,7 @@ P = RNG.standard_normal(50)
 A = RNG.standard_normal((50, 50)) / 7
 V = RNG.standard_normal(50)
 
-
-def _lit(name, a):
-    return {"op": "tensor", "args": [a], "kwargs": {"dtype": "float64"}, "out": name}
+_lit = euler.float64_tensor
 
 
 def engine_state() -> E.State:

@@ -80,9 +80,7 @@ def _functional_columns(F, key: str) -> dict:
         ops = [F.WORKLOADS[name]]
         cols = {"cold": lambda: E.run_program(st, ops), "replayed": lambda: F.run_session_planned(cache, st, ops)}
     else:  # (the repeat workload's list from this tree's bench/euler.py, plain data: the other tree may predate it)
-        spec = importlib.util.spec_from_file_location("euler_bench", Path(__file__).resolve().parent / "euler.py")
-        euler = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(euler)
+        euler = _load_bench(Path(__file__).resolve().parents[1], "euler")
         y0, step, n = np.random.default_rng(0).standard_normal(10), euler.STEP, euler.REPEAT
 
         def fresh():

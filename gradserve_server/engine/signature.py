@@ -136,9 +136,11 @@ def _value_fact(v):
     if c is _TENSOR:  # the common case first (bound by check_call's first call)
         d = v.data
         return c, d.ndim == 0, bool(v.requires_grad), d.dtype.kind
-    if c is list or c is tuple:  # (a shape, dims: parse reads each item's class; an int is an int whatever its
-        for x in v:              # value, a huge one refused apart, ``_out_of_int64``; an empty one apart: a
-            if x.__class__ is not int:  # tensor list's parameter takes it, not a list of ints)
+    if c is list or c is tuple:
+        # a shape, dims: parse reads each item's class (an int is an int whatever its value; a huge one is refused
+        # apart, ``_out_of_int64``); an empty one is told apart (a tensor list's parameter takes it)
+        for x in v:
+            if x.__class__ is not int:
                 return None
         return (c, "ints") if v else (c, "empty")
     if c is dict or isinstance(v, (list, tuple, dict)):

@@ -486,7 +486,7 @@ def tensor(data, dtype=None, requires_grad: bool = False) -> Tensor:
 def wrapped_number(value, dtype: str | None = None) -> Tensor:
     """A Python number as torch wraps it for an op: a 0-d tensor flagged as a wrapped number."""
     if dtype is None and value.__class__ is float:
-        t = Tensor(kcall_plain(literal, value, None))  # float64 0-d (a number and None: no half array)
+        t = Tensor(kcall_plain(literal, value, None))  # float64 0-d (a number and None: no array to test)
         t._wrapped = True
         return t
     if value.__class__ is int and value > _INT64_MAX:

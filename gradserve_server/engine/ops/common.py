@@ -116,11 +116,6 @@ def opmath_number(npdt: np.dtype, v):
     return number_as(_F32 if npdt is _F16 or npdt is _BF16 else npdt, v)
 
 
-def is_half(npdt: np.dtype) -> bool:
-    """float16 or bfloat16 (numpy's dtype objects of these are singletons)."""
-    return npdt is _F16 or npdt is _BF16
-
-
 _SPLIT = 134217729.0  # 2**27 + 1: Dekker's split of a float64 into two halves of 26 bits
 
 

@@ -16,7 +16,7 @@ from ..batching import SAME, batching
 from ..dual import _level as _fw_level
 from ..errors import InvalidArgumentError, TorchRuntimeError, TorchTypeError, TorchValueError
 from ..grad_mode import set_grad_enabled
-from ..kernel import kcall, kcall_plain, number, takes_literals
+from ..kernel import kcall, kcall_for, number, takes_literals
 from ..registry import (
     F,
     P,
@@ -55,8 +55,6 @@ from .common import (
     scale_t,
     zeros_like,
 )
-
-_F16, _BF16 = NP[D.FLOAT16], NP[D.BFLOAT16]
 
 # ----- tangent helpers for the JVPs: None is a zero tangent -----------------------------------------------
 
@@ -106,7 +104,7 @@ def add(self, other, alpha=1):
     if not isinstance(self, Tensor):  # torch.add(2, x): the number is a wrapped 0-d input
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self, like=other)
     dtype, a, b = binary_operands(self, other)
-    call = kcall if a.dtype is _F16 or a.dtype is _BF16 else kcall_plain  # (b: an array or number of a's dtype)
+    call = kcall_for(a.dtype)  # (b: an array or a number of a's dtype)
     if alpha != 1:
         _alpha_ok(alpha, dtype)
         out = call(_add_alpha, a, b, checked_scalar(alpha, dtype))
@@ -149,7 +147,7 @@ def sub(self, other, alpha=1):
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self, like=other)
     _sub_check(self, other)
     dtype, a, b = binary_operands(self, other)
-    call = kcall if a.dtype is _F16 or a.dtype is _BF16 else kcall_plain  # (b: an array or number of a's dtype)
+    call = kcall_for(a.dtype)  # (b: an array or a number of a's dtype)
     if alpha != 1:
         _alpha_ok(alpha, dtype)
         out = call(_sub_alpha, a, b, checked_scalar(alpha, dtype))
@@ -225,16 +223,12 @@ def mul(self, other):
     if not isinstance(self, Tensor):  # torch.mul(2, x): the number is a wrapped 0-d input
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self, like=other)
     dtype, a, b = binary_operands(self, other)
-    dt = a.dtype
-    if dt is _F16 or dt is _BF16:
-        if not isinstance(other, Tensor) or (other.data.ndim == 0 and other.data.dtype != dt):
-            # torch's CPU kernel reads a scalar operand (a number, or a 0-d tensor of another dtype) in its
-            # opmath type: float32 for a float16/bfloat16 result, unrounded (another dtype: binary_operands'
-            # conversion is it)
-            b = opmath_number(dt, other if not isinstance(other, Tensor) else other.data[()])
-        out = kcall(np.multiply, a, b)
-    else:  # (b: an array or number of a's dtype)
-        out = kcall_plain(np.multiply if dtype != D.BOOL else np.logical_and, a, b)
+    call = kcall_for(a.dtype)  # (b: an array or a number of a's dtype)
+    if call is kcall and (not isinstance(other, Tensor) or (other.data.ndim == 0 and other.data.dtype != a.dtype)):
+        # a float16/bfloat16 result: torch's CPU kernel reads a scalar operand (a number, or a 0-d tensor of
+        # another dtype) in its opmath type, float32, unrounded (another dtype: binary_operands' conversion is it)
+        b = opmath_number(a.dtype, other if not isinstance(other, Tensor) else other.data[()])
+    out = call(np.multiply if dtype != D.BOOL else np.logical_and, a, b)
     if isinstance(other, Tensor):
         return record(P.MulBackward0, out, (self, other), {"self": self, "other": other})
     if not self.requires_grad and _fw_level.get() is None:
@@ -326,10 +320,11 @@ def div(self, other, rounding_mode=None):
     if rounding_mode not in _ROUNDING:
         raise TorchRuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
                                 f"'{rounding_mode}'", code="invalid_argument")
-    if (self.__class__ is int and self >= 1 << 63) or (other.__class__ is int and other >= 1 << 63):
-        for value, t in ((self, other), (other, self)):
-            if value.__class__ is int and value >= 1 << 63 and isinstance(t, Tensor):  # (refused beside a bool tensor)
-                refuse_uint64_with_bool(value, t.dtype)
+    # (torch's uint64 number, 2**63 and up, is refused beside a bool tensor)
+    if self.__class__ is int and self >= 1 << 63 and isinstance(other, Tensor):
+        refuse_uint64_with_bool(self, other.dtype)
+    if other.__class__ is int and other >= 1 << 63 and isinstance(self, Tensor):
+        refuse_uint64_with_bool(other, self.dtype)
     if not isinstance(self, Tensor):  # torch.div(2, x): the number is wrapped as a 0-d tensor
         self = _number_tensor(self) if not isinstance(other, Tensor) else as_operand(self)
     dtype = D.result_type(self, other)
@@ -337,13 +332,10 @@ def div(self, other, rounding_mode=None):
         dtype = D.DEFAULT_FLOAT
     dtype, a, b = binary_operands(self, other, dtype)
     if rounding_mode is None:
-        if a.dtype is _F16 or a.dtype is _BF16:
-            # (a half result reads a number in float32; another dtype: binary_operands' conversion is it)
-            if not isinstance(other, Tensor):
-                b = opmath_number(a.dtype, other)
-            out = kcall(np.true_divide, a, b)
-        else:  # (b: an array or number of a's dtype)
-            out = kcall_plain(np.true_divide, a, b)
+        call = kcall_for(a.dtype)  # (b: an array or a number of a's dtype)
+        if call is kcall and not isinstance(other, Tensor):
+            b = opmath_number(a.dtype, other)  # (a float16/bfloat16 result reads a number in float32)
+        out = call(np.true_divide, a, b)
     elif D.is_floating(dtype):
         out = _div_floor_floating(a, b) if rounding_mode == "floor" else np.trunc(a / b)
         out = out.astype(NP[dtype], copy=False)
@@ -583,11 +575,8 @@ def _unary(prim: Prim, fn, self: Tensor, save: str | None, **extra):
     self = require_tensor(self)
     x = self.data
     # a float input: ``fn`` (a ufunc, or a kernel of a few) is the kernel itself
-    dt = x.dtype
-    if dt is _F16 or dt is _BF16:
-        out = kcall(fn, x)
-    else:  # (an int or bool input: in float32, _apply_float)
-        out = kcall_plain(fn, x) if dt.kind == "f" else kcall_plain(_apply_float, x, fn)
+    call = kcall_for(x.dtype)
+    out = call(fn, x) if x.dtype.kind in "fV" else call(_apply_float, x, fn)
     saved = dict(extra)
     if save == "self":
         saved["self"] = self

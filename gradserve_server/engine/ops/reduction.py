@@ -171,7 +171,7 @@ def mean(self, dim=None, keepdim=False, dtype=None):
                    "self_sym_numel": int(self.data.size), "self_sym_sizes": self.data.shape})
 
 
-_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+_F32, _F64 = NP[D.FLOAT32], NP[D.FLOAT64]
 
 
 def _mean_all(x, dtype):

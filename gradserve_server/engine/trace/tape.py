@@ -600,7 +600,7 @@ def compile_maker(src: str):
 def shared_maker(src: str):
     """``compile_maker``'s maker of ``src`` from a process-wide memo by source text (``_MAKERS``): compiling is a
     pure function of the text, so a cache partition meeting a fragment form that any partition compiled before
-    does not compile it again (a new key's first run, or a cold run on a fresh cache, paid 0.1 ms per distinct
+    does not compile it again (a new key's first run, or a cold run on a fresh cache, paid 25-60 us per distinct
     source: 2% of bench/engine.py's cold LSTM). Each partition still keeps and counts the maker it uses as its own
     entry (``cache.PlanCache.maker``). Its source is registered again if newer entries had pushed it out of
     ``linecache``, so a traceback through a remembered maker reads its lines."""
